@@ -1,0 +1,104 @@
+//! The offline scripted model: replays assistant responses from a script, streamed in small
+//! text chunks like a real provider. Used by the headless main job when no provider is
+//! configured, so a fresh clone runs end to end without a key.
+//!
+//! A script is JSON: `{"responses":[{"text":"…"} | {"toolCalls":[{"name":"…","arguments":{…}}]}]}`.
+//! Response `n` answers the request whose context holds `n` assistant messages after the last
+//! user message; past the end the model says the script is exhausted.
+
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::models::Model;
+use crate::stream::{AssistantEvent, MessageBuilder};
+use crate::types::{Context, Message, StopReason};
+
+/// One scripted response.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptedResponse {
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedCall>,
+}
+
+/// One scripted tool call.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ScriptedCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// A whole script.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Script {
+    pub responses: Vec<ScriptedResponse>,
+}
+
+/// Which response answers `context`: the number of assistant messages after the last user one.
+pub fn response_index(context: &Context) -> usize {
+    context
+        .messages
+        .iter()
+        .rev()
+        .take_while(|m| !matches!(m, Message::User(_)))
+        .filter(|m| matches!(m, Message::Assistant(_)))
+        .count()
+}
+
+/// Streams response `index` of the model's script.
+pub async fn run(
+    model: Model,
+    index: usize,
+    tx: mpsc::Sender<AssistantEvent>,
+    cancel: CancellationToken,
+) {
+    let Ok(mut b) = MessageBuilder::start(tx, &model.api, &model.provider, &model.id).await else {
+        return;
+    };
+    let resp = model
+        .script
+        .as_ref()
+        .and_then(|s| s.responses.get(index).cloned())
+        .unwrap_or(ScriptedResponse {
+            text: Some("(The offline script has no more responses.)".into()),
+            tool_calls: Vec::new(),
+        });
+    if let Some(text) = &resp.text {
+        let chars: Vec<char> = text.chars().collect();
+        for chunk in chars.chunks(12) {
+            if cancel.is_cancelled() {
+                b.fail(StopReason::Aborted, "Request was aborted".into())
+                    .await;
+                return;
+            }
+            let s: String = chunk.iter().collect();
+            if b.text_delta("text", &s).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    let turn = index + 1;
+    for (i, c) in resp.tool_calls.iter().enumerate() {
+        let key = format!("c{i}");
+        let id = format!("scripted_{turn}_{i}");
+        if b.tool_call_start(&key, &id, &c.name, None).await.is_err()
+            || b.tool_call_delta(&key, &c.arguments.to_string())
+                .await
+                .is_err()
+        {
+            return;
+        }
+    }
+    let reason = if resp.tool_calls.is_empty() {
+        StopReason::Stop
+    } else {
+        StopReason::ToolUse
+    };
+    let _ = b.finish(reason).await;
+}

@@ -1,0 +1,304 @@
+//! Provider-neutral messages, persisted and replayed exactly as Pi writes them.
+//!
+//! The JSON shapes follow Pi 0.73.1's `pi-ai` types (seed §2 "Provider-neutral core", §4 "A
+//! session JSONL example"): roles `user` / `assistant` / `toolResult`; content blocks `text`,
+//! `thinking`, `image`, `toolCall`; `usage` and `stopReason` on assistant messages. The call id is
+//! the stable pairing fact between a `toolCall` block and its `toolResult` message.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Milliseconds since the Unix epoch, as Pi stores `message.timestamp`.
+pub fn now_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A text block: `{"type":"text","text":"…"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextContent {
+    pub text: String,
+    /// Provider signature of the text block (OpenAI Responses); omitted when absent.
+    #[serde(
+        rename = "textSignature",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub text_signature: Option<String>,
+}
+
+/// A thinking block: `{"type":"thinking","thinking":"…","thinkingSignature":"…"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThinkingContent {
+    pub thinking: String,
+    #[serde(
+        rename = "thinkingSignature",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub thinking_signature: Option<String>,
+    /// True for Anthropic `redacted_thinking` (the signature holds the opaque payload).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
+}
+
+/// An image block: `{"type":"image","data":"<base64>","mimeType":"image/png"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageContent {
+    pub data: String,
+    #[serde(rename = "mimeType")]
+    pub mime_type: String,
+}
+
+/// A tool call proposed by the model: `{"type":"toolCall","id":"…","name":"…","arguments":{…}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// Parsed JSON arguments; `{}` when the model's text did not parse.
+    pub arguments: Value,
+}
+
+/// One content block of any message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ContentBlock {
+    Text(TextContent),
+    Thinking(ThinkingContent),
+    Image(ImageContent),
+    ToolCall(ToolCall),
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text(TextContent {
+            text: text.into(),
+            text_signature: None,
+        })
+    }
+}
+
+/// User content: a plain string or a list of text/image blocks (both appear in Pi's files).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum UserContent {
+    Text(String),
+    Blocks(Vec<ContentBlock>),
+}
+
+impl UserContent {
+    /// All text of the content, blocks joined with newlines.
+    pub fn to_text(&self) -> String {
+        match self {
+            UserContent::Text(t) => t.clone(),
+            UserContent::Blocks(b) => join_text(b),
+        }
+    }
+}
+
+/// Joins the text blocks of `blocks` with `\n`.
+pub fn join_text(blocks: &[ContentBlock]) -> String {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Cost in US dollars, split like Pi's `usage.cost`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Cost {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+    pub total: f64,
+}
+
+/// Token usage of one response, in tokens (Pi's `usage`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub total_tokens: u64,
+    pub cost: Cost,
+}
+
+/// Why a response ended (Pi's `stopReason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    /// The model finished its answer.
+    Stop,
+    /// The output token limit cut the response (seed §3 "Length-limit guardrail").
+    Length,
+    /// The response ends with tool calls to execute.
+    ToolUse,
+    /// The provider or the stream failed; `errorMessage` says how.
+    Error,
+    /// The run was aborted by the user.
+    Aborted,
+}
+
+/// A user message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserMessage {
+    pub content: UserContent,
+    #[serde(default)]
+    pub timestamp: i64,
+}
+
+/// A completed (or partial) assistant response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssistantMessage {
+    pub content: Vec<ContentBlock>,
+    #[serde(default)]
+    pub api: String,
+    #[serde(default)]
+    pub provider: String,
+    #[serde(default)]
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
+    #[serde(default)]
+    pub usage: Usage,
+    pub stop_reason: StopReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default)]
+    pub timestamp: i64,
+}
+
+impl AssistantMessage {
+    /// An empty response for `model`, as the adapter's first partial.
+    pub fn empty(api: &str, provider: &str, model: &str) -> Self {
+        AssistantMessage {
+            content: Vec::new(),
+            api: api.to_string(),
+            provider: provider.to_string(),
+            model: model.to_string(),
+            response_id: None,
+            usage: Usage::default(),
+            stop_reason: StopReason::Stop,
+            error_message: None,
+            timestamp: now_millis(),
+        }
+    }
+
+    /// The tool calls of this response, in order.
+    pub fn tool_calls(&self) -> Vec<&ToolCall> {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::ToolCall(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// All text blocks joined with `\n`.
+    pub fn text(&self) -> String {
+        join_text(&self.content)
+    }
+}
+
+/// The paired result of one tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResultMessage {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    #[serde(deserialize_with = "content_or_string")]
+    pub content: Vec<ContentBlock>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    #[serde(default)]
+    pub is_error: bool,
+    #[serde(default)]
+    pub timestamp: i64,
+}
+
+/// Accepts a block list or, as older or foreign files have it, a bare string.
+fn content_or_string<'de, D>(d: D) -> Result<Vec<ContentBlock>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match UserContent::deserialize(d)? {
+        UserContent::Text(t) => Ok(vec![ContentBlock::text(t)]),
+        UserContent::Blocks(b) => Ok(b),
+    }
+}
+
+/// A message of the conversation, tagged by `role`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "camelCase")]
+pub enum Message {
+    User(UserMessage),
+    Assistant(AssistantMessage),
+    ToolResult(ToolResultMessage),
+}
+
+impl Message {
+    /// A user message with plain text content, stamped now.
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Message::User(UserMessage {
+            content: UserContent::Text(text.into()),
+            timestamp: now_millis(),
+        })
+    }
+}
+
+/// A tool as the model sees it: name, description and JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// Everything one model request is built from.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    pub system_prompt: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn seed_session_messages_round_trip() {
+        let lines = [
+            json!({"role":"user","content":"Read config.ts","timestamp":1785232801000i64}),
+            json!({"role":"assistant","content":[{"type":"toolCall","id":"call-1","name":"read","arguments":{"path":"config.ts"}}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet","usage":{"input":21,"output":10,"cacheRead":0,"cacheWrite":0,"totalTokens":31,"cost":{"input":0.0,"output":0.0,"cacheRead":0.0,"cacheWrite":0.0,"total":0.0}},"stopReason":"toolUse","timestamp":1785232802000i64}),
+            json!({"role":"toolResult","toolCallId":"call-1","toolName":"read","content":[{"type":"text","text":"export const port = 3000;"}],"isError":false,"timestamp":1785232803000i64}),
+        ];
+        for line in lines {
+            let m: Message = serde_json::from_value(line.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&m).unwrap(), line);
+        }
+    }
+
+    #[test]
+    fn tool_result_accepts_string_content() {
+        let m: Message = serde_json::from_value(
+            json!({"role":"toolResult","toolCallId":"c","toolName":"ls","content":"a.txt"}),
+        )
+        .unwrap();
+        let Message::ToolResult(r) = m else {
+            panic!("not a tool result")
+        };
+        assert_eq!(r.content, vec![ContentBlock::text("a.txt")]);
+    }
+}

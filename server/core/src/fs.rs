@@ -1,0 +1,193 @@
+//! The file system tools see: a trait with two implementations, the disk ([`DiskFs`], headless)
+//! and the editor (`pi-lsp`'s `EditorFs`: reads see unsaved buffers, writes become
+//! `workspace/applyEdit`). Tools touch files only through [`Fs`].
+//!
+//! Paths given to an `Fs` are absolute and already confined to the workspace by
+//! [`crate::tools::resolve_path`].
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+/// A file's text as the agent sees it, with the editor version when the file is open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSnapshot {
+    pub text: String,
+    /// LSP document version of an open buffer; `None` for a file read from disk.
+    pub version: Option<i32>,
+}
+
+/// Replace the bytes `range` of a snapshot's text with `new_text`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextReplace {
+    /// Byte offsets into [`FileSnapshot::text`], on char boundaries.
+    pub range: Range<usize>,
+    pub new_text: String,
+}
+
+/// Whether a write created the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    Created,
+    Overwritten,
+}
+
+/// File system failures; their messages are shown to the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FsError {
+    #[error("ENOENT: no such file or directory: {0}")]
+    NotFound(PathBuf),
+    #[error("{0}")]
+    Io(String),
+    /// The editor refused the edit (`applied: false`).
+    #[error("the editor did not apply the edit: {0}")]
+    Rejected(String),
+    /// The buffer changed between the read the edit was computed on and the apply.
+    #[error("{0} changed since it was read; read it again and retry")]
+    Stale(PathBuf),
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> FsError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        FsError::NotFound(path.to_path_buf())
+    } else {
+        FsError::Io(format!("{}: {e}", path.display()))
+    }
+}
+
+/// The file operations tools need.
+#[async_trait]
+pub trait Fs: Send + Sync {
+    /// The workspace root every tool path is resolved against.
+    fn root(&self) -> &Path;
+    /// The current text (an open buffer's unsaved text when there is one).
+    async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError>;
+    /// Applies non-overlapping `edits` computed against `base`; fails with
+    /// [`FsError::Stale`] when the file no longer matches `base`.
+    async fn replace(
+        &self,
+        path: &Path,
+        base: &FileSnapshot,
+        edits: Vec<TextReplace>,
+    ) -> Result<(), FsError>;
+    /// Creates or overwrites the whole file, creating parent folders.
+    async fn write(&self, path: &Path, text: &str) -> Result<WriteKind, FsError>;
+    /// Raw bytes from disk (for binary files and images).
+    async fn read_bytes(&self, path: &Path) -> Result<Vec<u8>, FsError> {
+        tokio::fs::read(path).await.map_err(|e| io_err(path, e))
+    }
+    /// Entries of a directory: (name, is_dir).
+    async fn list_dir(&self, path: &Path) -> Result<Vec<(String, bool)>, FsError> {
+        let mut rd = tokio::fs::read_dir(path)
+            .await
+            .map_err(|e| io_err(path, e))?;
+        let mut out = Vec::new();
+        while let Some(e) = rd.next_entry().await.map_err(|e| io_err(path, e))? {
+            let is_dir = tokio::fs::metadata(e.path())
+                .await
+                .map(|m| m.is_dir())
+                .unwrap_or(false);
+            out.push((e.file_name().to_string_lossy().into_owned(), is_dir));
+        }
+        Ok(out)
+    }
+}
+
+/// Applies byte-range edits to `text` (ranges must not overlap; any order).
+pub fn apply_replacements(text: &str, edits: &[TextReplace]) -> String {
+    let mut sorted: Vec<&TextReplace> = edits.iter().collect();
+    sorted.sort_by_key(|e| e.range.start);
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    for e in sorted {
+        out.push_str(&text[pos..e.range.start]);
+        out.push_str(&e.new_text);
+        pos = e.range.end;
+    }
+    out.push_str(&text[pos..]);
+    out
+}
+
+/// Writes `text` to `path` atomically: a temp file in the same folder, then rename, so a
+/// failure never leaves a half-written file (case EDIT-06).
+pub async fn atomic_write(path: &Path, text: &[u8]) -> Result<(), FsError> {
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| io_err(parent, e))?;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.pi-tmp-{}", std::process::id()));
+    tokio::fs::write(&tmp, text)
+        .await
+        .map_err(|e| io_err(&tmp, e))?;
+    if let Ok(meta) = tokio::fs::metadata(path).await {
+        let _ = tokio::fs::set_permissions(&tmp, meta.permissions()).await;
+    }
+    tokio::fs::rename(&tmp, path)
+        .await
+        .map_err(|e| io_err(path, e))
+}
+
+/// The disk, for headless runs.
+#[derive(Debug, Clone)]
+pub struct DiskFs {
+    root: PathBuf,
+}
+
+impl DiskFs {
+    /// A disk file system rooted at `root`.
+    pub fn new(root: PathBuf) -> Self {
+        DiskFs { root }
+    }
+}
+
+/// Decodes file bytes as UTF-8, lossily (invalid sequences become U+FFFD; case STRM-07).
+pub fn decode_text(bytes: Vec<u8>) -> String {
+    match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
+#[async_trait]
+impl Fs for DiskFs {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError> {
+        let bytes = tokio::fs::read(path).await.map_err(|e| io_err(path, e))?;
+        Ok(FileSnapshot {
+            text: decode_text(bytes),
+            version: None,
+        })
+    }
+
+    async fn replace(
+        &self,
+        path: &Path,
+        base: &FileSnapshot,
+        edits: Vec<TextReplace>,
+    ) -> Result<(), FsError> {
+        let current = self.read(path).await?;
+        if current.text != base.text {
+            return Err(FsError::Stale(path.to_path_buf()));
+        }
+        atomic_write(path, apply_replacements(&base.text, &edits).as_bytes()).await
+    }
+
+    async fn write(&self, path: &Path, text: &str) -> Result<WriteKind, FsError> {
+        let existed = tokio::fs::metadata(path).await.is_ok();
+        atomic_write(path, text.as_bytes()).await?;
+        Ok(if existed {
+            WriteKind::Overwritten
+        } else {
+            WriteKind::Created
+        })
+    }
+}

@@ -1,0 +1,13 @@
+//! `pi-core`: the harness. The agent loop ([`agent`]), the coding tools ([`tools`]) over a file
+//! system abstraction ([`fs`]), Pi-format session files ([`session`]) and the system prompt
+//! ([`prompt`]). Depends on `pi-ai` only; knows nothing of LSP.
+
+pub mod agent;
+pub mod fs;
+pub mod prompt;
+pub mod session;
+pub mod tools;
+
+pub use agent::{
+    run_agent, AgentConfig, AgentEvent, Delivery, EventSink, RunControl, RunOutcome, Tool,
+};

@@ -1,0 +1,157 @@
+//! `pi-lsp run`: the same loop with no editor. Tools use the disk; the streamed answer (or, with
+//! `--json`, every event as one JSON line) goes to stdout; the session is written to
+//! `<workspace>/.pi/sessions/`. Exit code 0 when the run ends normally, 1 when it ends in an
+//! error or abort, 2 for bad usage or configuration.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use pi_ai::{AssistantEvent, Message, StopReason};
+use pi_core::agent::{AgentConfig, AgentEvent, EventSink, RunControl};
+use pi_core::fs::DiskFs;
+use pi_core::session::SessionWriter;
+use pi_core::tools::default_tools;
+
+use crate::runner::{choose_model, sessions_dir, Recorder};
+
+/// Options of the `run` command.
+#[derive(Debug, Clone)]
+pub struct RunArgs {
+    pub workspace: PathBuf,
+    pub model: Option<String>,
+    pub json: bool,
+    pub prompt: String,
+}
+
+struct PrintSink {
+    json: bool,
+    recorder: Recorder,
+    failed_save: Mutex<bool>,
+    control: RunControl,
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+#[async_trait]
+impl EventSink for PrintSink {
+    async fn emit(&self, event: AgentEvent) {
+        if let Err(e) = self.recorder.record(&event) {
+            eprintln!("pi-lsp: session not saved: {e}");
+            *self.failed_save.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            self.control.cancel.cancel();
+        }
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            let _ = writeln!(out, "{}", serde_json::to_string(&event).unwrap_or_default());
+        } else {
+            match &event {
+                AgentEvent::MessageUpdate {
+                    assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+                } => {
+                    let _ = write!(out, "{delta}");
+                }
+                AgentEvent::MessageEnd {
+                    message: Message::Assistant(a),
+                } => {
+                    if !a.text().is_empty() {
+                        let _ = writeln!(out);
+                    }
+                    if let Some(e) = &a.error_message {
+                        eprintln!("pi-lsp: {e}");
+                    }
+                }
+                AgentEvent::ToolExecutionStart {
+                    tool_name, args, ..
+                } => {
+                    let _ = writeln!(out, "→ {tool_name} {args}");
+                }
+                AgentEvent::ToolExecutionEnd {
+                    is_error: true,
+                    result,
+                    ..
+                } => {
+                    let text = pi_ai::join_text(&result.content);
+                    let _ = writeln!(out, "  ✗ {}", text.lines().last().unwrap_or(""));
+                }
+                _ => {}
+            }
+        }
+        let _ = out.flush();
+    }
+}
+
+/// Runs one prompt headless; returns the process exit code.
+#[allow(clippy::print_stderr)]
+pub async fn run(args: RunArgs) -> i32 {
+    let workspace = match args.workspace.canonicalize() {
+        Ok(w) if w.is_dir() => w,
+        _ => {
+            eprintln!(
+                "pi-lsp: workspace {} is not a folder",
+                args.workspace.display()
+            );
+            return 2;
+        }
+    };
+    let (model, notice) = match choose_model(&workspace, args.model.as_deref(), None) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("pi-lsp: {e}");
+            return 2;
+        }
+    };
+    if let Some(n) = notice {
+        eprintln!("{n}");
+    }
+    let writer = match SessionWriter::create(
+        &sessions_dir(&workspace),
+        &workspace,
+        &model.provider,
+        &model.id,
+        "off",
+    ) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("pi-lsp: {e}");
+            return 2;
+        }
+    };
+    let session_path = writer.path().to_path_buf();
+    let fs = Arc::new(DiskFs::new(workspace.clone()));
+    let tools = default_tools(fs, None);
+    let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
+    let cfg = AgentConfig {
+        model,
+        system_prompt: pi_core::prompt::system_prompt(&workspace, &specs),
+        tools,
+    };
+    let control = RunControl::default();
+    let ctrl_c = control.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            ctrl_c.cancel.cancel();
+        }
+    });
+    let sink = PrintSink {
+        json: args.json,
+        recorder: Recorder::new(Arc::new(Mutex::new(writer))),
+        failed_save: Mutex::new(false),
+        control: control.clone(),
+    };
+    let outcome = pi_core::run_agent(
+        &cfg,
+        Vec::new(),
+        vec![Message::user_text(args.prompt)],
+        &control,
+        &sink,
+    )
+    .await;
+    eprintln!("pi-lsp: session saved to {}", session_path.display());
+    let failed_save = *sink.failed_save.lock().unwrap_or_else(|p| p.into_inner());
+    match outcome.stop_reason {
+        StopReason::Error | StopReason::Aborted => 1,
+        _ if failed_save => 1,
+        _ => 0,
+    }
+}

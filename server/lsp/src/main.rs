@@ -1,0 +1,83 @@
+//! The `pi-lsp` binary: with no subcommand (or `lsp`), an LSP server on stdio; `run` is the
+//! headless main job. Logs go to stderr (`PI_LSP_LOG`, default `info`); stdout belongs to the
+//! protocol.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "pi-lsp",
+    version,
+    about = "The Pi coding-agent harness as an LSP server (stdio)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Accepted for editor compatibility; stdio is the only transport.
+    #[arg(long, global = true)]
+    stdio: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve LSP on stdin/stdout (the default).
+    Lsp,
+    /// Run one prompt without an editor and print the streamed answer.
+    Run {
+        /// Workspace folder (default: the current folder).
+        #[arg(long, default_value = ".")]
+        workspace: PathBuf,
+        /// Model as provider/id (default: settings, then the first provider with a key).
+        #[arg(long)]
+        model: Option<String>,
+        /// Print every agent event as one JSON line.
+        #[arg(long)]
+        json: bool,
+        /// The prompt.
+        prompt: String,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PI_LSP_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Some(Command::Run {
+            workspace,
+            model,
+            json,
+            prompt,
+        }) => {
+            let code = rt.block_on(pi_lsp::headless::run(pi_lsp::headless::RunArgs {
+                workspace,
+                model,
+                json,
+                prompt,
+            }));
+            rt.shutdown_timeout(std::time::Duration::from_millis(200));
+            std::process::exit(code);
+        }
+        Some(Command::Lsp) | None => {
+            let _ = cli.stdio;
+            rt.block_on(async {
+                let (service, socket) = pi_lsp::server::service();
+                tower_lsp_server::Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
+                    .serve(service)
+                    .await;
+            });
+            Ok(())
+        }
+    }
+}

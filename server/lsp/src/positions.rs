@@ -1,0 +1,182 @@
+//! The one position converter: LSP `Position`s in the negotiated `positionEncoding` (LSP 3.17
+//! §"Position": `utf-16` by default, `utf-8` or `utf-32` when negotiated) to and from byte
+//! offsets in a `&str` and char indexes in a rope. Lines end at `\n`, `\r\n` or `\r`, exactly
+//! LSP's rule (ropey is built with only `cr_lines` for the same reason).
+
+use ropey::Rope;
+use tower_lsp_server::ls_types::{Position, PositionEncodingKind};
+
+/// A negotiated position encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Columns count UTF-8 bytes.
+    Utf8,
+    /// Columns count UTF-16 code units (LSP's default).
+    Utf16,
+    /// Columns count code points.
+    Utf32,
+}
+
+impl Encoding {
+    /// Chooses from the client's `general.positionEncodings`: utf-8 when offered, else utf-16.
+    pub fn negotiate(offered: Option<&[PositionEncodingKind]>) -> Encoding {
+        match offered {
+            Some(list) if list.iter().any(|k| *k == PositionEncodingKind::UTF8) => Encoding::Utf8,
+            _ => Encoding::Utf16,
+        }
+    }
+
+    /// The LSP kind for `InitializeResult.capabilities.positionEncoding`.
+    pub fn kind(self) -> PositionEncodingKind {
+        match self {
+            Encoding::Utf8 => PositionEncodingKind::UTF8,
+            Encoding::Utf16 => PositionEncodingKind::UTF16,
+            Encoding::Utf32 => PositionEncodingKind::UTF32,
+        }
+    }
+
+    /// Width of `c` in this encoding's units.
+    pub fn units(self, c: char) -> u32 {
+        match self {
+            Encoding::Utf8 => c.len_utf8() as u32,
+            Encoding::Utf16 => c.len_utf16() as u32,
+            Encoding::Utf32 => 1,
+        }
+    }
+}
+
+/// The position of byte `offset` (a char boundary, clamped to the text) in `text`.
+pub fn offset_to_position(text: &str, offset: usize, enc: Encoding) -> Position {
+    let offset = offset.min(text.len());
+    let mut line = 0u32;
+    let mut line_start = 0usize;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < offset {
+        match bytes[i] {
+            b'\n' => {
+                line += 1;
+                line_start = i + 1;
+            }
+            b'\r' => {
+                // `\r\n` counts once, at its `\n`; a lone `\r` ends a line.
+                if bytes.get(i + 1) != Some(&b'\n') {
+                    line += 1;
+                    line_start = i + 1;
+                } else if i + 1 == offset {
+                    // Offset between \r and \n: still on this line.
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let character = text[line_start..offset].chars().map(|c| enc.units(c)).sum();
+    Position { line, character }
+}
+
+/// The char index of `pos` in `rope`. A line past the end gives the end of the text; a column
+/// past the end of its line gives the line's end (before its terminator), as LSP requires.
+pub fn position_to_char(rope: &Rope, pos: Position, enc: Encoding) -> usize {
+    let line = pos.line as usize;
+    if line >= rope.len_lines() {
+        return rope.len_chars();
+    }
+    let start = rope.line_to_char(line);
+    let mut units = 0u32;
+    let mut idx = start;
+    for c in rope.line(line).chars() {
+        if c == '\n' || c == '\r' {
+            break;
+        }
+        let w = enc.units(c);
+        if units + w > pos.character {
+            break;
+        }
+        units += w;
+        idx += 1;
+    }
+    idx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(line: u32, character: u32) -> Position {
+        Position { line, character }
+    }
+
+    #[test]
+    fn lsp01_columns_in_each_encoding() {
+        // LSP-01: `x` after an emoji; `#` after é and an emoji.
+        let text = "let s = \"🍋\"; x\nname = \"é🍋\"  # ok\n";
+        let x = text.find('x').unwrap();
+        assert_eq!(offset_to_position(text, x, Encoding::Utf16), pos(0, 14));
+        assert_eq!(offset_to_position(text, x, Encoding::Utf8), pos(0, 16));
+        assert_eq!(offset_to_position(text, x, Encoding::Utf32), pos(0, 13));
+        let hash = text.find('#').unwrap();
+        assert_eq!(offset_to_position(text, hash, Encoding::Utf16), pos(1, 14));
+        assert_eq!(offset_to_position(text, hash, Encoding::Utf8), pos(1, 17));
+        assert_eq!(offset_to_position(text, hash, Encoding::Utf32), pos(1, 13));
+        let rope = Rope::from_str(text);
+        for enc in [Encoding::Utf8, Encoding::Utf16, Encoding::Utf32] {
+            for off in [x, hash] {
+                let p = offset_to_position(text, off, enc);
+                assert_eq!(
+                    rope.char_to_byte(position_to_char(&rope, p, enc)),
+                    off,
+                    "{enc:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn combining_marks_cjk_and_line_ends() {
+        let text = "e\u{301}中\r\nb\rc\nd";
+        let rope = Rope::from_str(text);
+        assert_eq!(
+            offset_to_position(text, text.find('b').unwrap(), Encoding::Utf16),
+            pos(1, 0)
+        );
+        assert_eq!(
+            offset_to_position(text, text.find('c').unwrap(), Encoding::Utf16),
+            pos(2, 0)
+        );
+        assert_eq!(
+            offset_to_position(text, text.find('d').unwrap(), Encoding::Utf16),
+            pos(3, 0)
+        );
+        assert_eq!(
+            offset_to_position(text, text.find('\r').unwrap(), Encoding::Utf16),
+            pos(0, 3)
+        );
+        assert_eq!(
+            offset_to_position(text, text.find('\r').unwrap(), Encoding::Utf8),
+            pos(0, 6)
+        );
+        // Past the line's end clamps before the terminator; past the last line is the end.
+        assert_eq!(position_to_char(&rope, pos(0, 99), Encoding::Utf16), 3);
+        assert_eq!(
+            position_to_char(&rope, pos(9, 0), Encoding::Utf16),
+            rope.len_chars()
+        );
+    }
+
+    #[test]
+    fn negotiation_prefers_utf8_only_when_offered() {
+        assert_eq!(Encoding::negotiate(None), Encoding::Utf16);
+        assert_eq!(
+            Encoding::negotiate(Some(&[PositionEncodingKind::UTF16])),
+            Encoding::Utf16
+        );
+        assert_eq!(
+            Encoding::negotiate(Some(&[
+                PositionEncodingKind::UTF16,
+                PositionEncodingKind::UTF8
+            ])),
+            Encoding::Utf8
+        );
+    }
+}

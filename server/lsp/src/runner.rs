@@ -1,0 +1,89 @@
+//! What the editor server and the headless `run` command share: choosing the model (with the
+//! offline scripted fallback), the sessions folder, and persisting events as session entries.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use pi_ai::models::{ModelError, SCRIPTED_API};
+use pi_ai::{Model, Registry};
+use pi_core::session::{SessionError, SessionWriter};
+use pi_core::AgentEvent;
+
+/// The offline script replayed when no provider is configured.
+const DEMO_SCRIPT: &str = include_str!("../../../fixtures/scripted/demo.json");
+
+/// The line printed (headless) or shown (editor) when the scripted model is used.
+pub const SCRIPTED_NOTICE: &str = "pi-lsp: no API key and no models.json found; using the offline scripted model (fixtures/scripted/demo.json).";
+
+/// `<workspace>/.pi/sessions`.
+pub fn sessions_dir(workspace: &Path) -> PathBuf {
+    workspace.join(".pi").join("sessions")
+}
+
+/// The offline scripted model.
+pub fn scripted_model() -> Model {
+    let script = serde_json::from_str(DEMO_SCRIPT).ok().map(Arc::new);
+    Model {
+        id: "demo".into(),
+        name: "Offline scripted demo".into(),
+        api: SCRIPTED_API.into(),
+        provider: "scripted".into(),
+        base_url: String::new(),
+        api_key: None,
+        headers: Default::default(),
+        context_window: 128_000,
+        max_tokens: 4096,
+        reasoning: false,
+        cost: Default::default(),
+        compat: serde_json::Value::Null,
+        script,
+    }
+}
+
+/// Chooses the model as [`Registry::select`] does; falls back to the scripted model (and says
+/// so with `Some(notice)`) only when nothing at all is configured and nothing was requested.
+pub fn choose_model(
+    workspace: &Path,
+    requested: Option<&str>,
+    init: Option<&str>,
+) -> Result<(Model, Option<&'static str>), ModelError> {
+    let reg = Registry::load(workspace);
+    for w in &reg.warnings {
+        tracing::warn!("{w}");
+    }
+    if requested == Some("scripted/demo") || (requested.is_none() && init == Some("scripted/demo"))
+    {
+        return Ok((scripted_model(), None));
+    }
+    match reg.select(requested, init)? {
+        Some(m) => Ok((m, None)),
+        None if requested.is_none() && init.is_none() => {
+            Ok((scripted_model(), Some(SCRIPTED_NOTICE)))
+        }
+        None => Err(ModelError::NoModel),
+    }
+}
+
+/// Persists a run's events: each completed message becomes a `message` entry as it ends; turn
+/// and run ends make the file durable.
+pub struct Recorder {
+    writer: Arc<Mutex<SessionWriter>>,
+}
+
+impl Recorder {
+    pub fn new(writer: Arc<Mutex<SessionWriter>>) -> Self {
+        Recorder { writer }
+    }
+
+    /// Records `event`; an error means the session is no longer being saved.
+    pub fn record(&self, event: &AgentEvent) -> Result<(), SessionError> {
+        let Ok(mut w) = self.writer.lock() else {
+            return Ok(());
+        };
+        match event {
+            AgentEvent::MessageEnd { message } => w.append_message(message).map(|_| ()),
+            AgentEvent::TurnEnd { .. } | AgentEvent::AgentEnd { .. } => w.sync(),
+            _ => Ok(()),
+        }
+    }
+}

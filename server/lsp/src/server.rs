@@ -1,0 +1,589 @@
+//! The LSP server: lifecycle, document sync, and the `agent/*` methods.
+//!
+//! Handlers answer quickly; a run goes on in its own task and streams `agent/event`
+//! notifications (plus work-done progress when the client supports it). Each session has at
+//! most one active run; a prompt during a run must say `streamingBehavior` and is queued.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pi_ai::AssistantEvent;
+use pi_ai::{Message, Model};
+use pi_core::agent::{AgentConfig, AgentEvent, Delivery, EventSink, RunControl};
+use pi_core::session::{find_session_file, SessionWriter};
+use pi_core::tools::{default_tools, BeforeBash};
+use serde_json::Value;
+use tower_lsp_server::jsonrpc::Result;
+use tower_lsp_server::ls_types::{
+    notification::Progress, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
+    DidOpenTextDocumentParams, InitializeParams, InitializeResult, InitializedParams, MessageType,
+    NumberOrString, ProgressParams, ProgressParamsValue, ProgressToken, ResourceOperationKind,
+    ServerCapabilities, ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind,
+    WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
+};
+use tower_lsp_server::{Client, LanguageServer, LspService};
+
+use crate::documents::{uri_path, Documents};
+use crate::editor_fs::{EditorCaps, EditorFs};
+use crate::positions::Encoding;
+use crate::protocol::{
+    agent_error, codes, parse_params, AbortParams, AbortResult, AgentEventNotification,
+    AgentEventParams, PromptParams, PromptResult, StreamingBehavior,
+};
+use crate::runner::{choose_model, sessions_dir, Recorder};
+
+/// The state of one session in this server.
+struct Session {
+    id: String,
+    writer: Arc<Mutex<SessionWriter>>,
+    /// The conversation on the active branch (updated when a run ends).
+    messages: Vec<Message>,
+    model: Model,
+    active: Option<ActiveRun>,
+}
+
+#[derive(Clone)]
+struct ActiveRun {
+    run_id: String,
+    control: RunControl,
+}
+
+/// Shared server state.
+pub struct State {
+    client: Client,
+    docs: Arc<Documents>,
+    caps: Mutex<EditorCaps>,
+    root: Mutex<PathBuf>,
+    init_model: Mutex<Option<String>>,
+    sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+}
+
+/// The language server.
+pub struct Backend {
+    state: Arc<State>,
+}
+
+/// Builds the service with the `agent/*` methods registered.
+pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
+    LspService::build(|client| Backend {
+        state: Arc::new(State {
+            client,
+            docs: Arc::new(Documents::default()),
+            caps: Mutex::new(EditorCaps::default()),
+            root: Mutex::new(PathBuf::from(".")),
+            init_model: Mutex::new(None),
+            sessions: Mutex::new(HashMap::new()),
+        }),
+    })
+    .custom_method("agent/prompt", Backend::agent_prompt)
+    .custom_method("agent/abort", Backend::agent_abort)
+    .finish()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl State {
+    fn caps(&self) -> EditorCaps {
+        *lock(&self.caps)
+    }
+
+    fn root(&self) -> PathBuf {
+        lock(&self.root).clone()
+    }
+}
+
+impl LanguageServer for Backend {
+    async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        let caps = &params.capabilities;
+        let encoding = Encoding::negotiate(
+            caps.general
+                .as_ref()
+                .and_then(|g| g.position_encodings.as_deref()),
+        );
+        let ws_edit = caps
+            .workspace
+            .as_ref()
+            .and_then(|w| w.workspace_edit.as_ref());
+        let editor = EditorCaps {
+            encoding,
+            document_changes: ws_edit.and_then(|w| w.document_changes).unwrap_or(false),
+            create_file: ws_edit
+                .and_then(|w| w.resource_operations.as_ref())
+                .is_some_and(|ops| ops.contains(&ResourceOperationKind::Create)),
+            save_request: caps
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/agent/saveDocument"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            work_done_progress: caps
+                .window
+                .as_ref()
+                .and_then(|w| w.work_done_progress)
+                .unwrap_or(false),
+        };
+        *lock(&self.state.caps) = editor;
+        #[allow(deprecated)]
+        let root = params
+            .workspace_folders
+            .as_ref()
+            .and_then(|f| f.first())
+            .and_then(|f| uri_path(&f.uri))
+            .or_else(|| params.root_uri.as_ref().and_then(uri_path))
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| PathBuf::from("."));
+        let root = root.canonicalize().unwrap_or(root);
+        tracing::info!(
+            "workspace root {}; position encoding {:?}",
+            root.display(),
+            encoding
+        );
+        *lock(&self.state.root) = root;
+        *lock(&self.state.init_model) = params
+            .initialization_options
+            .as_ref()
+            .and_then(|o| o.get("model"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        Ok(InitializeResult {
+            capabilities: ServerCapabilities {
+                position_encoding: Some(encoding.kind()),
+                text_document_sync: Some(TextDocumentSyncCapability::Kind(
+                    TextDocumentSyncKind::INCREMENTAL,
+                )),
+                experimental: Some(
+                    serde_json::json!({"agent": {"version": 1, "methods": ["agent/prompt", "agent/abort"]}}),
+                ),
+                ..ServerCapabilities::default()
+            },
+            server_info: Some(ServerInfo {
+                name: "pi-lsp".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+            }),
+            offset_encoding: None,
+        })
+    }
+
+    async fn initialized(&self, _: InitializedParams) {}
+
+    async fn shutdown(&self) -> Result<()> {
+        let runs: Vec<ActiveRun> = lock(&self.state.sessions)
+            .values()
+            .filter_map(|s| lock(s).active.clone())
+            .collect();
+        for r in runs {
+            r.control.cancel.cancel();
+        }
+        Ok(())
+    }
+
+    // Document sync: mutate synchronously, before any await, so arrival order holds.
+    async fn did_open(&self, p: DidOpenTextDocumentParams) {
+        self.state.docs.open(
+            p.text_document.uri,
+            &p.text_document.text,
+            p.text_document.version,
+        );
+    }
+
+    async fn did_change(&self, p: DidChangeTextDocumentParams) {
+        let enc = self.state.caps().encoding;
+        self.state.docs.change(
+            &p.text_document.uri,
+            p.text_document.version,
+            p.content_changes,
+            enc,
+        );
+    }
+
+    async fn did_close(&self, p: DidCloseTextDocumentParams) {
+        self.state.docs.close(&p.text_document.uri);
+    }
+}
+
+impl Backend {
+    /// `agent/prompt {text, sessionId?, model?, streamingBehavior?}` → `{sessionId, runId, queued}`.
+    async fn agent_prompt(&self, params: Value) -> Result<PromptResult> {
+        let p: PromptParams = parse_params(params)?;
+        let st = &self.state;
+        let root = st.root();
+        let init_model = lock(&st.init_model).clone();
+        let session = match &p.session_id {
+            Some(id) => match lock(&st.sessions).get(id).cloned() {
+                Some(s) => s,
+                None => self.resume(id, &root, &init_model)?,
+            },
+            None => {
+                let (model, notice) =
+                    choose_model(&root, p.model.as_deref(), init_model.as_deref())
+                        .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
+                if let Some(n) = notice {
+                    let client = st.client.clone();
+                    tokio::spawn(async move { client.show_message(MessageType::INFO, n).await });
+                }
+                let writer = SessionWriter::create(
+                    &sessions_dir(&root),
+                    &root,
+                    &model.provider,
+                    &model.id,
+                    "off",
+                )
+                .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+                let id = writer.id().to_string();
+                let s = Arc::new(Mutex::new(Session {
+                    id: id.clone(),
+                    writer: Arc::new(Mutex::new(writer)),
+                    messages: Vec::new(),
+                    model,
+                    active: None,
+                }));
+                lock(&st.sessions).insert(id, s.clone());
+                s
+            }
+        };
+        let message = Message::user_text(p.text);
+        let mut s = lock(&session);
+        if let Some(active) = &s.active {
+            let how = match p.streaming_behavior {
+                Some(StreamingBehavior::Steer) => Delivery::Steer,
+                Some(StreamingBehavior::FollowUp) => Delivery::FollowUp,
+                None => {
+                    return Err(agent_error(
+                        codes::SESSION_BUSY,
+                        format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id, active.run_id),
+                    ))
+                }
+            };
+            active.control.enqueue(message, how);
+            return Ok(PromptResult {
+                session_id: s.id.clone(),
+                run_id: active.run_id.clone(),
+                queued: true,
+            });
+        }
+        if let Some(m) = &p.model {
+            if *m != s.model.full_id() {
+                let (model, _) = choose_model(&root, Some(m), None)
+                    .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
+                lock(&s.writer)
+                    .append_entry(
+                        "model_change",
+                        serde_json::json!({"provider": model.provider, "modelId": model.id}),
+                    )
+                    .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+                s.model = model;
+            }
+        }
+        let run = ActiveRun {
+            run_id: uuid::Uuid::now_v7().to_string(),
+            control: RunControl::default(),
+        };
+        s.active = Some(run.clone());
+        let result = PromptResult {
+            session_id: s.id.clone(),
+            run_id: run.run_id.clone(),
+            queued: false,
+        };
+        drop(s);
+        tokio::spawn(drive(st.clone(), session, run, vec![message]));
+        Ok(result)
+    }
+
+    fn resume(
+        &self,
+        id: &str,
+        root: &Path,
+        init_model: &Option<String>,
+    ) -> Result<Arc<Mutex<Session>>> {
+        let path = find_session_file(&sessions_dir(root), id).ok_or_else(|| {
+            agent_error(
+                codes::UNKNOWN_SESSION,
+                format!("no session {id} in {}", sessions_dir(root).display()),
+            )
+        })?;
+        let (writer, loaded) = SessionWriter::open(&path)
+            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
+        let model = choose_model(root, wanted.as_deref(), None)
+            .or_else(|_| choose_model(root, None, init_model.as_deref()))
+            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?
+            .0;
+        let s = Arc::new(Mutex::new(Session {
+            id: id.to_string(),
+            writer: Arc::new(Mutex::new(writer)),
+            messages: loaded.messages,
+            model,
+            active: None,
+        }));
+        Ok(lock(&self.state.sessions)
+            .entry(id.to_string())
+            .or_insert(s)
+            .clone())
+    }
+
+    /// `agent/abort {sessionId}` → `{aborted}`; idempotent.
+    async fn agent_abort(&self, params: Value) -> Result<AbortResult> {
+        let p: AbortParams = parse_params(params)?;
+        let session = lock(&self.state.sessions).get(&p.session_id).cloned();
+        let Some(session) = session else {
+            return Err(agent_error(
+                codes::UNKNOWN_SESSION,
+                format!("no session {}", p.session_id),
+            ));
+        };
+        let active = lock(&session).active.clone();
+        Ok(AbortResult {
+            aborted: active.map(|a| {
+                let was = !a.control.cancel.is_cancelled();
+                a.control.cancel.cancel();
+                was
+            }) == Some(true),
+        })
+    }
+}
+
+/// Runs the session's loop until no queued message is left, then clears the active run.
+async fn drive(
+    st: Arc<State>,
+    session: Arc<Mutex<Session>>,
+    mut run: ActiveRun,
+    mut prompts: Vec<Message>,
+) {
+    loop {
+        let (history, model, writer, session_id) = {
+            let s = lock(&session);
+            (
+                s.messages.clone(),
+                s.model.clone(),
+                s.writer.clone(),
+                s.id.clone(),
+            )
+        };
+        let root = st.root();
+        let caps = st.caps();
+        let fs = Arc::new(EditorFs::new(
+            root.clone(),
+            st.client.clone(),
+            st.docs.clone(),
+            caps,
+        ));
+        let before: BeforeBash = {
+            let fs = fs.clone();
+            let root = root.clone();
+            Arc::new(move || {
+                let fs = fs.clone();
+                let root = root.clone();
+                Box::pin(async move {
+                    let dirty = fs.dirty_buffers().await;
+                    if dirty.is_empty() {
+                        return Ok(());
+                    }
+                    let names: Vec<String> = dirty
+                        .iter()
+                        .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
+                        .collect();
+                    Err(format!(
+                        "{} open editor buffer(s) differ from disk: {}",
+                        names.len(),
+                        names.join(", ")
+                    ))
+                })
+            })
+        };
+        let tools = default_tools(fs, Some(before));
+        let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
+        let cfg = AgentConfig {
+            model,
+            system_prompt: pi_core::prompt::system_prompt(&root, &specs),
+            tools,
+        };
+        let sink = LspSink::new(
+            st.clone(),
+            session_id,
+            run.run_id.clone(),
+            writer,
+            run.control.clone(),
+            caps.work_done_progress,
+        )
+        .await;
+        let outcome = pi_core::run_agent(
+            &cfg,
+            history,
+            std::mem::take(&mut prompts),
+            &run.control,
+            &sink,
+        )
+        .await;
+        let mut s = lock(&session);
+        s.messages = outcome.messages;
+        // Messages queued after the loop's last check start a new run rather than being lost.
+        let rest = run.control.take_undelivered();
+        if rest.is_empty() || run.control.cancel.is_cancelled() {
+            s.active = None;
+            if !rest.is_empty() {
+                tracing::warn!(
+                    "{} queued message(s) dropped because the run was aborted",
+                    rest.len()
+                );
+            }
+            return;
+        }
+        run = ActiveRun {
+            run_id: uuid::Uuid::now_v7().to_string(),
+            control: RunControl::default(),
+        };
+        s.active = Some(run.clone());
+        prompts = rest;
+    }
+}
+
+/// Persists, reports progress, and forwards every event as `agent/event`.
+struct LspSink {
+    st: Arc<State>,
+    session_id: String,
+    run_id: String,
+    recorder: Recorder,
+    control: RunControl,
+    progress: Option<ProgressToken>,
+    last_report: Mutex<Option<Instant>>,
+}
+
+/// Minimum interval between `$/progress` reports while text streams.
+const REPORT_EVERY: Duration = Duration::from_millis(50);
+
+impl LspSink {
+    async fn new(
+        st: Arc<State>,
+        session_id: String,
+        run_id: String,
+        writer: Arc<Mutex<SessionWriter>>,
+        control: RunControl,
+        progress: bool,
+    ) -> Self {
+        let mut token = None;
+        if progress {
+            let t = NumberOrString::String(format!("pi-lsp/{run_id}"));
+            match st.client.create_work_done_progress(t.clone()).await {
+                Ok(()) => token = Some(t),
+                Err(e) => tracing::warn!("window/workDoneProgress/create failed: {}", e.message),
+            }
+        }
+        LspSink {
+            st,
+            session_id,
+            run_id,
+            recorder: Recorder::new(writer),
+            control,
+            progress: token,
+            last_report: Mutex::new(None),
+        }
+    }
+
+    async fn progress(&self, value: WorkDoneProgress) {
+        if let Some(token) = &self.progress {
+            self.st
+                .client
+                .send_notification::<Progress>(ProgressParams {
+                    token: token.clone(),
+                    value: ProgressParamsValue::WorkDone(value),
+                })
+                .await;
+        }
+    }
+
+    async fn report(&self, message: String, force: bool) {
+        {
+            let mut last = lock(&self.last_report);
+            if !force && last.is_some_and(|t| t.elapsed() < REPORT_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        self.progress(WorkDoneProgress::Report(WorkDoneProgressReport {
+            cancellable: Some(false),
+            message: Some(message),
+            percentage: None,
+        }))
+        .await;
+    }
+}
+
+#[async_trait]
+impl EventSink for LspSink {
+    async fn emit(&self, event: AgentEvent) {
+        if let Err(e) = self.recorder.record(&event) {
+            tracing::error!("session not saved: {e}");
+            self.st
+                .client
+                .show_message(
+                    MessageType::ERROR,
+                    format!(
+                        "pi-lsp: the session is no longer being saved ({e}); the run was stopped."
+                    ),
+                )
+                .await;
+            self.control.cancel.cancel();
+        }
+        match &event {
+            AgentEvent::AgentStart => {
+                self.progress(WorkDoneProgress::Begin(WorkDoneProgressBegin {
+                    title: "pi agent".into(),
+                    cancellable: Some(false),
+                    message: Some("thinking…".into()),
+                    percentage: None,
+                }))
+                .await
+            }
+            AgentEvent::MessageUpdate {
+                assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+            } => {
+                let line = delta
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .chars()
+                    .take(80)
+                    .collect::<String>();
+                self.report(
+                    if line.trim().is_empty() {
+                        "writing…".into()
+                    } else {
+                        line
+                    },
+                    false,
+                )
+                .await
+            }
+            AgentEvent::ToolExecutionStart { tool_name, .. } => {
+                self.report(format!("running {tool_name}"), true).await
+            }
+            _ => {}
+        }
+        let end = matches!(event, AgentEvent::AgentEnd { .. });
+        self.st
+            .client
+            .send_notification::<AgentEventNotification>(
+                serde_json::to_value(AgentEventParams {
+                    session_id: self.session_id.clone(),
+                    run_id: self.run_id.clone(),
+                    event,
+                })
+                .unwrap_or_default(),
+            )
+            .await;
+        if end {
+            self.progress(WorkDoneProgress::End(WorkDoneProgressEnd {
+                message: Some("done".into()),
+            }))
+            .await;
+        }
+    }
+}
