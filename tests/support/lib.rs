@@ -1,1 +1,85 @@
+//! Test support: a scripted mock model server on loopback speaking both wire formats, a stdio
+//! LSP client for the real binary, and helpers for temporary workspaces.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr, clippy::print_stdout)]
 
+pub mod lsp_client;
+pub mod mock_model;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Path of the `pi-lsp` binary, built once per test process with the same cargo and target dir.
+pub fn pi_lsp_bin() -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = built.as_ref() {
+        return p.clone();
+    }
+    if let Ok(p) = std::env::var("PI_LSP_BIN") {
+        *built = Some(PathBuf::from(&p));
+        return PathBuf::from(p);
+    }
+    // target/<profile>/deps/<test-exe> → target/<profile>/pi-lsp
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let target_dir = profile_dir.parent().unwrap();
+    let status = std::process::Command::new(cargo)
+        .args(["build", "-q", "-p", "pi-lsp", "--bin", "pi-lsp"])
+        .env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "cargo build -p pi-lsp failed");
+    let bin = profile_dir.join("pi-lsp");
+    assert!(bin.exists(), "{} missing after build", bin.display());
+    *built = Some(bin.clone());
+    bin
+}
+
+/// A fresh temporary folder removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("pi-e2e-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p.canonicalize().unwrap())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("PI_E2E_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// The repository's `fixtures/` folder.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("fixtures")
+}
+
+/// Reads every line of the single session file under `<workspace>/.pi/sessions/`.
+pub fn session_lines(workspace: &Path) -> Vec<serde_json::Value> {
+    let dir = workspace.join(".pi").join("sessions");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    assert_eq!(files.len(), 1, "expected one session file in {}: {files:?}", dir.display());
+    std::fs::read_to_string(&files[0])
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

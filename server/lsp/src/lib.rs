@@ -10,3 +10,4 @@ pub mod positions;
 pub mod protocol;
 pub mod runner;
 pub mod server;
+pub mod transport;

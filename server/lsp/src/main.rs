@@ -73,10 +73,14 @@ fn main() -> anyhow::Result<()> {
             let _ = cli.stdio;
             rt.block_on(async {
                 let (service, socket) = pi_lsp::server::service();
-                tower_lsp_server::Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
+                let input = pi_lsp::transport::guard_input(tokio::io::stdin());
+                tower_lsp_server::Server::new(input, tokio::io::stdout(), socket)
                     .serve(service)
                     .await;
             });
+            // The stdin reader blocks on a thread until the client closes the pipe; `exit`
+            // must not wait for that.
+            rt.shutdown_background();
             Ok(())
         }
     }

@@ -80,6 +80,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     })
     .custom_method("agent/prompt", Backend::agent_prompt)
     .custom_method("agent/abort", Backend::agent_abort)
+    .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
     .finish()
 }
 
@@ -329,6 +330,16 @@ impl Backend {
             .clone())
     }
 
+    /// Answers a frame the transport guard could not parse (see [`crate::transport`]).
+    async fn parse_error(&self, params: Value) -> Result<Value> {
+        let detail = params.get("message").and_then(Value::as_str).unwrap_or("invalid message");
+        Err(tower_lsp_server::jsonrpc::Error {
+            code: tower_lsp_server::jsonrpc::ErrorCode::ParseError,
+            message: format!("Parse error: {detail}").into(),
+            data: None,
+        })
+    }
+
     /// `agent/abort {sessionId}` → `{aborted}`; idempotent.
     async fn agent_abort(&self, params: Value) -> Result<AbortResult> {
         let p: AbortParams = parse_params(params)?;
@@ -567,7 +578,11 @@ impl EventSink for LspSink {
             }
             _ => {}
         }
-        let end = matches!(event, AgentEvent::AgentEnd { .. });
+        if matches!(event, AgentEvent::AgentEnd { .. }) {
+            // End the progress first so a client that sees agent_end has seen everything.
+            self.progress(WorkDoneProgress::End(WorkDoneProgressEnd { message: Some("done".into()) }))
+                .await;
+        }
         self.st
             .client
             .send_notification::<AgentEventNotification>(
@@ -579,11 +594,5 @@ impl EventSink for LspSink {
                 .unwrap_or_default(),
             )
             .await;
-        if end {
-            self.progress(WorkDoneProgress::End(WorkDoneProgressEnd {
-                message: Some("done".into()),
-            }))
-            .await;
-        }
     }
 }

@@ -142,6 +142,23 @@ fn signal_group(pgid: i32, sig: Option<Signal>) -> bool {
     killpg(Pid::from_raw(pgid), sig).is_ok()
 }
 
+/// True while a live (not zombie) process is in group `pgid`. Reads `/proc` where it exists,
+/// since exited members stay visible to `kill(-pgid, 0)` until someone reaps them.
+fn group_alive(pgid: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return signal_group(pgid, None);
+    };
+    dir.filter_map(Result::ok).any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { return false };
+        // Fields after the parenthesised command: state ppid pgrp …
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("Z");
+        let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != "Z" && state != "X"
+    })
+}
+
 /// SIGTERM to the group, then SIGKILL to what is left after [`KILL_GRACE`].
 pub async fn kill_group(pgid: i32) {
     if !signal_group(pgid, Some(Signal::SIGTERM)) {
@@ -150,7 +167,7 @@ pub async fn kill_group(pgid: i32) {
     let deadline = Instant::now() + KILL_GRACE;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        if !signal_group(pgid, None) {
+        if !group_alive(pgid) {
             return;
         }
     }

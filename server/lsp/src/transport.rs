@@ -1,0 +1,85 @@
+//! A guard in front of the LSP transport's input.
+//!
+//! `tower-lsp-server` 0.23 decodes frames with `tokio-util`'s `FramedRead`, which ends the whole
+//! input stream after the first decode error: one frame whose body is not JSON would silently
+//! stop the server. This guard re-frames stdin, passes valid frames through unchanged, and
+//! replaces a body that is not a JSON object or array with a request for the internal method
+//! [`PARSE_ERROR_METHOD`] with `id: null`, which the server answers with a JSON-RPC Parse error
+//! (-32700, `id: null`, as JSON-RPC 2.0 §5.1 prescribes). Bytes that are not a frame at all are
+//! skipped up to the next `Content-Length` header.
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, DuplexStream};
+
+/// Internal method that answers with a Parse error.
+pub const PARSE_ERROR_METHOD: &str = "agent/_parseError";
+
+/// Largest accepted frame body, in bytes (64 MiB); larger frames are answered with a Parse error
+/// and skipped.
+pub const MAX_FRAME: usize = 64 * 1024 * 1024;
+
+fn substitute(reason: &str) -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": null, "method": PARSE_ERROR_METHOD, "params": {"message": reason}})
+        .to_string()
+        .into_bytes()
+}
+
+async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::io::Result<()> {
+    let mut r = BufReader::new(input);
+    loop {
+        // Headers: lines until an empty one.
+        let mut content_len: Option<usize> = None;
+        let mut saw_header = false;
+        loop {
+            let mut line = Vec::new();
+            if r.read_until(b'\n', &mut line).await? == 0 {
+                return Ok(());
+            }
+            let text = String::from_utf8_lossy(&line);
+            let t = text.trim_end_matches(['\r', '\n']);
+            if t.is_empty() {
+                if saw_header {
+                    break;
+                }
+                continue;
+            }
+            saw_header = true;
+            if let Some((k, v)) = t.split_once(':') {
+                if k.trim().eq_ignore_ascii_case("content-length") {
+                    content_len = v.trim().parse().ok();
+                }
+            }
+        }
+        let Some(len) = content_len else {
+            tracing::warn!("skipping a frame without a valid Content-Length");
+            continue;
+        };
+        let body = if len > MAX_FRAME {
+            let mut sink = (&mut r).take(len as u64);
+            tokio::io::copy(&mut sink, &mut tokio::io::sink()).await?;
+            substitute(&format!("frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"))
+        } else {
+            let mut body = vec![0u8; len];
+            r.read_exact(&mut body).await?;
+            match serde_json::from_slice::<Value>(&body) {
+                Ok(Value::Object(_)) | Ok(Value::Array(_)) => body,
+                Ok(_) => substitute("the message is not a JSON object"),
+                Err(e) => substitute(&format!("invalid JSON: {e}")),
+            }
+        };
+        out.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes()).await?;
+        out.write_all(&body).await?;
+        out.flush().await?;
+    }
+}
+
+/// Returns a reader of guarded frames read from `input` (a task does the copying).
+pub fn guard_input<R: AsyncRead + Unpin + Send + 'static>(input: R) -> DuplexStream {
+    let (reader, writer) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Err(e) = forward(input, writer).await {
+            tracing::error!("reading the client's messages failed: {e}");
+        }
+    });
+    reader
+}

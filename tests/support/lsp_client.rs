@@ -1,0 +1,382 @@
+//! A stdio LSP client for the real `pi-lsp` binary, written independently of the server's own
+//! code: its own framing, its own position arithmetic, its own document store. It answers the
+//! server's requests like an editor would (`workspace/applyEdit` changes its buffer, sends
+//! `didChange`, then answers; `window/workDoneProgress/create` is accepted;
+//! `agent/saveDocument` writes the buffer to disk) and records every message it receives.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{mpsc, oneshot};
+
+/// How the fake editor behaves.
+#[derive(Debug, Clone)]
+pub struct EditorBehavior {
+    /// Answer to `workspace/applyEdit` (`applied`).
+    pub apply_edits: bool,
+    /// Advertise `experimental.agent.saveDocument` and save on request.
+    pub save_documents: bool,
+    /// Offer `general.positionEncodings: ["utf-8", "utf-16"]`.
+    pub offer_utf8: bool,
+    /// Advertise `window.workDoneProgress`.
+    pub work_done_progress: bool,
+}
+
+impl Default for EditorBehavior {
+    fn default() -> Self {
+        EditorBehavior { apply_edits: true, save_documents: false, offer_utf8: false, work_done_progress: true }
+    }
+}
+
+/// A document as the fake editor holds it.
+#[derive(Debug, Clone)]
+pub struct Doc {
+    pub text: String,
+    pub version: i32,
+}
+
+struct Shared {
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    pending: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
+    docs: Mutex<HashMap<String, Doc>>,
+    utf8: Mutex<bool>,
+    behavior: EditorBehavior,
+    /// Every message from the server, in arrival order.
+    log: Mutex<Vec<Value>>,
+}
+
+/// The client.
+pub struct LspClient {
+    child: Child,
+    shared: Arc<Shared>,
+    next_id: i64,
+    notes: mpsc::UnboundedReceiver<Value>,
+    pub stderr: Arc<Mutex<String>>,
+}
+
+/// The `file://` URI of an absolute path (percent-encoding spaces only, enough for tests).
+pub fn file_uri(path: &Path) -> String {
+    format!("file://{}", path.display().to_string().replace(' ', "%20"))
+}
+
+/// Byte offset of an LSP position in `text`, counting columns in UTF-8 bytes or UTF-16 units.
+pub fn offset_of(text: &str, line: u64, character: u64, utf8: bool) -> usize {
+    let mut off = 0;
+    for _ in 0..line {
+        match text[off..].find('\n') {
+            Some(i) => off += i + 1,
+            None => return text.len(),
+        }
+    }
+    let mut units = 0u64;
+    for (i, c) in text[off..].char_indices() {
+        if c == '\n' || units >= character {
+            return off + i;
+        }
+        units += if utf8 { c.len_utf8() as u64 } else { c.len_utf16() as u64 };
+    }
+    text.len()
+}
+
+async fn write_msg(stdin: &tokio::sync::Mutex<ChildStdin>, v: &Value) {
+    let body = v.to_string();
+    let mut s = stdin.lock().await;
+    let _ = s.write_all(format!("Content-Length: {}\r\n\r\n{}", body.len(), body).as_bytes()).await;
+    let _ = s.flush().await;
+}
+
+impl Shared {
+    /// Applies a WorkspaceEdit to the fake editor's buffers; returns the didChange params to send.
+    fn apply_workspace_edit(&self, edit: &Value) -> Vec<Value> {
+        let utf8 = *self.utf8.lock().unwrap();
+        let mut doc_edits: Vec<(String, Option<i64>, Vec<Value>)> = Vec::new();
+        if let Some(dc) = edit["documentChanges"].as_array() {
+            for op in dc {
+                if op["kind"] == "create" {
+                    let uri = op["uri"].as_str().unwrap().to_string();
+                    let path = uri.trim_start_matches("file://").replace("%20", " ");
+                    if !Path::new(&path).exists() {
+                        std::fs::write(&path, "").unwrap();
+                    }
+                } else if let Some(td) = op.get("textDocument") {
+                    doc_edits.push((td["uri"].as_str().unwrap().to_string(), td["version"].as_i64(), op["edits"].as_array().cloned().unwrap_or_default()));
+                }
+            }
+        }
+        if let Some(ch) = edit["changes"].as_object() {
+            for (uri, edits) in ch {
+                doc_edits.push((uri.clone(), None, edits.as_array().cloned().unwrap_or_default()));
+            }
+        }
+        let mut notes = Vec::new();
+        let mut docs = self.docs.lock().unwrap();
+        for (uri, version, edits) in doc_edits {
+            let path = uri.trim_start_matches("file://").replace("%20", " ");
+            let open = docs.contains_key(&uri);
+            let doc = docs.entry(uri.clone()).or_insert_with(|| Doc { text: std::fs::read_to_string(&path).unwrap_or_default(), version: 0 });
+            if let (true, Some(v)) = (open, version) {
+                assert_eq!(v, doc.version as i64, "applyEdit version does not match the buffer");
+            }
+            let mut ranges: Vec<(usize, usize, String)> = edits
+                .iter()
+                .map(|e| {
+                    let r = &e["range"];
+                    let s = offset_of(&doc.text, r["start"]["line"].as_u64().unwrap(), r["start"]["character"].as_u64().unwrap(), utf8);
+                    let t = offset_of(&doc.text, r["end"]["line"].as_u64().unwrap(), r["end"]["character"].as_u64().unwrap(), utf8);
+                    (s, t, e["newText"].as_str().unwrap().to_string())
+                })
+                .collect();
+            ranges.sort_by_key(|r| std::cmp::Reverse(r.0));
+            for (s, t, new) in ranges {
+                doc.text.replace_range(s..t, &new);
+            }
+            doc.version += 1;
+            if open {
+                notes.push(json!({"textDocument":{"uri":uri,"version":doc.version},"contentChanges":[{"text":doc.text}]}));
+            } else {
+                // An editor opens the file it edits.
+                notes.push(json!({"open": {"textDocument":{"uri":uri,"languageId":"plaintext","version":doc.version,"text":doc.text}}}));
+            }
+        }
+        notes
+    }
+}
+
+impl LspClient {
+    /// Spawns `bin` with `env` and completes initialize/initialized for `root`.
+    pub async fn start(bin: &Path, root: &Path, env: &[(&str, String)], behavior: EditorBehavior) -> LspClient {
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn pi-lsp");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let shared = Arc::new(Shared {
+            stdin: tokio::sync::Mutex::new(stdin),
+            pending: Mutex::new(HashMap::new()),
+            docs: Mutex::new(HashMap::new()),
+            utf8: Mutex::new(false),
+            behavior: behavior.clone(),
+            log: Mutex::new(Vec::new()),
+        });
+        let err_buf = Arc::new(Mutex::new(String::new()));
+        {
+            let err_buf = err_buf.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    err_buf.lock().unwrap().push_str(&l);
+                    err_buf.lock().unwrap().push('\n');
+                }
+            });
+        }
+        let (tx, notes) = mpsc::unbounded_channel();
+        let sh = shared.clone();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.strip_prefix("Content-Length: ") {
+                        len = v.parse().unwrap();
+                    }
+                }
+                let mut body = vec![0u8; len];
+                r.read_exact(&mut body).await.unwrap();
+                let msg: Value = serde_json::from_slice(&body).unwrap();
+                sh.log.lock().unwrap().push(msg.clone());
+                match (msg.get("id"), msg.get("method")) {
+                    (Some(id), Some(method)) => {
+                        let result = match method.as_str().unwrap() {
+                            "workspace/applyEdit" => {
+                                if sh.behavior.apply_edits {
+                                    let notes = sh.apply_workspace_edit(&msg["params"]["edit"]);
+                                    for n in notes {
+                                        if let Some(open) = n.get("open") {
+                                            write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didOpen","params":open})).await;
+                                        } else {
+                                            write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didChange","params":n})).await;
+                                        }
+                                    }
+                                    json!({"applied": true})
+                                } else {
+                                    json!({"applied": false, "failureReason": "version mismatch"})
+                                }
+                            }
+                            "agent/saveDocument" => {
+                                let uri = msg["params"]["uri"].as_str().unwrap().to_string();
+                                let text = sh.docs.lock().unwrap().get(&uri).map(|d| d.text.clone());
+                                match text {
+                                    Some(t) => {
+                                        std::fs::write(uri.trim_start_matches("file://").replace("%20", " "), t).unwrap();
+                                        json!({"saved": true})
+                                    }
+                                    None => json!({"saved": false}),
+                                }
+                            }
+                            _ => Value::Null,
+                        };
+                        write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","id":id,"result":result})).await;
+                    }
+                    (Some(id), None) => {
+                        if let Some(tx) = sh.pending.lock().unwrap().remove(&id.as_i64().unwrap_or(-1)) {
+                            let _ = tx.send(msg);
+                        }
+                    }
+                    (None, Some(_)) => {
+                        let _ = tx.send(msg);
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let mut c = LspClient { child, shared, next_id: 0, notes, stderr: err_buf };
+        let mut caps = json!({
+            "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create"]}},
+            "window": {"workDoneProgress": behavior.work_done_progress},
+            "experimental": {"agent": {"saveDocument": behavior.save_documents}}
+        });
+        if behavior.offer_utf8 {
+            caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});
+        }
+        let init = c
+            .request("initialize", json!({"processId": null, "rootUri": file_uri(root), "capabilities": caps,
+                "workspaceFolders": [{"uri": file_uri(root), "name": "ws"}]}))
+            .await
+            .expect("initialize");
+        *c.shared.utf8.lock().unwrap() = init["capabilities"]["positionEncoding"] == "utf-8";
+        c.notify("initialized", json!({})).await;
+        c
+    }
+
+    /// Sends a request and waits for its response: `Ok(result)` or `Err(error object)`.
+    pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let (tx, rx) = oneshot::channel();
+        self.shared.pending.lock().unwrap().insert(id, tx);
+        write_msg(&self.shared.stdin, &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})).await;
+        let resp = tokio::time::timeout(Duration::from_secs(10), rx).await.expect("response timeout").expect("server gone");
+        match resp.get("error") {
+            Some(e) => Err(e.clone()),
+            None => Ok(resp["result"].clone()),
+        }
+    }
+
+    /// Sends raw bytes as one framed message body (for malformed input tests).
+    pub async fn send_raw(&self, body: &str) {
+        let mut s = self.shared.stdin.lock().await;
+        s.write_all(format!("Content-Length: {}\r\n\r\n{}", body.len(), body).as_bytes()).await.unwrap();
+        s.flush().await.unwrap();
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, method: &str, params: Value) {
+        write_msg(&self.shared.stdin, &json!({"jsonrpc":"2.0","method":method,"params":params})).await;
+    }
+
+    /// Opens a document in the fake editor and tells the server.
+    pub async fn open(&self, path: &Path, text: &str) {
+        let uri = file_uri(path);
+        self.shared.docs.lock().unwrap().insert(uri.clone(), Doc { text: text.into(), version: 1 });
+        self.notify("textDocument/didOpen", json!({"textDocument":{"uri":uri,"languageId":"plaintext","version":1,"text":text}})).await;
+    }
+
+    /// The fake editor's buffer for `path`.
+    pub fn doc(&self, path: &Path) -> Option<Doc> {
+        self.shared.docs.lock().unwrap().get(&file_uri(path)).cloned()
+    }
+
+    /// Records a change the "user" typed: replaces the buffer (version +1) and sends a full
+    /// didChange.
+    pub async fn set_buffer(&self, path: &Path, text: &str) {
+        let uri = file_uri(path);
+        let version = {
+            let mut d = self.shared.docs.lock().unwrap();
+            let doc = d.get_mut(&uri).unwrap();
+            doc.text = text.into();
+            doc.version += 1;
+            doc.version
+        };
+        self.notify("textDocument/didChange", json!({"textDocument":{"uri":uri,"version":version},"contentChanges":[{"text":text}]})).await;
+    }
+
+    /// The next notification from the server.
+    pub async fn next_notification(&mut self, timeout: Duration) -> Option<Value> {
+        tokio::time::timeout(timeout, self.notes.recv()).await.ok().flatten()
+    }
+
+    /// Collects `agent/event` notifications until `agent_end` (all notifications are kept in
+    /// [`LspClient::log`]); returns the events' params.
+    pub async fn run_until_end(&mut self, timeout: Duration) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut events = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Some(n) = self.next_notification(left).await else {
+                panic!("no agent_end within {timeout:?}; events so far: {:#?}\nstderr:\n{}", events.iter().map(|e: &Value| e["event"]["type"].clone()).collect::<Vec<_>>(), self.stderr.lock().unwrap());
+            };
+            if n["method"] == "agent/event" {
+                let done = n["params"]["event"]["type"] == "agent_end";
+                events.push(n["params"].clone());
+                if done {
+                    return events;
+                }
+            }
+        }
+    }
+
+    /// Every message received from the server so far.
+    pub fn log(&self) -> Vec<Value> {
+        self.shared.log.lock().unwrap().clone()
+    }
+
+    /// shutdown + exit; waits for the process.
+    pub async fn shutdown(mut self) -> std::process::ExitStatus {
+        let _ = self.request("shutdown", Value::Null).await;
+        self.notify("exit", Value::Null).await;
+        tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.expect("exit timeout").unwrap()
+    }
+
+    /// The server process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+}
+
+/// Writes `models.json` into a fresh agent dir and returns the env for the server.
+pub fn agent_env(agent_dir: &Path, models: &Value, extra: &[(&str, &str)]) -> Vec<(&'static str, String)> {
+    std::fs::create_dir_all(agent_dir).unwrap();
+    std::fs::write(agent_dir.join("models.json"), models.to_string()).unwrap();
+    let mut env = vec![
+        ("PI_CODING_AGENT_DIR", agent_dir.display().to_string()),
+        ("ANTHROPIC_API_KEY", String::new()),
+        ("OPENAI_API_KEY", String::new()),
+        ("PI_LSP_LOG", "info".to_string()),
+    ];
+    for (k, v) in extra {
+        match env.iter_mut().find(|(ek, _)| ek == k) {
+            Some(e) => e.1 = v.to_string(),
+            None => env.push((Box::leak(k.to_string().into_boxed_str()), v.to_string())),
+        }
+    }
+    env
+}
+

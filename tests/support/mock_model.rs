@@ -1,0 +1,348 @@
+//! A scripted model server on loopback. It answers `POST /v1/chat/completions`
+//! (openai-completions) and `POST /v1/messages` (anthropic-messages) with real SSE streams,
+//! one scripted [`Step`] per request, records every request, and records a pairing violation
+//! (answering HTTP 400 like a real provider) when a request carries a tool call without its
+//! paired result or a result without its call.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use axum::Router;
+use serde_json::{json, Value};
+
+/// One scripted response.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Stream this text and stop.
+    Text(String),
+    /// Optional text, then these tool calls `(id, name, arguments)`, stop reason tool use.
+    Tools(Option<String>, Vec<(String, String, Value)>),
+    /// Answer with this status, content type and body verbatim.
+    Raw { status: u16, content_type: String, body: String },
+    /// Stream `text`, then keep the connection open without finishing.
+    Hang(String),
+}
+
+impl Step {
+    pub fn text(t: &str) -> Step {
+        Step::Text(t.into())
+    }
+
+    pub fn call(id: &str, name: &str, args: Value) -> Step {
+        Step::Tools(None, vec![(id.into(), name.into(), args)])
+    }
+}
+
+/// One recorded request.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Inner {
+    script: Vec<Step>,
+    next: usize,
+    requests: Vec<Recorded>,
+    violations: Vec<String>,
+}
+
+/// The running server.
+#[derive(Clone)]
+pub struct MockModel {
+    pub addr: SocketAddr,
+    inner: Arc<Mutex<Inner>>,
+    /// Pause between streamed chunks.
+    chunk_delay: Duration,
+}
+
+impl MockModel {
+    /// Starts a server on 127.0.0.1 (random port) serving `script` in order.
+    pub async fn start(script: Vec<Step>) -> MockModel {
+        let inner = Arc::new(Mutex::new(Inner { script, ..Default::default() }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mock = MockModel { addr, inner, chunk_delay: Duration::from_millis(2) };
+        let app = Router::new()
+            .route("/v1/chat/completions", post(handle_openai))
+            .route("/v1/messages", post(handle_anthropic))
+            .with_state(mock.clone());
+        tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        mock
+    }
+
+    /// Base URL for an `openai-completions` provider.
+    pub fn openai_base(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Base URL for an `anthropic-messages` provider (the client appends `/v1/messages`).
+    pub fn anthropic_base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A Pi models.json with providers `mock` (openai-completions, model `mock-1`) and
+    /// `mockant` (anthropic-messages, model `mock-ant-1`).
+    pub fn models_json(&self) -> Value {
+        json!({"providers": {
+            "mock": {"baseUrl": self.openai_base(), "api": "openai-completions", "apiKey": "test-key",
+                      "compat": {"supportsDeveloperRole": false}, "models": [{"id": "mock-1", "contextWindow": 128000, "maxTokens": 4096}]},
+            "mockant": {"baseUrl": self.anthropic_base(), "api": "anthropic-messages", "apiKey": "test-key",
+                      "models": [{"id": "mock-ant-1", "contextWindow": 200000, "maxTokens": 4096}]}
+        }})
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.inner.lock().unwrap().requests.clone()
+    }
+
+    /// Panics when any request broke tool-call pairing.
+    pub fn assert_paired(&self) {
+        let v = self.inner.lock().unwrap().violations.clone();
+        assert!(v.is_empty(), "tool pairing violations: {v:#?}");
+    }
+
+    fn take(&self, path: &str, headers: HeaderMap, body: Value, violation: Option<String>) -> Option<Step> {
+        let mut i = self.inner.lock().unwrap();
+        i.requests.push(Recorded { path: path.into(), headers, body });
+        if let Some(v) = violation {
+            i.violations.push(v);
+            return None;
+        }
+        let step = i.script.get(i.next).cloned();
+        i.next += 1;
+        Some(step.unwrap_or_else(|| Step::Text("(mock script exhausted)".into())))
+    }
+}
+
+/// Checks chat-completions messages: each assistant `tool_calls` entry must be answered by a
+/// `tool` message right after it, and no `tool` message may lack its call.
+pub fn openai_pairing(body: &Value) -> Option<String> {
+    let msgs = body["messages"].as_array()?;
+    let mut open: Vec<String> = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        match m["role"].as_str() {
+            Some("tool") => {
+                let id = m["tool_call_id"].as_str().unwrap_or("");
+                match open.iter().position(|o| o == id) {
+                    Some(p) => {
+                        open.remove(p);
+                    }
+                    None => return Some(format!("messages[{i}]: tool result {id} has no preceding call")),
+                }
+            }
+            _ => {
+                if !open.is_empty() {
+                    return Some(format!("messages[{i}]: calls {open:?} have no results"));
+                }
+                if let Some(calls) = m["tool_calls"].as_array() {
+                    open = calls.iter().map(|c| c["id"].as_str().unwrap_or("").to_string()).collect();
+                }
+            }
+        }
+    }
+    (!open.is_empty()).then(|| format!("calls {open:?} at the end have no results"))
+}
+
+/// Checks Anthropic messages: every `tool_use` must be answered by a `tool_result` in the
+/// next (user) message, results first; no result may lack its `tool_use`.
+pub fn anthropic_pairing(body: &Value) -> Option<String> {
+    let msgs = body["messages"].as_array()?;
+    let mut open: Vec<String> = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let blocks = m["content"].as_array().cloned().unwrap_or_default();
+        let mut seen_other = false;
+        for b in &blocks {
+            if b["type"] == "tool_result" {
+                let id = b["tool_use_id"].as_str().unwrap_or("");
+                if seen_other {
+                    return Some(format!("messages[{i}]: tool_result {id} after other content"));
+                }
+                match open.iter().position(|o| o == id) {
+                    Some(p) => {
+                        open.remove(p);
+                    }
+                    None => return Some(format!("messages[{i}]: tool_result {id} has no tool_use")),
+                }
+            } else {
+                seen_other = true;
+            }
+        }
+        if !open.is_empty() {
+            return Some(format!("messages[{i}]: tool_use {open:?} have no tool_result"));
+        }
+        if m["role"] == "assistant" {
+            open = blocks
+                .iter()
+                .filter(|b| b["type"] == "tool_use")
+                .map(|b| b["id"].as_str().unwrap_or("").to_string())
+                .collect();
+        }
+    }
+    (!open.is_empty()).then(|| format!("tool_use {open:?} at the end have no tool_result"))
+}
+
+fn chunks(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(5).map(|c| c.iter().collect()).collect()
+}
+
+fn sse(events: Vec<String>, delay: Duration, hang: bool) -> Response {
+    let stream = async_stream(events, delay, hang);
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn async_stream(events: Vec<String>, delay: Duration, hang: bool) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    futures::stream::unfold((events.into_iter(), hang), move |(mut it, hang)| async move {
+        match it.next() {
+            Some(e) => {
+                tokio::time::sleep(delay).await;
+                Some((Ok(bytes::Bytes::from(e)), (it, hang)))
+            }
+            None if hang => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                None
+            }
+            None => None,
+        }
+    })
+}
+
+fn raw(status: u16, content_type: &str, body: &str) -> Response {
+    Response::builder()
+        .status(StatusCode::from_u16(status).unwrap())
+        .header("content-type", content_type)
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+async fn handle_openai(State(mock): State<MockModel>, headers: HeaderMap, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let violation = openai_pairing(&body);
+    let Some(step) = mock.take("/v1/chat/completions", headers, body, violation.clone()) else {
+        return raw(400, "application/json", &json!({"error":{"message": format!("No tool output found for function call: {}", violation.unwrap_or_default())}}).to_string());
+    };
+    let n = mock.inner.lock().unwrap().next;
+    let id = format!("chatcmpl-mock{n}");
+    let chunk = |delta: Value, finish: Value| format!("data: {}\n\n", json!({"id": id, "object":"chat.completion.chunk","choices":[{"index":0,"delta":delta,"finish_reason":finish}]}));
+    let usage = format!("data: {}\n\n", json!({"id": id, "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}));
+    let mut ev = Vec::new();
+    let (hang, finish) = match &step {
+        Step::Raw { status, content_type, body } => return raw(*status, content_type, body),
+        Step::Text(t) | Step::Hang(t) => {
+            ev.push(chunk(json!({"role":"assistant","content":""}), Value::Null));
+            for c in chunks(t) {
+                ev.push(chunk(json!({"content": c}), Value::Null));
+            }
+            (matches!(step, Step::Hang(_)), "stop")
+        }
+        Step::Tools(text, calls) => {
+            if let Some(t) = text {
+                for c in chunks(t) {
+                    ev.push(chunk(json!({"content": c}), Value::Null));
+                }
+            }
+            for (i, (cid, name, args)) in calls.iter().enumerate() {
+                ev.push(chunk(json!({"tool_calls":[{"index":i,"id":cid,"type":"function","function":{"name":name,"arguments":""}}]}), Value::Null));
+                let a = args.to_string();
+                let mid = a.len() / 2;
+                let mid = (0..=mid).rev().find(|m| a.is_char_boundary(*m)).unwrap_or(0);
+                for part in [&a[..mid], &a[mid..]] {
+                    ev.push(chunk(json!({"tool_calls":[{"index":i,"function":{"arguments":part}}]}), Value::Null));
+                }
+            }
+            (false, "tool_calls")
+        }
+    };
+    if !hang {
+        ev.push(chunk(json!({}), json!(finish)));
+        ev.push(usage);
+        ev.push("data: [DONE]\n\n".into());
+    }
+    sse(ev, mock.chunk_delay, hang)
+}
+
+async fn handle_anthropic(State(mock): State<MockModel>, headers: HeaderMap, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let violation = anthropic_pairing(&body);
+    let Some(step) = mock.take("/v1/messages", headers, body, violation.clone()) else {
+        return raw(400, "application/json", &json!({"type":"error","error":{"type":"invalid_request_error","message": format!("`tool_use` ids were found without `tool_result` blocks immediately after: {}", violation.unwrap_or_default())}}).to_string());
+    };
+    let n = mock.inner.lock().unwrap().next;
+    let e = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut ev = vec![e("message_start", json!({"type":"message_start","message":{"id":format!("msg_mock{n}"),"type":"message","role":"assistant","content":[],"model":"mock-ant-1","usage":{"input_tokens":100,"output_tokens":1}}}))];
+    let mut idx = 0;
+    let text_block = |ev: &mut Vec<String>, idx: usize, t: &str| {
+        ev.push(e("content_block_start", json!({"type":"content_block_start","index":idx,"content_block":{"type":"text","text":""}})));
+        for c in chunks(t) {
+            ev.push(e("content_block_delta", json!({"type":"content_block_delta","index":idx,"delta":{"type":"text_delta","text":c}})));
+        }
+    };
+    let (hang, stop) = match &step {
+        Step::Raw { status, content_type, body } => return raw(*status, content_type, body),
+        Step::Text(t) | Step::Hang(t) => {
+            text_block(&mut ev, 0, t);
+            if matches!(step, Step::Hang(_)) {
+                (true, "end_turn")
+            } else {
+                ev.push(e("content_block_stop", json!({"type":"content_block_stop","index":0})));
+                (false, "end_turn")
+            }
+        }
+        Step::Tools(text, calls) => {
+            if let Some(t) = text {
+                text_block(&mut ev, 0, t);
+                ev.push(e("content_block_stop", json!({"type":"content_block_stop","index":0})));
+                idx = 1;
+            }
+            for (cid, name, args) in calls {
+                ev.push(e("content_block_start", json!({"type":"content_block_start","index":idx,"content_block":{"type":"tool_use","id":cid,"name":name,"input":{}}})));
+                let a = args.to_string();
+                let mid = (0..=a.len() / 2).rev().find(|m| a.is_char_boundary(*m)).unwrap_or(0);
+                for part in [&a[..mid], &a[mid..]] {
+                    ev.push(e("content_block_delta", json!({"type":"content_block_delta","index":idx,"delta":{"type":"input_json_delta","partial_json":part}})));
+                }
+                ev.push(e("content_block_stop", json!({"type":"content_block_stop","index":idx})));
+                idx += 1;
+            }
+            (false, "tool_use")
+        }
+    };
+    if !hang {
+        ev.push(e("message_delta", json!({"type":"message_delta","delta":{"stop_reason":stop},"usage":{"output_tokens":10}})));
+        ev.push(e("message_stop", json!({"type":"message_stop"})));
+    }
+    sse(ev, mock.chunk_delay, hang)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairing_checks_catch_both_faults() {
+        let ok = json!({"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a"}]},{"role":"tool","tool_call_id":"a"}]});
+        assert_eq!(openai_pairing(&ok), None);
+        let missing = json!({"messages":[{"role":"assistant","tool_calls":[{"id":"a"}]},{"role":"user","content":"x"}]});
+        assert!(openai_pairing(&missing).is_some());
+        let orphan = json!({"messages":[{"role":"tool","tool_call_id":"z"}]});
+        assert!(openai_pairing(&orphan).is_some());
+        let ant = json!({"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t"}]},{"role":"user","content":[{"type":"text","text":"x"}]}]});
+        assert!(anthropic_pairing(&ant).is_some());
+    }
+}
