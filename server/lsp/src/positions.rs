@@ -21,7 +21,7 @@ impl Encoding {
     /// Chooses from the client's `general.positionEncodings`: utf-8 when offered, else utf-16.
     pub fn negotiate(offered: Option<&[PositionEncodingKind]>) -> Encoding {
         match offered {
-            Some(list) if list.iter().any(|k| *k == PositionEncodingKind::UTF8) => Encoding::Utf8,
+            Some(list) if list.contains(&PositionEncodingKind::UTF8) => Encoding::Utf8,
             _ => Encoding::Utf16,
         }
     }
@@ -58,14 +58,10 @@ pub fn offset_to_position(text: &str, offset: usize, enc: Encoding) -> Position 
                 line += 1;
                 line_start = i + 1;
             }
-            b'\r' => {
-                // `\r\n` counts once, at its `\n`; a lone `\r` ends a line.
-                if bytes.get(i + 1) != Some(&b'\n') {
-                    line += 1;
-                    line_start = i + 1;
-                } else if i + 1 == offset {
-                    // Offset between \r and \n: still on this line.
-                }
+            // `\r\n` counts once, at its `\n`; a lone `\r` ends a line.
+            b'\r' if bytes.get(i + 1) != Some(&b'\n') => {
+                line += 1;
+                line_start = i + 1;
             }
             _ => {}
         }
