@@ -37,18 +37,55 @@ fn demo_runs_offline_with_the_scripted_model() {
     let tmp = TempDir::new("demo");
     let ws = tmp.path().join("demo");
     copy_dir(&fixtures().join("workspaces/demo"), &ws);
-    let env = vec![("PI_CODING_AGENT_DIR", tmp.path().join("agent").display().to_string()), ("ANTHROPIC_API_KEY", String::new()), ("OPENAI_API_KEY", String::new())];
+    let env = vec![
+        (
+            "PI_CODING_AGENT_DIR",
+            tmp.path().join("agent").display().to_string(),
+        ),
+        ("ANTHROPIC_API_KEY", String::new()),
+        ("OPENAI_API_KEY", String::new()),
+    ];
     let out = run(&ws, &env, &["What is in this workspace?"]);
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(out.status.success(), "{stderr}");
-    assert_eq!(stderr.lines().filter(|l| l.contains("offline scripted model")).count(), 1, "{stderr}");
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("offline scripted model"))
+            .count(),
+        1,
+        "{stderr}"
+    );
     assert!(stdout.contains("→ bash"), "{stdout}");
-    assert!(stdout.trim_end().ends_with("configure a provider to talk to a real one.)"), "{stdout}");
+    assert!(
+        stdout
+            .trim_end()
+            .ends_with("configure a provider to talk to a real one.)"),
+        "{stdout}"
+    );
     let lines = session_lines(&ws);
-    let roles: Vec<&str> = lines[3..].iter().map(|l| l["message"]["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["user", "assistant", "toolResult", "assistant", "toolResult", "assistant", "toolResult", "assistant"]);
-    assert_eq!(lines[9]["message"]["content"][0]["text"], "  7 README.md\n  6 src/greet.py\n 13 total\nHello, pi-lsp!\n");
+    let roles: Vec<&str> = lines[3..]
+        .iter()
+        .map(|l| l["message"]["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "toolResult",
+            "assistant",
+            "toolResult",
+            "assistant",
+            "toolResult",
+            "assistant"
+        ]
+    );
+    assert_eq!(
+        lines[9]["message"]["content"][0]["text"],
+        "  7 README.md\n  6 src/greet.py\n 13 total\nHello, pi-lsp!\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,18 +93,42 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
     let tmp = TempDir::new("json");
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let mock = MockModel::start(vec![Step::call("c1", "ls", json!({})), Step::text("empty"), Step::Raw { status: 500, content_type: "text/plain".into(), body: "down".into() }]).await;
+    let mock = MockModel::start(vec![
+        Step::call("c1", "ls", json!({})),
+        Step::text("empty"),
+        Step::Raw {
+            status: 500,
+            content_type: "text/plain".into(),
+            body: "down".into(),
+        },
+    ])
+    .await;
     let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
     let ws2 = ws.clone();
     let env2 = env.clone();
-    let out = tokio::task::spawn_blocking(move || run(&ws2, &env2, &["--json", "--model", "mock/mock-1", "list"])).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        run(&ws2, &env2, &["--json", "--model", "mock/mock-1", "list"])
+    })
+    .await
+    .unwrap();
     assert!(out.status.success());
-    let events: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(events.first().unwrap()["type"], "agent_start");
     assert_eq!(events.last().unwrap()["type"], "agent_end");
-    assert_eq!(events.last().unwrap()["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        events.last().unwrap()["messages"].as_array().unwrap().len(),
+        4
+    );
     let ws3 = ws.clone();
-    let out = tokio::task::spawn_blocking(move || run(&ws3, &env, &["--model", "mockant/mock-ant-1", "fail"])).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        run(&ws3, &env, &["--model", "mockant/mock-ant-1", "fail"])
+    })
+    .await
+    .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP 500: down"));
     mock.assert_paired();

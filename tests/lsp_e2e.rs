@@ -24,8 +24,12 @@ fn types(events: &[Value]) -> Vec<String> {
         let ev = &e["event"];
         let t = ev["type"].as_str().unwrap().to_string();
         let label = match t.as_str() {
-            "message_start" | "message_end" => format!("{t}:{}", ev["message"]["role"].as_str().unwrap()),
-            "tool_execution_start" | "tool_execution_end" => format!("{t}:{}", ev["toolName"].as_str().unwrap()),
+            "message_start" | "message_end" => {
+                format!("{t}:{}", ev["message"]["role"].as_str().unwrap())
+            }
+            "tool_execution_start" | "tool_execution_end" => {
+                format!("{t}:{}", ev["toolName"].as_str().unwrap())
+            }
             _ => t,
         };
         // Collapse runs of updates: their number depends on chunking.
@@ -45,7 +49,13 @@ fn tool_result_text(events: &[Value], tool: &str) -> (String, bool) {
         .iter()
         .find(|e| e["event"]["type"] == "tool_execution_end" && e["event"]["toolName"] == tool)
         .unwrap_or_else(|| panic!("no tool_execution_end for {tool}"));
-    (e["event"]["result"]["content"][0]["text"].as_str().unwrap().to_string(), e["event"]["isError"].as_bool().unwrap())
+    (
+        e["event"]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        e["event"]["isError"].as_bool().unwrap(),
+    )
 }
 
 async fn full_round(model: &str, utf8: bool) {
@@ -56,19 +66,39 @@ async fn full_round(model: &str, utf8: bool) {
     std::fs::write(&file, DISK).unwrap();
     let mock = MockModel::start(vec![
         Step::call("call_read", "read", json!({"path": "notes.txt"})),
-        Step::call("call_edit", "edit", json!({"path": "notes.txt", "edits": [{"oldText": "value=2", "newText": "value=3"}]})),
+        Step::call(
+            "call_edit",
+            "edit",
+            json!({"path": "notes.txt", "edits": [{"oldText": "value=2", "newText": "value=3"}]}),
+        ),
         Step::call("call_bash", "bash", json!({"command": "cat notes.txt"})),
         Step::text("All done: value is now 3."),
     ])
     .await;
-    let mut c = start(&ws, &mock, EditorBehavior { offer_utf8: utf8, ..Default::default() }).await;
+    let mut c = start(
+        &ws,
+        &mock,
+        EditorBehavior {
+            offer_utf8: utf8,
+            ..Default::default()
+        },
+    )
+    .await;
     c.open(&file, BUFFER).await;
-    let r = c.request("agent/prompt", json!({"text": "bump the value", "model": model})).await.unwrap();
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "bump the value", "model": model}),
+        )
+        .await
+        .unwrap();
     let session_id = r["sessionId"].as_str().unwrap().to_string();
     let run_id = r["runId"].as_str().unwrap().to_string();
     assert_eq!(r["queued"], false);
     let events = c.run_until_end(Duration::from_secs(20)).await;
-    assert!(events.iter().all(|e| e["sessionId"] == session_id.as_str() && e["runId"] == run_id.as_str()));
+    assert!(events
+        .iter()
+        .all(|e| e["sessionId"] == session_id.as_str() && e["runId"] == run_id.as_str()));
 
     let tool_turn = |tool: &str| -> Vec<String> {
         vec![
@@ -85,7 +115,13 @@ async fn full_round(model: &str, utf8: bool) {
     };
     let mut expected: Vec<String> = vec!["agent_start".into()];
     let mut first = tool_turn("read");
-    first.splice(1..1, ["message_start:user".to_string(), "message_end:user".to_string()]);
+    first.splice(
+        1..1,
+        [
+            "message_start:user".to_string(),
+            "message_end:user".to_string(),
+        ],
+    );
     expected.extend(first);
     expected.extend(tool_turn("edit"));
     // bash streams its output as updates between start and end.
@@ -96,20 +132,45 @@ async fn full_round(model: &str, utf8: bool) {
         bash.remove(5);
     }
     expected.extend(bash);
-    expected.extend(["turn_start", "message_start:assistant", "message_update", "message_end:assistant", "turn_end", "agent_end"].map(String::from));
+    expected.extend(
+        [
+            "turn_start",
+            "message_start:assistant",
+            "message_update",
+            "message_end:assistant",
+            "turn_end",
+            "agent_end",
+        ]
+        .map(String::from),
+    );
     assert_eq!(got, expected);
 
     // read saw the unsaved buffer; bash saw the edited text on disk.
-    assert_eq!(tool_result_text(&events, "read"), (BUFFER.to_string(), false));
-    assert_eq!(tool_result_text(&events, "edit"), ("Successfully replaced 1 block(s) in notes.txt.".to_string(), false));
-    assert_eq!(tool_result_text(&events, "bash"), (EDITED.to_string(), false));
+    assert_eq!(
+        tool_result_text(&events, "read"),
+        (BUFFER.to_string(), false)
+    );
+    assert_eq!(
+        tool_result_text(&events, "edit"),
+        (
+            "Successfully replaced 1 block(s) in notes.txt.".to_string(),
+            false
+        )
+    );
+    assert_eq!(
+        tool_result_text(&events, "bash"),
+        (EDITED.to_string(), false)
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), EDITED);
     let doc = c.doc(&file).unwrap();
     assert_eq!((doc.text.as_str(), doc.version), (EDITED, 2));
 
     // The applyEdit: versioned TextDocumentEdit, ranges in the negotiated encoding.
     let log = c.log();
-    let apply: Vec<&Value> = log.iter().filter(|m| m["method"] == "workspace/applyEdit").collect();
+    let apply: Vec<&Value> = log
+        .iter()
+        .filter(|m| m["method"] == "workspace/applyEdit")
+        .collect();
     assert_eq!(apply.len(), 1);
     // "lemon 🍋 中 " is 11 UTF-16 units and 15 UTF-8 bytes.
     let col = if utf8 { 15 } else { 11 };
@@ -120,52 +181,133 @@ async fn full_round(model: &str, utf8: bool) {
     );
 
     // Work-done progress: created, then begin … report … end, the end just before agent_end.
-    let create = log.iter().position(|m| m["method"] == "window/workDoneProgress/create").expect("progress create");
+    let create = log
+        .iter()
+        .position(|m| m["method"] == "window/workDoneProgress/create")
+        .expect("progress create");
     let token = log[create]["params"]["token"].clone();
     let kinds: Vec<(usize, String)> = log
         .iter()
         .enumerate()
         .filter(|(_, m)| m["method"] == "$/progress" && m["params"]["token"] == token)
-        .map(|(i, m)| (i, m["params"]["value"]["kind"].as_str().unwrap().to_string()))
+        .map(|(i, m)| {
+            (
+                i,
+                m["params"]["value"]["kind"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     assert_eq!(kinds.first().unwrap().1, "begin");
     assert_eq!(kinds.last().unwrap().1, "end");
-    assert!(kinds[1..kinds.len() - 1].iter().all(|(_, k)| k == "report") && kinds.len() >= 3, "{kinds:?}");
-    let agent_end_at = log.iter().position(|m| m["params"]["event"]["type"] == "agent_end").unwrap();
+    assert!(
+        kinds[1..kinds.len() - 1].iter().all(|(_, k)| k == "report") && kinds.len() >= 3,
+        "{kinds:?}"
+    );
+    let agent_end_at = log
+        .iter()
+        .position(|m| m["params"]["event"]["type"] == "agent_end")
+        .unwrap();
     assert!(create < kinds[0].0 && kinds.last().unwrap().0 < agent_end_at);
 
     // The session file: header, model, thinking level, then every message in order, chained.
     let lines = session_lines(&ws);
     assert_eq!(lines.len(), 11);
-    assert_eq!((lines[0]["type"].as_str(), lines[0]["version"].as_u64(), lines[0]["id"].as_str()), (Some("session"), Some(3), Some(session_id.as_str())));
-    assert_eq!(lines[0]["cwd"], ws.canonicalize().unwrap().display().to_string());
+    assert_eq!(
+        (
+            lines[0]["type"].as_str(),
+            lines[0]["version"].as_u64(),
+            lines[0]["id"].as_str()
+        ),
+        (Some("session"), Some(3), Some(session_id.as_str()))
+    );
+    assert_eq!(
+        lines[0]["cwd"],
+        ws.canonicalize().unwrap().display().to_string()
+    );
     let (provider, model_id) = model.split_once('/').unwrap();
-    assert_eq!((lines[1]["type"].as_str(), lines[1]["provider"].as_str(), lines[1]["modelId"].as_str()), (Some("model_change"), Some(provider), Some(model_id)));
-    assert_eq!((lines[2]["type"].as_str(), lines[2]["thinkingLevel"].as_str()), (Some("thinking_level_change"), Some("off")));
-    let roles: Vec<&str> = lines[3..].iter().map(|l| l["message"]["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["user", "assistant", "toolResult", "assistant", "toolResult", "assistant", "toolResult", "assistant"]);
+    assert_eq!(
+        (
+            lines[1]["type"].as_str(),
+            lines[1]["provider"].as_str(),
+            lines[1]["modelId"].as_str()
+        ),
+        (Some("model_change"), Some(provider), Some(model_id))
+    );
+    assert_eq!(
+        (
+            lines[2]["type"].as_str(),
+            lines[2]["thinkingLevel"].as_str()
+        ),
+        (Some("thinking_level_change"), Some("off"))
+    );
+    let roles: Vec<&str> = lines[3..]
+        .iter()
+        .map(|l| l["message"]["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "toolResult",
+            "assistant",
+            "toolResult",
+            "assistant",
+            "toolResult",
+            "assistant"
+        ]
+    );
     let mut parent = Value::Null;
     for l in &lines[1..] {
         let id = l["id"].as_str().unwrap();
-        assert!(id.len() == 8 && id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        assert!(
+            id.len() == 8 && id.chars().all(|c| c.is_ascii_hexdigit()),
+            "{id}"
+        );
         assert_eq!(l["parentId"], parent);
         parent = l["id"].clone();
     }
-    for (call_line, result_line, id, name) in [(4, 5, "call_read", "read"), (6, 7, "call_edit", "edit"), (8, 9, "call_bash", "bash")] {
+    for (call_line, result_line, id, name) in [
+        (4, 5, "call_read", "read"),
+        (6, 7, "call_edit", "edit"),
+        (8, 9, "call_bash", "bash"),
+    ] {
         assert_eq!(lines[call_line]["message"]["content"][0]["id"], id);
         assert_eq!(lines[call_line]["message"]["stopReason"], "toolUse");
-        assert_eq!((lines[result_line]["message"]["toolCallId"].as_str(), lines[result_line]["message"]["toolName"].as_str()), (Some(id), Some(name)));
+        assert_eq!(
+            (
+                lines[result_line]["message"]["toolCallId"].as_str(),
+                lines[result_line]["message"]["toolName"].as_str()
+            ),
+            (Some(id), Some(name))
+        );
     }
-    assert_eq!(lines[10]["message"]["content"], json!([{"type": "text", "text": "All done: value is now 3."}]));
+    assert_eq!(
+        lines[10]["message"]["content"],
+        json!([{"type": "text", "text": "All done: value is now 3."}])
+    );
     assert_eq!(lines[10]["message"]["stopReason"], "stop");
     assert_eq!(lines[10]["message"]["usage"]["totalTokens"], 110);
-    assert_eq!(std::fs::read_to_string(ws.join(".pi/sessions/.gitignore")).unwrap().lines().last(), Some("*"));
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".pi/sessions/.gitignore"))
+            .unwrap()
+            .lines()
+            .last(),
+        Some("*")
+    );
 
     // Every request paired; the last one carries all three results.
     mock.assert_paired();
     let reqs = mock.requests();
     assert_eq!(reqs.len(), 4);
-    let auth = if provider == "mock" { reqs[0].headers["authorization"].to_str().unwrap().to_string() } else { reqs[0].headers["x-api-key"].to_str().unwrap().to_string() };
+    let auth = if provider == "mock" {
+        reqs[0].headers["authorization"]
+            .to_str()
+            .unwrap()
+            .to_string()
+    } else {
+        reqs[0].headers["x-api-key"].to_str().unwrap().to_string()
+    };
     assert!(auth.ends_with("test-key"));
     assert!(c.shutdown().await.success());
 }
@@ -186,7 +328,11 @@ async fn thousand_rapid_incremental_changes_then_read_returns_final_text() {
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let file = ws.join("doc.txt");
-    let mock = MockModel::start(vec![Step::call("r1", "read", json!({"path": "doc.txt"})), Step::text("ok")]).await;
+    let mock = MockModel::start(vec![
+        Step::call("r1", "read", json!({"path": "doc.txt"})),
+        Step::text("ok"),
+    ])
+    .await;
     let mut c = start(&ws, &mock, EditorBehavior::default()).await;
     c.open(&file, "").await;
     // Apply the same edits locally with independent arithmetic: insert at (line, utf16 col).
@@ -216,7 +362,9 @@ async fn thousand_rapid_incremental_changes_then_read_returns_final_text() {
         )
         .await;
     }
-    c.request("agent/prompt", json!({"text": "read it"})).await.unwrap();
+    c.request("agent/prompt", json!({"text": "read it"}))
+        .await
+        .unwrap();
     let events = c.run_until_end(Duration::from_secs(20)).await;
     assert_eq!(tool_result_text(&events, "read"), (text, false));
     mock.assert_paired();
@@ -227,13 +375,24 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
     let tmp = TempDir::new("abort");
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let mock = MockModel::start(vec![Step::call("call_sleep", "bash", json!({"command": format!("sleep 30 & sleep 30; : {}", tmp.path().display())}))]).await;
+    let mock = MockModel::start(vec![Step::call(
+        "call_sleep",
+        "bash",
+        json!({"command": format!("sleep 30 & sleep 30; : {}", tmp.path().display())}),
+    )])
+    .await;
     let mut c = start(&ws, &mock, EditorBehavior::default()).await;
-    let r = c.request("agent/prompt", json!({"text": "wait"})).await.unwrap();
+    let r = c
+        .request("agent/prompt", json!({"text": "wait"}))
+        .await
+        .unwrap();
     let sid = r["sessionId"].as_str().unwrap().to_string();
     // Wait for bash to start, then give the shell a moment to spawn both sleeps.
     loop {
-        let n = c.next_notification(Duration::from_secs(10)).await.expect("tool start");
+        let n = c
+            .next_notification(Duration::from_secs(10))
+            .await
+            .expect("tool start");
         if n["params"]["event"]["type"] == "tool_execution_start" {
             break;
         }
@@ -241,29 +400,69 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Live (not zombie) `sleep 30` processes: exited ones wait for PID 1 to reap them.
     let count_sleeps = || {
-        let out = std::process::Command::new("ps").args(["-eo", "stat=,args="]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.ends_with("sleep 30") && !l.trim_start().starts_with('Z')).count()
+        let out = std::process::Command::new("ps")
+            .args(["-eo", "stat=,args="])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.ends_with("sleep 30") && !l.trim_start().starts_with('Z'))
+            .count()
     };
     assert!(count_sleeps() >= 2, "both sleeps should run");
     let t0 = Instant::now();
-    assert_eq!(c.request("agent/abort", json!({"sessionId": sid})).await.unwrap(), json!({"aborted": true}));
+    assert_eq!(
+        c.request("agent/abort", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        json!({"aborted": true})
+    );
     let events = c.run_until_end(Duration::from_secs(5)).await;
     let took = t0.elapsed();
-    assert!(took < Duration::from_secs(1), "run ended {took:?} after abort");
+    assert!(
+        took < Duration::from_secs(1),
+        "run ended {took:?} after abort"
+    );
     assert_eq!(count_sleeps(), 0, "sleep processes survived the abort");
-    assert_eq!(c.request("agent/abort", json!({"sessionId": sid})).await.unwrap(), json!({"aborted": false}));
+    assert_eq!(
+        c.request("agent/abort", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        json!({"aborted": false})
+    );
     let (text, is_error) = tool_result_text(&events, "bash");
     assert!(is_error && text.ends_with("Command aborted"), "{text}");
-    let last_assistant = events.iter().rev().find(|e| e["event"]["type"] == "message_end" && e["event"]["message"]["role"] == "assistant").unwrap();
+    let last_assistant = events
+        .iter()
+        .rev()
+        .find(|e| {
+            e["event"]["type"] == "message_end" && e["event"]["message"]["role"] == "assistant"
+        })
+        .unwrap();
     assert_eq!(last_assistant["event"]["message"]["stopReason"], "aborted");
     let lines = session_lines(&ws);
     let roles: Vec<(String, String)> = lines[3..]
         .iter()
-        .map(|l| (l["message"]["role"].as_str().unwrap().to_string(), l["message"]["stopReason"].as_str().or(l["message"]["toolCallId"].as_str()).unwrap_or("").to_string()))
+        .map(|l| {
+            (
+                l["message"]["role"].as_str().unwrap().to_string(),
+                l["message"]["stopReason"]
+                    .as_str()
+                    .or(l["message"]["toolCallId"].as_str())
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
         .collect();
     assert_eq!(
         roles,
-        [("user", ""), ("assistant", "toolUse"), ("toolResult", "call_sleep"), ("assistant", "aborted")].map(|(a, b)| (a.to_string(), b.to_string()))
+        [
+            ("user", ""),
+            ("assistant", "toolUse"),
+            ("toolResult", "call_sleep"),
+            ("assistant", "aborted")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
     );
     assert_eq!(lines[5]["message"]["isError"], true);
     c.shutdown().await;
@@ -274,57 +473,127 @@ async fn bad_requests_get_clear_errors_and_the_server_goes_on() {
     let tmp = TempDir::new("bad");
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let mock = MockModel::start(vec![Step::Hang("thinking".into()), Step::text("after abort")]).await;
+    let mock = MockModel::start(vec![
+        Step::Hang("thinking".into()),
+        Step::text("after abort"),
+    ])
+    .await;
     let mut c = start(&ws, &mock, EditorBehavior::default()).await;
-    let e = c.request("agent/prompt", json!({"txt": "typo"})).await.unwrap_err();
+    let e = c
+        .request("agent/prompt", json!({"txt": "typo"}))
+        .await
+        .unwrap_err();
     assert_eq!((e["code"].as_i64(), e["message"].as_str()), (Some(-32602), Some("txt: unknown field `txt`, expected one of `text`, `sessionId`, `model`, `streamingBehavior`")));
-    let e = c.request("agent/prompt", json!({"text": 5})).await.unwrap_err();
+    let e = c
+        .request("agent/prompt", json!({"text": 5}))
+        .await
+        .unwrap_err();
     assert_eq!(e["code"], -32602);
-    assert!(e["message"].as_str().unwrap().starts_with("text: invalid type: integer `5`"), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("text: invalid type: integer `5`"),
+        "{e}"
+    );
     let e = c.request("agent/abort", json!({})).await.unwrap_err();
-    assert_eq!((e["code"].as_i64(), e["message"].as_str()), (Some(-32602), Some("missing field `sessionId`")));
+    assert_eq!(
+        (e["code"].as_i64(), e["message"].as_str()),
+        (Some(-32602), Some("missing field `sessionId`"))
+    );
     let e = c.request("agent/nonsense", json!({})).await.unwrap_err();
     assert_eq!(e["code"], -32601);
-    let e = c.request("agent/abort", json!({"sessionId": "nope"})).await.unwrap_err();
+    let e = c
+        .request("agent/abort", json!({"sessionId": "nope"}))
+        .await
+        .unwrap_err();
     assert_eq!(e["code"], -31002);
-    let e = c.request("agent/prompt", json!({"text": "x", "sessionId": "nope"})).await.unwrap_err();
+    let e = c
+        .request("agent/prompt", json!({"text": "x", "sessionId": "nope"}))
+        .await
+        .unwrap_err();
     assert_eq!(e["code"], -31002);
-    let e = c.request("agent/prompt", json!({"text": "x", "model": "nobody/none"})).await.unwrap_err();
+    let e = c
+        .request("agent/prompt", json!({"text": "x", "model": "nobody/none"}))
+        .await
+        .unwrap_err();
     assert_eq!(e["code"], -31003);
     c.send_raw("{this is not json").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let parse_errors: Vec<Value> = c.log().into_iter().filter(|m| m["error"]["code"] == -32700).collect();
+    let parse_errors: Vec<Value> = c
+        .log()
+        .into_iter()
+        .filter(|m| m["error"]["code"] == -32700)
+        .collect();
     assert_eq!(parse_errors.len(), 1, "{parse_errors:?}");
     assert_eq!(parse_errors[0]["id"], Value::Null);
-    assert!(parse_errors[0]["error"]["message"].as_str().unwrap().starts_with("Parse error: invalid JSON"));
+    assert!(parse_errors[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Parse error: invalid JSON"));
 
     // A run is active: a second prompt needs streamingBehavior.
-    let r = c.request("agent/prompt", json!({"text": "first"})).await.unwrap();
+    let r = c
+        .request("agent/prompt", json!({"text": "first"}))
+        .await
+        .unwrap();
     let sid = r["sessionId"].as_str().unwrap().to_string();
-    let e = c.request("agent/prompt", json!({"text": "second", "sessionId": sid})).await.unwrap_err();
+    let e = c
+        .request("agent/prompt", json!({"text": "second", "sessionId": sid}))
+        .await
+        .unwrap_err();
     assert_eq!(e["code"], -31001);
-    assert!(e["message"].as_str().unwrap().contains("streamingBehavior"), "{e}");
-    let q = c.request("agent/prompt", json!({"text": "later", "sessionId": sid, "streamingBehavior": "followUp"})).await.unwrap();
-    assert_eq!((q["queued"].as_bool(), q["runId"].as_str()), (Some(true), r["runId"].as_str()));
+    assert!(
+        e["message"].as_str().unwrap().contains("streamingBehavior"),
+        "{e}"
+    );
+    let q = c
+        .request(
+            "agent/prompt",
+            json!({"text": "later", "sessionId": sid, "streamingBehavior": "followUp"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (q["queued"].as_bool(), q["runId"].as_str()),
+        (Some(true), r["runId"].as_str())
+    );
     // Abort once the hanging response is streaming.
     loop {
-        let n = c.next_notification(Duration::from_secs(10)).await.expect("streaming");
+        let n = c
+            .next_notification(Duration::from_secs(10))
+            .await
+            .expect("streaming");
         if n["params"]["event"]["type"] == "message_update" {
             break;
         }
     }
-    c.request("agent/abort", json!({"sessionId": sid})).await.unwrap();
+    c.request("agent/abort", json!({"sessionId": sid}))
+        .await
+        .unwrap();
     let events = c.run_until_end(Duration::from_secs(5)).await;
-    let aborted = events.iter().rev().find(|e| e["event"]["type"] == "message_end").unwrap();
+    let aborted = events
+        .iter()
+        .rev()
+        .find(|e| e["event"]["type"] == "message_end")
+        .unwrap();
     // What streamed before the abort is kept in the aborted message.
-    let kept = aborted["event"]["message"]["content"][0]["text"].as_str().unwrap();
+    let kept = aborted["event"]["message"]["content"][0]["text"]
+        .as_str()
+        .unwrap();
     assert!(!kept.is_empty() && "thinking".starts_with(kept), "{kept}");
     assert_eq!(aborted["event"]["message"]["stopReason"], "aborted");
     // The server still serves: continue the same session.
-    c.request("agent/prompt", json!({"text": "again", "sessionId": sid})).await.unwrap();
+    c.request("agent/prompt", json!({"text": "again", "sessionId": sid}))
+        .await
+        .unwrap();
 
     let events = c.run_until_end(Duration::from_secs(10)).await;
-    let end = events.iter().rev().find(|e| e["event"]["type"] == "message_end").unwrap();
+    let end = events
+        .iter()
+        .rev()
+        .find(|e| e["event"]["type"] == "message_end")
+        .unwrap();
     assert_eq!(end["event"]["message"]["content"][0]["text"], "after abort");
     mock.assert_paired();
     assert!(c.shutdown().await.success());
@@ -336,26 +605,51 @@ async fn provider_failure(step: Step, expect: &str) {
     std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![step]).await;
     let mut c = start(&ws, &mock, EditorBehavior::default()).await;
-    c.request("agent/prompt", json!({"text": "hi"})).await.unwrap();
+    c.request("agent/prompt", json!({"text": "hi"}))
+        .await
+        .unwrap();
     let events = c.run_until_end(Duration::from_secs(10)).await;
-    let end = events.iter().rev().find(|e| e["event"]["type"] == "message_end").unwrap();
+    let end = events
+        .iter()
+        .rev()
+        .find(|e| e["event"]["type"] == "message_end")
+        .unwrap();
     let m = &end["event"]["message"];
     assert_eq!(m["stopReason"], "error");
     assert!(m["errorMessage"].as_str().unwrap().contains(expect), "{m}");
     let lines = session_lines(&ws);
     assert_eq!(lines.last().unwrap()["message"]["stopReason"], "error");
-    assert_eq!(lines.last().unwrap()["message"]["errorMessage"], m["errorMessage"]);
+    assert_eq!(
+        lines.last().unwrap()["message"]["errorMessage"],
+        m["errorMessage"]
+    );
     assert!(c.shutdown().await.success(), "server should exit cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_500_ends_the_run_with_an_error_entry() {
-    provider_failure(Step::Raw { status: 500, content_type: "application/json".into(), body: r#"{"error":{"message":"boom"}}"#.into() }, "HTTP 500").await;
+    provider_failure(
+        Step::Raw {
+            status: 500,
+            content_type: "application/json".into(),
+            body: r#"{"error":{"message":"boom"}}"#.into(),
+        },
+        "HTTP 500",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_sse_ends_the_run_with_an_error_entry() {
-    provider_failure(Step::Raw { status: 200, content_type: "text/event-stream".into(), body: "data: {not json\n\n".into() }, "invalid JSON").await;
+    provider_failure(
+        Step::Raw {
+            status: 200,
+            content_type: "text/event-stream".into(),
+            body: "data: {not json\n\n".into(),
+        },
+        "invalid JSON",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,28 +660,78 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
     let file = ws.join("a.txt");
     std::fs::write(&file, "x = 1\n").unwrap();
     let mock = MockModel::start(vec![
-        Step::call("e1", "edit", json!({"path": "a.txt", "edits": [{"oldText": "x = 1", "newText": "x = 2"}]})),
+        Step::call(
+            "e1",
+            "edit",
+            json!({"path": "a.txt", "edits": [{"oldText": "x = 1", "newText": "x = 2"}]}),
+        ),
         Step::text("could not edit"),
     ])
     .await;
-    let mut c = start(&ws, &mock, EditorBehavior { apply_edits: false, ..Default::default() }).await;
+    let mut c = start(
+        &ws,
+        &mock,
+        EditorBehavior {
+            apply_edits: false,
+            ..Default::default()
+        },
+    )
+    .await;
     c.open(&file, "x = 1\n").await;
-    c.request("agent/prompt", json!({"text": "edit"})).await.unwrap();
+    c.request("agent/prompt", json!({"text": "edit"}))
+        .await
+        .unwrap();
     let events = c.run_until_end(Duration::from_secs(10)).await;
-    assert_eq!(tool_result_text(&events, "edit"), ("the editor did not apply the edit: version mismatch".to_string(), true));
+    assert_eq!(
+        tool_result_text(&events, "edit"),
+        (
+            "the editor did not apply the edit: version mismatch".to_string(),
+            true
+        )
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x = 1\n");
     mock.assert_paired();
     c.shutdown().await;
 
     // A client that saves on request: write creates a new file through CreateFile + edit.
-    let mock = MockModel::start(vec![Step::call("w1", "write", json!({"path": "sub/new.txt", "content": "fresh 🦊\n"})), Step::text("written")]).await;
-    let mut c = start(&ws, &mock, EditorBehavior { save_documents: true, ..Default::default() }).await;
-    c.request("agent/prompt", json!({"text": "write"})).await.unwrap();
+    let mock = MockModel::start(vec![
+        Step::call(
+            "w1",
+            "write",
+            json!({"path": "sub/new.txt", "content": "fresh 🦊\n"}),
+        ),
+        Step::text("written"),
+    ])
+    .await;
+    let mut c = start(
+        &ws,
+        &mock,
+        EditorBehavior {
+            save_documents: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    c.request("agent/prompt", json!({"text": "write"}))
+        .await
+        .unwrap();
     let events = c.run_until_end(Duration::from_secs(10)).await;
-    assert_eq!(tool_result_text(&events, "write"), ("Successfully wrote 11 bytes to sub/new.txt".to_string(), false));
-    assert_eq!(std::fs::read_to_string(ws.join("sub/new.txt")).unwrap(), "fresh 🦊\n");
+    assert_eq!(
+        tool_result_text(&events, "write"),
+        (
+            "Successfully wrote 11 bytes to sub/new.txt".to_string(),
+            false
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("sub/new.txt")).unwrap(),
+        "fresh 🦊\n"
+    );
     let log = c.log();
-    let ops = &log.iter().find(|m| m["method"] == "workspace/applyEdit").unwrap()["params"]["edit"]["documentChanges"];
+    let ops = &log
+        .iter()
+        .find(|m| m["method"] == "workspace/applyEdit")
+        .unwrap()["params"]["edit"]["documentChanges"];
     assert_eq!(ops[0]["kind"], "create");
     assert!(log.iter().any(|m| m["method"] == "agent/saveDocument"));
     c.shutdown().await;

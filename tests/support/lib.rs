@@ -1,6 +1,11 @@
 //! Test support: a scripted mock model server on loopback speaking both wire formats, a stdio
 //! LSP client for the real binary, and helpers for temporary workspaces.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr, clippy::print_stdout)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr,
+    clippy::print_stdout
+)]
 
 pub mod lsp_client;
 pub mod mock_model;
@@ -65,7 +70,9 @@ impl Drop for TempDir {
 
 /// The repository's `fixtures/` folder.
 pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("fixtures")
 }
 
 /// Reads every line of the single session file under `<workspace>/.pi/sessions/`.
@@ -76,7 +83,12 @@ pub fn session_lines(workspace: &Path) -> Vec<serde_json::Value> {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
         .collect();
-    assert_eq!(files.len(), 1, "expected one session file in {}: {files:?}", dir.display());
+    assert_eq!(
+        files.len(),
+        1,
+        "expected one session file in {}: {files:?}",
+        dir.display()
+    );
     std::fs::read_to_string(&files[0])
         .unwrap()
         .lines()

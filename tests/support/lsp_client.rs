@@ -30,7 +30,12 @@ pub struct EditorBehavior {
 
 impl Default for EditorBehavior {
     fn default() -> Self {
-        EditorBehavior { apply_edits: true, save_documents: false, offer_utf8: false, work_done_progress: true }
+        EditorBehavior {
+            apply_edits: true,
+            save_documents: false,
+            offer_utf8: false,
+            work_done_progress: true,
+        }
     }
 }
 
@@ -79,7 +84,11 @@ pub fn offset_of(text: &str, line: u64, character: u64, utf8: bool) -> usize {
         if c == '\n' || units >= character {
             return off + i;
         }
-        units += if utf8 { c.len_utf8() as u64 } else { c.len_utf16() as u64 };
+        units += if utf8 {
+            c.len_utf8() as u64
+        } else {
+            c.len_utf16() as u64
+        };
     }
     text.len()
 }
@@ -87,7 +96,9 @@ pub fn offset_of(text: &str, line: u64, character: u64, utf8: bool) -> usize {
 async fn write_msg(stdin: &tokio::sync::Mutex<ChildStdin>, v: &Value) {
     let body = v.to_string();
     let mut s = stdin.lock().await;
-    let _ = s.write_all(format!("Content-Length: {}\r\n\r\n{}", body.len(), body).as_bytes()).await;
+    let _ = s
+        .write_all(format!("Content-Length: {}\r\n\r\n{}", body.len(), body).as_bytes())
+        .await;
     let _ = s.flush().await;
 }
 
@@ -105,13 +116,21 @@ impl Shared {
                         std::fs::write(&path, "").unwrap();
                     }
                 } else if let Some(td) = op.get("textDocument") {
-                    doc_edits.push((td["uri"].as_str().unwrap().to_string(), td["version"].as_i64(), op["edits"].as_array().cloned().unwrap_or_default()));
+                    doc_edits.push((
+                        td["uri"].as_str().unwrap().to_string(),
+                        td["version"].as_i64(),
+                        op["edits"].as_array().cloned().unwrap_or_default(),
+                    ));
                 }
             }
         }
         if let Some(ch) = edit["changes"].as_object() {
             for (uri, edits) in ch {
-                doc_edits.push((uri.clone(), None, edits.as_array().cloned().unwrap_or_default()));
+                doc_edits.push((
+                    uri.clone(),
+                    None,
+                    edits.as_array().cloned().unwrap_or_default(),
+                ));
             }
         }
         let mut notes = Vec::new();
@@ -119,16 +138,32 @@ impl Shared {
         for (uri, version, edits) in doc_edits {
             let path = uri.trim_start_matches("file://").replace("%20", " ");
             let open = docs.contains_key(&uri);
-            let doc = docs.entry(uri.clone()).or_insert_with(|| Doc { text: std::fs::read_to_string(&path).unwrap_or_default(), version: 0 });
+            let doc = docs.entry(uri.clone()).or_insert_with(|| Doc {
+                text: std::fs::read_to_string(&path).unwrap_or_default(),
+                version: 0,
+            });
             if let (true, Some(v)) = (open, version) {
-                assert_eq!(v, doc.version as i64, "applyEdit version does not match the buffer");
+                assert_eq!(
+                    v, doc.version as i64,
+                    "applyEdit version does not match the buffer"
+                );
             }
             let mut ranges: Vec<(usize, usize, String)> = edits
                 .iter()
                 .map(|e| {
                     let r = &e["range"];
-                    let s = offset_of(&doc.text, r["start"]["line"].as_u64().unwrap(), r["start"]["character"].as_u64().unwrap(), utf8);
-                    let t = offset_of(&doc.text, r["end"]["line"].as_u64().unwrap(), r["end"]["character"].as_u64().unwrap(), utf8);
+                    let s = offset_of(
+                        &doc.text,
+                        r["start"]["line"].as_u64().unwrap(),
+                        r["start"]["character"].as_u64().unwrap(),
+                        utf8,
+                    );
+                    let t = offset_of(
+                        &doc.text,
+                        r["end"]["line"].as_u64().unwrap(),
+                        r["end"]["character"].as_u64().unwrap(),
+                        utf8,
+                    );
                     (s, t, e["newText"].as_str().unwrap().to_string())
                 })
                 .collect();
@@ -150,9 +185,17 @@ impl Shared {
 
 impl LspClient {
     /// Spawns `bin` with `env` and completes initialize/initialized for `root`.
-    pub async fn start(bin: &Path, root: &Path, env: &[(&str, String)], behavior: EditorBehavior) -> LspClient {
+    pub async fn start(
+        bin: &Path,
+        root: &Path,
+        env: &[(&str, String)],
+        behavior: EditorBehavior,
+    ) -> LspClient {
         let mut cmd = tokio::process::Command::new(bin);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -222,10 +265,15 @@ impl LspClient {
                             }
                             "agent/saveDocument" => {
                                 let uri = msg["params"]["uri"].as_str().unwrap().to_string();
-                                let text = sh.docs.lock().unwrap().get(&uri).map(|d| d.text.clone());
+                                let text =
+                                    sh.docs.lock().unwrap().get(&uri).map(|d| d.text.clone());
                                 match text {
                                     Some(t) => {
-                                        std::fs::write(uri.trim_start_matches("file://").replace("%20", " "), t).unwrap();
+                                        std::fs::write(
+                                            uri.trim_start_matches("file://").replace("%20", " "),
+                                            t,
+                                        )
+                                        .unwrap();
                                         json!({"saved": true})
                                     }
                                     None => json!({"saved": false}),
@@ -233,10 +281,16 @@ impl LspClient {
                             }
                             _ => Value::Null,
                         };
-                        write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","id":id,"result":result})).await;
+                        write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","id":id,"result":result}))
+                            .await;
                     }
                     (Some(id), None) => {
-                        if let Some(tx) = sh.pending.lock().unwrap().remove(&id.as_i64().unwrap_or(-1)) {
+                        if let Some(tx) = sh
+                            .pending
+                            .lock()
+                            .unwrap()
+                            .remove(&id.as_i64().unwrap_or(-1))
+                        {
                             let _ = tx.send(msg);
                         }
                     }
@@ -247,7 +301,13 @@ impl LspClient {
                 }
             }
         });
-        let mut c = LspClient { child, shared, next_id: 0, notes, stderr: err_buf };
+        let mut c = LspClient {
+            child,
+            shared,
+            next_id: 0,
+            notes,
+            stderr: err_buf,
+        };
         let mut caps = json!({
             "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create"]}},
             "window": {"workDoneProgress": behavior.work_done_progress},
@@ -257,8 +317,11 @@ impl LspClient {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});
         }
         let init = c
-            .request("initialize", json!({"processId": null, "rootUri": file_uri(root), "capabilities": caps,
-                "workspaceFolders": [{"uri": file_uri(root), "name": "ws"}]}))
+            .request(
+                "initialize",
+                json!({"processId": null, "rootUri": file_uri(root), "capabilities": caps,
+                "workspaceFolders": [{"uri": file_uri(root), "name": "ws"}]}),
+            )
             .await
             .expect("initialize");
         *c.shared.utf8.lock().unwrap() = init["capabilities"]["positionEncoding"] == "utf-8";
@@ -272,8 +335,15 @@ impl LspClient {
         let id = self.next_id;
         let (tx, rx) = oneshot::channel();
         self.shared.pending.lock().unwrap().insert(id, tx);
-        write_msg(&self.shared.stdin, &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})).await;
-        let resp = tokio::time::timeout(Duration::from_secs(10), rx).await.expect("response timeout").expect("server gone");
+        write_msg(
+            &self.shared.stdin,
+            &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}),
+        )
+        .await;
+        let resp = tokio::time::timeout(Duration::from_secs(10), rx)
+            .await
+            .expect("response timeout")
+            .expect("server gone");
         match resp.get("error") {
             Some(e) => Err(e.clone()),
             None => Ok(resp["result"].clone()),
@@ -283,25 +353,46 @@ impl LspClient {
     /// Sends raw bytes as one framed message body (for malformed input tests).
     pub async fn send_raw(&self, body: &str) {
         let mut s = self.shared.stdin.lock().await;
-        s.write_all(format!("Content-Length: {}\r\n\r\n{}", body.len(), body).as_bytes()).await.unwrap();
+        s.write_all(format!("Content-Length: {}\r\n\r\n{}", body.len(), body).as_bytes())
+            .await
+            .unwrap();
         s.flush().await.unwrap();
     }
 
     /// Sends a notification.
     pub async fn notify(&self, method: &str, params: Value) {
-        write_msg(&self.shared.stdin, &json!({"jsonrpc":"2.0","method":method,"params":params})).await;
+        write_msg(
+            &self.shared.stdin,
+            &json!({"jsonrpc":"2.0","method":method,"params":params}),
+        )
+        .await;
     }
 
     /// Opens a document in the fake editor and tells the server.
     pub async fn open(&self, path: &Path, text: &str) {
         let uri = file_uri(path);
-        self.shared.docs.lock().unwrap().insert(uri.clone(), Doc { text: text.into(), version: 1 });
-        self.notify("textDocument/didOpen", json!({"textDocument":{"uri":uri,"languageId":"plaintext","version":1,"text":text}})).await;
+        self.shared.docs.lock().unwrap().insert(
+            uri.clone(),
+            Doc {
+                text: text.into(),
+                version: 1,
+            },
+        );
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument":{"uri":uri,"languageId":"plaintext","version":1,"text":text}}),
+        )
+        .await;
     }
 
     /// The fake editor's buffer for `path`.
     pub fn doc(&self, path: &Path) -> Option<Doc> {
-        self.shared.docs.lock().unwrap().get(&file_uri(path)).cloned()
+        self.shared
+            .docs
+            .lock()
+            .unwrap()
+            .get(&file_uri(path))
+            .cloned()
     }
 
     /// Records a change the "user" typed: replaces the buffer (version +1) and sends a full
@@ -315,12 +406,19 @@ impl LspClient {
             doc.version += 1;
             doc.version
         };
-        self.notify("textDocument/didChange", json!({"textDocument":{"uri":uri,"version":version},"contentChanges":[{"text":text}]})).await;
+        self.notify(
+            "textDocument/didChange",
+            json!({"textDocument":{"uri":uri,"version":version},"contentChanges":[{"text":text}]}),
+        )
+        .await;
     }
 
     /// The next notification from the server.
     pub async fn next_notification(&mut self, timeout: Duration) -> Option<Value> {
-        tokio::time::timeout(timeout, self.notes.recv()).await.ok().flatten()
+        tokio::time::timeout(timeout, self.notes.recv())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Collects `agent/event` notifications until `agent_end` (all notifications are kept in
@@ -331,7 +429,14 @@ impl LspClient {
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let Some(n) = self.next_notification(left).await else {
-                panic!("no agent_end within {timeout:?}; events so far: {:#?}\nstderr:\n{}", events.iter().map(|e: &Value| e["event"]["type"].clone()).collect::<Vec<_>>(), self.stderr.lock().unwrap());
+                panic!(
+                    "no agent_end within {timeout:?}; events so far: {:#?}\nstderr:\n{}",
+                    events
+                        .iter()
+                        .map(|e: &Value| e["event"]["type"].clone())
+                        .collect::<Vec<_>>(),
+                    self.stderr.lock().unwrap()
+                );
             };
             if n["method"] == "agent/event" {
                 let done = n["params"]["event"]["type"] == "agent_end";
@@ -352,7 +457,10 @@ impl LspClient {
     pub async fn shutdown(mut self) -> std::process::ExitStatus {
         let _ = self.request("shutdown", Value::Null).await;
         self.notify("exit", Value::Null).await;
-        tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.expect("exit timeout").unwrap()
+        tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .expect("exit timeout")
+            .unwrap()
     }
 
     /// The server process id.
@@ -362,7 +470,11 @@ impl LspClient {
 }
 
 /// Writes `models.json` into a fresh agent dir and returns the env for the server.
-pub fn agent_env(agent_dir: &Path, models: &Value, extra: &[(&str, &str)]) -> Vec<(&'static str, String)> {
+pub fn agent_env(
+    agent_dir: &Path,
+    models: &Value,
+    extra: &[(&str, &str)],
+) -> Vec<(&'static str, String)> {
     std::fs::create_dir_all(agent_dir).unwrap();
     std::fs::write(agent_dir.join("models.json"), models.to_string()).unwrap();
     let mut env = vec![
@@ -379,4 +491,3 @@ pub fn agent_env(agent_dir: &Path, models: &Value, extra: &[(&str, &str)]) -> Ve
     }
     env
 }
-

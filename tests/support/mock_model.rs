@@ -24,7 +24,11 @@ pub enum Step {
     /// Optional text, then these tool calls `(id, name, arguments)`, stop reason tool use.
     Tools(Option<String>, Vec<(String, String, Value)>),
     /// Answer with this status, content type and body verbatim.
-    Raw { status: u16, content_type: String, body: String },
+    Raw {
+        status: u16,
+        content_type: String,
+        body: String,
+    },
     /// Stream `text`, then keep the connection open without finishing.
     Hang(String),
 }
@@ -67,10 +71,17 @@ pub struct MockModel {
 impl MockModel {
     /// Starts a server on 127.0.0.1 (random port) serving `script` in order.
     pub async fn start(script: Vec<Step>) -> MockModel {
-        let inner = Arc::new(Mutex::new(Inner { script, ..Default::default() }));
+        let inner = Arc::new(Mutex::new(Inner {
+            script,
+            ..Default::default()
+        }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mock = MockModel { addr, inner, chunk_delay: Duration::from_millis(2) };
+        let mock = MockModel {
+            addr,
+            inner,
+            chunk_delay: Duration::from_millis(2),
+        };
         let app = Router::new()
             .route("/v1/chat/completions", post(handle_openai))
             .route("/v1/messages", post(handle_anthropic))
@@ -113,9 +124,19 @@ impl MockModel {
         assert!(v.is_empty(), "tool pairing violations: {v:#?}");
     }
 
-    fn take(&self, path: &str, headers: HeaderMap, body: Value, violation: Option<String>) -> Option<Step> {
+    fn take(
+        &self,
+        path: &str,
+        headers: HeaderMap,
+        body: Value,
+        violation: Option<String>,
+    ) -> Option<Step> {
         let mut i = self.inner.lock().unwrap();
-        i.requests.push(Recorded { path: path.into(), headers, body });
+        i.requests.push(Recorded {
+            path: path.into(),
+            headers,
+            body,
+        });
         if let Some(v) = violation {
             i.violations.push(v);
             return None;
@@ -139,7 +160,11 @@ pub fn openai_pairing(body: &Value) -> Option<String> {
                     Some(p) => {
                         open.remove(p);
                     }
-                    None => return Some(format!("messages[{i}]: tool result {id} has no preceding call")),
+                    None => {
+                        return Some(format!(
+                            "messages[{i}]: tool result {id} has no preceding call"
+                        ))
+                    }
                 }
             }
             _ => {
@@ -147,7 +172,10 @@ pub fn openai_pairing(body: &Value) -> Option<String> {
                     return Some(format!("messages[{i}]: calls {open:?} have no results"));
                 }
                 if let Some(calls) = m["tool_calls"].as_array() {
-                    open = calls.iter().map(|c| c["id"].as_str().unwrap_or("").to_string()).collect();
+                    open = calls
+                        .iter()
+                        .map(|c| c["id"].as_str().unwrap_or("").to_string())
+                        .collect();
                 }
             }
         }
@@ -167,20 +195,26 @@ pub fn anthropic_pairing(body: &Value) -> Option<String> {
             if b["type"] == "tool_result" {
                 let id = b["tool_use_id"].as_str().unwrap_or("");
                 if seen_other {
-                    return Some(format!("messages[{i}]: tool_result {id} after other content"));
+                    return Some(format!(
+                        "messages[{i}]: tool_result {id} after other content"
+                    ));
                 }
                 match open.iter().position(|o| o == id) {
                     Some(p) => {
                         open.remove(p);
                     }
-                    None => return Some(format!("messages[{i}]: tool_result {id} has no tool_use")),
+                    None => {
+                        return Some(format!("messages[{i}]: tool_result {id} has no tool_use"))
+                    }
                 }
             } else {
                 seen_other = true;
             }
         }
         if !open.is_empty() {
-            return Some(format!("messages[{i}]: tool_use {open:?} have no tool_result"));
+            return Some(format!(
+                "messages[{i}]: tool_use {open:?} have no tool_result"
+            ));
         }
         if m["role"] == "assistant" {
             open = blocks
@@ -207,20 +241,27 @@ fn sse(events: Vec<String>, delay: Duration, hang: bool) -> Response {
         .unwrap()
 }
 
-fn async_stream(events: Vec<String>, delay: Duration, hang: bool) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
-    futures::stream::unfold((events.into_iter(), hang), move |(mut it, hang)| async move {
-        match it.next() {
-            Some(e) => {
-                tokio::time::sleep(delay).await;
-                Some((Ok(bytes::Bytes::from(e)), (it, hang)))
+fn async_stream(
+    events: Vec<String>,
+    delay: Duration,
+    hang: bool,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    futures::stream::unfold(
+        (events.into_iter(), hang),
+        move |(mut it, hang)| async move {
+            match it.next() {
+                Some(e) => {
+                    tokio::time::sleep(delay).await;
+                    Some((Ok(bytes::Bytes::from(e)), (it, hang)))
+                }
+                None if hang => {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    None
+                }
+                None => None,
             }
-            None if hang => {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                None
-            }
-            None => None,
-        }
-    })
+        },
+    )
 }
 
 fn raw(status: u16, content_type: &str, body: &str) -> Response {
@@ -231,7 +272,11 @@ fn raw(status: u16, content_type: &str, body: &str) -> Response {
         .unwrap()
 }
 
-async fn handle_openai(State(mock): State<MockModel>, headers: HeaderMap, body: String) -> Response {
+async fn handle_openai(
+    State(mock): State<MockModel>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let violation = openai_pairing(&body);
     let Some(step) = mock.take("/v1/chat/completions", headers, body, violation.clone()) else {
@@ -239,11 +284,23 @@ async fn handle_openai(State(mock): State<MockModel>, headers: HeaderMap, body: 
     };
     let n = mock.inner.lock().unwrap().next;
     let id = format!("chatcmpl-mock{n}");
-    let chunk = |delta: Value, finish: Value| format!("data: {}\n\n", json!({"id": id, "object":"chat.completion.chunk","choices":[{"index":0,"delta":delta,"finish_reason":finish}]}));
-    let usage = format!("data: {}\n\n", json!({"id": id, "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}));
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": id, "object":"chat.completion.chunk","choices":[{"index":0,"delta":delta,"finish_reason":finish}]})
+        )
+    };
+    let usage = format!(
+        "data: {}\n\n",
+        json!({"id": id, "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+    );
     let mut ev = Vec::new();
     let (hang, finish) = match &step {
-        Step::Raw { status, content_type, body } => return raw(*status, content_type, body),
+        Step::Raw {
+            status,
+            content_type,
+            body,
+        } => return raw(*status, content_type, body),
         Step::Text(t) | Step::Hang(t) => {
             ev.push(chunk(json!({"role":"assistant","content":""}), Value::Null));
             for c in chunks(t) {
@@ -261,9 +318,15 @@ async fn handle_openai(State(mock): State<MockModel>, headers: HeaderMap, body: 
                 ev.push(chunk(json!({"tool_calls":[{"index":i,"id":cid,"type":"function","function":{"name":name,"arguments":""}}]}), Value::Null));
                 let a = args.to_string();
                 let mid = a.len() / 2;
-                let mid = (0..=mid).rev().find(|m| a.is_char_boundary(*m)).unwrap_or(0);
+                let mid = (0..=mid)
+                    .rev()
+                    .find(|m| a.is_char_boundary(*m))
+                    .unwrap_or(0);
                 for part in [&a[..mid], &a[mid..]] {
-                    ev.push(chunk(json!({"tool_calls":[{"index":i,"function":{"arguments":part}}]}), Value::Null));
+                    ev.push(chunk(
+                        json!({"tool_calls":[{"index":i,"function":{"arguments":part}}]}),
+                        Value::Null,
+                    ));
                 }
             }
             (false, "tool_calls")
@@ -277,7 +340,11 @@ async fn handle_openai(State(mock): State<MockModel>, headers: HeaderMap, body: 
     sse(ev, mock.chunk_delay, hang)
 }
 
-async fn handle_anthropic(State(mock): State<MockModel>, headers: HeaderMap, body: String) -> Response {
+async fn handle_anthropic(
+    State(mock): State<MockModel>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let violation = anthropic_pairing(&body);
     let Some(step) = mock.take("/v1/messages", headers, body, violation.clone()) else {
@@ -285,7 +352,10 @@ async fn handle_anthropic(State(mock): State<MockModel>, headers: HeaderMap, bod
     };
     let n = mock.inner.lock().unwrap().next;
     let e = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
-    let mut ev = vec![e("message_start", json!({"type":"message_start","message":{"id":format!("msg_mock{n}"),"type":"message","role":"assistant","content":[],"model":"mock-ant-1","usage":{"input_tokens":100,"output_tokens":1}}}))];
+    let mut ev = vec![e(
+        "message_start",
+        json!({"type":"message_start","message":{"id":format!("msg_mock{n}"),"type":"message","role":"assistant","content":[],"model":"mock-ant-1","usage":{"input_tokens":100,"output_tokens":1}}}),
+    )];
     let mut idx = 0;
     let text_block = |ev: &mut Vec<String>, idx: usize, t: &str| {
         ev.push(e("content_block_start", json!({"type":"content_block_start","index":idx,"content_block":{"type":"text","text":""}})));
@@ -294,30 +364,46 @@ async fn handle_anthropic(State(mock): State<MockModel>, headers: HeaderMap, bod
         }
     };
     let (hang, stop) = match &step {
-        Step::Raw { status, content_type, body } => return raw(*status, content_type, body),
+        Step::Raw {
+            status,
+            content_type,
+            body,
+        } => return raw(*status, content_type, body),
         Step::Text(t) | Step::Hang(t) => {
             text_block(&mut ev, 0, t);
             if matches!(step, Step::Hang(_)) {
                 (true, "end_turn")
             } else {
-                ev.push(e("content_block_stop", json!({"type":"content_block_stop","index":0})));
+                ev.push(e(
+                    "content_block_stop",
+                    json!({"type":"content_block_stop","index":0}),
+                ));
                 (false, "end_turn")
             }
         }
         Step::Tools(text, calls) => {
             if let Some(t) = text {
                 text_block(&mut ev, 0, t);
-                ev.push(e("content_block_stop", json!({"type":"content_block_stop","index":0})));
+                ev.push(e(
+                    "content_block_stop",
+                    json!({"type":"content_block_stop","index":0}),
+                ));
                 idx = 1;
             }
             for (cid, name, args) in calls {
                 ev.push(e("content_block_start", json!({"type":"content_block_start","index":idx,"content_block":{"type":"tool_use","id":cid,"name":name,"input":{}}})));
                 let a = args.to_string();
-                let mid = (0..=a.len() / 2).rev().find(|m| a.is_char_boundary(*m)).unwrap_or(0);
+                let mid = (0..=a.len() / 2)
+                    .rev()
+                    .find(|m| a.is_char_boundary(*m))
+                    .unwrap_or(0);
                 for part in [&a[..mid], &a[mid..]] {
                     ev.push(e("content_block_delta", json!({"type":"content_block_delta","index":idx,"delta":{"type":"input_json_delta","partial_json":part}})));
                 }
-                ev.push(e("content_block_stop", json!({"type":"content_block_stop","index":idx})));
+                ev.push(e(
+                    "content_block_stop",
+                    json!({"type":"content_block_stop","index":idx}),
+                ));
                 idx += 1;
             }
             (false, "tool_use")

@@ -169,7 +169,10 @@ mod tests {
     }
 
     fn fixture(name: &str) -> Value {
-        let p = format!("{}/../../fixtures/protocol/{name}", env!("CARGO_MANIFEST_DIR"));
+        let p = format!(
+            "{}/../../fixtures/protocol/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     }
 
@@ -186,14 +189,20 @@ mod tests {
         round_trip::<AbortResult>(&fixture("agent-abort.response.json")["result"]);
         round_trip::<SaveDocumentParams>(&fixture("agent-saveDocument.request.json")["params"]);
         round_trip::<SaveDocumentResult>(&fixture("agent-saveDocument.response.json")["result"]);
-        assert_eq!(fixture("agent-prompt.busy-error.json")["error"]["code"], codes::SESSION_BUSY);
+        assert_eq!(
+            fixture("agent-prompt.busy-error.json")["error"]["code"],
+            codes::SESSION_BUSY
+        );
         let ev = fixture("agent-event.notification.json");
         assert_eq!(ev["method"], AgentEventNotification::METHOD);
         let params = AgentEventParams {
             session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
             run_id: "01a22d68-0c11-7e0a-9a55-5b7c2f3d4e61".into(),
             event: AgentEvent::MessageUpdate {
-                assistant_message_event: pi_ai::AssistantEvent::TextDelta { content_index: 0, delta: "Renamed ".into() },
+                assistant_message_event: pi_ai::AssistantEvent::TextDelta {
+                    content_index: 0,
+                    delta: "Renamed ".into(),
+                },
             },
         };
         assert_eq!(serde_json::to_value(params).unwrap(), ev["params"]);

@@ -332,7 +332,10 @@ impl Backend {
 
     /// Answers a frame the transport guard could not parse (see [`crate::transport`]).
     async fn parse_error(&self, params: Value) -> Result<Value> {
-        let detail = params.get("message").and_then(Value::as_str).unwrap_or("invalid message");
+        let detail = params
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("invalid message");
         Err(tower_lsp_server::jsonrpc::Error {
             code: tower_lsp_server::jsonrpc::ErrorCode::ParseError,
             message: format!("Parse error: {detail}").into(),
@@ -580,8 +583,10 @@ impl EventSink for LspSink {
         }
         if matches!(event, AgentEvent::AgentEnd { .. }) {
             // End the progress first so a client that sees agent_end has seen everything.
-            self.progress(WorkDoneProgress::End(WorkDoneProgressEnd { message: Some("done".into()) }))
-                .await;
+            self.progress(WorkDoneProgress::End(WorkDoneProgressEnd {
+                message: Some("done".into()),
+            }))
+            .await;
         }
         self.st
             .client

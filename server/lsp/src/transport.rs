@@ -57,7 +57,9 @@ async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::
         let body = if len > MAX_FRAME {
             let mut sink = (&mut r).take(len as u64);
             tokio::io::copy(&mut sink, &mut tokio::io::sink()).await?;
-            substitute(&format!("frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"))
+            substitute(&format!(
+                "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"
+            ))
         } else {
             let mut body = vec![0u8; len];
             r.read_exact(&mut body).await?;
@@ -67,7 +69,8 @@ async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::
                 Err(e) => substitute(&format!("invalid JSON: {e}")),
             }
         };
-        out.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes()).await?;
+        out.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes())
+            .await?;
         out.write_all(&body).await?;
         out.flush().await?;
     }

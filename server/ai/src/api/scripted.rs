@@ -2,9 +2,9 @@
 //! text chunks like a real provider. Used by the headless main job when no provider is
 //! configured, so a fresh clone runs end to end without a key.
 //!
-//! A script is JSON: `{"responses":[{"text":"…"} | {"toolCalls":[{"name":"…","arguments":{…}}]}]}`.
-//! Response `n` answers the request whose context holds `n` assistant messages after the last
-//! user message; past the end the model says the script is exhausted.
+//! A script is JSON: `{"responses":[{"text"?, "toolCalls"?: [{"name","arguments"}], "stopReason"?, "delayMs"?}]}`.
+//! Response `n` answers the request whose context already holds `n` assistant messages; past
+//! the end the model says the script is exhausted.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -23,6 +23,12 @@ pub struct ScriptedResponse {
     pub text: Option<String>,
     #[serde(default)]
     pub tool_calls: Vec<ScriptedCall>,
+    /// Overrides the stop reason (e.g. `length` to exercise the guardrail).
+    #[serde(default)]
+    pub stop_reason: Option<StopReason>,
+    /// Pause before the response starts, in milliseconds.
+    #[serde(default)]
+    pub delay_ms: u64,
 }
 
 /// One scripted tool call.
@@ -39,13 +45,11 @@ pub struct Script {
     pub responses: Vec<ScriptedResponse>,
 }
 
-/// Which response answers `context`: the number of assistant messages after the last user one.
+/// Which response answers `context`: the number of assistant messages already in it.
 pub fn response_index(context: &Context) -> usize {
     context
         .messages
         .iter()
-        .rev()
-        .take_while(|m| !matches!(m, Message::User(_)))
         .filter(|m| matches!(m, Message::Assistant(_)))
         .count()
 }
@@ -67,7 +71,18 @@ pub async fn run(
         .unwrap_or(ScriptedResponse {
             text: Some("(The offline script has no more responses.)".into()),
             tool_calls: Vec::new(),
+            stop_reason: None,
+            delay_ms: 0,
         });
+    if resp.delay_ms > 0 {
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                b.fail(StopReason::Aborted, "Request was aborted".into()).await;
+                return;
+            }
+            _ = tokio::time::sleep(std::time::Duration::from_millis(resp.delay_ms)) => {}
+        }
+    }
     if let Some(text) = &resp.text {
         let chars: Vec<char> = text.chars().collect();
         for chunk in chars.chunks(12) {
@@ -95,10 +110,10 @@ pub async fn run(
             return;
         }
     }
-    let reason = if resp.tool_calls.is_empty() {
+    let reason = resp.stop_reason.unwrap_or(if resp.tool_calls.is_empty() {
         StopReason::Stop
     } else {
         StopReason::ToolUse
-    };
+    });
     let _ = b.finish(reason).await;
 }

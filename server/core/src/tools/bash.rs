@@ -149,9 +149,13 @@ fn group_alive(pgid: i32) -> bool {
         return signal_group(pgid, None);
     };
     dir.filter_map(Result::ok).any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { return false };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
         // Fields after the parenthesised command: state ppid pgrp …
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
         let mut f = rest.split_whitespace();
         let state = f.next().unwrap_or("Z");
         let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
