@@ -693,6 +693,38 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
     mock.assert_paired();
     c.shutdown().await;
 
+    // A client that claims applied: true but never changes the buffer: an error, disk untouched.
+    let mock = MockModel::start(vec![
+        Step::call(
+            "e2",
+            "edit",
+            json!({"path": "a.txt", "edits": [{"oldText": "x = 1", "newText": "x = 2"}]}),
+        ),
+        Step::text("could not edit"),
+    ])
+    .await;
+    let mut c = start(
+        &ws,
+        &mock,
+        EditorBehavior {
+            send_changes: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    c.open(&file, "x = 1\n").await;
+    c.request("agent/prompt", json!({"text": "edit"}))
+        .await
+        .unwrap();
+    let events = c.run_until_end(Duration::from_secs(10)).await;
+    let (text, is_error) = tool_result_text(&events, "edit");
+    assert!(
+        is_error && text.contains("answered applied: true but sent no change"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x = 1\n");
+    c.shutdown().await;
+
     // A client that saves on request: write creates a new file through CreateFile + edit.
     let mock = MockModel::start(vec![
         Step::call(

@@ -27,8 +27,14 @@ fn repo_root() -> PathBuf {
 
 /// `(major, minor)` from `nvim --version` ("NVIM v0.11.4").
 fn nvim_version(bin: &Path) -> Option<(u32, u32)> {
-    let out = std::process::Command::new(bin).arg("--version").output().ok()?;
-    let first = String::from_utf8_lossy(&out.stdout).lines().next()?.to_string();
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .ok()?;
+    let first = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .to_string();
     let v = first.strip_prefix("NVIM v")?;
     let mut parts = v.split(['.', '-']);
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
@@ -86,7 +92,11 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     let mock = MockModel::start(vec![
         Step::call("call_read", "read", json!({"path": "notes.txt"})),
         // "value=2" exists only in Neovim's unsaved buffer.
-        Step::call("call_edit", "edit", json!({"path": "notes.txt", "edits": [{"oldText": "value=2", "newText": "value=3"}]})),
+        Step::call(
+            "call_edit",
+            "edit",
+            json!({"path": "notes.txt", "edits": [{"oldText": "value=2", "newText": "value=3"}]}),
+        ),
         Step::call("call_bash", "bash", json!({"command": "cat notes.txt"})),
         Step::text("All done: value is now 3."),
     ])
@@ -96,7 +106,12 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     // the temp folder.
     let mut env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
     let xdg = tmp.path().join("xdg");
-    for (var, sub) in [("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"), ("XDG_CACHE_HOME", "cache")] {
+    for (var, sub) in [
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_CACHE_HOME", "cache"),
+    ] {
         std::fs::create_dir_all(xdg.join(sub)).unwrap();
         env.push((var, xdg.join(sub).display().to_string()));
     }
@@ -122,13 +137,18 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
         cmd.env(k, v);
     }
     let t0 = Instant::now();
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", nvim.display()));
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", nvim.display()));
     let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await;
     let took = t0.elapsed();
     let lsp_log = std::fs::read_to_string(xdg.join("state/nvim/lsp.log")).unwrap_or_default();
     let output = match output {
         Ok(o) => o.unwrap(),
-        Err(_) => panic!("nvim did not finish within 60 s\nout: {}\nlsp.log:\n{lsp_log}", std::fs::read_to_string(&out_path).unwrap_or_default()),
+        Err(_) => panic!(
+            "nvim did not finish within 60 s\nout: {}\nlsp.log:\n{lsp_log}",
+            std::fs::read_to_string(&out_path).unwrap_or_default()
+        ),
     };
     let stderr = String::from_utf8_lossy(&output.stderr);
     let raw = std::fs::read_to_string(&out_path).unwrap_or_default();
@@ -139,24 +159,48 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
         String::from_utf8_lossy(&output.stdout)
     );
     assert!(output.status.success(), "{context}");
-    let out: Value = serde_json::from_str(&raw).unwrap_or_else(|e| panic!("out.json: {e}\n{context}"));
+    let out: Value =
+        serde_json::from_str(&raw).unwrap_or_else(|e| panic!("out.json: {e}\n{context}"));
     assert_eq!(out.get("error"), None, "{context}");
-    eprintln!("nvim {} ({}) ran the spec in {took:?}", out["nvim_version"].as_str().unwrap_or("?"), nvim.display());
+    eprintln!(
+        "nvim {} ({}) ran the spec in {took:?}",
+        out["nvim_version"].as_str().unwrap_or("?"),
+        nvim.display()
+    );
 
     // initialize: Neovim 0.10+ offers utf-8 and the server takes it.
-    let offered: Vec<&str> = out["offered_encodings"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
-    let expect_enc = if offered.contains(&"utf-8") { "utf-8" } else { "utf-16" };
+    let offered: Vec<&str> = out["offered_encodings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let expect_enc = if offered.contains(&"utf-8") {
+        "utf-8"
+    } else {
+        "utf-16"
+    };
     assert_eq!(out["offset_encoding"], expect_enc, "offered {offered:?}");
-    assert_eq!(expect_enc, "utf-8", "Neovim should offer utf-8: {offered:?}");
+    assert_eq!(
+        expect_enc, "utf-8",
+        "Neovim should offer utf-8: {offered:?}"
+    );
 
     // agent/prompt answered with a fresh session and run; every event carries both.
     let r = &out["prompt_result"];
     let session_id = r["sessionId"].as_str().unwrap();
     let run_id = r["runId"].as_str().unwrap();
-    assert_eq!(r, &json!({"sessionId": session_id, "runId": run_id, "queued": false}));
+    assert_eq!(
+        r,
+        &json!({"sessionId": session_id, "runId": run_id, "queued": false})
+    );
     let ids = out["event_ids"].as_array().unwrap();
     assert_eq!(ids.len(), out["events"].as_array().unwrap().len());
-    assert!(ids.iter().all(|e| e == &json!({"sessionId": session_id, "runId": run_id})), "{ids:?}");
+    assert!(
+        ids.iter()
+            .all(|e| e == &json!({"sessionId": session_id, "runId": run_id})),
+        "{ids:?}"
+    );
 
     // The event sequence (runs of updates collapsed: their number depends on chunking).
     let tool_turn = |tool: &str| -> Vec<String> {
@@ -175,7 +219,13 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     let got = labels(&out);
     let mut expected: Vec<String> = vec!["agent_start".into()];
     let mut first = tool_turn("read");
-    first.splice(1..1, ["message_start:user".to_string(), "message_end:user".to_string()]);
+    first.splice(
+        1..1,
+        [
+            "message_start:user".to_string(),
+            "message_end:user".to_string(),
+        ],
+    );
     expected.extend(first);
     expected.extend(tool_turn("edit"));
     // bash streams its output as updates between start and end (when it has any before exit).
@@ -184,11 +234,31 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
         bash.insert(5, "tool_execution_update".into());
     }
     expected.extend(bash);
-    expected.extend(["turn_start", "message_start:assistant", "message_update", "message_end:assistant", "turn_end", "agent_end"].map(String::from));
+    expected.extend(
+        [
+            "turn_start",
+            "message_start:assistant",
+            "message_update",
+            "message_end:assistant",
+            "turn_end",
+            "agent_end",
+        ]
+        .map(String::from),
+    );
     assert_eq!(got, expected);
     // `events` (the bare types) agree with the labels.
-    let types: Vec<&str> = out["events"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    let label_types: Vec<&str> = out["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().split(':').next().unwrap()).collect();
+    let types: Vec<&str> = out["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let label_types: Vec<&str> = out["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().split(':').next().unwrap())
+        .collect();
     assert_eq!(types, label_types);
 
     // read saw the unsaved buffer; the edit went through Neovim; bash saw it on disk.
@@ -204,31 +274,75 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), EDITED);
     // Neovim's own buffer holds the edit. It stays 'modified': Neovim did not write it (it
     // has no agent/saveDocument), the server wrote the same text to disk itself.
-    assert_eq!((out["buffer"].as_str(), out["modified"].as_bool()), (Some(EDITED), Some(true)));
+    assert_eq!(
+        (out["buffer"].as_str(), out["modified"].as_bool()),
+        (Some(EDITED), Some(true))
+    );
     // The server saw Neovim's didChange for the applied edit (it would log this otherwise).
-    assert!(!lsp_log.contains("no didChange"), "the server missed Neovim's didChange:\n{lsp_log}");
+    assert!(
+        !lsp_log.contains("no didChange"),
+        "the server missed Neovim's didChange:\n{lsp_log}"
+    );
     // The server shut down cleanly when Neovim stopped the client.
     assert_eq!(out["server_exit"], json!({"code": 0, "signal": 0}));
 
     // The session file: header, model, thinking level, then every message in order, paired.
     let lines = session_lines(&ws);
     assert_eq!(lines.len(), 11);
-    assert_eq!((lines[0]["type"].as_str(), lines[0]["id"].as_str()), (Some("session"), Some(session_id)));
+    assert_eq!(
+        (lines[0]["type"].as_str(), lines[0]["id"].as_str()),
+        (Some("session"), Some(session_id))
+    );
     assert_eq!(lines[0]["cwd"], ws.display().to_string());
-    assert_eq!((lines[1]["type"].as_str(), lines[1]["provider"].as_str(), lines[1]["modelId"].as_str()), (Some("model_change"), Some("mock"), Some("mock-1")));
-    let roles: Vec<&str> = lines[3..].iter().map(|l| l["message"]["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["user", "assistant", "toolResult", "assistant", "toolResult", "assistant", "toolResult", "assistant"]);
+    assert_eq!(
+        (
+            lines[1]["type"].as_str(),
+            lines[1]["provider"].as_str(),
+            lines[1]["modelId"].as_str()
+        ),
+        (Some("model_change"), Some("mock"), Some("mock-1"))
+    );
+    let roles: Vec<&str> = lines[3..]
+        .iter()
+        .map(|l| l["message"]["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "toolResult",
+            "assistant",
+            "toolResult",
+            "assistant",
+            "toolResult",
+            "assistant"
+        ]
+    );
     let mut parent = Value::Null;
     for l in &lines[1..] {
         assert_eq!(l["parentId"], parent);
         parent = l["id"].clone();
     }
-    for (call_line, result_line, id, name) in [(4, 5, "call_read", "read"), (6, 7, "call_edit", "edit"), (8, 9, "call_bash", "bash")] {
+    for (call_line, result_line, id, name) in [
+        (4, 5, "call_read", "read"),
+        (6, 7, "call_edit", "edit"),
+        (8, 9, "call_bash", "bash"),
+    ] {
         assert_eq!(lines[call_line]["message"]["content"][0]["id"], id);
         assert_eq!(lines[call_line]["message"]["stopReason"], "toolUse");
-        assert_eq!((lines[result_line]["message"]["toolCallId"].as_str(), lines[result_line]["message"]["toolName"].as_str()), (Some(id), Some(name)));
+        assert_eq!(
+            (
+                lines[result_line]["message"]["toolCallId"].as_str(),
+                lines[result_line]["message"]["toolName"].as_str()
+            ),
+            (Some(id), Some(name))
+        );
     }
-    assert_eq!(lines[10]["message"]["content"], json!([{"type": "text", "text": "All done: value is now 3."}]));
+    assert_eq!(
+        lines[10]["message"]["content"],
+        json!([{"type": "text", "text": "All done: value is now 3."}])
+    );
 
     mock.assert_paired();
     assert_eq!(mock.requests().len(), 4);

@@ -120,9 +120,15 @@ local ok, err = xpcall(function()
   out.offset_encoding = client.offset_encoding
 
   local response = nil
-  client:request('agent/prompt', { text = 'Bump value=2 to value=3 in notes.txt.' }, function(e, result)
+  local prompt = { text = 'Bump value=2 to value=3 in notes.txt.' }
+  local function on_response(e, result)
     response = { err = e, result = result }
-  end, bufnr)
+  end
+  if vim.fn.has('nvim-0.11') == 1 then
+    client:request('agent/prompt', prompt, on_response, bufnr)
+  else -- 0.10: request is a plain function field
+    client.request('agent/prompt', prompt, on_response, bufnr)
+  end
   wait_for('the agent/prompt response', 10000, function()
     return response ~= nil or exited ~= nil
   end)
@@ -140,11 +146,16 @@ local ok, err = xpcall(function()
   end
 
   out.events = event_types()
+  out.labels = {} -- type, plus the role or tool name where there is one: "message_end:user"
   out.event_ids = {}
   out.tool_results = {}
   for _, p in ipairs(params_seen) do
     out.event_ids[#out.event_ids + 1] = { sessionId = p.sessionId, runId = p.runId }
     local ev = p.event
+    local detail = (ev.type == 'message_start' or ev.type == 'message_end') and ev.message and ev.message.role
+      or (ev.type == 'tool_execution_start' or ev.type == 'tool_execution_end') and ev.toolName
+      or nil
+    out.labels[#out.labels + 1] = detail and (ev.type .. ':' .. detail) or ev.type
     if ev.type == 'tool_execution_end' then
       local content = ev.result and ev.result.content or {}
       out.tool_results[#out.tool_results + 1] = {

@@ -26,6 +26,9 @@ pub struct EditorBehavior {
     pub offer_utf8: bool,
     /// Advertise `window.workDoneProgress`.
     pub work_done_progress: bool,
+    /// Send `didChange` after applying an edit (an editor that skips a stale edit but still
+    /// answers `applied: true` sends none).
+    pub send_changes: bool,
 }
 
 impl Default for EditorBehavior {
@@ -35,6 +38,7 @@ impl Default for EditorBehavior {
             save_documents: false,
             offer_utf8: false,
             work_done_progress: true,
+            send_changes: true,
         }
     }
 }
@@ -249,7 +253,9 @@ impl LspClient {
                     (Some(id), Some(method)) => {
                         let result = match method.as_str().unwrap() {
                             "workspace/applyEdit" => {
-                                if sh.behavior.apply_edits {
+                                if sh.behavior.apply_edits && !sh.behavior.send_changes {
+                                    json!({"applied": true})
+                                } else if sh.behavior.apply_edits {
                                     let notes = sh.apply_workspace_edit(&msg["params"]["edit"]);
                                     for n in notes {
                                         if let Some(open) = n.get("open") {

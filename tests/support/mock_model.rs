@@ -13,6 +13,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use axum::Router;
 use serde_json::{json, Value};
 
@@ -69,8 +70,14 @@ pub struct MockModel {
 }
 
 impl MockModel {
-    /// Starts a server on 127.0.0.1 (random port) serving `script` in order.
+    /// Starts a server on 127.0.0.1 (random port) serving `script` in order, 2 ms between
+    /// streamed chunks.
     pub async fn start(script: Vec<Step>) -> MockModel {
+        Self::start_with_delay(script, Duration::from_millis(2)).await
+    }
+
+    /// As [`MockModel::start`] with `chunk_delay` between streamed chunks (zero for benches).
+    pub async fn start_with_delay(script: Vec<Step>, chunk_delay: Duration) -> MockModel {
         let inner = Arc::new(Mutex::new(Inner {
             script,
             ..Default::default()
@@ -80,13 +87,17 @@ impl MockModel {
         let mock = MockModel {
             addr,
             inner,
-            chunk_delay: Duration::from_millis(2),
+            chunk_delay,
         };
         let app = Router::new()
             .route("/v1/chat/completions", post(handle_openai))
             .route("/v1/messages", post(handle_anthropic))
             .with_state(mock.clone());
         tokio::spawn(async move {
+            // Without TCP_NODELAY, Nagle plus delayed ACKs add ~40 ms to every small write.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             axum::serve(listener, app).await.unwrap();
         });
         mock

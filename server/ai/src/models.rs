@@ -57,6 +57,26 @@ pub struct Model {
 }
 
 impl Model {
+    /// A model of `provider` speaking `api` at `base_url`, with Pi's models.json defaults:
+    /// name = id, no key, 128,000-token window, 16,384 output tokens, no reasoning, zero cost.
+    pub fn new(api: &str, provider: &str, id: &str, base_url: &str) -> Model {
+        Model {
+            id: id.to_string(),
+            name: id.to_string(),
+            api: api.to_string(),
+            provider: provider.to_string(),
+            base_url: base_url.to_string(),
+            api_key: None,
+            headers: BTreeMap::new(),
+            context_window: 128_000,
+            max_tokens: 16_384,
+            reasoning: false,
+            cost: ModelCost::default(),
+            compat: Value::Null,
+            script: None,
+        }
+    }
+
     /// `provider/id`.
     pub fn full_id(&self) -> String {
         format!("{}/{}", self.provider, self.id)
@@ -186,19 +206,10 @@ fn builtin(
 ) -> Vec<Model> {
     ids.iter()
         .map(|(id, window, max)| Model {
-            id: id.to_string(),
-            name: id.to_string(),
-            api: api.to_string(),
-            provider: provider.to_string(),
-            base_url: base.to_string(),
             api_key: key.clone(),
-            headers: BTreeMap::new(),
             context_window: *window,
             max_tokens: *max,
-            reasoning: false,
-            cost: ModelCost::default(),
-            compat: Value::Null,
-            script: None,
+            ..Model::new(api, provider, id, base)
         })
         .collect()
 }

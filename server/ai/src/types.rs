@@ -108,14 +108,29 @@ pub fn join_text(blocks: &[ContentBlock]) -> String {
         .join("\n")
 }
 
+/// Writes a whole-number `f64` as an integer (`0`, not `0.0`), as JavaScript does, so session
+/// files read the same as Pi's.
+fn js_number<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+        s.serialize_i64(*v as i64)
+    } else {
+        s.serialize_f64(*v)
+    }
+}
+
 /// Cost in US dollars, split like Pi's `usage.cost`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Cost {
+    #[serde(serialize_with = "js_number")]
     pub input: f64,
+    #[serde(serialize_with = "js_number")]
     pub output: f64,
+    #[serde(serialize_with = "js_number")]
     pub cache_read: f64,
+    #[serde(serialize_with = "js_number")]
     pub cache_write: f64,
+    #[serde(serialize_with = "js_number")]
     pub total: f64,
 }
 
@@ -281,7 +296,7 @@ mod tests {
     fn seed_session_messages_round_trip() {
         let lines = [
             json!({"role":"user","content":"Read config.ts","timestamp":1785232801000i64}),
-            json!({"role":"assistant","content":[{"type":"toolCall","id":"call-1","name":"read","arguments":{"path":"config.ts"}}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet","usage":{"input":21,"output":10,"cacheRead":0,"cacheWrite":0,"totalTokens":31,"cost":{"input":0.0,"output":0.0,"cacheRead":0.0,"cacheWrite":0.0,"total":0.0}},"stopReason":"toolUse","timestamp":1785232802000i64}),
+            json!({"role":"assistant","content":[{"type":"toolCall","id":"call-1","name":"read","arguments":{"path":"config.ts"}}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet","usage":{"input":21,"output":10,"cacheRead":0,"cacheWrite":0,"totalTokens":31,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"toolUse","timestamp":1785232802000i64}),
             json!({"role":"toolResult","toolCallId":"call-1","toolName":"read","content":[{"type":"text","text":"export const port = 3000;"}],"isError":false,"timestamp":1785232803000i64}),
         ];
         for line in lines {

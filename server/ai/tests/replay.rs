@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use pi_ai::models::ModelCost;
 use pi_ai::{ContentBlock, Context, Message, Model, StopReason, StreamOptions, ToolCall};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -54,24 +53,14 @@ async fn serve(reads: Vec<Vec<u8>>) -> String {
 }
 
 fn model(api: &str, base: String) -> Model {
+    let base = if api == "openai-completions" {
+        format!("{base}/v1")
+    } else {
+        base
+    };
     Model {
-        id: "m".into(),
-        name: "m".into(),
-        api: api.into(),
-        provider: "p".into(),
-        base_url: if api == "openai-completions" {
-            format!("{base}/v1")
-        } else {
-            base
-        },
         api_key: Some("k".into()),
-        headers: Default::default(),
-        context_window: 1000,
-        max_tokens: 100,
-        reasoning: false,
-        cost: ModelCost::default(),
-        compat: Value::Null,
-        script: None,
+        ..Model::new(api, "p", "m", &base)
     }
 }
 

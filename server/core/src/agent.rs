@@ -397,42 +397,33 @@ pub async fn run_agent(
             last_stop = assistant.stop_reason;
             last_error = assistant.error_message.clone();
             let message = Message::Assistant(assistant.clone());
-            if matches!(
+            let failed = matches!(
                 assistant.stop_reason,
                 StopReason::Error | StopReason::Aborted
-            ) {
-                // Calls of a failed response never run, but each still gets its paired
-                // result so the stored history stays valid (case PAIR-01).
-                let text = if assistant.stop_reason == StopReason::Aborted {
-                    ABORTED_TEXT
-                } else {
-                    "Not executed: the response failed before it was complete."
-                };
-                let mut results = Vec::new();
-                for call in assistant.tool_calls() {
-                    let r = ToolResultMessage {
+            );
+            let calls: Vec<ToolCall> = assistant.tool_calls().into_iter().cloned().collect();
+            let mut results = Vec::with_capacity(calls.len());
+            for call in &calls {
+                let r = if failed {
+                    // Calls of a failed response never run, but each still gets its paired
+                    // result so the stored history stays valid (case PAIR-01).
+                    let text = if assistant.stop_reason == StopReason::Aborted {
+                        ABORTED_TEXT
+                    } else {
+                        "Not executed: the response failed before it was complete."
+                    };
+                    ToolResultMessage {
                         tool_call_id: call.id.clone(),
                         tool_name: call.name.clone(),
                         content: vec![ContentBlock::text(text)],
                         details: None,
                         is_error: true,
                         timestamp: pi_ai::types::now_millis(),
-                    };
-                    run.push(Message::ToolResult(r.clone())).await;
-                    results.push(r);
-                }
-                sink.emit(AgentEvent::TurnEnd {
-                    message,
-                    tool_results: results,
-                })
-                .await;
-                break 'outer;
-            }
-            let calls: Vec<ToolCall> = assistant.tool_calls().into_iter().cloned().collect();
-            let truncated = assistant.stop_reason == StopReason::Length;
-            let mut results = Vec::with_capacity(calls.len());
-            for call in &calls {
-                let r = run.tool_call(call, truncated).await;
+                    }
+                } else {
+                    run.tool_call(call, assistant.stop_reason == StopReason::Length)
+                        .await
+                };
                 run.push(Message::ToolResult(r.clone())).await;
                 results.push(r);
             }
@@ -441,6 +432,9 @@ pub async fn run_agent(
                 tool_results: results,
             })
             .await;
+            if failed {
+                break 'outer;
+            }
             pending = RunControl::drain(&control.steering);
             if calls.is_empty() && pending.is_empty() {
                 break;

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use pi_ai::models::ModelCost;
 use pi_ai::{Message, Model, StopReason};
 use pi_core::agent::{AgentConfig, AgentEvent, Delivery, EventSink, RunControl, LENGTH_LIMIT_TEXT};
 use pi_core::fs::DiskFs;
@@ -54,19 +53,8 @@ fn tmp(name: &str) -> PathBuf {
 
 fn config(dir: &std::path::Path, script: Value) -> AgentConfig {
     let model = Model {
-        id: "t".into(),
-        name: "t".into(),
-        api: "scripted".into(),
-        provider: "scripted".into(),
-        base_url: String::new(),
-        api_key: None,
-        headers: Default::default(),
-        context_window: 1000,
-        max_tokens: 100,
-        reasoning: false,
-        cost: ModelCost::default(),
-        compat: Value::Null,
         script: Some(Arc::new(serde_json::from_value(script).unwrap())),
+        ..Model::new("scripted", "scripted", "t", "")
     };
     AgentConfig {
         model,

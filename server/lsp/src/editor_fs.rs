@@ -166,10 +166,14 @@ impl EditorFs {
     ) -> Result<(), FsError> {
         if let Some(v) = sent_version {
             if !self.docs.wait_past(path, v, CHANGE_WAIT).await {
-                tracing::warn!(
-                    "no didChange for {} after applyEdit; using the expected text",
-                    path.display()
-                );
+                // Some editors answer `applied: true` for an edit they skipped as stale; never
+                // write text to disk that the buffer does not hold.
+                tracing::warn!("no didChange for {} after applyEdit", path.display());
+                return Err(FsError::Rejected(format!(
+                    "the editor answered applied: true but sent no change for {} within {} s, so the buffer may be unchanged; read the file again",
+                    path.display(),
+                    CHANGE_WAIT.as_secs()
+                )));
             }
         }
         if self.caps.save_request {
@@ -187,8 +191,10 @@ impl EditorFs {
                 ),
             }
         }
-        let text = match self.docs.get(path) {
-            Some(d) if Some(d.version) != sent_version => d.text.to_string(),
+        // An open buffer's text (it may hold the user's unsaved typing too: saving writes the
+        // buffer, as the editor would); for a file that was not open, the text we sent.
+        let text = match (sent_version, self.docs.get(path)) {
+            (Some(_), Some(d)) => d.text.to_string(),
             _ => expected.to_string(),
         };
         atomic_write(path, text.as_bytes()).await

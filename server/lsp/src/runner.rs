@@ -22,21 +22,11 @@ pub fn sessions_dir(workspace: &Path) -> PathBuf {
 
 /// The offline scripted model.
 pub fn scripted_model() -> Model {
-    let script = serde_json::from_str(DEMO_SCRIPT).ok().map(Arc::new);
     Model {
-        id: "demo".into(),
         name: "Offline scripted demo".into(),
-        api: SCRIPTED_API.into(),
-        provider: "scripted".into(),
-        base_url: String::new(),
-        api_key: None,
-        headers: Default::default(),
-        context_window: 128_000,
         max_tokens: 4096,
-        reasoning: false,
-        cost: Default::default(),
-        compat: serde_json::Value::Null,
-        script,
+        script: serde_json::from_str(DEMO_SCRIPT).ok().map(Arc::new),
+        ..Model::new(SCRIPTED_API, "scripted", "demo", "")
     }
 }
 

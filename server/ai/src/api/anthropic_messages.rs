@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{open_sse, Next, OpenError, StreamOptions};
+use super::{open_sse, StreamOptions};
 use crate::models::Model;
 use crate::stream::{AssistantEvent, MessageBuilder};
 use crate::transform::pair_tool_results;
@@ -166,31 +166,15 @@ pub async fn run(
     headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut sse = match open_sse(&url, &headers, &body, &cancel).await {
         Ok(s) => s,
-        Err(OpenError::Aborted) => {
-            b.fail(StopReason::Aborted, "Request was aborted".into())
-                .await;
-            return;
-        }
-        Err(OpenError::Failed(msg)) => {
-            b.fail(StopReason::Error, msg).await;
-            return;
-        }
+        Err(f) => return f.end(b).await,
     };
     let mut usage = Usage::default();
     let mut stop: Option<StopReason> = None;
     loop {
         let ev = match sse.next(&cancel).await {
-            Next::Event(ev) => ev,
-            Next::Aborted => {
-                b.fail(StopReason::Aborted, "Request was aborted".into())
-                    .await;
-                return;
-            }
-            Next::Failed(msg) => {
-                b.fail(StopReason::Error, msg).await;
-                return;
-            }
-            Next::Eof => break,
+            Ok(Some(ev)) => ev,
+            Ok(None) => break,
+            Err(f) => return f.end(b).await,
         };
         if ev.data.trim().is_empty() {
             continue;

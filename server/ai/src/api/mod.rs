@@ -82,12 +82,31 @@ pub(crate) fn join_url(base: &str, path: &str) -> String {
     )
 }
 
-/// What one read of the SSE body gave.
-pub(crate) enum Next {
-    Event(Event),
-    Eof,
-    Aborted,
-    Failed(String),
+/// How a request or its stream failed: the terminal stop reason and the error message.
+pub(crate) struct Failure {
+    reason: StopReason,
+    message: String,
+}
+
+impl Failure {
+    fn aborted() -> Failure {
+        Failure {
+            reason: StopReason::Aborted,
+            message: "Request was aborted".into(),
+        }
+    }
+
+    fn error(message: String) -> Failure {
+        Failure {
+            reason: StopReason::Error,
+            message,
+        }
+    }
+
+    /// Ends the stream with this failure, keeping what streamed so far.
+    pub(crate) async fn end(self, b: MessageBuilder) {
+        b.fail(self.reason, self.message).await;
+    }
 }
 
 /// An open SSE body.
@@ -96,24 +115,21 @@ pub(crate) struct SseBody {
 }
 
 impl SseBody {
-    /// The next event, or how the body ended; cancellation wins over a pending read.
-    pub(crate) async fn next(&mut self, cancel: &CancellationToken) -> Next {
+    /// The next event, `Ok(None)` at the end of the body; cancellation wins over a pending read.
+    pub(crate) async fn next(
+        &mut self,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Event>, Failure> {
         tokio::select! {
             biased;
-            _ = cancel.cancelled() => Next::Aborted,
+            _ = cancel.cancelled() => Err(Failure::aborted()),
             ev = self.events.next() => match ev {
-                Some(Ok(ev)) => Next::Event(ev),
-                Some(Err(e)) => Next::Failed(e),
-                None => Next::Eof,
+                Some(Ok(ev)) => Ok(Some(ev)),
+                Some(Err(e)) => Err(Failure::error(e)),
+                None => Ok(None),
             },
         }
     }
-}
-
-/// How opening a stream failed.
-pub(crate) enum OpenError {
-    Aborted,
-    Failed(String),
 }
 
 /// Longest error body kept in an error message, in bytes.
@@ -126,7 +142,7 @@ pub(crate) async fn open_sse(
     headers: &[(String, String)],
     body: &Value,
     cancel: &CancellationToken,
-) -> Result<SseBody, OpenError> {
+) -> Result<SseBody, Failure> {
     let mut req = http_client()
         .post(url)
         .header("content-type", "application/json")
@@ -137,14 +153,14 @@ pub(crate) async fn open_sse(
     let req = req.body(body.to_string());
     let resp = tokio::select! {
         biased;
-        _ = cancel.cancelled() => return Err(OpenError::Aborted),
-        r = req.send() => r.map_err(|e| OpenError::Failed(format!("request to {url} failed: {}", error_chain(&e))))?,
+        _ = cancel.cancelled() => return Err(Failure::aborted()),
+        r = req.send() => r.map_err(|e| Failure::error(format!("request to {url} failed: {}", error_chain(&e))))?,
     };
     let status = resp.status();
     if !status.is_success() {
         let text = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return Err(OpenError::Aborted),
+            _ = cancel.cancelled() => return Err(Failure::aborted()),
             t = resp.text() => t.unwrap_or_default(),
         };
         let mut text = text.trim().to_string();
@@ -156,7 +172,7 @@ pub(crate) async fn open_sse(
             text.truncate(cut);
             text.push('…');
         }
-        return Err(OpenError::Failed(format!(
+        return Err(Failure::error(format!(
             "HTTP {}: {}",
             status.as_u16(),
             text
