@@ -693,14 +693,15 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
     mock.assert_paired();
     c.shutdown().await;
 
-    // A client that claims applied: true but never changes the buffer: an error, disk untouched.
+    // A client that answers applied: true but sends no didChange is trusted: the disk gets the
+    // edited text (after the documented wait).
     let mock = MockModel::start(vec![
         Step::call(
             "e2",
             "edit",
             json!({"path": "a.txt", "edits": [{"oldText": "x = 1", "newText": "x = 2"}]}),
         ),
-        Step::text("could not edit"),
+        Step::text("edited"),
     ])
     .await;
     let mut c = start(
@@ -717,12 +718,16 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
         .await
         .unwrap();
     let events = c.run_until_end(Duration::from_secs(10)).await;
-    let (text, is_error) = tool_result_text(&events, "edit");
-    assert!(
-        is_error && text.contains("answered applied: true but sent no change"),
-        "{text}"
+    assert_eq!(
+        tool_result_text(&events, "edit"),
+        (
+            "Successfully replaced 1 block(s) in a.txt.".to_string(),
+            false
+        )
     );
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x = 1\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x = 2\n");
+    assert!(c.stderr.lock().unwrap().contains("no didChange for"));
+    std::fs::write(&file, "x = 1\n").unwrap();
     c.shutdown().await;
 
     // A client that saves on request: write creates a new file through CreateFile + edit.

@@ -136,6 +136,7 @@ impl LanguageServer for Backend {
             .and_then(|f| f.first())
             .and_then(|f| uri_path(&f.uri))
             .or_else(|| params.root_uri.as_ref().and_then(uri_path))
+            .or_else(|| params.root_path.as_ref().map(PathBuf::from))
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| PathBuf::from("."));
         let root = root.canonicalize().unwrap_or(root);
