@@ -69,6 +69,9 @@ pub type UpdateFn = Arc<dyn Fn(ToolOutput) + Send + Sync>;
 pub struct ToolContext {
     /// The model's call id.
     pub call_id: String,
+    /// 1-based number of the turn (assistant response) within the run, for labels such as an
+    /// editor's undo step.
+    pub turn: usize,
     /// Cancelled when the run is aborted; long work must watch it.
     pub cancel: CancellationToken,
     /// Emits `tool_execution_update` (progress only; the returned value is canonical).
@@ -80,6 +83,11 @@ pub struct ToolContext {
 pub trait Tool: Send + Sync {
     /// Name, description and JSON Schema of the arguments, as sent to the model.
     fn spec(&self) -> ToolSpec;
+    /// True for tools that must not run concurrently with others (seed §3 "Batch scheduling":
+    /// a batch containing any sequential tool runs wholly in call order).
+    fn sequential(&self) -> bool {
+        false
+    }
     /// Runs the call. `Err` becomes a paired error result.
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
 }
@@ -210,6 +218,8 @@ struct Run<'a> {
     sink: &'a dyn EventSink,
     messages: Vec<Message>,
     new_messages: Vec<Message>,
+    /// Assistant requests made so far in this run.
+    turn: usize,
 }
 
 impl Run<'_> {
@@ -225,6 +235,7 @@ impl Run<'_> {
     }
 
     async fn assistant(&mut self) -> AssistantMessage {
+        self.turn += 1;
         let context = Context {
             system_prompt: self.cfg.system_prompt.clone(),
             messages: self.messages.clone(),
@@ -313,6 +324,7 @@ impl Run<'_> {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToolOutput>();
             let ctx = ToolContext {
                 call_id: call.id.clone(),
+                turn: self.turn,
                 cancel: self.control.cancel.child_token(),
                 on_update: Arc::new(move |o| {
                     let _ = tx.send(o);
@@ -382,6 +394,7 @@ pub async fn run_agent(
         sink,
         messages: history,
         new_messages: Vec::new(),
+        turn: 0,
     };
     sink.emit(AgentEvent::AgentStart).await;
     let mut pending = prompts;

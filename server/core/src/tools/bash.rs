@@ -197,6 +197,11 @@ impl Tool for BashTool {
         }
     }
 
+    /// Mutates the workspace: a batch containing it runs in call order.
+    fn sequential(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("bash", args)?;
         let mut warning = None;

@@ -146,6 +146,11 @@ impl Tool for EditTool {
         }
     }
 
+    /// Mutates the workspace: a batch containing it runs in call order.
+    fn sequential(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("edit", args)?;
         let mut edits: Vec<(String, String)> = a

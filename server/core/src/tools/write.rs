@@ -41,6 +41,11 @@ impl Tool for WriteTool {
         }
     }
 
+    /// Mutates the workspace: a batch containing it runs in call order.
+    fn sequential(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("write", args)?;
         let path = resolve_path(self.fs.root(), &a.path)?;
