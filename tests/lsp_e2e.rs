@@ -595,6 +595,16 @@ async fn bad_requests_get_clear_errors_and_the_server_goes_on() {
         .find(|e| e["event"]["type"] == "message_end")
         .unwrap();
     assert_eq!(end["event"]["message"]["content"][0]["text"], "after abort");
+    // The follow-up queued before the abort was kept and goes first with the next prompt.
+    let last = mock.requests().pop().unwrap();
+    let users: Vec<&str> = last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["first", "later", "again"]);
     mock.assert_paired();
     assert!(c.shutdown().await.success());
 }

@@ -35,11 +35,11 @@ fn main() {
         )),
         ..Model::new("scripted", "scripted", "b", "")
     };
-    let cfg = AgentConfig {
+    let cfg = AgentConfig::new(
         model,
-        system_prompt: "s".into(),
-        tools: default_tools(Arc::new(DiskFs::new(dir.clone())), None),
-    };
+        "s".into(),
+        default_tools(Arc::new(DiskFs::new(dir.clone())), None),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

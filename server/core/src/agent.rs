@@ -4,19 +4,41 @@
 //! outer loop: follow-up re-entry
 //!   inner loop: assistant → tool batch → paired results → steering → assistant
 //! ```
-//! Each completed assistant message is appended before its tool batch runs; each call gets
-//! exactly one [`ToolResultMessage`], stored in call order; the next request therefore carries
-//! every call with its result. Ordinary tool failures become error results the model can
-//! repair; a provider error or an abort ends the run. When a response stopped for the length
-//! limit, no call in it executes (seed §3 "Length-limit guardrail").
+//! - Each completed assistant message is appended before its tool batch runs; each call gets
+//!   exactly one [`ToolResultMessage`], stored in call order, so the next request carries every
+//!   call with its result. Ordinary tool failures become error results the model can repair; a
+//!   provider error or an abort ends the run (the calls of that last response still get paired
+//!   error results, case PAIR-01).
+//! - Length-limit guardrail: when a response stopped for the length limit, no call in it
+//!   executes; each gets an error result.
+//! - Trust boundary per call: lookup → [`Tool::prepare_arguments`] → clone, coerce and validate
+//!   against the tool's JSON Schema ([`crate::validate`]) → trusted
+//!   [`AgentHooks::before_tool_call`] (may mutate the arguments; not re-validated; may block) →
+//!   abort check → execute (in its own task: a panic becomes an error result) →
+//!   [`AgentHooks::after_tool_call`] (may replace content, details, isError, terminate).
+//!   `tool_execution_start` means processing began, not that execute ran. `on_update` only
+//!   emits progress; updates after the call settled are dropped.
+//! - Batches: sequential when [`ToolExecution::Sequential`] or any called tool is
+//!   [`Tool::sequential`]; otherwise the calls run concurrently, `tool_execution_end` events come
+//!   in completion order, and results are stored in call order.
+//! - `terminate`: automatic continuation stops when every finalized result of a non-empty batch
+//!   has `terminate: true` (`has_more_tool_calls = !terminate`); queued steering still causes
+//!   another request.
+//! - Steering is checked before the first request and after every turn; follow-ups when the agent
+//!   would stop; next-turn messages wait for the caller's next prompt. Queue modes deliver one
+//!   message per check or all of them. Abort cancels the token that reaches the HTTP stream and
+//!   every running tool; tools that ignore it are stopped after [`ABORT_GRACE`]; queued messages
+//!   are not drained once aborted and come back in [`RunOutcome::undelivered`].
 //!
 //! The loop knows only `pi-ai` and the [`Tool`] trait. Listeners (persistence, the editor) see
 //! every step through an [`EventSink`], awaited in order like Pi's subscribers.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::stream::{FuturesUnordered, StreamExt};
 use pi_ai::{
     AssistantEvent, AssistantMessage, ContentBlock, Context, Message, Model, StopReason,
     StreamOptions, ToolCall, ToolResultMessage, ToolSpec,
@@ -25,12 +47,21 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// What a tool produced: content for the model, details for the UI (Pi's `AgentToolResult`).
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// What a tool produced: content for the model, details for the UI, and the tool's
+/// continuation hint (Pi's `AgentToolResult`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ToolOutput {
     pub content: Vec<ContentBlock>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
+    /// Set by the tool (or the after hook), never by the model: when every result of a batch
+    /// has it, the loop does not request another response on its own.
+    #[serde(skip_serializing_if = "is_false")]
+    pub terminate: bool,
 }
 
 impl ToolOutput {
@@ -39,6 +70,16 @@ impl ToolOutput {
         ToolOutput {
             content: vec![ContentBlock::text(text)],
             details: None,
+            terminate: false,
+        }
+    }
+
+    /// An error output as Pi makes it: the message as text, `details: {}`.
+    fn error(message: impl Into<String>, details: Option<Value>) -> Self {
+        ToolOutput {
+            content: vec![ContentBlock::text(message)],
+            details: Some(details.unwrap_or_else(|| Value::Object(Default::default()))),
+            terminate: false,
         }
     }
 }
@@ -88,8 +129,66 @@ pub trait Tool: Send + Sync {
     fn sequential(&self) -> bool {
         false
     }
+    /// Rewrites raw model arguments before validation (e.g. legacy parameter shapes).
+    fn prepare_arguments(&self, args: Value) -> Value {
+        args
+    }
     /// Runs the call. `Err` becomes a paired error result.
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
+}
+
+/// The before-tool hook's view of a call. `args` are the validated arguments; the hook may
+/// change them and they are not validated again (seed §3: trusted code owns that).
+pub struct BeforeToolCall<'a> {
+    pub assistant: &'a AssistantMessage,
+    pub call: &'a ToolCall,
+    pub args: &'a mut Value,
+}
+
+/// The after-tool hook's view of a settled call.
+pub struct AfterToolCall<'a> {
+    pub assistant: &'a AssistantMessage,
+    pub call: &'a ToolCall,
+    pub args: &'a Value,
+    pub output: &'a ToolOutput,
+    pub is_error: bool,
+}
+
+/// What an after hook replaces; `None` fields keep the tool's value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AfterToolOverride {
+    pub content: Option<Vec<ContentBlock>>,
+    pub details: Option<Value>,
+    pub is_error: Option<bool>,
+    pub terminate: Option<bool>,
+}
+
+/// What the next assistant request is built from; [`AgentHooks::prepare_next_turn`] may
+/// replace any of it.
+pub struct NextTurn {
+    pub messages: Vec<Message>,
+    pub model: Model,
+    pub system_prompt: String,
+}
+
+/// Trusted product policy plugged into the loop (seed §5: extensions map onto these hooks).
+#[async_trait]
+pub trait AgentHooks: Send + Sync {
+    /// Runs after validation, before execution. `Err(reason)` blocks the call: the reason is
+    /// its error result.
+    async fn before_tool_call(&self, _call: BeforeToolCall<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    /// Runs after execution. `Err(message)` turns the result into an error with that text.
+    async fn after_tool_call(
+        &self,
+        _call: AfterToolCall<'_>,
+    ) -> Result<Option<AfterToolOverride>, String> {
+        Ok(None)
+    }
+    /// Runs before every assistant request; may replace context, model or system prompt for
+    /// that request and the ones after it.
+    async fn prepare_next_turn(&self, _next: &mut NextTurn) {}
 }
 
 /// One event of a run, serialized with Pi's names and shapes (`{"type":"turn_start"}`, …).
@@ -151,40 +250,115 @@ pub enum Delivery {
     Steer,
     /// When the agent would otherwise stop.
     FollowUp,
+    /// With the next external prompt, not in this run.
+    NextTurn,
+}
+
+/// How many queued messages one check delivers (Pi's `steeringMode` / `followUpMode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueueMode {
+    /// One message per check (Pi's default).
+    #[default]
+    OneAtATime,
+    /// Every queued message at once.
+    All,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: Mutex<VecDeque<Message>>,
+    mode: Mutex<QueueMode>,
+}
+
+impl Queue {
+    fn push(&self, m: Message) {
+        if let Ok(mut q) = self.items.lock() {
+            q.push_back(m);
+        }
+    }
+
+    fn drain(&self) -> Vec<Message> {
+        let mode = self.mode.lock().map(|m| *m).unwrap_or_default();
+        let Ok(mut q) = self.items.lock() else {
+            return Vec::new();
+        };
+        match mode {
+            QueueMode::All => q.drain(..).collect(),
+            QueueMode::OneAtATime => q.pop_front().into_iter().collect(),
+        }
+    }
+
+    fn take_all(&self) -> Vec<Message> {
+        self.items
+            .lock()
+            .map(|mut q| q.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    fn len(&self) -> usize {
+        self.items.lock().map(|q| q.len()).unwrap_or(0)
+    }
 }
 
 /// Shared handle to a run: abort and queues. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct RunControl {
     pub cancel: CancellationToken,
-    steering: Arc<Mutex<VecDeque<Message>>>,
-    follow_up: Arc<Mutex<VecDeque<Message>>>,
+    steering: Arc<Queue>,
+    follow_up: Arc<Queue>,
+    next_turn: Arc<Queue>,
 }
 
 impl RunControl {
-    /// Queues `message` for delivery into the running loop.
+    /// Queues `message` for delivery.
     pub fn enqueue(&self, message: Message, how: Delivery) {
-        let q = match how {
-            Delivery::Steer => &self.steering,
-            Delivery::FollowUp => &self.follow_up,
-        };
-        if let Ok(mut q) = q.lock() {
-            q.push_back(message);
+        match how {
+            Delivery::Steer => self.steering.push(message),
+            Delivery::FollowUp => self.follow_up.push(message),
+            Delivery::NextTurn => self.next_turn.push(message),
         }
     }
 
-    fn drain(q: &Mutex<VecDeque<Message>>) -> Vec<Message> {
-        q.lock()
-            .map(|mut q| q.drain(..).collect())
-            .unwrap_or_default()
+    /// Sets how many steering / follow-up messages one check delivers.
+    pub fn set_modes(&self, steering: QueueMode, follow_up: QueueMode) {
+        if let Ok(mut m) = self.steering.mode.lock() {
+            *m = steering;
+        }
+        if let Ok(mut m) = self.follow_up.mode.lock() {
+            *m = follow_up;
+        }
     }
 
-    /// Messages queued but not delivered (after the run ended they are returned to the caller).
+    /// Numbers of queued (steering, follow-up, next-turn) messages.
+    pub fn queued(&self) -> (usize, usize, usize) {
+        (
+            self.steering.len(),
+            self.follow_up.len(),
+            self.next_turn.len(),
+        )
+    }
+
+    /// Steering and follow-up messages not delivered yet, steering first.
     pub fn take_undelivered(&self) -> Vec<Message> {
-        let mut v = Self::drain(&self.steering);
-        v.extend(Self::drain(&self.follow_up));
+        let mut v = self.steering.take_all();
+        v.extend(self.follow_up.take_all());
         v
     }
+
+    /// Messages queued for the next external prompt.
+    pub fn take_next_turn(&self) -> Vec<Message> {
+        self.next_turn.take_all()
+    }
+}
+
+/// Whether the calls of one batch may run concurrently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolExecution {
+    /// Concurrently, unless a called tool is sequential.
+    #[default]
+    Parallel,
+    /// Always in call order.
+    Sequential,
 }
 
 /// Everything a run needs besides the conversation.
@@ -193,6 +367,21 @@ pub struct AgentConfig {
     pub model: Model,
     pub system_prompt: String,
     pub tools: Vec<Arc<dyn Tool>>,
+    pub tool_execution: ToolExecution,
+    pub hooks: Option<Arc<dyn AgentHooks>>,
+}
+
+impl AgentConfig {
+    /// A config with parallel batches and no hooks.
+    pub fn new(model: Model, system_prompt: String, tools: Vec<Arc<dyn Tool>>) -> Self {
+        AgentConfig {
+            model,
+            system_prompt,
+            tools,
+            tool_execution: ToolExecution::Parallel,
+            hooks: None,
+        }
+    }
 }
 
 /// How a run ended.
@@ -200,20 +389,44 @@ pub struct AgentConfig {
 pub struct RunOutcome {
     /// The whole conversation after the run (history plus everything appended).
     pub messages: Vec<Message>,
-    /// The stop reason of the last assistant message (`stop` if none was requested).
+    /// The stop reason of the last assistant message.
     pub stop_reason: StopReason,
     /// The last assistant's error message, for error and aborted runs.
     pub error_message: Option<String>,
+    /// Steering and follow-up messages the run did not deliver (it was aborted, or they came
+    /// after its last check), steering first; the caller delivers them next.
+    pub undelivered: Vec<Message>,
+    /// Messages queued with [`Delivery::NextTurn`]; they go with the caller's next prompt.
+    pub next_turn: Vec<Message>,
 }
 
 /// Text of the result given to every call of a response cut by the output limit.
 pub const LENGTH_LIMIT_TEXT: &str = "Not executed: the response hit the output token limit (stopReason \"length\"), so these arguments may be truncated. Retry with smaller steps, e.g. write a short file first and add to it with edit.";
 
-/// Text of the result given to calls skipped because the run was aborted.
+/// Text of the result given to calls skipped or stopped because the run was aborted.
 pub const ABORTED_TEXT: &str = "Tool execution was aborted by the user.";
 
+/// Text of the result given to the calls of a response that failed mid-stream.
+pub const FAILED_RESPONSE_TEXT: &str = "Not executed: the response failed before it was complete.";
+
+/// How long running tools get to observe an abort before their tasks are stopped.
+pub const ABORT_GRACE: Duration = Duration::from_secs(2);
+
+/// A call that passed the trust boundary and is ready to execute.
+struct Prepared {
+    index: usize,
+    tool: Arc<dyn Tool>,
+    args: Value,
+}
+
+/// A call's final outcome.
+struct Finalized {
+    output: ToolOutput,
+    is_error: bool,
+}
+
 struct Run<'a> {
-    cfg: &'a AgentConfig,
+    cfg: AgentConfig,
     control: &'a RunControl,
     sink: &'a dyn EventSink,
     messages: Vec<Message>,
@@ -234,15 +447,35 @@ impl Run<'_> {
         self.new_messages.push(m);
     }
 
+    fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.cfg
+            .tools
+            .iter()
+            .find(|t| t.spec().name == name)
+            .cloned()
+    }
+
     async fn assistant(&mut self) -> AssistantMessage {
         self.turn += 1;
+        if let Some(h) = self.cfg.hooks.clone() {
+            let mut next = NextTurn {
+                messages: std::mem::take(&mut self.messages),
+                model: self.cfg.model.clone(),
+                system_prompt: self.cfg.system_prompt.clone(),
+            };
+            h.prepare_next_turn(&mut next).await;
+            self.messages = next.messages;
+            self.cfg.model = next.model;
+            self.cfg.system_prompt = next.system_prompt;
+        }
+        let model = self.cfg.model.clone();
         let context = Context {
             system_prompt: self.cfg.system_prompt.clone(),
             messages: self.messages.clone(),
             tools: self.cfg.tools.iter().map(|t| t.spec()).collect(),
         };
         let mut stream = pi_ai::stream(
-            &self.cfg.model,
+            &model,
             &context,
             StreamOptions {
                 cancel: self.control.cancel.child_token(),
@@ -258,11 +491,7 @@ impl Run<'_> {
             }
             if let AssistantEvent::Start = ev {
                 started = true;
-                let partial = AssistantMessage::empty(
-                    &self.cfg.model.api,
-                    &self.cfg.model.provider,
-                    &self.cfg.model.id,
-                );
+                let partial = AssistantMessage::empty(&model.api, &model.provider, &model.id);
                 self.sink
                     .emit(AgentEvent::MessageStart {
                         message: Message::Assistant(partial),
@@ -277,19 +506,15 @@ impl Run<'_> {
             }
         }
         let mut message = last.unwrap_or_else(|| {
-            let mut m = AssistantMessage::empty(
-                &self.cfg.model.api,
-                &self.cfg.model.provider,
-                &self.cfg.model.id,
-            );
+            let mut m = AssistantMessage::empty(&model.api, &model.provider, &model.id);
             m.stop_reason = StopReason::Error;
             m.error_message = Some("model stream ended without a result".into());
             m
         });
         if message.api.is_empty() {
-            message.api = self.cfg.model.api.clone();
-            message.provider = self.cfg.model.provider.clone();
-            message.model = self.cfg.model.id.clone();
+            message.api = model.api.clone();
+            message.provider = model.provider.clone();
+            message.model = model.id.clone();
         }
         if !started {
             self.sink
@@ -307,80 +532,286 @@ impl Run<'_> {
         message
     }
 
-    /// Runs one call through the trust boundary and returns its paired result.
-    async fn tool_call(&mut self, call: &ToolCall, truncated: bool) -> ToolResultMessage {
-        self.sink
-            .emit(AgentEvent::ToolExecutionStart {
-                tool_call_id: call.id.clone(),
-                tool_name: call.name.clone(),
-                args: call.arguments.clone(),
+    /// Lookup, prepare, validate, before hook and abort check: `Ok` to execute, `Err` for an
+    /// immediate (error) outcome.
+    async fn prepare(
+        &self,
+        assistant: &AssistantMessage,
+        index: usize,
+        call: &ToolCall,
+    ) -> Result<Prepared, Finalized> {
+        let immediate = |text: String| Finalized {
+            output: ToolOutput::error(text, None),
+            is_error: true,
+        };
+        if assistant.stop_reason == StopReason::Length {
+            return Err(immediate(LENGTH_LIMIT_TEXT.into()));
+        }
+        let Some(tool) = self.tool(&call.name) else {
+            return Err(immediate(format!("Tool {} not found", call.name)));
+        };
+        let spec = tool.spec();
+        let raw = tool.prepare_arguments(call.arguments.clone());
+        let mut args = crate::validate::validate_arguments(&spec.name, &spec.parameters, &raw)
+            .map_err(immediate)?;
+        if let Some(h) = &self.cfg.hooks {
+            h.before_tool_call(BeforeToolCall {
+                assistant,
+                call,
+                args: &mut args,
             })
-            .await;
-        let outcome: Result<ToolOutput, ToolError> = if truncated {
-            Err(ToolError::new(LENGTH_LIMIT_TEXT))
-        } else if self.control.cancel.is_cancelled() {
-            Err(ToolError::new(ABORTED_TEXT))
-        } else if let Some(tool) = self.cfg.tools.iter().find(|t| t.spec().name == call.name) {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToolOutput>();
-            let ctx = ToolContext {
-                call_id: call.id.clone(),
-                turn: self.turn,
-                cancel: self.control.cancel.child_token(),
-                on_update: Arc::new(move |o| {
-                    let _ = tx.send(o);
-                }),
-            };
-            let exec = tool.execute(ctx, call.arguments.clone());
-            tokio::pin!(exec);
-            loop {
-                tokio::select! {
-                    r = &mut exec => break r,
-                    Some(partial) = rx.recv() => {
-                        self.sink.emit(AgentEvent::ToolExecutionUpdate {
-                            tool_call_id: call.id.clone(),
-                            tool_name: call.name.clone(),
-                            args: call.arguments.clone(),
-                            partial_result: partial,
-                        }).await;
+            .await
+            .map_err(|reason| {
+                immediate(if reason.is_empty() {
+                    "Tool execution was blocked".into()
+                } else {
+                    reason
+                })
+            })?;
+        }
+        if self.control.cancel.is_cancelled() {
+            return Err(immediate(ABORTED_TEXT.into()));
+        }
+        Ok(Prepared { index, tool, args })
+    }
+
+    /// Applies the after hook to an executed call.
+    async fn finalize(
+        &self,
+        assistant: &AssistantMessage,
+        call: &ToolCall,
+        args: &Value,
+        result: Result<ToolOutput, ToolError>,
+    ) -> Finalized {
+        let (mut output, mut is_error) = match result {
+            Ok(o) => (o, false),
+            Err(e) => (ToolOutput::error(e.message, e.details), true),
+        };
+        if let Some(h) = &self.cfg.hooks {
+            match h
+                .after_tool_call(AfterToolCall {
+                    assistant,
+                    call,
+                    args,
+                    output: &output,
+                    is_error,
+                })
+                .await
+            {
+                Ok(Some(o)) => {
+                    if let Some(c) = o.content {
+                        output.content = c;
+                    }
+                    if o.details.is_some() {
+                        output.details = o.details;
+                    }
+                    if let Some(t) = o.terminate {
+                        output.terminate = t;
+                    }
+                    if let Some(e) = o.is_error {
+                        is_error = e;
                     }
                 }
+                Ok(None) => {}
+                Err(message) => {
+                    output = ToolOutput::error(message, None);
+                    is_error = true;
+                }
             }
-            // Updates still queued after settlement are dropped (seed §3).
-        } else {
-            Err(ToolError::new(format!("Tool {} not found", call.name)))
-        };
-        let (output, is_error) = match outcome {
-            Ok(o) => (o, false),
-            Err(e) => (
-                ToolOutput {
-                    content: vec![ContentBlock::text(e.message)],
-                    details: e.details,
-                },
-                true,
-            ),
-        };
+        }
+        Finalized { output, is_error }
+    }
+
+    async fn emit_end(&self, call: &ToolCall, f: &Finalized) {
         self.sink
             .emit(AgentEvent::ToolExecutionEnd {
                 tool_call_id: call.id.clone(),
                 tool_name: call.name.clone(),
-                result: output.clone(),
-                is_error,
+                result: f.output.clone(),
+                is_error: f.is_error,
             })
             .await;
+    }
+
+    /// Executes prepared calls concurrently (one at a time when given one), forwarding their
+    /// progress, and finalizes each as it settles (emitting `tool_execution_end`).
+    async fn execute(
+        &self,
+        assistant: &AssistantMessage,
+        calls: &[ToolCall],
+        prepared: Vec<Prepared>,
+        slots: &mut [Option<Finalized>],
+    ) {
+        let (utx, mut urx) = tokio::sync::mpsc::unbounded_channel::<(usize, ToolOutput)>();
+        let mut running = FuturesUnordered::new();
+        let mut aborts = Vec::new();
+        let mut args_of: Vec<Option<Value>> = vec![None; calls.len()];
+        for p in prepared {
+            let utx = utx.clone();
+            let i = p.index;
+            let ctx = ToolContext {
+                call_id: calls[i].id.clone(),
+                turn: self.turn,
+                cancel: self.control.cancel.child_token(),
+                on_update: Arc::new(move |o| {
+                    let _ = utx.send((i, o));
+                }),
+            };
+            args_of[i] = Some(p.args.clone());
+            let tool = p.tool;
+            let args = p.args;
+            let handle = tokio::spawn(async move { tool.execute(ctx, args).await });
+            aborts.push(handle.abort_handle());
+            running.push(async move { (i, handle.await) });
+        }
+        drop(utx);
+        let mut settled = vec![false; calls.len()];
+        let mut grace: Option<tokio::time::Instant> = None;
+        loop {
+            let grace_sleep = async {
+                match grace {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some((i, partial)) = urx.recv() => {
+                    if !settled[i] {
+                        self.emit_update(&calls[i], partial).await;
+                    }
+                }
+                joined = running.next() => {
+                    let Some((i, joined)) = joined else { break };
+                    // Updates sent before the call settled still count (Pi awaits them).
+                    while let Ok((j, partial)) = urx.try_recv() {
+                        if !settled[j] {
+                            self.emit_update(&calls[j], partial).await;
+                        }
+                    }
+                    settled[i] = true;
+                    let result = match joined {
+                        Ok(r) => r,
+                        Err(e) if e.is_panic() => Err(ToolError::new(format!("Tool {} failed: it panicked", calls[i].name))),
+                        Err(_) => Err(ToolError::new(ABORTED_TEXT)),
+                    };
+                    let args = args_of[i].take().unwrap_or(Value::Null);
+                    let f = self.finalize(assistant, &calls[i], &args, result).await;
+                    self.emit_end(&calls[i], &f).await;
+                    slots[i] = Some(f);
+                }
+                _ = self.control.cancel.cancelled(), if grace.is_none() => {
+                    grace = Some(tokio::time::Instant::now() + ABORT_GRACE);
+                }
+                _ = grace_sleep => {
+                    for a in &aborts {
+                        a.abort();
+                    }
+                    grace = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+                }
+            }
+        }
+    }
+
+    async fn emit_update(&self, call: &ToolCall, partial: ToolOutput) {
+        self.sink
+            .emit(AgentEvent::ToolExecutionUpdate {
+                tool_call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                args: call.arguments.clone(),
+                partial_result: partial,
+            })
+            .await;
+    }
+
+    fn result_message(call: &ToolCall, f: Finalized) -> ToolResultMessage {
         ToolResultMessage {
             tool_call_id: call.id.clone(),
             tool_name: call.name.clone(),
-            content: output.content,
-            details: output.details,
-            is_error,
+            content: f.output.content,
+            details: f.output.details,
+            is_error: f.is_error,
             timestamp: pi_ai::types::now_millis(),
+        }
+    }
+
+    /// Runs the batch of `assistant`'s calls; returns the results in call order and whether
+    /// the batch asks to stop (every result has `terminate`).
+    async fn batch(&mut self, assistant: &AssistantMessage) -> (Vec<ToolResultMessage>, bool) {
+        let calls: Vec<ToolCall> = assistant.tool_calls().into_iter().cloned().collect();
+        let sequential = self.cfg.tool_execution == ToolExecution::Sequential
+            || calls
+                .iter()
+                .any(|c| self.tool(&c.name).is_some_and(|t| t.sequential()));
+        let mut results = Vec::with_capacity(calls.len());
+        let mut terminate = !calls.is_empty();
+        let start = |c: &ToolCall| AgentEvent::ToolExecutionStart {
+            tool_call_id: c.id.clone(),
+            tool_name: c.name.clone(),
+            args: c.arguments.clone(),
+        };
+        if sequential {
+            for (i, call) in calls.iter().enumerate() {
+                self.sink.emit(start(call)).await;
+                let mut slot = [None];
+                match self.prepare(assistant, 0, call).await {
+                    Ok(p) => {
+                        self.execute(assistant, std::slice::from_ref(call), vec![p], &mut slot)
+                            .await
+                    }
+                    Err(f) => {
+                        self.emit_end(call, &f).await;
+                        slot[0] = Some(f);
+                    }
+                }
+                let f = slot[0].take().unwrap_or(Finalized {
+                    output: ToolOutput::error(ABORTED_TEXT, None),
+                    is_error: true,
+                });
+                terminate &= f.output.terminate;
+                let r = Self::result_message(&calls[i], f);
+                self.push(Message::ToolResult(r.clone())).await;
+                results.push(r);
+            }
+        } else {
+            let mut slots: Vec<Option<Finalized>> = (0..calls.len()).map(|_| None).collect();
+            let mut prepared = Vec::new();
+            for (i, call) in calls.iter().enumerate() {
+                self.sink.emit(start(call)).await;
+                match self.prepare(assistant, i, call).await {
+                    Ok(p) => prepared.push(p),
+                    Err(f) => {
+                        self.emit_end(call, &f).await;
+                        slots[i] = Some(f);
+                    }
+                }
+            }
+            self.execute(assistant, &calls, prepared, &mut slots).await;
+            for (call, slot) in calls.iter().zip(slots) {
+                let f = slot.unwrap_or(Finalized {
+                    output: ToolOutput::error(ABORTED_TEXT, None),
+                    is_error: true,
+                });
+                terminate &= f.output.terminate;
+                let r = Self::result_message(call, f);
+                self.push(Message::ToolResult(r.clone())).await;
+                results.push(r);
+            }
+        }
+        (results, terminate)
+    }
+
+    fn drain(&self, q: &Queue) -> Vec<Message> {
+        if self.control.cancel.is_cancelled() {
+            Vec::new()
+        } else {
+            q.drain()
         }
     }
 }
 
-/// Runs the loop on `history` plus `prompts` until a response has no tool calls and no queued
+/// Runs the loop on `history` plus `prompts` until no continuation is allowed and no queued
 /// message is left, or a provider error or abort ends it. Emits exactly one `agent_start` and
-/// one `agent_end`.
+/// one `agent_end`; the event order follows Pi 0.73.1's `runLoop`.
 pub async fn run_agent(
     cfg: &AgentConfig,
     history: Vec<Message>,
@@ -389,7 +820,7 @@ pub async fn run_agent(
     sink: &dyn EventSink,
 ) -> RunOutcome {
     let mut run = Run {
-        cfg,
+        cfg: cfg.clone(),
         control,
         sink,
         messages: history,
@@ -397,74 +828,88 @@ pub async fn run_agent(
         turn: 0,
     };
     sink.emit(AgentEvent::AgentStart).await;
-    let mut pending = prompts;
-    let mut last_stop: StopReason;
-    let mut last_error: Option<String>;
-    'outer: loop {
-        loop {
-            sink.emit(AgentEvent::TurnStart).await;
+    sink.emit(AgentEvent::TurnStart).await;
+    for m in prompts {
+        run.push(m).await;
+    }
+    let mut pending = run.drain(&control.steering);
+    let mut first_turn = true;
+    let last = 'outer: loop {
+        let mut has_more_tool_calls = true;
+        let mut last = None;
+        while has_more_tool_calls || !pending.is_empty() {
+            if !first_turn {
+                sink.emit(AgentEvent::TurnStart).await;
+            }
+            first_turn = false;
             for m in std::mem::take(&mut pending) {
                 run.push(m).await;
             }
             let assistant = run.assistant().await;
-            last_stop = assistant.stop_reason;
-            last_error = assistant.error_message.clone();
             let message = Message::Assistant(assistant.clone());
-            let failed = matches!(
+            if matches!(
                 assistant.stop_reason,
                 StopReason::Error | StopReason::Aborted
-            );
-            let calls: Vec<ToolCall> = assistant.tool_calls().into_iter().cloned().collect();
-            let mut results = Vec::with_capacity(calls.len());
-            for call in &calls {
-                let r = if failed {
-                    // Calls of a failed response never run, but each still gets its paired
-                    // result so the stored history stays valid (case PAIR-01).
-                    let text = if assistant.stop_reason == StopReason::Aborted {
-                        ABORTED_TEXT
-                    } else {
-                        "Not executed: the response failed before it was complete."
-                    };
-                    ToolResultMessage {
-                        tool_call_id: call.id.clone(),
-                        tool_name: call.name.clone(),
-                        content: vec![ContentBlock::text(text)],
-                        details: None,
-                        is_error: true,
-                        timestamp: pi_ai::types::now_millis(),
-                    }
+            ) {
+                // The calls of a failed response never run, but each still gets its paired
+                // result so the stored history stays valid (case PAIR-01).
+                let text = if assistant.stop_reason == StopReason::Aborted {
+                    ABORTED_TEXT
                 } else {
-                    run.tool_call(call, assistant.stop_reason == StopReason::Length)
-                        .await
+                    FAILED_RESPONSE_TEXT
                 };
-                run.push(Message::ToolResult(r.clone())).await;
-                results.push(r);
+                let mut results = Vec::new();
+                for call in assistant.tool_calls() {
+                    let r = Run::result_message(
+                        call,
+                        Finalized {
+                            output: ToolOutput::error(text, None),
+                            is_error: true,
+                        },
+                    );
+                    run.push(Message::ToolResult(r.clone())).await;
+                    results.push(r);
+                }
+                sink.emit(AgentEvent::TurnEnd {
+                    message,
+                    tool_results: results,
+                })
+                .await;
+                break 'outer Some(assistant);
+            }
+            has_more_tool_calls = false;
+            let mut results = Vec::new();
+            if !assistant.tool_calls().is_empty() {
+                let (r, terminate) = run.batch(&assistant).await;
+                results = r;
+                has_more_tool_calls = !terminate;
             }
             sink.emit(AgentEvent::TurnEnd {
                 message,
                 tool_results: results,
             })
             .await;
-            if failed {
-                break 'outer;
-            }
-            pending = RunControl::drain(&control.steering);
-            if calls.is_empty() && pending.is_empty() {
-                break;
-            }
+            last = Some(assistant);
+            pending = run.drain(&control.steering);
         }
-        pending = RunControl::drain(&control.follow_up);
-        if pending.is_empty() {
-            break;
+        let follow = run.drain(&control.follow_up);
+        if follow.is_empty() {
+            break last;
         }
-    }
+        pending = follow;
+    };
     sink.emit(AgentEvent::AgentEnd {
         messages: run.new_messages.clone(),
     })
     .await;
     RunOutcome {
         messages: run.messages,
-        stop_reason: last_stop,
-        error_message: last_error,
+        stop_reason: last
+            .as_ref()
+            .map(|a| a.stop_reason)
+            .unwrap_or(StopReason::Stop),
+        error_message: last.and_then(|a| a.error_message),
+        undelivered: control.take_undelivered(),
+        next_turn: control.take_next_turn(),
     }
 }

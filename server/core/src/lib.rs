@@ -7,7 +7,9 @@ pub mod fs;
 pub mod prompt;
 pub mod session;
 pub mod tools;
+pub mod validate;
 
 pub use agent::{
-    run_agent, AgentConfig, AgentEvent, Delivery, EventSink, RunControl, RunOutcome, Tool,
+    run_agent, AgentConfig, AgentEvent, AgentHooks, Delivery, EventSink, QueueMode, RunControl,
+    RunOutcome, Tool, ToolExecution,
 };

@@ -56,11 +56,11 @@ fn config(dir: &std::path::Path, script: Value) -> AgentConfig {
         script: Some(Arc::new(serde_json::from_value(script).unwrap())),
         ..Model::new("scripted", "scripted", "t", "")
     };
-    AgentConfig {
+    AgentConfig::new(
         model,
-        system_prompt: "sys".into(),
-        tools: default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None),
-    }
+        "sys".into(),
+        default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None),
+    )
 }
 
 fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
@@ -158,7 +158,7 @@ async fn failing_tools_become_error_results_the_model_sees() {
         r[0],
         ("scripted_1_0".into(), "Tool nosuch not found".into(), true)
     );
-    assert_eq!(r[1], ("scripted_1_1".into(), "Validation failed for tool \"read\":\n  - missing field `path`\n\nReceived arguments:\n{}".into(), true));
+    assert_eq!(r[1], ("scripted_1_1".into(), "Validation failed for tool \"read\":\n  - path: \"path\" is a required property\n\nReceived arguments:\n{}".into(), true));
     assert!(r[2].1.starts_with("Path ../x is outside the workspace") && r[2].2);
     assert_eq!(
         r[3],

@@ -121,11 +121,11 @@ pub async fn run(args: RunArgs) -> i32 {
     let fs = Arc::new(DiskFs::new(workspace.clone()));
     let tools = default_tools(fs, None);
     let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-    let cfg = AgentConfig {
+    let cfg = AgentConfig::new(
         model,
-        system_prompt: pi_core::prompt::system_prompt(&workspace, &specs),
+        pi_core::prompt::system_prompt(&workspace, &specs),
         tools,
-    };
+    );
     let control = RunControl::default();
     let ctrl_c = control.clone();
     tokio::spawn(async move {

@@ -43,6 +43,9 @@ struct Session {
     messages: Vec<Message>,
     model: Model,
     active: Option<ActiveRun>,
+    /// Messages a run did not deliver (it was aborted) and next-turn messages: they go before
+    /// the next prompt, so nothing the user queued is lost (case STEER-01).
+    pending: Vec<Message>,
 }
 
 #[derive(Clone)]
@@ -243,6 +246,7 @@ impl Backend {
                     messages: Vec::new(),
                     model,
                     active: None,
+                    pending: Vec::new(),
                 }));
                 lock(&st.sessions).insert(id, s.clone());
                 s
@@ -292,7 +296,9 @@ impl Backend {
             queued: false,
         };
         drop(s);
-        tokio::spawn(drive(st.clone(), session, run, vec![message]));
+        let mut prompts = std::mem::take(&mut lock(&session).pending);
+        prompts.push(message);
+        tokio::spawn(drive(st.clone(), session, run, prompts));
         Ok(result)
     }
 
@@ -324,6 +330,7 @@ impl Backend {
             messages: loaded.messages,
             model,
             active: None,
+            pending: Vec::new(),
         }));
         Ok(lock(&self.state.sessions)
             .entry(id.to_string())
@@ -415,11 +422,7 @@ async fn drive(
         };
         let tools = default_tools(fs, Some(before));
         let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-        let cfg = AgentConfig {
-            model,
-            system_prompt: pi_core::prompt::system_prompt(&root, &specs),
-            tools,
-        };
+        let cfg = AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools);
         let sink = LspSink::new(
             st.clone(),
             session_id,
@@ -439,18 +442,21 @@ async fn drive(
         .await;
         let mut s = lock(&session);
         s.messages = outcome.messages;
-        // Messages queued after the loop's last check start a new run rather than being lost.
-        let rest = run.control.take_undelivered();
+        s.pending.extend(outcome.next_turn);
+        let rest = outcome.undelivered;
         if rest.is_empty() || run.control.cancel.is_cancelled() {
-            s.active = None;
+            // After an abort, queued messages wait for the next prompt instead of running now.
             if !rest.is_empty() {
-                tracing::warn!(
-                    "{} queued message(s) dropped because the run was aborted",
+                tracing::info!(
+                    "{} queued message(s) kept for the next prompt after the abort",
                     rest.len()
                 );
             }
+            s.pending.splice(0..0, rest);
+            s.active = None;
             return;
         }
+        // Messages queued after the loop's last check start a new run rather than being lost.
         run = ActiveRun {
             run_id: uuid::Uuid::now_v7().to_string(),
             control: RunControl::default(),

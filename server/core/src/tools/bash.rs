@@ -317,6 +317,7 @@ impl Tool for BashTool {
         };
         match end {
             End::Exited(s) if s.success() => Ok(ToolOutput {
+                terminate: false,
                 content: vec![pi_ai::ContentBlock::text(body)],
                 details,
             }),

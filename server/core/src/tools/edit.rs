@@ -193,6 +193,7 @@ impl Tool for EditTool {
             .header(&shown, &shown)
             .to_string();
         Ok(ToolOutput {
+            terminate: false,
             content: vec![pi_ai::ContentBlock::text(format!(
                 "Successfully replaced {count} block(s) in {shown}."
             ))],

@@ -72,6 +72,7 @@ impl Tool for LsTool {
             details = Some(json!({"entryLimitReached": limit}));
         }
         Ok(ToolOutput {
+            terminate: false,
             content: vec![pi_ai::ContentBlock::text(text)],
             details,
         })

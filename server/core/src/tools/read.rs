@@ -123,6 +123,7 @@ impl Tool for ReadTool {
                 .map_err(|e| ToolError::new(e.to_string()))?;
             use base64::Engine as _;
             return Ok(ToolOutput {
+                terminate: false,
                 content: vec![
                     ContentBlock::text(format!("Read image file [{mime}]")),
                     ContentBlock::Image(ImageContent {
