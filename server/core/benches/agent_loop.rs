@@ -1,5 +1,6 @@
-//! Bench: agent-loop overhead per tool round (scripted in-process model, real `ls` and `read`
-//! tools on disk, events to a no-op sink). Prints min / median per round.
+//! Bench: agent-loop overhead per tool round: 1,000 scripted rounds, each one call of a no-op
+//! tool, events to a no-op sink (model, validation, batch, events, context growth included).
+//! Prints min / median per round over 10 runs and the process's peak RSS.
 //! Run: `cargo bench -p pi-core --bench agent_loop`.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -7,10 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use pi_ai::{Message, Model};
-use pi_core::agent::{AgentConfig, AgentEvent, EventSink, RunControl};
-use pi_core::fs::DiskFs;
-use pi_core::tools::default_tools;
+use pi_ai::{Message, Model, ToolSpec};
+use pi_core::agent::{
+    AgentConfig, AgentEvent, EventSink, RunControl, ToolContext, ToolError, ToolOutput,
+};
+use pi_core::Tool;
 use serde_json::{json, Value};
 
 struct Null;
@@ -20,13 +22,37 @@ impl EventSink for Null {
     async fn emit(&self, _e: AgentEvent) {}
 }
 
+struct Noop;
+
+#[async_trait]
+impl Tool for Noop {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "noop".into(),
+            description: "does nothing".into(),
+            parameters: json!({"type":"object","properties":{"n":{"type":"number"}}}),
+        }
+    }
+    async fn execute(&self, _ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("ok"))
+    }
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 fn main() {
-    let dir = std::env::temp_dir().join(format!("pi-bench-loop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("a.txt"), "line\n".repeat(1000)).unwrap();
-    let rounds = 200;
+    let rounds = 1000;
     let mut responses: Vec<Value> = (0..rounds)
-        .map(|i| json!({"toolCalls": [{"name": if i % 2 == 0 { "ls" } else { "read" }, "arguments": {"path": if i % 2 == 0 { "." } else { "a.txt" }}}]}))
+        .map(|i| json!({"toolCalls": [{"name": "noop", "arguments": {"n": i}}]}))
         .collect();
     responses.push(json!({"text": "done"}));
     let model = Model {
@@ -35,11 +61,7 @@ fn main() {
         )),
         ..Model::new("scripted", "scripted", "b", "")
     };
-    let cfg = AgentConfig::new(
-        model,
-        "s".into(),
-        default_tools(Arc::new(DiskFs::new(dir.clone())), None),
-    );
+    let cfg = AgentConfig::new(model, "s".into(), vec![Arc::new(Noop)]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -59,10 +81,5 @@ fn main() {
         per_round.push(t.elapsed() / rounds as u32);
     }
     per_round.sort();
-    println!(
-        "agent loop, {rounds} tool rounds (ls/read)     min {:>8.2?}  median {:>8.2?} per round",
-        per_round[0],
-        per_round[per_round.len() / 2]
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    println!("agent loop, {rounds} no-op tool rounds   min {:>8.2?}  median {:>8.2?} per round   peak RSS {} KiB", per_round[0], per_round[per_round.len() / 2], peak_rss_kib());
 }

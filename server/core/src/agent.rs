@@ -412,6 +412,13 @@ pub const FAILED_RESPONSE_TEXT: &str = "Not executed: the response failed before
 /// How long running tools get to observe an abort before their tasks are stopped.
 pub const ABORT_GRACE: Duration = Duration::from_secs(2);
 
+/// A tool with its spec and compiled argument schema, built once per run.
+struct ToolEntry {
+    tool: Arc<dyn Tool>,
+    spec: ToolSpec,
+    validator: crate::validate::ArgumentValidator,
+}
+
 /// A call that passed the trust boundary and is ready to execute.
 struct Prepared {
     index: usize,
@@ -427,6 +434,7 @@ struct Finalized {
 
 struct Run<'a> {
     cfg: AgentConfig,
+    tools: Vec<ToolEntry>,
     control: &'a RunControl,
     sink: &'a dyn EventSink,
     messages: Vec<Message>,
@@ -447,12 +455,8 @@ impl Run<'_> {
         self.new_messages.push(m);
     }
 
-    fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.cfg
-            .tools
-            .iter()
-            .find(|t| t.spec().name == name)
-            .cloned()
+    fn tool(&self, name: &str) -> Option<&ToolEntry> {
+        self.tools.iter().find(|t| t.spec.name == name)
     }
 
     async fn assistant(&mut self) -> AssistantMessage {
@@ -469,10 +473,12 @@ impl Run<'_> {
             self.cfg.system_prompt = next.system_prompt;
         }
         let model = self.cfg.model.clone();
+        // The request is built synchronously from the context, so the messages are lent to it
+        // and taken back instead of copied for every request.
         let context = Context {
             system_prompt: self.cfg.system_prompt.clone(),
-            messages: self.messages.clone(),
-            tools: self.cfg.tools.iter().map(|t| t.spec()).collect(),
+            messages: std::mem::take(&mut self.messages),
+            tools: self.tools.iter().map(|t| t.spec.clone()).collect(),
         };
         let mut stream = pi_ai::stream(
             &model,
@@ -482,6 +488,7 @@ impl Run<'_> {
                 max_tokens: None,
             },
         );
+        self.messages = context.messages;
         let mut started = false;
         let mut last = None;
         while let Some(ev) = stream.next().await {
@@ -547,12 +554,14 @@ impl Run<'_> {
         if assistant.stop_reason == StopReason::Length {
             return Err(immediate(LENGTH_LIMIT_TEXT.into()));
         }
-        let Some(tool) = self.tool(&call.name) else {
+        let Some(entry) = self.tool(&call.name) else {
             return Err(immediate(format!("Tool {} not found", call.name)));
         };
-        let spec = tool.spec();
+        let tool = entry.tool.clone();
         let raw = tool.prepare_arguments(call.arguments.clone());
-        let mut args = crate::validate::validate_arguments(&spec.name, &spec.parameters, &raw)
+        let mut args = entry
+            .validator
+            .validate(&entry.spec.name, &raw)
             .map_err(immediate)?;
         if let Some(h) = &self.cfg.hooks {
             h.before_tool_call(BeforeToolCall {
@@ -741,7 +750,7 @@ impl Run<'_> {
         let sequential = self.cfg.tool_execution == ToolExecution::Sequential
             || calls
                 .iter()
-                .any(|c| self.tool(&c.name).is_some_and(|t| t.sequential()));
+                .any(|c| self.tool(&c.name).is_some_and(|t| t.tool.sequential()));
         let mut results = Vec::with_capacity(calls.len());
         let mut terminate = !calls.is_empty();
         let start = |c: &ToolCall| AgentEvent::ToolExecutionStart {
@@ -819,8 +828,21 @@ pub async fn run_agent(
     control: &RunControl,
     sink: &dyn EventSink,
 ) -> RunOutcome {
+    let tools = cfg
+        .tools
+        .iter()
+        .map(|t| {
+            let spec = t.spec();
+            ToolEntry {
+                tool: t.clone(),
+                validator: crate::validate::ArgumentValidator::new(&spec.parameters),
+                spec,
+            }
+        })
+        .collect();
     let mut run = Run {
         cfg: cfg.clone(),
+        tools,
         control,
         sink,
         messages: history,

@@ -145,46 +145,69 @@ pub fn coerce(value: Value, schema: &Value) -> Value {
     v
 }
 
-/// Coerces a copy of `args` and validates it against `schema`; returns the arguments to execute
-/// with, or Pi's validation message for `tool`.
-pub fn validate_arguments(tool: &str, schema: &Value, args: &Value) -> Result<Value, String> {
-    let coerced = coerce(args.clone(), schema);
-    let validator = jsonschema::validator_for(schema)
-        .map_err(|e| format!("Tool \"{tool}\" has an invalid parameter schema: {e}"))?;
-    let errors: Vec<String> = validator
-        .iter_errors(&coerced)
-        .map(|e| {
-            let base = e
-                .instance_path()
-                .as_str()
-                .trim_start_matches('/')
-                .replace('/', ".");
-            let path = match e.kind() {
-                ValidationErrorKind::Required { property } => {
-                    let p = property
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| property.to_string());
-                    if base.is_empty() {
-                        p
-                    } else {
-                        format!("{base}.{p}")
-                    }
-                }
-                _ if base.is_empty() => "root".to_string(),
-                _ => base,
-            };
-            format!("  - {path}: {e}")
-        })
-        .collect();
-    if errors.is_empty() {
-        return Ok(coerced);
+/// A tool's parameter schema, compiled once.
+pub struct ArgumentValidator {
+    schema: Value,
+    validator: Result<jsonschema::Validator, String>,
+}
+
+impl ArgumentValidator {
+    /// Compiles `schema`; an invalid schema is reported by every [`ArgumentValidator::validate`].
+    pub fn new(schema: &Value) -> Self {
+        ArgumentValidator {
+            schema: schema.clone(),
+            validator: jsonschema::validator_for(schema).map_err(|e| e.to_string()),
+        }
     }
-    Err(format!(
-        "Validation failed for tool \"{tool}\":\n{}\n\nReceived arguments:\n{}",
-        errors.join("\n"),
-        serde_json::to_string_pretty(args).unwrap_or_default()
-    ))
+
+    /// Coerces a copy of `args` and validates it; returns the arguments to execute with, or
+    /// Pi's validation message for `tool`.
+    pub fn validate(&self, tool: &str, args: &Value) -> Result<Value, String> {
+        let validator = self
+            .validator
+            .as_ref()
+            .map_err(|e| format!("Tool \"{tool}\" has an invalid parameter schema: {e}"))?;
+        let coerced = coerce(args.clone(), &self.schema);
+        let errors: Vec<String> = validator
+            .iter_errors(&coerced)
+            .map(|e| {
+                let base = e
+                    .instance_path()
+                    .as_str()
+                    .trim_start_matches('/')
+                    .replace('/', ".");
+                let path = match e.kind() {
+                    ValidationErrorKind::Required { property } => {
+                        let p = property
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| property.to_string());
+                        if base.is_empty() {
+                            p
+                        } else {
+                            format!("{base}.{p}")
+                        }
+                    }
+                    _ if base.is_empty() => "root".to_string(),
+                    _ => base,
+                };
+                format!("  - {path}: {e}")
+            })
+            .collect();
+        if errors.is_empty() {
+            return Ok(coerced);
+        }
+        Err(format!(
+            "Validation failed for tool \"{tool}\":\n{}\n\nReceived arguments:\n{}",
+            errors.join("\n"),
+            serde_json::to_string_pretty(args).unwrap_or_default()
+        ))
+    }
+}
+
+/// One-shot [`ArgumentValidator::validate`] (compiles the schema each call).
+pub fn validate_arguments(tool: &str, schema: &Value, args: &Value) -> Result<Value, String> {
+    ArgumentValidator::new(schema).validate(tool, args)
 }
 
 #[cfg(test)]
