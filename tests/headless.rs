@@ -240,3 +240,148 @@ async fn session_file_opens_in_pi_unchanged() {
     assert_eq!(state["data"]["messageCount"], 5);
     assert_eq!(std::fs::read(&file).unwrap(), before, "Pi rewrote the file");
 }
+
+/// Event labels of a run (type, plus role or tool name), consecutive updates collapsed, only
+/// Pi's ten agent event types.
+fn labels(events: &[Value]) -> Vec<String> {
+    let kinds = [
+        "agent_start",
+        "turn_start",
+        "message_start",
+        "message_update",
+        "message_end",
+        "tool_execution_start",
+        "tool_execution_update",
+        "tool_execution_end",
+        "turn_end",
+        "agent_end",
+    ];
+    let mut out: Vec<String> = Vec::new();
+    for e in events {
+        let Some(t) = e["type"].as_str().filter(|t| kinds.contains(t)) else {
+            continue;
+        };
+        let l = match t {
+            "message_start" | "message_end" => {
+                format!("{t}:{}", e["message"]["role"].as_str().unwrap_or(""))
+            }
+            "tool_execution_start" | "tool_execution_end" => format!(
+                "{t}:{}:{}",
+                e["toolName"].as_str().unwrap_or(""),
+                e["args"]["path"]
+                    .as_str()
+                    .or(e["toolCallId"].as_str())
+                    .unwrap_or("")
+            ),
+            _ => t.to_string(),
+        };
+        if (t == "message_update" || t == "tool_execution_update") && out.last() == Some(&l) {
+            continue;
+        }
+        out.push(l);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_order_matches_pi_for_the_same_scripted_model() {
+    let Some(pi) = pi_ref_bin() else { return };
+    let script = || {
+        vec![
+            Step::Tools(
+                Some("Let me look.".into()),
+                vec![("call_1".into(), "read".into(), json!({"path": "hello.txt"}))],
+            ),
+            Step::Tools(
+                None,
+                vec![
+                    ("call_2".into(), "read".into(), json!({"path": "a.txt"})),
+                    ("call_3".into(), "read".into(), json!({"path": "b.txt"})),
+                ],
+            ),
+            Step::text("Done."),
+        ]
+    };
+    let tmp = TempDir::new("pi-order");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for (f, t) in [("hello.txt", "hi\n"), ("a.txt", "a\n"), ("b.txt", "b\n")] {
+        std::fs::write(ws.join(f), t).unwrap();
+    }
+    // Pi, in RPC mode.
+    let mock = MockModel::start(script()).await;
+    let agent = tmp.path().join("pi-agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), mock.models_json().to_string()).unwrap();
+    let mut child = Command::new(&pi)
+        .args([
+            "--mode",
+            "rpc",
+            "--provider",
+            "mock",
+            "--model",
+            "mock-1",
+            "--session-dir",
+        ])
+        .arg(tmp.path().join("pi-sessions"))
+        .current_dir(&ws)
+        .env("PI_OFFLINE", "1")
+        .env("PI_CODING_AGENT_DIR", &agent)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    {
+        use std::io::Write;
+        writeln!(
+            stdin,
+            r#"{{"id":"1","type":"prompt","message":"look around"}}"#
+        )
+        .unwrap();
+    }
+    let stdout = child.stdout.take().unwrap();
+    let pi_events = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut events = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let v: Value = serde_json::from_str(&line.unwrap()).unwrap_or(Value::Null);
+            let end = v["type"] == "agent_end";
+            events.push(v);
+            if end {
+                break;
+            }
+        }
+        events
+    })
+    .await
+    .unwrap();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    // pi-lsp, headless with --json.
+    let mock2 = MockModel::start(script()).await;
+    let env = agent_env(&tmp.path().join("agent"), &mock2.models_json(), &[]);
+    let ws2 = ws.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            &ws2,
+            &env,
+            &["--json", "--model", "mock/mock-1", "look around"],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success());
+    let ours: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (theirs, ours) = (labels(&pi_events), labels(&ours));
+    assert!(theirs.len() > 20, "{theirs:?}");
+    assert_eq!(ours, theirs);
+    mock.assert_paired();
+    mock2.assert_paired();
+}
