@@ -687,3 +687,104 @@ async fn prepare_next_turn_replaces_the_context_for_each_request() {
         ["go", "context note 0", "context note 1"]
     );
 }
+
+/// Records events and can hold the run at `agent_end` for a while.
+struct SlowEnd {
+    seen: Mutex<Vec<String>>,
+    delay: Duration,
+    name: &'static str,
+    order: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait]
+impl EventSink for SlowEnd {
+    async fn emit(&self, event: AgentEvent) {
+        let t = serde_json::to_value(&event).unwrap()["type"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.order
+            .lock()
+            .unwrap()
+            .push(format!("{}:{t}", self.name));
+        if t == "agent_end" {
+            tokio::time::sleep(self.delay).await;
+        }
+        self.seen.lock().unwrap().push(t);
+    }
+}
+
+#[tokio::test]
+async fn agent_listeners_run_in_order_slot_streams_and_idle_waits_for_listeners() {
+    let cfg = config(
+        json!({"responses": [{"text": "a reasonably long answer streamed in chunks", "delayMs": 50}]}),
+        vec![],
+    );
+    let agent = pi_core::agent::Agent::new(cfg, vec![]);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let first = Arc::new(SlowEnd {
+        seen: Mutex::new(vec![]),
+        delay: Duration::from_millis(300),
+        name: "first",
+        order: order.clone(),
+    });
+    let second = Arc::new(SlowEnd {
+        seen: Mutex::new(vec![]),
+        delay: Duration::ZERO,
+        name: "second",
+        order: order.clone(),
+    });
+    let dropped = Arc::new(SlowEnd {
+        seen: Mutex::new(vec![]),
+        delay: Duration::ZERO,
+        name: "dropped",
+        order: order.clone(),
+    });
+    let _s1 = agent.subscribe(first.clone());
+    let _s2 = agent.subscribe(second.clone());
+    agent.subscribe(dropped.clone()).unsubscribe();
+    agent.prompt(vec![Message::user_text("go")]).unwrap();
+    assert!(agent.is_streaming());
+    assert!(matches!(
+        agent.prompt(vec![Message::user_text("again")]),
+        Err(pi_core::agent::AgentBusy)
+    ));
+    // The in-flight slot fills while the response streams.
+    let mut saw_partial = false;
+    for _ in 0..200 {
+        if let Some(p) = agent.streaming_message() {
+            if !p.text().is_empty() {
+                saw_partial = true;
+                assert!("a reasonably long answer streamed in chunks".starts_with(&p.text()));
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(saw_partial);
+    let t0 = Instant::now();
+    agent.wait_for_idle().await;
+    // The first listener's agent_end delay holds idleness.
+    assert!(
+        t0.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(!agent.is_streaming() && agent.streaming_message().is_none());
+    assert_eq!(agent.messages().len(), 2);
+    assert!(dropped.seen.lock().unwrap().is_empty());
+    let o = order.lock().unwrap().clone();
+    // Registration order for every event: first, then second.
+    for pair in o.chunks(2) {
+        assert!(
+            pair[0].starts_with("first:") && pair[1].starts_with("second:"),
+            "{o:?}"
+        );
+        assert_eq!(pair[0][6..], pair[1][7..]);
+    }
+    assert_eq!(*first.seen.lock().unwrap(), *second.seen.lock().unwrap());
+    // Idle again: a new prompt is accepted and continues the conversation.
+    agent.prompt(vec![Message::user_text("more")]).unwrap();
+    agent.wait_for_idle().await;
+    assert_eq!(user_texts(&agent.messages()), ["go", "more"]);
+}

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use pi_ai::AssistantEvent;
 use pi_ai::{Message, Model};
-use pi_core::agent::{AgentConfig, AgentEvent, Delivery, EventSink, RunControl};
+use pi_core::agent::{
+    Agent, AgentConfig, AgentEvent, Delivery, EventSink, Subscription, WeakAgent,
+};
 use pi_core::session::{find_session_file, SessionWriter};
 use pi_core::tools::{default_tools, BeforeBash};
 use serde_json::Value;
@@ -35,23 +37,14 @@ use crate::protocol::{
 };
 use crate::runner::{choose_model, sessions_dir, Recorder};
 
-/// The state of one session in this server.
+/// The state of one session in this server: its file and its [`Agent`] (at most one run).
 struct Session {
     id: String,
     writer: Arc<Mutex<SessionWriter>>,
-    /// The conversation on the active branch (updated when a run ends).
-    messages: Vec<Message>,
+    agent: Agent,
     model: Model,
-    active: Option<ActiveRun>,
-    /// Messages a run did not deliver (it was aborted) and next-turn messages: they go before
-    /// the next prompt, so nothing the user queued is lost (case STEER-01).
-    pending: Vec<Message>,
-}
-
-#[derive(Clone)]
-struct ActiveRun {
-    run_id: String,
-    control: RunControl,
+    /// Keeps the session's event listener registered.
+    _events: Subscription,
 }
 
 /// Shared server state.
@@ -177,12 +170,10 @@ impl LanguageServer for Backend {
     async fn initialized(&self, _: InitializedParams) {}
 
     async fn shutdown(&self) -> Result<()> {
-        let runs: Vec<ActiveRun> = lock(&self.state.sessions)
-            .values()
-            .filter_map(|s| lock(s).active.clone())
-            .collect();
-        for r in runs {
-            r.control.cancel.cancel();
+        let sessions: Vec<Arc<Mutex<Session>>> =
+            lock(&self.state.sessions).values().cloned().collect();
+        for s in sessions {
+            lock(&s).agent.abort();
         }
         Ok(())
     }
@@ -240,35 +231,34 @@ impl Backend {
                 )
                 .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
                 let id = writer.id().to_string();
-                let s = Arc::new(Mutex::new(Session {
-                    id: id.clone(),
-                    writer: Arc::new(Mutex::new(writer)),
-                    messages: Vec::new(),
+                let s = Arc::new(Mutex::new(new_session(
+                    st,
+                    id.clone(),
+                    writer,
                     model,
-                    active: None,
-                    pending: Vec::new(),
-                }));
+                    Vec::new(),
+                )));
                 lock(&st.sessions).insert(id, s.clone());
                 s
             }
         };
         let message = Message::user_text(p.text);
         let mut s = lock(&session);
-        if let Some(active) = &s.active {
+        if s.agent.is_streaming() {
             let how = match p.streaming_behavior {
                 Some(StreamingBehavior::Steer) => Delivery::Steer,
                 Some(StreamingBehavior::FollowUp) => Delivery::FollowUp,
                 None => {
                     return Err(agent_error(
                         codes::SESSION_BUSY,
-                        format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id, active.run_id),
+                        format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id, s.agent.run_id().unwrap_or_default()),
                     ))
                 }
             };
-            active.control.enqueue(message, how);
+            s.agent.enqueue(message, how);
             return Ok(PromptResult {
                 session_id: s.id.clone(),
-                run_id: active.run_id.clone(),
+                run_id: s.agent.run_id().unwrap_or_default(),
                 queued: true,
             });
         }
@@ -285,21 +275,17 @@ impl Backend {
                 s.model = model;
             }
         }
-        let run = ActiveRun {
-            run_id: uuid::Uuid::now_v7().to_string(),
-            control: RunControl::default(),
-        };
-        s.active = Some(run.clone());
-        let result = PromptResult {
+        // Tools, caps and project instructions are read afresh for every prompt.
+        s.agent.set_config(agent_config(st, s.model.clone()));
+        let (run_id, _) = s
+            .agent
+            .prompt(vec![message])
+            .map_err(|e| agent_error(codes::SESSION_BUSY, e.to_string()))?;
+        Ok(PromptResult {
             session_id: s.id.clone(),
-            run_id: run.run_id.clone(),
+            run_id,
             queued: false,
-        };
-        drop(s);
-        let mut prompts = std::mem::take(&mut lock(&session).pending);
-        prompts.push(message);
-        tokio::spawn(drive(st.clone(), session, run, prompts));
-        Ok(result)
+        })
     }
 
     fn resume(
@@ -324,14 +310,13 @@ impl Backend {
             .or_else(|_| choose_model(root, None, init_model.as_deref()))
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?
             .0;
-        let s = Arc::new(Mutex::new(Session {
-            id: id.to_string(),
-            writer: Arc::new(Mutex::new(writer)),
-            messages: loaded.messages,
+        let s = Arc::new(Mutex::new(new_session(
+            &self.state,
+            id.to_string(),
+            writer,
             model,
-            active: None,
-            pending: Vec::new(),
-        }));
+            loaded.messages,
+        )));
         Ok(lock(&self.state.sessions)
             .entry(id.to_string())
             .or_insert(s)
@@ -361,108 +346,74 @@ impl Backend {
                 format!("no session {}", p.session_id),
             ));
         };
-        let active = lock(&session).active.clone();
-        Ok(AbortResult {
-            aborted: active.map(|a| {
-                let was = !a.control.cancel.is_cancelled();
-                a.control.cancel.cancel();
-                was
-            }) == Some(true),
-        })
+        let aborted = lock(&session).agent.abort();
+        Ok(AbortResult { aborted })
     }
 }
 
-/// Runs the session's loop until no queued message is left, then clears the active run.
-async fn drive(
-    st: Arc<State>,
-    session: Arc<Mutex<Session>>,
-    mut run: ActiveRun,
-    mut prompts: Vec<Message>,
-) {
-    loop {
-        let (history, model, writer, session_id) = {
-            let s = lock(&session);
-            (
-                s.messages.clone(),
-                s.model.clone(),
-                s.writer.clone(),
-                s.id.clone(),
-            )
-        };
-        let root = st.root();
-        let caps = st.caps();
-        let fs = Arc::new(EditorFs::new(
-            root.clone(),
-            st.client.clone(),
-            st.docs.clone(),
-            caps,
-        ));
-        let before: BeforeBash = {
+/// The agent configuration for a run in this workspace: editor-backed tools, the system prompt
+/// (re-reading AGENTS.md), `model`.
+fn agent_config(st: &Arc<State>, model: Model) -> AgentConfig {
+    let root = st.root();
+    let fs = Arc::new(EditorFs::new(
+        root.clone(),
+        st.client.clone(),
+        st.docs.clone(),
+        st.caps(),
+    ));
+    let before: BeforeBash = {
+        let fs = fs.clone();
+        let root = root.clone();
+        Arc::new(move || {
             let fs = fs.clone();
             let root = root.clone();
-            Arc::new(move || {
-                let fs = fs.clone();
-                let root = root.clone();
-                Box::pin(async move {
-                    let dirty = fs.dirty_buffers().await;
-                    if dirty.is_empty() {
-                        return Ok(());
-                    }
-                    let names: Vec<String> = dirty
-                        .iter()
-                        .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
-                        .collect();
-                    Err(format!(
-                        "{} open editor buffer(s) differ from disk: {}",
-                        names.len(),
-                        names.join(", ")
-                    ))
-                })
+            Box::pin(async move {
+                let dirty = fs.dirty_buffers().await;
+                if dirty.is_empty() {
+                    return Ok(());
+                }
+                let names: Vec<String> = dirty
+                    .iter()
+                    .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
+                    .collect();
+                Err(format!(
+                    "{} open editor buffer(s) differ from disk: {}",
+                    names.len(),
+                    names.join(", ")
+                ))
             })
-        };
-        let tools = default_tools(fs, Some(before));
-        let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-        let cfg = AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools);
-        let sink = LspSink::new(
-            st.clone(),
-            session_id,
-            run.run_id.clone(),
-            writer,
-            run.control.clone(),
-            caps.work_done_progress,
-        )
-        .await;
-        let outcome = pi_core::run_agent(
-            &cfg,
-            history,
-            std::mem::take(&mut prompts),
-            &run.control,
-            &sink,
-        )
-        .await;
-        let mut s = lock(&session);
-        s.messages = outcome.messages;
-        s.pending.extend(outcome.next_turn);
-        let rest = outcome.undelivered;
-        if rest.is_empty() || run.control.cancel.is_cancelled() {
-            // After an abort, queued messages wait for the next prompt instead of running now.
-            if !rest.is_empty() {
-                tracing::info!(
-                    "{} queued message(s) kept for the next prompt after the abort",
-                    rest.len()
-                );
-            }
-            s.pending.splice(0..0, rest);
-            s.active = None;
-            return;
-        }
-        // Messages queued after the loop's last check start a new run rather than being lost.
-        run = ActiveRun {
-            run_id: uuid::Uuid::now_v7().to_string(),
-            control: RunControl::default(),
-        };
-        s.active = Some(run.clone());
-        prompts = rest;
+        })
+    };
+    let tools = default_tools(fs, Some(before));
+    let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
+    AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools)
+}
+
+/// A session around `writer` with an agent on `messages` and its event listener.
+fn new_session(
+    st: &Arc<State>,
+    id: String,
+    writer: SessionWriter,
+    model: Model,
+    messages: Vec<Message>,
+) -> Session {
+    let agent = Agent::new(agent_config(st, model.clone()), messages);
+    let writer = Arc::new(Mutex::new(writer));
+    let sink = LspSink {
+        st: st.clone(),
+        session_id: id.clone(),
+        agent: agent.downgrade(),
+        recorder: Recorder::new(writer.clone()),
+        progress: Mutex::new(None),
+        last_report: Mutex::new(None),
+    };
+    let events = agent.subscribe(Arc::new(sink));
+    Session {
+        id,
+        writer,
+        agent,
+        model,
+        _events: events,
     }
 }
 
@@ -470,10 +421,10 @@ async fn drive(
 struct LspSink {
     st: Arc<State>,
     session_id: String,
-    run_id: String,
+    agent: WeakAgent,
     recorder: Recorder,
-    control: RunControl,
-    progress: Option<ProgressToken>,
+    /// The work-done progress token of the active run.
+    progress: Mutex<Option<ProgressToken>>,
     last_report: Mutex<Option<Instant>>,
 }
 
@@ -481,35 +432,29 @@ struct LspSink {
 const REPORT_EVERY: Duration = Duration::from_millis(50);
 
 impl LspSink {
-    async fn new(
-        st: Arc<State>,
-        session_id: String,
-        run_id: String,
-        writer: Arc<Mutex<SessionWriter>>,
-        control: RunControl,
-        progress: bool,
-    ) -> Self {
-        let mut token = None;
-        if progress {
-            let t = NumberOrString::String(format!("pi-lsp/{run_id}"));
-            match st.client.create_work_done_progress(t.clone()).await {
-                Ok(()) => token = Some(t),
-                Err(e) => tracing::warn!("window/workDoneProgress/create failed: {}", e.message),
-            }
+    fn run_id(&self) -> String {
+        self.agent
+            .upgrade()
+            .and_then(|a| a.run_id())
+            .unwrap_or_default()
+    }
+
+    /// Creates the run's progress token when the client supports work-done progress.
+    async fn create_progress(&self) {
+        *lock(&self.progress) = None;
+        if !self.st.caps().work_done_progress {
+            return;
         }
-        LspSink {
-            st,
-            session_id,
-            run_id,
-            recorder: Recorder::new(writer),
-            control,
-            progress: token,
-            last_report: Mutex::new(None),
+        let t = NumberOrString::String(format!("pi-lsp/{}", self.run_id()));
+        match self.st.client.create_work_done_progress(t.clone()).await {
+            Ok(()) => *lock(&self.progress) = Some(t),
+            Err(e) => tracing::warn!("window/workDoneProgress/create failed: {}", e.message),
         }
     }
 
     async fn progress(&self, value: WorkDoneProgress) {
-        if let Some(token) = &self.progress {
+        let token = lock(&self.progress).clone();
+        if let Some(token) = &token {
             self.st
                 .client
                 .send_notification::<Progress>(ProgressParams {
@@ -551,10 +496,13 @@ impl EventSink for LspSink {
                     ),
                 )
                 .await;
-            self.control.cancel.cancel();
+            if let Some(a) = self.agent.upgrade() {
+                a.abort();
+            }
         }
         match &event {
             AgentEvent::AgentStart => {
+                self.create_progress().await;
                 self.progress(WorkDoneProgress::Begin(WorkDoneProgressBegin {
                     title: "pi agent".into(),
                     cancellable: Some(false),
@@ -600,7 +548,7 @@ impl EventSink for LspSink {
             .send_notification::<AgentEventNotification>(
                 serde_json::to_value(AgentEventParams {
                     session_id: self.session_id.clone(),
-                    run_id: self.run_id.clone(),
+                    run_id: self.run_id(),
                     event,
                 })
                 .unwrap_or_default(),

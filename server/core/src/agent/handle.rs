@@ -1,0 +1,380 @@
+//! [`Agent`]: a conversation with at most one run at a time, listeners, queues and state, as
+//! Pi's `Agent` class exposes them (seed §3 "Lifecycle events and subscribers", "Streaming has
+//! two outputs").
+//!
+//! - `subscribe` adds a listener and returns a [`Subscription`] whose drop (or
+//!   [`Subscription::unsubscribe`]) removes it. Listeners run in registration order and each is
+//!   awaited before the loop advances, so an `agent_end` listener can delay idleness.
+//! - One in-flight assistant slot: `message_start` puts the partial response in
+//!   [`Agent::streaming_message`], `message_update`s replace it, `message_end` clears it and
+//!   appends the canonical message to [`Agent::messages`].
+//! - [`Agent::wait_for_idle`] resolves after the run's final listeners settled and its state
+//!   was cleared.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use async_trait::async_trait;
+use pi_ai::{
+    AssistantEvent, AssistantMessage, ContentBlock, Message, TextContent, ThinkingContent, ToolCall,
+};
+use tokio::sync::watch;
+
+use super::{
+    run_agent, AgentConfig, AgentEvent, Delivery, EventSink, QueueMode, RunControl, RunOutcome,
+};
+
+/// A prompt was sent while a run is active (steer, follow up or abort instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the agent is already running; steer, follow up, or abort first")]
+pub struct AgentBusy;
+
+struct State {
+    config: AgentConfig,
+    messages: Vec<Message>,
+    streaming: Option<AssistantMessage>,
+    running: Option<RunControl>,
+    /// Id of the active run (uuid v7), or of the last one.
+    run_id: Option<String>,
+    /// Messages for the next prompt: undelivered after an abort, and next-turn ones.
+    pending: Vec<Message>,
+    modes: (QueueMode, QueueMode),
+    last_outcome: Option<RunOutcome>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    listeners: Mutex<Vec<(u64, Arc<dyn EventSink>)>>,
+    next_id: AtomicU64,
+    idle: watch::Sender<bool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes its listener when dropped.
+pub struct Subscription {
+    inner: Weak<Inner>,
+    id: u64,
+}
+
+impl Subscription {
+    /// Removes the listener now.
+    pub fn unsubscribe(self) {}
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            lock(&inner.listeners).retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
+/// A weak handle to an [`Agent`].
+#[derive(Clone)]
+pub struct WeakAgent {
+    inner: Weak<Inner>,
+}
+
+impl WeakAgent {
+    /// The agent, if it still exists.
+    pub fn upgrade(&self) -> Option<Agent> {
+        self.inner.upgrade().map(|inner| Agent { inner })
+    }
+}
+
+/// A stateful agent: one conversation, at most one active run.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<Inner>,
+}
+
+/// Applies one streamed fragment to the in-flight slot.
+fn apply(slot: &mut AssistantMessage, ev: &AssistantEvent) {
+    let ensure = |slot: &mut AssistantMessage, i: usize, b: ContentBlock| {
+        while slot.content.len() <= i {
+            slot.content.push(b.clone());
+        }
+    };
+    let text = || {
+        ContentBlock::Text(TextContent {
+            text: String::new(),
+            text_signature: None,
+        })
+    };
+    let thinking = || {
+        ContentBlock::Thinking(ThinkingContent {
+            thinking: String::new(),
+            thinking_signature: None,
+            redacted: false,
+        })
+    };
+    match ev {
+        AssistantEvent::TextStart { content_index } => ensure(slot, *content_index, text()),
+        AssistantEvent::TextDelta {
+            content_index,
+            delta,
+        } => {
+            ensure(slot, *content_index, text());
+            if let Some(ContentBlock::Text(t)) = slot.content.get_mut(*content_index) {
+                t.text.push_str(delta);
+            }
+        }
+        AssistantEvent::TextEnd {
+            content_index,
+            content,
+        } => {
+            ensure(slot, *content_index, text());
+            if let Some(ContentBlock::Text(t)) = slot.content.get_mut(*content_index) {
+                t.text.clone_from(content);
+            }
+        }
+        AssistantEvent::ThinkingStart { content_index } => ensure(slot, *content_index, thinking()),
+        AssistantEvent::ThinkingDelta {
+            content_index,
+            delta,
+        } => {
+            ensure(slot, *content_index, thinking());
+            if let Some(ContentBlock::Thinking(t)) = slot.content.get_mut(*content_index) {
+                t.thinking.push_str(delta);
+            }
+        }
+        AssistantEvent::ThinkingEnd {
+            content_index,
+            content,
+        } => {
+            ensure(slot, *content_index, thinking());
+            if let Some(ContentBlock::Thinking(t)) = slot.content.get_mut(*content_index) {
+                t.thinking.clone_from(content);
+            }
+        }
+        AssistantEvent::ToolcallStart {
+            content_index,
+            id,
+            name,
+        } => {
+            let call = ContentBlock::ToolCall(ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                arguments: serde_json::json!({}),
+            });
+            ensure(slot, *content_index, call);
+        }
+        AssistantEvent::ToolcallEnd {
+            content_index,
+            tool_call,
+        } => {
+            let call = ContentBlock::ToolCall(tool_call.clone());
+            ensure(slot, *content_index, call.clone());
+            slot.content[*content_index] = call;
+        }
+        _ => {}
+    }
+}
+
+/// The run's sink: updates the agent's state, then awaits every listener in order.
+struct Dispatch {
+    inner: Arc<Inner>,
+}
+
+#[async_trait]
+impl EventSink for Dispatch {
+    async fn emit(&self, event: AgentEvent) {
+        {
+            let mut st = lock(&self.inner.state);
+            match &event {
+                AgentEvent::MessageStart {
+                    message: Message::Assistant(a),
+                } => st.streaming = Some(a.clone()),
+                AgentEvent::MessageUpdate {
+                    assistant_message_event,
+                } => {
+                    if let Some(slot) = st.streaming.as_mut() {
+                        apply(slot, assistant_message_event);
+                    }
+                }
+                AgentEvent::MessageEnd { message } => {
+                    if matches!(message, Message::Assistant(_)) {
+                        st.streaming = None;
+                    }
+                    st.messages.push(message.clone());
+                }
+                _ => {}
+            }
+        }
+        let listeners: Vec<Arc<dyn EventSink>> = lock(&self.inner.listeners)
+            .iter()
+            .map(|(_, l)| l.clone())
+            .collect();
+        for l in listeners {
+            l.emit(event.clone()).await;
+        }
+    }
+}
+
+impl Agent {
+    /// An idle agent with `config` and an existing conversation.
+    pub fn new(config: AgentConfig, messages: Vec<Message>) -> Agent {
+        Agent {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    config,
+                    messages,
+                    streaming: None,
+                    running: None,
+                    run_id: None,
+                    pending: Vec::new(),
+                    modes: (QueueMode::OneAtATime, QueueMode::OneAtATime),
+                    last_outcome: None,
+                }),
+                listeners: Mutex::new(Vec::new()),
+                next_id: AtomicU64::new(1),
+                idle: watch::channel(true).0,
+            }),
+        }
+    }
+
+    /// Adds a listener; it sees every later event, in registration order with the others.
+    pub fn subscribe(&self, listener: Arc<dyn EventSink>) -> Subscription {
+        let id = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
+        lock(&self.inner.listeners).push((id, listener));
+        Subscription {
+            inner: Arc::downgrade(&self.inner),
+            id,
+        }
+    }
+
+    /// Starts a run with `prompts` (after any pending messages) and returns its id and
+    /// control at once. Steering or follow-ups queued after the run's last check start a
+    /// continuation run (a new id) instead of waiting; after an abort they wait for the next
+    /// prompt ([`Agent::pending`]).
+    pub fn prompt(&self, prompts: Vec<Message>) -> Result<(String, RunControl), AgentBusy> {
+        let (cfg, history, prompts, control, run_id) = {
+            let mut st = lock(&self.inner.state);
+            if st.running.is_some() {
+                return Err(AgentBusy);
+            }
+            let control = RunControl::default();
+            control.set_modes(st.modes.0, st.modes.1);
+            st.running = Some(control.clone());
+            let run_id = uuid::Uuid::now_v7().to_string();
+            st.run_id = Some(run_id.clone());
+            let mut all = std::mem::take(&mut st.pending);
+            all.extend(prompts);
+            (st.config.clone(), st.messages.clone(), all, control, run_id)
+        };
+        self.inner.idle.send_replace(false);
+        let inner = self.inner.clone();
+        let first = control.clone();
+        tokio::spawn(async move {
+            let (mut cfg, mut history, mut prompts, mut ctl) = (cfg, history, prompts, first);
+            loop {
+                let sink = Dispatch {
+                    inner: inner.clone(),
+                };
+                let outcome = run_agent(&cfg, history, prompts, &ctl, &sink).await;
+                let mut st = lock(&inner.state);
+                st.messages.clone_from(&outcome.messages);
+                st.pending.extend(outcome.next_turn.iter().cloned());
+                st.streaming = None;
+                if outcome.undelivered.is_empty() || ctl.cancel.is_cancelled() {
+                    st.pending.splice(0..0, outcome.undelivered.iter().cloned());
+                    st.running = None;
+                    st.last_outcome = Some(outcome);
+                    break;
+                }
+                // Queued after the last check: run again rather than leave them waiting.
+                ctl = RunControl::default();
+                ctl.set_modes(st.modes.0, st.modes.1);
+                st.running = Some(ctl.clone());
+                st.run_id = Some(uuid::Uuid::now_v7().to_string());
+                cfg = st.config.clone();
+                history = outcome.messages.clone();
+                prompts = outcome.undelivered.clone();
+                st.last_outcome = Some(outcome);
+            }
+            inner.idle.send_replace(true);
+        });
+        Ok((run_id, control))
+    }
+
+    /// The id of the active run, or of the last one.
+    pub fn run_id(&self) -> Option<String> {
+        lock(&self.inner.state).run_id.clone()
+    }
+
+    /// A handle that does not keep the agent alive (for listeners that need to reach it).
+    pub fn downgrade(&self) -> WeakAgent {
+        WeakAgent {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Queues `message`; with no active run it waits for the next prompt.
+    pub fn enqueue(&self, message: Message, how: Delivery) {
+        let mut st = lock(&self.inner.state);
+        match &st.running {
+            Some(c) => c.enqueue(message, how),
+            None => st.pending.push(message),
+        }
+    }
+
+    /// Sets the steering and follow-up queue modes (for this and later runs).
+    pub fn set_queue_modes(&self, steering: QueueMode, follow_up: QueueMode) {
+        let mut st = lock(&self.inner.state);
+        st.modes = (steering, follow_up);
+        if let Some(c) = &st.running {
+            c.set_modes(steering, follow_up);
+        }
+    }
+
+    /// Aborts the active run; false when there was none or it was already aborted.
+    pub fn abort(&self) -> bool {
+        match &lock(&self.inner.state).running {
+            Some(c) => {
+                let was = !c.cancel.is_cancelled();
+                c.cancel.cancel();
+                was
+            }
+            None => false,
+        }
+    }
+
+    /// Resolves when no run is active (at once when idle).
+    pub async fn wait_for_idle(&self) {
+        let mut rx = self.inner.idle.subscribe();
+        let _ = rx.wait_for(|idle| *idle).await;
+    }
+
+    /// True while a run is active.
+    pub fn is_streaming(&self) -> bool {
+        lock(&self.inner.state).running.is_some()
+    }
+
+    /// The conversation: every completed message.
+    pub fn messages(&self) -> Vec<Message> {
+        lock(&self.inner.state).messages.clone()
+    }
+
+    /// The assistant response being streamed, if any.
+    pub fn streaming_message(&self) -> Option<AssistantMessage> {
+        lock(&self.inner.state).streaming.clone()
+    }
+
+    /// Messages waiting for the next prompt.
+    pub fn pending(&self) -> Vec<Message> {
+        lock(&self.inner.state).pending.clone()
+    }
+
+    /// The outcome of the last finished run.
+    pub fn last_outcome(&self) -> Option<RunOutcome> {
+        lock(&self.inner.state).last_outcome.clone()
+    }
+
+    /// Replaces the configuration for later runs (model, tools, hooks…).
+    pub fn set_config(&self, config: AgentConfig) {
+        lock(&self.inner.state).config = config;
+    }
+}

@@ -1,0 +1,418 @@
+//! The agent loop (seed §3 "The agent loop").
+//!
+//! ```text
+//! outer loop: follow-up re-entry
+//!   inner loop: assistant → tool batch → paired results → steering → assistant
+//! ```
+//! - Each completed assistant message is appended before its tool batch runs; each call gets
+//!   exactly one [`ToolResultMessage`], stored in call order, so the next request carries every
+//!   call with its result. Ordinary tool failures become error results the model can repair; a
+//!   provider error or an abort ends the run (the calls of that last response still get paired
+//!   error results, case PAIR-01).
+//! - Length-limit guardrail: when a response stopped for the length limit, no call in it
+//!   executes; each gets an error result.
+//! - Trust boundary per call: lookup → [`Tool::prepare_arguments`] → clone, coerce and validate
+//!   against the tool's JSON Schema ([`crate::validate`]) → trusted
+//!   [`AgentHooks::before_tool_call`] (may mutate the arguments; not re-validated; may block) →
+//!   abort check → execute (in its own task: a panic becomes an error result) →
+//!   [`AgentHooks::after_tool_call`] (may replace content, details, isError, terminate).
+//!   `tool_execution_start` means processing began, not that execute ran. `on_update` only
+//!   emits progress; updates after the call settled are dropped.
+//! - Batches: sequential when [`ToolExecution::Sequential`] or any called tool is
+//!   [`Tool::sequential`]; otherwise the calls run concurrently, `tool_execution_end` events come
+//!   in completion order, and results are stored in call order.
+//! - `terminate`: automatic continuation stops when every finalized result of a non-empty batch
+//!   has `terminate: true` (`has_more_tool_calls = !terminate`); queued steering still causes
+//!   another request.
+//! - Steering is checked before the first request and after every turn; follow-ups when the agent
+//!   would stop; next-turn messages wait for the caller's next prompt. Queue modes deliver one
+//!   message per check or all of them. Abort cancels the token that reaches the HTTP stream and
+//!   every running tool; tools that ignore it are stopped after [`ABORT_GRACE`]; queued messages
+//!   are not drained once aborted and come back in [`RunOutcome::undelivered`].
+//!
+//! The loop knows only `pi-ai` and the [`Tool`] trait. Listeners (persistence, the editor) see
+//! every step through an [`EventSink`], awaited in order like Pi's subscribers.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pi_ai::{
+    AssistantEvent, AssistantMessage, ContentBlock, Message, Model, StopReason, ToolCall,
+    ToolResultMessage, ToolSpec,
+};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// What a tool produced: content for the model, details for the UI, and the tool's
+/// continuation hint (Pi's `AgentToolResult`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ToolOutput {
+    pub content: Vec<ContentBlock>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    /// Set by the tool (or the after hook), never by the model: when every result of a batch
+    /// has it, the loop does not request another response on its own.
+    #[serde(skip_serializing_if = "is_false")]
+    pub terminate: bool,
+}
+
+impl ToolOutput {
+    /// A text-only output.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            content: vec![ContentBlock::text(text)],
+            details: None,
+            terminate: false,
+        }
+    }
+
+    /// An error output as Pi makes it: the message as text, `details: {}`.
+    fn error(message: impl Into<String>, details: Option<Value>) -> Self {
+        ToolOutput {
+            content: vec![ContentBlock::text(message)],
+            details: Some(details.unwrap_or_else(|| Value::Object(Default::default()))),
+            terminate: false,
+        }
+    }
+}
+
+/// A tool failure: the message becomes the text of an error result.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ToolError {
+    /// A failure with only a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolError {
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+/// Progress callback of one running call; updates after the call settled are dropped.
+pub type UpdateFn = Arc<dyn Fn(ToolOutput) + Send + Sync>;
+
+/// What a tool gets besides its arguments.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The model's call id.
+    pub call_id: String,
+    /// 1-based number of the turn (assistant response) within the run, for labels such as an
+    /// editor's undo step.
+    pub turn: usize,
+    /// Cancelled when the run is aborted; long work must watch it.
+    pub cancel: CancellationToken,
+    /// Emits `tool_execution_update` (progress only; the returned value is canonical).
+    pub on_update: UpdateFn,
+}
+
+/// A tool the model may call.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// Name, description and JSON Schema of the arguments, as sent to the model.
+    fn spec(&self) -> ToolSpec;
+    /// True for tools that must not run concurrently with others (seed §3 "Batch scheduling":
+    /// a batch containing any sequential tool runs wholly in call order).
+    fn sequential(&self) -> bool {
+        false
+    }
+    /// Rewrites raw model arguments before validation (e.g. legacy parameter shapes).
+    fn prepare_arguments(&self, args: Value) -> Value {
+        args
+    }
+    /// Runs the call. `Err` becomes a paired error result.
+    async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
+}
+
+/// The before-tool hook's view of a call. `args` are the validated arguments; the hook may
+/// change them and they are not validated again (seed §3: trusted code owns that).
+pub struct BeforeToolCall<'a> {
+    pub assistant: &'a AssistantMessage,
+    pub call: &'a ToolCall,
+    pub args: &'a mut Value,
+}
+
+/// The after-tool hook's view of a settled call.
+pub struct AfterToolCall<'a> {
+    pub assistant: &'a AssistantMessage,
+    pub call: &'a ToolCall,
+    pub args: &'a Value,
+    pub output: &'a ToolOutput,
+    pub is_error: bool,
+}
+
+/// What an after hook replaces; `None` fields keep the tool's value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AfterToolOverride {
+    pub content: Option<Vec<ContentBlock>>,
+    pub details: Option<Value>,
+    pub is_error: Option<bool>,
+    pub terminate: Option<bool>,
+}
+
+/// What the next assistant request is built from; [`AgentHooks::prepare_next_turn`] may
+/// replace any of it.
+pub struct NextTurn {
+    pub messages: Vec<Message>,
+    pub model: Model,
+    pub system_prompt: String,
+}
+
+/// Trusted product policy plugged into the loop (seed §5: extensions map onto these hooks).
+#[async_trait]
+pub trait AgentHooks: Send + Sync {
+    /// Runs after validation, before execution. `Err(reason)` blocks the call: the reason is
+    /// its error result.
+    async fn before_tool_call(&self, _call: BeforeToolCall<'_>) -> Result<(), String> {
+        Ok(())
+    }
+    /// Runs after execution. `Err(message)` turns the result into an error with that text.
+    async fn after_tool_call(
+        &self,
+        _call: AfterToolCall<'_>,
+    ) -> Result<Option<AfterToolOverride>, String> {
+        Ok(None)
+    }
+    /// Runs before every assistant request; may replace context, model or system prompt for
+    /// that request and the ones after it.
+    async fn prepare_next_turn(&self, _next: &mut NextTurn) {}
+}
+
+/// One event of a run, serialized with Pi's names and shapes (`{"type":"turn_start"}`, …).
+/// `message_update` carries only the newest fragment, never the accumulated partial.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum AgentEvent {
+    AgentStart,
+    TurnStart,
+    MessageStart {
+        message: Message,
+    },
+    MessageUpdate {
+        assistant_message_event: AssistantEvent,
+    },
+    MessageEnd {
+        message: Message,
+    },
+    ToolExecutionStart {
+        tool_call_id: String,
+        tool_name: String,
+        args: Value,
+    },
+    ToolExecutionUpdate {
+        tool_call_id: String,
+        tool_name: String,
+        args: Value,
+        partial_result: ToolOutput,
+    },
+    ToolExecutionEnd {
+        tool_call_id: String,
+        tool_name: String,
+        result: ToolOutput,
+        is_error: bool,
+    },
+    TurnEnd {
+        message: Message,
+        tool_results: Vec<ToolResultMessage>,
+    },
+    AgentEnd {
+        messages: Vec<Message>,
+    },
+}
+
+/// Receives every event of a run, in order; the loop awaits each call before going on.
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    async fn emit(&self, event: AgentEvent);
+}
+
+/// How a queued message enters a running loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// After the current tool batch, before the next assistant request.
+    Steer,
+    /// When the agent would otherwise stop.
+    FollowUp,
+    /// With the next external prompt, not in this run.
+    NextTurn,
+}
+
+/// How many queued messages one check delivers (Pi's `steeringMode` / `followUpMode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueueMode {
+    /// One message per check (Pi's default).
+    #[default]
+    OneAtATime,
+    /// Every queued message at once.
+    All,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: Mutex<VecDeque<Message>>,
+    mode: Mutex<QueueMode>,
+}
+
+impl Queue {
+    fn push(&self, m: Message) {
+        if let Ok(mut q) = self.items.lock() {
+            q.push_back(m);
+        }
+    }
+
+    fn drain(&self) -> Vec<Message> {
+        let mode = self.mode.lock().map(|m| *m).unwrap_or_default();
+        let Ok(mut q) = self.items.lock() else {
+            return Vec::new();
+        };
+        match mode {
+            QueueMode::All => q.drain(..).collect(),
+            QueueMode::OneAtATime => q.pop_front().into_iter().collect(),
+        }
+    }
+
+    fn take_all(&self) -> Vec<Message> {
+        self.items
+            .lock()
+            .map(|mut q| q.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    fn len(&self) -> usize {
+        self.items.lock().map(|q| q.len()).unwrap_or(0)
+    }
+}
+
+/// Shared handle to a run: abort and queues. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct RunControl {
+    pub cancel: CancellationToken,
+    steering: Arc<Queue>,
+    follow_up: Arc<Queue>,
+    next_turn: Arc<Queue>,
+}
+
+impl RunControl {
+    /// Queues `message` for delivery.
+    pub fn enqueue(&self, message: Message, how: Delivery) {
+        match how {
+            Delivery::Steer => self.steering.push(message),
+            Delivery::FollowUp => self.follow_up.push(message),
+            Delivery::NextTurn => self.next_turn.push(message),
+        }
+    }
+
+    /// Sets how many steering / follow-up messages one check delivers.
+    pub fn set_modes(&self, steering: QueueMode, follow_up: QueueMode) {
+        if let Ok(mut m) = self.steering.mode.lock() {
+            *m = steering;
+        }
+        if let Ok(mut m) = self.follow_up.mode.lock() {
+            *m = follow_up;
+        }
+    }
+
+    /// Numbers of queued (steering, follow-up, next-turn) messages.
+    pub fn queued(&self) -> (usize, usize, usize) {
+        (
+            self.steering.len(),
+            self.follow_up.len(),
+            self.next_turn.len(),
+        )
+    }
+
+    /// Steering and follow-up messages not delivered yet, steering first.
+    pub fn take_undelivered(&self) -> Vec<Message> {
+        let mut v = self.steering.take_all();
+        v.extend(self.follow_up.take_all());
+        v
+    }
+
+    /// Messages queued for the next external prompt.
+    pub fn take_next_turn(&self) -> Vec<Message> {
+        self.next_turn.take_all()
+    }
+}
+
+/// Whether the calls of one batch may run concurrently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolExecution {
+    /// Concurrently, unless a called tool is sequential.
+    #[default]
+    Parallel,
+    /// Always in call order.
+    Sequential,
+}
+
+/// Everything a run needs besides the conversation.
+#[derive(Clone)]
+pub struct AgentConfig {
+    pub model: Model,
+    pub system_prompt: String,
+    pub tools: Vec<Arc<dyn Tool>>,
+    pub tool_execution: ToolExecution,
+    pub hooks: Option<Arc<dyn AgentHooks>>,
+}
+
+impl AgentConfig {
+    /// A config with parallel batches and no hooks.
+    pub fn new(model: Model, system_prompt: String, tools: Vec<Arc<dyn Tool>>) -> Self {
+        AgentConfig {
+            model,
+            system_prompt,
+            tools,
+            tool_execution: ToolExecution::Parallel,
+            hooks: None,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The whole conversation after the run (history plus everything appended).
+    pub messages: Vec<Message>,
+    /// The stop reason of the last assistant message.
+    pub stop_reason: StopReason,
+    /// The last assistant's error message, for error and aborted runs.
+    pub error_message: Option<String>,
+    /// Steering and follow-up messages the run did not deliver (it was aborted, or they came
+    /// after its last check), steering first; the caller delivers them next.
+    pub undelivered: Vec<Message>,
+    /// Messages queued with [`Delivery::NextTurn`]; they go with the caller's next prompt.
+    pub next_turn: Vec<Message>,
+}
+
+/// Text of the result given to every call of a response cut by the output limit.
+pub const LENGTH_LIMIT_TEXT: &str = "Not executed: the response hit the output token limit (stopReason \"length\"), so these arguments may be truncated. Retry with smaller steps, e.g. write a short file first and add to it with edit.";
+
+/// Text of the result given to calls skipped or stopped because the run was aborted.
+pub const ABORTED_TEXT: &str = "Tool execution was aborted by the user.";
+
+/// Text of the result given to the calls of a response that failed mid-stream.
+pub const FAILED_RESPONSE_TEXT: &str = "Not executed: the response failed before it was complete.";
+
+/// How long running tools get to observe an abort before their tasks are stopped.
+pub const ABORT_GRACE: Duration = Duration::from_secs(2);
+
+mod handle;
+mod run;
+
+pub use handle::{Agent, AgentBusy, Subscription, WeakAgent};
+pub use run::run_agent;
