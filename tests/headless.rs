@@ -97,9 +97,9 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
         Step::call("c1", "ls", json!({})),
         Step::text("empty"),
         Step::Raw {
-            status: 500,
+            status: 401,
             content_type: "text/plain".into(),
-            body: "down".into(),
+            body: "bad key".into(),
         },
     ])
     .await;
@@ -130,7 +130,7 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
     .await
     .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP 500: down"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP 401: bad key"));
     mock.assert_paired();
 }
 
@@ -279,6 +279,16 @@ fn labels(events: &[Value]) -> Vec<String> {
             continue;
         }
         out.push(l);
+    }
+    // Completion order inside a parallel batch is not deterministic: compare each run of
+    // consecutive `tool_execution_end`s as a set.
+    let mut i = 0;
+    while i < out.len() {
+        let j = (i..out.len())
+            .find(|&k| !out[k].starts_with("tool_execution_end"))
+            .unwrap_or(out.len());
+        out[i..j].sort();
+        i = j.max(i + 1);
     }
     out
 }

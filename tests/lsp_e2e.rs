@@ -637,14 +637,68 @@ async fn provider_failure(step: Step, expect: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_500_ends_the_run_with_an_error_entry() {
+async fn http_500_is_retried_then_ends_the_run_with_an_error_entry() {
+    let tmp = TempDir::new("retry");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join(".pi")).unwrap();
+    std::fs::write(
+        ws.join(".pi/settings.json"),
+        r#"{"retry": {"enabled": true, "maxRetries": 2, "baseDelayMs": 20}}"#,
+    )
+    .unwrap();
+    let fail = || Step::Raw {
+        status: 503,
+        content_type: "application/json".into(),
+        body: r#"{"error":{"message":"overloaded"}}"#.into(),
+    };
+    let mock = MockModel::start(vec![fail(), fail(), fail()]).await;
+    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    c.request("agent/prompt", json!({"text": "hi"}))
+        .await
+        .unwrap();
+    let events = c.run_until_end(Duration::from_secs(10)).await;
+    let retry_events: Vec<Value> = events
+        .iter()
+        .map(|e| e["event"].clone())
+        .filter(|e| e["type"].as_str().unwrap().starts_with("auto_retry"))
+        .collect();
+    let err = r#"HTTP 503: {"error":{"message":"overloaded"}}"#;
+    assert_eq!(
+        retry_events,
+        vec![
+            json!({"type": "auto_retry_start", "attempt": 1, "maxAttempts": 2, "delayMs": 20, "errorMessage": err}),
+            json!({"type": "auto_retry_start", "attempt": 2, "maxAttempts": 2, "delayMs": 40, "errorMessage": err}),
+            json!({"type": "auto_retry_end", "success": false, "attempt": 2, "finalError": err}),
+        ]
+    );
+    assert_eq!(mock.requests().len(), 3);
+    // Failed attempts stay in the session file but left the context: each request had one user message.
+    for r in mock.requests() {
+        assert_eq!(
+            r.body["messages"].as_array().unwrap().len(),
+            2,
+            "{}",
+            r.body["messages"]
+        );
+    }
+    let lines = session_lines(&ws);
+    let errors = lines
+        .iter()
+        .filter(|l| l["message"]["stopReason"] == "error")
+        .count();
+    assert_eq!(errors, 3);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_400_ends_the_run_with_an_error_entry() {
     provider_failure(
         Step::Raw {
-            status: 500,
+            status: 400,
             content_type: "application/json".into(),
-            body: r#"{"error":{"message":"boom"}}"#.into(),
+            body: r#"{"error":{"message":"invalid request"}}"#.into(),
         },
-        "HTTP 500",
+        "HTTP 400",
     )
     .await;
 }

@@ -121,11 +121,12 @@ pub async fn run(args: RunArgs) -> i32 {
     let fs = Arc::new(DiskFs::new(workspace.clone()));
     let tools = default_tools(fs, None);
     let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-    let cfg = AgentConfig::new(
+    let mut cfg = AgentConfig::new(
         model,
         pi_core::prompt::system_prompt(&workspace, &specs),
         tools,
     );
+    cfg.retry = crate::runner::retry_settings(&workspace);
     let control = RunControl::default();
     let ctrl_c = control.clone();
     tokio::spawn(async move {

@@ -54,6 +54,37 @@ pub fn choose_model(
     }
 }
 
+/// Pi's `retry` settings (`enabled`, `maxRetries`, `baseDelayMs`) from `<agent dir>/settings.json`
+/// and `<workspace>/.pi/settings.json` (project over global); defaults where absent.
+pub fn retry_settings(workspace: &Path) -> pi_core::agent::RetrySettings {
+    let mut r = pi_core::agent::RetrySettings::default();
+    let mut files = Vec::new();
+    if let Some(a) = pi_ai::models::agent_dir() {
+        files.push(a.join("settings.json"));
+    }
+    files.push(workspace.join(".pi").join("settings.json"));
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            tracing::warn!("{}: not valid JSON; retry settings ignored", f.display());
+            continue;
+        };
+        let retry = &v["retry"];
+        if let Some(b) = retry["enabled"].as_bool() {
+            r.enabled = b;
+        }
+        if let Some(n) = retry["maxRetries"].as_u64() {
+            r.max_retries = n.min(100) as u32;
+        }
+        if let Some(n) = retry["baseDelayMs"].as_u64() {
+            r.base_delay_ms = n;
+        }
+    }
+    r
+}
+
 /// Persists a run's events: each completed message becomes a `message` entry as it ends; turn
 /// and run ends make the file durable.
 pub struct Recorder {

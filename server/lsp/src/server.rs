@@ -386,7 +386,9 @@ fn agent_config(st: &Arc<State>, model: Model) -> AgentConfig {
     };
     let tools = default_tools(fs, Some(before));
     let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-    AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools)
+    let mut cfg = AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools);
+    cfg.retry = crate::runner::retry_settings(&root);
+    cfg
 }
 
 /// A session around `writer` with an agent on `messages` and its event listener.

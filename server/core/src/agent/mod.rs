@@ -234,6 +234,21 @@ pub enum AgentEvent {
     AgentEnd {
         messages: Vec<Message>,
     },
+    /// A transient provider failure will be retried after `delayMs` (Pi's `auto_retry_start`).
+    AutoRetryStart {
+        attempt: u32,
+        max_attempts: u32,
+        delay_ms: u64,
+        error_message: String,
+    },
+    /// The retries ended: a response succeeded, or the last attempt failed, or the wait was
+    /// aborted (`finalError: "Retry cancelled"`).
+    AutoRetryEnd {
+        success: bool,
+        attempt: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        final_error: Option<String>,
+    },
 }
 
 /// Receives every event of a run, in order; the loop awaits each call before going on.
@@ -368,6 +383,86 @@ pub struct AgentConfig {
     pub tools: Vec<Arc<dyn Tool>>,
     pub tool_execution: ToolExecution,
     pub hooks: Option<Arc<dyn AgentHooks>>,
+    pub retry: RetrySettings,
+}
+
+/// Automatic retry of transient provider failures (Pi's `retry` settings: enabled, maxRetries,
+/// baseDelayMs; the delay doubles per attempt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySettings {
+    pub enabled: bool,
+    pub max_retries: u32,
+    pub base_delay_ms: u64,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            enabled: true,
+            max_retries: 3,
+            base_delay_ms: 2000,
+        }
+    }
+}
+
+/// True when `m` failed in a way worth retrying: overloaded, rate limited, 5xx, network
+/// trouble, timeouts (Pi 0.73.1's `_isRetryableError` list). Context overflow never is: it
+/// needs compaction, not the same request again.
+pub fn is_retryable(m: &AssistantMessage) -> bool {
+    if m.stop_reason != StopReason::Error {
+        return false;
+    }
+    let Some(err) = m.error_message.as_deref() else {
+        return false;
+    };
+    let e = err.to_lowercase();
+    let overflow = [
+        "prompt is too long",
+        "context length",
+        "context_length_exceeded",
+        "maximum context",
+        "context window",
+        "exceeds the available context",
+        "too many tokens",
+    ];
+    if overflow.iter().any(|p| e.contains(p)) {
+        return false;
+    }
+    let squashed: String = e.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    [
+        "overloaded",
+        "providerreturnederror",
+        "ratelimit",
+        "toomanyrequests",
+        "429",
+        "500",
+        "502",
+        "503",
+        "504",
+        "529",
+        "serviceunavailable",
+        "servererror",
+        "internalerror",
+        "networkerror",
+        "connectionerror",
+        "connectionrefused",
+        "connectionlost",
+        "connectionreset",
+        "websocketclosed",
+        "othersideclosed",
+        "fetchfailed",
+        "upstreamconnect",
+        "resetbeforeheaders",
+        "sockethangup",
+        "endedwithout",
+        "timedout",
+        "timeout",
+        "terminated",
+        "retrydelay",
+        "requestto",
+    ]
+    .iter()
+    .any(|p| squashed.contains(p))
 }
 
 impl AgentConfig {
@@ -379,6 +474,7 @@ impl AgentConfig {
             tools,
             tool_execution: ToolExecution::Parallel,
             hooks: None,
+            retry: RetrySettings::default(),
         }
     }
 }

@@ -144,6 +144,85 @@ impl Run<'_> {
         message
     }
 
+    /// Requests a response, retrying transient failures with backoff: each failed attempt is
+    /// emitted (and so persisted) but leaves the model's context; an abort during the wait
+    /// ends the retries at once.
+    async fn assistant_with_retry(&mut self) -> AssistantMessage {
+        let settings = self.cfg.retry;
+        let mut attempt = 0u32;
+        loop {
+            let a = self.assistant().await;
+            if !settings.enabled || !super::is_retryable(&a) {
+                if attempt > 0 {
+                    let success =
+                        a.stop_reason != StopReason::Error && a.stop_reason != StopReason::Aborted;
+                    self.sink
+                        .emit(AgentEvent::AutoRetryEnd {
+                            success,
+                            attempt,
+                            final_error: if success {
+                                None
+                            } else {
+                                a.error_message.clone()
+                            },
+                        })
+                        .await;
+                }
+                return a;
+            }
+            attempt += 1;
+            if attempt > settings.max_retries {
+                self.sink
+                    .emit(AgentEvent::AutoRetryEnd {
+                        success: false,
+                        attempt: attempt - 1,
+                        final_error: a.error_message.clone(),
+                    })
+                    .await;
+                return a;
+            }
+            let delay_ms = settings
+                .base_delay_ms
+                .saturating_mul(1 << (attempt - 1).min(20));
+            self.sink
+                .emit(AgentEvent::TurnEnd {
+                    message: Message::Assistant(a.clone()),
+                    tool_results: Vec::new(),
+                })
+                .await;
+            self.sink
+                .emit(AgentEvent::AutoRetryStart {
+                    attempt,
+                    max_attempts: settings.max_retries,
+                    delay_ms,
+                    error_message: a
+                        .error_message
+                        .clone()
+                        .unwrap_or_else(|| "Unknown error".into()),
+                })
+                .await;
+            // The failed attempt stays in the session (it was emitted) but not in the context.
+            self.messages.pop();
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(delay_ms)) => {}
+                _ = self.control.cancel.cancelled() => {
+                    self.sink
+                        .emit(AgentEvent::AutoRetryEnd {
+                            success: false,
+                            attempt,
+                            final_error: Some("Retry cancelled".into()),
+                        })
+                        .await;
+                    let mut aborted = a;
+                    aborted.stop_reason = StopReason::Aborted;
+                    aborted.error_message = Some("Retry cancelled".into());
+                    return aborted;
+                }
+            }
+            self.sink.emit(AgentEvent::TurnStart).await;
+        }
+    }
+
     /// Lookup, prepare, validate, before hook and abort check: `Ok` to execute, `Err` for an
     /// immediate (error) outcome.
     async fn prepare(
@@ -472,7 +551,7 @@ pub async fn run_agent(
             for m in std::mem::take(&mut pending) {
                 run.push(m).await;
             }
-            let assistant = run.assistant().await;
+            let assistant = run.assistant_with_retry().await;
             let message = Message::Assistant(assistant.clone());
             if matches!(
                 assistant.stop_reason,
