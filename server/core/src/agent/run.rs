@@ -40,6 +40,8 @@ struct Finalized {
 struct Run<'a> {
     cfg: AgentConfig,
     tools: Vec<ToolEntry>,
+    /// The tools' specs as sent to the model (lent to each request).
+    specs: Vec<ToolSpec>,
     control: &'a RunControl,
     sink: &'a dyn EventSink,
     messages: Vec<Message>,
@@ -77,23 +79,25 @@ impl Run<'_> {
             self.cfg.model = next.model;
             self.cfg.system_prompt = next.system_prompt;
         }
-        let model = self.cfg.model.clone();
-        // The request is built synchronously from the context, so the messages are lent to it
-        // and taken back instead of copied for every request.
+        // The request is built synchronously from the context, so the system prompt, messages
+        // and tool specs are lent to it and taken back instead of copied for every request.
         let context = Context {
-            system_prompt: self.cfg.system_prompt.clone(),
+            system_prompt: std::mem::take(&mut self.cfg.system_prompt),
             messages: std::mem::take(&mut self.messages),
-            tools: self.tools.iter().map(|t| t.spec.clone()).collect(),
+            tools: std::mem::take(&mut self.specs),
         };
         let mut stream = pi_ai::stream(
-            &model,
+            &self.cfg.model,
             &context,
             StreamOptions {
                 cancel: self.control.cancel.child_token(),
                 max_tokens: None,
             },
         );
+        self.cfg.system_prompt = context.system_prompt;
         self.messages = context.messages;
+        self.specs = context.tools;
+        let model = &self.cfg.model;
         let mut started = false;
         let mut last = None;
         while let Some(ev) = stream.next().await {
@@ -512,7 +516,7 @@ pub async fn run_agent(
     control: &RunControl,
     sink: &dyn EventSink,
 ) -> RunOutcome {
-    let tools = cfg
+    let tools: Vec<ToolEntry> = cfg
         .tools
         .iter()
         .map(|t| {
@@ -524,9 +528,11 @@ pub async fn run_agent(
             }
         })
         .collect();
+    let specs = tools.iter().map(|t| t.spec.clone()).collect();
     let mut run = Run {
         cfg: cfg.clone(),
         tools,
+        specs,
         control,
         sink,
         messages: history,
