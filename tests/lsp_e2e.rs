@@ -837,3 +837,92 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
     assert!(log.iter().any(|m| m["method"] == "agent/saveDocument"));
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_open_in_another_server_continues_in_a_fork() {
+    // SESS-04: one live writer per file; the second server forks and says so.
+    let tmp = TempDir::new("two-writers");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let mut a = start(&ws, &mock, EditorBehavior::default()).await;
+    let r = a
+        .request("agent/prompt", json!({"text": "first"}))
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    a.run_until_end(Duration::from_secs(10)).await;
+    let mut b = start(&ws, &mock, EditorBehavior::default()).await;
+    let r2 = b
+        .request("agent/prompt", json!({"text": "second", "sessionId": sid}))
+        .await
+        .unwrap();
+    let fork_id = r2["sessionId"].as_str().unwrap().to_string();
+    assert_ne!(fork_id, sid);
+    b.run_until_end(Duration::from_secs(10)).await;
+    assert!(b.log().iter().any(|m| m["method"] == "window/showMessage"
+        && m["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("continuing in a fork")));
+    let dir = ws.join(".pi/sessions");
+    let fork_file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(&format!("_{fork_id}.jsonl")))
+        .unwrap();
+    let lines: Vec<Value> = std::fs::read_to_string(&fork_file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines[0]["parentSession"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("_{sid}.jsonl")));
+    let users: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["message"]["role"] == "user")
+        .map(|l| l["message"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["first", "second"]);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_file_resumes_in_a_new_server() {
+    let tmp = TempDir::new("resume");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let mut a = start(&ws, &mock, EditorBehavior::default()).await;
+    let sid = a
+        .request("agent/prompt", json!({"text": "first"}))
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    a.run_until_end(Duration::from_secs(10)).await;
+    a.shutdown().await;
+    let mut b = start(&ws, &mock, EditorBehavior::default()).await;
+    let r = b
+        .request("agent/prompt", json!({"text": "second", "sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(r["sessionId"], sid.as_str());
+    b.run_until_end(Duration::from_secs(10)).await;
+    // The second request carried the first exchange.
+    let last = mock.requests().pop().unwrap();
+    let roles: Vec<&str> = last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    let lines = session_lines(&ws);
+    assert_eq!(lines.iter().filter(|l| l["type"] == "message").count(), 4);
+    b.shutdown().await;
+}

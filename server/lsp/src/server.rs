@@ -15,7 +15,7 @@ use pi_ai::{Message, Model};
 use pi_core::agent::{
     Agent, AgentConfig, AgentEvent, Delivery, EventSink, Subscription, WeakAgent,
 };
-use pi_core::session::{find_session_file, SessionWriter};
+use pi_core::session::{find_session_file, read_tree, SessionError, SessionWriter};
 use pi_core::tools::{default_tools, BeforeBash};
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
@@ -210,10 +210,14 @@ impl Backend {
         let root = st.root();
         let init_model = lock(&st.init_model).clone();
         let session = match &p.session_id {
-            Some(id) => match lock(&st.sessions).get(id).cloned() {
-                Some(s) => s,
-                None => self.resume(id, &root, &init_model)?,
-            },
+            Some(id) => {
+                // Bind first: the map's lock must be released before `resume` takes it.
+                let known = lock(&st.sessions).get(id).cloned();
+                match known {
+                    Some(s) => s,
+                    None => self.resume(id, &root, &init_model)?,
+                }
+            }
             None => {
                 let (model, notice) =
                     choose_model(&root, p.model.as_deref(), init_model.as_deref())
@@ -300,8 +304,23 @@ impl Backend {
                 format!("no session {id} in {}", sessions_dir(root).display()),
             )
         })?;
-        let (writer, loaded) = SessionWriter::open(&path)
-            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        let (writer, loaded) = match SessionWriter::open(&path) {
+            Ok(w) => w,
+            // Another process appends to it: continue in a fork and say so (SESS-04).
+            Err(SessionError::Locked { pid, .. }) => {
+                let (tree, _) = read_tree(&path, false)
+                    .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+                let fork = SessionWriter::fork_from(&path, &tree, &sessions_dir(root), None)
+                    .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+                let msg = format!("pi-lsp: session {id} is open in another process ({pid}); continuing in a fork, session {}", fork.1.id);
+                tracing::warn!("{msg}");
+                let client = self.state.client.clone();
+                tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
+                fork
+            }
+            Err(e) => return Err(agent_error(codes::SESSION_IO, e.to_string())),
+        };
+        let id = loaded.id.clone();
         for w in &loaded.warnings {
             tracing::warn!("{w}");
         }

@@ -1,0 +1,453 @@
+//! The session tree and its projections (seed §4 "One history, several projections",
+//! "Branching selects a path", "Compaction changes context, not history"; Pi 0.73.1
+//! `docs/session-format.md` and `buildSessionContext`).
+//!
+//! Entries keep their raw JSON, so every entry type Pi writes (and any it may add) survives a
+//! load untouched; typed views are read from the raw value on demand. Parent pointers rebuild
+//! the tree; a leaf selects a root-to-leaf path; the model context is derived from the path:
+//! - `message` entries of the roles `user`, `assistant`, `toolResult` as they are;
+//! - extended roles converted as Pi's `convertToLlm` does: `bashExecution` → user text
+//!   (skipped when `excludeFromContext`), `custom` → user content, `branchSummary` and
+//!   `compactionSummary` → user text wrapped in Pi's prefixes;
+//! - `custom_message` entries → user messages; `branch_summary` entries → branch summaries;
+//! - with a `compaction` entry on the path: its summary first, then the kept entries from
+//!   `firstKeptEntryId` up to the compaction, then everything after it.
+//!
+//! Version 1 files (no ids) are migrated in memory to a linear chain of generated ids;
+//! version 2 renames the role `hookMessage` to `custom`. The file itself is never rewritten.
+
+use std::collections::{HashMap, HashSet};
+
+use pi_ai::{ContentBlock, Message, UserContent, UserMessage};
+use serde_json::Value;
+
+/// Pi's prefix of a compaction summary in the model context.
+pub const COMPACTION_SUMMARY_PREFIX: &str =
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
+/// Pi's suffix of a compaction summary.
+pub const COMPACTION_SUMMARY_SUFFIX: &str = "\n</summary>";
+/// Pi's prefix of a branch summary in the model context.
+pub const BRANCH_SUMMARY_PREFIX: &str =
+    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n";
+/// Pi's suffix of a branch summary.
+pub const BRANCH_SUMMARY_SUFFIX: &str = "</summary>";
+
+/// One entry of a session file (everything but the header).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub id: String,
+    pub parent_id: Option<String>,
+    /// The entry's `type`.
+    pub kind: String,
+    /// The whole entry as stored.
+    pub raw: Value,
+}
+
+/// A parsed session file: header, entries in file order, an index by id.
+#[derive(Debug, Clone, Default)]
+pub struct SessionTree {
+    pub header: Value,
+    pub entries: Vec<Entry>,
+    index: HashMap<String, usize>,
+    /// Repairs and migrations done while loading, for the user to see.
+    pub warnings: Vec<String>,
+}
+
+/// The projection of a path that a run needs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionContext {
+    /// Model-visible messages in order.
+    pub messages: Vec<Message>,
+    /// `(provider, modelId)` from the last `model_change` or assistant message on the path.
+    pub model: Option<(String, String)>,
+    /// From the last `thinking_level_change` on the path; `off` without one.
+    pub thinking_level: String,
+}
+
+fn str_of(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(Value::as_str).map(str::to_string)
+}
+
+fn user(text: String, timestamp: i64) -> Message {
+    Message::User(UserMessage {
+        content: UserContent::Blocks(vec![ContentBlock::text(text)]),
+        timestamp,
+    })
+}
+
+fn user_content(content: &Value, timestamp: i64) -> Option<Message> {
+    let content: UserContent = serde_json::from_value(content.clone()).ok()?;
+    let content = match content {
+        UserContent::Text(t) => UserContent::Blocks(vec![ContentBlock::text(t)]),
+        b => b,
+    };
+    Some(Message::User(UserMessage { content, timestamp }))
+}
+
+fn millis(entry_ts: &Value) -> i64 {
+    entry_ts
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|d| d.timestamp_millis())
+        .unwrap_or(0)
+}
+
+/// Pi's text for a `bashExecution` message.
+pub fn bash_execution_text(m: &Value) -> String {
+    let mut text = format!("Ran `{}`\n", m["command"].as_str().unwrap_or(""));
+    match m["output"].as_str().filter(|o| !o.is_empty()) {
+        Some(o) => text.push_str(&format!("```\n{o}\n```")),
+        None => text.push_str("(no output)"),
+    }
+    if m["cancelled"].as_bool() == Some(true) {
+        text.push_str("\n\n(command cancelled)");
+    } else if let Some(code) = m["exitCode"].as_i64().filter(|c| *c != 0) {
+        text.push_str(&format!("\n\nCommand exited with code {code}"));
+    }
+    if m["truncated"].as_bool() == Some(true) {
+        if let Some(p) = m["fullOutputPath"].as_str() {
+            text.push_str(&format!("\n\n[Output truncated. Full output: {p}]"));
+        }
+    }
+    text
+}
+
+/// Converts one stored message (any role Pi writes) to what the model sees, or `None` when it
+/// is not model-visible.
+pub fn convert_message(m: &Value) -> Option<Message> {
+    let ts = m["timestamp"].as_i64().unwrap_or(0);
+    match m["role"].as_str()? {
+        "user" | "assistant" | "toolResult" => serde_json::from_value(m.clone()).ok(),
+        "bashExecution" if m["excludeFromContext"].as_bool() == Some(true) => None,
+        "bashExecution" => Some(user(bash_execution_text(m), ts)),
+        "custom" | "hookMessage" => user_content(&m["content"], ts),
+        "branchSummary" => Some(user(
+            format!(
+                "{BRANCH_SUMMARY_PREFIX}{}{BRANCH_SUMMARY_SUFFIX}",
+                m["summary"].as_str().unwrap_or("")
+            ),
+            ts,
+        )),
+        "compactionSummary" => Some(user(
+            format!(
+                "{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}",
+                m["summary"].as_str().unwrap_or("")
+            ),
+            ts,
+        )),
+        _ => None,
+    }
+}
+
+impl SessionTree {
+    /// Builds the tree from parsed lines (header first); migrates v1 / v2 in memory.
+    pub fn from_values(
+        header: Value,
+        mut values: Vec<Value>,
+        warnings: Vec<String>,
+    ) -> SessionTree {
+        let mut tree = SessionTree {
+            header,
+            warnings,
+            ..Default::default()
+        };
+        let version = tree.header["version"].as_u64().unwrap_or(1);
+        if version < 2 {
+            // v1: a linear list without ids; chain them in file order.
+            let mut parent: Option<String> = None;
+            for (n, v) in values.iter_mut().enumerate() {
+                if let Some(o) = v.as_object_mut() {
+                    let id = format!("{:08x}", n + 1);
+                    o.insert("id".into(), Value::String(id.clone()));
+                    o.insert(
+                        "parentId".into(),
+                        parent.clone().map(Value::String).unwrap_or(Value::Null),
+                    );
+                    parent = Some(id);
+                }
+            }
+            tree.warnings
+                .push(format!("migrated a version {version} session in memory"));
+        }
+        if version < 3 {
+            for v in values.iter_mut() {
+                if v["type"] == "message" && v["message"]["role"] == "hookMessage" {
+                    v["message"]["role"] = Value::String("custom".into());
+                }
+            }
+        }
+        for raw in values {
+            let (Some(id), Some(kind)) = (str_of(&raw, "id"), str_of(&raw, "type")) else {
+                tree.warnings
+                    .push("skipped an entry without id or type".into());
+                continue;
+            };
+            let parent_id = str_of(&raw, "parentId");
+            if let Some(&i) = tree.index.get(&id) {
+                tree.warnings
+                    .push(format!("duplicate entry id {id}; the later one wins"));
+                tree.entries[i] = Entry {
+                    id: id.clone(),
+                    parent_id,
+                    kind,
+                    raw,
+                };
+                continue;
+            }
+            tree.index.insert(id.clone(), tree.entries.len());
+            tree.entries.push(Entry {
+                id,
+                parent_id,
+                kind,
+                raw,
+            });
+        }
+        tree
+    }
+
+    /// The entry with `id`.
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.index.get(id).map(|&i| &self.entries[i])
+    }
+
+    /// The default leaf: the last entry in file order.
+    pub fn last_id(&self) -> Option<&str> {
+        self.entries.last().map(|e| e.id.as_str())
+    }
+
+    /// Ids of the children of `id` (`None`: the roots), in file order.
+    pub fn children(&self, id: Option<&str>) -> Vec<&str> {
+        self.entries
+            .iter()
+            .filter(|e| e.parent_id.as_deref() == id)
+            .map(|e| e.id.as_str())
+            .collect()
+    }
+
+    /// The root-to-`leaf` path (stops at a missing parent or a cycle).
+    pub fn path(&self, leaf: &str) -> Vec<&Entry> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut cur = self.get(leaf);
+        while let Some(e) = cur {
+            if !seen.insert(e.id.as_str()) {
+                break;
+            }
+            out.push(e);
+            cur = e.parent_id.as_deref().and_then(|p| self.get(p));
+        }
+        out.reverse();
+        out
+    }
+
+    /// The labels currently set, by target entry id (later `label` entries win; an empty or
+    /// missing label clears).
+    pub fn labels(&self) -> HashMap<String, String> {
+        let mut out = HashMap::new();
+        for e in self.entries.iter().filter(|e| e.kind == "label") {
+            let Some(target) = str_of(&e.raw, "targetId") else {
+                continue;
+            };
+            match str_of(&e.raw, "label").filter(|l| !l.is_empty()) {
+                Some(l) => {
+                    out.insert(target, l);
+                }
+                None => {
+                    out.remove(&target);
+                }
+            }
+        }
+        out
+    }
+
+    /// The session's name: the last `session_info` entry's `name`.
+    pub fn name(&self) -> Option<String> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| e.kind == "session_info")
+            .and_then(|e| str_of(&e.raw, "name"))
+    }
+
+    /// What a run at `leaf` (default: the last entry) sees.
+    pub fn context(&self, leaf: Option<&str>) -> SessionContext {
+        let Some(leaf) = leaf.or(self.last_id()) else {
+            return SessionContext {
+                thinking_level: "off".into(),
+                ..Default::default()
+            };
+        };
+        let path = self.path(leaf);
+        let mut ctx = SessionContext {
+            thinking_level: "off".into(),
+            ..Default::default()
+        };
+        let mut compaction: Option<usize> = None;
+        for (i, e) in path.iter().enumerate() {
+            match e.kind.as_str() {
+                "thinking_level_change" => {
+                    if let Some(t) = str_of(&e.raw, "thinkingLevel") {
+                        ctx.thinking_level = t;
+                    }
+                }
+                "model_change" => {
+                    if let (Some(p), Some(m)) =
+                        (str_of(&e.raw, "provider"), str_of(&e.raw, "modelId"))
+                    {
+                        ctx.model = Some((p, m));
+                    }
+                }
+                "message" if e.raw["message"]["role"] == "assistant" => {
+                    let m = &e.raw["message"];
+                    if let (Some(p), Some(id)) = (str_of(m, "provider"), str_of(m, "model")) {
+                        ctx.model = Some((p, id));
+                    }
+                }
+                "compaction" => compaction = Some(i),
+                _ => {}
+            }
+        }
+        let visible = |e: &Entry| -> Option<Message> {
+            match e.kind.as_str() {
+                "message" => convert_message(&e.raw["message"]),
+                "custom_message" => user_content(&e.raw["content"], millis(&e.raw["timestamp"])),
+                "branch_summary" => str_of(&e.raw, "summary")
+                    .filter(|s| !s.is_empty())
+                    .map(|s| {
+                        user(
+                            format!("{BRANCH_SUMMARY_PREFIX}{s}{BRANCH_SUMMARY_SUFFIX}"),
+                            millis(&e.raw["timestamp"]),
+                        )
+                    }),
+                _ => None,
+            }
+        };
+        match compaction {
+            Some(ci) => {
+                let c = path[ci];
+                let summary = str_of(&c.raw, "summary").unwrap_or_default();
+                ctx.messages.push(user(
+                    format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
+                    millis(&c.raw["timestamp"]),
+                ));
+                let first_kept = str_of(&c.raw, "firstKeptEntryId");
+                let start = path[..ci]
+                    .iter()
+                    .position(|e| Some(&e.id) == first_kept.as_ref())
+                    .unwrap_or(ci);
+                ctx.messages
+                    .extend(path[start..ci].iter().filter_map(|e| visible(e)));
+                ctx.messages
+                    .extend(path[ci + 1..].iter().filter_map(|e| visible(e)));
+            }
+            None => ctx.messages.extend(path.iter().filter_map(|e| visible(e))),
+        }
+        ctx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tree(lines: Value) -> SessionTree {
+        let mut v = lines.as_array().unwrap().clone();
+        let header = v.remove(0);
+        SessionTree::from_values(header, v, Vec::new())
+    }
+
+    fn texts(ctx: &SessionContext) -> Vec<String> {
+        ctx.messages
+            .iter()
+            .map(|m| match m {
+                Message::User(u) => format!("user:{}", u.content.to_text()),
+                Message::Assistant(a) => format!("assistant:{}", a.text()),
+                Message::ToolResult(r) => format!("result:{}", r.tool_call_id),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn seed_branching_selects_a_path() {
+        // A─B─C─D and B─E─F; selecting F gives A-B-E-F; C-D stay durable.
+        let t = tree(json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"message","id":"A","parentId":null,"message":{"role":"user","content":"a"}},
+            {"type":"message","id":"B","parentId":"A","message":{"role":"assistant","content":[{"type":"text","text":"b"}],"stopReason":"stop","provider":"p1","model":"m1"}},
+            {"type":"message","id":"C","parentId":"B","message":{"role":"user","content":"c"}},
+            {"type":"message","id":"D","parentId":"C","message":{"role":"assistant","content":[{"type":"text","text":"d"}],"stopReason":"stop"}},
+            {"type":"message","id":"E","parentId":"B","message":{"role":"user","content":"e"}},
+            {"type":"message","id":"F","parentId":"E","message":{"role":"assistant","content":[{"type":"text","text":"f"}],"stopReason":"stop","provider":"p2","model":"m2"}}
+        ]));
+        let ids: Vec<&str> = t.path("F").iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["A", "B", "E", "F"]);
+        assert_eq!(
+            texts(&t.context(Some("F"))),
+            ["user:a", "assistant:b", "user:e", "assistant:f"]
+        );
+        assert_eq!(
+            texts(&t.context(Some("D"))),
+            ["user:a", "assistant:b", "user:c", "assistant:d"]
+        );
+        assert_eq!(t.children(Some("B")), ["C", "E"]);
+        assert_eq!(t.context(Some("F")).model, Some(("p2".into(), "m2".into())));
+    }
+
+    #[test]
+    fn compaction_keeps_summary_then_kept_suffix_then_later_entries() {
+        // durable A→B→C→D→E→K, K summarises A-C keeping D: context = K, D, E.
+        let t = tree(json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"message","id":"A","parentId":null,"message":{"role":"user","content":"a"}},
+            {"type":"message","id":"B","parentId":"A","message":{"role":"assistant","content":[{"type":"text","text":"b"}],"stopReason":"stop"}},
+            {"type":"message","id":"C","parentId":"B","message":{"role":"user","content":"c"}},
+            {"type":"message","id":"D","parentId":"C","message":{"role":"assistant","content":[{"type":"text","text":"d"}],"stopReason":"stop"}},
+            {"type":"message","id":"E","parentId":"D","message":{"role":"user","content":"e"}},
+            {"type":"compaction","id":"K","parentId":"E","summary":"did a, b, c","firstKeptEntryId":"D","tokensBefore":1234},
+            {"type":"custom","id":"X","parentId":"K","customType":"ext","data":{"n":1}},
+            {"type":"custom_message","id":"Y","parentId":"X","customType":"ext","content":"notice","display":true},
+            {"type":"message","id":"Z","parentId":"Y","message":{"role":"bashExecution","command":"ls","output":"a.txt","exitCode":2,"cancelled":false,"truncated":false,"timestamp":5}}
+        ]));
+        assert_eq!(
+            texts(&t.context(None)),
+            [
+                format!("user:{COMPACTION_SUMMARY_PREFIX}did a, b, c{COMPACTION_SUMMARY_SUFFIX}"),
+                "assistant:d".into(),
+                "user:e".into(),
+                "user:notice".into(),
+                "user:Ran `ls`\n```\na.txt\n```\n\nCommand exited with code 2".into()
+            ]
+        );
+        // Every raw entry remains recoverable.
+        assert_eq!(t.entries.len(), 9);
+    }
+
+    #[test]
+    fn v1_files_are_chained_and_v2_roles_renamed() {
+        let t = tree(json!([
+            {"type":"session","id":"old"},
+            {"type":"message","message":{"role":"user","content":"one"}},
+            {"type":"message","message":{"role":"hookMessage","customType":"x","content":"two","display":false}}
+        ]));
+        assert_eq!(
+            t.entries[1].parent_id.as_deref(),
+            Some(t.entries[0].id.as_str())
+        );
+        assert_eq!(texts(&t.context(None)), ["user:one", "user:two"]);
+        assert_eq!(t.warnings, ["migrated a version 1 session in memory"]);
+    }
+
+    #[test]
+    fn labels_and_name() {
+        let t = tree(json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"message","id":"A","parentId":null,"message":{"role":"user","content":"a"}},
+            {"type":"label","id":"L1","parentId":"A","targetId":"A","label":"checkpoint"},
+            {"type":"session_info","id":"N","parentId":"L1","name":"Refactor"},
+            {"type":"label","id":"L2","parentId":"N","targetId":"A"}
+        ]));
+        assert!(t.labels().is_empty());
+        assert_eq!(t.name().as_deref(), Some("Refactor"));
+    }
+}

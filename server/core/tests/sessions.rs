@@ -1,0 +1,296 @@
+//! Session files: Pi's own files, the tree operations, durability rules.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use pi_ai::Message;
+use pi_core::session::{list_sessions, read_tree, SessionError, SessionWriter};
+use serde_json::{json, Value};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pi-core-sessions-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sessions")
+        .join(name)
+}
+
+fn shape(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::User(u) => format!("user:{}", u.content.to_text()),
+            Message::Assistant(a) => format!("assistant:{}", a.text()),
+            Message::ToolResult(r) => format!("result:{}", r.tool_call_id),
+        })
+        .collect()
+}
+
+fn assistant(text: &str, calls: &[(&str, &str)], provider: &str, model: &str) -> Message {
+    let mut content: Vec<Value> = Vec::new();
+    if !text.is_empty() {
+        content.push(json!({"type":"text","text":text}));
+    }
+    for (id, name) in calls {
+        content.push(json!({"type":"toolCall","id":id,"name":name,"arguments":{}}));
+    }
+    serde_json::from_value(json!({"role":"assistant","content":content,"api":"x","provider":provider,"model":model,"stopReason": if calls.is_empty() {"stop"} else {"toolUse"}})).unwrap()
+}
+
+fn result(id: &str) -> Message {
+    serde_json::from_value(json!({"role":"toolResult","toolCallId":id,"toolName":"read","content":[{"type":"text","text":"ok"}],"isError":false})).unwrap()
+}
+
+#[test]
+fn files_written_by_pi_load_and_continue() {
+    let d = tmp("pi-files");
+    for (name, model) in [
+        ("pi-0.73.1-openai-read.jsonl", "mock/mock-1"),
+        ("pi-0.73.1-anthropic-read.jsonl", "mockant/mock-ant-1"),
+        ("pi-0.73.1-tools.jsonl", "mock/mock-1"),
+    ] {
+        let p = d.join(name);
+        std::fs::copy(fixture(name), &p).unwrap();
+        let before = std::fs::read(&p).unwrap();
+        let (mut w, loaded) = SessionWriter::open(&p).unwrap();
+        assert!(loaded.warnings.is_empty(), "{name}: {:?}", loaded.warnings);
+        let (prov, m) = model.split_once('/').unwrap();
+        assert_eq!(
+            loaded.model,
+            Some((prov.to_string(), m.to_string())),
+            "{name}"
+        );
+        assert_eq!(loaded.thinking_level.as_deref(), Some("off"));
+        // Every message line is in the context, in order.
+        let count = before
+            .split(|b| *b == b'\n')
+            .filter(|l| l.starts_with(b"{\"type\":\"message\""))
+            .count();
+        assert_eq!(loaded.messages.len(), count, "{name}");
+        assert_eq!(shape(&loaded.messages)[0], "user:read hello.txt");
+        // Continue: the next entry hangs under Pi's last one, the old bytes stay as they were.
+        let last = loaded.tree.last_id().unwrap().to_string();
+        let id = w.append_message(&Message::user_text("and now?")).unwrap();
+        drop(w);
+        let after = std::fs::read(&p).unwrap();
+        assert_eq!(&after[..before.len()], &before[..]);
+        let (tree, _) = read_tree(&p, false).unwrap();
+        assert_eq!(
+            tree.get(&id).unwrap().parent_id.as_deref(),
+            Some(last.as_str())
+        );
+    }
+}
+
+#[test]
+fn seed_exercise_2_branch_plus_compaction() {
+    let d = tmp("exercise2");
+    let mut w =
+        SessionWriter::create(&d, Path::new("/ws"), "anthropic", "claude-a", "off").unwrap();
+    let u1 = w
+        .append_message(&Message::user_text("read config"))
+        .unwrap();
+    let a1 = w
+        .append_message(&assistant("", &[("c1", "read")], "anthropic", "claude-a"))
+        .unwrap();
+    let r1 = w.append_message(&result("c1")).unwrap();
+    let a2 = w
+        .append_message(&assistant("port is 3000", &[], "anthropic", "claude-a"))
+        .unwrap();
+    let mc = w
+        .append_entry(
+            "model_change",
+            json!({"provider": "openai", "modelId": "gpt-b"}),
+        )
+        .unwrap();
+    let u2 = w
+        .append_message(&Message::user_text("now with gpt"))
+        .unwrap();
+    let a3 = w
+        .append_message(&assistant("done", &[], "openai", "gpt-b"))
+        .unwrap();
+    // Branch before the model change, add a branch summary and a new user message.
+    let (tree, _) = read_tree(w.path(), false).unwrap();
+    let bs = w
+        .branch_with_summary(
+            &tree,
+            Some(&a2),
+            &a3,
+            "Tried gpt-b; it agreed the port is 3000.",
+        )
+        .unwrap();
+    let u3 = w
+        .append_message(&Message::user_text("change the port to 4000"))
+        .unwrap();
+    // Compact, keeping only the new user message raw.
+    let k = w.append_entry("compaction", json!({"summary": "Read config.ts: port 3000. A gpt-b branch agreed.", "firstKeptEntryId": u3, "tokensBefore": 900})).unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    let (tree, warnings) = read_tree(&path, false).unwrap();
+    assert!(warnings.is_empty());
+    // Durable tree: the abandoned branch (mc, u2, a3) is still there, under a2.
+    let children: Vec<&str> = tree.children(Some(&a2));
+    assert_eq!(children, [mc.as_str(), bs.as_str()]);
+    // Active path.
+    let ids: Vec<&str> = tree.path(&k).iter().map(|e| e.id.as_str()).collect();
+    let first_two: Vec<&str> = ids[..2].to_vec();
+    assert_eq!(first_two.len(), 2); // model_change and thinking_level_change at the root
+    assert_eq!(
+        ids[2..],
+        [
+            u1.as_str(),
+            a1.as_str(),
+            r1.as_str(),
+            a2.as_str(),
+            bs.as_str(),
+            u3.as_str(),
+            k.as_str()
+        ]
+    );
+    // Next model context: the summary, then the kept user message.
+    let ctx = tree.context(None);
+    assert_eq!(
+        shape(&ctx.messages),
+        [
+            format!(
+                "user:{}Read config.ts: port 3000. A gpt-b branch agreed.{}",
+                pi_core::session::tree_prefixes::COMPACTION_SUMMARY_PREFIX,
+                pi_core::session::tree_prefixes::COMPACTION_SUMMARY_SUFFIX
+            ),
+            "user:change the port to 4000".to_string()
+        ]
+    );
+    // Restored model configuration: the branch never saw the model change.
+    assert_eq!(ctx.model, Some(("anthropic".into(), "claude-a".into())));
+    // Every raw entry is recoverable, in file order.
+    let all: Vec<&str> = tree.entries.iter().map(|e| e.id.as_str()).collect();
+    for id in [&u1, &a1, &r1, &a2, &mc, &u2, &a3, &bs, &u3, &k] {
+        assert!(all.contains(&id.as_str()));
+    }
+    // Without the compaction, the branch summary is model-visible before the new message.
+    let before_k = tree.context(Some(&u3));
+    assert_eq!(shape(&before_k.messages)[4..].len(), 2);
+    assert!(shape(&before_k.messages)[4].contains("Tried gpt-b"));
+}
+
+#[test]
+fn unpaired_results_are_refused_at_append_time() {
+    // PAIR-02: a result must answer a call of the latest assistant message on the branch.
+    let d = tmp("pair02");
+    let mut w = SessionWriter::create(&d, Path::new("/ws"), "p", "m", "off").unwrap();
+    w.append_message(&Message::user_text("hi")).unwrap();
+    let size = std::fs::metadata(w.path()).unwrap().len();
+    assert!(
+        matches!(w.append_message(&result("call_9")), Err(SessionError::UnpairedResult(id)) if id == "call_9")
+    );
+    assert_eq!(std::fs::metadata(w.path()).unwrap().len(), size);
+    w.append_message(&assistant(
+        "",
+        &[("call_9", "ls"), ("call_10", "ls")],
+        "p",
+        "m",
+    ))
+    .unwrap();
+    w.append_message(&result("call_10")).unwrap();
+    w.append_message(&result("call_9")).unwrap();
+    assert!(
+        w.append_message(&result("call_9")).is_err(),
+        "answered twice"
+    );
+    // After reopening, the open calls are recomputed from the file.
+    w.append_message(&assistant("", &[("c2", "ls")], "p", "m"))
+        .unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    let (mut w, _) = SessionWriter::open(&path).unwrap();
+    w.append_message(&result("c2")).unwrap();
+}
+
+#[test]
+fn labels_names_fork_and_listing() {
+    let d = tmp("ops");
+    let mut w = SessionWriter::create(&d, Path::new("/ws"), "p", "m", "off").unwrap();
+    let u = w
+        .append_message(&Message::user_text("first prompt here"))
+        .unwrap();
+    w.append_message(&assistant("answer", &[], "p", "m"))
+        .unwrap();
+    w.label(&u, Some("start")).unwrap();
+    w.set_name("Port change").unwrap();
+    let parent_path = w.path().to_path_buf();
+    let before = std::fs::read(&parent_path).unwrap();
+    let (tree, _) = read_tree(&parent_path, false).unwrap();
+    assert_eq!(tree.labels().get(&u).map(String::as_str), Some("start"));
+    assert_eq!(tree.name().as_deref(), Some("Port change"));
+    // Fork at the user message: a new file whose header names the parent; the parent is untouched.
+    let (mut fork, loaded) = w.fork(&tree, &d, Some(&u)).unwrap();
+    assert_eq!(std::fs::read(&parent_path).unwrap(), before);
+    assert_eq!(
+        loaded.tree.header["parentSession"],
+        parent_path.display().to_string()
+    );
+    assert_eq!(shape(&loaded.messages), ["user:first prompt here"]);
+    fork.append_message(&assistant("forked answer", &[], "p", "m"))
+        .unwrap();
+    drop(fork);
+    drop(w);
+    std::fs::write(d.join("not-a-session.jsonl"), "garbage\n").unwrap();
+    let list = list_sessions(&d);
+    assert_eq!(list.len(), 2);
+    let parent = list.iter().find(|s| s.path == parent_path).unwrap();
+    assert_eq!(
+        (
+            parent.name.as_deref(),
+            parent.first_prompt.as_deref(),
+            parent.entry_count
+        ),
+        (Some("Port change"), Some("first prompt here"), 6)
+    );
+    let child = list.iter().find(|s| s.path != parent_path).unwrap();
+    assert_eq!(
+        child.parent_session.as_deref(),
+        Some(parent_path.to_str().unwrap())
+    );
+}
+
+#[test]
+fn line_separators_are_escaped_and_round_trip() {
+    let d = tmp("u2028");
+    let mut w = SessionWriter::create(&d, Path::new("/ws"), "p", "m", "off").unwrap();
+    let text = "a\u{2028}b\u{2029}c\nd";
+    w.append_message(&Message::user_text(text)).unwrap();
+    let raw = std::fs::read_to_string(w.path()).unwrap();
+    assert!(raw.contains("a\\u2028b\\u2029c\\nd") && !raw.contains('\u{2028}'));
+    assert_eq!(raw.lines().count(), 4);
+    let (tree, _) = read_tree(w.path(), false).unwrap();
+    assert_eq!(
+        shape(&tree.context(None).messages),
+        [format!("user:{text}")]
+    );
+}
+
+#[test]
+fn one_writer_per_file() {
+    // SESS-04: a live lock refuses a second writer; a stale one is taken over.
+    let d = tmp("lock");
+    let w = SessionWriter::create(&d, Path::new("/ws"), "p", "m", "off").unwrap();
+    let path = w.path().to_path_buf();
+    let lock = path.with_extension("jsonl.lock");
+    assert!(lock.exists());
+    drop(w);
+    assert!(!lock.exists());
+    // A live foreign owner (our parent process stands in for it).
+    std::fs::write(&lock, format!("{}\n", std::os::unix::process::parent_id())).unwrap();
+    assert!(matches!(
+        SessionWriter::open(&path),
+        Err(SessionError::Locked { .. })
+    ));
+    // A dead owner.
+    std::fs::write(&lock, "999999999\n").unwrap();
+    let (_w, _) = SessionWriter::open(&path).unwrap();
+}
