@@ -4,17 +4,23 @@
 //! - [`stream`]: the assistant event stream and the [`stream::MessageBuilder`] adapters drive.
 //! - [`api`]: one module per wire format; [`api::stream`] dispatches on `model.api`.
 //! - [`models`]: providers, models.json, settings and model selection.
-//! - [`transform`]: pairing repair applied to every request.
+//! - [`transform`]: provider-neutral replay (pairing repair, thinking per model, tool-call ids
+//!   per target) applied to every request.
+//! - [`errors`]: typed provider failures, their classification and the retry policy.
+//! - [`json`]: tolerant JSON for streamed tool arguments and lone surrogates.
 //!
 //! Knows nothing of tools, sessions or editors.
 
 pub mod api;
+pub mod errors;
+pub mod json;
 pub mod models;
 pub mod stream;
 pub mod transform;
 pub mod types;
 
 pub use api::{stream, StreamOptions};
+pub use errors::{ProviderError, RetryPolicy};
 pub use models::{Model, Registry};
 pub use stream::{AssistantEvent, AssistantStream};
 pub use types::*;

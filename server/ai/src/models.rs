@@ -1,11 +1,17 @@
 //! Models, providers and how one is chosen.
 //!
-//! Built-in providers (`anthropic`, `openai`) take keys from `ANTHROPIC_API_KEY` /
-//! `OPENAI_API_KEY`. Custom providers come from Pi-format `models.json` files (Pi 0.73.1
-//! `docs/models.md`): `<workspace>/.pi/models.json` first, then `<agent dir>/models.json`, where
-//! the agent dir is `$PI_CODING_AGENT_DIR` or `~/.pi/agent`. A provider's `apiKey` is the name of
-//! an environment variable when one by that name is set, a shell command when it starts with `!`,
-//! else the literal key (resolved in memory only, never written anywhere).
+//! Built-in providers `anthropic` and `openai` carry Pi 0.73.1's catalogue (`catalogue.json`:
+//! context window, output limit, reasoning, input kinds, per-million prices, thinking-level
+//! map, for the same ids as Pi's `models.generated.js`), with Pi's default model first. Their
+//! keys come from Pi's variables ([`api_key_env_vars`]: `ANTHROPIC_OAUTH_TOKEN` then
+//! `ANTHROPIC_API_KEY`; `OPENAI_API_KEY`). Custom providers come from Pi-format `models.json`
+//! files (Pi `docs/models.md`): `<workspace>/.pi/models.json` first, then
+//! `<agent dir>/models.json`, where the agent dir is `$PI_CODING_AGENT_DIR` or `~/.pi/agent`. A
+//! models.json entry named like a built-in provider merges into it as in Pi: its `baseUrl`,
+//! `apiKey`, `headers` and `compat` apply to the built-in models, `modelOverrides` change single
+//! models (partial `cost` too), and its `models` are upserted by id. A provider's `apiKey` is
+//! the name of an environment variable when one by that name is set, a shell command when it
+//! starts with `!`, else the literal key (resolved in memory only, never written anywhere).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +19,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::types::{Cost, Usage};
 
 /// The wire format of the built-in offline scripted model.
 pub const SCRIPTED_API: &str = "scripted";
@@ -27,13 +35,71 @@ pub struct ModelCost {
     pub cache_write: f64,
 }
 
+/// Pi's thinking levels (`off`, `minimal`, `low`, `medium`, `high`, `xhigh`), in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThinkingLevel {
+    Off,
+    Minimal,
+    Low,
+    Medium,
+    High,
+    Xhigh,
+}
+
+impl ThinkingLevel {
+    /// All levels, lowest first.
+    pub const ALL: [ThinkingLevel; 6] = [
+        ThinkingLevel::Off,
+        ThinkingLevel::Minimal,
+        ThinkingLevel::Low,
+        ThinkingLevel::Medium,
+        ThinkingLevel::High,
+        ThinkingLevel::Xhigh,
+    ];
+
+    /// The level's name as Pi writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThinkingLevel::Off => "off",
+            ThinkingLevel::Minimal => "minimal",
+            ThinkingLevel::Low => "low",
+            ThinkingLevel::Medium => "medium",
+            ThinkingLevel::High => "high",
+            ThinkingLevel::Xhigh => "xhigh",
+        }
+    }
+
+    /// Parses Pi's name of a level.
+    pub fn parse(s: &str) -> Option<ThinkingLevel> {
+        ThinkingLevel::ALL.into_iter().find(|l| l.as_str() == s)
+    }
+}
+
+/// The cost of `usage` at `rates` (US dollars per million tokens), as Pi's `calculateCost`.
+pub fn calculate_cost(rates: &ModelCost, usage: &Usage) -> Cost {
+    let per = |rate: f64, tokens: u64| rate / 1_000_000.0 * tokens as f64;
+    let input = per(rates.input, usage.input);
+    let output = per(rates.output, usage.output);
+    let cache_read = per(rates.cache_read, usage.cache_read);
+    let cache_write = per(rates.cache_write, usage.cache_write);
+    Cost {
+        input,
+        output,
+        cache_read,
+        cache_write,
+        total: input + output + cache_read + cache_write,
+    }
+}
+
 /// One model of one provider, with everything a request needs.
 #[derive(Debug, Clone)]
 pub struct Model {
     /// Model id sent to the provider, e.g. `claude-sonnet-4-5`.
     pub id: String,
     pub name: String,
-    /// Wire format: `anthropic-messages`, `openai-completions` or `scripted`.
+    /// Wire format: `anthropic-messages`, `openai-completions`, `openai-responses` or
+    /// `scripted`.
     pub api: String,
     /// Provider name, e.g. `anthropic` or a models.json key.
     pub provider: String,
@@ -49,7 +115,16 @@ pub struct Model {
     pub max_tokens: u64,
     /// Whether the model reasons (thinking blocks).
     pub reasoning: bool,
+    /// Input kinds the model accepts: `text`, `image`.
+    pub input: Vec<String>,
+    /// Per-million-token prices.
     pub cost: ModelCost,
+    /// Pi's `thinkingLevelMap` (level → provider value; `null` = unsupported), kept verbatim.
+    pub thinking_level_map: Option<Value>,
+    /// The thinking level requests with this model ask for (Pi's `reasoning` stream option;
+    /// the caller sets it from the session or `defaultThinkingLevel`). `None` sends nothing and
+    /// leaves the provider's default; ignored for models without `reasoning`.
+    pub thinking_level: Option<ThinkingLevel>,
     /// Pi's OpenAI `compat` flags, kept verbatim.
     pub compat: Value,
     /// For the scripted api: the responses to replay.
@@ -71,9 +146,74 @@ impl Model {
             context_window: 128_000,
             max_tokens: 16_384,
             reasoning: false,
+            input: vec!["text".to_string()],
             cost: ModelCost::default(),
+            thinking_level_map: None,
+            thinking_level: None,
             compat: Value::Null,
             script: None,
+        }
+    }
+
+    /// The levels this model supports (Pi's `getSupportedThinkingLevels`): only `off` without
+    /// reasoning; a level mapped to `null` in `thinkingLevelMap` is unsupported; `xhigh` only
+    /// when the map names it.
+    pub fn supported_thinking_levels(&self) -> Vec<ThinkingLevel> {
+        if !self.reasoning {
+            return vec![ThinkingLevel::Off];
+        }
+        ThinkingLevel::ALL
+            .into_iter()
+            .filter(|l| {
+                let mapped = self
+                    .thinking_level_map
+                    .as_ref()
+                    .and_then(|m| m.get(l.as_str()));
+                match (l, mapped) {
+                    (_, Some(Value::Null)) => false,
+                    (ThinkingLevel::Xhigh, m) => m.is_some(),
+                    _ => true,
+                }
+            })
+            .collect()
+    }
+
+    /// `level` clamped to a supported one (Pi's `clampThinkingLevel`: the nearest supported
+    /// level upwards, else downwards).
+    pub fn clamp_thinking_level(&self, level: ThinkingLevel) -> ThinkingLevel {
+        let ok = self.supported_thinking_levels();
+        if ok.contains(&level) {
+            return level;
+        }
+        ThinkingLevel::ALL
+            .into_iter()
+            .filter(|l| *l > level)
+            .find(|l| ok.contains(l))
+            .or_else(|| {
+                ThinkingLevel::ALL
+                    .into_iter()
+                    .rev()
+                    .filter(|l| *l < level)
+                    .find(|l| ok.contains(l))
+            })
+            .unwrap_or(ThinkingLevel::Off)
+    }
+
+    /// The provider value `thinkingLevelMap` gives `level`, when it is a string.
+    pub fn mapped_thinking_value(&self, level: ThinkingLevel) -> Option<String> {
+        self.thinking_level_map
+            .as_ref()?
+            .get(level.as_str())?
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// Pi's default output limit of a request: the model's, at most 32,000 tokens.
+    pub fn default_max_tokens(&self) -> u64 {
+        if self.max_tokens > 0 {
+            self.max_tokens.min(32_000)
+        } else {
+            32_000
         }
     }
 
@@ -102,6 +242,9 @@ struct ProviderConfig {
     compat: Option<Value>,
     #[serde(default)]
     models: Vec<ModelConfig>,
+    /// Per-model overrides of built-in models (Pi `docs/models.md` "Per-model Overrides").
+    #[serde(default)]
+    model_overrides: BTreeMap<String, ModelOverride>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -114,11 +257,167 @@ struct ModelConfig {
     max_tokens: Option<u64>,
     #[serde(default)]
     reasoning: bool,
+    input: Option<Vec<String>>,
     #[serde(default)]
     cost: ModelCost,
     #[serde(default)]
     headers: BTreeMap<String, String>,
     compat: Option<Value>,
+    thinking_level_map: Option<Value>,
+}
+
+/// One `modelOverrides` entry: every field optional, `cost` partial.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ModelOverride {
+    name: Option<String>,
+    reasoning: Option<bool>,
+    input: Option<Vec<String>>,
+    cost: Option<PartialCost>,
+    context_window: Option<u64>,
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    compat: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PartialCost {
+    input: Option<f64>,
+    output: Option<f64>,
+    cache_read: Option<f64>,
+    cache_write: Option<f64>,
+}
+
+impl ModelOverride {
+    fn apply(self, m: &mut Model) {
+        if let Some(v) = self.name {
+            m.name = v;
+        }
+        if let Some(v) = self.reasoning {
+            m.reasoning = v;
+        }
+        if let Some(v) = self.input {
+            m.input = v;
+        }
+        if let Some(c) = self.cost {
+            m.cost.input = c.input.unwrap_or(m.cost.input);
+            m.cost.output = c.output.unwrap_or(m.cost.output);
+            m.cost.cache_read = c.cache_read.unwrap_or(m.cost.cache_read);
+            m.cost.cache_write = c.cache_write.unwrap_or(m.cost.cache_write);
+        }
+        if let Some(v) = self.context_window {
+            m.context_window = v;
+        }
+        if let Some(v) = self.max_tokens {
+            m.max_tokens = v;
+        }
+        m.headers.extend(self.headers);
+        if let Some(v) = self.compat {
+            m.compat = v;
+        }
+    }
+}
+
+/// One model of the built-in catalogue (`catalogue.json`, the `anthropic` and `openai`
+/// entries of Pi 0.73.1's `pi-ai/dist/models.generated.js`, same ids and values).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CatalogueEntry {
+    id: String,
+    name: String,
+    reasoning: bool,
+    input: Vec<String>,
+    cost: ModelCost,
+    context_window: u64,
+    max_tokens: u64,
+    thinking_level_map: Option<Value>,
+}
+
+/// A built-in provider: name, wire format, base URL, Pi's default model, key variables.
+struct BuiltinProvider {
+    name: &'static str,
+    api: &'static str,
+    base_url: &'static str,
+    default_model: &'static str,
+}
+
+/// Built-in providers. Pi talks to OpenAI through its Responses API; this crate's
+/// `openai-responses` adapter is new and checked only against recorded streams, so the OpenAI
+/// catalogue keeps `openai-completions` (an `"api"` in models.json's `openai` entry switches).
+const BUILTIN_PROVIDERS: &[BuiltinProvider] = &[
+    BuiltinProvider {
+        name: "anthropic",
+        api: "anthropic-messages",
+        base_url: "https://api.anthropic.com",
+        default_model: "claude-opus-4-7",
+    },
+    BuiltinProvider {
+        name: "openai",
+        api: "openai-completions",
+        base_url: "https://api.openai.com/v1",
+        default_model: "gpt-5.4",
+    },
+];
+
+/// Environment variables holding a provider's key, in precedence order (Pi's
+/// `env-api-keys.js`: `ANTHROPIC_OAUTH_TOKEN` before `ANTHROPIC_API_KEY`).
+pub fn api_key_env_vars(provider: &str) -> &'static [&'static str] {
+    match provider {
+        "anthropic" => &["ANTHROPIC_OAUTH_TOKEN", "ANTHROPIC_API_KEY"],
+        "openai" => &["OPENAI_API_KEY"],
+        "deepseek" => &["DEEPSEEK_API_KEY"],
+        "groq" => &["GROQ_API_KEY"],
+        "cerebras" => &["CEREBRAS_API_KEY"],
+        "xai" => &["XAI_API_KEY"],
+        "openrouter" => &["OPENROUTER_API_KEY"],
+        "zai" => &["ZAI_API_KEY"],
+        "mistral" => &["MISTRAL_API_KEY"],
+        "fireworks" => &["FIREWORKS_API_KEY"],
+        "huggingface" => &["HF_TOKEN"],
+        _ => &[],
+    }
+}
+
+/// The first non-empty key among [`api_key_env_vars`] of `provider`.
+pub fn env_api_key(provider: &str) -> Option<String> {
+    api_key_env_vars(provider)
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|k| !k.is_empty()))
+}
+
+/// The built-in models of `provider` with `key`, its default model first, then Pi's order.
+fn builtin_models(p: &BuiltinProvider, key: Option<String>) -> Vec<Model> {
+    static CATALOGUE: &str = include_str!("catalogue.json");
+    let all: BTreeMap<String, Vec<CatalogueEntry>> = match serde_json::from_str(CATALOGUE) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("built-in model catalogue unreadable: {e}");
+            BTreeMap::new()
+        }
+    };
+    let mut models: Vec<Model> = all
+        .get(p.name)
+        .into_iter()
+        .flatten()
+        .map(|e| Model {
+            name: e.name.clone(),
+            api_key: key.clone(),
+            context_window: e.context_window,
+            max_tokens: e.max_tokens,
+            reasoning: e.reasoning,
+            input: e.input.clone(),
+            cost: e.cost.clone(),
+            thinking_level_map: e.thinking_level_map.clone(),
+            ..Model::new(p.api, p.name, &e.id, p.base_url)
+        })
+        .collect();
+    if let Some(i) = models.iter().position(|m| m.id == p.default_model) {
+        let d = models.remove(i);
+        models.insert(0, d);
+    }
+    models
 }
 
 /// The subset of Pi's `settings.json` used here.
@@ -197,23 +496,6 @@ pub struct Registry {
     pub warnings: Vec<String>,
 }
 
-fn builtin(
-    provider: &str,
-    api: &str,
-    base: &str,
-    key: Option<String>,
-    ids: &[(&str, u64, u64)],
-) -> Vec<Model> {
-    ids.iter()
-        .map(|(id, window, max)| Model {
-            api_key: key.clone(),
-            context_window: *window,
-            max_tokens: *max,
-            ..Model::new(api, provider, id, base)
-        })
-        .collect()
-}
-
 impl Registry {
     /// Loads models.json and settings.json for `workspace` (either may be absent).
     pub fn load(workspace: &Path) -> Registry {
@@ -224,6 +506,8 @@ impl Registry {
             files.push(a.join("models.json"));
         }
         let mut seen = std::collections::HashSet::new();
+        // models.json entries for built-in providers merge into the catalogue (Pi semantics).
+        let mut builtin_cfg: BTreeMap<&'static str, ProviderConfig> = BTreeMap::new();
         for f in files {
             match read_json::<ModelsFile>(&f) {
                 Ok(mf) => {
@@ -232,7 +516,12 @@ impl Registry {
                             continue;
                         }
                         match serde_json::from_value::<ProviderConfig>(cfg) {
-                            Ok(p) => reg.add_provider(&name, p),
+                            Ok(p) => match BUILTIN_PROVIDERS.iter().find(|b| b.name == name) {
+                                Some(b) => {
+                                    builtin_cfg.insert(b.name, p);
+                                }
+                                None => reg.add_provider(&name, p),
+                            },
                             Err(e) => reg
                                 .warnings
                                 .push(format!("{}: provider {name}: {e}", f.display())),
@@ -243,36 +532,9 @@ impl Registry {
             }
         }
         reg.has_custom = !reg.models.is_empty();
-        let anthropic_key = std::env::var("ANTHROPIC_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty());
-        let openai_key = std::env::var("OPENAI_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty());
-        if !seen.contains("anthropic") {
-            reg.models.extend(builtin(
-                "anthropic",
-                "anthropic-messages",
-                "https://api.anthropic.com",
-                anthropic_key,
-                &[
-                    ("claude-sonnet-4-5", 200_000, 64_000),
-                    ("claude-opus-4-1", 200_000, 32_000),
-                    ("claude-haiku-4-5", 200_000, 64_000),
-                ],
-            ));
-        }
-        if !seen.contains("openai") {
-            reg.models.extend(builtin(
-                "openai",
-                "openai-completions",
-                "https://api.openai.com/v1",
-                openai_key,
-                &[
-                    ("gpt-4.1", 1_047_576, 32_768),
-                    ("gpt-4o-mini", 128_000, 16_384),
-                ],
-            ));
+        for p in BUILTIN_PROVIDERS {
+            let cfg = builtin_cfg.remove(p.name);
+            reg.add_builtin(p, cfg);
         }
         let mut settings = Settings::default();
         let mut setting_files = Vec::new();
@@ -295,29 +557,89 @@ impl Registry {
         reg
     }
 
+    /// Adds built-in provider `p`'s catalogue, merged with its models.json entry if any:
+    /// provider `baseUrl` / `apiKey` / `headers` / `compat` apply to every model,
+    /// `modelOverrides` to the named ones, and `models` are upserted by id.
+    fn add_builtin(&mut self, p: &BuiltinProvider, cfg: Option<ProviderConfig>) {
+        let Some(cfg) = cfg else {
+            self.models.extend(builtin_models(p, env_api_key(p.name)));
+            return;
+        };
+        let key = cfg
+            .api_key
+            .as_deref()
+            .and_then(resolve_api_key)
+            .or_else(|| env_api_key(p.name));
+        let mut models = builtin_models(p, key.clone());
+        let mut overrides = cfg.model_overrides.clone();
+        for m in models.iter_mut() {
+            if let Some(base) = &cfg.base_url {
+                m.base_url = base.clone();
+            }
+            if let Some(api) = &cfg.api {
+                m.api = api.clone();
+            }
+            m.headers.extend(cfg.headers.clone());
+            if let Some(c) = &cfg.compat {
+                m.compat = c.clone();
+            }
+            if let Some(o) = overrides.remove(&m.id) {
+                o.apply(m);
+            }
+        }
+        let custom = ProviderConfig {
+            api: cfg.api.clone().or_else(|| Some(p.api.to_string())),
+            base_url: cfg
+                .base_url
+                .clone()
+                .or_else(|| Some(p.base_url.to_string())),
+            api_key: None,
+            ..cfg
+        };
+        let start = self.models.len();
+        self.models.extend(models);
+        let mut extra = Vec::new();
+        for m in custom.models.clone() {
+            let built = Self::custom_model(p.name, &custom, key.clone(), m);
+            match self.models[start..].iter_mut().find(|x| x.id == built.id) {
+                Some(slot) => *slot = built,
+                None => extra.push(built),
+            }
+        }
+        self.models.extend(extra);
+    }
+
+    fn custom_model(name: &str, p: &ProviderConfig, key: Option<String>, m: ModelConfig) -> Model {
+        let mut headers = p.headers.clone();
+        headers.extend(m.headers);
+        Model {
+            name: m.name.unwrap_or_else(|| m.id.clone()),
+            id: m.id,
+            api: m
+                .api
+                .or_else(|| p.api.clone())
+                .unwrap_or_else(|| "openai-completions".into()),
+            provider: name.to_string(),
+            base_url: p.base_url.clone().unwrap_or_default(),
+            api_key: key,
+            headers,
+            context_window: m.context_window.unwrap_or(128_000),
+            max_tokens: m.max_tokens.unwrap_or(16_384),
+            reasoning: m.reasoning,
+            input: m.input.unwrap_or_else(|| vec!["text".to_string()]),
+            cost: m.cost,
+            thinking_level_map: m.thinking_level_map,
+            thinking_level: None,
+            compat: m.compat.or_else(|| p.compat.clone()).unwrap_or(Value::Null),
+            script: None,
+        }
+    }
+
     fn add_provider(&mut self, name: &str, p: ProviderConfig) {
         let key = p.api_key.as_deref().and_then(resolve_api_key);
-        for m in p.models {
-            let mut headers = p.headers.clone();
-            headers.extend(m.headers);
-            self.models.push(Model {
-                name: m.name.unwrap_or_else(|| m.id.clone()),
-                id: m.id,
-                api: m
-                    .api
-                    .or_else(|| p.api.clone())
-                    .unwrap_or_else(|| "openai-completions".into()),
-                provider: name.to_string(),
-                base_url: p.base_url.clone().unwrap_or_default(),
-                api_key: key.clone(),
-                headers,
-                context_window: m.context_window.unwrap_or(128_000),
-                max_tokens: m.max_tokens.unwrap_or(16_384),
-                reasoning: m.reasoning,
-                cost: m.cost,
-                compat: m.compat.or_else(|| p.compat.clone()).unwrap_or(Value::Null),
-                script: None,
-            });
+        for m in p.models.clone() {
+            let model = Self::custom_model(name, &p, key.clone(), m);
+            self.models.push(model);
         }
     }
 
@@ -382,6 +704,90 @@ mod tests {
             Some("from-cmd")
         );
         assert_eq!(resolve_api_key("PATH"), std::env::var("PATH").ok());
+    }
+
+    #[test]
+    fn catalogue_has_pi_values_and_defaults_first() {
+        let reg = Registry::load(Path::new("/nonexistent-pi-ai-workspace"));
+        let first_anthropic = reg
+            .models
+            .iter()
+            .find(|m| m.provider == "anthropic")
+            .unwrap();
+        assert_eq!(first_anthropic.id, "claude-opus-4-7");
+        let s = reg.find("anthropic/claude-sonnet-4-5").unwrap();
+        assert_eq!(
+            (s.context_window, s.max_tokens, s.reasoning, s.input.clone()),
+            (
+                200_000,
+                64_000,
+                true,
+                vec!["text".to_string(), "image".to_string()]
+            )
+        );
+        assert_eq!(
+            s.cost,
+            ModelCost {
+                input: 3.0,
+                output: 15.0,
+                cache_read: 0.3,
+                cache_write: 3.75
+            }
+        );
+        let g = reg.find("openai/gpt-4.1").unwrap();
+        assert_eq!(
+            (g.api.as_str(), g.context_window, g.max_tokens),
+            ("openai-completions", 1_047_576, 32_768)
+        );
+        assert_eq!(
+            reg.models
+                .iter()
+                .filter(|m| m.provider == "anthropic")
+                .count(),
+            23
+        );
+        assert_eq!(
+            api_key_env_vars("anthropic"),
+            ["ANTHROPIC_OAUTH_TOKEN", "ANTHROPIC_API_KEY"]
+        );
+    }
+
+    #[test]
+    fn model_overrides_and_upserts_merge_into_builtins() {
+        let dir = std::env::temp_dir().join(format!("pi-ai-overrides-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(".pi")).unwrap();
+        std::fs::write(
+            dir.join(".pi/models.json"),
+            r#"{"providers":{"anthropic":{"baseUrl":"http://127.0.0.1:9","apiKey":"sk-x",
+               "modelOverrides":{"claude-sonnet-4-5":{"name":"Sonnet via proxy","maxTokens":8000,"cost":{"input":1}},
+                                 "no-such-model":{"name":"ignored"}},
+               "models":[{"id":"claude-haiku-4-5","contextWindow":1000},{"id":"my-claude"}]}}}"#,
+        )
+        .unwrap();
+        let reg = Registry::load(&dir);
+        let s = reg.find("anthropic/claude-sonnet-4-5").unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.max_tokens, s.cost.input, s.cost.output),
+            ("Sonnet via proxy", 8000, 1.0, 15.0)
+        );
+        assert_eq!(
+            (s.base_url.as_str(), s.api_key.as_deref()),
+            ("http://127.0.0.1:9", Some("sk-x"))
+        );
+        let h = reg.find("anthropic/claude-haiku-4-5").unwrap();
+        assert_eq!(
+            (h.context_window, h.api.as_str()),
+            (1000, "anthropic-messages")
+        );
+        assert!(reg.find("anthropic/my-claude").is_some());
+        assert_eq!(
+            reg.models
+                .iter()
+                .filter(|m| m.id == "claude-haiku-4-5")
+                .count(),
+            1
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

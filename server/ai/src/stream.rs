@@ -6,18 +6,27 @@
 //! that turns wire fragments into blocks, and every adapter drives it.
 //!
 //! Failures are encoded in the stream (an `error` event whose message has `stopReason` `error` or
-//! `aborted`), never returned as `Err`. A consumer that drops the [`AssistantStream`] closes the
-//! channel; the producing task notices on its next send and drops the HTTP body.
+//! `aborted`), never returned as `Err`; the `error` event also carries the typed
+//! [`crate::errors::ProviderError`] (not serialized). A consumer that drops the
+//! [`AssistantStream`] closes the channel; the producing task notices on its next send and
+//! drops the HTTP body.
+//!
+//! Pi's `partial` (the message accumulated so far) is not copied into every event: the builder
+//! keeps it behind a mutex shared with the stream, and [`AssistantStream::partial`] clones a
+//! snapshot only when asked, so events (and the editor's wire) stay delta-only. Tool-call
+//! arguments in the partial are re-parsed best-effort after each delta
+//! ([`crate::json::parse_partial_arguments`]); the final arguments are parsed strictly.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::types::{
-    AssistantMessage, ContentBlock, StopReason, TextContent, ThinkingContent, ToolCall, Usage,
-};
+use crate::errors::ProviderError;
+use crate::models::{Model, ModelCost};
+use crate::types::{AssistantMessage, ContentBlock, StopReason, ThinkingContent, ToolCall, Usage};
 
 /// One progress or terminal event of an assistant stream (Pi's `AssistantMessageEvent`, without
 /// the accumulated `partial`: deltas carry only the newest fragment).
@@ -72,9 +81,13 @@ pub enum AssistantEvent {
         message: AssistantMessage,
     },
     /// Terminal: the canonical message with `stopReason` error or aborted and `errorMessage`.
+    /// `failure` is the typed error (class, HTTP status, `Retry-After`) for the loop's retry
+    /// and compaction decisions; it is not serialized (the editor sees Pi's event shape).
     Error {
         reason: StopReason,
         error: AssistantMessage,
+        #[serde(skip)]
+        failure: ProviderError,
     },
 }
 
@@ -87,6 +100,23 @@ impl AssistantEvent {
             _ => None,
         }
     }
+
+    /// The typed failure of a terminal `error` event.
+    pub fn failure(&self) -> Option<&ProviderError> {
+        match self {
+            AssistantEvent::Error { failure, .. } => Some(failure),
+            _ => None,
+        }
+    }
+}
+
+/// The message being reconstructed, shared by the producing [`MessageBuilder`] and the
+/// consuming [`AssistantStream`] (for [`AssistantStream::partial`]).
+type Shared = Arc<Mutex<AssistantMessage>>;
+
+fn lock(m: &Shared) -> MutexGuard<'_, AssistantMessage> {
+    // A panic while holding the lock leaves a usable message: take it anyway.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The receiving end of one model response.
@@ -94,19 +124,40 @@ impl AssistantEvent {
 pub struct AssistantStream {
     rx: mpsc::Receiver<AssistantEvent>,
     finished: bool,
+    partial: Shared,
+}
+
+/// The producing end of one model response: events plus the shared partial message. Hand it
+/// to [`MessageBuilder::start`].
+#[derive(Debug)]
+pub struct StreamSender {
+    tx: mpsc::Sender<AssistantEvent>,
+    partial: Shared,
 }
 
 impl AssistantStream {
     /// A connected pair: the sender goes to the producing adapter task.
-    pub fn channel() -> (mpsc::Sender<AssistantEvent>, AssistantStream) {
+    pub fn channel() -> (StreamSender, AssistantStream) {
         let (tx, rx) = mpsc::channel(256);
+        let partial: Shared = Arc::new(Mutex::new(AssistantMessage::empty("", "", "")));
         (
-            tx,
+            StreamSender {
+                tx,
+                partial: partial.clone(),
+            },
             AssistantStream {
                 rx,
                 finished: false,
+                partial,
             },
         )
+    }
+
+    /// A snapshot of the message accumulated so far (Pi's `partial`): text, thinking, tool
+    /// calls with best-effort parsed arguments, usage. Cloned only when asked for, so events
+    /// stay delta-only. The producer may be a few events ahead of the consumer.
+    pub fn partial(&self) -> AssistantMessage {
+        lock(&self.partial).clone()
     }
 
     /// The next event; `None` after the terminal event. If the producer vanished without a
@@ -124,12 +175,16 @@ impl AssistantStream {
             }
             None => {
                 self.finished = true;
-                let mut m = AssistantMessage::empty("", "", "");
+                let failure = ProviderError::Provider {
+                    message: "model stream ended without a result".into(),
+                };
+                let mut m = self.partial();
                 m.stop_reason = StopReason::Error;
-                m.error_message = Some("model stream ended without a result".into());
+                m.error_message = Some(failure.message());
                 Some(AssistantEvent::Error {
                     reason: StopReason::Error,
                     error: m,
+                    failure,
                 })
             }
         }
@@ -155,26 +210,27 @@ pub struct Closed;
 /// Reconstructs an [`AssistantMessage`] from wire fragments and emits the matching events.
 ///
 /// Adapters address blocks by their own key (Anthropic's block index, OpenAI's tool-call index,
-/// or a fixed key for streamed text); the builder maps keys to content indexes.
+/// or a fixed key for streamed text); the builder maps keys to content indexes. The message
+/// lives behind a mutex shared with the [`AssistantStream`] so a consumer can ask for the
+/// partial message; each fragment costs one uncontended lock.
 pub struct MessageBuilder {
     tx: mpsc::Sender<AssistantEvent>,
-    message: AssistantMessage,
+    message: Shared,
+    rates: ModelCost,
     open: HashMap<String, usize>,
     raw_args: HashMap<usize, String>,
     finished: bool,
 }
 
 impl MessageBuilder {
-    /// Starts a response for `api` / `provider` / `model` and emits `start`.
-    pub async fn start(
-        tx: mpsc::Sender<AssistantEvent>,
-        api: &str,
-        provider: &str,
-        model: &str,
-    ) -> Result<Self, Closed> {
+    /// Starts a response of `model` (its api, provider, id and per-million prices) and emits
+    /// `start`.
+    pub async fn start(tx: StreamSender, model: &Model) -> Result<Self, Closed> {
+        *lock(&tx.partial) = AssistantMessage::empty(&model.api, &model.provider, &model.id);
         let b = MessageBuilder {
-            tx,
-            message: AssistantMessage::empty(api, provider, model),
+            tx: tx.tx,
+            message: tx.partial,
+            rates: model.cost.clone(),
             open: HashMap::new(),
             raw_args: HashMap::new(),
             finished: false,
@@ -187,14 +243,14 @@ impl MessageBuilder {
         self.tx.send(ev).await.map_err(|_| Closed)
     }
 
-    /// The message reconstructed so far.
-    pub fn partial(&self) -> &AssistantMessage {
-        &self.message
+    /// Runs `f` on the message reconstructed so far (metadata such as the response id).
+    pub fn with_message<R>(&mut self, f: impl FnOnce(&mut AssistantMessage) -> R) -> R {
+        f(&mut lock(&self.message))
     }
 
-    /// Mutable access for usage, response id and similar metadata.
-    pub fn message_mut(&mut self) -> &mut AssistantMessage {
-        &mut self.message
+    /// A copy of the message reconstructed so far.
+    pub fn snapshot(&self) -> AssistantMessage {
+        lock(&self.message).clone()
     }
 
     /// True when a block with this key is open.
@@ -202,26 +258,31 @@ impl MessageBuilder {
         self.open.contains_key(key)
     }
 
+    /// Opens block `key` with `block` unless open; returns its content index and whether it
+    /// was opened now.
+    fn open_block(&mut self, key: &str, block: ContentBlock) -> (usize, bool) {
+        if let Some(i) = self.open.get(key) {
+            return (*i, false);
+        }
+        let mut m = lock(&self.message);
+        let i = m.content.len();
+        m.content.push(block);
+        drop(m);
+        self.open.insert(key.to_string(), i);
+        (i, true)
+    }
+
     /// Appends text to the block `key`, opening a text block first if needed.
     pub async fn text_delta(&mut self, key: &str, delta: &str) -> Result<(), Closed> {
-        let idx = match self.open.get(key) {
-            Some(i) => *i,
-            None => {
-                let i = self.message.content.len();
-                self.message.content.push(ContentBlock::Text(TextContent {
-                    text: String::new(),
-                    text_signature: None,
-                }));
-                self.open.insert(key.to_string(), i);
-                self.emit(AssistantEvent::TextStart { content_index: i })
-                    .await?;
-                i
-            }
-        };
+        let (idx, opened) = self.open_block(key, ContentBlock::text(""));
+        if opened {
+            self.emit(AssistantEvent::TextStart { content_index: idx })
+                .await?;
+        }
         if delta.is_empty() {
             return Ok(());
         }
-        if let Some(ContentBlock::Text(t)) = self.message.content.get_mut(idx) {
+        if let Some(ContentBlock::Text(t)) = lock(&self.message).content.get_mut(idx) {
             t.text.push_str(delta);
         }
         self.emit(AssistantEvent::TextDelta {
@@ -233,27 +294,22 @@ impl MessageBuilder {
 
     /// Appends reasoning text to the block `key`, opening a thinking block first if needed.
     pub async fn thinking_delta(&mut self, key: &str, delta: &str) -> Result<(), Closed> {
-        let idx = match self.open.get(key) {
-            Some(i) => *i,
-            None => {
-                let i = self.message.content.len();
-                self.message
-                    .content
-                    .push(ContentBlock::Thinking(ThinkingContent {
-                        thinking: String::new(),
-                        thinking_signature: None,
-                        redacted: false,
-                    }));
-                self.open.insert(key.to_string(), i);
-                self.emit(AssistantEvent::ThinkingStart { content_index: i })
-                    .await?;
-                i
-            }
-        };
+        let (idx, opened) = self.open_block(
+            key,
+            ContentBlock::Thinking(ThinkingContent {
+                thinking: String::new(),
+                thinking_signature: None,
+                redacted: false,
+            }),
+        );
+        if opened {
+            self.emit(AssistantEvent::ThinkingStart { content_index: idx })
+                .await?;
+        }
         if delta.is_empty() {
             return Ok(());
         }
-        if let Some(ContentBlock::Thinking(t)) = self.message.content.get_mut(idx) {
+        if let Some(ContentBlock::Thinking(t)) = lock(&self.message).content.get_mut(idx) {
             t.thinking.push_str(delta);
         }
         self.emit(AssistantEvent::ThinkingDelta {
@@ -266,7 +322,7 @@ impl MessageBuilder {
     /// Sets or extends the signature of the open thinking block `key`.
     pub fn thinking_signature(&mut self, key: &str, sig: &str) {
         if let Some(idx) = self.open.get(key) {
-            if let Some(ContentBlock::Thinking(t)) = self.message.content.get_mut(*idx) {
+            if let Some(ContentBlock::Thinking(t)) = lock(&self.message).content.get_mut(*idx) {
                 t.thinking_signature
                     .get_or_insert_with(String::new)
                     .push_str(sig);
@@ -274,17 +330,21 @@ impl MessageBuilder {
         }
     }
 
-    /// Marks the open thinking block `key` as redacted (Anthropic `redacted_thinking`).
+    /// Marks the open thinking block `key` as redacted (Anthropic `redacted_thinking`), with
+    /// Pi's placeholder text.
     pub fn mark_redacted(&mut self, key: &str) {
         if let Some(idx) = self.open.get(key) {
-            if let Some(ContentBlock::Thinking(t)) = self.message.content.get_mut(*idx) {
+            if let Some(ContentBlock::Thinking(t)) = lock(&self.message).content.get_mut(*idx) {
                 t.redacted = true;
+                if t.thinking.is_empty() {
+                    t.thinking = REDACTED_THINKING_TEXT.to_string();
+                }
             }
         }
     }
 
     /// Opens a tool-call block `key` with its id and name. `initial` is an already complete
-    /// argument object (Anthropic's `input`), used when no argument deltas follow.
+    /// argument object (Anthropic's `input`), kept when no argument deltas follow (STRM-11).
     pub async fn tool_call_start(
         &mut self,
         key: &str,
@@ -292,13 +352,13 @@ impl MessageBuilder {
         name: &str,
         initial: Option<Value>,
     ) -> Result<(), Closed> {
-        let i = self.message.content.len();
-        self.message.content.push(ContentBlock::ToolCall(ToolCall {
-            id: id.to_string(),
-            name: name.to_string(),
-            arguments: initial.unwrap_or_else(|| Value::Object(Default::default())),
-        }));
-        self.open.insert(key.to_string(), i);
+        let arguments = initial
+            .filter(Value::is_object)
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        let (i, _) = self.open_block(
+            key,
+            ContentBlock::ToolCall(ToolCall::new(id, name, arguments)),
+        );
         self.emit(AssistantEvent::ToolcallStart {
             content_index: i,
             id: id.to_string(),
@@ -310,7 +370,7 @@ impl MessageBuilder {
     /// Sets the id or name of the tool call `key` when a later fragment first carries it.
     pub fn tool_call_fill(&mut self, key: &str, id: Option<&str>, name: Option<&str>) {
         if let Some(idx) = self.open.get(key) {
-            if let Some(ContentBlock::ToolCall(c)) = self.message.content.get_mut(*idx) {
+            if let Some(ContentBlock::ToolCall(c)) = lock(&self.message).content.get_mut(*idx) {
                 if let Some(id) = id.filter(|s| !s.is_empty()) {
                     if c.id.is_empty() {
                         c.id = id.to_string();
@@ -333,7 +393,14 @@ impl MessageBuilder {
         if delta.is_empty() {
             return Ok(());
         }
-        self.raw_args.entry(idx).or_default().push_str(delta);
+        let raw = self.raw_args.entry(idx).or_default();
+        raw.push_str(delta);
+        if raw.len() <= PARTIAL_PARSE_LIMIT {
+            let parsed = crate::json::parse_partial_arguments(raw);
+            if let Some(ContentBlock::ToolCall(c)) = lock(&self.message).content.get_mut(idx) {
+                c.arguments = parsed;
+            }
+        }
         self.emit(AssistantEvent::ToolcallDelta {
             content_index: idx,
             delta: delta.to_string(),
@@ -341,38 +408,101 @@ impl MessageBuilder {
         .await
     }
 
-    /// Closes block `key`, parsing streamed tool arguments once (unparsable text gives `{}`).
+    /// Closes block `key`. Streamed tool arguments are parsed once, strictly (after Pi's
+    /// string repair); text that does not parse gives replay-safe `{}` arguments and is kept in
+    /// `rawArguments` (case LEN-01).
     pub async fn end_block(&mut self, key: &str) -> Result<(), Closed> {
         let Some(idx) = self.open.remove(key) else {
             return Ok(());
         };
-        let ev = match self.message.content.get_mut(idx) {
-            Some(ContentBlock::Text(t)) => AssistantEvent::TextEnd {
-                content_index: idx,
-                content: t.text.clone(),
-            },
-            Some(ContentBlock::Thinking(t)) => AssistantEvent::ThinkingEnd {
-                content_index: idx,
-                content: t.thinking.clone(),
-            },
-            Some(ContentBlock::ToolCall(c)) => {
-                if let Some(raw) = self.raw_args.get(&idx).filter(|r| !r.trim().is_empty()) {
-                    c.arguments = serde_json::from_str(raw)
-                        .unwrap_or_else(|_| Value::Object(Default::default()));
-                }
-                AssistantEvent::ToolcallEnd {
+        let raw = self.raw_args.get(&idx).filter(|r| !r.trim().is_empty());
+        let ev = {
+            let mut m = lock(&self.message);
+            match m.content.get_mut(idx) {
+                Some(ContentBlock::Text(t)) => Some(AssistantEvent::TextEnd {
                     content_index: idx,
-                    tool_call: c.clone(),
+                    content: t.text.clone(),
+                }),
+                Some(ContentBlock::Thinking(t)) => Some(AssistantEvent::ThinkingEnd {
+                    content_index: idx,
+                    content: t.thinking.clone(),
+                }),
+                Some(ContentBlock::ToolCall(c)) => {
+                    if let Some(raw) = raw {
+                        match crate::json::parse_arguments(raw) {
+                            Some(v) => c.arguments = v,
+                            None => {
+                                c.arguments = Value::Object(Default::default());
+                                c.raw_arguments = Some(raw.clone());
+                            }
+                        }
+                    }
+                    Some(AssistantEvent::ToolcallEnd {
+                        content_index: idx,
+                        tool_call: c.clone(),
+                    })
+                }
+                _ => None,
+            }
+        };
+        match ev {
+            Some(ev) => self.emit(ev).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The content index of the open block `key`.
+    pub fn content_index(&self, key: &str) -> Option<usize> {
+        self.open.get(key).copied()
+    }
+
+    /// Replaces the final text of the open text or thinking block `key` and sets its
+    /// signature (`textSignature` / `thinkingSignature`), for formats whose `done` event carries
+    /// the authoritative item (OpenAI Responses).
+    pub fn settle_block(&mut self, key: &str, text: Option<String>, signature: Option<String>) {
+        let Some(idx) = self.open.get(key).copied() else {
+            return;
+        };
+        match lock(&self.message).content.get_mut(idx) {
+            Some(ContentBlock::Text(t)) => {
+                if let Some(text) = text {
+                    t.text = text;
+                }
+                if signature.is_some() {
+                    t.text_signature = signature;
                 }
             }
-            _ => return Ok(()),
-        };
-        self.emit(ev).await
+            Some(ContentBlock::Thinking(t)) => {
+                if let Some(text) = text.filter(|s| !s.is_empty()) {
+                    t.thinking = text;
+                }
+                if signature.is_some() {
+                    t.thinking_signature = signature;
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The raw streamed argument text of the tool call at `content_index`, if any.
     pub fn raw_arguments(&self, content_index: usize) -> Option<&str> {
         self.raw_args.get(&content_index).map(String::as_str)
+    }
+
+    /// True when any tool-call block was opened.
+    pub fn has_tool_calls(&self) -> bool {
+        lock(&self.message)
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolCall(_)))
+    }
+
+    /// True when any text block has text.
+    pub fn has_text(&self) -> bool {
+        lock(&self.message)
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::Text(t) if !t.text.is_empty()))
     }
 
     /// Closes every open block in content order.
@@ -386,18 +516,23 @@ impl MessageBuilder {
         Ok(())
     }
 
-    /// Sets the usage, computing `totalTokens`.
+    /// Sets the usage (token counts as the provider reported them), computing `totalTokens`
+    /// and the cost from the model's per-million prices.
     pub fn set_usage(&mut self, mut usage: Usage) {
         usage.total_tokens = usage.input + usage.output + usage.cache_read + usage.cache_write;
-        self.message.usage = usage;
+        usage.cost = crate::models::calculate_cost(&self.rates, &usage);
+        lock(&self.message).usage = usage;
     }
 
     /// Closes open blocks and emits `done` with `reason`.
     pub async fn finish(mut self, reason: StopReason) -> Result<AssistantMessage, Closed> {
         self.end_all().await?;
         self.finished = true;
-        self.message.stop_reason = reason;
-        let message = self.message.clone();
+        let message = {
+            let mut m = lock(&self.message);
+            m.stop_reason = reason;
+            m.clone()
+        };
         self.emit(AssistantEvent::Done {
             reason,
             message: message.clone(),
@@ -406,23 +541,36 @@ impl MessageBuilder {
         Ok(message)
     }
 
-    /// Emits `error` with `reason` (error or aborted), keeping what streamed so far.
-    pub async fn fail(mut self, reason: StopReason, error_message: String) -> AssistantMessage {
+    /// Emits `error` for `failure` (stop reason `aborted` for an abort, else `error`), keeping
+    /// what streamed so far. Open tool calls keep the arguments known at their start.
+    pub async fn fail(mut self, failure: ProviderError) -> AssistantMessage {
         // Open blocks are closed silently: the message is terminal either way.
         self.open.clear();
         self.finished = true;
-        self.message.stop_reason = reason;
-        self.message.error_message = Some(error_message);
-        let message = self.message.clone();
+        let reason = failure.stop_reason();
+        let message = {
+            let mut m = lock(&self.message);
+            m.stop_reason = reason;
+            m.error_message = Some(failure.message());
+            m.clone()
+        };
         let _ = self
             .emit(AssistantEvent::Error {
                 reason,
                 error: message.clone(),
+                failure,
             })
             .await;
         message
     }
 }
+
+/// Longest argument text re-parsed after every delta, in bytes (each re-parse reads the whole
+/// text; longer arguments are parsed only when their block ends).
+pub const PARTIAL_PARSE_LIMIT: usize = 256 * 1024;
+
+/// Pi's text of a redacted thinking block (the payload is in the signature).
+pub const REDACTED_THINKING_TEXT: &str = "[Reasoning redacted]";
 
 #[cfg(test)]
 mod tests {
@@ -432,7 +580,8 @@ mod tests {
     async fn builder_reconstructs_blocks_and_events() {
         let (tx, mut stream) = AssistantStream::channel();
         let task = tokio::spawn(async move {
-            let mut b = MessageBuilder::start(tx, "x", "p", "m").await.unwrap();
+            let model = Model::new("x", "p", "m", "");
+            let mut b = MessageBuilder::start(tx, &model).await.unwrap();
             b.text_delta("t", "Hel").await.unwrap();
             b.text_delta("t", "lo").await.unwrap();
             b.end_block("t").await.unwrap();
@@ -452,11 +601,11 @@ mod tests {
             msg.content,
             vec![
                 ContentBlock::text("Hello"),
-                ContentBlock::ToolCall(ToolCall {
-                    id: "call_1".into(),
-                    name: "read".into(),
-                    arguments: serde_json::json!({"path":"a"})
-                })
+                ContentBlock::ToolCall(ToolCall::new(
+                    "call_1",
+                    "read",
+                    serde_json::json!({"path":"a"})
+                ))
             ]
         );
         let kinds: Vec<String> = events
@@ -482,6 +631,27 @@ mod tests {
                 "toolcall_end",
                 "done"
             ]
+        );
+    }
+
+    #[test]
+    fn error_event_serializes_without_the_typed_failure() {
+        let mut m = AssistantMessage::empty("a", "p", "m");
+        m.timestamp = 0;
+        m.stop_reason = StopReason::Error;
+        m.error_message = Some("HTTP 429: slow down".into());
+        let ev = AssistantEvent::Error {
+            reason: StopReason::Error,
+            error: m,
+            failure: crate::errors::classify_http(429, None, Some("1"), "slow down"),
+        };
+        let v = serde_json::to_value(&ev).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["reason"], "error");
+        assert!(v.get("failure").is_none());
+        assert_eq!(
+            ev.failure().and_then(|f| f.retry_after()),
+            Some(std::time::Duration::from_secs(1))
         );
     }
 

@@ -1,39 +1,339 @@
-//! Provider-neutral repair of a message list before any wire conversion.
+//! Provider-neutral preparation of a stored conversation for one target model (seed exercise 5,
+//! "provider-neutral replay"), applied by every adapter before wire conversion.
 //!
-//! A provider rejects a request in which a tool call has no paired result, or a result has no
-//! call (cases PAIR-01, PAIR-02, PAIR-04). The stored session is never changed; this builds the
-//! request's view of it:
-//! - assistant messages that ended in `error` or `aborted` without tool calls are dropped (they
-//!   carry no usable content and some providers reject empty assistant turns);
-//! - every tool call gets exactly one result right after its assistant message, in call order:
-//!   missing ones become error results saying no result was recorded;
-//! - results whose call is not in the preceding assistant message are dropped.
+//! The stored messages are never changed: this builds the request's own copy. Rules follow Pi
+//! 0.73.1 `pi-ai/dist/providers/transform-messages.js` and the cases PAIR-01/02/04/07/08:
+//! - assistant turns that ended in `error` or `aborted` are dropped (they are incomplete;
+//!   replaying them makes providers reject the request), and with them any results of their
+//!   calls;
+//! - every remaining tool call gets exactly one result right after its assistant message, in
+//!   call order; a call without one gets a synthetic error result, Pi's text
+//!   [`MISSING_RESULT_TEXT`] (PAIR-01, PAIR-04: before the next user message); results whose
+//!   call is not in the preceding assistant message are dropped (PAIR-02);
+//! - thinking is kept (with its signature) only for the model that wrote it: for another model
+//!   it becomes plain text, an empty one is dropped, and a redacted one (opaque payload) is
+//!   dropped;
+//! - tool-call ids are rewritten to what the target accepts ([`IdFormat`]), with a stable
+//!   hash when an id must be shortened, collision-checked within the request, and the matching
+//!   results remapped the same way (PAIR-07, PAIR-08).
 
 use std::collections::HashMap;
 
-use crate::types::{ContentBlock, Message, StopReason, ToolResultMessage};
+use crate::models::Model;
+use crate::types::{
+    AssistantMessage, ContentBlock, Message, StopReason, TextContent, ToolResultMessage,
+    UserContent,
+};
 
-/// Text of a synthetic result for a call that has no recorded outcome.
-pub const MISSING_RESULT_TEXT: &str =
-    "No result was recorded for this tool call (the run was interrupted).";
+/// Text of a synthetic result for a call that has no recorded outcome (Pi's wording).
+pub const MISSING_RESULT_TEXT: &str = "No result provided";
 
-/// Returns `messages` with every tool call paired and no orphan results (see module docs).
+/// The tool-call id shape a provider accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdFormat {
+    /// Anthropic `tool_use.id`: `^[a-zA-Z0-9_-]+$`, at most 64 characters.
+    Anthropic,
+    /// OpenAI Chat Completions `tool_calls[].id`: at most 40 characters (Pi: the part before a
+    /// `|` of a Responses id); characters outside `[A-Za-z0-9_-]` are replaced too.
+    OpenAiChat,
+    /// OpenAI Responses `call_id`: at most 64 characters of `[A-Za-z0-9_-]`.
+    OpenAiResponses,
+    /// Mistral: exactly 9 characters of `[A-Za-z0-9]` (Pi's Mistral normaliser).
+    Mistral,
+}
+
+impl IdFormat {
+    /// The id format `model` needs: by `api`; for `openai-completions`, `compat.toolCallIdFormat`
+    /// = `"mistral"` (this crate's flag; Pi has a separate Mistral api), a `mistral` provider or
+    /// a `mistral.ai` base URL select [`IdFormat::Mistral`].
+    pub fn for_model(model: &Model) -> IdFormat {
+        match model.api.as_str() {
+            "anthropic-messages" => IdFormat::Anthropic,
+            "openai-responses" => IdFormat::OpenAiResponses,
+            _ => {
+                let flag = model
+                    .compat
+                    .get("toolCallIdFormat")
+                    .and_then(serde_json::Value::as_str);
+                if flag == Some("mistral")
+                    || (flag.is_none()
+                        && (model.provider == "mistral" || model.base_url.contains("mistral.ai")))
+                {
+                    IdFormat::Mistral
+                } else {
+                    IdFormat::OpenAiChat
+                }
+            }
+        }
+    }
+
+    fn max_len(self) -> usize {
+        match self {
+            IdFormat::Anthropic | IdFormat::OpenAiResponses => 64,
+            IdFormat::OpenAiChat => 40,
+            IdFormat::Mistral => 9,
+        }
+    }
+
+    fn allowed(self, c: char) -> bool {
+        c.is_ascii_alphanumeric() || (self != IdFormat::Mistral && (c == '_' || c == '-'))
+    }
+
+    /// True when `id` already has this shape (it is then sent unchanged). For Responses a
+    /// stored `{call_id}|{item_id}` pair (Pi's convention) is checked part by part.
+    pub fn accepts(self, id: &str) -> bool {
+        if self == IdFormat::OpenAiResponses {
+            if let Some((call, item)) = id.split_once('|') {
+                return IdFormat::Anthropic.accepts(call)
+                    && IdFormat::Anthropic.accepts(item)
+                    && item.starts_with("fc");
+            }
+        }
+        let len_ok = match self {
+            IdFormat::Mistral => id.len() == 9,
+            _ => !id.is_empty() && id.len() <= self.max_len(),
+        };
+        len_ok && id.chars().all(|c| self.allowed(c))
+    }
+
+    /// The id for `attempt` (0 first; higher after a collision). Ids already of this shape
+    /// are kept; otherwise bad characters become `_` (dropped for Mistral) and an id that is
+    /// then too long, empty, or collided is cut and given a stable hash suffix.
+    fn derive(self, id: &str, attempt: u32) -> String {
+        if attempt == 0 && self.accepts(id) {
+            return id.to_string();
+        }
+        if let (IdFormat::OpenAiResponses, Some((call, item))) = (self, id.split_once('|')) {
+            // Keep the pair: the call id shaped like any id, the item id `fc_<hash>` (Pi).
+            let call = IdFormat::Anthropic.derive(call, attempt);
+            let item = if item.starts_with("fc") && IdFormat::Anthropic.accepts(item) {
+                item.to_string()
+            } else {
+                format!("fc_{}", short_hash(item))
+            };
+            return format!("{call}|{item}");
+        }
+        let base = match (self, id.split_once('|')) {
+            // Pi: a Responses id `{call_id}|{item_id}` replays as its call id.
+            (IdFormat::OpenAiChat, Some((call, _))) => call,
+            _ => id,
+        };
+        let cleaned: String = match self {
+            IdFormat::Mistral => base.chars().filter(|c| c.is_ascii_alphanumeric()).collect(),
+            _ => base
+                .chars()
+                .map(|c| if self.allowed(c) { c } else { '_' })
+                .collect(),
+        };
+        if attempt == 0 && self.accepts(&cleaned) {
+            return cleaned;
+        }
+        let seed_base = if cleaned.is_empty() { id } else { &cleaned };
+        let seed = if attempt == 0 {
+            seed_base.to_string()
+        } else {
+            format!("{seed_base}:{attempt}")
+        };
+        let hash: String = short_hash(&seed)
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        match self {
+            IdFormat::Mistral => {
+                let mut h = hash;
+                while h.len() < 9 {
+                    h.push('0');
+                }
+                h.truncate(9);
+                h
+            }
+            _ => {
+                let keep = self.max_len().saturating_sub(hash.len() + 1);
+                let prefix: String = cleaned.chars().take(keep).collect();
+                let mut out = if prefix.is_empty() {
+                    hash
+                } else {
+                    format!("{prefix}_{hash}")
+                };
+                out.truncate(self.max_len());
+                out
+            }
+        }
+    }
+}
+
+/// Pi's `shortHash` (`pi-ai/dist/utils/hash.js`): two 32-bit multiplicative hashes over the
+/// UTF-16 code units, written in base 36. Same input, same output, across runs and with Pi.
+pub fn short_hash(s: &str) -> String {
+    let mut h1: u32 = 0xdead_beef;
+    let mut h2: u32 = 0x41c6_ce57;
+    for ch in s.encode_utf16() {
+        let ch = u32::from(ch);
+        h1 = (h1 ^ ch).wrapping_mul(2_654_435_761);
+        h2 = (h2 ^ ch).wrapping_mul(1_597_334_677);
+    }
+    h1 = (h1 ^ (h1 >> 16)).wrapping_mul(2_246_822_507)
+        ^ (h2 ^ (h2 >> 13)).wrapping_mul(3_266_489_909);
+    h2 = (h2 ^ (h2 >> 16)).wrapping_mul(2_246_822_507)
+        ^ (h1 ^ (h1 >> 13)).wrapping_mul(3_266_489_909);
+    format!("{}{}", base36(h2), base36(h1))
+}
+
+fn base36(mut n: u32) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    if n == 0 {
+        return "0".into();
+    }
+    let mut out = Vec::new();
+    while n > 0 {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+    }
+    out.reverse();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Maps stored tool-call ids to wire ids for one request: stable, and never two stored ids to
+/// the same wire id.
+#[derive(Debug)]
+pub struct IdMap {
+    format: IdFormat,
+    forward: HashMap<String, String>,
+    owner: HashMap<String, String>,
+}
+
+impl IdMap {
+    /// An empty map for `format`.
+    pub fn new(format: IdFormat) -> Self {
+        IdMap {
+            format,
+            forward: HashMap::new(),
+            owner: HashMap::new(),
+        }
+    }
+
+    /// The wire id of stored id `id`.
+    pub fn map(&mut self, id: &str) -> String {
+        if let Some(w) = self.forward.get(id) {
+            return w.clone();
+        }
+        let mut attempt = 0;
+        loop {
+            let candidate = self.format.derive(id, attempt);
+            match self.owner.get(&candidate) {
+                Some(o) if o != id => attempt += 1,
+                _ => {
+                    self.owner.insert(candidate.clone(), id.to_string());
+                    self.forward.insert(id.to_string(), candidate.clone());
+                    return candidate;
+                }
+            }
+        }
+    }
+}
+
+fn same_model(a: &AssistantMessage, model: &Model) -> bool {
+    a.provider == model.provider && a.api == model.api && a.model == model.id
+}
+
+/// Rewrites one assistant message for `model` (thinking per model, ids per format).
+fn convert_assistant(a: &AssistantMessage, model: &Model, ids: &mut IdMap) -> AssistantMessage {
+    let same = same_model(a, model);
+    let content = a
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Thinking(t) if t.redacted => same.then(|| b.clone()),
+            ContentBlock::Thinking(t) if same && t.thinking_signature.is_some() => Some(b.clone()),
+            ContentBlock::Thinking(t) if t.thinking.trim().is_empty() => None,
+            ContentBlock::Thinking(_) if same => Some(b.clone()),
+            ContentBlock::Thinking(t) => Some(ContentBlock::Text(TextContent {
+                text: t.thinking.clone(),
+                text_signature: None,
+            })),
+            ContentBlock::Text(t) if !same && t.text_signature.is_some() => {
+                Some(ContentBlock::text(t.text.clone()))
+            }
+            ContentBlock::ToolCall(c) => {
+                let mut c = c.clone();
+                c.id = ids.map(&c.id);
+                Some(ContentBlock::ToolCall(c))
+            }
+            other => Some(other.clone()),
+        })
+        .collect();
+    AssistantMessage {
+        content,
+        ..a.clone()
+    }
+}
+
+/// Placeholder for an image in a user message sent to a model without image input (Pi).
+pub const USER_IMAGE_PLACEHOLDER: &str = "(image omitted: model does not support images)";
+/// Placeholder for an image in a tool result sent to a model without image input (Pi).
+pub const TOOL_IMAGE_PLACEHOLDER: &str = "(tool image omitted: model does not support images)";
+
+/// Replaces image blocks with `placeholder` text, one placeholder per run of images (Pi's
+/// `replaceImagesWithPlaceholder`).
+fn without_images(blocks: &[ContentBlock], placeholder: &str) -> Vec<ContentBlock> {
+    let mut out = Vec::with_capacity(blocks.len());
+    let mut previous_was_placeholder = false;
+    for b in blocks {
+        if let ContentBlock::Image(_) = b {
+            if !previous_was_placeholder {
+                out.push(ContentBlock::text(placeholder));
+            }
+            previous_was_placeholder = true;
+            continue;
+        }
+        previous_was_placeholder = matches!(b, ContentBlock::Text(t) if t.text == placeholder);
+        out.push(b.clone());
+    }
+    out
+}
+
+/// The request's view of `messages` for `model` (see the module docs). Images go only to
+/// models whose `input` includes `image`; for others they become placeholder text. Pure;
+/// `messages` is not changed.
+pub fn transform_messages(messages: &[Message], model: &Model) -> Vec<Message> {
+    let mut ids = IdMap::new(IdFormat::for_model(model));
+    let images = model.input.iter().any(|k| k == "image");
+    let paired = pair_tool_results(messages);
+    paired
+        .into_iter()
+        .map(|m| match m {
+            Message::Assistant(a) => Message::Assistant(convert_assistant(&a, model, &mut ids)),
+            Message::ToolResult(mut r) => {
+                r.tool_call_id = ids.map(&r.tool_call_id);
+                if !images {
+                    r.content = without_images(&r.content, TOOL_IMAGE_PLACEHOLDER);
+                }
+                Message::ToolResult(r)
+            }
+            Message::User(mut u) => {
+                if let (false, UserContent::Blocks(b)) = (images, &u.content) {
+                    u.content = UserContent::Blocks(without_images(b, USER_IMAGE_PLACEHOLDER));
+                }
+                Message::User(u)
+            }
+        })
+        .collect()
+}
+
+/// Pairing repair alone (no per-model rewriting): failed turns dropped, every call answered
+/// right after its message in call order, orphan results dropped (see module docs).
 pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
     let mut out = Vec::with_capacity(messages.len());
     let mut i = 0;
     while i < messages.len() {
         match &messages[i] {
             Message::Assistant(a) => {
-                let calls = a.tool_calls();
-                if calls.is_empty() {
-                    let failed = matches!(a.stop_reason, StopReason::Error | StopReason::Aborted);
-                    if !failed {
-                        out.push(messages[i].clone());
-                    }
+                if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) {
                     i += 1;
                     continue;
                 }
                 out.push(messages[i].clone());
+                let calls = a.tool_calls();
                 let mut j = i + 1;
                 let mut results: HashMap<&str, &ToolResultMessage> = HashMap::new();
                 while let Some(Message::ToolResult(r)) = messages.get(j) {
@@ -75,26 +375,45 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    #[test]
-    fn aborted_call_gets_error_result_before_next_user() {
-        // PAIR-01: assistant call aborted, no result, then a new user message.
-        let m = msgs(json!([
-            {"role":"user","content":"run the tests"},
-            {"role":"assistant","content":[{"type":"toolCall","id":"toolu_01A","name":"bash","arguments":{"command":"sleep 60"}}],"stopReason":"aborted"},
-            {"role":"user","content":"never mind, list files"}
-        ]));
-        let out = serde_json::to_value(pair_tool_results(&m)).unwrap();
-        assert_eq!(
-            out[2],
-            json!({"role":"toolResult","toolCallId":"toolu_01A","toolName":"bash",
-            "content":[{"type":"text","text":MISSING_RESULT_TEXT}],"isError":true,"timestamp":0})
-        );
-        assert_eq!(out.as_array().unwrap().len(), 4);
+    fn roles(m: &[Message]) -> Vec<&'static str> {
+        m.iter()
+            .map(|m| match m {
+                Message::User(_) => "user",
+                Message::Assistant(_) => "assistant",
+                Message::ToolResult(_) => "toolResult",
+            })
+            .collect()
     }
 
     #[test]
-    fn orphan_result_dropped_and_real_call_repaired() {
-        // PAIR-02: r9 answers call_9 but sits after the aborted a1.
+    fn pair04_interrupted_call_answered_before_next_user() {
+        let m = msgs(json!([
+            {"role":"user","content":"list PRs"},
+            {"role":"assistant","content":[{"type":"toolCall","id":"call_F8","name":"bash","arguments":{"command":"gh pr list"}}],"stopReason":"toolUse"},
+            {"role":"user","content":"retry"}
+        ]));
+        let out = pair_tool_results(&m);
+        assert_eq!(roles(&out), ["user", "assistant", "toolResult", "user"]);
+        assert_eq!(
+            serde_json::to_value(&out[2]).unwrap(),
+            json!({"role":"toolResult","toolCallId":"call_F8","toolName":"bash",
+            "content":[{"type":"text","text":"No result provided"}],"isError":true,"timestamp":0})
+        );
+    }
+
+    #[test]
+    fn pair01_aborted_turn_and_its_results_dropped() {
+        let m = msgs(json!([
+            {"role":"user","content":"run the tests"},
+            {"role":"assistant","content":[{"type":"toolCall","id":"toolu_01A","name":"bash","arguments":{"command":"sleep 60"}}],"stopReason":"aborted"},
+            {"role":"toolResult","toolCallId":"toolu_01A","toolName":"bash","content":"aborted by user","isError":true},
+            {"role":"user","content":"never mind, list files"}
+        ]));
+        assert_eq!(roles(&pair_tool_results(&m)), ["user", "user"]);
+    }
+
+    #[test]
+    fn pair02_orphan_result_dropped_and_real_call_repaired() {
         let m = msgs(json!([
             {"role":"user","content":"hi"},
             {"role":"assistant","content":[],"stopReason":"aborted"},
@@ -103,15 +422,132 @@ mod tests {
             {"role":"assistant","content":[{"type":"toolCall","id":"call_9","name":"ls","arguments":{}}],"stopReason":"toolUse"},
             {"role":"toolResult","toolCallId":"call_9","toolName":"ls","content":"a.txt"}
         ]));
-        let out = pair_tool_results(&m);
-        let roles: Vec<&str> = out
-            .iter()
-            .map(|m| match m {
-                Message::User(_) => "user",
-                Message::Assistant(_) => "assistant",
-                Message::ToolResult(_) => "toolResult",
-            })
-            .collect();
-        assert_eq!(roles, ["user", "user", "assistant", "toolResult"]);
+        assert_eq!(
+            roles(&pair_tool_results(&m)),
+            ["user", "user", "assistant", "toolResult"]
+        );
+    }
+
+    #[test]
+    fn images_become_placeholders_for_text_only_models() {
+        let stored = msgs(json!([
+            {"role":"user","content":[{"type":"text","text":"see"},
+                {"type":"image","data":"AA==","mimeType":"image/png"},
+                {"type":"image","data":"AA==","mimeType":"image/png"}]},
+            {"role":"assistant","content":[{"type":"toolCall","id":"c","name":"read","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"c","toolName":"read","content":[{"type":"image","data":"AA==","mimeType":"image/png"}],"isError":false}
+        ]));
+        let text_only = Model::new("openai-completions", "p", "m", "");
+        let out = serde_json::to_value(transform_messages(&stored, &text_only)).unwrap();
+        assert_eq!(
+            out[0]["content"],
+            json!([{"type":"text","text":"see"},{"type":"text","text":USER_IMAGE_PLACEHOLDER}])
+        );
+        assert_eq!(
+            out[2]["content"],
+            json!([{"type":"text","text":TOOL_IMAGE_PLACEHOLDER}])
+        );
+        let vision = Model {
+            input: vec!["text".into(), "image".into()],
+            ..text_only
+        };
+        let out = serde_json::to_value(transform_messages(&stored, &vision)).unwrap();
+        assert_eq!(out[0]["content"][2]["type"], "image");
+    }
+
+    #[test]
+    fn short_hash_matches_pi() {
+        // Values computed with Pi 0.73.1's shortHash under Node.
+        assert_eq!(short_hash(""), "k4n83c7h0j2b");
+        assert_eq!(
+            short_hash("call_PTLP8xhu3uwZk4l3nlnrrJha"),
+            "105fxq51ng7aht"
+        );
+        assert_eq!(short_hash("🦊x"), "1hlesqk123uaq9");
+    }
+
+    #[test]
+    fn pair07_mistral_ids_are_nine_alphanumerics_stable_and_distinct() {
+        let mut a = IdMap::new(IdFormat::Mistral);
+        let id = a.map("call_PTLP8xhu3uwZk4l3nlnrrJha");
+        // The id Pi's Mistral adapter sends for the same stored id.
+        assert_eq!(id, "qfc5g71qg");
+        assert!(id.chars().all(|c| c.is_ascii_alphanumeric()));
+        // Stable across requests (a fresh map gives the same id).
+        assert_eq!(
+            IdMap::new(IdFormat::Mistral).map("call_PTLP8xhu3uwZk4l3nlnrrJha"),
+            id
+        );
+        // Already valid ids are kept; equal-after-cleaning ids do not collide.
+        assert_eq!(a.map("abcDEF123"), "abcDEF123");
+        let x = a.map("abc-DEF-123");
+        assert_ne!(x, "abcDEF123");
+        assert_eq!(x.len(), 9);
+        assert_eq!(a.map("abc-DEF-123"), x);
+    }
+
+    #[test]
+    fn pair08_ids_per_target() {
+        let long = format!(
+            "call_abc123|fc_{}",
+            "0123456789abcdef"
+                .repeat(4)
+                .chars()
+                .take(60)
+                .collect::<String>()
+        );
+        let mut anth = IdMap::new(IdFormat::Anthropic);
+        assert_eq!(anth.map("functions.read:0"), "functions_read_0");
+        let a = anth.map(&long);
+        assert!(a.len() <= 64 && IdFormat::Anthropic.accepts(&a), "{a}");
+        let mut chat = IdMap::new(IdFormat::OpenAiChat);
+        assert_eq!(chat.map(&long), "call_abc123");
+        assert_eq!(chat.map("functions.read:0"), "functions_read_0");
+        let very_long = "x".repeat(100);
+        let c = chat.map(&very_long);
+        assert!(c.len() <= 40 && c.starts_with("xxxx"), "{c}");
+        let mut resp = IdMap::new(IdFormat::OpenAiResponses);
+        // Responses keeps Pi's `{call_id}|{item_id}` pair, each part valid on its own.
+        let r = resp.map(&long);
+        let (call, item) = r.split_once('|').unwrap();
+        assert_eq!(call, "call_abc123");
+        assert!(item.starts_with("fc_") && item.len() <= 64, "{r}");
+        assert_eq!(resp.map("functions.read:0"), "functions_read_0");
+        // Two ids that clean to the same text get different wire ids.
+        let mut anth = IdMap::new(IdFormat::Anthropic);
+        let p = anth.map("a.b");
+        let q = anth.map("a:b");
+        assert_ne!(p, q);
+    }
+
+    #[test]
+    fn replay_across_models_rewrites_thinking_and_ids_but_not_the_store() {
+        let stored = msgs(json!([
+            {"role":"user","content":"go"},
+            {"role":"assistant","api":"openai-completions","provider":"local","model":"qwen","content":[
+                {"type":"thinking","thinking":"plan","thinkingSignature":"reasoning_content"},
+                {"type":"thinking","thinking":"","thinkingSignature":"sig"},
+                {"type":"thinking","thinking":"[Reasoning redacted]","thinkingSignature":"opaque","redacted":true},
+                {"type":"toolCall","id":"functions.read:0","name":"read","arguments":{"path":"a"}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"functions.read:0","toolName":"read","content":"A","isError":false}
+        ]));
+        let before = stored.clone();
+        let claude = Model::new("anthropic-messages", "anthropic", "claude-sonnet-4-5", "");
+        let out = serde_json::to_value(transform_messages(&stored, &claude)).unwrap();
+        assert_eq!(stored, before);
+        assert_eq!(
+            out[1]["content"],
+            json!([{"type":"text","text":"plan"},
+                   {"type":"toolCall","id":"functions_read_0","name":"read","arguments":{"path":"a"}}])
+        );
+        assert_eq!(out[2]["toolCallId"], "functions_read_0");
+        // The same model keeps its own thinking as is.
+        let qwen = Model::new("openai-completions", "local", "qwen", "");
+        let same = serde_json::to_value(transform_messages(&stored, &qwen)).unwrap();
+        assert_eq!(
+            same[1]["content"][0],
+            json!({"type":"thinking","thinking":"plan","thinkingSignature":"reasoning_content"})
+        );
+        assert_eq!(same[1]["content"][2]["redacted"], true);
     }
 }

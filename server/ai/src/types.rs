@@ -56,6 +56,27 @@ pub struct ToolCall {
     pub name: String,
     /// Parsed JSON arguments; `{}` when the model's text did not parse.
     pub arguments: Value,
+    /// The streamed argument text when it did not parse as JSON (cut by the output limit,
+    /// case LEN-01), kept for the error the loop reports. Never sent to a model: requests carry
+    /// the replay-safe `arguments` only. Omitted when absent (Pi writes no such field).
+    #[serde(
+        rename = "rawArguments",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub raw_arguments: Option<String>,
+}
+
+impl ToolCall {
+    /// A call with parsed arguments.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            raw_arguments: None,
+        }
+    }
 }
 
 /// One content block of any message.

@@ -1,62 +1,107 @@
-//! Adapters replay recorded SSE bodies (`fixtures/cases/*.sse`) from a real loopback HTTP
-//! server, delivered in the reads the fixture prescribes, and must rebuild exactly the message
-//! the case names.
+//! Adapters replay recorded-shape SSE bodies (`fixtures/sse/<api>/*`) from a real loopback HTTP
+//! server, delivered in the reads the test prescribes, and must rebuild exactly the message (and
+//! events) the case names; HTTP error responses must come back typed; request bodies built for
+//! a stored conversation are asserted whole.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pi_ai::{ContentBlock, Context, Message, Model, StopReason, StreamOptions, ToolCall};
+use pi_ai::errors::{ErrorClass, ProviderError};
+use pi_ai::{
+    AssistantEvent, AssistantMessage, ContentBlock, Context, Message, Model, StopReason,
+    StreamOptions, ToolCall, ToolSpec,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Serves one HTTP response whose SSE body is sent as the given separate reads.
-async fn serve(reads: Vec<Vec<u8>>) -> String {
+/// One HTTP response: status, extra headers, and the body as separate reads.
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    reads: Vec<Vec<u8>>,
+    gap: Duration,
+}
+
+fn sse(reads: Vec<Vec<u8>>) -> Reply {
+    Reply {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        reads,
+        gap: Duration::from_millis(5),
+    }
+}
+
+fn http_error(status: u16, headers: Vec<(&'static str, String)>, body: &str) -> Reply {
+    let mut h = vec![("content-type", "application/json".into())];
+    h.extend(headers);
+    Reply {
+        status,
+        headers: h,
+        reads: vec![body.as_bytes().to_vec()],
+        gap: Duration::ZERO,
+    }
+}
+
+/// Serves `replies` to successive connections; returns the base URL and the request bodies.
+async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Value>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
     tokio::spawn(async move {
-        let (mut sock, _) = listener.accept().await.unwrap();
-        let mut buf = Vec::new();
-        let mut tmp = [0u8; 4096];
-        // Read headers and the body announced by Content-Length.
-        loop {
-            let n = sock.read(&mut tmp).await.unwrap();
-            buf.extend_from_slice(&tmp[..n]);
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| {
-                        l.strip_prefix("content-length: ")
-                            .map(|v| v.trim().parse().unwrap())
-                    })
-                    .unwrap_or(0);
-                while buf.len() < end + 4 + len {
-                    let n = sock.read(&mut tmp).await.unwrap();
-                    buf.extend_from_slice(&tmp[..n]);
+        for reply in replies {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            sock.set_nodelay(true).unwrap();
+            let mut buf = Vec::new();
+            let mut tmp = [0u8; 8192];
+            // Read headers and the body announced by Content-Length.
+            loop {
+                let n = sock.read(&mut tmp).await.unwrap();
+                buf.extend_from_slice(&tmp[..n]);
+                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.strip_prefix("content-length: ")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    while buf.len() < end + 4 + len {
+                        let n = sock.read(&mut tmp).await.unwrap();
+                        buf.extend_from_slice(&tmp[..n]);
+                    }
+                    let body =
+                        serde_json::from_slice(&buf[end + 4..end + 4 + len]).unwrap_or(Value::Null);
+                    seen.lock().unwrap().push(body);
+                    break;
                 }
-                break;
             }
+            let mut head = format!("HTTP/1.1 {} X\r\nconnection: close\r\n", reply.status);
+            for (k, v) in &reply.headers {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+            head.push_str("\r\n");
+            sock.write_all(head.as_bytes()).await.unwrap();
+            for r in reply.reads {
+                sock.write_all(&r).await.unwrap();
+                sock.flush().await.unwrap();
+                if !reply.gap.is_zero() {
+                    tokio::time::sleep(reply.gap).await;
+                }
+            }
+            let _ = sock.shutdown().await;
         }
-        sock.write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
-        )
-        .await
-        .unwrap();
-        for r in reads {
-            sock.write_all(&r).await.unwrap();
-            sock.flush().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let _ = sock.shutdown().await;
     });
-    format!("http://{addr}")
+    (format!("http://{addr}"), bodies)
 }
 
 fn model(api: &str, base: String) -> Model {
-    let base = if api == "openai-completions" {
-        format!("{base}/v1")
-    } else {
+    let base = if api == "anthropic-messages" {
         base
+    } else {
+        format!("{base}/v1")
     };
     Model {
         api_key: Some("k".into()),
@@ -64,57 +109,106 @@ fn model(api: &str, base: String) -> Model {
     }
 }
 
-fn fixture(name: &str) -> Vec<u8> {
+fn fixture(path: &str) -> Vec<u8> {
     std::fs::read(format!(
-        "{}/../../fixtures/cases/{name}",
+        "{}/../../fixtures/sse/{path}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()
 }
 
-async fn replay(api: &str, reads: Vec<Vec<u8>>) -> pi_ai::AssistantMessage {
-    let base = serve(reads).await;
-    let ctx = Context {
+fn go() -> Context {
+    Context {
         system_prompt: String::new(),
         messages: vec![Message::user_text("go")],
         tools: vec![],
-    };
-    pi_ai::stream(&model(api, base), &ctx, StreamOptions::default())
-        .result()
-        .await
+    }
+}
+
+/// Streams one response for `m` and returns every event (the last is terminal).
+async fn events(m: &Model, ctx: &Context) -> Vec<AssistantEvent> {
+    let mut s = pi_ai::stream(m, ctx, StreamOptions::default());
+    let mut out = Vec::new();
+    while let Some(e) = s.next().await {
+        out.push(e);
+    }
+    out
+}
+
+async fn replay_reply(api: &str, reply: Reply) -> Vec<AssistantEvent> {
+    let (base, _) = serve(vec![reply]).await;
+    events(&model(api, base), &go()).await
+}
+
+async fn replay(api: &str, reads: Vec<Vec<u8>>) -> AssistantMessage {
+    let evs = replay_reply(api, sse(reads)).await;
+    evs.last().unwrap().terminal_message().unwrap().clone()
+}
+
+fn failure(evs: &[AssistantEvent]) -> ProviderError {
+    evs.last().unwrap().failure().unwrap().clone()
+}
+
+/// The message as JSON with its timestamp zeroed, for whole-value comparison.
+fn value(m: &AssistantMessage) -> Value {
+    let mut m = m.clone();
+    m.timestamp = 0;
+    serde_json::to_value(m).unwrap()
 }
 
 fn call(id: &str, name: &str, args: Value) -> ContentBlock {
-    ContentBlock::ToolCall(ToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments: args,
-    })
+    ContentBlock::ToolCall(ToolCall::new(id, name, args))
 }
+
+fn kinds(evs: &[AssistantEvent]) -> Vec<String> {
+    evs.iter()
+        .map(|e| {
+            serde_json::to_value(e).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+const ZERO_USAGE: &str = r#"{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}"#;
 
 #[tokio::test]
 async fn strm01_calls_without_index_split_by_id() {
-    let m = replay("openai-completions", vec![fixture("STRM-01-1.sse")]).await;
+    let m = replay(
+        "openai-completions",
+        vec![fixture("openai-completions/strm01-no-index.sse")],
+    )
+    .await;
     assert_eq!(
-        m.content,
-        vec![
-            call("call_a", "read", json!({"path": "a.txt"})),
-            call("call_b", "read", json!({"path": "b.txt"}))
-        ]
+        value(&m),
+        json!({"content":[
+            {"type":"toolCall","id":"call_a","name":"read","arguments":{"path":"a.txt"}},
+            {"type":"toolCall","id":"call_b","name":"read","arguments":{"path":"b.txt"}}],
+            "api":"openai-completions","provider":"p","model":"m",
+            "usage":serde_json::from_str::<Value>(ZERO_USAGE).unwrap(),
+            "stopReason":"toolUse","timestamp":0})
     );
-    assert_eq!(m.stop_reason, StopReason::ToolUse);
 }
 
 #[tokio::test]
 async fn strm03_arguments_as_an_object() {
-    let m = replay("openai-completions", vec![fixture("STRM-03-1.sse")]).await;
+    let m = replay(
+        "openai-completions",
+        vec![fixture("openai-completions/strm03-args-object.sse")],
+    )
+    .await;
     assert_eq!(m.content, vec![call("c1", "ls", json!({"path": "."}))]);
     assert_eq!(m.stop_reason, StopReason::ToolUse);
 }
 
 #[tokio::test]
 async fn strm04_stream_without_finish_reason() {
-    let m = replay("openai-completions", vec![fixture("STRM-04-1.sse")]).await;
+    let m = replay(
+        "openai-completions",
+        vec![fixture("openai-completions/strm04-no-finish-reason.sse")],
+    )
+    .await;
     assert_eq!(
         (m.content, m.stop_reason),
         (vec![call("c1", "ls", json!({}))], StopReason::ToolUse)
@@ -126,34 +220,81 @@ async fn strm04_stream_without_finish_reason() {
         (m.text(), m.stop_reason),
         ("hi".to_string(), StopReason::Stop)
     );
-    let m = replay("openai-completions", vec![]).await;
+    // Nothing at all: a retryable (network-class) error.
+    let evs = replay_reply("openai-completions", sse(vec![])).await;
+    let m = evs.last().unwrap().terminal_message().unwrap();
     assert_eq!(
         (m.stop_reason, m.error_message.as_deref()),
         (StopReason::Error, Some("stream ended without a response"))
     );
+    let f = failure(&evs);
+    assert_eq!(f.class(), ErrorClass::Network);
+    assert!(f.is_retryable());
 }
 
 #[tokio::test]
-async fn strm06_reasoning_fields_join_into_one_thinking_block() {
-    let m = replay("openai-completions", vec![fixture("STRM-06-1.sse")]).await;
-    let ContentBlock::Thinking(t) = &m.content[0] else {
-        panic!("{:?}", m.content)
-    };
-    assert_eq!(t.thinking, "Need the file list. Then read it.");
-    assert_eq!(m.content[1], call("c1", "ls", json!({})));
+async fn strm06_reasoning_fields_join_and_replay_in_their_field() {
+    let (base, bodies) = serve(vec![
+        sse(vec![fixture("openai-completions/strm06-reasoning-fields.sse")]),
+        sse(vec![b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n".to_vec()]),
+    ])
+    .await;
+    let mut m = model("openai-completions", base);
+    m.compat = json!({"requiresReasoningContentOnAssistantMessages": true});
+    m.reasoning = true;
+    let first = pi_ai::stream(&m, &go(), StreamOptions::default())
+        .result()
+        .await;
+    assert_eq!(
+        value(&first)["content"],
+        json!([
+            {"type":"thinking","thinking":"Need the file list. Then read it.","thinkingSignature":"reasoning_content"},
+            {"type":"toolCall","id":"c1","name":"ls","arguments":{}}])
+    );
+    let mut ctx = go();
+    ctx.messages.push(Message::Assistant(first));
+    let _ = pi_ai::stream(&m, &ctx, StreamOptions::default())
+        .result()
+        .await;
+    let body = bodies.lock().unwrap()[1].clone();
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role":"user","content":"go"},
+            {"role":"assistant","content":null,"reasoning_content":"Need the file list. Then read it.",
+             "tool_calls":[{"id":"c1","type":"function","function":{"name":"ls","arguments":"{}"}}]},
+            {"role":"tool","content":"No result provided","tool_call_id":"c1"}])
+    );
 }
 
 #[tokio::test]
-async fn strm08_lines_and_utf8_split_across_reads() {
-    let bytes = fixture("STRM-08-split-reads.bin");
+async fn strm07_lone_surrogate_is_lossy_not_fatal() {
+    let m = replay(
+        "openai-completions",
+        vec![fixture("openai-completions/strm07-lone-surrogate.sse")],
+    )
+    .await;
+    assert_eq!(
+        (m.text(), m.stop_reason),
+        ("x\u{fffd}y".to_string(), StopReason::Stop)
+    );
+}
+
+fn split_reads(bytes: &[u8]) -> Vec<Vec<u8>> {
     let marker = b"\0SPLIT\0";
     let mut reads = Vec::new();
-    let mut rest = &bytes[..];
+    let mut rest = bytes;
     while let Some(i) = rest.windows(marker.len()).position(|w| w == marker) {
         reads.push(rest[..i].to_vec());
         rest = &rest[i + marker.len()..];
     }
     reads.push(rest.to_vec());
+    reads
+}
+
+#[tokio::test]
+async fn strm08_lines_and_utf8_split_across_reads() {
+    let reads = split_reads(&fixture("openai-completions/strm08-split-reads.bin"));
     assert_eq!(reads.len(), 3);
     let m = replay("openai-completions", reads).await;
     assert_eq!(
@@ -164,29 +305,218 @@ async fn strm08_lines_and_utf8_split_across_reads() {
 
 #[tokio::test]
 async fn len01_truncated_call_keeps_length_and_replay_safe_arguments() {
-    let m = replay("openai-completions", vec![fixture("LEN-01-1.sse")]).await;
+    let raw = r#"{"path":"big.txt","content":"line1\nline2"#;
+    for (file, reason) in [
+        (
+            "openai-completions/len01-cut-by-length.sse",
+            StopReason::Length,
+        ),
+        (
+            "openai-completions/len01-unparsable-tool-calls.sse",
+            StopReason::ToolUse,
+        ),
+    ] {
+        let evs = replay_reply("openai-completions", sse(vec![fixture(file)])).await;
+        let m = evs.last().unwrap().terminal_message().unwrap().clone();
+        assert_eq!(m.stop_reason, reason, "{file}");
+        assert_eq!(
+            value(&m)["content"],
+            json!([{"type":"toolCall","id":"c1","name":"write","arguments":{},"rawArguments":raw}]),
+            "{file}"
+        );
+        // While streaming, the partial arguments were parsed best-effort.
+        let delta_count = evs
+            .iter()
+            .filter(|e| matches!(e, AssistantEvent::ToolcallDelta { .. }))
+            .count();
+        assert_eq!(delta_count, 1);
+        // Replaying it sends `{}` arguments, never the raw text.
+        let (base, bodies) = serve(vec![sse(vec![])]).await;
+        let mut ctx = go();
+        ctx.messages.push(Message::Assistant(m));
+        let _ = pi_ai::stream(
+            &model("openai-completions", base),
+            &ctx,
+            StreamOptions::default(),
+        )
+        .result()
+        .await;
+        let body = bodies.lock().unwrap()[0].clone();
+        assert_eq!(
+            body["messages"][1]["tool_calls"][0]["function"]["arguments"],
+            "{}"
+        );
+        assert!(!body.to_string().contains("line2"));
+    }
+}
+
+#[tokio::test]
+async fn partial_message_is_available_while_streaming() {
+    let (base, _) = serve(vec![sse(vec![
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"write\",\"arguments\":\"{\\\"path\\\":\\\"a.txt\\\",\\\"content\\\":\\\"hel\"}}]}}]}\n\n".to_vec(),
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"lo\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n".to_vec(),
+    ])])
+    .await;
+    let mut s = pi_ai::stream(
+        &model("openai-completions", base),
+        &go(),
+        StreamOptions::default(),
+    );
+    let mut seen = Vec::new();
+    while let Some(e) = s.next().await {
+        if let AssistantEvent::ToolcallDelta { .. } = e {
+            seen.push(s.partial().tool_calls()[0].arguments.clone());
+        }
+    }
+    assert_eq!(seen[0]["path"], "a.txt");
     assert_eq!(
-        (m.content, m.stop_reason),
-        (vec![call("c1", "write", json!({}))], StopReason::Length)
+        seen.last().unwrap(),
+        &json!({"path":"a.txt","content":"hello"})
     );
 }
 
 #[tokio::test]
+async fn usage_in_empty_choices_chunk_keepalives_and_cost() {
+    let (base, _) = serve(vec![sse(vec![fixture(
+        "openai-completions/usage-keepalive.sse",
+    )])])
+    .await;
+    let mut m = model("openai-completions", base);
+    m.cost = pi_ai::models::ModelCost {
+        input: 2.0,
+        output: 8.0,
+        cache_read: 0.5,
+        cache_write: 0.0,
+    };
+    let msg = pi_ai::stream(&m, &go(), StreamOptions::default())
+        .result()
+        .await;
+    assert_eq!(
+        value(&msg),
+        json!({"content":[{"type":"text","text":"Hello world"}],
+            "api":"openai-completions","provider":"p","model":"m","responseId":"chatcmpl-9",
+            "usage":{"input":200,"output":30,"cacheRead":1000,"cacheWrite":0,"totalTokens":1230,
+                // Same IEEE arithmetic as Pi's calculateCost: (rate / 1e6) * tokens.
+                "cost":{"input":0.00039999999999999996,"output":0.00023999999999999998,"cacheRead":0.0005,"cacheWrite":0,"total":0.00114}},
+            "stopReason":"stop","timestamp":0})
+    );
+}
+
+#[tokio::test]
+async fn error_chunk_after_200_is_typed_and_keeps_partial() {
+    let evs = replay_reply(
+        "openai-completions",
+        sse(vec![fixture("openai-completions/error-chunk.sse")]),
+    )
+    .await;
+    let m = evs.last().unwrap().terminal_message().unwrap();
+    assert_eq!(
+        (m.text(), m.stop_reason),
+        ("par".to_string(), StopReason::Error)
+    );
+    assert_eq!(failure(&evs).class(), ErrorClass::ContextOverflow);
+    assert!(!failure(&evs).is_retryable());
+}
+
+#[tokio::test]
 async fn strm10_anthropic_error_event_after_200() {
-    let m = replay("anthropic-messages", vec![fixture("STRM-10-1.sse")]).await;
+    let evs = replay_reply(
+        "anthropic-messages",
+        sse(vec![fixture(
+            "anthropic-messages/strm10-error-after-200.sse",
+        )]),
+    )
+    .await;
+    let m = evs.last().unwrap().terminal_message().unwrap();
     assert_eq!(
         (m.stop_reason, m.error_message.as_deref()),
         (StopReason::Error, Some("overloaded_error: Overloaded"))
     );
     assert_eq!(m.text(), "Let me");
     assert_eq!(m.response_id.as_deref(), Some("msg_1"));
+    assert_eq!(
+        failure(&evs),
+        ProviderError::Overloaded {
+            status: None,
+            retry_after_ms: None,
+            message: "overloaded_error: Overloaded".into()
+        }
+    );
+    assert!(failure(&evs).is_retryable());
+}
+
+#[tokio::test]
+async fn strm10_http_429_529_and_overflow_are_typed() {
+    let evs = replay_reply(
+        "anthropic-messages",
+        http_error(
+            429,
+            vec![("retry-after", "2".into())],
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
+        ),
+    )
+    .await;
+    let f = failure(&evs);
+    assert_eq!(
+        (f.class(), f.status(), f.retry_after()),
+        (
+            ErrorClass::RateLimited,
+            Some(429),
+            Some(Duration::from_secs(2))
+        )
+    );
+    assert_eq!(
+        pi_ai::RetryPolicy::default().delay(1, &f),
+        Some(Duration::from_secs(2))
+    );
+    let evs = replay_reply(
+        "anthropic-messages",
+        http_error(
+            529,
+            vec![],
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(failure(&evs).class(), ErrorClass::Overloaded);
+    let m = evs.last().unwrap().terminal_message().unwrap();
+    assert_eq!(
+        m.error_message.as_deref(),
+        Some(
+            r#"HTTP 529: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+        )
+    );
+    let evs = replay_reply(
+        "openai-completions",
+        http_error(
+            400,
+            vec![],
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","code":"context_length_exceeded"}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(failure(&evs).class(), ErrorClass::ContextOverflow);
+    let evs = replay_reply(
+        "openai-completions",
+        http_error(
+            400,
+            vec![],
+            r#"{"error":{"message":"max_tokens is too large: 999999","param":"max_tokens","code":"invalid_value"}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(failure(&evs).class(), ErrorClass::Http);
+    assert!(!failure(&evs).is_retryable());
+    assert_eq!(pi_ai::RetryPolicy::default().delay(1, &failure(&evs)), None);
 }
 
 #[tokio::test]
 async fn strm11_anthropic_tool_input_assembly() {
-    let mut body = fixture("STRM-11-1.sse");
-    body.extend_from_slice(b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":5}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
-    let m = replay("anthropic-messages", vec![body]).await;
+    let m = replay(
+        "anthropic-messages",
+        vec![fixture("anthropic-messages/strm11-tool-input.sse")],
+    )
+    .await;
     assert_eq!(
         m.content,
         vec![
@@ -198,18 +528,421 @@ async fn strm11_anthropic_tool_input_assembly() {
     assert_eq!((m.stop_reason, m.usage.output), (StopReason::ToolUse, 5));
 }
 
+fn anthropic_thinking_expected() -> Value {
+    json!({"content":[
+        {"type":"thinking","thinking":"The user wants a greeting.","thinkingSignature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxDYzE="},
+        {"type":"thinking","thinking":"[Reasoning redacted]","thinkingSignature":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT","redacted":true},
+        {"type":"text","text":"Héllo 🦊!"}],
+        "api":"anthropic-messages","provider":"p","model":"m","responseId":"msg_7",
+        "usage":{"input":2000,"output":42,"cacheRead":10000,"cacheWrite":500,"totalTokens":12542,
+            "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+        "stopReason":"stop","timestamp":0})
+}
+
 #[tokio::test]
-async fn abort_before_and_during_the_stream() {
+async fn anthropic_thinking_redacted_text_and_pings() {
+    let evs = replay_reply(
+        "anthropic-messages",
+        sse(vec![fixture("anthropic-messages/thinking-text-ping.sse")]),
+    )
+    .await;
+    assert_eq!(
+        kinds(&evs),
+        [
+            "start",
+            "thinking_start",
+            "thinking_delta",
+            "thinking_delta",
+            "thinking_end",
+            "thinking_start",
+            "thinking_end",
+            "text_start",
+            "text_delta",
+            "text_delta",
+            "text_end",
+            "done"
+        ]
+    );
+    assert_eq!(
+        value(evs.last().unwrap().terminal_message().unwrap()),
+        anthropic_thinking_expected()
+    );
+}
+
+/// Every input split into two reads at every byte boundary rebuilds the same message.
+#[tokio::test]
+async fn sse_split_at_every_byte_boundary() {
+    let cases = [
+        (
+            "anthropic-messages",
+            "anthropic-messages/thinking-text-ping.sse",
+        ),
+        (
+            "openai-completions",
+            "openai-completions/usage-keepalive.sse",
+        ),
+        (
+            "openai-completions",
+            "openai-completions/strm06-reasoning-fields.sse",
+        ),
+    ];
+    for (api, file) in cases {
+        let bytes = fixture(file);
+        let whole = value(&replay(api, vec![bytes.clone()]).await);
+        let cuts: Vec<usize> = (1..bytes.len()).collect();
+        for batch in cuts.chunks(64) {
+            let runs = batch.iter().map(|&cut| {
+                let reads = vec![bytes[..cut].to_vec(), bytes[cut..].to_vec()];
+                async move {
+                    let mut r = sse(reads);
+                    r.gap = Duration::from_millis(2);
+                    let evs = replay_reply(api, r).await;
+                    (cut, value(evs.last().unwrap().terminal_message().unwrap()))
+                }
+            });
+            for (cut, got) in futures::future::join_all(runs).await {
+                assert_eq!(got, whole, "{file} cut at byte {cut}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn abort_before_the_stream() {
     let opts = StreamOptions::default();
     opts.cancel.cancel();
-    let base = serve(vec![]).await;
+    let (base, _) = serve(vec![sse(vec![])]).await;
+    let mut s = pi_ai::stream(&model("anthropic-messages", base), &go(), opts);
+    let mut last = None;
+    while let Some(e) = s.next().await {
+        last = Some(e);
+    }
+    let last = last.unwrap();
+    assert_eq!(
+        last.terminal_message().unwrap().stop_reason,
+        StopReason::Aborted
+    );
+    assert_eq!(last.failure(), Some(&ProviderError::Aborted));
+}
+
+/// Seed exercise 5: a conversation recorded via Anthropic (thinking with signature, two
+/// parallel tool calls, an image result) replays to openai-completions; and the Anthropic
+/// request of the same conversation carries Pi's cache_control marks.
+fn recorded_via_anthropic() -> Vec<Message> {
+    serde_json::from_value(json!([
+        {"role":"user","content":"What is in a.png and b.txt?","timestamp":1},
+        {"role":"assistant","api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5",
+         "content":[
+            {"type":"thinking","thinking":"Read both files.","thinkingSignature":"sig=="},
+            {"type":"text","text":"Reading both."},
+            {"type":"toolCall","id":"toolu_01Ab.c","name":"read","arguments":{"path":"a.png"}},
+            {"type":"toolCall","id":"toolu_02XY","name":"read","arguments":{"path":"b.txt"}}],
+         "usage":{"input":10,"output":20,"cacheRead":0,"cacheWrite":0,"totalTokens":30,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+         "stopReason":"toolUse","timestamp":2},
+        {"role":"toolResult","toolCallId":"toolu_01Ab.c","toolName":"read",
+         "content":[{"type":"text","text":"Read image file [image/png]"},{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}],"isError":false,"timestamp":3},
+        {"role":"toolResult","toolCallId":"toolu_02XY","toolName":"read","content":[{"type":"text","text":"hello"}],"isError":false,"timestamp":4},
+        {"role":"assistant","api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5",
+         "content":[],"stopReason":"error","errorMessage":"overloaded_error: Overloaded","timestamp":5},
+        {"role":"user","content":"Summarise.","timestamp":6}
+    ]))
+    .unwrap()
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![ToolSpec {
+        name: "read".into(),
+        description: "Read a file".into(),
+        parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
+    }]
+}
+
+#[tokio::test]
+async fn replay_recorded_anthropic_conversation_to_openai_completions() {
+    let stored = recorded_via_anthropic();
+    let before = stored.clone();
+    let (base, bodies) = serve(vec![sse(vec![])]).await;
+    let mut m = model("openai-completions", base);
+    m.provider = "openai".into();
+    m.id = "gpt-4.1".into();
+    m.input = vec!["text".into(), "image".into()];
     let ctx = Context {
-        system_prompt: String::new(),
-        messages: vec![Message::user_text("go")],
-        tools: vec![],
+        system_prompt: "You are terse.".into(),
+        messages: stored.clone(),
+        tools: tools(),
     };
-    let m = pi_ai::stream(&model("anthropic-messages", base), &ctx, opts)
+    let _ = pi_ai::stream(&m, &ctx, StreamOptions::default())
         .result()
         .await;
-    assert_eq!(m.stop_reason, StopReason::Aborted);
+    assert_eq!(stored, before);
+    let body = bodies.lock().unwrap()[0].clone();
+    assert_eq!(
+        body,
+        json!({
+            "model":"gpt-4.1",
+            "messages":[
+                {"role":"system","content":"You are terse."},
+                {"role":"user","content":"What is in a.png and b.txt?"},
+                {"role":"assistant","content":"Read both files.Reading both.","tool_calls":[
+                    {"id":"toolu_01Ab_c","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.png\"}"}},
+                    {"id":"toolu_02XY","type":"function","function":{"name":"read","arguments":"{\"path\":\"b.txt\"}"}}]},
+                {"role":"tool","content":"Read image file [image/png]","tool_call_id":"toolu_01Ab_c"},
+                {"role":"tool","content":"hello","tool_call_id":"toolu_02XY"},
+                {"role":"user","content":[{"type":"text","text":"Attached image(s) from tool result:"},
+                    {"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]},
+                {"role":"user","content":"Summarise."}],
+            "stream":true,
+            "stream_options":{"include_usage":true},
+            "store":false,
+            "max_completion_tokens":16384,
+            "tools":[{"type":"function","function":{"name":"read","description":"Read a file",
+                "parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]},"strict":false}}]
+        })
+    );
+}
+
+#[tokio::test]
+async fn replay_to_anthropic_same_model_keeps_signed_thinking_and_caches() {
+    let (base, bodies) = serve(vec![sse(vec![])]).await;
+    let mut m = model("anthropic-messages", base);
+    m.provider = "anthropic".into();
+    m.id = "claude-sonnet-4-5".into();
+    m.input = vec!["text".into(), "image".into()];
+    let ctx = Context {
+        system_prompt: "You are terse.".into(),
+        messages: recorded_via_anthropic(),
+        tools: tools(),
+    };
+    let _ = pi_ai::stream(&m, &ctx, StreamOptions::default())
+        .result()
+        .await;
+    let body = bodies.lock().unwrap()[0].clone();
+    assert_eq!(
+        body,
+        json!({
+            "model":"claude-sonnet-4-5",
+            "messages":[
+                {"role":"user","content":[{"type":"text","text":"What is in a.png and b.txt?"}]},
+                {"role":"assistant","content":[
+                    {"type":"thinking","thinking":"Read both files.","signature":"sig=="},
+                    {"type":"text","text":"Reading both."},
+                    {"type":"tool_use","id":"toolu_01Ab_c","name":"read","input":{"path":"a.png"}},
+                    {"type":"tool_use","id":"toolu_02XY","name":"read","input":{"path":"b.txt"}}]},
+                {"role":"user","content":[
+                    {"type":"tool_result","tool_use_id":"toolu_01Ab_c","content":[
+                        {"type":"text","text":"Read image file [image/png]"},
+                        {"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}],"is_error":false},
+                    {"type":"tool_result","tool_use_id":"toolu_02XY","content":"hello","is_error":false},
+                    {"type":"text","text":"Summarise.","cache_control":{"type":"ephemeral"}}]}],
+            "max_tokens":16384,
+            "stream":true,
+            "system":[{"type":"text","text":"You are terse.","cache_control":{"type":"ephemeral"}}],
+            "tools":[{"name":"read","description":"Read a file","eager_input_streaming":true,
+                "input_schema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]},
+                "cache_control":{"type":"ephemeral"}}]
+        })
+    );
+}
+
+#[tokio::test]
+async fn pair07_mistral_compat_ids_in_request_and_results() {
+    let stored: Vec<Message> = serde_json::from_value(json!([
+        {"role":"user","content":"ls"},
+        {"role":"assistant","api":"openai-completions","provider":"openai","model":"gpt-4.1","content":[
+            {"type":"toolCall","id":"call_PTLP8xhu3uwZk4l3nlnrrJha","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+        {"role":"toolResult","toolCallId":"call_PTLP8xhu3uwZk4l3nlnrrJha","toolName":"ls","content":"a.txt","isError":false}
+    ]))
+    .unwrap();
+    let (base, bodies) = serve(vec![sse(vec![])]).await;
+    let mut m = model("openai-completions", base);
+    m.compat = json!({"toolCallIdFormat":"mistral"});
+    let ctx = Context {
+        system_prompt: String::new(),
+        messages: stored,
+        tools: vec![],
+    };
+    let _ = pi_ai::stream(&m, &ctx, StreamOptions::default())
+        .result()
+        .await;
+    let body = bodies.lock().unwrap()[0].clone();
+    assert_eq!(body["messages"][1]["tool_calls"][0]["id"], "qfc5g71qg");
+    assert_eq!(body["messages"][2]["tool_call_id"], "qfc5g71qg");
+}
+
+#[tokio::test]
+async fn abort_mid_stream_keeps_partial_and_ends_aborted() {
+    let first =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Let me \"}}]}\n\n".to_vec();
+    let later =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"never\"}}]}\n\n".to_vec();
+    let mut reply = sse(vec![first, later]);
+    reply.gap = Duration::from_secs(30);
+    let (base, _) = serve(vec![reply]).await;
+    let opts = StreamOptions::default();
+    let cancel = opts.cancel.clone();
+    let mut s = pi_ai::stream(&model("openai-completions", base), &go(), opts);
+    let started = std::time::Instant::now();
+    let mut last = None;
+    while let Some(e) = s.next().await {
+        if let AssistantEvent::TextDelta { .. } = e {
+            cancel.cancel();
+        }
+        last = Some(e);
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let last = last.unwrap();
+    let m = last.terminal_message().unwrap();
+    assert_eq!(
+        (m.text(), m.stop_reason, m.error_message.as_deref()),
+        (
+            "Let me ".to_string(),
+            StopReason::Aborted,
+            Some("Request was aborted")
+        )
+    );
+    assert_eq!(last.failure(), Some(&ProviderError::Aborted));
+}
+
+fn responses_expected() -> Value {
+    json!({"content":[
+        {"type":"thinking","thinking":"Check both files.",
+         "thinkingSignature":"{\"id\":\"rs_1\",\"type\":\"reasoning\",\"encrypted_content\":\"gAAAA\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"Check both files.\"}]}"},
+        {"type":"text","text":"Reading both.","textSignature":"{\"v\":1,\"id\":\"msg_1\"}"},
+        {"type":"toolCall","id":"call_A|fc_1","name":"read","arguments":{"path":"a.txt"}},
+        {"type":"toolCall","id":"call_B|fc_2","name":"read","arguments":{"path":"b.txt"}}],
+        "api":"openai-responses","provider":"p","model":"m","responseId":"resp_1",
+        "usage":{"input":500,"output":60,"cacheRead":1000,"cacheWrite":0,"totalTokens":1560,
+            "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+        "stopReason":"toolUse","timestamp":0})
+}
+
+#[tokio::test]
+async fn responses_reasoning_text_and_calls() {
+    let evs = replay_reply(
+        "openai-responses",
+        sse(vec![fixture("openai-responses/reasoning-text-calls.sse")]),
+    )
+    .await;
+    assert_eq!(
+        kinds(&evs),
+        [
+            "start",
+            "thinking_start",
+            "thinking_delta",
+            "thinking_delta",
+            "thinking_delta",
+            "thinking_end",
+            "text_start",
+            "text_delta",
+            "text_delta",
+            "text_end",
+            "toolcall_start",
+            "toolcall_delta",
+            "toolcall_delta",
+            "toolcall_end",
+            "toolcall_start",
+            "toolcall_delta",
+            "toolcall_end",
+            "done"
+        ]
+    );
+    assert_eq!(
+        value(evs.last().unwrap().terminal_message().unwrap()),
+        responses_expected()
+    );
+}
+
+#[tokio::test]
+async fn responses_split_at_every_byte_boundary() {
+    let bytes = fixture("openai-responses/reasoning-text-calls.sse");
+    let cuts: Vec<usize> = (1..bytes.len()).step_by(7).collect();
+    for batch in cuts.chunks(64) {
+        let runs = batch.iter().map(|&cut| {
+            let reads = vec![bytes[..cut].to_vec(), bytes[cut..].to_vec()];
+            async move {
+                let mut r = sse(reads);
+                r.gap = Duration::from_millis(2);
+                let evs = replay_reply("openai-responses", r).await;
+                (cut, value(evs.last().unwrap().terminal_message().unwrap()))
+            }
+        });
+        for (cut, got) in futures::future::join_all(runs).await {
+            assert_eq!(got, responses_expected(), "cut at byte {cut}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn replay_recorded_anthropic_conversation_to_openai_responses() {
+    let (base, bodies) = serve(vec![sse(vec![])]).await;
+    let mut m = model("openai-responses", base);
+    m.provider = "openai".into();
+    m.id = "gpt-5.4".into();
+    m.reasoning = true;
+    m.input = vec!["text".into(), "image".into()];
+    m.thinking_level = Some(pi_ai::models::ThinkingLevel::Medium);
+    let ctx = Context {
+        system_prompt: "You are terse.".into(),
+        messages: recorded_via_anthropic(),
+        tools: tools(),
+    };
+    let _ = pi_ai::stream(&m, &ctx, StreamOptions::default())
+        .result()
+        .await;
+    let body = bodies.lock().unwrap()[0].clone();
+    assert_eq!(
+        body,
+        json!({
+            "model":"gpt-5.4",
+            "input":[
+                {"role":"developer","content":"You are terse."},
+                {"role":"user","content":[{"type":"input_text","text":"What is in a.png and b.txt?"}]},
+                {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Read both files.","annotations":[]}],"status":"completed","id":"msg_1"},
+                {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Reading both.","annotations":[]}],"status":"completed","id":"msg_1_1"},
+                {"type":"function_call","call_id":"toolu_01Ab_c","name":"read","arguments":"{\"path\":\"a.png\"}"},
+                {"type":"function_call","call_id":"toolu_02XY","name":"read","arguments":"{\"path\":\"b.txt\"}"},
+                {"type":"function_call_output","call_id":"toolu_01Ab_c","output":[
+                    {"type":"input_text","text":"Read image file [image/png]"},
+                    {"type":"input_image","detail":"auto","image_url":"data:image/png;base64,iVBORw0KGgo="}]},
+                {"type":"function_call_output","call_id":"toolu_02XY","output":"hello"},
+                {"role":"user","content":[{"type":"input_text","text":"Summarise."}]}],
+            "stream":true,
+            "store":false,
+            "max_output_tokens":16384,
+            "tools":[{"type":"function","name":"read","description":"Read a file",
+                "parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]},"strict":false}],
+            "reasoning":{"effort":"medium","summary":"auto"},
+            "include":["reasoning.encrypted_content"]
+        })
+    );
+}
+
+#[tokio::test]
+async fn responses_same_model_replays_reasoning_item_and_item_ids() {
+    let (base, bodies) = serve(vec![
+        sse(vec![fixture("openai-responses/reasoning-text-calls.sse")]),
+        sse(vec![]),
+    ])
+    .await;
+    let m = model("openai-responses", base);
+    let first = pi_ai::stream(&m, &go(), StreamOptions::default())
+        .result()
+        .await;
+    let mut ctx = go();
+    ctx.messages.push(Message::Assistant(first));
+    let _ = pi_ai::stream(&m, &ctx, StreamOptions::default())
+        .result()
+        .await;
+    let body = bodies.lock().unwrap()[1].clone();
+    assert_eq!(
+        body["input"],
+        json!([
+            {"role":"user","content":[{"type":"input_text","text":"go"}]},
+            {"id":"rs_1","type":"reasoning","encrypted_content":"gAAAA","summary":[{"type":"summary_text","text":"Check both files."}]},
+            {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Reading both.","annotations":[]}],"status":"completed","id":"msg_1"},
+            {"type":"function_call","call_id":"call_A","name":"read","arguments":"{\"path\":\"a.txt\"}","id":"fc_1"},
+            {"type":"function_call","call_id":"call_B","name":"read","arguments":"{\"path\":\"b.txt\"}","id":"fc_2"},
+            {"type":"function_call_output","call_id":"call_A","output":"No result provided"},
+            {"type":"function_call_output","call_id":"call_B","output":"No result provided"}])
+    );
 }

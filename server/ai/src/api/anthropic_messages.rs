@@ -6,89 +6,122 @@
 //! merged (results first) because the API needs strict alternation (case PAIR-05).
 
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{open_sse, StreamOptions};
-use crate::models::Model;
-use crate::stream::{AssistantEvent, MessageBuilder};
-use crate::transform::pair_tool_results;
+use super::{open_sse, parse_data, StreamOptions};
+use crate::errors::{classify_stream_error, ProviderError};
+use crate::models::{Model, ThinkingLevel};
+use crate::stream::{MessageBuilder, StreamSender};
+use crate::transform::transform_messages;
 use crate::types::{ContentBlock, Context, Message, StopReason, Usage, UserContent};
 
 /// The `anthropic-version` header value sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
-/// Replaces characters outside `[A-Za-z0-9_-]` (Anthropic's tool-use id pattern) with `_`.
-fn wire_id(id: &str) -> String {
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+/// Beta flags sent with an OAuth token (`sk-ant-oat…`), as Pi does.
+const OAUTH_BETAS: &str = "claude-code-20250219,oauth-2025-04-20";
+
+/// Pi's `cache_control` value: ephemeral, with a 1 h TTL when `PI_CACHE_RETENTION=long`.
+fn cache_control() -> Value {
+    if std::env::var("PI_CACHE_RETENTION").as_deref() == Ok("long") {
+        json!({"type":"ephemeral","ttl":"1h"})
+    } else {
+        json!({"type":"ephemeral"})
+    }
+}
+
+fn image(i: &crate::types::ImageContent) -> Value {
+    json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":i.data}})
 }
 
 fn user_blocks(content: &UserContent) -> Vec<Value> {
     match content {
+        UserContent::Text(t) if t.trim().is_empty() => Vec::new(),
         UserContent::Text(t) => vec![json!({"type":"text","text":t})],
-        UserContent::Blocks(b) => b.iter().filter_map(block_to_wire).collect(),
+        UserContent::Blocks(b) => b
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text(t) if t.text.trim().is_empty() => None,
+                ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
+                ContentBlock::Image(i) => Some(image(i)),
+                _ => None,
+            })
+            .collect(),
     }
 }
 
-fn block_to_wire(b: &ContentBlock) -> Option<Value> {
+/// A tool result's `content`: a string when it is text only, else text and image blocks
+/// (a lone image gets Pi's "(see attached image)" text first).
+fn result_content(blocks: &[ContentBlock]) -> Value {
+    if !blocks.iter().any(|b| matches!(b, ContentBlock::Image(_))) {
+        return Value::String(crate::types::join_text(blocks));
+    }
+    let mut out: Vec<Value> = blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
+            ContentBlock::Image(i) => Some(image(i)),
+            _ => None,
+        })
+        .collect();
+    if !blocks.iter().any(|b| matches!(b, ContentBlock::Text(_))) {
+        out.insert(0, json!({"type":"text","text":"(see attached image)"}));
+    }
+    Value::Array(out)
+}
+
+fn assistant_block(b: &ContentBlock) -> Option<Value> {
     match b {
-        ContentBlock::Text(t) if t.text.is_empty() => None,
+        ContentBlock::Text(t) if t.text.trim().is_empty() => None,
         ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
-        ContentBlock::Image(i) => Some(
-            json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":i.data}}),
+        ContentBlock::Thinking(t) if t.redacted => Some(
+            json!({"type":"redacted_thinking","data":t.thinking_signature.as_deref().unwrap_or("")}),
         ),
-        ContentBlock::Thinking(t) => match (&t.thinking_signature, t.redacted) {
-            (Some(sig), true) => Some(json!({"type":"redacted_thinking","data":sig})),
-            (Some(sig), false) => {
-                Some(json!({"type":"thinking","thinking":t.thinking,"signature":sig}))
-            }
+        ContentBlock::Thinking(t) if t.thinking.trim().is_empty() => None,
+        ContentBlock::Thinking(t) => match t.thinking_signature.as_deref().map(str::trim) {
+            Some(sig) if !sig.is_empty() => Some(
+                json!({"type":"thinking","thinking":t.thinking,"signature":t.thinking_signature}),
+            ),
             // Thinking without a signature cannot be replayed as thinking: send it as text.
-            (None, _) if t.thinking.is_empty() => None,
-            (None, _) => Some(json!({"type":"text","text":t.thinking})),
+            _ => Some(json!({"type":"text","text":t.thinking})),
         },
         ContentBlock::ToolCall(c) => {
-            Some(json!({"type":"tool_use","id":wire_id(&c.id),"name":c.name,"input":c.arguments}))
+            Some(json!({"type":"tool_use","id":c.id,"name":c.name,"input":c.arguments}))
         }
+        ContentBlock::Image(_) => None,
     }
 }
 
-/// Converts provider-neutral messages to Anthropic `messages`.
-pub fn convert_messages(messages: &[Message]) -> Vec<Value> {
-    let mut out: Vec<(String, Vec<Value>)> = Vec::new();
-    for m in pair_tool_results(messages) {
+/// Converts provider-neutral messages to Anthropic `messages` for `model`, after
+/// [`transform_messages`]: tool results go as `tool_result` blocks in a user turn, and
+/// consecutive user-role turns are merged (results first) for strict alternation (PAIR-05).
+/// With `cache` the last block of the last user turn gets `cache_control` (Pi).
+pub fn convert_messages(model: &Model, messages: &[Message], cache: Option<&Value>) -> Vec<Value> {
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for m in transform_messages(messages, model) {
         let (role, blocks) = match &m {
             Message::User(u) => ("user", user_blocks(&u.content)),
             Message::Assistant(a) => (
                 "assistant",
-                a.content.iter().filter_map(block_to_wire).collect(),
+                a.content.iter().filter_map(assistant_block).collect(),
             ),
-            Message::ToolResult(r) => {
-                let mut content: Vec<Value> = r.content.iter().filter_map(block_to_wire).collect();
-                if content.is_empty() {
-                    content.push(json!({"type":"text","text": if r.is_error { "error" } else { "(no output)" }}));
-                }
-                (
-                    "user",
-                    vec![
-                        json!({"type":"tool_result","tool_use_id":wire_id(&r.tool_call_id),"content":content,"is_error":r.is_error}),
-                    ],
-                )
-            }
+            Message::ToolResult(r) => (
+                "user",
+                vec![json!({"type":"tool_result","tool_use_id":r.tool_call_id,
+                    "content":result_content(&r.content),"is_error":r.is_error})],
+            ),
         };
         if blocks.is_empty() {
             continue;
         }
         match out.last_mut() {
-            Some((last, prev)) if last == role && role == "user" => prev.extend(blocks),
-            _ => out.push((role.to_string(), blocks)),
+            Some((last, prev)) if *last == role && role == "user" => prev.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    }
+    if let (Some(cc), Some(("user", blocks))) = (cache, out.last_mut()) {
+        if let Some(last) = blocks.last_mut() {
+            last["cache_control"] = cc.clone();
         }
     }
     out.into_iter()
@@ -96,32 +129,141 @@ pub fn convert_messages(messages: &[Message]) -> Vec<Value> {
         .collect()
 }
 
-/// The request body for `context` (pure; no I/O).
+/// The first system block Pi sends with an OAuth token.
+const OAUTH_IDENTITY: &str = "You are Claude Code, Anthropic's official CLI for Claude.";
+
+/// True for models with adaptive thinking (Pi's `supportsAdaptiveThinking`: Opus 4.6 / 4.7,
+/// Sonnet 4.6).
+fn adaptive_thinking(id: &str) -> bool {
+    [
+        "opus-4-6",
+        "opus-4.6",
+        "opus-4-7",
+        "opus-4.7",
+        "sonnet-4-6",
+        "sonnet-4.6",
+    ]
+    .iter()
+    .any(|k| id.contains(k))
+}
+
+/// Pi's default thinking budgets per level, in tokens (`simple-options.js`).
+fn thinking_budget(level: ThinkingLevel) -> u64 {
+    match level {
+        ThinkingLevel::Off => 0,
+        ThinkingLevel::Minimal => 1_024,
+        ThinkingLevel::Low => 2_048,
+        ThinkingLevel::Medium => 8_192,
+        // `xhigh` is clamped to `high` for budget-based models.
+        ThinkingLevel::High | ThinkingLevel::Xhigh => 16_384,
+    }
+}
+
+/// Maps the model's thinking level onto the request (Pi `streamSimpleAnthropic`): `off` →
+/// `thinking: {type: disabled}`; adaptive models → `thinking: {type: adaptive}` plus
+/// `output_config.effort` (minimal/low → low, medium, high, xhigh via `thinkingLevelMap`);
+/// older models → `thinking: {type: enabled, budget_tokens}` with `max_tokens` raised by the
+/// budget (capped at the model's limit, keeping 1,024 tokens of output).
+fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
+    let Some(level) = model.thinking_level.filter(|_| model.reasoning) else {
+        return;
+    };
+    let level = model.clamp_thinking_level(level);
+    if level == ThinkingLevel::Off {
+        body["thinking"] = json!({"type":"disabled"});
+        return;
+    }
+    if adaptive_thinking(&model.id) {
+        let effort = model.mapped_thinking_value(level).unwrap_or_else(|| {
+            match level {
+                ThinkingLevel::Minimal | ThinkingLevel::Low => "low",
+                ThinkingLevel::Medium => "medium",
+                _ => "high",
+            }
+            .to_string()
+        });
+        body["thinking"] = json!({"type":"adaptive","display":"summarized"});
+        body["output_config"] = json!({"effort": effort});
+        return;
+    }
+    let base = options
+        .max_tokens
+        .unwrap_or_else(|| model.default_max_tokens());
+    let mut budget = thinking_budget(level);
+    let max_tokens = (base + budget).min(model.max_tokens.max(1));
+    if max_tokens <= budget {
+        budget = max_tokens.saturating_sub(1_024);
+    }
+    body["max_tokens"] = json!(max_tokens);
+    body["thinking"] = json!({"type":"enabled","budget_tokens":budget,"display":"summarized"});
+}
+
+/// True for an Anthropic OAuth token (Claude subscription), which authenticates as a bearer.
+pub fn is_oauth_token(key: &str) -> bool {
+    key.contains("sk-ant-oat")
+}
+
+/// The request body for `context` (pure; no I/O). As Pi: `cache_control` on the system
+/// prompt, the last tool and the last user block; tools with `eager_input_streaming` unless
+/// `compat.supportsEagerToolInputStreaming` is false; schemas reduced to
+/// `{type, properties, required}`.
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
+    let cc = cache_control();
     let mut body = json!({
         "model": model.id,
-        "max_tokens": options.max_tokens.unwrap_or(model.max_tokens),
+        "messages": convert_messages(model, &context.messages, Some(&cc)),
+        "max_tokens": options.max_tokens.unwrap_or_else(|| model.default_max_tokens()),
         "stream": true,
-        "messages": convert_messages(&context.messages),
     });
-    if !context.system_prompt.is_empty() {
-        body["system"] = json!([{"type":"text","text":context.system_prompt}]);
+    let mut system = Vec::new();
+    if model.api_key.as_deref().is_some_and(is_oauth_token) {
+        // An OAuth (subscription) token is only accepted with this identity first (Pi).
+        system.push(json!({"type":"text","text":OAUTH_IDENTITY,"cache_control":cc}));
     }
+    if !context.system_prompt.is_empty() {
+        system.push(json!({"type":"text","text":context.system_prompt,"cache_control":cc}));
+    }
+    if !system.is_empty() {
+        body["system"] = Value::Array(system);
+    }
+    apply_thinking(model, options, &mut body);
     if !context.tools.is_empty() {
+        let eager = model
+            .compat
+            .get("supportsEagerToolInputStreaming")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let n = context.tools.len();
         body["tools"] = context
             .tools
             .iter()
-            .map(|t| json!({"name":t.name,"description":t.description,"input_schema":t.parameters}))
+            .enumerate()
+            .map(|(i, t)| {
+                let mut tool = json!({"name":t.name,"description":t.description});
+                if eager {
+                    tool["eager_input_streaming"] = Value::Bool(true);
+                }
+                tool["input_schema"] = json!({
+                    "type": "object",
+                    "properties": t.parameters.get("properties").cloned().unwrap_or_else(|| json!({})),
+                    "required": t.parameters.get("required").cloned().unwrap_or_else(|| json!([])),
+                });
+                if i + 1 == n {
+                    tool["cache_control"] = cc.clone();
+                }
+                tool
+            })
             .collect();
     }
     body
 }
 
+/// Anthropic `stop_reason` → Pi's stop reason (`refusal` / `sensitive` are errors).
 fn map_stop(reason: &str) -> StopReason {
     match reason {
         "max_tokens" | "model_context_window_exceeded" => StopReason::Length,
         "tool_use" => StopReason::ToolUse,
-        "refusal" => StopReason::Error,
+        "refusal" | "sensitive" => StopReason::Error,
         _ => StopReason::Stop,
     }
 }
@@ -143,60 +285,61 @@ fn read_usage(u: &Value, into: &mut Usage) {
 }
 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
-pub async fn run(
-    model: Model,
-    body: Value,
-    tx: mpsc::Sender<AssistantEvent>,
-    cancel: CancellationToken,
-) {
-    let Ok(mut b) = MessageBuilder::start(tx, &model.api, &model.provider, &model.id).await else {
+pub async fn run(model: Model, body: Value, tx: StreamSender, cancel: CancellationToken) {
+    let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
+    match stream_body(&model, &body, &mut b, &cancel).await {
+        Ok(Some(reason)) => {
+            let _ = b.finish(reason).await;
+        }
+        Ok(None) => {} // consumer went away: the body is dropped
+        Err(failure) => {
+            b.fail(failure).await;
+        }
+    }
+}
+
+/// The request headers: version, key (`x-api-key`, or a bearer with Pi's OAuth betas for an
+/// OAuth token), then the model's own headers.
+fn headers(model: &Model) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> =
+        vec![("anthropic-version".into(), ANTHROPIC_VERSION.into())];
+    match &model.api_key {
+        Some(k) if is_oauth_token(k) => {
+            headers.push(("authorization".into(), format!("Bearer {k}")));
+            headers.push(("anthropic-beta".into(), OAUTH_BETAS.into()));
+        }
+        Some(k) => headers.push(("x-api-key".into(), k.clone())),
+        None => {}
+    }
+    headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+    headers
+}
+
+/// Reads the stream into `b`: `Ok(Some(reason))` for a complete response, `Ok(None)` when the
+/// consumer went away, `Err` for a failure (the partial content stays in `b`).
+async fn stream_body(
+    model: &Model,
+    body: &Value,
+    b: &mut MessageBuilder,
+    cancel: &CancellationToken,
+) -> Result<Option<StopReason>, ProviderError> {
     let base = model.base_url.trim_end_matches('/');
     let url = if base.ends_with("/v1") {
         format!("{base}/messages")
     } else {
         format!("{base}/v1/messages")
     };
-    let mut headers: Vec<(String, String)> =
-        vec![("anthropic-version".into(), ANTHROPIC_VERSION.into())];
-    if let Some(k) = &model.api_key {
-        headers.push(("x-api-key".into(), k.clone()));
-    }
-    headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut sse = match open_sse(&url, &headers, &body, &cancel).await {
-        Ok(s) => s,
-        Err(f) => return f.end(b).await,
-    };
+    let mut sse = open_sse(&url, &headers(model), body, cancel).await?;
     let mut usage = Usage::default();
-    let mut stop: Option<StopReason> = None;
-    loop {
-        let ev = match sse.next(&cancel).await {
-            Ok(Some(ev)) => ev,
-            Ok(None) => break,
-            Err(f) => return f.end(b).await,
-        };
-        if ev.data.trim().is_empty() {
+    let mut stop: Option<(StopReason, String)> = None;
+    let mut saw_stop = false;
+    while let Some(ev) = sse.next(cancel).await? {
+        if ev.data.trim().is_empty() || ev.event == "ping" {
             continue;
         }
-        let data: Value = match serde_json::from_str(&ev.data) {
-            Ok(v) => v,
-            Err(e) => {
-                b.fail(
-                    StopReason::Error,
-                    format!(
-                        "invalid JSON in {} event: {e}",
-                        if ev.event.is_empty() {
-                            "SSE"
-                        } else {
-                            &ev.event
-                        }
-                    ),
-                )
-                .await;
-                return;
-            }
-        };
+        let data = parse_data(&ev)?;
         let kind = data
             .get("type")
             .and_then(Value::as_str)
@@ -210,9 +353,10 @@ pub async fn run(
             "message_start" => {
                 let m = &data["message"];
                 if let Some(id) = m.get("id").and_then(Value::as_str) {
-                    b.message_mut().response_id = Some(id.to_string());
+                    b.with_message(|msg| msg.response_id = Some(id.to_string()));
                 }
                 read_usage(&m["usage"], &mut usage);
+                b.set_usage(usage.clone());
                 Ok(())
             }
             "content_block_start" => {
@@ -265,52 +409,105 @@ pub async fn run(
             "content_block_stop" => b.end_block(&key).await,
             "message_delta" => {
                 if let Some(r) = data["delta"].get("stop_reason").and_then(Value::as_str) {
-                    stop = Some(map_stop(r));
+                    stop = Some((map_stop(r), r.to_string()));
                 }
                 read_usage(&data["usage"], &mut usage);
+                b.set_usage(usage.clone());
                 Ok(())
             }
-            "message_stop" => break,
+            "message_stop" => {
+                saw_stop = true;
+                break;
+            }
             "error" => {
                 let e = &data["error"];
-                let msg = format!(
-                    "{}: {}",
-                    e.get("type").and_then(Value::as_str).unwrap_or("error"),
+                return Err(classify_stream_error(
+                    e.get("type").and_then(Value::as_str),
                     e.get("message")
                         .and_then(Value::as_str)
-                        .unwrap_or("provider error")
-                );
-                b.fail(StopReason::Error, msg).await;
-                return;
+                        .unwrap_or("provider error"),
+                ));
             }
             _ => Ok(()),
         };
         if step.is_err() {
-            return; // consumer went away: drop the body
+            return Ok(None);
         }
     }
     b.set_usage(usage);
     match stop {
-        Some(StopReason::Error) => {
-            b.fail(StopReason::Error, "the model refused to answer".into())
-                .await;
-        }
-        Some(reason) => {
-            let _ = b.finish(reason).await;
-        }
-        None => {
-            b.fail(
-                StopReason::Error,
-                "stream ended before the response was complete".into(),
-            )
-            .await;
-        }
+        Some((StopReason::Error, raw)) => Err(ProviderError::Provider {
+            message: format!("Provider stop_reason: {raw}"),
+        }),
+        Some((reason, _)) => Ok(Some(reason)),
+        None if saw_stop => Ok(Some(StopReason::Stop)),
+        None => Err(ProviderError::Network {
+            message: "stream ended before the response was complete".into(),
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thinking_levels_map_to_budget_or_adaptive_effort() {
+        let ctx = Context::default();
+        let opts = StreamOptions::default();
+        let mut m = Model::new("anthropic-messages", "anthropic", "claude-sonnet-4-5", "");
+        m.reasoning = true;
+        m.max_tokens = 64_000;
+        m.thinking_level = Some(ThinkingLevel::Medium);
+        let b = build_request(&m, &ctx, &opts);
+        assert_eq!(
+            (b["max_tokens"].clone(), b["thinking"].clone()),
+            (
+                json!(40_192),
+                json!({"type":"enabled","budget_tokens":8192,"display":"summarized"})
+            )
+        );
+        m.thinking_level = Some(ThinkingLevel::Off);
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["thinking"],
+            json!({"type":"disabled"})
+        );
+        m.id = "claude-opus-4-7".into();
+        m.thinking_level_map = Some(json!({"xhigh":"xhigh"}));
+        m.thinking_level = Some(ThinkingLevel::Xhigh);
+        let b = build_request(&m, &ctx, &opts);
+        assert_eq!(
+            (b["thinking"].clone(), b["output_config"].clone()),
+            (
+                json!({"type":"adaptive","display":"summarized"}),
+                json!({"effort":"xhigh"})
+            )
+        );
+        m.thinking_level = Some(ThinkingLevel::Minimal);
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["output_config"],
+            json!({"effort":"low"})
+        );
+        // Without reasoning nothing is sent.
+        m.reasoning = false;
+        assert!(build_request(&m, &ctx, &opts).get("thinking").is_none());
+    }
+
+    #[test]
+    fn oauth_token_uses_bearer_and_identity() {
+        let mut m = Model::new("anthropic-messages", "anthropic", "c", "");
+        m.api_key = Some("sk-ant-oat01-x".into());
+        let ctx = Context {
+            system_prompt: "S".into(),
+            ..Context::default()
+        };
+        let b = build_request(&m, &ctx, &StreamOptions::default());
+        assert_eq!(b["system"][0]["text"], OAUTH_IDENTITY);
+        assert_eq!(b["system"][1]["text"], "S");
+        let h = headers(&m);
+        assert!(h.contains(&("authorization".into(), "Bearer sk-ant-oat01-x".into())));
+        assert!(!h.iter().any(|(k, _)| k == "x-api-key"));
+    }
 
     #[test]
     fn tool_results_and_next_user_merge_results_first() {
@@ -321,14 +518,19 @@ mod tests {
             {"role":"user","content":"what's 2+2"}
         ]))
         .unwrap();
+        let model = Model::new("anthropic-messages", "anthropic", "c", "");
         assert_eq!(
-            Value::Array(convert_messages(&m)),
+            Value::Array(convert_messages(
+                &model,
+                &m,
+                Some(&json!({"type":"ephemeral"}))
+            )),
             json!([
                 {"role":"user","content":[{"type":"text","text":"q"}]},
                 {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"ls","input":{}}]},
                 {"role":"user","content":[
-                    {"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"a"}],"is_error":false},
-                    {"type":"text","text":"what's 2+2"}]}
+                    {"type":"tool_result","tool_use_id":"t1","content":"a","is_error":false},
+                    {"type":"text","text":"what's 2+2","cache_control":{"type":"ephemeral"}}]}
             ])
         );
     }

@@ -3,6 +3,7 @@
 
 pub mod anthropic_messages;
 pub mod openai_completions;
+pub mod openai_responses;
 pub mod scripted;
 
 use std::sync::OnceLock;
@@ -14,9 +15,10 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::errors::ProviderError;
 use crate::models::Model;
 use crate::stream::{AssistantStream, MessageBuilder};
-use crate::types::{Context, StopReason};
+use crate::types::Context;
 
 /// Per-request options.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +43,10 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
             let body = openai_completions::build_request(&model, context, &options);
             tokio::spawn(openai_completions::run(model, body, tx, options.cancel));
         }
+        "openai-responses" => {
+            let body = openai_responses::build_request(&model, context, &options);
+            tokio::spawn(openai_responses::run(model, body, tx, options.cancel));
+        }
         crate::models::SCRIPTED_API => {
             let turn = scripted::response_index(context);
             tokio::spawn(scripted::run(model, turn, tx, options.cancel));
@@ -48,11 +54,11 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
         other => {
             let other = other.to_string();
             tokio::spawn(async move {
-                if let Ok(b) =
-                    MessageBuilder::start(tx, &model.api, &model.provider, &model.id).await
-                {
-                    b.fail(StopReason::Error, format!("unsupported api \"{other}\""))
-                        .await;
+                if let Ok(b) = MessageBuilder::start(tx, &model).await {
+                    b.fail(ProviderError::Provider {
+                        message: format!("unsupported api \"{other}\""),
+                    })
+                    .await;
                 }
             });
         }
@@ -82,33 +88,6 @@ pub(crate) fn join_url(base: &str, path: &str) -> String {
     )
 }
 
-/// How a request or its stream failed: the terminal stop reason and the error message.
-pub(crate) struct Failure {
-    reason: StopReason,
-    message: String,
-}
-
-impl Failure {
-    fn aborted() -> Failure {
-        Failure {
-            reason: StopReason::Aborted,
-            message: "Request was aborted".into(),
-        }
-    }
-
-    fn error(message: String) -> Failure {
-        Failure {
-            reason: StopReason::Error,
-            message,
-        }
-    }
-
-    /// Ends the stream with this failure, keeping what streamed so far.
-    pub(crate) async fn end(self, b: MessageBuilder) {
-        b.fail(self.reason, self.message).await;
-    }
-}
-
 /// An open SSE body.
 pub(crate) struct SseBody {
     events: BoxStream<'static, Result<Event, String>>,
@@ -116,33 +95,34 @@ pub(crate) struct SseBody {
 
 impl SseBody {
     /// The next event, `Ok(None)` at the end of the body; cancellation wins over a pending read.
+    /// SSE framing (CR / LF / CRLF line ends, `data:` with or without a space, multi-line data
+    /// joined with `\n`, `:` comment lines) and UTF-8 sequences split across reads are handled
+    /// by `eventsource-stream`.
     pub(crate) async fn next(
         &mut self,
         cancel: &CancellationToken,
-    ) -> Result<Option<Event>, Failure> {
+    ) -> Result<Option<Event>, ProviderError> {
         tokio::select! {
             biased;
-            _ = cancel.cancelled() => Err(Failure::aborted()),
+            _ = cancel.cancelled() => Err(ProviderError::Aborted),
             ev = self.events.next() => match ev {
                 Some(Ok(ev)) => Ok(Some(ev)),
-                Some(Err(e)) => Err(Failure::error(e)),
+                Some(Err(e)) => Err(ProviderError::Network { message: e }),
                 None => Ok(None),
             },
         }
     }
 }
 
-/// Longest error body kept in an error message, in bytes.
-const MAX_ERROR_BODY: usize = 2_000;
-
-/// POSTs `body` to `url` and returns the SSE body, or an error message naming the HTTP status
-/// and the provider's error body (secrets never appear: headers are not echoed).
+/// POSTs `body` to `url` and returns the SSE body, or the classified failure: the HTTP
+/// status, `Retry-After` and the provider's error body (see [`crate::errors::classify_http`]);
+/// secrets never appear (headers are not echoed).
 pub(crate) async fn open_sse(
     url: &str,
     headers: &[(String, String)],
     body: &Value,
     cancel: &CancellationToken,
-) -> Result<SseBody, Failure> {
+) -> Result<SseBody, ProviderError> {
     let mut req = http_client()
         .post(url)
         .header("content-type", "application/json")
@@ -153,30 +133,32 @@ pub(crate) async fn open_sse(
     let req = req.body(body.to_string());
     let resp = tokio::select! {
         biased;
-        _ = cancel.cancelled() => return Err(Failure::aborted()),
-        r = req.send() => r.map_err(|e| Failure::error(format!("request to {url} failed: {}", error_chain(&e))))?,
+        _ = cancel.cancelled() => return Err(ProviderError::Aborted),
+        r = req.send() => r.map_err(|e| ProviderError::Network {
+            message: format!("request to {url} failed: {}", error_chain(&e)),
+        })?,
     };
     let status = resp.status();
     if !status.is_success() {
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after_ms = header("retry-after-ms");
+        let retry_after = header("retry-after");
         let text = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return Err(Failure::aborted()),
+            _ = cancel.cancelled() => return Err(ProviderError::Aborted),
             t = resp.text() => t.unwrap_or_default(),
         };
-        let mut text = text.trim().to_string();
-        if text.len() > MAX_ERROR_BODY {
-            let mut cut = MAX_ERROR_BODY;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-            text.push('…');
-        }
-        return Err(Failure::error(format!(
-            "HTTP {}: {}",
+        return Err(crate::errors::classify_http(
             status.as_u16(),
-            text
-        )));
+            retry_after_ms.as_deref(),
+            retry_after.as_deref(),
+            &text,
+        ));
     }
     let events = resp
         .bytes_stream()
@@ -184,6 +166,20 @@ pub(crate) async fn open_sse(
         .map(|r| r.map_err(|e| format!("stream read failed: {e}")))
         .boxed();
     Ok(SseBody { events })
+}
+
+/// Parses one SSE `data` payload as JSON, tolerating lone UTF-16 surrogate escapes (STRM-07 b).
+pub(crate) fn parse_data(event: &Event) -> Result<Value, ProviderError> {
+    crate::json::parse_lossy(&event.data).map_err(|e| ProviderError::Parse {
+        message: format!(
+            "invalid JSON in {} event: {e}",
+            if event.event.is_empty() {
+                "SSE"
+            } else {
+                &event.event
+            }
+        ),
+    })
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

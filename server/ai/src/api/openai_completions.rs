@@ -9,35 +9,130 @@
 //! `reasoning_content` or `reasoning` (STRM-06). Outbound `arguments` are always a JSON string.
 
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{join_url, open_sse, StreamOptions};
-use crate::models::Model;
-use crate::stream::{AssistantEvent, MessageBuilder};
-use crate::transform::pair_tool_results;
+use super::{join_url, open_sse, parse_data, StreamOptions};
+use crate::errors::{classify_stream_error, ProviderError};
+use crate::models::{Model, ThinkingLevel};
+use crate::stream::{MessageBuilder, StreamSender};
+use crate::transform::transform_messages;
 use crate::types::{ContentBlock, Context, Message, StopReason, Usage, UserContent};
 
-fn compat_bool(model: &Model, key: &str) -> Option<bool> {
-    model.compat.get(key).and_then(Value::as_bool)
+/// Pi's resolved `compat` flags for OpenAI-compatible servers (`openai-completions.js`
+/// `getCompat`): explicit `compat` keys of models.json win over what the provider name and base
+/// URL suggest. Same keys and meanings as Pi's, so a Pi models.json works unchanged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compat {
+    pub supports_store: bool,
+    pub supports_developer_role: bool,
+    pub supports_usage_in_streaming: bool,
+    /// `max_completion_tokens` or `max_tokens`.
+    pub max_tokens_field: String,
+    pub requires_tool_result_name: bool,
+    pub requires_assistant_after_tool_result: bool,
+    pub requires_thinking_as_text: bool,
+    pub requires_reasoning_content_on_assistant_messages: bool,
+    pub supports_strict_mode: bool,
+    /// Whether `reasoning_effort` is accepted (OpenAI style).
+    pub supports_reasoning_effort: bool,
+    /// How thinking is switched: `openai`, `deepseek`, `zai`, `qwen`, `qwen-chat-template`,
+    /// `openrouter`.
+    pub thinking_format: String,
 }
 
-fn tool_text(blocks: &[ContentBlock]) -> String {
-    let text = crate::types::join_text(blocks);
-    if text.is_empty() {
-        "(no output)".to_string()
-    } else {
-        text
+impl Compat {
+    /// The flags for `model`.
+    pub fn for_model(model: &Model) -> Compat {
+        let p = model.provider.as_str();
+        let url = model.base_url.as_str();
+        let zai = p == "zai" || url.contains("api.z.ai");
+        let moonshot = p.starts_with("moonshotai") || url.contains("api.moonshot.");
+        let cf_gateway = p == "cloudflare-ai-gateway" || url.contains("gateway.ai.cloudflare.com");
+        let cf_workers = p == "cloudflare-workers-ai" || url.contains("api.cloudflare.com");
+        let deepseek = p == "deepseek" || url.contains("deepseek.com");
+        let non_standard = p == "cerebras"
+            || url.contains("cerebras.ai")
+            || p == "xai"
+            || url.contains("api.x.ai")
+            || url.contains("chutes.ai")
+            || deepseek
+            || zai
+            || moonshot
+            || p == "opencode"
+            || url.contains("opencode.ai")
+            || cf_workers
+            || cf_gateway;
+        let use_max_tokens = url.contains("chutes.ai") || moonshot || cf_gateway;
+        let c = &model.compat;
+        let flag = |k: &str, d: bool| c.get(k).and_then(Value::as_bool).unwrap_or(d);
+        Compat {
+            supports_store: flag("supportsStore", !non_standard),
+            supports_developer_role: flag("supportsDeveloperRole", !non_standard),
+            supports_usage_in_streaming: flag("supportsUsageInStreaming", true),
+            max_tokens_field: c
+                .get("maxTokensField")
+                .and_then(Value::as_str)
+                .unwrap_or(if use_max_tokens {
+                    "max_tokens"
+                } else {
+                    "max_completion_tokens"
+                })
+                .to_string(),
+            requires_tool_result_name: flag("requiresToolResultName", false),
+            requires_assistant_after_tool_result: flag("requiresAssistantAfterToolResult", false),
+            requires_thinking_as_text: flag("requiresThinkingAsText", false),
+            requires_reasoning_content_on_assistant_messages: flag(
+                "requiresReasoningContentOnAssistantMessages",
+                deepseek,
+            ),
+            supports_strict_mode: flag("supportsStrictMode", !moonshot && !cf_gateway),
+            supports_reasoning_effort: flag(
+                "supportsReasoningEffort",
+                !(p == "xai" || url.contains("api.x.ai") || zai || moonshot || cf_gateway),
+            ),
+            thinking_format: c
+                .get("thinkingFormat")
+                .and_then(Value::as_str)
+                .unwrap_or(if deepseek {
+                    "deepseek"
+                } else if zai {
+                    "zai"
+                } else if p == "openrouter" || url.contains("openrouter.ai") {
+                    "openrouter"
+                } else {
+                    "openai"
+                })
+                .to_string(),
+        }
     }
 }
 
-/// Converts provider-neutral messages to chat-completions `messages` (after the system one).
-pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
-    let reasoning_replay =
-        compat_bool(model, "requiresReasoningContentOnAssistantMessages").unwrap_or(false);
+fn data_url(i: &crate::types::ImageContent) -> Value {
+    json!({"type":"image_url","image_url":{"url":format!("data:{};base64,{}", i.mime_type, i.data)}})
+}
+
+/// Converts provider-neutral messages to chat-completions `messages` (after the system one),
+/// after [`transform_messages`], with Pi's rules: assistant text as one string (`null` when
+/// only tool calls), thinking replayed in the field it streamed in (its signature, e.g.
+/// `reasoning_content`) or as text with `requiresThinkingAsText`, arguments as a JSON string,
+/// tool results as `tool` messages (images follow in a user message when the model takes
+/// images).
+pub fn convert_messages(model: &Model, compat: &Compat, messages: &[Message]) -> Vec<Value> {
+    let takes_images = model.input.iter().any(|k| k == "image");
     let mut out = Vec::new();
-    for m in pair_tool_results(messages) {
-        match &m {
+    let msgs = transform_messages(messages, model);
+    let mut last_was_result = false;
+    let mut i = 0;
+    while i < msgs.len() {
+        let m = &msgs[i];
+        if compat.requires_assistant_after_tool_result
+            && last_was_result
+            && matches!(m, Message::User(_))
+        {
+            out.push(json!({"role":"assistant","content":"I have processed the tool results."}));
+        }
+        last_was_result = false;
+        match m {
             Message::User(u) => match &u.content {
                 UserContent::Text(t) => out.push(json!({"role":"user","content":t})),
                 UserContent::Blocks(blocks) => {
@@ -45,7 +140,7 @@ pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
                         .iter()
                         .filter_map(|b| match b {
                             ContentBlock::Text(t) => Some(json!({"type":"text","text":t.text})),
-                            ContentBlock::Image(i) => Some(json!({"type":"image_url","image_url":{"url":format!("data:{};base64,{}", i.mime_type, i.data)}})),
+                            ContentBlock::Image(i) => Some(data_url(i)),
                             _ => None,
                         })
                         .collect();
@@ -55,116 +150,282 @@ pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
                 }
             },
             Message::Assistant(a) => {
-                let text = a.text();
+                let text: String = a
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Text(t) if !t.text.trim().is_empty() => Some(t.text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let thinking: Vec<&crate::types::ThinkingContent> = a
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Thinking(t) if !t.thinking.trim().is_empty() => Some(t),
+                        _ => None,
+                    })
+                    .collect();
+                let mut msg = json!({"role":"assistant","content":
+                    if compat.requires_assistant_after_tool_result { json!("") } else { Value::Null }});
+                if !text.is_empty() {
+                    msg["content"] = Value::String(text.clone());
+                }
+                if !thinking.is_empty() {
+                    if compat.requires_thinking_as_text {
+                        let joined: Vec<&str> =
+                            thinking.iter().map(|t| t.thinking.as_str()).collect();
+                        let mut parts = vec![json!({"type":"text","text":joined.join("\n\n")})];
+                        if !text.is_empty() {
+                            parts.push(json!({"type":"text","text":text}));
+                        }
+                        msg["content"] = Value::Array(parts);
+                    } else if let Some(field) = thinking[0]
+                        .thinking_signature
+                        .as_deref()
+                        .filter(|s| !s.is_empty())
+                    {
+                        let joined: Vec<&str> =
+                            thinking.iter().map(|t| t.thinking.as_str()).collect();
+                        msg[field] = Value::String(joined.join("\n"));
+                    }
+                }
                 let calls: Vec<Value> = a
                     .tool_calls()
                     .iter()
                     .map(|c| json!({"id":c.id,"type":"function","function":{"name":c.name,"arguments":c.arguments.to_string()}}))
                     .collect();
-                if text.is_empty() && calls.is_empty() {
-                    continue;
-                }
-                let mut msg = json!({"role":"assistant","content": if text.is_empty() { Value::Null } else { Value::String(text) }});
                 if !calls.is_empty() {
                     msg["tool_calls"] = Value::Array(calls);
                 }
-                if reasoning_replay {
-                    let thinking: String = a
-                        .content
-                        .iter()
-                        .filter_map(|b| match b {
-                            ContentBlock::Thinking(t) => Some(t.thinking.as_str()),
-                            _ => None,
-                        })
-                        .collect();
-                    msg["reasoning_content"] = Value::String(thinking);
+                if compat.requires_reasoning_content_on_assistant_messages
+                    && model.reasoning
+                    && msg.get("reasoning_content").is_none()
+                {
+                    msg["reasoning_content"] = json!("");
                 }
-                out.push(msg);
+                let has_content = match &msg["content"] {
+                    Value::String(s) => !s.is_empty(),
+                    Value::Array(a) => !a.is_empty(),
+                    _ => false,
+                };
+                if has_content || msg.get("tool_calls").is_some() {
+                    out.push(msg);
+                }
             }
-            Message::ToolResult(r) => {
-                out.push(json!({"role":"tool","tool_call_id":r.tool_call_id,"content":tool_text(&r.content)}));
+            Message::ToolResult(_) => {
+                let mut images = Vec::new();
+                while let Some(Message::ToolResult(r)) = msgs.get(i) {
+                    let text = crate::types::join_text(&r.content);
+                    let mut tm = json!({"role":"tool",
+                        "content": if text.is_empty() { "(see attached image)".to_string() } else { text },
+                        "tool_call_id": r.tool_call_id});
+                    if compat.requires_tool_result_name && !r.tool_name.is_empty() {
+                        tm["name"] = json!(r.tool_name);
+                    }
+                    out.push(tm);
+                    if takes_images {
+                        images.extend(r.content.iter().filter_map(|b| match b {
+                            ContentBlock::Image(img) => Some(data_url(img)),
+                            _ => None,
+                        }));
+                    }
+                    i += 1;
+                }
+                if images.is_empty() {
+                    last_was_result = true;
+                } else {
+                    if compat.requires_assistant_after_tool_result {
+                        out.push(json!({"role":"assistant","content":"I have processed the tool results."}));
+                    }
+                    let mut parts =
+                        vec![json!({"type":"text","text":"Attached image(s) from tool result:"})];
+                    parts.extend(images);
+                    out.push(json!({"role":"user","content":parts}));
+                }
+                continue;
             }
         }
+        i += 1;
     }
     out
 }
 
-/// The request body for `context` (pure; no I/O).
+/// The request body for `context` (pure; no I/O), shaped like Pi's.
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
+    let compat = Compat::for_model(model);
     let mut messages = Vec::new();
     if !context.system_prompt.is_empty() {
-        let role = if model.reasoning && compat_bool(model, "supportsDeveloperRole").unwrap_or(true)
-        {
+        let role = if model.reasoning && compat.supports_developer_role {
             "developer"
         } else {
             "system"
         };
         messages.push(json!({"role":role,"content":context.system_prompt}));
     }
-    messages.extend(convert_messages(model, &context.messages));
-    let max_field = model
-        .compat
-        .get("maxTokensField")
-        .and_then(Value::as_str)
-        .unwrap_or("max_completion_tokens")
-        .to_string();
+    messages.extend(convert_messages(model, &compat, &context.messages));
     let mut body = json!({
         "model": model.id,
         "messages": messages,
         "stream": true,
-        "stream_options": {"include_usage": true},
     });
-    body[max_field] = json!(options.max_tokens.unwrap_or(model.max_tokens));
+    if compat.supports_usage_in_streaming {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    if compat.supports_store {
+        body["store"] = json!(false);
+    }
+    body[compat.max_tokens_field.as_str()] = json!(options
+        .max_tokens
+        .unwrap_or_else(|| model.default_max_tokens()));
+    apply_reasoning(model, &compat, &mut body);
     if !context.tools.is_empty() {
         body["tools"] = context
             .tools
             .iter()
-            .map(|t| json!({"type":"function","function":{"name":t.name,"description":t.description,"parameters":t.parameters}}))
+            .map(|t| {
+                let mut f =
+                    json!({"name":t.name,"description":t.description,"parameters":t.parameters});
+                if compat.supports_strict_mode {
+                    f["strict"] = json!(false);
+                }
+                json!({"type":"function","function":f})
+            })
             .collect();
+    } else if context.messages.iter().any(|m| match m {
+        Message::ToolResult(_) => true,
+        Message::Assistant(a) => !a.tool_calls().is_empty(),
+        Message::User(_) => false,
+    }) {
+        // Proxies in front of Anthropic need `tools` whenever the history has tool turns (Pi).
+        body["tools"] = json!([]);
     }
     body
 }
 
-fn map_finish(reason: &str) -> StopReason {
+/// Maps the model's thinking level onto the request per `compat.thinkingFormat` (Pi
+/// `buildParams`): `openai` → `reasoning_effort` (the level, or its `thinkingLevelMap` value;
+/// for `off` only a mapped string), `deepseek` → `thinking.type` plus `reasoning_effort`,
+/// `zai` / `qwen` → `enable_thinking`, `qwen-chat-template` → `chat_template_kwargs`,
+/// `openrouter` → `reasoning.effort`. Nothing when the model does not reason or no level is
+/// set.
+fn apply_reasoning(model: &Model, compat: &Compat, body: &mut Value) {
+    let Some(level) = model.thinking_level.filter(|_| model.reasoning) else {
+        return;
+    };
+    let level = model.clamp_thinking_level(level);
+    let effort = (level != ThinkingLevel::Off).then(|| {
+        model
+            .mapped_thinking_value(level)
+            .unwrap_or_else(|| level.as_str().to_string())
+    });
+    match compat.thinking_format.as_str() {
+        "zai" | "qwen" => body["enable_thinking"] = json!(effort.is_some()),
+        "qwen-chat-template" => {
+            body["chat_template_kwargs"] =
+                json!({"enable_thinking": effort.is_some(), "preserve_thinking": true})
+        }
+        "deepseek" => {
+            body["thinking"] =
+                json!({"type": if effort.is_some() { "enabled" } else { "disabled" }});
+            if let Some(e) = effort {
+                body["reasoning_effort"] = json!(e);
+            }
+        }
+        "openrouter" => {
+            let off = model.thinking_level_map.as_ref().and_then(|m| m.get("off"));
+            match (effort, off) {
+                (Some(e), _) => body["reasoning"] = json!({"effort": e}),
+                (None, Some(Value::Null)) => {}
+                (None, off) => {
+                    body["reasoning"] =
+                        json!({"effort": off.and_then(Value::as_str).unwrap_or("none")})
+                }
+            }
+        }
+        _ if compat.supports_reasoning_effort => match effort {
+            Some(e) => body["reasoning_effort"] = json!(e),
+            None => {
+                if let Some(off) = model.mapped_thinking_value(ThinkingLevel::Off) {
+                    body["reasoning_effort"] = json!(off);
+                }
+            }
+        },
+        _ => {}
+    }
+}
+
+/// `finish_reason` → stop reason, or the error text for a failure reason (Pi's mapping).
+fn map_finish(reason: &str) -> Result<StopReason, String> {
     match reason {
-        "length" => StopReason::Length,
-        "tool_calls" | "function_call" => StopReason::ToolUse,
-        "content_filter" => StopReason::Error,
-        _ => StopReason::Stop,
+        "stop" | "end" => Ok(StopReason::Stop),
+        "length" => Ok(StopReason::Length),
+        "tool_calls" | "function_call" => Ok(StopReason::ToolUse),
+        other => Err(format!("Provider finish_reason: {other}")),
+    }
+}
+
+/// Pi's `parseChunkUsage`: cached prompt tokens are cache reads (less any cache writes some
+/// servers count in them); `input` is the uncached rest.
+fn parse_usage(u: &Value) -> Usage {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let prompt = n(&u["prompt_tokens"]);
+    let reported_cached = u["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .or_else(|| u["prompt_cache_hit_tokens"].as_u64())
+        .unwrap_or(0);
+    let cache_write = n(&u["prompt_tokens_details"]["cache_write_tokens"]);
+    let cache_read = if cache_write > 0 {
+        reported_cached.saturating_sub(cache_write)
+    } else {
+        reported_cached
+    };
+    Usage {
+        input: prompt.saturating_sub(cache_read + cache_write),
+        output: n(&u["completion_tokens"]),
+        cache_read,
+        cache_write,
+        ..Usage::default()
     }
 }
 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
-pub async fn run(
-    model: Model,
-    body: Value,
-    tx: mpsc::Sender<AssistantEvent>,
-    cancel: CancellationToken,
-) {
-    let Ok(mut b) = MessageBuilder::start(tx, &model.api, &model.provider, &model.id).await else {
+pub async fn run(model: Model, body: Value, tx: StreamSender, cancel: CancellationToken) {
+    let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
+    match stream_body(&model, &body, &mut b, &cancel).await {
+        Ok(Some(reason)) => {
+            let _ = b.finish(reason).await;
+        }
+        Ok(None) => {}
+        Err(failure) => {
+            b.fail(failure).await;
+        }
+    }
+}
+
+/// Reads the stream into `b`: `Ok(Some(reason))` for a complete response, `Ok(None)` when the
+/// consumer went away, `Err` for a failure (the partial content stays in `b`).
+async fn stream_body(
+    model: &Model,
+    body: &Value,
+    b: &mut MessageBuilder,
+    cancel: &CancellationToken,
+) -> Result<Option<StopReason>, ProviderError> {
     let url = join_url(&model.base_url, "chat/completions");
     let mut headers: Vec<(String, String)> = Vec::new();
     if let Some(k) = &model.api_key {
         headers.push(("authorization".into(), format!("Bearer {k}")));
     }
     headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut sse = match open_sse(&url, &headers, &body, &cancel).await {
-        Ok(s) => s,
-        Err(f) => return f.end(b).await,
-    };
-    let mut usage = Usage::default();
-    let mut finish: Option<StopReason> = None;
+    let mut sse = open_sse(&url, &headers, body, cancel).await?;
+    let mut finish: Option<Result<StopReason, String>> = None;
     // Key of the tool call the last id-less, index-less fragment continues (STRM-01).
     let mut last_call: Option<(String, String)> = None; // (key, id)
-    let mut calls_opened = 0usize;
-    loop {
-        let ev = match sse.next(&cancel).await {
-            Ok(Some(ev)) => ev,
-            Ok(None) => break,
-            Err(f) => return f.end(b).await,
-        };
+    let mut have_response_id = false;
+    let mut thinking_open = false;
+    while let Some(ev) = sse.next(cancel).await? {
         let data = ev.data.trim();
         if data.is_empty() {
             continue;
@@ -172,61 +433,66 @@ pub async fn run(
         if data == "[DONE]" {
             break;
         }
-        let chunk: Value = match serde_json::from_str(data) {
-            Ok(v) => v,
-            Err(e) => {
-                b.fail(
-                    StopReason::Error,
-                    format!("invalid JSON in stream chunk: {e}"),
-                )
-                .await;
-                return;
-            }
-        };
-        if let Some(err) = chunk.get("error") {
-            let msg = err
+        let chunk = parse_data(&ev)?;
+        if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
+            let text = err
                 .get("message")
                 .and_then(Value::as_str)
                 .map(str::to_string)
                 .unwrap_or_else(|| err.to_string());
-            b.fail(StopReason::Error, msg).await;
-            return;
-        }
-        if let (Some(id), None) = (
-            chunk.get("id").and_then(Value::as_str),
-            &b.partial().response_id,
-        ) {
-            b.message_mut().response_id = Some(id.to_string());
-        }
-        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
-            let prompt = u["prompt_tokens"].as_u64().unwrap_or(0);
-            let cached = u["prompt_tokens_details"]["cached_tokens"]
-                .as_u64()
-                .unwrap_or(0);
-            usage.input = prompt.saturating_sub(cached);
-            usage.cache_read = cached;
-            usage.output = u["completion_tokens"].as_u64().unwrap_or(0);
-        }
-        let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
-            continue;
-        };
-        let delta = &choice["delta"];
-        let mut step = Ok(());
-        for field in ["reasoning_content", "reasoning", "reasoning_text"] {
-            if let Some(t) = delta
-                .get(field)
+            let kind = err
+                .get("code")
                 .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-            {
-                step = step.and(b.thinking_delta("thinking", t).await);
+                .or_else(|| err.get("type").and_then(Value::as_str));
+            return Err(classify_stream_error(kind, &text));
+        }
+        if !have_response_id {
+            if let Some(id) = chunk.get("id").and_then(Value::as_str) {
+                have_response_id = true;
+                b.with_message(|m| m.response_id = Some(id.to_string()));
             }
         }
+        let choice = chunk.get("choices").and_then(|c| c.get(0));
+        // Usage usually comes in a final `choices: []` chunk; some servers put it on the choice.
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()).or_else(|| {
+            choice
+                .and_then(|c| c.get("usage"))
+                .filter(|u| u.is_object())
+        }) {
+            b.set_usage(parse_usage(u));
+        }
+        let Some(choice) = choice else {
+            continue;
+        };
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            finish = Some(map_finish(r));
+        }
+        let delta = &choice["delta"];
+        let mut step = Ok(());
         if let Some(t) = delta
             .get("content")
             .and_then(Value::as_str)
             .filter(|t| !t.is_empty())
         {
             step = step.and(b.text_delta("text", t).await);
+        }
+        // The first non-empty reasoning field of the chunk (Pi: some servers send the same
+        // text in two fields); the field name becomes the block's signature for replay.
+        if let Some((field, t)) = ["reasoning_content", "reasoning", "reasoning_text"]
+            .iter()
+            .find_map(|f| {
+                delta
+                    .get(*f)
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                    .map(|t| (*f, t))
+            })
+        {
+            step = step.and(b.thinking_delta("thinking", t).await);
+            if !thinking_open {
+                thinking_open = true;
+                b.thinking_signature("thinking", field);
+            }
         }
         if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
             for tc in calls {
@@ -243,7 +509,6 @@ pub async fn run(
                     (None, None, None) => "i0".to_string(),
                 };
                 if !b.is_open(&key) {
-                    calls_opened += 1;
                     step = step.and(
                         b.tool_call_start(&key, id.unwrap_or(""), name.unwrap_or(""), None)
                             .await,
@@ -267,44 +532,82 @@ pub async fn run(
                 }
             }
         }
-        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
-            finish = Some(map_finish(r));
-        }
         if step.is_err() {
-            return;
+            return Ok(None);
         }
     }
-    b.set_usage(usage);
     // Calls without an id get a stable one so results can pair with them.
-    let mut n = 0;
-    for block in b.message_mut().content.iter_mut() {
-        if let ContentBlock::ToolCall(c) = block {
-            n += 1;
-            if c.id.is_empty() {
-                c.id = format!("call_{n}");
+    b.with_message(|m| {
+        let mut n = 0;
+        for block in m.content.iter_mut() {
+            if let ContentBlock::ToolCall(c) = block {
+                n += 1;
+                if c.id.is_empty() {
+                    c.id = format!("call_{n}");
+                }
             }
         }
-    }
-    let has_calls = calls_opened > 0;
-    let has_text = !b.partial().text().is_empty();
+    });
+    let has_calls = b.has_tool_calls();
+    let has_text = b.has_text();
     let reason = match finish {
-        Some(StopReason::Error) => {
-            b.fail(
-                StopReason::Error,
-                "the response was stopped by the provider's content filter".into(),
-            )
-            .await;
-            return;
-        }
-        Some(StopReason::Stop) if has_calls => StopReason::ToolUse,
-        Some(r) => r,
+        Some(Err(message)) => return Err(ProviderError::Provider { message }),
+        Some(Ok(StopReason::Stop)) if has_calls => StopReason::ToolUse,
+        Some(Ok(r)) => r,
+        // STRM-04: no finish_reason. Calls → toolUse, text → stop, nothing → retryable error.
         None if has_calls => StopReason::ToolUse,
         None if has_text => StopReason::Stop,
         None => {
-            b.fail(StopReason::Error, "stream ended without a response".into())
-                .await;
-            return;
+            return Err(ProviderError::Network {
+                message: "stream ended without a response".into(),
+            })
         }
     };
-    let _ = b.finish(reason).await;
+    Ok(Some(reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reasoning_model(provider: &str) -> Model {
+        let mut m = Model::new("openai-completions", provider, "m", "http://x/v1");
+        m.reasoning = true;
+        m
+    }
+
+    #[test]
+    fn thinking_levels_per_format() {
+        let ctx = Context::default();
+        let opts = StreamOptions::default();
+        let mut m = reasoning_model("openai");
+        m.thinking_level_map = Some(json!({"off": null, "xhigh": "xhigh"}));
+        m.thinking_level = Some(ThinkingLevel::High);
+        assert_eq!(build_request(&m, &ctx, &opts)["reasoning_effort"], "high");
+        m.thinking_level = Some(ThinkingLevel::Off); // unsupported: clamped up to minimal
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["reasoning_effort"],
+            "minimal"
+        );
+        m.thinking_level = None;
+        assert!(build_request(&m, &ctx, &opts)
+            .get("reasoning_effort")
+            .is_none());
+        let mut d = reasoning_model("deepseek");
+        d.thinking_level = Some(ThinkingLevel::Off);
+        let b = build_request(&d, &ctx, &opts);
+        assert_eq!(
+            (b["thinking"].clone(), b.get("reasoning_effort").cloned()),
+            (json!({"type":"disabled"}), None)
+        );
+        let mut z = reasoning_model("zai");
+        z.thinking_level = Some(ThinkingLevel::Low);
+        assert_eq!(build_request(&z, &ctx, &opts)["enable_thinking"], true);
+        let mut o = reasoning_model("openrouter");
+        o.thinking_level = Some(ThinkingLevel::Off);
+        assert_eq!(
+            build_request(&o, &ctx, &opts)["reasoning"],
+            json!({"effort":"none"})
+        );
+    }
 }

@@ -8,11 +8,11 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::errors::ProviderError;
 use crate::models::Model;
-use crate::stream::{AssistantEvent, MessageBuilder};
+use crate::stream::{MessageBuilder, StreamSender};
 use crate::types::{Context, Message, StopReason};
 
 /// One scripted response.
@@ -55,13 +55,8 @@ pub fn response_index(context: &Context) -> usize {
 }
 
 /// Streams response `index` of the model's script.
-pub async fn run(
-    model: Model,
-    index: usize,
-    tx: mpsc::Sender<AssistantEvent>,
-    cancel: CancellationToken,
-) {
-    let Ok(mut b) = MessageBuilder::start(tx, &model.api, &model.provider, &model.id).await else {
+pub async fn run(model: Model, index: usize, tx: StreamSender, cancel: CancellationToken) {
+    let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
     let resp = model
@@ -77,7 +72,7 @@ pub async fn run(
     if resp.delay_ms > 0 {
         tokio::select! {
             _ = cancel.cancelled() => {
-                b.fail(StopReason::Aborted, "Request was aborted".into()).await;
+                b.fail(ProviderError::Aborted).await;
                 return;
             }
             _ = tokio::time::sleep(std::time::Duration::from_millis(resp.delay_ms)) => {}
@@ -87,8 +82,7 @@ pub async fn run(
         let chars: Vec<char> = text.chars().collect();
         for chunk in chars.chunks(12) {
             if cancel.is_cancelled() {
-                b.fail(StopReason::Aborted, "Request was aborted".into())
-                    .await;
+                b.fail(ProviderError::Aborted).await;
                 return;
             }
             let s: String = chunk.iter().collect();

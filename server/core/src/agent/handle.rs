@@ -155,11 +155,11 @@ fn apply(slot: &mut AssistantMessage, ev: &AssistantEvent) {
             id,
             name,
         } => {
-            let call = ContentBlock::ToolCall(ToolCall {
-                id: id.clone(),
-                name: name.clone(),
-                arguments: serde_json::json!({}),
-            });
+            let call = ContentBlock::ToolCall(ToolCall::new(
+                id.clone(),
+                name.clone(),
+                serde_json::json!({}),
+            ));
             ensure(slot, *content_index, call);
         }
         AssistantEvent::ToolcallEnd {

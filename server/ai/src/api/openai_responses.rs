@@ -1,0 +1,439 @@
+//! The `openai-responses` wire format: `POST {baseUrl}/responses` with `stream: true`.
+//!
+//! Source of the shapes: OpenAI's Responses API streaming events (`response.created`,
+//! `response.output_item.added|done`, `response.output_text.delta`,
+//! `response.reasoning_summary_text.delta`, `response.function_call_arguments.delta|done`,
+//! `response.completed`, `response.failed`, `error`) and Pi 0.73.1's
+//! `openai-responses-shared.js` for how they map onto Pi's message: a tool call's id is stored
+//! as `{call_id}|{item_id}`; a reasoning item is kept whole (JSON) as the thinking block's
+//! signature and replayed verbatim to the same model; a message item's id is kept as the text
+//! block's signature `{"v":1,"id":…}`.
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::{join_url, open_sse, parse_data, StreamOptions};
+use crate::errors::{classify_stream_error, ProviderError};
+use crate::models::{Model, ThinkingLevel};
+use crate::stream::{MessageBuilder, StreamSender};
+use crate::transform::transform_messages;
+use crate::types::{ContentBlock, Context, ImageContent, Message, StopReason, Usage, UserContent};
+
+fn input_image(i: &ImageContent) -> Value {
+    json!({"type":"input_image","detail":"auto","image_url":format!("data:{};base64,{}", i.mime_type, i.data)})
+}
+
+/// The item id kept in a text block's `textSignature` (`{"v":1,"id":…}` or a bare id).
+fn text_item_id(sig: Option<&str>) -> Option<String> {
+    let sig = sig?;
+    if sig.starts_with('{') {
+        if let Ok(v) = serde_json::from_str::<Value>(sig) {
+            return v.get("id").and_then(Value::as_str).map(str::to_string);
+        }
+    }
+    Some(sig.to_string())
+}
+
+/// Converts provider-neutral messages to Responses `input` items (after the system one), after
+/// [`transform_messages`].
+pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
+    let takes_images = model.input.iter().any(|k| k == "image");
+    let mut out = Vec::new();
+    for (index, m) in transform_messages(messages, model).iter().enumerate() {
+        match m {
+            Message::User(u) => {
+                let content: Vec<Value> = match &u.content {
+                    UserContent::Text(t) => vec![json!({"type":"input_text","text":t})],
+                    UserContent::Blocks(b) => b
+                        .iter()
+                        .filter_map(|b| match b {
+                            ContentBlock::Text(t) => {
+                                Some(json!({"type":"input_text","text":t.text}))
+                            }
+                            ContentBlock::Image(i) => Some(input_image(i)),
+                            _ => None,
+                        })
+                        .collect(),
+                };
+                if !content.is_empty() {
+                    out.push(json!({"role":"user","content":content}));
+                }
+            }
+            Message::Assistant(a) => {
+                let mut texts = 0usize;
+                let same_model =
+                    a.provider == model.provider && a.api == model.api && a.model == model.id;
+                for b in &a.content {
+                    match b {
+                        ContentBlock::Thinking(t) => {
+                            // Only a reasoning item recorded by this API can be replayed.
+                            if let Some(item) = t
+                                .thinking_signature
+                                .as_deref()
+                                .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                                .filter(|v| {
+                                    v.get("type").and_then(Value::as_str) == Some("reasoning")
+                                })
+                            {
+                                out.push(item);
+                            }
+                        }
+                        ContentBlock::Text(t) => {
+                            let id = match text_item_id(t.text_signature.as_deref()) {
+                                Some(id) if id.len() <= 64 => id,
+                                Some(id) => format!("msg_{}", crate::transform::short_hash(&id)),
+                                // Pi uses `msg_<message index>`; a second text block of
+                                // the same message gets a suffix so item ids stay unique.
+                                None if texts == 0 => format!("msg_{index}"),
+                                None => format!("msg_{index}_{texts}"),
+                            };
+                            texts += 1;
+                            out.push(json!({"type":"message","role":"assistant",
+                                "content":[{"type":"output_text","text":t.text,"annotations":[]}],
+                                "status":"completed","id":id}));
+                        }
+                        ContentBlock::ToolCall(c) => {
+                            let (call_id, item_id) = match c.id.split_once('|') {
+                                Some((call, item)) => (call, Some(item)),
+                                None => (c.id.as_str(), None),
+                            };
+                            let mut item = json!({"type":"function_call","call_id":call_id,
+                                "name":c.name,"arguments":c.arguments.to_string()});
+                            // An item id is only meaningful to the model that produced it.
+                            if let Some(id) = item_id.filter(|i| same_model && i.starts_with("fc"))
+                            {
+                                item["id"] = json!(id);
+                            }
+                            out.push(item);
+                        }
+                        ContentBlock::Image(_) => {}
+                    }
+                }
+            }
+            Message::ToolResult(r) => {
+                let text = crate::types::join_text(&r.content);
+                let has_images = r
+                    .content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Image(_)));
+                let call_id = r.tool_call_id.split('|').next().unwrap_or_default();
+                let output = if has_images && takes_images {
+                    let mut parts = Vec::new();
+                    if !text.is_empty() {
+                        parts.push(json!({"type":"input_text","text":text}));
+                    }
+                    parts.extend(r.content.iter().filter_map(|b| match b {
+                        ContentBlock::Image(i) => Some(input_image(i)),
+                        _ => None,
+                    }));
+                    Value::Array(parts)
+                } else if text.is_empty() {
+                    json!("(see attached image)")
+                } else {
+                    json!(text)
+                };
+                out.push(json!({"type":"function_call_output","call_id":call_id,"output":output}));
+            }
+        }
+    }
+    out
+}
+
+/// The request body for `context` (pure; no I/O), shaped like Pi's: `store: false`,
+/// `max_output_tokens`, tools with `strict: false`, and the thinking level as
+/// `reasoning.effort` (with `summary: "auto"` and encrypted reasoning included) or, for `off`,
+/// the model's `off` value (`none` by default; nothing when the model maps `off` to null).
+pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
+    let mut input = Vec::new();
+    if !context.system_prompt.is_empty() {
+        let role = if model.reasoning {
+            "developer"
+        } else {
+            "system"
+        };
+        input.push(json!({"role":role,"content":context.system_prompt}));
+    }
+    input.extend(convert_messages(model, &context.messages));
+    let mut body = json!({
+        "model": model.id,
+        "input": input,
+        "stream": true,
+        "store": false,
+        "max_output_tokens": options.max_tokens.unwrap_or_else(|| model.default_max_tokens()),
+    });
+    if !context.tools.is_empty() {
+        body["tools"] = context
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type":"function","name":t.name,"description":t.description,
+                "parameters":t.parameters,"strict":false})
+            })
+            .collect();
+    }
+    if let Some(level) = model.thinking_level.filter(|_| model.reasoning) {
+        let level = model.clamp_thinking_level(level);
+        if level == ThinkingLevel::Off {
+            let off = model.thinking_level_map.as_ref().and_then(|m| m.get("off"));
+            if !matches!(off, Some(Value::Null)) {
+                body["reasoning"] =
+                    json!({"effort": off.and_then(Value::as_str).unwrap_or("none")});
+            }
+        } else {
+            let effort = model
+                .mapped_thinking_value(level)
+                .unwrap_or_else(|| level.as_str().to_string());
+            body["reasoning"] = json!({"effort": effort, "summary": "auto"});
+            body["include"] = json!(["reasoning.encrypted_content"]);
+        }
+    }
+    body
+}
+
+/// Streams one response; every outcome ends in exactly one terminal event on `tx`.
+pub async fn run(model: Model, body: Value, tx: StreamSender, cancel: CancellationToken) {
+    let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
+        return;
+    };
+    match stream_body(&model, &body, &mut b, &cancel).await {
+        Ok(Some(reason)) => {
+            let _ = b.finish(reason).await;
+        }
+        Ok(None) => {}
+        Err(failure) => {
+            b.fail(failure).await;
+        }
+    }
+}
+
+/// Reads the stream into `b`: `Ok(Some(reason))` for a complete response, `Ok(None)` when the
+/// consumer went away, `Err` for a failure (the partial content stays in `b`).
+async fn stream_body(
+    model: &Model,
+    body: &Value,
+    b: &mut MessageBuilder,
+    cancel: &CancellationToken,
+) -> Result<Option<StopReason>, ProviderError> {
+    let url = join_url(&model.base_url, "responses");
+    let mut headers: Vec<(String, String)> = Vec::new();
+    if let Some(k) = &model.api_key {
+        headers.push(("authorization".into(), format!("Bearer {k}")));
+    }
+    headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut sse = open_sse(&url, &headers, body, cancel).await?;
+    // The block the current output item streams into, and the argument text so far.
+    let mut current: Option<String> = None;
+    let mut args = String::new();
+    let mut reason: Option<StopReason> = None;
+    while let Some(ev) = sse.next(cancel).await? {
+        if ev.data.trim().is_empty() || ev.data.trim() == "[DONE]" {
+            continue;
+        }
+        let data = parse_data(&ev)?;
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(ev.event.as_str())
+            .to_string();
+        let str_of =
+            |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let delta = str_of(&data, "delta");
+        let step = match kind.as_str() {
+            "response.created" => {
+                let id = str_of(&data["response"], "id");
+                b.with_message(|m| m.response_id = Some(id));
+                Ok(())
+            }
+            "response.output_item.added" => {
+                let item = &data["item"];
+                let key = format!("o{}", data["output_index"].as_u64().unwrap_or(0));
+                current = Some(key.clone());
+                match item.get("type").and_then(Value::as_str) {
+                    Some("reasoning") => b.thinking_delta(&key, "").await,
+                    Some("message") => b.text_delta(&key, "").await,
+                    Some("function_call") => {
+                        let id = format!("{}|{}", str_of(item, "call_id"), str_of(item, "id"));
+                        args = str_of(item, "arguments");
+                        let r = b
+                            .tool_call_start(&key, &id, &str_of(item, "name"), None)
+                            .await;
+                        if args.is_empty() {
+                            r
+                        } else {
+                            let a = args.clone();
+                            r.and(b.tool_call_delta(&key, &a).await)
+                        }
+                    }
+                    _ => {
+                        current = None;
+                        Ok(())
+                    }
+                }
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                match &current {
+                    Some(k) => b.thinking_delta(k, &delta).await,
+                    None => Ok(()),
+                }
+            }
+            "response.reasoning_summary_part.done" => match &current {
+                Some(k) => b.thinking_delta(k, "\n\n").await,
+                None => Ok(()),
+            },
+            "response.output_text.delta" | "response.refusal.delta" => match &current {
+                Some(k) => b.text_delta(k, &delta).await,
+                None => Ok(()),
+            },
+            "response.function_call_arguments.delta" => match &current {
+                Some(k) => {
+                    args.push_str(&delta);
+                    b.tool_call_delta(k, &delta).await
+                }
+                None => Ok(()),
+            },
+            "response.function_call_arguments.done" => match &current {
+                Some(k) => {
+                    let full = str_of(&data, "arguments");
+                    match full.strip_prefix(args.as_str()) {
+                        Some(rest) if !rest.is_empty() => {
+                            let rest = rest.to_string();
+                            args = full;
+                            b.tool_call_delta(k, &rest).await
+                        }
+                        _ => Ok(()),
+                    }
+                }
+                None => Ok(()),
+            },
+            "response.output_item.done" => {
+                let item = &data["item"];
+                let key = current.take();
+                match (key, item.get("type").and_then(Value::as_str)) {
+                    (Some(k), Some("reasoning")) => {
+                        let join = |field: &str| {
+                            item[field]
+                                .as_array()
+                                .map(|parts| {
+                                    parts
+                                        .iter()
+                                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                                        .collect::<Vec<_>>()
+                                        .join("\n\n")
+                                })
+                                .unwrap_or_default()
+                        };
+                        let summary = join("summary");
+                        let text = if summary.is_empty() {
+                            join("content")
+                        } else {
+                            summary
+                        };
+                        b.settle_block(&k, Some(text), Some(item.to_string()));
+                        b.end_block(&k).await
+                    }
+                    (Some(k), Some("message")) => {
+                        let text: String = item["content"]
+                            .as_array()
+                            .map(|parts| {
+                                parts
+                                    .iter()
+                                    .filter_map(|p| {
+                                        p.get("text")
+                                            .or_else(|| p.get("refusal"))
+                                            .and_then(Value::as_str)
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let mut sig = json!({"v":1,"id":str_of(item, "id")});
+                        if let Some(phase) = item.get("phase").filter(|p| p.is_string()) {
+                            sig["phase"] = phase.clone();
+                        }
+                        b.settle_block(&k, Some(text), Some(sig.to_string()));
+                        b.end_block(&k).await
+                    }
+                    (Some(k), Some("function_call")) => {
+                        let full = str_of(item, "arguments");
+                        let r = match full.strip_prefix(args.as_str()) {
+                            Some(rest) if !rest.is_empty() => {
+                                let rest = rest.to_string();
+                                b.tool_call_delta(&k, &rest).await
+                            }
+                            _ => Ok(()),
+                        };
+                        args.clear();
+                        r.and(b.end_block(&k).await)
+                    }
+                    _ => Ok(()),
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let resp = &data["response"];
+                if let Some(id) = resp.get("id").and_then(Value::as_str) {
+                    b.with_message(|m| m.response_id = Some(id.to_string()));
+                }
+                let u = &resp["usage"];
+                if u.is_object() {
+                    let cached = u["input_tokens_details"]["cached_tokens"]
+                        .as_u64()
+                        .unwrap_or(0);
+                    b.set_usage(Usage {
+                        input: u["input_tokens"]
+                            .as_u64()
+                            .unwrap_or(0)
+                            .saturating_sub(cached),
+                        output: u["output_tokens"].as_u64().unwrap_or(0),
+                        cache_read: cached,
+                        ..Usage::default()
+                    });
+                }
+                reason = Some(match resp.get("status").and_then(Value::as_str) {
+                    Some("incomplete") => StopReason::Length,
+                    Some("failed") | Some("cancelled") => StopReason::Error,
+                    _ => StopReason::Stop,
+                });
+                break;
+            }
+            "response.failed" => {
+                let resp = &data["response"];
+                let e = &resp["error"];
+                if e.is_object() {
+                    return Err(classify_stream_error(
+                        e.get("code").and_then(Value::as_str),
+                        e.get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("no message"),
+                    ));
+                }
+                let why = resp["incomplete_details"]["reason"]
+                    .as_str()
+                    .unwrap_or("unknown");
+                return Err(ProviderError::Provider {
+                    message: format!("incomplete: {why}"),
+                });
+            }
+            "error" => {
+                return Err(classify_stream_error(
+                    data.get("code").and_then(Value::as_str),
+                    data.get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("Unknown error"),
+                ));
+            }
+            _ => Ok(()),
+        };
+        if step.is_err() {
+            return Ok(None);
+        }
+    }
+    match reason {
+        Some(StopReason::Error) => Err(ProviderError::Provider {
+            message: "response failed".into(),
+        }),
+        Some(StopReason::Stop) if b.has_tool_calls() => Ok(Some(StopReason::ToolUse)),
+        Some(r) => Ok(Some(r)),
+        None => Err(ProviderError::Network {
+            message: "stream ended before the response was complete".into(),
+        }),
+    }
+}

@@ -1,0 +1,741 @@
+//! Typed provider failures, their classification, and the retry policy the agent loop applies.
+//!
+//! Every failed response still ends as a terminal `error` event whose message carries
+//! `stopReason` `error` / `aborted` and the human-readable `errorMessage` (seed §2: failures are
+//! encoded in the stream). The typed [`ProviderError`] travels beside it:
+//! - live: on [`crate::AssistantEvent::Error`]'s `failure` field (never serialized to the editor);
+//! - from a stored message (a session reloaded from disk): [`classify_message`] re-derives the
+//!   class from `stopReason`, `errorMessage` and usage, so both paths agree.
+//!
+//! Sources of the rules: Pi 0.73.1 `pi-ai/dist/utils/overflow.js` (overflow texts, the
+//! non-overflow exclusions, silent overflow `input + cacheRead > contextWindow`), Pi's
+//! `agent-session.js` `_isRetryableError` (what is retried: overloaded, rate limits, 5xx, network;
+//! never overflow) and its retry settings (3 retries, 2 s base delay, doubling), plus case CTX-01
+//! and STRM-10 in the shared cases.
+
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
+
+use regex::RegexSet;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::types::{AssistantMessage, StopReason};
+
+/// Text of [`ProviderError::Aborted`], as Pi writes it into `errorMessage`.
+pub const ABORTED_TEXT: &str = "Request was aborted";
+
+/// A typed failure of one model request.
+///
+/// `Display` (and [`ProviderError::message`]) is the text stored as the message's
+/// `errorMessage`; `retry_after_ms` is the server's requested wait (`retry-after-ms` or
+/// `retry-after` header), in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum ProviderError {
+    /// HTTP 429 or a rate-limit text. Retryable.
+    #[error("{message}")]
+    RateLimited {
+        status: Option<u16>,
+        retry_after_ms: Option<u64>,
+        message: String,
+    },
+    /// The provider is overloaded (HTTP 529, Anthropic `overloaded_error`). Retryable.
+    #[error("{message}")]
+    Overloaded {
+        status: Option<u16>,
+        retry_after_ms: Option<u64>,
+        message: String,
+    },
+    /// The request does not fit the model's context window (explicit text or silent overflow).
+    /// Never retried as is: the loop compacts first (case CTX-01).
+    #[error("{message}")]
+    ContextOverflow {
+        status: Option<u16>,
+        message: String,
+    },
+    /// The key is missing, wrong or lacks permission (HTTP 401 / 403). Not retryable.
+    #[error("{message}")]
+    Auth {
+        status: Option<u16>,
+        message: String,
+    },
+    /// Any other HTTP error status, with the (truncated) body in `message`. 408, 409, 425 and
+    /// 5xx are retryable; other 4xx are not.
+    #[error("{message}")]
+    Http {
+        status: u16,
+        retry_after_ms: Option<u64>,
+        message: String,
+    },
+    /// The connection failed or the stream ended early (no response, cut mid-message).
+    /// Retryable.
+    #[error("{message}")]
+    Network { message: String },
+    /// The provider sent something that is not valid for its wire format. Not retryable.
+    #[error("{message}")]
+    Parse { message: String },
+    /// The provider reported a failure that fits no class above (refusal, content filter, an
+    /// unknown in-stream error). Not retryable.
+    #[error("{message}")]
+    Provider { message: String },
+    /// The request was cancelled through `StreamOptions::cancel`.
+    #[error("Request was aborted")]
+    Aborted,
+}
+
+/// The class of a [`ProviderError`], without its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ErrorClass {
+    RateLimited,
+    Overloaded,
+    ContextOverflow,
+    Auth,
+    Http,
+    Network,
+    Parse,
+    Provider,
+    Aborted,
+}
+
+impl ProviderError {
+    /// The text stored as `errorMessage`.
+    pub fn message(&self) -> String {
+        self.to_string()
+    }
+
+    /// The class of this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ProviderError::RateLimited { .. } => ErrorClass::RateLimited,
+            ProviderError::Overloaded { .. } => ErrorClass::Overloaded,
+            ProviderError::ContextOverflow { .. } => ErrorClass::ContextOverflow,
+            ProviderError::Auth { .. } => ErrorClass::Auth,
+            ProviderError::Http { .. } => ErrorClass::Http,
+            ProviderError::Network { .. } => ErrorClass::Network,
+            ProviderError::Parse { .. } => ErrorClass::Parse,
+            ProviderError::Provider { .. } => ErrorClass::Provider,
+            ProviderError::Aborted => ErrorClass::Aborted,
+        }
+    }
+
+    /// The HTTP status the error came with, if any.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ProviderError::RateLimited { status, .. }
+            | ProviderError::Overloaded { status, .. }
+            | ProviderError::ContextOverflow { status, .. }
+            | ProviderError::Auth { status, .. } => *status,
+            ProviderError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The wait the server asked for before a retry.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::RateLimited { retry_after_ms, .. }
+            | ProviderError::Overloaded { retry_after_ms, .. }
+            | ProviderError::Http { retry_after_ms, .. } => {
+                retry_after_ms.map(Duration::from_millis)
+            }
+            _ => None,
+        }
+    }
+
+    /// The stop reason of the terminal message: `aborted` for [`ProviderError::Aborted`],
+    /// else `error`.
+    pub fn stop_reason(&self) -> StopReason {
+        match self {
+            ProviderError::Aborted => StopReason::Aborted,
+            _ => StopReason::Error,
+        }
+    }
+
+    /// True when sending the same request again may succeed (rate limit, overload, 408 / 409 /
+    /// 425 / 5xx, network). Never for overflow, auth, parse, aborted or other 4xx.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::RateLimited { .. }
+            | ProviderError::Overloaded { .. }
+            | ProviderError::Network { .. } => true,
+            ProviderError::Http { status, .. } => {
+                matches!(status, 408 | 409 | 425) || (500..600).contains(status)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Overflow texts (Pi's `OVERFLOW_PATTERNS`, plus OpenAI's `maximum context length is`
+/// wording and the `context_length_exceeded` code of case CTX-01).
+static OVERFLOW: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)prompt is too long",                                  // Anthropic
+        r"(?i)request_too_large",                                   // Anthropic 413
+        r"(?i)input is too long for requested model",               // Bedrock
+        r"(?i)exceeds the context window",                          // OpenAI
+        r"(?i)input token count.*exceeds the maximum",              // Gemini
+        r"(?i)maximum prompt length is \d+",                        // xAI
+        r"(?i)reduce the length of the messages",                   // Groq
+        r"(?i)maximum context length is \d+",                       // OpenAI chat, OpenRouter, vLLM
+        r"(?i)exceeds the limit of \d+",                            // Copilot
+        r"(?i)exceeds the available context size",                  // llama.cpp
+        r"(?i)greater than the context length",                     // LM Studio
+        r"(?i)context window exceeds limit",                        // MiniMax
+        r"(?i)exceeded model token limit",                          // Kimi
+        r"(?i)too large for model with \d+ maximum context length", // Mistral
+        r"(?i)model_context_window_exceeded",                       // z.ai
+        r"(?i)prompt too long; exceeded (?:max )?context length",   // ollama
+        r"(?i)context[_ ]length[_ ]exceeded",                       // OpenAI code, generic
+        r"(?i)too many tokens",
+        r"(?i)token limit exceeded",
+        r"(?i)^4(?:00|13)\s*(?:status code)?\s*\(no body\)", // Cerebras
+    ])
+});
+
+/// Texts that are never overflow even when an overflow text also matches (Pi's
+/// `NON_OVERFLOW_PATTERNS`).
+static NON_OVERFLOW: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)^(Throttling error|Service unavailable):",
+        r"(?i)rate limit",
+        r"(?i)too many requests",
+    ])
+});
+
+/// Builds a set from literal patterns; the patterns here always compile, an empty set is the
+/// (unreachable) fallback.
+fn set(patterns: &[&str]) -> RegexSet {
+    RegexSet::new(patterns).unwrap_or_else(|_| RegexSet::empty())
+}
+
+static OVERLOADED: LazyLock<RegexSet> = LazyLock::new(|| set(&[r"(?i)overloaded"]));
+static RATE_LIMIT: LazyLock<RegexSet> =
+    LazyLock::new(|| set(&[r"(?i)rate.?limit|too many requests|^HTTP 429\b"]));
+static AUTH: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)^HTTP 40[13]\b|authentication_error|permission_error|invalid.{0,12}api.?key|incorrect api key|unauthorized",
+    ])
+});
+/// Pi's retryable residue: server and network failures named in the text.
+static TRANSIENT: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)provider.?returned.?error|\b50[0234]\b|service.?unavailable|server.?error|internal.?error|api_error|network.?error|connection.?(error|refused|lost|reset)|other side closed|fetch failed|upstream.?connect|reset before headers|socket hang up|ended without|ended before|stream read failed|request to .* failed|timed? out|timeout|terminated",
+    ])
+});
+
+/// The status of a message this crate wrote as `HTTP <status>: …`.
+fn http_status(text: &str) -> Option<u16> {
+    let rest = text.strip_prefix("HTTP ")?;
+    let digits = rest.get(..3)?;
+    let after = rest[3..].chars().next();
+    if after.is_some_and(|c| c.is_ascii_alphanumeric()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// True when `text` names a context overflow (and is not a rate-limit text).
+pub fn is_overflow_text(text: &str) -> bool {
+    !NON_OVERFLOW.is_match(text) && OVERFLOW.is_match(text)
+}
+
+/// Classifies an HTTP error response. `retry_after` is the raw `retry-after-ms` (preferred,
+/// milliseconds) or `retry-after` (seconds or an HTTP date) header value; `body` is the
+/// response body. The error message is `HTTP <status>: <body>` (body trimmed and cut to
+/// 2,000 bytes).
+///
+/// Rules (CTX-01, STRM-10): an overflow text wins over the status (a 400 "prompt is too long"
+/// is overflow; a 400 about an invalid `max_tokens` is not); 413 is overflow (request too
+/// large); 401 / 403 are auth; 429 is rate-limited unless the body says overloaded; 529 or an
+/// `overloaded` body is overloaded; everything else is [`ProviderError::Http`].
+pub fn classify_http(
+    status: u16,
+    retry_after_ms: Option<&str>,
+    retry_after: Option<&str>,
+    body: &str,
+) -> ProviderError {
+    let message = format!("HTTP {status}: {}", truncate_body(body));
+    let retry_after_ms = parse_retry_after(retry_after_ms, retry_after, SystemTime::now());
+    if is_overflow_text(body) || status == 413 {
+        return ProviderError::ContextOverflow {
+            status: Some(status),
+            message,
+        };
+    }
+    match status {
+        401 | 403 => ProviderError::Auth {
+            status: Some(status),
+            message,
+        },
+        529 => ProviderError::Overloaded {
+            status: Some(status),
+            retry_after_ms,
+            message,
+        },
+        _ if OVERLOADED.is_match(body) => ProviderError::Overloaded {
+            status: Some(status),
+            retry_after_ms,
+            message,
+        },
+        429 => ProviderError::RateLimited {
+            status: Some(status),
+            retry_after_ms,
+            message,
+        },
+        _ => ProviderError::Http {
+            status,
+            retry_after_ms,
+            message,
+        },
+    }
+}
+
+/// Classifies an error reported inside a stream after HTTP 200 (Anthropic's `error` event,
+/// an OpenAI-style `{"error":{…}}` chunk), from the provider's error `type` / `code` and text.
+/// The stored message is `<type>: <text>` when a type is given.
+pub fn classify_stream_error(kind: Option<&str>, text: &str) -> ProviderError {
+    let message = match kind.filter(|k| !k.is_empty()) {
+        Some(k) => format!("{k}: {text}"),
+        None => text.to_string(),
+    };
+    match kind.unwrap_or("") {
+        "overloaded_error" => ProviderError::Overloaded {
+            status: None,
+            retry_after_ms: None,
+            message,
+        },
+        "rate_limit_error" | "rate_limit_exceeded" => ProviderError::RateLimited {
+            status: None,
+            retry_after_ms: None,
+            message,
+        },
+        "context_length_exceeded" | "request_too_large" => ProviderError::ContextOverflow {
+            status: None,
+            message,
+        },
+        "authentication_error" | "permission_error" | "invalid_api_key" => ProviderError::Auth {
+            status: None,
+            message,
+        },
+        "api_error" | "server_error" => ProviderError::Http {
+            status: 500,
+            retry_after_ms: None,
+            message,
+        },
+        _ => classify_text(&message),
+    }
+}
+
+/// Classifies a stored `errorMessage` (no status or headers at hand): overflow, overloaded,
+/// rate limit, auth, `HTTP <status>: …` (as this crate writes it), transient server or network
+/// texts (Pi's retryable list), else [`ProviderError::Provider`].
+pub fn classify_text(text: &str) -> ProviderError {
+    let message = text.to_string();
+    let status = http_status(text);
+    if text == ABORTED_TEXT {
+        return ProviderError::Aborted;
+    }
+    if is_overflow_text(text) || status == Some(413) {
+        return ProviderError::ContextOverflow { status, message };
+    }
+    if OVERLOADED.is_match(text) || status == Some(529) {
+        return ProviderError::Overloaded {
+            status,
+            retry_after_ms: None,
+            message,
+        };
+    }
+    if RATE_LIMIT.is_match(text) {
+        return ProviderError::RateLimited {
+            status,
+            retry_after_ms: None,
+            message,
+        };
+    }
+    if AUTH.is_match(text) {
+        return ProviderError::Auth { status, message };
+    }
+    if let Some(status) = status {
+        return ProviderError::Http {
+            status,
+            retry_after_ms: None,
+            message,
+        };
+    }
+    if TRANSIENT.is_match(text) {
+        return ProviderError::Network { message };
+    }
+    if text.starts_with("invalid JSON") {
+        return ProviderError::Parse { message };
+    }
+    ProviderError::Provider { message }
+}
+
+/// The failure a stored assistant message stands for, or `None` for a usable response.
+///
+/// `stopReason: "aborted"` → [`ProviderError::Aborted`]; `"error"` → [`classify_text`] of its
+/// `errorMessage`; a successful `stop` whose `input + cacheRead` exceeds `context_window`
+/// (tokens; 0 = unknown) is a silent overflow (Pi: z.ai and similar servers accept too-long
+/// prompts); a `length` stop with no output and a full window is the truncating-server variant.
+pub fn classify_message(message: &AssistantMessage, context_window: u64) -> Option<ProviderError> {
+    let input = message.usage.input + message.usage.cache_read;
+    match message.stop_reason {
+        StopReason::Aborted => Some(ProviderError::Aborted),
+        StopReason::Error => Some(classify_text(
+            message.error_message.as_deref().unwrap_or("unknown error"),
+        )),
+        StopReason::Stop if context_window > 0 && input > context_window => {
+            Some(ProviderError::ContextOverflow {
+                status: None,
+                message: format!(
+                    "silent context overflow: {input} input tokens > {context_window} context window"
+                ),
+            })
+        }
+        StopReason::Length
+            if context_window > 0
+                && message.usage.output == 0
+                && input as f64 >= context_window as f64 * 0.99 =>
+        {
+            Some(ProviderError::ContextOverflow {
+                status: None,
+                message: format!(
+                    "context overflow: {input} input tokens fill the {context_window}-token window"
+                ),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Longest error body kept in an error message, in bytes.
+pub const MAX_ERROR_BODY: usize = 2_000;
+
+fn truncate_body(body: &str) -> String {
+    let body = body.trim();
+    if body.len() <= MAX_ERROR_BODY {
+        return body.to_string();
+    }
+    let mut cut = MAX_ERROR_BODY;
+    while !body.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &body[..cut])
+}
+
+/// Parses `retry-after-ms` (milliseconds) or `retry-after` (delta-seconds or an HTTP date,
+/// RFC 9110 §10.2.3) into milliseconds from `now`.
+pub fn parse_retry_after(
+    retry_after_ms: Option<&str>,
+    retry_after: Option<&str>,
+    now: SystemTime,
+) -> Option<u64> {
+    if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(ms as u64);
+        }
+    }
+    let v = retry_after?.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then_some((secs * 1000.0) as u64);
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(
+        at.duration_since(now)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+    )
+}
+
+/// When and how often the agent loop retries a failed request (Pi: `retry.maxRetries` 3,
+/// `retry.baseDelayMs` 2000, doubling per attempt).
+///
+/// Only [`ProviderError::is_retryable`] errors are retried, never context overflow. The delay
+/// of retry `n` (1-based) is `base_delay · 2^(n-1)`, capped at `max_delay`, then scaled by a
+/// random factor in `[1 - jitter, 1]`. A server's `Retry-After` replaces the computed delay;
+/// one longer than `max_delay` ends the retries (waiting that long would look like a hang).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 disables retrying).
+    pub max_retries: u32,
+    /// Delay before the first retry.
+    pub base_delay: Duration,
+    /// Cap of one delay, and the longest `Retry-After` honoured.
+    pub max_delay: Duration,
+    /// Fraction of the delay that is randomised away (0.0 ..= 1.0).
+    pub jitter: f64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(2_000),
+            max_delay: Duration::from_secs(60),
+            jitter: 0.2,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (1-based) after `error`, or `None` when the loop
+    /// must not retry (not retryable, retries used up, or `Retry-After` beyond `max_delay`).
+    pub fn delay(&self, retry: u32, error: &ProviderError) -> Option<Duration> {
+        self.delay_with_unit(retry, error, random_unit())
+    }
+
+    /// [`RetryPolicy::delay`] with the random factor given (`unit` in `[0, 1)`), for tests.
+    pub fn delay_with_unit(
+        &self,
+        retry: u32,
+        error: &ProviderError,
+        unit: f64,
+    ) -> Option<Duration> {
+        if retry == 0 || retry > self.max_retries || !error.is_retryable() {
+            return None;
+        }
+        if let Some(wait) = error.retry_after() {
+            return (wait <= self.max_delay).then_some(wait);
+        }
+        let exp = self
+            .base_delay
+            .saturating_mul(2u32.saturating_pow(retry.saturating_sub(1)));
+        let capped = exp.min(self.max_delay);
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        Some(capped.mul_f64(1.0 - jitter * unit.clamp(0.0, 1.0)))
+    }
+
+    /// Sleeps `delay`, or returns `Err(ProviderError::Aborted)` as soon as `cancel` fires
+    /// (STRM-10: abort cancels the wait).
+    pub async fn wait(delay: Duration, cancel: &CancellationToken) -> Result<(), ProviderError> {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(ProviderError::Aborted),
+            _ = tokio::time::sleep(delay) => Ok(()),
+        }
+    }
+}
+
+/// A number in `[0, 1)` from the standard library's randomly keyed hasher (no RNG crate).
+fn random_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Usage;
+
+    #[test]
+    fn ctx01_http_classification_table() {
+        let cases: &[(u16, &str, ErrorClass)] = &[
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 213462 tokens > 200000 maximum"}}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":{"code":"context_length_exceeded","message":"Input too long"}}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":"prompt too long; exceeded max context length by 1200 tokens"}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 40000 tokens","type":"BadRequestError","code":400}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":"The number of tokens to keep from the initial prompt is greater than the context length"}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":{"message":"This endpoint's maximum context length is 200000 tokens. However, you requested about 210000 tokens","code":400}}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                413,
+                r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}"#,
+                ErrorClass::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":{"message":"max_tokens is too large: 200000. This model supports at most 16384 completion tokens.","type":"invalid_request_error","param":"max_tokens","code":"invalid_value"}}"#,
+                ErrorClass::Http,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 100000 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4-5"}}"#,
+                ErrorClass::Http,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#,
+                ErrorClass::RateLimited,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"Too many tokens per minute, rate limit exceeded"}}"#,
+                ErrorClass::RateLimited,
+            ),
+            (
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                ErrorClass::Overloaded,
+            ),
+            (
+                503,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                ErrorClass::Overloaded,
+            ),
+            (
+                401,
+                r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+                ErrorClass::Auth,
+            ),
+            (403, "forbidden", ErrorClass::Auth),
+            (500, "internal error", ErrorClass::Http),
+        ];
+        for (status, body, class) in cases {
+            let e = classify_http(*status, None, None, body);
+            assert_eq!(e.class(), *class, "{status} {body}");
+            assert_eq!(e.status(), Some(*status));
+            // The stored text classifies the same way when the session is reloaded.
+            assert_eq!(
+                classify_text(&e.message()).class(),
+                *class,
+                "{status} {body}"
+            );
+        }
+    }
+
+    #[test]
+    fn retryable_classes() {
+        let retryable = |s: u16, b: &str| classify_http(s, None, None, b).is_retryable();
+        assert!(retryable(429, "slow down"));
+        assert!(retryable(529, "overloaded"));
+        assert!(retryable(500, "oops"));
+        assert!(retryable(503, "unavailable"));
+        assert!(retryable(408, ""));
+        assert!(!retryable(400, "bad request"));
+        assert!(!retryable(400, "prompt is too long: 1 tokens > 0 maximum"));
+        assert!(!retryable(401, "no"));
+        assert!(!retryable(413, ""));
+        assert!(classify_stream_error(Some("overloaded_error"), "Overloaded").is_retryable());
+        assert!(classify_stream_error(Some("api_error"), "Internal server error").is_retryable());
+        assert!(!classify_stream_error(
+            Some("invalid_request_error"),
+            "prompt is too long: 5 tokens > 4 maximum"
+        )
+        .is_retryable());
+        assert!(classify_text("stream ended before the response was complete").is_retryable());
+        assert!(!ProviderError::Aborted.is_retryable());
+    }
+
+    #[test]
+    fn retry_after_headers() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        assert_eq!(parse_retry_after(None, Some("2"), now), Some(2_000));
+        assert_eq!(parse_retry_after(Some("1500"), Some("2"), now), Some(1_500));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(7));
+        assert_eq!(parse_retry_after(None, Some(&later), now), Some(7_000));
+        assert_eq!(parse_retry_after(None, Some("soon"), now), None);
+        let e = classify_http(429, None, Some("2"), "{}");
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn retry_policy_backoff_jitter_and_retry_after() {
+        let p = RetryPolicy::default();
+        let e = classify_http(503, None, None, "unavailable");
+        assert_eq!(p.delay_with_unit(1, &e, 0.0), Some(Duration::from_secs(2)));
+        assert_eq!(p.delay_with_unit(2, &e, 0.0), Some(Duration::from_secs(4)));
+        assert_eq!(p.delay_with_unit(3, &e, 0.0), Some(Duration::from_secs(8)));
+        assert_eq!(p.delay_with_unit(4, &e, 0.0), None);
+        assert_eq!(
+            p.delay_with_unit(1, &e, 0.5),
+            Some(Duration::from_millis(1_800))
+        );
+        let d = p.delay(2, &e).unwrap();
+        assert!(d >= Duration::from_millis(3_200) && d <= Duration::from_secs(4));
+        let capped = RetryPolicy {
+            max_retries: 10,
+            ..RetryPolicy::default()
+        };
+        assert_eq!(
+            capped.delay_with_unit(9, &e, 0.0),
+            Some(Duration::from_secs(60))
+        );
+        let ra = classify_http(429, None, Some("2"), "{}");
+        assert_eq!(p.delay_with_unit(1, &ra, 0.9), Some(Duration::from_secs(2)));
+        let too_long = classify_http(429, None, Some("3600"), "{}");
+        assert_eq!(p.delay_with_unit(1, &too_long, 0.0), None);
+        let overflow = classify_http(400, None, None, "prompt is too long");
+        assert_eq!(p.delay_with_unit(1, &overflow, 0.0), None);
+    }
+
+    #[tokio::test]
+    async fn abort_cancels_the_retry_wait() {
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        assert_eq!(
+            RetryPolicy::wait(Duration::from_secs(60), &cancel).await,
+            Err(ProviderError::Aborted)
+        );
+    }
+
+    #[test]
+    fn stored_messages_and_silent_overflow() {
+        let mut m = AssistantMessage::empty("a", "p", "m");
+        assert_eq!(classify_message(&m, 1000), None);
+        m.usage = Usage {
+            input: 900,
+            cache_read: 200,
+            ..Usage::default()
+        };
+        assert_eq!(
+            classify_message(&m, 1000).map(|e| e.class()),
+            Some(ErrorClass::ContextOverflow)
+        );
+        assert_eq!(classify_message(&m, 0), None);
+        m.stop_reason = StopReason::Error;
+        m.error_message = Some("overloaded_error: Overloaded".into());
+        assert_eq!(
+            classify_message(&m, 1000).map(|e| e.class()),
+            Some(ErrorClass::Overloaded)
+        );
+        m.stop_reason = StopReason::Aborted;
+        assert_eq!(classify_message(&m, 1000), Some(ProviderError::Aborted));
+    }
+}
