@@ -663,11 +663,20 @@ async fn http_500_is_retried_then_ends_the_run_with_an_error_entry() {
         .filter(|e| e["type"].as_str().unwrap().starts_with("auto_retry"))
         .collect();
     let err = r#"HTTP 503: {"error":{"message":"overloaded"}}"#;
+    // Delays double from 20 ms, less up to 20 % jitter.
+    let delays: Vec<u64> = retry_events[..2]
+        .iter()
+        .map(|e| e["delayMs"].as_u64().unwrap())
+        .collect();
+    assert!(
+        (16..=20).contains(&delays[0]) && (32..=40).contains(&delays[1]),
+        "{delays:?}"
+    );
     assert_eq!(
         retry_events,
         vec![
-            json!({"type": "auto_retry_start", "attempt": 1, "maxAttempts": 2, "delayMs": 20, "errorMessage": err}),
-            json!({"type": "auto_retry_start", "attempt": 2, "maxAttempts": 2, "delayMs": 40, "errorMessage": err}),
+            json!({"type": "auto_retry_start", "attempt": 1, "maxAttempts": 2, "delayMs": delays[0], "errorMessage": err}),
+            json!({"type": "auto_retry_start", "attempt": 2, "maxAttempts": 2, "delayMs": delays[1], "errorMessage": err}),
             json!({"type": "auto_retry_end", "success": false, "attempt": 2, "finalError": err}),
         ]
     );

@@ -54,7 +54,7 @@ pub fn choose_model(
     }
 }
 
-/// Pi's `retry` settings (`enabled`, `maxRetries`, `baseDelayMs`) from `<agent dir>/settings.json`
+/// Pi's `retry` settings (`enabled`, `maxRetries`, `baseDelayMs`, `maxDelayMs`) from `<agent dir>/settings.json`
 /// and `<workspace>/.pi/settings.json` (project over global); defaults where absent.
 pub fn retry_settings(workspace: &Path) -> pi_core::agent::RetrySettings {
     let mut r = pi_core::agent::RetrySettings::default();
@@ -76,10 +76,13 @@ pub fn retry_settings(workspace: &Path) -> pi_core::agent::RetrySettings {
             r.enabled = b;
         }
         if let Some(n) = retry["maxRetries"].as_u64() {
-            r.max_retries = n.min(100) as u32;
+            r.policy.max_retries = n.min(100) as u32;
         }
         if let Some(n) = retry["baseDelayMs"].as_u64() {
-            r.base_delay_ms = n;
+            r.policy.base_delay = std::time::Duration::from_millis(n);
+        }
+        if let Some(n) = retry["maxDelayMs"].as_u64() {
+            r.policy.max_delay = std::time::Duration::from_millis(n);
         }
     }
     r

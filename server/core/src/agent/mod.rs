@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use pi_ai::errors::RetryPolicy;
 use pi_ai::{
     AssistantEvent, AssistantMessage, ContentBlock, Message, Model, StopReason, ToolCall,
     ToolResultMessage, ToolSpec,
@@ -386,87 +387,26 @@ pub struct AgentConfig {
     pub retry: RetrySettings,
 }
 
-/// Automatic retry of transient provider failures (Pi's `retry` settings: enabled, maxRetries,
-/// baseDelayMs; the delay doubles per attempt).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Automatic retry of transient provider failures: on/off (Pi's `retry.enabled`) and the
+/// model layer's [`RetryPolicy`] (classes, backoff with jitter, `Retry-After`, never on
+/// context overflow).
+#[derive(Debug, Clone, PartialEq)]
 pub struct RetrySettings {
     pub enabled: bool,
-    pub max_retries: u32,
-    pub base_delay_ms: u64,
+    pub policy: RetryPolicy,
 }
 
 impl Default for RetrySettings {
     fn default() -> Self {
         RetrySettings {
             enabled: true,
-            max_retries: 3,
-            base_delay_ms: 2000,
+            policy: RetryPolicy::default(),
         }
     }
 }
 
-/// True when `m` failed in a way worth retrying: overloaded, rate limited, 5xx, network
-/// trouble, timeouts (Pi 0.73.1's `_isRetryableError` list). Context overflow never is: it
-/// needs compaction, not the same request again.
-pub fn is_retryable(m: &AssistantMessage) -> bool {
-    if m.stop_reason != StopReason::Error {
-        return false;
-    }
-    let Some(err) = m.error_message.as_deref() else {
-        return false;
-    };
-    let e = err.to_lowercase();
-    let overflow = [
-        "prompt is too long",
-        "context length",
-        "context_length_exceeded",
-        "maximum context",
-        "context window",
-        "exceeds the available context",
-        "too many tokens",
-    ];
-    if overflow.iter().any(|p| e.contains(p)) {
-        return false;
-    }
-    let squashed: String = e.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-    [
-        "overloaded",
-        "providerreturnederror",
-        "ratelimit",
-        "toomanyrequests",
-        "429",
-        "500",
-        "502",
-        "503",
-        "504",
-        "529",
-        "serviceunavailable",
-        "servererror",
-        "internalerror",
-        "networkerror",
-        "connectionerror",
-        "connectionrefused",
-        "connectionlost",
-        "connectionreset",
-        "websocketclosed",
-        "othersideclosed",
-        "fetchfailed",
-        "upstreamconnect",
-        "resetbeforeheaders",
-        "sockethangup",
-        "endedwithout",
-        "timedout",
-        "timeout",
-        "terminated",
-        "retrydelay",
-        "requestto",
-    ]
-    .iter()
-    .any(|p| squashed.contains(p))
-}
-
 impl AgentConfig {
-    /// A config with parallel batches and no hooks.
+    /// A config with parallel batches, no hooks and default retries.
     pub fn new(model: Model, system_prompt: String, tools: Vec<Arc<dyn Tool>>) -> Self {
         AgentConfig {
             model,

@@ -42,6 +42,8 @@ struct Run<'a> {
     tools: Vec<ToolEntry>,
     /// The tools' specs as sent to the model (lent to each request).
     specs: Vec<ToolSpec>,
+    /// The typed failure of the last response, when it failed.
+    last_failure: Option<pi_ai::errors::ProviderError>,
     control: &'a RunControl,
     sink: &'a dyn EventSink,
     messages: Vec<Message>,
@@ -103,6 +105,7 @@ impl Run<'_> {
         while let Some(ev) = stream.next().await {
             if let Some(m) = ev.terminal_message() {
                 last = Some(m.clone());
+                self.last_failure = ev.failure().cloned();
                 break;
             }
             if let AssistantEvent::Start = ev {
@@ -152,14 +155,22 @@ impl Run<'_> {
     /// emitted (and so persisted) but leaves the model's context; an abort during the wait
     /// ends the retries at once.
     async fn assistant_with_retry(&mut self) -> AssistantMessage {
-        let settings = self.cfg.retry;
+        let settings = self.cfg.retry.clone();
         let mut attempt = 0u32;
         loop {
             let a = self.assistant().await;
-            if !settings.enabled || !super::is_retryable(&a) {
+            let failure = self
+                .last_failure
+                .take()
+                .filter(|_| a.stop_reason == StopReason::Error)
+                .or_else(|| pi_ai::errors::classify_message(&a, self.cfg.model.context_window));
+            let delay = match (&failure, settings.enabled) {
+                (Some(f), true) => settings.policy.delay(attempt + 1, f),
+                _ => None,
+            };
+            let Some(delay) = delay else {
                 if attempt > 0 {
-                    let success =
-                        a.stop_reason != StopReason::Error && a.stop_reason != StopReason::Aborted;
+                    let success = !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted);
                     self.sink
                         .emit(AgentEvent::AutoRetryEnd {
                             success,
@@ -173,21 +184,8 @@ impl Run<'_> {
                         .await;
                 }
                 return a;
-            }
+            };
             attempt += 1;
-            if attempt > settings.max_retries {
-                self.sink
-                    .emit(AgentEvent::AutoRetryEnd {
-                        success: false,
-                        attempt: attempt - 1,
-                        final_error: a.error_message.clone(),
-                    })
-                    .await;
-                return a;
-            }
-            let delay_ms = settings
-                .base_delay_ms
-                .saturating_mul(1 << (attempt - 1).min(20));
             self.sink
                 .emit(AgentEvent::TurnEnd {
                     message: Message::Assistant(a.clone()),
@@ -197,8 +195,8 @@ impl Run<'_> {
             self.sink
                 .emit(AgentEvent::AutoRetryStart {
                     attempt,
-                    max_attempts: settings.max_retries,
-                    delay_ms,
+                    max_attempts: settings.policy.max_retries,
+                    delay_ms: delay.as_millis() as u64,
                     error_message: a
                         .error_message
                         .clone()
@@ -207,21 +205,21 @@ impl Run<'_> {
                 .await;
             // The failed attempt stays in the session (it was emitted) but not in the context.
             self.messages.pop();
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(delay_ms)) => {}
-                _ = self.control.cancel.cancelled() => {
-                    self.sink
-                        .emit(AgentEvent::AutoRetryEnd {
-                            success: false,
-                            attempt,
-                            final_error: Some("Retry cancelled".into()),
-                        })
-                        .await;
-                    let mut aborted = a;
-                    aborted.stop_reason = StopReason::Aborted;
-                    aborted.error_message = Some("Retry cancelled".into());
-                    return aborted;
-                }
+            if pi_ai::errors::RetryPolicy::wait(delay, &self.control.cancel)
+                .await
+                .is_err()
+            {
+                self.sink
+                    .emit(AgentEvent::AutoRetryEnd {
+                        success: false,
+                        attempt,
+                        final_error: Some("Retry cancelled".into()),
+                    })
+                    .await;
+                let mut aborted = a;
+                aborted.stop_reason = StopReason::Aborted;
+                aborted.error_message = Some("Retry cancelled".into());
+                return aborted;
             }
             self.sink.emit(AgentEvent::TurnStart).await;
         }
@@ -533,6 +531,7 @@ pub async fn run_agent(
         cfg: cfg.clone(),
         tools,
         specs,
+        last_failure: None,
         control,
         sink,
         messages: history,
