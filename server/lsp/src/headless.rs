@@ -109,7 +109,7 @@ pub async fn run(args: RunArgs) -> i32 {
         &workspace,
         &model.provider,
         &model.id,
-        "off",
+        crate::runner::thinking_level_name(&model),
     ) {
         Ok(w) => w,
         Err(e) => {

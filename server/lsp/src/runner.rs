@@ -46,7 +46,18 @@ pub fn choose_model(
         return Ok((scripted_model(), None));
     }
     match reg.select(requested, init)? {
-        Some(m) => Ok((m, None)),
+        Some(mut m) => {
+            // settings.json `defaultThinkingLevel`, clamped to what the model supports.
+            if let Some(level) = reg
+                .settings
+                .default_thinking_level
+                .as_deref()
+                .and_then(pi_ai::models::ThinkingLevel::parse)
+            {
+                m.thinking_level = Some(m.clamp_thinking_level(level));
+            }
+            Ok((m, None))
+        }
         None if requested.is_none() && init.is_none() => {
             Ok((scripted_model(), Some(SCRIPTED_NOTICE)))
         }
@@ -86,6 +97,11 @@ pub fn retry_settings(workspace: &Path) -> pi_core::agent::RetrySettings {
         }
     }
     r
+}
+
+/// The thinking level a session records for `model` (Pi writes `off` when none is set).
+pub fn thinking_level_name(model: &Model) -> &'static str {
+    model.thinking_level.map(|l| l.as_str()).unwrap_or("off")
 }
 
 /// Persists a run's events: each completed message becomes a `message` entry as it ends; turn

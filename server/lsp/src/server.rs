@@ -231,7 +231,7 @@ impl Backend {
                     &root,
                     &model.provider,
                     &model.id,
-                    "off",
+                    crate::runner::thinking_level_name(&model),
                 )
                 .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
                 let id = writer.id().to_string();
@@ -325,10 +325,18 @@ impl Backend {
             tracing::warn!("{w}");
         }
         let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
-        let model = choose_model(root, wanted.as_deref(), None)
+        let mut model = choose_model(root, wanted.as_deref(), None)
             .or_else(|_| choose_model(root, None, init_model.as_deref()))
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?
             .0;
+        // The thinking level recorded on the session's path wins over the default.
+        if let Some(level) = loaded
+            .thinking_level
+            .as_deref()
+            .and_then(pi_ai::models::ThinkingLevel::parse)
+        {
+            model.thinking_level = Some(model.clamp_thinking_level(level));
+        }
         let s = Arc::new(Mutex::new(new_session(
             &self.state,
             id.to_string(),
