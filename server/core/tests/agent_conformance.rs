@@ -788,3 +788,56 @@ async fn agent_listeners_run_in_order_slot_streams_and_idle_waits_for_listeners(
     agent.wait_for_idle().await;
     assert_eq!(user_texts(&agent.messages()), ["go", "more"]);
 }
+
+/// Prompts the agent again from inside the `agent_end` listener, as a client that saw
+/// `agent_end` would.
+struct Reprompt {
+    agent: Mutex<Option<pi_core::agent::WeakAgent>>,
+    result: Mutex<Option<bool>>,
+}
+
+#[async_trait]
+impl EventSink for Reprompt {
+    async fn emit(&self, event: AgentEvent) {
+        if matches!(event, AgentEvent::AgentEnd { .. }) && self.result.lock().unwrap().is_none() {
+            let agent = self
+                .agent
+                .lock()
+                .unwrap()
+                .clone()
+                .and_then(|w| w.upgrade())
+                .unwrap();
+            let ok = agent
+                .prompt(vec![Message::user_text("right after")])
+                .is_ok();
+            *self.result.lock().unwrap() = Some(ok);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_sent_after_agent_end_starts_the_next_run() {
+    let cfg = config(
+        json!({"responses": [{"text": "one"}, {"text": "two"}]}),
+        vec![],
+    );
+    let agent = pi_core::agent::Agent::new(cfg, vec![]);
+    let l = Arc::new(Reprompt {
+        agent: Mutex::new(Some(agent.downgrade())),
+        result: Mutex::new(None),
+    });
+    let _s = agent.subscribe(l.clone());
+    let (first, _) = agent.prompt(vec![Message::user_text("go")]).unwrap();
+    // Wait for both runs.
+    for _ in 0..200 {
+        if l.result.lock().unwrap().is_some() && !agent.is_streaming() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    agent.wait_for_idle().await;
+    assert_eq!(*l.result.lock().unwrap(), Some(true));
+    assert_ne!(agent.run_id().unwrap(), first);
+    assert_eq!(user_texts(&agent.messages()), ["go", "right after"]);
+    assert_eq!(agent.messages().len(), 4);
+}

@@ -248,43 +248,45 @@ impl Backend {
         };
         let message = Message::user_text(p.text);
         let mut s = lock(&session);
-        if s.agent.is_streaming() {
-            let how = match p.streaming_behavior {
-                Some(StreamingBehavior::Steer) => Delivery::Steer,
-                Some(StreamingBehavior::FollowUp) => Delivery::FollowUp,
-                None => {
-                    return Err(agent_error(
-                        codes::SESSION_BUSY,
-                        format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id, s.agent.run_id().unwrap_or_default()),
-                    ))
-                }
-            };
-            s.agent.enqueue(message, how);
-            return Ok(PromptResult {
-                session_id: s.id.clone(),
-                run_id: s.agent.run_id().unwrap_or_default(),
-                queued: true,
-            });
-        }
-        if let Some(m) = &p.model {
-            if *m != s.model.full_id() {
-                let (model, _) = choose_model(&root, Some(m), None)
-                    .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-                lock(&s.writer)
-                    .append_entry(
-                        "model_change",
-                        serde_json::json!({"provider": model.provider, "modelId": model.id}),
-                    )
-                    .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-                s.model = model;
+        let busy = |s: &Session| {
+            agent_error(
+                codes::SESSION_BUSY,
+                format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id, s.agent.run_id().unwrap_or_default()),
+            )
+        };
+        let streaming = s.agent.is_streaming();
+        if streaming {
+            if let Some(b) = p.streaming_behavior {
+                let how = match b {
+                    StreamingBehavior::Steer => Delivery::Steer,
+                    StreamingBehavior::FollowUp => Delivery::FollowUp,
+                };
+                s.agent.enqueue(message, how);
+                return Ok(PromptResult {
+                    session_id: s.id.clone(),
+                    run_id: s.agent.run_id().unwrap_or_default(),
+                    queued: true,
+                });
             }
+        } else {
+            if let Some(m) = &p.model {
+                if *m != s.model.full_id() {
+                    let (model, _) = choose_model(&root, Some(m), None)
+                        .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
+                    lock(&s.writer)
+                        .append_entry(
+                            "model_change",
+                            serde_json::json!({"provider": model.provider, "modelId": model.id}),
+                        )
+                        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+                    s.model = model;
+                }
+            }
+            // Tools, caps and project instructions are read afresh for every prompt.
+            s.agent.set_config(agent_config(st, s.model.clone()));
         }
-        // Tools, caps and project instructions are read afresh for every prompt.
-        s.agent.set_config(agent_config(st, s.model.clone()));
-        let (run_id, _) = s
-            .agent
-            .prompt(vec![message])
-            .map_err(|e| agent_error(codes::SESSION_BUSY, e.to_string()))?;
+        // While a run is finishing (its agent_end already sent), the prompt starts the next run.
+        let (run_id, _) = s.agent.prompt(vec![message]).map_err(|_| busy(&s))?;
         Ok(PromptResult {
             session_id: s.id.clone(),
             run_id,

@@ -40,6 +40,11 @@ struct State {
     pending: Vec<Message>,
     modes: (QueueMode, QueueMode),
     last_outcome: Option<RunOutcome>,
+    /// Set once the active run has emitted `agent_end`: it is finishing, and a prompt sent now
+    /// (by a client that saw `agent_end`) starts the next run instead of being refused.
+    ending: bool,
+    /// A prompt accepted while the previous run was finishing: its run id, control, messages.
+    next_run: Option<(String, RunControl, Vec<Message>)>,
 }
 
 struct Inner {
@@ -195,6 +200,7 @@ impl EventSink for Dispatch {
                         apply(slot, assistant_message_event);
                     }
                 }
+                AgentEvent::AgentEnd { .. } => st.ending = true,
                 AgentEvent::MessageEnd { message } => {
                     if matches!(message, Message::Assistant(_)) {
                         st.streaming = None;
@@ -228,6 +234,8 @@ impl Agent {
                     pending: Vec::new(),
                     modes: (QueueMode::OneAtATime, QueueMode::OneAtATime),
                     last_outcome: None,
+                    ending: false,
+                    next_run: None,
                 }),
                 listeners: Mutex::new(Vec::new()),
                 next_id: AtomicU64::new(1),
@@ -254,11 +262,20 @@ impl Agent {
         let (cfg, history, prompts, control, run_id) = {
             let mut st = lock(&self.inner.state);
             if st.running.is_some() {
-                return Err(AgentBusy);
+                if !st.ending || st.next_run.is_some() {
+                    return Err(AgentBusy);
+                }
+                // The run already ended for the client: this prompt starts the next one.
+                let control = RunControl::default();
+                control.set_modes(st.modes.0, st.modes.1);
+                let run_id = uuid::Uuid::now_v7().to_string();
+                st.next_run = Some((run_id.clone(), control.clone(), prompts));
+                return Ok((run_id, control));
             }
             let control = RunControl::default();
             control.set_modes(st.modes.0, st.modes.1);
             st.running = Some(control.clone());
+            st.ending = false;
             let run_id = uuid::Uuid::now_v7().to_string();
             st.run_id = Some(run_id.clone());
             let mut all = std::mem::take(&mut st.pending);
@@ -279,20 +296,40 @@ impl Agent {
                 st.messages.clone_from(&outcome.messages);
                 st.pending.extend(outcome.next_turn.iter().cloned());
                 st.streaming = None;
-                if outcome.undelivered.is_empty() || ctl.cancel.is_cancelled() {
+                st.ending = false;
+                let queued = !outcome.undelivered.is_empty() && !ctl.cancel.is_cancelled();
+                if !queued {
                     st.pending.splice(0..0, outcome.undelivered.iter().cloned());
+                }
+                let next = st.next_run.take();
+                if !queued && next.is_none() {
                     st.running = None;
                     st.last_outcome = Some(outcome);
                     break;
                 }
-                // Queued after the last check: run again rather than leave them waiting.
-                ctl = RunControl::default();
-                ctl.set_modes(st.modes.0, st.modes.1);
+                // Queued after the last check, or prompted while the run was finishing: run
+                // again rather than leave them waiting.
+                (ctl, prompts) = match next {
+                    Some((id, control, mut next_prompts)) => {
+                        st.run_id = Some(id);
+                        let mut all = if queued {
+                            outcome.undelivered.clone()
+                        } else {
+                            std::mem::take(&mut st.pending)
+                        };
+                        all.append(&mut next_prompts);
+                        (control, all)
+                    }
+                    None => {
+                        let control = RunControl::default();
+                        control.set_modes(st.modes.0, st.modes.1);
+                        st.run_id = Some(uuid::Uuid::now_v7().to_string());
+                        (control, outcome.undelivered.clone())
+                    }
+                };
                 st.running = Some(ctl.clone());
-                st.run_id = Some(uuid::Uuid::now_v7().to_string());
                 cfg = st.config.clone();
                 history = outcome.messages.clone();
-                prompts = outcome.undelivered.clone();
                 st.last_outcome = Some(outcome);
             }
             inner.idle.send_replace(true);
