@@ -64,15 +64,18 @@ pub trait Fs: Send + Sync {
     /// The current text (an open buffer's unsaved text when there is one).
     async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError>;
     /// Applies non-overlapping `edits` computed against `base`; fails with
-    /// [`FsError::Stale`] when the file no longer matches `base`.
+    /// [`FsError::Stale`] when the file no longer matches `base`. `label` names the change for
+    /// the editor's undo history (e.g. `pi: turn 3 · edit notes.txt (call_1)`).
     async fn replace(
         &self,
         path: &Path,
         base: &FileSnapshot,
         edits: Vec<TextReplace>,
+        label: &str,
     ) -> Result<(), FsError>;
-    /// Creates or overwrites the whole file, creating parent folders.
-    async fn write(&self, path: &Path, text: &str) -> Result<WriteKind, FsError>;
+    /// Creates or overwrites the whole file, creating parent folders; `label` as for
+    /// [`Fs::replace`].
+    async fn write(&self, path: &Path, text: &str, label: &str) -> Result<WriteKind, FsError>;
     /// Raw bytes from disk (for binary files and images).
     async fn read_bytes(&self, path: &Path) -> Result<Vec<u8>, FsError> {
         tokio::fs::read(path).await.map_err(|e| io_err(path, e))
@@ -173,6 +176,7 @@ impl Fs for DiskFs {
         path: &Path,
         base: &FileSnapshot,
         edits: Vec<TextReplace>,
+        _label: &str,
     ) -> Result<(), FsError> {
         let current = self.read(path).await?;
         if current.text != base.text {
@@ -181,7 +185,7 @@ impl Fs for DiskFs {
         atomic_write(path, apply_replacements(&base.text, &edits).as_bytes()).await
     }
 
-    async fn write(&self, path: &Path, text: &str) -> Result<WriteKind, FsError> {
+    async fn write(&self, path: &Path, text: &str, _label: &str) -> Result<WriteKind, FsError> {
         let existed = tokio::fs::metadata(path).await.is_ok();
         atomic_write(path, text.as_bytes()).await?;
         Ok(if existed {

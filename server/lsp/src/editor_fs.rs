@@ -6,7 +6,12 @@
 //!   version the edit was computed on (ranges in the negotiated encoding), or `version: null`
 //!   for a file that is not open; a new file is a `CreateFile` followed by its text when the
 //!   client supports resource operations (else it is written to disk directly).
-//! - `applied: false` is an error the model sees; the buffer is not assumed to have changed.
+//! - Every `workspace/applyEdit` carries a `label` naming the turn and tool call
+//!   (`pi: turn 3 · edit notes.txt (call_1)`), so the editor's undo reverts one agent step.
+//! - `applied: false` (with `failureReason` and `failedChange` when given) is an error the model
+//!   sees; the buffer is not assumed to have changed. When the client refused an edit to an open
+//!   buffer whose text is unchanged (only its version moved), the edit is sent once more with
+//!   the fresh version (LSP-02); when the text changed, the model is told to read again.
 //! - After `applied: true` the disk holds the buffer's text before the next tool runs: clients
 //!   that advertise `experimental.agent.saveDocument` are asked to save; otherwise (or when
 //!   saving fails) the server writes the buffer's text itself (LSP-03).
@@ -21,10 +26,11 @@ use pi_core::fs::{
     apply_replacements, atomic_write, decode_text, FileSnapshot, Fs, FsError, TextReplace,
     WriteKind,
 };
+use tower_lsp_server::ls_types::request::ApplyWorkspaceEdit;
 use tower_lsp_server::ls_types::{
-    CreateFile, CreateFileOptions, DocumentChangeOperation, DocumentChanges, OneOf,
-    OptionalVersionedTextDocumentIdentifier, Position, Range, ResourceOp, TextDocumentEdit,
-    TextEdit, Uri, WorkspaceEdit,
+    ApplyWorkspaceEditParams, CreateFile, CreateFileOptions, DocumentChangeOperation,
+    DocumentChanges, OneOf, OptionalVersionedTextDocumentIdentifier, Position, Range, ResourceOp,
+    TextDocumentEdit, TextEdit, Uri, WorkspaceEdit,
 };
 use tower_lsp_server::Client;
 
@@ -141,19 +147,25 @@ impl EditorFs {
         }
     }
 
-    async fn apply(&self, edit: WorkspaceEdit) -> Result<(), FsError> {
-        let resp =
-            self.client.apply_edit(edit).await.map_err(|e| {
-                FsError::Rejected(format!("workspace/applyEdit failed: {}", e.message))
-            })?;
+    async fn apply(&self, edit: WorkspaceEdit, label: &str) -> Result<(), FsError> {
+        let resp = self
+            .client
+            .send_request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams {
+                label: Some(label.to_string()),
+                edit,
+            })
+            .await
+            .map_err(|e| FsError::Rejected(format!("workspace/applyEdit failed: {}", e.message)))?;
         if resp.applied {
-            Ok(())
-        } else {
-            Err(FsError::Rejected(
-                resp.failure_reason
-                    .unwrap_or_else(|| "no reason given".into()),
-            ))
+            return Ok(());
         }
+        let mut why = resp
+            .failure_reason
+            .unwrap_or_else(|| "no reason given".into());
+        if let Some(i) = resp.failed_change {
+            why.push_str(&format!(" (change {i} of the edit failed)"));
+        }
+        Err(FsError::Rejected(why))
     }
 
     /// Makes the disk hold the buffer's text after an applied edit (see module docs).
@@ -251,6 +263,7 @@ impl Fs for EditorFs {
         path: &Path,
         base: &FileSnapshot,
         edits: Vec<TextReplace>,
+        label: &str,
     ) -> Result<(), FsError> {
         let uri = uri_of(path)?;
         let current = self.read(path).await?;
@@ -258,17 +271,26 @@ impl Fs for EditorFs {
             return Err(FsError::Stale(path.to_path_buf()));
         }
         let expected = apply_replacements(&base.text, &edits);
-        let edit = self.workspace_edit(
-            uri.clone(),
-            base.version,
-            self.text_edits(&base.text, &edits),
-            false,
-        );
-        self.apply(edit).await?;
-        self.settle(path, uri, base.version, &expected).await
+        let text_edits = self.text_edits(&base.text, &edits);
+        let edit = self.workspace_edit(uri.clone(), base.version, text_edits.clone(), false);
+        let mut sent_version = base.version;
+        if let Err(first) = self.apply(edit, label).await {
+            // LSP-02: retry once when only the version moved; refuse when the text changed.
+            let now = self.read(path).await?;
+            if now.text != base.text {
+                return Err(FsError::Stale(path.to_path_buf()));
+            }
+            if now.version == base.version {
+                return Err(first);
+            }
+            let edit = self.workspace_edit(uri.clone(), now.version, text_edits, false);
+            self.apply(edit, label).await?;
+            sent_version = now.version;
+        }
+        self.settle(path, uri, sent_version, &expected).await
     }
 
-    async fn write(&self, path: &Path, text: &str) -> Result<WriteKind, FsError> {
+    async fn write(&self, path: &Path, text: &str, label: &str) -> Result<WriteKind, FsError> {
         let uri = uri_of(path)?;
         let current = match self.docs.get(path) {
             Some(doc) => Some(FileSnapshot {
@@ -292,7 +314,7 @@ impl Fs for EditorFs {
                     self.text_edits(&base.text, &[all]),
                     false,
                 );
-                self.apply(edit).await?;
+                self.apply(edit, label).await?;
                 self.settle(path, uri, base.version, text).await?;
                 Ok(WriteKind::Overwritten)
             }
@@ -309,8 +331,11 @@ impl Fs for EditorFs {
                     },
                     new_text: text.to_string(),
                 };
-                self.apply(self.workspace_edit(uri.clone(), None, vec![insert], true))
-                    .await?;
+                self.apply(
+                    self.workspace_edit(uri.clone(), None, vec![insert], true),
+                    label,
+                )
+                .await?;
                 self.settle(path, uri, None, text).await?;
                 Ok(WriteKind::Created)
             }

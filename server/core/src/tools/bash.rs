@@ -8,8 +8,13 @@
 //! - when the shell exits while a background child still holds the pipes, output is read until
 //!   it has been idle for 100 ms (at most 1 s more), then the pipes are closed on our side; the
 //!   background process itself is left running in its group (case BASH-01);
-//! - the result keeps the tail: 2,000 lines or 50 KB; past 1 MB the whole output is spilled to a
-//!   temp file whose path the result names (Pi's notice), so memory stays bounded.
+//!   If the tool is dropped mid-command (the loop stopped waiting), the group gets SIGKILL;
+//! - the result keeps the tail: 2,000 lines or 50 KB (Pi's limits and notice texts); lines
+//!   longer than 2,000 bytes are cut at a character boundary with `... [line truncated: N
+//!   bytes]`; whenever anything is cut, the full raw output is in a temp file
+//!   (`$TMPDIR/pi-bash-<uuid>.log`) named in the result. Memory stays bounded (~4 × 50 KB of
+//!   tail plus at most 50 KB before the spill file opens) whatever the command prints; the exit
+//!   code is kept.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -23,7 +28,8 @@ use nix::unistd::Pid;
 use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::io::Write as _;
+use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::{parse_args, MAX_BYTES, MAX_LINES};
@@ -34,8 +40,10 @@ pub type BeforeBash = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + S
 
 /// Grace between SIGTERM and SIGKILL for the process group.
 pub const KILL_GRACE: Duration = Duration::from_millis(300);
-/// Output kept in memory before spilling to a temp file.
-const SPILL_AT: usize = 1024 * 1024;
+/// Longest output line kept, in bytes (cut at a char boundary, then a marker).
+pub const MAX_LINE_BYTES: usize = 2000;
+/// Rolling tail kept in memory: twice the result limit (Pi's `maxRollingBytes`).
+const TAIL_KEEP: usize = 2 * MAX_BYTES;
 
 #[derive(Deserialize)]
 struct Args {
@@ -50,87 +58,200 @@ pub struct BashTool {
 }
 
 impl BashTool {
+    /// A bash tool running commands in `cwd`; `before` runs before each command.
     pub fn new(cwd: PathBuf, before: Option<BeforeBash>) -> Self {
         BashTool { cwd, before }
     }
 }
 
-/// Merged output: everything until it grows past [`SPILL_AT`], then a spill file plus a tail.
+/// Merged output with bounded memory: the raw bytes go to a spill file once anything would be
+/// truncated (more than 50 KB or 2,000 lines, or a line longer than [`MAX_LINE_BYTES`]); in
+/// memory only a line-clipped rolling tail of at most ~2 × [`TAIL_KEEP`] bytes is kept.
 struct Output {
-    buf: Vec<u8>,
+    /// Raw bytes not yet in a spill file (at most [`MAX_BYTES`] + one chunk).
+    raw: Vec<u8>,
+    /// Clipped tail, starting at a line boundary.
+    tail: Vec<u8>,
     spill_path: Option<PathBuf>,
-    spill_file: Option<tokio::fs::File>,
+    spill_file: Option<std::io::BufWriter<std::fs::File>>,
     total_lines: usize,
     total_bytes: usize,
+    /// Bytes of the current line so far (raw).
+    line_bytes: usize,
+    /// The current line passed [`MAX_LINE_BYTES`] and is being dropped.
+    clipping: bool,
+    clipped_lines: usize,
 }
 
 impl Output {
-    async fn push(&mut self, chunk: &[u8]) {
-        self.total_bytes += chunk.len();
-        self.total_lines += chunk.iter().filter(|b| **b == b'\n').count();
-        if let Some(f) = &mut self.spill_file {
-            let _ = f.write_all(chunk).await;
-        }
-        self.buf.extend_from_slice(chunk);
-        if self.buf.len() > SPILL_AT {
-            if self.spill_path.is_none() {
-                let path = spill_path();
-                if let Ok(mut f) = tokio::fs::File::create(&path).await {
-                    let _ = f.write_all(&self.buf).await;
-                    self.spill_file = Some(f);
-                }
-                self.spill_path = Some(path);
-            }
-            // Keep a tail twice the result limit.
-            let keep = 2 * MAX_BYTES;
-            let cut = self.buf.len() - keep;
-            self.buf.drain(..cut);
+    fn new() -> Self {
+        Output {
+            raw: Vec::new(),
+            tail: Vec::new(),
+            spill_path: None,
+            spill_file: None,
+            total_lines: 0,
+            total_bytes: 0,
+            line_bytes: 0,
+            clipping: false,
+            clipped_lines: 0,
         }
     }
 
-    /// The tail within Pi's limits, and a notice when anything was cut.
-    async fn render(&mut self) -> (String, Option<Value>) {
-        let text = String::from_utf8_lossy(&self.buf).into_owned();
+    fn needs_spill(&self) -> bool {
+        self.total_bytes > MAX_BYTES || self.total_lines > MAX_LINES || self.clipped_lines > 0
+    }
+
+    fn ensure_spill(&mut self) {
+        if self.spill_path.is_some() {
+            return;
+        }
+        let path = spill_path();
+        if let Ok(f) = std::fs::File::create(&path) {
+            let mut w = std::io::BufWriter::with_capacity(256 * 1024, f);
+            let _ = w.write_all(&self.raw);
+            self.spill_file = Some(w);
+        }
+        self.raw = Vec::new();
+        self.spill_path = Some(path);
+    }
+
+    fn end_clip(&mut self) {
+        if self.clipping {
+            let marker = format!("... [line truncated: {} bytes]", self.line_bytes);
+            self.tail.extend_from_slice(marker.as_bytes());
+            self.clipping = false;
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.total_bytes += chunk.len();
+        for &b in chunk {
+            if b == b'\n' {
+                self.end_clip();
+                self.total_lines += 1;
+                self.line_bytes = 0;
+                self.tail.push(b);
+                continue;
+            }
+            self.line_bytes += 1;
+            if self.clipping {
+                continue;
+            }
+            // Past the limit, stop at the next char start (continuation bytes finish a char).
+            if self.line_bytes > MAX_LINE_BYTES && (b & 0xC0) != 0x80 {
+                self.clipping = true;
+                self.clipped_lines += 1;
+                continue;
+            }
+            self.tail.push(b);
+        }
+        if let Some(f) = &mut self.spill_file {
+            let _ = f.write_all(chunk);
+        } else {
+            self.raw.extend_from_slice(chunk);
+            if self.needs_spill() {
+                self.ensure_spill();
+            }
+        }
+        if self.tail.len() > 2 * TAIL_KEEP {
+            let cut = self.tail.len() - TAIL_KEEP;
+            // Start at a line boundary (lines are clipped, so one is near).
+            let at = self.tail[cut..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map(|p| cut + p + 1)
+                .unwrap_or(cut);
+            self.tail.drain(..at);
+        }
+    }
+
+    /// Lines counted the way Pi counts them (`split("\n").length`).
+    fn lines_total(&self) -> usize {
+        self.total_lines + 1
+    }
+
+    /// The tail within Pi's limits and, when anything was cut, Pi's notice and details.
+    fn render(&mut self) -> (String, Option<Value>) {
+        self.end_clip();
+        if self.needs_spill() {
+            self.ensure_spill();
+        }
+        if let Some(f) = &mut self.spill_file {
+            let _ = f.flush();
+        }
+        let text = String::from_utf8_lossy(&self.tail).into_owned();
         let lines: Vec<&str> = text.split('\n').collect();
         let mut kept: Vec<&str> = Vec::new();
         let mut bytes = 0;
+        let mut by_bytes = false;
         for l in lines.iter().rev() {
-            if kept.len() >= MAX_LINES || bytes + l.len() + 1 > MAX_BYTES {
+            if kept.len() >= MAX_LINES {
                 break;
             }
-            bytes += l.len() + 1;
+            let add = l.len() + usize::from(!kept.is_empty());
+            if bytes + add > MAX_BYTES {
+                by_bytes = true;
+                break;
+            }
+            bytes += add;
             kept.push(l);
         }
         kept.reverse();
-        let truncated = self.spill_path.is_some() || kept.len() < lines.len();
         let mut out = kept.join("\n");
-        if !truncated {
+        let Some(path) = self.spill_path.as_ref().map(|p| p.display().to_string()) else {
             return (out, None);
-        }
-        if self.spill_path.is_none() {
-            let path = spill_path();
-            let _ = tokio::fs::write(&path, &self.buf).await;
-            self.spill_path = Some(path);
-        }
-        if let Some(f) = &mut self.spill_file {
-            let _ = f.flush().await;
-        }
-        let total = self.total_lines + usize::from(!text.ends_with('\n'));
+        };
+        let total = self.lines_total();
         let first = total.saturating_sub(kept.len()) + 1;
-        let path = self
-            .spill_path
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        out.push_str(&format!(
-            "\n\n[Showing lines {first}-{total} of {total}. Full output: {path}]"
-        ));
+        let mut notice = if kept.len() < total {
+            if by_bytes {
+                format!("Showing lines {first}-{total} of {total} (50.0KB limit).")
+            } else {
+                format!("Showing lines {first}-{total} of {total}.")
+            }
+        } else {
+            String::new()
+        };
+        if self.clipped_lines > 0 {
+            if !notice.is_empty() {
+                notice.push(' ');
+            }
+            notice.push_str(&format!(
+                "{} line(s) longer than {MAX_LINE_BYTES} bytes were cut.",
+                self.clipped_lines
+            ));
+        }
+        out.push_str(&format!("\n\n[{notice} Full output: {path}]"));
+        let truncation = json!({
+            "truncated": true,
+            "truncatedBy": if by_bytes { "bytes" } else { "lines" },
+            "totalLines": total,
+            "totalBytes": self.total_bytes,
+            "outputLines": kept.len(),
+            "outputBytes": bytes,
+            "clippedLines": self.clipped_lines,
+            "maxLines": MAX_LINES,
+            "maxBytes": MAX_BYTES,
+        });
         (
             out,
-            Some(
-                json!({"truncation": {"truncated": true, "totalLines": total, "totalBytes": self.total_bytes}, "fullOutputPath": path}),
-            ),
+            Some(json!({"truncation": truncation, "fullOutputPath": path})),
         )
+    }
+
+    /// The last [`MAX_BYTES`] of the tail, for progress updates.
+    fn preview(&self) -> String {
+        let from = self.tail.len().saturating_sub(MAX_BYTES);
+        let mut s = &self.tail[from..];
+        while let Some((b, rest)) = s.split_first() {
+            if (b & 0xC0) == 0x80 {
+                s = rest;
+            } else {
+                break;
+            }
+        }
+        String::from_utf8_lossy(s).into_owned()
     }
 }
 
@@ -176,6 +297,21 @@ pub async fn kill_group(pgid: i32) {
         }
     }
     signal_group(pgid, Some(Signal::SIGKILL));
+}
+
+/// Kills the whole group with SIGKILL if the tool's future is dropped while the command runs
+/// (the loop gave up on it); disarmed once the command ended or was killed the normal way.
+struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed && self.pgid > 0 {
+            signal_group(self.pgid, Some(Signal::SIGKILL));
+        }
+    }
 }
 
 enum End {
@@ -229,6 +365,7 @@ impl Tool for BashTool {
             .spawn()
             .map_err(|e| ToolError::new(format!("Could not start bash: {e}")))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let mut guard = GroupGuard { pgid, armed: true };
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
         let mut readers = Vec::new();
         for pipe in [
@@ -247,7 +384,7 @@ impl Tool for BashTool {
             let tx = tx.clone();
             readers.push(tokio::spawn(async move {
                 let mut pipe = pipe;
-                let mut buf = vec![0u8; 16 * 1024];
+                let mut buf = vec![0u8; 64 * 1024];
                 loop {
                     match pipe.read(&mut buf).await {
                         Ok(0) | Err(_) => break,
@@ -261,13 +398,7 @@ impl Tool for BashTool {
             }));
         }
         drop(tx);
-        let mut out = Output {
-            buf: Vec::new(),
-            spill_path: None,
-            spill_file: None,
-            total_lines: 0,
-            total_bytes: 0,
-        };
+        let mut out = Output::new();
         let timeout = a.timeout.filter(|t| *t > 0.0);
         let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs_f64(t));
         let mut last_update = Instant::now();
@@ -281,10 +412,10 @@ impl Tool for BashTool {
                 }
                 chunk = rx.recv(), if pipes_open => match chunk {
                     Some(c) => {
-                        out.push(&c).await;
+                        out.push(&c);
                         if last_update.elapsed() >= Duration::from_millis(100) {
                             last_update = Instant::now();
-                            (ctx.on_update)(ToolOutput::text(String::from_utf8_lossy(&out.buf).into_owned()));
+                            (ctx.on_update)(ToolOutput::text(out.preview()));
                         }
                     }
                     None => pipes_open = false,
@@ -299,14 +430,17 @@ impl Tool for BashTool {
         let cap = Instant::now() + Duration::from_secs(1);
         while pipes_open && Instant::now() < cap {
             match tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
-                Ok(Some(c)) => out.push(&c).await,
+                Ok(Some(c)) => out.push(&c),
                 _ => break,
             }
         }
         for r in readers {
             r.abort();
         }
-        let (mut text, details) = out.render().await;
+        // Ended normally or killed through `kill_group`: background children of a command that
+        // exited are left running in their group (BASH-01).
+        guard.armed = false;
+        let (mut text, details) = out.render();
         if let Some(w) = warning {
             text = format!("[warning: {w}]\n{text}");
         }

@@ -8,7 +8,7 @@ use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_args, resolve_path};
+use super::{parse_args, resolve_path_in, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::fs::Fs;
 
@@ -24,11 +24,13 @@ struct Args {
 /// The `ls` tool.
 pub struct LsTool {
     fs: Arc<dyn Fs>,
+    state: Arc<ToolState>,
 }
 
 impl LsTool {
-    pub fn new(fs: Arc<dyn Fs>) -> Self {
-        LsTool { fs }
+    /// An ls tool over `fs` (paths confined as in `state`).
+    pub fn new(fs: Arc<dyn Fs>, state: Arc<ToolState>) -> Self {
+        LsTool { fs, state }
     }
 }
 
@@ -46,7 +48,11 @@ impl Tool for LsTool {
 
     async fn execute(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("ls", if args.is_null() { json!({}) } else { args })?;
-        let path = resolve_path(self.fs.root(), a.path.as_deref().unwrap_or("."))?;
+        let path = resolve_path_in(
+            self.fs.root(),
+            &self.state.allowed_dirs,
+            a.path.as_deref().unwrap_or("."),
+        )?;
         let mut entries = self
             .fs
             .list_dir(&path)

@@ -1,18 +1,25 @@
-//! The coding tools: `read`, `write`, `edit`, `bash`, `ls`, with Pi 0.73.1's names, parameter
-//! schemas and result texts. File tools go through [`crate::fs::Fs`]; only `bash` spawns
-//! processes.
+//! The coding tools: `read`, `write`, `edit`, `bash`, `grep`, `find`, `ls`, with Pi 0.73.1's
+//! names, parameter schemas and result texts. File tools go through [`crate::fs::Fs`]; only
+//! `bash` spawns processes.
 
 mod bash;
 mod edit;
+mod edit_match;
+mod find;
+mod grep;
 mod ls;
 mod read;
 mod write;
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-pub use bash::{BashTool, BeforeBash};
+pub use bash::{kill_group, BashTool, BeforeBash, KILL_GRACE};
 pub use edit::EditTool;
+pub use find::FindTool;
+pub use grep::GrepTool;
 pub use ls::LsTool;
 pub use read::ReadTool;
 pub use write::WriteTool;
@@ -28,15 +35,113 @@ pub const MAX_LINES: usize = 2000;
 /// Pi's output byte limit (50 KB).
 pub const MAX_BYTES: usize = 50 * 1024;
 
+/// What the model last saw of each file, for stale-read protection (case EDIT-08): a hash of
+/// the whole text at the time of the model's last `read` (or of the text its own successful
+/// `edit` / `write` produced), keyed by resolved path. One tracker per tool set, i.e. per
+/// session.
+#[derive(Debug, Default)]
+pub struct ReadTracker {
+    seen: Mutex<HashMap<PathBuf, u64>>,
+}
+
+fn text_hash(text: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+impl ReadTracker {
+    /// Records that the model now knows `text` as the content of `path`.
+    pub fn record(&self, path: &Path, text: &str) {
+        if let Ok(mut m) = self.seen.lock() {
+            m.insert(path.to_path_buf(), text_hash(text));
+        }
+    }
+
+    /// True when the model read `path` and its current `text` differs from what it read;
+    /// false when it matches or the model never read the file (Pi allows edits without a read).
+    pub fn changed_since_read(&self, path: &Path, text: &str) -> bool {
+        self.seen
+            .lock()
+            .ok()
+            .and_then(|m| m.get(path).copied())
+            .is_some_and(|h| h != text_hash(text))
+    }
+}
+
+/// State shared by the file tools of one tool set: the read tracker and the folders outside
+/// the workspace the user allowed.
+#[derive(Debug, Default)]
+pub struct ToolState {
+    /// What the model last read of each file.
+    pub reads: ReadTracker,
+    /// Folders outside the workspace that tools may use (absolute; from settings).
+    pub allowed_dirs: Vec<PathBuf>,
+}
+
+impl ToolState {
+    /// State for a workspace: `allowedDirs` (an array of folder paths, `~` expanded) from the
+    /// workspace's `.pi/settings.json` and from `~/.pi/agent/settings.json`
+    /// (`$PI_CODING_AGENT_DIR` replaces `~/.pi/agent`). Missing or malformed files give none.
+    pub fn for_workspace(root: &Path) -> Self {
+        let agent_dir = std::env::var_os("PI_CODING_AGENT_DIR")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pi/agent")));
+        let mut allowed_dirs = Vec::new();
+        for file in [
+            Some(root.join(".pi/settings.json")),
+            agent_dir.map(|d| d.join("settings.json")),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            for d in v
+                .get("allowedDirs")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(d) = d.as_str() {
+                    let p = expand_home(d);
+                    allowed_dirs.push(p.canonicalize().unwrap_or(p));
+                }
+            }
+        }
+        ToolState {
+            reads: ReadTracker::default(),
+            allowed_dirs,
+        }
+    }
+}
+
 /// The default tool set over `fs`; `before_bash` runs before every command (the editor uses it to
-/// bring the disk up to date with buffers the agent edited).
+/// bring the disk up to date with buffers the agent edited). Creates a fresh [`ToolState`] from
+/// the workspace settings.
 pub fn default_tools(fs: Arc<dyn Fs>, before_bash: Option<BeforeBash>) -> Vec<Arc<dyn Tool>> {
+    let state = Arc::new(ToolState::for_workspace(fs.root()));
+    tools_with_state(fs, before_bash, state)
+}
+
+/// The default tool set sharing `state` (see [`default_tools`]).
+pub fn tools_with_state(
+    fs: Arc<dyn Fs>,
+    before_bash: Option<BeforeBash>,
+    state: Arc<ToolState>,
+) -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(ReadTool::new(fs.clone())),
+        Arc::new(ReadTool::new(fs.clone(), state.clone())),
         Arc::new(BashTool::new(fs.root().to_path_buf(), before_bash)),
-        Arc::new(EditTool::new(fs.clone())),
-        Arc::new(WriteTool::new(fs.clone())),
-        Arc::new(LsTool::new(fs)),
+        Arc::new(EditTool::new(fs.clone(), state.clone())),
+        Arc::new(WriteTool::new(fs.clone(), state.clone())),
+        Arc::new(GrepTool::new(fs.root().to_path_buf(), state.clone())),
+        Arc::new(FindTool::new(fs.root().to_path_buf(), state.clone())),
+        Arc::new(LsTool::new(fs, state)),
     ]
 }
 
@@ -65,17 +170,33 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Resolves a tool's `path` argument: `~` expanded, relative to `root`, symlinks of existing
-/// ancestors followed, and refused when the result lies outside the workspace.
-pub fn resolve_path(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
-    let expanded = if input == "~" || input.starts_with("~/") {
+/// `~` and `~/…` with the home folder; a leading `@` dropped (Pi's `expandPath`).
+fn expand_home(input: &str) -> PathBuf {
+    let input = input.strip_prefix('@').unwrap_or(input);
+    if input == "~" || input.starts_with("~/") {
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
             .unwrap_or_default();
         home.join(input.trim_start_matches('~').trim_start_matches('/'))
     } else {
         PathBuf::from(input)
-    };
+    }
+}
+
+/// Resolves a tool's `path` argument: `~` expanded, relative to `root`, symlinks of existing
+/// ancestors followed, and refused when the result lies outside the workspace.
+pub fn resolve_path(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
+    resolve_path_in(root, &[], input)
+}
+
+/// [`resolve_path`], also accepting paths inside one of `allowed_dirs` (absolute, canonical
+/// folders the user allowed in settings).
+pub fn resolve_path_in(
+    root: &Path,
+    allowed_dirs: &[PathBuf],
+    input: &str,
+) -> Result<PathBuf, ToolError> {
+    let expanded = expand_home(input);
     let joined = normalize(&root.join(expanded));
     let root_real = root.canonicalize().unwrap_or_else(|_| normalize(root));
     // Canonicalize the longest existing ancestor so symlinks cannot lead outside.
@@ -101,7 +222,7 @@ pub fn resolve_path(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
             },
         }
     };
-    if real.starts_with(&root_real) {
+    if real.starts_with(&root_real) || allowed_dirs.iter().any(|d| real.starts_with(d)) {
         // Keep the caller's spelling under the root so editor URIs match what it opened.
         Ok(if joined.starts_with(root) {
             joined
@@ -110,10 +231,51 @@ pub fn resolve_path(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
         })
     } else {
         Err(ToolError::new(format!(
-            "Path {input} is outside the workspace {}; only files inside it can be used.",
+            "Path {input} is outside the workspace {}; only files inside it (or in a folder listed in allowedDirs of .pi/settings.json) can be used.",
             root.display()
         )))
     }
+}
+
+/// Pi's `truncateHead` without a line limit: whole lines of `text` within [`MAX_BYTES`], and
+/// whether anything was cut.
+pub(crate) fn head_bytes(text: &str) -> (String, bool) {
+    if text.len() <= MAX_BYTES {
+        return (text.to_string(), false);
+    }
+    let mut out = String::new();
+    for (i, line) in text.split('\n').enumerate() {
+        let add = line.len() + usize::from(i > 0);
+        if out.len() + add > MAX_BYTES {
+            break;
+        }
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(line);
+    }
+    (out, true)
+}
+
+/// The walk `grep` and `find` share: hidden files included, `.gitignore` / `.ignore` /
+/// `.git/info/exclude` respected even outside a git repository, `.git` itself skipped, entries
+/// in name order; `glob` (gitignore-style, as `rg --glob`) filters files when given.
+pub(crate) fn walker(path: &Path, glob: Option<&str>) -> Result<ignore::WalkBuilder, ToolError> {
+    let mut b = ignore::WalkBuilder::new(path);
+    b.hidden(false)
+        .require_git(false)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(|e| e.file_name() != ".git");
+    if let Some(g) = glob {
+        let mut ov = ignore::overrides::OverrideBuilder::new(path);
+        ov.add(g)
+            .map_err(|e| ToolError::new(format!("Invalid glob {g}: {e}")))?;
+        b.overrides(
+            ov.build()
+                .map_err(|e| ToolError::new(format!("Invalid glob {g}: {e}")))?,
+        );
+    }
+    Ok(b)
 }
 
 /// The path as the model should see it: relative to `root` when inside it.

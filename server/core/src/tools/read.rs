@@ -8,7 +8,7 @@ use pi_ai::{ContentBlock, ImageContent, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_args, resolve_path, MAX_BYTES, MAX_LINES};
+use super::{parse_args, resolve_path_in, ToolState, MAX_BYTES, MAX_LINES};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::fs::Fs;
 
@@ -22,11 +22,13 @@ struct Args {
 /// The `read` tool.
 pub struct ReadTool {
     fs: Arc<dyn Fs>,
+    state: Arc<ToolState>,
 }
 
 impl ReadTool {
-    pub fn new(fs: Arc<dyn Fs>) -> Self {
-        ReadTool { fs }
+    /// A read tool over `fs`; every text read is recorded in `state.reads`.
+    pub fn new(fs: Arc<dyn Fs>, state: Arc<ToolState>) -> Self {
+        ReadTool { fs, state }
     }
 }
 
@@ -44,13 +46,27 @@ fn image_mime(path: &str) -> Option<&'static str> {
     .map(|(_, m)| *m)
 }
 
-/// Selects lines `offset..offset+limit` (1-based) of `text`, truncated to Pi's limits, with the
-/// continuation notice Pi appends.
+/// Pi's `formatSize`: `512B`, `1.5KB`, `2.0MB`.
+pub(crate) fn format_size(bytes: usize) -> String {
+    if bytes < 1024 {
+        format!("{bytes}B")
+    } else if bytes < 1024 * 1024 {
+        format!("{:.1}KB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.1}MB", bytes as f64 / (1024.0 * 1024.0))
+    }
+}
+
+/// Selects lines `offset..offset+limit` (1-based) of `text`, truncated to Pi's limits (2,000
+/// lines / 50 KB, whole lines only), with Pi 0.73.1's continuation notices; `path` is the path
+/// as the model gave it (used in the long-line hint). Returns the text and, when truncated,
+/// Pi's `details.truncation`. `Err` is Pi's offset error.
 pub(crate) fn read_window(
     text: &str,
     offset: usize,
     limit: Option<usize>,
-) -> Result<String, String> {
+    path: &str,
+) -> Result<(String, Option<Value>), String> {
     let lines: Vec<&str> = text.split('\n').collect();
     let total = lines.len();
     let start = offset.max(1) - 1;
@@ -60,43 +76,91 @@ pub(crate) fn read_window(
         ));
     }
     let wanted_end = limit.map(|l| (start + l).min(total)).unwrap_or(total);
+    let selected = &lines[start..wanted_end];
+    let selected_bytes: usize =
+        selected.iter().map(|l| l.len()).sum::<usize>() + selected.len().saturating_sub(1);
+    let details = |by: &str, out_lines: usize, out_bytes: usize, first_exceeds: bool| {
+        json!({"truncation": {
+            "truncated": true, "truncatedBy": by, "totalLines": selected.len(),
+            "totalBytes": selected_bytes, "outputLines": out_lines, "outputBytes": out_bytes,
+            "lastLinePartial": false, "firstLineExceedsLimit": first_exceeds,
+            "maxLines": MAX_LINES, "maxBytes": MAX_BYTES}})
+    };
+    if selected.len() <= MAX_LINES && selected_bytes <= MAX_BYTES {
+        let out = selected.join("\n");
+        if wanted_end < total {
+            return Ok((
+                format!(
+                    "{out}\n\n[{} more lines in file. Use offset={} to continue.]",
+                    total - wanted_end,
+                    wanted_end + 1
+                ),
+                None,
+            ));
+        }
+        return Ok((out, None));
+    }
+    if selected[0].len() > MAX_BYTES {
+        return Ok((
+            format!(
+                "[Line {} is {}, exceeds {} limit. Use bash: sed -n '{}p' {path} | head -c {MAX_BYTES}]",
+                start + 1,
+                format_size(selected[0].len()),
+                format_size(MAX_BYTES),
+                start + 1
+            ),
+            Some(details("bytes", 0, 0, true)),
+        ));
+    }
     let mut out = String::new();
-    let mut end = start;
-    for (i, line) in lines[start..wanted_end].iter().enumerate() {
+    let mut kept = 0;
+    let mut by = "lines";
+    for (i, line) in selected.iter().enumerate().take(MAX_LINES) {
         let add = line.len() + usize::from(i > 0);
-        if i >= MAX_LINES || out.len() + add > MAX_BYTES {
+        if out.len() + add > MAX_BYTES {
+            by = "bytes";
             break;
         }
         if i > 0 {
             out.push('\n');
         }
         out.push_str(line);
-        end = start + i + 1;
+        kept += 1;
     }
-    if end == start && start < wanted_end {
-        let kb = lines[start].len() as f64 / 1024.0;
-        return Ok(format!(
-            "[Line {} is {kb:.1}KB, exceeds 50.0KB limit. Use bash: sed -n '{}p' FILE | head -c {MAX_BYTES}]",
-            start + 1,
-            start + 1
-        ));
-    }
-    if end < wanted_end {
-        let by_bytes = end - start < MAX_LINES;
-        let limit_note = if by_bytes { " (50.0KB limit)" } else { "" };
-        out.push_str(&format!(
-            "\n\n[Showing lines {}-{end} of {total}{limit_note}. Use offset={} to continue.]",
+    let end = start + kept;
+    let note = if by == "lines" {
+        format!(
+            "\n\n[Showing lines {}-{end} of {total}. Use offset={} to continue.]",
             start + 1,
             end + 1
-        ));
-    } else if end < total {
-        out.push_str(&format!(
-            "\n\n[{} more lines in file. Use offset={} to continue.]",
-            total - end,
+        )
+    } else {
+        format!(
+            "\n\n[Showing lines {}-{end} of {total} ({} limit). Use offset={} to continue.]",
+            start + 1,
+            format_size(MAX_BYTES),
             end + 1
-        ));
+        )
+    };
+    let out_bytes = out.len();
+    out.push_str(&note);
+    Ok((out, Some(details(by, kept, out_bytes, false))))
+}
+
+/// The image type of `bytes` by signature (PNG, JPEG, GIF, WebP), as Pi detects it from the
+/// file's content.
+fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
     }
-    Ok(out)
 }
 
 #[async_trait]
@@ -114,13 +178,18 @@ impl Tool for ReadTool {
 
     async fn execute(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
-        let path = resolve_path(self.fs.root(), &a.path)?;
-        if let Some(mime) = image_mime(&a.path) {
-            let bytes = self
+        let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
+        // Image by extension, confirmed by the content's signature (else read as text).
+        let image = match image_mime(&a.path) {
+            Some(_) => self
                 .fs
                 .read_bytes(&path)
                 .await
-                .map_err(|e| ToolError::new(e.to_string()))?;
+                .ok()
+                .and_then(|b| sniff_image(&b).map(|m| (m, b))),
+            None => None,
+        };
+        if let Some((mime, bytes)) = image {
             use base64::Engine as _;
             return Ok(ToolOutput {
                 terminate: false,
@@ -141,8 +210,14 @@ impl Tool for ReadTool {
             .map_err(|e| ToolError::new(e.to_string()))?;
         let offset = a.offset.map(|o| o.max(1.0) as usize).unwrap_or(1);
         let limit = a.limit.map(|l| l.max(1.0) as usize);
-        let text = read_window(&snap.text, offset, limit).map_err(ToolError::new)?;
-        Ok(ToolOutput::text(text))
+        let (text, details) =
+            read_window(&snap.text, offset, limit, &a.path).map_err(ToolError::new)?;
+        self.state.reads.record(&path, &snap.text);
+        Ok(ToolOutput {
+            content: vec![ContentBlock::text(text)],
+            details,
+            terminate: false,
+        })
     }
 }
 
@@ -152,13 +227,13 @@ mod tests {
 
     #[test]
     fn window_and_notices_match_pi() {
-        assert_eq!(read_window("a\nb\n", 1, None).unwrap(), "a\nb\n");
+        assert_eq!(read_window("a\nb\n", 1, None, "f").unwrap().0, "a\nb\n");
         assert_eq!(
-            read_window("alpha\nBETA\nc\nd", 2, Some(1)).unwrap(),
+            read_window("alpha\nBETA\nc\nd", 2, Some(1), "f").unwrap().0,
             "BETA\n\n[2 more lines in file. Use offset=3 to continue.]"
         );
         let big: String = (1..=2501).map(|i| format!("line {i}\n")).collect();
-        let out = read_window(big.trim_end(), 1, None).unwrap();
+        let out = read_window(big.trim_end(), 1, None, "f").unwrap().0;
         assert!(
             out.ends_with(
                 "line 2000\n\n[Showing lines 1-2000 of 2501. Use offset=2001 to continue.]"
@@ -167,8 +242,21 @@ mod tests {
             &out[out.len() - 80..]
         );
         assert_eq!(
-            read_window("x", 5, None).unwrap_err(),
+            read_window("x", 5, None, "f").unwrap_err(),
             "Offset 5 is beyond end of file (1 lines total)"
         );
+        let long = "x".repeat(60 * 1024);
+        assert_eq!(
+            read_window(&format!("a\n{long}\nb"), 2, None, "big.txt").unwrap().0,
+            "[Line 2 is 60.0KB, exceeds 50.0KB limit. Use bash: sed -n '2p' big.txt | head -c 51200]"
+        );
+        let wide: String = (0..100)
+            .map(|_| format!("{}\n", "y".repeat(1000)))
+            .collect();
+        let (out, details) = read_window(&wide, 1, None, "w").unwrap();
+        assert!(out.ends_with(
+            "\n\n[Showing lines 1-51 of 101 (50.0KB limit). Use offset=52 to continue.]"
+        ));
+        assert_eq!(details.unwrap()["truncation"]["outputLines"], 51);
     }
 }

@@ -1,5 +1,10 @@
 //! `write {path, content}`: creates or overwrites a file, creating parent folders; through the
 //! editor when one is attached.
+//!
+//! Case EDIT-06: when an overwrite shrinks a file by more than 90 % and the new content holds a
+//! placeholder such as `... existing code ...` (the model meant "keep the rest"), the write
+//! still happens (as in Pi) but the old text is first copied to a temp file and the result
+//! warns and names that copy.
 
 use std::sync::Arc;
 
@@ -8,7 +13,7 @@ use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{display_path, parse_args, resolve_path};
+use super::{display_path, parse_args, resolve_path_in, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::fs::Fs;
 
@@ -21,12 +26,24 @@ struct Args {
 /// The `write` tool.
 pub struct WriteTool {
     fs: Arc<dyn Fs>,
+    state: Arc<ToolState>,
 }
 
 impl WriteTool {
-    pub fn new(fs: Arc<dyn Fs>) -> Self {
-        WriteTool { fs }
+    /// A write tool over `fs`; the written text is recorded in `state.reads`.
+    pub fn new(fs: Arc<dyn Fs>, state: Arc<ToolState>) -> Self {
+        WriteTool { fs, state }
     }
+}
+
+/// True for text that looks like an elision placeholder (`// ... existing code ...`,
+/// `# ... rest unchanged ...`).
+fn has_placeholder(text: &str) -> bool {
+    text.lines().any(|l| {
+        let t = l.trim().to_ascii_lowercase();
+        (t.contains("...") || t.contains('…'))
+            && (t.contains("existing") || t.contains("unchanged") || t.contains("rest of"))
+    })
 }
 
 #[async_trait]
@@ -46,17 +63,40 @@ impl Tool for WriteTool {
         true
     }
 
-    async fn execute(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+    async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("write", args)?;
-        let path = resolve_path(self.fs.root(), &a.path)?;
+        let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
+        let shown = display_path(self.fs.root(), &path);
+        let mut warning = String::new();
+        if let Ok(old) = self.fs.read(&path).await {
+            if old.text.len() > 10 * a.content.len().max(1) && has_placeholder(&a.content) {
+                let copy = std::env::temp_dir().join(format!(
+                    "pi-write-backup-{}-{}",
+                    uuid::Uuid::new_v4(),
+                    path.file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                ));
+                let saved = crate::fs::atomic_write(&copy, old.text.as_bytes())
+                    .await
+                    .is_ok();
+                warning = format!(
+                    "\n\n[Warning: the new content is {} bytes, the old file was {} bytes, and it contains a placeholder like \"... existing code ...\": the omitted code is now gone from {shown}.{} Write the complete file, or use edit for partial changes.]",
+                    a.content.len(),
+                    old.text.len(),
+                    if saved { format!(" The previous text was saved to {}.", copy.display()) } else { String::new() }
+                );
+            }
+        }
+        let label = format!("pi: turn {} · write {shown} ({})", ctx.turn, ctx.call_id);
         self.fs
-            .write(&path, &a.content)
+            .write(&path, &a.content, &label)
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
+        self.state.reads.record(&path, &a.content);
         Ok(ToolOutput::text(format!(
-            "Successfully wrote {} bytes to {}",
+            "Successfully wrote {} bytes to {shown}{warning}",
             a.content.len(),
-            display_path(self.fs.root(), &path)
         )))
     }
 }

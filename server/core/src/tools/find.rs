@@ -1,0 +1,154 @@
+//! `find {pattern, path?, limit?}`: files (and folders, shown with a trailing `/`) whose path
+//! matches a glob, on ripgrep's `ignore` walk and `globset`, with Pi 0.73.1's parameters, texts
+//! and limits (1,000 results, 50 KB of output).
+//!
+//! Pattern rule (Pi passes it to `fd --glob`): a pattern without `/` matches the file name at any
+//! depth; one with `/` matches the path relative to the search folder, with `**/` put in front
+//! unless it starts with `/` (then anchored at the search folder) or `**`. Hidden files are
+//! included, `.gitignore` is respected even outside a git repository (`fd --no-require-git`),
+//! `.git` is skipped; results come in name order.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use globset::GlobBuilder;
+use pi_ai::ToolSpec;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{head_bytes, parse_args, resolve_path_in, walker, ToolState};
+use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
+
+/// Default result limit (Pi).
+pub const FIND_LIMIT: usize = 1000;
+
+#[derive(Deserialize)]
+struct Args {
+    pattern: String,
+    path: Option<String>,
+    limit: Option<f64>,
+}
+
+/// The `find` tool.
+pub struct FindTool {
+    root: PathBuf,
+    state: Arc<ToolState>,
+}
+
+impl FindTool {
+    /// A find tool searching under `root` (and allowed folders in `state`).
+    pub fn new(root: PathBuf, state: Arc<ToolState>) -> Self {
+        FindTool { root, state }
+    }
+}
+
+fn run(
+    search_path: &Path,
+    pattern: &str,
+    limit: usize,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<ToolOutput, ToolError> {
+    if !search_path.exists() {
+        return Err(ToolError::new(format!(
+            "Path not found: {}",
+            search_path.display()
+        )));
+    }
+    let full_path = pattern.contains('/');
+    let effective = if !full_path || pattern.starts_with("**") {
+        pattern.to_string()
+    } else if let Some(anchored) = pattern.strip_prefix('/') {
+        anchored.to_string()
+    } else {
+        format!("**/{pattern}")
+    };
+    let glob = GlobBuilder::new(&effective)
+        .literal_separator(full_path)
+        .build()
+        .map_err(|e| ToolError::new(format!("Invalid pattern {pattern}: {e}")))?
+        .compile_matcher();
+    let mut found: Vec<String> = Vec::new();
+    for entry in walker(search_path, None)?.build() {
+        if cancel.is_cancelled() {
+            return Err(ToolError::new("Operation aborted"));
+        }
+        let Ok(entry) = entry else { continue };
+        if entry.depth() == 0 {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(search_path) else {
+            continue;
+        };
+        let rel_s = rel.to_string_lossy().replace('\\', "/");
+        let hit = if full_path {
+            glob.is_match(&rel_s)
+        } else {
+            glob.is_match(entry.file_name())
+        };
+        if hit {
+            let dir = entry.file_type().is_some_and(|t| t.is_dir());
+            found.push(if dir { format!("{rel_s}/") } else { rel_s });
+            if found.len() >= limit {
+                break;
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(ToolOutput::text("No files found matching pattern"));
+    }
+    let (mut text, cut) = head_bytes(&found.join("\n"));
+    let mut details = Map::new();
+    let mut notices = Vec::new();
+    if found.len() >= limit {
+        notices.push(format!(
+            "{limit} results limit reached. Use limit={} for more, or refine pattern",
+            limit * 2
+        ));
+        details.insert("resultLimitReached".into(), json!(limit));
+    }
+    if cut {
+        notices.push("50.0KB limit reached".to_string());
+        details.insert(
+            "truncation".into(),
+            json!({"truncated": true, "truncatedBy": "bytes"}),
+        );
+    }
+    if !notices.is_empty() {
+        text.push_str(&format!("\n\n[{}]", notices.join(". ")));
+    }
+    Ok(ToolOutput {
+        content: vec![pi_ai::ContentBlock::text(text)],
+        details: (!details.is_empty()).then_some(Value::Object(details)),
+        terminate: false,
+    })
+}
+
+#[async_trait]
+impl Tool for FindTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "find".into(),
+            description: format!("Search for files by glob pattern. Returns matching file paths relative to the search directory. Respects .gitignore. Output is truncated to {FIND_LIMIT} results or 50KB (whichever is hit first)."),
+            parameters: json!({"type":"object","required":["pattern"],"properties":{
+                "pattern":{"type":"string","description":"Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'"},
+                "path":{"type":"string","description":"Directory to search in (default: current directory)"},
+                "limit":{"type":"number","description":"Maximum number of results (default: 1000)"}}}),
+        }
+    }
+
+    async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let a: Args = parse_args("find", args)?;
+        let path = resolve_path_in(
+            &self.root,
+            &self.state.allowed_dirs,
+            a.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("."),
+        )?;
+        let limit = a.limit.map(|l| l.max(1.0) as usize).unwrap_or(FIND_LIMIT);
+        let cancel = ctx.cancel.clone();
+        let pattern = a.pattern;
+        tokio::task::spawn_blocking(move || run(&path, &pattern, limit, &cancel))
+            .await
+            .map_err(|e| ToolError::new(format!("find failed: {e}")))?
+    }
+}

@@ -1,0 +1,253 @@
+//! `grep {pattern, path?, glob?, ignoreCase?, literal?, context?, limit?}` on ripgrep's crates
+//! (`ignore` for the walk, `grep-regex` + `grep-searcher` for matching), with Pi 0.73.1's
+//! parameters, output format (`path:line: text`, context lines `path-line- text`) and limits:
+//! 100 matches, lines cut to 500 chars, 50 KB of output, each with Pi's notice.
+//!
+//! Like `rg --hidden`: hidden files are searched; `.gitignore` / `.ignore` are respected even
+//! outside a git repository (Pi's `rg` needs a repository for that); `.git` is never searched;
+//! binary files are skipped. Files are visited in name order so results are stable. The search
+//! reads the disk (unsaved editor buffers are not searched).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::sinks::Lossy;
+use grep_searcher::{BinaryDetection, SearcherBuilder};
+use pi_ai::ToolSpec;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{head_bytes, parse_args, resolve_path_in, walker, ToolState, MAX_BYTES};
+use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
+
+/// Default match limit (Pi).
+pub const GREP_LIMIT: usize = 100;
+/// Longest line shown, in chars (Pi's `GREP_MAX_LINE_LENGTH`).
+pub const GREP_MAX_LINE_LENGTH: usize = 500;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Args {
+    pattern: String,
+    path: Option<String>,
+    glob: Option<String>,
+    ignore_case: Option<bool>,
+    literal: Option<bool>,
+    context: Option<f64>,
+    limit: Option<f64>,
+}
+
+/// The `grep` tool.
+pub struct GrepTool {
+    root: PathBuf,
+    state: Arc<ToolState>,
+}
+
+impl GrepTool {
+    /// A grep tool searching under `root` (and allowed folders in `state`).
+    pub fn new(root: PathBuf, state: Arc<ToolState>) -> Self {
+        GrepTool { root, state }
+    }
+}
+
+/// Pi's `truncateLine`: at most [`GREP_MAX_LINE_LENGTH`] chars, then `... [truncated]`.
+pub(crate) fn clip_line(line: &str) -> (String, bool) {
+    match line.char_indices().nth(GREP_MAX_LINE_LENGTH) {
+        None => (line.to_string(), false),
+        Some((i, _)) => (format!("{}... [truncated]", &line[..i]), true),
+    }
+}
+
+struct Search {
+    pattern: String,
+    ignore_case: bool,
+    literal: bool,
+    glob: Option<String>,
+    context: usize,
+    limit: usize,
+}
+
+fn run(
+    search_path: &Path,
+    s: &Search,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<ToolOutput, ToolError> {
+    let matcher = RegexMatcherBuilder::new()
+        .case_insensitive(s.ignore_case)
+        .fixed_strings(s.literal)
+        .build(&s.pattern)
+        .map_err(|e| ToolError::new(format!("Invalid pattern: {e}")))?;
+    let is_dir = search_path.is_dir();
+    if !is_dir && !search_path.is_file() {
+        return Err(ToolError::new(format!(
+            "Path not found: {}",
+            search_path.display()
+        )));
+    }
+    let format_path = |p: &Path| -> String {
+        if is_dir {
+            if let Ok(rel) = p.strip_prefix(search_path) {
+                if !rel.as_os_str().is_empty() {
+                    return rel.to_string_lossy().replace('\\', "/");
+                }
+            }
+        }
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut searcher = SearcherBuilder::new()
+        .line_number(true)
+        .binary_detection(BinaryDetection::quit(0))
+        .build();
+    let mut matches: Vec<(PathBuf, u64, String)> = Vec::new();
+    let mut limit_reached = false;
+    'walk: for entry in walker(search_path, s.glob.as_deref())?.build() {
+        if cancel.is_cancelled() {
+            return Err(ToolError::new("Operation aborted"));
+        }
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = entry.path().to_path_buf();
+        let mut found: Vec<(u64, String)> = Vec::new();
+        let room = s.limit - matches.len();
+        let _ = searcher.search_path(
+            &matcher,
+            &path,
+            Lossy(|n, line| {
+                found.push((n, line.to_string()));
+                Ok(found.len() < room)
+            }),
+        );
+        for (n, line) in found {
+            matches.push((path.clone(), n, line));
+            if matches.len() >= s.limit {
+                limit_reached = true;
+                break 'walk;
+            }
+        }
+    }
+    if matches.is_empty() {
+        return Ok(ToolOutput::text("No matches found"));
+    }
+    let mut lines_truncated = false;
+    let mut out: Vec<String> = Vec::new();
+    let mut cache: HashMap<PathBuf, Vec<String>> = HashMap::new();
+    for (path, n, text) in &matches {
+        let shown = format_path(path);
+        if s.context == 0 {
+            let clean = text
+                .trim_end_matches('\n')
+                .trim_end_matches('\r')
+                .replace('\r', "");
+            let (t, cut) = clip_line(&clean);
+            lines_truncated |= cut;
+            out.push(format!("{shown}:{n}: {t}"));
+            continue;
+        }
+        let lines = cache.entry(path.clone()).or_insert_with(|| {
+            std::fs::read(path)
+                .map(|b| {
+                    crate::fs::decode_text(b)
+                        .replace("\r\n", "\n")
+                        .replace('\r', "\n")
+                        .split('\n')
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        let n = *n as usize;
+        let start = n.saturating_sub(s.context).max(1);
+        let end = (n + s.context).min(lines.len());
+        for cur in start..=end {
+            let (t, cut) = clip_line(lines.get(cur - 1).map(String::as_str).unwrap_or(""));
+            lines_truncated |= cut;
+            out.push(if cur == n {
+                format!("{shown}:{cur}: {t}")
+            } else {
+                format!("{shown}-{cur}- {t}")
+            });
+        }
+    }
+    let (mut text, bytes_cut) = head_bytes(&out.join("\n"));
+    let mut details = Map::new();
+    let mut notices = Vec::new();
+    if limit_reached {
+        notices.push(format!(
+            "{} matches limit reached. Use limit={} for more, or refine pattern",
+            s.limit,
+            s.limit * 2
+        ));
+        details.insert("matchLimitReached".into(), json!(s.limit));
+    }
+    if bytes_cut {
+        notices.push("50.0KB limit reached".to_string());
+        details.insert(
+            "truncation".into(),
+            json!({"truncated": true, "truncatedBy": "bytes"}),
+        );
+    }
+    if lines_truncated {
+        notices.push(format!(
+            "Some lines truncated to {GREP_MAX_LINE_LENGTH} chars. Use read tool to see full lines"
+        ));
+        details.insert("linesTruncated".into(), json!(true));
+    }
+    if !notices.is_empty() {
+        text.push_str(&format!("\n\n[{}]", notices.join(". ")));
+    }
+    Ok(ToolOutput {
+        content: vec![pi_ai::ContentBlock::text(text)],
+        details: (!details.is_empty()).then_some(Value::Object(details)),
+        terminate: false,
+    })
+}
+
+#[async_trait]
+impl Tool for GrepTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "grep".into(),
+            description: format!("Search file contents for a pattern. Returns matching lines with file paths and line numbers. Respects .gitignore. Output is truncated to {GREP_LIMIT} matches or {}KB (whichever is hit first). Long lines are truncated to {GREP_MAX_LINE_LENGTH} chars.", MAX_BYTES / 1024),
+            parameters: json!({"type":"object","required":["pattern"],"properties":{
+                "pattern":{"type":"string","description":"Search pattern (regex or literal string)"},
+                "path":{"type":"string","description":"Directory or file to search (default: current directory)"},
+                "glob":{"type":"string","description":"Filter files by glob pattern, e.g. '*.ts' or '**/*.spec.ts'"},
+                "ignoreCase":{"type":"boolean","description":"Case-insensitive search (default: false)"},
+                "literal":{"type":"boolean","description":"Treat pattern as literal string instead of regex (default: false)"},
+                "context":{"type":"number","description":"Number of lines to show before and after each match (default: 0)"},
+                "limit":{"type":"number","description":"Maximum number of matches to return (default: 100)"}}}),
+        }
+    }
+
+    async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let a: Args = parse_args("grep", args)?;
+        let path = resolve_path_in(
+            &self.root,
+            &self.state.allowed_dirs,
+            a.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("."),
+        )?;
+        let search = Search {
+            pattern: a.pattern,
+            ignore_case: a.ignore_case.unwrap_or(false),
+            literal: a.literal.unwrap_or(false),
+            glob: a.glob.filter(|g| !g.is_empty()),
+            context: a
+                .context
+                .filter(|c| *c > 0.0)
+                .map(|c| c as usize)
+                .unwrap_or(0),
+            limit: a.limit.map(|l| l.max(1.0) as usize).unwrap_or(GREP_LIMIT),
+        };
+        let cancel = ctx.cancel.clone();
+        tokio::task::spawn_blocking(move || run(&path, &search, &cancel))
+            .await
+            .map_err(|e| ToolError::new(format!("grep failed: {e}")))?
+    }
+}

@@ -1,0 +1,232 @@
+//! The `bash` tool against real processes: cases BASH-01 (background child holds the pipes),
+//! BASH-03 (the whole group dies on abort and timeout, also when SIGTERM is ignored), BASH-04
+//! (huge output: tail, clipped lines, spill file, UTF-8 boundaries, exit code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pi_core::agent::{Tool, ToolContext, ToolError, ToolOutput};
+use pi_core::tools::BashTool;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+fn bash() -> BashTool {
+    BashTool::new(std::env::temp_dir(), None)
+}
+
+fn ctx(cancel: CancellationToken) -> ToolContext {
+    ToolContext {
+        call_id: "call_b".into(),
+        turn: 1,
+        cancel,
+        on_update: Arc::new(|_| {}),
+    }
+}
+
+async fn run(args: Value) -> Result<ToolOutput, ToolError> {
+    bash().execute(ctx(CancellationToken::new()), args).await
+}
+
+fn text_of(out: &ToolOutput) -> String {
+    match &out.content[0] {
+        pi_ai::ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+/// Live (not zombie) processes whose command line contains `marker`.
+fn survivors(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let state = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = state
+            .rfind(')')
+            .map(|i| state[i + 1..].trim_start().starts_with('Z'))
+            .unwrap_or(true);
+        if cmd.contains(marker) && !zombie && !cmd.contains("pgrep") {
+            out.push(cmd);
+        }
+    }
+    out
+}
+
+fn full_output_path(out: &Value) -> PathBuf {
+    PathBuf::from(out["fullOutputPath"].as_str().unwrap())
+}
+
+#[tokio::test]
+async fn bash01_background_child_does_not_hang() {
+    let t = Instant::now();
+    let out = run(json!({"command": "sleep 3 & echo done"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&out), "done\n");
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    let t = Instant::now();
+    let out = run(json!({"command": "(for i in $(seq 1 60); do echo tick; sleep 0.05; done) & sleep 0.3; echo fg-done"}))
+        .await
+        .unwrap();
+    assert!(text_of(&out).contains("fg-done"));
+    assert!(
+        t.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+async fn abort_kills_everything(command: &str, marker: &str) {
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c2.cancel();
+    });
+    let t = Instant::now();
+    let err = bash()
+        .execute(ctx(cancel), json!({"command": command}))
+        .await
+        .unwrap_err();
+    let took = t.elapsed();
+    assert!(err.message.ends_with("Command aborted"), "{}", err.message);
+    assert!(took < Duration::from_millis(1000), "took {took:?}");
+    assert_eq!(survivors(marker), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn bash03_abort_kills_group_within_500ms() {
+    abort_kills_everything(
+        "sleep 300.11 & (sleep 301.11 & wait) ; sleep 302.11",
+        ".11 ",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bash03_trap_term_is_killed() {
+    abort_kills_everything("sh -c 'trap \"\" TERM; sleep 303.12'", "303.12").await;
+}
+
+#[tokio::test]
+async fn bash03_tree_of_eight_children_ends() {
+    abort_kills_everything(
+        "for i in 1 2 3 4 5 6 7 8; do (trap '' TERM; sleep 304.13) & done; wait",
+        "304.13",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bash03_abort_during_yes_head() {
+    abort_kills_everything(
+        "yes pi-bash-yes-14 | head -c 1G > /dev/null; sleep 305.14",
+        "305.14",
+    )
+    .await;
+    assert_eq!(survivors("pi-bash-yes-14"), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn bash03_timeout_uses_the_same_path() {
+    let t = Instant::now();
+    let err = run(
+        json!({"command": "echo before; sh -c 'trap \"\" TERM; sleep 306.15'", "timeout": 0.5}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.message,
+        "before\n\n\nCommand timed out after 0.5 seconds"
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(1200),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(survivors("306.15"), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn exit_code_is_an_error_with_output() {
+    let err = run(json!({"command": "echo out; echo err >&2; exit 3"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.message, "out\nerr\n\n\nCommand exited with code 3");
+}
+
+#[tokio::test]
+async fn bash04_seq_3000_keeps_tail_and_spills() {
+    let out = run(json!({"command": "seq 3000"})).await.unwrap();
+    let details = out.details.clone().unwrap();
+    let path = full_output_path(&details);
+    // Pi counts lines as `split("\n")`: the empty piece after the last newline is line 3001.
+    let expected: String = (1002..=3000).map(|i| format!("{i}\n")).collect();
+    let got = text_of(&out);
+    let want = format!(
+        "{expected}\n\n[Showing lines 1002-3001 of 3001. Full output: {}]",
+        path.display()
+    );
+    assert!(
+        got == want,
+        "head {:?} tail {:?}",
+        &got[..40],
+        &got[got.len() - 120..]
+    );
+    let full: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), full);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[tokio::test]
+async fn bash04_long_line_is_clipped_with_marker() {
+    let out = run(json!({"command": "printf 'needle '; head -c 120000 /dev/zero | tr '\\0' x; echo; echo after"}))
+        .await
+        .unwrap();
+    let details = out.details.clone().unwrap();
+    let path = full_output_path(&details);
+    assert_eq!(
+        text_of(&out),
+        format!(
+            "needle {}... [line truncated: 120007 bytes]\nafter\n\n\n[1 line(s) longer than 2000 bytes were cut. Full output: {}]",
+            "x".repeat(1993),
+            path.display()
+        )
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 120007 + 7);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[tokio::test]
+async fn bash04_huge_output_bounded_and_utf8_safe() {
+    // 10,000 × é on one line, then a cut inside a character, then 300 MB of 'a' without newline.
+    let out = run(json!({"command": "for i in $(seq 1 10000); do printf 'é'; done; echo; printf '\\xc3' ; echo; head -c 300000000 /dev/zero | tr '\\0' a; exit 4"}))
+        .await
+        .unwrap_err();
+    let details = out.details.clone().unwrap();
+    let path = full_output_path(&details);
+    let text = out.message;
+    assert!(
+        text.starts_with(&format!(
+            "{}... [line truncated: 20000 bytes]\n\u{FFFD}\n",
+            "é".repeat(1000)
+        )),
+        "{}",
+        &text[..200]
+    );
+    assert!(text.ends_with(&format!("... [line truncated: 300000000 bytes]\n\n[2 line(s) longer than 2000 bytes were cut. Full output: {}]\n\nCommand exited with code 4", path.display())));
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        20000 + 1 + 2 + 300_000_000
+    );
+    assert_eq!(details["truncation"]["totalBytes"], json!(300_020_003u64));
+    std::fs::remove_file(path).unwrap();
+}

@@ -1,0 +1,414 @@
+//! The `edit`, `write` and `read` tools on real temp folders: cases EDIT-01..08 with the
+//! byte-exact inputs in `fixtures/cases/`, whole-value assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pi_core::agent::{Tool, ToolContext, ToolError, ToolOutput};
+use pi_core::fs::DiskFs;
+use pi_core::tools::{tools_with_state, ToolState};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+fn temp_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pi-tools-edit-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.canonicalize().unwrap()
+}
+
+fn case(name: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/cases")
+            .join(name),
+    )
+    .unwrap()
+}
+
+struct Ws {
+    dir: PathBuf,
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl Ws {
+    fn new() -> Self {
+        let dir = temp_dir();
+        let tools = tools_with_state(
+            Arc::new(DiskFs::new(dir.clone())),
+            None,
+            Arc::new(ToolState::default()),
+        );
+        Ws { dir, tools }
+    }
+
+    fn put(&self, name: &str, bytes: &[u8]) {
+        std::fs::write(self.dir.join(name), bytes).unwrap();
+    }
+
+    fn get(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.dir.join(name)).unwrap()
+    }
+
+    async fn call(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        let t = self.tools.iter().find(|t| t.spec().name == tool).unwrap();
+        let ctx = ToolContext {
+            call_id: "call_1".into(),
+            turn: 1,
+            cancel: CancellationToken::new(),
+            on_update: Arc::new(|_| {}),
+        };
+        t.execute(ctx, args).await
+    }
+
+    async fn edit(&self, path: &str, old: &str, new: &str) -> Result<ToolOutput, ToolError> {
+        self.call(
+            "edit",
+            json!({"path": path, "edits": [{"oldText": old, "newText": new}]}),
+        )
+        .await
+    }
+}
+
+impl Drop for Ws {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn text_of(out: &ToolOutput) -> String {
+    match &out.content[0] {
+        pi_ai::ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn edit01_crlf_kept_and_new_lines_use_crlf() {
+    let ws = Ws::new();
+    ws.put("f", &case("EDIT-01-crlf.txt"));
+    let out = ws.edit("f", "alpha\nbeta", "ALPHA\nBETA").await.unwrap();
+    assert_eq!(text_of(&out), "Successfully replaced 1 block(s) in f.");
+    assert_eq!(ws.get("f"), b"ALPHA\r\nBETA\r\ngamma");
+    // A CRLF oldText works the same; an added line gets the file's CRLF; no final newline added.
+    ws.put("g", &case("EDIT-01-crlf.txt"));
+    ws.edit("g", "beta\r\ngamma", "beta\ngamma\ndelta")
+        .await
+        .unwrap();
+    assert_eq!(ws.get("g"), b"alpha\r\nbeta\r\ngamma\r\ndelta");
+}
+
+#[tokio::test]
+async fn edit01_mixed_endings_untouched_lines_kept() {
+    let ws = Ws::new();
+    ws.put("m", b"a\r\nb\nc\r\n");
+    ws.edit("m", "b", "B").await.unwrap();
+    assert_eq!(ws.get("m"), b"a\r\nB\nc\r\n");
+}
+
+#[tokio::test]
+async fn edit02_bom_kept_once_and_never_gained() {
+    let ws = Ws::new();
+    ws.put("a.csv", &case("EDIT-02-bom-crlf.csv"));
+    ws.edit("a.csv", "name,age", "name,years").await.unwrap();
+    assert_eq!(ws.get("a.csv"), b"\xEF\xBB\xBFname,years\r\nbob,3\r\n");
+    ws.put("b.csv", b"name,age\r\nbob,3\r\n");
+    ws.edit("b.csv", "name,age", "name,years").await.unwrap();
+    assert_eq!(ws.get("b.csv"), b"name,years\r\nbob,3\r\n");
+}
+
+#[tokio::test]
+async fn edit03_overlapping_repeats_refused_file_unchanged() {
+    let ws = Ws::new();
+    ws.put("f", &case("EDIT-03-overlap.txt"));
+    let before = std::fs::metadata(ws.dir.join("f"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let err = ws.edit("f", "foo\nfoo\n", "replacement").await.unwrap_err();
+    assert_eq!(
+        err.message,
+        "Found 2 occurrences of the text in f (starting at lines 1, 2). The text must be unique. Please provide more context to make it unique."
+    );
+    assert_eq!(ws.get("f"), case("EDIT-03-overlap.txt"));
+    let after = std::fs::metadata(ws.dir.join("f"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(before, after);
+}
+
+#[tokio::test]
+async fn edit03_overlapping_edits_refused() {
+    let ws = Ws::new();
+    ws.put("f", b"abcdef\n");
+    let err = ws
+        .call("edit", json!({"path":"f","edits":[{"oldText":"abc","newText":"x"},{"oldText":"cde","newText":"y"}]}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "edits[0] and edits[1] overlap in f. Merge them into one edit or target disjoint regions."
+    );
+    assert_eq!(ws.get("f"), b"abcdef\n");
+}
+
+#[tokio::test]
+async fn edit04_spaces_for_tab_fall_back_and_keep_tabs() {
+    let ws = Ws::new();
+    ws.put("f.go", &case("EDIT-04-tabs.go"));
+    ws.edit("f.go", "    return 1", "    return 2")
+        .await
+        .unwrap();
+    assert_eq!(
+        ws.get("f.go"),
+        b"func f() {\n\treturn 2\n}\n\n\nfunc g() {}\n"
+    );
+}
+
+#[tokio::test]
+async fn edit04_multi_line_reindent() {
+    let ws = Ws::new();
+    ws.put("f.go", b"func f() {\n\tif x {\n\t\treturn 1\n\t}\n}\n");
+    ws.edit(
+        "f.go",
+        "    if x {\n        return 1\n    }",
+        "    if x {\n        y()\n        return 2\n    }",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ws.get("f.go"),
+        b"func f() {\n\tif x {\n\t\ty()\n\t\treturn 2\n\t}\n}\n"
+    );
+}
+
+#[tokio::test]
+async fn edit04_blank_line_count_differs_shows_closest_region() {
+    let ws = Ws::new();
+    ws.put("f.go", &case("EDIT-04-tabs.go"));
+    let err = ws
+        .edit("f.go", "}\n\nfunc g", "}\nfunc g")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Could not find the exact text in f.go. The old text must match exactly including all whitespace and newlines.\n\n\
+Closest text in the file, lines 3-5 (→ is a tab, · a space):\n    3  }\n    4  \n    5  \nYour oldText:\n       }\n       \n       func·g"
+    );
+    assert_eq!(ws.get("f.go"), case("EDIT-04-tabs.go"));
+}
+
+#[tokio::test]
+async fn edit04_partial_line_when_unique() {
+    let ws = Ws::new();
+    ws.put("f.go", &case("EDIT-04-tabs.go"));
+    ws.edit("f.go", "return", "yield").await.unwrap();
+    assert_eq!(
+        ws.get("f.go"),
+        b"func f() {\n\tyield 1\n}\n\n\nfunc g() {}\n"
+    );
+}
+
+#[tokio::test]
+async fn edit04_not_found_shows_tabs_visibly() {
+    let ws = Ws::new();
+    ws.put("f.go", &case("EDIT-04-tabs.go"));
+    let err = ws
+        .edit("f.go", "\treturn 7", "\treturn 2")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Could not find the exact text in f.go. The old text must match exactly including all whitespace and newlines.\n\n\
+Closest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  →return·1\nYour oldText:\n       →return·7"
+    );
+}
+
+#[tokio::test]
+async fn fuzzy_match_replaces_only_the_matched_range() {
+    let ws = Ws::new();
+    // Smart quotes and an en dash in the file, trailing spaces on another line.
+    ws.put(
+        "q.txt",
+        "keep   \nsay \u{201C}hi\u{201D} \u{2013} now\nend  \n".as_bytes(),
+    );
+    ws.edit("q.txt", "say \"hi\" - now", "say \"bye\"")
+        .await
+        .unwrap();
+    assert_eq!(ws.get("q.txt"), b"keep   \nsay \"bye\"\nend  \n");
+}
+
+#[tokio::test]
+async fn edit06_failed_edit_leaves_bytes_and_mtime() {
+    let ws = Ws::new();
+    ws.put("f", b"x = 1\n");
+    let before = std::fs::metadata(ws.dir.join("f"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let err = ws.edit("f", "nothing like it", "y").await.unwrap_err();
+    assert_eq!(
+        err.message,
+        "Could not find the exact text in f. The old text must match exactly including all whitespace and newlines."
+    );
+    assert_eq!(ws.get("f"), b"x = 1\n");
+    assert_eq!(
+        before,
+        std::fs::metadata(ws.dir.join("f"))
+            .unwrap()
+            .modified()
+            .unwrap()
+    );
+    let names: Vec<String> = std::fs::read_dir(&ws.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["f".to_string()]);
+}
+
+#[tokio::test]
+async fn edit06_placeholder_write_warns_and_keeps_a_copy() {
+    let ws = Ws::new();
+    let big: String = (1..=2000).map(|i| format!("line {i}\n")).collect();
+    ws.put("big.rs", big.as_bytes());
+    let content: String = (0..20)
+        .map(|i| {
+            if i == 10 {
+                "// ... existing code ...\n".to_string()
+            } else {
+                format!("new {i}\n")
+            }
+        })
+        .collect();
+    let out = ws
+        .call("write", json!({"path":"big.rs","content": content}))
+        .await
+        .unwrap();
+    let text = text_of(&out);
+    let copy = text
+        .split("The previous text was saved to ")
+        .nth(1)
+        .and_then(|r| r.split(". Write the complete file").next())
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        text,
+        format!("Successfully wrote {} bytes to big.rs\n\n[Warning: the new content is {} bytes, the old file was {} bytes, and it contains a placeholder like \"... existing code ...\": the omitted code is now gone from big.rs. The previous text was saved to {copy}. Write the complete file, or use edit for partial changes.]", content.len(), content.len(), big.len())
+    );
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), big);
+    assert_eq!(ws.get("big.rs"), content.as_bytes());
+    std::fs::remove_file(copy).unwrap();
+}
+
+#[tokio::test]
+async fn edit08_changed_since_read_is_refused() {
+    let ws = Ws::new();
+    ws.put("f", b"x = 1\ny = 2\n");
+    ws.call("read", json!({"path":"f"})).await.unwrap();
+    // Someone else changes the file after the model read it.
+    ws.put("f", b"x = 1\ny = 3\n");
+    let err = ws.edit("f", "y = 2", "y = 5").await.unwrap_err();
+    assert_eq!(
+        err.message,
+        "f changed since you read it (edited in the editor, on disk or by a command); nothing was changed. Read it again and redo the edit against the current text.\n\n\
+Closest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\nYour oldText:\n       y·=·2"
+    );
+    assert_eq!(ws.get("f"), b"x = 1\ny = 3\n");
+    // After reading again the edit goes through; its own result counts as read.
+    ws.call("read", json!({"path":"f"})).await.unwrap();
+    ws.edit("f", "y = 3", "y = 5").await.unwrap();
+    ws.edit("f", "x = 1", "x = 0").await.unwrap();
+    assert_eq!(ws.get("f"), b"x = 0\ny = 5\n");
+}
+
+#[tokio::test]
+async fn edit_details_carry_a_unified_diff() {
+    let ws = Ws::new();
+    ws.put("d.txt", b"a\nb\nc\n");
+    let out = ws.edit("d.txt", "b", "B").await.unwrap();
+    assert_eq!(
+        out.details,
+        Some(
+            json!({"diff": "--- d.txt\n+++ d.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n", "firstChangedLine": 2})
+        )
+    );
+}
+
+#[tokio::test]
+async fn edit_single_form_and_empty_old_text() {
+    let ws = Ws::new();
+    ws.put("s", b"one\n");
+    ws.call("edit", json!({"path":"s","oldText":"one","newText":"two"}))
+        .await
+        .unwrap();
+    assert_eq!(ws.get("s"), b"two\n");
+    let err = ws.edit("s", "", "x").await.unwrap_err();
+    assert_eq!(err.message, "oldText must not be empty in s.");
+}
+
+#[tokio::test]
+async fn paths_outside_refused_unless_allowed() {
+    let ws = Ws::new();
+    let outside = temp_dir();
+    std::fs::write(outside.join("o.txt"), "out\n").unwrap();
+    let p = outside.join("o.txt").display().to_string();
+    let err = ws.call("read", json!({"path": p})).await.unwrap_err();
+    assert_eq!(
+        err.message,
+        format!("Path {p} is outside the workspace {}; only files inside it (or in a folder listed in allowedDirs of .pi/settings.json) can be used.", ws.dir.display())
+    );
+    std::os::unix::fs::symlink(&outside, ws.dir.join("link")).unwrap();
+    assert!(ws
+        .call("read", json!({"path": "link/o.txt"}))
+        .await
+        .is_err());
+    // Allowed through settings.
+    std::fs::create_dir_all(ws.dir.join(".pi")).unwrap();
+    std::fs::write(
+        ws.dir.join(".pi/settings.json"),
+        json!({"allowedDirs": [outside.display().to_string()]}).to_string(),
+    )
+    .unwrap();
+    let state = Arc::new(ToolState::for_workspace(&ws.dir));
+    let tools = tools_with_state(Arc::new(DiskFs::new(ws.dir.clone())), None, state);
+    let read = tools.iter().find(|t| t.spec().name == "read").unwrap();
+    let ctx = ToolContext {
+        call_id: "c".into(),
+        turn: 1,
+        cancel: CancellationToken::new(),
+        on_update: Arc::new(|_| {}),
+    };
+    let out = read.execute(ctx.clone(), json!({"path": p})).await.unwrap();
+    assert_eq!(text_of(&out), "out\n");
+    let out = read
+        .execute(ctx, json!({"path": "link/o.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&out), "out\n");
+    std::fs::remove_dir_all(outside).unwrap();
+}
+
+#[tokio::test]
+async fn prepare_arguments_like_pi() {
+    let ws = Ws::new();
+    let edit = ws.tools.iter().find(|t| t.spec().name == "edit").unwrap();
+    assert_eq!(
+        edit.prepare_arguments(
+            json!({"path": "f", "edits": "[{\"oldText\":\"a\",\"newText\":\"b\"}]"})
+        ),
+        json!({"path": "f", "edits": [{"oldText": "a", "newText": "b"}]})
+    );
+    assert_eq!(
+        edit.prepare_arguments(json!({"path": "f", "oldText": "a", "newText": "b"})),
+        json!({"path": "f", "edits": [{"oldText": "a", "newText": "b"}]})
+    );
+    let err = ws
+        .call("edit", json!({"path": "f", "edits": []}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Edit tool input is invalid. edits must contain at least one replacement."
+    );
+}

@@ -1,0 +1,220 @@
+//! `grep`, `find`, `ls` and `read` on `fixtures/workspaces/search` (copied to a temp folder, with
+//! git-ignored files added there): Pi's parameters, limits and notices, whole-value assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pi_core::agent::{Tool, ToolContext, ToolError, ToolOutput};
+use pi_core::fs::DiskFs;
+use pi_core::tools::default_tools;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+struct Ws {
+    dir: PathBuf,
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl Ws {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("pi-tools-search-{}", uuid::Uuid::new_v4()));
+        copy_dir(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/workspaces/search"),
+            &dir,
+        );
+        let dir = dir.canonicalize().unwrap();
+        std::fs::create_dir_all(dir.join("ignored")).unwrap();
+        std::fs::write(dir.join("ignored/secret.txt"), "needle\n").unwrap();
+        std::fs::write(dir.join("debug.log"), "needle\n").unwrap();
+        std::fs::create_dir_all(dir.join(".git")).unwrap();
+        std::fs::write(dir.join(".git/HEAD"), "needle\n").unwrap();
+        let tools = default_tools(Arc::new(DiskFs::new(dir.clone())), None);
+        Ws { dir, tools }
+    }
+
+    async fn call(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        let t = self.tools.iter().find(|t| t.spec().name == tool).unwrap();
+        let ctx = ToolContext {
+            call_id: "call_s".into(),
+            turn: 1,
+            cancel: CancellationToken::new(),
+            on_update: Arc::new(|_| {}),
+        };
+        t.execute(ctx, args).await
+    }
+
+    async fn text(&self, tool: &str, args: Value) -> String {
+        text_of(&self.call(tool, args).await.unwrap())
+    }
+}
+
+impl Drop for Ws {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn text_of(out: &ToolOutput) -> String {
+    match &out.content[0] {
+        pi_ai::ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn tool_set_names() {
+    let ws = Ws::new();
+    let names: Vec<String> = ws.tools.iter().map(|t| t.spec().name).collect();
+    assert_eq!(
+        names,
+        ["read", "bash", "edit", "write", "grep", "find", "ls"]
+    );
+}
+
+#[tokio::test]
+async fn grep_respects_gitignore_and_includes_hidden() {
+    let ws = Ws::new();
+    let out = ws.call("grep", json!({"pattern": "needle"})).await.unwrap();
+    let long = format!("start needle{}", "y".repeat(488));
+    assert_eq!(
+        text_of(&out),
+        format!(".hidden/conf.toml:1: needle = true\ndocs/long.txt:1: {long}... [truncated]\nsrc/main.rs:2:     let needle = 1;\nsrc/main.rs:3:     println!(\"{{}}\", needle);\n\n[Some lines truncated to 500 chars. Use read tool to see full lines]")
+    );
+    assert_eq!(out.details, Some(json!({"linesTruncated": true})));
+}
+
+#[tokio::test]
+async fn grep_options() {
+    let ws = Ws::new();
+    assert_eq!(
+        ws.text("grep", json!({"pattern": "NEEDLE", "ignoreCase": true, "glob": "*.rs"})).await,
+        "src/lib.rs:2: // Needle in caps\nsrc/main.rs:2:     let needle = 1;\nsrc/main.rs:3:     println!(\"{}\", needle);"
+    );
+    assert_eq!(
+        ws.text("grep", json!({"pattern": "(b)", "literal": true}))
+            .await,
+        "docs/regex.txt:1: a (b) c"
+    );
+    assert_eq!(
+        ws.text("grep", json!({"pattern": "let needle", "context": 1, "path": "src"})).await,
+        "main.rs-1- fn main() {\nmain.rs:2:     let needle = 1;\nmain.rs-3-     println!(\"{}\", needle);"
+    );
+    assert_eq!(
+        ws.text("grep", json!({"pattern": "needle", "path": "src/main.rs", "limit": 1})).await,
+        "main.rs:2:     let needle = 1;\n\n[1 matches limit reached. Use limit=2 for more, or refine pattern]"
+    );
+    assert_eq!(
+        ws.text("grep", json!({"pattern": "nothing-here"})).await,
+        "No matches found"
+    );
+    let err = ws.call("grep", json!({"pattern": "("})).await.unwrap_err();
+    assert!(
+        err.message.starts_with("Invalid pattern: "),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
+async fn find_globs_and_limits() {
+    let ws = Ws::new();
+    assert_eq!(
+        ws.text("find", json!({"pattern": "*.rs"})).await,
+        "src/lib.rs\nsrc/main.rs"
+    );
+    assert_eq!(
+        ws.text("find", json!({"pattern": "src/*.rs"})).await,
+        "src/lib.rs\nsrc/main.rs"
+    );
+    assert_eq!(
+        ws.text("find", json!({"pattern": "*.toml"})).await,
+        ".hidden/conf.toml"
+    );
+    assert_eq!(
+        ws.text("find", json!({"pattern": "*.log"})).await,
+        "No files found matching pattern"
+    );
+    let out = ws
+        .call("find", json!({"pattern": "*", "limit": 2}))
+        .await
+        .unwrap();
+    assert_eq!(
+        text_of(&out),
+        ".gitignore\n.hidden/\n\n[2 results limit reached. Use limit=4 for more, or refine pattern]"
+    );
+    assert_eq!(out.details, Some(json!({"resultLimitReached": 2})));
+}
+
+#[tokio::test]
+async fn grep_match_limit_default_is_100() {
+    let ws = Ws::new();
+    let many: String = (0..150).map(|i| format!("hit {i}\n")).collect();
+    std::fs::write(ws.dir.join("many.txt"), many).unwrap();
+    let out = ws
+        .call("grep", json!({"pattern": "hit", "path": "many.txt"}))
+        .await
+        .unwrap();
+    let want: String = (0..100)
+        .map(|i| format!("many.txt:{}: hit {i}\n", i + 1))
+        .collect();
+    assert_eq!(
+        text_of(&out),
+        format!(
+            "{}\n[100 matches limit reached. Use limit=200 for more, or refine pattern]",
+            want
+        )
+    );
+}
+
+#[tokio::test]
+async fn ls_lists_with_slashes_and_dotfiles() {
+    let ws = Ws::new();
+    assert_eq!(
+        ws.text("ls", json!({})).await,
+        ".git/\n.gitignore\n.hidden/\ndebug.log\ndocs/\nignored/\nREADME.md\nsrc/"
+    );
+}
+
+#[tokio::test]
+async fn read_offset_limit_and_notices() {
+    let ws = Ws::new();
+    assert_eq!(
+        ws.text(
+            "read",
+            json!({"path": "src/main.rs", "offset": 2, "limit": 1})
+        )
+        .await,
+        "    let needle = 1;\n\n[3 more lines in file. Use offset=3 to continue.]"
+    );
+    let err = ws
+        .call("read", json!({"path": "src/main.rs", "offset": 9}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Offset 9 is beyond end of file (5 lines total)"
+    );
+    let home_err = ws
+        .call("read", json!({"path": "~/.bashrc"}))
+        .await
+        .unwrap_err();
+    assert!(
+        home_err.message.contains("is outside the workspace"),
+        "{}",
+        home_err.message
+    );
+}

@@ -1,0 +1,145 @@
+//! Bench: the coding tools through the real `pi-lsp` binary over stdio.
+//! - an `edit` on a 50,000-line open buffer: time from `tool_execution_start` to
+//!   `tool_execution_end` as the client sees them (matching, position conversion, the
+//!   `workspace/applyEdit` round trip through the fake editor, its full-text `didChange` of the
+//!   1.6 MB buffer, and writing the buffer to disk);
+//! - `grep` over 20,000 files, same measure, next to the `rg` binary when one is on `PATH`.
+//!
+//! Run: `cargo bench -p pi-e2e --bench tools` (uses the release binary when `PI_LSP_BIN` points
+//! to it).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::time::{Duration, Instant};
+
+use pi_e2e::lsp_client::{agent_env, EditorBehavior, LspClient};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::{pi_lsp_bin, TempDir};
+use serde_json::{json, Value};
+
+fn stats(name: &str, mut v: Vec<Duration>) {
+    v.sort();
+    println!(
+        "{name:<60} min {:>9.2?}  median {:>9.2?}",
+        v[0],
+        v[v.len() / 2]
+    );
+}
+
+/// Client-side time between the start and end events of the first call of `tool`.
+fn tool_time(events: &[(Instant, Value)], tool: &str) -> Duration {
+    let at = |ty: &str| {
+        events
+            .iter()
+            .find(|(_, e)| e["event"]["type"] == ty && e["event"]["toolName"] == tool)
+            .map(|(t, _)| *t)
+            .unwrap()
+    };
+    at("tool_execution_end") - at("tool_execution_start")
+}
+
+async fn timed_run(c: &mut LspClient) -> Vec<(Instant, Value)> {
+    let mut out = Vec::new();
+    loop {
+        let n = c.next_notification(Duration::from_secs(60)).await.unwrap();
+        if n["method"] == "agent/event" {
+            let done = n["params"]["event"]["type"] == "agent_end";
+            out.push((Instant::now(), n["params"].clone()));
+            if done {
+                return out;
+            }
+        }
+    }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let bin = pi_lsp_bin();
+        println!("binary: {}", bin.display());
+        let tmp = TempDir::new("bench-tools");
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let file = ws.join("big.rs");
+        let big: String = (0..50_000)
+            .map(|i| format!("    let value_{i} = compute({i}); // 🦊 line\n"))
+            .collect();
+        std::fs::write(&file, &big).unwrap();
+
+        let mut edits = Vec::new();
+        for round in 0..7 {
+            let mock = MockModel::start_with_delay(
+                vec![
+                    Step::call(
+                        "e1",
+                        "edit",
+                        json!({"path": "big.rs", "edits": [{"oldText": "let value_49990 = compute(49990);", "newText": format!("let value_49990 = compute({round});")}]}),
+                    ),
+                    Step::text("done"),
+                ],
+                Duration::ZERO,
+            )
+            .await;
+            let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[("PI_LSP_LOG", "warn")]);
+            let mut c = LspClient::start(&bin, &ws, &env, EditorBehavior::default()).await;
+            c.open(&file, &big).await;
+            c.request("agent/prompt", json!({"text": "edit"})).await.unwrap();
+            let events = timed_run(&mut c).await;
+            edits.push(tool_time(&events, "edit"));
+            c.shutdown().await;
+            std::fs::write(&file, &big).unwrap();
+        }
+        stats("edit on a 50,000-line open buffer (start → end event)", edits);
+
+        let tree = ws.join("tree");
+        for d in 0..200 {
+            let dir = tree.join(format!("d{d}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in 0..100 {
+                std::fs::write(
+                    dir.join(format!("f{f}.txt")),
+                    format!("alpha beta\ngamma {d} {f}\nneedle_{d}_{f}_x\n"),
+                )
+                .unwrap();
+            }
+        }
+        let mut greps = Vec::new();
+        for _ in 0..5 {
+            let mock = MockModel::start_with_delay(
+                vec![
+                    Step::call("g1", "grep", json!({"pattern": "needle_199_99_x", "path": "tree"})),
+                    Step::text("done"),
+                ],
+                Duration::ZERO,
+            )
+            .await;
+            let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[("PI_LSP_LOG", "warn")]);
+            let mut c = LspClient::start(&bin, &ws, &env, EditorBehavior::default()).await;
+            c.request("agent/prompt", json!({"text": "grep"})).await.unwrap();
+            let events = timed_run(&mut c).await;
+            greps.push(tool_time(&events, "grep"));
+            c.shutdown().await;
+        }
+        stats("grep over 20,000 files (start → end event)", greps);
+        let mut rg = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            match std::process::Command::new("rg")
+                .args(["-n", "--hidden", "needle_199_99_x"])
+                .arg(&tree)
+                .output()
+            {
+                Ok(_) => rg.push(t.elapsed()),
+                Err(_) => break,
+            }
+        }
+        if rg.is_empty() {
+            println!("rg not on PATH: no comparison");
+        } else {
+            stats("rg binary, same search", rg);
+        }
+    });
+}

@@ -1,0 +1,308 @@
+//! The coding tools through the real `pi-lsp` binary over stdio, a fake editor and the loopback
+//! mock model: stale-read refusal after the user typed (EDIT-08), a client declining the edit
+//! (LSP-02), ranges in UTF-16 and UTF-8 on lines with emoji, CJK and combining marks (LSP-01),
+//! and the undo label of every `workspace/applyEdit`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use pi_e2e::lsp_client::{agent_env, file_uri, EditorBehavior, LspClient};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::{pi_lsp_bin, TempDir};
+use serde_json::{json, Value};
+
+async fn start(ws: &Path, mock: &MockModel, behavior: EditorBehavior) -> LspClient {
+    let env = agent_env(&ws.join("../agent"), &mock.models_json(), &[]);
+    LspClient::start(&pi_lsp_bin(), ws, &env, behavior).await
+}
+
+fn tool_result(events: &[Value], tool: &str) -> (String, bool) {
+    let e = events
+        .iter()
+        .find(|e| e["event"]["type"] == "tool_execution_end" && e["event"]["toolName"] == tool)
+        .unwrap_or_else(|| panic!("no tool_execution_end for {tool}"));
+    (
+        e["event"]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        e["event"]["isError"].as_bool().unwrap(),
+    )
+}
+
+fn apply_edits(c: &LspClient) -> Vec<Value> {
+    c.log()
+        .into_iter()
+        .filter(|m| m["method"] == "workspace/applyEdit")
+        .map(|m| m["params"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn edit_refused_after_the_user_typed_in_the_buffer() {
+    let tmp = TempDir::new("stale");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let file = ws.join("f.py");
+    std::fs::write(&file, "x = 1\ny = 2\n").unwrap();
+    // Slow chunks give the "user" time to type between the read and the edit.
+    let mock = MockModel::start_with_delay(
+        vec![
+            Step::call("call_read", "read", json!({"path": "f.py"})),
+            Step::call(
+                "call_edit",
+                "edit",
+                json!({"path": "f.py", "edits": [{"oldText": "y = 2", "newText": "y = 5"}]}),
+            ),
+            Step::text("I will read it again."),
+        ],
+        Duration::from_millis(60),
+    )
+    .await;
+    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    c.open(&file, "x = 1\ny = 2\n").await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "set y to 5", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    let mut events = Vec::new();
+    loop {
+        let n = c.next_notification(Duration::from_secs(10)).await.unwrap();
+        if n["method"] != "agent/event" {
+            continue;
+        }
+        let ev = n["params"].clone();
+        let read_done =
+            ev["event"]["type"] == "tool_execution_end" && ev["event"]["toolName"] == "read";
+        events.push(ev);
+        if read_done {
+            break;
+        }
+    }
+    c.set_buffer(&file, "x = 1\ny = 3\n").await;
+    events.extend(c.run_until_end(Duration::from_secs(20)).await);
+    assert_eq!(
+        tool_result(&events, "read"),
+        ("x = 1\ny = 2\n".to_string(), false)
+    );
+    assert_eq!(
+        tool_result(&events, "edit"),
+        (
+            "f.py changed since you read it (edited in the editor, on disk or by a command); nothing was changed. Read it again and redo the edit against the current text.\n\nClosest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\nYour oldText:\n       y·=·2".to_string(),
+            true
+        )
+    );
+    assert_eq!(apply_edits(&c), Vec::<Value>::new());
+    assert_eq!(c.doc(&file).unwrap().text, "x = 1\ny = 3\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x = 1\ny = 2\n");
+    mock.assert_paired();
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_declining_the_edit_is_an_error_and_changes_nothing() {
+    let tmp = TempDir::new("decline");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let file = ws.join("notes.txt");
+    std::fs::write(&file, "a = 1\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::call(
+            "call_edit",
+            "edit",
+            json!({"path": "notes.txt", "edits": [{"oldText": "a = 1", "newText": "a = 2"}]}),
+        ),
+        Step::text("The editor refused."),
+    ])
+    .await;
+    let mut c = start(
+        &ws,
+        &mock,
+        EditorBehavior {
+            apply_edits: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    c.open(&file, "a = 1\n").await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "bump a", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert_eq!(
+        tool_result(&events, "edit"),
+        (
+            "the editor did not apply the edit: version mismatch".to_string(),
+            true
+        )
+    );
+    // Sent once: the buffer's text did not change, and neither did its version.
+    assert_eq!(
+        apply_edits(&c),
+        vec![json!({
+            "label": "pi: turn 1 · edit notes.txt (call_edit)",
+            "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1},
+                "edits": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 5}}, "newText": "a = 2"}]}]}
+        })]
+    );
+    assert_eq!(c.doc(&file).unwrap().text, "a = 1\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a = 1\n");
+    c.shutdown().await;
+}
+
+const WIDE: &str = "let s = \"🍋\"; x\nname = \"é🍋\"  # ok\ne\u{0301}中 z\n";
+
+async fn ranges_round(utf8: bool) {
+    let tmp = TempDir::new(if utf8 { "utf8" } else { "utf16" });
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let file = ws.join("u.txt");
+    std::fs::write(&file, WIDE).unwrap();
+    let mock = MockModel::start(vec![
+        Step::call(
+            "call_e",
+            "edit",
+            json!({"path": "u.txt", "edits": [
+                {"oldText": "; x", "newText": "; y"},
+                {"oldText": "# ok", "newText": "% ok"},
+                {"oldText": "中 z", "newText": "中 w"}]}),
+        ),
+        Step::text("done"),
+    ])
+    .await;
+    let mut c = start(
+        &ws,
+        &mock,
+        EditorBehavior {
+            offer_utf8: utf8,
+            ..Default::default()
+        },
+    )
+    .await;
+    c.open(&file, WIDE).await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "edit", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert_eq!(
+        tool_result(&events, "edit"),
+        (
+            "Successfully replaced 3 block(s) in u.txt.".to_string(),
+            false
+        )
+    );
+    let r = |l: u32, s: u32, e: u32| json!({"start": {"line": l, "character": s}, "end": {"line": l, "character": e}});
+    // LSP-01: `x` at UTF-16 14 / UTF-8 16; `#` at 14 / 17; the third line: e + U+0301 + 中.
+    let expected = if utf8 {
+        vec![
+            json!({"range": r(0, 14, 17), "newText": "; y"}),
+            json!({"range": r(1, 17, 21), "newText": "% ok"}),
+            json!({"range": r(2, 3, 8), "newText": "中 w"}),
+        ]
+    } else {
+        vec![
+            json!({"range": r(0, 12, 15), "newText": "; y"}),
+            json!({"range": r(1, 14, 18), "newText": "% ok"}),
+            json!({"range": r(2, 2, 5), "newText": "中 w"}),
+        ]
+    };
+    assert_eq!(
+        apply_edits(&c),
+        vec![json!({
+            "label": "pi: turn 1 · edit u.txt (call_e)",
+            "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1}, "edits": expected}]}
+        })]
+    );
+    let after = "let s = \"🍋\"; y\nname = \"é🍋\"  % ok\ne\u{0301}中 w\n";
+    assert_eq!(c.doc(&file).unwrap().text, after);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), after);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn utf16_ranges_on_emoji_cjk_and_combining_lines() {
+    ranges_round(false).await;
+}
+
+#[tokio::test]
+async fn utf8_ranges_on_emoji_cjk_and_combining_lines() {
+    ranges_round(true).await;
+}
+
+#[tokio::test]
+async fn two_edits_of_one_file_in_one_batch_apply_in_call_order() {
+    let tmp = TempDir::new("batch");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let file = ws.join("b.txt");
+    std::fs::write(&file, "one\ntwo\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::call("call_r", "read", json!({"path": "b.txt"})),
+        Step::Tools(
+            None,
+            vec![
+                (
+                    "call_1".into(),
+                    "edit".into(),
+                    json!({"path": "b.txt", "edits": [{"oldText": "one", "newText": "ONE"}]}),
+                ),
+                (
+                    "call_2".into(),
+                    "edit".into(),
+                    json!({"path": "b.txt", "edits": [{"oldText": "ONE\ntwo", "newText": "ONE\nTWO"}]}),
+                ),
+            ],
+        ),
+        Step::text("done"),
+    ])
+    .await;
+    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    c.open(&file, "one\ntwo\n").await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "shout", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    let ends: Vec<(String, bool)> = events
+        .iter()
+        .filter(|e| e["event"]["type"] == "tool_execution_end")
+        .map(|e| {
+            (
+                e["event"]["toolCallId"].as_str().unwrap().to_string(),
+                e["event"]["isError"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        vec![
+            ("call_r".to_string(), false),
+            ("call_1".to_string(), false),
+            ("call_2".to_string(), false)
+        ]
+    );
+    assert_eq!(
+        apply_edits(&c),
+        vec![
+            json!({"label": "pi: turn 2 · edit b.txt (call_1)", "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1},
+                "edits": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 3}}, "newText": "ONE"}]}]}}),
+            json!({"label": "pi: turn 2 · edit b.txt (call_2)", "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 2},
+                "edits": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 3}}, "newText": "ONE\nTWO"}]}]}}),
+        ]
+    );
+    assert_eq!(c.doc(&file).unwrap().text, "ONE\nTWO\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "ONE\nTWO\n");
+    mock.assert_paired();
+    c.shutdown().await;
+}
