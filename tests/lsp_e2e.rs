@@ -1,22 +1,16 @@
 //! End to end: the real `pi-lsp` binary over stdio, a fake editor, and the loopback mock model.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pi_e2e::lsp_client::{agent_env, file_uri, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{file_uri, start_with_mock, tool_result_text, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::{pi_lsp_bin, session_lines, TempDir};
+use pi_e2e::{session_lines, TempDir};
 use serde_json::{json, Value};
 
 const DISK: &str = "title\nlemon 🍋 中 value=1\n";
 const BUFFER: &str = "title\nlemon 🍋 中 value=2 (unsaved)\n";
 const EDITED: &str = "title\nlemon 🍋 中 value=3 (unsaved)\n";
-
-async fn start(ws: &Path, mock: &MockModel, behavior: EditorBehavior) -> LspClient {
-    let env = agent_env(&ws.join("../agent"), &mock.models_json(), &[]);
-    LspClient::start(&pi_lsp_bin(), ws, &env, behavior).await
-}
 
 fn types(events: &[Value]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -44,20 +38,6 @@ fn types(events: &[Value]) -> Vec<String> {
     out
 }
 
-fn tool_result_text(events: &[Value], tool: &str) -> (String, bool) {
-    let e = events
-        .iter()
-        .find(|e| e["event"]["type"] == "tool_execution_end" && e["event"]["toolName"] == tool)
-        .unwrap_or_else(|| panic!("no tool_execution_end for {tool}"));
-    (
-        e["event"]["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-        e["event"]["isError"].as_bool().unwrap(),
-    )
-}
-
 async fn full_round(model: &str, utf8: bool) {
     let tmp = TempDir::new("round");
     let ws = tmp.path().join("ws");
@@ -75,7 +55,7 @@ async fn full_round(model: &str, utf8: bool) {
         Step::text("All done: value is now 3."),
     ])
     .await;
-    let mut c = start(
+    let mut c = start_with_mock(
         &ws,
         &mock,
         EditorBehavior {
@@ -333,7 +313,7 @@ async fn thousand_rapid_incremental_changes_then_read_returns_final_text() {
         Step::text("ok"),
     ])
     .await;
-    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     c.open(&file, "").await;
     // Apply the same edits locally with independent arithmetic: insert at (line, utf16 col).
     let mut text = String::new();
@@ -381,7 +361,7 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
         json!({"command": format!("sleep 30 & sleep 30; : {}", tmp.path().display())}),
     )])
     .await;
-    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let r = c
         .request("agent/prompt", json!({"text": "wait"}))
         .await
@@ -478,7 +458,7 @@ async fn bad_requests_get_clear_errors_and_the_server_goes_on() {
         Step::text("after abort"),
     ])
     .await;
-    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let e = c
         .request("agent/prompt", json!({"txt": "typo"}))
         .await
@@ -614,7 +594,7 @@ async fn provider_failure(step: Step, expect: &str) {
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![step]).await;
-    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     c.request("agent/prompt", json!({"text": "hi"}))
         .await
         .unwrap();
@@ -652,7 +632,7 @@ async fn http_500_is_retried_then_ends_the_run_with_an_error_entry() {
         body: r#"{"error":{"message":"overloaded"}}"#.into(),
     };
     let mock = MockModel::start(vec![fail(), fail(), fail()]).await;
-    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     c.request("agent/prompt", json!({"text": "hi"}))
         .await
         .unwrap();
@@ -741,7 +721,7 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
         Step::text("could not edit"),
     ])
     .await;
-    let mut c = start(
+    let mut c = start_with_mock(
         &ws,
         &mock,
         EditorBehavior {
@@ -777,7 +757,7 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
         Step::text("edited"),
     ])
     .await;
-    let mut c = start(
+    let mut c = start_with_mock(
         &ws,
         &mock,
         EditorBehavior {
@@ -813,7 +793,7 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
         Step::text("written"),
     ])
     .await;
-    let mut c = start(
+    let mut c = start_with_mock(
         &ws,
         &mock,
         EditorBehavior {
@@ -854,14 +834,14 @@ async fn a_session_open_in_another_server_continues_in_a_fork() {
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
-    let mut a = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut a = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let r = a
         .request("agent/prompt", json!({"text": "first"}))
         .await
         .unwrap();
     let sid = r["sessionId"].as_str().unwrap().to_string();
     a.run_until_end(Duration::from_secs(10)).await;
-    let mut b = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut b = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let r2 = b
         .request("agent/prompt", json!({"text": "second", "sessionId": sid}))
         .await
@@ -905,7 +885,7 @@ async fn a_session_file_resumes_in_a_new_server() {
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
-    let mut a = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut a = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let sid = a
         .request("agent/prompt", json!({"text": "first"}))
         .await
@@ -915,7 +895,7 @@ async fn a_session_file_resumes_in_a_new_server() {
         .to_string();
     a.run_until_end(Duration::from_secs(10)).await;
     a.shutdown().await;
-    let mut b = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut b = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let r = b
         .request("agent/prompt", json!({"text": "second", "sessionId": sid}))
         .await

@@ -4,32 +4,12 @@
 //! and the undo label of every `workspace/applyEdit`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::path::Path;
 use std::time::Duration;
 
-use pi_e2e::lsp_client::{agent_env, file_uri, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{file_uri, start_with_mock, tool_result_text, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::{pi_lsp_bin, TempDir};
+use pi_e2e::TempDir;
 use serde_json::{json, Value};
-
-async fn start(ws: &Path, mock: &MockModel, behavior: EditorBehavior) -> LspClient {
-    let env = agent_env(&ws.join("../agent"), &mock.models_json(), &[]);
-    LspClient::start(&pi_lsp_bin(), ws, &env, behavior).await
-}
-
-fn tool_result(events: &[Value], tool: &str) -> (String, bool) {
-    let e = events
-        .iter()
-        .find(|e| e["event"]["type"] == "tool_execution_end" && e["event"]["toolName"] == tool)
-        .unwrap_or_else(|| panic!("no tool_execution_end for {tool}"));
-    (
-        e["event"]["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-        e["event"]["isError"].as_bool().unwrap(),
-    )
-}
 
 fn apply_edits(c: &LspClient) -> Vec<Value> {
     c.log()
@@ -60,7 +40,7 @@ async fn edit_refused_after_the_user_typed_in_the_buffer() {
         Duration::from_millis(60),
     )
     .await;
-    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     c.open(&file, "x = 1\ny = 2\n").await;
     c.request(
         "agent/prompt",
@@ -85,11 +65,11 @@ async fn edit_refused_after_the_user_typed_in_the_buffer() {
     c.set_buffer(&file, "x = 1\ny = 3\n").await;
     events.extend(c.run_until_end(Duration::from_secs(20)).await);
     assert_eq!(
-        tool_result(&events, "read"),
+        tool_result_text(&events, "read"),
         ("x = 1\ny = 2\n".to_string(), false)
     );
     assert_eq!(
-        tool_result(&events, "edit"),
+        tool_result_text(&events, "edit"),
         (
             "f.py changed since you read it (edited in the editor, on disk or by a command); nothing was changed. Read it again and redo the edit against the current text.\n\nClosest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\nYour oldText:\n       y·=·2".to_string(),
             true
@@ -118,7 +98,7 @@ async fn client_declining_the_edit_is_an_error_and_changes_nothing() {
         Step::text("The editor refused."),
     ])
     .await;
-    let mut c = start(
+    let mut c = start_with_mock(
         &ws,
         &mock,
         EditorBehavior {
@@ -136,7 +116,7 @@ async fn client_declining_the_edit_is_an_error_and_changes_nothing() {
     .unwrap();
     let events = c.run_until_end(Duration::from_secs(20)).await;
     assert_eq!(
-        tool_result(&events, "edit"),
+        tool_result_text(&events, "edit"),
         (
             "the editor did not apply the edit: version mismatch".to_string(),
             true
@@ -176,7 +156,7 @@ async fn ranges_round(utf8: bool) {
         Step::text("done"),
     ])
     .await;
-    let mut c = start(
+    let mut c = start_with_mock(
         &ws,
         &mock,
         EditorBehavior {
@@ -194,7 +174,7 @@ async fn ranges_round(utf8: bool) {
     .unwrap();
     let events = c.run_until_end(Duration::from_secs(20)).await;
     assert_eq!(
-        tool_result(&events, "edit"),
+        tool_result_text(&events, "edit"),
         (
             "Successfully replaced 3 block(s) in u.txt.".to_string(),
             false
@@ -265,7 +245,7 @@ async fn two_edits_of_one_file_in_one_batch_apply_in_call_order() {
         Step::text("done"),
     ])
     .await;
-    let mut c = start(&ws, &mock, EditorBehavior::default()).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     c.open(&file, "one\ntwo\n").await;
     c.request(
         "agent/prompt",

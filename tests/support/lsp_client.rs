@@ -497,3 +497,28 @@ pub fn agent_env(
     }
     env
 }
+
+/// Starts the real `pi-lsp` on workspace `ws` with `mock`'s models.json in `ws/../agent`.
+pub async fn start_with_mock(
+    ws: &Path,
+    mock: &crate::mock_model::MockModel,
+    behavior: EditorBehavior,
+) -> LspClient {
+    let env = agent_env(&ws.join("../agent"), &mock.models_json(), &[]);
+    LspClient::start(&crate::pi_lsp_bin(), ws, &env, behavior).await
+}
+
+/// `(text, isError)` of the first `tool_execution_end` of `tool` among `agent/event` params.
+pub fn tool_result_text(events: &[Value], tool: &str) -> (String, bool) {
+    let e = events
+        .iter()
+        .find(|e| e["event"]["type"] == "tool_execution_end" && e["event"]["toolName"] == tool)
+        .unwrap_or_else(|| panic!("no tool_execution_end for {tool}"));
+    (
+        e["event"]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        e["event"]["isError"].as_bool().unwrap_or(false),
+    )
+}
