@@ -290,6 +290,13 @@ async fn full_round(model: &str, utf8: bool) {
     };
     assert!(auth.ends_with("test-key"));
     assert!(c.shutdown().await.success());
+    // A clean shutdown releases the session file's lock.
+    let locks: Vec<_> = std::fs::read_dir(ws.join(".pi/sessions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lock"))
+        .collect();
+    assert!(locks.is_empty(), "{locks:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,8 @@ struct PrintSink {
     recorder: Recorder,
     failed_save: Mutex<bool>,
     control: RunControl,
+    /// The error of the latest assistant message, printed once at the end of the run.
+    last_error: Mutex<Option<String>>,
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
@@ -57,7 +59,29 @@ impl EventSink for PrintSink {
                     if !a.text().is_empty() {
                         let _ = writeln!(out);
                     }
-                    if let Some(e) = &a.error_message {
+                    // Failed attempts are reported by the retry events; the last error is
+                    // printed when the run ends.
+                    *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) =
+                        a.error_message.clone();
+                }
+                AgentEvent::AutoRetryStart {
+                    attempt,
+                    max_attempts,
+                    delay_ms,
+                    error_message,
+                } => {
+                    eprintln!(
+                        "pi-lsp: {error_message}; retrying ({attempt}/{max_attempts}) in {:.1} s",
+                        *delay_ms as f64 / 1000.0
+                    );
+                }
+                AgentEvent::AgentEnd { .. } => {
+                    if let Some(e) = self
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take()
+                    {
                         eprintln!("pi-lsp: {e}");
                     }
                 }
@@ -138,6 +162,7 @@ pub async fn run(args: RunArgs) -> i32 {
         json: args.json,
         recorder: Recorder::new(Arc::new(Mutex::new(writer))),
         failed_save: Mutex::new(false),
+        last_error: Mutex::new(None),
         control: control.clone(),
     };
     let outcome = pi_core::run_agent(

@@ -172,9 +172,17 @@ impl LanguageServer for Backend {
     async fn shutdown(&self) -> Result<()> {
         let sessions: Vec<Arc<Mutex<Session>>> =
             lock(&self.state.sessions).values().cloned().collect();
-        for s in sessions {
-            lock(&s).agent.abort();
+        for s in &sessions {
+            lock(s).agent.abort();
         }
+        for s in &sessions {
+            let agent = lock(s).agent.clone();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), agent.wait_for_idle())
+                .await;
+        }
+        // Dropping the sessions closes their files and removes their `.lock` files.
+        drop(sessions);
+        lock(&self.state.sessions).clear();
         Ok(())
     }
 
