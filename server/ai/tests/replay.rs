@@ -220,6 +220,24 @@ async fn strm04_stream_without_finish_reason() {
         (m.text(), m.stop_reason),
         ("hi".to_string(), StopReason::Stop)
     );
+    // With `compat.requireFinishReason` the same text-only stream is a retryable error.
+    let (base, _) = serve(vec![sse(vec![
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n".to_vec(),
+    ])])
+    .await;
+    let mut strict = model("openai-completions", base);
+    strict.compat = json!({"requireFinishReason": true});
+    let evs = events(&strict, &go()).await;
+    let m = evs.last().unwrap().terminal_message().unwrap();
+    assert_eq!(
+        (m.text(), m.stop_reason, m.error_message.as_deref()),
+        (
+            "hi".to_string(),
+            StopReason::Error,
+            Some("stream ended without finish_reason")
+        )
+    );
+    assert!(failure(&evs).is_retryable());
     // Nothing at all: a retryable (network-class) error.
     let evs = replay_reply("openai-completions", sse(vec![])).await;
     let m = evs.last().unwrap().terminal_message().unwrap();

@@ -554,9 +554,29 @@ async fn stream_body(
         Some(Err(message)) => return Err(ProviderError::Provider { message }),
         Some(Ok(StopReason::Stop)) if has_calls => StopReason::ToolUse,
         Some(Ok(r)) => r,
-        // STRM-04: no finish_reason. Calls → toolUse, text → stop, nothing → retryable error.
+        // STRM-04: no finish_reason. Calls → toolUse, text → stop (lenient, with a warning;
+        // `compat.requireFinishReason: true` makes it a retryable error), nothing → retryable
+        // error.
         None if has_calls => StopReason::ToolUse,
-        None if has_text => StopReason::Stop,
+        None if has_text
+            && model
+                .compat
+                .get("requireFinishReason")
+                .and_then(Value::as_bool)
+                == Some(true) =>
+        {
+            return Err(ProviderError::Network {
+                message: "stream ended without finish_reason".into(),
+            })
+        }
+        None if has_text => {
+            tracing::warn!(
+                "{}/{}: text-only stream ended without finish_reason; treating it as stop",
+                model.provider,
+                model.id
+            );
+            StopReason::Stop
+        }
         None => {
             return Err(ProviderError::Network {
                 message: "stream ended without a response".into(),
