@@ -96,10 +96,10 @@ pub async fn run(model: Model, index: usize, tx: StreamSender, cancel: Cancellat
     for (i, c) in resp.tool_calls.iter().enumerate() {
         let key = format!("c{i}");
         let id = format!("scripted_{turn}_{i}");
-        if b.tool_call_start(&key, &id, &c.name, None).await.is_err()
-            || b.tool_call_delta(&key, &c.arguments.to_string())
-                .await
-                .is_err()
+        // Complete arguments arrive with the start, as Anthropic's `input` does.
+        if b.tool_call_start(&key, &id, &c.name, Some(c.arguments.clone()))
+            .await
+            .is_err()
         {
             return;
         }
