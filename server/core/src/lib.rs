@@ -3,6 +3,7 @@
 //! ([`prompt`]). Depends on `pi-ai` only; knows nothing of LSP.
 
 pub mod agent;
+pub mod compaction;
 pub mod fs;
 pub mod prompt;
 pub mod session;
