@@ -97,7 +97,7 @@ fn run(
     if found.is_empty() {
         return Ok(ToolOutput::text("No files found matching pattern"));
     }
-    let (mut text, cut) = head_bytes(&found.join("\n"));
+    let (text, cut) = head_bytes(&found.join("\n"));
     let mut details = Map::new();
     let mut notices = Vec::new();
     if found.len() >= limit {
@@ -114,14 +114,7 @@ fn run(
             json!({"truncated": true, "truncatedBy": "bytes"}),
         );
     }
-    if !notices.is_empty() {
-        text.push_str(&format!("\n\n[{}]", notices.join(". ")));
-    }
-    Ok(ToolOutput {
-        content: vec![pi_ai::ContentBlock::text(text)],
-        details: (!details.is_empty()).then_some(Value::Object(details)),
-        terminate: false,
-    })
+    Ok(super::search_output(text, &notices, details))
 }
 
 #[async_trait]

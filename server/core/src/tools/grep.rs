@@ -175,7 +175,7 @@ fn run(
             });
         }
     }
-    let (mut text, bytes_cut) = head_bytes(&out.join("\n"));
+    let (text, bytes_cut) = head_bytes(&out.join("\n"));
     let mut details = Map::new();
     let mut notices = Vec::new();
     if limit_reached {
@@ -199,14 +199,7 @@ fn run(
         ));
         details.insert("linesTruncated".into(), json!(true));
     }
-    if !notices.is_empty() {
-        text.push_str(&format!("\n\n[{}]", notices.join(". ")));
-    }
-    Ok(ToolOutput {
-        content: vec![pi_ai::ContentBlock::text(text)],
-        details: (!details.is_empty()).then_some(Value::Object(details)),
-        terminate: false,
-    })
+    Ok(super::search_output(text, &notices, details))
 }
 
 #[async_trait]

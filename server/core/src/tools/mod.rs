@@ -285,6 +285,23 @@ pub(crate) fn display_path(root: &Path, path: &Path) -> String {
         .unwrap_or_else(|_| path.display().to_string())
 }
 
+/// A search tool's result as Pi writes it: `text`, then the notices joined in one bracketed
+/// line, and `details` only when something was limited or cut.
+pub(crate) fn search_output(
+    mut text: String,
+    notices: &[String],
+    details: serde_json::Map<String, Value>,
+) -> crate::agent::ToolOutput {
+    if !notices.is_empty() {
+        text.push_str(&format!("\n\n[{}]", notices.join(". ")));
+    }
+    crate::agent::ToolOutput {
+        content: vec![pi_ai::ContentBlock::text(text)],
+        details: (!details.is_empty()).then_some(Value::Object(details)),
+        terminate: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
