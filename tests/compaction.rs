@@ -764,3 +764,148 @@ async fn cmp06_compaction_requested_mid_run_is_deferred() {
     );
     assert!(result.summary.starts_with("SUMMARY"), "{}", result.summary);
 }
+
+/// `agent/compact` through the real server over stdio: the answer is the written
+/// `compaction` entry's fields; while it runs, a plain prompt is refused as busy and a
+/// follow-up is queued and runs after it; bad params and unknown sessions get clear errors.
+#[tokio::test]
+async fn lsp_agent_compact_answers_with_the_entry_and_queues_prompts() {
+    use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
+    let ws = pi_e2e::TempDir::new("lsp-compact");
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mock = fast_mock(vec![
+        Step::text("first answer"),
+        Step::text("second answer"),
+        Step::text("answer to the follow-up"),
+    ])
+    .await;
+    let g = gate.clone();
+    mock.set_responder(Arc::new(move |body: &Value| {
+        is_summary(body).then(|| Step::Gate(g.clone(), Box::new(Step::text("LSP-SUMMARY"))))
+    }));
+    std::fs::create_dir_all(ws.path().join(".pi")).unwrap();
+    std::fs::write(
+        ws.path().join(".pi/settings.json"),
+        json!({"compaction": {"keepRecentTokens": 10}}).to_string(),
+    )
+    .unwrap();
+    let mut c = start_with_mock(ws.path(), &mock, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "alpha ".repeat(300), "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(20)).await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "beta ".repeat(300), "sessionId": sid}),
+    )
+    .await
+    .unwrap();
+    c.run_until_end(Duration::from_secs(20)).await;
+
+    let e = c
+        .request("agent/compact", json!({"sessionId": 7}))
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -32602);
+    assert!(
+        e["message"].as_str().unwrap().starts_with("sessionId:"),
+        "{e}"
+    );
+    let e = c
+        .request("agent/compact", json!({"sessionId": "nope"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -31002);
+
+    let pending = c
+        .send_request(
+            "agent/compact",
+            json!({"sessionId": sid, "instructions": "keep the word TRIPWIRE"}),
+        )
+        .await;
+    for _ in 0..500 {
+        if mock.requests().iter().any(|r| is_summary(&r.body)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let busy = c
+        .request("agent/prompt", json!({"text": "ls", "sessionId": sid}))
+        .await
+        .unwrap_err();
+    assert_eq!(busy["code"], -31001);
+    let queued = c
+        .request(
+            "agent/prompt",
+            json!({"text": "after compaction", "sessionId": sid, "streamingBehavior": "followUp"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(queued["queued"], true);
+    gate.notify_one();
+    let resp = tokio::time::timeout(Duration::from_secs(20), pending)
+        .await
+        .unwrap()
+        .unwrap();
+    let result = &resp["result"];
+    assert_eq!(result["summary"], "LSP-SUMMARY", "{resp}");
+    assert_eq!(
+        result["details"],
+        json!({"readFiles": [], "modifiedFiles": []})
+    );
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert!(events.iter().any(|e| e["event"]["type"] == "message_end"
+        && pi_ai::join_text(
+            &serde_json::from_value::<Vec<pi_ai::ContentBlock>>(
+                e["event"]["message"]["content"].clone()
+            )
+            .unwrap_or_default()
+        ) == "answer to the follow-up"));
+    let summary_req = mock
+        .requests()
+        .into_iter()
+        .find(|r| is_summary(&r.body))
+        .unwrap();
+    assert!(summary_prompt(&summary_req.body).contains("Additional focus: keep the word TRIPWIRE"));
+    // The file: compaction with the id the answer named, then the follow-up's turn.
+    let file = std::fs::read_dir(ws.path().join(".pi/sessions"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    let e = entries(&file);
+    let kinds: Vec<&str> = e
+        .iter()
+        .map(|e| {
+            e["message"]["role"]
+                .as_str()
+                .unwrap_or_else(|| e["type"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "model_change",
+            "thinking_level_change",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "compaction",
+            "user",
+            "assistant"
+        ]
+    );
+    assert_eq!(e[6]["firstKeptEntryId"], result["firstKeptEntryId"]);
+    assert_eq!(
+        e[6]["firstKeptEntryId"], e[4]["id"],
+        "the second prompt is kept raw"
+    );
+    c.shutdown().await;
+}

@@ -669,7 +669,7 @@ async fn complete_summary(
 }
 
 /// A compaction's outcome, as Pi's `CompactionResult` (the `compaction` entry's fields).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionResult {
     pub summary: String,

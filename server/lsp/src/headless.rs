@@ -75,6 +75,21 @@ impl EventSink for PrintSink {
                         *delay_ms as f64 / 1000.0
                     );
                 }
+                AgentEvent::CompactionStart { reason } => {
+                    eprintln!("pi-lsp: compacting the conversation ({reason:?})…");
+                }
+                AgentEvent::CompactionEnd {
+                    result,
+                    error_message,
+                    ..
+                } => match (result, error_message) {
+                    (Some(r), _) => eprintln!(
+                        "pi-lsp: compacted {} tokens into a summary; raw context kept from entry {}",
+                        r.tokens_before, r.first_kept_entry_id
+                    ),
+                    (None, Some(e)) => eprintln!("pi-lsp: {e}"),
+                    (None, None) => eprintln!("pi-lsp: compaction cancelled"),
+                },
                 AgentEvent::AgentEnd { .. } => {
                     if let Some(e) = self
                         .last_error
@@ -151,6 +166,11 @@ pub async fn run(args: RunArgs) -> i32 {
         tools,
     );
     cfg.retry = crate::runner::retry_settings(&workspace);
+    let writer = Arc::new(Mutex::new(writer));
+    cfg.compaction = Some(pi_core::agent::CompactionConfig {
+        settings: crate::runner::compaction_settings(&workspace),
+        compactor: Arc::new(pi_core::compaction::SessionCompactor::new(writer.clone())),
+    });
     let control = RunControl::default();
     let ctrl_c = control.clone();
     tokio::spawn(async move {
@@ -160,7 +180,7 @@ pub async fn run(args: RunArgs) -> i32 {
     });
     let sink = PrintSink {
         json: args.json,
-        recorder: Recorder::new(Arc::new(Mutex::new(writer))),
+        recorder: Recorder::new(writer),
         failed_save: Mutex::new(false),
         last_error: Mutex::new(None),
         control: control.clone(),

@@ -22,6 +22,9 @@ pub mod codes {
     pub const MODEL_UNAVAILABLE: i64 = -31003;
     /// The session file could not be created or written.
     pub const SESSION_IO: i64 = -31004;
+    /// A compaction could not be done (nothing to compact, the summary request failed, it
+    /// would not shrink the context, it was cancelled); nothing was written.
+    pub const COMPACTION_FAILED: i64 = -31005;
 }
 
 /// A JSON-RPC error with one of [`codes`].
@@ -47,6 +50,22 @@ pub fn parse_params<T: for<'de> Deserialize<'de>>(params: Value) -> Result<T, Er
         Error::invalid_params(msg)
     })
 }
+
+/// `agent/compact` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompactParams {
+    pub session_id: String,
+    /// Extra focus for the summary (Pi's `/compact <instructions>`); it reaches every summary
+    /// request (case CMP-07).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// `agent/compact` result: Pi's `CompactionResult`, the fields of the `compaction` entry written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CompactResult(pub pi_core::compaction::CompactionResult);
 
 /// How a prompt sent during an active run is delivered (seed §3 "Steering, follow-up").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +198,42 @@ mod tests {
     fn round_trip<T: Serialize + for<'de> Deserialize<'de>>(v: &Value) {
         let t: T = parse_params(v.clone()).unwrap();
         assert_eq!(&serde_json::to_value(&t).unwrap(), v);
+    }
+
+    #[test]
+    fn compact_fixtures_round_trip() {
+        round_trip::<CompactParams>(&fixture("agent-compact.request.json")["params"]);
+        round_trip::<CompactResult>(&fixture("agent-compact.response.json")["result"]);
+        let start = fixture("agent-event.compaction-start.notification.json");
+        let params = AgentEventParams {
+            session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
+            run_id: "01a22d70-51b2-7c3e-8d1f-0a9b8c7d6e5f".into(),
+            event: AgentEvent::CompactionStart {
+                reason: pi_core::agent::CompactionReason::Threshold,
+            },
+        };
+        assert_eq!(serde_json::to_value(params).unwrap(), start["params"]);
+        let end = fixture("agent-event.compaction-end.notification.json");
+        let result: pi_core::compaction::CompactionResult =
+            serde_json::from_value(fixture("agent-compact.response.json")["result"].clone())
+                .unwrap();
+        let params = AgentEventParams {
+            session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
+            run_id: "01a22d70-51b2-7c3e-8d1f-0a9b8c7d6e5f".into(),
+            event: AgentEvent::CompactionEnd {
+                reason: pi_core::agent::CompactionReason::Threshold,
+                result: Some(result),
+                aborted: false,
+                will_retry: false,
+                error_message: None,
+                context: None,
+            },
+        };
+        assert_eq!(serde_json::to_value(params).unwrap(), end["params"]);
+        assert_eq!(
+            fixture("agent-compact.nothing-error.json")["error"]["code"],
+            codes::COMPACTION_FAILED
+        );
     }
 
     #[test]

@@ -65,6 +65,40 @@ pub fn choose_model(
     }
 }
 
+/// Compaction settings from Pi's settings.json (global, then the project's): `compaction`
+/// `{enabled, reserveTokens, keepRecentTokens}`; Pi's defaults otherwise.
+pub fn compaction_settings(workspace: &Path) -> pi_core::agent::CompactionSettings {
+    let mut c = pi_core::agent::CompactionSettings::default();
+    let mut files = Vec::new();
+    if let Some(a) = pi_ai::models::agent_dir() {
+        files.push(a.join("settings.json"));
+    }
+    files.push(workspace.join(".pi").join("settings.json"));
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            tracing::warn!(
+                "{}: not valid JSON; compaction settings ignored",
+                f.display()
+            );
+            continue;
+        };
+        let s = &v["compaction"];
+        if let Some(b) = s["enabled"].as_bool() {
+            c.enabled = b;
+        }
+        if let Some(n) = s["reserveTokens"].as_u64() {
+            c.reserve_tokens = n;
+        }
+        if let Some(n) = s["keepRecentTokens"].as_u64() {
+            c.keep_recent_tokens = n;
+        }
+    }
+    c
+}
+
 /// Pi's `retry` settings (`enabled`, `maxRetries`, `baseDelayMs`, `maxDelayMs`) from `<agent dir>/settings.json`
 /// and `<workspace>/.pi/settings.json` (project over global); defaults where absent.
 pub fn retry_settings(workspace: &Path) -> pi_core::agent::RetrySettings {

@@ -13,8 +13,10 @@ use async_trait::async_trait;
 use pi_ai::AssistantEvent;
 use pi_ai::{Message, Model};
 use pi_core::agent::{
-    Agent, AgentConfig, AgentEvent, Delivery, EventSink, Subscription, WeakAgent,
+    Agent, AgentConfig, AgentEvent, CompactionConfig, CompactionReason, Delivery, EventSink,
+    Subscription, WeakAgent,
 };
+use pi_core::compaction::SessionCompactor;
 use pi_core::session::{find_session_file, read_tree, SessionError, SessionWriter};
 use pi_core::tools::{default_tools, BeforeBash};
 use serde_json::Value;
@@ -33,7 +35,7 @@ use crate::editor_fs::{EditorCaps, EditorFs};
 use crate::positions::Encoding;
 use crate::protocol::{
     agent_error, codes, parse_params, AbortParams, AbortResult, AgentEventNotification,
-    AgentEventParams, PromptParams, PromptResult, StreamingBehavior,
+    AgentEventParams, CompactParams, CompactResult, PromptParams, PromptResult, StreamingBehavior,
 };
 use crate::runner::{choose_model, sessions_dir, Recorder};
 
@@ -76,6 +78,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     })
     .custom_method("agent/prompt", Backend::agent_prompt)
     .custom_method("agent/abort", Backend::agent_abort)
+    .custom_method("agent/compact", Backend::agent_compact)
     .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
     .finish()
 }
@@ -155,7 +158,7 @@ impl LanguageServer for Backend {
                     TextDocumentSyncKind::INCREMENTAL,
                 )),
                 experimental: Some(
-                    serde_json::json!({"agent": {"version": 1, "methods": ["agent/prompt", "agent/abort"]}}),
+                    serde_json::json!({"agent": {"version": 1, "methods": ["agent/prompt", "agent/abort", "agent/compact"]}}),
                 ),
                 ..ServerCapabilities::default()
             },
@@ -291,7 +294,8 @@ impl Backend {
                 }
             }
             // Tools, caps and project instructions are read afresh for every prompt.
-            s.agent.set_config(agent_config(st, s.model.clone()));
+            s.agent
+                .set_config(agent_config(st, s.model.clone(), &s.writer));
         }
         // While a run is finishing (its agent_end already sent), the prompt starts the next run.
         let (run_id, _) = s.agent.prompt(vec![message]).map_err(|_| busy(&s))?;
@@ -373,6 +377,45 @@ impl Backend {
         })
     }
 
+    /// `agent/compact {sessionId, instructions?}` → Pi's `CompactionResult`
+    /// `{summary, firstKeptEntryId, tokensBefore, details}` once the `compaction` entry is written.
+    /// The session is busy meanwhile (prompts need `streamingBehavior`; queued ones run after
+    /// it); asked for during a run, it waits until the run settles. `agent/abort` cancels it.
+    async fn agent_compact(&self, params: Value) -> Result<CompactResult> {
+        let p: CompactParams = parse_params(params)?;
+        let session = lock(&self.state.sessions).get(&p.session_id).cloned();
+        let Some(session) = session else {
+            return Err(agent_error(
+                codes::UNKNOWN_SESSION,
+                format!("no session {}", p.session_id),
+            ));
+        };
+        let rx = {
+            let s = lock(&session);
+            if !s.agent.is_streaming() {
+                s.agent
+                    .set_config(agent_config(&self.state, s.model.clone(), &s.writer));
+            }
+            s.agent
+                .compact(p.instructions)
+                .map_err(|_| {
+                    agent_error(
+                        codes::SESSION_BUSY,
+                        format!("session {} already has a compaction waiting", p.session_id),
+                    )
+                })?
+                .2
+        };
+        match rx.await {
+            Ok(Ok(r)) => Ok(CompactResult(r)),
+            Ok(Err(e)) => Err(agent_error(codes::COMPACTION_FAILED, e.to_string())),
+            Err(_) => Err(agent_error(
+                codes::COMPACTION_FAILED,
+                "the compaction ended without a result",
+            )),
+        }
+    }
+
     /// `agent/abort {sessionId}` → `{aborted}`; idempotent.
     async fn agent_abort(&self, params: Value) -> Result<AbortResult> {
         let p: AbortParams = parse_params(params)?;
@@ -390,7 +433,7 @@ impl Backend {
 
 /// The agent configuration for a run in this workspace: editor-backed tools, the system prompt
 /// (re-reading AGENTS.md), `model`.
-fn agent_config(st: &Arc<State>, model: Model) -> AgentConfig {
+fn agent_config(st: &Arc<State>, model: Model, writer: &Arc<Mutex<SessionWriter>>) -> AgentConfig {
     let root = st.root();
     let fs = Arc::new(EditorFs::new(
         root.clone(),
@@ -425,6 +468,10 @@ fn agent_config(st: &Arc<State>, model: Model) -> AgentConfig {
     let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
     let mut cfg = AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools);
     cfg.retry = crate::runner::retry_settings(&root);
+    cfg.compaction = Some(CompactionConfig {
+        settings: crate::runner::compaction_settings(&root),
+        compactor: Arc::new(SessionCompactor::new(writer.clone())),
+    });
     cfg
 }
 
@@ -436,8 +483,8 @@ fn new_session(
     model: Model,
     messages: Vec<Message>,
 ) -> Session {
-    let agent = Agent::new(agent_config(st, model.clone()), messages);
     let writer = Arc::new(Mutex::new(writer));
+    let agent = Agent::new(agent_config(st, model.clone(), &writer), messages);
     let sink = LspSink {
         st: st.clone(),
         session_id: id.clone(),
@@ -572,6 +619,31 @@ impl EventSink for LspSink {
             }
             AgentEvent::ToolExecutionStart { tool_name, .. } => {
                 self.report(format!("running {tool_name}"), true).await
+            }
+            AgentEvent::CompactionStart {
+                reason: CompactionReason::Manual,
+            } => {
+                self.create_progress().await;
+                self.progress(WorkDoneProgress::Begin(WorkDoneProgressBegin {
+                    title: "pi agent".into(),
+                    cancellable: Some(false),
+                    message: Some("compacting the conversation…".into()),
+                    percentage: None,
+                }))
+                .await
+            }
+            AgentEvent::CompactionStart { .. } => {
+                self.report("compacting the conversation…".into(), true)
+                    .await
+            }
+            AgentEvent::CompactionEnd {
+                reason: CompactionReason::Manual,
+                ..
+            } => {
+                self.progress(WorkDoneProgress::End(WorkDoneProgressEnd {
+                    message: Some("compacted".into()),
+                }))
+                .await
             }
             _ => {}
         }
