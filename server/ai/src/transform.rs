@@ -6,6 +6,8 @@
 //! - assistant turns that ended in `error` or `aborted` are dropped (they are incomplete;
 //!   replaying them makes providers reject the request), and with them any results of their
 //!   calls;
+//! - the first user message after a dropped `aborted` turn starts with [`INTERRUPTED_NOTE`],
+//!   so the model answers the new message instead of resuming the cancelled task (PAIR-05);
 //! - every remaining tool call gets exactly one result right after its assistant message, in
 //!   call order; a call without one gets a synthetic error result, Pi's text
 //!   [`MISSING_RESULT_TEXT`] (PAIR-01, PAIR-04: before the next user message); results whose
@@ -27,6 +29,10 @@ use crate::types::{
 
 /// Text of a synthetic result for a call that has no recorded outcome (Pi's wording).
 pub const MISSING_RESULT_TEXT: &str = "No result provided";
+
+/// Text put before the first user message after a cancelled turn (case PAIR-05); request only.
+pub const INTERRUPTED_NOTE: &str =
+    "[The previous task was interrupted by the user before it finished. Respond to the message below.]";
 
 /// The tool-call id shape a provider accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,13 +331,16 @@ pub fn transform_messages(messages: &[Message], model: &Model) -> Vec<Message> {
 pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
     let mut out = Vec::with_capacity(messages.len());
     let mut i = 0;
+    let mut interrupted = false;
     while i < messages.len() {
         match &messages[i] {
             Message::Assistant(a) => {
                 if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) {
+                    interrupted |= a.stop_reason == StopReason::Aborted;
                     i += 1;
                     continue;
                 }
+                interrupted = false;
                 out.push(messages[i].clone());
                 let calls = a.tool_calls();
                 let mut j = i + 1;
@@ -357,8 +366,17 @@ pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
             }
             // A result not directly after its call's assistant message is an orphan.
             Message::ToolResult(_) => i += 1,
-            Message::User(_) => {
-                out.push(messages[i].clone());
+            Message::User(u) => {
+                let mut u = u.clone();
+                if std::mem::take(&mut interrupted) {
+                    let mut blocks = vec![ContentBlock::text(INTERRUPTED_NOTE)];
+                    match u.content {
+                        UserContent::Text(t) => blocks.push(ContentBlock::text(t)),
+                        UserContent::Blocks(b) => blocks.extend(b),
+                    }
+                    u.content = UserContent::Blocks(blocks);
+                }
+                out.push(Message::User(u));
                 i += 1;
             }
         }
@@ -409,7 +427,43 @@ mod tests {
             {"role":"toolResult","toolCallId":"toolu_01A","toolName":"bash","content":"aborted by user","isError":true},
             {"role":"user","content":"never mind, list files"}
         ]));
-        assert_eq!(roles(&pair_tool_results(&m)), ["user", "user"]);
+        let out = pair_tool_results(&m);
+        assert_eq!(roles(&out), ["user", "user"]);
+        assert_eq!(
+            out[1],
+            msgs(json!([{"role":"user","content":[
+                {"type":"text","text":INTERRUPTED_NOTE},
+                {"type":"text","text":"never mind, list files"}]}]))[0]
+        );
+    }
+
+    #[test]
+    fn pair05_results_first_and_a_note_after_a_cancelled_turn() {
+        // The turn's calls were answered, then the next response was aborted; the user asks
+        // something new. Results stay right after their call; the new message carries the note.
+        let m = msgs(json!([
+            {"role":"user","content":"fix the build"},
+            {"role":"assistant","content":[{"type":"toolCall","id":"t1","name":"bash","arguments":{"command":"make"}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"t1","toolName":"bash","content":[{"type":"text","text":"ok"}],"isError":false},
+            {"role":"assistant","content":[{"type":"text","text":"The bui"}],"stopReason":"aborted"},
+            {"role":"user","content":"what's 2+2"}
+        ]));
+        let out = pair_tool_results(&m);
+        assert_eq!(roles(&out), ["user", "assistant", "toolResult", "user"]);
+        assert_eq!(
+            out[3],
+            msgs(json!([{"role":"user","content":[
+                {"type":"text","text":INTERRUPTED_NOTE},
+                {"type":"text","text":"what's 2+2"}]}]))[0]
+        );
+        // Steering after results (no cancelled turn) gets no note.
+        let steer = msgs(json!([
+            {"role":"user","content":"fix the build"},
+            {"role":"assistant","content":[{"type":"toolCall","id":"t1","name":"bash","arguments":{"command":"make"}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"t1","toolName":"bash","content":[{"type":"text","text":"ok"}],"isError":false},
+            {"role":"user","content":"use yarn"}
+        ]));
+        assert_eq!(pair_tool_results(&steer), steer);
     }
 
     #[test]
