@@ -410,6 +410,44 @@ impl Agent {
         lock(&self.inner.state).last_outcome.clone()
     }
 
+    /// Replaces the conversation (after navigating a session tree, or to add a message
+    /// outside a run such as a user-run shell command). Refused while a run is active.
+    pub fn set_messages(&self, messages: Vec<Message>) -> Result<(), AgentBusy> {
+        let mut st = lock(&self.inner.state);
+        if st.running.is_some() {
+            return Err(AgentBusy);
+        }
+        st.messages = messages;
+        Ok(())
+    }
+
+    /// Removes and returns every queued message: the active run's undelivered steering and
+    /// follow-ups (steering first), then the messages waiting for the next prompt.
+    pub fn take_queued(&self) -> Vec<Message> {
+        let mut st = lock(&self.inner.state);
+        let mut out = st
+            .running
+            .as_ref()
+            .map(|c| {
+                let mut v = c.take_undelivered();
+                v.extend(c.take_next_turn());
+                v
+            })
+            .unwrap_or_default();
+        out.append(&mut st.pending);
+        out
+    }
+
+    /// The steering and follow-up queue modes.
+    pub fn queue_modes(&self) -> (QueueMode, QueueMode) {
+        lock(&self.inner.state).modes
+    }
+
+    /// The configuration later runs use.
+    pub fn config(&self) -> AgentConfig {
+        lock(&self.inner.state).config.clone()
+    }
+
     /// Replaces the configuration for later runs (model, tools, hooks…).
     pub fn set_config(&self, config: AgentConfig) {
         lock(&self.inner.state).config = config;
