@@ -298,7 +298,10 @@ pub fn to_html(tree: &SessionTree, leaf: Option<&str>) -> String {
             html_escape(&b.title)
         ));
         if !b.body.is_empty() {
-            out.push_str(&format!("<div class=\"body\">{}</div>", html_escape(&b.body)));
+            out.push_str(&format!(
+                "<div class=\"body\">{}</div>",
+                html_escape(&b.body)
+            ));
         }
         for (mime, data) in &b.images {
             // Only base64 characters reach the attribute.
