@@ -356,6 +356,21 @@ impl LspClient {
         }
     }
 
+    /// Sends a request without waiting: the receiver yields the whole response message
+    /// (for requests that stay open while others are sent, e.g. a long `agent/bash`).
+    pub async fn send_request(&mut self, method: &str, params: Value) -> oneshot::Receiver<Value> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let (tx, rx) = oneshot::channel();
+        self.shared.pending.lock().unwrap().insert(id, tx);
+        write_msg(
+            &self.shared.stdin,
+            &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}),
+        )
+        .await;
+        rx
+    }
+
     /// Sends raw bytes as one framed message body (for malformed input tests).
     pub async fn send_raw(&self, body: &str) {
         let mut s = self.shared.stdin.lock().await;
