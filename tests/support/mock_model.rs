@@ -32,6 +32,8 @@ pub enum Step {
     },
     /// Stream `text`, then keep the connection open without finishing.
     Hang(String),
+    /// Wait until the gate is opened (`Notify::notify_one`), then answer with the step.
+    Gate(Arc<tokio::sync::Notify>, Box<Step>),
 }
 
 impl Step {
@@ -52,12 +54,18 @@ pub struct Recorded {
     pub body: Value,
 }
 
+/// Chooses the answer to a request by its body; `None` falls through to the script.
+pub type Responder = Arc<dyn Fn(&Value) -> Option<Step> + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
     script: Vec<Step>,
     next: usize,
     requests: Vec<Recorded>,
     violations: Vec<String>,
+    responder: Option<Responder>,
+    /// Report `prompt_tokens` / `input_tokens` as the request body's length / 4 (else 100).
+    usage_from_body: bool,
 }
 
 /// The running server.
@@ -124,6 +132,26 @@ impl MockModel {
         }})
     }
 
+    /// Answers requests for which `responder` returns a step with that step (the script is
+    /// not advanced); e.g. summary requests, told apart by their system prompt.
+    pub fn set_responder(&self, responder: Responder) {
+        self.inner.lock().unwrap().responder = Some(responder);
+    }
+
+    /// Reports input tokens as the request body's length / 4, like a provider counting what
+    /// it was sent (by default every response reports 100).
+    pub fn set_usage_from_body(&self, on: bool) {
+        self.inner.lock().unwrap().usage_from_body = on;
+    }
+
+    fn input_tokens(&self, body: &Value) -> u64 {
+        if self.inner.lock().unwrap().usage_from_body {
+            (body.to_string().len() / 4) as u64
+        } else {
+            100
+        }
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.inner.lock().unwrap().requests.clone()
@@ -143,6 +171,7 @@ impl MockModel {
         violation: Option<String>,
     ) -> Option<Step> {
         let mut i = self.inner.lock().unwrap();
+        let chosen = i.responder.as_ref().and_then(|r| r(&body));
         i.requests.push(Recorded {
             path: path.into(),
             headers,
@@ -151,6 +180,9 @@ impl MockModel {
         if let Some(v) = violation {
             i.violations.push(v);
             return None;
+        }
+        if chosen.is_some() {
+            return chosen;
         }
         let step = i.script.get(i.next).cloned();
         i.next += 1;
@@ -262,7 +294,10 @@ fn async_stream(
         move |(mut it, hang)| async move {
             match it.next() {
                 Some(e) => {
-                    tokio::time::sleep(delay).await;
+                    // A zero-length sleep still waits for the timer's next 1 ms tick.
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                     Some((Ok(bytes::Bytes::from(e)), (it, hang)))
                 }
                 None if hang => {
@@ -290,8 +325,16 @@ async fn handle_openai(
 ) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let violation = openai_pairing(&body);
+    let input_tokens = mock.input_tokens(&body);
     let Some(step) = mock.take("/v1/chat/completions", headers, body, violation.clone()) else {
         return raw(400, "application/json", &json!({"error":{"message": format!("No tool output found for function call: {}", violation.unwrap_or_default())}}).to_string());
+    };
+    let step = match step {
+        Step::Gate(gate, inner) => {
+            gate.notified().await;
+            *inner
+        }
+        s => s,
     };
     let n = mock.inner.lock().unwrap().next;
     let id = format!("chatcmpl-mock{n}");
@@ -303,7 +346,7 @@ async fn handle_openai(
     };
     let usage = format!(
         "data: {}\n\n",
-        json!({"id": id, "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+        json!({"id": id, "choices": [], "usage": {"prompt_tokens": input_tokens, "completion_tokens": 10, "total_tokens": input_tokens + 10}})
     );
     let mut ev = Vec::new();
     let (hang, finish) = match &step {
@@ -312,6 +355,7 @@ async fn handle_openai(
             content_type,
             body,
         } => return raw(*status, content_type, body),
+        Step::Gate(..) => unreachable!("gates are opened before the answer is built"),
         Step::Text(t) | Step::Hang(t) => {
             ev.push(chunk(json!({"role":"assistant","content":""}), Value::Null));
             for c in chunks(t) {
@@ -358,14 +402,22 @@ async fn handle_anthropic(
 ) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let violation = anthropic_pairing(&body);
+    let input_tokens = mock.input_tokens(&body);
     let Some(step) = mock.take("/v1/messages", headers, body, violation.clone()) else {
         return raw(400, "application/json", &json!({"type":"error","error":{"type":"invalid_request_error","message": format!("`tool_use` ids were found without `tool_result` blocks immediately after: {}", violation.unwrap_or_default())}}).to_string());
+    };
+    let step = match step {
+        Step::Gate(gate, inner) => {
+            gate.notified().await;
+            *inner
+        }
+        s => s,
     };
     let n = mock.inner.lock().unwrap().next;
     let e = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
     let mut ev = vec![e(
         "message_start",
-        json!({"type":"message_start","message":{"id":format!("msg_mock{n}"),"type":"message","role":"assistant","content":[],"model":"mock-ant-1","usage":{"input_tokens":100,"output_tokens":1}}}),
+        json!({"type":"message_start","message":{"id":format!("msg_mock{n}"),"type":"message","role":"assistant","content":[],"model":"mock-ant-1","usage":{"input_tokens":input_tokens,"output_tokens":1}}}),
     )];
     let mut idx = 0;
     let text_block = |ev: &mut Vec<String>, idx: usize, t: &str| {
@@ -380,6 +432,7 @@ async fn handle_anthropic(
             content_type,
             body,
         } => return raw(*status, content_type, body),
+        Step::Gate(..) => unreachable!("gates are opened before the answer is built"),
         Step::Text(t) | Step::Hang(t) => {
             text_block(&mut ev, 0, t);
             if matches!(step, Step::Hang(_)) {

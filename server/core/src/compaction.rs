@@ -15,7 +15,18 @@
 //!   from the call, and the split turn's start is reported so everything before it can be
 //!   summarised (case CMP-02).
 
-use pi_ai::{ContentBlock, Message, StopReason, UserContent};
+use std::collections::BTreeSet;
+
+use pi_ai::{ContentBlock, Context, Message, Model, StopReason, StreamOptions, UserContent};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::session::tree_prefixes::{COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX};
+use std::sync::{Arc, Mutex};
+
+use crate::agent::{CompactionProposal, Compactor};
+use crate::session::{convert_message, entry_message, Entry, SessionWriter};
 
 /// Pi's defaults: tokens reserved for the answer and the summary.
 pub const DEFAULT_RESERVE_TOKENS: u64 = 16_384;
@@ -56,7 +67,37 @@ pub fn estimate_tokens(m: &Message) -> u64 {
 /// Tokens of `messages` as the provider will count them: the latest valid usage plus
 /// estimates of what came after it, or an estimate of everything.
 pub fn context_tokens(messages: &[Message]) -> u64 {
-    let anchor = messages
+    context_tokens_anchored(messages).unwrap_or_else(|| messages.iter().map(estimate_tokens).sum())
+}
+
+/// Tokens of a whole request: anchored on the latest valid usage at or after `usage_from` (older
+/// usage describes a context that compaction replaced) plus estimates of the later messages;
+/// without such usage, `ceil(chars / 4)` of the system prompt, the tool specs and every message.
+pub fn request_tokens(
+    system_prompt: &str,
+    tools: &[pi_ai::ToolSpec],
+    messages: &[Message],
+    usage_from: usize,
+) -> u64 {
+    let from = usage_from.min(messages.len());
+    let anchored = context_tokens_anchored(&messages[from..]);
+    if let Some(t) = anchored {
+        return t;
+    }
+    let tools_chars: u64 = tools
+        .iter()
+        .map(|t| {
+            (t.name.chars().count()
+                + t.description.chars().count()
+                + t.parameters.to_string().chars().count()) as u64
+        })
+        .sum();
+    let fixed = (system_prompt.chars().count() as u64 + tools_chars).div_ceil(4);
+    fixed + messages.iter().map(estimate_tokens).sum::<u64>()
+}
+
+fn context_tokens_anchored(messages: &[Message]) -> Option<u64> {
+    let (i, total) = messages
         .iter()
         .enumerate()
         .rev()
@@ -73,11 +114,8 @@ pub fn context_tokens(messages: &[Message]) -> u64 {
                 (total > 0).then_some((i, total))
             }
             _ => None,
-        });
-    match anchor {
-        Some((i, total)) => total + messages[i + 1..].iter().map(estimate_tokens).sum::<u64>(),
-        None => messages.iter().map(estimate_tokens).sum(),
-    }
+        })?;
+    Some(total + messages[i + 1..].iter().map(estimate_tokens).sum::<u64>())
 }
 
 /// True when compaction is due: `tokens > context_window - reserve`.
@@ -96,32 +134,672 @@ pub struct CutPoint {
     pub turn_start: Option<usize>,
 }
 
-/// The cut point keeping about the last `keep_recent_tokens` raw (see the module docs).
-pub fn find_cut_point(messages: &[Message], keep_recent_tokens: u64) -> CutPoint {
-    let valid = |i: usize| !matches!(messages[i], Message::ToolResult(_));
+/// What the cut-point search needs to know of one entry (or message).
+#[derive(Debug, Clone, Copy, Default)]
+struct CutItem {
+    /// Estimated tokens for message entries; `None` for entries that are not messages.
+    tokens: Option<u64>,
+    /// The kept suffix may begin here (not a tool result).
+    cut: bool,
+    /// A user-side message that starts a turn (user, bashExecution, branch summary, custom
+    /// message).
+    turn_start: bool,
+    /// A plain `user` message: cutting here splits no turn.
+    user: bool,
+    /// A `compaction` entry: the backward scan over non-message entries stops here.
+    compaction: bool,
+}
+
+/// Pi's `findCutPoint` over `items[start..end]`, with one change: when only tool results lie
+/// after the budget point, the assistant that made those calls is kept with them (Pi keeps
+/// everything, which summarises nothing while over the threshold, case CMP-02).
+fn cut_items(items: &[CutItem], start: usize, end: usize, keep_recent_tokens: u64) -> CutPoint {
+    let first_cut = (start..end).find(|&i| items[i].cut);
+    let Some(first_cut) = first_cut else {
+        return CutPoint {
+            first_kept: start,
+            turn_start: None,
+        };
+    };
+    let mut cut = first_cut;
     let mut acc = 0u64;
-    let mut first_kept = 0;
-    for i in (0..messages.len()).rev() {
-        acc += estimate_tokens(&messages[i]);
+    for i in (start..end).rev() {
+        let Some(t) = items[i].tokens else { continue };
+        acc += t;
         if acc >= keep_recent_tokens {
-            // The nearest valid cut point at or after i; with only results after i, the
-            // assistant that made those calls (the pair cannot be split).
-            first_kept = (i..messages.len())
-                .find(|&c| valid(c))
-                .or_else(|| (0..i).rev().find(|&c| valid(c)))
-                .unwrap_or(0);
+            cut = (i..end)
+                .find(|&c| items[c].cut)
+                .or_else(|| (start..i).rev().find(|&c| items[c].cut))
+                .unwrap_or(first_cut);
             break;
         }
     }
-    let turn_start = match messages.get(first_kept) {
-        Some(Message::User(_)) | None => None,
-        Some(_) => (0..first_kept)
-            .rev()
-            .find(|&c| matches!(messages[c], Message::User(_))),
+    // Non-message entries just before the cut (model or thinking-level changes, labels) stay
+    // with the kept part.
+    while cut > start {
+        let prev = items[cut - 1];
+        if prev.compaction || prev.tokens.is_some() {
+            break;
+        }
+        cut -= 1;
+    }
+    let turn_start = if items[cut].user {
+        None
+    } else {
+        (start..=cut).rev().find(|&i| items[i].turn_start)
     };
     CutPoint {
-        first_kept,
+        first_kept: cut,
         turn_start,
+    }
+}
+
+fn message_item(m: &Message) -> CutItem {
+    CutItem {
+        tokens: Some(estimate_tokens(m)),
+        cut: !matches!(m, Message::ToolResult(_)),
+        turn_start: matches!(m, Message::User(_)),
+        user: matches!(m, Message::User(_)),
+        compaction: false,
+    }
+}
+
+/// The cut point keeping about the last `keep_recent_tokens` raw (see the module docs).
+pub fn find_cut_point(messages: &[Message], keep_recent_tokens: u64) -> CutPoint {
+    let items: Vec<CutItem> = messages.iter().map(message_item).collect();
+    if items.is_empty() {
+        return CutPoint {
+            first_kept: 0,
+            turn_start: None,
+        };
+    }
+    cut_items(&items, 0, items.len(), keep_recent_tokens)
+}
+
+fn entry_item(e: &Entry) -> CutItem {
+    match e.kind.as_str() {
+        "message" => {
+            let role = e.raw["message"]["role"].as_str().unwrap_or("");
+            let tokens = convert_message(&e.raw["message"])
+                .map(|m| estimate_tokens(&m))
+                .unwrap_or(0);
+            CutItem {
+                tokens: Some(tokens),
+                cut: role != "toolResult",
+                turn_start: matches!(role, "user" | "bashExecution"),
+                user: role == "user",
+                compaction: false,
+            }
+        }
+        "branch_summary" | "custom_message" => CutItem {
+            cut: true,
+            turn_start: true,
+            ..CutItem::default()
+        },
+        "compaction" => CutItem {
+            compaction: true,
+            ..CutItem::default()
+        },
+        _ => CutItem::default(),
+    }
+}
+
+/// Pi's compaction settings (`settings.json` `compaction`): whether automatic compaction runs,
+/// the tokens reserved for the answer and the summary, the recent tokens kept raw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionSettings {
+    pub enabled: bool,
+    pub reserve_tokens: u64,
+    pub keep_recent_tokens: u64,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> Self {
+        CompactionSettings {
+            enabled: true,
+            reserve_tokens: DEFAULT_RESERVE_TOKENS,
+            keep_recent_tokens: DEFAULT_KEEP_RECENT_TOKENS,
+        }
+    }
+}
+
+/// Files the summarised part read and changed (Pi's `fileOps`, paths as the model wrote them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileOps {
+    pub read: BTreeSet<String>,
+    pub written: BTreeSet<String>,
+    pub edited: BTreeSet<String>,
+}
+
+impl FileOps {
+    /// Adds the `path` of every `read`, `write` and `edit` call in `m`.
+    pub fn add_calls(&mut self, m: &Message) {
+        let Message::Assistant(a) = m else { return };
+        for c in a.tool_calls() {
+            let Some(path) = c.arguments.get("path").and_then(Value::as_str) else {
+                continue;
+            };
+            let set = match c.name.as_str() {
+                "read" => &mut self.read,
+                "write" => &mut self.written,
+                "edit" => &mut self.edited,
+                _ => continue,
+            };
+            set.insert(path.to_string());
+        }
+    }
+
+    /// `(read only, modified)`, each sorted (Pi's `computeFileLists`).
+    pub fn lists(&self) -> (Vec<String>, Vec<String>) {
+        let modified: BTreeSet<&String> = self.edited.iter().chain(&self.written).collect();
+        let read = self
+            .read
+            .iter()
+            .filter(|f| !modified.contains(f))
+            .cloned()
+            .collect();
+        (read, modified.into_iter().cloned().collect())
+    }
+}
+
+/// Pi's `formatFileOperations`: `<read-files>` and `<modified-files>` blocks after the summary.
+pub fn format_file_operations(read: &[String], modified: &[String]) -> String {
+    let mut sections = Vec::new();
+    if !read.is_empty() {
+        sections.push(format!("<read-files>\n{}\n</read-files>", read.join("\n")));
+    }
+    if !modified.is_empty() {
+        sections.push(format!(
+            "<modified-files>\n{}\n</modified-files>",
+            modified.join("\n")
+        ));
+    }
+    if sections.is_empty() {
+        return String::new();
+    }
+    format!("\n\n{}", sections.join("\n\n"))
+}
+
+/// Why a compaction could not be prepared or produced. Nothing is appended in any case.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompactionError {
+    #[error("Already compacted")]
+    AlreadyCompacted,
+    #[error("Nothing to compact (session too small)")]
+    NothingToCompact,
+    #[error("Summarization failed: {0}")]
+    SummaryFailed(String),
+    #[error("Compaction cancelled")]
+    Cancelled,
+    /// The summary would not make the context smaller (case CMP-04).
+    #[error("compaction would not shrink the context ({before} tokens before, {after} after); nothing was written")]
+    NoProgress { before: u64, after: u64 },
+    /// Even the compacted context is over the threshold (case CMP-04).
+    #[error("the context does not fit even after compaction: system prompt + summary + the minimum kept tail are {after} tokens, over the limit of {limit} (context window − reserve tokens); start a new session, switch to a model with a larger context window, or lower compaction.keepRecentTokens")]
+    DoesNotFit { after: u64, limit: u64 },
+    #[error("session: {0}")]
+    Session(String),
+}
+
+/// What a compaction summarises and keeps, computed from the branch (Pi's `prepareCompaction`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preparation {
+    /// Where the kept raw context begins.
+    pub first_kept_entry_id: String,
+    /// Messages folded into the history summary.
+    pub messages_to_summarize: Vec<Message>,
+    /// The early part of a turn cut in two (summarised separately).
+    pub turn_prefix_messages: Vec<Message>,
+    pub is_split_turn: bool,
+    /// Context tokens of the branch before compaction.
+    pub tokens_before: u64,
+    /// The summary of the compaction before this one, folded into the new summary.
+    pub previous_summary: Option<String>,
+    pub file_ops: FileOps,
+}
+
+/// Prepares a compaction of the branch `path` (root to leaf), keeping about
+/// `keep_recent_tokens` raw. The kept part starts after the previous compaction's kept part;
+/// the previous summary and its file lists are folded in.
+pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, CompactionError> {
+    if path.last().is_some_and(|e| e.kind == "compaction") {
+        return Err(CompactionError::AlreadyCompacted);
+    }
+    let prev = path.iter().rposition(|e| e.kind == "compaction");
+    let mut previous_summary = None;
+    let mut file_ops = FileOps::default();
+    let mut start = 0;
+    if let Some(pi) = prev {
+        let p = &path[pi].raw;
+        previous_summary = p["summary"].as_str().map(str::to_string);
+        let first = p["firstKeptEntryId"].as_str();
+        start = path[..pi]
+            .iter()
+            .position(|e| Some(e.id.as_str()) == first)
+            .unwrap_or(pi + 1);
+        if p["fromHook"].as_bool() != Some(true) {
+            let strings = |k: &str| -> Vec<String> {
+                p["details"][k]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            };
+            file_ops.read.extend(strings("readFiles"));
+            file_ops.edited.extend(strings("modifiedFiles"));
+        }
+    }
+    let items: Vec<CutItem> = path.iter().map(|e| entry_item(e)).collect();
+    let end = path.len();
+    if start >= end {
+        return Err(CompactionError::NothingToCompact);
+    }
+    let cut = cut_items(&items, start, end, keep_recent_tokens);
+    let tokens_before = context_tokens(&branch_messages(path));
+    let for_summary = |e: &&Entry| -> Option<Message> {
+        if e.kind == "compaction" {
+            None
+        } else {
+            entry_message(e)
+        }
+    };
+    let history_end = cut.turn_start.unwrap_or(cut.first_kept);
+    let messages_to_summarize: Vec<Message> = path[start..history_end]
+        .iter()
+        .filter_map(for_summary)
+        .collect();
+    let turn_prefix_messages: Vec<Message> = match cut.turn_start {
+        Some(ts) => path[ts..cut.first_kept]
+            .iter()
+            .filter_map(for_summary)
+            .collect(),
+        None => Vec::new(),
+    };
+    if messages_to_summarize.is_empty() && turn_prefix_messages.is_empty() {
+        return Err(CompactionError::NothingToCompact);
+    }
+    for m in messages_to_summarize.iter().chain(&turn_prefix_messages) {
+        file_ops.add_calls(m);
+    }
+    Ok(Preparation {
+        first_kept_entry_id: path[cut.first_kept].id.clone(),
+        is_split_turn: cut.turn_start.is_some() && !turn_prefix_messages.is_empty(),
+        messages_to_summarize,
+        turn_prefix_messages,
+        tokens_before,
+        previous_summary,
+        file_ops,
+    })
+}
+
+/// The model context of a branch as [`crate::session::SessionTree::context`] builds it.
+fn branch_messages(path: &[&Entry]) -> Vec<Message> {
+    let Some(ci) = path.iter().rposition(|e| e.kind == "compaction") else {
+        return path.iter().filter_map(|e| entry_message(e)).collect();
+    };
+    let c = &path[ci].raw;
+    let mut out = vec![Message::user_text(format!(
+        "{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}",
+        c["summary"].as_str().unwrap_or("")
+    ))];
+    let first = c["firstKeptEntryId"].as_str();
+    let start = path[..ci]
+        .iter()
+        .position(|e| Some(e.id.as_str()) == first)
+        .unwrap_or(ci);
+    out.extend(path[start..ci].iter().filter_map(|e| entry_message(e)));
+    out.extend(path[ci + 1..].iter().filter_map(|e| entry_message(e)));
+    out
+}
+
+/// Tool results longer than this are cut in the summary request (Pi's `TOOL_RESULT_MAX_CHARS`).
+pub const TOOL_RESULT_MAX_CHARS: usize = 2_000;
+
+fn truncate_for_summary(text: &str, max_chars: usize) -> String {
+    let n = text.chars().count();
+    if n <= max_chars {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max_chars).collect();
+    format!(
+        "{head}\n\n[... {} more characters truncated]",
+        n - max_chars
+    )
+}
+
+/// Pi's `serializeConversation`: the messages as tagged text, so the summariser does not
+/// continue the conversation. A call whose result is not among `messages` is marked as
+/// interrupted, so no summary request carries an unanswered call (case CMP-01).
+pub fn serialize_conversation(messages: &[Message]) -> String {
+    let answered: BTreeSet<&str> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult(r) => Some(r.tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut parts: Vec<String> = Vec::new();
+    for m in messages {
+        match m {
+            Message::User(u) => {
+                let text = match &u.content {
+                    UserContent::Text(t) => t.clone(),
+                    UserContent::Blocks(b) => b
+                        .iter()
+                        .filter_map(|b| match b {
+                            ContentBlock::Text(t) => Some(t.text.as_str()),
+                            _ => None,
+                        })
+                        .collect(),
+                };
+                if !text.is_empty() {
+                    parts.push(format!("[User]: {text}"));
+                }
+            }
+            Message::Assistant(a) => {
+                let mut texts = Vec::new();
+                let mut thinking = Vec::new();
+                let mut calls = Vec::new();
+                let mut open = Vec::new();
+                for b in &a.content {
+                    match b {
+                        ContentBlock::Text(t) => texts.push(t.text.as_str()),
+                        ContentBlock::Thinking(t) => thinking.push(t.thinking.as_str()),
+                        ContentBlock::ToolCall(c) => {
+                            let args = match &c.arguments {
+                                Value::Object(o) => o
+                                    .iter()
+                                    .map(|(k, v)| format!("{k}={v}"))
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                other => other.to_string(),
+                            };
+                            calls.push(format!("{}({args})", c.name));
+                            if !answered.contains(c.id.as_str()) {
+                                open.push(c.name.clone());
+                            }
+                        }
+                        ContentBlock::Image(_) => {}
+                    }
+                }
+                if !thinking.is_empty() {
+                    parts.push(format!("[Assistant thinking]: {}", thinking.join("\n")));
+                }
+                if !texts.is_empty() {
+                    parts.push(format!("[Assistant]: {}", texts.join("\n")));
+                }
+                if !calls.is_empty() {
+                    parts.push(format!("[Assistant tool calls]: {}", calls.join("; ")));
+                }
+                for name in open {
+                    parts.push(format!(
+                        "[Tool result]: ({name} was interrupted; it has no result)"
+                    ));
+                }
+            }
+            Message::ToolResult(r) => {
+                let text: String = r
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Text(t) => Some(t.text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                if !text.is_empty() {
+                    parts.push(format!(
+                        "[Tool result]: {}",
+                        truncate_for_summary(&text, TOOL_RESULT_MAX_CHARS)
+                    ));
+                }
+            }
+        }
+    }
+    parts.join("\n\n")
+}
+
+/// Pi's system prompt of every summary request.
+pub const SUMMARIZATION_SYSTEM_PROMPT: &str = "You are a context summarization assistant. Your task is to read a conversation between a user and an AI coding assistant, then produce a structured summary following the exact format specified.\n\nDo NOT continue the conversation. Do NOT respond to any questions in the conversation. ONLY output the structured summary.";
+
+/// Pi's instructions for a first summary.
+pub const SUMMARIZATION_PROMPT: &str = include_str!("compaction/summarize.txt");
+/// Pi's instructions for folding new messages into a previous summary.
+pub const UPDATE_SUMMARIZATION_PROMPT: &str = include_str!("compaction/update.txt");
+/// Pi's instructions for the early part of a split turn.
+pub const TURN_PREFIX_SUMMARIZATION_PROMPT: &str = include_str!("compaction/turn_prefix.txt");
+
+fn with_instructions(base: &str, instructions: Option<&str>) -> String {
+    match instructions.map(str::trim).filter(|i| !i.is_empty()) {
+        Some(i) => format!("{base}\n\nAdditional focus: {i}"),
+        None => base.to_string(),
+    }
+}
+
+fn summary_context(text: String) -> Context {
+    Context {
+        system_prompt: SUMMARIZATION_SYSTEM_PROMPT.to_string(),
+        messages: vec![Message::User(pi_ai::UserMessage {
+            content: UserContent::Blocks(vec![ContentBlock::text(text)]),
+            timestamp: chrono::Utc::now().timestamp_millis(),
+        })],
+        tools: Vec::new(),
+    }
+}
+
+/// The history summary request (Pi's `generateSummary`): the conversation in tags, the previous
+/// summary when there is one, Pi's (update) instructions, and the user's custom instructions.
+pub fn history_request(
+    messages: &[Message],
+    previous_summary: Option<&str>,
+    instructions: Option<&str>,
+) -> Context {
+    let base = if previous_summary.is_some() {
+        UPDATE_SUMMARIZATION_PROMPT
+    } else {
+        SUMMARIZATION_PROMPT
+    };
+    let mut text = format!(
+        "<conversation>\n{}\n</conversation>\n\n",
+        serialize_conversation(messages)
+    );
+    if let Some(p) = previous_summary {
+        text.push_str(&format!("<previous-summary>\n{p}\n</previous-summary>\n\n"));
+    }
+    text.push_str(&with_instructions(base, instructions));
+    summary_context(text)
+}
+
+/// The split-turn prefix request (Pi's `generateTurnPrefixSummary`). Unlike Pi, the user's
+/// custom instructions are carried here too, so no summary request loses them (case CMP-07).
+pub fn turn_prefix_request(messages: &[Message], instructions: Option<&str>) -> Context {
+    summary_context(format!(
+        "<conversation>\n{}\n</conversation>\n\n{}",
+        serialize_conversation(messages),
+        with_instructions(TURN_PREFIX_SUMMARIZATION_PROMPT, instructions)
+    ))
+}
+
+/// One summary completion with `max_tokens`; the text is capped at `4 × max_tokens` characters
+/// even when a provider ignores the limit, so summaries cannot grow without bound (CMP-04).
+async fn complete_summary(
+    model: &Model,
+    context: &Context,
+    max_tokens: u64,
+    cancel: &CancellationToken,
+) -> Result<String, CompactionError> {
+    let stream = pi_ai::stream(
+        model,
+        context,
+        StreamOptions {
+            cancel: cancel.child_token(),
+            max_tokens: Some(max_tokens),
+        },
+    );
+    let m = stream.result().await;
+    match m.stop_reason {
+        StopReason::Aborted => return Err(CompactionError::Cancelled),
+        StopReason::Error => {
+            return Err(CompactionError::SummaryFailed(
+                m.error_message.unwrap_or_else(|| "Unknown error".into()),
+            ))
+        }
+        _ => {}
+    }
+    if cancel.is_cancelled() {
+        return Err(CompactionError::Cancelled);
+    }
+    let text = m
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let cap = (max_tokens * 4) as usize;
+    Ok(if text.chars().count() > cap {
+        let head: String = text.chars().take(cap).collect();
+        format!("{head}\n\n[summary cut at {max_tokens} tokens]")
+    } else {
+        text
+    })
+}
+
+/// A compaction's outcome, as Pi's `CompactionResult` (the `compaction` entry's fields).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionResult {
+    pub summary: String,
+    pub first_kept_entry_id: String,
+    pub tokens_before: u64,
+    /// `{readFiles, modifiedFiles}`.
+    pub details: Value,
+}
+
+/// Writes the summaries for `prep` (Pi's `compact`): the history summary (first or update) and,
+/// for a split turn, the turn-prefix summary, requested concurrently; then the file lists.
+/// `max_tokens` of the history summary is 80 % of `reserve_tokens`, of the prefix 50 %.
+pub async fn summarize(
+    model: &Model,
+    prep: &Preparation,
+    instructions: Option<&str>,
+    reserve_tokens: u64,
+    cancel: &CancellationToken,
+) -> Result<CompactionResult, CompactionError> {
+    let history_max = (reserve_tokens * 8 / 10).max(256);
+    let prefix_max = (reserve_tokens / 2).max(256);
+    let history = async {
+        if prep.messages_to_summarize.is_empty() && prep.previous_summary.is_none() {
+            return Ok("No prior history.".to_string());
+        }
+        let ctx = history_request(
+            &prep.messages_to_summarize,
+            prep.previous_summary.as_deref(),
+            instructions,
+        );
+        complete_summary(model, &ctx, history_max, cancel).await
+    };
+    let summary = if prep.is_split_turn {
+        let prefix = async {
+            let ctx = turn_prefix_request(&prep.turn_prefix_messages, instructions);
+            complete_summary(model, &ctx, prefix_max, cancel).await
+        };
+        let (h, p) = futures::join!(history, prefix);
+        format!("{}\n\n---\n\n**Turn Context (split turn):**\n\n{}", h?, p?)
+    } else {
+        history.await?
+    };
+    let (read, modified) = prep.file_ops.lists();
+    Ok(CompactionResult {
+        summary: format!("{summary}{}", format_file_operations(&read, &modified)),
+        first_kept_entry_id: prep.first_kept_entry_id.clone(),
+        tokens_before: prep.tokens_before,
+        details: serde_json::json!({"readFiles": read, "modifiedFiles": modified}),
+    })
+}
+
+/// The [`Compactor`] of a session file: prepares from the branch ending at the writer's leaf,
+/// summarises with the run's model, and appends Pi's `compaction` entry
+/// (`{summary, firstKeptEntryId, tokensBefore, details}`) with the writer, flushed at once.
+pub struct SessionCompactor {
+    writer: Arc<Mutex<SessionWriter>>,
+}
+
+impl SessionCompactor {
+    pub fn new(writer: Arc<Mutex<SessionWriter>>) -> Self {
+        SessionCompactor { writer }
+    }
+
+    fn writer(&self) -> std::sync::MutexGuard<'_, SessionWriter> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait::async_trait]
+impl Compactor for SessionCompactor {
+    async fn propose(
+        &self,
+        model: &Model,
+        settings: &CompactionSettings,
+        instructions: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<CompactionProposal, CompactionError> {
+        let (path, leaf): (Vec<Entry>, Option<String>) = {
+            let w = self.writer();
+            (
+                w.branch_path().into_iter().cloned().collect(),
+                w.leaf().map(str::to_string),
+            )
+        };
+        let refs: Vec<&Entry> = path.iter().collect();
+        let prep = prepare(&refs, settings.keep_recent_tokens)?;
+        drop(refs);
+        drop(path);
+        let result = summarize(model, &prep, instructions, settings.reserve_tokens, cancel).await?;
+        let w = self.writer();
+        if w.leaf() != leaf.as_deref() {
+            return Err(CompactionError::Session(
+                "the session moved on while the summary was written".into(),
+            ));
+        }
+        let messages = w
+            .tree()
+            .context_after_compaction(
+                leaf.as_deref(),
+                &result.summary,
+                &result.first_kept_entry_id,
+            )
+            .messages;
+        Ok(CompactionProposal {
+            result,
+            messages,
+            basis: leaf,
+        })
+    }
+
+    fn commit(&self, p: &CompactionProposal) -> Result<Vec<Message>, CompactionError> {
+        let mut w = self.writer();
+        if w.leaf() != p.basis.as_deref() {
+            return Err(CompactionError::Session(
+                "the session moved on while the summary was written".into(),
+            ));
+        }
+        let r = &p.result;
+        w.append_entry(
+            "compaction",
+            serde_json::json!({
+                "summary": r.summary,
+                "firstKeptEntryId": r.first_kept_entry_id,
+                "tokensBefore": r.tokens_before,
+                "details": r.details,
+            }),
+        )
+        .and_then(|_| w.sync())
+        .map_err(|e| CompactionError::Session(e.to_string()))?;
+        Ok(w.context().messages)
     }
 }
 

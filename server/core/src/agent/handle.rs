@@ -21,8 +21,19 @@ use pi_ai::{
 use tokio::sync::watch;
 
 use super::{
-    run_agent, AgentConfig, AgentEvent, Delivery, EventSink, QueueMode, RunControl, RunOutcome,
+    run_agent, run_compaction, AgentConfig, AgentEvent, CompactionError, CompactionResult,
+    Delivery, EventSink, QueueMode, RunControl, RunOutcome,
 };
+use tokio::sync::oneshot;
+
+/// What a run does first.
+enum Work {
+    Prompt(Vec<Message>),
+    Compact(Option<String>),
+}
+
+/// The result of [`Agent::compact`].
+pub type CompactionOutcome = Result<CompactionResult, CompactionError>;
 
 /// A prompt was sent while a run is active (steer, follow up or abort instead).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +56,13 @@ struct State {
     ending: bool,
     /// A prompt accepted while the previous run was finishing: its run id, control, messages.
     next_run: Option<(String, RunControl, Vec<Message>)>,
+    /// A compaction asked for during a run: it runs when the run settles (case CMP-06).
+    deferred_compaction: Option<(
+        String,
+        RunControl,
+        Option<String>,
+        oneshot::Sender<CompactionOutcome>,
+    )>,
 }
 
 struct Inner {
@@ -201,6 +219,9 @@ impl EventSink for Dispatch {
                     }
                 }
                 AgentEvent::AgentEnd { .. } => st.ending = true,
+                AgentEvent::CompactionEnd {
+                    context: Some(c), ..
+                } => st.messages.clone_from(c),
                 AgentEvent::MessageEnd { message } => {
                     if matches!(message, Message::Assistant(_)) {
                         st.streaming = None;
@@ -236,6 +257,7 @@ impl Agent {
                     last_outcome: None,
                     ending: false,
                     next_run: None,
+                    deferred_compaction: None,
                 }),
                 listeners: Mutex::new(Vec::new()),
                 next_id: AtomicU64::new(1),
@@ -259,9 +281,61 @@ impl Agent {
     /// continuation run (a new id) instead of waiting; after an abort they wait for the next
     /// prompt ([`Agent::pending`]).
     pub fn prompt(&self, prompts: Vec<Message>) -> Result<(String, RunControl), AgentBusy> {
-        let (cfg, history, prompts, control, run_id) = {
+        self.start(Work::Prompt(prompts))
+            .map(|(id, control, _)| (id, control))
+    }
+
+    /// Compacts the conversation (Pi's `compact(customInstructions)`) as a run of its own: the
+    /// agent is busy until `compaction_end`, so a prompt meanwhile is refused unless it is
+    /// queued as steering or follow-up, which runs after the compaction (case PAIR-03). Asked
+    /// for during a run, it waits until that run settles and never interrupts it (case CMP-06);
+    /// a second request while one waits is refused. Returns the compaction's run id, its
+    /// control (abort cancels the summary request) and the result to come.
+    pub fn compact(
+        &self,
+        instructions: Option<String>,
+    ) -> Result<(String, RunControl, oneshot::Receiver<CompactionOutcome>), AgentBusy> {
+        let (id, control, rx) = self.start(Work::Compact(instructions))?;
+        let rx = rx.ok_or(AgentBusy)?;
+        Ok((id, control, rx))
+    }
+
+    fn start(
+        &self,
+        work: Work,
+    ) -> Result<
+        (
+            String,
+            RunControl,
+            Option<oneshot::Receiver<CompactionOutcome>>,
+        ),
+        AgentBusy,
+    > {
+        let (tx, rx) = match work {
+            Work::Compact(_) => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            Work::Prompt(_) => (None, None),
+        };
+        let (cfg, history, work, control, run_id) = {
             let mut st = lock(&self.inner.state);
             if st.running.is_some() {
+                let prompts = match work {
+                    Work::Prompt(prompts) => prompts,
+                    Work::Compact(instructions) => {
+                        if st.deferred_compaction.is_some() {
+                            return Err(AgentBusy);
+                        }
+                        let control = RunControl::default();
+                        control.set_modes(st.modes.0, st.modes.1);
+                        let run_id = uuid::Uuid::now_v7().to_string();
+                        let Some(tx) = tx else { return Err(AgentBusy) };
+                        st.deferred_compaction =
+                            Some((run_id.clone(), control.clone(), instructions, tx));
+                        return Ok((run_id, control, rx));
+                    }
+                };
                 if !st.ending || st.next_run.is_some() {
                     return Err(AgentBusy);
                 }
@@ -270,7 +344,7 @@ impl Agent {
                 control.set_modes(st.modes.0, st.modes.1);
                 let run_id = uuid::Uuid::now_v7().to_string();
                 st.next_run = Some((run_id.clone(), control.clone(), prompts));
-                return Ok((run_id, control));
+                return Ok((run_id, control, None));
             }
             let control = RunControl::default();
             control.set_modes(st.modes.0, st.modes.1);
@@ -278,20 +352,44 @@ impl Agent {
             st.ending = false;
             let run_id = uuid::Uuid::now_v7().to_string();
             st.run_id = Some(run_id.clone());
-            let mut all = std::mem::take(&mut st.pending);
-            all.extend(prompts);
-            (st.config.clone(), st.messages.clone(), all, control, run_id)
+            let work = match work {
+                Work::Prompt(prompts) => {
+                    let mut all = std::mem::take(&mut st.pending);
+                    all.extend(prompts);
+                    Work::Prompt(all)
+                }
+                w => w,
+            };
+            (
+                st.config.clone(),
+                st.messages.clone(),
+                work,
+                control,
+                run_id,
+            )
         };
         self.inner.idle.send_replace(false);
         let inner = self.inner.clone();
         let first = control.clone();
         tokio::spawn(async move {
-            let (mut cfg, mut history, mut prompts, mut ctl) = (cfg, history, prompts, first);
+            let (mut cfg, mut history, mut work, mut ctl) = (cfg, history, work, first);
+            let mut tx = tx;
             loop {
                 let sink = Dispatch {
                     inner: inner.clone(),
                 };
-                let outcome = run_agent(&cfg, history, prompts, &ctl, &sink).await;
+                let outcome = match work {
+                    Work::Prompt(prompts) => run_agent(&cfg, history, prompts, &ctl, &sink).await,
+                    Work::Compact(instructions) => {
+                        let (outcome, result) =
+                            run_compaction(&cfg, history, instructions.as_deref(), &ctl, &sink)
+                                .await;
+                        if let Some(tx) = tx.take() {
+                            let _ = tx.send(result);
+                        }
+                        outcome
+                    }
+                };
                 let mut st = lock(&inner.state);
                 st.messages.clone_from(&outcome.messages);
                 st.pending.extend(outcome.next_turn.iter().cloned());
@@ -303,12 +401,26 @@ impl Agent {
                 }
                 let next = st.next_run.take();
                 if !queued && next.is_none() {
+                    if let Some((id, control, instructions, sender)) = st.deferred_compaction.take()
+                    {
+                        // The run settled: the compaction asked for during it runs now.
+                        st.run_id = Some(id);
+                        st.running = Some(control.clone());
+                        ctl = control;
+                        tx = Some(sender);
+                        work = Work::Compact(instructions);
+                        cfg = st.config.clone();
+                        history = outcome.messages.clone();
+                        st.last_outcome = Some(outcome);
+                        continue;
+                    }
                     st.running = None;
                     st.last_outcome = Some(outcome);
                     break;
                 }
                 // Queued after the last check, or prompted while the run was finishing: run
                 // again rather than leave them waiting.
+                let prompts;
                 (ctl, prompts) = match next {
                     Some((id, control, mut next_prompts)) => {
                         st.run_id = Some(id);
@@ -327,6 +439,7 @@ impl Agent {
                         (control, outcome.undelivered.clone())
                     }
                 };
+                work = Work::Prompt(prompts);
                 st.running = Some(ctl.clone());
                 cfg = st.config.clone();
                 history = outcome.messages.clone();
@@ -334,7 +447,7 @@ impl Agent {
             }
             inner.idle.send_replace(true);
         });
-        Ok((run_id, control))
+        Ok((run_id, control, rx))
     }
 
     /// The id of the active run, or of the last one.
@@ -369,7 +482,11 @@ impl Agent {
 
     /// Aborts the active run; false when there was none or it was already aborted.
     pub fn abort(&self) -> bool {
-        match &lock(&self.inner.state).running {
+        let st = lock(&self.inner.state);
+        if let Some((_, c, _, _)) = &st.deferred_compaction {
+            c.cancel.cancel();
+        }
+        match &st.running {
             Some(c) => {
                 let was = !c.cancel.is_cancelled();
                 c.cancel.cancel();

@@ -47,6 +47,8 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::compaction::{CompactionError, CompactionResult, CompactionSettings};
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -250,6 +252,24 @@ pub enum AgentEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         final_error: Option<String>,
     },
+    /// A compaction began (Pi's `compaction_start`); the agent is busy until its end.
+    CompactionStart {
+        reason: CompactionReason,
+    },
+    /// A compaction ended (Pi's `compaction_end`): `result` when an entry was written; `aborted`
+    /// when it was cancelled; `willRetry` when the failed request is sent again (overflow);
+    /// `errorMessage` when it failed (nothing was written).
+    CompactionEnd {
+        reason: CompactionReason,
+        result: Option<CompactionResult>,
+        aborted: bool,
+        will_retry: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error_message: Option<String>,
+        /// The context after a committed compaction (not serialized; the agent's state takes it).
+        #[serde(skip)]
+        context: Option<Vec<Message>>,
+    },
 }
 
 /// Receives every event of a run, in order; the loop awaits each call before going on.
@@ -385,6 +405,56 @@ pub struct AgentConfig {
     pub tool_execution: ToolExecution,
     pub hooks: Option<Arc<dyn AgentHooks>>,
     pub retry: RetrySettings,
+    /// Automatic compaction (threshold before every request, overflow recovery) and the
+    /// compactor that manual compaction uses; `None`: never compacts.
+    pub compaction: Option<CompactionConfig>,
+}
+
+/// Why a compaction runs (Pi's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompactionReason {
+    /// Context tokens passed context window − reserve tokens before a request.
+    Threshold,
+    /// The provider rejected the request as too long; the request is retried once after.
+    Overflow,
+    /// Asked for by the user (optionally with instructions).
+    Manual,
+}
+
+/// A compaction the [`Compactor`] wrote summaries for but has not committed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionProposal {
+    pub result: CompactionResult,
+    /// The model context after the compaction (summary, kept messages).
+    pub messages: Vec<Message>,
+    /// What the proposal was computed on (the compactor's own token, e.g. the leaf entry id);
+    /// a commit on a history that moved since is refused.
+    pub basis: Option<String>,
+}
+
+/// Produces and commits compactions (seed §4 "Compaction changes context, not history"). The
+/// loop decides when (threshold before each request, overflow), checks a proposal (it must
+/// shrink the context and fit under the threshold, case CMP-04), then commits it.
+#[async_trait]
+pub trait Compactor: Send + Sync {
+    /// Prepares the cut and writes the summaries for the history as it is now; appends nothing.
+    async fn propose(
+        &self,
+        model: &Model,
+        settings: &CompactionSettings,
+        instructions: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<CompactionProposal, CompactionError>;
+    /// Appends the `compaction` entry; returns the model context after it.
+    fn commit(&self, proposal: &CompactionProposal) -> Result<Vec<Message>, CompactionError>;
+}
+
+/// Compaction settings with the compactor that carries them out.
+#[derive(Clone)]
+pub struct CompactionConfig {
+    pub settings: CompactionSettings,
+    pub compactor: Arc<dyn Compactor>,
 }
 
 /// Automatic retry of transient provider failures: on/off (Pi's `retry.enabled`) and the
@@ -415,6 +485,7 @@ impl AgentConfig {
             tool_execution: ToolExecution::Parallel,
             hooks: None,
             retry: RetrySettings::default(),
+            compaction: None,
         }
     }
 }
@@ -450,5 +521,5 @@ pub const ABORT_GRACE: Duration = Duration::from_secs(2);
 mod handle;
 mod run;
 
-pub use handle::{Agent, AgentBusy, Subscription, WeakAgent};
-pub use run::run_agent;
+pub use handle::{Agent, AgentBusy, CompactionOutcome, Subscription, WeakAgent};
+pub use run::{run_agent, run_compaction, OVERFLOW_RECOVERY_FAILED};

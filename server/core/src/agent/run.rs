@@ -12,10 +12,61 @@ use pi_ai::{
 use serde_json::Value;
 
 use super::{
-    AfterToolCall, AgentConfig, AgentEvent, BeforeToolCall, EventSink, NextTurn, Queue, RunControl,
+    AfterToolCall, AgentConfig, AgentEvent, BeforeToolCall, CompactionConfig, CompactionError,
+    CompactionProposal, CompactionReason, CompactionResult, EventSink, NextTurn, Queue, RunControl,
     RunOutcome, Tool, ToolContext, ToolError, ToolExecution, ToolOutput, ABORTED_TEXT, ABORT_GRACE,
     FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT,
 };
+
+/// Pi's text when a second overflow comes after one compact-and-retry.
+pub const OVERFLOW_RECOVERY_FAILED: &str = "Context overflow recovery failed after one compact-and-retry attempt. Try reducing context or switching to a larger-context model.";
+
+/// The `errorMessage` of a failed compaction, prefixed as Pi does.
+fn compaction_error_text(reason: CompactionReason, e: &CompactionError) -> String {
+    match reason {
+        CompactionReason::Overflow => format!("Context overflow recovery failed: {e}"),
+        CompactionReason::Threshold => format!("Auto-compaction failed: {e}"),
+        CompactionReason::Manual => format!("Compaction failed: {e}"),
+    }
+}
+
+/// Proposes a compaction and commits it only when it shrinks the request (`before` tokens) and,
+/// for a threshold compaction, brings it under context window − reserve (case CMP-04).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn compact_checked(
+    cc: &CompactionConfig,
+    model: &pi_ai::Model,
+    system_prompt: &str,
+    specs: &[ToolSpec],
+    instructions: Option<&str>,
+    history: &[Message],
+    reason: CompactionReason,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<(CompactionProposal, Vec<Message>), CompactionError> {
+    let proposal = cc
+        .compactor
+        .propose(model, &cc.settings, instructions, cancel)
+        .await?;
+    // Both sides estimated the same way (provider usage describes the old context only).
+    let estimate =
+        |m: &[Message]| crate::compaction::request_tokens(system_prompt, specs, m, usize::MAX);
+    let before = estimate(history);
+    let after = estimate(&proposal.messages);
+    if after >= before {
+        return Err(CompactionError::NoProgress { before, after });
+    }
+    let limit = model
+        .context_window
+        .saturating_sub(cc.settings.reserve_tokens);
+    if reason == CompactionReason::Threshold && model.context_window > 0 && after > limit {
+        return Err(CompactionError::DoesNotFit { after, limit });
+    }
+    if cancel.is_cancelled() {
+        return Err(CompactionError::Cancelled);
+    }
+    let messages = cc.compactor.commit(&proposal)?;
+    Ok((proposal, messages))
+}
 
 /// A tool with its spec and compiled argument schema, built once per run.
 struct ToolEntry {
@@ -50,10 +101,20 @@ struct Run<'a> {
     new_messages: Vec<Message>,
     /// Assistant requests made so far in this run.
     turn: usize,
+    /// Messages before this index carry usage of a context that compaction replaced.
+    usage_from: usize,
+    /// A threshold compaction ran since the last user message (at most one per user turn,
+    /// case CMP-04).
+    compacted_this_turn: bool,
+    /// The one overflow recovery of this run was used.
+    overflow_recovered: bool,
 }
 
 impl Run<'_> {
     async fn push(&mut self, m: Message) {
+        if matches!(m, Message::User(_)) {
+            self.compacted_this_turn = false;
+        }
         self.sink
             .emit(AgentEvent::MessageStart { message: m.clone() })
             .await;
@@ -151,6 +212,105 @@ impl Run<'_> {
         message
     }
 
+    /// Proposes a compaction, checks it (it must shrink the context; a threshold compaction must
+    /// also fit under the threshold) and commits it; emits `compaction_start` / `compaction_end`.
+    /// Returns the error text of a compaction that could not be done.
+    async fn compact(&mut self, reason: CompactionReason) -> Result<(), CompactionError> {
+        let Some(cc) = self.cfg.compaction.clone() else {
+            return Err(CompactionError::NothingToCompact);
+        };
+        self.sink.emit(AgentEvent::CompactionStart { reason }).await;
+        let result = compact_checked(
+            &cc,
+            &self.cfg.model,
+            &self.cfg.system_prompt,
+            &self.specs,
+            None,
+            &self.messages,
+            reason,
+            &self.control.cancel,
+        )
+        .await;
+        match result {
+            Ok((proposal, messages)) => {
+                self.messages = messages;
+                self.usage_from = self.messages.len();
+                self.sink
+                    .emit(AgentEvent::CompactionEnd {
+                        reason,
+                        result: Some(proposal.result),
+                        aborted: false,
+                        will_retry: reason == CompactionReason::Overflow,
+                        error_message: None,
+                        context: Some(self.messages.clone()),
+                    })
+                    .await;
+                Ok(())
+            }
+            Err(e) => {
+                let aborted = matches!(e, CompactionError::Cancelled);
+                self.sink
+                    .emit(AgentEvent::CompactionEnd {
+                        reason,
+                        result: None,
+                        aborted,
+                        will_retry: false,
+                        error_message: (!aborted).then(|| compaction_error_text(reason, &e)),
+                        context: None,
+                    })
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Tokens of the next request (see [`crate::compaction::request_tokens`]).
+    fn request_tokens(&self) -> u64 {
+        crate::compaction::request_tokens(
+            &self.cfg.system_prompt,
+            &self.specs,
+            &self.messages,
+            self.usage_from,
+        )
+    }
+
+    /// The threshold check before every request, also between the requests of one turn (case
+    /// CTX-03): compacts once per user turn when context tokens pass context window − reserve.
+    /// `Err` ends the run: even the compacted context does not fit.
+    async fn compact_if_due(&mut self) -> Result<(), String> {
+        let Some(cc) = &self.cfg.compaction else {
+            return Ok(());
+        };
+        let window = self.cfg.model.context_window;
+        if !cc.settings.enabled || window == 0 || self.compacted_this_turn {
+            return Ok(());
+        }
+        let tokens = self.request_tokens();
+        if !crate::compaction::should_compact(tokens, window, cc.settings.reserve_tokens) {
+            return Ok(());
+        }
+        self.compacted_this_turn = true;
+        let limit = window.saturating_sub(cc.settings.reserve_tokens);
+        match self.compact(CompactionReason::Threshold).await {
+            Ok(()) => Ok(()),
+            // A failed or cancelled summary request appends nothing; the request still goes
+            // out (an abort ends it at once).
+            Err(
+                CompactionError::SummaryFailed(_)
+                | CompactionError::Cancelled
+                | CompactionError::Session(_),
+            ) => Ok(()),
+            // Compaction cannot bring the context under the threshold: stop with a clear error
+            // instead of sending what will not fit or compacting again (case CMP-04).
+            Err(e @ CompactionError::DoesNotFit { .. }) => Err(e.to_string()),
+            Err(_) => Err(CompactionError::DoesNotFit {
+                after: tokens,
+                limit,
+            }
+            .to_string()),
+        }
+    }
+
     /// Requests a response, retrying transient failures with backoff: each failed attempt is
     /// emitted (and so persisted) but leaves the model's context; an abort during the wait
     /// ends the retries at once.
@@ -164,6 +324,45 @@ impl Run<'_> {
                 .take()
                 .filter(|_| a.stop_reason == StopReason::Error)
                 .or_else(|| pi_ai::errors::classify_message(&a, self.cfg.model.context_window));
+            let overflow = failure
+                .as_ref()
+                .is_some_and(|f| f.class() == pi_ai::errors::ErrorClass::ContextOverflow);
+            let can_compact = self
+                .cfg
+                .compaction
+                .as_ref()
+                .is_some_and(|c| c.settings.enabled);
+            if overflow && can_compact && !self.control.cancel.is_cancelled() {
+                if self.overflow_recovered {
+                    // One compact-and-retry per run: say so instead of looping (case CMP-04).
+                    self.sink
+                        .emit(AgentEvent::CompactionEnd {
+                            reason: CompactionReason::Overflow,
+                            result: None,
+                            aborted: false,
+                            will_retry: false,
+                            error_message: Some(OVERFLOW_RECOVERY_FAILED.into()),
+                            context: None,
+                        })
+                        .await;
+                    return a;
+                }
+                self.overflow_recovered = true;
+                self.sink
+                    .emit(AgentEvent::TurnEnd {
+                        message: Message::Assistant(a.clone()),
+                        tool_results: Vec::new(),
+                    })
+                    .await;
+                // The failed response stays in the session but leaves the context.
+                self.messages.pop();
+                if self.compact(CompactionReason::Overflow).await.is_err() {
+                    self.messages.push(Message::Assistant(a.clone()));
+                    return a;
+                }
+                self.sink.emit(AgentEvent::TurnStart).await;
+                continue;
+            }
             let delay = match (&failure, settings.enabled) {
                 (Some(f), true) => settings.policy.delay(attempt + 1, f),
                 _ => None,
@@ -223,6 +422,17 @@ impl Run<'_> {
             }
             self.sink.emit(AgentEvent::TurnStart).await;
         }
+    }
+
+    /// Ends the turn with an error response that was never requested (the context does not
+    /// fit): stored like a provider error, so the run ends and the user sees why.
+    async fn failed_turn(&mut self, text: String) -> AssistantMessage {
+        let model = &self.cfg.model;
+        let mut m = AssistantMessage::empty(&model.api, &model.provider, &model.id);
+        m.stop_reason = StopReason::Error;
+        m.error_message = Some(text);
+        self.push(Message::Assistant(m.clone())).await;
+        m
     }
 
     /// Lookup, prepare, validate, before hook and abort check: `Ok` to execute, `Err` for an
@@ -504,6 +714,67 @@ impl Run<'_> {
     }
 }
 
+/// A manual compaction while no run is active (Pi's `compact(customInstructions)`): emits
+/// `compaction_start` / `compaction_end`, commits when the summary shrinks the context, and
+/// returns the context after it (unchanged on failure). Steering and follow-ups sent meanwhile
+/// stay queued in `control` and come back in [`RunOutcome::undelivered`] (case PAIR-03).
+pub async fn run_compaction(
+    cfg: &AgentConfig,
+    history: Vec<Message>,
+    instructions: Option<&str>,
+    control: &RunControl,
+    sink: &dyn EventSink,
+) -> (RunOutcome, Result<CompactionResult, CompactionError>) {
+    let reason = CompactionReason::Manual;
+    sink.emit(AgentEvent::CompactionStart { reason }).await;
+    let specs: Vec<ToolSpec> = cfg.tools.iter().map(|t| t.spec()).collect();
+    let result = match &cfg.compaction {
+        None => Err(CompactionError::NothingToCompact),
+        Some(cc) => {
+            compact_checked(
+                cc,
+                &cfg.model,
+                &cfg.system_prompt,
+                &specs,
+                instructions,
+                &history,
+                reason,
+                &control.cancel,
+            )
+            .await
+        }
+    };
+    let (messages, result) = match result {
+        Ok((p, messages)) => (messages, Ok(p.result)),
+        Err(e) => (history, Err(e)),
+    };
+    let aborted = matches!(result, Err(CompactionError::Cancelled));
+    sink.emit(AgentEvent::CompactionEnd {
+        reason,
+        result: result.as_ref().ok().cloned(),
+        aborted,
+        will_retry: false,
+        error_message: match &result {
+            Err(e) if !aborted => Some(compaction_error_text(reason, e)),
+            _ => None,
+        },
+        context: result.is_ok().then(|| messages.clone()),
+    })
+    .await;
+    let outcome = RunOutcome {
+        messages,
+        stop_reason: match &result {
+            Ok(_) => StopReason::Stop,
+            Err(CompactionError::Cancelled) => StopReason::Aborted,
+            Err(_) => StopReason::Error,
+        },
+        error_message: result.as_ref().err().map(|e| e.to_string()),
+        undelivered: control.take_undelivered(),
+        next_turn: control.take_next_turn(),
+    };
+    (outcome, result)
+}
+
 /// Runs the loop on `history` plus `prompts` until no continuation is allowed and no queued
 /// message is left, or a provider error or abort ends it. Emits exactly one `agent_start` and
 /// one `agent_end`; the event order follows Pi 0.73.1's `runLoop`.
@@ -537,6 +808,9 @@ pub async fn run_agent(
         messages: history,
         new_messages: Vec::new(),
         turn: 0,
+        usage_from: 0,
+        compacted_this_turn: false,
+        overflow_recovered: false,
     };
     sink.emit(AgentEvent::AgentStart).await;
     sink.emit(AgentEvent::TurnStart).await;
@@ -556,7 +830,10 @@ pub async fn run_agent(
             for m in std::mem::take(&mut pending) {
                 run.push(m).await;
             }
-            let assistant = run.assistant_with_retry().await;
+            let assistant = match run.compact_if_due().await {
+                Ok(()) => run.assistant_with_retry().await,
+                Err(text) => run.failed_turn(text).await,
+            };
             let message = Message::Assistant(assistant.clone());
             if matches!(
                 assistant.stop_reason,

@@ -16,7 +16,9 @@ mod list;
 mod tree;
 
 pub use list::{list_sessions, SessionSummary};
-pub use tree::{bash_execution_text, convert_message, Entry, SessionContext, SessionTree};
+pub use tree::{
+    bash_execution_text, convert_message, entry_message, Entry, SessionContext, SessionTree,
+};
 
 /// Pi's wrappers of summaries in the model context.
 pub mod tree_prefixes {
@@ -108,6 +110,8 @@ pub struct SessionWriter {
     ids: HashSet<String>,
     /// Tool-call ids of the latest assistant message on the branch that have no result yet.
     open_calls: Vec<String>,
+    /// Every entry of the file, kept current on each append (the header included).
+    tree: SessionTree,
     _lock: LockFile,
 }
 
@@ -207,6 +211,7 @@ impl SessionWriter {
             leaf: None,
             ids: HashSet::new(),
             open_calls: Vec::new(),
+            tree: SessionTree::from_values(header.clone(), Vec::new(), Vec::new()),
             _lock: lock,
         };
         w.write_line(&header)?;
@@ -241,9 +246,12 @@ impl SessionWriter {
             leaf: None,
             ids: loaded.tree.entries.iter().map(|e| e.id.clone()).collect(),
             open_calls: Vec::new(),
+            tree: loaded.tree.clone(),
             _lock: lock,
         };
-        writer.set_leaf(&loaded.tree, leaf.as_deref());
+        let tree = std::mem::take(&mut writer.tree);
+        writer.set_leaf(&tree, leaf.as_deref());
+        writer.tree = tree;
         Ok((writer, loaded))
     }
 
@@ -402,8 +410,33 @@ impl SessionWriter {
             e.extend(f);
         }
         self.write_line(&entry)?;
+        self.tree.push(entry);
         self.leaf = Some(id.clone());
         Ok(id)
+    }
+
+    /// Every entry of the file as written so far (this writer's appends included).
+    pub fn tree(&self) -> &SessionTree {
+        &self.tree
+    }
+
+    /// The entries from the root to the current leaf.
+    pub fn branch_path(&self) -> Vec<&Entry> {
+        match &self.leaf {
+            Some(l) => self.tree.path(l),
+            None => Vec::new(),
+        }
+    }
+
+    /// The model context at the current leaf.
+    pub fn context(&self) -> SessionContext {
+        match &self.leaf {
+            Some(l) => self.tree.context(Some(l)),
+            None => SessionContext {
+                thinking_level: "off".into(),
+                ..Default::default()
+            },
+        }
     }
 
     /// Appends a `message` entry; returns its id. A tool result must answer an open call of

@@ -139,6 +139,25 @@ pub fn convert_message(m: &Value) -> Option<Message> {
     }
 }
 
+/// The model-visible message of one entry, as Pi's `buildSessionContext` derives it: a
+/// `message` (converted by [`convert_message`]), a `custom_message` as user content, a
+/// non-empty `branch_summary` wrapped in Pi's prefix; `None` for every other entry.
+pub fn entry_message(e: &Entry) -> Option<Message> {
+    match e.kind.as_str() {
+        "message" => convert_message(&e.raw["message"]),
+        "custom_message" => user_content(&e.raw["content"], millis(&e.raw["timestamp"])),
+        "branch_summary" => str_of(&e.raw, "summary")
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                user(
+                    format!("{BRANCH_SUMMARY_PREFIX}{s}{BRANCH_SUMMARY_SUFFIX}"),
+                    millis(&e.raw["timestamp"]),
+                )
+            }),
+        _ => None,
+    }
+}
+
 impl SessionTree {
     /// Builds the tree from parsed lines (header first); migrates v1 / v2 in memory.
     pub fn from_values(
@@ -203,6 +222,21 @@ impl SessionTree {
             });
         }
         tree
+    }
+
+    /// Adds an entry written after loading (the writer keeps its tree current this way).
+    pub fn push(&mut self, raw: Value) {
+        let (Some(id), Some(kind)) = (str_of(&raw, "id"), str_of(&raw, "type")) else {
+            return;
+        };
+        let parent_id = str_of(&raw, "parentId");
+        self.index.insert(id.clone(), self.entries.len());
+        self.entries.push(Entry {
+            id,
+            parent_id,
+            kind,
+            raw,
+        });
     }
 
     /// The entry with `id`.
@@ -271,6 +305,21 @@ impl SessionTree {
 
     /// What a run at `leaf` (default: the last entry) sees.
     pub fn context(&self, leaf: Option<&str>) -> SessionContext {
+        self.context_with(leaf, None)
+    }
+
+    /// What a run at `leaf` would see if a compaction with `summary` and `first_kept_entry_id`
+    /// were appended after it (used to check a compaction before it is written).
+    pub fn context_after_compaction(
+        &self,
+        leaf: Option<&str>,
+        summary: &str,
+        first_kept_entry_id: &str,
+    ) -> SessionContext {
+        self.context_with(leaf, Some((summary, first_kept_entry_id)))
+    }
+
+    fn context_with(&self, leaf: Option<&str>, proposed: Option<(&str, &str)>) -> SessionContext {
         let Some(leaf) = leaf.or(self.last_id()) else {
             return SessionContext {
                 thinking_level: "off".into(),
@@ -307,40 +356,42 @@ impl SessionTree {
                 _ => {}
             }
         }
-        let visible = |e: &Entry| -> Option<Message> {
-            match e.kind.as_str() {
-                "message" => convert_message(&e.raw["message"]),
-                "custom_message" => user_content(&e.raw["content"], millis(&e.raw["timestamp"])),
-                "branch_summary" => str_of(&e.raw, "summary")
-                    .filter(|s| !s.is_empty())
-                    .map(|s| {
-                        user(
-                            format!("{BRANCH_SUMMARY_PREFIX}{s}{BRANCH_SUMMARY_SUFFIX}"),
-                            millis(&e.raw["timestamp"]),
-                        )
-                    }),
-                _ => None,
+        let visible = entry_message;
+        // A proposed compaction sits after the last entry of the path.
+        let (ci, summary, first_kept, ts) = match (proposed, compaction) {
+            (Some((summary, first)), _) => (
+                path.len(),
+                summary.to_string(),
+                Some(first.to_string()),
+                chrono::Utc::now().timestamp_millis(),
+            ),
+            (None, Some(ci)) => {
+                let c = path[ci];
+                (
+                    ci,
+                    str_of(&c.raw, "summary").unwrap_or_default(),
+                    str_of(&c.raw, "firstKeptEntryId"),
+                    millis(&c.raw["timestamp"]),
+                )
+            }
+            (None, None) => {
+                ctx.messages.extend(path.iter().filter_map(|e| visible(e)));
+                return ctx;
             }
         };
-        match compaction {
-            Some(ci) => {
-                let c = path[ci];
-                let summary = str_of(&c.raw, "summary").unwrap_or_default();
-                ctx.messages.push(user(
-                    format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
-                    millis(&c.raw["timestamp"]),
-                ));
-                let first_kept = str_of(&c.raw, "firstKeptEntryId");
-                let start = path[..ci]
-                    .iter()
-                    .position(|e| Some(&e.id) == first_kept.as_ref())
-                    .unwrap_or(ci);
-                ctx.messages
-                    .extend(path[start..ci].iter().filter_map(|e| visible(e)));
-                ctx.messages
-                    .extend(path[ci + 1..].iter().filter_map(|e| visible(e)));
-            }
-            None => ctx.messages.extend(path.iter().filter_map(|e| visible(e))),
+        ctx.messages.push(user(
+            format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
+            ts,
+        ));
+        let start = path[..ci]
+            .iter()
+            .position(|e| Some(&e.id) == first_kept.as_ref())
+            .unwrap_or(ci);
+        ctx.messages
+            .extend(path[start..ci].iter().filter_map(|e| visible(e)));
+        if ci < path.len() {
+            ctx.messages
+                .extend(path[ci + 1..].iter().filter_map(|e| visible(e)));
         }
         ctx
     }

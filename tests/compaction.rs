@@ -1,0 +1,766 @@
+//! Compaction in the loop, end to end over loopback HTTP: the agent (pi-core) with a real session
+//! file, real tools on a temp workspace, and the mock model server answering both the
+//! conversation and the summary requests. Cases CTX-03, CMP-04, CMP-06, CMP-07, PAIR-03 and the
+//! overflow recovery of the sessions issue.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pi_ai::{Message, Model, StopReason};
+use pi_core::agent::{
+    Agent, AgentConfig, AgentEvent, CompactionConfig, CompactionSettings, Delivery, EventSink,
+    OVERFLOW_RECOVERY_FAILED,
+};
+use pi_core::compaction::{SessionCompactor, SUMMARIZATION_SYSTEM_PROMPT};
+use pi_core::fs::DiskFs;
+use pi_core::session::{read_tree, SessionWriter};
+use pi_core::tools::default_tools;
+use pi_e2e::mock_model::{MockModel, Step};
+use serde_json::{json, Value};
+
+/// Persists like the server does (every completed message, flushed at turn end) and keeps
+/// every event as JSON.
+struct Persist {
+    writer: Arc<Mutex<SessionWriter>>,
+    events: Mutex<Vec<Value>>,
+}
+
+#[async_trait]
+impl EventSink for Persist {
+    async fn emit(&self, event: AgentEvent) {
+        match &event {
+            AgentEvent::MessageEnd { message } => {
+                self.writer.lock().unwrap().append_message(message).unwrap();
+            }
+            AgentEvent::TurnEnd { .. } => self.writer.lock().unwrap().sync().unwrap(),
+            _ => {}
+        }
+        self.events
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&event).unwrap());
+    }
+}
+
+impl Persist {
+    fn types(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for e in self.events.lock().unwrap().iter() {
+            let t = e["type"].as_str().unwrap().to_string();
+            if t == "message_update" {
+                continue;
+            }
+            let t = match t.as_str() {
+                "message_end" => format!("message_end:{}", e["message"]["role"].as_str().unwrap()),
+                "compaction_start" => format!("compaction_start:{}", e["reason"].as_str().unwrap()),
+                _ => t,
+            };
+            out.push(t);
+        }
+        out
+    }
+
+    fn of_type(&self, t: &str) -> Vec<Value> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == t)
+            .cloned()
+            .collect()
+    }
+}
+
+/// The mock without pauses between streamed chunks (summaries here are long).
+async fn fast_mock(script: Vec<Step>) -> MockModel {
+    MockModel::start_with_delay(script, Duration::ZERO).await
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pi-e2e-compaction-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn is_summary(body: &Value) -> bool {
+    body.to_string().contains("context summarization assistant")
+}
+
+/// The user text of a summary request.
+fn summary_prompt(body: &Value) -> String {
+    let msgs = body["messages"].as_array().unwrap();
+    let user = msgs.iter().find(|m| m["role"] == "user").unwrap();
+    match &user["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<String>(),
+        _ => String::new(),
+    }
+}
+
+struct Setup {
+    agent: Agent,
+    sink: Arc<Persist>,
+    writer: Arc<Mutex<SessionWriter>>,
+    path: PathBuf,
+    _sub: pi_core::agent::Subscription,
+}
+
+fn setup(
+    dir: &Path,
+    mock: &MockModel,
+    window: u64,
+    settings: CompactionSettings,
+    system_prompt: String,
+) -> Setup {
+    let mut model = Model::new("openai-completions", "mock", "mock-1", &mock.openai_base());
+    model.api_key = Some("test-key".into());
+    model.context_window = window;
+    model.max_tokens = 4_096;
+    let sessions = dir.join(".pi/sessions");
+    let writer = SessionWriter::create(&sessions, dir, "mock", "mock-1", "off").unwrap();
+    let path = writer.path().to_path_buf();
+    let writer = Arc::new(Mutex::new(writer));
+    let mut cfg = AgentConfig::new(
+        model,
+        system_prompt,
+        default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None),
+    );
+    cfg.retry.enabled = false;
+    cfg.compaction = Some(CompactionConfig {
+        settings,
+        compactor: Arc::new(SessionCompactor::new(writer.clone())),
+    });
+    let agent = Agent::new(cfg, Vec::new());
+    let sink = Arc::new(Persist {
+        writer: writer.clone(),
+        events: Mutex::new(Vec::new()),
+    });
+    let sub = agent.subscribe(sink.clone());
+    Setup {
+        agent,
+        sink,
+        writer,
+        path,
+        _sub: sub,
+    }
+}
+
+async fn idle(agent: &Agent) {
+    tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
+        .await
+        .expect("the agent did not become idle");
+}
+
+/// The session file's entries as JSON, header excluded.
+fn entries(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn big_file(dir: &Path, name: &str, tokens: usize) {
+    // ~4 characters per token, in lines like source code.
+    let line = "let value = compute(alpha, beta, gamma); // a line of code\n";
+    let n = tokens * 4 / line.len();
+    std::fs::write(dir.join(name), line.repeat(n)).unwrap();
+}
+
+/// CTX-03: window 32,768, reserve 8,192; one prompt; six sequential `read` calls of ~4,000
+/// tokens each. The threshold is checked before every request, also between the requests of
+/// the one turn; the compaction keeps the turn's call/result pairs and the run goes on.
+#[tokio::test]
+async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
+    let dir = tmp("ctx03");
+    for i in 1..=6 {
+        big_file(&dir, &format!("f{i}.rs"), 4_000);
+    }
+    let mut script: Vec<Step> = (1..=6)
+        .map(|i| {
+            Step::call(
+                &format!("call_{i}"),
+                "read",
+                json!({"path": format!("f{i}.rs")}),
+            )
+        })
+        .collect();
+    script.push(Step::text("done reading"));
+    let mock = fast_mock(script).await;
+    mock.set_usage_from_body(true);
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body)
+            .then(|| Step::text("## Goal\nRead six files.\n## Progress\n- [x] read some"))
+    }));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 8_192,
+        keep_recent_tokens: 20_000,
+    };
+    let s = setup(
+        &dir,
+        &mock,
+        32_768,
+        settings,
+        "You are a coding agent.".into(),
+    );
+    s.agent
+        .prompt(vec![Message::user_text("read f1.rs … f6.rs one by one")])
+        .unwrap();
+    idle(&s.agent).await;
+    mock.assert_paired();
+
+    let requests = mock.requests();
+    let conversation: Vec<&Value> = requests
+        .iter()
+        .map(|r| &r.body)
+        .filter(|b| !is_summary(b))
+        .collect();
+    let summaries = requests.iter().filter(|r| is_summary(&r.body)).count();
+    assert_eq!(conversation.len(), 7, "six reads and the final answer");
+    assert!(summaries >= 1, "a compaction ran");
+
+    // The compaction happened inside the one run: between a tool result and the next request,
+    // with no agent_end in between, and the run still ended with the final answer.
+    let types = s.sink.types();
+    let c = types
+        .iter()
+        .position(|t| t == "compaction_start:threshold")
+        .expect("a threshold compaction");
+    assert_eq!(types.iter().filter(|t| *t == "agent_start").count(), 1);
+    assert_eq!(types.iter().filter(|t| *t == "agent_end").count(), 1);
+    assert!(types[..c].contains(&"message_end:toolResult".to_string()));
+    assert_eq!(types[c + 1], "compaction_end");
+    assert_eq!(types[c + 2], "message_start", "the request right after it");
+    let end = &s.sink.of_type("compaction_end")[0];
+    assert_eq!(end["aborted"], false);
+    assert_eq!(end["willRetry"], false);
+    assert!(end.get("errorMessage").is_none(), "{end}");
+
+    // Every request stays under the limit the threshold protects: window − reserve, counted
+    // the way the mock provider counts (body length / 4).
+    for (i, b) in conversation.iter().enumerate() {
+        let tokens = b.to_string().len() / 4;
+        assert!(
+            tokens <= 32_768 - 8_192 + 4_500,
+            "request {i} has {tokens} tokens"
+        );
+    }
+    // After the compaction, requests carry the summary and every call with its result.
+    let last = conversation.last().unwrap();
+    assert!(last.to_string().contains("Read six files."));
+
+    // The file: a compaction entry whose kept part starts at an assistant message (never a
+    // tool result), and the context rebuilt from the file equals the agent's.
+    let e = entries(&s.path);
+    let comp = e.iter().find(|e| e["type"] == "compaction").unwrap();
+    let first = comp["firstKeptEntryId"].as_str().unwrap();
+    let kept = e.iter().find(|e| e["id"] == first).unwrap();
+    assert_eq!(kept["message"]["role"], "assistant");
+    assert!(comp["tokensBefore"].as_u64().unwrap() > 24_576);
+    // The summarised part read the first files, in order; nothing was modified.
+    let read = comp["details"]["readFiles"].as_array().unwrap().len();
+    assert!(read >= 1);
+    let expected: Vec<String> = (1..=read).map(|i| format!("f{i}.rs")).collect();
+    assert_eq!(
+        comp["details"],
+        json!({"readFiles": expected, "modifiedFiles": []})
+    );
+    let (tree, _) = read_tree(&s.path, false).unwrap();
+    assert_eq!(tree.context(None).messages, s.agent.messages());
+    let outcome = s.agent.last_outcome().unwrap();
+    assert_eq!(outcome.stop_reason, StopReason::Stop);
+    drop(s.writer);
+}
+
+/// Overflow from the provider: the failed response stays in the file, one compaction runs, the
+/// request is retried once and succeeds. A second overflow in the same run is not retried again.
+#[tokio::test]
+async fn overflow_compacts_once_and_retries_the_turn() {
+    let dir = tmp("overflow");
+    let overflow = || {
+        Step::Raw {
+        status: 400,
+        content_type: "application/json".into(),
+        body: json!({"error": {"message": "This model's maximum context length is 4000 tokens. However, your messages resulted in 9000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string(),
+    }
+    };
+    let mock = fast_mock(vec![
+        Step::text("first answer"),
+        overflow(),
+        Step::text("recovered"),
+        Step::text("third answer"),
+        overflow(),
+        overflow(),
+    ])
+    .await;
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| Step::text("SUMMARY-OF-EARLIER-WORK"))
+    }));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 500,
+        keep_recent_tokens: 10,
+    };
+    let s = setup(&dir, &mock, 4_000, settings, "sys".into());
+    let long = |w: &str| format!("{w} ").repeat(400);
+    s.agent
+        .prompt(vec![Message::user_text(long("one"))])
+        .unwrap();
+    idle(&s.agent).await;
+    s.agent
+        .prompt(vec![Message::user_text(long("two"))])
+        .unwrap();
+    idle(&s.agent).await;
+    assert_eq!(
+        s.agent.last_outcome().unwrap().stop_reason,
+        StopReason::Stop
+    );
+    let ends = s.sink.of_type("compaction_end");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["reason"], "overflow");
+    assert_eq!(ends[0]["willRetry"], true);
+    assert_eq!(ends[0]["result"]["summary"], "SUMMARY-OF-EARLIER-WORK");
+    // The file keeps the failed response, then the compaction, then the retried answer.
+    let e = entries(&s.path);
+    let kinds: Vec<String> = e
+        .iter()
+        .map(|e| match e["type"].as_str().unwrap() {
+            "message" => format!(
+                "{}:{}",
+                e["message"]["role"].as_str().unwrap(),
+                e["message"]["stopReason"].as_str().unwrap_or("")
+            ),
+            t => t.to_string(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "model_change",
+            "thinking_level_change",
+            "user:",
+            "assistant:stop",
+            "user:",
+            "assistant:error",
+            "compaction",
+            "assistant:stop"
+        ]
+    );
+    // The retried request carries the summary and not the failed response.
+    let reqs: Vec<Value> = mock
+        .requests()
+        .into_iter()
+        .map(|r| r.body)
+        .filter(|b| !is_summary(b))
+        .collect();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs[2].to_string().contains("SUMMARY-OF-EARLIER-WORK"));
+
+    // Third prompt: the answer, then two overflows in a row in the fourth run: one recovery
+    // only, then Pi's message, and the run ends with the error.
+    s.agent
+        .prompt(vec![Message::user_text(long("three"))])
+        .unwrap();
+    idle(&s.agent).await;
+    s.agent
+        .prompt(vec![Message::user_text(long("four"))])
+        .unwrap();
+    idle(&s.agent).await;
+    let ends = s.sink.of_type("compaction_end");
+    assert_eq!(ends.len(), 3, "{ends:#?}");
+    assert_eq!(ends[1]["willRetry"], true);
+    assert_eq!(ends[2]["errorMessage"], OVERFLOW_RECOVERY_FAILED);
+    let summaries = mock
+        .requests()
+        .iter()
+        .filter(|r| is_summary(&r.body))
+        .count();
+    assert_eq!(summaries, 2, "one summary per recovery, no loop");
+    assert_eq!(
+        s.agent.last_outcome().unwrap().stop_reason,
+        StopReason::Error
+    );
+}
+
+/// CMP-04: window 18,000, system prompt 12,000 tokens, threshold 65 % (reserve 6,300), a
+/// summariser that answers twice as much as it is given; five prompts. The system prompt alone
+/// is over the threshold: every run stops with the clear error, at most one compaction is
+/// tried per user turn, nothing is written, and no request is sent that cannot fit.
+#[tokio::test]
+async fn cmp04_no_compaction_loop_when_the_system_prompt_does_not_fit() {
+    let dir = tmp("cmp04");
+    let mock = MockModel::start_with_delay(vec![], Duration::ZERO).await;
+    mock.set_usage_from_body(true);
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| Step::Text(summary_prompt(body).repeat(2)))
+    }));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 6_300,
+        keep_recent_tokens: 200,
+    };
+    let system = "Follow the house rules. ".repeat(2_000); // 48,000 chars ≈ 12,000 tokens
+    let s = setup(&dir, &mock, 18_000, settings, system);
+    for i in 0..5 {
+        s.agent
+            .prompt(vec![Message::user_text(format!("turn {i}"))])
+            .unwrap();
+        idle(&s.agent).await;
+        let o = s.agent.last_outcome().unwrap();
+        assert_eq!(o.stop_reason, StopReason::Error);
+        let msg = o.error_message.unwrap();
+        assert!(
+            msg.contains("does not fit even after compaction") && msg.contains("11700"),
+            "{msg}"
+        );
+    }
+    let starts = s.sink.of_type("compaction_start");
+    assert_eq!(starts.len(), 5, "one try per user turn");
+    assert!(mock.requests().iter().all(|r| is_summary(&r.body)));
+    assert!(entries(&s.path).iter().all(|e| e["type"] != "compaction"));
+}
+
+/// CMP-04, second half: a fitting system prompt, a summariser that doubles its input. Each
+/// user turn compacts at most once; summary requests ask for a bounded answer (80 % of the
+/// reserve) and an over-long answer is cut to that bound, so summaries cannot grow without end.
+#[tokio::test]
+async fn cmp04_summaries_are_bounded_and_compaction_runs_at_most_once_per_turn() {
+    let dir = tmp("cmp04b");
+    let mock = fast_mock(
+        (0..5)
+            .map(|i| Step::text(&format!("answer {i} ").repeat(400)))
+            .collect(),
+    )
+    .await;
+    mock.set_usage_from_body(true);
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| {
+            Step::Text(
+                summary_prompt(body)
+                    .repeat(2)
+                    .chars()
+                    .take(16_000)
+                    .collect(),
+            )
+        })
+    }));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 2_000,
+        keep_recent_tokens: 500,
+    };
+    let s = setup(&dir, &mock, 6_000, settings, "sys".into());
+    for i in 0..5 {
+        s.agent
+            .prompt(vec![Message::user_text(format!("turn {i}"))])
+            .unwrap();
+        idle(&s.agent).await;
+    }
+    let per_run: Vec<usize> = {
+        let ev = s.sink.events.lock().unwrap();
+        let mut out = Vec::new();
+        for e in ev.iter() {
+            match e["type"].as_str().unwrap() {
+                "agent_start" => out.push(0),
+                "compaction_start" => *out.last_mut().unwrap() += 1,
+                _ => {}
+            }
+        }
+        out
+    };
+    assert!(per_run.iter().all(|n| *n <= 1), "{per_run:?}");
+    assert!(per_run.iter().sum::<usize>() >= 1);
+    for r in mock.requests().iter().filter(|r| is_summary(&r.body)) {
+        // History summaries may answer 80 % of the reserve, split-turn prefixes 50 %.
+        let limit = if summary_prompt(&r.body).contains("This is the PREFIX of a turn") {
+            1_000
+        } else {
+            1_600
+        };
+        assert_eq!(r.body["max_completion_tokens"], limit);
+    }
+    for e in entries(&s.path)
+        .iter()
+        .filter(|e| e["type"] == "compaction")
+    {
+        let n = e["summary"].as_str().unwrap().chars().count();
+        // History (1,600 tokens) plus a split-turn prefix (1,000), 4 characters each, plus
+        // the joining text and markers.
+        assert!(n <= (1_600 + 1_000) * 4 + 300, "summary of {n} chars");
+    }
+}
+
+/// CMP-07 and repeated compaction: custom instructions appear in every summary request
+/// (history and split-turn prefix); the next compaction folds in the previous summary; the
+/// system prompt is sent unchanged after compaction (never summarised away).
+#[tokio::test]
+async fn cmp07_instructions_reach_every_summary_request() {
+    let dir = tmp("cmp07");
+    for i in 1..=8 {
+        std::fs::write(
+            dir.join(format!("n{i}.txt")),
+            format!("note {i}\n").repeat(40),
+        )
+        .unwrap();
+    }
+    let mut script: Vec<Step> = (1..=8)
+        .map(|i| {
+            Step::call(
+                &format!("c{i}"),
+                "read",
+                json!({"path": format!("n{i}.txt")}),
+            )
+        })
+        .collect();
+    script.push(Step::text("read all eight"));
+    script.push(Step::call("c9", "read", json!({"path": "n1.txt"})));
+    script.push(Step::text("read one again"));
+    script.push(Step::text("after the second compaction"));
+    let mock = fast_mock(script).await;
+    let n = Arc::new(Mutex::new(0));
+    let counter = n.clone();
+    mock.set_responder(Arc::new(move |body: &Value| {
+        if !is_summary(body) {
+            return None;
+        }
+        let mut n = counter.lock().unwrap();
+        *n += 1;
+        Some(Step::Text(format!("SUMMARY-{n}")))
+    }));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 1_000,
+        keep_recent_tokens: 30,
+    };
+    let s = setup(&dir, &mock, 200_000, settings, "SYSTEM-PROMPT-TEXT".into());
+    s.agent
+        .prompt(vec![Message::user_text("read n1.txt to n8.txt")])
+        .unwrap();
+    idle(&s.agent).await;
+    let (_, _, rx) = s
+        .agent
+        .compact(Some("always reply with the word TRIPWIRE".into()))
+        .unwrap();
+    let first = rx.await.unwrap().unwrap();
+    idle(&s.agent).await;
+    s.agent
+        .prompt(vec![Message::user_text("read n1.txt once more")])
+        .unwrap();
+    idle(&s.agent).await;
+    let (_, _, rx) = s.agent.compact(Some("mention TRIPWIRE".into())).unwrap();
+    let second = rx.await.unwrap().unwrap();
+    idle(&s.agent).await;
+    s.agent.prompt(vec![Message::user_text("go on")]).unwrap();
+    idle(&s.agent).await;
+
+    let summaries: Vec<String> = mock
+        .requests()
+        .iter()
+        .filter(|r| is_summary(&r.body))
+        .map(|r| summary_prompt(&r.body))
+        .collect();
+    assert!(summaries.len() >= 3, "{}", summaries.len());
+    for p in &summaries {
+        assert!(p.contains("TRIPWIRE"), "instructions missing in: {p}");
+        assert!(!p.contains("SYSTEM-PROMPT-TEXT"));
+    }
+    // The first compaction split the long turn: history + prefix summaries, merged.
+    assert!(
+        first.summary.contains("**Turn Context (split turn):**"),
+        "{}",
+        first.summary
+    );
+    assert!(
+        first.summary.contains("<read-files>\nn1.txt"),
+        "{}",
+        first.summary
+    );
+    // The second folds in the first.
+    let update = summaries
+        .iter()
+        .find(|p| p.contains("<previous-summary>"))
+        .expect("an update request");
+    assert!(update.contains(&first.summary));
+    assert!(update.contains("NEW conversation messages"));
+    assert!(second.summary.starts_with("SUMMARY-"));
+    // The request after the compactions: the original system prompt, the newest summary first.
+    let last = mock.requests().last().unwrap().body.clone();
+    assert!(!is_summary(&last));
+    assert_eq!(last["messages"][0]["content"], "SYSTEM-PROMPT-TEXT");
+    let text = last.to_string();
+    assert!(text.contains(&second.summary.replace('\n', "\\n")));
+    assert!(
+        !text.contains("SUMMARY-1\\n\\n---"),
+        "the older summary is folded, not repeated"
+    );
+    mock.assert_paired();
+    // Sanity: the file is SystemPrompt-free and every compaction entry is Pi-shaped.
+    for e in entries(&s.path)
+        .iter()
+        .filter(|e| e["type"] == "compaction")
+    {
+        let keys: Vec<&String> = e.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            vec![
+                "type",
+                "id",
+                "parentId",
+                "timestamp",
+                "summary",
+                "firstKeptEntryId",
+                "tokensBefore",
+                "details"
+            ]
+        );
+    }
+    assert_eq!(SUMMARIZATION_SYSTEM_PROMPT.lines().next().unwrap(), "You are a context summarization assistant. Your task is to read a conversation between a user and an AI coding assistant, then produce a structured summary following the exact format specified.");
+}
+
+/// PAIR-03: while a compaction's summary request hangs, a prompt is refused as busy and a
+/// queued follow-up waits; when the summary arrives the compaction is written, then the
+/// follow-up runs (a tool call and its result) and every entry is saved in order.
+#[tokio::test]
+async fn pair03_prompts_during_compaction_are_refused_or_queued_never_lost() {
+    let dir = tmp("pair03");
+    std::fs::write(dir.join("a.txt"), "alpha\n").unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mock = fast_mock(vec![
+        Step::text("hi"),
+        Step::text("hello again"),
+        Step::call("call_ls", "ls", json!({})),
+        Step::text("a.txt is there"),
+    ])
+    .await;
+    let g = gate.clone();
+    mock.set_responder(Arc::new(move |body: &Value| {
+        is_summary(body).then(|| Step::Gate(g.clone(), Box::new(Step::text("SUMMARY"))))
+    }));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 1_000,
+        keep_recent_tokens: 10,
+    };
+    let s = setup(&dir, &mock, 200_000, settings, "sys".into());
+    s.agent
+        .prompt(vec![Message::user_text("hello ".repeat(300))])
+        .unwrap();
+    idle(&s.agent).await;
+    s.agent
+        .prompt(vec![Message::user_text("again ".repeat(300))])
+        .unwrap();
+    idle(&s.agent).await;
+    let (_, _, rx) = s.agent.compact(None).unwrap();
+    // Wait until the summary request is in flight.
+    for _ in 0..200 {
+        if mock.requests().iter().any(|r| is_summary(&r.body)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(s.agent.is_streaming(), "busy while compacting");
+    assert!(s.agent.prompt(vec![Message::user_text("ls")]).is_err());
+    s.agent
+        .enqueue(Message::user_text("ls please"), Delivery::FollowUp);
+    gate.notify_one();
+    let result = rx.await.unwrap().unwrap();
+    assert_eq!(result.summary, "SUMMARY");
+    idle(&s.agent).await;
+    mock.assert_paired();
+    let e = entries(&s.path);
+    let tail: Vec<String> = e[e.len() - 5..]
+        .iter()
+        .map(|e| match e["type"].as_str().unwrap() {
+            "message" => e["message"]["role"].as_str().unwrap().to_string(),
+            t => t.to_string(),
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        vec!["compaction", "user", "assistant", "toolResult", "assistant"]
+    );
+    // Each entry's parent is the one before it: one unbroken path.
+    for w in e.windows(2) {
+        assert_eq!(w[1]["parentId"], w[0]["id"]);
+    }
+    let (tree, _) = read_tree(&s.path, false).unwrap();
+    let ctx = tree.context(None).messages;
+    assert_eq!(ctx, s.agent.messages());
+    assert!(matches!(&ctx[0], Message::User(_)));
+}
+
+/// CMP-06: a compaction asked for while a run streams waits until the run settles; the live
+/// turn is never aborted.
+#[tokio::test]
+async fn cmp06_compaction_requested_mid_run_is_deferred() {
+    let dir = tmp("cmp06");
+    std::fs::write(dir.join("a.txt"), "alpha\n".repeat(200)).unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mock = fast_mock(vec![
+        Step::text(&"first ".repeat(300)),
+        Step::call("call_r", "read", json!({"path": "a.txt"})),
+        Step::Gate(gate.clone(), Box::new(Step::text("the file says alpha"))),
+    ])
+    .await;
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| Step::text("SUMMARY"))
+    }));
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 1_000,
+        keep_recent_tokens: 10,
+    };
+    let s = setup(&dir, &mock, 200_000, settings, "sys".into());
+    s.agent.prompt(vec![Message::user_text("hi")]).unwrap();
+    idle(&s.agent).await;
+    s.agent
+        .prompt(vec![Message::user_text("read a.txt")])
+        .unwrap();
+    for _ in 0..200 {
+        if mock.requests().len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (_, _, rx) = s.agent.compact(None).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !mock.requests().iter().any(|r| is_summary(&r.body)),
+        "no summary while the run is live"
+    );
+    gate.notify_one();
+    let result = rx.await.unwrap().unwrap();
+    idle(&s.agent).await;
+    let types = s.sink.types();
+    let end = types.iter().rposition(|t| t == "agent_end").unwrap();
+    let start = types
+        .iter()
+        .position(|t| t == "compaction_start:manual")
+        .unwrap();
+    assert!(start > end, "{types:?}");
+    let last_assistant = s
+        .agent
+        .messages()
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Assistant(a) => Some(a.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(last_assistant.stop_reason, StopReason::Stop);
+    assert_eq!(
+        pi_ai::join_text(&last_assistant.content),
+        "the file says alpha"
+    );
+    assert!(result.summary.starts_with("SUMMARY"), "{}", result.summary);
+}
