@@ -534,6 +534,13 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
         .unwrap();
     assert_eq!(reopened["sessionId"], fid.as_str());
     assert_eq!(reopened["messageCount"], 2);
+    // Opening a session that is open here answers it as it is and keeps its lock.
+    let again = c
+        .request("agent/session/open", json!({"path": file}))
+        .await
+        .unwrap();
+    assert_eq!(again["sessionId"], sid.as_str());
+    assert!(std::path::Path::new(&format!("{file}.lock")).exists());
     mock.assert_paired();
     assert!(c.shutdown().await.success());
 }

@@ -415,6 +415,12 @@ impl Backend {
     pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
         let root = self.state.root();
         let init_model = self.state.init_model();
+        // Open here already: that is the session (a second writer would take over its lock).
+        if let Some(id) = header_id(path) {
+            if let Some(s) = lock(&self.state.sessions).get(&id).cloned() {
+                return Ok(s);
+            }
+        }
         let (writer, loaded) = match SessionWriter::open(path) {
             Ok(w) => w,
             // Another process appends to it: continue in a fork and say so (SESS-04).
@@ -532,6 +538,17 @@ impl Backend {
             queued_messages: tracker.queued(),
         })
     }
+}
+
+/// The `id` of a session file's header line.
+fn header_id(path: &Path) -> Option<String> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(std::fs::File::open(path).ok()?)
+        .read_line(&mut line)
+        .ok()?;
+    let v: Value = serde_json::from_str(&line).ok()?;
+    v["id"].as_str().map(str::to_string)
 }
 
 /// How long `agent/abort` waits for the run to end before answering.
