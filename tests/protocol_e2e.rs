@@ -1055,13 +1055,33 @@ async fn user_bash_enters_the_context_and_double_bang_stays_out() {
             .unwrap(),
         json!({"aborted": false})
     );
+    // Custom messages on an idle session: appended at once, or kept for the next prompt.
+    let now = c
+        .request(
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "ctx", "content": [{"type": "text", "text": "context note"}]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(now, json!({"sessionId": sid, "entryId": now["entryId"]}));
+    let later = c
+        .request(
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "ctx", "content": "next-turn note", "deliverAs": "nextTurn", "display": false}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        later,
+        json!({"sessionId": sid, "queueId": later["queueId"]})
+    );
     c.request(
         "agent/prompt",
         json!({"sessionId": sid, "text": "what did I run?"}),
     )
     .await
     .unwrap();
-    until_end(&mut c, &sid).await;
+    let notes = until_end(&mut c, &sid).await;
     let msgs = texts_of_mock_request(&mock, 0);
     assert_eq!(
         msgs[1..],
@@ -1074,9 +1094,31 @@ async fn user_bash_enters_the_context_and_double_bang_stays_out() {
                 "user".to_string(),
                 "Ran `sleep 20`\n(no output)\n\n(command cancelled)".to_string()
             ),
+            ("user".to_string(), "context note".to_string()),
+            ("user".to_string(), "next-turn note".to_string()),
             ("user".to_string(), "what did I run?".to_string()),
         ]
     );
+    let states: Vec<&Value> = of(&notes, "agent/queueUpdate")
+        .iter()
+        .map(|n| &n["params"]["state"])
+        .collect();
+    assert_eq!(
+        states,
+        [&json!("queued"), &json!("delivered"), &json!("consumed")]
+    );
+    let entries = c
+        .request("agent/session/tree", json!({"sessionId": sid}))
+        .await
+        .unwrap()["entries"]
+        .clone();
+    let customs = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "custom_message")
+        .count();
+    assert_eq!(customs, 2, "{entries:#}");
     let m = c
         .request("agent/messages", json!({"sessionId": sid}))
         .await
