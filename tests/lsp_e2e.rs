@@ -398,11 +398,17 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
     };
     assert!(count_sleeps() >= 2, "both sleeps should run");
     let t0 = Instant::now();
+    let abort = c
+        .request("agent/abort", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let command = format!("sleep 30 & sleep 30; : {}", tmp.path().display());
     assert_eq!(
-        c.request("agent/abort", json!({"sessionId": sid}))
-            .await
-            .unwrap(),
-        json!({"aborted": true})
+        abort,
+        json!({"aborted": true, "runId": r["runId"],
+            "stoppedToolCalls": [{"toolCallId": "call_sleep", "toolName": "bash", "args": {"command": command}}],
+            "stoppedProcesses": [{"toolCallId": "call_sleep", "command": command}],
+            "appliedEdits": [], "queuedMessages": []})
     );
     let events = c.run_until_end(Duration::from_secs(5)).await;
     let took = t0.elapsed();
@@ -415,7 +421,7 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
         c.request("agent/abort", json!({"sessionId": sid}))
             .await
             .unwrap(),
-        json!({"aborted": false})
+        json!({"aborted": false, "stoppedToolCalls": [], "stoppedProcesses": [], "appliedEdits": [], "queuedMessages": []})
     );
     let (text, is_error) = tool_result_text(&events, "bash");
     assert!(is_error && text.ends_with("Command aborted"), "{text}");
@@ -470,7 +476,7 @@ async fn bad_requests_get_clear_errors_and_the_server_goes_on() {
         .request("agent/prompt", json!({"txt": "typo"}))
         .await
         .unwrap_err();
-    assert_eq!((e["code"].as_i64(), e["message"].as_str()), (Some(-32602), Some("txt: unknown field `txt`, expected one of `text`, `sessionId`, `model`, `streamingBehavior`")));
+    assert_eq!((e["code"].as_i64(), e["message"].as_str()), (Some(-32602), Some("txt: unknown field `txt`, expected one of `text`, `images`, `sessionId`, `model`, `streamingBehavior`")));
     let e = c
         .request("agent/prompt", json!({"text": 5}))
         .await
@@ -584,14 +590,31 @@ async fn bad_requests_get_clear_errors_and_the_server_goes_on() {
     assert_eq!(end["event"]["message"]["content"][0]["text"], "after abort");
     // The follow-up queued before the abort was kept and goes first with the next prompt.
     let last = mock.requests().pop().unwrap();
-    let users: Vec<&str> = last.body["messages"]
+    let users: Vec<String> = last.body["messages"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|m| m["role"] == "user")
-        .map(|m| m["content"].as_str().unwrap())
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            parts => parts
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["text"].as_str().unwrap())
+                .collect::<Vec<_>>()
+                .join(" | "),
+        })
         .collect();
-    assert_eq!(users, ["first", "later", "again"]);
+    // The first message after the aborted turn says the task was interrupted (PAIR-05).
+    assert_eq!(
+        users,
+        [
+            "first".to_string(),
+            format!("{} | later", pi_ai::transform::INTERRUPTED_NOTE),
+            "again".to_string()
+        ]
+    );
     mock.assert_paired();
     assert!(c.shutdown().await.success());
 }

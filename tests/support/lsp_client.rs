@@ -356,8 +356,8 @@ impl LspClient {
         }
     }
 
-    /// Sends a request without waiting: the returned receiver gets the whole response message
-    /// (for requests that answer late, e.g. `agent/compact`, while others are sent).
+    /// Sends a request without waiting: the receiver yields the whole response message
+    /// (for requests that stay open while others are sent, e.g. a long `agent/bash`).
     pub async fn send_request(&mut self, method: &str, params: Value) -> oneshot::Receiver<Value> {
         self.next_id += 1;
         let id = self.next_id;

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod compaction;
+pub mod export;
 pub mod fs;
 pub mod prompt;
 pub mod session;

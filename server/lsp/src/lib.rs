@@ -6,8 +6,11 @@
 pub mod documents;
 pub mod editor_fs;
 pub mod headless;
+pub(crate) mod methods;
 pub mod positions;
 pub mod protocol;
 pub mod runner;
 pub mod server;
+pub(crate) mod summary;
+pub mod tracker;
 pub mod transport;

@@ -1,9 +1,11 @@
 //! The `agent/*` wire types (documented in `docs/protocol.md`, one example per message in
 //! `fixtures/protocol/`). Fields are camelCase; ids are strings.
 //!
-//! Client → server requests: `agent/prompt`, `agent/abort`. Server → client: the
-//! `agent/event` notification and the `agent/saveDocument` request (sent only to clients that
-//! advertise `experimental.agent.saveDocument: true`).
+//! Client → server requests: every name in [`METHODS`]. Server → client: the notifications
+//! `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, and the
+//! `agent/saveDocument` request (sent only to clients that advertise
+//! `experimental.agent.saveDocument: true`). Every session-scoped method and notification
+//! carries `sessionId`.
 
 use pi_core::AgentEvent;
 use serde::{Deserialize, Serialize};
@@ -22,10 +24,53 @@ pub mod codes {
     pub const MODEL_UNAVAILABLE: i64 = -31003;
     /// The session file could not be created or written.
     pub const SESSION_IO: i64 = -31004;
+    /// `entryId` names no entry of the session.
+    pub const UNKNOWN_ENTRY: i64 = -31005;
+    /// A user-run shell command of the session is still running.
+    pub const BASH_RUNNING: i64 = -31006;
+    /// The model could not write the requested summary (nothing was changed).
+    pub const SUMMARY_FAILED: i64 = -31007;
     /// A compaction could not be done (nothing to compact, the summary request failed, it
     /// would not shrink the context, it was cancelled); nothing was written.
-    pub const COMPACTION_FAILED: i64 = -31005;
+    pub const COMPACTION_FAILED: i64 = -31008;
 }
+
+/// Every client → server `agent/*` method, as advertised in `initialize`'s
+/// `experimental.agent.methods`.
+pub const METHODS: &[&str] = &[
+    "agent/prompt",
+    "agent/steer",
+    "agent/followUp",
+    "agent/abort",
+    "agent/sendMessage",
+    "agent/messages",
+    "agent/state",
+    "agent/session/new",
+    "agent/session/list",
+    "agent/session/open",
+    "agent/session/close",
+    "agent/session/fork",
+    "agent/session/clone",
+    "agent/session/tree",
+    "agent/session/branch",
+    "agent/session/label",
+    "agent/session/name",
+    "agent/session/stats",
+    "agent/session/export",
+    "agent/model/list",
+    "agent/model/set",
+    "agent/model/cycle",
+    "agent/thinking/set",
+    "agent/thinking/cycle",
+    "agent/queue/setModes",
+    "agent/queue/clear",
+    "agent/retry/set",
+    "agent/retry/abort",
+    "agent/bash",
+    "agent/bash/abort",
+    "agent/compact",
+    "agent/compaction/set",
+];
 
 /// A JSON-RPC error with one of [`codes`].
 pub fn agent_error(code: i64, message: impl Into<String>) -> Error {
@@ -38,7 +83,13 @@ pub fn agent_error(code: i64, message: impl Into<String>) -> Error {
 
 /// Parses request params, naming the offending field in the InvalidParams message
 /// (e.g. `text: invalid type: integer \`1\`, expected a string`).
+/// Absent params (`null`) read as `{}`.
 pub fn parse_params<T: for<'de> Deserialize<'de>>(params: Value) -> Result<T, Error> {
+    let params = if params.is_null() {
+        Value::Object(Default::default())
+    } else {
+        params
+    };
     serde_path_to_error::deserialize(params).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
@@ -77,12 +128,33 @@ pub enum StreamingBehavior {
     FollowUp,
 }
 
+/// The only kind of attached content: `"image"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageKind {
+    Image,
+}
+
+/// An image attached to a prompt (Pi's `ImageContent`): `{type: "image", data, mimeType}`,
+/// `data` base64 without a `data:` prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageInput {
+    #[serde(rename = "type")]
+    pub kind: ImageKind,
+    pub data: String,
+    pub mime_type: String,
+}
+
 /// `agent/prompt` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PromptParams {
     /// The user's message.
     pub text: String,
+    /// Images sent with the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<ImageInput>>,
     /// Continue this session (in memory, or its file in `.pi/sessions/`); a new one when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
@@ -103,6 +175,9 @@ pub struct PromptResult {
     pub run_id: String,
     /// True when the prompt was queued into an active run (steer / followUp).
     pub queued: bool,
+    /// The queued message's id in `agent/queueUpdate` notifications (when `queued`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_id: Option<String>,
 }
 
 /// `agent/abort` params.
@@ -112,12 +187,157 @@ pub struct AbortParams {
     pub session_id: String,
 }
 
-/// `agent/abort` result. Aborting twice, or with no active run, is not an error.
+/// `agent/abort` result, sent once the run has ended (or after a bounded wait). Aborting
+/// twice, or with no active run, is not an error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AbortResult {
     /// True when a run was active and has been told to stop.
     pub aborted: bool,
+    /// The run that was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Tool calls that were executing when the abort arrived (each got an error result).
+    #[serde(default)]
+    pub stopped_tool_calls: Vec<StoppedToolCall>,
+    /// Shell commands (`bash` tool calls) whose process group was killed.
+    #[serde(default)]
+    pub stopped_processes: Vec<StoppedProcess>,
+    /// Edits the run had already applied (they stay applied; undo them in the editor).
+    #[serde(default)]
+    pub applied_edits: Vec<AppliedEdit>,
+    /// Steering / follow-up / next-turn messages still queued: they go with the next prompt
+    /// unless `agent/queue/clear` drops them.
+    #[serde(default)]
+    pub queued_messages: Vec<QueuedMessage>,
+}
+
+/// A tool call stopped by an abort.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoppedToolCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: Value,
+}
+
+/// A process (group) killed by an abort.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoppedProcess {
+    pub tool_call_id: String,
+    pub command: String,
+}
+
+/// An edit a run applied (`edit` or `write` that succeeded).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedEdit {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    /// The path as the tool received it (relative to the workspace root unless absolute).
+    pub path: String,
+}
+
+/// How a queued message enters the conversation (Pi's `deliverAs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DeliverAs {
+    /// After the current tool batch, before the next model request.
+    Steer,
+    /// When the agent would otherwise stop.
+    FollowUp,
+    /// With the next prompt.
+    NextTurn,
+}
+
+/// The life of a queued message: `queued` → `delivered` (in the conversation) → `consumed`
+/// (a model response has seen it); or `queued` → `dropped` (`agent/queue/clear`, session closed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum QueueState {
+    Queued,
+    Delivered,
+    Consumed,
+    Dropped,
+}
+
+/// A queued message as reported to the client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedMessage {
+    pub queue_id: String,
+    pub delivery: DeliverAs,
+    /// The message's text (images are not repeated).
+    pub text: String,
+}
+
+/// `agent/queueUpdate` params (server → client): one queued message changed state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueUpdateParams {
+    pub session_id: String,
+    pub queue_id: String,
+    pub delivery: DeliverAs,
+    pub state: QueueState,
+    pub text: String,
+    /// Texts of the steering messages still waiting, oldest first (Pi's `queue_update`).
+    pub steering: Vec<String>,
+    /// Texts of the follow-up messages still waiting, oldest first.
+    pub follow_up: Vec<String>,
+}
+
+/// Token counts and cost in US dollars.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageTotals {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub total_tokens: u64,
+    /// US dollars at the model's per-million-token prices.
+    pub cost: f64,
+}
+
+/// `agent/usage` params (server → client), after every model response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageParams {
+    pub session_id: String,
+    pub run_id: String,
+    /// This response (turn).
+    pub turn: UsageTotals,
+    /// Every response stored in the session file so far, this one included (abandoned
+    /// branches too: they were paid for).
+    pub session: UsageTotals,
+    /// Tokens of the context this response saw plus what it wrote.
+    pub context_tokens: u64,
+    pub context_window: u64,
+}
+
+/// Why the agent needs the user. More reasons (`permission`, `question`) are added by the
+/// features that ask; clients must ignore reasons they do not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub enum AttentionReason {
+    /// The run ended normally; the answer is ready.
+    Finished,
+    /// The run ended in an error (provider failure after retries, …).
+    Failed,
+}
+
+/// `agent/attention` params (server → client).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttentionParams {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub reason: AttentionReason,
+    /// One line for a notification: the answer's first line, or the error.
+    pub message: String,
 }
 
 /// `agent/event` params: one agent event of one run.
@@ -161,6 +381,607 @@ impl Request for SaveDocumentRequest {
     const METHOD: &'static str = "agent/saveDocument";
 }
 
+/// `agent/queueUpdate` notification; params are a serialized [`QueueUpdateParams`].
+#[derive(Debug)]
+pub enum QueueUpdateNotification {}
+
+impl Notification for QueueUpdateNotification {
+    type Params = Value;
+    const METHOD: &'static str = "agent/queueUpdate";
+}
+
+/// `agent/usage` notification; params are a serialized [`UsageParams`].
+#[derive(Debug)]
+pub enum UsageNotification {}
+
+impl Notification for UsageNotification {
+    type Params = Value;
+    const METHOD: &'static str = "agent/usage";
+}
+
+/// `agent/attention` notification; params are a serialized [`AttentionParams`].
+#[derive(Debug)]
+pub enum AttentionNotification {}
+
+impl Notification for AttentionNotification {
+    type Params = Value;
+    const METHOD: &'static str = "agent/attention";
+}
+
+/// Params of methods that only name a session: `agent/state`, `agent/messages`,
+/// `agent/session/close`, `…/clone`, `…/tree`, `…/stats`, `agent/thinking/cycle`,
+/// `agent/queue/clear`, `agent/retry/abort`, `agent/bash/abort`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionParams {
+    pub session_id: String,
+}
+
+/// `agent/steer` and `agent/followUp` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SteerParams {
+    pub session_id: String,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<ImageInput>>,
+}
+
+/// `agent/followUp` params (same shape as [`SteerParams`]).
+pub type FollowUpParams = SteerParams;
+
+/// `agent/steer` / `agent/followUp` / queued `agent/sendMessage` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SteerResult {
+    pub session_id: String,
+    pub queue_id: String,
+    /// The active run the message was queued into; absent when idle (it waits for the next
+    /// prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// `agent/followUp` result.
+pub type FollowUpResult = SteerResult;
+
+/// `agent/sendMessage` params: a custom message (Pi's `sendMessage`; stored as a
+/// `custom_message` entry, sent to the model as a user message).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendMessageParams {
+    pub session_id: String,
+    /// The sender's kind of message, e.g. `"review-note"`.
+    pub custom_type: String,
+    /// A string, or Pi content blocks (`text`, `image`).
+    pub content: pi_ai::UserContent,
+    /// Whether editors show it (default true).
+    #[serde(default = "yes")]
+    pub display: bool,
+    /// Structured data for the sender; never sent to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+    /// While a run is active: `steer` (default) or `followUp`; `nextTurn` always waits for the
+    /// next prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_as: Option<DeliverAs>,
+    /// When idle: start a run with this message (otherwise it is only appended).
+    #[serde(default)]
+    pub trigger_turn: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `agent/sendMessage` result: `queueId` when queued, `entryId` when appended at once,
+/// `runId` when it started (or was queued into) a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendMessageResult {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// A model as clients see it (Pi's `Model`, plus the thinking levels it supports).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    pub provider: String,
+    pub id: String,
+    pub name: String,
+    pub api: String,
+    pub base_url: String,
+    pub reasoning: bool,
+    pub input: Vec<String>,
+    pub context_window: u64,
+    pub max_tokens: u64,
+    /// US dollars per million tokens.
+    pub cost: pi_ai::models::ModelCost,
+    pub thinking_levels: Vec<pi_ai::models::ThinkingLevel>,
+}
+
+/// Pi's queue modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QueueModeName {
+    /// One queued message per check (default).
+    #[serde(rename = "one-at-a-time")]
+    OneAtATime,
+    /// Every queued message at once.
+    #[serde(rename = "all")]
+    All,
+}
+
+/// `agent/state` result, and the answer of the methods that open a session
+/// (`agent/session/new`, `…/open`, `…/fork`, `…/clone`). Fields may be added (compaction
+/// state and settings among them); clients ignore fields they do not know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionState {
+    pub session_id: String,
+    pub session_file: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_name: Option<String>,
+    /// The file this session was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<String>,
+    pub model: ModelInfo,
+    pub thinking_level: pi_ai::models::ThinkingLevel,
+    /// True while a run is active.
+    pub is_streaming: bool,
+    /// The active run, or the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub steering_mode: QueueModeName,
+    pub follow_up_mode: QueueModeName,
+    pub auto_retry_enabled: bool,
+    /// True while a failed request waits to be retried.
+    pub is_retrying: bool,
+    /// Automatic compaction (threshold and overflow) is on (Pi's `autoCompactionEnabled`).
+    pub auto_compaction_enabled: bool,
+    /// True while a compaction writes its summary (Pi's `isCompacting`).
+    pub is_compacting: bool,
+    /// True while a user-run shell command (`agent/bash`) runs.
+    pub is_bash_running: bool,
+    /// Messages in the model's context.
+    pub message_count: usize,
+    /// Queued messages not yet delivered.
+    pub pending_message_count: usize,
+    /// Where the next entry attaches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_id: Option<String>,
+}
+
+/// `agent/session/new` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionNewParams {
+    /// `provider/id`; default as for `agent/prompt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Clamped to what the model supports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_level: Option<pi_ai::models::ThinkingLevel>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `agent/session/list` params: none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionListParams {}
+
+/// One session file of the workspace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub session_file: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<String>,
+    pub entry_count: usize,
+    /// Milliseconds since the Unix epoch.
+    pub last_activity: i64,
+    /// True when this server has it open.
+    pub open: bool,
+}
+
+/// `agent/session/list` result, most recent first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionListResult {
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// `agent/session/open` params: exactly one of `sessionId` (a file in `.pi/sessions/`) and
+/// `path` (any session file; relative paths are relative to the workspace root).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionOpenParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// `agent/session/close` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCloseResult {
+    /// True when the session was open here (its run, if any, was aborted first).
+    pub closed: bool,
+    /// Queued messages that will never be delivered.
+    pub dropped: Vec<QueuedMessage>,
+}
+
+/// `agent/session/fork` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionForkParams {
+    pub session_id: String,
+    /// The entry to fork at. A user message is left out (the fork ends at its parent) and its
+    /// text is returned for editing, as Pi does; any other entry is kept as the new leaf.
+    pub entry_id: String,
+}
+
+/// `agent/session/fork` and `agent/session/clone` result: the new session (open in this
+/// server, with its own file whose header names the parent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionForkResult {
+    pub session: SessionState,
+    /// The forked-at user message's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// One entry of a session tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TreeEntry {
+    pub id: String,
+    pub parent_id: Option<String>,
+    /// The entry's `type` (`message`, `model_change`, `branch_summary`, `label`, …).
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
+    /// For `message` entries: the message's role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The first 200 characters of the entry's text, if it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// `agent/session/tree` result: every entry in file order (parents before children).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionTreeResult {
+    pub session_id: String,
+    pub leaf_id: Option<String>,
+    pub entries: Vec<TreeEntry>,
+}
+
+/// `agent/session/branch` params: move the leaf (Pi's tree navigation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionBranchParams {
+    pub session_id: String,
+    /// The entry to continue from; `null` for before the first entry. A user (or custom)
+    /// message target puts the leaf at its parent and returns its text, as Pi does.
+    pub entry_id: Option<String>,
+    /// Have the model summarise the branch being left and store it as a `branch_summary`
+    /// entry at the new position.
+    #[serde(default)]
+    pub summarize: bool,
+    /// Extra focus for the summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_instructions: Option<String>,
+}
+
+/// `agent/session/branch` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionBranchResult {
+    pub leaf_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_entry_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Text of the user message navigated to, for the editor's input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub editor_text: Option<String>,
+    pub message_count: usize,
+}
+
+/// `agent/session/label` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionLabelParams {
+    pub session_id: String,
+    pub entry_id: String,
+    /// The label; `null` or `""` clears it.
+    pub label: Option<String>,
+}
+
+/// `agent/session/label` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionLabelResult {
+    /// The `label` entry written.
+    pub label_entry_id: String,
+}
+
+/// `agent/session/name` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionNameParams {
+    pub session_id: String,
+    /// Not empty (after trimming).
+    pub name: String,
+}
+
+/// `agent/session/name` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionNameResult {
+    pub name: String,
+}
+
+/// Context-window use (Pi's `contextUsage`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextUsage {
+    pub tokens: u64,
+    pub context_window: u64,
+    /// 0–100.
+    pub percent: f64,
+}
+
+/// `agent/session/stats` result (Pi's `get_session_stats`): message counts on the active
+/// branch, tokens and cost of every response in the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatsResult {
+    pub session_id: String,
+    pub session_file: String,
+    pub user_messages: usize,
+    pub assistant_messages: usize,
+    pub tool_calls: usize,
+    pub tool_results: usize,
+    pub total_messages: usize,
+    pub tokens: UsageTotals,
+    /// US dollars (same as `tokens.cost`).
+    pub cost: f64,
+    /// From the last response on the active branch; absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_usage: Option<ContextUsage>,
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ExportFormat {
+    Markdown,
+    /// One self-contained page (inline CSS, no scripts, images inlined).
+    Html,
+}
+
+/// `agent/session/export` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionExportParams {
+    pub session_id: String,
+    pub format: ExportFormat,
+    /// Write here (relative to the workspace root unless absolute) instead of answering with
+    /// the content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_path: Option<String>,
+}
+
+/// `agent/session/export` result: `content`, or `path` when written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionExportResult {
+    pub format: ExportFormat,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// `agent/messages` result: the active branch's messages as stored (Pi's `AgentMessage`s:
+/// roles `user`, `assistant`, `toolResult`, `bashExecution`, `custom`, `branchSummary`,
+/// `compactionSummary`), each with its entry id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessagesResult {
+    pub session_id: String,
+    pub messages: Vec<Value>,
+    /// `entryIds[i]` is the entry of `messages[i]`.
+    pub entry_ids: Vec<String>,
+    /// The response being streamed, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming_message: Option<Value>,
+}
+
+/// `agent/model/list` result: the models that can be used (a key or a custom provider), then
+/// the offline scripted model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelListResult {
+    pub models: Vec<ModelInfo>,
+}
+
+/// `agent/model/set` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelSetParams {
+    pub session_id: String,
+    /// `provider/id`.
+    pub model: String,
+}
+
+/// `agent/model/set` and `agent/model/cycle` result. A run already going keeps its model;
+/// the next one uses this.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSetResult {
+    pub model: ModelInfo,
+    pub thinking_level: pi_ai::models::ThinkingLevel,
+}
+
+/// Cycling direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Direction {
+    #[default]
+    Forward,
+    Backward,
+}
+
+/// `agent/model/cycle` params. Answers `null` when fewer than two models can be used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelCycleParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub direction: Direction,
+}
+
+/// `agent/thinking/set` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ThinkingSetParams {
+    pub session_id: String,
+    pub level: pi_ai::models::ThinkingLevel,
+}
+
+/// `agent/thinking/set` / `agent/thinking/cycle` result: the level now in effect (clamped to
+/// what the model supports). Cycle answers `null` for models without reasoning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThinkingResult {
+    pub level: pi_ai::models::ThinkingLevel,
+}
+
+/// `agent/queue/setModes` params; an absent mode is left as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueueSetModesParams {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<QueueModeName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_up: Option<QueueModeName>,
+}
+
+/// `agent/queue/setModes` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueModesResult {
+    pub steering: QueueModeName,
+    pub follow_up: QueueModeName,
+}
+
+/// `agent/queue/clear` result (Pi's `clearQueue`): the messages dropped, for the editor's
+/// input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueClearResult {
+    pub dropped: Vec<QueuedMessage>,
+}
+
+/// `agent/retry/set` params (Pi's `set_auto_retry`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetrySetParams {
+    pub session_id: String,
+    pub enabled: bool,
+}
+
+/// `agent/compaction/set` params (Pi's `set_auto_compaction`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompactionSetParams {
+    pub session_id: String,
+    pub enabled: bool,
+}
+
+/// `agent/compaction/set` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionSetResult {
+    pub enabled: bool,
+}
+
+/// `agent/retry/set` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetrySetResult {
+    pub enabled: bool,
+}
+
+/// `agent/retry/abort` result: true when a retry was waiting and the run has been stopped
+/// (it ends with `auto_retry_end {success: false, finalError: "Retry cancelled"}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryAbortResult {
+    pub cancelled: bool,
+}
+
+/// `agent/bash` params: a shell command the user runs (Pi's `!cmd`; with
+/// `excludeFromContext`, Pi's `!!cmd`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BashParams {
+    pub session_id: String,
+    pub command: String,
+    /// Keep the output out of the model's context (it is still stored).
+    #[serde(default)]
+    pub exclude_from_context: bool,
+}
+
+/// `agent/bash` result (Pi's `BashResult`), sent when the command has ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BashResult {
+    /// The output's tail (Pi's limits), stdout and stderr merged.
+    pub output: String,
+    /// Absent when killed by a signal or cancelled.
+    pub exit_code: Option<i32>,
+    pub cancelled: bool,
+    pub truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_output_path: Option<String>,
+    /// The `bashExecution` entry, when written at once (the session was idle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_id: Option<String>,
+    /// When a run was active: the entry waits for it to end (in the context: queued for the
+    /// next prompt under this id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_id: Option<String>,
+}
+
+/// `agent/bash/abort` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BashAbortResult {
+    pub aborted: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,10 +1021,44 @@ mod tests {
         assert_eq!(&serde_json::to_value(&t).unwrap(), v);
     }
 
+    /// Round-trips the request's params and the response's result of `name` (a file stem
+    /// in `fixtures/protocol/`) through `P` and `R`; returns the files it read.
+    fn pair<P, R>(name: &str) -> Vec<String>
+    where
+        P: Serialize + for<'de> Deserialize<'de>,
+        R: Serialize + for<'de> Deserialize<'de>,
+    {
+        let req = format!("{name}.request.json");
+        let resp = format!("{name}.response.json");
+        let method = fixture(&req)["method"].as_str().unwrap().to_string();
+        assert!(
+            METHODS.contains(&method.as_str()) || method == SaveDocumentRequest::METHOD,
+            "{method}"
+        );
+        round_trip::<P>(&fixture(&req)["params"]);
+        round_trip::<R>(&fixture(&resp)["result"]);
+        vec![req, resp]
+    }
+
+    fn note<P: Serialize + for<'de> Deserialize<'de>>(name: &str, method: &str) -> Vec<String> {
+        let file = format!("{name}.notification.json");
+        let v = fixture(&file);
+        assert_eq!(v["method"], method);
+        round_trip::<P>(&v["params"]);
+        vec![file]
+    }
+
+    /// An error example: its request params parse and its code is one of ours.
+    fn error<P: Serialize + for<'de> Deserialize<'de>>(name: &str, code: i64) -> Vec<String> {
+        let req = format!("{name}.request.json");
+        let err = format!("{name}.error.json");
+        parse_params::<P>(fixture(&req)["params"].clone()).unwrap();
+        assert_eq!(fixture(&err)["error"]["code"], code);
+        vec![req, err]
+    }
+
     #[test]
     fn compact_fixtures_round_trip() {
-        round_trip::<CompactParams>(&fixture("agent-compact.request.json")["params"]);
-        round_trip::<CompactResult>(&fixture("agent-compact.response.json")["result"]);
         let start = fixture("agent-event.compaction-start.notification.json");
         let params = AgentEventParams {
             session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
@@ -230,20 +1085,130 @@ mod tests {
             },
         };
         assert_eq!(serde_json::to_value(params).unwrap(), end["params"]);
-        assert_eq!(
-            fixture("agent-compact.nothing-error.json")["error"]["code"],
-            codes::COMPACTION_FAILED
-        );
     }
 
     #[test]
     fn protocol_fixtures_round_trip() {
-        round_trip::<PromptParams>(&fixture("agent-prompt.request.json")["params"]);
-        round_trip::<PromptResult>(&fixture("agent-prompt.response.json")["result"]);
-        round_trip::<AbortParams>(&fixture("agent-abort.request.json")["params"]);
-        round_trip::<AbortResult>(&fixture("agent-abort.response.json")["result"]);
-        round_trip::<SaveDocumentParams>(&fixture("agent-saveDocument.request.json")["params"]);
-        round_trip::<SaveDocumentResult>(&fixture("agent-saveDocument.response.json")["result"]);
+        let mut seen: Vec<String> = Vec::new();
+        seen.extend(pair::<PromptParams, PromptResult>("agent-prompt"));
+        seen.extend(pair::<AbortParams, AbortResult>("agent-abort"));
+        seen.extend(pair::<SteerParams, SteerResult>("agent-steer"));
+        seen.extend(pair::<FollowUpParams, FollowUpResult>("agent-followUp"));
+        seen.extend(pair::<SendMessageParams, SendMessageResult>(
+            "agent-sendMessage",
+        ));
+        seen.extend(pair::<SessionParams, MessagesResult>("agent-messages"));
+        seen.extend(pair::<SessionParams, SessionState>("agent-state"));
+        seen.extend(pair::<SessionNewParams, SessionState>("agent-session-new"));
+        seen.extend(pair::<SessionListParams, SessionListResult>(
+            "agent-session-list",
+        ));
+        seen.extend(pair::<SessionOpenParams, SessionState>(
+            "agent-session-open",
+        ));
+        seen.extend(pair::<SessionParams, SessionCloseResult>(
+            "agent-session-close",
+        ));
+        seen.extend(pair::<SessionForkParams, SessionForkResult>(
+            "agent-session-fork",
+        ));
+        seen.extend(pair::<SessionParams, SessionForkResult>(
+            "agent-session-clone",
+        ));
+        seen.extend(pair::<SessionParams, SessionTreeResult>(
+            "agent-session-tree",
+        ));
+        seen.extend(pair::<SessionBranchParams, SessionBranchResult>(
+            "agent-session-branch",
+        ));
+        seen.extend(pair::<SessionLabelParams, SessionLabelResult>(
+            "agent-session-label",
+        ));
+        seen.extend(pair::<SessionNameParams, SessionNameResult>(
+            "agent-session-name",
+        ));
+        seen.extend(pair::<SessionParams, SessionStatsResult>(
+            "agent-session-stats",
+        ));
+        seen.extend(pair::<SessionExportParams, SessionExportResult>(
+            "agent-session-export",
+        ));
+        seen.extend(pair::<SessionListParams, ModelListResult>(
+            "agent-model-list",
+        ));
+        seen.extend(pair::<ModelSetParams, ModelSetResult>("agent-model-set"));
+        seen.extend(pair::<ModelCycleParams, Option<ModelSetResult>>(
+            "agent-model-cycle",
+        ));
+        seen.extend(pair::<ThinkingSetParams, ThinkingResult>(
+            "agent-thinking-set",
+        ));
+        seen.extend(pair::<SessionParams, Option<ThinkingResult>>(
+            "agent-thinking-cycle",
+        ));
+        seen.extend(pair::<QueueSetModesParams, QueueModesResult>(
+            "agent-queue-setModes",
+        ));
+        seen.extend(pair::<SessionParams, QueueClearResult>("agent-queue-clear"));
+        seen.extend(pair::<RetrySetParams, RetrySetResult>("agent-retry-set"));
+        seen.extend(pair::<SessionParams, RetryAbortResult>("agent-retry-abort"));
+        seen.extend(pair::<BashParams, BashResult>("agent-bash"));
+        seen.extend(pair::<SessionParams, BashAbortResult>("agent-bash-abort"));
+        seen.extend(pair::<CompactParams, CompactResult>("agent-compact"));
+        seen.extend(pair::<CompactionSetParams, CompactionSetResult>(
+            "agent-compaction-set",
+        ));
+        seen.extend(error::<CompactParams>(
+            "agent-compact.nothing",
+            codes::COMPACTION_FAILED,
+        ));
+        // Checked in `compact_fixtures_round_trip`.
+        seen.push("agent-event.compaction-start.notification.json".into());
+        seen.push("agent-event.compaction-end.notification.json".into());
+        seen.extend(pair::<SaveDocumentParams, SaveDocumentResult>(
+            "agent-saveDocument",
+        ));
+        seen.extend(note::<QueueUpdateParams>(
+            "agent-queueUpdate",
+            QueueUpdateNotification::METHOD,
+        ));
+        seen.extend(note::<UsageParams>(
+            "agent-usage",
+            UsageNotification::METHOD,
+        ));
+        seen.extend(note::<AttentionParams>(
+            "agent-attention",
+            AttentionNotification::METHOD,
+        ));
+        seen.extend(error::<SessionBranchParams>(
+            "agent-session-branch.unknown-entry",
+            codes::UNKNOWN_ENTRY,
+        ));
+        seen.extend(error::<ModelSetParams>(
+            "agent-model-set.unknown-model",
+            codes::MODEL_UNAVAILABLE,
+        ));
+        seen.push("agent-prompt.busy-error.json".into());
+        seen.push("agent-event.notification.json".into());
+        // Every method has an example, and every example is checked here.
+        for m in METHODS {
+            let stem = m.replace('/', "-");
+            assert!(
+                seen.contains(&format!("{stem}.request.json")),
+                "no example for {m}"
+            );
+        }
+        let dir = format!("{}/../../fixtures/protocol", env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let unchecked: Vec<&String> = files.iter().filter(|f| !seen.contains(f)).collect();
+        assert!(
+            unchecked.is_empty(),
+            "examples not round-tripped: {unchecked:?}"
+        );
         assert_eq!(
             fixture("agent-prompt.busy-error.json")["error"]["code"],
             codes::SESSION_BUSY

@@ -149,6 +149,15 @@ impl Recorder {
         Recorder { writer }
     }
 
+    /// Appends an entry of `kind` with `fields` (a delivered custom message or shell output
+    /// stored as what it is rather than as a plain user message).
+    pub fn record_entry(&self, kind: &str, fields: serde_json::Value) -> Result<(), SessionError> {
+        let Ok(mut w) = self.writer.lock() else {
+            return Ok(());
+        };
+        w.append_entry(kind, fields).map(|_| ())
+    }
+
     /// Records `event`; an error means the session is no longer being saved.
     pub fn record(&self, event: &AgentEvent) -> Result<(), SessionError> {
         let Ok(mut w) = self.writer.lock() else {

@@ -35,33 +35,47 @@ use crate::editor_fs::{EditorCaps, EditorFs};
 use crate::positions::Encoding;
 use crate::protocol::{
     agent_error, codes, parse_params, AbortParams, AbortResult, AgentEventNotification,
-    AgentEventParams, CompactParams, CompactResult, PromptParams, PromptResult, StreamingBehavior,
+    AgentEventParams, AttentionNotification, AttentionParams, CompactParams, CompactResult,
+    DeliverAs, PromptParams, PromptResult, QueueUpdateNotification, QueueUpdateParams,
+    StreamingBehavior, UsageNotification, UsageParams,
 };
 use crate::runner::{choose_model, sessions_dir, Recorder};
+use crate::tracker::{Notice, Tracker};
 
-/// The state of one session in this server: its file and its [`Agent`] (at most one run).
-struct Session {
-    id: String,
-    writer: Arc<Mutex<SessionWriter>>,
-    agent: Agent,
-    model: Model,
+/// The state of one session in this server: its file, its [`Agent`] (at most one run) and
+/// what its user is shown besides the events ([`Tracker`]).
+pub(crate) struct Session {
+    pub(crate) id: String,
+    pub(crate) writer: Arc<Mutex<SessionWriter>>,
+    pub(crate) agent: Agent,
+    pub(crate) model: Model,
+    pub(crate) tracker: Arc<Tracker>,
+    /// Automatic retry of transient provider failures (settings' `retry.enabled`, then
+    /// `agent/retry/set`).
+    pub(crate) auto_retry: bool,
+    /// Automatic compaction on (settings' `compaction.enabled`, then `agent/compaction/set`).
+    pub(crate) auto_compaction: bool,
+    /// The session's name (`session_info`).
+    pub(crate) name: Option<String>,
+    /// The file this session was forked from (header `parentSession`).
+    pub(crate) parent_session: Option<String>,
     /// Keeps the session's event listener registered.
     _events: Subscription,
 }
 
 /// Shared server state.
 pub struct State {
-    client: Client,
+    pub(crate) client: Client,
     docs: Arc<Documents>,
     caps: Mutex<EditorCaps>,
     root: Mutex<PathBuf>,
     init_model: Mutex<Option<String>>,
-    sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
 }
 
 /// The language server.
 pub struct Backend {
-    state: Arc<State>,
+    pub(crate) state: Arc<State>,
 }
 
 /// Builds the service with the `agent/*` methods registered.
@@ -79,11 +93,40 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     .custom_method("agent/prompt", Backend::agent_prompt)
     .custom_method("agent/abort", Backend::agent_abort)
     .custom_method("agent/compact", Backend::agent_compact)
+    .custom_method("agent/compaction/set", Backend::compaction_set)
+    .custom_method("agent/steer", Backend::agent_steer)
+    .custom_method("agent/followUp", Backend::agent_follow_up)
+    .custom_method("agent/sendMessage", Backend::agent_send_message)
+    .custom_method("agent/messages", Backend::agent_messages)
+    .custom_method("agent/state", Backend::agent_state)
+    .custom_method("agent/session/new", Backend::session_new)
+    .custom_method("agent/session/list", Backend::session_list)
+    .custom_method("agent/session/open", Backend::session_open)
+    .custom_method("agent/session/close", Backend::session_close)
+    .custom_method("agent/session/fork", Backend::session_fork)
+    .custom_method("agent/session/clone", Backend::session_clone)
+    .custom_method("agent/session/tree", Backend::session_tree)
+    .custom_method("agent/session/branch", Backend::session_branch)
+    .custom_method("agent/session/label", Backend::session_label)
+    .custom_method("agent/session/name", Backend::session_name)
+    .custom_method("agent/session/stats", Backend::session_stats)
+    .custom_method("agent/session/export", Backend::session_export)
+    .custom_method("agent/model/list", Backend::model_list)
+    .custom_method("agent/model/set", Backend::model_set)
+    .custom_method("agent/model/cycle", Backend::model_cycle)
+    .custom_method("agent/thinking/set", Backend::thinking_set)
+    .custom_method("agent/thinking/cycle", Backend::thinking_cycle)
+    .custom_method("agent/queue/setModes", Backend::queue_set_modes)
+    .custom_method("agent/queue/clear", Backend::queue_clear)
+    .custom_method("agent/retry/set", Backend::retry_set)
+    .custom_method("agent/retry/abort", Backend::retry_abort)
+    .custom_method("agent/bash", Backend::agent_bash)
+    .custom_method("agent/bash/abort", Backend::bash_abort)
     .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
     .finish()
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -92,8 +135,12 @@ impl State {
         *lock(&self.caps)
     }
 
-    fn root(&self) -> PathBuf {
+    pub(crate) fn root(&self) -> PathBuf {
         lock(&self.root).clone()
+    }
+
+    pub(crate) fn init_model(&self) -> Option<String> {
+        lock(&self.init_model).clone()
     }
 }
 
@@ -158,7 +205,7 @@ impl LanguageServer for Backend {
                     TextDocumentSyncKind::INCREMENTAL,
                 )),
                 experimental: Some(
-                    serde_json::json!({"agent": {"version": 1, "methods": ["agent/prompt", "agent/abort", "agent/compact"]}}),
+                    serde_json::json!({"agent": {"version": 1, "methods": crate::protocol::METHODS}}),
                 ),
                 ..ServerCapabilities::default()
             },
@@ -214,88 +261,51 @@ impl LanguageServer for Backend {
 }
 
 impl Backend {
-    /// `agent/prompt {text, sessionId?, model?, streamingBehavior?}` → `{sessionId, runId, queued}`.
+    /// `agent/prompt {text, images?, sessionId?, model?, streamingBehavior?}` →
+    /// `{sessionId, runId, queued, queueId?}`.
     async fn agent_prompt(&self, params: Value) -> Result<PromptResult> {
         let p: PromptParams = parse_params(params)?;
-        let st = &self.state;
-        let root = st.root();
-        let init_model = lock(&st.init_model).clone();
+        let message = crate::methods::user_message(&p.text, p.images.as_deref(), "images")?;
         let session = match &p.session_id {
-            Some(id) => {
-                // Bind first: the map's lock must be released before `resume` takes it.
-                let known = lock(&st.sessions).get(id).cloned();
-                match known {
-                    Some(s) => s,
-                    None => self.resume(id, &root, &init_model)?,
-                }
-            }
-            None => {
-                let (model, notice) =
-                    choose_model(&root, p.model.as_deref(), init_model.as_deref())
-                        .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-                if let Some(n) = notice {
-                    let client = st.client.clone();
-                    tokio::spawn(async move { client.show_message(MessageType::INFO, n).await });
-                }
-                let writer = SessionWriter::create(
-                    &sessions_dir(&root),
-                    &root,
-                    &model.provider,
-                    &model.id,
-                    crate::runner::thinking_level_name(&model),
-                )
-                .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-                let id = writer.id().to_string();
-                let s = Arc::new(Mutex::new(new_session(
-                    st,
-                    id.clone(),
-                    writer,
-                    model,
-                    Vec::new(),
-                )));
-                lock(&st.sessions).insert(id, s.clone());
-                s
-            }
+            Some(id) => self.session(id)?,
+            None => self.create_session(p.model.as_deref(), None, None)?,
         };
-        let message = Message::user_text(p.text);
-        let mut s = lock(&session);
+        let (id, streaming) = {
+            let s = lock(&session);
+            (s.id.clone(), s.agent.is_streaming())
+        };
+        if streaming {
+            if let Some(b) = p.streaming_behavior {
+                let how = match b {
+                    StreamingBehavior::Steer => DeliverAs::Steer,
+                    StreamingBehavior::FollowUp => DeliverAs::FollowUp,
+                };
+                let (queue_id, run_id) = self.enqueue(&session, how, message, None).await;
+                return Ok(PromptResult {
+                    session_id: id,
+                    run_id: run_id.unwrap_or_default(),
+                    queued: true,
+                    queue_id: Some(queue_id),
+                });
+            }
+        } else if let Some(m) = &p.model {
+            let current = lock(&session).model.full_id();
+            if *m != current {
+                let (model, _) = choose_model(&self.state.root(), Some(m), None)
+                    .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
+                crate::methods::set_model(&self.state, &session, model)?;
+            }
+        }
+        let s = lock(&session);
         let busy = |s: &Session| {
             agent_error(
                 codes::SESSION_BUSY,
                 format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id, s.agent.run_id().unwrap_or_default()),
             )
         };
-        let streaming = s.agent.is_streaming();
-        if streaming {
-            if let Some(b) = p.streaming_behavior {
-                let how = match b {
-                    StreamingBehavior::Steer => Delivery::Steer,
-                    StreamingBehavior::FollowUp => Delivery::FollowUp,
-                };
-                s.agent.enqueue(message, how);
-                return Ok(PromptResult {
-                    session_id: s.id.clone(),
-                    run_id: s.agent.run_id().unwrap_or_default(),
-                    queued: true,
-                });
-            }
-        } else {
-            if let Some(m) = &p.model {
-                if *m != s.model.full_id() {
-                    let (model, _) = choose_model(&root, Some(m), None)
-                        .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-                    lock(&s.writer)
-                        .append_entry(
-                            "model_change",
-                            serde_json::json!({"provider": model.provider, "modelId": model.id}),
-                        )
-                        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-                    s.model = model;
-                }
-            }
+        if !s.agent.is_streaming() {
             // Tools, caps and project instructions are read afresh for every prompt.
-            s.agent
-                .set_config(agent_config(st, s.model.clone(), &s.writer));
+            s.agent.set_config(session_config(&self.state, &s));
         }
         // While a run is finishing (its agent_end already sent), the prompt starts the next run.
         let (run_id, _) = s.agent.prompt(vec![message]).map_err(|_| busy(&s))?;
@@ -303,34 +313,146 @@ impl Backend {
             session_id: s.id.clone(),
             run_id,
             queued: false,
+            queue_id: None,
         })
     }
 
-    fn resume(
+    /// Queues `message` on `session` after telling the client (so `queued` always comes
+    /// before `delivered`); returns the queue id and the active run id.
+    pub(crate) async fn enqueue(
         &self,
-        id: &str,
-        root: &Path,
-        init_model: &Option<String>,
+        session: &Arc<Mutex<Session>>,
+        how: DeliverAs,
+        message: Message,
+        entry: Option<(String, Value)>,
+    ) -> (String, Option<String>) {
+        let (sid, tracker) = {
+            let s = lock(session);
+            (s.id.clone(), s.tracker.clone())
+        };
+        let report = tracker.queue(how, message.clone(), entry);
+        send_queue_update(
+            &self.state.client,
+            &sid,
+            &tracker,
+            &report,
+            crate::protocol::QueueState::Queued,
+        )
+        .await;
+        let s = lock(session);
+        let delivery = match how {
+            DeliverAs::Steer => Delivery::Steer,
+            DeliverAs::FollowUp => Delivery::FollowUp,
+            DeliverAs::NextTurn => Delivery::NextTurn,
+        };
+        s.agent.enqueue(message, delivery);
+        let run = s.agent.is_streaming().then(|| s.agent.run_id()).flatten();
+        (report.queue_id, run)
+    }
+
+    /// The live session `id`, or the one resumed from its file in `.pi/sessions/`.
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<Mutex<Session>>> {
+        // Bind first: the map's lock must be released before `resume` takes it.
+        let known = lock(&self.state.sessions).get(id).cloned();
+        match known {
+            Some(s) => Ok(s),
+            None => {
+                let root = self.state.root();
+                let path = find_session_file(&sessions_dir(&root), id).ok_or_else(|| {
+                    agent_error(
+                        codes::UNKNOWN_SESSION,
+                        format!("no session {id} in {}", sessions_dir(&root).display()),
+                    )
+                })?;
+                self.open_file(&path)
+            }
+        }
+    }
+
+    /// A new session (and file) with `model` (default: the usual choice), `thinking` and
+    /// `name`.
+    pub(crate) fn create_session(
+        &self,
+        model: Option<&str>,
+        thinking: Option<pi_ai::models::ThinkingLevel>,
+        name: Option<&str>,
     ) -> Result<Arc<Mutex<Session>>> {
-        let path = find_session_file(&sessions_dir(root), id).ok_or_else(|| {
-            agent_error(
-                codes::UNKNOWN_SESSION,
-                format!("no session {id} in {}", sessions_dir(root).display()),
-            )
-        })?;
-        let (writer, loaded) = match SessionWriter::open(&path) {
+        let st = &self.state;
+        let root = st.root();
+        let init_model = st.init_model();
+        let (mut model, notice) = choose_model(&root, model, init_model.as_deref())
+            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
+        if let Some(n) = notice {
+            let client = st.client.clone();
+            tokio::spawn(async move { client.show_message(MessageType::INFO, n).await });
+        }
+        if let Some(level) = thinking {
+            model.thinking_level = Some(model.clamp_thinking_level(level));
+        }
+        let mut writer = SessionWriter::create(
+            &sessions_dir(&root),
+            &root,
+            &model.provider,
+            &model.id,
+            crate::runner::thinking_level_name(&model),
+        )
+        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        if let Some(n) = name {
+            writer
+                .set_name(n)
+                .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        }
+        let id = writer.id().to_string();
+        let mut session = new_session(
+            st,
+            id.clone(),
+            writer,
+            model,
+            Vec::new(),
+            Default::default(),
+        );
+        session.name = name.map(str::to_string);
+        let s = Arc::new(Mutex::new(session));
+        lock(&st.sessions).insert(id, s.clone());
+        Ok(s)
+    }
+
+    /// Opens the session file at `path` (or returns it when already open here).
+    pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
+        let root = self.state.root();
+        let init_model = self.state.init_model();
+        // Open here already: that is the session (a second writer would take over its lock).
+        if let Some(id) = header_id(path) {
+            if let Some(s) = lock(&self.state.sessions).get(&id).cloned() {
+                return Ok(s);
+            }
+        }
+        let (writer, loaded) = match SessionWriter::open(path) {
             Ok(w) => w,
             // Another process appends to it: continue in a fork and say so (SESS-04).
             Err(SessionError::Locked { pid, .. }) => {
-                let (tree, _) = read_tree(&path, false)
+                let (tree, _) = read_tree(path, false)
                     .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-                let fork = SessionWriter::fork_from(&path, &tree, &sessions_dir(root), None)
+                let id = tree.header["id"].as_str().unwrap_or_default().to_string();
+                // Open in this server already: that is the session.
+                if let Some(s) = lock(&self.state.sessions).get(&id).cloned() {
+                    return Ok(s);
+                }
+                let fork = SessionWriter::fork_from(path, &tree, &sessions_dir(&root), None)
                     .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
                 let msg = format!("pi-lsp: session {id} is open in another process ({pid}); continuing in a fork, session {}", fork.1.id);
                 tracing::warn!("{msg}");
                 let client = self.state.client.clone();
                 tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
                 fork
+            }
+            Err(SessionError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(agent_error(
+                    codes::UNKNOWN_SESSION,
+                    format!("no session file {}", path.display()),
+                ))
             }
             Err(e) => return Err(agent_error(codes::SESSION_IO, e.to_string())),
         };
@@ -339,8 +461,8 @@ impl Backend {
             tracing::warn!("{w}");
         }
         let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
-        let mut model = choose_model(root, wanted.as_deref(), None)
-            .or_else(|_| choose_model(root, None, init_model.as_deref()))
+        let mut model = choose_model(&root, wanted.as_deref(), None)
+            .or_else(|_| choose_model(&root, None, init_model.as_deref()))
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?
             .0;
         // The thinking level recorded on the session's path wins over the default.
@@ -351,13 +473,20 @@ impl Backend {
         {
             model.thinking_level = Some(model.clamp_thinking_level(level));
         }
-        let s = Arc::new(Mutex::new(new_session(
+        let totals = crate::methods::file_usage(&loaded.tree);
+        let mut session = new_session(
             &self.state,
             id.to_string(),
             writer,
             model,
             loaded.messages,
-        )));
+            totals,
+        );
+        session.name = loaded.name.clone();
+        session.parent_session = loaded.tree.header["parentSession"]
+            .as_str()
+            .map(str::to_string);
+        let s = Arc::new(Mutex::new(session));
         Ok(lock(&self.state.sessions)
             .entry(id.to_string())
             .or_insert(s)
@@ -393,8 +522,7 @@ impl Backend {
         let rx = {
             let s = lock(&session);
             if !s.agent.is_streaming() {
-                s.agent
-                    .set_config(agent_config(&self.state, s.model.clone(), &s.writer));
+                s.agent.set_config(session_config(&self.state, &s));
             }
             s.agent
                 .compact(p.instructions)
@@ -416,7 +544,8 @@ impl Backend {
         }
     }
 
-    /// `agent/abort {sessionId}` → `{aborted}`; idempotent.
+    /// `agent/abort {sessionId}` → what was stopped; idempotent. Waits for the run to end
+    /// (at most [`ABORT_WAIT`]) so the answer is complete.
     async fn agent_abort(&self, params: Value) -> Result<AbortResult> {
         let p: AbortParams = parse_params(params)?;
         let session = lock(&self.state.sessions).get(&p.session_id).cloned();
@@ -426,9 +555,82 @@ impl Backend {
                 format!("no session {}", p.session_id),
             ));
         };
-        let aborted = lock(&session).agent.abort();
-        Ok(AbortResult { aborted })
+        let (agent, tracker) = {
+            let s = lock(&session);
+            (s.agent.clone(), s.tracker.clone())
+        };
+        let (calls, procs) = tracker.active();
+        let run_id = agent.is_streaming().then(|| agent.run_id()).flatten();
+        let aborted = agent.abort();
+        if !aborted {
+            return Ok(AbortResult {
+                aborted,
+                run_id: None,
+                stopped_tool_calls: Vec::new(),
+                stopped_processes: Vec::new(),
+                applied_edits: Vec::new(),
+                queued_messages: tracker.queued(),
+            });
+        }
+        let _ = tokio::time::timeout(ABORT_WAIT, agent.wait_for_idle()).await;
+        Ok(AbortResult {
+            aborted,
+            run_id,
+            stopped_tool_calls: calls,
+            stopped_processes: procs,
+            applied_edits: tracker.edits(),
+            queued_messages: tracker.queued(),
+        })
     }
+}
+
+/// The `id` of a session file's header line.
+fn header_id(path: &Path) -> Option<String> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(std::fs::File::open(path).ok()?)
+        .read_line(&mut line)
+        .ok()?;
+    let v: Value = serde_json::from_str(&line).ok()?;
+    v["id"].as_str().map(str::to_string)
+}
+
+/// How long `agent/abort` waits for the run to end before answering.
+pub const ABORT_WAIT: Duration = Duration::from_secs(5);
+
+/// Sends `agent/queueUpdate` for `report` now in `state`.
+pub(crate) async fn send_queue_update(
+    client: &Client,
+    session_id: &str,
+    tracker: &Tracker,
+    report: &crate::protocol::QueuedMessage,
+    state: crate::protocol::QueueState,
+) {
+    let (steering, follow_up) = tracker.waiting();
+    client
+        .send_notification::<QueueUpdateNotification>(
+            serde_json::to_value(QueueUpdateParams {
+                session_id: session_id.to_string(),
+                queue_id: report.queue_id.clone(),
+                delivery: report.delivery,
+                state,
+                text: report.text.clone(),
+                steering,
+                follow_up,
+            })
+            .unwrap_or_default(),
+        )
+        .await;
+}
+
+/// The session's agent configuration: [`agent_config`] with the session's retry switch.
+pub(crate) fn session_config(st: &Arc<State>, s: &Session) -> AgentConfig {
+    let mut cfg = agent_config(st, s.model.clone(), &s.writer);
+    cfg.retry.enabled = s.auto_retry;
+    if let Some(c) = cfg.compaction.as_mut() {
+        c.settings.enabled = s.auto_compaction;
+    }
+    cfg
 }
 
 /// The agent configuration for a run in this workspace: editor-backed tools, the system prompt
@@ -475,21 +677,28 @@ fn agent_config(st: &Arc<State>, model: Model, writer: &Arc<Mutex<SessionWriter>
     cfg
 }
 
-/// A session around `writer` with an agent on `messages` and its event listener.
+/// A session around `writer` with an agent on `messages` and its event listener; `totals`
+/// is the usage already in the file.
 fn new_session(
     st: &Arc<State>,
     id: String,
     writer: SessionWriter,
     model: Model,
     messages: Vec<Message>,
+    totals: crate::protocol::UsageTotals,
 ) -> Session {
     let writer = Arc::new(Mutex::new(writer));
-    let agent = Agent::new(agent_config(st, model.clone(), &writer), messages);
+    let cfg = agent_config(st, model.clone(), &writer);
+    let auto_retry = cfg.retry.enabled;
+    let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
+    let agent = Agent::new(cfg, messages);
+    let tracker = Arc::new(Tracker::new(totals));
     let sink = LspSink {
         st: st.clone(),
         session_id: id.clone(),
         agent: agent.downgrade(),
         recorder: Recorder::new(writer.clone()),
+        tracker: tracker.clone(),
         progress: Mutex::new(None),
         last_report: Mutex::new(None),
     };
@@ -499,6 +708,11 @@ fn new_session(
         writer,
         agent,
         model,
+        tracker,
+        auto_retry,
+        auto_compaction,
+        name: None,
+        parent_session: None,
         _events: events,
     }
 }
@@ -509,6 +723,7 @@ struct LspSink {
     session_id: String,
     agent: WeakAgent,
     recorder: Recorder,
+    tracker: Arc<Tracker>,
     /// The work-done progress token of the active run.
     progress: Mutex<Option<ProgressToken>>,
     last_report: Mutex<Option<Instant>>,
@@ -571,7 +786,19 @@ impl LspSink {
 #[async_trait]
 impl EventSink for LspSink {
     async fn emit(&self, event: AgentEvent) {
-        if let Err(e) = self.recorder.record(&event) {
+        let notices = self.tracker.on_event(&event);
+        let substitute = match &event {
+            AgentEvent::MessageEnd {
+                message: m @ Message::User(_),
+            } => self.tracker.substitute(m),
+            _ => None,
+        };
+        let recorded = match substitute {
+            // A delivered custom message or shell output is stored as what it is.
+            Some((kind, fields)) => self.recorder.record_entry(&kind, fields),
+            None => self.recorder.record(&event),
+        };
+        if let Err(e) = recorded {
             tracing::error!("session not saved: {e}");
             self.st
                 .client
@@ -654,16 +881,70 @@ impl EventSink for LspSink {
             }))
             .await;
         }
+        let run_id = self.run_id();
+        // Queue and usage notices describe this event: they follow it.
         self.st
             .client
             .send_notification::<AgentEventNotification>(
                 serde_json::to_value(AgentEventParams {
                     session_id: self.session_id.clone(),
-                    run_id: self.run_id(),
+                    run_id: run_id.clone(),
                     event,
                 })
                 .unwrap_or_default(),
             )
             .await;
+        for n in notices {
+            match n {
+                Notice::Queue { message, state } => {
+                    send_queue_update(
+                        &self.st.client,
+                        &self.session_id,
+                        &self.tracker,
+                        &message,
+                        state,
+                    )
+                    .await
+                }
+                Notice::Usage {
+                    turn,
+                    session,
+                    context_tokens,
+                } => {
+                    self.st
+                        .client
+                        .send_notification::<UsageNotification>(
+                            serde_json::to_value(UsageParams {
+                                session_id: self.session_id.clone(),
+                                run_id: run_id.clone(),
+                                turn,
+                                session,
+                                context_tokens,
+                                context_window: self
+                                    .agent
+                                    .upgrade()
+                                    .map(|a| a.config().model.context_window)
+                                    .unwrap_or_default(),
+                            })
+                            .unwrap_or_default(),
+                        )
+                        .await
+                }
+                Notice::Attention { reason, message } => {
+                    self.st
+                        .client
+                        .send_notification::<AttentionNotification>(
+                            serde_json::to_value(AttentionParams {
+                                session_id: self.session_id.clone(),
+                                run_id: Some(run_id.clone()),
+                                reason,
+                                message,
+                            })
+                            .unwrap_or_default(),
+                        )
+                        .await
+                }
+            }
+        }
     }
 }

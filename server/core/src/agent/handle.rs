@@ -56,6 +56,8 @@ struct State {
     ending: bool,
     /// A prompt accepted while the previous run was finishing: its run id, control, messages.
     next_run: Option<(String, RunControl, Vec<Message>)>,
+    /// Between `compaction_start` and `compaction_end`.
+    compacting: bool,
     /// A compaction asked for during a run: it runs when the run settles (case CMP-06).
     deferred_compaction: Option<(
         String,
@@ -219,9 +221,13 @@ impl EventSink for Dispatch {
                     }
                 }
                 AgentEvent::AgentEnd { .. } => st.ending = true,
-                AgentEvent::CompactionEnd {
-                    context: Some(c), ..
-                } => st.messages.clone_from(c),
+                AgentEvent::CompactionStart { .. } => st.compacting = true,
+                AgentEvent::CompactionEnd { context, .. } => {
+                    st.compacting = false;
+                    if let Some(c) = context {
+                        st.messages.clone_from(c);
+                    }
+                }
                 AgentEvent::MessageEnd { message } => {
                     if matches!(message, Message::Assistant(_)) {
                         st.streaming = None;
@@ -257,6 +263,7 @@ impl Agent {
                     last_outcome: None,
                     ending: false,
                     next_run: None,
+                    compacting: false,
                     deferred_compaction: None,
                 }),
                 listeners: Mutex::new(Vec::new()),
@@ -502,6 +509,11 @@ impl Agent {
         let _ = rx.wait_for(|idle| *idle).await;
     }
 
+    /// True while a compaction writes its summary (the agent is busy then too).
+    pub fn is_compacting(&self) -> bool {
+        lock(&self.inner.state).compacting
+    }
+
     /// True while a run is active.
     pub fn is_streaming(&self) -> bool {
         lock(&self.inner.state).running.is_some()
@@ -525,6 +537,44 @@ impl Agent {
     /// The outcome of the last finished run.
     pub fn last_outcome(&self) -> Option<RunOutcome> {
         lock(&self.inner.state).last_outcome.clone()
+    }
+
+    /// Replaces the conversation (after navigating a session tree, or to add a message
+    /// outside a run such as a user-run shell command). Refused while a run is active.
+    pub fn set_messages(&self, messages: Vec<Message>) -> Result<(), AgentBusy> {
+        let mut st = lock(&self.inner.state);
+        if st.running.is_some() {
+            return Err(AgentBusy);
+        }
+        st.messages = messages;
+        Ok(())
+    }
+
+    /// Removes and returns every queued message: the active run's undelivered steering and
+    /// follow-ups (steering first), then the messages waiting for the next prompt.
+    pub fn take_queued(&self) -> Vec<Message> {
+        let mut st = lock(&self.inner.state);
+        let mut out = st
+            .running
+            .as_ref()
+            .map(|c| {
+                let mut v = c.take_undelivered();
+                v.extend(c.take_next_turn());
+                v
+            })
+            .unwrap_or_default();
+        out.append(&mut st.pending);
+        out
+    }
+
+    /// The steering and follow-up queue modes.
+    pub fn queue_modes(&self) -> (QueueMode, QueueMode) {
+        lock(&self.inner.state).modes
+    }
+
+    /// The configuration later runs use.
+    pub fn config(&self) -> AgentConfig {
+        lock(&self.inner.state).config.clone()
     }
 
     /// Replaces the configuration for later runs (model, tools, hooks…).

@@ -16,7 +16,9 @@ mod list;
 mod tree;
 
 pub use list::{list_sessions, SessionSummary};
-pub use tree::{convert_message, entry_message, Entry, SessionContext, SessionTree};
+pub use tree::{
+    bash_execution_text, convert_message, entry_message, Entry, SessionContext, SessionTree,
+};
 
 /// Pi's wrappers of summaries in the model context.
 pub mod tree_prefixes {

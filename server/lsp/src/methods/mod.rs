@@ -1,0 +1,171 @@
+//! Handlers of the `agent/*` methods other than `agent/prompt` and `agent/abort` (which live
+//! in [`crate::server`]), one file per resource: [`session`] (`agent/session/*`,
+//! `agent/messages`, `agent/state`), [`model`] (`agent/model/*`, `agent/thinking/*`),
+//! [`queue`] (`agent/steer`, `agent/followUp`, `agent/sendMessage`, `agent/queue/*`,
+//! `agent/retry/*`), [`bash`] (`agent/bash`, `agent/bash/abort`); and the helpers they share.
+//!
+//! Every handler validates its params with [`crate::protocol::parse_params`] (InvalidParams
+//! names the field), checks what it refers to (session, entry, model) before changing
+//! anything, and answers with one of [`crate::protocol::codes`] otherwise.
+
+pub(crate) mod bash;
+pub(crate) mod model;
+pub(crate) mod queue;
+pub(crate) mod session;
+
+use std::sync::{Arc, Mutex};
+
+use pi_ai::{ContentBlock, Message, Model, UserContent, UserMessage};
+use pi_core::session::SessionTree;
+use tower_lsp_server::jsonrpc::{Error, Result};
+
+use crate::protocol::{agent_error, codes, ImageInput, ModelInfo, UsageTotals};
+use crate::server::{lock, Session, State};
+
+/// An InvalidParams error naming `field`.
+pub(crate) fn invalid(field: &str, why: impl std::fmt::Display) -> Error {
+    Error::invalid_params(format!("{field}: {why}"))
+}
+
+/// A user message of `text` and `images` (validated: `image/*` MIME type, base64 data).
+pub(crate) fn user_message(
+    text: &str,
+    images: Option<&[ImageInput]>,
+    field: &str,
+) -> Result<Message> {
+    let images = images.unwrap_or_default();
+    if images.is_empty() {
+        return Ok(Message::user_text(text));
+    }
+    let mut blocks = vec![ContentBlock::text(text)];
+    for (i, img) in images.iter().enumerate() {
+        if !img.mime_type.starts_with("image/") {
+            return Err(invalid(
+                &format!("{field}[{i}].mimeType"),
+                format!("expected an image/* type, got {:?}", img.mime_type),
+            ));
+        }
+        let base64 = img
+            .data
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'\n' | b'\r'));
+        if img.data.is_empty() || !base64 {
+            return Err(invalid(
+                &format!("{field}[{i}].data"),
+                "expected base64 data without a data: prefix",
+            ));
+        }
+        blocks.push(ContentBlock::Image(pi_ai::types::ImageContent {
+            data: img.data.clone(),
+            mime_type: img.mime_type.clone(),
+        }));
+    }
+    Ok(Message::User(UserMessage {
+        content: UserContent::Blocks(blocks),
+        timestamp: pi_ai::types::now_millis(),
+    }))
+}
+
+/// How clients see `m`.
+pub(crate) fn model_info(m: &Model) -> ModelInfo {
+    ModelInfo {
+        provider: m.provider.clone(),
+        id: m.id.clone(),
+        name: m.name.clone(),
+        api: m.api.clone(),
+        base_url: m.base_url.clone(),
+        reasoning: m.reasoning,
+        input: m.input.clone(),
+        context_window: m.context_window,
+        max_tokens: m.max_tokens,
+        cost: m.cost.clone(),
+        thinking_levels: m.supported_thinking_levels(),
+    }
+}
+
+/// Makes `model` the session's model (keeping its thinking level, clamped): writes a
+/// `model_change` (and a `thinking_level_change` when the level changed) and configures later
+/// runs.
+pub(crate) fn set_model(
+    st: &Arc<State>,
+    session: &Arc<Mutex<Session>>,
+    mut model: Model,
+) -> Result<()> {
+    let mut s = lock(session);
+    let before = s.model.thinking_level;
+    if let Some(level) = before {
+        model.thinking_level = Some(model.clamp_thinking_level(level));
+    }
+    {
+        let mut w = lock(&s.writer);
+        w.append_entry(
+            "model_change",
+            serde_json::json!({"provider": model.provider, "modelId": model.id}),
+        )
+        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        if model.thinking_level != before {
+            w.append_entry(
+                "thinking_level_change",
+                serde_json::json!({"thinkingLevel": crate::runner::thinking_level_name(&model)}),
+            )
+            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        }
+    }
+    s.model = model;
+    s.agent.set_config(crate::server::session_config(st, &s));
+    Ok(())
+}
+
+/// Usage of every assistant message in the file (all branches).
+pub(crate) fn file_usage(tree: &SessionTree) -> UsageTotals {
+    let mut t = UsageTotals::default();
+    for e in &tree.entries {
+        let m = &e.raw["message"];
+        if e.kind == "message" && m["role"] == "assistant" {
+            if let Ok(u) = serde_json::from_value::<pi_ai::types::Usage>(m["usage"].clone()) {
+                crate::tracker::add_usage(&mut t, &u);
+            }
+        }
+    }
+    t
+}
+
+/// The session file as it is on disk now.
+pub(crate) fn read_session_tree(s: &Session) -> Result<SessionTree> {
+    let path = lock(&s.writer).path().to_path_buf();
+    pi_core::session::read_tree(&path, false)
+        .map(|(t, _)| t)
+        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))
+}
+
+/// The text of a stored message or entry (`content` string or text blocks; summaries;
+/// shell commands).
+pub(crate) fn entry_text(raw: &serde_json::Value) -> Option<String> {
+    let m = if raw["type"] == "message" {
+        &raw["message"]
+    } else {
+        raw
+    };
+    if let Some(c) = m["command"].as_str() {
+        return Some(format!("!{c}"));
+    }
+    if let Some(s) = m["summary"].as_str() {
+        return Some(s.to_string());
+    }
+    match &m["content"] {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(blocks) => {
+            let text: Vec<&str> = blocks
+                .iter()
+                .filter_map(|b| match b["type"].as_str() {
+                    Some("text") => b["text"].as_str(),
+                    Some("thinking") => None,
+                    Some("toolCall") => b["name"].as_str(),
+                    _ => None,
+                })
+                .collect();
+            (!text.is_empty()).then(|| text.join("\n"))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,135 @@
+//! `agent/model/*` and `agent/thinking/*` (Pi's `get_available_models`, `set_model`,
+//! `cycle_model`, `set_thinking_level`, `cycle_thinking_level`). A run already going keeps
+//! its model and level; the next run uses the new ones. Each change is written to the
+//! session file (`model_change`, `thinking_level_change`) so a resumed session gets them back.
+
+use pi_ai::models::ThinkingLevel;
+use pi_ai::{Model, Registry};
+use serde_json::Value;
+use tower_lsp_server::jsonrpc::Result;
+
+use super::{model_info, set_model};
+use crate::protocol::{
+    agent_error, codes, parse_params, Direction, ModelCycleParams, ModelListResult, ModelSetParams,
+    ModelSetResult, SessionListParams, SessionParams, ThinkingResult, ThinkingSetParams,
+};
+use crate::server::{lock, Backend};
+
+/// The models that can be used now: those with a key, or of a custom provider (models.json),
+/// then the offline scripted model.
+pub(crate) fn available_models(root: &std::path::Path) -> Vec<Model> {
+    let reg = Registry::load(root);
+    let mut out: Vec<Model> = reg
+        .models
+        .into_iter()
+        .filter(|m| m.api_key.is_some() || (m.provider != "anthropic" && m.provider != "openai"))
+        .collect();
+    out.push(crate::runner::scripted_model());
+    out
+}
+
+impl Backend {
+    /// `agent/model/list {}` → the usable models.
+    pub(crate) async fn model_list(&self, params: Value) -> Result<ModelListResult> {
+        let _: SessionListParams = parse_params(params)?;
+        Ok(ModelListResult {
+            models: available_models(&self.state.root())
+                .iter()
+                .map(model_info)
+                .collect(),
+        })
+    }
+
+    /// `agent/model/set {sessionId, model}`; an unknown model changes nothing (-31003).
+    pub(crate) async fn model_set(&self, params: Value) -> Result<ModelSetResult> {
+        let p: ModelSetParams = parse_params(params)?;
+        let session = self.session(&p.session_id)?;
+        let (model, _) = crate::runner::choose_model(&self.state.root(), Some(&p.model), None)
+            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, format!("model: {e}")))?;
+        set_model(&self.state, &session, model)?;
+        let s = lock(&session);
+        Ok(ModelSetResult {
+            model: model_info(&s.model),
+            thinking_level: s.model.thinking_level.unwrap_or(ThinkingLevel::Off),
+        })
+    }
+
+    /// `agent/model/cycle {sessionId, direction?}` → the next usable model, or `null` when
+    /// there is no other.
+    pub(crate) async fn model_cycle(&self, params: Value) -> Result<Option<ModelSetResult>> {
+        let p: ModelCycleParams = parse_params(params)?;
+        let session = self.session(&p.session_id)?;
+        let models = available_models(&self.state.root());
+        if models.len() < 2 {
+            return Ok(None);
+        }
+        let current = lock(&session).model.full_id();
+        let at = models.iter().position(|m| m.full_id() == current);
+        let n = models.len();
+        let next = match (at, p.direction) {
+            (Some(i), Direction::Forward) => (i + 1) % n,
+            (Some(i), Direction::Backward) => (i + n - 1) % n,
+            (None, _) => 0,
+        };
+        set_model(&self.state, &session, models[next].clone())?;
+        let s = lock(&session);
+        Ok(Some(ModelSetResult {
+            model: model_info(&s.model),
+            thinking_level: s.model.thinking_level.unwrap_or(ThinkingLevel::Off),
+        }))
+    }
+
+    /// `agent/thinking/set {sessionId, level}` → the level in effect (clamped to the model).
+    pub(crate) async fn thinking_set(&self, params: Value) -> Result<ThinkingResult> {
+        let p: ThinkingSetParams = parse_params(params)?;
+        let session = self.session(&p.session_id)?;
+        let level = set_level(&self.state, &session, p.level)?;
+        Ok(ThinkingResult { level })
+    }
+
+    /// `agent/thinking/cycle {sessionId}` → the next supported level, or `null` for a model
+    /// without reasoning.
+    pub(crate) async fn thinking_cycle(&self, params: Value) -> Result<Option<ThinkingResult>> {
+        let p: SessionParams = parse_params(params)?;
+        let session = self.session(&p.session_id)?;
+        let (levels, current) = {
+            let s = lock(&session);
+            (
+                s.model.supported_thinking_levels(),
+                s.model.thinking_level.unwrap_or(ThinkingLevel::Off),
+            )
+        };
+        if levels.len() < 2 {
+            return Ok(None);
+        }
+        let next = levels
+            .iter()
+            .position(|l| *l == current)
+            .map(|i| levels[(i + 1) % levels.len()])
+            .unwrap_or(levels[0]);
+        let level = set_level(&self.state, &session, next)?;
+        Ok(Some(ThinkingResult { level }))
+    }
+}
+
+/// Sets the session's thinking level (clamped), writing `thinking_level_change` when it
+/// changes.
+fn set_level(
+    st: &std::sync::Arc<crate::server::State>,
+    session: &std::sync::Arc<std::sync::Mutex<crate::server::Session>>,
+    level: ThinkingLevel,
+) -> Result<ThinkingLevel> {
+    let mut s = lock(session);
+    let level = s.model.clamp_thinking_level(level);
+    if s.model.thinking_level != Some(level) {
+        lock(&s.writer)
+            .append_entry(
+                "thinking_level_change",
+                serde_json::json!({"thinkingLevel": level.as_str()}),
+            )
+            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        s.model.thinking_level = Some(level);
+        s.agent.set_config(crate::server::session_config(st, &s));
+    }
+    Ok(level)
+}

@@ -1,0 +1,513 @@
+//! What one session's user needs to see besides the agent events: queued messages and their
+//! states, usage and cost per turn and per session, attention, and what an abort stopped.
+//!
+//! The [`Tracker`] watches the session's events (it is fed by the session's listener before
+//! the events are forwarded) and turns them into notices:
+//! - a queued message is matched to the user message the loop delivers by value (the loop
+//!   pushes the very message that was queued): `message_start` of it → `delivered`, the next
+//!   assistant `message_end` → `consumed`; [`Tracker::drop_all`] → `dropped`;
+//! - a queued message may carry the entry to store instead of a plain user message (custom
+//!   messages are `custom_message` entries, user shell output a `bashExecution` message);
+//! - every assistant `message_end` → usage of the turn and of the session;
+//! - `agent_end` → `attention` `finished` or `failed` (an abort asked for by the user needs
+//!   no attention).
+
+use std::sync::Mutex;
+
+use pi_ai::{Message, StopReason};
+use pi_core::agent::AgentEvent;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::{
+    AppliedEdit, AttentionReason, DeliverAs, QueueState, QueuedMessage, StoppedProcess,
+    StoppedToolCall, UsageTotals,
+};
+
+/// A message waiting in (or passing through) a queue.
+#[derive(Debug, Clone)]
+struct Item {
+    id: String,
+    delivery: DeliverAs,
+    message: Message,
+    text: String,
+    state: QueueState,
+    /// `(entry type, fields)` to store instead of the plain user message.
+    entry: Option<(String, Value)>,
+    recorded: bool,
+}
+
+/// Something to tell the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    Queue {
+        message: QueuedMessage,
+        state: QueueState,
+    },
+    Usage {
+        turn: UsageTotals,
+        session: UsageTotals,
+        context_tokens: u64,
+    },
+    Attention {
+        reason: AttentionReason,
+        message: String,
+    },
+}
+
+#[derive(Default)]
+struct Inner {
+    items: Vec<Item>,
+    /// Tool calls executing now: (id, name, args).
+    active: Vec<(String, String, Value)>,
+    edits: Vec<AppliedEdit>,
+    totals: UsageTotals,
+    retrying: bool,
+    bash: Option<CancellationToken>,
+}
+
+/// Per-session bookkeeping shared by the handlers and the session's event listener.
+#[derive(Default)]
+pub struct Tracker {
+    inner: Mutex<Inner>,
+}
+
+fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The text of a message for queue reports and previews.
+pub fn message_text(m: &Message) -> String {
+    match m {
+        Message::User(u) => u.content.to_text(),
+        Message::Assistant(a) => a.text(),
+        Message::ToolResult(r) => pi_ai::join_text(&r.content),
+    }
+}
+
+/// Adds `u` to `t`.
+pub fn add_usage(t: &mut UsageTotals, u: &pi_ai::types::Usage) {
+    t.input += u.input;
+    t.output += u.output;
+    t.cache_read += u.cache_read;
+    t.cache_write += u.cache_write;
+    t.total_tokens += if u.total_tokens > 0 {
+        u.total_tokens
+    } else {
+        u.input + u.output + u.cache_read + u.cache_write
+    };
+    t.cost += u.cost.total;
+}
+
+/// Tokens of the context a response saw plus what it wrote (Pi's `calculateContextTokens`).
+pub fn context_tokens(u: &pi_ai::types::Usage) -> u64 {
+    if u.total_tokens > 0 {
+        u.total_tokens
+    } else {
+        u.input + u.output + u.cache_read + u.cache_write
+    }
+}
+
+impl Tracker {
+    /// A tracker whose session totals start at `totals` (the responses already in the file).
+    pub fn new(totals: UsageTotals) -> Tracker {
+        Tracker {
+            inner: Mutex::new(Inner {
+                totals,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Registers a queued message; returns its report.
+    pub fn queue(
+        &self,
+        delivery: DeliverAs,
+        message: Message,
+        entry: Option<(String, Value)>,
+    ) -> QueuedMessage {
+        let item = Item {
+            id: uuid::Uuid::now_v7().to_string(),
+            delivery,
+            text: message_text(&message),
+            message,
+            state: QueueState::Queued,
+            entry,
+            recorded: false,
+        };
+        let report = QueuedMessage {
+            queue_id: item.id.clone(),
+            delivery,
+            text: item.text.clone(),
+        };
+        lock(&self.inner).items.push(item);
+        report
+    }
+
+    /// Forgets a queued message that could not be queued after all.
+    pub fn forget(&self, queue_id: &str) {
+        lock(&self.inner).items.retain(|i| i.id != queue_id);
+    }
+
+    /// Texts of the (steering, follow-up) messages still waiting.
+    pub fn waiting(&self) -> (Vec<String>, Vec<String>) {
+        let inner = lock(&self.inner);
+        let of = |d: DeliverAs| {
+            inner
+                .items
+                .iter()
+                .filter(|i| i.state == QueueState::Queued && i.delivery == d)
+                .map(|i| i.text.clone())
+                .collect()
+        };
+        (of(DeliverAs::Steer), of(DeliverAs::FollowUp))
+    }
+
+    /// Messages still queued (not delivered).
+    pub fn queued(&self) -> Vec<QueuedMessage> {
+        lock(&self.inner)
+            .items
+            .iter()
+            .filter(|i| i.state == QueueState::Queued)
+            .map(|i| QueuedMessage {
+                queue_id: i.id.clone(),
+                delivery: i.delivery,
+                text: i.text.clone(),
+            })
+            .collect()
+    }
+
+    /// Marks every queued message dropped and forgets it. `taken` are the messages removed
+    /// from the agent's queues; those that were not tracked are returned to be put back.
+    pub fn drop_all(&self, taken: Vec<Message>) -> (Vec<QueuedMessage>, Vec<Message>) {
+        let mut inner = lock(&self.inner);
+        let mut dropped = Vec::new();
+        let mut keep = Vec::new();
+        for m in taken {
+            match inner
+                .items
+                .iter()
+                .position(|i| i.state == QueueState::Queued && i.message == m)
+            {
+                Some(p) => {
+                    let i = inner.items.remove(p);
+                    dropped.push(QueuedMessage {
+                        queue_id: i.id,
+                        delivery: i.delivery,
+                        text: i.text,
+                    });
+                }
+                None => keep.push(m),
+            }
+        }
+        (dropped, keep)
+    }
+
+    /// The entry to store instead of this delivered user message, once.
+    pub fn substitute(&self, message: &Message) -> Option<(String, Value)> {
+        let mut inner = lock(&self.inner);
+        let item = inner.items.iter_mut().find(|i| {
+            !i.recorded
+                && i.state != QueueState::Queued
+                && i.entry.is_some()
+                && i.message == *message
+        })?;
+        item.recorded = true;
+        item.entry.clone()
+    }
+
+    /// True while a failed request waits for its retry.
+    pub fn retrying(&self) -> bool {
+        lock(&self.inner).retrying
+    }
+
+    /// Registers a running user shell command; `None` when one already runs.
+    pub fn start_bash(&self) -> Option<CancellationToken> {
+        let mut inner = lock(&self.inner);
+        if inner.bash.is_some() {
+            return None;
+        }
+        let t = CancellationToken::new();
+        inner.bash = Some(t.clone());
+        Some(t)
+    }
+
+    /// The user shell command ended.
+    pub fn end_bash(&self) {
+        lock(&self.inner).bash = None;
+    }
+
+    /// Cancels the running user shell command; false when none runs.
+    pub fn abort_bash(&self) -> bool {
+        match &lock(&self.inner).bash {
+            Some(t) => {
+                t.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// True while a user shell command runs.
+    pub fn bash_running(&self) -> bool {
+        lock(&self.inner).bash.is_some()
+    }
+
+    /// Tool calls executing now, and the shell commands among them.
+    pub fn active(&self) -> (Vec<StoppedToolCall>, Vec<StoppedProcess>) {
+        let inner = lock(&self.inner);
+        let calls = inner
+            .active
+            .iter()
+            .map(|(id, name, args)| StoppedToolCall {
+                tool_call_id: id.clone(),
+                tool_name: name.clone(),
+                args: args.clone(),
+            })
+            .collect();
+        let procs = inner
+            .active
+            .iter()
+            .filter(|(_, name, _)| name == "bash")
+            .map(|(id, _, args)| StoppedProcess {
+                tool_call_id: id.clone(),
+                command: args["command"].as_str().unwrap_or("").to_string(),
+            })
+            .collect();
+        (calls, procs)
+    }
+
+    /// Edits applied by the current (or last) run.
+    pub fn edits(&self) -> Vec<AppliedEdit> {
+        lock(&self.inner).edits.clone()
+    }
+
+    /// Session totals so far.
+    pub fn totals(&self) -> UsageTotals {
+        lock(&self.inner).totals.clone()
+    }
+
+    /// Updates the bookkeeping for `event`; returns what to tell the client, in order.
+    pub fn on_event(&self, event: &AgentEvent) -> Vec<Notice> {
+        let mut inner = lock(&self.inner);
+        let mut out = Vec::new();
+        match event {
+            AgentEvent::AgentStart => {
+                inner.active.clear();
+                inner.edits.clear();
+                inner.retrying = false;
+            }
+            AgentEvent::MessageStart {
+                message: m @ Message::User(_),
+            } => {
+                if let Some(i) = inner
+                    .items
+                    .iter_mut()
+                    .find(|i| i.state == QueueState::Queued && i.message == *m)
+                {
+                    i.state = QueueState::Delivered;
+                    out.push(Notice::Queue {
+                        message: QueuedMessage {
+                            queue_id: i.id.clone(),
+                            delivery: i.delivery,
+                            text: i.text.clone(),
+                        },
+                        state: QueueState::Delivered,
+                    });
+                }
+            }
+            AgentEvent::MessageEnd {
+                message: Message::Assistant(a),
+            } => {
+                let delivered: Vec<Item> = inner
+                    .items
+                    .iter()
+                    .filter(|i| i.state == QueueState::Delivered)
+                    .cloned()
+                    .collect();
+                inner.items.retain(|i| i.state != QueueState::Delivered);
+                // A failed response has not seen them either; only a real answer consumes.
+                if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) {
+                    inner.items.extend(delivered);
+                } else {
+                    for i in delivered {
+                        out.push(Notice::Queue {
+                            message: QueuedMessage {
+                                queue_id: i.id,
+                                delivery: i.delivery,
+                                text: i.text,
+                            },
+                            state: QueueState::Consumed,
+                        });
+                    }
+                }
+                let mut turn = UsageTotals::default();
+                add_usage(&mut turn, &a.usage);
+                add_usage(&mut inner.totals, &a.usage);
+                out.push(Notice::Usage {
+                    turn,
+                    session: inner.totals.clone(),
+                    context_tokens: context_tokens(&a.usage),
+                });
+            }
+            AgentEvent::ToolExecutionStart {
+                tool_call_id,
+                tool_name,
+                args,
+            } => inner
+                .active
+                .push((tool_call_id.clone(), tool_name.clone(), args.clone())),
+            AgentEvent::ToolExecutionEnd {
+                tool_call_id,
+                is_error,
+                ..
+            } => {
+                if let Some(p) = inner.active.iter().position(|(id, ..)| id == tool_call_id) {
+                    let (id, name, args) = inner.active.remove(p);
+                    if !is_error && (name == "edit" || name == "write") {
+                        inner.edits.push(AppliedEdit {
+                            tool_call_id: id,
+                            tool_name: name,
+                            path: args["path"].as_str().unwrap_or("").to_string(),
+                        });
+                    }
+                }
+            }
+            AgentEvent::AutoRetryStart { .. } => inner.retrying = true,
+            AgentEvent::AutoRetryEnd { .. } => inner.retrying = false,
+            AgentEvent::AgentEnd { messages } => {
+                inner.retrying = false;
+                let last = messages.iter().rev().find_map(|m| match m {
+                    Message::Assistant(a) => Some(a),
+                    _ => None,
+                });
+                match last {
+                    Some(a) if a.stop_reason == StopReason::Aborted => {}
+                    Some(a) if a.stop_reason == StopReason::Error => out.push(Notice::Attention {
+                        reason: AttentionReason::Failed,
+                        message: a
+                            .error_message
+                            .clone()
+                            .unwrap_or_else(|| "the model request failed".into()),
+                    }),
+                    Some(a) => out.push(Notice::Attention {
+                        reason: AttentionReason::Finished,
+                        message: a
+                            .text()
+                            .lines()
+                            .find(|l| !l.trim().is_empty())
+                            .unwrap_or("done")
+                            .chars()
+                            .take(200)
+                            .collect(),
+                    }),
+                    None => out.push(Notice::Attention {
+                        reason: AttentionReason::Finished,
+                        message: "done".into(),
+                    }),
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pi_ai::AssistantMessage;
+
+    fn answer(text: &str, stop: StopReason) -> Message {
+        let mut a = AssistantMessage::empty("x", "p", "m");
+        a.content = vec![pi_ai::ContentBlock::text(text)];
+        a.stop_reason = stop;
+        a.usage.input = 10;
+        a.usage.output = 5;
+        a.usage.cost.total = 0.5;
+        Message::Assistant(a)
+    }
+
+    #[test]
+    fn queued_delivered_consumed_and_usage() {
+        let t = Tracker::new(UsageTotals {
+            input: 1,
+            total_tokens: 1,
+            cost: 0.25,
+            ..Default::default()
+        });
+        let m = Message::user_text("also this");
+        let q = t.queue(DeliverAs::Steer, m.clone(), None);
+        assert_eq!(t.waiting(), (vec!["also this".to_string()], vec![]));
+        let n = t.on_event(&AgentEvent::MessageStart { message: m.clone() });
+        assert_eq!(
+            n,
+            vec![Notice::Queue {
+                message: q.clone(),
+                state: QueueState::Delivered
+            }]
+        );
+        assert_eq!(t.waiting(), (vec![], vec![]));
+        // A failed response does not consume it.
+        let failed = t.on_event(&AgentEvent::MessageEnd {
+            message: answer("", StopReason::Error),
+        });
+        assert_eq!(failed.len(), 1);
+        let n = t.on_event(&AgentEvent::MessageEnd {
+            message: answer("ok", StopReason::Stop),
+        });
+        let turn = UsageTotals {
+            input: 10,
+            output: 5,
+            total_tokens: 15,
+            cost: 0.5,
+            ..Default::default()
+        };
+        assert_eq!(
+            n,
+            vec![
+                Notice::Queue {
+                    message: q,
+                    state: QueueState::Consumed
+                },
+                Notice::Usage {
+                    turn: turn.clone(),
+                    session: UsageTotals {
+                        input: 21,
+                        output: 10,
+                        total_tokens: 31,
+                        cost: 1.25,
+                        ..Default::default()
+                    },
+                    context_tokens: 15
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn attention_and_dropped() {
+        let t = Tracker::default();
+        let n = t.on_event(&AgentEvent::AgentEnd {
+            messages: vec![answer("\nAll done.\nmore", StopReason::Stop)],
+        });
+        assert_eq!(
+            n,
+            vec![Notice::Attention {
+                reason: AttentionReason::Finished,
+                message: "All done.".into()
+            }]
+        );
+        assert!(t
+            .on_event(&AgentEvent::AgentEnd {
+                messages: vec![answer("", StopReason::Aborted)]
+            })
+            .is_empty());
+        let m = Message::user_text("later");
+        let q = t.queue(DeliverAs::FollowUp, m.clone(), None);
+        let other = Message::user_text("untracked");
+        let (dropped, keep) = t.drop_all(vec![m, other.clone()]);
+        assert_eq!((dropped, keep), (vec![q], vec![other]));
+        assert!(t.queued().is_empty());
+    }
+}

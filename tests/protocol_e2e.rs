@@ -1,0 +1,1226 @@
+//! End to end, the `agent/*` methods beyond a single prompt: several sessions at once,
+//! session files and trees, models and thinking levels, queues and their reports, user shell
+//! commands, custom messages, usage, attention, and abort reports — the real `pi-lsp` binary
+//! over stdio against the loopback mock model.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::time::Duration;
+
+use pi_e2e::lsp_client::{agent_env, EditorBehavior, LspClient};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::{pi_lsp_bin, TempDir};
+use serde_json::{json, Value};
+
+/// The mock's models.json plus a reasoning model `mock/mock-think`.
+fn models(mock: &MockModel) -> Value {
+    let mut m = mock.models_json();
+    m["providers"]["mock"]["models"][0]["input"] = json!(["text", "image"]);
+    m["providers"]["mock"]["models"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "mock-think", "reasoning": true, "contextWindow": 64000, "maxTokens": 4096}));
+    m
+}
+
+async fn start(ws: &std::path::Path, mock: &MockModel) -> LspClient {
+    let env = agent_env(&ws.join("../agent"), &models(mock), &[]);
+    LspClient::start(&pi_lsp_bin(), ws, &env, EditorBehavior::default()).await
+}
+
+fn workspace(tmp: &TempDir) -> std::path::PathBuf {
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    ws
+}
+
+/// Collects every notification until `agent_end` of `session` (agent/* notifications that
+/// follow it in the same burst are drained too).
+async fn until_end(c: &mut LspClient, session: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let n = c
+            .next_notification(Duration::from_secs(20))
+            .await
+            .unwrap_or_else(|| panic!("no agent_end; got {out:#?}\n{}", c.stderr.lock().unwrap()));
+        let end = n["method"] == "agent/event"
+            && n["params"]["sessionId"] == session
+            && n["params"]["event"]["type"] == "agent_end";
+        out.push(n);
+        if end {
+            break;
+        }
+    }
+    // The attention notice follows agent_end.
+    while let Some(n) = c.next_notification(Duration::from_millis(300)).await {
+        out.push(n);
+    }
+    out
+}
+
+fn of<'a>(notes: &'a [Value], method: &str) -> Vec<&'a Value> {
+    notes.iter().filter(|n| n["method"] == method).collect()
+}
+
+fn texts_of_mock_request(mock: &MockModel, i: usize) -> Vec<(String, String)> {
+    mock.requests()[i].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let content = match &m["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .map(|p| p["text"].as_str().unwrap_or("<image>").to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+                _ => String::new(),
+            };
+            (m["role"].as_str().unwrap().to_string(), content)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_stream_at_once_without_mixing_events() {
+    let tmp = TempDir::new("two");
+    let ws = workspace(&tmp);
+    let alpha = "alpha ".repeat(30);
+    let bravo = "bravo ".repeat(30);
+    let mock = MockModel::start_with_delay(
+        vec![Step::text(&alpha), Step::text(&bravo)],
+        Duration::from_millis(15),
+    )
+    .await;
+    let mut c = start(&ws, &mock).await;
+    let a = c
+        .request(
+            "agent/session/new",
+            json!({"model": "mock/mock-1", "name": "left panel"}),
+        )
+        .await
+        .unwrap();
+    let b = c
+        .request("agent/session/new", json!({"model": "mock/mock-1"}))
+        .await
+        .unwrap();
+    let (sa, sb) = (
+        a["sessionId"].as_str().unwrap(),
+        b["sessionId"].as_str().unwrap(),
+    );
+    assert_ne!(sa, sb);
+    let ra = c
+        .request("agent/prompt", json!({"sessionId": sa, "text": "one"}))
+        .await
+        .unwrap();
+    let rb = c
+        .request("agent/prompt", json!({"sessionId": sb, "text": "two"}))
+        .await
+        .unwrap();
+    // Both stream: collect until both runs ended.
+    let mut notes = Vec::new();
+    let mut ended = 0;
+    while ended < 2 {
+        let n = c
+            .next_notification(Duration::from_secs(20))
+            .await
+            .expect("events");
+        if n["params"]["event"]["type"] == "agent_end" {
+            ended += 1;
+        }
+        notes.push(n);
+    }
+    let events = of(&notes, "agent/event");
+    let deltas = |sid: &str| -> (String, Vec<usize>) {
+        let mut text = String::new();
+        let mut at = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            if e["params"]["sessionId"] == sid
+                && e["params"]["event"]["assistantMessageEvent"]["type"] == "text_delta"
+            {
+                text.push_str(
+                    e["params"]["event"]["assistantMessageEvent"]["delta"]
+                        .as_str()
+                        .unwrap(),
+                );
+                at.push(i);
+            }
+        }
+        (text, at)
+    };
+    let (ta, ia) = deltas(sa);
+    let (tb, ib) = deltas(sb);
+    // Each session's deltas make exactly one of the two answers, never a mix.
+    let mut got = [ta.clone(), tb.clone()];
+    got.sort();
+    assert_eq!(got, [alpha.clone(), bravo.clone()]);
+    // Every event names its session and that session's run.
+    for e in &events {
+        let sid = e["params"]["sessionId"].as_str().unwrap();
+        let run = if sid == sa {
+            &ra["runId"]
+        } else {
+            &rb["runId"]
+        };
+        assert!(sid == sa || sid == sb);
+        assert_eq!(&e["params"]["runId"], run);
+    }
+    // They streamed at the same time: each run's deltas interleave with the other's.
+    assert!(
+        ia.first() < ib.last() && ib.first() < ia.last(),
+        "runs did not overlap: {ia:?} {ib:?}"
+    );
+    // The final messages match the deltas, per session.
+    for (sid, text) in [(sa, &ta), (sb, &tb)] {
+        let m = c
+            .request("agent/messages", json!({"sessionId": sid}))
+            .await
+            .unwrap();
+        assert_eq!(m["messages"][1]["content"][0]["text"], text.as_str());
+        assert_eq!(m["messages"].as_array().unwrap().len(), 2);
+    }
+    // Each session has its own file and both are listed as open.
+    let list = c.request("agent/session/list", json!({})).await.unwrap();
+    let mut listed: Vec<(String, bool, Option<String>)> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["sessionId"].as_str().unwrap().to_string(),
+                s["open"].as_bool().unwrap(),
+                s["name"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    listed.sort();
+    let mut want = vec![
+        (sa.to_string(), true, Some("left panel".to_string())),
+        (sb.to_string(), true, None),
+    ];
+    want.sort();
+    assert_eq!(listed, want);
+    // Usage and attention name their session.
+    for sid in [sa, sb] {
+        let usage = of(&notes, "agent/usage")
+            .into_iter()
+            .filter(|n| n["params"]["sessionId"] == sid)
+            .count();
+        assert_eq!(usage, 1);
+    }
+    assert!(c.shutdown().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_tree_branch_fork_clone_label_name_stats_export() {
+    let tmp = TempDir::new("tree");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("Goal: the second question."),
+        Step::text("three"),
+    ])
+    .await;
+    let mut c = start(&ws, &mock).await;
+    let st = c
+        .request("agent/session/new", json!({"model": "mock/mock-1"}))
+        .await
+        .unwrap();
+    let sid = st["sessionId"].as_str().unwrap().to_string();
+    let file = st["sessionFile"].as_str().unwrap().to_string();
+    assert!(
+        file.starts_with(&ws.join(".pi/sessions").display().to_string()),
+        "{file}"
+    );
+    assert_eq!(
+        st,
+        json!({"sessionId": sid, "sessionFile": file, "model": {"provider": "mock", "id": "mock-1", "name": "mock-1",
+            "api": "openai-completions", "baseUrl": mock.openai_base(), "reasoning": false, "input": ["text", "image"],
+            "contextWindow": 128000, "maxTokens": 4096, "cost": {"input": 0.0, "output": 0.0, "cacheRead": 0.0, "cacheWrite": 0.0},
+            "thinkingLevels": ["off"]}, "thinkingLevel": "off", "isStreaming": false,
+            "steeringMode": "one-at-a-time", "followUpMode": "one-at-a-time", "autoRetryEnabled": true, "isRetrying": false,
+            "isBashRunning": false, "messageCount": 0, "pendingMessageCount": 0, "leafId": st["leafId"]})
+    );
+    for text in ["first", "second"] {
+        c.request("agent/prompt", json!({"sessionId": sid, "text": text}))
+            .await
+            .unwrap();
+        until_end(&mut c, &sid).await;
+    }
+    let tree = c
+        .request("agent/session/tree", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let entries = tree["entries"].as_array().unwrap();
+    let shape: Vec<(String, Option<String>, Option<String>)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_string(),
+                e["role"].as_str().map(str::to_string),
+                e["preview"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    let s = |x: &str| Some(x.to_string());
+    assert_eq!(
+        shape,
+        vec![
+            ("model_change".to_string(), None, None),
+            ("thinking_level_change".to_string(), None, None),
+            ("message".to_string(), s("user"), s("first")),
+            ("message".to_string(), s("assistant"), s("one")),
+            ("message".to_string(), s("user"), s("second")),
+            ("message".to_string(), s("assistant"), s("two")),
+        ]
+    );
+    let id = |i: usize| entries[i]["id"].as_str().unwrap().to_string();
+    assert_eq!(tree["leafId"], id(5).as_str());
+    for (i, e) in entries.iter().enumerate().skip(1) {
+        assert_eq!(e["parentId"], id(i - 1).as_str());
+    }
+
+    // Labels and names.
+    let l = c
+        .request(
+            "agent/session/label",
+            json!({"sessionId": sid, "entryId": id(4), "label": "  q2 "}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(l["labelEntryId"].as_str().unwrap().len(), 8);
+    c.request(
+        "agent/session/name",
+        json!({"sessionId": sid, "name": "questions"}),
+    )
+    .await
+    .unwrap();
+    let tree2 = c
+        .request("agent/session/tree", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(tree2["entries"][4]["label"], "q2");
+    assert_eq!(
+        c.request("agent/state", json!({"sessionId": sid}))
+            .await
+            .unwrap()["sessionName"],
+        "questions"
+    );
+
+    // Bad input changes nothing.
+    let e = c
+        .request(
+            "agent/session/label",
+            json!({"sessionId": sid, "entryId": "nope", "label": "x"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["message"].as_str()),
+        (
+            Some(-31005),
+            Some(format!("entryId: no entry nope in session {sid}").as_str())
+        )
+    );
+    let e = c
+        .request(
+            "agent/session/branch",
+            json!({"sessionId": sid, "entryId": "nope"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -31005);
+    let e = c
+        .request(
+            "agent/session/name",
+            json!({"sessionId": sid, "name": "  "}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["message"].as_str()),
+        (Some(-32602), Some("name: must not be empty"))
+    );
+    let e = c
+        .request(
+            "agent/session/branch",
+            json!({"sessionId": sid, "entryId": id(2), "sumarize": true}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("sumarize: unknown field"),
+        "{e}"
+    );
+    let e = c
+        .request("agent/state", json!({"sessionId": "missing"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -31002);
+    let e = c
+        .request("agent/session/open", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -32602);
+    let after_bad = c
+        .request("agent/session/tree", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(after_bad, tree2);
+
+    // Branch back to the first answer, with a summary of what is left behind.
+    let br = c
+        .request(
+            "agent/session/branch",
+            json!({"sessionId": sid, "entryId": id(3), "summarize": true, "customInstructions": "Keep names"}),
+        )
+        .await
+        .unwrap();
+    let summary = "The user explored a different conversation branch before returning here.\nSummary of that exploration:\n\nGoal: the second question.";
+    assert_eq!(
+        br,
+        json!({"leafId": br["summaryEntryId"], "summaryEntryId": br["summaryEntryId"], "summary": summary, "messageCount": 3})
+    );
+    let req = texts_of_mock_request(&mock, 2);
+    assert!(req[0]
+        .1
+        .starts_with("You are a context summarization assistant."));
+    let asked = req[1].1.as_str();
+    assert!(asked.starts_with("<conversation>\n[User]: second\n\n[Assistant]: two\n</conversation>\n\nCreate a structured summary"), "{asked}");
+    assert!(asked.ends_with("\n\nAdditional focus: Keep names"));
+    // The next prompt continues from there: first, one, the summary, third.
+    c.request("agent/prompt", json!({"sessionId": sid, "text": "third"}))
+        .await
+        .unwrap();
+    until_end(&mut c, &sid).await;
+    let msgs = texts_of_mock_request(&mock, 3);
+    assert_eq!(
+        msgs[1..].iter().map(|m| m.1.as_str()).collect::<Vec<_>>()[..2],
+        ["first", "one"]
+    );
+    assert!(msgs[3].1.contains("Goal: the second question."), "{msgs:?}");
+    assert_eq!(msgs[4], ("user".to_string(), "third".to_string()));
+    let m = c
+        .request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let roles: Vec<&str> = m["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "branchSummary", "user", "assistant"]
+    );
+    assert_eq!(m["entryIds"][2], br["summaryEntryId"]);
+
+    // Navigating to a user message puts the leaf at its parent and hands back its text.
+    let br = c
+        .request(
+            "agent/session/branch",
+            json!({"sessionId": sid, "entryId": id(2)}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        br,
+        json!({"leafId": id(1), "editorText": "first", "messageCount": 0})
+    );
+
+    // Fork at the second question: a new session with the path before it.
+    let f = c
+        .request(
+            "agent/session/fork",
+            json!({"sessionId": sid, "entryId": id(4)}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(f["text"], "second");
+    let fid = f["session"]["sessionId"].as_str().unwrap().to_string();
+    assert_ne!(fid, sid);
+    assert_eq!(f["session"]["parentSession"], file.as_str());
+    assert_eq!(f["session"]["leafId"], id(3).as_str());
+    let fm = c
+        .request("agent/messages", json!({"sessionId": fid}))
+        .await
+        .unwrap();
+    assert_eq!(fm["entryIds"], json!([id(2), id(3)]));
+    // Clone: the active branch as it is (now ending before "first").
+    let cl = c
+        .request("agent/session/clone", json!({"sessionId": fid}))
+        .await
+        .unwrap();
+    assert_eq!(cl["session"]["leafId"], id(3).as_str());
+    assert_eq!(cl["session"]["messageCount"], 2);
+
+    // Stats: messages on the fork's branch; tokens of every response in its file.
+    let stats = c
+        .request("agent/session/stats", json!({"sessionId": fid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        stats,
+        json!({"sessionId": fid, "sessionFile": f["session"]["sessionFile"], "userMessages": 1, "assistantMessages": 1,
+            "toolCalls": 0, "toolResults": 0, "totalMessages": 2,
+            "tokens": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 110, "cost": 0.0},
+            "cost": 0.0, "contextUsage": {"tokens": 110, "contextWindow": 128000, "percent": 0.09}})
+    );
+
+    // Export: Markdown as content, HTML to a file.
+    let md = c
+        .request(
+            "agent/session/export",
+            json!({"sessionId": fid, "format": "markdown"}),
+        )
+        .await
+        .unwrap();
+    let content = md["content"].as_str().unwrap();
+    assert!(
+        content.contains("## User\n\nfirst\n\n## Assistant (mock-1)\n\none\n\n"),
+        "{content}"
+    );
+    let ex = c
+        .request(
+            "agent/session/export",
+            json!({"sessionId": sid, "format": "html", "outputPath": "out/session.html"}),
+        )
+        .await
+        .unwrap();
+    let path = ws.join("out/session.html");
+    assert_eq!(
+        ex,
+        json!({"format": "html", "path": path.display().to_string()})
+    );
+    let html = std::fs::read_to_string(&path).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<title>questions</title>"));
+    let e = c
+        .request(
+            "agent/session/export",
+            json!({"sessionId": sid, "format": "pdf"}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("format: unknown variant `pdf`"),
+        "{e}"
+    );
+
+    // Close releases the file; the session opens again from it.
+    let closed = c
+        .request("agent/session/close", json!({"sessionId": fid}))
+        .await
+        .unwrap();
+    assert_eq!(closed, json!({"closed": true, "dropped": []}));
+    assert!(!std::path::Path::new(&format!(
+        "{}.lock",
+        f["session"]["sessionFile"].as_str().unwrap()
+    ))
+    .exists());
+    let reopened = c
+        .request(
+            "agent/session/open",
+            json!({"path": f["session"]["sessionFile"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reopened["sessionId"], fid.as_str());
+    assert_eq!(reopened["messageCount"], 2);
+    // Opening a session that is open here answers it as it is and keeps its lock.
+    let again = c
+        .request("agent/session/open", json!({"path": file}))
+        .await
+        .unwrap();
+    assert_eq!(again["sessionId"], sid.as_str());
+    assert!(std::path::Path::new(&format!("{file}.lock")).exists());
+    mock.assert_paired();
+    assert!(c.shutdown().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_thinking_queue_modes_and_retry_switch() {
+    let tmp = TempDir::new("models");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![Step::Raw {
+        status: 500,
+        content_type: "application/json".into(),
+        body: "{\"error\":{\"message\":\"upstream exploded\"}}".into(),
+    }])
+    .await;
+    let mut c = start(&ws, &mock).await;
+    let list = c.request("agent/model/list", json!({})).await.unwrap();
+    let ids: Vec<String> = list["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m["provider"].as_str().unwrap(),
+                m["id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "mock/mock-1",
+            "mock/mock-think",
+            "mockant/mock-ant-1",
+            "scripted/demo"
+        ]
+    );
+    assert_eq!(
+        list["models"][1]["thinkingLevels"],
+        json!(["off", "minimal", "low", "medium", "high"])
+    );
+
+    let sid = c
+        .request("agent/session/new", json!({"model": "mock/mock-1"}))
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let e = c
+        .request(
+            "agent/model/set",
+            json!({"sessionId": sid, "model": "nobody/none"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -31003);
+    assert!(e["message"].as_str().unwrap().starts_with("model: "), "{e}");
+    let set = c
+        .request(
+            "agent/model/set",
+            json!({"sessionId": sid, "model": "mock/mock-think"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (set["model"]["id"].as_str(), set["thinkingLevel"].as_str()),
+        (Some("mock-think"), Some("off"))
+    );
+    let t = c
+        .request(
+            "agent/thinking/set",
+            json!({"sessionId": sid, "level": "xhigh"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        t,
+        json!({"level": "high"}),
+        "xhigh clamps to the highest supported level"
+    );
+    let t = c
+        .request("agent/thinking/cycle", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(t, json!({"level": "off"}));
+    let e = c
+        .request(
+            "agent/thinking/set",
+            json!({"sessionId": sid, "level": "huge"}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("level: unknown variant `huge`"),
+        "{e}"
+    );
+    let cy = c
+        .request("agent/model/cycle", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(cy["model"]["id"], "mock-ant-1");
+    let cy = c
+        .request(
+            "agent/model/cycle",
+            json!({"sessionId": sid, "direction": "backward"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (cy["model"]["id"].as_str(), cy["thinkingLevel"].as_str()),
+        (Some("mock-think"), Some("off"))
+    );
+    // A model without reasoning has nothing to cycle.
+    c.request(
+        "agent/model/set",
+        json!({"sessionId": sid, "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        c.request("agent/thinking/cycle", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        Value::Null
+    );
+    // The file records every change, so a resumed session gets them back.
+    let lines: Vec<Value> = std::fs::read_to_string(
+        c.request("agent/state", json!({"sessionId": sid}))
+            .await
+            .unwrap()["sessionFile"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap()
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    let changes: Vec<String> = lines[1..]
+        .iter()
+        .map(|l| match l["type"].as_str().unwrap() {
+            "model_change" => format!("model {}", l["modelId"].as_str().unwrap()),
+            t => format!("{t} {}", l["thinkingLevel"].as_str().unwrap_or("")),
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            "model mock-1",
+            "thinking_level_change off",
+            "model mock-think",
+            "thinking_level_change high",
+            "thinking_level_change off",
+            "model mock-ant-1",
+            "model mock-think",
+            "model mock-1"
+        ]
+    );
+
+    let m = c
+        .request(
+            "agent/queue/setModes",
+            json!({"sessionId": sid, "steering": "all"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(m, json!({"steering": "all", "followUp": "one-at-a-time"}));
+    let e = c
+        .request(
+            "agent/queue/setModes",
+            json!({"sessionId": sid, "followUp": "some"}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("followUp: unknown variant `some`"),
+        "{e}"
+    );
+
+    // Retry off: a 500 ends the run at once, and the user is told it failed.
+    assert_eq!(
+        c.request(
+            "agent/retry/set",
+            json!({"sessionId": sid, "enabled": false})
+        )
+        .await
+        .unwrap(),
+        json!({"enabled": false})
+    );
+    assert_eq!(
+        c.request("agent/retry/abort", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        json!({"cancelled": false})
+    );
+    let st = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            st["autoRetryEnabled"].as_bool(),
+            st["steeringMode"].as_str()
+        ),
+        (Some(false), Some("all"))
+    );
+    c.request("agent/prompt", json!({"sessionId": sid, "text": "go"}))
+        .await
+        .unwrap();
+    let notes = until_end(&mut c, &sid).await;
+    assert!(!of(&notes, "agent/event")
+        .iter()
+        .any(|n| n["params"]["event"]["type"] == "auto_retry_start"));
+    assert_eq!(mock.requests().len(), 1);
+    let att = of(&notes, "agent/attention");
+    assert_eq!(att.len(), 1);
+    assert_eq!(att[0]["params"]["reason"], "failed");
+    assert!(
+        att[0]["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream exploded"),
+        "{}",
+        att[0]
+    );
+    assert!(c.shutdown().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_messages_report_queued_delivered_consumed_and_dropped() {
+    let tmp = TempDir::new("queue");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![
+        Step::call("call_1", "bash", json!({"command": "sleep 0.6"})),
+        Step::text("steered"),
+        Step::text("followed"),
+        Step::text("noted"),
+        Step::call("call_2", "bash", json!({"command": "sleep 0.6"})),
+        Step::text("done"),
+    ])
+    .await;
+    let mut c = start(&ws, &mock).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "look", "model": "mock/mock-1", "images": [{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    // Wait for the tool to run, then queue three messages.
+    loop {
+        let n = c.next_notification(Duration::from_secs(10)).await.unwrap();
+        if n["params"]["event"]["type"] == "tool_execution_start" {
+            break;
+        }
+    }
+    let s1 = c
+        .request("agent/steer", json!({"sessionId": sid, "text": "S1"}))
+        .await
+        .unwrap();
+    assert_eq!(s1["runId"], r["runId"]);
+    let f1 = c
+        .request("agent/followUp", json!({"sessionId": sid, "text": "F1"}))
+        .await
+        .unwrap();
+    let n1 = c
+        .request(
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "note", "content": "N1", "details": {"k": 1}, "deliverAs": "followUp"}),
+        )
+        .await
+        .unwrap();
+    let st = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            st["isStreaming"].as_bool(),
+            st["pendingMessageCount"].as_u64()
+        ),
+        (Some(true), Some(3))
+    );
+    let notes = until_end(&mut c, &sid).await;
+    let updates: Vec<(String, String, Vec<String>, Vec<String>)> = of(&notes, "agent/queueUpdate")
+        .iter()
+        .map(|n| {
+            let p = &n["params"];
+            let list = |k: &str| {
+                p[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_str().unwrap().to_string())
+                    .collect()
+            };
+            (
+                p["text"].as_str().unwrap().to_string(),
+                p["state"].as_str().unwrap().to_string(),
+                list("steering"),
+                list("followUp"),
+            )
+        })
+        .collect();
+    let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        updates,
+        vec![
+            ("S1".into(), "queued".into(), v(&["S1"]), v(&[])),
+            ("F1".into(), "queued".into(), v(&["S1"]), v(&["F1"])),
+            ("N1".into(), "queued".into(), v(&["S1"]), v(&["F1", "N1"])),
+            ("S1".into(), "delivered".into(), v(&[]), v(&["F1", "N1"])),
+            ("S1".into(), "consumed".into(), v(&[]), v(&["F1", "N1"])),
+            ("F1".into(), "delivered".into(), v(&[]), v(&["N1"])),
+            ("F1".into(), "consumed".into(), v(&[]), v(&["N1"])),
+            ("N1".into(), "delivered".into(), v(&[]), v(&[])),
+            ("N1".into(), "consumed".into(), v(&[]), v(&[])),
+        ]
+    );
+    let queued: Vec<Value> = c
+        .log()
+        .iter()
+        .filter(|m| m["method"] == "agent/queueUpdate" && m["params"]["state"] == "queued")
+        .map(|m| m["params"]["queueId"].clone())
+        .collect();
+    assert_eq!(
+        queued,
+        [
+            s1["queueId"].clone(),
+            f1["queueId"].clone(),
+            n1["queueId"].clone()
+        ]
+    );
+    // The model saw the image, then each message in turn.
+    let first = texts_of_mock_request(&mock, 0);
+    assert_eq!(first[1], ("user".to_string(), "look|<image>".to_string()));
+    assert_eq!(texts_of_mock_request(&mock, 3).last().unwrap().1, "N1");
+    // The custom message is stored as a custom_message entry.
+    let m = c
+        .request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let last_custom = m["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "custom")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            last_custom["customType"].clone(),
+            last_custom["content"].clone(),
+            last_custom["details"].clone()
+        ),
+        (json!("note"), json!("N1"), json!({"k": 1}))
+    );
+    // Usage per turn and per session: four responses of 110 tokens.
+    // (The first came while the test waited for the tool to start: read the whole log.)
+    let log = c.log();
+    let usage = of(&log, "agent/usage");
+    assert_eq!(usage.len(), 4);
+    assert_eq!(
+        usage[3]["params"],
+        json!({"sessionId": sid, "runId": r["runId"], "turn": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 110, "cost": 0.0},
+            "session": {"input": 400, "output": 40, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 440, "cost": 0.0},
+            "contextTokens": 110, "contextWindow": 128000})
+    );
+    let att = of(&notes, "agent/attention");
+    assert_eq!(
+        att[0]["params"],
+        json!({"sessionId": sid, "runId": r["runId"], "reason": "finished", "message": "noted"})
+    );
+
+    // Dropped: a follow-up cleared before delivery never reaches the model.
+    c.request("agent/prompt", json!({"sessionId": sid, "text": "again"}))
+        .await
+        .unwrap();
+    loop {
+        let n = c.next_notification(Duration::from_secs(10)).await.unwrap();
+        if n["params"]["event"]["type"] == "tool_execution_start" {
+            break;
+        }
+    }
+    let q = c
+        .request("agent/followUp", json!({"sessionId": sid, "text": "never"}))
+        .await
+        .unwrap();
+    let cleared = c
+        .request("agent/queue/clear", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        cleared,
+        json!({"dropped": [{"queueId": q["queueId"], "delivery": "followUp", "text": "never"}]})
+    );
+    until_end(&mut c, &sid).await;
+    let states: Vec<Value> = c
+        .log()
+        .into_iter()
+        .filter(|m| m["method"] == "agent/queueUpdate" && m["params"]["queueId"] == q["queueId"])
+        .map(|m| m["params"]["state"].clone())
+        .collect();
+    assert_eq!(states, [json!("queued"), json!("dropped")]);
+    assert!(mock
+        .requests()
+        .iter()
+        .all(|r| !r.body.to_string().contains("never")));
+    // Bad input.
+    let e = c
+        .request("agent/prompt", json!({"sessionId": sid, "text": "x", "images": [{"type": "image", "data": "AAAA", "mimeType": "text/plain"}]}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["message"].as_str()),
+        (
+            Some(-32602),
+            Some("images[0].mimeType: expected an image/* type, got \"text/plain\"")
+        )
+    );
+    let e = c
+        .request(
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "", "content": "x"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e["message"], "customType: must not be empty");
+    let e = c
+        .request("agent/steer", json!({"sessionId": sid}))
+        .await
+        .unwrap_err();
+    assert_eq!(e["message"], "missing field `text`");
+    mock.assert_paired();
+    assert!(c.shutdown().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_bash_enters_the_context_and_double_bang_stays_out() {
+    let tmp = TempDir::new("bash");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![Step::text("seen")]).await;
+    let mut c = start(&ws, &mock).await;
+    let sid = c
+        .request("agent/session/new", json!({"model": "mock/mock-1"}))
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = c
+        .request(
+            "agent/bash",
+            json!({"sessionId": sid, "command": "echo hello"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        b,
+        json!({"output": "hello\n", "exitCode": 0, "cancelled": false, "truncated": false, "entryId": b["entryId"]})
+    );
+    let hidden = c
+        .request(
+            "agent/bash",
+            json!({"sessionId": sid, "command": "echo secret; exit 3", "excludeFromContext": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (hidden["output"].as_str(), hidden["exitCode"].as_i64()),
+        (Some("secret\n"), Some(3))
+    );
+    // A second command while one runs is refused; abort stops the running one.
+    let long = c
+        .send_request(
+            "agent/bash",
+            json!({"sessionId": sid, "command": "sleep 20"}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e = c
+        .request("agent/bash", json!({"sessionId": sid, "command": "true"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -31006);
+    assert_eq!(
+        c.request("agent/bash/abort", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        json!({"aborted": true})
+    );
+    let long = tokio::time::timeout(Duration::from_secs(3), long)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            long["result"]["cancelled"].as_bool(),
+            long["result"]["exitCode"].clone()
+        ),
+        (Some(true), Value::Null)
+    );
+    assert_eq!(
+        c.request("agent/bash/abort", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        json!({"aborted": false})
+    );
+    // Custom messages on an idle session: appended at once, or kept for the next prompt.
+    let now = c
+        .request(
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "ctx", "content": [{"type": "text", "text": "context note"}]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(now, json!({"sessionId": sid, "entryId": now["entryId"]}));
+    let later = c
+        .request(
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "ctx", "content": "next-turn note", "deliverAs": "nextTurn", "display": false}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        later,
+        json!({"sessionId": sid, "queueId": later["queueId"]})
+    );
+    c.request(
+        "agent/prompt",
+        json!({"sessionId": sid, "text": "what did I run?"}),
+    )
+    .await
+    .unwrap();
+    let notes = until_end(&mut c, &sid).await;
+    let msgs = texts_of_mock_request(&mock, 0);
+    assert_eq!(
+        msgs[1..],
+        [
+            (
+                "user".to_string(),
+                "Ran `echo hello`\n```\nhello\n\n```".to_string()
+            ),
+            (
+                "user".to_string(),
+                "Ran `sleep 20`\n(no output)\n\n(command cancelled)".to_string()
+            ),
+            ("user".to_string(), "context note".to_string()),
+            ("user".to_string(), "next-turn note".to_string()),
+            ("user".to_string(), "what did I run?".to_string()),
+        ]
+    );
+    let states: Vec<&Value> = of(&notes, "agent/queueUpdate")
+        .iter()
+        .map(|n| &n["params"]["state"])
+        .collect();
+    assert_eq!(
+        states,
+        [&json!("queued"), &json!("delivered"), &json!("consumed")]
+    );
+    let entries = c
+        .request("agent/session/tree", json!({"sessionId": sid}))
+        .await
+        .unwrap()["entries"]
+        .clone();
+    let customs = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "custom_message")
+        .count();
+    assert_eq!(customs, 2, "{entries:#}");
+    let m = c
+        .request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let bash: Vec<(String, bool)> = m["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "bashExecution")
+        .map(|m| {
+            (
+                m["command"].as_str().unwrap().to_string(),
+                m["excludeFromContext"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    assert_eq!(
+        bash,
+        [
+            ("echo hello".to_string(), false),
+            ("echo secret; exit 3".to_string(), true),
+            ("sleep 20".to_string(), false)
+        ]
+    );
+    let e = c
+        .request("agent/bash", json!({"sessionId": sid, "command": " "}))
+        .await
+        .unwrap_err();
+    assert_eq!(e["message"], "command: must not be empty");
+    assert!(c.shutdown().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_reports_applied_edits_and_a_busy_session_refuses_branching() {
+    let tmp = TempDir::new("abortedits");
+    let ws = workspace(&tmp);
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::call(
+            "call_edit",
+            "edit",
+            json!({"path": "a.txt", "edits": [{"oldText": "one", "newText": "two"}]}),
+        ),
+        Step::call("call_sleep", "bash", json!({"command": "sleep 30"})),
+    ])
+    .await;
+    let mut c = start(&ws, &mock).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "change it", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    loop {
+        let n = c.next_notification(Duration::from_secs(10)).await.unwrap();
+        if n["params"]["event"]["type"] == "tool_execution_start"
+            && n["params"]["event"]["toolName"] == "bash"
+        {
+            break;
+        }
+    }
+    let tree = c
+        .request("agent/session/tree", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let e = c
+        .request(
+            "agent/session/branch",
+            json!({"sessionId": sid, "entryId": tree["entries"][0]["id"]}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -31001);
+    let e = c
+        .request("agent/prompt", json!({"sessionId": sid, "text": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e["code"], -31001);
+    let abort = c
+        .request("agent/abort", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        abort,
+        json!({"aborted": true, "runId": r["runId"],
+            "stoppedToolCalls": [{"toolCallId": "call_sleep", "toolName": "bash", "args": {"command": "sleep 30"}}],
+            "stoppedProcesses": [{"toolCallId": "call_sleep", "command": "sleep 30"}],
+            "appliedEdits": [{"toolCallId": "call_edit", "toolName": "edit", "path": "a.txt"}],
+            "queuedMessages": []})
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "two\n");
+    // The run already ended when abort answered; no attention for a user abort.
+    let notes = until_end(&mut c, &sid).await;
+    assert!(of(&notes, "agent/attention").is_empty());
+    assert!(!c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap()["isStreaming"]
+        .as_bool()
+        .unwrap());
+    mock.assert_paired();
+    assert!(c.shutdown().await.success());
+}
