@@ -15,8 +15,9 @@ use pi_ai::{Message, Model};
 use pi_core::agent::{
     Agent, AgentConfig, AgentEvent, Delivery, EventSink, Subscription, WeakAgent,
 };
+use pi_core::resources::WorkspaceConfig;
 use pi_core::session::{find_session_file, read_tree, SessionError, SessionWriter};
-use pi_core::tools::{default_tools, BeforeBash};
+use pi_core::tools::BeforeBash;
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::{
@@ -53,6 +54,8 @@ pub struct State {
     docs: Arc<Documents>,
     caps: Mutex<EditorCaps>,
     root: Mutex<PathBuf>,
+    /// The workspace's configuration and trust (set by `initialize`).
+    workspace: Mutex<Arc<WorkspaceConfig>>,
     init_model: Mutex<Option<String>>,
     sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
 }
@@ -70,6 +73,10 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
             docs: Arc::new(Documents::default()),
             caps: Mutex::new(EditorCaps::default()),
             root: Mutex::new(PathBuf::from(".")),
+            workspace: Mutex::new(WorkspaceConfig::with_default_agent_dir(
+                PathBuf::from("."),
+                false,
+            )),
             init_model: Mutex::new(None),
             sessions: Mutex::new(HashMap::new()),
         }),
@@ -91,6 +98,10 @@ impl State {
 
     fn root(&self) -> PathBuf {
         lock(&self.root).clone()
+    }
+
+    fn workspace(&self) -> Arc<WorkspaceConfig> {
+        lock(&self.workspace).clone()
     }
 }
 
@@ -141,6 +152,17 @@ impl LanguageServer for Backend {
             root.display(),
             encoding
         );
+        // Project trust: `initializationOptions.workspaceTrusted: true` loads the project's own
+        // configuration; anything else (unknown clients included) leaves it out.
+        let trusted = params
+            .initialization_options
+            .as_ref()
+            .and_then(|o| o.get("workspaceTrusted"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        tracing::info!("workspace trusted: {trusted}");
+        *lock(&self.state.workspace) =
+            WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
         *lock(&self.state.root) = root;
         *lock(&self.state.init_model) = params
             .initialization_options
@@ -167,7 +189,18 @@ impl LanguageServer for Backend {
         })
     }
 
-    async fn initialized(&self, _: InitializedParams) {}
+    async fn initialized(&self, _: InitializedParams) {
+        let ws = self.state.workspace();
+        if let Some(n) =
+            crate::runner::untrusted_notice(&ws, "trust the workspace in the editor to load it")
+        {
+            tracing::warn!("{n}");
+            self.state
+                .client
+                .show_message(MessageType::WARNING, n)
+                .await;
+        }
+    }
 
     async fn shutdown(&self) -> Result<()> {
         let sessions: Vec<Arc<Mutex<Session>>> =
@@ -228,7 +261,7 @@ impl Backend {
             }
             None => {
                 let (model, notice) =
-                    choose_model(&root, p.model.as_deref(), init_model.as_deref())
+                    choose_model(&st.workspace(), p.model.as_deref(), init_model.as_deref())
                         .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
                 if let Some(n) = notice {
                     let client = st.client.clone();
@@ -254,7 +287,7 @@ impl Backend {
                 s
             }
         };
-        let message = Message::user_text(p.text);
+        let message = Message::user_text(crate::runner::expand_prompt(&st.workspace(), &p.text));
         let mut s = lock(&session);
         let busy = |s: &Session| {
             agent_error(
@@ -279,7 +312,7 @@ impl Backend {
         } else {
             if let Some(m) = &p.model {
                 if *m != s.model.full_id() {
-                    let (model, _) = choose_model(&root, Some(m), None)
+                    let (model, _) = choose_model(&st.workspace(), Some(m), None)
                         .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
                     lock(&s.writer)
                         .append_entry(
@@ -335,8 +368,9 @@ impl Backend {
             tracing::warn!("{w}");
         }
         let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
-        let mut model = choose_model(root, wanted.as_deref(), None)
-            .or_else(|_| choose_model(root, None, init_model.as_deref()))
+        let ws = self.state.workspace();
+        let mut model = choose_model(&ws, wanted.as_deref(), None)
+            .or_else(|_| choose_model(&ws, None, init_model.as_deref()))
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?
             .0;
         // The thinking level recorded on the session's path wins over the default.
@@ -389,7 +423,8 @@ impl Backend {
 }
 
 /// The agent configuration for a run in this workspace: editor-backed tools, the system prompt
-/// (re-reading AGENTS.md), `model`.
+/// and settings from the workspace's configuration (see [`crate::runner::agent_config`]),
+/// `model`.
 fn agent_config(st: &Arc<State>, model: Model) -> AgentConfig {
     let root = st.root();
     let fs = Arc::new(EditorFs::new(
@@ -421,12 +456,17 @@ fn agent_config(st: &Arc<State>, model: Model) -> AgentConfig {
             })
         })
     };
-    let tools = default_tools(fs, Some(before));
-    let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-    let mut cfg = AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools);
-    cfg.retry = crate::runner::retry_settings(&root);
-    cfg
+    crate::runner::agent_config(
+        &st.workspace(),
+        model,
+        fs,
+        Some(before),
+        &[EDITOR_GUIDELINE.to_string()],
+    )
 }
+
+/// The system prompt guideline that tells the model where its edits go.
+pub const EDITOR_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";
 
 /// A session around `writer` with an agent on `messages` and its event listener.
 fn new_session(
@@ -437,6 +477,8 @@ fn new_session(
     messages: Vec<Message>,
 ) -> Session {
     let agent = Agent::new(agent_config(st, model.clone()), messages);
+    let settings = st.workspace().settings();
+    agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
     let writer = Arc::new(Mutex::new(writer));
     let sink = LspSink {
         st: st.clone(),
