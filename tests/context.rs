@@ -303,3 +303,159 @@ async fn headless_run_loads_project_configuration_only_with_trust() {
         );
     }
 }
+
+/// The reference Pi binary (`$PI_REF_BIN`, else `.pi-ref/` as `.ci/run` installs it);
+/// required when `CI` is set.
+fn pi_ref_bin() -> Option<PathBuf> {
+    let found = [
+        std::env::var("PI_REF_BIN").ok().map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.pi-ref/node_modules/.bin/pi")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs the reference Pi (npm @mariozechner/pi-coding-agent@0.73.1); see .ci/run"
+        );
+        eprintln!("note: reference Pi not installed; skipping (see .ci/run)");
+    }
+    found
+}
+
+/// A workspace exercising every part of the prompt Pi assembles: context files global, in an
+/// ancestor and in the workspace; APPEND_SYSTEM.md; skills global, project and `.agents`.
+pub fn prompt_fixture(root: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let ws = root.join("ws");
+    let agent = root.join("agent");
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    write(&agent.join("AGENTS.md"), "Global rules.\n");
+    write(&root.join("CLAUDE.md"), "Ancestor rules.");
+    write(
+        &ws.join("AGENTS.md"),
+        "# Workspace\n\nUse tabs & <angle> brackets.\n",
+    );
+    write(&ws.join(".pi/APPEND_SYSTEM.md"), "Appended text.\n");
+    write(
+        &agent.join("skills/global-skill/SKILL.md"),
+        "---\nname: global-skill\ndescription: \"Global: <b> & 'q'\"\n---\nBody.\n",
+    );
+    write(
+        &agent.join("skills/hidden/SKILL.md"),
+        "---\nname: hidden\ndescription: Hidden.\ndisable-model-invocation: true\n---\nBody.\n",
+    );
+    write(
+        &ws.join(".pi/skills/proj-skill/SKILL.md"),
+        "---\nname: proj-skill\ndescription: Project skill.\n---\nBody.\n",
+    );
+    write(
+        &ws.join(".agents/skills/agents-skill/SKILL.md"),
+        "---\nname: agents-skill\ndescription: From .agents.\n---\nBody.\n",
+    );
+    (ws, agent, home)
+}
+
+/// The system message of the first request `mock` received.
+fn system_of(mock: &MockModel) -> String {
+    let reqs = mock.requests();
+    let body = &reqs.first().expect("a request").body;
+    assert_eq!(body["messages"][0]["role"], "system", "{body}");
+    body["messages"][0]["content"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
+    let Some(pi) = pi_ref_bin() else { return };
+    let tmp = TempDir::new("pi-prompt");
+    let (ws, agent, home) = prompt_fixture(tmp.path());
+
+    let pi_mock = MockModel::start(vec![Step::text("Hi.")]).await;
+    write(
+        &agent.join("models.json"),
+        &pi_mock.models_json().to_string(),
+    );
+    let out = tokio::task::block_in_place(|| {
+        Command::new(&pi)
+            .args([
+                "-p",
+                "--no-session",
+                "--provider",
+                "mock",
+                "--model",
+                "mock-1",
+            ])
+            .args(["--tools", "read,bash,edit,write,grep,find,ls", "hello"])
+            .current_dir(&ws)
+            .env("PI_OFFLINE", "1")
+            .env("PI_CODING_AGENT_DIR", &agent)
+            .env("HOME", &home)
+            .output()
+            .unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = system_of(&pi_mock);
+
+    let mock = MockModel::start(vec![Step::text("Hi.")]).await;
+    let env = agent_env(
+        &agent,
+        &mock.models_json(),
+        &[("HOME", &home.display().to_string())],
+    );
+    let out = tokio::task::block_in_place(|| {
+        let mut cmd = Command::new(pi_lsp_bin());
+        cmd.args(["run", "--trust", "--model", "mock/mock-1", "--workspace"])
+            .arg(&ws)
+            .arg("hello");
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours = system_of(&mock);
+
+    // pi-lsp does not ship Pi's documentation, so it leaves out the block pointing at it.
+    let package = pi
+        .canonicalize()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let docs_block = format!(
+        "\n\nPi documentation (read only when the user asks about pi itself, its SDK, extensions, themes, skills, or TUI):
+- Main documentation: {}
+- Additional docs: {}
+- Examples: {} (extensions, custom tools, SDK)
+- When asked about: extensions (docs/extensions.md, examples/extensions/), themes (docs/themes.md), skills (docs/skills.md), prompt templates (docs/prompt-templates.md), TUI components (docs/tui.md), keybindings (docs/keybindings.md), SDK integrations (docs/sdk.md), custom providers (docs/custom-provider.md), adding models (docs/models.md), pi packages (docs/packages.md)
+- When working on pi topics, read the docs and examples, and follow .md cross-references before implementing
+- Always read pi .md files completely and follow links to related docs (e.g., tui.md for TUI API details)",
+        package.join("README.md").display(),
+        package.join("docs").display(),
+        package.join("examples").display()
+    );
+    assert_eq!(theirs.matches(&docs_block).count(), 1, "{theirs}");
+    if std::env::var_os("PI_PROMPT_FIXTURE").is_some() {
+        let root = tmp.path().display().to_string();
+        let fixture = theirs
+            .replace(&package.display().to_string(), "{PI_PACKAGE}")
+            .replace(&root, "{ROOT}")
+            .replace(
+                &format!("Current date: {}", date_of(&theirs)),
+                "Current date: {DATE}",
+            );
+        std::fs::write(std::env::var("PI_PROMPT_FIXTURE").unwrap(), fixture).unwrap();
+    }
+    assert_eq!(ours, theirs.replace(&docs_block, ""));
+}
