@@ -600,6 +600,52 @@ impl SettingsCache {
     }
 }
 
+/// Sets `path` (object keys, outermost first, e.g. `["approvals", "bash"]`) to `value` in the
+/// project file `<workspace>/.pi/settings.json`, keeping every other key and their order, and
+/// creating the file and folders as needed; written to a temporary file then renamed, so a
+/// reader sees the old or the new file, never half of one. Used for choices the user makes to
+/// persist for the workspace (e.g. "allow always").
+///
+/// Errors: the existing file is not a JSON object (it is left untouched), `path` is empty or
+/// crosses a value that is not an object, or the write fails.
+pub fn write_project_setting(workspace: &Path, path: &[&str], value: Value) -> Result<(), String> {
+    let file = workspace.join(".pi").join("settings.json");
+    let mut root = match read_file(&file)? {
+        Some(m) => m,
+        None => Map::new(),
+    };
+    let Some((last, parents)) = path.split_last() else {
+        return Err("empty settings path".into());
+    };
+    let mut cur = &mut root;
+    for (i, k) in parents.iter().enumerate() {
+        let slot = cur
+            .entry(k.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+        cur = match slot {
+            Value::Object(m) => m,
+            other => {
+                return Err(format!(
+                    "{}: {} is {other}, not an object",
+                    file.display(),
+                    path[..=i].join(".")
+                ))
+            }
+        };
+    }
+    cur.insert(last.to_string(), value);
+    let text = serde_json::to_string_pretty(&Value::Object(root)).map_err(|e| e.to_string())?;
+    let dir = workspace.join(".pi");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!(".settings.json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, format!("{text}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &file))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot write {}: {e}", file.display())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -780,5 +826,38 @@ mod tests {
             )]
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn project_setting_written_in_place_keeping_other_keys() {
+        let ws = std::env::temp_dir().join(format!("pi-core-settings-w-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&ws);
+        write_project_setting(&ws, &["approvals", "bash"], json!(["cargo test"])).unwrap();
+        std::fs::write(
+            ws.join(".pi/settings.json"),
+            r#"{"z": 1, "approvals": {"edit": true}, "a": 2}"#,
+        )
+        .unwrap();
+        write_project_setting(&ws, &["approvals", "bash"], json!(["ls"])).unwrap();
+        let text = std::fs::read_to_string(ws.join(".pi/settings.json")).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap(),
+            json!({"z": 1, "approvals": {"edit": true, "bash": ["ls"]}, "a": 2})
+        );
+        assert!(text.starts_with("{\n  \"z\": 1"), "{text}");
+        assert_eq!(
+            write_project_setting(&ws, &["a", "b"], json!(1)),
+            Err(format!(
+                "{}: a is 2, not an object",
+                ws.join(".pi/settings.json").display()
+            ))
+        );
+        std::fs::write(ws.join(".pi/settings.json"), "not json").unwrap();
+        assert!(write_project_setting(&ws, &["x"], json!(1)).is_err());
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".pi/settings.json")).unwrap(),
+            "not json"
+        );
+        std::fs::remove_dir_all(&ws).unwrap();
     }
 }
