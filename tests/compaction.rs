@@ -789,7 +789,16 @@ async fn lsp_agent_compact_answers_with_the_entry_and_queues_prompts() {
         json!({"compaction": {"keepRecentTokens": 10}}).to_string(),
     )
     .unwrap();
-    let mut c = start_with_mock(ws.path(), &mock, EditorBehavior::default()).await;
+    // Project settings load only in a trusted workspace.
+    let mut c = start_with_mock(
+        ws.path(),
+        &mock,
+        EditorBehavior {
+            initialization_options: Some(json!({"workspaceTrusted": true})),
+            ..Default::default()
+        },
+    )
+    .await;
     let r = c
         .request(
             "agent/prompt",

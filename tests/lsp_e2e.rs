@@ -662,7 +662,12 @@ async fn http_500_is_retried_then_ends_the_run_with_an_error_entry() {
         body: r#"{"error":{"message":"overloaded"}}"#.into(),
     };
     let mock = MockModel::start(vec![fail(), fail(), fail()]).await;
-    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    // Project settings apply only in a trusted workspace.
+    let trusted = EditorBehavior {
+        initialization_options: Some(json!({"workspaceTrusted": true})),
+        ..EditorBehavior::default()
+    };
+    let mut c = start_with_mock(&ws, &mock, trusted).await;
     c.request("agent/prompt", json!({"text": "hi"}))
         .await
         .unwrap();

@@ -29,6 +29,8 @@ pub struct EditorBehavior {
     /// Send `didChange` after applying an edit (an editor that skips a stale edit but still
     /// answers `applied: true` sends none).
     pub send_changes: bool,
+    /// `initializationOptions` of `initialize` (e.g. `{"workspaceTrusted": true}`).
+    pub initialization_options: Option<Value>,
 }
 
 impl Default for EditorBehavior {
@@ -39,6 +41,7 @@ impl Default for EditorBehavior {
             offer_utf8: false,
             work_done_progress: true,
             send_changes: true,
+            initialization_options: None,
         }
     }
 }
@@ -326,7 +329,8 @@ impl LspClient {
             .request(
                 "initialize",
                 json!({"processId": null, "rootUri": file_uri(root), "capabilities": caps,
-                "workspaceFolders": [{"uri": file_uri(root), "name": "ws"}]}),
+                "workspaceFolders": [{"uri": file_uri(root), "name": "ws"}],
+                "initializationOptions": behavior.initialization_options}),
             )
             .await
             .expect("initialize");

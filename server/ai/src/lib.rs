@@ -3,7 +3,7 @@
 //! - [`types`]: messages and blocks whose JSON matches Pi's session files.
 //! - [`stream`]: the assistant event stream and the [`stream::MessageBuilder`] adapters drive.
 //! - [`api`]: one module per wire format; [`api::stream`] dispatches on `model.api`.
-//! - [`models`]: providers, models.json, settings and model selection.
+//! - [`models`]: providers, models.json and model selection (defaults passed in).
 //! - [`transform`]: provider-neutral replay (pairing repair, thinking per model, tool-call ids
 //!   per target) applied to every request.
 //! - [`errors`]: typed provider failures, their classification and the retry policy.

@@ -1,5 +1,9 @@
 //! Models, providers and how one is chosen.
 //!
+//! Settings are not read here: the caller passes the default model as [`ModelDefaults`] and
+//! chooses which models.json files count ([`Registry::load_files`]; an untrusted workspace's
+//! `.pi/models.json` is left out).
+//!
 //! Built-in providers `anthropic` and `openai` carry Pi 0.73.1's catalogue (`catalogue.json`:
 //! context window, output limit, reasoning, input kinds, per-million prices, thinking-level
 //! map, for the same ids as Pi's `models.generated.js`), with Pi's default model first. Their
@@ -420,13 +424,12 @@ fn builtin_models(p: &BuiltinProvider, key: Option<String>) -> Vec<Model> {
     models
 }
 
-/// The subset of Pi's `settings.json` used here.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Settings {
+/// The default model from the caller's settings (Pi's `defaultProvider` / `defaultModel`).
+/// This crate reads no settings file: `pi-core`'s settings loader fills this in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelDefaults {
     pub default_provider: Option<String>,
     pub default_model: Option<String>,
-    pub default_thinking_level: Option<String>,
 }
 
 /// Errors found while loading configuration or choosing a model.
@@ -488,8 +491,8 @@ fn read_json<T: for<'de> Deserialize<'de> + Default>(path: &Path) -> Result<T, M
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     pub models: Vec<Model>,
-    /// Merged settings (project over global).
-    pub settings: Settings,
+    /// The default model from settings (set by the caller; empty after loading).
+    pub defaults: ModelDefaults,
     /// True when any models.json provider was loaded.
     pub has_custom: bool,
     /// Problems met while loading, for the user to see (a broken file is skipped, not fatal).
@@ -497,19 +500,26 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Loads models.json and settings.json for `workspace` (either may be absent).
+    /// Loads `<workspace>/.pi/models.json` and `<agent dir>/models.json`, i.e. the files of a
+    /// trusted workspace (see [`Registry::load_files`] for choosing them). No defaults.
     pub fn load(workspace: &Path) -> Registry {
-        let mut reg = Registry::default();
-        let agent = agent_dir();
         let mut files = vec![workspace.join(".pi").join("models.json")];
-        if let Some(a) = &agent {
+        if let Some(a) = agent_dir() {
             files.push(a.join("models.json"));
         }
+        Registry::load_files(&files)
+    }
+
+    /// Loads the models.json `files` (absent ones count as empty), earlier files first: a
+    /// provider named in two files is taken from the first. The built-in providers follow.
+    /// No defaults: set [`Registry::defaults`] from settings.
+    pub fn load_files(files: &[PathBuf]) -> Registry {
+        let mut reg = Registry::default();
         let mut seen = std::collections::HashSet::new();
         // models.json entries for built-in providers merge into the catalogue (Pi semantics).
         let mut builtin_cfg: BTreeMap<&'static str, ProviderConfig> = BTreeMap::new();
         for f in files {
-            match read_json::<ModelsFile>(&f) {
+            match read_json::<ModelsFile>(f) {
                 Ok(mf) => {
                     for (name, cfg) in mf.providers {
                         if !seen.insert(name.clone()) {
@@ -536,24 +546,6 @@ impl Registry {
             let cfg = builtin_cfg.remove(p.name);
             reg.add_builtin(p, cfg);
         }
-        let mut settings = Settings::default();
-        let mut setting_files = Vec::new();
-        if let Some(a) = &agent {
-            setting_files.push(a.join("settings.json"));
-        }
-        setting_files.push(workspace.join(".pi").join("settings.json"));
-        for f in setting_files {
-            match read_json::<Settings>(&f) {
-                Ok(s) => {
-                    settings.default_provider = s.default_provider.or(settings.default_provider);
-                    settings.default_model = s.default_model.or(settings.default_model);
-                    settings.default_thinking_level =
-                        s.default_thinking_level.or(settings.default_thinking_level);
-                }
-                Err(e) => reg.warnings.push(e.to_string()),
-            }
-        }
-        reg.settings = settings;
         reg
     }
 
@@ -672,14 +664,14 @@ impl Registry {
                 .ok_or_else(|| ModelError::UnknownModel(choice.to_string()));
         }
         if let (Some(p), Some(id)) = (
-            &self.settings.default_provider,
-            &self.settings.default_model,
+            &self.defaults.default_provider,
+            &self.defaults.default_model,
         ) {
             if let Some(m) = self.find(&format!("{p}/{id}")) {
                 return Ok(Some(m.clone()));
             }
         }
-        if let Some(p) = &self.settings.default_provider {
+        if let Some(p) = &self.defaults.default_provider {
             if let Some(m) = self
                 .models
                 .iter()

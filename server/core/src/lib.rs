@@ -1,13 +1,19 @@
 //! `pi-core`: the harness. The agent loop ([`agent`]), the coding tools ([`tools`]) over a file
-//! system abstraction ([`fs`]), Pi-format session files ([`session`]) and the system prompt
-//! ([`prompt`]). Depends on `pi-ai` only; knows nothing of LSP.
+//! system abstraction ([`fs`]), Pi-format session files ([`session`]), the system prompt
+//! ([`prompt`]), settings ([`settings`]), and the workspace's trust-gated resources
+//! ([`resources`]: context files, [`skills`], prompt [`templates`]). Depends on `pi-ai` only;
+//! knows nothing of LSP.
 
 pub mod agent;
 pub mod compaction;
 pub mod export;
 pub mod fs;
 pub mod prompt;
+pub mod resources;
 pub mod session;
+pub mod settings;
+pub mod skills;
+pub mod templates;
 pub mod tools;
 pub mod validate;
 

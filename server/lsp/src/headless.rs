@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use pi_ai::{AssistantEvent, Message, StopReason};
-use pi_core::agent::{AgentConfig, AgentEvent, EventSink, RunControl};
+use pi_core::agent::{AgentEvent, EventSink, RunControl};
 use pi_core::fs::DiskFs;
+use pi_core::resources::WorkspaceConfig;
 use pi_core::session::SessionWriter;
-use pi_core::tools::default_tools;
 
 use crate::runner::{choose_model, sessions_dir, Recorder};
 
@@ -22,6 +22,9 @@ pub struct RunArgs {
     pub workspace: PathBuf,
     pub model: Option<String>,
     pub json: bool,
+    /// Load the workspace's project configuration (`--trust`); see
+    /// [`pi_core::resources`] for what that covers.
+    pub trust: bool,
     pub prompt: String,
 }
 
@@ -133,7 +136,11 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     };
-    let (model, notice) = match choose_model(&workspace, args.model.as_deref(), None) {
+    let ws = WorkspaceConfig::with_default_agent_dir(workspace.clone(), args.trust);
+    if let Some(n) = crate::runner::untrusted_notice(&ws, "run with --trust to load it") {
+        eprintln!("{n}");
+    }
+    let (model, notice) = match choose_model(&ws, args.model.as_deref(), None) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("pi-lsp: {e}");
@@ -158,20 +165,16 @@ pub async fn run(args: RunArgs) -> i32 {
     };
     let session_path = writer.path().to_path_buf();
     let fs = Arc::new(DiskFs::new(workspace.clone()));
-    let tools = default_tools(fs, None);
-    let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-    let mut cfg = AgentConfig::new(
-        model,
-        pi_core::prompt::system_prompt(&workspace, &specs),
-        tools,
-    );
-    cfg.retry = crate::runner::retry_settings(&workspace);
+    let mut cfg = crate::runner::agent_config(&ws, model, fs, None, &[]);
+    let settings = ws.settings();
     let writer = Arc::new(Mutex::new(writer));
     cfg.compaction = Some(pi_core::agent::CompactionConfig {
-        settings: crate::runner::compaction_settings(&workspace),
+        settings: settings.compaction,
         compactor: Arc::new(pi_core::compaction::SessionCompactor::new(writer.clone())),
     });
     let control = RunControl::default();
+    control.set_modes(settings.steering_mode, settings.follow_up_mode);
+    let prompt = crate::runner::expand_prompt(&ws, &args.prompt);
     let ctrl_c = control.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -188,7 +191,7 @@ pub async fn run(args: RunArgs) -> i32 {
     let outcome = pi_core::run_agent(
         &cfg,
         Vec::new(),
-        vec![Message::user_text(args.prompt)],
+        vec![Message::user_text(prompt)],
         &control,
         &sink,
     )

@@ -35,6 +35,10 @@ enum Command {
         /// Print every agent event as one JSON line.
         #[arg(long)]
         json: bool,
+        /// Trust the workspace: load its project configuration (.pi/settings.json,
+        /// .pi/models.json, prompt templates, skills, SYSTEM.md, APPEND_SYSTEM.md).
+        #[arg(long)]
+        trust: bool,
         /// The prompt.
         prompt: String,
     },
@@ -58,12 +62,14 @@ fn main() -> anyhow::Result<()> {
             workspace,
             model,
             json,
+            trust,
             prompt,
         }) => {
             let code = rt.block_on(pi_lsp::headless::run(pi_lsp::headless::RunArgs {
                 workspace,
                 model,
                 json,
+                trust,
                 prompt,
             }));
             rt.shutdown_timeout(std::time::Duration::from_millis(200));

@@ -4,9 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use pi_ai::models::{ModelError, SCRIPTED_API};
+use pi_ai::models::{ModelDefaults, ModelError, SCRIPTED_API};
 use pi_ai::{Model, Registry};
+use pi_core::agent::AgentConfig;
+use pi_core::fs::Fs;
+use pi_core::resources::WorkspaceConfig;
 use pi_core::session::{SessionError, SessionWriter};
+use pi_core::tools::{tools_with_state, BeforeBash, ToolState};
 use pi_core::AgentEvent;
 
 /// The offline script replayed when no provider is configured.
@@ -30,14 +34,22 @@ pub fn scripted_model() -> Model {
     }
 }
 
-/// Chooses the model as [`Registry::select`] does; falls back to the scripted model (and says
-/// so with `Some(notice)`) only when nothing at all is configured and nothing was requested.
+/// Chooses the model as [`Registry::select`] does, from the workspace's models.json files
+/// (the project's only when trusted) and its settings' `defaultProvider` / `defaultModel`,
+/// with `defaultThinkingLevel` clamped to what the model supports. Falls back to the scripted
+/// model (and says so with `Some(notice)`) only when nothing at all is configured and nothing
+/// was requested.
 pub fn choose_model(
-    workspace: &Path,
+    ws: &WorkspaceConfig,
     requested: Option<&str>,
     init: Option<&str>,
 ) -> Result<(Model, Option<&'static str>), ModelError> {
-    let reg = Registry::load(workspace);
+    let settings = ws.settings();
+    let mut reg = Registry::load_files(&ws.models_files());
+    reg.defaults = ModelDefaults {
+        default_provider: settings.default_provider.clone(),
+        default_model: settings.default_model.clone(),
+    };
     for w in &reg.warnings {
         tracing::warn!("{w}");
     }
@@ -47,13 +59,7 @@ pub fn choose_model(
     }
     match reg.select(requested, init)? {
         Some(mut m) => {
-            // settings.json `defaultThinkingLevel`, clamped to what the model supports.
-            if let Some(level) = reg
-                .settings
-                .default_thinking_level
-                .as_deref()
-                .and_then(pi_ai::models::ThinkingLevel::parse)
-            {
+            if let Some(level) = settings.default_thinking_level {
                 m.thinking_level = Some(m.clamp_thinking_level(level));
             }
             Ok((m, None))
@@ -65,72 +71,58 @@ pub fn choose_model(
     }
 }
 
-/// Compaction settings from Pi's settings.json (global, then the project's): `compaction`
-/// `{enabled, reserveTokens, keepRecentTokens}`; Pi's defaults otherwise.
-pub fn compaction_settings(workspace: &Path) -> pi_core::agent::CompactionSettings {
-    let mut c = pi_core::agent::CompactionSettings::default();
-    let mut files = Vec::new();
-    if let Some(a) = pi_ai::models::agent_dir() {
-        files.push(a.join("settings.json"));
+/// The notice for an untrusted workspace whose project configuration is being ignored, or
+/// `None` when there is none to ignore.
+pub fn untrusted_notice(ws: &WorkspaceConfig, how_to_trust: &str) -> Option<String> {
+    let ignored = ws.ignored_project_files();
+    if ignored.is_empty() {
+        return None;
     }
-    files.push(workspace.join(".pi").join("settings.json"));
-    for f in files {
-        let Ok(text) = std::fs::read_to_string(&f) else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
-            tracing::warn!(
-                "{}: not valid JSON; compaction settings ignored",
-                f.display()
-            );
-            continue;
-        };
-        let s = &v["compaction"];
-        if let Some(b) = s["enabled"].as_bool() {
-            c.enabled = b;
-        }
-        if let Some(n) = s["reserveTokens"].as_u64() {
-            c.reserve_tokens = n;
-        }
-        if let Some(n) = s["keepRecentTokens"].as_u64() {
-            c.keep_recent_tokens = n;
-        }
-    }
-    c
+    let names: Vec<String> = ignored
+        .iter()
+        .map(|p| p.strip_prefix(ws.root()).unwrap_or(p).display().to_string())
+        .collect();
+    Some(format!(
+        "pi-lsp: workspace not trusted; ignoring project configuration: {} ({how_to_trust})",
+        names.join(", ")
+    ))
 }
 
-/// Pi's `retry` settings (`enabled`, `maxRetries`, `baseDelayMs`, `maxDelayMs`) from `<agent dir>/settings.json`
-/// and `<workspace>/.pi/settings.json` (project over global); defaults where absent.
-pub fn retry_settings(workspace: &Path) -> pi_core::agent::RetrySettings {
-    let mut r = pi_core::agent::RetrySettings::default();
-    let mut files = Vec::new();
-    if let Some(a) = pi_ai::models::agent_dir() {
-        files.push(a.join("settings.json"));
+/// The agent configuration for a run in `ws` with `model`: the default tools over `fs`
+/// (`allowedDirs` from settings), the system prompt assembled from the workspace's resources
+/// (context files, `SYSTEM.md` / `APPEND_SYSTEM.md`, skills; re-read for every call) plus
+/// `extra_guidelines`, and the settings' retry policy.
+pub fn agent_config(
+    ws: &WorkspaceConfig,
+    model: Model,
+    fs: Arc<dyn Fs>,
+    before_bash: Option<BeforeBash>,
+    extra_guidelines: &[String],
+) -> AgentConfig {
+    let settings = ws.settings();
+    let resources = ws.resources();
+    for w in &resources.warnings {
+        tracing::debug!("{w}");
     }
-    files.push(workspace.join(".pi").join("settings.json"));
-    for f in files {
-        let Ok(text) = std::fs::read_to_string(&f) else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
-            tracing::warn!("{}: not valid JSON; retry settings ignored", f.display());
-            continue;
-        };
-        let retry = &v["retry"];
-        if let Some(b) = retry["enabled"].as_bool() {
-            r.enabled = b;
-        }
-        if let Some(n) = retry["maxRetries"].as_u64() {
-            r.policy.max_retries = n.min(100) as u32;
-        }
-        if let Some(n) = retry["baseDelayMs"].as_u64() {
-            r.policy.base_delay = std::time::Duration::from_millis(n);
-        }
-        if let Some(n) = retry["maxDelayMs"].as_u64() {
-            r.policy.max_delay = std::time::Duration::from_millis(n);
-        }
+    let state = Arc::new(ToolState {
+        allowed_dirs: settings.allowed_dirs.clone(),
+        ..ToolState::default()
+    });
+    let tools = tools_with_state(fs, before_bash, state);
+    let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
+    let mut cfg = AgentConfig::new(model, prompt, tools);
+    cfg.retry = settings.retry.to_retry_settings();
+    cfg
+}
+
+/// What the user typed, expanded as Pi does: `/skill:name args` (unless `enableSkillCommands`
+/// is off) and `/template args` from the workspace's skills and prompt templates.
+pub fn expand_prompt(ws: &WorkspaceConfig, text: &str) -> String {
+    if !text.starts_with('/') {
+        return text.to_string();
     }
-    r
+    ws.resources()
+        .expand(text, ws.settings().enable_skill_commands)
 }
 
 /// The thinking level a session records for `model` (Pi writes `off` when none is set).

@@ -17,8 +17,9 @@ use pi_core::agent::{
     Subscription, WeakAgent,
 };
 use pi_core::compaction::SessionCompactor;
+use pi_core::resources::WorkspaceConfig;
 use pi_core::session::{find_session_file, read_tree, SessionError, SessionWriter};
-use pi_core::tools::{default_tools, BeforeBash};
+use pi_core::tools::BeforeBash;
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::{
@@ -69,6 +70,8 @@ pub struct State {
     docs: Arc<Documents>,
     caps: Mutex<EditorCaps>,
     root: Mutex<PathBuf>,
+    /// The workspace's configuration and trust (set by `initialize`).
+    workspace: Mutex<Arc<WorkspaceConfig>>,
     init_model: Mutex<Option<String>>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
 }
@@ -86,6 +89,10 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
             docs: Arc::new(Documents::default()),
             caps: Mutex::new(EditorCaps::default()),
             root: Mutex::new(PathBuf::from(".")),
+            workspace: Mutex::new(WorkspaceConfig::with_default_agent_dir(
+                PathBuf::from("."),
+                false,
+            )),
             init_model: Mutex::new(None),
             sessions: Mutex::new(HashMap::new()),
         }),
@@ -137,6 +144,10 @@ impl State {
 
     pub(crate) fn root(&self) -> PathBuf {
         lock(&self.root).clone()
+    }
+
+    pub(crate) fn workspace(&self) -> Arc<WorkspaceConfig> {
+        lock(&self.workspace).clone()
     }
 
     pub(crate) fn init_model(&self) -> Option<String> {
@@ -191,6 +202,17 @@ impl LanguageServer for Backend {
             root.display(),
             encoding
         );
+        // Project trust: `initializationOptions.workspaceTrusted: true` loads the project's own
+        // configuration; anything else (unknown clients included) leaves it out.
+        let trusted = params
+            .initialization_options
+            .as_ref()
+            .and_then(|o| o.get("workspaceTrusted"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        tracing::info!("workspace trusted: {trusted}");
+        *lock(&self.state.workspace) =
+            WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
         *lock(&self.state.root) = root;
         *lock(&self.state.init_model) = params
             .initialization_options
@@ -217,7 +239,18 @@ impl LanguageServer for Backend {
         })
     }
 
-    async fn initialized(&self, _: InitializedParams) {}
+    async fn initialized(&self, _: InitializedParams) {
+        let ws = self.state.workspace();
+        if let Some(n) =
+            crate::runner::untrusted_notice(&ws, "trust the workspace in the editor to load it")
+        {
+            tracing::warn!("{n}");
+            self.state
+                .client
+                .show_message(MessageType::WARNING, n)
+                .await;
+        }
+    }
 
     async fn shutdown(&self) -> Result<()> {
         let sessions: Vec<Arc<Mutex<Session>>> =
@@ -265,7 +298,8 @@ impl Backend {
     /// `{sessionId, runId, queued, queueId?}`.
     async fn agent_prompt(&self, params: Value) -> Result<PromptResult> {
         let p: PromptParams = parse_params(params)?;
-        let message = crate::methods::user_message(&p.text, p.images.as_deref(), "images")?;
+        let text = crate::runner::expand_prompt(&self.state.workspace(), &p.text);
+        let message = crate::methods::user_message(&text, p.images.as_deref(), "images")?;
         let session = match &p.session_id {
             Some(id) => self.session(id)?,
             None => self.create_session(p.model.as_deref(), None, None)?,
@@ -291,7 +325,7 @@ impl Backend {
         } else if let Some(m) = &p.model {
             let current = lock(&session).model.full_id();
             if *m != current {
-                let (model, _) = choose_model(&self.state.root(), Some(m), None)
+                let (model, _) = choose_model(&self.state.workspace(), Some(m), None)
                     .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
                 crate::methods::set_model(&self.state, &session, model)?;
             }
@@ -380,7 +414,7 @@ impl Backend {
         let st = &self.state;
         let root = st.root();
         let init_model = st.init_model();
-        let (mut model, notice) = choose_model(&root, model, init_model.as_deref())
+        let (mut model, notice) = choose_model(&st.workspace(), model, init_model.as_deref())
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
         if let Some(n) = notice {
             let client = st.client.clone();
@@ -461,8 +495,9 @@ impl Backend {
             tracing::warn!("{w}");
         }
         let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
-        let mut model = choose_model(&root, wanted.as_deref(), None)
-            .or_else(|_| choose_model(&root, None, init_model.as_deref()))
+        let ws = self.state.workspace();
+        let mut model = choose_model(&ws, wanted.as_deref(), None)
+            .or_else(|_| choose_model(&ws, None, init_model.as_deref()))
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?
             .0;
         // The thinking level recorded on the session's path wins over the default.
@@ -634,7 +669,8 @@ pub(crate) fn session_config(st: &Arc<State>, s: &Session) -> AgentConfig {
 }
 
 /// The agent configuration for a run in this workspace: editor-backed tools, the system prompt
-/// (re-reading AGENTS.md), `model`.
+/// and settings from the workspace's configuration (see [`crate::runner::agent_config`]),
+/// `model`, and compaction into the session's file.
 fn agent_config(st: &Arc<State>, model: Model, writer: &Arc<Mutex<SessionWriter>>) -> AgentConfig {
     let root = st.root();
     let fs = Arc::new(EditorFs::new(
@@ -666,16 +702,23 @@ fn agent_config(st: &Arc<State>, model: Model, writer: &Arc<Mutex<SessionWriter>
             })
         })
     };
-    let tools = default_tools(fs, Some(before));
-    let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
-    let mut cfg = AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools);
-    cfg.retry = crate::runner::retry_settings(&root);
+    let ws = st.workspace();
+    let mut cfg = crate::runner::agent_config(
+        &ws,
+        model,
+        fs,
+        Some(before),
+        &[EDITOR_GUIDELINE.to_string()],
+    );
     cfg.compaction = Some(CompactionConfig {
-        settings: crate::runner::compaction_settings(&root),
+        settings: ws.settings().compaction,
         compactor: Arc::new(SessionCompactor::new(writer.clone())),
     });
     cfg
 }
+
+/// The system prompt guideline that tells the model where its edits go.
+pub const EDITOR_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";
 
 /// A session around `writer` with an agent on `messages` and its event listener; `totals`
 /// is the usage already in the file.
@@ -692,6 +735,8 @@ fn new_session(
     let auto_retry = cfg.retry.enabled;
     let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
     let agent = Agent::new(cfg, messages);
+    let settings = st.workspace().settings();
+    agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
     let tracker = Arc::new(Tracker::new(totals));
     let sink = LspSink {
         st: st.clone(),

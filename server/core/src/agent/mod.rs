@@ -137,6 +137,18 @@ pub trait Tool: Send + Sync {
     }
     /// Runs the call. `Err` becomes a paired error result.
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
+    /// The one-line entry of the system prompt's "Available tools" (Pi's `promptSnippet`);
+    /// `None` leaves the tool out of that list. Default: Pi's snippet for a built-in name.
+    fn prompt_snippet(&self) -> Option<String> {
+        crate::prompt::builtin_tool_prompt(&self.spec().name).map(|(s, _)| s.to_string())
+    }
+    /// Lines the tool adds to the system prompt's guidelines (Pi's `promptGuidelines`).
+    /// Default: Pi's guidelines for a built-in name.
+    fn prompt_guidelines(&self) -> Vec<String> {
+        crate::prompt::builtin_tool_prompt(&self.spec().name)
+            .map(|(_, g)| g.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default()
+    }
 }
 
 /// The before-tool hook's view of a call. `args` are the validated arguments; the hook may

@@ -80,42 +80,16 @@ pub struct ToolState {
 }
 
 impl ToolState {
-    /// State for a workspace: `allowedDirs` (an array of folder paths, `~` expanded) from the
-    /// workspace's `.pi/settings.json` and from `~/.pi/agent/settings.json`
-    /// (`$PI_CODING_AGENT_DIR` replaces `~/.pi/agent`). Missing or malformed files give none.
+    /// State for a trusted workspace: `allowedDirs` from its merged settings
+    /// ([`crate::settings`]: the workspace's `.pi/settings.json` over the agent dir's; paths
+    /// relative to the file's folder, `~` expanded). Servers pass the loaded settings'
+    /// `allowed_dirs` instead, which respects project trust.
     pub fn for_workspace(root: &Path) -> Self {
-        let agent_dir = std::env::var_os("PI_CODING_AGENT_DIR")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pi/agent")));
-        let mut allowed_dirs = Vec::new();
-        for file in [
-            Some(root.join(".pi/settings.json")),
-            agent_dir.map(|d| d.join("settings.json")),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let Ok(text) = std::fs::read_to_string(&file) else {
-                continue;
-            };
-            let Ok(v) = serde_json::from_str::<Value>(&text) else {
-                continue;
-            };
-            for d in v
-                .get("allowedDirs")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(d) = d.as_str() {
-                    let p = expand_home(d);
-                    allowed_dirs.push(p.canonicalize().unwrap_or(p));
-                }
-            }
-        }
+        let files =
+            crate::settings::SettingsFiles::new(pi_ai::models::agent_dir().as_deref(), root, true);
         ToolState {
             reads: ReadTracker::default(),
-            allowed_dirs,
+            allowed_dirs: crate::settings::Settings::load(&files).allowed_dirs,
         }
     }
 }

@@ -17,8 +17,8 @@ use crate::server::{lock, Backend};
 
 /// The models that can be used now: those with a key, or of a custom provider (models.json),
 /// then the offline scripted model.
-pub(crate) fn available_models(root: &std::path::Path) -> Vec<Model> {
-    let reg = Registry::load(root);
+pub(crate) fn available_models(ws: &pi_core::resources::WorkspaceConfig) -> Vec<Model> {
+    let reg = Registry::load_files(&ws.models_files());
     let mut out: Vec<Model> = reg
         .models
         .into_iter()
@@ -33,7 +33,7 @@ impl Backend {
     pub(crate) async fn model_list(&self, params: Value) -> Result<ModelListResult> {
         let _: SessionListParams = parse_params(params)?;
         Ok(ModelListResult {
-            models: available_models(&self.state.root())
+            models: available_models(&self.state.workspace())
                 .iter()
                 .map(model_info)
                 .collect(),
@@ -44,7 +44,7 @@ impl Backend {
     pub(crate) async fn model_set(&self, params: Value) -> Result<ModelSetResult> {
         let p: ModelSetParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (model, _) = crate::runner::choose_model(&self.state.root(), Some(&p.model), None)
+        let (model, _) = crate::runner::choose_model(&self.state.workspace(), Some(&p.model), None)
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, format!("model: {e}")))?;
         set_model(&self.state, &session, model)?;
         let s = lock(&session);
@@ -59,7 +59,7 @@ impl Backend {
     pub(crate) async fn model_cycle(&self, params: Value) -> Result<Option<ModelSetResult>> {
         let p: ModelCycleParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let models = available_models(&self.state.root());
+        let models = available_models(&self.state.workspace());
         if models.len() < 2 {
             return Ok(None);
         }

@@ -1,0 +1,461 @@
+//! Project trust, settings and the system prompt, end to end: what the mock model actually
+//! receives from the real `pi-lsp` (over LSP and headless) in a workspace full of project
+//! configuration, trusted and not; and the system prompt compared byte for byte with the one
+//! the reference Pi 0.73.1 sends for the same workspace.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pi_e2e::lsp_client::{agent_env, tool_result_text, EditorBehavior, LspClient};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::{pi_lsp_bin, TempDir};
+use serde_json::{json, Value};
+
+/// A workspace with every kind of project configuration, a global agent dir with its own, and
+/// a folder outside the workspace that only the project settings allow.
+struct Fixture {
+    _tmp: TempDir,
+    ws: PathBuf,
+    agent: PathBuf,
+    home: PathBuf,
+    secret: PathBuf,
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The folders of a fixture; the mock (whose script needs the secret's path) comes next.
+fn folders(name: &str) -> Fixture {
+    let tmp = TempDir::new(name);
+    let ws = tmp.path().join("ws");
+    let agent = tmp.path().join("agent");
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let secret = tmp.path().join("outside/secret.txt");
+    write(&secret, "the secret\n");
+    Fixture {
+        _tmp: tmp,
+        ws,
+        agent,
+        home,
+        secret,
+    }
+}
+
+/// Writes the global and project configuration of `f`, pointing at `mock`.
+fn configure(f: &Fixture, mock: &MockModel) {
+    let (ws, agent) = (&f.ws, &f.agent);
+    // Global (always loaded): the mock providers, a template and a skill.
+    write(&agent.join("models.json"), &mock.models_json().to_string());
+    write(
+        &agent.join("prompts/hello.md"),
+        "---\ndescription: Global greeting\n---\nGlobal hello to $1.\n",
+    );
+    write(
+        &agent.join("skills/global-skill/SKILL.md"),
+        "---\nname: global-skill\ndescription: A global skill.\n---\n# Global\nDo global things.\n",
+    );
+    // Project (trusted only): another provider chosen by settings, a template, a skill, a
+    // system prompt, and an allowed folder outside the workspace.
+    let mut project_models = mock.models_json();
+    project_models["providers"] = json!({"proj": {
+        "baseUrl": mock.openai_base(), "api": "openai-completions", "apiKey": "test-key",
+        "compat": {"supportsDeveloperRole": false},
+        "models": [{"id": "proj-model", "contextWindow": 64000, "maxTokens": 2048}]}});
+    write(&ws.join(".pi/models.json"), &project_models.to_string());
+    write(
+        &ws.join(".pi/settings.json"),
+        r#"{"defaultProvider": "proj", "defaultModel": "proj-model", "allowedDirs": ["../../outside"]}"#,
+    );
+    write(
+        &ws.join(".pi/prompts/greet.md"),
+        "---\ndescription: Project greeting\n---\nSay hello to $1 from the project template.\n",
+    );
+    write(
+        &ws.join(".pi/skills/proj-skill/SKILL.md"),
+        "---\nname: proj-skill\ndescription: A project skill.\n---\n# Project\nDo project things.\n",
+    );
+    write(&ws.join(".pi/SYSTEM.md"), "PROJECT SYSTEM PROMPT\n");
+    // Context file: loaded whatever the trust.
+    write(&ws.join("AGENTS.md"), "Use tabs.\n");
+}
+
+fn env(f: &Fixture, mock: &MockModel) -> Vec<(&'static str, String)> {
+    agent_env(
+        &f.agent,
+        &mock.models_json(),
+        &[("HOME", &f.home.display().to_string())],
+    )
+}
+
+/// The `Current date: YYYY-MM-DD` of a prompt (the local date, which the test cannot fix).
+fn date_of(prompt: &str) -> String {
+    let i = prompt.find("\nCurrent date: ").expect("date line") + "\nCurrent date: ".len();
+    prompt[i..i + 10].to_string()
+}
+
+const TOOLS_AND_GUIDELINES: &str = "Available tools:
+- read: Read file contents
+- bash: Execute bash commands (ls, grep, find, etc.)
+- edit: Make precise file edits with exact text replacement, including multiple disjoint edits in one call
+- write: Create or overwrite files
+- grep: Search file contents for patterns (respects .gitignore)
+- find: Find files by glob pattern (respects .gitignore)
+- ls: List directory contents
+
+In addition to the tools above, you may have access to other custom tools depending on the project.
+
+Guidelines:
+- Prefer grep/find/ls tools over bash for file exploration (faster, respects .gitignore)
+- Use read to examine files instead of cat or sed.
+- Use edit for precise changes (edits[].oldText must match exactly)
+- When changing multiple separate locations in one file, use one edit call with multiple entries in edits[] instead of multiple edit calls
+- Each edits[].oldText is matched against the original file, not after earlier edits are applied. Do not emit overlapping or nested edits. Merge nearby changes into one edit.
+- Keep edits[].oldText as small as possible while still being unique in the file. Do not pad with large unchanged regions.
+- Use write only for new files or complete rewrites.
+";
+
+fn skill_xml(path: &Path, name: &str, description: &str) -> String {
+    format!(
+        "  <skill>\n    <name>{name}</name>\n    <description>{description}</description>\n    <location>{}</location>\n  </skill>\n",
+        path.display()
+    )
+}
+
+/// The whole system prompt pi-lsp must send for the fixture.
+fn expected_prompt(f: &Fixture, trusted: bool, editor: bool, date: &str) -> String {
+    let mut s = if trusted {
+        "PROJECT SYSTEM PROMPT\n".to_string()
+    } else {
+        let mut d = String::from("You are an expert coding assistant operating inside pi, a coding agent harness. You help users by reading files, executing commands, editing code, and writing new files.\n\n");
+        d.push_str(TOOLS_AND_GUIDELINES);
+        if editor {
+            d.push_str("- File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes\n");
+        }
+        d.push_str(
+            "- Be concise in your responses\n- Show file paths clearly when working with files",
+        );
+        d
+    };
+    s.push_str(&format!(
+        "\n\n# Project Context\n\nProject-specific instructions and guidelines:\n\n## {}\n\nUse tabs.\n\n\n",
+        f.ws.join("AGENTS.md").display()
+    ));
+    s.push_str("\n\nThe following skills provide specialized instructions for specific tasks.\nUse the read tool to load a skill's file when the task matches its description.\nWhen a skill file references a relative path, resolve it against the skill directory (parent of SKILL.md / dirname of the path) and use that absolute path in tool commands.\n\n<available_skills>\n");
+    if trusted {
+        s.push_str(&skill_xml(
+            &f.ws.join(".pi/skills/proj-skill/SKILL.md"),
+            "proj-skill",
+            "A project skill.",
+        ));
+    }
+    s.push_str(&skill_xml(
+        &f.agent.join("skills/global-skill/SKILL.md"),
+        "global-skill",
+        "A global skill.",
+    ));
+    s.push_str(&format!(
+        "</available_skills>\nCurrent date: {date}\nCurrent working directory: {}",
+        f.ws.display()
+    ));
+    s
+}
+
+/// Checks the first request of a run prompted with "/greet Ada" then, in a second request
+/// after the `read` of the secret, the tool result.
+fn check_requests(f: &Fixture, mock: &MockModel, trusted: bool, editor: bool) {
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2, "one request per turn");
+    let body = &reqs[0].body;
+    // The model: the project's settings and models.json choose proj/proj-model.
+    assert_eq!(
+        body["model"],
+        if trusted { "proj-model" } else { "mock-1" },
+        "{body}"
+    );
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert_eq!(
+        system,
+        expected_prompt(f, trusted, editor, &date_of(system)),
+        "system prompt"
+    );
+    // The project template expands only when trusted; the global one always would.
+    let user = if trusted {
+        "Say hello to Ada from the project template."
+    } else {
+        "/greet Ada"
+    };
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "user", "content": user})
+    );
+    // allowedDirs from the project settings widen the tools only when trusted.
+    let result = &reqs[1].body["messages"][3];
+    assert_eq!(result["role"], "tool", "{result}");
+    if trusted {
+        assert_eq!(result["content"], "the secret\n");
+    } else {
+        assert!(
+            result["content"]
+                .as_str()
+                .unwrap()
+                .contains("outside the workspace"),
+            "{result}"
+        );
+    }
+}
+
+fn script(secret: &Path) -> Vec<Step> {
+    vec![
+        Step::call("c1", "read", json!({"path": secret.display().to_string()})),
+        Step::text("Done."),
+    ]
+}
+
+async fn lsp_run(name: &str, initialization_options: Option<Value>, trusted: bool) {
+    let f = folders(name);
+    let mock = MockModel::start(script(&f.secret)).await;
+    configure(&f, &mock);
+    let behavior = EditorBehavior {
+        initialization_options,
+        ..EditorBehavior::default()
+    };
+    let mut c = LspClient::start(&pi_lsp_bin(), &f.ws, &env(&f, &mock), behavior).await;
+    c.request("agent/prompt", json!({"text": "/greet Ada"}))
+        .await
+        .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert_eq!(tool_result_text(&events, "read").1, !trusted);
+    check_requests(&f, &mock, trusted, true);
+    // An untrusted workspace says what it ignored, once.
+    let warnings: Vec<Value> = c
+        .log()
+        .into_iter()
+        .filter(|m| m["method"] == "window/showMessage")
+        .map(|m| m["params"].clone())
+        .collect();
+    if trusted {
+        assert_eq!(warnings, Vec::<Value>::new());
+    } else {
+        assert_eq!(
+            warnings,
+            vec![
+                json!({"type": 2, "message": "pi-lsp: workspace not trusted; ignoring project configuration: \
+.pi/settings.json, .pi/models.json, .pi/prompts, .pi/skills, .pi/SYSTEM.md (trust the workspace in the editor to load it)"})
+            ]
+        );
+    }
+    assert!(c.shutdown().await.success());
+    mock.assert_paired();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_by_default_project_configuration_is_ignored() {
+    lsp_run("trust-default", None, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicitly_untrusted_workspace_ignores_project_configuration() {
+    lsp_run("trust-off", Some(json!({"workspaceTrusted": false})), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_workspace_applies_project_configuration() {
+    lsp_run("trust-on", Some(json!({"workspaceTrusted": true})), true).await;
+}
+
+fn run(f: &Fixture, mock: &MockModel, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(pi_lsp_bin());
+    cmd.arg("run").arg("--workspace").arg(&f.ws).args(args);
+    for (k, v) in env(f, mock) {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_run_loads_project_configuration_only_with_trust() {
+    for trusted in [false, true] {
+        let f = folders("trust-headless");
+        let mock = MockModel::start(script(&f.secret)).await;
+        configure(&f, &mock);
+        let args: &[&str] = if trusted {
+            &["--trust", "/greet Ada"]
+        } else {
+            &["/greet Ada"]
+        };
+        let out = tokio::task::block_in_place(|| run(&f, &mock, args));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        check_requests(&f, &mock, trusted, false);
+        let notice =
+            "pi-lsp: workspace not trusted; ignoring project configuration: .pi/settings.json, \
+.pi/models.json, .pi/prompts, .pi/skills, .pi/SYSTEM.md (run with --trust to load it)";
+        assert_eq!(
+            stderr.lines().filter(|l| *l == notice).count(),
+            usize::from(!trusted),
+            "{stderr}"
+        );
+    }
+}
+
+/// The reference Pi binary (`$PI_REF_BIN`, else `.pi-ref/` as `.ci/run` installs it);
+/// required when `CI` is set.
+fn pi_ref_bin() -> Option<PathBuf> {
+    let found = [
+        std::env::var("PI_REF_BIN").ok().map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.pi-ref/node_modules/.bin/pi")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs the reference Pi (npm @mariozechner/pi-coding-agent@0.73.1); see .ci/run"
+        );
+        eprintln!("note: reference Pi not installed; skipping (see .ci/run)");
+    }
+    found
+}
+
+/// A workspace exercising every part of the prompt Pi assembles: context files global, in an
+/// ancestor and in the workspace; APPEND_SYSTEM.md; skills global, project and `.agents`.
+pub fn prompt_fixture(root: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let ws = root.join("ws");
+    let agent = root.join("agent");
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    write(&agent.join("AGENTS.md"), "Global rules.\n");
+    write(&root.join("CLAUDE.md"), "Ancestor rules.");
+    write(
+        &ws.join("AGENTS.md"),
+        "# Workspace\n\nUse tabs & <angle> brackets.\n",
+    );
+    write(&ws.join(".pi/APPEND_SYSTEM.md"), "Appended text.\n");
+    write(
+        &agent.join("skills/global-skill/SKILL.md"),
+        "---\nname: global-skill\ndescription: \"Global: <b> & 'q'\"\n---\nBody.\n",
+    );
+    write(
+        &agent.join("skills/hidden/SKILL.md"),
+        "---\nname: hidden\ndescription: Hidden.\ndisable-model-invocation: true\n---\nBody.\n",
+    );
+    write(
+        &ws.join(".pi/skills/proj-skill/SKILL.md"),
+        "---\nname: proj-skill\ndescription: Project skill.\n---\nBody.\n",
+    );
+    write(
+        &ws.join(".agents/skills/agents-skill/SKILL.md"),
+        "---\nname: agents-skill\ndescription: From .agents.\n---\nBody.\n",
+    );
+    (ws, agent, home)
+}
+
+/// The system message of the first request `mock` received.
+fn system_of(mock: &MockModel) -> String {
+    let reqs = mock.requests();
+    let body = &reqs.first().expect("a request").body;
+    assert_eq!(body["messages"][0]["role"], "system", "{body}");
+    body["messages"][0]["content"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
+    let Some(pi) = pi_ref_bin() else { return };
+    let tmp = TempDir::new("pi-prompt");
+    let (ws, agent, home) = prompt_fixture(tmp.path());
+
+    let pi_mock = MockModel::start(vec![Step::text("Hi.")]).await;
+    write(
+        &agent.join("models.json"),
+        &pi_mock.models_json().to_string(),
+    );
+    let out = tokio::task::block_in_place(|| {
+        Command::new(&pi)
+            .args([
+                "-p",
+                "--no-session",
+                "--provider",
+                "mock",
+                "--model",
+                "mock-1",
+            ])
+            .args(["--tools", "read,bash,edit,write,grep,find,ls", "hello"])
+            .current_dir(&ws)
+            .env("PI_OFFLINE", "1")
+            .env("PI_CODING_AGENT_DIR", &agent)
+            .env("HOME", &home)
+            .output()
+            .unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = system_of(&pi_mock);
+
+    let mock = MockModel::start(vec![Step::text("Hi.")]).await;
+    let env = agent_env(
+        &agent,
+        &mock.models_json(),
+        &[("HOME", &home.display().to_string())],
+    );
+    let out = tokio::task::block_in_place(|| {
+        let mut cmd = Command::new(pi_lsp_bin());
+        cmd.args(["run", "--trust", "--model", "mock/mock-1", "--workspace"])
+            .arg(&ws)
+            .arg("hello");
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours = system_of(&mock);
+
+    // pi-lsp does not ship Pi's documentation, so it leaves out the block pointing at it.
+    let package = pi
+        .canonicalize()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let docs_block = format!(
+        "\n\nPi documentation (read only when the user asks about pi itself, its SDK, extensions, themes, skills, or TUI):
+- Main documentation: {}
+- Additional docs: {}
+- Examples: {} (extensions, custom tools, SDK)
+- When asked about: extensions (docs/extensions.md, examples/extensions/), themes (docs/themes.md), skills (docs/skills.md), prompt templates (docs/prompt-templates.md), TUI components (docs/tui.md), keybindings (docs/keybindings.md), SDK integrations (docs/sdk.md), custom providers (docs/custom-provider.md), adding models (docs/models.md), pi packages (docs/packages.md)
+- When working on pi topics, read the docs and examples, and follow .md cross-references before implementing
+- Always read pi .md files completely and follow links to related docs (e.g., tui.md for TUI API details)",
+        package.join("README.md").display(),
+        package.join("docs").display(),
+        package.join("examples").display()
+    );
+    assert_eq!(theirs.matches(&docs_block).count(), 1, "{theirs}");
+    if std::env::var_os("PI_PROMPT_FIXTURE").is_some() {
+        let root = tmp.path().display().to_string();
+        let fixture = theirs
+            .replace(&package.display().to_string(), "{PI_PACKAGE}")
+            .replace(&root, "{ROOT}")
+            .replace(
+                &format!("Current date: {}", date_of(&theirs)),
+                "Current date: {DATE}",
+            );
+        std::fs::write(std::env::var("PI_PROMPT_FIXTURE").unwrap(), fixture).unwrap();
+    }
+    assert_eq!(ours, theirs.replace(&docs_block, ""));
+}
