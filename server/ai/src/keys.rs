@@ -155,6 +155,63 @@ pub fn redact(text: &str) -> String {
     redact_secrets(&out)
 }
 
+/// Replaces every registered secret inside the file at `path` with [`REDACTED`], streaming
+/// (1 MB at a time, so secrets cut across reads are still found); the file is rewritten only
+/// when something was replaced. Returns whether it was.
+pub fn redact_file(path: &std::path::Path) -> std::io::Result<bool> {
+    use std::io::{Read, Write};
+    let list: Vec<Vec<u8>> = match secrets().read() {
+        Ok(s) => s.iter().map(|v| v.as_bytes().to_vec()).collect(),
+        Err(_) => return Ok(false),
+    };
+    let Some(longest) = list.iter().map(Vec::len).max() else {
+        return Ok(false);
+    };
+    let mut input = std::fs::File::open(path)?;
+    let tmp = path.with_extension("redacting");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut changed = false;
+    loop {
+        let n = input.read(&mut chunk)?;
+        buf.extend_from_slice(&chunk[..n]);
+        // Replace in place, left to right.
+        let mut i = 0;
+        let mut replaced = Vec::with_capacity(buf.len());
+        'scan: while i < buf.len() {
+            for s in &list {
+                if buf[i..].starts_with(s) {
+                    replaced.extend_from_slice(REDACTED.as_bytes());
+                    i += s.len();
+                    changed = true;
+                    continue 'scan;
+                }
+            }
+            replaced.push(buf[i]);
+            i += 1;
+        }
+        buf = replaced;
+        if n == 0 {
+            out.write_all(&buf)?;
+            break;
+        }
+        // Keep a tail that could be the start of a secret cut by this read.
+        let keep = buf.len().min(longest.saturating_sub(1));
+        let flush_to = buf.len() - keep;
+        out.write_all(&buf[..flush_to])?;
+        buf.drain(..flush_to);
+    }
+    out.flush()?;
+    drop(out);
+    if changed {
+        std::fs::rename(&tmp, path)?;
+    } else {
+        std::fs::remove_file(&tmp)?;
+    }
+    Ok(changed)
+}
+
 fn command_cache() -> &'static Mutex<HashMap<String, Option<String>>> {
     static C: OnceLock<Mutex<HashMap<String, Option<String>>>> = OnceLock::new();
     C.get_or_init(|| Mutex::new(HashMap::new()))
@@ -349,6 +406,24 @@ mod tests {
         );
         let e = crate::errors::classify_text("Authorization: Bearer whatever-1 rejected");
         assert_eq!(e.to_string(), "Authorization: Bearer [REDACTED] rejected");
+    }
+
+    #[test]
+    fn files_are_redacted_across_reads() {
+        register_secret("sk-file-secret-987654321");
+        let p = std::env::temp_dir().join(format!("pi-keys-redact-{}.log", std::process::id()));
+        // The secret straddles the 1 MB read boundary.
+        let mut text = "a".repeat((1 << 20) - 5);
+        text.push_str("sk-file-secret-987654321 end\n");
+        std::fs::write(&p, &text).unwrap();
+        assert!(redact_file(&p).unwrap());
+        let got = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(
+            got,
+            format!("{}[REDACTED] end\n", "a".repeat((1 << 20) - 5))
+        );
+        assert!(!redact_file(&p).unwrap());
+        std::fs::remove_file(&p).unwrap();
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! `pi-core`: the harness. The agent loop ([`agent`]), the coding tools ([`tools`]) over a file
 //! system abstraction ([`fs`]), Pi-format session files ([`session`]) and the system prompt
-//! ([`prompt`]). Depends on `pi-ai` only; knows nothing of LSP.
+//! ([`prompt`]), and the OS sandbox for commands with its approval interface ([`sandbox`]). Depends on `pi-ai` only; knows nothing of LSP.
 
 pub mod agent;
 pub mod compaction;
 pub mod fs;
 pub mod prompt;
+pub mod sandbox;
 pub mod session;
 pub mod tools;
 pub mod validate;
