@@ -199,7 +199,7 @@ const MAX_SYMLINKS: usize = 40;
 /// loop.
 fn real_path(path: &Path) -> Option<PathBuf> {
     let mut pending: Vec<std::ffi::OsString> = Vec::new();
-    let mut push_all = |p: &Path, pending: &mut Vec<std::ffi::OsString>| {
+    let push_all = |p: &Path, pending: &mut Vec<std::ffi::OsString>| {
         // Stored reversed: the next component is at the end.
         let comps: Vec<_> = p
             .components()
