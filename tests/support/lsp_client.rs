@@ -29,6 +29,11 @@ pub struct EditorBehavior {
     /// Send `didChange` after applying an edit (an editor that skips a stale edit but still
     /// answers `applied: true` sends none).
     pub send_changes: bool,
+    /// When set, advertise `experimental.agent.requestPermission` and answer every
+    /// `agent/requestPermission` with this result.
+    pub permission_answer: Option<Value>,
+    /// Title of the action chosen for `window/showMessageRequest` (`None` answers `null`).
+    pub message_action: Option<String>,
 }
 
 impl Default for EditorBehavior {
@@ -39,6 +44,8 @@ impl Default for EditorBehavior {
             offer_utf8: false,
             work_done_progress: true,
             send_changes: true,
+            permission_answer: None,
+            message_action: None,
         }
     }
 }
@@ -285,6 +292,13 @@ impl LspClient {
                                     None => json!({"saved": false}),
                                 }
                             }
+                            "agent/requestPermission" => {
+                                sh.behavior.permission_answer.clone().unwrap_or(Value::Null)
+                            }
+                            "window/showMessageRequest" => match &sh.behavior.message_action {
+                                Some(t) => json!({"title": t}),
+                                None => Value::Null,
+                            },
                             _ => Value::Null,
                         };
                         write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","id":id,"result":result}))
@@ -317,7 +331,8 @@ impl LspClient {
         let mut caps = json!({
             "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create"]}},
             "window": {"workDoneProgress": behavior.work_done_progress},
-            "experimental": {"agent": {"saveDocument": behavior.save_documents}}
+            "experimental": {"agent": {"saveDocument": behavior.save_documents,
+                "requestPermission": behavior.permission_answer.is_some()}}
         });
         if behavior.offer_utf8 {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});

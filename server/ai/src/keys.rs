@@ -147,7 +147,13 @@ pub fn redact(text: &str) -> String {
     let out = match header_pattern() {
         Some(re) => re
             .replace_all(text, |c: &regex::Captures<'_>| {
-                format!("{}{REDACTED}", &c[1])
+                // `Authorization: Bearer [REDACTED]` seen again: the scheme is not a value.
+                let v = &c[2];
+                if v.eq_ignore_ascii_case("bearer") || v.eq_ignore_ascii_case("basic") {
+                    c[0].to_string()
+                } else {
+                    format!("{}{REDACTED}", &c[1])
+                }
             })
             .into_owned(),
         None => text.to_string(),
@@ -383,6 +389,12 @@ mod tests {
         assert_eq!(redact("use a bearer token"), "use a bearer token");
         assert_eq!(redact("got Bearer abc123"), "got Bearer [REDACTED]");
         assert_eq!(redact(&redact("x-api-key: v")), "x-api-key: [REDACTED]");
+        let once = redact("Authorization: Bearer tok-3 and authorization=basic dXNlcg==");
+        assert_eq!(
+            once,
+            "Authorization: Bearer [REDACTED] and authorization=basic [REDACTED]"
+        );
+        assert_eq!(redact(&once), once);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use pi_core::agent::{
     Agent, AgentConfig, AgentEvent, Delivery, EventSink, Subscription, WeakAgent,
 };
 use pi_core::session::{find_session_file, read_tree, SessionError, SessionWriter};
-use pi_core::tools::{default_tools, BeforeBash};
+use pi_core::tools::{default_tools_with_approver, BeforeBash};
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::{
@@ -123,6 +123,7 @@ impl LanguageServer for Backend {
                 .as_ref()
                 .and_then(|w| w.work_done_progress)
                 .unwrap_or(false),
+            request_permission: crate::permissions::client_supports(caps.experimental.as_ref()),
         };
         *lock(&self.state.caps) = editor;
         #[allow(deprecated)]
@@ -291,7 +292,7 @@ impl Backend {
                 }
             }
             // Tools, caps and project instructions are read afresh for every prompt.
-            s.agent.set_config(agent_config(st, s.model.clone()));
+            s.agent.set_config(agent_config(st, s.model.clone(), &s.id));
         }
         // While a run is finishing (its agent_end already sent), the prompt starts the next run.
         let (run_id, _) = s.agent.prompt(vec![message]).map_err(|_| busy(&s))?;
@@ -390,7 +391,7 @@ impl Backend {
 
 /// The agent configuration for a run in this workspace: editor-backed tools, the system prompt
 /// (re-reading AGENTS.md), `model`.
-fn agent_config(st: &Arc<State>, model: Model) -> AgentConfig {
+fn agent_config(st: &Arc<State>, model: Model, session_id: &str) -> AgentConfig {
     let root = st.root();
     let fs = Arc::new(EditorFs::new(
         root.clone(),
@@ -421,7 +422,12 @@ fn agent_config(st: &Arc<State>, model: Model) -> AgentConfig {
             })
         })
     };
-    let tools = default_tools(fs, Some(before));
+    let approver = Arc::new(crate::permissions::LspApprover::new(
+        st.client.clone(),
+        session_id.to_string(),
+        st.caps().request_permission,
+    ));
+    let tools = default_tools_with_approver(fs, Some(before), approver, session_id);
     let specs: Vec<_> = tools.iter().map(|t| t.spec()).collect();
     let mut cfg = AgentConfig::new(model, pi_core::prompt::system_prompt(&root, &specs), tools);
     cfg.retry = crate::runner::retry_settings(&root);
@@ -436,7 +442,7 @@ fn new_session(
     model: Model,
     messages: Vec<Message>,
 ) -> Session {
-    let agent = Agent::new(agent_config(st, model.clone()), messages);
+    let agent = Agent::new(agent_config(st, model.clone(), &id), messages);
     let writer = Arc::new(Mutex::new(writer));
     let sink = LspSink {
         st: st.clone(),

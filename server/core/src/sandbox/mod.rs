@@ -40,8 +40,9 @@
 #[cfg(target_os = "linux")]
 mod linux;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -224,27 +225,81 @@ pub enum Enforcement {
     NeedsApproval(String),
 }
 
+/// A session's temp folder, removed with everything in it when the last [`Sandbox`] using it
+/// is dropped.
+#[derive(Debug)]
+struct TempFolder(PathBuf);
+
+impl Drop for TempFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl TempFolder {
+    fn create() -> Arc<TempFolder> {
+        let p = std::env::temp_dir().join(format!("pi-lsp-{}", uuid::Uuid::new_v4()));
+        if let Err(e) = create_private_dir(&p) {
+            tracing::warn!("cannot create session temp folder {}: {e}", p.display());
+        }
+        Arc::new(TempFolder(p))
+    }
+
+    /// The folder of session `key`, shared by every sandbox of that session alive at once
+    /// (tool sets are rebuilt per prompt; the folder outlives them while one is alive).
+    fn for_session(key: &str) -> Arc<TempFolder> {
+        static FOLDERS: OnceLock<Mutex<HashMap<String, Weak<TempFolder>>>> = OnceLock::new();
+        let map = FOLDERS.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, w| w.strong_count() > 0);
+        if let Some(t) = m.get(key).and_then(Weak::upgrade) {
+            return t;
+        }
+        let t = Self::create();
+        m.insert(key.to_string(), Arc::downgrade(&t));
+        t
+    }
+}
+
 /// One session's sandbox: its policy, its temp folder, and whether the kernel enforces it.
 #[derive(Debug)]
 pub struct Sandbox {
     policy: Policy,
-    tmp: PathBuf,
+    tmp: Arc<TempFolder>,
     enforcement: Enforcement,
 }
 
 impl Sandbox {
-    /// The sandbox for a session in `workspace`, from `settings`. Creates the session's temp
-    /// folder (`<system temp>/pi-lsp-<uuid>`, mode 0700; removed when the sandbox is dropped).
+    /// A sandbox in `workspace` from `settings`, with a temp folder of its own
+    /// (`<system temp>/pi-lsp-<uuid>`, mode 0700; removed when the sandbox is dropped).
     pub fn new(workspace: &Path, settings: &SandboxSettings) -> Sandbox {
-        Self::with_support(workspace, settings, support())
+        Self::build(workspace, settings, support(), TempFolder::create())
+    }
+
+    /// The sandbox of session `session_id`: like [`Sandbox::new`], but sandboxes of the same
+    /// session alive at the same time share one temp folder, so `TMPDIR` stays the same
+    /// across the session's prompts; it is removed when the session's last sandbox goes.
+    pub fn for_session(workspace: &Path, settings: &SandboxSettings, session_id: &str) -> Sandbox {
+        Self::build(
+            workspace,
+            settings,
+            support(),
+            TempFolder::for_session(session_id),
+        )
     }
 
     /// [`Sandbox::new`] against a given kernel `support` (tests simulate kernels without it).
     pub fn with_support(workspace: &Path, settings: &SandboxSettings, sup: &Support) -> Sandbox {
-        let tmp = std::env::temp_dir().join(format!("pi-lsp-{}", uuid::Uuid::new_v4()));
-        if let Err(e) = create_private_dir(&tmp) {
-            tracing::warn!("cannot create session temp folder {}: {e}", tmp.display());
-        }
+        Self::build(workspace, settings, sup, TempFolder::create())
+    }
+
+    fn build(
+        workspace: &Path,
+        settings: &SandboxSettings,
+        sup: &Support,
+        folder: Arc<TempFolder>,
+    ) -> Sandbox {
+        let tmp = folder.0.clone();
         let canon = |p: &Path| p.canonicalize().ok();
         let network = settings.network.unwrap_or(true);
         let fs_ok = sup.landlock.is_ok();
@@ -302,7 +357,7 @@ impl Sandbox {
         let _ = (fs_ok, net_ok);
         Sandbox {
             policy,
-            tmp,
+            tmp: folder,
             enforcement,
         }
     }
@@ -314,7 +369,7 @@ impl Sandbox {
 
     /// The session's temp folder (exported to commands as `TMPDIR`).
     pub fn tmp_dir(&self) -> &Path {
-        &self.tmp
+        &self.tmp.0
     }
 
     /// Whether the policy is enforced.
@@ -325,12 +380,6 @@ impl Sandbox {
     /// True when commands run inside an enforced sandbox.
     pub fn active(&self) -> bool {
         self.enforcement == Enforcement::Enforced
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.tmp);
     }
 }
 
@@ -527,6 +576,17 @@ mod tests {
         assert!(tmp.is_dir());
         drop(sb);
         assert!(!tmp.exists(), "the temp folder goes with the session");
+        // A session's sandboxes share one folder while one of them is alive.
+        let a = Sandbox::for_session(&ws, &explicit, "sess-1");
+        let b = Sandbox::for_session(&ws, &explicit, "sess-1");
+        let other = Sandbox::for_session(&ws, &explicit, "sess-2");
+        assert_eq!(a.tmp_dir(), b.tmp_dir());
+        assert_ne!(a.tmp_dir(), other.tmp_dir());
+        let shared = a.tmp_dir().to_path_buf();
+        drop(a);
+        assert!(shared.is_dir());
+        drop(b);
+        assert!(!shared.exists());
         std::fs::remove_dir_all(&ws).unwrap();
     }
 }

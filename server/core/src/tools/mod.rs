@@ -128,15 +128,40 @@ pub fn default_tools(fs: Arc<dyn Fs>, before_bash: Option<BeforeBash>) -> Vec<Ar
     tools_with_state(fs, before_bash, state)
 }
 
+/// [`default_tools`] for session `session_id` whose `bash` asks `approver` before running a
+/// command outside the sandbox ([`crate::sandbox`]; the policy comes from the workspace
+/// settings, the temp folder is the session's: [`crate::sandbox::Sandbox::for_session`]).
+pub fn default_tools_with_approver(
+    fs: Arc<dyn Fs>,
+    before_bash: Option<BeforeBash>,
+    approver: Arc<dyn crate::sandbox::Approver>,
+    session_id: &str,
+) -> Vec<Arc<dyn Tool>> {
+    let root = fs.root().to_path_buf();
+    let sandbox = crate::sandbox::Sandbox::for_session(
+        &root,
+        &crate::sandbox::SandboxSettings::for_workspace(&root),
+        session_id,
+    );
+    let bash = BashTool::with_sandbox(root.clone(), before_bash, sandbox, Some(approver));
+    let state = Arc::new(ToolState::for_workspace(&root));
+    tool_set(fs, Arc::new(bash), state)
+}
+
 /// The default tool set sharing `state` (see [`default_tools`]).
 pub fn tools_with_state(
     fs: Arc<dyn Fs>,
     before_bash: Option<BeforeBash>,
     state: Arc<ToolState>,
 ) -> Vec<Arc<dyn Tool>> {
+    let bash = Arc::new(BashTool::new(fs.root().to_path_buf(), before_bash));
+    tool_set(fs, bash, state)
+}
+
+fn tool_set(fs: Arc<dyn Fs>, bash: Arc<BashTool>, state: Arc<ToolState>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(ReadTool::new(fs.clone(), state.clone())),
-        Arc::new(BashTool::new(fs.root().to_path_buf(), before_bash)),
+        bash,
         Arc::new(EditTool::new(fs.clone(), state.clone())),
         Arc::new(WriteTool::new(fs.clone(), state.clone())),
         Arc::new(GrepTool::new(fs.root().to_path_buf(), state.clone())),
