@@ -178,6 +178,20 @@ mod tests {
         let r: RequestPermissionResult =
             serde_json::from_value(json!({"decision": "allow"})).unwrap();
         assert_eq!(r.decision, "allow");
+        let fixture = |name: &str| -> Value {
+            let p = format!(
+                "{}/../../fixtures/protocol/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+        };
+        let req = fixture("agent-requestPermission.request.json");
+        assert_eq!(req["method"], RequestPermission::METHOD);
+        let p: RequestPermissionParams = serde_json::from_value(req["params"].clone()).unwrap();
+        assert_eq!(serde_json::to_value(&p).unwrap(), req["params"]);
+        let res = fixture("agent-requestPermission.response.json");
+        let r: RequestPermissionResult = serde_json::from_value(res["result"].clone()).unwrap();
+        assert_eq!(serde_json::to_value(&r).unwrap(), res["result"]);
         assert!(client_supports(Some(
             &json!({"agent": {"requestPermission": true}})
         )));
