@@ -31,6 +31,11 @@ pub struct EditorBehavior {
     pub send_changes: bool,
     /// `initializationOptions` of `initialize` (e.g. `{"workspaceTrusted": true}`).
     pub initialization_options: Option<Value>,
+    /// When set, advertise `experimental.agent.requestPermission` and answer every
+    /// `agent/requestPermission` with this result.
+    pub permission_answer: Option<Value>,
+    /// Title of the action chosen for `window/showMessageRequest` (`None` answers `null`).
+    pub message_action: Option<String>,
 }
 
 impl Default for EditorBehavior {
@@ -42,6 +47,8 @@ impl Default for EditorBehavior {
             work_done_progress: true,
             send_changes: true,
             initialization_options: None,
+            permission_answer: None,
+            message_action: None,
         }
     }
 }
@@ -288,6 +295,13 @@ impl LspClient {
                                     None => json!({"saved": false}),
                                 }
                             }
+                            "agent/requestPermission" => {
+                                sh.behavior.permission_answer.clone().unwrap_or(Value::Null)
+                            }
+                            "window/showMessageRequest" => match &sh.behavior.message_action {
+                                Some(t) => json!({"title": t}),
+                                None => Value::Null,
+                            },
                             _ => Value::Null,
                         };
                         write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","id":id,"result":result}))
@@ -320,7 +334,8 @@ impl LspClient {
         let mut caps = json!({
             "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create"]}},
             "window": {"workDoneProgress": behavior.work_done_progress},
-            "experimental": {"agent": {"saveDocument": behavior.save_documents}}
+            "experimental": {"agent": {"saveDocument": behavior.save_documents,
+                "requestPermission": behavior.permission_answer.is_some()}}
         });
         if behavior.offer_utf8 {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});

@@ -105,8 +105,9 @@ pub enum ErrorClass {
 
 impl ProviderError {
     /// The text stored as `errorMessage`.
+    /// Known secrets and credential header values are redacted ([`crate::keys::redact`]).
     pub fn message(&self) -> String {
-        self.to_string()
+        crate::keys::redact(&self.to_string())
     }
 
     /// The class of this error.
@@ -249,7 +250,8 @@ pub fn is_overflow_text(text: &str) -> bool {
 /// Classifies an HTTP error response. `retry_after` is the raw `retry-after-ms` (preferred,
 /// milliseconds) or `retry-after` (seconds or an HTTP date) header value; `body` is the
 /// response body. The error message is `HTTP <status>: <body>` (body trimmed and cut to
-/// 2,000 bytes).
+/// 2,000 bytes) with known secrets and credential header values redacted
+/// ([`crate::keys::redact`]).
 ///
 /// Rules (CTX-01, STRM-10): an overflow text wins over the status (a 400 "prompt is too long"
 /// is overflow; a 400 about an invalid `max_tokens` is not); 413 is overflow (request too
@@ -261,7 +263,11 @@ pub fn classify_http(
     retry_after: Option<&str>,
     body: &str,
 ) -> ProviderError {
-    let message = format!("HTTP {status}: {}", truncate_body(body));
+    // Redacted before the cut, so a key at the cut is never left half visible.
+    let message = format!(
+        "HTTP {status}: {}",
+        truncate_body(&crate::keys::redact(body))
+    );
     let retry_after_ms = parse_retry_after(retry_after_ms, retry_after, SystemTime::now());
     if is_overflow_text(body) || status == 413 {
         return ProviderError::ContextOverflow {
@@ -301,10 +307,10 @@ pub fn classify_http(
 /// an OpenAI-style `{"error":{…}}` chunk), from the provider's error `type` / `code` and text.
 /// The stored message is `<type>: <text>` when a type is given.
 pub fn classify_stream_error(kind: Option<&str>, text: &str) -> ProviderError {
-    let message = match kind.filter(|k| !k.is_empty()) {
+    let message = crate::keys::redact(&match kind.filter(|k| !k.is_empty()) {
         Some(k) => format!("{k}: {text}"),
         None => text.to_string(),
-    };
+    });
     match kind.unwrap_or("") {
         "overloaded_error" => ProviderError::Overloaded {
             status: None,
@@ -337,7 +343,7 @@ pub fn classify_stream_error(kind: Option<&str>, text: &str) -> ProviderError {
 /// rate limit, auth, `HTTP <status>: …` (as this crate writes it), transient server or network
 /// texts (Pi's retryable list), else [`ProviderError::Provider`].
 pub fn classify_text(text: &str) -> ProviderError {
-    let message = text.to_string();
+    let message = crate::keys::redact(text);
     let status = http_status(text);
     if text == ABORTED_TEXT {
         return ProviderError::Aborted;

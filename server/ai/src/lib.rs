@@ -7,6 +7,7 @@
 //! - [`transform`]: provider-neutral replay (pairing repair, thinking per model, tool-call ids
 //!   per target) applied to every request.
 //! - [`errors`]: typed provider failures, their classification and the retry policy.
+//! - [`keys`]: models.json key resolution (in memory) and redaction of secrets.
 //! - [`json`]: tolerant JSON for streamed tool arguments and lone surrogates.
 //!
 //! Knows nothing of tools, sessions or editors.
@@ -14,6 +15,7 @@
 pub mod api;
 pub mod errors;
 pub mod json;
+pub mod keys;
 pub mod models;
 pub mod stream;
 pub mod transform;

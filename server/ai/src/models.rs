@@ -389,6 +389,7 @@ pub fn env_api_key(provider: &str) -> Option<String> {
     api_key_env_vars(provider)
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|k| !k.is_empty()))
+        .inspect(|k| crate::keys::register_secret(k))
 }
 
 /// The built-in models of `provider` with `key`, its default model first, then Pi's order.
@@ -452,24 +453,10 @@ pub fn agent_dir() -> Option<PathBuf> {
 }
 
 /// Resolves a models.json `apiKey`: `!command` runs the command, a set environment variable
-/// name gives its value, anything else is the literal key.
+/// name gives its value, anything else is the literal key (see [`crate::keys`], which also
+/// registers the key for redaction).
 pub fn resolve_api_key(spec: &str) -> Option<String> {
-    if let Some(cmd) = spec.strip_prefix('!') {
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(cmd)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        return (!key.is_empty()).then_some(key);
-    }
-    if let Ok(v) = std::env::var(spec) {
-        if !v.is_empty() {
-            return Some(v);
-        }
-    }
-    Some(spec.to_string())
+    crate::keys::resolve_api_key(spec)
 }
 
 fn read_json<T: for<'de> Deserialize<'de> + Default>(path: &Path) -> Result<T, ModelError> {
@@ -604,6 +591,7 @@ impl Registry {
     fn custom_model(name: &str, p: &ProviderConfig, key: Option<String>, m: ModelConfig) -> Model {
         let mut headers = p.headers.clone();
         headers.extend(m.headers);
+        let headers = crate::keys::resolve_headers(headers);
         Model {
             name: m.name.unwrap_or_else(|| m.id.clone()),
             id: m.id,

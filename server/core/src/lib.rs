@@ -1,7 +1,8 @@
 //! `pi-core`: the harness. The agent loop ([`agent`]), the coding tools ([`tools`]) over a file
 //! system abstraction ([`fs`]), Pi-format session files ([`session`]), the system prompt
 //! ([`prompt`]), settings ([`settings`]), and the workspace's trust-gated resources
-//! ([`resources`]: context files, [`skills`], prompt [`templates`]). Depends on `pi-ai` only;
+//! ([`resources`]: context files, [`skills`], prompt [`templates`]), and the OS sandbox for
+//! commands with its approval interface ([`sandbox`]). Depends on `pi-ai` only;
 //! knows nothing of LSP.
 
 pub mod agent;
@@ -10,6 +11,7 @@ pub mod export;
 pub mod fs;
 pub mod prompt;
 pub mod resources;
+pub mod sandbox;
 pub mod session;
 pub mod settings;
 pub mod skills;

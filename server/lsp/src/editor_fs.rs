@@ -50,6 +50,8 @@ pub struct EditorCaps {
     pub save_request: bool,
     /// `window.workDoneProgress`.
     pub work_done_progress: bool,
+    /// `experimental.agent.requestPermission` (see [`crate::permissions`]).
+    pub request_permission: bool,
 }
 
 impl Default for EditorCaps {
@@ -60,6 +62,7 @@ impl Default for EditorCaps {
             create_file: false,
             save_request: false,
             work_done_progress: false,
+            request_permission: false,
         }
     }
 }

@@ -165,7 +165,7 @@ pub async fn run(args: RunArgs) -> i32 {
     };
     let session_path = writer.path().to_path_buf();
     let fs = Arc::new(DiskFs::new(workspace.clone()));
-    let mut cfg = crate::runner::agent_config(&ws, model, fs, None, &[]);
+    let mut cfg = crate::runner::agent_config(&ws, model, fs, None, &[], None);
     let settings = ws.settings();
     let writer = Arc::new(Mutex::new(writer));
     cfg.compaction = Some(pi_core::agent::CompactionConfig {

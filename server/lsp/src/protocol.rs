@@ -1162,6 +1162,15 @@ mod tests {
             "agent-compact.nothing",
             codes::COMPACTION_FAILED,
         ));
+        // The server → client permission request (checked in `permissions::tests` too).
+        round_trip::<crate::permissions::RequestPermissionParams>(
+            &fixture("agent-requestPermission.request.json")["params"],
+        );
+        round_trip::<crate::permissions::RequestPermissionResult>(
+            &fixture("agent-requestPermission.response.json")["result"],
+        );
+        seen.push("agent-requestPermission.request.json".into());
+        seen.push("agent-requestPermission.response.json".into());
         // Checked in `compact_fixtures_round_trip`.
         seen.push("agent-event.compaction-start.notification.json".into());
         seen.push("agent-event.compaction-end.notification.json".into());

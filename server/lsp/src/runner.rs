@@ -10,7 +10,7 @@ use pi_core::agent::AgentConfig;
 use pi_core::fs::Fs;
 use pi_core::resources::WorkspaceConfig;
 use pi_core::session::{SessionError, SessionWriter};
-use pi_core::tools::{tools_with_state, BeforeBash, ToolState};
+use pi_core::tools::{BeforeBash, ToolState};
 use pi_core::AgentEvent;
 
 /// The offline script replayed when no provider is configured.
@@ -91,13 +91,15 @@ pub fn untrusted_notice(ws: &WorkspaceConfig, how_to_trust: &str) -> Option<Stri
 /// The agent configuration for a run in `ws` with `model`: the default tools over `fs`
 /// (`allowedDirs` from settings), the system prompt assembled from the workspace's resources
 /// (context files, `SYSTEM.md` / `APPEND_SYSTEM.md`, skills; re-read for every call) plus
-/// `extra_guidelines`, and the settings' retry policy.
+/// `extra_guidelines`, and the settings' retry policy. `bash` runs in the settings' sandbox;
+/// with `approver` (and the session's id, which names its temp folder) it asks before leaving it.
 pub fn agent_config(
     ws: &WorkspaceConfig,
     model: Model,
     fs: Arc<dyn Fs>,
     before_bash: Option<BeforeBash>,
     extra_guidelines: &[String],
+    approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
 ) -> AgentConfig {
     let settings = ws.settings();
     let resources = ws.resources();
@@ -108,7 +110,20 @@ pub fn agent_config(
         allowed_dirs: settings.allowed_dirs.clone(),
         ..ToolState::default()
     });
-    let tools = tools_with_state(fs, before_bash, state);
+    // The sandbox follows the trust-gated settings, never a project file of an untrusted
+    // workspace.
+    let sandbox = pi_core::sandbox::SandboxSettings::from_settings(&settings);
+    let tools = match approver {
+        Some((approver, session_id)) => pi_core::tools::tools_for_session(
+            fs,
+            before_bash,
+            state,
+            &sandbox,
+            Some(approver),
+            session_id,
+        ),
+        None => pi_core::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
+    };
     let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);
     cfg.retry = settings.retry.to_retry_settings();

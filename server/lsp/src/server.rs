@@ -184,6 +184,7 @@ impl LanguageServer for Backend {
                 .as_ref()
                 .and_then(|w| w.work_done_progress)
                 .unwrap_or(false),
+            request_permission: crate::permissions::client_supports(caps.experimental.as_ref()),
         };
         *lock(&self.state.caps) = editor;
         #[allow(deprecated)]
@@ -660,7 +661,7 @@ pub(crate) async fn send_queue_update(
 
 /// The session's agent configuration: [`agent_config`] with the session's retry switch.
 pub(crate) fn session_config(st: &Arc<State>, s: &Session) -> AgentConfig {
-    let mut cfg = agent_config(st, s.model.clone(), &s.writer);
+    let mut cfg = agent_config(st, s.model.clone(), &s.writer, &s.id);
     cfg.retry.enabled = s.auto_retry;
     if let Some(c) = cfg.compaction.as_mut() {
         c.settings.enabled = s.auto_compaction;
@@ -671,7 +672,12 @@ pub(crate) fn session_config(st: &Arc<State>, s: &Session) -> AgentConfig {
 /// The agent configuration for a run in this workspace: editor-backed tools, the system prompt
 /// and settings from the workspace's configuration (see [`crate::runner::agent_config`]),
 /// `model`, and compaction into the session's file.
-fn agent_config(st: &Arc<State>, model: Model, writer: &Arc<Mutex<SessionWriter>>) -> AgentConfig {
+fn agent_config(
+    st: &Arc<State>,
+    model: Model,
+    writer: &Arc<Mutex<SessionWriter>>,
+    session_id: &str,
+) -> AgentConfig {
     let root = st.root();
     let fs = Arc::new(EditorFs::new(
         root.clone(),
@@ -702,6 +708,12 @@ fn agent_config(st: &Arc<State>, model: Model, writer: &Arc<Mutex<SessionWriter>
             })
         })
     };
+    let approver: Arc<dyn pi_core::sandbox::Approver> =
+        Arc::new(crate::permissions::LspApprover::new(
+            st.client.clone(),
+            session_id.to_string(),
+            st.caps().request_permission,
+        ));
     let ws = st.workspace();
     let mut cfg = crate::runner::agent_config(
         &ws,
@@ -709,6 +721,7 @@ fn agent_config(st: &Arc<State>, model: Model, writer: &Arc<Mutex<SessionWriter>
         fs,
         Some(before),
         &[EDITOR_GUIDELINE.to_string()],
+        Some((approver, session_id)),
     );
     cfg.compaction = Some(CompactionConfig {
         settings: ws.settings().compaction,
@@ -731,7 +744,7 @@ fn new_session(
     totals: crate::protocol::UsageTotals,
 ) -> Session {
     let writer = Arc::new(Mutex::new(writer));
-    let cfg = agent_config(st, model.clone(), &writer);
+    let cfg = agent_config(st, model.clone(), &writer, &id);
     let auto_retry = cfg.retry.enabled;
     let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
     let agent = Agent::new(cfg, messages);

@@ -107,7 +107,7 @@ impl SseBody {
             _ = cancel.cancelled() => Err(ProviderError::Aborted),
             ev = self.events.next() => match ev {
                 Some(Ok(ev)) => Ok(Some(ev)),
-                Some(Err(e)) => Err(ProviderError::Network { message: e }),
+                Some(Err(e)) => Err(ProviderError::Network { message: crate::keys::redact(&e) }),
                 None => Ok(None),
             },
         }
@@ -135,7 +135,7 @@ pub(crate) async fn open_sse(
         biased;
         _ = cancel.cancelled() => return Err(ProviderError::Aborted),
         r = req.send() => r.map_err(|e| ProviderError::Network {
-            message: format!("request to {url} failed: {}", error_chain(&e)),
+            message: crate::keys::redact(&format!("request to {url} failed: {}", error_chain(&e))),
         })?,
     };
     let status = resp.status();

@@ -34,6 +34,11 @@ use tokio::sync::mpsc;
 
 use super::{parse_args, MAX_BYTES, MAX_LINES};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::sandbox::{
+    likely_denial, Approver, Decision, Enforcement, PermissionRequest, Policy, Sandbox,
+    SandboxSettings,
+};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Runs before every command; an `Err` text is prepended to the result as a warning.
 pub type BeforeBash = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
@@ -55,13 +60,48 @@ struct Args {
 pub struct BashTool {
     cwd: PathBuf,
     before: Option<BeforeBash>,
+    sandbox: Sandbox,
+    approver: Option<Arc<dyn Approver>>,
+    /// The first result of this tool set carried the sandbox notice.
+    noted: AtomicBool,
 }
 
 impl BashTool {
-    /// A bash tool running commands in `cwd`; `before` runs before each command.
+    /// A bash tool running commands in `cwd` under the sandbox policy of `cwd`'s settings
+    /// ([`SandboxSettings::for_workspace`]); `before` runs before each command. Without an
+    /// approver, nothing leaves the sandbox.
     pub fn new(cwd: PathBuf, before: Option<BeforeBash>) -> Self {
-        BashTool { cwd, before }
+        let sandbox = Sandbox::new(&cwd, &SandboxSettings::for_workspace(&cwd));
+        Self::with_sandbox(cwd, before, sandbox, None)
     }
+
+    /// A bash tool with an explicit `sandbox`, and `approver` to ask before a command runs
+    /// outside it (after a likely sandbox denial, or when the sandbox cannot be enforced).
+    pub fn with_sandbox(
+        cwd: PathBuf,
+        before: Option<BeforeBash>,
+        sandbox: Sandbox,
+        approver: Option<Arc<dyn Approver>>,
+    ) -> Self {
+        BashTool {
+            cwd,
+            before,
+            sandbox,
+            approver,
+            noted: AtomicBool::new(false),
+        }
+    }
+
+    /// The session's sandbox.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+}
+
+/// Says once per process, on stderr, that a sandbox is not enforced.
+fn warn_once(text: &str) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| tracing::warn!("{text}"));
 }
 
 /// Merged output with bounded memory: the raw bytes go to a spill file once anything would be
@@ -179,6 +219,12 @@ impl Output {
         }
         if let Some(f) = &mut self.spill_file {
             let _ = f.flush();
+        }
+        // The spill file is written by the server; keys never stay in it (docs/security.md).
+        if let Some(p) = &self.spill_path {
+            if let Err(e) = pi_ai::keys::redact_file(p) {
+                tracing::warn!("cannot redact {}: {e}", p.display());
+            }
         }
         let text = String::from_utf8_lossy(&self.tail).into_owned();
         let lines: Vec<&str> = text.split('\n').collect();
@@ -321,31 +367,92 @@ enum End {
     Failed(String),
 }
 
-#[async_trait]
-impl Tool for BashTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "bash".into(),
-            description: format!("Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to last {MAX_LINES} lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds."),
-            parameters: json!({"type":"object","required":["command"],"properties":{
-                "command":{"type":"string","description":"Bash command to execute"},
-                "timeout":{"type":"number","description":"Timeout in seconds (optional, no default timeout)"}}}),
+/// One finished run of a command: how it ended, its rendered output and truncation details.
+struct Ran {
+    end: End,
+    body: String,
+    details: Option<Value>,
+}
+
+impl Ran {
+    fn failed_by_exit(&self) -> bool {
+        matches!(&self.end, End::Exited(s) if !s.success())
+    }
+
+    /// The tool result: Pi's texts for each ending, `prefix` lines first.
+    fn finish(self, prefix: &[String]) -> Result<ToolOutput, ToolError> {
+        let mut body = self.body;
+        if !prefix.is_empty() {
+            body = format!("{}\n{body}", prefix.join("\n"));
+        }
+        let details = self.details;
+        match self.end {
+            End::Exited(s) if s.success() => Ok(ToolOutput {
+                terminate: false,
+                content: vec![pi_ai::ContentBlock::text(body)],
+                details,
+            }),
+            End::Exited(s) => Err(ToolError {
+                message: format!("{body}\n\n{}", exit_text(&s)),
+                details,
+            }),
+            End::Aborted => Err(ToolError {
+                message: format!("{body}\n\nCommand aborted"),
+                details,
+            }),
+            End::TimedOut(t) => Err(ToolError {
+                message: format!("{body}\n\nCommand timed out after {t} seconds"),
+                details,
+            }),
+            End::Failed(e) => Err(ToolError {
+                message: format!("{body}\n\nCommand failed: {e}"),
+                details,
+            }),
+        }
+    }
+}
+
+fn exit_text(s: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("Command exited with code {c}"),
+        (None, Some(sig)) => format!("Command was killed by signal {sig}"),
+        _ => "Command failed".to_string(),
+    }
+}
+
+impl BashTool {
+    /// Asks the approver (if any) while watching for abort; `None` = aborted.
+    async fn ask(&self, ctx: &ToolContext, a: &Args, reason: String) -> Option<Decision> {
+        let Some(approver) = &self.approver else {
+            return Some(Decision::Reject {
+                reason: Some("no client can be asked for approval here".into()),
+            });
+        };
+        let mut arguments = json!({"command": a.command});
+        if let Some(t) = a.timeout {
+            arguments["timeout"] = json!(t);
+        }
+        let request = PermissionRequest {
+            tool: "bash".into(),
+            tool_call_id: ctx.call_id.clone(),
+            arguments,
+            reason,
+        };
+        tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => None,
+            d = approver.ask(request) => Some(d),
         }
     }
 
-    /// Mutates the workspace: a batch containing it runs in call order.
-    fn sequential(&self) -> bool {
-        true
-    }
-
-    async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let a: Args = parse_args("bash", args)?;
-        let mut warning = None;
-        if let Some(before) = &self.before {
-            if let Err(w) = before().await {
-                warning = Some(w);
-            }
-        }
+    /// Runs the command once under `policy`: spawn, stream, end, render (secrets redacted).
+    async fn run_once(
+        &self,
+        ctx: &ToolContext,
+        a: &Args,
+        policy: &Policy,
+    ) -> Result<Ran, ToolError> {
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c")
             .arg(&a.command)
@@ -359,10 +466,15 @@ impl Tool for BashTool {
             .env("EDITOR", "true")
             .env("VISUAL", "true")
             .env("GIT_TERMINAL_PROMPT", "0")
+            .env("TMPDIR", self.sandbox.tmp_dir())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
+        // Provider keys stay with the server (docs/security.md).
+        for var in pi_ai::keys::secret_env_vars() {
+            cmd.env_remove(var);
+        }
+        let mut child = crate::sandbox::spawn(cmd, policy)
+            .await
             .map_err(|e| ToolError::new(format!("Could not start bash: {e}")))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
         let mut guard = GroupGuard { pgid, armed: true };
@@ -440,45 +552,121 @@ impl Tool for BashTool {
         // Ended normally or killed through `kill_group`: background children of a command that
         // exited are left running in their group (BASH-01).
         guard.armed = false;
-        let (mut text, details) = out.render();
-        if let Some(w) = warning {
-            text = format!("[warning: {w}]\n{text}");
-        }
+        let (text, details) = out.render();
         let body = if text.is_empty() {
             "(no output)".to_string()
         } else {
-            text
+            pi_ai::keys::redact_secrets(&text)
         };
-        match end {
-            End::Exited(s) if s.success() => Ok(ToolOutput {
-                terminate: false,
-                content: vec![pi_ai::ContentBlock::text(body)],
-                details,
-            }),
-            End::Exited(s) => {
-                use std::os::unix::process::ExitStatusExt;
-                let why = match (s.code(), s.signal()) {
-                    (Some(c), _) => format!("Command exited with code {c}"),
-                    (None, Some(sig)) => format!("Command was killed by signal {sig}"),
-                    _ => "Command failed".to_string(),
+        Ok(Ran { end, body, details })
+    }
+}
+
+#[async_trait]
+impl Tool for BashTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "bash".into(),
+            description: format!("Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to last {MAX_LINES} lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds."),
+            parameters: json!({"type":"object","required":["command"],"properties":{
+                "command":{"type":"string","description":"Bash command to execute"},
+                "timeout":{"type":"number","description":"Timeout in seconds (optional, no default timeout)"}}}),
+        }
+    }
+
+    /// Mutates the workspace: a batch containing it runs in call order.
+    fn sequential(&self) -> bool {
+        true
+    }
+
+    /// Runs the command in the session's sandbox. A command that failed with a likely
+    /// sandbox denial is re-run outside the sandbox only after the approver allows it; where
+    /// the sandbox cannot be enforced although settings ask for it, every command needs that
+    /// approval first.
+    async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let a: Args = parse_args("bash", args)?;
+        let mut prefix = Vec::new();
+        if let Some(before) = &self.before {
+            if let Err(w) = before().await {
+                prefix.push(format!("[warning: {w}]"));
+            }
+        }
+        let first = !self.noted.swap(true, Ordering::SeqCst);
+        let sandboxed = self.sandbox.policy().clone();
+        let policy = match self.sandbox.enforcement() {
+            Enforcement::Enforced => sandboxed.clone(),
+            Enforcement::NotNeeded => Policy::unrestricted(),
+            Enforcement::Unavailable(why) => {
+                warn_once(why);
+                if first {
+                    prefix.push(format!("[note: {why}]"));
+                }
+                Policy::unrestricted()
+            }
+            Enforcement::NeedsApproval(why) => {
+                warn_once(why);
+                match self
+                    .ask(&ctx, &a, format!("sandbox unavailable: {why}"))
+                    .await
+                {
+                    None => return Err(ToolError::new("Command aborted".to_string())),
+                    Some(Decision::Allow) => {
+                        prefix.push(format!(
+                            "[note: {why}; this command ran outside it with the user's approval]"
+                        ));
+                        Policy::unrestricted()
+                    }
+                    Some(Decision::Reject { reason }) => {
+                        return Err(ToolError::new(format!(
+                            "Command not run: {why}, and running it unsandboxed was not approved{}.",
+                            reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                        )));
+                    }
+                }
+            }
+        };
+        let ran = self.run_once(&ctx, &a, &policy).await?;
+        let sandbox_active = !policy.is_off();
+        let denial = if sandbox_active && ran.failed_by_exit() {
+            likely_denial(&ran.body, &policy)
+        } else {
+            None
+        };
+        let Some(line) = denial else {
+            return ran.finish(&prefix);
+        };
+        let label = policy.label();
+        match self.ask(&ctx, &a, format!("sandbox denied: {line}")).await {
+            None => {
+                let mut r = ran;
+                r.end = End::Aborted;
+                r.finish(&prefix)
+            }
+            Some(Decision::Allow) => {
+                let again = self.run_once(&ctx, &a, &Policy::unrestricted()).await?;
+                prefix.push(format!(
+                    "[the sandbox ({label}) denied this command ({line}); it was re-run outside the sandbox with the user's approval]"
+                ));
+                again.finish(&prefix)
+            }
+            Some(Decision::Reject { reason }) => {
+                let why = match (&self.approver, reason) {
+                    (None, _) => "Re-running it outside the sandbox needs the user's approval, and no client can be asked here".to_string(),
+                    (Some(_), Some(r)) => format!("The user did not approve re-running it outside the sandbox: {r}"),
+                    (Some(_), None) => "The user did not approve re-running it outside the sandbox".to_string(),
+                };
+                let exit = match &ran.end {
+                    End::Exited(s) => exit_text(s),
+                    _ => "Command failed".into(),
                 };
                 Err(ToolError {
-                    message: format!("{body}\n\n{why}"),
-                    details,
+                    message: format!(
+                        "{}\n\n{exit}\n\nThe sandbox ({label}) likely caused this failure: {line}\n{why}.",
+                        ran.body
+                    ),
+                    details: ran.details,
                 })
             }
-            End::Aborted => Err(ToolError {
-                message: format!("{body}\n\nCommand aborted"),
-                details,
-            }),
-            End::TimedOut(t) => Err(ToolError {
-                message: format!("{body}\n\nCommand timed out after {t} seconds"),
-                details,
-            }),
-            End::Failed(e) => Err(ToolError {
-                message: format!("{body}\n\nCommand failed: {e}"),
-                details,
-            }),
         }
     }
 }

@@ -102,15 +102,61 @@ pub fn default_tools(fs: Arc<dyn Fs>, before_bash: Option<BeforeBash>) -> Vec<Ar
     tools_with_state(fs, before_bash, state)
 }
 
+/// [`default_tools`] for session `session_id` whose `bash` asks `approver` before running a
+/// command outside the sandbox ([`crate::sandbox`]; the policy comes from the workspace
+/// settings, the temp folder is the session's: [`crate::sandbox::Sandbox::for_session`]).
+pub fn default_tools_with_approver(
+    fs: Arc<dyn Fs>,
+    before_bash: Option<BeforeBash>,
+    approver: Arc<dyn crate::sandbox::Approver>,
+    session_id: &str,
+) -> Vec<Arc<dyn Tool>> {
+    let root = fs.root().to_path_buf();
+    let sandbox = crate::sandbox::Sandbox::for_session(
+        &root,
+        &crate::sandbox::SandboxSettings::for_workspace(&root),
+        session_id,
+    );
+    let bash = BashTool::with_sandbox(root.clone(), before_bash, sandbox, Some(approver));
+    let state = Arc::new(ToolState::for_workspace(&root));
+    tool_set(fs, Arc::new(bash), state)
+}
+
 /// The default tool set sharing `state` (see [`default_tools`]).
+/// The seven tools with `state` (allowed folders, read tracking) and a `bash` confined by
+/// `sandbox` settings; with `approver`, `bash` asks before running a command outside the
+/// sandbox. `session_id` names the session's temp folder (empty: one for this tool set).
+pub fn tools_for_session(
+    fs: Arc<dyn Fs>,
+    before_bash: Option<BeforeBash>,
+    state: Arc<ToolState>,
+    sandbox: &crate::sandbox::SandboxSettings,
+    approver: Option<Arc<dyn crate::sandbox::Approver>>,
+    session_id: &str,
+) -> Vec<Arc<dyn Tool>> {
+    let root = fs.root().to_path_buf();
+    let sandbox = if session_id.is_empty() {
+        crate::sandbox::Sandbox::new(&root, sandbox)
+    } else {
+        crate::sandbox::Sandbox::for_session(&root, sandbox, session_id)
+    };
+    let bash = BashTool::with_sandbox(root, before_bash, sandbox, approver);
+    tool_set(fs, Arc::new(bash), state)
+}
+
 pub fn tools_with_state(
     fs: Arc<dyn Fs>,
     before_bash: Option<BeforeBash>,
     state: Arc<ToolState>,
 ) -> Vec<Arc<dyn Tool>> {
+    let bash = Arc::new(BashTool::new(fs.root().to_path_buf(), before_bash));
+    tool_set(fs, bash, state)
+}
+
+fn tool_set(fs: Arc<dyn Fs>, bash: Arc<BashTool>, state: Arc<ToolState>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(ReadTool::new(fs.clone(), state.clone())),
-        Arc::new(BashTool::new(fs.root().to_path_buf(), before_bash)),
+        bash,
         Arc::new(EditTool::new(fs.clone(), state.clone())),
         Arc::new(WriteTool::new(fs.clone(), state.clone())),
         Arc::new(GrepTool::new(fs.root().to_path_buf(), state.clone())),
@@ -163,8 +209,64 @@ pub fn resolve_path(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
     resolve_path_in(root, &[], input)
 }
 
+/// Most symlinks followed in one path before giving up (Linux's `MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+
+/// Where `path` (absolute, lexically normalised) really leads, as the kernel would resolve it
+/// when opening or creating it: every existing component's symlink is followed, dangling
+/// symlinks included (their target is where a write would land), and a `..` inside a link's
+/// target applies to the resolved folder. Components that do not exist are kept as written. `None` on a symlink
+/// loop.
+fn real_path(path: &Path) -> Option<PathBuf> {
+    let mut pending: Vec<std::ffi::OsString> = Vec::new();
+    let push_all = |p: &Path, pending: &mut Vec<std::ffi::OsString>| {
+        // Stored reversed: the next component is at the end.
+        let comps: Vec<_> = p
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some("..".into()),
+                _ => None,
+            })
+            .collect();
+        pending.extend(comps.into_iter().rev());
+    };
+    push_all(path, &mut pending);
+    let mut cur = PathBuf::from("/");
+    let mut hops = 0;
+    while let Some(c) = pending.pop() {
+        if c == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&c);
+        match std::fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() => {
+                hops += 1;
+                if hops > MAX_SYMLINKS {
+                    return None;
+                }
+                let target = std::fs::read_link(&next).ok()?;
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                push_all(&target, &mut pending);
+            }
+            _ => cur = next,
+        }
+    }
+    Some(cur)
+}
+
 /// [`resolve_path`], also accepting paths inside one of `allowed_dirs` (absolute, canonical
 /// folders the user allowed in settings).
+///
+/// The rule (docs/security.md): the path is joined to `root` and `.` / `..` are applied
+/// lexically; the result is what the tool opens. That path is accepted only when its real
+/// location ([`real_path`]: every symlink followed, also dangling ones and chains, `..` after
+/// a symlink applied to its target) lies inside the real workspace root or an allowed folder.
+/// Only `/` separates components: look-alikes such as U+2215 `∕` or U+FF0F `／` are ordinary
+/// file name characters.
 pub fn resolve_path_in(
     root: &Path,
     allowed_dirs: &[PathBuf],
@@ -173,41 +275,21 @@ pub fn resolve_path_in(
     let expanded = expand_home(input);
     let joined = normalize(&root.join(expanded));
     let root_real = root.canonicalize().unwrap_or_else(|_| normalize(root));
-    // Canonicalize the longest existing ancestor so symlinks cannot lead outside.
-    let mut existing = joined.clone();
-    let mut rest = Vec::new();
-    let real = loop {
-        match existing.canonicalize() {
-            Ok(r) => {
-                break rest
-                    .iter()
-                    .rev()
-                    .fold(r, |acc: PathBuf, c: &std::ffi::OsString| acc.join(c))
-            }
-            Err(_) => match (
-                existing.file_name().map(|n| n.to_os_string()),
-                existing.parent(),
-            ) {
-                (Some(name), Some(parent)) => {
-                    rest.push(name);
-                    existing = parent.to_path_buf();
-                }
-                _ => break joined.clone(),
-            },
-        }
+    let inside = |real: &Path| {
+        real.starts_with(&root_real) || allowed_dirs.iter().any(|d| real.starts_with(d))
     };
-    if real.starts_with(&root_real) || allowed_dirs.iter().any(|d| real.starts_with(d)) {
-        // Keep the caller's spelling under the root so editor URIs match what it opened.
-        Ok(if joined.starts_with(root) {
-            joined
-        } else {
-            real
-        })
-    } else {
-        Err(ToolError::new(format!(
+    match real_path(&joined) {
+        Some(real) if inside(&real) => {
+            // Keep the caller's spelling under the root so editor URIs match what it opened.
+            Ok(if joined.starts_with(root) { joined } else { real })
+        }
+        Some(_) => Err(ToolError::new(format!(
             "Path {input} is outside the workspace {}; only files inside it (or in a folder listed in allowedDirs of .pi/settings.json) can be used.",
             root.display()
-        )))
+        ))),
+        None => Err(ToolError::new(format!(
+            "Path {input} cannot be resolved: too many levels of symbolic links."
+        ))),
     }
 }
 

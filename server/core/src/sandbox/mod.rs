@@ -1,0 +1,604 @@
+//! The OS sandbox for commands the agent runs (the `bash` tool), and the approval interface a
+//! command needs to leave it.
+//!
+//! # Policies
+//!
+//! - `off`: Pi's behaviour, the command runs with the server's permissions.
+//! - `workspace-write`: reads anywhere; writes only inside the workspace, the session's temp
+//!   folder (exported as `TMPDIR`), the writable roots from settings (by default `~/.cache`,
+//!   `~/.cargo/registry`, `~/.npm`) and the device files shells need (`/dev/null`, `/dev/zero`,
+//!   `/dev/full`, `/dev/random`, `/dev/urandom`, `/dev/tty`, `/dev/ptmx`, `/dev/pts`). The
+//!   default wherever the kernel can enforce it.
+//! - `read-only`: reads anywhere; writes only to the session's temp folder and those devices.
+//!
+//! Each with network on (default) or off (no IPv4 / IPv6 sockets; Unix sockets still work).
+//!
+//! # Settings
+//!
+//! A `sandbox` object in Pi-format `settings.json` (the workspace's `.pi/settings.json` over
+//! `~/.pi/agent/settings.json`, `$PI_CODING_AGENT_DIR` replacing `~/.pi/agent`), key by key:
+//!
+//! ```json
+//! {"sandbox": {"mode": "workspace-write", "network": true,
+//!              "writableRoots": ["~/.cache", "~/.cargo/registry", "~/.npm"]}}
+//! ```
+//!
+//! `mode` is `"off"`, `"workspace-write"` or `"read-only"`; `network` `true` / `false`;
+//! `writableRoots` replaces the default list (`~` expanded; missing folders are skipped).
+//!
+//! # Enforcement (Linux)
+//!
+//! File rules: Landlock (the `landlock` crate, ABI up to 7), network off: a seccomp filter
+//! (`seccompiler`) failing `socket(AF_INET | AF_INET6, …)` and `io_uring_setup` with `EACCES`.
+//! Both are applied to a short-lived thread that then spawns the command; the child inherits
+//! that thread's Landlock domain and filter, the server itself stays unrestricted (see
+//! [`spawn`]). Elsewhere, or where the kernel lacks them, [`Sandbox::enforcement`] says so:
+//! a policy the user asked for explicitly is never silently dropped; each command then needs
+//! approval to run unsandboxed. With no `mode` set and no kernel support, the default is `off`
+//! and the first result says so.
+
+#[cfg(target_os = "linux")]
+mod linux;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The file policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// No restriction (Pi's behaviour).
+    Off,
+    /// Writes only in the workspace, the session temp folder and the writable roots.
+    WorkspaceWrite,
+    /// Writes only in the session temp folder.
+    ReadOnly,
+}
+
+impl SandboxMode {
+    /// The settings spelling: `off`, `workspace-write`, `read-only`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::ReadOnly => "read-only",
+        }
+    }
+}
+
+/// The `sandbox` object of settings.json, as written (all optional).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxSettings {
+    /// `off` / `workspace-write` / `read-only`; unset = `workspace-write` where enforceable.
+    pub mode: Option<SandboxMode>,
+    /// Network access; unset = on.
+    pub network: Option<bool>,
+    /// Extra writable folders under `workspace-write`; unset = [`default_writable_roots`].
+    pub writable_roots: Option<Vec<String>>,
+}
+
+impl SandboxSettings {
+    /// The `sandbox` object of loaded settings (global and, in a trusted workspace, project,
+    /// merged key by key by the loader); malformed values are ignored with a warning.
+    pub fn from_settings(settings: &crate::settings::Settings) -> SandboxSettings {
+        match settings.raw("sandbox") {
+            None => SandboxSettings::default(),
+            Some(v) => serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+                tracing::warn!("ignoring invalid \"sandbox\" settings: {e}");
+                SandboxSettings::default()
+            }),
+        }
+    }
+
+    /// The workspace's `.pi/settings.json` `sandbox` keys over the agent dir's, key by key.
+    /// Unreadable or malformed files are skipped with a warning.
+    pub fn for_workspace(root: &Path) -> SandboxSettings {
+        let agent_dir = std::env::var_os("PI_CODING_AGENT_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pi/agent")));
+        let mut out = SandboxSettings::default();
+        // Workspace first: its keys win.
+        for file in [
+            Some(root.join(".pi/settings.json")),
+            agent_dir.map(|d| d.join("settings.json")),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            let parsed = serde_json::from_str::<Value>(&text).map(|v| v.get("sandbox").cloned());
+            let s = match parsed {
+                Ok(Some(v)) => match serde_json::from_value::<SandboxSettings>(v) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!("{}: ignoring invalid \"sandbox\": {e}", file.display());
+                        continue;
+                    }
+                },
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!("{}: {e}", file.display());
+                    continue;
+                }
+            };
+            out.mode = out.mode.or(s.mode);
+            out.network = out.network.or(s.network);
+            out.writable_roots = out.writable_roots.or(s.writable_roots);
+        }
+        out
+    }
+}
+
+/// The default writable roots: `~/.cache`, `~/.cargo/registry`, `~/.npm`.
+pub fn default_writable_roots() -> Vec<String> {
+    vec![
+        "~/.cache".into(),
+        "~/.cargo/registry".into(),
+        "~/.npm".into(),
+    ]
+}
+
+fn expand_home(p: &str) -> PathBuf {
+    if p == "~" || p.starts_with("~/") {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        home.join(p.trim_start_matches('~').trim_start_matches('/'))
+    } else {
+        PathBuf::from(p)
+    }
+}
+
+/// What the kernel offers, probed once per process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Support {
+    /// The Landlock ABI in force (1..), or why there is none.
+    pub landlock: Result<u8, String>,
+    /// Whether a seccomp filter could be installed, or why not.
+    pub seccomp: Result<(), String>,
+}
+
+/// Probes Landlock and seccomp on a throwaway thread (restrictions die with it); cached.
+pub fn support() -> &'static Support {
+    static S: OnceLock<Support> = OnceLock::new();
+    S.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            linux::probe()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let why = format!("no sandbox backend on {}", std::env::consts::OS);
+            Support {
+                landlock: Err(why.clone()),
+                seccomp: Err(why),
+            }
+        }
+    })
+}
+
+/// A resolved policy for one session's commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// File policy.
+    pub mode: SandboxMode,
+    /// Network allowed.
+    pub network: bool,
+    /// Folders writable besides the device files (workspace, temp folder, roots; canonical).
+    pub writable: Vec<PathBuf>,
+}
+
+impl Policy {
+    /// A policy with no restriction at all.
+    pub fn unrestricted() -> Policy {
+        Policy {
+            mode: SandboxMode::Off,
+            network: true,
+            writable: Vec::new(),
+        }
+    }
+
+    /// True when nothing is restricted.
+    pub fn is_off(&self) -> bool {
+        self.mode == SandboxMode::Off && self.network
+    }
+
+    /// `workspace-write, network off`-style label.
+    pub fn label(&self) -> String {
+        format!(
+            "{}, network {}",
+            self.mode.as_str(),
+            if self.network { "on" } else { "off" }
+        )
+    }
+}
+
+/// Whether a [`Policy`] is enforced for real.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enforcement {
+    /// Enforced by the kernel.
+    Enforced,
+    /// Nothing to enforce (`off` with network on).
+    NotNeeded,
+    /// Not enforceable; the user did not ask for a sandbox explicitly, so commands run
+    /// unrestricted and the first result says why.
+    Unavailable(String),
+    /// Not enforceable although the user asked for it: every command needs approval to run
+    /// unrestricted (the text says why).
+    NeedsApproval(String),
+}
+
+/// A session's temp folder, removed with everything in it when the last [`Sandbox`] using it
+/// is dropped.
+#[derive(Debug)]
+struct TempFolder(PathBuf);
+
+impl Drop for TempFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl TempFolder {
+    fn create() -> Arc<TempFolder> {
+        let p = std::env::temp_dir().join(format!("pi-lsp-{}", uuid::Uuid::new_v4()));
+        if let Err(e) = create_private_dir(&p) {
+            tracing::warn!("cannot create session temp folder {}: {e}", p.display());
+        }
+        Arc::new(TempFolder(p))
+    }
+
+    /// The folder of session `key`, shared by every sandbox of that session alive at once
+    /// (tool sets are rebuilt per prompt; the folder outlives them while one is alive).
+    fn for_session(key: &str) -> Arc<TempFolder> {
+        static FOLDERS: OnceLock<Mutex<HashMap<String, Weak<TempFolder>>>> = OnceLock::new();
+        let map = FOLDERS.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, w| w.strong_count() > 0);
+        if let Some(t) = m.get(key).and_then(Weak::upgrade) {
+            return t;
+        }
+        let t = Self::create();
+        m.insert(key.to_string(), Arc::downgrade(&t));
+        t
+    }
+}
+
+/// One session's sandbox: its policy, its temp folder, and whether the kernel enforces it.
+#[derive(Debug)]
+pub struct Sandbox {
+    policy: Policy,
+    tmp: Arc<TempFolder>,
+    enforcement: Enforcement,
+}
+
+impl Sandbox {
+    /// A sandbox in `workspace` from `settings`, with a temp folder of its own
+    /// (`<system temp>/pi-lsp-<uuid>`, mode 0700; removed when the sandbox is dropped).
+    pub fn new(workspace: &Path, settings: &SandboxSettings) -> Sandbox {
+        Self::build(workspace, settings, support(), TempFolder::create())
+    }
+
+    /// The sandbox of session `session_id`: like [`Sandbox::new`], but sandboxes of the same
+    /// session alive at the same time share one temp folder, so `TMPDIR` stays the same
+    /// across the session's prompts; it is removed when the session's last sandbox goes.
+    pub fn for_session(workspace: &Path, settings: &SandboxSettings, session_id: &str) -> Sandbox {
+        Self::build(
+            workspace,
+            settings,
+            support(),
+            TempFolder::for_session(session_id),
+        )
+    }
+
+    /// [`Sandbox::new`] against a given kernel `support` (tests simulate kernels without it).
+    pub fn with_support(workspace: &Path, settings: &SandboxSettings, sup: &Support) -> Sandbox {
+        Self::build(workspace, settings, sup, TempFolder::create())
+    }
+
+    fn build(
+        workspace: &Path,
+        settings: &SandboxSettings,
+        sup: &Support,
+        folder: Arc<TempFolder>,
+    ) -> Sandbox {
+        let tmp = folder.0.clone();
+        let canon = |p: &Path| p.canonicalize().ok();
+        let network = settings.network.unwrap_or(true);
+        let fs_ok = sup.landlock.is_ok();
+        let net_ok = sup.seccomp.is_ok();
+        let mode = match settings.mode {
+            Some(m) => m,
+            None if fs_ok => SandboxMode::WorkspaceWrite,
+            None => SandboxMode::Off,
+        };
+        let mut writable: Vec<PathBuf> = Vec::new();
+        writable.extend(canon(&tmp));
+        if mode == SandboxMode::WorkspaceWrite {
+            writable.extend(canon(workspace));
+            let roots = settings
+                .writable_roots
+                .clone()
+                .unwrap_or_else(default_writable_roots);
+            writable.extend(roots.iter().filter_map(|r| canon(&expand_home(r))));
+        }
+        writable.dedup();
+        let policy = Policy {
+            mode,
+            network,
+            writable,
+        };
+        let mut missing = Vec::new();
+        if mode != SandboxMode::Off {
+            if let Err(e) = &sup.landlock {
+                missing.push(format!("file rules need Landlock ({e})"));
+            }
+        }
+        if !network {
+            if let Err(e) = &sup.seccomp {
+                missing.push(format!("network off needs seccomp ({e})"));
+            }
+        }
+        let enforcement = if policy.is_off() {
+            if settings.mode.is_none() && !fs_ok {
+                Enforcement::Unavailable(format!(
+                    "the sandbox is off: this kernel cannot enforce workspace-write ({}); commands run with the server's permissions",
+                    sup.landlock.as_ref().err().map(String::as_str).unwrap_or("no Landlock")
+                ))
+            } else {
+                Enforcement::NotNeeded
+            }
+        } else if missing.is_empty() {
+            Enforcement::Enforced
+        } else {
+            Enforcement::NeedsApproval(format!(
+                "the sandbox ({}) cannot be enforced here: {}",
+                policy.label(),
+                missing.join("; ")
+            ))
+        };
+        let _ = (fs_ok, net_ok);
+        Sandbox {
+            policy,
+            tmp: folder,
+            enforcement,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The session's temp folder (exported to commands as `TMPDIR`).
+    pub fn tmp_dir(&self) -> &Path {
+        &self.tmp.0
+    }
+
+    /// Whether the policy is enforced.
+    pub fn enforcement(&self) -> &Enforcement {
+        &self.enforcement
+    }
+
+    /// True when commands run inside an enforced sandbox.
+    pub fn active(&self) -> bool {
+        self.enforcement == Enforcement::Enforced
+    }
+}
+
+fn create_private_dir(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+}
+
+/// Spawns `cmd` under `policy`: on Linux a fresh thread restricts itself (Landlock, then the
+/// network filter) and spawns the command, which inherits the restrictions; the thread then
+/// ends, so the server is never restricted. `policy.is_off()` spawns directly. Must be called
+/// inside a Tokio runtime.
+///
+/// Errors: the restriction could not be applied (the command is not started) or the spawn
+/// failed.
+pub async fn spawn(
+    mut cmd: tokio::process::Command,
+    policy: &Policy,
+) -> std::io::Result<tokio::process::Child> {
+    if policy.is_off() {
+        return cmd.spawn();
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let handle = tokio::runtime::Handle::current();
+        let policy = policy.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("pi-sandbox-spawn".into())
+            .spawn(move || {
+                let _rt = handle.enter();
+                let r = linux::restrict_current_thread(&policy).and_then(|()| cmd.spawn());
+                let _ = tx.send(r);
+            })?;
+        rx.await
+            .unwrap_or_else(|_| Err(std::io::Error::other("sandbox spawn thread died")))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cmd;
+        Err(std::io::Error::other(format!(
+            "no sandbox backend on {}",
+            std::env::consts::OS
+        )))
+    }
+}
+
+/// Texts in a failed command's output that point at the sandbox: Landlock and the seccomp
+/// filter fail with `EACCES` / `EPERM`.
+const FS_DENIALS: &[&str] = &[
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+    "EACCES",
+    "EPERM",
+];
+
+/// Texts of network failures (network off).
+const NET_DENIALS: &[&str] = &[
+    "Network is unreachable",
+    "Could not resolve host",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Couldn't connect to server",
+    "Failed to connect",
+    "Connection refused",
+    "getaddrinfo",
+    "ENETUNREACH",
+];
+
+/// The first output line suggesting `policy` made a failed command fail, or `None`.
+pub fn likely_denial(output: &str, policy: &Policy) -> Option<String> {
+    let mut markers: Vec<&str> = Vec::new();
+    if policy.mode != SandboxMode::Off || !policy.network {
+        markers.extend(FS_DENIALS);
+    }
+    if !policy.network {
+        markers.extend(NET_DENIALS);
+    }
+    output
+        .lines()
+        .find(|l| markers.iter().any(|m| l.contains(m)))
+        .map(|l| {
+            let l = l.trim();
+            match l.char_indices().nth(300) {
+                Some((i, _)) => format!("{}…", &l[..i]),
+                None => l.to_string(),
+            }
+        })
+}
+
+/// A question to the user: may `tool` run with `arguments` although `reason`?
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionRequest {
+    /// The tool asking, e.g. `bash`.
+    pub tool: String,
+    /// The model's tool call id.
+    pub tool_call_id: String,
+    /// The tool's arguments as the model sent them.
+    pub arguments: Value,
+    /// Why approval is needed, e.g. `sandbox denied: touch: cannot touch '../x': Permission
+    /// denied`.
+    pub reason: String,
+}
+
+/// The user's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Go ahead (this once).
+    Allow,
+    /// Do not; `reason` is shown to the model when given.
+    Reject {
+        /// The user's or client's reason.
+        reason: Option<String>,
+    },
+}
+
+/// Asks the user for permission (the editor, a terminal prompt, a test). Implementations
+/// answer [`Decision::Reject`] when nobody can be asked; they must not block forever on a
+/// client that went away (the caller also stops waiting on abort).
+#[async_trait]
+pub trait Approver: Send + Sync {
+    /// Asks once and returns the decision.
+    async fn ask(&self, request: PermissionRequest) -> Decision;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denial_detection_follows_the_policy() {
+        let ww = Policy {
+            mode: SandboxMode::WorkspaceWrite,
+            network: true,
+            writable: vec![],
+        };
+        let out = "ok\ntouch: cannot touch '../x': Permission denied\n";
+        assert_eq!(
+            likely_denial(out, &ww).as_deref(),
+            Some("touch: cannot touch '../x': Permission denied")
+        );
+        assert_eq!(likely_denial("curl: (7) Failed to connect", &ww), None);
+        let net_off = Policy {
+            mode: SandboxMode::Off,
+            network: false,
+            writable: vec![],
+        };
+        assert_eq!(
+            likely_denial("curl: (7) Failed to connect to x", &net_off).as_deref(),
+            Some("curl: (7) Failed to connect to x")
+        );
+        assert_eq!(likely_denial(out, &Policy::unrestricted()), None);
+    }
+
+    #[test]
+    fn settings_merge_key_by_key_and_kernels_without_support_are_honest() {
+        let ws = std::env::temp_dir().join(format!("pi-sbx-settings-{}", std::process::id()));
+        std::fs::create_dir_all(ws.join(".pi")).unwrap();
+        std::fs::write(
+            ws.join(".pi/settings.json"),
+            r#"{"sandbox":{"network":false}}"#,
+        )
+        .unwrap();
+        let s = SandboxSettings::for_workspace(&ws);
+        assert_eq!(s.network, Some(false));
+        let none = Support {
+            landlock: Err("Landlock is not enabled".into()),
+            seccomp: Err("seccomp unavailable".into()),
+        };
+        // Default mode, no kernel support: off, said once; network off asked for: approval.
+        let sb = Sandbox::with_support(&ws, &SandboxSettings::default(), &none);
+        assert!(
+            matches!(sb.enforcement(), Enforcement::Unavailable(w) if w.contains("Landlock is not enabled"))
+        );
+        let sb = Sandbox::with_support(&ws, &s, &none);
+        assert_eq!(
+            sb.enforcement(),
+            &Enforcement::NeedsApproval(
+                "the sandbox (off, network off) cannot be enforced here: network off needs seccomp (seccomp unavailable)".into()
+            )
+        );
+        let explicit = SandboxSettings {
+            mode: Some(SandboxMode::ReadOnly),
+            ..Default::default()
+        };
+        let sb = Sandbox::with_support(&ws, &explicit, &none);
+        assert!(matches!(sb.enforcement(), Enforcement::NeedsApproval(_)));
+        let tmp = sb.tmp_dir().to_path_buf();
+        assert!(tmp.is_dir());
+        drop(sb);
+        assert!(!tmp.exists(), "the temp folder goes with the session");
+        // A session's sandboxes share one folder while one of them is alive.
+        let a = Sandbox::for_session(&ws, &explicit, "sess-1");
+        let b = Sandbox::for_session(&ws, &explicit, "sess-1");
+        let other = Sandbox::for_session(&ws, &explicit, "sess-2");
+        assert_eq!(a.tmp_dir(), b.tmp_dir());
+        assert_ne!(a.tmp_dir(), other.tmp_dir());
+        let shared = a.tmp_dir().to_path_buf();
+        drop(a);
+        assert!(shared.is_dir());
+        drop(b);
+        assert!(!shared.exists());
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+}
