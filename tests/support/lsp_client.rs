@@ -29,6 +29,12 @@ pub struct EditorBehavior {
     /// Send `didChange` after applying an edit (an editor that skips a stale edit but still
     /// answers `applied: true` sends none).
     pub send_changes: bool,
+    /// Send the `didChange` for an applied edit as incremental range changes (what VS Code and
+    /// Neovim send to a server that asks for incremental sync) instead of the full text.
+    pub incremental_changes: bool,
+    /// `workspace.workspaceEdit.resourceOperations` to advertise (`create`, `rename`,
+    /// `delete`).
+    pub resource_operations: Vec<&'static str>,
 }
 
 impl Default for EditorBehavior {
@@ -39,6 +45,8 @@ impl Default for EditorBehavior {
             offer_utf8: false,
             work_done_progress: true,
             send_changes: true,
+            incremental_changes: false,
+            resource_operations: vec!["create"],
         }
     }
 }
@@ -171,12 +179,23 @@ impl Shared {
                     (s, t, e["newText"].as_str().unwrap().to_string())
                 })
                 .collect();
+            // Applied from the end, so each edit's range (against the original text) is still
+            // valid for the text the previous ones produced: also the order of incremental
+            // content changes.
+            let mut order: Vec<usize> = (0..ranges.len()).collect();
+            order.sort_by_key(|i| std::cmp::Reverse(ranges[*i].0));
+            let content_changes: Vec<Value> = order
+                .iter()
+                .map(|i| json!({"range": edits[*i]["range"], "text": ranges[*i].2}))
+                .collect();
             ranges.sort_by_key(|r| std::cmp::Reverse(r.0));
             for (s, t, new) in ranges {
                 doc.text.replace_range(s..t, &new);
             }
             doc.version += 1;
-            if open {
+            if open && self.behavior.incremental_changes {
+                notes.push(json!({"textDocument":{"uri":uri,"version":doc.version},"contentChanges":content_changes}));
+            } else if open {
                 notes.push(json!({"textDocument":{"uri":uri,"version":doc.version},"contentChanges":[{"text":doc.text}]}));
             } else {
                 // An editor opens the file it edits.
@@ -315,7 +334,7 @@ impl LspClient {
             stderr: err_buf,
         };
         let mut caps = json!({
-            "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create"]}},
+            "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": behavior.resource_operations}},
             "window": {"workDoneProgress": behavior.work_done_progress},
             "experimental": {"agent": {"saveDocument": behavior.save_documents}}
         });

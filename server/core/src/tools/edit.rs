@@ -64,6 +64,40 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// Lines of unchanged context in `details.diff`.
 const DIFF_CONTEXT: usize = 4;
 
+/// Blocks compared with `memcmp` before the byte-wise tail of [`common_prefix`].
+const BLOCK: usize = 4096;
+
+/// Length of the common prefix of `a` and `b` (block-wise, then byte-wise).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + BLOCK <= n && a[i..i + BLOCK] == b[i..i + BLOCK] {
+        i += BLOCK;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// Length of the common suffix of `a` and `b`, at most `max`.
+fn common_suffix(a: &[u8], b: &[u8], max: usize) -> usize {
+    let n = a.len().min(b.len()).min(max);
+    let (ea, eb) = (a.len(), b.len());
+    let mut i = 0;
+    while i + BLOCK <= n && a[ea - i - BLOCK..ea - i] == b[eb - i - BLOCK..eb - i] {
+        i += BLOCK;
+    }
+    i + a[..ea - i]
+        .iter()
+        .rev()
+        .zip(b[..eb - i].iter().rev())
+        .take(n - i)
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 /// The unified diff (`similar`, [`DIFF_CONTEXT`] lines of context) of `before` → `after`,
 /// computed only on the changed middle: common leading and trailing lines (beyond the context)
 /// are cut off first and the hunk headers shifted back, so a one-line edit of a 50,000-line
@@ -71,7 +105,7 @@ const DIFF_CONTEXT: usize = 4;
 pub(crate) fn unified_diff(name: &str, before: &str, after: &str) -> String {
     let (b, a) = (before.as_bytes(), after.as_bytes());
     // Common prefix, cut back to a line start, then DIFF_CONTEXT lines more.
-    let mut pre = b.iter().zip(a).take_while(|(x, y)| x == y).count();
+    let mut pre = common_prefix(b, a);
     pre = b[..pre]
         .iter()
         .rposition(|c| *c == b'\n')
@@ -88,13 +122,7 @@ pub(crate) fn unified_diff(name: &str, before: &str, after: &str) -> String {
     let skipped_lines = b[..pre].iter().filter(|c| **c == b'\n').count();
     // Common suffix (not overlapping the prefix), starting at a line start, plus context.
     let max_suf = (b.len() - pre).min(a.len() - pre);
-    let mut suf = b
-        .iter()
-        .rev()
-        .zip(a.iter().rev())
-        .take(max_suf)
-        .take_while(|(x, y)| x == y)
-        .count();
+    let mut suf = common_suffix(b, a, max_suf);
     // Keep the cut just after a newline in both texts.
     while suf > 0 && b[b.len() - suf - 1] != b'\n' {
         suf -= 1;
@@ -261,6 +289,7 @@ impl Tool for EditTool {
     }
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let started = std::time::Instant::now();
         let a: Args = parse_args("edit", args)?;
         let mut edits: Vec<(String, String)> = a
             .edits
@@ -311,6 +340,11 @@ impl Tool for EditTool {
             .map_err(|e| ToolError::new(e.to_string()))?;
         self.state.reads.record(&path, &after);
         let diff = unified_diff(&shown, &snap.text, &after);
+        // The server's own time for the edit (the tools bench reads it).
+        tracing::debug!(
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "edit {shown}: {count} block(s)"
+        );
         Ok(ToolOutput {
             terminate: false,
             content: vec![pi_ai::ContentBlock::text(format!(
