@@ -119,6 +119,8 @@ impl Shared {
     fn apply_workspace_edit(&self, edit: &Value) -> Vec<Value> {
         let utf8 = *self.utf8.lock().unwrap();
         let mut doc_edits: Vec<(String, Option<i64>, Vec<Value>)> = Vec::new();
+        // didClose / didOpen the editor sends for renamed and deleted files.
+        let mut resource_notes: Vec<Value> = Vec::new();
         if let Some(dc) = edit["documentChanges"].as_array() {
             for op in dc {
                 if op["kind"] == "create" {
@@ -126,6 +128,27 @@ impl Shared {
                     let path = uri.trim_start_matches("file://").replace("%20", " ");
                     if !Path::new(&path).exists() {
                         std::fs::write(&path, "").unwrap();
+                    }
+                } else if op["kind"] == "rename" {
+                    // Like VS Code: the file moves on disk and an open buffer moves with it.
+                    let (old, new) = (
+                        op["oldUri"].as_str().unwrap(),
+                        op["newUri"].as_str().unwrap(),
+                    );
+                    let path = |u: &str| u.trim_start_matches("file://").replace("%20", " ");
+                    std::fs::rename(path(old), path(new)).unwrap();
+                    let moved = self.docs.lock().unwrap().remove(old);
+                    if let Some(doc) = moved {
+                        resource_notes.push(json!({"close": {"textDocument": {"uri": old}}}));
+                        resource_notes.push(json!({"open": {"textDocument": {"uri": new, "languageId": "plaintext", "version": doc.version, "text": doc.text}}}));
+                        self.docs.lock().unwrap().insert(new.to_string(), doc);
+                    }
+                } else if op["kind"] == "delete" {
+                    let uri = op["uri"].as_str().unwrap();
+                    std::fs::remove_file(uri.trim_start_matches("file://").replace("%20", " "))
+                        .unwrap();
+                    if self.docs.lock().unwrap().remove(uri).is_some() {
+                        resource_notes.push(json!({"close": {"textDocument": {"uri": uri}}}));
                     }
                 } else if let Some(td) = op.get("textDocument") {
                     doc_edits.push((
@@ -145,7 +168,7 @@ impl Shared {
                 ));
             }
         }
-        let mut notes = Vec::new();
+        let mut notes = resource_notes;
         let mut docs = self.docs.lock().unwrap();
         for (uri, version, edits) in doc_edits {
             let path = uri.trim_start_matches("file://").replace("%20", " ");
@@ -279,6 +302,8 @@ impl LspClient {
                                     for n in notes {
                                         if let Some(open) = n.get("open") {
                                             write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didOpen","params":open})).await;
+                                        } else if let Some(close) = n.get("close") {
+                                            write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didClose","params":close})).await;
                                         } else {
                                             write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didChange","params":n})).await;
                                         }

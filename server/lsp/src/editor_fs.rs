@@ -14,7 +14,11 @@
 //!   the fresh version (LSP-02); when the text changed, the model is told to read again.
 //! - After `applied: true` the disk holds the buffer's text before the next tool runs: clients
 //!   that advertise `experimental.agent.saveDocument` are asked to save; otherwise (or when
-//!   saving fails) the server writes the buffer's text itself (LSP-03).
+//!   saving fails) the server writes the buffer's text itself (LSP-03) and tells the client with
+//!   `agent/didWriteDocument {uri, version}` so it does not report a conflict with the disk.
+//! - Renames and deletes are `RenameFile` / `DeleteFile` operations when the client advertises
+//!   them (`workspace.workspaceEdit.resourceOperations` and `documentChanges`), else done on
+//!   disk; none of Pi's tools performs them (see [`Fs::rename`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +31,7 @@ use pi_core::fs::{
     FileSnapshot, Fs, FsError, TextReplace, WriteKind,
 };
 use ropey::Rope;
+use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::request::ApplyWorkspaceEdit;
 use tower_lsp_server::ls_types::{
     ApplyWorkspaceEditParams, ClientCapabilities, CreateFile, CreateFileOptions, DeleteFile,
@@ -115,6 +120,25 @@ impl EditorCaps {
 
 /// How long to wait for the client's `didChange` after it applied an edit.
 const CHANGE_WAIT: Duration = Duration::from_secs(2);
+
+/// `agent/didWriteDocument` (server → client notification, params
+/// [`DidWriteDocumentParams`]): the server wrote an open buffer's text to disk itself because the
+/// client could not save it on request. The disk now holds exactly the buffer at `version`; a
+/// client should treat the buffer as saved at that version rather than report the file as
+/// changed on disk (a save conflict).
+pub enum DidWriteDocument {}
+
+/// Params of [`DidWriteDocument`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DidWriteDocumentParams {
+    pub uri: Uri,
+    pub version: i32,
+}
+
+impl Notification for DidWriteDocument {
+    type Params = DidWriteDocumentParams;
+    const METHOD: &'static str = "agent/didWriteDocument";
+}
 
 /// Writes an open buffer's text to `path` atomically, from the rope's chunks (no whole-text
 /// copy; the rope clone shares its nodes).
@@ -282,7 +306,7 @@ impl EditorFs {
         if self.caps.save_request {
             match self
                 .client
-                .send_request::<SaveDocumentRequest>(SaveDocumentParams { uri })
+                .send_request::<SaveDocumentRequest>(SaveDocumentParams { uri: uri.clone() })
                 .await
             {
                 Ok(r) if r.saved => return Ok(()),
@@ -298,7 +322,16 @@ impl EditorFs {
         // buffer, as the editor would), written from the rope's chunks; for a file that was not
         // open, the text we sent.
         match (sent_version, self.docs.get(path)) {
-            (Some(v), Some(d)) if d.version != v => write_rope(path, d.text).await,
+            (Some(v), Some(d)) if d.version != v => {
+                write_rope(path, d.text).await?;
+                self.client
+                    .send_notification::<DidWriteDocument>(DidWriteDocumentParams {
+                        uri,
+                        version: d.version,
+                    })
+                    .await;
+                Ok(())
+            }
             _ => atomic_write(path, expected().as_bytes()).await,
         }
     }
