@@ -22,6 +22,18 @@ use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{pi_lsp_bin, TempDir};
 use serde_json::{json, Value};
 
+/// The phases the server logs for an edit: the tool's (`read_us` … `diff_us`) and, inside
+/// `replace_us`, the editor file system's (`check_us`, `apply_edit_us`, `settle_us`).
+const PHASES: [&str; 7] = [
+    "read_us",
+    "plan_us",
+    "replace_us",
+    "check_us",
+    "apply_edit_us",
+    "settle_us",
+    "diff_us",
+];
+
 fn stats(name: &str, mut v: Vec<Duration>) {
     v.sort();
     println!(
@@ -77,6 +89,7 @@ fn main() {
 
         let mut edits = Vec::new();
         let mut inside = Vec::new();
+        let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); PHASES.len()];
         for round in 0..11 {
             let mock = MockModel::start_with_delay(
                 vec![
@@ -93,7 +106,7 @@ fn main() {
             let env = agent_env(
                 &tmp.path().join("agent"),
                 &mock.models_json(),
-                &[("PI_LSP_LOG", "warn,pi_core::tools::edit=debug")],
+                &[("PI_LSP_LOG", "warn,pi_core::tools::edit=debug,pi_lsp::editor_fs=debug")],
             );
             let editor = EditorBehavior {
                 incremental_changes: true,
@@ -121,12 +134,27 @@ fn main() {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| panic!("no elapsed_us in the server log:\n{log}"));
             inside.push(Duration::from_micros(us));
+            for (k, v) in PHASES.iter().zip(phases.iter_mut()) {
+                if let Some(x) = log
+                    .split(&format!("{k}="))
+                    .nth(1)
+                    .and_then(|v| v.split_whitespace().next())
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    v.push(Duration::from_micros(x));
+                }
+            }
             c.shutdown().await;
             std::fs::write(&file, &big).unwrap();
         }
         // The first round also pays for cold caches; all rounds are reported.
         stats("edit on a 50,000-line open buffer (server: execute)", inside);
         stats("edit on a 50,000-line open buffer (client: start → end event)", edits);
+        for (k, v) in PHASES.iter().zip(phases) {
+            if !v.is_empty() {
+                stats(&format!("  phase {k}"), v);
+            }
+        }
 
         let tree = ws.join("tree");
         for d in 0..200 {

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pi_core::fs::{
-    apply_replacements, atomic_write, atomic_write_with, decode_text, disk_delete, disk_rename,
-    FileSnapshot, Fs, FsError, TextReplace, WriteKind,
+    apply_replacements, atomic_write, decode_text, disk_delete, disk_rename,
+    overwrite_in_place_with, FileSnapshot, Fs, FsError, TextReplace, WriteKind,
 };
 use ropey::Rope;
 use tower_lsp_server::ls_types::notification::Notification;
@@ -140,10 +140,11 @@ impl Notification for DidWriteDocument {
     const METHOD: &'static str = "agent/didWriteDocument";
 }
 
-/// Writes an open buffer's text to `path` atomically, from the rope's chunks (no whole-text
-/// copy; the rope clone shares its nodes).
+/// Writes an open buffer's text over the file at `path` in place, as the editor's own save
+/// would, from the rope's chunks (no whole-text copy; the rope clone shares its nodes). See
+/// [`overwrite_in_place_with`] for why not a temp file and rename.
 async fn write_rope(path: &Path, rope: Rope) -> Result<(), FsError> {
-    atomic_write_with(path, move |w| rope.write_to(w)).await
+    overwrite_in_place_with(path, move |w| rope.write_to(w)).await
 }
 
 /// The editor-backed file system.
@@ -371,8 +372,9 @@ impl Fs for EditorFs {
 
     async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError> {
         if let Some(doc) = self.docs.get(path) {
+            // `String::from` reserves the whole length once (`to_string` would grow by doubling).
             return Ok(FileSnapshot {
-                text: doc.text.to_string(),
+                text: String::from(&doc.text),
                 version: Some(doc.version),
             });
         }
@@ -392,6 +394,7 @@ impl Fs for EditorFs {
         edits: Vec<TextReplace>,
         label: &str,
     ) -> Result<(), FsError> {
+        let started = std::time::Instant::now();
         let uri = uri_of(path)?;
         // The edit goes to what the file is now: the open buffer (same text as `base`, compared
         // chunk by chunk without copying; a moved version with the same text is fine and is the
@@ -410,6 +413,7 @@ impl Fs for EditorFs {
                 (None, self.text_edits(&base.text, &edits))
             }
         };
+        let checked = started.elapsed();
         let edit = self.workspace_edit(uri.clone(), version, text_edits.clone(), false);
         let mut sent_version = version;
         if let Err(first) = self.apply(edit, label).await {
@@ -427,10 +431,19 @@ impl Fs for EditorFs {
             self.apply(edit, label).await?;
             sent_version = Some(now.version);
         }
+        let applied = started.elapsed();
         self.settle(path, uri, sent_version, || {
             apply_replacements(&base.text, &edits)
         })
-        .await
+        .await?;
+        tracing::debug!(
+            check_us = checked.as_micros() as u64,
+            apply_edit_us = (applied - checked).as_micros() as u64,
+            settle_us = (started.elapsed() - applied).as_micros() as u64,
+            "replace {}",
+            path.display()
+        );
+        Ok(())
     }
 
     async fn write(&self, path: &Path, text: &str, label: &str) -> Result<WriteKind, FsError> {

@@ -106,20 +106,14 @@ pub(crate) fn unified_diff(name: &str, before: &str, after: &str) -> String {
     let (b, a) = (before.as_bytes(), after.as_bytes());
     // Common prefix, cut back to a line start, then DIFF_CONTEXT lines more.
     let mut pre = common_prefix(b, a);
-    pre = b[..pre]
-        .iter()
-        .rposition(|c| *c == b'\n')
-        .map_or(0, |i| i + 1);
+    pre = memchr::memrchr(b'\n', &b[..pre]).map_or(0, |i| i + 1);
     for _ in 0..DIFF_CONTEXT {
         if pre == 0 {
             break;
         }
-        pre = b[..pre - 1]
-            .iter()
-            .rposition(|c| *c == b'\n')
-            .map_or(0, |i| i + 1);
+        pre = memchr::memrchr(b'\n', &b[..pre - 1]).map_or(0, |i| i + 1);
     }
-    let skipped_lines = b[..pre].iter().filter(|c| **c == b'\n').count();
+    let skipped_lines = memchr::memchr_iter(b'\n', &b[..pre]).count();
     // Common suffix (not overlapping the prefix), starting at a line start, plus context.
     let max_suf = (b.len() - pre).min(a.len() - pre);
     let mut suf = common_suffix(b, a, max_suf);
@@ -132,7 +126,7 @@ pub(crate) fn unified_diff(name: &str, before: &str, after: &str) -> String {
             break;
         }
         let rest = &b[b.len() - suf..];
-        suf -= rest.iter().position(|c| *c == b'\n').map_or(suf, |i| i + 1);
+        suf -= memchr::memchr(b'\n', rest).map_or(suf, |i| i + 1);
     }
     let old_mid = &before[pre..before.len() - suf];
     let new_mid = &after[pre..after.len() - suf];
@@ -319,8 +313,10 @@ impl Tool for EditTool {
             }
             return Err(ToolError::new(msg));
         }
+        let read_at = started.elapsed();
         let plan = plan_edits(&snap.text, &edits, &shown).map_err(ToolError::new)?;
         let after = apply_replacements(&snap.text, &plan);
+        let planned_at = started.elapsed();
         if after == snap.text {
             return Err(ToolError::new(if edits.len() == 1 {
                 format!("No changes made to {shown}. The replacement produced identical content. This might indicate an issue with special characters or the text not existing as expected.")
@@ -338,11 +334,16 @@ impl Tool for EditTool {
             .replace(&path, &snap, plan, &label)
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
+        let replaced_at = started.elapsed();
         self.state.reads.record(&path, &after);
         let diff = unified_diff(&shown, &snap.text, &after);
-        // The server's own time for the edit (the tools bench reads it).
+        // The server's own time for the edit and its phases (the tools bench reads them).
         tracing::debug!(
             elapsed_us = started.elapsed().as_micros() as u64,
+            read_us = read_at.as_micros() as u64,
+            plan_us = (planned_at - read_at).as_micros() as u64,
+            replace_us = (replaced_at - planned_at).as_micros() as u64,
+            diff_us = (started.elapsed() - replaced_at).as_micros() as u64,
             "edit {shown}: {count} block(s)"
         );
         Ok(ToolOutput {
@@ -397,6 +398,26 @@ mod tests {
             ("line 1\n", ""),
             ("line 60\n", "end"),
             ("line 3\n", "3\n"),
+        ] {
+            let after = before.replacen(from, to, 1);
+            let whole = similar::TextDiff::from_lines(&before, &after)
+                .unified_diff()
+                .context_radius(4)
+                .header("f", "f")
+                .to_string();
+            assert_eq!(unified_diff("f", &before, &after), whole, "{from:?}");
+        }
+    }
+
+    #[test]
+    fn diff_of_the_middle_of_a_large_text_matches_a_whole_diff() {
+        // Over many 4 KB blocks, so the block-wise prefix and suffix scans are exercised.
+        let before: String = (1..=3000).map(|i| format!("row {i} 🦊\n")).collect();
+        for (from, to) in [
+            ("row 1 🦊\n", "first\n"),
+            ("row 455 🦊\n", "row 455 🦊\nadded\n"),
+            ("row 1500 🦊\nrow 1501 🦊\n", "joined\n"),
+            ("row 3000 🦊\n", "row 3000 🦊"),
         ] {
             let after = before.replacen(from, to, 1);
             let whole = similar::TextDiff::from_lines(&before, &after)
