@@ -161,7 +161,10 @@ pub async fn disk_delete(path: &Path) -> Result<(), FsError> {
 pub fn apply_replacements(text: &str, edits: &[TextReplace]) -> String {
     let mut sorted: Vec<&TextReplace> = edits.iter().collect();
     sorted.sort_by_key(|e| e.range.start);
-    let mut out = String::with_capacity(text.len());
+    // Exact size, so the copy never reallocates.
+    let removed: usize = edits.iter().map(|e| e.range.len()).sum();
+    let added: usize = edits.iter().map(|e| e.new_text.len()).sum();
+    let mut out = String::with_capacity((text.len() + added).saturating_sub(removed));
     let mut pos = 0;
     for e in sorted {
         out.push_str(&text[pos..e.range.start]);

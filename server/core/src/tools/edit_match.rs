@@ -207,14 +207,16 @@ fn fuzzy_view(text: &str) -> View {
     v
 }
 
-/// Byte offsets of every match of `needle` in `hay`, overlapping ones included.
+/// Byte offsets of every match of `needle` in `hay`, overlapping ones included (SIMD substring
+/// search, `memchr::memmem`; a UTF-8 needle only matches at char boundaries).
 pub(crate) fn find_all(hay: &str, needle: &str) -> Vec<usize> {
     let mut out = Vec::new();
     if needle.is_empty() {
         return out;
     }
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
     let mut from = 0;
-    while let Some(i) = hay[from..].find(needle) {
+    while let Some(i) = finder.find(&hay.as_bytes()[from..]) {
         let at = from + i;
         out.push(at);
         // Advance one char, not one match, so overlapping repeats count.
