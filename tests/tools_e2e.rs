@@ -138,7 +138,7 @@ async fn client_declining_the_edit_is_an_error_and_changes_nothing() {
 
 const WIDE: &str = "let s = \"🍋\"; x\nname = \"é🍋\"  # ok\ne\u{0301}中 z\n";
 
-async fn ranges_round(utf8: bool) {
+async fn ranges_round(utf8: bool, incremental: bool) {
     let tmp = TempDir::new(if utf8 { "utf8" } else { "utf16" });
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -161,6 +161,7 @@ async fn ranges_round(utf8: bool) {
         &mock,
         EditorBehavior {
             offer_utf8: utf8,
+            incremental_changes: incremental,
             ..Default::default()
         },
     )
@@ -210,12 +211,20 @@ async fn ranges_round(utf8: bool) {
 
 #[tokio::test]
 async fn utf16_ranges_on_emoji_cjk_and_combining_lines() {
-    ranges_round(false).await;
+    ranges_round(false, false).await;
 }
 
 #[tokio::test]
 async fn utf8_ranges_on_emoji_cjk_and_combining_lines() {
-    ranges_round(true).await;
+    ranges_round(true, false).await;
+}
+
+/// The editor echoes the edit as incremental `didChange` ranges (as VS Code and Neovim do); the
+/// server's buffer must end up byte-equal, read back by a second edit's match.
+#[tokio::test]
+async fn incremental_did_change_in_both_encodings_keeps_the_buffer_exact() {
+    ranges_round(false, true).await;
+    ranges_round(true, true).await;
 }
 
 #[tokio::test]
@@ -283,6 +292,283 @@ async fn two_edits_of_one_file_in_one_batch_apply_in_call_order() {
     );
     assert_eq!(c.doc(&file).unwrap().text, "ONE\nTWO\n");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "ONE\nTWO\n");
+    mock.assert_paired();
+    c.shutdown().await;
+}
+
+/// The `fs_probe` example of `pi-lsp` (a minimal server exposing `EditorFs::rename` and
+/// `EditorFs::delete`, which no Pi tool performs), built once with the same cargo and target dir.
+fn fs_probe_bin() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = std::process::Command::new(cargo);
+            cmd.args(["build", "-q", "-p", "pi-lsp", "--example", "fs_probe"])
+                .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if profile_dir.ends_with("release") {
+                cmd.arg("--release");
+            }
+            assert!(cmd.status().unwrap().success(), "building fs_probe failed");
+            profile_dir.join("examples").join("fs_probe")
+        })
+        .clone()
+}
+
+async fn probe(ws: &std::path::Path, ops: Vec<&'static str>) -> LspClient {
+    LspClient::start(
+        &fs_probe_bin(),
+        ws,
+        &[("PI_LSP_LOG", "warn".to_string())],
+        EditorBehavior {
+            resource_operations: ops,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rename_and_delete_are_resource_operations_when_the_client_advertises_them() {
+    let tmp = TempDir::new("resops");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let (a, b, c) = (ws.join("a.txt"), ws.join("sub/b.txt"), ws.join("c.txt"));
+    std::fs::write(&a, "alpha\n").unwrap();
+    std::fs::write(&c, "gamma\n").unwrap();
+    let mut cl = probe(&ws, vec!["create", "rename", "delete"]).await;
+    cl.open(&a, "alpha\n").await;
+    let p = |x: &std::path::Path| x.display().to_string();
+    assert_eq!(
+        cl.request("probe/rename", json!({"from": p(&a), "to": p(&b)}))
+            .await
+            .unwrap(),
+        json!({"ok": true})
+    );
+    // Never over an existing file; nothing is sent then.
+    assert_eq!(
+        cl.request("probe/rename", json!({"from": p(&b), "to": p(&c)}))
+            .await
+            .unwrap(),
+        json!({"ok": false, "error": format!("{} already exists", c.display())})
+    );
+    assert_eq!(
+        cl.request("probe/delete", json!({"path": p(&b)}))
+            .await
+            .unwrap(),
+        json!({"ok": true})
+    );
+    assert_eq!(
+        cl.request("probe/delete", json!({"path": p(&b)}))
+            .await
+            .unwrap(),
+        json!({"ok": false, "error": format!("ENOENT: no such file or directory: {}", b.display())})
+    );
+    assert_eq!(
+        apply_edits(&cl),
+        vec![
+            json!({"label": "pi: probe rename", "edit": {"documentChanges": [{"kind": "rename",
+                "oldUri": file_uri(&a), "newUri": file_uri(&b),
+                "options": {"overwrite": false, "ignoreIfExists": false}}]}}),
+            json!({"label": "pi: probe delete", "edit": {"documentChanges": [{"kind": "delete",
+                "uri": file_uri(&b), "options": {"recursive": false, "ignoreIfNotExists": false}}]}}),
+        ]
+    );
+    assert!(!a.exists() && !b.exists());
+    assert_eq!(std::fs::read_to_string(&c).unwrap(), "gamma\n");
+    // The editor moved the buffer, then closed it with the delete.
+    assert!(cl.doc(&a).is_none() && cl.doc(&b).is_none());
+    cl.shutdown().await;
+}
+
+#[tokio::test]
+async fn rename_and_delete_go_to_disk_when_the_client_does_not_advertise_them() {
+    let tmp = TempDir::new("noresops");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let (a, b) = (ws.join("a.txt"), ws.join("sub/b.txt"));
+    std::fs::write(&a, "alpha\n").unwrap();
+    let mut cl = probe(&ws, vec!["create"]).await;
+    let p = |x: &std::path::Path| x.display().to_string();
+    assert_eq!(
+        cl.request("probe/rename", json!({"from": p(&a), "to": p(&b)}))
+            .await
+            .unwrap(),
+        json!({"ok": true})
+    );
+    assert!(!a.exists());
+    assert_eq!(std::fs::read_to_string(&b).unwrap(), "alpha\n");
+    assert_eq!(
+        cl.request("probe/delete", json!({"path": p(&b)}))
+            .await
+            .unwrap(),
+        json!({"ok": true})
+    );
+    assert!(!b.exists());
+    assert_eq!(apply_edits(&cl), Vec::<Value>::new());
+    cl.shutdown().await;
+}
+
+#[tokio::test]
+async fn write_over_an_open_buffer_replaces_its_whole_text_and_reports_the_disk_write() {
+    let tmp = TempDir::new("write-open");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let file = ws.join("w.txt");
+    std::fs::write(&file, "on disk\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::call(
+            "call_w",
+            "write",
+            json!({"path": "w.txt", "content": "new text\n"}),
+        ),
+        Step::text("done"),
+    ])
+    .await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    // Unsaved buffer: two lines, the last with an emoji and no final newline.
+    let buffer = "unsaved 中\r\nlast 🍋🍋";
+    c.open(&file, buffer).await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "replace it", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert_eq!(
+        tool_result_text(&events, "write"),
+        ("Successfully wrote 9 bytes to w.txt".to_string(), false)
+    );
+    // The whole buffer, ending at line 1, UTF-16 column 9 (two emoji are two units each).
+    assert_eq!(
+        apply_edits(&c),
+        vec![
+            json!({"label": "pi: turn 1 · write w.txt (call_w)", "edit": {"documentChanges": [
+            {"textDocument": {"uri": file_uri(&file), "version": 1}, "edits": [{"range":
+                {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 9}},
+                "newText": "new text\n"}]}]}})
+        ]
+    );
+    assert_eq!(c.doc(&file).unwrap().text, "new text\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "new text\n");
+    // The client cannot save on request: the server wrote the buffer and says so.
+    let wrote: Vec<Value> = c
+        .log()
+        .into_iter()
+        .filter(|m| m["method"] == "agent/didWriteDocument")
+        .map(|m| m["params"].clone())
+        .collect();
+    assert_eq!(wrote, vec![json!({"uri": file_uri(&file), "version": 2})]);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn new_files_go_to_disk_when_the_client_cannot_create_them() {
+    let tmp = TempDir::new("nocreate");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![
+        Step::call(
+            "call_w",
+            "write",
+            json!({"path": "deep/er/new.txt", "content": "fresh\n"}),
+        ),
+        Step::text("done"),
+    ])
+    .await;
+    let mut c = start_with_mock(
+        &ws,
+        &mock,
+        EditorBehavior {
+            resource_operations: vec![],
+            ..Default::default()
+        },
+    )
+    .await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "create it", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert_eq!(
+        tool_result_text(&events, "write"),
+        (
+            "Successfully wrote 6 bytes to deep/er/new.txt".to_string(),
+            false
+        )
+    );
+    assert_eq!(apply_edits(&c), Vec::<Value>::new());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("deep/er/new.txt")).unwrap(),
+        "fresh\n"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn edit_names_the_buffer_version_it_was_computed_against() {
+    // LSP-02: the user's change between the read and the edit left the text as it was but
+    // moved the version (an undo back to the same text); the edit is sent with version 2.
+    let tmp = TempDir::new("version");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let file = ws.join("v.txt");
+    std::fs::write(&file, "k = 1\n").unwrap();
+    let mock = MockModel::start_with_delay(
+        vec![
+            Step::call("call_read", "read", json!({"path": "v.txt"})),
+            Step::call(
+                "call_edit",
+                "edit",
+                json!({"path": "v.txt", "edits": [{"oldText": "k = 1", "newText": "k = 2"}]}),
+            ),
+            Step::text("done"),
+        ],
+        Duration::from_millis(60),
+    )
+    .await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    c.open(&file, "k = 1\n").await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "bump k", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    loop {
+        let n = c.next_notification(Duration::from_secs(10)).await.unwrap();
+        if n["method"] == "agent/event"
+            && n["params"]["event"]["type"] == "tool_execution_end"
+            && n["params"]["event"]["toolName"] == "read"
+        {
+            break;
+        }
+    }
+    c.set_buffer(&file, "k = 1\n").await;
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert_eq!(
+        tool_result_text(&events, "edit"),
+        (
+            "Successfully replaced 1 block(s) in v.txt.".to_string(),
+            false
+        )
+    );
+    assert_eq!(
+        apply_edits(&c),
+        vec![
+            json!({"label": "pi: turn 2 · edit v.txt (call_edit)", "edit": {"documentChanges": [
+            {"textDocument": {"uri": file_uri(&file), "version": 2}, "edits": [{"range":
+                {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 5}},
+                "newText": "k = 2"}]}]}})
+        ]
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "k = 2\n");
     mock.assert_paired();
     c.shutdown().await;
 }

@@ -36,6 +36,12 @@ pub struct EditorBehavior {
     pub permission_answer: Option<Value>,
     /// Title of the action chosen for `window/showMessageRequest` (`None` answers `null`).
     pub message_action: Option<String>,
+    /// Send the `didChange` for an applied edit as incremental range changes (what VS Code and
+    /// Neovim send to a server that asks for incremental sync) instead of the full text.
+    pub incremental_changes: bool,
+    /// `workspace.workspaceEdit.resourceOperations` to advertise (`create`, `rename`,
+    /// `delete`).
+    pub resource_operations: Vec<&'static str>,
 }
 
 impl Default for EditorBehavior {
@@ -49,6 +55,8 @@ impl Default for EditorBehavior {
             initialization_options: None,
             permission_answer: None,
             message_action: None,
+            incremental_changes: false,
+            resource_operations: vec!["create"],
         }
     }
 }
@@ -121,6 +129,8 @@ impl Shared {
     fn apply_workspace_edit(&self, edit: &Value) -> Vec<Value> {
         let utf8 = *self.utf8.lock().unwrap();
         let mut doc_edits: Vec<(String, Option<i64>, Vec<Value>)> = Vec::new();
+        // didClose / didOpen the editor sends for renamed and deleted files.
+        let mut resource_notes: Vec<Value> = Vec::new();
         if let Some(dc) = edit["documentChanges"].as_array() {
             for op in dc {
                 if op["kind"] == "create" {
@@ -128,6 +138,27 @@ impl Shared {
                     let path = uri.trim_start_matches("file://").replace("%20", " ");
                     if !Path::new(&path).exists() {
                         std::fs::write(&path, "").unwrap();
+                    }
+                } else if op["kind"] == "rename" {
+                    // Like VS Code: the file moves on disk and an open buffer moves with it.
+                    let (old, new) = (
+                        op["oldUri"].as_str().unwrap(),
+                        op["newUri"].as_str().unwrap(),
+                    );
+                    let path = |u: &str| u.trim_start_matches("file://").replace("%20", " ");
+                    std::fs::rename(path(old), path(new)).unwrap();
+                    let moved = self.docs.lock().unwrap().remove(old);
+                    if let Some(doc) = moved {
+                        resource_notes.push(json!({"close": {"textDocument": {"uri": old}}}));
+                        resource_notes.push(json!({"open": {"textDocument": {"uri": new, "languageId": "plaintext", "version": doc.version, "text": doc.text}}}));
+                        self.docs.lock().unwrap().insert(new.to_string(), doc);
+                    }
+                } else if op["kind"] == "delete" {
+                    let uri = op["uri"].as_str().unwrap();
+                    std::fs::remove_file(uri.trim_start_matches("file://").replace("%20", " "))
+                        .unwrap();
+                    if self.docs.lock().unwrap().remove(uri).is_some() {
+                        resource_notes.push(json!({"close": {"textDocument": {"uri": uri}}}));
                     }
                 } else if let Some(td) = op.get("textDocument") {
                     doc_edits.push((
@@ -147,7 +178,7 @@ impl Shared {
                 ));
             }
         }
-        let mut notes = Vec::new();
+        let mut notes = resource_notes;
         let mut docs = self.docs.lock().unwrap();
         for (uri, version, edits) in doc_edits {
             let path = uri.trim_start_matches("file://").replace("%20", " ");
@@ -181,12 +212,23 @@ impl Shared {
                     (s, t, e["newText"].as_str().unwrap().to_string())
                 })
                 .collect();
+            // Applied from the end, so each edit's range (against the original text) is still
+            // valid for the text the previous ones produced: also the order of incremental
+            // content changes.
+            let mut order: Vec<usize> = (0..ranges.len()).collect();
+            order.sort_by_key(|i| std::cmp::Reverse(ranges[*i].0));
+            let content_changes: Vec<Value> = order
+                .iter()
+                .map(|i| json!({"range": edits[*i]["range"], "text": ranges[*i].2}))
+                .collect();
             ranges.sort_by_key(|r| std::cmp::Reverse(r.0));
             for (s, t, new) in ranges {
                 doc.text.replace_range(s..t, &new);
             }
             doc.version += 1;
-            if open {
+            if open && self.behavior.incremental_changes {
+                notes.push(json!({"textDocument":{"uri":uri,"version":doc.version},"contentChanges":content_changes}));
+            } else if open {
                 notes.push(json!({"textDocument":{"uri":uri,"version":doc.version},"contentChanges":[{"text":doc.text}]}));
             } else {
                 // An editor opens the file it edits.
@@ -270,6 +312,8 @@ impl LspClient {
                                     for n in notes {
                                         if let Some(open) = n.get("open") {
                                             write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didOpen","params":open})).await;
+                                        } else if let Some(close) = n.get("close") {
+                                            write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didClose","params":close})).await;
                                         } else {
                                             write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didChange","params":n})).await;
                                         }
@@ -332,7 +376,7 @@ impl LspClient {
             stderr: err_buf,
         };
         let mut caps = json!({
-            "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": ["create"]}},
+            "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": behavior.resource_operations}},
             "window": {"workDoneProgress": behavior.work_done_progress},
             "experimental": {"agent": {"saveDocument": behavior.save_documents,
                 "requestPermission": behavior.permission_answer.is_some()}}

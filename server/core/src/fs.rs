@@ -80,6 +80,32 @@ pub trait Fs: Send + Sync {
     async fn read_bytes(&self, path: &Path) -> Result<Vec<u8>, FsError> {
         tokio::fs::read(path).await.map_err(|e| io_err(path, e))
     }
+    /// At most the first `n` bytes of the file on disk (to recognise images by content).
+    async fn read_head(&self, path: &Path, n: usize) -> Result<Vec<u8>, FsError> {
+        use tokio::io::AsyncReadExt as _;
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| io_err(path, e))?;
+        let mut out = Vec::with_capacity(n);
+        file.take(n as u64)
+            .read_to_end(&mut out)
+            .await
+            .map_err(|e| io_err(path, e))?;
+        Ok(out)
+    }
+    /// Renames the file `from` to `to` (absolute, already confined), creating `to`'s parent
+    /// folders; fails with [`FsError::Io`] when `to` exists and with [`FsError::NotFound`] when
+    /// `from` does not. An editor moves an open buffer along (`RenameFile`); `label` as for
+    /// [`Fs::replace`]. The default renames on disk.
+    async fn rename(&self, from: &Path, to: &Path, _label: &str) -> Result<(), FsError> {
+        disk_rename(from, to).await
+    }
+    /// Deletes the file `path` (never a folder); fails with [`FsError::NotFound`] when it does
+    /// not exist. An editor closes its buffer (`DeleteFile`); `label` as for [`Fs::replace`].
+    /// The default deletes on disk.
+    async fn delete(&self, path: &Path, _label: &str) -> Result<(), FsError> {
+        disk_delete(path).await
+    }
     /// Entries of a directory: (name, is_dir).
     async fn list_dir(&self, path: &Path) -> Result<Vec<(String, bool)>, FsError> {
         let mut rd = tokio::fs::read_dir(path)
@@ -97,11 +123,48 @@ pub trait Fs: Send + Sync {
     }
 }
 
+/// [`Fs::rename`] on disk: refuses to replace an existing `to`.
+pub async fn disk_rename(from: &Path, to: &Path) -> Result<(), FsError> {
+    tokio::fs::metadata(from)
+        .await
+        .map_err(|e| io_err(from, e))?;
+    if tokio::fs::symlink_metadata(to).await.is_ok() {
+        return Err(FsError::Io(format!("{} already exists", to.display())));
+    }
+    if let Some(parent) = to.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| io_err(parent, e))?;
+    }
+    tokio::fs::rename(from, to)
+        .await
+        .map_err(|e| io_err(from, e))
+}
+
+/// [`Fs::delete`] on disk: files only.
+pub async fn disk_delete(path: &Path) -> Result<(), FsError> {
+    let meta = tokio::fs::symlink_metadata(path)
+        .await
+        .map_err(|e| io_err(path, e))?;
+    if meta.is_dir() {
+        return Err(FsError::Io(format!(
+            "{} is a folder; only files can be deleted",
+            path.display()
+        )));
+    }
+    tokio::fs::remove_file(path)
+        .await
+        .map_err(|e| io_err(path, e))
+}
+
 /// Applies byte-range edits to `text` (ranges must not overlap; any order).
 pub fn apply_replacements(text: &str, edits: &[TextReplace]) -> String {
     let mut sorted: Vec<&TextReplace> = edits.iter().collect();
     sorted.sort_by_key(|e| e.range.start);
-    let mut out = String::with_capacity(text.len());
+    // Exact size, so the copy never reallocates.
+    let removed: usize = edits.iter().map(|e| e.range.len()).sum();
+    let added: usize = edits.iter().map(|e| e.new_text.len()).sum();
+    let mut out = String::with_capacity((text.len() + added).saturating_sub(removed));
     let mut pos = 0;
     for e in sorted {
         out.push_str(&text[pos..e.range.start]);
@@ -113,27 +176,107 @@ pub fn apply_replacements(text: &str, edits: &[TextReplace]) -> String {
 }
 
 /// Writes `text` to `path` atomically: a temp file in the same folder, then rename, so a
-/// failure never leaves a half-written file (case EDIT-06).
+/// failure never leaves a half-written file (case EDIT-06). Parent folders are created; an
+/// existing file's permissions are kept.
 pub async fn atomic_write(path: &Path, text: &[u8]) -> Result<(), FsError> {
+    let bytes = text.to_vec();
+    atomic_write_with(path, move |w| w.write_all(&bytes)).await
+}
+
+/// [`atomic_write`] with the content produced by `fill` (e.g. a rope writing its chunks), on a
+/// blocking thread so no whole-text copy is needed.
+pub async fn atomic_write_with<F>(path: &Path, fill: F) -> Result<(), FsError>
+where
+    F: FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send + 'static,
+{
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || atomic_write_blocking(&path, fill))
+        .await
+        .map_err(|e| FsError::Io(format!("write task failed: {e}")))?
+}
+
+fn atomic_write_blocking<F>(path: &Path, fill: F) -> Result<(), FsError>
+where
+    F: FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+{
+    use std::io::Write as _;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| io_err(parent, e))?;
+        std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
     }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.pi-tmp-{}", std::process::id()));
-    tokio::fs::write(&tmp, text)
-        .await
-        .map_err(|e| io_err(&tmp, e))?;
-    if let Ok(meta) = tokio::fs::metadata(path).await {
-        let _ = tokio::fs::set_permissions(&tmp, meta.permissions()).await;
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(".{name}.pi-tmp-{}-{seq}", std::process::id()));
+    let written = (|| {
+        let file = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::with_capacity(256 * 1024, file);
+        fill(&mut w)?;
+        w.flush()?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            let _ = std::fs::set_permissions(&tmp, meta.permissions());
+        }
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_err(path, e));
     }
-    tokio::fs::rename(&tmp, path)
-        .await
-        .map_err(|e| io_err(path, e))
+    Ok(())
+}
+
+/// Writes the content produced by `fill` over the file at `path` in place (created when
+/// missing, parent folders too; cut to the new length), the way an editor saves a buffer. Not
+/// atomic, but ten times cheaper than a temp file and rename for a multi-megabyte file on ext4
+/// (no new inode, no forced flush on rename) and it keeps the file's inode, links and mode. For
+/// mirroring an editor buffer, whose text stays in the editor; tools writing files of their own
+/// use [`atomic_write`].
+pub async fn overwrite_in_place_with<F>(path: &Path, fill: F) -> Result<(), FsError>
+where
+    F: FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send + 'static,
+{
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || -> Result<(), FsError> {
+        use std::io::Write as _;
+        /// Counts the bytes written through it.
+        struct Counting<W> {
+            inner: W,
+            n: u64,
+        }
+        impl<W: std::io::Write> std::io::Write for Counting<W> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                let k = self.inner.write(buf)?;
+                self.n += k as u64;
+                Ok(k)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                self.inner.flush()
+            }
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        let mut w = Counting {
+            inner: std::io::BufWriter::with_capacity(256 * 1024, &file),
+            n: 0,
+        };
+        fill(&mut w)
+            .and_then(|()| w.flush())
+            .map_err(|e| io_err(&path, e))?;
+        let len = w.n;
+        drop(w);
+        file.set_len(len).map_err(|e| io_err(&path, e))
+    })
+    .await
+    .map_err(|e| FsError::Io(format!("write task failed: {e}")))?
 }
 
 /// The disk, for headless runs.

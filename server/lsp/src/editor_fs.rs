@@ -14,7 +14,11 @@
 //!   the fresh version (LSP-02); when the text changed, the model is told to read again.
 //! - After `applied: true` the disk holds the buffer's text before the next tool runs: clients
 //!   that advertise `experimental.agent.saveDocument` are asked to save; otherwise (or when
-//!   saving fails) the server writes the buffer's text itself (LSP-03).
+//!   saving fails) the server writes the buffer's text itself (LSP-03) and tells the client with
+//!   `agent/didWriteDocument {uri, version}` so it does not report a conflict with the disk.
+//! - Renames and deletes are `RenameFile` / `DeleteFile` operations when the client advertises
+//!   them (`workspace.workspaceEdit.resourceOperations` and `documentChanges`), else done on
+//!   disk; none of Pi's tools performs them (see [`Fs::rename`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,19 +27,24 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pi_core::fs::{
-    apply_replacements, atomic_write, decode_text, FileSnapshot, Fs, FsError, TextReplace,
-    WriteKind,
+    apply_replacements, atomic_write, decode_text, disk_delete, disk_rename,
+    overwrite_in_place_with, FileSnapshot, Fs, FsError, TextReplace, WriteKind,
 };
+use ropey::Rope;
+use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::request::ApplyWorkspaceEdit;
 use tower_lsp_server::ls_types::{
-    ApplyWorkspaceEditParams, CreateFile, CreateFileOptions, DocumentChangeOperation,
-    DocumentChanges, OneOf, OptionalVersionedTextDocumentIdentifier, Position, Range, ResourceOp,
-    TextDocumentEdit, TextEdit, Uri, WorkspaceEdit,
+    ApplyWorkspaceEditParams, ClientCapabilities, CreateFile, CreateFileOptions, DeleteFile,
+    DeleteFileOptions, DocumentChangeOperation, DocumentChanges, OneOf,
+    OptionalVersionedTextDocumentIdentifier, Position, Range, RenameFile, RenameFileOptions,
+    ResourceOp, ResourceOperationKind, TextDocumentEdit, TextEdit, Uri, WorkspaceEdit,
 };
 use tower_lsp_server::Client;
 
 use crate::documents::Documents;
-use crate::positions::{offset_to_position, Encoding};
+use crate::positions::{
+    offset_to_position, offsets_to_positions, rope_offset_to_position, Encoding,
+};
 use crate::protocol::{SaveDocumentParams, SaveDocumentRequest};
 
 /// What the client said it can do (from `initialize`).
@@ -46,6 +55,10 @@ pub struct EditorCaps {
     pub document_changes: bool,
     /// `workspace.workspaceEdit.resourceOperations` includes `create`.
     pub create_file: bool,
+    /// `workspace.workspaceEdit.resourceOperations` includes `rename`.
+    pub rename_file: bool,
+    /// `workspace.workspaceEdit.resourceOperations` includes `delete`.
+    pub delete_file: bool,
     /// `experimental.agent.saveDocument`.
     pub save_request: bool,
     /// `window.workDoneProgress`.
@@ -60,6 +73,8 @@ impl Default for EditorCaps {
             encoding: Encoding::Utf16,
             document_changes: false,
             create_file: false,
+            rename_file: false,
+            delete_file: false,
             save_request: false,
             work_done_progress: false,
             request_permission: false,
@@ -67,8 +82,75 @@ impl Default for EditorCaps {
     }
 }
 
+impl EditorCaps {
+    /// What the client's `initialize` capabilities offer: the position encoding (see
+    /// [`Encoding::negotiate`]), `workspace.workspaceEdit.documentChanges` and
+    /// `resourceOperations`, `experimental.agent.saveDocument`, `window.workDoneProgress`,
+    /// `experimental.agent.requestPermission`.
+    pub fn from_client(caps: &ClientCapabilities) -> EditorCaps {
+        let ws_edit = caps
+            .workspace
+            .as_ref()
+            .and_then(|w| w.workspace_edit.as_ref());
+        let op = |kind: ResourceOperationKind| {
+            ws_edit
+                .and_then(|w| w.resource_operations.as_ref())
+                .is_some_and(|ops| ops.contains(&kind))
+        };
+        EditorCaps {
+            encoding: Encoding::negotiate(
+                caps.general
+                    .as_ref()
+                    .and_then(|g| g.position_encodings.as_deref()),
+            ),
+            document_changes: ws_edit.and_then(|w| w.document_changes).unwrap_or(false),
+            create_file: op(ResourceOperationKind::Create),
+            rename_file: op(ResourceOperationKind::Rename),
+            delete_file: op(ResourceOperationKind::Delete),
+            save_request: caps
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/agent/saveDocument"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+            work_done_progress: caps
+                .window
+                .as_ref()
+                .and_then(|w| w.work_done_progress)
+                .unwrap_or(false),
+            request_permission: crate::permissions::client_supports(caps.experimental.as_ref()),
+        }
+    }
+}
+
 /// How long to wait for the client's `didChange` after it applied an edit.
 const CHANGE_WAIT: Duration = Duration::from_secs(2);
+
+/// `agent/didWriteDocument` (server → client notification, params
+/// [`DidWriteDocumentParams`]): the server wrote an open buffer's text to disk itself because the
+/// client could not save it on request. The disk now holds exactly the buffer at `version`; a
+/// client should treat the buffer as saved at that version rather than report the file as
+/// changed on disk (a save conflict).
+pub enum DidWriteDocument {}
+
+/// Params of [`DidWriteDocument`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DidWriteDocumentParams {
+    pub uri: Uri,
+    pub version: i32,
+}
+
+impl Notification for DidWriteDocument {
+    type Params = DidWriteDocumentParams;
+    const METHOD: &'static str = "agent/didWriteDocument";
+}
+
+/// Writes an open buffer's text over the file at `path` in place, as the editor's own save
+/// would, from the rope's chunks (no whole-text copy; the rope clone shares its nodes). See
+/// [`overwrite_in_place_with`] for why not a temp file and rename.
+async fn write_rope(path: &Path, rope: Rope) -> Result<(), FsError> {
+    overwrite_in_place_with(path, move |w| rope.write_to(w)).await
+}
 
 /// The editor-backed file system.
 pub struct EditorFs {
@@ -93,13 +175,36 @@ impl EditorFs {
         }
     }
 
+    /// LSP edits for byte-range `edits` of `base` (a file that is not open), positions found in
+    /// one pass over the text.
     fn text_edits(&self, base: &str, edits: &[TextReplace]) -> Vec<TextEdit> {
+        let offsets: Vec<usize> = edits
+            .iter()
+            .flat_map(|e| [e.range.start, e.range.end])
+            .collect();
+        let pos = offsets_to_positions(base, &offsets, self.caps.encoding);
+        edits
+            .iter()
+            .zip(pos.chunks(2))
+            .map(|(e, p)| TextEdit {
+                range: Range {
+                    start: p[0],
+                    end: p.get(1).copied().unwrap_or(p[0]),
+                },
+                new_text: e.new_text.clone(),
+            })
+            .collect()
+    }
+
+    /// LSP edits for byte-range `edits` of an open buffer's `rope`, from the rope's indexes.
+    fn rope_text_edits(&self, rope: &Rope, edits: &[TextReplace]) -> Vec<TextEdit> {
+        let enc = self.caps.encoding;
         edits
             .iter()
             .map(|e| TextEdit {
                 range: Range {
-                    start: offset_to_position(base, e.range.start, self.caps.encoding),
-                    end: offset_to_position(base, e.range.end, self.caps.encoding),
+                    start: rope_offset_to_position(rope, e.range.start, enc),
+                    end: rope_offset_to_position(rope, e.range.end, enc),
                 },
                 new_text: e.new_text.clone(),
             })
@@ -150,6 +255,17 @@ impl EditorFs {
         }
     }
 
+    /// A workspace edit of one resource operation.
+    fn resource_edit(op: ResourceOp) -> WorkspaceEdit {
+        WorkspaceEdit {
+            changes: None,
+            document_changes: Some(DocumentChanges::Operations(vec![
+                DocumentChangeOperation::Op(op),
+            ])),
+            change_annotations: None,
+        }
+    }
+
     async fn apply(&self, edit: WorkspaceEdit, label: &str) -> Result<(), FsError> {
         let resp = self
             .client
@@ -172,12 +288,14 @@ impl EditorFs {
     }
 
     /// Makes the disk hold the buffer's text after an applied edit (see module docs).
+    /// `expected` gives the text the edit produces, used when the file was not open or the
+    /// client sent no `didChange`; it is only computed then.
     async fn settle(
         &self,
         path: &Path,
         uri: Uri,
         sent_version: Option<i32>,
-        expected: &str,
+        expected: impl FnOnce() -> String,
     ) -> Result<(), FsError> {
         if let Some(v) = sent_version {
             if !self.docs.wait_past(path, v, CHANGE_WAIT).await {
@@ -194,7 +312,7 @@ impl EditorFs {
         if self.caps.save_request {
             match self
                 .client
-                .send_request::<SaveDocumentRequest>(SaveDocumentParams { uri })
+                .send_request::<SaveDocumentRequest>(SaveDocumentParams { uri: uri.clone() })
                 .await
             {
                 Ok(r) if r.saved => return Ok(()),
@@ -207,12 +325,21 @@ impl EditorFs {
             }
         }
         // An open buffer's text (it may hold the user's unsaved typing too: saving writes the
-        // buffer, as the editor would); for a file that was not open, the text we sent.
-        let text = match (sent_version, self.docs.get(path)) {
-            (Some(v), Some(d)) if d.version != v => d.text.to_string(),
-            _ => expected.to_string(),
-        };
-        atomic_write(path, text.as_bytes()).await
+        // buffer, as the editor would), written from the rope's chunks; for a file that was not
+        // open, the text we sent.
+        match (sent_version, self.docs.get(path)) {
+            (Some(v), Some(d)) if d.version != v => {
+                write_rope(path, d.text).await?;
+                self.client
+                    .send_notification::<DidWriteDocument>(DidWriteDocumentParams {
+                        uri,
+                        version: d.version,
+                    })
+                    .await;
+                Ok(())
+            }
+            _ => atomic_write(path, expected().as_bytes()).await,
+        }
     }
 
     async fn disk_text(path: &Path) -> Result<Option<String>, FsError> {
@@ -228,9 +355,12 @@ impl EditorFs {
         let mut out = Vec::new();
         for path in self.docs.paths() {
             if let Some(doc) = self.docs.get(&path) {
-                if Self::disk_text(&path).await.ok().flatten().as_deref()
-                    != Some(&doc.text.to_string())
-                {
+                let same = Self::disk_text(&path)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|disk| doc.text == disk.as_str());
+                if !same {
                     out.push(path);
                 }
             }
@@ -247,8 +377,9 @@ impl Fs for EditorFs {
 
     async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError> {
         if let Some(doc) = self.docs.get(path) {
+            // `String::from` reserves the whole length once (`to_string` would grow by doubling).
             return Ok(FileSnapshot {
-                text: doc.text.to_string(),
+                text: String::from(&doc.text),
                 version: Some(doc.version),
             });
         }
@@ -268,57 +399,83 @@ impl Fs for EditorFs {
         edits: Vec<TextReplace>,
         label: &str,
     ) -> Result<(), FsError> {
+        let started = std::time::Instant::now();
         let uri = uri_of(path)?;
-        let current = self.read(path).await?;
-        if current.version != base.version || current.text != base.text {
-            return Err(FsError::Stale(path.to_path_buf()));
-        }
-        let expected = apply_replacements(&base.text, &edits);
-        let text_edits = self.text_edits(&base.text, &edits);
-        let edit = self.workspace_edit(uri.clone(), base.version, text_edits.clone(), false);
-        let mut sent_version = base.version;
+        // The edit goes to what the file is now: the open buffer (same text as `base`, compared
+        // chunk by chunk without copying; a moved version with the same text is fine and is the
+        // version sent), else the disk.
+        let (version, text_edits) = match self.docs.get(path) {
+            Some(doc) => {
+                if doc.text != base.text.as_str() {
+                    return Err(FsError::Stale(path.to_path_buf()));
+                }
+                (Some(doc.version), self.rope_text_edits(&doc.text, &edits))
+            }
+            None => {
+                if Self::disk_text(path).await?.as_deref() != Some(base.text.as_str()) {
+                    return Err(FsError::Stale(path.to_path_buf()));
+                }
+                (None, self.text_edits(&base.text, &edits))
+            }
+        };
+        let checked = started.elapsed();
+        let edit = self.workspace_edit(uri.clone(), version, text_edits.clone(), false);
+        let mut sent_version = version;
         if let Err(first) = self.apply(edit, label).await {
             // LSP-02: retry once when only the version moved; refuse when the text changed.
-            let now = self.read(path).await?;
-            if now.text != base.text {
+            let Some(now) = self.docs.get(path) else {
+                return Err(first);
+            };
+            if now.text != base.text.as_str() {
                 return Err(FsError::Stale(path.to_path_buf()));
             }
-            if now.version == base.version {
+            if Some(now.version) == version {
                 return Err(first);
             }
-            let edit = self.workspace_edit(uri.clone(), now.version, text_edits, false);
+            let edit = self.workspace_edit(uri.clone(), Some(now.version), text_edits, false);
             self.apply(edit, label).await?;
-            sent_version = now.version;
+            sent_version = Some(now.version);
         }
-        self.settle(path, uri, sent_version, &expected).await
+        let applied = started.elapsed();
+        self.settle(path, uri, sent_version, || {
+            apply_replacements(&base.text, &edits)
+        })
+        .await?;
+        tracing::debug!(
+            check_us = checked.as_micros() as u64,
+            apply_edit_us = (applied - checked).as_micros() as u64,
+            settle_us = (started.elapsed() - applied).as_micros() as u64,
+            "replace {}",
+            path.display()
+        );
+        Ok(())
     }
 
     async fn write(&self, path: &Path, text: &str, label: &str) -> Result<WriteKind, FsError> {
         let uri = uri_of(path)?;
+        // The whole current text is replaced: its end position from the buffer's rope, or from
+        // the disk text of a file that is not open.
         let current = match self.docs.get(path) {
-            Some(doc) => Some(FileSnapshot {
-                text: doc.text.to_string(),
-                version: Some(doc.version),
-            }),
-            None => Self::disk_text(path).await?.map(|t| FileSnapshot {
-                text: t,
-                version: None,
-            }),
+            Some(doc) => Some((
+                Some(doc.version),
+                rope_offset_to_position(&doc.text, doc.text.len_bytes(), self.caps.encoding),
+            )),
+            None => Self::disk_text(path)
+                .await?
+                .map(|t| (None, offset_to_position(&t, t.len(), self.caps.encoding))),
         };
         match current {
-            Some(base) => {
-                let all = TextReplace {
-                    range: 0..base.text.len(),
+            Some((version, end)) => {
+                let all = TextEdit {
+                    range: Range {
+                        start: Position::default(),
+                        end,
+                    },
                     new_text: text.to_string(),
                 };
-                let edit = self.workspace_edit(
-                    uri.clone(),
-                    base.version,
-                    self.text_edits(&base.text, &[all]),
-                    false,
-                );
+                let edit = self.workspace_edit(uri.clone(), version, vec![all], false);
                 self.apply(edit, label).await?;
-                self.settle(path, uri, base.version, text).await?;
+                self.settle(path, uri, version, || text.to_string()).await?;
                 Ok(WriteKind::Overwritten)
             }
             None if self.caps.document_changes && self.caps.create_file => {
@@ -339,7 +496,7 @@ impl Fs for EditorFs {
                     label,
                 )
                 .await?;
-                self.settle(path, uri, None, text).await?;
+                self.settle(path, uri, None, || text.to_string()).await?;
                 Ok(WriteKind::Created)
             }
             None => {
@@ -347,5 +504,75 @@ impl Fs for EditorFs {
                 Ok(WriteKind::Created)
             }
         }
+    }
+
+    /// A `RenameFile` (never overwriting) when the client advertises `rename` with
+    /// `documentChanges`, so an open buffer moves along and the editor can undo it; else on disk.
+    /// After an applied rename the disk agrees: when the client left the file in place, the
+    /// server renames it.
+    async fn rename(&self, from: &Path, to: &Path, label: &str) -> Result<(), FsError> {
+        if !(self.caps.document_changes && self.caps.rename_file) {
+            return disk_rename(from, to).await;
+        }
+        if tokio::fs::symlink_metadata(from).await.is_err() && self.docs.get(from).is_none() {
+            return Err(FsError::NotFound(from.to_path_buf()));
+        }
+        if tokio::fs::symlink_metadata(to).await.is_ok() || self.docs.get(to).is_some() {
+            return Err(FsError::Io(format!("{} already exists", to.display())));
+        }
+        if let Some(parent) = to.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| FsError::Io(format!("{}: {e}", parent.display())))?;
+        }
+        let op = ResourceOp::Rename(RenameFile {
+            old_uri: uri_of(from)?,
+            new_uri: uri_of(to)?,
+            options: Some(RenameFileOptions {
+                overwrite: Some(false),
+                ignore_if_exists: Some(false),
+            }),
+            annotation_id: None,
+        });
+        self.apply(Self::resource_edit(op), label).await?;
+        if tokio::fs::symlink_metadata(to).await.is_err()
+            && tokio::fs::symlink_metadata(from).await.is_ok()
+        {
+            disk_rename(from, to).await?;
+        }
+        Ok(())
+    }
+
+    /// A `DeleteFile` when the client advertises `delete` with `documentChanges`, so the editor
+    /// closes the buffer; else on disk. After an applied delete the file is gone from disk.
+    async fn delete(&self, path: &Path, label: &str) -> Result<(), FsError> {
+        if !(self.caps.document_changes && self.caps.delete_file) {
+            return disk_delete(path).await;
+        }
+        let meta = tokio::fs::symlink_metadata(path)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => FsError::NotFound(path.to_path_buf()),
+                _ => FsError::Io(format!("{}: {e}", path.display())),
+            })?;
+        if meta.is_dir() {
+            return Err(FsError::Io(format!(
+                "{} is a folder; only files can be deleted",
+                path.display()
+            )));
+        }
+        let op = ResourceOp::Delete(DeleteFile {
+            uri: uri_of(path)?,
+            options: Some(DeleteFileOptions {
+                recursive: Some(false),
+                ignore_if_not_exists: Some(false),
+            }),
+            annotation_id: None,
+        });
+        self.apply(Self::resource_edit(op), label).await?;
+        if tokio::fs::symlink_metadata(path).await.is_ok() {
+            disk_delete(path).await?;
+        }
+        Ok(())
     }
 }

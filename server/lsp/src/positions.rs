@@ -47,28 +47,56 @@ impl Encoding {
 
 /// The position of byte `offset` (a char boundary, clamped to the text) in `text`.
 pub fn offset_to_position(text: &str, offset: usize, enc: Encoding) -> Position {
-    let offset = offset.min(text.len());
-    let mut line = 0u32;
-    let mut line_start = 0usize;
+    offsets_to_positions(text, &[offset], enc)
+        .pop()
+        .unwrap_or_default()
+}
+
+/// The positions of byte `offsets` (char boundaries, clamped to the text; any order) in `text`,
+/// in one pass over the text up to the largest offset (line ends found with `memchr`).
+pub fn offsets_to_positions(text: &str, offsets: &[usize], enc: Encoding) -> Vec<Position> {
     let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < offset {
-        match bytes[i] {
-            b'\n' => {
-                line += 1;
-                line_start = i + 1;
-            }
+    let mut order: Vec<usize> = (0..offsets.len()).collect();
+    order.sort_by_key(|i| offsets[*i]);
+    let mut out = vec![Position::default(); offsets.len()];
+    let (mut line, mut line_start, mut scanned) = (0u32, 0usize, 0usize);
+    for i in order {
+        let offset = offsets[i].min(text.len());
+        for at in memchr::memchr2_iter(b'\n', b'\r', &bytes[scanned..offset]) {
+            let at = scanned + at;
             // `\r\n` counts once, at its `\n`; a lone `\r` ends a line.
-            b'\r' if bytes.get(i + 1) != Some(&b'\n') => {
+            if bytes[at] == b'\n' || bytes.get(at + 1) != Some(&b'\n') {
                 line += 1;
-                line_start = i + 1;
+                line_start = at + 1;
             }
-            _ => {}
         }
-        i += 1;
+        scanned = scanned.max(offset);
+        let character = match enc {
+            Encoding::Utf8 => (offset - line_start) as u32,
+            _ => text[line_start..offset].chars().map(|c| enc.units(c)).sum(),
+        };
+        out[i] = Position { line, character };
     }
-    let character = text[line_start..offset].chars().map(|c| enc.units(c)).sum();
-    Position { line, character }
+    out
+}
+
+/// The position of byte `offset` (a char boundary, clamped) in `rope`, from the rope's own line
+/// and UTF-16 indexes: O(log n), no scan of the text.
+pub fn rope_offset_to_position(rope: &Rope, offset: usize, enc: Encoding) -> Position {
+    let offset = offset.min(rope.len_bytes());
+    let line = rope.byte_to_line(offset);
+    let character = match enc {
+        Encoding::Utf8 => offset - rope.line_to_byte(line),
+        Encoding::Utf32 => rope.byte_to_char(offset) - rope.line_to_char(line),
+        Encoding::Utf16 => {
+            rope.char_to_utf16_cu(rope.byte_to_char(offset))
+                - rope.char_to_utf16_cu(rope.line_to_char(line))
+        }
+    };
+    Position {
+        line: line as u32,
+        character: character as u32,
+    }
 }
 
 /// The char index of `pos` in `rope`. A line past the end gives the end of the text; a column
@@ -157,6 +185,41 @@ mod tests {
         assert_eq!(
             position_to_char(&rope, pos(9, 0), Encoding::Utf16),
             rope.len_chars()
+        );
+    }
+
+    #[test]
+    fn rope_str_and_batch_conversions_agree_on_every_offset() {
+        let text = "a🍋\r\né中\rx\n\ne\u{301}z\r\n\r🦊";
+        let rope = Rope::from_str(text);
+        let offsets: Vec<usize> = (0..=text.len())
+            .filter(|o| text.is_char_boundary(*o))
+            .collect();
+        for enc in [Encoding::Utf8, Encoding::Utf16, Encoding::Utf32] {
+            // Reversed, so the batch also sorts.
+            let rev: Vec<usize> = offsets.iter().rev().copied().collect();
+            let batch = offsets_to_positions(text, &rev, enc);
+            for (k, &off) in rev.iter().enumerate() {
+                let p = rope_offset_to_position(&rope, off, enc);
+                assert_eq!(p, batch[k], "{enc:?} at {off}");
+                // A char index of a CRLF's middle is not a position LSP can name; others are.
+                if !(off > 0 && text.as_bytes()[off - 1] == b'\r' && text.as_bytes()[off] == b'\n')
+                {
+                    assert_eq!(
+                        rope.char_to_byte(position_to_char(&rope, p, enc)),
+                        off,
+                        "{enc:?} at {off}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            rope_offset_to_position(&rope, text.find('z').unwrap(), Encoding::Utf16),
+            pos(4, 2)
+        );
+        assert_eq!(
+            rope_offset_to_position(&rope, text.len(), Encoding::Utf16),
+            pos(6, 2)
         );
     }
 

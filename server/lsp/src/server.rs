@@ -25,15 +25,14 @@ use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::{
     notification::Progress, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
     DidOpenTextDocumentParams, InitializeParams, InitializeResult, InitializedParams, MessageType,
-    NumberOrString, ProgressParams, ProgressParamsValue, ProgressToken, ResourceOperationKind,
-    ServerCapabilities, ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind,
-    WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
+    NumberOrString, ProgressParams, ProgressParamsValue, ProgressToken, ServerCapabilities,
+    ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, WorkDoneProgress,
+    WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
 };
 use tower_lsp_server::{Client, LanguageServer, LspService};
 
 use crate::documents::{uri_path, Documents};
 use crate::editor_fs::{EditorCaps, EditorFs};
-use crate::positions::Encoding;
 use crate::protocol::{
     agent_error, codes, parse_params, AbortParams, AbortResult, AgentEventNotification,
     AgentEventParams, AttentionNotification, AttentionParams, CompactParams, CompactResult,
@@ -157,35 +156,8 @@ impl State {
 
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
-        let caps = &params.capabilities;
-        let encoding = Encoding::negotiate(
-            caps.general
-                .as_ref()
-                .and_then(|g| g.position_encodings.as_deref()),
-        );
-        let ws_edit = caps
-            .workspace
-            .as_ref()
-            .and_then(|w| w.workspace_edit.as_ref());
-        let editor = EditorCaps {
-            encoding,
-            document_changes: ws_edit.and_then(|w| w.document_changes).unwrap_or(false),
-            create_file: ws_edit
-                .and_then(|w| w.resource_operations.as_ref())
-                .is_some_and(|ops| ops.contains(&ResourceOperationKind::Create)),
-            save_request: caps
-                .experimental
-                .as_ref()
-                .and_then(|e| e.pointer("/agent/saveDocument"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            work_done_progress: caps
-                .window
-                .as_ref()
-                .and_then(|w| w.work_done_progress)
-                .unwrap_or(false),
-            request_permission: crate::permissions::client_supports(caps.experimental.as_ref()),
-        };
+        let editor = EditorCaps::from_client(&params.capabilities);
+        let encoding = editor.encoding;
         *lock(&self.state.caps) = editor;
         #[allow(deprecated)]
         let root = params

@@ -64,6 +64,40 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// Lines of unchanged context in `details.diff`.
 const DIFF_CONTEXT: usize = 4;
 
+/// Blocks compared with `memcmp` before the byte-wise tail of [`common_prefix`].
+const BLOCK: usize = 4096;
+
+/// Length of the common prefix of `a` and `b` (block-wise, then byte-wise).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + BLOCK <= n && a[i..i + BLOCK] == b[i..i + BLOCK] {
+        i += BLOCK;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// Length of the common suffix of `a` and `b`, at most `max`.
+fn common_suffix(a: &[u8], b: &[u8], max: usize) -> usize {
+    let n = a.len().min(b.len()).min(max);
+    let (ea, eb) = (a.len(), b.len());
+    let mut i = 0;
+    while i + BLOCK <= n && a[ea - i - BLOCK..ea - i] == b[eb - i - BLOCK..eb - i] {
+        i += BLOCK;
+    }
+    i + a[..ea - i]
+        .iter()
+        .rev()
+        .zip(b[..eb - i].iter().rev())
+        .take(n - i)
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 /// The unified diff (`similar`, [`DIFF_CONTEXT`] lines of context) of `before` → `after`,
 /// computed only on the changed middle: common leading and trailing lines (beyond the context)
 /// are cut off first and the hunk headers shifted back, so a one-line edit of a 50,000-line
@@ -71,30 +105,18 @@ const DIFF_CONTEXT: usize = 4;
 pub(crate) fn unified_diff(name: &str, before: &str, after: &str) -> String {
     let (b, a) = (before.as_bytes(), after.as_bytes());
     // Common prefix, cut back to a line start, then DIFF_CONTEXT lines more.
-    let mut pre = b.iter().zip(a).take_while(|(x, y)| x == y).count();
-    pre = b[..pre]
-        .iter()
-        .rposition(|c| *c == b'\n')
-        .map_or(0, |i| i + 1);
+    let mut pre = common_prefix(b, a);
+    pre = memchr::memrchr(b'\n', &b[..pre]).map_or(0, |i| i + 1);
     for _ in 0..DIFF_CONTEXT {
         if pre == 0 {
             break;
         }
-        pre = b[..pre - 1]
-            .iter()
-            .rposition(|c| *c == b'\n')
-            .map_or(0, |i| i + 1);
+        pre = memchr::memrchr(b'\n', &b[..pre - 1]).map_or(0, |i| i + 1);
     }
-    let skipped_lines = b[..pre].iter().filter(|c| **c == b'\n').count();
+    let skipped_lines = memchr::memchr_iter(b'\n', &b[..pre]).count();
     // Common suffix (not overlapping the prefix), starting at a line start, plus context.
     let max_suf = (b.len() - pre).min(a.len() - pre);
-    let mut suf = b
-        .iter()
-        .rev()
-        .zip(a.iter().rev())
-        .take(max_suf)
-        .take_while(|(x, y)| x == y)
-        .count();
+    let mut suf = common_suffix(b, a, max_suf);
     // Keep the cut just after a newline in both texts.
     while suf > 0 && b[b.len() - suf - 1] != b'\n' {
         suf -= 1;
@@ -104,7 +126,7 @@ pub(crate) fn unified_diff(name: &str, before: &str, after: &str) -> String {
             break;
         }
         let rest = &b[b.len() - suf..];
-        suf -= rest.iter().position(|c| *c == b'\n').map_or(suf, |i| i + 1);
+        suf -= memchr::memchr(b'\n', rest).map_or(suf, |i| i + 1);
     }
     let old_mid = &before[pre..before.len() - suf];
     let new_mid = &after[pre..after.len() - suf];
@@ -261,6 +283,7 @@ impl Tool for EditTool {
     }
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let started = std::time::Instant::now();
         let a: Args = parse_args("edit", args)?;
         let mut edits: Vec<(String, String)> = a
             .edits
@@ -290,8 +313,10 @@ impl Tool for EditTool {
             }
             return Err(ToolError::new(msg));
         }
+        let read_at = started.elapsed();
         let plan = plan_edits(&snap.text, &edits, &shown).map_err(ToolError::new)?;
         let after = apply_replacements(&snap.text, &plan);
+        let planned_at = started.elapsed();
         if after == snap.text {
             return Err(ToolError::new(if edits.len() == 1 {
                 format!("No changes made to {shown}. The replacement produced identical content. This might indicate an issue with special characters or the text not existing as expected.")
@@ -309,8 +334,18 @@ impl Tool for EditTool {
             .replace(&path, &snap, plan, &label)
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
+        let replaced_at = started.elapsed();
         self.state.reads.record(&path, &after);
         let diff = unified_diff(&shown, &snap.text, &after);
+        // The server's own time for the edit and its phases (the tools bench reads them).
+        tracing::debug!(
+            elapsed_us = started.elapsed().as_micros() as u64,
+            read_us = read_at.as_micros() as u64,
+            plan_us = (planned_at - read_at).as_micros() as u64,
+            replace_us = (replaced_at - planned_at).as_micros() as u64,
+            diff_us = (started.elapsed() - replaced_at).as_micros() as u64,
+            "edit {shown}: {count} block(s)"
+        );
         Ok(ToolOutput {
             terminate: false,
             content: vec![pi_ai::ContentBlock::text(format!(
@@ -363,6 +398,26 @@ mod tests {
             ("line 1\n", ""),
             ("line 60\n", "end"),
             ("line 3\n", "3\n"),
+        ] {
+            let after = before.replacen(from, to, 1);
+            let whole = similar::TextDiff::from_lines(&before, &after)
+                .unified_diff()
+                .context_radius(4)
+                .header("f", "f")
+                .to_string();
+            assert_eq!(unified_diff("f", &before, &after), whole, "{from:?}");
+        }
+    }
+
+    #[test]
+    fn diff_of_the_middle_of_a_large_text_matches_a_whole_diff() {
+        // Over many 4 KB blocks, so the block-wise prefix and suffix scans are exercised.
+        let before: String = (1..=3000).map(|i| format!("row {i} 🦊\n")).collect();
+        for (from, to) in [
+            ("row 1 🦊\n", "first\n"),
+            ("row 455 🦊\n", "row 455 🦊\nadded\n"),
+            ("row 1500 🦊\nrow 1501 🦊\n", "joined\n"),
+            ("row 3000 🦊\n", "row 3000 🦊"),
         ] {
             let after = before.replacen(from, to, 1);
             let whole = similar::TextDiff::from_lines(&before, &after)

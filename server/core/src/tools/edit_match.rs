@@ -207,14 +207,16 @@ fn fuzzy_view(text: &str) -> View {
     v
 }
 
-/// Byte offsets of every match of `needle` in `hay`, overlapping ones included.
+/// Byte offsets of every match of `needle` in `hay`, overlapping ones included (SIMD substring
+/// search, `memchr::memmem`; a UTF-8 needle only matches at char boundaries).
 pub(crate) fn find_all(hay: &str, needle: &str) -> Vec<usize> {
     let mut out = Vec::new();
     if needle.is_empty() {
         return out;
     }
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
     let mut from = 0;
-    while let Some(i) = hay[from..].find(needle) {
+    while let Some(i) = finder.find(&hay.as_bytes()[from..]) {
         let at = from + i;
         out.push(at);
         // Advance one char, not one match, so overlapping repeats count.
@@ -359,13 +361,29 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
             s.replace('\n', eol)
         }
     };
-    // Level 1. Fast path: without `\r` or a BOM the view is the text itself.
-    if body_start(text) == 0 && !text.contains('\r') {
-        match find_all(text, &old_lf).as_slice() {
+    // Level 1, fast path: when the body (after any BOM) ends every line the same way, all
+    // `\n` or all `\r\n`, the view is the body itself with `\n` written as that ending, so
+    // the match is a plain search for `oldText` in that form (no view of the whole text is
+    // built). A needle never starts or ends inside a `\r\n`, so matches and their count are
+    // the same as in the view.
+    let base = body_start(text);
+    let body = &text[base..];
+    let crs = memchr::memchr_iter(b'\r', body.as_bytes()).count();
+    let uniform = crs == 0 || {
+        let lfs = memchr::memchr_iter(b'\n', body.as_bytes()).count();
+        lfs == crs && memchr::memmem::find_iter(body.as_bytes(), b"\r\n").count() == crs
+    };
+    if uniform {
+        let needle = if crs == 0 {
+            old_lf.clone()
+        } else {
+            old_lf.replace('\n', "\r\n")
+        };
+        match find_all(body, &needle).as_slice() {
             [] => {}
             [at] => {
                 return Ok(Found {
-                    range: *at..*at + old_lf.len(),
+                    range: base + *at..base + *at + needle.len(),
                     new_text: with_eol(&new_lf),
                     level: Level::Exact,
                 })
@@ -374,13 +392,7 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
                 return Err(MatchError::NotUnique {
                     lines: many
                         .iter()
-                        .map(|h| {
-                            text.as_bytes()[..*h]
-                                .iter()
-                                .filter(|b| **b == b'\n')
-                                .count()
-                                + 1
-                        })
+                        .map(|h| memchr::memchr_iter(b'\n', &body.as_bytes()[..*h]).count() + 1)
                         .collect(),
                 })
             }
@@ -519,6 +531,56 @@ pub(crate) fn closest_region(text: &str, old: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Level 1 through the view, as the fast path must behave.
+    fn exact_in_view(text: &str, old: &str) -> Result<Range<usize>, Vec<usize>> {
+        let lf = lf_view(text);
+        let needle = to_lf(old);
+        match find_all(&lf.text, &needle).as_slice() {
+            [at] => Ok(lf.original(&(*at..*at + needle.len()))),
+            many => Err(many.iter().map(|h| lf.line_of(*h)).collect()),
+        }
+    }
+
+    #[test]
+    fn uniform_line_ends_fast_path_agrees_with_the_view() {
+        let texts = [
+            "a\r\nfoo\r\nfoo\r\nfoo\r\nb",
+            "\u{FEFF}name\r\nfoo\r\nbar\r\n",
+            "\u{FEFF}x\nfoo\nfoo\ny",
+            "plain\nfoo\n",
+        ];
+        let needles = [
+            "foo\nfoo",
+            "\nfoo",
+            "foo\n",
+            "name",
+            "bar\n",
+            "b",
+            "x\nfoo",
+            "foo",
+            "\u{FEFF}x",
+        ];
+        for t in texts {
+            for n in needles {
+                let want = exact_in_view(t, n);
+                let got = find(t, n, "N");
+                match (&want, &got) {
+                    (Ok(r), Ok(f)) => {
+                        assert_eq!((&f.range, f.level), (r, Level::Exact), "{t:?} {n:?}")
+                    }
+                    (Err(lines), Err(MatchError::NotUnique { lines: l })) if lines.len() > 1 => {
+                        assert_eq!(l, lines, "{t:?} {n:?}")
+                    }
+                    (Err(lines), Ok(f)) if lines.is_empty() => {
+                        assert_ne!(f.level, Level::Exact, "{t:?} {n:?}")
+                    }
+                    (Err(lines), Err(_)) if lines.is_empty() => {}
+                    _ => panic!("{t:?} {n:?}: view {want:?}, find {got:?}"),
+                }
+            }
+        }
+    }
 
     #[test]
     fn fuzzy_maps_back_to_original_bytes() {

@@ -12,7 +12,6 @@ mod read;
 mod write;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -44,10 +43,9 @@ pub struct ReadTracker {
     seen: Mutex<HashMap<PathBuf, u64>>,
 }
 
+/// XXH3 of the text: fast on megabytes (a 2.4 MB buffer in a fraction of a millisecond).
 fn text_hash(text: &str) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
-    h.finish()
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
 }
 
 impl ReadTracker {

@@ -1,5 +1,14 @@
 //! `read {path, offset?, limit?}`: the file's text (an open buffer's unsaved text included),
 //! head-truncated to 2,000 lines or 50 KB with Pi's continuation notice; images as image blocks.
+//!
+//! Images are recognised by content (PNG, JPEG, GIF, WebP signatures; any file name), as Pi
+//! 0.73.1 does, and resized like Pi's `resizeImage` (`utils/image-resize.js`): an image within
+//! 2000×2000 pixels whose base64 is under 4.5 MB is sent as it is; otherwise it is turned
+//! upright (EXIF orientation), scaled to fit 2000×2000 (Lanczos3), and encoded as PNG, then
+//! JPEG at quality 80, 85, 70, 55, 40, taking the first whose base64 is under 4.5 MB; while none
+//! is, the size shrinks to 75 % per step. The text block then carries Pi's dimension note; an
+//! image that cannot be made small enough, or not decoded, is omitted with Pi's note.
+//! Not done: Pi's note for models without image input (the tool does not know the model).
 
 use std::sync::Arc;
 
@@ -30,20 +39,6 @@ impl ReadTool {
     pub fn new(fs: Arc<dyn Fs>, state: Arc<ToolState>) -> Self {
         ReadTool { fs, state }
     }
-}
-
-fn image_mime(path: &str) -> Option<&'static str> {
-    let lower = path.to_ascii_lowercase();
-    [
-        (".png", "image/png"),
-        (".jpg", "image/jpeg"),
-        (".jpeg", "image/jpeg"),
-        (".gif", "image/gif"),
-        (".webp", "image/webp"),
-    ]
-    .iter()
-    .find(|(ext, _)| lower.ends_with(ext))
-    .map(|(_, m)| *m)
 }
 
 /// Pi's `formatSize`: `512B`, `1.5KB`, `2.0MB`.
@@ -163,6 +158,143 @@ fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// Pi's limits for images sent inline: 2000×2000 pixels, 4.5 MB of base64 (headroom below
+/// Anthropic's 5 MB), JPEG quality 80 first.
+const IMAGE_MAX_SIDE: u32 = 2000;
+/// See [`IMAGE_MAX_SIDE`].
+const IMAGE_MAX_BASE64: usize = 4_718_592; // 4.5 * 1024 * 1024
+const JPEG_QUALITIES: [u8; 5] = [80, 85, 70, 55, 40];
+
+/// An image ready to send: base64 data, its MIME type, and the original and sent sizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SentImage {
+    pub data: String,
+    pub mime: String,
+    pub original: (u32, u32),
+    pub sent: (u32, u32),
+    /// Re-encoded (Pi's `wasResized`, also when the size stayed and only the bytes shrank).
+    pub resized: bool,
+}
+
+impl SentImage {
+    /// Pi's `formatDimensionNote`, for resized images only.
+    pub(crate) fn dimension_note(&self) -> Option<String> {
+        if !self.resized {
+            return None;
+        }
+        let scale = f64::from(self.original.0) / f64::from(self.sent.0);
+        Some(format!(
+            "[Image: original {}x{}, displayed at {}x{}. Multiply coordinates by {scale:.2} to map to original image.]",
+            self.original.0, self.original.1, self.sent.0, self.sent.1
+        ))
+    }
+}
+
+fn base64_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
+}
+
+/// Pi's `resizeImage` with its default options (see module docs); `None` when the image cannot
+/// be decoded or made small enough. CPU-bound: call it on a blocking thread.
+pub(crate) fn fit_image(bytes: &[u8], mime: &str) -> Option<SentImage> {
+    use base64::Engine as _;
+    use image::ImageDecoder as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let mut decoder = image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .ok()?
+        .into_decoder()
+        .ok()?;
+    let orientation = decoder.orientation().ok();
+    let mut img = image::DynamicImage::from_decoder(decoder).ok()?;
+    if let Some(o) = orientation {
+        img.apply_orientation(o);
+    }
+    let (w, h) = (img.width(), img.height());
+    if w <= IMAGE_MAX_SIDE && h <= IMAGE_MAX_SIDE && base64_len(bytes.len()) < IMAGE_MAX_BASE64 {
+        return Some(SentImage {
+            data: b64(bytes),
+            mime: mime.to_string(),
+            original: (w, h),
+            sent: (w, h),
+            resized: false,
+        });
+    }
+    // Pi's rounding: Math.round on the scaled side.
+    let (mut tw, mut th) = (w, h);
+    if tw > IMAGE_MAX_SIDE {
+        th = ((f64::from(th) * f64::from(IMAGE_MAX_SIDE)) / f64::from(tw)).round() as u32;
+        tw = IMAGE_MAX_SIDE;
+    }
+    if th > IMAGE_MAX_SIDE {
+        tw = ((f64::from(tw) * f64::from(IMAGE_MAX_SIDE)) / f64::from(th)).round() as u32;
+        th = IMAGE_MAX_SIDE;
+    }
+    let (mut cw, mut ch) = (tw.max(1), th.max(1));
+    loop {
+        let resized = img.resize_exact(cw, ch, image::imageops::FilterType::Lanczos3);
+        let found = |data: String, mime: &str| SentImage {
+            data,
+            mime: mime.to_string(),
+            original: (w, h),
+            sent: (cw, ch),
+            resized: true,
+        };
+        let mut png = Vec::new();
+        if resized
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .is_ok()
+            && base64_len(png.len()) < IMAGE_MAX_BASE64
+        {
+            return Some(found(b64(&png), "image/png"));
+        }
+        let rgb = image::DynamicImage::ImageRgb8(resized.to_rgb8());
+        for q in JPEG_QUALITIES {
+            let mut jpeg = Vec::new();
+            let enc = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, q);
+            if rgb.write_with_encoder(enc).is_ok() && base64_len(jpeg.len()) < IMAGE_MAX_BASE64 {
+                return Some(found(b64(&jpeg), "image/jpeg"));
+            }
+        }
+        if cw == 1 && ch == 1 {
+            return None;
+        }
+        let nw = if cw == 1 { 1 } else { (cw * 3 / 4).max(1) };
+        let nh = if ch == 1 { 1 } else { (ch * 3 / 4).max(1) };
+        if (nw, nh) == (cw, ch) {
+            return None;
+        }
+        (cw, ch) = (nw, nh);
+    }
+}
+
+/// The content blocks of a read image: Pi's text note, then the image unless it was omitted.
+async fn image_blocks(bytes: Vec<u8>, mime: &'static str) -> Vec<ContentBlock> {
+    let fitted = tokio::task::spawn_blocking(move || fit_image(&bytes, mime))
+        .await
+        .ok()
+        .flatten();
+    match fitted {
+        Some(img) => {
+            let mut note = format!("Read image file [{}]", img.mime);
+            if let Some(d) = img.dimension_note() {
+                note.push('\n');
+                note.push_str(&d);
+            }
+            vec![
+                ContentBlock::text(note),
+                ContentBlock::Image(ImageContent {
+                    data: img.data,
+                    mime_type: img.mime,
+                }),
+            ]
+        }
+        None => vec![ContentBlock::text(format!(
+            "Read image file [{mime}]\n[Image omitted: could not be resized below the inline image size limit.]"
+        ))],
+    }
+}
+
 #[async_trait]
 impl Tool for ReadTool {
     fn spec(&self) -> ToolSpec {
@@ -179,27 +311,20 @@ impl Tool for ReadTool {
     async fn execute(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
         let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
-        // Image by extension, confirmed by the content's signature (else read as text).
-        let image = match image_mime(&a.path) {
-            Some(_) => self
+        // An image by its content on disk, whatever its name (Pi's detection); else text.
+        let mime = match self.fs.read_head(&path, 16).await {
+            Ok(head) => sniff_image(&head),
+            Err(_) => None,
+        };
+        if let Some(mime) = mime {
+            let bytes = self
                 .fs
                 .read_bytes(&path)
                 .await
-                .ok()
-                .and_then(|b| sniff_image(&b).map(|m| (m, b))),
-            None => None,
-        };
-        if let Some((mime, bytes)) = image {
-            use base64::Engine as _;
+                .map_err(|e| ToolError::new(e.to_string()))?;
             return Ok(ToolOutput {
                 terminate: false,
-                content: vec![
-                    ContentBlock::text(format!("Read image file [{mime}]")),
-                    ContentBlock::Image(ImageContent {
-                        data: base64::engine::general_purpose::STANDARD.encode(&bytes),
-                        mime_type: mime.into(),
-                    }),
-                ],
+                content: image_blocks(bytes, mime).await,
                 details: None,
             });
         }
