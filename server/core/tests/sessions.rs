@@ -127,6 +127,24 @@ fn seed_exercise_2_branch_plus_compaction() {
     let u3 = w
         .append_message(&Message::user_text("change the port to 4000"))
         .unwrap();
+    // What compaction would choose here, keeping just the new message's tokens: the kept part
+    // starts at the branch summary (an entry without tokens right before the cut goes with the
+    // kept part, as in Pi), and the four messages before it are summarised.
+    let path_now = w.branch_path().into_iter().cloned().collect::<Vec<_>>();
+    let refs: Vec<&pi_core::session::Entry> = path_now.iter().collect();
+    let prep = pi_core::compaction::prepare(&refs, 6).unwrap();
+    assert_eq!(prep.first_kept_entry_id, bs);
+    assert_eq!(
+        shape(&prep.messages_to_summarize),
+        [
+            "user:read config",
+            "assistant:",
+            "result:c1",
+            "assistant:port is 3000"
+        ]
+    );
+    assert!(!prep.is_split_turn);
+    assert_eq!(prep.file_ops.read.len(), 0, "the calls here carry no path");
     // Compact, keeping only the new user message raw.
     let k = w.append_entry("compaction", json!({"summary": "Read config.ts: port 3000. A gpt-b branch agreed.", "firstKeptEntryId": u3, "tokensBefore": 900})).unwrap();
     let path = w.path().to_path_buf();
@@ -395,4 +413,238 @@ fn crash_test_every_acknowledged_entry_survives_sigkill() {
     }
     total += acked.len();
     assert!(total > 200, "only {total} entries acknowledged");
+}
+
+/// The provider request for `messages` on `model` (pure: nothing is sent).
+fn request_body(model: &pi_ai::Model, messages: Vec<Message>) -> Value {
+    let ctx = pi_ai::Context {
+        system_prompt: "sys".into(),
+        messages,
+        tools: Vec::new(),
+    };
+    let opts = pi_ai::StreamOptions {
+        cancel: Default::default(),
+        max_tokens: None,
+    };
+    match model.api.as_str() {
+        "anthropic-messages" => pi_ai::api::anthropic_messages::build_request(model, &ctx, &opts),
+        _ => pi_ai::api::openai_completions::build_request(model, &ctx, &opts),
+    }
+}
+
+/// Seed exercise 4, "Extension state and delivery": three values placed where they belong.
+/// (1) State tied to one tool result lives in that result's `details`: stored in the `message`
+/// entry, present at runtime, never in a provider request. (2) A durable UI preference is a
+/// `custom` entry: in the file and the tree, never in the model context. (3) A notice visible
+/// only with the next external prompt is a `custom_message` written just before that prompt
+/// (deliverAs `nextTurn`; the loop's queue holds it until then, see the next-turn conformance
+/// test): absent from the context until then, then a user message right before the prompt.
+#[test]
+fn seed_exercise_4_extension_state_and_delivery() {
+    let d = tmp("exercise4");
+    let mut w =
+        SessionWriter::create(&d, Path::new("/ws"), "anthropic", "claude-a", "off").unwrap();
+    let u1 = w.append_message(&Message::user_text("fix a.txt")).unwrap();
+    let a1 = w
+        .append_message(&assistant("", &[("c1", "edit")], "anthropic", "claude-a"))
+        .unwrap();
+    let with_details: Message = serde_json::from_value(json!({"role":"toolResult","toolCallId":"c1","toolName":"edit","content":[{"type":"text","text":"Edited a.txt"}],"details":{"diff":"-x = 1\n+x = 2","firstChangedLine":3},"isError":false,"timestamp":1})).unwrap();
+    let r1 = w.append_message(&with_details).unwrap();
+    let pref = w
+        .append_entry(
+            "custom",
+            json!({"customType": "ui-prefs", "data": {"diffView": "split"}}),
+        )
+        .unwrap();
+    let a2 = w
+        .append_message(&assistant("done", &[], "anthropic", "claude-a"))
+        .unwrap();
+    // Until the next external prompt the notice is only queued: not in the file or context.
+    let before = w.context();
+    assert_eq!(
+        shape(&before.messages),
+        [
+            "user:fix a.txt",
+            "assistant:",
+            "result:c1",
+            "assistant:done"
+        ]
+    );
+    let notice = w
+        .append_entry(
+            "custom_message",
+            json!({"customType": "notice", "content": "The test suite changed since your last run.", "display": true, "details": {"source": "watcher"}}),
+        )
+        .unwrap();
+    let u2 = w
+        .append_message(&Message::user_text("run the tests"))
+        .unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+
+    // JSONL: each value in its own entry, with Pi's fields.
+    let (tree, warnings) = read_tree(&path, false).unwrap();
+    assert!(warnings.is_empty());
+    let raw = |id: &str| tree.get(id).unwrap().raw.clone();
+    assert_eq!(
+        raw(&r1)["message"]["details"],
+        json!({"diff":"-x = 1\n+x = 2","firstChangedLine":3})
+    );
+    assert_eq!(raw(&pref)["type"], "custom");
+    assert_eq!(raw(&pref)["data"], json!({"diffView": "split"}));
+    assert_eq!(raw(&notice)["type"], "custom_message");
+    assert_eq!(raw(&notice)["display"], true);
+    let ids: Vec<&str> = tree.entries.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(
+        ids[2..],
+        [
+            u1.as_str(),
+            a1.as_str(),
+            r1.as_str(),
+            pref.as_str(),
+            a2.as_str(),
+            notice.as_str(),
+            u2.as_str()
+        ]
+    );
+
+    // Runtime projection: the result keeps its details; the preference is not a message; the
+    // notice is a user message just before the prompt.
+    let ctx = tree.context(None);
+    assert_eq!(
+        shape(&ctx.messages),
+        [
+            "user:fix a.txt",
+            "assistant:",
+            "result:c1",
+            "assistant:done",
+            "user:The test suite changed since your last run.",
+            "user:run the tests"
+        ]
+    );
+    match &ctx.messages[2] {
+        Message::ToolResult(r) => assert_eq!(
+            r.details,
+            Some(json!({"diff":"-x = 1\n+x = 2","firstChangedLine":3}))
+        ),
+        m => panic!("{m:?}"),
+    }
+
+    // Provider form: neither the details nor the preference reach a request; the notice does,
+    // in the user turn with the prompt.
+    let mut model = pi_ai::Model::new("anthropic-messages", "anthropic", "claude-a", "http://x");
+    model.api_key = Some("k".into());
+    let body = request_body(&model, ctx.messages.clone());
+    let text = body.to_string();
+    assert!(!text.contains("firstChangedLine") && !text.contains("diffView"));
+    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "user");
+    assert_eq!(
+        last["content"],
+        json!([
+            {"type":"text","text":"The test suite changed since your last run."},
+            {"type":"text","text":"run the tests","cache_control":{"type":"ephemeral"}}
+        ])
+    );
+}
+
+/// Seed exercise 5, "Provider-neutral replay": a call recorded with Anthropic (signed thinking,
+/// a 64-character `toolu_` id), a branch at its result, a switch to an OpenAI-compatible model,
+/// and a resumed turn. The stored messages stay provider-neutral (`toolCall`, `toolResult`)
+/// and unchanged; the path is rebuilt from the tree; wire conversion happens per request:
+/// OpenAI gets an id of at most 40 characters, the same on the call and its result, and the
+/// other model's thinking as plain text without its signature. Had Anthropic's native blocks
+/// (`tool_use` / `tool_result`) been stored, the OpenAI request could not be built from them.
+#[test]
+fn seed_exercise_5_provider_neutral_replay() {
+    let d = tmp("exercise5");
+    let mut w =
+        SessionWriter::create(&d, Path::new("/ws"), "anthropic", "claude-a", "high").unwrap();
+    let long_id = format!("toolu_{}", "A1b2C3d4".repeat(7)); // 62 characters
+    w.append_message(&Message::user_text("read config.ts"))
+        .unwrap();
+    let call: Message = serde_json::from_value(json!({"role":"assistant","content":[
+        {"type":"thinking","thinking":"The port is in config.ts.","thinkingSignature":"sig-abc"},
+        {"type":"toolCall","id":long_id,"name":"read","arguments":{"path":"config.ts"}}],
+        "api":"anthropic-messages","provider":"anthropic","model":"claude-a","stopReason":"toolUse","timestamp":2})).unwrap();
+    let a1 = w.append_message(&call).unwrap();
+    let res: Message = serde_json::from_value(json!({"role":"toolResult","toolCallId":long_id,"toolName":"read","content":[{"type":"text","text":"export const port = 3000;"}],"isError":false,"timestamp":3})).unwrap();
+    let r1 = w.append_message(&res).unwrap();
+    let a2 = w
+        .append_message(&assistant(
+            "The port is 3000.",
+            &[],
+            "anthropic",
+            "claude-a",
+        ))
+        .unwrap();
+    let stored_call = std::fs::read_to_string(w.path())
+        .unwrap()
+        .lines()
+        .find(|l| l.contains(&format!("\"id\":\"{a1}\"")))
+        .unwrap()
+        .to_string();
+    // Branch at the common result, switch model, resume.
+    let tree = w.tree().clone();
+    w.branch(&tree, Some(&r1)).unwrap();
+    w.append_entry(
+        "model_change",
+        json!({"provider": "openai", "modelId": "gpt-b"}),
+    )
+    .unwrap();
+    w.append_message(&Message::user_text("and the host?"))
+        .unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+
+    let (tree, _) = read_tree(&path, false).unwrap();
+    // The abandoned answer stays durable beside the new branch.
+    assert_eq!(tree.children(Some(&r1)).len(), 2);
+    assert!(tree.get(&a2).is_some());
+    let ctx = tree.context(None);
+    assert_eq!(ctx.model, Some(("openai".into(), "gpt-b".into())));
+    assert_eq!(
+        shape(&ctx.messages),
+        [
+            "user:read config.ts".to_string(),
+            "assistant:".to_string(),
+            format!("result:{long_id}"),
+            "user:and the host?".to_string()
+        ]
+    );
+    // Stored form: provider-neutral and untouched by any replay.
+    let stored: Value = serde_json::from_str(&stored_call).unwrap();
+    assert_eq!(stored["message"]["content"][1]["type"], "toolCall");
+    assert_eq!(stored["message"]["content"][1]["id"], long_id.as_str());
+    assert_eq!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .find(|l| l.contains(&format!("\"id\":\"{a1}\"")))
+            .unwrap(),
+        stored_call
+    );
+
+    // Wire conversion for the OpenAI-compatible model.
+    let mut gpt = pi_ai::Model::new("openai-completions", "openai", "gpt-b", "http://x/v1");
+    gpt.api_key = Some("k".into());
+    let body = request_body(&gpt, ctx.messages.clone());
+    let msgs = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles[1..], ["user", "assistant", "tool", "user"]);
+    let call_id = msgs[2]["tool_calls"][0]["id"].as_str().unwrap();
+    assert!(call_id.len() <= 40 && call_id != long_id, "{call_id}");
+    assert_eq!(msgs[3]["tool_call_id"], call_id);
+    let text = body.to_string();
+    assert!(text.contains("The port is in config.ts."));
+    assert!(!text.contains("sig-abc"));
+    // The same history replayed to the model that wrote it keeps the signed thinking and id.
+    let mut claude = pi_ai::Model::new("anthropic-messages", "anthropic", "claude-a", "http://x");
+    claude.api_key = Some("k".into());
+    claude.reasoning = true;
+    let body = request_body(&claude, ctx.messages);
+    let assistant_blocks = &body["messages"][1]["content"];
+    assert_eq!(assistant_blocks[0]["type"], "thinking");
+    assert_eq!(assistant_blocks[0]["signature"], "sig-abc");
+    assert_eq!(assistant_blocks[1]["id"], long_id.as_str());
 }
