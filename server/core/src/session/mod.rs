@@ -222,7 +222,17 @@ impl SessionWriter {
     /// loads the branch ending at its last entry.
     pub fn open(path: &Path) -> Result<(Self, LoadedSession), SessionError> {
         let lock = LockFile::acquire(path)?;
-        let (tree, warnings) = read_tree(path, true)?;
+        let (mut tree, mut warnings) = read_tree(path, true)?;
+        if tree.header["version"].as_u64().unwrap_or(1) < SESSION_VERSION {
+            // Appending v3 entries to an older file would mix formats: rewrite it as v3 once,
+            // keeping the original beside it.
+            let backup = migrate_file(path, &mut tree)?;
+            warnings.push(format!(
+                "rewrote {} as a version {SESSION_VERSION} session; the original is kept at {}",
+                path.display(),
+                backup.display()
+            ));
+        }
         let leaf = tree.last_id().map(str::to_string);
         let ctx = tree.context(leaf.as_deref());
         let loaded = LoadedSession {
@@ -539,6 +549,32 @@ pub fn read_tree(path: &Path, repair: bool) -> Result<(SessionTree, Vec<String>)
     Ok((tree, warnings))
 }
 
+/// Rewrites an older (v1/v2) session file as v3 from its migrated `tree`: the original is
+/// copied to `<file>.v<N>.bak` first, the new text is written to a temporary file and renamed
+/// over the original. Returns the backup's path.
+fn migrate_file(path: &Path, tree: &mut SessionTree) -> Result<PathBuf, SessionError> {
+    let version = tree.header["version"].as_u64().unwrap_or(1);
+    let backup = path.with_extension(format!("jsonl.v{version}.bak"));
+    std::fs::copy(path, &backup).map_err(io(&backup))?;
+    tree.header["version"] = json!(SESSION_VERSION);
+    let mut text = String::new();
+    for v in std::iter::once(&tree.header).chain(tree.entries.iter().map(|e| &e.raw)) {
+        text.push_str(
+            &v.to_string()
+                .replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029"),
+        );
+        text.push('\n');
+    }
+    let tmp = path.with_extension("jsonl.migrating");
+    std::fs::write(&tmp, text).map_err(io(&tmp))?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    Ok(backup)
+}
+
 /// Finds the file of session `id` in `dir` (named `…_<id>.jsonl`).
 pub fn find_session_file(dir: &Path, id: &str) -> Option<PathBuf> {
     let suffix = format!("_{id}.jsonl");
@@ -603,6 +639,43 @@ mod tests {
             vec![format!("skipped 1 damaged line(s) in {}", p.display())]
         );
         assert_eq!(loaded.messages.len(), 3);
+    }
+
+    #[test]
+    fn older_files_are_rewritten_as_v3_with_a_backup_before_appending() {
+        let d = tmp("migrate");
+        let p = d.join("old.jsonl");
+        let v1 = concat!(
+            "{\"type\":\"session\",\"id\":\"old\",\"timestamp\":\"2025-01-01T00:00:00.000Z\",\"cwd\":\"/ws\"}\n",
+            "{\"type\":\"message\",\"timestamp\":\"2025-01-01T00:00:01.000Z\",\"message\":{\"role\":\"user\",\"content\":\"one\"}}\n",
+            "{\"type\":\"message\",\"timestamp\":\"2025-01-01T00:00:02.000Z\",\"message\":{\"role\":\"hookMessage\",\"customType\":\"x\",\"content\":\"two\",\"display\":false}}\n"
+        );
+        std::fs::write(&p, v1).unwrap();
+        let (mut w, loaded) = SessionWriter::open(&p).unwrap();
+        assert_eq!(loaded.messages.len(), 2);
+        let backup = d.join("old.jsonl.v1.bak");
+        assert_eq!(std::fs::read_to_string(&backup).unwrap(), v1);
+        assert!(
+            loaded.warnings.iter().any(|w| w.contains("rewrote")),
+            "{:?}",
+            loaded.warnings
+        );
+        w.append_message(&Message::user_text("three")).unwrap();
+        drop(w);
+        let lines: Vec<Value> = std::fs::read_to_string(&p)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["version"], 3);
+        assert_eq!(lines[1]["id"], "00000001");
+        assert_eq!(lines[2]["parentId"], "00000001");
+        assert_eq!(lines[2]["message"]["role"], "custom");
+        assert_eq!(lines[3]["parentId"], lines[2]["id"]);
+        // Reopened: no second migration, the three messages on one path.
+        let (_, again) = SessionWriter::open(&p).unwrap();
+        assert!(again.warnings.is_empty(), "{:?}", again.warnings);
+        assert_eq!(again.messages.len(), 3);
     }
 
     #[test]
