@@ -35,6 +35,94 @@ use std::path::{Path, PathBuf};
 use pi_ai::Message;
 use serde_json::{json, Value};
 
+/// Images whose base64 text is longer than this (in bytes) are stored once in the sessions
+/// folder's `assets/` (named by content hash) instead of inline in the entry (case SESS-05).
+pub const IMAGE_INLINE_LIMIT: usize = 256 * 1024;
+
+/// The folder beside the session files that holds large images.
+pub const ASSETS_DIR: &str = "assets";
+
+/// Field of an image block whose bytes are in `assets/` (its `data` is then empty). Pi 0.73.1
+/// does not know it: such images show as empty in Pi.
+pub const ASSET_FIELD: &str = "piLspAsset";
+
+/// The image blocks of a stored entry (message content, custom message content).
+fn image_blocks(entry: &mut Value) -> Vec<&mut Value> {
+    let mut out = Vec::new();
+    let content = if entry["type"] == "message" {
+        entry.get_mut("message").and_then(|m| m.get_mut("content"))
+    } else {
+        entry.get_mut("content")
+    };
+    if let Some(Value::Array(blocks)) = content {
+        for b in blocks.iter_mut() {
+            if b["type"] == "image" {
+                out.push(b);
+            }
+        }
+    }
+    out
+}
+
+/// Moves images over [`IMAGE_INLINE_LIMIT`] of `entry` into `assets` (written once, by content
+/// hash, through a temporary file) and leaves `{"type":"image","mimeType","data":"",
+/// "piLspAsset":"assets/<hash>.<ext>"}` in their place.
+fn store_large_images(entry: &mut Value, assets: &Path) -> Result<(), SessionError> {
+    use base64::Engine as _;
+    for b in image_blocks(entry) {
+        let Some(data) = b["data"].as_str().filter(|d| d.len() > IMAGE_INLINE_LIMIT) else {
+            continue;
+        };
+        let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data) else {
+            continue;
+        };
+        let ext = match b["mimeType"].as_str().unwrap_or("") {
+            "image/png" => "png",
+            "image/jpeg" => "jpg",
+            "image/gif" => "gif",
+            "image/webp" => "webp",
+            _ => "bin",
+        };
+        let name = format!("{:032x}.{ext}", xxhash_rust::xxh3::xxh3_128(&bytes));
+        let file = assets.join(&name);
+        if !file.exists() {
+            std::fs::create_dir_all(assets).map_err(io(assets))?;
+            let tmp = assets.join(format!("{name}.tmp{}", std::process::id()));
+            std::fs::write(&tmp, &bytes).map_err(io(&tmp))?;
+            std::fs::rename(&tmp, &file).map_err(io(&file))?;
+        }
+        b["data"] = Value::String(String::new());
+        b[ASSET_FIELD] = Value::String(format!("{ASSETS_DIR}/{name}"));
+    }
+    Ok(())
+}
+
+/// Puts the bytes of images stored in `dir`'s assets back into `entry`; a missing asset
+/// becomes a text block saying so (and a warning), never an empty image.
+fn load_images(entry: &mut Value, dir: &Path, warnings: &mut Vec<String>) {
+    use base64::Engine as _;
+    for b in image_blocks(entry) {
+        let Some(rel) = b[ASSET_FIELD].as_str().map(str::to_string) else {
+            continue;
+        };
+        // Only names inside the assets folder are followed.
+        let name = rel.strip_prefix(&format!("{ASSETS_DIR}/")).unwrap_or("");
+        let ok_name = !name.is_empty() && !name.contains(['/', '\\']) && !name.starts_with('.');
+        match ok_name.then(|| std::fs::read(dir.join(ASSETS_DIR).join(name))) {
+            Some(Ok(bytes)) => {
+                b["data"] = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+                if let Some(o) = b.as_object_mut() {
+                    o.remove(ASSET_FIELD);
+                }
+            }
+            _ => {
+                warnings.push(format!("image {rel} is missing from {}", dir.display()));
+                *b = json!({"type": "text", "text": format!("[image {rel} is missing]")});
+            }
+        }
+    }
+}
+
 /// Pi's session format version written here.
 pub const SESSION_VERSION: u64 = 3;
 
@@ -366,7 +454,9 @@ impl SessionWriter {
         let mut w = Self::create_with_header(dir, new_header(&cwd, Some(parent)))?;
         if let Some(leaf) = leaf.or(tree.last_id()) {
             for e in tree.path(leaf) {
-                w.write_line(&e.raw)?;
+                let mut line = e.raw.clone();
+                store_large_images(&mut line, &dir.join(ASSETS_DIR))?;
+                w.write_line(&line)?;
                 w.ids.insert(e.id.clone());
             }
         }
@@ -419,7 +509,14 @@ impl SessionWriter {
         if let (Some(e), Value::Object(f)) = (entry.as_object_mut(), fields) {
             e.extend(f);
         }
-        self.write_line(&entry)?;
+        // Large images go to the assets folder once; the line names them (SESS-05). The
+        // in-memory tree keeps the whole entry.
+        let mut line = entry.clone();
+        let assets = self.path.parent().map(|d| d.join(ASSETS_DIR));
+        if let Some(assets) = assets {
+            store_large_images(&mut line, &assets)?;
+        }
+        self.write_line(&line)?;
         self.tree.push(entry);
         self.leaf = Some(id.clone());
         Ok(id)
@@ -542,6 +639,11 @@ pub fn read_tree(path: &Path, repair: bool) -> Result<(SessionTree, Vec<String>)
     }
     if values.first().is_none_or(|h| h["type"] != "session") {
         return Err(SessionError::NoHeader(path.to_path_buf()));
+    }
+    if let Some(dir) = path.parent() {
+        for v in values.iter_mut().skip(1) {
+            load_images(v, dir, &mut warnings);
+        }
     }
     let header = values.remove(0);
     let tree = SessionTree::from_values(header, values, Vec::new());
@@ -676,6 +778,49 @@ mod tests {
         let (_, again) = SessionWriter::open(&p).unwrap();
         assert!(again.warnings.is_empty(), "{:?}", again.warnings);
         assert_eq!(again.messages.len(), 3);
+    }
+
+    #[test]
+    fn large_images_are_stored_once_beside_the_session() {
+        use base64::Engine as _;
+        let d = tmp("assets");
+        let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "m1", "off").unwrap();
+        let bytes: Vec<u8> = (0..600_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        let msg: Message = serde_json::from_value(json!({"role":"user","content":[
+            {"type":"text","text":"what is in this screenshot?"},
+            {"type":"image","data":data,"mimeType":"image/png"}],"timestamp":1}))
+        .unwrap();
+        let small: Message = serde_json::from_value(json!({"role":"user","content":[
+            {"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}],"timestamp":2}))
+        .unwrap();
+        w.append_message(&msg).unwrap();
+        w.append_message(&msg).unwrap();
+        w.append_message(&small).unwrap();
+        // The writer's own context keeps the whole image.
+        assert_eq!(w.context().messages[0], msg);
+        let path = w.path().to_path_buf();
+        drop(w);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.len() < 4_000, "lines stay small: {} bytes", text.len());
+        let assets: Vec<PathBuf> = std::fs::read_dir(d.join(ASSETS_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(assets.len(), 1, "stored once: {assets:?}");
+        assert_eq!(std::fs::read(&assets[0]).unwrap(), bytes);
+        assert!(text.contains("iVBORw0KGgo="), "small images stay inline");
+        let (_, loaded) = SessionWriter::open(&path).unwrap();
+        assert_eq!(loaded.messages, vec![msg.clone(), msg, small]);
+        // A missing asset becomes a visible text block and a warning, never an empty image.
+        std::fs::remove_file(&assets[0]).unwrap();
+        let (tree, warnings) = read_tree(&path, false).unwrap();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        let ctx = tree.context(None);
+        match &ctx.messages[0] {
+            Message::User(u) => assert!(u.content.to_text().contains("is missing]")),
+            m => panic!("{m:?}"),
+        }
     }
 
     #[test]
