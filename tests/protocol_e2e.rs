@@ -1224,3 +1224,48 @@ async fn abort_reports_applied_edits_and_a_busy_session_refuses_branching() {
     mock.assert_paired();
     assert!(c.shutdown().await.success());
 }
+
+/// Pi's own sessions of the workspace (`<agent dir>/sessions/--<cwd>--/`) are listed beside
+/// the workspace's and open by id.
+#[tokio::test]
+async fn pi_sessions_of_the_workspace_are_listed_and_open() {
+    let tmp = TempDir::new("pi-dir");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![]).await;
+    let agent = tmp.path().join("agent");
+    let pi_dir = pi_core::session::pi_sessions_dir(&agent, &ws.canonicalize().unwrap());
+    std::fs::create_dir_all(&pi_dir).unwrap();
+    let name = "2026-11-30T16-52-40-958Z_01a22d5f-777e-775c-acc2-80c8f113e09a.jsonl";
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/sessions/pi-0.73.1-tools.jsonl"
+        ),
+        pi_dir.join(name),
+    )
+    .unwrap();
+    let mut c = start(&ws, &mock).await;
+    let list = c.request("agent/session/list", json!({})).await.unwrap();
+    let found: Vec<&Value> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["sessionId"] == "01a22d5f-777e-775c-acc2-80c8f113e09a")
+        .collect();
+    assert_eq!(found.len(), 1, "{list}");
+    assert_eq!(
+        std::path::Path::new(found[0]["sessionFile"].as_str().unwrap())
+            .canonicalize()
+            .unwrap(),
+        pi_dir.join(name).canonicalize().unwrap()
+    );
+    let st = c
+        .request(
+            "agent/session/open",
+            json!({"sessionId": "01a22d5f-777e-775c-acc2-80c8f113e09a"}),
+        )
+        .await
+        .unwrap();
+    assert!(st["messageCount"].as_u64().unwrap() > 0, "{st}");
+    assert!(c.shutdown().await.success());
+}

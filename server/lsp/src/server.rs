@@ -357,7 +357,8 @@ impl Backend {
         (report.queue_id, run)
     }
 
-    /// The live session `id`, or the one resumed from its file in `.pi/sessions/`.
+    /// The live session `id`, or the one resumed from its file in `.pi/sessions/` (or in Pi's
+    /// own sessions folder of this workspace).
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Mutex<Session>>> {
         // Bind first: the map's lock must be released before `resume` takes it.
         let known = lock(&self.state.sessions).get(id).cloned();
@@ -365,12 +366,18 @@ impl Backend {
             Some(s) => Ok(s),
             None => {
                 let root = self.state.root();
-                let path = find_session_file(&sessions_dir(&root), id).ok_or_else(|| {
-                    agent_error(
-                        codes::UNKNOWN_SESSION,
-                        format!("no session {id} in {}", sessions_dir(&root).display()),
-                    )
-                })?;
+                let path = find_session_file(&sessions_dir(&root), id)
+                    .or_else(|| {
+                        // Pi's own sessions of this folder.
+                        let agent = pi_ai::models::agent_dir()?;
+                        find_session_file(&pi_core::session::pi_sessions_dir(&agent, &root), id)
+                    })
+                    .ok_or_else(|| {
+                        agent_error(
+                            codes::UNKNOWN_SESSION,
+                            format!("no session {id} in {}", sessions_dir(&root).display()),
+                        )
+                    })?;
                 self.open_file(&path)
             }
         }

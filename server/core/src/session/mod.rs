@@ -677,6 +677,28 @@ fn migrate_file(path: &Path, tree: &mut SessionTree) -> Result<PathBuf, SessionE
     Ok(backup)
 }
 
+/// Pi's own sessions folder for a workspace: `<agent dir>/sessions/--<cwd>--/`, the cwd without
+/// its leading separator and with `/`, `\` and `:` replaced by `-` (Pi's
+/// `getDefaultSessionDir`). Sessions there are listed and opened like the workspace's own.
+pub fn pi_sessions_dir(agent_dir: &Path, cwd: &Path) -> PathBuf {
+    let cwd = cwd.to_string_lossy();
+    let trimmed = cwd
+        .strip_prefix('/')
+        .or_else(|| cwd.strip_prefix('\\'))
+        .unwrap_or(&cwd);
+    let safe: String = trimmed
+        .chars()
+        .map(|c| {
+            if matches!(c, '/' | '\\' | ':') {
+                '-'
+            } else {
+                c
+            }
+        })
+        .collect();
+    agent_dir.join("sessions").join(format!("--{safe}--"))
+}
+
 /// Finds the file of session `id` in `dir` (named `…_<id>.jsonl`).
 pub fn find_session_file(dir: &Path, id: &str) -> Option<PathBuf> {
     let suffix = format!("_{id}.jsonl");
@@ -821,6 +843,14 @@ mod tests {
             Message::User(u) => assert!(u.content.to_text().contains("is missing]")),
             m => panic!("{m:?}"),
         }
+    }
+
+    #[test]
+    fn pi_sessions_dir_is_named_as_pi_names_it() {
+        assert_eq!(
+            pi_sessions_dir(Path::new("/home/u/.pi/agent"), Path::new("/work/my-app")),
+            PathBuf::from("/home/u/.pi/agent/sessions/--work-my-app--")
+        );
     }
 
     #[test]

@@ -147,20 +147,28 @@ impl Backend {
     pub(crate) async fn session_list(&self, params: Value) -> Result<SessionListResult> {
         let _: SessionListParams = parse_params(params)?;
         let open: Vec<String> = lock(&self.state.sessions).keys().cloned().collect();
-        let mut sessions: Vec<SessionInfo> =
-            pi_core::session::list_sessions(&sessions_dir(&self.state.root()))
-                .into_iter()
-                .map(|x| SessionInfo {
-                    open: open.contains(&x.id),
-                    session_id: x.id,
-                    session_file: x.path.display().to_string(),
-                    name: x.name,
-                    first_prompt: x.first_prompt,
-                    parent_session: x.parent_session,
-                    entry_count: x.entry_count,
-                    last_activity: x.last_activity_ms,
-                })
-                .collect();
+        let root = self.state.root();
+        let mut found = pi_core::session::list_sessions(&sessions_dir(&root));
+        // Pi's own sessions of this folder are listed too (and open by path or id).
+        if let Some(agent) = pi_ai::models::agent_dir() {
+            let pi_dir = pi_core::session::pi_sessions_dir(&agent, &root);
+            if pi_dir != sessions_dir(&root) {
+                found.extend(pi_core::session::list_sessions(&pi_dir));
+            }
+        }
+        let mut sessions: Vec<SessionInfo> = found
+            .into_iter()
+            .map(|x| SessionInfo {
+                open: open.contains(&x.id),
+                session_id: x.id,
+                session_file: x.path.display().to_string(),
+                name: x.name,
+                first_prompt: x.first_prompt,
+                parent_session: x.parent_session,
+                entry_count: x.entry_count,
+                last_activity: x.last_activity_ms,
+            })
+            .collect();
         sessions.sort_by_key(|s| std::cmp::Reverse(s.last_activity));
         Ok(SessionListResult { sessions })
     }
