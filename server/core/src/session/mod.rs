@@ -184,8 +184,8 @@ pub struct LoadedSession {
     pub warnings: Vec<String>,
     /// The session's name (`session_info`), if any.
     pub name: Option<String>,
-    /// The whole tree, every entry as stored.
-    pub tree: SessionTree,
+    /// The whole tree, every entry as stored (shared with the writer until it appends).
+    pub tree: std::sync::Arc<SessionTree>,
 }
 
 /// The single writer of one session file.
@@ -199,7 +199,7 @@ pub struct SessionWriter {
     /// Tool-call ids of the latest assistant message on the branch that have no result yet.
     open_calls: Vec<String>,
     /// Every entry of the file, kept current on each append (the header included).
-    tree: SessionTree,
+    tree: std::sync::Arc<SessionTree>,
     _lock: LockFile,
 }
 
@@ -299,7 +299,11 @@ impl SessionWriter {
             leaf: None,
             ids: HashSet::new(),
             open_calls: Vec::new(),
-            tree: SessionTree::from_values(header.clone(), Vec::new(), Vec::new()),
+            tree: std::sync::Arc::new(SessionTree::from_values(
+                header.clone(),
+                Vec::new(),
+                Vec::new(),
+            )),
             _lock: lock,
         };
         w.write_line(&header)?;
@@ -331,7 +335,7 @@ impl SessionWriter {
             thinking_level: Some(ctx.thinking_level),
             warnings,
             name: tree.name(),
-            tree,
+            tree: std::sync::Arc::new(tree),
         };
         let file = std::fs::OpenOptions::new()
             .append(true)
@@ -347,9 +351,8 @@ impl SessionWriter {
             tree: loaded.tree.clone(),
             _lock: lock,
         };
-        let tree = std::mem::take(&mut writer.tree);
+        let tree = writer.tree.clone();
         writer.set_leaf(&tree, leaf.as_deref());
-        writer.tree = tree;
         Ok((writer, loaded))
     }
 
@@ -517,7 +520,7 @@ impl SessionWriter {
             store_large_images(&mut line, &assets)?;
         }
         self.write_line(&line)?;
-        self.tree.push(entry);
+        std::sync::Arc::make_mut(&mut self.tree).push(entry);
         self.leaf = Some(id.clone());
         Ok(id)
     }
@@ -620,17 +623,8 @@ pub fn read_tree(path: &Path, repair: bool) -> Result<(SessionTree, Vec<String>)
             f.write_all(b"\n").map_err(io(path))?;
         }
     }
-    let mut skipped = 0usize;
-    let mut values: Vec<Value> = Vec::new();
-    for line in bytes[..good_len].split(|b| *b == b'\n') {
-        if line.iter().all(|b| b.is_ascii_whitespace()) {
-            continue;
-        }
-        match serde_json::from_slice::<Value>(line) {
-            Ok(v) if v.is_object() => values.push(v),
-            _ => skipped += 1,
-        }
-    }
+    let (mut values, skipped) = parse_lines(&bytes[..good_len]);
+    drop(bytes);
     if skipped > 0 {
         warnings.push(format!(
             "skipped {skipped} damaged line(s) in {}",
@@ -697,6 +691,51 @@ pub fn pi_sessions_dir(agent_dir: &Path, cwd: &Path) -> PathBuf {
         })
         .collect();
     agent_dir.join("sessions").join(format!("--{safe}--"))
+}
+
+/// Parses the JSONL `text` into objects in file order, on every core for large files; returns
+/// them with the number of damaged (unparseable, NUL-filled or non-object) lines.
+fn parse_lines(text: &[u8]) -> (Vec<Value>, usize) {
+    fn parse(lines: &[&[u8]]) -> (Vec<Value>, usize) {
+        let mut out = Vec::with_capacity(lines.len());
+        let mut skipped = 0;
+        for line in lines {
+            match serde_json::from_slice::<Value>(line) {
+                Ok(v) if v.is_object() => out.push(v),
+                _ => skipped += 1,
+            }
+        }
+        (out, skipped)
+    }
+    let lines: Vec<&[u8]> = text
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.iter().all(|b| b.is_ascii_whitespace()))
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    if threads < 2 || text.len() < 4 << 20 {
+        return parse(&lines);
+    }
+    let chunk = lines.len().div_ceil(threads);
+    let parts: Vec<(Vec<Value>, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = lines
+            .chunks(chunk.max(1))
+            .map(|c| s.spawn(move || parse(c)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut values = Vec::with_capacity(lines.len());
+    let mut skipped = 0;
+    for (v, n) in parts {
+        values.extend(v);
+        skipped += n;
+    }
+    (values, skipped)
 }
 
 /// Finds the file of session `id` in `dir` (named `…_<id>.jsonl`).

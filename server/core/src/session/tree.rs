@@ -19,6 +19,7 @@
 use std::collections::{HashMap, HashSet};
 
 use pi_ai::{ContentBlock, Message, UserContent, UserMessage};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Pi's prefix of a compaction summary in the model context.
@@ -76,7 +77,7 @@ fn user(text: String, timestamp: i64) -> Message {
 }
 
 fn user_content(content: &Value, timestamp: i64) -> Option<Message> {
-    let content: UserContent = serde_json::from_value(content.clone()).ok()?;
+    let content = UserContent::deserialize(content).ok()?;
     let content = match content {
         UserContent::Text(t) => UserContent::Blocks(vec![ContentBlock::text(t)]),
         b => b,
@@ -117,7 +118,8 @@ pub fn bash_execution_text(m: &Value) -> String {
 pub fn convert_message(m: &Value) -> Option<Message> {
     let ts = m["timestamp"].as_i64().unwrap_or(0);
     match m["role"].as_str()? {
-        "user" | "assistant" | "toolResult" => serde_json::from_value(m.clone()).ok(),
+        // Deserialized from the borrowed value: no copy of the stored JSON.
+        "user" | "assistant" | "toolResult" => Message::deserialize(m).ok(),
         "bashExecution" if m["excludeFromContext"].as_bool() == Some(true) => None,
         "bashExecution" => Some(user(bash_execution_text(m), ts)),
         "custom" | "hookMessage" => user_content(&m["content"], ts),
