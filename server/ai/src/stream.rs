@@ -528,10 +528,12 @@ impl MessageBuilder {
     pub async fn finish(mut self, reason: StopReason) -> Result<AssistantMessage, Closed> {
         self.end_all().await?;
         self.finished = true;
+        // The builder is done with the message: take it rather than copy it (the stream's
+        // partial view is not read after the terminal event).
         let message = {
             let mut m = lock(&self.message);
             m.stop_reason = reason;
-            m.clone()
+            std::mem::replace(&mut *m, AssistantMessage::empty("", "", ""))
         };
         self.emit(AssistantEvent::Done {
             reason,

@@ -834,7 +834,6 @@ pub async fn run_agent(
                 Ok(()) => run.assistant_with_retry().await,
                 Err(text) => run.failed_turn(text).await,
             };
-            let message = Message::Assistant(assistant.clone());
             if matches!(
                 assistant.stop_reason,
                 StopReason::Error | StopReason::Aborted
@@ -858,12 +857,13 @@ pub async fn run_agent(
                     run.push(Message::ToolResult(r.clone())).await;
                     results.push(r);
                 }
+                let end = (assistant.stop_reason, assistant.error_message.clone());
                 sink.emit(AgentEvent::TurnEnd {
-                    message,
+                    message: Message::Assistant(assistant),
                     tool_results: results,
                 })
                 .await;
-                break 'outer Some(assistant);
+                break 'outer Some(end);
             }
             has_more_tool_calls = false;
             let mut results = Vec::new();
@@ -872,12 +872,13 @@ pub async fn run_agent(
                 results = r;
                 has_more_tool_calls = !terminate;
             }
+            // The turn's message moves into its event; the run keeps only how it ended.
+            last = Some((assistant.stop_reason, assistant.error_message.clone()));
             sink.emit(AgentEvent::TurnEnd {
-                message,
+                message: Message::Assistant(assistant),
                 tool_results: results,
             })
             .await;
-            last = Some(assistant);
             pending = run.drain(&control.steering);
         }
         let follow = run.drain(&control.follow_up);
@@ -892,11 +893,8 @@ pub async fn run_agent(
     .await;
     RunOutcome {
         messages: run.messages,
-        stop_reason: last
-            .as_ref()
-            .map(|a| a.stop_reason)
-            .unwrap_or(StopReason::Stop),
-        error_message: last.and_then(|a| a.error_message),
+        stop_reason: last.as_ref().map(|l| l.0).unwrap_or(StopReason::Stop),
+        error_message: last.and_then(|l| l.1),
         undelivered: control.take_undelivered(),
         next_turn: control.take_next_turn(),
     }
