@@ -198,47 +198,40 @@ impl SessionTree {
             }
         }
         for raw in values {
-            let (Some(id), Some(kind)) = (str_of(&raw, "id"), str_of(&raw, "type")) else {
+            if !tree.push(raw) {
                 tree.warnings
                     .push("skipped an entry without id or type".into());
-                continue;
-            };
-            let parent_id = str_of(&raw, "parentId");
-            if let Some(&i) = tree.index.get(&id) {
-                tree.warnings
-                    .push(format!("duplicate entry id {id}; the later one wins"));
-                tree.entries[i] = Entry {
-                    id: id.clone(),
-                    parent_id,
-                    kind,
-                    raw,
-                };
-                continue;
             }
-            tree.index.insert(id.clone(), tree.entries.len());
-            tree.entries.push(Entry {
-                id,
-                parent_id,
-                kind,
-                raw,
-            });
         }
         tree
     }
 
-    /// Adds an entry written after loading (the writer keeps its tree current this way).
-    pub fn push(&mut self, raw: Value) {
+    /// Adds an entry (while loading, and as the writer appends); an entry whose id is already
+    /// there replaces it, with a warning. False when `raw` has no id or type.
+    pub fn push(&mut self, raw: Value) -> bool {
         let (Some(id), Some(kind)) = (str_of(&raw, "id"), str_of(&raw, "type")) else {
-            return;
+            return false;
         };
-        let parent_id = str_of(&raw, "parentId");
-        self.index.insert(id.clone(), self.entries.len());
-        self.entries.push(Entry {
+        let entry = Entry {
+            parent_id: str_of(&raw, "parentId"),
             id,
-            parent_id,
             kind,
             raw,
-        });
+        };
+        match self.index.get(&entry.id) {
+            Some(&i) => {
+                self.warnings.push(format!(
+                    "duplicate entry id {}; the later one wins",
+                    entry.id
+                ));
+                self.entries[i] = entry;
+            }
+            None => {
+                self.index.insert(entry.id.clone(), self.entries.len());
+                self.entries.push(entry);
+            }
+        }
+        true
     }
 
     /// The entry with `id`.
