@@ -524,6 +524,39 @@ async fn bad_requests_get_clear_errors_and_the_server_goes_on() {
         .as_str()
         .unwrap()
         .starts_with("Parse error: invalid JSON"));
+    // JSON that is not a JSON-RPC 2.0 request: Invalid Request, with the message's own id when
+    // it has one, and the server goes on.
+    for raw in [
+        "{}",
+        "[]",
+        r#"{"id":5000,"method":"agent/state","params":{}}"#,
+        r#"{"jsonrpc":"1.0","id":5001,"method":"agent/state"}"#,
+        r#"{"jsonrpc":"2.0","id":5002}"#,
+        r#"{"jsonrpc":"2.0","id":5003,"method":7}"#,
+    ] {
+        c.send_raw(raw).await;
+    }
+    // A frame without Content-Length, glued to the next request's header.
+    c.send_bytes(b"X-Foo: 1\r\n\r\n{}").await;
+    let listed = c.request("agent/session/list", json!({})).await;
+    assert!(listed.is_ok(), "{listed:?}");
+    let invalid: Vec<Value> = c
+        .log()
+        .into_iter()
+        .filter(|m| m["error"]["code"] == -32600)
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(
+        invalid,
+        [
+            json!(null),
+            json!(null),
+            json!(5000),
+            json!(5001),
+            json!(5002),
+            json!(5003)
+        ]
+    );
 
     // A run is active: a second prompt needs streamingBehavior.
     let r = c

@@ -1269,3 +1269,88 @@ async fn pi_sessions_of_the_workspace_are_listed_and_open() {
     assert!(st["messageCount"].as_u64().unwrap() > 0, "{st}");
     assert!(c.shutdown().await.success());
 }
+
+/// SESS-01 through the server: a session file with a torn last line opens, the line is set
+/// aside in a `.corrupt` sidecar, and the user is told with `window/showMessage`.
+#[tokio::test]
+async fn a_repaired_session_file_is_reported_to_the_user() {
+    let tmp = TempDir::new("torn");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![]).await;
+    let dir = ws.join(".pi/sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("2026-11-30T10-00-00-000Z_s1.jsonl");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/cases/SESS-01-torn-tail.jsonl"
+        ),
+        &file,
+    )
+    .unwrap();
+    let mut c = start(&ws, &mock).await;
+    let st = c
+        .request(
+            "agent/session/open",
+            json!({"path": file.display().to_string()}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(st["messageCount"], 1, "{st}");
+    let mut shown = None;
+    for _ in 0..50 {
+        shown = c
+            .log()
+            .into_iter()
+            .find(|m| m["method"] == "window/showMessage");
+        if shown.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let shown = shown.expect("a window/showMessage");
+    assert_eq!(shown["params"]["type"], 2);
+    let text = shown["params"]["message"].as_str().unwrap();
+    assert!(
+        text.contains("was repaired while opening")
+            && text.contains("cut an unterminated last line"),
+        "{text}"
+    );
+    assert!(dir
+        .join("2026-11-30T10-00-00-000Z_s1.jsonl.corrupt")
+        .exists());
+    assert!(c.shutdown().await.success());
+}
+
+/// `sessionDir` in (trusted) project settings moves the session files; untrusted, it is ignored.
+#[tokio::test]
+async fn session_dir_setting_moves_session_files_in_a_trusted_workspace() {
+    let tmp = TempDir::new("session-dir");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![]).await;
+    std::fs::create_dir_all(ws.join(".pi")).unwrap();
+    std::fs::write(
+        ws.join(".pi/settings.json"),
+        json!({"sessionDir": "kept-sessions"}).to_string(),
+    )
+    .unwrap();
+    for (trusted, expected) in [(true, "kept-sessions"), (false, ".pi/sessions")] {
+        let env = agent_env(&ws.join("../agent"), &models(&mock), &[]);
+        let behavior = EditorBehavior {
+            initialization_options: Some(json!({"workspaceTrusted": trusted})),
+            ..Default::default()
+        };
+        let mut c = LspClient::start(&pi_lsp_bin(), &ws, &env, behavior).await;
+        let st = c
+            .request("agent/session/new", json!({"model": "mock/mock-1"}))
+            .await
+            .unwrap();
+        let file = std::path::PathBuf::from(st["sessionFile"].as_str().unwrap());
+        assert_eq!(
+            file.parent().unwrap().canonicalize().unwrap(),
+            ws.join(expected).canonicalize().unwrap(),
+            "trusted: {trusted}"
+        );
+        assert!(c.shutdown().await.success());
+    }
+}

@@ -434,6 +434,13 @@ impl LspClient {
         rx
     }
 
+    /// Writes `bytes` to the server's stdin as they are (no framing added).
+    pub async fn send_bytes(&self, bytes: &[u8]) {
+        let mut s = self.shared.stdin.lock().await;
+        s.write_all(bytes).await.unwrap();
+        s.flush().await.unwrap();
+    }
+
     /// Sends raw bytes as one framed message body (for malformed input tests).
     pub async fn send_raw(&self, body: &str) {
         let mut s = self.shared.stdin.lock().await;

@@ -151,7 +151,7 @@ pub async fn run(args: RunArgs) -> i32 {
         eprintln!("{n}");
     }
     let writer = match SessionWriter::create(
-        &sessions_dir(&workspace),
+        &sessions_dir(&ws),
         &workspace,
         &model.provider,
         &model.id,

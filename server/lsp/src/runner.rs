@@ -1,7 +1,7 @@
 //! What the editor server and the headless `run` command share: choosing the model (with the
 //! offline scripted fallback), the sessions folder, and persisting events as session entries.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use pi_ai::models::{ModelDefaults, ModelError, SCRIPTED_API};
@@ -19,9 +19,36 @@ const DEMO_SCRIPT: &str = include_str!("../../../fixtures/scripted/demo.json");
 /// The line printed (headless) or shown (editor) when the scripted model is used.
 pub const SCRIPTED_NOTICE: &str = "pi-lsp: no API key and no models.json found; using the offline scripted model (fixtures/scripted/demo.json).";
 
-/// `<workspace>/.pi/sessions`.
-pub fn sessions_dir(workspace: &Path) -> PathBuf {
-    workspace.join(".pi").join("sessions")
+/// Where the workspace's sessions live: `$PI_CODING_AGENT_SESSION_DIR`, else settings'
+/// `sessionDir` (global, or the project's in a trusted workspace; relative to the workspace,
+/// `~` expanded), else `<workspace>/.pi/sessions` (Pi's precedence, `docs/settings.md`).
+pub fn sessions_dir(ws: &WorkspaceConfig) -> PathBuf {
+    let configured = std::env::var("PI_CODING_AGENT_SESSION_DIR")
+        .ok()
+        .filter(|d| !d.trim().is_empty())
+        .or_else(|| {
+            ws.settings()
+                .raw("sessionDir")
+                .and_then(|v| v.as_str())
+                .filter(|d| !d.trim().is_empty())
+                .map(str::to_string)
+        });
+    match configured {
+        Some(d) => {
+            let d = match d.strip_prefix("~/") {
+                Some(rest) => std::env::var_os("HOME")
+                    .map(|h| PathBuf::from(h).join(rest))
+                    .unwrap_or_else(|| PathBuf::from(&d)),
+                None => PathBuf::from(&d),
+            };
+            if d.is_absolute() {
+                d
+            } else {
+                ws.root().join(d)
+            }
+        }
+        None => ws.root().join(".pi").join("sessions"),
+    }
 }
 
 /// The offline scripted model.

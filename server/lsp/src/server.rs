@@ -129,6 +129,10 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     .custom_method("agent/bash", Backend::agent_bash)
     .custom_method("agent/bash/abort", Backend::bash_abort)
     .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
+    .custom_method(
+        crate::transport::INVALID_REQUEST_METHOD,
+        Backend::invalid_request,
+    )
     .finish()
 }
 
@@ -366,7 +370,7 @@ impl Backend {
             Some(s) => Ok(s),
             None => {
                 let root = self.state.root();
-                let path = find_session_file(&sessions_dir(&root), id)
+                let path = find_session_file(&sessions_dir(&self.state.workspace()), id)
                     .or_else(|| {
                         // Pi's own sessions of this folder.
                         let agent = pi_ai::models::agent_dir()?;
@@ -375,7 +379,10 @@ impl Backend {
                     .ok_or_else(|| {
                         agent_error(
                             codes::UNKNOWN_SESSION,
-                            format!("no session {id} in {}", sessions_dir(&root).display()),
+                            format!(
+                                "no session {id} in {}",
+                                sessions_dir(&self.state.workspace()).display()
+                            ),
                         )
                     })?;
                 self.open_file(&path)
@@ -404,7 +411,7 @@ impl Backend {
             model.thinking_level = Some(model.clamp_thinking_level(level));
         }
         let mut writer = SessionWriter::create(
-            &sessions_dir(&root),
+            &sessions_dir(&self.state.workspace()),
             &root,
             &model.provider,
             &model.id,
@@ -433,7 +440,6 @@ impl Backend {
 
     /// Opens the session file at `path` (or returns it when already open here).
     pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
-        let root = self.state.root();
         let init_model = self.state.init_model();
         // Open here already: that is the session (a second writer would take over its lock).
         if let Some(id) = header_id(path) {
@@ -452,8 +458,13 @@ impl Backend {
                 if let Some(s) = lock(&self.state.sessions).get(&id).cloned() {
                     return Ok(s);
                 }
-                let fork = SessionWriter::fork_from(path, &tree, &sessions_dir(&root), None)
-                    .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+                let fork = SessionWriter::fork_from(
+                    path,
+                    &tree,
+                    &sessions_dir(&self.state.workspace()),
+                    None,
+                )
+                .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
                 let msg = format!("pi-lsp: session {id} is open in another process ({pid}); continuing in a fork, session {}", fork.1.id);
                 tracing::warn!("{msg}");
                 let client = self.state.client.clone();
@@ -473,6 +484,17 @@ impl Backend {
         let id = loaded.id.clone();
         for w in &loaded.warnings {
             tracing::warn!("{w}");
+        }
+        if !loaded.warnings.is_empty() {
+            // Repairs (a torn last line set aside, damaged lines skipped, a migration) are told
+            // to the user, not only logged (cases SESS-01, SESS-02).
+            let msg = format!(
+                "pi-lsp: session {} was repaired while opening: {}",
+                loaded.id,
+                loaded.warnings.join("; ")
+            );
+            let client = self.state.client.clone();
+            tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
         }
         let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
         let ws = self.state.workspace();
@@ -517,6 +539,19 @@ impl Backend {
         Err(tower_lsp_server::jsonrpc::Error {
             code: tower_lsp_server::jsonrpc::ErrorCode::ParseError,
             message: format!("Parse error: {detail}").into(),
+            data: None,
+        })
+    }
+
+    /// Answers a frame that is JSON but not a JSON-RPC request (see [`crate::transport`]).
+    async fn invalid_request(&self, params: Value) -> Result<Value> {
+        let detail = params
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("invalid message");
+        Err(tower_lsp_server::jsonrpc::Error {
+            code: tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest,
+            message: format!("Invalid request: {detail}").into(),
             data: None,
         })
     }

@@ -6,7 +6,11 @@
 //! replaces a body that is not a JSON object or array with a request for the internal method
 //! [`PARSE_ERROR_METHOD`] with `id: null`, which the server answers with a JSON-RPC Parse error
 //! (-32700, `id: null`, as JSON-RPC 2.0 §5.1 prescribes). Bytes that are not a frame at all are
-//! skipped up to the next `Content-Length` header.
+//! skipped up to the next `Content-Length` header. A body that is JSON but not a JSON-RPC 2.0
+//! message (no `"jsonrpc": "2.0"`, no `method` and no `result`/`error`, a batch array, which LSP
+//! does not use) would also end the transport's stream: it becomes a request for
+//! [`INVALID_REQUEST_METHOD`] carrying the message's own `id` (or `null`), answered with
+//! Invalid Request (-32600).
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, DuplexStream};
@@ -14,12 +18,52 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 /// Internal method that answers with a Parse error.
 pub const PARSE_ERROR_METHOD: &str = "agent/_parseError";
 
+/// Internal method that answers with an Invalid Request error.
+pub const INVALID_REQUEST_METHOD: &str = "agent/_invalidRequest";
+
 /// Largest accepted frame body, in bytes (64 MiB); larger frames are answered with a Parse error
 /// and skipped.
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
 
 fn substitute(reason: &str) -> Vec<u8> {
     json!({"jsonrpc": "2.0", "id": null, "method": PARSE_ERROR_METHOD, "params": {"message": reason}})
+        .to_string()
+        .into_bytes()
+}
+
+/// Why `v` is not a JSON-RPC 2.0 message the transport can take, or `None` when it is one.
+fn invalid_message(v: &Value) -> Option<&'static str> {
+    let Value::Object(o) = v else {
+        return Some("a batch (JSON array) is not supported; send one message per frame");
+    };
+    if o.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some("\"jsonrpc\" must be \"2.0\"");
+    }
+    let id_ok = o
+        .get("id")
+        .is_none_or(|id| id.is_null() || id.is_number() || id.is_string());
+    if !id_ok {
+        return Some("\"id\" must be a number, a string or null");
+    }
+    match o.get("method") {
+        Some(Value::String(_)) => match o.get("params") {
+            None | Some(Value::Object(_)) | Some(Value::Array(_)) | Some(Value::Null) => None,
+            Some(_) => Some("\"params\" must be an object or an array"),
+        },
+        Some(_) => Some("\"method\" must be a string"),
+        None if o.contains_key("id") && (o.contains_key("result") || o.contains_key("error")) => {
+            None
+        }
+        None => Some("a request needs a \"method\""),
+    }
+}
+
+fn substitute_invalid(v: &Value, reason: &str) -> Vec<u8> {
+    let id = match v.get("id") {
+        Some(id) if id.is_number() || id.is_string() => id.clone(),
+        _ => Value::Null,
+    };
+    json!({"jsonrpc": "2.0", "id": id, "method": INVALID_REQUEST_METHOD, "params": {"message": reason}})
         .to_string()
         .into_bytes()
 }
@@ -36,7 +80,17 @@ async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::
                 return Ok(());
             }
             let text = String::from_utf8_lossy(&line);
-            let t = text.trim_end_matches(['\r', '\n']);
+            let mut t = text.trim_end_matches(['\r', '\n']);
+            // Leftover bytes of a frame that had no Content-Length can precede the next header
+            // on the same line: start at the header.
+            if let Some(i) = t
+                .to_ascii_lowercase()
+                .find("content-length:")
+                .filter(|i| *i > 0)
+            {
+                t = &t[i..];
+                saw_header = true;
+            }
             if t.is_empty() {
                 if saw_header {
                     break;
@@ -64,7 +118,10 @@ async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::
             let mut body = vec![0u8; len];
             r.read_exact(&mut body).await?;
             match serde_json::from_slice::<Value>(&body) {
-                Ok(Value::Object(_)) | Ok(Value::Array(_)) => body,
+                Ok(v @ (Value::Object(_) | Value::Array(_))) => match invalid_message(&v) {
+                    None => body,
+                    Some(reason) => substitute_invalid(&v, reason),
+                },
                 Ok(_) => substitute("the message is not a JSON object"),
                 Err(e) => substitute(&format!("invalid JSON: {e}")),
             }

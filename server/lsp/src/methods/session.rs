@@ -148,11 +148,11 @@ impl Backend {
         let _: SessionListParams = parse_params(params)?;
         let open: Vec<String> = lock(&self.state.sessions).keys().cloned().collect();
         let root = self.state.root();
-        let mut found = pi_core::session::list_sessions(&sessions_dir(&root));
+        let mut found = pi_core::session::list_sessions(&sessions_dir(&self.state.workspace()));
         // Pi's own sessions of this folder are listed too (and open by path or id).
         if let Some(agent) = pi_ai::models::agent_dir() {
             let pi_dir = pi_core::session::pi_sessions_dir(&agent, &root);
-            if pi_dir != sessions_dir(&root) {
+            if pi_dir != sessions_dir(&self.state.workspace()) {
                 found.extend(pi_core::session::list_sessions(&pi_dir));
             }
         }
@@ -207,8 +207,11 @@ impl Backend {
         let session = lock(&self.state.sessions).get(&p.session_id).cloned();
         let Some(session) = session else {
             // Not open here: nothing to close, but a name that no file has is an error.
-            if pi_core::session::find_session_file(&sessions_dir(&self.state.root()), &p.session_id)
-                .is_none()
+            if pi_core::session::find_session_file(
+                &sessions_dir(&self.state.workspace()),
+                &p.session_id,
+            )
+            .is_none()
             {
                 return Err(agent_error(
                     codes::UNKNOWN_SESSION,
@@ -259,7 +262,7 @@ impl Backend {
                 ));
             };
             let (w, loaded) = lock(&s.writer)
-                .fork(&tree, &sessions_dir(&self.state.root()), Some(&leaf))
+                .fork(&tree, &sessions_dir(&self.state.workspace()), Some(&leaf))
                 .map_err(io_error)?;
             (w, loaded, text)
         };
@@ -285,7 +288,7 @@ impl Backend {
                     "the session has no entries to clone; use agent/session/new",
                 ));
             }
-            w.fork(&tree, &sessions_dir(&self.state.root()), None)
+            w.fork(&tree, &sessions_dir(&self.state.workspace()), None)
                 .map_err(io_error)?
         };
         let new = self.adopt(&session, writer, loaded)?;
