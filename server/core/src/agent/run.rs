@@ -2,9 +2,9 @@
 //! [`crate::agent`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt as _;
 use pi_ai::{
     AssistantEvent, AssistantMessage, Context, Message, StopReason, StreamOptions, ToolCall,
     ToolResultMessage, ToolSpec,
@@ -548,8 +548,10 @@ impl Run<'_> {
         slots: &mut [Option<Finalized>],
     ) {
         let (utx, mut urx) = tokio::sync::mpsc::unbounded_channel::<(usize, ToolOutput)>();
+        // Tool futures run inside this task (no task per call: a tool that needs a thread uses
+        // `spawn_blocking`); a panic is caught at the future's boundary and becomes an error
+        // result; after the abort grace the futures are dropped, which stops them.
         let mut running = FuturesUnordered::new();
-        let mut aborts = Vec::new();
         let mut args_of: Vec<Option<Value>> = vec![None; calls.len()];
         for p in prepared {
             let utx = utx.clone();
@@ -565,9 +567,9 @@ impl Run<'_> {
             args_of[i] = Some(p.args.clone());
             let tool = p.tool;
             let args = p.args;
-            let handle = tokio::spawn(async move { tool.execute(ctx, args).await });
-            aborts.push(handle.abort_handle());
-            running.push(async move { (i, handle.await) });
+            let fut = std::panic::AssertUnwindSafe(async move { tool.execute(ctx, args).await })
+                .catch_unwind();
+            running.push(async move { (i, fut.await) });
         }
         drop(utx);
         let mut settled = vec![false; calls.len()];
@@ -596,8 +598,7 @@ impl Run<'_> {
                     settled[i] = true;
                     let result = match joined {
                         Ok(r) => r,
-                        Err(e) if e.is_panic() => Err(ToolError::new(format!("Tool {} failed: it panicked", calls[i].name))),
-                        Err(_) => Err(ToolError::new(ABORTED_TEXT)),
+                        Err(_) => Err(ToolError::new(format!("Tool {} failed: it panicked", calls[i].name))),
                     };
                     let args = args_of[i].take().unwrap_or(Value::Null);
                     let f = self.finalize(assistant, &calls[i], &args, result).await;
@@ -608,10 +609,21 @@ impl Run<'_> {
                     grace = Some(tokio::time::Instant::now() + ABORT_GRACE);
                 }
                 _ = grace_sleep => {
-                    for a in &aborts {
-                        a.abort();
+                    // Stop the tools that ignored the abort; each still gets its paired result.
+                    running.clear();
+                    for i in 0..calls.len() {
+                        if settled[i] {
+                            continue;
+                        }
+                        let Some(args) = args_of[i].take() else { continue };
+                        settled[i] = true;
+                        let f = self
+                            .finalize(assistant, &calls[i], &args, Err(ToolError::new(ABORTED_TEXT)))
+                            .await;
+                        self.emit_end(&calls[i], &f).await;
+                        slots[i] = Some(f);
                     }
-                    grace = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+                    break;
                 }
             }
         }
