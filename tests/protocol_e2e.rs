@@ -1354,3 +1354,29 @@ async fn session_dir_setting_moves_session_files_in_a_trusted_workspace() {
         assert!(c.shutdown().await.success());
     }
 }
+
+/// The user's own shell commands (`agent/bash`) run outside the agent's sandbox: they may write
+/// next to the workspace, where the agent's `bash` tool may not.
+#[tokio::test]
+async fn user_bash_runs_outside_the_agents_sandbox() {
+    let tmp = TempDir::new("user-bash");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![]).await;
+    let mut c = start(&ws, &mock).await;
+    let st = c
+        .request("agent/session/new", json!({"model": "mock/mock-1"}))
+        .await
+        .unwrap();
+    let sid = st["sessionId"].as_str().unwrap();
+    let r = c
+        .request(
+            "agent/bash",
+            json!({"sessionId": sid, "command": "touch ../made-by-the-user && echo done"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["exitCode"], 0, "{r}");
+    assert_eq!(r["output"].as_str().unwrap().trim(), "done");
+    assert!(tmp.path().join("made-by-the-user").exists());
+    assert!(c.shutdown().await.success());
+}

@@ -56,7 +56,19 @@ impl Backend {
                 ),
             ));
         };
-        let tool = pi_core::tools::BashTool::new(self.state.root(), None);
+        // The user's own command: outside the agent's sandbox (security issue: "user-run bash
+        // excluded"), with the same output limits, process-group kill and key redaction.
+        let root = self.state.root();
+        let unsandboxed = pi_core::sandbox::SandboxSettings {
+            mode: Some(pi_core::sandbox::SandboxMode::Off),
+            ..Default::default()
+        };
+        let tool = pi_core::tools::BashTool::with_sandbox(
+            root.clone(),
+            None,
+            pi_core::sandbox::Sandbox::new(&root, &unsandboxed),
+            None,
+        );
         let ctx = ToolContext {
             call_id: format!("user-bash-{}", uuid::Uuid::now_v7()),
             turn: 0,
