@@ -22,11 +22,10 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::tree_prefixes::{COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX};
 use std::sync::{Arc, Mutex};
 
 use crate::agent::{CompactionProposal, Compactor};
-use crate::session::{convert_message, entry_message, Entry, SessionWriter};
+use crate::session::{convert_message, entry_message, path_messages, Entry, SessionWriter};
 
 /// Pi's defaults: tokens reserved for the answer and the summary.
 pub const DEFAULT_RESERVE_TOKENS: u64 = 16_384;
@@ -397,7 +396,7 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         return Err(CompactionError::NothingToCompact);
     }
     let cut = cut_items(&items, start, end, keep_recent_tokens);
-    let tokens_before = context_tokens(&branch_messages(path));
+    let tokens_before = context_tokens(&path_messages(path, None));
     let for_summary = |e: &&Entry| -> Option<Message> {
         if e.kind == "compaction" {
             None
@@ -432,26 +431,6 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         previous_summary,
         file_ops,
     })
-}
-
-/// The model context of a branch as [`crate::session::SessionTree::context`] builds it.
-fn branch_messages(path: &[&Entry]) -> Vec<Message> {
-    let Some(ci) = path.iter().rposition(|e| e.kind == "compaction") else {
-        return path.iter().filter_map(|e| entry_message(e)).collect();
-    };
-    let c = &path[ci].raw;
-    let mut out = vec![Message::user_text(format!(
-        "{COMPACTION_SUMMARY_PREFIX}{}{COMPACTION_SUMMARY_SUFFIX}",
-        c["summary"].as_str().unwrap_or("")
-    ))];
-    let first = c["firstKeptEntryId"].as_str();
-    let start = path[..ci]
-        .iter()
-        .position(|e| Some(e.id.as_str()) == first)
-        .unwrap_or(ci);
-    out.extend(path[start..ci].iter().filter_map(|e| entry_message(e)));
-    out.extend(path[ci + 1..].iter().filter_map(|e| entry_message(e)));
-    out
 }
 
 /// Tool results longer than this are cut in the summary request (Pi's `TOOL_RESULT_MAX_CHARS`).

@@ -168,10 +168,7 @@ pub async fn run(args: RunArgs) -> i32 {
     let mut cfg = crate::runner::agent_config(&ws, model, fs, None, &[], None);
     let settings = ws.settings();
     let writer = Arc::new(Mutex::new(writer));
-    cfg.compaction = Some(pi_core::agent::CompactionConfig {
-        settings: settings.compaction,
-        compactor: Arc::new(pi_core::compaction::SessionCompactor::new(writer.clone())),
-    });
+    cfg.compaction = Some(crate::runner::compaction_config(&ws, &writer));
     let control = RunControl::default();
     control.set_modes(settings.steering_mode, settings.follow_up_mode);
     let prompt = crate::runner::expand_prompt(&ws, &args.prompt);

@@ -115,6 +115,18 @@ pub fn untrusted_notice(ws: &WorkspaceConfig, how_to_trust: &str) -> Option<Stri
     ))
 }
 
+/// Compaction for a run in `ws` whose session is written by `writer`: the settings' thresholds,
+/// and the `compaction` entries appended to that file.
+pub fn compaction_config(
+    ws: &WorkspaceConfig,
+    writer: &Arc<std::sync::Mutex<pi_core::session::SessionWriter>>,
+) -> pi_core::agent::CompactionConfig {
+    pi_core::agent::CompactionConfig {
+        settings: ws.settings().compaction,
+        compactor: Arc::new(pi_core::compaction::SessionCompactor::new(writer.clone())),
+    }
+}
+
 /// The agent configuration for a run in `ws` with `model`: the default tools over `fs`
 /// (`allowedDirs` from settings), the system prompt assembled from the workspace's resources
 /// (context files, `SYSTEM.md` / `APPEND_SYSTEM.md`, skills; re-read for every call) plus

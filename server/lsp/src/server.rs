@@ -13,10 +13,8 @@ use async_trait::async_trait;
 use pi_ai::AssistantEvent;
 use pi_ai::{Message, Model};
 use pi_core::agent::{
-    Agent, AgentConfig, AgentEvent, CompactionConfig, CompactionReason, Delivery, EventSink,
-    Subscription, WeakAgent,
+    Agent, AgentConfig, AgentEvent, CompactionReason, Delivery, EventSink, Subscription, WeakAgent,
 };
-use pi_core::compaction::SessionCompactor;
 use pi_core::resources::WorkspaceConfig;
 use pi_core::session::{find_session_file, read_tree, SessionError, SessionWriter};
 use pi_core::tools::BeforeBash;
@@ -737,10 +735,7 @@ fn agent_config(
         &[EDITOR_GUIDELINE.to_string()],
         Some((approver, session_id)),
     );
-    cfg.compaction = Some(CompactionConfig {
-        settings: ws.settings().compaction,
-        compactor: Arc::new(SessionCompactor::new(writer.clone())),
-    });
+    cfg.compaction = Some(crate::runner::compaction_config(&ws, writer));
     cfg
 }
 

@@ -17,7 +17,8 @@ mod tree;
 
 pub use list::{list_sessions, SessionSummary};
 pub use tree::{
-    bash_execution_text, convert_message, entry_message, Entry, SessionContext, SessionTree,
+    bash_execution_text, convert_message, entry_message, path_messages, Entry, SessionContext,
+    SessionTree,
 };
 
 /// Pi's wrappers of summaries in the model context.

@@ -160,6 +160,45 @@ pub fn entry_message(e: &Entry) -> Option<Message> {
     }
 }
 
+/// The model-visible messages of a root-to-leaf `path` (Pi's `buildSessionContext`): with a
+/// `compaction` entry on it, its summary first, then the kept entries from `firstKeptEntryId`
+/// up to it, then everything after it; else every entry's message. `proposed`
+/// (`(summary, firstKeptEntryId)`) is a compaction taken to follow the last entry.
+pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Message> {
+    let compaction = path.iter().rposition(|e| e.kind == "compaction");
+    let (ci, summary, first_kept, ts) = match (proposed, compaction) {
+        (Some((summary, first)), _) => (
+            path.len(),
+            summary.to_string(),
+            Some(first.to_string()),
+            chrono::Utc::now().timestamp_millis(),
+        ),
+        (None, Some(ci)) => {
+            let c = path[ci];
+            (
+                ci,
+                str_of(&c.raw, "summary").unwrap_or_default(),
+                str_of(&c.raw, "firstKeptEntryId"),
+                millis(&c.raw["timestamp"]),
+            )
+        }
+        (None, None) => return path.iter().filter_map(|e| entry_message(e)).collect(),
+    };
+    let mut out = vec![user(
+        format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
+        ts,
+    )];
+    let start = path[..ci]
+        .iter()
+        .position(|e| Some(&e.id) == first_kept.as_ref())
+        .unwrap_or(ci);
+    out.extend(path[start..ci].iter().filter_map(|e| entry_message(e)));
+    if ci < path.len() {
+        out.extend(path[ci + 1..].iter().filter_map(|e| entry_message(e)));
+    }
+    out
+}
+
 impl SessionTree {
     /// Builds the tree from parsed lines (header first); migrates v1 / v2 in memory.
     pub fn from_values(
@@ -326,8 +365,7 @@ impl SessionTree {
             thinking_level: "off".into(),
             ..Default::default()
         };
-        let mut compaction: Option<usize> = None;
-        for (i, e) in path.iter().enumerate() {
+        for e in &path {
             match e.kind.as_str() {
                 "thinking_level_change" => {
                     if let Some(t) = str_of(&e.raw, "thinkingLevel") {
@@ -347,47 +385,10 @@ impl SessionTree {
                         ctx.model = Some((p, id));
                     }
                 }
-                "compaction" => compaction = Some(i),
                 _ => {}
             }
         }
-        let visible = entry_message;
-        // A proposed compaction sits after the last entry of the path.
-        let (ci, summary, first_kept, ts) = match (proposed, compaction) {
-            (Some((summary, first)), _) => (
-                path.len(),
-                summary.to_string(),
-                Some(first.to_string()),
-                chrono::Utc::now().timestamp_millis(),
-            ),
-            (None, Some(ci)) => {
-                let c = path[ci];
-                (
-                    ci,
-                    str_of(&c.raw, "summary").unwrap_or_default(),
-                    str_of(&c.raw, "firstKeptEntryId"),
-                    millis(&c.raw["timestamp"]),
-                )
-            }
-            (None, None) => {
-                ctx.messages.extend(path.iter().filter_map(|e| visible(e)));
-                return ctx;
-            }
-        };
-        ctx.messages.push(user(
-            format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
-            ts,
-        ));
-        let start = path[..ci]
-            .iter()
-            .position(|e| Some(&e.id) == first_kept.as_ref())
-            .unwrap_or(ci);
-        ctx.messages
-            .extend(path[start..ci].iter().filter_map(|e| visible(e)));
-        if ci < path.len() {
-            ctx.messages
-                .extend(path[ci + 1..].iter().filter_map(|e| visible(e)));
-        }
+        ctx.messages = path_messages(&path, proposed);
         ctx
     }
 }
