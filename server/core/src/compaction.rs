@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use std::sync::{Arc, Mutex};
 
 use crate::agent::{CompactionProposal, Compactor};
-use crate::session::{convert_message, entry_message, path_messages, Entry, SessionWriter};
+use crate::session::{entry_message, path_messages_with, Entry, SessionWriter};
 
 /// Pi's defaults: tokens reserved for the answer and the summary.
 pub const DEFAULT_RESERVE_TOKENS: u64 = 16_384;
@@ -215,13 +215,12 @@ pub fn find_cut_point(messages: &[Message], keep_recent_tokens: u64) -> CutPoint
     cut_items(&items, 0, items.len(), keep_recent_tokens)
 }
 
-fn entry_item(e: &Entry) -> CutItem {
+/// The cut facts of entry `e` whose model-visible message is `message`.
+fn entry_item(e: &Entry, message: Option<&Message>) -> CutItem {
     match e.kind.as_str() {
         "message" => {
-            let role = e.raw["message"]["role"].as_str().unwrap_or("");
-            let tokens = convert_message(&e.raw["message"])
-                .map(|m| estimate_tokens(&m))
-                .unwrap_or(0);
+            let role = e.role().unwrap_or("");
+            let tokens = message.map(estimate_tokens).unwrap_or(0);
             CutItem {
                 tokens: Some(tokens),
                 cut: role != "toolResult",
@@ -369,7 +368,7 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
     let mut file_ops = FileOps::default();
     let mut start = 0;
     if let Some(pi) = prev {
-        let p = &path[pi].raw;
+        let p = &path[pi].raw();
         previous_summary = p["summary"].as_str().map(str::to_string);
         let first = p["firstKeptEntryId"].as_str();
         start = path[..pi]
@@ -390,30 +389,31 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
             file_ops.edited.extend(strings("modifiedFiles"));
         }
     }
-    let items: Vec<CutItem> = path.iter().map(|e| entry_item(e)).collect();
+    // Each entry's message is parsed once.
+    let messages: Vec<Option<Message>> = path.iter().map(|e| entry_message(e)).collect();
+    let items: Vec<CutItem> = path
+        .iter()
+        .zip(&messages)
+        .map(|(e, m)| entry_item(e, m.as_ref()))
+        .collect();
     let end = path.len();
     if start >= end {
         return Err(CompactionError::NothingToCompact);
     }
     let cut = cut_items(&items, start, end, keep_recent_tokens);
-    let tokens_before = context_tokens(&path_messages(path, None));
-    let for_summary = |e: &&Entry| -> Option<Message> {
-        if e.kind == "compaction" {
+    let tokens_before = context_tokens(&path_messages_with(path, None, |k, _| messages[k].clone()));
+    let for_summary = |k: usize| -> Option<Message> {
+        if path[k].kind == "compaction" {
             None
         } else {
-            entry_message(e)
+            messages[k].clone()
         }
     };
     let history_end = cut.turn_start.unwrap_or(cut.first_kept);
-    let messages_to_summarize: Vec<Message> = path[start..history_end]
-        .iter()
-        .filter_map(for_summary)
-        .collect();
+    let messages_to_summarize: Vec<Message> =
+        (start..history_end).filter_map(for_summary).collect();
     let turn_prefix_messages: Vec<Message> = match cut.turn_start {
-        Some(ts) => path[ts..cut.first_kept]
-            .iter()
-            .filter_map(for_summary)
-            .collect(),
+        Some(ts) => (ts..cut.first_kept).filter_map(for_summary).collect(),
         None => Vec::new(),
     };
     if messages_to_summarize.is_empty() && turn_prefix_messages.is_empty() {

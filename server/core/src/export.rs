@@ -56,7 +56,7 @@ fn blocks(tree: &SessionTree, leaf: Option<&str>) -> Vec<Block> {
             .get(&e.id)
             .map(|l| format!(" [{l}]"))
             .unwrap_or_default();
-        let raw = &e.raw;
+        let raw = &e.raw();
         match e.kind.as_str() {
             "message" => {
                 let m = &raw["message"];

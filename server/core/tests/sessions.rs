@@ -485,7 +485,7 @@ fn seed_exercise_4_extension_state_and_delivery() {
     // JSONL: each value in its own entry, with Pi's fields.
     let (tree, warnings) = read_tree(&path, false).unwrap();
     assert!(warnings.is_empty());
-    let raw = |id: &str| tree.get(id).unwrap().raw.clone();
+    let raw = |id: &str| tree.get(id).unwrap().raw();
     assert_eq!(
         raw(&r1)["message"]["details"],
         json!({"diff":"-x = 1\n+x = 2","firstChangedLine":3})
@@ -647,4 +647,69 @@ fn seed_exercise_5_provider_neutral_replay() {
     assert_eq!(assistant_blocks[0]["type"], "thinking");
     assert_eq!(assistant_blocks[0]["signature"], "sig-abc");
     assert_eq!(assistant_blocks[1]["id"], long_id.as_str());
+}
+
+#[test]
+fn entries_keep_their_lines_and_forks_copy_them_byte_for_byte() {
+    let d = tmp("fork-bytes");
+    for name in [
+        "pi-0.73.1-openai-read.jsonl",
+        "pi-0.73.1-anthropic-read.jsonl",
+        "pi-0.73.1-tools.jsonl",
+    ] {
+        let mut text = std::fs::read_to_string(fixture(name)).unwrap();
+        // Lines Pi may write one day: unknown entry types and fields, another key order,
+        // spacing, an extended role, escapes.
+        let last = text.lines().last().unwrap();
+        let last_id = serde_json::from_str::<Value>(last).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        text.push_str(&format!(
+            "{{\"type\":\"future_kind\",\"id\":\"f1\",\"parentId\":\"{last_id}\",\"zeta\":[1,2.50,{{\"k\":null}}],\"alpha\":\"\\u00e9\\n\"}}\n\
+             {{ \"message\" : {{\"content\":\"role last\",\"role\":\"user\",\"x\":1}}, \"type\":\"message\",\"id\":\"f2\",\"parentId\":\"f1\"}}\n\
+             {{\"type\":\"message\",\"id\":\"f3\",\"parentId\":\"f2\",\"message\":{{\"role\":\"bashExecution\",\"command\":\"ls\",\"output\":\"a\",\"exitCode\":0,\"timestamp\":5}}}}\n"
+        ));
+        let p = d.join(name);
+        std::fs::write(&p, &text).unwrap();
+        let (tree, warnings) = read_tree(&p, false).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        let stored: Vec<&str> = tree.entries.iter().map(|e| e.text()).collect();
+        assert_eq!(stored, lines, "{name}");
+        // Messages parsed from the text equal the ones converted from the parsed value.
+        for e in &tree.entries {
+            let via_value = (e.kind == "message")
+                .then(|| pi_core::session::convert_message(&e.raw()["message"]))
+                .flatten();
+            assert_eq!(
+                pi_core::session::entry_message(e),
+                via_value,
+                "{}",
+                e.text()
+            );
+        }
+        // A fork holds the path's lines as they were.
+        let (_, loaded) = SessionWriter::fork_from(&p, &tree, &d, None).unwrap();
+        let forked = std::fs::read_to_string(
+            loaded.tree.header["parentSession"]
+                .as_str()
+                .map(|_| pi_core::session::find_session_file(&d, &loaded.id).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        let path_lines: Vec<&str> = tree.path("f3").iter().map(|e| e.text()).collect();
+        assert_eq!(
+            forked.lines().skip(1).collect::<Vec<_>>(),
+            path_lines,
+            "{name}"
+        );
+        assert_eq!(
+            shape(&loaded.messages)[loaded.messages.len() - 2..],
+            [
+                "user:role last".to_string(),
+                "user:Ran `ls`\n```\na\n```".to_string()
+            ]
+        );
+    }
 }

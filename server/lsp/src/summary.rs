@@ -26,13 +26,13 @@ pub fn serialize(entries: &[&Entry]) -> String {
     let mut parts = Vec::new();
     for e in entries {
         let m = match e.kind.as_str() {
-            "message" => convert_message(&e.raw["message"]),
+            "message" => e.message(),
             "custom_message" => {
-                let mut v = e.raw.clone();
+                let mut v = e.raw();
                 v["role"] = serde_json::json!("custom");
                 convert_message(&v)
             }
-            "branch_summary" => e.raw["summary"]
+            "branch_summary" => e.raw()["summary"]
                 .as_str()
                 .map(|s| Message::user_text(s.to_string())),
             _ => None,

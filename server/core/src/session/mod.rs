@@ -12,13 +12,15 @@
 //! parse is moved to a `.corrupt` sidecar and cut off before anything is appended; unparseable
 //! or NUL-filled lines in the middle are skipped and counted in a warning.
 
+mod line;
 mod list;
 mod tree;
 
+pub use line::AssistantInfo;
 pub use list::{list_sessions, SessionSummary};
 pub use tree::{
-    bash_execution_text, convert_message, entry_message, path_messages, Entry, SessionContext,
-    SessionTree,
+    bash_execution_text, convert_message, entry_message, path_messages, path_messages_with, Entry,
+    SessionContext, SessionTree,
 };
 
 /// Pi's wrappers of summaries in the model context.
@@ -32,6 +34,7 @@ pub mod tree_prefixes {
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use pi_ai::Message;
 use serde_json::{json, Value};
@@ -196,7 +199,6 @@ pub struct SessionWriter {
     file: std::fs::File,
     id: String,
     leaf: Option<String>,
-    ids: HashSet<String>,
     /// Tool-call ids of the latest assistant message on the branch that have no result yet.
     open_calls: Vec<String>,
     /// Every entry of the file, kept current on each append (the header included).
@@ -298,13 +300,8 @@ impl SessionWriter {
             file,
             id,
             leaf: None,
-            ids: HashSet::new(),
             open_calls: Vec::new(),
-            tree: std::sync::Arc::new(SessionTree::from_values(
-                header.clone(),
-                Vec::new(),
-                Vec::new(),
-            )),
+            tree: Arc::new(SessionTree::new(header.clone())),
             _lock: lock,
         };
         w.write_line(&header)?;
@@ -315,7 +312,11 @@ impl SessionWriter {
     /// loads the branch ending at its last entry.
     pub fn open(path: &Path) -> Result<(Self, LoadedSession), SessionError> {
         let lock = LockFile::acquire(path)?;
-        let (mut tree, mut warnings) = read_tree(path, true)?;
+        let Loaded {
+            mut tree,
+            messages,
+            mut warnings,
+        } = load(path, true)?;
         if tree.header["version"].as_u64().unwrap_or(1) < SESSION_VERSION {
             // Appending v3 entries to an older file would mix formats: rewrite it as v3 once,
             // keeping the original beside it.
@@ -327,7 +328,10 @@ impl SessionWriter {
             ));
         }
         let leaf = tree.last_id().map(str::to_string);
-        let ctx = tree.context(leaf.as_deref());
+        let ctx = match messages {
+            Some(mut parsed) => tree.context_parsed(leaf.as_deref(), &mut parsed),
+            None => tree.context(leaf.as_deref()),
+        };
         let loaded = LoadedSession {
             id: tree.header["id"].as_str().unwrap_or_default().to_string(),
             cwd: tree.header["cwd"].as_str().map(str::to_string),
@@ -336,7 +340,7 @@ impl SessionWriter {
             thinking_level: Some(ctx.thinking_level),
             warnings,
             name: tree.name(),
-            tree: std::sync::Arc::new(tree),
+            tree: Arc::new(tree),
         };
         let file = std::fs::OpenOptions::new()
             .append(true)
@@ -347,7 +351,6 @@ impl SessionWriter {
             file,
             id: loaded.id.clone(),
             leaf: None,
-            ids: loaded.tree.entries.iter().map(|e| e.id.clone()).collect(),
             open_calls: Vec::new(),
             tree: loaded.tree.clone(),
             _lock: lock,
@@ -366,7 +369,8 @@ impl SessionWriter {
         let path = tree.path(leaf);
         let mut answered = HashSet::new();
         for e in path.iter().rev().filter(|e| e.kind == "message") {
-            let m = &e.raw["message"];
+            let raw = e.raw();
+            let m = &raw["message"];
             match m["role"].as_str() {
                 Some("toolResult") => {
                     answered.insert(m["toolCallId"].as_str().unwrap_or_default().to_string());
@@ -458,10 +462,16 @@ impl SessionWriter {
         let mut w = Self::create_with_header(dir, new_header(&cwd, Some(parent)))?;
         if let Some(leaf) = leaf.or(tree.last_id()) {
             for e in tree.path(leaf) {
-                let mut line = e.raw.clone();
-                store_large_images(&mut line, &dir.join(ASSETS_DIR))?;
-                w.write_line(&line)?;
-                w.ids.insert(e.id.clone());
+                // The line as stored, byte for byte, unless it holds an image to move to the
+                // new folder's assets.
+                let text = e.text();
+                if text.len() > IMAGE_INLINE_LIMIT && text.contains("\"image\"") {
+                    let mut line = e.raw();
+                    store_large_images(&mut line, &dir.join(ASSETS_DIR))?;
+                    w.write_line(&line)?;
+                } else {
+                    w.write_text(text)?;
+                }
             }
         }
         w.sync()?;
@@ -488,10 +498,20 @@ impl SessionWriter {
     /// One line with one `write`. U+2028 / U+2029 are escaped so line-oriented JavaScript
     /// readers cannot split an entry.
     fn write_line(&mut self, v: &Value) -> Result<(), SessionError> {
-        let mut line = v
-            .to_string()
-            .replace('\u{2028}', "\\u2028")
-            .replace('\u{2029}', "\\u2029");
+        self.write_text(&v.to_string())
+    }
+
+    /// One line of JSON `text` with one `write` (U+2028 / U+2029 escaped as in
+    /// [`SessionWriter::write_line`]).
+    fn write_text(&mut self, text: &str) -> Result<(), SessionError> {
+        let mut line = if text.contains(['\u{2028}', '\u{2029}']) {
+            text.replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029")
+        } else {
+            let mut l = String::with_capacity(text.len() + 1);
+            l.push_str(text);
+            l
+        };
         line.push('\n');
         self.file.write_all(line.as_bytes()).map_err(io(&self.path))
     }
@@ -499,7 +519,7 @@ impl SessionWriter {
     fn new_id(&mut self) -> String {
         loop {
             let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-            if self.ids.insert(id.clone()) {
+            if self.tree.get(&id).is_none() {
                 return id;
             }
         }
@@ -515,13 +535,24 @@ impl SessionWriter {
         }
         // Large images go to the assets folder once; the line names them (SESS-05). The
         // in-memory tree keeps the whole entry.
-        let mut line = entry.clone();
+        let text = entry.to_string();
         let assets = self.path.parent().map(|d| d.join(ASSETS_DIR));
-        if let Some(assets) = assets {
-            store_large_images(&mut line, &assets)?;
+        let large = image_blocks(&mut entry).iter().any(|b| {
+            b["data"]
+                .as_str()
+                .is_some_and(|d| d.len() > IMAGE_INLINE_LIMIT)
+        });
+        match assets {
+            Some(assets) if large => {
+                let mut line = entry.clone();
+                store_large_images(&mut line, &assets)?;
+                self.write_line(&line)?;
+            }
+            _ => self.write_text(&text)?,
         }
-        self.write_line(&line)?;
-        std::sync::Arc::make_mut(&mut self.tree).push(entry);
+        if let Some(e) = Entry::from_value_text(&entry, text) {
+            Arc::make_mut(&mut self.tree).push_entry(e);
+        }
         self.leaf = Some(id.clone());
         Ok(id)
     }
@@ -589,15 +620,39 @@ fn new_header(cwd: &Path, parent: Option<&Path>) -> Value {
 /// parse is moved to a `.corrupt` sidecar and cut off (SESS-01), and a complete last line
 /// without its newline gets one; damaged middle lines are skipped and counted (SESS-02).
 pub fn read_tree(path: &Path, repair: bool) -> Result<(SessionTree, Vec<String>), SessionError> {
+    let l = load(path, repair)?;
+    Ok((l.tree, l.warnings))
+}
+
+/// A loaded session file.
+struct Loaded {
+    tree: SessionTree,
+    /// The model-visible messages of the `message` entries, by entry index, as parsed while
+    /// loading (`None` for older files, whose entries are migrated first).
+    messages: Option<Vec<Option<Message>>>,
+    warnings: Vec<String>,
+}
+
+/// The non-blank lines of a file: `(start, end, parsed)`.
+type Lines = Vec<(usize, usize, ParsedLine)>;
+
+/// One line of a file, parsed.
+enum ParsedLine {
+    /// A version 3 entry line.
+    Parts(Box<line::LineParts>),
+    /// A line read as a whole value: older files (migrated), lines naming assets.
+    Value(Value),
+    /// Not a JSON object, NUL-filled, not UTF-8.
+    Damaged,
+}
+
+/// [`read_tree`], keeping the messages parsed on the way.
+fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
     let bytes = std::fs::read(path).map_err(io(path))?;
     let mut warnings = Vec::new();
     let mut good_len = bytes.len();
     if !bytes.is_empty() && !bytes.ends_with(b"\n") {
-        let start = bytes
-            .iter()
-            .rposition(|b| *b == b'\n')
-            .map(|i| i + 1)
-            .unwrap_or(0);
+        let start = memchr::memrchr(b'\n', &bytes).map(|i| i + 1).unwrap_or(0);
         let tail = &bytes[start..];
         if serde_json::from_slice::<Value>(tail).is_err() {
             good_len = start;
@@ -624,26 +679,169 @@ pub fn read_tree(path: &Path, repair: bool) -> Result<(SessionTree, Vec<String>)
             f.write_all(b"\n").map_err(io(path))?;
         }
     }
-    let (mut values, skipped) = parse_lines(&bytes[..good_len]);
-    drop(bytes);
+    let buf = Arc::new(bytes);
+    // The header: the first line that is an object (damaged lines before it are skipped).
+    let mut skipped = 0;
+    let mut header = None;
+    let mut pos = 0;
+    while pos < good_len && header.is_none() {
+        let end = memchr::memchr(b'\n', &buf[pos..good_len]).map_or(good_len, |i| pos + i);
+        let text = &buf[pos..end];
+        pos = end + 1;
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Value>(text) {
+            Ok(v) if v.is_object() => header = Some(v),
+            _ => skipped += 1,
+        }
+    }
+    let Some(header) = header.filter(|h| h["type"] == "session") else {
+        return Err(SessionError::NoHeader(path.to_path_buf()));
+    };
+    let version = header["version"].as_u64().unwrap_or(1);
+    let lines = parse_lines(&buf, pos.min(good_len), good_len, version >= 3);
+    let dir = path.parent();
+    let mut image_warnings = Vec::new();
+    let (tree, messages) = if version < 3 {
+        let mut values = Vec::with_capacity(lines.len());
+        for (_, _, l) in lines {
+            match l {
+                ParsedLine::Value(mut v) => {
+                    if let Some(dir) = dir {
+                        load_images(&mut v, dir, &mut image_warnings);
+                    }
+                    values.push(v);
+                }
+                _ => skipped += 1,
+            }
+        }
+        (SessionTree::from_values(header, values, Vec::new()), None)
+    } else {
+        let mut tree = SessionTree::new(header);
+        tree.entries.reserve(lines.len());
+        let mut messages: Vec<Option<Message>> = Vec::with_capacity(lines.len());
+        for (start, end, l) in lines {
+            let entry = match l {
+                ParsedLine::Parts(parts) => Entry::from_file(&buf, start, end, *parts),
+                ParsedLine::Value(mut v) => {
+                    if let Some(dir) = dir {
+                        load_images(&mut v, dir, &mut image_warnings);
+                    }
+                    Entry::from_value_converted(&v)
+                }
+                ParsedLine::Damaged => {
+                    skipped += 1;
+                    continue;
+                }
+            };
+            let Some((entry, message)) = entry else {
+                tree.warnings
+                    .push("skipped an entry without id or type".into());
+                continue;
+            };
+            let i = tree.push_entry(entry);
+            match messages.get_mut(i) {
+                Some(slot) => *slot = message,
+                None => messages.push(message),
+            }
+        }
+        (tree, Some(messages))
+    };
     if skipped > 0 {
         warnings.push(format!(
             "skipped {skipped} damaged line(s) in {}",
             path.display()
         ));
     }
-    if values.first().is_none_or(|h| h["type"] != "session") {
-        return Err(SessionError::NoHeader(path.to_path_buf()));
-    }
-    if let Some(dir) = path.parent() {
-        for v in values.iter_mut().skip(1) {
-            load_images(v, dir, &mut warnings);
+    warnings.extend(image_warnings);
+    warnings.extend(tree.warnings.iter().cloned());
+    Ok(Loaded {
+        tree,
+        messages,
+        warnings,
+    })
+}
+
+/// Parses the lines of `buf[from..to]` (entries, after the header) in file order, on every
+/// core for large files: `(start, end, line)` per non-blank line. `v3` lines are parsed
+/// straight into entries and messages; older ones into values (they are migrated).
+fn parse_lines(buf: &Arc<Vec<u8>>, from: usize, to: usize, v3: bool) -> Lines {
+    fn one(line: &[u8], v3: bool) -> ParsedLine {
+        let object = |v: Value| {
+            if v.is_object() {
+                ParsedLine::Value(v)
+            } else {
+                ParsedLine::Damaged
+            }
+        };
+        let Ok(text) = std::str::from_utf8(line) else {
+            return ParsedLine::Damaged;
+        };
+        if !v3 || memchr::memmem::find(line, ASSET_FIELD.as_bytes()).is_some() {
+            return serde_json::from_str(text).map_or(ParsedLine::Damaged, object);
+        }
+        match line::parse(text) {
+            Some(parts) => ParsedLine::Parts(Box::new(parts)),
+            None => ParsedLine::Damaged,
         }
     }
-    let header = values.remove(0);
-    let tree = SessionTree::from_values(header, values, Vec::new());
-    warnings.extend(tree.warnings.iter().cloned());
-    Ok((tree, warnings))
+    fn chunk(buf: &[u8], from: usize, to: usize, v3: bool) -> Lines {
+        let mut out = Vec::new();
+        let mut pos = from;
+        while pos < to {
+            let end = memchr::memchr(b'\n', &buf[pos..to]).map_or(to, |i| pos + i);
+            let line = &buf[pos..end];
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                out.push((pos, end, one(line, v3)));
+            }
+            pos = end + 1;
+        }
+        out
+    }
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    if threads < 2 || to - from < 1 << 20 {
+        return chunk(buf, from, to, v3);
+    }
+    // Chunks end at line ends; threads take the next chunk as they finish one.
+    let n = threads * 8;
+    let mut bounds = vec![from];
+    for k in 1..n {
+        let at = (from + (to - from) * k / n).max(*bounds.last().unwrap_or(&from));
+        let end = memchr::memchr(b'\n', &buf[at..to]).map_or(to, |i| at + i + 1);
+        bounds.push(end);
+    }
+    bounds.push(to);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut parts: Vec<(usize, Lines)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if k >= n {
+                            return done;
+                        }
+                        done.push((k, chunk(buf, bounds[k], bounds[k + 1], v3)));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    parts.sort_by_key(|p| p.0);
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.1.len()).sum());
+    for (_, p) in parts {
+        out.extend(p);
+    }
+    out
 }
 
 /// Rewrites an older (v1/v2) session file as v3 from its migrated `tree`: the original is
@@ -655,9 +853,10 @@ fn migrate_file(path: &Path, tree: &mut SessionTree) -> Result<PathBuf, SessionE
     std::fs::copy(path, &backup).map_err(io(&backup))?;
     tree.header["version"] = json!(SESSION_VERSION);
     let mut text = String::new();
-    for v in std::iter::once(&tree.header).chain(tree.entries.iter().map(|e| &e.raw)) {
+    let header = tree.header.to_string();
+    for line in std::iter::once(header.as_str()).chain(tree.entries.iter().map(|e| e.text())) {
         text.push_str(
-            &v.to_string()
+            &line
                 .replace('\u{2028}', "\\u2028")
                 .replace('\u{2029}', "\\u2029"),
         );
@@ -692,51 +891,6 @@ pub fn pi_sessions_dir(agent_dir: &Path, cwd: &Path) -> PathBuf {
         })
         .collect();
     agent_dir.join("sessions").join(format!("--{safe}--"))
-}
-
-/// Parses the JSONL `text` into objects in file order, on every core for large files; returns
-/// them with the number of damaged (unparseable, NUL-filled or non-object) lines.
-fn parse_lines(text: &[u8]) -> (Vec<Value>, usize) {
-    fn parse(lines: &[&[u8]]) -> (Vec<Value>, usize) {
-        let mut out = Vec::with_capacity(lines.len());
-        let mut skipped = 0;
-        for line in lines {
-            match serde_json::from_slice::<Value>(line) {
-                Ok(v) if v.is_object() => out.push(v),
-                _ => skipped += 1,
-            }
-        }
-        (out, skipped)
-    }
-    let lines: Vec<&[u8]> = text
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.iter().all(|b| b.is_ascii_whitespace()))
-        .collect();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
-    if threads < 2 || text.len() < 4 << 20 {
-        return parse(&lines);
-    }
-    let chunk = lines.len().div_ceil(threads);
-    let parts: Vec<(Vec<Value>, usize)> = std::thread::scope(|s| {
-        let handles: Vec<_> = lines
-            .chunks(chunk.max(1))
-            .map(|c| s.spawn(move || parse(c)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    let mut values = Vec::with_capacity(lines.len());
-    let mut skipped = 0;
-    for (v, n) in parts {
-        values.extend(v);
-        skipped += n;
-    }
-    (values, skipped)
 }
 
 /// Finds the file of session `id` in `dir` (named `…_<id>.jsonl`).

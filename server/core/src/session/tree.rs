@@ -2,8 +2,9 @@
 //! "Branching selects a path", "Compaction changes context, not history"; Pi 0.73.1
 //! `docs/session-format.md` and `buildSessionContext`).
 //!
-//! Entries keep their raw JSON, so every entry type Pi writes (and any it may add) survives a
-//! load untouched; typed views are read from the raw value on demand. Parent pointers rebuild
+//! Entries keep their text as stored, so every entry type Pi writes (and any it may add)
+//! survives a load untouched; typed views are parsed from the text on demand (the loader parses
+//! each line once, straight into the model's messages, see `line.rs`). Parent pointers rebuild
 //! the tree; a leaf selects a root-to-leaf path; the model context is derived from the path:
 //! - `message` entries of the roles `user`, `assistant`, `toolResult` as they are;
 //! - extended roles converted as Pi's `convertToLlm` does: `bashExecution` → user text
@@ -17,8 +18,11 @@
 //! version 2 renames the role `hookMessage` to `custom`. The file itself is never rewritten.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use pi_ai::{ContentBlock, Message, UserContent, UserMessage};
+
+use super::line::{self, AssistantInfo, LineParts};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -33,15 +37,136 @@ pub const BRANCH_SUMMARY_PREFIX: &str =
 /// Pi's suffix of a branch summary.
 pub const BRANCH_SUMMARY_SUFFIX: &str = "</summary>";
 
-/// One entry of a session file (everything but the header).
-#[derive(Debug, Clone, PartialEq)]
+/// Where an entry's text lives: a line of the file as read (shared buffer and byte range), or
+/// text serialized here (appended entries, migrated or repaired lines).
+#[derive(Clone)]
+enum Text {
+    File {
+        buf: Arc<Vec<u8>>,
+        start: usize,
+        end: usize,
+    },
+    Owned(Box<str>),
+}
+
+/// One entry of a session file (everything but the header): the fields the tree needs, and the
+/// entry's text exactly as stored, so every entry type Pi writes (and any it may add) and every
+/// unknown field survive; typed views are parsed from the text on demand.
+#[derive(Clone)]
 pub struct Entry {
     pub id: String,
     pub parent_id: Option<String>,
     /// The entry's `type`.
     pub kind: String,
-    /// The whole entry as stored.
-    pub raw: Value,
+    /// `message.role` of `message` entries.
+    role: Option<String>,
+    /// Provider, model and usage of assistant messages.
+    assistant: Option<Box<AssistantInfo>>,
+    text: Text,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("id", &self.id)
+            .field("parent_id", &self.parent_id)
+            .field("kind", &self.kind)
+            .field("text", &self.text())
+            .finish()
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+            && self.parent_id == other.parent_id
+            && self.kind == other.kind
+            && self.text() == other.text()
+    }
+}
+
+impl Entry {
+    /// An entry from parsed parts; `None` without id or type.
+    fn from_parts(parts: LineParts, text: Text) -> Option<(Entry, Option<Message>)> {
+        let (role, message, assistant) = match parts.message {
+            Some(m) => (m.role, m.message, m.assistant.map(Box::new)),
+            None => (None, None, None),
+        };
+        Some((
+            Entry {
+                id: parts.id?,
+                parent_id: parts.parent_id,
+                kind: parts.kind?,
+                role,
+                assistant,
+                text,
+            },
+            message,
+        ))
+    }
+
+    /// An entry of a line of `buf` (`start..end`), parsed on the fast path or from `value`.
+    pub(crate) fn from_file(
+        buf: &Arc<Vec<u8>>,
+        start: usize,
+        end: usize,
+        parts: LineParts,
+    ) -> Option<(Entry, Option<Message>)> {
+        let text = Text::File {
+            buf: buf.clone(),
+            start,
+            end,
+        };
+        Self::from_parts(parts, text)
+    }
+
+    /// An entry whose text is `raw` serialized; `None` without id or type.
+    pub fn from_value(raw: &Value) -> Option<Entry> {
+        Self::from_value_text(raw, raw.to_string())
+    }
+
+    /// An entry of `raw` whose text (`raw` serialized) is `text`; `None` without id or type.
+    pub(crate) fn from_value_text(raw: &Value, text: String) -> Option<Entry> {
+        let parts = line::line_from_value(raw, false);
+        Self::from_parts(parts, Text::Owned(text.into_boxed_str())).map(|(e, _)| e)
+    }
+
+    /// An entry of `raw` (serialized as its text) with its model-visible message.
+    pub(crate) fn from_value_converted(raw: &Value) -> Option<(Entry, Option<Message>)> {
+        let parts = line::line_from_value(raw, true);
+        Self::from_parts(parts, Text::Owned(raw.to_string().into_boxed_str()))
+    }
+
+    /// The entry's JSON text as stored (one line, no newline).
+    pub fn text(&self) -> &str {
+        match &self.text {
+            Text::File { buf, start, end } => {
+                std::str::from_utf8(buf.get(*start..*end).unwrap_or_default()).unwrap_or_default()
+            }
+            Text::Owned(s) => s,
+        }
+    }
+
+    /// The whole entry as stored, parsed (`Null` if the text does not parse, which loading
+    /// rules out).
+    pub fn raw(&self) -> Value {
+        serde_json::from_str(self.text()).unwrap_or(Value::Null)
+    }
+
+    /// `message.role` of a `message` entry.
+    pub fn role(&self) -> Option<&str> {
+        self.role.as_deref()
+    }
+
+    /// Provider, model and usage of an assistant `message` entry.
+    pub fn assistant(&self) -> Option<&AssistantInfo> {
+        self.assistant.as_deref()
+    }
+
+    /// The model-visible message of this entry ([`entry_message`]).
+    pub fn message(&self) -> Option<Message> {
+        entry_message(self)
+    }
 }
 
 /// A parsed session file: header, entries in file order, an index by id.
@@ -143,19 +268,24 @@ pub fn convert_message(m: &Value) -> Option<Message> {
 
 /// The model-visible message of one entry, as Pi's `buildSessionContext` derives it: a
 /// `message` (converted by [`convert_message`]), a `custom_message` as user content, a
-/// non-empty `branch_summary` wrapped in Pi's prefix; `None` for every other entry.
+/// non-empty `branch_summary` wrapped in Pi's prefix; `None` for every other entry. Parsed
+/// from the entry's text.
 pub fn entry_message(e: &Entry) -> Option<Message> {
     match e.kind.as_str() {
-        "message" => convert_message(&e.raw["message"]),
-        "custom_message" => user_content(&e.raw["content"], millis(&e.raw["timestamp"])),
-        "branch_summary" => str_of(&e.raw, "summary")
-            .filter(|s| !s.is_empty())
-            .map(|s| {
+        "message" => line::parse(e.text())?.message?.message,
+        "custom_message" => {
+            let raw = e.raw();
+            user_content(&raw["content"], millis(&raw["timestamp"]))
+        }
+        "branch_summary" => {
+            let raw = e.raw();
+            str_of(&raw, "summary").filter(|s| !s.is_empty()).map(|s| {
                 user(
                     format!("{BRANCH_SUMMARY_PREFIX}{s}{BRANCH_SUMMARY_SUFFIX}"),
-                    millis(&e.raw["timestamp"]),
+                    millis(&raw["timestamp"]),
                 )
-            }),
+            })
+        }
         _ => None,
     }
 }
@@ -165,6 +295,16 @@ pub fn entry_message(e: &Entry) -> Option<Message> {
 /// up to it, then everything after it; else every entry's message. `proposed`
 /// (`(summary, firstKeptEntryId)`) is a compaction taken to follow the last entry.
 pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Message> {
+    path_messages_with(path, proposed, |_, e| entry_message(e))
+}
+
+/// [`path_messages`] taking each entry's message from `message(position on the path, entry)`
+/// (messages already parsed); it is asked only for the entries the context holds, in order.
+pub fn path_messages_with(
+    path: &[&Entry],
+    proposed: Option<(&str, &str)>,
+    mut message: impl FnMut(usize, &Entry) -> Option<Message>,
+) -> Vec<Message> {
     let compaction = path.iter().rposition(|e| e.kind == "compaction");
     let (ci, summary, first_kept, ts) = match (proposed, compaction) {
         (Some((summary, first)), _) => (
@@ -174,15 +314,21 @@ pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Mes
             chrono::Utc::now().timestamp_millis(),
         ),
         (None, Some(ci)) => {
-            let c = path[ci];
+            let c = path[ci].raw();
             (
                 ci,
-                str_of(&c.raw, "summary").unwrap_or_default(),
-                str_of(&c.raw, "firstKeptEntryId"),
-                millis(&c.raw["timestamp"]),
+                str_of(&c, "summary").unwrap_or_default(),
+                str_of(&c, "firstKeptEntryId"),
+                millis(&c["timestamp"]),
             )
         }
-        (None, None) => return path.iter().filter_map(|e| entry_message(e)).collect(),
+        (None, None) => {
+            return path
+                .iter()
+                .enumerate()
+                .filter_map(|(k, e)| message(k, e))
+                .collect()
+        }
     };
     let mut out = vec![user(
         format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
@@ -192,14 +338,22 @@ pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Mes
         .iter()
         .position(|e| Some(&e.id) == first_kept.as_ref())
         .unwrap_or(ci);
-    out.extend(path[start..ci].iter().filter_map(|e| entry_message(e)));
+    out.extend((start..ci).filter_map(|k| message(k, path[k])));
     if ci < path.len() {
-        out.extend(path[ci + 1..].iter().filter_map(|e| entry_message(e)));
+        out.extend((ci + 1..path.len()).filter_map(|k| message(k, path[k])));
     }
     out
 }
 
 impl SessionTree {
+    /// An empty tree under `header`.
+    pub fn new(header: Value) -> SessionTree {
+        SessionTree {
+            header,
+            ..Default::default()
+        }
+    }
+
     /// Builds the tree from parsed lines (header first); migrates v1 / v2 in memory.
     pub fn from_values(
         header: Value,
@@ -245,18 +399,21 @@ impl SessionTree {
         tree
     }
 
-    /// Adds an entry (while loading, and as the writer appends); an entry whose id is already
-    /// there replaces it, with a warning. False when `raw` has no id or type.
+    /// Adds an entry (as the writer appends); an entry whose id is already there replaces it,
+    /// with a warning. False when `raw` has no id or type.
     pub fn push(&mut self, raw: Value) -> bool {
-        let (Some(id), Some(kind)) = (str_of(&raw, "id"), str_of(&raw, "type")) else {
-            return false;
-        };
-        let entry = Entry {
-            parent_id: str_of(&raw, "parentId"),
-            id,
-            kind,
-            raw,
-        };
+        match Entry::from_value(&raw) {
+            Some(e) => {
+                self.push_entry(e);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Adds `entry` and returns its index in [`SessionTree::entries`]; an entry whose id is
+    /// already there is replaced (the later one wins, with a warning).
+    pub fn push_entry(&mut self, entry: Entry) -> usize {
         match self.index.get(&entry.id) {
             Some(&i) => {
                 self.warnings.push(format!(
@@ -264,13 +421,15 @@ impl SessionTree {
                     entry.id
                 ));
                 self.entries[i] = entry;
+                i
             }
             None => {
-                self.index.insert(entry.id.clone(), self.entries.len());
+                let i = self.entries.len();
+                self.index.insert(entry.id.clone(), i);
                 self.entries.push(entry);
+                i
             }
         }
-        true
     }
 
     /// The entry with `id`.
@@ -292,20 +451,31 @@ impl SessionTree {
             .collect()
     }
 
-    /// The root-to-`leaf` path (stops at a missing parent or a cycle).
-    pub fn path(&self, leaf: &str) -> Vec<&Entry> {
+    /// Indices of the root-to-`leaf` path (stops at a missing parent or a cycle).
+    fn path_indices(&self, leaf: &str) -> Vec<usize> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        let mut cur = self.get(leaf);
-        while let Some(e) = cur {
-            if !seen.insert(e.id.as_str()) {
+        let mut cur = self.index.get(leaf).copied();
+        while let Some(i) = cur {
+            if !seen.insert(i) {
                 break;
             }
-            out.push(e);
-            cur = e.parent_id.as_deref().and_then(|p| self.get(p));
+            out.push(i);
+            cur = self.entries[i]
+                .parent_id
+                .as_deref()
+                .and_then(|p| self.index.get(p).copied());
         }
         out.reverse();
         out
+    }
+
+    /// The root-to-`leaf` path (stops at a missing parent or a cycle).
+    pub fn path(&self, leaf: &str) -> Vec<&Entry> {
+        self.path_indices(leaf)
+            .into_iter()
+            .map(|i| &self.entries[i])
+            .collect()
     }
 
     /// The labels currently set, by target entry id (later `label` entries win; an empty or
@@ -313,10 +483,11 @@ impl SessionTree {
     pub fn labels(&self) -> HashMap<String, String> {
         let mut out = HashMap::new();
         for e in self.entries.iter().filter(|e| e.kind == "label") {
-            let Some(target) = str_of(&e.raw, "targetId") else {
+            let raw = e.raw();
+            let Some(target) = str_of(&raw, "targetId") else {
                 continue;
             };
-            match str_of(&e.raw, "label").filter(|l| !l.is_empty()) {
+            match str_of(&raw, "label").filter(|l| !l.is_empty()) {
                 Some(l) => {
                     out.insert(target, l);
                 }
@@ -334,12 +505,12 @@ impl SessionTree {
             .iter()
             .rev()
             .find(|e| e.kind == "session_info")
-            .and_then(|e| str_of(&e.raw, "name"))
+            .and_then(|e| str_of(&e.raw(), "name"))
     }
 
     /// What a run at `leaf` (default: the last entry) sees.
     pub fn context(&self, leaf: Option<&str>) -> SessionContext {
-        self.context_with(leaf, None)
+        self.context_with(leaf, None, None)
     }
 
     /// What a run at `leaf` would see if a compaction with `summary` and `first_kept_entry_id`
@@ -350,45 +521,67 @@ impl SessionTree {
         summary: &str,
         first_kept_entry_id: &str,
     ) -> SessionContext {
-        self.context_with(leaf, Some((summary, first_kept_entry_id)))
+        self.context_with(leaf, Some((summary, first_kept_entry_id)), None)
     }
 
-    fn context_with(&self, leaf: Option<&str>, proposed: Option<(&str, &str)>) -> SessionContext {
-        let Some(leaf) = leaf.or(self.last_id()) else {
-            return SessionContext {
-                thinking_level: "off".into(),
-                ..Default::default()
-            };
-        };
-        let path = self.path(leaf);
+    /// [`SessionTree::context`] taking the messages of `message` entries from `parsed`
+    /// (by entry index, as loading parsed them; taken out, not copied).
+    pub(crate) fn context_parsed(
+        &self,
+        leaf: Option<&str>,
+        parsed: &mut [Option<Message>],
+    ) -> SessionContext {
+        self.context_with(leaf, None, Some(parsed))
+    }
+
+    fn context_with(
+        &self,
+        leaf: Option<&str>,
+        proposed: Option<(&str, &str)>,
+        mut parsed: Option<&mut [Option<Message>]>,
+    ) -> SessionContext {
         let mut ctx = SessionContext {
             thinking_level: "off".into(),
             ..Default::default()
         };
+        let Some(leaf) = leaf.or(self.last_id()) else {
+            return ctx;
+        };
+        let indices = self.path_indices(leaf);
+        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
         for e in &path {
             match e.kind.as_str() {
                 "thinking_level_change" => {
-                    if let Some(t) = str_of(&e.raw, "thinkingLevel") {
+                    if let Some(t) = str_of(&e.raw(), "thinkingLevel") {
                         ctx.thinking_level = t;
                     }
                 }
                 "model_change" => {
-                    if let (Some(p), Some(m)) =
-                        (str_of(&e.raw, "provider"), str_of(&e.raw, "modelId"))
+                    let raw = e.raw();
+                    if let (Some(p), Some(m)) = (str_of(&raw, "provider"), str_of(&raw, "modelId"))
                     {
                         ctx.model = Some((p, m));
                     }
                 }
-                "message" if e.raw["message"]["role"] == "assistant" => {
-                    let m = &e.raw["message"];
-                    if let (Some(p), Some(id)) = (str_of(m, "provider"), str_of(m, "model")) {
-                        ctx.model = Some((p, id));
+                "message" => {
+                    if let Some(AssistantInfo {
+                        provider: Some(p),
+                        model: Some(m),
+                        ..
+                    }) = e.assistant()
+                    {
+                        ctx.model = Some((p.clone(), m.clone()));
                     }
                 }
                 _ => {}
             }
         }
-        ctx.messages = path_messages(&path, proposed);
+        ctx.messages = path_messages_with(&path, proposed, |k, e| match parsed.as_mut() {
+            Some(parsed) if e.kind == "message" => {
+                parsed.get_mut(indices[k]).and_then(Option::take)
+            }
+            _ => entry_message(e),
+        });
         ctx
     }
 }

@@ -120,11 +120,8 @@ pub(crate) fn set_model(
 pub(crate) fn file_usage(tree: &SessionTree) -> UsageTotals {
     let mut t = UsageTotals::default();
     for e in &tree.entries {
-        let m = &e.raw["message"];
-        if e.kind == "message" && m["role"] == "assistant" {
-            if let Ok(u) = serde_json::from_value::<pi_ai::types::Usage>(m["usage"].clone()) {
-                crate::tracker::add_usage(&mut t, &u);
-            }
+        if let Some(u) = e.assistant().and_then(|a| a.usage.as_ref()) {
+            crate::tracker::add_usage(&mut t, u);
         }
     }
     t

@@ -70,7 +70,7 @@ fn path_messages(tree: &SessionTree, leaf: Option<&str>) -> (Vec<Value>, Vec<Str
         return (messages, ids);
     };
     for e in tree.path(leaf) {
-        let r = &e.raw;
+        let r = &e.raw();
         let m = match e.kind.as_str() {
             "message" => r["message"].clone(),
             "custom_message" => json!({"role": "custom", "customType": r["customType"],
@@ -248,10 +248,10 @@ impl Backend {
                     format!("entryId: no entry {} in session {}", p.entry_id, s.id),
                 )
             })?;
-            let user = (entry.kind == "message" && entry.raw["message"]["role"] == "user")
+            let user = (entry.kind == "message" && entry.role() == Some("user"))
                 || entry.kind == "custom_message";
             let (leaf, text) = if user {
-                (entry.parent_id.clone(), entry_text(&entry.raw))
+                (entry.parent_id.clone(), entry_text(&entry.raw()))
             } else {
                 (Some(entry.id.clone()), None)
             };
@@ -323,16 +323,19 @@ impl Backend {
         let entries = tree
             .entries
             .iter()
-            .map(|e| TreeEntry {
-                id: e.id.clone(),
-                parent_id: e.parent_id.clone(),
-                kind: e.kind.clone(),
-                timestamp: e.raw["timestamp"].as_str().map(str::to_string),
-                role: (e.kind == "message")
-                    .then(|| e.raw["message"]["role"].as_str().map(str::to_string))
-                    .flatten(),
-                preview: entry_text(&e.raw).map(|t| t.chars().take(200).collect()),
-                label: labels.get(&e.id).cloned(),
+            .map(|e| {
+                let raw = e.raw();
+                TreeEntry {
+                    id: e.id.clone(),
+                    parent_id: e.parent_id.clone(),
+                    kind: e.kind.clone(),
+                    timestamp: raw["timestamp"].as_str().map(str::to_string),
+                    role: (e.kind == "message")
+                        .then(|| e.role().map(str::to_string))
+                        .flatten(),
+                    preview: entry_text(&raw).map(|t| t.chars().take(200).collect()),
+                    label: labels.get(&e.id).cloned(),
+                }
             })
             .collect();
         let leaf_id = lock(&s.writer).leaf().map(str::to_string);
@@ -364,10 +367,10 @@ impl Backend {
                             format!("entryId: no entry {id} in session {}", s.id),
                         )
                     })?;
-                    let user = (e.kind == "message" && e.raw["message"]["role"] == "user")
+                    let user = (e.kind == "message" && e.role() == Some("user"))
                         || e.kind == "custom_message";
                     if user {
-                        (e.parent_id.clone(), entry_text(&e.raw))
+                        (e.parent_id.clone(), entry_text(&e.raw()))
                     } else {
                         (Some(e.id.clone()), None)
                     }
