@@ -431,6 +431,15 @@ struct ToolResultFields {
     timestamp: i64,
 }
 
+#[derive(Deserialize)]
+struct ImageFields {
+    data: String,
+    #[serde(rename = "mimeType")]
+    mime_type: String,
+    #[serde(rename = "piLspAsset", default)]
+    asset: Option<IgnoredAny>,
+}
+
 /// A present field that must have `T`'s shape (`null` is not `None`).
 fn some<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
@@ -511,7 +520,17 @@ impl<'de> Visitor<'de> for BlockSeed {
         Ok(match kind.as_str() {
             "text" => ContentBlock::Text(rest::<TextContent, _>(map, "type")?),
             "thinking" => ContentBlock::Thinking(rest::<ThinkingContent, _>(map, "type")?),
-            "image" => ContentBlock::Image(rest::<ImageContent, _>(map, "type")?),
+            "image" => {
+                let f: ImageFields = rest(map, "type")?;
+                if f.asset.is_some() {
+                    // Its bytes are in the assets folder: the loader reads it as a value.
+                    return Err(de::Error::custom("image kept in assets"));
+                }
+                ContentBlock::Image(ImageContent {
+                    data: f.data,
+                    mime_type: f.mime_type,
+                })
+            }
             "toolCall" => ContentBlock::ToolCall(rest::<ToolCall, _>(map, "type")?),
             other => {
                 return Err(de::Error::unknown_variant(

@@ -103,12 +103,14 @@ fn store_large_images(entry: &mut Value, assets: &Path) -> Result<(), SessionErr
 
 /// Puts the bytes of images stored in `dir`'s assets back into `entry`; a missing asset
 /// becomes a text block saying so (and a warning), never an empty image.
-fn load_images(entry: &mut Value, dir: &Path, warnings: &mut Vec<String>) {
+fn load_images(entry: &mut Value, dir: &Path, warnings: &mut Vec<String>) -> bool {
     use base64::Engine as _;
+    let mut changed = false;
     for b in image_blocks(entry) {
         let Some(rel) = b[ASSET_FIELD].as_str().map(str::to_string) else {
             continue;
         };
+        changed = true;
         // Only names inside the assets folder are followed.
         let name = rel.strip_prefix(&format!("{ASSETS_DIR}/")).unwrap_or("");
         let ok_name = !name.is_empty() && !name.contains(['/', '\\']) && !name.starts_with('.');
@@ -125,6 +127,7 @@ fn load_images(entry: &mut Value, dir: &Path, warnings: &mut Vec<String>) {
             }
         }
     }
+    changed
 }
 
 /// Pi's session format version written here.
@@ -366,9 +369,8 @@ impl SessionWriter {
         self.leaf = leaf.map(str::to_string);
         self.open_calls.clear();
         let Some(leaf) = leaf else { return };
-        let path = tree.path(leaf);
         let mut answered = HashSet::new();
-        for e in path.iter().rev().filter(|e| e.kind == "message") {
+        for e in tree.ancestors(leaf).filter(|e| e.kind == "message") {
             let raw = e.raw();
             let m = &raw["message"];
             match m["role"].as_str() {
@@ -725,10 +727,13 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
             let entry = match l {
                 ParsedLine::Parts(parts) => Entry::from_file(&buf, start, end, *parts),
                 ParsedLine::Value(mut v) => {
-                    if let Some(dir) = dir {
-                        load_images(&mut v, dir, &mut image_warnings);
+                    let changed = dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
+                    if changed {
+                        Entry::from_value_converted(&v)
+                    } else {
+                        // Unchanged: the entry keeps its line as stored.
+                        Entry::from_file(&buf, start, end, line::line_from_value(&v, true))
                     }
-                    Entry::from_value_converted(&v)
                 }
                 ParsedLine::Damaged => {
                     skipped += 1;
@@ -778,12 +783,11 @@ fn parse_lines(buf: &Arc<Vec<u8>>, from: usize, to: usize, v3: bool) -> Lines {
         let Ok(text) = std::str::from_utf8(line) else {
             return ParsedLine::Damaged;
         };
-        if !v3 || memchr::memmem::find(line, ASSET_FIELD.as_bytes()).is_some() {
-            return serde_json::from_str(text).map_or(ParsedLine::Damaged, object);
-        }
-        match line::parse(text) {
+        // Lines the fast path does not take (images kept in assets among them) are read
+        // as values.
+        match v3.then(|| line::parse_fast(text)).flatten() {
             Some(parts) => ParsedLine::Parts(Box::new(parts)),
-            None => ParsedLine::Damaged,
+            None => serde_json::from_str(text).map_or(ParsedLine::Damaged, object),
         }
     }
     fn chunk(buf: &[u8], from: usize, to: usize, v3: bool) -> Lines {

@@ -17,7 +17,7 @@
 //! Version 1 files (no ids) are migrated in memory to a linear chain of generated ids;
 //! version 2 renames the role `hookMessage` to `custom`. The file itself is never rewritten.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use pi_ai::{ContentBlock, Message, UserContent, UserMessage};
@@ -454,10 +454,10 @@ impl SessionTree {
     /// Indices of the root-to-`leaf` path (stops at a missing parent or a cycle).
     fn path_indices(&self, leaf: &str) -> Vec<usize> {
         let mut out = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen = vec![false; self.entries.len()];
         let mut cur = self.index.get(leaf).copied();
         while let Some(i) = cur {
-            if !seen.insert(i) {
+            if std::mem::replace(&mut seen[i], true) {
                 break;
             }
             out.push(i);
@@ -468,6 +468,19 @@ impl SessionTree {
         }
         out.reverse();
         out
+    }
+
+    /// The entries from `leaf` up to the root, leaf first, walked lazily (stops at a missing
+    /// parent or a cycle).
+    pub fn ancestors<'a>(&'a self, leaf: &str) -> impl Iterator<Item = &'a Entry> + 'a {
+        let mut cur = self.get(leaf);
+        let mut left = self.entries.len();
+        std::iter::from_fn(move || {
+            let e = cur.filter(|_| left > 0)?;
+            left -= 1;
+            cur = e.parent_id.as_deref().and_then(|p| self.get(p));
+            Some(e)
+        })
     }
 
     /// The root-to-`leaf` path (stops at a missing parent or a cycle).
