@@ -389,3 +389,63 @@ impl Fs for DiskFs {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer taking at most `max` bytes per call, vectored or not.
+    struct Trickle {
+        out: Vec<u8>,
+        max: usize,
+        calls: usize,
+    }
+
+    impl std::io::Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            let n = buf.len().min(self.max);
+            self.out.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+            self.calls += 1;
+            let mut n = 0;
+            for b in bufs {
+                let k = b.len().min(self.max - n);
+                self.out.extend_from_slice(&b[..k]);
+                n += k;
+                if n == self.max {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn chunks_are_written_whole_and_in_order_across_partial_writes() {
+        let owned: Vec<Vec<u8>> = (0..3000)
+            .map(|i| format!("chunk {i} é\n").into_bytes())
+            .chain([Vec::new(), b"end".to_vec()])
+            .collect();
+        let chunks: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let want: Vec<u8> = owned.concat();
+        for max in [1, 7, 4096, usize::MAX / 2] {
+            let mut w = Trickle {
+                out: Vec::new(),
+                max,
+                calls: 0,
+            };
+            write_all_chunks(&mut w, &chunks).unwrap();
+            assert_eq!(w.out, want, "max {max}");
+            if max > want.len() {
+                // 3,002 slices, 1,024 a call.
+                assert_eq!(w.calls, 3, "max {max}");
+            }
+        }
+    }
+}

@@ -171,3 +171,46 @@ impl Documents {
         .is_ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_lsp_server::ls_types::{Position, Range};
+
+    #[test]
+    fn shared_text_is_kept_per_version_and_remade_after_an_incremental_change() {
+        let docs = Documents::default();
+        let uri: Uri = "file:///w/a.txt".parse().unwrap();
+        let path = Path::new("/w/a.txt");
+        docs.open(uri.clone(), "one\ntwo\n", 1);
+        let (a, v) = docs.text(path).unwrap();
+        let (b, _) = docs.text(path).unwrap();
+        assert_eq!((a.as_str(), v), ("one\ntwo\n", 1));
+        assert!(Arc::ptr_eq(&a, &b));
+        let change = TextDocumentContentChangeEvent {
+            range: Some(Range {
+                start: Position::new(1, 0),
+                end: Position::new(1, 3),
+            }),
+            range_length: None,
+            text: "TWO".into(),
+        };
+        docs.change(&uri, 2, vec![change], Encoding::Utf16);
+        assert!(docs.get(path).unwrap().flat.is_none());
+        let (c, v) = docs.text(path).unwrap();
+        assert_eq!((c.as_str(), v), ("one\nTWO\n", 2));
+        assert!(Arc::ptr_eq(&c, &docs.text(path).unwrap().0));
+        let full = TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text: "all new".into(),
+        };
+        docs.change(&uri, 3, vec![full], Encoding::Utf16);
+        assert_eq!(
+            docs.text(path).unwrap(),
+            (Arc::new("all new".to_string()), 3)
+        );
+        // A snapshot taken before a change is not the buffer's text any more.
+        assert!(!Arc::ptr_eq(&c, &docs.text(path).unwrap().0));
+    }
+}
