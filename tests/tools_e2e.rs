@@ -572,3 +572,75 @@ async fn edit_names_the_buffer_version_it_was_computed_against() {
     mock.assert_paired();
     c.shutdown().await;
 }
+
+/// Pi's `read` of an image for a model whose `input` lacks `image`: the text block carries
+/// Pi's note, and the next request carries Pi's placeholder instead of the image; a model that
+/// takes images gets no note and the image itself.
+#[tokio::test]
+async fn image_read_for_a_model_without_image_input_carries_pis_note() {
+    let png = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/images/red-2x2.png"
+    ))
+    .unwrap();
+    for vision in [false, true] {
+        let tmp = TempDir::new("image-note");
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("shot.png"), &png).unwrap();
+        let mock = MockModel::start_with_delay(
+            vec![
+                Step::call("call_read", "read", json!({"path": "shot.png"})),
+                Step::text("seen"),
+            ],
+            Duration::ZERO,
+        )
+        .await;
+        let mut models = mock.models_json();
+        if vision {
+            models["providers"]["mock"]["models"][0]["input"] = json!(["text", "image"]);
+        }
+        let env = pi_e2e::lsp_client::agent_env(&tmp.path().join("agent"), &models, &[]);
+        let mut c =
+            LspClient::start(&pi_e2e::pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+        c.request(
+            "agent/prompt",
+            json!({"text": "look", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+        let events = c.run_until_end(Duration::from_secs(20)).await;
+        let end = events
+            .iter()
+            .find(|e| {
+                e["event"]["type"] == "tool_execution_end" && e["event"]["toolName"] == "read"
+            })
+            .unwrap();
+        let content = &end["event"]["result"]["content"];
+        let want = if vision {
+            "Read image file [image/png]"
+        } else {
+            "Read image file [image/png]\n[Current model does not support images. The image will be omitted from this request.]"
+        };
+        assert_eq!(
+            content[0],
+            json!({"type": "text", "text": want}),
+            "vision {vision}"
+        );
+        assert_eq!(content[1]["type"], "image", "vision {vision}");
+        assert_eq!(content[1]["mimeType"], "image/png", "vision {vision}");
+        let second = mock.requests()[1].body.to_string();
+        assert_eq!(
+            second.contains("(tool image omitted: model does not support images)"),
+            !vision,
+            "{second}"
+        );
+        assert_eq!(
+            second.contains("data:image/png;base64,"),
+            vision,
+            "{second}"
+        );
+        mock.assert_paired();
+        c.shutdown().await;
+    }
+}

@@ -1,9 +1,10 @@
 //! Bench: the coding tools through the real `pi-lsp` binary over stdio.
 //! - an `edit` on a 50,000-line (2.4 MB) open buffer, two figures:
 //!   - the server's own time for the tool (`execute` from start to result: read of the buffer,
-//!     stale check, matching, position conversion, the `workspace/applyEdit` round trip, waiting
-//!     for the editor's `didChange`, writing the buffer to disk, the diff), which the server
-//!     logs as `elapsed_us` at debug level;
+//!     stale check, matching, the diff and the edited text's hash, position conversion, the
+//!     `workspace/applyEdit` round trip (the fake editor's own work included), waiting for the
+//!     editor's `didChange`, writing the buffer to disk), which the server logs as
+//!     `elapsed_us` at debug level;
 //!   - the time from `tool_execution_start` to `tool_execution_end` as the client sees them
 //!     (the above plus event serialisation and the pipe).
 //!
@@ -22,7 +23,8 @@ use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{pi_lsp_bin, TempDir};
 use serde_json::{json, Value};
 
-/// The phases the server logs for an edit: the tool's (`read_us` … `diff_us`) and, inside
+/// The phases the server logs for an edit: the tool's (`read_us`, `plan_us`, `diff_us`,
+/// `replace_us`) and, inside
 /// `replace_us`, the editor file system's (`check_us`, `apply_edit_us`, `settle_us`).
 const PHASES: [&str; 7] = [
     "read_us",

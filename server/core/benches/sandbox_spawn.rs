@@ -41,6 +41,7 @@ async fn main() {
                 turn: 1,
                 cancel: CancellationToken::new(),
                 on_update: Arc::new(|_| {}),
+                model_input: None,
             };
             let t = Instant::now();
             tool.execute(ctx, json!({"command": "true"})).await.unwrap();

@@ -7,13 +7,17 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 /// A file's text as the agent sees it, with the editor version when the file is open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSnapshot {
-    pub text: String,
+    /// The whole text, shared: an editor keeps one contiguous copy per buffer version and hands
+    /// out this `Arc` (no copy per read), so an `Fs` can tell by pointer that a snapshot is
+    /// still the buffer's current text.
+    pub text: Arc<String>,
     /// LSP document version of an open buffer; `None` for a file read from disk.
     pub version: Option<i32>,
 }
@@ -251,6 +255,11 @@ where
                 self.n += k as u64;
                 Ok(k)
             }
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                let k = self.inner.write_vectored(bufs)?;
+                self.n += k as u64;
+                Ok(k)
+            }
             fn flush(&mut self) -> std::io::Result<()> {
                 self.inner.flush()
             }
@@ -277,6 +286,48 @@ where
     })
     .await
     .map_err(|e| FsError::Io(format!("write task failed: {e}")))?
+}
+
+/// Writes every slice of `chunks` to `w` in order with vectored writes (`writev`, up to 1,024
+/// slices a call), so a rope's chunks reach the file without being copied into one buffer.
+/// Handles partial writes; `ErrorKind::Interrupted` is retried.
+pub fn write_all_chunks(w: &mut dyn std::io::Write, chunks: &[&[u8]]) -> std::io::Result<()> {
+    use std::io::IoSlice;
+    /// Most slices handed to one `writev` (Linux's `IOV_MAX`).
+    const MAX_SLICES: usize = 1024;
+    // Next unwritten byte: chunk `i`, offset `skip` in it.
+    let (mut i, mut skip) = (0usize, 0usize);
+    loop {
+        while i < chunks.len() && chunks[i].len() == skip {
+            i += 1;
+            skip = 0;
+        }
+        if i == chunks.len() {
+            return Ok(());
+        }
+        let slices: Vec<IoSlice<'_>> = chunks[i..chunks.len().min(i + MAX_SLICES)]
+            .iter()
+            .enumerate()
+            .map(|(k, c)| IoSlice::new(if k == 0 { &c[skip..] } else { c }))
+            .collect();
+        let mut n = match w.write_vectored(&slices) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        while n > 0 {
+            let left = chunks[i].len() - skip;
+            if n >= left {
+                n -= left;
+                i += 1;
+                skip = 0;
+            } else {
+                skip += n;
+                n = 0;
+            }
+        }
+    }
 }
 
 /// The disk, for headless runs.
@@ -309,7 +360,7 @@ impl Fs for DiskFs {
     async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError> {
         let bytes = tokio::fs::read(path).await.map_err(|e| io_err(path, e))?;
         Ok(FileSnapshot {
-            text: decode_text(bytes),
+            text: Arc::new(decode_text(bytes)),
             version: None,
         })
     }
@@ -336,5 +387,65 @@ impl Fs for DiskFs {
         } else {
             WriteKind::Created
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer taking at most `max` bytes per call, vectored or not.
+    struct Trickle {
+        out: Vec<u8>,
+        max: usize,
+        calls: usize,
+    }
+
+    impl std::io::Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            let n = buf.len().min(self.max);
+            self.out.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+            self.calls += 1;
+            let mut n = 0;
+            for b in bufs {
+                let k = b.len().min(self.max - n);
+                self.out.extend_from_slice(&b[..k]);
+                n += k;
+                if n == self.max {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn chunks_are_written_whole_and_in_order_across_partial_writes() {
+        let owned: Vec<Vec<u8>> = (0..3000)
+            .map(|i| format!("chunk {i} é\n").into_bytes())
+            .chain([Vec::new(), b"end".to_vec()])
+            .collect();
+        let chunks: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let want: Vec<u8> = owned.concat();
+        for max in [1, 7, 4096, usize::MAX / 2] {
+            let mut w = Trickle {
+                out: Vec::new(),
+                max,
+                calls: 0,
+            };
+            write_all_chunks(&mut w, &chunks).unwrap();
+            assert_eq!(w.out, want, "max {max}");
+            if max > want.len() {
+                // 3,002 slices, 1,024 a call.
+                assert_eq!(w.calls, 3, "max {max}");
+            }
+        }
     }
 }

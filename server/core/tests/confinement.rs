@@ -56,6 +56,7 @@ async fn call(tools: &[Arc<dyn Tool>], name: &str, args: Value) -> Result<ToolOu
         turn: 1,
         cancel: CancellationToken::new(),
         on_update: Arc::new(|_| {}),
+        model_input: None,
     };
     t.execute(ctx, args).await
 }

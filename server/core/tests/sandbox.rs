@@ -112,6 +112,7 @@ fn ctx() -> ToolContext {
         turn: 1,
         cancel: CancellationToken::new(),
         on_update: Arc::new(|_| {}),
+        model_input: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn ctx(cancel: CancellationToken) -> ToolContext {
         turn: 1,
         cancel,
         on_update: Arc::new(|_| {}),
+        model_input: None,
     }
 }
 

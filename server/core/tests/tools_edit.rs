@@ -57,6 +57,7 @@ impl Ws {
             turn: 1,
             cancel: CancellationToken::new(),
             on_update: Arc::new(|_| {}),
+            model_input: None,
         };
         t.execute(ctx, args).await
     }
@@ -378,6 +379,7 @@ async fn paths_outside_refused_unless_allowed() {
         turn: 1,
         cancel: CancellationToken::new(),
         on_update: Arc::new(|_| {}),
+        model_input: None,
     };
     let out = read.execute(ctx.clone(), json!({"path": p})).await.unwrap();
     assert_eq!(text_of(&out), "out\n");

@@ -34,6 +34,7 @@ async fn read(dir: &std::path::Path, path: &str) -> ToolOutput {
         turn: 1,
         cancel: CancellationToken::new(),
         on_update: Arc::new(|_| {}),
+        model_input: None,
     };
     t.execute(ctx, json!({ "path": path })).await.unwrap()
 }
@@ -188,4 +189,53 @@ async fn undecodable_image_is_omitted_with_pis_note() {
         "Read image file [image/png]\n[Image omitted: could not be resized below the inline image size limit.]"
     );
     assert_eq!(image, None);
+}
+
+/// Pi's `getNonVisionImageNote`: with a model whose `input` lacks `image` the note follows the
+/// text block's first line (also after the dimension note); with an image model or no model
+/// there is none. The image block stays (the request view replaces it).
+#[tokio::test]
+async fn image_for_a_model_without_image_input_carries_pis_note() {
+    let dir = temp_dir();
+    std::fs::write(
+        dir.join("small.png"),
+        encode(&gradient(40, 30), ImageFormat::Png),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("big.png"),
+        encode(&gradient(3000, 1500), ImageFormat::Png),
+    )
+    .unwrap();
+    let note =
+        "[Current model does not support images. The image will be omitted from this request.]";
+    let tools = tools_with_state(
+        Arc::new(DiskFs::new(dir.clone())),
+        None,
+        Arc::new(ToolState::default()),
+    );
+    let t = tools.iter().find(|t| t.spec().name == "read").unwrap();
+    let run = |path: &'static str, input: Option<Vec<&str>>| {
+        let ctx = ToolContext {
+            call_id: "call_1".into(),
+            turn: 1,
+            cancel: CancellationToken::new(),
+            on_update: Arc::new(|_| {}),
+            model_input: input.map(|v| v.into_iter().map(String::from).collect()),
+        };
+        t.execute(ctx, json!({ "path": path }))
+    };
+    let out = run("small.png", Some(vec!["text"])).await.unwrap();
+    let (text, image) = parts(&out);
+    assert_eq!(text, format!("Read image file [image/png]\n{note}"));
+    assert_eq!(image.unwrap().1, "image/png");
+    let out = run("big.png", Some(vec!["text"])).await.unwrap();
+    assert_eq!(
+        parts(&out).0,
+        format!("Read image file [image/png]\n[Image: original 3000x1500, displayed at 2000x1000. Multiply coordinates by 1.50 to map to original image.]\n{note}")
+    );
+    for input in [Some(vec!["text", "image"]), None] {
+        let out = run("small.png", input).await.unwrap();
+        assert_eq!(parts(&out).0, "Read image file [image/png]");
+    }
 }

@@ -53,6 +53,7 @@ impl Ws {
             turn: 1,
             cancel: CancellationToken::new(),
             on_update: Arc::new(|_| {}),
+            model_input: None,
         };
         t.execute(ctx, args).await
     }

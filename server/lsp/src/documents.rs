@@ -4,10 +4,16 @@
 //! handler, before it first awaits, so they take effect strictly in arrival order (tower-lsp
 //! starts handlers in order). Waiters can block until a document passes a version, which is how
 //! an `applyEdit` learns that the client's `didChange` for it has arrived.
+//!
+//! Besides the rope (cheap edits, line indexes), a document keeps its text as one contiguous
+//! `String` for the version it was made for ([`Document::flat`]): made at `didOpen` and at a
+//! full-text `didChange`, dropped at an incremental one and made again on the next
+//! [`Documents::text`]. Tools read and match that shared copy instead of copying the rope out
+//! on every read (a 2.4 MB buffer costs about 1.5 ms to copy in a fresh process).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ropey::Rope;
@@ -22,6 +28,11 @@ pub struct Document {
     pub uri: Uri,
     pub text: Rope,
     pub version: i32,
+    /// The same text as one `String`, when already made for this version (see module docs).
+    pub flat: Option<Arc<String>>,
+    /// Bumped by every change applied to this document (versions come from the client and
+    /// are not trusted to move on every change).
+    pub generation: u64,
 }
 
 /// All open documents, keyed by file path.
@@ -54,15 +65,15 @@ impl Documents {
     /// `textDocument/didOpen`.
     pub fn open(&self, uri: Uri, text: &str, version: i32) {
         let Some(path) = uri_path(&uri) else { return };
+        let doc = Document {
+            uri,
+            text: Rope::from_str(text),
+            version,
+            flat: Some(Arc::new(text.to_string())),
+            generation: 0,
+        };
         if let Ok(mut d) = self.docs.lock() {
-            d.insert(
-                path,
-                Document {
-                    uri,
-                    text: Rope::from_str(text),
-                    version,
-                },
-            );
+            d.insert(path, doc);
         }
         self.bump();
     }
@@ -80,8 +91,12 @@ impl Documents {
             if let Some(doc) = d.get_mut(&path) {
                 for ch in changes {
                     match ch.range {
-                        None => doc.text = Rope::from_str(&ch.text),
+                        None => {
+                            doc.text = Rope::from_str(&ch.text);
+                            doc.flat = Some(Arc::new(ch.text));
+                        }
                         Some(r) => {
+                            doc.flat = None;
                             let start = position_to_char(&doc.text, r.start, enc);
                             let end = position_to_char(&doc.text, r.end, enc).max(start);
                             doc.text.remove(start..end);
@@ -90,6 +105,7 @@ impl Documents {
                     }
                 }
                 doc.version = version;
+                doc.generation += 1;
             }
         }
         self.bump();
@@ -107,6 +123,25 @@ impl Documents {
     /// A copy of the open document at `path`.
     pub fn get(&self, path: &Path) -> Option<Document> {
         self.docs.lock().ok()?.get(path).cloned()
+    }
+
+    /// The open document's whole text as one shared `String` and its version: the kept copy
+    /// when there is one, else made from the rope (outside the lock) and kept, unless the
+    /// document changed meanwhile.
+    pub fn text(&self, path: &Path) -> Option<(Arc<String>, i32)> {
+        let doc = self.get(path)?;
+        if let Some(flat) = doc.flat {
+            return Some((flat, doc.version));
+        }
+        let flat = Arc::new(String::from(&doc.text));
+        if let Ok(mut d) = self.docs.lock() {
+            if let Some(now) = d.get_mut(path) {
+                if now.generation == doc.generation && now.flat.is_none() {
+                    now.flat = Some(flat.clone());
+                }
+            }
+        }
+        Some((flat, doc.version))
     }
 
     /// Paths of all open documents.
@@ -134,5 +169,48 @@ impl Documents {
         })
         .await
         .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_lsp_server::ls_types::{Position, Range};
+
+    #[test]
+    fn shared_text_is_kept_per_version_and_remade_after_an_incremental_change() {
+        let docs = Documents::default();
+        let uri: Uri = "file:///w/a.txt".parse().unwrap();
+        let path = Path::new("/w/a.txt");
+        docs.open(uri.clone(), "one\ntwo\n", 1);
+        let (a, v) = docs.text(path).unwrap();
+        let (b, _) = docs.text(path).unwrap();
+        assert_eq!((a.as_str(), v), ("one\ntwo\n", 1));
+        assert!(Arc::ptr_eq(&a, &b));
+        let change = TextDocumentContentChangeEvent {
+            range: Some(Range {
+                start: Position::new(1, 0),
+                end: Position::new(1, 3),
+            }),
+            range_length: None,
+            text: "TWO".into(),
+        };
+        docs.change(&uri, 2, vec![change], Encoding::Utf16);
+        assert!(docs.get(path).unwrap().flat.is_none());
+        let (c, v) = docs.text(path).unwrap();
+        assert_eq!((c.as_str(), v), ("one\nTWO\n", 2));
+        assert!(Arc::ptr_eq(&c, &docs.text(path).unwrap().0));
+        let full = TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text: "all new".into(),
+        };
+        docs.change(&uri, 3, vec![full], Encoding::Utf16);
+        assert_eq!(
+            docs.text(path).unwrap(),
+            (Arc::new("all new".to_string()), 3)
+        );
+        // A snapshot taken before a change is not the buffer's text any more.
+        assert!(!Arc::ptr_eq(&c, &docs.text(path).unwrap().0));
     }
 }

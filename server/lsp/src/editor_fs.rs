@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pi_core::fs::{
     apply_replacements, atomic_write, decode_text, disk_delete, disk_rename,
-    overwrite_in_place_with, FileSnapshot, Fs, FsError, TextReplace, WriteKind,
+    overwrite_in_place_with, write_all_chunks, FileSnapshot, Fs, FsError, TextReplace, WriteKind,
 };
 use ropey::Rope;
 use tower_lsp_server::ls_types::notification::Notification;
@@ -146,10 +146,15 @@ impl Notification for DidWriteDocument {
 }
 
 /// Writes an open buffer's text over the file at `path` in place, as the editor's own save
-/// would, from the rope's chunks (no whole-text copy; the rope clone shares its nodes). See
-/// [`overwrite_in_place_with`] for why not a temp file and rename.
+/// would, from the rope's chunks handed to `writev` (no whole-text copy, not even into a write
+/// buffer; the rope clone shares its nodes). See [`overwrite_in_place_with`] for why not a temp
+/// file and rename.
 async fn write_rope(path: &Path, rope: Rope) -> Result<(), FsError> {
-    overwrite_in_place_with(path, move |w| rope.write_to(w)).await
+    overwrite_in_place_with(path, move |w| {
+        let chunks: Vec<&[u8]> = rope.chunks().map(str::as_bytes).collect();
+        write_all_chunks(w, &chunks)
+    })
+    .await
 }
 
 /// The editor-backed file system.
@@ -376,16 +381,16 @@ impl Fs for EditorFs {
     }
 
     async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError> {
-        if let Some(doc) = self.docs.get(path) {
-            // `String::from` reserves the whole length once (`to_string` would grow by doubling).
+        // The buffer's shared contiguous text (no copy when it is already made for this version).
+        if let Some((text, version)) = self.docs.text(path) {
             return Ok(FileSnapshot {
-                text: String::from(&doc.text),
-                version: Some(doc.version),
+                text,
+                version: Some(version),
             });
         }
         match Self::disk_text(path).await? {
             Some(text) => Ok(FileSnapshot {
-                text,
+                text: Arc::new(text),
                 version: None,
             }),
             None => Err(FsError::NotFound(path.to_path_buf())),
@@ -401,12 +406,17 @@ impl Fs for EditorFs {
     ) -> Result<(), FsError> {
         let started = std::time::Instant::now();
         let uri = uri_of(path)?;
-        // The edit goes to what the file is now: the open buffer (same text as `base`, compared
-        // chunk by chunk without copying; a moved version with the same text is fine and is the
-        // version sent), else the disk.
+        // The edit goes to what the file is now: the open buffer (same text as `base`: the same
+        // shared text, or else compared chunk by chunk without copying; a moved version with
+        // the same text is fine and is the version sent), else the disk.
         let (version, text_edits) = match self.docs.get(path) {
             Some(doc) => {
-                if doc.text != base.text.as_str() {
+                let same = doc
+                    .flat
+                    .as_ref()
+                    .is_some_and(|f| Arc::ptr_eq(f, &base.text))
+                    || doc.text == base.text.as_str();
+                if !same {
                     return Err(FsError::Stale(path.to_path_buf()));
                 }
                 (Some(doc.version), self.rope_text_edits(&doc.text, &edits))

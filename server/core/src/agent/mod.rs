@@ -119,6 +119,10 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Emits `tool_execution_update` (progress only; the returned value is canonical).
     pub on_update: UpdateFn,
+    /// Input kinds (`text`, `image`) of the model that made the call (Pi's `ctx.model.input`,
+    /// e.g. for `read`'s note on images a model cannot see); `None` when no model made it
+    /// (the user's own shell commands).
+    pub model_input: Option<Vec<String>>,
 }
 
 /// A tool the model may call.

@@ -563,6 +563,7 @@ impl Run<'_> {
                 on_update: Arc::new(move |o| {
                     let _ = utx.send((i, o));
                 }),
+                model_input: Some(self.cfg.model.input.clone()),
             };
             args_of[i] = Some(p.args.clone());
             let tool = p.tool;

@@ -23,9 +23,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::edit_match::{self, closest_region, MatchError};
-use super::{display_path, parse_args, resolve_path_in, ToolState};
+use super::{display_path, parse_args, resolve_path_in, text_hash_after, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
-use crate::fs::{apply_replacements, Fs, TextReplace};
+#[cfg(test)]
+use crate::fs::apply_replacements;
+use crate::fs::{Fs, TextReplace};
 
 #[derive(Deserialize, Clone)]
 #[serde(rename_all = "camelCase")]
@@ -57,84 +59,12 @@ impl EditTool {
     }
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset].matches('\n').count() + 1
-}
-
 /// Lines of unchanged context in `details.diff`.
 const DIFF_CONTEXT: usize = 4;
 
-/// Blocks compared with `memcmp` before the byte-wise tail of [`common_prefix`].
-const BLOCK: usize = 4096;
-
-/// Length of the common prefix of `a` and `b` (block-wise, then byte-wise).
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    let n = a.len().min(b.len());
-    let mut i = 0;
-    while i + BLOCK <= n && a[i..i + BLOCK] == b[i..i + BLOCK] {
-        i += BLOCK;
-    }
-    i + a[i..n]
-        .iter()
-        .zip(&b[i..n])
-        .take_while(|(x, y)| x == y)
-        .count()
-}
-
-/// Length of the common suffix of `a` and `b`, at most `max`.
-fn common_suffix(a: &[u8], b: &[u8], max: usize) -> usize {
-    let n = a.len().min(b.len()).min(max);
-    let (ea, eb) = (a.len(), b.len());
-    let mut i = 0;
-    while i + BLOCK <= n && a[ea - i - BLOCK..ea - i] == b[eb - i - BLOCK..eb - i] {
-        i += BLOCK;
-    }
-    i + a[..ea - i]
-        .iter()
-        .rev()
-        .zip(b[..eb - i].iter().rev())
-        .take(n - i)
-        .take_while(|(x, y)| x == y)
-        .count()
-}
-
-/// The unified diff (`similar`, [`DIFF_CONTEXT`] lines of context) of `before` → `after`,
-/// computed only on the changed middle: common leading and trailing lines (beyond the context)
-/// are cut off first and the hunk headers shifted back, so a one-line edit of a 50,000-line
-/// file does not diff 50,000 lines.
-pub(crate) fn unified_diff(name: &str, before: &str, after: &str) -> String {
-    let (b, a) = (before.as_bytes(), after.as_bytes());
-    // Common prefix, cut back to a line start, then DIFF_CONTEXT lines more.
-    let mut pre = common_prefix(b, a);
-    pre = memchr::memrchr(b'\n', &b[..pre]).map_or(0, |i| i + 1);
-    for _ in 0..DIFF_CONTEXT {
-        if pre == 0 {
-            break;
-        }
-        pre = memchr::memrchr(b'\n', &b[..pre - 1]).map_or(0, |i| i + 1);
-    }
-    let skipped_lines = memchr::memchr_iter(b'\n', &b[..pre]).count();
-    // Common suffix (not overlapping the prefix), starting at a line start, plus context.
-    let max_suf = (b.len() - pre).min(a.len() - pre);
-    let mut suf = common_suffix(b, a, max_suf);
-    // Keep the cut just after a newline in both texts.
-    while suf > 0 && b[b.len() - suf - 1] != b'\n' {
-        suf -= 1;
-    }
-    for _ in 0..DIFF_CONTEXT {
-        if suf == 0 {
-            break;
-        }
-        let rest = &b[b.len() - suf..];
-        suf -= memchr::memchr(b'\n', rest).map_or(suf, |i| i + 1);
-    }
-    let old_mid = &before[pre..before.len() - suf];
-    let new_mid = &after[pre..after.len() - suf];
-    let diff = similar::TextDiff::from_lines(old_mid, new_mid)
-        .unified_diff()
-        .context_radius(DIFF_CONTEXT)
-        .header(name, name)
-        .to_string();
+/// `diff` with every hunk header's line numbers moved down by `skipped_lines` (the lines cut off
+/// before the diffed region).
+fn shift_hunks(diff: String, skipped_lines: usize) -> String {
     if skipped_lines == 0 {
         return diff;
     }
@@ -165,6 +95,57 @@ pub(crate) fn unified_diff(name: &str, before: &str, after: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The unified diff of applying `plan` (non-overlapping, sorted by start, non-empty) to `text`
+/// (the same as [`unified_diff`] of `text` and the edited text) and the 1-based line of the
+/// first replaced range. Only the region from [`DIFF_CONTEXT`] lines before the first range
+/// to [`DIFF_CONTEXT`] lines after the last one is diffed and rebuilt; the edited whole text
+/// is never made, and the only whole-text pass is one newline count up to the region.
+pub(crate) fn plan_diff(name: &str, text: &str, plan: &[TextReplace]) -> (String, usize) {
+    let b = text.as_bytes();
+    let (Some(first), Some(last)) = (plan.first(), plan.last()) else {
+        return (String::new(), 1);
+    };
+    let (first, last) = (first.range.start, last.range.end);
+    // Region start: the start of the first range's line, then DIFF_CONTEXT lines more.
+    let mut pre = memchr::memrchr(b'\n', &b[..first]).map_or(0, |i| i + 1);
+    for _ in 0..DIFF_CONTEXT {
+        if pre == 0 {
+            break;
+        }
+        pre = memchr::memrchr(b'\n', &b[..pre - 1]).map_or(0, |i| i + 1);
+    }
+    // Region end: the end of the last range's line (just after its newline), then
+    // DIFF_CONTEXT lines more.
+    let mut post = if last > 0 && b[last - 1] == b'\n' {
+        last
+    } else {
+        memchr::memchr(b'\n', &b[last..]).map_or(b.len(), |i| last + i + 1)
+    };
+    for _ in 0..DIFF_CONTEXT {
+        if post == b.len() {
+            break;
+        }
+        post = memchr::memchr(b'\n', &b[post..]).map_or(b.len(), |i| post + i + 1);
+    }
+    let skipped_lines = memchr::memchr_iter(b'\n', &b[..pre]).count();
+    let first_line = skipped_lines + memchr::memchr_iter(b'\n', &b[pre..first]).count() + 1;
+    let old_mid = &text[pre..post];
+    let mut new_mid = String::with_capacity(old_mid.len());
+    let mut pos = pre;
+    for r in plan {
+        new_mid.push_str(&text[pos..r.range.start]);
+        new_mid.push_str(&r.new_text);
+        pos = r.range.end;
+    }
+    new_mid.push_str(&text[pos..post]);
+    let diff = similar::TextDiff::from_lines(old_mid, new_mid.as_str())
+        .unified_diff()
+        .context_radius(DIFF_CONTEXT)
+        .header(name, name)
+        .to_string();
+    (shift_hunks(diff, skipped_lines), first_line)
 }
 
 /// Plans the replacements of `edits` in `text` (see [`super::edit_match`] for the matching
@@ -314,36 +295,38 @@ impl Tool for EditTool {
             return Err(ToolError::new(msg));
         }
         let read_at = started.elapsed();
+        // Compute the change: the replacements, its diff and the hash of the text it makes,
+        // from the plan alone (the edited whole text is never built).
         let plan = plan_edits(&snap.text, &edits, &shown).map_err(ToolError::new)?;
-        let after = apply_replacements(&snap.text, &plan);
-        let planned_at = started.elapsed();
-        if after == snap.text {
+        if plan
+            .iter()
+            .all(|r| snap.text[r.range.clone()] == r.new_text)
+        {
             return Err(ToolError::new(if edits.len() == 1 {
                 format!("No changes made to {shown}. The replacement produced identical content. This might indicate an issue with special characters or the text not existing as expected.")
             } else {
                 format!("No changes made to {shown}. The replacements produced identical content.")
             }));
         }
-        let first_changed = plan
-            .first()
-            .map(|r| line_of(&snap.text, r.range.start))
-            .unwrap_or(1);
+        let planned_at = started.elapsed();
+        let (diff, first_changed) = plan_diff(&shown, &snap.text, &plan);
+        let after_hash = text_hash_after(&snap.text, &plan);
+        let diffed_at = started.elapsed();
+        // Apply it.
         let count = plan.len();
         let label = format!("pi: turn {} · edit {shown} ({})", ctx.turn, ctx.call_id);
         self.fs
             .replace(&path, &snap, plan, &label)
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
-        let replaced_at = started.elapsed();
-        self.state.reads.record(&path, &after);
-        let diff = unified_diff(&shown, &snap.text, &after);
+        self.state.reads.record_hash(&path, after_hash);
         // The server's own time for the edit and its phases (the tools bench reads them).
         tracing::debug!(
             elapsed_us = started.elapsed().as_micros() as u64,
             read_us = read_at.as_micros() as u64,
             plan_us = (planned_at - read_at).as_micros() as u64,
-            replace_us = (replaced_at - planned_at).as_micros() as u64,
-            diff_us = (started.elapsed() - replaced_at).as_micros() as u64,
+            diff_us = (diffed_at - planned_at).as_micros() as u64,
+            replace_us = (started.elapsed() - diffed_at).as_micros() as u64,
             "edit {shown}: {count} block(s)"
         );
         Ok(ToolOutput {
@@ -390,42 +373,66 @@ mod tests {
         );
     }
 
-    #[test]
-    fn diff_of_the_middle_matches_a_whole_diff() {
-        let before: String = (1..=60).map(|i| format!("line {i}\n")).collect();
-        for (from, to) in [
-            ("line 30\n", "LINE 30\nextra\n"),
-            ("line 1\n", ""),
-            ("line 60\n", "end"),
-            ("line 3\n", "3\n"),
-        ] {
-            let after = before.replacen(from, to, 1);
-            let whole = similar::TextDiff::from_lines(&before, &after)
-                .unified_diff()
-                .context_radius(4)
-                .header("f", "f")
-                .to_string();
-            assert_eq!(unified_diff("f", &before, &after), whole, "{from:?}");
-        }
+    /// `plan_diff` of the plan `edits` make of `before` against a diff of the whole texts,
+    /// and its first line against a count over the text.
+    fn assert_plan_diff_is_whole_diff(before: &str, edits: &[(&str, &str)]) {
+        let edits: Vec<(String, String)> = edits
+            .iter()
+            .map(|(o, n)| (o.to_string(), n.to_string()))
+            .collect();
+        let plan = plan_edits(before, &edits, "f").unwrap();
+        let after = apply_replacements(before, &plan);
+        let whole = similar::TextDiff::from_lines(before, &after)
+            .unified_diff()
+            .context_radius(4)
+            .header("f", "f")
+            .to_string();
+        let (diff, line) = plan_diff("f", before, &plan);
+        assert_eq!(diff, whole, "{edits:?}");
+        let want_line = before[..plan[0].range.start].matches('\n').count() + 1;
+        assert_eq!(line, want_line, "{edits:?}");
+        assert_eq!(
+            text_hash_after(before, &plan),
+            super::super::text_hash(&after),
+            "{edits:?}"
+        );
     }
 
     #[test]
-    fn diff_of_the_middle_of_a_large_text_matches_a_whole_diff() {
-        // Over many 4 KB blocks, so the block-wise prefix and suffix scans are exercised.
-        let before: String = (1..=3000).map(|i| format!("row {i} 🦊\n")).collect();
-        for (from, to) in [
-            ("row 1 🦊\n", "first\n"),
-            ("row 455 🦊\n", "row 455 🦊\nadded\n"),
-            ("row 1500 🦊\nrow 1501 🦊\n", "joined\n"),
-            ("row 3000 🦊\n", "row 3000 🦊"),
+    fn diff_of_the_region_matches_a_whole_diff() {
+        let before: String = (1..=60).map(|i| format!("line {i}\n")).collect();
+        for edits in [
+            vec![("line 30\n", "LINE 30\nextra\n")],
+            vec![("line 1\n", "")],
+            vec![("line 60\n", "end")],
+            vec![("line 3\n", "3\n")],
+            vec![("ne 3\n", "NE 3\n")],
+            vec![("line 5\n", "five\n"), ("line 9\n", "nine\n")],
+            vec![("line 2\n", "two\n"), ("line 50\n", "")],
+            vec![("line 59\nline 60\n", "last")],
         ] {
-            let after = before.replacen(from, to, 1);
-            let whole = similar::TextDiff::from_lines(&before, &after)
-                .unified_diff()
-                .context_radius(4)
-                .header("f", "f")
-                .to_string();
-            assert_eq!(unified_diff("f", &before, &after), whole, "{from:?}");
+            assert_plan_diff_is_whole_diff(&before, &edits);
+        }
+        // No final newline, CRLF.
+        let tail = "a\nb\nc\nd\ne\nf\ng";
+        assert_plan_diff_is_whole_diff(tail, &[("g", "G\n")]);
+        assert_plan_diff_is_whole_diff(tail, &[("f\ng", "f")]);
+        let crlf = "a\r\nb\r\nc\r\nd\r\ne\r\nf\r\ng\r\nh\r\ni\r\nj\r\n";
+        assert_plan_diff_is_whole_diff(crlf, &[("e\nf", "E\nF\nX")]);
+        assert_plan_diff_is_whole_diff(crlf, &[("j\n", "")]);
+    }
+
+    #[test]
+    fn diff_of_the_region_of_a_large_text_matches_a_whole_diff() {
+        let before: String = (1..=3000).map(|i| format!("row {i} 🦊\n")).collect();
+        for edits in [
+            vec![("row 1 🦊\n", "first\n")],
+            vec![("row 455 🦊\n", "row 455 🦊\nadded\n")],
+            vec![("row 1500 🦊\nrow 1501 🦊\n", "joined\n")],
+            vec![("row 3000 🦊\n", "row 3000 🦊")],
+            vec![("row 10 🦊\n", "ten\n"), ("row 2990 🦊\n", "")],
+        ] {
+            assert_plan_diff_is_whole_diff(&before, &edits);
         }
     }
 

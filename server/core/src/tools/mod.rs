@@ -44,8 +44,22 @@ pub struct ReadTracker {
 }
 
 /// XXH3 of the text: fast on megabytes (a 2.4 MB buffer in a fraction of a millisecond).
-fn text_hash(text: &str) -> u64 {
+pub fn text_hash(text: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
+
+/// [`text_hash`] of the text `edits` (non-overlapping, sorted by start) make of `text`, hashed
+/// piece by piece (streaming XXH3 gives the one-shot value) so the edited text is never built.
+pub fn text_hash_after(text: &str, edits: &[crate::fs::TextReplace]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut pos = 0;
+    for e in edits {
+        h.update(&text.as_bytes()[pos..e.range.start]);
+        h.update(e.new_text.as_bytes());
+        pos = e.range.end;
+    }
+    h.update(&text.as_bytes()[pos..]);
+    h.digest()
 }
 
 impl ReadTracker {
@@ -53,6 +67,14 @@ impl ReadTracker {
     pub fn record(&self, path: &Path, text: &str) {
         if let Ok(mut m) = self.seen.lock() {
             m.insert(path.to_path_buf(), text_hash(text));
+        }
+    }
+
+    /// Records that the model now knows the text whose [`text_hash`] is `hash` as `path`'s
+    /// content (after its own edit, without building the edited text).
+    pub fn record_hash(&self, path: &Path, hash: u64) {
+        if let Ok(mut m) = self.seen.lock() {
+            m.insert(path.to_path_buf(), hash);
         }
     }
 

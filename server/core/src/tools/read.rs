@@ -8,7 +8,9 @@
 //! JPEG at quality 80, 85, 70, 55, 40, taking the first whose base64 is under 4.5 MB; while none
 //! is, the size shrinks to 75 % per step. The text block then carries Pi's dimension note; an
 //! image that cannot be made small enough, or not decoded, is omitted with Pi's note.
-//! Not done: Pi's note for models without image input (the tool does not know the model).
+//! When the model that made the call does not take images (its `input` lacks `image`), the text
+//! block carries Pi's note saying so ([`NON_VISION_IMAGE_NOTE`]); the image block stays in the
+//! result and the request view replaces it with a placeholder (`pi_ai::transform`), as in Pi.
 
 use std::sync::Arc;
 
@@ -269,7 +271,24 @@ pub(crate) fn fit_image(bytes: &[u8], mime: &str) -> Option<SentImage> {
 }
 
 /// The content blocks of a read image: Pi's text note, then the image unless it was omitted.
-async fn image_blocks(bytes: Vec<u8>, mime: &'static str) -> Vec<ContentBlock> {
+/// Pi 0.73.1's note (`getNonVisionImageNote` in `tools/read.js`) on a read image when the
+/// current model's `input` does not include `image`.
+pub const NON_VISION_IMAGE_NOTE: &str =
+    "[Current model does not support images. The image will be omitted from this request.]";
+
+/// Pi's `getNonVisionImageNote`: the note when there is a model and it does not take images.
+fn non_vision_note(model_input: Option<&[String]>) -> Option<&'static str> {
+    match model_input {
+        Some(input) if !input.iter().any(|k| k == "image") => Some(NON_VISION_IMAGE_NOTE),
+        _ => None,
+    }
+}
+
+async fn image_blocks(
+    bytes: Vec<u8>,
+    mime: &'static str,
+    extra_note: Option<&str>,
+) -> Vec<ContentBlock> {
     let fitted = tokio::task::spawn_blocking(move || fit_image(&bytes, mime))
         .await
         .ok()
@@ -281,6 +300,10 @@ async fn image_blocks(bytes: Vec<u8>, mime: &'static str) -> Vec<ContentBlock> {
                 note.push('\n');
                 note.push_str(&d);
             }
+            if let Some(n) = extra_note {
+                note.push('\n');
+                note.push_str(n);
+            }
             vec![
                 ContentBlock::text(note),
                 ContentBlock::Image(ImageContent {
@@ -289,9 +312,16 @@ async fn image_blocks(bytes: Vec<u8>, mime: &'static str) -> Vec<ContentBlock> {
                 }),
             ]
         }
-        None => vec![ContentBlock::text(format!(
-            "Read image file [{mime}]\n[Image omitted: could not be resized below the inline image size limit.]"
-        ))],
+        None => {
+            let mut note = format!(
+                "Read image file [{mime}]\n[Image omitted: could not be resized below the inline image size limit.]"
+            );
+            if let Some(n) = extra_note {
+                note.push('\n');
+                note.push_str(n);
+            }
+            vec![ContentBlock::text(note)]
+        }
     }
 }
 
@@ -308,7 +338,7 @@ impl Tool for ReadTool {
         }
     }
 
-    async fn execute(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+    async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
         let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
         // An image by its content on disk, whatever its name (Pi's detection); else text.
@@ -324,7 +354,8 @@ impl Tool for ReadTool {
                 .map_err(|e| ToolError::new(e.to_string()))?;
             return Ok(ToolOutput {
                 terminate: false,
-                content: image_blocks(bytes, mime).await,
+                content: image_blocks(bytes, mime, non_vision_note(ctx.model_input.as_deref()))
+                    .await,
                 details: None,
             });
         }

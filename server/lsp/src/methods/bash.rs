@@ -74,6 +74,7 @@ impl Backend {
             turn: 0,
             cancel: cancel.clone(),
             on_update: Arc::new(|_| {}),
+            model_input: None,
         };
         let outcome = tool.execute(ctx, json!({"command": p.command})).await;
         tracker.end_bash();
