@@ -13,8 +13,10 @@ use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::edit::unified_diff;
 use super::{display_path, parse_args, resolve_path_in, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::approval::{content_hash, recheck, ProposedChange};
 use crate::fs::Fs;
 
 #[derive(Deserialize)]
@@ -87,6 +89,27 @@ impl Tool for WriteTool {
                     if saved { format!(" The previous text was saved to {}.", copy.display()) } else { String::new() }
                 );
             }
+        }
+        // Approval step (crate::approval), between computing the change and applying it: when
+        // the user was asked, the file must still be the one the question showed.
+        if let Some(gate) = self
+            .state
+            .approval
+            .as_ref()
+            .filter(|g| g.is_deferred(&ctx.call_id))
+        {
+            let old = self.fs.read(&path).await.ok().map(|s| s.text);
+            gate.approve_change("write", &ctx.call_id, &ctx.cancel, || ProposedChange {
+                path: shown.clone(),
+                diff: unified_diff(&shown, old.as_deref().unwrap_or(""), &a.content),
+                old_hash: old.as_deref().map(content_hash),
+                new_hash: content_hash(&a.content),
+            })
+            .await
+            .map_err(ToolError::new)?;
+            recheck(&*self.fs, &path, &shown, old.as_deref())
+                .await
+                .map_err(ToolError::new)?;
         }
         let label = format!("pi: turn {} · write {shown} ({})", ctx.turn, ctx.call_id);
         self.fs
