@@ -376,6 +376,12 @@ impl Gate {
             .map(|_| ())
     }
 
+    /// Forgets a deferred question of `call_id` the tool never asked (it failed before
+    /// proposing a change); the loop calls it when the call settles.
+    pub fn settle(&self, call_id: &str) {
+        lock(&self.deferred).remove(call_id);
+    }
+
     /// True when the loop deferred the question of `call_id` to its tool's proposed change.
     pub fn is_deferred(&self, call_id: &str) -> bool {
         lock(&self.deferred).contains_key(call_id)

@@ -506,6 +506,9 @@ impl Run<'_> {
             Ok(o) => (o, false),
             Err(e) => (ToolOutput::error(e.message, e.details), true),
         };
+        if let Some(gate) = &self.cfg.approval {
+            gate.settle(&call.id);
+        }
         if let Some(h) = &self.cfg.hooks {
             match h
                 .after_tool_call(AfterToolCall {
