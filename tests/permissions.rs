@@ -383,9 +383,17 @@ async fn abort_while_pending_cancels_the_question_and_pairs_an_aborted_result() 
     .unwrap();
     let asked = next_request(&mut c, "agent/requestPermission").await;
     let sid = asked["params"]["sessionId"].clone();
-    c.request("agent/abort", json!({"sessionId": sid}))
+    let stopped = c
+        .request("agent/abort", json!({"sessionId": sid}))
         .await
         .unwrap();
+    // The call is reported stopped; no process was, since none had started.
+    assert_eq!(
+        stopped,
+        json!({"aborted": true, "runId": stopped["runId"],
+               "stoppedToolCalls": [{"toolCallId": "call_b", "toolName": "bash", "args": {"command": "touch made.txt"}}],
+               "stoppedProcesses": [], "appliedEdits": [], "queuedMessages": []})
+    );
     let events = c.run_until_end(Duration::from_secs(20)).await;
     assert_eq!(
         tool_result_text(&events, "bash"),

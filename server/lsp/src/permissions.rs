@@ -170,6 +170,8 @@ pub struct LspApprover {
     client: Client,
     session_id: String,
     agent_request: bool,
+    /// Told which calls wait for an answer (the abort report lists no process for them).
+    tracker: Option<Arc<crate::tracker::Tracker>>,
 }
 
 impl LspApprover {
@@ -180,7 +182,14 @@ impl LspApprover {
             client,
             session_id,
             agent_request,
+            tracker: None,
         }
+    }
+
+    /// This approver, telling `tracker` which calls wait for the user.
+    pub fn with_tracker(mut self, tracker: Arc<crate::tracker::Tracker>) -> Self {
+        self.tracker = Some(tracker);
+        self
     }
 
     /// What the call would do, for the attention notification and the fallback message:
@@ -319,7 +328,21 @@ fn diff_counts(diff: &str) -> (usize, usize) {
 #[async_trait]
 impl Asker for LspApprover {
     async fn ask(&self, question: Question) -> Answer {
+        /// Clears the mark also when the question is withdrawn (the future dropped).
+        struct Waiting<'a>(Option<&'a crate::tracker::Tracker>, String);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                if let Some(t) = self.0 {
+                    t.set_awaiting_permission(&self.1, false);
+                }
+            }
+        }
         let what = Self::what(&question, "");
+        let tracker = self.tracker.as_deref();
+        if let Some(t) = tracker {
+            t.set_awaiting_permission(&question.tool_call_id, true);
+        }
+        let _waiting = Waiting(tracker, question.tool_call_id.clone());
         self.ask_question(question, what).await
     }
 }

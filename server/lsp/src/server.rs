@@ -780,14 +780,18 @@ fn new_session(
     totals: crate::protocol::UsageTotals,
 ) -> Session {
     let writer = Arc::new(Mutex::new(writer));
+    let tracker = Arc::new(Tracker::new(totals));
     let approval = crate::permissions::session_gate(
         &st.workspace(),
         *lock(&st.init_approval),
-        Arc::new(crate::permissions::LspApprover::new(
-            st.client.clone(),
-            id.clone(),
-            st.caps().request_permission,
-        )),
+        Arc::new(
+            crate::permissions::LspApprover::new(
+                st.client.clone(),
+                id.clone(),
+                st.caps().request_permission,
+            )
+            .with_tracker(tracker.clone()),
+        ),
     );
     let cfg = agent_config(st, model.clone(), &writer, &id, &approval);
     let auto_retry = cfg.retry.enabled;
@@ -795,7 +799,6 @@ fn new_session(
     let agent = Agent::new(cfg, messages);
     let settings = st.workspace().settings();
     agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
-    let tracker = Arc::new(Tracker::new(totals));
     let sink = LspSink {
         st: st.clone(),
         session_id: id.clone(),
