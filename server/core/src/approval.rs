@@ -579,6 +579,116 @@ mod tests {
         assert_eq!(builtin_kind("tmux"), ToolKind::Execute);
     }
 
+    /// Answers from a list and records the questions; `None` never answers.
+    struct Scripted {
+        answers: Mutex<Vec<Option<Answer>>>,
+        asked: Mutex<Vec<Question>>,
+    }
+
+    #[async_trait]
+    impl Asker for Scripted {
+        async fn ask(&self, q: Question) -> Answer {
+            self.asked.lock().unwrap().push(q);
+            let next = self.answers.lock().unwrap().remove(0);
+            match next {
+                Some(a) => a,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn gate(policy: ApprovalPolicy, answers: Vec<Option<Answer>>) -> (Gate, Arc<Scripted>) {
+        let asker = Arc::new(Scripted {
+            answers: Mutex::new(answers),
+            asked: Mutex::new(Vec::new()),
+        });
+        let g = Gate::new(policy, Vec::new(), Some(asker.clone()), None, "unused");
+        (g, asker)
+    }
+
+    #[tokio::test]
+    async fn gate_asks_remembers_rejects_and_withdraws() {
+        let cancel = CancellationToken::new();
+        let ls = |c: &str| json!({ "command": c });
+        let (g, asker) = gate(
+            ApprovalPolicy::AutoEdit,
+            vec![
+                Some(Answer::Always(Scope::Session)),
+                Some(Answer::Reject {
+                    reason: Some(" no ".into()),
+                }),
+            ],
+        );
+        let bash = |c: &'static str, id: &'static str| {
+            let g = &g;
+            let cancel = &cancel;
+            async move {
+                g.check_call("bash", ToolKind::Execute, id, &ls(c), cancel)
+                    .await
+            }
+        };
+        assert_eq!(bash("ls -a", "c1").await, Ok(()));
+        assert_eq!(bash("ls -l", "c2").await, Ok(()), "covered by the rule");
+        assert_eq!(
+            bash("rm x", "c3").await,
+            Err("The user rejected this bash call: no".into())
+        );
+        assert_eq!(
+            g.check_call("read", ToolKind::ReadOnly, "c4", &json!({}), &cancel)
+                .await,
+            Ok(())
+        );
+        let asked = asker.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 2);
+        assert_eq!(asked[0].reason, "approvalPolicy \"auto-edit\": bash asks");
+        assert_eq!(asked[0].always_scopes, vec![Scope::Session]);
+        assert_eq!(g.session_rules(), vec![asked[0].rule.clone().unwrap()]);
+        // The session's own policy wins; null returns to the default.
+        g.set_session_policy(Some(ApprovalPolicy::ApproveAll));
+        assert_eq!(bash("rm x", "c5").await, Ok(()));
+        g.set_session_policy(None);
+        assert_eq!(g.policy(), ApprovalPolicy::AutoEdit);
+
+        // Edits are deferred to the tool, which asks with its change; abort withdraws it.
+        let (g, asker) = gate(ApprovalPolicy::Ask, vec![None]);
+        let args = json!({"path": "a"});
+        assert_eq!(
+            g.check_call("edit", ToolKind::Edit, "e1", &args, &cancel)
+                .await,
+            Ok(())
+        );
+        assert!(asker.asked.lock().unwrap().is_empty());
+        assert!(g.is_deferred("e1"));
+        let abort = CancellationToken::new();
+        let pending = g.approve_change("edit", "e1", &abort, || ProposedChange {
+            path: "a".into(),
+            diff: String::new(),
+            old_hash: Some(content_hash("x")),
+            new_hash: content_hash("y"),
+        });
+        let canceller = abort.clone();
+        let (res, ()) = tokio::join!(pending, async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            canceller.cancel();
+        });
+        assert_eq!(res, Err(crate::agent::ABORTED_TEXT.to_string()));
+        assert_eq!(asker.asked.lock().unwrap()[0].arguments, args);
+        // A call the tool never asked about is forgotten when it settles.
+        g.check_call("write", ToolKind::Edit, "w1", &args, &cancel)
+            .await
+            .unwrap();
+        g.settle("w1");
+        assert!(!g.is_deferred("w1"));
+        // Nobody to ask: the configured text.
+        let headless = Gate::new(ApprovalPolicy::Ask, Vec::new(), None, None, "cannot ask");
+        assert_eq!(
+            headless
+                .check_call("ls", ToolKind::ReadOnly, "h", &json!({}), &cancel)
+                .await,
+            Err("cannot ask".into())
+        );
+    }
+
     #[test]
     fn workspace_rules_are_appended_once() {
         let ws = std::env::temp_dir().join(format!("pi-approval-{}", std::process::id()));
