@@ -240,7 +240,8 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
             "contextWindow": 128000, "maxTokens": 4096, "cost": {"input": 0.0, "output": 0.0, "cacheRead": 0.0, "cacheWrite": 0.0},
             "thinkingLevels": ["off"]}, "thinkingLevel": "off", "isStreaming": false,
             "steeringMode": "one-at-a-time", "followUpMode": "one-at-a-time", "autoRetryEnabled": true, "isRetrying": false, "autoCompactionEnabled": true, "isCompacting": false,
-            "isBashRunning": false, "messageCount": 0, "pendingMessageCount": 0, "leafId": st["leafId"]})
+            "isBashRunning": false, "messageCount": 0, "pendingMessageCount": 0, "leafId": st["leafId"],
+            "approvalPolicy": "approve-all"})
     );
     for text in ["first", "second"] {
         c.request("agent/prompt", json!({"sessionId": sid, "text": text}))

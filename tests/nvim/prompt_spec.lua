@@ -96,6 +96,8 @@ local ok, err = xpcall(function()
     cmd = { bin },
     root_dir = ws,
     capabilities = caps,
+    -- This spec runs a bash call without a permission UI: the user chose approve-all.
+    init_options = { approvalPolicy = 'approve-all' },
     handlers = {
       ['agent/event'] = function(_, params)
         params_seen[#params_seen + 1] = params

@@ -42,6 +42,14 @@ pub struct EditorBehavior {
     /// `workspace.workspaceEdit.resourceOperations` to advertise (`create`, `rename`,
     /// `delete`).
     pub resource_operations: Vec<&'static str>,
+    /// Sent as `initializationOptions.approvalPolicy` (the editor's own setting). The default
+    /// is `approve-all`, like an editor whose user turned questions off, so tests about other
+    /// things run their tools unasked; `None` leaves the server's default (`auto-edit`).
+    pub approval_policy: Option<&'static str>,
+    /// Do not answer `agent/requestPermission` / `window/showMessageRequest`: they arrive
+    /// through [`LspClient::next_notification`] (with their `id`) and the test answers with
+    /// [`LspClient::respond`] when it wants to (or never).
+    pub hold_permissions: bool,
 }
 
 impl Default for EditorBehavior {
@@ -57,6 +65,8 @@ impl Default for EditorBehavior {
             message_action: None,
             incremental_changes: false,
             resource_operations: vec!["create"],
+            approval_policy: Some("approve-all"),
+            hold_permissions: false,
         }
     }
 }
@@ -301,6 +311,13 @@ impl LspClient {
                 r.read_exact(&mut body).await.unwrap();
                 let msg: Value = serde_json::from_slice(&body).unwrap();
                 sh.log.lock().unwrap().push(msg.clone());
+                let held = sh.behavior.hold_permissions
+                    && (msg["method"] == "agent/requestPermission"
+                        || msg["method"] == "window/showMessageRequest");
+                if held {
+                    let _ = tx.send(msg);
+                    continue;
+                }
                 match (msg.get("id"), msg.get("method")) {
                     (Some(id), Some(method)) => {
                         let result = match method.as_str().unwrap() {
@@ -384,12 +401,19 @@ impl LspClient {
         if behavior.offer_utf8 {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});
         }
+        let mut init_options = behavior.initialization_options.clone();
+        if let Some(p) = behavior.approval_policy {
+            let o = init_options.get_or_insert_with(|| json!({}));
+            if o.get("approvalPolicy").is_none() {
+                o["approvalPolicy"] = json!(p);
+            }
+        }
         let init = c
             .request(
                 "initialize",
                 json!({"processId": null, "rootUri": file_uri(root), "capabilities": caps,
                 "workspaceFolders": [{"uri": file_uri(root), "name": "ws"}],
-                "initializationOptions": behavior.initialization_options}),
+                "initializationOptions": init_options}),
             )
             .await
             .expect("initialize");
@@ -448,6 +472,15 @@ impl LspClient {
             .await
             .unwrap();
         s.flush().await.unwrap();
+    }
+
+    /// Answers the server's request `id` with `result` (for held permission requests).
+    pub async fn respond(&self, id: &Value, result: Value) {
+        write_msg(
+            &self.shared.stdin,
+            &json!({"jsonrpc":"2.0","id":id,"result":result}),
+        )
+        .await;
     }
 
     /// Sends a notification.

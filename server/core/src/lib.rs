@@ -2,10 +2,11 @@
 //! system abstraction ([`fs`]), Pi-format session files ([`session`]), the system prompt
 //! ([`prompt`]), settings ([`settings`]), and the workspace's trust-gated resources
 //! ([`resources`]: context files, [`skills`], prompt [`templates`]), and the OS sandbox for
-//! commands with its approval interface ([`sandbox`]). Depends on `pi-ai` only;
+//! commands with its approval interface ([`sandbox`]), and tool-call approval ([`approval`]). Depends on `pi-ai` only;
 //! knows nothing of LSP.
 
 pub mod agent;
+pub mod approval;
 pub mod compaction;
 pub mod export;
 pub mod fs;

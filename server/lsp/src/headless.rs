@@ -25,8 +25,13 @@ pub struct RunArgs {
     /// Load the workspace's project configuration (`--trust`); see
     /// [`pi_core::resources`] for what that covers.
     pub trust: bool,
+    /// `--approve`: approve every tool call (`approvalPolicy` `approve-all` for this run).
+    pub approve: bool,
     pub prompt: String,
 }
+
+/// The model's text for a call the policy would ask about: `run` cannot ask.
+pub const CANNOT_ASK: &str = "Not run: the approval policy asks the user before this tool call, and `pi-lsp run` cannot ask. Run it again with --approve (or set approvalPolicy to \"approve-all\" or \"auto-edit\") to allow it.";
 
 struct PrintSink {
     json: bool,
@@ -165,8 +170,24 @@ pub async fn run(args: RunArgs) -> i32 {
     };
     let session_path = writer.path().to_path_buf();
     let fs = Arc::new(DiskFs::new(workspace.clone()));
-    let mut cfg = crate::runner::agent_config(&ws, model, fs, None, &[], None);
     let settings = ws.settings();
+    // Nobody can answer here: the settings' policy (default approve-all, as Pi's print mode)
+    // or --approve; a call the policy would ask about gets CANNOT_ASK as its result.
+    let policy = if args.approve {
+        pi_core::approval::ApprovalPolicy::ApproveAll
+    } else {
+        settings
+            .approval_policy
+            .unwrap_or(pi_core::approval::HEADLESS_DEFAULT)
+    };
+    let gate = Arc::new(pi_core::approval::Gate::new(
+        policy,
+        pi_core::approval::rules_from_settings(&settings.merged),
+        None,
+        None,
+        CANNOT_ASK,
+    ));
+    let mut cfg = crate::runner::agent_config_gated(&ws, model, fs, None, &[], None, Some(gate));
     let writer = Arc::new(Mutex::new(writer));
     cfg.compaction = Some(crate::runner::compaction_config(&ws, &writer));
     let control = RunControl::default();

@@ -39,6 +39,10 @@ enum Command {
         /// .pi/models.json, prompt templates, skills, SYSTEM.md, APPEND_SYSTEM.md).
         #[arg(long)]
         trust: bool,
+        /// Approve every tool call (approvalPolicy "approve-all" for this run); without it a
+        /// call the policy would ask about is not run (nobody can answer here).
+        #[arg(long)]
+        approve: bool,
         /// The prompt.
         prompt: String,
     },
@@ -63,6 +67,7 @@ fn main() -> anyhow::Result<()> {
             model,
             json,
             trust,
+            approve,
             prompt,
         }) => {
             let code = rt.block_on(pi_lsp::headless::run(pi_lsp::headless::RunArgs {
@@ -70,6 +75,7 @@ fn main() -> anyhow::Result<()> {
                 model,
                 json,
                 trust,
+                approve,
                 prompt,
             }));
             rt.shutdown_timeout(std::time::Duration::from_millis(200));

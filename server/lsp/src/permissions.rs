@@ -1,20 +1,41 @@
-//! Asking the editor's user for permission (`pi_core::sandbox::Approver` over LSP).
+//! Asking the editor's user for permission: the approval policy's questions
+//! ([`pi_core::approval::Asker`]) and the bash sandbox's escalation
+//! ([`pi_core::sandbox::Approver`]) over LSP, and `agent/permissions/set`.
 //!
 //! Clients that advertise `experimental.agent.requestPermission: true` get the server → client
 //! request `agent/requestPermission` ([`RequestPermission`]): params `{sessionId, tool,
-//! toolCallId, arguments, reason}`, result `{decision: "allow" | "reject", reason?}`. Other
-//! clients get the standard `window/showMessageRequest` (type warning) with the actions
-//! `Allow` and `Reject`; dismissing it rejects. A failed request (client gone, error answer,
-//! unknown decision) rejects, with the failure as the reason. Documented in
-//! docs/protocol.md ("Permission requests").
+//! toolCallId, arguments, reason, rule?, alwaysScopes?, change?}` (`change`: `{path, diff,
+//! oldHash, newHash}` for `edit` / `write`), result `{decision: "allow" | "allowAlways" |
+//! "reject", scope?, reason?}`. Other clients get the standard `window/showMessageRequest`
+//! (type warning) with the actions `Allow`, `Allow for this session` / `Allow in this
+//! workspace` (when a rule is offered) and `Reject`; dismissing it rejects. A failed request
+//! (client gone, error answer, unknown decision) rejects, with the failure as the reason.
+//! Before asking, `agent/attention {reason: "permission"}` is sent. When the question is
+//! withdrawn (the run was aborted) the pending request is cancelled with `$/cancelRequest`.
+//! Documented in docs/protocol.md ("Permission requests").
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use pi_core::approval::{
+    Answer, ApprovalPolicy, Asker, Gate, ProposedChange, Question, Rule, Scope,
+};
 use pi_core::sandbox::{Approver, Decision, PermissionRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tower_lsp_server::jsonrpc::{self, Id, Result};
+use tower_lsp_server::ls_types::notification::Cancel;
 use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
-use tower_lsp_server::ls_types::{MessageActionItem, MessageType, ShowMessageRequestParams};
+use tower_lsp_server::ls_types::{
+    CancelParams, MessageActionItem, MessageType, NumberOrString, ShowMessageRequestParams,
+};
 use tower_lsp_server::Client;
+
+use crate::protocol::{
+    parse_params, AttentionNotification, AttentionParams, AttentionReason, PermissionsSetParams,
+    PermissionsSetResult,
+};
+use crate::server::{lock, Backend};
 
 /// Params of `agent/requestPermission`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,17 +49,29 @@ pub struct RequestPermissionParams {
     pub tool_call_id: String,
     /// The tool's arguments (for `bash`: `{command, timeout?}`).
     pub arguments: Value,
-    /// Why permission is needed, e.g. `sandbox denied: touch: cannot touch '../x':
-    /// Permission denied`.
+    /// Why permission is needed, e.g. `approvalPolicy "auto-edit": bash asks` or `sandbox
+    /// denied: touch: cannot touch '../x': Permission denied`.
     pub reason: String,
+    /// What an `allowAlways` answer remembers (absent: only `allow` or `reject`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<Rule>,
+    /// The scopes an `allowAlways` answer may name (`workspace` only in a trusted workspace).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub always_scopes: Vec<Scope>,
+    /// For `edit` / `write`: the diff and the XXH3 hashes of the old and proposed text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<ProposedChange>,
 }
 
 /// The client's answer to `agent/requestPermission`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestPermissionResult {
-    /// `"allow"` or `"reject"`.
+    /// `"allow"` (this once), `"allowAlways"` or `"reject"`.
     pub decision: String,
+    /// For `allowAlways`: `"session"` (default) or `"workspace"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
     /// Why (shown to the model on reject).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -64,14 +97,81 @@ pub fn client_supports(experimental: Option<&Value>) -> bool {
 
 /// Title of the allowing action of the `window/showMessageRequest` fallback.
 pub const ALLOW_ACTION: &str = "Allow";
+/// Title of the fallback's action that allows the question's rule for the session.
+pub const ALLOW_SESSION_ACTION: &str = "Allow for this session";
+/// Title of the fallback's action that allows the question's rule in the workspace.
+pub const ALLOW_WORKSPACE_ACTION: &str = "Allow in this workspace";
 /// Title of the rejecting action of the fallback.
 pub const REJECT_ACTION: &str = "Reject";
+
+/// Sends the server → client request `R` and waits for the answer; when the returned future
+/// is dropped before the answer came (the question was withdrawn), the request is cancelled
+/// with `$/cancelRequest`.
+pub async fn cancellable_request<R: Request>(
+    client: &Client,
+    params: R::Params,
+) -> Result<R::Result> {
+    struct CancelOnDrop {
+        client: Client,
+        id: Option<Id>,
+    }
+    impl Drop for CancelOnDrop {
+        fn drop(&mut self) {
+            let Some(Id::Number(n)) = self.id.take() else {
+                return;
+            };
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let client = self.client.clone();
+            let id = i32::try_from(n)
+                .map(NumberOrString::Number)
+                .unwrap_or_else(|_| NumberOrString::String(n.to_string()));
+            rt.spawn(async move {
+                tracing::debug!("withdrawing request {id:?}");
+                client
+                    .send_notification::<Cancel>(CancelParams { id })
+                    .await;
+            });
+        }
+    }
+    let id = client.next_request_id();
+    let params = serde_json::to_value(params).map_err(|e| jsonrpc::Error {
+        code: jsonrpc::ErrorCode::InternalError,
+        message: e.to_string().into(),
+        data: None,
+    })?;
+    let request = jsonrpc::Request::build(R::METHOD)
+        .id(id.clone())
+        .params(params)
+        .finish();
+    let mut guard = CancelOnDrop {
+        client: client.clone(),
+        id: Some(id),
+    };
+    let mut service = client.clone();
+    let response = tower_service::Service::call(&mut service, request).await;
+    guard.id = None;
+    let Ok(Some(response)) = response else {
+        return Err(jsonrpc::Error::internal_error());
+    };
+    let (_, result) = response.into_parts();
+    result.and_then(|v| {
+        serde_json::from_value(v).map_err(|e| jsonrpc::Error {
+            code: jsonrpc::ErrorCode::ParseError,
+            message: e.to_string().into(),
+            data: None,
+        })
+    })
+}
 
 /// Asks the editor of one session.
 pub struct LspApprover {
     client: Client,
     session_id: String,
     agent_request: bool,
+    /// Told which calls wait for an answer (the abort report lists no process for them).
+    tracker: Option<Arc<crate::tracker::Tracker>>,
 }
 
 impl LspApprover {
@@ -82,73 +182,241 @@ impl LspApprover {
             client,
             session_id,
             agent_request,
+            tracker: None,
         }
     }
-}
 
-/// The fallback message: the tool, its command (or arguments) and the reason.
-fn message_text(r: &PermissionRequest) -> String {
-    let what = match r.arguments.get("command").and_then(Value::as_str) {
-        Some(c) => format!("run `{c}` outside the sandbox"),
-        None => format!("run {} with {}", r.tool, r.arguments),
-    };
-    format!("pi wants to {what}. Reason: {}", r.reason)
-}
+    /// This approver, telling `tracker` which calls wait for the user.
+    pub fn with_tracker(mut self, tracker: Arc<crate::tracker::Tracker>) -> Self {
+        self.tracker = Some(tracker);
+        self
+    }
 
-#[async_trait]
-impl Approver for LspApprover {
-    async fn ask(&self, r: PermissionRequest) -> Decision {
+    /// What the call would do, for the attention notification and the fallback message:
+    /// `edit notes.txt (+1 −1)`, ``run `ls -a` `` (with `suffix`, e.g. ` outside the sandbox`).
+    fn what(q: &Question, suffix: &str) -> String {
+        match (
+            &q.change,
+            q.arguments.get("command").and_then(Value::as_str),
+        ) {
+            (Some(c), _) => {
+                let (plus, minus) = diff_counts(&c.diff);
+                format!("{} {} (+{plus} −{minus})", q.tool, c.path)
+            }
+            (None, Some(c)) => format!("run `{c}`{suffix}"),
+            (None, None) => format!("run {} with {}{suffix}", q.tool, q.arguments),
+        }
+    }
+
+    async fn attention(&self, message: String) {
+        let params = AttentionParams {
+            session_id: self.session_id.clone(),
+            run_id: None,
+            reason: AttentionReason::Permission,
+            message,
+        };
+        self.client
+            .send_notification::<AttentionNotification>(
+                serde_json::to_value(params).unwrap_or_default(),
+            )
+            .await;
+    }
+
+    async fn ask_question(&self, q: Question, what: String) -> Answer {
+        let summary = format!("pi wants to {what}. Reason: {}", q.reason);
+        self.attention(summary.clone()).await;
         if self.agent_request {
             let params = RequestPermissionParams {
                 session_id: self.session_id.clone(),
-                tool: r.tool,
-                tool_call_id: r.tool_call_id,
-                arguments: r.arguments,
-                reason: r.reason,
+                tool: q.tool,
+                tool_call_id: q.tool_call_id,
+                arguments: q.arguments,
+                reason: q.reason,
+                rule: q.rule,
+                always_scopes: q.always_scopes.clone(),
+                change: q.change,
             };
-            return match self.client.send_request::<RequestPermission>(params).await {
-                Ok(res) if res.decision == "allow" => Decision::Allow,
-                Ok(res) if res.decision == "reject" => Decision::Reject { reason: res.reason },
-                Ok(res) => Decision::Reject {
-                    reason: Some(format!("unknown decision \"{}\"", res.decision)),
+            return match cancellable_request::<RequestPermission>(&self.client, params).await {
+                Ok(res) => match res.decision.as_str() {
+                    "allow" => Answer::Once,
+                    "allowAlways" => {
+                        let scope = res.scope.unwrap_or(Scope::Session);
+                        if q.always_scopes.contains(&scope) {
+                            Answer::Always(scope)
+                        } else {
+                            // Not offered (no rule, or an untrusted workspace): this once.
+                            Answer::Once
+                        }
+                    }
+                    "reject" => Answer::Reject { reason: res.reason },
+                    other => Answer::Reject {
+                        reason: Some(format!("unknown decision \"{other}\"")),
+                    },
                 },
                 Err(e) => {
                     tracing::warn!("agent/requestPermission failed: {e}");
-                    Decision::Reject {
+                    Answer::Reject {
                         reason: Some(format!("the permission request failed: {}", e.message)),
                     }
                 }
             };
         }
+        let mut message = summary;
+        if let Some(c) = &q.change {
+            let lines: Vec<&str> = c.diff.lines().collect();
+            message.push_str("\n\n");
+            message.push_str(&lines[..lines.len().min(40)].join("\n"));
+            if lines.len() > 40 {
+                message.push_str(&format!("\n… {} more diff lines", lines.len() - 40));
+            }
+        }
+        let mut titles = vec![ALLOW_ACTION];
+        if q.always_scopes.contains(&Scope::Session) {
+            titles.push(ALLOW_SESSION_ACTION);
+        }
+        if q.always_scopes.contains(&Scope::Workspace) {
+            titles.push(ALLOW_WORKSPACE_ACTION);
+        }
+        titles.push(REJECT_ACTION);
         let params = ShowMessageRequestParams {
             typ: MessageType::WARNING,
-            message: message_text(&r),
-            actions: Some(vec![
-                MessageActionItem {
-                    title: ALLOW_ACTION.into(),
-                    properties: Default::default(),
-                },
-                MessageActionItem {
-                    title: REJECT_ACTION.into(),
-                    properties: Default::default(),
-                },
-            ]),
+            message,
+            actions: Some(
+                titles
+                    .iter()
+                    .map(|t| MessageActionItem {
+                        title: t.to_string(),
+                        properties: Default::default(),
+                    })
+                    .collect(),
+            ),
         };
-        match self.client.send_request::<ShowMessageRequest>(params).await {
-            Ok(Some(a)) if a.title == ALLOW_ACTION => Decision::Allow,
-            Ok(Some(_)) => Decision::Reject {
+        match cancellable_request::<ShowMessageRequest>(&self.client, params).await {
+            Ok(Some(a)) if a.title == ALLOW_ACTION => Answer::Once,
+            Ok(Some(a)) if a.title == ALLOW_SESSION_ACTION => Answer::Always(Scope::Session),
+            Ok(Some(a)) if a.title == ALLOW_WORKSPACE_ACTION => Answer::Always(Scope::Workspace),
+            Ok(Some(_)) => Answer::Reject {
                 reason: Some("the user chose Reject".into()),
             },
-            Ok(None) => Decision::Reject {
+            Ok(None) => Answer::Reject {
                 reason: Some("the user dismissed the question".into()),
             },
             Err(e) => {
                 tracing::warn!("window/showMessageRequest failed: {e}");
-                Decision::Reject {
+                Answer::Reject {
                     reason: Some(format!("the permission request failed: {}", e.message)),
                 }
             }
         }
+    }
+}
+
+/// Added and removed lines of a unified diff.
+fn diff_counts(diff: &str) -> (usize, usize) {
+    let mut plus = 0;
+    let mut minus = 0;
+    for l in diff.lines() {
+        if l.starts_with('+') && !l.starts_with("+++") {
+            plus += 1;
+        } else if l.starts_with('-') && !l.starts_with("---") {
+            minus += 1;
+        }
+    }
+    (plus, minus)
+}
+
+#[async_trait]
+impl Asker for LspApprover {
+    async fn ask(&self, question: Question) -> Answer {
+        /// Clears the mark also when the question is withdrawn (the future dropped).
+        struct Waiting<'a>(Option<&'a crate::tracker::Tracker>, String);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                if let Some(t) = self.0 {
+                    t.set_awaiting_permission(&self.1, false);
+                }
+            }
+        }
+        let what = Self::what(&question, "");
+        let tracker = self.tracker.as_deref();
+        if let Some(t) = tracker {
+            t.set_awaiting_permission(&question.tool_call_id, true);
+        }
+        let _waiting = Waiting(tracker, question.tool_call_id.clone());
+        self.ask_question(question, what).await
+    }
+}
+
+#[async_trait]
+impl Approver for LspApprover {
+    /// The sandbox's escalation: allow once or reject (no rule is offered).
+    async fn ask(&self, r: PermissionRequest) -> Decision {
+        let q = Question {
+            tool: r.tool,
+            tool_call_id: r.tool_call_id,
+            arguments: r.arguments,
+            reason: r.reason,
+            rule: None,
+            always_scopes: Vec::new(),
+            change: None,
+        };
+        let what = Self::what(&q, " outside the sandbox");
+        match self.ask_question(q, what).await {
+            Answer::Once | Answer::Always(_) => Decision::Allow,
+            Answer::Reject { reason } => Decision::Reject { reason },
+        }
+    }
+}
+
+/// The name of a policy on the wire (`ask`, `auto-edit`, `approve-all`).
+pub fn policy_name(p: ApprovalPolicy) -> String {
+    serde_json::to_value(p)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The session's gate: asks through `approver`; workspace rules go to the project only when
+/// the workspace is trusted.
+pub fn session_gate(
+    ws: &pi_core::resources::WorkspaceConfig,
+    init_policy: Option<ApprovalPolicy>,
+    approver: Arc<LspApprover>,
+) -> Arc<Gate> {
+    let settings = ws.settings();
+    Arc::new(Gate::new(
+        effective_default(init_policy, &settings),
+        pi_core::approval::rules_from_settings(&settings.merged),
+        Some(approver as Arc<dyn Asker>),
+        ws.trusted().then(|| ws.root().to_path_buf()),
+        "nobody can be asked for approval here",
+    ))
+}
+
+/// The editor's default policy: `initializationOptions.approvalPolicy`, else the settings'
+/// `approvalPolicy`, else [`pi_core::approval::EDITOR_DEFAULT`].
+pub fn effective_default(
+    init_policy: Option<ApprovalPolicy>,
+    settings: &pi_core::settings::Settings,
+) -> ApprovalPolicy {
+    init_policy
+        .or(settings.approval_policy)
+        .unwrap_or(pi_core::approval::EDITOR_DEFAULT)
+}
+
+impl Backend {
+    /// `agent/permissions/set {sessionId, approvalPolicy}`: the session's own policy (`null`:
+    /// back to the default from `initializationOptions` / settings); applies from the next
+    /// tool call, also within a running turn.
+    pub(crate) async fn permissions_set(&self, params: Value) -> Result<PermissionsSetResult> {
+        let p: PermissionsSetParams = parse_params(params)?;
+        let session = self.session(&p.session_id)?;
+        let s = lock(&session);
+        s.approval.set_session_policy(p.approval_policy);
+        Ok(PermissionsSetResult {
+            approval_policy: s.approval.policy(),
+            session_rules: s.approval.session_rules(),
+        })
     }
 }
 
@@ -165,6 +433,9 @@ mod tests {
             tool_call_id: "call_1".into(),
             arguments: json!({"command": "touch ../x"}),
             reason: "sandbox denied: touch: cannot touch '../x': Permission denied".into(),
+            rule: None,
+            always_scopes: Vec::new(),
+            change: None,
         };
         assert_eq!(
             serde_json::to_value(&p).unwrap(),
@@ -176,8 +447,9 @@ mod tests {
             serde_json::from_value(json!({"decision": "reject", "reason": "no"})).unwrap();
         assert_eq!(r.reason.as_deref(), Some("no"));
         let r: RequestPermissionResult =
-            serde_json::from_value(json!({"decision": "allow"})).unwrap();
-        assert_eq!(r.decision, "allow");
+            serde_json::from_value(json!({"decision": "allowAlways", "scope": "workspace"}))
+                .unwrap();
+        assert_eq!(r.scope, Some(Scope::Workspace));
         let fixture = |name: &str| -> Value {
             let p = format!(
                 "{}/../../fixtures/protocol/{name}",
@@ -185,17 +457,24 @@ mod tests {
             );
             serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
         };
-        let req = fixture("agent-requestPermission.request.json");
-        assert_eq!(req["method"], RequestPermission::METHOD);
-        let p: RequestPermissionParams = serde_json::from_value(req["params"].clone()).unwrap();
-        assert_eq!(serde_json::to_value(&p).unwrap(), req["params"]);
-        let res = fixture("agent-requestPermission.response.json");
-        let r: RequestPermissionResult = serde_json::from_value(res["result"].clone()).unwrap();
-        assert_eq!(serde_json::to_value(&r).unwrap(), res["result"]);
+        for stem in ["agent-requestPermission", "agent-requestPermission.edit"] {
+            let req = fixture(&format!("{stem}.request.json"));
+            assert_eq!(req["method"], RequestPermission::METHOD);
+            let p: RequestPermissionParams = serde_json::from_value(req["params"].clone()).unwrap();
+            assert_eq!(serde_json::to_value(&p).unwrap(), req["params"]);
+            let res = fixture(&format!("{stem}.response.json"));
+            let r: RequestPermissionResult = serde_json::from_value(res["result"].clone()).unwrap();
+            assert_eq!(serde_json::to_value(&r).unwrap(), res["result"]);
+        }
         assert!(client_supports(Some(
             &json!({"agent": {"requestPermission": true}})
         )));
         assert!(!client_supports(Some(&json!({"agent": {}}))));
         assert!(!client_supports(None));
+        assert_eq!(
+            diff_counts("--- a\n+++ a\n@@ -1,2 +1,2 @@\n-x\n+y\n+z\n ctx\n"),
+            (2, 1)
+        );
+        assert_eq!(policy_name(ApprovalPolicy::AutoEdit), "auto-edit");
     }
 }

@@ -70,6 +70,7 @@ pub const METHODS: &[&str] = &[
     "agent/bash/abort",
     "agent/compact",
     "agent/compaction/set",
+    "agent/permissions/set",
 ];
 
 /// A JSON-RPC error with one of [`codes`].
@@ -326,6 +327,9 @@ pub enum AttentionReason {
     Finished,
     /// The run ended in an error (provider failure after retries, …).
     Failed,
+    /// A tool call waits for the user's permission (`agent/requestPermission` or
+    /// `window/showMessageRequest` follows).
+    Permission,
 }
 
 /// `agent/attention` params (server → client).
@@ -555,6 +559,9 @@ pub struct SessionState {
     /// Where the next entry attaches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf_id: Option<String>,
+    /// The approval policy in force for this session (`ask`, `auto-edit`, `approve-all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<pi_core::approval::ApprovalPolicy>,
 }
 
 /// `agent/session/new` params.
@@ -927,6 +934,25 @@ pub struct CompactionSetResult {
     pub enabled: bool,
 }
 
+/// `agent/permissions/set` params: the session's own approval policy; `null` (or absent)
+/// returns to the default (`initializationOptions.approvalPolicy`, settings, `auto-edit`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PermissionsSetParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub approval_policy: Option<pi_core::approval::ApprovalPolicy>,
+}
+
+/// `agent/permissions/set` result: the policy now in force and the session's "allow always"
+/// rules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionsSetResult {
+    pub approval_policy: pi_core::approval::ApprovalPolicy,
+    pub session_rules: Vec<pi_core::approval::Rule>,
+}
+
 /// `agent/retry/set` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -1157,6 +1183,15 @@ mod tests {
         seen.extend(pair::<CompactParams, CompactResult>("agent-compact"));
         seen.extend(pair::<CompactionSetParams, CompactionSetResult>(
             "agent-compaction-set",
+        ));
+        seen.extend(pair::<PermissionsSetParams, PermissionsSetResult>(
+            "agent-permissions-set",
+        ));
+        seen.push("agent-requestPermission.edit.request.json".into());
+        seen.push("agent-requestPermission.edit.response.json".into());
+        seen.extend(note::<AttentionParams>(
+            "agent-attention.permission",
+            AttentionNotification::METHOD,
         ));
         seen.extend(error::<CompactParams>(
             "agent-compact.nothing",

@@ -140,6 +140,20 @@ pub fn agent_config(
     extra_guidelines: &[String],
     approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
 ) -> AgentConfig {
+    agent_config_gated(ws, model, fs, before_bash, extra_guidelines, approver, None)
+}
+
+/// [`agent_config`] whose calls pass the approval `gate` ([`pi_core::approval`]): the loop
+/// checks every call with it, and `edit` / `write` ask it with their proposed change.
+pub fn agent_config_gated(
+    ws: &WorkspaceConfig,
+    model: Model,
+    fs: Arc<dyn Fs>,
+    before_bash: Option<BeforeBash>,
+    extra_guidelines: &[String],
+    approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
+    gate: Option<Arc<pi_core::approval::Gate>>,
+) -> AgentConfig {
     let settings = ws.settings();
     let resources = ws.resources();
     for w in &resources.warnings {
@@ -147,6 +161,7 @@ pub fn agent_config(
     }
     let state = Arc::new(ToolState {
         allowed_dirs: settings.allowed_dirs.clone(),
+        approval: gate.clone(),
         ..ToolState::default()
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
@@ -166,6 +181,7 @@ pub fn agent_config(
     let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);
     cfg.retry = settings.retry.to_retry_settings();
+    cfg.approval = gate;
     cfg
 }
 

@@ -57,6 +57,8 @@ pub(crate) struct Session {
     pub(crate) name: Option<String>,
     /// The file this session was forked from (header `parentSession`).
     pub(crate) parent_session: Option<String>,
+    /// The session's approval policy and "allow always" rules ([`crate::permissions`]).
+    pub(crate) approval: Arc<pi_core::approval::Gate>,
     /// Keeps the session's event listener registered.
     _events: Subscription,
 }
@@ -70,6 +72,8 @@ pub struct State {
     /// The workspace's configuration and trust (set by `initialize`).
     workspace: Mutex<Arc<WorkspaceConfig>>,
     init_model: Mutex<Option<String>>,
+    /// `initializationOptions.approvalPolicy`: the editor's own setting.
+    pub(crate) init_approval: Mutex<Option<pi_core::approval::ApprovalPolicy>>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
 }
 
@@ -91,6 +95,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                 false,
             )),
             init_model: Mutex::new(None),
+            init_approval: Mutex::new(None),
             sessions: Mutex::new(HashMap::new()),
         }),
     })
@@ -126,6 +131,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     .custom_method("agent/retry/abort", Backend::retry_abort)
     .custom_method("agent/bash", Backend::agent_bash)
     .custom_method("agent/bash/abort", Backend::bash_abort)
+    .custom_method("agent/permissions/set", Backend::permissions_set)
     .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
     .custom_method(
         crate::transport::INVALID_REQUEST_METHOD,
@@ -195,6 +201,19 @@ impl LanguageServer for Backend {
             .and_then(|o| o.get("model"))
             .and_then(Value::as_str)
             .map(str::to_string);
+        // The editor's own approval setting (unknown names are ignored with a warning).
+        let approval = params
+            .initialization_options
+            .as_ref()
+            .and_then(|o| o.get("approvalPolicy"))
+            .and_then(Value::as_str);
+        *lock(&self.state.init_approval) = approval.and_then(|name| {
+            let p = pi_core::approval::ApprovalPolicy::parse(name);
+            if p.is_none() {
+                tracing::warn!("initializationOptions.approvalPolicy \"{name}\" is not ask, auto-edit or approve-all; ignored");
+            }
+            p
+        });
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
                 position_encoding: Some(encoding.kind()),
@@ -673,7 +692,13 @@ pub(crate) async fn send_queue_update(
 
 /// The session's agent configuration: [`agent_config`] with the session's retry switch.
 pub(crate) fn session_config(st: &Arc<State>, s: &Session) -> AgentConfig {
-    let mut cfg = agent_config(st, s.model.clone(), &s.writer, &s.id);
+    // The default policy and the workspace rules follow the settings as they are now.
+    let settings = st.workspace().settings();
+    s.approval.refresh(
+        crate::permissions::effective_default(*lock(&st.init_approval), &settings),
+        pi_core::approval::rules_from_settings(&settings.merged),
+    );
+    let mut cfg = agent_config(st, s.model.clone(), &s.writer, &s.id, &s.approval);
     cfg.retry.enabled = s.auto_retry;
     if let Some(c) = cfg.compaction.as_mut() {
         c.settings.enabled = s.auto_compaction;
@@ -689,6 +714,7 @@ fn agent_config(
     model: Model,
     writer: &Arc<Mutex<SessionWriter>>,
     session_id: &str,
+    approval: &Arc<pi_core::approval::Gate>,
 ) -> AgentConfig {
     let root = st.root();
     let fs = Arc::new(EditorFs::new(
@@ -727,13 +753,14 @@ fn agent_config(
             st.caps().request_permission,
         ));
     let ws = st.workspace();
-    let mut cfg = crate::runner::agent_config(
+    let mut cfg = crate::runner::agent_config_gated(
         &ws,
         model,
         fs,
         Some(before),
         &[EDITOR_GUIDELINE.to_string()],
         Some((approver, session_id)),
+        Some(approval.clone()),
     );
     cfg.compaction = Some(crate::runner::compaction_config(&ws, writer));
     cfg
@@ -753,13 +780,25 @@ fn new_session(
     totals: crate::protocol::UsageTotals,
 ) -> Session {
     let writer = Arc::new(Mutex::new(writer));
-    let cfg = agent_config(st, model.clone(), &writer, &id);
+    let tracker = Arc::new(Tracker::new(totals));
+    let approval = crate::permissions::session_gate(
+        &st.workspace(),
+        *lock(&st.init_approval),
+        Arc::new(
+            crate::permissions::LspApprover::new(
+                st.client.clone(),
+                id.clone(),
+                st.caps().request_permission,
+            )
+            .with_tracker(tracker.clone()),
+        ),
+    );
+    let cfg = agent_config(st, model.clone(), &writer, &id, &approval);
     let auto_retry = cfg.retry.enabled;
     let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
     let agent = Agent::new(cfg, messages);
     let settings = st.workspace().settings();
     agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
-    let tracker = Arc::new(Tracker::new(totals));
     let sink = LspSink {
         st: st.clone(),
         session_id: id.clone(),
@@ -780,6 +819,7 @@ fn new_session(
         auto_compaction,
         name: None,
         parent_session: None,
+        approval,
         _events: events,
     }
 }

@@ -64,6 +64,8 @@ struct Inner {
     totals: UsageTotals,
     retrying: bool,
     bash: Option<CancellationToken>,
+    /// Tool calls waiting for the user's permission (nothing of theirs runs yet).
+    awaiting_permission: Vec<String>,
 }
 
 /// Per-session bookkeeping shared by the handlers and the session's event listener.
@@ -253,7 +255,18 @@ impl Tracker {
         lock(&self.inner).bash.is_some()
     }
 
-    /// Tool calls executing now, and the shell commands among them.
+    /// Marks `call_id` as waiting for (`true`) or done with (`false`) a permission question:
+    /// a stopped call that was waiting had no process.
+    pub fn set_awaiting_permission(&self, call_id: &str, waiting: bool) {
+        let mut inner = lock(&self.inner);
+        inner.awaiting_permission.retain(|c| c != call_id);
+        if waiting {
+            inner.awaiting_permission.push(call_id.to_string());
+        }
+    }
+
+    /// Tool calls executing now, and the shell commands among them (not those still waiting
+    /// for permission).
     pub fn active(&self) -> (Vec<StoppedToolCall>, Vec<StoppedProcess>) {
         let inner = lock(&self.inner);
         let calls = inner
@@ -268,7 +281,7 @@ impl Tracker {
         let procs = inner
             .active
             .iter()
-            .filter(|(_, name, _)| name == "bash")
+            .filter(|(id, name, _)| name == "bash" && !inner.awaiting_permission.contains(id))
             .map(|(id, _, args)| StoppedProcess {
                 tool_call_id: id.clone(),
                 command: args["command"].as_str().unwrap_or("").to_string(),

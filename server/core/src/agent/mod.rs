@@ -14,7 +14,8 @@
 //! - Trust boundary per call: lookup → [`Tool::prepare_arguments`] → clone, coerce and validate
 //!   against the tool's JSON Schema ([`crate::validate`]) → trusted
 //!   [`AgentHooks::before_tool_call`] (may mutate the arguments; not re-validated; may block) →
-//!   abort check → execute (in its own task: a panic becomes an error result) →
+//!   approval ([`crate::approval::Gate::check_call`]: may ask the user, reject, or defer the
+//!   question to an edit tool's proposed change) → abort check → execute (in its own task: a panic becomes an error result) →
 //!   [`AgentHooks::after_tool_call`] (may replace content, details, isError, terminate).
 //!   `tool_execution_start` means processing began, not that execute ran. `on_update` only
 //!   emits progress; updates after the call settled are dropped.
@@ -152,6 +153,12 @@ pub trait Tool: Send + Sync {
         crate::prompt::builtin_tool_prompt(&self.spec().name)
             .map(|(_, g)| g.iter().map(|s| s.to_string()).collect())
             .unwrap_or_default()
+    }
+    /// What the tool can do, for the approval policy ([`crate::approval`]). Default: the
+    /// built-in kind of its name (`read`/`grep`/`find`/`ls` read, `edit`/`write` edit),
+    /// [`crate::approval::ToolKind::Execute`] for any other name.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::builtin_kind(&self.spec().name)
     }
 }
 
@@ -424,6 +431,8 @@ pub struct AgentConfig {
     /// Automatic compaction (threshold before every request, overflow recovery) and the
     /// compactor that manual compaction uses; `None`: never compacts.
     pub compaction: Option<CompactionConfig>,
+    /// The session's approval gate ([`crate::approval`]); `None`: nothing asks.
+    pub approval: Option<Arc<crate::approval::Gate>>,
 }
 
 /// Why a compaction runs (Pi's `reason`).
@@ -502,6 +511,7 @@ impl AgentConfig {
             hooks: None,
             retry: RetrySettings::default(),
             compaction: None,
+            approval: None,
         }
     }
 }

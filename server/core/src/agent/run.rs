@@ -73,6 +73,8 @@ struct ToolEntry {
     tool: Arc<dyn Tool>,
     spec: ToolSpec,
     validator: crate::validate::ArgumentValidator,
+    /// For the approval policy.
+    kind: crate::approval::ToolKind,
 }
 
 /// A call that passed the trust boundary and is ready to execute.
@@ -474,6 +476,18 @@ impl Run<'_> {
                 })
             })?;
         }
+        // Approval: may ask the user (watching for abort); a rejection is the call's result.
+        if let Some(gate) = &self.cfg.approval {
+            gate.check_call(
+                &entry.spec.name,
+                entry.kind,
+                &call.id,
+                &args,
+                &self.control.cancel,
+            )
+            .await
+            .map_err(immediate)?;
+        }
         if self.control.cancel.is_cancelled() {
             return Err(immediate(ABORTED_TEXT.into()));
         }
@@ -492,6 +506,9 @@ impl Run<'_> {
             Ok(o) => (o, false),
             Err(e) => (ToolOutput::error(e.message, e.details), true),
         };
+        if let Some(gate) = &self.cfg.approval {
+            gate.settle(&call.id);
+        }
         if let Some(h) = &self.cfg.hooks {
             match h
                 .after_tool_call(AfterToolCall {
@@ -806,6 +823,7 @@ pub async fn run_agent(
             ToolEntry {
                 tool: t.clone(),
                 validator: crate::validate::ArgumentValidator::new(&spec.parameters),
+                kind: t.approval_kind(),
                 spec,
             }
         })

@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use super::edit_match::{self, closest_region, MatchError};
 use super::{display_path, parse_args, resolve_path_in, text_hash_after, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::approval::{content_hash, recheck, ProposedChange};
 #[cfg(test)]
 use crate::fs::apply_replacements;
 use crate::fs::{Fs, TextReplace};
@@ -281,7 +282,7 @@ impl Tool for EditTool {
         }
         let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
         let shown = display_path(self.fs.root(), &path);
-        let snap = self
+        let mut snap = self
             .fs
             .read(&path)
             .await
@@ -314,6 +315,25 @@ impl Tool for EditTool {
         let diffed_at = started.elapsed();
         // Apply it.
         let count = plan.len();
+        // Approval step (crate::approval), between computing the change and applying it: when
+        // the user was asked, the text must still be the one the question showed.
+        if let Some(gate) = &self.state.approval {
+            let asked = gate
+                .approve_change("edit", &ctx.call_id, &ctx.cancel, || ProposedChange {
+                    path: shown.clone(),
+                    diff: diff.clone(),
+                    old_hash: Some(content_hash(&snap.text)),
+                    new_hash: format!("xxh3:{after_hash:016x}"),
+                })
+                .await
+                .map_err(ToolError::new)?;
+            if asked {
+                let now = recheck(&*self.fs, &path, &shown, Some(&snap.text))
+                    .await
+                    .map_err(ToolError::new)?;
+                snap = now.unwrap_or(snap);
+            }
+        }
         let label = format!("pi: turn {} · edit {shown} ({})", ctx.turn, ctx.call_id);
         self.fs
             .replace(&path, &snap, plan, &label)

@@ -97,6 +97,9 @@ pub struct ToolState {
     pub reads: ReadTracker,
     /// Folders outside the workspace that tools may use (absolute; from settings).
     pub allowed_dirs: Vec<PathBuf>,
+    /// The session's approval gate: `edit` / `write` ask it with their proposed change
+    /// ([`crate::approval::Gate::approve_change`]); `None`: they never ask.
+    pub approval: Option<Arc<crate::approval::Gate>>,
 }
 
 impl ToolState {
@@ -110,6 +113,7 @@ impl ToolState {
         ToolState {
             reads: ReadTracker::default(),
             allowed_dirs: crate::settings::Settings::load(&files).allowed_dirs,
+            approval: None,
         }
     }
 }

@@ -13,8 +13,10 @@ use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::edit::plan_diff;
 use super::{display_path, parse_args, resolve_path_in, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::approval::{content_hash, recheck, ProposedChange};
 use crate::fs::Fs;
 
 #[derive(Deserialize)]
@@ -87,6 +89,35 @@ impl Tool for WriteTool {
                     if saved { format!(" The previous text was saved to {}.", copy.display()) } else { String::new() }
                 );
             }
+        }
+        // Approval step (crate::approval), between computing the change and applying it: when
+        // the user was asked, the file must still be the one the question showed.
+        if let Some(gate) = self
+            .state
+            .approval
+            .as_ref()
+            .filter(|g| g.is_deferred(&ctx.call_id))
+        {
+            let old = self.fs.read(&path).await.ok().map(|s| s.text);
+            let old = old.as_ref().map(|t| t.as_str());
+            gate.approve_change("write", &ctx.call_id, &ctx.cancel, || ProposedChange {
+                path: shown.clone(),
+                diff: {
+                    let before = old.unwrap_or("");
+                    let whole = crate::fs::TextReplace {
+                        range: 0..before.len(),
+                        new_text: a.content.clone(),
+                    };
+                    plan_diff(&shown, before, &[whole]).0
+                },
+                old_hash: old.map(content_hash),
+                new_hash: content_hash(&a.content),
+            })
+            .await
+            .map_err(ToolError::new)?;
+            recheck(&*self.fs, &path, &shown, old)
+                .await
+                .map_err(ToolError::new)?;
         }
         let label = format!("pi: turn {} · write {shown} ({})", ctx.turn, ctx.call_id);
         self.fs

@@ -59,6 +59,7 @@ pub(crate) fn session_state(s: &Session) -> SessionState {
         message_count: s.agent.messages().len(),
         pending_message_count: s.tracker.queued().len(),
         leaf_id: leaf,
+        approval_policy: Some(s.approval.policy()),
     }
 }
 
