@@ -5,6 +5,7 @@
 
 pub mod documents;
 pub mod editor_fs;
+pub mod extensions;
 pub mod headless;
 pub(crate) mod methods;
 pub mod permissions;

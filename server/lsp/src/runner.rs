@@ -140,6 +140,28 @@ pub fn agent_config(
     extra_guidelines: &[String],
     approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
 ) -> AgentConfig {
+    agent_config_with_tools(
+        ws,
+        model,
+        fs,
+        before_bash,
+        extra_guidelines,
+        approver,
+        Vec::new(),
+    )
+}
+
+/// [`agent_config`] with `extra_tools` (extensions' tools) after the default ones, in the
+/// tool list and in the system prompt's.
+pub fn agent_config_with_tools(
+    ws: &WorkspaceConfig,
+    model: Model,
+    fs: Arc<dyn Fs>,
+    before_bash: Option<BeforeBash>,
+    extra_guidelines: &[String],
+    approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
+    extra_tools: Vec<Arc<dyn pi_core::agent::Tool>>,
+) -> AgentConfig {
     let settings = ws.settings();
     let resources = ws.resources();
     for w in &resources.warnings {
@@ -152,7 +174,7 @@ pub fn agent_config(
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
     // workspace.
     let sandbox = pi_core::sandbox::SandboxSettings::from_settings(&settings);
-    let tools = match approver {
+    let mut tools = match approver {
         Some((approver, session_id)) => pi_core::tools::tools_for_session(
             fs,
             before_bash,
@@ -163,6 +185,7 @@ pub fn agent_config(
         ),
         None => pi_core::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
     };
+    tools.extend(extra_tools);
     let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);
     cfg.retry = settings.retry.to_retry_settings();

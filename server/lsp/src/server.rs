@@ -59,6 +59,10 @@ pub(crate) struct Session {
     pub(crate) parent_session: Option<String>,
     /// Keeps the session's event listener registered.
     _events: Subscription,
+    /// The session's extensions (see [`crate::extensions`]).
+    pub(crate) extensions: Arc<pi_core::extension::Extensions>,
+    /// Keeps the extensions' event handlers registered.
+    _extension_events: Subscription,
 }
 
 /// Shared server state.
@@ -71,6 +75,8 @@ pub struct State {
     workspace: Mutex<Arc<WorkspaceConfig>>,
     init_model: Mutex<Option<String>>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    /// The client answers `agent/ui/request` (`experimental.agent.ui`).
+    extension_ui: std::sync::atomic::AtomicBool,
 }
 
 /// The language server.
@@ -92,6 +98,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
             )),
             init_model: Mutex::new(None),
             sessions: Mutex::new(HashMap::new()),
+            extension_ui: std::sync::atomic::AtomicBool::new(false),
         }),
     })
     .custom_method("agent/prompt", Backend::agent_prompt)
@@ -126,6 +133,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     .custom_method("agent/retry/abort", Backend::retry_abort)
     .custom_method("agent/bash", Backend::agent_bash)
     .custom_method("agent/bash/abort", Backend::bash_abort)
+    .custom_method("agent/extension/commands", Backend::extension_commands)
     .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
     .custom_method(
         crate::transport::INVALID_REQUEST_METHOD,
@@ -154,11 +162,20 @@ impl State {
     pub(crate) fn init_model(&self) -> Option<String> {
         lock(&self.init_model).clone()
     }
+
+    /// Whether the client answers `agent/ui/request`.
+    pub(crate) fn extension_ui(&self) -> bool {
+        self.extension_ui.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         let editor = EditorCaps::from_client(&params.capabilities);
+        self.state.extension_ui.store(
+            crate::extensions::client_supports_ui(params.capabilities.experimental.as_ref()),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let encoding = editor.encoding;
         *lock(&self.state.caps) = editor;
         #[allow(deprecated)]
@@ -272,7 +289,29 @@ impl Backend {
     /// `agent/prompt {text, images?, sessionId?, model?, streamingBehavior?}` →
     /// `{sessionId, runId, queued, queueId?}`.
     async fn agent_prompt(&self, params: Value) -> Result<PromptResult> {
-        let p: PromptParams = parse_params(params)?;
+        let mut p: PromptParams = parse_params(params)?;
+        if p.text.starts_with('/') {
+            // Extension commands come first (Pi: checked before templates and skills) and run
+            // at once, also during a run.
+            let session = match &p.session_id {
+                Some(id) => self.session(id)?,
+                None => self.create_session(p.model.as_deref(), None, None)?,
+            };
+            let (id, extensions) = {
+                let s = lock(&session);
+                (s.id.clone(), s.extensions.clone())
+            };
+            if let Some(name) = extensions.run_command(&p.text).await {
+                return Ok(PromptResult {
+                    session_id: id,
+                    run_id: String::new(),
+                    queued: false,
+                    queue_id: None,
+                    command: Some(name),
+                });
+            }
+            p.session_id = Some(id);
+        }
         let text = crate::runner::expand_prompt(&self.state.workspace(), &p.text);
         let message = crate::methods::user_message(&text, p.images.as_deref(), "images")?;
         let session = match &p.session_id {
@@ -295,6 +334,7 @@ impl Backend {
                     run_id: run_id.unwrap_or_default(),
                     queued: true,
                     queue_id: Some(queue_id),
+                    command: None,
                 });
             }
         } else if let Some(m) = &p.model {
@@ -323,6 +363,7 @@ impl Backend {
             run_id,
             queued: false,
             queue_id: None,
+            command: None,
         })
     }
 
@@ -673,7 +714,7 @@ pub(crate) async fn send_queue_update(
 
 /// The session's agent configuration: [`agent_config`] with the session's retry switch.
 pub(crate) fn session_config(st: &Arc<State>, s: &Session) -> AgentConfig {
-    let mut cfg = agent_config(st, s.model.clone(), &s.writer, &s.id);
+    let mut cfg = agent_config(st, s.model.clone(), &s.writer, &s.id, &s.extensions);
     cfg.retry.enabled = s.auto_retry;
     if let Some(c) = cfg.compaction.as_mut() {
         c.settings.enabled = s.auto_compaction;
@@ -689,6 +730,7 @@ fn agent_config(
     model: Model,
     writer: &Arc<Mutex<SessionWriter>>,
     session_id: &str,
+    extensions: &Arc<pi_core::extension::Extensions>,
 ) -> AgentConfig {
     let root = st.root();
     let fs = Arc::new(EditorFs::new(
@@ -727,15 +769,24 @@ fn agent_config(
             st.caps().request_permission,
         ));
     let ws = st.workspace();
-    let mut cfg = crate::runner::agent_config(
+    let mut cfg = crate::runner::agent_config_with_tools(
         &ws,
         model,
         fs,
         Some(before),
         &[EDITOR_GUIDELINE.to_string()],
         Some((approver, session_id)),
+        extensions.tools(),
     );
     cfg.compaction = Some(crate::runner::compaction_config(&ws, writer));
+    if !extensions.is_empty() {
+        // Extension handlers run as the loop's hooks (after any hooks of the product's own).
+        let ext: Arc<dyn pi_core::agent::AgentHooks> = extensions.clone();
+        cfg.hooks = Some(match cfg.hooks.take() {
+            Some(own) => Arc::new(pi_core::extension::ChainedHooks(own, ext)),
+            None => ext,
+        });
+    }
     cfg
 }
 
@@ -753,7 +804,8 @@ fn new_session(
     totals: crate::protocol::UsageTotals,
 ) -> Session {
     let writer = Arc::new(Mutex::new(writer));
-    let cfg = agent_config(st, model.clone(), &writer, &id);
+    let extensions = crate::extensions::load(st, &id, &writer);
+    let cfg = agent_config(st, model.clone(), &writer, &id, &extensions);
     let auto_retry = cfg.retry.enabled;
     let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
     let agent = Agent::new(cfg, messages);
@@ -770,6 +822,7 @@ fn new_session(
         last_report: Mutex::new(None),
     };
     let events = agent.subscribe(Arc::new(sink));
+    let extension_events = agent.subscribe(extensions.clone());
     Session {
         id,
         writer,
@@ -781,6 +834,8 @@ fn new_session(
         name: None,
         parent_session: None,
         _events: events,
+        extensions,
+        _extension_events: extension_events,
     }
 }
 
