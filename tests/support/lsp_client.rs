@@ -42,6 +42,9 @@ pub struct EditorBehavior {
     /// `workspace.workspaceEdit.resourceOperations` to advertise (`create`, `rename`,
     /// `delete`).
     pub resource_operations: Vec<&'static str>,
+    /// When set, advertise `experimental.agent.ui` and answer every `agent/ui/request` with
+    /// this result.
+    pub ui_answer: Option<Value>,
 }
 
 impl Default for EditorBehavior {
@@ -57,6 +60,7 @@ impl Default for EditorBehavior {
             message_action: None,
             incremental_changes: false,
             resource_operations: vec!["create"],
+            ui_answer: None,
         }
     }
 }
@@ -339,6 +343,9 @@ impl LspClient {
                                     None => json!({"saved": false}),
                                 }
                             }
+                            "agent/ui/request" => {
+                                sh.behavior.ui_answer.clone().unwrap_or(Value::Null)
+                            }
                             "agent/requestPermission" => {
                                 sh.behavior.permission_answer.clone().unwrap_or(Value::Null)
                             }
@@ -379,7 +386,8 @@ impl LspClient {
             "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": behavior.resource_operations}},
             "window": {"workDoneProgress": behavior.work_done_progress},
             "experimental": {"agent": {"saveDocument": behavior.save_documents,
-                "requestPermission": behavior.permission_answer.is_some()}}
+                "requestPermission": behavior.permission_answer.is_some(),
+                "ui": behavior.ui_answer.is_some()}}
         });
         if behavior.offer_utf8 {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});
