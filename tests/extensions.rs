@@ -240,6 +240,15 @@ async fn tmux_extension_over_stdio_with_ui_round_trip_and_commands() {
         ]
     );
     assert_eq!(
+        sent(&c, "agent/attention")
+            .into_iter()
+            .filter(|a| a["reason"] == "question")
+            .collect::<Vec<_>>(),
+        vec![json!({"sessionId": sid, "reason": "question",
+            "message": "tmux: Share which tmux session with the model?"})],
+        "the question is announced"
+    );
+    assert_eq!(
         sent_n(&c, "agent/ui/notification", 1).await,
         vec![
             json!({"sessionId": sid, "extension": "tmux", "method": "notify",

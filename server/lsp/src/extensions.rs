@@ -40,7 +40,8 @@ use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
 use tower_lsp_server::ls_types::{MessageActionItem, MessageType, ShowMessageRequestParams};
 
 use crate::protocol::{
-    parse_params, AgentEventNotification, AgentEventParams, ExtensionCommandsResult, SessionParams,
+    parse_params, AgentEventNotification, AgentEventParams, AttentionNotification, AttentionParams,
+    AttentionReason, ExtensionCommandsResult, SessionParams,
 };
 use crate::server::{lock, Backend, State};
 
@@ -228,6 +229,32 @@ impl ExtensionHost for LspExtensionHost {
         let Some(st) = self.st.upgrade() else {
             return UiResponse::cancelled();
         };
+        if request.is_dialog() {
+            // The agent needs the user: say so first (issue 7, "attention").
+            let title = match &request {
+                UiRequest::Select { title, .. }
+                | UiRequest::Confirm { title, .. }
+                | UiRequest::Input { title, .. }
+                | UiRequest::Editor { title, .. } => title.clone(),
+                _ => String::new(),
+            };
+            let session = lock(&st.sessions).get(&self.session_id).cloned();
+            let run_id = session.and_then(|s| {
+                let s = lock(&s);
+                s.agent.is_streaming().then(|| s.agent.run_id()).flatten()
+            });
+            st.client
+                .send_notification::<AttentionNotification>(
+                    serde_json::to_value(AttentionParams {
+                        session_id: self.session_id.clone(),
+                        run_id,
+                        reason: AttentionReason::Question,
+                        message: format!("{extension}: {title}"),
+                    })
+                    .unwrap_or_default(),
+                )
+                .await;
+        }
         if !st.extension_ui() {
             return match request.timeout_ms() {
                 Some(ms) => {

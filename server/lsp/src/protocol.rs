@@ -339,6 +339,8 @@ pub enum AttentionReason {
     Finished,
     /// The run ended in an error (provider failure after retries, …).
     Failed,
+    /// An extension asks the user a question (`agent/ui/request` or its fallback follows).
+    Question,
 }
 
 /// `agent/attention` params (server → client).
