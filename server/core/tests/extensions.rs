@@ -744,6 +744,11 @@ async fn tmux_extension_drives_a_real_tmux_server() {
     );
     let (_, ls) = tmux(&socket, &["ls"]);
     assert!(!ls.contains(&session), "{ls}");
+    // The state entries sit between tool calls and their results on the path; the model
+    // context read back from the file is the conversation the agent had, pairs intact.
+    let (tree, _) = pi_core::session::read_tree(&path, false).unwrap();
+    let leaf = writer.lock().unwrap().leaf().unwrap().to_string();
+    assert_eq!(tree.context(Some(&leaf)).messages, agent.messages());
     // The kill updated the state entry.
     let last = custom_entries_of(&writer, "tmux").pop().unwrap();
     assert_eq!(last, json!({"sessions": []}));
