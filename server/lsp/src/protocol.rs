@@ -4,7 +4,9 @@
 //! Client → server requests: every name in [`METHODS`]. Server → client: the notifications
 //! `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, and the
 //! `agent/saveDocument` request (sent only to clients that advertise
-//! `experimental.agent.saveDocument: true`). Every session-scoped method and notification
+//! `experimental.agent.saveDocument: true`), and the extension UI request `agent/ui/request`
+//! and notification `agent/ui/notification` (clients advertising `experimental.agent.ui`;
+//! see [`crate::extensions`]). Every session-scoped method and notification
 //! carries `sessionId`.
 
 use pi_core::AgentEvent;
