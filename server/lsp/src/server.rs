@@ -287,7 +287,8 @@ impl LanguageServer for Backend {
 
 impl Backend {
     /// `agent/prompt {text, images?, sessionId?, model?, streamingBehavior?}` →
-    /// `{sessionId, runId, queued, queueId?}`.
+    /// `{sessionId, runId, queued, queueId?, command?}` (`command` when `/name args` ran an
+    /// extension command instead of a prompt; see [`crate::extensions`]).
     async fn agent_prompt(&self, params: Value) -> Result<PromptResult> {
         let mut p: PromptParams = parse_params(params)?;
         if p.text.starts_with('/') {
