@@ -8,9 +8,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pi_e2e::lsp_client::{start_with_mock, tool_result_text, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{agent_env, start_with_mock, tool_result_text, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::{session_lines, TempDir};
+use pi_e2e::{pi_lsp_bin, session_lines, TempDir};
 use serde_json::{json, Value};
 
 /// Kills the private tmux server (and removes its socket file) when the test ends.
@@ -382,16 +382,23 @@ async fn ui_falls_back_to_show_message_request_and_untrusted_loads_nothing() {
         Step::call(
             "call_1",
             "tmux_start",
-            json!({"name": "web", "command": "sh -c 'echo ready; sleep 30'"}),
+            json!({"name": "web", "command": "sh -c 'echo ready key=[$ANTHROPIC_API_KEY]; sleep 30'"}),
         ),
         Step::text("Started."),
     ])
     .await;
     // No agent/ui: the question becomes window/showMessageRequest with the sessions as
-    // actions; the user picks "web".
-    let mut c = start_with_mock(&ws, &mock, trusted(None, Some("web"))).await;
+    // actions; the user picks "web". The server has a provider key in its environment.
+    let env = agent_env(
+        &ws.join("../agent"),
+        &mock.models_json(),
+        &[("ANTHROPIC_API_KEY", "sk-ant-e2e-secret-0123456789")],
+    );
+    let mut c = LspClient::start(&pi_lsp_bin(), &ws, &env, trusted(None, Some("web"))).await;
     let sid = start_web(&mut c).await;
     assert!(tmux(&socket, &["ls"]).contains(&session));
+    // The tmux server the extension started did not get the key.
+    wait_for_pane(&socket, &session, "ready key=[]").await;
     let r = c
         .request(
             "agent/prompt",

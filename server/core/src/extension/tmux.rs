@@ -202,6 +202,11 @@ impl Tmux {
             .env_remove("TMUX")
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
+        // Provider keys stay with the server (docs/security.md): a tmux server this starts
+        // (and the sessions it creates) does not get them.
+        for var in pi_ai::keys::secret_env_vars() {
+            cmd.env_remove(var);
+        }
         let out = match tokio::time::timeout(TMUX_TIMEOUT, cmd.output()).await {
             Err(_) => return Err(format!("tmux did not answer within {TMUX_TIMEOUT:?}")),
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
