@@ -755,3 +755,113 @@ async fn tmux_extension_drives_a_real_tmux_server() {
     assert_eq!(*host.errors.lock().unwrap(), vec![]);
     let _ = std::fs::remove_dir_all(&ws);
 }
+
+/// The product's own hooks chained before the extensions': the second sees what the first
+/// rewrote and patched, and a block by either stops the call.
+#[tokio::test]
+async fn chained_hooks_run_in_order_and_compose() {
+    use pi_core::agent::{AfterToolCall, AgentHooks, BeforeToolCall};
+    use pi_core::extension::ChainedHooks;
+
+    struct Own;
+    #[async_trait]
+    impl AgentHooks for Own {
+        async fn before_tool_call(&self, call: BeforeToolCall<'_>) -> Result<(), String> {
+            if call.args["text"] == "own-block" {
+                return Err("blocked by the product".into());
+            }
+            if call.args["text"] == "a" {
+                call.args["text"] = json!("rewrite-me");
+            }
+            Ok(())
+        }
+        async fn after_tool_call(
+            &self,
+            call: AfterToolCall<'_>,
+        ) -> Result<Option<AfterToolOverride>, String> {
+            Ok(Some(AfterToolOverride {
+                content: Some(vec![pi_ai::ContentBlock::text("own content")]),
+                is_error: Some(call.args["fail"] == true),
+                ..Default::default()
+            }))
+        }
+    }
+    let ws = temp("chain");
+    let writer = Arc::new(Mutex::new(
+        SessionWriter::create(&ws.join(".pi/sessions"), &ws, "scripted", "t", "off").unwrap(),
+    ));
+    let host = TestHost::new(&ws, writer);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (set, _) = Extensions::load(vec![Arc::new(TestExt { seen })], host);
+    let hooks = ChainedHooks(Arc::new(Own), Arc::new(set));
+    let assistant = pi_ai::AssistantMessage::empty("scripted", "scripted", "t");
+    let call = pi_ai::ToolCall::new("c1", "echo", json!({}));
+
+    let mut args = json!({"text": "a"});
+    hooks
+        .before_tool_call(BeforeToolCall {
+            assistant: &assistant,
+            call: &call,
+            args: &mut args,
+        })
+        .await
+        .unwrap();
+    // The product rewrote it, then the extension rewrote the product's value.
+    assert_eq!(args, json!({"text": "rewritten"}));
+    for (text, reason) in [
+        ("own-block", "blocked by the product"),
+        ("forbidden", "blocked by the test extension"),
+    ] {
+        let mut args = json!({ "text": text });
+        let r = hooks
+            .before_tool_call(BeforeToolCall {
+                assistant: &assistant,
+                call: &call,
+                args: &mut args,
+            })
+            .await;
+        assert_eq!(r, Err(reason.to_string()));
+    }
+    // The extension's tool_result handler skips error results: the product's patch (which
+    // made it an error) stands alone.
+    let out = ToolOutput::text("x");
+    let patch = hooks
+        .after_tool_call(AfterToolCall {
+            assistant: &assistant,
+            call: &call,
+            args: &json!({"fail": true}),
+            output: &out,
+            is_error: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        patch,
+        Some(AfterToolOverride {
+            content: Some(vec![pi_ai::ContentBlock::text("own content")]),
+            is_error: Some(true),
+            ..Default::default()
+        })
+    );
+    // Otherwise the extension patches on top of the product's patch.
+    let patch = hooks
+        .after_tool_call(AfterToolCall {
+            assistant: &assistant,
+            call: &call,
+            args: &json!({}),
+            output: &out,
+            is_error: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        patch,
+        Some(AfterToolOverride {
+            content: Some(vec![pi_ai::ContentBlock::text("own content (checked)")]),
+            details: Some(json!({"checked": true})),
+            is_error: Some(false),
+            terminate: None,
+        })
+    );
+    let _ = std::fs::remove_dir_all(&ws);
+}
