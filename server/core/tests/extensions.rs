@@ -311,6 +311,7 @@ async fn test_extension_tools_hooks_events_entries_and_messages() {
         {"text": "second answer"}]});
     let (agent, host, set, writer, _subs) =
         agent_with(&ws, script, vec![Arc::new(TestExt { seen: seen.clone() })]);
+    assert!(set.has_event_handlers());
     run(&agent, "go").await;
 
     // The tool ran; the before hook blocked one call and rewrote another; a panicking handler
@@ -616,6 +617,7 @@ async fn tmux_extension_drives_a_real_tmux_server() {
             .collect::<Vec<_>>(),
         vec!["tmux_start", "tmux_capture", "tmux_list", "tmux_kill"]
     );
+    assert!(!set.has_event_handlers());
     let prefix = pi_core::extension::tmux::session_prefix(&ws);
     let session = format!("{prefix}srv");
     let attach = format!("tmux -L {socket} attach -t {session}");

@@ -61,8 +61,8 @@ pub(crate) struct Session {
     _events: Subscription,
     /// The session's extensions (see [`crate::extensions`]).
     pub(crate) extensions: Arc<pi_core::extension::Extensions>,
-    /// Keeps the extensions' event handlers registered.
-    _extension_events: Subscription,
+    /// Keeps the extensions' event handlers registered (when they have any).
+    _extension_events: Option<Subscription>,
 }
 
 /// Shared server state.
@@ -823,7 +823,9 @@ fn new_session(
         last_report: Mutex::new(None),
     };
     let events = agent.subscribe(Arc::new(sink));
-    let extension_events = agent.subscribe(extensions.clone());
+    let extension_events = extensions
+        .has_event_handlers()
+        .then(|| agent.subscribe(extensions.clone()));
     Session {
         id,
         writer,

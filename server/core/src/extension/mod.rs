@@ -687,6 +687,12 @@ impl Extensions {
         self.loaded.is_empty()
     }
 
+    /// True when some extension handles events: only then is it worth subscribing the set to
+    /// an agent (every listener gets its own copy of every event).
+    pub fn has_event_handlers(&self) -> bool {
+        self.loaded.iter().any(|l| !l.events.is_empty())
+    }
+
     /// Every tool the extensions registered, in load order.
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         self.loaded
