@@ -789,6 +789,10 @@ impl AgentHooks for Extensions {
         &self,
         call: AfterToolCall<'_>,
     ) -> Result<Option<AfterToolOverride>, String> {
+        if self.loaded.iter().all(|l| l.tool_result.is_empty()) {
+            // Nothing to run: do not copy the output.
+            return Ok(None);
+        }
         let mut ev = ToolResultEvent {
             tool_call_id: call.call.id.clone(),
             tool_name: call.call.name.clone(),
