@@ -50,6 +50,9 @@ pub struct EditorBehavior {
     /// through [`LspClient::next_notification`] (with their `id`) and the test answers with
     /// [`LspClient::respond`] when it wants to (or never).
     pub hold_permissions: bool,
+    /// When set, advertise `experimental.agent.ui` and answer every `agent/ui/request` with
+    /// this result.
+    pub ui_answer: Option<Value>,
 }
 
 impl Default for EditorBehavior {
@@ -67,6 +70,7 @@ impl Default for EditorBehavior {
             resource_operations: vec!["create"],
             approval_policy: Some("approve-all"),
             hold_permissions: false,
+            ui_answer: None,
         }
     }
 }
@@ -356,6 +360,9 @@ impl LspClient {
                                     None => json!({"saved": false}),
                                 }
                             }
+                            "agent/ui/request" => {
+                                sh.behavior.ui_answer.clone().unwrap_or(Value::Null)
+                            }
                             "agent/requestPermission" => {
                                 sh.behavior.permission_answer.clone().unwrap_or(Value::Null)
                             }
@@ -396,7 +403,8 @@ impl LspClient {
             "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": behavior.resource_operations}},
             "window": {"workDoneProgress": behavior.work_done_progress},
             "experimental": {"agent": {"saveDocument": behavior.save_documents,
-                "requestPermission": behavior.permission_answer.is_some()}}
+                "requestPermission": behavior.permission_answer.is_some(),
+                "ui": behavior.ui_answer.is_some()}}
         });
         if behavior.offer_utf8 {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});

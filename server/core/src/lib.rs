@@ -9,6 +9,7 @@ pub mod agent;
 pub mod approval;
 pub mod compaction;
 pub mod export;
+pub mod extension;
 pub mod fs;
 pub mod prompt;
 pub mod resources;

@@ -187,7 +187,18 @@ pub async fn run(args: RunArgs) -> i32 {
         None,
         CANNOT_ASK,
     ));
-    let mut cfg = crate::runner::agent_config_gated(&ws, model, fs, None, &[], None, Some(gate));
+    let mut cfg = crate::runner::agent_config_with(
+        &ws,
+        model,
+        fs,
+        None,
+        &[],
+        None,
+        crate::runner::RunAdditions {
+            approval: Some(gate),
+            ..Default::default()
+        },
+    );
     let writer = Arc::new(Mutex::new(writer));
     cfg.compaction = Some(crate::runner::compaction_config(&ws, &writer));
     let control = RunControl::default();

@@ -4,7 +4,9 @@
 //! Client → server requests: every name in [`METHODS`]. Server → client: the notifications
 //! `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, and the
 //! `agent/saveDocument` request (sent only to clients that advertise
-//! `experimental.agent.saveDocument: true`). Every session-scoped method and notification
+//! `experimental.agent.saveDocument: true`), and the extension UI request `agent/ui/request`
+//! and notification `agent/ui/notification` (clients advertising `experimental.agent.ui`;
+//! see [`crate::extensions`]). Every session-scoped method and notification
 //! carries `sessionId`.
 
 use pi_core::AgentEvent;
@@ -71,6 +73,7 @@ pub const METHODS: &[&str] = &[
     "agent/compact",
     "agent/compaction/set",
     "agent/permissions/set",
+    "agent/extension/commands",
 ];
 
 /// A JSON-RPC error with one of [`codes`].
@@ -179,6 +182,18 @@ pub struct PromptResult {
     /// The queued message's id in `agent/queueUpdate` notifications (when `queued`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_id: Option<String>,
+    /// The extension command the text invoked (`/name args`); then no run started and
+    /// `runId` is empty. A failing command is reported as an `extension_error` event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+/// `agent/extension/commands` result: the session's extension commands in load order (Pi's
+/// `get_commands` entries with `source: "extension"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionCommandsResult {
+    pub commands: Vec<pi_core::extension::CommandInfo>,
 }
 
 /// `agent/abort` params.
@@ -330,6 +345,8 @@ pub enum AttentionReason {
     /// A tool call waits for the user's permission (`agent/requestPermission` or
     /// `window/showMessageRequest` follows).
     Permission,
+    /// An extension asks the user a question (`agent/ui/request` or its fallback follows).
+    Question,
 }
 
 /// `agent/attention` params (server → client).
@@ -1232,6 +1249,41 @@ mod tests {
             "agent-model-set.unknown-model",
             codes::MODEL_UNAVAILABLE,
         ));
+        seen.extend(pair::<SessionParams, ExtensionCommandsResult>(
+            "agent-extension-commands",
+        ));
+        seen.extend(pair::<PromptParams, PromptResult>("agent-prompt.command"));
+        // The extension UI request and notification (server → client).
+        round_trip::<crate::extensions::UiRequestParams>(
+            &fixture("agent-ui-request.request.json")["params"],
+        );
+        assert_eq!(
+            fixture("agent-ui-request.request.json")["method"],
+            crate::extensions::UiRequestMethod::METHOD
+        );
+        round_trip::<pi_core::extension::UiResponse>(
+            &fixture("agent-ui-request.response.json")["result"],
+        );
+        seen.push("agent-ui-request.request.json".into());
+        seen.push("agent-ui-request.response.json".into());
+        seen.extend(note::<crate::extensions::UiRequestParams>(
+            "agent-ui-notification",
+            crate::extensions::UiNotification::METHOD,
+        ));
+        let err = fixture("agent-event.extension-error.notification.json");
+        assert_eq!(err["method"], AgentEventNotification::METHOD);
+        let params = AgentEventParams {
+            session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
+            run_id: "01a22d70-51b2-7c3e-8d1f-0a9b8c7d6e5f".into(),
+            event: AgentEvent::ExtensionError {
+                extension_path: "<builtin:tmux>".into(),
+                event: "command:tmux".into(),
+                error: "unknown /tmux action \"stop\": use list, kill [NAME] or share [NAME]"
+                    .into(),
+            },
+        };
+        assert_eq!(serde_json::to_value(params).unwrap(), err["params"]);
+        seen.push("agent-event.extension-error.notification.json".into());
         seen.push("agent-prompt.busy-error.json".into());
         seen.push("agent-event.notification.json".into());
         // Every method has an example, and every example is checked here.

@@ -140,20 +140,42 @@ pub fn agent_config(
     extra_guidelines: &[String],
     approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
 ) -> AgentConfig {
-    agent_config_gated(ws, model, fs, before_bash, extra_guidelines, approver, None)
+    agent_config_with(
+        ws,
+        model,
+        fs,
+        before_bash,
+        extra_guidelines,
+        approver,
+        RunAdditions::default(),
+    )
 }
 
-/// [`agent_config`] whose calls pass the approval `gate` ([`pi_core::approval`]): the loop
-/// checks every call with it, and `edit` / `write` ask it with their proposed change.
-pub fn agent_config_gated(
+/// What a session adds to [`agent_config`]'s run beyond the workspace's defaults.
+#[derive(Default)]
+pub struct RunAdditions {
+    /// The approval gate ([`pi_core::approval`]): the loop checks every call with it, and
+    /// `edit` / `write` ask it with their proposed change. `None`: nothing asks.
+    pub approval: Option<Arc<pi_core::approval::Gate>>,
+    /// Tools after the default ones (extensions' and editor-declared tools), in the tool list
+    /// and in the system prompt's.
+    pub extra_tools: Vec<Arc<dyn pi_core::agent::Tool>>,
+}
+
+/// [`agent_config`] with a session's [`RunAdditions`].
+pub fn agent_config_with(
     ws: &WorkspaceConfig,
     model: Model,
     fs: Arc<dyn Fs>,
     before_bash: Option<BeforeBash>,
     extra_guidelines: &[String],
     approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
-    gate: Option<Arc<pi_core::approval::Gate>>,
+    additions: RunAdditions,
 ) -> AgentConfig {
+    let RunAdditions {
+        approval: gate,
+        extra_tools,
+    } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
     for w in &resources.warnings {
@@ -167,7 +189,7 @@ pub fn agent_config_gated(
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
     // workspace.
     let sandbox = pi_core::sandbox::SandboxSettings::from_settings(&settings);
-    let tools = match approver {
+    let mut tools = match approver {
         Some((approver, session_id)) => pi_core::tools::tools_for_session(
             fs,
             before_bash,
@@ -178,6 +200,7 @@ pub fn agent_config_gated(
         ),
         None => pi_core::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
     };
+    tools.extend(extra_tools);
     let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);
     cfg.retry = settings.retry.to_retry_settings();

@@ -61,6 +61,10 @@ pub(crate) struct Session {
     pub(crate) approval: Arc<pi_core::approval::Gate>,
     /// Keeps the session's event listener registered.
     _events: Subscription,
+    /// The session's extensions (see [`crate::extensions`]).
+    pub(crate) extensions: Arc<pi_core::extension::Extensions>,
+    /// Keeps the extensions' event handlers registered (when they have any).
+    _extension_events: Option<Subscription>,
 }
 
 /// Shared server state.
@@ -75,6 +79,8 @@ pub struct State {
     /// `initializationOptions.approvalPolicy`: the editor's own setting.
     pub(crate) init_approval: Mutex<Option<pi_core::approval::ApprovalPolicy>>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    /// The client answers `agent/ui/request` (`experimental.agent.ui`).
+    extension_ui: std::sync::atomic::AtomicBool,
 }
 
 /// The language server.
@@ -97,6 +103,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
             init_model: Mutex::new(None),
             init_approval: Mutex::new(None),
             sessions: Mutex::new(HashMap::new()),
+            extension_ui: std::sync::atomic::AtomicBool::new(false),
         }),
     })
     .custom_method("agent/prompt", Backend::agent_prompt)
@@ -132,6 +139,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     .custom_method("agent/bash", Backend::agent_bash)
     .custom_method("agent/bash/abort", Backend::bash_abort)
     .custom_method("agent/permissions/set", Backend::permissions_set)
+    .custom_method("agent/extension/commands", Backend::extension_commands)
     .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
     .custom_method(
         crate::transport::INVALID_REQUEST_METHOD,
@@ -160,11 +168,20 @@ impl State {
     pub(crate) fn init_model(&self) -> Option<String> {
         lock(&self.init_model).clone()
     }
+
+    /// Whether the client answers `agent/ui/request`.
+    pub(crate) fn extension_ui(&self) -> bool {
+        self.extension_ui.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         let editor = EditorCaps::from_client(&params.capabilities);
+        self.state.extension_ui.store(
+            crate::extensions::client_supports_ui(params.capabilities.experimental.as_ref()),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let encoding = editor.encoding;
         *lock(&self.state.caps) = editor;
         #[allow(deprecated)]
@@ -289,9 +306,32 @@ impl LanguageServer for Backend {
 
 impl Backend {
     /// `agent/prompt {text, images?, sessionId?, model?, streamingBehavior?}` →
-    /// `{sessionId, runId, queued, queueId?}`.
+    /// `{sessionId, runId, queued, queueId?, command?}` (`command` when `/name args` ran an
+    /// extension command instead of a prompt; see [`crate::extensions`]).
     async fn agent_prompt(&self, params: Value) -> Result<PromptResult> {
-        let p: PromptParams = parse_params(params)?;
+        let mut p: PromptParams = parse_params(params)?;
+        if p.text.starts_with('/') {
+            // Extension commands come first (Pi: checked before templates and skills) and run
+            // at once, also during a run.
+            let session = match &p.session_id {
+                Some(id) => self.session(id)?,
+                None => self.create_session(p.model.as_deref(), None, None)?,
+            };
+            let (id, extensions) = {
+                let s = lock(&session);
+                (s.id.clone(), s.extensions.clone())
+            };
+            if let Some(name) = extensions.run_command(&p.text).await {
+                return Ok(PromptResult {
+                    session_id: id,
+                    run_id: String::new(),
+                    queued: false,
+                    queue_id: None,
+                    command: Some(name),
+                });
+            }
+            p.session_id = Some(id);
+        }
         let text = crate::runner::expand_prompt(&self.state.workspace(), &p.text);
         let message = crate::methods::user_message(&text, p.images.as_deref(), "images")?;
         let session = match &p.session_id {
@@ -314,6 +354,7 @@ impl Backend {
                     run_id: run_id.unwrap_or_default(),
                     queued: true,
                     queue_id: Some(queue_id),
+                    command: None,
                 });
             }
         } else if let Some(m) = &p.model {
@@ -342,6 +383,7 @@ impl Backend {
             run_id,
             queued: false,
             queue_id: None,
+            command: None,
         })
     }
 
@@ -698,7 +740,14 @@ pub(crate) fn session_config(st: &Arc<State>, s: &Session) -> AgentConfig {
         crate::permissions::effective_default(*lock(&st.init_approval), &settings),
         pi_core::approval::rules_from_settings(&settings.merged),
     );
-    let mut cfg = agent_config(st, s.model.clone(), &s.writer, &s.id, &s.approval);
+    let mut cfg = agent_config(
+        st,
+        s.model.clone(),
+        &s.writer,
+        &s.id,
+        &s.approval,
+        &s.extensions,
+    );
     cfg.retry.enabled = s.auto_retry;
     if let Some(c) = cfg.compaction.as_mut() {
         c.settings.enabled = s.auto_compaction;
@@ -715,6 +764,7 @@ fn agent_config(
     writer: &Arc<Mutex<SessionWriter>>,
     session_id: &str,
     approval: &Arc<pi_core::approval::Gate>,
+    extensions: &Arc<pi_core::extension::Extensions>,
 ) -> AgentConfig {
     let root = st.root();
     let fs = Arc::new(EditorFs::new(
@@ -753,16 +803,27 @@ fn agent_config(
             st.caps().request_permission,
         ));
     let ws = st.workspace();
-    let mut cfg = crate::runner::agent_config_gated(
+    let mut cfg = crate::runner::agent_config_with(
         &ws,
         model,
         fs,
         Some(before),
         &[EDITOR_GUIDELINE.to_string()],
         Some((approver, session_id)),
-        Some(approval.clone()),
+        crate::runner::RunAdditions {
+            approval: Some(approval.clone()),
+            extra_tools: extensions.tools(),
+        },
     );
     cfg.compaction = Some(crate::runner::compaction_config(&ws, writer));
+    if !extensions.is_empty() {
+        // Extension handlers run as the loop's hooks (after any hooks of the product's own).
+        let ext: Arc<dyn pi_core::agent::AgentHooks> = extensions.clone();
+        cfg.hooks = Some(match cfg.hooks.take() {
+            Some(own) => Arc::new(pi_core::extension::ChainedHooks(own, ext)),
+            None => ext,
+        });
+    }
     cfg
 }
 
@@ -793,7 +854,8 @@ fn new_session(
             .with_tracker(tracker.clone()),
         ),
     );
-    let cfg = agent_config(st, model.clone(), &writer, &id, &approval);
+    let extensions = crate::extensions::load(st, &id, &writer);
+    let cfg = agent_config(st, model.clone(), &writer, &id, &approval, &extensions);
     let auto_retry = cfg.retry.enabled;
     let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
     let agent = Agent::new(cfg, messages);
@@ -809,6 +871,9 @@ fn new_session(
         last_report: Mutex::new(None),
     };
     let events = agent.subscribe(Arc::new(sink));
+    let extension_events = extensions
+        .has_event_handlers()
+        .then(|| agent.subscribe(extensions.clone()));
     Session {
         id,
         writer,
@@ -821,6 +886,8 @@ fn new_session(
         parent_session: None,
         approval,
         _events: events,
+        extensions,
+        _extension_events: extension_events,
     }
 }
 

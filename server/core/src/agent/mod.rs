@@ -293,6 +293,14 @@ pub enum AgentEvent {
         #[serde(skip)]
         context: Option<Vec<Message>>,
     },
+    /// An extension's handler or command failed (Pi's `extension_error`); the loop went on.
+    /// `extensionPath` is `<builtin:NAME>` for built-in extensions; `event` names the handler
+    /// (`tool_call`, `tool_result`, `command:NAME`, an event type, `load`, `session_start`).
+    ExtensionError {
+        extension_path: String,
+        event: String,
+        error: String,
+    },
 }
 
 /// Receives every event of a run, in order; the loop awaits each call before going on.

@@ -1,0 +1,393 @@
+//! Extensions in the editor server: the session's [`ExtensionHost`] over LSP, extension UI
+//! requests to the editor, and `agent/extension/commands`.
+//!
+//! - Loading: when a session opens, the built-in extensions enabled by the settings key
+//!   `builtinExtensions` (global settings, and the project's only in a trusted workspace) are
+//!   registered for it ([`load`]); their tools join the session's tools (and the system
+//!   prompt's tool list), their `tool_call` / `tool_result` handlers run as the loop's hooks,
+//!   their event handlers as a listener of the session's agent.
+//! - `custom` entries go straight into the session file; custom messages go through the same
+//!   path as `agent/sendMessage` (queued with `deliverAs`, stored as `custom_message` entries
+//!   when they reach the conversation, reported by `agent/queueUpdate`).
+//! - UI: clients that advertise `experimental.agent.ui: true` get the server → client request
+//!   `agent/ui/request` for dialogs (`select`, `confirm`, `input`, `editor`; Pi's extension UI
+//!   fields plus `sessionId` and `extension`; answered `{value?, confirmed?, cancelled?}`) and
+//!   the notification `agent/ui/notification` for `notify` and `setStatus`. Other clients get
+//!   `window/showMessageRequest` for `select` (options as actions) and `confirm` (`Yes` / `No`),
+//!   `window/showMessage` for `notify`; `input` and `editor` are answered cancelled. A dialog's
+//!   `timeout` (ms) resolves it as cancelled. A failed request is cancelled.
+//! - Failures become `agent/event` notifications carrying `{"type": "extension_error",
+//!   extensionPath, event, error}`.
+//!
+//! Documented in docs/extensions.md and docs/protocol.md.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pi_core::agent::Delivery;
+use pi_core::extension::{
+    append_custom_entry, custom_entries_of, CommandInfo, CustomMessage, ExtensionErrorInfo,
+    ExtensionHost, Extensions, NotifyType, UiRequest, UiResponse,
+};
+use pi_core::session::SessionWriter;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tower_lsp_server::jsonrpc::Result;
+use tower_lsp_server::ls_types::notification::Notification;
+use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
+use tower_lsp_server::ls_types::{MessageActionItem, MessageType, ShowMessageRequestParams};
+
+use crate::protocol::{
+    parse_params, AgentEventNotification, AgentEventParams, AttentionNotification, AttentionParams,
+    AttentionReason, ExtensionCommandsResult, SessionParams,
+};
+use crate::server::{lock, Backend, State};
+
+/// Params of `agent/ui/request` and `agent/ui/notification`: Pi's extension UI request (its
+/// `method` and fields) with the session and the extension asking.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UiRequestParams {
+    pub session_id: String,
+    /// The extension's name, e.g. `tmux`.
+    pub extension: String,
+    #[serde(flatten)]
+    pub request: UiRequest,
+}
+
+/// The `agent/ui/request` request (server → client): a dialog; the result is a [`UiResponse`].
+#[derive(Debug)]
+pub enum UiRequestMethod {}
+
+impl Request for UiRequestMethod {
+    type Params = UiRequestParams;
+    type Result = UiResponse;
+    const METHOD: &'static str = "agent/ui/request";
+}
+
+/// The `agent/ui/notification` notification (server → client): `notify` or `setStatus`.
+#[derive(Debug)]
+pub enum UiNotification {}
+
+impl Notification for UiNotification {
+    type Params = UiRequestParams;
+    const METHOD: &'static str = "agent/ui/notification";
+}
+
+/// True when the client's `initialize` capabilities say `experimental.agent.ui`.
+pub fn client_supports_ui(experimental: Option<&Value>) -> bool {
+    experimental
+        .and_then(|e| e.pointer("/agent/ui"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// Title of the confirming action of the `window/showMessageRequest` fallback.
+pub const YES_ACTION: &str = "Yes";
+/// Title of the declining action of the fallback.
+pub const NO_ACTION: &str = "No";
+
+/// A session's host: its file, its editor, its queue.
+pub struct LspExtensionHost {
+    st: Weak<State>,
+    session_id: String,
+    writer: Arc<Mutex<SessionWriter>>,
+    cwd: PathBuf,
+}
+
+impl LspExtensionHost {
+    /// The host of session `session_id` written by `writer`.
+    pub(crate) fn new(
+        st: &Arc<State>,
+        session_id: String,
+        writer: Arc<Mutex<SessionWriter>>,
+    ) -> Self {
+        LspExtensionHost {
+            st: Arc::downgrade(st),
+            session_id,
+            writer,
+            cwd: st.root(),
+        }
+    }
+
+    async fn fallback(&self, st: &State, request: UiRequest) -> UiResponse {
+        let client = &st.client;
+        let ask = |message: String, actions: Vec<String>| ShowMessageRequestParams {
+            typ: MessageType::INFO,
+            message,
+            actions: Some(
+                actions
+                    .into_iter()
+                    .map(|title| MessageActionItem {
+                        title,
+                        properties: Default::default(),
+                    })
+                    .collect(),
+            ),
+        };
+        match request {
+            UiRequest::Select { title, options, .. } => {
+                match client
+                    .send_request::<ShowMessageRequest>(ask(title, options))
+                    .await
+                {
+                    Ok(Some(a)) => UiResponse {
+                        value: Some(a.title),
+                        ..Default::default()
+                    },
+                    _ => UiResponse::cancelled(),
+                }
+            }
+            UiRequest::Confirm { title, message, .. } => {
+                let text = format!("{title}: {message}");
+                match client
+                    .send_request::<ShowMessageRequest>(ask(
+                        text,
+                        vec![YES_ACTION.into(), NO_ACTION.into()],
+                    ))
+                    .await
+                {
+                    Ok(Some(a)) => UiResponse {
+                        confirmed: Some(a.title == YES_ACTION),
+                        ..Default::default()
+                    },
+                    _ => UiResponse::cancelled(),
+                }
+            }
+            UiRequest::Notify {
+                message,
+                notify_type,
+            } => {
+                let typ = match notify_type {
+                    NotifyType::Info => MessageType::INFO,
+                    NotifyType::Warning => MessageType::WARNING,
+                    NotifyType::Error => MessageType::ERROR,
+                };
+                client.show_message(typ, message).await;
+                UiResponse::default()
+            }
+            UiRequest::Input { .. } | UiRequest::Editor { .. } => {
+                tracing::info!("extension UI input/editor: the client has no agent/ui; cancelled");
+                UiResponse::cancelled()
+            }
+            UiRequest::SetStatus { .. } => UiResponse::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl ExtensionHost for LspExtensionHost {
+    fn cwd(&self) -> PathBuf {
+        self.cwd.clone()
+    }
+
+    fn session_id(&self) -> String {
+        self.session_id.clone()
+    }
+
+    fn append_entry(&self, custom_type: &str, data: Value) -> std::result::Result<String, String> {
+        append_custom_entry(&self.writer, custom_type, data)
+    }
+
+    fn custom_entries(&self, custom_type: &str) -> Vec<Value> {
+        custom_entries_of(&self.writer, custom_type)
+    }
+
+    async fn send_message(&self, m: CustomMessage) -> std::result::Result<(), String> {
+        let Some(state) = self.st.upgrade() else {
+            return Err("the server is shutting down".into());
+        };
+        let mut params = json!({
+            "sessionId": self.session_id, "customType": m.custom_type, "content": m.content,
+            "display": m.display, "triggerTurn": m.trigger_turn,
+        });
+        if let Some(d) = m.details {
+            params["details"] = d;
+        }
+        if let Some(how) = m.deliver_as {
+            params["deliverAs"] = json!(match how {
+                Delivery::Steer => "steer",
+                Delivery::FollowUp => "followUp",
+                Delivery::NextTurn => "nextTurn",
+            });
+        }
+        // The same path as `agent/sendMessage`: validated, queued, tracked, stored.
+        Backend { state }
+            .agent_send_message(params)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.message.to_string())
+    }
+
+    fn has_ui(&self) -> bool {
+        true
+    }
+
+    async fn ui(&self, extension: &str, request: UiRequest) -> UiResponse {
+        let Some(st) = self.st.upgrade() else {
+            return UiResponse::cancelled();
+        };
+        if request.is_dialog() {
+            // The agent needs the user: say so first (issue 7, "attention").
+            let title = match &request {
+                UiRequest::Select { title, .. }
+                | UiRequest::Confirm { title, .. }
+                | UiRequest::Input { title, .. }
+                | UiRequest::Editor { title, .. } => title.clone(),
+                _ => String::new(),
+            };
+            let session = lock(&st.sessions).get(&self.session_id).cloned();
+            let run_id = session.and_then(|s| {
+                let s = lock(&s);
+                s.agent.is_streaming().then(|| s.agent.run_id()).flatten()
+            });
+            st.client
+                .send_notification::<AttentionNotification>(
+                    serde_json::to_value(AttentionParams {
+                        session_id: self.session_id.clone(),
+                        run_id,
+                        reason: AttentionReason::Question,
+                        message: format!("{extension}: {title}"),
+                    })
+                    .unwrap_or_default(),
+                )
+                .await;
+        }
+        if !st.extension_ui() {
+            return match request.timeout_ms() {
+                Some(ms) => {
+                    tokio::time::timeout(Duration::from_millis(ms), self.fallback(&st, request))
+                        .await
+                        .unwrap_or_else(|_| UiResponse::cancelled())
+                }
+                None => self.fallback(&st, request).await,
+            };
+        }
+        let params = UiRequestParams {
+            session_id: self.session_id.clone(),
+            extension: extension.to_string(),
+            request,
+        };
+        if !params.request.is_dialog() {
+            st.client.send_notification::<UiNotification>(params).await;
+            return UiResponse::default();
+        }
+        let timeout = params.request.timeout_ms();
+        let ask = st.client.send_request::<UiRequestMethod>(params);
+        let answer = match timeout {
+            Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), ask).await {
+                Ok(r) => r,
+                Err(_) => return UiResponse::cancelled(),
+            },
+            None => ask.await,
+        };
+        answer.unwrap_or_else(|e| {
+            tracing::warn!("agent/ui/request failed: {e}");
+            UiResponse::cancelled()
+        })
+    }
+
+    async fn extension_error(&self, error: ExtensionErrorInfo) {
+        let Some(st) = self.st.upgrade() else {
+            return;
+        };
+        let session = lock(&st.sessions).get(&self.session_id).cloned();
+        let run_id = session
+            .and_then(|s| lock(&s).agent.run_id())
+            .unwrap_or_default();
+        st.client
+            .send_notification::<AgentEventNotification>(
+                serde_json::to_value(AgentEventParams {
+                    session_id: self.session_id.clone(),
+                    run_id,
+                    event: error.into(),
+                })
+                .unwrap_or_default(),
+            )
+            .await;
+    }
+}
+
+/// The extensions of a new session of `st`: the built-ins its settings enable, registered
+/// over an [`LspExtensionHost`]; load failures are reported as `extension_error` events.
+pub(crate) fn load(
+    st: &Arc<State>,
+    session_id: &str,
+    writer: &Arc<Mutex<SessionWriter>>,
+) -> Arc<Extensions> {
+    let host = Arc::new(LspExtensionHost::new(
+        st,
+        session_id.to_string(),
+        writer.clone(),
+    ));
+    let settings = st.workspace().settings();
+    let (list, mut errors) =
+        pi_core::extension::builtin(settings.raw(pi_core::extension::SETTINGS_KEY));
+    let (set, more) = Extensions::load(list, host.clone());
+    errors.extend(more);
+    if !errors.is_empty() {
+        tokio::spawn(async move {
+            for e in errors {
+                tracing::warn!("extension {} failed to load: {}", e.extension_path, e.error);
+                host.extension_error(e).await;
+            }
+        });
+    }
+    Arc::new(set)
+}
+
+impl Backend {
+    /// `agent/extension/commands {sessionId}` → `{commands: [{name, description?, source:
+    /// "extension", path}]}` (Pi's `get_commands` entries of extensions; invoke one with
+    /// `agent/prompt` and the text `/name args`).
+    pub(crate) async fn extension_commands(
+        &self,
+        params: Value,
+    ) -> Result<ExtensionCommandsResult> {
+        let p: SessionParams = parse_params(params)?;
+        let session = self.session(&p.session_id)?;
+        let commands: Vec<CommandInfo> = lock(&session).extensions.commands();
+        Ok(ExtensionCommandsResult { commands })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ui_wire_shapes() {
+        let p = UiRequestParams {
+            session_id: "s1".into(),
+            extension: "tmux".into(),
+            request: UiRequest::Select {
+                title: "Kill which tmux session?".into(),
+                options: vec!["web".into(), "db".into()],
+                timeout: None,
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            json!({"sessionId": "s1", "extension": "tmux", "method": "select",
+                   "title": "Kill which tmux session?", "options": ["web", "db"]})
+        );
+        let n: UiRequestParams = serde_json::from_value(json!({"sessionId": "s1",
+            "extension": "tmux", "method": "notify", "message": "hi", "notifyType": "warning"}))
+        .unwrap();
+        assert_eq!(
+            n.request,
+            UiRequest::Notify {
+                message: "hi".into(),
+                notify_type: NotifyType::Warning
+            }
+        );
+        let r: UiResponse = serde_json::from_value(json!({"cancelled": true})).unwrap();
+        assert_eq!(r, UiResponse::cancelled());
+        let r: UiResponse = serde_json::from_value(json!({"confirmed": true})).unwrap();
+        assert_eq!(r.confirmed, Some(true));
+        assert!(client_supports_ui(Some(&json!({"agent": {"ui": true}}))));
+        assert!(!client_supports_ui(Some(&json!({"agent": {}}))));
+    }
+}
