@@ -140,6 +140,30 @@ pub fn agent_config(
     extra_guidelines: &[String],
     approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
 ) -> AgentConfig {
+    agent_config_with_tools(
+        ws,
+        model,
+        fs,
+        before_bash,
+        extra_guidelines,
+        approver,
+        |_, _| Vec::new(),
+    )
+}
+
+/// [`agent_config`] with more tools: `extra_tools` gets the names of the default tools and the
+/// settings' `allowedDirs`, and returns tools appended after them (before the system prompt
+/// is built, so their snippets and guidelines are in it). The editor adds its declared tools
+/// and `diagnostics` this way ([`crate::editor_tools`]).
+pub fn agent_config_with_tools(
+    ws: &WorkspaceConfig,
+    model: Model,
+    fs: Arc<dyn Fs>,
+    before_bash: Option<BeforeBash>,
+    extra_guidelines: &[String],
+    approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
+    extra_tools: impl FnOnce(&[String], &[PathBuf]) -> Vec<Arc<dyn pi_core::agent::Tool>>,
+) -> AgentConfig {
     let settings = ws.settings();
     let resources = ws.resources();
     for w in &resources.warnings {
@@ -163,6 +187,9 @@ pub fn agent_config(
         ),
         None => pi_core::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
     };
+    let mut tools = tools;
+    let names: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
+    tools.extend(extra_tools(&names, &settings.allowed_dirs));
     let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);
     cfg.retry = settings.retry.to_retry_settings();

@@ -71,6 +71,8 @@ pub struct State {
     workspace: Mutex<Arc<WorkspaceConfig>>,
     init_model: Mutex<Option<String>>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    /// Tools the editor declared and whether it answers `agent/diagnostics`.
+    pub(crate) editor_tools: crate::editor_tools::EditorTools,
 }
 
 /// The language server.
@@ -92,6 +94,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
             )),
             init_model: Mutex::new(None),
             sessions: Mutex::new(HashMap::new()),
+            editor_tools: Default::default(),
         }),
     })
     .custom_method("agent/prompt", Backend::agent_prompt)
@@ -126,6 +129,11 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     .custom_method("agent/retry/abort", Backend::retry_abort)
     .custom_method("agent/bash", Backend::agent_bash)
     .custom_method("agent/bash/abort", Backend::bash_abort)
+    .custom_method("agent/tools/register", Backend::tools_register)
+    .custom_method("agent/tools/unregister", Backend::tools_unregister)
+    .custom_method("agent/commands", Backend::commands)
+    .custom_method("agent/session/forkMessages", Backend::fork_messages)
+    .custom_method("agent/lastAssistantText", Backend::last_assistant_text)
     .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
     .custom_method(
         crate::transport::INVALID_REQUEST_METHOD,
@@ -159,6 +167,20 @@ impl State {
 impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         let editor = EditorCaps::from_client(&params.capabilities);
+        // Editor-side tools: declared in `initializationOptions.editorTools` (a bad list fails
+        // `initialize` with InvalidParams naming the field); `diagnostics` when advertised.
+        let declared =
+            crate::editor_tools::decls_from_init(params.initialization_options.as_ref())?;
+        self.state.editor_tools.register(None, declared);
+        self.state.editor_tools.set_diagnostics(
+            params
+                .capabilities
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/agent/diagnostics"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        );
         let encoding = editor.encoding;
         *lock(&self.state.caps) = editor;
         #[allow(deprecated)]
@@ -727,13 +749,28 @@ fn agent_config(
             st.caps().request_permission,
         ));
     let ws = st.workspace();
-    let mut cfg = crate::runner::agent_config(
+    let diagnostics = |allowed: &[PathBuf]| crate::editor_tools::DiagnosticsContext {
+        root: root.clone(),
+        allowed_dirs: allowed.to_vec(),
+        docs: st.docs.clone(),
+        encoding: st.caps().encoding,
+    };
+    let mut cfg = crate::runner::agent_config_with_tools(
         &ws,
         model,
         fs,
         Some(before),
         &[EDITOR_GUIDELINE.to_string()],
         Some((approver, session_id)),
+        |taken, allowed| {
+            crate::editor_tools::session_tools(
+                &st.editor_tools,
+                &st.client,
+                session_id,
+                taken,
+                diagnostics(allowed),
+            )
+        },
     );
     cfg.compaction = Some(crate::runner::compaction_config(&ws, writer));
     cfg
