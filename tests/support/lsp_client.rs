@@ -42,6 +42,12 @@ pub struct EditorBehavior {
     /// `workspace.workspaceEdit.resourceOperations` to advertise (`create`, `rename`,
     /// `delete`).
     pub resource_operations: Vec<&'static str>,
+    /// Answers to `agent/runTool` by tool name: the response's members, `{"result": …}` or
+    /// `{"error": …}`. A tool not listed is left unanswered (the request stays pending).
+    pub run_tool_answers: HashMap<String, Value>,
+    /// When set, advertise `experimental.agent.diagnostics` and answer `agent/diagnostics` with
+    /// these items (`[{uri, diagnostics}]`), only those of the asked `uris` when given.
+    pub diagnostics: Option<Value>,
 }
 
 impl Default for EditorBehavior {
@@ -57,6 +63,8 @@ impl Default for EditorBehavior {
             message_action: None,
             incremental_changes: false,
             resource_operations: vec!["create"],
+            run_tool_answers: HashMap::new(),
+            diagnostics: None,
         }
     }
 }
@@ -247,6 +255,20 @@ impl LspClient {
         env: &[(&str, String)],
         behavior: EditorBehavior,
     ) -> LspClient {
+        match Self::try_start(bin, root, env, behavior).await {
+            Ok(c) => c,
+            Err((e, _)) => panic!("initialize: {e}"),
+        }
+    }
+
+    /// [`LspClient::start`], returning `initialize`'s error (and the client, not initialized)
+    /// instead of panicking.
+    pub async fn try_start(
+        bin: &Path,
+        root: &Path,
+        env: &[(&str, String)],
+        behavior: EditorBehavior,
+    ) -> Result<LspClient, (Value, LspClient)> {
         let mut cmd = tokio::process::Command::new(bin);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -302,6 +324,35 @@ impl LspClient {
                 let msg: Value = serde_json::from_slice(&body).unwrap();
                 sh.log.lock().unwrap().push(msg.clone());
                 match (msg.get("id"), msg.get("method")) {
+                    // Editor-side tools: answered by name as configured, or left pending.
+                    (Some(id), Some(method)) if method == "agent/runTool" => {
+                        let name = msg["params"]["name"].as_str().unwrap_or_default();
+                        if let Some(answer) = sh.behavior.run_tool_answers.get(name) {
+                            let mut reply = json!({"jsonrpc": "2.0", "id": id});
+                            for (k, v) in answer.as_object().unwrap() {
+                                reply[k] = v.clone();
+                            }
+                            write_msg(&sh.stdin, &reply).await;
+                        }
+                    }
+                    (Some(id), Some(method)) if method == "agent/diagnostics" => {
+                        let all = sh.behavior.diagnostics.clone().unwrap_or(json!([]));
+                        let items: Vec<Value> = match msg["params"]["uris"].as_array() {
+                            Some(uris) => all
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .filter(|i| uris.contains(&i["uri"]))
+                                .cloned()
+                                .collect(),
+                            None => all.as_array().unwrap().clone(),
+                        };
+                        write_msg(
+                            &sh.stdin,
+                            &json!({"jsonrpc":"2.0","id":id,"result":{"items": items}}),
+                        )
+                        .await;
+                    }
                     (Some(id), Some(method)) => {
                         let result = match method.as_str().unwrap() {
                             "workspace/applyEdit" => {
@@ -379,12 +430,13 @@ impl LspClient {
             "workspace": {"workspaceEdit": {"documentChanges": true, "resourceOperations": behavior.resource_operations}},
             "window": {"workDoneProgress": behavior.work_done_progress},
             "experimental": {"agent": {"saveDocument": behavior.save_documents,
-                "requestPermission": behavior.permission_answer.is_some()}}
+                "requestPermission": behavior.permission_answer.is_some(),
+                "diagnostics": behavior.diagnostics.is_some()}}
         });
         if behavior.offer_utf8 {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});
         }
-        let init = c
+        let init = match c
             .request(
                 "initialize",
                 json!({"processId": null, "rootUri": file_uri(root), "capabilities": caps,
@@ -392,10 +444,13 @@ impl LspClient {
                 "initializationOptions": behavior.initialization_options}),
             )
             .await
-            .expect("initialize");
+        {
+            Ok(v) => v,
+            Err(e) => return Err((e, c)),
+        };
         *c.shared.utf8.lock().unwrap() = init["capabilities"]["positionEncoding"] == "utf-8";
         c.notify("initialized", json!({})).await;
-        c
+        Ok(c)
     }
 
     /// Sends a request and waits for its response: `Ok(result)` or `Err(error object)`.
@@ -439,6 +494,15 @@ impl LspClient {
         let mut s = self.shared.stdin.lock().await;
         s.write_all(bytes).await.unwrap();
         s.flush().await.unwrap();
+    }
+
+    /// Sends a response to a server → client request (e.g. a late `agent/runTool` answer).
+    pub async fn respond(&self, id: &Value, members: Value) {
+        let mut reply = json!({"jsonrpc": "2.0", "id": id});
+        for (k, v) in members.as_object().unwrap() {
+            reply[k] = v.clone();
+        }
+        write_msg(&self.shared.stdin, &reply).await;
     }
 
     /// Sends raw bytes as one framed message body (for malformed input tests).
