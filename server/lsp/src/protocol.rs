@@ -4,8 +4,9 @@
 //! Client → server requests: every name in [`METHODS`]. Server → client: the notifications
 //! `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, and the
 //! `agent/saveDocument` request (sent only to clients that advertise
-//! `experimental.agent.saveDocument: true`). Every session-scoped method and notification
-//! carries `sessionId`.
+//! `experimental.agent.saveDocument: true`); the editor-tool requests `agent/runTool` and
+//! `agent/diagnostics` are in [`crate::editor_tools`]. Every session-scoped method and
+//! notification carries `sessionId`.
 
 use pi_core::AgentEvent;
 use serde::{Deserialize, Serialize};
