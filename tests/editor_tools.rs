@@ -461,6 +461,16 @@ async fn session_registered_tool_reaches_only_that_session() {
     }
     assert!(tool_names(&mock, 0).contains(&"only_a".to_string()));
     assert!(!tool_names(&mock, 1).contains(&"only_a".to_string()));
+    // Closing the session forgets its own tools (reopened from its file, it has none).
+    c.request("agent/session/close", json!({"sessionId": a}))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.request("agent/tools/register", json!({"sessionId": a, "tools": []}))
+            .await
+            .unwrap(),
+        json!({"tools": []})
+    );
     c.shutdown().await;
 }
 
