@@ -347,3 +347,129 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     mock.assert_paired();
     assert_eq!(mock.requests().len(), 4);
 }
+
+/// Runs `tests/nvim/<spec>` in headless `nvim` with the server's env plus `PI_LSP_BIN`,
+/// `PI_WS`, `PI_FILE` and `PI_OUT`; returns what the spec wrote to `PI_OUT` (panics with the
+/// spec's output, stderr and Neovim's LSP log when it failed).
+async fn run_spec(
+    nvim: &Path,
+    spec: &str,
+    tmp: &Path,
+    ws: &Path,
+    file: &Path,
+    mock: &MockModel,
+) -> Value {
+    let out_path = tmp.join("out.json");
+    let mut env = agent_env(&tmp.join("agent"), &mock.models_json(), &[]);
+    let xdg = tmp.join("xdg");
+    for (var, sub) in [
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_CACHE_HOME", "cache"),
+    ] {
+        std::fs::create_dir_all(xdg.join(sub)).unwrap();
+        env.push((var, xdg.join(sub).display().to_string()));
+    }
+    env.extend([
+        ("PI_LSP_BIN", pi_lsp_bin().display().to_string()),
+        ("PI_WS", ws.display().to_string()),
+        ("PI_FILE", file.display().to_string()),
+        ("PI_OUT", out_path.display().to_string()),
+    ]);
+    let mut cmd = tokio::process::Command::new(nvim);
+    cmd.args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "-l"])
+        .arg(repo_root().join("tests/nvim").join(spec))
+        .current_dir(ws)
+        .env_remove("NVIM")
+        .env_remove("NVIM_APPNAME")
+        .env_remove("VIMINIT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in &env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("nvim did not finish {spec} within 60 s"))
+        .unwrap();
+    let raw = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let lsp_log = std::fs::read_to_string(xdg.join("state/nvim/lsp.log")).unwrap_or_default();
+    let context = format!(
+        "nvim exited {:?}\nstderr:\n{}\nout.json:\n{raw}\nlsp.log:\n{lsp_log}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{context}");
+    let out: Value = serde_json::from_str(&raw).unwrap_or_else(|e| panic!("{e}\n{context}"));
+    assert_eq!(out.get("error"), None, "{context}");
+    out
+}
+
+/// The `diagnostics` tool in Neovim: diagnostics set with `vim.diagnostic.set` (byte columns)
+/// reach the model through `agent/diagnostics`, with character columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn neovim_answers_agent_diagnostics_from_vim_diagnostic() {
+    let Some(nvim) = find_nvim() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but no Neovim >= 0.10 was found");
+        }
+        eprintln!("note: skipping the Neovim diagnostics test: no Neovim found");
+        return;
+    };
+    // The spec uses 0.11's `vim.str_utfindex(s, encoding, index)`.
+    if nvim_version(&nvim).is_some_and(|v| v < (0, 11)) {
+        eprintln!("note: skipping the Neovim diagnostics test: it needs Neovim 0.11");
+        return;
+    }
+    let tmp = TempDir::new("nvim-diag");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    let file = ws.join("src/main.rs");
+    std::fs::write(&file, "fn main() {\n    let 🍋 = cnt;\n}\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::call(
+            "call_diag",
+            "diagnostics",
+            json!({"paths": ["src/main.rs"]}),
+        ),
+        Step::text("cnt is not defined."),
+    ])
+    .await;
+    let out = run_spec(&nvim, "diagnostics_spec.lua", tmp.path(), &ws, &file, &mock).await;
+    let sid = out["prompt_result"]["sessionId"].as_str().unwrap();
+    assert_eq!(out["offset_encoding"], "utf-8");
+    assert_eq!(
+        out["asked"],
+        json!([{"sessionId": sid, "uris": [format!("file://{}", file.display())]}])
+    );
+    // `cnt` is at byte 15 of its line (Neovim's column), character 12: column 13.
+    let text = "src/main.rs:2:13 error rustc(E0425): cannot find value `cnt` in this scope\nsrc/main.rs:1:4 warning clippy: function `main` is too simple";
+    assert_eq!(
+        out["tool_results"],
+        json!([{"toolName": "diagnostics", "text": text, "isError": false}])
+    );
+    let tool_msg = mock.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        tool_msg,
+        json!({"role": "tool", "content": text, "tool_call_id": "call_diag"})
+    );
+    let stored = session_lines(&ws)
+        .into_iter()
+        .find(|l| l["message"]["toolCallId"] == "call_diag")
+        .unwrap();
+    assert_eq!(
+        stored["message"]["content"],
+        json!([{"type": "text", "text": text}])
+    );
+    mock.assert_paired();
+}

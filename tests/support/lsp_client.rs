@@ -53,6 +53,12 @@ pub struct EditorBehavior {
     /// When set, advertise `experimental.agent.ui` and answer every `agent/ui/request` with
     /// this result.
     pub ui_answer: Option<Value>,
+    /// Answers to `agent/runTool` by tool name: the response's members, `{"result": …}` or
+    /// `{"error": …}`. A tool not listed is left unanswered (the request stays pending).
+    pub run_tool_answers: HashMap<String, Value>,
+    /// When set, advertise `experimental.agent.diagnostics` and answer `agent/diagnostics` with
+    /// these items (`[{uri, diagnostics}]`), only those of the asked `uris` when given.
+    pub diagnostics: Option<Value>,
 }
 
 impl Default for EditorBehavior {
@@ -71,6 +77,8 @@ impl Default for EditorBehavior {
             approval_policy: Some("approve-all"),
             hold_permissions: false,
             ui_answer: None,
+            run_tool_answers: HashMap::new(),
+            diagnostics: None,
         }
     }
 }
@@ -261,6 +269,20 @@ impl LspClient {
         env: &[(&str, String)],
         behavior: EditorBehavior,
     ) -> LspClient {
+        match Self::try_start(bin, root, env, behavior).await {
+            Ok(c) => c,
+            Err((e, _)) => panic!("initialize: {e}"),
+        }
+    }
+
+    /// [`LspClient::start`], returning `initialize`'s error (and the client, not initialized)
+    /// instead of panicking.
+    pub async fn try_start(
+        bin: &Path,
+        root: &Path,
+        env: &[(&str, String)],
+        behavior: EditorBehavior,
+    ) -> Result<LspClient, (Value, LspClient)> {
         let mut cmd = tokio::process::Command::new(bin);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -323,6 +345,35 @@ impl LspClient {
                     continue;
                 }
                 match (msg.get("id"), msg.get("method")) {
+                    // Editor-side tools: answered by name as configured, or left pending.
+                    (Some(id), Some(method)) if method == "agent/runTool" => {
+                        let name = msg["params"]["name"].as_str().unwrap_or_default();
+                        if let Some(answer) = sh.behavior.run_tool_answers.get(name) {
+                            let mut reply = json!({"jsonrpc": "2.0", "id": id});
+                            for (k, v) in answer.as_object().unwrap() {
+                                reply[k] = v.clone();
+                            }
+                            write_msg(&sh.stdin, &reply).await;
+                        }
+                    }
+                    (Some(id), Some(method)) if method == "agent/diagnostics" => {
+                        let all = sh.behavior.diagnostics.clone().unwrap_or(json!([]));
+                        let items: Vec<Value> = match msg["params"]["uris"].as_array() {
+                            Some(uris) => all
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .filter(|i| uris.contains(&i["uri"]))
+                                .cloned()
+                                .collect(),
+                            None => all.as_array().unwrap().clone(),
+                        };
+                        write_msg(
+                            &sh.stdin,
+                            &json!({"jsonrpc":"2.0","id":id,"result":{"items": items}}),
+                        )
+                        .await;
+                    }
                     (Some(id), Some(method)) => {
                         let result = match method.as_str().unwrap() {
                             "workspace/applyEdit" => {
@@ -404,7 +455,8 @@ impl LspClient {
             "window": {"workDoneProgress": behavior.work_done_progress},
             "experimental": {"agent": {"saveDocument": behavior.save_documents,
                 "requestPermission": behavior.permission_answer.is_some(),
-                "ui": behavior.ui_answer.is_some()}}
+                "ui": behavior.ui_answer.is_some(),
+                "diagnostics": behavior.diagnostics.is_some()}}
         });
         if behavior.offer_utf8 {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});
@@ -416,7 +468,7 @@ impl LspClient {
                 o["approvalPolicy"] = json!(p);
             }
         }
-        let init = c
+        let init = match c
             .request(
                 "initialize",
                 json!({"processId": null, "rootUri": file_uri(root), "capabilities": caps,
@@ -424,10 +476,13 @@ impl LspClient {
                 "initializationOptions": init_options}),
             )
             .await
-            .expect("initialize");
+        {
+            Ok(v) => v,
+            Err(e) => return Err((e, c)),
+        };
         *c.shared.utf8.lock().unwrap() = init["capabilities"]["positionEncoding"] == "utf-8";
         c.notify("initialized", json!({})).await;
-        c
+        Ok(c)
     }
 
     /// Sends a request and waits for its response: `Ok(result)` or `Err(error object)`.
@@ -471,6 +526,16 @@ impl LspClient {
         let mut s = self.shared.stdin.lock().await;
         s.write_all(bytes).await.unwrap();
         s.flush().await.unwrap();
+    }
+
+    /// Sends a response to a server → client request with the given `members` (`{"result": …}`
+    /// or `{"error": …}`), e.g. a late `agent/runTool` answer.
+    pub async fn reply(&self, id: &Value, members: Value) {
+        let mut reply = json!({"jsonrpc": "2.0", "id": id});
+        for (k, v) in members.as_object().unwrap() {
+            reply[k] = v.clone();
+        }
+        write_msg(&self.shared.stdin, &reply).await;
     }
 
     /// Sends raw bytes as one framed message body (for malformed input tests).

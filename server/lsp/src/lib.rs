@@ -1,11 +1,13 @@
 //! `pi-lsp`: the editor edge of the harness. Transport and lifecycle ([`server`]), the
 //! `agent/*` wire types ([`protocol`]), open documents ([`documents`]), the one position
 //! converter ([`positions`]), the editor file system ([`editor_fs`]), and the headless `run`
-//! command ([`headless`]), permission requests to the editor ([`permissions`]), extensions' host and UI requests
-//! ([`extensions`]). Only this crate writes stdout; only it imports LSP types.
+//! command ([`headless`]), permission requests to the editor ([`permissions`]), extensions' host
+//! and UI requests ([`extensions`]), editor-side tools and the `diagnostics` tool
+//! ([`editor_tools`]). Only this crate writes stdout; only it imports LSP types.
 
 pub mod documents;
 pub mod editor_fs;
+pub mod editor_tools;
 pub mod extensions;
 pub mod headless;
 pub(crate) mod methods;

@@ -4,10 +4,11 @@
 //! Client → server requests: every name in [`METHODS`]. Server → client: the notifications
 //! `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, and the
 //! `agent/saveDocument` request (sent only to clients that advertise
-//! `experimental.agent.saveDocument: true`), and the extension UI request `agent/ui/request`
+//! `experimental.agent.saveDocument: true`), the extension UI request `agent/ui/request`
 //! and notification `agent/ui/notification` (clients advertising `experimental.agent.ui`;
-//! see [`crate::extensions`]). Every session-scoped method and notification
-//! carries `sessionId`.
+//! see [`crate::extensions`]); the editor-tool requests `agent/runTool` and
+//! `agent/diagnostics` are in [`crate::editor_tools`]. Every session-scoped method and
+//! notification carries `sessionId`.
 
 use pi_core::AgentEvent;
 use serde::{Deserialize, Serialize};
@@ -74,6 +75,11 @@ pub const METHODS: &[&str] = &[
     "agent/compaction/set",
     "agent/permissions/set",
     "agent/extension/commands",
+    "agent/tools/register",
+    "agent/tools/unregister",
+    "agent/commands",
+    "agent/session/forkMessages",
+    "agent/lastAssistantText",
 ];
 
 /// A JSON-RPC error with one of [`codes`].
@@ -1284,6 +1290,64 @@ mod tests {
         };
         assert_eq!(serde_json::to_value(params).unwrap(), err["params"]);
         seen.push("agent-event.extension-error.notification.json".into());
+        // Editor-side tools, commands and the Pi RPC listings.
+        {
+            use crate::editor_tools as et;
+            use crate::methods::commands as cm;
+            seen.extend(pair::<et::ToolsRegisterParams, et::ToolsResult>(
+                "agent-tools-register",
+            ));
+            seen.extend(pair::<et::ToolsUnregisterParams, et::ToolsResult>(
+                "agent-tools-unregister",
+            ));
+            let req = fixture("agent-tools-register.shadowing.request.json");
+            let decls: et::ToolsRegisterParams = parse_params(req["params"].clone()).unwrap();
+            let err = fixture("agent-tools-register.shadowing.error.json");
+            let e = et::check_decls(&decls.tools, "tools").unwrap_err();
+            assert_eq!(err["error"]["code"], -32602);
+            assert_eq!(err["error"]["message"], e.message.as_ref());
+            seen.push("agent-tools-register.shadowing.request.json".into());
+            seen.push("agent-tools-register.shadowing.error.json".into());
+            seen.extend(pair::<cm::CommandsParams, cm::CommandsResult>(
+                "agent-commands",
+            ));
+            seen.extend(pair::<SessionParams, cm::ForkMessagesResult>(
+                "agent-session-forkMessages",
+            ));
+            seen.extend(pair::<SessionParams, cm::LastAssistantTextResult>(
+                "agent-lastAssistantText",
+            ));
+            // Server → client requests of the editor tools.
+            for (name, method) in [
+                ("agent-runTool", et::RUN_TOOL_METHOD),
+                ("agent-diagnostics", et::DIAGNOSTICS_METHOD),
+            ] {
+                assert_eq!(fixture(&format!("{name}.request.json"))["method"], method);
+            }
+            round_trip::<et::RunToolParams>(&fixture("agent-runTool.request.json")["params"]);
+            round_trip::<et::RunToolResult>(&fixture("agent-runTool.response.json")["result"]);
+            round_trip::<et::DiagnosticsParams>(
+                &fixture("agent-diagnostics.request.json")["params"],
+            );
+            round_trip::<et::DiagnosticsResult>(
+                &fixture("agent-diagnostics.response.json")["result"],
+            );
+            let cancel = fixture("agent-runTool.cancelRequest.notification.json");
+            assert_eq!(cancel["method"], "$/cancelRequest");
+            assert_eq!(
+                cancel["params"]["id"],
+                fixture("agent-runTool.request.json")["id"]
+            );
+            for f in [
+                "agent-runTool.request.json",
+                "agent-runTool.response.json",
+                "agent-runTool.cancelRequest.notification.json",
+                "agent-diagnostics.request.json",
+                "agent-diagnostics.response.json",
+            ] {
+                seen.push(f.into());
+            }
+        }
         seen.push("agent-prompt.busy-error.json".into());
         seen.push("agent-event.notification.json".into());
         // Every method has an example, and every example is checked here.

@@ -153,14 +153,23 @@ pub fn agent_config(
 
 /// What a session adds to [`agent_config`]'s run beyond the workspace's defaults.
 #[derive(Default)]
-pub struct RunAdditions {
+pub struct RunAdditions<'a> {
     /// The approval gate ([`pi_core::approval`]): the loop checks every call with it, and
     /// `edit` / `write` ask it with their proposed change. `None`: nothing asks.
     pub approval: Option<Arc<pi_core::approval::Gate>>,
-    /// Tools after the default ones (extensions' and editor-declared tools), in the tool list
-    /// and in the system prompt's.
+    /// Tools after the default ones (extensions' tools), in the tool list and in the system
+    /// prompt's.
     pub extra_tools: Vec<Arc<dyn pi_core::agent::Tool>>,
+    /// Tools added last (the editor's declared tools and `diagnostics`,
+    /// [`crate::editor_tools`]): called with the names already taken and the settings'
+    /// `allowedDirs`, before the system prompt is built so their snippets and guidelines are
+    /// in it.
+    pub late_tools: Option<LateTools<'a>>,
 }
+
+/// See [`RunAdditions::late_tools`].
+pub type LateTools<'a> =
+    Box<dyn FnOnce(&[String], &[PathBuf]) -> Vec<Arc<dyn pi_core::agent::Tool>> + 'a>;
 
 /// [`agent_config`] with a session's [`RunAdditions`].
 pub fn agent_config_with(
@@ -170,11 +179,12 @@ pub fn agent_config_with(
     before_bash: Option<BeforeBash>,
     extra_guidelines: &[String],
     approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
-    additions: RunAdditions,
+    additions: RunAdditions<'_>,
 ) -> AgentConfig {
     let RunAdditions {
         approval: gate,
         extra_tools,
+        late_tools,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -201,6 +211,10 @@ pub fn agent_config_with(
         None => pi_core::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
     };
     tools.extend(extra_tools);
+    if let Some(late) = late_tools {
+        let names: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
+        tools.extend(late(&names, &settings.allowed_dirs));
+    }
     let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);
     cfg.retry = settings.retry.to_retry_settings();

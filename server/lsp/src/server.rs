@@ -81,6 +81,8 @@ pub struct State {
     pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
     /// The client answers `agent/ui/request` (`experimental.agent.ui`).
     extension_ui: std::sync::atomic::AtomicBool,
+    /// Tools the editor declared and whether it answers `agent/diagnostics`.
+    pub(crate) editor_tools: crate::editor_tools::EditorTools,
 }
 
 /// The language server.
@@ -104,6 +106,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
             init_approval: Mutex::new(None),
             sessions: Mutex::new(HashMap::new()),
             extension_ui: std::sync::atomic::AtomicBool::new(false),
+            editor_tools: Default::default(),
         }),
     })
     .custom_method("agent/prompt", Backend::agent_prompt)
@@ -140,6 +143,11 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     .custom_method("agent/bash/abort", Backend::bash_abort)
     .custom_method("agent/permissions/set", Backend::permissions_set)
     .custom_method("agent/extension/commands", Backend::extension_commands)
+    .custom_method("agent/tools/register", Backend::tools_register)
+    .custom_method("agent/tools/unregister", Backend::tools_unregister)
+    .custom_method("agent/commands", Backend::commands)
+    .custom_method("agent/session/forkMessages", Backend::fork_messages)
+    .custom_method("agent/lastAssistantText", Backend::last_assistant_text)
     .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
     .custom_method(
         crate::transport::INVALID_REQUEST_METHOD,
@@ -181,6 +189,20 @@ impl LanguageServer for Backend {
         self.state.extension_ui.store(
             crate::extensions::client_supports_ui(params.capabilities.experimental.as_ref()),
             std::sync::atomic::Ordering::Relaxed,
+        );
+        // Editor-side tools: declared in `initializationOptions.editorTools` (a bad list fails
+        // `initialize` with InvalidParams naming the field); `diagnostics` when advertised.
+        let declared =
+            crate::editor_tools::decls_from_init(params.initialization_options.as_ref())?;
+        self.state.editor_tools.register(None, declared);
+        self.state.editor_tools.set_diagnostics(
+            params
+                .capabilities
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/agent/diagnostics"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
         );
         let encoding = editor.encoding;
         *lock(&self.state.caps) = editor;
@@ -803,6 +825,12 @@ fn agent_config(
             st.caps().request_permission,
         ));
     let ws = st.workspace();
+    let diagnostics = |allowed: &[PathBuf]| crate::editor_tools::DiagnosticsContext {
+        root: root.clone(),
+        allowed_dirs: allowed.to_vec(),
+        docs: st.docs.clone(),
+        encoding: st.caps().encoding,
+    };
     let mut cfg = crate::runner::agent_config_with(
         &ws,
         model,
@@ -813,6 +841,15 @@ fn agent_config(
         crate::runner::RunAdditions {
             approval: Some(approval.clone()),
             extra_tools: extensions.tools(),
+            late_tools: Some(Box::new(|taken, allowed| {
+                crate::editor_tools::session_tools(
+                    &st.editor_tools,
+                    &st.client,
+                    session_id,
+                    taken,
+                    diagnostics(allowed),
+                )
+            })),
         },
     );
     cfg.compaction = Some(crate::runner::compaction_config(&ws, writer));

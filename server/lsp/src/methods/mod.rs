@@ -2,13 +2,16 @@
 //! in [`crate::server`]), one file per resource: [`session`] (`agent/session/*`,
 //! `agent/messages`, `agent/state`), [`model`] (`agent/model/*`, `agent/thinking/*`),
 //! [`queue`] (`agent/steer`, `agent/followUp`, `agent/sendMessage`, `agent/queue/*`,
-//! `agent/retry/*`), [`bash`] (`agent/bash`, `agent/bash/abort`); and the helpers they share.
+//! `agent/retry/*`), [`bash`] (`agent/bash`, `agent/bash/abort`), [`commands`] (`agent/commands`,
+//! `agent/session/forkMessages`, `agent/lastAssistantText`); and the helpers they share.
+//! `agent/tools/*` live with the editor tools in [`crate::editor_tools`].
 //!
 //! Every handler validates its params with [`crate::protocol::parse_params`] (InvalidParams
 //! names the field), checks what it refers to (session, entry, model) before changing
 //! anything, and answers with one of [`crate::protocol::codes`] otherwise.
 
 pub(crate) mod bash;
+pub(crate) mod commands;
 pub(crate) mod model;
 pub(crate) mod queue;
 pub(crate) mod session;

@@ -229,6 +229,8 @@ impl Backend {
         let _ = tokio::time::timeout(crate::server::ABORT_WAIT, agent.wait_for_idle()).await;
         let dropped = self.drop_queue(&session).await;
         lock(&self.state.sessions).remove(&p.session_id);
+        // Editor tools registered for this session only go with it.
+        self.state.editor_tools.forget_session(&p.session_id);
         Ok(SessionCloseResult {
             closed: true,
             dropped,
