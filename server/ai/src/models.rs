@@ -631,8 +631,16 @@ impl Registry {
             .find(|m| m.provider == provider && m.id == id)
     }
 
-    fn usable(m: &Model) -> bool {
+    /// Whether `m` can be used now: it has a key, or it belongs to a custom provider
+    /// (models.json; local servers often need none). Built-in `anthropic` / `openai` models
+    /// without a key are not usable.
+    pub fn usable(m: &Model) -> bool {
         m.api_key.is_some() || m.provider != "anthropic" && m.provider != "openai"
+    }
+
+    /// The usable models ([`Registry::usable`]) in registry order.
+    pub fn usable_models(self) -> impl Iterator<Item = Model> {
+        self.models.into_iter().filter(Self::usable)
     }
 
     /// Chooses the model: `requested` (`provider/id`, from the prompt), then `init` (the

@@ -18,11 +18,8 @@ use crate::server::{lock, Backend};
 /// The models that can be used now: those with a key, or of a custom provider (models.json),
 /// then the offline scripted model.
 pub(crate) fn available_models(ws: &pi_core::resources::WorkspaceConfig) -> Vec<Model> {
-    let reg = Registry::load_files(&ws.models_files());
-    let mut out: Vec<Model> = reg
-        .models
-        .into_iter()
-        .filter(|m| m.api_key.is_some() || (m.provider != "anthropic" && m.provider != "openai"))
+    let mut out: Vec<Model> = Registry::load_files(&ws.models_files())
+        .usable_models()
         .collect();
     out.push(crate::runner::scripted_model());
     out
