@@ -14,6 +14,7 @@
 
 mod line;
 mod list;
+mod read;
 mod tree;
 
 pub use line::AssistantInfo;
@@ -472,7 +473,7 @@ impl SessionWriter {
                     store_large_images(&mut line, &dir.join(ASSETS_DIR))?;
                     w.write_line(&line)?;
                 } else {
-                    w.write_text(text)?;
+                    w.write_text(&text)?;
                 }
             }
         }
@@ -635,9 +636,6 @@ struct Loaded {
     warnings: Vec<String>,
 }
 
-/// The non-blank lines of a file: `(start, end, parsed)`.
-type Lines = Vec<(usize, usize, ParsedLine)>;
-
 /// One line of a file, parsed.
 enum ParsedLine {
     /// A version 3 entry line.
@@ -650,17 +648,17 @@ enum ParsedLine {
 
 /// [`read_tree`], keeping the messages parsed on the way.
 fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
-    let bytes = std::fs::read(path).map_err(io(path))?;
+    let file = std::fs::File::open(path).map_err(io(path))?;
+    let size = file.metadata().map_err(io(path))?.len() as usize;
     let mut warnings = Vec::new();
-    let mut good_len = bytes.len();
-    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
-        let start = memchr::memrchr(b'\n', &bytes).map(|i| i + 1).unwrap_or(0);
-        let tail = &bytes[start..];
-        if serde_json::from_slice::<Value>(tail).is_err() {
+    let mut good_len = size;
+    if let Some((start, tail)) = read::tail(&file, size).map_err(io(path))? {
+        good_len = start + tail.len();
+        if serde_json::from_slice::<Value>(&tail).is_err() {
             good_len = start;
             if repair {
                 let sidecar = path.with_extension("jsonl.corrupt");
-                std::fs::write(&sidecar, tail).map_err(io(&sidecar))?;
+                std::fs::write(&sidecar, &tail).map_err(io(&sidecar))?;
                 let f = std::fs::OpenOptions::new()
                     .write(true)
                     .open(path)
@@ -681,34 +679,42 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
             f.write_all(b"\n").map_err(io(path))?;
         }
     }
-    let buf = Arc::new(bytes);
     // The header: the first line that is an object (damaged lines before it are skipped).
     let mut skipped = 0;
     let mut header = None;
-    let mut pos = 0;
-    while pos < good_len && header.is_none() {
-        let end = memchr::memchr(b'\n', &buf[pos..good_len]).map_or(good_len, |i| pos + i);
-        let text = &buf[pos..end];
-        pos = end + 1;
+    let pos = read::scan_lines(&file, good_len, |text| {
         if text.iter().all(u8::is_ascii_whitespace) {
-            continue;
+            return false;
         }
         match serde_json::from_slice::<Value>(text) {
-            Ok(v) if v.is_object() => header = Some(v),
-            _ => skipped += 1,
+            Ok(v) if v.is_object() => {
+                header = Some(v);
+                true
+            }
+            _ => {
+                skipped += 1;
+                false
+            }
         }
-    }
+    })
+    .map_err(io(path))?
+    .unwrap_or(good_len);
     let Some(header) = header.filter(|h| h["type"] == "session") else {
         return Err(SessionError::NoHeader(path.to_path_buf()));
     };
     let version = header["version"].as_u64().unwrap_or(1);
-    let lines = parse_lines(&buf, pos.min(good_len), good_len, version >= 3);
+    let v3 = version >= 3;
+    let pieces = read::lines(&file, pos.min(good_len), good_len, |line| {
+        parse_line(line, v3)
+    })
+    .map_err(io(path))?;
+    let n_lines = pieces.iter().map(Vec::len).sum();
     let dir = path.parent();
     let mut image_warnings = Vec::new();
-    let (tree, messages) = if version < 3 {
-        let mut values = Vec::with_capacity(lines.len());
-        for (_, _, l) in lines {
-            match l {
+    let (tree, messages) = if !v3 {
+        let mut values = Vec::with_capacity(n_lines);
+        for l in pieces.into_iter().flatten() {
+            match l.parsed {
                 ParsedLine::Value(mut v) => {
                     if let Some(dir) = dir {
                         load_images(&mut v, dir, &mut image_warnings);
@@ -721,34 +727,45 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
         (SessionTree::from_values(header, values, Vec::new()), None)
     } else {
         let mut tree = SessionTree::new(header);
-        tree.entries.reserve(lines.len());
-        let mut messages: Vec<Option<Message>> = Vec::with_capacity(lines.len());
-        for (start, end, l) in lines {
-            let entry = match l {
-                ParsedLine::Parts(parts) => Entry::from_file(&buf, start, end, *parts),
-                ParsedLine::Value(mut v) => {
-                    let changed = dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
-                    if changed {
-                        Entry::from_value_converted(&v)
-                    } else {
-                        // Unchanged: the entry keeps its line as stored.
-                        Entry::from_file(&buf, start, end, line::line_from_value(&v, true))
+        tree.entries.reserve(n_lines);
+        let mut messages: Vec<Option<Message>> = Vec::with_capacity(n_lines);
+        let src = Arc::new(tree::FileText::new(file, path));
+        for line in pieces.into_iter().flatten() {
+            let read::Line {
+                offset,
+                len,
+                hash,
+                parsed,
+            } = line;
+            {
+                let entry = match parsed {
+                    ParsedLine::Parts(parts) => Entry::from_file(&src, offset, len, hash, *parts),
+                    ParsedLine::Value(mut v) => {
+                        let changed =
+                            dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
+                        if changed {
+                            Entry::from_value_converted(&v)
+                        } else {
+                            // Unchanged: the entry keeps its line as stored.
+                            let parts = line::line_from_value(&v, true);
+                            Entry::from_file(&src, offset, len, hash, parts)
+                        }
                     }
-                }
-                ParsedLine::Damaged => {
-                    skipped += 1;
+                    ParsedLine::Damaged => {
+                        skipped += 1;
+                        continue;
+                    }
+                };
+                let Some((entry, message)) = entry else {
+                    tree.warnings
+                        .push("skipped an entry without id or type".into());
                     continue;
+                };
+                let i = tree.push_entry(entry);
+                match messages.get_mut(i) {
+                    Some(slot) => *slot = message,
+                    None => messages.push(message),
                 }
-            };
-            let Some((entry, message)) = entry else {
-                tree.warnings
-                    .push("skipped an entry without id or type".into());
-                continue;
-            };
-            let i = tree.push_entry(entry);
-            match messages.get_mut(i) {
-                Some(slot) => *slot = message,
-                None => messages.push(message),
             }
         }
         (tree, Some(messages))
@@ -768,84 +785,24 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
     })
 }
 
-/// Parses the lines of `buf[from..to]` (entries, after the header) in file order, on every
-/// core for large files: `(start, end, line)` per non-blank line. `v3` lines are parsed
-/// straight into entries and messages; older ones into values (they are migrated).
-fn parse_lines(buf: &Arc<Vec<u8>>, from: usize, to: usize, v3: bool) -> Lines {
-    fn one(line: &[u8], v3: bool) -> ParsedLine {
-        let object = |v: Value| {
-            if v.is_object() {
-                ParsedLine::Value(v)
-            } else {
-                ParsedLine::Damaged
-            }
-        };
-        let Ok(text) = std::str::from_utf8(line) else {
-            return ParsedLine::Damaged;
-        };
-        // Lines the fast path does not take (images kept in assets among them) are read
-        // as values.
-        match v3.then(|| line::parse_fast(text)).flatten() {
-            Some(parts) => ParsedLine::Parts(Box::new(parts)),
-            None => serde_json::from_str(text).map_or(ParsedLine::Damaged, object),
+/// Parses one entry line (after the header). `v3` lines are parsed straight into entries and
+/// messages; older ones into values (they are migrated). Lines the fast path does not take
+/// (images kept in assets among them) are read as values.
+fn parse_line(line: &[u8], v3: bool) -> ParsedLine {
+    let object = |v: Value| {
+        if v.is_object() {
+            ParsedLine::Value(v)
+        } else {
+            ParsedLine::Damaged
         }
+    };
+    let Ok(text) = std::str::from_utf8(line) else {
+        return ParsedLine::Damaged;
+    };
+    match v3.then(|| line::parse_fast(text)).flatten() {
+        Some(parts) => ParsedLine::Parts(Box::new(parts)),
+        None => serde_json::from_str(text).map_or(ParsedLine::Damaged, object),
     }
-    fn chunk(buf: &[u8], from: usize, to: usize, v3: bool) -> Lines {
-        let mut out = Vec::new();
-        let mut pos = from;
-        while pos < to {
-            let end = memchr::memchr(b'\n', &buf[pos..to]).map_or(to, |i| pos + i);
-            let line = &buf[pos..end];
-            if !line.iter().all(u8::is_ascii_whitespace) {
-                out.push((pos, end, one(line, v3)));
-            }
-            pos = end + 1;
-        }
-        out
-    }
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
-    if threads < 2 || to - from < 1 << 20 {
-        return chunk(buf, from, to, v3);
-    }
-    // Chunks end at line ends; threads take the next chunk as they finish one.
-    let n = threads * 8;
-    let mut bounds = vec![from];
-    for k in 1..n {
-        let at = (from + (to - from) * k / n).max(*bounds.last().unwrap_or(&from));
-        let end = memchr::memchr(b'\n', &buf[at..to]).map_or(to, |i| at + i + 1);
-        bounds.push(end);
-    }
-    bounds.push(to);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut parts: Vec<(usize, Lines)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if k >= n {
-                            return done;
-                        }
-                        done.push((k, chunk(buf, bounds[k], bounds[k + 1], v3)));
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    parts.sort_by_key(|p| p.0);
-    let mut out = Vec::with_capacity(parts.iter().map(|p| p.1.len()).sum());
-    for (_, p) in parts {
-        out.extend(p);
-    }
-    out
 }
 
 /// Rewrites an older (v1/v2) session file as v3 from its migrated `tree`: the original is
@@ -858,7 +815,8 @@ fn migrate_file(path: &Path, tree: &mut SessionTree) -> Result<PathBuf, SessionE
     tree.header["version"] = json!(SESSION_VERSION);
     let mut text = String::new();
     let header = tree.header.to_string();
-    for line in std::iter::once(header.as_str()).chain(tree.entries.iter().map(|e| e.text())) {
+    for line in std::iter::once(header.as_str().into()).chain(tree.entries.iter().map(|e| e.text()))
+    {
         text.push_str(
             &line
                 .replace('\u{2028}', "\\u2028")
@@ -1041,6 +999,31 @@ mod tests {
             Message::User(u) => assert!(u.content.to_text().contains("is missing]")),
             m => panic!("{m:?}"),
         }
+    }
+
+    #[test]
+    fn entries_read_their_lines_from_the_file_and_a_changed_line_reads_empty() {
+        let d = tmp("changed");
+        let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "m1", "off").unwrap();
+        let a = w.append_message(&Message::user_text("first")).unwrap();
+        w.append_message(&Message::user_text("second")).unwrap();
+        let path = w.path().to_path_buf();
+        drop(w);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (tree, _) = read_tree(&path, false).unwrap();
+        let stored: Vec<_> = tree.entries.iter().map(|e| e.text()).collect();
+        assert_eq!(stored, text.lines().skip(1).collect::<Vec<_>>());
+        // Another program rewrites the first message in place (same length): that entry's text
+        // is gone, nothing panics, the others still read.
+        std::fs::write(&path, text.replace("\"first\"", "\"FIRST\"")).unwrap();
+        let e = tree.get(&a).unwrap();
+        assert_eq!(e.text(), "");
+        assert_eq!(e.raw(), Value::Null);
+        assert_eq!(e.message(), None);
+        assert_eq!(tree.entries[3].text(), text.lines().nth(4).unwrap());
+        // Cut short: the last entry is gone too.
+        std::fs::write(&path, &text[..text.len() / 2]).unwrap();
+        assert_eq!(tree.entries[3].text(), "");
     }
 
     #[test]

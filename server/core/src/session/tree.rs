@@ -17,6 +17,7 @@
 //! Version 1 files (no ids) are migrated in memory to a linear chain of generated ids;
 //! version 2 renames the role `hookMessage` to `custom`. The file itself is never rewritten.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -37,16 +38,52 @@ pub const BRANCH_SUMMARY_PREFIX: &str =
 /// Pi's suffix of a branch summary.
 pub const BRANCH_SUMMARY_SUFFIX: &str = "</summary>";
 
-/// Where an entry's text lives: a line of the file as read (shared buffer and byte range), or
-/// text serialized here (appended entries, migrated or repaired lines).
+/// Where an entry's text lives: a line of the file as loaded (read again from the file when
+/// asked for), or text serialized here (appended entries, migrated or repaired lines).
 #[derive(Clone)]
 enum Text {
     File {
-        buf: Arc<Vec<u8>>,
-        start: usize,
-        end: usize,
+        src: Arc<FileText>,
+        offset: u64,
+        len: usize,
+        /// XXH3 of the line as loaded: a line changed since (by another program) reads as empty.
+        hash: u64,
     },
     Owned(Box<str>),
+}
+
+/// The session file whose lines entries of a load refer to (kept open, so a rename or an
+/// unlink of the path does not change what is read).
+pub(crate) struct FileText {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl FileText {
+    pub(crate) fn new(file: std::fs::File, path: &std::path::Path) -> FileText {
+        FileText {
+            file,
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// The line of `len` bytes at `offset`, if it is still what was loaded.
+    fn line(&self, offset: u64, len: usize, hash: u64) -> Option<String> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; len];
+        let read = self.file.read_exact_at(&mut buf, offset);
+        let text = read
+            .ok()
+            .filter(|_| xxhash_rust::xxh3::xxh3_64(&buf) == hash)
+            .and_then(|_| String::from_utf8(buf).ok());
+        if text.is_none() {
+            tracing::warn!(
+                "session file {} changed under this session: the entry at byte {offset} is gone",
+                self.path.display()
+            );
+        }
+        text
+    }
 }
 
 /// One entry of a session file (everything but the header): the fields the tree needs, and the
@@ -105,17 +142,20 @@ impl Entry {
         ))
     }
 
-    /// An entry of a line of `buf` (`start..end`), parsed on the fast path or from `value`.
+    /// An entry of the line of `src` at `offset` (`len` bytes, XXH3 `hash`), parsed into
+    /// `parts`.
     pub(crate) fn from_file(
-        buf: &Arc<Vec<u8>>,
-        start: usize,
-        end: usize,
+        src: &Arc<FileText>,
+        offset: u64,
+        len: usize,
+        hash: u64,
         parts: LineParts,
     ) -> Option<(Entry, Option<Message>)> {
         let text = Text::File {
-            buf: buf.clone(),
-            start,
-            end,
+            src: src.clone(),
+            offset,
+            len,
+            hash,
         };
         Self::from_parts(parts, text)
     }
@@ -137,20 +177,25 @@ impl Entry {
         Self::from_parts(parts, Text::Owned(raw.to_string().into_boxed_str()))
     }
 
-    /// The entry's JSON text as stored (one line, no newline).
-    pub fn text(&self) -> &str {
+    /// The entry's JSON text as stored (one line, no newline). A line loaded from a file is
+    /// read from it again (it is not kept in memory); if another program changed that line
+    /// since, the text is empty (and a warning is logged).
+    pub fn text(&self) -> Cow<'_, str> {
         match &self.text {
-            Text::File { buf, start, end } => {
-                std::str::from_utf8(buf.get(*start..*end).unwrap_or_default()).unwrap_or_default()
-            }
-            Text::Owned(s) => s,
+            Text::File {
+                src,
+                offset,
+                len,
+                hash,
+            } => Cow::Owned(src.line(*offset, *len, *hash).unwrap_or_default()),
+            Text::Owned(s) => Cow::Borrowed(s),
         }
     }
 
     /// The whole entry as stored, parsed (`Null` if the text does not parse, which loading
     /// rules out).
     pub fn raw(&self) -> Value {
-        serde_json::from_str(self.text()).unwrap_or(Value::Null)
+        serde_json::from_str(&self.text()).unwrap_or(Value::Null)
     }
 
     /// `message.role` of a `message` entry.
@@ -272,7 +317,7 @@ pub fn convert_message(m: &Value) -> Option<Message> {
 /// from the entry's text.
 pub fn entry_message(e: &Entry) -> Option<Message> {
     match e.kind.as_str() {
-        "message" => line::parse(e.text())?.message?.message,
+        "message" => line::parse(&e.text())?.message?.message,
         "custom_message" => {
             let raw = e.raw();
             user_content(&raw["content"], millis(&raw["timestamp"]))
