@@ -704,8 +704,8 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
     };
     let version = header["version"].as_u64().unwrap_or(1);
     let v3 = version >= 3;
-    let pieces = read::lines(&file, pos.min(good_len), good_len, |line| {
-        parse_line(line, v3)
+    let pieces = read::lines(&file, pos.min(good_len), good_len, |buf, lines| {
+        parse_lines(buf, lines, v3)
     })
     .map_err(io(path))?;
     let n_lines = pieces.iter().map(Vec::len).sum();
@@ -783,6 +783,25 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
         messages,
         warnings,
     })
+}
+
+/// Parses the entry lines `buf[start..end]` of `lines` (after the header), in order: v3 lines
+/// in one pass over the buffer ([`line::parse_many`]), any line it does not take one by one.
+fn parse_lines(buf: &[u8], lines: &[(usize, usize)], v3: bool) -> Vec<ParsedLine> {
+    if !v3 {
+        return lines
+            .iter()
+            .map(|&(s, e)| parse_line(&buf[s..e], false))
+            .collect();
+    }
+    line::parse_many(buf, lines)
+        .into_iter()
+        .zip(lines)
+        .map(|(parts, &(s, e))| match parts {
+            Some(parts) => ParsedLine::Parts(Box::new(parts)),
+            None => parse_line(&buf[s..e], true),
+        })
+        .collect()
 }
 
 /// Parses one entry line (after the header). `v3` lines are parsed straight into entries and

@@ -126,19 +126,20 @@ pub(super) fn scan_lines(
 
 /// Reads the piece `[a, b)` of the lines region `[from, to)` of `file` into `buf` (reused
 /// from piece to piece, so it stays in the cache) and parses its non-blank lines with
-/// `parse`.
+/// `parse` (given the buffer and the lines' `(start, end)` in it, it answers one parsed line
+/// each, in order).
 fn piece(
     file: &File,
     (from, to): (usize, usize),
     (a, b): (usize, usize),
     buf: &mut Vec<u8>,
-    parse: &(impl Fn(&[u8]) -> ParsedLine + Sync),
+    parse: &(impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync),
 ) -> io::Result<Vec<Line>> {
     // From the byte before `a`, to see whether a line starts at `a`.
     let base = if a > from { a - 1 } else { a };
     buf.clear();
     read_more(file, buf, base, b - base)?;
-    let mut lines = Vec::new();
+    let mut bounds = Vec::new();
     let mut pos = if a > from {
         match memchr::memchr(b'\n', buf) {
             Some(i) => i + 1,
@@ -158,27 +159,32 @@ fn piece(
                 break buf.len();
             }
         };
-        let line = &buf[pos..end];
-        if !line.iter().all(u8::is_ascii_whitespace) {
-            lines.push(Line {
-                offset: (base + pos) as u64,
-                len: line.len(),
-                hash: xxhash_rust::xxh3::xxh3_64(line),
-                parsed: parse(line),
-            });
+        if !buf[pos..end].iter().all(u8::is_ascii_whitespace) {
+            bounds.push((pos, end));
         }
         pos = end + 1;
     }
-    Ok(lines)
+    let parsed = parse(buf, &bounds);
+    Ok(bounds
+        .iter()
+        .zip(parsed)
+        .map(|(&(start, end), parsed)| Line {
+            offset: (base + start) as u64,
+            len: end - start,
+            hash: xxhash_rust::xxh3::xxh3_64(&buf[start..end]),
+            parsed,
+        })
+        .collect())
 }
 
 /// Reads and parses the lines of `file[from..to]` in pieces of [`PIECE`] bytes, on every core
-/// (up to 8) for large ranges; the lines of each piece, in file order.
+/// (up to 8) for large ranges; the lines of each piece, in file order. `parse` is given a
+/// piece's bytes and its non-blank lines' `(start, end)` and answers one parsed line each.
 pub(super) fn lines(
     file: &File,
     from: usize,
     to: usize,
-    parse: impl Fn(&[u8]) -> ParsedLine + Sync,
+    parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
 ) -> io::Result<Vec<Vec<Line>>> {
     pieces(file, (from, to), PIECE, parse)
 }
@@ -188,7 +194,7 @@ fn pieces(
     file: &File,
     (from, to): (usize, usize),
     size: usize,
-    parse: impl Fn(&[u8]) -> ParsedLine + Sync,
+    parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
 ) -> io::Result<Vec<Vec<Line>>> {
     if from >= to {
         return Ok(Vec::new());
@@ -278,8 +284,8 @@ mod tests {
         let want = plain(&bytes, from, bytes.len());
         assert_eq!(want.len(), 5);
         for size in [1, 2, 3, 7, 8, 13, 64, 100, 250, 1000, 1 << 20] {
-            let got: Vec<(u64, Vec<u8>)> = pieces(&f, (from, bytes.len()), size, |l| {
-                super::super::parse_line(l, true)
+            let got: Vec<(u64, Vec<u8>)> = pieces(&f, (from, bytes.len()), size, |b, l| {
+                super::super::parse_lines(b, l, true)
             })
             .unwrap()
             .into_iter()
