@@ -113,10 +113,18 @@ pub(crate) fn parse_many(buf: &[u8], lines: &[(usize, usize)]) -> Vec<Option<Lin
             d.deserialize_map(LineVisitor).map(Parts)
         }
     }
+    // Valid UTF-8 as a whole (else each line is read on its own).
+    let Ok(text) = std::str::from_utf8(buf) else {
+        return lines.iter().map(|_| None).collect();
+    };
     let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     let mut out = Vec::with_capacity(lines.len());
     while let Some(&(start, _)) = lines.get(out.len()) {
-        let mut stream = serde_json::Deserializer::from_slice(&buf[start..]).into_iter::<Parts>();
+        let Some(rest) = text.get(start..) else {
+            out.resize_with(lines.len(), || None);
+            break;
+        };
+        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Parts>();
         while let Some(&(_, end)) = lines.get(out.len()) {
             let ok = match stream.next() {
                 Some(Ok(Parts(parts))) => {
@@ -686,6 +694,13 @@ mod tests {
                 false, true
             ]
         );
+        // A piece that is not UTF-8 as a whole leaves every line to the line-by-line path.
+        let mut bad = br#"{"type":"custom","id":"a"}"#.to_vec();
+        let n = bad.len();
+        bad.extend_from_slice(b"\n\xff\n");
+        assert!(parse_many(&bad, &[(0, n), (n + 1, n + 2)])
+            .iter()
+            .all(Option::is_none));
         for (parts, &(s, e)) in many.into_iter().zip(&bounds) {
             let line = &text[s..e];
             let alone = parse_fast(line);
