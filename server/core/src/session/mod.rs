@@ -333,7 +333,7 @@ impl SessionWriter {
         }
         let leaf = tree.last_id().map(str::to_string);
         let ctx = match messages {
-            Some(mut parsed) => tree.context_parsed(leaf.as_deref(), &mut parsed),
+            Some(parsed) => tree.context_parsed(leaf.as_deref(), parsed),
             None => tree.context(leaf.as_deref()),
         };
         let loaded = LoadedSession {
@@ -1043,6 +1043,44 @@ mod tests {
         // Cut short: the last entry is gone too.
         std::fs::write(&path, &text[..text.len() / 2]).unwrap();
         assert_eq!(tree.entries[3].text(), "");
+    }
+
+    #[test]
+    fn messages_taken_from_loading_equal_the_context_built_from_the_tree_at_every_leaf() {
+        let d = tmp("parsed");
+        let p = d.join("s.jsonl");
+        let user = |id: &str, parent: Option<&str>, text: &str| json!({"type":"message","id":id,"parentId":parent,"message":{"role":"user","content":text,"timestamp":1}});
+        let assistant = |id: &str, parent: &str, model: &str| json!({"type":"message","id":id,"parentId":parent,"message":{"role":"assistant","content":[{"type":"text","text":id}],"provider":"p","model":model,"stopReason":"stop","timestamp":2}});
+        let lines = [
+            json!({"type":"session","version":3,"id":"s","cwd":"/ws"}),
+            json!({"type":"model_change","id":"m0","parentId":null,"provider":"p","modelId":"m0"}),
+            json!({"type":"thinking_level_change","id":"t0","parentId":"m0","thinkingLevel":"high"}),
+            user("a", Some("t0"), "one"),
+            assistant("b", "a", "m1"),
+            user("c", Some("b"), "off the later branch"),
+            assistant("d", "c", "m2"),
+            user("e", Some("b"), "two"),
+            json!({"type":"custom_message","id":"x","parentId":"e","customType":"ext","content":"note","display":true}),
+            assistant("f", "x", "m3"),
+            json!({"type":"compaction","id":"k","parentId":"d","summary":"sum","firstKeptEntryId":"c","tokensBefore":9}),
+            user("g", Some("k"), "after compaction"),
+            json!({"type":"message","id":"h","parentId":"e","message":{"role":"bashExecution","command":"ls","output":"","exitCode":0,"excludeFromContext":true}}),
+            user("i", Some("h"), "three"),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&p, text).unwrap();
+        let loaded = load(&p, false).unwrap();
+        let ids: Vec<String> = loaded.tree.entries.iter().map(|e| e.id.clone()).collect();
+        assert_eq!(ids.len(), lines.len() - 1);
+        for id in &ids {
+            let again = load(&p, false).unwrap();
+            let taken = again.tree.context_parsed(Some(id), again.messages.unwrap());
+            assert_eq!(taken, loaded.tree.context(Some(id)), "leaf {id}");
+        }
+        let at_i = loaded.tree.context(Some("i"));
+        assert_eq!(at_i.messages.len(), 4);
+        assert_eq!(at_i.model, Some(("p".into(), "m1".into())));
+        assert_eq!(at_i.thinking_level, "high");
     }
 
     #[test]

@@ -390,6 +390,43 @@ pub fn path_messages_with(
     out
 }
 
+/// The model and thinking level of a root-to-leaf `path` (no messages): the last
+/// `model_change` or assistant message's provider and model, the last `thinking_level_change`
+/// (`off` without one).
+fn path_settings(path: &[&Entry]) -> SessionContext {
+    let mut ctx = SessionContext {
+        thinking_level: "off".into(),
+        ..Default::default()
+    };
+    for e in path {
+        match e.kind.as_str() {
+            "thinking_level_change" => {
+                if let Some(t) = str_of(&e.raw(), "thinkingLevel") {
+                    ctx.thinking_level = t;
+                }
+            }
+            "model_change" => {
+                let raw = e.raw();
+                if let (Some(p), Some(m)) = (str_of(&raw, "provider"), str_of(&raw, "modelId")) {
+                    ctx.model = Some((p, m));
+                }
+            }
+            "message" => {
+                if let Some(AssistantInfo {
+                    provider: Some(p),
+                    model: Some(m),
+                    ..
+                }) = e.assistant()
+                {
+                    ctx.model = Some((p.clone(), m.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    ctx
+}
+
 impl SessionTree {
     /// An empty tree under `header`.
     pub fn new(header: Value) -> SessionTree {
@@ -582,14 +619,42 @@ impl SessionTree {
         self.context_with(leaf, Some((summary, first_kept_entry_id)), None)
     }
 
-    /// [`SessionTree::context`] taking the messages of `message` entries from `parsed`
-    /// (by entry index, as loading parsed them; taken out, not copied).
+    /// [`SessionTree::context`] taking the messages of `message` entries from `parsed` (by
+    /// entry index, as loading parsed them). A path in file order without compaction and
+    /// whose messages all come from `message` entries (a session without branches, say) takes
+    /// them in place, in the same allocation; any other path takes them out one by one.
     pub(crate) fn context_parsed(
         &self,
         leaf: Option<&str>,
-        parsed: &mut [Option<Message>],
+        mut parsed: Vec<Option<Message>>,
     ) -> SessionContext {
-        self.context_with(leaf, None, Some(parsed))
+        let Some(leaf_id) = leaf.or(self.last_id()) else {
+            return self.context_with(leaf, None, Some(&mut parsed));
+        };
+        let indices = self.path_indices(leaf_id);
+        let in_order = indices.windows(2).all(|w| w[0] < w[1]);
+        let plain = indices.iter().all(|&i| {
+            !matches!(
+                self.entries[i].kind.as_str(),
+                "compaction" | "custom_message" | "branch_summary"
+            )
+        });
+        if !(in_order && plain && parsed.len() == self.entries.len()) {
+            return self.context_with(leaf, None, Some(&mut parsed));
+        }
+        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+        let mut ctx = path_settings(&path);
+        let mut on_path = vec![false; parsed.len()];
+        for &i in &indices {
+            on_path[i] = true;
+        }
+        // Entries other than `message` have no parsed message; off the path they are dropped.
+        ctx.messages = parsed
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.filter(|_| on_path[i]))
+            .collect();
+        ctx
     }
 
     fn context_with(
@@ -607,33 +672,7 @@ impl SessionTree {
         };
         let indices = self.path_indices(leaf);
         let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-        for e in &path {
-            match e.kind.as_str() {
-                "thinking_level_change" => {
-                    if let Some(t) = str_of(&e.raw(), "thinkingLevel") {
-                        ctx.thinking_level = t;
-                    }
-                }
-                "model_change" => {
-                    let raw = e.raw();
-                    if let (Some(p), Some(m)) = (str_of(&raw, "provider"), str_of(&raw, "modelId"))
-                    {
-                        ctx.model = Some((p, m));
-                    }
-                }
-                "message" => {
-                    if let Some(AssistantInfo {
-                        provider: Some(p),
-                        model: Some(m),
-                        ..
-                    }) = e.assistant()
-                    {
-                        ctx.model = Some((p.clone(), m.clone()));
-                    }
-                }
-                _ => {}
-            }
-        }
+        ctx = path_settings(&path);
         ctx.messages = path_messages_with(&path, proposed, |k, e| match parsed.as_mut() {
             Some(parsed) if e.kind == "message" => {
                 parsed.get_mut(indices[k]).and_then(Option::take)
