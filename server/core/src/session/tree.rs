@@ -4,7 +4,10 @@
 //!
 //! Entries keep their text as stored, so every entry type Pi writes (and any it may add)
 //! survives a load untouched; typed views are parsed from the text on demand (the loader parses
-//! each line once, straight into the model's messages, see `line.rs`). Parent pointers rebuild
+//! each line once, straight into the model's messages, see `line.rs`). An entry loaded from a
+//! file keeps where its line is (offset, length, xxh3), not its bytes: the text is read back
+//! from the file when asked for, and a line another program changed since reads as empty
+//! instead of as something else. Parent pointers rebuild
 //! the tree; a leaf selects a root-to-leaf path; the model context is derived from the path:
 //! - `message` entries of the roles `user`, `assistant`, `toolResult` as they are;
 //! - extended roles converted as Pi's `convertToLlm` does: `bashExecution` → user text
@@ -87,8 +90,9 @@ impl FileText {
 }
 
 /// One entry of a session file (everything but the header): the fields the tree needs, and the
-/// entry's text exactly as stored, so every entry type Pi writes (and any it may add) and every
-/// unknown field survive; typed views are parsed from the text on demand.
+/// entry's text exactly as stored (its place in the file, or its own text), so every entry type
+/// Pi writes (and any it may add) and every unknown field survive; typed views are parsed from
+/// the text on demand.
 #[derive(Clone)]
 pub struct Entry {
     pub id: String,
