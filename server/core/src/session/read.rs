@@ -150,10 +150,12 @@ fn piece(
     };
     let own_end = b - base; // lines starting at or after this belong to the next piece
     while pos < own_end && pos < buf.len() {
+        let mut scanned = pos;
         let end = loop {
-            if let Some(i) = memchr::memchr(b'\n', &buf[pos..]) {
-                break pos + i;
+            if let Some(i) = memchr::memchr(b'\n', &buf[scanned..]) {
+                break scanned + i;
             }
+            scanned = buf.len();
             let read_to = base + buf.len();
             if read_to >= to || !read_more(file, buf, read_to, STEP.min(to - read_to))? {
                 break buf.len();
