@@ -704,71 +704,83 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
     };
     let version = header["version"].as_u64().unwrap_or(1);
     let v3 = version >= 3;
-    let pieces = read::lines(&file, pos.min(good_len), good_len, |buf, lines| {
-        parse_lines(buf, lines, v3)
-    })
-    .map_err(io(path))?;
-    let n_lines = pieces.iter().map(Vec::len).sum();
     let dir = path.parent();
     let mut image_warnings = Vec::new();
-    let (tree, messages) = if !v3 {
-        let mut values = Vec::with_capacity(n_lines);
-        for l in pieces.into_iter().flatten() {
-            match l.parsed {
-                ParsedLine::Value(mut v) => {
+    let src = Arc::new(tree::FileText::new(file, path));
+    let mut tree = SessionTree::new(header);
+    let mut values = Vec::new();
+    let mut messages: Vec<Option<Message>> = Vec::new();
+    // Each piece's lines as soon as they are parsed, in file order.
+    let mut take = |k: usize, n: usize, lines: Vec<read::Line>| {
+        if k == 0 {
+            // As many lines in every piece as in the first.
+            let guess = lines.len().saturating_mul(n).saturating_add(16);
+            if v3 {
+                tree.entries.reserve(guess);
+                messages.reserve(guess);
+            } else {
+                values.reserve(guess);
+            }
+        }
+        for read::Line {
+            offset,
+            len,
+            hash,
+            parsed,
+        } in lines
+        {
+            let entry = match parsed {
+                // Older files are migrated as values first.
+                ParsedLine::Value(mut v) if !v3 => {
                     if let Some(dir) = dir {
                         load_images(&mut v, dir, &mut image_warnings);
                     }
                     values.push(v);
-                }
-                _ => skipped += 1,
-            }
-        }
-        (SessionTree::from_values(header, values, Vec::new()), None)
-    } else {
-        let mut tree = SessionTree::new(header);
-        tree.entries.reserve(n_lines);
-        let mut messages: Vec<Option<Message>> = Vec::with_capacity(n_lines);
-        let src = Arc::new(tree::FileText::new(file, path));
-        for line in pieces.into_iter().flatten() {
-            let read::Line {
-                offset,
-                len,
-                hash,
-                parsed,
-            } = line;
-            {
-                let entry = match parsed {
-                    ParsedLine::Parts(parts) => Entry::from_file(&src, offset, len, hash, *parts),
-                    ParsedLine::Value(mut v) => {
-                        let changed =
-                            dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
-                        if changed {
-                            Entry::from_value_converted(&v)
-                        } else {
-                            // Unchanged: the entry keeps its line as stored.
-                            let parts = line::line_from_value(&v, true);
-                            Entry::from_file(&src, offset, len, hash, parts)
-                        }
-                    }
-                    ParsedLine::Damaged => {
-                        skipped += 1;
-                        continue;
-                    }
-                };
-                let Some((entry, message)) = entry else {
-                    tree.warnings
-                        .push("skipped an entry without id or type".into());
                     continue;
-                };
-                let i = tree.push_entry(entry);
-                match messages.get_mut(i) {
-                    Some(slot) => *slot = message,
-                    None => messages.push(message),
                 }
+                ParsedLine::Parts(parts) => Entry::from_file(&src, offset, len, hash, *parts),
+                ParsedLine::Value(mut v) => {
+                    let changed = dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
+                    if changed {
+                        Entry::from_value_converted(&v)
+                    } else {
+                        // Unchanged: the entry keeps its line as stored.
+                        let parts = line::line_from_value(&v, true);
+                        Entry::from_file(&src, offset, len, hash, parts)
+                    }
+                }
+                ParsedLine::Damaged => {
+                    skipped += 1;
+                    continue;
+                }
+            };
+            let Some((entry, message)) = entry else {
+                tree.warnings
+                    .push("skipped an entry without id or type".into());
+                continue;
+            };
+            let i = tree.push_entry(entry);
+            match messages.get_mut(i) {
+                Some(slot) => *slot = message,
+                None => messages.push(message),
             }
         }
+    };
+    read::lines(
+        &src.file,
+        pos.min(good_len),
+        good_len,
+        |buf, lines| parse_lines(buf, lines, v3),
+        &mut take,
+    )
+    .map_err(io(path))?;
+    let (tree, messages) = if v3 {
         (tree, Some(messages))
+    } else {
+        (
+            SessionTree::from_values(tree.header, values, Vec::new()),
+            None,
+        )
     };
     if skipped > 0 {
         warnings.push(format!(

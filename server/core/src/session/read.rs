@@ -180,15 +180,19 @@ fn piece(
 }
 
 /// Reads and parses the lines of `file[from..to]` in pieces of [`PIECE`] bytes, on every core
-/// (up to 8) for large ranges; the lines of each piece, in file order. `parse` is given a
-/// piece's bytes and its non-blank lines' `(start, end)` and answers one parsed line each.
+/// (up to 8) for large ranges, and hands each piece's lines to `take` in file order, on the
+/// calling thread, as soon as that piece and all before it are parsed (while later pieces are
+/// still being read). `parse` is given a piece's bytes and its non-blank lines' `(start, end)`
+/// and answers one parsed line each; `take` is given the piece's index, the number of pieces
+/// and its lines.
 pub(super) fn lines(
     file: &File,
     from: usize,
     to: usize,
     parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
-) -> io::Result<Vec<Vec<Line>>> {
-    pieces(file, (from, to), PIECE, parse)
+    take: impl FnMut(usize, usize, Vec<Line>),
+) -> io::Result<()> {
+    pieces(file, (from, to), PIECE, parse, take)
 }
 
 /// [`lines`] with pieces of `size` bytes.
@@ -197,9 +201,10 @@ fn pieces(
     (from, to): (usize, usize),
     size: usize,
     parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
-) -> io::Result<Vec<Vec<Line>>> {
+    mut take: impl FnMut(usize, usize, Vec<Line>),
+) -> io::Result<()> {
     if from >= to {
-        return Ok(Vec::new());
+        return Ok(());
     }
     let n = (to - from).div_ceil(size.max(1));
     let bound = |k: usize| if k >= n { to } else { from + k * size };
@@ -210,42 +215,66 @@ fn pieces(
         .min(n);
     if threads < 2 {
         let mut buf = Vec::new();
-        return (0..n)
-            .map(|k| piece(file, (from, to), (bound(k), bound(k + 1)), &mut buf, &parse))
-            .collect();
+        for k in 0..n {
+            let lines = piece(file, (from, to), (bound(k), bound(k + 1)), &mut buf, &parse)?;
+            take(k, n, lines);
+        }
+        return Ok(());
     }
-    // Threads take the next piece as they finish one.
+    // Threads take the next piece as they finish one; a failed piece stops them.
     let next = AtomicUsize::new(0);
-    type Done = Vec<(usize, io::Result<Vec<Line>>)>;
-    let results: Vec<Done> = std::thread::scope(|s| {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, io::Result<Vec<Line>>)>();
+    std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
-                s.spawn(|| {
-                    let mut done = Vec::new();
+                let tx = tx.clone();
+                let (next, stop, parse, bound) = (&next, &stop, &parse, &bound);
+                s.spawn(move || {
                     let mut buf = Vec::with_capacity(size + STEP);
-                    loop {
+                    while !stop.load(Ordering::Relaxed) {
                         let k = next.fetch_add(1, Ordering::Relaxed);
                         if k >= n {
-                            return done;
+                            return;
                         }
                         let lines =
-                            piece(file, (from, to), (bound(k), bound(k + 1)), &mut buf, &parse);
-                        done.push((k, lines));
+                            piece(file, (from, to), (bound(k), bound(k + 1)), &mut buf, parse);
+                        if tx.send((k, lines)).is_err() {
+                            return;
+                        }
                     }
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| vec![(0, Err(io::Error::other("a reader thread failed")))])
-            })
-            .collect()
-    });
-    let mut all: Done = results.into_iter().flatten().collect();
-    all.sort_by_key(|p| p.0);
-    all.into_iter().map(|(_, p)| p).collect()
+        drop(tx);
+        let mut waiting: std::collections::BTreeMap<usize, Vec<Line>> = Default::default();
+        let mut want = 0;
+        let mut failed = None;
+        for (k, lines) in rx.iter() {
+            match lines {
+                Ok(lines) => {
+                    waiting.insert(k, lines);
+                }
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    failed.get_or_insert(e);
+                }
+            }
+            while failed.is_none() {
+                let Some(lines) = waiting.remove(&want) else {
+                    break;
+                };
+                take(want, n, lines);
+                want += 1;
+            }
+        }
+        let panicked = handles.into_iter().any(|h| h.join().is_err());
+        match failed {
+            Some(e) => Err(e),
+            None if panicked || want < n => Err(io::Error::other("a reader thread failed")),
+            None => Ok(()),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -286,18 +315,29 @@ mod tests {
         let want = plain(&bytes, from, bytes.len());
         assert_eq!(want.len(), 5);
         for size in [1, 2, 3, 7, 8, 13, 64, 100, 250, 1000, 1 << 20] {
-            let got: Vec<(u64, Vec<u8>)> = pieces(&f, (from, bytes.len()), size, |b, l| {
-                super::super::parse_lines(b, l, true)
-            })
-            .unwrap()
-            .into_iter()
-            .flatten()
-            .map(|l| {
-                let text = bytes[l.offset as usize..l.offset as usize + l.len].to_vec();
-                assert_eq!(l.hash, xxhash_rust::xxh3::xxh3_64(&text));
-                (l.offset, text)
-            })
-            .collect();
+            let mut all = Vec::new();
+            let mut order = Vec::new();
+            pieces(
+                &f,
+                (from, bytes.len()),
+                size,
+                |b, l| super::super::parse_lines(b, l, true),
+                |k, n, lines| {
+                    order.push((k, n));
+                    all.extend(lines);
+                },
+            )
+            .unwrap();
+            let n = (bytes.len() - from).div_ceil(size);
+            assert_eq!(order, (0..n).map(|k| (k, n)).collect::<Vec<_>>());
+            let got: Vec<(u64, Vec<u8>)> = all
+                .into_iter()
+                .map(|l| {
+                    let text = bytes[l.offset as usize..l.offset as usize + l.len].to_vec();
+                    assert_eq!(l.hash, xxhash_rust::xxh3::xxh3_64(&text));
+                    (l.offset, text)
+                })
+                .collect();
             assert_eq!(got, want, "pieces of {size} bytes");
         }
     }

@@ -58,7 +58,7 @@ enum Text {
 /// The session file whose lines entries of a load refer to (kept open, so a rename or an
 /// unlink of the path does not change what is read).
 pub(crate) struct FileText {
-    file: std::fs::File,
+    pub(crate) file: std::fs::File,
     path: std::path::PathBuf,
 }
 
