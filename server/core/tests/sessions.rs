@@ -675,7 +675,7 @@ fn entries_keep_their_lines_and_forks_copy_them_byte_for_byte() {
         let (tree, warnings) = read_tree(&p, false).unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
         let lines: Vec<&str> = text.lines().skip(1).collect();
-        let stored: Vec<&str> = tree.entries.iter().map(|e| e.text()).collect();
+        let stored: Vec<_> = tree.entries.iter().map(|e| e.text()).collect();
         assert_eq!(stored, lines, "{name}");
         // Messages parsed from the text equal the ones converted from the parsed value.
         for e in &tree.entries {
@@ -698,7 +698,7 @@ fn entries_keep_their_lines_and_forks_copy_them_byte_for_byte() {
                 .unwrap(),
         )
         .unwrap();
-        let path_lines: Vec<&str> = tree.path("f3").iter().map(|e| e.text()).collect();
+        let path_lines: Vec<_> = tree.path("f3").iter().map(|e| e.text()).collect();
         assert_eq!(
             forked.lines().skip(1).collect::<Vec<_>>(),
             path_lines,

@@ -6,6 +6,11 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: opening a 100 MB session (tens of thousands of messages built on every core) takes
+/// about a fifth less CPU than with the system allocator (the sessions bench).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "pi-lsp",

@@ -100,6 +100,49 @@ pub(crate) fn parse_fast(text: &str) -> Option<LineParts> {
     Some(parts)
 }
 
+/// [`parse_fast`] of the lines `buf[start..end]` of `lines` (non-blank, in order), in one pass
+/// of one deserializer over `buf` (its buffer for strings with escapes is reused, not grown
+/// again for each line): `None` for a line that needs [`parse_fast`] or the `Value` path on its
+/// own (a damaged line, a line the fast path does not take, a value that does not end on its
+/// line); the pass starts again at the next line.
+pub(crate) fn parse_many(buf: &[u8], lines: &[(usize, usize)]) -> Vec<Option<LineParts>> {
+    /// An entry line through [`LineVisitor`].
+    struct Parts(LineParts);
+    impl<'de> Deserialize<'de> for Parts {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Parts, D::Error> {
+            d.deserialize_map(LineVisitor).map(Parts)
+        }
+    }
+    // Valid UTF-8 as a whole (else each line is read on its own).
+    let Ok(text) = std::str::from_utf8(buf) else {
+        return lines.iter().map(|_| None).collect();
+    };
+    let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let mut out = Vec::with_capacity(lines.len());
+    while let Some(&(start, _)) = lines.get(out.len()) {
+        let Some(rest) = text.get(start..) else {
+            out.resize_with(lines.len(), || None);
+            break;
+        };
+        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Parts>();
+        while let Some(&(_, end)) = lines.get(out.len()) {
+            let ok = match stream.next() {
+                Some(Ok(Parts(parts))) => {
+                    let at = start + stream.byte_offset();
+                    (at <= end && buf[at..end].iter().all(json_space)).then_some(parts)
+                }
+                _ => None,
+            };
+            let restart = ok.is_none();
+            out.push(ok);
+            if restart {
+                break;
+            }
+        }
+    }
+    out
+}
+
 /// Parses one line: the fast path, else through a `Value`; `None` when it is not a JSON object.
 pub(crate) fn parse(text: &str) -> Option<LineParts> {
     parse_fast(text).or_else(|| match serde_json::from_str::<Value>(text) {
@@ -606,6 +649,69 @@ mod tests {
             parse(text).unwrap().message.unwrap().role,
             str_of(&v["message"], "role")
         );
+    }
+
+    #[test]
+    fn lines_parsed_in_one_pass_are_parsed_as_each_alone() {
+        let user = |id: &str| {
+            json!({"type":"message","id":id,"parentId":null,"message":{"role":"user","content":"a\nb \"q\"","timestamp":1}}).to_string()
+        };
+        let lines = [
+            user("u1"),
+            "\0\0\0".to_string(),
+            user("u2"),
+            r#"{"type":"label","id":"x","targetId":"u1"} trailing"#.to_string(),
+            user("u3"),
+            r#"{"type":"message","id":"s","#.to_string(),
+            r#""parentId":null}"#.to_string(),
+            user("u4"),
+            "[1]".to_string(),
+            r#"  {"type":"custom","id":"c","data":{"k":[1,{"a":null}]}}  "#.to_string(),
+            user("u5"),
+            "\u{c}".to_string(),
+            user("u6"),
+            r#"{"type":"message","id":"d","message":{"role":"user","content":"a","role":"assistant"}}"#.to_string(),
+            user("u7"),
+        ];
+        let text = lines.join("\n");
+        let mut bounds = Vec::new();
+        let mut pos = 0;
+        for l in &lines {
+            if !l.bytes().all(|b| b.is_ascii_whitespace()) {
+                bounds.push((pos, pos + l.len()));
+            }
+            pos += l.len() + 1;
+        }
+        let many = parse_many(text.as_bytes(), &bounds);
+        assert_eq!(many.len(), bounds.len());
+        let taken: Vec<bool> = many.iter().map(Option::is_some).collect();
+        // Every line after a damaged one is taken again; only the line after a form feed
+        // (blank to the loader, not JSON whitespace) is left to the line-by-line path.
+        assert_eq!(
+            taken,
+            [
+                true, false, true, false, true, false, false, true, false, true, true, false,
+                false, true
+            ]
+        );
+        // A piece that is not UTF-8 as a whole leaves every line to the line-by-line path.
+        let mut bad = br#"{"type":"custom","id":"a"}"#.to_vec();
+        let n = bad.len();
+        bad.extend_from_slice(b"\n\xff\n");
+        assert!(parse_many(&bad, &[(0, n), (n + 1, n + 2)])
+            .iter()
+            .all(Option::is_none));
+        for (parts, &(s, e)) in many.into_iter().zip(&bounds) {
+            let line = &text[s..e];
+            let alone = parse_fast(line);
+            match parts {
+                Some(p) => assert_eq!(format!("{p:?}"), format!("{:?}", alone.unwrap()), "{line}"),
+                None => assert!(
+                    line.contains("u6") || alone.is_none(),
+                    "left out but parses alone: {line}"
+                ),
+            }
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 mod line;
 mod list;
+mod read;
 mod tree;
 
 pub use line::AssistantInfo;
@@ -332,7 +333,7 @@ impl SessionWriter {
         }
         let leaf = tree.last_id().map(str::to_string);
         let ctx = match messages {
-            Some(mut parsed) => tree.context_parsed(leaf.as_deref(), &mut parsed),
+            Some(parsed) => tree.context_parsed(leaf.as_deref(), parsed),
             None => tree.context(leaf.as_deref()),
         };
         let loaded = LoadedSession {
@@ -472,7 +473,7 @@ impl SessionWriter {
                     store_large_images(&mut line, &dir.join(ASSETS_DIR))?;
                     w.write_line(&line)?;
                 } else {
-                    w.write_text(text)?;
+                    w.write_text(&text)?;
                 }
             }
         }
@@ -635,9 +636,6 @@ struct Loaded {
     warnings: Vec<String>,
 }
 
-/// The non-blank lines of a file: `(start, end, parsed)`.
-type Lines = Vec<(usize, usize, ParsedLine)>;
-
 /// One line of a file, parsed.
 enum ParsedLine {
     /// A version 3 entry line.
@@ -650,17 +648,17 @@ enum ParsedLine {
 
 /// [`read_tree`], keeping the messages parsed on the way.
 fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
-    let bytes = std::fs::read(path).map_err(io(path))?;
+    let file = std::fs::File::open(path).map_err(io(path))?;
+    let size = file.metadata().map_err(io(path))?.len() as usize;
     let mut warnings = Vec::new();
-    let mut good_len = bytes.len();
-    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
-        let start = memchr::memrchr(b'\n', &bytes).map(|i| i + 1).unwrap_or(0);
-        let tail = &bytes[start..];
-        if serde_json::from_slice::<Value>(tail).is_err() {
+    let mut good_len = size;
+    if let Some((start, tail)) = read::tail(&file, size).map_err(io(path))? {
+        good_len = start + tail.len();
+        if serde_json::from_slice::<Value>(&tail).is_err() {
             good_len = start;
             if repair {
                 let sidecar = path.with_extension("jsonl.corrupt");
-                std::fs::write(&sidecar, tail).map_err(io(&sidecar))?;
+                std::fs::write(&sidecar, &tail).map_err(io(&sidecar))?;
                 let f = std::fs::OpenOptions::new()
                     .write(true)
                     .open(path)
@@ -681,58 +679,74 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
             f.write_all(b"\n").map_err(io(path))?;
         }
     }
-    let buf = Arc::new(bytes);
     // The header: the first line that is an object (damaged lines before it are skipped).
     let mut skipped = 0;
     let mut header = None;
-    let mut pos = 0;
-    while pos < good_len && header.is_none() {
-        let end = memchr::memchr(b'\n', &buf[pos..good_len]).map_or(good_len, |i| pos + i);
-        let text = &buf[pos..end];
-        pos = end + 1;
+    let pos = read::scan_lines(&file, good_len, |text| {
         if text.iter().all(u8::is_ascii_whitespace) {
-            continue;
+            return false;
         }
         match serde_json::from_slice::<Value>(text) {
-            Ok(v) if v.is_object() => header = Some(v),
-            _ => skipped += 1,
+            Ok(v) if v.is_object() => {
+                header = Some(v);
+                true
+            }
+            _ => {
+                skipped += 1;
+                false
+            }
         }
-    }
+    })
+    .map_err(io(path))?
+    .unwrap_or(good_len);
     let Some(header) = header.filter(|h| h["type"] == "session") else {
         return Err(SessionError::NoHeader(path.to_path_buf()));
     };
     let version = header["version"].as_u64().unwrap_or(1);
-    let lines = parse_lines(&buf, pos.min(good_len), good_len, version >= 3);
+    let v3 = version >= 3;
     let dir = path.parent();
     let mut image_warnings = Vec::new();
-    let (tree, messages) = if version < 3 {
-        let mut values = Vec::with_capacity(lines.len());
-        for (_, _, l) in lines {
-            match l {
-                ParsedLine::Value(mut v) => {
+    let src = Arc::new(tree::FileText::new(file, path));
+    let mut tree = SessionTree::new(header);
+    let mut values = Vec::new();
+    let mut messages: Vec<Option<Message>> = Vec::new();
+    // Each piece's lines as soon as they are parsed, in file order.
+    let mut take = |k: usize, n: usize, lines: Vec<read::Line>| {
+        if k == 0 {
+            // As many lines in every piece as in the first.
+            let guess = lines.len().saturating_mul(n).saturating_add(16);
+            if v3 {
+                tree.entries.reserve(guess);
+                messages.reserve(guess);
+            } else {
+                values.reserve(guess);
+            }
+        }
+        for read::Line {
+            offset,
+            len,
+            hash,
+            parsed,
+        } in lines
+        {
+            let entry = match parsed {
+                // Older files are migrated as values first.
+                ParsedLine::Value(mut v) if !v3 => {
                     if let Some(dir) = dir {
                         load_images(&mut v, dir, &mut image_warnings);
                     }
                     values.push(v);
+                    continue;
                 }
-                _ => skipped += 1,
-            }
-        }
-        (SessionTree::from_values(header, values, Vec::new()), None)
-    } else {
-        let mut tree = SessionTree::new(header);
-        tree.entries.reserve(lines.len());
-        let mut messages: Vec<Option<Message>> = Vec::with_capacity(lines.len());
-        for (start, end, l) in lines {
-            let entry = match l {
-                ParsedLine::Parts(parts) => Entry::from_file(&buf, start, end, *parts),
+                ParsedLine::Parts(parts) => Entry::from_file(&src, offset, len, hash, *parts),
                 ParsedLine::Value(mut v) => {
                     let changed = dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
                     if changed {
                         Entry::from_value_converted(&v)
                     } else {
                         // Unchanged: the entry keeps its line as stored.
-                        Entry::from_file(&buf, start, end, line::line_from_value(&v, true))
+                        let parts = line::line_from_value(&v, true);
+                        Entry::from_file(&src, offset, len, hash, parts)
                     }
                 }
                 ParsedLine::Damaged => {
@@ -751,7 +765,22 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
                 None => messages.push(message),
             }
         }
+    };
+    read::lines(
+        &src.file,
+        pos.min(good_len),
+        good_len,
+        |buf, lines| parse_lines(buf, lines, v3),
+        &mut take,
+    )
+    .map_err(io(path))?;
+    let (tree, messages) = if v3 {
         (tree, Some(messages))
+    } else {
+        (
+            SessionTree::from_values(tree.header, values, Vec::new()),
+            None,
+        )
     };
     if skipped > 0 {
         warnings.push(format!(
@@ -768,84 +797,43 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
     })
 }
 
-/// Parses the lines of `buf[from..to]` (entries, after the header) in file order, on every
-/// core for large files: `(start, end, line)` per non-blank line. `v3` lines are parsed
-/// straight into entries and messages; older ones into values (they are migrated).
-fn parse_lines(buf: &Arc<Vec<u8>>, from: usize, to: usize, v3: bool) -> Lines {
-    fn one(line: &[u8], v3: bool) -> ParsedLine {
-        let object = |v: Value| {
-            if v.is_object() {
-                ParsedLine::Value(v)
-            } else {
-                ParsedLine::Damaged
-            }
-        };
-        let Ok(text) = std::str::from_utf8(line) else {
-            return ParsedLine::Damaged;
-        };
-        // Lines the fast path does not take (images kept in assets among them) are read
-        // as values.
-        match v3.then(|| line::parse_fast(text)).flatten() {
-            Some(parts) => ParsedLine::Parts(Box::new(parts)),
-            None => serde_json::from_str(text).map_or(ParsedLine::Damaged, object),
-        }
-    }
-    fn chunk(buf: &[u8], from: usize, to: usize, v3: bool) -> Lines {
-        let mut out = Vec::new();
-        let mut pos = from;
-        while pos < to {
-            let end = memchr::memchr(b'\n', &buf[pos..to]).map_or(to, |i| pos + i);
-            let line = &buf[pos..end];
-            if !line.iter().all(u8::is_ascii_whitespace) {
-                out.push((pos, end, one(line, v3)));
-            }
-            pos = end + 1;
-        }
-        out
-    }
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
-    if threads < 2 || to - from < 1 << 20 {
-        return chunk(buf, from, to, v3);
-    }
-    // Chunks end at line ends; threads take the next chunk as they finish one.
-    let n = threads * 8;
-    let mut bounds = vec![from];
-    for k in 1..n {
-        let at = (from + (to - from) * k / n).max(*bounds.last().unwrap_or(&from));
-        let end = memchr::memchr(b'\n', &buf[at..to]).map_or(to, |i| at + i + 1);
-        bounds.push(end);
-    }
-    bounds.push(to);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut parts: Vec<(usize, Lines)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if k >= n {
-                            return done;
-                        }
-                        done.push((k, chunk(buf, bounds[k], bounds[k + 1], v3)));
-                    }
-                })
-            })
+/// Parses the entry lines `buf[start..end]` of `lines` (after the header), in order: v3 lines
+/// in one pass over the buffer ([`line::parse_many`]), any line it does not take one by one.
+fn parse_lines(buf: &[u8], lines: &[(usize, usize)], v3: bool) -> Vec<ParsedLine> {
+    if !v3 {
+        return lines
+            .iter()
+            .map(|&(s, e)| parse_line(&buf[s..e], false))
             .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    parts.sort_by_key(|p| p.0);
-    let mut out = Vec::with_capacity(parts.iter().map(|p| p.1.len()).sum());
-    for (_, p) in parts {
-        out.extend(p);
     }
-    out
+    line::parse_many(buf, lines)
+        .into_iter()
+        .zip(lines)
+        .map(|(parts, &(s, e))| match parts {
+            Some(parts) => ParsedLine::Parts(Box::new(parts)),
+            None => parse_line(&buf[s..e], true),
+        })
+        .collect()
+}
+
+/// Parses one entry line (after the header). `v3` lines are parsed straight into entries and
+/// messages; older ones into values (they are migrated). Lines the fast path does not take
+/// (images kept in assets among them) are read as values.
+fn parse_line(line: &[u8], v3: bool) -> ParsedLine {
+    let object = |v: Value| {
+        if v.is_object() {
+            ParsedLine::Value(v)
+        } else {
+            ParsedLine::Damaged
+        }
+    };
+    let Ok(text) = std::str::from_utf8(line) else {
+        return ParsedLine::Damaged;
+    };
+    match v3.then(|| line::parse_fast(text)).flatten() {
+        Some(parts) => ParsedLine::Parts(Box::new(parts)),
+        None => serde_json::from_str(text).map_or(ParsedLine::Damaged, object),
+    }
 }
 
 /// Rewrites an older (v1/v2) session file as v3 from its migrated `tree`: the original is
@@ -858,7 +846,8 @@ fn migrate_file(path: &Path, tree: &mut SessionTree) -> Result<PathBuf, SessionE
     tree.header["version"] = json!(SESSION_VERSION);
     let mut text = String::new();
     let header = tree.header.to_string();
-    for line in std::iter::once(header.as_str()).chain(tree.entries.iter().map(|e| e.text())) {
+    for line in std::iter::once(header.as_str().into()).chain(tree.entries.iter().map(|e| e.text()))
+    {
         text.push_str(
             &line
                 .replace('\u{2028}', "\\u2028")
@@ -1041,6 +1030,69 @@ mod tests {
             Message::User(u) => assert!(u.content.to_text().contains("is missing]")),
             m => panic!("{m:?}"),
         }
+    }
+
+    #[test]
+    fn entries_read_their_lines_from_the_file_and_a_changed_line_reads_empty() {
+        let d = tmp("changed");
+        let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "m1", "off").unwrap();
+        let a = w.append_message(&Message::user_text("first")).unwrap();
+        w.append_message(&Message::user_text("second")).unwrap();
+        let path = w.path().to_path_buf();
+        drop(w);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (tree, _) = read_tree(&path, false).unwrap();
+        let stored: Vec<_> = tree.entries.iter().map(|e| e.text()).collect();
+        assert_eq!(stored, text.lines().skip(1).collect::<Vec<_>>());
+        // Another program rewrites the first message in place (same length): that entry's text
+        // is gone, nothing panics, the others still read.
+        std::fs::write(&path, text.replace("\"first\"", "\"FIRST\"")).unwrap();
+        let e = tree.get(&a).unwrap();
+        assert_eq!(e.text(), "");
+        assert_eq!(e.raw(), Value::Null);
+        assert_eq!(e.message(), None);
+        assert_eq!(tree.entries[3].text(), text.lines().nth(4).unwrap());
+        // Cut short: the last entry is gone too.
+        std::fs::write(&path, &text[..text.len() / 2]).unwrap();
+        assert_eq!(tree.entries[3].text(), "");
+    }
+
+    #[test]
+    fn messages_taken_from_loading_equal_the_context_built_from_the_tree_at_every_leaf() {
+        let d = tmp("parsed");
+        let p = d.join("s.jsonl");
+        let user = |id: &str, parent: Option<&str>, text: &str| json!({"type":"message","id":id,"parentId":parent,"message":{"role":"user","content":text,"timestamp":1}});
+        let assistant = |id: &str, parent: &str, model: &str| json!({"type":"message","id":id,"parentId":parent,"message":{"role":"assistant","content":[{"type":"text","text":id}],"provider":"p","model":model,"stopReason":"stop","timestamp":2}});
+        let lines = [
+            json!({"type":"session","version":3,"id":"s","cwd":"/ws"}),
+            json!({"type":"model_change","id":"m0","parentId":null,"provider":"p","modelId":"m0"}),
+            json!({"type":"thinking_level_change","id":"t0","parentId":"m0","thinkingLevel":"high"}),
+            user("a", Some("t0"), "one"),
+            assistant("b", "a", "m1"),
+            user("c", Some("b"), "off the later branch"),
+            assistant("d", "c", "m2"),
+            user("e", Some("b"), "two"),
+            json!({"type":"custom_message","id":"x","parentId":"e","customType":"ext","content":"note","display":true}),
+            assistant("f", "x", "m3"),
+            json!({"type":"compaction","id":"k","parentId":"d","summary":"sum","firstKeptEntryId":"c","tokensBefore":9}),
+            user("g", Some("k"), "after compaction"),
+            json!({"type":"message","id":"h","parentId":"e","message":{"role":"bashExecution","command":"ls","output":"","exitCode":0,"excludeFromContext":true}}),
+            user("i", Some("h"), "three"),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&p, text).unwrap();
+        let loaded = load(&p, false).unwrap();
+        let ids: Vec<String> = loaded.tree.entries.iter().map(|e| e.id.clone()).collect();
+        assert_eq!(ids.len(), lines.len() - 1);
+        for id in &ids {
+            let again = load(&p, false).unwrap();
+            let taken = again.tree.context_parsed(Some(id), again.messages.unwrap());
+            assert_eq!(taken, loaded.tree.context(Some(id)), "leaf {id}");
+        }
+        let at_i = loaded.tree.context(Some("i"));
+        assert_eq!(at_i.messages.len(), 4);
+        assert_eq!(at_i.model, Some(("p".into(), "m1".into())));
+        assert_eq!(at_i.thinking_level, "high");
     }
 
     #[test]

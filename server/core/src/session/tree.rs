@@ -4,7 +4,10 @@
 //!
 //! Entries keep their text as stored, so every entry type Pi writes (and any it may add)
 //! survives a load untouched; typed views are parsed from the text on demand (the loader parses
-//! each line once, straight into the model's messages, see `line.rs`). Parent pointers rebuild
+//! each line once, straight into the model's messages, see `line.rs`). An entry loaded from a
+//! file keeps where its line is (offset, length, xxh3), not its bytes: the text is read back
+//! from the file when asked for, and a line another program changed since reads as empty
+//! instead of as something else. Parent pointers rebuild
 //! the tree; a leaf selects a root-to-leaf path; the model context is derived from the path:
 //! - `message` entries of the roles `user`, `assistant`, `toolResult` as they are;
 //! - extended roles converted as Pi's `convertToLlm` does: `bashExecution` → user text
@@ -17,6 +20,7 @@
 //! Version 1 files (no ids) are migrated in memory to a linear chain of generated ids;
 //! version 2 renames the role `hookMessage` to `custom`. The file itself is never rewritten.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -37,21 +41,58 @@ pub const BRANCH_SUMMARY_PREFIX: &str =
 /// Pi's suffix of a branch summary.
 pub const BRANCH_SUMMARY_SUFFIX: &str = "</summary>";
 
-/// Where an entry's text lives: a line of the file as read (shared buffer and byte range), or
-/// text serialized here (appended entries, migrated or repaired lines).
+/// Where an entry's text lives: a line of the file as loaded (read again from the file when
+/// asked for), or text serialized here (appended entries, migrated or repaired lines).
 #[derive(Clone)]
 enum Text {
     File {
-        buf: Arc<Vec<u8>>,
-        start: usize,
-        end: usize,
+        src: Arc<FileText>,
+        offset: u64,
+        len: usize,
+        /// XXH3 of the line as loaded: a line changed since (by another program) reads as empty.
+        hash: u64,
     },
     Owned(Box<str>),
 }
 
+/// The session file whose lines entries of a load refer to (kept open, so a rename or an
+/// unlink of the path does not change what is read).
+pub(crate) struct FileText {
+    pub(crate) file: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl FileText {
+    pub(crate) fn new(file: std::fs::File, path: &std::path::Path) -> FileText {
+        FileText {
+            file,
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// The line of `len` bytes at `offset`, if it is still what was loaded.
+    fn line(&self, offset: u64, len: usize, hash: u64) -> Option<String> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; len];
+        let read = self.file.read_exact_at(&mut buf, offset);
+        let text = read
+            .ok()
+            .filter(|_| xxhash_rust::xxh3::xxh3_64(&buf) == hash)
+            .and_then(|_| String::from_utf8(buf).ok());
+        if text.is_none() {
+            tracing::warn!(
+                "session file {} changed under this session: the entry at byte {offset} is gone",
+                self.path.display()
+            );
+        }
+        text
+    }
+}
+
 /// One entry of a session file (everything but the header): the fields the tree needs, and the
-/// entry's text exactly as stored, so every entry type Pi writes (and any it may add) and every
-/// unknown field survive; typed views are parsed from the text on demand.
+/// entry's text exactly as stored (its place in the file, or its own text), so every entry type
+/// Pi writes (and any it may add) and every unknown field survive; typed views are parsed from
+/// the text on demand.
 #[derive(Clone)]
 pub struct Entry {
     pub id: String,
@@ -105,17 +146,20 @@ impl Entry {
         ))
     }
 
-    /// An entry of a line of `buf` (`start..end`), parsed on the fast path or from `value`.
+    /// An entry of the line of `src` at `offset` (`len` bytes, XXH3 `hash`), parsed into
+    /// `parts`.
     pub(crate) fn from_file(
-        buf: &Arc<Vec<u8>>,
-        start: usize,
-        end: usize,
+        src: &Arc<FileText>,
+        offset: u64,
+        len: usize,
+        hash: u64,
         parts: LineParts,
     ) -> Option<(Entry, Option<Message>)> {
         let text = Text::File {
-            buf: buf.clone(),
-            start,
-            end,
+            src: src.clone(),
+            offset,
+            len,
+            hash,
         };
         Self::from_parts(parts, text)
     }
@@ -137,20 +181,25 @@ impl Entry {
         Self::from_parts(parts, Text::Owned(raw.to_string().into_boxed_str()))
     }
 
-    /// The entry's JSON text as stored (one line, no newline).
-    pub fn text(&self) -> &str {
+    /// The entry's JSON text as stored (one line, no newline). A line loaded from a file is
+    /// read from it again (it is not kept in memory); if another program changed that line
+    /// since, the text is empty (and a warning is logged).
+    pub fn text(&self) -> Cow<'_, str> {
         match &self.text {
-            Text::File { buf, start, end } => {
-                std::str::from_utf8(buf.get(*start..*end).unwrap_or_default()).unwrap_or_default()
-            }
-            Text::Owned(s) => s,
+            Text::File {
+                src,
+                offset,
+                len,
+                hash,
+            } => Cow::Owned(src.line(*offset, *len, *hash).unwrap_or_default()),
+            Text::Owned(s) => Cow::Borrowed(s),
         }
     }
 
     /// The whole entry as stored, parsed (`Null` if the text does not parse, which loading
     /// rules out).
     pub fn raw(&self) -> Value {
-        serde_json::from_str(self.text()).unwrap_or(Value::Null)
+        serde_json::from_str(&self.text()).unwrap_or(Value::Null)
     }
 
     /// `message.role` of a `message` entry.
@@ -272,7 +321,7 @@ pub fn convert_message(m: &Value) -> Option<Message> {
 /// from the entry's text.
 pub fn entry_message(e: &Entry) -> Option<Message> {
     match e.kind.as_str() {
-        "message" => line::parse(e.text())?.message?.message,
+        "message" => line::parse(&e.text())?.message?.message,
         "custom_message" => {
             let raw = e.raw();
             user_content(&raw["content"], millis(&raw["timestamp"]))
@@ -343,6 +392,43 @@ pub fn path_messages_with(
         out.extend((ci + 1..path.len()).filter_map(|k| message(k, path[k])));
     }
     out
+}
+
+/// The model and thinking level of a root-to-leaf `path` (no messages): the last
+/// `model_change` or assistant message's provider and model, the last `thinking_level_change`
+/// (`off` without one).
+fn path_settings(path: &[&Entry]) -> SessionContext {
+    let mut ctx = SessionContext {
+        thinking_level: "off".into(),
+        ..Default::default()
+    };
+    for e in path {
+        match e.kind.as_str() {
+            "thinking_level_change" => {
+                if let Some(t) = str_of(&e.raw(), "thinkingLevel") {
+                    ctx.thinking_level = t;
+                }
+            }
+            "model_change" => {
+                let raw = e.raw();
+                if let (Some(p), Some(m)) = (str_of(&raw, "provider"), str_of(&raw, "modelId")) {
+                    ctx.model = Some((p, m));
+                }
+            }
+            "message" => {
+                if let Some(AssistantInfo {
+                    provider: Some(p),
+                    model: Some(m),
+                    ..
+                }) = e.assistant()
+                {
+                    ctx.model = Some((p.clone(), m.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    ctx
 }
 
 impl SessionTree {
@@ -537,14 +623,42 @@ impl SessionTree {
         self.context_with(leaf, Some((summary, first_kept_entry_id)), None)
     }
 
-    /// [`SessionTree::context`] taking the messages of `message` entries from `parsed`
-    /// (by entry index, as loading parsed them; taken out, not copied).
+    /// [`SessionTree::context`] taking the messages of `message` entries from `parsed` (by
+    /// entry index, as loading parsed them). A path in file order without compaction and
+    /// whose messages all come from `message` entries (a session without branches, say) takes
+    /// them in place, in the same allocation; any other path takes them out one by one.
     pub(crate) fn context_parsed(
         &self,
         leaf: Option<&str>,
-        parsed: &mut [Option<Message>],
+        mut parsed: Vec<Option<Message>>,
     ) -> SessionContext {
-        self.context_with(leaf, None, Some(parsed))
+        let Some(leaf_id) = leaf.or(self.last_id()) else {
+            return self.context_with(leaf, None, Some(&mut parsed));
+        };
+        let indices = self.path_indices(leaf_id);
+        let in_order = indices.windows(2).all(|w| w[0] < w[1]);
+        let plain = indices.iter().all(|&i| {
+            !matches!(
+                self.entries[i].kind.as_str(),
+                "compaction" | "custom_message" | "branch_summary"
+            )
+        });
+        if !(in_order && plain && parsed.len() == self.entries.len()) {
+            return self.context_with(leaf, None, Some(&mut parsed));
+        }
+        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+        let mut ctx = path_settings(&path);
+        let mut on_path = vec![false; parsed.len()];
+        for &i in &indices {
+            on_path[i] = true;
+        }
+        // Entries other than `message` have no parsed message; off the path they are dropped.
+        ctx.messages = parsed
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.filter(|_| on_path[i]))
+            .collect();
+        ctx
     }
 
     fn context_with(
@@ -562,33 +676,7 @@ impl SessionTree {
         };
         let indices = self.path_indices(leaf);
         let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-        for e in &path {
-            match e.kind.as_str() {
-                "thinking_level_change" => {
-                    if let Some(t) = str_of(&e.raw(), "thinkingLevel") {
-                        ctx.thinking_level = t;
-                    }
-                }
-                "model_change" => {
-                    let raw = e.raw();
-                    if let (Some(p), Some(m)) = (str_of(&raw, "provider"), str_of(&raw, "modelId"))
-                    {
-                        ctx.model = Some((p, m));
-                    }
-                }
-                "message" => {
-                    if let Some(AssistantInfo {
-                        provider: Some(p),
-                        model: Some(m),
-                        ..
-                    }) = e.assistant()
-                    {
-                        ctx.model = Some((p.clone(), m.clone()));
-                    }
-                }
-                _ => {}
-            }
-        }
+        ctx = path_settings(&path);
         ctx.messages = path_messages_with(&path, proposed, |k, e| match parsed.as_mut() {
             Some(parsed) if e.kind == "message" => {
                 parsed.get_mut(indices[k]).and_then(Option::take)

@@ -1,0 +1,369 @@
+//! Reading a session file for loading: its torn tail, its header, and its entry lines read and
+//! parsed in pieces on every core (a piece's bytes are parsed while they are still in the
+//! cache, and no core waits for the whole file to be copied first).
+//!
+//! A piece is the bytes `[a, b)` of the file plus the rest of the line that starts before `b`;
+//! it holds the lines that start in `[a, b)`. A thread reads its pieces into one buffer that it
+//! reuses; entries keep where their line is in the file (and its hash), not its bytes.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::ParsedLine;
+
+/// The bytes of a piece before its extension (the rest of its last line).
+const PIECE: usize = 1 << 20;
+
+/// How much more is read at a time to finish a line.
+const STEP: usize = 64 << 10;
+
+/// One line of a piece: its file offset, length, XXH3 hash, and what it parsed into.
+pub(super) struct Line {
+    pub offset: u64,
+    pub len: usize,
+    pub hash: u64,
+    pub parsed: ParsedLine,
+}
+
+/// Reads `len` bytes at `offset` (fewer when the file ends first).
+fn read_at(file: &File, offset: usize, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    read_more(file, &mut buf, offset, len)?;
+    Ok(buf)
+}
+
+/// Appends up to `len` bytes at file offset `offset` to `buf`; false when nothing was left.
+fn read_more(file: &File, buf: &mut Vec<u8>, offset: usize, len: usize) -> io::Result<bool> {
+    let old = buf.len();
+    buf.resize(old + len, 0);
+    let mut done = 0;
+    while done < len {
+        match file.read_at(&mut buf[old + done..], (offset + done) as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                buf.truncate(old);
+                return Err(e);
+            }
+        }
+    }
+    buf.truncate(old + done);
+    Ok(done > 0)
+}
+
+/// The unterminated last line of the first `size` bytes: `(its offset, its bytes)`; `None`
+/// when the file is empty or ends with a newline.
+pub(super) fn tail(file: &File, size: usize) -> io::Result<Option<(usize, Vec<u8>)>> {
+    if size == 0 {
+        return Ok(None);
+    }
+    let mut start = size.saturating_sub(STEP);
+    let mut buf = read_at(file, start, size - start)?;
+    if buf.len() < size - start {
+        // The file shrank while being read: read it as it is now.
+        let now = start + buf.len();
+        return tail(file, now);
+    }
+    if buf.last() == Some(&b'\n') {
+        return Ok(None);
+    }
+    loop {
+        if let Some(i) = memchr::memrchr(b'\n', &buf) {
+            return Ok(Some((start + i + 1, buf.split_off(i + 1))));
+        }
+        if start == 0 {
+            return Ok(Some((0, buf)));
+        }
+        let from = start.saturating_sub(STEP);
+        let mut more = read_at(file, from, start - from)?;
+        if more.len() < start - from {
+            return tail(file, from + more.len());
+        }
+        more.extend_from_slice(&buf);
+        buf = more;
+        start = from;
+    }
+}
+
+/// The lines of the first `to` bytes from offset 0, one at a time, until `take` returns true
+/// for one: `Some(offset after that line)`; `None` when no line was taken.
+pub(super) fn scan_lines(
+    file: &File,
+    to: usize,
+    mut take: impl FnMut(&[u8]) -> bool,
+) -> io::Result<Option<usize>> {
+    let mut buf = Vec::new();
+    let mut base = 0; // file offset of buf[0]
+    let mut pos = 0; // within buf
+    loop {
+        match memchr::memchr(b'\n', &buf[pos..]) {
+            Some(i) => {
+                let line = &buf[pos..pos + i];
+                pos += i + 1;
+                if take(line) {
+                    return Ok(Some(base + pos));
+                }
+            }
+            None => {
+                let read_to = base + buf.len();
+                if read_to >= to || !read_more(file, &mut buf, read_to, STEP.min(to - read_to))? {
+                    // The last line, unterminated.
+                    let line = &buf[pos..];
+                    return Ok((!line.is_empty() && take(line)).then_some(base + buf.len()));
+                }
+                if pos > STEP {
+                    buf.drain(..pos);
+                    base += pos;
+                    pos = 0;
+                }
+            }
+        }
+    }
+}
+
+/// Reads the piece `[a, b)` of the lines region `[from, to)` of `file` into `buf` (reused
+/// from piece to piece, so it stays in the cache) and parses its non-blank lines with
+/// `parse` (given the buffer and the lines' `(start, end)` in it, it answers one parsed line
+/// each, in order).
+fn piece(
+    file: &File,
+    (from, to): (usize, usize),
+    (a, b): (usize, usize),
+    buf: &mut Vec<u8>,
+    parse: &(impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync),
+) -> io::Result<Vec<Line>> {
+    // From the byte before `a`, to see whether a line starts at `a`.
+    let base = if a > from { a - 1 } else { a };
+    buf.clear();
+    read_more(file, buf, base, b - base)?;
+    let mut bounds = Vec::new();
+    let mut pos = if a > from {
+        match memchr::memchr(b'\n', buf) {
+            Some(i) => i + 1,
+            None => buf.len(),
+        }
+    } else {
+        0
+    };
+    let own_end = b - base; // lines starting at or after this belong to the next piece
+    while pos < own_end && pos < buf.len() {
+        let mut scanned = pos;
+        let end = loop {
+            if let Some(i) = memchr::memchr(b'\n', &buf[scanned..]) {
+                break scanned + i;
+            }
+            scanned = buf.len();
+            let read_to = base + buf.len();
+            if read_to >= to || !read_more(file, buf, read_to, STEP.min(to - read_to))? {
+                break buf.len();
+            }
+        };
+        if !buf[pos..end].iter().all(u8::is_ascii_whitespace) {
+            bounds.push((pos, end));
+        }
+        pos = end + 1;
+    }
+    let parsed = parse(buf, &bounds);
+    Ok(bounds
+        .iter()
+        .zip(parsed)
+        .map(|(&(start, end), parsed)| Line {
+            offset: (base + start) as u64,
+            len: end - start,
+            hash: xxhash_rust::xxh3::xxh3_64(&buf[start..end]),
+            parsed,
+        })
+        .collect())
+}
+
+/// Reads and parses the lines of `file[from..to]` in pieces of [`PIECE`] bytes, on every core
+/// (up to 8) for large ranges, and hands each piece's lines to `take` in file order, on the
+/// calling thread, as soon as that piece and all before it are parsed (while later pieces are
+/// still being read). `parse` is given a piece's bytes and its non-blank lines' `(start, end)`
+/// and answers one parsed line each; `take` is given the piece's index, the number of pieces
+/// and its lines.
+pub(super) fn lines(
+    file: &File,
+    from: usize,
+    to: usize,
+    parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
+    take: impl FnMut(usize, usize, Vec<Line>),
+) -> io::Result<()> {
+    pieces(file, (from, to), PIECE, parse, take)
+}
+
+/// [`lines`] with pieces of `size` bytes.
+fn pieces(
+    file: &File,
+    (from, to): (usize, usize),
+    size: usize,
+    parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
+    mut take: impl FnMut(usize, usize, Vec<Line>),
+) -> io::Result<()> {
+    if from >= to {
+        return Ok(());
+    }
+    let n = (to - from).div_ceil(size.max(1));
+    let bound = |k: usize| if k >= n { to } else { from + k * size };
+    let threads = std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1)
+        .min(8)
+        .min(n);
+    if threads < 2 {
+        let mut buf = Vec::new();
+        for k in 0..n {
+            let lines = piece(file, (from, to), (bound(k), bound(k + 1)), &mut buf, &parse)?;
+            take(k, n, lines);
+        }
+        return Ok(());
+    }
+    // Threads take the next piece as they finish one; a failed piece stops them.
+    let next = AtomicUsize::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, io::Result<Vec<Line>>)>();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let tx = tx.clone();
+                let (next, stop, parse, bound) = (&next, &stop, &parse, &bound);
+                s.spawn(move || {
+                    let mut buf = Vec::with_capacity(size + STEP);
+                    while !stop.load(Ordering::Relaxed) {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= n {
+                            return;
+                        }
+                        let lines =
+                            piece(file, (from, to), (bound(k), bound(k + 1)), &mut buf, parse);
+                        if tx.send((k, lines)).is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut waiting: std::collections::BTreeMap<usize, Vec<Line>> = Default::default();
+        let mut want = 0;
+        let mut failed = None;
+        for (k, lines) in rx.iter() {
+            match lines {
+                Ok(lines) => {
+                    waiting.insert(k, lines);
+                }
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    failed.get_or_insert(e);
+                }
+            }
+            while failed.is_none() {
+                let Some(lines) = waiting.remove(&want) else {
+                    break;
+                };
+                take(want, n, lines);
+                want += 1;
+            }
+        }
+        let panicked = handles.into_iter().any(|h| h.join().is_err());
+        match failed {
+            Some(e) => Err(e),
+            None if panicked || want < n => Err(io::Error::other("a reader thread failed")),
+            None => Ok(()),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file(name: &str, bytes: &[u8]) -> File {
+        let p = std::env::temp_dir().join(format!("pi-core-read-{name}-{}", std::process::id()));
+        std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
+        File::open(&p).unwrap()
+    }
+
+    /// `(offset, text)` of every non-blank line, split the plain way.
+    fn plain(bytes: &[u8], from: usize, to: usize) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut pos = from;
+        for l in bytes[from..to].split(|b| *b == b'\n') {
+            if !l.iter().all(u8::is_ascii_whitespace) {
+                out.push((pos as u64, l.to_vec()));
+            }
+            pos += l.len() + 1;
+        }
+        out
+    }
+
+    #[test]
+    fn pieces_of_any_size_give_every_line_once_in_order() {
+        // Lines longer than a piece, a NUL block across several pieces, blank lines, and an
+        // unterminated last line.
+        let mut bytes = b"{\"h\":1}\n".to_vec();
+        bytes.extend_from_slice(b"{\"a\":\"short\"}\n\n  \n");
+        bytes.extend_from_slice(format!("{{\"b\":\"{}\"}}\n", "x".repeat(300)).as_bytes());
+        bytes.extend_from_slice(&[0u8; 200]);
+        bytes.extend_from_slice(b"\n{\"c\":3}\n{\"d\":4}");
+        let f = file("pieces", &bytes);
+        let from = 8;
+        let want = plain(&bytes, from, bytes.len());
+        assert_eq!(want.len(), 5);
+        for size in [1, 2, 3, 7, 8, 13, 64, 100, 250, 1000, 1 << 20] {
+            let mut all = Vec::new();
+            let mut order = Vec::new();
+            pieces(
+                &f,
+                (from, bytes.len()),
+                size,
+                |b, l| super::super::parse_lines(b, l, true),
+                |k, n, lines| {
+                    order.push((k, n));
+                    all.extend(lines);
+                },
+            )
+            .unwrap();
+            let n = (bytes.len() - from).div_ceil(size);
+            assert_eq!(order, (0..n).map(|k| (k, n)).collect::<Vec<_>>());
+            let got: Vec<(u64, Vec<u8>)> = all
+                .into_iter()
+                .map(|l| {
+                    let text = bytes[l.offset as usize..l.offset as usize + l.len].to_vec();
+                    assert_eq!(l.hash, xxhash_rust::xxh3::xxh3_64(&text));
+                    (l.offset, text)
+                })
+                .collect();
+            assert_eq!(got, want, "pieces of {size} bytes");
+        }
+    }
+
+    #[test]
+    fn the_unterminated_tail_and_the_first_lines_are_found() {
+        let long = "y".repeat(3 * STEP);
+        let bytes = format!("\n[1]\n{{\"type\":\"session\"}}\n{{\"a\":1}}\n{long}");
+        let f = file("tail", bytes.as_bytes());
+        let (at, last) = tail(&f, bytes.len()).unwrap().unwrap();
+        assert_eq!(
+            (at, last),
+            (bytes.len() - long.len(), long.clone().into_bytes())
+        );
+        assert!(super::tail(&f, bytes.len() - long.len()).unwrap().is_none());
+        assert!(super::tail(&f, 0).unwrap().is_none());
+        let mut seen = Vec::new();
+        let after = scan_lines(&f, bytes.len(), |l| {
+            seen.push(String::from_utf8(l.to_vec()).unwrap());
+            l.starts_with(b"{")
+        })
+        .unwrap();
+        assert_eq!(seen, ["", "[1]", "{\"type\":\"session\"}"]);
+        assert_eq!(after, Some(24));
+        let only = file("tail-only", long.as_bytes());
+        assert_eq!(tail(&only, long.len()).unwrap().unwrap().0, 0);
+        assert_eq!(scan_lines(&only, long.len(), |_| false).unwrap(), None);
+    }
+}
