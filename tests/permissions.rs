@@ -459,6 +459,11 @@ async fn buffer_changed_while_the_user_decides_is_refused() {
     // The user types while the question is open, then allows.
     let typed = "alpha\nbeta\ngamma\n";
     c.set_buffer(&path, typed).await;
+    // A person answers well after typing: a round trip makes sure the server has taken the
+    // didChange before the answer (a response is routed to its waiting request at once, ahead
+    // of notifications still queued; the editor's version check would then refuse the edit,
+    // a different error path with the same outcome).
+    c.request("agent/session/list", json!({})).await.unwrap();
     c.respond(&asked["id"], json!({"decision": "allow"})).await;
     let events = c.run_until_end(Duration::from_secs(20)).await;
     assert_eq!(
