@@ -13,7 +13,7 @@
 //! - `grep` over 20,000 files, same measure, next to the `rg` binary when one is on `PATH`.
 //!
 //! Run: `cargo bench -p pi-e2e --bench tools` (uses the release binary when `PI_LSP_BIN` points
-//! to it).
+//! to it); `cargo bench -p pi-e2e --bench tools -- edit` (or `grep`) runs one part.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::time::{Duration, Instant};
@@ -71,6 +71,15 @@ async fn timed_run(c: &mut LspClient) -> Vec<(Instant, Value)> {
     }
 }
 
+/// Whether the part `name` runs: every part when no filter is given on the command line.
+fn selected(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -92,7 +101,8 @@ fn main() {
         let mut edits = Vec::new();
         let mut inside = Vec::new();
         let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); PHASES.len()];
-        for round in 0..11 {
+        let rounds = if selected("edit") { 11 } else { 0 };
+        for round in 0..rounds {
             let mock = MockModel::start_with_delay(
                 vec![
                     Step::call(
@@ -150,12 +160,17 @@ fn main() {
             std::fs::write(&file, &big).unwrap();
         }
         // The first round also pays for cold caches; all rounds are reported.
-        stats("edit on a 50,000-line open buffer (server: execute)", inside);
-        stats("edit on a 50,000-line open buffer (client: start → end event)", edits);
-        for (k, v) in PHASES.iter().zip(phases) {
-            if !v.is_empty() {
-                stats(&format!("  phase {k}"), v);
+        if rounds > 0 {
+            stats("edit on a 50,000-line open buffer (server: execute)", inside);
+            stats("edit on a 50,000-line open buffer (client: start → end event)", edits);
+            for (k, v) in PHASES.iter().zip(phases) {
+                if !v.is_empty() {
+                    stats(&format!("  phase {k}"), v);
+                }
             }
+        }
+        if !selected("grep") {
+            return;
         }
 
         let tree = ws.join("tree");
