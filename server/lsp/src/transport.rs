@@ -386,6 +386,22 @@ pub fn stdio() -> (StdinReader, StdoutWriter, Restore) {
         }
         None => StdoutWriter::Blocking(tokio::io::stdout()),
     };
+    let kind = |blocking: bool, pipe: bool| match (blocking, pipe) {
+        (true, _) => "blocking stdio",
+        (false, true) => "non-blocking pipe",
+        (false, false) => "non-blocking Unix socket",
+    };
+    tracing::debug!(
+        "stdin: {}, stdout: {}",
+        kind(
+            matches!(input, StdinReader::Blocking(_)),
+            matches!(input, StdinReader::Pipe(_))
+        ),
+        kind(
+            matches!(output, StdoutWriter::Blocking(_)),
+            matches!(output, StdoutWriter::Pipe(_))
+        )
+    );
     (input, output, restore)
 }
 
