@@ -23,17 +23,19 @@ use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{pi_lsp_bin, TempDir};
 use serde_json::{json, Value};
 
-/// The phases the server logs for an edit: the tool's (`read_us`, `plan_us`, `replace_us`) and,
-/// inside `replace_us`, the editor file system's (`check_us`, `apply_edit_us`, `settle_us`);
-/// `diff_us` (the diff and the edited text's hash) runs while `apply_edit_us` waits for the
-/// editor, so it is inside `replace_us` too, overlapping the round trip.
-const PHASES: [&str; 7] = [
+/// The phases the server logs for an edit: the tool's (`read_us`, `plan_us`, `diff_us`,
+/// `replace_us`) and, inside `replace_us`, the editor file system's (`check_us`,
+/// `apply_edit_us`, `settle_us`); inside `settle_us`, the wait for the editor's `didChange`
+/// (`wait_us`) and the write of the buffer to disk (`write_us`).
+const PHASES: [&str; 9] = [
     "read_us",
     "plan_us",
     "replace_us",
     "check_us",
     "apply_edit_us",
     "settle_us",
+    "wait_us",
+    "write_us",
     "diff_us",
 ];
 

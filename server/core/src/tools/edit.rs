@@ -310,32 +310,20 @@ impl Tool for EditTool {
             }));
         }
         let planned_at = started.elapsed();
-        // The diff (for the result and an approval question) and the hash of the text the
-        // edit makes (for the read tracker and the question), from the plan alone (the edited
-        // whole text is never built); with the time it took.
-        let describe = |text: &str| {
-            let t = std::time::Instant::now();
-            let (diff, first_changed) = plan_diff(&shown, text, &plan);
-            let after_hash = text_hash_after(text, &plan);
-            (diff, first_changed, after_hash, t.elapsed())
-        };
+        let (diff, first_changed) = plan_diff(&shown, &snap.text, &plan);
+        let after_hash = text_hash_after(&snap.text, &plan);
+        let diffed_at = started.elapsed();
+        // Apply it.
         let count = plan.len();
         // Approval step (crate::approval), between computing the change and applying it: when
-        // the user is asked, the question shows the diff (computed for it), and the text must
-        // still be the one the question showed.
-        let mut described = None;
+        // the user was asked, the text must still be the one the question showed.
         if let Some(gate) = &self.state.approval {
             let asked = gate
-                .approve_change("edit", &ctx.call_id, &ctx.cancel, || {
-                    let d = describe(&snap.text);
-                    let change = ProposedChange {
-                        path: shown.clone(),
-                        diff: d.0.clone(),
-                        old_hash: Some(content_hash(&snap.text)),
-                        new_hash: format!("xxh3:{:016x}", d.2),
-                    };
-                    described = Some(d);
-                    change
+                .approve_change("edit", &ctx.call_id, &ctx.cancel, || ProposedChange {
+                    path: shown.clone(),
+                    diff: diff.clone(),
+                    old_hash: Some(content_hash(&snap.text)),
+                    new_hash: format!("xxh3:{after_hash:016x}"),
                 })
                 .await
                 .map_err(ToolError::new)?;
@@ -346,23 +334,19 @@ impl Tool for EditTool {
                 snap = now.unwrap_or(snap);
             }
         }
-        // Apply it. When nobody was asked, the diff is computed while the file system's
-        // `replace` waits (an editor's `workspace/applyEdit` answer, a disk read): `replace` is
-        // polled first and has sent its request by the time the diff runs.
         let label = format!("pi: turn {} · edit {shown} ({})", ctx.turn, ctx.call_id);
-        let (replaced, (diff, first_changed, after_hash, diff_time)) =
-            tokio::join!(self.fs.replace(&path, &snap, plan.clone(), &label), async {
-                described.take().unwrap_or_else(|| describe(&snap.text))
-            });
-        replaced.map_err(|e| ToolError::new(e.to_string()))?;
+        self.fs
+            .replace(&path, &snap, plan, &label)
+            .await
+            .map_err(|e| ToolError::new(e.to_string()))?;
         self.state.reads.record_hash(&path, after_hash);
         // The server's own time for the edit and its phases (the tools bench reads them).
         tracing::debug!(
             elapsed_us = started.elapsed().as_micros() as u64,
             read_us = read_at.as_micros() as u64,
             plan_us = (planned_at - read_at).as_micros() as u64,
-            diff_us = diff_time.as_micros() as u64,
-            replace_us = (started.elapsed() - planned_at).as_micros() as u64,
+            diff_us = (diffed_at - planned_at).as_micros() as u64,
+            replace_us = (started.elapsed() - diffed_at).as_micros() as u64,
             "edit {shown}: {count} block(s)"
         );
         Ok(ToolOutput {
