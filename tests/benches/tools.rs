@@ -13,7 +13,7 @@
 //! - `grep` over 20,000 files, same measure, next to the `rg` binary when one is on `PATH`.
 //!
 //! Run: `cargo bench -p pi-e2e --bench tools` (uses the release binary when `PI_LSP_BIN` points
-//! to it).
+//! to it); `cargo bench -p pi-e2e --bench tools -- edit` (or `grep`) runs one part.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::time::{Duration, Instant};
@@ -24,15 +24,18 @@ use pi_e2e::{pi_lsp_bin, TempDir};
 use serde_json::{json, Value};
 
 /// The phases the server logs for an edit: the tool's (`read_us`, `plan_us`, `diff_us`,
-/// `replace_us`) and, inside
-/// `replace_us`, the editor file system's (`check_us`, `apply_edit_us`, `settle_us`).
-const PHASES: [&str; 7] = [
+/// `replace_us`) and, inside `replace_us`, the editor file system's (`check_us`,
+/// `apply_edit_us`, `settle_us`); inside `settle_us`, the wait for the editor's `didChange`
+/// (`wait_us`) and the write of the buffer to disk (`write_us`).
+const PHASES: [&str; 9] = [
     "read_us",
     "plan_us",
     "replace_us",
     "check_us",
     "apply_edit_us",
     "settle_us",
+    "wait_us",
+    "write_us",
     "diff_us",
 ];
 
@@ -71,6 +74,15 @@ async fn timed_run(c: &mut LspClient) -> Vec<(Instant, Value)> {
     }
 }
 
+/// Whether the part `name` runs: every part when no filter is given on the command line.
+fn selected(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -92,7 +104,8 @@ fn main() {
         let mut edits = Vec::new();
         let mut inside = Vec::new();
         let mut phases: Vec<Vec<Duration>> = vec![Vec::new(); PHASES.len()];
-        for round in 0..11 {
+        let rounds = if selected("edit") { 11 } else { 0 };
+        for round in 0..rounds {
             let mock = MockModel::start_with_delay(
                 vec![
                     Step::call(
@@ -150,12 +163,17 @@ fn main() {
             std::fs::write(&file, &big).unwrap();
         }
         // The first round also pays for cold caches; all rounds are reported.
-        stats("edit on a 50,000-line open buffer (server: execute)", inside);
-        stats("edit on a 50,000-line open buffer (client: start → end event)", edits);
-        for (k, v) in PHASES.iter().zip(phases) {
-            if !v.is_empty() {
-                stats(&format!("  phase {k}"), v);
+        if rounds > 0 {
+            stats("edit on a 50,000-line open buffer (server: execute)", inside);
+            stats("edit on a 50,000-line open buffer (client: start → end event)", edits);
+            for (k, v) in PHASES.iter().zip(phases) {
+                if !v.is_empty() {
+                    stats(&format!("  phase {k}"), v);
+                }
             }
+        }
+        if !selected("grep") {
+            return;
         }
 
         let tree = ws.join("tree");

@@ -115,13 +115,13 @@ pub fn file_uri(path: &Path) -> String {
 }
 
 /// Byte offset of an LSP position in `text`, counting columns in UTF-8 bytes or UTF-16 units.
+/// Lines are found by counting newlines a block at a time (`memchr`), the way an editor's line
+/// index makes the lookup cheap; walking line by line cost 0.7 ms per position on a
+/// 50,000-line buffer, which the tools bench measured as server time.
 pub fn offset_of(text: &str, line: u64, character: u64, utf8: bool) -> usize {
-    let mut off = 0;
-    for _ in 0..line {
-        match text[off..].find('\n') {
-            Some(i) => off += i + 1,
-            None => return text.len(),
-        }
+    let off = line_start(text, line as usize);
+    if off > text.len() {
+        return text.len();
     }
     let mut units = 0u64;
     for (i, c) in text[off..].char_indices() {
@@ -135,6 +135,27 @@ pub fn offset_of(text: &str, line: u64, character: u64, utf8: bool) -> usize {
         };
     }
     text.len()
+}
+
+/// Byte offset of the start of 0-based `line` in `text` (`text.len() + 1` when there are fewer
+/// lines).
+fn line_start(text: &str, line: usize) -> usize {
+    if line == 0 {
+        return 0;
+    }
+    const BLOCK: usize = 4096;
+    let mut seen = 0;
+    for (k, block) in text.as_bytes().chunks(BLOCK).enumerate() {
+        let n = memchr::memchr_iter(b'\n', block).count();
+        if seen + n >= line {
+            let i = memchr::memchr_iter(b'\n', block)
+                .nth(line - seen - 1)
+                .unwrap_or(0);
+            return k * BLOCK + i + 1;
+        }
+        seen += n;
+    }
+    text.len() + 1
 }
 
 async fn write_msg(stdin: &tokio::sync::Mutex<ChildStdin>, v: &Value) {

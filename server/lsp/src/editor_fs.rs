@@ -302,6 +302,7 @@ impl EditorFs {
         sent_version: Option<i32>,
         expected: impl FnOnce() -> String,
     ) -> Result<(), FsError> {
+        let started = std::time::Instant::now();
         if let Some(v) = sent_version {
             if !self.docs.wait_past(path, v, CHANGE_WAIT).await {
                 // LSP clients send didChange for edits they apply. One that does not is trusted
@@ -334,7 +335,14 @@ impl EditorFs {
         // open, the text we sent.
         match (sent_version, self.docs.get(path)) {
             (Some(v), Some(d)) if d.version != v => {
+                let waited = started.elapsed();
                 write_rope(path, d.text).await?;
+                tracing::debug!(
+                    wait_us = waited.as_micros() as u64,
+                    write_us = (started.elapsed() - waited).as_micros() as u64,
+                    "buffer written to {}",
+                    path.display()
+                );
                 self.client
                     .send_notification::<DidWriteDocument>(DidWriteDocumentParams {
                         uri,

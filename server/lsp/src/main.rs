@@ -90,13 +90,16 @@ fn main() -> anyhow::Result<()> {
             let _ = cli.stdio;
             rt.block_on(async {
                 let (service, socket) = pi_lsp::server::service();
-                let input = pi_lsp::transport::guard_input(tokio::io::stdin());
-                tower_lsp_server::Server::new(input, tokio::io::stdout(), socket)
+                // Non-blocking pipes when stdin/stdout are pipes or sockets (see `stdio`).
+                let (stdin, stdout, restore) = pi_lsp::transport::stdio();
+                let input = pi_lsp::transport::guard_input(stdin);
+                tower_lsp_server::Server::new(input, stdout, socket)
                     .serve(service)
                     .await;
+                restore.blocking_again();
             });
-            // The stdin reader blocks on a thread until the client closes the pipe; `exit`
-            // must not wait for that.
+            // A stdin reader on tokio's stdin (a terminal, a file) blocks on a thread until the
+            // client closes it; `exit` must not wait for that.
             rt.shutdown_background();
             Ok(())
         }

@@ -361,13 +361,26 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
             s.replace('\n', eol)
         }
     };
+    let base = body_start(text);
+    let body = &text[base..];
+    // Level 1, fastest path: an `oldText` of one line (no line ending) matches the same ranges
+    // of the body as of the view, whatever the line endings (a range without `\r` or `\n`
+    // reads the same in both), so a single match needs no look at the line endings. No match or
+    // several go on below (the view's line numbers differ where a lone `\r` ends a line).
+    if !old_lf.contains('\n') {
+        if let [at] = find_all(body, &old_lf).as_slice() {
+            return Ok(Found {
+                range: base + *at..base + *at + old_lf.len(),
+                new_text: with_eol(&new_lf),
+                level: Level::Exact,
+            });
+        }
+    }
     // Level 1, fast path: when the body (after any BOM) ends every line the same way, all
     // `\n` or all `\r\n`, the view is the body itself with `\n` written as that ending, so
     // the match is a plain search for `oldText` in that form (no view of the whole text is
     // built). A needle never starts or ends inside a `\r\n`, so matches and their count are
     // the same as in the view.
-    let base = body_start(text);
-    let body = &text[base..];
     let crs = memchr::memchr_iter(b'\r', body.as_bytes()).count();
     let uniform = crs == 0 || {
         let lfs = memchr::memchr_iter(b'\n', body.as_bytes()).count();
@@ -543,12 +556,16 @@ mod tests {
     }
 
     #[test]
-    fn uniform_line_ends_fast_path_agrees_with_the_view() {
+    fn fast_paths_agree_with_the_view() {
         let texts = [
             "a\r\nfoo\r\nfoo\r\nfoo\r\nb",
             "\u{FEFF}name\r\nfoo\r\nbar\r\n",
             "\u{FEFF}x\nfoo\nfoo\ny",
             "plain\nfoo\n",
+            // Mixed and lone-`\r` endings: one-line needles take the body search, others the
+            // view; line numbers of repeats count a lone `\r` as a line end.
+            "a\rfoo\rfoo\r\nbar\nb",
+            "\u{FEFF}mixed\r\nname\rbar\nfoo\r",
         ];
         let needles = [
             "foo\nfoo",
