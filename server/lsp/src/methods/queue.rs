@@ -84,6 +84,17 @@ impl Backend {
                     "expected \"text\" or \"image\"",
                 ));
             }
+            // Images are checked as `agent/prompt` checks them: a bad one would only fail
+            // the provider request of every later turn.
+            for (i, b) in blocks.iter().enumerate() {
+                if b["type"] == "image" {
+                    super::check_image(
+                        b["mimeType"].as_str().unwrap_or_default(),
+                        b["data"].as_str().unwrap_or_default(),
+                        &format!("content[{i}]"),
+                    )?;
+                }
+            }
         }
         let mut fields =
             json!({"customType": p.custom_type, "content": content, "display": p.display});

@@ -224,8 +224,21 @@ impl Backend {
                 dropped: Vec::new(),
             });
         };
-        let agent = lock(&session).agent.clone();
+        let (agent, tracker) = {
+            let s = lock(&session);
+            (s.agent.clone(), s.tracker.clone())
+        };
         agent.abort();
+        // The user's own shell command (`agent/bash`) goes too: left running it would write
+        // its result into the file after the lock was released.
+        if tracker.abort_bash() {
+            let _ = tokio::time::timeout(crate::server::ABORT_WAIT, async {
+                while tracker.bash_running() {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+        }
         let _ = tokio::time::timeout(crate::server::ABORT_WAIT, agent.wait_for_idle()).await;
         let dropped = self.drop_queue(&session).await;
         lock(&self.state.sessions).remove(&p.session_id);

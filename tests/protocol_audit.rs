@@ -1,0 +1,240 @@
+//! End to end, the `agent/*` protocol under malformed and out-of-order calls, as an outside
+//! client would send them: a field left out must be an error naming it (never read as
+//! `null`), wrong-typed params name the field in words, and the session file and state stay
+//! as they were; closing a session stops everything that could still write into its file.
+//! The real `pi-lsp` binary over stdio against the loopback mock model.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::time::Duration;
+
+use pi_e2e::lsp_client::{start_with_mock, EditorBehavior, LspClient};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::TempDir;
+use serde_json::{json, Value};
+
+fn workspace(tmp: &TempDir) -> std::path::PathBuf {
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    ws
+}
+
+/// A session with one finished prompt; returns its id and file.
+async fn session_with_a_turn(c: &mut LspClient) -> (String, std::path::PathBuf) {
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "hello", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(20)).await;
+    let state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    (sid, state["sessionFile"].as_str().unwrap().into())
+}
+
+/// `(code, message)` of an error answer.
+fn err(e: Value) -> (i64, String) {
+    (
+        e["code"].as_i64().unwrap(),
+        e["message"].as_str().unwrap().to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_and_malformed_params_are_refused_naming_the_field_and_change_nothing() {
+    let tmp = TempDir::new("audit-params");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![Step::text("hi")]).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let (sid, file) = session_with_a_turn(&mut c).await;
+    let editor_policy = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap()["approvalPolicy"]
+        .clone();
+    assert_ne!(editor_policy, "ask");
+    // A session whose user chose "ask".
+    assert_eq!(
+        c.request(
+            "agent/permissions/set",
+            json!({"sessionId": sid, "approvalPolicy": "ask"})
+        )
+        .await
+        .unwrap(),
+        json!({"approvalPolicy": "ask", "sessionRules": []})
+    );
+    let label_target = c
+        .request("agent/session/tree", json!({"sessionId": sid}))
+        .await
+        .unwrap()["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["role"] == "user")
+        .unwrap()["id"]
+        .clone();
+    c.request(
+        "agent/session/label",
+        json!({"sessionId": sid, "entryId": label_target, "label": "start"}),
+    )
+    .await
+    .unwrap();
+    let file_before = std::fs::read(&file).unwrap();
+    let state_before = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+
+    let cases = [
+        // Left out, these were read as `null`: the leaf moved before the first entry, the
+        // label was cleared, and the session's "ask" policy fell back to the default.
+        (
+            "agent/session/branch",
+            json!({"sessionId": sid}),
+            "missing field `entryId`",
+        ),
+        (
+            "agent/session/label",
+            json!({"sessionId": sid, "entryId": label_target}),
+            "missing field `label`",
+        ),
+        (
+            "agent/permissions/set",
+            json!({"sessionId": sid}),
+            "missing field `approvalPolicy`",
+        ),
+        // By-position params were read as the struct's fields in order, and the error
+        // named a Rust type.
+        (
+            "agent/state",
+            json!([sid]),
+            "params: expected an object of named parameters, got an array",
+        ),
+        (
+            "agent/session/name",
+            json!([]),
+            "params: expected an object of named parameters, got an array",
+        ),
+        // The untagged-enum error named a Rust type instead of the expected shapes.
+        (
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "note", "content": 5}),
+            "content: expected a string or an array of text/image blocks, got a number",
+        ),
+        // Images of a custom message are checked as a prompt's are (a bad one used to be
+        // stored and then failed every later provider request).
+        (
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "note",
+                   "content": [{"type": "text", "text": "see"}, {"type": "image", "data": "!!", "mimeType": "image/png"}]}),
+            "content[1].data: expected base64 data without a data: prefix",
+        ),
+        (
+            "agent/sendMessage",
+            json!({"sessionId": sid, "customType": "note",
+                   "content": [{"type": "image", "data": "aGk=", "mimeType": "text/plain"}]}),
+            "content[0].mimeType: expected an image/* type, got \"text/plain\"",
+        ),
+    ];
+    for (method, params, message) in cases {
+        let e = c.request(method, params.clone()).await.unwrap_err();
+        assert_eq!(err(e), (-32602, message.to_string()), "{method} {params}");
+    }
+    // Nothing changed: the file byte for byte, the state field for field.
+    assert_eq!(std::fs::read(&file).unwrap(), file_before);
+    assert_eq!(
+        c.request("agent/state", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        state_before
+    );
+    assert_eq!(state_before["approvalPolicy"], "ask");
+    // `null` is still the explicit way to say it: back to the editor's policy.
+    assert_eq!(
+        c.request(
+            "agent/permissions/set",
+            json!({"sessionId": sid, "approvalPolicy": null})
+        )
+        .await
+        .unwrap(),
+        json!({"approvalPolicy": editor_policy, "sessionRules": []})
+    );
+    let cleared = c
+        .request(
+            "agent/session/label",
+            json!({"sessionId": sid, "entryId": label_target, "label": null}),
+        )
+        .await
+        .unwrap();
+    assert!(cleared["labelEntryId"].is_string());
+    let to_root = c
+        .request(
+            "agent/session/branch",
+            json!({"sessionId": sid, "entryId": null}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(to_root, json!({"leafId": null, "messageCount": 0}));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_session_stops_its_user_shell_command_before_releasing_the_file() {
+    let tmp = TempDir::new("audit-close-bash");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![Step::text("hi")]).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let (sid, file) = session_with_a_turn(&mut c).await;
+    let marker = ws.join("still-running");
+    let bash = c
+        .send_request(
+            "agent/bash",
+            json!({"sessionId": sid, "command": format!("sleep 4; touch {}", marker.display())}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let closed = c
+        .request("agent/session/close", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(closed, json!({"closed": true, "dropped": []}));
+    // The command was killed, and its answer came before the close answer was sent.
+    let bash = tokio::time::timeout(Duration::from_millis(100), bash)
+        .await
+        .expect("agent/bash still open after agent/session/close")
+        .unwrap();
+    assert_eq!(
+        bash["result"],
+        json!({"output": "", "exitCode": null, "cancelled": true, "truncated": false,
+               "entryId": bash["result"]["entryId"]})
+    );
+    let after_close = std::fs::read_to_string(&file).unwrap();
+    let last: Value = serde_json::from_str(after_close.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (
+            last["id"].clone(),
+            last["message"]["role"].clone(),
+            last["message"]["cancelled"].clone()
+        ),
+        (
+            bash["result"]["entryId"].clone(),
+            json!("bashExecution"),
+            json!(true)
+        )
+    );
+    // Nothing writes into the released file afterwards, and the command's process is gone.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), after_close);
+    assert!(!marker.exists(), "the shell command outlived its session");
+    // The id opens the file again on use.
+    let state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(state["isBashRunning"], false);
+    c.shutdown().await;
+}
