@@ -5,6 +5,7 @@
 //! The real `pi-lsp` binary over stdio against the loopback mock model.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior, LspClient};
@@ -236,5 +237,134 @@ async fn closing_a_session_stops_its_user_shell_command_before_releasing_the_fil
         .await
         .unwrap();
     assert_eq!(state["isBashRunning"], false);
+    c.shutdown().await;
+}
+
+fn is_summary(body: &Value) -> bool {
+    body.to_string().contains("context summarization assistant")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_compact_request_leaves_no_compaction_and_closed_sessions_answer() {
+    let tmp = TempDir::new("audit-compact-cancel");
+    let ws = workspace(&tmp);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mock = MockModel::start_with_delay(
+        vec![
+            Step::text("first answer"),
+            Step::text("second answer"),
+            Step::text("third answer"),
+        ],
+        Duration::ZERO,
+    )
+    .await;
+    let g = gate.clone();
+    mock.set_responder(Arc::new(move |body: &Value| {
+        is_summary(body).then(|| Step::Gate(g.clone(), Box::new(Step::text("SUMMARY"))))
+    }));
+    std::fs::create_dir_all(ws.join(".pi")).unwrap();
+    std::fs::write(
+        ws.join(".pi/settings.json"),
+        json!({"compaction": {"keepRecentTokens": 10}}).to_string(),
+    )
+    .unwrap();
+    let mut c = start_with_mock(
+        &ws,
+        &mock,
+        EditorBehavior {
+            initialization_options: Some(json!({"workspaceTrusted": true})),
+            ..Default::default()
+        },
+    )
+    .await;
+    let (sid, file) = session_with_a_turn(&mut c).await;
+    for word in ["alpha ", "beta "] {
+        c.request(
+            "agent/prompt",
+            json!({"text": word.repeat(300), "sessionId": sid}),
+        )
+        .await
+        .unwrap();
+        c.run_until_end(Duration::from_secs(20)).await;
+    }
+    let before = std::fs::read_to_string(&file).unwrap();
+
+    // `$/cancelRequest` while the summary is being written: the answer is RequestCancelled,
+    // and the compaction really is cancelled (it used to go on and write its entry).
+    let pending = c
+        .send_request("agent/compact", json!({"sessionId": sid}))
+        .await;
+    let id = c.last_request_id();
+    for _ in 0..500 {
+        if mock.requests().iter().any(|r| is_summary(&r.body)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    c.notify("$/cancelRequest", json!({"id": id})).await;
+    let answer = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
+    gate.notify_one();
+    let mut state = Value::Null;
+    for _ in 0..200 {
+        state = c
+            .request("agent/state", json!({"sessionId": sid}))
+            .await
+            .unwrap();
+        if state["isStreaming"] == false {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        (&state["isStreaming"], &state["isCompacting"]),
+        (&json!(false), &json!(false))
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+
+    // A closed session's id still names its file: abort answers "nothing to stop" and
+    // compact opens it (both used to answer -31002 "no session").
+    assert_eq!(
+        c.request("agent/session/close", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        json!({"closed": true, "dropped": []})
+    );
+    assert_eq!(
+        c.request("agent/abort", json!({"sessionId": sid}))
+            .await
+            .unwrap(),
+        json!({"aborted": false, "stoppedToolCalls": [], "stoppedProcesses": [],
+               "appliedEdits": [], "queuedMessages": []})
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    let gate2 = gate.clone();
+    let compacted = c
+        .send_request("agent/compact", json!({"sessionId": sid}))
+        .await;
+    gate2.notify_one();
+    let compacted = tokio::time::timeout(Duration::from_secs(20), compacted)
+        .await
+        .unwrap()
+        .unwrap();
+    let last: Value = serde_json::from_str(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(last["type"], "compaction", "{compacted}");
+    assert_eq!(
+        compacted["result"],
+        json!({"summary": last["summary"], "firstKeptEntryId": last["firstKeptEntryId"],
+               "tokensBefore": last["tokensBefore"], "details": last["details"]})
+    );
+    assert_eq!(last["summary"], "SUMMARY");
     c.shutdown().await;
 }

@@ -643,29 +643,28 @@ impl Backend {
     /// it); asked for during a run, it waits until the run settles. `agent/abort` cancels it.
     async fn agent_compact(&self, params: Value) -> Result<CompactResult> {
         let p: CompactParams = parse_params(params)?;
-        let session = lock(&self.state.sessions).get(&p.session_id).cloned();
-        let Some(session) = session else {
-            return Err(agent_error(
-                codes::UNKNOWN_SESSION,
-                format!("no session {}", p.session_id),
-            ));
-        };
-        let rx = {
+        // Like every session method: a session file not open yet is opened on first use.
+        let session = self.session(&p.session_id)?;
+        let (control, rx) = {
             let s = lock(&session);
             if !s.agent.is_streaming() {
                 s.agent.set_config(session_config(&self.state, &s));
             }
-            s.agent
-                .compact(p.instructions)
-                .map_err(|_| {
-                    agent_error(
-                        codes::SESSION_BUSY,
-                        format!("session {} already has a compaction waiting", p.session_id),
-                    )
-                })?
-                .2
+            let (_, control, rx) = s.agent.compact(p.instructions).map_err(|_| {
+                agent_error(
+                    codes::SESSION_BUSY,
+                    format!("session {} already has a compaction waiting", p.session_id),
+                )
+            })?;
+            (control, rx)
         };
-        match rx.await {
+        // `$/cancelRequest` drops this future: the compaction is then cancelled as by
+        // `agent/abort` (nothing is written), so a request answered "cancelled" never leaves a
+        // compaction behind.
+        let cancel_on_drop = control.cancel.clone().drop_guard();
+        let outcome = rx.await;
+        cancel_on_drop.disarm();
+        match outcome {
             Ok(Ok(r)) => Ok(CompactResult(r)),
             Ok(Err(e)) => Err(agent_error(codes::COMPACTION_FAILED, e.to_string())),
             Err(_) => Err(agent_error(
@@ -681,10 +680,22 @@ impl Backend {
         let p: AbortParams = parse_params(params)?;
         let session = lock(&self.state.sessions).get(&p.session_id).cloned();
         let Some(session) = session else {
-            return Err(agent_error(
-                codes::UNKNOWN_SESSION,
-                format!("no session {}", p.session_id),
-            ));
+            // A session file that is not open has no run: nothing to stop (opening it just to
+            // say so would take its lock). Only an id no file has is unknown.
+            if find_session_file(&sessions_dir(&self.state.workspace()), &p.session_id).is_none() {
+                return Err(agent_error(
+                    codes::UNKNOWN_SESSION,
+                    format!("no session {}", p.session_id),
+                ));
+            }
+            return Ok(AbortResult {
+                aborted: false,
+                run_id: None,
+                stopped_tool_calls: Vec::new(),
+                stopped_processes: Vec::new(),
+                applied_edits: Vec::new(),
+                queued_messages: Vec::new(),
+            });
         };
         let (agent, tracker) = {
             let s = lock(&session);
