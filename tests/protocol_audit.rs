@@ -368,3 +368,82 @@ async fn a_cancelled_compact_request_leaves_no_compaction_and_closed_sessions_an
     assert_eq!(last["summary"], "SUMMARY");
     c.shutdown().await;
 }
+
+/// The log's answer to the request with string id `id`.
+async fn answer_to(c: &LspClient, id: &str) -> Value {
+    for _ in 0..500 {
+        if let Some(m) = c
+            .log()
+            .into_iter()
+            .find(|m| m["id"] == id && m.get("method").is_none())
+        {
+            return m;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no answer to {id}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_the_transport_cannot_hold_are_refused_and_params_may_be_left_out() {
+    let tmp = TempDir::new("audit-ids");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![Step::text("hi")]).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let (sid, _) = session_with_a_turn(&mut c).await;
+    // Each of these used to end the server: the guard let any JSON number through as an id,
+    // and the transport, whose ids are i64 or strings, stopped reading at the first one.
+    for raw in [
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"agent/session/list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1e3,"method":"agent/session/list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"agent/session/list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":2.5,"result":{}}"#,
+    ] {
+        c.send_raw(raw).await;
+        let listed = c.request("agent/session/list", json!({})).await;
+        assert_eq!(listed.unwrap()["sessions"][0]["sessionId"], sid.as_str());
+    }
+    let invalid: Vec<Value> = c
+        .log()
+        .into_iter()
+        .filter(|m| m["error"]["code"] == -32600)
+        .map(|m| json!([m["id"], m["error"]["message"]]))
+        .collect();
+    let why = "Invalid request: \"id\" must be an integer, a string or null";
+    assert_eq!(invalid, vec![json!([null, why]); 4]);
+
+    // A request may leave `params` out (vscode-jsonrpc's `sendRequest(method)` does): methods
+    // whose params are all optional answer, the others name the missing field.
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"list","method":"agent/session/list"}"#)
+        .await;
+    let list = answer_to(&c, "list").await;
+    assert_eq!(list["result"]["sessions"][0]["sessionId"], sid.as_str());
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"models","method":"agent/model/list"}"#)
+        .await;
+    let models = answer_to(&c, "models").await;
+    let ids: Vec<&str> = models["result"]["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["mock-1", "mock-ant-1", "demo"]);
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"commands","method":"agent/commands"}"#)
+        .await;
+    assert_eq!(
+        answer_to(&c, "commands").await["result"],
+        json!({"commands": []})
+    );
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"state","method":"agent/state"}"#)
+        .await;
+    assert_eq!(
+        answer_to(&c, "state").await["error"],
+        json!({"code": -32602, "message": "missing field `sessionId`"})
+    );
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"new","method":"agent/session/new"}"#)
+        .await;
+    let new = answer_to(&c, "new").await;
+    assert!(new["result"]["sessionId"].is_string(), "{new}");
+    assert_ne!(new["result"]["sessionId"], sid.as_str());
+    c.shutdown().await;
+}
