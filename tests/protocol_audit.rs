@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi_e2e::lsp_client::{start_with_mock, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{agent_env, start_with_mock, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::TempDir;
+use pi_e2e::{pi_lsp_bin, TempDir};
 use serde_json::{json, Value};
 
 fn workspace(tmp: &TempDir) -> std::path::PathBuf {
@@ -445,5 +445,78 @@ async fn ids_the_transport_cannot_hold_are_refused_and_params_may_be_left_out() 
     let new = answer_to(&c, "new").await;
     assert!(new["result"]["sessionId"].is_string(), "{new}");
     assert_ne!(new["result"]["sessionId"], sid.as_str());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cycling_with_one_real_model_does_not_switch_to_the_offline_demo() {
+    let tmp = TempDir::new("audit-cycle");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![Step::text("hi")]).await;
+    let mut models = mock.models_json();
+    models["providers"]
+        .as_object_mut()
+        .unwrap()
+        .remove("mockant");
+    let env = agent_env(&ws.join("../agent"), &models, &[]);
+    let mut c = LspClient::start(&pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+    let sid = c
+        .request("agent/session/new", json!({"model": "mock/mock-1"}))
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap()["sessionFile"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before = std::fs::read_to_string(&file).unwrap();
+    // One model with a key: nothing to cycle (it used to switch to `scripted/demo`).
+    for direction in ["forward", "backward"] {
+        assert_eq!(
+            c.request(
+                "agent/model/cycle",
+                json!({"sessionId": sid, "direction": direction})
+            )
+            .await
+            .unwrap(),
+            Value::Null
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    let state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (&state["model"]["provider"], &state["model"]["id"]),
+        (&json!("mock"), &json!("mock-1"))
+    );
+    // The demo is still listed, and can be chosen explicitly.
+    let listed: Vec<String> = c.request("agent/model/list", json!({})).await.unwrap()["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m["provider"].as_str().unwrap(),
+                m["id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(listed, ["mock/mock-1", "scripted/demo"]);
+    let set = c
+        .request(
+            "agent/model/set",
+            json!({"sessionId": sid, "model": "scripted/demo"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(set["model"]["id"], "demo");
     c.shutdown().await;
 }
