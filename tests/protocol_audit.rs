@@ -520,3 +520,42 @@ async fn cycling_with_one_real_model_does_not_switch_to_the_offline_demo() {
     assert_eq!(set["model"]["id"], "demo");
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_answer_that_was_not_offered_is_a_reject_that_says_so() {
+    let tmp = TempDir::new("audit-fallback");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![
+        Step::call("call_b", "bash", json!({"command": "echo hi"})),
+        Step::text("done"),
+    ])
+    .await;
+    let mut c = start_with_mock(
+        &ws,
+        &mock,
+        EditorBehavior {
+            approval_policy: None,
+            message_action: Some("Run it anyway".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "run", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    // It used to say "the user chose Reject", which the user did not.
+    assert_eq!(
+        pi_e2e::lsp_client::tool_result_text(&events, "bash"),
+        (
+            "The user rejected this bash call: the editor answered with an action that was not \
+             offered (\"Run it anyway\")"
+                .to_string(),
+            true
+        )
+    );
+    c.shutdown().await;
+}
