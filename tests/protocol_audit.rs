@@ -559,3 +559,73 @@ async fn a_fallback_answer_that_was_not_offered_is_a_reject_that_says_so() {
     );
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_initialization_options_fail_initialize_naming_the_field() {
+    let tmp = TempDir::new("audit-init");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![Step::text("hi")]).await;
+    let env = agent_env(&ws.join("../agent"), &mock.models_json(), &[]);
+    // Each used to be dropped without a word: a misspelt "ask" left the session on the
+    // default policy, which runs edits without asking.
+    let cases = [
+        (
+            json!({"approvalPolicy": "Ask"}),
+            "initializationOptions.approvalPolicy: expected \"ask\", \"auto-edit\" or \"approve-all\", got \"Ask\"",
+        ),
+        (
+            json!({"approvalPolicy": true}),
+            "initializationOptions.approvalPolicy: expected \"ask\", \"auto-edit\" or \"approve-all\", got true",
+        ),
+        (
+            json!({"model": 5}),
+            "initializationOptions.model: expected \"provider/id\", got 5",
+        ),
+        (
+            json!({"workspaceTrusted": "yes"}),
+            "initializationOptions.workspaceTrusted: expected a boolean, got \"yes\"",
+        ),
+        (
+            json!("trusted"),
+            "initializationOptions: expected an object, got \"trusted\"",
+        ),
+    ];
+    for (options, message) in cases {
+        let Err((e, c)) = LspClient::try_start(
+            &pi_lsp_bin(),
+            &ws,
+            &env,
+            EditorBehavior {
+                initialization_options: Some(options.clone()),
+                approval_policy: None,
+                ..Default::default()
+            },
+        )
+        .await
+        else {
+            panic!("initialize accepted {options}");
+        };
+        assert_eq!(e, json!({"code": -32602, "message": message}), "{options}");
+        drop(c);
+    }
+    // Good and null values are taken.
+    let mut c = LspClient::start(
+        &pi_lsp_bin(),
+        &ws,
+        &env,
+        EditorBehavior {
+            initialization_options: Some(
+                json!({"approvalPolicy": "ask", "model": "mock/mock-1", "workspaceTrusted": null}),
+            ),
+            approval_policy: None,
+            ..Default::default()
+        },
+    )
+    .await;
+    let state = c.request("agent/session/new", json!({})).await.unwrap();
+    assert_eq!(
+        (&state["approvalPolicy"], &state["model"]["id"]),
+        (&json!("ask"), &json!("mock-1"))
+    );
+    c.shutdown().await;
+}

@@ -194,6 +194,10 @@ impl LanguageServer for Backend {
         // `initialize` with InvalidParams naming the field); `diagnostics` when advertised.
         let declared =
             crate::editor_tools::decls_from_init(params.initialization_options.as_ref())?;
+        // The other options are checked as strictly, before anything is set: an editor whose
+        // `approvalPolicy: "ask"` was misspelt must not silently get the default.
+        let (init_model, init_approval, init_trusted) =
+            init_options(params.initialization_options.as_ref())?;
         self.state.editor_tools.register(None, declared);
         self.state.editor_tools.set_diagnostics(
             params
@@ -224,35 +228,14 @@ impl LanguageServer for Backend {
         );
         // Project trust: `initializationOptions.workspaceTrusted: true` loads the project's own
         // configuration; anything else (unknown clients included) leaves it out.
-        let trusted = params
-            .initialization_options
-            .as_ref()
-            .and_then(|o| o.get("workspaceTrusted"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let trusted = init_trusted.unwrap_or(false);
         tracing::info!("workspace trusted: {trusted}");
         *lock(&self.state.workspace) =
             WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
         *lock(&self.state.root) = root;
-        *lock(&self.state.init_model) = params
-            .initialization_options
-            .as_ref()
-            .and_then(|o| o.get("model"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        // The editor's own approval setting (unknown names are ignored with a warning).
-        let approval = params
-            .initialization_options
-            .as_ref()
-            .and_then(|o| o.get("approvalPolicy"))
-            .and_then(Value::as_str);
-        *lock(&self.state.init_approval) = approval.and_then(|name| {
-            let p = pi_core::approval::ApprovalPolicy::parse(name);
-            if p.is_none() {
-                tracing::warn!("initializationOptions.approvalPolicy \"{name}\" is not ask, auto-edit or approve-all; ignored");
-            }
-            p
-        });
+        *lock(&self.state.init_model) = init_model;
+        // The editor's own approval setting.
+        *lock(&self.state.init_approval) = init_approval;
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
                 position_encoding: Some(encoding.kind()),
@@ -724,6 +707,61 @@ impl Backend {
             queued_messages: tracker.queued(),
         })
     }
+}
+
+/// `initializationOptions.model`, `.approvalPolicy` and `.workspaceTrusted`, each `None` when
+/// absent or `null`. A value of the wrong type or an unknown policy name is InvalidParams
+/// naming the field (as a bad `editorTools` declaration is).
+fn init_options(
+    options: Option<&Value>,
+) -> Result<(
+    Option<String>,
+    Option<pi_core::approval::ApprovalPolicy>,
+    Option<bool>,
+)> {
+    let bad = |field: &str, why: String| {
+        tower_lsp_server::jsonrpc::Error::invalid_params(format!(
+            "initializationOptions.{field}: {why}"
+        ))
+    };
+    let Some(o) = options.filter(|o| !o.is_null()) else {
+        return Ok((None, None, None));
+    };
+    let Some(o) = o.as_object() else {
+        return Err(tower_lsp_server::jsonrpc::Error::invalid_params(format!(
+            "initializationOptions: expected an object, got {o}"
+        )));
+    };
+    let get = |k: &str| o.get(k).filter(|v| !v.is_null());
+    let model = match get("model") {
+        None => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(v) => return Err(bad("model", format!("expected \"provider/id\", got {v}"))),
+    };
+    let approval = match get("approvalPolicy") {
+        None => None,
+        Some(v) => Some(
+            v.as_str()
+                .and_then(pi_core::approval::ApprovalPolicy::parse)
+                .ok_or_else(|| {
+                    bad(
+                        "approvalPolicy",
+                        format!("expected \"ask\", \"auto-edit\" or \"approve-all\", got {v}"),
+                    )
+                })?,
+        ),
+    };
+    let trusted = match get("workspaceTrusted") {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            return Err(bad(
+                "workspaceTrusted",
+                format!("expected a boolean, got {v}"),
+            ))
+        }
+    };
+    Ok((model, approval, trusted))
 }
 
 /// The `id` of a session file's header line.
