@@ -629,3 +629,62 @@ async fn bad_initialization_options_fail_initialize_naming_the_field() {
     );
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_close_still_closes_the_whole_way() {
+    let tmp = TempDir::new("audit-close-cancel");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start_with_delay(
+        vec![Step::text(&"word ".repeat(200))],
+        Duration::from_millis(20),
+    )
+    .await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let sid = c
+        .request(
+            "agent/prompt",
+            json!({"text": "go", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let queued = c
+        .request("agent/followUp", json!({"sessionId": sid, "text": "later"}))
+        .await
+        .unwrap();
+    let close = c
+        .send_request("agent/session/close", json!({"sessionId": sid}))
+        .await;
+    let id = c.last_request_id();
+    c.notify("$/cancelRequest", json!({"id": id})).await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), close)
+        .await
+        .unwrap()
+        .unwrap();
+    // Cancelled or not (the close may win the race), it went the whole way: it used to stop
+    // after aborting the run, leaving the session open with its follow-up still queued.
+    assert!(
+        answer["error"]["code"] == -32800 || answer["result"]["closed"] == true,
+        "{answer}"
+    );
+    let mut dropped = Vec::new();
+    for _ in 0..300 {
+        dropped = c
+            .log()
+            .into_iter()
+            .filter(|m| m["method"] == "agent/queueUpdate" && m["params"]["state"] == "dropped")
+            .map(|m| m["params"]["queueId"].clone())
+            .collect();
+        if !dropped.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(dropped, vec![queued["queueId"].clone()]);
+    let listed = c.request("agent/session/list", json!({})).await.unwrap();
+    assert_eq!(listed["sessions"][0]["sessionId"], sid.as_str());
+    assert_eq!(listed["sessions"][0]["open"], false);
+    c.shutdown().await;
+}
