@@ -688,3 +688,76 @@ async fn a_cancelled_close_still_closes_the_whole_way() {
     assert_eq!(listed["sessions"][0]["open"], false);
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_expands_templates_and_refuses_extension_commands_as_pi_does() {
+    let tmp = TempDir::new("audit-steer-expand");
+    let ws = workspace(&tmp);
+    std::fs::create_dir_all(ws.join(".pi/prompts")).unwrap();
+    std::fs::write(ws.join(".pi/prompts/rev.md"), "Review $1 please").unwrap();
+    std::fs::write(
+        ws.join(".pi/settings.json"),
+        json!({"builtinExtensions": {"tmux": {}}}).to_string(),
+    )
+    .unwrap();
+    let mock = MockModel::start_with_delay(
+        vec![Step::text(&"word ".repeat(100)), Step::text("reviewed")],
+        Duration::from_millis(20),
+    )
+    .await;
+    let mut c = start_with_mock(
+        &ws,
+        &mock,
+        EditorBehavior {
+            initialization_options: Some(json!({"workspaceTrusted": true})),
+            ..Default::default()
+        },
+    )
+    .await;
+    let sid = c
+        .request(
+            "agent/prompt",
+            json!({"text": "go", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Pi's steer / followUp refuse an extension command (it used to be queued as plain
+    // text for the model) and change nothing.
+    for method in ["agent/steer", "agent/followUp"] {
+        let e = c
+            .request(method, json!({"sessionId": sid, "text": "/tmux list"}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            json!({"code": -32602, "message": "text: extension command \"/tmux\" cannot be queued; send it with agent/prompt (it runs at once, also during a run)"})
+        );
+    }
+    assert_eq!(
+        c.request("agent/state", json!({"sessionId": sid}))
+            .await
+            .unwrap()["pendingMessageCount"],
+        0
+    );
+    // ... and expand prompt templates before queueing (it used to send "/rev a.rs").
+    c.request(
+        "agent/steer",
+        json!({"sessionId": sid, "text": "/rev a.rs"}),
+    )
+    .await
+    .unwrap();
+    c.run_until_end(Duration::from_secs(30)).await;
+    let requests = mock.requests();
+    let users: Vec<Value> = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(users, [json!("go"), json!("Review a.rs please")]);
+    c.shutdown().await;
+}
