@@ -761,3 +761,55 @@ async fn steering_expands_templates_and_refuses_extension_commands_as_pi_does() 
     assert_eq!(users, [json!("go"), json!("Review a.rs please")]);
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_prompt_asking_for_another_model_is_refused_not_dropped() {
+    let tmp = TempDir::new("audit-queued-model");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start_with_delay(
+        vec![Step::text(&"word ".repeat(100)), Step::text("ok")],
+        Duration::from_millis(20),
+    )
+    .await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let sid = c
+        .request(
+            "agent/prompt",
+            json!({"text": "go", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let e = c
+        .request(
+            "agent/prompt",
+            json!({"sessionId": sid, "text": "x", "streamingBehavior": "followUp", "model": "mockant/mock-ant-1"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        json!({"code": -32602, "message": "model: cannot switch to \"mockant/mock-ant-1\" while a run is active: a queued prompt joins the running run, which keeps its model; switch with agent/model/set (from the next run) or after agent/abort"})
+    );
+    let state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (&state["pendingMessageCount"], &state["model"]["id"]),
+        (&json!(0), &json!("mock-1"))
+    );
+    // Naming the session's own model is fine.
+    let queued = c
+        .request(
+            "agent/prompt",
+            json!({"sessionId": sid, "text": "then", "streamingBehavior": "followUp", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(queued["queued"], true);
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.shutdown().await;
+}

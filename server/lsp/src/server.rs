@@ -349,6 +349,16 @@ impl Backend {
         };
         if streaming {
             if let Some(b) = p.streaming_behavior {
+                // The queued message joins the running run, which keeps its model: a `model`
+                // asking for another one would be dropped without a word.
+                if let Some(m) = &p.model {
+                    if *m != lock(&session).model.full_id() {
+                        return Err(crate::methods::invalid(
+                            "model",
+                            format!("cannot switch to {m:?} while a run is active: a queued prompt joins the running run, which keeps its model; switch with agent/model/set (from the next run) or after agent/abort"),
+                        ));
+                    }
+                }
                 let how = match b {
                     StreamingBehavior::Steer => DeliverAs::Steer,
                     StreamingBehavior::FollowUp => DeliverAs::FollowUp,
