@@ -542,6 +542,12 @@ impl LspClient {
         rx
     }
 
+    /// The id of the last request sent (e.g. to `$/cancelRequest` one sent with
+    /// [`LspClient::send_request`]).
+    pub fn last_request_id(&self) -> i64 {
+        self.next_id
+    }
+
     /// Writes `bytes` to the server's stdin as they are (no framing added).
     pub async fn send_bytes(&self, bytes: &[u8]) {
         let mut s = self.shared.stdin.lock().await;

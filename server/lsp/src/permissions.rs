@@ -295,8 +295,15 @@ impl LspApprover {
             Ok(Some(a)) if a.title == ALLOW_ACTION => Answer::Once,
             Ok(Some(a)) if a.title == ALLOW_SESSION_ACTION => Answer::Always(Scope::Session),
             Ok(Some(a)) if a.title == ALLOW_WORKSPACE_ACTION => Answer::Always(Scope::Workspace),
-            Ok(Some(_)) => Answer::Reject {
+            Ok(Some(a)) if a.title == REJECT_ACTION => Answer::Reject {
                 reason: Some("the user chose Reject".into()),
+            },
+            // Not one of the offered actions: a reject, saying what came back.
+            Ok(Some(a)) => Answer::Reject {
+                reason: Some(format!(
+                    "the editor answered with an action that was not offered ({:?})",
+                    a.title
+                )),
             },
             Ok(None) => Answer::Reject {
                 reason: Some("the user dismissed the question".into()),

@@ -95,10 +95,16 @@ pub fn agent_error(code: i64, message: impl Into<String>) -> Error {
 /// (e.g. `text: invalid type: integer \`1\`, expected a string`).
 /// Absent params (`null`) read as `{}`.
 pub fn parse_params<T: for<'de> Deserialize<'de>>(params: Value) -> Result<T, Error> {
-    let params = if params.is_null() {
-        Value::Object(Default::default())
-    } else {
-        params
+    let params = match params {
+        Value::Null => Value::Object(Default::default()),
+        // JSON-RPC allows by-position params; every `agent/*` method takes named ones, and
+        // serde would read an array as the struct's fields in declaration order.
+        Value::Array(_) => {
+            return Err(Error::invalid_params(
+                "params: expected an object of named parameters, got an array",
+            ))
+        }
+        params => params,
     };
     serde_path_to_error::deserialize(params).map_err(|e| {
         let path = e.path().to_string();
@@ -110,6 +116,48 @@ pub fn parse_params<T: for<'de> Deserialize<'de>>(params: Value) -> Result<T, Er
         };
         Error::invalid_params(msg)
     })
+}
+
+/// Deserializes a field that must be present but may be `null`. serde reads a missing
+/// `Option` field as `None`; with this (and no `#[serde(default)]`) a missing one is the
+/// error `missing field `…``.
+fn nullable<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d)
+}
+
+/// Deserializes Pi's user content (a string or `text` / `image` blocks) with an error that
+/// says what was expected (serde's untagged-enum error names only the Rust type).
+fn user_content<'de, D>(d: D) -> Result<pi_ai::UserContent, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error as _;
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(pi_ai::UserContent::Text(s)),
+        Value::Array(blocks) => {
+            let mut out = Vec::with_capacity(blocks.len());
+            for (i, b) in blocks.into_iter().enumerate() {
+                out.push(
+                    serde_json::from_value(b)
+                        .map_err(|e| D::Error::custom(format!("block {i}: {e}")))?,
+                );
+            }
+            Ok(pi_ai::UserContent::Blocks(out))
+        }
+        other => Err(D::Error::custom(format!(
+            "expected a string or an array of text/image blocks, got {}",
+            match other {
+                Value::Null => "null",
+                Value::Bool(_) => "a boolean",
+                Value::Number(_) => "a number",
+                _ => "an object",
+            }
+        ))),
+    }
 }
 
 /// `agent/compact` params.
@@ -481,6 +529,7 @@ pub struct SendMessageParams {
     /// The sender's kind of message, e.g. `"review-note"`.
     pub custom_type: String,
     /// A string, or Pi content blocks (`text`, `image`).
+    #[serde(deserialize_with = "user_content")]
     pub content: pi_ai::UserContent,
     /// Whether editors show it (default true).
     #[serde(default = "yes")]
@@ -710,7 +759,9 @@ pub struct SessionTreeResult {
 pub struct SessionBranchParams {
     pub session_id: String,
     /// The entry to continue from; `null` for before the first entry. A user (or custom)
-    /// message target puts the leaf at its parent and returns its text, as Pi does.
+    /// message target puts the leaf at its parent and returns its text, as Pi does. Required:
+    /// a request without it is refused (`missing field `entryId``) rather than read as `null`.
+    #[serde(deserialize_with = "nullable")]
     pub entry_id: Option<String>,
     /// Have the model summarise the branch being left and store it as a `branch_summary`
     /// entry at the new position.
@@ -742,7 +793,9 @@ pub struct SessionBranchResult {
 pub struct SessionLabelParams {
     pub session_id: String,
     pub entry_id: String,
-    /// The label; `null` or `""` clears it.
+    /// The label; `null` or `""` clears it. Required: a request without it is refused
+    /// rather than read as a clear.
+    #[serde(deserialize_with = "nullable")]
     pub label: Option<String>,
 }
 
@@ -963,7 +1016,9 @@ pub struct CompactionSetResult {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PermissionsSetParams {
     pub session_id: String,
-    #[serde(default)]
+    /// The policy, or `null` for the default. Required: a request without it is refused
+    /// rather than read as `null` (which would silently drop an `ask` policy).
+    #[serde(deserialize_with = "nullable")]
     pub approval_policy: Option<pi_core::approval::ApprovalPolicy>,
 }
 

@@ -194,6 +194,10 @@ impl LanguageServer for Backend {
         // `initialize` with InvalidParams naming the field); `diagnostics` when advertised.
         let declared =
             crate::editor_tools::decls_from_init(params.initialization_options.as_ref())?;
+        // The other options are checked as strictly, before anything is set: an editor whose
+        // `approvalPolicy: "ask"` was misspelt must not silently get the default.
+        let (init_model, init_approval, init_trusted) =
+            init_options(params.initialization_options.as_ref())?;
         self.state.editor_tools.register(None, declared);
         self.state.editor_tools.set_diagnostics(
             params
@@ -224,35 +228,14 @@ impl LanguageServer for Backend {
         );
         // Project trust: `initializationOptions.workspaceTrusted: true` loads the project's own
         // configuration; anything else (unknown clients included) leaves it out.
-        let trusted = params
-            .initialization_options
-            .as_ref()
-            .and_then(|o| o.get("workspaceTrusted"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let trusted = init_trusted.unwrap_or(false);
         tracing::info!("workspace trusted: {trusted}");
         *lock(&self.state.workspace) =
             WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
         *lock(&self.state.root) = root;
-        *lock(&self.state.init_model) = params
-            .initialization_options
-            .as_ref()
-            .and_then(|o| o.get("model"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        // The editor's own approval setting (unknown names are ignored with a warning).
-        let approval = params
-            .initialization_options
-            .as_ref()
-            .and_then(|o| o.get("approvalPolicy"))
-            .and_then(Value::as_str);
-        *lock(&self.state.init_approval) = approval.and_then(|name| {
-            let p = pi_core::approval::ApprovalPolicy::parse(name);
-            if p.is_none() {
-                tracing::warn!("initializationOptions.approvalPolicy \"{name}\" is not ask, auto-edit or approve-all; ignored");
-            }
-            p
-        });
+        *lock(&self.state.init_model) = init_model;
+        // The editor's own approval setting.
+        *lock(&self.state.init_approval) = init_approval;
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
                 position_encoding: Some(encoding.kind()),
@@ -366,6 +349,16 @@ impl Backend {
         };
         if streaming {
             if let Some(b) = p.streaming_behavior {
+                // The queued message joins the running run, which keeps its model: a `model`
+                // asking for another one would be dropped without a word.
+                if let Some(m) = &p.model {
+                    if *m != lock(&session).model.full_id() {
+                        return Err(crate::methods::invalid(
+                            "model",
+                            format!("cannot switch to {m:?} while a run is active: a queued prompt joins the running run, which keeps its model; switch with agent/model/set (from the next run) or after agent/abort"),
+                        ));
+                    }
+                }
                 let how = match b {
                     StreamingBehavior::Steer => DeliverAs::Steer,
                     StreamingBehavior::FollowUp => DeliverAs::FollowUp,
@@ -643,29 +636,28 @@ impl Backend {
     /// it); asked for during a run, it waits until the run settles. `agent/abort` cancels it.
     async fn agent_compact(&self, params: Value) -> Result<CompactResult> {
         let p: CompactParams = parse_params(params)?;
-        let session = lock(&self.state.sessions).get(&p.session_id).cloned();
-        let Some(session) = session else {
-            return Err(agent_error(
-                codes::UNKNOWN_SESSION,
-                format!("no session {}", p.session_id),
-            ));
-        };
-        let rx = {
+        // Like every session method: a session file not open yet is opened on first use.
+        let session = self.session(&p.session_id)?;
+        let (control, rx) = {
             let s = lock(&session);
             if !s.agent.is_streaming() {
                 s.agent.set_config(session_config(&self.state, &s));
             }
-            s.agent
-                .compact(p.instructions)
-                .map_err(|_| {
-                    agent_error(
-                        codes::SESSION_BUSY,
-                        format!("session {} already has a compaction waiting", p.session_id),
-                    )
-                })?
-                .2
+            let (_, control, rx) = s.agent.compact(p.instructions).map_err(|_| {
+                agent_error(
+                    codes::SESSION_BUSY,
+                    format!("session {} already has a compaction waiting", p.session_id),
+                )
+            })?;
+            (control, rx)
         };
-        match rx.await {
+        // `$/cancelRequest` drops this future: the compaction is then cancelled as by
+        // `agent/abort` (nothing is written), so a request answered "cancelled" never leaves a
+        // compaction behind.
+        let cancel_on_drop = control.cancel.clone().drop_guard();
+        let outcome = rx.await;
+        cancel_on_drop.disarm();
+        match outcome {
             Ok(Ok(r)) => Ok(CompactResult(r)),
             Ok(Err(e)) => Err(agent_error(codes::COMPACTION_FAILED, e.to_string())),
             Err(_) => Err(agent_error(
@@ -681,10 +673,22 @@ impl Backend {
         let p: AbortParams = parse_params(params)?;
         let session = lock(&self.state.sessions).get(&p.session_id).cloned();
         let Some(session) = session else {
-            return Err(agent_error(
-                codes::UNKNOWN_SESSION,
-                format!("no session {}", p.session_id),
-            ));
+            // A session file that is not open has no run: nothing to stop (opening it just to
+            // say so would take its lock). Only an id no file has is unknown.
+            if find_session_file(&sessions_dir(&self.state.workspace()), &p.session_id).is_none() {
+                return Err(agent_error(
+                    codes::UNKNOWN_SESSION,
+                    format!("no session {}", p.session_id),
+                ));
+            }
+            return Ok(AbortResult {
+                aborted: false,
+                run_id: None,
+                stopped_tool_calls: Vec::new(),
+                stopped_processes: Vec::new(),
+                applied_edits: Vec::new(),
+                queued_messages: Vec::new(),
+            });
         };
         let (agent, tracker) = {
             let s = lock(&session);
@@ -713,6 +717,61 @@ impl Backend {
             queued_messages: tracker.queued(),
         })
     }
+}
+
+/// `initializationOptions.model`, `.approvalPolicy` and `.workspaceTrusted`, each `None` when
+/// absent or `null`. A value of the wrong type or an unknown policy name is InvalidParams
+/// naming the field (as a bad `editorTools` declaration is).
+fn init_options(
+    options: Option<&Value>,
+) -> Result<(
+    Option<String>,
+    Option<pi_core::approval::ApprovalPolicy>,
+    Option<bool>,
+)> {
+    let bad = |field: &str, why: String| {
+        tower_lsp_server::jsonrpc::Error::invalid_params(format!(
+            "initializationOptions.{field}: {why}"
+        ))
+    };
+    let Some(o) = options.filter(|o| !o.is_null()) else {
+        return Ok((None, None, None));
+    };
+    let Some(o) = o.as_object() else {
+        return Err(tower_lsp_server::jsonrpc::Error::invalid_params(format!(
+            "initializationOptions: expected an object, got {o}"
+        )));
+    };
+    let get = |k: &str| o.get(k).filter(|v| !v.is_null());
+    let model = match get("model") {
+        None => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(v) => return Err(bad("model", format!("expected \"provider/id\", got {v}"))),
+    };
+    let approval = match get("approvalPolicy") {
+        None => None,
+        Some(v) => Some(
+            v.as_str()
+                .and_then(pi_core::approval::ApprovalPolicy::parse)
+                .ok_or_else(|| {
+                    bad(
+                        "approvalPolicy",
+                        format!("expected \"ask\", \"auto-edit\" or \"approve-all\", got {v}"),
+                    )
+                })?,
+        ),
+    };
+    let trusted = match get("workspaceTrusted") {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            return Err(bad(
+                "workspaceTrusted",
+                format!("expected a boolean, got {v}"),
+            ))
+        }
+    };
+    Ok((model, approval, trusted))
 }
 
 /// The `id` of a session file's header line.

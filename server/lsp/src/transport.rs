@@ -55,11 +55,13 @@ fn invalid_message(v: &Value) -> Option<&'static str> {
     if o.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Some("\"jsonrpc\" must be \"2.0\"");
     }
+    // The transport's ids are i64 or strings: a fraction, an exponent or a number past
+    // i64 would fail its decoding and end the stream like a bad body.
     let id_ok = o
         .get("id")
-        .is_none_or(|id| id.is_null() || id.is_number() || id.is_string());
+        .is_none_or(|id| id.is_null() || id.is_i64() || id.is_string());
     if !id_ok {
-        return Some("\"id\" must be a number, a string or null");
+        return Some("\"id\" must be an integer, a string or null");
     }
     match o.get("method") {
         Some(Value::String(_)) => match o.get("params") {
@@ -76,12 +78,31 @@ fn invalid_message(v: &Value) -> Option<&'static str> {
 
 fn substitute_invalid(v: &Value, reason: &str) -> Vec<u8> {
     let id = match v.get("id") {
-        Some(id) if id.is_number() || id.is_string() => id.clone(),
+        Some(id) if id.is_i64() || id.is_string() => id.clone(),
         _ => Value::Null,
     };
     json!({"jsonrpc": "2.0", "id": id, "method": INVALID_REQUEST_METHOD, "params": {"message": reason}})
         .to_string()
         .into_bytes()
+}
+
+/// An `agent/*` request without `params` (JSON-RPC and LSP let a client leave them out, as
+/// `vscode-jsonrpc`'s `sendRequest(method)` does) gets `"params": {}`: the transport refuses
+/// a missing `params` before the method sees it, so `agent/session/list` and the other
+/// methods whose params are all optional would be unreachable. `None`: pass the frame as it
+/// is.
+fn with_empty_params(v: &Value) -> Option<Vec<u8>> {
+    let o = v.as_object()?;
+    let agent = o
+        .get("method")
+        .and_then(Value::as_str)
+        .is_some_and(|m| m.starts_with("agent/"));
+    if !agent || !o.contains_key("id") || o.contains_key("params") {
+        return None;
+    }
+    let mut o = o.clone();
+    o.insert("params".into(), Value::Object(Default::default()));
+    serde_json::to_vec(&o).ok()
 }
 
 async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::io::Result<()> {
@@ -135,7 +156,7 @@ async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::
             r.read_exact(&mut body).await?;
             match serde_json::from_slice::<Value>(&body) {
                 Ok(v @ (Value::Object(_) | Value::Array(_))) => match invalid_message(&v) {
-                    None => body,
+                    None => with_empty_params(&v).unwrap_or(body),
                     Some(reason) => substitute_invalid(&v, reason),
                 },
                 Ok(_) => substitute("the message is not a JSON object"),

@@ -76,8 +76,10 @@ impl Backend {
             on_update: Arc::new(|_| {}),
             model_input: None,
         };
+        // The command counts as running until its result is stored (or queued), so that
+        // `agent/session/close` can wait for both; the guard ends it on every return path.
+        let _running = EndBash(tracker);
         let outcome = tool.execute(ctx, json!({"command": p.command})).await;
-        tracker.end_bash();
         let (text, details) = match outcome {
             Ok(o) => (pi_ai::join_text(&o.content), o.details),
             Err(e) => (e.message, e.details),
@@ -159,6 +161,15 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let aborted = lock(&session).tracker.abort_bash();
         Ok(BashAbortResult { aborted })
+    }
+}
+
+/// Marks the session's `agent/bash` command ended when dropped.
+struct EndBash(Arc<crate::tracker::Tracker>);
+
+impl Drop for EndBash {
+    fn drop(&mut self) {
+        self.0.end_bash();
     }
 }
 

@@ -42,22 +42,7 @@ pub(crate) fn user_message(
     }
     let mut blocks = vec![ContentBlock::text(text)];
     for (i, img) in images.iter().enumerate() {
-        if !img.mime_type.starts_with("image/") {
-            return Err(invalid(
-                &format!("{field}[{i}].mimeType"),
-                format!("expected an image/* type, got {:?}", img.mime_type),
-            ));
-        }
-        let base64 = img
-            .data
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'\n' | b'\r'));
-        if img.data.is_empty() || !base64 {
-            return Err(invalid(
-                &format!("{field}[{i}].data"),
-                "expected base64 data without a data: prefix",
-            ));
-        }
+        check_image(&img.mime_type, &img.data, &format!("{field}[{i}]"))?;
         blocks.push(ContentBlock::Image(pi_ai::types::ImageContent {
             data: img.data.clone(),
             mime_type: img.mime_type.clone(),
@@ -67,6 +52,27 @@ pub(crate) fn user_message(
         content: UserContent::Blocks(blocks),
         timestamp: pi_ai::types::now_millis(),
     }))
+}
+
+/// Checks one image given by the client: an `image/*` MIME type and base64 data (no
+/// `data:` prefix). Errors name `<field>.mimeType` / `<field>.data`.
+pub(crate) fn check_image(mime_type: &str, data: &str, field: &str) -> Result<()> {
+    if !mime_type.starts_with("image/") {
+        return Err(invalid(
+            &format!("{field}.mimeType"),
+            format!("expected an image/* type, got {mime_type:?}"),
+        ));
+    }
+    let base64 = data
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'\n' | b'\r'));
+    if data.is_empty() || !base64 {
+        return Err(invalid(
+            &format!("{field}.data"),
+            "expected base64 data without a data: prefix",
+        ));
+    }
+    Ok(())
 }
 
 /// How clients see `m`.

@@ -56,7 +56,14 @@ impl Backend {
     pub(crate) async fn model_cycle(&self, params: Value) -> Result<Option<ModelSetResult>> {
         let p: ModelCycleParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let models = available_models(&self.state.workspace());
+        // As Pi's `cycleModel`: among the models that can really be used. The offline demo
+        // is listed for `agent/model/set`, but cycling from the user's one model onto it
+        // would swap their model for canned answers.
+        let demo = crate::runner::scripted_model().full_id();
+        let models: Vec<Model> = available_models(&self.state.workspace())
+            .into_iter()
+            .filter(|m| m.full_id() != demo)
+            .collect();
         if models.len() < 2 {
             return Ok(None);
         }

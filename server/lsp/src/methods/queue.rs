@@ -38,9 +38,28 @@ fn name(m: QueueMode) -> QueueModeName {
 }
 
 impl Backend {
+    /// Pi's `steer` / `followUp`: an extension command cannot be queued (it runs through
+    /// `agent/prompt`); skills and prompt templates are expanded before queueing.
     async fn queue_text(&self, p: SteerParams, how: DeliverAs) -> Result<SteerResult> {
-        let message = user_message(&p.text, p.images.as_deref(), "images")?;
         let session = self.session(&p.session_id)?;
+        if let Some(rest) = p.text.strip_prefix('/') {
+            let name = rest.split(' ').next().unwrap_or_default();
+            let is_command = lock(&session)
+                .extensions
+                .commands()
+                .iter()
+                .any(|c| c.name == name);
+            if is_command {
+                return Err(super::invalid(
+                    "text",
+                    format!(
+                        "extension command \"/{name}\" cannot be queued; send it with agent/prompt (it runs at once, also during a run)"
+                    ),
+                ));
+            }
+        }
+        let text = crate::runner::expand_prompt(&self.state.workspace(), &p.text);
+        let message = user_message(&text, p.images.as_deref(), "images")?;
         let (queue_id, run_id) = self.enqueue(&session, how, message, None).await;
         Ok(SteerResult {
             session_id: p.session_id,
@@ -83,6 +102,17 @@ impl Backend {
                     &format!("content[{i}].type"),
                     "expected \"text\" or \"image\"",
                 ));
+            }
+            // Images are checked as `agent/prompt` checks them: a bad one would only fail
+            // the provider request of every later turn.
+            for (i, b) in blocks.iter().enumerate() {
+                if b["type"] == "image" {
+                    super::check_image(
+                        b["mimeType"].as_str().unwrap_or_default(),
+                        b["data"].as_str().unwrap_or_default(),
+                        &format!("content[{i}]"),
+                    )?;
+                }
             }
         }
         let mut fields =

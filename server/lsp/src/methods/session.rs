@@ -224,17 +224,47 @@ impl Backend {
                 dropped: Vec::new(),
             });
         };
-        let agent = lock(&session).agent.clone();
+        // The close runs to its end in a task of its own: `$/cancelRequest` drops this
+        // future, and a close stopped halfway (run aborted, session still open, queue kept)
+        // is neither the state before nor after.
+        let this = Backend {
+            state: self.state.clone(),
+        };
+        let id = p.session_id.clone();
+        let close = tokio::spawn(async move { this.close_now(&id, session).await });
+        close.await.map_err(|e| tower_lsp_server::jsonrpc::Error {
+            code: tower_lsp_server::jsonrpc::ErrorCode::InternalError,
+            message: format!("closing session {} failed: {e}", p.session_id).into(),
+            data: None,
+        })
+    }
+
+    /// Aborts, stops the user's command, drops the queue and forgets the session.
+    async fn close_now(&self, id: &str, session: Arc<Mutex<Session>>) -> SessionCloseResult {
+        let (agent, tracker) = {
+            let s = lock(&session);
+            (s.agent.clone(), s.tracker.clone())
+        };
         agent.abort();
+        // The user's own shell command (`agent/bash`) goes too: left running it would write
+        // its result into the file after the lock was released.
+        if tracker.abort_bash() {
+            let _ = tokio::time::timeout(crate::server::ABORT_WAIT, async {
+                while tracker.bash_running() {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+        }
         let _ = tokio::time::timeout(crate::server::ABORT_WAIT, agent.wait_for_idle()).await;
         let dropped = self.drop_queue(&session).await;
-        lock(&self.state.sessions).remove(&p.session_id);
+        lock(&self.state.sessions).remove(id);
         // Editor tools registered for this session only go with it.
-        self.state.editor_tools.forget_session(&p.session_id);
-        Ok(SessionCloseResult {
+        self.state.editor_tools.forget_session(id);
+        SessionCloseResult {
             closed: true,
             dropped,
-        })
+        }
     }
 
     /// `agent/session/fork {sessionId, entryId}` → a new session holding the path to the
