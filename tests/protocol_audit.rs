@@ -813,3 +813,16 @@ async fn a_queued_prompt_asking_for_another_model_is_refused_not_dropped() {
     c.run_until_end(Duration::from_secs(30)).await;
     c.shutdown().await;
 }
+
+/// LSP 3.17 `exit`: "The server should exit with success code 0 if the shutdown request has
+/// been received before; otherwise with error code 1."
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_without_shutdown_ends_with_code_1_and_after_shutdown_with_0() {
+    let tmp = TempDir::new("audit-exit");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![]).await;
+    let c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    assert_eq!(c.exit_without_shutdown().await.code(), Some(1));
+    let c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    assert_eq!(c.shutdown().await.code(), Some(0));
+}

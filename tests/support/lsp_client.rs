@@ -687,6 +687,15 @@ impl LspClient {
             .unwrap()
     }
 
+    /// Sends `exit` without `shutdown` and waits for the process to end.
+    pub async fn exit_without_shutdown(mut self) -> std::process::ExitStatus {
+        self.notify("exit", Value::Null).await;
+        tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .expect("exit timeout")
+            .unwrap()
+    }
+
     /// The server process id.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()

@@ -88,8 +88,9 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::Lsp) | None => {
             let _ = cli.stdio;
-            rt.block_on(async {
+            let shutdown_received = rt.block_on(async {
                 let (service, socket) = pi_lsp::server::service();
+                let shutdown_received = service.inner().shutdown_received();
                 // Non-blocking pipes when stdin/stdout are pipes or sockets (see `stdio`).
                 let (stdin, stdout, restore) = pi_lsp::transport::stdio();
                 let input = pi_lsp::transport::guard_input(stdin);
@@ -97,10 +98,15 @@ fn main() -> anyhow::Result<()> {
                     .serve(service)
                     .await;
                 restore.blocking_again();
+                shutdown_received
             });
             // A stdin reader on tokio's stdin (a terminal, a file) blocks on a thread until the
             // client closes it; `exit` must not wait for that.
             rt.shutdown_background();
+            // LSP 3.17 `exit`: 0 after `shutdown`, 1 otherwise (also when the input ended).
+            if !shutdown_received.load(std::sync::atomic::Ordering::SeqCst) {
+                std::process::exit(1);
+            }
             Ok(())
         }
     }

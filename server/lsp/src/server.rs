@@ -79,6 +79,8 @@ pub struct State {
     /// `initializationOptions.approvalPolicy`: the editor's own setting.
     pub(crate) init_approval: Mutex<Option<pi_core::approval::ApprovalPolicy>>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    /// See [`Backend::shutdown_received`].
+    shutdown_received: Arc<std::sync::atomic::AtomicBool>,
     /// The client answers `agent/ui/request` (`experimental.agent.ui`).
     extension_ui: std::sync::atomic::AtomicBool,
     /// Tools the editor declared and whether it answers `agent/diagnostics`.
@@ -88,6 +90,15 @@ pub struct State {
 /// The language server.
 pub struct Backend {
     pub(crate) state: Arc<State>,
+}
+
+impl Backend {
+    /// Set once the client's `shutdown` request has been answered. The binary exits with 0
+    /// only when it is set, 1 otherwise (`exit` or end of input without `shutdown`; LSP 3.17
+    /// "exit Notification").
+    pub fn shutdown_received(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.state.shutdown_received.clone()
+    }
 }
 
 /// Builds the service with the `agent/*` methods registered.
@@ -105,6 +116,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
             init_model: Mutex::new(None),
             init_approval: Mutex::new(None),
             sessions: Mutex::new(HashMap::new()),
+            shutdown_received: Default::default(),
             extension_ui: std::sync::atomic::AtomicBool::new(false),
             editor_tools: Default::default(),
         }),
@@ -269,6 +281,9 @@ impl LanguageServer for Backend {
     }
 
     async fn shutdown(&self) -> Result<()> {
+        self.state
+            .shutdown_received
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let sessions: Vec<Arc<Mutex<Session>>> =
             lock(&self.state.sessions).values().cloned().collect();
         for s in &sessions {
