@@ -565,6 +565,12 @@ impl SessionWriter {
         &self.tree
     }
 
+    /// [`SessionWriter::tree`] as a shared snapshot: cheap to take (no file read; entries are
+    /// copied only when this writer appends while the snapshot is alive).
+    pub fn tree_snapshot(&self) -> std::sync::Arc<SessionTree> {
+        self.tree.clone()
+    }
+
     /// The entries from the root to the current leaf.
     pub fn branch_path(&self) -> Vec<&Entry> {
         match &self.leaf {

@@ -136,12 +136,10 @@ pub(crate) fn file_usage(tree: &SessionTree) -> UsageTotals {
     t
 }
 
-/// The session file as it is on disk now.
-pub(crate) fn read_session_tree(s: &Session) -> Result<SessionTree> {
-    let path = lock(&s.writer).path().to_path_buf();
-    pi_core::session::read_tree(&path, false)
-        .map(|(t, _)| t)
-        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))
+/// Every entry of the session file as written so far: the writer's own tree (it holds the
+/// file's lock, so nothing else appends), not a new read and parse of the file.
+pub(crate) fn read_session_tree(s: &Session) -> Result<std::sync::Arc<SessionTree>> {
+    Ok(lock(&s.writer).tree_snapshot())
 }
 
 /// The text of a stored message or entry (`content` string or text blocks; summaries;
