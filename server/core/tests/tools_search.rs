@@ -181,6 +181,68 @@ async fn grep_match_limit_default_is_100() {
     );
 }
 
+/// Many files (several search batches, on every core): matches come in file-name order and the
+/// limit cuts the same place a one-file-at-a-time search would, in the middle of a file too.
+#[tokio::test]
+async fn grep_over_many_files_keeps_name_order_and_the_limit() {
+    let ws = Ws::new();
+    let tree = ws.dir.join("tree");
+    for d in 0..3 {
+        for f in 0..400 {
+            let dir = tree.join(format!("d{d}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            // Every 7th file has two hits, the others none or one.
+            let text = match f % 7 {
+                0 => format!("hit {d}/{f} a\nmiss\nhit {d}/{f} b\n"),
+                3 | 5 => format!("hit {d}/{f}\n"),
+                _ => "miss\n".to_string(),
+            };
+            std::fs::write(dir.join(format!("f{f:03}.txt")), text).unwrap();
+        }
+    }
+    // What a one-file-at-a-time walk in name order gives.
+    let mut want: Vec<String> = Vec::new();
+    for d in 0..3 {
+        for f in 0..400 {
+            match f % 7 {
+                0 => {
+                    want.push(format!("d{d}/f{f:03}.txt:1: hit {d}/{f} a"));
+                    want.push(format!("d{d}/f{f:03}.txt:3: hit {d}/{f} b"));
+                }
+                3 | 5 => want.push(format!("d{d}/f{f:03}.txt:1: hit {d}/{f}")),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(want.len(), 3 * (58 * 2 + 114));
+    let all = ws
+        .text(
+            "grep",
+            json!({"pattern": "hit", "path": "tree", "limit": 1000}),
+        )
+        .await;
+    assert_eq!(all, want.join("\n"));
+    // A limit that falls between a file's two hits (index 301 is the first of a pair).
+    let pair_start = (301..want.len())
+        .find(|&i| want[i].ends_with(" a"))
+        .unwrap();
+    let limit = pair_start + 1;
+    let cut = ws
+        .text(
+            "grep",
+            json!({"pattern": "hit", "path": "tree", "limit": limit}),
+        )
+        .await;
+    assert_eq!(
+        cut,
+        format!(
+            "{}\n\n[{limit} matches limit reached. Use limit={} for more, or refine pattern]",
+            want[..limit].join("\n"),
+            limit * 2
+        )
+    );
+}
+
 #[tokio::test]
 async fn ls_lists_with_slashes_and_dotfiles() {
     let ws = Ws::new();

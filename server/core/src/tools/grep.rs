@@ -70,6 +70,74 @@ struct Search {
     limit: usize,
 }
 
+/// A file's matching lines: `(line number, text)`.
+type FileMatches = Vec<(u64, String)>;
+
+/// Files searched per batch (see [`run`]).
+const SEARCH_BATCH: usize = 256;
+
+/// The matching lines (`(line number, text)`, at most `room` per file) of each of `files`, in
+/// their order, searched on up to `threads` threads. Unreadable files have none.
+fn search_files(
+    files: &[PathBuf],
+    matcher: &grep_regex::RegexMatcher,
+    room: usize,
+    threads: usize,
+) -> Vec<FileMatches> {
+    let search = |searcher: &mut grep_searcher::Searcher, path: &Path| {
+        let mut found: FileMatches = Vec::new();
+        let _ = searcher.search_path(
+            matcher,
+            path,
+            Lossy(|n, line| {
+                found.push((n, line.to_string()));
+                Ok(found.len() < room)
+            }),
+        );
+        found
+    };
+    let new_searcher = || {
+        SearcherBuilder::new()
+            .line_number(true)
+            .binary_detection(BinaryDetection::quit(0))
+            .build()
+    };
+    let threads = threads.min(files.len() / 16).max(1);
+    if threads == 1 {
+        let mut searcher = new_searcher();
+        return files.iter().map(|p| search(&mut searcher, p)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<FileMatches> = vec![Vec::new(); files.len()];
+    let parts: Vec<Vec<(usize, FileMatches)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut searcher = new_searcher();
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(path) = files.get(i) else { break };
+                        let found = search(&mut searcher, path);
+                        if !found.is_empty() {
+                            mine.push((i, found));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    for (i, found) in parts.into_iter().flatten() {
+        out[i] = found;
+    }
+    out
+}
+
 fn run(
     search_path: &Path,
     s: &Search,
@@ -99,36 +167,39 @@ fn run(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let mut searcher = SearcherBuilder::new()
-        .line_number(true)
-        .binary_detection(BinaryDetection::quit(0))
-        .build();
     let mut matches: Vec<(PathBuf, u64, String)> = Vec::new();
     let mut limit_reached = false;
-    'walk: for entry in walker(search_path, s.glob.as_deref())?.build() {
+    let mut walk = walker(search_path, s.glob.as_deref())?.build();
+    // Files are taken from the walk (name order) in batches searched on every core; results
+    // are merged in walk order, so output and the limit's cut are the same as a one-thread
+    // search, and the walk stops at the batch where the limit is reached.
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    'walk: loop {
         if cancel.is_cancelled() {
             return Err(ToolError::new("Operation aborted"));
         }
-        let Ok(entry) = entry else { continue };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
+        let batch: Vec<PathBuf> = walk
+            .by_ref()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+            .map(ignore::DirEntry::into_path)
+            .take(SEARCH_BATCH)
+            .collect();
+        if batch.is_empty() {
+            break;
         }
-        let path = entry.path().to_path_buf();
-        let mut found: Vec<(u64, String)> = Vec::new();
         let room = s.limit - matches.len();
-        let _ = searcher.search_path(
-            &matcher,
-            &path,
-            Lossy(|n, line| {
-                found.push((n, line.to_string()));
-                Ok(found.len() < room)
-            }),
-        );
-        for (n, line) in found {
-            matches.push((path.clone(), n, line));
-            if matches.len() >= s.limit {
-                limit_reached = true;
-                break 'walk;
+        let found = search_files(&batch, &matcher, room, threads);
+        for (path, lines) in batch.iter().zip(found) {
+            for (n, line) in lines {
+                matches.push((path.clone(), n, line));
+                if matches.len() >= s.limit {
+                    limit_reached = true;
+                    break 'walk;
+                }
             }
         }
     }
