@@ -5,7 +5,8 @@
 //!
 //! Like `rg --hidden`: hidden files are searched; `.gitignore` / `.ignore` are respected even
 //! outside a git repository (Pi's `rg` needs a repository for that); `.git` is never searched;
-//! binary files are skipped. Files are visited in name order so results are stable. The search
+//! binary files are skipped. Files are visited in name order so results are stable (searched in
+//! batches on every core, merged in that order). The search
 //! reads the disk (unsaved editor buffers are not searched).
 
 use std::collections::HashMap;
