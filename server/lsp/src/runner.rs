@@ -17,7 +17,7 @@ use pi_core::AgentEvent;
 const DEMO_SCRIPT: &str = include_str!("../../../fixtures/scripted/demo.json");
 
 /// The line printed (headless) or shown (editor) when the scripted model is used.
-pub const SCRIPTED_NOTICE: &str = "pi-lsp: no API key and no models.json found; using the offline scripted model (fixtures/scripted/demo.json).";
+pub const SCRIPTED_NOTICE: &str = "pi-lsp: no usable model (no API key, no models.json that loads here); using the offline scripted model (fixtures/scripted/demo.json).";
 
 /// Where the workspace's sessions live: `$PI_CODING_AGENT_SESSION_DIR`, else settings'
 /// `sessionDir` (global, or the project's in a trusted workspace; relative to the workspace,

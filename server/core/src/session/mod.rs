@@ -892,18 +892,39 @@ pub fn pi_sessions_dir(agent_dir: &Path, cwd: &Path) -> PathBuf {
     agent_dir.join("sessions").join(format!("--{safe}--"))
 }
 
-/// Finds the file of session `id` in `dir` (named `…_<id>.jsonl`).
+/// Finds the file of session `id` in `dir`: one named `…_<id>.jsonl` (how Pi and this server
+/// name them), else a `.jsonl` whose header (its first line) has that `id`, as the session
+/// list reads it (a file copied or renamed by hand).
 pub fn find_session_file(dir: &Path, id: &str) -> Option<PathBuf> {
     let suffix = format!("_{id}.jsonl");
-    std::fs::read_dir(dir)
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(&suffix))
-        })
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    if let Some(p) = files.iter().find(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(&suffix))
+    }) {
+        return Some(p.clone());
+    }
+    let header_id = |p: &Path| -> Option<String> {
+        use std::io::{BufRead, Read};
+        let f = std::fs::File::open(p).ok()?;
+        let mut line = Vec::new();
+        std::io::BufReader::new(f.take(64 * 1024))
+            .read_until(b'\n', &mut line)
+            .ok()?;
+        let v: Value = serde_json::from_slice(&line).ok()?;
+        (v["type"] == "session").then(|| v["id"].as_str().map(str::to_string))?
+    };
+    let mut files = files;
+    files.sort();
+    files
+        .into_iter()
+        .find(|p| header_id(p).as_deref() == Some(id))
 }
 
 #[cfg(test)]
@@ -1134,5 +1155,14 @@ mod tests {
         let (_, loaded) = SessionWriter::open(w.path()).unwrap();
         assert_eq!(loaded.model, Some(("mock".into(), "m1".into())));
         assert_eq!(find_session_file(&d, w.id()).as_deref(), Some(w.path()));
+        // A file renamed by hand is found by its header's id, as the session list shows it.
+        let renamed = d.join("copied-by-hand.jsonl");
+        std::fs::write(
+            &renamed,
+            "{\"type\":\"session\",\"version\":3,\"id\":\"s1\",\"cwd\":\"/tmp/p\"}\n",
+        )
+        .unwrap();
+        assert_eq!(find_session_file(&d, "s1"), Some(renamed));
+        assert_eq!(find_session_file(&d, "s2"), None);
     }
 }
