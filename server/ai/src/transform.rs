@@ -3,9 +3,13 @@
 //!
 //! The stored messages are never changed: this builds the request's own copy. Rules follow Pi
 //! 0.73.1 `pi-ai/dist/providers/transform-messages.js` and the cases PAIR-01/02/04/07/08:
-//! - assistant turns that ended in `error` or `aborted` are dropped (they are incomplete;
-//!   replaying them makes providers reject the request), and with them any results of their
-//!   calls;
+//! - assistant turns that ended in `error` are dropped (they are incomplete; replaying them
+//!   makes providers reject the request), and with them any results of their calls; so are
+//!   `aborted` turns without tool calls;
+//! - an `aborted` turn with tool calls keeps its calls (and text; its thinking is dropped, it may
+//!   be unsigned) and each call without a result gets [`ABORTED_RESULT_TEXT`] as an error
+//!   result, so the model sees what it had started and that the user stopped it (PAIR-01: the
+//!   next user message then begins with those results);
 //! - the first user message after a dropped `aborted` turn starts with [`INTERRUPTED_NOTE`],
 //!   so the model answers the new message instead of resuming the cancelled task (PAIR-05);
 //! - every remaining tool call gets exactly one result right after its assistant message, in
@@ -29,6 +33,10 @@ use crate::types::{
 
 /// Text of a synthetic result for a call that has no recorded outcome (Pi's wording).
 pub const MISSING_RESULT_TEXT: &str = "No result provided";
+
+/// Text of a synthetic result for a call of an aborted turn that has no recorded outcome
+/// (case PAIR-01).
+pub const ABORTED_RESULT_TEXT: &str = "aborted by user";
 
 /// Text put before the first user message after a cancelled turn (case PAIR-05); request only.
 pub const INTERRUPTED_NOTE: &str =
@@ -335,13 +343,28 @@ pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
     while i < messages.len() {
         match &messages[i] {
             Message::Assistant(a) => {
-                if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) {
-                    interrupted |= a.stop_reason == StopReason::Aborted;
+                let aborted = a.stop_reason == StopReason::Aborted;
+                let keep_aborted = aborted && !a.tool_calls().is_empty();
+                if a.stop_reason == StopReason::Error || (aborted && !keep_aborted) {
+                    interrupted |= aborted;
                     i += 1;
                     continue;
                 }
                 interrupted = false;
-                out.push(messages[i].clone());
+                if keep_aborted {
+                    let mut kept = a.clone();
+                    kept.content
+                        .retain(|b| !matches!(b, ContentBlock::Thinking(_)));
+                    kept.stop_reason = StopReason::ToolUse;
+                    out.push(Message::Assistant(kept));
+                } else {
+                    out.push(messages[i].clone());
+                }
+                let missing = if keep_aborted {
+                    ABORTED_RESULT_TEXT
+                } else {
+                    MISSING_RESULT_TEXT
+                };
                 let calls = a.tool_calls();
                 let mut j = i + 1;
                 let mut results: HashMap<&str, &ToolResultMessage> = HashMap::new();
@@ -355,7 +378,7 @@ pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
                         None => out.push(Message::ToolResult(ToolResultMessage {
                             tool_call_id: c.id.clone(),
                             tool_name: c.name.clone(),
-                            content: vec![ContentBlock::text(MISSING_RESULT_TEXT)],
+                            content: vec![ContentBlock::text(missing)],
                             details: None,
                             is_error: true,
                             timestamp: a.timestamp,
@@ -420,12 +443,44 @@ mod tests {
     }
 
     #[test]
-    fn pair01_aborted_turn_and_its_results_dropped() {
+    fn pair01_aborted_turn_keeps_its_call_answered_aborted_by_user() {
+        // The case's file: no result was stored for the aborted call.
+        let m = msgs(json!([
+            {"role":"user","content":"run the tests"},
+            {"role":"assistant","content":[
+                {"type":"thinking","thinking":"run them"},
+                {"type":"toolCall","id":"toolu_01A","name":"bash","arguments":{"command":"sleep 60"}}],"stopReason":"aborted"},
+            {"role":"user","content":"never mind, list files"}
+        ]));
+        let out = pair_tool_results(&m);
+        assert_eq!(
+            serde_json::to_value(&out).unwrap(),
+            json!([
+                {"role":"user","content":"run the tests","timestamp":0},
+                {"role":"assistant","content":[
+                    {"type":"toolCall","id":"toolu_01A","name":"bash","arguments":{"command":"sleep 60"}}],
+                 "api":"","provider":"","model":"","usage":out_usage(&out[1]),"stopReason":"toolUse","timestamp":0},
+                {"role":"toolResult","toolCallId":"toolu_01A","toolName":"bash",
+                 "content":[{"type":"text","text":"aborted by user"}],"isError":true,"timestamp":0},
+                {"role":"user","content":"never mind, list files","timestamp":0}
+            ])
+        );
+        // A result stored for it (our loop writes one at abort time) is kept as it is.
         let m = msgs(json!([
             {"role":"user","content":"run the tests"},
             {"role":"assistant","content":[{"type":"toolCall","id":"toolu_01A","name":"bash","arguments":{"command":"sleep 60"}}],"stopReason":"aborted"},
-            {"role":"toolResult","toolCallId":"toolu_01A","toolName":"bash","content":"aborted by user","isError":true},
+            {"role":"toolResult","toolCallId":"toolu_01A","toolName":"bash","content":"Tool execution was aborted by the user.","isError":true},
             {"role":"user","content":"never mind, list files"}
+        ]));
+        let out = pair_tool_results(&m);
+        assert_eq!(roles(&out), ["user", "assistant", "toolResult", "user"]);
+        assert_eq!(out[2], m[2]);
+        assert_eq!(out[3], m[3]);
+        // An aborted turn without calls is still dropped, and the note goes first.
+        let m = msgs(json!([
+            {"role":"user","content":"explain"},
+            {"role":"assistant","content":[{"type":"text","text":"The reas"}],"stopReason":"aborted"},
+            {"role":"user","content":"never mind"}
         ]));
         let out = pair_tool_results(&m);
         assert_eq!(roles(&out), ["user", "user"]);
@@ -433,8 +488,15 @@ mod tests {
             out[1],
             msgs(json!([{"role":"user","content":[
                 {"type":"text","text":INTERRUPTED_NOTE},
-                {"type":"text","text":"never mind, list files"}]}]))[0]
+                {"type":"text","text":"never mind"}]}]))[0]
         );
+    }
+
+    fn out_usage(m: &Message) -> serde_json::Value {
+        match m {
+            Message::Assistant(a) => serde_json::to_value(&a.usage).unwrap(),
+            _ => serde_json::Value::Null,
+        }
     }
 
     #[test]
