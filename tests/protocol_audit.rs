@@ -37,6 +37,19 @@ async fn session_with_a_turn(c: &mut LspClient) -> (String, std::path::PathBuf) 
     (sid, state["sessionFile"].as_str().unwrap().into())
 }
 
+/// Starts a run with the prompt "go" on the mock model; returns its session id.
+async fn prompt_go(c: &mut LspClient) -> String {
+    c.request(
+        "agent/prompt",
+        json!({"text": "go", "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// `(code, message)` of an error answer.
 fn err(e: Value) -> (i64, String) {
     (
@@ -640,16 +653,7 @@ async fn a_cancelled_close_still_closes_the_whole_way() {
     )
     .await;
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
-    let sid = c
-        .request(
-            "agent/prompt",
-            json!({"text": "go", "model": "mock/mock-1"}),
-        )
-        .await
-        .unwrap()["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let sid = prompt_go(&mut c).await;
     let queued = c
         .request("agent/followUp", json!({"sessionId": sid, "text": "later"}))
         .await
@@ -714,16 +718,7 @@ async fn steering_expands_templates_and_refuses_extension_commands_as_pi_does() 
         },
     )
     .await;
-    let sid = c
-        .request(
-            "agent/prompt",
-            json!({"text": "go", "model": "mock/mock-1"}),
-        )
-        .await
-        .unwrap()["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let sid = prompt_go(&mut c).await;
     // Pi's steer / followUp refuse an extension command (it used to be queued as plain
     // text for the model) and change nothing.
     for method in ["agent/steer", "agent/followUp"] {
@@ -772,16 +767,7 @@ async fn a_queued_prompt_asking_for_another_model_is_refused_not_dropped() {
     )
     .await;
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
-    let sid = c
-        .request(
-            "agent/prompt",
-            json!({"text": "go", "model": "mock/mock-1"}),
-        )
-        .await
-        .unwrap()["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let sid = prompt_go(&mut c).await;
     let e = c
         .request(
             "agent/prompt",

@@ -138,7 +138,7 @@ impl Backend {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
-        let tree = super::read_session_tree(&s)?;
+        let tree = super::session_tree(&s)?;
         let messages = tree
             .entries
             .iter()

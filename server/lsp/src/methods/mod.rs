@@ -138,7 +138,7 @@ pub(crate) fn file_usage(tree: &SessionTree) -> UsageTotals {
 
 /// Every entry of the session file as written so far: the writer's own tree (it holds the
 /// file's lock, so nothing else appends), not a new read and parse of the file.
-pub(crate) fn read_session_tree(s: &Session) -> Result<std::sync::Arc<SessionTree>> {
+pub(crate) fn session_tree(s: &Session) -> Result<std::sync::Arc<SessionTree>> {
     Ok(lock(&s.writer).tree_snapshot())
 }
 

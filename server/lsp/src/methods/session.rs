@@ -11,7 +11,7 @@ use pi_core::session::SessionTree;
 use serde_json::{json, Value};
 use tower_lsp_server::jsonrpc::Result;
 
-use super::{entry_text, invalid, model_info, read_session_tree};
+use super::{entry_text, invalid, model_info, session_tree};
 use crate::protocol::{
     agent_error, codes, parse_params, ContextUsage, ExportFormat, MessagesResult, QueueModeName,
     SessionBranchParams, SessionBranchResult, SessionCloseResult, SessionExportParams,
@@ -118,7 +118,7 @@ impl Backend {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
-        let tree = read_session_tree(&s)?;
+        let tree = session_tree(&s)?;
         let leaf = lock(&s.writer).leaf().map(str::to_string);
         let (messages, entry_ids) = path_messages(&tree, leaf.as_deref());
         Ok(MessagesResult {
@@ -274,7 +274,7 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let (writer, loaded, text) = {
             let s = lock(&session);
-            let tree = read_session_tree(&s)?;
+            let tree = session_tree(&s)?;
             let entry = tree.get(&p.entry_id).ok_or_else(|| {
                 agent_error(
                     codes::UNKNOWN_ENTRY,
@@ -313,7 +313,7 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let (writer, loaded) = {
             let s = lock(&session);
-            let tree = read_session_tree(&s)?;
+            let tree = session_tree(&s)?;
             let w = lock(&s.writer);
             if w.leaf().is_none() {
                 return Err(invalid(
@@ -351,7 +351,7 @@ impl Backend {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
-        let tree = read_session_tree(&s)?;
+        let tree = session_tree(&s)?;
         let labels = tree.labels();
         let entries = tree
             .entries
@@ -390,7 +390,7 @@ impl Backend {
             if s.agent.is_streaming() {
                 return Err(busy(&s, "moving the leaf"));
             }
-            let tree = read_session_tree(&s)?;
+            let tree = session_tree(&s)?;
             let (target_leaf, editor_text) = match &p.entry_id {
                 None => (None, None),
                 Some(id) => {
@@ -451,7 +451,7 @@ impl Backend {
         };
         let leaf = w.leaf().map(str::to_string);
         drop(w);
-        let tree = read_session_tree(&s)?;
+        let tree = session_tree(&s)?;
         let messages = if leaf.is_some() {
             tree.context(leaf.as_deref()).messages
         } else {
@@ -475,7 +475,7 @@ impl Backend {
         let p: SessionLabelParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
-        let tree = read_session_tree(&s)?;
+        let tree = session_tree(&s)?;
         if tree.get(&p.entry_id).is_none() {
             return Err(agent_error(
                 codes::UNKNOWN_ENTRY,
@@ -511,7 +511,7 @@ impl Backend {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
-        let tree = read_session_tree(&s)?;
+        let tree = session_tree(&s)?;
         let leaf = lock(&s.writer).leaf().map(str::to_string);
         let (messages, _) = path_messages(&tree, leaf.as_deref());
         let role = |r: &str| messages.iter().filter(|m| m["role"] == r).count();
@@ -565,7 +565,7 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let (tree, leaf) = {
             let s = lock(&session);
-            let tree = read_session_tree(&s)?;
+            let tree = session_tree(&s)?;
             let leaf = lock(&s.writer).leaf().map(str::to_string);
             (tree, leaf)
         };
