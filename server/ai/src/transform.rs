@@ -19,11 +19,14 @@
 //! - thinking is kept (with its signature) only for the model that wrote it: for another model
 //!   it becomes plain text, an empty one is dropped, and a redacted one (opaque payload) is
 //!   dropped;
+//! - every tool call carries an id no other call of the request has: a repeated id (the same
+//!   message stored twice, two calls sharing one id) is renamed on the call and its result
+//!   ([`unique_call_ids`]), and two results of one id pair with their calls in turn;
 //! - tool-call ids are rewritten to what the target accepts ([`IdFormat`]), with a stable
 //!   hash when an id must be shortened, collision-checked within the request, and the matching
 //!   results remapped the same way (PAIR-07, PAIR-08).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::models::Model;
 use crate::types::{
@@ -312,7 +315,7 @@ fn without_images(blocks: &[ContentBlock], placeholder: &str) -> Vec<ContentBloc
 pub fn transform_messages(messages: &[Message], model: &Model) -> Vec<Message> {
     let mut ids = IdMap::new(IdFormat::for_model(model));
     let images = model.input.iter().any(|k| k == "image");
-    let paired = pair_tool_results(messages);
+    let paired = unique_call_ids(pair_tool_results(messages));
     paired
         .into_iter()
         .map(|m| match m {
@@ -332,6 +335,59 @@ pub fn transform_messages(messages: &[Message], model: &Model) -> Vec<Message> {
             }
         })
         .collect()
+}
+
+/// Gives every tool call of `paired` (the output of [`pair_tool_results`]: each assistant
+/// message's results right after it, in call order) an id no other call of the request has:
+/// a repeated id (the same assistant message stored under two entries, two calls sharing one
+/// id) becomes `{id}_{n}`, and the result paired with that call gets the same id. Providers
+/// reject a request that carries one tool-call id twice (case 18.9).
+pub fn unique_call_ids(mut paired: Vec<Message>) -> Vec<Message> {
+    let taken: HashSet<String> = paired
+        .iter()
+        .flat_map(|m| match m {
+            Message::Assistant(a) => a.tool_calls().into_iter().map(|c| c.id.clone()).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut i = 0;
+    while i < paired.len() {
+        let Message::Assistant(a) = &mut paired[i] else {
+            i += 1;
+            continue;
+        };
+        let mut renamed: Vec<Option<String>> = Vec::new();
+        for b in a.content.iter_mut() {
+            let ContentBlock::ToolCall(c) = b else {
+                continue;
+            };
+            if seen.insert(c.id.clone()) {
+                renamed.push(None);
+                continue;
+            }
+            let mut n = 2;
+            let fresh = loop {
+                let candidate = format!("{}_{n}", c.id);
+                if !taken.contains(&candidate) && !seen.contains(&candidate) {
+                    break candidate;
+                }
+                n += 1;
+            };
+            seen.insert(fresh.clone());
+            c.id = fresh.clone();
+            renamed.push(Some(fresh));
+        }
+        for (k, new_id) in renamed.into_iter().enumerate() {
+            match (new_id, paired.get_mut(i + 1 + k)) {
+                (Some(id), Some(Message::ToolResult(r))) => r.tool_call_id = id,
+                (_, Some(Message::ToolResult(_))) => {}
+                _ => break,
+            }
+        }
+        i += 1;
+    }
+    paired
 }
 
 /// Pairing repair alone (no per-model rewriting): failed turns dropped, every call answered
@@ -367,14 +423,18 @@ pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
                 };
                 let calls = a.tool_calls();
                 let mut j = i + 1;
-                let mut results: HashMap<&str, &ToolResultMessage> = HashMap::new();
+                // Results by id, in order: two calls sharing an id take their results in turn.
+                let mut results: HashMap<&str, VecDeque<&ToolResultMessage>> = HashMap::new();
                 while let Some(Message::ToolResult(r)) = messages.get(j) {
-                    results.entry(r.tool_call_id.as_str()).or_insert(r);
+                    results
+                        .entry(r.tool_call_id.as_str())
+                        .or_default()
+                        .push_back(r);
                     j += 1;
                 }
                 for c in calls {
-                    match results.get(c.id.as_str()) {
-                        Some(r) => out.push(Message::ToolResult((*r).clone())),
+                    match results.get_mut(c.id.as_str()).and_then(VecDeque::pop_front) {
+                        Some(r) => out.push(Message::ToolResult(r.clone())),
                         None => out.push(Message::ToolResult(ToolResultMessage {
                             tool_call_id: c.id.clone(),
                             tool_name: c.name.clone(),
@@ -666,4 +726,81 @@ mod tests {
         );
         assert_eq!(same[1]["content"][2]["redacted"], true);
     }
+
+    fn call_ids(v: &serde_json::Value) -> Vec<(String, String)> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| match m["role"].as_str().unwrap() {
+                "assistant" => m["content"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|b| b["type"] == "toolCall")
+                    .map(|b| ("call".to_string(), b["id"].as_str().unwrap().to_string()))
+                    .collect(),
+                "toolResult" => vec![(
+                    "result".to_string(),
+                    format!(
+                        "{}={}",
+                        m["toolCallId"].as_str().unwrap(),
+                        m["content"][0]["text"].as_str().unwrap_or("")
+                    ),
+                )],
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn duplicate_call_ids_are_remapped_on_call_and_result() {
+        let model = Model::new("anthropic-messages", "anthropic", "c", "");
+        // The same assistant message stored under two entries (its result after the second).
+        let twice = msgs(json!([
+            {"role":"user","content":"go"},
+            {"role":"assistant","content":[{"type":"toolCall","id":"toolu_1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"assistant","content":[{"type":"toolCall","id":"toolu_1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"toolu_1","toolName":"ls","content":[{"type":"text","text":"a.txt"}],"isError":false}
+        ]));
+        let out = serde_json::to_value(transform_messages(&twice, &model)).unwrap();
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        };
+        assert_eq!(
+            call_ids(&out),
+            pairs(&[
+                ("call", "toolu_1"),
+                ("result", "toolu_1=No result provided"),
+                ("call", "toolu_1_2"),
+                ("result", "toolu_1_2=a.txt"),
+            ])
+        );
+        // Two calls sharing one id in one message: results taken in turn, the second renamed
+        // (past an id that is already taken elsewhere).
+        let shared = msgs(json!([
+            {"role":"user","content":"go"},
+            {"role":"assistant","content":[
+                {"type":"toolCall","id":"c","name":"read","arguments":{"path":"a"}},
+                {"type":"toolCall","id":"c","name":"read","arguments":{"path":"b"}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"c","toolName":"read","content":[{"type":"text","text":"A"}],"isError":false},
+            {"role":"toolResult","toolCallId":"c","toolName":"read","content":[{"type":"text","text":"B"}],"isError":false},
+            {"role":"assistant","content":[{"type":"toolCall","id":"c_2","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"c_2","toolName":"ls","content":[{"type":"text","text":"L"}],"isError":false}
+        ]));
+        let out = serde_json::to_value(transform_messages(&shared, &model)).unwrap();
+        assert_eq!(
+            call_ids(&out),
+            pairs(&[
+                ("call", "c"),
+                ("call", "c_3"),
+                ("result", "c=A"),
+                ("result", "c_3=B"),
+                ("call", "c_2"),
+                ("result", "c_2=L"),
+            ])
+        );
+        // The stored messages are unchanged.
+        assert_eq!(serde_json::to_value(&shared).unwrap()[1]["content"][1]["id"], "c");
+    }
+
 }

@@ -1233,3 +1233,81 @@ async fn provider_timeouts_for_headers_and_idle_bodies_are_retryable() {
         assert!(started.elapsed() < Duration::from_secs(2), "{api}");
     }
 }
+
+/// Case 18.9 over the wire: an assistant message stored twice and two calls sharing one id go
+/// out with every tool-call id once, each result under its call's id, in both formats.
+#[tokio::test]
+async fn duplicate_tool_call_ids_go_out_once_each() {
+    let history: Vec<Message> = serde_json::from_value(json!([
+        {"role":"user","content":"go"},
+        {"role":"assistant","content":[{"type":"toolCall","id":"call_1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+        {"role":"assistant","content":[{"type":"toolCall","id":"call_1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+        {"role":"toolResult","toolCallId":"call_1","toolName":"ls","content":[{"type":"text","text":"a.txt"}],"isError":false},
+        {"role":"assistant","content":[
+            {"type":"toolCall","id":"call_2","name":"read","arguments":{"path":"a"}},
+            {"type":"toolCall","id":"call_2","name":"read","arguments":{"path":"b"}}],"stopReason":"toolUse"},
+        {"role":"toolResult","toolCallId":"call_2","toolName":"read","content":[{"type":"text","text":"A"}],"isError":false},
+        {"role":"toolResult","toolCallId":"call_2","toolName":"read","content":[{"type":"text","text":"B"}],"isError":false},
+        {"role":"user","content":"next"}
+    ]))
+    .unwrap();
+    let ctx = Context {
+        system_prompt: String::new(),
+        messages: history,
+        tools: tools(),
+    };
+    let done = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n".to_vec();
+    let (base, bodies) = serve(vec![sse(vec![done])]).await;
+    events(&model("openai-completions", base), &ctx).await;
+    let body = bodies.lock().unwrap()[0].clone();
+    let wire: Vec<Value> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m["role"].as_str() {
+            Some("assistant") => Some(json!(m["tool_calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["id"].clone())
+                .collect::<Vec<_>>())),
+            Some("tool") => Some(json!([m["tool_call_id"], m["content"]])),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        wire,
+        vec![
+            json!(["call_1"]),
+            json!(["call_1", "No result provided"]),
+            json!(["call_1_2"]),
+            json!(["call_1_2", "a.txt"]),
+            json!(["call_2", "call_2_2"]),
+            json!(["call_2", "A"]),
+            json!(["call_2_2", "B"]),
+        ]
+    );
+    let anth = pi_ai::api::anthropic_messages::build_request(
+        &Model::new("anthropic-messages", "anthropic", "c", ""),
+        &ctx,
+        &StreamOptions::default(),
+    );
+    let mut uses = Vec::new();
+    let mut results = Vec::new();
+    for m in anth["messages"].as_array().unwrap() {
+        for b in m["content"].as_array().unwrap() {
+            match b["type"].as_str() {
+                Some("tool_use") => uses.push(b["id"].clone()),
+                Some("tool_result") => results.push(b["tool_use_id"].clone()),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(
+        (uses, results),
+        (
+            vec![json!("call_1"), json!("call_1_2"), json!("call_2"), json!("call_2_2")],
+            vec![json!("call_1"), json!("call_1_2"), json!("call_2"), json!("call_2_2")]
+        )
+    );
+}

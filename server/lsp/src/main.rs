@@ -93,10 +93,12 @@ fn main() -> anyhow::Result<()> {
                 let shutdown_received = service.inner().shutdown_received();
                 // Non-blocking pipes when stdin/stdout are pipes or sockets (see `stdio`).
                 let (stdin, stdout, restore) = pi_lsp::transport::stdio();
-                let input = pi_lsp::transport::guard_input(stdin);
-                tower_lsp_server::Server::new(input, stdout, socket)
+                let (input, output, written) = pi_lsp::transport::guard(stdin, stdout);
+                tower_lsp_server::Server::new(input, output, socket)
                     .serve(service)
                     .await;
+                // The guard's last answers (and the server's) reach the client before exit.
+                let _ = written.await;
                 restore.blocking_again();
                 shutdown_received
             });

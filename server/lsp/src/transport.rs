@@ -1,16 +1,27 @@
-//! A guard in front of the LSP transport's input.
+//! A guard in front of the LSP transport.
 //!
 //! `tower-lsp-server` 0.23 decodes frames with `tokio-util`'s `FramedRead`, which ends the whole
 //! input stream after the first decode error: one frame whose body is not JSON would silently
-//! stop the server. This guard re-frames stdin, passes valid frames through unchanged, and
-//! replaces a body that is not a JSON object or array with a request for the internal method
-//! [`PARSE_ERROR_METHOD`] with `id: null`, which the server answers with a JSON-RPC Parse error
-//! (-32700, `id: null`, as JSON-RPC 2.0 §5.1 prescribes). Bytes that are not a frame at all are
-//! skipped up to the next `Content-Length` header. A body that is JSON but not a JSON-RPC 2.0
-//! message (no `"jsonrpc": "2.0"`, no `method` and no `result`/`error`, a batch array, which LSP
-//! does not use) would also end the transport's stream: it becomes a request for
-//! [`INVALID_REQUEST_METHOD`] carrying the message's own `id` (or `null`), answered with
-//! Invalid Request (-32600).
+//! stop the server. This guard re-frames stdin and passes valid frames through unchanged (a
+//! body with a lone UTF-16 surrogate escape such as `"\ud83d"`, what a JavaScript client
+//! writes for a string cut inside an emoji, or invalid UTF-8 is passed on decoded lossily,
+//! U+FFFD). Every other frame is answered by the guard itself, written between the server's
+//! frames ([`guard`]), with a JSON-RPC error under the message's own `id` whenever the bytes
+//! name one, else `id: null` (JSON-RPC 2.0 §5.1):
+//! - a body that is not JSON: Parse error (-32700); the `id` is read from the members before
+//!   the break, so a body cut by a too-short `Content-Length` is still answered under its id;
+//! - JSON that is not a JSON-RPC 2.0 message (no `"jsonrpc": "2.0"`, no `method` and no
+//!   `result`/`error`, a batch array, which LSP does not use): Invalid Request (-32600);
+//! - framing faults, Invalid Request unless said otherwise: no or a bad `Content-Length` (the
+//!   JSON object after the headers is the message), a `Content-Length` past [`MAX_FRAME`] (not
+//!   waited for: the id is read from what arrived, reading resumes at the next header), a length
+//!   longer than the message (it stalls for [`BODY_STALL`], or takes in the next frame's
+//!   header), a header line over [`MAX_HEADER_LINE`] or more than [`MAX_HEADER_LINES`] lines
+//!   (Parse error; the line is dropped as it arrives, never held).
+//!
+//! Bytes that are not a frame at all are skipped up to the next `Content-Length` header. The
+//! guard's answers never go through the server, so a burst of `id: null` errors cannot collide
+//! in the server's table of pending requests.
 //!
 //! [`stdio`] gives the server's stdin and stdout as non-blocking pipe (or Unix socket) I/O
 //! driven by the runtime's reactor when they are pipes or sockets, so a message costs no hand-off
@@ -23,6 +34,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{
@@ -30,22 +42,19 @@ use tokio::io::{
     ReadBuf,
 };
 use tokio::net::unix::pipe;
+use tokio::sync::mpsc;
 
-/// Internal method that answers with a Parse error.
+/// Internal method that answers with a Parse error (the server still registers it; the guard
+/// now answers refused frames itself).
 pub const PARSE_ERROR_METHOD: &str = "agent/_parseError";
 
-/// Internal method that answers with an Invalid Request error.
+/// Internal method that answers with an Invalid Request error (registered by the server; the
+/// guard answers refused frames itself).
 pub const INVALID_REQUEST_METHOD: &str = "agent/_invalidRequest";
 
-/// Largest accepted frame body, in bytes (64 MiB); larger frames are answered with a Parse error
-/// and skipped.
+/// Largest accepted frame body, in bytes (64 MiB); a larger declared `Content-Length` is
+/// answered with Invalid Request at once and skipped.
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
-
-fn substitute(reason: &str) -> Vec<u8> {
-    json!({"jsonrpc": "2.0", "id": null, "method": PARSE_ERROR_METHOD, "params": {"message": reason}})
-        .to_string()
-        .into_bytes()
-}
 
 /// Why `v` is not a JSON-RPC 2.0 message the transport can take, or `None` when it is one.
 fn invalid_message(v: &Value) -> Option<&'static str> {
@@ -76,16 +85,6 @@ fn invalid_message(v: &Value) -> Option<&'static str> {
     }
 }
 
-fn substitute_invalid(v: &Value, reason: &str) -> Vec<u8> {
-    let id = match v.get("id") {
-        Some(id) if id.is_i64() || id.is_string() => id.clone(),
-        _ => Value::Null,
-    };
-    json!({"jsonrpc": "2.0", "id": id, "method": INVALID_REQUEST_METHOD, "params": {"message": reason}})
-        .to_string()
-        .into_bytes()
-}
-
 /// An `agent/*` request without `params` (JSON-RPC and LSP let a client leave them out, as
 /// `vscode-jsonrpc`'s `sendRequest(method)` does) gets `"params": {}`: the transport refuses
 /// a missing `params` before the method sees it, so `agent/session/list` and the other
@@ -105,19 +104,213 @@ fn with_empty_params(v: &Value) -> Option<Vec<u8>> {
     serde_json::to_vec(&o).ok()
 }
 
-async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::io::Result<()> {
-    let mut r = BufReader::new(input);
-    loop {
-        // Headers: lines until an empty one.
-        let mut content_len: Option<usize> = None;
-        let mut saw_header = false;
-        loop {
-            let mut line = Vec::new();
-            if r.read_until(b'\n', &mut line).await? == 0 {
-                return Ok(());
+/// Longest header line accepted, in bytes (LSP headers are a few dozen bytes).
+pub const MAX_HEADER_LINE: usize = 8 * 1024;
+
+/// Most header lines in one frame's header block.
+pub const MAX_HEADER_LINES: usize = 32;
+
+/// How long a frame's body may stall (no byte arriving) before the bytes already there are
+/// checked for a complete message whose declared `Content-Length` was too long.
+pub const BODY_STALL: Duration = Duration::from_millis(500);
+
+/// Bytes of an unreadable body looked at for its request `id`.
+const ID_PEEK: usize = 64 * 1024;
+
+/// A JSON-RPC error response the guard writes itself (not through the server).
+fn error_frame(id: &Value, code: i64, message: &str) -> Vec<u8> {
+    let body = json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": id})
+        .to_string();
+    let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// JSON-RPC 2.0 Parse error.
+const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0 Invalid Request.
+const INVALID_REQUEST: i64 = -32600;
+
+/// The top-level `id` of a JSON-RPC message whose text is `bytes` (maybe cut or invalid
+/// further on): the members are read in order until `id`, so a body that breaks after its id
+/// still names it. Only integer and string ids count.
+fn peek_id(bytes: &[u8]) -> Option<Value> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Find<'a>(&'a mut Option<Value>);
+    impl<'de> Visitor<'de> for Find<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON-RPC message")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == "id" {
+                    let v: Value = map.next_value()?;
+                    if v.is_i64() || v.is_string() {
+                        *self.0 = Some(v);
+                    }
+                    return Err(serde::de::Error::custom("id found"));
+                }
+                map.next_value::<IgnoredAny>()?;
             }
-            let text = String::from_utf8_lossy(&line);
-            let mut t = text.trim_end_matches(['\r', '\n']);
+            Ok(())
+        }
+    }
+    let mut found = None;
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(ID_PEEK)]);
+    let _ = serde_json::Deserializer::from_str(&text).deserialize_map(Find(&mut found));
+    found
+}
+
+/// Parses a frame body: strict JSON, else with lone UTF-16 surrogate escapes (a string cut
+/// inside an emoji by a JavaScript client) and invalid UTF-8 read as U+FFFD. `Ok(Some(bytes))`
+/// when the body had to be rewritten so the transport can decode it.
+fn parse_body(body: &[u8]) -> Result<(Value, bool), serde_json::Error> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) => Ok((v, false)),
+        Err(e) => {
+            let text = String::from_utf8_lossy(body);
+            match pi_ai::json::parse_lossy(&text) {
+                Ok(v) => Ok((v, true)),
+                Err(_) => Err(e),
+            }
+        }
+    }
+}
+
+/// The length of the first JSON value at the start of `bytes` (after whitespace), if `bytes`
+/// holds a complete one.
+fn first_value_len(bytes: &[u8]) -> Option<usize> {
+    let mut it = serde_json::Deserializer::from_slice(bytes).into_iter::<serde::de::IgnoredAny>();
+    match it.next() {
+        Some(Ok(_)) => Some(it.byte_offset()),
+        _ => None,
+    }
+}
+
+/// The input side of the guard: the client's bytes, buffered, with the reads the framing needs.
+struct Input<R> {
+    r: R,
+    buf: Vec<u8>,
+    /// Start of the unread bytes in `buf`.
+    pos: usize,
+    eof: bool,
+}
+
+impl<R: AsyncRead + Unpin> Input<R> {
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+            // A large frame's buffer is not kept for the small ones after it.
+            if self.buf.capacity() > 1 << 20 {
+                self.buf.shrink_to(64 * 1024);
+            }
+        } else if self.pos > 64 * 1024 && self.pos * 2 > self.buf.len() {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+    }
+
+    /// Reads more bytes; `false` at the end of the input.
+    async fn fill(&mut self) -> std::io::Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        let mut chunk = [0u8; 64 * 1024];
+        let n = self.r.read(&mut chunk).await?;
+        if n == 0 {
+            self.eof = true;
+            return Ok(false);
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(true)
+    }
+
+    /// [`Input::fill`] that gives up after `stall`: `Ok(None)` when nothing came.
+    async fn fill_within(&mut self, stall: Duration) -> std::io::Result<Option<bool>> {
+        match tokio::time::timeout(stall, self.fill()).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The next line (without its `\n` / `\r\n`), or `Err(len)` when it is longer than
+    /// [`MAX_HEADER_LINE`] (its bytes are dropped up to its end, never held); `Ok(None)` at the
+    /// end of the input.
+    async fn header_line(&mut self) -> std::io::Result<Option<Result<String, usize>>> {
+        let mut dropped = 0usize;
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', self.pending()) {
+                if dropped > 0 || i > MAX_HEADER_LINE {
+                    let cr = usize::from(i > 0 && self.pending()[i - 1] == b'\r');
+                    self.consume(i + 1);
+                    return Ok(Some(Err(dropped + i - cr)));
+                }
+                let line = String::from_utf8_lossy(&self.pending()[..i])
+                    .trim_end_matches('\r')
+                    .to_string();
+                self.consume(i + 1);
+                return Ok(Some(Ok(line)));
+            }
+            if self.pending().len() > MAX_HEADER_LINE {
+                dropped += self.pending().len();
+                let n = self.pending().len();
+                self.consume(n);
+            }
+            if !self.fill().await? {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// Why a frame could not be passed on, answered by the guard under `id`.
+struct Refusal {
+    id: Value,
+    code: i64,
+    message: String,
+}
+
+async fn forward<R: AsyncRead + Unpin>(
+    input: R,
+    mut out: DuplexStream,
+    errors: mpsc::UnboundedSender<Vec<u8>>,
+) -> std::io::Result<()> {
+    let mut input = Input {
+        r: input,
+        buf: Vec::new(),
+        pos: 0,
+        eof: false,
+    };
+    let refuse = |r: Refusal| {
+        tracing::warn!("refused a client frame: {}", r.message);
+        let _ = errors.send(error_frame(&r.id, r.code, &r.message));
+    };
+    loop {
+        // Headers: lines until an empty one, each and all bounded.
+        let mut content_len: Option<Result<u64, String>> = None;
+        let mut saw_header = false;
+        let mut lines = 0usize;
+        let mut bad_header: Option<String> = None;
+        loop {
+            let line = match input.header_line().await? {
+                None => return Ok(()),
+                Some(Ok(line)) => line,
+                Some(Err(len)) => {
+                    bad_header = Some(format!(
+                        "a header line of {len} bytes exceeds the {MAX_HEADER_LINE}-byte limit"
+                    ));
+                    saw_header = true;
+                    continue;
+                }
+            };
+            let mut t = line.as_str();
             // Leftover bytes of a frame that had no Content-Length can precede the next header
             // on the same line: start at the header.
             if let Some(i) = t
@@ -135,34 +328,174 @@ async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::
                 continue;
             }
             saw_header = true;
+            lines += 1;
+            if lines > MAX_HEADER_LINES {
+                bad_header.get_or_insert_with(|| {
+                    format!("more than {MAX_HEADER_LINES} header lines in one frame")
+                });
+            }
             if let Some((k, v)) = t.split_once(':') {
                 if k.trim().eq_ignore_ascii_case("content-length") {
-                    content_len = v.trim().parse().ok();
+                    let v = v.trim();
+                    content_len = Some(
+                        v.parse::<u64>()
+                            .map_err(|_| format!("invalid Content-Length {v:.40}")),
+                    );
                 }
             }
         }
-        let Some(len) = content_len else {
-            tracing::warn!("skipping a frame without a valid Content-Length");
+        if let Some(message) = bad_header {
+            refuse(Refusal {
+                id: Value::Null,
+                code: PARSE_ERROR,
+                message: format!("Parse error: {message}"),
+            });
             continue;
-        };
-        let body = if len > MAX_FRAME {
-            let mut sink = (&mut r).take(len as u64);
-            tokio::io::copy(&mut sink, &mut tokio::io::sink()).await?;
-            substitute(&format!(
-                "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"
-            ))
-        } else {
-            let mut body = vec![0u8; len];
-            r.read_exact(&mut body).await?;
-            match serde_json::from_slice::<Value>(&body) {
-                Ok(v @ (Value::Object(_) | Value::Array(_))) => match invalid_message(&v) {
-                    None => with_empty_params(&v).unwrap_or(body),
-                    Some(reason) => substitute_invalid(&v, reason),
-                },
-                Ok(_) => substitute("the message is not a JSON object"),
-                Err(e) => substitute(&format!("invalid JSON: {e}")),
+        }
+        let len = match content_len {
+            Some(Ok(len)) => len,
+            other => {
+                // No usable length: a JSON object right after the headers is the message the
+                // client meant; answer it under its id and go on after it.
+                let why = match other {
+                    Some(Err(e)) => e,
+                    _ => "no Content-Length header".to_string(),
+                };
+                let id = unframed_message(&mut input).await?;
+                refuse(Refusal {
+                    id: id.unwrap_or(Value::Null),
+                    code: INVALID_REQUEST,
+                    message: format!("Invalid request: {why}"),
+                });
+                continue;
             }
         };
+        if len > MAX_FRAME as u64 {
+            // The body is not waited for (it may never come): its id is read from what is
+            // there, and reading goes on at the next header.
+            let _ = input.fill_within(BODY_STALL).await?;
+            let id = peek_id(input.pending());
+            refuse(Refusal {
+                id: id.unwrap_or(Value::Null),
+                code: INVALID_REQUEST,
+                message: format!(
+                    "Invalid request: frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"
+                ),
+            });
+            continue;
+        }
+        let len = len as usize;
+        // The body. A body that stops growing short of its length may be a whole message
+        // whose declared length was too long: then it is answered, not waited for forever.
+        let mut stalled = false;
+        while input.pending().len() < len {
+            match input.fill_within(BODY_STALL).await? {
+                Some(true) => {}
+                Some(false) => break,
+                None => {
+                    if first_value_len(input.pending()).is_some() {
+                        stalled = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let have = input.pending().len();
+        if have < len {
+            // Too long a length (stalled, or the input ended): answer the message that is
+            // there, continue after it.
+            let at = first_value_len(input.pending());
+            let id = peek_id(input.pending());
+            if let Some(n) = at {
+                input.consume(n);
+            } else {
+                input.consume(have);
+            }
+            if stalled || at.is_some() || id.is_some() {
+                refuse(Refusal {
+                    id: id.unwrap_or(Value::Null),
+                    code: INVALID_REQUEST,
+                    message: format!(
+                        "Invalid request: Content-Length {len} but the message has {} bytes",
+                        at.unwrap_or(have)
+                    ),
+                });
+            }
+            if input.eof && input.pending().is_empty() {
+                return Ok(());
+            }
+            continue;
+        }
+        let body = input.pending()[..len].to_vec();
+        let body = match parse_body(&body) {
+            Ok((v @ Value::Object(_), rewritten)) => match invalid_message(&v) {
+                None => match with_empty_params(&v) {
+                    Some(b) => b,
+                    None if rewritten => serde_json::to_vec(&v).unwrap_or(body),
+                    None => body,
+                },
+                Some(reason) => {
+                    input.consume(len);
+                    refuse(Refusal {
+                        id: id_of(&v),
+                        code: INVALID_REQUEST,
+                        message: format!("Invalid request: {reason}"),
+                    });
+                    continue;
+                }
+            },
+            Ok((v @ Value::Array(_), _)) => {
+                input.consume(len);
+                refuse(Refusal {
+                    id: Value::Null,
+                    code: INVALID_REQUEST,
+                    message: format!(
+                        "Invalid request: {}",
+                        invalid_message(&v).unwrap_or("a batch is not supported")
+                    ),
+                });
+                continue;
+            }
+            Ok(_) => {
+                input.consume(len);
+                refuse(Refusal {
+                    id: Value::Null,
+                    code: PARSE_ERROR,
+                    message: "Parse error: the message is not a JSON object".into(),
+                });
+                continue;
+            }
+            Err(e) => {
+                // A length shorter than the message, or a longer one swallowing the next
+                // frame: answer what can be tied to an id, resume at the next header.
+                let first = first_value_len(&body);
+                let id = peek_id(&body);
+                match first {
+                    Some(n) if body[n..].trim_ascii_start().starts_with(b"Content-Length") => {
+                        // The length took in the next frame: answer this message, re-read the
+                        // rest as input.
+                        input.consume(n);
+                        refuse(Refusal {
+                            id: id.unwrap_or(Value::Null),
+                            code: INVALID_REQUEST,
+                            message: format!(
+                                "Invalid request: Content-Length {len} but the message has {n} bytes"
+                            ),
+                        });
+                    }
+                    _ => {
+                        input.consume(len);
+                        refuse(Refusal {
+                            id: id.unwrap_or(Value::Null),
+                            code: PARSE_ERROR,
+                            message: format!("Parse error: invalid JSON: {e}"),
+                        });
+                    }
+                }
+                continue;
+            }
+        };
+        input.consume(len);
         out.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes())
             .await?;
         out.write_all(&body).await?;
@@ -170,15 +503,131 @@ async fn forward<R: AsyncRead + Unpin>(input: R, mut out: DuplexStream) -> std::
     }
 }
 
-/// Returns a reader of guarded frames read from `input` (a task does the copying).
-pub fn guard_input<R: AsyncRead + Unpin + Send + 'static>(input: R) -> DuplexStream {
-    let (reader, writer) = tokio::io::duplex(1 << 20);
+/// The `id` of a message, when it is one the transport can carry (integer or string).
+fn id_of(v: &Value) -> Value {
+    match v.get("id") {
+        Some(id) if id.is_i64() || id.is_string() => id.clone(),
+        _ => Value::Null,
+    }
+}
+
+/// After a header block without a usable length: reads the JSON object that follows (bounded
+/// by [`MAX_FRAME`], waiting at most [`BODY_STALL`] for each read) and returns its id; the
+/// object's bytes are consumed. Anything else is left for the next header search.
+async fn unframed_message<R: AsyncRead + Unpin>(
+    input: &mut Input<R>,
+) -> std::io::Result<Option<Value>> {
+    loop {
+        let p = input.pending();
+        let start = p.iter().position(|b| !b.is_ascii_whitespace());
+        match start {
+            Some(s) if p[s] != b'{' => return Ok(None),
+            Some(s) => {
+                if let Some(n) = first_value_len(&p[s..]) {
+                    let id = peek_id(&p[s..s + n]);
+                    input.consume(s + n);
+                    return Ok(id);
+                }
+                if p.len() > MAX_FRAME {
+                    return Ok(peek_id(&p[s..]));
+                }
+            }
+            None => {}
+        }
+        match input.fill_within(BODY_STALL).await? {
+            Some(true) => {}
+            _ => return Ok(start.and_then(|s| peek_id(&input.pending()[s..]))),
+        }
+    }
+}
+
+/// Frames from the server (`server`) and the guard's own answers (`errors`) to `out`, whole
+/// frames at a time, until the server's output ends; then the guard's last answers.
+async fn write_out<W: AsyncWrite + Unpin>(
+    server: DuplexStream,
+    mut errors: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut out: W,
+) -> std::io::Result<()> {
+    let mut r = BufReader::with_capacity(64 * 1024, server);
+    let mut errors_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            e = errors.recv(), if errors_open => match e {
+                Some(frame) => {
+                    out.write_all(&frame).await?;
+                    out.flush().await?;
+                }
+                None => errors_open = false,
+            },
+            frame = read_frame(&mut r) => match frame? {
+                Some(frame) => {
+                    out.write_all(&frame).await?;
+                    out.flush().await?;
+                }
+                None => break,
+            },
+        }
+    }
+    while let Ok(frame) = errors.try_recv() {
+        out.write_all(&frame).await?;
+    }
+    out.flush().await
+}
+
+/// One frame the server wrote (its own well-formed `Content-Length` framing), header
+/// included; `None` at the end.
+async fn read_frame(r: &mut BufReader<DuplexStream>) -> std::io::Result<Option<Vec<u8>>> {
+    let mut frame = Vec::new();
+    let mut len = 0usize;
+    loop {
+        let start = frame.len();
+        if r.read_until(b'\n', &mut frame).await? == 0 {
+            return Ok(None);
+        }
+        let line = &frame[start..];
+        if line == b"\r\n" || line == b"\n" {
+            break;
+        }
+        if let Some(v) = std::str::from_utf8(line)
+            .ok()
+            .and_then(|l| l.split_once(':'))
+            .filter(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        {
+            len = v.1.trim().parse().unwrap_or(0);
+        }
+    }
+    let at = frame.len();
+    frame.resize(at + len, 0);
+    r.read_exact(&mut frame[at..]).await?;
+    Ok(Some(frame))
+}
+
+/// The guarded transport: returns the reader the LSP server reads its frames from, the writer
+/// it writes its frames to, and a task that ends when everything was written to `output`
+/// (await it before exiting). Frames the guard refuses are answered on `output` by the guard
+/// itself, between the server's frames: a Parse error (-32700) or Invalid Request (-32600)
+/// under the message's own `id` whenever the bytes name one (also for a body cut or swollen by
+/// a wrong `Content-Length`), else `id: null`.
+pub fn guard<R, W>(input: R, output: W) -> (DuplexStream, DuplexStream, tokio::task::JoinHandle<()>)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (server_in, guard_out) = tokio::io::duplex(1 << 20);
+    let (server_out, guard_in) = tokio::io::duplex(1 << 20);
+    let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        if let Err(e) = forward(input, writer).await {
+        if let Err(e) = forward(input, guard_out, tx).await {
             tracing::error!("reading the client's messages failed: {e}");
         }
     });
-    reader
+    let writer = tokio::spawn(async move {
+        if let Err(e) = write_out(guard_in, rx, output).await {
+            tracing::debug!("writing to the client failed: {e}");
+        }
+    });
+    (server_in, server_out, writer)
 }
 
 /// The server's stdin: a non-blocking pipe or Unix socket on the reactor, or tokio's stdin.
@@ -442,21 +891,24 @@ mod tests {
         let (rx, mut tx) = std::io::pipe().unwrap();
         let (reader, keep_r) = nonblocking_reader(rx.as_fd()).unwrap();
         assert!(matches!(reader, StdinReader::Pipe(_)));
-        let mut guarded = BufReader::new(guard_input(reader));
+        let (client_side, guard_side) = tokio::io::duplex(1 << 16);
+        let (server_in, _server_out, _written) = guard(reader, guard_side);
+        let mut guarded = BufReader::new(server_in);
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"x"}"#;
         tx.write_all(&[frame(body), b"Content-Length: 5\r\n\r\nnope!".to_vec()].concat())
             .unwrap();
         let mut got = vec![0u8; frame(body).len()];
         guarded.read_exact(&mut got).await.unwrap();
         assert_eq!(got, frame(body));
-        let parse_error = substitute("invalid JSON: expected ident at line 1 column 2");
-        let want = [
-            format!("Content-Length: {}\r\n\r\n", parse_error.len()).into_bytes(),
-            parse_error,
-        ]
-        .concat();
+        // The bad frame is answered by the guard on the output, not passed to the server.
+        let want = error_frame(
+            &Value::Null,
+            PARSE_ERROR,
+            "Parse error: invalid JSON: expected ident at line 1 column 2",
+        );
+        let mut client = BufReader::new(client_side);
         let mut got = vec![0u8; want.len()];
-        guarded.read_exact(&mut got).await.unwrap();
+        client.read_exact(&mut got).await.unwrap();
         assert_eq!(
             String::from_utf8(got).unwrap(),
             String::from_utf8(want).unwrap()
@@ -498,7 +950,8 @@ mod tests {
         assert!(matches!(reader, StdinReader::Socket(_)));
         let body = r#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#;
         std::io::Write::write_all(&mut b, &frame(body)).unwrap();
-        let mut guarded = guard_input(reader);
+        let (_client_side, guard_side) = tokio::io::duplex(1 << 16);
+        let (mut guarded, _server_out, _written) = guard(reader, guard_side);
         let mut got = vec![0u8; frame(body).len()];
         guarded.read_exact(&mut got).await.unwrap();
         assert_eq!(got, frame(body));
@@ -513,4 +966,110 @@ mod tests {
         assert!(nonblocking_writer(file.as_fd(), err_rx.as_fd()).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Feeds `input` to a guard whose server side echoes nothing, and returns the frames the
+    /// server received (bodies) and the guard's own answers (bodies), once the input ended.
+    async fn run_guard(input: Vec<u8>) -> (Vec<Value>, Vec<Value>) {
+        let (mut client_w, guard_r) = tokio::io::duplex(1 << 16);
+        let (client_r, guard_w) = tokio::io::duplex(1 << 16);
+        let (server_in, server_out, written) = guard(guard_r, guard_w);
+        let feed = tokio::spawn(async move {
+            client_w.write_all(&input).await.unwrap();
+            client_w.shutdown().await.unwrap();
+        });
+        let mut server_in = BufReader::new(server_in);
+        let mut got = Vec::new();
+        let (tx, _unused) = tokio::io::duplex(16);
+        drop(tx);
+        loop {
+            let mut header = String::new();
+            if server_in.read_line(&mut header).await.unwrap() == 0 {
+                break;
+            }
+            let len: usize = header
+                .trim()
+                .strip_prefix("Content-Length: ")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let mut blank = String::new();
+            server_in.read_line(&mut blank).await.unwrap();
+            let mut body = vec![0u8; len];
+            server_in.read_exact(&mut body).await.unwrap();
+            got.push(serde_json::from_slice(&body).unwrap());
+        }
+        feed.await.unwrap();
+        drop(server_out);
+        written.await.unwrap();
+        let mut answers = Vec::new();
+        let mut r = BufReader::new(client_r);
+        while let Some(frame) = read_frame_of(&mut r).await {
+            answers.push(frame);
+        }
+        (got, answers)
+    }
+
+    async fn read_frame_of(r: &mut BufReader<DuplexStream>) -> Option<Value> {
+        let frame = read_frame(r).await.unwrap()?;
+        let at = frame.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        Some(serde_json::from_slice(&frame[at..]).unwrap())
+    }
+
+    fn answer(id: Value, code: i64, message: &str) -> Value {
+        json!({"jsonrpc":"2.0","error":{"code":code,"message":message},"id":id})
+    }
+
+    fn req(id: i64) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"agent/state","params":{{}}}}"#)
+    }
+
+    #[tokio::test]
+    async fn framing_faults_are_answered_under_their_ids_and_reading_goes_on() {
+        let mut input = Vec::new();
+        // A declared length that can never come, with the start of a request after it.
+        input.extend(b"Content-Length: 1000000000000\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"");
+        input.extend(b"\r\n");
+        input.extend(frame(&req(2)));
+        // No Content-Length at all.
+        input.extend(format!("Content-Type: application/json\r\n\r\n{}", req(3)).into_bytes());
+        input.extend(frame(&req(4)));
+        // A length too short (the body is cut), then a too-long one taking in the next frame.
+        let r5 = req(5);
+        input.extend(format!("Content-Length: 28\r\n\r\n{r5}").into_bytes());
+        let r6 = req(6);
+        input.extend(format!("Content-Length: {}\r\n\r\n{r6}", r6.len() + 30).into_bytes());
+        input.extend(frame(&req(7)));
+        // A lone surrogate escape in a string: passed on lossily.
+        input.extend(frame(
+            r#"{"jsonrpc":"2.0","id":8,"method":"agent/x","params":{"t":"a\ud83d"}}"#,
+        ));
+        // A header line far past the limit, then a good frame.
+        input.extend(vec![b'X'; 3 * MAX_HEADER_LINE]);
+        input.extend(b"\r\n\r\n");
+        input.extend(frame(&req(9)));
+        // A burst of bad bodies: each answered, none lost.
+        for _ in 0..5 {
+            input.extend(frame("nope!"));
+        }
+        input.extend(frame(&req(10)));
+        // A length longer than the last message, and the input ends.
+        let r11 = req(11);
+        input.extend(format!("Content-Length: {}\r\n\r\n{r11}", r11.len() + 10).into_bytes());
+        let (passed, answers) = run_guard(input).await;
+        let ids: Vec<Value> = passed.iter().map(|m| m["id"].clone()).collect();
+        assert_eq!(ids, [json!(2), json!(4), json!(7), json!(8), json!(9), json!(10)]);
+        assert_eq!(passed[3]["params"]["t"], "a\u{fffd}");
+        let bad = "Parse error: invalid JSON: expected ident at line 1 column 2";
+        let mut want = vec![
+            answer(json!(1), INVALID_REQUEST, "Invalid request: frame of 1000000000000 bytes exceeds the 67108864-byte limit"),
+            answer(json!(3), INVALID_REQUEST, "Invalid request: no Content-Length header"),
+            answer(json!(5), PARSE_ERROR, "Parse error: invalid JSON: EOF while parsing a string at line 1 column 28"),
+            answer(json!(6), INVALID_REQUEST, &format!("Invalid request: Content-Length {} but the message has {} bytes", r6.len() + 30, r6.len())),
+            answer(Value::Null, PARSE_ERROR, &format!("Parse error: a header line of {} bytes exceeds the {MAX_HEADER_LINE}-byte limit", 3 * MAX_HEADER_LINE)),
+        ];
+        want.extend(vec![answer(Value::Null, PARSE_ERROR, bad); 5]);
+        want.push(answer(json!(11), INVALID_REQUEST, &format!("Invalid request: Content-Length {} but the message has {} bytes", r11.len() + 10, r11.len())));
+        assert_eq!(answers, want);
+    }
+
 }
