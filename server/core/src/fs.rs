@@ -137,9 +137,7 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
             },
         };
     }
-    let mut detector = chardetng::EncodingDetector::new();
-    detector.feed(&bytes, true);
-    let enc = detector.guess(None, false);
+    let enc = detect_legacy(&bytes);
     match enc.decode_without_bom_handling_and_without_replacement(&bytes) {
         Some(text) => {
             let (back, _, unmappable) = enc.encode(&text);
@@ -163,8 +161,43 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
     }
 }
 
-/// True when `bytes` (not valid UTF-8) hold more valid multi-byte UTF-8 sequences than
-/// invalid ones: a UTF-8 file with a few stray bytes rather than a legacy encoding.
+/// The legacy encoding of `bytes` (not UTF-8): `chardetng`'s guess, made for Web pages of a
+/// generic domain, and its guesses as for Japanese, Chinese, Taiwanese and Korean domains (a
+/// file has no domain to tell; a few lines of Japanese alone read as Cyrillic to the generic
+/// guess). Of those that decode without errors, the one whose non-ASCII characters are most
+/// often letters wins (mis-decoded text is mostly punctuation and symbols); ties go to the
+/// generic guess.
+pub fn detect_legacy(bytes: &[u8]) -> &'static encoding_rs::Encoding {
+    let mut detector = chardetng::EncodingDetector::new();
+    detector.feed(bytes, true);
+    let generic = detector.guess(None, false);
+    let score = |enc: &'static encoding_rs::Encoding| -> Option<f64> {
+        let text = enc.decode_without_bom_handling_and_without_replacement(bytes)?;
+        let (mut letters, mut all) = (0usize, 0usize);
+        for c in text.chars().filter(|c| !c.is_ascii()) {
+            all += 1;
+            letters += usize::from(c.is_alphabetic());
+        }
+        Some(if all == 0 { 1.0 } else { letters as f64 / all as f64 })
+    };
+    let mut best = (generic, score(generic).unwrap_or(-1.0));
+    for tld in [&b"jp"[..], b"cn", b"tw", b"kr"] {
+        let enc = detector.guess(Some(tld), false);
+        if enc == best.0 {
+            continue;
+        }
+        if let Some(sc) = score(enc) {
+            if sc > best.1 {
+                best = (enc, sc);
+            }
+        }
+    }
+    best.0
+}
+
+/// True when `bytes` (not valid UTF-8) hold at least as many valid non-ASCII UTF-8 characters
+/// as invalid sequences, and some: a UTF-8 file with a few stray bytes rather than a legacy
+/// encoding (whose bytes rarely form valid UTF-8 sequences).
 fn mostly_utf8(bytes: &[u8]) -> bool {
     let (mut valid_multi, mut invalid) = (0usize, 0usize);
     for chunk in bytes.utf8_chunks() {
@@ -173,7 +206,7 @@ fn mostly_utf8(bytes: &[u8]) -> bool {
             invalid += 1;
         }
     }
-    valid_multi > invalid
+    valid_multi > 0 && valid_multi >= invalid
 }
 
 /// `text` as the bytes of a file in `encoding` (case ED-04). Fails, naming the first character
@@ -213,14 +246,12 @@ pub fn encode_text<'a>(
             .max_buffer_length_from_utf8_without_replacement(text.len())
             .unwrap_or(text.len() * 4),
     );
-    let (result, read) =
-        encoder.encode_from_utf8_to_vec_without_replacement(text, &mut out, true);
+    let (result, _) = encoder.encode_from_utf8_to_vec_without_replacement(text, &mut out, true);
     match result {
         encoding_rs::EncoderResult::InputEmpty => Ok(Cow::Owned(out)),
         encoding_rs::EncoderResult::Unmappable(c) => {
-            let line = text[..read].matches('\n').count() + 1;
             Err(FsError::Io(format!(
-                "{} is encoded in {}, which cannot represent {:?} (U+{:04X}, line {line} of the new text); nothing was changed. Use only characters {} can encode.",
+                "{} is encoded in {}, which cannot represent {:?} (U+{:04X}); nothing was changed. Use only characters {} can encode.",
                 path.display(),
                 enc.name(),
                 c,

@@ -296,9 +296,7 @@ pub(crate) fn stream_window(
         if valid {
             (encoding_rs::UTF_8, false)
         } else {
-            let mut d = chardetng::EncodingDetector::new();
-            d.feed(head, false);
-            (d.guess(None, true), false)
+            (crate::fs::detect_legacy(head), false)
         }
     };
     let mut decoder = enc.new_decoder_without_bom_handling();
