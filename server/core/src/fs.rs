@@ -198,7 +198,7 @@ pub fn detect_legacy(bytes: &[u8]) -> &'static encoding_rs::Encoding {
 /// True when `bytes` (not valid UTF-8) hold at least as many valid non-ASCII UTF-8 characters
 /// as invalid sequences, and some: a UTF-8 file with a few stray bytes rather than a legacy
 /// encoding (whose bytes rarely form valid UTF-8 sequences).
-fn mostly_utf8(bytes: &[u8]) -> bool {
+pub(crate) fn mostly_utf8(bytes: &[u8]) -> bool {
     let (mut valid_multi, mut invalid) = (0usize, 0usize);
     for chunk in bytes.utf8_chunks() {
         valid_multi += chunk.valid().chars().filter(|c| !c.is_ascii()).count();

@@ -247,12 +247,16 @@ pub(crate) const STREAM_FROM: u64 = 8 * 1024 * 1024;
 /// Bytes read at a time by [`stream_window`].
 const STREAM_CHUNK: usize = 256 * 1024;
 
+/// Text bytes of a streamed file hashed for the read tracker (256 MiB); see [`stream_window`].
+const HASH_UP_TO: u64 = 256 * 1024 * 1024;
+
 /// What a streamed read of a file gives: the tool's text and details, the [`super::text_hash`]
-/// of the whole decoded text (for the read tracker) and the encoding found.
+/// of the whole decoded text (for the read tracker; `None` past [`HASH_UP_TO`]) and the
+/// encoding found.
 pub(crate) struct Streamed {
     pub text: String,
     pub details: Option<Value>,
-    pub hash: u64,
+    pub hash: Option<u64>,
     pub encoding: crate::fs::TextEncoding,
 }
 
@@ -293,18 +297,43 @@ pub(crate) fn stream_window(
             // Cut inside a character at the chunk's end only.
             Err(e) => e.error_len().is_none(),
         };
-        if valid {
+        if valid || crate::fs::mostly_utf8(head) {
             (encoding_rs::UTF_8, false)
         } else {
             (crate::fs::detect_legacy(head), false)
         }
     };
     let mut decoder = enc.new_decoder_without_bom_handling();
+    let utf8 = enc == encoding_rs::UTF_8;
     let mut window = Window::new(offset, limit);
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    // The read tracker's hash, up to HASH_UP_TO bytes of text (beyond, the file is not
+    // recorded as read: an edit of it is then not checked for staleness, as for a file never
+    // read).
+    let mut hasher = Some(xxhash_rust::xxh3::Xxh3::new());
+    let mut hashed = 0u64;
     let mut replaced = false;
-    let mut text = String::with_capacity(STREAM_CHUNK * 3 + 16);
+    let mut text = String::with_capacity(if utf8 { 0 } else { STREAM_CHUNK * 3 + 16 });
+    // UTF-8: the bytes of a character cut at a chunk's end, carried to the next chunk.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut joined: Vec<u8> = Vec::new();
     let mut first = true;
+    let mut feed = |s: &str, window: &mut Window| {
+        if let Some(h) = hasher.as_mut() {
+            hashed += s.len() as u64;
+            if hashed > HASH_UP_TO {
+                hasher = None;
+            } else {
+                h.update(s.as_bytes());
+            }
+        }
+        let mut rest = s;
+        while let Some(i) = memchr::memchr(b'\n', rest.as_bytes()) {
+            window.piece(&rest[..i]);
+            window.end_line();
+            rest = &rest[i + 1..];
+        }
+        window.piece(rest);
+    };
     loop {
         if cancel.is_cancelled() {
             return Err("Operation aborted".into());
@@ -316,17 +345,56 @@ pub(crate) fn stream_window(
             &buf[..filled]
         };
         let last = filled == 0;
-        text.clear();
-        let (_, _, had) = decoder.decode_to_string(chunk, &mut text, last);
-        replaced |= had;
-        hasher.update(text.as_bytes());
-        let mut rest = text.as_str();
-        while let Some(i) = memchr::memchr(b'\n', rest.as_bytes()) {
-            window.piece(&rest[..i]);
-            window.end_line();
-            rest = &rest[i + 1..];
+        if utf8 {
+            // Validated in place (std's `from_utf8`), invalid sequences as U+FFFD exactly as
+            // `String::from_utf8_lossy` replaces them.
+            let mut data: &[u8] = if carry.is_empty() {
+                chunk
+            } else {
+                joined.clear();
+                joined.extend_from_slice(&carry);
+                joined.extend_from_slice(chunk);
+                carry.clear();
+                &joined
+            };
+            loop {
+                match std::str::from_utf8(data) {
+                    Ok(s) => {
+                        feed(s, &mut window);
+                        break;
+                    }
+                    Err(e) => {
+                        let good = e.valid_up_to();
+                        // Valid up to `good` by the error's own account.
+                        feed(
+                            std::str::from_utf8(&data[..good]).unwrap_or_default(),
+                            &mut window,
+                        );
+                        match e.error_len() {
+                            Some(n) => {
+                                replaced = true;
+                                feed("\u{FFFD}", &mut window);
+                                data = &data[good + n..];
+                            }
+                            None if last => {
+                                replaced = true;
+                                feed("\u{FFFD}", &mut window);
+                                break;
+                            }
+                            None => {
+                                carry.extend_from_slice(&data[good..]);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            text.clear();
+            let (_, _, had) = decoder.decode_to_string(chunk, &mut text, last);
+            replaced |= had;
+            feed(&text, &mut window);
         }
-        window.piece(rest);
         if last {
             break;
         }
@@ -343,7 +411,7 @@ pub(crate) fn stream_window(
     Ok(Streamed {
         text,
         details,
-        hash: hasher.digest(),
+        hash: hasher.map(|h| h.digest()),
         encoding: crate::fs::TextEncoding {
             encoding: enc,
             bom,
@@ -583,7 +651,9 @@ impl Tool for ReadTool {
             .await
             .map_err(|e| ToolError::new(format!("read failed: {e}")))?
             .map_err(ToolError::new)?;
-            self.state.reads.record_hash(&path, s.hash);
+            if let Some(h) = s.hash {
+                self.state.reads.record_hash(&path, h);
+            }
             (s.text, s.details, s.encoding)
         } else {
             let snap = self
@@ -691,9 +761,15 @@ mod tests {
         utf8.push_str("no final newline");
         let mut one_line = "q".repeat(3 * STREAM_CHUNK + 7);
         one_line.push('\n');
+        // Invalid bytes at and around a chunk boundary, a cut character at the very end.
+        let mut bad = utf8.clone().into_bytes();
+        bad[STREAM_CHUNK - 1] = 0xFF;
+        bad[2 * STREAM_CHUNK] = 0xC3;
+        bad.extend_from_slice(b"\xE4\xB8");
         let cases: Vec<(String, Vec<u8>)> = vec![
             (utf8.clone(), utf8.clone().into_bytes()),
             (one_line.clone(), one_line.clone().into_bytes()),
+            (String::from_utf8_lossy(&bad).into_owned(), bad),
         ];
         for (k, (text, bytes)) in cases.iter().enumerate() {
             let p = dir.join(format!("f{k}"));
@@ -708,14 +784,14 @@ mod tests {
                         continue;
                     }
                     (Ok(s), Ok((want, details))) => {
-                        assert_eq!(s.text, want, "case {k} offset {offset}");
+                        assert!(s.text == want, "case {k} offset {offset}");
                         assert_eq!(s.details, details);
                         s
                     }
                     (g, w) => panic!("case {k} offset {offset}: {:?} vs {w:?}", g.map(|s| s.text)),
                 };
-                assert_eq!(s.hash, super::super::text_hash(text));
-                assert!(s.encoding.is_utf8());
+                assert_eq!(s.hash, Some(super::super::text_hash(text)));
+                assert_eq!(s.encoding.is_utf8(), k < 2);
             }
         }
         // Latin-1 text, detected from the first chunk, decoded in a stream.
@@ -726,7 +802,7 @@ mod tests {
         let s = stream_window(&p, 39_999, None, "f", &cancel).unwrap();
         assert_eq!(s.text, read_window(&latin, 39_999, None, "f").unwrap().0);
         assert_eq!(s.encoding.name(), "windows-1252");
-        assert_eq!(s.hash, super::super::text_hash(&latin));
+        assert_eq!(s.hash, Some(super::super::text_hash(&latin)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
