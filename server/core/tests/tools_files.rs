@@ -319,3 +319,25 @@ async fn reading_a_gigabyte_sparse_file_streams_it() {
         )
     );
 }
+
+/// Issue 19 item 5 for `grep`: a match on a 4 MB line, with context lines that end in CRLF
+/// and hold a lone CR: only the shown part of each line is kept, the context read in a
+/// stream, and context lines are numbered as the match is (by `\n`; ED-03).
+#[tokio::test]
+async fn grep_context_on_a_huge_line_keeps_only_what_it_shows() {
+    let ws = Ws::new();
+    let long = format!("needle {}", "é".repeat(2 * 1024 * 1024));
+    let text = format!("one\r\ntwo\rthree\n{long}\nfour\nfive\n");
+    ws.put("big.txt", text.as_bytes());
+    let out = ws
+        .call("grep", json!({"pattern": "needle", "path": "big.txt", "context": 1}))
+        .await
+        .unwrap();
+    let shown = format!("needle {}... [truncated]", "é".repeat(493));
+    assert_eq!(
+        text_of(&out),
+        format!(
+            "big.txt-2- twothree\nbig.txt:3: {shown}\nbig.txt-4- four\n\n[Some lines truncated to 500 chars. Use read tool to see full lines]"
+        )
+    );
+}
