@@ -408,7 +408,7 @@ impl Tool for EditTool {
                 "Edit tool input is invalid. edits must contain at least one replacement.",
             ));
         }
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
+        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
         let shown = display_path(self.fs.root(), &path);
         let mut snap = self
             .fs

@@ -386,7 +386,7 @@ impl Tool for GrepTool {
         let a: Args = parse_args("grep", args)?;
         let path = resolve_path_in(
             &self.root,
-            &self.state.allowed_dirs,
+            &self.state.allowed(),
             a.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("."),
         )?;
         let search = Search {

@@ -616,7 +616,7 @@ impl Tool for ReadTool {
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
+        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
         // An image by its content on disk, whatever its name (Pi's detection); else text.
         let mime = match self.fs.read_head(&path, 16).await {
             Ok(head) => sniff_image(&head),
