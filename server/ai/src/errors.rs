@@ -58,6 +58,14 @@ pub enum ProviderError {
         status: Option<u16>,
         message: String,
     },
+    /// The provider refused the request because of an image in it (too many bytes, too many
+    /// pixels), even when it says so with HTTP 413. Not retryable as is and not an overflow
+    /// (compaction keeps images): the image has to leave the request (case 18.12).
+    #[error("{message}")]
+    ImageTooLarge {
+        status: Option<u16>,
+        message: String,
+    },
     /// The key is missing, wrong or lacks permission (HTTP 401 / 403). Not retryable.
     #[error("{message}")]
     Auth {
@@ -95,6 +103,7 @@ pub enum ErrorClass {
     RateLimited,
     Overloaded,
     ContextOverflow,
+    ImageTooLarge,
     Auth,
     Http,
     Network,
@@ -116,6 +125,7 @@ impl ProviderError {
             ProviderError::RateLimited { .. } => ErrorClass::RateLimited,
             ProviderError::Overloaded { .. } => ErrorClass::Overloaded,
             ProviderError::ContextOverflow { .. } => ErrorClass::ContextOverflow,
+            ProviderError::ImageTooLarge { .. } => ErrorClass::ImageTooLarge,
             ProviderError::Auth { .. } => ErrorClass::Auth,
             ProviderError::Http { .. } => ErrorClass::Http,
             ProviderError::Network { .. } => ErrorClass::Network,
@@ -131,6 +141,7 @@ impl ProviderError {
             ProviderError::RateLimited { status, .. }
             | ProviderError::Overloaded { status, .. }
             | ProviderError::ContextOverflow { status, .. }
+            | ProviderError::ImageTooLarge { status, .. }
             | ProviderError::Auth { status, .. } => *status,
             ProviderError::Http { status, .. } => Some(*status),
             _ => None,
@@ -216,6 +227,21 @@ fn set(patterns: &[&str]) -> RegexSet {
     RegexSet::new(patterns).unwrap_or_else(|_| RegexSet::empty())
 }
 
+/// Refusals of a request because of an image in it: Anthropic's `image exceeds 5 MB
+/// maximum` / `image dimensions exceed max allowed size`, OpenAI's `image_too_large` and
+/// "Image too large" wordings, Bedrock's `image exceeds max pixels`, and the like.
+static IMAGE_TOO_LARGE: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)image[^.\n]{0,60}\b(exceeds?|too (large|big)|dimensions exceed|larger than)",
+        r"(?i)image_too_large|image_size_exceeded|(too large|too big)[^.\n]{0,30}\bimage",
+    ])
+});
+
+/// True when `text` says a request was refused because of an image's size.
+pub fn is_image_too_large_text(text: &str) -> bool {
+    IMAGE_TOO_LARGE.is_match(text)
+}
+
 static OVERLOADED: LazyLock<RegexSet> = LazyLock::new(|| set(&[r"(?i)overloaded"]));
 static RATE_LIMIT: LazyLock<RegexSet> =
     LazyLock::new(|| set(&[r"(?i)rate.?limit|too many requests|^HTTP 429\b"]));
@@ -269,6 +295,12 @@ pub fn classify_http(
         truncate_body(&crate::keys::redact(body))
     );
     let retry_after_ms = parse_retry_after(retry_after_ms, retry_after, SystemTime::now());
+    if matches!(status, 400 | 413 | 422) && is_image_too_large_text(body) {
+        return ProviderError::ImageTooLarge {
+            status: Some(status),
+            message,
+        };
+    }
     if is_overflow_text(body) || status == 413 {
         return ProviderError::ContextOverflow {
             status: Some(status),
@@ -347,6 +379,9 @@ pub fn classify_text(text: &str) -> ProviderError {
     let status = http_status(text);
     if text == ABORTED_TEXT {
         return ProviderError::Aborted;
+    }
+    if matches!(status, None | Some(400 | 413 | 422)) && is_image_too_large_text(text) {
+        return ProviderError::ImageTooLarge { status, message };
     }
     if is_overflow_text(text) || status == Some(413) {
         return ProviderError::ContextOverflow { status, message };
@@ -631,6 +666,22 @@ mod tests {
                 ErrorClass::Auth,
             ),
             (403, "forbidden", ErrorClass::Auth),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.0.content.1.image.source.base64: image exceeds 5 MB maximum: 7340032 bytes > 5242880 bytes"}}"#,
+                ErrorClass::ImageTooLarge,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.2.content.0.image: image dimensions exceed max allowed size: 8000 pixels"}}"#,
+                ErrorClass::ImageTooLarge,
+            ),
+            (
+                413,
+                r#"{"error":{"message":"Image too large: the request's image is 21 MB","type":"invalid_request_error","code":"image_too_large"}}"#,
+                ErrorClass::ImageTooLarge,
+            ),
+
             (500, "internal error", ErrorClass::Http),
         ];
         for (status, body, class) in cases {

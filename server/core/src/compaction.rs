@@ -602,43 +602,64 @@ pub fn turn_prefix_request(messages: &[Message], instructions: Option<&str>) -> 
 
 /// One summary completion with `max_tokens`; the text is capped at `4 × max_tokens` characters
 /// even when a provider ignores the limit, so summaries cannot grow without bound (CMP-04).
+/// An answer without text (empty, or only a tool call) is asked for once more; a second one
+/// fails the compaction with [`CompactionError::SummaryFailed`], so no empty summary ever
+/// replaces the context (case 18.11).
 async fn complete_summary(
     model: &Model,
     context: &Context,
     max_tokens: u64,
     cancel: &CancellationToken,
 ) -> Result<String, CompactionError> {
-    let stream = pi_ai::stream(
-        model,
-        context,
-        StreamOptions {
-            cancel: cancel.child_token(),
-            max_tokens: Some(max_tokens),
-            ..StreamOptions::default()
-        },
-    );
-    let m = stream.result().await;
-    match m.stop_reason {
-        StopReason::Aborted => return Err(CompactionError::Cancelled),
-        StopReason::Error => {
-            return Err(CompactionError::SummaryFailed(
-                m.error_message.unwrap_or_else(|| "Unknown error".into()),
-            ))
+    let mut empty_answers = 0;
+    let text = loop {
+        let stream = pi_ai::stream(
+            model,
+            context,
+            StreamOptions {
+                cancel: cancel.child_token(),
+                max_tokens: Some(max_tokens),
+                ..StreamOptions::default()
+            },
+        );
+        let m = stream.result().await;
+        match m.stop_reason {
+            StopReason::Aborted => return Err(CompactionError::Cancelled),
+            StopReason::Error => {
+                return Err(CompactionError::SummaryFailed(
+                    m.error_message.unwrap_or_else(|| "Unknown error".into()),
+                ))
+            }
+            _ => {}
         }
-        _ => {}
-    }
-    if cancel.is_cancelled() {
-        return Err(CompactionError::Cancelled);
-    }
-    let text = m
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text(t) => Some(t.text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+        if cancel.is_cancelled() {
+            return Err(CompactionError::Cancelled);
+        }
+        let text = m
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text(t) => Some(t.text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        if !text.trim().is_empty() {
+            break text;
+        }
+        empty_answers += 1;
+        let what = if m.tool_calls().is_empty() {
+            "no text"
+        } else {
+            "only a tool call"
+        };
+        tracing::warn!("the summary model answered with {what} (attempt {empty_answers} of 2)");
+        if empty_answers == 2 {
+            return Err(CompactionError::SummaryFailed(format!(
+                "the summary model answered with {what} twice; the context is kept as it was"
+            )));
+        }
+    };
     let cap = (max_tokens * 4) as usize;
     Ok(if text.chars().count() > cap {
         let head: String = text.chars().take(cap).collect();

@@ -114,30 +114,34 @@ pub async fn branch_summary(
         ))],
         tools: Vec::new(),
     };
-    let mut stream = pi_ai::stream(
-        model,
-        &context,
-        StreamOptions {
-            cancel: CancellationToken::new(),
-            max_tokens: Some(2048),
-            ..StreamOptions::default()
-        },
-    );
-    while let Some(ev) = stream.next().await {
-        if let Some(m) = ev.terminal_message() {
-            return match m.stop_reason {
-                StopReason::Error | StopReason::Aborted => Err(format!(
+    // An answer without text (empty, or only a tool call) is asked for once more; a second
+    // one fails the summary: no empty summary is written (case 18.11).
+    for attempt in 1..=2 {
+        let m = pi_ai::stream(
+            model,
+            &context,
+            StreamOptions {
+                cancel: CancellationToken::new(),
+                max_tokens: Some(2048),
+                ..StreamOptions::default()
+            },
+        )
+        .result()
+        .await;
+        match m.stop_reason {
+            StopReason::Error | StopReason::Aborted => {
+                return Err(format!(
                     "the branch summary failed: {}",
                     m.error_message
                         .as_deref()
                         .unwrap_or("the model request failed")
-                )),
-                _ if m.text().trim().is_empty() => {
-                    Err("the branch summary failed: the model answered with no text".into())
-                }
-                _ => Ok(format!("{PREAMBLE}{}", m.text())),
-            };
+                ))
+            }
+            _ if m.text().trim().is_empty() => {
+                tracing::warn!("the branch summary model answered with no text ({attempt} of 2)");
+            }
+            _ => return Ok(format!("{PREAMBLE}{}", m.text())),
         }
     }
-    Err("the branch summary failed: the model stream ended without a result".into())
+    Err("the branch summary failed: the model answered with no text twice".into())
 }

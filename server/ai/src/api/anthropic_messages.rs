@@ -186,11 +186,12 @@ fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
         body["output_config"] = json!({"effort": effort});
         return;
     }
-    let base = options
-        .max_tokens
-        .unwrap_or_else(|| model.default_max_tokens());
+    let base = options.output_tokens(model);
     let mut budget = thinking_budget(level);
-    let max_tokens = (base + budget).min(model.max_tokens.max(1));
+    let mut max_tokens = (base + budget).min(model.max_tokens.max(1));
+    if let Some(room) = options.output_room {
+        max_tokens = max_tokens.min(room);
+    }
     if max_tokens <= budget {
         budget = max_tokens.saturating_sub(1_024);
     }
@@ -212,7 +213,7 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
     let mut body = json!({
         "model": model.id,
         "messages": convert_messages(model, &context.messages, Some(&cc)),
-        "max_tokens": options.max_tokens.unwrap_or_else(|| model.default_max_tokens()),
+        "max_tokens": options.output_tokens(model),
         "stream": true,
     });
     let mut system = Vec::new();

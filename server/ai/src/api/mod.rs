@@ -29,11 +29,29 @@ pub struct StreamOptions {
     pub cancel: CancellationToken,
     /// Overrides the model's output limit, in tokens.
     pub max_tokens: Option<u64>,
+    /// The room the context window leaves for the answer, in tokens: the request never asks
+    /// for more output than this (a thinking budget included), whatever `max_tokens` or the
+    /// model's limit say (case 18.10). `None`: no cap beyond the model's.
+    pub output_room: Option<u64>,
     /// `retry.provider.timeoutMs`: the longest wait for the connection and the response
     /// headers, and the longest gap between two reads of the body. `None`: the defaults
     /// [`DEFAULT_FIRST_BYTE_TIMEOUT`] and [`DEFAULT_IDLE_TIMEOUT`]. Either wait running out is
     /// a retryable [`ProviderError::Network`] error.
     pub timeout: Option<Duration>,
+}
+
+impl StreamOptions {
+    /// The output limit to request: `max_tokens`, else the model's default
+    /// ([`Model::default_max_tokens`]), at most [`StreamOptions::output_room`].
+    pub fn output_tokens(&self, model: &Model) -> u64 {
+        let base = self
+            .max_tokens
+            .unwrap_or_else(|| model.default_max_tokens());
+        match self.output_room {
+            Some(room) => base.min(room),
+            None => base,
+        }
+    }
 }
 
 /// Longest wait for a response's headers (connection included) when no

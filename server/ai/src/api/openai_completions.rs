@@ -278,9 +278,7 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
     if compat.supports_store {
         body["store"] = json!(false);
     }
-    body[compat.max_tokens_field.as_str()] = json!(options
-        .max_tokens
-        .unwrap_or_else(|| model.default_max_tokens()));
+    body[compat.max_tokens_field.as_str()] = json!(options.output_tokens(model));
     apply_reasoning(model, &compat, &mut body);
     if !context.tools.is_empty() {
         body["tools"] = context

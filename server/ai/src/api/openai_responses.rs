@@ -159,7 +159,7 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
         "input": input,
         "stream": true,
         "store": false,
-        "max_output_tokens": options.max_tokens.unwrap_or_else(|| model.default_max_tokens()),
+        "max_output_tokens": options.output_tokens(model),
     });
     if !context.tools.is_empty() {
         body["tools"] = context

@@ -554,6 +554,11 @@ pub const ABORTED_TEXT: &str = "Tool execution was aborted by the user.";
 /// Text of the result given to the calls of a response that failed mid-stream.
 pub const FAILED_RESPONSE_TEXT: &str = "Not executed: the response failed before it was complete.";
 
+/// Fewest output tokens a request is sent with (or the model's own limit when smaller): with
+/// less room left in the context window the loop compacts first or fails the turn (case
+/// 18.10).
+pub const MIN_OUTPUT_TOKENS: u64 = 1_024;
+
 /// The error result of a call whose argument text did not parse as a JSON object (it did not
 /// arrive whole: kept in `rawArguments`); such a call never runs with made-up arguments.
 pub const UNFINISHED_ARGUMENTS_TEXT: &str = "Not executed: the tool call's arguments did not arrive as complete JSON, so they were not guessed. Send the call again with its full arguments.";

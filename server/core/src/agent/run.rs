@@ -15,7 +15,7 @@ use super::{
     AfterToolCall, AgentConfig, AgentEvent, BeforeToolCall, CompactionConfig, CompactionError,
     CompactionProposal, CompactionReason, CompactionResult, EventSink, NextTurn, Queue, RunControl,
     RunOutcome, Tool, ToolContext, ToolError, ToolExecution, ToolOutput, ABORTED_TEXT, ABORT_GRACE,
-    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT, UNFINISHED_ARGUMENTS_TEXT,
+    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT, MIN_OUTPUT_TOKENS, UNFINISHED_ARGUMENTS_TEXT,
 };
 
 /// Pi's text when a second overflow comes after one compact-and-retry.
@@ -144,6 +144,7 @@ impl Run<'_> {
             self.cfg.model = next.model;
             self.cfg.system_prompt = next.system_prompt;
         }
+        let output_room = self.output_room();
         // The request is built synchronously from the context, so the system prompt, messages
         // and tool specs are lent to it and taken back instead of copied for every request.
         let context = Context {
@@ -157,6 +158,7 @@ impl Run<'_> {
             StreamOptions {
                 cancel: self.control.cancel.child_token(),
                 max_tokens: None,
+                output_room,
                 timeout: self.cfg.retry.provider_timeout,
             },
         );
@@ -275,6 +277,51 @@ impl Run<'_> {
             &self.messages,
             self.usage_from,
         )
+    }
+
+    /// What the context window leaves for the answer of the next request, in tokens (`None`
+    /// when the window is unknown).
+    fn output_room(&self) -> Option<u64> {
+        let window = self.cfg.model.context_window;
+        (window > 0).then(|| window.saturating_sub(self.request_tokens()))
+    }
+
+    /// Case 18.10: a request asks for at most the room its context leaves
+    /// ([`StreamOptions::output_room`]); when that is below [`MIN_OUTPUT_TOKENS`] (or the
+    /// model's own smaller limit) the context is compacted first (once per user turn), and if
+    /// the room is still too small the turn fails with the figures instead of sending a request
+    /// that cannot fit.
+    async fn ensure_output_room(&mut self) -> Result<(), String> {
+        let floor = MIN_OUTPUT_TOKENS.min(self.cfg.model.default_max_tokens());
+        let Some(room) = self.output_room() else {
+            return Ok(());
+        };
+        if room >= floor {
+            return Ok(());
+        }
+        let can_compact = self
+            .cfg
+            .compaction
+            .as_ref()
+            .is_some_and(|c| c.settings.enabled)
+            && !self.compacted_this_turn;
+        if can_compact {
+            self.compacted_this_turn = true;
+            if let Err(CompactionError::Cancelled) =
+                self.compact(CompactionReason::Threshold).await
+            {
+                return Ok(());
+            }
+            if self.output_room().is_some_and(|r| r >= floor) {
+                return Ok(());
+            }
+        }
+        let tokens = self.request_tokens();
+        let window = self.cfg.model.context_window;
+        Err(format!(
+            "The context ({tokens} tokens) leaves {} of the model's {window}-token window for the answer, less than the {floor} tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.",
+            window.saturating_sub(tokens)
+        ))
     }
 
     /// The threshold check before every request, also between the requests of one turn (case
@@ -867,7 +914,11 @@ pub async fn run_agent(
             for m in std::mem::take(&mut pending) {
                 run.push(m).await;
             }
-            let assistant = match run.compact_if_due().await {
+            let ready = match run.compact_if_due().await {
+                Ok(()) => run.ensure_output_room().await,
+                Err(text) => Err(text),
+            };
+            let assistant = match ready {
                 Ok(()) => run.assistant_with_retry().await,
                 Err(text) => run.failed_turn(text).await,
             };

@@ -1,0 +1,360 @@
+//! Provider faults in the loop, end to end over loopback HTTP: the agent (pi-core) with a real
+//! session file and real tools on a temp workspace, the mock model server sending cut streams
+//! and tool-only summaries. Issue cases 18.10 (output budget), 18.11 (empty summaries) and
+//! 19.1 (a cut stream is retried; its half-streamed call never runs).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pi_ai::{Message, Model, StopReason};
+use pi_core::agent::{
+    Agent, AgentConfig, AgentEvent, CompactionConfig, CompactionSettings, EventSink, Tool,
+};
+use pi_core::compaction::SessionCompactor;
+use pi_core::fs::DiskFs;
+use pi_core::session::SessionWriter;
+use pi_core::tools::default_tools;
+use pi_e2e::mock_model::{MockModel, Step};
+use serde_json::{json, Value};
+
+/// Persists like the server does and keeps every event as JSON.
+struct Persist {
+    writer: Arc<Mutex<SessionWriter>>,
+    events: Mutex<Vec<Value>>,
+}
+
+#[async_trait]
+impl EventSink for Persist {
+    async fn emit(&self, event: AgentEvent) {
+        match &event {
+            AgentEvent::MessageEnd { message } => {
+                self.writer.lock().unwrap().append_message(message).unwrap();
+            }
+            AgentEvent::TurnEnd { .. } => self.writer.lock().unwrap().sync().unwrap(),
+            _ => {}
+        }
+        self.events
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&event).unwrap());
+    }
+}
+
+impl Persist {
+    fn of_type(&self, t: &str) -> Vec<Value> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == t)
+            .cloned()
+            .collect()
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pi-e2e-faults-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+struct Setup {
+    agent: Agent,
+    sink: Arc<Persist>,
+    path: PathBuf,
+    _sub: pi_core::agent::Subscription,
+}
+
+fn setup(
+    dir: &Path,
+    mock: &MockModel,
+    window: u64,
+    tools: Vec<Arc<dyn Tool>>,
+    compaction: Option<CompactionSettings>,
+) -> Setup {
+    let mut model = Model::new("openai-completions", "mock", "mock-1", &mock.openai_base());
+    model.api_key = Some("test-key".into());
+    model.context_window = window;
+    model.max_tokens = 4_096;
+    let writer = SessionWriter::create(&dir.join(".pi/sessions"), dir, "mock", "mock-1", "off")
+        .unwrap();
+    let path = writer.path().to_path_buf();
+    let writer = Arc::new(Mutex::new(writer));
+    let mut cfg = AgentConfig::new(model, "sys".into(), tools);
+    cfg.retry.policy.base_delay = Duration::from_millis(10);
+    cfg.compaction = compaction.map(|settings| CompactionConfig {
+        settings,
+        compactor: Arc::new(SessionCompactor::new(writer.clone())),
+    });
+    let agent = Agent::new(cfg, Vec::new());
+    let sink = Arc::new(Persist {
+        writer: writer.clone(),
+        events: Mutex::new(Vec::new()),
+    });
+    let sub = agent.subscribe(sink.clone());
+    Setup {
+        agent,
+        sink,
+        path,
+        _sub: sub,
+    }
+}
+
+async fn idle(agent: &Agent) {
+    tokio::time::timeout(Duration::from_secs(30), agent.wait_for_idle())
+        .await
+        .expect("the agent did not become idle");
+}
+
+/// The session file's entries as JSON, header excluded.
+fn entries(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `(role, stopReason, text or errorMessage)` of every message entry.
+fn messages(path: &Path) -> Vec<Value> {
+    entries(path)
+        .iter()
+        .filter(|e| e["type"] == "message")
+        .map(|e| {
+            let m = &e["message"];
+            let text = match m["role"].as_str().unwrap() {
+                "assistant" if m["stopReason"] == "error" => m["errorMessage"].clone(),
+                _ => json!(m["content"]
+                    .as_array()
+                    .map(|a| a
+                        .iter()
+                        .filter_map(|b| b["text"].as_str())
+                        .collect::<String>())
+                    .unwrap_or_else(|| m["content"].as_str().unwrap_or("").to_string())),
+            };
+            json!([m["role"], m["stopReason"], text])
+        })
+        .collect()
+}
+
+fn sse_body(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .map(|c| format!("data: {c}\n\n"))
+        .collect::<String>()
+}
+
+/// Case 19.1: a chat-completions stream cut inside a `write` call's arguments is a retryable
+/// error: the loop retries, the half call never runs (no file is written), and the retry's
+/// answer ends the turn.
+#[tokio::test]
+async fn a_cut_stream_is_retried_and_its_half_call_never_runs() {
+    let dir = tmp("cut");
+    let call = |args: &str| {
+        json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_w","type":"function","function":{"name":"write","arguments":args}}]},"finish_reason":null}]})
+    };
+    // The body ends inside the arguments: no finish_reason, no [DONE].
+    let cut = sse_body(&[
+        json!({"id":"c1","choices":[{"index":0,"delta":{"content":"Writing."},"finish_reason":null}]}),
+        call("{\"path\":\"out.txt\",\"content\":\"first half"),
+    ]);
+    let mock = MockModel::start(vec![
+        Step::Raw {
+            status: 200,
+            content_type: "text/event-stream".into(),
+            body: cut,
+        },
+        Step::text("Done after the retry."),
+    ])
+    .await;
+    let tools = default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None);
+    let s = setup(&dir, &mock, 128_000, tools, None);
+    s.agent
+        .prompt(vec![Message::user_text("write out.txt")])
+        .unwrap();
+    idle(&s.agent).await;
+    assert!(!dir.join("out.txt").exists());
+    assert_eq!(s.sink.of_type("tool_execution_start"), Vec::<Value>::new());
+    assert_eq!(
+        messages(&s.path),
+        vec![
+            json!(["user", null, "write out.txt"]),
+            json!(["assistant", "error", "stream ended before the response was complete (no finish_reason or [DONE])"]),
+            json!(["assistant", "stop", "Done after the retry."]),
+        ]
+    );
+    let retries: Vec<Value> = s
+        .sink
+        .of_type("auto_retry_start")
+        .iter()
+        .map(|e| json!([e["attempt"], e["errorMessage"]]))
+        .collect();
+    assert_eq!(
+        retries,
+        vec![json!([1, "stream ended before the response was complete (no finish_reason or [DONE])"])]
+    );
+    assert_eq!(mock.requests().len(), 2);
+    mock.assert_paired();
+}
+
+/// Case 19.1, the complete-stream variant: a call whose arguments are not a complete JSON
+/// object (a server that cut them but still said `tool_calls`) is answered with an error
+/// result and never runs.
+#[tokio::test]
+async fn a_call_with_unfinished_arguments_is_answered_not_run() {
+    let dir = tmp("unfinished");
+    let body = sse_body(&[
+        json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_ls","type":"function","function":{"name":"ls","arguments":"{\"path\":\"sr"}}]},"finish_reason":null}]}),
+        json!({"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]) + "data: [DONE]\n\n";
+    let mock = MockModel::start(vec![
+        Step::Raw {
+            status: 200,
+            content_type: "text/event-stream".into(),
+            body,
+        },
+        Step::text("ok"),
+    ])
+    .await;
+    let tools = default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None);
+    let s = setup(&dir, &mock, 128_000, tools, None);
+    s.agent.prompt(vec![Message::user_text("ls")]).unwrap();
+    idle(&s.agent).await;
+    assert_eq!(s.sink.of_type("tool_execution_start").len(), 1);
+    let results: Vec<Value> = entries(&s.path)
+        .iter()
+        .filter(|e| e["message"]["role"] == "toolResult")
+        .map(|e| json!([e["message"]["toolCallId"], e["message"]["isError"], e["message"]["content"][0]["text"]]))
+        .collect();
+    assert_eq!(
+        results,
+        vec![json!(["call_ls", true, pi_core::agent::UNFINISHED_ARGUMENTS_TEXT])]
+    );
+}
+
+fn is_summary(body: &Value) -> bool {
+    body.to_string().contains("context summarization assistant")
+}
+
+/// Case 18.11: a summary model that answers with only a tool call is asked once more; a second
+/// such answer fails the compaction with a clear error, no `compaction` entry is written and
+/// the context stays as it was. An empty answer followed by a real one gives that summary.
+#[tokio::test]
+async fn tool_only_summaries_are_retried_once_then_fail_keeping_the_context() {
+    let overflow = || Step::Raw {
+        status: 400,
+        content_type: "application/json".into(),
+        body: json!({"error": {"message": "This model's maximum context length is 4000 tokens. However, your messages resulted in 9000 tokens.", "code": "context_length_exceeded"}}).to_string(),
+    };
+    for (answers, want_entries, want_error) in [
+        (
+            vec![Step::call("s1", "ls", json!({})), Step::call("s2", "ls", json!({}))],
+            0,
+            Some("Context overflow recovery failed: Summarization failed: the summary model answered with only a tool call twice; the context is kept as it was"),
+        ),
+        (vec![Step::text(""), Step::text("REAL SUMMARY")], 1, None),
+    ] {
+        let dir = tmp(&format!("summary-{want_entries}"));
+        let mock = MockModel::start(vec![
+            Step::text("first answer"),
+            overflow(),
+            Step::text("recovered"),
+        ])
+        .await;
+        let queue = Arc::new(Mutex::new(answers));
+        let summaries = Arc::new(Mutex::new(0usize));
+        let (q, n) = (queue.clone(), summaries.clone());
+        mock.set_responder(Arc::new(move |body: &Value| {
+            if !is_summary(body) {
+                return None;
+            }
+            *n.lock().unwrap() += 1;
+            let mut q = q.lock().unwrap();
+            Some(if q.is_empty() { Step::text("x") } else { q.remove(0) })
+        }));
+        let settings = CompactionSettings {
+            enabled: true,
+            reserve_tokens: 500,
+            keep_recent_tokens: 10,
+        };
+        let s = setup(&dir, &mock, 4_000, Vec::new(), Some(settings));
+        let long = |w: &str| format!("{w} ").repeat(300);
+        s.agent.prompt(vec![Message::user_text(long("one"))]).unwrap();
+        idle(&s.agent).await;
+        let before = messages(&s.path);
+        s.agent.prompt(vec![Message::user_text(long("two"))]).unwrap();
+        idle(&s.agent).await;
+        assert_eq!(*summaries.lock().unwrap(), 2);
+        let compactions: Vec<Value> = entries(&s.path)
+            .into_iter()
+            .filter(|e| e["type"] == "compaction")
+            .map(|e| e["summary"].clone())
+            .collect();
+        assert_eq!(compactions.len(), want_entries);
+        let end = s.sink.of_type("compaction_end");
+        assert_eq!(end[0]["errorMessage"].as_str(), want_error);
+        if want_entries == 1 {
+            assert!(compactions[0].as_str().unwrap().starts_with("REAL SUMMARY"));
+        } else {
+            // The context is as it was: the earlier messages are all still in the file's branch,
+            // and the run ended on the provider's overflow error.
+            assert_eq!(messages(&s.path)[..before.len()], before[..]);
+            assert_eq!(
+                s.agent.last_outcome().unwrap().stop_reason,
+                StopReason::Error
+            );
+        }
+    }
+}
+
+/// Case 18.10: a request never asks for more output than its context leaves in the window;
+/// below the floor (1,024 tokens) without compaction the turn fails with the figures and
+/// nothing is sent.
+#[tokio::test]
+async fn output_is_clamped_to_the_room_the_window_leaves() {
+    let dir = tmp("budget");
+    let mock = MockModel::start(vec![Step::text("short answer")]).await;
+    let s = setup(&dir, &mock, 6_000, Vec::new(), None);
+    let prompt = "word ".repeat(2_400); // 3,000 tokens by Pi's chars / 4 estimate
+    s.agent
+        .prompt(vec![Message::user_text(prompt.clone())])
+        .unwrap();
+    idle(&s.agent).await;
+    let sent = mock.requests()[0].body.clone();
+    let estimate = pi_core::compaction::request_tokens(
+        "sys",
+        &[],
+        &[Message::user_text(prompt)],
+        0,
+    );
+    assert_eq!(
+        sent["max_completion_tokens"],
+        json!(6_000 - estimate),
+        "model maxTokens 4,096, window 6,000, input {estimate}"
+    );
+    // A window the input nearly fills: no request, a clear error.
+    let dir = tmp("budget-full");
+    let mock = MockModel::start(vec![Step::text("never sent")]).await;
+    let s = setup(&dir, &mock, 4_000, Vec::new(), None);
+    let prompt = "word ".repeat(2_400);
+    s.agent
+        .prompt(vec![Message::user_text(prompt.clone())])
+        .unwrap();
+    idle(&s.agent).await;
+    assert_eq!(mock.requests().len(), 0);
+    let estimate = pi_core::compaction::request_tokens(
+        "sys",
+        &[],
+        &[Message::user_text(prompt)],
+        0,
+    );
+    assert_eq!(
+        s.agent.last_outcome().unwrap().error_message.as_deref(),
+        Some(format!("The context ({estimate} tokens) leaves {} of the model's 4000-token window for the answer, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", 4_000 - estimate).as_str())
+    );
+}
