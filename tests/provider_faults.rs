@@ -80,6 +80,7 @@ fn setup(
     model.api_key = Some("test-key".into());
     model.context_window = window;
     model.max_tokens = 4_096;
+    model.input = vec!["text".into(), "image".into()];
     let writer = SessionWriter::create(&dir.join(".pi/sessions"), dir, "mock", "mock-1", "off")
         .unwrap();
     let path = writer.path().to_path_buf();
@@ -356,5 +357,71 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
     assert_eq!(
         s.agent.last_outcome().unwrap().error_message.as_deref(),
         Some(format!("The context ({estimate} tokens) leaves {} of the model's 4000-token window for the answer, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", 4_000 - estimate).as_str())
+    );
+}
+
+/// Case 18.12: a request refused because of an image's size is classified, and the retry goes
+/// without that image (a note in its place); the user sees why in the retry event.
+#[tokio::test]
+async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
+    let dir = tmp("image");
+    let refusal = r#"{"error":{"message":"Image too large: images must be at most 5 MB","type":"invalid_request_error","code":"image_too_large"}}"#;
+    let mock = MockModel::start(vec![
+        Step::Raw {
+            status: 400,
+            content_type: "application/json".into(),
+            body: refusal.into(),
+        },
+        Step::text("I could not see the image."),
+    ])
+    .await;
+    let s = setup(&dir, &mock, 128_000, Vec::new(), None);
+    let big = "A".repeat(6 * 1024 * 1024);
+    let small = "iVBORw0KGgo=".to_string();
+    let prompt: Message = serde_json::from_value(json!({"role":"user","content":[
+        {"type":"text","text":"what is in these?"},
+        {"type":"image","data":big,"mimeType":"image/png"},
+        {"type":"image","data":small,"mimeType":"image/png"}]}))
+    .unwrap();
+    s.agent.prompt(vec![prompt]).unwrap();
+    idle(&s.agent).await;
+    let reqs = mock.requests();
+    assert_eq!(
+        (reqs.len(), s.agent.last_outcome().unwrap().error_message),
+        (2, None)
+    );
+    let user = |i: usize| -> Value {
+        let parts = reqs[i].body["messages"][1]["content"].clone();
+        json!(parts
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| match p["type"].as_str().unwrap() {
+                "text" => p["text"].clone(),
+                _ => json!(format!("image of {} bytes", p["image_url"]["url"].as_str().unwrap().len())),
+            })
+            .collect::<Vec<_>>())
+    };
+    assert_eq!(
+        user(1),
+        json!([
+            "what is in these?",
+            "[image removed: the provider refused a request with this image/png image (4608 KB) as too large]",
+            format!("image of {} bytes", "data:image/png;base64,".len() + small.len())
+        ])
+    );
+    let retry: Vec<Value> = s
+        .sink
+        .of_type("auto_retry_start")
+        .iter()
+        .map(|e| e["errorMessage"].clone())
+        .collect();
+    assert_eq!(
+        retry,
+        vec![json!(format!("HTTP 400: {refusal} — retrying with 1 image(s) replaced by a note"))]
+    );
+    assert_eq!(
+        s.agent.last_outcome().unwrap().stop_reason,
+        StopReason::Stop
     );
 }

@@ -100,6 +100,8 @@ impl MockModel {
         let app = Router::new()
             .route("/v1/chat/completions", post(handle_openai))
             .route("/v1/messages", post(handle_anthropic))
+            // Requests with large images are taken as a provider would (axum's default: 2 MB).
+            .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(mock.clone());
         tokio::spawn(async move {
             // Without TCP_NODELAY, Nagle plus delayed ACKs add ~40 ms to every small write.

@@ -68,6 +68,55 @@ pub(crate) async fn compact_checked(
     Ok((proposal, messages))
 }
 
+/// Base64 length over which an image is replaced after a size refusal: 5 MB, Anthropic's
+/// per-image limit (the smallest of the providers').
+pub const LARGE_IMAGE_BASE64: usize = 5 * 1024 * 1024;
+
+/// The text that takes an image's place in the request after the provider refused it.
+pub fn image_note(image: &pi_ai::ImageContent) -> String {
+    format!(
+        "[image removed: the provider refused a request with this {} image ({} KB) as too large]",
+        image.mime_type,
+        image.data.len() * 3 / 4 / 1024
+    )
+}
+
+/// Replaces images over [`LARGE_IMAGE_BASE64`] in user messages and tool results by
+/// [`image_note`]; when none is that large (a refusal for its pixels), every image. Returns
+/// how many were replaced.
+fn replace_large_images(messages: &mut [Message]) -> usize {
+    fn blocks(m: &mut Message) -> Option<&mut Vec<pi_ai::ContentBlock>> {
+        match m {
+            Message::User(u) => match &mut u.content {
+                pi_ai::UserContent::Blocks(b) => Some(b),
+                pi_ai::UserContent::Text(_) => None,
+            },
+            Message::ToolResult(r) => Some(&mut r.content),
+            Message::Assistant(_) => None,
+        }
+    }
+    let mut replace = |limit: usize| {
+        let mut n = 0;
+        for m in messages.iter_mut() {
+            if let Some(bs) = blocks(m) {
+                for b in bs.iter_mut() {
+                    if let pi_ai::ContentBlock::Image(i) = b {
+                        if i.data.len() > limit {
+                            *b = pi_ai::ContentBlock::text(image_note(i));
+                            n += 1;
+                        }
+                    }
+                }
+            }
+        }
+        n
+    };
+    match replace(LARGE_IMAGE_BASE64) {
+        0 => replace(0),
+        n => n,
+    }
+}
+
 /// A tool with its spec and compiled argument schema, built once per run.
 struct ToolEntry {
     tool: Arc<dyn Tool>,
@@ -110,6 +159,8 @@ struct Run<'a> {
     compacted_this_turn: bool,
     /// The one overflow recovery of this run was used.
     overflow_recovered: bool,
+    /// Images were replaced by notes after a refusal for their size (once per run).
+    images_dropped: bool,
 }
 
 impl Run<'_> {
@@ -374,6 +425,38 @@ impl Run<'_> {
                 .take()
                 .filter(|_| a.stop_reason == StopReason::Error)
                 .or_else(|| pi_ai::errors::classify_message(&a, self.cfg.model.context_window));
+            let image_refused = failure
+                .as_ref()
+                .is_some_and(|f| f.class() == pi_ai::errors::ErrorClass::ImageTooLarge);
+            if image_refused && !self.images_dropped && !self.control.cancel.is_cancelled() {
+                // Case 18.12: the same image would be refused forever; the next request goes
+                // without it (a note in its place), and the user is told why.
+                self.images_dropped = true;
+                self.messages.pop();
+                let n = replace_large_images(&mut self.messages);
+                if n > 0 {
+                    self.sink
+                        .emit(AgentEvent::TurnEnd {
+                            message: Message::Assistant(a.clone()),
+                            tool_results: Vec::new(),
+                        })
+                        .await;
+                    self.sink
+                        .emit(AgentEvent::AutoRetryStart {
+                            attempt: 1,
+                            max_attempts: 1,
+                            delay_ms: 0,
+                            error_message: format!(
+                                "{} — retrying with {n} image(s) replaced by a note",
+                                a.error_message.as_deref().unwrap_or("image refused")
+                            ),
+                        })
+                        .await;
+                    self.sink.emit(AgentEvent::TurnStart).await;
+                    continue;
+                }
+                self.messages.push(Message::Assistant(a.clone()));
+            }
             let overflow = failure
                 .as_ref()
                 .is_some_and(|f| f.class() == pi_ai::errors::ErrorClass::ContextOverflow);
@@ -895,6 +978,7 @@ pub async fn run_agent(
         usage_from: 0,
         compacted_this_turn: false,
         overflow_recovered: false,
+        images_dropped: false,
     };
     sink.emit(AgentEvent::AgentStart).await;
     sink.emit(AgentEvent::TurnStart).await;
