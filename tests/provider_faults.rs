@@ -81,8 +81,8 @@ fn setup(
     model.context_window = window;
     model.max_tokens = 4_096;
     model.input = vec!["text".into(), "image".into()];
-    let writer = SessionWriter::create(&dir.join(".pi/sessions"), dir, "mock", "mock-1", "off")
-        .unwrap();
+    let writer =
+        SessionWriter::create(&dir.join(".pi/sessions"), dir, "mock", "mock-1", "off").unwrap();
     let path = writer.path().to_path_buf();
     let writer = Arc::new(Mutex::new(writer));
     let mut cfg = AgentConfig::new(model, "sys".into(), tools);
@@ -156,9 +156,7 @@ fn sse_body(chunks: &[Value]) -> String {
 #[tokio::test]
 async fn a_cut_stream_is_retried_and_its_half_call_never_runs() {
     let dir = tmp("cut");
-    let call = |args: &str| {
-        json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_w","type":"function","function":{"name":"write","arguments":args}}]},"finish_reason":null}]})
-    };
+    let call = |args: &str| json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_w","type":"function","function":{"name":"write","arguments":args}}]},"finish_reason":null}]});
     // The body ends inside the arguments: no finish_reason, no [DONE].
     let cut = sse_body(&[
         json!({"id":"c1","choices":[{"index":0,"delta":{"content":"Writing."},"finish_reason":null}]}),
@@ -185,7 +183,11 @@ async fn a_cut_stream_is_retried_and_its_half_call_never_runs() {
         messages(&s.path),
         vec![
             json!(["user", null, "write out.txt"]),
-            json!(["assistant", "error", "stream ended before the response was complete (no finish_reason or [DONE])"]),
+            json!([
+                "assistant",
+                "error",
+                "stream ended before the response was complete (no finish_reason or [DONE])"
+            ]),
             json!(["assistant", "stop", "Done after the retry."]),
         ]
     );
@@ -197,7 +199,10 @@ async fn a_cut_stream_is_retried_and_its_half_call_never_runs() {
         .collect();
     assert_eq!(
         retries,
-        vec![json!([1, "stream ended before the response was complete (no finish_reason or [DONE])"])]
+        vec![json!([
+            1,
+            "stream ended before the response was complete (no finish_reason or [DONE])"
+        ])]
     );
     assert_eq!(mock.requests().len(), 2);
     mock.assert_paired();
@@ -230,11 +235,21 @@ async fn a_call_with_unfinished_arguments_is_answered_not_run() {
     let results: Vec<Value> = entries(&s.path)
         .iter()
         .filter(|e| e["message"]["role"] == "toolResult")
-        .map(|e| json!([e["message"]["toolCallId"], e["message"]["isError"], e["message"]["content"][0]["text"]]))
+        .map(|e| {
+            json!([
+                e["message"]["toolCallId"],
+                e["message"]["isError"],
+                e["message"]["content"][0]["text"]
+            ])
+        })
         .collect();
     assert_eq!(
         results,
-        vec![json!(["call_ls", true, pi_core::agent::UNFINISHED_ARGUMENTS_TEXT])]
+        vec![json!([
+            "call_ls",
+            true,
+            pi_core::agent::UNFINISHED_ARGUMENTS_TEXT
+        ])]
     );
 }
 
@@ -247,10 +262,12 @@ fn is_summary(body: &Value) -> bool {
 /// the context stays as it was. An empty answer followed by a real one gives that summary.
 #[tokio::test]
 async fn tool_only_summaries_are_retried_once_then_fail_keeping_the_context() {
-    let overflow = || Step::Raw {
+    let overflow = || {
+        Step::Raw {
         status: 400,
         content_type: "application/json".into(),
         body: json!({"error": {"message": "This model's maximum context length is 4000 tokens. However, your messages resulted in 9000 tokens.", "code": "context_length_exceeded"}}).to_string(),
+    }
     };
     for (answers, want_entries, want_error) in [
         (
@@ -327,12 +344,8 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
         .unwrap();
     idle(&s.agent).await;
     let sent = mock.requests()[0].body.clone();
-    let estimate = pi_core::compaction::request_tokens(
-        "sys",
-        &[],
-        &[Message::user_text(prompt)],
-        0,
-    );
+    let estimate =
+        pi_core::compaction::request_tokens("sys", &[], &[Message::user_text(prompt)], 0);
     assert_eq!(
         sent["max_completion_tokens"],
         json!(6_000 - estimate),
@@ -348,12 +361,8 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
         .unwrap();
     idle(&s.agent).await;
     assert_eq!(mock.requests().len(), 0);
-    let estimate = pi_core::compaction::request_tokens(
-        "sys",
-        &[],
-        &[Message::user_text(prompt)],
-        0,
-    );
+    let estimate =
+        pi_core::compaction::request_tokens("sys", &[], &[Message::user_text(prompt)], 0);
     assert_eq!(
         s.agent.last_outcome().unwrap().error_message.as_deref(),
         Some(format!("The context ({estimate} tokens) leaves {} of the model's 4000-token window for the answer, less than the 1024 tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.", 4_000 - estimate).as_str())
@@ -398,7 +407,10 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
             .iter()
             .map(|p| match p["type"].as_str().unwrap() {
                 "text" => p["text"].clone(),
-                _ => json!(format!("image of {} bytes", p["image_url"]["url"].as_str().unwrap().len())),
+                _ => json!(format!(
+                    "image of {} bytes",
+                    p["image_url"]["url"].as_str().unwrap().len()
+                )),
             })
             .collect::<Vec<_>>())
     };
@@ -418,7 +430,9 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
         .collect();
     assert_eq!(
         retry,
-        vec![json!(format!("HTTP 400: {refusal} — retrying with 1 image(s) replaced by a note"))]
+        vec![json!(format!(
+            "HTTP 400: {refusal} — retrying with 1 image(s) replaced by a note"
+        ))]
     );
     assert_eq!(
         s.agent.last_outcome().unwrap().stop_reason,

@@ -44,7 +44,9 @@ async fn end_to_end(mb: usize) {
     };
     let rss0 = mem("VmRSS:");
     let t = Instant::now();
-    let msg = pi_ai::stream(&m, &ctx, StreamOptions::default()).result().await;
+    let msg = pi_ai::stream(&m, &ctx, StreamOptions::default())
+        .result()
+        .await;
     let took = t.elapsed();
     assert_eq!(msg.text().len(), mb * 1_000_000);
     let peak = mem("VmHWM:");
@@ -77,12 +79,18 @@ async fn framing(mb: usize) {
         }
     }
     assert_eq!(n, 3);
-    println!("one {mb} MB line, framing with sse-parse:          {:>9.2?}", t.elapsed());
+    println!(
+        "one {mb} MB line, framing with sse-parse:          {:>9.2?}",
+        t.elapsed()
+    );
     use eventsource_stream::Eventsource;
     let t = Instant::now();
     let n = chunks().eventsource().count().await;
     assert_eq!(n, 3);
-    println!("one {mb} MB line, framing with eventsource-stream: {:>9.2?}", t.elapsed());
+    println!(
+        "one {mb} MB line, framing with eventsource-stream: {:>9.2?}",
+        t.elapsed()
+    );
 }
 
 fn main() {

@@ -681,7 +681,6 @@ mod tests {
                 r#"{"error":{"message":"Image too large: the request's image is 21 MB","type":"invalid_request_error","code":"image_too_large"}}"#,
                 ErrorClass::ImageTooLarge,
             ),
-
             (500, "internal error", ErrorClass::Http),
         ];
         for (status, body, class) in cases {

@@ -764,7 +764,9 @@ mod tests {
         ]));
         let out = serde_json::to_value(transform_messages(&twice, &model)).unwrap();
         let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-            v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
         };
         assert_eq!(
             call_ids(&out),
@@ -800,7 +802,9 @@ mod tests {
             ])
         );
         // The stored messages are unchanged.
-        assert_eq!(serde_json::to_value(&shared).unwrap()[1]["content"][1]["id"], "c");
+        assert_eq!(
+            serde_json::to_value(&shared).unwrap()[1]["content"][1]["id"],
+            "c"
+        );
     }
-
 }

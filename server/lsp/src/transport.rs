@@ -1027,7 +1027,9 @@ mod tests {
     async fn framing_faults_are_answered_under_their_ids_and_reading_goes_on() {
         let mut input = Vec::new();
         // A declared length that can never come, with the start of a request after it.
-        input.extend(b"Content-Length: 1000000000000\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"");
+        input.extend(
+            b"Content-Length: 1000000000000\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"",
+        );
         input.extend(b"\r\n");
         input.extend(frame(&req(2)));
         // No Content-Length at all.
@@ -1057,7 +1059,10 @@ mod tests {
         input.extend(format!("Content-Length: {}\r\n\r\n{r11}", r11.len() + 10).into_bytes());
         let (passed, answers) = run_guard(input).await;
         let ids: Vec<Value> = passed.iter().map(|m| m["id"].clone()).collect();
-        assert_eq!(ids, [json!(2), json!(4), json!(7), json!(8), json!(9), json!(10)]);
+        assert_eq!(
+            ids,
+            [json!(2), json!(4), json!(7), json!(8), json!(9), json!(10)]
+        );
         assert_eq!(passed[3]["params"]["t"], "a\u{fffd}");
         let bad = "Parse error: invalid JSON: expected ident at line 1 column 2";
         let mut want = vec![
@@ -1068,8 +1073,15 @@ mod tests {
             answer(Value::Null, PARSE_ERROR, &format!("Parse error: a header line of {} bytes exceeds the {MAX_HEADER_LINE}-byte limit", 3 * MAX_HEADER_LINE)),
         ];
         want.extend(vec![answer(Value::Null, PARSE_ERROR, bad); 5]);
-        want.push(answer(json!(11), INVALID_REQUEST, &format!("Invalid request: Content-Length {} but the message has {} bytes", r11.len() + 10, r11.len())));
+        want.push(answer(
+            json!(11),
+            INVALID_REQUEST,
+            &format!(
+                "Invalid request: Content-Length {} but the message has {} bytes",
+                r11.len() + 10,
+                r11.len()
+            ),
+        ));
         assert_eq!(answers, want);
     }
-
 }

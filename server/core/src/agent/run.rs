@@ -358,8 +358,7 @@ impl Run<'_> {
             && !self.compacted_this_turn;
         if can_compact {
             self.compacted_this_turn = true;
-            if let Err(CompactionError::Cancelled) =
-                self.compact(CompactionReason::Threshold).await
+            if let Err(CompactionError::Cancelled) = self.compact(CompactionReason::Threshold).await
             {
                 return Ok(());
             }
