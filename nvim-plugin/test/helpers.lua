@@ -139,13 +139,18 @@ function H.child(opts)
     if err or not data then
       return
     end
-    c.buf = c.buf .. data
-    while #c.buf > 0 do
-      local ok, obj, pos = pcall(c.unpacker, c.buf)
-      if not ok or obj == nil then
+    -- The unpacker keeps a partial message itself: each chunk is fed exactly once.
+    local pos = 1
+    while pos <= #data do
+      local ok, obj, npos = pcall(c.unpacker, data, pos)
+      if not ok then
+        c.errors[#c.errors + 1] = 'msgpack: ' .. tostring(obj)
         break
       end
-      c.buf = c.buf:sub(pos)
+      pos = npos
+      if obj == nil then
+        break
+      end
       c:on_message(obj)
     end
   end)
@@ -181,7 +186,7 @@ function Child:request(method, ...)
   local r = self.responses[id]
   self.responses[id] = nil
   if not ok or not r then
-    error(('child request %s: no answer (exited: %s) %s'):format(method, tostring(self.exited), table.concat(self.errors)), 2)
+    error(('child request %s: no answer (exited: %s) %s\nscreen:\n%s'):format(method, tostring(self.exited), table.concat(self.errors), table.concat(self:screen(), '\n')), 2)
   end
   if r.err ~= nil and r.err ~= vim.NIL then
     error(('child request %s failed: %s'):format(method, vim.inspect(r.err)), 2)
