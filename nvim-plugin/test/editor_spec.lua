@@ -62,11 +62,11 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
   local signs = c:lua([[
     local out = {}
     for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, require('pi.hunks').ns, 0, -1, { details = true })) do
-      out[#out + 1] = { m[2], m[4].sign_text }
+      out[#out + 1] = { m[2], m[4].sign_text, m[4].end_row }
     end
     return out
   ]])
-  H.eq({ { 4, '~ ' } }, signs, 'hunk signs (row, sign)')
+  H.eq({ { 4, '~ ', 4 } }, signs, 'hunk signs (row, sign, last row)')
   -- u reverts exactly the agent's edit; the user's unsaved line stays.
   c:input('u')
   H.wait('undo', 2000, function()
@@ -149,8 +149,8 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
     return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Finished.', 1, true)
   end)
   local chat = c:lua(H.CHAT_TEXT)
-  H.contains(chat, '↳ bash ✓ (1 lines)\n```\none\n```', 'allowed call ran')
-  H.contains(chat, '↳ bash ✗ (1 lines)\n```\nThe user rejected this bash call.\n```', 'rejected call')
+  H.contains(chat, '↳ bash ✓ (1 line)\n```\none\n```', 'allowed call ran')
+  H.contains(chat, '↳ bash ✗ (1 line)\n```\nThe user rejected this bash call.\n```', 'rejected call')
   H.eq('code 1asr2', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('code.txt'), 0, -1, false), '\\n')"), 'code buffer')
   local screen = c:screen_text()
   H.contains(screen, '→ allowed once', 'screen')

@@ -34,6 +34,7 @@ function M.setup_window(win)
   set_local(win, 'spell', false)
   set_local(win, 'list', false)
   set_local(win, 'winfixwidth', true)
+  set_local(win, 'fillchars', 'fold: ,eob: ')
   set_local(win, 'statusline', "%#Title# Pi %* %<%{v:lua.require'pi'.statusline()}%=%l/%L ")
 end
 
@@ -227,7 +228,8 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
   end
   w:newline()
   w:fold_start()
-  w:append('↳ ' .. name .. ' ' .. status .. (#lines > 0 and (' (' .. (#lines + more) .. ' lines)') or '') .. '\n')
+  local total = #lines + more
+  w:append('↳ ' .. name .. ' ' .. status .. (body ~= '' and (' (' .. total .. (total == 1 and ' line)' or ' lines)')) or '') .. '\n')
   if body ~= '' then
     local text = table.concat(lines, '\n')
     local fence = fence_for(text)

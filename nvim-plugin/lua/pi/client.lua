@@ -313,8 +313,13 @@ handlers['agent/attention'] = function(_, p, ctx)
   if not st or not p then
     return
   end
-  st.status.attention = p.reason
+  st.status.attention = (p.reason == 'permission' or p.reason == 'question') and p.reason or nil
   require('pi.status').changed()
+  -- What the chat on screen already shows is not said again.
+  local chat = p.sessionId and require('pi.chat').chats[p.sessionId]
+  if chat and chat:window() and (p.reason == 'finished' or p.reason == 'permission') then
+    return
+  end
   local level = p.reason == 'failed' and vim.log.levels.ERROR
     or (p.reason == 'permission' or p.reason == 'question') and vim.log.levels.WARN
     or vim.log.levels.INFO

@@ -84,15 +84,16 @@ function M.mark(b, old, new)
     local old_lines = ca > 0 and { unpack(old, sa, sa + ca - 1) } or {}
     local row, end_row, opts
     if cb > 0 then
-      row, end_row = sb - 1, sb - 1 + cb
+      -- The range covers the hunk's lines, its end on the last one (inclusive), so the sign
+      -- is on exactly those lines.
+      row, end_row = sb - 1, sb - 2 + cb
       opts = {
         end_row = end_row,
-        end_col = 0,
+        end_col = #(new[sb - 1 + cb] or ''),
         sign_text = ca > 0 and '~' or '+',
         sign_hl_group = ca > 0 and 'DiffChange' or 'DiffAdd',
         right_gravity = false,
         end_right_gravity = true,
-        invalidate = true,
       }
     else
       -- Pure deletion: the mark sits on the line after it (or the last line), the deleted
@@ -125,7 +126,8 @@ local function hunk_list(b)
   for _, m in ipairs(marks) do
     local id, row, d = m[1], m[2], m[4]
     if store[id] and not d.invalid then
-      out[#out + 1] = { id = id, row = row, end_row = d.end_row or row, info = store[id] }
+      local end_row = store[id].deletion and row or ((d.end_row or row) + 1)
+      out[#out + 1] = { id = id, row = row, end_row = end_row, info = store[id] }
     end
   end
   table.sort(out, function(x, y)

@@ -265,11 +265,9 @@ function M.foldexpr(lnum)
   return '0'
 end
 
---- `foldtext` of chat windows: the region's first line and its size.
+--- `foldtext` of chat windows: the region's first line (which says what it holds) and ▸.
 function M.foldtext()
-  local first = vim.fn.getline(vim.v.foldstart)
-  local n = vim.v.foldend - vim.v.foldstart + 1
-  return ('%s  [%d lines]'):format(first, n)
+  return vim.fn.getline(vim.v.foldstart) .. ' ▸'
 end
 
 return M
