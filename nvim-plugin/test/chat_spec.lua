@@ -121,6 +121,12 @@ H.case('steer and abort during a slow run: the queue and the report block', func
   H.wait('the bash call running', 15000, function()
     return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 30', 1, true)
   end)
+  -- The run's work-done progress reaches vim.lsp.status() (for statuslines).
+  H.wait('progress in vim.lsp.status()', 5000, function()
+    return c:lua('return vim.lsp.status()') ~= ''
+  end)
+  H.eq('running', c:lua(H.CHAT_STATE).state, 'state while running')
+  H.contains(c:lua('return require("pi").statusline()'), 'mock/mock-1 · ', 'statusline')
   -- Steer from the prompt buffer: type, then <CR> in normal mode.
   c:lua([[
     local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
