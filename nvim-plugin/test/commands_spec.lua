@@ -201,6 +201,27 @@ H.case('a scrolled-up chat keeps its view while text streams; at the end it stay
   mock.stop()
 end)
 
+H.case('trust is asked once for a project with .pi configuration and sent as workspaceTrusted', function()
+  local ws = workspace({ ['.pi/settings.json'] = '{}' })
+  local c = H.child({ ws = ws, setup = '{trust = "ask"}', cols = 140 })
+  c:input(':Pi new<CR>')
+  H.wait('the trust question', 5000, function()
+    return table.concat(c:screen(), '\n'):find('load this project’s .pi configuration', 1, true) ~= nil
+  end)
+  c:input('1<CR>')
+  H.wait('the server', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  H.eq(true, c:lua([[
+    local client = require('pi.client')
+    local st = client.roots[client.root_of(0)]
+    return client.client(st).config.init_options.workspaceTrusted
+  ]]), 'workspaceTrusted sent')
+  local saved = vim.json.decode(H.read(c.home .. '/state/nvim/pi/trust.json'))
+  H.eq({ [ws] = true }, saved, 'remembered')
+  c:stop()
+end)
+
 H.case('a missing binary is said once, with :Pi build; :Pi completes its subcommands', function()
   local ws = workspace()
   local c = H.child({ ws = ws, setup = '{cmd = {"/nonexistent/pi-lsp"}}' })

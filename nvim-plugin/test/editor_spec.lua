@@ -194,6 +194,50 @@ H.case('sessions are listed and reopen with their history', function()
   mock.stop()
 end)
 
+H.case('typing in insert mode while the agent edits other files: mode, window, cursor unchanged', function()
+  local steps = {}
+  for i = 1, 10 do
+    steps[#steps + 1] = { toolCalls = { { id = 'w' .. i, name = 'edit', arguments = { path = 'other.txt', edits = { { oldText = 'n=' .. (i - 1), newText = 'n=' .. i } } } } } }
+  end
+  steps[#steps + 1] = { text = 'Ten edits done.' }
+  local mock = H.mock(steps)
+  local ws = workspace({ ['code.txt'] = 'code\n', ['other.txt'] = 'n=0\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 140 })
+  c:cmd('edit code.txt')
+  c:cmd('Pi edit other.txt ten times')
+  c:input('A')
+  local win = c:lua('return vim.api.nvim_get_current_win()')
+  -- Type while the edits land: one character every 30 ms.
+  local typed = ''
+  local done = false
+  local timer = vim.uv.new_timer()
+  local i = 0
+  timer:start(30, 30, vim.schedule_wrap(function()
+    if done then
+      return
+    end
+    i = i + 1
+    local ch = string.char(96 + (i % 26) + 1)
+    typed = typed .. ch
+    c:send({ 2, 'nvim_input', { ch } })
+  end))
+  H.wait('the ten edits', 20000, function()
+    return (H.read(ws .. '/other.txt') or '') == 'n=10\n'
+  end)
+  done = true
+  timer:stop()
+  timer:close()
+  vim.wait(200)
+  H.eq('i', c:lua('return vim.api.nvim_get_mode().mode'), 'mode')
+  H.eq(win, c:lua('return vim.api.nvim_get_current_win()'), 'window')
+  H.eq('code' .. typed, c:lua('return vim.api.nvim_get_current_line()'), 'every character in code.txt')
+  H.eq({ 1, #('code' .. typed) }, c:lua('return vim.api.nvim_win_get_cursor(0)'), 'cursor')
+  H.eq('n=10', c:lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr('other.txt'), 0, -1, false)[1]"), 'other.txt buffer')
+  c:input('<Esc>')
+  c:stop()
+  mock.stop()
+end)
+
 H.case(':checkhealth pi', function()
   local ws = workspace()
   local c = H.child({ ws = ws, models_json = { providers = {} } })

@@ -216,7 +216,8 @@ function M.qflist()
   for b in pairs(M.by_buf) do
     if api.nvim_buf_is_valid(b) then
       for _, h in ipairs(hunk_list(b)) do
-        items[#items + 1] = { bufnr = b, lnum = h.row + 1, text = 'agent change' }
+        local first = api.nvim_buf_get_lines(b, h.row, h.row + 1, false)[1] or ''
+        items[#items + 1] = { bufnr = b, lnum = h.row + 1, text = (h.info.deletion and 'deleted: ' or 'agent: ') .. first }
       end
     end
   end

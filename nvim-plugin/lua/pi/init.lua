@@ -306,12 +306,21 @@ subcommands.chat = function(args)
   end)
 end
 
+subcommands.changes = function()
+  local items = require('pi.hunks').qflist()
+  if #items == 0 then
+    return util.notify('no agent changes are marked')
+  end
+  vim.fn.setqflist({}, ' ', { title = 'Pi: agent changes', items = items })
+  vim.cmd('botright copen')
+end
+
 subcommands.build = function()
   require('pi.client').build()
 end
 
 --- The subcommand names (for completion and `:help pi-commands`).
-M.subcommand_names = { 'abort', 'build', 'chat', 'compact', 'export', 'fork', 'followup', 'label', 'model', 'new', 'prompt', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+M.subcommand_names = { 'abort', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'label', 'model', 'new', 'prompt', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
 
 --- `:Pi [subcommand] [text]`.
 function M.command(o)
