@@ -121,7 +121,39 @@ local function stream(sid)
   end)
 end
 
+-- Server → client requests (extension UI) and their answers.
+local next_id, waiting = 1, {}
+local function request(method, params, cb)
+  local id = 'srv' .. next_id
+  next_id = next_id + 1
+  waiting[id] = cb
+  send({ jsonrpc = '2.0', id = id, method = method, params = params })
+end
+
+-- `agent/prompt` with text "ui:<method>" asks that extension UI question, then streams the
+-- answer as the assistant's text.
+local function ask_ui(sid, method)
+  local params = { sessionId = sid, extension = 'replay', method = method, title = 'Pick one' }
+  if method == 'select' then
+    params.options = { 'alpha', 'beta' }
+  elseif method == 'confirm' then
+    params.message = 'Sure?'
+  end
+  local function ev(e)
+    notify('agent/event', { sessionId = sid, runId = 'run-ui', event = e })
+  end
+  ev({ type = 'agent_start' })
+  ev({ type = 'message_start', message = { role = 'user', content = 'ui:' .. method } })
+  request('agent/ui/request', params, function(result)
+    ev({ type = 'message_start', message = { role = 'assistant', content = {} } })
+    ev({ type = 'message_update', assistantMessageEvent = { type = 'text_delta', delta = 'answer: ' .. vim.json.encode(result) } })
+    ev({ type = 'message_end', message = { role = 'assistant', content = {}, stopReason = 'stop' } })
+    ev({ type = 'agent_end', messages = {} })
+  end)
+end
+
 local methods = {
+  'agent/session/list',
   'agent/prompt',
   'agent/session/new',
   'agent/session/open',
@@ -130,6 +162,14 @@ local methods = {
 }
 
 local function handle(msg)
+  if msg.method == nil and msg.id ~= nil then
+    local cb = waiting[msg.id]
+    waiting[msg.id] = nil
+    if cb then
+      cb(msg.result or { error = msg.error })
+    end
+    return
+  end
   local m, p = msg.method, msg.params or {}
   local result = vim.NIL
   if m == 'initialize' then
@@ -142,10 +182,17 @@ local function handle(msg)
     result = history(p)
   elseif m == 'agent/commands' or m == 'agent/extension/commands' then
     result = { commands = {} }
+  elseif m == 'agent/session/list' then
+    result = { sessions = { { sessionId = 'long', sessionFile = '/dev/null', firstPrompt = 'the long session', entryCount = MESSAGES, lastActivity = 0, open = true } } }
   elseif m == 'agent/prompt' then
     result = { sessionId = p.sessionId, runId = 'run1', queued = false }
+    local ui = type(p.text) == 'string' and p.text:match('^ui:(%a+)')
     vim.schedule(function()
-      stream(p.sessionId)
+      if ui then
+        ask_ui(p.sessionId, ui)
+      else
+        stream(p.sessionId)
+      end
     end)
   elseif m == 'exit' then
     os.exit(0)
