@@ -81,6 +81,62 @@ H.case('a prompt streams into the chat buffer; writes are tail appends, coalesce
   mock.stop()
 end)
 
+-- Every global option value and global mapping ('syntax' left out: Neovim's own FileType
+-- handler, synload.vim, sets it with :set for every buffer that gets a filetype, yours too).
+local GLOBALS = [[
+  local out = {}
+  for name in pairs(vim.api.nvim_get_all_options_info()) do
+    local ok, v = pcall(vim.api.nvim_get_option_value, name, { scope = 'global' })
+    if ok and name ~= 'syntax' then out['o:' .. name] = vim.inspect(v) end
+  end
+  for _, mode in ipairs({ 'n', 'i', 'v', 'x', 'o', 'c', 't' }) do
+    for _, m in ipairs(vim.api.nvim_get_keymap(mode)) do
+      out['map:' .. mode .. ':' .. m.lhs] = m.rhs or 'fn'
+    end
+  end
+  return out
+]]
+
+H.case('no global option or mapping changes; / completes from agent/commands', function()
+  local mock = H.mock({ { text = 'Fine.', toolCalls = { { id = 'l1', name = 'ls', arguments = {} } } }, { text = 'Listed.' } })
+  local ws = workspace({ ['a.txt'] = 'a\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  H.write(c.home .. '/agent/prompts/review.md', '---\ndescription: Review the code\n---\nReview $@\n')
+  c:cmd('edit a.txt')
+  local before = c:lua(GLOBALS)
+  c:cmd('Pi look around')
+  H.wait('the run', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Listed.', 1, true)
+  end)
+  c:cmd('Pi chat')
+  c:cmd('Pi chat')
+  c:cmd('Pi')
+  local after = c:lua(GLOBALS)
+  local changed = {}
+  for k, v in pairs(after) do
+    if before[k] ~= v then
+      changed[#changed + 1] = k .. ': ' .. tostring(before[k]) .. ' -> ' .. v
+    end
+  end
+  for k in pairs(before) do
+    if after[k] == nil then
+      changed[#changed + 1] = k .. ' removed'
+    end
+  end
+  table.sort(changed)
+  H.eq({}, changed, 'global options and mappings changed')
+  -- In the prompt (focused by :Pi): /re + CTRL-X CTRL-U completes the template.
+  H.eq('pi-prompt', c:lua('return vim.bo.filetype'), 'focused buffer')
+  c:input('i/re<C-x><C-u>')
+  H.wait('the completion', 3000, function()
+    return c:lua('return vim.api.nvim_get_current_line()') == '/review'
+  end)
+  c:input('<Esc>')
+  c:stop()
+  mock.stop()
+end)
+
 H.case('a model server that is down is visible within a second', function()
   local ws = workspace()
   local models = {
