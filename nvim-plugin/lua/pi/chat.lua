@@ -89,17 +89,22 @@ local HL = {
   dim = 'Comment',
 }
 
-local function status_mark(c, row, text, hl, id)
+--- A status as virtual text on a header row: at its end (`col` nil), or inline at byte `col`
+--- (always visible, also when the header wraps).
+local function status_mark(c, row, text, hl, id, col)
   if not api.nvim_buf_is_valid(c.buf) then
     return nil
   end
-  return api.nvim_buf_set_extmark(c.buf, render.ns, row, 0, {
+  return api.nvim_buf_set_extmark(c.buf, render.ns, row, col or 0, {
     id = id,
     virt_text = { { text, hl } },
-    virt_text_pos = 'eol',
+    virt_text_pos = col and 'inline' or 'eol',
     hl_mode = 'combine',
+    right_gravity = false,
   })
 end
+
+M.status_mark = status_mark
 
 function Chat:user_block(text, label)
   local w = self.writer
@@ -169,14 +174,14 @@ function Chat:tool_header(id, name, args, status)
   self:draw_header()
   w:blank()
   w:append('### ⚙ ' .. name .. '  ' .. util.tool_summary(name, args) .. '\n')
-  local t = { name = name, args = args, t0 = vim.uv.hrtime() }
+  local t = { name = name, args = args, t0 = vim.uv.hrtime(), col = #('### ⚙ ' .. name) }
   self.tools[id] = t
   w:mark(function(row)
     t.row = row - 1
     if status == 'running' then
-      t.mark = status_mark(self, t.row, ' ⏳ running', HL.running)
+      t.mark = status_mark(self, t.row, ' ⏳ running', HL.running, nil, t.col)
     elseif status then
-      t.mark = status_mark(self, t.row, status.text, status.hl)
+      t.mark = status_mark(self, t.row, status.text, status.hl, nil, t.col)
     end
   end)
   self.block = 'tool'
@@ -202,7 +207,7 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
         if t.mark then
           pcall(api.nvim_buf_del_extmark, self.buf, render.ns, t.mark)
         end
-        t.mark = status_mark(self, t.row, ' ' .. status .. dur, is_error and HL.fail or HL.ok)
+        t.mark = status_mark(self, t.row, ' ' .. status .. dur, is_error and HL.fail or HL.ok, nil, t.col)
         if t.live then
           pcall(api.nvim_buf_del_extmark, self.buf, render.ns, t.live)
           t.live = nil
@@ -313,6 +318,7 @@ function Chat:on_event(p)
     return
   end
   if ty == 'agent_start' then
+    self.last_error = nil
     self.running = true
     self.streamed = false
     self.aborting = false
@@ -335,9 +341,10 @@ function Chat:on_event(p)
       self.writer:newline()
       local empty = self.header_pending ~= nil
       if m.stopReason == 'error' then
-        self:draw_header()
-        self:line('**✗ ' .. tostring(m.errorMessage or 'the model request failed') .. '**')
-        self.failed = m.errorMessage or 'failed'
+        -- A failed request without content: one line, no header (a retry may follow).
+        self.last_error = tostring(m.errorMessage or 'the model request failed')
+        self:line('✗ ' .. self.last_error)
+        self.failed = self.last_error
       elseif m.stopReason == 'aborted' then
         if not empty then
           self:line('_■ stopped_')
@@ -361,19 +368,22 @@ function Chat:on_event(p)
     self.failed = nil
     require('pi.permission').withdraw_session(self.session_id)
   elseif ty == 'auto_retry_start' then
+    local err = tostring(ev.errorMessage)
     self:line(
-      ('⟳ %s — retry %d/%d in %.1f s'):format(
-        tostring(ev.errorMessage),
+      ('⟳ retry %d/%d in %.1f s%s'):format(
         ev.attempt or 0,
         ev.maxAttempts or 0,
-        (ev.delayMs or 0) / 1000
+        (ev.delayMs or 0) / 1000,
+        err ~= self.last_error and (': ' .. err) or ''
       )
     )
+    self.failed = nil
     self:set_state('retrying')
     self.writer:flush()
   elseif ty == 'auto_retry_end' then
     if not ev.success then
-      self:line('✗ retries ended: ' .. tostring(ev.finalError))
+      local err = tostring(ev.finalError)
+      self:line(('✗ gave up after %d attempts%s'):format(ev.attempt or 0, err ~= self.last_error and (': ' .. err) or ''))
     end
     self:set_state(self.running and 'running' or 'idle')
   elseif ty == 'compaction_start' then
@@ -511,8 +521,7 @@ function Chat:draw_message(m)
     end
     self.writer:newline()
     if m.stopReason == 'error' then
-      self:draw_header()
-      self:line('**✗ ' .. tostring(m.errorMessage or 'the model request failed') .. '**')
+      self:line('✗ ' .. tostring(m.errorMessage or 'the model request failed'))
     elseif m.stopReason == 'aborted' and not self.header_pending then
       self:line('_■ stopped_')
     end

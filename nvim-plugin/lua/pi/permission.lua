@@ -66,10 +66,7 @@ local function finish(q, answer, label)
     end
   end
   if q.header_row and api.nvim_buf_is_valid(q.chat.buf) then
-    pcall(api.nvim_buf_set_extmark, q.chat.buf, render.ns, q.header_row, 0, {
-      virt_text = { { ' → ' .. label, answer and answer.decision ~= 'reject' and 'DiagnosticOk' or 'DiagnosticError' } },
-      virt_text_pos = 'eol',
-    })
+    require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, answer and answer.decision ~= 'reject' and 'DiagnosticOk' or 'DiagnosticError', nil, #'### ? Permission')
   end
   if q.float and api.nvim_win_is_valid(q.float) then
     pcall(api.nvim_win_close, q.float, true)
