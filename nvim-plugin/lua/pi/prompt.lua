@@ -60,7 +60,7 @@ function M.open(chat, chat_win)
   set('relativenumber', false)
   set('signcolumn', 'no')
   set('wrap', true)
-  set('statusline', '%#Title# Pi prompt %*%< <CR>/<C-s> send · <M-CR> follow-up · <C-c> abort')
+  set('statusline', '%#Title# Pi prompt %* <CR> send · <M-CR> follow-up · <C-c> stop%<')
 end
 
 --- The prompt's text.
