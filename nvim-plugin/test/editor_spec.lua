@@ -72,10 +72,23 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
   H.wait('undo', 2000, function()
     return buf_text(c) == 'unsaved line\n# Notes\n\nalpha\ntarget = 1\nomega'
   end)
+  local SIGNS = [[
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, require('pi.hunks').ns, 0, -1, { details = true })) do
+      out[#out + 1] = m[4].sign_text or 'none'
+    end
+    return out
+  ]]
+  H.wait('the sign hidden once the change is undone', 2000, function()
+    return vim.deep_equal(c:lua(SIGNS), { 'none' })
+  end)
   -- Redo, then undo the hunk with the keymap: an ordinary change, itself undoable.
   c:input('<C-r>')
   H.wait('redo', 2000, function()
     return buf_text(c):find('target = 2', 1, true) ~= nil
+  end)
+  H.wait('the sign back after redo', 2000, function()
+    return vim.deep_equal(c:lua(SIGNS), { '~ ' })
   end)
   c:cmd('5')
   c:input('\\pu')

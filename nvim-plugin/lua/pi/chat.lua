@@ -296,6 +296,9 @@ function Chat:on_event(p)
       if self.block == 'thinking' then
         self:thinking_end()
       end
+    elseif at == 'toolcall_start' then
+      -- Arguments stream before the call runs (a long `write`): say so in the statusline.
+      self:set_state('preparing a tool call')
     end
     return
   end
@@ -355,6 +358,9 @@ function Chat:on_event(p)
       self.header_pending = nil
     end
   elseif ty == 'tool_execution_start' then
+    if self.state ~= 'running' and self.state ~= 'stopping' then
+      self:set_state('running')
+    end
     self:tool_header(ev.toolCallId, ev.toolName, ev.args, 'running')
   elseif ty == 'tool_execution_end' then
     local t = self.tools[ev.toolCallId]

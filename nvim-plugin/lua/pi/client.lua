@@ -362,10 +362,11 @@ handlers['agent/saveDocument'] = function(_, p)
 end
 
 handlers['agent/didWriteDocument'] = function(_, p)
-  -- The server wrote the buffer's text to disk itself; take the disk as saved at that text so
-  -- no "file changed" question follows.
+  -- The server wrote the buffer's text at `version` to disk itself (a save it asked for
+  -- failed). When the buffer is still at that version, write it through Neovim too: the
+  -- same text, and Neovim knows the file again, so no "file changed" question follows.
   local b = p and p.uri and buf_of_uri(p.uri)
-  if b and not vim.bo[b].modified then
+  if b and vim.lsp.util.buf_versions[b] == p.version then
     pcall(api.nvim_buf_call, b, function()
       vim.cmd('silent keepalt keepjumps lockmarks write!')
     end)

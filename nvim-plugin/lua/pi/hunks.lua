@@ -44,6 +44,8 @@ local function break_undo(b)
   end)
 end
 
+local hunk_list
+
 --- The `workspace/applyEdit` handler: Neovim's, around a snapshot for the hunk signs.
 function M.apply(err, params, ctx)
   local before = {}
@@ -113,19 +115,58 @@ function M.mark(b, old, new)
     end
     local ok, id = pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, opts)
     if ok then
-      store[id] = { old = old_lines, deletion = cb == 0 }
+      store[id] = { old = old_lines, deletion = cb == 0, sign = opts.sign_text, sign_hl = opts.sign_hl_group }
     end
   end
   require('pi.keymaps').hunks(b)
+  M.watch(b)
 end
 
-local function hunk_list(b)
+--- Hides the sign of a hunk whose text is back to what it was (undone with `u` or by hand)
+--- and shows it again when the agent's text comes back (redo).
+function M.watch(b)
+  if vim.b[b].pi_hunk_watch then
+    return
+  end
+  vim.b[b].pi_hunk_watch = true
+  api.nvim_create_autocmd({ 'TextChanged', 'InsertLeave' }, {
+    buffer = b,
+    callback = function()
+      local store = M.by_buf[b]
+      if not store or next(store) == nil then
+        return
+      end
+      for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
+        local id, row, d = m[1], m[2], m[4]
+        local info = store[id]
+        if info and not info.deletion then
+          local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
+          local reverted = vim.deep_equal(now, info.old)
+          if reverted ~= (info.hidden == true) then
+            info.hidden = reverted
+            pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
+              id = id,
+              end_row = d.end_row,
+              end_col = d.end_col,
+              sign_text = not reverted and info.sign or nil,
+              sign_hl_group = not reverted and info.sign_hl or nil,
+              right_gravity = false,
+              end_right_gravity = true,
+            })
+          end
+        end
+      end
+    end,
+  })
+end
+
+function hunk_list(b)
   local marks = api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })
   local out = {}
   local store = M.by_buf[b] or {}
   for _, m in ipairs(marks) do
     local id, row, d = m[1], m[2], m[4]
-    if store[id] and not d.invalid then
+    if store[id] and not d.invalid and not store[id].hidden then
       local end_row = store[id].deletion and row or ((d.end_row or row) + 1)
       out[#out + 1] = { id = id, row = row, end_row = end_row, info = store[id] }
     end
