@@ -132,6 +132,11 @@ H.case('no global option or mapping changes; / completes from agent/commands', f
   H.wait('the completion', 3000, function()
     return c:lua('return vim.api.nvim_get_current_line()') == '/review'
   end)
+  -- @ completes workspace paths.
+  c:input(' @a.<C-x><C-u>')
+  H.wait('the path completion', 3000, function()
+    return c:lua('return vim.api.nvim_get_current_line()') == '/review @a.txt'
+  end)
   c:input('<Esc>')
   c:stop()
   mock.stop()
@@ -164,6 +169,28 @@ H.case('a model server that is down is visible within a second', function()
   io.stdout:write(('     (failure shown after %.0f ms)\n'):format(ms))
   c:cmd('Pi abort')
   c:stop()
+end)
+
+H.case('abort before anything streamed puts the prompt back', function()
+  local mock = H.mock({ { text = 'late', delayMs = 5000 } })
+  local ws = workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  c:cmd('Pi a prompt to keep')
+  H.wait('the run', 10000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'running'
+  end)
+  c:cmd('Pi abort')
+  H.wait('the prompt back', 10000, function()
+    return c:lua([[
+      local client = require('pi.client')
+      local chat = require('pi.chat').current(client.roots[client.root_of(0)])
+      return require('pi.prompt').text(chat)
+    ]]) == 'a prompt to keep'
+  end)
+  H.contains(c:lua(H.CHAT_TEXT), '### ■ Stopped\n', 'report')
+  c:stop()
+  mock.stop()
 end)
 
 H.case('steer and abort during a slow run: the queue and the report block', function()

@@ -1,7 +1,7 @@
 --- The prompt buffer under a chat: multi-line markdown; `<CR>` (normal) or `<C-s>` sends,
 --- during a run send is a steer and `<M-CR>` a follow-up; `<C-c>` aborts. Queued messages
 --- are shown above the text (virtual lines) with their `agent/queueUpdate` state; `/`
---- completes from `agent/commands` (`completefunc` / `omnifunc`).
+--- completes from `agent/commands` and `@` workspace paths (`completefunc` / `omnifunc`).
 local config = require('pi.config')
 local util = require('pi.util')
 local api = vim.api
@@ -174,16 +174,31 @@ function M.load_commands(chat)
   end)
 end
 
---- `completefunc` / `omnifunc` of the prompt: `/name` from `agent/commands`.
+--- `completefunc` / `omnifunc` of the prompt: `/name` from `agent/commands`, `@path` from the
+--- workspace's files and folders.
 function M.complete(findstart, base)
   local line = api.nvim_get_current_line()
   local col = api.nvim_win_get_cursor(0)[2]
   if findstart == 1 then
-    local s = line:sub(1, col):find('/[%w:_%-%.]*$')
+    local before = line:sub(1, col)
+    local s = before:find('@[^%s]*$') or before:find('/[%w:_%-%.]*$')
     return s and (s - 1) or -3
   end
   local chat = require('pi.chat').chats[vim.b.pi_session or '']
   local out = {}
+  if base:sub(1, 1) == '@' then
+    local root = vim.b.pi_root or vim.fn.getcwd()
+    local prefix = base:sub(2)
+    local found = vim.fn.globpath(root, prefix .. '*', false, true)
+    for _, path in ipairs(found) do
+      local rel = path:sub(#root + 2)
+      if vim.fn.isdirectory(path) == 1 then
+        rel = rel .. '/'
+      end
+      out[#out + 1] = { word = '@' .. rel, menu = 'file' }
+    end
+    return out
+  end
   for _, c in ipairs(chat and chat.commands or {}) do
     local word = '/' .. c.name
     if word:sub(1, #base) == base then
