@@ -339,7 +339,9 @@ handlers['window/showMessage'] = function(_, p)
   return vim.NIL
 end
 
-handlers['window/logMessage'] = function()
+handlers['window/logMessage'] = function(_, p)
+  -- The server's own log lines go to Neovim's LSP log (:lua vim.cmd.edit(vim.lsp.log.get_filename())).
+  vim.lsp.log.info('pi-lsp', p and p.message)
   return vim.NIL
 end
 
