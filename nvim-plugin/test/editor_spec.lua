@@ -67,6 +67,12 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
     return out
   ]])
   H.eq({ { 4, '~ ', 4 } }, signs, 'hunk signs (row, sign, last row)')
+  c:cmd('Pi changes')
+  H.wait('the quickfix list', 5000, function()
+    local qf = c:lua("return vim.tbl_map(function(i) return { vim.fn.bufname(i.bufnr), i.lnum, i.text } end, vim.fn.getqflist())")
+    return #qf == 1 and qf[1][1]:find('notes.md$') ~= nil and qf[1][2] == 5
+  end)
+  c:cmd('cclose')
   -- u reverts exactly the agent's edit; the user's unsaved line stays.
   c:input('u')
   H.wait('undo', 2000, function()

@@ -307,20 +307,88 @@ subcommands.chat = function(args)
 end
 
 subcommands.changes = function()
-  local items = require('pi.hunks').qflist()
-  if #items == 0 then
-    return util.notify('no agent changes are marked')
+  local client = require('pi.client')
+  local st = client.roots[client.root_of(0)]
+  local chat = st and require('pi.chat').current(st)
+  local function local_list()
+    local items = require('pi.hunks').qflist()
+    if #items == 0 then
+      return util.notify('no agent changes are marked')
+    end
+    vim.fn.setqflist({}, ' ', { title = 'Pi: agent changes', items = items })
+    vim.cmd('botright copen')
   end
-  vim.fn.setqflist({}, ' ', { title = 'Pi: agent changes', items = items })
-  vim.cmd('botright copen')
+  if not (chat and client.has_method(st, 'agent/session/changes')) then
+    return local_list()
+  end
+  -- The session's own record: every edit the agent applied on the active branch.
+  client.request(st, 'agent/session/changes', { sessionId = chat.session_id }, 'list the session changes', function(r)
+    local items = {}
+    for _, ch in ipairs(r.changes or {}) do
+      local lnum = tonumber(type(ch.diff) == 'string' and ch.diff:match('@@ %-%d+,?%d* %+(%d+)') or '') or 1
+      local path = ch.path
+      if path and not path:match('^/') then
+        path = st.root .. '/' .. path
+      end
+      items[#items + 1] = { filename = path, lnum = lnum, text = ch.toolName .. ' (' .. tostring(ch.toolCallId) .. ')' }
+    end
+    if #items == 0 then
+      return util.notify('the agent changed no file in this session')
+    end
+    vim.fn.setqflist({}, ' ', { title = 'Pi: session changes', items = items })
+    vim.cmd('botright copen')
+  end)
 end
+
+subcommands.rewind = chat_cmd(function(chat, args)
+  local client = require('pi.client')
+  if not client.has_method(chat.root, 'agent/session/rewind') then
+    return util.notify('this pi-lsp cannot rewind yet (update it: :Pi build)', vim.log.levels.WARN)
+  end
+  local function rewind(entry_id, what)
+    client.request(chat.root, 'agent/session/rewind', { sessionId = chat.session_id, entryId = entry_id }, what, function(r)
+      chat.rewind_back = r.previousLeafId
+      local counts = {}
+      for _, f in ipairs(r.files or {}) do
+        counts[f.status] = (counts[f.status] or 0) + 1
+        if f.status == 'refused' then
+          util.notify(('%s kept: %s'):format(tostring(f.path), tostring(f.reason or 'changed since')), vim.log.levels.WARN)
+        end
+      end
+      chat:load_history()
+      local parts = {}
+      for k, n in pairs(counts) do
+        parts[#parts + 1] = n .. ' ' .. k
+      end
+      util.notify(('rewound (%s); :Pi rewind undo goes back'):format(#parts > 0 and table.concat(parts, ', ') or 'no file changes'))
+    end)
+  end
+  if args == 'undo' then
+    if not chat.rewind_back then
+      return util.notify('no rewind to undo')
+    end
+    return rewind(chat.rewind_back, 'undo the rewind')
+  end
+  client.request(chat.root, 'agent/session/forkMessages', { sessionId = chat.session_id }, 'list the messages', function(r)
+    vim.ui.select(r.messages or {}, {
+      prompt = 'Rewind to before',
+      format_item = function(m)
+        return (tostring(m.text):gsub('\n.*', ' …'))
+      end,
+    }, function(m)
+      if m then
+        rewind(m.entryId, 'rewind the session')
+      end
+    end)
+  end)
+end)
 
 subcommands.build = function()
   require('pi.client').build()
 end
 
 --- The subcommand names (for completion and `:help pi-commands`).
-M.subcommand_names = { 'abort', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'label', 'model', 'new', 'prompt', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+M.subcommand_names = { 'abort', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'label', 'model', 'new', 'prompt', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
 
 --- `:Pi [subcommand] [text]`.
 function M.command(o)
@@ -358,6 +426,9 @@ function M.complete(arg_lead, cmdline)
   end
   if before:match('^chat%s') then
     return { 'older' }
+  end
+  if before:match('^rewind%s') then
+    return { 'undo' }
   end
   return {}
 end
