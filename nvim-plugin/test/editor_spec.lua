@@ -30,7 +30,9 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
   H.wait('the server', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL
   end)
-  -- Opened after the client started, then changed without saving (a line above the target).
+  -- Opened after the client started (in the first window: :Pi new focused the prompt), then
+  -- changed without saving (a line above the target).
+  c:cmd('wincmd t')
   c:cmd('edit notes.md')
   c:input('ggOunsaved line<Esc>')
   H.wait('the unsaved line', 2000, function()
@@ -67,12 +69,16 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
     return out
   ]])
   H.eq({ { 4, '~ ', 4 } }, signs, 'hunk signs (row, sign, last row)')
+  local code_win = c:lua('return vim.api.nvim_get_current_win()')
   c:cmd('Pi changes')
   H.wait('the quickfix list', 5000, function()
     local qf = c:lua("return vim.tbl_map(function(i) return { vim.fn.bufname(i.bufnr), i.lnum, i.text } end, vim.fn.getqflist())")
     return #qf == 1 and qf[1][1]:find('notes.md$') ~= nil and qf[1][2] == 5
   end)
   c:cmd('cclose')
+  c:lua('vim.api.nvim_set_current_win(...)', code_win)
+  H.eq('notes.md', c:lua('return vim.fn.expand("%:t")'), 'back in notes.md')
+  H.eq({ 5, 0 }, c:lua('return vim.api.nvim_win_get_cursor(0)'), 'cursor')
   -- u reverts exactly the agent's edit; the user's unsaved line stays.
   c:input('u')
   H.wait('undo', 2000, function()

@@ -35,6 +35,9 @@ function M.setup_window(win)
   set_local(win, 'list', false)
   set_local(win, 'winfixwidth', true)
   set_local(win, 'fillchars', 'fold: ,eob: ')
+  if vim.fn.exists('+winfixbuf') == 1 then
+    set_local(win, 'winfixbuf', true) -- :edit elsewhere, not in the chat's window
+  end
   set_local(win, 'statusline', "%#Title# Pi %* %<%{v:lua.require'pi'.statusline()}%=%l/%L ")
 end
 

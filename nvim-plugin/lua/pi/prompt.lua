@@ -56,6 +56,9 @@ function M.open(chat, chat_win)
     api.nvim_set_option_value(name, value, { scope = 'local', win = win })
   end
   set('winfixheight', true)
+  if vim.fn.exists('+winfixbuf') == 1 then
+    set('winfixbuf', true)
+  end
   set('number', false)
   set('relativenumber', false)
   set('signcolumn', 'no')
