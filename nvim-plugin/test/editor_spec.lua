@@ -174,12 +174,61 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
     return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Finished.', 1, true)
   end)
   local chat = c:lua(H.CHAT_TEXT)
-  H.contains(chat, '↳ bash ✓ (1 line)\n```\none\n```', 'allowed call ran')
+  -- The typed text is an unsaved change the server knows of (sent before the answer).
+  H.contains(chat, '↳ bash ✓ (2 lines)\n```\n[warning: 1 open editor buffer(s) differ from disk: code.txt]\none\n```', 'allowed call ran')
   H.contains(chat, '↳ bash ✗ (1 line)\n```\nThe user rejected this bash call.\n```', 'rejected call')
   H.eq('code 1asr2', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('code.txt'), 0, -1, false), '\\n')"), 'code buffer')
   local screen = c:screen_text()
   H.contains(screen, '→ allowed once', 'screen')
   H.contains(screen, '→ rejected', 'screen')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('an edit question shows the diff; the buffer changed while asked keeps the user\'s text', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'e1', name = 'edit', arguments = { path = 'conf.txt', edits = { { oldText = 'mode = slow', newText = 'mode = fast' } } } } } },
+    { text = 'Noted.' },
+  })
+  local ws = workspace({ ['conf.txt'] = 'name = x\nmode = slow\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 160, rows = 40 })
+  c:cmd('edit conf.txt')
+  c:cmd('Pi make it fast')
+  H.wait('the edit question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: edit conf.txt', 1, true)
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.contains(text, '```diff\n', 'diff fence')
+  H.contains(text, '\n-mode = slow\n+mode = fast\n', 'diff lines')
+  local hls = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, require('pi.render').ns, 0, -1, { details = true })) do
+      if m[4].line_hl_group then
+        out[#out + 1] = vim.api.nvim_buf_get_lines(chat.buf, m[2], m[2] + 1, false)[1] .. ' ' .. m[4].line_hl_group
+      end
+    end
+    return out
+  ]])
+  assert(vim.tbl_contains(hls, '-mode = slow DiffDelete') and vim.tbl_contains(hls, '+mode = fast DiffAdd'), vim.inspect(hls))
+  -- The user changes the line while the question is open, then allows.
+  c:cmd('2')
+  c:input('ccmode = medium<Esc>')
+  H.wait('the user edit', 2000, function()
+    return buf_text(c) == 'name = x\nmode = medium'
+  end)
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_set_current_win(chat:window())
+  ]])
+  c:input('1')
+  H.wait('the run to end', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Noted.', 1, true)
+  end)
+  local final = c:lua(H.CHAT_TEXT)
+  H.contains(final, 'changed while the user was deciding', 'tool result')
+  H.eq('name = x\nmode = medium', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('conf.txt'), 0, -1, false), '\\n')"), 'the user\'s text kept')
   c:stop()
   mock.stop()
 end)

@@ -191,6 +191,20 @@ function Chat:tool_header(id, name, args, status)
   return t
 end
 
+--- Highlights the lines of a unified diff drawn from `row` on (added, removed, hunk headers).
+function M.highlight_diff(buf, row, lines)
+  for i, l in ipairs(lines) do
+    local c = l:sub(1, 1)
+    local hl = (c == '+' and not l:match('^%+%+%+ ')) and 'DiffAdd'
+      or (c == '-' and not l:match('^%-%-%- ')) and 'DiffDelete'
+      or l:match('^@@') and 'DiffChange'
+      or nil
+    if hl then
+      pcall(api.nvim_buf_set_extmark, buf, render.ns, row + i - 1, 0, { line_hl_group = hl })
+    end
+  end
+end
+
 local function fence_for(text)
   local f = '```'
   while text:find(f, 1, true) do
@@ -241,7 +255,13 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
   if body ~= '' then
     local text = table.concat(lines, '\n')
     local fence = fence_for(text)
-    w:append(fence .. lang .. '\n' .. text .. '\n')
+    w:append(fence .. lang .. '\n')
+    if lang == 'diff' then
+      w:mark(function(row)
+        M.highlight_diff(self.buf, row, lines)
+      end)
+    end
+    w:append(text .. '\n')
     if more > 0 then
       w:append('… ' .. more .. ' more lines\n')
     end

@@ -174,6 +174,20 @@ function M.has_method(root, method)
   return vim.tbl_contains(methods, method)
 end
 
+--- Sends the buffers' pending `didChange` now (before an answer the server acts on: a
+--- permission is checked against the buffer as the user left it). Uses Neovim's own change
+--- tracking; a no-op when it is not there.
+function M.flush_changes(root)
+  local c = M.client(root)
+  if not c then
+    return
+  end
+  local ok, ct = pcall(require, 'vim.lsp._changetracking')
+  if ok and type(ct.flush) == 'function' then
+    pcall(ct.flush, c)
+  end
+end
+
 --- Sends `method` with a callback; an error is said with `vim.notify` in the user's words
 --- ("could not <what>: ...") unless `on_err` handles it (returning true).
 --- @param root table

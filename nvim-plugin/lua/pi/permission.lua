@@ -43,7 +43,9 @@ local function block_lines(q)
   local lines = { '### ? Permission: ' .. what(p), 'Reason: ' .. tostring(p.reason or '') }
   if p.change and type(p.change.diff) == 'string' and p.change.diff ~= '' then
     lines[#lines + 1] = '```diff'
-    vim.list_extend(lines, vim.split(p.change.diff:gsub('\n+$', ''), '\n', { plain = true }))
+    q.diff_at = #lines
+    q.diff_lines = vim.split(p.change.diff:gsub('\n+$', ''), '\n', { plain = true })
+    vim.list_extend(lines, q.diff_lines)
     lines[#lines + 1] = '```'
   end
   local km = config.values.keymaps.permission or {}
@@ -75,6 +77,7 @@ local function finish(q, answer, label)
   require('pi.status').changed()
   require('pi.keymaps').permission_changed(q.chat)
   if answer then
+    require('pi.client').flush_changes(q.chat.root)
     local ok, err = coroutine.resume(q.co, answer)
     if not ok then
       util.notify('could not send the answer: ' .. tostring(err), vim.log.levels.ERROR)
@@ -187,6 +190,9 @@ function M.ask(chat, st, params)
   w:mark(function(row)
     q.header_row = row
     q.last_row = row + #lines - 1
+    if q.diff_at then
+      require('pi.chat').highlight_diff(chat.buf, row + q.diff_at, q.diff_lines)
+    end
   end)
   w:append(table.concat(lines, '\n') .. '\n')
   w:flush()

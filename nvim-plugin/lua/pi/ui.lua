@@ -31,7 +31,7 @@ local function editor(p, done)
 end
 
 --- Answers one `agent/ui/request` (yields until the user answers or the timeout).
-function M.request(p, _st)
+function M.request(p, st)
   local co = coroutine.running()
   local answered = false
   local closer
@@ -41,6 +41,9 @@ function M.request(p, _st)
     end
     answered = true
     vim.schedule(function()
+      if st then
+        require('pi.client').flush_changes(st)
+      end
       coroutine.resume(co, result)
     end)
   end
