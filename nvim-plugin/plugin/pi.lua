@@ -4,8 +4,8 @@ if vim.g.loaded_pi then
 end
 vim.g.loaded_pi = true
 
-if vim.fn.has('nvim-0.10') ~= 1 then
-  vim.api.nvim_echo({ { 'Pi needs Neovim 0.10 or later', 'ErrorMsg' } }, true, {})
+if vim.fn.has('nvim-0.11') ~= 1 then
+  vim.api.nvim_echo({ { 'Pi needs Neovim 0.11 or later', 'ErrorMsg' } }, true, {})
   return
 end
 

@@ -25,10 +25,10 @@ function M.check()
   h.start('Neovim')
   local v = vim.version()
   local vs = ('%d.%d.%d'):format(v.major, v.minor, v.patch)
-  if vim.fn.has('nvim-0.10') == 1 then
+  if vim.fn.has('nvim-0.11') == 1 then
     h.ok('Neovim ' .. vs)
   else
-    h.error('Neovim ' .. vs .. ': Pi needs 0.10 or later')
+    h.error('Neovim ' .. vs .. ': Pi needs 0.11 or later')
   end
 
   h.start('pi-lsp binary')
