@@ -169,7 +169,7 @@ H.case('a scrolled-up chat keeps its view while text streams; at the end it stay
   idle_with(c, 'Short first.')
   c:cmd('Pi two')
   H.wait('streaming', 10000, function()
-    return c:lua(H.CHAT_TEXT):find('Line 20 of', 1, true) ~= nil
+    return c:lua(H.CHAT_TEXT):find('Line 40 of', 1, true) ~= nil
   end)
   -- Scroll the chat window up (cursor to line 2) and record its view.
   local view = c:lua([[
@@ -178,7 +178,14 @@ H.case('a scrolled-up chat keeps its view while text streams; at the end it stay
     vim.api.nvim_win_set_cursor(win, { 2, 0 })
     return vim.api.nvim_win_call(win, vim.fn.winsaveview)
   ]])
+  c:cmd('redraw')
+  vim.wait(50)
+  local screen_before = { unpack(c:screen(), 1, 15) }
   idle_with(c, 'Line 80 of a long answer.')
+  c:cmd('redraw')
+  vim.wait(50)
+  -- The screen above the tail did not move (the top 15 rows: the chat's first lines).
+  H.eq(screen_before, { unpack(c:screen(), 1, 15) }, 'screen rows of the scrolled-up chat')
   local after = c:lua([[
     local chat = (function() ]] .. CHAT .. [[ end)()
     return vim.api.nvim_win_call(chat:window(), vim.fn.winsaveview)
