@@ -5,6 +5,7 @@
  * for review (changes.ts), and contributes the sessions view, the status bar and the commands
  * of package.json. No server event moves focus or changes the active editor.
  */
+import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import { type LanguageClient, State } from "vscode-languageclient/node";
@@ -120,6 +121,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       const ev = p?.event;
       if (ev?.type === "tool_execution_start" && ev.toolCallId && p.sessionId) changes.noteToolCall(ev.toolCallId, p.sessionId);
       if (ev?.type === "agent_end" && p.sessionId === activeSession()) scheduleTreeRefresh();
+      if (ev?.type === "agent_end" && process.env.PI_VSCODE_STATS) setTimeout(writeStats, 200);
     }
     router.route(note);
     if (note.method === "agent/attention") attention(p);
@@ -530,7 +532,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   const api = {
     state: () => ({
       activeSession: activeSession(),
-      panels: [...panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts })),
+      panels: [...panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts, notes: p.batcher.notes, maxPostsPerSecond: p.batcher.maxPostsPerSecond, postCpuMs: p.postCpuMs })),
       changedFiles: changes.changedFiles(),
       status: status.text,
       notesRelayed,
@@ -538,6 +540,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     }),
   };
   context.subscriptions.push(vscode.commands.registerCommand("pi._debugState", () => api.state()));
+  /** With `PI_VSCODE_STATS=<file>` in the environment, the state is written there after every
+   * run (the e2e test reads the relay's figures from it). */
+  function writeStats(): void {
+    try {
+      fs.writeFileSync(process.env.PI_VSCODE_STATS!, JSON.stringify(api.state()));
+    } catch (e) {
+      output.warn(`stats: ${String(e)}`);
+    }
+  }
   return api;
 }
 

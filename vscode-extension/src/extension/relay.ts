@@ -43,6 +43,11 @@ export class Batcher {
   private lastPost = -Infinity;
   /** Posts made so far (notification batches and direct posts). */
   posts = 0;
+  /** Notifications posted so far. */
+  notes = 0;
+  /** The most posts seen in any one-second window so far (VP7 says ≤ 60). */
+  maxPostsPerSecond = 0;
+  private recent: number[] = [];
 
   constructor(
     private readonly post: (message: unknown) => void,
@@ -70,6 +75,7 @@ export class Batcher {
     if (this.items.length === 0) return;
     const items = this.items;
     this.items = [];
+    this.notes += items.length;
     this.send({ type: "notifications", items });
   }
 
@@ -91,8 +97,12 @@ export class Batcher {
   }
 
   private send(message: unknown): void {
-    this.lastPost = this.clock.now();
+    const now = this.clock.now();
+    this.lastPost = now;
     this.posts++;
+    this.recent.push(now);
+    while (this.recent.length && this.recent[0] <= now - 1000) this.recent.shift();
+    if (this.recent.length > this.maxPostsPerSecond) this.maxPostsPerSecond = this.recent.length;
     this.post(message);
   }
 }

@@ -60,6 +60,18 @@ async function openFile(name) {
 test("the Pi activity-bar panel opens and shows the chat with the model in the status bar", async () => {
   await page.locator('.activitybar [aria-label^="Pi"]').first().click();
   chat = await waitChatFrame(page);
+  // A wider side bar, as a person would drag it (for the screenshot).
+  const bar = await page.locator(".part.sidebar").boundingBox();
+  const sashes = page.locator(".monaco-sash.vertical");
+  for (let i = 0; bar && i < (await sashes.count()); i++) {
+    const b = await sashes.nth(i).boundingBox();
+    if (!b || b.height < 200 || Math.abs(b.x + b.width / 2 - (bar.x + bar.width)) > 6) continue;
+    await page.mouse.move(b.x + b.width / 2, b.y + b.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(560, b.y + b.height / 2, { steps: 8 });
+    await page.mouse.up();
+    break;
+  }
   await until("the status bar item", async () => (await page.locator(".statusbar-item", { hasText: "pi" }).count()) > 0);
 });
 
@@ -73,6 +85,16 @@ test("a prompt streams its answer into the panel", async () => {
   assert.ok((await chat.locator("pre code").count()) >= 1, "the code block is rendered");
   const status = await page.locator(".statusbar-item", { hasText: "Mock One" }).first().innerText();
   assert.match(status, /Mock One · \d+% · \$\d+\.\d+ · idle/);
+  // VP7: the host batches to at most 60 posts per second; its CPU per relayed event.
+  const stats = await until("the host's figures", async () => {
+    const s = wb.stats();
+    return s.notesRelayed > 0 && s;
+  }, 10_000);
+  const view = stats.panels.find((p) => p.kind === "view");
+  assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
+  assert.ok(view.notes >= 20, `${view.notes} notifications reached the panel`);
+  const perThousand = ((stats.hostCpuMs + view.postCpuMs) / stats.notesRelayed) * 1000;
+  console.error(`host relay: ${stats.notesRelayed} notifications, ${view.posts} posts (max ${view.maxPostsPerSecond}/s), ${perThousand.toFixed(2)} ms host CPU per 1,000 events`);
 });
 
 test("an edit under `ask` waits for Allow, lands in the open editor as one undo step, and the editor's undo reverts it", async () => {
@@ -100,6 +122,34 @@ test("an edit under `ask` waits for Allow, lands in the open editor as one undo 
   await until("the CodeLens to go", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) === 0, 10_000);
 });
 
+test("Undo on the hunk's CodeLens reverts the agent's lines and keeps the user's own typing", async () => {
+  await send(chat, "edit notes.txt again");
+  const allow = chat.getByRole("button", { name: /Allow once/ });
+  await allow.waitFor({ timeout: 60_000 });
+  await allow.click();
+  await until("the edit in the editor", async () => (await editorText(page)).includes("BETA"), 30_000);
+  await until("the Keep/Undo CodeLens", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) > 0, 15_000);
+  // The user types on line 1 (outside the agent's hunk) and on line 3.
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "alpha" }).first().click();
+  await page.keyboard.press("End");
+  await page.keyboard.type(" (mine)");
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "gamma" }).first().click();
+  await page.keyboard.press("End");
+  await page.keyboard.type("!");
+  assert.equal(await editorText(page), "alpha (mine)\nBETA\ngamma!\n");
+  await page.locator(".contentWidgets .codelens-decoration a", { hasText: "Undo" }).first().click();
+  await until("the hunk undone", async () => (await editorText(page)) === "alpha (mine)\nbeta\ngamma!\n", 10_000);
+  await until("the CodeLens to go", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) === 0, 10_000);
+  // The Undo is an ordinary editor edit: the editor's undo brings the agent's line back.
+  await page.keyboard.press("Control+Z");
+  await until("the redo of the agent line", async () => (await editorText(page)).includes("BETA"), 10_000);
+  assert.equal(await editorText(page), "alpha (mine)\nBETA\ngamma!\n");
+  // Leave the buffer as the file started, for the next steps.
+  await page.keyboard.press("Control+A");
+  await page.keyboard.type("alpha\nbeta\ngamma\n");
+  await page.keyboard.press("Control+S");
+});
+
 test("aborting a long bash run stops it and shows the report", async () => {
   await send(chat, "sleep for a while");
   const allow = chat.getByRole("button", { name: /Allow once/ });
@@ -113,6 +163,28 @@ test("aborting a long bash run stops it and shows the report", async () => {
   assert.ok(Date.now() - started < 8000, "the run stopped well before the command would have ended");
   const text = await frameText(chat);
   assert.match(text, /sleep 60/);
+});
+
+test("a second panel on another session streams at the same time as the first", async () => {
+  await runCommand(page, "Pi: Open Session in New Panel");
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: "New session" }).first().waitFor({ timeout: 10_000 });
+  await page.keyboard.press("Enter");
+  const second = await waitChatFrame(page, { except: [chat], timeout: 60_000 });
+  await send(second, "slow in the second panel");
+  await until("the second panel streaming", async () => (await frameText(second)).includes("Line 2 of a slow answer."), 30_000);
+  await send(chat, "hello from the first panel");
+  await until("the first panel's answer", async () => {
+    const t = await frameText(chat);
+    return t.slice(t.lastIndexOf("hello from the first panel")).includes("That is all.");
+  }, 30_000);
+  // The second run is still streaming meanwhile, and the first panel shows none of it.
+  const mid = await frameText(second);
+  assert.ok(!mid.includes("Line 60 of a slow answer."), "the second run was still going");
+  assert.ok(!(await frameText(chat)).includes("slow in the second panel"), "events stay in their own panel");
+  await until("the second panel's answer to grow", async () => (await frameText(second)).length > mid.length, 10_000);
+  await second.getByRole("button", { name: "Stop" }).click();
+  await until("the second run stopped", async () => (await frameText(second)).includes("aborted"), 10_000);
+  await runCommand(page, "View: Close All Editors");
 });
 
 test("a window reload mid-run finds the session intact", async () => {

@@ -87,7 +87,8 @@ export async function startWorkbench({ files = {}, settings = {} } = {}) {
       2,
     ),
   );
-  const env = { ...process.env, PATH: `${path.dirname(t.node24)}:${process.env.PATH}`, PI_CODING_AGENT_DIR: agentDir, PI_LSP_LOG: "info" };
+  const statsPath = path.join(root, "host-stats.json");
+  const env = { ...process.env, PATH: `${path.dirname(t.node24)}:${process.env.PATH}`, PI_CODING_AGENT_DIR: agentDir, PI_LSP_LOG: "info", PI_VSCODE_STATS: statsPath };
   delete env.VSCODE_IPC_HOOK_CLI;
   const install = spawnSync(t.codeServer, ["--user-data-dir", userData, "--extensions-dir", extDir, "--install-extension", t.vsix], { env, encoding: "utf8", timeout: 120_000 });
   if (install.status !== 0) throw new Error(`installing the .vsix failed: ${install.stdout}\n${install.stderr}`);
@@ -113,6 +114,8 @@ export async function startWorkbench({ files = {}, settings = {} } = {}) {
     browser,
     url,
     logPath: path.join(root, "code-server.log"),
+    /** The extension host's relay figures, written after every run (PI_VSCODE_STATS). */
+    stats: () => JSON.parse(fs.readFileSync(statsPath, "utf8")),
     async close() {
       await browser.close().catch(() => {});
       try {

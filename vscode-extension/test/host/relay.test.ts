@@ -60,6 +60,8 @@ test("500 deltas per second for 2 s: at most 60 posts per second, every delta on
   }
   assert.ok(posts.length >= 110 && posts.length <= 122, `${posts.length} posts for 2 s of streaming`);
   assert.equal(b.posts, posts.length);
+  assert.equal(b.notes, 1000);
+  assert.ok(b.maxPostsPerSecond <= 60 && b.maxPostsPerSecond >= 55, `max ${b.maxPostsPerSecond} posts in a second`);
 });
 
 test("a lone notification after idle is posted in the same tick (no added frame of delay)", () => {
