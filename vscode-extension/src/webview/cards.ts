@@ -2,7 +2,8 @@
  * Cards for server → client requests shown in the panel: `agent/requestPermission` (tool,
  * reason, arguments, the diff of an edit; allow once / allow always in the offered scopes /
  * reject with a reason) and `agent/ui/request` (select, confirm, input, editor; a visible
- * timeout). Every action is a button reachable with Tab and has an access key (Alt+letter);
+ * timeout). Every action is a button reachable with Tab, and the newest card's actions have
+ * Alt+letter shortcuts from anywhere in the panel (`pressShortcut`);
  * a card never takes focus by itself (no focus theft). The timeout bar is a CSS animation: no
  * timer runs in the page.
  */
@@ -23,8 +24,9 @@ function button(label: string, cls: string, key: string | null, onClick: () => v
   const b = el("button", cls, label);
   b.type = "button";
   if (key) {
-    b.accessKey = key;
+    b.dataset.key = key;
     b.title = `${label} (Alt+${key.toUpperCase()})`;
+    b.setAttribute("aria-keyshortcuts", `Alt+${key.toUpperCase()}`);
   }
   b.addEventListener("click", onClick);
   return b;
@@ -156,4 +158,17 @@ export function uiCard(requestId: number, p: any, host: CardHost): HTMLElement {
     card.append(t);
   }
   return card;
+}
+
+/** Alt+letter on the newest open card: clicks its button with that key. Returns whether a
+ * button was pressed. `code` is `KeyboardEvent.code` (layout-independent, `KeyA`). */
+export function pressShortcut(container: HTMLElement, code: string): boolean {
+  const m = /^Key([A-Z])$/.exec(code);
+  if (!m) return false;
+  const open = [...container.querySelectorAll(".card:not(.answered)")];
+  const card = open[open.length - 1];
+  const b = card?.querySelector(`button[data-key="${m[1]!.toLowerCase()}"]`) as HTMLButtonElement | null;
+  if (!b || b.disabled) return false;
+  b.click();
+  return true;
 }

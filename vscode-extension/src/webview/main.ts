@@ -19,12 +19,13 @@ import {
   addQueued,
   promptToRestore,
   applyQueueUpdate,
+  entriesFromMessages,
   type Store,
   type QueueItem,
 } from "./store";
 import { Transcript } from "./transcript";
-import { permissionCard, uiCard } from "./cards";
-import { renderStats } from "./markdown";
+import { permissionCard, uiCard, pressShortcut } from "./cards";
+import { renderStats, MarkdownView } from "./markdown";
 
 interface VsCodeApi {
   postMessage(msg: WebviewToHost): void;
@@ -147,7 +148,9 @@ function schedule(): void {
 }
 
 let lastVersion = -1;
+let renderCount = 0;
 function renderFrame(): void {
+  renderCount++;
   transcript.render(store);
   empty.hidden = store.order.length > 0;
   if (store.version !== lastVersion) {
@@ -249,16 +252,22 @@ async function loadSession(sessionId: string | null): Promise<void> {
   renderQueue();
   schedule();
   if (!sessionId) return;
-  try {
-    const state = await request<any>("agent/state", { sessionId });
-    if (store.sessionId !== sessionId) return;
-    store.running = Boolean(state.isStreaming);
-    store.runId = state.runId ?? null;
-    setModel(state.model, state.thinkingLevel);
-  } catch (e: any) {
-    log("warn", `agent/state: ${e?.message}`);
-  }
-  await loadPage(sessionId, false);
+  // State and the last page are asked for at once (the last screen is one round trip away).
+  const stateP = request<any>("agent/state", { sessionId }).then(
+    (state) => {
+      if (store.sessionId !== sessionId) return;
+      // Run events that arrived meanwhile are newer than this answer.
+      if (!store.runSeen) {
+        store.running = Boolean(state.isStreaming);
+        store.runId = state.runId ?? null;
+      }
+      store.version++;
+      setModel(state.model, state.thinkingLevel);
+      schedule();
+    },
+    (e: any) => log("warn", `agent/state: ${e?.message}`),
+  );
+  await Promise.all([stateP, loadPage(sessionId, false)]);
   if (saved?.sessionId === sessionId && saved.scrollFromBottom > 0) {
     renderFrame();
     transcript.restore(saved.scrollFromBottom);
@@ -276,8 +285,7 @@ async function loadPage(sessionId: string, older: boolean): Promise<void> {
     if (e?.code === -32601 && !older) {
       // A server without paged history: show the active branch's messages.
       const m = await request<any>("agent/messages", { sessionId });
-      const entries = (m.messages ?? []).map((message: any, i: number) => ({ type: "message", id: m.entryIds?.[i] ?? `m${i}`, message }));
-      applyHistoryPage(store, { entries, hasMore: false }, false);
+      applyHistoryPage(store, { entries: entriesFromMessages(m), hasMore: false }, false);
     } else log("warn", `agent/session/history: ${e?.message}`);
   }
   schedule();
@@ -564,8 +572,10 @@ async function updateCompletion(): Promise<void> {
     const now = /^\/([^\s]*)$/.exec(input.value.slice(0, input.selectionStart ?? 0));
     if (!now) return closePopup();
     showPopup(
-      commandsCache
-        .filter((c) => c.name.toLowerCase().startsWith(q) || c.name.toLowerCase().includes(q))
+      [
+        ...commandsCache.filter((c) => c.name.toLowerCase().startsWith(q)),
+        ...commandsCache.filter((c) => !c.name.toLowerCase().startsWith(q) && c.name.toLowerCase().includes(q)),
+      ]
         .slice(0, 30)
         .map((c) => ({ label: `/${c.name}`, detail: c.description, insert: `/${c.name} `, from: 0 })),
     );
@@ -632,6 +642,10 @@ function addImage(f: File): void {
 }
 
 document.addEventListener("keydown", (e) => {
+  if (e.altKey && !e.ctrlKey && !e.metaKey && !e.shiftKey && pressShortcut(cards, e.code)) {
+    e.preventDefault();
+    return;
+  }
   if (e.key === "Escape" && store.running && capabilities.escapeAborts !== false) {
     const t = e.target as HTMLElement | null;
     if (t && t.closest(".card")) return;
@@ -761,4 +775,13 @@ post({ type: "ready" });
   },
   transcript,
   renderStats,
+  get renders() {
+    return renderCount;
+  },
+  /** The HTML a fresh render of a finished text gives (to compare with a streamed one). */
+  renderFresh(text: string): string {
+    const v = new MarkdownView();
+    v.update(text, true);
+    return v.el.innerHTML;
+  },
 };

@@ -42,8 +42,13 @@ export function argsSummary(toolName: string, args: unknown, argsText: string): 
 
 export abstract class RowView {
   readonly el: HTMLDivElement;
-  constructor(readonly id: string, kind: string) {
+  constructor(public id: string, kind: string) {
     this.el = el("div", `row row-${kind}`);
+    this.el.dataset.id = id;
+  }
+  /** The item got another id (see `Store.renamed`). */
+  rename(id: string): void {
+    this.id = id;
     this.el.dataset.id = id;
   }
   abstract update(item: Item): void;

@@ -157,6 +157,9 @@ export interface Store {
   /** Whether a run is active (between `agent_start` and `agent_end`). */
   running: boolean;
   runId: string | null;
+  /** Whether an `agent_start` / `agent_end` was applied (then `running` is newer than any
+   * `agent/state` answer asked for before). */
+  runSeen: boolean;
   /** The user asked to stop; cleared at `agent_end`. */
   stopping: boolean;
   /** The assistant message being streamed, if any. */
@@ -176,6 +179,10 @@ export interface Store {
   /** Ids changed since the view rendered; `order` changes set `orderChanged`. */
   dirty: Set<string>;
   orderChanged: boolean;
+  /** Items whose id changed (`[old, new]`), so the view moves their rows instead of
+   * re-creating them: an assistant message is keyed by its `message_start` stamp while it
+   * streams and by its final message's stamp (the one history shows) from `message_end` on. */
+  renamed: [string, string][];
   /** Bumped on every change (cheap change detection for tests and the view). */
   version: number;
 }
@@ -187,6 +194,7 @@ export function createStore(sessionId: string | null = null): Store {
     items: new Map(),
     running: false,
     runId: null,
+    runSeen: false,
     stopping: false,
     streamingId: null,
     streamedSinceStart: false,
@@ -198,6 +206,7 @@ export function createStore(sessionId: string | null = null): Store {
     attention: null,
     dirty: new Set(),
     orderChanged: false,
+    renamed: [],
     version: 0,
   };
 }
@@ -366,6 +375,21 @@ function placeAfter(s: Store, id: string, after: string): void {
   s.version++;
 }
 
+/** Gives an item a new id in place (same position in `order`). */
+function rekey(s: Store, item: Item, id: string): void {
+  if (item.id === id || s.items.has(id)) return;
+  const old = item.id;
+  s.items.delete(old);
+  item.id = id;
+  s.items.set(id, item);
+  const i = s.order.indexOf(old);
+  if (i >= 0) s.order[i] = id;
+  s.renamed.push([old, id]);
+  s.dirty.delete(old);
+  s.orderChanged = true;
+  touch(s, id);
+}
+
 function streamingAssistant(s: Store): AssistantItem | null {
   const a = s.streamingId ? (s.items.get(s.streamingId) as AssistantItem | undefined) : undefined;
   return a && a.kind === "assistant" ? a : null;
@@ -439,6 +463,7 @@ export function applyAgentEvent(s: Store, params: any): void {
   const runId = typeof params?.runId === "string" ? params.runId : null;
   switch (ev.type) {
     case "agent_start":
+      s.runSeen = true;
       s.running = true;
       s.runId = runId;
       s.stopping = false;
@@ -463,8 +488,21 @@ export function applyAgentEvent(s: Store, params: any): void {
       const m = ev.message ?? {};
       if (m.role === "assistant") {
         const a = streamingAssistant(s);
-        if (a) {
+        const finalId = messageId(m, a?.id ?? "");
+        const known = a && finalId !== a.id ? (s.items.get(finalId) as AssistantItem | undefined) : undefined;
+        if (a && known && known.kind === "assistant") {
+          // The message is already shown (history loaded during the stream): one row stays.
+          s.items.delete(a.id);
+          const i = s.order.indexOf(a.id);
+          if (i >= 0) s.order.splice(i, 1);
+          s.orderChanged = true;
+          s.streamingId = null;
+          known.streaming = false;
+          setAssistantContent(s, known, m, true);
+          for (const tid of known.toolIds) placeAfter(s, tid, known.id);
+        } else if (a) {
           a.streaming = false;
+          rekey(s, a, finalId);
           setAssistantContent(s, a, m, true);
           for (const tid of a.toolIds) placeAfter(s, tid, a.id);
           s.streamingId = null;
@@ -505,6 +543,7 @@ export function applyAgentEvent(s: Store, params: any): void {
     case "turn_end":
       return;
     case "agent_end": {
+      s.runSeen = true;
       s.running = false;
       s.stopping = false;
       const a = streamingAssistant(s);
@@ -772,6 +811,12 @@ export function applyHistoryPage(s: Store, page: { entries: HistoryEntry[]; hasM
 }
 
 /** A comparable snapshot of the model (tests; no Maps, no dirty bookkeeping). */
+/** The entries of an `agent/messages` answer (`{messages, entryIds}`) in the shape of
+ * `agent/session/history` entries, for servers without paged history. */
+export function entriesFromMessages(result: { messages?: any[]; entryIds?: string[] }): HistoryEntry[] {
+  return (result.messages ?? []).map((message, i) => ({ type: "message", id: result.entryIds?.[i] ?? `m${i}`, message }));
+}
+
 export function snapshot(s: Store): unknown {
   return {
     sessionId: s.sessionId,

@@ -19,8 +19,6 @@ const ESTIMATE = 80;
 const STEP = 24;
 /** Keep at least this many viewport heights rendered on each side. */
 const OVERSCAN = 1.5;
-/** Trim rows further than this many viewport heights from the viewport. */
-const TRIM = 4;
 
 export class Transcript {
   readonly scroller: HTMLDivElement;
@@ -83,6 +81,7 @@ export class Transcript {
   clear(): void {
     this.views.clear();
     this.heights.clear();
+    this.acc = null;
     this.rows.textContent = "";
     this.lo = this.hi = 0;
     this.order = [];
@@ -101,10 +100,28 @@ export class Transcript {
     return this.heights.get(id) ?? ESTIMATE;
   }
 
+  /** Prefix sums of the row heights (`acc[i]` = top of row i), rebuilt when a height or the
+   * order changed. */
+  private acc: Float64Array | null = null;
+
+  private setHeight(id: string, h: number): void {
+    if (this.heights.get(id) !== h) {
+      this.heights.set(id, h);
+      this.acc = null;
+    }
+  }
+
+  private prefixes(): Float64Array {
+    if (this.acc && this.acc.length === this.order.length + 1) return this.acc;
+    const a = new Float64Array(this.order.length + 1);
+    for (let i = 0; i < this.order.length; i++) a[i + 1] = a[i]! + this.heightOf(this.order[i]!);
+    this.acc = a;
+    return a;
+  }
+
   private sum(from: number, to: number): number {
-    let h = 0;
-    for (let i = from; i < to; i++) h += this.heightOf(this.order[i]!);
-    return h;
+    const a = this.prefixes();
+    return a[to]! - a[from]!;
   }
 
   private view(store: Store, id: string): RowView | null {
@@ -119,25 +136,58 @@ export class Transcript {
     return v;
   }
 
+  /** Top of row `i` in content coordinates (sum of the heights above it). */
+  private prefix(i: number): number {
+    return this.sum(0, i);
+  }
+
+  /** The index of the row at content offset `y` (clamped to the rows). */
+  private indexAt(y: number): number {
+    const a = this.prefixes();
+    const n = this.order.length;
+    let lo = 0;
+    let hi = n - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (a[mid]! <= y) lo = mid;
+      else hi = mid - 1;
+    }
+    return Math.max(0, lo);
+  }
+
   /** Brings the DOM up to date with the store (call from one animation frame). */
   render(store: Store): void {
     const s = this.scroller;
-    // Anchor: the first row whose bottom is below the viewport's top.
-    let anchor: HTMLElement | null = null;
-    let anchorTop = 0;
-    if (!this.atBottom) {
-      const top = s.getBoundingClientRect().top;
-      for (const child of this.rows.children) {
-        const r = (child as HTMLElement).getBoundingClientRect();
-        if (r.bottom > top) {
-          anchor = child as HTMLElement;
-          anchorTop = r.top;
-          break;
-        }
-      }
+    const vh = Math.max(s.clientHeight, 200);
+    // Anchor on the row at the viewport's top, by id (survives prepends and reorders).
+    let anchorId: string | null = null;
+    let anchorOff = 0;
+    if (!this.atBottom && this.order.length) {
+      const a = this.indexAt(s.scrollTop);
+      anchorId = this.order[a] ?? null;
+      anchorOff = s.scrollTop - this.prefix(a);
     }
-
-    if (store.orderChanged || this.order !== store.order) this.reorder(store);
+    for (const [from, to] of store.renamed) {
+      const v = this.views.get(from);
+      if (v) {
+        this.views.delete(from);
+        v.rename(to);
+        this.views.set(to, v);
+      }
+      const h = this.heights.get(from);
+      if (h !== undefined) {
+        this.heights.delete(from);
+        this.heights.set(to, h);
+      }
+      if (anchorId === from) anchorId = to;
+    }
+    store.renamed.length = 0;
+    if (store.orderChanged || this.order !== store.order) {
+      this.order = store.order;
+      this.acc = null;
+      const alive = new Set(this.order);
+      for (const id of [...this.views.keys()]) if (!alive.has(id)) this.views.delete(id);
+    }
     store.orderChanged = false;
 
     // Patch changed rows that are shown.
@@ -145,150 +195,68 @@ export class Transcript {
       const v = this.views.get(id);
       const item = store.items.get(id);
       if (v && item) v.update(item);
-      else if (!v) this.heights.delete(id);
     }
     store.dirty.clear();
 
-    this.fill(store);
-
-    if (anchor && anchor.isConnected) {
-      const d = anchor.getBoundingClientRect().top - anchorTop;
-      if (d !== 0) this.setScrollTop(s.scrollTop + d);
-    } else if (this.atBottom) {
-      this.setScrollTop(s.scrollHeight - s.clientHeight);
-    }
-  }
-
-  /** Re-derives the window after `store.order` changed (prepends, inserts, resets). */
-  private reorder(store: Store): void {
-    const next = store.order;
-    const shown = [...this.rows.children].map((c) => (c as HTMLElement).dataset.id!);
-    const index = new Map<string, number>();
-    next.forEach((id, i) => index.set(id, i));
-    // Drop views of items gone from the order.
-    for (const id of [...this.views.keys()]) if (!index.has(id)) this.views.delete(id);
-    this.order = next;
-    const present = shown.filter((id) => index.has(id));
-    if (present.length === 0) {
-      this.rows.textContent = "";
-      this.lo = this.hi = next.length; // start from the bottom
-      return;
-    }
-    // The window is the contiguous range covering what is shown now.
-    let lo = Infinity;
-    let hi = -1;
-    for (const id of present) {
-      const i = index.get(id)!;
-      lo = Math.min(lo, i);
-      hi = Math.max(hi, i);
-    }
-    this.lo = lo;
-    this.hi = hi + 1;
-    // Rebuild the rows element in order, reusing views (only moved rows are touched).
-    let cursor: ChildNode | null = this.rows.firstChild;
-    for (let i = this.lo; i < this.hi; i++) {
-      const v = this.view(store, next[i]!);
-      if (!v) continue;
-      if (v.el === cursor) {
-        cursor = cursor.nextSibling;
-      } else {
-        this.rows.insertBefore(v.el, cursor);
-      }
-    }
-    while (cursor) {
-      const n: ChildNode | null = cursor.nextSibling;
-      cursor.remove();
-      cursor = n;
-    }
-  }
-
-  /** Extends the window to cover the viewport with overscan, and trims far rows. */
-  private fill(store: Store): void {
-    const s = this.scroller;
-    const vh = Math.max(s.clientHeight, 200);
     const n = this.order.length;
-    // When pinned to the bottom, the window must reach the end.
-    if (this.atBottom && this.hi < n) {
-      while (this.hi < n) this.appendRow(store);
-    }
-    for (let guard = 0; guard < 50; guard++) {
-      const topEdge = this.top.offsetHeight;
-      const rowsH = this.rows.offsetHeight;
-      const viewTop = this.atBottom ? Math.max(0, topEdge + rowsH - vh) : s.scrollTop;
-      let changed = false;
-      if (this.lo > 0 && viewTop - topEdge < vh * OVERSCAN) {
-        for (let k = 0; k < STEP && this.lo > 0; k++) this.prependRow(store);
-        changed = true;
-      } else if (this.hi < n && topEdge + rowsH - (viewTop + vh) < vh * OVERSCAN) {
-        for (let k = 0; k < STEP && this.hi < n; k++) this.appendRow(store);
-        changed = true;
+    let scrollTarget = 0;
+    for (let pass = 0; pass < 3; pass++) {
+      const total = this.sum(0, n);
+      let viewTop: number;
+      if (this.atBottom) viewTop = Math.max(0, total - vh);
+      else if (anchorId !== null && this.order.includes(anchorId)) viewTop = this.prefix(this.order.indexOf(anchorId)) + anchorOff;
+      else viewTop = s.scrollTop;
+      scrollTarget = viewTop;
+      const wantLo = n ? this.indexAt(Math.max(0, viewTop - vh * OVERSCAN)) : 0;
+      const wantHi = n ? (this.atBottom ? n : Math.min(n, this.indexAt(viewTop + vh * (1 + OVERSCAN)) + 1)) : 0;
+      const changed = this.setWindow(store, wantLo, wantHi);
+      // Measure what is shown (one layout), then the spacers.
+      for (const child of this.rows.children) {
+        const el = child as HTMLElement;
+        this.setHeight(el.dataset.id!, el.offsetHeight);
       }
       this.top.style.height = `${this.sum(0, this.lo)}px`;
       this.bottom.style.height = `${this.sum(this.hi, n)}px`;
       if (!changed) break;
     }
-    this.trim();
-    if (this.lo === 0 && this.onNeedOlder) {
-      const viewTop = this.atBottom ? Math.max(0, s.scrollHeight - vh) : s.scrollTop;
-      if (viewTop < vh * OVERSCAN) this.onNeedOlder();
-    }
+    if (this.atBottom) this.setScrollTop(s.scrollHeight - s.clientHeight);
+    else this.setScrollTop(scrollTarget);
+
+    if (this.lo === 0 && this.onNeedOlder && s.scrollTop < vh * OVERSCAN) this.onNeedOlder();
   }
 
-  private prependRow(store: Store): void {
-    this.lo--;
-    const v = this.view(store, this.order[this.lo]!);
-    if (v) {
-      this.rows.insertBefore(v.el, this.rows.firstChild);
-      this.heights.delete(v.id);
+  /** Shows rows [wantLo, wantHi) (keeping up to STEP more on each side already shown, so small
+   * scrolls do not churn). Returns whether rows were added. */
+  private setWindow(store: Store, wantLo: number, wantHi: number): boolean {
+    const n = this.order.length;
+    let lo = wantLo;
+    let hi = wantHi;
+    // Keep rows already shown next to the wanted range (hysteresis).
+    const shownIds = new Set([...this.rows.children].map((c) => (c as HTMLElement).dataset.id!));
+    while (lo > 0 && lo > wantLo - STEP && shownIds.has(this.order[lo - 1]!)) lo--;
+    while (hi < n && hi < wantHi + STEP && shownIds.has(this.order[hi]!)) hi++;
+    let added = false;
+    let cursor: ChildNode | null = this.rows.firstChild;
+    const keep = new Set<Element>();
+    for (let i = lo; i < hi; i++) {
+      const id = this.order[i]!;
+      const had = this.views.has(id);
+      const v = this.view(store, id);
+      if (!v) continue;
+      keep.add(v.el);
+      if (!had || !v.el.isConnected) added = true;
+      if (v.el === cursor) cursor = cursor.nextSibling;
+      else this.rows.insertBefore(v.el, cursor);
     }
-  }
-
-  private appendRow(store: Store): void {
-    const v = this.view(store, this.order[this.hi]!);
-    this.hi++;
-    if (v) {
-      this.rows.append(v.el);
-      this.heights.delete(v.id);
+    // Remove the rest (their measured heights stay for the spacers).
+    for (const child of [...this.rows.children]) {
+      if (keep.has(child)) continue;
+      this.views.delete((child as HTMLElement).dataset.id!);
+      child.remove();
     }
-  }
-
-  /** Removes rows more than TRIM viewports away (their heights are kept for the spacers). */
-  private trim(): void {
-    const s = this.scroller;
-    const vh = Math.max(s.clientHeight, 200);
-    const viewTop = this.atBottom ? s.scrollHeight - vh : s.scrollTop;
-    const children = [...this.rows.children] as HTMLElement[];
-    if (children.length < STEP * 2) return;
-    // Read all geometry first, then write.
-    const base = this.top.offsetHeight;
-    let y = base;
-    const geo = children.map((c) => {
-      const h = c.offsetHeight;
-      const g = { el: c, top: y, h };
-      y += h;
-      return g;
-    });
-    let dropTop = 0;
-    while (dropTop < geo.length - STEP && geo[dropTop]!.top + geo[dropTop]!.h < viewTop - vh * TRIM) dropTop++;
-    let dropBottom = 0;
-    while (dropBottom < geo.length - STEP - dropTop && geo[geo.length - 1 - dropBottom]!.top > viewTop + vh * (TRIM + 1)) dropBottom++;
-    if (!dropTop && !dropBottom) return;
-    for (let i = 0; i < dropTop; i++) {
-      const g = geo[i]!;
-      this.heights.set(g.el.dataset.id!, g.h);
-      this.views.delete(g.el.dataset.id!);
-      g.el.remove();
-    }
-    for (let i = 0; i < dropBottom; i++) {
-      const g = geo[geo.length - 1 - i]!;
-      this.heights.set(g.el.dataset.id!, g.h);
-      this.views.delete(g.el.dataset.id!);
-      g.el.remove();
-    }
-    this.lo += dropTop;
-    this.hi -= dropBottom;
-    this.top.style.height = `${this.sum(0, this.lo)}px`;
-    this.bottom.style.height = `${this.sum(this.hi, this.order.length)}px`;
+    this.lo = lo;
+    this.hi = hi;
+    return added;
   }
 
   /** Test hook: rendered range and counts. */
