@@ -180,6 +180,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       activePanel = panel;
       status.setActive(panel.sessionId);
     },
+    newSessionParams: () => {
+      // pi.thinkingLevel applies to new sessions (clamped by the server to the model).
+      const level = vscode.workspace.getConfiguration("pi").get<string>("thinkingLevel", "default");
+      return level && level !== "default" ? { thinkingLevel: level } : undefined;
+    },
     disposed: (panel) => {
       router.remove(panel);
       panels.delete(panel);
@@ -340,7 +345,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
           status.setModel(sessionId, pick.model.name || id, pick.model.contextWindow);
           void host.request("agent/state", { sessionId }).catch(() => undefined);
         } else {
-          const st: any = await host.request("agent/session/new", { model: id });
+          const level = vscode.workspace.getConfiguration("pi").get<string>("thinkingLevel", "default");
+          const st: any = await host.request("agent/session/new", { model: id, ...(level !== "default" ? { thinkingLevel: level } : {}) });
           await openInChatView(st.sessionId);
         }
       }),

@@ -185,6 +185,7 @@ export class FileChanges {
       this.base = this.base.slice(0, h.baseStart) + h.newText + this.base.slice(h.baseEnd);
     }
     if (touched.length) this.cached = undefined;
+    const shifted = touched.length === 0 && this.cached ? this.cached : undefined;
     // Now the change lies where base and current agree: map its offset into base.
     let delta = 0;
     for (const h of this.hunks()) {
@@ -192,9 +193,21 @@ export class FileChanges {
       else break;
     }
     const b = c.offset + delta;
+    const removed = this.current.slice(c.offset, c.offset + c.length);
     this.base = this.base.slice(0, b) + c.text + this.base.slice(b + c.length);
     this.current = this.current.slice(0, c.offset) + c.text + this.current.slice(c.offset + c.length);
-    this.cached = undefined;
+    if (shifted) {
+      // Both texts changed alike outside every hunk: the hunks after it only move (no new diff;
+      // typing stays cheap in large files).
+      const d = c.text.length - c.length;
+      const lines = countNewlines(c.text) - countNewlines(removed);
+      const cEnd = c.offset + c.length;
+      this.cached = shifted.map((h) =>
+        h.start >= cEnd && !(h.start === h.end && h.start === c.offset)
+          ? { ...h, start: h.start + d, end: h.end + d, baseStart: h.baseStart + d, baseEnd: h.baseEnd + d, startLine: h.startLine + lines }
+          : h,
+      );
+    } else this.cached = undefined;
   }
 
   private userReplace(text: string): void {
@@ -217,6 +230,12 @@ export function touches(h: Hunk, c: TextChange): boolean {
   if (h.start === h.end) return c.offset <= h.start && cEnd >= h.start;
   if (c.length === 0) return c.offset >= h.start && c.offset < h.end;
   return c.offset < h.end && cEnd > h.start;
+}
+
+function countNewlines(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) === 10) n++;
+  return n;
 }
 
 function countLines(s: string): number {

@@ -26,6 +26,9 @@ export interface PanelHost {
   /** The panel was focused or shown: it becomes the active one (status bar, commands). */
   activated(panel: ChatPanel): void;
   disposed(panel: ChatPanel): void;
+  /** Params of `agent/session/new` for a panel's first prompt when settings ask for more than
+   * the server's defaults (`pi.thinkingLevel`), else `undefined` (the prompt creates it). */
+  newSessionParams(): Record<string, unknown> | undefined;
 }
 
 /** One chat panel (view or editor panel) around a webview. */
@@ -108,6 +111,17 @@ export class ChatPanel implements RouteTarget {
         if (m.sessionId) for (const q of this.host.openQuestions(m.sessionId)) this.post(q);
         return;
       case "request": {
+        const pre = m.method === "agent/prompt" && !m.params?.sessionId ? this.host.newSessionParams() : undefined;
+        if (pre) {
+          try {
+            const st: any = await this.host.request("agent/session/new", pre);
+            this.host.attach(this, st.sessionId);
+            this.remember(st.sessionId);
+            m = { ...m, params: { ...m.params, sessionId: st.sessionId } };
+          } catch (e: any) {
+            this.host.log.warn(`creating the session with ${JSON.stringify(pre)}: ${String(e?.message ?? e)}`);
+          }
+        }
         const creates = (m.method === "agent/prompt" && !m.params?.sessionId) || m.method === "agent/session/new";
         if (m.method === "agent/prompt" && !m.params?.sessionId) this.awaitingNewSession = true;
         try {

@@ -30,6 +30,7 @@ export class StatusBar implements vscode.Disposable {
   private readonly extensionItems = new Map<string, vscode.StatusBarItem>();
   private readonly sessions = new Map<string, SessionStatus>();
   active: string | null = null;
+  private shown = "";
 
   constructor() {
     this.item.name = "Pi";
@@ -121,7 +122,12 @@ export class StatusBar implements vscode.Disposable {
     const text = statusText(this.active ? (s ?? { state: "idle", questions: 0 }) : undefined);
     const state = s ? (s.questions > 0 ? "waiting" : s.state) : "idle";
     const icon = state === "running" || state === "stopping" || state === "compacting" ? "$(sync~spin)" : state === "waiting" ? "$(bell-dot)" : "$(hubot)";
-    this.item.text = `${icon} ${text}`;
+    const shown = `${icon} ${text}`;
+    // Setting the item is a message to the window: only when the text changes (a text delta
+    // changes nothing here).
+    if (shown === this.shown) return;
+    this.shown = shown;
+    this.item.text = shown;
     this.item.tooltip = `Pi — ${text}\nClick to choose the model`;
   }
 

@@ -97,6 +97,24 @@ test("a prompt streams its answer into the panel", async () => {
   console.error(`host relay: ${stats.notesRelayed} notifications, ${view.posts} posts (max ${view.maxPostsPerSecond}/s), ${perThousand.toFixed(2)} ms host CPU per 1,000 events`);
 });
 
+test("2,000 deltas at 500 per second reach the panel in at most 60 posts per second (VP7)", async () => {
+  const before = wb.stats();
+  const viewBefore = before.panels.find((p) => p.kind === "view");
+  await send(chat, "many words please");
+  await until("the end of the burst", async () => (await frameText(chat)).includes("w1999 END"), 60_000);
+  const stats = await until("the host's figures for the burst", async () => {
+    const s = wb.stats();
+    return s.notesRelayed > before.notesRelayed + 2000 && s;
+  }, 10_000);
+  const view = stats.panels.find((p) => p.kind === "view");
+  const notes = stats.notesRelayed - before.notesRelayed;
+  const posts = view.posts - viewBefore.posts;
+  const cpu = stats.hostCpuMs - before.hostCpuMs + (view.postCpuMs - viewBefore.postCpuMs);
+  console.error(`host relay (burst): ${notes} notifications in ${posts} posts (max ${view.maxPostsPerSecond}/s), host CPU ${cpu.toFixed(1)} ms (routing ${(stats.hostCpuMs - before.hostCpuMs).toFixed(1)} ms, postMessage ${(view.postCpuMs - viewBefore.postCpuMs).toFixed(1)} ms) = ${((cpu / notes) * 1000).toFixed(2)} ms per 1,000 events`);
+  assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
+  assert.ok(posts < notes / 4, `${posts} posts for ${notes} notifications: batched`);
+});
+
 test("an edit under `ask` waits for Allow, lands in the open editor as one undo step, and the editor's undo reverts it", async () => {
   await openFile("notes.txt");
   assert.equal(await editorText(page), "alpha\nbeta\ngamma\n");

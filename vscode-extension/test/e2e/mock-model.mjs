@@ -5,6 +5,7 @@
 //   "edit …"   → an `edit` tool call on notes.txt (beta → BETA), then "Edited notes.txt."
 //   "sleep …"  → a `bash` tool call `sleep 60; echo woke`, then "The command finished."
 //   "slow …"   → a long answer streamed slowly (≈ 15 s), for the reload-mid-run test
+//   "many …"   → 2,000 one-word deltas at ≈ 500 per second (the host's batching figures)
 // Other text gets "I only know hello, edit, sleep and slow."
 // Every request is recorded (`requests`); usage is reported so the context meter moves.
 import fs from "node:fs";
@@ -18,6 +19,8 @@ function chunks(text, size) {
 
 export const HELLO_ANSWER =
   "Hello from the **mock model**. Here is a list:\n\n- one\n- two\n\nand some code:\n\n```js\nconsole.log(\"pi\");\n```\n\nThat is all.";
+/** 2,000 words, streamed one per chunk every 2 ms (≈ 500 deltas per second). */
+export const MANY_ANSWER = Array.from({ length: 2000 }, (_, i) => `w${i}`).join(" ") + " END";
 export const SLOW_ANSWER = Array.from({ length: 60 }, (_, i) => `Line ${i + 1} of a slow answer.`).join("\n");
 
 /** What to answer for `messages`: `{text?, toolCall?, delayMs}`. */
@@ -41,6 +44,7 @@ export function plan(messages) {
   if (word === "sleep")
     return answered ? { text: "The command finished.", chunk: 4, delayMs: 10 } : { toolCall: { name: "bash", arguments: { command: "sleep 60; echo woke" } } };
   if (word === "slow") return { text: SLOW_ANSWER, chunk: 8, delayMs: 60 };
+  if (word === "many") return { text: MANY_ANSWER, words: true, delayMs: 2 };
   return { text: "I only know hello, edit, sleep and slow.", chunk: 8, delayMs: 5 };
 }
 
@@ -73,7 +77,7 @@ export async function startMockModel() {
         send({ tool_calls: [{ index: 0, function: { arguments: JSON.stringify(p.toolCall.arguments) } }] });
         send({}, "tool_calls");
       } else {
-        for (const c of chunks(p.text, p.chunk)) {
+        for (const c of p.words ? p.text.split(/(?<= )/) : chunks(p.text, p.chunk)) {
           if (closed) return;
           send({ content: c });
           await new Promise((r) => setTimeout(r, p.delayMs));

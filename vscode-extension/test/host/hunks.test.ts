@@ -126,3 +126,22 @@ test("hunkAtLine finds the hunk under the cursor", () => {
   assert.equal(f.hunkAtLine(1)?.newText, "TWO\n");
   assert.equal(f.hunkAtLine(3), undefined);
 });
+
+test("typing between hunks moves them exactly as a fresh diff of the same texts would", () => {
+  const lines = Array.from({ length: 300 }, (_, i) => `line ${i}`);
+  const f = FileChanges.fromAgentEdit(lines.join("\n") + "\n", lines.map((l, i) => (i % 30 === 15 ? l.toUpperCase() : i === 200 ? `${l}\nadded` : l)).join("\n") + "\n");
+  const count = f.hunks().length;
+  assert.equal(count, 11);
+  for (let k = 0; k < 50; k++) {
+    // The start of line (k * 37) % 300 (agent lines included: touching one keeps it).
+    let at = 0;
+    for (let l = (k * 37) % 300; l > 0; l--) at = f.current.indexOf("\n", at) + 1;
+    f.userChanges([{ offset: at, length: k % 3 === 0 ? 1 : 0, text: k % 2 ? "ab\n" : "z" }]);
+    assert.deepEqual(f.hunks(), new FileChanges(f.base, f.current).hunks(), `after keystroke ${k}`);
+  }
+  for (const r of f.undoAll()) f.userChanges([{ offset: r.start, length: r.end - r.start, text: r.text }]);
+  assert.equal(f.settled, true);
+  assert.equal(f.current, f.base);
+  // Hunks the typing touched were kept (the user took those lines over); the others are undone.
+  assert.ok(!f.current.includes("LINE 75\n"), "an untouched agent line is undone");
+});
