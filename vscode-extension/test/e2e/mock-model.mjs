@@ -5,6 +5,7 @@
 //   "edit …"   → an `edit` tool call on notes.txt (beta → BETA), then "Edited notes.txt."
 //   "sleep …"  → a `bash` tool call `sleep 60; echo woke`, then "The command finished."
 //   "slow …"   → a long answer streamed slowly (≈ 15 s), for the reload-mid-run test
+//   "diag …"   → a `diagnostics` tool call, then "The editor reports: <the tool's text>"
 //   "many …"   → 2,000 one-word deltas at ≈ 500 per second (the host's batching figures)
 // Other text gets "I only know hello, edit, sleep and slow."
 // Every request is recorded (`requests`); usage is reported so the context meter moves.
@@ -44,6 +45,12 @@ export function plan(messages) {
   if (word === "sleep")
     return answered ? { text: "The command finished.", chunk: 4, delayMs: 10 } : { toolCall: { name: "bash", arguments: { command: "sleep 60; echo woke" } } };
   if (word === "slow") return { text: SLOW_ANSWER, chunk: 8, delayMs: 60 };
+  if (word === "diag") {
+    if (!answered) return { toolCall: { name: "diagnostics", arguments: {} } };
+    const tool = messages.filter((m) => m.role === "tool").pop();
+    const text = typeof tool?.content === "string" ? tool.content : (tool?.content ?? []).map((b) => b.text ?? "").join("");
+    return { text: `The editor reports: ${text}`, chunk: 16, delayMs: 5 };
+  }
   if (word === "many") return { text: MANY_ANSWER, words: true, delayMs: 2 };
   return { text: "I only know hello, edit, sleep and slow.", chunk: 8, delayMs: 5 };
 }
