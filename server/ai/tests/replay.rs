@@ -293,7 +293,7 @@ async fn strm06_reasoning_fields_join_and_replay_in_their_field() {
     assert_eq!(
         body["messages"],
         json!([
-            {"role":"user","content":"go"},
+            {"role":"user","content":[{"type":"text","text":"go"}]},
             {"role":"assistant","content":null,"reasoning_content":"Need the file list. Then read it.",
              "tool_calls":[{"id":"c1","type":"function","function":{"name":"ls","arguments":"{}"}}]},
             {"role":"tool","content":"No result provided","tool_call_id":"c1"}])
