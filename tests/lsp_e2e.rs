@@ -536,7 +536,8 @@ async fn bad_requests_get_clear_errors_and_the_server_goes_on() {
     ] {
         c.send_raw(raw).await;
     }
-    // A frame without Content-Length, glued to the next request's header.
+    // A frame without Content-Length, glued to the next request's header: its `{}` is
+    // answered (no id to answer under: `null`), and the next request is read.
     c.send_bytes(b"X-Foo: 1\r\n\r\n{}").await;
     let listed = c.request("agent/session/list", json!({})).await;
     assert!(listed.is_ok(), "{listed:?}");
@@ -554,7 +555,8 @@ async fn bad_requests_get_clear_errors_and_the_server_goes_on() {
             json!(5000),
             json!(5001),
             json!(5002),
-            json!(5003)
+            json!(5003),
+            json!(null)
         ]
     );
 

@@ -335,16 +335,17 @@ pub(crate) fn read_data(event: &Event) -> Result<Data, ProviderError> {
     let lines: Vec<&str> = data.split('\n').collect();
     let opens = |l: &&str| l.trim_start().starts_with('{');
     let closes = |l: &&str| l.trim_end().ends_with('}');
-    let (Some(start), Some(end)) = (lines.iter().position(opens), lines.iter().rposition(closes))
-    else {
+    let Some(start) = lines.iter().position(opens) else {
         tracing::debug!("skipping a non-JSON SSE data payload (keep-alive): {data:.80}");
         return Ok(Data::Skip);
     };
-    let payload = if start <= end {
-        lines[start..=end].join("\n")
-    } else {
-        String::new()
-    };
+    // A JSON object was begun: from here on it has to parse.
+    let end = lines
+        .iter()
+        .rposition(closes)
+        .filter(|e| *e >= start)
+        .unwrap_or(lines.len() - 1);
+    let payload = lines[start..=end].join("\n");
     match crate::json::parse_lossy(&payload) {
         Ok(v) => {
             if start > 0 || end + 1 < lines.len() {
