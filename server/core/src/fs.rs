@@ -195,6 +195,18 @@ pub fn detect_legacy(bytes: &[u8]) -> &'static encoding_rs::Encoding {
     best.0
 }
 
+/// The encoding [`decode_file`] finds for `bytes`, without making the text when they are
+/// UTF-8 (a validation pass only).
+pub fn detect_encoding(bytes: &[u8]) -> TextEncoding {
+    if !bytes.starts_with(&[0xFF, 0xFE])
+        && !bytes.starts_with(&[0xFE, 0xFF])
+        && std::str::from_utf8(bytes).is_ok()
+    {
+        return TextEncoding::UTF8;
+    }
+    decode_file(bytes.to_vec()).encoding
+}
+
 /// True when `bytes` (not valid UTF-8) hold at least as many valid non-ASCII UTF-8 characters
 /// as invalid sequences, and some: a UTF-8 file with a few stray bytes rather than a legacy
 /// encoding (whose bytes rarely form valid UTF-8 sequences).

@@ -45,9 +45,6 @@ pub struct Document {
     /// Bumped by every change applied to this document (versions come from the client and
     /// are not trusted to move on every change).
     pub generation: u64,
-    /// The encoding of the file on disk (ED-04), found on first need and kept while the
-    /// document is open ([`Documents::set_encoding`]).
-    pub disk_encoding: Option<pi_core::fs::TextEncoding>,
 }
 
 #[derive(Debug, Default)]
@@ -61,12 +58,18 @@ struct Maps {
     others: HashMap<Uri, Document>,
 }
 
+/// Encodings of open buffers' files on disk, by real path (see [`Documents::encoding`]).
+type Encodings = Arc<Mutex<HashMap<PathBuf, pi_core::fs::TextEncoding>>>;
+
 /// All open documents: file buffers keyed by real path, other schemes apart.
 #[derive(Debug)]
 pub struct Documents {
     maps: Mutex<Maps>,
     /// Bumped on every change; waiters re-check their condition.
     changes: watch::Sender<u64>,
+    /// The encoding of each open buffer's file on disk (ED-04), found in the background when
+    /// the buffer opens, so no tool call pays for reading the file to learn it.
+    encodings: Encodings,
 }
 
 impl Default for Documents {
@@ -74,6 +77,7 @@ impl Default for Documents {
         Documents {
             maps: Mutex::new(Maps::default()),
             changes: watch::channel(0).0,
+            encodings: Arc::default(),
         }
     }
 }
@@ -135,9 +139,11 @@ impl Documents {
             version,
             flat: Some(Arc::new(text.to_string())),
             generation: 0,
-            disk_encoding: None,
         };
         let key = uri_path(&uri).map(|p| real_key(&p));
+        if let Some(key) = &key {
+            self.detect_encoding(key.clone());
+        }
         if let Ok(mut m) = self.maps.lock() {
             match key {
                 Some(key) => {
@@ -226,14 +232,40 @@ impl Documents {
         m.files.get(&key).cloned()
     }
 
+    /// Finds the encoding of the file at `key` on a blocking thread (when there is a runtime)
+    /// and keeps it for [`Documents::encoding`]. A file not on disk is UTF-8.
+    fn detect_encoding(&self, key: PathBuf) {
+        let encodings = self.encodings.clone();
+        let find = move || {
+            let found = std::fs::read(&key)
+                .map(|b| pi_core::fs::detect_encoding(&b))
+                .unwrap_or(pi_core::fs::TextEncoding::UTF8);
+            if let Ok(mut e) = encodings.lock() {
+                e.insert(key, found);
+            }
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(tokio::task::spawn_blocking(find));
+        }
+    }
+
+    /// The encoding of the open buffer's file at `path` on disk, when already found.
+    pub fn encoding(&self, path: &Path) -> Option<pi_core::fs::TextEncoding> {
+        let key = {
+            let m = self.maps.lock().ok()?;
+            Self::key(&m, path)?
+        };
+        self.encodings.lock().ok()?.get(&key).copied()
+    }
+
     /// Keeps `encoding` as the encoding of the open buffer's file at `path`.
     pub fn set_encoding(&self, path: &Path, encoding: pi_core::fs::TextEncoding) {
-        if let Ok(mut m) = self.maps.lock() {
-            if let Some(key) = Self::key(&m, path) {
-                if let Some(doc) = m.files.get_mut(&key) {
-                    doc.disk_encoding = Some(encoding);
-                }
-            }
+        let key = match self.maps.lock() {
+            Ok(m) => Self::key(&m, path),
+            Err(_) => None,
+        };
+        if let (Some(key), Ok(mut e)) = (key, self.encodings.lock()) {
+            e.insert(key, encoding);
         }
     }
 
