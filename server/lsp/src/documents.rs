@@ -341,6 +341,60 @@ mod tests {
     use tower_lsp_server::ls_types::{Position, Range};
 
     #[test]
+    fn ed02_other_schemes_are_apart_and_closing_them_keeps_the_file_buffer() {
+        let docs = Documents::default();
+        let file: Uri = "file:///w/src/a.txt".parse().unwrap();
+        let git: Uri = "git:/w/src/a.txt?%7B%22ref%22%3A%22HEAD%22%7D".parse().unwrap();
+        let fug: Uri = "fugitive:///w/.git//0/src/a.txt".parse().unwrap();
+        let untitled: Uri = "untitled:Untitled-1".parse().unwrap();
+        let path = Path::new("/w/src/a.txt");
+        docs.open(file.clone(), "working\n", 5);
+        docs.open(git.clone(), "HEAD\n", 1);
+        docs.open(fug.clone(), "index\n", 1);
+        docs.open(untitled.clone(), "scratch\n", 1);
+        assert_eq!(docs.text(path).unwrap(), (Arc::new("working\n".to_string()), 5));
+        assert_eq!(docs.get_uri(&git).unwrap().text.to_string(), "HEAD\n");
+        assert_eq!(docs.paths(), vec![PathBuf::from("/w/src/a.txt")]);
+        let full = |t: &str| TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text: t.into(),
+        };
+        // A change of the git view changes only the git view.
+        docs.change(&git, 2, vec![full("HEAD 2\n")], Encoding::Utf16);
+        assert_eq!(docs.text(path).unwrap().0.as_str(), "working\n");
+        docs.close(&git);
+        docs.close(&fug);
+        docs.close(&untitled);
+        assert_eq!(docs.text(path).unwrap().0.as_str(), "working\n");
+        let mut others = docs.other_uris();
+        others.sort();
+        assert!(others.is_empty());
+        docs.close(&file);
+        assert!(docs.get(path).is_none());
+        assert_eq!(uri_path(&"FILE:///w/x".parse().unwrap()), Some(PathBuf::from("/w/x")));
+        assert_eq!(uri_path(&git), None);
+    }
+
+    #[test]
+    fn ed01_a_buffer_opened_through_a_symlink_is_found_by_its_real_path() {
+        let dir = std::env::temp_dir().join(format!("pi-lsp-docs-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        std::fs::write(dir.join("real/a.txt"), "disk\n").unwrap();
+        let _ = std::os::unix::fs::symlink(dir.join("real"), dir.join("link"));
+        let docs = Documents::default();
+        let via_link = Uri::from_file_path(dir.join("link/a.txt")).unwrap();
+        docs.open(via_link.clone(), "buffer\n", 1);
+        let doc = docs.get(&dir.join("real/a.txt")).unwrap();
+        assert_eq!((doc.uri, doc.text.to_string()), (via_link.clone(), "buffer\n".into()));
+        assert!(docs.get(&dir.join("link/a.txt")).is_some());
+        docs.close(&via_link);
+        assert!(docs.get(&dir.join("real/a.txt")).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn shared_text_is_kept_per_version_and_remade_after_an_incremental_change() {
         let docs = Documents::default();
         let uri: Uri = "file:///w/a.txt".parse().unwrap();
