@@ -121,20 +121,33 @@ async fn read_memory(bin: &std::path::Path, top: &std::path::Path) {
         .unwrap()
         .set_len(5 * 1024 * 1024 * 1024)
         .unwrap();
-    for (name, file) in [("200 MB text file", "big.log"), ("5 GB sparse file", "sparse.bin")] {
+    for (name, file) in [
+        ("200 MB text file", "big.log"),
+        ("5 GB sparse file", "sparse.bin"),
+    ] {
         let mock = MockModel::start_with_delay(
             vec![
-                Step::call("r1", "read", json!({"path": file, "offset": 1000, "limit": 100})),
+                Step::call(
+                    "r1",
+                    "read",
+                    json!({"path": file, "offset": 1000, "limit": 100}),
+                ),
                 Step::text("done"),
             ],
             Duration::ZERO,
         )
         .await;
-        let env = agent_env(&top.join("agent"), &mock.models_json(), &[("PI_LSP_LOG", "warn")]);
+        let env = agent_env(
+            &top.join("agent"),
+            &mock.models_json(),
+            &[("PI_LSP_LOG", "warn")],
+        );
         let mut c = LspClient::start(bin, &ws, &env, EditorBehavior::default()).await;
         let pid = c.pid().unwrap();
         let before = peak_rss_kib(pid);
-        c.request("agent/prompt", json!({"text": "read"})).await.unwrap();
+        c.request("agent/prompt", json!({"text": "read"}))
+            .await
+            .unwrap();
         let events = timed_run(&mut c).await;
         let took = tool_time(&events, "read");
         let after = peak_rss_kib(pid);

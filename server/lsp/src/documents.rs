@@ -346,7 +346,9 @@ mod tests {
     fn ed02_other_schemes_are_apart_and_closing_them_keeps_the_file_buffer() {
         let docs = Documents::default();
         let file: Uri = "file:///w/src/a.txt".parse().unwrap();
-        let git: Uri = "git:/w/src/a.txt?%7B%22ref%22%3A%22HEAD%22%7D".parse().unwrap();
+        let git: Uri = "git:/w/src/a.txt?%7B%22ref%22%3A%22HEAD%22%7D"
+            .parse()
+            .unwrap();
         let fug: Uri = "fugitive:///w/.git//0/src/a.txt".parse().unwrap();
         let untitled: Uri = "untitled:Untitled-1".parse().unwrap();
         let path = Path::new("/w/src/a.txt");
@@ -354,7 +356,10 @@ mod tests {
         docs.open(git.clone(), "HEAD\n", 1);
         docs.open(fug.clone(), "index\n", 1);
         docs.open(untitled.clone(), "scratch\n", 1);
-        assert_eq!(docs.text(path).unwrap(), (Arc::new("working\n".to_string()), 5));
+        assert_eq!(
+            docs.text(path).unwrap(),
+            (Arc::new("working\n".to_string()), 5)
+        );
         assert_eq!(docs.get_uri(&git).unwrap().text.to_string(), "HEAD\n");
         assert_eq!(docs.paths(), vec![PathBuf::from("/w/src/a.txt")]);
         let full = |t: &str| TextDocumentContentChangeEvent {
@@ -374,7 +379,10 @@ mod tests {
         assert!(others.is_empty());
         docs.close(&file);
         assert!(docs.get(path).is_none());
-        assert_eq!(uri_path(&"FILE:///w/x".parse().unwrap()), Some(PathBuf::from("/w/x")));
+        assert_eq!(
+            uri_path(&"FILE:///w/x".parse().unwrap()),
+            Some(PathBuf::from("/w/x"))
+        );
         assert_eq!(uri_path(&git), None);
     }
 
@@ -389,7 +397,10 @@ mod tests {
         let via_link = Uri::from_file_path(dir.join("link/a.txt")).unwrap();
         docs.open(via_link.clone(), "buffer\n", 1);
         let doc = docs.get(&dir.join("real/a.txt")).unwrap();
-        assert_eq!((doc.uri, doc.text.to_string()), (via_link.clone(), "buffer\n".into()));
+        assert_eq!(
+            (doc.uri, doc.text.to_string()),
+            (via_link.clone(), "buffer\n".into())
+        );
         assert!(docs.get(&dir.join("link/a.txt")).is_some());
         docs.close(&via_link);
         assert!(docs.get(&dir.join("real/a.txt")).is_none());

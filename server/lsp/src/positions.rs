@@ -244,7 +244,10 @@ mod tests {
                 offset_to_position(lone, lone.find("progress 100").unwrap(), enc),
                 pos(1, 0)
             );
-            assert_eq!(offset_to_position(lone, lone.find("done").unwrap(), enc), pos(2, 0));
+            assert_eq!(
+                offset_to_position(lone, lone.find("done").unwrap(), enc),
+                pos(2, 0)
+            );
             assert_eq!(offset_to_position(mixed, 5, enc), pos(2, 0));
             // The end of a line stops before its terminator, a lone CR included.
             let rope = Rope::from_str(lone);
@@ -284,7 +287,12 @@ mod tests {
             };
             assert_eq!(p, pos(1, want), "{enc:?}");
             docs.open(uri.clone(), mixed, 1);
-            docs.change(&uri, 2, vec![change(1, 0, 1, "B"), change(2, 0, 1, "C")], enc);
+            docs.change(
+                &uri,
+                2,
+                vec![change(1, 0, 1, "B"), change(2, 0, 1, "C")],
+                enc,
+            );
             assert_eq!(docs.text(path).unwrap().0.as_str(), "a\r\nB\nC");
         }
     }
