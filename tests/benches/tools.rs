@@ -12,8 +12,11 @@
 //!   it sends the edit back as an incremental `didChange` (not the whole 2.4 MB text);
 //! - `grep` over 20,000 files, same measure, next to the `rg` binary when one is on `PATH`.
 //!
+//! - `read` of a 200 MB text file and of a 5 GB sparse file: the server's peak RSS (`VmHWM`)
+//!   after `initialize` and after the read, and the read's time (issue 19 item 5);
+//!
 //! Run: `cargo bench -p pi-e2e --bench tools` (uses the release binary when `PI_LSP_BIN` points
-//! to it); `cargo bench -p pi-e2e --bench tools -- edit` (or `grep`) runs one part.
+//! to it); `cargo bench -p pi-e2e --bench tools -- edit` (or `read`, `grep`) runs one part.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::time::{Duration, Instant};
@@ -81,6 +84,82 @@ fn selected(name: &str) -> bool {
         .filter(|a| !a.starts_with('-'))
         .collect();
     filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+}
+
+/// `VmHWM` (peak resident set) of process `pid`, in KiB, from `/proc`.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// Issue 19 item 5: the server's peak RSS for a `read` of a 200 MB text file and of a 5 GB
+/// sparse file (no line end at all), each in a fresh server: the peak after `initialize`, and
+/// after the read, and the read's time.
+async fn read_memory(bin: &std::path::Path, top: &std::path::Path) {
+    let ws = top.join("read-ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let text = ws.join("big.log");
+    {
+        use std::io::Write as _;
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&text).unwrap());
+        let mut i = 0u64;
+        let mut n = 0usize;
+        while n < 200 * 1000 * 1000 {
+            let line = format!("{i:>12} log line with some text to fill it up 🦊\n");
+            n += line.len();
+            w.write_all(line.as_bytes()).unwrap();
+            i += 1;
+        }
+    }
+    let sparse = ws.join("sparse.bin");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(5 * 1024 * 1024 * 1024)
+        .unwrap();
+    for (name, file) in [
+        ("200 MB text file", "big.log"),
+        ("5 GB sparse file", "sparse.bin"),
+    ] {
+        let mock = MockModel::start_with_delay(
+            vec![
+                Step::call(
+                    "r1",
+                    "read",
+                    json!({"path": file, "offset": 1000, "limit": 100}),
+                ),
+                Step::text("done"),
+            ],
+            Duration::ZERO,
+        )
+        .await;
+        let env = agent_env(
+            &top.join("agent"),
+            &mock.models_json(),
+            &[("PI_LSP_LOG", "warn")],
+        );
+        let mut c = LspClient::start(bin, &ws, &env, EditorBehavior::default()).await;
+        let pid = c.pid().unwrap();
+        let before = peak_rss_kib(pid);
+        c.request("agent/prompt", json!({"text": "read"}))
+            .await
+            .unwrap();
+        let events = timed_run(&mut c).await;
+        let took = tool_time(&events, "read");
+        let after = peak_rss_kib(pid);
+        println!(
+            "read of a {name:<18} peak RSS after initialize {:>7.1} MiB, after the read {:>7.1} MiB (+{:.1} MiB), read {took:.2?}",
+            before as f64 / 1024.0,
+            after as f64 / 1024.0,
+            (after.saturating_sub(before)) as f64 / 1024.0
+        );
+        c.shutdown().await;
+    }
+    std::fs::remove_dir_all(&ws).unwrap();
 }
 
 fn main() {
@@ -171,6 +250,9 @@ fn main() {
                     stats(&format!("  phase {k}"), v);
                 }
             }
+        }
+        if selected("read") {
+            read_memory(&bin, tmp.path()).await;
         }
         if !selected("grep") {
             return;

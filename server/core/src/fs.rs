@@ -109,7 +109,7 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
     if let Some(enc) = utf16 {
         let body = &bytes[2..];
         let (text, had_errors) = enc.decode_without_bom_handling(body);
-        let exact = !had_errors && body.len() % 2 == 0;
+        let exact = !had_errors && body.len().is_multiple_of(2);
         return DecodedText {
             text: text.into_owned(),
             encoding: TextEncoding {
@@ -197,6 +197,18 @@ pub fn detect_legacy(bytes: &[u8]) -> &'static encoding_rs::Encoding {
         }
     }
     best.0
+}
+
+/// The encoding [`decode_file`] finds for `bytes`, without making the text when they are
+/// UTF-8 (a validation pass only).
+pub fn detect_encoding(bytes: &[u8]) -> TextEncoding {
+    if !bytes.starts_with(&[0xFF, 0xFE])
+        && !bytes.starts_with(&[0xFE, 0xFF])
+        && std::str::from_utf8(bytes).is_ok()
+    {
+        return TextEncoding::UTF8;
+    }
+    decode_file(bytes.to_vec()).encoding
 }
 
 /// True when `bytes` (not valid UTF-8) hold at least as many valid non-ASCII UTF-8 characters

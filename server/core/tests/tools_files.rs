@@ -294,11 +294,11 @@ async fn sessx03_edit_and_write_of_a_minified_megabyte_line_give_small_diffs() {
     let diff = out.details.as_ref().unwrap()["diff"].as_str().unwrap();
     assert!(diff.len() < 1000, "{} bytes of diff", diff.len());
     assert!(
-        diff.contains("-[… ") && diff.contains("a50000:1,"),
+        diff.contains("-1 [… ") && diff.contains("a50000:1,"),
         "{diff}"
     );
     assert!(
-        diff.contains("+[… ") && diff.contains("a50000:2,"),
+        diff.contains("+1 [… ") && diff.contains("a50000:2,"),
         "{diff}"
     );
     let edited = text.replace("a50000:1,", "a50000:2,");

@@ -45,9 +45,6 @@ pub struct Document {
     /// Bumped by every change applied to this document (versions come from the client and
     /// are not trusted to move on every change).
     pub generation: u64,
-    /// The encoding of the file on disk (ED-04), found on first need and kept while the
-    /// document is open ([`Documents::set_encoding`]).
-    pub disk_encoding: Option<pi_core::fs::TextEncoding>,
 }
 
 #[derive(Debug, Default)]
@@ -61,12 +58,18 @@ struct Maps {
     others: HashMap<Uri, Document>,
 }
 
+/// Encodings of open buffers' files on disk, by real path (see [`Documents::encoding`]).
+type Encodings = Arc<Mutex<HashMap<PathBuf, pi_core::fs::TextEncoding>>>;
+
 /// All open documents: file buffers keyed by real path, other schemes apart.
 #[derive(Debug)]
 pub struct Documents {
     maps: Mutex<Maps>,
     /// Bumped on every change; waiters re-check their condition.
     changes: watch::Sender<u64>,
+    /// The encoding of each open buffer's file on disk (ED-04), found in the background when
+    /// the buffer opens, so no tool call pays for reading the file to learn it.
+    encodings: Encodings,
 }
 
 impl Default for Documents {
@@ -74,6 +77,7 @@ impl Default for Documents {
         Documents {
             maps: Mutex::new(Maps::default()),
             changes: watch::channel(0).0,
+            encodings: Arc::default(),
         }
     }
 }
@@ -137,9 +141,11 @@ impl Documents {
             version,
             flat: Some(Arc::new(text.to_string())),
             generation: 0,
-            disk_encoding: None,
         };
         let key = uri_path(&uri).map(|p| real_key(&p));
+        if let Some(key) = &key {
+            self.detect_encoding(key.clone());
+        }
         if let Ok(mut m) = self.maps.lock() {
             match key {
                 Some(key) => {
@@ -228,14 +234,40 @@ impl Documents {
         m.files.get(&key).cloned()
     }
 
+    /// Finds the encoding of the file at `key` on a blocking thread (when there is a runtime)
+    /// and keeps it for [`Documents::encoding`]. A file not on disk is UTF-8.
+    fn detect_encoding(&self, key: PathBuf) {
+        let encodings = self.encodings.clone();
+        let find = move || {
+            let found = std::fs::read(&key)
+                .map(|b| pi_core::fs::detect_encoding(&b))
+                .unwrap_or(pi_core::fs::TextEncoding::UTF8);
+            if let Ok(mut e) = encodings.lock() {
+                e.insert(key, found);
+            }
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(tokio::task::spawn_blocking(find));
+        }
+    }
+
+    /// The encoding of the open buffer's file at `path` on disk, when already found.
+    pub fn encoding(&self, path: &Path) -> Option<pi_core::fs::TextEncoding> {
+        let key = {
+            let m = self.maps.lock().ok()?;
+            Self::key(&m, path)?
+        };
+        self.encodings.lock().ok()?.get(&key).copied()
+    }
+
     /// Keeps `encoding` as the encoding of the open buffer's file at `path`.
     pub fn set_encoding(&self, path: &Path, encoding: pi_core::fs::TextEncoding) {
-        if let Ok(mut m) = self.maps.lock() {
-            if let Some(key) = Self::key(&m, path) {
-                if let Some(doc) = m.files.get_mut(&key) {
-                    doc.disk_encoding = Some(encoding);
-                }
-            }
+        let key = match self.maps.lock() {
+            Ok(m) => Self::key(&m, path),
+            Err(_) => None,
+        };
+        if let (Some(key), Ok(mut e)) = (key, self.encodings.lock()) {
+            e.insert(key, encoding);
         }
     }
 
@@ -309,6 +341,71 @@ impl Documents {
 mod tests {
     use super::*;
     use tower_lsp_server::ls_types::{Position, Range};
+
+    #[test]
+    fn ed02_other_schemes_are_apart_and_closing_them_keeps_the_file_buffer() {
+        let docs = Documents::default();
+        let file: Uri = "file:///w/src/a.txt".parse().unwrap();
+        let git: Uri = "git:/w/src/a.txt?%7B%22ref%22%3A%22HEAD%22%7D"
+            .parse()
+            .unwrap();
+        let fug: Uri = "fugitive:///w/.git//0/src/a.txt".parse().unwrap();
+        let untitled: Uri = "untitled:Untitled-1".parse().unwrap();
+        let path = Path::new("/w/src/a.txt");
+        docs.open(file.clone(), "working\n", 5);
+        docs.open(git.clone(), "HEAD\n", 1);
+        docs.open(fug.clone(), "index\n", 1);
+        docs.open(untitled.clone(), "scratch\n", 1);
+        assert_eq!(
+            docs.text(path).unwrap(),
+            (Arc::new("working\n".to_string()), 5)
+        );
+        assert_eq!(docs.get_uri(&git).unwrap().text.to_string(), "HEAD\n");
+        assert_eq!(docs.paths(), vec![PathBuf::from("/w/src/a.txt")]);
+        let full = |t: &str| TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text: t.into(),
+        };
+        // A change of the git view changes only the git view.
+        docs.change(&git, 2, vec![full("HEAD 2\n")], Encoding::Utf16);
+        assert_eq!(docs.text(path).unwrap().0.as_str(), "working\n");
+        docs.close(&git);
+        docs.close(&fug);
+        docs.close(&untitled);
+        assert_eq!(docs.text(path).unwrap().0.as_str(), "working\n");
+        let mut others = docs.other_uris();
+        others.sort();
+        assert!(others.is_empty());
+        docs.close(&file);
+        assert!(docs.get(path).is_none());
+        assert_eq!(
+            uri_path(&"FILE:///w/x".parse().unwrap()),
+            Some(PathBuf::from("/w/x"))
+        );
+        assert_eq!(uri_path(&git), None);
+    }
+
+    #[test]
+    fn ed01_a_buffer_opened_through_a_symlink_is_found_by_its_real_path() {
+        let dir = std::env::temp_dir().join(format!("pi-lsp-docs-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        std::fs::write(dir.join("real/a.txt"), "disk\n").unwrap();
+        let _ = std::os::unix::fs::symlink(dir.join("real"), dir.join("link"));
+        let docs = Documents::default();
+        let via_link = Uri::from_file_path(dir.join("link/a.txt")).unwrap();
+        docs.open(via_link.clone(), "buffer\n", 1);
+        let doc = docs.get(&dir.join("real/a.txt")).unwrap();
+        assert_eq!(
+            (doc.uri, doc.text.to_string()),
+            (via_link.clone(), "buffer\n".into())
+        );
+        assert!(docs.get(&dir.join("link/a.txt")).is_some());
+        docs.close(&via_link);
+        assert!(docs.get(&dir.join("real/a.txt")).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn shared_text_is_kept_per_version_and_remade_after_an_incremental_change() {

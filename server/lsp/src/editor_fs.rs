@@ -379,16 +379,15 @@ impl EditorFs {
         }
     }
 
-    /// The encoding of the file on disk under the open buffer at `path`: kept in the document
-    /// after the first look (the file is read once per open document), UTF-8 for a file not
-    /// on disk.
+    /// The encoding of the file on disk under the open buffer at `path`: found when the buffer
+    /// opened ([`Documents::encoding`]), else now (and kept); UTF-8 for a file not on disk.
     async fn buffer_encoding(&self, path: &Path) -> TextEncoding {
-        if let Some(e) = self.docs.get(path).and_then(|d| d.disk_encoding) {
+        if let Some(e) = self.docs.encoding(path) {
             return e;
         }
-        let found = match Self::disk_text(path).await {
-            Ok(Some((_, e))) => e,
-            _ => TextEncoding::UTF8,
+        let found = match tokio::fs::read(path).await {
+            Ok(b) => pi_core::fs::detect_encoding(&b),
+            Err(_) => TextEncoding::UTF8,
         };
         self.docs.set_encoding(path, found);
         found

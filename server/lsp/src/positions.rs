@@ -18,10 +18,17 @@ pub enum Encoding {
 }
 
 impl Encoding {
-    /// Chooses from the client's `general.positionEncodings`: utf-8 when offered, else utf-16.
+    /// Chooses from the client's `general.positionEncodings`: utf-8 when offered, else utf-16
+    /// when offered (or nothing is), else utf-32 when that is all the client lists.
     pub fn negotiate(offered: Option<&[PositionEncodingKind]>) -> Encoding {
         match offered {
             Some(list) if list.contains(&PositionEncodingKind::UTF8) => Encoding::Utf8,
+            Some(list)
+                if list.contains(&PositionEncodingKind::UTF32)
+                    && !list.contains(&PositionEncodingKind::UTF16) =>
+            {
+                Encoding::Utf32
+            }
             _ => Encoding::Utf16,
         }
     }
@@ -223,8 +230,86 @@ mod tests {
         );
     }
 
+    /// ED-03: the case's buffers (a lone CR of a progress line; CRLF, LF and no final newline
+    /// mixed) through incremental changes in each encoding: every position names the same
+    /// text in the rope, the `&str` converter and after the change.
+    #[test]
+    fn ed03_lone_cr_and_mixed_endings_in_every_encoding() {
+        use crate::documents::Documents;
+        use tower_lsp_server::ls_types::{Range, TextDocumentContentChangeEvent, Uri};
+        let lone = "progress 10%\rprogress 100%\ndone\n";
+        let mixed = "a\r\nb\nc";
+        for enc in [Encoding::Utf8, Encoding::Utf16, Encoding::Utf32] {
+            assert_eq!(
+                offset_to_position(lone, lone.find("progress 100").unwrap(), enc),
+                pos(1, 0)
+            );
+            assert_eq!(
+                offset_to_position(lone, lone.find("done").unwrap(), enc),
+                pos(2, 0)
+            );
+            assert_eq!(offset_to_position(mixed, 5, enc), pos(2, 0));
+            // The end of a line stops before its terminator, a lone CR included.
+            let rope = Rope::from_str(lone);
+            assert_eq!(position_to_char(&rope, pos(0, 99), enc), 12);
+            // Incremental changes on lines after a lone CR and a CRLF land where they should.
+            let docs = Documents::default();
+            let uri: Uri = "file:///nonexistent-ed03/a.txt".parse().unwrap();
+            docs.open(uri.clone(), lone, 1);
+            let change = |l, a, b, text: &str| TextDocumentContentChangeEvent {
+                range: Some(Range {
+                    start: pos(l, a),
+                    end: pos(l, b),
+                }),
+                range_length: None,
+                text: text.into(),
+            };
+            docs.change(
+                &uri,
+                2,
+                vec![change(1, 9, 13, "99% 🦊"), change(2, 0, 4, "fin")],
+                enc,
+            );
+            let path = std::path::Path::new("/nonexistent-ed03/a.txt");
+            assert_eq!(
+                docs.text(path).unwrap().0.as_str(),
+                "progress 10%\rprogress 99% 🦊\nfin\n",
+                "{enc:?}"
+            );
+            // A column after the emoji, in this encoding's units.
+            let after = "progress 10%\rprogress 99% 🦊".len();
+            let text = docs.text(path).unwrap().0;
+            let p = offset_to_position(&text, after, enc);
+            let want = match enc {
+                Encoding::Utf8 => 17,
+                Encoding::Utf16 => 15,
+                Encoding::Utf32 => 14,
+            };
+            assert_eq!(p, pos(1, want), "{enc:?}");
+            docs.open(uri.clone(), mixed, 1);
+            docs.change(
+                &uri,
+                2,
+                vec![change(1, 0, 1, "B"), change(2, 0, 1, "C")],
+                enc,
+            );
+            assert_eq!(docs.text(path).unwrap().0.as_str(), "a\r\nB\nC");
+        }
+    }
+
     #[test]
     fn negotiation_prefers_utf8_only_when_offered() {
+        assert_eq!(
+            Encoding::negotiate(Some(&[PositionEncodingKind::UTF32])),
+            Encoding::Utf32
+        );
+        assert_eq!(
+            Encoding::negotiate(Some(&[
+                PositionEncodingKind::UTF32,
+                PositionEncodingKind::UTF16
+            ])),
+            Encoding::Utf16
+        );
         assert_eq!(Encoding::negotiate(None), Encoding::Utf16);
         assert_eq!(
             Encoding::negotiate(Some(&[PositionEncodingKind::UTF16])),

@@ -653,6 +653,7 @@ mod tests {
     /// `details.diff` is Pi's numbered-line diff: the expected texts are what Pi 0.73.1's
     /// `generateDiffString` returns for the same old and new texts (run with node).
     #[test]
+    #[allow(clippy::type_complexity)]
     fn numbered_diff_is_pis_generate_diff_string() {
         let twenty: String = (1..=20).map(|i| format!("{i}\n")).collect();
         let cases: [(&str, &[(&str, &str)], &str, usize); 4] = [
