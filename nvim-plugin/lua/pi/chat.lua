@@ -545,6 +545,8 @@ function Chat:draw_message(m)
         self:text_start()
         self:text(tostring(b.text or ''))
       elseif b.type == 'toolCall' then
+        -- As drawn live: a tool call runs after its message ended, under no header of its own.
+        self.header_pending = nil
         self:tool_header(b.id, b.name, b.arguments, { text = ' …', hl = HL.dim })
       end
     end
