@@ -303,9 +303,13 @@ H.case('typing in insert mode while the agent edits other files: mode, window, c
     typed = typed .. ch
     c:send({ 2, 'nvim_input', { ch } })
   end))
-  H.wait('the ten edits', 20000, function()
+  local ok_edits = pcall(H.wait, 'the ten edits', 20000, function()
     return (H.read(ws .. '/other.txt') or '') == 'n=10\n'
   end)
+  if not ok_edits then
+    done = true
+    error('the ten edits did not land; disk: ' .. tostring(H.read(ws .. '/other.txt')) .. '\nchat:\n' .. tostring(c:lua(H.CHAT_TEXT)))
+  end
   done = true
   timer:stop()
   timer:close()
@@ -315,6 +319,8 @@ H.case('typing in insert mode while the agent edits other files: mode, window, c
   H.eq('code' .. typed, c:lua('return vim.api.nvim_get_current_line()'), 'every character in code.txt')
   H.eq({ 1, #('code' .. typed) }, c:lua('return vim.api.nvim_win_get_cursor(0)'), 'cursor')
   H.eq('n=10', c:lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr('other.txt'), 0, -1, false)[1]"), 'other.txt buffer')
+  -- Each edit marked only the line it changed.
+  H.eq({ 0 }, c:lua("return vim.tbl_map(function(m) return m[2] end, vim.api.nvim_buf_get_extmarks(vim.fn.bufnr('other.txt'), require('pi.hunks').ns, 0, -1, {}))"), 'hunk rows in other.txt')
   c:input('<Esc>')
   c:stop()
   mock.stop()
