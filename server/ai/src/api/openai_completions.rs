@@ -580,8 +580,7 @@ async fn stream_body(
     if !done && finish.is_none() {
         return Err(ProviderError::Network {
             message: if b.with_message(|m| !m.content.is_empty()) {
-                "stream ended before the response was complete (no finish_reason or [DONE])"
-                    .into()
+                "stream ended before the response was complete (no finish_reason or [DONE])".into()
             } else {
                 "stream ended without a response".into()
             },

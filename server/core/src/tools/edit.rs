@@ -356,10 +356,7 @@ pub(crate) const LONG_LINE: usize = 1024;
 pub(crate) const CLIP_CONTEXT: usize = 160;
 
 fn has_long_line(text: &str) -> bool {
-    text.len() > LONG_LINE
-        && text
-            .split_inclusive('\n')
-            .any(|l| l.len() > LONG_LINE)
+    text.len() > LONG_LINE && text.split_inclusive('\n').any(|l| l.len() > LONG_LINE)
 }
 
 /// `text` (one side of a diffed region) with every line longer than [`LONG_LINE`] bytes cut
@@ -795,7 +792,10 @@ mod tests {
         assert_eq!(lines[..3], ["--- m.js", "+++ m.js", "@@ -1 +1 @@"]);
         let (old, new) = (lines[3], lines[4]);
         assert!(old.starts_with("-[… ") && new.starts_with("+[… "), "{old}");
-        assert!(old.contains("v40000=1;") && new.contains("v40000=2;"), "{old}\n{new}");
+        assert!(
+            old.contains("v40000=1;") && new.contains("v40000=2;"),
+            "{old}\n{new}"
+        );
         // The elided byte counts add up to the line.
         let count = |l: &str| -> usize {
             l.split("[… ")
