@@ -37,7 +37,10 @@ function M.open(st, s, done)
     require('pi').use_state(st, state)
     -- The statusline's context meter and cost before the session's next response.
     client.request(st, 'agent/session/stats', { sessionId = state.sessionId }, 'read the session stats', function(stats)
-      local cu = stats.contextUsage
+      if type(stats) ~= 'table' then
+        return
+      end
+      local cu = type(stats.contextUsage) == 'table' and stats.contextUsage or nil
       st.status.usage = {
         contextTokens = cu and cu.tokens or nil,
         contextWindow = cu and cu.contextWindow or nil,
