@@ -98,7 +98,7 @@ local GLOBALS = [[
 ]]
 
 H.case('no global option or mapping changes; / completes from agent/commands', function()
-  local mock = H.mock({ { text = 'Fine.', toolCalls = { { id = 'l1', name = 'ls', arguments = {} } } }, { text = 'Listed.' } })
+  local mock = H.mock({ { text = 'Fine.', toolCalls = { { id = 'l1', name = 'ls', arguments = vim.empty_dict() } } }, { text = 'Listed.' } })
   local ws = workspace({ ['a.txt'] = 'a\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json })
   H.write(c.home .. '/agent/prompts/review.md', '---\ndescription: Review the code\n---\nReview $@\n')

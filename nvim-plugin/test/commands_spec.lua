@@ -119,7 +119,7 @@ end)
 
 H.case('the diagnostics tool answers from vim.diagnostic; a permission float when the chat is hidden', function()
   local mock = H.mock({
-    { toolCalls = { { id = 'd1', name = 'diagnostics', arguments = {} } } },
+    { toolCalls = { { id = 'd1', name = 'diagnostics', arguments = vim.empty_dict() } } },
     { toolCalls = { { id = 'b1', name = 'bash', arguments = { command = 'echo hidden' } } } },
     { text = 'Done.' },
   })

@@ -234,8 +234,10 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
   end
   local details = type(result) == 'table' and result.details or nil
   local body, lang
-  if type(details) == 'table' and type(details.diff) == 'string' and details.diff ~= '' and not is_error then
-    body, lang = details.diff, 'diff'
+  local udiff = type(details) == 'table' and (details.unifiedDiff or details.diff) or nil
+  if type(udiff) == 'string' and udiff ~= '' and not is_error then
+    -- `unifiedDiff` (a unified diff) when the server gives it; `diff` is Pi's numbered one.
+    body, lang = udiff, 'diff'
   else
     body = util.content_text(type(result) == 'table' and result.content or result)
     lang = ''
@@ -545,6 +547,8 @@ function Chat:draw_message(m)
         self:text_start()
         self:text(tostring(b.text or ''))
       elseif b.type == 'toolCall' then
+        -- As drawn live: a tool call runs after its message ended, under no header of its own.
+        self.header_pending = nil
         self:tool_header(b.id, b.name, b.arguments, { text = ' …', hl = HL.dim })
       end
     end

@@ -213,7 +213,12 @@ function M.request(root, method, params, what, on_ok, on_err)
       return
     end
     if on_ok then
-      on_ok(result)
+      -- A failure in the plugin's own handling is said in one line, never a stack trace
+      -- that stops the editor at a "Press ENTER" prompt.
+      local ok2, e = pcall(on_ok, result)
+      if not ok2 then
+        util.notify_line(('could not %s: %s'):format(what, tostring(e)), vim.log.levels.ERROR)
+      end
     end
   end)
   if not ok then

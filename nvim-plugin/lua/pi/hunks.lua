@@ -54,6 +54,10 @@ function M.apply(err, params, ctx)
     if b then
       before[uri] = api.nvim_buf_get_lines(b, 0, -1, false)
       break_undo(b)
+    else
+      -- Not loaded yet: Neovim's handler loads it from disk, so the disk is the "before".
+      local ok, lines = pcall(vim.fn.readfile, vim.uri_to_fname(uri))
+      before[uri] = ok and lines or {}
     end
   end
   -- Neovim's handler, without its `print` of the label (a message at the command line while
@@ -61,6 +65,13 @@ function M.apply(err, params, ctx)
   local p = vim.deepcopy(params)
   p.label = nil
   local result = vim.lsp.handlers['workspace/applyEdit'](err, p, ctx)
+  -- The server waits for the edit's didChange: send it now, before the answer, instead of
+  -- after the debounce (a buffer loaded by the edit itself was otherwise not synced).
+  local client = vim.lsp.get_client_by_id(ctx.client_id)
+  local okct, ct = pcall(require, 'vim.lsp._changetracking')
+  if client and okct and type(ct.flush) == 'function' then
+    pcall(ct.flush, client)
+  end
   for _, uri in ipairs(targets(params and params.edit)) do
     local b = loaded(uri)
     if b then
@@ -113,7 +124,18 @@ function M.mark(b, old, new)
         virt_lines_above = sb < n,
       }
     end
-    local ok, id = pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, opts)
+    -- A hunk over lines the agent changed before keeps that first mark (its old text is what
+    -- the user had); marks do not pile up.
+    local covered = false
+    for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, { row, 0 }, { end_row or row, -1 }, { details = true, overlap = true })) do
+      if store[m[1]] and not store[m[1]].deletion then
+        covered = true
+      end
+    end
+    local ok, id = false, nil
+    if not covered then
+      ok, id = pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, opts)
+    end
     if ok then
       store[id] = { old = old_lines, deletion = cb == 0, sign = opts.sign_text, sign_hl = opts.sign_hl_group }
     end
