@@ -176,7 +176,11 @@ async fn ed01_buffers_are_matched_by_real_location_and_links_are_kept() {
         read("r1", "real/t.txt"),
         edit("e1", "real/t.txt", "buffer = 1", "buffer = 2"),
         edit("e2", "u-link.txt", "u = 1", "u = 2"),
-        Step::call("w1", "write", json!({"path": "out.txt", "content": "gone\n"})),
+        Step::call(
+            "w1",
+            "write",
+            json!({"path": "out.txt", "content": "gone\n"}),
+        ),
         Step::text("done"),
     ])
     .await;
@@ -251,7 +255,10 @@ async fn ed01_a_symlinked_workspace_root_still_finds_the_buffers() {
         json!(file_uri(&ws.join("a.txt")))
     );
     assert_eq!(c.doc(&ws.join("a.txt")).unwrap().text, "edited\n");
-    assert_eq!(std::fs::read_to_string(real.join("a.txt")).unwrap(), "edited\n");
+    assert_eq!(
+        std::fs::read_to_string(real.join("a.txt")).unwrap(),
+        "edited\n"
+    );
     c.shutdown().await;
 }
 
@@ -261,8 +268,12 @@ async fn ed01_a_symlinked_workspace_root_still_finds_the_buffers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
     let case = |n: &str| {
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cases").join(n))
-            .unwrap()
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../fixtures/cases")
+                .join(n),
+        )
+        .unwrap()
     };
     for utf8 in [false, true] {
         let tmp = TempDir::new("ed03");
@@ -292,7 +303,11 @@ async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
         c.open(&cr, &case("ED-03-lone-cr.txt")).await;
         c.open(&mixed, &case("ED-03-mixed-endings.txt")).await;
         let events = prompt(&mut c).await;
-        assert!(results(&events).iter().all(|r| !r.2), "{:?}", results(&events));
+        assert!(
+            results(&events).iter().all(|r| !r.2),
+            "{:?}",
+            results(&events)
+        );
         let edits = apply_edits(&c);
         // `progress 100%` is on line 1 (after the lone CR), `done` on line 2.
         assert_eq!(
@@ -305,7 +320,11 @@ async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
         );
         let want_cr = "progress 10%\rprogress 100% 🦊\nfinished\n";
         assert_eq!(c.doc(&cr).unwrap().text, want_cr, "utf8 {utf8}");
-        assert_eq!(std::fs::read(&cr).unwrap(), want_cr.as_bytes(), "utf8 {utf8}");
+        assert_eq!(
+            std::fs::read(&cr).unwrap(),
+            want_cr.as_bytes(),
+            "utf8 {utf8}"
+        );
         assert_eq!(std::fs::read(&mixed).unwrap(), b"a\r\nB\nC", "utf8 {utf8}");
         assert_eq!(c.doc(&mixed).unwrap().text, "a\r\nB\nC");
         c.shutdown().await;
@@ -319,8 +338,12 @@ async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ed04_files_keep_their_encoding_over_lsp() {
     let case = |n: &str| {
-        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cases").join(n))
-            .unwrap()
+        std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../fixtures/cases")
+                .join(n),
+        )
+        .unwrap()
     };
     let tmp = TempDir::new("ed04");
     let ws = tmp.path().join("ws");
@@ -334,7 +357,11 @@ async fn ed04_files_keep_their_encoding_over_lsp() {
         edit("e1", "l.py", "name = 'x'", "name = 'é'"),
         edit("e2", "j.py", "x = 1", "x = 2 # 日本"),
         edit("e3", "j.py", "x = 2", "x = '🦊'"),
-        Step::call("w1", "write", json!({"path": "l.py", "content": "ü = 'ok'\n"})),
+        Step::call(
+            "w1",
+            "write",
+            json!({"path": "l.py", "content": "ü = 'ok'\n"}),
+        ),
         Step::text("done"),
     ])
     .await;
@@ -423,8 +450,15 @@ async fn ed07_tools_reach_every_workspace_folder() {
     let r = results(&events);
     assert_eq!(r[0].1, "b = 1\n");
     assert!(!r[1].2, "{:?}", r[1]);
-    assert_eq!(std::fs::read_to_string(second.join("b.txt")).unwrap(), "b = 2\n");
-    assert!(r[2].2 && r[2].1.contains("is outside the workspace"), "{:?}", r[2]);
+    assert_eq!(
+        std::fs::read_to_string(second.join("b.txt")).unwrap(),
+        "b = 2\n"
+    );
+    assert!(
+        r[2].2 && r[2].1.contains("is outside the workspace"),
+        "{:?}",
+        r[2]
+    );
     // The third folder is added, the second removed.
     c.notify(
         "workspace/didChangeWorkspaceFolders",
@@ -439,13 +473,20 @@ async fn ed07_tools_reach_every_workspace_folder() {
     let events = c.run_until_end(Duration::from_secs(20)).await;
     let r = results(&events);
     assert_eq!(r[0].1, "c = 1\n");
-    assert!(r[1].2 && r[1].1.contains("is outside the workspace"), "{:?}", r[1]);
+    assert!(
+        r[1].2 && r[1].1.contains("is outside the workspace"),
+        "{:?}",
+        r[1]
+    );
     // The session lives in the first folder.
     let state = c
         .request("agent/state", json!({"sessionId": started["sessionId"]}))
         .await
         .unwrap();
-    let file = state["sessionFile"].as_str().unwrap_or_default().to_string();
+    let file = state["sessionFile"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(file.starts_with(&ws.display().to_string()), "{file}");
     c.shutdown().await;
 }

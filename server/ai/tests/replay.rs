@@ -214,7 +214,9 @@ async fn strm04_stream_without_finish_reason() {
         (vec![call("c1", "ls", json!({}))], StopReason::ToolUse)
     );
     // Text, then `[DONE]` without a finish_reason: the documented tolerance, a `stop`.
-    let text_only = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n".to_vec();
+    let text_only =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+            .to_vec();
     let m = replay("openai-completions", vec![text_only.clone()]).await;
     assert_eq!(
         (m.text(), m.stop_reason),
@@ -291,7 +293,7 @@ async fn strm06_reasoning_fields_join_and_replay_in_their_field() {
     assert_eq!(
         body["messages"],
         json!([
-            {"role":"user","content":"go"},
+            {"role":"user","content":[{"type":"text","text":"go"}]},
             {"role":"assistant","content":null,"reasoning_content":"Need the file list. Then read it.",
              "tool_calls":[{"id":"c1","type":"function","function":{"name":"ls","arguments":"{}"}}]},
             {"role":"tool","content":"No result provided","tool_call_id":"c1"}])
@@ -1203,7 +1205,11 @@ async fn provider_timeouts_for_headers_and_idle_bodies_are_retryable() {
     assert_eq!((f.class(), f.is_retryable()), (ErrorClass::Network, true));
     assert!(started.elapsed() < Duration::from_secs(5));
     // Headers and one chunk, then silence (the reply's gap) for longer than the timeout.
-    for api in ["openai-completions", "anthropic-messages", "openai-responses"] {
+    for api in [
+        "openai-completions",
+        "anthropic-messages",
+        "openai-responses",
+    ] {
         let first: &[u8] = match api {
             "openai-completions" => b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Let me\"}}]}\n\n",
             "anthropic-messages" => b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Let me\"}}\n\n",

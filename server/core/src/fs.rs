@@ -178,7 +178,11 @@ pub fn detect_legacy(bytes: &[u8]) -> &'static encoding_rs::Encoding {
             all += 1;
             letters += usize::from(c.is_alphabetic());
         }
-        Some(if all == 0 { 1.0 } else { letters as f64 / all as f64 })
+        Some(if all == 0 {
+            1.0
+        } else {
+            letters as f64 / all as f64
+        })
     };
     let mut best = (generic, score(generic).unwrap_or(-1.0));
     for tld in [&b"jp"[..], b"cn", b"tw", b"kr"] {
@@ -687,9 +691,7 @@ impl Fs for DiskFs {
             Ok(bytes) => Some(decode_file(bytes).encoding),
             Err(_) => None,
         };
-        let encoding = existing
-            .filter(|e| e.exact)
-            .unwrap_or(TextEncoding::UTF8);
+        let encoding = existing.filter(|e| e.exact).unwrap_or(TextEncoding::UTF8);
         let bytes = encode_text(path, text, &encoding)?;
         atomic_write(path, &bytes).await?;
         Ok(if existing.is_some() {

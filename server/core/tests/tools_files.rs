@@ -122,10 +122,7 @@ async fn ed04_latin1_edit_keeps_latin1_and_read_says_it() {
     assert_eq!(ws.get("a.py"), before);
     // write keeps the encoding too, and refuses the same way.
     let out = ws
-        .call(
-            "write",
-            json!({"path": "a.py", "content": "déjà = 2\n"}),
-        )
+        .call("write", json!({"path": "a.py", "content": "déjà = 2\n"}))
         .await
         .unwrap();
     assert_eq!(text_of(&out), "Successfully wrote 11 bytes to a.py");
@@ -184,7 +181,10 @@ async fn ed04_neighbours_utf16_and_undecodable_bytes() {
         "naïve \u{FFFD} end\n\n\n[File encoding: not valid UTF-8 (undecodable bytes are shown as U+FFFD); edit refuses to change this file because its bytes could not be kept exactly.]"
     );
     let msg = err_of(ws.edit("bad.txt", "end", "END").await);
-    assert!(msg.contains("cannot be changed without altering them; nothing was changed"), "{msg}");
+    assert!(
+        msg.contains("cannot be changed without altering them; nothing was changed"),
+        "{msg}"
+    );
     assert_eq!(ws.get("bad.txt"), b"na\xc3\xafve \xff end\n");
     // Plain UTF-8 is unchanged in every way: no note, bytes as written.
     ws.put("ok.txt", "naïve\n".as_bytes());
@@ -198,10 +198,18 @@ async fn ed03_lone_cr_and_mixed_endings_keep_every_ending() {
     ws.edit("cr.txt", "progress 100%", "progress 100% (ok)")
         .await
         .unwrap();
-    assert_eq!(ws.get("cr.txt"), b"progress 10%\rprogress 100% (ok)\ndone\n");
+    assert_eq!(
+        ws.get("cr.txt"),
+        b"progress 10%\rprogress 100% (ok)\ndone\n"
+    );
     // `\n` in oldText matches the lone CR too; the CR stays a CR.
-    ws.edit("cr.txt", "10%\nprogress", "10%\nPROGRESS").await.unwrap();
-    assert_eq!(ws.get("cr.txt"), b"progress 10%\rPROGRESS 100% (ok)\ndone\n");
+    ws.edit("cr.txt", "10%\nprogress", "10%\nPROGRESS")
+        .await
+        .unwrap();
+    assert_eq!(
+        ws.get("cr.txt"),
+        b"progress 10%\rPROGRESS 100% (ok)\ndone\n"
+    );
     ws.put("mixed.txt", &case("ED-03-mixed-endings.txt"));
     ws.edit("mixed.txt", "b\nc", "B\nC").await.unwrap();
     assert_eq!(ws.get("mixed.txt"), b"a\r\nB\nC");
@@ -217,15 +225,21 @@ async fn ed01_edit_and_write_through_a_symlink_keep_the_link() {
     std::os::unix::fs::symlink("real/target.txt", ws.dir.join("link.txt")).unwrap();
     std::os::unix::fs::symlink("real", ws.dir.join("linkdir")).unwrap();
     let out = ws.edit("link.txt", "value = 1", "value = 2").await.unwrap();
-    assert_eq!(text_of(&out), "Successfully replaced 1 block(s) in link.txt.");
+    assert_eq!(
+        text_of(&out),
+        "Successfully replaced 1 block(s) in link.txt."
+    );
     assert!(std::fs::symlink_metadata(ws.dir.join("link.txt"))
         .unwrap()
         .file_type()
         .is_symlink());
     assert_eq!(ws.get("real/target.txt"), b"value = 2\n");
-    ws.call("write", json!({"path": "link.txt", "content": "value = 3\n"}))
-        .await
-        .unwrap();
+    ws.call(
+        "write",
+        json!({"path": "link.txt", "content": "value = 3\n"}),
+    )
+    .await
+    .unwrap();
     assert!(std::fs::symlink_metadata(ws.dir.join("link.txt"))
         .unwrap()
         .file_type()
@@ -238,7 +252,9 @@ async fn ed01_edit_and_write_through_a_symlink_keep_the_link() {
     assert_eq!(ws.get("real/target.txt"), b"value = 4\n");
     // A chain of links, and a dangling link inside the workspace: write creates its target.
     std::os::unix::fs::symlink("link.txt", ws.dir.join("chain.txt")).unwrap();
-    ws.edit("chain.txt", "value = 4", "value = 5").await.unwrap();
+    ws.edit("chain.txt", "value = 4", "value = 5")
+        .await
+        .unwrap();
     assert_eq!(ws.get("real/target.txt"), b"value = 5\n");
     std::os::unix::fs::symlink("real/new.txt", ws.dir.join("dangling.txt")).unwrap();
     ws.call("write", json!({"path": "dangling.txt", "content": "new\n"}))
@@ -256,9 +272,15 @@ async fn ed01_edit_and_write_through_a_symlink_keep_the_link() {
         ws.call("write", json!({"path": "out.txt", "content": "gone\n"}))
             .await,
     );
-    assert!(msg.starts_with("Path out.txt is outside the workspace"), "{msg}");
+    assert!(
+        msg.starts_with("Path out.txt is outside the workspace"),
+        "{msg}"
+    );
     err_of(ws.edit("out.txt", "keep", "gone").await);
-    assert_eq!(std::fs::read(ws.top.join("outside/secret.txt")).unwrap(), b"keep\n");
+    assert_eq!(
+        std::fs::read(ws.top.join("outside/secret.txt")).unwrap(),
+        b"keep\n"
+    );
 }
 
 #[tokio::test]
@@ -271,8 +293,14 @@ async fn sessx03_edit_and_write_of_a_minified_megabyte_line_give_small_diffs() {
     let out = ws.edit("min.js", "a50000:1,", "a50000:2,").await.unwrap();
     let diff = out.details.as_ref().unwrap()["diff"].as_str().unwrap();
     assert!(diff.len() < 1000, "{} bytes of diff", diff.len());
-    assert!(diff.contains("-[… ") && diff.contains("a50000:1,"), "{diff}");
-    assert!(diff.contains("+[… ") && diff.contains("a50000:2,"), "{diff}");
+    assert!(
+        diff.contains("-[… ") && diff.contains("a50000:1,"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("+[… ") && diff.contains("a50000:2,"),
+        "{diff}"
+    );
     let edited = text.replace("a50000:1,", "a50000:2,");
     assert_eq!(ws.get("min.js"), edited.as_bytes());
     // The whole file written with one byte changed: the same small diff, the bytes as written.
@@ -308,7 +336,10 @@ async fn reading_a_gigabyte_sparse_file_streams_it() {
     let big: String = (1..=400_000).map(|i| format!("line {i:>20}\n")).collect();
     ws.put("big.txt", big.as_bytes());
     let out = ws
-        .call("read", json!({"path": "big.txt", "offset": 399_999, "limit": 1}))
+        .call(
+            "read",
+            json!({"path": "big.txt", "offset": 399_999, "limit": 1}),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -330,7 +361,10 @@ async fn grep_context_on_a_huge_line_keeps_only_what_it_shows() {
     let text = format!("one\r\ntwo\rthree\n{long}\nfour\nfive\n");
     ws.put("big.txt", text.as_bytes());
     let out = ws
-        .call("grep", json!({"pattern": "needle", "path": "big.txt", "context": 1}))
+        .call(
+            "grep",
+            json!({"pattern": "needle", "path": "big.txt", "context": 1}),
+        )
         .await
         .unwrap();
     let shown = format!("needle {}... [truncated]", "é".repeat(493));

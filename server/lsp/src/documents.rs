@@ -109,7 +109,9 @@ pub fn real_key(path: &Path) -> PathBuf {
 
 /// The paths of `workspaceFolders` entries (case ED-07), canonical, in order, and the URIs of
 /// those that are not `file:` folders (which tools cannot reach; said in the log).
-pub fn folder_paths(folders: &[tower_lsp_server::ls_types::WorkspaceFolder]) -> (Vec<PathBuf>, Vec<String>) {
+pub fn folder_paths(
+    folders: &[tower_lsp_server::ls_types::WorkspaceFolder],
+) -> (Vec<PathBuf>, Vec<String>) {
     let mut paths = Vec::new();
     let mut ignored = Vec::new();
     for f in folders {

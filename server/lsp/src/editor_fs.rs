@@ -541,9 +541,9 @@ impl Fs for EditorFs {
                     rope_offset_to_position(&doc.text, doc.text.len_bytes(), self.caps.encoding);
                 Some((Some(doc.version), end, self.buffer_encoding(path).await))
             }
-            None => Self::disk_text(path).await?.map(|(t, e)| {
-                (None, offset_to_position(&t, t.len(), self.caps.encoding), e)
-            }),
+            None => Self::disk_text(path)
+                .await?
+                .map(|(t, e)| (None, offset_to_position(&t, t.len(), self.caps.encoding), e)),
         };
         match current {
             Some((version, end, encoding)) => {

@@ -24,8 +24,8 @@ use tower_lsp_server::ls_types::{
     notification::Progress, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
     DidOpenTextDocumentParams, InitializeParams, InitializeResult, InitializedParams, MessageType,
     NumberOrString, ProgressParams, ProgressParamsValue, ProgressToken, ServerCapabilities,
-    ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, WorkDoneProgress,
-    WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
+    ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
+    WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
 };
 use tower_lsp_server::{Client, LanguageServer, LspService};
 
@@ -103,23 +103,26 @@ impl Backend {
 
 /// Builds the service with the `agent/*` methods registered.
 pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
-    LspService::build(|client| Backend {
-        state: Arc::new(State {
-            client,
-            docs: Arc::new(Documents::default()),
-            caps: Mutex::new(EditorCaps::default()),
-            root: Mutex::new(PathBuf::from(".")),
-            workspace: Mutex::new(WorkspaceConfig::with_default_agent_dir(
-                PathBuf::from("."),
-                false,
-            )),
-            init_model: Mutex::new(None),
-            init_approval: Mutex::new(None),
-            sessions: Mutex::new(HashMap::new()),
-            shutdown_received: Default::default(),
-            extension_ui: std::sync::atomic::AtomicBool::new(false),
-            editor_tools: Default::default(),
-        }),
+    LspService::build(|client| {
+        crate::logging::attach(client.clone());
+        Backend {
+            state: Arc::new(State {
+                client,
+                docs: Arc::new(Documents::default()),
+                caps: Mutex::new(EditorCaps::default()),
+                root: Mutex::new(PathBuf::from(".")),
+                workspace: Mutex::new(WorkspaceConfig::with_default_agent_dir(
+                    PathBuf::from("."),
+                    false,
+                )),
+                init_model: Mutex::new(None),
+                init_approval: Mutex::new(None),
+                sessions: Mutex::new(HashMap::new()),
+                shutdown_received: Default::default(),
+                extension_ui: std::sync::atomic::AtomicBool::new(false),
+                editor_tools: Default::default(),
+            }),
+        }
     })
     .custom_method("agent/prompt", Backend::agent_prompt)
     .custom_method("agent/abort", Backend::agent_abort)
@@ -258,8 +261,16 @@ impl LanguageServer for Backend {
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
                 position_encoding: Some(encoding.kind()),
-                text_document_sync: Some(TextDocumentSyncCapability::Kind(
-                    TextDocumentSyncKind::INCREMENTAL,
+                // Options, not the bare kind: clients read a bare kind as also asking for
+                // `didSave` (vscode-languageclient, Neovim), which the server does not handle.
+                text_document_sync: Some(TextDocumentSyncCapability::Options(
+                    TextDocumentSyncOptions {
+                        open_close: Some(true),
+                        change: Some(TextDocumentSyncKind::INCREMENTAL),
+                        will_save: None,
+                        will_save_wait_until: None,
+                        save: None,
+                    },
                 )),
                 workspace: Some(tower_lsp_server::ls_types::WorkspaceServerCapabilities {
                     workspace_folders: Some(

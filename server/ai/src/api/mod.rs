@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
-pub use sse_parse::Event;
 use serde_json::Value;
+pub use sse_parse::Event;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::ProviderError;
@@ -57,15 +57,33 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
     match model.api.as_str() {
         "anthropic-messages" => {
             let body = anthropic_messages::build_request(&model, context, &options);
-            tokio::spawn(anthropic_messages::run(model, body, tx, options.cancel, options.timeout));
+            tokio::spawn(anthropic_messages::run(
+                model,
+                body,
+                tx,
+                options.cancel,
+                options.timeout,
+            ));
         }
         "openai-completions" => {
             let body = openai_completions::build_request(&model, context, &options);
-            tokio::spawn(openai_completions::run(model, body, tx, options.cancel, options.timeout));
+            tokio::spawn(openai_completions::run(
+                model,
+                body,
+                tx,
+                options.cancel,
+                options.timeout,
+            ));
         }
         "openai-responses" => {
             let body = openai_responses::build_request(&model, context, &options);
-            tokio::spawn(openai_responses::run(model, body, tx, options.cancel, options.timeout));
+            tokio::spawn(openai_responses::run(
+                model,
+                body,
+                tx,
+                options.cancel,
+                options.timeout,
+            ));
         }
         crate::models::SCRIPTED_API => {
             let turn = scripted::response_index(context);
@@ -167,9 +185,7 @@ impl SseBody {
                     self.parser.feed(&chunk);
                     if self.parser.overflows() > 0 {
                         return Err(ProviderError::Parse {
-                            message: format!(
-                                "an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"
-                            ),
+                            message: format!("an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"),
                         });
                     }
                 }

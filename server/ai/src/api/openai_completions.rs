@@ -434,6 +434,7 @@ async fn stream_body(
     // Key of the tool call the last id-less, index-less fragment continues (STRM-01).
     let mut last_call: Option<(String, String)> = None; // (key, id)
     let mut have_response_id = false;
+    let mut have_response_model = false;
     let mut thinking_open = false;
     // The stream's end marker was seen: `[DONE]` or a finish reason (case 19.1).
     let mut done = false;
@@ -462,6 +463,17 @@ async fn stream_body(
             if let Some(id) = chunk.get("id").and_then(Value::as_str) {
                 have_response_id = true;
                 b.with_message(|m| m.response_id = Some(id.to_string()));
+            }
+        }
+        // Pi's `responseModel`: the first chunk model that is not the requested id.
+        if !have_response_model {
+            if let Some(name) = chunk
+                .get("model")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty() && *n != model.id)
+            {
+                have_response_model = true;
+                b.with_message(|m| m.response_model = Some(name.to_string()));
             }
         }
         let choice = chunk.get("choices").and_then(|c| c.get(0));
@@ -568,8 +580,7 @@ async fn stream_body(
     if !done && finish.is_none() {
         return Err(ProviderError::Network {
             message: if b.with_message(|m| !m.content.is_empty()) {
-                "stream ended before the response was complete (no finish_reason or [DONE])"
-                    .into()
+                "stream ended before the response was complete (no finish_reason or [DONE])".into()
             } else {
                 "stream ended without a response".into()
             },

@@ -30,8 +30,9 @@ fn compaction_error_text(reason: CompactionReason, e: &CompactionError) -> Strin
     }
 }
 
-/// Proposes a compaction and commits it only when it shrinks the request (`before` tokens) and,
-/// for a threshold compaction, brings it under context window − reserve (case CMP-04).
+/// Proposes a compaction and commits it; an automatic one only when it shrinks the request
+/// (`before` tokens) and, for a threshold compaction, brings it under context window − reserve
+/// (case CMP-04). A manual compaction is committed as Pi commits it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn compact_checked(
     cc: &CompactionConfig,
@@ -52,8 +53,16 @@ pub(crate) async fn compact_checked(
         |m: &[Message]| crate::compaction::request_tokens(system_prompt, specs, m, usize::MAX);
     let before = estimate(history);
     let after = estimate(&proposal.messages);
-    if after >= before {
-        return Err(CompactionError::NoProgress { before, after });
+    // A compaction the user asked for is done as Pi does it, whatever it saves; an automatic
+    // one must make room or it would repeat (case CMP-04).
+    if reason != CompactionReason::Manual && after >= before {
+        let fixed = estimate(&[]);
+        return Err(CompactionError::NoProgress {
+            before: before - fixed.min(before),
+            after: after - fixed.min(after),
+            fixed,
+            keep_recent_tokens: cc.settings.keep_recent_tokens,
+        });
     }
     let limit = model
         .context_window

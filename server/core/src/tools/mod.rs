@@ -111,11 +111,7 @@ impl ToolState {
     /// Every folder outside the root that tools may use: the workspace's other folders, then
     /// `allowedDirs`.
     pub fn allowed(&self) -> Vec<PathBuf> {
-        let mut out: Vec<PathBuf> = self
-            .folders
-            .read()
-            .map(|f| f.clone())
-            .unwrap_or_default();
+        let mut out: Vec<PathBuf> = self.folders.read().map(|f| f.clone()).unwrap_or_default();
         out.extend(self.allowed_dirs.iter().cloned());
         out
     }

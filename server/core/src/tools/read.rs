@@ -736,7 +736,10 @@ mod tests {
                     match (got, want) {
                         (Err(g), Err(w)) => assert_eq!(g, w),
                         (Ok((out, details)), Ok((kept, lines, bytes))) => {
-                            assert!(out.starts_with(&kept) || out.starts_with("[Line "), "{offset} {limit:?}");
+                            assert!(
+                                out.starts_with(&kept) || out.starts_with("[Line "),
+                                "{offset} {limit:?}"
+                            );
                             if let Some(d) = details {
                                 assert_eq!(d["truncation"]["totalLines"], lines);
                                 assert_eq!(d["truncation"]["totalBytes"], bytes);
