@@ -119,7 +119,8 @@ test("a recorded run: prompt, streamed markdown, thinking, tool cards, open diff
   const page = panel.page;
   // The transcript as the user sees it.
   const rows = await page.$$eval(".rows > .row", (els) => els.map((e) => e.className.replace("row ", "")));
-  assert.deepEqual(rows, ["row-user", "row-assistant", "row-tool", "row-assistant", "row-tool", "row-assistant", "row-tool", "row-assistant"]);
+  // The third answer is a tool call alone: its row is there but shows nothing (no-content).
+  assert.deepEqual(rows, ["row-user", "row-assistant", "row-tool", "row-assistant", "row-tool", "row-assistant no-content", "row-tool", "row-assistant"]);
   assert.equal(await page.textContent(".row-user .user-text"), "Make the greeting in src/greet.py configurable.");
   // Thinking is collapsed once done.
   assert.equal(await page.$eval(".thinking", (d) => (d as HTMLDetailsElement).open), false);
@@ -139,7 +140,7 @@ test("a recorded run: prompt, streamed markdown, thinking, tool cards, open diff
     ["write", "done", "src/greet.py"],
     ["bash", "done", "python3 src/greet.py && echo done"],
   ]);
-  assert.equal((await page.locator(".row-tool").nth(2).locator(".tool-output").textContent())?.trim(), "Hello, world!\ndone");
+  assert.equal((await page.locator(".row-tool").nth(2).locator(".tool-preview").textContent())?.trim(), "Hello, world!\ndone");
   assert.equal(await page.textContent(".status"), "Idle");
   assert.match((await page.textContent(".meter-text")) ?? "", /^\d+% · \$0\.\d{4}$/);
   // "Open diff" on the write posts openDiff for that tool call.
@@ -196,11 +197,19 @@ test("steer while running, follow-up with Alt+Enter, the queue with remove, abor
   await page.waitForFunction(() => document.querySelectorAll(".queue-item").length === 1);
   assert.deepEqual(panel.requests.at(-1), { method: "agent/queue/remove", params: { sessionId: sid, queueId: "q2" } });
   // Escape stops: "Stopping…" at once (before the server answers).
-  const t0 = Date.now();
   await page.locator("#transcript").focus();
+  // Measured in the page: from the key event to the status change.
+  await page.evaluate(() => {
+    const w = window as any;
+    document.addEventListener("keydown", (e) => (w.__escAt = e.timeStamp), { capture: true, once: true });
+    const status = document.querySelector(".status")!;
+    new MutationObserver(() => {
+      if (status.textContent === "Stopping…" && w.__stopAt === undefined) w.__stopAt = performance.now();
+    }).observe(status, { childList: true, characterData: true, subtree: true });
+  });
   await page.keyboard.press("Escape");
-  await page.waitForFunction(() => document.querySelector(".status")!.textContent === "Stopping…");
-  const shownMs = Date.now() - t0;
+  await page.waitForFunction(() => (window as any).__stopAt !== undefined);
+  const shownMs = await page.evaluate(() => (window as any).__stopAt - (window as any).__escAt);
   assert.ok(shownMs < 100, `"stopping" shown after ${shownMs} ms`);
   assert.deepEqual(panel.requests.at(-1), { method: "agent/abort", params: { sessionId: sid } });
   assert.equal(await page.locator("button.stop").isDisabled(), true);
