@@ -143,10 +143,10 @@ input.value = saved?.draft ?? "";
 // ---- frame scheduling ----------------------------------------------------------------------
 let frame = 0;
 let lastRenderAt = -Infinity;
-/** Streaming text alone is revealed at most every STREAM_MS (25 renders/s): the text keeps
+/** Streaming text alone is revealed at most every STREAM_MS (20 renders/s): the text keeps
  * flowing smoothly and a long answer costs half the layout and sanitising work. Anything else
  * (a new row, a tool card, the status, a scroll) renders in the next frame. */
-const STREAM_MS = 40;
+const STREAM_MS = 50;
 function schedule(): void {
   if (frame) return;
   frame = requestAnimationFrame(onFrame);

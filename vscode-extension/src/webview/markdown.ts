@@ -77,11 +77,32 @@ export function renderMarkdownFragment(src: string, highlight = true): DocumentF
   return DOMPurify.sanitize(html) as unknown as DocumentFragment;
 }
 
-/** Sanitised DOM of tokens already lexed (reference links are not resolved across blocks). */
+/** Whether tokens can carry markup marked does not escape: raw HTML, or a URL (link, image). */
+function needsSanitizing(tokens: readonly Token[]): boolean {
+  for (const t of tokens) {
+    if (t.type === "html" || t.type === "link" || t.type === "image" || t.type === "tag") return true;
+    const kids = (t as { tokens?: Token[] }).tokens;
+    if (kids && needsSanitizing(kids)) return true;
+    const items = (t as { items?: Token[] }).items;
+    if (items && needsSanitizing(items)) return true;
+    const table = t as { header?: { tokens: Token[] }[]; rows?: { tokens: Token[] }[][] };
+    if (table.header?.some((c) => needsSanitizing(c.tokens))) return true;
+    if (table.rows?.some((r) => r.some((c) => needsSanitizing(c.tokens)))) return true;
+  }
+  return false;
+}
+
+const scratch = document.createElement("template");
+
+/** Sanitised DOM of tokens already lexed (reference links are not resolved across blocks).
+ * Tokens without raw HTML or URLs render to text marked has escaped and tags it made itself:
+ * they skip DOMPurify (the tail of a streaming answer is rendered many times a second). */
 function renderTokens(tokens: Token[], highlight: boolean): DocumentFragment {
   const list = Object.assign([...tokens], { links: {} }) as unknown as TokensList;
   const html = (highlight ? highlighted : plain).parser(list);
-  return DOMPurify.sanitize(html) as unknown as DocumentFragment;
+  if (needsSanitizing(tokens)) return DOMPurify.sanitize(html) as unknown as DocumentFragment;
+  scratch.innerHTML = html;
+  return scratch.content.cloneNode(true) as DocumentFragment;
 }
 
 /** Finished blocks per chunk element. */
