@@ -391,3 +391,20 @@ test("webview state keeps the draft and the session across a reload; the panel r
   assert.equal(state.sessionId, sid);
   await panel.page.context().close();
 });
+
+test("model text cannot inject markup: raw HTML and javascript: links are sanitised, while streaming and after", async () => {
+  const panel = await openPanel(browser, { onRequest: (m) => (m === "agent/model/list" ? { models: [] } : Promise.reject({ code: -32601, message: m })) });
+  await panel.send({ type: "init", sessionId: null, workspaceName: "demo", capabilities: {} });
+  const ev = (event: unknown) => ({ method: "agent/event", params: { sessionId: SID, runId: "rx", event } });
+  const evil = 'Look <img src=x onerror="window.__pwned=1"> and [click](javascript:window.__pwned=2) <script>window.__pwned=3</script>\n\nnext';
+  const upd = (e: unknown) => ev({ type: "message_update", assistantMessageEvent: e });
+  await replay(panel, [ev({ type: "agent_start" }), ev({ type: "message_start", message: { role: "assistant", content: [], stopReason: "stop", timestamp: 42 } }), upd({ type: "text_start", contentIndex: 0 }), upd({ type: "text_delta", contentIndex: 0, delta: evil.slice(0, 60) })]);
+  await frames(panel, 4);
+  const check = () => panel.page.evaluate(() => ({ pwned: (window as any).__pwned ?? null, onerror: document.querySelectorAll("[onerror]").length, js: [...document.querySelectorAll("a")].filter((a) => /^javascript:/i.test(a.getAttribute("href") ?? "")).length, scripts: document.querySelectorAll(".md script").length }));
+  assert.deepEqual(await check(), { pwned: null, onerror: 0, js: 0, scripts: 0 });
+  await replay(panel, [upd({ type: "text_delta", contentIndex: 0, delta: evil.slice(60) }), ev({ type: "message_end", message: { role: "assistant", content: [{ type: "text", text: evil }], stopReason: "stop", timestamp: 42 } }), ev({ type: "agent_end", messages: [] })]);
+  await frames(panel, 4);
+  assert.deepEqual(await check(), { pwned: null, onerror: 0, js: 0, scripts: 0 });
+  assert.equal(await panel.page.locator(".row-assistant .md img").count(), 1, "the image stays, without its handler");
+  await panel.page.context().close();
+});
