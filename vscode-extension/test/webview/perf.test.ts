@@ -241,6 +241,7 @@ test("VP2–VP4: 5,000 deltas at 500/s: cost per delta, one render per frame, on
   // rendered once.
   await panel.send({ type: "notifications", items: [ev({ type: "message_update", assistantMessageEvent: { type: "text_end", contentIndex: 0, content: text } }), ev({ type: "message_end", message: { role: "assistant", content: [{ type: "text", text }], api: "x", provider: "rec", model: "rec-1", stopReason: "stop", timestamp: ts + 1 } }), ev({ type: "turn_end", message: {}, toolResults: [] }), ev({ type: "agent_end", messages: [] })] });
   await page.waitForFunction(() => !document.querySelector(".row-assistant.streaming"));
+  const renderedForRow = (await page.evaluate(() => (window as any).__pi.renderStats.blocks)) - blocksBefore0;
   const [streamed, fresh] = await page.evaluate((t) => {
     const rows = document.querySelectorAll(".row-assistant");
     const md = rows[rows.length - 1]!.querySelector(".md")!;
@@ -254,8 +255,6 @@ test("VP2–VP4: 5,000 deltas at 500/s: cost per delta, one render per frame, on
     w.__pi.renderFresh(t);
     return w.__pi.renderStats.blocks - b0;
   }, text);
-  const blocksAfter = await page.evaluate(() => (window as any).__pi.renderStats.blocks);
-  const renderedForRow = blocksAfter - total - blocksBefore0;
   perf(`VP2 blocks: ${total} blocks in the answer, ${renderedForRow} block renders for the streamed row`);
   assert.equal(renderedForRow, total, "every finished block was rendered exactly once");
   assert.deepEqual(panel.errors, []);
