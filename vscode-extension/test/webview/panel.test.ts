@@ -408,3 +408,34 @@ test("model text cannot inject markup: raw HTML and javascript: links are saniti
   assert.equal(await panel.page.locator(".row-assistant .md img").count(), 1, "the image stays, without its handler");
   await panel.page.context().close();
 });
+
+test("model and thinking pickers send agent/model/set and agent/thinking/set; the level shown is the server's clamped one; the meter follows agent/usage", async () => {
+  const { responses } = loadFixture("rich-run");
+  const state = responses.get("agent/state");
+  const other = { ...state.model, provider: "mock", id: "small-1", name: "Small", reasoning: false, thinkingLevels: [] };
+  const panel = await openPanel(browser, {
+    onRequest: hostFor("rich-run", {
+      "agent/model/list": () => ({ models: [state.model, other] }),
+      "agent/session/history": () => ({ sessionId: state.sessionId, leafId: null, entries: [], hasMore: false }),
+      "agent/model/set": (p) => ({ model: p.model === "mock/small-1" ? other : state.model, thinkingLevel: "off" }),
+      "agent/thinking/set": () => ({ level: "medium" }),
+    }),
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: state.sessionId, workspaceName: "demo", capabilities: {} });
+  await page.waitForFunction(() => document.querySelectorAll(".model-select option").length === 2);
+  assert.equal(await page.inputValue(".model-select"), `${state.model.provider}/${state.model.id}`);
+  const levels = await page.$$eval(".thinking-select option", (o) => o.map((x) => (x as HTMLOptionElement).value));
+  assert.ok(levels.length > 1 && levels.includes("high"), `levels ${levels}`);
+  await page.selectOption(".thinking-select", "high");
+  await page.waitForFunction(() => (document.querySelector(".thinking-select") as HTMLSelectElement).value === "medium");
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/thinking/set").map((r) => r.params), [{ sessionId: state.sessionId, level: "high" }]);
+  await page.selectOption(".model-select", "mock/small-1");
+  await page.waitForFunction(() => (document.querySelector(".thinking-select") as HTMLSelectElement).disabled);
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/model/set").map((r) => r.params), [{ sessionId: state.sessionId, model: "mock/small-1" }]);
+  await replay(panel, [{ method: "agent/usage", params: { sessionId: state.sessionId, runId: "r", turn: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2, cost: 0.01 }, session: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 150000, cost: 1.5 }, contextTokens: 150000, contextWindow: 200000 } }]);
+  assert.equal(await page.textContent(".meter-text"), "75% · $1.5000");
+  assert.equal(await page.getAttribute(".meter", "data-level"), "mid");
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
