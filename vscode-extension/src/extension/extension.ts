@@ -298,6 +298,22 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     return activeSession();
   }
 
+  /** The leaf before the last rewind per session (`agent/session/rewind`'s `previousLeafId`). */
+  const lastRewind = new Map<string, string>();
+  /** `agent/session/rewind` (moves the leaf, reverts the agent's later file edits as editor
+   * edits); a server without it says so instead of failing silently. */
+  async function rewind(sessionId: string, entryId: string): Promise<unknown> {
+    try {
+      return await host.request("agent/session/rewind", { sessionId, entryId });
+    } catch (e: any) {
+      if (e?.code === -32601) {
+        void vscode.window.showWarningMessage("Pi: this pi-lsp has no agent/session/rewind; use Branch Here and the Changes view instead.");
+        return undefined;
+      }
+      throw e;
+    }
+  }
+
   const commands: Record<string, (...args: any[]) => unknown> = {
     "pi.focusChat": async () => {
       await vscode.commands.executeCommand("pi.chat.focus");
@@ -513,6 +529,33 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
         const r: any = await host.request("agent/session/export", { sessionId, format, outputPath: target.fsPath });
         const open = await vscode.window.showInformationMessage(`Pi: exported to ${r?.path ?? target.fsPath}`, "Open");
         if (open) await vscode.window.showTextDocument(target, { preview: true });
+      }),
+    "pi.session.rewind": (node?: SessionNode) =>
+      guarded("rewinding", async () => {
+        if (node?.kind !== "entry") return;
+        const r: any = await rewind(node.sessionId, node.entry.id);
+        if (!r) return;
+        lastRewind.set(node.sessionId, r.previousLeafId);
+        const files: any[] = r.files ?? [];
+        const summary = files.map((f) => `${f.path} ${f.status}${f.reason ? ` (${f.reason})` : ""}`).join(", ") || "no file changes";
+        await openInChatView(node.sessionId);
+        sessions.refresh();
+        const undo = await vscode.window.showInformationMessage(`Pi: rewound — ${summary}.`, "Undo Rewind");
+        if (undo) await commands["pi.session.undoRewind"](node);
+      }),
+    "pi.session.undoRewind": (node?: SessionNode) =>
+      guarded("undoing the rewind", async () => {
+        const sessionId = sessionOf(node);
+        const back = sessionId ? lastRewind.get(sessionId) : undefined;
+        if (!sessionId || !back) {
+          void vscode.window.showInformationMessage("Pi: nothing to undo (no rewind in this session since the window opened).");
+          return;
+        }
+        const r: any = await rewind(sessionId, back);
+        if (!r) return;
+        lastRewind.delete(sessionId);
+        await openInChatView(sessionId);
+        sessions.refresh();
       }),
     "pi.changes.keepHunk": (uri?: vscode.Uri, index?: number) => changes.keepHunk(uri, index),
     "pi.changes.undoHunk": (uri?: vscode.Uri, index?: number) => changes.undoHunk(uri, index),

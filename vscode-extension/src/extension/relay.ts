@@ -5,8 +5,9 @@
  * - {@link Batcher}: collects notifications for one panel and posts them as one
  *   `{type: "notifications", items}` message, at most once per {@link MIN_POST_INTERVAL_MS}
  *   (≤ 60 posts per second, CLIENTS.md VP7), never reordered. Anything else posted to the panel
- *   (responses, server requests) first flushes what is waiting, so the panel sees messages in
- *   arrival order.
+ *   (responses, server requests) goes after the notifications waiting before it, in the same
+ *   window, and counts against the rate, so the panel sees messages in arrival order and never
+ *   more than 60 posts in a second.
  * - {@link Router}: which panels show which session (`sessionId` of every notification), plus a
  *   short backlog of notifications of sessions no panel shows yet, handed to the panel that
  *   created the session when it attaches (a new session's first events can arrive before the
@@ -19,9 +20,10 @@ export interface Note {
   params: any;
 }
 
-/** Smallest gap between two posts of one panel, in ms (17: at most 58.8 posts per second, so
- * no one-second window holds more than 60 even with timer rounding). */
-export const MIN_POST_INTERVAL_MS = 17;
+/** Smallest gap between two posts of one panel, in ms (18: at most 55.6 notification posts
+ * per second, which leaves room within 60 per second for the few other posts — answers to the
+ * panel's requests, server questions — that may come during a stream). */
+export const MIN_POST_INTERVAL_MS = 18;
 
 /** Timer functions, injectable for tests. */
 export interface Clock {
@@ -39,6 +41,7 @@ export const realClock: Clock = {
 /** Batches notifications for one panel; `post` receives each outgoing message. */
 export class Batcher {
   private items: Note[] = [];
+  private others: unknown[] = [];
   private timer: unknown = undefined;
   private lastPost = -Infinity;
   /** Posts made so far (notification batches and direct posts). */
@@ -58,6 +61,45 @@ export class Batcher {
   /** Queues one notification; it is posted in the next window. */
   push(note: Note): void {
     this.items.push(note);
+    this.schedule();
+  }
+
+  /** Posts what is waiting now (notifications first, then other messages, in order). */
+  flush(): void {
+    if (this.timer !== undefined) {
+      this.clock.clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+    const items = this.items;
+    const others = this.others;
+    this.items = [];
+    this.others = [];
+    let sent = 0;
+    if (items.length) {
+      this.notes += items.length;
+      this.send({ type: "notifications", items });
+      sent++;
+    }
+    for (const m of others) {
+      this.send(m);
+      sent++;
+    }
+    // Several posts at once use up as many windows: the next post waits for them.
+    if (sent > 1) this.lastPost += (sent - 1) * this.interval;
+  }
+
+  /** Posts another message (a response, a server question) after the notifications waiting
+   * before it: at once when the panel's window is free, else with them in the next window. */
+  direct(message: unknown): void {
+    if (this.items.length === 0 && this.others.length === 0 && this.clock.now() >= this.lastPost + this.interval) {
+      this.send(message);
+      return;
+    }
+    this.others.push(message);
+    this.schedule();
+  }
+
+  private schedule(): void {
     if (this.timer !== undefined) return;
     const wait = Math.max(0, this.lastPost + this.interval - this.clock.now());
     this.timer = this.clock.setTimeout(() => {
@@ -66,34 +108,16 @@ export class Batcher {
     }, wait);
   }
 
-  /** Posts what is waiting now (if anything). */
-  flush(): void {
-    if (this.timer !== undefined) {
-      this.clock.clearTimeout(this.timer);
-      this.timer = undefined;
-    }
-    if (this.items.length === 0) return;
-    const items = this.items;
-    this.items = [];
-    this.notes += items.length;
-    this.send({ type: "notifications", items });
-  }
-
-  /** Posts another message after flushing waiting notifications (keeps arrival order). */
-  direct(message: unknown): void {
-    this.flush();
-    this.send(message);
-  }
-
   /** Notifications waiting for the next post. */
   get pending(): number {
-    return this.items.length;
+    return this.items.length + this.others.length;
   }
 
   dispose(): void {
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
     this.timer = undefined;
     this.items = [];
+    this.others = [];
   }
 
   private send(message: unknown): void {

@@ -18,6 +18,8 @@ export interface Block {
   raw: string;
   /** Offset of `raw` in the whole text. */
   start: number;
+  /** The lexer's token (rendering it needs no second lexing). */
+  token?: Token;
 }
 
 function lex(src: string): TokensList {
@@ -38,6 +40,8 @@ export class BlockSplitter {
   stableEnd = 0;
   /** The text last seen. */
   private text = "";
+  /** The tail's tokens from the last `update` (null when the tail was not lexed). */
+  tailTokens: Token[] | null = null;
 
   /**
    * Takes the whole text so far (it must extend the previous text; anything else resets the
@@ -47,18 +51,22 @@ export class BlockSplitter {
     if (!text.startsWith(this.text.slice(0, this.stableEnd))) this.reset();
     this.text = text;
     const tail = text.slice(this.stableEnd);
+    this.tailTokens = null;
     if (tail.length === 0) return 0;
     const tokens = lex(tail);
     // The last non-space token is the growing tail; everything before it is finished, except
     // a trailing blank run (kept with the tail so the tail's offset starts on content).
     let last = tokens.length - 1;
     while (last >= 0 && isSpace(tokens[last]!)) last--;
-    if (last <= 0) return 0;
+    if (last <= 0) {
+      this.tailTokens = tokens;
+      return 0;
+    }
     let added = 0;
     let off = this.stableEnd;
     for (let i = 0; i < last; i++) {
       const raw = tokens[i]!.raw;
-      this.finished.push({ raw, start: off });
+      this.finished.push({ raw, start: off, token: tokens[i] });
       off += raw.length;
       added++;
     }
@@ -68,6 +76,7 @@ export class BlockSplitter {
       return 0;
     }
     this.stableEnd = off;
+    this.tailTokens = tokens.slice(last);
     return added;
   }
 
@@ -81,7 +90,7 @@ export class BlockSplitter {
     const out = [...this.finished];
     let off = this.stableEnd;
     for (const t of lex(this.tail())) {
-      out.push({ raw: t.raw, start: off });
+      out.push({ raw: t.raw, start: off, token: t });
       off += t.raw.length;
     }
     return out;

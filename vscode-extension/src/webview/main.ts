@@ -106,7 +106,10 @@ compactButton.title = "Compact the context";
 header.append(modelSelect, thinkingSelect, meter, statusText, compactButton, newButton);
 
 const main = el("div", "main");
-const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({ type: "openDiff", toolCallId, path }), openFile: (path, line) => post({ type: "openFile", path, ...(line ? { line } : {}) }) }, () => schedule());
+const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({ type: "openDiff", toolCallId, path }), openFile: (path, line) => post({ type: "openFile", path, ...(line ? { line } : {}) }) }, () => {
+  scrolled = true;
+  schedule();
+});
 const empty = el("div", "empty", "Ask pi anything about this workspace. Enter sends; while it runs, Enter steers and Alt+Enter queues a follow-up; Esc stops.");
 main.append(empty);
 
@@ -139,13 +142,27 @@ input.value = saved?.draft ?? "";
 
 // ---- frame scheduling ----------------------------------------------------------------------
 let frame = 0;
+let lastRenderAt = -Infinity;
+/** Streaming text alone is revealed at most every STREAM_MS (20 renders/s): the text keeps
+ * flowing smoothly and a long answer costs half the layout and sanitising work. Anything else
+ * (a new row, a tool card, the status, a scroll) renders in the next frame. */
+const STREAM_MS = 50;
 function schedule(): void {
   if (frame) return;
-  frame = requestAnimationFrame(() => {
-    frame = 0;
-    renderFrame();
-  });
+  frame = requestAnimationFrame(onFrame);
 }
+function onFrame(now: number): void {
+  frame = 0;
+  const onlyStreaming = store.dirty.size === 1 && store.streamingId !== null && store.dirty.has(store.streamingId) && !store.orderChanged && !scrolled;
+  if (onlyStreaming && now - lastRenderAt < STREAM_MS) {
+    frame = requestAnimationFrame(onFrame);
+    return;
+  }
+  lastRenderAt = now;
+  scrolled = false;
+  renderFrame();
+}
+let scrolled = false;
 
 let lastVersion = -1;
 let renderCount = 0;
@@ -168,15 +185,23 @@ function renderQueueIfDirty(): void {
   renderQueue();
 }
 
+/** Sets an element's text only when it differs (no layout invalidation otherwise). */
+function setText(e: HTMLElement, t: string): void {
+  if (e.textContent !== t) e.textContent = t;
+}
+
+let lastUsage: Store["usage"] = null;
 function renderStatus(): void {
   const state = store.stopping ? "stopping" : store.running ? "running" : "idle";
-  statusText.textContent = state === "stopping" ? "Stopping…" : state === "running" ? "Running" : "Idle";
-  app.dataset.state = state;
-  stopButton.disabled = !store.running || store.stopping;
-  sendButton.textContent = store.running ? (mode === "followUp" ? "Follow up" : "Steer") : "Send";
-  modeText.textContent = store.running ? (mode === "followUp" ? "follow-up (Alt+Enter)" : "steer (Enter) · Alt+Enter: follow-up") : "";
+  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? "Running" : "Idle");
+  if (app.dataset.state !== state) app.dataset.state = state;
+  const stopDisabled = !store.running || store.stopping;
+  if (stopButton.disabled !== stopDisabled) stopButton.disabled = stopDisabled;
+  setText(sendButton, store.running ? (mode === "followUp" ? "Follow up" : "Steer") : "Send");
+  setText(modeText, store.running ? (mode === "followUp" ? "follow-up (Alt+Enter)" : "steer (Enter) · Alt+Enter: follow-up") : "");
   const u = store.usage;
-  if (u && u.contextWindow > 0) {
+  if (u && u !== lastUsage && u.contextWindow > 0) {
+    lastUsage = u;
     const pct = Math.min(100, (u.contextTokens / u.contextWindow) * 100);
     meterFill.style.width = `${pct.toFixed(1)}%`;
     meter.dataset.level = pct > 85 ? "high" : pct > 60 ? "mid" : "low";

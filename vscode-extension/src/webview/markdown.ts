@@ -8,7 +8,7 @@
  * (see `BlockSplitter`) are appended once and never touched again; only the tail element is
  * replaced. `renderCount` counts block renders (tests check a finished block is rendered once).
  */
-import { Marked, Lexer, type Tokens } from "marked";
+import { Marked, Lexer, type Tokens, type Token, type TokensList } from "marked";
 import DOMPurify from "dompurify";
 import hljs from "highlight.js/lib/core";
 import bash from "highlight.js/lib/languages/bash";
@@ -60,18 +60,53 @@ function makeMarked(highlight: boolean): Marked {
 const highlighted = makeMarked(true);
 const plain = makeMarked(false);
 
-const purifyConfig = {
-  // No scripts, styles, forms or remote-loading elements; images only as data: URIs.
+// One DOMPurify configuration, set once (parsing it per call costs more than sanitising a
+// small block): no scripts, styles, forms or remote-loading elements; links to http(s),
+// mailto and vscode; images only as data: URIs of raster types. Returns DOM fragments, so each
+// block's HTML is parsed once.
+DOMPurify.setConfig({
   FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed"],
   FORBID_ATTR: ["style"],
   ALLOWED_URI_REGEXP: /^(?:(?:https?|mailto|vscode):|data:image\/(?:png|jpeg|gif|webp);|[^a-z]|[a-z+.-]+(?:[^a-z+.\-:]|$))/i,
-};
+  RETURN_DOM_FRAGMENT: true,
+});
 
-/** Sanitised HTML of a Markdown source (`highlight`: colour code blocks). */
-export function renderMarkdown(src: string, highlight = true): string {
+/** Sanitised DOM of a Markdown source (`highlight`: colour code blocks). */
+export function renderMarkdownFragment(src: string, highlight = true): DocumentFragment {
   const html = (highlight ? highlighted : plain).parse(src, { async: false }) as string;
-  return DOMPurify.sanitize(html, purifyConfig) as unknown as string;
+  return DOMPurify.sanitize(html) as unknown as DocumentFragment;
 }
+
+/** Whether tokens can carry markup marked does not escape: raw HTML, or a URL (link, image). */
+function needsSanitizing(tokens: readonly Token[]): boolean {
+  for (const t of tokens) {
+    if (t.type === "html" || t.type === "link" || t.type === "image" || t.type === "tag") return true;
+    const kids = (t as { tokens?: Token[] }).tokens;
+    if (kids && needsSanitizing(kids)) return true;
+    const items = (t as { items?: Token[] }).items;
+    if (items && needsSanitizing(items)) return true;
+    const table = t as { header?: { tokens: Token[] }[]; rows?: { tokens: Token[] }[][] };
+    if (table.header?.some((c) => needsSanitizing(c.tokens))) return true;
+    if (table.rows?.some((r) => r.some((c) => needsSanitizing(c.tokens)))) return true;
+  }
+  return false;
+}
+
+const scratch = document.createElement("template");
+
+/** Sanitised DOM of tokens already lexed (reference links are not resolved across blocks).
+ * Tokens without raw HTML or URLs render to text marked has escaped and tags it made itself:
+ * they skip DOMPurify (the tail of a streaming answer is rendered many times a second). */
+function renderTokens(tokens: Token[], highlight: boolean): DocumentFragment {
+  const list = Object.assign([...tokens], { links: {} }) as unknown as TokensList;
+  const html = (highlight ? highlighted : plain).parser(list);
+  if (needsSanitizing(tokens)) return DOMPurify.sanitize(html) as unknown as DocumentFragment;
+  scratch.innerHTML = html;
+  return scratch.content.cloneNode(true) as DocumentFragment;
+}
+
+/** Finished blocks per chunk element. */
+const CHUNK = 32;
 
 /** Test hook: how many Markdown blocks were rendered in this document. */
 export const renderStats = { blocks: 0, tails: 0 };
@@ -83,6 +118,7 @@ export class MarkdownView {
   private rendered = 0;
   private lastText = "";
   private lastDone = false;
+  private chunk: HTMLDivElement | null = null;
 
   constructor() {
     this.el = document.createElement("div");
@@ -101,19 +137,27 @@ export class MarkdownView {
     this.splitter.update(text);
     const blocks = done ? this.splitter.finish() : this.splitter.finished;
     for (; this.rendered < blocks.length; this.rendered++) {
-      const raw = blocks[this.rendered]!.raw;
-      if (raw.trim() === "") continue;
+      const b = blocks[this.rendered]!;
+      if (b.raw.trim() === "") continue;
       const div = document.createElement("div");
       div.className = "md-block";
-      div.innerHTML = renderMarkdown(raw, true);
+      div.append(b.token ? renderTokens([b.token], true) : renderMarkdownFragment(b.raw, true));
       renderStats.blocks++;
-      this.el.insertBefore(div, this.tailEl);
+      // Finished blocks go into chunks of CHUNK blocks: a long answer's layout and paint then
+      // walk a few chunks (out-of-view ones skipped), not thousands of blocks, per frame.
+      if (!this.chunk || this.chunk.childElementCount >= CHUNK) {
+        this.chunk = document.createElement("div");
+        this.chunk.className = "md-chunk";
+        this.el.insertBefore(this.chunk, this.tailEl);
+      }
+      this.chunk.append(div);
     }
     const tail = done ? "" : this.splitter.tail();
     if (tail.trim() === "") {
       if (this.tailEl.firstChild) this.tailEl.textContent = "";
     } else {
-      this.tailEl.innerHTML = renderMarkdown(tail, false);
+      const tokens = this.splitter.tailTokens;
+      this.tailEl.replaceChildren(tokens ? renderTokens(tokens, false) : renderMarkdownFragment(tail, false));
       renderStats.tails++;
     }
   }
@@ -121,6 +165,7 @@ export class MarkdownView {
   private reset(): void {
     this.splitter.reset();
     this.rendered = 0;
+    this.chunk = null;
     while (this.el.firstChild !== this.tailEl) this.el.firstChild!.remove();
     this.tailEl.textContent = "";
   }

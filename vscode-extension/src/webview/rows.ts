@@ -4,7 +4,7 @@
  * row (VP3).
  */
 import type { Item, AssistantItem, ToolItem, TextBlock } from "./store";
-import { MarkdownView, renderMarkdown } from "./markdown";
+import { MarkdownView, renderMarkdownFragment } from "./markdown";
 
 /** What rows may ask of the panel. */
 export interface RowHost {
@@ -20,10 +20,25 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: 
 }
 
 const MAX_OUTPUT = 12000;
+const PREVIEW_LINES = 8;
+const PREVIEW_CHARS = 1200;
 
 /** The last `MAX_OUTPUT` characters of a tool's output (the tail is what matters while it runs). */
 function clip(s: string): string {
   return s.length > MAX_OUTPUT ? `… (${s.length - MAX_OUTPUT} characters above)\n${s.slice(-MAX_OUTPUT)}` : s;
+}
+
+/** The last lines of an output (a card shows these; the rest on demand). */
+export function preview(s: string): { text: string; hidden: number } {
+  const trimmed = s.replace(/\n+$/, "");
+  let cut = trimmed.length;
+  for (let i = 0; i < PREVIEW_LINES && cut > 0; i++) {
+    const nl = trimmed.lastIndexOf("\n", cut - 1);
+    cut = nl < 0 ? 0 : nl;
+  }
+  if (trimmed.length - cut > PREVIEW_CHARS) cut = trimmed.length - PREVIEW_CHARS;
+  const hiddenLines = cut > 0 ? trimmed.slice(0, cut).split("\n").length : 0;
+  return { text: cut > 0 ? trimmed.slice(cut).replace(/^\n/, "") : trimmed, hidden: hiddenLines };
 }
 
 /** A one-line summary of a call's arguments (the command, the path, the pattern). */
@@ -128,6 +143,9 @@ class AssistantRow extends RowView {
       v.update(b);
     });
     this.el.classList.toggle("streaming", a.streaming);
+    // A message of tool calls only has no row of its own (its tool cards follow it).
+    const hasContent = a.blocks.some((b) => b && (b.type === "thinking" || b.text.trim() !== ""));
+    this.el.classList.toggle("no-content", !hasContent && !a.errorMessage && a.stopReason !== "aborted");
     const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ?? (a.stopReason === "aborted" ? "Aborted." : "Failed.")) : "";
     this.error.hidden = !err;
     this.error.textContent = err;
@@ -143,13 +161,22 @@ class ToolRow extends RowView {
   private readonly actions = el("span", "tool-actions");
   private readonly argsBox = el("details", "tool-args");
   private readonly argsPre = el("pre");
-  private readonly out = el("pre", "tool-output");
+  private readonly out = el("pre", "tool-output tool-preview");
   private diffButton: HTMLButtonElement | null = null;
+  private readonly more = el("details", "tool-more");
+  private readonly moreSummary = el("summary");
+  private readonly morePre = el("pre", "tool-output");
+  private fullOutput = "";
   constructor(id: string, private readonly host: RowHost) {
     super(id, "tool");
     this.argsBox.append(el("summary", undefined, "Arguments"), this.argsPre);
     this.head.append(this.state, this.name, this.summary, this.actions);
-    this.el.append(this.head, this.argsBox, this.out);
+    this.more.append(this.moreSummary, this.morePre);
+    this.more.hidden = true;
+    this.more.addEventListener("toggle", () => {
+      this.morePre.textContent = this.more.open ? clip(this.fullOutput) : "";
+    });
+    this.el.append(this.head, this.argsBox, this.more, this.out);
     this.el.setAttribute("role", "group");
   }
   update(item: Item): void {
@@ -162,9 +189,14 @@ class ToolRow extends RowView {
     this.state.textContent = { pending: "pending", running: "running", done: "done", error: "error" }[t.state];
     const argsText = t.args === undefined ? t.argsText : JSON.stringify(t.args, null, 2);
     if (this.argsPre.textContent !== argsText) this.argsPre.textContent = argsText;
-    const out = clip(t.output);
-    if (this.out.textContent !== out) this.out.textContent = out;
-    this.out.hidden = out === "";
+    // The last lines; the whole output (up to MAX_OUTPUT) only when asked for.
+    const p = preview(t.output);
+    if (this.out.textContent !== p.text) this.out.textContent = p.text;
+    this.out.hidden = p.text === "";
+    this.fullOutput = t.output;
+    this.more.hidden = p.hidden === 0;
+    if (p.hidden) this.moreSummary.textContent = `Show all output (${p.hidden} more line${p.hidden > 1 ? "s" : ""})`;
+    if (this.more.open) this.morePre.textContent = clip(t.output);
     const path = (t.args as { path?: unknown } | undefined)?.path;
     if ((t.toolName === "edit" || t.toolName === "write") && typeof path === "string" && !this.diffButton) {
       const b = el("button", "link open-diff", "Open diff");
@@ -202,7 +234,7 @@ class CompactionRow extends RowView {
       const d = el("details", "summary");
       d.append(el("summary", undefined, "Summary"));
       const body = el("div", "md");
-      body.innerHTML = renderMarkdown(item.summary);
+      body.append(renderMarkdownFragment(item.summary));
       d.append(body);
       this.el.append(d);
     }
@@ -219,7 +251,7 @@ class BranchSummaryRow extends RowView {
     const d = el("details", "summary");
     d.append(el("summary", undefined, "Branch summary (the path left behind)"));
     const body = el("div", "md");
-    body.innerHTML = renderMarkdown(item.summary);
+    body.append(renderMarkdownFragment(item.summary));
     d.append(body);
     this.el.append(d);
   }

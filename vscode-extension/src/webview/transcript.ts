@@ -34,7 +34,8 @@ export class Transcript {
   atBottom = true;
   /** Set by the panel: called when the top of the loaded history comes into view. */
   onNeedOlder: (() => void) | null = null;
-  private ignoreScroll = false;
+  /** Where our last programmatic scroll put `scrollTop` (null after the user scrolled). */
+  private ownTop: number | null = null;
 
   constructor(parent: HTMLElement, private readonly host: RowHost, private readonly requestFrame: () => void) {
     this.scroller = document.createElement("div");
@@ -53,16 +54,20 @@ export class Transcript {
     this.scroller.addEventListener(
       "scroll",
       () => {
-        if (this.ignoreScroll) {
-          this.ignoreScroll = false;
-          return;
-        }
         const s = this.scroller;
+        // Our own scrolling (pinning, anchoring) lands where we put it: not the user's.
+        if (this.ownTop !== null && Math.abs(s.scrollTop - this.ownTop) < 1) return;
+        this.ownTop = null;
         this.atBottom = s.scrollHeight - s.scrollTop - s.clientHeight < 4;
         this.requestFrame();
       },
       { passive: true },
     );
+    // A resize (panel width, window) re-measures and keeps the anchor or the pin.
+    new ResizeObserver(() => {
+      this.orderDirty = true;
+      this.requestFrame();
+    }).observe(this.scroller);
   }
 
   /** Distance from the bottom in px (kept in webview state). */
@@ -82,18 +87,19 @@ export class Transcript {
     this.views.clear();
     this.heights.clear();
     this.acc = null;
+    this.orderDirty = true;
     this.rows.textContent = "";
     this.lo = this.hi = 0;
     this.order = [];
     this.atBottom = true;
-    this.top.style.height = "0px";
-    this.bottom.style.height = "0px";
+    this.topPx = this.bottomPx = -1;
+    this.setSpacers();
   }
 
   private setScrollTop(v: number): void {
-    if (Math.abs(this.scroller.scrollTop - v) < 0.5) return;
-    this.ignoreScroll = true;
-    this.scroller.scrollTop = v;
+    const s = this.scroller;
+    if (Math.abs(s.scrollTop - v) >= 0.5) s.scrollTop = v;
+    this.ownTop = s.scrollTop;
   }
 
   private heightOf(id: string): number {
@@ -182,7 +188,8 @@ export class Transcript {
       if (anchorId === from) anchorId = to;
     }
     store.renamed.length = 0;
-    if (store.orderChanged || this.order !== store.order) {
+    if (store.orderChanged || this.order !== store.order || store.renamed.length) {
+      this.orderDirty = true;
       this.order = store.order;
       this.acc = null;
       const alive = new Set(this.order);
@@ -191,14 +198,25 @@ export class Transcript {
     store.orderChanged = false;
 
     // Patch changed rows that are shown.
+    let allShown = true;
     for (const id of store.dirty) {
       const v = this.views.get(id);
       const item = store.items.get(id);
-      if (v && item) v.update(item);
+      if (v && item) {
+        v.update(item);
+        if (this.atBottom && this.heights.delete(id)) this.acc = null;
+      } else if (item) allShown = false;
     }
     store.dirty.clear();
 
     const n = this.order.length;
+    // Fast path while text streams at the bottom: the window already reaches the end, so only
+    // the patched rows changed; pin to the bottom (one layout) and measure them later.
+    if (this.atBottom && allShown && this.hi === n && n > 0 && !this.orderDirty) {
+      this.setScrollTop(s.scrollHeight - s.clientHeight);
+      return;
+    }
+    this.orderDirty = false;
     let scrollTarget = 0;
     for (let pass = 0; pass < 3; pass++) {
       const total = this.sum(0, n);
@@ -215,14 +233,31 @@ export class Transcript {
         const el = child as HTMLElement;
         this.setHeight(el.dataset.id!, el.offsetHeight);
       }
-      this.top.style.height = `${this.sum(0, this.lo)}px`;
-      this.bottom.style.height = `${this.sum(this.hi, n)}px`;
+      this.setSpacers();
       if (!changed) break;
     }
     if (this.atBottom) this.setScrollTop(s.scrollHeight - s.clientHeight);
     else this.setScrollTop(scrollTarget);
 
     if (this.lo === 0 && this.onNeedOlder && s.scrollTop < vh * OVERSCAN) this.onNeedOlder();
+  }
+
+  /** The order changed since the last full render (the fast path does not apply). */
+  private orderDirty = true;
+  private topPx = -1;
+  private bottomPx = -1;
+  /** Sets the spacers' heights, writing only what changed (no style invalidation otherwise). */
+  private setSpacers(): void {
+    const t = this.sum(0, this.lo);
+    const b = this.sum(this.hi, this.order.length);
+    if (t !== this.topPx) {
+      this.topPx = t;
+      this.top.style.height = `${t}px`;
+    }
+    if (b !== this.bottomPx) {
+      this.bottomPx = b;
+      this.bottom.style.height = `${b}px`;
+    }
   }
 
   /** Shows rows [wantLo, wantHi) (keeping up to STEP more on each side already shown, so small

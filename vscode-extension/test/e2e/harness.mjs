@@ -131,14 +131,25 @@ export async function startWorkbench({ files = {}, settings = {} } = {}) {
   };
 }
 
-/** Runs a palette command by its title. */
+/** Runs a palette command by its title (retries opening the palette while a previous one is
+ * still closing). */
 export async function runCommand(page, title) {
-  await page.keyboard.press("F1");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ timeout: 10_000 });
-  await input.fill(`>${title}`);
+  for (let attempt = 0; ; attempt++) {
+    await page.keyboard.press("F1");
+    try {
+      await input.waitFor({ state: "visible", timeout: 5_000 });
+      await input.fill(`>${title}`, { timeout: 5_000 });
+      break;
+    } catch (e) {
+      if (attempt >= 3) throw e;
+      await page.keyboard.press("Escape");
+      await new Promise((r) => setTimeout(r, 300));
+    }
+  }
   await page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first().waitFor({ timeout: 10_000 });
   await page.keyboard.press("Enter");
+  await page.locator(".quick-input-widget").waitFor({ state: "hidden", timeout: 10_000 }).catch(() => {});
 }
 
 /** The active editor tab's file name. */

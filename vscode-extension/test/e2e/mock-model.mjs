@@ -5,6 +5,7 @@
 //   "edit …"   → an `edit` tool call on notes.txt (beta → BETA), then "Edited notes.txt."
 //   "sleep …"  → a `bash` tool call `sleep 60; echo woke`, then "The command finished."
 //   "slow …"   → a long answer streamed slowly (≈ 15 s), for the reload-mid-run test
+//   "later …"  → after 4 s, an `edit` of notes.txt (gamma → GAMMA), then "Edited gamma."
 //   "diag …"   → a `diagnostics` tool call, then "The editor reports: <the tool's text>"
 //   "many …"   → 2,000 one-word deltas at ≈ 500 per second (the host's batching figures)
 // Other text gets "I only know hello, edit, sleep and slow."
@@ -45,6 +46,10 @@ export function plan(messages) {
   if (word === "sleep")
     return answered ? { text: "The command finished.", chunk: 4, delayMs: 10 } : { toolCall: { name: "bash", arguments: { command: "sleep 60; echo woke" } } };
   if (word === "slow") return { text: SLOW_ANSWER, chunk: 8, delayMs: 60 };
+  if (word === "later")
+    return answered
+      ? { text: "Edited gamma.", chunk: 4, delayMs: 10 }
+      : { toolCall: { name: "edit", arguments: { path: "notes.txt", edits: [{ oldText: "gamma", newText: "GAMMA" }] } }, delayMs: 4000 };
   if (word === "diag") {
     if (!answered) return { toolCall: { name: "diagnostics", arguments: {} } };
     const tool = messages.filter((m) => m.role === "tool").pop();
@@ -79,6 +84,7 @@ export async function startMockModel() {
       res.on("close", () => (closed = true));
       send({ role: "assistant", content: "" });
       if (p.toolCall) {
+        if (p.delayMs) await new Promise((r) => setTimeout(r, p.delayMs));
         const cid = `call_${++calls}`;
         send({ tool_calls: [{ index: 0, id: cid, type: "function", function: { name: p.toolCall.name, arguments: "" } }] });
         send({ tool_calls: [{ index: 0, function: { arguments: JSON.stringify(p.toolCall.arguments) } }] });

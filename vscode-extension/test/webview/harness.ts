@@ -153,9 +153,9 @@ export function loadFixture(name: string): { notifications: { method: string; pa
 }
 
 /** CDP `Performance.getMetrics` as a name → value map. */
-export async function metrics(cdp: CDPSession): Promise<Record<string, number>> {
+export async function metrics(cdp: CDPSession, collect = true): Promise<Record<string, number>> {
   // Count live nodes and heap, not garbage waiting for the collector.
-  await cdp.send("HeapProfiler.collectGarbage");
+  if (collect) await cdp.send("HeapProfiler.collectGarbage");
   await cdp.send("Performance.enable");
   const { metrics } = await cdp.send("Performance.getMetrics");
   return Object.fromEntries(metrics.map((m: { name: string; value: number }) => [m.name, m.value]));

@@ -119,7 +119,8 @@ test("a recorded run: prompt, streamed markdown, thinking, tool cards, open diff
   const page = panel.page;
   // The transcript as the user sees it.
   const rows = await page.$$eval(".rows > .row", (els) => els.map((e) => e.className.replace("row ", "")));
-  assert.deepEqual(rows, ["row-user", "row-assistant", "row-tool", "row-assistant", "row-tool", "row-assistant", "row-tool", "row-assistant"]);
+  // The third answer is a tool call alone: its row is there but shows nothing (no-content).
+  assert.deepEqual(rows, ["row-user", "row-assistant", "row-tool", "row-assistant", "row-tool", "row-assistant no-content", "row-tool", "row-assistant"]);
   assert.equal(await page.textContent(".row-user .user-text"), "Make the greeting in src/greet.py configurable.");
   // Thinking is collapsed once done.
   assert.equal(await page.$eval(".thinking", (d) => (d as HTMLDetailsElement).open), false);
@@ -139,7 +140,7 @@ test("a recorded run: prompt, streamed markdown, thinking, tool cards, open diff
     ["write", "done", "src/greet.py"],
     ["bash", "done", "python3 src/greet.py && echo done"],
   ]);
-  assert.equal((await page.locator(".row-tool").nth(2).locator(".tool-output").textContent())?.trim(), "Hello, world!\ndone");
+  assert.equal((await page.locator(".row-tool").nth(2).locator(".tool-preview").textContent())?.trim(), "Hello, world!\ndone");
   assert.equal(await page.textContent(".status"), "Idle");
   assert.match((await page.textContent(".meter-text")) ?? "", /^\d+% · \$0\.\d{4}$/);
   // "Open diff" on the write posts openDiff for that tool call.
@@ -196,11 +197,19 @@ test("steer while running, follow-up with Alt+Enter, the queue with remove, abor
   await page.waitForFunction(() => document.querySelectorAll(".queue-item").length === 1);
   assert.deepEqual(panel.requests.at(-1), { method: "agent/queue/remove", params: { sessionId: sid, queueId: "q2" } });
   // Escape stops: "Stopping…" at once (before the server answers).
-  const t0 = Date.now();
   await page.locator("#transcript").focus();
+  // Measured in the page: from the key event to the status change.
+  await page.evaluate(() => {
+    const w = window as any;
+    document.addEventListener("keydown", (e) => (w.__escAt = e.timeStamp), { capture: true, once: true });
+    const status = document.querySelector(".status")!;
+    new MutationObserver(() => {
+      if (status.textContent === "Stopping…" && w.__stopAt === undefined) w.__stopAt = performance.now();
+    }).observe(status, { childList: true, characterData: true, subtree: true });
+  });
   await page.keyboard.press("Escape");
-  await page.waitForFunction(() => document.querySelector(".status")!.textContent === "Stopping…");
-  const shownMs = Date.now() - t0;
+  await page.waitForFunction(() => (window as any).__stopAt !== undefined);
+  const shownMs = await page.evaluate(() => (window as any).__stopAt - (window as any).__escAt);
   assert.ok(shownMs < 100, `"stopping" shown after ${shownMs} ms`);
   assert.deepEqual(panel.requests.at(-1), { method: "agent/abort", params: { sessionId: sid } });
   assert.equal(await page.locator("button.stop").isDisabled(), true);
@@ -381,4 +390,52 @@ test("webview state keeps the draft and the session across a reload; the panel r
   assert.equal(state.draft, "half-typed idea, more");
   assert.equal(state.sessionId, sid);
   await panel.page.context().close();
+});
+
+test("model text cannot inject markup: raw HTML and javascript: links are sanitised, while streaming and after", async () => {
+  const panel = await openPanel(browser, { onRequest: (m) => (m === "agent/model/list" ? { models: [] } : Promise.reject({ code: -32601, message: m })) });
+  await panel.send({ type: "init", sessionId: null, workspaceName: "demo", capabilities: {} });
+  const ev = (event: unknown) => ({ method: "agent/event", params: { sessionId: SID, runId: "rx", event } });
+  const evil = 'Look <img src=x onerror="window.__pwned=1"> and [click](javascript:window.__pwned=2) <script>window.__pwned=3</script>\n\nnext';
+  const upd = (e: unknown) => ev({ type: "message_update", assistantMessageEvent: e });
+  await replay(panel, [ev({ type: "agent_start" }), ev({ type: "message_start", message: { role: "assistant", content: [], stopReason: "stop", timestamp: 42 } }), upd({ type: "text_start", contentIndex: 0 }), upd({ type: "text_delta", contentIndex: 0, delta: evil.slice(0, 60) })]);
+  await frames(panel, 4);
+  const check = () => panel.page.evaluate(() => ({ pwned: (window as any).__pwned ?? null, onerror: document.querySelectorAll("[onerror]").length, js: [...document.querySelectorAll("a")].filter((a) => /^javascript:/i.test(a.getAttribute("href") ?? "")).length, scripts: document.querySelectorAll(".md script").length }));
+  assert.deepEqual(await check(), { pwned: null, onerror: 0, js: 0, scripts: 0 });
+  await replay(panel, [upd({ type: "text_delta", contentIndex: 0, delta: evil.slice(60) }), ev({ type: "message_end", message: { role: "assistant", content: [{ type: "text", text: evil }], stopReason: "stop", timestamp: 42 } }), ev({ type: "agent_end", messages: [] })]);
+  await frames(panel, 4);
+  assert.deepEqual(await check(), { pwned: null, onerror: 0, js: 0, scripts: 0 });
+  assert.equal(await panel.page.locator(".row-assistant .md img").count(), 1, "the image stays, without its handler");
+  await panel.page.context().close();
+});
+
+test("model and thinking pickers send agent/model/set and agent/thinking/set; the level shown is the server's clamped one; the meter follows agent/usage", async () => {
+  const { responses } = loadFixture("rich-run");
+  const state = responses.get("agent/state");
+  const other = { ...state.model, provider: "mock", id: "small-1", name: "Small", reasoning: false, thinkingLevels: [] };
+  const panel = await openPanel(browser, {
+    onRequest: hostFor("rich-run", {
+      "agent/model/list": () => ({ models: [state.model, other] }),
+      "agent/session/history": () => ({ sessionId: state.sessionId, leafId: null, entries: [], hasMore: false }),
+      "agent/model/set": (p) => ({ model: p.model === "mock/small-1" ? other : state.model, thinkingLevel: "off" }),
+      "agent/thinking/set": () => ({ level: "medium" }),
+    }),
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: state.sessionId, workspaceName: "demo", capabilities: {} });
+  await page.waitForFunction(() => document.querySelectorAll(".model-select option").length === 2);
+  assert.equal(await page.inputValue(".model-select"), `${state.model.provider}/${state.model.id}`);
+  const levels = await page.$$eval(".thinking-select option", (o) => o.map((x) => (x as HTMLOptionElement).value));
+  assert.ok(levels.length > 1 && levels.includes("high"), `levels ${levels}`);
+  await page.selectOption(".thinking-select", "high");
+  await page.waitForFunction(() => (document.querySelector(".thinking-select") as HTMLSelectElement).value === "medium");
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/thinking/set").map((r) => r.params), [{ sessionId: state.sessionId, level: "high" }]);
+  await page.selectOption(".model-select", "mock/small-1");
+  await page.waitForFunction(() => (document.querySelector(".thinking-select") as HTMLSelectElement).disabled);
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/model/set").map((r) => r.params), [{ sessionId: state.sessionId, model: "mock/small-1" }]);
+  await replay(panel, [{ method: "agent/usage", params: { sessionId: state.sessionId, runId: "r", turn: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2, cost: 0.01 }, session: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 150000, cost: 1.5 }, contextTokens: 150000, contextWindow: 200000 } }]);
+  assert.equal(await page.textContent(".meter-text"), "75% · $1.5000");
+  assert.equal(await page.getAttribute(".meter", "data-level"), "mid");
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
 });
