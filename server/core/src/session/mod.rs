@@ -16,12 +16,17 @@ mod line;
 mod list;
 mod read;
 mod tree;
+mod view;
 
 pub use line::AssistantInfo;
 pub use list::{list_sessions, SessionSummary};
 pub use tree::{
     bash_execution_text, convert_message, entry_message, path_messages, path_messages_with, Entry,
     SessionContext, SessionTree,
+};
+pub use view::{
+    agent_message, context_agent_messages, context_entries, HistoryError, HistoryPage,
+    HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
 };
 
 /// Pi's wrappers of summaries in the model context.
