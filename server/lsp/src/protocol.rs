@@ -841,6 +841,18 @@ pub struct ContextUsage {
     pub percent: f64,
 }
 
+/// Token figures of `agent/session/stats`, with Pi's `get_session_stats` key names: `total`
+/// is `input + output + cacheRead + cacheWrite`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatsTokens {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub total: u64,
+}
+
 /// `agent/session/stats` result (Pi's `get_session_stats`): message counts on the active
 /// branch, tokens and cost of every response in the file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -853,8 +865,8 @@ pub struct SessionStatsResult {
     pub tool_calls: usize,
     pub tool_results: usize,
     pub total_messages: usize,
-    pub tokens: UsageTotals,
-    /// US dollars (same as `tokens.cost`).
+    pub tokens: StatsTokens,
+    /// US dollars at the model's per-million-token prices.
     pub cost: f64,
     /// From the last response on the active branch; absent before the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]

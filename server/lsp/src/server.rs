@@ -248,8 +248,15 @@ impl LanguageServer for Backend {
         // configuration; anything else (unknown clients included) leaves it out.
         let trusted = init_trusted.unwrap_or(false);
         tracing::info!("workspace trusted: {trusted}");
-        *lock(&self.state.workspace) =
-            WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
+        let ws = WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
+        // ED-07: every other `file:` workspace folder is usable by the tools.
+        let (folders, ignored) =
+            crate::documents::folder_paths(params.workspace_folders.as_deref().unwrap_or(&[]));
+        for uri in &ignored {
+            tracing::warn!("workspace folder {uri} is not a file: folder; tools cannot use it");
+        }
+        ws.set_folders(folders);
+        *lock(&self.state.workspace) = ws;
         *lock(&self.state.root) = root;
         *lock(&self.state.init_model) = init_model;
         // The editor's own approval setting.
@@ -268,6 +275,17 @@ impl LanguageServer for Backend {
                         save: None,
                     },
                 )),
+                workspace: Some(tower_lsp_server::ls_types::WorkspaceServerCapabilities {
+                    workspace_folders: Some(
+                        tower_lsp_server::ls_types::WorkspaceFoldersServerCapabilities {
+                            supported: Some(true),
+                            change_notifications: Some(tower_lsp_server::ls_types::OneOf::Left(
+                                true,
+                            )),
+                        },
+                    ),
+                    file_operations: None,
+                }),
                 experimental: Some(
                     serde_json::json!({"agent": {"version": 1, "methods": crate::protocol::METHODS}}),
                 ),
@@ -335,6 +353,38 @@ impl LanguageServer for Backend {
 
     async fn did_close(&self, p: DidCloseTextDocumentParams) {
         self.state.docs.close(&p.text_document.uri);
+    }
+
+    /// ED-07: folders added and removed; the root (the first folder, where sessions live)
+    /// stays.
+    async fn did_change_workspace_folders(
+        &self,
+        p: tower_lsp_server::ls_types::DidChangeWorkspaceFoldersParams,
+    ) {
+        let ws = self.state.workspace();
+        let (added, ignored) = crate::documents::folder_paths(&p.event.added);
+        let (removed, _) = crate::documents::folder_paths(&p.event.removed);
+        for uri in &ignored {
+            tracing::warn!("workspace folder {uri} is not a file: folder; tools cannot use it");
+        }
+        if removed.iter().any(|r| r == ws.root()) {
+            tracing::warn!(
+                "the first workspace folder {} was removed; sessions and settings stay there",
+                ws.root().display()
+            );
+        }
+        let mut now: Vec<PathBuf> = ws.folders().read().map(|f| f.clone()).unwrap_or_default();
+        now.retain(|f| !removed.contains(f));
+        now.extend(added);
+        tracing::info!(
+            "workspace folders besides {}: {}",
+            ws.root().display(),
+            now.iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        ws.set_folders(now);
     }
 }
 
