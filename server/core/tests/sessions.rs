@@ -302,15 +302,47 @@ fn one_writer_per_file() {
     assert!(lock.exists());
     drop(w);
     assert!(!lock.exists());
-    // A live foreign owner (our parent process stands in for it).
+    // SESSX-01: a lock file naming a live process that holds no lock (a pid reused after a
+    // container restart; our parent stands in for it) is a dead writer's: taken over.
     std::fs::write(&lock, format!("{}\n", std::os::unix::process::parent_id())).unwrap();
+    let (w, _) = SessionWriter::open(&path).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        format!("{}\n", std::process::id())
+    );
+    // A live writer is never taken over, in this process either.
+    match SessionWriter::open(&path) {
+        Err(SessionError::Locked { pid, .. }) => assert_eq!(pid, std::process::id()),
+        other => panic!("{other:?}"),
+    }
+    drop(w);
+    assert!(!lock.exists());
+    // A dead pid.
+    std::fs::write(&lock, "999999999\n").unwrap();
+    drop(SessionWriter::open(&path).unwrap());
+    // A live writer in another process (util-linux `flock -F`: the command itself holds the
+    // OS lock), then that process killed: refused while it lives, taken over once it is dead.
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("flock")
+        .args(["-F", "-x"])
+        .arg(&lock)
+        .args(["sh", "-c", "echo locked; exec sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux flock");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "locked\n");
     assert!(matches!(
         SessionWriter::open(&path),
         Err(SessionError::Locked { .. })
     ));
-    // A dead owner.
-    std::fs::write(&lock, "999999999\n").unwrap();
-    let (_w, _) = SessionWriter::open(&path).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (w, _) = SessionWriter::open(&path).unwrap();
+    drop(w);
 }
 
 #[test]

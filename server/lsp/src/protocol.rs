@@ -55,6 +55,7 @@ pub const METHODS: &[&str] = &[
     "agent/session/fork",
     "agent/session/clone",
     "agent/session/tree",
+    "agent/session/history",
     "agent/session/branch",
     "agent/session/label",
     "agent/session/name",
@@ -67,6 +68,8 @@ pub const METHODS: &[&str] = &[
     "agent/thinking/cycle",
     "agent/queue/setModes",
     "agent/queue/clear",
+    "agent/queue/remove",
+    "agent/queue/edit",
     "agent/retry/set",
     "agent/retry/abort",
     "agent/bash",
@@ -324,7 +327,9 @@ pub enum DeliverAs {
 }
 
 /// The life of a queued message: `queued` → `delivered` (in the conversation) → `consumed`
-/// (a model response has seen it); or `queued` → `dropped` (`agent/queue/clear`, session closed).
+/// (a model response has seen it); or `queued` → `dropped` (`agent/queue/clear`, session
+/// closed) or `removed` (`agent/queue/remove`). `agent/queue/edit` reports `queued` again with
+/// the new text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum QueueState {
@@ -332,6 +337,7 @@ pub enum QueueState {
     Delivered,
     Consumed,
     Dropped,
+    Removed,
 }
 
 /// A queued message as reported to the client.
@@ -899,9 +905,10 @@ pub struct SessionExportResult {
     pub path: Option<String>,
 }
 
-/// `agent/messages` result: the active branch's messages as stored (Pi's `AgentMessage`s:
-/// roles `user`, `assistant`, `toolResult`, `bashExecution`, `custom`, `branchSummary`,
-/// `compactionSummary`), each with its entry id.
+/// `agent/messages` result: the model's context as Pi's `get_messages` gives it (Pi's
+/// `AgentMessage`s: roles `user`, `assistant`, `toolResult`, `bashExecution`, `custom`,
+/// `branchSummary`, `compactionSummary`; after a compaction its summary first, then the kept
+/// messages), each with its entry id (the summary's is the `compaction` entry's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MessagesResult {
@@ -1239,6 +1246,10 @@ mod tests {
         seen.extend(pair::<SessionBranchParams, SessionBranchResult>(
             "agent-session-branch",
         ));
+        seen.extend(pair::<
+            crate::methods::history::HistoryParams,
+            crate::methods::history::HistoryResult,
+        >("agent-session-history"));
         seen.extend(pair::<SessionLabelParams, SessionLabelResult>(
             "agent-session-label",
         ));
@@ -1268,6 +1279,19 @@ mod tests {
             "agent-queue-setModes",
         ));
         seen.extend(pair::<SessionParams, QueueClearResult>("agent-queue-clear"));
+        {
+            use crate::methods::queue_edit as qe;
+            seen.extend(pair::<qe::QueueRemoveParams, qe::QueueRemoveResult>(
+                "agent-queue-remove",
+            ));
+            seen.extend(pair::<qe::QueueEditParams, qe::QueueEditResult>(
+                "agent-queue-edit",
+            ));
+            seen.extend(note::<QueueUpdateParams>(
+                "agent-queueUpdate.removed",
+                QueueUpdateNotification::METHOD,
+            ));
+        }
         seen.extend(pair::<RetrySetParams, RetrySetResult>("agent-retry-set"));
         seen.extend(pair::<SessionParams, RetryAbortResult>("agent-retry-abort"));
         seen.extend(pair::<BashParams, BashResult>("agent-bash"));

@@ -87,6 +87,41 @@ pub fn message_text(m: &Message) -> String {
     }
 }
 
+/// `m` (a user message) with `text` instead of its text: a text message becomes `text`; of
+/// blocks, the text blocks are replaced by one block of `text` where the first was (images
+/// stay in their order).
+fn with_text(m: &Message, text: &str) -> Message {
+    use pi_ai::{ContentBlock, UserContent};
+    let Message::User(u) = m else {
+        return m.clone();
+    };
+    let content = match &u.content {
+        UserContent::Text(_) => UserContent::Text(text.to_string()),
+        UserContent::Blocks(blocks) => {
+            let mut out = Vec::with_capacity(blocks.len());
+            let mut placed = false;
+            for b in blocks {
+                match b {
+                    ContentBlock::Text(_) if placed => {}
+                    ContentBlock::Text(_) => {
+                        out.push(ContentBlock::text(text));
+                        placed = true;
+                    }
+                    other => out.push(other.clone()),
+                }
+            }
+            if !placed {
+                out.insert(0, ContentBlock::text(text));
+            }
+            UserContent::Blocks(out)
+        }
+    };
+    Message::User(pi_ai::UserMessage {
+        content,
+        timestamp: u.timestamp,
+    })
+}
+
 /// Adds `u` to `t`.
 pub fn add_usage(t: &mut UsageTotals, u: &pi_ai::types::Usage) {
     t.input += u.input;
@@ -203,6 +238,93 @@ impl Tracker {
             }
         }
         (dropped, keep)
+    }
+
+    /// Removes the queued (not yet delivered) message `queue_id`. `take` takes it out of the
+    /// agent's queues (true when it was still there); it runs under the tracker's lock, so the
+    /// message cannot be reported delivered halfway. `None`: no such message is queued.
+    pub fn remove(
+        &self,
+        queue_id: &str,
+        take: impl FnOnce(&Message) -> bool,
+    ) -> Option<QueuedMessage> {
+        let mut inner = lock(&self.inner);
+        let p = inner
+            .items
+            .iter()
+            .position(|i| i.id == queue_id && i.state == QueueState::Queued)?;
+        if !take(&inner.items[p].message) {
+            return None;
+        }
+        let i = inner.items.remove(p);
+        Some(QueuedMessage {
+            queue_id: i.id,
+            delivery: i.delivery,
+            text: i.text,
+        })
+    }
+
+    /// Gives the queued (not yet delivered) message `queue_id` the text `text` (a plain
+    /// message's text is first passed through `expand`: templates and skills). Its images stay;
+    /// a custom message's `content` becomes the text (its images kept after it). `replace(old,
+    /// new)` swaps it in the agent's queues (true when it was still there), under the tracker's
+    /// lock. `Ok(None)`: no such message is queued; `Err`: it cannot be edited (a shell
+    /// command's output).
+    pub fn edit(
+        &self,
+        queue_id: &str,
+        text: &str,
+        expand: impl FnOnce(&str) -> String,
+        replace: impl FnOnce(&Message, Message) -> bool,
+    ) -> Result<Option<QueuedMessage>, String> {
+        let mut inner = lock(&self.inner);
+        let Some(p) = inner
+            .items
+            .iter()
+            .position(|i| i.id == queue_id && i.state == QueueState::Queued)
+        else {
+            return Ok(None);
+        };
+        let item = &inner.items[p];
+        let (message, entry) = match &item.entry {
+            None => (with_text(&item.message, &expand(text)), None),
+            Some((kind, fields)) if kind == "custom_message" => {
+                let mut fields = fields.clone();
+                fields["content"] = match &fields["content"] {
+                    Value::Array(blocks) => {
+                        let mut out = vec![serde_json::json!({"type": "text", "text": text})];
+                        out.extend(blocks.iter().filter(|b| b["type"] != "text").cloned());
+                        Value::Array(out)
+                    }
+                    _ => Value::String(text.to_string()),
+                };
+                let mut as_message = fields.clone();
+                as_message["role"] = serde_json::json!("custom");
+                as_message["timestamp"] = serde_json::json!(match &item.message {
+                    Message::User(u) => u.timestamp,
+                    _ => pi_ai::types::now_millis(),
+                });
+                let m = pi_core::session::convert_message(&as_message).ok_or_else(|| {
+                    "the custom message's content cannot hold the text".to_string()
+                })?;
+                (m, Some((kind.clone(), fields)))
+            }
+            Some((kind, _)) => return Err(format!("a queued {kind} entry cannot be edited")),
+        };
+        if !replace(&item.message, message.clone()) {
+            return Ok(None);
+        }
+        let item = &mut inner.items[p];
+        item.text = message_text(&message);
+        item.message = message;
+        if entry.is_some() {
+            item.entry = entry;
+        }
+        Ok(Some(QueuedMessage {
+            queue_id: item.id.clone(),
+            delivery: item.delivery,
+            text: item.text.clone(),
+        }))
     }
 
     /// The entry to store instead of this delivered user message, once.

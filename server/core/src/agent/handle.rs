@@ -478,6 +478,27 @@ impl Agent {
         }
     }
 
+    /// Replaces (`Some`) or removes (`None`) the first queued message equal to `target`
+    /// before it is delivered, in the active run's queues or, while idle, among the messages
+    /// waiting for the next prompt ([`RunControl::replace_queued`]). False when it is no
+    /// longer queued.
+    pub fn replace_queued(&self, target: &Message, with: Option<Message>) -> bool {
+        let mut st = lock(&self.inner.state);
+        if let Some(c) = &st.running {
+            return c.replace_queued(target, with);
+        }
+        let Some(i) = st.pending.iter().position(|m| m == target) else {
+            return false;
+        };
+        match with {
+            Some(m) => st.pending[i] = m,
+            None => {
+                st.pending.remove(i);
+            }
+        }
+        true
+    }
+
     /// Sets the steering and follow-up queue modes (for this and later runs).
     pub fn set_queue_modes(&self, steering: QueueMode, follow_up: QueueMode) {
         let mut st = lock(&self.inner.state);

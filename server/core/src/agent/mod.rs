@@ -364,6 +364,24 @@ impl Queue {
     fn len(&self) -> usize {
         self.items.lock().map(|q| q.len()).unwrap_or(0)
     }
+
+    /// Replaces (or with `None` removes) the first message equal to `target`, in place;
+    /// false when none is queued (delivered already).
+    fn replace(&self, target: &Message, with: &mut Option<Option<Message>>) -> bool {
+        let Ok(mut q) = self.items.lock() else {
+            return false;
+        };
+        let Some(i) = q.iter().position(|m| m == target) else {
+            return false;
+        };
+        match with.take().flatten() {
+            Some(m) => q[i] = m,
+            None => {
+                q.remove(i);
+            }
+        }
+        true
+    }
 }
 
 /// Shared handle to a run: abort and queues. Cheap to clone.
@@ -414,6 +432,17 @@ impl RunControl {
     /// Messages queued for the next external prompt.
     pub fn take_next_turn(&self) -> Vec<Message> {
         self.next_turn.take_all()
+    }
+
+    /// Replaces the first queued (not yet delivered) message equal to `target` by `with`, in
+    /// its place, or removes it (`with: None`); looks in the steering, follow-up and next-turn
+    /// queues in that order. False when no queue holds it (it was delivered already). Atomic
+    /// with delivery: the loop takes a message whole, before or after.
+    pub fn replace_queued(&self, target: &Message, with: Option<Message>) -> bool {
+        let mut with = Some(with);
+        self.steering.replace(target, &mut with)
+            || self.follow_up.replace(target, &mut with)
+            || self.next_turn.replace(target, &mut with)
     }
 }
 

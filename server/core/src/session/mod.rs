@@ -18,12 +18,17 @@ mod line;
 mod list;
 mod read;
 mod tree;
+mod view;
 
 pub use line::AssistantInfo;
 pub use list::{list_sessions, SessionSummary};
 pub use tree::{
     bash_execution_text, convert_message, entry_message, path_messages, path_messages_with, Entry,
     SessionContext, SessionTree,
+};
+pub use view::{
+    agent_message, context_agent_messages, context_entries, HistoryError, HistoryPage,
+    HISTORY_DEFAULT_LIMIT, HISTORY_MAX_LIMIT,
 };
 
 /// Pi's wrappers of summaries in the model context.
@@ -255,44 +260,61 @@ fn syncer() -> Option<&'static std::sync::mpsc::Sender<Arc<SyncState>>> {
         .as_ref()
 }
 
-/// `<file>.lock` holding the owner's pid; removed on drop. A lock whose pid is gone is stale
-/// and taken over.
+/// `<file>.lock`, held with an OS lock (`flock`, exclusive) for as long as the writer lives:
+/// the kernel releases it when the process dies, however it dies, so a dead writer's lock is
+/// always taken over and a live one never (case SESSX-01: a pid in the file, reused after a
+/// container restart, used to fork the session on every resume). The file's text is the
+/// owner's pid, for the error message only; it is removed on drop. A second writer of the same
+/// file in the same process is refused too (the lock belongs to the open file).
 #[derive(Debug)]
-struct LockFile(PathBuf);
+struct LockFile {
+    path: PathBuf,
+    _file: std::fs::File,
+}
 
 impl LockFile {
     fn acquire(session: &Path) -> Result<LockFile, SessionError> {
+        use std::os::unix::fs::MetadataExt;
         let path = session.with_extension("jsonl.lock");
-        for _ in 0..2 {
-            match std::fs::OpenOptions::new()
+        let io_err = |source| SessionError::Io {
+            path: path.clone(),
+            source,
+        };
+        // A few rounds: a lock file removed by its owner between our open and our lock is a
+        // file nobody will look at again; take the one at the path.
+        for _ in 0..8 {
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
                 .write(true)
-                .create_new(true)
+                .create(true)
+                .truncate(false)
                 .open(&path)
-            {
-                Ok(mut f) => {
-                    let _ = writeln!(f, "{}", std::process::id());
-                    return Ok(LockFile(path));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let pid: Option<u32> = std::fs::read_to_string(&path)
+                .map_err(io_err)?;
+            match f.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let pid = std::fs::read_to_string(&path)
                         .ok()
-                        .and_then(|t| t.trim().parse().ok());
-                    let alive = pid.is_some_and(|p| {
-                        p != std::process::id()
-                            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), None)
-                                .is_ok()
+                        .and_then(|t| t.trim().parse().ok())
+                        .unwrap_or(0);
+                    return Err(SessionError::Locked {
+                        path: session.to_path_buf(),
+                        pid,
                     });
-                    if alive {
-                        return Err(SessionError::Locked {
-                            path: session.to_path_buf(),
-                            pid: pid.unwrap_or(0),
-                        });
-                    }
-                    // Stale (owner gone, or our own pid from an earlier open in this process).
-                    let _ = std::fs::remove_file(&path);
                 }
-                Err(source) => return Err(SessionError::Io { path, source }),
+                Err(std::fs::TryLockError::Error(e)) => return Err(io_err(e)),
             }
+            // Still the file at the path (not one its owner removed meanwhile)?
+            let same = match (f.metadata(), std::fs::metadata(&path)) {
+                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            f.set_len(0).map_err(io_err)?;
+            writeln!(f, "{}", std::process::id()).map_err(io_err)?;
+            return Ok(LockFile { path, _file: f });
         }
         Err(SessionError::Locked {
             path: session.to_path_buf(),
@@ -303,7 +325,9 @@ impl LockFile {
 
 impl Drop for LockFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        // Removed while still locked (the file closes after this): whoever opened it before
+        // the removal finds it is no longer the file at the path and tries again.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

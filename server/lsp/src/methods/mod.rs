@@ -3,7 +3,9 @@
 //! `agent/messages`, `agent/state`), [`model`] (`agent/model/*`, `agent/thinking/*`),
 //! [`queue`] (`agent/steer`, `agent/followUp`, `agent/sendMessage`, `agent/queue/*`,
 //! `agent/retry/*`), [`bash`] (`agent/bash`, `agent/bash/abort`), [`commands`] (`agent/commands`,
-//! `agent/session/forkMessages`, `agent/lastAssistantText`); and the helpers they share.
+//! `agent/session/forkMessages`, `agent/lastAssistantText`), [`history`] (`agent/session/history`), [`queue_edit`]
+//! (`agent/queue/remove`, `agent/queue/edit`);
+//! and the helpers they share.
 //! `agent/tools/*` live with the editor tools in [`crate::editor_tools`].
 //!
 //! Every handler validates its params with [`crate::protocol::parse_params`] (InvalidParams
@@ -12,8 +14,10 @@
 
 pub(crate) mod bash;
 pub(crate) mod commands;
+pub(crate) mod history;
 pub(crate) mod model;
 pub(crate) mod queue;
+pub(crate) mod queue_edit;
 pub(crate) mod session;
 
 use std::sync::{Arc, Mutex};

@@ -127,14 +127,19 @@ impl Backend {
         Ok(session_state(&s))
     }
 
-    /// `agent/messages {sessionId}` → the active branch's messages as stored.
+    /// `agent/messages {sessionId}` → the model's context as Pi's `get_messages` gives it
+    /// (summary first after a compaction; [`pi_core::session::context_agent_messages`]). For
+    /// display of a long session, `agent/session/history` pages the branch instead.
     pub(crate) async fn agent_messages(&self, params: Value) -> Result<MessagesResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
         let tree = session_tree(&s)?;
         let leaf = lock(&s.writer).leaf().map(str::to_string);
-        let (messages, entry_ids) = path_messages(&tree, leaf.as_deref());
+        let (entry_ids, messages) =
+            pi_core::session::context_agent_messages(&tree, leaf.as_deref())
+                .into_iter()
+                .unzip();
         Ok(MessagesResult {
             session_id: s.id.clone(),
             messages,
