@@ -204,6 +204,10 @@ pub struct AssistantMessage {
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_id: Option<String>,
+    /// The model name the stream reported when it differs from `model` (Pi's `responseModel`,
+    /// set by the chat-completions adapter from the first chunk naming another model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_model: Option<String>,
     #[serde(default)]
     pub usage: Usage,
     pub stop_reason: StopReason,
@@ -222,6 +226,7 @@ impl AssistantMessage {
             provider: provider.to_string(),
             model: model.to_string(),
             response_id: None,
+            response_model: None,
             usage: Usage::default(),
             stop_reason: StopReason::Stop,
             error_message: None,
@@ -283,10 +288,10 @@ pub enum Message {
 }
 
 impl Message {
-    /// A user message with plain text content, stamped now.
+    /// A user message of one text block, stamped now (as Pi makes a prompt's message).
     pub fn user_text(text: impl Into<String>) -> Self {
         Message::User(UserMessage {
-            content: UserContent::Text(text.into()),
+            content: UserContent::Blocks(vec![ContentBlock::text(text.into())]),
             timestamp: now_millis(),
         })
     }

@@ -329,9 +329,16 @@ pub enum CompactionError {
     SummaryFailed(String),
     #[error("Compaction cancelled")]
     Cancelled,
-    /// The summary would not make the context smaller (case CMP-04).
-    #[error("compaction would not shrink the context ({before} tokens before, {after} after); nothing was written")]
-    NoProgress { before: u64, after: u64 },
+    /// An automatic compaction whose summary would not make the context smaller (case CMP-04).
+    /// Figures are `ceil(chars / 4)` estimates of the messages (Pi's `estimateTokens`),
+    /// besides `fixed` tokens of system prompt and tool specs that compaction cannot shrink.
+    #[error("compaction would not shrink the context: its messages are about {before} tokens and would be about {after} after (the summary plus the kept recent messages; compaction.keepRecentTokens is {keep_recent_tokens}), beside {fixed} tokens of system prompt and tools; nothing was written")]
+    NoProgress {
+        before: u64,
+        after: u64,
+        fixed: u64,
+        keep_recent_tokens: u64,
+    },
     /// Even the compacted context is over the threshold (case CMP-04).
     #[error("the context does not fit even after compaction: system prompt + summary + the minimum kept tail are {after} tokens, over the limit of {limit} (context window − reserve tokens); start a new session, switch to a model with a larger context window, or lower compaction.keepRecentTokens")]
     DoesNotFit { after: u64, limit: u64 },
@@ -397,7 +404,10 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         .map(|(e, m)| entry_item(e, m.as_ref()))
         .collect();
     let end = path.len();
-    if start >= end {
+    // Pi compacts any branch that has entries after the previous kept part, also when all of
+    // them are kept (a one-turn session): the summary then covers nothing older. A branch with
+    // no message at all has nothing to summarise or keep.
+    if start >= end || !path[start..].iter().any(|e| e.kind == "message") {
         return Err(CompactionError::NothingToCompact);
     }
     let cut = cut_items(&items, start, end, keep_recent_tokens);
@@ -416,9 +426,6 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         Some(ts) => (ts..cut.first_kept).filter_map(for_summary).collect(),
         None => Vec::new(),
     };
-    if messages_to_summarize.is_empty() && turn_prefix_messages.is_empty() {
-        return Err(CompactionError::NothingToCompact);
-    }
     for m in messages_to_summarize.iter().chain(&turn_prefix_messages) {
         file_ops.add_calls(m);
     }
@@ -614,6 +621,7 @@ async fn complete_summary(
         StreamOptions {
             cancel: cancel.child_token(),
             max_tokens: Some(max_tokens),
+            ..StreamOptions::default()
         },
     );
     let m = stream.result().await;
@@ -671,7 +679,12 @@ pub async fn summarize(
     let history_max = (reserve_tokens * 8 / 10).max(256);
     let prefix_max = (reserve_tokens / 2).max(256);
     let history = async {
-        if prep.messages_to_summarize.is_empty() && prep.previous_summary.is_none() {
+        // Pi asks the model even when nothing older than the kept part is left (a one-turn
+        // session); only the split-turn case stands in "No prior history." for it.
+        if prep.is_split_turn
+            && prep.messages_to_summarize.is_empty()
+            && prep.previous_summary.is_none()
+        {
             return Ok("No prior history.".to_string());
         }
         let ctx = history_request(
@@ -774,9 +787,11 @@ impl Compactor for SessionCompactor {
                 "firstKeptEntryId": r.first_kept_entry_id,
                 "tokensBefore": r.tokens_before,
                 "details": r.details,
+                // Pi's `fromHook`: false unless an extension's session_before_compact made it.
+                "fromHook": false,
             }),
         )
-        .and_then(|_| w.sync())
+        .and_then(|_| w.sync_now())
         .map_err(|e| CompactionError::Session(e.to_string()))?;
         Ok(w.context().messages)
     }

@@ -324,14 +324,16 @@ Closest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\
 }
 
 #[tokio::test]
-async fn edit_details_carry_a_unified_diff() {
+async fn edit_details_carry_pis_diff_and_a_unified_diff() {
     let ws = Ws::new();
     ws.put("d.txt", b"a\nb\nc\n");
     let out = ws.edit("d.txt", "b", "B").await.unwrap();
+    // `diff` as Pi 0.73.1 writes it (its interface draws it); `unifiedDiff` for editors.
     assert_eq!(
         out.details,
         Some(
-            json!({"diff": "--- d.txt\n+++ d.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n", "firstChangedLine": 2})
+            json!({"diff": " 1 a\n-2 b\n+2 B\n 3 c", "firstChangedLine": 2,
+                "unifiedDiff": "--- d.txt\n+++ d.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"})
         )
     );
 }

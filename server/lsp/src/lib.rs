@@ -3,7 +3,7 @@
 //! converter ([`positions`]), the editor file system ([`editor_fs`]), and the headless `run`
 //! command ([`headless`]), permission requests to the editor ([`permissions`]), extensions' host
 //! and UI requests ([`extensions`]), editor-side tools and the `diagnostics` tool
-//! ([`editor_tools`]). Only this crate writes stdout; only it imports LSP types.
+//! ([`editor_tools`]), where log lines go ([`logging`]). Only this crate writes stdout; only it imports LSP types.
 
 pub mod dispatch;
 pub mod documents;
@@ -11,6 +11,7 @@ pub mod editor_fs;
 pub mod editor_tools;
 pub mod extensions;
 pub mod headless;
+pub mod logging;
 pub(crate) mod methods;
 pub mod permissions;
 pub mod positions;

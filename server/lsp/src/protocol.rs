@@ -52,10 +52,12 @@ pub fn agent_error(code: i64, message: impl Into<String>) -> Error {
 
 /// Parses request params, naming the offending field in the InvalidParams message
 /// (e.g. `text: invalid type: integer \`1\`, expected a string`).
-/// Absent params (`null`) read as `{}`.
+/// Absent params (`null`) and an empty array (`[]`, what Neovim sends for an empty Lua table)
+/// read as `{}`; a non-empty array is an error.
 pub fn parse_params<T: for<'de> Deserialize<'de>>(params: Value) -> Result<T, Error> {
     let params = match params {
         Value::Null => Value::Object(Default::default()),
+        Value::Array(a) if a.is_empty() => Value::Object(Default::default()),
         // JSON-RPC allows by-position params; every `agent/*` method takes named ones, and
         // serde would read an array as the struct's fields in declaration order.
         Value::Array(_) => {
@@ -792,6 +794,18 @@ pub struct ContextUsage {
     pub percent: f64,
 }
 
+/// Token figures of `agent/session/stats`, with Pi's `get_session_stats` key names: `total`
+/// is `input + output + cacheRead + cacheWrite`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatsTokens {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub total: u64,
+}
+
 /// `agent/session/stats` result (Pi's `get_session_stats`): message counts on the active
 /// branch, tokens and cost of every response in the file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -804,8 +818,8 @@ pub struct SessionStatsResult {
     pub tool_calls: usize,
     pub tool_results: usize,
     pub total_messages: usize,
-    pub tokens: UsageTotals,
-    /// US dollars (same as `tokens.cost`).
+    pub tokens: StatsTokens,
+    /// US dollars at the model's per-million-token prices.
     pub cost: f64,
     /// From the last response on the active branch; absent before the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,7 +15,7 @@ use super::{
     AfterToolCall, AgentConfig, AgentEvent, BeforeToolCall, CompactionConfig, CompactionError,
     CompactionProposal, CompactionReason, CompactionResult, EventSink, NextTurn, Queue, RunControl,
     RunOutcome, Tool, ToolContext, ToolError, ToolExecution, ToolOutput, ABORTED_TEXT, ABORT_GRACE,
-    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT,
+    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT, UNFINISHED_ARGUMENTS_TEXT,
 };
 
 /// Pi's text when a second overflow comes after one compact-and-retry.
@@ -30,8 +30,9 @@ fn compaction_error_text(reason: CompactionReason, e: &CompactionError) -> Strin
     }
 }
 
-/// Proposes a compaction and commits it only when it shrinks the request (`before` tokens) and,
-/// for a threshold compaction, brings it under context window − reserve (case CMP-04).
+/// Proposes a compaction and commits it; an automatic one only when it shrinks the request
+/// (`before` tokens) and, for a threshold compaction, brings it under context window − reserve
+/// (case CMP-04). A manual compaction is committed as Pi commits it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn compact_checked(
     cc: &CompactionConfig,
@@ -52,8 +53,16 @@ pub(crate) async fn compact_checked(
         |m: &[Message]| crate::compaction::request_tokens(system_prompt, specs, m, usize::MAX);
     let before = estimate(history);
     let after = estimate(&proposal.messages);
-    if after >= before {
-        return Err(CompactionError::NoProgress { before, after });
+    // A compaction the user asked for is done as Pi does it, whatever it saves; an automatic
+    // one must make room or it would repeat (case CMP-04).
+    if reason != CompactionReason::Manual && after >= before {
+        let fixed = estimate(&[]);
+        return Err(CompactionError::NoProgress {
+            before: before - fixed.min(before),
+            after: after - fixed.min(after),
+            fixed,
+            keep_recent_tokens: cc.settings.keep_recent_tokens,
+        });
     }
     let limit = model
         .context_window
@@ -157,6 +166,7 @@ impl Run<'_> {
             StreamOptions {
                 cancel: self.control.cancel.child_token(),
                 max_tokens: None,
+                timeout: self.cfg.retry.provider_timeout,
             },
         );
         self.cfg.system_prompt = context.system_prompt;
@@ -451,6 +461,11 @@ impl Run<'_> {
         };
         if assistant.stop_reason == StopReason::Length {
             return Err(immediate(LENGTH_LIMIT_TEXT.into()));
+        }
+        // Arguments that did not parse were replaced by `{}` for replay; running the call
+        // with them would act on defaults the model never asked for (case 19.1).
+        if call.raw_arguments.is_some() {
+            return Err(immediate(UNFINISHED_ARGUMENTS_TEXT.into()));
         }
         let Some(entry) = self.tool(&call.name) else {
             return Err(immediate(format!("Tool {} not found", call.name)));

@@ -367,6 +367,7 @@ impl<'de> Visitor<'de> for MessageSeed {
                     provider: f.provider.unwrap_or_default(),
                     model: f.model.unwrap_or_default(),
                     response_id: f.response_id,
+                    response_model: f.response_model,
                     usage: f.usage.unwrap_or_default(),
                     stop_reason: f.stop_reason,
                     error_message: f.error_message,
@@ -450,6 +451,8 @@ struct AssistantFields {
     model: Option<String>,
     #[serde(default)]
     response_id: Option<String>,
+    #[serde(default)]
+    response_model: Option<String>,
     #[serde(default, deserialize_with = "some")]
     usage: Option<Usage>,
     stop_reason: StopReason,

@@ -6,7 +6,9 @@
 //! `thinking_level_change`, then one `message` entry per completed message. Every entry has an
 //! 8-hex `id` and the `parentId` of the entry before it on the active branch. Entries are written
 //! with one `write` of `json + "\n"` each, in completion order; [`SessionWriter::sync`] makes
-//! them durable (called at turn end).
+//! them durable in the background (called at turn end, off the loop's path),
+//! [`SessionWriter::sync_now`] before an answer that needs them on disk. A failed append is cut
+//! back to the last whole line before anything else is written.
 //!
 //! Loading tolerates damage (cases SESS-01, SESS-02): an unterminated last line that does not
 //! parse is moved to a `.corrupt` sidecar and cut off before anything is appended; unparseable
@@ -207,7 +209,50 @@ pub struct SessionWriter {
     open_calls: Vec<String>,
     /// Every entry of the file, kept current on each append (the header included).
     tree: std::sync::Arc<SessionTree>,
+    /// Bytes of the file up to the end of its last whole line (what every append starts from).
+    whole_len: u64,
+    /// A failed append may have left part of a line that could not be cut off yet.
+    torn: bool,
+    /// This file's place in the background syncer (see [`SessionWriter::sync`]).
+    syncer: Option<Arc<SyncState>>,
     _lock: LockFile,
+}
+
+/// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
+/// queued, and the error of the last background sync (reported by the next `sync`).
+#[derive(Debug)]
+struct SyncState {
+    file: std::fs::File,
+    pending: std::sync::atomic::AtomicBool,
+    error: std::sync::Mutex<Option<std::io::Error>>,
+}
+
+/// The one background thread that runs queued `fdatasync`s, in request order; `None` when it
+/// could not be started (syncs are then done in place).
+fn syncer() -> Option<&'static std::sync::mpsc::Sender<Arc<SyncState>>> {
+    static SYNCER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Arc<SyncState>>>> =
+        std::sync::OnceLock::new();
+    SYNCER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Arc<SyncState>>();
+            std::thread::Builder::new()
+                .name("session-sync".into())
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    while let Ok(s) = rx.recv() {
+                        s.pending.store(false, std::sync::atomic::Ordering::SeqCst);
+                        if let Err(e) = s.file.sync_data() {
+                            tracing::warn!("background session sync failed: {e}");
+                            if let Ok(mut slot) = s.error.lock() {
+                                *slot = Some(e);
+                            }
+                        }
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
 }
 
 /// `<file>.lock` holding the owner's pid; removed on drop. A lock whose pid is gone is stale
@@ -299,6 +344,7 @@ impl SessionWriter {
             .open(&path)
             .map_err(io(&path))?;
         let lock = LockFile::acquire(&path)?;
+        let syncer = sync_state(&file);
         let mut w = SessionWriter {
             path,
             file,
@@ -306,6 +352,9 @@ impl SessionWriter {
             leaf: None,
             open_calls: Vec::new(),
             tree: Arc::new(SessionTree::new(header.clone())),
+            whole_len: 0,
+            torn: false,
+            syncer,
             _lock: lock,
         };
         w.write_line(&header)?;
@@ -350,6 +399,9 @@ impl SessionWriter {
             .append(true)
             .open(path)
             .map_err(io(path))?;
+        // Loading repaired the tail: the file ends with a whole line.
+        let whole_len = file.metadata().map_err(io(path))?.len();
+        let syncer = sync_state(&file);
         let mut writer = SessionWriter {
             path: path.to_path_buf(),
             file,
@@ -357,6 +409,9 @@ impl SessionWriter {
             leaf: None,
             open_calls: Vec::new(),
             tree: loaded.tree.clone(),
+            whole_len,
+            torn: false,
+            syncer,
             _lock: lock,
         };
         let tree = writer.tree.clone();
@@ -419,7 +474,7 @@ impl SessionWriter {
         self.branch(tree, entry)?;
         self.append_entry(
             "branch_summary",
-            json!({"fromId": from_id, "summary": summary}),
+            json!({"fromId": from_id, "summary": summary, "fromHook": false}),
         )
     }
 
@@ -477,7 +532,7 @@ impl SessionWriter {
                 }
             }
         }
-        w.sync()?;
+        w.sync_now()?;
         let path = w.path.clone();
         drop(w);
         SessionWriter::open(&path)
@@ -505,8 +560,14 @@ impl SessionWriter {
     }
 
     /// One line of JSON `text` with one `write` (U+2028 / U+2029 escaped as in
-    /// [`SessionWriter::write_line`]).
+    /// [`SessionWriter::write_line`]). A write that fails (disk full, file-size limit) is cut
+    /// back to the last whole line at once, or, when even that fails, before the next write, so
+    /// a later entry never continues a torn fragment (issue 19.4).
     fn write_text(&mut self, text: &str) -> Result<(), SessionError> {
+        if self.torn {
+            self.file.set_len(self.whole_len).map_err(io(&self.path))?;
+            self.torn = false;
+        }
         let mut line = if text.contains(['\u{2028}', '\u{2029}']) {
             text.replace('\u{2028}', "\\u2028")
                 .replace('\u{2029}', "\\u2029")
@@ -516,7 +577,25 @@ impl SessionWriter {
             l
         };
         line.push('\n');
-        self.file.write_all(line.as_bytes()).map_err(io(&self.path))
+        match self.file.write_all(line.as_bytes()) {
+            Ok(()) => {
+                self.whole_len += line.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(cut) = self.file.set_len(self.whole_len) {
+                    tracing::warn!(
+                        "{}: could not cut a failed append back yet: {cut}",
+                        self.path.display()
+                    );
+                    self.torn = true;
+                }
+                Err(SessionError::Io {
+                    path: self.path.clone(),
+                    source: e,
+                })
+            }
+        }
     }
 
     fn new_id(&mut self) -> String {
@@ -607,14 +686,67 @@ impl SessionWriter {
             }
             Message::User(_) => self.open_calls.clear(),
         }
-        let m = serde_json::to_value(message).unwrap_or(Value::Null);
+        let mut m = serde_json::to_value(message).unwrap_or(Value::Null);
+        // Pi writes a user message's text as one text block (a bare string is still read).
+        if let Some(t) = m.get("content").and_then(Value::as_str) {
+            m["content"] = json!([{"type": "text", "text": t}]);
+        }
         self.append_entry("message", json!({ "message": m }))
     }
 
-    /// Flushes appended entries to stable storage.
+    /// Makes the appended entries durable without waiting: an `fdatasync` is queued on the
+    /// background syncer (one at a time per file; a request while one is queued joins it), so
+    /// the agent loop never blocks on the disk at a turn end. The error of an earlier background
+    /// sync is returned here. Use [`SessionWriter::sync_now`] before acknowledging what must
+    /// be on disk already (a compaction, a fork); dropping the writer syncs in place too.
     pub fn sync(&self) -> Result<(), SessionError> {
+        let Some(state) = &self.syncer else {
+            return self.sync_now();
+        };
+        if let Some(e) = state.error.lock().ok().and_then(|mut e| e.take()) {
+            return Err(SessionError::Io {
+                path: self.path.clone(),
+                source: e,
+            });
+        }
+        if !state
+            .pending
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let sent = syncer().is_some_and(|tx| tx.send(state.clone()).is_ok());
+            if !sent {
+                state
+                    .pending
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+                return self.sync_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes appended entries to stable storage before returning (`fdatasync`).
+    pub fn sync_now(&self) -> Result<(), SessionError> {
         self.file.sync_data().map_err(io(&self.path))
     }
+}
+
+impl Drop for SessionWriter {
+    fn drop(&mut self) {
+        if let Err(e) = self.file.sync_data() {
+            tracing::warn!("{}: final sync failed: {e}", self.path.display());
+        }
+    }
+}
+
+/// A background-sync slot for `file` (a clone of its descriptor), or `None` when the descriptor
+/// cannot be cloned or the syncer thread is not running (syncs are then done in place).
+fn sync_state(file: &std::fs::File) -> Option<Arc<SyncState>> {
+    syncer()?;
+    Some(Arc::new(SyncState {
+        file: file.try_clone().ok()?,
+        pending: std::sync::atomic::AtomicBool::new(false),
+        error: std::sync::Mutex::new(None),
+    }))
 }
 
 fn new_header(cwd: &Path, parent: Option<&Path>) -> Value {

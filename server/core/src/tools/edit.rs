@@ -12,8 +12,12 @@
 //!
 //! Stale reads (EDIT-08): when the model read the file and its text changed since (the user
 //! typed in the buffer, a command rewrote it), the edit is refused and the model is told to read
-//! again; the current text near the edit is shown. The result's `details.diff` is a unified
-//! diff (`similar`, 4 lines of context) and `details.firstChangedLine` the 1-based line.
+//! again; the current text near the edit is shown. The result's `details.diff` is Pi's own
+//! numbered-line diff (`generateDiffString`: `+N line`, `-N line`, ` N line`, ` ... ` for skipped
+//! context, 4 lines of context, numbers padded to the width of the longer text's line count),
+//! which Pi's interface draws when it resumes the session; `details.firstChangedLine` is the
+//! 1-based line of the first change in the new text (Pi's), and `details.unifiedDiff` the same
+//! change as a unified diff (`similar`, 4 lines of context) for editors.
 
 use std::sync::Arc;
 
@@ -104,9 +108,31 @@ fn shift_hunks(diff: String, skipped_lines: usize) -> String {
 /// to [`DIFF_CONTEXT`] lines after the last one is diffed and rebuilt; the edited whole text
 /// is never made, and the only whole-text pass is one newline count up to the region.
 pub(crate) fn plan_diff(name: &str, text: &str, plan: &[TextReplace]) -> (String, usize) {
+    let d = plan_diffs(name, text, plan);
+    (d.unified, d.first_line)
+}
+
+/// The diffs of one edit: unified, Pi's numbered-line form and its first changed line.
+pub(crate) struct EditDiffs {
+    pub unified: String,
+    /// 1-based line of the first replaced range (in the original text).
+    pub first_line: usize,
+    /// Pi's `generateDiffString` output.
+    pub numbered: String,
+    /// Pi's `firstChangedLine`: the new text's line number at the first change.
+    pub first_changed: usize,
+}
+
+/// [`plan_diff`] plus Pi's numbered-line diff of the same region.
+pub(crate) fn plan_diffs(name: &str, text: &str, plan: &[TextReplace]) -> EditDiffs {
     let b = text.as_bytes();
     let (Some(first), Some(last)) = (plan.first(), plan.last()) else {
-        return (String::new(), 1);
+        return EditDiffs {
+            unified: String::new(),
+            first_line: 1,
+            numbered: String::new(),
+            first_changed: 1,
+        };
     };
     let (first, last) = (first.range.start, last.range.end);
     // Region start: the start of the first range's line, then DIFF_CONTEXT lines more.
@@ -135,18 +161,275 @@ pub(crate) fn plan_diff(name: &str, text: &str, plan: &[TextReplace]) -> (String
     let old_mid = &text[pre..post];
     let mut new_mid = String::with_capacity(old_mid.len());
     let mut pos = pre;
+    // Where the changes are in each side of the region (for clipping long lines).
+    let mut old_changes = Vec::with_capacity(plan.len());
+    let mut new_changes = Vec::with_capacity(plan.len());
     for r in plan {
         new_mid.push_str(&text[pos..r.range.start]);
+        let at = new_mid.len();
         new_mid.push_str(&r.new_text);
+        old_changes.push(r.range.start - pre..r.range.end - pre);
+        new_changes.push(at..new_mid.len());
         pos = r.range.end;
     }
     new_mid.push_str(&text[pos..post]);
-    let diff = similar::TextDiff::from_lines(old_mid, new_mid.as_str())
+    // SESSX-03: lines longer than LONG_LINE (minified code) are shown clipped around the
+    // changes, the elided bytes counted, so a 1-byte edit of a 1 MB line is a diff of a few
+    // hundred bytes (in the session, in events and in permission requests).
+    let (old_clipped, new_clipped);
+    let (old_mid, new_mid): (&str, &str) = if has_long_line(old_mid) || has_long_line(&new_mid) {
+        old_clipped = clip_long_lines(old_mid, &old_changes);
+        new_clipped = clip_long_lines(&new_mid, &new_changes);
+        (&old_clipped, &new_clipped)
+    } else {
+        (old_mid, &new_mid)
+    };
+    let td = similar::TextDiff::from_lines(old_mid, new_mid);
+    let diff = td
         .unified_diff()
         .context_radius(DIFF_CONTEXT)
         .header(name, name)
         .to_string();
-    (shift_hunks(diff, skipped_lines), first_line)
+    // Pi numbers lines of `split("\n")`: newlines + 1 on each side.
+    let old_lines = memchr::memchr_iter(b'\n', b).count() + 1;
+    let removed: usize = plan
+        .iter()
+        .map(|r| memchr::memchr_iter(b'\n', &b[r.range.clone()]).count())
+        .sum();
+    let added: usize = plan
+        .iter()
+        .map(|r| memchr::memchr_iter(b'\n', r.new_text.as_bytes()).count())
+        .sum();
+    let new_lines = old_lines + added - removed.min(old_lines + added);
+    let width = old_lines.max(new_lines).to_string().len();
+    let hidden_after = memchr::memchr_iter(b'\n', &b[post..]).count()
+        + usize::from(post < b.len() && !b.ends_with(b"\n"));
+    let (numbered, first_changed) = numbered_diff(&td, skipped_lines, hidden_after, width);
+    EditDiffs {
+        unified: shift_hunks(diff, skipped_lines),
+        first_line,
+        numbered,
+        first_changed,
+    }
+}
+
+/// One context line (numbered by the old text) of Pi's numbered diff.
+fn push_context(
+    out: &mut Vec<String>,
+    (old_no, new_no): (&mut usize, &mut usize),
+    l: &str,
+    width: usize,
+) {
+    out.push(format!(" {old_no:>width$} {l}"));
+    *old_no += 1;
+    *new_no += 1;
+}
+
+/// Pi's `generateDiffString` over a diff of a region that starts after `hidden_before` lines
+/// of the text and ends `hidden_after` lines before its end (those count as context that is
+/// skipped). Returns the text and the new text's line number at the first change.
+fn numbered_diff(
+    td: &similar::TextDiff<'_, '_, '_, str>,
+    hidden_before: usize,
+    hidden_after: usize,
+    width: usize,
+) -> (String, usize) {
+    use similar::ChangeTag;
+    // Runs of equal / removed / added lines, as jsdiff's `diffLines` parts.
+    let mut parts: Vec<(ChangeTag, Vec<&str>)> = Vec::new();
+    for op in td.ops() {
+        for change in td.iter_changes(op) {
+            let line = change.value();
+            let line = line.strip_suffix('\n').unwrap_or(line);
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            match parts.last_mut() {
+                Some((tag, lines)) if *tag == change.tag() => lines.push(line),
+                _ => parts.push((change.tag(), vec![line])),
+            }
+        }
+    }
+    let n = parts.len();
+    let mut out: Vec<String> = Vec::new();
+    let mut old_no = hidden_before + 1;
+    let mut new_no = hidden_before + 1;
+    let mut first_changed = None;
+    let mut last_was_change = false;
+    let blank = " ".repeat(width);
+    let ctx = DIFF_CONTEXT;
+    for (i, (tag, lines)) in parts.iter().enumerate() {
+        match tag {
+            ChangeTag::Insert | ChangeTag::Delete => {
+                first_changed.get_or_insert(new_no);
+                for l in lines {
+                    if *tag == ChangeTag::Insert {
+                        out.push(format!("+{new_no:>width$} {l}"));
+                        new_no += 1;
+                    } else {
+                        out.push(format!("-{old_no:>width$} {l}"));
+                        old_no += 1;
+                    }
+                }
+                last_was_change = true;
+            }
+            ChangeTag::Equal => {
+                let next_is_change = i + 1 < n && parts[i + 1].0 != ChangeTag::Equal;
+                let before = if i == 0 { hidden_before } else { 0 };
+                let after = if i + 1 == n { hidden_after } else { 0 };
+                let total = before + lines.len() + after;
+                if last_was_change && next_is_change {
+                    if lines.len() <= ctx * 2 {
+                        for l in lines {
+                            push_context(&mut out, (&mut old_no, &mut new_no), l, width);
+                        }
+                    } else {
+                        for l in &lines[..ctx] {
+                            push_context(&mut out, (&mut old_no, &mut new_no), l, width);
+                        }
+                        out.push(format!(" {blank} ..."));
+                        let skip = lines.len() - 2 * ctx;
+                        old_no += skip;
+                        new_no += skip;
+                        for l in &lines[lines.len() - ctx..] {
+                            push_context(&mut out, (&mut old_no, &mut new_no), l, width);
+                        }
+                    }
+                } else if last_was_change {
+                    let shown = lines.len().min(ctx);
+                    for l in &lines[..shown] {
+                        push_context(&mut out, (&mut old_no, &mut new_no), l, width);
+                    }
+                    if total > shown {
+                        out.push(format!(" {blank} ..."));
+                    }
+                    old_no += lines.len() - shown;
+                    new_no += lines.len() - shown;
+                } else if next_is_change {
+                    let shown = lines.len().min(ctx);
+                    if total > shown {
+                        out.push(format!(" {blank} ..."));
+                    }
+                    old_no += lines.len() - shown;
+                    new_no += lines.len() - shown;
+                    for l in &lines[lines.len() - shown..] {
+                        push_context(&mut out, (&mut old_no, &mut new_no), l, width);
+                    }
+                } else {
+                    old_no += lines.len();
+                    new_no += lines.len();
+                }
+                last_was_change = false;
+            }
+        }
+    }
+    (out.join("\n"), first_changed.unwrap_or(hidden_before + 1))
+}
+
+/// The one replacement that makes `after` of `before`: the whole text less the longest common
+/// prefix and suffix (on character boundaries), so a `write` that changes one byte of a large
+/// file diffs (and clips) only around that byte.
+pub(crate) fn minimal_replace(before: &str, after: &str) -> TextReplace {
+    let (a, b) = (before.as_bytes(), after.as_bytes());
+    let mut pre = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    while !(before.is_char_boundary(pre) && after.is_char_boundary(pre)) {
+        pre -= 1;
+    }
+    let max_suf = a.len().min(b.len()) - pre;
+    let mut suf = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take(max_suf)
+        .take_while(|(x, y)| x == y)
+        .count();
+    while !(before.is_char_boundary(a.len() - suf) && after.is_char_boundary(b.len() - suf)) {
+        suf -= 1;
+    }
+    TextReplace {
+        range: pre..a.len() - suf,
+        new_text: after[pre..b.len() - suf].to_string(),
+    }
+}
+
+/// Lines longer than this (bytes) are clipped in diffs ([`clip_long_lines`]).
+pub(crate) const LONG_LINE: usize = 1024;
+/// Bytes of a clipped line kept on each side of a change, and at the start of an unchanged one.
+pub(crate) const CLIP_CONTEXT: usize = 160;
+
+fn has_long_line(text: &str) -> bool {
+    text.len() > LONG_LINE && text.split_inclusive('\n').any(|l| l.len() > LONG_LINE)
+}
+
+/// `text` (one side of a diffed region) with every line longer than [`LONG_LINE`] bytes cut
+/// to what a reader needs: [`CLIP_CONTEXT`] bytes around each end of every change in it
+/// (`changes`: byte ranges of `text`), or the line's first [`CLIP_CONTEXT`] bytes when it has
+/// none; each elided run becomes `[… N bytes …]`. Both sides of a diff are clipped by the same
+/// rule, so an unchanged long line reads the same on both and a changed one shows its change.
+/// Cuts fall on character boundaries; line ends are kept.
+pub(crate) fn clip_long_lines(text: &str, changes: &[std::ops::Range<usize>]) -> String {
+    let floor = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let ceil = |mut i: usize| {
+        while i < text.len() && !text.is_char_boundary(i) {
+            i += 1;
+        }
+        i
+    };
+    let mut out = String::new();
+    let mut ls = 0;
+    for line in text.split_inclusive('\n') {
+        let le = ls + line.len();
+        if line.len() <= LONG_LINE {
+            out.push_str(line);
+            ls = le;
+            continue;
+        }
+        let body_end = le - usize::from(line.ends_with('\n'));
+        // Kept windows in this line, from the changes touching it.
+        let mut keep: Vec<(usize, usize)> = Vec::new();
+        for c in changes {
+            if c.end < ls || c.start > body_end {
+                continue;
+            }
+            for at in [c.start, c.end] {
+                if at >= ls && at <= body_end {
+                    keep.push((
+                        at.saturating_sub(CLIP_CONTEXT).max(ls),
+                        (at + CLIP_CONTEXT).min(body_end),
+                    ));
+                }
+            }
+        }
+        if keep.is_empty() {
+            keep.push((ls, (ls + CLIP_CONTEXT).min(body_end)));
+        }
+        keep.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (a, b) in keep {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let mut at = ls;
+        for (a, b) in merged {
+            let (a, b) = (floor(a).max(at), ceil(b));
+            if a > at {
+                out.push_str(&format!("[… {} bytes …]", a - at));
+            }
+            out.push_str(&text[a..b]);
+            at = b;
+        }
+        if at < body_end {
+            out.push_str(&format!("[… {} bytes …]", body_end - at));
+        }
+        out.push_str(&text[body_end..le]);
+        ls = le;
+    }
+    out
 }
 
 /// Plans the replacements of `edits` in `text` (see [`super::edit_match`] for the matching
@@ -280,7 +563,7 @@ impl Tool for EditTool {
                 "Edit tool input is invalid. edits must contain at least one replacement.",
             ));
         }
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
+        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
         let shown = display_path(self.fs.root(), &path);
         let mut snap = self
             .fs
@@ -310,7 +593,8 @@ impl Tool for EditTool {
             }));
         }
         let planned_at = started.elapsed();
-        let (diff, first_changed) = plan_diff(&shown, &snap.text, &plan);
+        let diffs = plan_diffs(&shown, &snap.text, &plan);
+        let diff = diffs.unified.clone();
         let after_hash = text_hash_after(&snap.text, &plan);
         let diffed_at = started.elapsed();
         // Apply it.
@@ -354,7 +638,10 @@ impl Tool for EditTool {
             content: vec![pi_ai::ContentBlock::text(format!(
                 "Successfully replaced {count} block(s) in {shown}."
             ))],
-            details: Some(json!({"diff": diff, "firstChangedLine": first_changed})),
+            details: Some(
+                json!({"diff": diffs.numbered, "firstChangedLine": diffs.first_changed,
+                "unifiedDiff": diffs.unified}),
+            ),
         })
     }
 }
@@ -362,6 +649,35 @@ impl Tool for EditTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `details.diff` is Pi's numbered-line diff: the expected texts are what Pi 0.73.1's
+    /// `generateDiffString` returns for the same old and new texts (run with node).
+    #[test]
+    fn numbered_diff_is_pis_generate_diff_string() {
+        let twenty: String = (1..=20).map(|i| format!("{i}\n")).collect();
+        let cases: [(&str, &[(&str, &str)], &str, usize); 4] = [
+            ("alpha\nbeta\ngamma\n", &[("beta", "BETA")], " 1 alpha\n-2 beta\n+2 BETA\n 3 gamma", 2),
+            (
+                &twenty,
+                &[("\n8\n", "\nEIGHT\n"), ("\n19\n", "\nNINETEEN\n")],
+                "    ...\n  4 4\n  5 5\n  6 6\n  7 7\n- 8 8\n+ 8 EIGHT\n  9 9\n 10 10\n 11 11\n 12 12\n    ...\n 15 15\n 16 16\n 17 17\n 18 18\n-19 19\n+19 NINETEEN\n 20 20",
+                8,
+            ),
+            ("a\nb\nc", &[("c", "c\nd")], " 1 a\n 2 b\n-3 c\n+3 c\n+4 d", 3),
+            ("x\ny\n", &[("x\n", "")], "-1 x\n 2 y", 1),
+        ];
+        for (before, edits, want, line) in cases {
+            let edits: Vec<(String, String)> = edits
+                .iter()
+                .map(|(o, n)| (o.to_string(), n.to_string()))
+                .collect();
+            let plan = plan_edits(before, &edits, "f").unwrap();
+            let d = plan_diffs("f", before, &plan);
+            assert_eq!(d.numbered, want, "{before:?} {edits:?}");
+            assert_eq!(d.first_changed, line);
+            assert_eq!(d.unified, plan_diff("f", before, &plan).0);
+        }
+    }
 
     fn e(o: &str, n: &str) -> Vec<(String, String)> {
         vec![(o.to_string(), n.to_string())]
@@ -454,6 +770,64 @@ mod tests {
         ] {
             assert_plan_diff_is_whole_diff(&before, &edits);
         }
+    }
+
+    #[test]
+    fn sessx03_diff_of_a_one_byte_edit_of_a_megabyte_line_is_small() {
+        // A minified file: one 1 MB line; one byte changes in its middle.
+        let mut text = String::new();
+        for i in 0..80_000 {
+            text.push_str(&format!("v{i}=1;"));
+        }
+        text.push('\n');
+        let at = text.find("v40000=1;").unwrap() + "v40000=".len();
+        let plan = vec![TextReplace {
+            range: at..at + 1,
+            new_text: "2".into(),
+        }];
+        let (diff, line) = plan_diff("m.js", &text, &plan);
+        assert_eq!(line, 1);
+        assert!(diff.len() < 1200, "{} bytes", diff.len());
+        let lines: Vec<&str> = diff.lines().collect();
+        assert_eq!(lines[..3], ["--- m.js", "+++ m.js", "@@ -1 +1 @@"]);
+        let (old, new) = (lines[3], lines[4]);
+        assert!(old.starts_with("-[… ") && new.starts_with("+[… "), "{old}");
+        assert!(
+            old.contains("v40000=1;") && new.contains("v40000=2;"),
+            "{old}\n{new}"
+        );
+        // The elided byte counts add up to the line.
+        let count = |l: &str| -> usize {
+            l.split("[… ")
+                .skip(1)
+                .map(|p| p.split(' ').next().unwrap().parse::<usize>().unwrap())
+                .sum()
+        };
+        let shown = |l: &str| -> usize {
+            let mut s = l[1..].to_string();
+            while let Some(i) = s.find("[… ") {
+                let j = s[i..].find(" …]").unwrap() + i + " …]".len();
+                s.replace_range(i..j, "");
+            }
+            s.len()
+        };
+        assert_eq!(count(old) + shown(old), text.len() - 1);
+        assert_eq!(count(new) + shown(new), text.len() - 1);
+        // Long unchanged context lines are clipped the same on both sides (not shown changed).
+        let two = format!("{}\nshort\n", "x".repeat(5000));
+        let at = two.find("short").unwrap();
+        let plan = vec![TextReplace {
+            range: at..at + 5,
+            new_text: "SHORT".into(),
+        }];
+        let (diff, _) = plan_diff("t", &two, &plan);
+        assert_eq!(
+            diff,
+            format!(
+                "--- t\n+++ t\n@@ -1,2 +1,2 @@\n {}[… 4840 bytes …]\n-short\n+SHORT\n",
+                "x".repeat(160)
+            )
+        );
     }
 
     #[test]

@@ -118,9 +118,12 @@ impl Backend {
             "exitCode": exit_code,
             "cancelled": cancelled,
             "truncated": full_output_path.is_some(),
-            "fullOutputPath": full_output_path,
             "timestamp": pi_ai::types::now_millis(),
         });
+        // Pi leaves `fullOutputPath` out when the output was not cut.
+        if let Some(p) = &full_output_path {
+            raw["fullOutputPath"] = json!(p);
+        }
         if p.exclude_from_context {
             raw["excludeFromContext"] = json!(true);
         }

@@ -63,6 +63,18 @@ pub(crate) fn session_state(s: &Session) -> SessionState {
     }
 }
 
+/// An entry's ISO-8601 `timestamp` as Unix milliseconds (a number is kept; anything else is 0).
+fn entry_millis(ts: &Value) -> Value {
+    if ts.is_number() {
+        return ts.clone();
+    }
+    json!(ts
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp_millis())
+        .unwrap_or(0))
+}
+
 /// Messages of the path to `leaf` as Pi's `AgentMessage`s, with their entry ids.
 fn path_messages(tree: &SessionTree, leaf: Option<&str>) -> (Vec<Value>, Vec<String>) {
     let mut messages = Vec::new();
@@ -76,11 +88,13 @@ fn path_messages(tree: &SessionTree, leaf: Option<&str>) -> (Vec<Value>, Vec<Str
             "message" => r["message"].clone(),
             "custom_message" => json!({"role": "custom", "customType": r["customType"],
                 "content": r["content"], "display": r["display"].as_bool().unwrap_or(true),
-                "details": r["details"], "timestamp": r["timestamp"]}),
+                "details": r["details"], "timestamp": entry_millis(&r["timestamp"])}),
+            // Pi's createBranchSummaryMessage / createCompactionSummaryMessage /
+            // createCustomMessage: the entry's ISO time as milliseconds.
             "branch_summary" => json!({"role": "branchSummary", "summary": r["summary"],
-                "fromId": r["fromId"], "timestamp": r["timestamp"]}),
+                "fromId": r["fromId"], "timestamp": entry_millis(&r["timestamp"])}),
             "compaction" => json!({"role": "compactionSummary", "summary": r["summary"],
-                "tokensBefore": r["tokensBefore"], "timestamp": r["timestamp"]}),
+                "tokensBefore": r["tokensBefore"], "timestamp": entry_millis(&r["timestamp"])}),
             _ => continue,
         };
         messages.push(m);
@@ -551,7 +565,13 @@ impl Backend {
             tool_results: role("toolResult"),
             total_messages: messages.len(),
             cost: tokens.cost,
-            tokens,
+            tokens: crate::protocol::StatsTokens {
+                input: tokens.input,
+                output: tokens.output,
+                cache_read: tokens.cache_read,
+                cache_write: tokens.cache_write,
+                total: tokens.input + tokens.output + tokens.cache_read + tokens.cache_write,
+            },
             context_usage,
         })
     }
