@@ -314,13 +314,11 @@ fn pi_ref_bin() -> Option<PathBuf> {
     .into_iter()
     .flatten()
     .find(|p| p.exists());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs the reference Pi (npm @mariozechner/pi-coding-agent@0.73.1); see .ci/run"
-        );
-        eprintln!("note: reference Pi not installed; skipping (see .ci/run)");
-    }
+    pi_e2e::require(
+        found.is_some(),
+        "reference Pi comparison",
+        "the reference Pi (npm @mariozechner/pi-coding-agent@0.73.1; PI_REF_BIN)",
+    );
     found
 }
 

@@ -147,13 +147,11 @@ fn pi_ref_bin() -> Option<std::path::PathBuf> {
         ),
     ];
     let found = candidates.into_iter().flatten().find(|p| p.exists());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs the reference Pi (npm @mariozechner/pi-coding-agent@0.73.1); see .ci/run"
-        );
-        eprintln!("note: reference Pi not installed; skipping (see .ci/run)");
-    }
+    pi_e2e::require(
+        found.is_some(),
+        "reference Pi comparison",
+        "the reference Pi (npm @mariozechner/pi-coding-agent@0.73.1; PI_REF_BIN)",
+    );
     found
 }
 
@@ -394,4 +392,53 @@ async fn event_order_matches_pi_for_the_same_scripted_model() {
     assert_eq!(ours, theirs);
     mock.assert_paired();
     mock2.assert_paired();
+}
+
+/// `pi-lsp run` builds the same session as the editor: the extensions the settings enable
+/// are loaded, so their tools are offered to the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_run_loads_the_extensions_the_settings_enable() {
+    let tmp = TempDir::new("headless-ext");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("done")]).await;
+    let agent = tmp.path().join("agent");
+    let env = agent_env(&agent, &mock.models_json(), &[]);
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"builtinExtensions": {"tmux": {"socket": "pi-e2e-headless"}}}).to_string(),
+    )
+    .unwrap();
+    let ws2 = ws.clone();
+    let out =
+        tokio::task::spawn_blocking(move || run(&ws2, &env, &["--model", "mock/mock-1", "hello"]))
+            .await
+            .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tools: Vec<String> = mock.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "read",
+            "bash",
+            "edit",
+            "write",
+            "grep",
+            "find",
+            "ls",
+            "tmux_start",
+            "tmux_capture",
+            "tmux_list",
+            "tmux_kill"
+        ]
+    );
 }

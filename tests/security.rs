@@ -69,8 +69,11 @@ const DENIED: &str = "bash: line 1: ../escaped.txt: Permission denied";
 
 #[tokio::test]
 async fn denied_command_reruns_after_the_editor_allows() {
-    if !sandbox_available() {
-        eprintln!("SKIP denied_command_reruns_after_the_editor_allows: no Landlock on this kernel");
+    if !pi_e2e::require(
+        sandbox_available(),
+        "denied_command_reruns_after_the_editor_allows",
+        "Landlock",
+    ) {
         return;
     }
     let (events, c, tmp) = escalation_run(
@@ -111,8 +114,11 @@ async fn denied_command_reruns_after_the_editor_allows() {
 
 #[tokio::test]
 async fn denied_command_rejected_is_an_error_result_with_the_reason() {
-    if !sandbox_available() {
-        eprintln!("SKIP denied_command_rejected_is_an_error_result_with_the_reason: no Landlock");
+    if !pi_e2e::require(
+        sandbox_available(),
+        "denied_command_rejected_is_an_error_result_with_the_reason",
+        "Landlock",
+    ) {
         return;
     }
     let (events, c, tmp) = escalation_run(
@@ -137,10 +143,11 @@ async fn denied_command_rejected_is_an_error_result_with_the_reason() {
 
 #[tokio::test]
 async fn clients_without_the_request_are_asked_with_show_message_request() {
-    if !sandbox_available() {
-        eprintln!(
-            "SKIP clients_without_the_request_are_asked_with_show_message_request: no Landlock"
-        );
+    if !pi_e2e::require(
+        sandbox_available(),
+        "clients_without_the_request_are_asked_with_show_message_request",
+        "Landlock",
+    ) {
         return;
     }
     // Dismissed: rejected.

@@ -9,6 +9,9 @@
 
 pub mod lsp_client;
 pub mod mock_model;
+mod require;
+
+pub use require::require;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
-//! `pi-core`: the harness. The agent loop ([`agent`]), the coding tools ([`tools`]) over a file
+//! `pi-core`: the harness. The live session ([`harness`]: Pi's `AgentSession` and its setup), the agent loop ([`agent`]), the coding tools ([`tools`]) over a file
 //! system abstraction ([`fs`]), Pi-format session files ([`session`]), the system prompt
 //! ([`prompt`]), settings ([`settings`]), and the workspace's trust-gated resources
 //! ([`resources`]: context files, [`skills`], prompt [`templates`]), and the OS sandbox for
@@ -11,6 +11,7 @@ pub mod compaction;
 pub mod export;
 pub mod extension;
 pub mod fs;
+pub mod harness;
 pub mod prompt;
 pub mod resources;
 pub mod sandbox;

@@ -4,6 +4,9 @@
 //! session file; and the built-in tmux extension driving a real tmux server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+#[path = "../../../tests/support/require.rs"]
+mod require;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -578,14 +581,7 @@ fn tmux_available() -> bool {
         .arg("-V")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "tmux is required under CI=true (the tmux extension test must run)"
-        );
-        eprintln!("tmux not found: skipping the tmux extension test (CI installs it)");
-    }
-    found
+    require::require(found, "tmux extension tests", "tmux")
 }
 
 #[tokio::test]

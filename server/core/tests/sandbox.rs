@@ -6,6 +6,9 @@
 //! is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+#[path = "../../../tests/support/require.rs"]
+mod require;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -59,20 +62,14 @@ impl Drop for Dirs {
 fn landlock_or_skip(test: &str) -> bool {
     match &support().landlock {
         Ok(_) => true,
-        Err(why) => {
-            eprintln!("SKIP {test}: {why}");
-            false
-        }
+        Err(why) => require::require(false, test, &format!("Landlock ({why})")),
     }
 }
 
 fn seccomp_or_skip(test: &str) -> bool {
     match &support().seccomp {
         Ok(()) => true,
-        Err(why) => {
-            eprintln!("SKIP {test}: {why}");
-            false
-        }
+        Err(why) => require::require(false, test, &format!("seccomp ({why})")),
     }
 }
 

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use pi_core::agent::Delivery;
 use pi_core::extension::{
     append_custom_entry, custom_entries_of, CommandInfo, CustomMessage, ExtensionErrorInfo,
-    ExtensionHost, Extensions, NotifyType, UiRequest, UiResponse,
+    ExtensionHost, NotifyType, UiRequest, UiResponse,
 };
 use pi_core::session::SessionWriter;
 use serde::{Deserialize, Serialize};
@@ -241,7 +241,10 @@ impl ExtensionHost for LspExtensionHost {
             let session = lock(&st.sessions).get(&self.session_id).cloned();
             let run_id = session.and_then(|s| {
                 let s = lock(&s);
-                s.agent.is_streaming().then(|| s.agent.run_id()).flatten()
+                s.agent()
+                    .is_streaming()
+                    .then(|| s.agent().run_id())
+                    .flatten()
             });
             st.client
                 .send_notification::<AttentionNotification>(
@@ -295,7 +298,7 @@ impl ExtensionHost for LspExtensionHost {
         };
         let session = lock(&st.sessions).get(&self.session_id).cloned();
         let run_id = session
-            .and_then(|s| lock(&s).agent.run_id())
+            .and_then(|s| lock(&s).agent().run_id())
             .unwrap_or_default();
         st.client
             .send_notification::<AgentEventNotification>(
@@ -310,34 +313,6 @@ impl ExtensionHost for LspExtensionHost {
     }
 }
 
-/// The extensions of a new session of `st`: the built-ins its settings enable, registered
-/// over an [`LspExtensionHost`]; load failures are reported as `extension_error` events.
-pub(crate) fn load(
-    st: &Arc<State>,
-    session_id: &str,
-    writer: &Arc<Mutex<SessionWriter>>,
-) -> Arc<Extensions> {
-    let host = Arc::new(LspExtensionHost::new(
-        st,
-        session_id.to_string(),
-        writer.clone(),
-    ));
-    let settings = st.workspace().settings();
-    let (list, mut errors) =
-        pi_core::extension::builtin(settings.raw(pi_core::extension::SETTINGS_KEY));
-    let (set, more) = Extensions::load(list, host.clone());
-    errors.extend(more);
-    if !errors.is_empty() {
-        tokio::spawn(async move {
-            for e in errors {
-                tracing::warn!("extension {} failed to load: {}", e.extension_path, e.error);
-                host.extension_error(e).await;
-            }
-        });
-    }
-    Arc::new(set)
-}
-
 impl Backend {
     /// `agent/extension/commands {sessionId}` → `{commands: [{name, description?, source:
     /// "extension", path}]}` (Pi's `get_commands` entries of extensions; invoke one with
@@ -348,7 +323,7 @@ impl Backend {
     ) -> Result<ExtensionCommandsResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let commands: Vec<CommandInfo> = lock(&session).extensions.commands();
+        let commands: Vec<CommandInfo> = lock(&session).extensions().commands();
         Ok(ExtensionCommandsResult { commands })
     }
 }

@@ -5,6 +5,7 @@
 //! and UI requests ([`extensions`]), editor-side tools and the `diagnostics` tool
 //! ([`editor_tools`]), where log lines go ([`logging`]). Only this crate writes stdout; only it imports LSP types.
 
+pub mod dispatch;
 pub mod documents;
 pub mod editor_fs;
 pub mod editor_tools;
@@ -15,8 +16,9 @@ pub(crate) mod methods;
 pub mod permissions;
 pub mod positions;
 pub mod protocol;
-pub mod runner;
 pub mod server;
+pub(crate) mod setup;
+pub(crate) mod sink;
 pub(crate) mod summary;
 pub mod tracker;
 pub mod transport;

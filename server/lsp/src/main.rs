@@ -89,8 +89,11 @@ fn main() -> anyhow::Result<()> {
                 // Non-blocking pipes when stdin/stdout are pipes or sockets (see `stdio`).
                 let (stdin, stdout, restore) = pi_lsp::transport::stdio();
                 let (input, output, written) = pi_lsp::transport::guard(stdin, stdout);
+                // Document sync in the read loop, and no small limit on handlers in flight: a
+                // long request never holds up another message (see `dispatch`).
                 tower_lsp_server::Server::new(input, output, socket)
-                    .serve(service)
+                    .concurrency_level(pi_lsp::dispatch::MAX_IN_FLIGHT)
+                    .serve(pi_lsp::dispatch::Dispatch::new(service))
                     .await;
                 // The guard's last answers (and the server's) reach the client before exit.
                 let _ = written.await;

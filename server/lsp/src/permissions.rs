@@ -419,10 +419,10 @@ impl Backend {
         let p: PermissionsSetParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
-        s.approval.set_session_policy(p.approval_policy);
+        s.gate().set_session_policy(p.approval_policy);
         Ok(PermissionsSetResult {
-            approval_policy: s.approval.policy(),
-            session_rules: s.approval.session_rules(),
+            approval_policy: s.gate().policy(),
+            session_rules: s.gate().session_rules(),
         })
     }
 }

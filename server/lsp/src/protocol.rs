@@ -38,52 +38,8 @@ pub mod codes {
     pub const COMPACTION_FAILED: i64 = -31008;
 }
 
-/// Every client → server `agent/*` method, as advertised in `initialize`'s
-/// `experimental.agent.methods`.
-pub const METHODS: &[&str] = &[
-    "agent/prompt",
-    "agent/steer",
-    "agent/followUp",
-    "agent/abort",
-    "agent/sendMessage",
-    "agent/messages",
-    "agent/state",
-    "agent/session/new",
-    "agent/session/list",
-    "agent/session/open",
-    "agent/session/close",
-    "agent/session/fork",
-    "agent/session/clone",
-    "agent/session/tree",
-    "agent/session/history",
-    "agent/session/branch",
-    "agent/session/label",
-    "agent/session/name",
-    "agent/session/stats",
-    "agent/session/export",
-    "agent/model/list",
-    "agent/model/set",
-    "agent/model/cycle",
-    "agent/thinking/set",
-    "agent/thinking/cycle",
-    "agent/queue/setModes",
-    "agent/queue/clear",
-    "agent/queue/remove",
-    "agent/queue/edit",
-    "agent/retry/set",
-    "agent/retry/abort",
-    "agent/bash",
-    "agent/bash/abort",
-    "agent/compact",
-    "agent/compaction/set",
-    "agent/permissions/set",
-    "agent/extension/commands",
-    "agent/tools/register",
-    "agent/tools/unregister",
-    "agent/commands",
-    "agent/session/forkMessages",
-    "agent/lastAssistantText",
-];
+/// Every client → server `agent/*` method (made by the server's one method table).
+pub use crate::server::METHODS;
 
 /// A JSON-RPC error with one of [`codes`].
 pub fn agent_error(code: i64, message: impl Into<String>) -> Error {

@@ -7,64 +7,50 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use async_trait::async_trait;
-use pi_ai::AssistantEvent;
-use pi_ai::{Message, Model};
-use pi_core::agent::{
-    Agent, AgentConfig, AgentEvent, CompactionReason, Delivery, EventSink, Subscription, WeakAgent,
-};
+use pi_ai::Message;
+use pi_core::agent::Delivery;
+use pi_core::harness::{choose_model, sessions_dir, AgentSession, Opening};
 use pi_core::resources::WorkspaceConfig;
-use pi_core::session::{find_session_file, read_tree, SessionError, SessionWriter};
-use pi_core::tools::BeforeBash;
+use pi_core::session::{find_session_file, SessionError};
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::{
-    notification::Progress, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
-    DidOpenTextDocumentParams, InitializeParams, InitializeResult, InitializedParams, MessageType,
-    NumberOrString, ProgressParams, ProgressParamsValue, ProgressToken, ServerCapabilities,
+    DidChangeTextDocumentParams, DidCloseTextDocumentParams, DidOpenTextDocumentParams,
+    InitializeParams, InitializeResult, InitializedParams, MessageType, ServerCapabilities,
     ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
-    WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
 };
 use tower_lsp_server::{Client, LanguageServer, LspService};
 
 use crate::documents::{uri_path, Documents};
-use crate::editor_fs::{EditorCaps, EditorFs};
+use crate::editor_fs::EditorCaps;
 use crate::protocol::{
-    agent_error, codes, parse_params, AbortParams, AbortResult, AgentEventNotification,
-    AgentEventParams, AttentionNotification, AttentionParams, CompactParams, CompactResult,
-    DeliverAs, PromptParams, PromptResult, QueueUpdateNotification, QueueUpdateParams,
-    StreamingBehavior, UsageNotification, UsageParams,
+    agent_error, codes, parse_params, AbortParams, AbortResult, CompactParams, CompactResult,
+    DeliverAs, PromptParams, PromptResult, StreamingBehavior,
 };
-use crate::runner::{choose_model, sessions_dir, Recorder};
-use crate::tracker::{Notice, Tracker};
+use crate::setup::LspSetup;
+use crate::sink::send_queue_update;
+use crate::tracker::Tracker;
 
-/// The state of one session in this server: its file, its [`Agent`] (at most one run) and
-/// what its user is shown besides the events ([`Tracker`]).
+/// One session of this server: the live conversation ([`AgentSession`], reached through
+/// `Deref`) and what its user is shown besides the events ([`Tracker`]).
 pub(crate) struct Session {
-    pub(crate) id: String,
-    pub(crate) writer: Arc<Mutex<SessionWriter>>,
-    pub(crate) agent: Agent,
-    pub(crate) model: Model,
+    core: AgentSession,
     pub(crate) tracker: Arc<Tracker>,
-    /// Automatic retry of transient provider failures (settings' `retry.enabled`, then
-    /// `agent/retry/set`).
-    pub(crate) auto_retry: bool,
-    /// Automatic compaction on (settings' `compaction.enabled`, then `agent/compaction/set`).
-    pub(crate) auto_compaction: bool,
-    /// The session's name (`session_info`).
-    pub(crate) name: Option<String>,
-    /// The file this session was forked from (header `parentSession`).
-    pub(crate) parent_session: Option<String>,
-    /// The session's approval policy and "allow always" rules ([`crate::permissions`]).
-    pub(crate) approval: Arc<pi_core::approval::Gate>,
-    /// Keeps the session's event listener registered.
-    _events: Subscription,
-    /// The session's extensions (see [`crate::extensions`]).
-    pub(crate) extensions: Arc<pi_core::extension::Extensions>,
-    /// Keeps the extensions' event handlers registered (when they have any).
-    _extension_events: Option<Subscription>,
+}
+
+impl std::ops::Deref for Session {
+    type Target = AgentSession;
+    fn deref(&self) -> &AgentSession {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut AgentSession {
+        &mut self.core
+    }
 }
 
 /// Shared server state.
@@ -85,6 +71,9 @@ pub struct State {
     extension_ui: std::sync::atomic::AtomicBool,
     /// Tools the editor declared and whether it answers `agent/diagnostics`.
     pub(crate) editor_tools: crate::editor_tools::EditorTools,
+    /// Between a successful `initialize` and `shutdown`: document sync is applied (by
+    /// [`crate::dispatch::Dispatch`] in the read loop).
+    accepting_sync: std::sync::atomic::AtomicBool,
 }
 
 /// The language server.
@@ -101,9 +90,72 @@ impl Backend {
     }
 }
 
+/// The one method table: every client → server `agent/*` request with its handler. It makes
+/// both the registrations ([`service`]) and [`METHODS`], the list `initialize` advertises in
+/// `experimental.agent.methods`, so the two cannot disagree (the test
+/// `every_advertised_method_is_registered` checks the running service against the list).
+macro_rules! method_table {
+    ($($name:literal => $handler:path,)*) => {
+        /// Every client → server `agent/*` method, as advertised in `initialize`'s
+        /// `experimental.agent.methods`.
+        pub const METHODS: &[&str] = &[$($name),*];
+
+        fn register(
+            builder: tower_lsp_server::LspServiceBuilder<Backend>,
+        ) -> tower_lsp_server::LspServiceBuilder<Backend> {
+            builder$(.custom_method($name, $handler))*
+        }
+    };
+}
+
+method_table! {
+    "agent/prompt" => Backend::agent_prompt,
+    "agent/steer" => Backend::agent_steer,
+    "agent/followUp" => Backend::agent_follow_up,
+    "agent/abort" => Backend::agent_abort,
+    "agent/sendMessage" => Backend::agent_send_message,
+    "agent/messages" => Backend::agent_messages,
+    "agent/state" => Backend::agent_state,
+    "agent/session/new" => Backend::session_new,
+    "agent/session/list" => Backend::session_list,
+    "agent/session/open" => Backend::session_open,
+    "agent/session/close" => Backend::session_close,
+    "agent/session/fork" => Backend::session_fork,
+    "agent/session/clone" => Backend::session_clone,
+    "agent/session/tree" => Backend::session_tree,
+    "agent/session/history" => Backend::session_history,
+    "agent/session/branch" => Backend::session_branch,
+    "agent/session/label" => Backend::session_label,
+    "agent/session/name" => Backend::session_name,
+    "agent/session/stats" => Backend::session_stats,
+    "agent/session/export" => Backend::session_export,
+    "agent/model/list" => Backend::model_list,
+    "agent/model/set" => Backend::model_set,
+    "agent/model/cycle" => Backend::model_cycle,
+    "agent/thinking/set" => Backend::thinking_set,
+    "agent/thinking/cycle" => Backend::thinking_cycle,
+    "agent/queue/setModes" => Backend::queue_set_modes,
+    "agent/queue/clear" => Backend::queue_clear,
+    "agent/queue/remove" => Backend::queue_remove,
+    "agent/queue/edit" => Backend::queue_edit,
+    "agent/retry/set" => Backend::retry_set,
+    "agent/retry/abort" => Backend::retry_abort,
+    "agent/bash" => Backend::agent_bash,
+    "agent/bash/abort" => Backend::bash_abort,
+    "agent/compact" => Backend::agent_compact,
+    "agent/compaction/set" => Backend::compaction_set,
+    "agent/permissions/set" => Backend::permissions_set,
+    "agent/extension/commands" => Backend::extension_commands,
+    "agent/tools/register" => Backend::tools_register,
+    "agent/tools/unregister" => Backend::tools_unregister,
+    "agent/commands" => Backend::commands,
+    "agent/session/forkMessages" => Backend::fork_messages,
+    "agent/lastAssistantText" => Backend::last_assistant_text,
+}
+
 /// Builds the service with the `agent/*` methods registered.
 pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
-    LspService::build(|client| {
+    let builder = LspService::build(|client| {
         crate::logging::attach(client.clone());
         Backend {
             state: Arc::new(State {
@@ -121,57 +173,17 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                 shutdown_received: Default::default(),
                 extension_ui: std::sync::atomic::AtomicBool::new(false),
                 editor_tools: Default::default(),
+                accepting_sync: std::sync::atomic::AtomicBool::new(false),
             }),
         }
-    })
-    .custom_method("agent/prompt", Backend::agent_prompt)
-    .custom_method("agent/abort", Backend::agent_abort)
-    .custom_method("agent/compact", Backend::agent_compact)
-    .custom_method("agent/compaction/set", Backend::compaction_set)
-    .custom_method("agent/steer", Backend::agent_steer)
-    .custom_method("agent/followUp", Backend::agent_follow_up)
-    .custom_method("agent/sendMessage", Backend::agent_send_message)
-    .custom_method("agent/messages", Backend::agent_messages)
-    .custom_method("agent/state", Backend::agent_state)
-    .custom_method("agent/session/new", Backend::session_new)
-    .custom_method("agent/session/list", Backend::session_list)
-    .custom_method("agent/session/open", Backend::session_open)
-    .custom_method("agent/session/close", Backend::session_close)
-    .custom_method("agent/session/fork", Backend::session_fork)
-    .custom_method("agent/session/clone", Backend::session_clone)
-    .custom_method("agent/session/tree", Backend::session_tree)
-    .custom_method("agent/session/history", Backend::session_history)
-    .custom_method("agent/session/branch", Backend::session_branch)
-    .custom_method("agent/session/label", Backend::session_label)
-    .custom_method("agent/session/name", Backend::session_name)
-    .custom_method("agent/session/stats", Backend::session_stats)
-    .custom_method("agent/session/export", Backend::session_export)
-    .custom_method("agent/model/list", Backend::model_list)
-    .custom_method("agent/model/set", Backend::model_set)
-    .custom_method("agent/model/cycle", Backend::model_cycle)
-    .custom_method("agent/thinking/set", Backend::thinking_set)
-    .custom_method("agent/thinking/cycle", Backend::thinking_cycle)
-    .custom_method("agent/queue/setModes", Backend::queue_set_modes)
-    .custom_method("agent/queue/clear", Backend::queue_clear)
-    .custom_method("agent/queue/remove", Backend::queue_remove)
-    .custom_method("agent/queue/edit", Backend::queue_edit)
-    .custom_method("agent/retry/set", Backend::retry_set)
-    .custom_method("agent/retry/abort", Backend::retry_abort)
-    .custom_method("agent/bash", Backend::agent_bash)
-    .custom_method("agent/bash/abort", Backend::bash_abort)
-    .custom_method("agent/permissions/set", Backend::permissions_set)
-    .custom_method("agent/extension/commands", Backend::extension_commands)
-    .custom_method("agent/tools/register", Backend::tools_register)
-    .custom_method("agent/tools/unregister", Backend::tools_unregister)
-    .custom_method("agent/commands", Backend::commands)
-    .custom_method("agent/session/forkMessages", Backend::fork_messages)
-    .custom_method("agent/lastAssistantText", Backend::last_assistant_text)
-    .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
-    .custom_method(
-        crate::transport::INVALID_REQUEST_METHOD,
-        Backend::invalid_request,
-    )
-    .finish()
+    });
+    register(builder)
+        .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
+        .custom_method(
+            crate::transport::INVALID_REQUEST_METHOD,
+            Backend::invalid_request,
+        )
+        .finish()
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -179,8 +191,13 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl State {
-    fn caps(&self) -> EditorCaps {
+    pub(crate) fn caps(&self) -> EditorCaps {
         *lock(&self.caps)
+    }
+
+    /// The open documents.
+    pub(crate) fn docs(&self) -> Arc<Documents> {
+        self.docs.clone()
     }
 
     pub(crate) fn root(&self) -> PathBuf {
@@ -198,6 +215,42 @@ impl State {
     /// Whether the client answers `agent/ui/request`.
     pub(crate) fn extension_ui(&self) -> bool {
         self.extension_ui.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether document sync is applied now (after `initialize`, before `shutdown`).
+    pub(crate) fn accepting_sync(&self) -> bool {
+        self.accepting_sync
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_accepting_sync(&self, on: bool) {
+        self.accepting_sync
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `textDocument/didOpen`. Document sync never awaits: it is applied in arrival order.
+    pub(crate) fn did_open(&self, p: DidOpenTextDocumentParams) {
+        self.docs.open(
+            p.text_document.uri,
+            &p.text_document.text,
+            p.text_document.version,
+        );
+    }
+
+    /// `textDocument/didChange` (positions in the negotiated encoding).
+    pub(crate) fn did_change(&self, p: DidChangeTextDocumentParams) {
+        let enc = self.caps().encoding;
+        self.docs.change(
+            &p.text_document.uri,
+            p.text_document.version,
+            p.content_changes,
+            enc,
+        );
+    }
+
+    /// `textDocument/didClose`.
+    pub(crate) fn did_close(&self, p: DidCloseTextDocumentParams) {
+        self.docs.close(&p.text_document.uri);
     }
 }
 
@@ -261,6 +314,7 @@ impl LanguageServer for Backend {
         *lock(&self.state.init_model) = init_model;
         // The editor's own approval setting.
         *lock(&self.state.init_approval) = init_approval;
+        self.state.set_accepting_sync(true);
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
                 position_encoding: Some(encoding.kind()),
@@ -287,7 +341,7 @@ impl LanguageServer for Backend {
                     file_operations: None,
                 }),
                 experimental: Some(
-                    serde_json::json!({"agent": {"version": 1, "methods": crate::protocol::METHODS}}),
+                    serde_json::json!({"agent": {"version": 1, "methods": METHODS}}),
                 ),
                 ..ServerCapabilities::default()
             },
@@ -302,7 +356,7 @@ impl LanguageServer for Backend {
     async fn initialized(&self, _: InitializedParams) {
         let ws = self.state.workspace();
         if let Some(n) =
-            crate::runner::untrusted_notice(&ws, "trust the workspace in the editor to load it")
+            pi_core::harness::untrusted_notice(&ws, "trust the workspace in the editor to load it")
         {
             tracing::warn!("{n}");
             self.state
@@ -319,10 +373,10 @@ impl LanguageServer for Backend {
         let sessions: Vec<Arc<Mutex<Session>>> =
             lock(&self.state.sessions).values().cloned().collect();
         for s in &sessions {
-            lock(s).agent.abort();
+            lock(s).agent().abort();
         }
         for s in &sessions {
-            let agent = lock(s).agent.clone();
+            let agent = lock(s).agent().clone();
             let _ = tokio::time::timeout(std::time::Duration::from_secs(3), agent.wait_for_idle())
                 .await;
         }
@@ -332,27 +386,18 @@ impl LanguageServer for Backend {
         Ok(())
     }
 
-    // Document sync: mutate synchronously, before any await, so arrival order holds.
+    // Document sync is applied by `Dispatch` in the read loop; these run only for a message
+    // it left to the service. Mutate synchronously, before any await, so arrival order holds.
     async fn did_open(&self, p: DidOpenTextDocumentParams) {
-        self.state.docs.open(
-            p.text_document.uri,
-            &p.text_document.text,
-            p.text_document.version,
-        );
+        self.state.did_open(p);
     }
 
     async fn did_change(&self, p: DidChangeTextDocumentParams) {
-        let enc = self.state.caps().encoding;
-        self.state.docs.change(
-            &p.text_document.uri,
-            p.text_document.version,
-            p.content_changes,
-            enc,
-        );
+        self.state.did_change(p);
     }
 
     async fn did_close(&self, p: DidCloseTextDocumentParams) {
-        self.state.docs.close(&p.text_document.uri);
+        self.state.did_close(p);
     }
 
     /// ED-07: folders added and removed; the root (the first folder, where sessions live)
@@ -403,7 +448,7 @@ impl Backend {
             };
             let (id, extensions) = {
                 let s = lock(&session);
-                (s.id.clone(), s.extensions.clone())
+                (s.id().to_string(), s.extensions().clone())
             };
             if let Some(name) = extensions.run_command(&p.text).await {
                 return Ok(PromptResult {
@@ -416,7 +461,7 @@ impl Backend {
             }
             p.session_id = Some(id);
         }
-        let text = crate::runner::expand_prompt(&self.state.workspace(), &p.text);
+        let text = pi_core::harness::expand_prompt(&self.state.workspace(), &p.text);
         let message = crate::methods::user_message(&text, p.images.as_deref(), "images")?;
         let session = match &p.session_id {
             Some(id) => self.session(id)?,
@@ -424,14 +469,14 @@ impl Backend {
         };
         let (id, streaming) = {
             let s = lock(&session);
-            (s.id.clone(), s.agent.is_streaming())
+            (s.id().to_string(), s.agent().is_streaming())
         };
         if streaming {
             if let Some(b) = p.streaming_behavior {
                 // The queued message joins the running run, which keeps its model: a `model`
                 // asking for another one would be dropped without a word.
                 if let Some(m) = &p.model {
-                    if *m != lock(&session).model.full_id() {
+                    if *m != lock(&session).model().full_id() {
                         return Err(crate::methods::invalid(
                             "model",
                             format!("cannot switch to {m:?} while a run is active: a queued prompt joins the running run, which keeps its model; switch with agent/model/set (from the next run) or after agent/abort"),
@@ -452,28 +497,25 @@ impl Backend {
                 });
             }
         } else if let Some(m) = &p.model {
-            let current = lock(&session).model.full_id();
+            let current = lock(&session).model().full_id();
             if *m != current {
                 let (model, _) = choose_model(&self.state.workspace(), Some(m), None)
                     .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-                crate::methods::set_model(&self.state, &session, model)?;
+                crate::methods::set_model(&session, model)?;
             }
         }
         let s = lock(&session);
         let busy = |s: &Session| {
             agent_error(
                 codes::SESSION_BUSY,
-                format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id, s.agent.run_id().unwrap_or_default()),
+                format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id(), s.agent().run_id().unwrap_or_default()),
             )
         };
-        if !s.agent.is_streaming() {
-            // Tools, caps and project instructions are read afresh for every prompt.
-            s.agent.set_config(session_config(&self.state, &s));
-        }
-        // While a run is finishing (its agent_end already sent), the prompt starts the next run.
-        let (run_id, _) = s.agent.prompt(vec![message]).map_err(|_| busy(&s))?;
+        // Tools, caps and project instructions are read afresh for every prompt. While a run
+        // is finishing (its agent_end already sent), the prompt starts the next run.
+        let run_id = s.prompt(vec![message]).map_err(|_| busy(&s))?;
         Ok(PromptResult {
-            session_id: s.id.clone(),
+            session_id: s.id().to_string(),
             run_id,
             queued: false,
             queue_id: None,
@@ -492,7 +534,7 @@ impl Backend {
     ) -> (String, Option<String>) {
         let (sid, tracker) = {
             let s = lock(session);
-            (s.id.clone(), s.tracker.clone())
+            (s.id().to_string(), s.tracker.clone())
         };
         let report = tracker.queue(how, message.clone(), entry);
         send_queue_update(
@@ -509,8 +551,12 @@ impl Backend {
             DeliverAs::FollowUp => Delivery::FollowUp,
             DeliverAs::NextTurn => Delivery::NextTurn,
         };
-        s.agent.enqueue(message, delivery);
-        let run = s.agent.is_streaming().then(|| s.agent.run_id()).flatten();
+        s.agent().enqueue(message, delivery);
+        let run = s
+            .agent()
+            .is_streaming()
+            .then(|| s.agent().run_id())
+            .flatten();
         (report.queue_id, run)
     }
 
@@ -552,9 +598,9 @@ impl Backend {
         name: Option<&str>,
     ) -> Result<Arc<Mutex<Session>>> {
         let st = &self.state;
-        let root = st.root();
+        let ws = st.workspace();
         let init_model = st.init_model();
-        let (mut model, notice) = choose_model(&st.workspace(), model, init_model.as_deref())
+        let (mut model, notice) = choose_model(&ws, model, init_model.as_deref())
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
         if let Some(n) = notice {
             let client = st.client.clone();
@@ -563,66 +609,39 @@ impl Backend {
         if let Some(level) = thinking {
             model.thinking_level = Some(model.clamp_thinking_level(level));
         }
-        let mut writer = SessionWriter::create(
-            &sessions_dir(&self.state.workspace()),
-            &root,
-            &model.provider,
-            &model.id,
-            crate::runner::thinking_level_name(&model),
-        )
-        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        if let Some(n) = name {
-            writer
-                .set_name(n)
-                .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        }
-        let id = writer.id().to_string();
-        let mut session = new_session(
-            st,
-            id.clone(),
-            writer,
-            model,
-            Vec::new(),
-            Default::default(),
-        );
-        session.name = name.map(str::to_string);
-        let s = Arc::new(Mutex::new(session));
+        let tracker = Arc::new(Tracker::new(Default::default()));
+        let setup = Arc::new(LspSetup {
+            st: st.clone(),
+            tracker: tracker.clone(),
+        });
+        let core = AgentSession::create(ws, setup, model, name)
+            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        let id = core.id().to_string();
+        let s = Arc::new(Mutex::new(Session { core, tracker }));
         lock(&st.sessions).insert(id, s.clone());
         Ok(s)
     }
 
     /// Opens the session file at `path` (or returns it when already open here).
     pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
-        let init_model = self.state.init_model();
-        // Open here already: that is the session (a second writer would take over its lock).
-        if let Some(id) = header_id(path) {
-            if let Some(s) = lock(&self.state.sessions).get(&id).cloned() {
-                return Ok(s);
-            }
-        }
-        let (writer, loaded) = match SessionWriter::open(path) {
-            Ok(w) => w,
-            // Another process appends to it: continue in a fork and say so (SESS-04).
-            Err(SessionError::Locked { pid, .. }) => {
-                let (tree, _) = read_tree(path, false)
-                    .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-                let id = tree.header["id"].as_str().unwrap_or_default().to_string();
-                // Open in this server already: that is the session.
-                if let Some(s) = lock(&self.state.sessions).get(&id).cloned() {
+        let st = &self.state;
+        let ws = st.workspace();
+        let opening =
+            pi_core::harness::open_file(&ws, path, |id| lock(&st.sessions).contains_key(id));
+        let (writer, loaded, notices) = match opening {
+            Ok(Opening::Opened {
+                writer,
+                loaded,
+                notices,
+            }) => (writer, loaded, notices),
+            Ok(Opening::AlreadyOpen(id)) => {
+                if let Some(s) = lock(&st.sessions).get(&id).cloned() {
                     return Ok(s);
                 }
-                let fork = SessionWriter::fork_from(
-                    path,
-                    &tree,
-                    &sessions_dir(&self.state.workspace()),
-                    None,
-                )
-                .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-                let msg = format!("pi-lsp: session {id} is open in another process ({pid}); continuing in a fork, session {}", fork.1.id);
-                tracing::warn!("{msg}");
-                let client = self.state.client.clone();
-                tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
-                fork
+                return Err(agent_error(
+                    codes::SESSION_IO,
+                    format!("session {id} was closed while it was being opened"),
+                ));
             }
             Err(SessionError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
@@ -634,53 +653,27 @@ impl Backend {
             }
             Err(e) => return Err(agent_error(codes::SESSION_IO, e.to_string())),
         };
-        let id = loaded.id.clone();
         for w in &loaded.warnings {
             tracing::warn!("{w}");
         }
-        if !loaded.warnings.is_empty() {
-            // Repairs (a torn last line set aside, damaged lines skipped, a migration) are told
-            // to the user, not only logged (cases SESS-01, SESS-02).
-            let msg = format!(
-                "pi-lsp: session {} was repaired while opening: {}",
-                loaded.id,
-                loaded.warnings.join("; ")
-            );
-            let client = self.state.client.clone();
+        for msg in notices {
+            // A fork instead of a held file, repairs made while loading: told to the user,
+            // not only logged (cases SESS-01, SESS-02, SESS-04).
+            tracing::warn!("{msg}");
+            let client = st.client.clone();
             tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
         }
-        let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
-        let ws = self.state.workspace();
-        let mut model = choose_model(&ws, wanted.as_deref(), None)
-            .or_else(|_| choose_model(&ws, None, init_model.as_deref()))
-            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?
-            .0;
-        // The thinking level recorded on the session's path wins over the default.
-        if let Some(level) = loaded
-            .thinking_level
-            .as_deref()
-            .and_then(pi_ai::models::ThinkingLevel::parse)
-        {
-            model.thinking_level = Some(model.clamp_thinking_level(level));
-        }
-        let totals = crate::methods::file_usage(&loaded.tree);
-        let mut session = new_session(
-            &self.state,
-            id.to_string(),
-            writer,
-            model,
-            loaded.messages,
-            totals,
-        );
-        session.name = loaded.name.clone();
-        session.parent_session = loaded.tree.header["parentSession"]
-            .as_str()
-            .map(str::to_string);
-        let s = Arc::new(Mutex::new(session));
-        Ok(lock(&self.state.sessions)
-            .entry(id.to_string())
-            .or_insert(s)
-            .clone())
+        let tracker = Arc::new(Tracker::new(crate::methods::file_usage(&loaded.tree)));
+        let setup = Arc::new(LspSetup {
+            st: st.clone(),
+            tracker: tracker.clone(),
+        });
+        let init_model = st.init_model();
+        let core = AgentSession::resume(ws, setup, writer, loaded, init_model.as_deref())
+            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
+        let id = core.id().to_string();
+        let s = Arc::new(Mutex::new(Session { core, tracker }));
+        Ok(lock(&st.sessions).entry(id).or_insert(s).clone())
     }
 
     /// Answers a frame the transport guard could not parse (see [`crate::transport`]).
@@ -719,10 +712,8 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let (control, rx) = {
             let s = lock(&session);
-            if !s.agent.is_streaming() {
-                s.agent.set_config(session_config(&self.state, &s));
-            }
-            let (_, control, rx) = s.agent.compact(p.instructions).map_err(|_| {
+            s.reconfigure();
+            let (_, control, rx) = s.agent().compact(p.instructions).map_err(|_| {
                 agent_error(
                     codes::SESSION_BUSY,
                     format!("session {} already has a compaction waiting", p.session_id),
@@ -771,7 +762,7 @@ impl Backend {
         };
         let (agent, tracker) = {
             let s = lock(&session);
-            (s.agent.clone(), s.tracker.clone())
+            (s.agent().clone(), s.tracker.clone())
         };
         let (calls, procs) = tracker.active();
         let run_id = agent.is_streaming().then(|| agent.run_id()).flatten();
@@ -853,447 +844,52 @@ fn init_options(
     Ok((model, approval, trusted))
 }
 
-/// The `id` of a session file's header line.
-fn header_id(path: &Path) -> Option<String> {
-    use std::io::BufRead;
-    let mut line = String::new();
-    std::io::BufReader::new(std::fs::File::open(path).ok()?)
-        .read_line(&mut line)
-        .ok()?;
-    let v: Value = serde_json::from_str(&line).ok()?;
-    v["id"].as_str().map(str::to_string)
-}
-
 /// How long `agent/abort` waits for the run to end before answering.
 pub const ABORT_WAIT: Duration = Duration::from_secs(5);
 
-/// Sends `agent/queueUpdate` for `report` now in `state`.
-pub(crate) async fn send_queue_update(
-    client: &Client,
-    session_id: &str,
-    tracker: &Tracker,
-    report: &crate::protocol::QueuedMessage,
-    state: crate::protocol::QueueState,
-) {
-    let (steering, follow_up) = tracker.waiting();
-    client
-        .send_notification::<QueueUpdateNotification>(
-            serde_json::to_value(QueueUpdateParams {
-                session_id: session_id.to_string(),
-                queue_id: report.queue_id.clone(),
-                delivery: report.delivery,
-                state,
-                text: report.text.clone(),
-                steering,
-                follow_up,
-            })
-            .unwrap_or_default(),
-        )
-        .await;
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_lsp_server::jsonrpc::{ErrorCode, Request};
+    use tower_service::Service;
 
-/// The session's agent configuration: [`agent_config`] with the session's retry switch.
-pub(crate) fn session_config(st: &Arc<State>, s: &Session) -> AgentConfig {
-    // The default policy and the workspace rules follow the settings as they are now.
-    let settings = st.workspace().settings();
-    s.approval.refresh(
-        crate::permissions::effective_default(*lock(&st.init_approval), &settings),
-        pi_core::approval::rules_from_settings(&settings.merged),
-    );
-    let mut cfg = agent_config(
-        st,
-        s.model.clone(),
-        &s.writer,
-        &s.id,
-        &s.approval,
-        &s.extensions,
-    );
-    cfg.retry.enabled = s.auto_retry;
-    if let Some(c) = cfg.compaction.as_mut() {
-        c.settings.enabled = s.auto_compaction;
-    }
-    cfg
-}
-
-/// The agent configuration for a run in this workspace: editor-backed tools, the system prompt
-/// and settings from the workspace's configuration (see [`crate::runner::agent_config`]),
-/// `model`, and compaction into the session's file.
-fn agent_config(
-    st: &Arc<State>,
-    model: Model,
-    writer: &Arc<Mutex<SessionWriter>>,
-    session_id: &str,
-    approval: &Arc<pi_core::approval::Gate>,
-    extensions: &Arc<pi_core::extension::Extensions>,
-) -> AgentConfig {
-    let root = st.root();
-    let fs = Arc::new(EditorFs::new(
-        root.clone(),
-        st.client.clone(),
-        st.docs.clone(),
-        st.caps(),
-    ));
-    let before: BeforeBash = {
-        let fs = fs.clone();
-        let root = root.clone();
-        Arc::new(move || {
-            let fs = fs.clone();
-            let root = root.clone();
-            Box::pin(async move {
-                let dirty = fs.dirty_buffers().await;
-                if dirty.is_empty() {
-                    return Ok(());
-                }
-                let names: Vec<String> = dirty
-                    .iter()
-                    .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
-                    .collect();
-                Err(format!(
-                    "{} open editor buffer(s) differ from disk: {}",
-                    names.len(),
-                    names.join(", ")
-                ))
-            })
-        })
-    };
-    let approver: Arc<dyn pi_core::sandbox::Approver> =
-        Arc::new(crate::permissions::LspApprover::new(
-            st.client.clone(),
-            session_id.to_string(),
-            st.caps().request_permission,
-        ));
-    let ws = st.workspace();
-    let diagnostics = |allowed: &[PathBuf]| crate::editor_tools::DiagnosticsContext {
-        root: root.clone(),
-        allowed_dirs: allowed.to_vec(),
-        docs: st.docs.clone(),
-        encoding: st.caps().encoding,
-    };
-    let mut cfg = crate::runner::agent_config_with(
-        &ws,
-        model,
-        fs,
-        Some(before),
-        &[EDITOR_GUIDELINE.to_string()],
-        Some((approver, session_id)),
-        crate::runner::RunAdditions {
-            approval: Some(approval.clone()),
-            extra_tools: extensions.tools(),
-            late_tools: Some(Box::new(|taken, allowed| {
-                crate::editor_tools::session_tools(
-                    &st.editor_tools,
-                    &st.client,
-                    session_id,
-                    taken,
-                    diagnostics(allowed),
-                )
-            })),
-        },
-    );
-    cfg.compaction = Some(crate::runner::compaction_config(&ws, writer));
-    if !extensions.is_empty() {
-        // Extension handlers run as the loop's hooks (after any hooks of the product's own).
-        let ext: Arc<dyn pi_core::agent::AgentHooks> = extensions.clone();
-        cfg.hooks = Some(match cfg.hooks.take() {
-            Some(own) => Arc::new(pi_core::extension::ChainedHooks(own, ext)),
-            None => ext,
-        });
-    }
-    cfg
-}
-
-/// The system prompt guideline that tells the model where its edits go.
-pub const EDITOR_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";
-
-/// A session around `writer` with an agent on `messages` and its event listener; `totals`
-/// is the usage already in the file.
-fn new_session(
-    st: &Arc<State>,
-    id: String,
-    writer: SessionWriter,
-    model: Model,
-    messages: Vec<Message>,
-    totals: crate::protocol::UsageTotals,
-) -> Session {
-    let writer = Arc::new(Mutex::new(writer));
-    let tracker = Arc::new(Tracker::new(totals));
-    let approval = crate::permissions::session_gate(
-        &st.workspace(),
-        *lock(&st.init_approval),
-        Arc::new(
-            crate::permissions::LspApprover::new(
-                st.client.clone(),
-                id.clone(),
-                st.caps().request_permission,
-            )
-            .with_tracker(tracker.clone()),
-        ),
-    );
-    let extensions = crate::extensions::load(st, &id, &writer);
-    let cfg = agent_config(st, model.clone(), &writer, &id, &approval, &extensions);
-    let auto_retry = cfg.retry.enabled;
-    let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
-    let agent = Agent::new(cfg, messages);
-    let settings = st.workspace().settings();
-    agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
-    let sink = LspSink {
-        st: st.clone(),
-        session_id: id.clone(),
-        agent: agent.downgrade(),
-        recorder: Recorder::new(writer.clone()),
-        tracker: tracker.clone(),
-        progress: Mutex::new(None),
-        last_report: Mutex::new(None),
-    };
-    let events = agent.subscribe(Arc::new(sink));
-    let extension_events = extensions
-        .has_event_handlers()
-        .then(|| agent.subscribe(extensions.clone()));
-    Session {
-        id,
-        writer,
-        agent,
-        model,
-        tracker,
-        auto_retry,
-        auto_compaction,
-        name: None,
-        parent_session: None,
-        approval,
-        _events: events,
-        extensions,
-        _extension_events: extension_events,
-    }
-}
-
-/// Persists, reports progress, and forwards every event as `agent/event`.
-struct LspSink {
-    st: Arc<State>,
-    session_id: String,
-    agent: WeakAgent,
-    recorder: Recorder,
-    tracker: Arc<Tracker>,
-    /// The work-done progress token of the active run.
-    progress: Mutex<Option<ProgressToken>>,
-    last_report: Mutex<Option<Instant>>,
-}
-
-/// Minimum interval between `$/progress` reports while text streams.
-const REPORT_EVERY: Duration = Duration::from_millis(50);
-
-impl LspSink {
-    fn run_id(&self) -> String {
-        self.agent
-            .upgrade()
-            .and_then(|a| a.run_id())
-            .unwrap_or_default()
-    }
-
-    /// Creates the run's progress token when the client supports work-done progress.
-    async fn create_progress(&self) {
-        *lock(&self.progress) = None;
-        if !self.st.caps().work_done_progress {
-            return;
+    /// `initialize` advertises exactly the method table, and every advertised method reaches
+    /// a handler of the running service (by-position params are refused by every handler
+    /// before it does anything, so no session is created).
+    #[tokio::test]
+    async fn every_advertised_method_is_registered() {
+        let root = std::env::temp_dir().join(format!("pi-lsp-methods-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let (mut service, _socket) = service();
+        let init = Request::build("initialize")
+            .params(serde_json::json!({"capabilities": {}, "rootUri": null,
+                "workspaceFolders": null, "rootPath": root.display().to_string()}))
+            .id(1)
+            .finish();
+        let response = service.call(init).await.unwrap().unwrap();
+        let (_, result) = response.into_parts();
+        let advertised =
+            result.unwrap()["capabilities"]["experimental"]["agent"]["methods"].clone();
+        assert_eq!(advertised, serde_json::json!(METHODS));
+        for (i, method) in METHODS.iter().enumerate() {
+            let request = Request::build(*method)
+                .params(serde_json::json!([1]))
+                .id(i as i64 + 2)
+                .finish();
+            let response = service.call(request).await.unwrap().unwrap();
+            let (_, result) = response.into_parts();
+            let code = result.err().map(|e| e.code);
+            assert_eq!(code, Some(ErrorCode::InvalidParams), "{method}");
         }
-        let t = NumberOrString::String(format!("pi-lsp/{}", self.run_id()));
-        match self.st.client.create_work_done_progress(t.clone()).await {
-            Ok(()) => *lock(&self.progress) = Some(t),
-            Err(e) => tracing::warn!("window/workDoneProgress/create failed: {}", e.message),
-        }
-    }
-
-    async fn progress(&self, value: WorkDoneProgress) {
-        let token = lock(&self.progress).clone();
-        if let Some(token) = &token {
-            self.st
-                .client
-                .send_notification::<Progress>(ProgressParams {
-                    token: token.clone(),
-                    value: ProgressParamsValue::WorkDone(value),
-                })
-                .await;
-        }
-    }
-
-    async fn report(&self, message: String, force: bool) {
-        {
-            let mut last = lock(&self.last_report);
-            if !force && last.is_some_and(|t| t.elapsed() < REPORT_EVERY) {
-                return;
-            }
-            *last = Some(Instant::now());
-        }
-        self.progress(WorkDoneProgress::Report(WorkDoneProgressReport {
-            cancellable: Some(false),
-            message: Some(message),
-            percentage: None,
-        }))
-        .await;
-    }
-}
-
-#[async_trait]
-impl EventSink for LspSink {
-    async fn emit(&self, event: AgentEvent) {
-        let notices = self.tracker.on_event(&event);
-        let substitute = match &event {
-            AgentEvent::MessageEnd {
-                message: m @ Message::User(_),
-            } => self.tracker.substitute(m),
-            _ => None,
-        };
-        let recorded = match substitute {
-            // A delivered custom message or shell output is stored as what it is.
-            Some((kind, fields)) => self.recorder.record_entry(&kind, fields),
-            None => self.recorder.record(&event),
-        };
-        if let Err(e) = recorded {
-            tracing::error!("session not saved: {e}");
-            self.st
-                .client
-                .show_message(
-                    MessageType::ERROR,
-                    format!(
-                        "pi-lsp: the session is no longer being saved ({e}); the run was stopped."
-                    ),
-                )
-                .await;
-            if let Some(a) = self.agent.upgrade() {
-                a.abort();
-            }
-        }
-        match &event {
-            AgentEvent::AgentStart => {
-                self.create_progress().await;
-                self.progress(WorkDoneProgress::Begin(WorkDoneProgressBegin {
-                    title: "pi agent".into(),
-                    cancellable: Some(false),
-                    message: Some("thinking…".into()),
-                    percentage: None,
-                }))
-                .await
-            }
-            AgentEvent::MessageUpdate {
-                assistant_message_event: AssistantEvent::TextDelta { delta, .. },
-            } => {
-                let line = delta
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-                    .chars()
-                    .take(80)
-                    .collect::<String>();
-                self.report(
-                    if line.trim().is_empty() {
-                        "writing…".into()
-                    } else {
-                        line
-                    },
-                    false,
-                )
-                .await
-            }
-            AgentEvent::ToolExecutionStart { tool_name, .. } => {
-                self.report(format!("running {tool_name}"), true).await
-            }
-            AgentEvent::CompactionStart {
-                reason: CompactionReason::Manual,
-            } => {
-                self.create_progress().await;
-                self.progress(WorkDoneProgress::Begin(WorkDoneProgressBegin {
-                    title: "pi agent".into(),
-                    cancellable: Some(false),
-                    message: Some("compacting the conversation…".into()),
-                    percentage: None,
-                }))
-                .await
-            }
-            AgentEvent::CompactionStart { .. } => {
-                self.report("compacting the conversation…".into(), true)
-                    .await
-            }
-            AgentEvent::CompactionEnd {
-                reason: CompactionReason::Manual,
-                ..
-            } => {
-                self.progress(WorkDoneProgress::End(WorkDoneProgressEnd {
-                    message: Some("compacted".into()),
-                }))
-                .await
-            }
-            _ => {}
-        }
-        if matches!(event, AgentEvent::AgentEnd { .. }) {
-            // End the progress first so a client that sees agent_end has seen everything.
-            self.progress(WorkDoneProgress::End(WorkDoneProgressEnd {
-                message: Some("done".into()),
-            }))
-            .await;
-        }
-        let run_id = self.run_id();
-        // Queue and usage notices describe this event: they follow it.
-        self.st
-            .client
-            .send_notification::<AgentEventNotification>(
-                serde_json::to_value(AgentEventParams {
-                    session_id: self.session_id.clone(),
-                    run_id: run_id.clone(),
-                    event,
-                })
-                .unwrap_or_default(),
-            )
-            .await;
-        for n in notices {
-            match n {
-                Notice::Queue { message, state } => {
-                    send_queue_update(
-                        &self.st.client,
-                        &self.session_id,
-                        &self.tracker,
-                        &message,
-                        state,
-                    )
-                    .await
-                }
-                Notice::Usage {
-                    turn,
-                    session,
-                    context_tokens,
-                } => {
-                    self.st
-                        .client
-                        .send_notification::<UsageNotification>(
-                            serde_json::to_value(UsageParams {
-                                session_id: self.session_id.clone(),
-                                run_id: run_id.clone(),
-                                turn,
-                                session,
-                                context_tokens,
-                                context_window: self
-                                    .agent
-                                    .upgrade()
-                                    .map(|a| a.config().model.context_window)
-                                    .unwrap_or_default(),
-                            })
-                            .unwrap_or_default(),
-                        )
-                        .await
-                }
-                Notice::Attention { reason, message } => {
-                    self.st
-                        .client
-                        .send_notification::<AttentionNotification>(
-                            serde_json::to_value(AttentionParams {
-                                session_id: self.session_id.clone(),
-                                run_id: Some(run_id.clone()),
-                                reason,
-                                message,
-                            })
-                            .unwrap_or_default(),
-                        )
-                        .await
-                }
-            }
-        }
+        let unknown = Request::build("agent/notAMethod")
+            .params(serde_json::json!({}))
+            .id(1000)
+            .finish();
+        let (_, result) = service.call(unknown).await.unwrap().unwrap().into_parts();
+        assert_eq!(
+            result.err().map(|e| e.code),
+            Some(ErrorCode::MethodNotFound)
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -79,7 +79,17 @@ impl Backend {
         // The command counts as running until its result is stored (or queued), so that
         // `agent/session/close` can wait for both; the guard ends it on every return path.
         let _running = EndBash(tracker);
-        let outcome = tool.execute(ctx, json!({"command": p.command})).await;
+        // The command runs in its own task, not in the task that polls every handler; a
+        // cancelled request (`$/cancelRequest` drops this future) still kills it.
+        let kill_on_drop = cancel.clone().drop_guard();
+        let args = json!({"command": p.command});
+        let outcome = match tokio::spawn(async move { tool.execute(ctx, args).await }).await {
+            Ok(o) => o,
+            Err(e) => Err(pi_core::agent::ToolError::new(format!(
+                "the command's task failed: {e}"
+            ))),
+        };
+        kill_on_drop.disarm();
         let (text, details) = match outcome {
             Ok(o) => (pi_ai::join_text(&o.content), o.details),
             Err(e) => (e.message, e.details),
@@ -128,10 +138,10 @@ impl Backend {
         };
         let message = pi_core::session::convert_message(&raw);
         let fields = json!({ "message": raw });
-        let streaming = lock(&session).agent.is_streaming();
+        let streaming = lock(&session).agent().is_streaming();
         if !streaming {
             let s = lock(&session);
-            if !s.agent.is_streaming() {
+            if !s.agent().is_streaming() {
                 result.entry_id = Some(super::queue::append_now(&s, "message", fields, message)?);
                 return Ok(result);
             }
@@ -179,10 +189,10 @@ impl Drop for EndBash {
 /// Appends `fields` as a `message` entry once no run is active.
 async fn write_when_idle(session: Arc<Mutex<Session>>, fields: Value) {
     loop {
-        let agent = lock(&session).agent.clone();
+        let agent = lock(&session).agent().clone();
         agent.wait_for_idle().await;
         let s = lock(&session);
-        if s.agent.is_streaming() {
+        if s.agent().is_streaming() {
             continue;
         }
         if let Err(e) = super::queue::append_now(&s, "message", fields, None) {

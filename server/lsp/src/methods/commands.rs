@@ -172,7 +172,7 @@ impl Backend {
     ) -> Result<LastAssistantTextResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let messages = lock(&session).agent.messages();
+        let messages = lock(&session).agent().messages();
         let last = messages.iter().rev().find_map(|m| match m {
             pi_ai::Message::Assistant(a)
                 if !(a.stop_reason == pi_ai::StopReason::Aborted && a.content.is_empty()) =>

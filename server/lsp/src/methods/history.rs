@@ -54,7 +54,7 @@ impl Backend {
         let (tree, leaf) = {
             let s = lock(&session);
             let tree = session_tree(&s)?;
-            let leaf = lock(&s.writer).leaf().map(str::to_string);
+            let leaf = lock(s.writer()).leaf().map(str::to_string);
             (tree, leaf)
         };
         let page = tree

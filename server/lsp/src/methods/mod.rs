@@ -27,7 +27,7 @@ use pi_core::session::SessionTree;
 use tower_lsp_server::jsonrpc::{Error, Result};
 
 use crate::protocol::{agent_error, codes, ImageInput, ModelInfo, UsageTotals};
-use crate::server::{lock, Session, State};
+use crate::server::{lock, Session};
 
 /// An InvalidParams error naming `field`.
 pub(crate) fn invalid(field: &str, why: impl std::fmt::Display) -> Error {
@@ -96,37 +96,11 @@ pub(crate) fn model_info(m: &Model) -> ModelInfo {
     }
 }
 
-/// Makes `model` the session's model (keeping its thinking level, clamped): writes a
-/// `model_change` (and a `thinking_level_change` when the level changed) and configures later
-/// runs.
-pub(crate) fn set_model(
-    st: &Arc<State>,
-    session: &Arc<Mutex<Session>>,
-    mut model: Model,
-) -> Result<()> {
-    let mut s = lock(session);
-    let before = s.model.thinking_level;
-    if let Some(level) = before {
-        model.thinking_level = Some(model.clamp_thinking_level(level));
-    }
-    {
-        let mut w = lock(&s.writer);
-        w.append_entry(
-            "model_change",
-            serde_json::json!({"provider": model.provider, "modelId": model.id}),
-        )
-        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        if model.thinking_level != before {
-            w.append_entry(
-                "thinking_level_change",
-                serde_json::json!({"thinkingLevel": crate::runner::thinking_level_name(&model)}),
-            )
-            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        }
-    }
-    s.model = model;
-    s.agent.set_config(crate::server::session_config(st, &s));
-    Ok(())
+/// Makes `model` the session's model ([`pi_core::harness::AgentSession::set_model`]).
+pub(crate) fn set_model(session: &Arc<Mutex<Session>>, model: Model) -> Result<()> {
+    lock(session)
+        .set_model(model)
+        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))
 }
 
 /// Usage of every assistant message in the file (all branches).
@@ -143,7 +117,7 @@ pub(crate) fn file_usage(tree: &SessionTree) -> UsageTotals {
 /// Every entry of the session file as written so far: the writer's own tree (it holds the
 /// file's lock, so nothing else appends), not a new read and parse of the file.
 pub(crate) fn session_tree(s: &Session) -> Result<std::sync::Arc<SessionTree>> {
-    Ok(lock(&s.writer).tree_snapshot())
+    Ok(lock(s.writer()).tree_snapshot())
 }
 
 /// The text of a stored message or entry (`content` string or text blocks; summaries;

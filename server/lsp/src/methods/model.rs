@@ -21,7 +21,7 @@ pub(crate) fn available_models(ws: &pi_core::resources::WorkspaceConfig) -> Vec<
     let mut out: Vec<Model> = Registry::load_files(&ws.models_files())
         .usable_models()
         .collect();
-    out.push(crate::runner::scripted_model());
+    out.push(pi_core::harness::scripted_model());
     out
 }
 
@@ -41,13 +41,14 @@ impl Backend {
     pub(crate) async fn model_set(&self, params: Value) -> Result<ModelSetResult> {
         let p: ModelSetParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (model, _) = crate::runner::choose_model(&self.state.workspace(), Some(&p.model), None)
-            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, format!("model: {e}")))?;
-        set_model(&self.state, &session, model)?;
+        let (model, _) =
+            pi_core::harness::choose_model(&self.state.workspace(), Some(&p.model), None)
+                .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, format!("model: {e}")))?;
+        set_model(&session, model)?;
         let s = lock(&session);
         Ok(ModelSetResult {
-            model: model_info(&s.model),
-            thinking_level: s.model.thinking_level.unwrap_or(ThinkingLevel::Off),
+            model: model_info(s.model()),
+            thinking_level: s.model().thinking_level.unwrap_or(ThinkingLevel::Off),
         })
     }
 
@@ -59,7 +60,7 @@ impl Backend {
         // As Pi's `cycleModel`: among the models that can really be used. The offline demo
         // is listed for `agent/model/set`, but cycling from the user's one model onto it
         // would swap their model for canned answers.
-        let demo = crate::runner::scripted_model().full_id();
+        let demo = pi_core::harness::scripted_model().full_id();
         let models: Vec<Model> = available_models(&self.state.workspace())
             .into_iter()
             .filter(|m| m.full_id() != demo)
@@ -67,7 +68,7 @@ impl Backend {
         if models.len() < 2 {
             return Ok(None);
         }
-        let current = lock(&session).model.full_id();
+        let current = lock(&session).model().full_id();
         let at = models.iter().position(|m| m.full_id() == current);
         let n = models.len();
         let next = match (at, p.direction) {
@@ -75,11 +76,11 @@ impl Backend {
             (Some(i), Direction::Backward) => (i + n - 1) % n,
             (None, _) => 0,
         };
-        set_model(&self.state, &session, models[next].clone())?;
+        set_model(&session, models[next].clone())?;
         let s = lock(&session);
         Ok(Some(ModelSetResult {
-            model: model_info(&s.model),
-            thinking_level: s.model.thinking_level.unwrap_or(ThinkingLevel::Off),
+            model: model_info(s.model()),
+            thinking_level: s.model().thinking_level.unwrap_or(ThinkingLevel::Off),
         }))
     }
 
@@ -87,7 +88,7 @@ impl Backend {
     pub(crate) async fn thinking_set(&self, params: Value) -> Result<ThinkingResult> {
         let p: ThinkingSetParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let level = set_level(&self.state, &session, p.level)?;
+        let level = set_level(&session, p.level)?;
         Ok(ThinkingResult { level })
     }
 
@@ -99,8 +100,8 @@ impl Backend {
         let (levels, current) = {
             let s = lock(&session);
             (
-                s.model.supported_thinking_levels(),
-                s.model.thinking_level.unwrap_or(ThinkingLevel::Off),
+                s.model().supported_thinking_levels(),
+                s.model().thinking_level.unwrap_or(ThinkingLevel::Off),
             )
         };
         if levels.len() < 2 {
@@ -111,7 +112,7 @@ impl Backend {
             .position(|l| *l == current)
             .map(|i| levels[(i + 1) % levels.len()])
             .unwrap_or(levels[0]);
-        let level = set_level(&self.state, &session, next)?;
+        let level = set_level(&session, next)?;
         Ok(Some(ThinkingResult { level }))
     }
 }
@@ -119,21 +120,10 @@ impl Backend {
 /// Sets the session's thinking level (clamped), writing `thinking_level_change` when it
 /// changes.
 fn set_level(
-    st: &std::sync::Arc<crate::server::State>,
     session: &std::sync::Arc<std::sync::Mutex<crate::server::Session>>,
     level: ThinkingLevel,
 ) -> Result<ThinkingLevel> {
-    let mut s = lock(session);
-    let level = s.model.clamp_thinking_level(level);
-    if s.model.thinking_level != Some(level) {
-        lock(&s.writer)
-            .append_entry(
-                "thinking_level_change",
-                serde_json::json!({"thinkingLevel": level.as_str()}),
-            )
-            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        s.model.thinking_level = Some(level);
-        s.agent.set_config(crate::server::session_config(st, &s));
-    }
-    Ok(level)
+    lock(session)
+        .set_thinking_level(level)
+        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))
 }

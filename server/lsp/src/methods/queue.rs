@@ -21,7 +21,8 @@ use crate::protocol::{
     QueueSetModesParams, QueueState, QueuedMessage, RetryAbortResult, RetrySetParams,
     RetrySetResult, SendMessageParams, SendMessageResult, SessionParams, SteerParams, SteerResult,
 };
-use crate::server::{lock, send_queue_update, Backend, Session};
+use crate::server::{lock, Backend, Session};
+use crate::sink::send_queue_update;
 
 fn mode(m: QueueModeName) -> QueueMode {
     match m {
@@ -45,7 +46,7 @@ impl Backend {
         if let Some(rest) = p.text.strip_prefix('/') {
             let name = rest.split(' ').next().unwrap_or_default();
             let is_command = lock(&session)
-                .extensions
+                .extensions()
                 .commands()
                 .iter()
                 .any(|c| c.name == name);
@@ -58,7 +59,7 @@ impl Backend {
                 ));
             }
         }
-        let text = crate::runner::expand_prompt(&self.state.workspace(), &p.text);
+        let text = pi_core::harness::expand_prompt(&self.state.workspace(), &p.text);
         let message = user_message(&text, p.images.as_deref(), "images")?;
         let (queue_id, run_id) = self.enqueue(&session, how, message, None).await;
         Ok(SteerResult {
@@ -128,7 +129,7 @@ impl Backend {
             .ok_or_else(|| invalid("content", "expected a string or text/image blocks"))?;
         let session = self.session(&p.session_id)?;
         let entry = Some(("custom_message".to_string(), fields.clone()));
-        let streaming = lock(&session).agent.is_streaming();
+        let streaming = lock(&session).agent().is_streaming();
         let how = match (p.deliver_as, streaming) {
             (Some(DeliverAs::NextTurn), _) => Some(DeliverAs::NextTurn),
             (Some(DeliverAs::FollowUp), true) => Some(DeliverAs::FollowUp),
@@ -148,10 +149,11 @@ impl Backend {
         if p.trigger_turn {
             // Delivered by the run: tracked so it is stored as a custom_message entry.
             s.tracker.queue(DeliverAs::Steer, message.clone(), entry);
-            s.agent
-                .set_config(crate::server::session_config(&self.state, &s));
-            let (run_id, _) = s.agent.prompt(vec![message]).map_err(|_| {
-                agent_error(codes::SESSION_BUSY, format!("session {} is running", s.id))
+            let run_id = s.prompt(vec![message]).map_err(|_| {
+                agent_error(
+                    codes::SESSION_BUSY,
+                    format!("session {} is running", s.id()),
+                )
             })?;
             return Ok(SendMessageResult {
                 session_id: p.session_id,
@@ -174,10 +176,10 @@ impl Backend {
         let p: QueueSetModesParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
-        let (st, fu) = s.agent.queue_modes();
+        let (st, fu) = s.agent().queue_modes();
         let st = p.steering.map(mode).unwrap_or(st);
         let fu = p.follow_up.map(mode).unwrap_or(fu);
-        s.agent.set_queue_modes(st, fu);
+        s.agent().set_queue_modes(st, fu);
         Ok(QueueModesResult {
             steering: name(st),
             follow_up: name(fu),
@@ -198,12 +200,12 @@ impl Backend {
     pub(crate) async fn drop_queue(&self, session: &Arc<Mutex<Session>>) -> Vec<QueuedMessage> {
         let (sid, tracker, dropped) = {
             let s = lock(session);
-            let taken = s.agent.take_queued();
+            let taken = s.agent().take_queued();
             let (dropped, keep) = s.tracker.drop_all(taken);
             for m in keep {
-                s.agent.enqueue(m, Delivery::NextTurn);
+                s.agent().enqueue(m, Delivery::NextTurn);
             }
-            (s.id.clone(), s.tracker.clone(), dropped)
+            (s.id().to_string(), s.tracker.clone(), dropped)
         };
         for d in &dropped {
             send_queue_update(&self.state.client, &sid, &tracker, d, QueueState::Dropped).await;
@@ -217,11 +219,7 @@ impl Backend {
         let p: RetrySetParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let mut s = lock(&session);
-        s.auto_retry = p.enabled;
-        if !s.agent.is_streaming() {
-            s.agent
-                .set_config(crate::server::session_config(&self.state, &s));
-        }
+        s.set_auto_retry(p.enabled);
         Ok(RetrySetResult { enabled: p.enabled })
     }
 
@@ -231,11 +229,7 @@ impl Backend {
         let p: CompactionSetParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let mut s = lock(&session);
-        s.auto_compaction = p.enabled;
-        if !s.agent.is_streaming() {
-            s.agent
-                .set_config(crate::server::session_config(&self.state, &s));
-        }
+        s.set_auto_compaction(p.enabled);
         Ok(CompactionSetResult { enabled: p.enabled })
     }
 
@@ -249,7 +243,7 @@ impl Backend {
             if !s.tracker.retrying() {
                 return Ok(RetryAbortResult { cancelled: false });
             }
-            s.agent.clone()
+            s.agent().clone()
         };
         let cancelled = agent.abort();
         let _ = tokio::time::timeout(crate::server::ABORT_WAIT, agent.wait_for_idle()).await;
@@ -265,19 +259,19 @@ pub(crate) fn append_now(
     fields: Value,
     message: Option<pi_ai::Message>,
 ) -> Result<String> {
-    if s.agent.is_streaming() {
+    if s.agent().is_streaming() {
         return Err(agent_error(
             codes::SESSION_BUSY,
-            format!("session {} is running", s.id),
+            format!("session {} is running", s.id()),
         ));
     }
-    let id = lock(&s.writer)
+    let id = lock(s.writer())
         .append_entry(kind, fields)
         .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
     if let Some(m) = message {
-        let mut messages = s.agent.messages();
+        let mut messages = s.agent().messages();
         messages.push(m);
-        let _ = s.agent.set_messages(messages);
+        let _ = s.agent().set_messages(messages);
     }
     Ok(id)
 }

@@ -10,7 +10,8 @@ use tower_lsp_server::jsonrpc::Result;
 
 use super::invalid;
 use crate::protocol::{parse_params, QueueState};
-use crate::server::{lock, send_queue_update, Backend};
+use crate::server::{lock, Backend};
+use crate::sink::send_queue_update;
 
 /// `agent/queue/remove` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,7 +55,7 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let (sid, tracker, agent) = {
             let s = lock(&session);
-            (s.id.clone(), s.tracker.clone(), s.agent.clone())
+            (s.id().to_string(), s.tracker.clone(), s.agent().clone())
         };
         let removed = tracker.remove(&p.queue_id, |m| agent.replace_queued(m, None));
         if let Some(r) = &removed {
@@ -78,14 +79,14 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let (sid, tracker, agent) = {
             let s = lock(&session);
-            (s.id.clone(), s.tracker.clone(), s.agent.clone())
+            (s.id().to_string(), s.tracker.clone(), s.agent().clone())
         };
         let ws = self.state.workspace();
         let edited = tracker
             .edit(
                 &p.queue_id,
                 &p.text,
-                |t| crate::runner::expand_prompt(&ws, t),
+                |t| pi_core::harness::expand_prompt(&ws, t),
                 |old, new| agent.replace_queued(old, Some(new)),
             )
             .map_err(|e| invalid("queueId", e))?;

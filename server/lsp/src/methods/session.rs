@@ -20,8 +20,8 @@ use crate::protocol::{
     SessionNewParams, SessionOpenParams, SessionParams, SessionState, SessionStatsResult,
     SessionTreeResult, TreeEntry,
 };
-use crate::runner::sessions_dir;
 use crate::server::{lock, Backend, Session};
+use pi_core::harness::sessions_dir;
 
 fn mode_name(m: pi_core::QueueMode) -> QueueModeName {
     match m {
@@ -33,33 +33,33 @@ fn mode_name(m: pi_core::QueueMode) -> QueueModeName {
 /// The state clients see of `s`.
 pub(crate) fn session_state(s: &Session) -> SessionState {
     let (file, leaf) = {
-        let w = lock(&s.writer);
+        let w = lock(s.writer());
         (w.path().display().to_string(), w.leaf().map(str::to_string))
     };
-    let (steering, follow_up) = s.agent.queue_modes();
+    let (steering, follow_up) = s.agent().queue_modes();
     SessionState {
-        session_id: s.id.clone(),
+        session_id: s.id().to_string(),
         session_file: file,
-        session_name: s.name.clone(),
-        parent_session: s.parent_session.clone(),
-        model: model_info(&s.model),
+        session_name: s.name().map(str::to_string),
+        parent_session: s.parent_session().map(str::to_string),
+        model: model_info(s.model()),
         thinking_level: s
-            .model
+            .model()
             .thinking_level
             .unwrap_or(pi_ai::models::ThinkingLevel::Off),
-        is_streaming: s.agent.is_streaming(),
-        run_id: s.agent.run_id(),
+        is_streaming: s.agent().is_streaming(),
+        run_id: s.agent().run_id(),
         steering_mode: mode_name(steering),
         follow_up_mode: mode_name(follow_up),
-        auto_retry_enabled: s.auto_retry,
+        auto_retry_enabled: s.auto_retry(),
         is_retrying: s.tracker.retrying(),
-        auto_compaction_enabled: s.auto_compaction,
-        is_compacting: s.agent.is_compacting(),
+        auto_compaction_enabled: s.auto_compaction(),
+        is_compacting: s.agent().is_compacting(),
         is_bash_running: s.tracker.bash_running(),
-        message_count: s.agent.messages().len(),
+        message_count: s.agent().messages().len(),
         pending_message_count: s.tracker.queued().len(),
         leaf_id: leaf,
-        approval_policy: Some(s.approval.policy()),
+        approval_policy: Some(s.gate().policy()),
     }
 }
 
@@ -112,8 +112,8 @@ fn busy(s: &Session, what: &str) -> tower_lsp_server::jsonrpc::Error {
         codes::SESSION_BUSY,
         format!(
             "session {} is running {}; {what} waits until the run ends (or agent/abort it)",
-            s.id,
-            s.agent.run_id().unwrap_or_default()
+            s.id(),
+            s.agent().run_id().unwrap_or_default()
         ),
     )
 }
@@ -135,17 +135,17 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
         let tree = session_tree(&s)?;
-        let leaf = lock(&s.writer).leaf().map(str::to_string);
+        let leaf = lock(s.writer()).leaf().map(str::to_string);
         let (entry_ids, messages) =
             pi_core::session::context_agent_messages(&tree, leaf.as_deref())
                 .into_iter()
                 .unzip();
         Ok(MessagesResult {
-            session_id: s.id.clone(),
+            session_id: s.id().to_string(),
             messages,
             entry_ids,
             streaming_message: s
-                .agent
+                .agent()
                 .streaming_message()
                 .and_then(|m| serde_json::to_value(pi_ai::Message::Assistant(m)).ok()),
         })
@@ -262,7 +262,7 @@ impl Backend {
     async fn close_now(&self, id: &str, session: Arc<Mutex<Session>>) -> SessionCloseResult {
         let (agent, tracker) = {
             let s = lock(&session);
-            (s.agent.clone(), s.tracker.clone())
+            (s.agent().clone(), s.tracker.clone())
         };
         agent.abort();
         // The user's own shell command (`agent/bash`) goes too: left running it would write
@@ -297,7 +297,7 @@ impl Backend {
             let entry = tree.get(&p.entry_id).ok_or_else(|| {
                 agent_error(
                     codes::UNKNOWN_ENTRY,
-                    format!("entryId: no entry {} in session {}", p.entry_id, s.id),
+                    format!("entryId: no entry {} in session {}", p.entry_id, s.id()),
                 )
             })?;
             let user = (entry.kind == "message" && entry.role() == Some("user"))
@@ -313,7 +313,7 @@ impl Backend {
                     "the first entry has nothing before it to fork; use agent/session/new",
                 ));
             };
-            let (w, loaded) = lock(&s.writer)
+            let (w, loaded) = lock(s.writer())
                 .fork(&tree, &sessions_dir(&self.state.workspace()), Some(&leaf))
                 .map_err(io_error)?;
             (w, loaded, text)
@@ -333,7 +333,7 @@ impl Backend {
         let (writer, loaded) = {
             let s = lock(&session);
             let tree = session_tree(&s)?;
-            let w = lock(&s.writer);
+            let w = lock(s.writer());
             if w.leaf().is_none() {
                 return Err(invalid(
                     "sessionId",
@@ -390,9 +390,9 @@ impl Backend {
                 }
             })
             .collect();
-        let leaf_id = lock(&s.writer).leaf().map(str::to_string);
+        let leaf_id = lock(s.writer()).leaf().map(str::to_string);
         Ok(SessionTreeResult {
-            session_id: s.id.clone(),
+            session_id: s.id().to_string(),
             leaf_id,
             entries,
         })
@@ -406,7 +406,7 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let (tree, old_leaf, target_leaf, editor_text, model) = {
             let s = lock(&session);
-            if s.agent.is_streaming() {
+            if s.agent().is_streaming() {
                 return Err(busy(&s, "moving the leaf"));
             }
             let tree = session_tree(&s)?;
@@ -416,7 +416,7 @@ impl Backend {
                     let e = tree.get(id).ok_or_else(|| {
                         agent_error(
                             codes::UNKNOWN_ENTRY,
-                            format!("entryId: no entry {id} in session {}", s.id),
+                            format!("entryId: no entry {id} in session {}", s.id()),
                         )
                     })?;
                     let user = (e.kind == "message" && e.role() == Some("user"))
@@ -428,8 +428,8 @@ impl Backend {
                     }
                 }
             };
-            let old_leaf = lock(&s.writer).leaf().map(str::to_string);
-            (tree, old_leaf, target_leaf, editor_text, s.model.clone())
+            let old_leaf = lock(s.writer()).leaf().map(str::to_string);
+            (tree, old_leaf, target_leaf, editor_text, s.model().clone())
         };
         // The entries being left: from the old leaf back to the common ancestor.
         let kept: std::collections::HashSet<&str> = target_leaf
@@ -454,10 +454,10 @@ impl Backend {
             None
         };
         let s = lock(&session);
-        if s.agent.is_streaming() {
+        if s.agent().is_streaming() {
             return Err(busy(&s, "moving the leaf"));
         }
-        let mut w = lock(&s.writer);
+        let mut w = lock(s.writer());
         let summary_entry_id = match (&summary, &old_leaf) {
             (Some(text), Some(from)) => Some(
                 w.branch_with_summary(&tree, target_leaf.as_deref(), from, text)
@@ -477,7 +477,7 @@ impl Backend {
             Vec::new()
         };
         let count = messages.len();
-        s.agent
+        s.agent()
             .set_messages(messages)
             .map_err(|_| busy(&s, "moving the leaf"))?;
         Ok(SessionBranchResult {
@@ -498,11 +498,11 @@ impl Backend {
         if tree.get(&p.entry_id).is_none() {
             return Err(agent_error(
                 codes::UNKNOWN_ENTRY,
-                format!("entryId: no entry {} in session {}", p.entry_id, s.id),
+                format!("entryId: no entry {} in session {}", p.entry_id, s.id()),
             ));
         }
         let label = p.label.as_deref().map(str::trim).filter(|l| !l.is_empty());
-        let id = lock(&s.writer)
+        let id = lock(s.writer())
             .label(&p.entry_id, label)
             .map_err(io_error)?;
         Ok(SessionLabelResult { label_entry_id: id })
@@ -516,10 +516,7 @@ impl Backend {
             return Err(invalid("name", "must not be empty"));
         }
         let session = self.session(&p.session_id)?;
-        let s = lock(&session);
-        let mut s = s;
-        lock(&s.writer).set_name(name).map_err(io_error)?;
-        s.name = Some(name.to_string());
+        lock(&session).set_name(name).map_err(io_error)?;
         Ok(SessionNameResult {
             name: name.to_string(),
         })
@@ -531,7 +528,7 @@ impl Backend {
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
         let tree = session_tree(&s)?;
-        let leaf = lock(&s.writer).leaf().map(str::to_string);
+        let leaf = lock(s.writer()).leaf().map(str::to_string);
         let (messages, _) = path_messages(&tree, leaf.as_deref());
         let role = |r: &str| messages.iter().filter(|m| m["role"] == r).count();
         let tool_calls = messages
@@ -551,7 +548,7 @@ impl Backend {
             .find_map(|m| serde_json::from_value::<pi_ai::types::Usage>(m["usage"].clone()).ok())
             .map(|u| {
                 let tokens = crate::tracker::context_tokens(&u);
-                let window = s.model.context_window;
+                let window = s.model().context_window;
                 ContextUsage {
                     tokens,
                     context_window: window,
@@ -563,9 +560,9 @@ impl Backend {
                 }
             });
         let tokens = super::file_usage(&tree);
-        let session_file = lock(&s.writer).path().display().to_string();
+        let session_file = lock(s.writer()).path().display().to_string();
         Ok(SessionStatsResult {
-            session_id: s.id.clone(),
+            session_id: s.id().to_string(),
             session_file,
             user_messages: role("user"),
             assistant_messages: role("assistant"),
@@ -591,7 +588,7 @@ impl Backend {
         let (tree, leaf) = {
             let s = lock(&session);
             let tree = session_tree(&s)?;
-            let leaf = lock(&s.writer).leaf().map(str::to_string);
+            let leaf = lock(s.writer()).leaf().map(str::to_string);
             (tree, leaf)
         };
         let content = match p.format {

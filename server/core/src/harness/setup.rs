@@ -1,20 +1,21 @@
-//! What the editor server and the headless `run` command share: choosing the model (with the
-//! offline scripted fallback), the sessions folder, and persisting events as session entries.
+//! How a session is set up from the workspace's configuration, the same for the editor server
+//! and the headless `run` command: choosing the model (with the offline scripted fallback),
+//! the sessions folder, the agent configuration (tools, system prompt, retry, compaction) and
+//! prompt expansion.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::agent::AgentConfig;
+use crate::fs::Fs;
+use crate::resources::WorkspaceConfig;
+use crate::session::SessionWriter;
+use crate::tools::{BeforeBash, ToolState};
 use pi_ai::models::{ModelDefaults, ModelError, SCRIPTED_API};
 use pi_ai::{Model, Registry};
-use pi_core::agent::AgentConfig;
-use pi_core::fs::Fs;
-use pi_core::resources::WorkspaceConfig;
-use pi_core::session::{SessionError, SessionWriter};
-use pi_core::tools::{BeforeBash, ToolState};
-use pi_core::AgentEvent;
 
 /// The offline script replayed when no provider is configured.
-const DEMO_SCRIPT: &str = include_str!("../../../fixtures/scripted/demo.json");
+const DEMO_SCRIPT: &str = include_str!("../../../../fixtures/scripted/demo.json");
 
 /// The line printed (headless) or shown (editor) when the scripted model is used.
 pub const SCRIPTED_NOTICE: &str = "pi-lsp: no usable model (no API key, no models.json that loads here); using the offline scripted model (fixtures/scripted/demo.json).";
@@ -119,11 +120,11 @@ pub fn untrusted_notice(ws: &WorkspaceConfig, how_to_trust: &str) -> Option<Stri
 /// and the `compaction` entries appended to that file.
 pub fn compaction_config(
     ws: &WorkspaceConfig,
-    writer: &Arc<std::sync::Mutex<pi_core::session::SessionWriter>>,
-) -> pi_core::agent::CompactionConfig {
-    pi_core::agent::CompactionConfig {
+    writer: &Arc<Mutex<SessionWriter>>,
+) -> crate::agent::CompactionConfig {
+    crate::agent::CompactionConfig {
         settings: ws.settings().compaction,
-        compactor: Arc::new(pi_core::compaction::SessionCompactor::new(writer.clone())),
+        compactor: Arc::new(crate::compaction::SessionCompactor::new(writer.clone())),
     }
 }
 
@@ -138,7 +139,7 @@ pub fn agent_config(
     fs: Arc<dyn Fs>,
     before_bash: Option<BeforeBash>,
     extra_guidelines: &[String],
-    approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
+    approver: Option<(Arc<dyn crate::sandbox::Approver>, &str)>,
 ) -> AgentConfig {
     agent_config_with(
         ws,
@@ -154,14 +155,14 @@ pub fn agent_config(
 /// What a session adds to [`agent_config`]'s run beyond the workspace's defaults.
 #[derive(Default)]
 pub struct RunAdditions<'a> {
-    /// The approval gate ([`pi_core::approval`]): the loop checks every call with it, and
+    /// The approval gate ([`crate::approval`]): the loop checks every call with it, and
     /// `edit` / `write` ask it with their proposed change. `None`: nothing asks.
-    pub approval: Option<Arc<pi_core::approval::Gate>>,
+    pub approval: Option<Arc<crate::approval::Gate>>,
     /// Tools after the default ones (extensions' tools), in the tool list and in the system
     /// prompt's.
-    pub extra_tools: Vec<Arc<dyn pi_core::agent::Tool>>,
+    pub extra_tools: Vec<Arc<dyn crate::agent::Tool>>,
     /// Tools added last (the editor's declared tools and `diagnostics`,
-    /// [`crate::editor_tools`]): called with the names already taken and the settings'
+    /// the editor server's `editor_tools`): called with the names already taken and the settings'
     /// `allowedDirs`, before the system prompt is built so their snippets and guidelines are
     /// in it.
     pub late_tools: Option<LateTools<'a>>,
@@ -169,7 +170,7 @@ pub struct RunAdditions<'a> {
 
 /// See [`RunAdditions::late_tools`].
 pub type LateTools<'a> =
-    Box<dyn FnOnce(&[String], &[PathBuf]) -> Vec<Arc<dyn pi_core::agent::Tool>> + 'a>;
+    Box<dyn FnOnce(&[String], &[PathBuf]) -> Vec<Arc<dyn crate::agent::Tool>> + 'a>;
 
 /// [`agent_config`] with a session's [`RunAdditions`].
 pub fn agent_config_with(
@@ -178,7 +179,7 @@ pub fn agent_config_with(
     fs: Arc<dyn Fs>,
     before_bash: Option<BeforeBash>,
     extra_guidelines: &[String],
-    approver: Option<(Arc<dyn pi_core::sandbox::Approver>, &str)>,
+    approver: Option<(Arc<dyn crate::sandbox::Approver>, &str)>,
     additions: RunAdditions<'_>,
 ) -> AgentConfig {
     let RunAdditions {
@@ -199,10 +200,10 @@ pub fn agent_config_with(
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
     // workspace.
-    let sandbox = pi_core::sandbox::SandboxSettings::from_settings(&settings);
+    let sandbox = crate::sandbox::SandboxSettings::from_settings(&settings);
     let allowed = state.allowed();
     let mut tools = match approver {
-        Some((approver, session_id)) => pi_core::tools::tools_for_session(
+        Some((approver, session_id)) => crate::tools::tools_for_session(
             fs,
             before_bash,
             state,
@@ -210,14 +211,14 @@ pub fn agent_config_with(
             Some(approver),
             session_id,
         ),
-        None => pi_core::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
+        None => crate::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
     };
     tools.extend(extra_tools);
     if let Some(late) = late_tools {
         let names: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
         tools.extend(late(&names, &allowed));
     }
-    let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
+    let prompt = crate::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);
     cfg.retry = settings.retry.to_retry_settings();
     cfg.approval = gate;
@@ -237,37 +238,4 @@ pub fn expand_prompt(ws: &WorkspaceConfig, text: &str) -> String {
 /// The thinking level a session records for `model` (Pi writes `off` when none is set).
 pub fn thinking_level_name(model: &Model) -> &'static str {
     model.thinking_level.map(|l| l.as_str()).unwrap_or("off")
-}
-
-/// Persists a run's events: each completed message becomes a `message` entry as it ends; turn
-/// and run ends make the file durable.
-pub struct Recorder {
-    writer: Arc<Mutex<SessionWriter>>,
-}
-
-impl Recorder {
-    pub fn new(writer: Arc<Mutex<SessionWriter>>) -> Self {
-        Recorder { writer }
-    }
-
-    /// Appends an entry of `kind` with `fields` (a delivered custom message or shell output
-    /// stored as what it is rather than as a plain user message).
-    pub fn record_entry(&self, kind: &str, fields: serde_json::Value) -> Result<(), SessionError> {
-        let Ok(mut w) = self.writer.lock() else {
-            return Ok(());
-        };
-        w.append_entry(kind, fields).map(|_| ())
-    }
-
-    /// Records `event`; an error means the session is no longer being saved.
-    pub fn record(&self, event: &AgentEvent) -> Result<(), SessionError> {
-        let Ok(mut w) = self.writer.lock() else {
-            return Ok(());
-        };
-        match event {
-            AgentEvent::MessageEnd { message } => w.append_message(message).map(|_| ()),
-            AgentEvent::TurnEnd { .. } | AgentEvent::AgentEnd { .. } => w.sync(),
-            _ => Ok(()),
-        }
-    }
 }

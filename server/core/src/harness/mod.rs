@@ -1,0 +1,508 @@
+//! The live session: Pi's `AgentSession`. One conversation and what keeps it — its [`Agent`]
+//! (at most one run), its session file's writer, its model and thinking level, its approval
+//! [`Gate`], its extensions, and the automatic retry and compaction switches — built from the
+//! workspace's configuration ([`setup`]) the same way for every product.
+//!
+//! The product (the editor server, the headless `run` command) says only what differs with a
+//! [`SessionSetup`]: the file system the tools use, who is asked, tools of its own, prompt
+//! guidelines, the extensions' host (UI, error reporting) and the event listeners that show
+//! and persist the run ([`Recorder`]). Everything else — which tools, which system prompt,
+//! which settings apply, what a model or thinking change writes to the file — lives here once.
+//!
+//! Sessions are opened with [`open_file`] (which continues a file another process holds in a
+//! fork, case SESS-04) and [`AgentSession::resume`], or started with [`AgentSession::create`].
+
+pub mod recorder;
+pub mod setup;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use pi_ai::models::{ModelError, ThinkingLevel};
+use pi_ai::{Message, Model};
+
+use crate::agent::{Agent, AgentBusy, AgentConfig, AgentHooks, EventSink, Subscription, WeakAgent};
+use crate::approval::{ApprovalPolicy, Gate};
+use crate::extension::{ExtensionHost, Extensions};
+use crate::fs::Fs;
+use crate::resources::WorkspaceConfig;
+use crate::sandbox::Approver;
+use crate::session::{read_tree, LoadedSession, SessionError, SessionWriter};
+use crate::settings::Settings;
+use crate::tools::BeforeBash;
+
+pub use recorder::Recorder;
+pub use setup::{
+    agent_config, agent_config_with, choose_model, compaction_config, expand_prompt,
+    scripted_model, sessions_dir, thinking_level_name, untrusted_notice, LateTools, RunAdditions,
+    SCRIPTED_NOTICE,
+};
+
+/// What a product adds to each of its sessions. One value per session: it may hold
+/// per-session state of the product (the editor's queue tracker).
+pub trait SessionSetup: Send + Sync {
+    /// The file system the tools use (the disk headless, the editor's buffers in the editor)
+    /// and what runs before every `bash` call (the editor refuses while buffers differ from
+    /// disk). Called for every run's configuration.
+    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>);
+    /// Guidelines added to the system prompt.
+    fn guidelines(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Who the bash sandbox asks before a command leaves it (`None`: nobody; it is denied).
+    fn sandbox_approver(&self, _session_id: &str) -> Option<Arc<dyn Approver>> {
+        None
+    }
+    /// The session's approval gate (asked once, when the session is built).
+    fn gate(&self, ws: &WorkspaceConfig, session_id: &str) -> Arc<Gate>;
+    /// The gate's default policy under `settings` (read again before every run).
+    fn default_policy(&self, settings: &Settings) -> ApprovalPolicy;
+    /// Tools added after the defaults and the extensions' (the editor's declared tools), given
+    /// the names already taken and the settings' `allowedDirs`.
+    fn late_tools(
+        &self,
+        _session_id: &str,
+        _taken: &[String],
+        _allowed_dirs: &[PathBuf],
+    ) -> Vec<Arc<dyn crate::agent::Tool>> {
+        Vec::new()
+    }
+    /// The extensions' host: their UI and where their failures are reported.
+    fn extension_host(
+        &self,
+        session_id: &str,
+        writer: &Arc<Mutex<SessionWriter>>,
+    ) -> Arc<dyn ExtensionHost>;
+    /// The listeners that show and persist the session's events, subscribed before the
+    /// extensions' handlers (so a product has sent an event before an extension reacts).
+    fn listeners(
+        &self,
+        session_id: &str,
+        agent: &WeakAgent,
+        writer: &Arc<Mutex<SessionWriter>>,
+    ) -> Vec<Arc<dyn EventSink>>;
+}
+
+/// One live conversation; see the module doc.
+pub struct AgentSession {
+    id: String,
+    ws: Arc<WorkspaceConfig>,
+    setup: Arc<dyn SessionSetup>,
+    writer: Arc<Mutex<SessionWriter>>,
+    agent: Agent,
+    model: Model,
+    gate: Arc<Gate>,
+    extensions: Arc<Extensions>,
+    auto_retry: bool,
+    auto_compaction: bool,
+    name: Option<String>,
+    parent_session: Option<String>,
+    /// Keeps the product's listeners and the extensions' event handlers registered.
+    _subscriptions: Vec<Subscription>,
+}
+
+/// A session file opened by [`open_file`].
+// Returned once per open and taken apart at once: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Opening {
+    /// The file's session is already live here (its id, from the header).
+    AlreadyOpen(String),
+    /// The file, ready for [`AgentSession::resume`], with what the user should be told
+    /// (repairs made while loading; a fork made because another process holds the file).
+    Opened {
+        writer: SessionWriter,
+        loaded: LoadedSession,
+        notices: Vec<String>,
+    },
+}
+
+/// Opens the session file at `path` for writing. `is_open(id)` says whether a session is live
+/// here already (a second writer would take over its lock). A file another process appends to
+/// is continued in a fork in `ws`'s sessions folder (case SESS-04); damage repaired while
+/// loading (a torn last line, damaged lines, a migration) is reported (SESS-01, SESS-02).
+pub fn open_file(
+    ws: &WorkspaceConfig,
+    path: &Path,
+    is_open: impl Fn(&str) -> bool,
+) -> Result<Opening, SessionError> {
+    if let Some(id) = header_id(path) {
+        if is_open(&id) {
+            return Ok(Opening::AlreadyOpen(id));
+        }
+    }
+    let mut notices = Vec::new();
+    let (writer, loaded) = match SessionWriter::open(path) {
+        Ok(w) => w,
+        Err(SessionError::Locked { pid, .. }) => {
+            let (tree, _) = read_tree(path, false)?;
+            let id = tree.header["id"].as_str().unwrap_or_default().to_string();
+            if is_open(&id) {
+                return Ok(Opening::AlreadyOpen(id));
+            }
+            let fork = SessionWriter::fork_from(path, &tree, &sessions_dir(ws), None)?;
+            notices.push(format!(
+                "pi-lsp: session {id} is open in another process ({pid}); continuing in a fork, session {}",
+                fork.1.id
+            ));
+            fork
+        }
+        Err(e) => return Err(e),
+    };
+    if !loaded.warnings.is_empty() {
+        notices.push(format!(
+            "pi-lsp: session {} was repaired while opening: {}",
+            loaded.id,
+            loaded.warnings.join("; ")
+        ));
+    }
+    Ok(Opening::Opened {
+        writer,
+        loaded,
+        notices,
+    })
+}
+
+/// The `id` of a session file's header line.
+fn header_id(path: &Path) -> Option<String> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(std::fs::File::open(path).ok()?)
+        .read_line(&mut line)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&line).ok()?;
+    v["id"].as_str().map(str::to_string)
+}
+
+impl AgentSession {
+    /// A new session and file in `ws`'s sessions folder with `model` (its thinking level as
+    /// set) and `name`.
+    pub fn create(
+        ws: Arc<WorkspaceConfig>,
+        setup: Arc<dyn SessionSetup>,
+        model: Model,
+        name: Option<&str>,
+    ) -> Result<AgentSession, SessionError> {
+        let mut writer = SessionWriter::create(
+            &sessions_dir(&ws),
+            ws.root(),
+            &model.provider,
+            &model.id,
+            thinking_level_name(&model),
+        )?;
+        if let Some(n) = name {
+            writer.set_name(n)?;
+        }
+        let mut s = AgentSession::new(ws, setup, writer, model, Vec::new());
+        s.name = name.map(str::to_string);
+        Ok(s)
+    }
+
+    /// The session of an opened file ([`open_file`]): the model recorded on its path (else the
+    /// usual choice with `init_model`), with the thinking level recorded there.
+    pub fn resume(
+        ws: Arc<WorkspaceConfig>,
+        setup: Arc<dyn SessionSetup>,
+        writer: SessionWriter,
+        loaded: LoadedSession,
+        init_model: Option<&str>,
+    ) -> Result<AgentSession, ModelError> {
+        let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
+        let mut model = choose_model(&ws, wanted.as_deref(), None)
+            .or_else(|_| choose_model(&ws, None, init_model))?
+            .0;
+        if let Some(level) = loaded
+            .thinking_level
+            .as_deref()
+            .and_then(ThinkingLevel::parse)
+        {
+            model.thinking_level = Some(model.clamp_thinking_level(level));
+        }
+        let mut s = AgentSession::new(ws, setup, writer, model, loaded.messages);
+        s.name = loaded.name;
+        s.parent_session = loaded.tree.header["parentSession"]
+            .as_str()
+            .map(str::to_string);
+        Ok(s)
+    }
+
+    /// A session around `writer` with an agent on `messages`.
+    fn new(
+        ws: Arc<WorkspaceConfig>,
+        setup: Arc<dyn SessionSetup>,
+        writer: SessionWriter,
+        model: Model,
+        messages: Vec<Message>,
+    ) -> AgentSession {
+        let id = writer.id().to_string();
+        let writer = Arc::new(Mutex::new(writer));
+        let gate = setup.gate(&ws, &id);
+        let extensions = load_extensions(&ws, setup.extension_host(&id, &writer));
+        let settings = ws.settings();
+        let cfg = build_config(&ws, &setup, &id, &model, &writer, &gate, &extensions);
+        let auto_retry = cfg.retry.enabled;
+        let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
+        let agent = Agent::new(cfg, messages);
+        agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
+        let mut s = AgentSession {
+            id,
+            ws,
+            setup,
+            writer,
+            agent,
+            model,
+            gate,
+            extensions,
+            auto_retry,
+            auto_compaction,
+            name: None,
+            parent_session: None,
+            _subscriptions: Vec::new(),
+        };
+        let weak = s.agent.downgrade();
+        for l in s.setup.listeners(&s.id, &weak, &s.writer) {
+            s._subscriptions.push(s.agent.subscribe(l));
+        }
+        if s.extensions.has_event_handlers() {
+            let ext: Arc<dyn EventSink> = s.extensions.clone();
+            s._subscriptions.push(s.agent.subscribe(ext));
+        }
+        s
+    }
+
+    /// The configuration of the session's next run: tools, system prompt and settings read
+    /// afresh from the workspace (see [`setup::agent_config_with`]), the session's model,
+    /// compaction into its file, its extensions' tools and hooks, its switches.
+    pub fn config(&self) -> AgentConfig {
+        let mut cfg = self.base_config();
+        cfg.retry.enabled = self.auto_retry;
+        if let Some(c) = cfg.compaction.as_mut() {
+            c.settings.enabled = self.auto_compaction;
+        }
+        cfg
+    }
+
+    fn base_config(&self) -> AgentConfig {
+        build_config(
+            &self.ws,
+            &self.setup,
+            &self.id,
+            &self.model,
+            &self.writer,
+            &self.gate,
+            &self.extensions,
+        )
+    }
+
+    /// Configures the next run afresh (tools, caps and project instructions are re-read) when
+    /// no run is active; a run keeps the configuration it started with.
+    pub fn reconfigure(&self) {
+        if !self.agent.is_streaming() {
+            self.agent.set_config(self.config());
+        }
+    }
+
+    /// Starts a run on `messages` (the user's prompt, already expanded); returns its run id.
+    /// While a run is finishing (its `agent_end` sent), this starts the next one.
+    pub fn prompt(&self, messages: Vec<Message>) -> Result<String, AgentBusy> {
+        self.reconfigure();
+        self.agent.prompt(messages).map(|(run_id, _)| run_id)
+    }
+
+    /// What the user typed, expanded as Pi does (`/skill:name args`, `/template args`).
+    pub fn expand(&self, text: &str) -> String {
+        expand_prompt(&self.ws, text)
+    }
+
+    /// Makes `model` the session's model (keeping its thinking level, clamped): writes a
+    /// `model_change` (and a `thinking_level_change` when the level changed) and configures
+    /// later runs. On a write error nothing changes.
+    pub fn set_model(&mut self, mut model: Model) -> Result<(), SessionError> {
+        let before = self.model.thinking_level;
+        if let Some(level) = before {
+            model.thinking_level = Some(model.clamp_thinking_level(level));
+        }
+        {
+            let mut w = self.lock_writer()?;
+            w.append_entry(
+                "model_change",
+                serde_json::json!({"provider": model.provider, "modelId": model.id}),
+            )?;
+            if model.thinking_level != before {
+                w.append_entry(
+                    "thinking_level_change",
+                    serde_json::json!({"thinkingLevel": thinking_level_name(&model)}),
+                )?;
+            }
+        }
+        self.model = model;
+        self.agent.set_config(self.config());
+        Ok(())
+    }
+
+    /// Sets the thinking level (clamped to the model), writing `thinking_level_change` when
+    /// it changes; returns the level in effect.
+    pub fn set_thinking_level(
+        &mut self,
+        level: ThinkingLevel,
+    ) -> Result<ThinkingLevel, SessionError> {
+        let level = self.model.clamp_thinking_level(level);
+        if self.model.thinking_level != Some(level) {
+            self.lock_writer()?.append_entry(
+                "thinking_level_change",
+                serde_json::json!({"thinkingLevel": level.as_str()}),
+            )?;
+            self.model.thinking_level = Some(level);
+            self.agent.set_config(self.config());
+        }
+        Ok(level)
+    }
+
+    /// Names the session (`session_info`).
+    pub fn set_name(&mut self, name: &str) -> Result<(), SessionError> {
+        self.lock_writer()?.set_name(name)?;
+        self.name = Some(name.to_string());
+        Ok(())
+    }
+
+    /// Automatic retry of transient provider failures, from the next run.
+    pub fn set_auto_retry(&mut self, on: bool) {
+        self.auto_retry = on;
+        self.reconfigure();
+    }
+
+    /// Automatic compaction (threshold and overflow), from the next run.
+    pub fn set_auto_compaction(&mut self, on: bool) {
+        self.auto_compaction = on;
+        self.reconfigure();
+    }
+
+    /// The writer, or an error when another thread panicked holding it.
+    fn lock_writer(&self) -> Result<std::sync::MutexGuard<'_, SessionWriter>, SessionError> {
+        self.writer.lock().map_err(|p| SessionError::Io {
+            path: p.get_ref().path().to_path_buf(),
+            source: std::io::Error::other("a writer of this session panicked while appending"),
+        })
+    }
+
+    /// The session's id (its file header's `id`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The workspace the session runs in.
+    pub fn workspace(&self) -> &Arc<WorkspaceConfig> {
+        &self.ws
+    }
+
+    /// The session's agent.
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    /// The single writer of the session's file.
+    pub fn writer(&self) -> &Arc<Mutex<SessionWriter>> {
+        &self.writer
+    }
+
+    /// The model of the next run (with its thinking level).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The session's approval policy and "allow always" rules.
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// The session's extensions.
+    pub fn extensions(&self) -> &Arc<Extensions> {
+        &self.extensions
+    }
+
+    /// The session's name (`session_info`).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The file this session was forked from (header `parentSession`).
+    pub fn parent_session(&self) -> Option<&str> {
+        self.parent_session.as_deref()
+    }
+
+    /// Whether automatic retry is on.
+    pub fn auto_retry(&self) -> bool {
+        self.auto_retry
+    }
+
+    /// Whether automatic compaction is on.
+    pub fn auto_compaction(&self) -> bool {
+        self.auto_compaction
+    }
+}
+
+/// The configuration of a session's run before its switches apply; see
+/// [`AgentSession::config`].
+fn build_config(
+    ws: &WorkspaceConfig,
+    setup: &Arc<dyn SessionSetup>,
+    id: &str,
+    model: &Model,
+    writer: &Arc<Mutex<SessionWriter>>,
+    gate: &Arc<Gate>,
+    extensions: &Arc<Extensions>,
+) -> AgentConfig {
+    // The default policy and the workspace rules follow the settings as they are now.
+    let settings = ws.settings();
+    gate.refresh(
+        setup.default_policy(&settings),
+        crate::approval::rules_from_settings(&settings.merged),
+    );
+    let (fs, before_bash) = setup.fs();
+    let approver = setup.sandbox_approver(id);
+    let late = setup.clone();
+    let late_id = id.to_string();
+    let mut cfg = agent_config_with(
+        ws,
+        model.clone(),
+        fs,
+        before_bash,
+        &setup.guidelines(),
+        approver.map(|a| (a, id)),
+        RunAdditions {
+            approval: Some(gate.clone()),
+            extra_tools: extensions.tools(),
+            late_tools: Some(Box::new(move |taken, allowed| {
+                late.late_tools(&late_id, taken, allowed)
+            })),
+        },
+    );
+    cfg.compaction = Some(compaction_config(ws, writer));
+    if !extensions.is_empty() {
+        // Extension handlers run as the loop's hooks (after any hooks of the product's own).
+        let ext: Arc<dyn AgentHooks> = extensions.clone();
+        cfg.hooks = Some(match cfg.hooks.take() {
+            Some(own) => Arc::new(crate::extension::ChainedHooks(own, ext)),
+            None => ext,
+        });
+    }
+    cfg
+}
+
+/// The built-in extensions `ws`'s settings enable (`builtinExtensions`; the project's only
+/// when trusted), registered over `host`; load failures are reported through the host.
+fn load_extensions(ws: &WorkspaceConfig, host: Arc<dyn ExtensionHost>) -> Arc<Extensions> {
+    let settings = ws.settings();
+    let (list, mut errors) =
+        crate::extension::builtin(settings.raw(crate::extension::SETTINGS_KEY));
+    let (set, more) = Extensions::load(list, host.clone());
+    errors.extend(more);
+    if !errors.is_empty() {
+        tokio::spawn(async move {
+            for e in errors {
+                tracing::warn!("extension {} failed to load: {}", e.extension_path, e.error);
+                host.extension_error(e).await;
+            }
+        });
+    }
+    Arc::new(set)
+}

@@ -1,0 +1,91 @@
+//! Persisting a session's events: each completed message becomes a `message` entry as it ends;
+//! turn and run ends make the file durable.
+//!
+//! Every failure is returned, including a writer whose lock another thread poisoned by
+//! panicking while it appended (an entry may be half written then): the caller tells the user
+//! the session is no longer being saved and stops the run. Saving never fails silently.
+
+use std::sync::{Arc, Mutex};
+
+use crate::agent::AgentEvent;
+use crate::session::{SessionError, SessionWriter};
+
+/// Appends a run's messages to its session file; see the module doc.
+pub struct Recorder {
+    writer: Arc<Mutex<SessionWriter>>,
+}
+
+/// The error for a writer whose lock was poisoned (`w`: the writer, taken from the poison).
+fn poisoned(w: &SessionWriter) -> SessionError {
+    SessionError::Io {
+        path: w.path().to_path_buf(),
+        source: std::io::Error::other(
+            "a writer of this session panicked while appending; nothing more is saved",
+        ),
+    }
+}
+
+impl Recorder {
+    /// A recorder appending to `writer`.
+    pub fn new(writer: Arc<Mutex<SessionWriter>>) -> Self {
+        Recorder { writer }
+    }
+
+    /// Appends an entry of `kind` with `fields` (a delivered custom message or shell output
+    /// stored as what it is rather than as a plain user message).
+    pub fn record_entry(&self, kind: &str, fields: serde_json::Value) -> Result<(), SessionError> {
+        let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+        w.append_entry(kind, fields).map(|_| ())
+    }
+
+    /// Records `event`; an error means the session is no longer being saved.
+    pub fn record(&self, event: &AgentEvent) -> Result<(), SessionError> {
+        if !matches!(
+            event,
+            AgentEvent::MessageEnd { .. }
+                | AgentEvent::TurnEnd { .. }
+                | AgentEvent::AgentEnd { .. }
+        ) {
+            return Ok(());
+        }
+        let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+        match event {
+            AgentEvent::MessageEnd { message } => w.append_message(message).map(|_| ()),
+            _ => w.sync(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poisoned_writer_is_an_error_not_silence() {
+        let dir = std::env::temp_dir().join(format!("pi-recorder-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let writer = SessionWriter::create(&dir, &dir, "p", "m", "off").unwrap();
+        let writer = Arc::new(Mutex::new(writer));
+        let rec = Recorder::new(writer.clone());
+        let end = AgentEvent::MessageEnd {
+            message: pi_ai::Message::user_text("hi"),
+        };
+        rec.record(&end).unwrap();
+        let w = writer.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = w.lock().unwrap();
+            panic!("poison the writer");
+        })
+        .join();
+        let e = rec.record(&end).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a writer of this session panicked while appending"),
+            "{e}"
+        );
+        assert!(rec
+            .record_entry("custom", serde_json::json!({"customType": "x", "data": 1}))
+            .is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

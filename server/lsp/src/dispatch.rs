@@ -1,0 +1,100 @@
+//! The service the transport drives: [`Dispatch`] in front of tower-lsp-server's
+//! [`LspService`], so that no message waits for a handler slot.
+//!
+//! tower-lsp-server reads one message at a time, turns it into a future with `Service::call`,
+//! and polls at most `concurrency_level` of those futures at once (4 by default), requests and
+//! notifications alike, all on one task. A handler that is pending (a user's shell command, a
+//! compaction, an abort waiting for the run to settle) keeps its slot, so with four of them in
+//! flight a `didChange` and an `agent/bash/abort` waited behind them, and every edit the agent
+//! applied waited out its timeout for the editor's `didChange` (issue 16 §2).
+//!
+//! Two rules remove the stall:
+//! - **Document sync is applied in the read loop.** `didOpen` / `didChange` / `didClose` change
+//!   [`crate::documents::Documents`] inside [`Dispatch::call`], which the transport calls in
+//!   arrival order before it reads the next message; they never reach a slot. Any request read
+//!   after an edit sees it (LSP 3.17 "Request, Notification and Response Ordering").
+//! - **Slots are not a limit.** A pending handler is a small future, so the transport is asked
+//!   to poll up to [`MAX_IN_FLIGHT`] of them; long work inside a handler runs in its own task
+//!   (see `methods/bash.rs`), so a handler in flight costs the shared polling task nothing.
+//!
+//! Framing and the dispatch loop stay tower-lsp-server's (and [`crate::transport`]'s input
+//! guard); owning that loop as ruff's server does is a later step.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tower_lsp_server::jsonrpc::{Request, Response};
+use tower_lsp_server::ls_types::{
+    DidChangeTextDocumentParams, DidCloseTextDocumentParams, DidOpenTextDocumentParams,
+};
+use tower_lsp_server::{ExitedError, LspService};
+use tower_service::Service;
+
+use crate::server::{Backend, State};
+
+/// How many handlers the transport polls at once (`Server::concurrency_level`). Only a bound
+/// on memory for a client that floods the server with requests: each pending handler is one
+/// boxed future. 4, the library's default, stalled the server with four long requests.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// [`LspService`] with document sync applied in the read loop (see the module doc).
+pub struct Dispatch {
+    inner: LspService<Backend>,
+    state: Arc<State>,
+}
+
+impl Dispatch {
+    /// Wraps the service built by [`crate::server::service`].
+    pub fn new(inner: LspService<Backend>) -> Dispatch {
+        let state = inner.inner().state.clone();
+        Dispatch { inner, state }
+    }
+}
+
+impl Service<Request> for Dispatch {
+    type Response = Option<Response>;
+    type Error = ExitedError;
+    type Future = BoxFuture<'static, Result<Option<Response>, ExitedError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ExitedError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        if req.method() == "shutdown" {
+            // As the library's own layer does at this point: later notifications are dropped.
+            self.state.set_accepting_sync(false);
+        }
+        if self.state.accepting_sync() && self.apply_sync(&req) {
+            return futures::future::ready(Ok(None)).boxed();
+        }
+        self.inner.call(req)
+    }
+}
+
+impl Dispatch {
+    /// Applies `req` when it is document sync with well-formed params; `false` leaves it to
+    /// the service (which also logs malformed params, as before).
+    fn apply_sync(&self, req: &Request) -> bool {
+        fn params<T: serde::de::DeserializeOwned>(req: &Request) -> Option<T> {
+            serde_json::from_value(req.params()?.clone()).ok()
+        }
+        if req.id().is_some() {
+            return false;
+        }
+        match req.method() {
+            "textDocument/didOpen" => params::<DidOpenTextDocumentParams>(req)
+                .map(|p| self.state.did_open(p))
+                .is_some(),
+            "textDocument/didChange" => params::<DidChangeTextDocumentParams>(req)
+                .map(|p| self.state.did_change(p))
+                .is_some(),
+            "textDocument/didClose" => params::<DidCloseTextDocumentParams>(req)
+                .map(|p| self.state.did_close(p))
+                .is_some(),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! What the editor adds to a session ([`pi_core::harness::SessionSetup`]): tools over the
+//! editor's buffers ([`EditorFs`], with `bash` refused while buffers differ from disk), the
+//! editor's guideline in the system prompt, questions and sandbox escalation asked through the
+//! editor ([`crate::permissions`]), the editor's declared tools and `diagnostics`
+//! ([`crate::editor_tools`]), extension UI over LSP ([`crate::extensions`]) and the events
+//! sent as notifications ([`crate::sink`]).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use pi_core::agent::{EventSink, Tool, WeakAgent};
+use pi_core::approval::{ApprovalPolicy, Gate};
+use pi_core::extension::ExtensionHost;
+use pi_core::fs::Fs;
+use pi_core::harness::SessionSetup;
+use pi_core::resources::WorkspaceConfig;
+use pi_core::sandbox::Approver;
+use pi_core::session::SessionWriter;
+use pi_core::settings::Settings;
+use pi_core::tools::BeforeBash;
+
+use crate::editor_fs::EditorFs;
+use crate::server::{lock, State};
+use crate::tracker::Tracker;
+
+/// The system prompt guideline that tells the model where its edits go.
+pub const EDITOR_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";
+
+/// The editor's part of one session: the server's state and the session's [`Tracker`].
+pub(crate) struct LspSetup {
+    pub(crate) st: Arc<State>,
+    pub(crate) tracker: Arc<Tracker>,
+}
+
+impl SessionSetup for LspSetup {
+    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+        let st = &self.st;
+        let root = st.root();
+        let fs = Arc::new(EditorFs::new(
+            root.clone(),
+            st.client.clone(),
+            st.docs(),
+            st.caps(),
+        ));
+        let before: BeforeBash = {
+            let fs = fs.clone();
+            Arc::new(move || {
+                let fs = fs.clone();
+                let root = root.clone();
+                Box::pin(async move {
+                    let dirty = fs.dirty_buffers().await;
+                    if dirty.is_empty() {
+                        return Ok(());
+                    }
+                    let names: Vec<String> = dirty
+                        .iter()
+                        .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
+                        .collect();
+                    Err(format!(
+                        "{} open editor buffer(s) differ from disk: {}",
+                        names.len(),
+                        names.join(", ")
+                    ))
+                })
+            })
+        };
+        (fs, Some(before))
+    }
+
+    fn guidelines(&self) -> Vec<String> {
+        vec![EDITOR_GUIDELINE.to_string()]
+    }
+
+    fn sandbox_approver(&self, session_id: &str) -> Option<Arc<dyn Approver>> {
+        Some(Arc::new(crate::permissions::LspApprover::new(
+            self.st.client.clone(),
+            session_id.to_string(),
+            self.st.caps().request_permission,
+        )))
+    }
+
+    fn gate(&self, ws: &WorkspaceConfig, session_id: &str) -> Arc<Gate> {
+        crate::permissions::session_gate(
+            ws,
+            *lock(&self.st.init_approval),
+            Arc::new(
+                crate::permissions::LspApprover::new(
+                    self.st.client.clone(),
+                    session_id.to_string(),
+                    self.st.caps().request_permission,
+                )
+                .with_tracker(self.tracker.clone()),
+            ),
+        )
+    }
+
+    fn default_policy(&self, settings: &Settings) -> ApprovalPolicy {
+        crate::permissions::effective_default(*lock(&self.st.init_approval), settings)
+    }
+
+    fn late_tools(
+        &self,
+        session_id: &str,
+        taken: &[String],
+        allowed_dirs: &[PathBuf],
+    ) -> Vec<Arc<dyn Tool>> {
+        let st = &self.st;
+        crate::editor_tools::session_tools(
+            &st.editor_tools,
+            &st.client,
+            session_id,
+            taken,
+            crate::editor_tools::DiagnosticsContext {
+                root: st.root(),
+                allowed_dirs: allowed_dirs.to_vec(),
+                docs: st.docs(),
+                encoding: st.caps().encoding,
+            },
+        )
+    }
+
+    fn extension_host(
+        &self,
+        session_id: &str,
+        writer: &Arc<Mutex<SessionWriter>>,
+    ) -> Arc<dyn ExtensionHost> {
+        Arc::new(crate::extensions::LspExtensionHost::new(
+            &self.st,
+            session_id.to_string(),
+            writer.clone(),
+        ))
+    }
+
+    fn listeners(
+        &self,
+        session_id: &str,
+        agent: &WeakAgent,
+        writer: &Arc<Mutex<SessionWriter>>,
+    ) -> Vec<Arc<dyn EventSink>> {
+        vec![Arc::new(crate::sink::LspSink::new(
+            self.st.clone(),
+            session_id.to_string(),
+            agent.clone(),
+            writer.clone(),
+            self.tracker.clone(),
+        ))]
+    }
+}
