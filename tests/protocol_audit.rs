@@ -130,9 +130,12 @@ async fn missing_and_malformed_params_are_refused_naming_the_field_and_change_no
         ),
         (
             "agent/session/name",
-            json!([]),
+            json!(["x", "y"]),
             "params: expected an object of named parameters, got an array",
         ),
+        // An empty array is an empty object (what Neovim sends for `{}`): the field it
+        // lacks is named.
+        ("agent/session/name", json!([]), "missing field `sessionId`"),
         // The untagged-enum error named a Rust type instead of the expected shapes.
         (
             "agent/sendMessage",
@@ -458,6 +461,19 @@ async fn ids_the_transport_cannot_hold_are_refused_and_params_may_be_left_out() 
     let new = answer_to(&c, "new").await;
     assert!(new["result"]["sessionId"].is_string(), "{new}");
     assert_ne!(new["result"]["sessionId"], sid.as_str());
+    // `params: []` (Neovim's empty Lua table) is `{}`.
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"cmds[]","method":"agent/commands","params":[]}"#)
+        .await;
+    assert_eq!(
+        answer_to(&c, "cmds[]").await["result"],
+        json!({"commands": []})
+    );
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"state[]","method":"agent/state","params":[]}"#)
+        .await;
+    assert_eq!(
+        answer_to(&c, "state[]").await["error"],
+        json!({"code": -32602, "message": "missing field `sessionId`"})
+    );
     c.shutdown().await;
 }
 
@@ -811,4 +827,48 @@ async fn exit_without_shutdown_ends_with_code_1_and_after_shutdown_with_0() {
     assert_eq!(c.exit_without_shutdown().await.code(), Some(1));
     let c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     assert_eq!(c.shutdown().await.code(), Some(0));
+}
+
+/// Editors show stderr as errors: without `PI_LSP_LOG`, informational lines reach the client
+/// as `window/logMessage` and stderr stays empty; `textDocumentSync` asks for no `didSave`
+/// (a bare kind would: vscode-languageclient and Neovim read it as `save: {}` too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informational_logs_are_log_messages_and_no_save_notifications_are_asked_for() {
+    let tmp = TempDir::new("audit-logs");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![Step::text("hi")]).await;
+    let env = agent_env(
+        &tmp.path().join("agent"),
+        &mock.models_json(),
+        &[("PI_LSP_LOG", "")],
+    );
+    let mut c = LspClient::start(&pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+    let init = c
+        .log()
+        .into_iter()
+        .find(|m| m["id"] == 1 && m.get("result").is_some())
+        .unwrap();
+    assert_eq!(
+        init["result"]["capabilities"]["textDocumentSync"],
+        json!({"openClose": true, "change": 2})
+    );
+    let _ = session_with_a_turn(&mut c).await;
+    let root = ws.canonicalize().unwrap();
+    let logs: Vec<Value> = c
+        .log()
+        .into_iter()
+        .filter(|m| m["method"] == "window/logMessage")
+        .map(|m| m["params"].clone())
+        .collect();
+    assert_eq!(
+        logs,
+        vec![
+            json!({"type": 3, "message": format!("INFO pi_lsp::server: workspace root {}; position encoding Utf16", root.display())}),
+            json!({"type": 3, "message": "INFO pi_lsp::server: workspace trusted: false"}),
+        ]
+    );
+    let stderr = c.stderr.clone();
+    let status = c.shutdown().await;
+    assert!(status.success());
+    assert_eq!(stderr.lock().unwrap().as_str(), "");
 }

@@ -59,6 +59,8 @@ pub struct EditorBehavior {
     /// When set, advertise `experimental.agent.diagnostics` and answer `agent/diagnostics` with
     /// these items (`[{uri, diagnostics}]`), only those of the asked `uris` when given.
     pub diagnostics: Option<Value>,
+    /// More `workspaceFolders` sent in `initialize` after the root (a multi-root workspace).
+    pub extra_folders: Vec<std::path::PathBuf>,
 }
 
 impl Default for EditorBehavior {
@@ -79,6 +81,7 @@ impl Default for EditorBehavior {
             ui_answer: None,
             run_tool_answers: HashMap::new(),
             diagnostics: None,
+            extra_folders: Vec::new(),
         }
     }
 }
@@ -115,9 +118,10 @@ pub fn file_uri(path: &Path) -> String {
 }
 
 /// Byte offset of an LSP position in `text`, counting columns in UTF-8 bytes or UTF-16 units.
-/// Lines are found by counting newlines a block at a time (`memchr`), the way an editor's line
-/// index makes the lookup cheap; walking line by line cost 0.7 ms per position on a
-/// 50,000-line buffer, which the tools bench measured as server time.
+/// Lines end at `\n`, `\r\n` or a lone `\r` (LSP's rule); a column past the line's end is its
+/// end. Line ends are found with `memchr` a block at a time, the way an editor's line index
+/// makes the lookup cheap; walking line by line cost 0.7 ms per position on a 50,000-line
+/// buffer, which the tools bench measured as server time.
 pub fn offset_of(text: &str, line: u64, character: u64, utf8: bool) -> usize {
     let off = line_start(text, line as usize);
     if off > text.len() {
@@ -125,7 +129,7 @@ pub fn offset_of(text: &str, line: u64, character: u64, utf8: bool) -> usize {
     }
     let mut units = 0u64;
     for (i, c) in text[off..].char_indices() {
-        if c == '\n' || units >= character {
+        if c == '\n' || c == '\r' || units >= character {
             return off + i;
         }
         units += if utf8 {
@@ -138,14 +142,29 @@ pub fn offset_of(text: &str, line: u64, character: u64, utf8: bool) -> usize {
 }
 
 /// Byte offset of the start of 0-based `line` in `text` (`text.len() + 1` when there are fewer
-/// lines).
+/// lines). Without a `\r` in the text, lines are counted a block at a time.
 fn line_start(text: &str, line: usize) -> usize {
     if line == 0 {
         return 0;
     }
+    let b = text.as_bytes();
+    if memchr::memchr(b'\r', b).is_some() {
+        let mut seen = 0;
+        for at in memchr::memchr2_iter(b'\r', b'\n', b) {
+            // `\r\n` ends a line once, at its `\n`.
+            if b[at] == b'\r' && b.get(at + 1) == Some(&b'\n') {
+                continue;
+            }
+            seen += 1;
+            if seen == line {
+                return at + 1;
+            }
+        }
+        return text.len() + 1;
+    }
     const BLOCK: usize = 4096;
     let mut seen = 0;
-    for (k, block) in text.as_bytes().chunks(BLOCK).enumerate() {
+    for (k, block) in b.chunks(BLOCK).enumerate() {
         let n = memchr::memchr_iter(b'\n', block).count();
         if seen + n >= line {
             let i = memchr::memchr_iter(b'\n', block)
@@ -493,7 +512,9 @@ impl LspClient {
             .request(
                 "initialize",
                 json!({"processId": null, "rootUri": file_uri(root), "capabilities": caps,
-                "workspaceFolders": [{"uri": file_uri(root), "name": "ws"}],
+                "workspaceFolders": std::iter::once(json!({"uri": file_uri(root), "name": "ws"}))
+                    .chain(behavior.extra_folders.iter().map(|f| json!({"uri": file_uri(f), "name": f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()})))
+                    .collect::<Vec<_>>(),
                 "initializationOptions": init_options}),
             )
             .await

@@ -2,7 +2,7 @@
 //! server, delivered in the reads the test prescribes, and must rebuild exactly the message (and
 //! events) the case names; HTTP error responses must come back typed; request bodies built for
 //! a stored conversation are asserted whole.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -213,18 +213,33 @@ async fn strm04_stream_without_finish_reason() {
         (m.content, m.stop_reason),
         (vec![call("c1", "ls", json!({}))], StopReason::ToolUse)
     );
+    // Text, then `[DONE]` without a finish_reason: the documented tolerance, a `stop`.
     let text_only =
-        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n".to_vec();
-    let m = replay("openai-completions", vec![text_only]).await;
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+            .to_vec();
+    let m = replay("openai-completions", vec![text_only.clone()]).await;
     assert_eq!(
         (m.text(), m.stop_reason),
         ("hi".to_string(), StopReason::Stop)
     );
-    // With `compat.requireFinishReason` the same text-only stream is a retryable error.
-    let (base, _) = serve(vec![sse(vec![
+    // The same without `[DONE]` (plain EOF) was cut: a retryable error keeping the text.
+    for body in [
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n".to_vec(),
-    ])])
-    .await;
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"ls\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}]}\n\n".to_vec(),
+    ] {
+        let evs = replay_reply("openai-completions", sse(vec![body])).await;
+        let m = evs.last().unwrap().terminal_message().unwrap();
+        assert_eq!(
+            (m.stop_reason, m.error_message.as_deref()),
+            (
+                StopReason::Error,
+                Some("stream ended before the response was complete (no finish_reason or [DONE])")
+            )
+        );
+        assert!(failure(&evs).is_retryable());
+    }
+    // With `compat.requireFinishReason` the text-only stream with `[DONE]` is a retryable error.
+    let (base, _) = serve(vec![sse(vec![text_only])]).await;
     let mut strict = model("openai-completions", base);
     strict.compat = json!({"requireFinishReason": true});
     let evs = events(&strict, &go()).await;
@@ -312,8 +327,16 @@ fn split_reads(bytes: &[u8]) -> Vec<Vec<u8>> {
 
 #[tokio::test]
 async fn strm08_lines_and_utf8_split_across_reads() {
-    let reads = split_reads(&fixture("openai-completions/strm08-split-reads.bin"));
+    let mut reads = split_reads(&fixture("openai-completions/strm08-split-reads.bin"));
     assert_eq!(reads.len(), 3);
+    // The case's reads end without an end marker: the text is exact, the stream a cut one.
+    let evs = replay_reply("openai-completions", sse(reads.clone())).await;
+    let m = evs.last().unwrap().terminal_message().unwrap();
+    assert_eq!(
+        (m.text(), m.stop_reason),
+        ("héllo: x!".to_string(), StopReason::Error)
+    );
+    reads.push(b"data: [DONE]\r\n\r\n".to_vec());
     let m = replay("openai-completions", reads).await;
     assert_eq!(
         (m.text(), m.stop_reason),
@@ -963,4 +986,256 @@ async fn responses_same_model_replays_reasoning_item_and_item_ids() {
             {"type":"function_call_output","call_id":"call_A","output":"No result provided"},
             {"type":"function_call_output","call_id":"call_B","output":"No result provided"}])
     );
+}
+
+/// Case 18.8: keep-alive payloads in `data:` lines (a comment marker and a word, a bare word,
+/// stuck before or after a JSON line of a real event) are skipped in all three wire formats.
+#[tokio::test]
+async fn gateway_keepalive_data_lines_are_skipped_in_every_format() {
+    for (api, file, id) in [
+        (
+            "openai-completions",
+            "openai-completions/keepalive-data-lines.sse",
+            "chatcmpl-8",
+        ),
+        (
+            "anthropic-messages",
+            "anthropic-messages/keepalive-data-lines.sse",
+            "msg_k",
+        ),
+        (
+            "openai-responses",
+            "openai-responses/keepalive-data-lines.sse",
+            "resp_k",
+        ),
+    ] {
+        let m = replay(api, vec![fixture(file)]).await;
+        assert_eq!(
+            (
+                m.text(),
+                m.stop_reason,
+                m.response_id.as_deref(),
+                m.error_message
+            ),
+            ("Hello".to_string(), StopReason::Stop, Some(id), None),
+            "{file}"
+        );
+    }
+}
+
+/// Case 18.8, the other half: JSON that is invalid inside a real event still ends the stream
+/// with a clear (non-retryable) parse error naming the event.
+#[tokio::test]
+async fn invalid_json_inside_a_real_event_ends_the_stream() {
+    let cases: [(&str, &[u8], &str); 3] = [
+        (
+            "openai-completions",
+            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"y\"}}\n\n",
+            "invalid JSON in message event: EOF while parsing a list at line 1 column 47",
+        ),
+        (
+            "anthropic-messages",
+            b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}\n\n",
+            "invalid JSON in content_block_delta event: EOF while parsing an object at line 1 column 80",
+        ),
+        (
+            "openai-responses",
+            b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\" x}\n\n",
+            "invalid JSON in response.output_text.delta event: expected `,` or `}` at line 1 column 50",
+        ),
+    ];
+    for (api, body, want) in cases {
+        let evs = replay_reply(api, sse(vec![body.to_vec()])).await;
+        let m = evs.last().unwrap().terminal_message().unwrap();
+        assert_eq!(
+            (m.stop_reason, m.error_message.as_deref()),
+            (StopReason::Error, Some(want)),
+            "{api}"
+        );
+        let f = failure(&evs);
+        assert_eq!((f.class(), f.is_retryable()), (ErrorClass::Parse, false));
+    }
+}
+
+/// How one cut stream ended.
+#[derive(Debug, Default, PartialEq)]
+struct CutOutcomes {
+    /// The whole message (content, stop reason, response id), as from the uncut stream.
+    complete: usize,
+    /// A retryable error (the loop retries it); never a finished answer.
+    retryable_error: usize,
+    /// Anything else: a partial message taken as finished, or a non-retryable error.
+    wrong: usize,
+}
+
+/// The end offset of the first SSE event (through its blank line) whose text contains
+/// `marker`.
+fn event_end(bytes: &[u8], marker: &str) -> usize {
+    let text = std::str::from_utf8(bytes).unwrap();
+    let at = text.find(marker).unwrap();
+    at + text[at..].find("\n\n").unwrap() + 2
+}
+
+/// Serves `bytes[..k]` for every `k` in `0..=len` (the connection closes after it) and sorts
+/// the outcomes. Cuts at `k >= complete_from` must give the whole message, others a retryable
+/// error: the returned counts are asserted whole by the callers.
+async fn every_cut(api: &str, bytes: &[u8], complete_from: usize) -> CutOutcomes {
+    let whole = replay(api, vec![bytes.to_vec()]).await;
+    assert_eq!(whole.error_message, None);
+    let key = |m: &AssistantMessage| (m.content.clone(), m.stop_reason, m.response_id.clone());
+    let want = key(&whole);
+    let mut out = CutOutcomes::default();
+    let cuts: Vec<usize> = (0..=bytes.len()).collect();
+    for batch in cuts.chunks(48) {
+        let runs = batch.iter().map(|&k| {
+            let mut r = sse(vec![bytes[..k].to_vec()]);
+            r.gap = Duration::ZERO;
+            async move { (k, replay_reply(api, r).await) }
+        });
+        for (k, evs) in futures::future::join_all(runs).await {
+            let m = evs.last().unwrap().terminal_message().unwrap();
+            let right = if k >= complete_from {
+                m.stop_reason != StopReason::Error && key(m) == want
+            } else {
+                m.stop_reason == StopReason::Error && failure(&evs).is_retryable()
+            };
+            match (right, m.stop_reason) {
+                (true, StopReason::Error) => out.retryable_error += 1,
+                (true, _) => out.complete += 1,
+                (false, _) => {
+                    eprintln!("{api}: cut at byte {k} of {}: {:?}", bytes.len(), m);
+                    out.wrong += 1
+                }
+            }
+        }
+    }
+    eprintln!("{api}: {} cut points: {out:?}", bytes.len() + 1);
+    out
+}
+
+/// Case 19.1: every byte cut of a real chat-completions stream (text, then a tool call whose
+/// arguments arrive in three pieces, finish, usage, `[DONE]`) is either the whole answer (cut
+/// after the finish chunk) or a retryable error; a cut inside the arguments never yields a
+/// call.
+#[tokio::test]
+async fn completions_every_byte_cut_is_whole_or_a_retryable_error() {
+    let bytes = fixture("openai-completions/text-and-call.sse");
+    let from = event_end(&bytes, "\"finish_reason\":\"tool_calls\"");
+    let got = every_cut("openai-completions", &bytes, from).await;
+    assert_eq!(
+        got,
+        CutOutcomes {
+            complete: bytes.len() + 1 - from,
+            retryable_error: from,
+            wrong: 0
+        }
+    );
+}
+
+/// Case 19.1 for the Responses format: the end is `response.completed`.
+#[tokio::test]
+async fn responses_every_byte_cut_is_whole_or_a_retryable_error() {
+    let bytes = fixture("openai-responses/reasoning-text-calls.sse");
+    let from = event_end(&bytes, "\"type\":\"response.completed\"");
+    let got = every_cut("openai-responses", &bytes, from).await;
+    assert_eq!(
+        got,
+        CutOutcomes {
+            complete: bytes.len() + 1 - from,
+            retryable_error: from,
+            wrong: 0
+        }
+    );
+}
+
+/// The Anthropic adapter, for comparison: complete once `message_delta` carried the stop
+/// reason.
+#[tokio::test]
+async fn anthropic_every_byte_cut_is_whole_or_a_retryable_error() {
+    let bytes = fixture("anthropic-messages/strm11-tool-input.sse");
+    let from = event_end(&bytes, "\"type\":\"message_delta\"");
+    let got = every_cut("anthropic-messages", &bytes, from).await;
+    assert_eq!(
+        got,
+        CutOutcomes {
+            complete: bytes.len() + 1 - from,
+            retryable_error: from,
+            wrong: 0
+        }
+    );
+}
+
+/// Case 19.3: `retry.provider.timeoutMs` bounds the wait for the headers (a server that
+/// accepts and never answers) and the silence inside a body (headers and one event, then
+/// nothing); both are retryable errors that keep what streamed.
+#[tokio::test]
+async fn provider_timeouts_for_headers_and_idle_bodies_are_retryable() {
+    // Accepts connections and reads, never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock);
+        }
+    });
+    let opts = || StreamOptions {
+        timeout: Some(Duration::from_millis(300)),
+        ..StreamOptions::default()
+    };
+    let m = model("openai-completions", format!("http://{addr}"));
+    let started = std::time::Instant::now();
+    let mut s = pi_ai::stream(&m, &go(), opts());
+    let mut last = None;
+    while let Some(e) = s.next().await {
+        last = Some(e);
+    }
+    let last = last.unwrap();
+    let msg = last.terminal_message().unwrap();
+    assert_eq!(
+        msg.error_message.as_deref(),
+        Some(
+            format!(
+                "provider timed out: no response from http://{addr}/v1/chat/completions within 0.3 s (retry.provider.timeoutMs)"
+            )
+            .as_str()
+        )
+    );
+    let f = last.failure().unwrap();
+    assert_eq!((f.class(), f.is_retryable()), (ErrorClass::Network, true));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Headers and one chunk, then silence (the reply's gap) for longer than the timeout.
+    for api in [
+        "openai-completions",
+        "anthropic-messages",
+        "openai-responses",
+    ] {
+        let first: &[u8] = match api {
+            "openai-completions" => b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Let me\"}}]}\n\n",
+            "anthropic-messages" => b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Let me\"}}\n\n",
+            _ => b"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"type\":\"message\"}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"delta\":\"Let me\"}\n\n",
+        };
+        let mut reply = sse(vec![first.to_vec(), b"data: [DONE]\n\n".to_vec()]);
+        reply.gap = Duration::from_secs(3);
+        let (base, _) = serve(vec![reply]).await;
+        let started = std::time::Instant::now();
+        let mut s = pi_ai::stream(&model(api, base), &go(), opts());
+        let mut last = None;
+        while let Some(e) = s.next().await {
+            last = Some(e);
+        }
+        let last = last.unwrap();
+        let msg = last.terminal_message().unwrap();
+        assert_eq!(
+            (msg.text(), msg.stop_reason, msg.error_message.as_deref()),
+            (
+                "Let me".to_string(),
+                StopReason::Error,
+                Some("provider timed out: no data for 0.3 s (retry.provider.timeoutMs)")
+            ),
+            "{api}"
+        );
+        assert!(last.failure().unwrap().is_retryable());
+        assert!(started.elapsed() < Duration::from_secs(2), "{api}");
+    }
 }

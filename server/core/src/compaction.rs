@@ -710,6 +710,7 @@ async fn complete_summary(
         StreamOptions {
             cancel: cancel.child_token(),
             max_tokens: Some(max_tokens),
+            ..StreamOptions::default()
         },
     );
     let m = stream.result().await;

@@ -20,6 +20,255 @@ pub struct FileSnapshot {
     pub text: Arc<String>,
     /// LSP document version of an open buffer; `None` for a file read from disk.
     pub version: Option<i32>,
+    /// How the file's bytes on disk map to `text` (UTF-8 unless detected otherwise, case
+    /// ED-04); writes keep it.
+    pub encoding: TextEncoding,
+}
+
+/// A file's character encoding, as detected from its bytes ([`decode_file`]) and kept when the
+/// file is written ([`encode_text`]; case ED-04).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextEncoding {
+    /// The encoding (WHATWG names, `encoding_rs`): `UTF-8`, `windows-1252` (also what
+    /// ISO-8859-1 files decode as), `Shift_JIS`, `UTF-16LE`, …
+    pub encoding: &'static encoding_rs::Encoding,
+    /// A UTF-16 file's byte order mark, taken off the text and written back. (A UTF-8 BOM stays
+    /// in the text as U+FEFF, as Pi keeps it.)
+    pub bom: bool,
+    /// The bytes decode to the text and the text encodes back to the same bytes. When false
+    /// (undecodable bytes shown as U+FFFD, or an encoding that does not round-trip) the file
+    /// cannot be written back without changing bytes nobody edited, so edits are refused.
+    pub exact: bool,
+}
+
+impl Default for TextEncoding {
+    fn default() -> Self {
+        TextEncoding::UTF8
+    }
+}
+
+impl TextEncoding {
+    /// Exact UTF-8 (the default, and every new file).
+    pub const UTF8: TextEncoding = TextEncoding {
+        encoding: encoding_rs::UTF_8,
+        bom: false,
+        exact: true,
+    };
+
+    /// True for exact UTF-8: bytes and text are the same.
+    pub fn is_utf8(&self) -> bool {
+        self.encoding == encoding_rs::UTF_8 && self.exact
+    }
+
+    /// The encoding's name as said to the model (`windows-1252`, `Shift_JIS`, `UTF-16LE`).
+    pub fn name(&self) -> &'static str {
+        self.encoding.name()
+    }
+
+    /// The note `read` adds for a file that is not exact UTF-8, `None` for UTF-8.
+    pub fn read_note(&self) -> Option<String> {
+        if self.is_utf8() {
+            return None;
+        }
+        Some(if self.exact {
+            format!(
+                "[File encoding: {}{} (detected); the text is shown decoded, and edit and write keep the file in {}.]",
+                self.name(),
+                if self.bom { " with BOM" } else { "" },
+                self.name()
+            )
+        } else {
+            format!(
+                "[File encoding: not valid {} (undecodable bytes are shown as U+FFFD); edit refuses to change this file because its bytes could not be kept exactly.]",
+                self.name()
+            )
+        })
+    }
+}
+
+/// A file's bytes decoded: the text and its encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedText {
+    pub text: String,
+    pub encoding: TextEncoding,
+}
+
+/// Decodes a file's bytes (case ED-04): a UTF-16 BOM gives UTF-16; valid UTF-8 (a UTF-8 BOM
+/// included, kept in the text) is UTF-8; text that is mostly UTF-8 with a few invalid
+/// sequences stays UTF-8 with U+FFFD for them (not exact; case STRM-07); anything else is
+/// detected with `chardetng` (the detector Firefox uses) and decoded with `encoding_rs`,
+/// exact only when the text encodes back to the very same bytes.
+pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
+    let utf16 = if bytes.starts_with(&[0xFF, 0xFE]) {
+        Some(encoding_rs::UTF_16LE)
+    } else if bytes.starts_with(&[0xFE, 0xFF]) {
+        Some(encoding_rs::UTF_16BE)
+    } else {
+        None
+    };
+    if let Some(enc) = utf16 {
+        let body = &bytes[2..];
+        let (text, had_errors) = enc.decode_without_bom_handling(body);
+        let exact = !had_errors && body.len() % 2 == 0;
+        return DecodedText {
+            text: text.into_owned(),
+            encoding: TextEncoding {
+                encoding: enc,
+                bom: true,
+                exact,
+            },
+        };
+    }
+    let bytes = match String::from_utf8(bytes) {
+        Ok(text) => {
+            return DecodedText {
+                text,
+                encoding: TextEncoding::UTF8,
+            }
+        }
+        Err(e) => e.into_bytes(),
+    };
+    if mostly_utf8(&bytes) {
+        return DecodedText {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            encoding: TextEncoding {
+                exact: false,
+                ..TextEncoding::UTF8
+            },
+        };
+    }
+    let enc = detect_legacy(&bytes);
+    match enc.decode_without_bom_handling_and_without_replacement(&bytes) {
+        Some(text) => {
+            let (back, _, unmappable) = enc.encode(&text);
+            let exact = !unmappable && *back == *bytes;
+            DecodedText {
+                text: text.into_owned(),
+                encoding: TextEncoding {
+                    encoding: enc,
+                    bom: false,
+                    exact,
+                },
+            }
+        }
+        None => DecodedText {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            encoding: TextEncoding {
+                exact: false,
+                ..TextEncoding::UTF8
+            },
+        },
+    }
+}
+
+/// The legacy encoding of `bytes` (not UTF-8): `chardetng`'s guess, made for Web pages of a
+/// generic domain, and its guesses as for Japanese, Chinese, Taiwanese and Korean domains (a
+/// file has no domain to tell; a few lines of Japanese alone read as Cyrillic to the generic
+/// guess). Of those that decode without errors, the one whose non-ASCII characters are most
+/// often letters wins (mis-decoded text is mostly punctuation and symbols); ties go to the
+/// generic guess.
+pub fn detect_legacy(bytes: &[u8]) -> &'static encoding_rs::Encoding {
+    let mut detector = chardetng::EncodingDetector::new();
+    detector.feed(bytes, true);
+    let generic = detector.guess(None, false);
+    let score = |enc: &'static encoding_rs::Encoding| -> Option<f64> {
+        let text = enc.decode_without_bom_handling_and_without_replacement(bytes)?;
+        let (mut letters, mut all) = (0usize, 0usize);
+        for c in text.chars().filter(|c| !c.is_ascii()) {
+            all += 1;
+            letters += usize::from(c.is_alphabetic());
+        }
+        Some(if all == 0 {
+            1.0
+        } else {
+            letters as f64 / all as f64
+        })
+    };
+    let mut best = (generic, score(generic).unwrap_or(-1.0));
+    for tld in [&b"jp"[..], b"cn", b"tw", b"kr"] {
+        let enc = detector.guess(Some(tld), false);
+        if enc == best.0 {
+            continue;
+        }
+        if let Some(sc) = score(enc) {
+            if sc > best.1 {
+                best = (enc, sc);
+            }
+        }
+    }
+    best.0
+}
+
+/// True when `bytes` (not valid UTF-8) hold at least as many valid non-ASCII UTF-8 characters
+/// as invalid sequences, and some: a UTF-8 file with a few stray bytes rather than a legacy
+/// encoding (whose bytes rarely form valid UTF-8 sequences).
+pub(crate) fn mostly_utf8(bytes: &[u8]) -> bool {
+    let (mut valid_multi, mut invalid) = (0usize, 0usize);
+    for chunk in bytes.utf8_chunks() {
+        valid_multi += chunk.valid().chars().filter(|c| !c.is_ascii()).count();
+        if !chunk.invalid().is_empty() {
+            invalid += 1;
+        }
+    }
+    valid_multi > 0 && valid_multi >= invalid
+}
+
+/// `text` as the bytes of a file in `encoding` (case ED-04). Fails, naming the first character
+/// the encoding cannot represent, when the text cannot be written in it exactly, and for a
+/// file whose encoding is not exact (its other bytes would change); nothing is written then.
+pub fn encode_text<'a>(
+    path: &Path,
+    text: &'a str,
+    encoding: &TextEncoding,
+) -> Result<std::borrow::Cow<'a, [u8]>, FsError> {
+    use std::borrow::Cow;
+    if encoding.is_utf8() {
+        return Ok(Cow::Borrowed(text.as_bytes()));
+    }
+    if !encoding.exact {
+        return Err(FsError::Io(format!(
+            "{} is not valid {} (it has bytes that cannot be decoded), so it cannot be changed without altering them; nothing was changed. Edit it with bash (e.g. sed) or fix its encoding first.",
+            path.display(),
+            encoding.name()
+        )));
+    }
+    let enc = encoding.encoding;
+    if enc == encoding_rs::UTF_16LE || enc == encoding_rs::UTF_16BE {
+        let le = enc == encoding_rs::UTF_16LE;
+        let mut out = Vec::with_capacity(2 + text.len() * 2);
+        if encoding.bom {
+            out.extend_from_slice(if le { &[0xFF, 0xFE] } else { &[0xFE, 0xFF] });
+        }
+        for u in text.encode_utf16() {
+            out.extend_from_slice(&if le { u.to_le_bytes() } else { u.to_be_bytes() });
+        }
+        return Ok(Cow::Owned(out));
+    }
+    let mut encoder = enc.new_encoder();
+    let mut out = Vec::with_capacity(
+        encoder
+            .max_buffer_length_from_utf8_without_replacement(text.len())
+            .unwrap_or(text.len() * 4),
+    );
+    let (result, _) = encoder.encode_from_utf8_to_vec_without_replacement(text, &mut out, true);
+    match result {
+        encoding_rs::EncoderResult::InputEmpty => Ok(Cow::Owned(out)),
+        encoding_rs::EncoderResult::Unmappable(c) => {
+            Err(FsError::Io(format!(
+                "{} is encoded in {}, which cannot represent {:?} (U+{:04X}); nothing was changed. Use only characters {} can encode.",
+                path.display(),
+                enc.name(),
+                c,
+                c as u32,
+                enc.name()
+            )))
+        }
+        encoding_rs::EncoderResult::OutputFull => Err(FsError::Io(format!(
+            "{}: could not encode the text in {}",
+            path.display(),
+            enc.name()
+        ))),
+    }
 }
 
 /// Replace the bytes `range` of a snapshot's text with `new_text`.
@@ -80,6 +329,12 @@ pub trait Fs: Send + Sync {
     /// Creates or overwrites the whole file, creating parent folders; `label` as for
     /// [`Fs::replace`].
     async fn write(&self, path: &Path, text: &str, label: &str) -> Result<WriteKind, FsError>;
+    /// True when [`Fs::read`] of `path` gives something other than the file on disk (an open
+    /// editor buffer); tools may then read the disk directly otherwise (a large file in a
+    /// stream). The default: false.
+    fn has_buffer(&self, _path: &Path) -> bool {
+        false
+    }
     /// Raw bytes from disk (for binary files and images).
     async fn read_bytes(&self, path: &Path) -> Result<Vec<u8>, FsError> {
         tokio::fs::read(path).await.map_err(|e| io_err(path, e))
@@ -205,6 +460,9 @@ where
 {
     use std::io::Write as _;
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // Through a symlink the link's target is written and the link stays (case ED-01).
+    let target = link_target(path)?;
+    let path = target.as_path();
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
     }
@@ -229,6 +487,29 @@ where
         return Err(io_err(path, e));
     }
     Ok(())
+}
+
+/// Where a write to `path` lands: `path` itself, or when it is a symlink (a chain of them,
+/// dangling ones included) the file the last link names, so replacing the file by a temp file
+/// and rename replaces the target and keeps the link (case ED-01). Fails on a symlink loop.
+pub fn link_target(path: &Path) -> Result<PathBuf, FsError> {
+    let mut cur = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let next = std::fs::read_link(&cur).map_err(|e| io_err(&cur, e))?;
+                cur = match cur.parent() {
+                    Some(parent) if next.is_relative() => parent.join(next),
+                    _ => next,
+                };
+            }
+            _ => return Ok(cur),
+        }
+    }
+    Err(FsError::Io(format!(
+        "{}: too many levels of symbolic links",
+        path.display()
+    )))
 }
 
 /// Writes the content produced by `fill` over the file at `path` in place (created when
@@ -377,9 +658,11 @@ impl Fs for DiskFs {
 
     async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError> {
         let bytes = tokio::fs::read(path).await.map_err(|e| io_err(path, e))?;
+        let decoded = decode_file(bytes);
         Ok(FileSnapshot {
-            text: Arc::new(decode_text(bytes)),
+            text: Arc::new(decoded.text),
             version: None,
+            encoding: decoded.encoding,
         })
     }
 
@@ -391,16 +674,27 @@ impl Fs for DiskFs {
         _label: &str,
     ) -> Result<(), FsError> {
         let current = self.read(path).await?;
-        if current.text != base.text {
+        if current.text != base.text || current.encoding != base.encoding {
             return Err(FsError::Stale(path.to_path_buf()));
         }
-        atomic_write(path, apply_replacements(&base.text, &edits).as_bytes()).await
+        let text = apply_replacements(&base.text, &edits);
+        let bytes = encode_text(path, &text, &current.encoding)?;
+        atomic_write(path, &bytes).await
     }
 
+    /// Writes `text` in the existing file's encoding (UTF-8 for a new file); refuses, changing
+    /// nothing, when that encoding cannot represent the text (see [`encode_text`]). A file
+    /// whose bytes were not valid in any encoding is replaced by UTF-8 text: the whole content
+    /// is new, nothing of the old bytes is meant to stay.
     async fn write(&self, path: &Path, text: &str, _label: &str) -> Result<WriteKind, FsError> {
-        let existed = tokio::fs::metadata(path).await.is_ok();
-        atomic_write(path, text.as_bytes()).await?;
-        Ok(if existed {
+        let existing = match tokio::fs::read(path).await {
+            Ok(bytes) => Some(decode_file(bytes).encoding),
+            Err(_) => None,
+        };
+        let encoding = existing.filter(|e| e.exact).unwrap_or(TextEncoding::UTF8);
+        let bytes = encode_text(path, text, &encoding)?;
+        atomic_write(path, &bytes).await?;
+        Ok(if existing.is_some() {
             WriteKind::Overwritten
         } else {
             WriteKind::Created

@@ -157,6 +157,8 @@ pub struct WorkspaceConfig {
     agent_dir: Option<PathBuf>,
     trusted: bool,
     settings: SettingsCache,
+    /// The other folders of a multi-root workspace (see [`WorkspaceConfig::folders`]).
+    folders: Arc<std::sync::RwLock<Vec<PathBuf>>>,
 }
 
 impl WorkspaceConfig {
@@ -169,6 +171,30 @@ impl WorkspaceConfig {
             agent_dir,
             trusted,
             settings,
+            folders: Arc::default(),
+        }
+    }
+
+    /// The workspace's folders besides the root (absolute, canonical): an editor's other
+    /// `workspaceFolders` (case ED-07). Tools accept paths inside them
+    /// ([`crate::tools::ToolState::folders`] shares this list, so a change applies to every
+    /// session at once); sessions, settings and project files stay the root's.
+    pub fn folders(&self) -> Arc<std::sync::RwLock<Vec<PathBuf>>> {
+        self.folders.clone()
+    }
+
+    /// Replaces the other folders (see [`WorkspaceConfig::folders`]); the root, when listed,
+    /// is left out.
+    pub fn set_folders(&self, folders: Vec<PathBuf>) {
+        let mut unique: Vec<PathBuf> = Vec::new();
+        for f in folders {
+            if f != self.root && !unique.contains(&f) {
+                unique.push(f);
+            }
+        }
+        let folders = unique;
+        if let Ok(mut f) = self.folders.write() {
+            *f = folders;
         }
     }
 

@@ -48,7 +48,8 @@ pub struct RetryConfig {
     pub max_retries: u32,
     /// `retry.baseDelayMs`: first backoff delay in milliseconds, doubled per retry (default 2,000).
     pub base_delay_ms: u64,
-    /// `retry.provider.timeoutMs`: request timeout in milliseconds (`None` = the client's).
+    /// `retry.provider.timeoutMs`: the longest wait for a response's headers and the longest
+    /// silence inside its body, in milliseconds (`None` or 0 = the model layer's defaults).
     pub provider_timeout_ms: Option<u64>,
     /// `retry.provider.maxRetries`: retries inside the provider client (`None` = the client's).
     pub provider_max_retries: Option<u32>,
@@ -87,6 +88,10 @@ impl RetryConfig {
                 max_delay,
                 ..RetryPolicy::default()
             },
+            provider_timeout: self
+                .provider_timeout_ms
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
         }
     }
 }

@@ -422,10 +422,7 @@ fn request_body(model: &pi_ai::Model, messages: Vec<Message>) -> Value {
         messages,
         tools: Vec::new(),
     };
-    let opts = pi_ai::StreamOptions {
-        cancel: Default::default(),
-        max_tokens: None,
-    };
+    let opts = pi_ai::StreamOptions::default();
     match model.api.as_str() {
         "anthropic-messages" => pi_ai::api::anthropic_messages::build_request(model, &ctx, &opts),
         _ => pi_ai::api::openai_completions::build_request(model, &ctx, &opts),

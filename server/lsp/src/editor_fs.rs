@@ -27,8 +27,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pi_core::fs::{
-    apply_replacements, atomic_write, decode_text, disk_delete, disk_rename,
-    overwrite_in_place_with, write_all_chunks, FileSnapshot, Fs, FsError, TextReplace, WriteKind,
+    apply_replacements, atomic_write, decode_file, disk_delete, disk_rename, encode_text,
+    overwrite_in_place_with, write_all_chunks, FileSnapshot, Fs, FsError, TextEncoding,
+    TextReplace, WriteKind,
 };
 use ropey::Rope;
 use tower_lsp_server::ls_types::notification::Notification;
@@ -149,7 +150,13 @@ impl Notification for DidWriteDocument {
 /// would, from the rope's chunks handed to `writev` (no whole-text copy, not even into a write
 /// buffer; the rope clone shares its nodes). See [`overwrite_in_place_with`] for why not a temp
 /// file and rename.
-async fn write_rope(path: &Path, rope: Rope) -> Result<(), FsError> {
+async fn write_rope(path: &Path, rope: Rope, encoding: &TextEncoding) -> Result<(), FsError> {
+    if !encoding.is_utf8() {
+        // ED-04: in the file's own encoding (refused, nothing written, when it cannot be).
+        let text = String::from(&rope);
+        let bytes = encode_text(path, &text, encoding)?.into_owned();
+        return overwrite_in_place_with(path, move |w| w.write_all(&bytes)).await;
+    }
     overwrite_in_place_with(path, move |w| {
         let chunks: Vec<&[u8]> = rope.chunks().map(str::as_bytes).collect();
         write_all_chunks(w, &chunks)
@@ -300,6 +307,7 @@ impl EditorFs {
         path: &Path,
         uri: Uri,
         sent_version: Option<i32>,
+        encoding: TextEncoding,
         expected: impl FnOnce() -> String,
     ) -> Result<(), FsError> {
         let started = std::time::Instant::now();
@@ -336,7 +344,7 @@ impl EditorFs {
         match (sent_version, self.docs.get(path)) {
             (Some(v), Some(d)) if d.version != v => {
                 let waited = started.elapsed();
-                write_rope(path, d.text).await?;
+                write_rope(path, d.text, &encoding).await?;
                 tracing::debug!(
                     wait_us = waited.as_micros() as u64,
                     write_us = (started.elapsed() - waited).as_micros() as u64,
@@ -351,16 +359,39 @@ impl EditorFs {
                     .await;
                 Ok(())
             }
-            _ => atomic_write(path, expected().as_bytes()).await,
+            _ => {
+                let text = expected();
+                let bytes = encode_text(path, &text, &encoding)?;
+                atomic_write(path, &bytes).await
+            }
         }
     }
 
-    async fn disk_text(path: &Path) -> Result<Option<String>, FsError> {
+    /// The file's text on disk (decoded as [`decode_file`] finds), `None` when it is missing.
+    async fn disk_text(path: &Path) -> Result<Option<(String, TextEncoding)>, FsError> {
         match tokio::fs::read(path).await {
-            Ok(b) => Ok(Some(decode_text(b))),
+            Ok(b) => {
+                let d = decode_file(b);
+                Ok(Some((d.text, d.encoding)))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(FsError::Io(format!("{}: {e}", path.display()))),
         }
+    }
+
+    /// The encoding of the file on disk under the open buffer at `path`: kept in the document
+    /// after the first look (the file is read once per open document), UTF-8 for a file not
+    /// on disk.
+    async fn buffer_encoding(&self, path: &Path) -> TextEncoding {
+        if let Some(e) = self.docs.get(path).and_then(|d| d.disk_encoding) {
+            return e;
+        }
+        let found = match Self::disk_text(path).await {
+            Ok(Some((_, e))) => e,
+            _ => TextEncoding::UTF8,
+        };
+        self.docs.set_encoding(path, found);
+        found
     }
 
     /// Open buffers whose text differs from the disk, for the warning `bash` shows.
@@ -372,7 +403,7 @@ impl EditorFs {
                     .await
                     .ok()
                     .flatten()
-                    .is_some_and(|disk| doc.text == disk.as_str());
+                    .is_some_and(|(disk, _)| doc.text == disk.as_str());
                 if !same {
                     out.push(path);
                 }
@@ -388,18 +419,24 @@ impl Fs for EditorFs {
         &self.root
     }
 
+    fn has_buffer(&self, path: &Path) -> bool {
+        self.docs.get(path).is_some()
+    }
+
     async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError> {
         // The buffer's shared contiguous text (no copy when it is already made for this version).
         if let Some((text, version)) = self.docs.text(path) {
             return Ok(FileSnapshot {
                 text,
                 version: Some(version),
+                encoding: self.buffer_encoding(path).await,
             });
         }
         match Self::disk_text(path).await? {
-            Some(text) => Ok(FileSnapshot {
+            Some((text, encoding)) => Ok(FileSnapshot {
                 text: Arc::new(text),
                 version: None,
+                encoding,
             }),
             None => Err(FsError::NotFound(path.to_path_buf())),
         }
@@ -413,12 +450,21 @@ impl Fs for EditorFs {
         label: &str,
     ) -> Result<(), FsError> {
         let started = std::time::Instant::now();
-        let uri = uri_of(path)?;
+        let mut uri = uri_of(path)?;
+        if !base.encoding.is_utf8() {
+            // ED-04: the new text must be writable in the file's encoding, checked before the
+            // editor changes anything (refused for a file whose bytes could not be decoded).
+            for e in &edits {
+                encode_text(path, &e.new_text, &base.encoding)?;
+            }
+        }
         // The edit goes to what the file is now: the open buffer (same text as `base`: the same
         // shared text, or else compared chunk by chunk without copying; a moved version with
-        // the same text is fine and is the version sent), else the disk.
+        // the same text is fine and is the version sent), under the URI the editor opened it
+        // as (another name of the file, ED-01), else the disk.
         let (version, text_edits) = match self.docs.get(path) {
             Some(doc) => {
+                uri = doc.uri.clone();
                 let same = doc
                     .flat
                     .as_ref()
@@ -430,8 +476,19 @@ impl Fs for EditorFs {
                 (Some(doc.version), self.rope_text_edits(&doc.text, &edits))
             }
             None => {
-                if Self::disk_text(path).await?.as_deref() != Some(base.text.as_str()) {
+                let disk = Self::disk_text(path).await?;
+                if disk.as_ref().map(|(t, e)| (t.as_str(), e))
+                    != Some((base.text.as_str(), &base.encoding))
+                {
                     return Err(FsError::Stale(path.to_path_buf()));
+                }
+                if !base.encoding.is_utf8() {
+                    // A file in another encoding that the editor has not opened is written on
+                    // disk in its encoding: an editor opening it for the edit may decode it
+                    // otherwise and save it back damaged.
+                    let text = apply_replacements(&base.text, &edits);
+                    let bytes = encode_text(path, &text, &base.encoding)?;
+                    return atomic_write(path, &bytes).await;
                 }
                 (None, self.text_edits(&base.text, &edits))
             }
@@ -455,7 +512,7 @@ impl Fs for EditorFs {
             sent_version = Some(now.version);
         }
         let applied = started.elapsed();
-        self.settle(path, uri, sent_version, || {
+        self.settle(path, uri, sent_version, base.encoding, || {
             apply_replacements(&base.text, &edits)
         })
         .await?;
@@ -469,21 +526,39 @@ impl Fs for EditorFs {
         Ok(())
     }
 
+    /// Replaces the whole text (see module docs). A file in an encoding other than UTF-8
+    /// keeps it (ED-04): the text is checked against the encoding before the editor changes
+    /// anything, and one the editor has not opened is written on disk directly; a file whose
+    /// bytes could not be decoded is replaced by UTF-8 text (the whole content is new).
     async fn write(&self, path: &Path, text: &str, label: &str) -> Result<WriteKind, FsError> {
-        let uri = uri_of(path)?;
+        let mut uri = uri_of(path)?;
         // The whole current text is replaced: its end position from the buffer's rope, or from
         // the disk text of a file that is not open.
         let current = match self.docs.get(path) {
-            Some(doc) => Some((
-                Some(doc.version),
-                rope_offset_to_position(&doc.text, doc.text.len_bytes(), self.caps.encoding),
-            )),
+            Some(doc) => {
+                uri = doc.uri.clone();
+                let end =
+                    rope_offset_to_position(&doc.text, doc.text.len_bytes(), self.caps.encoding);
+                Some((Some(doc.version), end, self.buffer_encoding(path).await))
+            }
             None => Self::disk_text(path)
                 .await?
-                .map(|t| (None, offset_to_position(&t, t.len(), self.caps.encoding))),
+                .map(|(t, e)| (None, offset_to_position(&t, t.len(), self.caps.encoding), e)),
         };
         match current {
-            Some((version, end)) => {
+            Some((version, end, encoding)) => {
+                let encoding = if encoding.exact {
+                    encoding
+                } else {
+                    TextEncoding::UTF8
+                };
+                if !encoding.is_utf8() {
+                    let bytes = encode_text(path, text, &encoding)?;
+                    if version.is_none() {
+                        atomic_write(path, &bytes).await?;
+                        return Ok(WriteKind::Overwritten);
+                    }
+                }
                 let all = TextEdit {
                     range: Range {
                         start: Position::default(),
@@ -493,7 +568,8 @@ impl Fs for EditorFs {
                 };
                 let edit = self.workspace_edit(uri.clone(), version, vec![all], false);
                 self.apply(edit, label).await?;
-                self.settle(path, uri, version, || text.to_string()).await?;
+                self.settle(path, uri, version, encoding, || text.to_string())
+                    .await?;
                 Ok(WriteKind::Overwritten)
             }
             None if self.caps.document_changes && self.caps.create_file => {
@@ -514,7 +590,8 @@ impl Fs for EditorFs {
                     label,
                 )
                 .await?;
-                self.settle(path, uri, None, || text.to_string()).await?;
+                self.settle(path, uri, None, TextEncoding::UTF8, || text.to_string())
+                    .await?;
                 Ok(WriteKind::Created)
             }
             None => {

@@ -3,13 +3,14 @@
 //! converter ([`positions`]), the editor file system ([`editor_fs`]), and the headless `run`
 //! command ([`headless`]), permission requests to the editor ([`permissions`]), extensions' host
 //! and UI requests ([`extensions`]), editor-side tools and the `diagnostics` tool
-//! ([`editor_tools`]). Only this crate writes stdout; only it imports LSP types.
+//! ([`editor_tools`]), where log lines go ([`logging`]). Only this crate writes stdout; only it imports LSP types.
 
 pub mod documents;
 pub mod editor_fs;
 pub mod editor_tools;
 pub mod extensions;
 pub mod headless;
+pub mod logging;
 pub(crate) mod methods;
 pub mod permissions;
 pub mod positions;

@@ -1,6 +1,7 @@
 //! The `pi-lsp` binary: with no subcommand (or `lsp`), an LSP server on stdio; `run` is the
-//! headless main job. Logs go to stderr (`PI_LSP_LOG`, default `info`); stdout belongs to the
-//! protocol.
+//! headless main job. Warnings and errors go to stderr, informational lines to the client as
+//! `window/logMessage` (`PI_LSP_LOG` sets the level and, when set, sends every line to stderr
+//! too; see [`pi_lsp::logging`]); stdout belongs to the protocol.
 
 use std::path::PathBuf;
 
@@ -55,14 +56,8 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PI_LSP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    // Informational lines go to the client (`window/logMessage`), not stderr; see `logging`.
+    pi_lsp::logging::init(!matches!(cli.command, Some(Command::Run { .. })));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

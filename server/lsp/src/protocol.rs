@@ -93,10 +93,12 @@ pub fn agent_error(code: i64, message: impl Into<String>) -> Error {
 
 /// Parses request params, naming the offending field in the InvalidParams message
 /// (e.g. `text: invalid type: integer \`1\`, expected a string`).
-/// Absent params (`null`) read as `{}`.
+/// Absent params (`null`) and an empty array (`[]`, what Neovim sends for an empty Lua table)
+/// read as `{}`; a non-empty array is an error.
 pub fn parse_params<T: for<'de> Deserialize<'de>>(params: Value) -> Result<T, Error> {
     let params = match params {
         Value::Null => Value::Object(Default::default()),
+        Value::Array(a) if a.is_empty() => Value::Object(Default::default()),
         // JSON-RPC allows by-position params; every `agent/*` method takes named ones, and
         // serde would read an array as the struct's fields in declaration order.
         Value::Array(_) => {

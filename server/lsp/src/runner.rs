@@ -194,11 +194,13 @@ pub fn agent_config_with(
     let state = Arc::new(ToolState {
         allowed_dirs: settings.allowed_dirs.clone(),
         approval: gate.clone(),
+        folders: ws.folders(),
         ..ToolState::default()
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
     // workspace.
     let sandbox = pi_core::sandbox::SandboxSettings::from_settings(&settings);
+    let allowed = state.allowed();
     let mut tools = match approver {
         Some((approver, session_id)) => pi_core::tools::tools_for_session(
             fs,
@@ -213,7 +215,7 @@ pub fn agent_config_with(
     tools.extend(extra_tools);
     if let Some(late) = late_tools {
         let names: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
-        tools.extend(late(&names, &settings.allowed_dirs));
+        tools.extend(late(&names, &allowed));
     }
     let prompt = pi_core::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);

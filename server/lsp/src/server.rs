@@ -24,8 +24,8 @@ use tower_lsp_server::ls_types::{
     notification::Progress, DidChangeTextDocumentParams, DidCloseTextDocumentParams,
     DidOpenTextDocumentParams, InitializeParams, InitializeResult, InitializedParams, MessageType,
     NumberOrString, ProgressParams, ProgressParamsValue, ProgressToken, ServerCapabilities,
-    ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, WorkDoneProgress,
-    WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
+    ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
+    WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport,
 };
 use tower_lsp_server::{Client, LanguageServer, LspService};
 
@@ -103,23 +103,26 @@ impl Backend {
 
 /// Builds the service with the `agent/*` methods registered.
 pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
-    LspService::build(|client| Backend {
-        state: Arc::new(State {
-            client,
-            docs: Arc::new(Documents::default()),
-            caps: Mutex::new(EditorCaps::default()),
-            root: Mutex::new(PathBuf::from(".")),
-            workspace: Mutex::new(WorkspaceConfig::with_default_agent_dir(
-                PathBuf::from("."),
-                false,
-            )),
-            init_model: Mutex::new(None),
-            init_approval: Mutex::new(None),
-            sessions: Mutex::new(HashMap::new()),
-            shutdown_received: Default::default(),
-            extension_ui: std::sync::atomic::AtomicBool::new(false),
-            editor_tools: Default::default(),
-        }),
+    LspService::build(|client| {
+        crate::logging::attach(client.clone());
+        Backend {
+            state: Arc::new(State {
+                client,
+                docs: Arc::new(Documents::default()),
+                caps: Mutex::new(EditorCaps::default()),
+                root: Mutex::new(PathBuf::from(".")),
+                workspace: Mutex::new(WorkspaceConfig::with_default_agent_dir(
+                    PathBuf::from("."),
+                    false,
+                )),
+                init_model: Mutex::new(None),
+                init_approval: Mutex::new(None),
+                sessions: Mutex::new(HashMap::new()),
+                shutdown_received: Default::default(),
+                extension_ui: std::sync::atomic::AtomicBool::new(false),
+                editor_tools: Default::default(),
+            }),
+        }
     })
     .custom_method("agent/prompt", Backend::agent_prompt)
     .custom_method("agent/abort", Backend::agent_abort)
@@ -242,8 +245,15 @@ impl LanguageServer for Backend {
         // configuration; anything else (unknown clients included) leaves it out.
         let trusted = init_trusted.unwrap_or(false);
         tracing::info!("workspace trusted: {trusted}");
-        *lock(&self.state.workspace) =
-            WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
+        let ws = WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
+        // ED-07: every other `file:` workspace folder is usable by the tools.
+        let (folders, ignored) =
+            crate::documents::folder_paths(params.workspace_folders.as_deref().unwrap_or(&[]));
+        for uri in &ignored {
+            tracing::warn!("workspace folder {uri} is not a file: folder; tools cannot use it");
+        }
+        ws.set_folders(folders);
+        *lock(&self.state.workspace) = ws;
         *lock(&self.state.root) = root;
         *lock(&self.state.init_model) = init_model;
         // The editor's own approval setting.
@@ -251,9 +261,28 @@ impl LanguageServer for Backend {
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
                 position_encoding: Some(encoding.kind()),
-                text_document_sync: Some(TextDocumentSyncCapability::Kind(
-                    TextDocumentSyncKind::INCREMENTAL,
+                // Options, not the bare kind: clients read a bare kind as also asking for
+                // `didSave` (vscode-languageclient, Neovim), which the server does not handle.
+                text_document_sync: Some(TextDocumentSyncCapability::Options(
+                    TextDocumentSyncOptions {
+                        open_close: Some(true),
+                        change: Some(TextDocumentSyncKind::INCREMENTAL),
+                        will_save: None,
+                        will_save_wait_until: None,
+                        save: None,
+                    },
                 )),
+                workspace: Some(tower_lsp_server::ls_types::WorkspaceServerCapabilities {
+                    workspace_folders: Some(
+                        tower_lsp_server::ls_types::WorkspaceFoldersServerCapabilities {
+                            supported: Some(true),
+                            change_notifications: Some(tower_lsp_server::ls_types::OneOf::Left(
+                                true,
+                            )),
+                        },
+                    ),
+                    file_operations: None,
+                }),
                 experimental: Some(
                     serde_json::json!({"agent": {"version": 1, "methods": crate::protocol::METHODS}}),
                 ),
@@ -321,6 +350,38 @@ impl LanguageServer for Backend {
 
     async fn did_close(&self, p: DidCloseTextDocumentParams) {
         self.state.docs.close(&p.text_document.uri);
+    }
+
+    /// ED-07: folders added and removed; the root (the first folder, where sessions live)
+    /// stays.
+    async fn did_change_workspace_folders(
+        &self,
+        p: tower_lsp_server::ls_types::DidChangeWorkspaceFoldersParams,
+    ) {
+        let ws = self.state.workspace();
+        let (added, ignored) = crate::documents::folder_paths(&p.event.added);
+        let (removed, _) = crate::documents::folder_paths(&p.event.removed);
+        for uri in &ignored {
+            tracing::warn!("workspace folder {uri} is not a file: folder; tools cannot use it");
+        }
+        if removed.iter().any(|r| r == ws.root()) {
+            tracing::warn!(
+                "the first workspace folder {} was removed; sessions and settings stay there",
+                ws.root().display()
+            );
+        }
+        let mut now: Vec<PathBuf> = ws.folders().read().map(|f| f.clone()).unwrap_or_default();
+        now.retain(|f| !removed.contains(f));
+        now.extend(added);
+        tracing::info!(
+            "workspace folders besides {}: {}",
+            ws.root().display(),
+            now.iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        ws.set_folders(now);
     }
 }
 

@@ -120,6 +120,7 @@ pub async fn branch_summary(
         StreamOptions {
             cancel: CancellationToken::new(),
             max_tokens: Some(2048),
+            ..StreamOptions::default()
         },
     );
     while let Some(ev) = stream.next().await {

@@ -8,7 +8,7 @@
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{open_sse, parse_data, StreamOptions};
+use super::{open_sse, read_data, Data, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -285,11 +285,17 @@ fn read_usage(u: &Value, into: &mut Usage) {
 }
 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
-pub async fn run(model: Model, body: Value, tx: StreamSender, cancel: CancellationToken) {
+pub async fn run(
+    model: Model,
+    body: Value,
+    tx: StreamSender,
+    cancel: CancellationToken,
+    timeout: Option<std::time::Duration>,
+) {
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, &body, &mut b, &cancel).await {
+    match stream_body(&model, &body, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -324,6 +330,7 @@ async fn stream_body(
     body: &Value,
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
+    timeout: Option<std::time::Duration>,
 ) -> Result<Option<StopReason>, ProviderError> {
     let base = model.base_url.trim_end_matches('/');
     let url = if base.ends_with("/v1") {
@@ -331,15 +338,18 @@ async fn stream_body(
     } else {
         format!("{base}/v1/messages")
     };
-    let mut sse = open_sse(&url, &headers(model), body, cancel).await?;
+    let mut sse = open_sse(&url, &headers(model), body, cancel, timeout).await?;
     let mut usage = Usage::default();
     let mut stop: Option<(StopReason, String)> = None;
     let mut saw_stop = false;
     while let Some(ev) = sse.next(cancel).await? {
-        if ev.data.trim().is_empty() || ev.event == "ping" {
+        if ev.event == "ping" {
             continue;
         }
-        let data = parse_data(&ev)?;
+        let data = match read_data(&ev)? {
+            Data::Json(v) => v,
+            Data::Skip | Data::Done => continue,
+        };
         let kind = data
             .get("type")
             .and_then(Value::as_str)

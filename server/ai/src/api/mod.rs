@@ -1,5 +1,6 @@
 //! Wire adapters, one module per `model.api`, and what they share: the HTTP client, SSE
-//! framing (`eventsource-stream`) and cancellation.
+//! framing (`sse-parse`, linear in the bytes received), the provider timeouts
+//! (`retry.provider.timeoutMs`), keep-alive data lines, and cancellation.
 
 pub mod anthropic_messages;
 pub mod openai_completions;
@@ -9,10 +10,11 @@ pub mod scripted;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use eventsource_stream::{Event, Eventsource};
+use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::Value;
+pub use sse_parse::Event;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::ProviderError;
@@ -27,7 +29,25 @@ pub struct StreamOptions {
     pub cancel: CancellationToken,
     /// Overrides the model's output limit, in tokens.
     pub max_tokens: Option<u64>,
+    /// `retry.provider.timeoutMs`: the longest wait for the connection and the response
+    /// headers, and the longest gap between two reads of the body. `None`: the defaults
+    /// [`DEFAULT_FIRST_BYTE_TIMEOUT`] and [`DEFAULT_IDLE_TIMEOUT`]. Either wait running out is
+    /// a retryable [`ProviderError::Network`] error.
+    pub timeout: Option<Duration>,
 }
+
+/// Longest wait for a response's headers (connection included) when no
+/// `retry.provider.timeoutMs` is set: 10 minutes, the OpenAI SDK's default request timeout
+/// (a local server may process a long prompt before it answers).
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Longest silence between two reads of a streaming body when no `retry.provider.timeoutMs` is
+/// set: 5 minutes. Providers send events (or SSE comments as keep-alives) far more often.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Largest SSE event accepted, in bytes (its data lines together): 256 MiB. A larger one ends
+/// the stream with a [`ProviderError::Parse`] error instead of growing the buffer further.
+pub const MAX_SSE_EVENT: usize = 256 * 1024 * 1024;
 
 /// Starts one model response for `context` on `model` and returns its event stream at once.
 /// Never fails: every failure arrives as the stream's terminal `error` event.
@@ -37,15 +57,33 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
     match model.api.as_str() {
         "anthropic-messages" => {
             let body = anthropic_messages::build_request(&model, context, &options);
-            tokio::spawn(anthropic_messages::run(model, body, tx, options.cancel));
+            tokio::spawn(anthropic_messages::run(
+                model,
+                body,
+                tx,
+                options.cancel,
+                options.timeout,
+            ));
         }
         "openai-completions" => {
             let body = openai_completions::build_request(&model, context, &options);
-            tokio::spawn(openai_completions::run(model, body, tx, options.cancel));
+            tokio::spawn(openai_completions::run(
+                model,
+                body,
+                tx,
+                options.cancel,
+                options.timeout,
+            ));
         }
         "openai-responses" => {
             let body = openai_responses::build_request(&model, context, &options);
-            tokio::spawn(openai_responses::run(model, body, tx, options.cancel));
+            tokio::spawn(openai_responses::run(
+                model,
+                body,
+                tx,
+                options.cancel,
+                options.timeout,
+            ));
         }
         crate::models::SCRIPTED_API => {
             let turn = scripted::response_index(context);
@@ -88,41 +126,111 @@ pub(crate) fn join_url(base: &str, path: &str) -> String {
     )
 }
 
-/// An open SSE body.
+/// An open SSE body: the HTTP body read chunk by chunk into an incremental SSE parser.
+///
+/// Framing (CR / LF / CRLF line ends, `data:` with or without a space, multi-line data joined
+/// with `\n`, `:` comment lines, UTF-8 sequences split across reads) is `sse-parse`'s, which
+/// scans every byte once whatever the chunking: one 50 MB line costs its length, not its
+/// square, and the buffers go with the body. An event not closed by a blank line when the body
+/// ends is dropped (WHATWG "interpreting an event stream"), so a cut stream never yields half
+/// an event.
 pub(crate) struct SseBody {
-    events: BoxStream<'static, Result<Event, String>>,
+    body: BoxStream<'static, reqwest::Result<Bytes>>,
+    parser: sse_parse::SseParser,
+    ended: bool,
+    idle: Duration,
 }
 
 impl SseBody {
+    /// An SSE body over `body`, failing when no bytes arrive for `idle`.
+    pub(crate) fn new(body: BoxStream<'static, reqwest::Result<Bytes>>, idle: Duration) -> Self {
+        SseBody {
+            body,
+            parser: sse_parse::SseParser::new().max_buffer(MAX_SSE_EVENT),
+            ended: false,
+            idle,
+        }
+    }
+
     /// The next event, `Ok(None)` at the end of the body; cancellation wins over a pending read.
-    /// SSE framing (CR / LF / CRLF line ends, `data:` with or without a space, multi-line data
-    /// joined with `\n`, `:` comment lines) and UTF-8 sequences split across reads are handled
-    /// by `eventsource-stream`.
+    /// A body read failing, or silent for longer than the idle timeout, is a retryable
+    /// [`ProviderError::Network`] error; an event over [`MAX_SSE_EVENT`] a
+    /// [`ProviderError::Parse`] error.
     pub(crate) async fn next(
         &mut self,
         cancel: &CancellationToken,
     ) -> Result<Option<Event>, ProviderError> {
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(ProviderError::Aborted),
-            ev = self.events.next() => match ev {
-                Some(Ok(ev)) => Ok(Some(ev)),
-                Some(Err(e)) => Err(ProviderError::Network { message: crate::keys::redact(&e) }),
-                None => Ok(None),
-            },
+        loop {
+            if let Some(ev) = self.parser.next_event() {
+                return Ok(Some(ev));
+            }
+            if self.ended {
+                return Ok(None);
+            }
+            let read = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(ProviderError::Aborted),
+                r = tokio::time::timeout(self.idle, self.body.next()) => r,
+            };
+            match read {
+                Err(_) => {
+                    return Err(ProviderError::Network {
+                        message: format!(
+                            "provider timed out: no data for {} (retry.provider.timeoutMs)",
+                            seconds(self.idle)
+                        ),
+                    })
+                }
+                Ok(Some(Ok(chunk))) => {
+                    self.parser.feed(&chunk);
+                    if self.parser.overflows() > 0 {
+                        return Err(ProviderError::Parse {
+                            message: format!("an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"),
+                        });
+                    }
+                }
+                Ok(Some(Err(e))) => {
+                    return Err(ProviderError::Network {
+                        message: crate::keys::redact(&format!(
+                            "stream read failed: {}",
+                            error_chain(&e)
+                        )),
+                    })
+                }
+                Ok(None) => {
+                    self.ended = true;
+                    self.parser.finish();
+                }
+            }
         }
+    }
+}
+
+/// A duration as the error texts say it: `1.5 s`, `600 s`.
+fn seconds(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 
 /// POSTs `body` to `url` and returns the SSE body, or the classified failure: the HTTP
 /// status, `Retry-After` and the provider's error body (see [`crate::errors::classify_http`]);
-/// secrets never appear (headers are not echoed).
+/// secrets never appear (headers are not echoed). No headers within `timeout` (connection
+/// included; default [`DEFAULT_FIRST_BYTE_TIMEOUT`]) is a retryable
+/// [`ProviderError::Network`] error; so is a body silent for `timeout` (default
+/// [`DEFAULT_IDLE_TIMEOUT`]) later.
 pub(crate) async fn open_sse(
     url: &str,
     headers: &[(String, String)],
     body: &Value,
     cancel: &CancellationToken,
+    timeout: Option<Duration>,
 ) -> Result<SseBody, ProviderError> {
+    let first_byte = timeout.unwrap_or(DEFAULT_FIRST_BYTE_TIMEOUT);
+    let idle = timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
     let mut req = http_client()
         .post(url)
         .header("content-type", "application/json")
@@ -134,9 +242,17 @@ pub(crate) async fn open_sse(
     let resp = tokio::select! {
         biased;
         _ = cancel.cancelled() => return Err(ProviderError::Aborted),
-        r = req.send() => r.map_err(|e| ProviderError::Network {
-            message: crate::keys::redact(&format!("request to {url} failed: {}", error_chain(&e))),
-        })?,
+        r = tokio::time::timeout(first_byte, req.send()) => match r {
+            Err(_) => return Err(ProviderError::Network {
+                message: format!(
+                    "provider timed out: no response from {url} within {} (retry.provider.timeoutMs)",
+                    seconds(first_byte)
+                ),
+            }),
+            Ok(r) => r.map_err(|e| ProviderError::Network {
+                message: crate::keys::redact(&format!("request to {url} failed: {}", error_chain(&e))),
+            })?,
+        },
     };
     let status = resp.status();
     if !status.is_success() {
@@ -151,7 +267,10 @@ pub(crate) async fn open_sse(
         let text = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(ProviderError::Aborted),
-            t = resp.text() => t.unwrap_or_default(),
+            t = tokio::time::timeout(idle, resp.text()) => match t {
+                Ok(t) => t.unwrap_or_default(),
+                Err(_) => String::new(),
+            },
         };
         return Err(crate::errors::classify_http(
             status.as_u16(),
@@ -160,26 +279,74 @@ pub(crate) async fn open_sse(
             &text,
         ));
     }
-    let events = resp
-        .bytes_stream()
-        .eventsource()
-        .map(|r| r.map_err(|e| format!("stream read failed: {e}")))
-        .boxed();
-    Ok(SseBody { events })
+    Ok(SseBody::new(resp.bytes_stream().boxed(), idle))
 }
 
-/// Parses one SSE `data` payload as JSON, tolerating lone UTF-16 surrogate escapes (STRM-07 b).
-pub(crate) fn parse_data(event: &Event) -> Result<Value, ProviderError> {
-    crate::json::parse_lossy(&event.data).map_err(|e| ProviderError::Parse {
-        message: format!(
-            "invalid JSON in {} event: {e}",
-            if event.event.is_empty() {
-                "SSE"
-            } else {
-                &event.event
+/// What one SSE event's `data` holds.
+#[derive(Debug)]
+pub(crate) enum Data {
+    /// A JSON payload (the event proper).
+    Json(Value),
+    /// OpenAI's end marker `[DONE]`.
+    Done,
+    /// Nothing to read: empty data, or a gateway's keep-alive (data that is not JSON, such as
+    /// `data: : keep-alive` or `data: PING`), logged at debug.
+    Skip,
+}
+
+/// Reads one SSE event's `data`: a JSON object (lone UTF-16 surrogate escapes decoded lossily,
+/// STRM-07 b), `[DONE]`, or nothing. Keep-alive lines a gateway puts in `data:` fields are
+/// skipped: an event none of whose data lines starts a JSON object, and
+/// non-JSON lines before the first or after the last line of a JSON payload in the same event.
+/// Invalid JSON inside the payload itself is a [`ProviderError::Parse`] error naming the event.
+pub(crate) fn read_data(event: &Event) -> Result<Data, ProviderError> {
+    let data = event.data.trim();
+    if data.is_empty() {
+        return Ok(Data::Skip);
+    }
+    if data == "[DONE]" {
+        return Ok(Data::Done);
+    }
+    // Every event of the three formats is a JSON object.
+    if data.starts_with('{') {
+        if let Ok(v) = crate::json::parse_lossy(data) {
+            return Ok(Data::Json(v));
+        }
+    }
+    // Where a JSON payload could start and end: the first line opening an object, the last
+    // line closing one.
+    let lines: Vec<&str> = data.split('\n').collect();
+    let opens = |l: &&str| l.trim_start().starts_with('{');
+    let closes = |l: &&str| l.trim_end().ends_with('}');
+    let (Some(start), Some(end)) = (lines.iter().position(opens), lines.iter().rposition(closes))
+    else {
+        tracing::debug!("skipping a non-JSON SSE data payload (keep-alive): {data:.80}");
+        return Ok(Data::Skip);
+    };
+    let payload = if start <= end {
+        lines[start..=end].join("\n")
+    } else {
+        String::new()
+    };
+    match crate::json::parse_lossy(&payload) {
+        Ok(v) => {
+            if start > 0 || end + 1 < lines.len() {
+                tracing::debug!("skipped keep-alive lines around an SSE JSON payload");
             }
-        ),
-    })
+            Ok(Data::Json(v))
+        }
+        Err(e) => Err(ProviderError::Parse {
+            message: format!("invalid JSON in {} event: {e}", event_name(event)),
+        }),
+    }
+}
+
+fn event_name(event: &Event) -> &str {
+    if event.event.is_empty() {
+        "SSE"
+    } else {
+        &event.event
+    }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

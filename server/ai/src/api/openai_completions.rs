@@ -4,14 +4,17 @@
 //! Source of the shapes: OpenAI's Chat Completions streaming reference, plus the quirks of real
 //! servers recorded in the cases: tool-call deltas without `index` (STRM-01: an explicit index
 //! wins; else a new `id` opens a new call; else the fragment continues the last call),
-//! arguments sent as an object (STRM-03), a stream that ends without `finish_reason`
-//! (STRM-04: tool calls → `toolUse`, text → `stop`, nothing → error), and reasoning in
-//! `reasoning_content` or `reasoning` (STRM-06). Outbound `arguments` are always a JSON string.
+//! arguments sent as an object (STRM-03), a stream that ends with `[DONE]` but without
+//! `finish_reason` (STRM-04: tool calls → `toolUse`, text → `stop` unless
+//! `compat.requireFinishReason`, nothing → error), and reasoning in `reasoning_content` or
+//! `reasoning` (STRM-06). A body that ends with neither `[DONE]` nor a finish reason was cut:
+//! a retryable error, whatever streamed before (case 19.1). Outbound `arguments` are always a
+//! JSON string.
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{join_url, open_sse, parse_data, StreamOptions};
+use super::{join_url, open_sse, read_data, Data, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -390,11 +393,17 @@ fn parse_usage(u: &Value) -> Usage {
 }
 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
-pub async fn run(model: Model, body: Value, tx: StreamSender, cancel: CancellationToken) {
+pub async fn run(
+    model: Model,
+    body: Value,
+    tx: StreamSender,
+    cancel: CancellationToken,
+    timeout: Option<std::time::Duration>,
+) {
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, &body, &mut b, &cancel).await {
+    match stream_body(&model, &body, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -412,6 +421,7 @@ async fn stream_body(
     body: &Value,
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
+    timeout: Option<std::time::Duration>,
 ) -> Result<Option<StopReason>, ProviderError> {
     let url = join_url(&model.base_url, "chat/completions");
     let mut headers: Vec<(String, String)> = Vec::new();
@@ -419,22 +429,24 @@ async fn stream_body(
         headers.push(("authorization".into(), format!("Bearer {k}")));
     }
     headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut sse = open_sse(&url, &headers, body, cancel).await?;
+    let mut sse = open_sse(&url, &headers, body, cancel, timeout).await?;
     let mut finish: Option<Result<StopReason, String>> = None;
     // Key of the tool call the last id-less, index-less fragment continues (STRM-01).
     let mut last_call: Option<(String, String)> = None; // (key, id)
     let mut have_response_id = false;
     let mut have_response_model = false;
     let mut thinking_open = false;
+    // The stream's end marker was seen: `[DONE]` or a finish reason (case 19.1).
+    let mut done = false;
     while let Some(ev) = sse.next(cancel).await? {
-        let data = ev.data.trim();
-        if data.is_empty() {
-            continue;
-        }
-        if data == "[DONE]" {
-            break;
-        }
-        let chunk = parse_data(&ev)?;
+        let chunk = match read_data(&ev)? {
+            Data::Json(v) => v,
+            Data::Skip => continue,
+            Data::Done => {
+                done = true;
+                break;
+            }
+        };
         if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
             let text = err
                 .get("message")
@@ -562,11 +574,25 @@ async fn stream_body(
     });
     let has_calls = b.has_tool_calls();
     let has_text = b.has_text();
+    // A body that ends with neither `[DONE]` nor a finish reason was cut (connection lost,
+    // proxy timeout): whatever streamed is partial, and a call's arguments may be half there.
+    // A retryable error, never a finished answer (case 19.1).
+    if !done && finish.is_none() {
+        return Err(ProviderError::Network {
+            message: if b.with_message(|m| !m.content.is_empty()) {
+                "stream ended before the response was complete (no finish_reason or [DONE])".into()
+            } else {
+                "stream ended without a response".into()
+            },
+        });
+    }
     let reason = match finish {
         Some(Err(message)) => return Err(ProviderError::Provider { message }),
         Some(Ok(StopReason::Stop)) if has_calls => StopReason::ToolUse,
         Some(Ok(r)) => r,
-        // STRM-04: no finish_reason. Calls → toolUse, text → stop (lenient, with a warning;
+        // STRM-04: `[DONE]` without a finish_reason. Calls → toolUse (their arguments were
+        // parsed when their blocks closed; an unparsable one never runs), text → stop
+        // (lenient, with a warning: servers that never send a finish reason for plain text;
         // `compat.requireFinishReason: true` makes it a retryable error), nothing → retryable
         // error.
         None if has_calls => StopReason::ToolUse,

@@ -12,7 +12,7 @@
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{join_url, open_sse, parse_data, StreamOptions};
+use super::{join_url, open_sse, read_data, Data, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -191,11 +191,17 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
 }
 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
-pub async fn run(model: Model, body: Value, tx: StreamSender, cancel: CancellationToken) {
+pub async fn run(
+    model: Model,
+    body: Value,
+    tx: StreamSender,
+    cancel: CancellationToken,
+    timeout: Option<std::time::Duration>,
+) {
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, &body, &mut b, &cancel).await {
+    match stream_body(&model, &body, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -213,6 +219,7 @@ async fn stream_body(
     body: &Value,
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
+    timeout: Option<std::time::Duration>,
 ) -> Result<Option<StopReason>, ProviderError> {
     let url = join_url(&model.base_url, "responses");
     let mut headers: Vec<(String, String)> = Vec::new();
@@ -220,16 +227,18 @@ async fn stream_body(
         headers.push(("authorization".into(), format!("Bearer {k}")));
     }
     headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut sse = open_sse(&url, &headers, body, cancel).await?;
+    let mut sse = open_sse(&url, &headers, body, cancel, timeout).await?;
     // The block the current output item streams into, and the argument text so far.
     let mut current: Option<String> = None;
     let mut args = String::new();
     let mut reason: Option<StopReason> = None;
     while let Some(ev) = sse.next(cancel).await? {
-        if ev.data.trim().is_empty() || ev.data.trim() == "[DONE]" {
-            continue;
-        }
-        let data = parse_data(&ev)?;
+        let data = match read_data(&ev)? {
+            Data::Json(v) => v,
+            // The format's end is `response.completed` / `response.incomplete`; some proxies
+            // add `[DONE]` after it.
+            Data::Skip | Data::Done => continue,
+        };
         let kind = data
             .get("type")
             .and_then(Value::as_str)

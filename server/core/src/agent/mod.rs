@@ -497,6 +497,10 @@ pub struct CompactionConfig {
 pub struct RetrySettings {
     pub enabled: bool,
     pub policy: RetryPolicy,
+    /// `retry.provider.timeoutMs`: the longest wait for a response's headers and the longest
+    /// silence inside its body ([`pi_ai::StreamOptions::timeout`]); `None`: the model layer's
+    /// defaults (10 min to the headers, 5 min of silence). Running out is a retryable error.
+    pub provider_timeout: Option<std::time::Duration>,
 }
 
 impl Default for RetrySettings {
@@ -504,6 +508,7 @@ impl Default for RetrySettings {
         RetrySettings {
             enabled: true,
             policy: RetryPolicy::default(),
+            provider_timeout: None,
         }
     }
 }
@@ -548,6 +553,10 @@ pub const ABORTED_TEXT: &str = "Tool execution was aborted by the user.";
 
 /// Text of the result given to the calls of a response that failed mid-stream.
 pub const FAILED_RESPONSE_TEXT: &str = "Not executed: the response failed before it was complete.";
+
+/// The error result of a call whose argument text did not parse as a JSON object (it did not
+/// arrive whole: kept in `rawArguments`); such a call never runs with made-up arguments.
+pub const UNFINISHED_ARGUMENTS_TEXT: &str = "Not executed: the tool call's arguments did not arrive as complete JSON, so they were not guessed. Send the call again with its full arguments.";
 
 /// How long running tools get to observe an abort before their tasks are stopped.
 pub const ABORT_GRACE: Duration = Duration::from_secs(2);

@@ -15,7 +15,7 @@ use super::{
     AfterToolCall, AgentConfig, AgentEvent, BeforeToolCall, CompactionConfig, CompactionError,
     CompactionProposal, CompactionReason, CompactionResult, EventSink, NextTurn, Queue, RunControl,
     RunOutcome, Tool, ToolContext, ToolError, ToolExecution, ToolOutput, ABORTED_TEXT, ABORT_GRACE,
-    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT,
+    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT, UNFINISHED_ARGUMENTS_TEXT,
 };
 
 /// Pi's text when a second overflow comes after one compact-and-retry.
@@ -166,6 +166,7 @@ impl Run<'_> {
             StreamOptions {
                 cancel: self.control.cancel.child_token(),
                 max_tokens: None,
+                timeout: self.cfg.retry.provider_timeout,
             },
         );
         self.cfg.system_prompt = context.system_prompt;
@@ -460,6 +461,11 @@ impl Run<'_> {
         };
         if assistant.stop_reason == StopReason::Length {
             return Err(immediate(LENGTH_LIMIT_TEXT.into()));
+        }
+        // Arguments that did not parse were replaced by `{}` for replay; running the call
+        // with them would act on defaults the model never asked for (case 19.1).
+        if call.raw_arguments.is_some() {
+            return Err(immediate(UNFINISHED_ARGUMENTS_TEXT.into()));
         }
         let Some(entry) = self.tool(&call.name) else {
             return Err(immediate(format!("Tool {} not found", call.name)));

@@ -161,13 +161,30 @@ pub(crate) fn plan_diffs(name: &str, text: &str, plan: &[TextReplace]) -> EditDi
     let old_mid = &text[pre..post];
     let mut new_mid = String::with_capacity(old_mid.len());
     let mut pos = pre;
+    // Where the changes are in each side of the region (for clipping long lines).
+    let mut old_changes = Vec::with_capacity(plan.len());
+    let mut new_changes = Vec::with_capacity(plan.len());
     for r in plan {
         new_mid.push_str(&text[pos..r.range.start]);
+        let at = new_mid.len();
         new_mid.push_str(&r.new_text);
+        old_changes.push(r.range.start - pre..r.range.end - pre);
+        new_changes.push(at..new_mid.len());
         pos = r.range.end;
     }
     new_mid.push_str(&text[pos..post]);
-    let td = similar::TextDiff::from_lines(old_mid, new_mid.as_str());
+    // SESSX-03: lines longer than LONG_LINE (minified code) are shown clipped around the
+    // changes, the elided bytes counted, so a 1-byte edit of a 1 MB line is a diff of a few
+    // hundred bytes (in the session, in events and in permission requests).
+    let (old_clipped, new_clipped);
+    let (old_mid, new_mid): (&str, &str) = if has_long_line(old_mid) || has_long_line(&new_mid) {
+        old_clipped = clip_long_lines(old_mid, &old_changes);
+        new_clipped = clip_long_lines(&new_mid, &new_changes);
+        (&old_clipped, &new_clipped)
+    } else {
+        (old_mid, &new_mid)
+    };
+    let td = similar::TextDiff::from_lines(old_mid, new_mid);
     let diff = td
         .unified_diff()
         .context_radius(DIFF_CONTEXT)
@@ -307,6 +324,114 @@ fn numbered_diff(
     (out.join("\n"), first_changed.unwrap_or(hidden_before + 1))
 }
 
+/// The one replacement that makes `after` of `before`: the whole text less the longest common
+/// prefix and suffix (on character boundaries), so a `write` that changes one byte of a large
+/// file diffs (and clips) only around that byte.
+pub(crate) fn minimal_replace(before: &str, after: &str) -> TextReplace {
+    let (a, b) = (before.as_bytes(), after.as_bytes());
+    let mut pre = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    while !(before.is_char_boundary(pre) && after.is_char_boundary(pre)) {
+        pre -= 1;
+    }
+    let max_suf = a.len().min(b.len()) - pre;
+    let mut suf = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take(max_suf)
+        .take_while(|(x, y)| x == y)
+        .count();
+    while !(before.is_char_boundary(a.len() - suf) && after.is_char_boundary(b.len() - suf)) {
+        suf -= 1;
+    }
+    TextReplace {
+        range: pre..a.len() - suf,
+        new_text: after[pre..b.len() - suf].to_string(),
+    }
+}
+
+/// Lines longer than this (bytes) are clipped in diffs ([`clip_long_lines`]).
+pub(crate) const LONG_LINE: usize = 1024;
+/// Bytes of a clipped line kept on each side of a change, and at the start of an unchanged one.
+pub(crate) const CLIP_CONTEXT: usize = 160;
+
+fn has_long_line(text: &str) -> bool {
+    text.len() > LONG_LINE && text.split_inclusive('\n').any(|l| l.len() > LONG_LINE)
+}
+
+/// `text` (one side of a diffed region) with every line longer than [`LONG_LINE`] bytes cut
+/// to what a reader needs: [`CLIP_CONTEXT`] bytes around each end of every change in it
+/// (`changes`: byte ranges of `text`), or the line's first [`CLIP_CONTEXT`] bytes when it has
+/// none; each elided run becomes `[… N bytes …]`. Both sides of a diff are clipped by the same
+/// rule, so an unchanged long line reads the same on both and a changed one shows its change.
+/// Cuts fall on character boundaries; line ends are kept.
+pub(crate) fn clip_long_lines(text: &str, changes: &[std::ops::Range<usize>]) -> String {
+    let floor = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let ceil = |mut i: usize| {
+        while i < text.len() && !text.is_char_boundary(i) {
+            i += 1;
+        }
+        i
+    };
+    let mut out = String::new();
+    let mut ls = 0;
+    for line in text.split_inclusive('\n') {
+        let le = ls + line.len();
+        if line.len() <= LONG_LINE {
+            out.push_str(line);
+            ls = le;
+            continue;
+        }
+        let body_end = le - usize::from(line.ends_with('\n'));
+        // Kept windows in this line, from the changes touching it.
+        let mut keep: Vec<(usize, usize)> = Vec::new();
+        for c in changes {
+            if c.end < ls || c.start > body_end {
+                continue;
+            }
+            for at in [c.start, c.end] {
+                if at >= ls && at <= body_end {
+                    keep.push((
+                        at.saturating_sub(CLIP_CONTEXT).max(ls),
+                        (at + CLIP_CONTEXT).min(body_end),
+                    ));
+                }
+            }
+        }
+        if keep.is_empty() {
+            keep.push((ls, (ls + CLIP_CONTEXT).min(body_end)));
+        }
+        keep.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (a, b) in keep {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let mut at = ls;
+        for (a, b) in merged {
+            let (a, b) = (floor(a).max(at), ceil(b));
+            if a > at {
+                out.push_str(&format!("[… {} bytes …]", a - at));
+            }
+            out.push_str(&text[a..b]);
+            at = b;
+        }
+        if at < body_end {
+            out.push_str(&format!("[… {} bytes …]", body_end - at));
+        }
+        out.push_str(&text[body_end..le]);
+        ls = le;
+    }
+    out
+}
+
 /// Plans the replacements of `edits` in `text` (see [`super::edit_match`] for the matching
 /// levels), or says why none can be made. Errors use Pi 0.73.1's texts, with the starting
 /// lines of duplicate matches and the closest region of a missing one added.
@@ -438,7 +563,7 @@ impl Tool for EditTool {
                 "Edit tool input is invalid. edits must contain at least one replacement.",
             ));
         }
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
+        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
         let shown = display_path(self.fs.root(), &path);
         let mut snap = self
             .fs
@@ -645,6 +770,64 @@ mod tests {
         ] {
             assert_plan_diff_is_whole_diff(&before, &edits);
         }
+    }
+
+    #[test]
+    fn sessx03_diff_of_a_one_byte_edit_of_a_megabyte_line_is_small() {
+        // A minified file: one 1 MB line; one byte changes in its middle.
+        let mut text = String::new();
+        for i in 0..80_000 {
+            text.push_str(&format!("v{i}=1;"));
+        }
+        text.push('\n');
+        let at = text.find("v40000=1;").unwrap() + "v40000=".len();
+        let plan = vec![TextReplace {
+            range: at..at + 1,
+            new_text: "2".into(),
+        }];
+        let (diff, line) = plan_diff("m.js", &text, &plan);
+        assert_eq!(line, 1);
+        assert!(diff.len() < 1200, "{} bytes", diff.len());
+        let lines: Vec<&str> = diff.lines().collect();
+        assert_eq!(lines[..3], ["--- m.js", "+++ m.js", "@@ -1 +1 @@"]);
+        let (old, new) = (lines[3], lines[4]);
+        assert!(old.starts_with("-[… ") && new.starts_with("+[… "), "{old}");
+        assert!(
+            old.contains("v40000=1;") && new.contains("v40000=2;"),
+            "{old}\n{new}"
+        );
+        // The elided byte counts add up to the line.
+        let count = |l: &str| -> usize {
+            l.split("[… ")
+                .skip(1)
+                .map(|p| p.split(' ').next().unwrap().parse::<usize>().unwrap())
+                .sum()
+        };
+        let shown = |l: &str| -> usize {
+            let mut s = l[1..].to_string();
+            while let Some(i) = s.find("[… ") {
+                let j = s[i..].find(" …]").unwrap() + i + " …]".len();
+                s.replace_range(i..j, "");
+            }
+            s.len()
+        };
+        assert_eq!(count(old) + shown(old), text.len() - 1);
+        assert_eq!(count(new) + shown(new), text.len() - 1);
+        // Long unchanged context lines are clipped the same on both sides (not shown changed).
+        let two = format!("{}\nshort\n", "x".repeat(5000));
+        let at = two.find("short").unwrap();
+        let plan = vec![TextReplace {
+            range: at..at + 5,
+            new_text: "SHORT".into(),
+        }];
+        let (diff, _) = plan_diff("t", &two, &plan);
+        assert_eq!(
+            diff,
+            format!(
+                "--- t\n+++ t\n@@ -1,2 +1,2 @@\n {}[… 4840 bytes …]\n-short\n+SHORT\n",
+                "x".repeat(160)
+            )
+        );
     }
 
     #[test]

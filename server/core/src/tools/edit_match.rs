@@ -425,11 +425,12 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
         match hits.as_slice() {
             [] => continue,
             [at] => {
+                let range = view.original(&(*at..*at + needle.len()));
                 return Ok(Found {
-                    range: view.original(&(*at..*at + needle.len())),
-                    new_text: with_eol(&new_lf),
+                    new_text: keep_endings(&text[range.clone()], &new_lf, eol),
+                    range,
                     level,
-                })
+                });
             }
             many => {
                 return Err(MatchError::NotUnique {
@@ -440,14 +441,43 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
     }
     if let Some((range, new_text)) = whitespace_match(&lf, &old_lf, &new_lf)? {
         return Ok(Found {
+            new_text: keep_endings(&text[range.clone()], &new_text, eol),
             range,
-            new_text: with_eol(&new_text),
             level: Level::Whitespace,
         });
     }
     Err(MatchError::NotFound {
         closest: closest_region(text, old),
     })
+}
+
+/// `new_lf` (line ends as `\n`) written with the line endings of `original`, the matched text
+/// of a file whose lines do not all end the same way (case ED-03: a lone `\r` of a progress
+/// line, CRLF and LF mixed): the k-th line end of the new text is the k-th one of the matched
+/// text, and line ends beyond those are `eol` (the file's first). So a replacement that
+/// keeps the lines' structure keeps every ending byte for byte.
+fn keep_endings(original: &str, new_lf: &str, eol: &str) -> String {
+    let b = original.as_bytes();
+    let mut ends: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while let Some(k) = memchr::memchr2(b'\r', b'\n', &b[i..]) {
+        let at = i + k;
+        if b[at] == b'\r' && b.get(at + 1) == Some(&b'\n') {
+            ends.push("\r\n");
+            i = at + 2;
+        } else {
+            ends.push(if b[at] == b'\r' { "\r" } else { "\n" });
+            i = at + 1;
+        }
+    }
+    let mut out = String::with_capacity(new_lf.len() + ends.len());
+    for (k, line) in new_lf.split('\n').enumerate() {
+        if k > 0 {
+            out.push_str(ends.get(k - 1).copied().unwrap_or(eol));
+        }
+        out.push_str(line);
+    }
+    out
 }
 
 /// Tabs as `→`, spaces as `·` (EDIT-04's failure display).

@@ -134,7 +134,7 @@ impl Tool for FindTool {
         let a: Args = parse_args("find", args)?;
         let path = resolve_path_in(
             &self.root,
-            &self.state.allowed_dirs,
+            &self.state.allowed(),
             a.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("."),
         )?;
         let limit = a.limit.map(|l| l.max(1.0) as usize).unwrap_or(FIND_LIMIT);

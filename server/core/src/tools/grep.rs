@@ -5,7 +5,10 @@
 //!
 //! Like `rg --hidden`: hidden files are searched; `.gitignore` / `.ignore` are respected even
 //! outside a git repository (Pi's `rg` needs a repository for that); `.git` is never searched;
-//! binary files are skipped. Files are visited in name order so results are stable (searched in
+//! binary files are skipped. A line longer than 64 MiB gives up its file; matched and context
+//! lines are kept only as far as they are shown, and context is read in a stream (issue 19
+//! item 5), so memory stays bounded on huge files. Files are visited in name order so results
+//! are stable (searched in
 //! batches on every core, merged in that order). The search
 //! reads the disk (unsaved editor buffers are not searched).
 
@@ -74,6 +77,88 @@ struct Search {
 /// A file's matching lines: `(line number, text)`.
 type FileMatches = Vec<(u64, String)>;
 
+/// Most heap one file's search may use for its line buffer (64 MiB): a file whose line is
+/// longer is given up with no matches rather than held whole (issue 19 item 5).
+const SEARCH_HEAP_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Bytes of a matched or context line kept before it is shown: enough for
+/// [`GREP_MAX_LINE_LENGTH`] characters (at most 4 bytes each) after `\r`s are dropped, plus
+/// one more character so the cut is still noticed; a 100 MB minified line costs no more.
+const LINE_KEEP_BYTES: usize = 4 * (GREP_MAX_LINE_LENGTH + 1) + 64;
+
+/// The part of a matched line worth keeping (see [`LINE_KEEP_BYTES`]): the whole line when
+/// short, else its first [`GREP_MAX_LINE_LENGTH`] + 1 characters that are not `\r`.
+fn keep_of_line(line: &str) -> String {
+    if line.len() <= LINE_KEEP_BYTES {
+        return line.to_string();
+    }
+    line.chars()
+        .filter(|c| *c != '\r')
+        .take(GREP_MAX_LINE_LENGTH + 1)
+        .collect()
+}
+
+/// The lines `wanted` (1-based) of the file at `path`, each cut to [`LINE_KEEP_BYTES`] with
+/// its `\r`s dropped and decoded lossily, and the file's line count when the read reached its
+/// end. Lines are numbered as the search numbers them (ended by `\n`; a lone `\r` ends no
+/// line, case ED-03: a `\r`-split count put the match on the wrong line). The file is read in a
+/// stream and only up to the last wanted line, so context lines of a match in a huge file cost
+/// a few chunks of memory.
+fn context_lines(
+    path: &Path,
+    wanted: &std::collections::BTreeSet<usize>,
+) -> (HashMap<usize, String>, Option<usize>) {
+    use std::io::Read as _;
+    let mut out: HashMap<usize, String> = HashMap::new();
+    let Some(&last_wanted) = wanted.iter().next_back() else {
+        return (out, None);
+    };
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return (out, Some(0));
+    };
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut line = 1usize;
+    let mut cur: Vec<u8> = Vec::new();
+    let keep = |line: usize, cur: &mut Vec<u8>, part: &[u8]| {
+        if wanted.contains(&line) {
+            for &b in part {
+                if cur.len() >= LINE_KEEP_BYTES {
+                    break;
+                }
+                if b != b'\r' {
+                    cur.push(b);
+                }
+            }
+        }
+    };
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let mut rest = &buf[..n];
+        while let Some(i) = memchr::memchr(b'\n', rest) {
+            keep(line, &mut cur, &rest[..i]);
+            if wanted.contains(&line) {
+                out.insert(line, String::from_utf8_lossy(&cur).into_owned());
+            }
+            cur.clear();
+            line += 1;
+            if line > last_wanted {
+                return (out, None);
+            }
+            rest = &rest[i + 1..];
+        }
+        keep(line, &mut cur, rest);
+    }
+    if wanted.contains(&line) {
+        out.insert(line, String::from_utf8_lossy(&cur).into_owned());
+    }
+    (out, Some(line))
+}
+
 /// Files searched per batch (see [`run`]).
 const SEARCH_BATCH: usize = 256;
 
@@ -91,7 +176,7 @@ fn search_files(
             matcher,
             path,
             Lossy(|n, line| {
-                found.push((n, line.to_string()));
+                found.push((n, keep_of_line(line)));
                 Ok(found.len() < room)
             }),
         );
@@ -101,6 +186,7 @@ fn search_files(
         SearcherBuilder::new()
             .line_number(true)
             .binary_detection(BinaryDetection::quit(0))
+            .heap_limit(Some(SEARCH_HEAP_LIMIT))
             .build()
     };
     let threads = threads.min(files.len() / 16).max(1);
@@ -209,7 +295,21 @@ fn run(
     }
     let mut lines_truncated = false;
     let mut out: Vec<String> = Vec::new();
-    let mut cache: HashMap<PathBuf, Vec<String>> = HashMap::new();
+    // Context lines: per file, the lines around its matches, read once in a stream.
+    let mut cache: HashMap<PathBuf, (HashMap<usize, String>, Option<usize>)> = HashMap::new();
+    if s.context > 0 {
+        let mut wanted: HashMap<&Path, std::collections::BTreeSet<usize>> = HashMap::new();
+        for (path, n, _) in &matches {
+            let n = *n as usize;
+            wanted
+                .entry(path.as_path())
+                .or_default()
+                .extend(n.saturating_sub(s.context).max(1)..=n + s.context);
+        }
+        for (path, lines) in wanted {
+            cache.insert(path.to_path_buf(), context_lines(path, &lines));
+        }
+    }
     for (path, n, text) in &matches {
         let shown = format_path(path);
         if s.context == 0 {
@@ -222,23 +322,14 @@ fn run(
             out.push(format!("{shown}:{n}: {t}"));
             continue;
         }
-        let lines = cache.entry(path.clone()).or_insert_with(|| {
-            std::fs::read(path)
-                .map(|b| {
-                    crate::fs::decode_text(b)
-                        .replace("\r\n", "\n")
-                        .replace('\r', "\n")
-                        .split('\n')
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default()
-        });
+        let Some((lines, total)) = cache.get(path) else {
+            continue;
+        };
         let n = *n as usize;
         let start = n.saturating_sub(s.context).max(1);
-        let end = (n + s.context).min(lines.len());
+        let end = (n + s.context).min(total.unwrap_or(usize::MAX));
         for cur in start..=end {
-            let (t, cut) = clip_line(lines.get(cur - 1).map(String::as_str).unwrap_or(""));
+            let (t, cut) = clip_line(lines.get(&cur).map(String::as_str).unwrap_or(""));
             lines_truncated |= cut;
             out.push(if cur == n {
                 format!("{shown}:{cur}: {t}")
@@ -295,7 +386,7 @@ impl Tool for GrepTool {
         let a: Args = parse_args("grep", args)?;
         let path = resolve_path_in(
             &self.root,
-            &self.state.allowed_dirs,
+            &self.state.allowed(),
             a.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("."),
         )?;
         let search = Search {

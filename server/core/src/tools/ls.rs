@@ -50,7 +50,7 @@ impl Tool for LsTool {
         let a: Args = parse_args("ls", if args.is_null() { json!({}) } else { args })?;
         let path = resolve_path_in(
             self.fs.root(),
-            &self.state.allowed_dirs,
+            &self.state.allowed(),
             a.path.as_deref().unwrap_or("."),
         )?;
         let mut entries = self

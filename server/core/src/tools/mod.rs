@@ -100,9 +100,22 @@ pub struct ToolState {
     /// The session's approval gate: `edit` / `write` ask it with their proposed change
     /// ([`crate::approval::Gate::approve_change`]); `None`: they never ask.
     pub approval: Option<Arc<crate::approval::Gate>>,
+    /// The other folders of a multi-root workspace (absolute, canonical; case ED-07), shared
+    /// with whoever follows the editor's folder changes
+    /// ([`crate::resources::WorkspaceConfig::folders`]): tools accept paths in the union of
+    /// the root, these and [`ToolState::allowed_dirs`].
+    pub folders: Arc<std::sync::RwLock<Vec<PathBuf>>>,
 }
 
 impl ToolState {
+    /// Every folder outside the root that tools may use: the workspace's other folders, then
+    /// `allowedDirs`.
+    pub fn allowed(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self.folders.read().map(|f| f.clone()).unwrap_or_default();
+        out.extend(self.allowed_dirs.iter().cloned());
+        out
+    }
+
     /// State for a trusted workspace: `allowedDirs` from its merged settings
     /// ([`crate::settings`]: the workspace's `.pi/settings.json` over the agent dir's; paths
     /// relative to the file's folder, `~` expanded). Servers pass the loaded settings'
@@ -114,6 +127,7 @@ impl ToolState {
             reads: ReadTracker::default(),
             allowed_dirs: crate::settings::Settings::load(&files).allowed_dirs,
             approval: None,
+            folders: Arc::default(),
         }
     }
 }

@@ -57,91 +57,367 @@ pub(crate) fn format_size(bytes: usize) -> String {
 /// Selects lines `offset..offset+limit` (1-based) of `text`, truncated to Pi's limits (2,000
 /// lines / 50 KB, whole lines only), with Pi 0.73.1's continuation notices; `path` is the path
 /// as the model gave it (used in the long-line hint). Returns the text and, when truncated,
-/// Pi's `details.truncation`. `Err` is Pi's offset error.
+/// Pi's `details.truncation`. `Err` is Pi's offset error. The same [`Window`] a streamed read
+/// of a large file uses.
 pub(crate) fn read_window(
     text: &str,
     offset: usize,
     limit: Option<usize>,
     path: &str,
 ) -> Result<(String, Option<Value>), String> {
-    let lines: Vec<&str> = text.split('\n').collect();
-    let total = lines.len();
-    let start = offset.max(1) - 1;
-    if start >= total {
-        return Err(format!(
-            "Offset {offset} is beyond end of file ({total} lines total)"
-        ));
+    let mut w = Window::new(offset, limit);
+    let mut lines = text.split('\n').peekable();
+    while let Some(line) = lines.next() {
+        w.piece(line);
+        if lines.peek().is_some() {
+            w.end_line();
+        }
     }
-    let wanted_end = limit.map(|l| (start + l).min(total)).unwrap_or(total);
-    let selected = &lines[start..wanted_end];
-    let selected_bytes: usize =
-        selected.iter().map(|l| l.len()).sum::<usize>() + selected.len().saturating_sub(1);
-    let details = |by: &str, out_lines: usize, out_bytes: usize, first_exceeds: bool| {
-        json!({"truncation": {
-            "truncated": true, "truncatedBy": by, "totalLines": selected.len(),
-            "totalBytes": selected_bytes, "outputLines": out_lines, "outputBytes": out_bytes,
-            "lastLinePartial": false, "firstLineExceedsLimit": first_exceeds,
-            "maxLines": MAX_LINES, "maxBytes": MAX_BYTES}})
-    };
-    if selected.len() <= MAX_LINES && selected_bytes <= MAX_BYTES {
-        let out = selected.join("\n");
-        if wanted_end < total {
-            return Ok((
-                format!(
-                    "{out}\n\n[{} more lines in file. Use offset={} to continue.]",
-                    total - wanted_end,
-                    wanted_end + 1
-                ),
-                None,
+    w.finish(path)
+}
+
+/// Pi's read window built from a text given piece by piece ([`Window::piece`], lines ended
+/// by [`Window::end_line`]), keeping only what the output can hold: at most [`MAX_BYTES`] of
+/// text whatever the input's size (issue: a 200 MB file read for a 50 KB answer), plus the
+/// counts Pi's notices and `details.truncation` give. Lines are split at `\n` only, as Pi
+/// splits them.
+pub(crate) struct Window {
+    /// 0-based first selected line.
+    start: usize,
+    /// One past the last selected line (`None`: to the end).
+    end: Option<usize>,
+    /// 0-based index of the line being read.
+    line: usize,
+    /// Bytes of the line being read so far.
+    cur_len: usize,
+    /// Its text, while it can still be kept.
+    cur: String,
+    /// The lines kept, joined with `\n`.
+    out: String,
+    kept: usize,
+    /// No more lines are kept: (stopped, by bytes rather than lines).
+    stopped: Option<bool>,
+    selected_lines: usize,
+    selected_bytes: usize,
+    first_len: usize,
+}
+
+impl Window {
+    pub(crate) fn new(offset: usize, limit: Option<usize>) -> Self {
+        let start = offset.max(1) - 1;
+        Window {
+            start,
+            end: limit.map(|l| start.saturating_add(l)),
+            line: 0,
+            cur_len: 0,
+            cur: String::new(),
+            out: String::new(),
+            kept: 0,
+            stopped: None,
+            selected_lines: 0,
+            selected_bytes: 0,
+            first_len: 0,
+        }
+    }
+
+    fn selected(&self) -> bool {
+        self.line >= self.start && self.end.is_none_or(|e| self.line < e)
+    }
+
+    /// More text of the current line (no `\n` in it).
+    pub(crate) fn piece(&mut self, s: &str) {
+        if !self.selected() {
+            return;
+        }
+        self.cur_len += s.len();
+        let sep = usize::from(self.kept > 0);
+        if self.stopped.is_none() && self.out.len() + sep + self.cur_len <= MAX_BYTES {
+            self.cur.push_str(s);
+        }
+    }
+
+    /// The current line ended (a `\n`, or the end of the text).
+    pub(crate) fn end_line(&mut self) {
+        if self.selected() {
+            if self.selected_lines == 0 {
+                self.first_len = self.cur_len;
+            }
+            self.selected_bytes += self.cur_len + usize::from(self.selected_lines > 0);
+            self.selected_lines += 1;
+            if self.stopped.is_none() {
+                let sep = usize::from(self.kept > 0);
+                if self.kept >= MAX_LINES {
+                    self.stopped = Some(false);
+                } else if self.out.len() + sep + self.cur_len > MAX_BYTES {
+                    self.stopped = Some(true);
+                } else {
+                    if sep == 1 {
+                        self.out.push('\n');
+                    }
+                    self.out.push_str(&self.cur);
+                    self.kept += 1;
+                }
+            }
+        }
+        self.cur.clear();
+        self.cur_len = 0;
+        self.line += 1;
+    }
+
+    /// The output once the whole text was given (its last line not yet ended).
+    pub(crate) fn finish(mut self, path: &str) -> Result<(String, Option<Value>), String> {
+        self.end_line();
+        let total = self.line;
+        let start = self.start;
+        if start >= total {
+            return Err(format!(
+                "Offset {} is beyond end of file ({total} lines total)",
+                start + 1
             ));
         }
-        return Ok((out, None));
+        let wanted_end = self.end.map(|e| e.min(total)).unwrap_or(total);
+        let (selected_lines, selected_bytes) = (self.selected_lines, self.selected_bytes);
+        let details = |by: &str, out_lines: usize, out_bytes: usize, first_exceeds: bool| {
+            json!({"truncation": {
+                "truncated": true, "truncatedBy": by, "totalLines": selected_lines,
+                "totalBytes": selected_bytes, "outputLines": out_lines, "outputBytes": out_bytes,
+                "lastLinePartial": false, "firstLineExceedsLimit": first_exceeds,
+                "maxLines": MAX_LINES, "maxBytes": MAX_BYTES}})
+        };
+        let Some(by_bytes) = self.stopped else {
+            let out = self.out;
+            if wanted_end < total {
+                return Ok((
+                    format!(
+                        "{out}\n\n[{} more lines in file. Use offset={} to continue.]",
+                        total - wanted_end,
+                        wanted_end + 1
+                    ),
+                    None,
+                ));
+            }
+            return Ok((out, None));
+        };
+        if self.first_len > MAX_BYTES {
+            return Ok((
+                format!(
+                    "[Line {} is {}, exceeds {} limit. Use bash: sed -n '{}p' {path} | head -c {MAX_BYTES}]",
+                    start + 1,
+                    format_size(self.first_len),
+                    format_size(MAX_BYTES),
+                    start + 1
+                ),
+                Some(details("bytes", 0, 0, true)),
+            ));
+        }
+        let kept = self.kept;
+        let mut out = self.out;
+        let end = start + kept;
+        let (by, note) = if by_bytes {
+            (
+                "bytes",
+                format!(
+                    "\n\n[Showing lines {}-{end} of {total} ({} limit). Use offset={} to continue.]",
+                    start + 1,
+                    format_size(MAX_BYTES),
+                    end + 1
+                ),
+            )
+        } else {
+            (
+                "lines",
+                format!(
+                    "\n\n[Showing lines {}-{end} of {total}. Use offset={} to continue.]",
+                    start + 1,
+                    end + 1
+                ),
+            )
+        };
+        let out_bytes = out.len();
+        out.push_str(&note);
+        Ok((out, Some(details(by, kept, out_bytes, false))))
     }
-    if selected[0].len() > MAX_BYTES {
-        return Ok((
-            format!(
-                "[Line {} is {}, exceeds {} limit. Use bash: sed -n '{}p' {path} | head -c {MAX_BYTES}]",
-                start + 1,
-                format_size(selected[0].len()),
-                format_size(MAX_BYTES),
-                start + 1
-            ),
-            Some(details("bytes", 0, 0, true)),
-        ));
+}
+
+/// Files at least this large are read from disk in a stream ([`stream_window`]) instead of
+/// whole; below it, a whole read (and [`crate::fs::decode_file`]'s detection over all bytes)
+/// costs little.
+pub(crate) const STREAM_FROM: u64 = 8 * 1024 * 1024;
+
+/// Bytes read at a time by [`stream_window`].
+const STREAM_CHUNK: usize = 256 * 1024;
+
+/// Text bytes of a streamed file hashed for the read tracker (256 MiB); see [`stream_window`].
+const HASH_UP_TO: u64 = 256 * 1024 * 1024;
+
+/// What a streamed read of a file gives: the tool's text and details, the [`super::text_hash`]
+/// of the whole decoded text (for the read tracker; `None` past [`HASH_UP_TO`]) and the
+/// encoding found.
+pub(crate) struct Streamed {
+    pub text: String,
+    pub details: Option<Value>,
+    pub hash: Option<u64>,
+    pub encoding: crate::fs::TextEncoding,
+}
+
+/// [`read_window`] of a file on disk read in [`STREAM_CHUNK`] pieces (issue 19 item 5): memory
+/// stays a few chunks plus the 50 KB window, whatever the file's size; the whole file is
+/// still scanned once (Pi's notices give its line count) and hashed as it goes. The encoding
+/// is found from the first chunk (a UTF-16 BOM, valid UTF-8, else `chardetng`) and the rest
+/// decoded with `encoding_rs` in a stream. Blocking: run it on a blocking thread. `Err` is a
+/// message for the model.
+pub(crate) fn stream_window(
+    path: &std::path::Path,
+    offset: usize,
+    limit: Option<usize>,
+    shown: &str,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Streamed, String> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut buf = vec![0u8; STREAM_CHUNK];
+    let mut filled = 0;
+    // The first chunk, whole (for the detection).
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
     }
-    let mut out = String::new();
-    let mut kept = 0;
-    let mut by = "lines";
-    for (i, line) in selected.iter().enumerate().take(MAX_LINES) {
-        let add = line.len() + usize::from(i > 0);
-        if out.len() + add > MAX_BYTES {
-            by = "bytes";
+    let head = &buf[..filled];
+    let (enc, bom) = if head.starts_with(&[0xFF, 0xFE]) {
+        (encoding_rs::UTF_16LE, true)
+    } else if head.starts_with(&[0xFE, 0xFF]) {
+        (encoding_rs::UTF_16BE, true)
+    } else {
+        let valid = match std::str::from_utf8(head) {
+            Ok(_) => true,
+            // Cut inside a character at the chunk's end only.
+            Err(e) => e.error_len().is_none(),
+        };
+        if valid || crate::fs::mostly_utf8(head) {
+            (encoding_rs::UTF_8, false)
+        } else {
+            (crate::fs::detect_legacy(head), false)
+        }
+    };
+    let mut decoder = enc.new_decoder_without_bom_handling();
+    let utf8 = enc == encoding_rs::UTF_8;
+    let mut window = Window::new(offset, limit);
+    // The read tracker's hash, up to HASH_UP_TO bytes of text (beyond, the file is not
+    // recorded as read: an edit of it is then not checked for staleness, as for a file never
+    // read).
+    let mut hasher = Some(xxhash_rust::xxh3::Xxh3::new());
+    let mut hashed = 0u64;
+    let mut replaced = false;
+    let mut text = String::with_capacity(if utf8 { 0 } else { STREAM_CHUNK * 3 + 16 });
+    // UTF-8: the bytes of a character cut at a chunk's end, carried to the next chunk.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut joined: Vec<u8> = Vec::new();
+    let mut first = true;
+    let mut feed = |s: &str, window: &mut Window| {
+        if let Some(h) = hasher.as_mut() {
+            hashed += s.len() as u64;
+            if hashed > HASH_UP_TO {
+                hasher = None;
+            } else {
+                h.update(s.as_bytes());
+            }
+        }
+        let mut rest = s;
+        while let Some(i) = memchr::memchr(b'\n', rest.as_bytes()) {
+            window.piece(&rest[..i]);
+            window.end_line();
+            rest = &rest[i + 1..];
+        }
+        window.piece(rest);
+    };
+    loop {
+        if cancel.is_cancelled() {
+            return Err("Operation aborted".into());
+        }
+        let chunk: &[u8] = if first {
+            let skip = if bom { 2 } else { 0 };
+            &buf[skip.min(filled)..filled]
+        } else {
+            &buf[..filled]
+        };
+        let last = filled == 0;
+        if utf8 {
+            // Validated in place (std's `from_utf8`), invalid sequences as U+FFFD exactly as
+            // `String::from_utf8_lossy` replaces them.
+            let mut data: &[u8] = if carry.is_empty() {
+                chunk
+            } else {
+                joined.clear();
+                joined.extend_from_slice(&carry);
+                joined.extend_from_slice(chunk);
+                carry.clear();
+                &joined
+            };
+            loop {
+                match std::str::from_utf8(data) {
+                    Ok(s) => {
+                        feed(s, &mut window);
+                        break;
+                    }
+                    Err(e) => {
+                        let good = e.valid_up_to();
+                        // Valid up to `good` by the error's own account.
+                        feed(
+                            std::str::from_utf8(&data[..good]).unwrap_or_default(),
+                            &mut window,
+                        );
+                        match e.error_len() {
+                            Some(n) => {
+                                replaced = true;
+                                feed("\u{FFFD}", &mut window);
+                                data = &data[good + n..];
+                            }
+                            None if last => {
+                                replaced = true;
+                                feed("\u{FFFD}", &mut window);
+                                break;
+                            }
+                            None => {
+                                carry.extend_from_slice(&data[good..]);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            text.clear();
+            let (_, _, had) = decoder.decode_to_string(chunk, &mut text, last);
+            replaced |= had;
+            feed(&text, &mut window);
+        }
+        if last {
             break;
         }
-        if i > 0 {
-            out.push('\n');
-        }
-        out.push_str(line);
-        kept += 1;
+        first = false;
+        filled = loop {
+            match file.read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        };
     }
-    let end = start + kept;
-    let note = if by == "lines" {
-        format!(
-            "\n\n[Showing lines {}-{end} of {total}. Use offset={} to continue.]",
-            start + 1,
-            end + 1
-        )
-    } else {
-        format!(
-            "\n\n[Showing lines {}-{end} of {total} ({} limit). Use offset={} to continue.]",
-            start + 1,
-            format_size(MAX_BYTES),
-            end + 1
-        )
-    };
-    let out_bytes = out.len();
-    out.push_str(&note);
-    Ok((out, Some(details(by, kept, out_bytes, false))))
+    let (text, details) = window.finish(shown)?;
+    Ok(Streamed {
+        text,
+        details,
+        hash: hasher.map(|h| h.digest()),
+        encoding: crate::fs::TextEncoding {
+            encoding: enc,
+            bom,
+            exact: !replaced,
+        },
+    })
 }
 
 /// The image type of `bytes` by signature (PNG, JPEG, GIF, WebP), as Pi detects it from the
@@ -340,7 +616,7 @@ impl Tool for ReadTool {
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
+        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
         // An image by its content on disk, whatever its name (Pi's detection); else text.
         let mime = match self.fs.read_head(&path, 16).await {
             Ok(head) => sniff_image(&head),
@@ -359,16 +635,42 @@ impl Tool for ReadTool {
                 details: None,
             });
         }
-        let snap = self
-            .fs
-            .read(&path)
-            .await
-            .map_err(|e| ToolError::new(e.to_string()))?;
         let offset = a.offset.map(|o| o.max(1.0) as usize).unwrap_or(1);
         let limit = a.limit.map(|l| l.max(1.0) as usize);
-        let (text, details) =
-            read_window(&snap.text, offset, limit, &a.path).map_err(ToolError::new)?;
-        self.state.reads.record(&path, &snap.text);
+        // A large file on disk (no editor buffer over it) is read in a stream: memory stays
+        // bounded whatever its size (issue 19 item 5).
+        let large = !self.fs.has_buffer(&path)
+            && tokio::fs::metadata(&path)
+                .await
+                .is_ok_and(|m| m.is_file() && m.len() >= STREAM_FROM);
+        let (mut text, details, encoding) = if large {
+            let (p, shown, cancel) = (path.clone(), a.path.clone(), ctx.cancel.clone());
+            let s = tokio::task::spawn_blocking(move || {
+                stream_window(&p, offset, limit, &shown, &cancel)
+            })
+            .await
+            .map_err(|e| ToolError::new(format!("read failed: {e}")))?
+            .map_err(ToolError::new)?;
+            if let Some(h) = s.hash {
+                self.state.reads.record_hash(&path, h);
+            }
+            (s.text, s.details, s.encoding)
+        } else {
+            let snap = self
+                .fs
+                .read(&path)
+                .await
+                .map_err(|e| ToolError::new(e.to_string()))?;
+            let (text, details) =
+                read_window(&snap.text, offset, limit, &a.path).map_err(ToolError::new)?;
+            self.state.reads.record(&path, &snap.text);
+            (text, details, snap.encoding)
+        };
+        // ED-04: a file that is not UTF-8 says so (and whether edits can keep it).
+        if let Some(note) = encoding.read_note() {
+            text.push_str("\n\n");
+            text.push_str(&note);
+        }
         Ok(ToolOutput {
             content: vec![ContentBlock::text(text)],
             details,
@@ -380,6 +682,132 @@ impl Tool for ReadTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The whole-text window of a reference implementation (Pi's algorithm over the split
+    /// lines), to check [`Window`] against.
+    fn reference_window(
+        text: &str,
+        offset: usize,
+        limit: Option<usize>,
+    ) -> Result<(String, usize, usize), String> {
+        let lines: Vec<&str> = text.split('\n').collect();
+        let total = lines.len();
+        let start = offset.max(1) - 1;
+        if start >= total {
+            return Err(format!(
+                "Offset {offset} is beyond end of file ({total} lines total)"
+            ));
+        }
+        let end = limit.map(|l| (start + l).min(total)).unwrap_or(total);
+        let sel = &lines[start..end];
+        let bytes = sel.iter().map(|l| l.len()).sum::<usize>() + sel.len() - 1;
+        let mut kept = 0;
+        let mut out = 0;
+        for (i, l) in sel.iter().enumerate().take(MAX_LINES) {
+            let add = l.len() + usize::from(i > 0);
+            if out + add > MAX_BYTES {
+                break;
+            }
+            out += add;
+            kept += 1;
+        }
+        Ok((sel[..kept].join("\n"), sel.len(), bytes))
+    }
+
+    #[test]
+    fn window_keeps_what_pi_keeps_for_every_shape() {
+        let long = "z".repeat(MAX_BYTES + 10);
+        let texts = [
+            String::new(),
+            "\n".into(),
+            "a".into(),
+            "a\n\nb\r\nc\rd\n".into(),
+            (0..2500).map(|i| format!("l{i}\n")).collect(),
+            (0..300).map(|_| "y".repeat(200) + "\n").collect(),
+            format!("a\n{long}\nb"),
+            format!("{long}\nshort"),
+            "x".repeat(MAX_BYTES) + "\n" + "y",
+        ];
+        for text in &texts {
+            for offset in [1, 2, 3, 1999, 2001, 2600] {
+                for limit in [None, Some(1), Some(2), Some(2000), Some(5000)] {
+                    let got = read_window(text, offset, limit, "f");
+                    let want = reference_window(text, offset, limit);
+                    match (got, want) {
+                        (Err(g), Err(w)) => assert_eq!(g, w),
+                        (Ok((out, details)), Ok((kept, lines, bytes))) => {
+                            assert!(
+                                out.starts_with(&kept) || out.starts_with("[Line "),
+                                "{offset} {limit:?}"
+                            );
+                            if let Some(d) = details {
+                                assert_eq!(d["truncation"]["totalLines"], lines);
+                                assert_eq!(d["truncation"]["totalBytes"], bytes);
+                            }
+                        }
+                        (g, w) => panic!("{offset} {limit:?}: {g:?} vs {w:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// A streamed read gives exactly the whole-text read's output and hash, across chunk
+    /// boundaries that cut lines and characters, in UTF-8 and in a detected encoding.
+    #[test]
+    fn streamed_read_matches_the_whole_read() {
+        let dir = std::env::temp_dir().join(format!("pi-core-stream-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        // Multi-byte characters straddle every chunk boundary (3-byte 中 at odd offsets).
+        let mut utf8: String = (0..120_000).map(|i| format!("row {i} 中é🦊\n")).collect();
+        utf8.push_str("no final newline");
+        let mut one_line = "q".repeat(3 * STREAM_CHUNK + 7);
+        one_line.push('\n');
+        // Invalid bytes at and around a chunk boundary, a cut character at the very end.
+        let mut bad = utf8.clone().into_bytes();
+        bad[STREAM_CHUNK - 1] = 0xFF;
+        bad[2 * STREAM_CHUNK] = 0xC3;
+        bad.extend_from_slice(b"\xE4\xB8");
+        let cases: Vec<(String, Vec<u8>)> = vec![
+            (utf8.clone(), utf8.clone().into_bytes()),
+            (one_line.clone(), one_line.clone().into_bytes()),
+            (String::from_utf8_lossy(&bad).into_owned(), bad),
+        ];
+        for (k, (text, bytes)) in cases.iter().enumerate() {
+            let p = dir.join(format!("f{k}"));
+            std::fs::write(&p, bytes).unwrap();
+            for (offset, limit) in [(1, None), (50_000, Some(10)), (119_990, None), (2, None)] {
+                let s = match (
+                    stream_window(&p, offset, limit, "f", &cancel),
+                    read_window(text, offset, limit, "f"),
+                ) {
+                    (Err(g), Err(w)) => {
+                        assert_eq!(g, w);
+                        continue;
+                    }
+                    (Ok(s), Ok((want, details))) => {
+                        assert!(s.text == want, "case {k} offset {offset}");
+                        assert_eq!(s.details, details);
+                        s
+                    }
+                    (g, w) => panic!("case {k} offset {offset}: {:?} vs {w:?}", g.map(|s| s.text)),
+                };
+                assert_eq!(s.hash, Some(super::super::text_hash(text)));
+                assert_eq!(s.encoding.is_utf8(), k < 2);
+            }
+        }
+        // Latin-1 text, detected from the first chunk, decoded in a stream.
+        let latin: String = (0..40_000).map(|i| format!("café {i} = naïve\n")).collect();
+        let (bytes, _, _) = encoding_rs::WINDOWS_1252.encode(&latin);
+        let p = dir.join("latin1");
+        std::fs::write(&p, &bytes).unwrap();
+        let s = stream_window(&p, 39_999, None, "f", &cancel).unwrap();
+        assert_eq!(s.text, read_window(&latin, 39_999, None, "f").unwrap().0);
+        assert_eq!(s.encoding.name(), "windows-1252");
+        assert_eq!(s.hash, Some(super::super::text_hash(&latin)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn window_and_notices_match_pi() {

@@ -13,7 +13,7 @@ use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::edit::plan_diff;
+use super::edit::{minimal_replace, plan_diff};
 use super::{display_path, parse_args, resolve_path_in, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::approval::{content_hash, recheck, ProposedChange};
@@ -67,7 +67,7 @@ impl Tool for WriteTool {
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("write", args)?;
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed_dirs, &a.path)?;
+        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
         let shown = display_path(self.fs.root(), &path);
         let mut warning = String::new();
         if let Ok(old) = self.fs.read(&path).await {
@@ -104,11 +104,12 @@ impl Tool for WriteTool {
                 path: shown.clone(),
                 diff: {
                     let before = old.unwrap_or("");
-                    let whole = crate::fs::TextReplace {
-                        range: 0..before.len(),
-                        new_text: a.content.clone(),
-                    };
-                    plan_diff(&shown, before, &[whole]).0
+                    let change = minimal_replace(before, &a.content);
+                    if change.range.is_empty() && change.new_text.is_empty() {
+                        String::new()
+                    } else {
+                        plan_diff(&shown, before, &[change]).0
+                    }
                 },
                 old_hash: old.map(content_hash),
                 new_hash: content_hash(&a.content),

@@ -1,0 +1,784 @@
+--- The chat of one session: a `filetype=pi-chat` buffer (markdown syntax) drawn from
+--- `agent/event`, `agent/queueUpdate` and the session's history, plus its prompt buffer.
+--- Server events never change the user's mode, window or cursor: they only append to the
+--- chat buffer (render.lua) and move extmarks.
+local render = require('pi.render')
+local util = require('pi.util')
+local config = require('pi.config')
+
+local api = vim.api
+local M = {}
+
+--- sessionId -> chat
+M.chats = {}
+
+local Chat = {}
+Chat.__index = Chat
+
+local function set_local(win, name, value)
+  api.nvim_set_option_value(name, value, { scope = 'local', win = win })
+end
+
+--- Sets the chat window's local options (folds, wrap); never a global option.
+function M.setup_window(win)
+  set_local(win, 'foldmethod', 'expr')
+  set_local(win, 'foldexpr', "v:lua.require'pi.render'.foldexpr(v:lnum)")
+  set_local(win, 'foldtext', "v:lua.require'pi.render'.foldtext()")
+  set_local(win, 'foldlevel', 0)
+  set_local(win, 'foldenable', true)
+  set_local(win, 'wrap', true)
+  set_local(win, 'linebreak', true)
+  set_local(win, 'number', false)
+  set_local(win, 'relativenumber', false)
+  set_local(win, 'signcolumn', 'no')
+  set_local(win, 'spell', false)
+  set_local(win, 'list', false)
+  set_local(win, 'winfixwidth', true)
+  set_local(win, 'fillchars', 'fold: ,eob: ')
+  if vim.fn.exists('+winfixbuf') == 1 then
+    set_local(win, 'winfixbuf', true) -- :edit elsewhere, not in the chat's window
+  end
+  set_local(win, 'statusline', "%#Title# Pi %* %<%{v:lua.require'pi'.statusline()}%=%l/%L ")
+end
+
+--- The chat of `session_id` (created hidden when new).
+--- @param root table the root state (client.lua)
+--- @param session_id string
+function M.get(root, session_id)
+  local c = M.chats[session_id]
+  if c then
+    return c
+  end
+  c = setmetatable({
+    root = root,
+    session_id = session_id,
+    tools = {}, -- toolCallId -> {row, mark, name, args, t0}
+    queue = {}, -- queueId -> {text, delivery, state}
+    queue_order = {},
+    running = false,
+    streamed = false,
+    permissions = {},
+  }, Chat)
+  local buf = api.nvim_create_buf(false, true)
+  api.nvim_buf_set_name(buf, 'pi://chat/' .. session_id)
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].bufhidden = 'hide'
+  vim.bo[buf].swapfile = false
+  vim.bo[buf].undolevels = -1
+  vim.bo[buf].filetype = 'pi-chat'
+  vim.bo[buf].syntax = 'markdown'
+  vim.bo[buf].modifiable = false
+  vim.b[buf].pi_session = session_id
+  vim.b[buf].pi_root = root.root
+  c.buf = buf
+  c.writer = render.new(buf, config.values.chat.flush_ms)
+  M.chats[session_id] = c
+  require('pi.keymaps').chat(c)
+  return c
+end
+
+--- The chat shown for `root` (its current session), if any.
+function M.current(root)
+  return root and root.session_id and M.chats[root.session_id] or nil
+end
+
+------------------------------------------------------------------------------------------
+-- Drawing pieces (shared by live events and history)
+
+local HL = {
+  running = 'DiagnosticWarn',
+  ok = 'DiagnosticOk',
+  fail = 'DiagnosticError',
+  dim = 'Comment',
+}
+
+--- A status as virtual text on a header row: at its end (`col` nil), or inline at byte `col`
+--- (always visible, also when the header wraps).
+local function status_mark(c, row, text, hl, id, col)
+  if not api.nvim_buf_is_valid(c.buf) then
+    return nil
+  end
+  return api.nvim_buf_set_extmark(c.buf, render.ns, row, col or 0, {
+    id = id,
+    virt_text = { { text, hl } },
+    virt_text_pos = col and 'inline' or 'eol',
+    hl_mode = 'combine',
+    right_gravity = false,
+  })
+end
+
+M.status_mark = status_mark
+
+function Chat:user_block(text, label)
+  local w = self.writer
+  w:blank()
+  w:append('## ' .. (label or 'You') .. '\n')
+  w:append((text ~= '' and text or '(empty)') .. '\n')
+end
+
+function Chat:assistant_header(model)
+  -- Drawn with the message's first content (an aborted message without any draws nothing).
+  self.header_pending = { model = model }
+  self.block = nil
+end
+
+function Chat:draw_header()
+  local h = self.header_pending
+  if not h then
+    return
+  end
+  self.header_pending = nil
+  local w = self.writer
+  w:blank()
+  w:append('## Pi\n')
+  if h.model then
+    w:mark(function(row)
+      status_mark(self, row - 1, h.model, HL.dim)
+    end)
+  end
+end
+
+function Chat:thinking_start()
+  self:draw_header()
+  local w = self.writer
+  w:blank()
+  w:fold_start()
+  w:append('> 💭 thinking\n')
+  self.block = 'thinking'
+end
+
+function Chat:thinking_end()
+  local w = self.writer
+  w:newline()
+  w:fold_end()
+  self.block = nil
+end
+
+function Chat:text_start()
+  self:draw_header()
+  if self.block == 'thinking' then
+    self:thinking_end()
+  end
+  if self.block ~= 'text' then
+    self.writer:blank()
+  end
+  self.block = 'text'
+end
+
+function Chat:text(delta)
+  self.writer:append(delta)
+end
+
+function Chat:tool_header(id, name, args, status)
+  local w = self.writer
+  if self.block == 'thinking' then
+    self:thinking_end()
+  end
+  self:draw_header()
+  w:blank()
+  w:append('### ⚙ ' .. name .. '  ' .. util.tool_summary(name, args) .. '\n')
+  local t = { name = name, args = args, t0 = vim.uv.hrtime(), col = #('### ⚙ ' .. name) }
+  self.tools[id] = t
+  w:mark(function(row)
+    t.row = row - 1
+    if status == 'running' then
+      t.mark = status_mark(self, t.row, ' ⏳ running', HL.running, nil, t.col)
+    elseif status then
+      t.mark = status_mark(self, t.row, status.text, status.hl, nil, t.col)
+    end
+  end)
+  self.block = 'tool'
+  return t
+end
+
+--- Highlights the lines of a unified diff drawn from `row` on (added, removed, hunk headers).
+function M.highlight_diff(buf, row, lines)
+  for i, l in ipairs(lines) do
+    local c = l:sub(1, 1)
+    local hl = (c == '+' and not l:match('^%+%+%+ ')) and 'DiffAdd'
+      or (c == '-' and not l:match('^%-%-%- ')) and 'DiffDelete'
+      or l:match('^@@') and 'DiffChange'
+      or nil
+    if hl then
+      pcall(api.nvim_buf_set_extmark, buf, render.ns, row + i - 1, 0, { line_hl_group = hl })
+    end
+  end
+end
+
+local function fence_for(text)
+  local f = '```'
+  while text:find(f, 1, true) do
+    f = f .. '`'
+  end
+  return f
+end
+
+function Chat:tool_result(id, name, result, is_error, elapsed)
+  local t = self.tools[id]
+  local w = self.writer
+  local status = is_error and '✗' or '✓'
+  local dur = elapsed and (' %.1f s'):format(elapsed) or ''
+  if t then
+    w:mark(function()
+      if t.row then
+        if t.mark then
+          pcall(api.nvim_buf_del_extmark, self.buf, render.ns, t.mark)
+        end
+        t.mark = status_mark(self, t.row, ' ' .. status .. dur, is_error and HL.fail or HL.ok, nil, t.col)
+        if t.live then
+          pcall(api.nvim_buf_del_extmark, self.buf, render.ns, t.live)
+          t.live = nil
+        end
+      end
+    end)
+  end
+  local details = type(result) == 'table' and result.details or nil
+  local body, lang
+  if type(details) == 'table' and type(details.diff) == 'string' and details.diff ~= '' and not is_error then
+    body, lang = details.diff, 'diff'
+  else
+    body = util.content_text(type(result) == 'table' and result.content or result)
+    lang = ''
+  end
+  body = body:gsub('\n+$', '')
+  local lines = vim.split(body, '\n', { plain = true })
+  local max = config.values.chat.max_tool_lines
+  local more = 0
+  if #lines > max then
+    more = #lines - max
+    lines = { unpack(lines, 1, max) }
+  end
+  w:newline()
+  w:fold_start()
+  local total = #lines + more
+  w:append('↳ ' .. name .. ' ' .. status .. (body ~= '' and (' (' .. total .. (total == 1 and ' line)' or ' lines)')) or '') .. '\n')
+  if body ~= '' then
+    local text = table.concat(lines, '\n')
+    local fence = fence_for(text)
+    w:append(fence .. lang .. '\n')
+    if lang == 'diff' then
+      w:mark(function(row)
+        M.highlight_diff(self.buf, row, lines)
+      end)
+    end
+    w:append(text .. '\n')
+    if more > 0 then
+      w:append('… ' .. more .. ' more lines\n')
+    end
+    w:append(fence .. '\n')
+  end
+  w:fold_end()
+  self.block = nil
+end
+
+function Chat:line(text)
+  self.writer:blank()
+  self.writer:append(text .. '\n')
+  self.block = nil
+end
+
+------------------------------------------------------------------------------------------
+-- Live events
+
+function Chat:set_state(state)
+  self.state = state
+  self.root.status.state = state
+  require('pi.status').changed()
+end
+
+--- `agent/event` params `{sessionId, runId, event}`.
+function Chat:on_event(p)
+  local ev = p.event
+  if type(ev) ~= 'table' then
+    return
+  end
+  local ty = ev.type
+  if ty == 'message_update' then
+    local a = ev.assistantMessageEvent
+    if not a then
+      return
+    end
+    local at = a.type
+    if at == 'text_delta' then
+      if self.block ~= 'text' then
+        self:text_start()
+      end
+      self.streamed = true
+      self:text(a.delta)
+    elseif at == 'thinking_delta' then
+      if self.block ~= 'thinking' then
+        self:thinking_start()
+      end
+      self.streamed = true
+      self.writer:append(a.delta)
+    elseif at == 'text_start' then
+      self:text_start()
+    elseif at == 'thinking_start' then
+      self:thinking_start()
+    elseif at == 'thinking_end' then
+      if self.block == 'thinking' then
+        self:thinking_end()
+      end
+    elseif at == 'toolcall_start' then
+      -- Arguments stream before the call runs (a long `write`): say so in the statusline.
+      self:set_state('preparing a tool call')
+    end
+    return
+  end
+  if ty == 'tool_execution_update' then
+    local t = self.tools[ev.toolCallId]
+    if t and t.row and ev.partialResult then
+      local now = vim.uv.hrtime()
+      if t.live_at and now - t.live_at < 50e6 then
+        return
+      end
+      t.live_at = now
+      local text = util.content_text(ev.partialResult.content)
+      local lines = vim.split(text:gsub('\n+$', ''), '\n', { plain = true })
+      local vl = {}
+      for i = math.max(1, #lines - 4), #lines do
+        vl[#vl + 1] = { { '  ┊ ' .. lines[i], HL.dim } }
+      end
+      t.live = api.nvim_buf_set_extmark(self.buf, render.ns, t.row, 0, { id = t.live, virt_lines = vl })
+    end
+    return
+  end
+  if ty == 'agent_start' then
+    self.last_error = nil
+    self.running = true
+    self.streamed = false
+    self.aborting = false
+    self:set_state('running')
+  elseif ty == 'message_start' then
+    local m = ev.message or {}
+    if m.role == 'user' then
+      self:user_block(util.content_text(m.content))
+    elseif m.role == 'assistant' then
+      self:assistant_header(m.provider and m.model and (m.provider .. '/' .. m.model) or nil)
+    elseif m.role == 'custom' and m.display ~= false then
+      self:user_block(util.content_text(m.content), m.customType or 'message')
+    end
+  elseif ty == 'message_end' then
+    local m = ev.message or {}
+    if m.role == 'assistant' then
+      if self.block == 'thinking' then
+        self:thinking_end()
+      end
+      self.writer:newline()
+      local empty = self.header_pending ~= nil
+      if m.stopReason == 'error' then
+        -- A failed request without content: one line, no header (a retry may follow).
+        self.last_error = tostring(m.errorMessage or 'the model request failed')
+        self:line('✗ ' .. self.last_error)
+        self.failed = self.last_error
+      elseif m.stopReason == 'aborted' then
+        if not empty then
+          self:line('_■ stopped_')
+        end
+      elseif m.stopReason == 'length' then
+        self:line('_(the answer hit the output limit)_')
+      end
+      self.header_pending = nil
+    end
+  elseif ty == 'tool_execution_start' then
+    if self.state ~= 'running' and self.state ~= 'stopping' then
+      self:set_state('running')
+    end
+    self:tool_header(ev.toolCallId, ev.toolName, ev.args, 'running')
+  elseif ty == 'tool_execution_end' then
+    local t = self.tools[ev.toolCallId]
+    local elapsed = t and (vim.uv.hrtime() - t.t0) / 1e9 or nil
+    self:tool_result(ev.toolCallId, ev.toolName, ev.result, ev.isError, elapsed)
+  elseif ty == 'agent_end' then
+    self.running = false
+    self.writer:newline()
+    self.writer:flush()
+    self:set_state(self.failed and 'failed' or 'idle')
+    self.failed = nil
+    require('pi.permission').withdraw_session(self.session_id)
+  elseif ty == 'auto_retry_start' then
+    local err = tostring(ev.errorMessage)
+    self:line(
+      ('⟳ retry %d/%d in %.1f s%s'):format(
+        ev.attempt or 0,
+        ev.maxAttempts or 0,
+        (ev.delayMs or 0) / 1000,
+        err ~= self.last_error and (': ' .. err) or ''
+      )
+    )
+    self.failed = nil
+    self:set_state('retrying')
+    self.writer:flush()
+  elseif ty == 'auto_retry_end' then
+    if not ev.success then
+      local err = tostring(ev.finalError)
+      self:line(('✗ gave up after %d attempts%s'):format(ev.attempt or 0, err ~= self.last_error and (': ' .. err) or ''))
+    end
+    self:set_state(self.running and 'running' or 'idle')
+  elseif ty == 'compaction_start' then
+    self:line('⋯ compacting the context (' .. tostring(ev.reason) .. ')')
+    self:set_state('compacting')
+  elseif ty == 'compaction_end' then
+    if ev.result then
+      self:line(('⋯ compacted: %s tokens before'):format(tostring(ev.result.tokensBefore)))
+    elseif ev.aborted then
+      self:line('⋯ compaction cancelled')
+    else
+      self:line('✗ compaction failed: ' .. tostring(ev.errorMessage))
+    end
+    self:set_state(self.running and 'running' or 'idle')
+  elseif ty == 'extension_error' then
+    self:line(('✗ extension %s (%s): %s'):format(tostring(ev.extensionPath), tostring(ev.event), tostring(ev.error)))
+  elseif ty == 'turn_start' or ty == 'turn_end' then
+    return
+  else
+    self:line('· ' .. tostring(ty))
+  end
+end
+
+--- `agent/queueUpdate` params.
+function Chat:on_queue(p)
+  local q = self.queue[p.queueId]
+  if not q then
+    q = {}
+    self.queue[p.queueId] = q
+    self.queue_order[#self.queue_order + 1] = p.queueId
+  end
+  q.text, q.delivery, q.state = p.text, p.delivery, p.state
+  if p.state == 'consumed' or p.state == 'dropped' or p.state == 'removed' then
+    self.queue[p.queueId] = nil
+    for i, id in ipairs(self.queue_order) do
+      if id == p.queueId then
+        table.remove(self.queue_order, i)
+        break
+      end
+    end
+  end
+  require('pi.prompt').show_queue(self)
+end
+
+--- The queued items still shown: `{queueId, text, delivery, state}` in order.
+function Chat:queued()
+  local out = {}
+  for _, id in ipairs(self.queue_order) do
+    local q = self.queue[id]
+    if q then
+      out[#out + 1] = { queueId = id, text = q.text, delivery = q.delivery, state = q.state }
+    end
+  end
+  return out
+end
+
+--- Draws the report of `agent/abort`.
+function Chat:abort_report(r)
+  local w = self.writer
+  w:blank()
+  w:append('### ■ Stopped\n')
+  local function list(title, items, fmt)
+    if type(items) == 'table' and #items > 0 then
+      w:append(title .. '\n')
+      for _, it in ipairs(items) do
+        w:append('- ' .. fmt(it) .. '\n')
+      end
+    end
+  end
+  if not r.aborted then
+    w:append('Nothing was running.\n')
+  end
+  list('Stopped tool calls:', r.stoppedToolCalls, function(t)
+    return t.toolName .. ' ' .. util.tool_summary(t.toolName, t.args)
+  end)
+  list('Killed processes:', r.stoppedProcesses, function(t)
+    return '`' .. tostring(t.command) .. '`'
+  end)
+  list('Edits that stay (undo them in their buffers):', r.appliedEdits, function(t)
+    return t.toolName .. ' ' .. tostring(t.path)
+  end)
+  list('Queued messages kept for the next prompt:', r.queuedMessages, function(t)
+    return t.delivery .. ': ' .. tostring(t.text)
+  end)
+  self.block = nil
+  w:flush()
+end
+
+------------------------------------------------------------------------------------------
+-- History
+
+--- Draws history entries (agent/session/history `entries`, chronological) through `self`.
+function Chat:draw_entries(entries)
+  for _, e in ipairs(entries) do
+    if e.type == 'message' and type(e.message) == 'table' then
+      self:draw_message(e.message)
+    elseif e.type == 'compaction' then
+      self:line(('⋯ compaction (%s tokens before)'):format(tostring(e.tokensBefore)))
+      self.writer:fold_start()
+      self.writer:append('> summary\n' .. tostring(e.summary or '') .. '\n')
+      self.writer:fold_end()
+    elseif e.type == 'branch_summary' then
+      self:line('⋯ branch summary')
+      self.writer:fold_start()
+      self.writer:append('> summary\n' .. tostring(e.summary or '') .. '\n')
+      self.writer:fold_end()
+    elseif e.type == 'custom_message' and e.display ~= false then
+      self:user_block(util.content_text(e.content), e.customType or 'message')
+    elseif e.type == 'model_change' then
+      self:line(('· model: %s/%s'):format(tostring(e.provider), tostring(e.modelId)))
+    elseif e.type == 'thinking_level_change' then
+      self:line('· thinking: ' .. tostring(e.thinkingLevel))
+    end
+  end
+end
+
+--- Draws one stored message (Pi's AgentMessage).
+function Chat:draw_message(m)
+  local role = m.role
+  if role == 'user' then
+    self:user_block(util.content_text(m.content))
+  elseif role == 'assistant' then
+    self:assistant_header(m.provider and m.model and (m.provider .. '/' .. m.model) or nil)
+    for _, b in ipairs(type(m.content) == 'table' and m.content or {}) do
+      if b.type == 'thinking' then
+        self:thinking_start()
+        self.writer:append(tostring(b.thinking or ''))
+        self:thinking_end()
+      elseif b.type == 'text' then
+        self:text_start()
+        self:text(tostring(b.text or ''))
+      elseif b.type == 'toolCall' then
+        self:tool_header(b.id, b.name, b.arguments, { text = ' …', hl = HL.dim })
+      end
+    end
+    self.writer:newline()
+    if m.stopReason == 'error' then
+      self:line('✗ ' .. tostring(m.errorMessage or 'the model request failed'))
+    elseif m.stopReason == 'aborted' and not self.header_pending then
+      self:line('_■ stopped_')
+    end
+    self.header_pending = nil
+  elseif role == 'toolResult' then
+    self:tool_result(m.toolCallId, m.toolName or '?', m, m.isError, nil)
+  elseif role == 'bashExecution' then
+    self:line('### $ ' .. tostring(m.command))
+    self:tool_result('bash:' .. tostring(m.timestamp), 'bash', { content = m.output or '' }, (m.exitCode or 0) ~= 0)
+  elseif role == 'custom' and m.display ~= false then
+    self:user_block(util.content_text(m.content), m.customType or 'message')
+  elseif role == 'branchSummary' or role == 'compactionSummary' then
+    self:line('⋯ ' .. (role == 'branchSummary' and 'branch summary' or 'compaction summary'))
+    self.writer:fold_start()
+    self.writer:append('> summary\n' .. tostring(m.summary or '') .. '\n')
+    self.writer:fold_end()
+  end
+end
+
+local OLDER = '⋯ older history: press gO (or :Pi chat older)'
+
+--- Loads and draws the session's history: the last page first, older pages on demand.
+function Chat:load_history(done)
+  local client = require('pi.client')
+  local page = config.values.chat.history_page
+  self.writer:reset()
+  self.tools = {}
+  if client.has_method(self.root, 'agent/session/history') then
+    client.request(self.root, 'agent/session/history', { sessionId = self.session_id, limit = page }, 'load the session history', function(r)
+      self.oldest = r.entries[1] and r.entries[1].id
+      self.has_more = r.hasMore
+      if self.has_more then
+        self.writer:append(OLDER .. '\n')
+      end
+      self:draw_entries(r.entries)
+      self.writer:flush()
+      if done then
+        done()
+      end
+    end)
+  else
+    client.request(self.root, 'agent/messages', { sessionId = self.session_id }, 'load the session history', function(r)
+      local msgs = r.messages or {}
+      local from = math.max(1, #msgs - page + 1)
+      self.older_messages = from > 1 and { unpack(msgs, 1, from - 1) } or nil
+      self.has_more = self.older_messages ~= nil
+      if self.has_more then
+        self.writer:append(OLDER .. '\n')
+      end
+      for i = from, #msgs do
+        self:draw_message(msgs[i])
+      end
+      self.writer:flush()
+      if done then
+        done()
+      end
+    end)
+  end
+end
+
+--- Draws `draw(tmp_chat)` into a detached writer and returns its lines and fold regions.
+local function render_detached(self, draw)
+  local buf = api.nvim_create_buf(false, true)
+  local tmp = setmetatable({
+    buf = buf,
+    root = self.root,
+    session_id = self.session_id,
+    tools = {},
+    writer = render.new(buf, 1000),
+  }, Chat)
+  draw(tmp)
+  tmp.writer:newline()
+  tmp.writer:flush()
+  local lines = api.nvim_buf_get_lines(buf, 0, -1, false)
+  if lines[#lines] == '' then
+    table.remove(lines)
+  end
+  local folds = tmp.writer.folds
+  local marks = api.nvim_buf_get_extmarks(buf, render.ns, 0, -1, { details = true })
+  tmp.writer:close()
+  api.nvim_buf_delete(buf, { force = true })
+  return lines, folds, marks
+end
+
+--- Loads the next older page above what is shown (not while a run streams).
+function Chat:load_older()
+  if not self.has_more or self.loading then
+    return
+  end
+  if self.running then
+    util.notify('older history loads when the run has ended')
+    return
+  end
+  local function insert(lines, folds, marks, has_more)
+    if has_more then
+      table.insert(lines, 1, OLDER)
+      for _, f in ipairs(folds) do
+        f.s = f.s + 1
+        if f.e then
+          f.e = f.e + 1
+        end
+      end
+      for _, m in ipairs(marks) do
+        m[2] = m[2] + 1
+      end
+    end
+    self.writer:prepend(lines, folds, 1)
+    for _, m in ipairs(marks) do
+      local d = m[4]
+      pcall(api.nvim_buf_set_extmark, self.buf, render.ns, m[2], m[3], {
+        virt_text = d.virt_text,
+        virt_text_pos = d.virt_text_pos,
+      })
+    end
+    self.has_more = has_more
+    self.loading = false
+  end
+  self.loading = true
+  local page = config.values.chat.history_page
+  if self.older_messages then
+    local msgs = self.older_messages
+    local from = math.max(1, #msgs - page + 1)
+    local slice = { unpack(msgs, from, #msgs) }
+    self.older_messages = from > 1 and { unpack(msgs, 1, from - 1) } or nil
+    local lines, folds, marks = render_detached(self, function(t)
+      for _, m in ipairs(slice) do
+        t:draw_message(m)
+      end
+    end)
+    insert(lines, folds, marks, self.older_messages ~= nil)
+    return
+  end
+  require('pi.client').request(
+    self.root,
+    'agent/session/history',
+    { sessionId = self.session_id, beforeEntryId = self.oldest, limit = page },
+    'load older history',
+    function(r)
+      self.oldest = r.entries[1] and r.entries[1].id or self.oldest
+      local lines, folds, marks = render_detached(self, function(t)
+        t:draw_entries(r.entries)
+      end)
+      insert(lines, folds, marks, r.hasMore)
+    end,
+    function()
+      self.loading = false
+    end
+  )
+end
+
+------------------------------------------------------------------------------------------
+-- Windows
+
+local function size(v, total)
+  if v < 1 then
+    return math.max(10, math.floor(total * v))
+  end
+  return v
+end
+
+--- The window showing the chat in the current tabpage, if any.
+function Chat:window()
+  for _, win in ipairs(api.nvim_tabpage_list_wins(0)) do
+    if api.nvim_win_get_buf(win) == self.buf then
+      return win
+    end
+  end
+end
+
+--- Opens the chat and its prompt (focus moves only when `focus`). Returns the chat window.
+function Chat:open(focus)
+  local win = self:window()
+  local cfg = config.values.chat
+  if not win then
+    local pos = cfg.position
+    local opts
+    if pos == 'tab' then
+      local cur = api.nvim_get_current_tabpage()
+      vim.cmd('tab sbuffer ' .. self.buf)
+      win = api.nvim_get_current_win()
+      if not focus then
+        api.nvim_set_current_tabpage(cur)
+      end
+    else
+      if pos == 'left' or pos == 'right' then
+        opts = { split = pos, win = -1, width = size(cfg.width, vim.o.columns) }
+      else
+        opts = { split = pos, win = -1, height = size(cfg.height, vim.o.lines) }
+      end
+      win = api.nvim_open_win(self.buf, false, opts)
+    end
+    M.setup_window(win)
+    local n = api.nvim_buf_line_count(self.buf)
+    pcall(api.nvim_win_set_cursor, win, { n, 0 })
+    require('pi.prompt').open(self, win)
+  end
+  if focus then
+    local pw = require('pi.prompt').window(self)
+    api.nvim_set_current_win(pw or win)
+  end
+  return win
+end
+
+--- Closes the chat's windows in this tabpage (the buffers stay).
+function Chat:close()
+  local pw = require('pi.prompt').window(self)
+  if pw then
+    pcall(api.nvim_win_close, pw, false)
+  end
+  local win = self:window()
+  if win and #api.nvim_tabpage_list_wins(0) > 1 then
+    pcall(api.nvim_win_close, win, false)
+  end
+end
+
+--- Toggles the chat window.
+function Chat:toggle()
+  if self:window() then
+    self:close()
+  else
+    self:open(true)
+  end
+end
+
+--- Routes one `agent/event` to its chat (a function of the module so it can be measured).
+function M.on_event(c, p)
+  c:on_event(p)
+end
+
+M.Chat = Chat
+return M

@@ -1,0 +1,88 @@
+--- Configuration of the Pi plugin: the defaults and the merge done by `require("pi").setup()`.
+--- Every key is documented in `:help pi-config`.
+local M = {}
+
+--- The defaults: the plugin works with no `setup()` call at all.
+M.defaults = {
+  --- Command starting the server (list of strings). `nil`: `pi-lsp` on `$PATH`, else the
+  --- plugin's own repository build (`<repo>/target/release/pi-lsp`).
+  cmd = nil,
+  --- Extra environment for the server process (table of strings).
+  cmd_env = nil,
+  --- Default model `"provider/id"` (initializationOptions.model); `nil`: the server chooses.
+  model = nil,
+  --- `"ask"`, `"auto-edit"` or `"approve-all"`; `nil`: settings.json, else the server default.
+  approval_policy = nil,
+  --- Whether the project's own `.pi/` configuration loads: `true`, `false`, or `"ask"` (asked
+  --- once per root when the project has such files; the answer is remembered).
+  trust = 'ask',
+  --- Files or folders marking a workspace root (searched upwards from the buffer).
+  root_markers = { '.pi', '.git' },
+  --- Delay between buffer changes and `didChange` (ms).
+  debounce_text_changes = 50,
+  chat = {
+    --- `"right"`, `"left"`, `"below"`, `"above"` or `"tab"`.
+    position = 'right',
+    --- Width of a side chat (columns, or a fraction of the editor width when < 1).
+    width = 0.4,
+    --- Height of a chat below/above (lines, or a fraction when < 1).
+    height = 0.4,
+    --- Height of the prompt window under the chat.
+    prompt_height = 6,
+    --- Milliseconds between two writes into the chat buffer while text streams (16–33).
+    flush_ms = 16,
+    --- Lines of a tool result shown (the rest is summarised in one line).
+    max_tool_lines = 60,
+    --- Entries of a session's history drawn when it opens; older ones load on demand.
+    history_page = 50,
+    --- Open the chat (without focusing it) when a prompt is sent.
+    open_on_prompt = true,
+  },
+  --- Buffer-local keymaps; `false` disables one.
+  keymaps = {
+    prompt = {
+      send = '<CR>', -- normal mode; during a run: steer
+      send_insert = '<C-s>', -- normal and insert mode
+      followup = '<M-CR>', -- normal and insert mode: queue a follow-up
+      abort = '<C-c>',
+      queue = 'gq', -- edit or remove a queued message
+    },
+    chat = {
+      abort = '<C-c>',
+      close = 'q',
+      older = 'gO', -- load older history
+      prompt = 'i', -- jump to the prompt
+    },
+    permission = {
+      allow = 'a',
+      session = 's',
+      workspace = 'w',
+      reject = 'r',
+      reject_reason = 'R',
+    },
+    hunks = {
+      next = ']h',
+      prev = '[h',
+      keep = '<leader>pk',
+      undo = '<leader>pu',
+    },
+    tree = {
+      branch = '<CR>',
+      summarize = 'S',
+      label = 'L',
+      close = 'q',
+    },
+  },
+}
+
+--- The configuration in force.
+M.values = vim.deepcopy(M.defaults)
+
+--- Merges `opts` over the defaults (tables merged key by key).
+--- @param opts table|nil
+function M.set(opts)
+  M.values = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
+  return M.values
+end
+
+return M

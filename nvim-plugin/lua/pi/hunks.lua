@@ -1,0 +1,269 @@
+--- Agent edits in the user's buffers: `workspace/applyEdit` goes through Neovim's own handler,
+--- each edit is its own undo step (`u` reverts exactly it), and the changed hunks get signs;
+--- `]h` / `[h` move between them, keep forgets one, undo puts its old text back as an
+--- ordinary (undoable) change that leaves the user's own edits alone.
+local config = require('pi.config')
+local api = vim.api
+local M = {}
+
+M.ns = vim.api.nvim_create_namespace('pi.hunks')
+
+--- bufnr -> { [extmark id] = {old = string[]} }
+M.by_buf = {}
+
+local function targets(edit)
+  local out = {}
+  if type(edit) ~= 'table' then
+    return out
+  end
+  for _, change in ipairs(edit.documentChanges or {}) do
+    if change.textDocument and change.textDocument.uri then
+      out[#out + 1] = change.textDocument.uri
+    end
+  end
+  for uri in pairs(edit.changes or {}) do
+    out[#out + 1] = uri
+  end
+  return out
+end
+
+local function loaded(uri)
+  local b = vim.fn.bufnr(vim.uri_to_fname(uri))
+  if b > 0 and api.nvim_buf_is_loaded(b) then
+    return b
+  end
+end
+
+--- Ends the buffer's current undo block, so the next change is an undo step of its own.
+local function break_undo(b)
+  api.nvim_buf_call(b, function()
+    local ul = vim.bo[b].undolevels
+    -- Setting 'undolevels' closes the current undo block (`:help undo-break`); the value is
+    -- set back unchanged, buffer-locally.
+    vim.bo[b].undolevels = ul
+  end)
+end
+
+local hunk_list
+
+--- The `workspace/applyEdit` handler: Neovim's, around a snapshot for the hunk signs.
+function M.apply(err, params, ctx)
+  local before = {}
+  for _, uri in ipairs(targets(params and params.edit)) do
+    local b = loaded(uri)
+    if b then
+      before[uri] = api.nvim_buf_get_lines(b, 0, -1, false)
+      break_undo(b)
+    end
+  end
+  -- Neovim's handler, without its `print` of the label (a message at the command line while
+  -- the user types).
+  local p = vim.deepcopy(params)
+  p.label = nil
+  local result = vim.lsp.handlers['workspace/applyEdit'](err, p, ctx)
+  for _, uri in ipairs(targets(params and params.edit)) do
+    local b = loaded(uri)
+    if b then
+      break_undo(b)
+      M.mark(b, before[uri] or {}, api.nvim_buf_get_lines(b, 0, -1, false))
+    end
+  end
+  return result
+end
+
+--- Marks the hunks between `old` and `new` lines of `b`.
+function M.mark(b, old, new)
+  local a = table.concat(old, '\n') .. '\n'
+  local c = table.concat(new, '\n') .. '\n'
+  if a == c then
+    return
+  end
+  local hunks = vim.diff(a, c, { result_type = 'indices' }) or {}
+  local store = M.by_buf[b] or {}
+  M.by_buf[b] = store
+  for _, h in ipairs(hunks) do
+    local sa, ca, sb, cb = h[1], h[2], h[3], h[4]
+    local old_lines = ca > 0 and { unpack(old, sa, sa + ca - 1) } or {}
+    local row, end_row, opts
+    if cb > 0 then
+      -- The range covers the hunk's lines, its end on the last one (inclusive), so the sign
+      -- is on exactly those lines.
+      row, end_row = sb - 1, sb - 2 + cb
+      opts = {
+        end_row = end_row,
+        end_col = #(new[sb - 1 + cb] or ''),
+        sign_text = ca > 0 and '~' or '+',
+        sign_hl_group = ca > 0 and 'DiffChange' or 'DiffAdd',
+        right_gravity = false,
+        end_right_gravity = true,
+      }
+    else
+      -- Pure deletion: the mark sits on the line after it (or the last line), the deleted
+      -- text as virtual lines above.
+      local n = api.nvim_buf_line_count(b)
+      row = math.min(sb, n - 1)
+      local vl = {}
+      for _, l in ipairs(old_lines) do
+        vl[#vl + 1] = { { '- ' .. l, 'DiffDelete' } }
+      end
+      opts = {
+        sign_text = '-',
+        sign_hl_group = 'DiffDelete',
+        virt_lines = vl,
+        virt_lines_above = sb < n,
+      }
+    end
+    local ok, id = pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, opts)
+    if ok then
+      store[id] = { old = old_lines, deletion = cb == 0, sign = opts.sign_text, sign_hl = opts.sign_hl_group }
+    end
+  end
+  require('pi.keymaps').hunks(b)
+  M.watch(b)
+end
+
+--- Hides the sign of a hunk whose text is back to what it was (undone with `u` or by hand)
+--- and shows it again when the agent's text comes back (redo).
+function M.watch(b)
+  if vim.b[b].pi_hunk_watch then
+    return
+  end
+  vim.b[b].pi_hunk_watch = true
+  api.nvim_create_autocmd({ 'TextChanged', 'InsertLeave' }, {
+    buffer = b,
+    callback = function()
+      local store = M.by_buf[b]
+      if not store or next(store) == nil then
+        return
+      end
+      for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
+        local id, row, d = m[1], m[2], m[4]
+        local info = store[id]
+        if info and not info.deletion then
+          local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
+          local reverted = vim.deep_equal(now, info.old)
+          if reverted ~= (info.hidden == true) then
+            info.hidden = reverted
+            pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
+              id = id,
+              end_row = d.end_row,
+              end_col = d.end_col,
+              sign_text = not reverted and info.sign or nil,
+              sign_hl_group = not reverted and info.sign_hl or nil,
+              right_gravity = false,
+              end_right_gravity = true,
+            })
+          end
+        end
+      end
+    end,
+  })
+end
+
+function hunk_list(b)
+  local marks = api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })
+  local out = {}
+  local store = M.by_buf[b] or {}
+  for _, m in ipairs(marks) do
+    local id, row, d = m[1], m[2], m[4]
+    if store[id] and not d.invalid and not store[id].hidden then
+      local end_row = store[id].deletion and row or ((d.end_row or row) + 1)
+      out[#out + 1] = { id = id, row = row, end_row = end_row, info = store[id] }
+    end
+  end
+  table.sort(out, function(x, y)
+    return x.row < y.row
+  end)
+  return out
+end
+
+--- The agent hunks of `b`: `{id, row, end_row, info}` sorted by row (0-based, end exclusive).
+M.list = hunk_list
+
+--- Moves the cursor to the next (`dir` 1) or previous (-1) agent hunk.
+function M.jump(dir)
+  local b = api.nvim_get_current_buf()
+  local row = api.nvim_win_get_cursor(0)[1] - 1
+  local list = hunk_list(b)
+  local target
+  if dir > 0 then
+    for _, h in ipairs(list) do
+      if h.row > row then
+        target = h
+        break
+      end
+    end
+  else
+    for i = #list, 1, -1 do
+      if list[i].row < row then
+        target = list[i]
+        break
+      end
+    end
+  end
+  if target then
+    vim.cmd("normal! m'")
+    api.nvim_win_set_cursor(0, { target.row + 1, 0 })
+  end
+end
+
+local function at_cursor(b)
+  local row = api.nvim_win_get_cursor(0)[1] - 1
+  for _, h in ipairs(hunk_list(b)) do
+    local last = math.max(h.row, h.end_row - 1)
+    if row >= h.row and row <= last then
+      return h
+    end
+  end
+end
+
+--- Keeps the agent hunk under the cursor (forgets its mark).
+function M.keep()
+  local b = api.nvim_get_current_buf()
+  local h = at_cursor(b)
+  if not h then
+    return require('pi.util').notify('no agent change under the cursor')
+  end
+  api.nvim_buf_del_extmark(b, M.ns, h.id)
+  M.by_buf[b][h.id] = nil
+end
+
+--- Undoes the agent hunk under the cursor: its old text back, as one ordinary change.
+function M.undo()
+  local b = api.nvim_get_current_buf()
+  local h = at_cursor(b)
+  if not h then
+    return require('pi.util').notify('no agent change under the cursor')
+  end
+  local old = h.info.old
+  api.nvim_buf_del_extmark(b, M.ns, h.id)
+  M.by_buf[b][h.id] = nil
+  if h.info.deletion then
+    local row = h.row
+    local n = api.nvim_buf_line_count(b)
+    if row >= n - 1 and not (n == 1) then
+      api.nvim_buf_set_lines(b, n, n, false, old)
+    else
+      api.nvim_buf_set_lines(b, row, row, false, old)
+    end
+  else
+    api.nvim_buf_set_lines(b, h.row, h.end_row, false, old)
+  end
+end
+
+--- Every buffer's agent hunks as quickfix items.
+function M.qflist()
+  local items = {}
+  for b in pairs(M.by_buf) do
+    if api.nvim_buf_is_valid(b) then
+      for _, h in ipairs(hunk_list(b)) do
+        local first = api.nvim_buf_get_lines(b, h.row, h.row + 1, false)[1] or ''
+        items[#items + 1] = { bufnr = b, lnum = h.row + 1, text = (h.info.deletion and 'deleted: ' or 'agent: ') .. first }
+      end
+    end
+  end
+  return items
+end
+
+local _ = config
+return M

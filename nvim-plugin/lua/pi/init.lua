@@ -1,0 +1,436 @@
+--- Pi inside Neovim: the pi-lsp coding agent through Neovim's own LSP client.
+--- `require("pi").setup(opts)` is optional (see `:help pi-config`); `:Pi` drives everything.
+local config = require('pi.config')
+local util = require('pi.util')
+
+local api = vim.api
+local M = {}
+
+--- Sets the configuration (merged over the defaults). Calling it is optional.
+--- @param opts table|nil
+function M.setup(opts)
+  config.set(opts)
+  M.did_setup = true
+end
+
+--- The statusline segment `model · ctx% · $cost · state`.
+function M.statusline()
+  local ok, text = pcall(require('pi.status').line)
+  return ok and text or ''
+end
+
+--- Records a session state (agent/state, session/new|open) as the root's current session.
+function M.use_state(st, state)
+  if type(state) ~= 'table' or not state.sessionId then
+    return
+  end
+  st.session_id = state.sessionId
+  st.state = state
+  if type(state.model) == 'table' then
+    st.status.model = tostring(state.model.provider) .. '/' .. tostring(state.model.id)
+  end
+  require('pi.status').changed()
+end
+
+--- Calls `fn(chat)` with the current workspace's chat, starting the server and creating a
+--- session when needed.
+function M.with_chat(fn, buf)
+  local client = require('pi.client')
+  local root = client.root_of(buf or 0)
+  client.ensure(root, function(st)
+    local chats = require('pi.chat')
+    local c = chats.current(st)
+    if c then
+      return fn(c)
+    end
+    client.request(st, 'agent/session/new', {}, 'start a session', function(state)
+      M.use_state(st, state)
+      fn(chats.get(st, state.sessionId))
+    end)
+  end)
+end
+
+--- Sends `text` as a prompt of `chat` (a steer when a run is active).
+function M.prompt_chat(chat, text)
+  if chat.running then
+    return M.queue(chat, 'steer', text)
+  end
+  if config.values.chat.open_on_prompt then
+    chat:open(false)
+  end
+  chat.last_prompt = text
+  chat.streamed = false
+  chat:set_state('sending')
+  require('pi.client').request(chat.root, 'agent/prompt', { sessionId = chat.session_id, text = text }, 'send the prompt', function(r)
+    if r and r.command then
+      chat:set_state('idle')
+    end
+  end, function(err)
+    chat:set_state('idle')
+    util.notify(util.error_text('send the prompt', err), vim.log.levels.ERROR)
+    require('pi.prompt').set_text(chat, text)
+    return true
+  end)
+end
+
+--- Queues a steering message or a follow-up (`kind` "steer" / "followUp").
+function M.queue(chat, kind, text)
+  local method = kind == 'followUp' and 'agent/followUp' or 'agent/steer'
+  require('pi.client').request(chat.root, method, { sessionId = chat.session_id, text = text }, kind == 'followUp' and 'queue the follow-up' or 'steer', nil, function(err)
+    util.notify(util.error_text(kind == 'followUp' and 'queue the follow-up' or 'steer', err), vim.log.levels.ERROR)
+    require('pi.prompt').set_text(chat, text)
+    return true
+  end)
+end
+
+--- Aborts the chat's run: "stopping" at once, then the server's report in the chat; the
+--- prompt text comes back when nothing streamed yet.
+function M.abort(chat)
+  if not chat.running and chat.state ~= 'sending' then
+    util.notify('nothing is running')
+    return
+  end
+  chat.aborting = true
+  chat:set_state('stopping')
+  chat.writer:blank()
+  chat.writer:append('■ stopping…\n')
+  chat.writer:flush()
+  require('pi.client').request(chat.root, 'agent/abort', { sessionId = chat.session_id }, 'abort the run', function(r)
+    chat:abort_report(r or {})
+    chat:set_state('idle')
+    if not chat.streamed and chat.last_prompt and vim.trim(require('pi.prompt').text(chat)) == '' then
+      require('pi.prompt').set_text(chat, chat.last_prompt)
+    end
+  end)
+end
+
+------------------------------------------------------------------------------------------
+-- :Pi
+
+local function selection(o)
+  if not o or o.range == 0 then
+    return ''
+  end
+  local buf = api.nvim_get_current_buf()
+  local lines = api.nvim_buf_get_lines(buf, o.line1 - 1, o.line2, false)
+  local name = api.nvim_buf_get_name(buf)
+  local rel = name ~= '' and vim.fn.fnamemodify(name, ':.') or '[No Name]'
+  local ft = vim.bo[buf].filetype
+  local text = table.concat(lines, '\n')
+  local fence = '```'
+  while text:find(fence, 1, true) do
+    fence = fence .. '`'
+  end
+  return ('\n\n`%s` lines %d-%d:\n%s%s\n%s\n%s'):format(rel, o.line1, o.line2, fence, ft, text, fence)
+end
+
+local function chat_cmd(fn)
+  return function(args, o)
+    M.with_chat(function(chat)
+      fn(chat, args, o)
+    end)
+  end
+end
+
+local subcommands = {}
+
+subcommands.prompt = chat_cmd(function(chat, args, o)
+  local text = args .. selection(o)
+  if vim.trim(text) == '' then
+    chat:open(true)
+    return
+  end
+  M.prompt_chat(chat, text)
+end)
+
+subcommands.steer = chat_cmd(function(chat, args, o)
+  M.queue(chat, 'steer', args .. selection(o))
+end)
+
+subcommands.followup = chat_cmd(function(chat, args, o)
+  M.queue(chat, 'followUp', args .. selection(o))
+end)
+
+subcommands.abort = function()
+  local client = require('pi.client')
+  local st = client.roots[client.root_of(0)]
+  local chat = st and require('pi.chat').current(st)
+  if not chat then
+    return util.notify('nothing is running')
+  end
+  M.abort(chat)
+end
+
+subcommands.new = function()
+  local client = require('pi.client')
+  client.ensure(client.root_of(0), function(st)
+    client.request(st, 'agent/session/new', {}, 'start a session', function(state)
+      local old = require('pi.chat').current(st)
+      local win_was = old and old:window()
+      M.use_state(st, state)
+      local c = require('pi.chat').get(st, state.sessionId)
+      if win_was then
+        old:close()
+      end
+      c:open(true)
+    end)
+  end)
+end
+
+subcommands.sessions = function()
+  local client = require('pi.client')
+  client.ensure(client.root_of(0), function(st)
+    require('pi.sessions').pick(st)
+  end)
+end
+
+subcommands.tree = chat_cmd(function(chat)
+  require('pi.sessions').tree(chat)
+end)
+
+subcommands.fork = chat_cmd(function(chat)
+  require('pi.sessions').fork(chat)
+end)
+
+subcommands.label = chat_cmd(function(chat, args)
+  require('pi.sessions').label(chat, args)
+end)
+
+subcommands.compact = chat_cmd(function(chat, args)
+  local params = { sessionId = chat.session_id }
+  if args ~= '' then
+    params.instructions = args
+  end
+  util.notify('compacting the context…')
+  require('pi.client').request(chat.root, 'agent/compact', params, 'compact the context', function(r)
+    util.notify(('compacted (%s tokens before)'):format(tostring(r and r.tokensBefore)))
+  end)
+end)
+
+subcommands.model = chat_cmd(function(chat)
+  local client = require('pi.client')
+  client.request(chat.root, 'agent/model/list', {}, 'list the models', function(r)
+    vim.ui.select(r.models or {}, {
+      prompt = 'Pi model',
+      format_item = function(m)
+        local cost = m.cost and ('$%s/$%s per Mtok'):format(m.cost.input or 0, m.cost.output or 0) or ''
+        return ('%s/%s  %s  %s ctx  %s'):format(m.provider, m.id, m.name or '', tostring(m.contextWindow or '?'), cost)
+      end,
+    }, function(m)
+      if not m then
+        return
+      end
+      client.request(chat.root, 'agent/model/set', { sessionId = chat.session_id, model = m.provider .. '/' .. m.id }, 'switch the model', function(res)
+        chat.root.status.model = m.provider .. '/' .. m.id
+        require('pi.status').changed()
+        util.notify(('model: %s/%s (thinking %s)'):format(m.provider, m.id, tostring(res and res.thinkingLevel)))
+      end)
+    end)
+  end)
+end)
+
+subcommands.thinking = chat_cmd(function(chat)
+  local client = require('pi.client')
+  client.request(chat.root, 'agent/state', { sessionId = chat.session_id }, 'read the session state', function(s)
+    local levels = vim.tbl_get(s, 'model', 'thinkingLevels')
+    if type(levels) ~= 'table' or #levels == 0 then
+      levels = { 'off', 'minimal', 'low', 'medium', 'high', 'xhigh' }
+    end
+    vim.ui.select(levels, { prompt = 'Thinking level (now ' .. tostring(s.thinkingLevel) .. ')' }, function(level)
+      if not level then
+        return
+      end
+      client.request(chat.root, 'agent/thinking/set', { sessionId = chat.session_id, level = level }, 'set the thinking level', function(r)
+        util.notify('thinking: ' .. tostring(r and r.level))
+      end)
+    end)
+  end)
+end)
+
+subcommands.stats = chat_cmd(function(chat)
+  require('pi.client').request(chat.root, 'agent/session/stats', { sessionId = chat.session_id }, 'read the session stats', function(s)
+    local t = s.tokens or {}
+    local lines = {
+      ('messages: %d (%d user, %d assistant), tool calls: %d'):format(s.totalMessages or 0, s.userMessages or 0, s.assistantMessages or 0, s.toolCalls or 0),
+      ('tokens: %d in, %d out, %d cache read, %d cache write'):format(t.input or 0, t.output or 0, t.cacheRead or 0, t.cacheWrite or 0),
+      ('cost: $%.4f'):format(type(s.cost) == 'number' and s.cost or 0),
+    }
+    if s.contextUsage then
+      lines[#lines + 1] = ('context: %s / %s tokens (%s%%)'):format(tostring(s.contextUsage.tokens), tostring(s.contextUsage.contextWindow), tostring(s.contextUsage.percent))
+    end
+    lines[#lines + 1] = 'file: ' .. tostring(s.sessionFile)
+    util.notify('session stats\n' .. table.concat(lines, '\n'))
+  end)
+end)
+
+subcommands.export = chat_cmd(function(chat, args)
+  local function run(format, path)
+    local params = { sessionId = chat.session_id, format = format }
+    if path and path ~= '' then
+      params.outputPath = path
+    end
+    require('pi.client').request(chat.root, 'agent/session/export', params, 'export the session', function(r)
+      if r.path then
+        util.notify('exported to ' .. r.path)
+      else
+        local buf = api.nvim_create_buf(true, true)
+        api.nvim_buf_set_lines(buf, 0, -1, false, vim.split(r.content or '', '\n', { plain = true }))
+        vim.bo[buf].filetype = format == 'html' and 'html' or 'markdown'
+        api.nvim_open_win(buf, true, { split = 'below', win = -1 })
+      end
+    end)
+  end
+  if args ~= '' then
+    local format = args:match('%.html?$') and 'html' or 'markdown'
+    return run(format, args)
+  end
+  vim.ui.select({ 'markdown', 'html' }, { prompt = 'Export format' }, function(format)
+    if not format then
+      return
+    end
+    vim.ui.input({ prompt = 'Write to (empty: show in a buffer): ', default = 'session.' .. (format == 'html' and 'html' or 'md') }, function(path)
+      if path == nil then
+        return
+      end
+      run(format, path)
+    end)
+  end)
+end)
+
+subcommands.chat = function(args)
+  M.with_chat(function(chat)
+    if args == 'older' then
+      return chat:load_older()
+    end
+    chat:toggle()
+  end)
+end
+
+subcommands.changes = function()
+  local client = require('pi.client')
+  local st = client.roots[client.root_of(0)]
+  local chat = st and require('pi.chat').current(st)
+  local function local_list()
+    local items = require('pi.hunks').qflist()
+    if #items == 0 then
+      return util.notify('no agent changes are marked')
+    end
+    vim.fn.setqflist({}, ' ', { title = 'Pi: agent changes', items = items })
+    vim.cmd('botright copen')
+  end
+  if not (chat and client.has_method(st, 'agent/session/changes')) then
+    return local_list()
+  end
+  -- The session's own record: every edit the agent applied on the active branch.
+  client.request(st, 'agent/session/changes', { sessionId = chat.session_id }, 'list the session changes', function(r)
+    local items = {}
+    for _, ch in ipairs(r.changes or {}) do
+      local lnum = tonumber(type(ch.diff) == 'string' and ch.diff:match('@@ %-%d+,?%d* %+(%d+)') or '') or 1
+      local path = ch.path
+      if path and not path:match('^/') then
+        path = st.root .. '/' .. path
+      end
+      items[#items + 1] = { filename = path, lnum = lnum, text = ch.toolName .. ' (' .. tostring(ch.toolCallId) .. ')' }
+    end
+    if #items == 0 then
+      return util.notify('the agent changed no file in this session')
+    end
+    vim.fn.setqflist({}, ' ', { title = 'Pi: session changes', items = items })
+    vim.cmd('botright copen')
+  end)
+end
+
+subcommands.rewind = chat_cmd(function(chat, args)
+  local client = require('pi.client')
+  if not client.has_method(chat.root, 'agent/session/rewind') then
+    return util.notify('this pi-lsp cannot rewind yet (update it: :Pi build)', vim.log.levels.WARN)
+  end
+  local function rewind(entry_id, what)
+    client.request(chat.root, 'agent/session/rewind', { sessionId = chat.session_id, entryId = entry_id }, what, function(r)
+      chat.rewind_back = r.previousLeafId
+      local counts = {}
+      for _, f in ipairs(r.files or {}) do
+        counts[f.status] = (counts[f.status] or 0) + 1
+        if f.status == 'refused' then
+          util.notify(('%s kept: %s'):format(tostring(f.path), tostring(f.reason or 'changed since')), vim.log.levels.WARN)
+        end
+      end
+      chat:load_history()
+      local parts = {}
+      for k, n in pairs(counts) do
+        parts[#parts + 1] = n .. ' ' .. k
+      end
+      util.notify(('rewound (%s); :Pi rewind undo goes back'):format(#parts > 0 and table.concat(parts, ', ') or 'no file changes'))
+    end)
+  end
+  if args == 'undo' then
+    if not chat.rewind_back then
+      return util.notify('no rewind to undo')
+    end
+    return rewind(chat.rewind_back, 'undo the rewind')
+  end
+  client.request(chat.root, 'agent/session/forkMessages', { sessionId = chat.session_id }, 'list the messages', function(r)
+    vim.ui.select(r.messages or {}, {
+      prompt = 'Rewind to before',
+      format_item = function(m)
+        return (tostring(m.text):gsub('\n.*', ' …'))
+      end,
+    }, function(m)
+      if m then
+        rewind(m.entryId, 'rewind the session')
+      end
+    end)
+  end)
+end)
+
+subcommands.build = function()
+  require('pi.client').build()
+end
+
+--- The subcommand names (for completion and `:help pi-commands`).
+M.subcommand_names = { 'abort', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'label', 'model', 'new', 'prompt', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+
+--- `:Pi [subcommand] [text]`.
+function M.command(o)
+  local args = o.args or ''
+  local name, rest = args:match('^(%S+)%s*(.*)$')
+  local fn = name and subcommands[name]
+  if fn then
+    return fn(rest or '', o)
+  end
+  return subcommands.prompt(args, o)
+end
+
+--- Completion of `:Pi`.
+function M.complete(arg_lead, cmdline)
+  local before = cmdline:gsub('^%s*%S+%s*', '', 1)
+  if not before:find('%s') then
+    local out = {}
+    for _, n in ipairs(M.subcommand_names) do
+      if n:sub(1, #arg_lead) == arg_lead then
+        out[#out + 1] = n
+      end
+    end
+    if arg_lead:sub(1, 1) == '/' then
+      local client = require('pi.client')
+      local st = client.roots[client.root_of(0)]
+      local chat = st and require('pi.chat').current(st)
+      for _, c in ipairs(chat and chat.commands or {}) do
+        local w = '/' .. c.name
+        if w:sub(1, #arg_lead) == arg_lead then
+          out[#out + 1] = w
+        end
+      end
+    end
+    return out
+  end
+  if before:match('^chat%s') then
+    return { 'older' }
+  end
+  if before:match('^rewind%s') then
+    return { 'undo' }
+  end
+  return {}
+end
+
+return M

@@ -1,0 +1,125 @@
+--- Buffer-local keymaps (all configurable under `setup({keymaps = ...})`, `false` disables
+--- one). No global mapping is ever made.
+local config = require('pi.config')
+local api = vim.api
+local M = {}
+
+local function map(buf, modes, lhs, rhs, desc, opts)
+  if not lhs or lhs == false or lhs == '' then
+    return
+  end
+  local o = vim.tbl_extend('force', { buffer = buf, silent = true, nowait = true, desc = 'Pi: ' .. desc }, opts or {})
+  vim.keymap.set(modes, lhs, rhs, o)
+end
+
+--- The chat buffer's keymaps.
+function M.chat(chat)
+  local km = config.values.keymaps.chat or {}
+  local buf = chat.buf
+  map(buf, 'n', km.abort, function()
+    require('pi').abort(chat)
+  end, 'abort the run')
+  map(buf, 'n', km.close, function()
+    chat:close()
+  end, 'close the chat')
+  map(buf, 'n', km.older, function()
+    chat:load_older()
+  end, 'load older history')
+  map(buf, 'n', km.prompt, function()
+    local pw = require('pi.prompt').window(chat)
+    if pw then
+      api.nvim_set_current_win(pw)
+      vim.cmd('startinsert!')
+    end
+  end, 'go to the prompt')
+  -- Mnemonic permission keys: answer only with the cursor on an open question; elsewhere the
+  -- key does what it always does.
+  local pk = config.values.keymaps.permission or {}
+  for _, key in ipairs({ 'allow', 'session', 'workspace', 'reject', 'reject_reason' }) do
+    local lhs = pk[key]
+    if lhs then
+      map(buf, 'n', lhs, function()
+        local perm = require('pi.permission')
+        local row = api.nvim_win_get_cursor(0)[1] - 1
+        if perm.at_row(chat, row) then
+          vim.schedule(function()
+            perm.answer_key(chat, key)
+          end)
+          return ''
+        end
+        return lhs
+      end, 'answer the permission question (' .. key .. ')', { expr = true, replace_keycodes = true, remap = false })
+    end
+  end
+end
+
+--- Digits answer the chat's oldest open question from anywhere in the chat while one is
+--- open; without one they are counts again.
+function M.permission_changed(chat)
+  local perm = require('pi.permission')
+  local q = perm.first(chat)
+  local buf = chat.buf
+  if not api.nvim_buf_is_valid(buf) then
+    return
+  end
+  for i = 1, 9 do
+    pcall(vim.keymap.del, 'n', tostring(i), { buffer = buf })
+  end
+  if q then
+    for i = 1, #q.choices do
+      map(buf, 'n', tostring(i), function()
+        perm.answer(q, i)
+      end, 'answer: ' .. q.choices[i].label)
+    end
+  end
+end
+
+--- The prompt buffer's keymaps.
+function M.prompt(chat, buf)
+  local km = config.values.keymaps.prompt or {}
+  local prompt = require('pi.prompt')
+  map(buf, 'n', km.send, function()
+    prompt.send(chat, 'auto')
+  end, 'send (steer during a run)')
+  map(buf, { 'n', 'i' }, km.send_insert, function()
+    prompt.send(chat, 'auto')
+  end, 'send (steer during a run)')
+  map(buf, { 'n', 'i' }, km.followup, function()
+    prompt.send(chat, 'followUp')
+  end, 'queue a follow-up')
+  map(buf, { 'n', 'i' }, km.abort, function()
+    require('pi').abort(chat)
+  end, 'abort the run')
+  map(buf, 'n', km.queue, function()
+    prompt.edit_queue(chat)
+  end, 'edit or remove a queued message')
+end
+
+--- Hunk keymaps of a buffer the agent edited (made once per buffer).
+function M.hunks(buf)
+  if vim.b[buf].pi_hunk_maps then
+    return
+  end
+  vim.b[buf].pi_hunk_maps = true
+  local km = config.values.keymaps.hunks or {}
+  local hunks = require('pi.hunks')
+  map(buf, 'n', km.next, function()
+    hunks.jump(1)
+  end, 'next agent change')
+  map(buf, 'n', km.prev, function()
+    hunks.jump(-1)
+  end, 'previous agent change')
+  map(buf, 'n', km.keep, hunks.keep, 'keep the agent change')
+  map(buf, 'n', km.undo, hunks.undo, 'undo the agent change')
+end
+
+--- The session tree buffer's keymaps.
+function M.tree(buf, actions)
+  local km = config.values.keymaps.tree or {}
+  map(buf, 'n', km.branch, actions.branch, 'branch here')
+  map(buf, 'n', km.summarize, actions.summarize, 'branch here with a summary')
+  map(buf, 'n', km.label, actions.label, 'label this entry')
+  map(buf, 'n', km.close, actions.close, 'close the tree')
+end
+
+return M

@@ -1,0 +1,214 @@
+--- The prompt buffer under a chat: multi-line markdown; `<CR>` (normal) or `<C-s>` sends,
+--- during a run send is a steer and `<M-CR>` a follow-up; `<C-c>` aborts. Queued messages
+--- are shown above the text (virtual lines) with their `agent/queueUpdate` state; `/`
+--- completes from `agent/commands` and `@` workspace paths (`completefunc` / `omnifunc`).
+local config = require('pi.config')
+local util = require('pi.util')
+local api = vim.api
+local M = {}
+
+local ns = api.nvim_create_namespace('pi.prompt')
+
+local function ensure_buf(chat)
+  if chat.prompt_buf and api.nvim_buf_is_valid(chat.prompt_buf) then
+    return chat.prompt_buf
+  end
+  local buf = api.nvim_create_buf(false, true)
+  api.nvim_buf_set_name(buf, 'pi://prompt/' .. chat.session_id)
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].bufhidden = 'hide'
+  vim.bo[buf].swapfile = false
+  vim.bo[buf].filetype = 'pi-prompt'
+  vim.bo[buf].syntax = 'markdown'
+  vim.bo[buf].completefunc = "v:lua.require'pi.prompt'.complete"
+  vim.bo[buf].omnifunc = "v:lua.require'pi.prompt'.complete"
+  vim.b[buf].pi_session = chat.session_id
+  vim.b[buf].pi_root = chat.root.root
+  chat.prompt_buf = buf
+  require('pi.keymaps').prompt(chat, buf)
+  M.show_queue(chat)
+  M.load_commands(chat)
+  return buf
+end
+
+M.ensure_buf = ensure_buf
+
+--- The prompt's window in this tabpage, if shown.
+function M.window(chat)
+  if not chat.prompt_buf then
+    return nil
+  end
+  for _, win in ipairs(api.nvim_tabpage_list_wins(0)) do
+    if api.nvim_win_get_buf(win) == chat.prompt_buf then
+      return win
+    end
+  end
+end
+
+--- Opens the prompt under the chat window `chat_win` (focus unchanged).
+function M.open(chat, chat_win)
+  local buf = ensure_buf(chat)
+  if M.window(chat) then
+    return
+  end
+  local win = api.nvim_open_win(buf, false, { split = 'below', win = chat_win, height = config.values.chat.prompt_height })
+  local function set(name, value)
+    api.nvim_set_option_value(name, value, { scope = 'local', win = win })
+  end
+  set('winfixheight', true)
+  if vim.fn.exists('+winfixbuf') == 1 then
+    set('winfixbuf', true)
+  end
+  set('number', false)
+  set('relativenumber', false)
+  set('signcolumn', 'no')
+  set('wrap', true)
+  set('statusline', '%#Title# Pi prompt %* <CR> send · <M-CR> follow-up · <C-c> stop%<')
+end
+
+--- The prompt's text.
+function M.text(chat)
+  local buf = ensure_buf(chat)
+  return table.concat(api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+end
+
+--- Puts `text` into the prompt (fork, branch, restore after an abort).
+function M.set_text(chat, text)
+  local buf = ensure_buf(chat)
+  api.nvim_buf_set_lines(buf, 0, -1, false, vim.split(text or '', '\n', { plain = true }))
+end
+
+--- Sends the prompt: a prompt when idle; during a run a steer (`how` "auto"/"steer") or a
+--- follow-up ("followUp").
+function M.send(chat, how)
+  local text = vim.trim(M.text(chat))
+  if text == '' then
+    return
+  end
+  M.set_text(chat, '')
+  local pi = require('pi')
+  if chat.running then
+    pi.queue(chat, how == 'followUp' and 'followUp' or 'steer', text)
+  elseif how == 'followUp' then
+    pi.queue(chat, 'followUp', text)
+  else
+    pi.prompt_chat(chat, text)
+  end
+end
+
+--- Shows the queued messages above the prompt's first line.
+function M.show_queue(chat)
+  local buf = chat.prompt_buf
+  if not buf or not api.nvim_buf_is_valid(buf) then
+    return
+  end
+  api.nvim_buf_clear_namespace(buf, ns, 0, -1)
+  local items = chat:queued()
+  if #items == 0 then
+    return
+  end
+  local vl = {}
+  for _, q in ipairs(items) do
+    local text = tostring(q.text):gsub('\n.*', ' …')
+    vl[#vl + 1] = { { ('  ⧗ %s (%s): '):format(q.delivery, q.state), 'Comment' }, { text, 'Normal' } }
+  end
+  api.nvim_buf_set_extmark(buf, ns, 0, 0, { virt_lines = vl, virt_lines_above = true })
+  local win = M.window(chat)
+  if win then
+    pcall(api.nvim_win_call, win, function()
+      vim.fn.winrestview({ topfill = #vl })
+    end)
+  end
+end
+
+--- Lets the user remove or edit one queued message (or clear all).
+function M.edit_queue(chat)
+  local items = chat:queued()
+  if #items == 0 then
+    return util.notify('nothing is queued')
+  end
+  local client = require('pi.client')
+  vim.ui.select(items, {
+    prompt = 'Queued message',
+    format_item = function(q)
+      return ('%s (%s): %s'):format(q.delivery, q.state, q.text)
+    end,
+  }, function(q)
+    if not q then
+      return
+    end
+    vim.ui.select({ 'Remove', 'Edit', 'Clear all' }, { prompt = 'Queued: ' .. q.text }, function(action)
+      if action == 'Remove' then
+        client.request(chat.root, 'agent/queue/remove', { sessionId = chat.session_id, queueId = q.queueId }, 'remove the queued message')
+      elseif action == 'Edit' then
+        vim.ui.input({ prompt = 'Text: ', default = q.text }, function(text)
+          if text and text ~= '' then
+            client.request(chat.root, 'agent/queue/edit', { sessionId = chat.session_id, queueId = q.queueId, text = text }, 'edit the queued message')
+          end
+        end)
+      elseif action == 'Clear all' then
+        client.request(chat.root, 'agent/queue/clear', { sessionId = chat.session_id }, 'clear the queue', function(r)
+          local texts = {}
+          for _, d in ipairs(r.dropped or {}) do
+            texts[#texts + 1] = d.text
+          end
+          if #texts > 0 then
+            M.set_text(chat, table.concat(texts, '\n\n'))
+          end
+        end)
+      end
+    end)
+  end)
+end
+
+--- Fetches the `/` commands of the session (prompt templates, skills, extension commands).
+function M.load_commands(chat)
+  local client = require('pi.client')
+  chat.commands = chat.commands or {}
+  client.request(chat.root, 'agent/commands', { sessionId = chat.session_id }, 'list the / commands', function(r)
+    chat.commands = r.commands or {}
+    client.request(chat.root, 'agent/extension/commands', { sessionId = chat.session_id }, 'list the extension commands', function(e)
+      vim.list_extend(chat.commands, e.commands or {})
+    end, function()
+      return true
+    end)
+  end, function()
+    return true
+  end)
+end
+
+--- `completefunc` / `omnifunc` of the prompt: `/name` from `agent/commands`, `@path` from the
+--- workspace's files and folders.
+function M.complete(findstart, base)
+  local line = api.nvim_get_current_line()
+  local col = api.nvim_win_get_cursor(0)[2]
+  if findstart == 1 then
+    local before = line:sub(1, col)
+    local s = before:find('@[^%s]*$') or before:find('/[%w:_%-%.]*$')
+    return s and (s - 1) or -3
+  end
+  local chat = require('pi.chat').chats[vim.b.pi_session or '']
+  local out = {}
+  if base:sub(1, 1) == '@' then
+    local root = vim.b.pi_root or vim.fn.getcwd()
+    local prefix = base:sub(2)
+    local found = vim.fn.globpath(root, prefix .. '*', false, true)
+    for _, path in ipairs(found) do
+      local rel = path:sub(#root + 2)
+      if vim.fn.isdirectory(path) == 1 then
+        rel = rel .. '/'
+      end
+      out[#out + 1] = { word = '@' .. rel, menu = 'file' }
+    end
+    return out
+  end
+  for _, c in ipairs(chat and chat.commands or {}) do
+    local word = '/' .. c.name
+    if word:sub(1, #base) == base then
+      out[#out + 1] = { word = word, menu = c.source, info = c.description or '', abbr = word .. (c.argumentHint and (' ' .. c.argumentHint) or '') }
+    end
+  end
+  return out
+end
+
+return M

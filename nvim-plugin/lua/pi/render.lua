@@ -1,0 +1,273 @@
+--- The chat buffer's writer: every write is an append at the tail of the buffer, coalesced
+--- to at most one `nvim_buf_set_text` per `flush_ms` (16–33 ms) while text streams; older
+--- history is the only thing ever inserted above (and never while a run streams).
+---
+--- Structure without rewriting text: fold regions (thinking, tool results) are kept as row
+--- ranges read by `foldexpr`; statuses are extmarks (virtual text over real-text headers, so
+--- yank works). Windows whose cursor is on the last line stay pinned to the end; any other
+--- window keeps its view (nothing above the tail moves).
+local M = {}
+
+M.ns = vim.api.nvim_create_namespace('pi.chat')
+
+local api = vim.api
+local uv = vim.uv or vim.loop
+
+local writers = {} -- bufnr -> writer
+
+local W = {}
+W.__index = W
+
+--- A writer for `buf` (an empty scratch buffer the plugin owns).
+--- @param buf integer
+--- @param flush_ms integer
+function M.new(buf, flush_ms)
+  local w = setmetatable({
+    buf = buf,
+    flush_ms = math.max(1, flush_ms or 16),
+    pending = {}, -- strings, or ops {op = 'fold_start'|'fold_end'|'mark', fn?}
+    tail2 = '\n\n', -- last two characters written (the empty buffer counts as after a blank line)
+    folds = {}, -- {s = row0, e = row0|nil}, in order, not overlapping
+    timer = nil,
+    writes = 0,
+  }, W)
+  writers[buf] = w
+  api.nvim_create_autocmd('BufWipeout', {
+    buffer = buf,
+    once = true,
+    callback = function()
+      w:close()
+    end,
+  })
+  return w
+end
+
+--- The writer of `buf`, if any.
+function M.get(buf)
+  return writers[buf]
+end
+
+function W:close()
+  if self.timer then
+    self.timer:stop()
+    self.timer:close()
+    self.timer = nil
+  end
+  writers[self.buf] = nil
+end
+
+local function track(self, text)
+  if text == '' then
+    return
+  end
+  if #text >= 2 then
+    self.tail2 = text:sub(-2)
+  else
+    self.tail2 = self.tail2:sub(-1) .. text
+  end
+end
+
+function W:schedule()
+  if self.scheduled then
+    return
+  end
+  self.scheduled = true
+  if not self.timer then
+    self.timer = uv.new_timer()
+  end
+  self.timer:start(
+    self.flush_ms,
+    0,
+    vim.schedule_wrap(function()
+      self.scheduled = false
+      self:flush()
+    end)
+  )
+end
+
+--- Appends `text` (may hold newlines) at the tail.
+function W:append(text)
+  if text == nil or text == '' then
+    return
+  end
+  self.pending[#self.pending + 1] = text
+  track(self, text)
+  self:schedule()
+end
+
+--- Ends the current line if it has text.
+function W:newline()
+  if self.tail2:sub(-1) ~= '\n' then
+    self:append('\n')
+  end
+end
+
+--- Ensures a blank line before what comes next (a new block).
+function W:blank()
+  self:newline()
+  if self.tail2 ~= '\n\n' then
+    self:append('\n')
+  end
+end
+
+--- Starts a fold region at the line the next text lands on.
+function W:fold_start()
+  self.pending[#self.pending + 1] = { op = 'fold_start' }
+end
+
+--- Ends the open fold region at the last line written so far (call after `newline()`).
+function W:fold_end()
+  self.pending[#self.pending + 1] = { op = 'fold_end' }
+end
+
+--- Calls `fn(row)` once the text so far is in the buffer, `row` (0-based) being the line the
+--- next text lands on; used to put extmarks on headers.
+function W:mark(fn)
+  self.pending[#self.pending + 1] = { op = 'mark', fn = fn }
+  self:schedule()
+end
+
+local function pinned_windows(buf, line_count)
+  local pinned = {}
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    local ok, cur = pcall(api.nvim_win_get_cursor, win)
+    if ok and cur[1] >= line_count then
+      pinned[#pinned + 1] = win
+    end
+  end
+  return pinned
+end
+
+--- Writes everything pending now, as one `nvim_buf_set_text` at the end of the buffer.
+function W:flush()
+  if #self.pending == 0 or not api.nvim_buf_is_valid(self.buf) then
+    self.pending = {}
+    return
+  end
+  local buf = self.buf
+  local pending = self.pending
+  self.pending = {}
+  local n = api.nvim_buf_line_count(buf)
+  local last = api.nvim_buf_get_lines(buf, n - 1, n, true)[1]
+  local row, at_bol = n - 1, last == ''
+  local texts, marks = {}, {}
+  for _, p in ipairs(pending) do
+    if type(p) == 'string' then
+      texts[#texts + 1] = p
+      local _, nl = p:gsub('\n', '')
+      row = row + nl
+      at_bol = p:sub(-1) == '\n' or (at_bol and p == '')
+    elseif p.op == 'fold_start' then
+      local f = self.folds[#self.folds]
+      if f and f.e == nil then
+        f.e = row - 1
+      end
+      self.folds[#self.folds + 1] = { s = row }
+    elseif p.op == 'fold_end' then
+      local f = self.folds[#self.folds]
+      if f and f.e == nil then
+        f.e = math.max(f.s, at_bol and row - 1 or row)
+      end
+    else
+      marks[#marks + 1] = { fn = p.fn, row = row }
+    end
+  end
+  if #texts > 0 then
+    local text = table.concat(texts)
+    local lines = vim.split(text, '\n', { plain = true })
+    local pinned = pinned_windows(buf, n)
+    vim.bo[buf].modifiable = true
+    api.nvim_buf_set_text(buf, n - 1, #last, n - 1, #last, lines)
+    vim.bo[buf].modifiable = false
+    self.writes = self.writes + 1
+    local count = api.nvim_buf_line_count(buf)
+    for _, win in ipairs(pinned) do
+      pcall(api.nvim_win_set_cursor, win, { count, 0 })
+    end
+  end
+  for _, m in ipairs(marks) do
+    local ok, err = pcall(m.fn, m.row)
+    if not ok then
+      vim.schedule(function()
+        error(err)
+      end)
+    end
+  end
+end
+
+--- Inserts whole lines above everything (older history), shifting the fold regions; `lines`
+--- come with their own regions (`folds`, rows relative to the first inserted line). Only
+--- called while no run streams into this buffer.
+--- @param lines string[]
+--- @param folds table[]
+--- @param replace integer lines at the top to replace (the "older history" line)
+function W:prepend(lines, folds, replace)
+  self:flush()
+  local buf = self.buf
+  local shift = #lines - replace
+  for _, f in ipairs(self.folds) do
+    f.s = f.s + shift
+    if f.e then
+      f.e = f.e + shift
+    end
+  end
+  local new = {}
+  for _, f in ipairs(folds) do
+    new[#new + 1] = { s = f.s, e = f.e or (#lines - 1) }
+  end
+  -- Regions of the replaced top lines are gone.
+  local keep = {}
+  for _, f in ipairs(self.folds) do
+    if f.s >= #lines then
+      keep[#keep + 1] = f
+    end
+  end
+  vim.list_extend(new, keep)
+  self.folds = new
+  vim.bo[buf].modifiable = true
+  api.nvim_buf_set_lines(buf, 0, replace, false, lines)
+  vim.bo[buf].modifiable = false
+end
+
+--- Clears the buffer (a new view of the session: branch, rewind).
+function W:reset()
+  self.pending = {}
+  self.folds = {}
+  self.tail2 = '\n\n'
+  vim.bo[self.buf].modifiable = true
+  api.nvim_buf_set_lines(self.buf, 0, -1, false, {})
+  vim.bo[self.buf].modifiable = false
+  api.nvim_buf_clear_namespace(self.buf, M.ns, 0, -1)
+end
+
+--- `foldexpr` of chat windows: level 1 inside a region (`>1` on its first line).
+function M.foldexpr(lnum)
+  local w = writers[api.nvim_get_current_buf()]
+  if not w then
+    return '0'
+  end
+  local row = (lnum or vim.v.lnum) - 1
+  local folds = w.folds
+  local lo, hi = 1, #folds
+  local found
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    if folds[mid].s <= row then
+      found = folds[mid]
+      lo = mid + 1
+    else
+      hi = mid - 1
+    end
+  end
+  if found and (found.e == nil or row <= found.e) then
+    return row == found.s and '>1' or '1'
+  end
+  return '0'
+end
+
+--- `foldtext` of chat windows: the region's first line (which says what it holds) and ▸.
+function M.foldtext()
+  return vim.fn.getline(vim.v.foldstart) .. ' ▸'
+end
+
+return M

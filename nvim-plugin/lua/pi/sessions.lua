@@ -1,0 +1,208 @@
+--- Sessions: the picker (`agent/session/list`: this workspace's and Pi's own), the tree
+--- buffer (`agent/session/tree`; branch, branch with a summary, label), fork, label, new.
+local client = require('pi.client')
+local util = require('pi.util')
+local api = vim.api
+local M = {}
+
+local function ago(ms)
+  if type(ms) ~= 'number' then
+    return ''
+  end
+  local s = os.time() - math.floor(ms / 1000)
+  if s < 90 then
+    return s .. ' s ago'
+  elseif s < 5400 then
+    return math.floor(s / 60) .. ' min ago'
+  elseif s < 129600 then
+    return math.floor(s / 3600) .. ' h ago'
+  end
+  return math.floor(s / 86400) .. ' d ago'
+end
+
+--- One picker line of a session summary.
+function M.format(s)
+  local title = s.name or s.firstPrompt or s.sessionId
+  title = tostring(title):gsub('\n.*', ' …')
+  if #title > 70 then
+    title = title:sub(1, 67) .. '...'
+  end
+  return ('%s  · %d entries · %s%s'):format(title, s.entryCount or 0, ago(s.lastActivity), s.open and ' · open' or '')
+end
+
+--- Opens session summary `s` into its chat (drawing its history) and shows it.
+function M.open(st, s, done)
+  local params = s.open and { sessionId = s.sessionId } or { path = s.sessionFile }
+  client.request(st, 'agent/session/open', params, 'open the session', function(state)
+    require('pi').use_state(st, state)
+    local chat = require('pi.chat').get(st, state.sessionId)
+    chat:load_history(function()
+      chat:open(false)
+      if done then
+        done(chat)
+      end
+    end)
+  end)
+end
+
+--- `:Pi sessions`.
+function M.pick(st)
+  client.request(st, 'agent/session/list', {}, 'list the sessions', function(r)
+    local sessions = r.sessions or {}
+    if #sessions == 0 then
+      return util.notify('no sessions in this workspace yet')
+    end
+    vim.ui.select(sessions, { prompt = 'Pi sessions', format_item = M.format, kind = 'pi.session' }, function(s)
+      if s then
+        M.open(st, s)
+      end
+    end)
+  end)
+end
+
+--- `:Pi fork`: pick one of the session's user messages; the fork gets its text in the prompt.
+function M.fork(chat)
+  local st = chat.root
+  client.request(st, 'agent/session/forkMessages', { sessionId = chat.session_id }, 'list the messages to fork from', function(r)
+    local msgs = r.messages or {}
+    if #msgs == 0 then
+      return util.notify('no user message to fork from yet')
+    end
+    vim.ui.select(msgs, {
+      prompt = 'Fork from',
+      format_item = function(m)
+        return (tostring(m.text):gsub('\n.*', ' …'))
+      end,
+    }, function(m)
+      if not m then
+        return
+      end
+      client.request(st, 'agent/session/fork', { sessionId = chat.session_id, entryId = m.entryId }, 'fork the session', function(f)
+        require('pi').use_state(st, f.session)
+        local c = require('pi.chat').get(st, f.session.sessionId)
+        c:load_history(function()
+          c:open(false)
+          require('pi.prompt').set_text(c, f.text or m.text or '')
+        end)
+      end)
+    end)
+  end)
+end
+
+local function tree_lines(r)
+  local children, by_id = {}, {}
+  for _, e in ipairs(r.entries or {}) do
+    by_id[e.id] = e
+    local p = e.parentId or ''
+    children[p] = children[p] or {}
+    table.insert(children[p], e)
+  end
+  local lines, ids = {}, {}
+  local on_path = {}
+  local id = r.leafId
+  while id and by_id[id] do
+    on_path[id] = true
+    id = by_id[id].parentId
+  end
+  local function walk(parent, depth)
+    for _, e in ipairs(children[parent] or {}) do
+      if e.type ~= 'label' then
+        local what = e.role or e.type
+        local preview = tostring(e.preview or ''):gsub('\n.*', ' …')
+        local mark = e.id == r.leafId and '● ' or (on_path[e.id] and '│ ' or '  ')
+        lines[#lines + 1] = ('%s%s%s: %s%s'):format(string.rep('  ', depth), mark, what, preview, e.label and ('  [' .. e.label .. ']') or '')
+        ids[#lines] = e.id
+      end
+      local next_depth = depth + ((#(children[parent] or {}) > 1) and 1 or 0)
+      walk(e.id, next_depth)
+    end
+  end
+  walk('', 0)
+  return lines, ids
+end
+
+--- `:Pi tree`: the session's entry tree in a buffer.
+function M.tree(chat)
+  local st = chat.root
+  local buf
+  local ids = {}
+  local function draw()
+    client.request(st, 'agent/session/tree', { sessionId = chat.session_id }, 'read the session tree', function(r)
+      if not (buf and api.nvim_buf_is_valid(buf)) then
+        return
+      end
+      local lines
+      lines, ids = tree_lines(r)
+      vim.bo[buf].modifiable = true
+      api.nvim_buf_set_lines(buf, 0, -1, false, #lines > 0 and lines or { '(empty session)' })
+      vim.bo[buf].modifiable = false
+    end)
+  end
+  buf = api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.bo[buf].filetype = 'pi-tree'
+  api.nvim_buf_set_name(buf, 'pi://tree/' .. chat.session_id .. '/' .. buf)
+  local win = api.nvim_open_win(buf, true, { split = 'below', win = -1, height = 15 })
+  api.nvim_set_option_value('winbar', ' Pi tree — <CR> branch · S branch with summary · L label · q close', { scope = 'local', win = win })
+  api.nvim_set_option_value('wrap', false, { scope = 'local', win = win })
+  local function entry()
+    return ids[api.nvim_win_get_cursor(0)[1]]
+  end
+  local function branch(summarize)
+    local id = entry()
+    if not id then
+      return
+    end
+    local params = { sessionId = chat.session_id, entryId = id, summarize = summarize or nil }
+    client.request(st, 'agent/session/branch', params, 'branch the session', function(r)
+      chat:load_history(function()
+        if r.editorText then
+          require('pi.prompt').set_text(chat, r.editorText)
+        end
+      end)
+      draw()
+    end)
+  end
+  require('pi.keymaps').tree(buf, {
+    branch = function()
+      branch(false)
+    end,
+    summarize = function()
+      branch(true)
+    end,
+    label = function()
+      local id = entry()
+      if not id then
+        return
+      end
+      vim.ui.input({ prompt = 'Label (empty clears): ' }, function(text)
+        if text == nil then
+          return
+        end
+        client.request(st, 'agent/session/label', { sessionId = chat.session_id, entryId = id, label = text }, 'label the entry', draw)
+      end)
+    end,
+    close = function()
+      if api.nvim_win_is_valid(win) then
+        api.nvim_win_close(win, true)
+      end
+    end,
+  })
+  draw()
+  return buf
+end
+
+--- `:Pi label {text}`: labels the session's current leaf.
+function M.label(chat, text)
+  local st = chat.root
+  client.request(st, 'agent/state', { sessionId = chat.session_id }, 'read the session state', function(s)
+    if not s.leafId then
+      return util.notify('the session has no entry to label yet')
+    end
+    client.request(st, 'agent/session/label', { sessionId = chat.session_id, entryId = s.leafId, label = text }, 'label the entry', function()
+      util.notify(text ~= '' and ('labelled: ' .. text) or 'label cleared')
+    end)
+  end)
+end
+
+return M

@@ -1,0 +1,132 @@
+--- Small helpers: notifications in the user's words, URIs, plugin paths.
+local M = {}
+
+local said = {}
+
+--- `vim.notify` with a "Pi: " prefix.
+--- @param msg string
+--- @param level integer|nil vim.log.levels.*
+function M.notify(msg, level)
+  vim.notify('Pi: ' .. msg, level or vim.log.levels.INFO, { title = 'Pi' })
+end
+
+--- `notify` of a server-initiated message cut to one screen line, so that an event never
+--- raises a "Press ENTER" prompt while the user works (the whole text is in the chat).
+function M.notify_line(msg, level)
+  msg = tostring(msg):gsub('%s*\n.*', ' …')
+  local max = math.max(20, vim.o.columns - 16)
+  if vim.fn.strdisplaywidth(msg) > max then
+    msg = vim.fn.strcharpart(msg, 0, max - 1) .. '…'
+  end
+  M.notify(msg, level)
+end
+
+--- Says `msg` once per Neovim session under `key`.
+function M.notify_once(key, msg, level)
+  if said[key] then
+    return
+  end
+  said[key] = true
+  M.notify(msg, level)
+end
+
+--- The user's words for an `agent/*` error code (docs/protocol.md "Errors").
+local WORDS = {
+  [-32700] = 'the server could not read the request',
+  [-32601] = 'this server does not know that request (is pi-lsp up to date? :Pi build)',
+  [-32602] = 'the request was refused',
+  [-32800] = 'cancelled',
+  [-31001] = 'Pi is busy with a run (use :Pi steer or :Pi followup, or :Pi abort)',
+  [-31002] = 'that session is not known to the server',
+  [-31003] = 'that model is not available',
+  [-31004] = 'the session file could not be written',
+  [-31005] = 'that entry is not in the session',
+  [-31006] = 'a shell command of this session is still running',
+  [-31007] = 'the model could not write the branch summary',
+  [-31008] = 'compaction failed; nothing was written',
+}
+
+--- One line for a JSON-RPC error `err` of the request `what` ("send the prompt").
+--- @param what string
+--- @param err table|string
+function M.error_text(what, err)
+  if type(err) ~= 'table' then
+    return ('could not %s: %s'):format(what, tostring(err))
+  end
+  local words = WORDS[err.code]
+  local msg = err.message
+  if type(msg) ~= 'string' or msg == '' then
+    msg = nil
+  end
+  if words and msg then
+    return ('could not %s: %s (%s)'):format(what, words, msg)
+  end
+  return ('could not %s: %s'):format(what, words or msg or vim.inspect(err))
+end
+
+--- The folder of the plugin (`nvim-plugin/`).
+function M.plugin_dir()
+  local src = debug.getinfo(1, 'S').source:sub(2)
+  return vim.fn.fnamemodify(src, ':p:h:h:h')
+end
+
+--- The repository holding the plugin (its parent folder), where `:Pi build` builds.
+function M.repo_dir()
+  return vim.fn.fnamemodify(M.plugin_dir(), ':h')
+end
+
+--- Text of a message's `content` (a string or blocks).
+function M.content_text(content)
+  if type(content) == 'string' then
+    return content
+  end
+  if type(content) ~= 'table' then
+    return ''
+  end
+  local parts = {}
+  for _, b in ipairs(content) do
+    if b.type == 'text' and type(b.text) == 'string' then
+      parts[#parts + 1] = b.text
+    elseif b.type == 'image' then
+      parts[#parts + 1] = '[image ' .. tostring(b.mimeType or '') .. ']'
+    end
+  end
+  return table.concat(parts, '\n')
+end
+
+--- `{}` that encodes as a JSON object (Neovim encodes an empty Lua table as `[]`).
+function M.obj(t)
+  if t == nil or next(t) == nil then
+    return vim.empty_dict()
+  end
+  return t
+end
+
+--- Short one-line summary of a tool call's arguments.
+function M.tool_summary(name, args)
+  if type(args) ~= 'table' then
+    return ''
+  end
+  local s
+  if name == 'bash' then
+    s = args.command
+  elseif args.path then
+    s = args.path
+    if name == 'grep' and args.pattern then
+      s = args.pattern .. ' in ' .. args.path
+    end
+  elseif args.pattern then
+    s = args.pattern
+  end
+  if type(s) ~= 'string' then
+    local ok, enc = pcall(vim.json.encode, args)
+    s = ok and enc or ''
+  end
+  s = s:gsub('\n.*', ' …')
+  if #s > 120 then
+    s = s:sub(1, 117) .. '...'
+  end
+  return s
+end
+
+return M

@@ -1,0 +1,274 @@
+-- UI-level specs of the chat: a prompt streams into the chat buffer (whole text), the
+-- tail-append rule (a wrapped vim.api fails on any write above the tail while streaming),
+-- a model server that is down is visible within a second, steer + abort during a slow run.
+package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
+local H = require('helpers')
+H.require_tools()
+
+local function workspace(files)
+  local ws = H.tmpdir('ws')
+  vim.fn.mkdir(ws .. '/.git', 'p')
+  for name, text in pairs(files or {}) do
+    H.write(ws .. '/' .. name, text)
+  end
+  return ws
+end
+
+-- Counts the chat buffer writes in the child and records any that is not an append at the
+-- tail, or a whole-buffer set_lines, while a run streams.
+local WRAP = [[
+  local api = vim.api
+  _G.writes = { tail = 0, bad = {}, times = {} }
+  local function chat_buf(b)
+    if b == 0 then b = api.nvim_get_current_buf() end
+    return vim.bo[b].filetype == 'pi-chat' and vim.b[b].pi_session ~= nil
+  end
+  local set_text, set_lines = api.nvim_buf_set_text, api.nvim_buf_set_lines
+  api.nvim_buf_set_text = function(b, sr, sc, er, ec, lines)
+    if chat_buf(b) then
+      local n = api.nvim_buf_line_count(b)
+      local last = api.nvim_buf_get_lines(b, n - 1, n, true)[1]
+      if sr ~= n - 1 or er ~= n - 1 or sc ~= #last or ec ~= #last then
+        table.insert(_G.writes.bad, ('set_text %d,%d-%d,%d with %d lines'):format(sr, sc, er, ec, n))
+      else
+        _G.writes.tail = _G.writes.tail + 1
+        table.insert(_G.writes.times, vim.uv.hrtime() / 1e6)
+      end
+    end
+    return set_text(b, sr, sc, er, ec, lines)
+  end
+  api.nvim_buf_set_lines = function(b, s, e, strict, lines)
+    if chat_buf(b) and _G.streaming then
+      table.insert(_G.writes.bad, ('set_lines %d-%d'):format(s, e))
+    end
+    return set_lines(b, s, e, strict, lines)
+  end
+]]
+
+local ANSWER = 'Hello from the mock model. Streaming works in small pieces.\n\nSecond paragraph, with `code`.'
+
+H.case('a prompt streams into the chat buffer; writes are tail appends, coalesced', function()
+  local mock = H.mock({ { text = ANSWER, chunk = 3, chunkDelayMs = 4 } })
+  local ws = workspace({ ['notes.txt'] = 'hello\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  c:cmd('edit notes.txt')
+  c:lua(WRAP)
+  local win_before = c:lua('return vim.api.nvim_get_current_win()')
+  c:cmd('Pi Say hello')
+  H.wait('the answer in the chat', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Second paragraph', 1, true)
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.eq('## You\nSay hello\n\n## Pi\n\n' .. ANSWER .. '\n', text, 'chat text')
+  local w = c:lua('return _G.writes')
+  H.eq({}, w.bad, 'writes above the tail')
+  -- 30 deltas of 3 characters at ~4 ms: far fewer writes than deltas, never two within 15 ms
+  -- while streaming (the last write of a run flushes at once).
+  local deltas = math.ceil(#ANSWER / 3)
+  assert(w.tail < deltas / 2, ('%d writes for %d deltas'):format(w.tail, deltas))
+  for i = 2, #w.times - 1 do
+    local gap = w.times[i] - w.times[i - 1]
+    assert(gap >= 15, ('writes %d and %d only %.1f ms apart'):format(i - 1, i, gap))
+  end
+  -- Focus, mode and window unchanged; the chat is on the screen.
+  H.eq(win_before, c:lua('return vim.api.nvim_get_current_win()'), 'current window')
+  H.eq('n', c:lua('return vim.api.nvim_get_mode().mode'), 'mode')
+  local screen = c:screen_text()
+  H.contains(screen, 'Second paragraph, with `code`.', 'screen')
+  H.contains(screen, '## Pi', 'screen')
+  c:stop()
+  mock.stop()
+end)
+
+-- Every global option value and global mapping ('syntax' left out: Neovim's own FileType
+-- handler, synload.vim, sets it with :set for every buffer that gets a filetype, yours too).
+local GLOBALS = [[
+  local out = {}
+  for name in pairs(vim.api.nvim_get_all_options_info()) do
+    local ok, v = pcall(vim.api.nvim_get_option_value, name, { scope = 'global' })
+    if ok and name ~= 'syntax' then out['o:' .. name] = vim.inspect(v) end
+  end
+  for _, mode in ipairs({ 'n', 'i', 'v', 'x', 'o', 'c', 't' }) do
+    for _, m in ipairs(vim.api.nvim_get_keymap(mode)) do
+      out['map:' .. mode .. ':' .. m.lhs] = m.rhs or 'fn'
+    end
+  end
+  return out
+]]
+
+H.case('no global option or mapping changes; / completes from agent/commands', function()
+  local mock = H.mock({ { text = 'Fine.', toolCalls = { { id = 'l1', name = 'ls', arguments = {} } } }, { text = 'Listed.' } })
+  local ws = workspace({ ['a.txt'] = 'a\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  H.write(c.home .. '/agent/prompts/review.md', '---\ndescription: Review the code\n---\nReview $@\n')
+  c:cmd('edit a.txt')
+  local before = c:lua(GLOBALS)
+  c:cmd('Pi look around')
+  H.wait('the run', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Listed.', 1, true)
+  end)
+  c:cmd('Pi chat')
+  c:cmd('Pi chat')
+  c:cmd('Pi')
+  local after = c:lua(GLOBALS)
+  local changed = {}
+  for k, v in pairs(after) do
+    if before[k] ~= v then
+      changed[#changed + 1] = k .. ': ' .. tostring(before[k]) .. ' -> ' .. v
+    end
+  end
+  for k in pairs(before) do
+    if after[k] == nil then
+      changed[#changed + 1] = k .. ' removed'
+    end
+  end
+  table.sort(changed)
+  H.eq({}, changed, 'global options and mappings changed')
+  -- In the prompt (focused by :Pi): /re + CTRL-X CTRL-U completes the template.
+  H.eq('pi-prompt', c:lua('return vim.bo.filetype'), 'focused buffer')
+  c:input('i/re<C-x><C-u>')
+  H.wait('the completion', 3000, function()
+    return c:lua('return vim.api.nvim_get_current_line()') == '/review'
+  end)
+  -- @ completes workspace paths.
+  c:input(' @a.<C-x><C-u>')
+  H.wait('the path completion', 3000, function()
+    return c:lua('return vim.api.nvim_get_current_line()') == '/review @a.txt'
+  end)
+  c:input('<Esc>')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a model server that is down is visible within a second', function()
+  local ws = workspace()
+  local models = {
+    providers = {
+      down = {
+        baseUrl = 'http://127.0.0.1:9/v1',
+        api = 'openai-completions',
+        apiKey = 'k',
+        models = { { id = 'm', contextWindow = 128000, maxTokens = 1000 } },
+      },
+    },
+  }
+  local c = H.child({ ws = ws, models_json = models })
+  c:cmd('Pi new')
+  H.wait('the session', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  local t0 = vim.uv.hrtime()
+  c:cmd('Pi hello?')
+  H.wait('the failure in the chat', 1000, function()
+    local t = c:lua(H.CHAT_TEXT)
+    return t:find('⟳', 1, true) or t:find('✗', 1, true)
+  end)
+  local ms = (vim.uv.hrtime() - t0) / 1e6
+  io.stdout:write(('     (failure shown after %.0f ms)\n'):format(ms))
+  c:cmd('Pi abort')
+  c:stop()
+end)
+
+H.case('abort before anything streamed puts the prompt back', function()
+  local mock = H.mock({ { text = 'late', delayMs = 5000 } })
+  local ws = workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  c:cmd('Pi a prompt to keep')
+  H.wait('the run', 10000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'running'
+  end)
+  c:cmd('Pi abort')
+  H.wait('the prompt back', 10000, function()
+    return c:lua([[
+      local client = require('pi.client')
+      local chat = require('pi.chat').current(client.roots[client.root_of(0)])
+      return require('pi.prompt').text(chat)
+    ]]) == 'a prompt to keep'
+  end)
+  H.contains(c:lua(H.CHAT_TEXT), '### ■ Stopped\n', 'report')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('steer and abort during a slow run: the queue and the report block', function()
+  local mock = H.mock({
+    { text = 'Working on it.', toolCalls = { { id = 'call_sleep', name = 'bash', arguments = { command = 'sleep 30' } } } },
+    { text = 'never reached' },
+  })
+  local ws = workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160 })
+  c:cmd('Pi run the slow thing')
+  H.wait('the bash call running', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 30', 1, true)
+  end)
+  -- The run's work-done progress reaches vim.lsp.status() (for statuslines).
+  H.wait('progress in vim.lsp.status()', 5000, function()
+    return c:lua('return vim.lsp.status()') ~= ''
+  end)
+  H.eq('running', c:lua(H.CHAT_STATE).state, 'state while running')
+  H.contains(c:lua('return require("pi").statusline()'), 'mock/mock-1 · ', 'statusline')
+  -- Steer from the prompt buffer: type, then <CR> in normal mode.
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_set_current_win(require('pi.prompt').window(chat))
+  ]])
+  c:input('ialso look at the tests<Esc>')
+  c:input('<CR>')
+  H.wait('the steer queued', 5000, function()
+    local q = c:lua([[
+      local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+      return chat:queued()
+    ]])
+    return #q == 1 and q[1].state == 'queued' and q[1].delivery == 'steer' and q[1].text == 'also look at the tests'
+  end)
+  H.contains(c:screen_text(), '⧗ steer (queued): also look at the tests', 'queue shown above the prompt')
+  c:input('<C-c>')
+  H.wait('the abort report', 10000, function()
+    return c:lua(H.CHAT_TEXT):find('Queued messages kept', 1, true)
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  local report = text:sub(text:find('■ stopping…', 1, true), -1)
+  H.eq(
+    table.concat({
+      '■ stopping…',
+      '↳ bash ✗ (3 lines)',
+      '```',
+      '(no output)',
+      '',
+      'Command aborted',
+      '```',
+      '',
+      '### ■ Stopped',
+      'Stopped tool calls:',
+      '- bash sleep 30',
+      'Killed processes:',
+      '- `sleep 30`',
+      'Queued messages kept for the next prompt:',
+      '- steer: also look at the tests',
+      '',
+    }, '\n'),
+    report,
+    'report block'
+  )
+  -- The tool header shows ✗ (an extmark over the real-text header).
+  local marks = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, require('pi.render').ns, 0, -1, { details = true })) do
+      local line = vim.api.nvim_buf_get_lines(chat.buf, m[2], m[2] + 1, false)[1]
+      if m[4].virt_text and line:find('### ⚙', 1, true) then
+        out[#out + 1] = line .. ' |' .. m[4].virt_text[1][1]:gsub(' [%d.]+ s$', '')
+      end
+    end
+    return out
+  ]])
+  H.eq({ '### ⚙ bash  sleep 30 | ✗' }, marks, 'tool status')
+  H.eq('idle', c:lua(H.CHAT_STATE).state, 'state after abort')
+  c:stop()
+  mock.stop()
+end)
+
+H.done()

@@ -1,0 +1,247 @@
+-- Specs of the :Pi subcommands around a session: a visual selection goes with its file and
+-- lines, label, tree (branch puts the message back in the prompt), fork, export, stats, model,
+-- the diagnostics tool from vim.diagnostic, a permission float when the chat is hidden, the
+-- view of a scrolled-up chat kept while text streams, and a missing binary said once.
+package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
+local H = require('helpers')
+H.require_tools()
+
+local function workspace(files)
+  local ws = H.tmpdir('ws')
+  vim.fn.mkdir(ws .. '/.git', 'p')
+  for name, text in pairs(files or {}) do
+    H.write(ws .. '/' .. name, text)
+  end
+  return ws
+end
+
+local CHAT = [[
+  local client = require('pi.client')
+  return require('pi.chat').current(client.roots[client.root_of(0)])
+]]
+
+local function idle_with(c, text)
+  H.wait('the run to end with ' .. text, 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find(text, 1, true)
+  end)
+end
+
+local function messages(c)
+  return c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
+end
+
+H.case('selection, label, tree branch, fork, export, stats, model', function()
+  local mock = H.mock({ { text = 'It adds two numbers.' }, { text = 'Second answer.' } })
+  local ws = workspace({ ['src/add.py'] = 'import sys\n\ndef add(a, b):\n    return a + b\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160, rows = 40 })
+  c:cmd('edit src/add.py')
+  c:input('3GVj:Pi explain<CR>')
+  idle_with(c, 'It adds two numbers.')
+  H.contains(c:lua(H.CHAT_TEXT), '## You\nexplain\n\n`src/add.py` lines 3-4:\n```python\ndef add(a, b):\n    return a + b\n```\n', 'prompt with the selection')
+  -- The model request carried it too.
+  local req = mock.requests()[1]
+  local last = req.messages[#req.messages]
+  H.contains(vim.json.encode(last.content), 'src/add.py` lines 3-4', 'request')
+  c:cmd('Pi second')
+  idle_with(c, 'Second answer.')
+
+  -- label the leaf, then the tree shows it
+  c:cmd('Pi label checkpoint')
+  H.wait('the label', 5000, function()
+    return messages(c):find('labelled: checkpoint', 1, true) ~= nil
+  end)
+  c:cmd('Pi tree')
+  H.wait('the tree', 5000, function()
+    return c:lua('return vim.bo.filetype') == 'pi-tree' and c:lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)[1] or ''") ~= ''
+  end)
+  local tree = c:lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
+  H.contains(table.concat(tree, '\n'), 'assistant: Second answer.  [checkpoint]', 'tree')
+  -- <CR> on the second user message: the leaf goes before it, its text back in the prompt.
+  local row
+  for i, l in ipairs(tree) do
+    if l:find('user: second', 1, true) then
+      row = i
+    end
+  end
+  assert(row, 'no second user message in the tree: ' .. table.concat(tree, '\n'))
+  c:cmd(tostring(row))
+  c:input('<CR>')
+  H.wait('the branch', 5000, function()
+    local chat_text = c:lua(H.CHAT_TEXT)
+    return not chat_text:find('Second answer.', 1, true)
+      and c:lua("local ch = (function() " .. CHAT .. " end)() return require('pi.prompt').text(ch)") == 'second'
+  end)
+  H.eq('## You\nexplain\n\n`src/add.py` lines 3-4:\n```python\ndef add(a, b):\n    return a + b\n```\n\n## Pi\n\nIt adds two numbers.\n', c:lua(H.CHAT_TEXT), 'chat after the branch')
+  c:input('q')
+
+  -- fork from the first message: a new session whose prompt holds its text
+  local before = c:lua(H.CHAT_STATE).session
+  c:input(':Pi fork<CR>')
+  H.wait('the fork picker', 5000, function()
+    return c:screen_text():find('Fork from', 1, true) ~= nil
+  end)
+  c:input('1<CR>')
+  H.wait('the fork', 5000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s.session ~= before
+  end)
+  H.wait('the fork text in the prompt', 5000, function()
+    return c:lua("local ch = (function() " .. CHAT .. " end)() return require('pi.prompt').text(ch)"):find('^explain') ~= nil
+  end)
+
+  -- export and stats of the original session: reopen it first
+  c:lua('require("pi.client").roots[require("pi.client").root_of(0)].session_id = ...', before)
+  c:cmd('Pi export out.md')
+  H.wait('the export', 5000, function()
+    return (H.read(ws .. '/out.md') or ''):find('It adds two numbers.', 1, true) ~= nil
+  end)
+  c:cmd('Pi stats')
+  -- A multi-line answer the user asked for: shown in full (Neovim's hit-enter prompt).
+  H.wait('the stats', 5000, function()
+    return table.concat(c:screen(), '\n'):find('Press ENTER', 1, true) ~= nil
+  end)
+  local screen = table.concat(c:screen(), '\n')
+  H.contains(screen, 'Pi: session stats\nmessages: 2 (1 user, 1 assistant), tool calls: 0\ntokens: 2000 in, 40 out, 0 cache read, 0 cache write', 'stats')
+  c:input('<CR>')
+  -- model: the picker lists models.json's model; picking it switches
+  c:input(':Pi model<CR>')
+  H.wait('the model picker', 5000, function()
+    return c:screen_text():find('mock/mock-1', 1, true) ~= nil
+  end)
+  c:input('1<CR>')
+  H.wait('the model set', 5000, function()
+    return messages(c):find('model: mock/mock-1', 1, true) ~= nil
+  end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case('the diagnostics tool answers from vim.diagnostic; a permission float when the chat is hidden', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'd1', name = 'diagnostics', arguments = {} } } },
+    { toolCalls = { { id = 'b1', name = 'bash', arguments = { command = 'echo hidden' } } } },
+    { text = 'Done.' },
+  })
+  local ws = workspace({ ['main.c'] = 'int main() {\n  return x;\n}\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160, rows = 40, setup = '{approval_policy = "auto-edit", chat = {open_on_prompt = false}}' })
+  c:cmd('edit main.c')
+  c:lua([[
+    local ns = vim.api.nvim_create_namespace('test')
+    vim.diagnostic.set(ns, 0, { { lnum = 1, col = 9, end_col = 10, severity = vim.diagnostic.severity.ERROR, message = "'x' undeclared", source = 'cc' } })
+  ]])
+  c:cmd('Pi check the diagnostics')
+  H.wait('the permission float', 15000, function()
+    return c:lua([[
+      for _, w in ipairs(vim.api.nvim_list_wins()) do
+        if vim.api.nvim_win_get_config(w).relative ~= '' then
+          return table.concat(vim.api.nvim_buf_get_lines(vim.api.nvim_win_get_buf(w), 0, -1, false), '\n')
+        end
+      end
+      return ''
+    ]]):find('run `echo hidden`', 1, true) ~= nil
+  end)
+  -- The chat is not shown; the float has the question, focus stayed in main.c.
+  H.eq('main.c', c:lua('return vim.fn.expand("%:t")'), 'current buffer')
+  H.contains(c:screen_text(), 'Pi permission', 'float title')
+  c:input('<C-w>w')
+  H.wait('the float focused', 2000, function()
+    return c:lua('return vim.api.nvim_win_get_config(0).relative') ~= ''
+  end)
+  c:input('1')
+  idle_with(c, 'Done.')
+  local chat = c:lua(H.CHAT_TEXT)
+  H.contains(chat, "main.c:2:10 error cc: 'x' undeclared", 'diagnostics tool result')
+  H.contains(chat, '↳ bash ✓ (1 line)\n```\nhidden\n```', 'allowed from the float')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a scrolled-up chat keeps its view while text streams; at the end it stays pinned', function()
+  local long = {}
+  for i = 1, 80 do
+    long[#long + 1] = 'Line ' .. i .. ' of a long answer.'
+  end
+  local mock = H.mock({ { text = 'Short first.' }, { text = table.concat(long, '\n'), chunk = 20, chunkDelayMs = 15 } })
+  local ws = workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 120, rows = 30 })
+  c:cmd('Pi one')
+  idle_with(c, 'Short first.')
+  c:cmd('Pi two')
+  H.wait('streaming', 10000, function()
+    return c:lua(H.CHAT_TEXT):find('Line 40 of', 1, true) ~= nil
+  end)
+  -- Scroll the chat window up (cursor to line 2) and record its view.
+  local view = c:lua([[
+    local chat = (function() ]] .. CHAT .. [[ end)()
+    local win = chat:window()
+    vim.api.nvim_win_set_cursor(win, { 2, 0 })
+    return vim.api.nvim_win_call(win, vim.fn.winsaveview)
+  ]])
+  c:cmd('redraw')
+  vim.wait(50)
+  local screen_before = { unpack(c:screen(), 1, 15) }
+  idle_with(c, 'Line 80 of a long answer.')
+  c:cmd('redraw')
+  vim.wait(50)
+  -- The screen above the tail did not move (the top 15 rows: the chat's first lines).
+  H.eq(screen_before, { unpack(c:screen(), 1, 15) }, 'screen rows of the scrolled-up chat')
+  local after = c:lua([[
+    local chat = (function() ]] .. CHAT .. [[ end)()
+    return vim.api.nvim_win_call(chat:window(), vim.fn.winsaveview)
+  ]])
+  H.eq(view, after, 'winsaveview of the scrolled-up chat')
+  -- Back at the end: the next run keeps it pinned.
+  c:lua([[
+    local chat = (function() ]] .. CHAT .. [[ end)()
+    vim.api.nvim_win_set_cursor(chat:window(), { vim.api.nvim_buf_line_count(chat.buf), 0 })
+  ]])
+  c:cmd('Pi three')
+  idle_with(c, '(script end)')
+  local pinned = c:lua([[
+    local chat = (function() ]] .. CHAT .. [[ end)()
+    return { vim.api.nvim_win_get_cursor(chat:window())[1], vim.api.nvim_buf_line_count(chat.buf) }
+  ]])
+  H.eq(pinned[2], pinned[1], 'cursor on the last line')
+  H.contains(c:screen_text(), '(script end)', 'screen shows the end')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('trust is asked once for a project with .pi configuration and sent as workspaceTrusted', function()
+  local ws = workspace({ ['.pi/settings.json'] = '{}' })
+  local c = H.child({ ws = ws, setup = '{trust = "ask"}', cols = 140 })
+  c:input(':Pi new<CR>')
+  H.wait('the trust question', 5000, function()
+    return table.concat(c:screen(), '\n'):find('load this project’s .pi configuration', 1, true) ~= nil
+  end)
+  c:input('1<CR>')
+  H.wait('the server', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  H.eq(true, c:lua([[
+    local client = require('pi.client')
+    local st = client.roots[client.root_of(0)]
+    return client.client(st).config.init_options.workspaceTrusted
+  ]]), 'workspaceTrusted sent')
+  local saved = vim.json.decode(H.read(c.home .. '/state/nvim/pi/trust.json'))
+  H.eq({ [ws] = true }, saved, 'remembered')
+  c:stop()
+end)
+
+H.case('a missing binary is said once, with :Pi build; :Pi completes its subcommands', function()
+  local ws = workspace()
+  local c = H.child({ ws = ws, setup = '{cmd = {"/nonexistent/pi-lsp"}}' })
+  H.eq({ 'sessions', 'stats', 'steer' }, c:lua("return vim.fn.getcompletion('Pi s', 'cmdline')"), 'completion')
+  H.eq({ 'older' }, c:lua("return vim.fn.getcompletion('Pi chat ', 'cmdline')"), 'completion of chat')
+  c:input(':Pi hello<CR>')
+  c:input('<CR>:Pi hello again<CR><CR>')
+  vim.wait(300)
+  local m = messages(c)
+  local _, n = m:gsub('Build it with :Pi build', '')
+  H.eq(1, n, 'times said')
+  H.contains(m, 'Pi: setup({cmd}) names "/nonexistent/pi-lsp", which is not an executable. Build it with :Pi build', 'message')
+  c:stop()
+end)
+
+H.done()

@@ -1,0 +1,337 @@
+-- UI-level specs of the editor side: an agent edit into a MODIFIED buffer opened after the
+-- client started (one undo step, no W12 after the server's save, hunk signs and keep/undo),
+-- a permission answered both ways (an insert-mode key elsewhere is not an answer), sessions
+-- listed and reopened with their history, and `:checkhealth pi`.
+package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
+local H = require('helpers')
+H.require_tools()
+
+local function workspace(files)
+  local ws = H.tmpdir('ws')
+  vim.fn.mkdir(ws .. '/.git', 'p')
+  for name, text in pairs(files or {}) do
+    H.write(ws .. '/' .. name, text)
+  end
+  return ws
+end
+
+local function buf_text(c)
+  return c:lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+end
+
+H.case('an edit lands in a modified buffer opened after the client started; u reverts exactly it; no W12', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_edit', name = 'edit', arguments = { path = 'notes.md', edits = { { oldText = 'target = 1', newText = 'target = 2' } } } } } },
+    { text = 'Changed target to 2.' },
+  })
+  local ws = workspace({ ['notes.md'] = '# Notes\n\nalpha\ntarget = 1\nomega\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}' })
+  c:cmd('Pi new')
+  H.wait('the server', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  -- Opened after the client started (in the first window: :Pi new focused the prompt), then
+  -- changed without saving (a line above the target).
+  c:cmd('wincmd t')
+  c:cmd('edit notes.md')
+  c:input('ggOunsaved line<Esc>')
+  H.wait('the unsaved line', 2000, function()
+    return buf_text(c):find('^unsaved line') ~= nil
+  end)
+  c:lua([[
+    _G.changed_shell = 0
+    vim.api.nvim_create_autocmd('FileChangedShell', { callback = function() _G.changed_shell = _G.changed_shell + 1 end })
+  ]])
+  c:cmd('Pi set target to 2')
+  H.wait('the run to end', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Changed target to 2.', 1, true)
+  end)
+  H.eq('unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega', buf_text(c), 'buffer after the edit')
+  -- The server saved through Neovim: disk = buffer, not modified, no W12 on checktime.
+  H.eq('unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega\n', H.read(ws .. '/notes.md'), 'disk after the save')
+  H.eq(false, c:lua('return vim.bo.modified'), 'modified after the save')
+  c:cmd('checktime')
+  H.eq(0, c:lua('return _G.changed_shell'), 'FileChangedShell events')
+  local msgs = c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
+  assert(not msgs:find('W12', 1, true) and not msgs:find('W11', 1, true), 'W11/W12 in messages: ' .. msgs)
+  -- The agent's change has a sign; ]h goes to it.
+  c:cmd('normal! gg')
+  c:input(']h')
+  H.wait(']h', 2000, function()
+    return c:lua('return vim.api.nvim_win_get_cursor(0)[1]') == 5
+  end)
+  local signs = c:lua([[
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, require('pi.hunks').ns, 0, -1, { details = true })) do
+      out[#out + 1] = { m[2], m[4].sign_text, m[4].end_row }
+    end
+    return out
+  ]])
+  H.eq({ { 4, '~ ', 4 } }, signs, 'hunk signs (row, sign, last row)')
+  local code_win = c:lua('return vim.api.nvim_get_current_win()')
+  c:cmd('Pi changes')
+  H.wait('the quickfix list', 5000, function()
+    local qf = c:lua("return vim.tbl_map(function(i) return { vim.fn.bufname(i.bufnr), i.lnum, i.text } end, vim.fn.getqflist())")
+    return #qf == 1 and qf[1][1]:find('notes.md$') ~= nil and qf[1][2] == 5
+  end)
+  c:cmd('cclose')
+  c:lua('vim.api.nvim_set_current_win(...)', code_win)
+  H.eq('notes.md', c:lua('return vim.fn.expand("%:t")'), 'back in notes.md')
+  H.eq({ 5, 0 }, c:lua('return vim.api.nvim_win_get_cursor(0)'), 'cursor')
+  -- u reverts exactly the agent's edit; the user's unsaved line stays.
+  c:input('u')
+  H.wait('undo', 2000, function()
+    return buf_text(c) == 'unsaved line\n# Notes\n\nalpha\ntarget = 1\nomega'
+  end)
+  local SIGNS = [[
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, require('pi.hunks').ns, 0, -1, { details = true })) do
+      out[#out + 1] = m[4].sign_text or 'none'
+    end
+    return out
+  ]]
+  H.wait('the sign hidden once the change is undone', 2000, function()
+    return vim.deep_equal(c:lua(SIGNS), { 'none' })
+  end)
+  -- Redo, then undo the hunk with the keymap: an ordinary change, itself undoable.
+  c:input('<C-r>')
+  H.wait('redo', 2000, function()
+    return buf_text(c):find('target = 2', 1, true) ~= nil
+  end)
+  H.wait('the sign back after redo', 2000, function()
+    return vim.deep_equal(c:lua(SIGNS), { '~ ' })
+  end)
+  c:cmd('5')
+  c:input('\\pu')
+  H.wait('hunk undo', 2000, function()
+    return buf_text(c) == 'unsaved line\n# Notes\n\nalpha\ntarget = 1\nomega'
+  end)
+  c:input('u')
+  H.wait('undo of the hunk undo', 2000, function()
+    return buf_text(c) == 'unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega'
+  end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a permission answered both ways; an insert-mode key elsewhere is not an answer', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_one', name = 'bash', arguments = { command = 'echo one' } } } },
+    { toolCalls = { { id = 'call_two', name = 'bash', arguments = { command = 'echo two' } } } },
+    { text = 'Finished.' },
+  })
+  local ws = workspace({ ['code.txt'] = 'code\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
+  c:cmd('edit code.txt')
+  c:cmd('Pi run two commands')
+  H.wait('the first question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: run `echo one`', 1, true)
+  end)
+  -- Insert mode in the code buffer: digits and mnemonic keys are text there.
+  c:input('A 1asr2<Esc>')
+  H.wait('the typed text', 2000, function()
+    return buf_text(c) == 'code 1asr2'
+  end)
+  local pending = c:lua('return #require("pi.permission").pending')
+  H.eq(1, pending, 'questions still open after typing elsewhere')
+  local text = c:lua(H.CHAT_TEXT)
+  local block = text:sub(text:find('### ? Permission', 1, true), -1)
+  H.eq(
+    table.concat({
+      '### ? Permission: run `echo one`',
+      'Reason: approvalPolicy "auto-edit": bash asks',
+      '  [1] a Allow once',
+      '  [2] s Allow for this session',
+      '  [3] r Reject',
+      '  [4] R Reject with a reason…',
+      '',
+    }, '\n'),
+    block,
+    'permission block'
+  )
+  -- Digit 1 in the chat (from anywhere in it) allows once.
+  c:input('<C-w>l')
+  H.wait('the chat focused', 2000, function()
+    return c:lua('return vim.bo.filetype') == 'pi-chat'
+  end)
+  c:input('gg1')
+  H.wait('the second question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: run `echo two`', 1, true)
+  end)
+  -- `r` away from the block is not an answer; on the block it rejects.
+  c:input('gg')
+  c:input('r<Esc>')
+  vim.wait(200)
+  H.eq(1, c:lua('return #require("pi.permission").pending'), 'r away from the block')
+  c:lua([[
+    local q = require('pi.permission').pending[1]
+    vim.api.nvim_win_set_cursor(0, { q.header_row + 1, 0 })
+  ]])
+  c:input('r')
+  H.wait('the run to end', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Finished.', 1, true)
+  end)
+  local chat = c:lua(H.CHAT_TEXT)
+  -- The typed text is an unsaved change the server knows of (sent before the answer).
+  H.contains(chat, '↳ bash ✓ (2 lines)\n```\n[warning: 1 open editor buffer(s) differ from disk: code.txt]\none\n```', 'allowed call ran')
+  H.contains(chat, '↳ bash ✗ (1 line)\n```\nThe user rejected this bash call.\n```', 'rejected call')
+  H.eq('code 1asr2', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('code.txt'), 0, -1, false), '\\n')"), 'code buffer')
+  local screen = c:screen_text()
+  H.contains(screen, '→ allowed once', 'screen')
+  H.contains(screen, '→ rejected', 'screen')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('an edit question shows the diff; the buffer changed while asked keeps the user\'s text', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'e1', name = 'edit', arguments = { path = 'conf.txt', edits = { { oldText = 'mode = slow', newText = 'mode = fast' } } } } } },
+    { text = 'Noted.' },
+  })
+  local ws = workspace({ ['conf.txt'] = 'name = x\nmode = slow\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 160, rows = 40 })
+  c:cmd('edit conf.txt')
+  c:cmd('Pi make it fast')
+  H.wait('the edit question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: edit conf.txt', 1, true)
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.contains(text, '```diff\n', 'diff fence')
+  H.contains(text, '\n-mode = slow\n+mode = fast\n', 'diff lines')
+  local hls = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, require('pi.render').ns, 0, -1, { details = true })) do
+      if m[4].line_hl_group then
+        out[#out + 1] = vim.api.nvim_buf_get_lines(chat.buf, m[2], m[2] + 1, false)[1] .. ' ' .. m[4].line_hl_group
+      end
+    end
+    return out
+  ]])
+  assert(vim.tbl_contains(hls, '-mode = slow DiffDelete') and vim.tbl_contains(hls, '+mode = fast DiffAdd'), vim.inspect(hls))
+  -- The user changes the line while the question is open, then allows.
+  c:cmd('2')
+  c:input('ccmode = medium<Esc>')
+  H.wait('the user edit', 2000, function()
+    return buf_text(c) == 'name = x\nmode = medium'
+  end)
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_set_current_win(chat:window())
+  ]])
+  c:input('1')
+  H.wait('the run to end', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Noted.', 1, true)
+  end)
+  local final = c:lua(H.CHAT_TEXT)
+  H.contains(final, 'changed while the user was deciding', 'tool result')
+  H.eq('name = x\nmode = medium', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('conf.txt'), 0, -1, false), '\\n')"), 'the user\'s text kept')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('sessions are listed and reopen with their history', function()
+  local mock = H.mock({ { text = 'First answer.' }, { text = 'Second answer.' } })
+  local ws = workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  c:cmd('Pi first question')
+  H.wait('the first answer', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find('First answer.', 1, true)
+  end)
+  c:cmd('Pi second question')
+  H.wait('the second answer', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Second answer.', 1, true)
+  end)
+  local live = c:lua(H.CHAT_TEXT)
+  c:stop()
+  -- A new Neovim: :Pi sessions lists it (vim.ui.select's default list), 1<CR> opens it.
+  local c2 = H.child({ ws = ws, models_json = mock.models_json })
+  c2:input(':Pi sessions<CR>')
+  H.wait('the picker', 10000, function()
+    return c2:screen_text():find('first question', 1, true) ~= nil
+  end)
+  H.contains(c2:screen_text(), 'Pi sessions', 'picker prompt')
+  H.contains(c2:screen_text(), '1: first question  · ', 'picker item')
+  c2:input('1<CR>')
+  H.wait('the history', 10000, function()
+    local t = c2:lua(H.CHAT_TEXT)
+    return t ~= vim.NIL and t:find('Second answer.', 1, true)
+  end)
+  H.eq(live, c2:lua(H.CHAT_TEXT), 'reopened chat = the live chat')
+  H.contains(c2:screen_text(), 'Second answer.', 'screen')
+  c2:stop()
+  mock.stop()
+end)
+
+H.case('typing in insert mode while the agent edits other files: mode, window, cursor unchanged', function()
+  local steps = {}
+  for i = 1, 10 do
+    steps[#steps + 1] = { toolCalls = { { id = 'w' .. i, name = 'edit', arguments = { path = 'other.txt', edits = { { oldText = 'n=' .. (i - 1), newText = 'n=' .. i } } } } } }
+  end
+  steps[#steps + 1] = { text = 'Ten edits done.' }
+  local mock = H.mock(steps)
+  local ws = workspace({ ['code.txt'] = 'code\n', ['other.txt'] = 'n=0\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 140 })
+  c:cmd('edit code.txt')
+  c:cmd('Pi edit other.txt ten times')
+  c:input('A')
+  local win = c:lua('return vim.api.nvim_get_current_win()')
+  -- Type while the edits land: one character every 30 ms.
+  local typed = ''
+  local done = false
+  local timer = vim.uv.new_timer()
+  local i = 0
+  timer:start(30, 30, vim.schedule_wrap(function()
+    if done then
+      return
+    end
+    i = i + 1
+    local ch = string.char(96 + (i % 26) + 1)
+    typed = typed .. ch
+    c:send({ 2, 'nvim_input', { ch } })
+  end))
+  H.wait('the ten edits', 20000, function()
+    return (H.read(ws .. '/other.txt') or '') == 'n=10\n'
+  end)
+  done = true
+  timer:stop()
+  timer:close()
+  vim.wait(200)
+  H.eq('i', c:lua('return vim.api.nvim_get_mode().mode'), 'mode')
+  H.eq(win, c:lua('return vim.api.nvim_get_current_win()'), 'window')
+  H.eq('code' .. typed, c:lua('return vim.api.nvim_get_current_line()'), 'every character in code.txt')
+  H.eq({ 1, #('code' .. typed) }, c:lua('return vim.api.nvim_win_get_cursor(0)'), 'cursor')
+  H.eq('n=10', c:lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr('other.txt'), 0, -1, false)[1]"), 'other.txt buffer')
+  c:input('<Esc>')
+  c:stop()
+  mock.stop()
+end)
+
+H.case(':checkhealth pi', function()
+  local ws = workspace()
+  local c = H.child({ ws = ws, models_json = { providers = {} } })
+  c:cmd('Pi new')
+  H.wait('the server', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  c:cmd('checkhealth pi')
+  local out = buf_text(c)
+  local v = c:lua('local v = vim.version() return ("%d.%d.%d"):format(v.major, v.minor, v.patch)')
+  local version = vim.trim(vim.fn.system({ H.bin, '--version' }))
+  H.contains(out, '- ✅ OK Neovim ' .. v, 'health')
+  H.contains(out, ('- ✅ OK %s (%s) from setup({cmd})'):format(H.bin, version), 'health')
+  H.contains(out, '- trust: false (setup({trust}))', 'health')
+  H.contains(out, '- root: ' .. ws, 'health')
+  H.contains(out, 'models.json: ' .. c.home .. '/agent/models.json', 'health')
+  H.contains(out, 'experimental.agent.{diagnostics, requestPermission, saveDocument, syncsAllDocuments, ui}', 'health')
+  H.contains(out, ws .. ': server agent protocol v1, ', 'health')
+  H.contains(out, 'position encoding utf-8', 'health')
+  c:stop()
+end)
+
+H.done()

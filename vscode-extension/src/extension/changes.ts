@@ -1,0 +1,383 @@
+/**
+ * The agent's edits in the editor: every `workspace/applyEdit` is recorded (before / after
+ * text per file, the tool call from the edit's label `pi: turn N · edit path (call_id)`), each
+ * file's hunks get Keep / Undo CodeLenses and line decorations ({@link FileChanges} decides),
+ * the "Changes" view lists the changed files per session, and the `pi-diff:` scheme serves the
+ * before / after texts of VS Code's diff editor. Nothing here moves focus or the active editor.
+ */
+import * as vscode from "vscode";
+import { applyPatch } from "diff";
+import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-languageclient";
+import { FileChanges } from "./hunks";
+
+/** One applied agent edit of one file. */
+export interface AgentEdit {
+  toolCallId: string | undefined;
+  sessionId: string | undefined;
+  uri: string;
+  before: string;
+  after: string;
+}
+
+interface Tracked {
+  uri: vscode.Uri;
+  changes: FileChanges;
+  sessions: Set<string>;
+}
+
+type Node = { kind: "session"; sessionId: string } | { kind: "file"; key: string };
+
+export const DIFF_SCHEME = "pi-diff";
+
+/** The tool call id at the end of an applyEdit label (`… (call_1)`). */
+export function toolCallIdOfLabel(label: string | undefined): string | undefined {
+  return label ? /\(([^()\s]+)\)\s*$/.exec(label)?.[1] : undefined;
+}
+
+export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataProvider<Node>, vscode.TextDocumentContentProvider, vscode.Disposable {
+  private readonly files = new Map<string, Tracked>();
+  private readonly edits = new Map<string, AgentEdit>();
+  private readonly callSessions = new Map<string, string>();
+  private readonly applying = new Set<string>();
+  private readonly diffTexts = new Map<string, string>();
+  /** Pending permission questions' changes by tool call id (`{path, diff}`), for openDiff. */
+  readonly pendingChanges = new Map<string, { path: string; diff: string }>();
+  private readonly lensEmitter = new vscode.EventEmitter<void>();
+  private readonly treeEmitter = new vscode.EventEmitter<Node | undefined>();
+  private readonly diffEmitter = new vscode.EventEmitter<vscode.Uri>();
+  readonly onDidChangeCodeLenses = this.lensEmitter.event;
+  readonly onDidChangeTreeData = this.treeEmitter.event;
+  readonly onDidChange = this.diffEmitter.event;
+  private readonly added = vscode.window.createTextEditorDecorationType({
+    isWholeLine: true,
+    backgroundColor: new vscode.ThemeColor("diffEditor.insertedLineBackground"),
+    overviewRulerColor: new vscode.ThemeColor("editorOverviewRuler.addedForeground"),
+    overviewRulerLane: vscode.OverviewRulerLane.Left,
+  });
+  private readonly removed = vscode.window.createTextEditorDecorationType({
+    isWholeLine: true,
+    borderWidth: "2px 0 0 0",
+    borderStyle: "solid",
+    borderColor: new vscode.ThemeColor("editorOverviewRuler.deletedForeground"),
+    overviewRulerColor: new vscode.ThemeColor("editorOverviewRuler.deletedForeground"),
+    overviewRulerLane: vscode.OverviewRulerLane.Left,
+  });
+  private readonly disposables: vscode.Disposable[] = [];
+  /** Called after every recorded agent edit (for the webview's and tests' benefit). */
+  onEdit: (edit: AgentEdit) => void = () => {};
+
+  constructor(private readonly log: vscode.LogOutputChannel) {
+    this.disposables.push(
+      vscode.workspace.onDidChangeTextDocument((e) => this.onDocumentChange(e)),
+      vscode.window.onDidChangeVisibleTextEditors(() => this.decorateAll()),
+      this.added,
+      this.removed,
+    );
+  }
+
+  /** Remembers which session a tool call belongs to (from `tool_execution_start`). */
+  noteToolCall(toolCallId: string, sessionId: string): void {
+    this.callSessions.set(toolCallId, sessionId);
+  }
+
+  /** The `workspace/applyEdit` middleware: records before / after of every file it touches. */
+  async applyEdit(params: ApplyWorkspaceEditParams, next: (p: ApplyWorkspaceEditParams) => Promise<ApplyWorkspaceEditResult>): Promise<ApplyWorkspaceEditResult> {
+    const toolCallId = toolCallIdOfLabel(params.label);
+    const uris = new Map<string, boolean>(); // uri → created by this edit
+    for (const c of params.edit.documentChanges ?? []) {
+      if ("textDocument" in c) {
+        if (!uris.has(c.textDocument.uri)) uris.set(c.textDocument.uri, false);
+      } else if (c.kind === "create") uris.set(c.uri, true);
+    }
+    for (const u of Object.keys(params.edit.changes ?? {})) if (!uris.has(u)) uris.set(u, false);
+    const before = new Map<string, { text: string; version: number | undefined }>();
+    for (const [u, created] of uris) {
+      const key = vscode.Uri.parse(u).toString();
+      this.applying.add(key);
+      if (created) {
+        before.set(u, { text: "", version: undefined });
+        continue;
+      }
+      try {
+        const doc = await vscode.workspace.openTextDocument(vscode.Uri.parse(u));
+        before.set(u, { text: doc.getText(), version: doc.version });
+      } catch {
+        before.set(u, { text: "", version: undefined });
+      }
+    }
+    let result: ApplyWorkspaceEditResult;
+    try {
+      result = await next(params);
+      if (result.applied) {
+        for (const [u, b] of before) {
+          const uri = vscode.Uri.parse(u);
+          const doc = await vscode.workspace.openTextDocument(uri);
+          if (b.version !== undefined && doc.version === b.version) await waitForChange(uri, 1000);
+          this.record({ toolCallId, sessionId: toolCallId ? this.callSessions.get(toolCallId) : undefined, uri: uri.toString(), before: b.text, after: doc.getText() }, uri);
+        }
+      }
+    } finally {
+      for (const u of uris.keys()) this.applying.delete(vscode.Uri.parse(u).toString());
+    }
+    return result;
+  }
+
+  private record(edit: AgentEdit, uri: vscode.Uri): void {
+    if (edit.toolCallId) this.edits.set(edit.toolCallId, edit);
+    let t = this.files.get(edit.uri);
+    if (!t) {
+      t = { uri, changes: FileChanges.fromAgentEdit(edit.before, edit.after, edit.toolCallId), sessions: new Set() };
+      this.files.set(edit.uri, t);
+    } else t.changes.agentEdit(edit.before, edit.after, edit.toolCallId);
+    if (edit.sessionId) t.sessions.add(edit.sessionId);
+    this.log.debug(`agent edit ${edit.toolCallId ?? "?"} of ${uri.fsPath}: ${t.changes.hunks().length} hunk(s) to review`);
+    this.changed(edit.uri);
+    this.onEdit(edit);
+  }
+
+  private onDocumentChange(e: vscode.TextDocumentChangeEvent): void {
+    const key = e.document.uri.toString();
+    if (this.applying.has(key) || e.contentChanges.length === 0) return;
+    const t = this.files.get(key);
+    if (!t) return;
+    t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
+    this.changed(key);
+  }
+
+  private changed(key: string): void {
+    const t = this.files.get(key);
+    if (t && t.changes.settled) this.files.delete(key);
+    void vscode.commands.executeCommand("setContext", "pi.hasAgentChanges", this.files.size > 0);
+    this.lensEmitter.fire();
+    this.treeEmitter.fire(undefined);
+    this.decorateAll();
+  }
+
+  private decorateAll(): void {
+    for (const editor of vscode.window.visibleTextEditors) {
+      const t = this.files.get(editor.document.uri.toString());
+      const hunks = t?.changes.hunks() ?? [];
+      const added: vscode.DecorationOptions[] = [];
+      const removed: vscode.DecorationOptions[] = [];
+      for (const h of hunks) {
+        const hover = h.oldText ? new vscode.MarkdownString().appendText("Pi replaced:\n").appendCodeblock(h.oldText, editor.document.languageId) : undefined;
+        if (h.lineCount > 0) added.push({ range: new vscode.Range(h.startLine, 0, h.startLine + h.lineCount - 1, 0), hoverMessage: hover });
+        else {
+          const line = Math.min(h.startLine, Math.max(0, editor.document.lineCount - 1));
+          removed.push({ range: new vscode.Range(line, 0, line, 0), hoverMessage: hover });
+        }
+      }
+      editor.setDecorations(this.added, added);
+      editor.setDecorations(this.removed, removed);
+    }
+  }
+
+  // --- CodeLens: Keep / Undo per hunk -------------------------------------------------------
+
+  provideCodeLenses(document: vscode.TextDocument): vscode.CodeLens[] {
+    const t = this.files.get(document.uri.toString());
+    if (!t) return [];
+    const lenses: vscode.CodeLens[] = [];
+    for (const h of t.changes.hunks()) {
+      const line = Math.min(h.startLine, Math.max(0, document.lineCount - 1));
+      const range = new vscode.Range(line, 0, line, 0);
+      const what = h.lineCount === 0 ? "deleted lines" : `${h.lineCount} line${h.lineCount === 1 ? "" : "s"}`;
+      lenses.push(
+        new vscode.CodeLens(range, { title: `$(check) Keep (pi: ${what})`, command: "pi.changes.keepHunk", arguments: [document.uri, h.index] }),
+        new vscode.CodeLens(range, { title: "$(discard) Undo", command: "pi.changes.undoHunk", arguments: [document.uri, h.index] }),
+      );
+    }
+    return lenses;
+  }
+
+  /** Hunk `index` of `uri`, or the hunk at the active editor's cursor. */
+  private target(uri?: vscode.Uri, index?: number): { t: Tracked; index: number } | undefined {
+    if (uri instanceof vscode.Uri && typeof index === "number") {
+      const t = this.files.get(uri.toString());
+      return t ? { t, index } : undefined;
+    }
+    const editor = vscode.window.activeTextEditor;
+    if (!editor) return undefined;
+    const t = this.files.get(editor.document.uri.toString());
+    const h = t?.changes.hunkAtLine(editor.selection.active.line) ?? t?.changes.hunks()[0];
+    return t && h ? { t, index: h.index } : undefined;
+  }
+
+  keepHunk(uri?: vscode.Uri, index?: number): boolean {
+    const x = this.target(uri, index);
+    if (!x || !x.t.changes.keep(x.index)) return false;
+    this.changed(x.t.uri.toString());
+    return true;
+  }
+
+  async undoHunk(uri?: vscode.Uri, index?: number): Promise<boolean> {
+    const x = this.target(uri, index);
+    if (!x) return false;
+    const r = x.t.changes.undo(x.index);
+    if (!r) return false;
+    return this.applyReplacements(x.t.uri, [r]);
+  }
+
+  keepFile(node?: Node | vscode.Uri): void {
+    const t = this.fileOf(node);
+    if (!t) return;
+    t.changes.keepAll();
+    this.changed(t.uri.toString());
+  }
+
+  async undoFile(node?: Node | vscode.Uri): Promise<boolean> {
+    const t = this.fileOf(node);
+    if (!t) return false;
+    return this.applyReplacements(t.uri, t.changes.undoAll());
+  }
+
+  private fileOf(node?: Node | vscode.Uri): Tracked | undefined {
+    if (node instanceof vscode.Uri) return this.files.get(node.toString());
+    if (node && node.kind === "file") return this.files.get(node.key);
+    const editor = vscode.window.activeTextEditor;
+    return editor ? this.files.get(editor.document.uri.toString()) : undefined;
+  }
+
+  private async applyReplacements(uri: vscode.Uri, rs: { start: number; end: number; text: string }[]): Promise<boolean> {
+    const doc = await vscode.workspace.openTextDocument(uri);
+    const edit = new vscode.WorkspaceEdit();
+    for (const r of rs) edit.replace(uri, new vscode.Range(doc.positionAt(r.start), doc.positionAt(r.end)), r.text);
+    return vscode.workspace.applyEdit(edit);
+  }
+
+  // --- Changes view ---------------------------------------------------------------------------
+
+  getTreeItem(node: Node): vscode.TreeItem {
+    if (node.kind === "session") {
+      const item = new vscode.TreeItem(`Session ${node.sessionId.slice(0, 8)}`, vscode.TreeItemCollapsibleState.Expanded);
+      item.contextValue = "changedSession";
+      return item;
+    }
+    const t = this.files.get(node.key)!;
+    const hunks = t.changes.hunks();
+    let plus = 0;
+    let minus = 0;
+    for (const h of hunks) {
+      plus += h.lineCount;
+      minus += h.oldText ? h.oldText.split("\n").length - (h.oldText.endsWith("\n") ? 1 : 0) : 0;
+    }
+    const item = new vscode.TreeItem(t.uri, vscode.TreeItemCollapsibleState.None);
+    item.description = `+${plus} −${minus} · ${hunks.length} hunk${hunks.length === 1 ? "" : "s"}`;
+    item.contextValue = "changedFile";
+    item.command = { command: "pi.changes.openDiff", title: "Open Diff", arguments: [node] };
+    return item;
+  }
+
+  getChildren(node?: Node): Node[] {
+    if (!node) {
+      const sessions = new Set<string>();
+      let orphan = false;
+      for (const t of this.files.values()) {
+        if (t.sessions.size === 0) orphan = true;
+        for (const s of t.sessions) sessions.add(s);
+      }
+      const roots: Node[] = [...sessions].map((sessionId) => ({ kind: "session", sessionId }));
+      if (orphan) for (const [key, t] of this.files) if (t.sessions.size === 0) roots.push({ kind: "file", key });
+      return roots;
+    }
+    if (node.kind === "session") return [...this.files].filter(([, t]) => t.sessions.has(node.sessionId)).map(([key]) => ({ kind: "file", key }));
+    return [];
+  }
+
+  /** Files with agent changes still under review (URI strings). */
+  changedFiles(): string[] {
+    return [...this.files.keys()];
+  }
+
+  // --- Diff editor ---------------------------------------------------------------------------
+
+  provideTextDocumentContent(uri: vscode.Uri): string {
+    return this.diffTexts.get(uri.toString()) ?? "";
+  }
+
+  private diffUri(name: string, side: string, text: string): vscode.Uri {
+    const uri = vscode.Uri.from({ scheme: DIFF_SCHEME, path: "/" + name, query: `${side}-${Date.now()}-${Math.random().toString(36).slice(2)}` });
+    this.diffTexts.set(uri.toString(), text);
+    return uri;
+  }
+
+  /** Opens VS Code's diff editor for a tool call's edit (applied, or waiting for permission),
+   * else for the file's changes under review. Focus stays where it is. */
+  async openDiff(arg?: { toolCallId?: string; path?: string } | Node | vscode.Uri): Promise<boolean> {
+    const name = (u: string) => vscode.workspace.asRelativePath(vscode.Uri.parse(u));
+    let left: { label: string; text: string } | undefined;
+    let right: { label: string; text: string } | undefined;
+    let title = "";
+    const toolCallId = arg && !(arg instanceof vscode.Uri) && "toolCallId" in arg ? arg.toolCallId : undefined;
+    const applied = toolCallId ? this.edits.get(toolCallId) : undefined;
+    const pending = toolCallId ? this.pendingChanges.get(toolCallId) : undefined;
+    if (applied) {
+      const n = name(applied.uri);
+      left = { label: n, text: applied.before };
+      right = { label: n, text: applied.after };
+      title = `${n} (pi: ${toolCallId})`;
+    } else if (pending) {
+      const uri = this.resolvePath(pending.path);
+      let current = "";
+      try {
+        current = (await vscode.workspace.openTextDocument(uri)).getText();
+      } catch {
+        current = "";
+      }
+      const proposed = applyPatch(current, pending.diff);
+      left = { label: vscode.workspace.asRelativePath(uri), text: current };
+      right = { label: vscode.workspace.asRelativePath(uri), text: proposed === false ? pending.diff : proposed };
+      title = `${vscode.workspace.asRelativePath(uri)} (pi proposes)`;
+    } else {
+      let key: string | undefined;
+      if (arg instanceof vscode.Uri) key = arg.toString();
+      else if (arg && "kind" in arg && arg.kind === "file") key = arg.key;
+      else if (arg && "path" in arg && arg.path) key = this.resolvePath(arg.path).toString();
+      else if (vscode.window.activeTextEditor) key = vscode.window.activeTextEditor.document.uri.toString();
+      const t = key ? this.files.get(key) : undefined;
+      if (!t) {
+        if (arg && "path" in arg && arg.path) {
+          await vscode.window.showTextDocument(this.resolvePath(arg.path), { preserveFocus: true, preview: true });
+          return true;
+        }
+        return false;
+      }
+      const n = vscode.workspace.asRelativePath(t.uri);
+      left = { label: n, text: t.changes.base };
+      right = { label: n, text: t.changes.current };
+      title = `${n} (pi's changes under review)`;
+    }
+    await vscode.commands.executeCommand("vscode.diff", this.diffUri(left.label, "before", left.text), this.diffUri(right.label, "after", right.text), title, {
+      preserveFocus: true,
+      preview: true,
+    });
+    return true;
+  }
+
+  resolvePath(p: string): vscode.Uri {
+    if (p.startsWith("/")) return vscode.Uri.file(p);
+    const root = vscode.workspace.workspaceFolders?.[0]?.uri;
+    return root ? vscode.Uri.joinPath(root, p) : vscode.Uri.file(p);
+  }
+
+  dispose(): void {
+    for (const d of this.disposables) d.dispose();
+  }
+}
+
+function waitForChange(uri: vscode.Uri, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    const key = uri.toString();
+    const timer = setTimeout(() => {
+      sub.dispose();
+      resolve();
+    }, ms);
+    const sub = vscode.workspace.onDidChangeTextDocument((e) => {
+      if (e.document.uri.toString() === key) {
+        clearTimeout(timer);
+        sub.dispose();
+        resolve();
+      }
+    });
+  });
+}

@@ -1,0 +1,563 @@
+/**
+ * The Pi extension's host side: starts pi-lsp (server.ts), relays the agent protocol to the
+ * chat panels (panels.ts, relay.ts), answers the server's requests (permissions and extension
+ * UI through requests.ts; `agent/saveDocument`; `agent/diagnostics`), tracks the agent's edits
+ * for review (changes.ts), and contributes the sessions view, the status bar and the commands
+ * of package.json. No server event moves focus or changes the active editor.
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as vscode from "vscode";
+import { type LanguageClient, State } from "vscode-languageclient/node";
+import { ChangeTracker, DIFF_SCHEME } from "./changes";
+import { ChatPanel, type PanelHost } from "./panels";
+import { type Note, Router } from "./relay";
+import { ServerQuestions } from "./requests";
+import { createClient, resolveServerBinary } from "./server";
+import { type SessionNode, SessionsView } from "./sessions";
+import { StatusBar } from "./status";
+
+/** Server notifications relayed to the panels (and watched by the host). */
+const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument"];
+
+const CHAT_SESSION_KEY = "pi.chat.sessionId";
+
+let stopClient: (() => Promise<void>) | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<unknown> {
+  const output = vscode.window.createOutputChannel("Pi", { log: true });
+  const trace = vscode.window.createOutputChannel("Pi LSP Trace", { log: true });
+  const router = new Router();
+  const panels = new Set<ChatPanel>();
+  let activePanel: ChatPanel | undefined;
+  let chatView: ChatPanel | undefined;
+  const status = new StatusBar();
+  const changes = new ChangeTracker(output);
+  let client: LanguageClient | undefined;
+  let starting: Promise<LanguageClient> | undefined;
+  let hostCpuMs = 0;
+  let notesRelayed = 0;
+
+  const questions = new ServerQuestions({ panelsOf: (id) => router.panelsOf(id) as ChatPanel[] }, output, (toolCallId, p) => changes.openDiff({ toolCallId, path: p }));
+  questions.onChange = (id, n) => status.questions(id, n);
+
+  const activeSession = (): string | null => activePanel?.sessionId ?? chatView?.sessionId ?? null;
+
+  async function startClient(): Promise<LanguageClient> {
+    const config = vscode.workspace.getConfiguration("pi");
+    const binary = resolveServerBinary({
+      setting: config.get<string>("serverPath", ""),
+      pathEnv: process.env.PATH,
+      workspaceFolders: (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath),
+      extensionPath: context.extensionPath,
+    });
+    if (!binary) {
+      const msg = "Pi: no pi-lsp binary found (setting pi.serverPath, PATH, the workspace's target/release/pi-lsp, or the one bundled with the extension).";
+      void vscode.window.showErrorMessage(msg, "Open Settings").then((c) => c && vscode.commands.executeCommand("workbench.action.openSettings", "pi.serverPath"));
+      throw new Error(msg);
+    }
+    output.info(`starting ${binary.path} (from ${binary.source})`);
+    const c = createClient(binary, output, trace, { applyEdit: (p, next) => changes.applyEdit(p, next) });
+    c.onRequest("agent/requestPermission", async (params: any, token) => {
+      if (params?.change && params.toolCallId) changes.pendingChanges.set(params.toolCallId, params.change);
+      try {
+        return await questions.ask("agent/requestPermission", params, token);
+      } finally {
+        if (params?.toolCallId) changes.pendingChanges.delete(params.toolCallId);
+      }
+    });
+    c.onRequest("agent/ui/request", (params: any, token) => questions.ask("agent/ui/request", params, token));
+    c.onRequest("agent/saveDocument", async (params: { uri: string }) => {
+      const key = vscode.Uri.parse(params.uri).toString();
+      const doc = vscode.workspace.textDocuments.find((d) => d.uri.toString() === key);
+      if (!doc) return { saved: false };
+      return { saved: doc.isDirty ? await doc.save() : true };
+    });
+    c.onRequest("agent/diagnostics", async (params: { uris?: string[] }) => {
+      const pairs: [vscode.Uri, readonly vscode.Diagnostic[]][] = params?.uris
+        ? params.uris.map((u) => {
+            const uri = vscode.Uri.parse(u);
+            return [uri, vscode.languages.getDiagnostics(uri)] as [vscode.Uri, vscode.Diagnostic[]];
+          })
+        : vscode.languages.getDiagnostics().filter(([u]) => u.scheme === "file");
+      const items = [];
+      for (const [uri, diags] of pairs) items.push({ uri: c.code2ProtocolConverter.asUri(uri), diagnostics: await c.code2ProtocolConverter.asDiagnostics([...diags]) });
+      return { items };
+    });
+    for (const method of NOTIFICATIONS) c.onNotification(method, (params: any) => onNotification({ method, params }));
+    await c.start();
+    output.info(`pi-lsp started: ${JSON.stringify(c.initializeResult?.serverInfo ?? {})}`);
+    return c;
+  }
+
+  async function ensureClient(): Promise<LanguageClient> {
+    if (client && client.state === State.Running) return client;
+    starting ??= startClient().then(
+      (c) => {
+        client = c;
+        return c;
+      },
+      (e) => {
+        starting = undefined;
+        throw e;
+      },
+    );
+    return starting;
+  }
+
+  stopClient = async () => {
+    const c = client ?? (starting ? await starting.catch(() => undefined) : undefined);
+    client = undefined;
+    starting = undefined;
+    if (c) await c.stop(5000).catch((e) => output.warn(`stopping pi-lsp: ${String(e)}`));
+  };
+
+  function onNotification(note: Note): void {
+    const t0 = performance.now();
+    notesRelayed++;
+    const p = note.params;
+    status.notification(note.method, p);
+    if (note.method === "agent/event") {
+      const ev = p?.event;
+      if (ev?.type === "tool_execution_start" && ev.toolCallId && p.sessionId) changes.noteToolCall(ev.toolCallId, p.sessionId);
+      if (ev?.type === "agent_end" && p.sessionId === activeSession()) scheduleTreeRefresh();
+      if (ev?.type === "agent_end" && process.env.PI_VSCODE_STATS) setTimeout(writeStats, 200);
+    }
+    router.route(note);
+    if (note.method === "agent/attention") attention(p);
+    if (note.method === "agent/ui/notification" && p?.method === "notify") {
+      const text = `${p.extension ? `${p.extension}: ` : ""}${p.message ?? ""}`;
+      if (p.notifyType === "error") void vscode.window.showErrorMessage(text);
+      else if (p.notifyType === "warning") void vscode.window.showWarningMessage(text);
+      else void vscode.window.showInformationMessage(text);
+    }
+    hostCpuMs += performance.now() - t0;
+  }
+
+  /** `finished` / `failed` for a session no visible panel shows: a notification (no focus
+   * change; "Open" shows it in the chat view). Questions have their own notifications. */
+  function attention(p: any): void {
+    if (!p?.sessionId || (p.reason !== "finished" && p.reason !== "failed")) return;
+    if (router.panelsOf(p.sessionId).some((x) => (x as ChatPanel).visible)) return;
+    const show = p.reason === "failed" ? vscode.window.showErrorMessage : vscode.window.showInformationMessage;
+    void show(`Pi: ${p.message ?? p.reason}`, "Open").then((c) => c && openInChatView(p.sessionId));
+  }
+
+  let treeTimer: ReturnType<typeof setTimeout> | undefined;
+  function scheduleTreeRefresh(): void {
+    if (treeTimer) return;
+    treeTimer = setTimeout(() => {
+      treeTimer = undefined;
+      sessions.refresh();
+    }, 300);
+  }
+
+  const host: PanelHost = {
+    extensionUri: context.extensionUri,
+    log: output,
+    workspaceName: () => vscode.workspace.workspaceFolders?.[0]?.name ?? vscode.workspace.name ?? "",
+    request: async (method, params: any) => {
+      const c = await ensureClient();
+      if (method === "agent/abort" && params?.sessionId) status.stopping(params.sessionId);
+      const result: any = await c.sendRequest(method, params);
+      if (method === "agent/state" || method === "agent/session/new" || method === "agent/session/open") status.state(result);
+      if (method === "agent/abort" && params?.sessionId) status.notification("agent/event", { sessionId: params.sessionId, event: { type: "agent_end" } });
+      return result;
+    },
+    attach: (panel, sessionId) => {
+      const before = panel.sessionId;
+      router.attach(panel, sessionId);
+      if (panel === activePanel || (!activePanel && panel === chatView)) status.setActive(sessionId);
+      if (before !== sessionId) {
+        scheduleTreeRefresh();
+        if (sessionId) void host.request("agent/state", { sessionId }).catch(() => undefined);
+      }
+    },
+    answerQuestion: (panel, id, result) => questions.answer(id, result, panel),
+    openQuestions: (sessionId) => questions.openFor(sessionId),
+    openDiff: (toolCallId, p) => changes.openDiff({ toolCallId, path: p }),
+    activated: (panel) => {
+      activePanel = panel;
+      status.setActive(panel.sessionId);
+    },
+    newSessionParams: () => {
+      // pi.thinkingLevel applies to new sessions (clamped by the server to the model).
+      const level = vscode.workspace.getConfiguration("pi").get<string>("thinkingLevel", "default");
+      return level && level !== "default" ? { thinkingLevel: level } : undefined;
+    },
+    disposed: (panel) => {
+      router.remove(panel);
+      panels.delete(panel);
+      if (activePanel === panel) activePanel = chatView;
+      if (chatView === panel) chatView = undefined;
+    },
+  };
+
+  function addPanel(p: ChatPanel): ChatPanel {
+    panels.add(p);
+    router.add(p);
+    return p;
+  }
+
+  // --- Views --------------------------------------------------------------------------------
+
+  context.subscriptions.push(
+    vscode.window.registerWebviewViewProvider(
+      "pi.chat",
+      {
+        resolveWebviewView(view) {
+          const p = addPanel(
+            new ChatPanel("view", view.webview, host, () => view.visible, context.workspaceState.get<string | null>(CHAT_SESSION_KEY, null), (id) => void context.workspaceState.update(CHAT_SESSION_KEY, id)),
+          );
+          chatView = p;
+          activePanel ??= p;
+          view.onDidChangeVisibility(() => view.visible && host.activated(p));
+          view.onDidDispose(() => p.dispose());
+          void ensureClient().catch(() => undefined);
+        },
+      },
+      { webviewOptions: { retainContextWhenHidden: true } },
+    ),
+  );
+
+  function adoptPanel(panel: vscode.WebviewPanel, sessionId: string | null): ChatPanel {
+    const p = addPanel(new ChatPanel("panel", panel.webview, host, () => panel.visible, sessionId, (id) => (panel.title = id ? `Pi · ${id.slice(0, 8)}` : "Pi · new session")));
+    panel.title = sessionId ? `Pi · ${sessionId.slice(0, 8)}` : "Pi · new session";
+    panel.iconPath = vscode.Uri.joinPath(context.extensionUri, "resources", "pi.svg");
+    panel.onDidChangeViewState(() => panel.active && host.activated(p));
+    panel.onDidDispose(() => p.dispose());
+    host.activated(p);
+    void ensureClient().catch(() => undefined);
+    return p;
+  }
+
+  context.subscriptions.push(
+    vscode.window.registerWebviewPanelSerializer("pi.chatPanel", {
+      async deserializeWebviewPanel(panel, state: any) {
+        adoptPanel(panel, typeof state?.sessionId === "string" ? state.sessionId : null);
+      },
+    }),
+  );
+
+  const sessions = new SessionsView((m, p) => host.request(m, p), activeSession, output);
+  context.subscriptions.push(
+    vscode.window.createTreeView("pi.sessions", { treeDataProvider: sessions, showCollapseAll: true }),
+    vscode.window.createTreeView("pi.changes", { treeDataProvider: changes }),
+    vscode.languages.registerCodeLensProvider({ scheme: "file" }, changes),
+    vscode.workspace.registerTextDocumentContentProvider(DIFF_SCHEME, changes),
+    changes,
+    status,
+    output,
+    trace,
+  );
+
+  // --- Commands -----------------------------------------------------------------------------
+
+  /** The panel commands go to: the active one, else the chat view (revealed, not focused). */
+  async function targetPanel(): Promise<ChatPanel | undefined> {
+    if (activePanel?.ready) return activePanel;
+    if (chatView?.ready) return chatView;
+    await vscode.commands.executeCommand("workbench.view.extension.pi");
+    for (let i = 0; i < 100 && !chatView?.ready; i++) await new Promise((r) => setTimeout(r, 50));
+    return chatView;
+  }
+
+  async function openInChatView(sessionId: string | null, text?: string): Promise<void> {
+    let p = activePanel?.kind === "panel" && activePanel.sessionId === sessionId ? activePanel : chatView;
+    if (!p?.ready) {
+      await vscode.commands.executeCommand("workbench.view.extension.pi");
+      for (let i = 0; i < 100 && !chatView?.ready; i++) await new Promise((r) => setTimeout(r, 50));
+      p = chatView;
+    }
+    if (!p) return;
+    if (p.sessionId !== sessionId) p.show(sessionId);
+    else p.post({ type: "init", sessionId, workspaceName: host.workspaceName(), capabilities: { followUpKey: "alt+enter", escapeAborts: true, host: "vscode" } });
+    if (text) p.post({ type: "command", command: "insertText", text });
+    host.activated(p);
+  }
+
+  async function needSession(): Promise<string | undefined> {
+    const id = activeSession();
+    if (!id) void vscode.window.showInformationMessage("Pi: no session yet — send a prompt in the chat first.");
+    return id ?? undefined;
+  }
+
+  async function guarded(what: string, fn: () => Promise<unknown>): Promise<unknown> {
+    try {
+      return await fn();
+    } catch (e: any) {
+      output.error(`${what}: ${String(e?.message ?? e)}`);
+      void vscode.window.showErrorMessage(`Pi: ${what} failed: ${String(e?.message ?? e)}`);
+      return undefined;
+    }
+  }
+
+  function sessionOf(node: SessionNode | undefined): string | null {
+    if (node?.kind === "session") return node.session.sessionId;
+    if (node?.kind === "entry") return node.sessionId;
+    return activeSession();
+  }
+
+  const commands: Record<string, (...args: any[]) => unknown> = {
+    "pi.focusChat": async () => {
+      await vscode.commands.executeCommand("pi.chat.focus");
+      (await targetPanel())?.post({ type: "command", command: "focusComposer" });
+    },
+    "pi.newSession": async () => (await targetPanel())?.post({ type: "command", command: "newSession" }),
+    "pi.abort": async () => {
+      const id = activeSession();
+      if (!id) return;
+      const p = router.panelsOf(id)[0] as ChatPanel | undefined;
+      if (p?.ready) p.post({ type: "command", command: "abort" });
+      else await guarded("abort", () => host.request("agent/abort", { sessionId: id }));
+    },
+    "pi.steerMode": async () => (await targetPanel())?.post({ type: "command", command: "steerMode" }),
+    "pi.followUpMode": async () => (await targetPanel())?.post({ type: "command", command: "followUpMode" }),
+    "pi.compact": async () => {
+      const sessionId = await needSession();
+      if (!sessionId) return;
+      const instructions = await vscode.window.showInputBox({ prompt: "Instructions for the summary (optional)", placeHolder: "e.g. keep the list of failing tests" });
+      if (instructions === undefined) return;
+      await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "Pi: compacting" }, () =>
+        guarded("compaction", async () => {
+          const r: any = await host.request("agent/compact", instructions ? { sessionId, instructions } : { sessionId });
+          void vscode.window.showInformationMessage(`Pi: compacted (${r?.tokensBefore ?? "?"} tokens before).`);
+        }),
+      );
+    },
+    "pi.selectModel": () =>
+      guarded("model selection", async () => {
+        const { models } = (await host.request("agent/model/list", {})) as { models: any[] };
+        const pick = await vscode.window.showQuickPick(
+          models.map((m) => ({
+            label: m.name || m.id,
+            description: `${m.provider}/${m.id}`,
+            detail: `${m.contextWindow ? `${Math.round(m.contextWindow / 1000)}k context` : ""}${m.cost ? ` · $${m.cost.input}/$${m.cost.output} per M tokens` : ""}${m.reasoning ? " · reasoning" : ""}`,
+            model: m,
+          })),
+          { title: "Pi: model", placeHolder: "Model for the active session (or a new one)" },
+        );
+        if (!pick) return;
+        const id = `${pick.model.provider}/${pick.model.id}`;
+        const sessionId = activeSession();
+        if (sessionId) {
+          await host.request("agent/model/set", { sessionId, model: id });
+          status.setModel(sessionId, pick.model.name || id, pick.model.contextWindow);
+          void host.request("agent/state", { sessionId }).catch(() => undefined);
+        } else {
+          const level = vscode.workspace.getConfiguration("pi").get<string>("thinkingLevel", "default");
+          const st: any = await host.request("agent/session/new", { model: id, ...(level !== "default" ? { thinkingLevel: level } : {}) });
+          await openInChatView(st.sessionId);
+        }
+      }),
+    "pi.selectThinkingLevel": () =>
+      guarded("thinking level", async () => {
+        const sessionId = await needSession();
+        if (!sessionId) return;
+        const st: any = await host.request("agent/state", { sessionId });
+        const levels: string[] = st?.model?.thinkingLevels?.length ? st.model.thinkingLevels : ["off", "minimal", "low", "medium", "high", "xhigh"];
+        const level = await vscode.window.showQuickPick(
+          levels.map((l) => ({ label: l, description: l === st?.thinkingLevel ? "current" : undefined })),
+          { title: "Pi: thinking level" },
+        );
+        if (!level) return;
+        const r: any = await host.request("agent/thinking/set", { sessionId, level: level.label });
+        if (r?.level !== level.label) void vscode.window.showInformationMessage(`Pi: thinking level is ${r?.level} (clamped to what the model supports).`);
+      }),
+    "pi.setApprovalPolicy": () =>
+      guarded("approval policy", async () => {
+        const pick = await vscode.window.showQuickPick(
+          [
+            { label: "ask", description: "ask before every tool call" },
+            { label: "auto-edit", description: "edits land in the editor; commands ask" },
+            { label: "approve-all", description: "run everything" },
+            { label: "default", description: "settings' approvalPolicy, else auto-edit" },
+          ],
+          { title: "Pi: approval policy of the active session" },
+        );
+        if (!pick) return;
+        const sessionId = activeSession();
+        if (sessionId) {
+          const r: any = await host.request("agent/permissions/set", { sessionId, approvalPolicy: pick.label === "default" ? null : pick.label });
+          void vscode.window.showInformationMessage(`Pi: approval policy ${r?.approvalPolicy} for this session.`);
+        } else {
+          await vscode.workspace.getConfiguration("pi").update("approvalPolicy", pick.label, vscode.ConfigurationTarget.Workspace);
+          void vscode.window.showInformationMessage("Pi: pi.approvalPolicy set; it applies from the next server start (Pi: Restart Server).");
+        }
+      }),
+    "pi.addSelection": async () => {
+      const e = vscode.window.activeTextEditor;
+      if (!e || e.selection.isEmpty) return;
+      const rel = vscode.workspace.asRelativePath(e.document.uri, false);
+      const startLine = e.selection.start.line + 1;
+      const endLine = e.selection.end.line + 1 - (e.selection.end.character === 0 && e.selection.end.line > e.selection.start.line ? 1 : 0);
+      (await targetPanel())?.post({ type: "context", items: [{ kind: "selection", label: `${path.basename(rel)}:${startLine}-${endLine}`, text: e.document.getText(e.selection), path: rel, range: { startLine, endLine } }] });
+    },
+    "pi.addFile": async () => {
+      const e = vscode.window.activeTextEditor;
+      if (!e) return;
+      const rel = vscode.workspace.asRelativePath(e.document.uri, false);
+      (await targetPanel())?.post({ type: "context", items: [{ kind: "file", label: path.basename(rel), text: `@${rel}`, path: rel }] });
+    },
+    "pi.addDiagnostics": async () => {
+      const e = vscode.window.activeTextEditor;
+      if (!e) return;
+      const rel = vscode.workspace.asRelativePath(e.document.uri, false);
+      const diags = vscode.languages.getDiagnostics(e.document.uri);
+      const sev = ["error", "warning", "info", "hint"];
+      const text = diags.map((d) => `${rel}:${d.range.start.line + 1}:${d.range.start.character + 1} ${sev[d.severity]}${d.source ? ` ${d.source}` : ""}: ${d.message}`).join("\n") || `${rel}: no problems`;
+      (await targetPanel())?.post({ type: "context", items: [{ kind: "diagnostics", label: `${path.basename(rel)} problems (${diags.length})`, text, path: rel }] });
+    },
+    "pi.openSessionInPanel": (node?: SessionNode) =>
+      guarded("opening a panel", async () => {
+        let sessionId: string | null = node?.kind === "session" ? node.session.sessionId : null;
+        if (!node) {
+          const { sessions: list } = (await host.request("agent/session/list", {})) as { sessions: any[] };
+          const pick = await vscode.window.showQuickPick(
+            [{ label: "$(add) New session", id: null as string | null }, ...list.map((s) => ({ label: s.name || s.firstPrompt || s.sessionId, description: new Date(s.lastActivity).toLocaleString(), id: s.sessionId as string | null }))],
+            { title: "Pi: open a session in a new panel" },
+          );
+          if (!pick) return;
+          sessionId = pick.id;
+        } else if (node.kind === "session") {
+          const st: any = await host.request("agent/session/open", { path: node.session.sessionFile });
+          sessionId = st.sessionId;
+        }
+        const panel = vscode.window.createWebviewPanel("pi.chatPanel", "Pi", { viewColumn: vscode.ViewColumn.Beside, preserveFocus: false }, { enableScripts: true, retainContextWhenHidden: true });
+        adoptPanel(panel, sessionId);
+      }),
+    "pi.showTrace": async () => {
+      const cfg = vscode.workspace.getConfiguration("pi");
+      if (cfg.get("trace.server") === "off") {
+        await cfg.update("trace.server", "verbose", vscode.ConfigurationTarget.Global);
+        void vscode.window.showInformationMessage("Pi: LSP tracing is on (pi.trace.server = verbose); the trace shows every message from now on.");
+      }
+      trace.show(true);
+    },
+    "pi.restartServer": () =>
+      guarded("restart", async () => {
+        await stopClient?.();
+        await ensureClient();
+        for (const p of panels) p.show(p.sessionId);
+      }),
+    "pi.sessions.refresh": () => sessions.refresh(),
+    "pi.session.open": (node?: SessionNode) =>
+      guarded("opening the session", async () => {
+        if (node?.kind !== "session") return;
+        const st: any = await host.request("agent/session/open", { path: node.session.sessionFile });
+        await openInChatView(st.sessionId);
+        sessions.refresh();
+      }),
+    "pi.session.branchHere": (node?: SessionNode) =>
+      guarded("branching", async () => {
+        if (node?.kind !== "entry") return;
+        const r: any = await host.request("agent/session/branch", { sessionId: node.sessionId, entryId: node.entry.id });
+        await openInChatView(node.sessionId, r?.editorText);
+        sessions.refresh();
+      }),
+    "pi.session.branchWithSummary": (node?: SessionNode) =>
+      guarded("branching with a summary", async () => {
+        if (node?.kind !== "entry") return;
+        const customInstructions = await vscode.window.showInputBox({ prompt: "Instructions for the branch summary (optional)" });
+        if (customInstructions === undefined) return;
+        const r: any = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "Pi: summarising the branch" }, () =>
+          host.request("agent/session/branch", { sessionId: node.sessionId, entryId: node.entry.id, summarize: true, ...(customInstructions ? { customInstructions } : {}) }),
+        );
+        await openInChatView(node.sessionId, r?.editorText);
+        sessions.refresh();
+      }),
+    "pi.session.fork": (node?: SessionNode) =>
+      guarded("forking", async () => {
+        if (node?.kind !== "entry") return;
+        const r: any = await host.request("agent/session/fork", { sessionId: node.sessionId, entryId: node.entry.id });
+        await openInChatView(r.session.sessionId, r.text);
+        sessions.refresh();
+      }),
+    "pi.session.clone": (node?: SessionNode) =>
+      guarded("cloning", async () => {
+        const sessionId = sessionOf(node);
+        if (!sessionId) return;
+        const r: any = await host.request("agent/session/clone", { sessionId });
+        await openInChatView(r.session.sessionId);
+        sessions.refresh();
+      }),
+    "pi.session.label": (node?: SessionNode) =>
+      guarded("labelling", async () => {
+        if (node?.kind !== "entry") return;
+        const label = await vscode.window.showInputBox({ prompt: "Label (empty clears it)", value: node.entry.label ?? "" });
+        if (label === undefined) return;
+        await host.request("agent/session/label", { sessionId: node.sessionId, entryId: node.entry.id, label });
+        sessions.refresh();
+      }),
+    "pi.session.rename": (node?: SessionNode) =>
+      guarded("renaming", async () => {
+        const sessionId = sessionOf(node);
+        if (!sessionId) return;
+        const name = await vscode.window.showInputBox({ prompt: "Session name", value: node?.kind === "session" ? (node.session.name ?? "") : "" });
+        if (!name) return;
+        await host.request("agent/session/name", { sessionId, name });
+        sessions.refresh();
+      }),
+    "pi.session.export": (node?: SessionNode) =>
+      guarded("exporting", async () => {
+        const sessionId = sessionOf(node);
+        if (!sessionId) return;
+        const format = await vscode.window.showQuickPick(["markdown", "html"], { title: "Pi: export format" });
+        if (!format) return;
+        const root = vscode.workspace.workspaceFolders?.[0]?.uri;
+        const target = await vscode.window.showSaveDialog({
+          defaultUri: root ? vscode.Uri.joinPath(root, `pi-session-${sessionId.slice(0, 8)}.${format === "html" ? "html" : "md"}`) : undefined,
+          filters: format === "html" ? { HTML: ["html"] } : { Markdown: ["md"] },
+        });
+        if (!target) return;
+        const r: any = await host.request("agent/session/export", { sessionId, format, outputPath: target.fsPath });
+        const open = await vscode.window.showInformationMessage(`Pi: exported to ${r?.path ?? target.fsPath}`, "Open");
+        if (open) await vscode.window.showTextDocument(target, { preview: true });
+      }),
+    "pi.changes.keepHunk": (uri?: vscode.Uri, index?: number) => changes.keepHunk(uri, index),
+    "pi.changes.undoHunk": (uri?: vscode.Uri, index?: number) => changes.undoHunk(uri, index),
+    "pi.changes.keepFile": (node?: any) => changes.keepFile(node),
+    "pi.changes.undoFile": (node?: any) => changes.undoFile(node),
+    "pi.changes.openDiff": (node?: any) => changes.openDiff(node),
+  };
+  for (const [id, fn] of Object.entries(commands)) context.subscriptions.push(vscode.commands.registerCommand(id, fn));
+
+  context.subscriptions.push(
+    vscode.workspace.onDidGrantWorkspaceTrust(() => void commands["pi.restartServer"]()),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration("pi.serverPath") || e.affectsConfiguration("pi.model") || e.affectsConfiguration("pi.approvalPolicy")) {
+        void vscode.window.showInformationMessage("Pi: the server settings changed.", "Restart Server").then((c) => c && commands["pi.restartServer"]());
+      }
+    }),
+  );
+
+  // Start the server now so a reload mid-run finds the session again at once.
+  void ensureClient().catch((e) => output.error(String(e?.message ?? e)));
+
+  /** For tests and benchmarks (the e2e test reads it through the `pi._debugState` command). */
+  const api = {
+    state: () => ({
+      activeSession: activeSession(),
+      panels: [...panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts, notes: p.batcher.notes, maxPostsPerSecond: p.batcher.maxPostsPerSecond, postCpuMs: p.postCpuMs })),
+      changedFiles: changes.changedFiles(),
+      status: status.text,
+      notesRelayed,
+      hostCpuMs,
+    }),
+  };
+  context.subscriptions.push(vscode.commands.registerCommand("pi._debugState", () => api.state()));
+  /** With `PI_VSCODE_STATS=<file>` in the environment, the state is written there after every
+   * run (the e2e test reads the relay's figures from it). */
+  function writeStats(): void {
+    try {
+      fs.writeFileSync(process.env.PI_VSCODE_STATS!, JSON.stringify(api.state()));
+    } catch (e) {
+      output.warn(`stats: ${String(e)}`);
+    }
+  }
+  return api;
+}
+
+export async function deactivate(): Promise<void> {
+  await stopClient?.();
+}

@@ -1,0 +1,212 @@
+/**
+ * Chat panels: the activity-bar webview view (`pi.chat`) and editor-area webview panels on
+ * other sessions (`pi.chatPanel`, restored after a window reload by a serializer). Each panel
+ * speaks the host ↔ webview contract (src/shared/messages.ts): requests are relayed to the
+ * server as-is, the attached session's notifications arrive batched (relay.ts), server
+ * questions go through {@link ServerQuestions}.
+ */
+import * as crypto from "node:crypto";
+import * as fs from "node:fs";
+import * as vscode from "vscode";
+import type { HostToWebview, WebviewToHost } from "../shared/messages";
+import { webviewHtml } from "../webview/html";
+import { Batcher, type Note, type RouteTarget } from "./relay";
+
+/** What a panel needs from the extension. */
+export interface PanelHost {
+  extensionUri: vscode.Uri;
+  log: vscode.LogOutputChannel;
+  workspaceName(): string;
+  /** Sends a request to the server (waits for the client to run). */
+  request(method: string, params: unknown): Promise<unknown>;
+  attach(panel: ChatPanel, sessionId: string | null): void;
+  answerQuestion(panel: ChatPanel, requestId: number, result: unknown): void;
+  openQuestions(sessionId: string): unknown[];
+  openDiff(toolCallId: string, path: string): Promise<unknown>;
+  /** The panel was focused or shown: it becomes the active one (status bar, commands). */
+  activated(panel: ChatPanel): void;
+  disposed(panel: ChatPanel): void;
+  /** Params of `agent/session/new` for a panel's first prompt when settings ask for more than
+   * the server's defaults (`pi.thinkingLevel`), else `undefined` (the prompt creates it). */
+  newSessionParams(): Record<string, unknown> | undefined;
+}
+
+/** One chat panel (view or editor panel) around a webview. */
+export class ChatPanel implements RouteTarget {
+  sessionId: string | null = null;
+  awaitingNewSession = false;
+  readonly batcher: Batcher;
+  private readonly subs: vscode.Disposable[] = [];
+  private isReady = false;
+  /** Messages posted (for the e2e test's and benchmarks' counters). */
+  posted = 0;
+  /** Host time spent handing messages to `webview.postMessage` (serialisation), in ms. */
+  postCpuMs = 0;
+
+  constructor(
+    readonly kind: "view" | "panel",
+    private readonly webview: vscode.Webview,
+    private readonly host: PanelHost,
+    private readonly isVisible: () => boolean,
+    initialSession: string | null,
+    private readonly remember: (sessionId: string | null) => void,
+  ) {
+    this.sessionId = initialSession;
+    this.batcher = new Batcher((m) => {
+      this.posted++;
+      const t0 = performance.now();
+      void this.webview.postMessage(m);
+      this.postCpuMs += performance.now() - t0;
+    });
+    webview.options = { enableScripts: true, localResourceRoots: [vscode.Uri.joinPath(host.extensionUri, "dist"), vscode.Uri.joinPath(host.extensionUri, "resources")] };
+    webview.html = html(webview, host.extensionUri);
+    this.subs.push(webview.onDidReceiveMessage((m: WebviewToHost) => this.onMessage(m)));
+  }
+
+  get visible(): boolean {
+    return this.isVisible();
+  }
+
+  get ready(): boolean {
+    return this.isReady;
+  }
+
+  /** RouteTarget: a server notification for this panel's session. */
+  deliver(note: Note): void {
+    this.batcher.push(note);
+  }
+
+  /** Posts a host → webview message (after the notifications waiting before it). */
+  post(message: HostToWebview | unknown): void {
+    this.batcher.direct(message);
+  }
+
+  /** Shows another session (or a new one with `null`): the webview reloads for it. */
+  show(sessionId: string | null): void {
+    this.host.attach(this, sessionId);
+    this.remember(sessionId);
+    this.sendInit();
+  }
+
+  private sendInit(): void {
+    this.post({
+      type: "init",
+      sessionId: this.sessionId,
+      workspaceName: this.host.workspaceName(),
+      capabilities: { followUpKey: "alt+enter", escapeAborts: true, host: "vscode" },
+    } satisfies HostToWebview);
+    if (this.sessionId) for (const q of this.host.openQuestions(this.sessionId)) this.post(q);
+  }
+
+  private async onMessage(m: WebviewToHost): Promise<void> {
+    switch (m.type) {
+      case "ready":
+        this.isReady = true;
+        this.host.attach(this, this.sessionId);
+        this.sendInit();
+        return;
+      case "attach":
+        this.host.attach(this, m.sessionId);
+        this.remember(m.sessionId);
+        if (m.sessionId) for (const q of this.host.openQuestions(m.sessionId)) this.post(q);
+        return;
+      case "request": {
+        const pre = m.method === "agent/prompt" && !m.params?.sessionId ? this.host.newSessionParams() : undefined;
+        if (pre) {
+          try {
+            const st: any = await this.host.request("agent/session/new", pre);
+            this.host.attach(this, st.sessionId);
+            this.remember(st.sessionId);
+            m = { ...m, params: { ...m.params, sessionId: st.sessionId } };
+          } catch (e: any) {
+            this.host.log.warn(`creating the session with ${JSON.stringify(pre)}: ${String(e?.message ?? e)}`);
+          }
+        }
+        const creates = (m.method === "agent/prompt" && !m.params?.sessionId) || m.method === "agent/session/new";
+        if (m.method === "agent/prompt" && !m.params?.sessionId) this.awaitingNewSession = true;
+        try {
+          const result: any = await this.host.request(m.method, m.params ?? {});
+          if (creates && typeof result?.sessionId === "string" && (this.sessionId === null || this.awaitingNewSession)) {
+            this.host.attach(this, result.sessionId);
+            this.remember(result.sessionId);
+          }
+          this.post({ type: "response", requestId: m.requestId, result });
+        } catch (e: any) {
+          if (creates) this.awaitingNewSession = false;
+          this.post({ type: "response", requestId: m.requestId, error: { code: typeof e?.code === "number" ? e.code : -32603, message: String(e?.message ?? e), data: e?.data } });
+        }
+        return;
+      }
+      case "serverResponse":
+        this.host.answerQuestion(this, m.requestId, m.result);
+        return;
+      case "openDiff":
+        await this.host.openDiff(m.toolCallId, m.path);
+        return;
+      case "openFile": {
+        const root = vscode.workspace.workspaceFolders?.[0]?.uri;
+        const uri = m.path.startsWith("/") || !root ? vscode.Uri.file(m.path) : vscode.Uri.joinPath(root, m.path);
+        const line = Math.max(0, (m.line ?? 1) - 1);
+        await vscode.window.showTextDocument(uri, { preserveFocus: true, preview: true, selection: new vscode.Range(line, 0, line, 0) });
+        return;
+      }
+      case "pickFiles": {
+        const items = await findFiles(m.query);
+        this.post({ type: "files", query: m.query, items });
+        return;
+      }
+      case "log": {
+        const level = m.level === "warn" ? "warn" : m.level;
+        this.host.log[level](`webview: ${m.message}`);
+        return;
+      }
+    }
+  }
+
+  dispose(): void {
+    this.batcher.dispose();
+    for (const s of this.subs) s.dispose();
+    this.host.disposed(this);
+  }
+}
+
+/** Workspace files whose path contains the query's characters in order (for `@` mentions). */
+async function findFiles(query: string): Promise<{ path: string; label: string }[]> {
+  const files = await vscode.workspace.findFiles("**/*", "{**/node_modules/**,**/.git/**,**/target/**,**/.pi/sessions/**}", 5000);
+  const q = query.toLowerCase();
+  const scored: { path: string; label: string; score: number }[] = [];
+  for (const f of files) {
+    const rel = vscode.workspace.asRelativePath(f, false);
+    const s = fuzzyScore(rel.toLowerCase(), q);
+    if (s >= 0) scored.push({ path: rel, label: rel.split("/").pop() ?? rel, score: s });
+  }
+  scored.sort((a, b) => a.score - b.score || a.path.length - b.path.length || a.path.localeCompare(b.path));
+  return scored.slice(0, 50).map(({ path, label }) => ({ path, label }));
+}
+
+/** Lower is better; -1: not a match (the query's characters must appear in order). */
+export function fuzzyScore(text: string, query: string): number {
+  let at = 0;
+  let gaps = 0;
+  for (const ch of query) {
+    const i = text.indexOf(ch, at);
+    if (i < 0) return -1;
+    gaps += i - at;
+    at = i + 1;
+  }
+  const base = text.lastIndexOf("/") + 1;
+  return gaps + (text.indexOf(query, base) >= 0 ? 0 : 1000);
+}
+
+/** The webview's page (src/webview/html.ts: strict CSP, no remote resources, script by nonce). */
+function html(webview: vscode.Webview, extensionUri: vscode.Uri): string {
+  const dist = vscode.Uri.joinPath(extensionUri, "dist");
+  const script = vscode.Uri.joinPath(dist, "webview.js");
+  if (!fs.existsSync(script.fsPath)) return `<!DOCTYPE html><html><body><p>The chat view was not built (dist/webview.js is missing).</p></body></html>`;
+  return webviewHtml({
+    scriptUri: webview.asWebviewUri(script).toString(),
+    styleUri: webview.asWebviewUri(vscode.Uri.joinPath(dist, "webview.css")).toString(),
+    cspSource: webview.cspSource,
+    nonce: crypto.randomBytes(18).toString("base64"),
+  });
+}

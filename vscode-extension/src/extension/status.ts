@@ -1,0 +1,143 @@
+/**
+ * The status bar item `model · ctx% · $cost · state` of the active session (CLIENTS.md VF8),
+ * fed by `agent/state`, `agent/usage`, `agent/event` and open questions; plus one item per
+ * extension `setStatus` key (`agent/ui/notification`).
+ */
+import * as vscode from "vscode";
+
+export type RunState = "idle" | "running" | "stopping" | "waiting" | "compacting";
+
+export interface SessionStatus {
+  model?: string;
+  contextTokens?: number;
+  contextWindow?: number;
+  cost?: number;
+  state: RunState;
+  questions: number;
+}
+
+/** The item's text for one session's status (no icons; pure, for tests). */
+export function statusText(s: SessionStatus | undefined): string {
+  if (!s) return "pi · no session";
+  const pct = s.contextTokens !== undefined && s.contextWindow ? `${Math.round((100 * s.contextTokens) / s.contextWindow)}%` : "–%";
+  const cost = `$${(s.cost ?? 0).toFixed(s.cost && s.cost < 0.1 ? 3 : 2)}`;
+  const state = s.questions > 0 ? "waiting" : s.state;
+  return `${s.model ?? "pi"} · ${pct} · ${cost} · ${state}`;
+}
+
+export class StatusBar implements vscode.Disposable {
+  private readonly item = vscode.window.createStatusBarItem("pi.status", vscode.StatusBarAlignment.Right, 100);
+  private readonly extensionItems = new Map<string, vscode.StatusBarItem>();
+  private readonly sessions = new Map<string, SessionStatus>();
+  active: string | null = null;
+  private shown = "";
+
+  constructor() {
+    this.item.name = "Pi";
+    this.item.command = "pi.selectModel";
+    this.render();
+    this.item.show();
+  }
+
+  get(sessionId: string): SessionStatus {
+    let s = this.sessions.get(sessionId);
+    if (!s) {
+      s = { state: "idle", questions: 0 };
+      this.sessions.set(sessionId, s);
+    }
+    return s;
+  }
+
+  setActive(sessionId: string | null): void {
+    this.active = sessionId;
+    this.render();
+  }
+
+  /** From `agent/state` (or a session/new|open answer). */
+  state(st: any): void {
+    if (!st?.sessionId) return;
+    const s = this.get(st.sessionId);
+    if (st.model) s.model = st.model.name || `${st.model.provider}/${st.model.id}`;
+    if (st.model?.contextWindow) s.contextWindow = st.model.contextWindow;
+    s.state = st.isCompacting ? "compacting" : st.isStreaming ? "running" : "idle";
+    this.render();
+  }
+
+  /** One server notification. */
+  notification(method: string, params: any): void {
+    const id = params?.sessionId;
+    if (typeof id !== "string") return;
+    const s = this.get(id);
+    if (method === "agent/usage") {
+      s.contextTokens = params.contextTokens;
+      s.contextWindow = params.contextWindow ?? s.contextWindow;
+      s.cost = params.session?.cost ?? s.cost;
+    } else if (method === "agent/event") {
+      const t = params.event?.type;
+      if (t === "agent_start") s.state = "running";
+      else if (t === "agent_end") s.state = "idle";
+      else if (t === "compaction_start") s.state = "compacting";
+      else if (t === "compaction_end") s.state = params.runId ? "running" : "idle";
+    } else if (method === "agent/ui/notification" && params.method === "setStatus") {
+      this.extensionStatus(String(params.statusKey ?? ""), params.statusText);
+    } else return;
+    if (id === this.active) this.render();
+  }
+
+  stopping(sessionId: string): void {
+    this.get(sessionId).state = "stopping";
+    this.render();
+  }
+
+  questions(sessionId: string, open: number): void {
+    this.get(sessionId).questions = open;
+    this.render();
+  }
+
+  setModel(sessionId: string, model: string, contextWindow?: number): void {
+    const s = this.get(sessionId);
+    s.model = model;
+    if (contextWindow) s.contextWindow = contextWindow;
+    this.render();
+  }
+
+  private extensionStatus(key: string, text: string | undefined): void {
+    let item = this.extensionItems.get(key);
+    if (!text) {
+      item?.dispose();
+      this.extensionItems.delete(key);
+      return;
+    }
+    if (!item) {
+      item = vscode.window.createStatusBarItem(`pi.status.${key}`, vscode.StatusBarAlignment.Right, 99);
+      item.name = `Pi: ${key}`;
+      this.extensionItems.set(key, item);
+    }
+    item.text = text;
+    item.show();
+  }
+
+  private render(): void {
+    const s = this.active ? this.sessions.get(this.active) : undefined;
+    const text = statusText(this.active ? (s ?? { state: "idle", questions: 0 }) : undefined);
+    const state = s ? (s.questions > 0 ? "waiting" : s.state) : "idle";
+    const icon = state === "running" || state === "stopping" || state === "compacting" ? "$(sync~spin)" : state === "waiting" ? "$(bell-dot)" : "$(hubot)";
+    const shown = `${icon} ${text}`;
+    // Setting the item is a message to the window: only when the text changes (a text delta
+    // changes nothing here).
+    if (shown === this.shown) return;
+    this.shown = shown;
+    this.item.text = shown;
+    this.item.tooltip = `Pi — ${text}\nClick to choose the model`;
+  }
+
+  /** The current text (for tests). */
+  get text(): string {
+    return this.item.text;
+  }
+
+  dispose(): void {
+    this.item.dispose();
+    for (const i of this.extensionItems.values()) i.dispose();
+  }
+}

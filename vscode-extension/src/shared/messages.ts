@@ -1,0 +1,214 @@
+/**
+ * The host ↔ webview contract of the pi chat panel, as TypeScript types.
+ *
+ * The webview speaks the server's own `agent/*` protocol (docs/protocol.md) through the host:
+ * the host relays requests as-is and forwards the attached session's notifications unchanged,
+ * so the webview's reducer consumes exactly the server's notification params and recorded
+ * `agent/event` streams can drive the webview in a plain browser.
+ *
+ * Rules for changing this file (both engineers): only ADD optional fields or new message types,
+ * each with a doc comment; never rename or remove.
+ */
+
+/** A JSON-RPC notification from the server, relayed unchanged (`params` as the server sent it). */
+export interface ServerNotification {
+  /** e.g. `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, `$/progress`,
+   * `agent/ui/notification`. */
+  method: string;
+  params: any;
+}
+
+/** A JSON-RPC error as the server (or the host) answered it. */
+export interface RpcError {
+  code: number;
+  message: string;
+  data?: unknown;
+}
+
+/** One context item attached from the editor (selection, current file, diagnostics). */
+export interface ContextItem {
+  kind: "selection" | "file" | "diagnostics";
+  /** Short label shown on the chip, e.g. `main.rs:10-20`. */
+  label: string;
+  /** The text that goes into the prompt. */
+  text: string;
+  /** Workspace-relative or absolute path, when the item is about one file. */
+  path?: string;
+  /** 1-based inclusive line range of a selection. */
+  range?: { startLine: number; endLine: number };
+}
+
+/** What the host tells the webview about the editor side (all optional, extend freely). */
+export interface InitCapabilities {
+  /** The key binding that queues a follow-up instead of a steer, e.g. `"alt+enter"`. */
+  followUpKey?: string;
+  /** Whether Escape in the panel aborts the run (default true). */
+  escapeAborts?: boolean;
+  /** Ask once before aborting a run that has been going for longer than this many ms. */
+  confirmAbortAfterMs?: number;
+  /** Extra capabilities; the webview ignores keys it does not know. */
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host → webview
+// ---------------------------------------------------------------------------------------------
+
+/** Sent after the webview posts `ready`, and whenever the panel is attached to another session
+ * (`sessionId: null`: a new, not yet created session — the first prompt creates it). */
+export interface InitMessage {
+  type: "init";
+  sessionId: string | null;
+  workspaceName: string;
+  capabilities: InitCapabilities;
+}
+
+/** Server notifications for the attached session, in arrival order, batched by the host to at
+ * most 60 posts per second; never reordered. */
+export interface NotificationsMessage {
+  type: "notifications";
+  items: ServerNotification[];
+}
+
+/** The answer to a webview `request` (exactly one of `result` / `error`). */
+export interface ResponseMessage {
+  type: "response";
+  requestId: number;
+  result?: any;
+  error?: RpcError;
+}
+
+/** A server → client request the webview shows; answered with `serverResponse`. `requestId`
+ * is the host's id for it (not the JSON-RPC id). */
+export interface ServerRequestMessage {
+  type: "serverRequest";
+  requestId: number;
+  method: "agent/requestPermission" | "agent/ui/request";
+  params: any;
+}
+
+/** The server request was answered elsewhere (a notification while the panel was hidden) or
+ * cancelled (`$/cancelRequest`, e.g. after an abort); the webview removes its card. */
+export interface ServerRequestDoneMessage {
+  type: "serverRequestDone";
+  requestId: number;
+  /** Optional: why it is gone, shown on the card's trace (`"answered"`, `"cancelled"`). */
+  reason?: "answered" | "cancelled";
+}
+
+/** Palette commands / keybindings forwarded to the panel. */
+export interface CommandMessage {
+  type: "command";
+  command:
+    | "abort"
+    | "focusComposer"
+    | "newSession"
+    | "steerMode"
+    | "followUpMode"
+    | "compact"
+    | "insertText";
+  /** For `insertText`: the text inserted at the composer's cursor. */
+  text?: string;
+}
+
+/** Context attached from the editor; the webview adds the items as chips to the composer. */
+export interface ContextMessage {
+  type: "context";
+  items: ContextItem[];
+}
+
+/** The host's answer to `pickFiles` (for `@` mentions). */
+export interface FilesMessage {
+  type: "files";
+  query: string;
+  items: { path: string; label: string }[];
+}
+
+export type HostToWebview =
+  | InitMessage
+  | NotificationsMessage
+  | ResponseMessage
+  | ServerRequestMessage
+  | ServerRequestDoneMessage
+  | CommandMessage
+  | ContextMessage
+  | FilesMessage;
+
+// ---------------------------------------------------------------------------------------------
+// Webview → host
+// ---------------------------------------------------------------------------------------------
+
+/** The webview has loaded and listens; the host answers with `init`. */
+export interface ReadyMessage {
+  type: "ready";
+}
+
+/** A server request sent as-is (`client.sendRequest(method, params)`); answered by `response`
+ * with the same `requestId` (unique per webview instance, increasing). */
+export interface RequestMessage {
+  type: "request";
+  requestId: number;
+  method: string;
+  params: any;
+}
+
+/** The panel now shows that session: the host routes that session's notifications to it. */
+export interface AttachMessage {
+  type: "attach";
+  sessionId: string | null;
+}
+
+/** The answer to a `serverRequest` (`agent/requestPermission`: `{decision, scope?, reason?}`;
+ * `agent/ui/request`: `{value}` | `{confirmed}` | `{cancelled: true}`). */
+export interface ServerResponseMessage {
+  type: "serverResponse";
+  requestId: number;
+  result: any;
+}
+
+/** Open VS Code's diff editor for one agent edit (`preserveFocus: true`). */
+export interface OpenDiffMessage {
+  type: "openDiff";
+  toolCallId: string;
+  path: string;
+}
+
+/** Open a file (`preserveFocus: true`); `line` is 1-based. */
+export interface OpenFileMessage {
+  type: "openFile";
+  path: string;
+  line?: number;
+}
+
+/** Ask the host for workspace files matching `query` (fuzzy); answered by `files`. */
+export interface PickFilesMessage {
+  type: "pickFiles";
+  query: string;
+}
+
+/** A line for the extension's output channel. */
+export interface LogMessage {
+  type: "log";
+  level: "trace" | "debug" | "info" | "warn" | "error";
+  message: string;
+}
+
+export type WebviewToHost =
+  | ReadyMessage
+  | RequestMessage
+  | AttachMessage
+  | ServerResponseMessage
+  | OpenDiffMessage
+  | OpenFileMessage
+  | PickFilesMessage
+  | LogMessage;
+
+/** What the webview keeps with `acquireVsCodeApi().setState` (survives hiding and reload). */
+export interface WebviewState {
+  sessionId: string | null;
+  draft: string;
+  /** Distance from the bottom of the transcript in px (0: pinned to the bottom). */
+  scrollFromBottom: number;
+  /** Context chips attached but not sent yet. */
+  context?: ContextItem[];
+}

@@ -1,0 +1,787 @@
+/**
+ * The chat panel (webview side). Speaks `src/shared/messages.ts` with the extension host and,
+ * through it, the server's `agent/*` protocol: notifications go into the normalized store
+ * (`store.ts`), and one animation frame after a change renders what changed (`transcript.ts`,
+ * `rows.ts`). The composer, the queue, the request cards and the header are their own DOM that
+ * no stream update touches (typing stays fast while text streams).
+ *
+ * Nothing runs while nothing changes: no intervals, no polling; a frame is requested only when
+ * the store or the scroll position changed.
+ */
+import "./webview.css";
+import type { HostToWebview, WebviewToHost, WebviewState, ContextItem, InitCapabilities } from "../shared/messages";
+import {
+  createStore,
+  applyNotification,
+  applyHistoryPage,
+  applyAbortReport,
+  markStopping,
+  addQueued,
+  promptToRestore,
+  applyQueueUpdate,
+  entriesFromMessages,
+  type Store,
+  type QueueItem,
+} from "./store";
+import { Transcript } from "./transcript";
+import { permissionCard, uiCard, pressShortcut } from "./cards";
+import { renderStats, MarkdownView } from "./markdown";
+
+interface VsCodeApi {
+  postMessage(msg: WebviewToHost): void;
+  getState(): WebviewState | undefined;
+  setState(s: WebviewState): void;
+}
+declare function acquireVsCodeApi(): VsCodeApi;
+
+const vscode = acquireVsCodeApi();
+const PAGE = 50;
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function post(msg: WebviewToHost): void {
+  vscode.postMessage(msg);
+}
+
+// ---- requests to the server through the host ------------------------------------------------
+let nextRequestId = 1;
+const pending = new Map<number, { resolve: (v: any) => void; reject: (e: { code: number; message: string }) => void }>();
+function request<T = any>(method: string, params: unknown): Promise<T> {
+  const requestId = nextRequestId++;
+  post({ type: "request", requestId, method, params });
+  return new Promise<T>((resolve, reject) => pending.set(requestId, { resolve, reject }));
+}
+function log(level: "info" | "warn" | "error", message: string): void {
+  post({ type: "log", level, message });
+}
+
+// ---- state -------------------------------------------------------------------------------
+const saved = vscode.getState();
+let store: Store = createStore(saved?.sessionId ?? null);
+let capabilities: InitCapabilities = {};
+let contextItems: ContextItem[] = saved?.context ?? [];
+let images: { data: string; mimeType: string; name: string }[] = [];
+let mode: "steer" | "followUp" = "steer";
+let loadingOlder = false;
+let models: any[] = [];
+let currentModel: any = null;
+let pendingModel: string | null = null;
+let commandsCache: { name: string; description?: string }[] | null = null;
+let firstInit = true;
+
+function saveState(): void {
+  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: transcript.atBottom ? 0 : transcript.fromBottom(), context: contextItems });
+}
+
+// ---- layout --------------------------------------------------------------------------------
+const app = el("div", "app");
+document.body.append(app);
+
+const header = el("div", "header");
+const modelSelect = el("select", "model-select");
+modelSelect.setAttribute("aria-label", "Model");
+const thinkingSelect = el("select", "thinking-select");
+thinkingSelect.setAttribute("aria-label", "Thinking level");
+const meter = el("div", "meter");
+meter.setAttribute("role", "meter");
+meter.setAttribute("aria-label", "Context used");
+const meterBar = el("div", "meter-bar");
+const meterFill = el("div", "meter-fill");
+meterBar.append(meterFill);
+const meterText = el("span", "meter-text", "ctx –");
+meter.append(meterBar, meterText);
+const statusText = el("span", "status", "idle");
+statusText.setAttribute("role", "status");
+const newButton = el("button", "icon", "New");
+newButton.type = "button";
+newButton.title = "New session";
+const compactButton = el("button", "icon", "Compact");
+compactButton.type = "button";
+compactButton.title = "Compact the context";
+header.append(modelSelect, thinkingSelect, meter, statusText, compactButton, newButton);
+
+const main = el("div", "main");
+const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({ type: "openDiff", toolCallId, path }), openFile: (path, line) => post({ type: "openFile", path, ...(line ? { line } : {}) }) }, () => schedule());
+const empty = el("div", "empty", "Ask pi anything about this workspace. Enter sends; while it runs, Enter steers and Alt+Enter queues a follow-up; Esc stops.");
+main.append(empty);
+
+const cards = el("div", "cards");
+cards.setAttribute("aria-live", "polite");
+const queueList = el("ul", "queue");
+queueList.setAttribute("aria-label", "Queued messages");
+
+const composer = el("div", "composer");
+const chips = el("div", "chips");
+const input = el("textarea", "input");
+input.rows = 3;
+input.placeholder = "Ask pi… (@ for files, / for commands)";
+input.setAttribute("aria-label", "Message");
+const popup = el("ul", "popup");
+popup.setAttribute("role", "listbox");
+popup.hidden = true;
+const controls = el("div", "controls");
+const modeText = el("span", "mode");
+const sendButton = el("button", "primary send", "Send");
+sendButton.type = "button";
+const stopButton = el("button", "secondary stop", "Stop");
+stopButton.type = "button";
+stopButton.title = "Stop the run (Esc)";
+controls.append(modeText, stopButton, sendButton);
+composer.append(chips, popup, input, controls);
+app.append(header, main, cards, queueList, composer);
+
+input.value = saved?.draft ?? "";
+
+// ---- frame scheduling ----------------------------------------------------------------------
+let frame = 0;
+function schedule(): void {
+  if (frame) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    renderFrame();
+  });
+}
+
+let lastVersion = -1;
+let renderCount = 0;
+function renderFrame(): void {
+  renderCount++;
+  transcript.render(store);
+  empty.hidden = store.order.length > 0;
+  if (store.version !== lastVersion) {
+    lastVersion = store.version;
+    renderStatus();
+    if (store.dirty.has("queue")) renderQueue();
+  }
+  renderQueueIfDirty();
+}
+
+let queueDirty = false;
+function renderQueueIfDirty(): void {
+  if (!queueDirty) return;
+  queueDirty = false;
+  renderQueue();
+}
+
+function renderStatus(): void {
+  const state = store.stopping ? "stopping" : store.running ? "running" : "idle";
+  statusText.textContent = state === "stopping" ? "Stopping…" : state === "running" ? "Running" : "Idle";
+  app.dataset.state = state;
+  stopButton.disabled = !store.running || store.stopping;
+  sendButton.textContent = store.running ? (mode === "followUp" ? "Follow up" : "Steer") : "Send";
+  modeText.textContent = store.running ? (mode === "followUp" ? "follow-up (Alt+Enter)" : "steer (Enter) · Alt+Enter: follow-up") : "";
+  const u = store.usage;
+  if (u && u.contextWindow > 0) {
+    const pct = Math.min(100, (u.contextTokens / u.contextWindow) * 100);
+    meterFill.style.width = `${pct.toFixed(1)}%`;
+    meter.dataset.level = pct > 85 ? "high" : pct > 60 ? "mid" : "low";
+    meterText.textContent = `${pct.toFixed(0)}% · $${u.sessionCost.toFixed(4)}`;
+    meter.title = `${u.contextTokens.toLocaleString("en-US")} of ${u.contextWindow.toLocaleString("en-US")} tokens in context; last turn $${u.turnCost.toFixed(4)}; session $${u.sessionCost.toFixed(4)} (${u.sessionTokens.toLocaleString("en-US")} tokens)`;
+    meter.setAttribute("aria-valuenow", pct.toFixed(0));
+  }
+}
+
+function renderQueue(): void {
+  queueList.textContent = "";
+  const items = [...store.queue.values()].filter((q) => q.state === "queued" || q.state === "delivered");
+  queueList.hidden = items.length === 0;
+  for (const q of items) queueList.append(queueRow(q));
+}
+
+function queueRow(q: QueueItem): HTMLLIElement {
+  const li = el("li", "queue-item");
+  li.dataset.queueId = q.queueId;
+  li.dataset.state = q.state;
+  li.append(el("span", "queue-delivery", q.delivery === "followUp" ? "follow-up" : q.delivery), el("span", "queue-text", q.text), el("span", "queue-state", q.state));
+  if (q.state === "queued") {
+    const edit = el("button", "link", "Edit");
+    edit.type = "button";
+    edit.addEventListener("click", () => {
+      const field = el("input", "queue-edit");
+      field.value = q.text;
+      field.setAttribute("aria-label", "Edit queued message");
+      li.querySelector(".queue-text")!.replaceWith(field);
+      field.focus();
+      field.addEventListener("keydown", async (e) => {
+        if (e.key === "Escape") {
+          e.stopPropagation();
+          renderQueue();
+        } else if (e.key === "Enter") {
+          e.preventDefault();
+          const text = field.value.trim();
+          if (!text) return;
+          try {
+            const r = await request<{ edited: boolean }>("agent/queue/edit", { sessionId: store.sessionId, queueId: q.queueId, text });
+            if (r.edited) applyQueueUpdate(store, { queueId: q.queueId, text });
+          } catch (err: any) {
+            log("warn", `agent/queue/edit: ${err?.message}`);
+          }
+          queueDirty = true;
+          schedule();
+        }
+      });
+    });
+    const remove = el("button", "link", "Remove");
+    remove.type = "button";
+    remove.addEventListener("click", async () => {
+      try {
+        const r = await request<{ removed: boolean }>("agent/queue/remove", { sessionId: store.sessionId, queueId: q.queueId });
+        if (r.removed) applyQueueUpdate(store, { queueId: q.queueId, state: "removed" });
+      } catch (err: any) {
+        log("warn", `agent/queue/remove: ${err?.message}`);
+      }
+      queueDirty = true;
+      schedule();
+    });
+    li.append(edit, remove);
+  }
+  return li;
+}
+
+// ---- session loading ----------------------------------------------------------------------
+async function loadSession(sessionId: string | null): Promise<void> {
+  store = createStore(sessionId);
+  transcript.clear();
+  lastVersion = -1;
+  commandsCache = null;
+  renderQueue();
+  schedule();
+  if (!sessionId) return;
+  // State and the last page are asked for at once (the last screen is one round trip away).
+  const stateP = request<any>("agent/state", { sessionId }).then(
+    (state) => {
+      if (store.sessionId !== sessionId) return;
+      // Run events that arrived meanwhile are newer than this answer.
+      if (!store.runSeen) {
+        store.running = Boolean(state.isStreaming);
+        store.runId = state.runId ?? null;
+      }
+      store.version++;
+      setModel(state.model, state.thinkingLevel);
+      schedule();
+    },
+    (e: any) => log("warn", `agent/state: ${e?.message}`),
+  );
+  await Promise.all([stateP, loadPage(sessionId, false)]);
+  if (saved?.sessionId === sessionId && saved.scrollFromBottom > 0) {
+    renderFrame();
+    transcript.restore(saved.scrollFromBottom);
+  }
+}
+
+async function loadPage(sessionId: string, older: boolean): Promise<void> {
+  const params: any = { sessionId, limit: PAGE };
+  if (older && store.oldestEntryId) params.beforeEntryId = store.oldestEntryId;
+  try {
+    const page = await request<any>("agent/session/history", params);
+    if (store.sessionId !== sessionId) return;
+    applyHistoryPage(store, { entries: page.entries ?? [], hasMore: Boolean(page.hasMore) }, older);
+  } catch (e: any) {
+    if (e?.code === -32601 && !older) {
+      // A server without paged history: show the active branch's messages.
+      const m = await request<any>("agent/messages", { sessionId });
+      applyHistoryPage(store, { entries: entriesFromMessages(m), hasMore: false }, false);
+    } else log("warn", `agent/session/history: ${e?.message}`);
+  }
+  schedule();
+}
+
+transcript.onNeedOlder = () => {
+  if (loadingOlder || !store.hasMore || !store.sessionId) return;
+  loadingOlder = true;
+  const sid = store.sessionId;
+  void loadPage(sid, true).finally(() => {
+    loadingOlder = false;
+  });
+};
+
+// ---- models -------------------------------------------------------------------------------
+async function loadModels(): Promise<void> {
+  try {
+    const r = await request<any>("agent/model/list", {});
+    models = r.models ?? [];
+  } catch (e: any) {
+    log("warn", `agent/model/list: ${e?.message}`);
+  }
+  renderModels();
+}
+
+function modelKey(m: any): string {
+  return `${m.provider}/${m.id}`;
+}
+
+function renderModels(): void {
+  modelSelect.textContent = "";
+  const list = [...models];
+  if (currentModel && !list.some((m) => modelKey(m) === modelKey(currentModel))) list.unshift(currentModel);
+  for (const m of list) {
+    const o = el("option", undefined, m.name || modelKey(m));
+    o.value = modelKey(m);
+    const price = m.cost ? ` · $${m.cost.input}/$${m.cost.output} per Mtok` : "";
+    o.title = `${modelKey(m)} · ${Number(m.contextWindow ?? 0).toLocaleString("en-US")} tokens${price}`;
+    modelSelect.append(o);
+  }
+  if (currentModel) modelSelect.value = modelKey(currentModel);
+  else if (pendingModel) modelSelect.value = pendingModel;
+  renderThinking(thinkingSelect.value || "off");
+}
+
+function renderThinking(level: string): void {
+  const m = currentModel ?? models.find((x) => modelKey(x) === modelSelect.value);
+  const levels: string[] = m?.thinkingLevels?.length ? m.thinkingLevels : m?.reasoning ? ["off", "minimal", "low", "medium", "high"] : ["off"];
+  thinkingSelect.textContent = "";
+  for (const l of levels) {
+    const o = el("option", undefined, `thinking: ${l}`);
+    o.value = l;
+    thinkingSelect.append(o);
+  }
+  thinkingSelect.value = levels.includes(level) ? level : levels[0]!;
+  thinkingSelect.disabled = levels.length < 2;
+}
+
+function setModel(model: any, level?: string): void {
+  if (model) currentModel = model;
+  renderModels();
+  if (level) renderThinking(level);
+}
+
+modelSelect.addEventListener("change", async () => {
+  const key = modelSelect.value;
+  if (!store.sessionId) {
+    pendingModel = key;
+    currentModel = models.find((m) => modelKey(m) === key) ?? null;
+    renderThinking(thinkingSelect.value);
+    return;
+  }
+  try {
+    const r = await request<any>("agent/model/set", { sessionId: store.sessionId, model: key });
+    setModel(r.model, r.thinkingLevel);
+  } catch (e: any) {
+    log("warn", `agent/model/set: ${e?.message}`);
+    renderModels();
+  }
+});
+
+thinkingSelect.addEventListener("change", async () => {
+  if (!store.sessionId) return;
+  try {
+    const r = await request<any>("agent/thinking/set", { sessionId: store.sessionId, level: thinkingSelect.value });
+    if (r?.level) renderThinking(r.level);
+  } catch (e: any) {
+    log("warn", `agent/thinking/set: ${e?.message}`);
+  }
+});
+
+// ---- composer -----------------------------------------------------------------------------
+function renderChips(): void {
+  chips.textContent = "";
+  contextItems.forEach((c, i) => chips.append(chip(c.label, c.kind, () => {
+    contextItems.splice(i, 1);
+    renderChips();
+    saveState();
+  })));
+  images.forEach((img, i) => chips.append(chip(img.name, "image", () => {
+    images.splice(i, 1);
+    renderChips();
+  })));
+  chips.hidden = contextItems.length + images.length === 0;
+}
+
+function chip(label: string, kind: string, remove: () => void): HTMLElement {
+  const c = el("span", `chip chip-${kind}`);
+  c.append(el("span", undefined, label));
+  const x = el("button", "chip-remove", "×");
+  x.type = "button";
+  x.setAttribute("aria-label", `Remove ${label}`);
+  x.addEventListener("click", remove);
+  c.append(x);
+  return c;
+}
+
+function contextPrefix(): string {
+  return contextItems
+    .map((c) => {
+      const where = c.path ? `${c.path}${c.range ? `:${c.range.startLine}-${c.range.endLine}` : ""}` : c.label;
+      const what = c.kind === "diagnostics" ? "Problems in" : c.kind === "selection" ? "Selection from" : "File";
+      return `${what} ${where}:\n\`\`\`\n${c.text}\n\`\`\`\n`;
+    })
+    .join("\n");
+}
+
+async function send(behavior?: "steer" | "followUp"): Promise<void> {
+  const typed = input.value.trim();
+  if (!typed && images.length === 0) return;
+  const prefix = contextPrefix();
+  const text = prefix ? `${prefix}\n${typed}` : typed;
+  const imgs = images.map((i) => ({ type: "image", data: i.data, mimeType: i.mimeType }));
+  const params: any = { text };
+  if (imgs.length) params.images = imgs;
+  if (store.sessionId) params.sessionId = store.sessionId;
+  else if (pendingModel) params.model = pendingModel;
+  const queued = store.running;
+  if (queued) params.streamingBehavior = behavior ?? mode;
+  input.value = "";
+  contextItems = [];
+  images = [];
+  renderChips();
+  closePopup();
+  saveState();
+  try {
+    const r = await request<any>("agent/prompt", params);
+    if (!store.sessionId && r.sessionId) {
+      store.sessionId = r.sessionId;
+      post({ type: "attach", sessionId: r.sessionId });
+      saveState();
+      if (!currentModel) void request<any>("agent/state", { sessionId: r.sessionId }).then((s) => setModel(s.model, s.thinkingLevel), () => {});
+    }
+    if (r.queued && r.queueId) {
+      addQueued(store, r.queueId, params.streamingBehavior, typed);
+      queueDirty = true;
+      schedule();
+    }
+  } catch (e: any) {
+    // Nothing was sent: the text goes back to the composer.
+    if (!input.value) input.value = typed;
+    log("error", `agent/prompt: ${e?.message}`);
+    showError(e?.message ?? String(e));
+  }
+}
+
+function showError(message: string): void {
+  const c = el("div", "card error", message);
+  c.setAttribute("role", "alert");
+  const x = el("button", "link", "Dismiss");
+  x.type = "button";
+  x.addEventListener("click", () => c.remove());
+  c.append(x);
+  cards.append(c);
+}
+
+async function abort(): Promise<void> {
+  if (!store.running || !store.sessionId) return;
+  markStopping(store);
+  renderStatus(); // "stopping" at once, not at the next frame
+  try {
+    const report = await request<any>("agent/abort", { sessionId: store.sessionId });
+    const restore = promptToRestore(store);
+    applyAbortReport(store, report);
+    if (restore !== null && !input.value.trim()) {
+      input.value = restore;
+      saveState();
+    }
+  } catch (e: any) {
+    log("error", `agent/abort: ${e?.message}`);
+    store.stopping = false;
+    store.version++;
+  }
+  schedule();
+}
+
+sendButton.addEventListener("click", () => void send());
+stopButton.addEventListener("click", () => void abort());
+newButton.addEventListener("click", () => newSession());
+compactButton.addEventListener("click", () => void compact());
+
+function newSession(): void {
+  post({ type: "attach", sessionId: null });
+  void loadSession(null);
+  saveState();
+}
+
+async function compact(): Promise<void> {
+  if (!store.sessionId) return;
+  try {
+    await request("agent/compact", { sessionId: store.sessionId });
+  } catch (e: any) {
+    showError(`Compaction: ${e?.message ?? e}`);
+  }
+}
+
+// `@` mentions and `/` completion.
+let popupItems: { label: string; detail?: string; insert: string; from: number }[] = [];
+let popupIndex = 0;
+let lastFileQuery: string | null = null;
+
+function closePopup(): void {
+  popup.hidden = true;
+  popupItems = [];
+}
+
+function showPopup(items: typeof popupItems): void {
+  popupItems = items;
+  popupIndex = 0;
+  popup.textContent = "";
+  popup.hidden = items.length === 0;
+  items.forEach((it, i) => {
+    const li = el("li", i === popupIndex ? "selected" : undefined);
+    li.setAttribute("role", "option");
+    li.append(el("span", "popup-label", it.label));
+    if (it.detail) li.append(el("span", "popup-detail", it.detail));
+    li.addEventListener("mousedown", (e) => {
+      e.preventDefault();
+      popupIndex = i;
+      choosePopup();
+    });
+    popup.append(li);
+  });
+}
+
+function choosePopup(): void {
+  const it = popupItems[popupIndex];
+  if (!it) return;
+  const caret = input.selectionStart ?? input.value.length;
+  input.value = input.value.slice(0, it.from) + it.insert + input.value.slice(caret);
+  const at = it.from + it.insert.length;
+  input.setSelectionRange(at, at);
+  closePopup();
+  saveState();
+}
+
+async function updateCompletion(): Promise<void> {
+  const caret = input.selectionStart ?? 0;
+  const before = input.value.slice(0, caret);
+  const mention = /(^|\s)@([^\s@]*)$/.exec(before);
+  if (mention) {
+    const q = mention[2]!;
+    lastFileQuery = q;
+    post({ type: "pickFiles", query: q });
+    return;
+  }
+  const slash = /^\/([^\s]*)$/.exec(before);
+  if (slash) {
+    if (!commandsCache) {
+      const list: { name: string; description?: string }[] = [];
+      try {
+        const r = await request<any>("agent/commands", store.sessionId ? { sessionId: store.sessionId } : {});
+        list.push(...(r.commands ?? []));
+      } catch {}
+      if (store.sessionId) {
+        try {
+          const r = await request<any>("agent/extension/commands", { sessionId: store.sessionId });
+          list.push(...(r.commands ?? []));
+        } catch {}
+      }
+      commandsCache = list;
+    }
+    const q = slash[1]!.toLowerCase();
+    const now = /^\/([^\s]*)$/.exec(input.value.slice(0, input.selectionStart ?? 0));
+    if (!now) return closePopup();
+    showPopup(
+      [
+        ...commandsCache.filter((c) => c.name.toLowerCase().startsWith(q)),
+        ...commandsCache.filter((c) => !c.name.toLowerCase().startsWith(q) && c.name.toLowerCase().includes(q)),
+      ]
+        .slice(0, 30)
+        .map((c) => ({ label: `/${c.name}`, detail: c.description, insert: `/${c.name} `, from: 0 })),
+    );
+    return;
+  }
+  closePopup();
+}
+
+input.addEventListener("input", () => {
+  saveState();
+  if (/[@/]/.test(input.value) || !popup.hidden) void updateCompletion();
+});
+
+input.addEventListener("keydown", (e) => {
+  if (!popup.hidden && popupItems.length) {
+    if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      e.preventDefault();
+      popupIndex = (popupIndex + (e.key === "ArrowDown" ? 1 : popupItems.length - 1)) % popupItems.length;
+      [...popup.children].forEach((c, i) => c.classList.toggle("selected", i === popupIndex));
+      return;
+    }
+    if (e.key === "Enter" || e.key === "Tab") {
+      e.preventDefault();
+      choosePopup();
+      return;
+    }
+    if (e.key === "Escape") {
+      e.preventDefault();
+      e.stopPropagation();
+      closePopup();
+      return;
+    }
+  }
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    const behavior = store.running ? (e.altKey || e.metaKey ? "followUp" : mode) : undefined;
+    void send(behavior);
+  }
+});
+
+input.addEventListener("paste", (e) => {
+  const files = [...(e.clipboardData?.files ?? [])].filter((f) => /^image\/(png|jpeg|gif|webp)$/.test(f.type));
+  if (!files.length) return;
+  e.preventDefault();
+  for (const f of files) addImage(f);
+});
+composer.addEventListener("dragover", (e) => e.preventDefault());
+composer.addEventListener("drop", (e) => {
+  const files = [...(e.dataTransfer?.files ?? [])].filter((f) => /^image\/(png|jpeg|gif|webp)$/.test(f.type));
+  if (!files.length) return;
+  e.preventDefault();
+  for (const f of files) addImage(f);
+});
+
+function addImage(f: File): void {
+  const reader = new FileReader();
+  reader.onload = () => {
+    const url = String(reader.result);
+    const comma = url.indexOf(",");
+    images.push({ data: url.slice(comma + 1), mimeType: f.type, name: f.name || `image.${f.type.split("/")[1]}` });
+    renderChips();
+  };
+  reader.readAsDataURL(f);
+}
+
+document.addEventListener("keydown", (e) => {
+  if (e.altKey && !e.ctrlKey && !e.metaKey && !e.shiftKey && pressShortcut(cards, e.code)) {
+    e.preventDefault();
+    return;
+  }
+  if (e.key === "Escape" && store.running && capabilities.escapeAborts !== false) {
+    const t = e.target as HTMLElement | null;
+    if (t && t.closest(".card")) return;
+    e.preventDefault();
+    void abort();
+  }
+});
+
+// ---- server requests (cards) --------------------------------------------------------------
+const cardHost = {
+  answer(requestId: number, result: unknown) {
+    post({ type: "serverResponse", requestId, result });
+    const c = cards.querySelector(`[data-request-id="${requestId}"]`);
+    c?.remove();
+    input.focus({ preventScroll: true });
+  },
+  openDiff(toolCallId: string, path: string) {
+    post({ type: "openDiff", toolCallId, path });
+  },
+};
+
+// ---- host messages ------------------------------------------------------------------------
+window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
+  const msg = ev.data;
+  switch (msg?.type) {
+    case "init": {
+      capabilities = msg.capabilities ?? {};
+      // After a reload the host may not know the session yet: the first init falls back to the
+      // one kept in webview state, and the panel re-attaches to it.
+      const sid = msg.sessionId ?? (firstInit ? (saved?.sessionId ?? null) : null);
+      firstInit = false;
+      if (sid && !msg.sessionId) post({ type: "attach", sessionId: sid });
+      void loadSession(sid);
+      void loadModels();
+      saveState();
+      return;
+    }
+    case "notifications": {
+      for (const n of msg.items) {
+        if (n.method === "agent/ui/notification") continue;
+        applyNotification(store, n);
+        if (n.method === "agent/queueUpdate") queueDirty = true;
+        if (n.method === "agent/event" && n.params?.event?.type === "agent_start" && !currentModel) void loadModels();
+      }
+      schedule();
+      return;
+    }
+    case "response": {
+      const p = pending.get(msg.requestId);
+      if (!p) return;
+      pending.delete(msg.requestId);
+      if (msg.error) p.reject(msg.error);
+      else p.resolve(msg.result);
+      return;
+    }
+    case "serverRequest": {
+      const card = msg.method === "agent/requestPermission" ? permissionCard(msg.requestId, msg.params, cardHost) : uiCard(msg.requestId, msg.params, cardHost);
+      cards.append(card);
+      return;
+    }
+    case "serverRequestDone": {
+      cards.querySelector(`[data-request-id="${msg.requestId}"]`)?.remove();
+      return;
+    }
+    case "command": {
+      switch (msg.command) {
+        case "abort":
+          void abort();
+          return;
+        case "focusComposer":
+          input.focus();
+          return;
+        case "newSession":
+          newSession();
+          return;
+        case "steerMode":
+          mode = "steer";
+          renderStatus();
+          return;
+        case "followUpMode":
+          mode = "followUp";
+          renderStatus();
+          return;
+        case "compact":
+          void compact();
+          return;
+        case "insertText": {
+          const t = msg.text ?? "";
+          const at = input.selectionStart ?? input.value.length;
+          input.value = input.value.slice(0, at) + t + input.value.slice(input.selectionEnd ?? at);
+          input.setSelectionRange(at + t.length, at + t.length);
+          saveState();
+          return;
+        }
+      }
+      return;
+    }
+    case "context": {
+      contextItems.push(...msg.items);
+      renderChips();
+      saveState();
+      return;
+    }
+    case "files": {
+      if (msg.query !== lastFileQuery) return;
+      const caret = input.selectionStart ?? 0;
+      const m = /(^|\s)@([^\s@]*)$/.exec(input.value.slice(0, caret));
+      if (!m) return closePopup();
+      const from = caret - m[2]!.length - 1;
+      showPopup(msg.items.slice(0, 30).map((f) => ({ label: f.label, detail: f.path, insert: `@${f.path} `, from })));
+      return;
+    }
+  }
+});
+
+transcript.scroller.addEventListener("scroll", () => saveState(), { passive: true });
+
+renderChips();
+renderQueue();
+renderStatus();
+post({ type: "ready" });
+
+/** Test hooks (read-only views for the browser tests). */
+(window as any).__pi = {
+  get store() {
+    return store;
+  },
+  transcript,
+  renderStats,
+  get renders() {
+    return renderCount;
+  },
+  /** The HTML a fresh render of a finished text gives (to compare with a streamed one). */
+  renderFresh(text: string): string {
+    const v = new MarkdownView();
+    v.update(text, true);
+    return v.el.innerHTML;
+  },
+};

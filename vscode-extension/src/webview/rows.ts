@@ -1,0 +1,301 @@
+/**
+ * One DOM row per transcript item. A `RowView` keeps the elements it made and patches them on
+ * `update(item)`; nothing outside its row is touched, so streaming mutates only the streaming
+ * row (VP3).
+ */
+import type { Item, AssistantItem, ToolItem, TextBlock } from "./store";
+import { MarkdownView, renderMarkdown } from "./markdown";
+
+/** What rows may ask of the panel. */
+export interface RowHost {
+  openDiff(toolCallId: string, path: string): void;
+  openFile(path: string, line?: number): void;
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+const MAX_OUTPUT = 12000;
+
+/** The last `MAX_OUTPUT` characters of a tool's output (the tail is what matters while it runs). */
+function clip(s: string): string {
+  return s.length > MAX_OUTPUT ? `… (${s.length - MAX_OUTPUT} characters above)\n${s.slice(-MAX_OUTPUT)}` : s;
+}
+
+/** A one-line summary of a call's arguments (the command, the path, the pattern). */
+export function argsSummary(toolName: string, args: unknown, argsText: string): string {
+  const a = (args && typeof args === "object" ? args : {}) as Record<string, unknown>;
+  if (typeof a.command === "string") return a.command;
+  if (typeof a.path === "string") {
+    const extra = typeof a.pattern === "string" ? ` ${a.pattern}` : "";
+    return `${a.path}${extra}`;
+  }
+  if (typeof a.pattern === "string") return a.pattern;
+  if (args === undefined && argsText) return argsText.slice(0, 200);
+  const s = JSON.stringify(args ?? {});
+  return s === "{}" ? "" : s.slice(0, 200);
+}
+
+export abstract class RowView {
+  readonly el: HTMLDivElement;
+  constructor(public id: string, kind: string) {
+    this.el = el("div", `row row-${kind}`);
+    this.el.dataset.id = id;
+  }
+  /** The item got another id (see `Store.renamed`). */
+  rename(id: string): void {
+    this.id = id;
+    this.el.dataset.id = id;
+  }
+  abstract update(item: Item): void;
+}
+
+class UserRow extends RowView {
+  private readonly body = el("div", "user-text");
+  private readonly meta = el("div", "user-meta");
+  constructor(id: string) {
+    super(id, "user");
+    this.el.append(this.body, this.meta);
+  }
+  update(item: Item): void {
+    if (item.kind !== "user") return;
+    this.body.textContent = item.text;
+    this.meta.textContent = item.images ? `${item.images} image${item.images > 1 ? "s" : ""} attached` : "";
+    this.meta.hidden = !item.images;
+  }
+}
+
+class BlockView {
+  readonly el: HTMLElement;
+  private md: MarkdownView | null = null;
+  private thinkingText: HTMLDivElement | null = null;
+  private wasDone = false;
+  constructor(readonly type: TextBlock["type"]) {
+    if (type === "thinking") {
+      const d = el("details", "thinking");
+      d.open = true;
+      const s = el("summary", undefined, "Thinking…");
+      this.thinkingText = el("div", "thinking-text");
+      d.append(s, this.thinkingText);
+      this.el = d;
+    } else {
+      this.md = new MarkdownView();
+      this.el = this.md.el;
+    }
+  }
+  update(b: TextBlock): void {
+    if (this.md) this.md.update(b.text, b.done);
+    else if (this.thinkingText) {
+      if (this.thinkingText.textContent !== b.text) this.thinkingText.textContent = b.text;
+      if (b.done && !this.wasDone) {
+        (this.el as HTMLDetailsElement).open = false;
+        this.el.querySelector("summary")!.textContent = "Thinking";
+      }
+    }
+    this.wasDone = b.done;
+  }
+}
+
+class AssistantRow extends RowView {
+  private readonly blocks: (BlockView | null)[] = [];
+  private readonly body = el("div", "assistant-body");
+  private readonly error = el("div", "assistant-error");
+  constructor(id: string) {
+    super(id, "assistant");
+    this.error.hidden = true;
+    this.el.append(this.body, this.error);
+  }
+  update(item: Item): void {
+    if (item.kind !== "assistant") return;
+    const a = item as AssistantItem;
+    a.blocks.forEach((b, i) => {
+      if (!b) return;
+      let v = this.blocks[i];
+      if (!v || v.type !== b.type) {
+        const nv = new BlockView(b.type);
+        if (v) v.el.replaceWith(nv.el);
+        else {
+          // Keep content order: insert before the first later block already shown.
+          const next = this.blocks.slice(i + 1).find((x) => x);
+          this.body.insertBefore(nv.el, next ? next.el : null);
+        }
+        this.blocks[i] = v = nv;
+      }
+      v.update(b);
+    });
+    this.el.classList.toggle("streaming", a.streaming);
+    const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ?? (a.stopReason === "aborted" ? "Aborted." : "Failed.")) : "";
+    this.error.hidden = !err;
+    this.error.textContent = err;
+    this.el.classList.toggle("aborted", a.stopReason === "aborted");
+  }
+}
+
+class ToolRow extends RowView {
+  private readonly head = el("div", "tool-head");
+  private readonly name = el("span", "tool-name");
+  private readonly summary = el("span", "tool-summary");
+  private readonly state = el("span", "tool-state");
+  private readonly actions = el("span", "tool-actions");
+  private readonly argsBox = el("details", "tool-args");
+  private readonly argsPre = el("pre");
+  private readonly out = el("pre", "tool-output");
+  private diffButton: HTMLButtonElement | null = null;
+  constructor(id: string, private readonly host: RowHost) {
+    super(id, "tool");
+    this.argsBox.append(el("summary", undefined, "Arguments"), this.argsPre);
+    this.head.append(this.state, this.name, this.summary, this.actions);
+    this.el.append(this.head, this.argsBox, this.out);
+    this.el.setAttribute("role", "group");
+  }
+  update(item: Item): void {
+    if (item.kind !== "tool") return;
+    const t = item as ToolItem;
+    this.el.dataset.state = t.state;
+    this.el.setAttribute("aria-label", `${t.toolName} ${t.state}`);
+    this.name.textContent = t.toolName;
+    this.summary.textContent = argsSummary(t.toolName, t.args, t.argsText);
+    this.state.textContent = { pending: "pending", running: "running", done: "done", error: "error" }[t.state];
+    const argsText = t.args === undefined ? t.argsText : JSON.stringify(t.args, null, 2);
+    if (this.argsPre.textContent !== argsText) this.argsPre.textContent = argsText;
+    const out = clip(t.output);
+    if (this.out.textContent !== out) this.out.textContent = out;
+    this.out.hidden = out === "";
+    const path = (t.args as { path?: unknown } | undefined)?.path;
+    if ((t.toolName === "edit" || t.toolName === "write") && typeof path === "string" && !this.diffButton) {
+      const b = el("button", "link open-diff", "Open diff");
+      b.type = "button";
+      b.title = `Open the diff of ${path} in the editor`;
+      b.addEventListener("click", () => this.host.openDiff(t.toolCallId, path));
+      const f = el("button", "link open-file", "Open file");
+      f.type = "button";
+      f.addEventListener("click", () => this.host.openFile(path));
+      this.actions.append(b, f);
+      this.diffButton = b;
+    }
+  }
+}
+
+class CompactionRow extends RowView {
+  constructor(id: string) {
+    super(id, "compaction");
+  }
+  update(item: Item): void {
+    if (item.kind !== "compaction") return;
+    this.el.textContent = "";
+    const head = el("div", "divider-head");
+    const before = item.tokensBefore ? ` (${item.tokensBefore.toLocaleString("en-US")} tokens before)` : "";
+    head.textContent =
+      item.state === "running"
+        ? `Compacting the context${item.reason ? ` (${item.reason})` : ""}…`
+        : item.state === "done"
+          ? `Context compacted${before}`
+          : item.state === "aborted"
+            ? "Compaction cancelled"
+            : `Compaction failed${item.errorMessage ? `: ${item.errorMessage}` : ""}`;
+    this.el.append(head);
+    if (item.summary) {
+      const d = el("details", "summary");
+      d.append(el("summary", undefined, "Summary"));
+      const body = el("div", "md");
+      body.innerHTML = renderMarkdown(item.summary);
+      d.append(body);
+      this.el.append(d);
+    }
+  }
+}
+
+class BranchSummaryRow extends RowView {
+  constructor(id: string) {
+    super(id, "branch-summary");
+  }
+  update(item: Item): void {
+    if (item.kind !== "branchSummary") return;
+    this.el.textContent = "";
+    const d = el("details", "summary");
+    d.append(el("summary", undefined, "Branch summary (the path left behind)"));
+    const body = el("div", "md");
+    body.innerHTML = renderMarkdown(item.summary);
+    d.append(body);
+    this.el.append(d);
+  }
+}
+
+class AbortRow extends RowView {
+  constructor(id: string, private readonly host: RowHost) {
+    super(id, "abort");
+  }
+  update(item: Item): void {
+    if (item.kind !== "abort") return;
+    const r = item.report;
+    this.el.textContent = "";
+    this.el.append(el("div", "abort-head", "Stopped"));
+    const list = el("ul");
+    const li = (t: string) => list.append(el("li", undefined, t));
+    if (r.stoppedToolCalls.length) li(`Stopped tool calls: ${r.stoppedToolCalls.map((c) => `${c.toolName} ${argsSummary(c.toolName, c.args, "")}`.trim()).join(", ")}`);
+    else li("No tool call was running.");
+    for (const p of r.stoppedProcesses) li(`Killed process: ${p.command}`);
+    if (r.appliedEdits.length) {
+      const e = el("li", undefined, "Edits that stay (undo them in the editor): ");
+      r.appliedEdits.forEach((a, i) => {
+        const b = el("button", "link", a.path);
+        b.type = "button";
+        b.addEventListener("click", () => this.host.openDiff(a.toolCallId, a.path));
+        if (i) e.append(", ");
+        e.append(b);
+      });
+      list.append(e);
+    }
+    if (r.queuedMessages.length) li(`Queued messages kept for the next prompt: ${r.queuedMessages.map((q) => `“${q.text}”`).join(", ")}`);
+    this.el.append(list);
+  }
+}
+
+class BashRow extends RowView {
+  constructor(id: string) {
+    super(id, "bash");
+  }
+  update(item: Item): void {
+    if (item.kind !== "bash") return;
+    this.el.textContent = "";
+    this.el.append(el("div", "bash-cmd", `$ ${item.command}`), el("pre", "tool-output", clip(item.output)));
+    const status = item.cancelled ? "cancelled" : item.exitCode === null ? "" : `exit ${item.exitCode}`;
+    if (status) this.el.append(el("div", "bash-status", status));
+  }
+}
+
+class NoticeRow extends RowView {
+  constructor(id: string) {
+    super(id, "notice");
+  }
+  update(item: Item): void {
+    if (item.kind !== "notice") return;
+    this.el.dataset.level = item.level;
+    this.el.textContent = item.text;
+  }
+}
+
+export function createRow(item: Item, host: RowHost): RowView {
+  switch (item.kind) {
+    case "user":
+      return new UserRow(item.id);
+    case "assistant":
+      return new AssistantRow(item.id);
+    case "tool":
+      return new ToolRow(item.id, host);
+    case "compaction":
+      return new CompactionRow(item.id);
+    case "branchSummary":
+      return new BranchSummaryRow(item.id);
+    case "abort":
+      return new AbortRow(item.id, host);
+    case "bash":
+      return new BashRow(item.id);
+    default:
+      return new NoticeRow(item.id);
+  }
+}

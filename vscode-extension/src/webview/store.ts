@@ -1,0 +1,832 @@
+/**
+ * The event → view-model reducer of the chat panel: a normalized store fed with exactly the
+ * server's notification params (docs/protocol.md: `agent/event`, `agent/queueUpdate`,
+ * `agent/usage`, `agent/attention`) and with pages of `agent/session/history`.
+ *
+ * Shape: `order` (item ids in display order) + `items` (id → item). Ids are derived from the
+ * data, never from arrival counters, so that the same data arriving twice lands on the same item:
+ * - a message is `<role>:<timestamp>` (Pi stamps every message in ms; history entries and live
+ *   events of the same message share it), falling back to the history entry id;
+ * - a tool call is `tool:<toolCallId>` (its `toolResult` message merges into the card);
+ * - a compaction is `compaction:<firstKeptEntryId>` once it has a result.
+ * Events that carry state (`message_start` / `message_end`, `tool_execution_*`, `turn_end`,
+ * `agent_end`, queue updates, usage) set values and are idempotent. Text fragments
+ * (`*_delta`) carry no sequence number on the wire, so they append; the block's `*_end` and the
+ * `message_end` carry the whole content and replace what the fragments built, so the model
+ * converges on the server's message whatever the chunking or a duplicated fragment did.
+ *
+ * The store is plain data and has no DOM: `dirty` collects the ids of items changed since the
+ * view last rendered (the view clears it), so a frame renders only what changed.
+ */
+
+/** One content block of an assistant message as the view shows it. */
+export interface TextBlock {
+  type: "text" | "thinking";
+  text: string;
+  /** `*_end` (or `message_end`) arrived: the block will not grow any more. */
+  done: boolean;
+}
+
+/** A user message (also a custom message or a user's own shell command shown as one). */
+export interface UserItem {
+  kind: "user";
+  id: string;
+  text: string;
+  /** Number of attached images. */
+  images: number;
+  entryId?: string;
+  timestamp?: number;
+}
+
+export interface AssistantItem {
+  kind: "assistant";
+  id: string;
+  /** Text and thinking blocks by `contentIndex` (tool calls are their own `tool` items). */
+  blocks: (TextBlock | null)[];
+  /** `tool:<id>` of the tool calls this message made, in call order. */
+  toolIds: string[];
+  streaming: boolean;
+  stopReason?: string;
+  errorMessage?: string;
+  model?: string;
+  entryId?: string;
+  timestamp?: number;
+}
+
+export type ToolState = "pending" | "running" | "done" | "error";
+
+export interface ToolItem {
+  kind: "tool";
+  id: string;
+  toolCallId: string;
+  toolName: string;
+  /** The call's arguments once known (`toolcall_end`, `tool_execution_start`, history). */
+  args: unknown;
+  /** The argument JSON text as it streams (before `toolcall_end`). */
+  argsText: string;
+  state: ToolState;
+  /** The result's text blocks (the streamed partial result while running). */
+  output: string;
+  /** Number of image blocks in the result. */
+  images: number;
+  details?: unknown;
+}
+
+export interface CompactionItem {
+  kind: "compaction";
+  id: string;
+  state: "running" | "done" | "failed" | "aborted";
+  reason?: string;
+  tokensBefore?: number;
+  summary?: string;
+  errorMessage?: string;
+}
+
+export interface BranchSummaryItem {
+  kind: "branchSummary";
+  id: string;
+  summary: string;
+  fromId?: string;
+}
+
+/** The answer of `agent/abort` (docs/protocol.md), shown as a report card. */
+export interface AbortReport {
+  aborted: boolean;
+  runId?: string;
+  stoppedToolCalls: { toolCallId: string; toolName: string; args: unknown }[];
+  stoppedProcesses: { toolCallId: string; command: string }[];
+  appliedEdits: { toolCallId: string; toolName: string; path: string }[];
+  queuedMessages: { queueId: string; delivery: string; text: string }[];
+}
+
+export interface AbortItem {
+  kind: "abort";
+  id: string;
+  report: AbortReport;
+}
+
+export interface BashItem {
+  kind: "bash";
+  id: string;
+  command: string;
+  output: string;
+  exitCode: number | null;
+  cancelled: boolean;
+}
+
+/** Anything else: unknown events, extension errors, retries, model changes. */
+export interface NoticeItem {
+  kind: "notice";
+  id: string;
+  level: "info" | "warning" | "error";
+  text: string;
+}
+
+export type Item =
+  | UserItem
+  | AssistantItem
+  | ToolItem
+  | CompactionItem
+  | BranchSummaryItem
+  | AbortItem
+  | BashItem
+  | NoticeItem;
+
+/** A queued steering / follow-up message as `agent/queueUpdate` reports it. */
+export interface QueueItem {
+  queueId: string;
+  delivery: string;
+  /** `queued` → `delivered` → `consumed`, or `dropped` / `removed`. */
+  state: string;
+  text: string;
+}
+
+export interface Usage {
+  contextTokens: number;
+  contextWindow: number;
+  /** US$ of the whole session file. */
+  sessionCost: number;
+  turnCost: number;
+  sessionTokens: number;
+}
+
+export interface Store {
+  sessionId: string | null;
+  order: string[];
+  items: Map<string, Item>;
+  /** Whether a run is active (between `agent_start` and `agent_end`). */
+  running: boolean;
+  runId: string | null;
+  /** Whether an `agent_start` / `agent_end` was applied (then `running` is newer than any
+   * `agent/state` answer asked for before). */
+  runSeen: boolean;
+  /** The user asked to stop; cleared at `agent_end`. */
+  stopping: boolean;
+  /** The assistant message being streamed, if any. */
+  streamingId: string | null;
+  /** Whether any assistant text, thinking or tool call arrived since the last `agent_start`. */
+  streamedSinceStart: boolean;
+  /** The running compaction's item id. */
+  compactionId: string | null;
+  queue: Map<string, QueueItem>;
+  usage: Usage | null;
+  /** Oldest history entry loaded (the `beforeEntryId` of the next older page). */
+  oldestEntryId: string | null;
+  /** Whether older history exists beyond what is loaded. */
+  hasMore: boolean;
+  /** The last `agent/attention` (reason, message). */
+  attention: { reason: string; message: string } | null;
+  /** Ids changed since the view rendered; `order` changes set `orderChanged`. */
+  dirty: Set<string>;
+  orderChanged: boolean;
+  /** Items whose id changed (`[old, new]`), so the view moves their rows instead of
+   * re-creating them: an assistant message is keyed by its `message_start` stamp while it
+   * streams and by its final message's stamp (the one history shows) from `message_end` on. */
+  renamed: [string, string][];
+  /** Bumped on every change (cheap change detection for tests and the view). */
+  version: number;
+}
+
+export function createStore(sessionId: string | null = null): Store {
+  return {
+    sessionId,
+    order: [],
+    items: new Map(),
+    running: false,
+    runId: null,
+    runSeen: false,
+    stopping: false,
+    streamingId: null,
+    streamedSinceStart: false,
+    compactionId: null,
+    queue: new Map(),
+    usage: null,
+    oldestEntryId: null,
+    hasMore: false,
+    attention: null,
+    dirty: new Set(),
+    orderChanged: false,
+    renamed: [],
+    version: 0,
+  };
+}
+
+function touch(s: Store, id: string): void {
+  s.dirty.add(id);
+  s.version++;
+}
+
+function put(s: Store, item: Item): void {
+  if (!s.items.has(item.id)) {
+    s.order.push(item.id);
+    s.orderChanged = true;
+  }
+  s.items.set(item.id, item);
+  touch(s, item.id);
+}
+
+/** The text of Pi content (a string, or blocks whose `text` blocks are joined with newlines). */
+export function contentText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  const parts: string[] = [];
+  for (const b of content) {
+    if (b && typeof b === "object" && (b as any).type === "text" && typeof (b as any).text === "string") {
+      parts.push((b as any).text);
+    }
+  }
+  return parts.join("\n");
+}
+
+function countImages(content: unknown): number {
+  if (!Array.isArray(content)) return 0;
+  let n = 0;
+  for (const b of content) if (b && (b as any).type === "image") n++;
+  return n;
+}
+
+function messageId(message: any, fallback: string): string {
+  const role = String(message?.role ?? "message");
+  return typeof message?.timestamp === "number" && message.timestamp > 0 ? `${role}:${message.timestamp}` : fallback;
+}
+
+function toolItem(s: Store, toolCallId: string, toolName: string): ToolItem {
+  const id = `tool:${toolCallId}`;
+  let t = s.items.get(id) as ToolItem | undefined;
+  if (!t) {
+    t = { kind: "tool", id, toolCallId, toolName, args: undefined, argsText: "", state: "pending", output: "", images: 0 };
+    put(s, t);
+  }
+  return t;
+}
+
+/** Replaces an assistant item's blocks with a whole message's content (idempotent). */
+function setAssistantContent(s: Store, a: AssistantItem, message: any, done: boolean): void {
+  const content: any[] = Array.isArray(message?.content) ? message.content : [];
+  const blocks: (TextBlock | null)[] = [];
+  const toolIds: string[] = [];
+  content.forEach((b, i) => {
+    if (b?.type === "text") blocks[i] = { type: "text", text: String(b.text ?? ""), done };
+    else if (b?.type === "thinking") blocks[i] = { type: "thinking", text: String(b.thinking ?? ""), done };
+    else {
+      blocks[i] = null;
+      if (b?.type === "toolCall" && typeof b.id === "string") {
+        const t = toolItem(s, b.id, String(b.name ?? ""));
+        t.args = b.arguments;
+        t.argsText = "";
+        touch(s, t.id);
+        toolIds.push(t.id);
+      }
+    }
+  });
+  // Keep a streamed block the final message does not have (never lose text).
+  a.blocks = blocks;
+  a.toolIds = toolIds;
+  if (message?.stopReason) a.stopReason = String(message.stopReason);
+  if (message?.errorMessage) a.errorMessage = String(message.errorMessage);
+  else delete a.errorMessage;
+  if (message?.model) a.model = String(message.model);
+  touch(s, a.id);
+}
+
+function applyToolResultMessage(s: Store, message: any): void {
+  const t = toolItem(s, String(message.toolCallId ?? ""), String(message.toolName ?? ""));
+  t.output = contentText(message.content);
+  t.images = countImages(message.content);
+  t.details = message.details;
+  t.state = message.isError ? "error" : "done";
+  touch(s, t.id);
+}
+
+/** Adds a whole message (live `message_start`/`message_end` or a history entry). */
+function applyMessage(s: Store, message: any, entryId: string | undefined, streaming: boolean): string | null {
+  const role = message?.role;
+  const fallback = `entry:${entryId ?? s.order.length}`;
+  if (role === "toolResult") {
+    applyToolResultMessage(s, message);
+    return `tool:${message.toolCallId}`;
+  }
+  if (role === "assistant") {
+    const id = messageId(message, fallback);
+    let a = s.items.get(id) as AssistantItem | undefined;
+    if (!a || a.kind !== "assistant") {
+      a = { kind: "assistant", id, blocks: [], toolIds: [], streaming, timestamp: message?.timestamp };
+      put(s, a);
+    }
+    if (entryId) a.entryId = entryId;
+    a.streaming = streaming;
+    if (!streaming || a.blocks.length === 0) setAssistantContent(s, a, message, !streaming);
+    // Tool cards go right after their message in the order.
+    for (const tid of a.toolIds) placeAfter(s, tid, a.id);
+    return id;
+  }
+  if (role === "user" || role === "custom") {
+    const id = messageId(message, fallback);
+    const prev = s.items.get(id) as UserItem | undefined;
+    const item: UserItem = {
+      kind: "user",
+      id,
+      text: contentText(message.content),
+      images: countImages(message.content),
+      entryId: entryId ?? prev?.entryId,
+      timestamp: message.timestamp,
+    };
+    put(s, item);
+    return id;
+  }
+  if (role === "bashExecution") {
+    const id = messageId(message, fallback);
+    put(s, {
+      kind: "bash",
+      id,
+      command: String(message.command ?? ""),
+      output: String(message.output ?? ""),
+      exitCode: typeof message.exitCode === "number" ? message.exitCode : null,
+      cancelled: Boolean(message.cancelled),
+    });
+    return id;
+  }
+  if (role === "branchSummary") {
+    const id = messageId(message, fallback);
+    put(s, { kind: "branchSummary", id, summary: String(message.summary ?? ""), fromId: message.fromId });
+    return id;
+  }
+  if (role === "compactionSummary") {
+    const id = messageId(message, fallback);
+    put(s, { kind: "compaction", id, state: "done", summary: String(message.summary ?? ""), tokensBefore: message.tokensBefore });
+    return id;
+  }
+  const id = messageId(message, fallback);
+  put(s, { kind: "notice", id, level: "info", text: `${String(role ?? "message")} message` });
+  return id;
+}
+
+/** Moves `id` (already in `order`) to just after `after` and the tool cards already there. */
+function placeAfter(s: Store, id: string, after: string): void {
+  const from = s.order.indexOf(id);
+  const at = s.order.indexOf(after);
+  if (from < 0 || at < 0) return;
+  const a = s.items.get(after) as AssistantItem;
+  const want = at + 1 + a.toolIds.indexOf(id);
+  if (from === want) return;
+  s.order.splice(from, 1);
+  s.order.splice(from < want ? want - 1 : want, 0, id);
+  s.orderChanged = true;
+  s.version++;
+}
+
+/** Gives an item a new id in place (same position in `order`). */
+function rekey(s: Store, item: Item, id: string): void {
+  if (item.id === id || s.items.has(id)) return;
+  const old = item.id;
+  s.items.delete(old);
+  item.id = id;
+  s.items.set(id, item);
+  const i = s.order.indexOf(old);
+  if (i >= 0) s.order[i] = id;
+  s.renamed.push([old, id]);
+  s.dirty.delete(old);
+  s.orderChanged = true;
+  touch(s, id);
+}
+
+function streamingAssistant(s: Store): AssistantItem | null {
+  const a = s.streamingId ? (s.items.get(s.streamingId) as AssistantItem | undefined) : undefined;
+  return a && a.kind === "assistant" ? a : null;
+}
+
+function applyAssistantEvent(s: Store, ev: any): void {
+  const a = streamingAssistant(s);
+  if (!a) return;
+  const i = Number(ev.contentIndex ?? 0);
+  switch (ev.type) {
+    case "text_start":
+    case "thinking_start": {
+      if (!a.blocks[i]) a.blocks[i] = { type: ev.type === "text_start" ? "text" : "thinking", text: "", done: false };
+      break;
+    }
+    case "text_delta":
+    case "thinking_delta": {
+      const type = ev.type === "text_delta" ? "text" : "thinking";
+      let b = a.blocks[i];
+      if (!b) b = a.blocks[i] = { type, text: "", done: false };
+      if (!b.done) b.text += String(ev.delta ?? "");
+      s.streamedSinceStart = true;
+      break;
+    }
+    case "text_end":
+    case "thinking_end": {
+      a.blocks[i] = { type: ev.type === "text_end" ? "text" : "thinking", text: String(ev.content ?? a.blocks[i]?.text ?? ""), done: true };
+      break;
+    }
+    case "toolcall_start": {
+      const t = toolItem(s, String(ev.id ?? ""), String(ev.name ?? ""));
+      if (!a.toolIds.includes(t.id)) a.toolIds.push(t.id);
+      placeAfter(s, t.id, a.id);
+      a.blocks[i] = null;
+      s.streamedSinceStart = true;
+      break;
+    }
+    case "toolcall_delta": {
+      const tid = a.toolIds[a.toolIds.length - 1];
+      const t = tid ? (s.items.get(tid) as ToolItem) : undefined;
+      if (t && t.args === undefined) {
+        t.argsText += String(ev.delta ?? "");
+        touch(s, t.id);
+      }
+      break;
+    }
+    case "toolcall_end": {
+      const tc = ev.toolCall ?? {};
+      const t = toolItem(s, String(tc.id ?? ""), String(tc.name ?? ""));
+      t.args = tc.arguments;
+      t.argsText = "";
+      if (!a.toolIds.includes(t.id)) a.toolIds.push(t.id);
+      touch(s, t.id);
+      break;
+    }
+    case "done":
+    case "error": {
+      const m = ev.message ?? ev.error;
+      if (m) setAssistantContent(s, a, m, true);
+      break;
+    }
+    default:
+      break;
+  }
+  touch(s, a.id);
+}
+
+/** Applies one `agent/event` notification's params `{sessionId, runId, event}`. */
+export function applyAgentEvent(s: Store, params: any): void {
+  const ev = params?.event ?? {};
+  const runId = typeof params?.runId === "string" ? params.runId : null;
+  switch (ev.type) {
+    case "agent_start":
+      s.runSeen = true;
+      s.running = true;
+      s.runId = runId;
+      s.stopping = false;
+      s.streamedSinceStart = false;
+      s.version++;
+      return;
+    case "turn_start":
+      return;
+    case "message_start": {
+      const m = ev.message ?? {};
+      if (m.role === "assistant") {
+        s.streamingId = applyMessage(s, m, undefined, true);
+      } else {
+        applyMessage(s, m, undefined, false);
+      }
+      return;
+    }
+    case "message_update":
+      applyAssistantEvent(s, ev.assistantMessageEvent ?? {});
+      return;
+    case "message_end": {
+      const m = ev.message ?? {};
+      if (m.role === "assistant") {
+        const a = streamingAssistant(s);
+        const finalId = messageId(m, a?.id ?? "");
+        const known = a && finalId !== a.id ? (s.items.get(finalId) as AssistantItem | undefined) : undefined;
+        if (a && known && known.kind === "assistant") {
+          // The message is already shown (history loaded during the stream): one row stays.
+          s.items.delete(a.id);
+          const i = s.order.indexOf(a.id);
+          if (i >= 0) s.order.splice(i, 1);
+          s.orderChanged = true;
+          s.streamingId = null;
+          known.streaming = false;
+          setAssistantContent(s, known, m, true);
+          for (const tid of known.toolIds) placeAfter(s, tid, known.id);
+        } else if (a) {
+          a.streaming = false;
+          rekey(s, a, finalId);
+          setAssistantContent(s, a, m, true);
+          for (const tid of a.toolIds) placeAfter(s, tid, a.id);
+          s.streamingId = null;
+        } else {
+          applyMessage(s, m, undefined, false);
+        }
+      } else {
+        applyMessage(s, m, undefined, false);
+      }
+      return;
+    }
+    case "tool_execution_start": {
+      const t = toolItem(s, String(ev.toolCallId ?? ""), String(ev.toolName ?? ""));
+      if (t.state === "pending") t.state = "running";
+      if (ev.args !== undefined) t.args = ev.args;
+      t.argsText = "";
+      touch(s, t.id);
+      return;
+    }
+    case "tool_execution_update": {
+      const t = toolItem(s, String(ev.toolCallId ?? ""), String(ev.toolName ?? ""));
+      if (t.state === "pending" || t.state === "running") {
+        t.state = "running";
+        t.output = contentText(ev.partialResult?.content);
+        touch(s, t.id);
+      }
+      return;
+    }
+    case "tool_execution_end": {
+      const t = toolItem(s, String(ev.toolCallId ?? ""), String(ev.toolName ?? ""));
+      t.state = ev.isError ? "error" : "done";
+      t.output = contentText(ev.result?.content);
+      t.images = countImages(ev.result?.content);
+      t.details = ev.result?.details;
+      touch(s, t.id);
+      return;
+    }
+    case "turn_end":
+      return;
+    case "agent_end": {
+      s.runSeen = true;
+      s.running = false;
+      s.stopping = false;
+      const a = streamingAssistant(s);
+      if (a) {
+        a.streaming = false;
+        a.blocks = a.blocks.map((b) => (b ? { ...b, done: true } : b));
+        touch(s, a.id);
+      }
+      s.streamingId = null;
+      // No card stays running after the run.
+      for (const id of s.order) {
+        const it = s.items.get(id);
+        if (it?.kind === "tool" && (it.state === "pending" || it.state === "running")) {
+          it.state = "error";
+          if (!it.output) it.output = "Tool execution was aborted.";
+          touch(s, id);
+        }
+      }
+      s.version++;
+      return;
+    }
+    case "compaction_start": {
+      if (s.compactionId) return;
+      const id = `compaction-run:${runId ?? ""}:${ev.reason ?? ""}`;
+      put(s, { kind: "compaction", id, state: "running", reason: ev.reason });
+      s.compactionId = id;
+      return;
+    }
+    case "compaction_end": {
+      const id = s.compactionId ?? `compaction-run:${runId ?? ""}:${ev.reason ?? ""}`;
+      s.compactionId = null;
+      const c: CompactionItem = {
+        kind: "compaction",
+        id,
+        reason: ev.reason,
+        state: ev.result ? "done" : ev.aborted ? "aborted" : "failed",
+        tokensBefore: ev.result?.tokensBefore,
+        summary: ev.result?.summary,
+        errorMessage: ev.errorMessage,
+      };
+      put(s, c);
+      return;
+    }
+    case "auto_retry_start":
+      put(s, {
+        kind: "notice",
+        id: `retry:${runId}:${ev.attempt}`,
+        level: "warning",
+        text: `Retrying (attempt ${ev.attempt} of ${ev.maxAttempts}) in ${Math.round(Number(ev.delayMs ?? 0) / 1000)} s: ${ev.errorMessage ?? ""}`,
+      });
+      return;
+    case "auto_retry_end":
+      put(s, {
+        kind: "notice",
+        id: `retry-end:${runId}:${ev.attempt}`,
+        level: ev.success ? "info" : "error",
+        text: ev.success ? `Retry ${ev.attempt} succeeded.` : `Retries ended: ${ev.finalError ?? "failed"}`,
+      });
+      return;
+    case "extension_error":
+      put(s, {
+        kind: "notice",
+        id: `exterr:${runId}:${ev.extensionPath}:${ev.event}:${ev.error}`,
+        level: "error",
+        text: `Extension ${ev.extensionPath} failed in ${ev.event}: ${ev.error}`,
+      });
+      return;
+    default:
+      put(s, {
+        kind: "notice",
+        id: `unknown:${runId}:${s.order.length}:${String(ev.type)}`,
+        level: "info",
+        text: `Event ${String(ev.type ?? "(no type)")}`,
+      });
+  }
+}
+
+/** Applies `agent/queueUpdate` params `{queueId, delivery, state, text, ...}`. */
+export function applyQueueUpdate(s: Store, p: any): void {
+  if (!p?.queueId) return;
+  const prev = s.queue.get(p.queueId);
+  s.queue.set(p.queueId, {
+    queueId: p.queueId,
+    delivery: String(p.delivery ?? prev?.delivery ?? "steer"),
+    state: String(p.state ?? prev?.state ?? "queued"),
+    text: String(p.text ?? prev?.text ?? ""),
+  });
+  s.dirty.add("queue");
+  s.version++;
+}
+
+/** A message queued by this panel (`agent/prompt` with `streamingBehavior`, `agent/steer`…):
+ * shown at once, before the server's `agent/queueUpdate` (which then sets its state). */
+export function addQueued(s: Store, queueId: string, delivery: string, text: string): void {
+  if (s.queue.has(queueId)) return;
+  s.queue.set(queueId, { queueId, delivery, state: "queued", text });
+  s.dirty.add("queue");
+  s.version++;
+}
+
+/** Applies `agent/usage` params. */
+export function applyUsage(s: Store, p: any): void {
+  s.usage = {
+    contextTokens: Number(p?.contextTokens ?? 0),
+    contextWindow: Number(p?.contextWindow ?? 0),
+    sessionCost: Number(p?.session?.cost ?? 0),
+    turnCost: Number(p?.turn?.cost ?? 0),
+    sessionTokens: Number(p?.session?.totalTokens ?? 0),
+  };
+  s.dirty.add("usage");
+  s.version++;
+}
+
+/** Applies one relayed server notification `{method, params}`; other sessions' are ignored. */
+export function applyNotification(s: Store, n: { method: string; params: any }): void {
+  const sid = n.params?.sessionId;
+  if (s.sessionId && sid && sid !== s.sessionId) return;
+  if (!s.sessionId && sid && n.method === "agent/event") s.sessionId = sid;
+  switch (n.method) {
+    case "agent/event":
+      applyAgentEvent(s, n.params);
+      return;
+    case "agent/queueUpdate":
+      applyQueueUpdate(s, n.params);
+      return;
+    case "agent/usage":
+      applyUsage(s, n.params);
+      return;
+    case "agent/attention":
+      s.attention = { reason: String(n.params?.reason ?? ""), message: String(n.params?.message ?? "") };
+      s.dirty.add("attention");
+      s.version++;
+      return;
+    default:
+      return;
+  }
+}
+
+/** Records that the user asked to stop (shown at once, before the server answers). */
+export function markStopping(s: Store): void {
+  if (!s.running) return;
+  s.stopping = true;
+  s.version++;
+}
+
+/** Adds the `agent/abort` answer as a report card (one per run). */
+export function applyAbortReport(s: Store, report: AbortReport): void {
+  if (!report?.aborted) {
+    s.stopping = false;
+    s.version++;
+    return;
+  }
+  put(s, {
+    kind: "abort",
+    id: `abort:${report.runId ?? s.runId ?? s.order.length}`,
+    report: {
+      aborted: true,
+      runId: report.runId,
+      stoppedToolCalls: report.stoppedToolCalls ?? [],
+      stoppedProcesses: report.stoppedProcesses ?? [],
+      appliedEdits: report.appliedEdits ?? [],
+      queuedMessages: report.queuedMessages ?? [],
+    },
+  });
+}
+
+/** The user's last prompt text when the run produced nothing yet (to put back in the
+ * composer after an abort), else null. */
+export function promptToRestore(s: Store): string | null {
+  if (s.streamedSinceStart) return null;
+  for (let i = s.order.length - 1; i >= 0; i--) {
+    const it = s.items.get(s.order[i]!);
+    if (!it) continue;
+    if (it.kind === "user") return it.text;
+    if (it.kind === "assistant" || it.kind === "tool") return null;
+  }
+  return null;
+}
+
+/** One entry of `agent/session/history` (Pi v3 session entry). */
+export interface HistoryEntry {
+  type: string;
+  id: string;
+  parentId?: string | null;
+  timestamp?: string;
+  [key: string]: any;
+}
+
+function applyEntry(s: Store, e: HistoryEntry): string | null {
+  switch (e.type) {
+    case "message":
+      return applyMessage(s, e.message, e.id, false);
+    case "custom_message": {
+      if (e.display === false) return null;
+      const id = `entry:${e.id}`;
+      put(s, { kind: "user", id, text: contentText(e.content), images: countImages(e.content), entryId: e.id });
+      return id;
+    }
+    case "compaction": {
+      const id = `compaction:${e.firstKeptEntryId ?? e.id}`;
+      put(s, { kind: "compaction", id, state: "done", tokensBefore: e.tokensBefore, summary: String(e.summary ?? "") });
+      return id;
+    }
+    case "branch_summary": {
+      const id = `entry:${e.id}`;
+      put(s, { kind: "branchSummary", id, summary: String(e.summary ?? ""), fromId: e.fromId });
+      return id;
+    }
+    case "model_change": {
+      const id = `entry:${e.id}`;
+      put(s, { kind: "notice", id, level: "info", text: `Model: ${e.provider ?? ""}/${e.modelId ?? ""}` });
+      return id;
+    }
+    case "thinking_level_change": {
+      const id = `entry:${e.id}`;
+      put(s, { kind: "notice", id, level: "info", text: `Thinking: ${e.thinkingLevel ?? ""}` });
+      return id;
+    }
+    default:
+      return null; // labels, session info, custom entries: not part of the transcript
+  }
+}
+
+/**
+ * Applies one page of `agent/session/history` (`{entries, hasMore}`, chronological).
+ * `older: false` is the newest page (the leaf's): its items go first and anything already shown
+ * (live events that arrived before the answer) keeps its place after them. `older: true`
+ * prepends an older page. Loading a page twice changes nothing.
+ */
+export function applyHistoryPage(s: Store, page: { entries: HistoryEntry[]; hasMore: boolean }, older: boolean): void {
+  const before = new Set(s.order);
+  const pageIds: string[] = [];
+  const seen = new Set<string>();
+  const pushId = (id: string) => {
+    if (!seen.has(id)) {
+      seen.add(id);
+      pageIds.push(id);
+    }
+  };
+  for (const e of page.entries) {
+    const id = applyEntry(s, e);
+    if (!id) continue;
+    pushId(id);
+    const it = s.items.get(id);
+    if (it?.kind === "assistant") for (const t of it.toolIds) pushId(t);
+  }
+  // Items the page created were appended by `put`; rebuild the order.
+  const fresh = pageIds.filter((id) => !before.has(id));
+  const freshSet = new Set(fresh);
+  const rest = s.order.filter((id) => !freshSet.has(id));
+  if (older) s.order = [...fresh, ...rest];
+  else {
+    // Newest page: page order first, then what was there and is not in the page.
+    // Newest page: older history already loaded first, then the page, then live items.
+    const pageSet = new Set(pageIds);
+    const others = rest.filter((id) => !pageSet.has(id));
+    const hasEntry = (id: string) => Boolean((s.items.get(id) as { entryId?: string } | undefined)?.entryId);
+    s.order = [...others.filter(hasEntry), ...pageIds, ...others.filter((id) => !hasEntry(id))];
+  }
+  s.orderChanged = true;
+  const first = page.entries[0];
+  if (first && (older || s.oldestEntryId === null)) s.oldestEntryId = first.id;
+  if (older || s.oldestEntryId === first?.id) s.hasMore = Boolean(page.hasMore);
+  s.version++;
+}
+
+/** A comparable snapshot of the model (tests; no Maps, no dirty bookkeeping). */
+/** The entries of an `agent/messages` answer (`{messages, entryIds}`) in the shape of
+ * `agent/session/history` entries, for servers without paged history. */
+export function entriesFromMessages(result: { messages?: any[]; entryIds?: string[] }): HistoryEntry[] {
+  return (result.messages ?? []).map((message, i) => ({ type: "message", id: result.entryIds?.[i] ?? `m${i}`, message }));
+}
+
+export function snapshot(s: Store): unknown {
+  return {
+    sessionId: s.sessionId,
+    running: s.running,
+    stopping: s.stopping,
+    order: s.order,
+    items: s.order.map((id) => s.items.get(id)),
+    queue: [...s.queue.values()],
+    usage: s.usage,
+    hasMore: s.hasMore,
+    oldestEntryId: s.oldestEntryId,
+  };
+}

@@ -1,0 +1,230 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, existsSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import fc from "fast-check";
+import {
+  createStore,
+  applyNotification,
+  applyHistoryPage,
+  applyAbortReport,
+  markStopping,
+  promptToRestore,
+  snapshot,
+  entriesFromMessages,
+  type Store,
+  type AssistantItem,
+  type ToolItem,
+} from "../../src/webview/store";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const fixtures = join(here, "../../test/fixtures");
+
+type N = { method: string; params: any };
+
+function fixture(name: string): { notifications: N[]; responses: Map<string, any> } {
+  const path = join(fixtures, `${name}.jsonl`);
+  if (!existsSync(path)) throw new Error(`missing recorded fixture ${path} (node test/fixtures/record.mjs <pi-lsp>)`);
+  const notifications: N[] = [];
+  const responses = new Map<string, any>();
+  for (const line of readFileSync(path, "utf8").split("\n").filter(Boolean)) {
+    const v = JSON.parse(line);
+    if (v.response) responses.set(v.response, v.result);
+    else notifications.push(v);
+  }
+  return { notifications, responses };
+}
+
+function run(ns: N[], s: Store = createStore()): Store {
+  for (const n of ns) applyNotification(s, n);
+  return s;
+}
+
+const isDelta = (n: N) => n.method === "agent/event" && n.params.event.type === "message_update" && /_delta$/.test(n.params.event.assistantMessageEvent?.type ?? "");
+
+/** Re-chunks the stream's fragments: consecutive `*_delta` events of one block are joined and
+ * split again at the given cut ratios (the server's chunking is arbitrary; the model must not
+ * depend on it). */
+function rechunk(ns: N[], cuts: number[]): N[] {
+  const out: N[] = [];
+  let i = 0;
+  let c = 0;
+  while (i < ns.length) {
+    const n = ns[i]!;
+    if (!isDelta(n)) {
+      out.push(n);
+      i++;
+      continue;
+    }
+    const ev = n.params.event.assistantMessageEvent;
+    let text = "";
+    let j = i;
+    while (j < ns.length && isDelta(ns[j]!) && ns[j]!.params.event.assistantMessageEvent.type === ev.type && ns[j]!.params.event.assistantMessageEvent.contentIndex === ev.contentIndex) {
+      text += ns[j]!.params.event.assistantMessageEvent.delta;
+      j++;
+    }
+    const points = new Set<number>();
+    for (let k = 0; k < 1 + (text.length >> 2); k++) {
+      const r = cuts[c++ % Math.max(1, cuts.length)] ?? 0.5;
+      points.add(Math.floor(r * text.length));
+    }
+    const sorted = [0, ...[...points].filter((p) => p > 0 && p < text.length).sort((a, b) => a - b), text.length];
+    for (let k = 0; k + 1 < sorted.length; k++) {
+      out.push({ method: n.method, params: { ...n.params, event: { ...n.params.event, assistantMessageEvent: { ...ev, delta: text.slice(sorted[k], sorted[k + 1]) } } } });
+    }
+    i = j;
+  }
+  return out;
+}
+
+/** Drops every event that carries a whole block / message (`*_end`, `message_end`, `done`), so
+ * only the fragments build the text: the re-chunking property must hold for them alone too. */
+function fragmentsOnly(ns: N[]): N[] {
+  return ns.filter((n) => {
+    const e = n.params?.event;
+    if (!e) return true;
+    if (e.type === "message_end" && e.message?.role === "assistant") return false;
+    const t = e.assistantMessageEvent?.type;
+    return !(t === "text_end" || t === "thinking_end" || t === "done" || t === "toolcall_end");
+  });
+}
+
+const cutsArb = fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 1, maxLength: 30 });
+
+for (const name of ["rich-run", "demo-run"]) {
+  test(`${name}: any re-chunking of the recorded deltas gives the same model`, () => {
+    const { notifications } = fixture(name);
+    const reference = snapshot(run(notifications));
+    const refFragments = snapshot(run(fragmentsOnly(notifications)));
+    fc.assert(
+      fc.property(cutsArb, (cuts) => {
+        assert.deepEqual(snapshot(run(rechunk(notifications, cuts))), reference);
+        assert.deepEqual(snapshot(run(rechunk(fragmentsOnly(notifications), cuts))), refFragments);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  test(`${name}: every state-carrying notification applied twice changes nothing`, () => {
+    const { notifications } = fixture(name);
+    const once = snapshot(run(notifications));
+    const twice = run(notifications.flatMap((n) => (isDelta(n) ? [n] : [n, n])));
+    assert.deepEqual(snapshot(twice), once);
+  });
+
+  test(`${name}: the history page after the run gives the same transcript as the live events`, () => {
+    const { notifications, responses } = fixture(name);
+    const live = run(notifications);
+    // Paged history when the recording server had it, else its agent/messages answer.
+    const page = responses.get("agent/session/history") ?? { entries: entriesFromMessages(responses.get("agent/messages")), hasMore: false };
+    assert.ok(page.entries.length > 0, "the fixture holds the session's history");
+    const loaded = createStore(live.sessionId);
+    applyHistoryPage(loaded, page, false);
+    const view = (s: Store) =>
+      s.order.map((id) => {
+        const it = s.items.get(id)!;
+        if (it.kind === "assistant") return { id, kind: it.kind, blocks: it.blocks.filter(Boolean).map((b) => ({ type: b!.type, text: b!.text })), toolIds: it.toolIds, stopReason: it.stopReason };
+        if (it.kind === "tool") return { id, kind: it.kind, state: it.state, output: it.output, args: it.args };
+        if (it.kind === "user") return { id, kind: it.kind, text: it.text };
+        return { id, kind: it.kind };
+      });
+    assert.deepEqual(view(loaded), view(live));
+    // Loading the same page again (a reload racing the answer) changes nothing.
+    const before = snapshot(loaded);
+    applyHistoryPage(loaded, page, false);
+    assert.deepEqual(snapshot(loaded), before);
+    // Live events merging into a loaded history land on the same items.
+    const merged = run(notifications, loaded);
+    assert.deepEqual(view(merged), view(live));
+  });
+}
+
+test("rich-run: the recorded run gives the expected transcript", () => {
+  const { notifications } = fixture("rich-run");
+  const s = run(notifications);
+  const kinds = s.order.map((id) => s.items.get(id)!.kind);
+  assert.deepEqual(kinds, ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]);
+  const first = s.items.get(s.order[1]!) as AssistantItem;
+  assert.equal(first.blocks[0]!.type, "thinking");
+  assert.equal(first.blocks[0]!.text, "The user wants the greeting configurable. I should read the file first, then edit it.");
+  assert.match(first.blocks[1]!.text, /^Here is the plan, in three steps:\n\n1\. Read `src\/greet\.py`\./);
+  const tools = s.order.map((id) => s.items.get(id)!).filter((i): i is ToolItem => i.kind === "tool");
+  assert.deepEqual(
+    tools.map((t) => [t.toolCallId, t.toolName, t.state]),
+    [
+      ["toolu_read1", "read", "done"],
+      ["toolu_edit1", "write", "done"],
+      ["toolu_bash1", "bash", "done"],
+    ],
+  );
+  assert.equal(tools[2]!.output.trim(), "Hello, world!\ndone");
+  assert.equal(s.running, false);
+  assert.ok(s.usage && s.usage.contextWindow === 200000 && s.usage.sessionCost > 0);
+});
+
+test("abort-run: the stopped run leaves no running card, and the report is one card", () => {
+  const { notifications, responses } = fixture("abort-run");
+  const s = createStore();
+  // Up to the tool start: the run is going.
+  const at = notifications.findIndex((n) => n.params?.event?.type === "tool_execution_start");
+  run(notifications.slice(0, at + 1), s);
+  assert.equal(s.running, true);
+  markStopping(s);
+  assert.equal(s.stopping, true);
+  run(notifications.slice(at + 1), s);
+  const report = responses.get("agent/abort");
+  assert.equal(report.aborted, true);
+  assert.deepEqual(report.stoppedProcesses.map((p: any) => p.command), ["echo started; sleep 30; echo never"]);
+  applyAbortReport(s, report);
+  applyAbortReport(s, report);
+  const items = s.order.map((id) => s.items.get(id)!);
+  assert.equal(items.filter((i) => i.kind === "abort").length, 1);
+  assert.equal(s.running, false);
+  assert.equal(s.stopping, false);
+  assert.ok(items.every((i) => i.kind !== "tool" || (i.state !== "running" && i.state !== "pending")));
+  // Text streamed before the stop: the prompt is not put back.
+  assert.equal(promptToRestore(s), null);
+});
+
+test("a prompt aborted before anything streamed is given back", () => {
+  const s = createStore("s1");
+  applyNotification(s, { method: "agent/event", params: { sessionId: "s1", runId: "r1", event: { type: "agent_start" } } });
+  applyNotification(s, { method: "agent/event", params: { sessionId: "s1", runId: "r1", event: { type: "message_start", message: { role: "user", content: [{ type: "text", text: "fix the bug" }], timestamp: 5 } } } });
+  assert.equal(promptToRestore(s), "fix the bug");
+});
+
+test("notifications of another session are ignored", () => {
+  const s = createStore("s1");
+  applyNotification(s, { method: "agent/event", params: { sessionId: "s2", runId: "r", event: { type: "agent_start" } } });
+  assert.equal(s.running, false);
+  assert.equal(s.order.length, 0);
+});
+
+test("unknown events become one neutral line, never a crash", () => {
+  const s = createStore("s1");
+  applyNotification(s, { method: "agent/event", params: { sessionId: "s1", runId: "r", event: { type: "brand_new_event", x: 1 } } });
+  const items = s.order.map((id) => s.items.get(id)!);
+  assert.deepEqual(items.map((i) => (i.kind === "notice" ? [i.kind, i.level, i.text] : [i.kind])), [["notice", "info", "Event brand_new_event"]]);
+});
+
+test("queue updates track each message's state", () => {
+  const s = createStore("s1");
+  const q = (state: string) => ({ method: "agent/queueUpdate", params: { sessionId: "s1", queueId: "q1", delivery: "steer", state, text: "also tests", steering: [], followUp: [] } });
+  applyNotification(s, q("queued"));
+  applyNotification(s, q("delivered"));
+  applyNotification(s, q("delivered"));
+  assert.deepEqual([...s.queue.values()], [{ queueId: "q1", delivery: "steer", state: "delivered", text: "also tests" }]);
+});
+
+test("older history pages are prepended once, in order", () => {
+  const entry = (i: number) => ({ type: "message", id: `e${i}`, parentId: i ? `e${i - 1}` : null, message: { role: i % 2 ? "assistant" : "user", content: i % 2 ? [{ type: "text", text: `answer ${i}` }] : `question ${i}`, timestamp: 1000 + i, stopReason: "stop" } });
+  const s = createStore("s1");
+  applyHistoryPage(s, { entries: [4, 5, 6, 7].map(entry), hasMore: true }, false);
+  assert.equal(s.oldestEntryId, "e4");
+  applyHistoryPage(s, { entries: [0, 1, 2, 3].map(entry), hasMore: false }, true);
+  applyHistoryPage(s, { entries: [0, 1, 2, 3].map(entry), hasMore: false }, true);
+  assert.deepEqual(s.order, [0, 1, 2, 3, 4, 5, 6, 7].map((i) => `${i % 2 ? "assistant" : "user"}:${1000 + i}`));
+  assert.equal(s.hasMore, false);
+  assert.equal(s.oldestEntryId, "e0");
+});
