@@ -16,8 +16,8 @@ ROUNDS, DELTAS, DELTA_CHARS, ANSWER_CHARS, STREAMS = 50, 4500, 8, 36000, 8
 
 # ---------------------------------------------------------------- scripted model server
 
-def first_user_text(body):
-    for m in body.get("messages", []):
+def last_user_text(body):
+    for m in reversed(body.get("messages", [])):
         if m.get("role") == "user":
             c = m.get("content")
             if isinstance(c, list):
@@ -31,8 +31,10 @@ class Model(BaseHTTPRequestHandler):
         pass
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        prompt = first_user_text(body)
-        results = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
+        prompt = last_user_text(body)
+        msgs = body.get("messages", [])
+        last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
+        results = sum(1 for m in msgs[last_user:] if m.get("role") == "tool")
         cid = "chatcmpl-" + uuid.uuid4().hex[:8]
         chunks = []
         def chunk(delta, finish=None):

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use pi_e2e::lsp_client::{file_uri, start_with_mock, tool_result_text, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{file_uri, start_with_mock, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};

@@ -234,8 +234,11 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
   end
   local details = type(result) == 'table' and result.details or nil
   local body, lang
-  if type(details) == 'table' and type(details.diff) == 'string' and details.diff ~= '' and not is_error then
-    body, lang = details.diff, 'diff'
+  -- The server's `details.diff` is Pi's numbered-line diff; `details.unifiedDiff` is the
+  -- unified form a `diff` highlighter reads (older servers sent only `diff`, unified).
+  local udiff = type(details) == 'table' and (details.unifiedDiff or details.diff) or nil
+  if type(udiff) == 'string' and udiff ~= '' and not is_error then
+    body, lang = udiff, 'diff'
   else
     body = util.content_text(type(result) == 'table' and result.content or result)
     lang = ''

@@ -109,7 +109,7 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
     if let Some(enc) = utf16 {
         let body = &bytes[2..];
         let (text, had_errors) = enc.decode_without_bom_handling(body);
-        let exact = !had_errors && body.len() % 2 == 0;
+        let exact = !had_errors && body.len().is_multiple_of(2);
         return DecodedText {
             text: text.into_owned(),
             encoding: TextEncoding {

@@ -737,7 +737,8 @@ fn failed_append_is_cut_back_before_the_next_one() {
         nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_FSIZE, hard, hard)
             .unwrap();
         for i in 0..3 {
-            w.append_message(&Message::user_text(format!("after {i}"))).unwrap();
+            w.append_message(&Message::user_text(format!("after {i}")))
+                .unwrap();
         }
         let path = w.path().to_path_buf();
         let leaf = w.leaf().unwrap().to_string();
@@ -759,7 +760,11 @@ fn failed_append_is_cut_back_before_the_next_one() {
         .arg("-c")
         .arg("trap '' XFSZ; ulimit -S -f 4; exec \"$0\" \"$@\"")
         .arg(exe)
-        .args(["--exact", "failed_append_is_cut_back_before_the_next_one", "--nocapture"])
+        .args([
+            "--exact",
+            "failed_append_is_cut_back_before_the_next_one",
+            "--nocapture",
+        ])
         .env("PI_TORN_APPEND_CHILD", &dir)
         .output()
         .unwrap();

@@ -209,7 +209,7 @@ impl SseBody {
 /// A duration as the error texts say it: `1.5 s`, `600 s`.
 fn seconds(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.1} s", d.as_secs_f64())
