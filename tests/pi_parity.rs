@@ -6,6 +6,7 @@
 //! types (pi-lsp's only extra is the edit result's `details.unifiedDiff`), and the values Pi
 //! derives from the run (user content, `responseModel`, the edit's numbered diff, the bash
 //! output, the compaction's `tokensBefore` and `fromHook`) must be equal.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
