@@ -469,7 +469,7 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
         stats,
         json!({"sessionId": fid, "sessionFile": f["session"]["sessionFile"], "userMessages": 1, "assistantMessages": 1,
             "toolCalls": 0, "toolResults": 0, "totalMessages": 2,
-            "tokens": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 110, "cost": 0.0},
+            "tokens": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "total": 110},
             "cost": 0.0, "contextUsage": {"tokens": 110, "contextWindow": 128000, "percent": 0.09}})
     );
 

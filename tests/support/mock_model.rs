@@ -66,6 +66,8 @@ struct Inner {
     responder: Option<Responder>,
     /// Report `prompt_tokens` / `input_tokens` as the request body's length / 4 (else 100).
     usage_from_body: bool,
+    /// The `model` every chat-completions chunk names (none by default).
+    response_model: Option<String>,
 }
 
 /// The running server.
@@ -144,6 +146,12 @@ impl MockModel {
     /// it was sent (by default every response reports 100).
     pub fn set_usage_from_body(&self, on: bool) {
         self.inner.lock().unwrap().usage_from_body = on;
+    }
+
+    /// Names `model` in every chat-completions chunk, as gateways that route to another model
+    /// do (Pi then stores it as `responseModel`).
+    pub fn set_response_model(&self, model: Option<&str>) {
+        self.inner.lock().unwrap().response_model = model.map(str::to_string);
     }
 
     fn input_tokens(&self, body: &Value) -> u64 {
@@ -340,11 +348,13 @@ async fn handle_openai(
     };
     let n = mock.inner.lock().unwrap().next;
     let id = format!("chatcmpl-mock{n}");
+    let response_model = mock.inner.lock().unwrap().response_model.clone();
     let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": id, "object":"chat.completion.chunk","choices":[{"index":0,"delta":delta,"finish_reason":finish}]})
-        )
+        let mut c = json!({"id": id, "object":"chat.completion.chunk","choices":[{"index":0,"delta":delta,"finish_reason":finish}]});
+        if let Some(m) = &response_model {
+            c["model"] = json!(m);
+        }
+        format!("data: {c}\n\n")
     };
     let usage = format!(
         "data: {}\n\n",

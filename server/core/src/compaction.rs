@@ -411,7 +411,7 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         return Err(CompactionError::NothingToCompact);
     }
     let cut = cut_items(&items, start, end, keep_recent_tokens);
-    let tokens_before = context_tokens(&path_messages_with(path, None, |k, _| messages[k].clone()));
+    let tokens_before = pi_context_tokens(path);
     let for_summary = |k: usize| -> Option<Message> {
         if path[k].kind == "compaction" {
             None
@@ -438,6 +438,95 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         previous_summary,
         file_ops,
     })
+}
+
+/// Pi's `estimateTokens` of one stored message (any role, as in the file): `ceil(chars / 4)`
+/// with chars counted in UTF-16 units as JavaScript does; a `bashExecution` counts its command
+/// and output, summaries their text, a tool result's or custom message's image 4,800 chars,
+/// a user message's images nothing.
+pub fn pi_estimate_tokens(m: &Value) -> u64 {
+    let len = |v: &Value| v.as_str().map_or(0, |s| s.encode_utf16().count() as u64);
+    let texts = |content: &Value, images: u64| -> u64 {
+        match content {
+            Value::String(s) => s.encode_utf16().count() as u64,
+            Value::Array(blocks) => blocks
+                .iter()
+                .map(|b| match b["type"].as_str() {
+                    Some("text") => len(&b["text"]),
+                    Some("image") => images,
+                    _ => 0,
+                })
+                .sum(),
+            _ => 0,
+        }
+    };
+    let chars = match m["role"].as_str().unwrap_or("") {
+        "user" => texts(&m["content"], 0),
+        "assistant" => m["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|b| match b["type"].as_str() {
+                Some("text") => len(&b["text"]),
+                Some("thinking") => len(&b["thinking"]),
+                Some("toolCall") => {
+                    len(&b["name"]) + b["arguments"].to_string().encode_utf16().count() as u64
+                }
+                _ => 0,
+            })
+            .sum(),
+        "custom" | "toolResult" => texts(&m["content"], 4800),
+        "bashExecution" => len(&m["command"]) + len(&m["output"]),
+        "branchSummary" | "compactionSummary" => len(&m["summary"]),
+        _ => 0,
+    };
+    chars.div_ceil(4)
+}
+
+/// Pi's `estimateContextTokens(buildSessionContext(path).messages)`, the figure Pi writes as
+/// a compaction's `tokensBefore`: the latest assistant usage in the context (not errored or
+/// aborted) plus [`pi_estimate_tokens`] of every message after it, else the estimates of all.
+pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
+    let mut items: Vec<Value> = Vec::new();
+    if let Some(ci) = path.iter().rposition(|e| e.kind == "compaction") {
+        items.push(
+            serde_json::json!({"role": "compactionSummary", "summary": path[ci].raw()["summary"]}),
+        );
+    }
+    let mut picked = Vec::new();
+    path_messages_with(path, None, |k, _| {
+        picked.push(k);
+        None
+    });
+    for k in picked {
+        let e = path[k];
+        let r = e.raw();
+        let m = match e.kind.as_str() {
+            "message" => r["message"].clone(),
+            "custom_message" => serde_json::json!({"role": "custom", "content": r["content"]}),
+            "branch_summary" => {
+                serde_json::json!({"role": "branchSummary", "summary": r["summary"]})
+            }
+            _ => continue,
+        };
+        items.push(m);
+    }
+    let usage = items.iter().enumerate().rev().find_map(|(i, m)| {
+        if m["role"] != "assistant" || m["stopReason"] == "error" || m["stopReason"] == "aborted" {
+            return None;
+        }
+        let u = &m["usage"];
+        let n = |k: &str| u[k].as_u64().unwrap_or(0);
+        let total = match n("totalTokens") {
+            0 => n("input") + n("output") + n("cacheRead") + n("cacheWrite"),
+            t => t,
+        };
+        Some((i, total))
+    });
+    match usage {
+        Some((i, total)) => total + items[i + 1..].iter().map(pi_estimate_tokens).sum::<u64>(),
+        None => items.iter().map(pi_estimate_tokens).sum(),
+    }
 }
 
 /// Tool results longer than this are cut in the summary request (Pi's `TOOL_RESULT_MAX_CHARS`).

@@ -742,3 +742,69 @@ fn entries_keep_their_lines_and_forks_copy_them_byte_for_byte() {
         );
     }
 }
+
+/// Issue 19.4: an append that fails halfway (here: the file-size limit, `RLIMIT_FSIZE`, as a
+/// full disk would) is cut back to the last whole line, so when room comes back the next entry
+/// starts on its own line and every saved message is read back on its branch. Runs in a child
+/// process (this test binary again) whose soft limit is 4 KiB, with SIGXFSZ ignored so the
+/// write fails with EFBIG instead of killing it; the child raises the limit back itself.
+#[test]
+fn failed_append_is_cut_back_before_the_next_one() {
+    if let Ok(dir) = std::env::var("PI_TORN_APPEND_CHILD") {
+        let dir = PathBuf::from(dir);
+        let mut w = SessionWriter::create(&dir, Path::new("/w"), "p", "m", "off").unwrap();
+        let mut saved = 0;
+        let err = loop {
+            match w.append_message(&Message::user_text(format!("{saved} {}", "x".repeat(300)))) {
+                Ok(_) => saved += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, SessionError::Io { .. }), "{err}");
+        let torn = std::fs::metadata(w.path()).unwrap().len();
+        assert!(torn <= 4096, "{torn}");
+        // Room comes back.
+        let (_, hard) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_FSIZE).unwrap();
+        nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_FSIZE, hard, hard)
+            .unwrap();
+        for i in 0..3 {
+            w.append_message(&Message::user_text(format!("after {i}")))
+                .unwrap();
+        }
+        let path = w.path().to_path_buf();
+        let leaf = w.leaf().unwrap().to_string();
+        drop(w);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with('\n'));
+        for l in text.lines() {
+            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        }
+        let (tree, warnings) = read_tree(&path, false).unwrap();
+        assert_eq!(warnings, Vec::<String>::new());
+        assert_eq!(tree.context(Some(&leaf)).messages.len(), saved + 3);
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("pi-torn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -S -f 4; exec \"$0\" \"$@\"")
+        .arg(exe)
+        .args([
+            "--exact",
+            "failed_append_is_cut_back_before_the_next_one",
+            "--nocapture",
+        ])
+        .env("PI_TORN_APPEND_CHILD", &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "child failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -656,7 +656,8 @@ mod tests {
     #[allow(clippy::type_complexity)]
     fn numbered_diff_is_pis_generate_diff_string() {
         let twenty: String = (1..=20).map(|i| format!("{i}\n")).collect();
-        let cases: [(&str, &[(&str, &str)], &str, usize); 4] = [
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, usize);
+        let cases: [Case; 4] = [
             ("alpha\nbeta\ngamma\n", &[("beta", "BETA")], " 1 alpha\n-2 beta\n+2 BETA\n 3 gamma", 2),
             (
                 &twenty,

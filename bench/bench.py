@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of pi-lsp against Pi 0.73.1 on one loopback scripted model.
+
+Run through `bench/run` (installs Pi, builds pi-lsp in release, installs matplotlib). Each
+workload runs both harnesses alternately `--runs` times against the same model server; the
+report gives medians, min–max spread and the Pi / pi-lsp ratio of each pair of the same run.
+Writes `bench/results/latest.json`, `docs/benchmarks.md` and the charts under `docs/bench/`.
+"""
+import argparse, json, os, platform, queue, random, shutil, statistics, subprocess, sys
+import tempfile, threading, time, uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUNDS, DELTAS, DELTA_CHARS, ANSWER_CHARS, STREAMS = 50, 4500, 8, 36000, 8
+
+# ---------------------------------------------------------------- scripted model server
+
+def last_user_text(body):
+    for m in reversed(body.get("messages", [])):
+        if m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, list):
+                return "".join(b.get("text", "") for b in c if isinstance(b, dict))
+            return c or ""
+    return ""
+
+class Model(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a):
+        pass
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        prompt = last_user_text(body)
+        msgs = body.get("messages", [])
+        last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
+        results = sum(1 for m in msgs[last_user:] if m.get("role") == "tool")
+        cid = "chatcmpl-" + uuid.uuid4().hex[:8]
+        chunks = []
+        def chunk(delta, finish=None):
+            chunks.append("data: " + json.dumps({"id": cid, "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n")
+        if prompt.startswith("rounds") and results < ROUNDS:
+            chunk({"tool_calls": [{"index": 0, "id": f"call_{results}", "type": "function",
+                   "function": {"name": "read", "arguments": json.dumps({"path": "small.txt"})}}]})
+            finish = "tool_calls"
+        else:
+            if prompt.startswith("deltas") or prompt.startswith("stream"):
+                parts = ["abcdefg " for _ in range(DELTAS)]
+            elif prompt.startswith("answer"):
+                parts = ["x" * 99 + " " for _ in range(ANSWER_CHARS // 100)]
+            else:
+                parts = ["done"]
+            chunk({"role": "assistant", "content": ""})
+            for p in parts:
+                chunk({"content": p})
+            finish = "stop"
+        chunk({}, finish)
+        chunks.append("data: " + json.dumps({"id": cid, "choices": [], "usage": {
+            "prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}) + "\n\n")
+        chunks.append("data: [DONE]\n\n")
+        data = "".join(chunks).encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+def start_model():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv.server_address[1]
+
+# ---------------------------------------------------------------- process helpers
+
+def peak_rss_mb(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+class Reader:
+    """Reads a child's stdout on a thread: LSP frames or JSON lines, counting bytes."""
+    def __init__(self, proc, lsp):
+        self.q, self.bytes, self.proc = queue.Queue(), 0, proc
+        threading.Thread(target=self._lsp if lsp else self._lines, daemon=True).start()
+    def _lines(self):
+        for line in self.proc.stdout:
+            self.bytes += len(line)
+            try:
+                self.q.put(json.loads(line))
+            except ValueError:
+                pass
+    def _lsp(self):
+        f = self.proc.stdout
+        while True:
+            n = None
+            while True:
+                h = f.readline()
+                if not h:
+                    return
+                self.bytes += len(h)
+                if h.lower().startswith(b"content-length:"):
+                    n = int(h.split(b":")[1])
+                if h in (b"\r\n", b"\n"):
+                    break
+            body = f.read(n)
+            self.bytes += len(body)
+            self.q.put(json.loads(body))
+    def next(self, timeout=120):
+        return self.q.get(timeout=timeout)
+
+class PiLsp:
+    def __init__(self, binary, ws, agent):
+        env = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), OPENAI_API_KEY="", ANTHROPIC_API_KEY="")
+        self.t0 = time.perf_counter()
+        self.p = subprocess.Popen([binary], cwd=ws, env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.r, self.next_id, self.ws = Reader(self.p, True), 0, ws
+    def send(self, msg):
+        b = json.dumps(msg).encode()
+        self.p.stdin.write(b"Content-Length: %d\r\n\r\n" % len(b) + b)
+        self.p.stdin.flush()
+    def request(self, method, params):
+        self.next_id += 1
+        rid = self.next_id
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return self.until(lambda m: m.get("id") == rid and "method" not in m)
+    def until(self, pred, on_event=None):
+        while True:
+            m = self.r.next()
+            if "method" in m and "id" in m:  # a server request: answer it
+                self.send({"jsonrpc": "2.0", "id": m["id"], "result": None})
+                continue
+            if on_event and m.get("method") == "agent/event":
+                if on_event(m["params"]):
+                    return m
+            if pred(m):
+                return m
+    def initialize(self):
+        r = self.request("initialize", {"processId": os.getpid(), "rootUri": Path(self.ws).as_uri(),
+            "capabilities": {}, "initializationOptions": {"approvalPolicy": "approve-all"}})
+        self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        return r
+    def prompt_to_end(self, text, sid=None):
+        p = {"text": text, "model": "mock/mock-1"}
+        if sid:
+            p["sessionId"] = sid
+        r = self.request("agent/prompt", p)
+        sid = r["result"]["sessionId"]
+        self.until(lambda m: False, lambda e: e.get("sessionId") == sid and e["event"]["type"] == "agent_end")
+        return sid
+    def close(self):
+        try:
+            self.p.kill()
+        finally:
+            self.p.wait()
+
+class Pi:
+    def __init__(self, binary, ws, agent, sessions, session_file=None):
+        env = dict(os.environ, PI_OFFLINE="1", PI_CODING_AGENT_DIR=str(agent))
+        args = [binary, "--mode", "rpc", "--provider", "mock", "--model", "mock-1", "--session-dir", str(sessions)]
+        if session_file:
+            args += ["--session", str(session_file)]
+        self.t0 = time.perf_counter()
+        self.p = subprocess.Popen(args, cwd=ws, env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.r, self.n = Reader(self.p, False), 0
+    def send(self, cmd):
+        self.p.stdin.write((json.dumps(cmd) + "\n").encode())
+        self.p.stdin.flush()
+    def request(self, typ, **kw):
+        self.n += 1
+        rid = str(self.n)
+        self.send(dict(kw, id=rid, type=typ))
+        while True:
+            m = self.r.next()
+            if m.get("type") == "response" and m.get("id") == rid:
+                return m
+    def prompt_to_end(self, text):
+        self.send({"id": "p", "type": "prompt", "message": text})
+        while self.r.next().get("type") != "agent_end":
+            pass
+    def close(self):
+        try:
+            self.p.kill()
+        finally:
+            self.p.wait()
+
+# ---------------------------------------------------------------- generated sessions
+
+def write_session(path, target_bytes, branchy, cwd):
+    """A Pi v3 session of read rounds (~1 KB per entry) up to `target_bytes`; `branchy` starts
+    a new branch from 25 entries back every 50 entries. Returns the entry count."""
+    ts = "2026-01-01T00:00:00.000Z"
+    text = ("lorem ipsum dolor sit amet " * 30)[:800]
+    ids, n, size = [], 0, 0
+    with open(path, "w") as f:
+        def put(obj):
+            nonlocal size
+            line = json.dumps(obj, separators=(",", ":")) + "\n"
+            f.write(line)
+            size += len(line)
+        put({"type": "session", "version": 3, "id": str(uuid.uuid4()), "timestamp": ts, "cwd": str(cwd)})
+        def entry(kind, **fields):
+            nonlocal n
+            parent = ids[-1] if ids else None
+            if branchy and n and n % 50 == 0 and len(ids) > 25:
+                parent = ids[-25]
+            eid = "%08x" % n
+            n += 1
+            put(dict({"type": kind, "id": eid, "parentId": parent, "timestamp": ts}, **fields))
+            ids.append(eid)
+        entry("model_change", provider="mock", modelId="mock-1")
+        entry("thinking_level_change", thinkingLevel="off")
+        entry("message", message={"role": "user", "content": [{"type": "text", "text": "go"}], "timestamp": 1})
+        usage = {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 110,
+                 "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
+        k = 0
+        while size < target_bytes:
+            entry("message", message={"role": "assistant", "content": [{"type": "toolCall", "id": f"c{k}",
+                  "name": "read", "arguments": {"path": "small.txt"}}], "api": "openai-completions",
+                  "provider": "mock", "model": "mock-1", "usage": usage, "stopReason": "toolUse", "timestamp": 2})
+            entry("message", message={"role": "toolResult", "toolCallId": f"c{k}", "toolName": "read",
+                  "content": [{"type": "text", "text": text}], "isError": False, "timestamp": 3})
+            k += 1
+        entry("message", message={"role": "assistant", "content": [{"type": "text", "text": "done"}],
+              "api": "openai-completions", "provider": "mock", "model": "mock-1", "usage": usage,
+              "stopReason": "stop", "timestamp": 4})
+    return n
+
+# ---------------------------------------------------------------- workloads
+
+def measure(args, port, tmp):
+    agent = tmp / "agent"
+    agent.mkdir(exist_ok=True)
+    (agent / "models.json").write_text(json.dumps({"providers": {"mock": {
+        "baseUrl": f"http://127.0.0.1:{port}/v1", "api": "openai-completions", "apiKey": "x",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "mock-1", "contextWindow": 128000, "maxTokens": 4096}]}}}))
+    ws = tmp / "ws"
+    ws.mkdir(exist_ok=True)
+    (ws / "small.txt").write_text("hello\n" * 5)
+    sessions = tmp / "pi-sessions"
+    files = {}
+    for name, size, branchy in [("long", args.session_mb, False), ("branchy", args.session_mb, True),
+                                ("1mb", 1, False), ("10mb", 10, False)]:
+        p = tmp / f"{name}.jsonl"
+        files[name] = (p, write_session(p, size * 1_000_000, branchy, ws))
+    # 10,000 messages: small entries.
+    p10k = tmp / "10k.jsonl"
+    write_session(p10k, 10_000 * 105, False, ws)
+    files["10k"] = (p10k, None)
+    fig = {}
+    def rec(key, ours, pis):
+        fig.setdefault(key, {"ours": [], "pi": []})
+        fig[key]["ours"].append(ours)
+        fig[key]["pi"].append(pis)
+
+    for run in range(args.runs):
+        print(f"run {run + 1}/{args.runs}", flush=True)
+        # start -> ready, rounds, RSS, deltas, answer
+        s = PiLsp(args.pi_lsp, ws, agent); s.initialize(); t_ready = time.perf_counter() - s.t0
+        t = time.perf_counter(); s.prompt_to_end("rounds please"); t_rounds = time.perf_counter() - t
+        rss = peak_rss_mb(s.p.pid)
+        b0 = s.r.bytes; s.prompt_to_end("deltas please"); b_delta = (s.r.bytes - b0) / DELTAS
+        t = time.perf_counter(); s.prompt_to_end("answer please"); t_answer = time.perf_counter() - t
+        s.close()
+        q = Pi(args.pi, ws, agent, sessions); q.request("get_state"); q_ready = time.perf_counter() - q.t0
+        t = time.perf_counter(); q.prompt_to_end("rounds please"); q_rounds = time.perf_counter() - t
+        q_rss = peak_rss_mb(q.p.pid)
+        b0 = q.r.bytes; q.prompt_to_end("deltas please"); q_delta = (q.r.bytes - b0) / DELTAS
+        t = time.perf_counter(); q.prompt_to_end("answer please"); q_answer = time.perf_counter() - t
+        q.close()
+        rec("start → ready (s)", t_ready, q_ready)
+        rec(f"{ROUNDS} tool rounds, prompt → agent_end (s)", t_rounds, q_rounds)
+        rec(f"peak RSS after the {ROUNDS} rounds (MB)", rss, q_rss)
+        rec(f"bytes to the client per streamed delta ({DELTAS} × {DELTA_CHARS} chars)", b_delta, q_delta)
+        rec(f"{ANSWER_CHARS:,}-character answer, prompt → agent_end (s)", t_answer, q_answer)
+        # session opens
+        for name in ["long", "branchy", "1mb", "10mb", "10k"]:
+            path = files[name][0]
+            s = PiLsp(args.pi_lsp, ws, agent); s.initialize()
+            r = s.request("agent/session/open", {"path": str(path)})
+            t_open = time.perf_counter() - s.t0
+            t = time.perf_counter()
+            s.request("agent/messages", {"sessionId": r["result"]["sessionId"]})
+            t_page = time.perf_counter() - t
+            rss = peak_rss_mb(s.p.pid); s.close()
+            q = Pi(args.pi, ws, agent, sessions, path); q.request("get_state")
+            q_open = time.perf_counter() - q.t0
+            t = time.perf_counter(); q.request("get_messages"); q_page = time.perf_counter() - t
+            q_rss = peak_rss_mb(q.p.pid); q.close()
+            mb = path.stat().st_size / 1e6
+            if name in ("long", "branchy"):
+                rec(f"open a {mb:.0f} MB session ({name}), spawn → state (s)", t_open, q_open)
+                rec(f"peak RSS opening it ({name}) (MB)", rss, q_rss)
+            if name == "10k":
+                rec("10,000-message session: last page of history (s)", t_page, q_page)
+            rec(f"memory:{mb:.1f}", rss, q_rss)
+        # 8 sessions streaming at once: one pi-lsp server; Pi needs one process per session.
+        s = PiLsp(args.pi_lsp, ws, agent); s.initialize()
+        t = time.perf_counter()
+        sids = [s.request("agent/prompt", {"text": f"stream {i}", "model": "mock/mock-1"})["result"]["sessionId"]
+                for i in range(STREAMS)]
+        done = set()
+        s.until(lambda m: len(done) == STREAMS,
+                lambda e: (e["event"]["type"] == "agent_end" and done.add(e["sessionId"])) or len(done) == STREAMS)
+        t8 = time.perf_counter() - t; rss8 = peak_rss_mb(s.p.pid); s.close()
+        qs = [Pi(args.pi, ws, agent, sessions) for _ in range(STREAMS)]
+        for q in qs:
+            q.request("get_state")
+        t = time.perf_counter()
+        for i, q in enumerate(qs):
+            q.send({"id": "p", "type": "prompt", "message": f"stream {i}"})
+        for q in qs:
+            while q.r.next().get("type") != "agent_end":
+                pass
+        q8 = time.perf_counter() - t; qrss8 = sum(peak_rss_mb(q.p.pid) for q in qs)
+        for q in qs:
+            q.close()
+        rec(f"{STREAMS} sessions streaming at once, wall time (s)", t8, q8)
+        rec(f"{STREAMS} sessions streaming at once, peak RSS (MB; Pi: sum of {STREAMS} processes)", rss8, qrss8)
+    return fig
+
+# ---------------------------------------------------------------- report
+
+def fmt(v):
+    return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
+
+def report(fig, args, out_md, chart_dir):
+    rows = []
+    for key, v in fig.items():
+        if key.startswith("memory:"):
+            continue
+        ratios = [p / o for o, p in zip(v["ours"], v["pi"]) if o > 0]
+        show = (lambda x: f"{x:.1f}") if "(s)" not in key else fmt
+        rows.append((key, show(statistics.median(v["ours"])), f"{show(min(v['ours']))}–{show(max(v['ours']))}",
+                     show(statistics.median(v["pi"])), f"{statistics.median(ratios):.1f}×",
+                     f"{min(ratios):.1f}–{max(ratios):.1f}×"))
+    charts = []
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        chart_dir.mkdir(parents=True, exist_ok=True)
+        rk = f"{ROUNDS} tool rounds, prompt → agent_end (s)"
+        mk = f"peak RSS after the {ROUNDS} rounds (MB)"
+        f, ax = plt.subplots(1, 2, figsize=(9, 3.5))
+        ax[0].bar(["pi-lsp", "Pi 0.73.1"], [statistics.median(fig[rk]["ours"]) / ROUNDS * 1000,
+                  statistics.median(fig[rk]["pi"]) / ROUNDS * 1000], color=["#2a7", "#888"])
+        ax[0].set_ylabel("ms per tool round"); ax[0].set_title("Time per tool round")
+        ax[1].bar(["pi-lsp", "Pi 0.73.1"], [statistics.median(fig[mk]["ours"]), statistics.median(fig[mk]["pi"])],
+                  color=["#2a7", "#888"])
+        ax[1].set_ylabel("peak RSS (MB)"); ax[1].set_title(f"Memory after {ROUNDS} rounds")
+        f.tight_layout(); f.savefig(chart_dir / "rounds.png", dpi=110); plt.close(f)
+        mem = sorted((float(k.split(":")[1]), statistics.median(v["ours"]), statistics.median(v["pi"]))
+                     for k, v in fig.items() if k.startswith("memory:"))
+        f, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot([m[0] for m in mem], [m[1] for m in mem], "o-", label="pi-lsp", color="#2a7")
+        ax.plot([m[0] for m in mem], [m[2] for m in mem], "o-", label="Pi 0.73.1", color="#888")
+        ax.set_xscale("log"); ax.set_xlabel("session file (MB)"); ax.set_ylabel("peak RSS opening it (MB)")
+        ax.legend(); ax.set_title("Memory against session size"); f.tight_layout()
+        f.savefig(chart_dir / "session-memory.png", dpi=110); plt.close(f)
+        charts = ["bench/rounds.png", "bench/session-memory.png"]
+    except ImportError:
+        print("matplotlib not installed: no charts", file=sys.stderr)
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")), "0")
+    lines = ["# Benchmarks: pi-lsp against Pi 0.73.1", "",
+             "Generated by `bench/run` (see `bench/README.md`); re-run it to refresh this page.", "",
+             f"Machine: {cpu}, {os.cpu_count()} CPUs, {int(mem) // 1024} MB RAM, {platform.system()} {platform.release()}; "
+             f"{args.runs} runs, both harnesses alternately against the same loopback scripted model "
+             f"(Python, one HTTP response per request). Load average at the start: {os.getloadavg()[0]:.1f}.", "",
+             "| figure | pi-lsp (median) | pi-lsp spread | Pi 0.73.1 (median) | Pi / pi-lsp (median of pairs) | ratio spread |",
+             "|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["", "Ratios are taken pair by pair within one run, then the median. Memory is the peak "
+              "resident set (`VmHWM`) of the server process (Pi: the node process).", ""]
+    lines += [f"![chart]({c})" for c in charts]
+    out_md.write_text("\n".join(lines) + "\n")
+    return rows
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pi", required=True)
+    ap.add_argument("--pi-lsp", required=True)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--session-mb", type=int, default=100)
+    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks.md"))
+    args = ap.parse_args()
+    port = start_model()
+    tmp = Path(tempfile.mkdtemp(prefix="pi-bench-"))
+    try:
+        fig = measure(args, port, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    res = ROOT / "bench/results"
+    res.mkdir(exist_ok=True)
+    (res / "latest.json").write_text(json.dumps(fig, indent=1))
+    out = Path(args.out)
+    for r in report(fig, args, out, out.parent / "bench"):
+        print(" | ".join(r))
+
+if __name__ == "__main__":
+    main()
