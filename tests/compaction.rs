@@ -619,7 +619,8 @@ async fn cmp07_instructions_reach_every_summary_request() {
                 "summary",
                 "firstKeptEntryId",
                 "tokensBefore",
-                "details"
+                "details",
+                "fromHook"
             ]
         );
     }

@@ -192,7 +192,7 @@ fn check_requests(f: &Fixture, mock: &MockModel, trusted: bool, editor: bool) {
     };
     assert_eq!(
         body["messages"][1],
-        json!({"role": "user", "content": user})
+        json!({"role": "user", "content": [{"type": "text", "text": user}]})
     );
     // allowedDirs from the project settings widen the tools only when trusted.
     let result = &reqs[1].body["messages"][3];

@@ -667,7 +667,7 @@ async fn fork_messages_and_last_assistant_text() {
     let users: Vec<Value> = session_lines(&ws)
         .into_iter()
         .filter(|l| l["type"] == "message" && l["message"]["role"] == "user")
-        .map(|l| json!({"entryId": l["id"], "text": l["message"]["content"]}))
+        .map(|l| json!({"entryId": l["id"], "text": l["message"]["content"][0]["text"]}))
         .collect();
     assert_eq!(users.len(), 2);
     assert_eq!(

@@ -269,10 +269,10 @@ async fn tmux_extension_over_stdio_with_ui_round_trip_and_commands() {
     assert_eq!(
         users,
         vec![
-            json!("start the web server"),
-            // As the session loader converts a custom message: user text blocks.
+            // User messages go out as Pi sends them: text blocks.
+            json!([{"type": "text", "text": "start the web server"}]),
             json!([{"type": "text", "text": shared}]),
-            json!("What did it print?")
+            json!([{"type": "text", "text": "What did it print?"}])
         ]
     );
     // The file holds the tmux state (custom) and the shared pane (custom_message), whole.

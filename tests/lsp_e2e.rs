@@ -942,7 +942,7 @@ async fn a_session_open_in_another_server_continues_in_a_fork() {
     let users: Vec<&str> = lines
         .iter()
         .filter(|l| l["message"]["role"] == "user")
-        .map(|l| l["message"]["content"].as_str().unwrap())
+        .map(|l| l["message"]["content"][0]["text"].as_str().unwrap())
         .collect();
     assert_eq!(users, ["first", "second"]);
     a.shutdown().await;

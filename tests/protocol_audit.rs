@@ -769,7 +769,13 @@ async fn steering_expands_templates_and_refuses_extension_commands_as_pi_does() 
         .filter(|m| m["role"] == "user")
         .map(|m| m["content"].clone())
         .collect();
-    assert_eq!(users, [json!("go"), json!("Review a.rs please")]);
+    assert_eq!(
+        users,
+        [
+            json!([{"type": "text", "text": "go"}]),
+            json!([{"type": "text", "text": "Review a.rs please"}])
+        ]
+    );
     c.shutdown().await;
 }
 

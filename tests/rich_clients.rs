@@ -486,9 +486,9 @@ async fn a_queued_message_is_removed_or_edited_before_delivery_and_the_outcome_i
     assert_eq!(
         users,
         [
-            json!("go"),
+            json!([{"type": "text", "text": "go"}]),
             json!([{"type": "text", "text": "S1 edited"}, {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]),
-            json!("F1"),
+            json!([{"type": "text", "text": "F1"}]),
         ]
     );
     c.shutdown().await;

@@ -39,7 +39,7 @@ impl Trace {
                 "message_start" | "message_end" => {
                     let m = &e["message"];
                     match m["role"].as_str().unwrap() {
-                        "user" => format!("{t}:user:{}", m["content"].as_str().unwrap_or("")),
+                        "user" => format!("{t}:user:{}", user_text(&m["content"])),
                         "toolResult" => format!("{t}:result:{}", m["toolCallId"].as_str().unwrap()),
                         r => format!("{t}:{r}"),
                     }
@@ -137,6 +137,19 @@ fn results(messages: &[Message]) -> Vec<(String, String, bool)> {
             _ => None,
         })
         .collect()
+}
+
+/// A user message's text in either stored shape: a string, or Pi's `[{type: "text", text}]`.
+fn user_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
 }
 
 fn user_texts(messages: &[Message]) -> Vec<String> {

@@ -1115,6 +1115,7 @@ mod tests {
         );
         assert_eq!(loaded.warnings.len(), 1);
         w.append_message(&Message::user_text("again")).unwrap();
+        drop(w); // one writer per file: the first lets go of its lock
         let (_, reloaded) = SessionWriter::open(&p).unwrap();
         assert_eq!(reloaded.messages.len(), 2);
         assert!(reloaded.warnings.is_empty());
@@ -1308,9 +1309,11 @@ mod tests {
             std::fs::read_to_string(d.join(".gitignore")).unwrap(),
             SESSIONS_GITIGNORE
         );
-        let (_, loaded) = SessionWriter::open(w.path()).unwrap();
+        let (path, id) = (w.path().to_path_buf(), w.id().to_string());
+        drop(w); // one writer per file: the first lets go of its lock
+        let (_, loaded) = SessionWriter::open(&path).unwrap();
         assert_eq!(loaded.model, Some(("mock".into(), "m1".into())));
-        assert_eq!(find_session_file(&d, w.id()).as_deref(), Some(w.path()));
+        assert_eq!(find_session_file(&d, &id).as_deref(), Some(path.as_path()));
         // A file renamed by hand is found by its header's id, as the session list shows it.
         let renamed = d.join("copied-by-hand.jsonl");
         std::fs::write(
