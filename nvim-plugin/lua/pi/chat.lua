@@ -508,8 +508,14 @@ end
 
 --- Draws history entries (agent/session/history `entries`, chronological) through `self`.
 function Chat:draw_entries(entries)
+  -- The model and thinking level a session starts with (the settings entries at its root, before
+  -- any message) are not drawn, as the live chat does not draw them; later changes are.
+  local root_chain = nil
   for _, e in ipairs(entries) do
-    if e.type == 'message' and type(e.message) == 'table' then
+    local setting = e.type == 'model_change' or e.type == 'thinking_level_change'
+    if setting and (e.parentId == nil or e.parentId == vim.NIL or e.parentId == root_chain) then
+      root_chain = e.id
+    elseif e.type == 'message' and type(e.message) == 'table' then
       self:draw_message(e.message)
     elseif e.type == 'compaction' then
       self:line(('⋯ compaction (%s tokens before)'):format(tostring(e.tokensBefore)))
