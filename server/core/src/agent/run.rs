@@ -443,23 +443,11 @@ impl Run<'_> {
                 self.messages.pop();
                 let n = replace_large_images(&mut self.messages);
                 if n > 0 {
-                    self.sink
-                        .emit(AgentEvent::TurnEnd {
-                            message: Message::Assistant(a.clone()),
-                            tool_results: Vec::new(),
-                        })
-                        .await;
-                    self.sink
-                        .emit(AgentEvent::AutoRetryStart {
-                            attempt: 1,
-                            max_attempts: 1,
-                            delay_ms: 0,
-                            error_message: format!(
-                                "{} — retrying with {n} image(s) replaced by a note",
-                                a.error_message.as_deref().unwrap_or("image refused")
-                            ),
-                        })
-                        .await;
+                    let why = format!(
+                        "{} — retrying with {n} image(s) replaced by a note",
+                        a.error_message.as_deref().unwrap_or("image refused")
+                    );
+                    self.announce_retry(&a, 1, 1, 0, why).await;
                     self.sink.emit(AgentEvent::TurnStart).await;
                     continue;
                 }
@@ -526,22 +514,12 @@ impl Run<'_> {
                 return a;
             };
             attempt += 1;
-            self.sink
-                .emit(AgentEvent::TurnEnd {
-                    message: Message::Assistant(a.clone()),
-                    tool_results: Vec::new(),
-                })
-                .await;
-            self.sink
-                .emit(AgentEvent::AutoRetryStart {
-                    attempt,
-                    max_attempts: settings.policy.max_retries,
-                    delay_ms: delay.as_millis() as u64,
-                    error_message: a
-                        .error_message
-                        .clone()
-                        .unwrap_or_else(|| "Unknown error".into()),
-                })
+            let why = a
+                .error_message
+                .clone()
+                .unwrap_or_else(|| "Unknown error".into());
+            let delay_ms = delay.as_millis() as u64;
+            self.announce_retry(&a, attempt, settings.policy.max_retries, delay_ms, why)
                 .await;
             // The failed attempt stays in the session (it was emitted) but not in the context.
             self.messages.pop();
@@ -567,6 +545,31 @@ impl Run<'_> {
 
     /// Ends the turn with an error response that was never requested (the context does not
     /// fit): stored like a provider error, so the run ends and the user sees why.
+    /// Ends the failed attempt's turn and says a retry follows (Pi's `auto_retry_start`).
+    async fn announce_retry(
+        &self,
+        failed: &AssistantMessage,
+        attempt: u32,
+        max_attempts: u32,
+        delay_ms: u64,
+        error_message: String,
+    ) {
+        self.sink
+            .emit(AgentEvent::TurnEnd {
+                message: Message::Assistant(failed.clone()),
+                tool_results: Vec::new(),
+            })
+            .await;
+        self.sink
+            .emit(AgentEvent::AutoRetryStart {
+                attempt,
+                max_attempts,
+                delay_ms,
+                error_message,
+            })
+            .await;
+    }
+
     async fn failed_turn(&mut self, text: String) -> AssistantMessage {
         let model = &self.cfg.model;
         let mut m = AssistantMessage::empty(&model.api, &model.provider, &model.id);
