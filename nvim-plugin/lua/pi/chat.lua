@@ -66,7 +66,7 @@ function M.get(root, session_id)
   vim.bo[buf].swapfile = false
   vim.bo[buf].undolevels = -1
   vim.bo[buf].filetype = 'pi-chat'
-  vim.bo[buf].syntax = 'markdown'
+  c.highlighter = require('pi.highlight').markdown(buf, config.values.chat.treesitter)
   vim.bo[buf].modifiable = false
   vim.b[buf].pi_session = session_id
   vim.b[buf].pi_root = root.root
@@ -191,18 +191,10 @@ function Chat:tool_header(id, name, args, status)
   return t
 end
 
---- Highlights the lines of a unified diff drawn from `row` on (added, removed, hunk headers).
+--- Highlights the lines of a unified diff drawn from `row` on (added, removed, hunk headers,
+--- and the changed words of each removed/added pair).
 function M.highlight_diff(buf, row, lines)
-  for i, l in ipairs(lines) do
-    local c = l:sub(1, 1)
-    local hl = (c == '+' and not l:match('^%+%+%+ ')) and 'DiffAdd'
-      or (c == '-' and not l:match('^%-%-%- ')) and 'DiffDelete'
-      or l:match('^@@') and 'DiffChange'
-      or nil
-    if hl then
-      pcall(api.nvim_buf_set_extmark, buf, render.ns, row + i - 1, 0, { line_hl_group = hl })
-    end
-  end
+  require('pi.highlight').diff(buf, render.ns, row, lines)
 end
 
 local function fence_for(text)
@@ -346,6 +338,9 @@ function Chat:on_event(p)
     return
   end
   if ty == 'agent_start' then
+    if not (self.state == 'sending' and self.run_started) then
+      self.run_started = vim.uv.hrtime()
+    end
     self.last_error = nil
     self.running = true
     self.streamed = false

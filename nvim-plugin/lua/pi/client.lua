@@ -34,7 +34,7 @@ function M.resolve_cmd()
   if vim.fn.executable(built) == 1 then
     return { built }, 'the plugin repository build'
   end
-  return nil, 'pi-lsp is neither on $PATH nor built in ' .. util.repo_dir() .. '/target/release'
+  return nil, 'the pi-lsp server is not built (not on $PATH, not in ' .. util.short(util.repo_dir()) .. '/target/release)'
 end
 
 --- Capabilities the plugin implements (advertised in `initialize`).
@@ -459,7 +459,7 @@ function M.ensure(root, done)
   if not cmd then
     util.notify_once(
       'missing-binary',
-      why .. '. Build it with :Pi build (runs `cargo build --release -p pi-lsp` in ' .. util.repo_dir() .. ')',
+      why .. ': run :Pi build',
       vim.log.levels.ERROR
     )
     return nil

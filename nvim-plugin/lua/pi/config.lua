@@ -37,6 +37,13 @@ M.defaults = {
     history_page = 50,
     --- Open the chat (without focusing it) when a prompt is sent.
     open_on_prompt = true,
+    --- Highlight the chat and the prompt with tree-sitter (Neovim's markdown parser; code
+    --- fences by their language's parser when installed); `false`: the regex markdown syntax.
+    treesitter = true,
+    --- `<Esc>` (normal mode, chat or prompt) during a run stops it at once while the run is
+    --- younger than this many seconds, and asks once after that; `0` always asks, `false`
+    --- never asks.
+    esc_confirm_after = 20,
   },
   --- Buffer-local keymaps; `false` disables one.
   keymaps = {
@@ -45,10 +52,13 @@ M.defaults = {
       send_insert = '<C-s>', -- normal and insert mode
       followup = '<M-CR>', -- normal and insert mode: queue a follow-up
       abort = '<C-c>',
+      esc = '<Esc>', -- normal mode, during a run: stop it (asks once in a long run)
       queue = 'gq', -- edit or remove a queued message
+      paste_image = '<M-v>', -- normal and insert mode: attach the clipboard's image
     },
     chat = {
       abort = '<C-c>',
+      esc = '<Esc>', -- during a run: stop it (asks once in a long run)
       close = 'q',
       older = 'gO', -- load older history
       prompt = 'i', -- jump to the prompt

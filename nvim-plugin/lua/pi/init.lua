@@ -50,7 +50,8 @@ function M.with_chat(fn, buf)
   end)
 end
 
---- Sends `text` as a prompt of `chat` (a steer when a run is active).
+--- Sends `text` as a prompt of `chat` (a steer when a run is active), with the chat's attached
+--- images and the image files the text names.
 function M.prompt_chat(chat, text)
   if chat.running then
     return M.queue(chat, 'steer', text)
@@ -58,10 +59,13 @@ function M.prompt_chat(chat, text)
   if config.values.chat.open_on_prompt then
     chat:open(false)
   end
+  local images, taken = require('pi.images').take(chat, text)
   chat.last_prompt = text
   chat.streamed = false
+  chat.run_started = vim.uv.hrtime()
   chat:set_state('sending')
-  require('pi.client').request(chat.root, 'agent/prompt', { sessionId = chat.session_id, text = text }, 'send the prompt', function(r)
+  local params = { sessionId = chat.session_id, text = text, images = images }
+  require('pi.client').request(chat.root, 'agent/prompt', params, 'send the prompt', function(r)
     if r and r.command then
       chat:set_state('idle')
     end
@@ -69,37 +73,45 @@ function M.prompt_chat(chat, text)
     chat:set_state('idle')
     util.notify(util.error_text('send the prompt', err), vim.log.levels.ERROR)
     require('pi.prompt').set_text(chat, text)
+    require('pi.images').give_back(chat, taken)
     return true
   end)
 end
 
---- Queues a steering message or a follow-up (`kind` "steer" / "followUp").
+--- Queues a steering message or a follow-up (`kind` "steer" / "followUp"), with images as a
+--- prompt has them.
 function M.queue(chat, kind, text)
   local method = kind == 'followUp' and 'agent/followUp' or 'agent/steer'
-  require('pi.client').request(chat.root, method, { sessionId = chat.session_id, text = text }, kind == 'followUp' and 'queue the follow-up' or 'steer', nil, function(err)
-    util.notify(util.error_text(kind == 'followUp' and 'queue the follow-up' or 'steer', err), vim.log.levels.ERROR)
+  local what = kind == 'followUp' and 'queue the follow-up' or 'steer'
+  local images, taken = require('pi.images').take(chat, text)
+  require('pi.client').request(chat.root, method, { sessionId = chat.session_id, text = text, images = images }, what, nil, function(err)
+    util.notify(util.error_text(what, err), vim.log.levels.ERROR)
     require('pi.prompt').set_text(chat, text)
+    require('pi.images').give_back(chat, taken)
     return true
   end)
 end
 
---- Aborts the chat's run: "stopping" at once, then the server's report in the chat; the
---- prompt text comes back when nothing streamed yet.
-function M.abort(chat)
-  if not chat.running and chat.state ~= 'sending' then
-    util.notify('nothing is running')
+--- `<Esc>` during a run: stops it at once while the run is young; in a long run (older than
+--- `chat.esc_confirm_after` seconds) asks once, "keep it running" being the default answer
+--- (a second `<Esc>` keeps it).
+function M.esc(chat)
+  if chat.asking_stop or chat.aborting then
     return
   end
-  chat.aborting = true
-  chat:set_state('stopping')
-  chat.writer:blank()
-  chat.writer:append('■ stopping…\n')
-  chat.writer:flush()
-  require('pi.client').request(chat.root, 'agent/abort', { sessionId = chat.session_id }, 'abort the run', function(r)
-    chat:abort_report(r or {})
-    chat:set_state('idle')
-    if not chat.streamed and chat.last_prompt and vim.trim(require('pi.prompt').text(chat)) == '' then
-      require('pi.prompt').set_text(chat, chat.last_prompt)
+  local after = config.values.chat.esc_confirm_after
+  local age = chat.run_started and (vim.uv.hrtime() - chat.run_started) / 1e9 or 0
+  if after == false or after == nil or age < after then
+    return M.abort(chat)
+  end
+  local run = chat.run_started
+  chat.asking_stop = true
+  local secs = math.floor(age)
+  local took = secs >= 60 and ('%d min %d s'):format(math.floor(secs / 60), secs % 60) or (secs .. ' s')
+  vim.ui.select({ 'Keep it running', 'Stop the run' }, { prompt = ('Pi has been running for %s. Stop it?'):format(took), kind = 'pi.confirm' }, function(choice)
+    chat.asking_stop = false
+    if choice == 'Stop the run' and chat.run_started == run and (chat.running or chat.state == 'sending') then
+      M.abort(chat)
     end
   end)
 end
@@ -383,12 +395,23 @@ subcommands.rewind = chat_cmd(function(chat, args)
   end)
 end)
 
+subcommands.image = chat_cmd(function(chat, args)
+  local images = require('pi.images')
+  if args == 'clear' then
+    return images.clear(chat)
+  end
+  if args == '' then
+    return images.attach_clipboard(chat)
+  end
+  images.attach_file(chat, vim.fn.expand(args))
+end)
+
 subcommands.build = function()
   require('pi.client').build()
 end
 
 --- The subcommand names (for completion and `:help pi-commands`).
-M.subcommand_names = { 'abort', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'label', 'model', 'new', 'prompt', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+M.subcommand_names = { 'abort', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'image', 'label', 'model', 'new', 'prompt', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
 
 --- `:Pi [subcommand] [text]`.
 function M.command(o)
@@ -429,6 +452,10 @@ function M.complete(arg_lead, cmdline)
   end
   if before:match('^rewind%s') then
     return { 'undo' }
+  end
+  if before:match('^image%s') then
+    local out = arg_lead == '' and { 'clear' } or {}
+    return vim.list_extend(out, vim.fn.getcompletion(arg_lead, 'file'))
   end
   return {}
 end

@@ -22,6 +22,7 @@ function M.chat(chat)
   map(buf, 'n', km.close, function()
     chat:close()
   end, 'close the chat')
+  M.esc(buf, km.esc, chat)
   map(buf, 'n', km.older, function()
     chat:load_older()
   end, 'load older history')
@@ -93,6 +94,24 @@ function M.prompt(chat, buf)
   map(buf, 'n', km.queue, function()
     prompt.edit_queue(chat)
   end, 'edit or remove a queued message')
+  map(buf, { 'n', 'i' }, km.paste_image, function()
+    require('pi.images').attach_clipboard(chat)
+  end, 'attach the clipboard image')
+  M.esc(buf, km.esc, chat)
+end
+
+--- `<Esc>` in normal mode: during a run it stops it (asking once in a long run, see
+--- `chat.esc_confirm_after`); otherwise it is the usual key.
+function M.esc(buf, lhs, chat)
+  map(buf, 'n', lhs, function()
+    if chat.running or chat.state == 'sending' then
+      vim.schedule(function()
+        require('pi').esc(chat)
+      end)
+      return ''
+    end
+    return lhs
+  end, 'stop the run (asks once in a long run)', { expr = true, replace_keycodes = true, remap = false })
 end
 
 --- Hunk keymaps of a buffer the agent edited (made once per buffer).

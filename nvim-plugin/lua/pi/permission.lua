@@ -151,7 +151,10 @@ local function show_float(q)
   vim.bo[buf].modifiable = false
   vim.bo[buf].bufhidden = 'wipe'
   vim.bo[buf].filetype = 'pi-chat'
-  vim.bo[buf].syntax = 'markdown'
+  require('pi.highlight').markdown(buf, config.values.chat.treesitter)
+  if q.diff_at then
+    require('pi.chat').highlight_diff(buf, q.diff_at, q.diff_lines)
+  end
   local width = 0
   for _, l in ipairs(lines) do
     width = math.max(width, vim.fn.strdisplaywidth(l))

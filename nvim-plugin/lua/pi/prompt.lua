@@ -19,7 +19,7 @@ local function ensure_buf(chat)
   vim.bo[buf].bufhidden = 'hide'
   vim.bo[buf].swapfile = false
   vim.bo[buf].filetype = 'pi-prompt'
-  vim.bo[buf].syntax = 'markdown'
+  require('pi.highlight').markdown(buf, config.values.chat.treesitter)
   vim.bo[buf].completefunc = "v:lua.require'pi.prompt'.complete"
   vim.bo[buf].omnifunc = "v:lua.require'pi.prompt'.complete"
   vim.b[buf].pi_session = chat.session_id
@@ -96,7 +96,7 @@ function M.send(chat, how)
   end
 end
 
---- Shows the queued messages above the prompt's first line.
+--- Shows the attached images and the queued messages above the prompt's first line.
 function M.show_queue(chat)
   local buf = chat.prompt_buf
   if not buf or not api.nvim_buf_is_valid(buf) then
@@ -104,10 +104,10 @@ function M.show_queue(chat)
   end
   api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   local items = chat:queued()
-  if #items == 0 then
+  local vl = require('pi.images').lines(chat)
+  if #items == 0 and #vl == 0 then
     return
   end
-  local vl = {}
   for _, q in ipairs(items) do
     local text = tostring(q.text):gsub('\n.*', ' …')
     vl[#vl + 1] = { { ('  ⧗ %s (%s): '):format(q.delivery, q.state), 'Comment' }, { text, 'Normal' } }

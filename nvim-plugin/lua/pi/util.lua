@@ -64,15 +64,22 @@ function M.error_text(what, err)
   return ('could not %s: %s'):format(what, words or msg or vim.inspect(err))
 end
 
---- The folder of the plugin (`nvim-plugin/`).
+--- The folder of the plugin (`nvim-plugin/`), symlinks resolved (a `pack/*/start/pi` link
+--- to the clone's `nvim-plugin/` names the clone).
 function M.plugin_dir()
   local src = debug.getinfo(1, 'S').source:sub(2)
+  src = vim.uv.fs_realpath(src) or src
   return vim.fn.fnamemodify(src, ':p:h:h:h')
 end
 
 --- The repository holding the plugin (its parent folder), where `:Pi build` builds.
 function M.repo_dir()
   return vim.fn.fnamemodify(M.plugin_dir(), ':h')
+end
+
+--- `path` with the home folder as `~` (for messages).
+function M.short(path)
+  return vim.fn.fnamemodify(path, ':~')
 end
 
 --- Text of a message's `content` (a string or blocks).
