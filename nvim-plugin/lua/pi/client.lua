@@ -24,7 +24,7 @@ function M.resolve_cmd()
     if vim.fn.executable(cmd[1]) == 1 then
       return cmd, 'setup({cmd})'
     end
-    return nil, ('setup({cmd}) names %q, which is not an executable'):format(cmd[1])
+    return nil, ('setup({cmd}) names %q, which is not an executable (leave cmd out to use the build of :Pi build)'):format(cmd[1])
   end
   local path = vim.fn.exepath('pi-lsp')
   if path ~= '' then
@@ -459,7 +459,7 @@ function M.ensure(root, done)
   if not cmd then
     util.notify_once(
       'missing-binary',
-      why .. ': run :Pi build',
+      config.values.cmd and why or (why .. ': run :Pi build'),
       vim.log.levels.ERROR
     )
     return nil
@@ -538,18 +538,23 @@ end
 --- `:Pi build`: builds the server in the plugin's repository, reporting the outcome.
 function M.build()
   local repo = util.repo_dir()
+  if M.building then
+    return util.notify('pi-lsp is already being built')
+  end
   if vim.fn.executable('cargo') ~= 1 then
     util.notify('cargo is not installed; install Rust (https://rustup.rs) and run :Pi build again', vim.log.levels.ERROR)
     return
   end
-  util.notify('building pi-lsp in ' .. repo .. ' (cargo build --release -p pi-lsp)…')
+  util.notify(('building pi-lsp (cargo build --release -p pi-lsp in %s; this takes a few minutes the first time)…'):format(util.short(repo)))
+  M.building = true
   vim.system({ 'cargo', 'build', '--release', '-p', 'pi-lsp' }, { cwd = repo, text = true }, function(r)
     vim.schedule(function()
+      M.building = false
       if r.code == 0 then
-        util.notify('pi-lsp is built: ' .. repo .. '/target/release/pi-lsp')
+        util.notify('pi-lsp is built (' .. util.short(repo) .. '/target/release/pi-lsp); :Pi {text} starts it')
       else
         local tail = vim.split(vim.trim(r.stderr or ''), '\n')
-        util.notify('the build failed:\n' .. table.concat({ unpack(tail, math.max(1, #tail - 8)) }, '\n'), vim.log.levels.ERROR)
+        util.notify(('the build failed (exit %d):\n'):format(r.code) .. table.concat({ unpack(tail, math.max(1, #tail - 8)) }, '\n'), vim.log.levels.ERROR)
       end
     end)
   end)

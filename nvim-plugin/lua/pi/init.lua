@@ -29,6 +29,9 @@ function M.use_state(st, state)
   if type(state.model) == 'table' then
     st.status.model = tostring(state.model.provider) .. '/' .. tostring(state.model.id)
   end
+  if type(state.thinkingLevel) == 'string' then
+    st.status.thinking = state.thinkingLevel
+  end
   require('pi.status').changed()
 end
 
@@ -234,6 +237,9 @@ subcommands.model = chat_cmd(function(chat)
       end
       client.request(chat.root, 'agent/model/set', { sessionId = chat.session_id, model = m.provider .. '/' .. m.id }, 'switch the model', function(res)
         chat.root.status.model = m.provider .. '/' .. m.id
+        if res and type(res.thinkingLevel) == 'string' then
+          chat.root.status.thinking = res.thinkingLevel
+        end
         require('pi.status').changed()
         util.notify(('model: %s/%s (thinking %s)'):format(m.provider, m.id, tostring(res and res.thinkingLevel)))
       end)
@@ -241,20 +247,41 @@ subcommands.model = chat_cmd(function(chat)
   end)
 end)
 
-subcommands.thinking = chat_cmd(function(chat)
+subcommands.thinking = chat_cmd(function(chat, args)
   local client = require('pi.client')
   client.request(chat.root, 'agent/state', { sessionId = chat.session_id }, 'read the session state', function(s)
+    local model = type(s.model) == 'table' and (tostring(s.model.provider) .. '/' .. tostring(s.model.id)) or 'the model'
     local levels = vim.tbl_get(s, 'model', 'thinkingLevels')
     if type(levels) ~= 'table' or #levels == 0 then
-      levels = { 'off', 'minimal', 'low', 'medium', 'high', 'xhigh' }
+      levels = { 'off' }
     end
-    vim.ui.select(levels, { prompt = 'Thinking level (now ' .. tostring(s.thinkingLevel) .. ')' }, function(level)
-      if not level then
-        return
-      end
+    local function set(level)
       client.request(chat.root, 'agent/thinking/set', { sessionId = chat.session_id, level = level }, 'set the thinking level', function(r)
-        util.notify('thinking: ' .. tostring(r and r.level))
+        local now = r and r.level or level
+        chat.root.status.thinking = now
+        require('pi.status').changed()
+        util.notify('thinking: ' .. tostring(now) .. (now ~= level and (' (%s is more than %s supports)'):format(level, model) or ''))
       end)
+    end
+    if args ~= '' then
+      if not vim.tbl_contains(levels, args) then
+        return util.notify(('thinking levels of %s: %s'):format(model, table.concat(levels, ', ')), vim.log.levels.WARN)
+      end
+      return set(args)
+    end
+    if #levels < 2 then
+      return util.notify(('%s has no thinking levels (it does not reason)'):format(model))
+    end
+    vim.ui.select(levels, {
+      prompt = ('Thinking level of %s (now %s)'):format(model, tostring(s.thinkingLevel)),
+      kind = 'pi.thinking',
+      format_item = function(l)
+        return l == s.thinkingLevel and (l .. ' ✓') or l
+      end,
+    }, function(level)
+      if level then
+        set(level)
+      end
     end)
   end)
 end)
@@ -452,6 +479,24 @@ function M.complete(arg_lead, cmdline)
   end
   if before:match('^rewind%s') then
     return { 'undo' }
+  end
+  if before:match('^thinking%s') then
+    local out = {}
+    for _, l in ipairs({ 'off', 'minimal', 'low', 'medium', 'high', 'xhigh' }) do
+      if l:sub(1, #arg_lead) == arg_lead then
+        out[#out + 1] = l
+      end
+    end
+    -- The levels of the current model when the server runs.
+    local client = require('pi.client')
+    local st = client.roots[client.root_of(0)]
+    local levels = st and vim.tbl_get(st, 'state', 'model', 'thinkingLevels')
+    if type(levels) == 'table' and #levels > 0 then
+      out = vim.tbl_filter(function(l)
+        return vim.tbl_contains(levels, l)
+      end, out)
+    end
+    return out
   end
   if before:match('^image%s') then
     local out = arg_lead == '' and { 'clear' } or {}

@@ -1,0 +1,171 @@
+-- Specs of the session commands around the model: :Pi compact (with instructions; the chat
+-- shows it, the summary request carries them), :Pi thinking (picker of the model's levels,
+-- a direct level, the statusline), :Pi build (cargo in the plugin's repository; success and
+-- failure said), and an image file named in the prompt goes as an image block.
+package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
+local H = require('helpers')
+H.require_tools()
+
+local function workspace(files)
+  local ws = H.tmpdir('ws')
+  vim.fn.mkdir(ws .. '/.git', 'p')
+  for name, text in pairs(files or {}) do
+    H.write(ws .. '/' .. name, text)
+  end
+  return ws
+end
+
+local function idle_with(c, text)
+  H.wait('the run to end with ' .. text, 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find(text, 1, true)
+  end)
+end
+
+local function messages(c)
+  return c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
+end
+
+local STATUS = "return require('pi').statusline()"
+
+H.case(':Pi compact with instructions: shown in the chat, said when done, sent to the model', function()
+  local mock = H.mock({ { text = 'First answer.' }, { text = 'Summary: the user greeted.' } })
+  local c = H.child({ ws = workspace(), models_json = mock.models_json })
+  c:cmd('Pi hello')
+  idle_with(c, 'First answer.')
+  c:cmd('Pi compact keep the greeting')
+  H.wait('the compaction', 15000, function()
+    return messages(c):find('Pi: compacted', 1, true) ~= nil
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.contains(text, '## Pi\n\nFirst answer.\n\n⋯ compacting the context (manual)\n\n⋯ compacted: ', 'chat')
+  local m = messages(c)
+  H.contains(m, 'Pi: compacting the context…', 'started')
+  assert(m:find('Pi: compacted %(%d+ tokens before%)'), 'done message: ' .. m)
+  local reqs = mock.requests()
+  H.eq(2, #reqs, 'model requests')
+  H.contains(vim.json.encode(reqs[2]), 'keep the greeting', 'instructions in the summary request')
+  -- Compacting an empty session says why in words.
+  c:cmd('Pi new')
+  c:cmd('Pi compact')
+  H.wait('the refusal', 10000, function()
+    return messages(c):find('could not compact the context', 1, true) ~= nil
+  end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case(':Pi thinking: the model\'s levels in a picker, a level given directly, the statusline', function()
+  local mock = H.mock({})
+  mock.models_json.providers.mock.models[1].reasoning = true
+  local c = H.child({ ws = workspace(), models_json = mock.models_json })
+  c:cmd('Pi new')
+  H.wait('the session', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  c:cmd('wincmd t')
+  c:input(':Pi thinking<CR>')
+  H.wait('the picker', 5000, function()
+    return c:screen_text():find('Thinking level', 1, true) ~= nil
+  end)
+  local screen = c:screen_text()
+  H.contains(screen, 'Thinking level of mock/mock-1 (now medium):\n1: off\n2: minimal\n3: low\n4: medium ✓\n5: high', 'picker')
+  c:input('5<CR>')
+  H.wait('the level set', 5000, function()
+    return messages(c):find('Pi: thinking: high', 1, true) ~= nil
+  end)
+  H.eq('mock/mock-1 (high) · idle', c:lua(STATUS), 'statusline')
+  c:cmd('Pi thinking off')
+  H.wait('the level off', 5000, function()
+    return messages(c):find('Pi: thinking: off', 1, true) ~= nil
+  end)
+  H.eq('mock/mock-1 · idle', c:lua(STATUS), 'statusline without thinking')
+  H.eq({ 'off', 'minimal', 'low', 'medium', 'high' }, c:lua("return vim.fn.getcompletion('Pi thinking ', 'cmdline')"), 'completion')
+  c:cmd('Pi thinking loud')
+  H.wait('the refusal', 5000, function()
+    return messages(c):find('Pi: thinking levels of mock/mock-1: off, minimal, low, medium, high', 1, true) ~= nil
+  end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case(':Pi thinking with a model without reasoning says so', function()
+  local mock = H.mock({})
+  local c = H.child({ ws = workspace(), models_json = mock.models_json })
+  c:cmd('Pi new')
+  H.wait('the session', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  c:cmd('Pi thinking')
+  H.wait('the message', 5000, function()
+    return messages(c):find('Pi: mock/mock-1 has no thinking levels (it does not reason)', 1, true) ~= nil
+  end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case(':Pi build runs cargo in the plugin\'s repository and says how it went', function()
+  local bin = H.tmpdir('fake-cargo')
+  H.write(
+    bin .. '/cargo',
+    table.concat({
+      '#!/bin/sh',
+      'echo "$PWD $*" >> "$(dirname "$0")/cargo.log"',
+      'if [ -e "$(dirname "$0")/fail" ]; then echo "   Compiling pi-lsp" >&2; echo "error: could not compile pi-lsp" >&2; exit 101; fi',
+      'echo "    Finished release" >&2',
+    }, '\n') .. '\n'
+  )
+  vim.fn.setfperm(bin .. '/cargo', 'rwxr-xr-x')
+  local c = H.child({ ws = workspace(), path_prepend = bin })
+  c:cmd('Pi build')
+  H.wait('the build', 10000, function()
+    return messages(c):find('Pi: pi-lsp is built', 1, true) ~= nil
+  end)
+  local repo = vim.fn.fnamemodify(H.plugin_dir, ':h')
+  H.eq(repo .. ' build --release -p pi-lsp\n', H.read(bin .. '/cargo.log'), 'cargo run')
+  H.contains(messages(c), 'Pi: building pi-lsp (cargo build --release -p pi-lsp in ' .. vim.fn.fnamemodify(repo, ':~') .. '; this takes a few minutes the first time)…', 'start message')
+  H.write(bin .. '/fail', '')
+  c:cmd('Pi build')
+  H.wait('the failure', 10000, function()
+    return messages(c):find('Pi: the build failed', 1, true) ~= nil
+  end)
+  H.contains(messages(c), 'Pi: the build failed (exit 101):\n   Compiling pi-lsp\nerror: could not compile pi-lsp', 'failure message')
+  c:stop()
+end)
+
+-- A 1x1 PNG.
+local PNG = vim.base64.decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==')
+
+H.case('an image file named in the prompt, and one attached with :Pi image, go as image blocks', function()
+  local mock = H.mock({ { text = 'I see two images.' } })
+  mock.models_json.providers.mock.models[1].input = { 'text', 'image' }
+  local ws = workspace()
+  H.write(ws .. '/shots/one.png', PNG)
+  H.write(ws .. '/two words.png', PNG)
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  c:cmd('Pi new')
+  H.wait('the session', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  c:cmd('Pi image two\\ words.png')
+  H.wait('the attachment', 5000, function()
+    return messages(c):find('Pi: image attached: two words.png (69 B)', 1, true) ~= nil
+  end)
+  -- Shown above the prompt.
+  H.contains(c:screen_text(), '📎 1. two words.png (image/png, 69 B)', 'attachment shown')
+  c:cmd('Pi what is in @shots/one.png?')
+  idle_with(c, 'I see two images.')
+  local req = mock.requests()[1]
+  local last = req.messages[#req.messages]
+  local kinds = {}
+  for _, part in ipairs(last.content) do
+    kinds[#kinds + 1] = part.type == 'image_url' and part.image_url.url:sub(1, 22) or part.text
+  end
+  H.eq({ 'what is in @shots/one.png?', 'data:image/png;base64,', 'data:image/png;base64,' }, kinds, 'the request\'s user content')
+  H.contains(c:lua(H.CHAT_TEXT), '## You\nwhat is in @shots/one.png?\n[image image/png]\n[image image/png]\n', 'chat')
+  assert(not c:screen_text():find('📎', 1, true), 'the attachment is taken by the prompt')
+  c:stop()
+  mock.stop()
+end)
+
+H.done()
