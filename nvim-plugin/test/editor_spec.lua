@@ -209,13 +209,19 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
     local out = {}
     for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, require('pi.render').ns, 0, -1, { details = true })) do
+      local line = vim.api.nvim_buf_get_lines(chat.buf, m[2], m[2] + 1, false)[1]
       if m[4].line_hl_group then
-        out[#out + 1] = vim.api.nvim_buf_get_lines(chat.buf, m[2], m[2] + 1, false)[1] .. ' ' .. m[4].line_hl_group
+        out[#out + 1] = line .. ' ' .. m[4].line_hl_group
+      elseif m[4].hl_group == 'PiDiffText' then
+        out[#out + 1] = line .. ' word ' .. line:sub(m[3] + 1, m[4].end_col)
       end
     end
     return out
   ]])
-  assert(vim.tbl_contains(hls, '-mode = slow DiffDelete') and vim.tbl_contains(hls, '+mode = fast DiffAdd'), vim.inspect(hls))
+  -- Line colours, and the changed word of the pair marked (word-level diff).
+  H.eq({ '-mode = slow PiDiffDelete', '-mode = slow word slow', '+mode = fast PiDiffAdd', '+mode = fast word fast' }, vim.tbl_filter(function(l)
+    return l:find('mode = ', 1, true) ~= nil
+  end, hls), 'diff highlights')
   -- The user changes the line while the question is open, then allows.
   c:cmd('2')
   c:input('ccmode = medium<Esc>')

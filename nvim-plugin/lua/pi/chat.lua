@@ -413,17 +413,9 @@ function Chat:on_event(p)
     end
     self:set_state(self.running and 'running' or 'idle')
   elseif ty == 'compaction_start' then
-    self:line('⋯ compacting the context (' .. tostring(ev.reason) .. ')')
-    self:set_state('compacting')
+    self:compaction_start(ev.reason)
   elseif ty == 'compaction_end' then
-    if ev.result then
-      self:line(('⋯ compacted: %s tokens before'):format(tostring(ev.result.tokensBefore)))
-    elseif ev.aborted then
-      self:line('⋯ compaction cancelled')
-    else
-      self:line('✗ compaction failed: ' .. tostring(ev.errorMessage))
-    end
-    self:set_state(self.running and 'running' or 'idle')
+    self:compaction_end(ev)
   elseif ty == 'extension_error' then
     self:line(('✗ extension %s (%s): %s'):format(tostring(ev.extensionPath), tostring(ev.event), tostring(ev.error)))
   elseif ty == 'turn_start' or ty == 'turn_end' then
@@ -431,6 +423,40 @@ function Chat:on_event(p)
   else
     self:line('· ' .. tostring(ty))
   end
+end
+
+--- A compaction begins (`reason` manual / threshold / overflow); one asked for with
+--- `:Pi compact` is drawn once, whether or not the server also sends its events.
+function Chat:compaction_start(reason)
+  if self.compacting then
+    return
+  end
+  self.compacting = true
+  self:line('⋯ compacting the context (' .. tostring(reason) .. ')')
+  self:set_state('compacting')
+end
+
+--- A compaction ends: `{result?, aborted?, errorMessage?}` (Pi's `compaction_end`, or the
+--- answer of `agent/compact`); the summary is folded under the line.
+function Chat:compaction_end(ev)
+  if not self.compacting then
+    return
+  end
+  self.compacting = false
+  if type(ev.result) == 'table' then
+    self:line(('⋯ compacted: %s tokens before'):format(tostring(ev.result.tokensBefore)))
+    if type(ev.result.summary) == 'string' and ev.result.summary ~= '' then
+      self.writer:fold_start()
+      self.writer:append('> summary\n' .. ev.result.summary:gsub('\n+$', '') .. '\n')
+      self.writer:fold_end()
+    end
+  elseif ev.aborted then
+    self:line('⋯ compaction cancelled')
+  else
+    self:line('✗ compaction failed: ' .. tostring(ev.errorMessage))
+  end
+  self.writer:flush()
+  self:set_state(self.running and 'running' or 'idle')
 end
 
 --- `agent/queueUpdate` params.

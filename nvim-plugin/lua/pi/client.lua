@@ -135,7 +135,7 @@ function M.trust(root, done)
   if saved[root] ~= nil then
     return done(saved[root] == true)
   end
-  vim.ui.select({ 'Trust it', 'Do not trust it' }, {
+  util.select({ 'Trust it', 'Do not trust it' }, {
     prompt = 'Pi: load this project’s .pi configuration (settings, models, prompts, skills)? ' .. root,
   }, function(choice)
     local ok = choice == 'Trust it'
@@ -545,7 +545,7 @@ function M.build()
     util.notify('cargo is not installed; install Rust (https://rustup.rs) and run :Pi build again', vim.log.levels.ERROR)
     return
   end
-  util.notify(('building pi-lsp (cargo build --release -p pi-lsp in %s; this takes a few minutes the first time)…'):format(util.short(repo)))
+  util.notify(('building pi-lsp in %s (cargo build --release; minutes the first time)…'):format(util.short(repo)))
   M.building = true
   vim.system({ 'cargo', 'build', '--release', '-p', 'pi-lsp' }, { cwd = repo, text = true }, function(r)
     vim.schedule(function()

@@ -95,6 +95,27 @@ function M.queue(chat, kind, text)
   end)
 end
 
+--- Aborts the chat's run: "stopping" at once, then the server's report in the chat; the
+--- prompt text comes back when nothing streamed yet.
+function M.abort(chat)
+  if not chat.running and chat.state ~= 'sending' then
+    util.notify('nothing is running')
+    return
+  end
+  chat.aborting = true
+  chat:set_state('stopping')
+  chat.writer:blank()
+  chat.writer:append('■ stopping…\n')
+  chat.writer:flush()
+  require('pi.client').request(chat.root, 'agent/abort', { sessionId = chat.session_id }, 'abort the run', function(r)
+    chat:abort_report(r or {})
+    chat:set_state('idle')
+    if not chat.streamed and chat.last_prompt and vim.trim(require('pi.prompt').text(chat)) == '' then
+      require('pi.prompt').set_text(chat, chat.last_prompt)
+    end
+  end)
+end
+
 --- `<Esc>` during a run: stops it at once while the run is young; in a long run (older than
 --- `chat.esc_confirm_after` seconds) asks once, "keep it running" being the default answer
 --- (a second `<Esc>` keeps it).
@@ -111,7 +132,7 @@ function M.esc(chat)
   chat.asking_stop = true
   local secs = math.floor(age)
   local took = secs >= 60 and ('%d min %d s'):format(math.floor(secs / 60), secs % 60) or (secs .. ' s')
-  vim.ui.select({ 'Keep it running', 'Stop the run' }, { prompt = ('Pi has been running for %s. Stop it?'):format(took), kind = 'pi.confirm' }, function(choice)
+  util.select({ 'Keep it running', 'Stop the run' }, { prompt = ('Pi has been running for %s. Stop it?'):format(took), kind = 'pi.confirm' }, function(choice)
     chat.asking_stop = false
     if choice == 'Stop the run' and chat.run_started == run and (chat.running or chat.state == 'sending') then
       M.abort(chat)
@@ -216,16 +237,22 @@ subcommands.compact = chat_cmd(function(chat, args)
   if args ~= '' then
     params.instructions = args
   end
-  util.notify('compacting the context…')
+  -- Said in the chat and the statusline (a message now and one at the end would stack into a
+  -- "Press ENTER" prompt).
+  chat:compaction_start('manual')
   require('pi.client').request(chat.root, 'agent/compact', params, 'compact the context', function(r)
+    chat:compaction_end({ result = r })
     util.notify(('compacted (%s tokens before)'):format(tostring(r and r.tokensBefore)))
+  end, function(err)
+    chat:compaction_end({ errorMessage = util.error_text('compact the context', err):gsub('^could not compact the context: ', '') })
+    return false
   end)
 end)
 
 subcommands.model = chat_cmd(function(chat)
   local client = require('pi.client')
   client.request(chat.root, 'agent/model/list', {}, 'list the models', function(r)
-    vim.ui.select(r.models or {}, {
+    util.select(r.models or {}, {
       prompt = 'Pi model',
       format_item = function(m)
         local cost = m.cost and ('$%s/$%s per Mtok'):format(m.cost.input or 0, m.cost.output or 0) or ''
@@ -272,7 +299,7 @@ subcommands.thinking = chat_cmd(function(chat, args)
     if #levels < 2 then
       return util.notify(('%s has no thinking levels (it does not reason)'):format(model))
     end
-    vim.ui.select(levels, {
+    util.select(levels, {
       prompt = ('Thinking level of %s (now %s)'):format(model, tostring(s.thinkingLevel)),
       kind = 'pi.thinking',
       format_item = function(l)
@@ -323,11 +350,11 @@ subcommands.export = chat_cmd(function(chat, args)
     local format = args:match('%.html?$') and 'html' or 'markdown'
     return run(format, args)
   end
-  vim.ui.select({ 'markdown', 'html' }, { prompt = 'Export format' }, function(format)
+  util.select({ 'markdown', 'html' }, { prompt = 'Export format' }, function(format)
     if not format then
       return
     end
-    vim.ui.input({ prompt = 'Write to (empty: show in a buffer): ', default = 'session.' .. (format == 'html' and 'html' or 'md') }, function(path)
+    util.input({ prompt = 'Write to (empty: show in a buffer): ', default = 'session.' .. (format == 'html' and 'html' or 'md') }, function(path)
       if path == nil then
         return
       end
@@ -409,7 +436,7 @@ subcommands.rewind = chat_cmd(function(chat, args)
     return rewind(chat.rewind_back, 'undo the rewind')
   end
   client.request(chat.root, 'agent/session/forkMessages', { sessionId = chat.session_id }, 'list the messages', function(r)
-    vim.ui.select(r.messages or {}, {
+    util.select(r.messages or {}, {
       prompt = 'Rewind to before',
       format_item = function(m)
         return (tostring(m.text):gsub('\n.*', ' …'))

@@ -92,7 +92,7 @@ function M.answer(q, i)
     return
   end
   if ch.ask_reason then
-    vim.ui.input({ prompt = 'Reason for rejecting: ' }, function(reason)
+    util.input({ prompt = 'Reason for rejecting: ' }, function(reason)
       if reason == nil then
         return -- cancelled: the question stays open
       end

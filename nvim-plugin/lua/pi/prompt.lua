@@ -128,7 +128,7 @@ function M.edit_queue(chat)
     return util.notify('nothing is queued')
   end
   local client = require('pi.client')
-  vim.ui.select(items, {
+  util.select(items, {
     prompt = 'Queued message',
     format_item = function(q)
       return ('%s (%s): %s'):format(q.delivery, q.state, q.text)
@@ -137,11 +137,11 @@ function M.edit_queue(chat)
     if not q then
       return
     end
-    vim.ui.select({ 'Remove', 'Edit', 'Clear all' }, { prompt = 'Queued: ' .. q.text }, function(action)
+    util.select({ 'Remove', 'Edit', 'Clear all' }, { prompt = 'Queued: ' .. q.text }, function(action)
       if action == 'Remove' then
         client.request(chat.root, 'agent/queue/remove', { sessionId = chat.session_id, queueId = q.queueId }, 'remove the queued message')
       elseif action == 'Edit' then
-        vim.ui.input({ prompt = 'Text: ', default = q.text }, function(text)
+        util.input({ prompt = 'Text: ', default = q.text }, function(text)
           if text and text ~= '' then
             client.request(chat.root, 'agent/queue/edit', { sessionId = chat.session_id, queueId = q.queueId, text = text }, 'edit the queued message')
           end

@@ -67,7 +67,7 @@ function M.pick(st)
     if #sessions == 0 then
       return util.notify('no sessions in this workspace yet')
     end
-    vim.ui.select(sessions, { prompt = 'Pi sessions', format_item = M.format, kind = 'pi.session' }, function(s)
+    util.select(sessions, { prompt = 'Pi sessions', format_item = M.format, kind = 'pi.session' }, function(s)
       if s then
         M.open(st, s)
       end
@@ -83,7 +83,7 @@ function M.fork(chat)
     if #msgs == 0 then
       return util.notify('no user message to fork from yet')
     end
-    vim.ui.select(msgs, {
+    util.select(msgs, {
       prompt = 'Fork from',
       format_item = function(m)
         return (tostring(m.text):gsub('\n.*', ' …'))
@@ -190,7 +190,7 @@ function M.tree(chat)
       if not id then
         return
       end
-      vim.ui.input({ prompt = 'Label (empty clears): ' }, function(text)
+      util.input({ prompt = 'Label (empty clears): ' }, function(text)
         if text == nil then
           return
         end

@@ -90,15 +90,15 @@ function M.request(p, st)
   end
   local title = tostring(p.title or p.extension or 'Pi')
   if p.method == 'select' then
-    vim.ui.select(p.options or {}, { prompt = title }, function(choice)
+    util.select(p.options or {}, { prompt = title }, function(choice)
       done(choice and { value = choice } or { cancelled = true })
     end)
   elseif p.method == 'confirm' then
-    vim.ui.select({ 'Yes', 'No' }, { prompt = title .. (p.message and (': ' .. p.message) or '') }, function(choice)
+    util.select({ 'Yes', 'No' }, { prompt = title .. (p.message and (': ' .. p.message) or '') }, function(choice)
       done(choice and { confirmed = choice == 'Yes' } or { cancelled = true })
     end)
   elseif p.method == 'input' then
-    vim.ui.input({ prompt = title .. ': ', default = p.placeholder and '' or nil }, function(text)
+    util.input({ prompt = title .. ': ', default = p.placeholder and '' or nil }, function(text)
       done(text and { value = text } or { cancelled = true })
     end)
   elseif p.method == 'editor' then

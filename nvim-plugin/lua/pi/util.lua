@@ -21,6 +21,23 @@ function M.notify_line(msg, level)
   M.notify(msg, level)
 end
 
+--- `vim.ui.select` whose choice is handled after a redraw: Neovim's own select (inputlist)
+--- leaves its list on the screen, and a message said then would raise "Press ENTER".
+function M.select(items, opts, on_choice)
+  vim.ui.select(items, opts, function(...)
+    pcall(vim.cmd, 'redraw')
+    on_choice(...)
+  end)
+end
+
+--- `vim.ui.input`, its answer handled after a redraw (as `select`).
+function M.input(opts, on_confirm)
+  vim.ui.input(opts, function(...)
+    pcall(vim.cmd, 'redraw')
+    on_confirm(...)
+  end)
+end
+
 --- Says `msg` once per Neovim session under `key`.
 function M.notify_once(key, msg, level)
   if said[key] then
@@ -43,7 +60,7 @@ local WORDS = {
   [-31005] = 'that entry is not in the session',
   [-31006] = 'a shell command of this session is still running',
   [-31007] = 'the model could not write the branch summary',
-  [-31008] = 'compaction failed; nothing was written',
+  [-31008] = 'nothing was compacted',
 }
 
 --- One line for a JSON-RPC error `err` of the request `what` ("send the prompt").
