@@ -45,12 +45,16 @@ H.case(':Pi compact with instructions: shown in the chat, said when done, sent t
   H.eq(2, #reqs, 'model requests')
   H.contains(vim.json.encode(reqs[2]), 'keep the greeting', 'instructions in the summary request')
   -- Compacting an empty session says why in words.
+  local first = c:lua(H.CHAT_STATE).session
   c:cmd('Pi new')
+  H.wait('the new session', 10000, function()
+    return c:lua(H.CHAT_STATE).session ~= first
+  end)
   c:cmd('Pi compact')
   H.wait('the refusal', 10000, function()
-    return messages(c):find('Pi: could not compact the context: nothing was compacted (Already compacted)', 1, true) ~= nil
+    return messages(c):find('Pi: could not compact the context: nothing was compacted (Nothing to compact (session too small))', 1, true) ~= nil
   end)
-  H.contains(c:lua(H.CHAT_TEXT), '⋯ compacting the context (manual)\n\n✗ compaction failed: nothing was compacted (Already compacted)\n', 'the chat says it')
+  H.eq('⋯ compacting the context (manual)\n\n✗ compaction failed: nothing was compacted (Nothing to compact (session too small))\n', c:lua(H.CHAT_TEXT), 'the chat says it')
   c:stop()
   mock.stop()
 end)

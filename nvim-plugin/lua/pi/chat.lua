@@ -242,7 +242,11 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
     more = #lines - max
     lines = { unpack(lines, 1, max) }
   end
-  w:newline()
+  if self.block == 'permission' then
+    w:blank()
+  else
+    w:newline()
+  end
   w:fold_start()
   local total = #lines + more
   w:append('↳ ' .. name .. ' ' .. status .. (body ~= '' and (' (' .. total .. (total == 1 and ' line)' or ' lines)')) or '') .. '\n')
@@ -275,9 +279,13 @@ end
 -- Live events
 
 function Chat:set_state(state)
+  local was = self.state
   self.state = state
   self.root.status.state = state
   require('pi.status').changed()
+  if was ~= state and self.prompt_buf then
+    require('pi.prompt').placeholder(self)
+  end
 end
 
 --- `agent/event` params `{sessionId, runId, event}`.
@@ -369,7 +377,8 @@ function Chat:on_event(p)
         self:line('✗ ' .. self.last_error)
         self.failed = self.last_error
       elseif m.stopReason == 'aborted' then
-        if not empty then
+        -- Stopped from here: the "stopping…" line and the report say it.
+        if not empty and not self.aborting then
           self:line('_■ stopped_')
         end
       elseif m.stopReason == 'length' then
@@ -492,21 +501,24 @@ function Chat:queued()
   return out
 end
 
---- Draws the report of `agent/abort`.
+--- Draws the report of `agent/abort`: the "stopping…" line gets its outcome, and what was
+--- stopped, killed, kept and left queued follows under "### ■ Stopped" (nothing when the
+--- run only streamed text).
 function Chat:abort_report(r)
   local w = self.writer
-  w:blank()
-  w:append('### ■ Stopped\n')
+  w:flush()
+  if self.stop_row and api.nvim_buf_is_valid(self.buf) then
+    status_mark(self, self.stop_row, r.aborted and ' → stopped' or ' → nothing was running', r.aborted and HL.ok or HL.dim, nil, #'■ stopping…')
+    self.stop_row = nil
+  end
+  local lists = {}
   local function list(title, items, fmt)
     if type(items) == 'table' and #items > 0 then
-      w:append(title .. '\n')
+      lists[#lists + 1] = title
       for _, it in ipairs(items) do
-        w:append('- ' .. fmt(it) .. '\n')
+        lists[#lists + 1] = '- ' .. fmt(it)
       end
     end
-  end
-  if not r.aborted then
-    w:append('Nothing was running.\n')
   end
   list('Stopped tool calls:', r.stoppedToolCalls, function(t)
     return t.toolName .. ' ' .. util.tool_summary(t.toolName, t.args)
@@ -520,6 +532,10 @@ function Chat:abort_report(r)
   list('Queued messages kept for the next prompt:', r.queuedMessages, function(t)
     return t.delivery .. ': ' .. tostring(t.text)
   end)
+  if #lists > 0 then
+    w:blank()
+    w:append('### ■ Stopped\n' .. table.concat(lists, '\n') .. '\n')
+  end
   self.block = nil
   w:flush()
 end

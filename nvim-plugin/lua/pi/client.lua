@@ -24,7 +24,7 @@ function M.resolve_cmd()
     if vim.fn.executable(cmd[1]) == 1 then
       return cmd, 'setup({cmd})'
     end
-    return nil, ('setup({cmd}) names %q, which is not an executable (leave cmd out to use the build of :Pi build)'):format(cmd[1])
+    return nil, ('setup({cmd}): %q is not an executable (:help pi-config)'):format(cmd[1])
   end
   local path = vim.fn.exepath('pi-lsp')
   if path ~= '' then
@@ -34,7 +34,7 @@ function M.resolve_cmd()
   if vim.fn.executable(built) == 1 then
     return { built }, 'the plugin repository build'
   end
-  return nil, 'the pi-lsp server is not built (not on $PATH, not in ' .. util.short(util.repo_dir()) .. '/target/release)'
+  return nil, 'pi-lsp is not built: run :Pi build (it is not on $PATH nor in ' .. util.short(util.repo_dir()) .. '/target/release)'
 end
 
 --- Capabilities the plugin implements (advertised in `initialize`).
@@ -322,6 +322,14 @@ end
 handlers['agent/usage'] = function(_, p, ctx)
   local st = root_of_client(ctx)
   if st and p then
+    -- A response that used nothing (stopped or failed before the model answered) says nothing
+    -- about the context: the meter keeps its last reading.
+    local prev = st.status.usage
+    local turn = type(p.turn) == 'table' and p.turn or {}
+    local used = (turn.input or 0) + (turn.output or 0) + (turn.cacheRead or 0) + (turn.cacheWrite or 0)
+    if used == 0 and (p.contextTokens or 0) == 0 and prev and prev.contextTokens then
+      p = vim.tbl_extend('force', p, { contextTokens = prev.contextTokens, contextWindow = p.contextWindow or prev.contextWindow })
+    end
     st.status.usage = p
     require('pi.status').changed()
   end
@@ -334,18 +342,21 @@ handlers['agent/attention'] = function(_, p, ctx)
   end
   st.status.attention = (p.reason == 'permission' or p.reason == 'question') and p.reason or nil
   require('pi.status').changed()
-  -- What the chat on screen already shows is not said again.
+  -- What the chat on screen already shows is not said again: a finished answer in a shown
+  -- chat, a question while the user is in that chat.
   local chat = p.sessionId and require('pi.chat').chats[p.sessionId]
-  if chat and chat:window() and (p.reason == 'finished' or p.reason == 'permission') then
+  local win = chat and chat:window()
+  if win and (p.reason == 'finished' or (p.reason == 'permission' and api.nvim_get_current_win() == win)) then
     return
   end
+
   local level = p.reason == 'failed' and vim.log.levels.ERROR
     or (p.reason == 'permission' or p.reason == 'question') and vim.log.levels.WARN
     or vim.log.levels.INFO
   local words = {
     finished = 'answer ready: ',
     failed = 'the run failed: ',
-    permission = 'waiting for your answer: ',
+    permission = win and 'asks (a digit in the chat, :Pi allow, :Pi reject): ' or 'asks (a digit in the float, :Pi allow, :Pi reject): ',
     question = 'a question: ',
   }
   util.notify_line((words[p.reason] or (tostring(p.reason) .. ': ')) .. tostring(p.message or ''), level)
@@ -459,7 +470,7 @@ function M.ensure(root, done)
   if not cmd then
     util.notify_once(
       'missing-binary',
-      config.values.cmd and why or (why .. ': run :Pi build'),
+      why,
       vim.log.levels.ERROR
     )
     return nil

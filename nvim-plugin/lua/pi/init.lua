@@ -105,6 +105,9 @@ function M.abort(chat)
   chat.aborting = true
   chat:set_state('stopping')
   chat.writer:blank()
+  chat.writer:mark(function(row)
+    chat.stop_row = row
+  end)
   chat.writer:append('■ stopping…\n')
   chat.writer:flush()
   require('pi.client').request(chat.root, 'agent/abort', { sessionId = chat.session_id }, 'abort the run', function(r)
@@ -252,11 +255,27 @@ end)
 subcommands.model = chat_cmd(function(chat)
   local client = require('pi.client')
   client.request(chat.root, 'agent/model/list', {}, 'list the models', function(r)
+    local current = chat.root.status.model
     util.select(r.models or {}, {
-      prompt = 'Pi model',
+      prompt = 'Pi model (now ' .. tostring(current) .. ')',
+      kind = 'pi.model',
       format_item = function(m)
-        local cost = m.cost and ('$%s/$%s per Mtok'):format(m.cost.input or 0, m.cost.output or 0) or ''
-        return ('%s/%s  %s  %s ctx  %s'):format(m.provider, m.id, m.name or '', tostring(m.contextWindow or '?'), cost)
+        local id = m.provider .. '/' .. m.id
+        local parts = { id .. (id == current and ' ✓' or '') }
+        if m.name and m.name ~= '' and m.name ~= m.id then
+          parts[#parts + 1] = m.name
+        end
+        if type(m.contextWindow) == 'number' then
+          parts[#parts + 1] = (m.contextWindow >= 1000 and ('%dk'):format(math.floor(m.contextWindow / 1000)) or tostring(m.contextWindow)) .. ' context'
+        end
+        local c = type(m.cost) == 'table' and m.cost or {}
+        if (c.input or 0) > 0 or (c.output or 0) > 0 then
+          parts[#parts + 1] = ('$%s / $%s per M tokens'):format(c.input or 0, c.output or 0)
+        end
+        if type(m.thinkingLevels) == 'table' and #m.thinkingLevels > 1 then
+          parts[#parts + 1] = 'reasons'
+        end
+        return table.concat(parts, ' · ')
       end,
     }, function(m)
       if not m then
@@ -342,7 +361,7 @@ subcommands.export = chat_cmd(function(chat, args)
         local buf = api.nvim_create_buf(true, true)
         api.nvim_buf_set_lines(buf, 0, -1, false, vim.split(r.content or '', '\n', { plain = true }))
         vim.bo[buf].filetype = format == 'html' and 'html' or 'markdown'
-        api.nvim_open_win(buf, true, { split = 'below', win = -1 })
+        api.nvim_open_win(buf, true, { split = 'below', win = util.host_win() })
       end
     end)
   end
@@ -460,12 +479,29 @@ subcommands.image = chat_cmd(function(chat, args)
   images.attach_file(chat, vim.fn.expand(args))
 end)
 
+local function answer(key)
+  return function(args)
+    local client = require('pi.client')
+    local st = client.roots[client.root_of(0)]
+    if not st then
+      return util.notify('no permission question is open')
+    end
+    if key == 'allow' and (args == 'session' or args == 'workspace') then
+      return require('pi.permission').answer_root(st, args)
+    end
+    require('pi.permission').answer_root(st, key, args)
+  end
+end
+
+subcommands.allow = answer('allow')
+subcommands.reject = answer('reject')
+
 subcommands.build = function()
   require('pi.client').build()
 end
 
 --- The subcommand names (for completion and `:help pi-commands`).
-M.subcommand_names = { 'abort', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'image', 'label', 'model', 'new', 'prompt', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'image', 'label', 'model', 'new', 'prompt', 'reject', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
 
 --- `:Pi [subcommand] [text]`.
 function M.command(o)
@@ -506,6 +542,11 @@ function M.complete(arg_lead, cmdline)
   end
   if before:match('^rewind%s') then
     return { 'undo' }
+  end
+  if before:match('^allow%s') then
+    return vim.tbl_filter(function(x)
+      return x:sub(1, #arg_lead) == arg_lead
+    end, { 'session', 'workspace' })
   end
   if before:match('^thinking%s') then
     local out = {}

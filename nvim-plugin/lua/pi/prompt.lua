@@ -8,6 +8,27 @@ local api = vim.api
 local M = {}
 
 local ns = api.nvim_create_namespace('pi.prompt')
+local ns_hint = api.nvim_create_namespace('pi.prompt.hint')
+
+--- Shows what the empty prompt does (virtual text, gone with the first character).
+function M.placeholder(chat)
+  local buf = chat.prompt_buf
+  if not buf or not api.nvim_buf_is_valid(buf) then
+    return
+  end
+  api.nvim_buf_clear_namespace(buf, ns_hint, 0, -1)
+  if api.nvim_buf_line_count(buf) > 1 or (api.nvim_buf_get_lines(buf, 0, 1, false)[1] or '') ~= '' then
+    return
+  end
+  local km = config.values.keymaps.prompt or {}
+  local text
+  if chat.running then
+    text = ('steer Pi (%s), or queue a follow-up (%s)'):format(km.send_insert or km.send or '', km.followup or '')
+  else
+    text = ('Ask Pi… (%s sends; / commands, @ files)'):format(km.send_insert or km.send or '')
+  end
+  api.nvim_buf_set_extmark(buf, ns_hint, 0, 0, { virt_text = { { text, 'Comment' } }, virt_text_pos = 'overlay', hl_mode = 'combine' })
+end
 
 local function ensure_buf(chat)
   if chat.prompt_buf and api.nvim_buf_is_valid(chat.prompt_buf) then
@@ -26,6 +47,13 @@ local function ensure_buf(chat)
   vim.b[buf].pi_root = chat.root.root
   chat.prompt_buf = buf
   require('pi.keymaps').prompt(chat, buf)
+  api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
+    buffer = buf,
+    callback = function()
+      M.placeholder(chat)
+    end,
+  })
+  M.placeholder(chat)
   M.show_queue(chat)
   M.load_commands(chat)
   return buf
@@ -63,6 +91,7 @@ function M.open(chat, chat_win)
   set('relativenumber', false)
   set('signcolumn', 'no')
   set('wrap', true)
+  set('fillchars', 'eob: ')
   set('statusline', '%#Title# Pi prompt %* <CR> send · <M-CR> follow-up · <C-c> stop%<')
 end
 

@@ -104,7 +104,18 @@ function M.fork(chat)
   end)
 end
 
+--- Words for the entry types without a role.
+local KIND = {
+  model_change = '· model change',
+  thinking_level_change = '· thinking level change',
+  compaction = '⋯ compaction',
+  branch_summary = '⋯ branch summary',
+  custom_message = 'message',
+  session_info = '· session info',
+}
+
 local function tree_lines(r)
+  local leaf_line
   local children, by_id = {}, {}
   for _, e in ipairs(r.entries or {}) do
     by_id[e.id] = e
@@ -122,42 +133,54 @@ local function tree_lines(r)
   local function walk(parent, depth)
     for _, e in ipairs(children[parent] or {}) do
       if e.type ~= 'label' then
-        local what = e.role or e.type
+        local what = e.role or (KIND[e.type] or e.type)
         local preview = tostring(e.preview or ''):gsub('\n.*', ' …')
         local mark = e.id == r.leafId and '● ' or (on_path[e.id] and '│ ' or '  ')
-        lines[#lines + 1] = ('%s%s%s: %s%s'):format(string.rep('  ', depth), mark, what, preview, e.label and ('  [' .. e.label .. ']') or '')
+        lines[#lines + 1] = ('%s%s%s%s%s'):format(string.rep('  ', depth), mark, what, preview ~= '' and (': ' .. preview) or '', e.label and ('  [' .. e.label .. ']') or '')
         ids[#lines] = e.id
+        if e.id == r.leafId then
+          leaf_line = #lines
+        end
       end
       local next_depth = depth + ((#(children[parent] or {}) > 1) and 1 or 0)
       walk(e.id, next_depth)
     end
   end
   walk('', 0)
-  return lines, ids
+  return lines, ids, leaf_line
 end
 
 --- `:Pi tree`: the session's entry tree in a buffer.
 function M.tree(chat)
   local st = chat.root
-  local buf
+  local buf, win
   local ids = {}
+  local drawn = false
   local function draw()
     client.request(st, 'agent/session/tree', { sessionId = chat.session_id }, 'read the session tree', function(r)
       if not (buf and api.nvim_buf_is_valid(buf)) then
         return
       end
-      local lines
-      lines, ids = tree_lines(r)
+      local lines, leaf
+      lines, ids, leaf = tree_lines(r)
       vim.bo[buf].modifiable = true
       api.nvim_buf_set_lines(buf, 0, -1, false, #lines > 0 and lines or { '(empty session)' })
       vim.bo[buf].modifiable = false
+      -- The cursor starts on the current entry (where the session is).
+      if leaf and not drawn and api.nvim_win_is_valid(win) and api.nvim_win_get_buf(win) == buf then
+        pcall(api.nvim_win_set_cursor, win, { leaf, 0 })
+        pcall(api.nvim_win_call, win, function()
+          vim.cmd('normal! zz')
+        end)
+      end
+      drawn = true
     end)
   end
   buf = api.nvim_create_buf(false, true)
   vim.bo[buf].bufhidden = 'wipe'
   vim.bo[buf].filetype = 'pi-tree'
-  api.nvim_buf_set_name(buf, 'pi://tree/' .. chat.session_id .. '/' .. buf)
-  local win = api.nvim_open_win(buf, true, { split = 'below', win = -1, height = 15 })
+  api.nvim_buf_set_name(buf, ('pi://tree/%s/%d'):format(chat.session_id:sub(1, 8), buf))
+  win = api.nvim_open_win(buf, true, { split = 'below', win = util.host_win(), height = 15 })
   api.nvim_set_option_value('winbar', ' Pi tree — <CR> branch · S branch with summary · L label · q close', { scope = 'local', win = win })
   api.nvim_set_option_value('wrap', false, { scope = 'local', win = win })
   local function entry()

@@ -27,7 +27,7 @@ local function editor(p, done)
   api.nvim_buf_set_lines(buf, 0, -1, false, vim.split(p.prefill or '', '\n', { plain = true }))
   vim.bo[buf].modified = false
   local focus = in_pi_buffer()
-  local win = api.nvim_open_win(buf, focus, { split = 'below', win = -1, height = 12 })
+  local win = api.nvim_open_win(buf, focus, { split = 'below', win = util.host_win(), height = 12 })
   local title = tostring(p.title or 'Pi')
   local limit = type(p.timeout) == 'number' and p.timeout > 0 and (' · answer within %d s'):format(math.ceil(p.timeout / 1000)) or ''
   api.nvim_set_option_value('winbar', ' ' .. title:gsub('%%', '%%%%') .. ' — :w or <C-s> submit · q cancel' .. limit, { scope = 'local', win = win })

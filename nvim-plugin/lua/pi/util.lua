@@ -38,13 +38,33 @@ function M.input(opts, on_confirm)
   end)
 end
 
---- Says `msg` once per Neovim session under `key`.
+--- The window a helper window (tree, export, extension editor) splits: the current one unless
+--- it shows a chat or a prompt, else the first window of the tabpage that does not, so the
+--- chat column and its prompt keep their sizes when the helper closes.
+function M.host_win()
+  local function pi_win(w)
+    local ft = vim.bo[vim.api.nvim_win_get_buf(w)].filetype
+    return ft == 'pi-chat' or ft == 'pi-prompt'
+  end
+  local cur = vim.api.nvim_get_current_win()
+  if not pi_win(cur) then
+    return cur
+  end
+  for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    if not pi_win(w) and vim.api.nvim_win_get_config(w).relative == '' then
+      return w
+    end
+  end
+  return -1
+end
+
+--- Says `msg` once per Neovim session under `key`, in one screen line.
 function M.notify_once(key, msg, level)
   if said[key] then
     return
   end
   said[key] = true
-  M.notify(msg, level)
+  M.notify_line(msg, level)
 end
 
 --- The user's words for an `agent/*` error code (docs/protocol.md "Errors").
