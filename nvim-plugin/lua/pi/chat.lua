@@ -462,7 +462,7 @@ function Chat:compaction_end(ev)
   elseif ev.aborted then
     self:line('⋯ compaction cancelled')
   else
-    self:line('✗ compaction failed: ' .. tostring(ev.errorMessage))
+    self:line('✗ compaction failed: ' .. (tostring(ev.errorMessage):gsub('^[Cc]ompaction failed: ', '')))
   end
   self.writer:flush()
   self:set_state(self.running and 'running' or 'idle')
