@@ -210,8 +210,8 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     local out = {}
     for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, require('pi.render').ns, 0, -1, { details = true })) do
       local line = vim.api.nvim_buf_get_lines(chat.buf, m[2], m[2] + 1, false)[1]
-      if m[4].line_hl_group then
-        out[#out + 1] = line .. ' ' .. m[4].line_hl_group
+      if m[4].hl_group and m[4].hl_group ~= 'PiDiffText' and m[4].hl_eol then
+        out[#out + 1] = line .. ' ' .. m[4].hl_group
       elseif m[4].hl_group == 'PiDiffText' then
         out[#out + 1] = line .. ' word ' .. line:sub(m[3] + 1, m[4].end_col)
       end

@@ -134,8 +134,10 @@ end
 --- @param lines string[]
 function M.diff(buf, ns, row, lines)
   M.groups()
+  -- The line colour is a range highlight to the end of the window line (`hl_eol`), not a
+  -- `line_hl_group`: a line highlight would cover the word marks drawn over it.
   local function line_hl(i, hl)
-    pcall(api.nvim_buf_set_extmark, buf, ns, row + i - 1, 0, { line_hl_group = hl, priority = 100 })
+    pcall(api.nvim_buf_set_extmark, buf, ns, row + i - 1, 0, { end_row = row + i, end_col = 0, hl_group = hl, hl_eol = true, priority = 100 })
   end
   local function word_hl(i, s, e)
     -- +1: the diff's own `+` / `-` column comes first.
