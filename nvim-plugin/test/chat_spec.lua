@@ -268,7 +268,7 @@ H.case('steer and abort during a slow run: the queue and the report block', func
       '- bash sleep 30',
       'Killed processes:',
       '- `sleep 30`',
-      'Queued messages kept for the next prompt:',
+      'Queued messages kept for the next prompt (gq in the prompt edits or drops them):',
       '- steer: also look at the tests',
       '',
     }, '\n'),

@@ -150,6 +150,8 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
     block,
     'permission block'
   )
+  -- The tool call's header says it waits for the answer (it is not running yet).
+  H.contains(c:screen_text(), '### ⚙ bash ? waiting for your answer  echo one', 'tool header while asked')
   -- Digit 1 in the chat (from anywhere in it) allows once.
   c:input('<C-w>l')
   H.wait('the chat focused', 2000, function()
@@ -159,6 +161,17 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
   H.wait('the second question', 15000, function()
     return c:lua(H.CHAT_TEXT):find('### ? Permission: run `echo two`', 1, true)
   end)
+  -- The answered block collapsed to its header (reason and answers folded under it).
+  local folded = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local lines = vim.api.nvim_buf_get_lines(chat.buf, 0, -1, false)
+    local head = vim.fn.index(lines, '### ? Permission: run `echo one`') + 1
+    return vim.api.nvim_win_call(chat:window(), function()
+      return { vim.fn.foldclosed(head), vim.fn.foldclosed(head + 1), vim.fn.foldclosedend(head + 1) - head }
+    end)
+  ]])
+  H.eq({ -1, folded[2], 5 }, folded, 'fold of the answered block')
+  assert(folded[2] > 0, 'answered block not folded')
   -- `r` away from the block is not an answer; on the block it rejects.
   c:input('gg')
   c:input('r<Esc>')

@@ -357,6 +357,8 @@ function Chat:on_event(p)
   elseif ty == 'message_start' then
     local m = ev.message or {}
     if m.role == 'user' then
+      -- The user's own new message: every window of the chat follows the answer again.
+      self.writer:pin_all()
       self:user_block(util.content_text(m.content))
     elseif m.role == 'assistant' then
       self:assistant_header(m.provider and m.model and (m.provider .. '/' .. m.model) or nil)
@@ -529,7 +531,7 @@ function Chat:abort_report(r)
   list('Edits that stay (undo them in their buffers):', r.appliedEdits, function(t)
     return t.toolName .. ' ' .. tostring(t.path)
   end)
-  list('Queued messages kept for the next prompt:', r.queuedMessages, function(t)
+  list('Queued messages kept for the next prompt (gq in the prompt edits or drops them):', r.queuedMessages, function(t)
     return t.delivery .. ': ' .. tostring(t.text)
   end)
   if #lists > 0 then

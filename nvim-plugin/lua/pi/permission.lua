@@ -81,6 +81,10 @@ local function finish(q, answer, label)
     if q.hint then
       pcall(api.nvim_buf_del_extmark, buf, render.ns, q.hint)
     end
+    -- Answered: the block collapses to its header (the reason, diff and answers folded under
+    -- it, `zo` opens them).
+    q.chat.writer:flush()
+    q.chat.writer:add_fold(q.header_row + 1, q.last_row)
   end
   local t = q.chat.tools[q.params.toolCallId or '']
   if t and t.row and api.nvim_buf_is_valid(buf) then
