@@ -18,6 +18,9 @@ M.defaults = {
   trust = 'ask',
   --- Files or folders marking a workspace root (searched upwards from the buffer).
   root_markers = { '.pi', '.git' },
+  --- Command printing the clipboard's image (PNG, JPEG, GIF or WebP) on stdout, for
+  --- `:Pi image` and the prompt's paste-image key; `nil`: wl-paste, xclip or pngpaste.
+  clipboard_image_cmd = nil,
   --- Delay between buffer changes and `didChange` (ms).
   debounce_text_changes = 50,
   chat = {
