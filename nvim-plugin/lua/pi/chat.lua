@@ -38,7 +38,7 @@ function M.setup_window(win)
   if vim.fn.exists('+winfixbuf') == 1 then
     set_local(win, 'winfixbuf', true) -- :edit elsewhere, not in the chat's window
   end
-  set_local(win, 'statusline', "%#Title# Pi %* %<%{v:lua.require'pi'.statusline()}%=%l/%L ")
+  set_local(win, 'statusline', "%#Title# Pi %* %{v:lua.require'pi'.statusline()} %<%=%l/%L ")
 end
 
 --- The chat of `session_id` (created hidden when new).
@@ -753,9 +753,15 @@ end
 ------------------------------------------------------------------------------------------
 -- Windows
 
-local function size(v, total)
+--- A window size: `v` lines/columns, or a fraction of `total` when < 1 (then at least `min`
+--- and at most `total` less 30, so the chat stays readable beside a code window).
+local function size(v, total, min)
   if v < 1 then
-    return math.max(10, math.floor(total * v))
+    local n = math.floor(total * v)
+    if min then
+      n = math.max(n, math.min(min, total - 30))
+    end
+    return math.max(10, n)
   end
   return v
 end
@@ -785,7 +791,7 @@ function Chat:open(focus)
       end
     else
       if pos == 'left' or pos == 'right' then
-        opts = { split = pos, win = -1, width = size(cfg.width, vim.o.columns) }
+        opts = { split = pos, win = -1, width = size(cfg.width, vim.o.columns, 56) }
       else
         opts = { split = pos, win = -1, height = size(cfg.height, vim.o.lines) }
       end

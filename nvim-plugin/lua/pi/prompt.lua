@@ -92,7 +92,14 @@ function M.open(chat, chat_win)
   set('signcolumn', 'no')
   set('wrap', true)
   set('fillchars', 'eob: ')
-  set('statusline', '%#Title# Pi prompt %* <CR> send · <M-CR> follow-up · <C-c> stop%<')
+  local km = config.values.keymaps.prompt or {}
+  local keys = {}
+  for _, k in ipairs({ { km.send, 'send' }, { km.followup, 'follow-up' }, { km.abort, 'stop' } }) do
+    if k[1] then
+      keys[#keys + 1] = k[1] .. ' ' .. k[2]
+    end
+  end
+  set('statusline', '%#Title# Pi prompt %* ' .. table.concat(keys, ' · '):gsub('%%', '%%%%') .. '%<')
 end
 
 --- The prompt's text.
