@@ -356,9 +356,15 @@ handlers['agent/attention'] = function(_, p, ctx)
   local words = {
     finished = 'answer ready: ',
     failed = 'the run failed: ',
-    permission = win and 'asks (a digit in the chat, :Pi allow, :Pi reject): ' or 'asks (a digit in the float, :Pi allow, :Pi reject): ',
+    permission = 'waiting for your answer: ',
     question = 'a question: ',
   }
+  if p.reason == 'permission' then
+    -- "pi wants to run `x`. Reason: …" → what it wants, then how to answer (the reason is
+    -- in the question itself).
+    local want = tostring(p.message or ''):gsub('^[Pp]i wants to ', ''):gsub('%. Reason: .*$', '')
+    return util.notify_line(('wants to %s — answer: %s, :Pi allow or :Pi reject'):format(want, win and 'a digit in the chat' or 'a digit in the float'), level)
+  end
   util.notify_line((words[p.reason] or (tostring(p.reason) .. ': ')) .. tostring(p.message or ''), level)
 end
 
