@@ -72,6 +72,30 @@ function M.get(root, session_id)
   vim.b[buf].pi_root = root.root
   c.buf = buf
   c.writer = render.new(buf, config.values.chat.flush_ms)
+  -- The chat's window closed (`:q`, CTRL-W c): its prompt goes with it, unless the chat is
+  -- still shown in another window of that tabpage.
+  api.nvim_create_autocmd('WinClosed', {
+    buffer = buf,
+    callback = function(a)
+      local closed = tonumber(a.match)
+      local ok, tab = pcall(api.nvim_win_get_tabpage, closed)
+      vim.schedule(function()
+        if not ok or not api.nvim_tabpage_is_valid(tab) then
+          return
+        end
+        for _, w in ipairs(api.nvim_tabpage_list_wins(tab)) do
+          if w ~= closed and api.nvim_win_get_buf(w) == buf then
+            return
+          end
+        end
+        for _, w in ipairs(api.nvim_tabpage_list_wins(tab)) do
+          if c.prompt_buf and api.nvim_win_get_buf(w) == c.prompt_buf and #api.nvim_tabpage_list_wins(tab) > 1 then
+            pcall(api.nvim_win_close, w, false)
+          end
+        end
+      end)
+    end,
+  })
   M.chats[session_id] = c
   require('pi.keymaps').chat(c)
   return c
@@ -800,6 +824,9 @@ function Chat:open(focus)
     M.setup_window(win)
     local n = api.nvim_buf_line_count(self.buf)
     pcall(api.nvim_win_set_cursor, win, { n, 0 })
+    require('pi.prompt').open(self, win)
+  elseif not require('pi.prompt').window(self) then
+    -- The prompt was closed on its own: back under the chat.
     require('pi.prompt').open(self, win)
   end
   if focus then
