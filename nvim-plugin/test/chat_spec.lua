@@ -345,4 +345,48 @@ H.case('<Esc> stops a young run at once; in a long run it asks once and a second
   mock.stop()
 end)
 
+-- The pi-lsp process started by the child Neovim (its child process).
+local function server_pid(c)
+  local nvim_pid = c.handle:get_pid()
+  for _, dir in ipairs(vim.fn.glob('/proc/[0-9]*', false, true)) do
+    local stat = H.read(dir .. '/stat') or ''
+    local pid, comm, ppid = stat:match('^(%d+) %((.-)%) %S+ (%d+)')
+    if pid and tonumber(ppid) == nvim_pid and comm == 'pi-lsp' then
+      return tonumber(pid)
+    end
+  end
+end
+
+H.case('the server dying during a run is said, the chat stops waiting, the next :Pi goes on', function()
+  local mock = H.mock({
+    { text = 'Working.', toolCalls = { { id = 'call_k', name = 'bash', arguments = { command = 'sleep 30' } } } },
+    { text = 'Back again.' },
+  })
+  local c = H.child({ ws = workspace(), models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160 })
+  c:cmd('Pi first')
+  H.wait('the sleep running', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 30', 1, true)
+  end)
+  local pid = server_pid(c)
+  assert(pid, 'no pi-lsp child found')
+  vim.uv.kill(pid, 'sigkill')
+  -- Neovim says it (its own message for a client killed by a signal); the chat says it too.
+  H.wait('Neovim\'s message', 10000, function()
+    return table.concat(c:screen(), '\n'):find('Client pi-lsp quit with exit code 0 and signal 9', 1, true) ~= nil
+  end)
+  c:input('<CR>')
+  H.wait('the chat stopped', 10000, function()
+    return c:lua(H.CHAT_STATE).state == 'stopped'
+  end)
+  H.contains(c:lua(H.CHAT_TEXT), '\n✗ the server stopped during the run (signal 9); the next :Pi starts it again\n', 'chat')
+  H.eq(false, c:lua(H.CHAT_STATE).running, 'not running')
+  c:cmd('Pi second')
+  H.wait('the answer after the restart', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('Back again.', 1, true) and c:lua(H.CHAT_STATE).state == 'idle'
+  end)
+  assert(server_pid(c) and server_pid(c) ~= pid, 'a new server')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

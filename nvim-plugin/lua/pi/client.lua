@@ -523,9 +523,26 @@ function M.ensure(root, done)
         st.starting = false
         st.status.state = 'stopped'
         require('pi.status').changed()
-        if code ~= 0 and not st.stopping then
+        signal = signal or 0
+        local how = signal ~= 0 and ('signal ' .. signal) or ('exit code ' .. code)
+        -- Neovim itself says when a client quits with an error or a signal other than TERM.
+        local crashed = code == 0 and signal == 15 and not st.stopping
+        vim.schedule(function()
+          -- A run the server took with it: its chat says so and stops waiting.
+          for _, chat in pairs(require('pi.chat').chats) do
+            if chat.root == st and (chat.running or chat.state == 'sending' or chat.state == 'stopping') then
+              chat.running = false
+              chat.aborting = false
+              require('pi.permission').withdraw_session(chat.session_id, true)
+              chat:line(('✗ the server stopped during the run (%s); the next :Pi starts it again'):format(how))
+              chat.writer:flush()
+              chat:set_state('stopped')
+            end
+          end
+        end)
+        if crashed then
           vim.schedule(function()
-            util.notify(('the server stopped (exit code %s%s); :Pi starts it again'):format(code, signal ~= 0 and (', signal ' .. signal) or ''), vim.log.levels.ERROR)
+            util.notify_line(('the server stopped (%s); the next :Pi starts it again'):format(how), vim.log.levels.ERROR)
           end)
         end
       end,

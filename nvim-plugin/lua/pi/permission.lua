@@ -282,12 +282,13 @@ function M.answer_root(st, key, reason)
   return false
 end
 
---- Withdraws the open questions of `session_id` (its run ended or was aborted).
-function M.withdraw_session(session_id)
+--- Withdraws the open questions of `session_id` (its run ended or was aborted); with
+--- `server_gone` nothing is answered (no one would read it).
+function M.withdraw_session(session_id, server_gone)
   for i = #M.pending, 1, -1 do
     local q = M.pending[i]
     if q.chat.session_id == session_id then
-      finish(q, { decision = 'reject', reason = 'withdrawn' }, 'withdrawn')
+      finish(q, not server_gone and { decision = 'reject', reason = 'withdrawn' } or nil, 'withdrawn')
     end
   end
 end
