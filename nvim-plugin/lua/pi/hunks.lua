@@ -46,8 +46,34 @@ end
 
 local hunk_list
 
+--- Whether `label` names a rewind's file change (`Pi: rewind <file>` / `Pi: reapply <file>`):
+--- it puts back text the marks already know, so it makes no marks of its own.
+local function rewind_label(label)
+  return type(label) == 'string' and (label:match('^Pi: rewind ') or label:match('^Pi: reapply ')) ~= nil
+end
+
+--- A loaded buffer of `uri` that the client `client_id` does not sync and that holds unsaved
+--- changes: an edit computed from the disk must not land there.
+local function unsynced_modified(uri, client_id)
+  local b = loaded(uri)
+  return b and vim.bo[b].modified and not vim.lsp.buf_is_attached(b, client_id) and b or nil
+end
+
 --- The `workspace/applyEdit` handler: Neovim's, around a snapshot for the hunk signs.
 function M.apply(err, params, ctx)
+  for _, change in ipairs(params and params.edit and params.edit.documentChanges or {}) do
+    local uri = change.textDocument and change.textDocument.uri
+    if uri and (change.textDocument.version == vim.NIL or change.textDocument.version == nil) then
+      local b = unsynced_modified(uri, ctx.client_id)
+      if b then
+        return {
+          applied = false,
+          failureReason = vim.fn.fnamemodify(api.nvim_buf_get_name(b), ':~:.') .. ' has unsaved changes in Neovim that the server has not seen',
+        }
+      end
+    end
+  end
+  local rewind = rewind_label(params and params.label)
   local before = {}
   for _, uri in ipairs(targets(params and params.edit)) do
     local b = loaded(uri)
@@ -76,7 +102,11 @@ function M.apply(err, params, ctx)
     local b = loaded(uri)
     if b then
       break_undo(b)
-      M.mark(b, before[uri] or {}, api.nvim_buf_get_lines(b, 0, -1, false))
+      if rewind then
+        M.refresh(b)
+      else
+        M.mark(b, before[uri] or {}, api.nvim_buf_get_lines(b, 0, -1, false))
+      end
     end
   end
   return result
@@ -144,8 +174,37 @@ function M.mark(b, old, new)
   M.watch(b)
 end
 
---- Hides the sign of a hunk whose text is back to what it was (undone with `u` or by hand)
---- and shows it again when the agent's text comes back (redo).
+--- Hides the sign of each hunk of `b` whose text is back to what it was (undone with `u`,
+--- by hand or by a rewind) and shows it again when the agent's text comes back (redo,
+--- a rewind undone).
+function M.refresh(b)
+  local store = M.by_buf[b]
+  if not store or next(store) == nil then
+    return
+  end
+  for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
+    local id, row, d = m[1], m[2], m[4]
+    local info = store[id]
+    if info and not info.deletion then
+      local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
+      local reverted = vim.deep_equal(now, info.old)
+      if reverted ~= (info.hidden == true) then
+        info.hidden = reverted
+        pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
+          id = id,
+          end_row = d.end_row,
+          end_col = d.end_col,
+          sign_text = not reverted and info.sign or nil,
+          sign_hl_group = not reverted and info.sign_hl or nil,
+          right_gravity = false,
+          end_right_gravity = true,
+        })
+      end
+    end
+  end
+end
+
+--- Keeps the signs of `b` true as its text changes (see `refresh`).
 function M.watch(b)
   if vim.b[b].pi_hunk_watch then
     return
@@ -154,30 +213,7 @@ function M.watch(b)
   api.nvim_create_autocmd({ 'TextChanged', 'InsertLeave' }, {
     buffer = b,
     callback = function()
-      local store = M.by_buf[b]
-      if not store or next(store) == nil then
-        return
-      end
-      for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
-        local id, row, d = m[1], m[2], m[4]
-        local info = store[id]
-        if info and not info.deletion then
-          local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
-          local reverted = vim.deep_equal(now, info.old)
-          if reverted ~= (info.hidden == true) then
-            info.hidden = reverted
-            pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
-              id = id,
-              end_row = d.end_row,
-              end_col = d.end_col,
-              sign_text = not reverted and info.sign or nil,
-              sign_hl_group = not reverted and info.sign_hl or nil,
-              right_gravity = false,
-              end_right_gravity = true,
-            })
-          end
-        end
-      end
+      M.refresh(b)
     end,
   })
 end

@@ -391,6 +391,19 @@ subcommands.chat = function(args)
   end)
 end
 
+--- `+N −M` of a unified diff.
+local function diff_counts(diff)
+  local add, del = 0, 0
+  for line in (type(diff) == 'string' and diff or ''):gmatch('[^\n]+') do
+    if line:match('^%+') and not line:match('^%+%+%+ ') then
+      add = add + 1
+    elseif line:match('^%-') and not line:match('^%-%-%- ') then
+      del = del + 1
+    end
+  end
+  return add, del
+end
+
 subcommands.changes = function()
   local client = require('pi.client')
   local st = client.roots[client.root_of(0)]
@@ -406,77 +419,104 @@ subcommands.changes = function()
   if not (chat and client.has_method(st, 'agent/session/changes')) then
     return local_list()
   end
-  -- The session's own record: every edit the agent applied on the active branch.
+  -- The session's own record: every edit the agent applied on the active branch, oldest first.
   client.request(st, 'agent/session/changes', { sessionId = chat.session_id }, 'list the session changes', function(r)
     local items = {}
     for _, ch in ipairs(r.changes or {}) do
       local lnum = tonumber(type(ch.diff) == 'string' and ch.diff:match('@@ %-%d+,?%d* %+(%d+)') or '') or 1
-      local path = ch.path
+      local path = ch.absolutePath or ch.path
       if path and not path:match('^/') then
         path = st.root .. '/' .. path
       end
-      items[#items + 1] = { filename = path, lnum = lnum, text = ch.toolName .. ' (' .. tostring(ch.toolCallId) .. ')' }
+      local add, del = diff_counts(ch.diff)
+      local what = ch.created and 'created' or ('+%d −%d'):format(add, del)
+      items[#items + 1] = { filename = path, lnum = math.max(lnum, 1), text = ('%s %s (%s)'):format(ch.toolName, what, tostring(ch.toolCallId)) }
     end
     if #items == 0 then
-      return util.notify('the agent changed no file in this session')
+      return util.notify('the agent changed no file on this branch of the session')
     end
     vim.fn.setqflist({}, ' ', { title = 'Pi: session changes', items = items })
     vim.cmd('botright copen')
   end)
 end
 
+local STATUS_WORDS = { reverted = 'reverted', reapplied = 'applied again', refused = 'kept', unchanged = 'unchanged' }
+
+--- Draws a rewind's outcome at the end of the chat and says it in one line.
+local function rewind_report(chat, r, title)
+  local lines, counts, refused = {}, {}, {}
+  for _, f in ipairs(r.files or {}) do
+    counts[f.status] = (counts[f.status] or 0) + 1
+    local line = ('- `%s` %s'):format(tostring(f.path), STATUS_WORDS[f.status] or tostring(f.status))
+    if f.status == 'refused' then
+      line = line .. ': ' .. tostring(f.reason or 'changed since')
+      refused[#refused + 1] = tostring(f.path)
+    end
+    lines[#lines + 1] = line
+  end
+  chat.writer:blank()
+  chat.writer:append('### ⟲ ' .. title .. '\n' .. (#lines > 0 and table.concat(lines, '\n') or 'No file changes to undo.') .. '\n')
+  chat.writer:append('(`:Pi rewind undo` goes back)\n')
+  chat.writer:flush()
+  local parts = {}
+  for _, k in ipairs({ 'reverted', 'reapplied', 'refused', 'unchanged' }) do
+    if counts[k] then
+      parts[#parts + 1] = counts[k] .. ' ' .. STATUS_WORDS[k]
+    end
+  end
+  local level = #refused > 0 and vim.log.levels.WARN or vim.log.levels.INFO
+  local said = #parts > 0 and table.concat(parts, ', ') or 'no file changes'
+  if #refused > 0 then
+    said = said .. ' (' .. table.concat(refused, ', ') .. ': changed since; see the chat)'
+  end
+  util.notify_line(title .. ': ' .. said, level)
+end
+
 subcommands.rewind = chat_cmd(function(chat, args)
   local client = require('pi.client')
   if not client.has_method(chat.root, 'agent/session/rewind') then
-    return util.notify('this pi-lsp cannot rewind yet (update it: :Pi build)', vim.log.levels.WARN)
+    return util.notify('this pi-lsp cannot rewind (a newer one: :Pi build)', vim.log.levels.WARN)
   end
-  local function rewind(entry_id, what)
-    client.request(chat.root, 'agent/session/rewind', { sessionId = chat.session_id, entryId = entry_id }, what, function(r)
+  local function rewind(entry_id, title, text)
+    client.request(chat.root, 'agent/session/rewind', { sessionId = chat.session_id, entryId = entry_id }, 'rewind the session', function(r)
       chat.rewind_back = r.previousLeafId
-      local counts = {}
-      for _, f in ipairs(r.files or {}) do
-        counts[f.status] = (counts[f.status] or 0) + 1
-        if f.status == 'refused' then
-          util.notify(('%s kept: %s'):format(tostring(f.path), tostring(f.reason or 'changed since')), vim.log.levels.WARN)
+      chat:load_history(function()
+        rewind_report(chat, r, title)
+        if text then
+          require('pi.prompt').set_text(chat, text)
         end
-      end
-      chat:load_history()
-      local parts = {}
-      for k, n in pairs(counts) do
-        parts[#parts + 1] = n .. ' ' .. k
-      end
-      util.notify(('rewound (%s); :Pi rewind undo goes back'):format(#parts > 0 and table.concat(parts, ', ') or 'no file changes'))
+      end)
     end)
   end
   if args == 'undo' then
     if not chat.rewind_back then
-      return util.notify('no rewind to undo')
+      return util.notify('no rewind to undo in this session')
     end
-    return rewind(chat.rewind_back, 'undo the rewind')
+    local back = chat.rewind_back
+    chat.rewind_back = nil
+    return rewind(back, 'rewind undone')
   end
   client.request(chat.root, 'agent/session/forkMessages', { sessionId = chat.session_id }, 'list the messages', function(r)
-    util.select(r.messages or {}, {
-      prompt = 'Rewind to before',
+    local msgs = r.messages or {}
+    if #msgs == 0 then
+      return util.notify('no message to rewind to yet')
+    end
+    util.select(msgs, {
+      prompt = 'Rewind to before (its text comes back into the prompt)',
+      kind = 'pi.rewind',
       format_item = function(m)
         return (tostring(m.text):gsub('\n.*', ' …'))
       end,
     }, function(m)
       if m then
-        rewind(m.entryId, 'rewind the session')
+        local short = tostring(m.text):gsub('\n.*', ' …')
+        if #short > 40 then
+          short = short:sub(1, 37) .. '...'
+        end
+        rewind(m.entryId, ('rewound to before “%s”'):format(short), m.text)
       end
     end)
   end)
-end)
-
-subcommands.image = chat_cmd(function(chat, args)
-  local images = require('pi.images')
-  if args == 'clear' then
-    return images.clear(chat)
-  end
-  if args == '' then
-    return images.attach_clipboard(chat)
-  end
-  images.attach_file(chat, vim.fn.expand(args))
 end)
 
 local function answer(key)
