@@ -230,6 +230,11 @@ H.case('a missing binary is said once, with :Pi build; :Pi completes its subcomm
   local c = H.child({ ws = ws, setup = '{cmd = {"/nonexistent/pi-lsp"}}' })
   H.eq({ 'sessions', 'stats', 'steer' }, c:lua("return vim.fn.getcompletion('Pi s', 'cmdline')"), 'completion')
   H.eq({ 'older' }, c:lua("return vim.fn.getcompletion('Pi chat ', 'cmdline')"), 'completion of chat')
+  -- Every completed subcommand has its handler (none falls through to a prompt).
+  H.eq({}, c:lua([[
+    local pi = require('pi')
+    return vim.tbl_filter(function(n) return type(pi.subcommands[n]) ~= 'function' end, pi.subcommand_names)
+  ]]), 'subcommands without a handler')
   c:input(':Pi hello<CR>')
   c:input('<CR>:Pi hello again<CR><CR>')
   vim.wait(300)

@@ -519,6 +519,17 @@ subcommands.rewind = chat_cmd(function(chat, args)
   end)
 end)
 
+subcommands.image = chat_cmd(function(chat, args)
+  local images = require('pi.images')
+  if args == 'clear' then
+    return images.clear(chat)
+  end
+  if args == '' then
+    return images.attach_clipboard(chat)
+  end
+  images.attach_file(chat, vim.fn.expand(args))
+end)
+
 local function answer(key)
   return function(args)
     local client = require('pi.client')
@@ -542,6 +553,9 @@ end
 
 --- The subcommand names (for completion and `:help pi-commands`).
 M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'image', 'label', 'model', 'new', 'prompt', 'reject', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+
+--- The subcommands' handlers by name (`M.subcommand_names` lists them).
+M.subcommands = subcommands
 
 --- `:Pi [subcommand] [text]`.
 function M.command(o)

@@ -112,6 +112,7 @@ local KIND = {
   branch_summary = '⋯ branch summary',
   custom_message = 'message',
   session_info = '· session info',
+  custom = '· custom entry',
 }
 
 local function tree_lines(r)
