@@ -141,8 +141,12 @@ function M.paths_in(text, root)
   return found
 end
 
---- Shows the chat's attachments above its prompt (with the queue).
+--- Shows the chat's attachments above its prompt (with the queue); the chat opens (without
+--- the focus) so they can be seen.
 local function changed(chat)
+  if chat.attachments and #chat.attachments > 0 and chat.open then
+    chat:open(false)
+  end
   require('pi.prompt').show_queue(chat)
 end
 
@@ -181,7 +185,7 @@ end
 function M.attach_clipboard(chat)
   local cmd = M.clipboard_cmd()
   if not cmd then
-    return util.notify('no clipboard tool for images (install wl-paste, xclip or pngpaste, or set clipboard_image_cmd); :Pi image {path} attaches a file', vim.log.levels.WARN)
+    return util.notify_line('no clipboard image tool (wl-paste, xclip, pngpaste): :Pi image {file} attaches a file', vim.log.levels.WARN)
   end
   vim.system(cmd, {}, function(r)
     vim.schedule(function()
