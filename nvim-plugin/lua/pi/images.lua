@@ -152,10 +152,12 @@ end
 
 --- Attaches the image file `path` to the chat's next prompt.
 function M.attach_file(chat, path)
-  local img, why = M.from_file(resolve(path, chat.root.root))
+  local abs = resolve(path, chat.root.root)
+  local img, why = M.from_file(abs)
   if not img then
     return util.notify('could not attach the image: ' .. why, vim.log.levels.ERROR)
   end
+  img.path = abs
   chat.attachments = chat.attachments or {}
   table.insert(chat.attachments, img)
   changed(chat)
@@ -217,18 +219,25 @@ function M.take(chat, text)
   local out = {}
   local taken = chat.attachments or {}
   chat.attachments = nil
+  local attached = {}
   local function wire(img)
     out[#out + 1] = { type = 'image', data = img.data, mimeType = img.mimeType }
   end
   for _, img in ipairs(taken) do
     wire(img)
+    if img.path then
+      attached[img.path] = true
+    end
   end
+  -- A file both attached and named is sent once.
   for _, path in ipairs(M.paths_in(text or '', chat.root.root)) do
-    local img, why = M.from_file(path)
-    if img then
-      wire(img)
-    else
-      util.notify('not sent as an image: ' .. why, vim.log.levels.WARN)
+    if not attached[path] then
+      local img, why = M.from_file(path)
+      if img then
+        wire(img)
+      else
+        util.notify('not sent as an image: ' .. why, vim.log.levels.WARN)
+      end
     end
   end
   if #taken > 0 then
