@@ -8,7 +8,7 @@ H.bin = H.nvim -- unused; the server is the replay script
 
 local ws = H.tmpdir('bench-ws')
 vim.fn.mkdir(ws .. '/.git', 'p')
-local setup = ('{cmd = {%q, "--headless", "-u", "NONE", "-l", %q}, cmd_env = {BENCH_DELTAS = "2500", BENCH_RATE = "500", BENCH_MESSAGES = "10000"}}'):format(H.nvim, bench_dir .. '/replay_server.lua')
+local setup = ('{cmd = {%q, "--headless", "-u", "NONE", "-l", %q}, cmd_env = {BENCH_DELTAS = "2500", BENCH_RATE = "500", BENCH_MESSAGES = "10000"}, chat = {treesitter = %s}}'):format(H.nvim, bench_dir .. '/replay_server.lua', tostring(os.getenv('BENCH_TS') ~= '0'))
 local c = H.child({ ws = ws, setup = setup, cols = 160, rows = 50 })
 
 local MEASURE = [[
@@ -71,6 +71,10 @@ c:lua([[
     table.insert(_G.bench.typed, vim.uv.hrtime())
   end })
 ]])
+-- The chat is open: what it cost to create (tree-sitter's markdown queries are compiled
+-- then, once per Neovim) is reported apart; the streaming figures start from here.
+local warm = c:lua('local l = _G.bench.late; _G.bench.late = 0; return l')
+print(('NP1/NP2 heartbeat worst lateness while the first chat opened (server start, tree-sitter queries compiled once): %.1f ms'):format(warm))
 c:input('i')
 local sent, typing = {}, true
 local typer = vim.uv.new_timer()
@@ -192,7 +196,7 @@ local np5 = c:lua([[
   return { lines = n, highlighter = chat.highlighter, mean = sum / #times, p95 = times[math.ceil(#times * 0.95)], max = times[#times] }
 ]])
 print(('NP5 %s highlighting, %d-line chat: write + redraw per coalesced write mean %.2f ms, p95 %.2f ms, max %.2f ms'):format(np5.highlighter, np5.lines, np5.mean, np5.p95, np5.max))
-local np5_ok = np5.highlighter == 'treesitter' and np5.mean <= 5
+local np5_ok = (np5.highlighter == 'treesitter' or os.getenv('BENCH_TS') == '0') and np5.mean <= 5
 c:stop()
 print((np1_ok and np2_ok and np5_ok) and 'bench: within the targets' or 'bench: OVER a target')
 vim.cmd((np1_ok and np2_ok and np5_ok) and 'qa!' or 'cquit 1')

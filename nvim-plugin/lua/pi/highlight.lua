@@ -40,6 +40,9 @@ function M.markdown(buf, use_ts)
     end
     local ok = pcall(vim.treesitter.start, buf, 'markdown')
     if ok then
+      -- The inline grammar's query is compiled now, with the buffer (tens of ms, once), not at
+      -- the first streamed word.
+      pcall(vim.treesitter.query.get, 'markdown_inline', 'highlights')
       return 'treesitter'
     end
   end
