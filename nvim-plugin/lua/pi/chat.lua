@@ -590,7 +590,7 @@ function Chat:draw_entries(entries)
       self.writer:fold_start()
       self.writer:append('> summary\n' .. tostring(e.summary or '') .. '\n')
       self.writer:fold_end()
-    elseif e.type == 'custom' and e.customType == 'pi-lsp.rewind' then
+    elseif e.type == 'custom' and e.customType == 'pi-lsp.rewind' and e.id ~= self.rewind_shown then
       -- Where a rewind moved the session (written by pi-lsp; not part of the model's context).
       local files = type(e.data) == 'table' and type(e.data.files) == 'table' and #e.data.files or 0
       self:line(('⟲ rewound here (%d file%s)'):format(files, files == 1 and '' or 's'))

@@ -480,6 +480,8 @@ subcommands.rewind = chat_cmd(function(chat, args)
   local function rewind(entry_id, title, text)
     client.request(chat.root, 'agent/session/rewind', { sessionId = chat.session_id, entryId = entry_id }, 'rewind the session', function(r)
       chat.rewind_back = r.previousLeafId
+      -- Its own entry is the report drawn below, not a line of the history.
+      chat.rewind_shown = r.leafId
       chat:load_history(function()
         rewind_report(chat, r, title)
         if text then
