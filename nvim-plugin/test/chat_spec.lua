@@ -351,7 +351,7 @@ local function server_pid(c)
   for _, dir in ipairs(vim.fn.glob('/proc/[0-9]*', false, true)) do
     local stat = H.read(dir .. '/stat') or ''
     local pid, comm, ppid = stat:match('^(%d+) %((.-)%) %S+ (%d+)')
-    if pid and tonumber(ppid) == nvim_pid and comm == 'pi-lsp' then
+    if pid and tonumber(ppid) == nvim_pid and comm:match('^pi%-lsp') then
       return tonumber(pid)
     end
   end

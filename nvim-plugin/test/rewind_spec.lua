@@ -52,7 +52,7 @@ H.case('rewind reverts an open buffer in one undo step, puts the message back; u
     local it = vim.fn.getqflist()[1]
     return { name = vim.api.nvim_buf_get_name(it.bufnr), lnum = it.lnum, text = it.text, title = vim.fn.getqflist({ title = 1 }).title }
   ]])
-  H.eq({ name = ws .. '/a.txt', lnum = 1, text = 'edit +1 −1 (call_e1)', title = 'Pi: session changes' }, qf, 'quickfix item')
+  H.eq({ name = ws .. '/a.txt', lnum = 2, text = 'edit +1 −1 (call_e1)', title = 'Pi: session changes' }, qf, 'quickfix item')
   c:cmd('cclose')
 
   -- Rewind to before the prompt.

@@ -391,6 +391,25 @@ subcommands.chat = function(args)
   end)
 end
 
+--- The first changed line (1-based, in the new text) of a unified diff, or 1.
+local function first_changed_line(diff)
+  local new = nil
+  for line in (type(diff) == 'string' and diff or ''):gmatch('[^\n]*') do
+    local start = line:match('^@@ %-%d+,?%d* %+(%d+)')
+    if start then
+      new = tonumber(start)
+    elseif new then
+      local c = line:sub(1, 1)
+      if c == '+' or c == '-' then
+        return math.max(new, 1)
+      elseif c == ' ' then
+        new = new + 1
+      end
+    end
+  end
+  return 1
+end
+
 --- `+N −M` of a unified diff.
 local function diff_counts(diff)
   local add, del = 0, 0
@@ -423,14 +442,14 @@ subcommands.changes = function()
   client.request(st, 'agent/session/changes', { sessionId = chat.session_id }, 'list the session changes', function(r)
     local items = {}
     for _, ch in ipairs(r.changes or {}) do
-      local lnum = tonumber(type(ch.diff) == 'string' and ch.diff:match('@@ %-%d+,?%d* %+(%d+)') or '') or 1
+      local lnum = first_changed_line(ch.diff)
       local path = ch.absolutePath or ch.path
       if path and not path:match('^/') then
         path = st.root .. '/' .. path
       end
       local add, del = diff_counts(ch.diff)
       local what = ch.created and 'created' or ('+%d −%d'):format(add, del)
-      items[#items + 1] = { filename = path, lnum = math.max(lnum, 1), text = ('%s %s (%s)'):format(ch.toolName, what, tostring(ch.toolCallId)) }
+      items[#items + 1] = { filename = path, lnum = lnum, text = ('%s %s (%s)'):format(ch.toolName, what, tostring(ch.toolCallId)) }
     end
     if #items == 0 then
       return util.notify('the agent changed no file on this branch of the session')
