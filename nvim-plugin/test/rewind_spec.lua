@@ -149,4 +149,49 @@ H.case('a file changed by the user since is kept by a rewind and reported', func
   mock.stop()
 end)
 
+H.case('a file the agent created goes with a rewind and comes back with its undo', function()
+  local mock = H.mock({
+    {
+      toolCalls = {
+        { id = 'call_w', name = 'write', arguments = { path = 'new.txt', content = 'fresh\n' } },
+        { id = 'call_r', name = 'write', arguments = { path = 'sub/two.txt', content = 'a\n\nb\n' } },
+      },
+    },
+    { text = 'Written.' },
+  })
+  local ws = workspace({ ['keep.txt'] = 'keep\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
+  c:cmd('edit keep.txt')
+  c:cmd('Pi make a new file')
+  idle_with(c, 'Written.')
+  -- The files hold exactly the written text (no extra last line, none added).
+  H.wait('the new files', 5000, function()
+    return H.read(ws .. '/new.txt') == 'fresh\n' and H.read(ws .. '/sub/two.txt') == 'a\n\nb\n'
+  end)
+  c:cmd('Pi changes')
+  H.wait('the quickfix list', 5000, function()
+    return c:lua('return #vim.fn.getqflist()') == 2
+  end)
+  H.eq({ 'write created (call_w)', 'write created (call_r)' }, c:lua('return vim.tbl_map(function(i) return i.text end, vim.fn.getqflist())'), 'quickfix texts')
+  c:cmd('cclose')
+  c:cmd('wincmd t')
+  c:input(':Pi rewind<CR>')
+  H.wait('the picker', 5000, function()
+    return c:screen_text():find('Rewind to before', 1, true) ~= nil
+  end)
+  c:input('1<CR>')
+  H.wait('the rewind', 10000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⟲ rewound to before', 1, true) ~= nil
+  end)
+  H.eq('### ⟲ rewound to before “make a new file”\n- `new.txt` reverted\n- `sub/two.txt` reverted\n(`:Pi rewind undo` goes back)\n', c:lua(H.CHAT_TEXT):match('### ⟲.*$'), 'outcome')
+  H.eq(nil, H.read(ws .. '/new.txt'), 'the created file is gone')
+  H.eq(nil, H.read(ws .. '/sub/two.txt'), 'the other created file is gone')
+  c:cmd('Pi rewind undo')
+  H.wait('the files back', 10000, function()
+    return H.read(ws .. '/new.txt') == 'fresh\n' and H.read(ws .. '/sub/two.txt') == 'a\n\nb\n'
+  end)
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

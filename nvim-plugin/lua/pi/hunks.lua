@@ -91,6 +91,20 @@ function M.apply(err, params, ctx)
   local p = vim.deepcopy(params)
   p.label = nil
   local result = vim.lsp.handlers['workspace/applyEdit'](err, p, ctx)
+  -- A file created by this edit starts as Neovim's one empty line; the text inserted into it
+  -- ends with its own newline, which left an extra empty last line ("text\n\n" on disk).
+  -- Neovim drops that line for edits reaching the end of a buffer, not for this insert.
+  if type(result) == 'table' and result.applied ~= false then
+    for _, change in ipairs(params and params.edit and params.edit.documentChanges or {}) do
+      if change.kind == 'create' and change.uri then
+        local b = loaded(change.uri)
+        local n = b and api.nvim_buf_line_count(b) or 0
+        if n >= 2 and api.nvim_buf_get_lines(b, n - 1, n, false)[1] == '' and (vim.bo[b].eol or vim.bo[b].fixeol) then
+          api.nvim_buf_set_lines(b, n - 1, n, false, {})
+        end
+      end
+    end
+  end
   -- The server waits for the edit's didChange: send it now, before the answer, instead of
   -- after the debounce (a buffer loaded by the edit itself was otherwise not synced).
   local client = vim.lsp.get_client_by_id(ctx.client_id)
