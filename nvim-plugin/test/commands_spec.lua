@@ -27,6 +27,20 @@ local function idle_with(c, text)
   end)
 end
 
+-- The Pi windows of the tabpage (filetypes, sorted), every one at least 20 columns wide.
+local PI_WINDOWS = [[
+  local out = {}
+  for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    local ft = vim.bo[vim.api.nvim_win_get_buf(w)].filetype
+    if ft:match('^pi%-') then
+      assert(vim.api.nvim_win_get_width(w) >= 20, ft .. ' window only ' .. vim.api.nvim_win_get_width(w) .. ' columns')
+      out[#out + 1] = ft
+    end
+  end
+  table.sort(out)
+  return out
+]]
+
 local function messages(c)
   return c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
 end
@@ -89,6 +103,8 @@ H.case('selection, label, tree branch, fork, export, stats, model', function()
   H.wait('the fork text in the prompt', 5000, function()
     return c:lua("local ch = (function() " .. CHAT .. " end)() return require('pi.prompt').text(ch)"):find('^explain') ~= nil
   end)
+  -- The fork's chat took the old chat's place: one chat and one prompt window.
+  H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after the fork')
 
   -- export and stats of the original session: reopen it first
   c:lua('require("pi.client").roots[require("pi.client").root_of(0)].session_id = ...', before)
@@ -250,6 +266,51 @@ H.case('a missing binary is said once, with :Pi build; :Pi completes its subcomm
   H.contains(c2:lua("return vim.api.nvim_exec2('messages', {output = true}).output"), 'Pi: pi-lsp is not built: run :Pi build (it is not on $PATH nor in /nonexistent/repo/tar', 'message without cmd')
   assert(not c2:screen_text():find('Press ENTER', 1, true), 'a Press ENTER prompt:\n' .. c2:screen_text())
   c2:stop()
+end)
+
+H.case('switching sessions twice shows the picked session in the same chat window', function()
+  local mock = H.mock({ { text = 'Answer one.' }, { text = 'Answer two.' } })
+  local c = H.child({ ws = workspace(), models_json = mock.models_json, cols = 160, rows = 40 })
+  c:cmd('Pi first session')
+  idle_with(c, 'Answer one.')
+  local first = c:lua(H.CHAT_STATE).session
+  c:cmd('Pi new')
+  H.wait('the new session', 5000, function()
+    return c:lua(H.CHAT_STATE).session ~= first
+  end)
+  c:cmd('wincmd t')
+  c:cmd('Pi second session')
+  idle_with(c, 'Answer two.')
+  local second = c:lua(H.CHAT_STATE).session
+  H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after :Pi new')
+  local function pick(text)
+    c:input(':Pi sessions<CR>')
+    H.wait('the picker', 5000, function()
+      return c:screen_text():find('Pi sessions', 1, true) ~= nil
+    end)
+    local n
+    for _, l in ipairs(c:screen()) do
+      local i = l:match('^(%d+): ' .. text)
+      if i then
+        n = i
+      end
+    end
+    assert(n, 'no ' .. text .. ' in the picker:\n' .. c:screen_text())
+    c:input(n .. '<CR>')
+  end
+  pick('first session')
+  H.wait('the first session shown', 5000, function()
+    return c:lua(H.CHAT_STATE).session == first and c:screen_text():find('Answer one.', 1, true) ~= nil
+  end)
+  H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after the first switch')
+  pick('second session')
+  H.wait('the second session shown', 5000, function()
+    return c:lua(H.CHAT_STATE).session == second and c:screen_text():find('Answer two.', 1, true) ~= nil
+  end)
+  H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after the second switch')
+  assert(not c:screen_text():find('Answer one.', 1, true), 'the first session still on the screen')
+  c:stop()
+  mock.stop()
 end)
 
 H.done()

@@ -840,6 +840,41 @@ function Chat:open(focus)
   return win
 end
 
+--- Shows `self` in place of the chat `old` (another session of the same workspace) in this
+--- tabpage: `old`'s chat and prompt windows get this chat's buffers, so the layout stays as
+--- it is; without a window of `old`, `open` as usual. The focus moves only when `focus`.
+function Chat:show_instead(old, focus)
+  local ow = old and old ~= self and old:window() or nil
+  if not ow or self:window() then
+    return self:open(focus)
+  end
+  local prompt = require('pi.prompt')
+  local opw = prompt.window(old)
+  local function put(win, buf)
+    -- The windows keep their buffers ('winfixbuf'): lifted for this one change.
+    if vim.fn.exists('+winfixbuf') == 1 then
+      set_local(win, 'winfixbuf', false)
+    end
+    api.nvim_win_set_buf(win, buf)
+    if vim.fn.exists('+winfixbuf') == 1 then
+      set_local(win, 'winfixbuf', true)
+    end
+  end
+  put(ow, self.buf)
+  M.setup_window(ow)
+  pcall(api.nvim_win_set_cursor, ow, { api.nvim_buf_line_count(self.buf), 0 })
+  if opw then
+    put(opw, prompt.ensure_buf(self))
+    prompt.show_queue(self)
+  else
+    prompt.open(self, ow)
+  end
+  if focus then
+    api.nvim_set_current_win(prompt.window(self) or ow)
+  end
+  return ow
+end
+
 --- Closes the chat's windows in this tabpage (the buffers stay).
 function Chat:close()
   local pw = require('pi.prompt').window(self)

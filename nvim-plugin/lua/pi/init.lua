@@ -205,13 +205,8 @@ subcommands.new = function()
   client.ensure(client.root_of(0), function(st)
     client.request(st, 'agent/session/new', {}, 'start a session', function(state)
       local old = require('pi.chat').current(st)
-      local win_was = old and old:window()
       M.use_state(st, state)
-      local c = require('pi.chat').get(st, state.sessionId)
-      if win_was then
-        old:close()
-      end
-      c:open(true)
+      require('pi.chat').get(st, state.sessionId):show_instead(old, true)
     end)
   end)
 end

@@ -34,6 +34,7 @@ end
 function M.open(st, s, done)
   local params = s.open and { sessionId = s.sessionId } or { path = s.sessionFile }
   client.request(st, 'agent/session/open', params, 'open the session', function(state)
+    local old = require('pi.chat').current(st)
     require('pi').use_state(st, state)
     -- The statusline's context meter and cost before the session's next response.
     client.request(st, 'agent/session/stats', { sessionId = state.sessionId }, 'read the session stats', function(stats)
@@ -52,7 +53,7 @@ function M.open(st, s, done)
     end)
     local chat = require('pi.chat').get(st, state.sessionId)
     chat:load_history(function()
-      chat:open(false)
+      chat:show_instead(old, false)
       if done then
         done(chat)
       end
@@ -93,10 +94,11 @@ function M.fork(chat)
         return
       end
       client.request(st, 'agent/session/fork', { sessionId = chat.session_id, entryId = m.entryId }, 'fork the session', function(f)
+        local old = require('pi.chat').current(st)
         require('pi').use_state(st, f.session)
         local c = require('pi.chat').get(st, f.session.sessionId)
         c:load_history(function()
-          c:open(false)
+          c:show_instead(old, false)
           require('pi.prompt').set_text(c, f.text or m.text or '')
         end)
       end)
