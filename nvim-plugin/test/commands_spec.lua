@@ -70,7 +70,7 @@ H.case('selection, label, tree branch, fork, export, stats, model', function()
     return c:lua('return vim.bo.filetype') == 'pi-tree' and c:lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)[1] or ''") ~= ''
   end)
   local tree = c:lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
-  H.contains(table.concat(tree, '\n'), 'assistant: Second answer.  [checkpoint]', 'tree')
+  H.contains(table.concat(tree, '\n'), '● assistant: Second answer.  [checkpoint]', 'tree (the leaf after the label is its entry)')
   -- <CR> on the second user message: the leaf goes before it, its text back in the prompt.
   local row
   for i, l in ipairs(tree) do
@@ -113,13 +113,25 @@ H.case('selection, label, tree branch, fork, export, stats, model', function()
     return (H.read(ws .. '/out.md') or ''):find('It adds two numbers.', 1, true) ~= nil
   end)
   c:cmd('Pi stats')
-  -- A multi-line answer the user asked for: shown in full (Neovim's hit-enter prompt).
+  -- In a float by the cursor that the next move closes (no hit-enter prompt).
+  local FLOAT = [[
+    for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+      if vim.api.nvim_win_get_config(w).relative ~= '' then
+        return vim.api.nvim_buf_get_lines(vim.api.nvim_win_get_buf(w), 0, -1, false)
+      end
+    end
+    return vim.NIL
+  ]]
   H.wait('the stats', 5000, function()
-    return table.concat(c:screen(), '\n'):find('Press ENTER', 1, true) ~= nil
+    return c:lua(FLOAT) ~= vim.NIL
   end)
-  local screen = table.concat(c:screen(), '\n')
-  H.contains(screen, 'Pi: session stats\nmessages: 2 (1 user, 1 assistant), tool calls: 0\ntokens: 2000 in, 40 out, 0 cache read, 0 cache write', 'stats')
-  c:input('<CR>')
+  local stats = c:lua(FLOAT)
+  H.eq({ 'messages    2 (1 user, 1 assistant), tool calls 0', 'tokens      2000 in, 40 out, 0 cache read, 0 cache write', 'cost        $0.0000' }, { unpack(stats, 1, 3) }, 'stats')
+  assert(not table.concat(c:screen(), '\n'):find('Press ENTER', 1, true), 'a hit-enter prompt')
+  c:lua("vim.api.nvim_exec_autocmds('CursorMoved', { buffer = vim.api.nvim_get_current_buf() })")
+  H.wait('the float closed by a move', 3000, function()
+    return c:lua(FLOAT) == vim.NIL
+  end)
   -- model: the picker lists models.json's model; picking it switches
   c:input(':Pi model<CR>')
   H.wait('the model picker', 5000, function()

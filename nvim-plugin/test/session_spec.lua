@@ -38,7 +38,9 @@ H.case(':Pi compact with instructions: shown in the chat, said when done, sent t
     return messages(c):find('Pi: compacted', 1, true) ~= nil
   end)
   local text = c:lua(H.CHAT_TEXT)
-  assert(text:find('## Pi\n\nFirst answer.\n\n⋯ compacting the context %(manual%)\n\n⋯ compacted: %d+ tokens before\n> summary\nSummary: the user greeted.\n$'), 'chat:\n' .. text)
+  assert(text:find('## Pi\n\nFirst answer.\n\n⋯ compacting the context %(manual%)\n\n⋯ compacted: %d+ tokens before; the next answer shows the new size\n> summary\nSummary: the user greeted.\n$'), 'chat:\n' .. text)
+  -- The context meter waits for the next answer (its reading was of the context before).
+  H.eq('mock/mock-1 · $0.000 · idle', c:lua("return require('pi').statusline()"), 'statusline after the compaction')
   local m = messages(c)
   assert(m:find('Pi: compacted %(%d+ tokens before%)'), 'done message: ' .. m)
   local reqs = mock.requests()

@@ -479,7 +479,13 @@ function Chat:compaction_end(ev)
   end
   self.compacting = false
   if type(ev.result) == 'table' then
-    self:line(('⋯ compacted: %s tokens before'):format(tostring(ev.result.tokensBefore)))
+    self:line(('⋯ compacted: %s tokens before; the next answer shows the new size'):format(tostring(ev.result.tokensBefore)))
+    -- The meter's reading is of the context before: it waits for the next answer.
+    local u = self.root.status.usage
+    if type(u) == 'table' then
+      u.contextTokens = nil
+      require('pi.status').changed()
+    end
     if type(ev.result.summary) == 'string' and ev.result.summary ~= '' then
       self.writer:fold_start()
       self.writer:append('> summary\n' .. ev.result.summary:gsub('\n+$', '') .. '\n')

@@ -251,7 +251,14 @@ subcommands.model = chat_cmd(function(chat)
   local client = require('pi.client')
   client.request(chat.root, 'agent/model/list', {}, 'list the models', function(r)
     local current = chat.root.status.model
-    util.select(r.models or {}, {
+    -- The offline demo model only when nothing else is configured (or it is in use).
+    local models = vim.tbl_filter(function(m)
+      return m.provider ~= 'scripted' or (m.provider .. '/' .. m.id) == current
+    end, r.models or {})
+    if #models == 0 then
+      models = r.models or {}
+    end
+    util.select(models, {
       prompt = 'Pi model (now ' .. tostring(current) .. ')',
       kind = 'pi.model',
       format_item = function(m)
@@ -331,15 +338,16 @@ subcommands.stats = chat_cmd(function(chat)
   require('pi.client').request(chat.root, 'agent/session/stats', { sessionId = chat.session_id }, 'read the session stats', function(s)
     local t = s.tokens or {}
     local lines = {
-      ('messages: %d (%d user, %d assistant), tool calls: %d'):format(s.totalMessages or 0, s.userMessages or 0, s.assistantMessages or 0, s.toolCalls or 0),
-      ('tokens: %d in, %d out, %d cache read, %d cache write'):format(t.input or 0, t.output or 0, t.cacheRead or 0, t.cacheWrite or 0),
-      ('cost: $%.4f'):format(type(s.cost) == 'number' and s.cost or 0),
+      ('messages    %d (%d user, %d assistant), tool calls %d'):format(s.totalMessages or 0, s.userMessages or 0, s.assistantMessages or 0, s.toolCalls or 0),
+      ('tokens      %d in, %d out, %d cache read, %d cache write'):format(t.input or 0, t.output or 0, t.cacheRead or 0, t.cacheWrite or 0),
+      ('cost        $%.4f'):format(type(s.cost) == 'number' and s.cost or 0),
     }
     if s.contextUsage then
-      lines[#lines + 1] = ('context: %s / %s tokens (%s%%)'):format(tostring(s.contextUsage.tokens), tostring(s.contextUsage.contextWindow), tostring(s.contextUsage.percent))
+      lines[#lines + 1] = ('context     %s of %s tokens (%s%%)'):format(tostring(s.contextUsage.tokens), tostring(s.contextUsage.contextWindow), tostring(s.contextUsage.percent))
     end
-    lines[#lines + 1] = 'file: ' .. tostring(s.sessionFile)
-    util.notify('session stats\n' .. table.concat(lines, '\n'))
+    lines[#lines + 1] = 'file        ' .. vim.fn.fnamemodify(tostring(s.sessionFile), ':~:.')
+    -- A float that goes away with the next cursor move (no "Press ENTER").
+    util.preview(lines, 'Pi session stats')
   end)
 end)
 

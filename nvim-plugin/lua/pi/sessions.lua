@@ -133,15 +133,20 @@ local function tree_lines(r)
     on_path[id] = true
     id = by_id[id].parentId
   end
+  -- The leaf as drawn: a label entry (the leaf after :Pi label) is not a row, its entry is.
+  local leaf = r.leafId
+  while leaf and by_id[leaf] and by_id[leaf].type == 'label' do
+    leaf = by_id[leaf].parentId
+  end
   local function walk(parent, depth)
     for _, e in ipairs(children[parent] or {}) do
       if e.type ~= 'label' then
         local what = e.role or (KIND[e.type] or e.type)
         local preview = tostring(e.preview or ''):gsub('\n.*', ' …')
-        local mark = e.id == r.leafId and '● ' or (on_path[e.id] and '│ ' or '  ')
+        local mark = e.id == leaf and '● ' or (on_path[e.id] and '│ ' or '  ')
         lines[#lines + 1] = ('%s%s%s%s%s'):format(string.rep('  ', depth), mark, what, preview ~= '' and (': ' .. preview) or '', e.label and ('  [' .. e.label .. ']') or '')
         ids[#lines] = e.id
-        if e.id == r.leafId then
+        if e.id == leaf then
           leaf_line = #lines
         end
       end

@@ -21,6 +21,12 @@ function M.notify_line(msg, level)
   M.notify(msg, level)
 end
 
+--- Shows `lines` in a float by the cursor that closes when the cursor moves (LSP hover's
+--- float: no "Press ENTER", nothing to dismiss).
+function M.preview(lines, title)
+  return vim.lsp.util.open_floating_preview(lines, 'text', { border = 'rounded', title = ' ' .. title .. ' ', title_pos = 'center', focus_id = 'pi-preview' })
+end
+
 --- `vim.ui.select` whose choice is handled after a redraw: Neovim's own select (inputlist)
 --- leaves its list on the screen, and a message said then would raise "Press ENTER".
 function M.select(items, opts, on_choice)
