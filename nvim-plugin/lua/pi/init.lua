@@ -87,7 +87,15 @@ function M.queue(chat, kind, text)
   local method = kind == 'followUp' and 'agent/followUp' or 'agent/steer'
   local what = kind == 'followUp' and 'queue the follow-up' or 'steer'
   local images, taken = require('pi.images').take(chat, text)
-  require('pi.client').request(chat.root, method, { sessionId = chat.session_id, text = text, images = images }, what, nil, function(err)
+  local idle = not chat.running and chat.state ~= 'sending'
+  if config.values.chat.open_on_prompt then
+    chat:open(false) -- the queue is shown above the prompt
+  end
+  require('pi.client').request(chat.root, method, { sessionId = chat.session_id, text = text, images = images }, what, function()
+    if idle then
+      util.notify(('%s queued: no run now, it goes first with your next prompt (gq in the prompt edits it)'):format(kind == 'followUp' and 'follow-up' or 'steer'))
+    end
+  end, function(err)
     util.notify(util.error_text(what, err), vim.log.levels.ERROR)
     require('pi.prompt').set_text(chat, text)
     require('pi.images').give_back(chat, taken)
