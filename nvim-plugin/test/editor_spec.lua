@@ -371,4 +371,45 @@ H.case(':checkhealth pi', function()
   c:stop()
 end)
 
+H.case(':Pi diff shows the text before the agent in diff mode; a deletion undone goes back in its place', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'd1', name = 'edit', arguments = { path = 'list.txt', edits = { { oldText = 'b\n', newText = 'B\n' }, { oldText = 'd\n', newText = '' } } } } } },
+    { text = 'Changed.' },
+  })
+  local ws = workspace({ ['list.txt'] = 'a\nb\nc\nd\ne\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
+  c:cmd('edit list.txt')
+  c:cmd('Pi change the list')
+  H.wait('the run', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Changed.', 1, true)
+  end)
+  H.eq('a\nB\nc\ne', buf_text(c), 'the edit')
+  c:cmd('Pi diff')
+  local tab = c:lua([[
+    local out = {}
+    for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+      local b = vim.api.nvim_win_get_buf(w)
+      out[#out + 1] = { name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(b), ':t'), diff = vim.wo[w].diff, lines = vim.api.nvim_buf_get_lines(b, 0, -1, false) }
+    end
+    return { tabs = #vim.api.nvim_list_tabpages(), wins = out }
+  ]])
+  H.eq({ tabs = 2, wins = { { name = 'list.txt', diff = true, lines = { 'a', 'b', 'c', 'd', 'e' } }, { name = 'list.txt', diff = true, lines = { 'a', 'B', 'c', 'e' } } } }, tab, 'the diff tabpage')
+  c:cmd('tabclose')
+  H.eq(false, c:lua('return vim.wo.diff'), 'diff mode only in the closed tabpage')
+  -- The deleted line (its mark on the line after it): undone, it is back before that line.
+  c:cmd('4')
+  c:input('\\pu')
+  H.wait('the deletion undone', 3000, function()
+    return buf_text(c) == 'a\nB\nc\nd\ne'
+  end)
+  c:cmd('2')
+  c:input('\\pu')
+  H.wait('the change undone', 3000, function()
+    return buf_text(c) == 'a\nb\nc\nd\ne'
+  end)
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

@@ -181,7 +181,8 @@ function M.mark(b, old, new)
       ok, id = pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, opts)
     end
     if ok then
-      store[id] = { old = old_lines, deletion = cb == 0, sign = opts.sign_text, sign_hl = opts.sign_hl_group }
+      -- `above`: a deletion's text goes before its mark's line (else after it: it ran to the end).
+      store[id] = { old = old_lines, deletion = cb == 0, above = cb == 0 and opts.virt_lines_above or nil, sign = opts.sign_text, sign_hl = opts.sign_hl_group }
     end
   end
   require('pi.keymaps').hunks(b)
@@ -311,16 +312,66 @@ function M.undo()
   api.nvim_buf_del_extmark(b, M.ns, h.id)
   M.by_buf[b][h.id] = nil
   if h.info.deletion then
-    local row = h.row
-    local n = api.nvim_buf_line_count(b)
-    if row >= n - 1 and not (n == 1) then
-      api.nvim_buf_set_lines(b, n, n, false, old)
-    else
-      api.nvim_buf_set_lines(b, row, row, false, old)
-    end
+    local at = h.info.above and h.row or (h.row + 1)
+    api.nvim_buf_set_lines(b, at, at, false, old)
   else
     api.nvim_buf_set_lines(b, h.row, h.end_row, false, old)
   end
+end
+
+--- The text of `b` with every agent hunk's old text back: what the buffer held before the
+--- agent's marked changes (the user's own changes stay in).
+function M.base_lines(b)
+  local lines = api.nvim_buf_get_lines(b, 0, -1, false)
+  local list = hunk_list(b)
+  for i = #list, 1, -1 do
+    local h = list[i]
+    local old = h.info.old
+    local out = {}
+    if h.info.deletion then
+      -- A deletion's mark sits on the line after it (or on the last line when it ran to the end).
+      local at = math.min(h.info.above and h.row or (h.row + 1), #lines)
+      vim.list_extend(out, { unpack(lines, 1, at) })
+      vim.list_extend(out, old)
+      vim.list_extend(out, { unpack(lines, at + 1) })
+    else
+      vim.list_extend(out, { unpack(lines, 1, h.row) })
+      vim.list_extend(out, old)
+      vim.list_extend(out, { unpack(lines, h.end_row + 1) })
+    end
+    lines = out
+  end
+  return lines
+end
+
+--- `:Pi diff`: the buffer against its text before the agent's changes, in Neovim's own diff
+--- mode, in a new tabpage (close it with `:tabclose`). Returns false when nothing is marked.
+function M.diff(b)
+  b = b or api.nvim_get_current_buf()
+  if #hunk_list(b) == 0 then
+    require('pi.util').notify('no agent change is marked in this buffer')
+    return false
+  end
+  local base = M.base_lines(b)
+  local ft = vim.bo[b].filetype
+  local name = api.nvim_buf_get_name(b)
+  vim.cmd('tab split')
+  local right = api.nvim_get_current_win()
+  api.nvim_win_set_buf(right, b)
+  local scratch = api.nvim_create_buf(false, true)
+  vim.bo[scratch].bufhidden = 'wipe'
+  api.nvim_buf_set_lines(scratch, 0, -1, false, base)
+  vim.bo[scratch].modifiable = false
+  pcall(api.nvim_buf_set_name, scratch, 'pi://before/' .. vim.fn.fnamemodify(name, ':t'))
+  vim.bo[scratch].filetype = ft
+  local left = api.nvim_open_win(scratch, false, { split = 'left', win = right })
+  api.nvim_win_call(left, function()
+    vim.cmd('diffthis')
+  end)
+  vim.cmd('diffthis')
+  api.nvim_set_option_value('winbar', ' before the agent (read-only)', { scope = 'local', win = left })
+  api.nvim_set_option_value('winbar', ' now — :tabclose ends the diff', { scope = 'local', win = right })
+  return true
 end
 
 --- Every buffer's agent hunks as quickfix items.

@@ -551,6 +551,10 @@ subcommands.rewind = chat_cmd(function(chat, args)
   end)
 end)
 
+subcommands.diff = function()
+  require('pi.hunks').diff()
+end
+
 subcommands.image = chat_cmd(function(chat, args)
   local images = require('pi.images')
   if args == 'clear' then
@@ -584,7 +588,7 @@ subcommands.build = function()
 end
 
 --- The subcommand names (for completion and `:help pi-commands`).
-M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'compact', 'export', 'fork', 'followup', 'image', 'label', 'model', 'new', 'prompt', 'reject', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'compact', 'diff', 'export', 'fork', 'followup', 'image', 'label', 'model', 'new', 'prompt', 'reject', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
 
 --- The subcommands' handlers by name (`M.subcommand_names` lists them).
 M.subcommands = subcommands
