@@ -178,4 +178,43 @@ H.case('an image file named in the prompt, and one attached with :Pi image, go a
   mock.stop()
 end)
 
+H.case(':Pi !cmd runs your command into the chat and the context; :Pi rename; :Pi clone', function()
+  local mock = H.mock({ { text = 'Seen.' } })
+  local c = H.child({ ws = workspace(), models_json = mock.models_json, cols = 160, rows = 40 })
+  c:cmd('Pi new')
+  H.wait('the session', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  c:cmd('Pi !echo hi there')
+  H.wait('the command', 10000, function()
+    return c:lua(H.CHAT_TEXT):find('↳ $ ✓', 1, true) ~= nil and c:lua(H.CHAT_STATE).state == 'idle'
+  end)
+  H.eq('### $ echo hi there\n↳ $ ✓ (1 line)\n```\nhi there\n```\n', c:lua(H.CHAT_TEXT), 'chat')
+  c:cmd('Pi what did it say?')
+  idle_with(c, 'Seen.')
+  local sent = vim.json.encode(mock.requests()[1].messages)
+  H.contains(sent, 'echo hi there', 'the command in the model request')
+  H.contains(sent, 'hi there', 'its output in the model request')
+  c:cmd('Pi rename my work')
+  H.wait('the name', 5000, function()
+    return messages(c):find('Pi: session named: my work', 1, true) ~= nil
+  end)
+  local before = c:lua(H.CHAT_STATE).session
+  local text = c:lua(H.CHAT_TEXT)
+  c:cmd('Pi clone')
+  H.wait('the clone', 10000, function()
+    return c:lua(H.CHAT_STATE).session ~= before and messages(c):find('Pi: cloned', 1, true) ~= nil
+  end)
+  H.eq(text, c:lua(H.CHAT_TEXT), 'the clone shows the same history')
+  c:cmd('wincmd t')
+  c:input(':Pi sessions<CR>')
+  H.wait('the picker', 5000, function()
+    return c:screen_text():find('Pi sessions', 1, true) ~= nil
+  end)
+  H.contains(c:screen_text(), 'my work  · ', 'the named session in the picker')
+  c:input('<Esc>')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

@@ -200,8 +200,10 @@ function Chat:tool_header(id, name, args, status)
   end
   self:draw_header()
   w:blank()
-  w:append('### ⚙ ' .. name .. '  ' .. util.tool_summary(name, args) .. '\n')
-  local t = { name = name, args = args, t0 = vim.uv.hrtime(), col = #('### ⚙ ' .. name) }
+  -- `$`: the user's own shell command (`:Pi !cmd`), drawn as `### $ cmd`.
+  local head = name == '$' and ('### $ ' .. tostring(args.command)) or ('### ⚙ ' .. name .. '  ' .. util.tool_summary(name, args))
+  w:append(head .. '\n')
+  local t = { id = id, name = name, args = args, t0 = vim.uv.hrtime(), col = name == '$' and #head or #('### ⚙ ' .. name) }
   self.tools[id] = t
   w:mark(function(row)
     t.row = row - 1
@@ -641,8 +643,10 @@ function Chat:draw_message(m)
   elseif role == 'toolResult' then
     self:tool_result(m.toolCallId, m.toolName or '?', m, m.isError, nil)
   elseif role == 'bashExecution' then
-    self:line('### $ ' .. tostring(m.command))
-    self:tool_result('bash:' .. tostring(m.timestamp), 'bash', { content = m.output or '' }, (m.exitCode or 0) ~= 0)
+    local id = 'bash:' .. tostring(m.timestamp)
+    self:tool_header(id, '$', { command = m.command }, nil)
+    local code = type(m.exitCode) == 'number' and m.exitCode or 0
+    self:tool_result(id, m.excludeFromContext and '$ (not in the context)' or '$', { content = type(m.output) == 'string' and m.output or '' }, code ~= 0 or m.cancelled == true)
   elseif role == 'custom' and m.display ~= false then
     self:user_block(util.content_text(m.content), m.customType or 'message')
   elseif role == 'branchSummary' or role == 'compactionSummary' then

@@ -106,6 +106,10 @@ end
 --- Aborts the chat's run: "stopping" at once, then the server's report in the chat; the
 --- prompt text comes back when nothing streamed yet.
 function M.abort(chat)
+  if chat.bash_running and not chat.running then
+    -- The user's own shell command (`:Pi !cmd`).
+    return require('pi.client').request(chat.root, 'agent/bash/abort', { sessionId = chat.session_id }, 'stop the command')
+  end
   if not chat.running and chat.state ~= 'sending' then
     util.notify('nothing is running')
     return
@@ -551,6 +555,62 @@ subcommands.rewind = chat_cmd(function(chat, args)
   end)
 end)
 
+subcommands.rename = chat_cmd(function(chat, args)
+  local client = require('pi.client')
+  local function set(name)
+    if not name or vim.trim(name) == '' then
+      return
+    end
+    client.request(chat.root, 'agent/session/name', { sessionId = chat.session_id, name = vim.trim(name) }, 'name the session', function(r)
+      util.notify('session named: ' .. tostring(r and r.name or name))
+    end)
+  end
+  if args ~= '' then
+    return set(args)
+  end
+  util.input({ prompt = 'Session name: ', default = vim.tbl_get(chat.root, 'state', 'sessionName') or '' }, set)
+end)
+
+subcommands.clone = chat_cmd(function(chat)
+  local st = chat.root
+  require('pi.client').request(st, 'agent/session/clone', { sessionId = chat.session_id }, 'clone the session', function(r)
+    local old = require('pi.chat').current(st)
+    M.use_state(st, r.session)
+    local c = require('pi.chat').get(st, r.session.sessionId)
+    c:load_history(function()
+      c:show_instead(old, false)
+      util.notify('cloned: this chat is the copy; :Pi sessions has the original')
+    end)
+  end)
+end)
+
+--- `:Pi !{command}` (`!!` keeps its output out of the model's context): the user's own shell
+--- command in the workspace, drawn in the chat; the model sees it with the next prompt.
+function M.bash(chat, command, exclude)
+  local t = chat:tool_header('bash:' .. tostring(vim.uv.hrtime()), '$', { command = command }, 'running')
+  chat.writer:flush()
+  chat:set_state('running a command')
+  chat.bash_running = true
+  require('pi.client').request(chat.root, 'agent/bash', { sessionId = chat.session_id, command = command, excludeFromContext = exclude or nil }, 'run the command', function(r)
+    chat.bash_running = false
+    local code = type(r.exitCode) == 'number' and r.exitCode or 0
+    local failed = r.cancelled == true or code ~= 0
+    local text = type(r.output) == 'string' and r.output or ''
+    if r.cancelled == true then
+      text = text .. '\n(stopped)'
+    elseif code ~= 0 then
+      text = text .. ('\n(exit code %d)'):format(code)
+    end
+    chat:tool_result(t.id, exclude and '$ (not in the context)' or '$', { content = text }, failed, (vim.uv.hrtime() - t.t0) / 1e9)
+    chat.writer:flush()
+    chat:set_state(chat.running and 'running' or 'idle')
+  end, function()
+    chat.bash_running = false
+    chat:set_state(chat.running and 'running' or 'idle')
+    return false
+  end)
+end
+
 subcommands.diff = function()
   require('pi.hunks').diff()
 end
@@ -588,7 +648,7 @@ subcommands.build = function()
 end
 
 --- The subcommand names (for completion and `:help pi-commands`).
-M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'compact', 'diff', 'export', 'fork', 'followup', 'image', 'label', 'model', 'new', 'prompt', 'reject', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'clone', 'compact', 'diff', 'export', 'fork', 'followup', 'image', 'label', 'model', 'new', 'prompt', 'reject', 'rename', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
 
 --- The subcommands' handlers by name (`M.subcommand_names` lists them).
 M.subcommands = subcommands
@@ -596,6 +656,13 @@ M.subcommands = subcommands
 --- `:Pi [subcommand] [text]`.
 function M.command(o)
   local args = o.args or ''
+  local bang, cmd = args:match('^%s*(!!?)%s*(.+)$')
+  if bang then
+    return M.with_chat(function(chat)
+      chat:open(false)
+      M.bash(chat, cmd, bang == '!!')
+    end)
+  end
   local name, rest = args:match('^(%S+)%s*(.*)$')
   local fn = name and subcommands[name]
   if fn then
