@@ -36,6 +36,8 @@ M.defaults = {
     flush_ms = 16,
     --- Lines of a tool result shown (the rest is summarised in one line).
     max_tool_lines = 60,
+    --- Lines of an edit question's diff shown (the rest is summarised in one line).
+    max_diff_lines = 400,
     --- Entries of a session's history drawn when it opens; older ones load on demand.
     history_page = 50,
     --- Open the chat (without focusing it) when a prompt is sent.

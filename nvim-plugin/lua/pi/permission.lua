@@ -45,7 +45,15 @@ local function block_lines(q)
     lines[#lines + 1] = '```diff'
     q.diff_at = #lines
     q.diff_lines = vim.split(p.change.diff:gsub('\n+$', ''), '\n', { plain = true })
+    local max = config.values.chat.max_diff_lines or 400
+    local more = #q.diff_lines - max
+    if more > 0 then
+      q.diff_lines = { unpack(q.diff_lines, 1, max) }
+    end
     vim.list_extend(lines, q.diff_lines)
+    if more > 0 then
+      lines[#lines + 1] = ('… %d more lines'):format(more)
+    end
     lines[#lines + 1] = '```'
   end
   local km = config.values.keymaps.permission or {}
