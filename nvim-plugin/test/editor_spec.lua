@@ -172,6 +172,19 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
   ]])
   H.eq({ -1, folded[2], 5 }, folded, 'fold of the answered block')
   assert(folded[2] > 0, 'answered block not folded')
+  -- <CR> on the folded line opens it (and again closes it).
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_win_set_cursor(0, { ..., 0 })
+  ]], folded[2])
+  c:input('<CR>')
+  H.wait('the fold opened', 2000, function()
+    return c:lua('return vim.fn.foldclosed(...)', folded[2]) == -1
+  end)
+  c:input('<CR>')
+  H.wait('the fold closed', 2000, function()
+    return c:lua('return vim.fn.foldclosed(...)', folded[2]) == folded[2]
+  end)
   -- `r` away from the block is not an answer; on the block it rejects.
   c:input('gg')
   c:input('r<Esc>')

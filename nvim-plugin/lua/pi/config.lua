@@ -67,6 +67,7 @@ M.defaults = {
       close = 'q',
       older = 'gO', -- load older history
       prompt = 'i', -- jump to the prompt
+      toggle = '<CR>', -- on an answer row: that answer; on a fold: open / close it
     },
     permission = {
       allow = 'a',

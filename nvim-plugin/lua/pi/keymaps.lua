@@ -33,6 +33,25 @@ function M.chat(chat)
       vim.cmd('startinsert!')
     end
   end, 'go to the prompt')
+  -- <CR>: the answer on its row, else the fold under the cursor opens or closes, else <CR>.
+  if km.toggle then
+    map(buf, 'n', km.toggle, function()
+      local perm = require('pi.permission')
+      local row = api.nvim_win_get_cursor(0)[1] - 1
+      local q = perm.at_row(chat, row)
+      local i = q and q.choices_at and (row - q.header_row - q.choices_at + 1)
+      if q and i and i >= 1 and i <= #q.choices then
+        vim.schedule(function()
+          perm.answer(q, i)
+        end)
+        return ''
+      end
+      if vim.fn.foldlevel(row + 1) > 0 then
+        return 'za'
+      end
+      return km.toggle
+    end, 'answer on this row, or open / close the fold', { expr = true, replace_keycodes = true, remap = false })
+  end
   -- Mnemonic permission keys: answer only with the cursor on an open question; elsewhere the
   -- key does what it always does.
   local pk = config.values.keymaps.permission or {}
