@@ -322,6 +322,15 @@ H.case('<Esc> stops a young run at once; in a long run it asks once and a second
     return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 31', 1, true)
   end)
   vim.wait(2100)
+  -- In the prompt, <Esc><Esc> out of insert mode (the habit) neither asks nor stops.
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_set_current_win(require('pi.prompt').window(chat))
+  ]])
+  c:input('inote<Esc><Esc>')
+  vim.wait(300)
+  assert(not c:screen_text():find('Stop it?', 1, true), 'asked after <Esc><Esc> out of insert mode')
+  H.eq('running', c:lua(H.CHAT_STATE).state, 'still running after <Esc><Esc> in the prompt')
   c:lua(CHAT_WIN)
   c:input('<Esc>')
   H.wait('the question', 5000, function()

@@ -122,8 +122,20 @@ end
 --- `<Esc>` in normal mode: during a run it stops it (asking once in a long run, see
 --- `chat.esc_confirm_after`); otherwise it is the usual key.
 function M.esc(buf, lhs, chat)
+  if not lhs then
+    return
+  end
+  -- The habit "<Esc><Esc>" that leaves insert mode: the second one within a second of leaving
+  -- insert mode in this buffer is only an <Esc>.
+  local left = 0
+  api.nvim_create_autocmd('InsertLeave', {
+    buffer = buf,
+    callback = function()
+      left = vim.uv.now()
+    end,
+  })
   map(buf, 'n', lhs, function()
-    if chat.running or chat.state == 'sending' then
+    if (chat.running or chat.state == 'sending') and vim.uv.now() - left > 1000 then
       vim.schedule(function()
         require('pi').esc(chat)
       end)
