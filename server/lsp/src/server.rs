@@ -124,6 +124,8 @@ method_table! {
     "agent/session/clone" => Backend::session_clone,
     "agent/session/tree" => Backend::session_tree,
     "agent/session/history" => Backend::session_history,
+    "agent/session/changes" => Backend::session_changes,
+    "agent/session/rewind" => Backend::session_rewind,
     "agent/session/branch" => Backend::session_branch,
     "agent/session/label" => Backend::session_label,
     "agent/session/name" => Backend::session_name,

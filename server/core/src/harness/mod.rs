@@ -13,6 +13,7 @@
 //! fork, case SESS-04) and [`AgentSession::resume`], or started with [`AgentSession::create`].
 
 pub mod recorder;
+pub mod rewind;
 pub mod setup;
 
 use std::path::{Path, PathBuf};
@@ -97,6 +98,8 @@ pub struct AgentSession {
     auto_compaction: bool,
     name: Option<String>,
     parent_session: Option<String>,
+    /// A rewind is in progress ([`rewind`]): prompts are refused meanwhile.
+    rewinding: Arc<std::sync::atomic::AtomicBool>,
     /// Keeps the product's listeners and the extensions' event handlers registered.
     _subscriptions: Vec<Subscription>,
 }
@@ -256,6 +259,7 @@ impl AgentSession {
             auto_compaction,
             name: None,
             parent_session: None,
+            rewinding: Arc::default(),
             _subscriptions: Vec::new(),
         };
         let weak = s.agent.downgrade();
@@ -303,7 +307,11 @@ impl AgentSession {
 
     /// Starts a run on `messages` (the user's prompt, already expanded); returns its run id.
     /// While a run is finishing (its `agent_end` sent), this starts the next one.
+    /// Refused while a rewind is in progress ([`rewind`]).
     pub fn prompt(&self, messages: Vec<Message>) -> Result<String, AgentBusy> {
+        if self.is_rewinding() {
+            return Err(AgentBusy);
+        }
         self.reconfigure();
         self.agent.prompt(messages).map(|(run_id, _)| run_id)
     }

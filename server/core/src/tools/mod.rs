@@ -5,6 +5,7 @@
 mod bash;
 mod edit;
 mod edit_match;
+pub mod file_change;
 mod find;
 mod grep;
 mod ls;
@@ -16,6 +17,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use bash::{kill_group, BashTool, BeforeBash, KILL_GRACE};
+pub(crate) use edit::minimal_replace;
 pub use edit::EditTool;
 pub use find::FindTool;
 pub use grep::GrepTool;
