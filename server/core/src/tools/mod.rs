@@ -179,7 +179,8 @@ pub fn tools_for_session(
         crate::sandbox::Sandbox::new(&root, sandbox)
     } else {
         crate::sandbox::Sandbox::for_session(&root, sandbox, session_id)
-    };
+    }
+    .with_folders(state.folders.clone());
     let bash = BashTool::with_sandbox(root, before_bash, sandbox, approver);
     tool_set(fs, Arc::new(bash), state)
 }
