@@ -73,26 +73,47 @@ fn script() -> Vec<Step> {
 
 /// The four changes of [`script`] as `agent/session/changes` lists them.
 fn expected_changes(ws: &Path, lines: &[Value]) -> Value {
-    let change = |call: &str, tool: &str, path: &str, diff: &str, before: Option<&str>, after: &str| {
-        json!({"toolCallId": call, "toolName": tool, "path": path,
+    let change =
+        |call: &str, tool: &str, path: &str, diff: &str, before: Option<&str>, after: &str| {
+            json!({"toolCallId": call, "toolName": tool, "path": path,
             "absolutePath": ws.join(path).display().to_string(),
             "entryId": result_entry(lines, call), "diff": diff,
             "hashBefore": before.map(hash), "hashAfter": hash(after),
             "created": before.is_none()})
-    };
+        };
     json!([
-        change("call_a1", "edit", "a.txt",
+        change(
+            "call_a1",
+            "edit",
+            "a.txt",
             "--- a.txt\n+++ a.txt\n@@ -1,3 +1,3 @@\n-alpha\n+ALPHA\n beta\n gamma\n",
-            Some(A0), A1),
-        change("call_b1", "edit", "b.txt",
+            Some(A0),
+            A1
+        ),
+        change(
+            "call_b1",
+            "edit",
+            "b.txt",
             "--- b.txt\n+++ b.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n",
-            Some(B0), B1),
-        change("call_c1", "write", "c.txt",
+            Some(B0),
+            B1
+        ),
+        change(
+            "call_c1",
+            "write",
+            "c.txt",
             "--- c.txt\n+++ c.txt\n@@ -0,0 +1 @@\n+new file\n",
-            None, C1),
-        change("call_a2", "edit", "a.txt",
+            None,
+            C1
+        ),
+        change(
+            "call_a2",
+            "edit",
+            "a.txt",
             "--- a.txt\n+++ a.txt\n@@ -1,3 +1,3 @@\n ALPHA\n beta\n-gamma\n+GAMMA\n",
-            Some(A1), A2),
+            Some(A1),
+            A2
+        ),
     ])
 }
 
@@ -370,7 +391,10 @@ async fn rewind_keeps_created_files_without_delete_support_and_waits_for_runs() 
         json!({"code": -31001, "message": format!(
             "session {sid} is running {run}; rewind waits until it ends (or agent/abort it)")})
     );
-    assert_eq!((read(&a), read(&c_file)), (Some(A1.into()), Some(C1.into())));
+    assert_eq!(
+        (read(&a), read(&c_file)),
+        (Some(A1.into()), Some(C1.into()))
+    );
     gate.notify_one();
     c.run_until_end(Duration::from_secs(30)).await;
 
@@ -399,7 +423,10 @@ async fn rewind_keeps_created_files_without_delete_support_and_waits_for_runs() 
             {"path": "c.txt", "status": "refused", "reason": "the agent created it; deleting it needs a client that applies file deletes (workspace.workspaceEdit.resourceOperations with \"delete\"); kept as it is"},
         ])
     );
-    assert_eq!((read(&a), read(&c_file)), (Some(A0.into()), Some(C1.into())));
+    assert_eq!(
+        (read(&a), read(&c_file)),
+        (Some(A0.into()), Some(C1.into()))
+    );
     // Without change annotation support, the edit is labelled only.
     let last = apply_edits(&c, 0).pop().unwrap();
     assert_eq!(last["label"], "Pi: rewind a.txt");
