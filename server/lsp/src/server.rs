@@ -508,6 +508,12 @@ impl Backend {
         }
         let s = lock(&session);
         let busy = |s: &Session| {
+            if s.is_rewinding() {
+                return agent_error(
+                    codes::SESSION_BUSY,
+                    format!("session {} is rewinding (agent/session/rewind); send the prompt when it has answered", s.id()),
+                );
+            }
             agent_error(
                 codes::SESSION_BUSY,
                 format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id(), s.agent().run_id().unwrap_or_default()),
