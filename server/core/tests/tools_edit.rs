@@ -357,9 +357,11 @@ async fn write_details_carry_a_unified_diff_and_the_change() {
         .unwrap();
     assert_eq!(
         out.details,
-        Some(json!({"unifiedDiff": "--- n.txt\n+++ n.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n",
+        Some(
+            json!({"unifiedDiff": "--- n.txt\n+++ n.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n",
             "fileChange": {"path": ws.dir.join("n.txt").display().to_string(),
-                "hashBefore": null, "hashAfter": xxh3("one\ntwo\n"), "edits": []}}))
+                "hashBefore": null, "hashAfter": xxh3("one\ntwo\n"), "edits": []}})
+        )
     );
     let out = ws
         .call("write", json!({"path": "n.txt", "content": "one\nTWO\n"}))
@@ -367,10 +369,12 @@ async fn write_details_carry_a_unified_diff_and_the_change() {
         .unwrap();
     assert_eq!(
         out.details,
-        Some(json!({"unifiedDiff": "--- n.txt\n+++ n.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n",
+        Some(
+            json!({"unifiedDiff": "--- n.txt\n+++ n.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n",
             "fileChange": {"path": ws.dir.join("n.txt").display().to_string(),
                 "hashBefore": xxh3("one\ntwo\n"), "hashAfter": xxh3("one\nTWO\n"),
-                "edits": [{"at": 4, "oldText": "two", "newText": "TWO"}]}}))
+                "edits": [{"at": 4, "oldText": "two", "newText": "TWO"}]}})
+        )
     );
     assert_eq!(ws.get("n.txt"), b"one\nTWO\n");
 }

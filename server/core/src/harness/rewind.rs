@@ -649,7 +649,140 @@ impl AgentSession {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::apply_replacements;
+    use crate::fs::{apply_replacements, DiskFs};
+
+    /// A change of `file` from `before` to `after` (one replacement), by call `id`.
+    fn change(file: &Path, id: &str, before: Option<&str>, after: &str) -> Change {
+        let record = match before {
+            Some(b) => {
+                let r = crate::tools::minimal_replace(b, after);
+                FileChange::of_plan(
+                    file.to_path_buf(),
+                    b,
+                    &[r],
+                    content_hash(b),
+                    content_hash(after),
+                )
+            }
+            None => FileChange {
+                path: file.to_path_buf(),
+                hash_before: None,
+                hash_after: content_hash(after),
+                edits: Vec::new(),
+            },
+        };
+        Change {
+            tool_call_id: id.into(),
+            tool_name: if before.is_some() { "edit" } else { "write" }.into(),
+            path: "f".into(),
+            absolute_path: file.display().to_string(),
+            entry_id: format!("e-{id}"),
+            diff: String::new(),
+            hash_before: record.hash_before.clone(),
+            hash_after: Some(record.hash_after.clone()),
+            created: before.is_none(),
+            content: before.is_none().then(|| after.to_string()),
+            record: Some(record),
+            at: 0,
+        }
+    }
+
+    fn plan(file: &Path, undo: Vec<Change>, redo: Vec<Change>) -> FilePlan {
+        FilePlan {
+            file: file.to_path_buf(),
+            shown: "f".into(),
+            undo,
+            redo,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_file_is_undone_redone_or_refused_by_its_hashes() {
+        let dir = std::env::temp_dir().join(format!("pi-rewind-unit-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fs = DiskFs::new(dir.clone());
+        let f = dir.join("f");
+        let (v0, v1, v2) = ("a\nb\nc\n", "A\nb\nc\n", "A\nb\nC\n");
+        let c1 = change(&f, "c1", Some(v0), v1);
+        let c2 = change(&f, "c2", Some(v1), v2);
+        let opts = RewindOptions::default();
+        let read = || std::fs::read_to_string(&f).ok();
+        // Two changes undone at once, then redone.
+        std::fs::write(&f, v2).unwrap();
+        let both = plan(&f, vec![c1.clone(), c2.clone()], vec![]);
+        assert_eq!(
+            rewind_file(&fs, &both, opts).await,
+            Ok(FileStatus::Reverted)
+        );
+        assert_eq!(read().as_deref(), Some(v0));
+        // Already there: unchanged.
+        assert_eq!(
+            rewind_file(&fs, &both, opts).await,
+            Ok(FileStatus::Unchanged)
+        );
+        let forward = plan(&f, vec![], vec![c1.clone(), c2.clone()]);
+        assert_eq!(
+            rewind_file(&fs, &forward, opts).await,
+            Ok(FileStatus::Reapplied)
+        );
+        assert_eq!(read().as_deref(), Some(v2));
+        // Changed by hand since the last change: refused, kept.
+        std::fs::write(&f, "A\nb\nC\nmine\n").unwrap();
+        let err = rewind_file(&fs, &both, opts).await.unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "changed since the agent's change (c2): it holds {}, the agent left {}; kept as it is",
+                content_hash("A\nb\nC\nmine\n"),
+                content_hash(v2)
+            )
+        );
+        assert_eq!(read().as_deref(), Some("A\nb\nC\nmine\n"));
+        // Changed between the two changes (a command ran in between): refused, kept.
+        let c2_after_cmd = change(&f, "c2", Some("A\nb\nc\n# fmt\n"), "A\nb\nC\n# fmt\n");
+        std::fs::write(&f, "A\nb\nC\n# fmt\n").unwrap();
+        let broken = plan(&f, vec![c1.clone(), c2_after_cmd], vec![]);
+        assert_eq!(
+            rewind_file(&fs, &broken, opts).await.unwrap_err(),
+            "changed between the agent's changes (before c2), by a command or by hand: it cannot be undone exactly; kept as it is"
+        );
+        assert_eq!(read().as_deref(), Some("A\nb\nC\n# fmt\n"));
+        // A change recorded without its record.
+        let mut legacy = c1.clone();
+        legacy.record = None;
+        assert_eq!(
+            rewind_file(&fs, &plan(&f, vec![legacy], vec![]), opts).await.unwrap_err(),
+            "the edit of call c1 was recorded without its change (by Pi, or an older pi-lsp): it cannot be undone exactly"
+        );
+        // A created file: deleted only when allowed, written again forward.
+        let g = dir.join("g");
+        let created = change(&g, "w1", None, "new\n");
+        std::fs::write(&g, "new\n").unwrap();
+        let undo_create = FilePlan {
+            file: g.clone(),
+            ..plan(&g, vec![created.clone()], vec![])
+        };
+        assert!(rewind_file(&fs, &undo_create, opts)
+            .await
+            .unwrap_err()
+            .starts_with("the agent created it;"));
+        assert!(g.exists());
+        let allow = RewindOptions {
+            delete_created: true,
+        };
+        assert_eq!(
+            rewind_file(&fs, &undo_create, allow).await,
+            Ok(FileStatus::Reverted)
+        );
+        assert!(!g.exists());
+        let redo_create = plan(&g, vec![], vec![created]);
+        assert_eq!(
+            rewind_file(&fs, &redo_create, opts).await,
+            Ok(FileStatus::Reapplied)
+        );
+        assert_eq!(std::fs::read_to_string(&g).unwrap(), "new\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn line_edits_make_the_target_exactly_with_small_replacements() {
