@@ -634,8 +634,12 @@ impl Backend {
     pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
         let st = &self.state;
         let ws = st.workspace();
-        let opening =
-            pi_core::harness::open_file(&ws, path, |id| lock(&st.sessions).contains_key(id));
+        let opening = pi_core::harness::open_file(&ws, path, |id| {
+            let s = lock(&st.sessions).get(id).cloned()?;
+            let s = lock(&s);
+            let file = lock(s.core.writer()).path().to_path_buf();
+            Some(file)
+        });
         let (writer, loaded, notices) = match opening {
             Ok(Opening::Opened {
                 writer,

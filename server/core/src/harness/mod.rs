@@ -119,17 +119,34 @@ pub enum Opening {
     },
 }
 
-/// Opens the session file at `path` for writing. `is_open(id)` says whether a session is live
-/// here already (a second writer would take over its lock). A file another process appends to
-/// is continued in a fork in `ws`'s sessions folder (case SESS-04); damage repaired while
-/// loading (a torn last line, damaged lines, a migration) is reported (SESS-01, SESS-02).
+/// Opens the session file at `path` for writing. `open_here(id)` gives the file of the session
+/// with that id live here, if any: the same file is [`Opening::AlreadyOpen`] (a second writer
+/// would take over its lock), another file with that id is [`SessionError::IdInUse`]. A file
+/// another process appends to is continued in a fork in `ws`'s sessions folder (case SESS-04);
+/// damage repaired while loading (a torn last line, damaged lines, a migration) is reported
+/// (SESS-01, SESS-02).
 pub fn open_file(
     ws: &WorkspaceConfig,
     path: &Path,
-    is_open: impl Fn(&str) -> bool,
+    open_here: impl Fn(&str) -> Option<PathBuf>,
 ) -> Result<Opening, SessionError> {
+    let same = |a: &Path, b: &Path| {
+        a == b
+            || matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
+    };
+    let is_open = |id: &str| -> Result<bool, SessionError> {
+        match open_here(id) {
+            Some(other) if same(&other, path) => Ok(true),
+            Some(other) => Err(SessionError::IdInUse {
+                id: id.to_string(),
+                path: path.to_path_buf(),
+                other,
+            }),
+            None => Ok(false),
+        }
+    };
     if let Some(id) = header_id(path) {
-        if is_open(&id) {
+        if is_open(&id)? {
             return Ok(Opening::AlreadyOpen(id));
         }
     }
@@ -139,7 +156,7 @@ pub fn open_file(
         Err(SessionError::Locked { pid, .. }) => {
             let (tree, _) = read_tree(path, false)?;
             let id = tree.header["id"].as_str().unwrap_or_default().to_string();
-            if is_open(&id) {
+            if is_open(&id)? {
                 return Ok(Opening::AlreadyOpen(id));
             }
             let fork = SessionWriter::fork_from(path, &tree, &sessions_dir(ws), None)?;
