@@ -363,7 +363,7 @@ end)
 
 H.case(':checkhealth pi', function()
   local ws = workspace()
-  local c = H.child({ ws = ws, models_json = { providers = {} } })
+  local c = H.child({ ws = ws, models_json = { providers = vim.empty_dict() } })
   c:cmd('Pi new')
   H.wait('the server', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL
