@@ -354,6 +354,13 @@ H.case('typing in insert mode while the agent edits other files: mode, window, c
   H.eq('code' .. typed, c:lua('return vim.api.nvim_get_current_line()'), 'every character in code.txt')
   H.eq({ 1, #('code' .. typed) }, c:lua('return vim.api.nvim_win_get_cursor(0)'), 'cursor')
   H.eq('n=10', c:lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr('other.txt'), 0, -1, false)[1]"), 'other.txt buffer')
+  -- The never-opened file was loaded by the first edit, synced (attached: the server sees every
+  -- later edit against it) and written; each edit is an undo step of its own.
+  H.eq({ attached = true, modified = false, seq = 10 }, c:lua([[
+    local b = vim.fn.bufnr('other.txt')
+    local client = vim.lsp.get_clients({ name = 'pi-lsp' })[1]
+    return { attached = vim.lsp.buf_is_attached(b, client.id), modified = vim.bo[b].modified, seq = vim.api.nvim_buf_call(b, function() return vim.fn.undotree().seq_last end) }
+  ]]), 'other.txt: attached, written, ten undo steps')
   -- Each edit marked only the line it changed.
   H.eq({ 0 }, c:lua("return vim.tbl_map(function(m) return m[2] end, vim.api.nvim_buf_get_extmarks(vim.fn.bufnr('other.txt'), require('pi.hunks').ns, 0, -1, {}))"), 'hunk rows in other.txt')
   c:input('<Esc>')
