@@ -398,4 +398,37 @@ H.case('the server dying during a run is said, the chat stops waiting, the next 
   mock.stop()
 end)
 
+H.case('a long chat streams under the regex syntax and gets tree-sitter back when the run ends', function()
+  local mock = H.mock({ { text = string.rep('streaming words ', 40), chunk = 8, chunkDelayMs = 15 } })
+  local c = H.child({ ws = workspace(), models_json = mock.models_json })
+  c:cmd('Pi new')
+  H.wait('the session', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  local HL = [[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    return { ts = vim.treesitter.highlighter.active[chat.buf] ~= nil, syntax = vim.bo[chat.buf].syntax, lines = vim.api.nvim_buf_line_count(chat.buf) }
+  ]]
+  -- 400 lines of earlier conversation.
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    chat.writer:append(string.rep('## Pi\n\nEarlier **answer**.\n\n', 100))
+    chat.writer:flush()
+  ]])
+  H.eq({ ts = true, syntax = '', lines = 401 }, c:lua(HL), 'before the run')
+  c:cmd('Pi go on')
+  H.wait('streaming', 10000, function()
+    return c:lua(H.CHAT_TEXT):find('streaming words', 1, true) ~= nil
+  end)
+  local during = c:lua(HL)
+  H.eq({ false, 'markdown' }, { during.ts, during.syntax }, 'while the run streams')
+  H.wait('the end of the run', 15000, function()
+    return c:lua(H.CHAT_STATE).state == 'idle'
+  end)
+  local after = c:lua(HL)
+  H.eq({ true, '' }, { after.ts, after.syntax }, 'after the run')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

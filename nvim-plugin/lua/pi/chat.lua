@@ -372,6 +372,9 @@ function Chat:on_event(p)
     return
   end
   if ty == 'agent_start' then
+    if self.highlighter == 'treesitter' and not self.hl_paused then
+      self.hl_paused = require('pi.highlight').pause(self.buf, config.values.chat.treesitter_max_live_lines)
+    end
     if not (self.state == 'sending' and self.run_started) then
       self.run_started = vim.uv.hrtime()
     end
@@ -427,6 +430,10 @@ function Chat:on_event(p)
     self.running = false
     self.writer:newline()
     self.writer:flush()
+    if self.hl_paused then
+      self.hl_paused = false
+      require('pi.highlight').resume(self.buf)
+    end
     self:set_state(self.failed and 'failed' or 'idle')
     self.failed = nil
     require('pi.permission').withdraw_session(self.session_id)

@@ -533,6 +533,10 @@ function M.ensure(root, done)
             if chat.root == st and (chat.running or chat.state == 'sending' or chat.state == 'stopping') then
               chat.running = false
               chat.aborting = false
+              if chat.hl_paused then
+                chat.hl_paused = false
+                require('pi.highlight').resume(chat.buf)
+              end
               require('pi.permission').withdraw_session(chat.session_id, true)
               chat:line(('✗ the server stopped during the run (%s); the next :Pi starts it again'):format(how))
               chat.writer:flush()

@@ -45,6 +45,10 @@ M.defaults = {
     --- Highlight the chat and the prompt with tree-sitter (Neovim's markdown parser; code
     --- fences by their language's parser when installed); `false`: the regex markdown syntax.
     treesitter = true,
+    --- A chat of at least this many lines is highlighted by the regex syntax while a run
+    --- streams into it (tree-sitter re-parses a long markdown buffer for every write) and by
+    --- tree-sitter again when the run ends; `false`: tree-sitter always.
+    treesitter_max_live_lines = 300,
     --- `<Esc>` (normal mode, chat or prompt) during a run stops it at once while the run is
     --- younger than this many seconds, and asks once after that; `0` always asks, `false`
     --- never asks.
