@@ -177,13 +177,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
             }),
         }
     });
-    register(builder)
-        .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
-        .custom_method(
-            crate::transport::INVALID_REQUEST_METHOD,
-            Backend::invalid_request,
-        )
-        .finish()
+    register(builder).finish()
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -366,23 +360,16 @@ impl LanguageServer for Backend {
         }
     }
 
+    /// Stops every session as the process's going away does ([`crate::shutdown::stop_server`]:
+    /// runs and user commands aborted, results written, process groups killed, files closed
+    /// and unlocked). Run in a task of its own so that a cancelled request cannot stop it
+    /// halfway.
     async fn shutdown(&self) -> Result<()> {
         self.state
             .shutdown_received
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let sessions: Vec<Arc<Mutex<Session>>> =
-            lock(&self.state.sessions).values().cloned().collect();
-        for s in &sessions {
-            lock(s).agent().abort();
-        }
-        for s in &sessions {
-            let agent = lock(s).agent().clone();
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), agent.wait_for_idle())
-                .await;
-        }
-        // Dropping the sessions closes their files and removes their `.lock` files.
-        drop(sessions);
-        lock(&self.state.sessions).clear();
+        let state = self.state.clone();
+        let _ = tokio::spawn(async move { crate::shutdown::stop_server(&state).await }).await;
         Ok(())
     }
 
@@ -674,32 +661,6 @@ impl Backend {
         let id = core.id().to_string();
         let s = Arc::new(Mutex::new(Session { core, tracker }));
         Ok(lock(&st.sessions).entry(id).or_insert(s).clone())
-    }
-
-    /// Answers a frame the transport guard could not parse (see [`crate::transport`]).
-    async fn parse_error(&self, params: Value) -> Result<Value> {
-        let detail = params
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("invalid message");
-        Err(tower_lsp_server::jsonrpc::Error {
-            code: tower_lsp_server::jsonrpc::ErrorCode::ParseError,
-            message: format!("Parse error: {detail}").into(),
-            data: None,
-        })
-    }
-
-    /// Answers a frame that is JSON but not a JSON-RPC request (see [`crate::transport`]).
-    async fn invalid_request(&self, params: Value) -> Result<Value> {
-        let detail = params
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("invalid message");
-        Err(tower_lsp_server::jsonrpc::Error {
-            code: tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest,
-            message: format!("Invalid request: {detail}").into(),
-            data: None,
-        })
     }
 
     /// `agent/compact {sessionId, instructions?}` → Pi's `CompactionResult`

@@ -220,7 +220,9 @@ pub struct SessionWriter {
     torn: bool,
     /// This file's place in the background syncer (see [`SessionWriter::sync`]).
     syncer: Option<Arc<SyncState>>,
-    _lock: LockFile,
+    /// The file's lock; `None` once [`SessionWriter::close`] released it (nothing more is
+    /// written then).
+    lock: Option<LockFile>,
 }
 
 /// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
@@ -379,7 +381,7 @@ impl SessionWriter {
             whole_len: 0,
             torn: false,
             syncer,
-            _lock: lock,
+            lock: Some(lock),
         };
         w.write_line(&header)?;
         Ok(w)
@@ -436,7 +438,7 @@ impl SessionWriter {
             whole_len,
             torn: false,
             syncer,
-            _lock: lock,
+            lock: Some(lock),
         };
         let tree = writer.tree.clone();
         writer.set_leaf(&tree, leaf.as_deref());
@@ -588,6 +590,14 @@ impl SessionWriter {
     /// back to the last whole line at once, or, when even that fails, before the next write, so
     /// a later entry never continues a torn fragment (issue 19.4).
     fn write_text(&mut self, text: &str) -> Result<(), SessionError> {
+        if self.lock.is_none() {
+            return Err(SessionError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(
+                    "the session was closed (its lock released); nothing more is written",
+                ),
+            });
+        }
         if self.torn {
             self.file.set_len(self.whole_len).map_err(io(&self.path))?;
             self.torn = false;
@@ -751,6 +761,26 @@ impl SessionWriter {
     /// Flushes appended entries to stable storage before returning (`fdatasync`).
     pub fn sync_now(&self) -> Result<(), SessionError> {
         self.file.sync_data().map_err(io(&self.path))
+    }
+
+    /// Ends this writer's hold on the file, as when the process goes away: every appended
+    /// entry is made durable (`fdatasync`; entries are written unbuffered, one `write` each),
+    /// then the lock is released and the `.lock` file removed, even while other owners of this
+    /// writer remain. Every later append fails with an I/O error saying the session was closed
+    /// (another process may own the file by then). Idempotent; the sync's error is returned
+    /// (the lock is released either way).
+    pub fn close(&mut self) -> Result<(), SessionError> {
+        if self.lock.is_none() {
+            return Ok(());
+        }
+        let synced = self.sync_now();
+        self.lock = None;
+        synced
+    }
+
+    /// False once [`SessionWriter::close`] released the file.
+    pub fn is_open(&self) -> bool {
+        self.lock.is_some()
     }
 }
 
