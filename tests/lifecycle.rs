@@ -191,9 +191,20 @@ fn assert_group_gone(pids: &[i32]) {
         .map(|p| (*p, proc_state(*p)))
         .filter(|(_, s)| s.is_some())
         .collect();
-    assert_eq!(alive, Vec::new(), "processes of the tool survived");
     // The shell (the last pid) leads the group.
-    assert_eq!(group_members(pids[2]), Vec::<i32>::new());
+    let members = group_members(pids[2]);
+    // Survivors are killed before the test fails, so a failure leaves no orphans behind.
+    for p in alive.iter().map(|(p, _)| *p).chain(members.iter().copied()) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &p.to_string()])
+            .status();
+    }
+    assert_eq!(alive, Vec::new(), "processes of the tool survived");
+    assert_eq!(
+        members,
+        Vec::<i32>::new(),
+        "processes of the tool's group survived"
+    );
 }
 
 /// Makes the editor go away as `away` says; returns when the process exited (or panics after

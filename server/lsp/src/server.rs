@@ -74,6 +74,9 @@ pub struct State {
     /// Between a successful `initialize` and `shutdown`: document sync is applied (by
     /// [`crate::dispatch::Dispatch`] in the read loop).
     accepting_sync: std::sync::atomic::AtomicBool,
+    /// Set when [`crate::shutdown::stop_server`] began: no session is opened or created any
+    /// more (a request in flight must not take a file back, or fork it, while it is closed).
+    going_away: std::sync::atomic::AtomicBool,
 }
 
 /// The language server.
@@ -174,6 +177,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                 extension_ui: std::sync::atomic::AtomicBool::new(false),
                 editor_tools: Default::default(),
                 accepting_sync: std::sync::atomic::AtomicBool::new(false),
+                going_away: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     });
@@ -215,6 +219,23 @@ impl State {
     pub(crate) fn accepting_sync(&self) -> bool {
         self.accepting_sync
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Marks the server as going away (see [`State::refuse_if_going_away`]).
+    pub(crate) fn set_going_away(&self) {
+        self.going_away
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `-31004` once the server is going away: no session is opened or created then.
+    pub(crate) fn refuse_if_going_away(&self) -> Result<()> {
+        if self.going_away.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(agent_error(
+                codes::SESSION_IO,
+                "the server is shutting down: no session is opened or created any more",
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn set_accepting_sync(&self, on: bool) {
@@ -585,6 +606,7 @@ impl Backend {
         name: Option<&str>,
     ) -> Result<Arc<Mutex<Session>>> {
         let st = &self.state;
+        st.refuse_if_going_away()?;
         let ws = st.workspace();
         let init_model = st.init_model();
         let (mut model, notice) = choose_model(&ws, model, init_model.as_deref())
@@ -612,6 +634,7 @@ impl Backend {
     /// Opens the session file at `path` (or returns it when already open here).
     pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
         let st = &self.state;
+        st.refuse_if_going_away()?;
         let ws = st.workspace();
         let opening =
             pi_core::harness::open_file(&ws, path, |id| lock(&st.sessions).contains_key(id));

@@ -260,10 +260,11 @@ pub(crate) async fn stop(targets: &[Target]) -> Report {
 }
 
 /// The server's part: takes every open session out of the server (no request finds it any
-/// more), stops them all ([`stop`]) and drops them. Used by the `shutdown` request and by
-/// every way the process goes away.
+/// more, and none is opened or created from now on: `-31004`), stops them all ([`stop`]) and
+/// drops them. Used by the `shutdown` request and by every way the process goes away.
 pub async fn stop_server(state: &Arc<State>) -> Report {
     state.set_accepting_sync(false);
+    state.set_going_away();
     let sessions: Vec<_> = lock(&state.sessions).drain().map(|(_, s)| s).collect();
     let targets: Vec<Target> = sessions
         .iter()
@@ -273,10 +274,6 @@ pub async fn stop_server(state: &Arc<State>) -> Report {
         })
         .collect();
     let report = stop(&targets).await;
-    for id in lock(&state.sessions).keys() {
-        // Opened while the others stopped (a request in flight): nothing ran in it yet.
-        tracing::debug!("session {id} was opened during the shutdown");
-    }
     if report.aborted > 0 || report.groups_killed > 0 {
         tracing::info!(
             "stopped {} session(s) with work in progress; {} process group(s) killed; {} not settled in time",
