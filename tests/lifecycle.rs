@@ -10,7 +10,7 @@
 //! (`Command aborted`, `isError: true`; `stopReason: "aborted"`), every line parses, and the
 //! session's lock is free (the `.lock` file is gone and an exclusive `flock` on its path is
 //! granted at once).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
