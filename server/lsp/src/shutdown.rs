@@ -275,7 +275,7 @@ pub async fn stop_server(state: &Arc<State>) -> Report {
         .collect();
     let report = stop(&targets).await;
     if report.aborted > 0 || report.groups_killed > 0 {
-        tracing::info!(
+        tracing::debug!(
             "stopped {} session(s) with work in progress; {} process group(s) killed; {} not settled in time",
             report.aborted,
             report.groups_killed,
@@ -316,7 +316,7 @@ pub async fn serve_stdio() -> i32 {
         Some(c) = reported.recv() => c,
         n = signals.next() => Cause::Signal(n),
     };
-    tracing::info!("going away ({cause:?}): stopping every session");
+    tracing::debug!("going away ({cause:?}): stopping every session");
     // The server keeps serving meanwhile: handlers in flight (a user's command) store their
     // results and answer.
     let stopping = stop_server(&state);
@@ -336,7 +336,12 @@ pub async fn serve_stdio() -> i32 {
         cause,
         shutdown_received.load(std::sync::atomic::Ordering::SeqCst),
     );
-    // The last frames (answers, the guard's own) reach the client, if it still reads.
+    // Log lines and events still on their way to the transport go out first (a notification
+    // sent once the transport is gone is an error line on stderr), then the last frames reach
+    // the client, if it still reads.
+    if !served {
+        let _ = tokio::time::timeout(Duration::from_millis(20), &mut serve).await;
+    }
     drop(serve);
     let _ = tokio::time::timeout(FLUSH_BUDGET, written).await;
     restore.blocking_again();
