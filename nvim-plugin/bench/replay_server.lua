@@ -130,14 +130,17 @@ local function request(method, params, cb)
   send({ jsonrpc = '2.0', id = id, method = method, params = params })
 end
 
--- `agent/prompt` with text "ui:<method>" asks that extension UI question, then streams the
--- answer as the assistant's text.
-local function ask_ui(sid, method)
-  local params = { sessionId = sid, extension = 'replay', method = method, title = 'Pick one' }
+-- `agent/prompt` with text "ui:<method>[:<timeout ms>]" asks that extension UI question, then
+-- streams the answer as the assistant's text.
+local function ask_ui(sid, method, timeout)
+  local params = { sessionId = sid, extension = 'replay', method = method, title = 'Pick one', timeout = timeout }
   if method == 'select' then
     params.options = { 'alpha', 'beta' }
   elseif method == 'confirm' then
     params.message = 'Sure?'
+  elseif method == 'editor' then
+    params.title = 'Commit message'
+    params.prefill = 'Fix the parser\n\nDetails:'
   end
   local function ev(e)
     notify('agent/event', { sessionId = sid, runId = 'run-ui', event = e })
@@ -187,9 +190,10 @@ local function handle(msg)
   elseif m == 'agent/prompt' then
     result = { sessionId = p.sessionId, runId = 'run1', queued = false }
     local ui = type(p.text) == 'string' and p.text:match('^ui:(%a+)')
+    local timeout = type(p.text) == 'string' and tonumber(p.text:match('^ui:%a+:(%d+)')) or nil
     vim.schedule(function()
       if ui then
-        ask_ui(p.sessionId, ui)
+        ask_ui(p.sessionId, ui, timeout)
       else
         stream(p.sessionId)
       end

@@ -45,7 +45,7 @@ local WRAP = [[
   end
 ]]
 
-local ANSWER = 'Hello from the mock model. Streaming works in small pieces.\n\nSecond paragraph, with `code`.'
+local ANSWER = 'Hello from the mock model. Streaming works in small pieces.\n\nSecond paragraph, with `code`.\n\n```lua\nlocal x = 1\n```'
 
 H.case('a prompt streams into the chat buffer; writes are tail appends, coalesced', function()
   local mock = H.mock({ { text = ANSWER, chunk = 3, chunkDelayMs = 4 } })
@@ -77,6 +77,24 @@ H.case('a prompt streams into the chat buffer; writes are tail appends, coalesce
   local screen = c:screen_text()
   H.contains(screen, 'Second paragraph, with `code`.', 'screen')
   H.contains(screen, '## Pi', 'screen')
+  -- Tree-sitter highlights the chat as markdown (no regex syntax), the lua fence with lua's.
+  local ts = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local function caps(row, col)
+      local out = {}
+      for _, cap in ipairs(vim.treesitter.get_captures_at_pos(chat.buf, row, col)) do
+        out[#out + 1] = cap.lang .. ':' .. cap.capture
+      end
+      return out
+    end
+    local lines = vim.api.nvim_buf_get_lines(chat.buf, 0, -1, false)
+    local code_row = vim.fn.index(lines, 'local x = 1')
+    return { active = vim.treesitter.highlighter.active[chat.buf] ~= nil, syntax = vim.bo[chat.buf].syntax, heading = caps(0, 3), code = caps(code_row, 0) }
+  ]])
+  H.eq(true, ts.active, 'tree-sitter highlighter on the chat')
+  H.eq('', ts.syntax, 'no regex syntax')
+  assert(vim.tbl_contains(ts.heading, 'markdown:markup.heading.2'), vim.inspect(ts.heading))
+  assert(vim.tbl_contains(ts.code, 'lua:keyword'), vim.inspect(ts.code))
   c:stop()
   mock.stop()
 end)
@@ -188,7 +206,11 @@ H.case('abort before anything streamed puts the prompt back', function()
       return require('pi.prompt').text(chat)
     ]]) == 'a prompt to keep'
   end)
-  H.contains(c:lua(H.CHAT_TEXT), '### ■ Stopped\n', 'report')
+  -- Nothing ran but the request: the "stopping…" line says the outcome, no empty report.
+  H.wait('the outcome', 5000, function()
+    return c:screen_text():find('■ stopping… → stopped', 1, true) ~= nil
+  end)
+  H.eq(nil, c:lua(H.CHAT_TEXT):find('### ■ Stopped', 1, true), 'no empty report block')
   c:stop()
   mock.stop()
 end)
@@ -246,7 +268,7 @@ H.case('steer and abort during a slow run: the queue and the report block', func
       '- bash sleep 30',
       'Killed processes:',
       '- `sleep 30`',
-      'Queued messages kept for the next prompt:',
+      'Queued messages kept for the next prompt (gq in the prompt edits or drops them):',
       '- steer: also look at the tests',
       '',
     }, '\n'),
@@ -267,6 +289,111 @@ H.case('steer and abort during a slow run: the queue and the report block', func
   ]])
   H.eq({ '### ⚙ bash  sleep 30 | ✗' }, marks, 'tool status')
   H.eq('idle', c:lua(H.CHAT_STATE).state, 'state after abort')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('<Esc> stops a young run at once; in a long run it asks once and a second <Esc> keeps it running', function()
+  local mock = H.mock({
+    { text = 'Working.', toolCalls = { { id = 'call_s1', name = 'bash', arguments = { command = 'sleep 30' } } } },
+    { text = 'Working again.', toolCalls = { { id = 'call_s2', name = 'bash', arguments = { command = 'sleep 31' } } } },
+    { text = 'never reached' },
+  })
+  local c = H.child({ ws = workspace(), models_json = mock.models_json, setup = '{approval_policy = "approve-all", chat = {esc_confirm_after = 2}}', cols = 160 })
+  local CHAT_WIN = [[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_set_current_win(chat:window())
+  ]]
+  c:cmd('Pi first run')
+  H.wait('the first sleep running', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 30', 1, true)
+  end)
+  c:lua(CHAT_WIN)
+  c:input('<Esc>')
+  H.wait('stopped at once', 10000, function()
+    return c:lua(H.CHAT_TEXT):find('### ■ Stopped', 1, true) and c:lua(H.CHAT_STATE).state == 'idle'
+  end)
+  -- Outside a run <Esc> is the usual key (nothing asked, nothing sent).
+  c:input('<Esc>')
+  vim.wait(100)
+  assert(not c:screen_text():find('Stop it?', 1, true), 'asked outside a run')
+  c:cmd('Pi second run')
+  H.wait('the second sleep running', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 31', 1, true)
+  end)
+  vim.wait(2100)
+  -- In the prompt, <Esc><Esc> out of insert mode (the habit) neither asks nor stops.
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_set_current_win(require('pi.prompt').window(chat))
+  ]])
+  c:input('inote<Esc><Esc>')
+  vim.wait(300)
+  assert(not c:screen_text():find('Stop it?', 1, true), 'asked after <Esc><Esc> out of insert mode')
+  H.eq('running', c:lua(H.CHAT_STATE).state, 'still running after <Esc><Esc> in the prompt')
+  c:lua(CHAT_WIN)
+  c:input('<Esc>')
+  H.wait('the question', 5000, function()
+    return c:screen_text():find('Pi has been running for %d+ s%. Stop it%?') ~= nil
+  end)
+  H.contains(c:screen_text(), '1: Keep it running\n2: Stop the run', 'choices')
+  -- A second <Esc> (the habit) answers "keep it".
+  c:input('<Esc>')
+  vim.wait(300)
+  H.eq('running', c:lua(H.CHAT_STATE).state, 'still running after <Esc><Esc>')
+  c:input('<Esc>')
+  H.wait('the question again', 5000, function()
+    return c:screen_text():find('Stop it?', 1, true) ~= nil
+  end)
+  c:input('2<CR>')
+  H.wait('stopped after the answer', 10000, function()
+    local _, n = c:lua(H.CHAT_TEXT):gsub('### ■ Stopped', '')
+    return n == 2 and c:lua(H.CHAT_STATE).state == 'idle'
+  end)
+  c:stop()
+  mock.stop()
+end)
+
+-- The pi-lsp process started by the child Neovim (its child process).
+local function server_pid(c)
+  local nvim_pid = c.handle:get_pid()
+  for _, dir in ipairs(vim.fn.glob('/proc/[0-9]*', false, true)) do
+    local stat = H.read(dir .. '/stat') or ''
+    local pid, comm, ppid = stat:match('^(%d+) %((.-)%) %S+ (%d+)')
+    if pid and tonumber(ppid) == nvim_pid and comm:match('^pi%-lsp') then
+      return tonumber(pid)
+    end
+  end
+end
+
+H.case('the server dying during a run is said, the chat stops waiting, the next :Pi goes on', function()
+  local mock = H.mock({
+    { text = 'Working.', toolCalls = { { id = 'call_k', name = 'bash', arguments = { command = 'sleep 30' } } } },
+    { text = 'Back again.' },
+  })
+  local c = H.child({ ws = workspace(), models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160 })
+  c:cmd('Pi first')
+  H.wait('the sleep running', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 30', 1, true)
+  end)
+  local pid = server_pid(c)
+  assert(pid, 'no pi-lsp child found')
+  vim.uv.kill(pid, 'sigkill')
+  -- Neovim says it (its own message for a client killed by a signal); the chat says it too.
+  H.wait('Neovim\'s message', 10000, function()
+    return table.concat(c:screen(), '\n'):find('Client pi-lsp quit with exit code 0 and signal 9', 1, true) ~= nil
+  end)
+  c:input('<CR>')
+  H.wait('the chat stopped', 10000, function()
+    return c:lua(H.CHAT_STATE).state == 'stopped'
+  end)
+  H.contains(c:lua(H.CHAT_TEXT), '\n✗ the server stopped during the run (signal 9); the next :Pi starts it again\n', 'chat')
+  H.eq(false, c:lua(H.CHAT_STATE).running, 'not running')
+  c:cmd('Pi second')
+  H.wait('the answer after the restart', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('Back again.', 1, true) and c:lua(H.CHAT_STATE).state == 'idle'
+  end)
+  assert(server_pid(c) and server_pid(c) ~= pid, 'a new server')
   c:stop()
   mock.stop()
 end)

@@ -27,6 +27,20 @@ local function idle_with(c, text)
   end)
 end
 
+-- The Pi windows of the tabpage (filetypes, sorted), every one at least 20 columns wide.
+local PI_WINDOWS = [[
+  local out = {}
+  for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    local ft = vim.bo[vim.api.nvim_win_get_buf(w)].filetype
+    if ft:match('^pi%-') then
+      assert(vim.api.nvim_win_get_width(w) >= 20, ft .. ' window only ' .. vim.api.nvim_win_get_width(w) .. ' columns')
+      out[#out + 1] = ft
+    end
+  end
+  table.sort(out)
+  return out
+]]
+
 local function messages(c)
   return c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
 end
@@ -56,7 +70,7 @@ H.case('selection, label, tree branch, fork, export, stats, model', function()
     return c:lua('return vim.bo.filetype') == 'pi-tree' and c:lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)[1] or ''") ~= ''
   end)
   local tree = c:lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
-  H.contains(table.concat(tree, '\n'), 'assistant: Second answer.  [checkpoint]', 'tree')
+  H.contains(table.concat(tree, '\n'), '● assistant: Second answer.  [checkpoint]', 'tree (the leaf after the label is its entry)')
   -- <CR> on the second user message: the leaf goes before it, its text back in the prompt.
   local row
   for i, l in ipairs(tree) do
@@ -89,6 +103,8 @@ H.case('selection, label, tree branch, fork, export, stats, model', function()
   H.wait('the fork text in the prompt', 5000, function()
     return c:lua("local ch = (function() " .. CHAT .. " end)() return require('pi.prompt').text(ch)"):find('^explain') ~= nil
   end)
+  -- The fork's chat took the old chat's place: one chat and one prompt window.
+  H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after the fork')
 
   -- export and stats of the original session: reopen it first
   c:lua('require("pi.client").roots[require("pi.client").root_of(0)].session_id = ...', before)
@@ -97,13 +113,25 @@ H.case('selection, label, tree branch, fork, export, stats, model', function()
     return (H.read(ws .. '/out.md') or ''):find('It adds two numbers.', 1, true) ~= nil
   end)
   c:cmd('Pi stats')
-  -- A multi-line answer the user asked for: shown in full (Neovim's hit-enter prompt).
+  -- In a float by the cursor that the next move closes (no hit-enter prompt).
+  local FLOAT = [[
+    for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+      if vim.api.nvim_win_get_config(w).relative ~= '' then
+        return vim.api.nvim_buf_get_lines(vim.api.nvim_win_get_buf(w), 0, -1, false)
+      end
+    end
+    return vim.NIL
+  ]]
   H.wait('the stats', 5000, function()
-    return table.concat(c:screen(), '\n'):find('Press ENTER', 1, true) ~= nil
+    return c:lua(FLOAT) ~= vim.NIL
   end)
-  local screen = table.concat(c:screen(), '\n')
-  H.contains(screen, 'Pi: session stats\nmessages: 2 (1 user, 1 assistant), tool calls: 0\ntokens: 2000 in, 40 out, 0 cache read, 0 cache write', 'stats')
-  c:input('<CR>')
+  local stats = c:lua(FLOAT)
+  H.eq({ 'messages    2 (1 user, 1 assistant), tool calls 0', 'tokens      2000 in, 40 out, 0 cache read, 0 cache write', 'cost        $0.0000' }, { unpack(stats, 1, 3) }, 'stats')
+  assert(not table.concat(c:screen(), '\n'):find('Press ENTER', 1, true), 'a hit-enter prompt')
+  c:lua("vim.api.nvim_exec_autocmds('CursorMoved', { buffer = vim.api.nvim_get_current_buf() })")
+  H.wait('the float closed by a move', 3000, function()
+    return c:lua(FLOAT) == vim.NIL
+  end)
   -- model: the picker lists models.json's model; picking it switches
   c:input(':Pi model<CR>')
   H.wait('the model picker', 5000, function()
@@ -191,11 +219,7 @@ H.case('a scrolled-up chat keeps its view while text streams; at the end it stay
     return vim.api.nvim_win_call(chat:window(), vim.fn.winsaveview)
   ]])
   H.eq(view, after, 'winsaveview of the scrolled-up chat')
-  -- Back at the end: the next run keeps it pinned.
-  c:lua([[
-    local chat = (function() ]] .. CHAT .. [[ end)()
-    vim.api.nvim_win_set_cursor(chat:window(), { vim.api.nvim_buf_line_count(chat.buf), 0 })
-  ]])
+  -- A new prompt of the user brings the scrolled-up window back to the end, and it follows.
   c:cmd('Pi three')
   idle_with(c, '(script end)')
   local pinned = c:lua([[
@@ -234,14 +258,71 @@ H.case('a missing binary is said once, with :Pi build; :Pi completes its subcomm
   local c = H.child({ ws = ws, setup = '{cmd = {"/nonexistent/pi-lsp"}}' })
   H.eq({ 'sessions', 'stats', 'steer' }, c:lua("return vim.fn.getcompletion('Pi s', 'cmdline')"), 'completion')
   H.eq({ 'older' }, c:lua("return vim.fn.getcompletion('Pi chat ', 'cmdline')"), 'completion of chat')
+  -- Every completed subcommand has its handler (none falls through to a prompt).
+  H.eq({}, c:lua([[
+    local pi = require('pi')
+    return vim.tbl_filter(function(n) return type(pi.subcommands[n]) ~= 'function' end, pi.subcommand_names)
+  ]]), 'subcommands without a handler')
   c:input(':Pi hello<CR>')
   c:input('<CR>:Pi hello again<CR><CR>')
   vim.wait(300)
   local m = messages(c)
-  local _, n = m:gsub('Build it with :Pi build', '')
+  local _, n = m:gsub('is not an executable', '')
   H.eq(1, n, 'times said')
-  H.contains(m, 'Pi: setup({cmd}) names "/nonexistent/pi-lsp", which is not an executable. Build it with :Pi build', 'message')
+  H.contains(m, 'Pi: setup({cmd}): "/nonexistent/pi-lsp" is not an executable (:help pi-config)', 'message')
   c:stop()
+  -- Without cmd and without a build: one line naming :Pi build (no "Press ENTER").
+  local c2 = H.child({ ws = ws, setup = '{cmd = false}', init = 'require("pi.util").repo_dir = function() return "/nonexistent/repo" end' })
+  c2:input(':Pi hello<CR>')
+  vim.wait(300)
+  H.contains(c2:lua("return vim.api.nvim_exec2('messages', {output = true}).output"), 'Pi: pi-lsp is not built: run :Pi build (it is not on $PATH nor in /nonexistent/repo/tar', 'message without cmd')
+  assert(not c2:screen_text():find('Press ENTER', 1, true), 'a Press ENTER prompt:\n' .. c2:screen_text())
+  c2:stop()
+end)
+
+H.case('switching sessions twice shows the picked session in the same chat window', function()
+  local mock = H.mock({ { text = 'Answer one.' }, { text = 'Answer two.' } })
+  local c = H.child({ ws = workspace(), models_json = mock.models_json, cols = 160, rows = 40 })
+  c:cmd('Pi first session')
+  idle_with(c, 'Answer one.')
+  local first = c:lua(H.CHAT_STATE).session
+  c:cmd('Pi new')
+  H.wait('the new session', 5000, function()
+    return c:lua(H.CHAT_STATE).session ~= first
+  end)
+  c:cmd('wincmd t')
+  c:cmd('Pi second session')
+  idle_with(c, 'Answer two.')
+  local second = c:lua(H.CHAT_STATE).session
+  H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after :Pi new')
+  local function pick(text)
+    c:input(':Pi sessions<CR>')
+    H.wait('the picker', 5000, function()
+      return c:screen_text():find('Pi sessions', 1, true) ~= nil
+    end)
+    local n
+    for _, l in ipairs(c:screen()) do
+      local i = l:match('^(%d+): ' .. text)
+      if i then
+        n = i
+      end
+    end
+    assert(n, 'no ' .. text .. ' in the picker:\n' .. c:screen_text())
+    c:input(n .. '<CR>')
+  end
+  pick('first session')
+  H.wait('the first session shown', 5000, function()
+    return c:lua(H.CHAT_STATE).session == first and c:screen_text():find('Answer one.', 1, true) ~= nil
+  end)
+  H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after the first switch')
+  pick('second session')
+  H.wait('the second session shown', 5000, function()
+    return c:lua(H.CHAT_STATE).session == second and c:screen_text():find('Answer two.', 1, true) ~= nil
+  end)
+  H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after the second switch')
+  assert(not c:screen_text():find('Answer one.', 1, true), 'the first session still on the screen')
+  c:stop()
+  mock.stop()
 end)
 
 H.done()

@@ -150,6 +150,8 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
     block,
     'permission block'
   )
+  -- The tool call's header says it waits for the answer (it is not running yet).
+  H.contains(c:screen_text(), '### ⚙ bash ? waiting for your answer  echo one', 'tool header while asked')
   -- Digit 1 in the chat (from anywhere in it) allows once.
   c:input('<C-w>l')
   H.wait('the chat focused', 2000, function()
@@ -158,6 +160,30 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
   c:input('gg1')
   H.wait('the second question', 15000, function()
     return c:lua(H.CHAT_TEXT):find('### ? Permission: run `echo two`', 1, true)
+  end)
+  -- The answered block collapsed to its header (reason and answers folded under it).
+  local folded = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local lines = vim.api.nvim_buf_get_lines(chat.buf, 0, -1, false)
+    local head = vim.fn.index(lines, '### ? Permission: run `echo one`') + 1
+    return vim.api.nvim_win_call(chat:window(), function()
+      return { vim.fn.foldclosed(head), vim.fn.foldclosed(head + 1), vim.fn.foldclosedend(head + 1) - head }
+    end)
+  ]])
+  H.eq({ -1, folded[2], 5 }, folded, 'fold of the answered block')
+  assert(folded[2] > 0, 'answered block not folded')
+  -- <CR> on the folded line opens it (and again closes it).
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_win_set_cursor(0, { ..., 0 })
+  ]], folded[2])
+  c:input('<CR>')
+  H.wait('the fold opened', 2000, function()
+    return c:lua('return vim.fn.foldclosed(...)', folded[2]) == -1
+  end)
+  c:input('<CR>')
+  H.wait('the fold closed', 2000, function()
+    return c:lua('return vim.fn.foldclosed(...)', folded[2]) == folded[2]
   end)
   -- `r` away from the block is not an answer; on the block it rejects.
   c:input('gg')
@@ -209,13 +235,19 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
     local out = {}
     for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, require('pi.render').ns, 0, -1, { details = true })) do
-      if m[4].line_hl_group then
-        out[#out + 1] = vim.api.nvim_buf_get_lines(chat.buf, m[2], m[2] + 1, false)[1] .. ' ' .. m[4].line_hl_group
+      local line = vim.api.nvim_buf_get_lines(chat.buf, m[2], m[2] + 1, false)[1]
+      if m[4].hl_group and m[4].hl_group ~= 'PiDiffText' and m[4].hl_eol then
+        out[#out + 1] = line .. ' ' .. m[4].hl_group
+      elseif m[4].hl_group == 'PiDiffText' then
+        out[#out + 1] = line .. ' word ' .. line:sub(m[3] + 1, m[4].end_col)
       end
     end
     return out
   ]])
-  assert(vim.tbl_contains(hls, '-mode = slow DiffDelete') and vim.tbl_contains(hls, '+mode = fast DiffAdd'), vim.inspect(hls))
+  -- Line colours, and the changed word of the pair marked (word-level diff).
+  H.eq({ '-mode = slow PiDiffDelete', '-mode = slow word slow', '+mode = fast PiDiffAdd', '+mode = fast word fast' }, vim.tbl_filter(function(l)
+    return l:find('mode = ', 1, true) ~= nil
+  end, hls), 'diff highlights')
   -- The user changes the line while the question is open, then allows.
   c:cmd('2')
   c:input('ccmode = medium<Esc>')
@@ -322,6 +354,13 @@ H.case('typing in insert mode while the agent edits other files: mode, window, c
   H.eq('code' .. typed, c:lua('return vim.api.nvim_get_current_line()'), 'every character in code.txt')
   H.eq({ 1, #('code' .. typed) }, c:lua('return vim.api.nvim_win_get_cursor(0)'), 'cursor')
   H.eq('n=10', c:lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr('other.txt'), 0, -1, false)[1]"), 'other.txt buffer')
+  -- The never-opened file was loaded by the first edit, synced (attached: the server sees every
+  -- later edit against it) and written; each edit is an undo step of its own.
+  H.eq({ attached = true, modified = false, seq = 10 }, c:lua([[
+    local b = vim.fn.bufnr('other.txt')
+    local client = vim.lsp.get_clients({ name = 'pi-lsp' })[1]
+    return { attached = vim.lsp.buf_is_attached(b, client.id), modified = vim.bo[b].modified, seq = vim.api.nvim_buf_call(b, function() return vim.fn.undotree().seq_last end) }
+  ]]), 'other.txt: attached, written, ten undo steps')
   -- Each edit marked only the line it changed.
   H.eq({ 0 }, c:lua("return vim.tbl_map(function(m) return m[2] end, vim.api.nvim_buf_get_extmarks(vim.fn.bufnr('other.txt'), require('pi.hunks').ns, 0, -1, {}))"), 'hunk rows in other.txt')
   c:input('<Esc>')
@@ -331,7 +370,7 @@ end)
 
 H.case(':checkhealth pi', function()
   local ws = workspace()
-  local c = H.child({ ws = ws, models_json = { providers = {} } })
+  local c = H.child({ ws = ws, models_json = { providers = vim.empty_dict() } })
   c:cmd('Pi new')
   H.wait('the server', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL
@@ -344,11 +383,53 @@ H.case(':checkhealth pi', function()
   H.contains(out, ('- ✅ OK %s (%s) from setup({cmd})'):format(H.bin, version), 'health')
   H.contains(out, '- trust: false (setup({trust}))', 'health')
   H.contains(out, '- root: ' .. ws, 'health')
-  H.contains(out, 'models.json: ' .. c.home .. '/agent/models.json', 'health')
+  H.contains(out, '- ✅ OK models.json ~/agent/models.json: no models', 'health')
+  H.contains(out, '- model in use in ' .. ws .. ': scripted/demo', 'health')
   H.contains(out, 'experimental.agent.{diagnostics, requestPermission, saveDocument, syncsAllDocuments, ui}', 'health')
   H.contains(out, ws .. ': server agent protocol v1, ', 'health')
-  H.contains(out, 'position encoding utf-8', 'health')
+  H.contains(out, 'position encoding utf-8, incremental document sync', 'health')
   c:stop()
+end)
+
+H.case(':Pi diff shows the text before the agent in diff mode; a deletion undone goes back in its place', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'd1', name = 'edit', arguments = { path = 'list.txt', edits = { { oldText = 'b\n', newText = 'B\n' }, { oldText = 'd\n', newText = '' } } } } } },
+    { text = 'Changed.' },
+  })
+  local ws = workspace({ ['list.txt'] = 'a\nb\nc\nd\ne\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
+  c:cmd('edit list.txt')
+  c:cmd('Pi change the list')
+  H.wait('the run', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Changed.', 1, true)
+  end)
+  H.eq('a\nB\nc\ne', buf_text(c), 'the edit')
+  c:cmd('Pi diff')
+  local tab = c:lua([[
+    local out = {}
+    for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+      local b = vim.api.nvim_win_get_buf(w)
+      out[#out + 1] = { name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(b), ':t'), diff = vim.wo[w].diff, lines = vim.api.nvim_buf_get_lines(b, 0, -1, false) }
+    end
+    return { tabs = #vim.api.nvim_list_tabpages(), wins = out }
+  ]])
+  H.eq({ tabs = 2, wins = { { name = 'list.txt', diff = true, lines = { 'a', 'b', 'c', 'd', 'e' } }, { name = 'list.txt', diff = true, lines = { 'a', 'B', 'c', 'e' } } } }, tab, 'the diff tabpage')
+  c:cmd('tabclose')
+  H.eq(false, c:lua('return vim.wo.diff'), 'diff mode only in the closed tabpage')
+  -- The deleted line (its mark on the line after it): undone, it is back before that line.
+  c:cmd('4')
+  c:input('\\pu')
+  H.wait('the deletion undone', 3000, function()
+    return buf_text(c) == 'a\nB\nc\nd\ne'
+  end)
+  c:cmd('2')
+  c:input('\\pu')
+  H.wait('the change undone', 3000, function()
+    return buf_text(c) == 'a\nb\nc\nd\ne'
+  end)
+  c:stop()
+  mock.stop()
 end)
 
 H.done()

@@ -90,7 +90,7 @@ Child.__index = Child
 
 --- Starts a child Neovim with the plugin on 'runtimepath', `setup_lua` run after it, the
 --- workspace `ws` as its current folder and `models_json` as the agent's models.json.
---- opts: {ws, models_json?, setup = "lua code", cols?, rows?}
+--- opts: {ws, models_json?, setup = "lua code", init = "lua code"?, path_prepend?, cols?, rows?}
 function H.child(opts)
   local home = H.tmpdir('home')
   local agent = home .. '/agent'
@@ -111,7 +111,7 @@ function H.child(opts)
   )
   local env = {
     'HOME=' .. home,
-    'PATH=' .. (os.getenv('PATH') or ''),
+    'PATH=' .. (opts.path_prepend and (opts.path_prepend .. ':') or '') .. (os.getenv('PATH') or ''),
     'XDG_CONFIG_HOME=' .. home .. '/config',
     'XDG_DATA_HOME=' .. home .. '/data',
     'XDG_STATE_HOME=' .. home .. '/state',

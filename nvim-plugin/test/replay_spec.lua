@@ -83,4 +83,61 @@ H.case('extension UI questions go through vim.ui.select and vim.ui.input', funct
   c:stop()
 end)
 
+local EDITOR_BUF = [[
+  for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    local b = vim.api.nvim_win_get_buf(w)
+    if vim.api.nvim_buf_get_name(b):match('^pi://editor/') then
+      return { win = w, buf = b, lines = vim.api.nvim_buf_get_lines(b, 0, -1, false), winbar = vim.wo[w].winbar }
+    end
+  end
+  return vim.NIL
+]]
+
+H.case('the editor dialog: a scratch buffer with the prefill, :w submits, q cancels, a timeout closes it', function()
+  local c = child()
+  c:cmd('Pi new')
+  H.wait('the session', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  -- Asked while the user is in a code buffer: the editor opens without taking the focus.
+  c:cmd('wincmd t | enew')
+  local code_win = c:lua('return vim.api.nvim_get_current_win()')
+  c:cmd('Pi ui:editor')
+  H.wait('the editor window', 5000, function()
+    return c:lua(EDITOR_BUF) ~= vim.NIL
+  end)
+  local e = c:lua(EDITOR_BUF)
+  H.eq({ 'Fix the parser', '', 'Details:' }, e.lines, 'prefill')
+  H.eq(' Commit message — :w or <C-s> submit · q cancel', e.winbar, 'winbar')
+  H.eq(code_win, c:lua('return vim.api.nvim_get_current_win()'), 'focus stays in the code window')
+  c:lua('vim.api.nvim_set_current_win(...)', e.win)
+  c:input('GA the tokens<Esc>:w<CR>')
+  H.wait('the answer', 5000, function()
+    return c:lua(H.CHAT_TEXT):find('answer: {"value":"Fix the parser\\n\\nDetails: the tokens"}', 1, true) ~= nil
+  end)
+  H.eq(vim.NIL, c:lua(EDITOR_BUF), 'the editor is closed')
+  -- q cancels.
+  c:cmd('Pi ui:editor')
+  H.wait('the editor window', 5000, function()
+    return c:lua(EDITOR_BUF) ~= vim.NIL
+  end)
+  c:lua('vim.api.nvim_set_current_win(...)', c:lua(EDITOR_BUF).win)
+  c:input('q')
+  H.wait('the cancel', 5000, function()
+    local _, n = c:lua(H.CHAT_TEXT):gsub('answer: {"cancelled":true}', '')
+    return n == 1
+  end)
+  -- A timeout closes it, answered cancelled; the winbar says the time.
+  c:cmd('Pi ui:editor:600')
+  H.wait('the editor window', 5000, function()
+    return c:lua(EDITOR_BUF) ~= vim.NIL
+  end)
+  H.eq(' Commit message — :w or <C-s> submit · q cancel · answer within 1 s', c:lua(EDITOR_BUF).winbar, 'winbar with the timeout')
+  H.wait('the timeout', 5000, function()
+    local _, n = c:lua(H.CHAT_TEXT):gsub('answer: {"cancelled":true}', '')
+    return n == 2 and c:lua(EDITOR_BUF) == vim.NIL
+  end)
+  c:stop()
+end)
+
 H.done()

@@ -38,7 +38,7 @@ function M.setup_window(win)
   if vim.fn.exists('+winfixbuf') == 1 then
     set_local(win, 'winfixbuf', true) -- :edit elsewhere, not in the chat's window
   end
-  set_local(win, 'statusline', "%#Title# Pi %* %<%{v:lua.require'pi'.statusline()}%=%l/%L ")
+  set_local(win, 'statusline', "%#Title# Pi %* %{v:lua.require'pi'.statusline()} %<%=%l/%L ")
 end
 
 --- The chat of `session_id` (created hidden when new).
@@ -66,12 +66,36 @@ function M.get(root, session_id)
   vim.bo[buf].swapfile = false
   vim.bo[buf].undolevels = -1
   vim.bo[buf].filetype = 'pi-chat'
-  vim.bo[buf].syntax = 'markdown'
+  c.highlighter = require('pi.highlight').markdown(buf, config.values.chat.treesitter)
   vim.bo[buf].modifiable = false
   vim.b[buf].pi_session = session_id
   vim.b[buf].pi_root = root.root
   c.buf = buf
   c.writer = render.new(buf, config.values.chat.flush_ms)
+  -- The chat's window closed (`:q`, CTRL-W c): its prompt goes with it, unless the chat is
+  -- still shown in another window of that tabpage.
+  api.nvim_create_autocmd('WinClosed', {
+    buffer = buf,
+    callback = function(a)
+      local closed = tonumber(a.match)
+      local ok, tab = pcall(api.nvim_win_get_tabpage, closed)
+      vim.schedule(function()
+        if not ok or not api.nvim_tabpage_is_valid(tab) then
+          return
+        end
+        for _, w in ipairs(api.nvim_tabpage_list_wins(tab)) do
+          if w ~= closed and api.nvim_win_get_buf(w) == buf then
+            return
+          end
+        end
+        for _, w in ipairs(api.nvim_tabpage_list_wins(tab)) do
+          if c.prompt_buf and api.nvim_win_get_buf(w) == c.prompt_buf and #api.nvim_tabpage_list_wins(tab) > 1 then
+            pcall(api.nvim_win_close, w, false)
+          end
+        end
+      end)
+    end,
+  })
   M.chats[session_id] = c
   require('pi.keymaps').chat(c)
   return c
@@ -176,8 +200,10 @@ function Chat:tool_header(id, name, args, status)
   end
   self:draw_header()
   w:blank()
-  w:append('### ⚙ ' .. name .. '  ' .. util.tool_summary(name, args) .. '\n')
-  local t = { name = name, args = args, t0 = vim.uv.hrtime(), col = #('### ⚙ ' .. name) }
+  -- `$`: the user's own shell command (`:Pi !cmd`), drawn as `### $ cmd`.
+  local head = name == '$' and ('### $ ' .. tostring(args.command)) or ('### ⚙ ' .. name .. '  ' .. util.tool_summary(name, args))
+  w:append(head .. '\n')
+  local t = { id = id, name = name, args = args, t0 = vim.uv.hrtime(), col = name == '$' and #head or #('### ⚙ ' .. name) }
   self.tools[id] = t
   w:mark(function(row)
     t.row = row - 1
@@ -191,18 +217,10 @@ function Chat:tool_header(id, name, args, status)
   return t
 end
 
---- Highlights the lines of a unified diff drawn from `row` on (added, removed, hunk headers).
+--- Highlights the lines of a unified diff drawn from `row` on (added, removed, hunk headers,
+--- and the changed words of each removed/added pair).
 function M.highlight_diff(buf, row, lines)
-  for i, l in ipairs(lines) do
-    local c = l:sub(1, 1)
-    local hl = (c == '+' and not l:match('^%+%+%+ ')) and 'DiffAdd'
-      or (c == '-' and not l:match('^%-%-%- ')) and 'DiffDelete'
-      or l:match('^@@') and 'DiffChange'
-      or nil
-    if hl then
-      pcall(api.nvim_buf_set_extmark, buf, render.ns, row + i - 1, 0, { line_hl_group = hl })
-    end
-  end
+  require('pi.highlight').diff(buf, render.ns, row, lines)
 end
 
 local function fence_for(text)
@@ -250,7 +268,11 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
     more = #lines - max
     lines = { unpack(lines, 1, max) }
   end
-  w:newline()
+  if self.block == 'permission' then
+    w:blank()
+  else
+    w:newline()
+  end
   w:fold_start()
   local total = #lines + more
   w:append('↳ ' .. name .. ' ' .. status .. (body ~= '' and (' (' .. total .. (total == 1 and ' line)' or ' lines)')) or '') .. '\n')
@@ -283,9 +305,13 @@ end
 -- Live events
 
 function Chat:set_state(state)
+  local was = self.state
   self.state = state
   self.root.status.state = state
   require('pi.status').changed()
+  if was ~= state and self.prompt_buf then
+    require('pi.prompt').placeholder(self)
+  end
 end
 
 --- `agent/event` params `{sessionId, runId, event}`.
@@ -346,6 +372,9 @@ function Chat:on_event(p)
     return
   end
   if ty == 'agent_start' then
+    if not (self.state == 'sending' and self.run_started) then
+      self.run_started = vim.uv.hrtime()
+    end
     self.last_error = nil
     self.running = true
     self.streamed = false
@@ -354,6 +383,8 @@ function Chat:on_event(p)
   elseif ty == 'message_start' then
     local m = ev.message or {}
     if m.role == 'user' then
+      -- The user's own new message: every window of the chat follows the answer again.
+      self.writer:pin_all()
       self:user_block(util.content_text(m.content))
     elseif m.role == 'assistant' then
       self:assistant_header(m.provider and m.model and (m.provider .. '/' .. m.model) or nil)
@@ -374,7 +405,8 @@ function Chat:on_event(p)
         self:line('✗ ' .. self.last_error)
         self.failed = self.last_error
       elseif m.stopReason == 'aborted' then
-        if not empty then
+        -- Stopped from here: the "stopping…" line and the report say it.
+        if not empty and not self.aborting then
           self:line('_■ stopped_')
         end
       elseif m.stopReason == 'length' then
@@ -418,17 +450,9 @@ function Chat:on_event(p)
     end
     self:set_state(self.running and 'running' or 'idle')
   elseif ty == 'compaction_start' then
-    self:line('⋯ compacting the context (' .. tostring(ev.reason) .. ')')
-    self:set_state('compacting')
+    self:compaction_start(ev.reason)
   elseif ty == 'compaction_end' then
-    if ev.result then
-      self:line(('⋯ compacted: %s tokens before'):format(tostring(ev.result.tokensBefore)))
-    elseif ev.aborted then
-      self:line('⋯ compaction cancelled')
-    else
-      self:line('✗ compaction failed: ' .. tostring(ev.errorMessage))
-    end
-    self:set_state(self.running and 'running' or 'idle')
+    self:compaction_end(ev)
   elseif ty == 'extension_error' then
     self:line(('✗ extension %s (%s): %s'):format(tostring(ev.extensionPath), tostring(ev.event), tostring(ev.error)))
   elseif ty == 'turn_start' or ty == 'turn_end' then
@@ -436,6 +460,46 @@ function Chat:on_event(p)
   else
     self:line('· ' .. tostring(ty))
   end
+end
+
+--- A compaction begins (`reason` manual / threshold / overflow); one asked for with
+--- `:Pi compact` is drawn once, whether or not the server also sends its events.
+function Chat:compaction_start(reason)
+  if self.compacting then
+    return
+  end
+  self.compacting = true
+  self:line('⋯ compacting the context (' .. tostring(reason) .. ')')
+  self:set_state('compacting')
+end
+
+--- A compaction ends: `{result?, aborted?, errorMessage?}` (Pi's `compaction_end`, or the
+--- answer of `agent/compact`); the summary is folded under the line.
+function Chat:compaction_end(ev)
+  if not self.compacting then
+    return
+  end
+  self.compacting = false
+  if type(ev.result) == 'table' then
+    self:line(('⋯ compacted: %s tokens before; the next answer shows the new size'):format(tostring(ev.result.tokensBefore)))
+    -- The meter's reading is of the context before: it waits for the next answer.
+    local u = self.root.status.usage
+    if type(u) == 'table' then
+      u.contextTokens = nil
+      require('pi.status').changed()
+    end
+    if type(ev.result.summary) == 'string' and ev.result.summary ~= '' then
+      self.writer:fold_start()
+      self.writer:append('> summary\n' .. ev.result.summary:gsub('\n+$', '') .. '\n')
+      self.writer:fold_end()
+    end
+  elseif ev.aborted then
+    self:line('⋯ compaction cancelled')
+  else
+    self:line('✗ compaction failed: ' .. (tostring(ev.errorMessage):gsub('^[Cc]ompaction failed: ', '')))
+  end
+  self.writer:flush()
+  self:set_state(self.running and 'running' or 'idle')
 end
 
 --- `agent/queueUpdate` params.
@@ -471,21 +535,24 @@ function Chat:queued()
   return out
 end
 
---- Draws the report of `agent/abort`.
+--- Draws the report of `agent/abort`: the "stopping…" line gets its outcome, and what was
+--- stopped, killed, kept and left queued follows under "### ■ Stopped" (nothing when the
+--- run only streamed text).
 function Chat:abort_report(r)
   local w = self.writer
-  w:blank()
-  w:append('### ■ Stopped\n')
+  w:flush()
+  if self.stop_row and api.nvim_buf_is_valid(self.buf) then
+    status_mark(self, self.stop_row, r.aborted and ' → stopped' or ' → nothing was running', r.aborted and HL.ok or HL.dim, nil, #'■ stopping…')
+    self.stop_row = nil
+  end
+  local lists = {}
   local function list(title, items, fmt)
     if type(items) == 'table' and #items > 0 then
-      w:append(title .. '\n')
+      lists[#lists + 1] = title
       for _, it in ipairs(items) do
-        w:append('- ' .. fmt(it) .. '\n')
+        lists[#lists + 1] = '- ' .. fmt(it)
       end
     end
-  end
-  if not r.aborted then
-    w:append('Nothing was running.\n')
   end
   list('Stopped tool calls:', r.stoppedToolCalls, function(t)
     return t.toolName .. ' ' .. util.tool_summary(t.toolName, t.args)
@@ -496,9 +563,13 @@ function Chat:abort_report(r)
   list('Edits that stay (undo them in their buffers):', r.appliedEdits, function(t)
     return t.toolName .. ' ' .. tostring(t.path)
   end)
-  list('Queued messages kept for the next prompt:', r.queuedMessages, function(t)
+  list('Queued messages kept for the next prompt (gq in the prompt edits or drops them):', r.queuedMessages, function(t)
     return t.delivery .. ': ' .. tostring(t.text)
   end)
+  if #lists > 0 then
+    w:blank()
+    w:append('### ■ Stopped\n' .. table.concat(lists, '\n') .. '\n')
+  end
   self.block = nil
   w:flush()
 end
@@ -527,6 +598,10 @@ function Chat:draw_entries(entries)
       self.writer:fold_start()
       self.writer:append('> summary\n' .. tostring(e.summary or '') .. '\n')
       self.writer:fold_end()
+    elseif e.type == 'custom' and e.customType == 'pi-lsp.rewind' and e.id ~= self.rewind_shown then
+      -- Where a rewind moved the session (written by pi-lsp; not part of the model's context).
+      local files = type(e.data) == 'table' and type(e.data.files) == 'table' and #e.data.files or 0
+      self:line(('⟲ rewound here (%d file%s)'):format(files, files == 1 and '' or 's'))
     elseif e.type == 'custom_message' and e.display ~= false then
       self:user_block(util.content_text(e.content), e.customType or 'message')
     elseif e.type == 'model_change' then
@@ -568,8 +643,10 @@ function Chat:draw_message(m)
   elseif role == 'toolResult' then
     self:tool_result(m.toolCallId, m.toolName or '?', m, m.isError, nil)
   elseif role == 'bashExecution' then
-    self:line('### $ ' .. tostring(m.command))
-    self:tool_result('bash:' .. tostring(m.timestamp), 'bash', { content = m.output or '' }, (m.exitCode or 0) ~= 0)
+    local id = 'bash:' .. tostring(m.timestamp)
+    self:tool_header(id, '$', { command = m.command }, nil)
+    local code = type(m.exitCode) == 'number' and m.exitCode or 0
+    self:tool_result(id, m.excludeFromContext and '$ (not in the context)' or '$', { content = type(m.output) == 'string' and m.output or '' }, code ~= 0 or m.cancelled == true)
   elseif role == 'custom' and m.display ~= false then
     self:user_block(util.content_text(m.content), m.customType or 'message')
   elseif role == 'branchSummary' or role == 'compactionSummary' then
@@ -714,9 +791,15 @@ end
 ------------------------------------------------------------------------------------------
 -- Windows
 
-local function size(v, total)
+--- A window size: `v` lines/columns, or a fraction of `total` when < 1 (then at least `min`
+--- and at most `total` less 30, so the chat stays readable beside a code window).
+local function size(v, total, min)
   if v < 1 then
-    return math.max(10, math.floor(total * v))
+    local n = math.floor(total * v)
+    if min then
+      n = math.max(n, math.min(min, total - 30))
+    end
+    return math.max(10, n)
   end
   return v
 end
@@ -746,7 +829,7 @@ function Chat:open(focus)
       end
     else
       if pos == 'left' or pos == 'right' then
-        opts = { split = pos, win = -1, width = size(cfg.width, vim.o.columns) }
+        opts = { split = pos, win = -1, width = size(cfg.width, vim.o.columns, 56) }
       else
         opts = { split = pos, win = -1, height = size(cfg.height, vim.o.lines) }
       end
@@ -756,12 +839,50 @@ function Chat:open(focus)
     local n = api.nvim_buf_line_count(self.buf)
     pcall(api.nvim_win_set_cursor, win, { n, 0 })
     require('pi.prompt').open(self, win)
+  elseif not require('pi.prompt').window(self) then
+    -- The prompt was closed on its own: back under the chat.
+    require('pi.prompt').open(self, win)
   end
   if focus then
     local pw = require('pi.prompt').window(self)
     api.nvim_set_current_win(pw or win)
   end
   return win
+end
+
+--- Shows `self` in place of the chat `old` (another session of the same workspace) in this
+--- tabpage: `old`'s chat and prompt windows get this chat's buffers, so the layout stays as
+--- it is; without a window of `old`, `open` as usual. The focus moves only when `focus`.
+function Chat:show_instead(old, focus)
+  local ow = old and old ~= self and old:window() or nil
+  if not ow or self:window() then
+    return self:open(focus)
+  end
+  local prompt = require('pi.prompt')
+  local opw = prompt.window(old)
+  local function put(win, buf)
+    -- The windows keep their buffers ('winfixbuf'): lifted for this one change.
+    if vim.fn.exists('+winfixbuf') == 1 then
+      set_local(win, 'winfixbuf', false)
+    end
+    api.nvim_win_set_buf(win, buf)
+    if vim.fn.exists('+winfixbuf') == 1 then
+      set_local(win, 'winfixbuf', true)
+    end
+  end
+  put(ow, self.buf)
+  M.setup_window(ow)
+  pcall(api.nvim_win_set_cursor, ow, { api.nvim_buf_line_count(self.buf), 0 })
+  if opw then
+    put(opw, prompt.ensure_buf(self))
+    prompt.show_queue(self)
+  else
+    prompt.open(self, ow)
+  end
+  if focus then
+    api.nvim_set_current_win(prompt.window(self) or ow)
+  end
+  return ow
 end
 
 --- Closes the chat's windows in this tabpage (the buffers stay).

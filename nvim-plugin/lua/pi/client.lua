@@ -24,7 +24,7 @@ function M.resolve_cmd()
     if vim.fn.executable(cmd[1]) == 1 then
       return cmd, 'setup({cmd})'
     end
-    return nil, ('setup({cmd}) names %q, which is not an executable'):format(cmd[1])
+    return nil, ('setup({cmd}): %q is not an executable (:help pi-config)'):format(cmd[1])
   end
   local path = vim.fn.exepath('pi-lsp')
   if path ~= '' then
@@ -34,7 +34,7 @@ function M.resolve_cmd()
   if vim.fn.executable(built) == 1 then
     return { built }, 'the plugin repository build'
   end
-  return nil, 'pi-lsp is neither on $PATH nor built in ' .. util.repo_dir() .. '/target/release'
+  return nil, 'pi-lsp is not built: run :Pi build (it is not on $PATH nor in ' .. util.short(util.repo_dir()) .. '/target/release)'
 end
 
 --- Capabilities the plugin implements (advertised in `initialize`).
@@ -135,7 +135,7 @@ function M.trust(root, done)
   if saved[root] ~= nil then
     return done(saved[root] == true)
   end
-  vim.ui.select({ 'Trust it', 'Do not trust it' }, {
+  util.select({ 'Trust it', 'Do not trust it' }, {
     prompt = 'Pi: load this project’s .pi configuration (settings, models, prompts, skills)? ' .. root,
   }, function(choice)
     local ok = choice == 'Trust it'
@@ -322,6 +322,14 @@ end
 handlers['agent/usage'] = function(_, p, ctx)
   local st = root_of_client(ctx)
   if st and p then
+    -- A response that used nothing (stopped or failed before the model answered) says nothing
+    -- about the context: the meter keeps its last reading.
+    local prev = st.status.usage
+    local turn = type(p.turn) == 'table' and p.turn or {}
+    local used = (turn.input or 0) + (turn.output or 0) + (turn.cacheRead or 0) + (turn.cacheWrite or 0)
+    if used == 0 and (p.contextTokens or 0) == 0 and prev and prev.contextTokens then
+      p = vim.tbl_extend('force', p, { contextTokens = prev.contextTokens, contextWindow = p.contextWindow or prev.contextWindow })
+    end
     st.status.usage = p
     require('pi.status').changed()
   end
@@ -334,11 +342,14 @@ handlers['agent/attention'] = function(_, p, ctx)
   end
   st.status.attention = (p.reason == 'permission' or p.reason == 'question') and p.reason or nil
   require('pi.status').changed()
-  -- What the chat on screen already shows is not said again.
+  -- What the chat on screen already shows is not said again: a finished answer in a shown
+  -- chat, a question while the user is in that chat.
   local chat = p.sessionId and require('pi.chat').chats[p.sessionId]
-  if chat and chat:window() and (p.reason == 'finished' or p.reason == 'permission') then
+  local win = chat and chat:window()
+  if win and (p.reason == 'finished' or (p.reason == 'permission' and api.nvim_get_current_win() == win)) then
     return
   end
+
   local level = p.reason == 'failed' and vim.log.levels.ERROR
     or (p.reason == 'permission' or p.reason == 'question') and vim.log.levels.WARN
     or vim.log.levels.INFO
@@ -348,6 +359,12 @@ handlers['agent/attention'] = function(_, p, ctx)
     permission = 'waiting for your answer: ',
     question = 'a question: ',
   }
+  if p.reason == 'permission' then
+    -- "pi wants to run `x`. Reason: …" → what it wants, then how to answer (the reason is
+    -- in the question itself).
+    local want = tostring(p.message or ''):gsub('^[Pp]i wants to ', ''):gsub('%. Reason: .*$', '')
+    return util.notify_line(('wants to %s — answer: %s, :Pi allow or :Pi reject'):format(want, win and 'a digit in the chat' or 'a digit in the float'), level)
+  end
   util.notify_line((words[p.reason] or (tostring(p.reason) .. ': ')) .. tostring(p.message or ''), level)
 end
 
@@ -459,7 +476,7 @@ function M.ensure(root, done)
   if not cmd then
     util.notify_once(
       'missing-binary',
-      why .. '. Build it with :Pi build (runs `cargo build --release -p pi-lsp` in ' .. util.repo_dir() .. ')',
+      why,
       vim.log.levels.ERROR
     )
     return nil
@@ -506,9 +523,26 @@ function M.ensure(root, done)
         st.starting = false
         st.status.state = 'stopped'
         require('pi.status').changed()
-        if code ~= 0 and not st.stopping then
+        signal = signal or 0
+        local how = signal ~= 0 and ('signal ' .. signal) or ('exit code ' .. code)
+        -- Neovim itself says when a client quits with an error or a signal other than TERM.
+        local crashed = code == 0 and signal == 15 and not st.stopping
+        vim.schedule(function()
+          -- A run the server took with it: its chat says so and stops waiting.
+          for _, chat in pairs(require('pi.chat').chats) do
+            if chat.root == st and (chat.running or chat.state == 'sending' or chat.state == 'stopping') then
+              chat.running = false
+              chat.aborting = false
+              require('pi.permission').withdraw_session(chat.session_id, true)
+              chat:line(('✗ the server stopped during the run (%s); the next :Pi starts it again'):format(how))
+              chat.writer:flush()
+              chat:set_state('stopped')
+            end
+          end
+        end)
+        if crashed then
           vim.schedule(function()
-            util.notify(('the server stopped (exit code %s%s); :Pi starts it again'):format(code, signal ~= 0 and (', signal ' .. signal) or ''), vim.log.levels.ERROR)
+            util.notify_line(('the server stopped (%s); the next :Pi starts it again'):format(how), vim.log.levels.ERROR)
           end)
         end
       end,
@@ -538,18 +572,23 @@ end
 --- `:Pi build`: builds the server in the plugin's repository, reporting the outcome.
 function M.build()
   local repo = util.repo_dir()
+  if M.building then
+    return util.notify('pi-lsp is already being built')
+  end
   if vim.fn.executable('cargo') ~= 1 then
     util.notify('cargo is not installed; install Rust (https://rustup.rs) and run :Pi build again', vim.log.levels.ERROR)
     return
   end
-  util.notify('building pi-lsp in ' .. repo .. ' (cargo build --release -p pi-lsp)…')
+  util.notify(('building pi-lsp in %s (cargo build --release; minutes the first time)…'):format(util.short(repo)))
+  M.building = true
   vim.system({ 'cargo', 'build', '--release', '-p', 'pi-lsp' }, { cwd = repo, text = true }, function(r)
     vim.schedule(function()
+      M.building = false
       if r.code == 0 then
-        util.notify('pi-lsp is built: ' .. repo .. '/target/release/pi-lsp')
+        util.notify('pi-lsp is built (' .. util.short(repo) .. '/target/release/pi-lsp); :Pi {text} starts it')
       else
         local tail = vim.split(vim.trim(r.stderr or ''), '\n')
-        util.notify('the build failed:\n' .. table.concat({ unpack(tail, math.max(1, #tail - 8)) }, '\n'), vim.log.levels.ERROR)
+        util.notify(('the build failed (exit %d):\n'):format(r.code) .. table.concat({ unpack(tail, math.max(1, #tail - 8)) }, '\n'), vim.log.levels.ERROR)
       end
     end)
   end)

@@ -18,6 +18,9 @@ M.defaults = {
   trust = 'ask',
   --- Files or folders marking a workspace root (searched upwards from the buffer).
   root_markers = { '.pi', '.git' },
+  --- Command printing the clipboard's image (PNG, JPEG, GIF or WebP) on stdout, for
+  --- `:Pi image` and the prompt's paste-image key; `nil`: wl-paste, xclip or pngpaste.
+  clipboard_image_cmd = nil,
   --- Delay between buffer changes and `didChange` (ms).
   debounce_text_changes = 50,
   chat = {
@@ -33,10 +36,19 @@ M.defaults = {
     flush_ms = 16,
     --- Lines of a tool result shown (the rest is summarised in one line).
     max_tool_lines = 60,
+    --- Lines of an edit question's diff shown (the rest is summarised in one line).
+    max_diff_lines = 400,
     --- Entries of a session's history drawn when it opens; older ones load on demand.
     history_page = 50,
     --- Open the chat (without focusing it) when a prompt is sent.
     open_on_prompt = true,
+    --- Highlight the chat and the prompt with tree-sitter (Neovim's markdown parser; code
+    --- fences by their language's parser when installed); `false`: the regex markdown syntax.
+    treesitter = true,
+    --- `<Esc>` (normal mode, chat or prompt) during a run stops it at once while the run is
+    --- younger than this many seconds, and asks once after that; `0` always asks, `false`
+    --- never asks.
+    esc_confirm_after = 20,
   },
   --- Buffer-local keymaps; `false` disables one.
   keymaps = {
@@ -45,13 +57,17 @@ M.defaults = {
       send_insert = '<C-s>', -- normal and insert mode
       followup = '<M-CR>', -- normal and insert mode: queue a follow-up
       abort = '<C-c>',
+      esc = '<Esc>', -- normal mode, during a run: stop it (asks once in a long run)
       queue = 'gq', -- edit or remove a queued message
+      paste_image = '<M-v>', -- normal and insert mode: attach the clipboard's image
     },
     chat = {
       abort = '<C-c>',
+      esc = '<Esc>', -- during a run: stop it (asks once in a long run)
       close = 'q',
       older = 'gO', -- load older history
       prompt = 'i', -- jump to the prompt
+      toggle = '<CR>', -- on an answer row: that answer; on a fold: open / close it
     },
     permission = {
       allow = 'a',

@@ -76,8 +76,30 @@ function M.check()
   if #found > 0 then
     h.ok('provider key in the environment: ' .. table.concat(found, ', '))
   end
-  if #models > 0 then
-    h.ok('models.json: ' .. table.concat(models, ', '))
+  for _, path in ipairs(models) do
+    -- What the file offers, read as the server reads it (a broken file is said here).
+    local f = io.open(path, 'r')
+    local ok, data = pcall(vim.json.decode, f and f:read('*a') or '', { luanil = { object = true, array = true } })
+    if f then
+      f:close()
+    end
+    if not ok or type(data) ~= 'table' then
+      h.error(('models.json %s is not valid JSON: %s'):format(util.short(path), tostring(data)))
+    else
+      local ids = {}
+      for name, prov in pairs(type(data.providers) == 'table' and data.providers or {}) do
+        for _, m in ipairs(type(prov) == 'table' and type(prov.models) == 'table' and prov.models or {}) do
+          ids[#ids + 1] = name .. '/' .. tostring(type(m) == 'table' and m.id or m)
+        end
+      end
+      table.sort(ids)
+      h.ok(('models.json %s: %s'):format(util.short(path), #ids > 0 and table.concat(ids, ', ') or 'no models'))
+    end
+  end
+  for r, st in pairs(client.roots) do
+    if st.status and st.status.model then
+      h.info(('model in use in %s: %s'):format(util.short(r), st.status.model))
+    end
   end
   if #found == 0 and #models == 0 then
     h.warn('no provider key and no models.json: the server runs its offline scripted demo model', { 'export ANTHROPIC_API_KEY=… (or OPENAI_API_KEY, …)', 'or write ' .. agent .. '/models.json' })
@@ -100,21 +122,25 @@ function M.check()
       any = true
       local agent_caps = vim.tbl_get(c.server_capabilities or {}, 'experimental', 'agent') or {}
       local methods = agent_caps.methods or {}
-      h.ok(('%s: server agent protocol v%s, %d methods, position encoding %s, sync %s'):format(
-        r,
+      local sync = vim.tbl_get(c.server_capabilities or {}, 'textDocumentSync')
+      local change = type(sync) == 'table' and sync.change or sync
+      h.ok(('%s: server agent protocol v%s, %d methods, position encoding %s, %s document sync'):format(
+        util.short(r),
         tostring(agent_caps.version),
         #methods,
         tostring(c.offset_encoding),
-        vim.inspect(vim.tbl_get(c.server_capabilities or {}, 'textDocumentSync'))
+        change == 2 and 'incremental' or change == 1 and 'full' or 'no'
       ))
-      local missing = {}
-      for _, m in ipairs({ 'agent/session/history', 'agent/queue/remove', 'agent/session/changes' }) do
+      local without = {
+        ['agent/session/history'] = 'a session opens with its whole history',
+        ['agent/queue/remove'] = 'queued messages can only be cleared together',
+        ['agent/session/changes'] = ':Pi changes lists only the changes still marked in buffers',
+        ['agent/session/rewind'] = ':Pi rewind is not available',
+      }
+      for _, m in ipairs({ 'agent/session/history', 'agent/queue/remove', 'agent/session/changes', 'agent/session/rewind' }) do
         if not vim.tbl_contains(methods, m) then
-          missing[#missing + 1] = m
+          h.info(('this server has no %s: %s (a newer pi-lsp: :Pi build)'):format(m, without[m]))
         end
-      end
-      if #missing > 0 then
-        h.info('server lacks ' .. table.concat(missing, ', ') .. ' (older server: history loads whole, queued items can only be cleared)')
       end
     end
   end

@@ -46,8 +46,34 @@ end
 
 local hunk_list
 
+--- Whether `label` names a rewind's file change (`Pi: rewind <file>` / `Pi: reapply <file>`):
+--- it puts back text the marks already know, so it makes no marks of its own.
+local function rewind_label(label)
+  return type(label) == 'string' and (label:match('^Pi: rewind ') or label:match('^Pi: reapply ')) ~= nil
+end
+
+--- A loaded buffer of `uri` that the client `client_id` does not sync and that holds unsaved
+--- changes: an edit computed from the disk must not land there.
+local function unsynced_modified(uri, client_id)
+  local b = loaded(uri)
+  return b and vim.bo[b].modified and not vim.lsp.buf_is_attached(b, client_id) and b or nil
+end
+
 --- The `workspace/applyEdit` handler: Neovim's, around a snapshot for the hunk signs.
 function M.apply(err, params, ctx)
+  for _, change in ipairs(params and params.edit and params.edit.documentChanges or {}) do
+    local uri = change.textDocument and change.textDocument.uri
+    if uri and (change.textDocument.version == vim.NIL or change.textDocument.version == nil) then
+      local b = unsynced_modified(uri, ctx.client_id)
+      if b then
+        return {
+          applied = false,
+          failureReason = vim.fn.fnamemodify(api.nvim_buf_get_name(b), ':~:.') .. ' has unsaved changes in Neovim that the server has not seen',
+        }
+      end
+    end
+  end
+  local rewind = rewind_label(params and params.label)
   local before = {}
   for _, uri in ipairs(targets(params and params.edit)) do
     local b = loaded(uri)
@@ -65,6 +91,20 @@ function M.apply(err, params, ctx)
   local p = vim.deepcopy(params)
   p.label = nil
   local result = vim.lsp.handlers['workspace/applyEdit'](err, p, ctx)
+  -- A file created by this edit starts as Neovim's one empty line; the text inserted into it
+  -- ends with its own newline, which left an extra empty last line ("text\n\n" on disk).
+  -- Neovim drops that line for edits reaching the end of a buffer, not for this insert.
+  if type(result) == 'table' and result.applied ~= false then
+    for _, change in ipairs(params and params.edit and params.edit.documentChanges or {}) do
+      if change.kind == 'create' and change.uri then
+        local b = loaded(change.uri)
+        local n = b and api.nvim_buf_line_count(b) or 0
+        if n >= 2 and api.nvim_buf_get_lines(b, n - 1, n, false)[1] == '' and (vim.bo[b].eol or vim.bo[b].fixeol) then
+          api.nvim_buf_set_lines(b, n - 1, n, false, {})
+        end
+      end
+    end
+  end
   -- The server waits for the edit's didChange: send it now, before the answer, instead of
   -- after the debounce (a buffer loaded by the edit itself was otherwise not synced).
   local client = vim.lsp.get_client_by_id(ctx.client_id)
@@ -76,7 +116,11 @@ function M.apply(err, params, ctx)
     local b = loaded(uri)
     if b then
       break_undo(b)
-      M.mark(b, before[uri] or {}, api.nvim_buf_get_lines(b, 0, -1, false))
+      if rewind then
+        M.refresh(b)
+      else
+        M.mark(b, before[uri] or {}, api.nvim_buf_get_lines(b, 0, -1, false))
+      end
     end
   end
   return result
@@ -137,15 +181,45 @@ function M.mark(b, old, new)
       ok, id = pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, opts)
     end
     if ok then
-      store[id] = { old = old_lines, deletion = cb == 0, sign = opts.sign_text, sign_hl = opts.sign_hl_group }
+      -- `above`: a deletion's text goes before its mark's line (else after it: it ran to the end).
+      store[id] = { old = old_lines, deletion = cb == 0, above = cb == 0 and opts.virt_lines_above or nil, sign = opts.sign_text, sign_hl = opts.sign_hl_group }
     end
   end
   require('pi.keymaps').hunks(b)
   M.watch(b)
 end
 
---- Hides the sign of a hunk whose text is back to what it was (undone with `u` or by hand)
---- and shows it again when the agent's text comes back (redo).
+--- Hides the sign of each hunk of `b` whose text is back to what it was (undone with `u`,
+--- by hand or by a rewind) and shows it again when the agent's text comes back (redo,
+--- a rewind undone).
+function M.refresh(b)
+  local store = M.by_buf[b]
+  if not store or next(store) == nil then
+    return
+  end
+  for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
+    local id, row, d = m[1], m[2], m[4]
+    local info = store[id]
+    if info and not info.deletion then
+      local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
+      local reverted = vim.deep_equal(now, info.old)
+      if reverted ~= (info.hidden == true) then
+        info.hidden = reverted
+        pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
+          id = id,
+          end_row = d.end_row,
+          end_col = d.end_col,
+          sign_text = not reverted and info.sign or nil,
+          sign_hl_group = not reverted and info.sign_hl or nil,
+          right_gravity = false,
+          end_right_gravity = true,
+        })
+      end
+    end
+  end
+end
+
+--- Keeps the signs of `b` true as its text changes (see `refresh`).
 function M.watch(b)
   if vim.b[b].pi_hunk_watch then
     return
@@ -154,30 +228,7 @@ function M.watch(b)
   api.nvim_create_autocmd({ 'TextChanged', 'InsertLeave' }, {
     buffer = b,
     callback = function()
-      local store = M.by_buf[b]
-      if not store or next(store) == nil then
-        return
-      end
-      for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
-        local id, row, d = m[1], m[2], m[4]
-        local info = store[id]
-        if info and not info.deletion then
-          local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
-          local reverted = vim.deep_equal(now, info.old)
-          if reverted ~= (info.hidden == true) then
-            info.hidden = reverted
-            pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
-              id = id,
-              end_row = d.end_row,
-              end_col = d.end_col,
-              sign_text = not reverted and info.sign or nil,
-              sign_hl_group = not reverted and info.sign_hl or nil,
-              right_gravity = false,
-              end_right_gravity = true,
-            })
-          end
-        end
-      end
+      M.refresh(b)
     end,
   })
 end
@@ -261,16 +312,66 @@ function M.undo()
   api.nvim_buf_del_extmark(b, M.ns, h.id)
   M.by_buf[b][h.id] = nil
   if h.info.deletion then
-    local row = h.row
-    local n = api.nvim_buf_line_count(b)
-    if row >= n - 1 and not (n == 1) then
-      api.nvim_buf_set_lines(b, n, n, false, old)
-    else
-      api.nvim_buf_set_lines(b, row, row, false, old)
-    end
+    local at = h.info.above and h.row or (h.row + 1)
+    api.nvim_buf_set_lines(b, at, at, false, old)
   else
     api.nvim_buf_set_lines(b, h.row, h.end_row, false, old)
   end
+end
+
+--- The text of `b` with every agent hunk's old text back: what the buffer held before the
+--- agent's marked changes (the user's own changes stay in).
+function M.base_lines(b)
+  local lines = api.nvim_buf_get_lines(b, 0, -1, false)
+  local list = hunk_list(b)
+  for i = #list, 1, -1 do
+    local h = list[i]
+    local old = h.info.old
+    local out = {}
+    if h.info.deletion then
+      -- A deletion's mark sits on the line after it (or on the last line when it ran to the end).
+      local at = math.min(h.info.above and h.row or (h.row + 1), #lines)
+      vim.list_extend(out, { unpack(lines, 1, at) })
+      vim.list_extend(out, old)
+      vim.list_extend(out, { unpack(lines, at + 1) })
+    else
+      vim.list_extend(out, { unpack(lines, 1, h.row) })
+      vim.list_extend(out, old)
+      vim.list_extend(out, { unpack(lines, h.end_row + 1) })
+    end
+    lines = out
+  end
+  return lines
+end
+
+--- `:Pi diff`: the buffer against its text before the agent's changes, in Neovim's own diff
+--- mode, in a new tabpage (close it with `:tabclose`). Returns false when nothing is marked.
+function M.diff(b)
+  b = b or api.nvim_get_current_buf()
+  if #hunk_list(b) == 0 then
+    require('pi.util').notify('no agent change is marked in this buffer')
+    return false
+  end
+  local base = M.base_lines(b)
+  local ft = vim.bo[b].filetype
+  local name = api.nvim_buf_get_name(b)
+  vim.cmd('tab split')
+  local right = api.nvim_get_current_win()
+  api.nvim_win_set_buf(right, b)
+  local scratch = api.nvim_create_buf(false, true)
+  vim.bo[scratch].bufhidden = 'wipe'
+  api.nvim_buf_set_lines(scratch, 0, -1, false, base)
+  vim.bo[scratch].modifiable = false
+  pcall(api.nvim_buf_set_name, scratch, 'pi://before/' .. vim.fn.fnamemodify(name, ':t'))
+  vim.bo[scratch].filetype = ft
+  local left = api.nvim_open_win(scratch, false, { split = 'left', win = right })
+  api.nvim_win_call(left, function()
+    vim.cmd('diffthis')
+  end)
+  vim.cmd('diffthis')
+  api.nvim_set_option_value('winbar', ' before the agent (read-only)', { scope = 'local', win = left })
+  api.nvim_set_option_value('winbar', ' now — :tabclose ends the diff', { scope = 'local', win = right })
+  return true
 end
 
 --- Every buffer's agent hunks as quickfix items.

@@ -22,6 +22,7 @@ function M.chat(chat)
   map(buf, 'n', km.close, function()
     chat:close()
   end, 'close the chat')
+  M.esc(buf, km.esc, chat)
   map(buf, 'n', km.older, function()
     chat:load_older()
   end, 'load older history')
@@ -32,6 +33,25 @@ function M.chat(chat)
       vim.cmd('startinsert!')
     end
   end, 'go to the prompt')
+  -- <CR>: the answer on its row, else the fold under the cursor opens or closes, else <CR>.
+  if km.toggle then
+    map(buf, 'n', km.toggle, function()
+      local perm = require('pi.permission')
+      local row = api.nvim_win_get_cursor(0)[1] - 1
+      local q = perm.at_row(chat, row)
+      local i = q and q.choices_at and (row - q.header_row - q.choices_at + 1)
+      if q and i and i >= 1 and i <= #q.choices then
+        vim.schedule(function()
+          perm.answer(q, i)
+        end)
+        return ''
+      end
+      if vim.fn.foldlevel(row + 1) > 0 then
+        return 'za'
+      end
+      return km.toggle
+    end, 'answer on this row, or open / close the fold', { expr = true, replace_keycodes = true, remap = false })
+  end
   -- Mnemonic permission keys: answer only with the cursor on an open question; elsewhere the
   -- key does what it always does.
   local pk = config.values.keymaps.permission or {}
@@ -93,6 +113,36 @@ function M.prompt(chat, buf)
   map(buf, 'n', km.queue, function()
     prompt.edit_queue(chat)
   end, 'edit or remove a queued message')
+  map(buf, { 'n', 'i' }, km.paste_image, function()
+    require('pi.images').attach_clipboard(chat)
+  end, 'attach the clipboard image')
+  M.esc(buf, km.esc, chat)
+end
+
+--- `<Esc>` in normal mode: during a run it stops it (asking once in a long run, see
+--- `chat.esc_confirm_after`); otherwise it is the usual key.
+function M.esc(buf, lhs, chat)
+  if not lhs then
+    return
+  end
+  -- The habit "<Esc><Esc>" that leaves insert mode: the second one within a second of leaving
+  -- insert mode in this buffer is only an <Esc>.
+  local left = 0
+  api.nvim_create_autocmd('InsertLeave', {
+    buffer = buf,
+    callback = function()
+      left = vim.uv.now()
+    end,
+  })
+  map(buf, 'n', lhs, function()
+    if (chat.running or chat.state == 'sending') and vim.uv.now() - left > 1000 then
+      vim.schedule(function()
+        require('pi').esc(chat)
+      end)
+      return ''
+    end
+    return lhs
+  end, 'stop the run (asks once in a long run)', { expr = true, replace_keycodes = true, remap = false })
 end
 
 --- Hunk keymaps of a buffer the agent edited (made once per buffer).

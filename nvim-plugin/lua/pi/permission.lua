@@ -45,10 +45,19 @@ local function block_lines(q)
     lines[#lines + 1] = '```diff'
     q.diff_at = #lines
     q.diff_lines = vim.split(p.change.diff:gsub('\n+$', ''), '\n', { plain = true })
+    local max = config.values.chat.max_diff_lines or 400
+    local more = #q.diff_lines - max
+    if more > 0 then
+      q.diff_lines = { unpack(q.diff_lines, 1, max) }
+    end
     vim.list_extend(lines, q.diff_lines)
+    if more > 0 then
+      lines[#lines + 1] = ('… %d more lines'):format(more)
+    end
     lines[#lines + 1] = '```'
   end
   local km = config.values.keymaps.permission or {}
+  q.choices_at = #lines
   for i, ch in ipairs(q.choices) do
     local key = km[ch.key]
     lines[#lines + 1] = ('  [%d]%s %s'):format(i, key and (' ' .. key) or '', ch.label)
@@ -67,8 +76,31 @@ local function finish(q, answer, label)
       break
     end
   end
-  if q.header_row and api.nvim_buf_is_valid(q.chat.buf) then
-    require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, answer and answer.decision ~= 'reject' and 'DiagnosticOk' or 'DiagnosticError', nil, #'### ? Permission')
+  local buf = q.chat.buf
+  if q.header_row and api.nvim_buf_is_valid(buf) then
+    local ok_hl = answer and answer.decision ~= 'reject' and 'DiagnosticOk' or 'DiagnosticError'
+    require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, ok_hl, nil, #'### ? Permission')
+    -- The answer rows stay as text (yank works) but dim, the chosen one in the answer's colour.
+    for i = 1, #q.choices do
+      local row = q.header_row + q.choices_at + i - 1
+      local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+      pcall(api.nvim_buf_set_extmark, buf, render.ns, row, 0, { end_col = #line, hl_group = i == q.chosen and ok_hl or 'Comment', priority = 200 })
+    end
+    if q.hint then
+      pcall(api.nvim_buf_del_extmark, buf, render.ns, q.hint)
+    end
+    -- Answered: the block collapses to its header (the reason, diff and answers folded under
+    -- it, `zo` opens them).
+    q.chat.writer:flush()
+    q.chat.writer:add_fold(q.header_row + 1, q.last_row)
+  end
+  local t = q.chat.tools[q.params.toolCallId or '']
+  if t and t.row and api.nvim_buf_is_valid(buf) then
+    -- The call runs from now (or is refused): its duration counts from the answer.
+    t.t0 = vim.uv.hrtime()
+    if answer and answer.decision ~= 'reject' then
+      t.mark = require('pi.chat').status_mark(q.chat, t.row, ' ⏳ running', 'DiagnosticWarn', t.mark, t.col)
+    end
   end
   if q.float and api.nvim_win_is_valid(q.float) then
     pcall(api.nvim_win_close, q.float, true)
@@ -92,7 +124,7 @@ function M.answer(q, i)
     return
   end
   if ch.ask_reason then
-    vim.ui.input({ prompt = 'Reason for rejecting: ' }, function(reason)
+    util.input({ prompt = 'Reason for rejecting: ' }, function(reason)
       if reason == nil then
         return -- cancelled: the question stays open
       end
@@ -100,11 +132,13 @@ function M.answer(q, i)
       if reason ~= '' then
         d.reason = reason
       end
+      q.chosen = i
       finish(q, d, 'rejected' .. (reason ~= '' and (': ' .. reason) or ''))
     end)
     return
   end
   local labels = { allow = 'allowed once', session = 'allowed for this session', workspace = 'allowed in this workspace', reject = 'rejected' }
+  q.chosen = i
   finish(q, vim.deepcopy(ch.decision), labels[ch.key] or ch.label)
 end
 
@@ -151,7 +185,10 @@ local function show_float(q)
   vim.bo[buf].modifiable = false
   vim.bo[buf].bufhidden = 'wipe'
   vim.bo[buf].filetype = 'pi-chat'
-  vim.bo[buf].syntax = 'markdown'
+  require('pi.highlight').markdown(buf, config.values.chat.treesitter)
+  if q.diff_at then
+    require('pi.chat').highlight_diff(buf, q.diff_at, q.diff_lines)
+  end
   local width = 0
   for _, l in ipairs(lines) do
     width = math.max(width, vim.fn.strdisplaywidth(l))
@@ -195,7 +232,21 @@ function M.ask(chat, st, params)
     end
   end)
   w:append(table.concat(lines, '\n') .. '\n')
+  w:mark(function()
+    if q.done then
+      return
+    end
+    q.hint = api.nvim_buf_set_extmark(chat.buf, render.ns, q.last_row, 0, {
+      virt_lines = { { { '  a digit answers anywhere in this chat · :Pi allow / :Pi reject from any window', 'Comment' } } },
+    })
+  end)
   w:flush()
+  chat.block = 'permission'
+  -- The tool call waits for the answer: its header says so.
+  local t = chat.tools[params.toolCallId or '']
+  if t and t.row then
+    t.mark = require('pi.chat').status_mark(chat, t.row, ' ? waiting for your answer', 'DiagnosticWarn', t.mark, t.col)
+  end
   require('pi.keymaps').permission_changed(chat)
   if not chat:window() then
     show_float(q)
@@ -207,12 +258,45 @@ function M.ask(chat, st, params)
   return coroutine.yield()
 end
 
---- Withdraws the open questions of `session_id` (its run ended or was aborted).
-function M.withdraw_session(session_id)
+--- The oldest open question of any chat of root `st` (`:Pi allow`, `:Pi reject`).
+function M.first_of_root(st)
+  for _, q in ipairs(M.pending) do
+    if q.chat.root == st then
+      return q
+    end
+  end
+end
+
+--- Answers the oldest open question of root `st` from any window: `key` "allow" / "session" /
+--- "workspace" / "reject" (with `reason`). Returns false (and says why) when it cannot.
+function M.answer_root(st, key, reason)
+  local q = M.first_of_root(st)
+  if not q then
+    util.notify('no permission question is open')
+    return false
+  end
+  for i, ch in ipairs(q.choices) do
+    if ch.key == key then
+      if key == 'reject' and reason and reason ~= '' then
+        q.chosen = i
+        finish(q, { decision = 'reject', reason = reason }, 'rejected: ' .. reason)
+        return true
+      end
+      M.answer(q, i)
+      return true
+    end
+  end
+  util.notify(('this question offers no %q answer'):format(key), vim.log.levels.WARN)
+  return false
+end
+
+--- Withdraws the open questions of `session_id` (its run ended or was aborted); with
+--- `server_gone` nothing is answered (no one would read it).
+function M.withdraw_session(session_id, server_gone)
   for i = #M.pending, 1, -1 do
     local q = M.pending[i]
     if q.chat.session_id == session_id then
-      finish(q, { decision = 'reject', reason = 'withdrawn' }, 'withdrawn')
+      finish(q, not server_gone and { decision = 'reject', reason = 'withdrawn' } or nil, 'withdrawn')
     end
   end
 end

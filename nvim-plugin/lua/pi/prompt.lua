@@ -8,6 +8,27 @@ local api = vim.api
 local M = {}
 
 local ns = api.nvim_create_namespace('pi.prompt')
+local ns_hint = api.nvim_create_namespace('pi.prompt.hint')
+
+--- Shows what the empty prompt does (virtual text, gone with the first character).
+function M.placeholder(chat)
+  local buf = chat.prompt_buf
+  if not buf or not api.nvim_buf_is_valid(buf) then
+    return
+  end
+  api.nvim_buf_clear_namespace(buf, ns_hint, 0, -1)
+  if api.nvim_buf_line_count(buf) > 1 or (api.nvim_buf_get_lines(buf, 0, 1, false)[1] or '') ~= '' then
+    return
+  end
+  local km = config.values.keymaps.prompt or {}
+  local text
+  if chat.running then
+    text = ('steer Pi (%s), or queue a follow-up (%s)'):format(km.send_insert or km.send or '', km.followup or '')
+  else
+    text = ('Ask Pi… (%s sends; / commands, @ files)'):format(km.send_insert or km.send or '')
+  end
+  api.nvim_buf_set_extmark(buf, ns_hint, 0, 0, { virt_text = { { text, 'Comment' } }, virt_text_pos = 'overlay', hl_mode = 'combine' })
+end
 
 local function ensure_buf(chat)
   if chat.prompt_buf and api.nvim_buf_is_valid(chat.prompt_buf) then
@@ -19,13 +40,20 @@ local function ensure_buf(chat)
   vim.bo[buf].bufhidden = 'hide'
   vim.bo[buf].swapfile = false
   vim.bo[buf].filetype = 'pi-prompt'
-  vim.bo[buf].syntax = 'markdown'
+  require('pi.highlight').markdown(buf, config.values.chat.treesitter)
   vim.bo[buf].completefunc = "v:lua.require'pi.prompt'.complete"
   vim.bo[buf].omnifunc = "v:lua.require'pi.prompt'.complete"
   vim.b[buf].pi_session = chat.session_id
   vim.b[buf].pi_root = chat.root.root
   chat.prompt_buf = buf
   require('pi.keymaps').prompt(chat, buf)
+  api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
+    buffer = buf,
+    callback = function()
+      M.placeholder(chat)
+    end,
+  })
+  M.placeholder(chat)
   M.show_queue(chat)
   M.load_commands(chat)
   return buf
@@ -63,7 +91,15 @@ function M.open(chat, chat_win)
   set('relativenumber', false)
   set('signcolumn', 'no')
   set('wrap', true)
-  set('statusline', '%#Title# Pi prompt %* <CR> send · <M-CR> follow-up · <C-c> stop%<')
+  set('fillchars', 'eob: ')
+  local km = config.values.keymaps.prompt or {}
+  local keys = {}
+  for _, k in ipairs({ { km.send, 'send' }, { km.followup, 'follow-up' }, { km.abort, 'stop' } }) do
+    if k[1] then
+      keys[#keys + 1] = k[1] .. ' ' .. k[2]
+    end
+  end
+  set('statusline', '%#Title# Pi prompt %* ' .. table.concat(keys, ' · '):gsub('%%', '%%%%') .. '%<')
 end
 
 --- The prompt's text.
@@ -96,7 +132,7 @@ function M.send(chat, how)
   end
 end
 
---- Shows the queued messages above the prompt's first line.
+--- Shows the attached images and the queued messages above the prompt's first line.
 function M.show_queue(chat)
   local buf = chat.prompt_buf
   if not buf or not api.nvim_buf_is_valid(buf) then
@@ -104,10 +140,10 @@ function M.show_queue(chat)
   end
   api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   local items = chat:queued()
-  if #items == 0 then
+  local vl = require('pi.images').lines(chat)
+  if #items == 0 and #vl == 0 then
     return
   end
-  local vl = {}
   for _, q in ipairs(items) do
     local text = tostring(q.text):gsub('\n.*', ' …')
     vl[#vl + 1] = { { ('  ⧗ %s (%s): '):format(q.delivery, q.state), 'Comment' }, { text, 'Normal' } }
@@ -128,7 +164,7 @@ function M.edit_queue(chat)
     return util.notify('nothing is queued')
   end
   local client = require('pi.client')
-  vim.ui.select(items, {
+  util.select(items, {
     prompt = 'Queued message',
     format_item = function(q)
       return ('%s (%s): %s'):format(q.delivery, q.state, q.text)
@@ -137,11 +173,11 @@ function M.edit_queue(chat)
     if not q then
       return
     end
-    vim.ui.select({ 'Remove', 'Edit', 'Clear all' }, { prompt = 'Queued: ' .. q.text }, function(action)
+    util.select({ 'Remove', 'Edit', 'Clear all' }, { prompt = 'Queued: ' .. q.text }, function(action)
       if action == 'Remove' then
         client.request(chat.root, 'agent/queue/remove', { sessionId = chat.session_id, queueId = q.queueId }, 'remove the queued message')
       elseif action == 'Edit' then
-        vim.ui.input({ prompt = 'Text: ', default = q.text }, function(text)
+        util.input({ prompt = 'Text: ', default = q.text }, function(text)
           if text and text ~= '' then
             client.request(chat.root, 'agent/queue/edit', { sessionId = chat.session_id, queueId = q.queueId, text = text }, 'edit the queued message')
           end

@@ -138,6 +138,12 @@ local function pinned_windows(buf, line_count)
   return pinned
 end
 
+--- At the next write, every window of the buffer goes to the end and follows it (after the
+--- user sent a message: what comes is the answer to it).
+function W:pin_all()
+  self.repin = true
+end
+
 --- Writes everything pending now, as one `nvim_buf_set_text` at the end of the buffer.
 function W:flush()
   if #self.pending == 0 or not api.nvim_buf_is_valid(self.buf) then
@@ -175,7 +181,8 @@ function W:flush()
   if #texts > 0 then
     local text = table.concat(texts)
     local lines = vim.split(text, '\n', { plain = true })
-    local pinned = pinned_windows(buf, n)
+    local pinned = self.repin and vim.fn.win_findbuf(buf) or pinned_windows(buf, n)
+    self.repin = false
     vim.bo[buf].modifiable = true
     api.nvim_buf_set_text(buf, n - 1, #last, n - 1, #last, lines)
     vim.bo[buf].modifiable = false
@@ -238,6 +245,32 @@ function W:reset()
   api.nvim_buf_set_lines(self.buf, 0, -1, false, {})
   vim.bo[self.buf].modifiable = false
   api.nvim_buf_clear_namespace(self.buf, M.ns, 0, -1)
+end
+
+--- Makes rows `s`..`e` (0-based, inclusive) a fold region after they were written (an
+--- answered question collapses), and closes it in the windows showing the buffer. No text
+--- changes; the region must not overlap another one.
+function W:add_fold(s, e)
+  local at = #self.folds + 1
+  for i, f in ipairs(self.folds) do
+    if f.s > s then
+      at = i
+      break
+    end
+    if f.e == nil or f.e >= s then
+      return false -- overlaps an open or earlier region
+    end
+  end
+  table.insert(self.folds, at, { s = s, e = e })
+  for _, win in ipairs(vim.fn.win_findbuf(self.buf)) do
+    if vim.wo[win].foldmethod == 'expr' then
+      pcall(vim._foldupdate, win, s, e + 1)
+      pcall(api.nvim_win_call, win, function()
+        vim.cmd(('silent! %d,%dfoldclose'):format(s + 1, e + 1))
+      end)
+    end
+  end
+  return true
 end
 
 --- `foldexpr` of chat windows: level 1 inside a region (`>1` on its first line).

@@ -34,6 +34,7 @@ end
 function M.open(st, s, done)
   local params = s.open and { sessionId = s.sessionId } or { path = s.sessionFile }
   client.request(st, 'agent/session/open', params, 'open the session', function(state)
+    local old = require('pi.chat').current(st)
     require('pi').use_state(st, state)
     -- The statusline's context meter and cost before the session's next response.
     client.request(st, 'agent/session/stats', { sessionId = state.sessionId }, 'read the session stats', function(stats)
@@ -52,7 +53,7 @@ function M.open(st, s, done)
     end)
     local chat = require('pi.chat').get(st, state.sessionId)
     chat:load_history(function()
-      chat:open(false)
+      chat:show_instead(old, false)
       if done then
         done(chat)
       end
@@ -67,7 +68,7 @@ function M.pick(st)
     if #sessions == 0 then
       return util.notify('no sessions in this workspace yet')
     end
-    vim.ui.select(sessions, { prompt = 'Pi sessions', format_item = M.format, kind = 'pi.session' }, function(s)
+    util.select(sessions, { prompt = 'Pi sessions', format_item = M.format, kind = 'pi.session' }, function(s)
       if s then
         M.open(st, s)
       end
@@ -83,7 +84,7 @@ function M.fork(chat)
     if #msgs == 0 then
       return util.notify('no user message to fork from yet')
     end
-    vim.ui.select(msgs, {
+    util.select(msgs, {
       prompt = 'Fork from',
       format_item = function(m)
         return (tostring(m.text):gsub('\n.*', ' …'))
@@ -93,10 +94,11 @@ function M.fork(chat)
         return
       end
       client.request(st, 'agent/session/fork', { sessionId = chat.session_id, entryId = m.entryId }, 'fork the session', function(f)
+        local old = require('pi.chat').current(st)
         require('pi').use_state(st, f.session)
         local c = require('pi.chat').get(st, f.session.sessionId)
         c:load_history(function()
-          c:open(false)
+          c:show_instead(old, false)
           require('pi.prompt').set_text(c, f.text or m.text or '')
         end)
       end)
@@ -104,7 +106,19 @@ function M.fork(chat)
   end)
 end
 
+--- Words for the entry types without a role.
+local KIND = {
+  model_change = '· model change',
+  thinking_level_change = '· thinking level change',
+  compaction = '⋯ compaction',
+  branch_summary = '⋯ branch summary',
+  custom_message = 'message',
+  session_info = '· session info',
+  custom = '· custom entry',
+}
+
 local function tree_lines(r)
+  local leaf_line
   local children, by_id = {}, {}
   for _, e in ipairs(r.entries or {}) do
     by_id[e.id] = e
@@ -119,45 +133,62 @@ local function tree_lines(r)
     on_path[id] = true
     id = by_id[id].parentId
   end
+  -- The leaf as drawn: a label entry (the leaf after :Pi label) is not a row, its entry is.
+  local leaf = r.leafId
+  while leaf and by_id[leaf] and by_id[leaf].type == 'label' do
+    leaf = by_id[leaf].parentId
+  end
   local function walk(parent, depth)
     for _, e in ipairs(children[parent] or {}) do
       if e.type ~= 'label' then
-        local what = e.role or e.type
+        local what = e.role or (KIND[e.type] or e.type)
         local preview = tostring(e.preview or ''):gsub('\n.*', ' …')
-        local mark = e.id == r.leafId and '● ' or (on_path[e.id] and '│ ' or '  ')
-        lines[#lines + 1] = ('%s%s%s: %s%s'):format(string.rep('  ', depth), mark, what, preview, e.label and ('  [' .. e.label .. ']') or '')
+        local mark = e.id == leaf and '● ' or (on_path[e.id] and '│ ' or '  ')
+        lines[#lines + 1] = ('%s%s%s%s%s'):format(string.rep('  ', depth), mark, what, preview ~= '' and (': ' .. preview) or '', e.label and ('  [' .. e.label .. ']') or '')
         ids[#lines] = e.id
+        if e.id == leaf then
+          leaf_line = #lines
+        end
       end
       local next_depth = depth + ((#(children[parent] or {}) > 1) and 1 or 0)
       walk(e.id, next_depth)
     end
   end
   walk('', 0)
-  return lines, ids
+  return lines, ids, leaf_line
 end
 
 --- `:Pi tree`: the session's entry tree in a buffer.
 function M.tree(chat)
   local st = chat.root
-  local buf
+  local buf, win
   local ids = {}
+  local drawn = false
   local function draw()
     client.request(st, 'agent/session/tree', { sessionId = chat.session_id }, 'read the session tree', function(r)
       if not (buf and api.nvim_buf_is_valid(buf)) then
         return
       end
-      local lines
-      lines, ids = tree_lines(r)
+      local lines, leaf
+      lines, ids, leaf = tree_lines(r)
       vim.bo[buf].modifiable = true
       api.nvim_buf_set_lines(buf, 0, -1, false, #lines > 0 and lines or { '(empty session)' })
       vim.bo[buf].modifiable = false
+      -- The cursor starts on the current entry (where the session is).
+      if leaf and not drawn and api.nvim_win_is_valid(win) and api.nvim_win_get_buf(win) == buf then
+        pcall(api.nvim_win_set_cursor, win, { leaf, 0 })
+        pcall(api.nvim_win_call, win, function()
+          vim.cmd('normal! zz')
+        end)
+      end
+      drawn = true
     end)
   end
   buf = api.nvim_create_buf(false, true)
   vim.bo[buf].bufhidden = 'wipe'
   vim.bo[buf].filetype = 'pi-tree'
-  api.nvim_buf_set_name(buf, 'pi://tree/' .. chat.session_id .. '/' .. buf)
-  local win = api.nvim_open_win(buf, true, { split = 'below', win = -1, height = 15 })
+  api.nvim_buf_set_name(buf, ('pi://tree/%s/%d'):format(chat.session_id:sub(1, 8), buf))
+  win = api.nvim_open_win(buf, true, { split = 'below', win = util.host_win(), height = 15 })
   api.nvim_set_option_value('winbar', ' Pi tree — <CR> branch · S branch with summary · L label · q close', { scope = 'local', win = win })
   api.nvim_set_option_value('wrap', false, { scope = 'local', win = win })
   local function entry()
@@ -190,7 +221,7 @@ function M.tree(chat)
       if not id then
         return
       end
-      vim.ui.input({ prompt = 'Label (empty clears): ' }, function(text)
+      util.input({ prompt = 'Label (empty clears): ' }, function(text)
         if text == nil then
           return
         end

@@ -34,7 +34,7 @@ function M.line()
   local s = st.status
   local parts = {}
   if s.model then
-    parts[#parts + 1] = s.model
+    parts[#parts + 1] = s.model .. ((s.thinking and s.thinking ~= 'off') and (' (' .. s.thinking .. ')') or '')
   end
   local u = s.usage
   if u and u.contextWindow and u.contextWindow > 0 and u.contextTokens then

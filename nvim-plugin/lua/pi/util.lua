@@ -21,13 +21,56 @@ function M.notify_line(msg, level)
   M.notify(msg, level)
 end
 
---- Says `msg` once per Neovim session under `key`.
+--- Shows `lines` in a float by the cursor that closes when the cursor moves (LSP hover's
+--- float: no "Press ENTER", nothing to dismiss).
+function M.preview(lines, title)
+  return vim.lsp.util.open_floating_preview(lines, 'text', { border = 'rounded', title = ' ' .. title .. ' ', title_pos = 'center', focus_id = 'pi-preview' })
+end
+
+--- `vim.ui.select` whose choice is handled after a redraw: Neovim's own select (inputlist)
+--- leaves its list on the screen, and a message said then would raise "Press ENTER".
+function M.select(items, opts, on_choice)
+  vim.ui.select(items, opts, function(...)
+    pcall(vim.cmd, 'redraw')
+    on_choice(...)
+  end)
+end
+
+--- `vim.ui.input`, its answer handled after a redraw (as `select`).
+function M.input(opts, on_confirm)
+  vim.ui.input(opts, function(...)
+    pcall(vim.cmd, 'redraw')
+    on_confirm(...)
+  end)
+end
+
+--- The window a helper window (tree, export, extension editor) splits: the current one unless
+--- it shows a chat or a prompt, else the first window of the tabpage that does not, so the
+--- chat column and its prompt keep their sizes when the helper closes.
+function M.host_win()
+  local function pi_win(w)
+    local ft = vim.bo[vim.api.nvim_win_get_buf(w)].filetype
+    return ft == 'pi-chat' or ft == 'pi-prompt'
+  end
+  local cur = vim.api.nvim_get_current_win()
+  if not pi_win(cur) then
+    return cur
+  end
+  for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+    if not pi_win(w) and vim.api.nvim_win_get_config(w).relative == '' then
+      return w
+    end
+  end
+  return -1
+end
+
+--- Says `msg` once per Neovim session under `key`, in one screen line.
 function M.notify_once(key, msg, level)
   if said[key] then
     return
   end
   said[key] = true
-  M.notify(msg, level)
+  M.notify_line(msg, level)
 end
 
 --- The user's words for an `agent/*` error code (docs/protocol.md "Errors").
@@ -43,7 +86,7 @@ local WORDS = {
   [-31005] = 'that entry is not in the session',
   [-31006] = 'a shell command of this session is still running',
   [-31007] = 'the model could not write the branch summary',
-  [-31008] = 'compaction failed; nothing was written',
+  [-31008] = 'nothing was compacted',
 }
 
 --- One line for a JSON-RPC error `err` of the request `what` ("send the prompt").
@@ -64,15 +107,22 @@ function M.error_text(what, err)
   return ('could not %s: %s'):format(what, words or msg or vim.inspect(err))
 end
 
---- The folder of the plugin (`nvim-plugin/`).
+--- The folder of the plugin (`nvim-plugin/`), symlinks resolved (a `pack/*/start/pi` link
+--- to the clone's `nvim-plugin/` names the clone).
 function M.plugin_dir()
   local src = debug.getinfo(1, 'S').source:sub(2)
+  src = vim.uv.fs_realpath(src) or src
   return vim.fn.fnamemodify(src, ':p:h:h:h')
 end
 
 --- The repository holding the plugin (its parent folder), where `:Pi build` builds.
 function M.repo_dir()
   return vim.fn.fnamemodify(M.plugin_dir(), ':h')
+end
+
+--- `path` with the home folder as `~` (for messages).
+function M.short(path)
+  return vim.fn.fnamemodify(path, ':~')
 end
 
 --- Text of a message's `content` (a string or blocks).
