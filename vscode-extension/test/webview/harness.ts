@@ -55,13 +55,16 @@ export interface OpenOptions {
   onRequest?: RequestHandler;
   /** Wrap requestAnimationFrame/setTimeout/setInterval to count callbacks (idle test). */
   instrumentTimers?: boolean;
+  /** Another build of the webview: `<bundle>.js` and `<bundle>.css` (default: dist/webview.*),
+   * for comparing two builds in one browser. */
+  bundle?: string;
 }
 
 export async function openPanel(browser: Browser, opts: OpenOptions = {}): Promise<Panel> {
   const ctx = await browser.newContext({ viewport: { width: opts.width ?? 420, height: opts.height ?? 760 }, deviceScaleFactor: 1 });
   const page = await ctx.newPage();
-  const js = readFileSync(join(root, "dist/webview.js"));
-  const css = readFileSync(join(root, "dist/webview.css"));
+  const js = readFileSync(opts.bundle ? `${opts.bundle}.js` : join(root, "dist/webview.js"));
+  const css = readFileSync(opts.bundle ? `${opts.bundle}.css` : join(root, "dist/webview.css"));
   const theme = readFileSync(join(root, "test/webview/theme-dark.css"));
   const nonce = "dGVzdC1ub25jZS0xMjM0NTY3OA==";
   const html = webviewHtml({ scriptUri: `${ORIGIN}/webview.js`, styleUri: `${ORIGIN}/webview.css`, cspSource: ORIGIN, nonce })

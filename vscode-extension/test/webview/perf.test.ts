@@ -5,7 +5,7 @@
  * - 10,000-message session: last screen painted ≤ 400 ms after the history answer arrives,
  *   ≤ 1 MB posted to the webview for it, JS heap ≤ 150 MB, ≤ 5,000 DOM nodes; paging to the top:
  *   no task over PAGING_TASK_CPU_MS of CPU and still ≤ 5,000 nodes.
- * - Streaming 5,000 text deltas at 500/s (posted as the host does, ≤ 60 posts/s): a behaviour
+ * - Streaming 20,000 text deltas at 500/s (posted as the host does, ≤ 60 posts/s): a behaviour
  *   pass (at most one render per animation frame, no task over LONG_TASK_CPU_MS of CPU, DOM
  *   mutations only inside the streaming row, keystroke → next frame ≤ 16 ms median), then cost
  *   passes with nothing else in the page: the median of their main-thread CPU per delta, less
@@ -21,7 +21,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import type { Browser, Page, CDPSession } from "playwright-core";
-import { launch, openPanel, metrics, startTaskTrace, stopTaskTrace, cpuBetween, median } from "./harness";
+import { launch, openPanel, type Panel, metrics, startTaskTrace, stopTaskTrace, cpuBetween, median } from "./harness";
 import { sessionEntries, historyPage, streamedAnswer } from "./generate";
 
 let browser: Browser;
@@ -36,22 +36,29 @@ const SID = "019ad0c1-0000-7000-8000-00000000beef";
 const model = { provider: "rec", id: "rec-1", name: "Recorded mock", api: "anthropic-messages", reasoning: true, input: ["text"], contextWindow: 200000, maxTokens: 8192, cost: { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 }, thinkingLevels: ["off", "low", "medium", "high"] };
 const state = { sessionId: SID, sessionFile: "x.jsonl", model, thinkingLevel: "off", isStreaming: false, steeringMode: "one-at-a-time", followUpMode: "one-at-a-time", autoRetryEnabled: true, isRetrying: false, autoCompactionEnabled: true, isCompacting: false, isBashRunning: false, messageCount: 10000, pendingMessageCount: 0, approvalPolicy: "auto-edit" };
 
-/** Main-thread CPU per text delta allowed, the median of the cost passes (issue target: 0.2 ms;
- * not met yet). */
-const PER_DELTA_MS = 0.3;
+/** Main-thread CPU per text delta allowed, the median of the cost passes (issue target). */
+const PER_DELTA_MS = 0.2;
 /** Longest main-thread task allowed, in CPU time (issue target: 50 ms). Wall time grows with
  * the machine's load (CI and the developers share two cores; a descheduled task looks long), so
  * the bound is on the task's thread time from a Chromium trace; the wall figure is printed. */
 const LONG_TASK_CPU_MS = 50;
-/** Longest task while paging older history, CPU time (issue target: 50 ms; not met yet). */
-const PAGING_TASK_CPU_MS = 200;
+/** Longest task while paging older history, CPU time (issue target: 50 ms). */
+const PAGING_TASK_CPU_MS = 50;
+/** From the history answer to the last screen painted (VP1), ms. */
+const FIRST_SCREEN_MS = 400;
+/** Panels opened at most to measure it (the best counts; see VP1). */
+const FIRST_SCREEN_TRIES = 3;
 
 function perf(line: string): void {
   console.log(`# perf ${line}`);
 }
 
-test("VP1: a 10,000-message session opens with its last screen first, and pages in older ones", async () => {
-  const entries = sessionEntries(10000);
+/** Opens a panel on `entries` and measures VP1's first screen: from the history answer
+ * reaching the webview (the host relays the server's answer as it arrives) to the frame after
+ * the last entry's row is in the DOM, as wall time and as the main thread's CPU time in it
+ * (from a task trace); also from the host's init (two round trips through the test's host,
+ * which is slower than VS Code's). */
+async function firstScreen(entries: any[]): Promise<{ panel: Panel; ms: number; cpu: number; fromInit: number; posted: number }> {
   const panel = await openPanel(browser, {
     onRequest: (method, params) => {
       if (method === "agent/state") return state;
@@ -66,12 +73,11 @@ test("VP1: a 10,000-message session opens with its last screen first, and pages 
     new PerformanceObserver((l) => (window as any).__long.push(...l.getEntries().map((e) => e.duration))).observe({ type: "longtask", buffered: true });
   });
   const bytes0 = panel.bytesSent;
-  // VP1's clock: from the history answer reaching the webview (the host relays the server's
-  // answer as it arrives) to the frame after the last entry's row is in the DOM. Also reported:
-  // from the host's init (two round trips through the test's host, which is slower than VS Code's).
+  await startTaskTrace(browser, page);
   const paintP = page.evaluate(
     (lastText) =>
       new Promise<number[]>((resolve) => {
+        performance.mark("pi-sync");
         const tInit = performance.now();
         let t0 = -1;
         window.addEventListener(
@@ -84,7 +90,7 @@ test("VP1: a 10,000-message session opens with its last screen first, and pages 
         const check = () => {
           const rows = document.querySelectorAll(".rows > .row");
           const last = rows[rows.length - 1];
-          if (last && last.textContent!.includes(lastText)) requestAnimationFrame(() => resolve([performance.now() - t0, performance.now() - tInit]));
+          if (last && last.textContent!.includes(lastText)) requestAnimationFrame(() => resolve([t0, performance.now(), tInit]));
           else requestAnimationFrame(check);
         };
         requestAnimationFrame(check);
@@ -92,12 +98,31 @@ test("VP1: a 10,000-message session opens with its last screen first, and pages 
     (entries.at(-1)!.message.content.find((b: any) => b.type === "text")?.text ?? "").slice(0, 30),
   );
   await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
-  const [ms, fromInit] = await paintP;
-  const posted = panel.bytesSent - bytes0;
+  const [t0, tPaint, tInit] = await paintP;
+  const trace = await stopTaskTrace(browser, page);
+  return { panel, ms: tPaint - t0, cpu: cpuBetween(trace, t0, tPaint), fromInit: tPaint - tInit, posted: panel.bytesSent - bytes0 };
+}
+
+test("VP1: a 10,000-message session opens with its last screen first, and pages in older ones", async () => {
+  const entries = sessionEntries(10000);
+  // Latency only grows with the machine's load (other processes on the two cores): the best of
+  // up to FIRST_SCREEN_TRIES panels is compared with the bound; the work in each (CPU) must fit
+  // in half of it.
+  const tries: Awaited<ReturnType<typeof firstScreen>>[] = [];
+  for (let i = 0; i < FIRST_SCREEN_TRIES; i++) {
+    const t = await firstScreen(entries);
+    tries.push(t);
+    if (t.ms <= FIRST_SCREEN_MS) break;
+    await t.panel.page.context().close();
+  }
+  const best = tries.reduce((a, b) => (b.ms < a.ms ? b : a));
+  const { panel, ms, fromInit, posted } = tries.at(-1)!;
+  const page = panel.page;
   const m = await metrics(panel.cdp);
   const nodes = await page.evaluate(() => document.getElementsByTagName("*").length);
-  perf(`VP1 last screen ${ms.toFixed(0)} ms after the history answer (${fromInit.toFixed(0)} ms after init), posted ${(posted / 1024).toFixed(0)} KiB, heap ${(m.JSHeapUsedSize! / 1048576).toFixed(1)} MiB, DOM nodes ${m.Nodes} (elements ${nodes})`);
-  assert.ok(ms <= 400, `last screen after ${ms} ms`);
+  perf(`VP1 last screen ${ms.toFixed(0)} ms after the history answer (${fromInit.toFixed(0)} ms after init; tries ${tries.map((t) => `${t.ms.toFixed(0)} ms wall / ${t.cpu.toFixed(0)} ms CPU`).join(", ")}), posted ${(posted / 1024).toFixed(0)} KiB, heap ${(m.JSHeapUsedSize! / 1048576).toFixed(1)} MiB, DOM nodes ${m.Nodes} (elements ${nodes})`);
+  for (const t of tries) assert.ok(t.cpu <= FIRST_SCREEN_MS / 2, `the last screen took ${t.cpu} ms of CPU`);
+  assert.ok(best.ms <= FIRST_SCREEN_MS, `last screen after ${tries.map((t) => t.ms).join(", ")} ms`);
   assert.ok(posted <= 1024 * 1024, `${posted} bytes posted`);
   assert.ok(m.JSHeapUsedSize! <= 150 * 1048576, `heap ${m.JSHeapUsedSize}`);
   assert.ok(m.Nodes! <= 5000, `${m.Nodes} DOM nodes`);
@@ -166,23 +191,25 @@ async function installFeeder(page: Page, deltas: string[]): Promise<void> {
   );
 }
 
-/** Main-thread CPU (CDP `ThreadTime`, ms) spent by `page` while `work` runs. */
-async function cpuOf(cdp: CDPSession, work: () => Promise<unknown>): Promise<number> {
+/** Main-thread CPU (CDP `ThreadTime`, ms) spent by `page` while `work` runs; `into` gets the
+ * other metrics' differences (ms for durations, counts for counts). */
+async function cpuOf(cdp: CDPSession, work: () => Promise<unknown>, into?: Record<string, number>): Promise<number> {
   const m0 = await metrics(cdp, false);
   await work();
   const m1 = await metrics(cdp, false);
+  if (into) for (const k of Object.keys(m1)) into[k] = (into[k] ?? 0) + (m1[k]! - (m0[k] ?? 0)) * (k.endsWith("Duration") ? 1000 : 1);
   return (m1.ThreadTime! - m0.ThreadTime!) * 1000;
 }
 
 /** Deltas of the behaviour pass (instrumented: frames, mutations, typing, task trace). */
-const BEHAVIOUR_DELTAS = 2000;
-/** Cost passes after it (uninstrumented), each of PASS_DELTAS. */
-const COST_PASSES = 3;
-const PASS_DELTAS = 1000;
+const BEHAVIOUR_DELTAS = 4000;
+/** Cost passes after it (uninstrumented), each of PASS_DELTAS: 20,000 deltas in all (VP2). */
+const COST_PASSES = 8;
+const PASS_DELTAS = 2000;
 /** Feeder-alone passes (a blank page with the same feeder and a listener that does nothing). */
 const FEEDER_PASSES = 3;
 
-test("VP2–VP4: 5,000 deltas at 500/s: CPU per delta, one render per frame, only the streaming row changes, typing stays fast", async () => {
+test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, only the streaming row changes, typing stays fast", async () => {
   const total = BEHAVIOUR_DELTAS + COST_PASSES * PASS_DELTAS;
   const { text, deltas } = streamedAnswer(total);
   // The feeder's own cost (making the posts is the host's work, not the webview's): the
@@ -270,12 +297,18 @@ test("VP2–VP4: 5,000 deltas at 500/s: CPU per delta, one render per frame, onl
     await panel.cdp.send("Profiler.start");
   }
   const perDelta: number[] = [];
+  const sums: Record<string, number> = {};
+  if (process.env.PI_TRACE) await browser.startTracing(page, { categories: ["devtools.timeline", "disabled-by-default-devtools.timeline", "v8", "blink"] });
   for (let i = 0; i < COST_PASSES; i++) {
     const from = BEHAVIOUR_DELTAS + i * PASS_DELTAS;
-    const cpu = await cpuOf(panel.cdp, () => page.evaluate(([a, b]) => (window as any).__feed(a, b), [from, from + PASS_DELTAS]));
+    const cpu = await cpuOf(panel.cdp, () => page.evaluate(([a, b]) => (window as any).__feed(a, b), [from, from + PASS_DELTAS]), sums);
     perDelta.push(cpu / PASS_DELTAS - feederMs);
   }
+  if (process.env.PI_TRACE) printTrace(await browser.stopTracing());
   if (process.env.PI_PROFILE) printProfile((await panel.cdp.send("Profiler.stop")) as any);
+  const n = COST_PASSES * PASS_DELTAS;
+  const per = (k: string) => (sums[k]! / n).toFixed(3);
+  perf(`VP2 cost passes per delta: task ${per("TaskDuration")} ms wall, script ${per("ScriptDuration")}, style ${per("RecalcStyleDuration")}, layout ${per("LayoutDuration")}, other ${per("TaskOtherDuration")} ms; ${sums.LayoutCount} layouts, ${sums.RecalcStyleCount} style recalcs for ${n} deltas`);
   const perDeltaMs = median(perDelta);
   const longCpu = Math.max(0, ...tasks.map((t) => t.cpuMs));
   const longWall = Math.max(0, ...tasks.map((t) => t.wallMs));
@@ -322,6 +355,21 @@ test("VP2–VP4: 5,000 deltas at 500/s: CPU per delta, one render per frame, onl
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+/** Prints the main thread's time per trace event name (PI_TRACE=1; nested events overlap). */
+function printTrace(buf: Buffer): void {
+  const events: any[] = JSON.parse(buf.toString("utf8")).traceEvents;
+  const mains = new Set(events.filter((e) => e.ph === "M" && e.name === "thread_name" && e.args?.name === "CrRendererMain").map((e) => `${e.pid}:${e.tid}`));
+  const by = new Map<string, [number, number]>();
+  for (const e of events) {
+    if (e.ph !== "X" || !mains.has(`${e.pid}:${e.tid}`)) continue;
+    const v = by.get(e.name) ?? [0, 0];
+    v[0] += (e.tdur ?? e.dur ?? 0) / 1000;
+    v[1]++;
+    by.set(e.name, v);
+  }
+  console.log([...by.entries()].sort((a, b) => b[1][0] - a[1][0]).slice(0, 30).map(([k, [ms, c]]) => `${ms.toFixed(0)}ms ×${c} ${k}`).join("\n"));
+}
 
 /** Prints the 25 functions with the most self time of a CDP profile (PI_PROFILE=1). */
 function printProfile({ profile }: { profile: any }): void {
