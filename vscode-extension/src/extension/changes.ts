@@ -9,6 +9,14 @@ import * as vscode from "vscode";
 import { applyPatch } from "diff";
 import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-languageclient";
 import { FileChanges } from "./hunks";
+import { cpuNow } from "./relay";
+
+/** How long after the last keystroke the review UI (decorations, Changes view, CodeLens
+ * refresh) is redrawn when typing changed the hunks, in ms (an agent edit redraws at once). */
+export const REDRAW_DELAY_MS = 60;
+/** How long after the last keystroke decorations are re-synced when typing only moved the
+ * hunks (VS Code moves decorations with the text itself; this only corrects drift), in ms. */
+export const RESYNC_DELAY_MS = 750;
 
 /** One applied agent edit of one file. */
 export interface AgentEdit {
@@ -65,11 +73,18 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   private readonly disposables: vscode.Disposable[] = [];
   /** Called after every recorded agent edit (for the webview's and tests' benefit). */
   onEdit: (edit: AgentEdit) => void = () => {};
+  /** Host cost of typing in files under review (the e2e test reads it): user changes seen,
+   * CPU ms in the change handler, in redraws, and in CodeLens requests. */
+  readonly typing = { keystrokes: 0, changeMs: 0, redraws: 0, redrawMs: 0, lensCalls: 0, lensMs: 0 };
+  private redrawTimer: ReturnType<typeof setTimeout> | undefined;
+  private resyncTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly dirtyKeys = new Set<string>();
+  private hasChangesContext: boolean | undefined;
 
   constructor(private readonly log: vscode.LogOutputChannel) {
     this.disposables.push(
       vscode.workspace.onDidChangeTextDocument((e) => this.onDocumentChange(e)),
-      vscode.window.onDidChangeVisibleTextEditors(() => this.decorateAll()),
+      vscode.window.onDidChangeVisibleTextEditors(() => this.decorate()),
       this.added,
       this.removed,
     );
@@ -135,27 +150,72 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     this.onEdit(edit);
   }
 
+  /** A change of a document (the user's typing, an Undo, another extension): O(hunks) work
+   * for the tracker; the UI is redrawn later, once, and only when the hunks changed shape. */
   private onDocumentChange(e: vscode.TextDocumentChangeEvent): void {
+    if (e.contentChanges.length === 0) return;
     const key = e.document.uri.toString();
-    if (this.applying.has(key) || e.contentChanges.length === 0) return;
     const t = this.files.get(key);
-    if (!t) return;
-    t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
-    this.changed(key);
+    if (!t || this.applying.has(key)) return;
+    const t0 = cpuNow();
+    const reshaped = t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
+    if (reshaped) this.changedLater(key);
+    else this.resyncLater(key);
+    this.typing.keystrokes++;
+    this.typing.changeMs += cpuNow() - t0;
   }
 
+  /** Redraws the review UI now (an agent edit, Keep, Undo). */
   private changed(key: string): void {
-    const t = this.files.get(key);
-    if (t && t.changes.settled) this.files.delete(key);
-    void vscode.commands.executeCommand("setContext", "pi.hasAgentChanges", this.files.size > 0);
+    this.dirtyKeys.add(key);
+    this.redraw();
+  }
+
+  private changedLater(key: string): void {
+    this.dirtyKeys.add(key);
+    if (this.redrawTimer) clearTimeout(this.redrawTimer);
+    this.redrawTimer = setTimeout(() => this.redraw(), REDRAW_DELAY_MS);
+  }
+
+  private resyncLater(key: string): void {
+    this.dirtyKeys.add(key);
+    if (this.resyncTimer) clearTimeout(this.resyncTimer);
+    this.resyncTimer = setTimeout(() => {
+      this.resyncTimer = undefined;
+      const t0 = cpuNow();
+      this.decorate(new Set(this.dirtyKeys));
+      this.typing.redrawMs += cpuNow() - t0;
+    }, RESYNC_DELAY_MS);
+  }
+
+  private redraw(): void {
+    const t0 = cpuNow();
+    if (this.redrawTimer) clearTimeout(this.redrawTimer);
+    this.redrawTimer = undefined;
+    const keys = new Set(this.dirtyKeys);
+    this.dirtyKeys.clear();
+    for (const key of keys) {
+      const t = this.files.get(key);
+      if (t && t.changes.settled) this.files.delete(key);
+    }
+    const has = this.files.size > 0;
+    if (has !== this.hasChangesContext) {
+      this.hasChangesContext = has;
+      void vscode.commands.executeCommand("setContext", "pi.hasAgentChanges", has);
+    }
     this.lensEmitter.fire();
     this.treeEmitter.fire(undefined);
-    this.decorateAll();
+    this.decorate(keys);
+    this.typing.redraws++;
+    this.typing.redrawMs += cpuNow() - t0;
   }
 
-  private decorateAll(): void {
+  /** Sets the decorations of the visible editors of `keys` (every visible editor: undefined). */
+  private decorate(keys?: Set<string>): void {
     for (const editor of vscode.window.visibleTextEditors) {
-      const t = this.files.get(editor.document.uri.toString());
+      const key = editor.document.uri.toString();
+      if (keys && !keys.has(key)) continue;
+      const t = this.files.get(key);
       const hunks = t?.changes.hunks() ?? [];
       const added: vscode.DecorationOptions[] = [];
       const removed: vscode.DecorationOptions[] = [];
@@ -177,6 +237,16 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   provideCodeLenses(document: vscode.TextDocument): vscode.CodeLens[] {
     const t = this.files.get(document.uri.toString());
     if (!t) return [];
+    const t0 = cpuNow();
+    try {
+      return this.lenses(document, t);
+    } finally {
+      this.typing.lensCalls++;
+      this.typing.lensMs += cpuNow() - t0;
+    }
+  }
+
+  private lenses(document: vscode.TextDocument, t: Tracked): vscode.CodeLens[] {
     const lenses: vscode.CodeLens[] = [];
     for (const h of t.changes.hunks()) {
       const line = Math.min(h.startLine, Math.max(0, document.lineCount - 1));
@@ -361,6 +431,8 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   }
 
   dispose(): void {
+    if (this.redrawTimer) clearTimeout(this.redrawTimer);
+    if (this.resyncTimer) clearTimeout(this.resyncTimer);
     for (const d of this.disposables) d.dispose();
   }
 }

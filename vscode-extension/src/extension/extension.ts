@@ -11,7 +11,7 @@ import * as vscode from "vscode";
 import { type LanguageClient, State } from "vscode-languageclient/node";
 import { ChangeTracker, DIFF_SCHEME } from "./changes";
 import { ChatPanel, type PanelHost } from "./panels";
-import { type Note, Router } from "./relay";
+import { cpuClock, cpuNow, cpuNowCost, type Note, Router } from "./relay";
 import { ServerQuestions } from "./requests";
 import { createClient, resolveServerBinary } from "./server";
 import { type SessionNode, SessionsView } from "./sessions";
@@ -113,7 +113,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   };
 
   function onNotification(note: Note): void {
-    const t0 = performance.now();
+    const t0 = cpuNow();
     notesRelayed++;
     const p = note.params;
     status.notification(note.method, p);
@@ -131,7 +131,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       else if (p.notifyType === "warning") void vscode.window.showWarningMessage(text);
       else void vscode.window.showInformationMessage(text);
     }
-    hostCpuMs += performance.now() - t0;
+    hostCpuMs += cpuNow() - t0;
   }
 
   /** `finished` / `failed` for a session no visible panel shows: a notification (no focus
@@ -211,7 +211,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
           );
           chatView = p;
           activePanel ??= p;
-          view.onDidChangeVisibility(() => view.visible && host.activated(p));
+          view.onDidChangeVisibility(() => {
+            p.visibilityChanged();
+            if (view.visible) host.activated(p);
+          });
           view.onDidDispose(() => p.dispose());
           void ensureClient().catch(() => undefined);
         },
@@ -224,7 +227,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     const p = addPanel(new ChatPanel("panel", panel.webview, host, () => panel.visible, sessionId, (id) => (panel.title = id ? `Pi · ${id.slice(0, 8)}` : "Pi · new session")));
     panel.title = sessionId ? `Pi · ${sessionId.slice(0, 8)}` : "Pi · new session";
     panel.iconPath = vscode.Uri.joinPath(context.extensionUri, "resources", "pi.svg");
-    panel.onDidChangeViewState(() => panel.active && host.activated(p));
+    panel.onDidChangeViewState(() => {
+      p.visibilityChanged();
+      if (panel.active) host.activated(p);
+    });
     panel.onDidDispose(() => p.dispose());
     host.activated(p);
     void ensureClient().catch(() => undefined);
@@ -581,14 +587,22 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   const api = {
     state: () => ({
       activeSession: activeSession(),
-      panels: [...panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts, notes: p.batcher.notes, maxPostsPerSecond: p.batcher.maxPostsPerSecond, postCpuMs: p.postCpuMs })),
+      panels: [...panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts, notes: p.batcher.notes, notesPosted: p.batcher.notesPosted, packedPosts: p.batcher.packedPosts, packedBytes: p.batcher.packedBytes, paused: p.batcher.paused, maxPostsPerSecond: p.batcher.maxPostsPerSecond, postCpuMs: p.postCpuMs })),
       changedFiles: changes.changedFiles(),
+      typing: { ...changes.typing },
       status: status.text,
       notesRelayed,
       hostCpuMs,
+      cpuClock,
+      cpuCallMs: cpuNowCost(),
     }),
   };
   context.subscriptions.push(vscode.commands.registerCommand("pi._debugState", () => api.state()));
+  if (process.env.PI_VSCODE_STATS) {
+    // Tests read the figures at any time, not only after a run.
+    const timer = setInterval(writeStats, 500);
+    context.subscriptions.push({ dispose: () => clearInterval(timer) });
+  }
   /** With `PI_VSCODE_STATS=<file>` in the environment, the state is written there after every
    * run (the e2e test reads the relay's figures from it). */
   function writeStats(): void {

@@ -69,7 +69,8 @@ export class StatusBar implements vscode.Disposable {
     if (typeof id !== "string") return;
     const s = this.get(id);
     if (method === "agent/usage") {
-      s.contextTokens = params.contextTokens;
+      // A response that reported no usage (aborted, failed) says nothing about the context.
+      if (!(params.turn && params.turn.totalTokens === 0 && params.contextTokens === 0)) s.contextTokens = params.contextTokens;
       s.contextWindow = params.contextWindow ?? s.contextWindow;
       s.cost = params.session?.cost ?? s.cost;
     } else if (method === "agent/event") {
@@ -78,6 +79,8 @@ export class StatusBar implements vscode.Disposable {
       else if (t === "agent_end") s.state = "idle";
       else if (t === "compaction_start") s.state = "compacting";
       else if (t === "compaction_end") s.state = params.runId ? "running" : "idle";
+      // Deltas and the rest change nothing shown here: no render per event.
+      else return;
     } else if (method === "agent/ui/notification" && params.method === "setStatus") {
       this.extensionStatus(String(params.statusKey ?? ""), params.statusText);
     } else return;
