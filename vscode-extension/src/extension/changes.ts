@@ -37,6 +37,12 @@ type Node = { kind: "session"; sessionId: string } | { kind: "file"; key: string
 
 export const DIFF_SCHEME = "pi-diff";
 
+/** Whether an applyEdit label is a rewind's (`Pi: rewind <file>` / `Pi: reapply <file>`,
+ * docs/protocol.md `agent/session/rewind`). */
+export function isRewindLabel(label: string | undefined): boolean {
+  return !!label && /^pi: (rewind|reapply)\b/i.test(label);
+}
+
 /** The tool call id at the end of an applyEdit label (`… (call_1)`). */
 export function toolCallIdOfLabel(label: string | undefined): string | undefined {
   return label ? /\(([^()\s]+)\)\s*$/.exec(label)?.[1] : undefined;
@@ -81,6 +87,14 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   private readonly dirtyKeys = new Set<string>();
   private hasChangesContext: boolean | undefined;
 
+  /** A session's display name (names.ts), for the Changes view. */
+  sessionName: (sessionId: string) => string = (id) => `session ${id.slice(0, 8)}`;
+
+  /** Session names changed: redraw the Changes view's session rows. */
+  refreshNames(): void {
+    this.treeEmitter.fire(undefined);
+  }
+
   constructor(private readonly log: vscode.LogOutputChannel) {
     this.disposables.push(
       vscode.workspace.onDidChangeTextDocument((e) => this.onDocumentChange(e)),
@@ -97,6 +111,9 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
 
   /** The `workspace/applyEdit` middleware: records before / after of every file it touches. */
   async applyEdit(params: ApplyWorkspaceEditParams, next: (p: ApplyWorkspaceEditParams) => Promise<ApplyWorkspaceEditResult>): Promise<ApplyWorkspaceEditResult> {
+    // A rewind (or its undo) is the user's own doing, not an agent edit to review: it goes
+    // through as a change of the document, which settles the hunks it reverts.
+    if (isRewindLabel(params.label)) return next(params);
     const toolCallId = toolCallIdOfLabel(params.label);
     const uris = new Map<string, boolean>(); // uri → created by this edit
     for (const c of params.edit.documentChanges ?? []) {
@@ -319,7 +336,9 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
 
   getTreeItem(node: Node): vscode.TreeItem {
     if (node.kind === "session") {
-      const item = new vscode.TreeItem(`Session ${node.sessionId.slice(0, 8)}`, vscode.TreeItemCollapsibleState.Expanded);
+      const item = new vscode.TreeItem(this.sessionName(node.sessionId), vscode.TreeItemCollapsibleState.Expanded);
+      item.iconPath = new vscode.ThemeIcon("comment-discussion");
+      item.tooltip = `Session ${node.sessionId}`;
       item.contextValue = "changedSession";
       return item;
     }
@@ -365,27 +384,46 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     return this.diffTexts.get(uri.toString()) ?? "";
   }
 
-  private diffUri(name: string, side: string, text: string): vscode.Uri {
-    const uri = vscode.Uri.from({ scheme: DIFF_SCHEME, path: "/" + name, query: `${side}-${Date.now()}-${Math.random().toString(36).slice(2)}` });
-    this.diffTexts.set(uri.toString(), text);
+  /** A read-only side of a diff: `pi-diff:/<name>?<key>`, the same URI for the same key (so
+   * opening a diff again shows its tab instead of a second one), its text replaced. */
+  private diffUri(name: string, key: string, text: string): vscode.Uri {
+    const uri = vscode.Uri.from({ scheme: DIFF_SCHEME, path: "/" + name, query: key });
+    const k = uri.toString();
+    const changed = this.diffTexts.has(k) && this.diffTexts.get(k) !== text;
+    this.diffTexts.set(k, text);
+    if (changed) this.diffEmitter.fire(uri);
     return uri;
   }
 
-  /** Opens VS Code's diff editor for a tool call's edit (applied, or waiting for permission),
-   * else for the file's changes under review. Focus stays where it is. */
+  /** The document of `uri` when it is open, else undefined. */
+  private openDoc(uri: vscode.Uri): vscode.TextDocument | undefined {
+    const k = uri.toString();
+    return vscode.workspace.textDocuments.find((d) => d.uri.toString() === k);
+  }
+
+  /**
+   * Opens VS Code's diff editor — as a tab of its own (not a preview that a click elsewhere
+   * replaces, nor one that replaces the user's preview tab), focus staying where it is:
+   * - a tool call's applied edit: before ↔ after; while the file still holds that edit the
+   *   right side is the file itself (editable, with the Keep / Undo lenses), as Git's
+   *   "Open Changes" shows it;
+   * - a tool call waiting for permission: the file now ↔ the file with the proposed diff;
+   * - else the file's changes under review: its base ↔ the file.
+   */
   async openDiff(arg?: { toolCallId?: string; path?: string } | Node | vscode.Uri): Promise<boolean> {
-    const name = (u: string) => vscode.workspace.asRelativePath(vscode.Uri.parse(u));
-    let left: { label: string; text: string } | undefined;
-    let right: { label: string; text: string } | undefined;
-    let title = "";
+    const rel = (u: vscode.Uri) => vscode.workspace.asRelativePath(u, false);
     const toolCallId = arg && !(arg instanceof vscode.Uri) && "toolCallId" in arg ? arg.toolCallId : undefined;
     const applied = toolCallId ? this.edits.get(toolCallId) : undefined;
     const pending = toolCallId ? this.pendingChanges.get(toolCallId) : undefined;
+    let left: vscode.Uri;
+    let right: vscode.Uri;
+    let title: string;
     if (applied) {
-      const n = name(applied.uri);
-      left = { label: n, text: applied.before };
-      right = { label: n, text: applied.after };
-      title = `${n} (pi: ${toolCallId})`;
+      const uri = vscode.Uri.parse(applied.uri);
+      const n = rel(uri);
+      left = this.diffUri(n, `${toolCallId}-before`, applied.before);
+      right = this.openDoc(uri)?.getText() === applied.after ? uri : this.diffUri(n, `${toolCallId}-after`, applied.after);
+      title = `${n} (Pi's edit${right === uri ? "" : ", as it was"})`;
     } else if (pending) {
       const uri = this.resolvePath(pending.path);
       let current = "";
@@ -395,9 +433,10 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
         current = "";
       }
       const proposed = applyPatch(current, pending.diff);
-      left = { label: vscode.workspace.asRelativePath(uri), text: current };
-      right = { label: vscode.workspace.asRelativePath(uri), text: proposed === false ? pending.diff : proposed };
-      title = `${vscode.workspace.asRelativePath(uri)} (pi proposes)`;
+      const n = rel(uri);
+      left = this.diffUri(n, `${toolCallId}-now`, current);
+      right = this.diffUri(n, `${toolCallId}-proposed`, proposed === false ? pending.diff : proposed);
+      title = `${n} (Pi proposes)`;
     } else {
       let key: string | undefined;
       if (arg instanceof vscode.Uri) key = arg.toString();
@@ -412,15 +451,12 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
         }
         return false;
       }
-      const n = vscode.workspace.asRelativePath(t.uri);
-      left = { label: n, text: t.changes.base };
-      right = { label: n, text: t.changes.current };
-      title = `${n} (pi's changes under review)`;
+      const n = rel(t.uri);
+      left = this.diffUri(n, `review-base-${t.uri.toString()}`, t.changes.base);
+      right = t.uri;
+      title = `${n} (Pi's changes under review)`;
     }
-    await vscode.commands.executeCommand("vscode.diff", this.diffUri(left.label, "before", left.text), this.diffUri(right.label, "after", right.text), title, {
-      preserveFocus: true,
-      preview: true,
-    });
+    await vscode.commands.executeCommand("vscode.diff", left, right, title, { preserveFocus: true, preview: false });
     return true;
   }
 

@@ -8,6 +8,7 @@
  */
 import * as path from "node:path";
 import * as vscode from "vscode";
+import { relativeTime } from "./names";
 
 export interface SessionSummary {
   sessionId: string;
@@ -35,7 +36,7 @@ export type SessionNode =
   | { kind: "entry"; sessionId: string; entry: TreeEntry; children: TreeEntry[]; active: boolean; leaf: boolean };
 
 /** Entries worth a row in the tree. */
-function shown(e: TreeEntry): boolean {
+export function shown(e: TreeEntry): boolean {
   return e.role === "user" || e.type === "branch_summary" || e.type === "compaction" || !!e.label || e.role === "bashExecution";
 }
 
@@ -137,8 +138,8 @@ export class SessionsView implements vscode.TreeDataProvider<SessionNode> {
     if (node.kind === "session") {
       const s = node.session;
       const item = new vscode.TreeItem(s.name || oneLine(s.firstPrompt) || s.sessionId.slice(0, 8), vscode.TreeItemCollapsibleState.None);
-      item.description = `${new Date(s.lastActivity).toLocaleString()} · ${s.entryCount} entries${s.open ? " · open" : ""}`;
-      item.tooltip = `${s.sessionFile}\n${s.firstPrompt ?? ""}`;
+      item.description = `${relativeTime(s.lastActivity)} · ${s.entryCount} entries${s.open ? " · open" : ""}`;
+      item.tooltip = `${s.name ? `${s.name}\n` : ""}${s.firstPrompt ?? ""}\n${new Date(s.lastActivity).toLocaleString()} · ${s.sessionFile}`;
       item.contextValue = s.open ? "session.open" : "session";
       item.id = `session:${s.sessionId}`;
       item.iconPath = new vscode.ThemeIcon(node.session.sessionId === this.activeSession() ? "comment-discussion" : "comment");
@@ -160,3 +161,4 @@ export class SessionsView implements vscode.TreeDataProvider<SessionNode> {
 function oneLine(s: string | undefined): string {
   return (s ?? "").replace(/\s+/g, " ").trim().slice(0, 80);
 }
+

@@ -9,6 +9,8 @@ export type RunState = "idle" | "running" | "stopping" | "waiting" | "compacting
 
 export interface SessionStatus {
   model?: string;
+  /** The session's thinking level (`agent/state`), shown in the tooltip. */
+  thinkingLevel?: string;
   contextTokens?: number;
   contextWindow?: number;
   cost?: number;
@@ -31,8 +33,16 @@ export class StatusBar implements vscode.Disposable {
   private readonly sessions = new Map<string, SessionStatus>();
   active: string | null = null;
   private shown = "";
+  private shownTooltip = "";
+
+  /** The attention flag (attention.ts): shown while a session no visible panel shows needs the
+   * user; click → that session. */
+  private readonly flag = vscode.window.createStatusBarItem("pi.attention", vscode.StatusBarAlignment.Right, 101);
 
   constructor() {
+    this.flag.name = "Pi: needs you";
+    this.flag.command = "pi.openAttention";
+    this.flag.backgroundColor = new vscode.ThemeColor("statusBarItem.warningBackground");
     this.item.name = "Pi";
     this.item.command = "pi.selectModel";
     this.render();
@@ -59,6 +69,7 @@ export class StatusBar implements vscode.Disposable {
     const s = this.get(st.sessionId);
     if (st.model) s.model = st.model.name || `${st.model.provider}/${st.model.id}`;
     if (st.model?.contextWindow) s.contextWindow = st.model.contextWindow;
+    if (typeof st.thinkingLevel === "string") s.thinkingLevel = st.thinkingLevel;
     s.state = st.isCompacting ? "compacting" : st.isStreaming ? "running" : "idle";
     this.render();
   }
@@ -97,6 +108,24 @@ export class StatusBar implements vscode.Disposable {
     this.render();
   }
 
+  /** Shows the attention flag (`text` empty: hides it). */
+  setFlag(text: string, tooltip: string): void {
+    this.flagVisible = !!text;
+    if (!text) {
+      this.flag.hide();
+      return;
+    }
+    this.flag.text = text;
+    this.flag.tooltip = tooltip;
+    this.flag.show();
+  }
+
+  /** The attention flag's text ("" when hidden; for tests). */
+  get flagText(): string {
+    return this.flagVisible ? this.flag.text : "";
+  }
+  private flagVisible = false;
+
   setModel(sessionId: string, model: string, contextWindow?: number): void {
     const s = this.get(sessionId);
     s.model = model;
@@ -126,12 +155,14 @@ export class StatusBar implements vscode.Disposable {
     const state = s ? (s.questions > 0 ? "waiting" : s.state) : "idle";
     const icon = state === "running" || state === "stopping" || state === "compacting" ? "$(sync~spin)" : state === "waiting" ? "$(bell-dot)" : "$(hubot)";
     const shown = `${icon} ${text}`;
+    const tooltip = `Pi — ${text}${s?.thinkingLevel ? `\nthinking: ${s.thinkingLevel}` : ""}\nClick to choose the model`;
     // Setting the item is a message to the window: only when the text changes (a text delta
     // changes nothing here).
-    if (shown === this.shown) return;
+    if (shown === this.shown && tooltip === this.shownTooltip) return;
     this.shown = shown;
+    this.shownTooltip = tooltip;
     this.item.text = shown;
-    this.item.tooltip = `Pi — ${text}\nClick to choose the model`;
+    this.item.tooltip = tooltip;
   }
 
   /** The current text (for tests). */
@@ -141,6 +172,7 @@ export class StatusBar implements vscode.Disposable {
 
   dispose(): void {
     this.item.dispose();
+    this.flag.dispose();
     for (const i of this.extensionItems.values()) i.dispose();
   }
 }

@@ -135,8 +135,17 @@ export interface PackedMessage {
   json: Uint8Array | string;
 }
 
+/** The session's state (model, thinking level, approval policy, name) was changed outside
+ * the panel — a palette command, the status bar's model picker: ask `agent/state` again and
+ * update the pickers (added 2026-12-02). */
+export interface StateChangedMessage {
+  type: "stateChanged";
+  sessionId: string;
+}
+
 export type HostToWebview =
   | PackedMessage
+  | StateChangedMessage
   | InitMessage
   | NotificationsMessage
   | ResponseMessage

@@ -125,10 +125,24 @@ test("an edit under `ask` waits for Allow, lands in the open editor as one undo 
   assert.equal(fs.readFileSync(path.join(wb.workspace, "notes.txt"), "utf8"), "alpha\nBETA\ngamma\n", "saved through agent/saveDocument");
   // "Open diff" on the tool card opens VS Code's diff editor of that edit; focus stays put.
   await chat.getByRole("button", { name: "Open diff" }).first().click().catch(async () => chat.getByText("Open diff").first().click());
-  await until("the diff editor", async () => (await page.locator(".tabs-container .tab", { hasText: "(pi: call_" }).count()) > 0, 15_000);
+  await until("the diff editor", async () => (await page.locator(".tabs-container .tab", { hasText: "(Pi's edit)" }).count()) > 0, 15_000);
   await page.locator(".monaco-diff-editor").first().waitFor({ timeout: 10_000 });
+  // A tab of its own, beside notes.txt's (a preview would take the place of the user's own
+  // preview tab, and go at the next click).
+  const tabs = await page.locator(".tabs-container .tab").evaluateAll((els) => els.map((e) => e.getAttribute("aria-label") ?? ""));
+  const diffTab = tabs.find((t) => t.includes("(Pi's edit)"));
+  assert.ok(diffTab && !/preview/i.test(diffTab), `the diff tab is not a preview: ${diffTab}`);
+  assert.ok(tabs.some((t) => t.startsWith("notes.txt,") || t === "notes.txt"), `notes.txt keeps its tab: ${tabs.join(" | ")}`);
+  // The file still holds that edit: the diff's right side is the file itself (editable, as
+  // Git's "Open Changes"), the left the text before the edit.
+  const sides = await until("the diff's two sides", async () => {
+    const uris = await page.locator(".monaco-diff-editor .monaco-editor[data-uri]").evaluateAll((els) => els.map((e) => e.getAttribute("data-uri")));
+    return uris.length === 2 && uris;
+  }, 10_000);
+  // (code-server's window names the workspace's files vscode-remote:, a desktop window file:.)
+  const file = sides.find((u) => !u.startsWith("pi-diff:"));
+  assert.ok(sides.some((u) => u.startsWith("pi-diff:")) && /^(file|vscode-remote):/.test(file) && file.endsWith("/notes.txt"), sides.join(" "));
   await runCommand(page, "View: Close Editor");
-  // (The diff took the preview tab notes.txt had: open it again.)
   await openFile("notes.txt");
   // The agent's edit is under review: Keep / Undo CodeLenses on its hunk.
   await until("the Keep/Undo CodeLens", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) > 0, 15_000);
@@ -217,7 +231,11 @@ test("with the panel hidden, a permission question comes as a notification with 
     ["Allow", "Allow for Session", "Allow in Workspace", "Reject", "Show Diff"],
   );
   assert.equal(await activeTab(page), "notes.txt", "the question moved no focus");
+  // agent/attention "permission": the status bar flag, until the question is answered.
+  await until("the attention flag", async () => /hello world waits for your approval/.test(wb.stats().flag), 10_000);
+  await page.locator(".statusbar-item", { hasText: "waits for your approval" }).first().waitFor({ timeout: 10_000 });
   await toast.locator(".monaco-button", { hasText: /^Allow$/ }).click();
+  await until("the flag to go", async () => wb.stats().flag === "", 10_000);
   await until("the edit in the editor", async () => (await editorText(page)).includes("GAMMA"), 30_000);
   await runCommand(page, "View: Toggle Primary Side Bar Visibility");
   await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited gamma."), 30_000);
@@ -226,6 +244,24 @@ test("with the panel hidden, a permission question comes as a notification with 
   await page.keyboard.press("Control+Z");
   await until("the undone edit", async () => (await editorText(page)) === "alpha\nbeta\ngamma\n", 10_000);
   await page.keyboard.press("Control+S");
+});
+
+test("a run that ends while the panel is hidden raises the status bar flag and a notification; the flag opens the session", async () => {
+  await runCommand(page, "Notifications: Clear All Notifications");
+  await send(chat, "pause for three seconds");
+  await runCommand(page, "View: Toggle Primary Side Bar Visibility");
+  await until("the side bar hidden", async () => !(await page.locator(".part.sidebar").isVisible()), 10_000);
+  const toast = page.locator(".notification-toast", { hasText: "Done pausing" }).first();
+  await toast.waitFor({ timeout: 30_000 });
+  assert.match((await toast.innerText()).replace(/\s+/g, " "), /Pi: hello world finished: Done pausing\./);
+  const flag = page.locator(".statusbar-item", { hasText: "hello world finished" });
+  await flag.first().waitFor({ timeout: 10_000 });
+  await runCommand(page, "Notifications: Clear All Notifications");
+  await flag.first().click();
+  await until("the chat shown again", async () => page.locator(".part.sidebar").isVisible(), 10_000);
+  await until("the flag to go", async () => (await flag.count()) === 0 && wb.stats().flag === "", 10_000);
+  // The panel was hidden while the answer came: it got it when shown.
+  await until("the answer in the panel", async () => (await frameText(chat)).includes("Done pausing."), 10_000);
 });
 
 test("the diagnostics tool reads VS Code's problems (agent/diagnostics)", async () => {
@@ -252,6 +288,124 @@ test("aborting a long bash run stops it and shows the report", async () => {
   assert.ok(Date.now() - started < 8000, "the run stopped well before the command would have ended");
   const text = await frameText(chat);
   assert.match(text, /sleep 60/);
+});
+
+/** Picks `label` in the open quick pick (waits for it). */
+async function pickQuick(label) {
+  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: label }).first();
+  await row.waitFor({ timeout: 15_000 });
+  await row.click();
+}
+
+/** Answers the open input box with `text`. */
+async function answerInput(text) {
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.fill(text);
+  await page.keyboard.press("Enter");
+  await page.locator(".quick-input-widget").waitFor({ state: "hidden", timeout: 10_000 }).catch(() => {});
+}
+
+test("the model and thinking pickers: the current model first, levels of a thinking model, the status bar follows", async () => {
+  await runCommand(page, "Pi: Select Model");
+  const first = page.locator(".quick-input-list .monaco-list-row").first();
+  await first.waitFor({ timeout: 15_000 });
+  assert.match((await first.innerText()).replace(/\s+/g, " "), /Mock One ?mock\/mock-1 · current/);
+  await pickQuick("Mock Thinker");
+  await page.locator(".statusbar-item", { hasText: "Mock Thinker" }).first().waitFor({ timeout: 15_000 });
+  await runCommand(page, "Pi: Select Thinking Level");
+  await pickQuick("high");
+  await until("the thinking level", async () => wb.stats().activeStatus?.thinkingLevel === "high", 10_000);
+  // A model that does not think has nothing to pick: it says so.
+  await runCommand(page, "Pi: Select Model");
+  await pickQuick("Mock One");
+  await page.locator(".statusbar-item", { hasText: "Mock One" }).first().waitFor({ timeout: 15_000 });
+  await runCommand(page, "Pi: Select Thinking Level");
+  const toast = page.locator(".notification-toast", { hasText: "does not think" });
+  await toast.waitFor({ timeout: 15_000 });
+  await runCommand(page, "Notifications: Clear All Notifications");
+});
+
+test("the Sessions view: label, rename, export, fork, clone, branch here, branch with summary, open", async () => {
+  const pane = page.locator(".pane", { has: page.locator(".pane-header", { hasText: "Sessions" }) });
+  const header = pane.locator(".pane-header").first();
+  if ((await header.getAttribute("aria-expanded")) !== "true") await header.click();
+  const rows = pane.locator(".monaco-list-row");
+  const row = (text) => rows.filter({ hasText: text }).first();
+  /** A row of the active session's branches (below the group's own row). */
+  const entryRow = async (text) => {
+    const texts = await rows.allInnerTexts();
+    const from = texts.findIndex((t) => t.includes("Branches of the Active Session"));
+    const i = texts.findIndex((t, k) => k > from && t.includes(text));
+    assert.ok(from >= 0 && i > from, `no branch row "${text}" in: ${texts.join(" | ")}`);
+    return rows.nth(i);
+  };
+  /** Runs a row's context-menu item (again when a tree refresh swallowed the click). */
+  const menu = async (target, item) => {
+    for (let attempt = 0; ; attempt++) {
+      await new Promise((r) => setTimeout(r, 400)); // let a refresh of the tree settle
+      await (typeof target === "function" ? await target() : target).click({ button: "right" });
+      const action = page.locator(".context-view .action-label", { hasText: item }).first();
+      await action.waitFor({ timeout: 10_000 });
+      await action.click();
+      const closed = await page
+        .locator(".context-view .monaco-menu")
+        .first()
+        .waitFor({ state: "hidden", timeout: 2_000 })
+        .then(() => true, () => false);
+      if (closed) return;
+      if (attempt >= 2) throw new Error(`the context menu's "${item}" did not run`);
+      await page.keyboard.press("Escape");
+    }
+  };
+  await row("Branches of the Active Session").waitFor({ timeout: 30_000 });
+  await row("edit notes.txt please").waitFor({ timeout: 30_000 });
+  // Label an entry.
+  await menu(() => entryRow("edit notes.txt please"), "Label Entry");
+  await answerInput("first edit");
+  await until("the label on the row", async () => (await (await entryRow("edit notes.txt please")).innerText()).includes("first edit"), 15_000);
+  // Rename the session (its row under This Workspace).
+  await menu(row("hello world"), "Rename Session");
+  await answerInput("Main session");
+  await row("Main session").waitFor({ timeout: 15_000 });
+  // Export it to Markdown (from the palette: the active session; VS Code's own save dialog).
+  await runCommand(page, "Pi: Export Session");
+  await pickQuick("markdown");
+  const out = path.join(wb.workspace, "exported.md");
+  await answerInput(out);
+  await until("the export", async () => fs.existsSync(out) && fs.readFileSync(out, "utf8").includes("edit notes.txt please"), 15_000);
+  await runCommand(page, "Notifications: Clear All Notifications");
+  // Fork from a user message: a new session in the panel with that message in the composer.
+  await menu(() => entryRow("edit notes.txt again"), "Fork from Here");
+  const composer = chat.locator('textarea[aria-label="Message"]');
+  await until("the forked session in the panel", async () => (await composer.inputValue()) === "edit notes.txt again", 20_000);
+  await until("the fork's history", async () => {
+    const t = await frameText(chat);
+    return t.includes("Edited notes.txt.") && !t.includes("sleep for a while");
+  }, 20_000);
+  const forked = wb.stats().activeSession;
+  await composer.fill("");
+  // Clone (from the palette: the active session, the fork).
+  await runCommand(page, "Pi: Clone Session");
+  await until("the clone in the panel", async () => {
+    const s = wb.stats().activeSession;
+    return s && s !== forked && s;
+  }, 20_000);
+  // Branch with a summary of the branch left (the model writes it).
+  await until("the clone's branches", async () => (await rows.allInnerTexts()).some((t) => t.includes("edit notes.txt please")), 15_000);
+  await menu(() => entryRow("edit notes.txt please"), "Branch Here with Summary");
+  await answerInput("");
+  await until("the branch summary in the tree", async () => (await rows.filter({ hasText: "Branch summary" }).count()) > 0, 30_000);
+  await until("the branch's text in the composer", async () => (await composer.inputValue()) === "edit notes.txt please", 20_000);
+  await composer.fill("");
+  // Branch here, on a key in the focused Sessions view: the message goes to the composer.
+  await (await entryRow("hello world")).click();
+  await page.keyboard.press("b");
+  await until("the branch's text in the composer", async () => (await composer.inputValue()) === "hello world", 20_000);
+  await composer.fill("");
+  // Open the first session again from its row.
+  await row("Main session").click();
+  await until("the first session in the panel", async () => (await frameText(chat)).includes("sleep for a while"), 20_000);
 });
 
 test("a second panel on another session streams at the same time as the first", async () => {

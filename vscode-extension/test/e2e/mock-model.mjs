@@ -8,6 +8,7 @@
 //   "later …"  → after 4 s, an `edit` of notes.txt (gamma → GAMMA), then "Edited gamma."
 //   "diag …"   → a `diagnostics` tool call, then "The editor reports: <the tool's text>"
 //   "many …"   → 2,000 one-word deltas at ≈ 500 per second (the host's batching figures)
+//   "pause …"  → after 3 s, "Done pausing." (a run that ends while the panel is hidden)
 //   "bigedit …" → one `edit` of big.txt (BIG_LINES lines) changing every 100th line (50 hunks)
 // Other text gets "I only know hello, edit, sleep and slow."
 // Every request is recorded (`requests`); usage is reported so the context meter moves.
@@ -61,6 +62,7 @@ export function plan(messages) {
     const text = typeof tool?.content === "string" ? tool.content : (tool?.content ?? []).map((b) => b.text ?? "").join("");
     return { text: `The editor reports: ${text}`, chunk: 16, delayMs: 5 };
   }
+  if (word === "pause") return { text: "Done pausing.", chunk: 4, delayMs: 10, firstDelayMs: 3000 };
   if (word === "bigedit")
     return answered
       ? { text: "Edited big.txt.", chunk: 8, delayMs: 5 }
@@ -97,6 +99,7 @@ export async function startMockModel() {
       let closed = false;
       res.on("close", () => (closed = true));
       send({ role: "assistant", content: "" });
+      if (p.firstDelayMs) await new Promise((r) => setTimeout(r, p.firstDelayMs));
       if (p.toolCall) {
         if (p.delayMs) await new Promise((r) => setTimeout(r, p.delayMs));
         const cid = `call_${++calls}`;
@@ -142,7 +145,10 @@ export async function startMockModel() {
             api: "openai-completions",
             apiKey: "test-key",
             compat: { supportsDeveloperRole: false },
-            models: [{ id: "mock-1", name: "Mock One", contextWindow: 128000, maxTokens: 4096, cost: { input: 3, output: 15, cacheRead: 0, cacheWrite: 0 } }],
+            models: [
+              { id: "mock-1", name: "Mock One", contextWindow: 128000, maxTokens: 4096, cost: { input: 3, output: 15, cacheRead: 0, cacheWrite: 0 } },
+              { id: "mock-think", name: "Mock Thinker", reasoning: true, contextWindow: 200000, maxTokens: 8192, cost: { input: 1, output: 5, cacheRead: 0, cacheWrite: 0 } },
+            ],
           },
         },
       };
