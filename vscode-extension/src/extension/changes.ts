@@ -17,6 +17,17 @@ export const REDRAW_DELAY_MS = 60;
 /** How long after the last keystroke decorations are re-synced when typing only moved the
  * hunks (VS Code moves decorations with the text itself; this only corrects drift), in ms. */
 export const RESYNC_DELAY_MS = 750;
+/** How long after a change of the review state it is saved for a window reload, in ms. */
+export const SAVE_DELAY_MS = 1000;
+/** Files whose base and current text are longer than this together are not kept across a
+ * reload (in characters). */
+export const SAVED_FILE_CHARS = 2_000_000;
+
+/** The review state kept in the workspace state across a window reload. */
+export interface SavedReview {
+  version: 1;
+  files: { uri: string; base: string; current: string; sessions: string[]; toolCallIds: string[] }[];
+}
 
 /** One applied agent edit of one file. */
 export interface AgentEdit {
@@ -89,6 +100,55 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
 
   /** A session's display name (names.ts), for the Changes view. */
   sessionName: (sessionId: string) => string = (id) => `session ${id.slice(0, 8)}`;
+
+  /** Called (debounced) when the review state changed, to keep it across a window reload. */
+  onStateChange: () => void = () => {};
+  private saveTimer: ReturnType<typeof setTimeout> | undefined;
+
+  /** The review state to keep across a window reload: every file under review with its base
+   * and current text (files over {@link SAVED_FILE_CHARS} are left out). */
+  snapshot(): SavedReview {
+    const files: SavedReview["files"] = [];
+    for (const [uri, t] of this.files) {
+      const base = t.changes.base;
+      const current = t.changes.current;
+      if (base.length + current.length > SAVED_FILE_CHARS) continue;
+      files.push({ uri, base, current, sessions: [...t.sessions], toolCallIds: [...t.changes.toolCallIds] });
+    }
+    return { version: 1, files };
+  }
+
+  /** Takes back a {@link snapshot} after a reload: a file whose document differs from the kept
+   * `current` keeps its hunks, the difference counted as the user's. */
+  async restore(saved: SavedReview | undefined): Promise<void> {
+    if (saved?.version !== 1 || !Array.isArray(saved.files)) return;
+    for (const f of saved.files) {
+      if (this.files.has(f.uri)) continue;
+      const uri = vscode.Uri.parse(f.uri);
+      let text: string;
+      try {
+        text = (await vscode.workspace.openTextDocument(uri)).getText();
+      } catch {
+        continue; // the file is gone
+      }
+      const changes = new FileChanges(f.base, f.current);
+      for (const id of f.toolCallIds) changes.toolCallIds.push(id);
+      changes.resync(text);
+      if (changes.settled) continue;
+      this.files.set(f.uri, { uri, changes, sessions: new Set(f.sessions) });
+      this.dirtyKeys.add(f.uri);
+    }
+    this.log.info(`review state: ${this.files.size} file(s) under review after the reload`);
+    this.redraw();
+  }
+
+  private saveLater(): void {
+    if (this.saveTimer) clearTimeout(this.saveTimer);
+    this.saveTimer = setTimeout(() => {
+      this.saveTimer = undefined;
+      this.onStateChange();
+    }, SAVE_DELAY_MS);
+  }
 
   /** Session names changed: redraw the Changes view's session rows. */
   refreshNames(): void {
@@ -201,6 +261,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
       this.resyncTimer = undefined;
       const t0 = cpuNow();
       this.decorate(new Set(this.dirtyKeys));
+      this.saveLater();
       this.typing.redrawMs += cpuNow() - t0;
     }, RESYNC_DELAY_MS);
   }
@@ -223,6 +284,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     this.lensEmitter.fire();
     this.treeEmitter.fire(undefined);
     this.decorate(keys);
+    this.saveLater();
     this.typing.redraws++;
     this.typing.redrawMs += cpuNow() - t0;
   }
@@ -469,6 +531,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   dispose(): void {
     if (this.redrawTimer) clearTimeout(this.redrawTimer);
     if (this.resyncTimer) clearTimeout(this.resyncTimer);
+    if (this.saveTimer) clearTimeout(this.saveTimer);
     for (const d of this.disposables) d.dispose();
   }
 }

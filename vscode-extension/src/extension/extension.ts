@@ -10,7 +10,7 @@ import * as path from "node:path";
 import * as vscode from "vscode";
 import { type LanguageClient, State } from "vscode-languageclient/node";
 import { AttentionList, flagText } from "./attention";
-import { ChangeTracker, DIFF_SCHEME } from "./changes";
+import { ChangeTracker, DIFF_SCHEME, type SavedReview } from "./changes";
 import { relativeTime, SessionNames } from "./names";
 import type { HostToWebview } from "../shared/messages";
 import { ChatPanel, type PanelHost } from "./panels";
@@ -24,8 +24,11 @@ import { StatusBar } from "./status";
 const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument"];
 
 const CHAT_SESSION_KEY = "pi.chat.sessionId";
+/** Workspace-state key of the review state (changes.ts `SavedReview`). */
+const REVIEW_KEY = "pi.review";
 
 let stopClient: (() => Promise<void>) | undefined;
+let saveReviewNow: (() => Thenable<void>) | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<unknown> {
   const output = vscode.window.createOutputChannel("Pi", { log: true });
@@ -36,6 +39,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   let chatView: ChatPanel | undefined;
   const status = new StatusBar();
   const changes = new ChangeTracker(output);
+  // The review state (files under review, their hunks) survives a window reload.
+  const saveReview = () => context.workspaceState.update(REVIEW_KEY, changes.snapshot());
+  changes.onStateChange = () => void saveReview();
+  saveReviewNow = saveReview;
+  void changes.restore(context.workspaceState.get<SavedReview>(REVIEW_KEY));
   let client: LanguageClient | undefined;
   let starting: Promise<LanguageClient> | undefined;
   let hostCpuMs = 0;
@@ -53,6 +61,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     status.questions(id, n);
     flags.questions(id, n);
   };
+  /** A panel on `sessionId` was hidden: open questions nobody sees now are notified, and flagged. */
+  function hidden(sessionId: string | null): void {
+    const asked = questions.visibilityChanged(sessionId);
+    if (asked && sessionId) flags.attention({ sessionId, ...asked }, false, Date.now());
+  }
   /** Whether a visible panel shows `sessionId` (the user sees it). */
   const seenNow = (sessionId: string): boolean => router.panelsOf(sessionId).some((x) => (x as ChatPanel).visible);
 
@@ -245,6 +258,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
           view.onDidChangeVisibility(() => {
             p.visibilityChanged();
             if (view.visible) flags.seen(p.sessionId);
+            else hidden(p.sessionId);
             if (view.visible) host.activated(p);
           });
           view.onDidDispose(() => p.dispose());
@@ -272,11 +286,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     panel.onDidChangeViewState(() => {
       p.visibilityChanged();
       if (panel.visible) flags.seen(p.sessionId);
+      else hidden(p.sessionId);
       if (panel.active) host.activated(p);
     });
     panel.onDidDispose(() => {
       editorPanels.delete(p);
       p.dispose();
+      hidden(p.sessionId);
     });
     host.activated(p);
     void ensureClient().catch(() => undefined);
@@ -430,6 +446,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   }
 
   const commands: Record<string, (...args: any[]) => unknown> = {
+    /** A question notification's link (requests.ts): not in the palette. */
+    "pi.answerQuestion": (id: unknown, action: unknown) => (typeof id === "number" && typeof action === "string" ? questions.notificationAction(id, action) : undefined),
     "pi.openAttention": async () => {
       const list = flags.list();
       if (list.length === 0) return;
@@ -563,7 +581,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       const e = vscode.window.activeTextEditor;
       if (!e) return;
       const rel = vscode.workspace.asRelativePath(e.document.uri, false);
-      (await targetPanel())?.post({ type: "context", items: [{ kind: "file", label: path.basename(rel), text: `@${rel}`, path: rel }] });
+      (await targetPanel())?.post({ type: "context", items: [{ kind: "file", label: path.basename(rel), text: fileContext(e.document), path: rel }] });
     },
     "pi.addDiagnostics": async () => {
       const e = vscode.window.activeTextEditor;
@@ -722,7 +740,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     "pi.changes.undoFile": (node?: any) => changes.undoFile(node),
     "pi.changes.openDiff": (node?: any) => changes.openDiff(node),
   };
-  for (const [id, fn] of Object.entries(commands)) context.subscriptions.push(vscode.commands.registerCommand(id, fn));
+  for (const [id, fn] of Object.entries(commands)) {
+    // Keys in the Sessions view (package.json: `args: {fromSessionsView: true}`) act on the
+    // view's selected row: VS Code passes a tree's row to its context menu's commands, not to
+    // a key's.
+    const run = (...args: any[]) => fn(...(args[0]?.fromSessionsView === true ? [sessionsTree.selection[0]] : args));
+    context.subscriptions.push(vscode.commands.registerCommand(id, run));
+  }
 
   context.subscriptions.push(
     vscode.workspace.onDidGrantWorkspaceTrust(() => void commands["pi.restartServer"]()),
@@ -762,7 +786,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
    * run (the e2e test reads the relay's figures from it). */
   function writeStats(): void {
     try {
-      fs.writeFileSync(process.env.PI_VSCODE_STATS!, JSON.stringify(api.state()));
+      // Whole or not at all (the test reads it at any time): a temp file renamed over it.
+      const file = process.env.PI_VSCODE_STATS!;
+      fs.writeFileSync(`${file}.tmp`, JSON.stringify(api.state()));
+      fs.renameSync(`${file}.tmp`, file);
     } catch (e) {
       output.warn(`stats: ${String(e)}`);
     }
@@ -771,10 +798,25 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
 }
 
 export async function deactivate(): Promise<void> {
-  await stopClient?.();
+  // The server first (it ends a run and writes what it has), the review state meanwhile.
+  await Promise.all([stopClient?.(), Promise.resolve(saveReviewNow?.()).catch(() => undefined)]);
 }
 
 function oneLine(s: string | undefined): string {
   return (s ?? "").replace(/\s+/g, " ").trim().slice(0, 80);
 }
 
+/** At most this many characters of a file go into the prompt as context (the rest: the agent's
+ * read tool). */
+export const FILE_CONTEXT_CHARS = 100_000;
+
+/** The text of a document attached as context: the buffer as it is (unsaved changes too), cut
+ * at {@link FILE_CONTEXT_CHARS} on a line end with a note of what is left out. */
+export function fileContext(doc: { getText(): string; lineCount: number }): string {
+  const text = doc.getText();
+  if (text.length <= FILE_CONTEXT_CHARS) return text;
+  let cut = text.lastIndexOf("\n", FILE_CONTEXT_CHARS);
+  if (cut <= 0) cut = FILE_CONTEXT_CHARS;
+  const shownLines = text.slice(0, cut).split("\n").length;
+  return `${text.slice(0, cut)}\n… (${doc.lineCount - shownLines} more lines not included: read the file for them)`;
+}

@@ -176,6 +176,12 @@ export class FileChanges {
     if (toolCallId && !this.toolCallIds.includes(toolCallId)) this.toolCallIds.push(toolCallId);
   }
 
+  /** The document is `text` now (a reload found it so): any difference from `current` is the
+   * user's (never a hunk). */
+  resync(text: string): void {
+    if (text !== this.current) this.userReplace(text);
+  }
+
   /** The hunks `base → current`, in order. */
   hunks(): Hunk[] {
     if (this.cached) return this.cached;

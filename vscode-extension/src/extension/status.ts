@@ -16,6 +16,8 @@ export interface SessionStatus {
   cost?: number;
   state: RunState;
   questions: number;
+  /** The tool running now (shown as the state while it runs). */
+  tool?: string;
 }
 
 /** The item's text for one session's status (no icons; pure, for tests). */
@@ -23,7 +25,7 @@ export function statusText(s: SessionStatus | undefined): string {
   if (!s) return "pi · no session";
   const pct = s.contextTokens !== undefined && s.contextWindow ? `${Math.round((100 * s.contextTokens) / s.contextWindow)}%` : "–%";
   const cost = `$${(s.cost ?? 0).toFixed(s.cost && s.cost < 0.1 ? 3 : 2)}`;
-  const state = s.questions > 0 ? "waiting" : s.state;
+  const state = s.questions > 0 ? "waiting" : s.state === "running" && s.tool ? `running ${s.tool}` : s.state;
   return `${s.model ?? "pi"} · ${pct} · ${cost} · ${state}`;
 }
 
@@ -87,7 +89,11 @@ export class StatusBar implements vscode.Disposable {
     } else if (method === "agent/event") {
       const t = params.event?.type;
       if (t === "agent_start") s.state = "running";
-      else if (t === "agent_end") s.state = "idle";
+      else if (t === "agent_end") {
+        s.state = "idle";
+        s.tool = undefined;
+      } else if (t === "tool_execution_start") s.tool = String(params.event.toolName ?? "tool");
+      else if (t === "tool_execution_end") s.tool = undefined;
       else if (t === "compaction_start") s.state = "compacting";
       else if (t === "compaction_end") s.state = params.runId ? "running" : "idle";
       // Deltas and the rest change nothing shown here: no render per event.

@@ -51,6 +51,7 @@ async function send(frame, text) {
 async function closeAll() {
   await runCommand(page, "File: Save All");
   await runCommand(page, "View: Close All Editors");
+  await until("no editor open", async () => (await page.locator(".tabs-container .tab").count()) === 0, 10_000);
 }
 
 /** Puts the cursor on the editor's first line (a click that never scrolls the view). */
@@ -59,14 +60,24 @@ async function clickEditor() {
   await page.keyboard.press("Control+Home");
 }
 
+/** Opens a workspace file with Quick Open (again when a busy workbench dropped the keys). */
 async function openFile(name) {
-  await page.keyboard.press("Control+P");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor();
-  await input.fill(name);
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor();
-  await page.keyboard.press("Enter");
-  await page.locator(`.tabs-container .tab.active`, { hasText: name }).waitFor();
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await page.keyboard.press("Control+P");
+      await input.waitFor({ state: "visible", timeout: 5_000 });
+      await input.fill(name);
+      await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 10_000 });
+      await page.keyboard.press("Enter");
+      await page.locator(`.tabs-container .tab.active`, { hasText: name }).waitFor({ timeout: 10_000 });
+      return;
+    } catch (e) {
+      if (attempt >= 2) throw e;
+      await page.keyboard.press("Escape");
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
 }
 
 test("the Pi activity-bar panel opens and shows the chat with the model in the status bar", async () => {
@@ -100,7 +111,7 @@ test("a prompt streams its answer into the panel", async () => {
   // VP7: the host batches to at most 60 posts per second; its CPU per relayed event.
   const stats = await until("the host's figures", async () => {
     const s = wb.stats();
-    return s.notesRelayed > 0 && s;
+    return s.notesRelayed > 0 && / · idle$/.test(s.status) && s;
   }, 10_000);
   const view = stats.panels.find((p) => p.kind === "view");
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
@@ -169,7 +180,7 @@ test("Undo on the hunk's CodeLens reverts the agent's lines and keeps the user's
   await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "gamma" }).first().click();
   await page.keyboard.press("End");
   await page.keyboard.type("!");
-  assert.equal(await editorText(page), "alpha (mine)\nBETA\ngamma!\n");
+  await until("the user's typing in the editor", async () => (await editorText(page)) === "alpha (mine)\nBETA\ngamma!\n", 10_000);
   await page.locator(".contentWidgets .codelens-decoration a", { hasText: "Undo" }).first().click();
   await until("the hunk undone", async () => (await editorText(page)) === "alpha (mine)\nbeta\ngamma!\n", 10_000);
   await until("the CodeLens to go", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) === 0, 10_000);
@@ -216,25 +227,29 @@ test("typing in a 5,000-line file with 50 agent hunks under review costs the hos
   await until("the agent's lines undone", async () => !wb.stats().changedFiles.some((u) => u.endsWith("/big.txt")), 10_000);
   assert.ok((await editorText(page)).startsWith(`line 0 of the big file${text}`), "the user's typing stays");
   await runCommand(page, "File: Revert File");
+  await until("big.txt reverted", async () => (await editorText(page)).startsWith("line 0 of the big file\n"), 10_000);
   await closeAll();
 });
 
-test("with the panel hidden, a permission question comes as a notification with the same actions", async () => {
+test("a permission question asked in the panel comes as a notification once the panel is hidden", async () => {
   await openFile("notes.txt");
   await send(chat, "later edit gamma");
+  await chat.getByRole("button", { name: /Allow once/ }).waitFor({ timeout: 60_000 });
   await runCommand(page, "View: Toggle Primary Side Bar Visibility");
   await until("the side bar hidden", async () => !(await page.locator(".part.sidebar").isVisible()), 10_000);
   const toast = page.locator(".notification-toast", { hasText: "Pi wants to edit notes.txt" });
   await toast.waitFor({ timeout: 30_000 });
+  // Its answers are links in a notification that stays while the question is open (it has
+  // progress); Cancel only closes it.
   assert.deepEqual(
-    (await toast.locator(".monaco-button").allInnerTexts()).map((t) => t.trim()),
-    ["Allow", "Allow for Session", "Allow in Workspace", "Reject", "Show Diff"],
+    (await toast.locator(".notification-list-item-message a").allInnerTexts()).map((t) => t.trim()),
+    ["Allow", "Allow for Session", "Allow in Workspace", "Reject…", "Show Diff"],
   );
   assert.equal(await activeTab(page), "notes.txt", "the question moved no focus");
   // agent/attention "permission": the status bar flag, until the question is answered.
   await until("the attention flag", async () => /hello world waits for your approval/.test(wb.stats().flag), 10_000);
   await page.locator(".statusbar-item", { hasText: "waits for your approval" }).first().waitFor({ timeout: 10_000 });
-  await toast.locator(".monaco-button", { hasText: /^Allow$/ }).click();
+  await toast.locator(".notification-list-item-message a", { hasText: /^Allow$/ }).click();
   await until("the flag to go", async () => wb.stats().flag === "", 10_000);
   await until("the edit in the editor", async () => (await editorText(page)).includes("GAMMA"), 30_000);
   await runCommand(page, "View: Toggle Primary Side Bar Visibility");
@@ -272,6 +287,21 @@ test("the diagnostics tool reads VS Code's problems (agent/diagnostics)", async 
   await allow.waitFor({ timeout: 60_000 });
   await allow.click();
   await until("the answer quoting the diagnostics", async () => /The editor reports: .*bad\.json:1:\d+ error/s.test(await frameText(chat)), 30_000);
+  // "Add Current File to Chat" sends the file's text (the buffer, unsaved typing included).
+  await clickEditor();
+  await page.keyboard.press("End");
+  await page.keyboard.type(" // mine");
+  await runCommand(page, "Pi: Add Current File to Chat");
+  const asked = wb.model.requests.length;
+  await send(chat, "hello with the file");
+  const userText = (req) => {
+    const last = req.messages.filter((m) => m.role === "user").pop();
+    return typeof last.content === "string" ? last.content : last.content.map((b) => b.text ?? "").join("");
+  };
+  const sent = await until("the prompt at the model", async () => wb.model.requests.slice(asked).map(userText).find((t) => t.includes("hello with the file")), 30_000);
+  await until("the run's end", async () => / · idle$/.test(wb.stats().status), 30_000);
+  assert.ok(sent.includes('File bad.json:\n```\n{"a": } // mine\n'), `the prompt carries the file's text: ${JSON.stringify(sent)}`);
+  await runCommand(page, "File: Revert File");
   await closeAll();
 });
 
@@ -302,6 +332,8 @@ async function answerInput(text) {
   const input = page.locator(".quick-input-widget input");
   await input.waitFor({ state: "visible", timeout: 10_000 });
   await input.fill(text);
+  // (VS Code's own file dialog reads a typed path a moment after it changes.)
+  await new Promise((r) => setTimeout(r, 400));
   await page.keyboard.press("Enter");
   await page.locator(".quick-input-widget").waitFor({ state: "hidden", timeout: 10_000 }).catch(() => {});
 }
@@ -332,13 +364,24 @@ test("the Sessions view: label, rename, export, fork, clone, branch here, branch
   if ((await header.getAttribute("aria-expanded")) !== "true") await header.click();
   const rows = pane.locator(".monaco-list-row");
   const row = (text) => rows.filter({ hasText: text }).first();
-  /** A row of the active session's branches (below the group's own row). */
+  /** A row of the active session's branches: with the session lists collapsed, the rows below
+   * the top level (the view draws only the rows in sight: it scrolls down for the others). */
   const entryRow = async (text) => {
-    const texts = await rows.allInnerTexts();
-    const from = texts.findIndex((t) => t.includes("Branches of the Active Session"));
-    const i = texts.findIndex((t, k) => k > from && t.includes(text));
-    assert.ok(from >= 0 && i > from, `no branch row "${text}" in: ${texts.join(" | ")}`);
-    return rows.nth(i);
+    for (let k = 0; ; k++) {
+      const found = await rows.evaluateAll((els, text) => els.findIndex((e) => e.getAttribute("aria-level") !== "1" && (e.textContent ?? "").includes(text)), text);
+      if (found >= 0) return rows.nth(found);
+      if (k >= 10) throw new Error(`no branch row "${text}" in: ${(await rows.allInnerTexts()).join(" | ")}`);
+      const box = await pane.locator(".pane-body").boundingBox();
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+      await page.mouse.wheel(0, 80);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  };
+  /** Collapses a top-level row of the view (if it is open). */
+  const collapse = async (text) => {
+    const r = row(text);
+    if ((await r.getAttribute("aria-expanded")) === "true") await r.click();
+    await until(`${text} collapsed`, async () => (await r.getAttribute("aria-expanded")) === "false", 5_000);
   };
   /** Runs a row's context-menu item (again when a tree refresh swallowed the click). */
   const menu = async (target, item) => {
@@ -360,20 +403,27 @@ test("the Sessions view: label, rename, export, fork, clone, branch here, branch
   };
   await row("Branches of the Active Session").waitFor({ timeout: 30_000 });
   await row("edit notes.txt please").waitFor({ timeout: 30_000 });
-  // Label an entry.
-  await menu(() => entryRow("edit notes.txt please"), "Label Entry");
-  await answerInput("first edit");
-  await until("the label on the row", async () => (await (await entryRow("edit notes.txt please")).innerText()).includes("first edit"), 15_000);
+  const main = wb.stats().activeSession;
   // Rename the session (its row under This Workspace).
   await menu(row("hello world"), "Rename Session");
   await answerInput("Main session");
   await row("Main session").waitFor({ timeout: 15_000 });
+  await collapse("This Workspace");
+  await collapse("Pi's Sessions");
+  // Label an entry.
+  await menu(() => entryRow("edit notes.txt please"), "Label Entry");
+  await answerInput("first edit");
+  await until("the label on the row", async () => (await (await entryRow("edit notes.txt please")).innerText()).includes("first edit"), 15_000);
   // Export it to Markdown (from the palette: the active session; VS Code's own save dialog).
   await runCommand(page, "Pi: Export Session");
   await pickQuick("markdown");
   const out = path.join(wb.workspace, "exported.md");
+  // VS Code's own save dialog opens with the suggested file name.
+  const input = page.locator(".quick-input-widget input");
+  await until("the save dialog", async () => /pi-session-[0-9a-f]{8}\.md$/.test(await input.inputValue()), 15_000);
   await answerInput(out);
-  await until("the export", async () => fs.existsSync(out) && fs.readFileSync(out, "utf8").includes("edit notes.txt please"), 15_000);
+  await until("the export", async () => fs.existsSync(out), 15_000);
+  assert.ok(fs.readFileSync(out, "utf8").includes("edit notes.txt please"), fs.readFileSync(out, "utf8").slice(0, 2000));
   await runCommand(page, "Notifications: Clear All Notifications");
   // Fork from a user message: a new session in the panel with that message in the composer.
   await menu(() => entryRow("edit notes.txt again"), "Fork from Here");
@@ -403,9 +453,10 @@ test("the Sessions view: label, rename, export, fork, clone, branch here, branch
   await page.keyboard.press("b");
   await until("the branch's text in the composer", async () => (await composer.inputValue()) === "hello world", 20_000);
   await composer.fill("");
-  // Open the first session again from its row.
-  await row("Main session").click();
-  await until("the first session in the panel", async () => (await frameText(chat)).includes("sleep for a while"), 20_000);
+  // Open the first session again (from the palette: a list of the sessions).
+  await runCommand(page, "Pi: Open Session");
+  await pickQuick("Main session");
+  await until("the first session in the panel", async () => wb.stats().activeSession === main && !(await frameText(chat)).includes("Branch summary"), 20_000);
 });
 
 test("a second panel on another session streams at the same time as the first", async () => {
@@ -430,7 +481,14 @@ test("a second panel on another session streams at the same time as the first", 
   await closeAll();
 });
 
-test("a window reload mid-run finds the session intact", async () => {
+test("a window reload mid-run finds the session intact, and the edits under review with it", async () => {
+  await openFile("notes.txt");
+  await send(chat, "edit notes.txt before the reload");
+  const allow = chat.getByRole("button", { name: /Allow once/ });
+  await allow.waitFor({ timeout: 60_000 });
+  await allow.click();
+  await until("the edit under review", async () => wb.stats().changedFiles.some((u) => u.endsWith("/notes.txt")), 30_000);
+  await until("the run's end", async () => / · idle$/.test(wb.stats().status), 30_000);
   await send(chat, "slow answer please");
   await until("the slow answer streaming", async () => (await frameText(chat)).includes("Line 3 of a slow answer."), 30_000);
   await runCommand(page, "Developer: Reload Window");
@@ -445,10 +503,15 @@ test("a window reload mid-run finds the session intact", async () => {
     "the history after the reload",
     async () => {
       const t = await frameText(chat);
-      return t.includes("Edited notes.txt.") && t.includes("sleep for a while") && t.includes("slow answer please") && t.includes("Line 3 of a slow answer.");
+      // (The last page of the session: older messages load when scrolled to.)
+      return t.includes("edit notes.txt before the reload") && t.includes("Edited notes.txt.") && t.includes("slow answer please") && t.includes("Line 3 of a slow answer.");
     },
     60_000,
   );
+  // The review state came back: notes.txt's agent hunk still has its Keep / Undo.
+  await until("the review state after the reload", async () => wb.stats().changedFiles.some((u) => u.endsWith("/notes.txt")), 30_000);
+  await openFile("notes.txt");
+  await until("the Keep/Undo CodeLens after the reload", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) > 0, 20_000);
   // The session goes on after the reload.
   await send(chat, "hello again");
   await until("an answer after the reload", async () => {
@@ -488,4 +551,7 @@ test("2,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
   assert.ok(posts <= 60 * Math.ceil(seconds) + 5, `${posts} posts in ${seconds.toFixed(1)} s`);
   assert.ok(posts < notes / 2, `${posts} posts for ${notes} notifications: batched`);
+  // VP7: ≤ 5 ms of host CPU per 1,000 events (the extension's own work and VS Code's
+  // postMessage of what it posts, on the thread clock).
+  if (stats.cpuClock === "thread") assert.ok((net / notes) * 1000 <= 5, `${((net / notes) * 1000).toFixed(2)} ms per 1,000 events`);
 });
