@@ -88,6 +88,55 @@ fn demo_runs_offline_with_the_scripted_model() {
     );
 }
 
+/// A models.json that does not load (a trailing comma) stops the run with the file's error
+/// and runs nothing, instead of falling back to the offline demo (which runs real tools).
+/// A requested unknown model lists the usable ones.
+#[test]
+fn broken_models_json_stops_the_run_instead_of_running_the_demo() {
+    let tmp = TempDir::new("broken-models");
+    let ws = tmp.path().join("demo");
+    copy_dir(&fixtures().join("workspaces/demo"), &ws);
+    let agent = tmp.path().join("agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(
+        agent.join("models.json"),
+        r#"{"providers": {"local": {"baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions", "apiKey": "k", "models": [{"id": "m1"},]}}}"#,
+    )
+    .unwrap();
+    let env = vec![
+        ("PI_CODING_AGENT_DIR", agent.display().to_string()),
+        ("ANTHROPIC_API_KEY", String::new()),
+        ("OPENAI_API_KEY", String::new()),
+    ];
+    let out = run(&ws, &env, &["What is in this workspace?"]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stdout, "", "nothing ran");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "pi-lsp: no usable model, and the model configuration did not load: cannot read "
+        ) && last.contains("models.json: trailing comma at line 1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("offline scripted model"), "{stderr}");
+
+    std::fs::write(
+        agent.join("models.json"),
+        r#"{"providers": {"local": {"baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions", "apiKey": "k", "models": [{"id": "m1"}, {"id": "m2"}]}}}"#,
+    )
+    .unwrap();
+    let out = run(&ws, &env, &["--model", "local/nope", "hi"]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some("pi-lsp: unknown model \"local/nope\" (expected provider/id of a configured provider; usable here: local/m1, local/m2)"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
     let tmp = TempDir::new("json");

@@ -3,7 +3,9 @@
 //! whose turn edits a file, a user shell command, a manual compaction of that one-turn session,
 //! the session stats and the message view — run once through Pi's RPC mode and once through
 //! pi-lsp over stdio. Every entry of the two files must have the same keys with the same JSON
-//! types (pi-lsp's only extra is the edit result's `details.unifiedDiff`), and the values Pi
+//! types (pi-lsp's only extras are the edit result's `details.unifiedDiff` and
+//! `details.fileChange`, the change record rewinds use; Pi ignores detail keys it does not
+//! know), and the values Pi
 //! derives from the run (user content, `responseModel`, the edit's numbered diff, the bash
 //! output, the compaction's `tokensBefore` and `fromHook`) must be equal.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
@@ -272,6 +274,12 @@ async fn session_file_matches_pi_key_by_key() {
         {
             assert!(
                 d.remove("unifiedDiff").is_some() || o_has_no_edit(d),
+                "{d:?}"
+            );
+            // The change record: present exactly where the unified diff is (the edit).
+            assert_eq!(
+                d.remove("fileChange").is_some(),
+                d.contains_key("diff"),
                 "{d:?}"
             );
         }

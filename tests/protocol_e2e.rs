@@ -1323,6 +1323,73 @@ async fn a_repaired_session_file_is_reported_to_the_user() {
     assert!(c.shutdown().await.success());
 }
 
+/// Two session files with one session id (a copy made by hand): opening the second by path while
+/// the first is open is refused with both paths named, and never answers with (or writes into)
+/// the first; opening the same file again returns the session already open.
+#[tokio::test]
+async fn a_second_file_with_an_open_sessions_id_is_refused_not_swapped() {
+    let tmp = TempDir::new("same-id");
+    let ws = workspace(&tmp);
+    let mock = MockModel::start(vec![]).await;
+    let dir = ws.join(".pi/sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/sessions/pi-0.73.1-tools.jsonl"
+    );
+    let first = dir.join("first.jsonl");
+    let copy = dir.join("copy.jsonl");
+    std::fs::copy(src, &first).unwrap();
+    std::fs::copy(src, &copy).unwrap();
+    let copy_bytes = std::fs::read(&copy).unwrap();
+    let mut c = start(&ws, &mock).await;
+    let st = c
+        .request(
+            "agent/session/open",
+            json!({"path": first.display().to_string()}),
+        )
+        .await
+        .unwrap();
+    let id = st["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(
+        std::path::Path::new(st["sessionFile"].as_str().unwrap())
+            .canonicalize()
+            .unwrap(),
+        first.canonicalize().unwrap()
+    );
+    let err = c
+        .request(
+            "agent/session/open",
+            json!({"path": copy.display().to_string()}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err["code"], -31004, "{err}");
+    assert_eq!(
+        err["message"],
+        format!(
+            "session file {} has the id {id} of the session open from {}; close that session first (a copied session file keeps its id)",
+            copy.display(),
+            first.display()
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        copy_bytes,
+        "the copy is untouched"
+    );
+    let again = c
+        .request(
+            "agent/session/open",
+            json!({"path": first.display().to_string()}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again["sessionId"], id.as_str());
+    assert!(c.shutdown().await.success());
+}
+
 /// `sessionDir` in (trusted) project settings moves the session files; untrusted, it is ignored.
 #[tokio::test]
 async fn session_dir_setting_moves_session_files_in_a_trusted_workspace() {

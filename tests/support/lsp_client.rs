@@ -61,6 +61,11 @@ pub struct EditorBehavior {
     pub diagnostics: Option<Value>,
     /// More `workspaceFolders` sent in `initialize` after the root (a multi-root workspace).
     pub extra_folders: Vec<std::path::PathBuf>,
+    /// Advertise `experimental.agent.syncsAllDocuments` (every buffer this editor holds is
+    /// open on the server; it opens every file it is sent an edit for). Default: true.
+    pub syncs_all_documents: bool,
+    /// Advertise `workspace.workspaceEdit.changeAnnotationSupport`.
+    pub change_annotations: bool,
 }
 
 impl Default for EditorBehavior {
@@ -82,6 +87,8 @@ impl Default for EditorBehavior {
             run_tool_answers: HashMap::new(),
             diagnostics: None,
             extra_folders: Vec::new(),
+            syncs_all_documents: true,
+            change_annotations: false,
         }
     }
 }
@@ -496,8 +503,13 @@ impl LspClient {
             "experimental": {"agent": {"saveDocument": behavior.save_documents,
                 "requestPermission": behavior.permission_answer.is_some(),
                 "ui": behavior.ui_answer.is_some(),
-                "diagnostics": behavior.diagnostics.is_some()}}
+                "diagnostics": behavior.diagnostics.is_some(),
+                "syncsAllDocuments": behavior.syncs_all_documents}}
         });
+        if behavior.change_annotations {
+            caps["workspace"]["workspaceEdit"]["changeAnnotationSupport"] =
+                json!({"groupsOnLabel": true});
+        }
         if behavior.offer_utf8 {
             caps["general"] = json!({"positionEncodings": ["utf-8", "utf-16"]});
         }
@@ -626,6 +638,17 @@ impl LspClient {
         self.notify(
             "textDocument/didOpen",
             json!({"textDocument":{"uri":uri,"languageId":"plaintext","version":1,"text":text}}),
+        )
+        .await;
+    }
+
+    /// Closes the fake editor's buffer of `path` and tells the server.
+    pub async fn close(&self, path: &Path) {
+        let uri = file_uri(path);
+        self.shared.docs.lock().unwrap().remove(&uri);
+        self.notify(
+            "textDocument/didClose",
+            json!({"textDocument": {"uri": uri}}),
         )
         .await;
     }

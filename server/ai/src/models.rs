@@ -438,8 +438,15 @@ pub struct ModelDefaults {
 pub enum ModelError {
     #[error("cannot read {path}: {message}")]
     Config { path: PathBuf, message: String },
-    #[error("unknown model \"{0}\" (expected provider/id of a configured provider)")]
-    UnknownModel(String),
+    /// A requested model that no provider configures; the second field lists some usable ones
+    /// (`; usable here: a/b, c/d`) or is empty.
+    #[error("unknown model \"{0}\" (expected provider/id of a configured provider{1})")]
+    UnknownModel(String, String),
+    /// No model was requested, none is usable, and a models.json file did not load: the
+    /// offline demo is not used in its place (it runs real tools in the folder), the user is
+    /// told what to fix.
+    #[error("no usable model, and the model configuration did not load: {0}")]
+    BrokenConfig(String),
     #[error("no model available: set ANTHROPIC_API_KEY or OPENAI_API_KEY, or add a provider to models.json")]
     NoModel,
 }
@@ -657,7 +664,7 @@ impl Registry {
                 .find(choice)
                 .cloned()
                 .map(Some)
-                .ok_or_else(|| ModelError::UnknownModel(choice.to_string()));
+                .ok_or_else(|| ModelError::UnknownModel(choice.to_string(), self.usable_list()));
         }
         if let (Some(p), Some(id)) = (
             &self.defaults.default_provider,
@@ -677,6 +684,22 @@ impl Registry {
             }
         }
         Ok(self.models.iter().find(|m| Self::usable(m)).cloned())
+    }
+
+    /// `"; usable here: p/a, p/b, …"` with at most eight usable models (a key or no key
+    /// needed), or `""` when none is.
+    fn usable_list(&self) -> String {
+        let usable: Vec<String> = self
+            .models
+            .iter()
+            .filter(|m| Self::usable(m))
+            .map(|m| format!("{}/{}", m.provider, m.id))
+            .collect();
+        match usable.len() {
+            0 => String::new(),
+            n if n > 8 => format!("; usable here: {}, … ({n} in all)", usable[..8].join(", ")),
+            _ => format!("; usable here: {}", usable.join(", ")),
+        }
     }
 }
 
@@ -805,7 +828,7 @@ mod tests {
         );
         assert!(matches!(
             reg.select(Some("nope/x"), None),
-            Err(ModelError::UnknownModel(_))
+            Err(ModelError::UnknownModel(..))
         ));
         std::fs::remove_dir_all(&dir).unwrap();
     }

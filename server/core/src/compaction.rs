@@ -117,9 +117,23 @@ fn context_tokens_anchored(messages: &[Message]) -> Option<u64> {
     Some(total + messages[i + 1..].iter().map(estimate_tokens).sum::<u64>())
 }
 
-/// True when compaction is due: `tokens > context_window - reserve`.
+/// True when compaction is due: `tokens > context_window - reserve`, with the reserve as
+/// [`effective_reserve`] bounds it.
 pub fn should_compact(tokens: u64, context_window: u64, reserve: u64) -> bool {
-    tokens > context_window.saturating_sub(reserve)
+    tokens > context_window.saturating_sub(effective_reserve(context_window, reserve))
+}
+
+/// The reserve the threshold uses: `compaction.reserveTokens`, at most half the context window.
+/// Pi 0.73.1 uses the setting as it is, so a model whose window is at most the default reserve
+/// (16,384: common 8k/16k local models) has a limit of 0 and would compact before every request
+/// (here: refuse even a first "hello"); half the window still leaves room for the answer and
+/// the summary. Windows over 32,768 tokens with the default reserve are unchanged.
+pub fn effective_reserve(context_window: u64, reserve: u64) -> u64 {
+    if context_window == 0 {
+        reserve
+    } else {
+        reserve.min(context_window / 2)
+    }
 }
 
 /// Where compaction cuts the context.
@@ -340,7 +354,7 @@ pub enum CompactionError {
         keep_recent_tokens: u64,
     },
     /// Even the compacted context is over the threshold (case CMP-04).
-    #[error("the context does not fit even after compaction: system prompt + summary + the minimum kept tail are {after} tokens, over the limit of {limit} (context window − reserve tokens); start a new session, switch to a model with a larger context window, or lower compaction.keepRecentTokens")]
+    #[error("the context does not fit even after compaction: system prompt + summary + the minimum kept tail are {after} tokens, over the limit of {limit} (context window − reserve tokens); start a new session, switch to a model with a larger context window, or lower compaction.keepRecentTokens or compaction.reserveTokens")]
     DoesNotFit { after: u64, limit: u64 },
     #[error("session: {0}")]
     Session(String),
@@ -985,8 +999,13 @@ mod tests {
         ]));
         assert_eq!(context_tokens(&m), 1050 + 25);
         // Due only strictly above window − reserve.
-        assert!(!should_compact(1075, 16_384 + 1075, 16_384));
-        assert!(should_compact(1076, 16_384 + 1075, 16_384));
+        assert!(!should_compact(183_616, 200_000, 16_384));
+        assert!(should_compact(183_617, 200_000, 16_384));
+        // The reserve is at most half the window: a 16,000-token model compacts past 8,000.
+        assert_eq!(effective_reserve(16_000, 16_384), 8_000);
+        assert_eq!(effective_reserve(200_000, 16_384), 16_384);
+        assert!(!should_compact(1_733, 16_000, 16_384));
+        assert!(should_compact(8_001, 16_000, 16_384));
         assert!(should_compact(120_000, 128_000, DEFAULT_RESERVE_TOKENS));
         assert_eq!(context_tokens(&m[..1]), 10);
     }

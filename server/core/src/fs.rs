@@ -137,7 +137,15 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
             },
         };
     }
-    let enc = detect_legacy(&bytes);
+    let Some(enc) = detect_legacy(&bytes) else {
+        return DecodedText {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            encoding: TextEncoding {
+                exact: false,
+                ..TextEncoding::UTF8
+            },
+        };
+    };
     match enc.decode_without_bom_handling_and_without_replacement(&bytes) {
         Some(text) => {
             let (back, _, unmappable) = enc.encode(&text);
@@ -167,26 +175,47 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
 /// guess). Of those that decode without errors, the one whose non-ASCII characters are most
 /// often letters wins (mis-decoded text is mostly punctuation and symbols); ties go to the
 /// generic guess.
-pub fn detect_legacy(bytes: &[u8]) -> &'static encoding_rs::Encoding {
+///
+/// `None` when the bytes do not look like text in any legacy encoding, so the caller shows them
+/// as lossy UTF-8 with a note instead of a guessed code page (case STRM-07 (c)): chardetng is
+/// sure of no guess (`guess_assess`), or the bytes hold what no text file of a single- or
+/// double-byte encoding holds: a UTF-16 byte-order mark past the start (`ff fe` / `fe ff`, as in
+/// `hi\xff\xfe\n`) or C0 control characters other than tab, line feed, form feed, carriage
+/// return and escape (NUL included: binary data).
+pub fn detect_legacy(bytes: &[u8]) -> Option<&'static encoding_rs::Encoding> {
+    let bom_inside = bytes
+        .windows(2)
+        .any(|w| w == [0xFF, 0xFE] || w == [0xFE, 0xFF]);
+    let controls = bytes
+        .iter()
+        .any(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | 0x0C | b'\r' | 0x1B));
+    if bom_inside || controls {
+        return None;
+    }
     let mut detector = chardetng::EncodingDetector::new();
     detector.feed(bytes, true);
-    let generic = detector.guess(None, false);
+    let (generic, mut sure) = detector.guess_assess(None, false);
     let score = |enc: &'static encoding_rs::Encoding| -> Option<f64> {
         let text = enc.decode_without_bom_handling_and_without_replacement(bytes)?;
-        let (mut letters, mut all) = (0usize, 0usize);
+        let (mut letters, mut kana, mut all) = (0usize, 0usize, 0usize);
         for c in text.chars().filter(|c| !c.is_ascii()) {
             all += 1;
-            letters += usize::from(c.is_alphabetic());
+            // Half-width katakana are what double-byte text read as Shift_JIS mostly turns into.
+            letters += usize::from(c.is_alphabetic() && !('\u{FF61}'..='\u{FF9F}').contains(&c));
+            kana += usize::from(('\u{3040}'..='\u{30FF}').contains(&c));
         }
+        // Japanese text holds kana; Japanese read as Chinese turns into rare ideographs (which
+        // still count as letters), so kana tip the balance.
         Some(if all == 0 {
             1.0
         } else {
-            letters as f64 / all as f64
+            (letters as f64 + 0.5 * kana as f64) / all as f64
         })
     };
     let mut best = (generic, score(generic).unwrap_or(-1.0));
     for tld in [&b"jp"[..], b"cn", b"tw", b"kr"] {
-        let enc = detector.guess(Some(tld), false);
+        let (enc, tld_sure) = detector.guess_assess(Some(tld), false);
+        sure |= tld_sure;
         if enc == best.0 {
             continue;
         }
@@ -196,7 +225,7 @@ pub fn detect_legacy(bytes: &[u8]) -> &'static encoding_rs::Encoding {
             }
         }
     }
-    best.0
+    sure.then_some(best.0)
 }
 
 /// The encoding [`decode_file`] finds for `bytes`, without making the text when they are
@@ -717,6 +746,46 @@ impl Fs for DiskFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Case STRM-07 (c): a few stray bytes that are no UTF-8 are shown lossily as UTF-8, not
+    /// read as a guessed code page; short real legacy text is still detected (ED-04).
+    #[test]
+    fn stray_bytes_read_lossily_and_short_legacy_text_is_still_detected() {
+        let stray = decode_file(vec![0x68, 0x69, 0xff, 0xfe, 0x0a]);
+        assert_eq!(
+            stray,
+            DecodedText {
+                text: "hi\u{fffd}\u{fffd}\n".to_string(),
+                encoding: TextEncoding {
+                    exact: false,
+                    ..TextEncoding::UTF8
+                },
+            }
+        );
+        let latin1 = decode_file(b"caf\xe9 cr\xe8me br\xfbl\xe9e\n".to_vec());
+        assert_eq!(latin1.text, "café crème brûlée\n");
+        assert!(latin1.encoding.exact);
+        assert_eq!(latin1.encoding.encoding, encoding_rs::WINDOWS_1252);
+        for (enc, text) in [
+            (encoding_rs::SHIFT_JIS, "日本語のテキストです。\n"),
+            (
+                encoding_rs::SHIFT_JIS,
+                "# 設定ファイル\nname = \"テスト\"\n",
+            ),
+            (encoding_rs::GBK, "这是一个中文文件。\n"),
+            (encoding_rs::EUC_KR, "한국어 텍스트 파일입니다.\n"),
+            (encoding_rs::WINDOWS_1251, "Привет, мир! Это тест.\n"),
+            (encoding_rs::WINDOWS_1252, "# Résumé\n"),
+        ] {
+            let (bytes, _, _) = enc.encode(text);
+            let got = decode_file(bytes.into_owned());
+            assert_eq!(
+                (got.text.as_str(), got.encoding.encoding.name()),
+                (text, enc.name()),
+                "{text}"
+            );
+        }
+    }
 
     /// A writer taking at most `max` bytes per call, vectored or not.
     struct Trickle {

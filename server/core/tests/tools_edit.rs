@@ -328,14 +328,55 @@ async fn edit_details_carry_pis_diff_and_a_unified_diff() {
     let ws = Ws::new();
     ws.put("d.txt", b"a\nb\nc\n");
     let out = ws.edit("d.txt", "b", "B").await.unwrap();
-    // `diff` as Pi 0.73.1 writes it (its interface draws it); `unifiedDiff` for editors.
+    // `diff` as Pi 0.73.1 writes it (its interface draws it); `unifiedDiff` for editors;
+    // `fileChange` for rewinds: the hashes and the exact replaced range.
     assert_eq!(
         out.details,
         Some(
             json!({"diff": " 1 a\n-2 b\n+2 B\n 3 c", "firstChangedLine": 2,
-                "unifiedDiff": "--- d.txt\n+++ d.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"})
+                "unifiedDiff": "--- d.txt\n+++ d.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n",
+                "fileChange": {"path": ws.dir.join("d.txt").display().to_string(),
+                    "hashBefore": xxh3("a\nb\nc\n"), "hashAfter": xxh3("a\nB\nc\n"),
+                    "edits": [{"at": 2, "oldText": "b", "newText": "B"}]}})
         )
     );
+}
+
+fn xxh3(text: &str) -> String {
+    format!("xxh3:{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+}
+
+/// A write's details: its unified diff and its change record (only the changed region; no
+/// edits for a new file, whose text is the call's content).
+#[tokio::test]
+async fn write_details_carry_a_unified_diff_and_the_change() {
+    let ws = Ws::new();
+    let out = ws
+        .call("write", json!({"path": "n.txt", "content": "one\ntwo\n"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.details,
+        Some(
+            json!({"unifiedDiff": "--- n.txt\n+++ n.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n",
+            "fileChange": {"path": ws.dir.join("n.txt").display().to_string(),
+                "hashBefore": null, "hashAfter": xxh3("one\ntwo\n"), "edits": []}})
+        )
+    );
+    let out = ws
+        .call("write", json!({"path": "n.txt", "content": "one\nTWO\n"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.details,
+        Some(
+            json!({"unifiedDiff": "--- n.txt\n+++ n.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n",
+            "fileChange": {"path": ws.dir.join("n.txt").display().to_string(),
+                "hashBefore": xxh3("one\ntwo\n"), "hashAfter": xxh3("one\nTWO\n"),
+                "edits": [{"at": 4, "oldText": "two", "newText": "TWO"}]}})
+        )
+    );
+    assert_eq!(ws.get("n.txt"), b"one\nTWO\n");
 }
 
 #[tokio::test]

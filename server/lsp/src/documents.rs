@@ -21,6 +21,12 @@
 //! symlinked workspace root (`/var` → `/private/var` on macOS) is the buffer a tool reaches
 //! under any other name of the same file. The document keeps the URI the editor opened it
 //! under ([`Document::uri`]); edits are sent to that URI.
+//!
+//! One file may be open under several URIs at once (through a symlinked folder and its real
+//! path; `file:///w/a%2Eb` and `file:///w/a.b`): each URI is its own document with its own
+//! text and version, and the file's buffer is the one the editor touched last (opened or
+//! changed), which is the text tools read and the URI edits go to. Closing one of them
+//! leaves the others open; the file's buffer is then the latest of those left.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -49,8 +55,9 @@ pub struct Document {
 
 #[derive(Debug, Default)]
 struct Maps {
-    /// `file:` documents by real path ([`real_key`]).
-    files: HashMap<PathBuf, Document>,
+    /// `file:` documents by real path ([`real_key`]): every URI the file is open under, the
+    /// one touched last at the end (the file's buffer).
+    files: HashMap<PathBuf, Vec<Document>>,
     /// The key in `files` of each open `file:` URI (so changes and closes need no file system
     /// look-up).
     keys: HashMap<Uri, PathBuf>,
@@ -149,8 +156,13 @@ impl Documents {
         if let Ok(mut m) = self.maps.lock() {
             match key {
                 Some(key) => {
-                    m.keys.insert(uri, key.clone());
-                    m.files.insert(key, doc);
+                    if let Some(old) = m.keys.insert(uri.clone(), key.clone()) {
+                        // Opened again (without a close): under its new key only.
+                        Self::remove_uri(&mut m, &old, &uri);
+                    }
+                    let docs = m.files.entry(key).or_default();
+                    docs.retain(|d| d.uri != uri);
+                    docs.push(doc);
                 }
                 None => {
                     m.others.insert(uri, doc);
@@ -172,7 +184,13 @@ impl Documents {
         if let Ok(mut m) = self.maps.lock() {
             let m = &mut *m;
             let doc = match m.keys.get(uri) {
-                Some(key) => m.files.get_mut(key).filter(|d| d.uri == *uri),
+                Some(key) => m.files.get_mut(key).and_then(|docs| {
+                    // The document changed becomes the file's buffer (the last one).
+                    let i = docs.iter().position(|d| d.uri == *uri)?;
+                    let doc = docs.remove(i);
+                    docs.push(doc);
+                    docs.last_mut()
+                }),
                 None => m.others.get_mut(uri),
             };
             if let Some(doc) = doc {
@@ -198,23 +216,29 @@ impl Documents {
         self.bump();
     }
 
-    /// `textDocument/didClose`: forgets the document opened as `uri` (a file's buffer only
-    /// when it is the one opened under this URI; closing a `git:` view of a file leaves the
-    /// file's buffer alone).
+    /// `textDocument/didClose`: forgets the document opened as `uri`. The file stays open
+    /// under its other URIs (closing a `git:` view of a file, or the file's symlinked name,
+    /// leaves its other buffers alone).
     pub fn close(&self, uri: &Uri) {
         if let Ok(mut m) = self.maps.lock() {
             match m.keys.remove(uri) {
-                Some(key) => {
-                    if m.files.get(&key).is_some_and(|d| d.uri == *uri) {
-                        m.files.remove(&key);
-                    }
-                }
+                Some(key) => Self::remove_uri(&mut m, &key, uri),
                 None => {
                     m.others.remove(uri);
                 }
             }
         }
         self.bump();
+    }
+
+    /// Removes the document `uri` of the file `key` (and the file when it was its last).
+    fn remove_uri(m: &mut Maps, key: &Path, uri: &Uri) {
+        if let Some(docs) = m.files.get_mut(key) {
+            docs.retain(|d| d.uri != *uri);
+            if docs.is_empty() {
+                m.files.remove(key);
+            }
+        }
     }
 
     /// The key of `path` in the file map: its real path, or the path itself when it is a key
@@ -227,11 +251,23 @@ impl Documents {
         m.files.contains_key(&real).then_some(real)
     }
 
-    /// A copy of the open buffer of the file at `path` (under any of its names).
+    /// A copy of the open buffer of the file at `path` (under any of its names): of the
+    /// URIs it is open under, the one touched last.
     pub fn get(&self, path: &Path) -> Option<Document> {
         let m = self.maps.lock().ok()?;
         let key = Self::key(&m, path)?;
-        m.files.get(&key).cloned()
+        m.files.get(&key).and_then(|d| d.last()).cloned()
+    }
+
+    /// The URIs the file at `path` is open under, the file's buffer last.
+    pub fn uris(&self, path: &Path) -> Vec<Uri> {
+        let Ok(m) = self.maps.lock() else {
+            return Vec::new();
+        };
+        Self::key(&m, path)
+            .and_then(|k| m.files.get(&k))
+            .map(|docs| docs.iter().map(|d| d.uri.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Finds the encoding of the file at `key` on a blocking thread (when there is a runtime)
@@ -275,7 +311,11 @@ impl Documents {
     pub fn get_uri(&self, uri: &Uri) -> Option<Document> {
         let m = self.maps.lock().ok()?;
         match m.keys.get(uri) {
-            Some(key) => m.files.get(key).filter(|d| d.uri == *uri).cloned(),
+            Some(key) => m
+                .files
+                .get(key)
+                .and_then(|docs| docs.iter().find(|d| d.uri == *uri))
+                .cloned(),
             None => m.others.get(uri).cloned(),
         }
     }
@@ -299,8 +339,9 @@ impl Documents {
         let flat = Arc::new(String::from(&doc.text));
         if let Ok(mut m) = self.maps.lock() {
             if let Some(key) = Self::key(&m, path) {
-                if let Some(now) = m.files.get_mut(&key) {
-                    if now.generation == doc.generation && now.flat.is_none() {
+                if let Some(now) = m.files.get_mut(&key).and_then(|d| d.last_mut()) {
+                    if now.uri == doc.uri && now.generation == doc.generation && now.flat.is_none()
+                    {
                         now.flat = Some(flat.clone());
                     }
                 }
@@ -404,6 +445,55 @@ mod tests {
         assert!(docs.get(&dir.join("link/a.txt")).is_some());
         docs.close(&via_link);
         assert!(docs.get(&dir.join("real/a.txt")).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn one_file_open_under_two_uris_keeps_both_and_closing_one_keeps_the_other() {
+        let dir = std::env::temp_dir().join(format!("pi-lsp-docs2-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        std::fs::write(dir.join("real/a.txt"), "disk\n").unwrap();
+        let _ = std::os::unix::fs::symlink(dir.join("real"), dir.join("link"));
+        let docs = Documents::default();
+        let real = Uri::from_file_path(dir.join("real/a.txt")).unwrap();
+        let link = Uri::from_file_path(dir.join("link/a.txt")).unwrap();
+        // The same path spelt with a percent-encoded letter.
+        let encoded: Uri = format!("file://{}/real/%61.txt", dir.display())
+            .parse()
+            .unwrap();
+        let path = dir.join("real/a.txt");
+        let full = |t: &str| TextDocumentContentChangeEvent {
+            range: None,
+            range_length: None,
+            text: t.into(),
+        };
+        docs.open(real.clone(), "one\n", 1);
+        docs.open(link.clone(), "two\n", 7);
+        docs.open(encoded.clone(), "three\n", 3);
+        let now = |d: &Documents| d.get(&path).map(|d| (d.uri, d.text.to_string(), d.version));
+        assert_eq!(now(&docs), Some((encoded.clone(), "three\n".into(), 3)));
+        assert_eq!(
+            docs.uris(&path),
+            vec![real.clone(), link.clone(), encoded.clone()]
+        );
+        // A change makes its document the file's buffer.
+        docs.change(&real, 2, vec![full("one b\n")], Encoding::Utf16);
+        assert_eq!(now(&docs), Some((real.clone(), "one b\n".into(), 2)));
+        assert_eq!(
+            docs.text(&path).unwrap(),
+            (Arc::new("one b\n".to_string()), 2)
+        );
+        assert_eq!(docs.get_uri(&link).unwrap().text.to_string(), "two\n");
+        // Closing the buffer's URI leaves the others; the latest of them is the buffer.
+        docs.close(&real);
+        assert_eq!(now(&docs), Some((encoded.clone(), "three\n".into(), 3)));
+        docs.close(&encoded);
+        assert_eq!(now(&docs), Some((link.clone(), "two\n".into(), 7)));
+        assert_eq!(docs.paths(), vec![path.clone()]);
+        docs.close(&link);
+        assert!(docs.get(&path).is_none());
+        assert!(docs.paths().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

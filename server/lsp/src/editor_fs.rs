@@ -6,8 +6,17 @@
 //!   version the edit was computed on (ranges in the negotiated encoding), or `version: null`
 //!   for a file that is not open; a new file is a `CreateFile` followed by its text when the
 //!   client supports resource operations (else it is written to disk directly).
+//! - Files the client has not opened get a `workspace/applyEdit` only from a client that
+//!   declares `experimental.agent.syncsAllDocuments: true` (every buffer it holds is open on
+//!   the server, so a file not open is not held modified anywhere). For any other client
+//!   (Neovim attaches buffers one at a time) the server writes such a file on disk itself:
+//!   an unversioned edit could land on a buffer the server never saw, with other text; the
+//!   editor's own changed-on-disk check then protects that buffer.
 //! - Every `workspace/applyEdit` carries a `label` naming the turn and tool call
-//!   (`pi: turn 3 · edit notes.txt (call_1)`), so the editor's undo reverts one agent step.
+//!   (`pi: turn 3 · edit notes.txt (call_1)`), so the editor's undo reverts one agent step;
+//!   with `documentChanges` and `workspace.workspaceEdit.changeAnnotationSupport` its edits
+//!   and resource operations are also annotated with that label (one change annotation, no
+//!   confirmation asked).
 //! - `applied: false` (with `failureReason` and `failedChange` when given) is an error the model
 //!   sees; the buffer is not assumed to have changed. When the client refused an edit to an open
 //!   buffer whose text is unchanged (only its version moved), the edit is sent once more with
@@ -35,9 +44,9 @@ use ropey::Rope;
 use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::request::ApplyWorkspaceEdit;
 use tower_lsp_server::ls_types::{
-    ApplyWorkspaceEditParams, ClientCapabilities, CreateFile, CreateFileOptions, DeleteFile,
-    DeleteFileOptions, DocumentChangeOperation, DocumentChanges, OneOf,
-    OptionalVersionedTextDocumentIdentifier, Position, Range, RenameFile, RenameFileOptions,
+    AnnotatedTextEdit, ApplyWorkspaceEditParams, ChangeAnnotation, ClientCapabilities, CreateFile,
+    CreateFileOptions, DeleteFile, DeleteFileOptions, DocumentChangeOperation, DocumentChanges,
+    OneOf, OptionalVersionedTextDocumentIdentifier, Position, Range, RenameFile, RenameFileOptions,
     ResourceOp, ResourceOperationKind, TextDocumentEdit, TextEdit, Uri, WorkspaceEdit,
 };
 use tower_lsp_server::Client;
@@ -66,6 +75,11 @@ pub struct EditorCaps {
     pub work_done_progress: bool,
     /// `experimental.agent.requestPermission` (see [`crate::permissions`]).
     pub request_permission: bool,
+    /// `experimental.agent.syncsAllDocuments`: every buffer the client holds is open on the
+    /// server (see the module docs).
+    pub syncs_all_documents: bool,
+    /// `workspace.workspaceEdit.changeAnnotationSupport`.
+    pub change_annotations: bool,
 }
 
 impl Default for EditorCaps {
@@ -79,6 +93,8 @@ impl Default for EditorCaps {
             save_request: false,
             work_done_progress: false,
             request_permission: false,
+            syncs_all_documents: false,
+            change_annotations: false,
         }
     }
 }
@@ -87,7 +103,8 @@ impl EditorCaps {
     /// What the client's `initialize` capabilities offer: the position encoding (see
     /// [`Encoding::negotiate`]), `workspace.workspaceEdit.documentChanges` and
     /// `resourceOperations`, `experimental.agent.saveDocument`, `window.workDoneProgress`,
-    /// `experimental.agent.requestPermission`.
+    /// `experimental.agent.requestPermission`, `experimental.agent.syncsAllDocuments`,
+    /// `workspace.workspaceEdit.changeAnnotationSupport`.
     pub fn from_client(caps: &ClientCapabilities) -> EditorCaps {
         let ws_edit = caps
             .workspace
@@ -120,6 +137,13 @@ impl EditorCaps {
                 .and_then(|w| w.work_done_progress)
                 .unwrap_or(false),
             request_permission: crate::permissions::client_supports(caps.experimental.as_ref()),
+            syncs_all_documents: caps
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/agent/syncsAllDocuments"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+            change_annotations: ws_edit.is_some_and(|w| w.change_annotation_support.is_some()),
         }
     }
 }
@@ -278,7 +302,56 @@ impl EditorFs {
         }
     }
 
+    /// `edit` with every text edit and resource operation annotated with `label` (one change
+    /// annotation, no confirmation), for a client that supports annotations.
+    fn annotate(&self, mut edit: WorkspaceEdit, label: &str) -> WorkspaceEdit {
+        const ID: &str = "pi";
+        if !self.caps.change_annotations {
+            return edit;
+        }
+        let annotate_edits = |e: &mut TextDocumentEdit| {
+            for te in &mut e.edits {
+                if let OneOf::Left(plain) = te {
+                    *te = OneOf::Right(AnnotatedTextEdit {
+                        text_edit: plain.clone(),
+                        annotation_id: ID.to_string(),
+                    });
+                }
+            }
+        };
+        match &mut edit.document_changes {
+            Some(DocumentChanges::Edits(edits)) => edits.iter_mut().for_each(annotate_edits),
+            Some(DocumentChanges::Operations(ops)) => {
+                for op in ops {
+                    match op {
+                        DocumentChangeOperation::Edit(e) => annotate_edits(e),
+                        DocumentChangeOperation::Op(ResourceOp::Create(c)) => {
+                            c.annotation_id = Some(ID.into())
+                        }
+                        DocumentChangeOperation::Op(ResourceOp::Rename(r)) => {
+                            r.annotation_id = Some(ID.into())
+                        }
+                        DocumentChangeOperation::Op(ResourceOp::Delete(d)) => {
+                            d.annotation_id = Some(ID.into())
+                        }
+                    }
+                }
+            }
+            None => return edit,
+        }
+        edit.change_annotations = Some(HashMap::from([(
+            ID.to_string(),
+            ChangeAnnotation {
+                label: label.to_string(),
+                needs_confirmation: Some(false),
+                description: None,
+            },
+        )]));
+        edit
+    }
+
     async fn apply(&self, edit: WorkspaceEdit, label: &str) -> Result<(), FsError> {
+        let edit = self.annotate(edit, label);
         let resp = self
             .client
             .send_request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams {
@@ -481,10 +554,11 @@ impl Fs for EditorFs {
                 {
                     return Err(FsError::Stale(path.to_path_buf()));
                 }
-                if !base.encoding.is_utf8() {
+                if !base.encoding.is_utf8() || !self.caps.syncs_all_documents {
                     // A file in another encoding that the editor has not opened is written on
                     // disk in its encoding: an editor opening it for the edit may decode it
-                    // otherwise and save it back damaged.
+                    // otherwise and save it back damaged. So is any file a client that does
+                    // not open every buffer to the server has not opened (module docs).
                     let text = apply_replacements(&base.text, &edits);
                     let bytes = encode_text(path, &text, &base.encoding)?;
                     return atomic_write(path, &bytes).await;
@@ -551,7 +625,10 @@ impl Fs for EditorFs {
                 } else {
                     TextEncoding::UTF8
                 };
-                if !encoding.is_utf8() {
+                // Checked against the file's encoding before the editor changes anything; a
+                // file that is not open is written on disk in it, and so is every file a
+                // client that does not open all its buffers to the server has not opened.
+                if !encoding.is_utf8() || (version.is_none() && !self.caps.syncs_all_documents) {
                     let bytes = encode_text(path, text, &encoding)?;
                     if version.is_none() {
                         atomic_write(path, &bytes).await?;
@@ -571,7 +648,10 @@ impl Fs for EditorFs {
                     .await?;
                 Ok(WriteKind::Overwritten)
             }
-            None if self.caps.document_changes && self.caps.create_file => {
+            None if self.caps.document_changes
+                && self.caps.create_file
+                && self.caps.syncs_all_documents =>
+            {
                 if let Some(parent) = path.parent() {
                     tokio::fs::create_dir_all(parent)
                         .await

@@ -1206,6 +1206,19 @@ mod tests {
             crate::methods::history::HistoryParams,
             crate::methods::history::HistoryResult,
         >("agent-session-history"));
+        {
+            use crate::methods::rewind as rw;
+            seen.extend(pair::<SessionParams, rw::ChangesResult>(
+                "agent-session-changes",
+            ));
+            seen.extend(pair::<rw::RewindParams, rw::RewindResult>(
+                "agent-session-rewind",
+            ));
+            seen.extend(error::<rw::RewindParams>(
+                "agent-session-rewind.busy",
+                codes::SESSION_BUSY,
+            ));
+        }
         seen.extend(pair::<SessionLabelParams, SessionLabelResult>(
             "agent-session-label",
         ));

@@ -124,6 +124,8 @@ method_table! {
     "agent/session/clone" => Backend::session_clone,
     "agent/session/tree" => Backend::session_tree,
     "agent/session/history" => Backend::session_history,
+    "agent/session/changes" => Backend::session_changes,
+    "agent/session/rewind" => Backend::session_rewind,
     "agent/session/branch" => Backend::session_branch,
     "agent/session/label" => Backend::session_label,
     "agent/session/name" => Backend::session_name,
@@ -506,6 +508,12 @@ impl Backend {
         }
         let s = lock(&session);
         let busy = |s: &Session| {
+            if s.is_rewinding() {
+                return agent_error(
+                    codes::SESSION_BUSY,
+                    format!("session {} is rewinding (agent/session/rewind); send the prompt when it has answered", s.id()),
+                );
+            }
             agent_error(
                 codes::SESSION_BUSY,
                 format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id(), s.agent().run_id().unwrap_or_default()),
@@ -626,8 +634,12 @@ impl Backend {
     pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
         let st = &self.state;
         let ws = st.workspace();
-        let opening =
-            pi_core::harness::open_file(&ws, path, |id| lock(&st.sessions).contains_key(id));
+        let opening = pi_core::harness::open_file(&ws, path, |id| {
+            let s = lock(&st.sessions).get(id).cloned()?;
+            let s = lock(&s);
+            let file = lock(s.core.writer()).path().to_path_buf();
+            Some(file)
+        });
         let (writer, loaded, notices) = match opening {
             Ok(Opening::Opened {
                 writer,

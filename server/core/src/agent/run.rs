@@ -66,7 +66,10 @@ pub(crate) async fn compact_checked(
     }
     let limit = model
         .context_window
-        .saturating_sub(cc.settings.reserve_tokens);
+        .saturating_sub(crate::compaction::effective_reserve(
+            model.context_window,
+            cc.settings.reserve_tokens,
+        ));
     if reason == CompactionReason::Threshold && model.context_window > 0 && after > limit {
         return Err(CompactionError::DoesNotFit { after, limit });
     }
@@ -399,7 +402,10 @@ impl Run<'_> {
             return Ok(());
         }
         self.compacted_this_turn = true;
-        let limit = window.saturating_sub(cc.settings.reserve_tokens);
+        let limit = window.saturating_sub(crate::compaction::effective_reserve(
+            window,
+            cc.settings.reserve_tokens,
+        ));
         match self.compact(CompactionReason::Threshold).await {
             Ok(()) => Ok(()),
             // A failed or cancelled summary request appends nothing; the request still goes

@@ -13,6 +13,7 @@
 //! fork, case SESS-04) and [`AgentSession::resume`], or started with [`AgentSession::create`].
 
 pub mod recorder;
+pub mod rewind;
 pub mod setup;
 
 use std::path::{Path, PathBuf};
@@ -97,6 +98,8 @@ pub struct AgentSession {
     auto_compaction: bool,
     name: Option<String>,
     parent_session: Option<String>,
+    /// A rewind is in progress ([`rewind`]): prompts are refused meanwhile.
+    rewinding: Arc<std::sync::atomic::AtomicBool>,
     /// Keeps the product's listeners and the extensions' event handlers registered.
     _subscriptions: Vec<Subscription>,
 }
@@ -116,17 +119,34 @@ pub enum Opening {
     },
 }
 
-/// Opens the session file at `path` for writing. `is_open(id)` says whether a session is live
-/// here already (a second writer would take over its lock). A file another process appends to
-/// is continued in a fork in `ws`'s sessions folder (case SESS-04); damage repaired while
-/// loading (a torn last line, damaged lines, a migration) is reported (SESS-01, SESS-02).
+/// Opens the session file at `path` for writing. `open_here(id)` gives the file of the session
+/// with that id live here, if any: the same file is [`Opening::AlreadyOpen`] (a second writer
+/// would take over its lock), another file with that id is [`SessionError::IdInUse`]. A file
+/// another process appends to is continued in a fork in `ws`'s sessions folder (case SESS-04);
+/// damage repaired while loading (a torn last line, damaged lines, a migration) is reported
+/// (SESS-01, SESS-02).
 pub fn open_file(
     ws: &WorkspaceConfig,
     path: &Path,
-    is_open: impl Fn(&str) -> bool,
+    open_here: impl Fn(&str) -> Option<PathBuf>,
 ) -> Result<Opening, SessionError> {
+    let same = |a: &Path, b: &Path| {
+        a == b
+            || matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
+    };
+    let is_open = |id: &str| -> Result<bool, SessionError> {
+        match open_here(id) {
+            Some(other) if same(&other, path) => Ok(true),
+            Some(other) => Err(SessionError::IdInUse {
+                id: id.to_string(),
+                path: path.to_path_buf(),
+                other,
+            }),
+            None => Ok(false),
+        }
+    };
     if let Some(id) = header_id(path) {
-        if is_open(&id) {
+        if is_open(&id)? {
             return Ok(Opening::AlreadyOpen(id));
         }
     }
@@ -136,7 +156,7 @@ pub fn open_file(
         Err(SessionError::Locked { pid, .. }) => {
             let (tree, _) = read_tree(path, false)?;
             let id = tree.header["id"].as_str().unwrap_or_default().to_string();
-            if is_open(&id) {
+            if is_open(&id)? {
                 return Ok(Opening::AlreadyOpen(id));
             }
             let fork = SessionWriter::fork_from(path, &tree, &sessions_dir(ws), None)?;
@@ -256,6 +276,7 @@ impl AgentSession {
             auto_compaction,
             name: None,
             parent_session: None,
+            rewinding: Arc::default(),
             _subscriptions: Vec::new(),
         };
         let weak = s.agent.downgrade();
@@ -303,7 +324,11 @@ impl AgentSession {
 
     /// Starts a run on `messages` (the user's prompt, already expanded); returns its run id.
     /// While a run is finishing (its `agent_end` sent), this starts the next one.
+    /// Refused while a rewind is in progress ([`rewind`]).
     pub fn prompt(&self, messages: Vec<Message>) -> Result<String, AgentBusy> {
+        if self.is_rewinding() {
+            return Err(AgentBusy);
+        }
         self.reconfigure();
         self.agent.prompt(messages).map(|(run_id, _)| run_id)
     }

@@ -66,7 +66,8 @@ pub fn scripted_model() -> Model {
 /// (the project's only when trusted) and its settings' `defaultProvider` / `defaultModel`,
 /// with `defaultThinkingLevel` clamped to what the model supports. Falls back to the scripted
 /// model (and says so with `Some(notice)`) only when nothing at all is configured and nothing
-/// was requested.
+/// was requested; a models.json that does not load is [`ModelError::BrokenConfig`] then, not
+/// the demo.
 pub fn choose_model(
     ws: &WorkspaceConfig,
     requested: Option<&str>,
@@ -91,6 +92,9 @@ pub fn choose_model(
                 m.thinking_level = Some(m.clamp_thinking_level(level));
             }
             Ok((m, None))
+        }
+        None if requested.is_none() && init.is_none() && !reg.warnings.is_empty() => {
+            Err(ModelError::BrokenConfig(reg.warnings.join("; ")))
         }
         None if requested.is_none() && init.is_none() => {
             Ok((scripted_model(), Some(SCRIPTED_NOTICE)))

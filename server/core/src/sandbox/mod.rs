@@ -4,7 +4,8 @@
 //! # Policies
 //!
 //! - `off`: Pi's behaviour, the command runs with the server's permissions.
-//! - `workspace-write`: reads anywhere; writes only inside the workspace, the session's temp
+//! - `workspace-write`: reads anywhere; writes only inside the workspace (the root and every
+//!   other folder of a multi-root workspace, as they are when the command starts), the session's temp
 //!   folder (exported as `TMPDIR`), the writable roots from settings (by default `~/.cache`,
 //!   `~/.cargo/registry`, `~/.npm`) and the device files shells need (`/dev/null`, `/dev/zero`,
 //!   `/dev/full`, `/dev/random`, `/dev/urandom`, `/dev/tty`, `/dev/ptmx`, `/dev/pts`). The
@@ -277,6 +278,11 @@ impl TempFolder {
 #[derive(Debug)]
 pub struct Sandbox {
     policy: Policy,
+    /// The workspace's other folders (case ED-07), shared with the tools and read for every
+    /// command ([`Sandbox::with_folders`]).
+    folders: Option<Arc<std::sync::RwLock<Vec<PathBuf>>>>,
+    /// Where the other folders go among the writable ones (after the root).
+    folders_at: usize,
     tmp: Arc<TempFolder>,
     enforcement: Enforcement,
 }
@@ -323,8 +329,10 @@ impl Sandbox {
         };
         let mut writable: Vec<PathBuf> = Vec::new();
         writable.extend(canon(&tmp));
+        let mut folders_at = writable.len();
         if mode == SandboxMode::WorkspaceWrite {
             writable.extend(canon(workspace));
+            folders_at = writable.len();
             let roots = settings
                 .writable_roots
                 .clone()
@@ -369,14 +377,41 @@ impl Sandbox {
         let _ = (fs_ok, net_ok);
         Sandbox {
             policy,
+            folders: None,
+            folders_at,
             tmp: folder,
             enforcement,
         }
     }
 
-    /// The policy.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
+    /// The same sandbox with the workspace's other `folders` writable too under
+    /// `workspace-write` (the list as it is when each command starts: folders added to or
+    /// removed from the editor's workspace apply to the next command).
+    pub fn with_folders(mut self, folders: Arc<std::sync::RwLock<Vec<PathBuf>>>) -> Sandbox {
+        self.folders = Some(folders);
+        self
+    }
+
+    /// The policy for a command starting now: under `workspace-write`, the workspace's other
+    /// folders (canonical) follow the root among the writable folders.
+    pub fn policy(&self) -> Policy {
+        let mut policy = self.policy.clone();
+        if policy.mode != SandboxMode::WorkspaceWrite {
+            return policy;
+        }
+        let extra: Vec<PathBuf> = self
+            .folders
+            .as_ref()
+            .and_then(|f| f.read().ok().map(|f| f.clone()))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|f| f.canonicalize().ok())
+            .filter(|f| !policy.writable.contains(f))
+            .collect();
+        // After the temp folder and the root, before the settings' roots.
+        let at = self.folders_at.min(policy.writable.len());
+        policy.writable.splice(at..at, extra);
+        policy
     }
 
     /// The session's temp folder (exported to commands as `TMPDIR`).

@@ -167,6 +167,14 @@ pub enum SessionError {
     UnpairedResult(String),
     #[error("no entry {0} in this session")]
     UnknownEntry(String),
+    /// The file's header names the id of a session open here from another file (a session file
+    /// copied by hand keeps its id); sessions are addressed by id, so it is not opened.
+    #[error("session file {path} has the id {id} of the session open from {other}; close that session first (a copied session file keeps its id)")]
+    IdInUse {
+        id: String,
+        path: PathBuf,
+        other: PathBuf,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + '_ {

@@ -592,7 +592,7 @@ impl Tool for BashTool {
             }
         }
         let first = !self.noted.swap(true, Ordering::SeqCst);
-        let sandboxed = self.sandbox.policy().clone();
+        let sandboxed = self.sandbox.policy();
         let policy = match self.sandbox.enforcement() {
             Enforcement::Enforced => sandboxed.clone(),
             Enforcement::NotNeeded => Policy::unrestricted(),

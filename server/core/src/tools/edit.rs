@@ -17,7 +17,9 @@
 //! context, 4 lines of context, numbers padded to the width of the longer text's line count),
 //! which Pi's interface draws when it resumes the session; `details.firstChangedLine` is the
 //! 1-based line of the first change in the new text (Pi's), and `details.unifiedDiff` the same
-//! change as a unified diff (`similar`, 4 lines of context) for editors.
+//! change as a unified diff (`similar`, 4 lines of context) for editors; `details.fileChange`
+//! records the change exactly, with the text's hashes before and after (see
+//! [`super::file_change`]).
 
 use std::sync::Arc;
 
@@ -619,6 +621,13 @@ impl Tool for EditTool {
             }
         }
         let label = format!("pi: turn {} · edit {shown} ({})", ctx.turn, ctx.call_id);
+        let record = super::file_change::FileChange::of_plan(
+            path.clone(),
+            &snap.text,
+            &plan,
+            content_hash(&snap.text),
+            format!("xxh3:{after_hash:016x}"),
+        );
         self.fs
             .replace(&path, &snap, plan, &label)
             .await
@@ -640,7 +649,7 @@ impl Tool for EditTool {
             ))],
             details: Some(
                 json!({"diff": diffs.numbered, "firstChangedLine": diffs.first_changed,
-                "unifiedDiff": diffs.unified}),
+                "unifiedDiff": diffs.unified, super::file_change::DETAILS_KEY: record.to_value()}),
             ),
         })
     }

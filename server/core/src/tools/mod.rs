@@ -5,6 +5,7 @@
 mod bash;
 mod edit;
 mod edit_match;
+pub mod file_change;
 mod find;
 mod grep;
 mod ls;
@@ -16,6 +17,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use bash::{kill_group, BashTool, BeforeBash, KILL_GRACE};
+pub(crate) use edit::minimal_replace;
 pub use edit::EditTool;
 pub use find::FindTool;
 pub use grep::GrepTool;
@@ -177,7 +179,8 @@ pub fn tools_for_session(
         crate::sandbox::Sandbox::new(&root, sandbox)
     } else {
         crate::sandbox::Sandbox::for_session(&root, sandbox, session_id)
-    };
+    }
+    .with_folders(state.folders.clone());
     let bash = BashTool::with_sandbox(root, before_bash, sandbox, approver);
     tool_set(fs, Arc::new(bash), state)
 }

@@ -300,7 +300,10 @@ pub(crate) fn stream_window(
         if valid || crate::fs::mostly_utf8(head) {
             (encoding_rs::UTF_8, false)
         } else {
-            (crate::fs::detect_legacy(head), false)
+            (
+                crate::fs::detect_legacy(head).unwrap_or(encoding_rs::UTF_8),
+                false,
+            )
         }
     };
     let mut decoder = enc.new_decoder_without_bom_handling();

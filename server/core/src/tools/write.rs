@@ -5,6 +5,9 @@
 //! placeholder such as `... existing code ...` (the model meant "keep the rest"), the write
 //! still happens (as in Pi) but the old text is first copied to a temp file and the result
 //! warns and names that copy.
+//!
+//! The result's `details` carry the change for editors and rewinds: `unifiedDiff` and
+//! `fileChange` (see [`super::file_change`]); Pi's own `write` has no details.
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::edit::{minimal_replace, plan_diff};
+use super::file_change::{FileChange, DETAILS_KEY};
 use super::{display_path, parse_args, resolve_path_in, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::approval::{content_hash, recheck, ProposedChange};
@@ -48,6 +52,34 @@ fn has_placeholder(text: &str) -> bool {
     })
 }
 
+/// `details` of a write of `after` over `before` (`None`: a new file): the unified diff
+/// (`unifiedDiff`, clipped like an edit's) and the change record (`fileChange`, see
+/// [`super::file_change`]).
+fn change_details(
+    path: std::path::PathBuf,
+    shown: &str,
+    before: Option<&str>,
+    after: &str,
+) -> Value {
+    let change = minimal_replace(before.unwrap_or(""), after);
+    let plan = [change];
+    let diff = if plan[0].range.is_empty() && plan[0].new_text.is_empty() {
+        String::new()
+    } else {
+        plan_diff(shown, before.unwrap_or(""), &plan).0
+    };
+    let record = match before {
+        Some(b) => FileChange::of_plan(path, b, &plan, content_hash(b), content_hash(after)),
+        None => FileChange {
+            path,
+            hash_before: None,
+            hash_after: content_hash(after),
+            edits: Vec::new(),
+        },
+    };
+    json!({"unifiedDiff": diff, DETAILS_KEY: record.to_value()})
+}
+
 #[async_trait]
 impl Tool for WriteTool {
     fn spec(&self) -> ToolSpec {
@@ -70,8 +102,15 @@ impl Tool for WriteTool {
         let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
         let shown = display_path(self.fs.root(), &path);
         let mut warning = String::new();
-        if let Ok(old) = self.fs.read(&path).await {
-            if old.text.len() > 10 * a.content.len().max(1) && has_placeholder(&a.content) {
+        // The text replaced (for the change record; `None` for a new file, `Err` when it
+        // cannot be read as text, which leaves the write without a record).
+        let mut before = match self.fs.read(&path).await {
+            Ok(s) => Ok(Some(s.text)),
+            Err(crate::fs::FsError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        };
+        if let Ok(Some(old)) = &before {
+            if old.len() > 10 * a.content.len().max(1) && has_placeholder(&a.content) {
                 let copy = std::env::temp_dir().join(format!(
                     "pi-write-backup-{}-{}",
                     uuid::Uuid::new_v4(),
@@ -79,13 +118,11 @@ impl Tool for WriteTool {
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_default()
                 ));
-                let saved = crate::fs::atomic_write(&copy, old.text.as_bytes())
-                    .await
-                    .is_ok();
+                let saved = crate::fs::atomic_write(&copy, old.as_bytes()).await.is_ok();
                 warning = format!(
                     "\n\n[Warning: the new content is {} bytes, the old file was {} bytes, and it contains a placeholder like \"... existing code ...\": the omitted code is now gone from {shown}.{} Write the complete file, or use edit for partial changes.]",
                     a.content.len(),
-                    old.text.len(),
+                    old.len(),
                     if saved { format!(" The previous text was saved to {}.", copy.display()) } else { String::new() }
                 );
             }
@@ -116,9 +153,10 @@ impl Tool for WriteTool {
             })
             .await
             .map_err(ToolError::new)?;
-            recheck(&*self.fs, &path, &shown, old)
+            let now = recheck(&*self.fs, &path, &shown, old)
                 .await
                 .map_err(ToolError::new)?;
+            before = Ok(now.map(|s| s.text));
         }
         let label = format!("pi: turn {} · write {shown} ({})", ctx.turn, ctx.call_id);
         self.fs
@@ -126,9 +164,18 @@ impl Tool for WriteTool {
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
         self.state.reads.record(&path, &a.content);
-        Ok(ToolOutput::text(format!(
+        let mut out = ToolOutput::text(format!(
             "Successfully wrote {} bytes to {shown}{warning}",
             a.content.len(),
-        )))
+        ));
+        if let Ok(before) = before {
+            out.details = Some(change_details(
+                path,
+                &shown,
+                before.as_deref().map(|t| t.as_str()),
+                &a.content,
+            ));
+        }
+        Ok(out)
     }
 }

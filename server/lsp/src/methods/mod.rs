@@ -4,7 +4,8 @@
 //! [`queue`] (`agent/steer`, `agent/followUp`, `agent/sendMessage`, `agent/queue/*`,
 //! `agent/retry/*`), [`bash`] (`agent/bash`, `agent/bash/abort`), [`commands`] (`agent/commands`,
 //! `agent/session/forkMessages`, `agent/lastAssistantText`), [`history`] (`agent/session/history`), [`queue_edit`]
-//! (`agent/queue/remove`, `agent/queue/edit`);
+//! (`agent/queue/remove`, `agent/queue/edit`), [`rewind`] (`agent/session/changes`,
+//! `agent/session/rewind`);
 //! and the helpers they share.
 //! `agent/tools/*` live with the editor tools in [`crate::editor_tools`].
 //!
@@ -18,6 +19,7 @@ pub(crate) mod history;
 pub(crate) mod model;
 pub(crate) mod queue;
 pub(crate) mod queue_edit;
+pub(crate) mod rewind;
 pub(crate) mod session;
 
 use std::sync::{Arc, Mutex};
