@@ -15,27 +15,22 @@ use pi_core::agent::{
 };
 use pi_core::compaction::SessionCompactor;
 use pi_core::fs::DiskFs;
+use pi_core::harness::Recorder;
 use pi_core::session::SessionWriter;
 use pi_core::tools::default_tools;
 use pi_e2e::mock_model::{MockModel, Step};
 use serde_json::{json, Value};
 
-/// Persists like the server does and keeps every event as JSON.
+/// Persists as the server does (its [`Recorder`]) and keeps every event as JSON.
 struct Persist {
-    writer: Arc<Mutex<SessionWriter>>,
+    recorder: Recorder,
     events: Mutex<Vec<Value>>,
 }
 
 #[async_trait]
 impl EventSink for Persist {
     async fn emit(&self, event: AgentEvent) {
-        match &event {
-            AgentEvent::MessageEnd { message } => {
-                self.writer.lock().unwrap().append_message(message).unwrap();
-            }
-            AgentEvent::TurnEnd { .. } => self.writer.lock().unwrap().sync().unwrap(),
-            _ => {}
-        }
+        self.recorder.record(&event).unwrap();
         self.events
             .lock()
             .unwrap()
@@ -93,7 +88,7 @@ fn setup(
     });
     let agent = Agent::new(cfg, Vec::new());
     let sink = Arc::new(Persist {
-        writer: writer.clone(),
+        recorder: Recorder::new(writer.clone()),
         events: Mutex::new(Vec::new()),
     });
     let sub = agent.subscribe(sink.clone());
@@ -437,5 +432,72 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
     assert_eq!(
         s.agent.last_outcome().unwrap().stop_reason,
         StopReason::Stop
+    );
+    let replaced: Vec<Value> = s.sink.of_type("images_replaced");
+    let note = "[image removed: the provider refused a request with this image/png image (4608 KB) as too large]";
+    assert_eq!(
+        replaced,
+        vec![json!({"type": "images_replaced", "images": [{
+            "hash": pi_core::session::image_hash(&big), "mimeType": "image/png", "note": note}]})]
+    );
+    // The note is in the file: the branch was written again with it (a sibling of the
+    // refused message, as Pi records a changed history), the refused attempt stays on the
+    // old branch with the image.
+    let lines = entries(&s.path);
+    let (before, written) = lines.split_at(lines.len() - 4);
+    let parent = &before.last().unwrap()["id"];
+    let content = |e: &Value| -> Value {
+        json!(e["message"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| match b["type"].as_str().unwrap() {
+                "text" => b["text"].clone(),
+                _ => json!(format!("image {}", b["data"].as_str().unwrap().len())),
+            })
+            .collect::<Vec<_>>())
+    };
+    let shape: Vec<Value> = written
+        .iter()
+        .map(|e| {
+            json!({"parent": e["parentId"], "role": e["message"]["role"],
+                "stopReason": e["message"]["stopReason"], "content": content(e)})
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            // The refused message: its large image kept in the assets folder.
+            json!({"parent": parent, "role": "user", "stopReason": null,
+                "content": ["what is in these?", "image 0", format!("image {}", small.len())]}),
+            json!({"parent": written[0]["id"], "role": "assistant", "stopReason": "error",
+                "content": []}),
+            json!({"parent": parent, "role": "user", "stopReason": null,
+                "content": ["what is in these?", note, format!("image {}", small.len())]}),
+            json!({"parent": written[2]["id"], "role": "assistant", "stopReason": "stop",
+                "content": ["I could not see the image."]}),
+        ]
+    );
+    assert_eq!(
+        written[2]["message"]["timestamp"],
+        written[0]["message"]["timestamp"]
+    );
+    // Read back from the file, the context is the notes' branch: no later request (nor Pi
+    // resuming the file) sends the refused image again.
+    let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
+    let context = tree.context(tree.last_id());
+    let context: Vec<Value> = context
+        .messages
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .map(|m| json!({"role": m["role"], "content": content(&json!({"message": m}))}))
+        .collect();
+    assert_eq!(
+        context,
+        vec![
+            json!({"role": "user",
+                "content": ["what is in these?", note, format!("image {}", small.len())]}),
+            json!({"role": "assistant", "content": ["I could not see the image."]}),
+        ]
     );
 }

@@ -101,7 +101,8 @@ pub struct Doc {
 }
 
 struct Shared {
-    stdin: tokio::sync::Mutex<ChildStdin>,
+    /// `None` once [`LspClient::close_stdin`] closed it.
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     pending: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
     docs: Mutex<HashMap<String, Doc>>,
     utf8: Mutex<bool>,
@@ -184,9 +185,12 @@ fn line_start(text: &str, line: usize) -> usize {
     text.len() + 1
 }
 
-async fn write_msg(stdin: &tokio::sync::Mutex<ChildStdin>, v: &Value) {
+async fn write_msg(stdin: &tokio::sync::Mutex<Option<ChildStdin>>, v: &Value) {
     let body = v.to_string();
     let mut s = stdin.lock().await;
+    let Some(s) = s.as_mut() else {
+        return;
+    };
     let _ = s
         .write_all(format!("Content-Length: {}\r\n\r\n{}", body.len(), body).as_bytes())
         .await;
@@ -343,7 +347,7 @@ impl LspClient {
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
         let shared = Arc::new(Shared {
-            stdin: tokio::sync::Mutex::new(stdin),
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
             pending: Mutex::new(HashMap::new()),
             docs: Mutex::new(HashMap::new()),
             utf8: Mutex::new(false),
@@ -584,6 +588,7 @@ impl LspClient {
     /// Writes `bytes` to the server's stdin as they are (no framing added).
     pub async fn send_bytes(&self, bytes: &[u8]) {
         let mut s = self.shared.stdin.lock().await;
+        let s = s.as_mut().expect("stdin was closed");
         s.write_all(bytes).await.unwrap();
         s.flush().await.unwrap();
     }
@@ -601,6 +606,7 @@ impl LspClient {
     /// Sends raw bytes as one framed message body (for malformed input tests).
     pub async fn send_raw(&self, body: &str) {
         let mut s = self.shared.stdin.lock().await;
+        let s = s.as_mut().expect("stdin was closed");
         s.write_all(format!("Content-Length: {}\r\n\r\n{}", body.len(), body).as_bytes())
             .await
             .unwrap();
@@ -743,6 +749,31 @@ impl LspClient {
     /// The server process id.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// Closes the server's stdin (the editor went away without a word); later writes are
+    /// dropped.
+    pub async fn close_stdin(&self) {
+        drop(self.shared.stdin.lock().await.take());
+    }
+
+    /// Sends signal `signal` (a number, e.g. 15 for SIGTERM) to the server with `kill(1)`.
+    pub fn signal(&self, signal: i32) {
+        let pid = self.pid().expect("the server already exited");
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+
+    /// Waits at most `timeout` for the server to exit; `None` when it still runs.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .ok()
+            .map(|s| s.unwrap())
     }
 }
 

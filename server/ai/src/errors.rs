@@ -22,8 +22,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::types::{AssistantMessage, StopReason};
 
-/// Text of [`ProviderError::Aborted`], as Pi writes it into `errorMessage`.
+/// Text of [`ProviderError::Aborted`], as Pi writes it into `errorMessage` when the stream was
+/// cut while its body was read (Pi's providers: `throw new Error("Request was aborted")`).
 pub const ABORTED_TEXT: &str = "Request was aborted";
+
+/// Text of [`ProviderError::AbortedBeforeResponse`]: Pi 0.73.1's text for a request aborted
+/// before the provider answered (the OpenAI and Anthropic SDKs' `APIUserAbortError`), e.g. the
+/// request after a tool call the user aborted.
+pub const ABORTED_BEFORE_RESPONSE_TEXT: &str = "Request was aborted.";
 
 /// A typed failure of one model request.
 ///
@@ -91,9 +97,13 @@ pub enum ProviderError {
     /// unknown in-stream error). Not retryable.
     #[error("{message}")]
     Provider { message: String },
-    /// The request was cancelled through `StreamOptions::cancel`.
+    /// The request was cancelled through `StreamOptions::cancel` while its answer streamed.
     #[error("Request was aborted")]
     Aborted,
+    /// The request was cancelled before the provider answered (Pi's text has a final period
+    /// then, [`ABORTED_BEFORE_RESPONSE_TEXT`]). Its class and stop reason are `aborted`.
+    #[error("Request was aborted.")]
+    AbortedBeforeResponse,
 }
 
 /// The class of a [`ProviderError`], without its data.
@@ -131,7 +141,7 @@ impl ProviderError {
             ProviderError::Network { .. } => ErrorClass::Network,
             ProviderError::Parse { .. } => ErrorClass::Parse,
             ProviderError::Provider { .. } => ErrorClass::Provider,
-            ProviderError::Aborted => ErrorClass::Aborted,
+            ProviderError::Aborted | ProviderError::AbortedBeforeResponse => ErrorClass::Aborted,
         }
     }
 
@@ -164,7 +174,7 @@ impl ProviderError {
     /// else `error`.
     pub fn stop_reason(&self) -> StopReason {
         match self {
-            ProviderError::Aborted => StopReason::Aborted,
+            ProviderError::Aborted | ProviderError::AbortedBeforeResponse => StopReason::Aborted,
             _ => StopReason::Error,
         }
     }
@@ -379,6 +389,9 @@ pub fn classify_text(text: &str) -> ProviderError {
     let status = http_status(text);
     if text == ABORTED_TEXT {
         return ProviderError::Aborted;
+    }
+    if text == ABORTED_BEFORE_RESPONSE_TEXT {
+        return ProviderError::AbortedBeforeResponse;
     }
     if matches!(status, None | Some(400 | 413 | 422)) && is_image_too_large_text(text) {
         return ProviderError::ImageTooLarge { status, message };

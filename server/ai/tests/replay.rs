@@ -663,7 +663,17 @@ async fn abort_before_the_stream() {
         last.terminal_message().unwrap().stop_reason,
         StopReason::Aborted
     );
-    assert_eq!(last.failure(), Some(&ProviderError::Aborted));
+    // Pi's SDKs' text for a request aborted before any answer: `Request was aborted.`.
+    assert_eq!(
+        (
+            last.failure(),
+            last.terminal_message().unwrap().error_message.as_deref()
+        ),
+        (
+            Some(&ProviderError::AbortedBeforeResponse),
+            Some("Request was aborted.")
+        )
+    );
 }
 
 /// Seed exercise 5: a conversation recorded via Anthropic (thinking with signature, two

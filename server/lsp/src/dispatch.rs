@@ -43,13 +43,28 @@ pub const MAX_IN_FLIGHT: usize = 1024;
 pub struct Dispatch {
     inner: LspService<Backend>,
     state: Arc<State>,
+    /// Where `exit` is reported instead of reaching the library (see [`Dispatch::on_exit`]).
+    exit: Option<crate::shutdown::Causes>,
 }
 
 impl Dispatch {
     /// Wraps the service built by [`crate::server::service`].
     pub fn new(inner: LspService<Backend>) -> Dispatch {
         let state = inner.inner().state.clone();
-        Dispatch { inner, state }
+        Dispatch {
+            inner,
+            state,
+            exit: None,
+        }
+    }
+
+    /// Reports the `exit` notification to `causes` instead of passing it to the library, whose
+    /// own `exit` drops every handler in flight at once (a user's `agent/bash` command would
+    /// then neither be waited for nor stored): the process then goes away through
+    /// [`crate::shutdown`]. The transport still stops reading after `exit`.
+    pub fn on_exit(mut self, causes: crate::shutdown::Causes) -> Dispatch {
+        self.exit = Some(causes);
+        self
     }
 }
 
@@ -63,6 +78,13 @@ impl Service<Request> for Dispatch {
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
+        if req.method() == "exit" && req.id().is_none() {
+            if let Some(causes) = &self.exit {
+                self.state.set_accepting_sync(false);
+                causes.report(crate::shutdown::Cause::Exit);
+                return futures::future::ready(Ok(None)).boxed();
+            }
+        }
         if req.method() == "shutdown" {
             // As the library's own layer does at this point: later notifications are dropped.
             self.state.set_accepting_sync(false);

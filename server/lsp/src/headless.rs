@@ -1,8 +1,11 @@
 //! `pi-lsp run`: the same [`AgentSession`] as the editor's, with no editor. Tools use the disk;
 //! the settings' extensions are loaded (`/name args` runs an extension command); the streamed
 //! answer (or, with `--json`, every event as one JSON line) goes to stdout; the session is
-//! written to the sessions folder (`<workspace>/.pi/sessions/` by default). Exit code 0 when the run ends normally, 1 when it ends in an
-//! error or abort, 2 for bad usage or configuration.
+//! written to the sessions folder (`<workspace>/.pi/sessions/` by default). Exit code 0 when the
+//! run ends normally, 1 when it ends in an error or abort, 2 for bad usage or configuration,
+//! 128 + the signal's number on SIGTERM (143), SIGHUP (129) or SIGINT (130), after the same
+//! cleanup as the server's ([`crate::shutdown::stop`]: the run aborted, its results written,
+//! process groups killed, the file synced and unlocked).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -336,20 +339,26 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     }
     let agent = session.agent().clone();
-    let ctrl_c = agent.downgrade();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            if let Some(a) = ctrl_c.upgrade() {
-                a.abort();
-            }
-        }
-    });
+    // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
+    let mut signals = crate::shutdown::Signals::listen();
     let prompt = session.expand(&args.prompt);
     if session.prompt(vec![Message::user_text(prompt)]).is_err() {
         eprintln!("pi-lsp: the session is busy");
         return 2;
     }
-    agent.wait_for_idle().await;
+    tokio::select! {
+        _ = agent.wait_for_idle() => {}
+        n = signals.next() => {
+            eprintln!("pi-lsp: signal {n}: stopping the run");
+            let targets = [crate::shutdown::Target::of(&session, None)];
+            tokio::select! {
+                _ = crate::shutdown::stop(&targets) => {}
+                n = signals.next() => crate::shutdown::exit_now(128 + n),
+            }
+            eprintln!("pi-lsp: session saved to {}", session_path.display());
+            return 128 + n;
+        }
+    }
     eprintln!("pi-lsp: session saved to {}", session_path.display());
     let stop = agent.last_outcome().map(|o| o.stop_reason);
     match stop {

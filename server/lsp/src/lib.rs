@@ -1,6 +1,7 @@
 //! `pi-lsp`: the editor edge of the harness. Transport and lifecycle ([`server`]), the
 //! `agent/*` wire types ([`protocol`]), open documents ([`documents`]), the one position
-//! converter ([`positions`]), the editor file system ([`editor_fs`]), and the headless `run`
+//! converter ([`positions`]), the editor file system ([`editor_fs`]), how the process goes away
+//! ([`shutdown`]: `shutdown`/`exit`, end of input, signals), and the headless `run`
 //! command ([`headless`]), permission requests to the editor ([`permissions`]), extensions' host
 //! and UI requests ([`extensions`]), editor-side tools and the `diagnostics` tool
 //! ([`editor_tools`]), where log lines go ([`logging`]). Only this crate writes stdout; only it imports LSP types.
@@ -18,6 +19,7 @@ pub mod positions;
 pub mod protocol;
 pub mod server;
 pub(crate) mod setup;
+pub mod shutdown;
 pub(crate) mod sink;
 pub(crate) mod summary;
 pub mod tracker;

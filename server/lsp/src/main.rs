@@ -83,31 +83,13 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::Lsp) | None => {
             let _ = cli.stdio;
-            let shutdown_received = rt.block_on(async {
-                let (service, socket) = pi_lsp::server::service();
-                let shutdown_received = service.inner().shutdown_received();
-                // Non-blocking pipes when stdin/stdout are pipes or sockets (see `stdio`).
-                let (stdin, stdout, restore) = pi_lsp::transport::stdio();
-                let (input, output, written) = pi_lsp::transport::guard(stdin, stdout);
-                // Document sync in the read loop, and no small limit on handlers in flight: a
-                // long request never holds up another message (see `dispatch`).
-                tower_lsp_server::Server::new(input, output, socket)
-                    .concurrency_level(pi_lsp::dispatch::MAX_IN_FLIGHT)
-                    .serve(pi_lsp::dispatch::Dispatch::new(service))
-                    .await;
-                // The guard's last answers (and the server's) reach the client before exit.
-                let _ = written.await;
-                restore.blocking_again();
-                shutdown_received
-            });
+            // Every way the server goes away (shutdown/exit, end of input, SIGTERM/SIGHUP/
+            // SIGINT) stops the sessions first; see `pi_lsp::shutdown` for the exit codes.
+            let code = rt.block_on(pi_lsp::shutdown::serve_stdio());
             // A stdin reader on tokio's stdin (a terminal, a file) blocks on a thread until the
-            // client closes it; `exit` must not wait for that.
+            // client closes it; exiting must not wait for that.
             rt.shutdown_background();
-            // LSP 3.17 `exit`: 0 after `shutdown`, 1 otherwise (also when the input ended).
-            if !shutdown_received.load(std::sync::atomic::Ordering::SeqCst) {
-                std::process::exit(1);
-            }
-            Ok(())
+            std::process::exit(code);
         }
     }
 }

@@ -74,6 +74,9 @@ pub struct State {
     /// Between a successful `initialize` and `shutdown`: document sync is applied (by
     /// [`crate::dispatch::Dispatch`] in the read loop).
     accepting_sync: std::sync::atomic::AtomicBool,
+    /// Set when [`crate::shutdown::stop_server`] began: no session is opened or created any
+    /// more (a request in flight must not take a file back, or fork it, while it is closed).
+    going_away: std::sync::atomic::AtomicBool,
 }
 
 /// The language server.
@@ -176,16 +179,11 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                 extension_ui: std::sync::atomic::AtomicBool::new(false),
                 editor_tools: Default::default(),
                 accepting_sync: std::sync::atomic::AtomicBool::new(false),
+                going_away: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     });
-    register(builder)
-        .custom_method(crate::transport::PARSE_ERROR_METHOD, Backend::parse_error)
-        .custom_method(
-            crate::transport::INVALID_REQUEST_METHOD,
-            Backend::invalid_request,
-        )
-        .finish()
+    register(builder).finish()
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -223,6 +221,23 @@ impl State {
     pub(crate) fn accepting_sync(&self) -> bool {
         self.accepting_sync
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Marks the server as going away (see [`State::refuse_if_going_away`]).
+    pub(crate) fn set_going_away(&self) {
+        self.going_away
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `-31004` once the server is going away: no session is opened or created then.
+    pub(crate) fn refuse_if_going_away(&self) -> Result<()> {
+        if self.going_away.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(agent_error(
+                codes::SESSION_IO,
+                "the server is shutting down: no session is opened or created any more",
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn set_accepting_sync(&self, on: bool) {
@@ -368,23 +383,16 @@ impl LanguageServer for Backend {
         }
     }
 
+    /// Stops every session as the process's going away does ([`crate::shutdown::stop_server`]:
+    /// runs and user commands aborted, results written, process groups killed, files closed
+    /// and unlocked). Run in a task of its own so that a cancelled request cannot stop it
+    /// halfway.
     async fn shutdown(&self) -> Result<()> {
         self.state
             .shutdown_received
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let sessions: Vec<Arc<Mutex<Session>>> =
-            lock(&self.state.sessions).values().cloned().collect();
-        for s in &sessions {
-            lock(s).agent().abort();
-        }
-        for s in &sessions {
-            let agent = lock(s).agent().clone();
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), agent.wait_for_idle())
-                .await;
-        }
-        // Dropping the sessions closes their files and removes their `.lock` files.
-        drop(sessions);
-        lock(&self.state.sessions).clear();
+        let state = self.state.clone();
+        let _ = tokio::spawn(async move { crate::shutdown::stop_server(&state).await }).await;
         Ok(())
     }
 
@@ -606,6 +614,7 @@ impl Backend {
         name: Option<&str>,
     ) -> Result<Arc<Mutex<Session>>> {
         let st = &self.state;
+        st.refuse_if_going_away()?;
         let ws = st.workspace();
         let init_model = st.init_model();
         let (mut model, notice) = choose_model(&ws, model, init_model.as_deref())
@@ -633,6 +642,7 @@ impl Backend {
     /// Opens the session file at `path` (or returns it when already open here).
     pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
         let st = &self.state;
+        st.refuse_if_going_away()?;
         let ws = st.workspace();
         let opening = pi_core::harness::open_file(&ws, path, |id| {
             let s = lock(&st.sessions).get(id).cloned()?;
@@ -686,32 +696,6 @@ impl Backend {
         let id = core.id().to_string();
         let s = Arc::new(Mutex::new(Session { core, tracker }));
         Ok(lock(&st.sessions).entry(id).or_insert(s).clone())
-    }
-
-    /// Answers a frame the transport guard could not parse (see [`crate::transport`]).
-    async fn parse_error(&self, params: Value) -> Result<Value> {
-        let detail = params
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("invalid message");
-        Err(tower_lsp_server::jsonrpc::Error {
-            code: tower_lsp_server::jsonrpc::ErrorCode::ParseError,
-            message: format!("Parse error: {detail}").into(),
-            data: None,
-        })
-    }
-
-    /// Answers a frame that is JSON but not a JSON-RPC request (see [`crate::transport`]).
-    async fn invalid_request(&self, params: Value) -> Result<Value> {
-        let detail = params
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("invalid message");
-        Err(tower_lsp_server::jsonrpc::Error {
-            code: tower_lsp_server::jsonrpc::ErrorCode::InvalidRequest,
-            message: format!("Invalid request: {detail}").into(),
-            data: None,
-        })
     }
 
     /// `agent/compact {sessionId, instructions?}` → Pi's `CompactionResult`

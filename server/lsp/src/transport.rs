@@ -44,14 +44,6 @@ use tokio::io::{
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 
-/// Internal method that answers with a Parse error (the server still registers it; the guard
-/// now answers refused frames itself).
-pub const PARSE_ERROR_METHOD: &str = "agent/_parseError";
-
-/// Internal method that answers with an Invalid Request error (registered by the server; the
-/// guard answers refused frames itself).
-pub const INVALID_REQUEST_METHOD: &str = "agent/_invalidRequest";
-
 /// Largest accepted frame body, in bytes (64 MiB); a larger declared `Content-Length` is
 /// answered with Invalid Request at once and skipped.
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;

@@ -9,6 +9,25 @@ import * as vscode from "vscode";
 import { applyPatch } from "diff";
 import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-languageclient";
 import { FileChanges } from "./hunks";
+import { cpuNow } from "./relay";
+
+/** How long after the last keystroke the review UI (decorations, Changes view, CodeLens
+ * refresh) is redrawn when typing changed the hunks, in ms (an agent edit redraws at once). */
+export const REDRAW_DELAY_MS = 60;
+/** How long after the last keystroke decorations are re-synced when typing only moved the
+ * hunks (VS Code moves decorations with the text itself; this only corrects drift), in ms. */
+export const RESYNC_DELAY_MS = 750;
+/** How long after a change of the review state it is saved for a window reload, in ms. */
+export const SAVE_DELAY_MS = 1000;
+/** Files whose base and current text are longer than this together are not kept across a
+ * reload (in characters). */
+export const SAVED_FILE_CHARS = 2_000_000;
+
+/** The review state kept in the workspace state across a window reload. */
+export interface SavedReview {
+  version: 1;
+  files: { uri: string; base: string; current: string; sessions: string[]; toolCallIds: string[] }[];
+}
 
 /** One applied agent edit of one file. */
 export interface AgentEdit {
@@ -28,6 +47,12 @@ interface Tracked {
 type Node = { kind: "session"; sessionId: string } | { kind: "file"; key: string };
 
 export const DIFF_SCHEME = "pi-diff";
+
+/** Whether an applyEdit label is a rewind's (`Pi: rewind <file>` / `Pi: reapply <file>`,
+ * docs/protocol.md `agent/session/rewind`). */
+export function isRewindLabel(label: string | undefined): boolean {
+  return !!label && /^pi: (rewind|reapply)\b/i.test(label);
+}
 
 /** The tool call id at the end of an applyEdit label (`… (call_1)`). */
 export function toolCallIdOfLabel(label: string | undefined): string | undefined {
@@ -65,11 +90,75 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   private readonly disposables: vscode.Disposable[] = [];
   /** Called after every recorded agent edit (for the webview's and tests' benefit). */
   onEdit: (edit: AgentEdit) => void = () => {};
+  /** Host cost of typing in files under review (the e2e test reads it): user changes seen,
+   * CPU ms in the change handler, in redraws, and in CodeLens requests. */
+  readonly typing = { keystrokes: 0, changeMs: 0, redraws: 0, redrawMs: 0, lensCalls: 0, lensMs: 0 };
+  private redrawTimer: ReturnType<typeof setTimeout> | undefined;
+  private resyncTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly dirtyKeys = new Set<string>();
+  private hasChangesContext: boolean | undefined;
+
+  /** A session's display name (names.ts), for the Changes view. */
+  sessionName: (sessionId: string) => string = (id) => `session ${id.slice(0, 8)}`;
+
+  /** Called (debounced) when the review state changed, to keep it across a window reload. */
+  onStateChange: () => void = () => {};
+  private saveTimer: ReturnType<typeof setTimeout> | undefined;
+
+  /** The review state to keep across a window reload: every file under review with its base
+   * and current text (files over {@link SAVED_FILE_CHARS} are left out). */
+  snapshot(): SavedReview {
+    const files: SavedReview["files"] = [];
+    for (const [uri, t] of this.files) {
+      const base = t.changes.base;
+      const current = t.changes.current;
+      if (base.length + current.length > SAVED_FILE_CHARS) continue;
+      files.push({ uri, base, current, sessions: [...t.sessions], toolCallIds: [...t.changes.toolCallIds] });
+    }
+    return { version: 1, files };
+  }
+
+  /** Takes back a {@link snapshot} after a reload: a file whose document differs from the kept
+   * `current` keeps its hunks, the difference counted as the user's. */
+  async restore(saved: SavedReview | undefined): Promise<void> {
+    if (saved?.version !== 1 || !Array.isArray(saved.files)) return;
+    for (const f of saved.files) {
+      if (this.files.has(f.uri)) continue;
+      const uri = vscode.Uri.parse(f.uri);
+      let text: string;
+      try {
+        text = (await vscode.workspace.openTextDocument(uri)).getText();
+      } catch {
+        continue; // the file is gone
+      }
+      const changes = new FileChanges(f.base, f.current);
+      for (const id of f.toolCallIds) changes.toolCallIds.push(id);
+      changes.resync(text);
+      if (changes.settled) continue;
+      this.files.set(f.uri, { uri, changes, sessions: new Set(f.sessions) });
+      this.dirtyKeys.add(f.uri);
+    }
+    this.log.info(`review state: ${this.files.size} file(s) under review after the reload`);
+    this.redraw();
+  }
+
+  private saveLater(): void {
+    if (this.saveTimer) clearTimeout(this.saveTimer);
+    this.saveTimer = setTimeout(() => {
+      this.saveTimer = undefined;
+      this.onStateChange();
+    }, SAVE_DELAY_MS);
+  }
+
+  /** Session names changed: redraw the Changes view's session rows. */
+  refreshNames(): void {
+    this.treeEmitter.fire(undefined);
+  }
 
   constructor(private readonly log: vscode.LogOutputChannel) {
     this.disposables.push(
       vscode.workspace.onDidChangeTextDocument((e) => this.onDocumentChange(e)),
-      vscode.window.onDidChangeVisibleTextEditors(() => this.decorateAll()),
+      vscode.window.onDidChangeVisibleTextEditors(() => this.decorate()),
       this.added,
       this.removed,
     );
@@ -82,6 +171,9 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
 
   /** The `workspace/applyEdit` middleware: records before / after of every file it touches. */
   async applyEdit(params: ApplyWorkspaceEditParams, next: (p: ApplyWorkspaceEditParams) => Promise<ApplyWorkspaceEditResult>): Promise<ApplyWorkspaceEditResult> {
+    // A rewind (or its undo) is the user's own doing, not an agent edit to review: it goes
+    // through as a change of the document, which settles the hunks it reverts.
+    if (isRewindLabel(params.label)) return next(params);
     const toolCallId = toolCallIdOfLabel(params.label);
     const uris = new Map<string, boolean>(); // uri → created by this edit
     for (const c of params.edit.documentChanges ?? []) {
@@ -135,27 +227,74 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     this.onEdit(edit);
   }
 
+  /** A change of a document (the user's typing, an Undo, another extension): O(hunks) work
+   * for the tracker; the UI is redrawn later, once, and only when the hunks changed shape. */
   private onDocumentChange(e: vscode.TextDocumentChangeEvent): void {
+    if (e.contentChanges.length === 0) return;
     const key = e.document.uri.toString();
-    if (this.applying.has(key) || e.contentChanges.length === 0) return;
     const t = this.files.get(key);
-    if (!t) return;
-    t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
-    this.changed(key);
+    if (!t || this.applying.has(key)) return;
+    const t0 = cpuNow();
+    const reshaped = t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
+    if (reshaped) this.changedLater(key);
+    else this.resyncLater(key);
+    this.typing.keystrokes++;
+    this.typing.changeMs += cpuNow() - t0;
   }
 
+  /** Redraws the review UI now (an agent edit, Keep, Undo). */
   private changed(key: string): void {
-    const t = this.files.get(key);
-    if (t && t.changes.settled) this.files.delete(key);
-    void vscode.commands.executeCommand("setContext", "pi.hasAgentChanges", this.files.size > 0);
+    this.dirtyKeys.add(key);
+    this.redraw();
+  }
+
+  private changedLater(key: string): void {
+    this.dirtyKeys.add(key);
+    if (this.redrawTimer) clearTimeout(this.redrawTimer);
+    this.redrawTimer = setTimeout(() => this.redraw(), REDRAW_DELAY_MS);
+  }
+
+  private resyncLater(key: string): void {
+    this.dirtyKeys.add(key);
+    if (this.resyncTimer) clearTimeout(this.resyncTimer);
+    this.resyncTimer = setTimeout(() => {
+      this.resyncTimer = undefined;
+      const t0 = cpuNow();
+      this.decorate(new Set(this.dirtyKeys));
+      this.saveLater();
+      this.typing.redrawMs += cpuNow() - t0;
+    }, RESYNC_DELAY_MS);
+  }
+
+  private redraw(): void {
+    const t0 = cpuNow();
+    if (this.redrawTimer) clearTimeout(this.redrawTimer);
+    this.redrawTimer = undefined;
+    const keys = new Set(this.dirtyKeys);
+    this.dirtyKeys.clear();
+    for (const key of keys) {
+      const t = this.files.get(key);
+      if (t && t.changes.settled) this.files.delete(key);
+    }
+    const has = this.files.size > 0;
+    if (has !== this.hasChangesContext) {
+      this.hasChangesContext = has;
+      void vscode.commands.executeCommand("setContext", "pi.hasAgentChanges", has);
+    }
     this.lensEmitter.fire();
     this.treeEmitter.fire(undefined);
-    this.decorateAll();
+    this.decorate(keys);
+    this.saveLater();
+    this.typing.redraws++;
+    this.typing.redrawMs += cpuNow() - t0;
   }
 
-  private decorateAll(): void {
+  /** Sets the decorations of the visible editors of `keys` (every visible editor: undefined). */
+  private decorate(keys?: Set<string>): void {
     for (const editor of vscode.window.visibleTextEditors) {
-      const t = this.files.get(editor.document.uri.toString());
+      const key = editor.document.uri.toString();
+      if (keys && !keys.has(key)) continue;
+      const t = this.files.get(key);
       const hunks = t?.changes.hunks() ?? [];
       const added: vscode.DecorationOptions[] = [];
       const removed: vscode.DecorationOptions[] = [];
@@ -177,6 +316,16 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   provideCodeLenses(document: vscode.TextDocument): vscode.CodeLens[] {
     const t = this.files.get(document.uri.toString());
     if (!t) return [];
+    const t0 = cpuNow();
+    try {
+      return this.lenses(document, t);
+    } finally {
+      this.typing.lensCalls++;
+      this.typing.lensMs += cpuNow() - t0;
+    }
+  }
+
+  private lenses(document: vscode.TextDocument, t: Tracked): vscode.CodeLens[] {
     const lenses: vscode.CodeLens[] = [];
     for (const h of t.changes.hunks()) {
       const line = Math.min(h.startLine, Math.max(0, document.lineCount - 1));
@@ -249,7 +398,9 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
 
   getTreeItem(node: Node): vscode.TreeItem {
     if (node.kind === "session") {
-      const item = new vscode.TreeItem(`Session ${node.sessionId.slice(0, 8)}`, vscode.TreeItemCollapsibleState.Expanded);
+      const item = new vscode.TreeItem(this.sessionName(node.sessionId), vscode.TreeItemCollapsibleState.Expanded);
+      item.iconPath = new vscode.ThemeIcon("comment-discussion");
+      item.tooltip = `Session ${node.sessionId}`;
       item.contextValue = "changedSession";
       return item;
     }
@@ -295,27 +446,46 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     return this.diffTexts.get(uri.toString()) ?? "";
   }
 
-  private diffUri(name: string, side: string, text: string): vscode.Uri {
-    const uri = vscode.Uri.from({ scheme: DIFF_SCHEME, path: "/" + name, query: `${side}-${Date.now()}-${Math.random().toString(36).slice(2)}` });
-    this.diffTexts.set(uri.toString(), text);
+  /** A read-only side of a diff: `pi-diff:/<name>?<key>`, the same URI for the same key (so
+   * opening a diff again shows its tab instead of a second one), its text replaced. */
+  private diffUri(name: string, key: string, text: string): vscode.Uri {
+    const uri = vscode.Uri.from({ scheme: DIFF_SCHEME, path: "/" + name, query: key });
+    const k = uri.toString();
+    const changed = this.diffTexts.has(k) && this.diffTexts.get(k) !== text;
+    this.diffTexts.set(k, text);
+    if (changed) this.diffEmitter.fire(uri);
     return uri;
   }
 
-  /** Opens VS Code's diff editor for a tool call's edit (applied, or waiting for permission),
-   * else for the file's changes under review. Focus stays where it is. */
+  /** The document of `uri` when it is open, else undefined. */
+  private openDoc(uri: vscode.Uri): vscode.TextDocument | undefined {
+    const k = uri.toString();
+    return vscode.workspace.textDocuments.find((d) => d.uri.toString() === k);
+  }
+
+  /**
+   * Opens VS Code's diff editor — as a tab of its own (not a preview that a click elsewhere
+   * replaces, nor one that replaces the user's preview tab), focus staying where it is:
+   * - a tool call's applied edit: before ↔ after; while the file still holds that edit the
+   *   right side is the file itself (editable, with the Keep / Undo lenses), as Git's
+   *   "Open Changes" shows it;
+   * - a tool call waiting for permission: the file now ↔ the file with the proposed diff;
+   * - else the file's changes under review: its base ↔ the file.
+   */
   async openDiff(arg?: { toolCallId?: string; path?: string } | Node | vscode.Uri): Promise<boolean> {
-    const name = (u: string) => vscode.workspace.asRelativePath(vscode.Uri.parse(u));
-    let left: { label: string; text: string } | undefined;
-    let right: { label: string; text: string } | undefined;
-    let title = "";
+    const rel = (u: vscode.Uri) => vscode.workspace.asRelativePath(u, false);
     const toolCallId = arg && !(arg instanceof vscode.Uri) && "toolCallId" in arg ? arg.toolCallId : undefined;
     const applied = toolCallId ? this.edits.get(toolCallId) : undefined;
     const pending = toolCallId ? this.pendingChanges.get(toolCallId) : undefined;
+    let left: vscode.Uri;
+    let right: vscode.Uri;
+    let title: string;
     if (applied) {
-      const n = name(applied.uri);
-      left = { label: n, text: applied.before };
-      right = { label: n, text: applied.after };
-      title = `${n} (pi: ${toolCallId})`;
+      const uri = vscode.Uri.parse(applied.uri);
+      const n = rel(uri);
+      left = this.diffUri(n, `${toolCallId}-before`, applied.before);
+      right = this.openDoc(uri)?.getText() === applied.after ? uri : this.diffUri(n, `${toolCallId}-after`, applied.after);
+      title = `${n} (Pi's edit${right === uri ? "" : ", as it was"})`;
     } else if (pending) {
       const uri = this.resolvePath(pending.path);
       let current = "";
@@ -325,9 +495,10 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
         current = "";
       }
       const proposed = applyPatch(current, pending.diff);
-      left = { label: vscode.workspace.asRelativePath(uri), text: current };
-      right = { label: vscode.workspace.asRelativePath(uri), text: proposed === false ? pending.diff : proposed };
-      title = `${vscode.workspace.asRelativePath(uri)} (pi proposes)`;
+      const n = rel(uri);
+      left = this.diffUri(n, `${toolCallId}-now`, current);
+      right = this.diffUri(n, `${toolCallId}-proposed`, proposed === false ? pending.diff : proposed);
+      title = `${n} (Pi proposes)`;
     } else {
       let key: string | undefined;
       if (arg instanceof vscode.Uri) key = arg.toString();
@@ -342,15 +513,12 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
         }
         return false;
       }
-      const n = vscode.workspace.asRelativePath(t.uri);
-      left = { label: n, text: t.changes.base };
-      right = { label: n, text: t.changes.current };
-      title = `${n} (pi's changes under review)`;
+      const n = rel(t.uri);
+      left = this.diffUri(n, `review-base-${t.uri.toString()}`, t.changes.base);
+      right = t.uri;
+      title = `${n} (Pi's changes under review)`;
     }
-    await vscode.commands.executeCommand("vscode.diff", this.diffUri(left.label, "before", left.text), this.diffUri(right.label, "after", right.text), title, {
-      preserveFocus: true,
-      preview: true,
-    });
+    await vscode.commands.executeCommand("vscode.diff", left, right, title, { preserveFocus: true, preview: false });
     return true;
   }
 
@@ -361,6 +529,9 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   }
 
   dispose(): void {
+    if (this.redrawTimer) clearTimeout(this.redrawTimer);
+    if (this.resyncTimer) clearTimeout(this.resyncTimer);
+    if (this.saveTimer) clearTimeout(this.saveTimer);
     for (const d of this.disposables) d.dispose();
   }
 }

@@ -9,20 +9,26 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import { type LanguageClient, State } from "vscode-languageclient/node";
-import { ChangeTracker, DIFF_SCHEME } from "./changes";
+import { AttentionList, flagText } from "./attention";
+import { ChangeTracker, DIFF_SCHEME, type SavedReview } from "./changes";
+import { relativeTime, SessionNames } from "./names";
+import type { HostToWebview } from "../shared/messages";
 import { ChatPanel, type PanelHost } from "./panels";
-import { type Note, Router } from "./relay";
+import { cpuClock, cpuNow, cpuNowCost, type Note, Router } from "./relay";
 import { ServerQuestions } from "./requests";
 import { createClient, resolveServerBinary } from "./server";
-import { type SessionNode, SessionsView } from "./sessions";
+import { branchRows, type SessionNode, SessionsView, shown, type TreeEntry } from "./sessions";
 import { StatusBar } from "./status";
 
 /** Server notifications relayed to the panels (and watched by the host). */
 const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument"];
 
 const CHAT_SESSION_KEY = "pi.chat.sessionId";
+/** Workspace-state key of the review state (changes.ts `SavedReview`). */
+const REVIEW_KEY = "pi.review";
 
 let stopClient: (() => Promise<void>) | undefined;
+let saveReviewNow: (() => Thenable<void>) | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<unknown> {
   const output = vscode.window.createOutputChannel("Pi", { log: true });
@@ -33,13 +39,35 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   let chatView: ChatPanel | undefined;
   const status = new StatusBar();
   const changes = new ChangeTracker(output);
+  // The review state (files under review, their hunks) survives a window reload.
+  const saveReview = () => context.workspaceState.update(REVIEW_KEY, changes.snapshot());
+  changes.onStateChange = () => void saveReview();
+  saveReviewNow = saveReview;
+  void changes.restore(context.workspaceState.get<SavedReview>(REVIEW_KEY));
   let client: LanguageClient | undefined;
   let starting: Promise<LanguageClient> | undefined;
   let hostCpuMs = 0;
   let notesRelayed = 0;
 
   const questions = new ServerQuestions({ panelsOf: (id) => router.panelsOf(id) as ChatPanel[] }, output, (toolCallId, p) => changes.openDiff({ toolCallId, path: p }));
-  questions.onChange = (id, n) => status.questions(id, n);
+  const names = new SessionNames();
+  changes.sessionName = (id) => names.get(id);
+  const flags = new AttentionList();
+  flags.onChange = () => {
+    const f = flagText(flags.list(), (id) => names.get(id));
+    status.setFlag(f.text, f.tooltip);
+  };
+  questions.onChange = (id, n) => {
+    status.questions(id, n);
+    flags.questions(id, n);
+  };
+  /** A panel on `sessionId` was hidden: open questions nobody sees now are notified, and flagged. */
+  function hidden(sessionId: string | null): void {
+    const asked = questions.visibilityChanged(sessionId);
+    if (asked && sessionId) flags.attention({ sessionId, ...asked }, false, Date.now());
+  }
+  /** Whether a visible panel shows `sessionId` (the user sees it). */
+  const seenNow = (sessionId: string): boolean => router.panelsOf(sessionId).some((x) => (x as ChatPanel).visible);
 
   const activeSession = (): string | null => activePanel?.sessionId ?? chatView?.sessionId ?? null;
 
@@ -113,7 +141,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   };
 
   function onNotification(note: Note): void {
-    const t0 = performance.now();
+    const t0 = cpuNow();
     notesRelayed++;
     const p = note.params;
     status.notification(note.method, p);
@@ -121,6 +149,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       const ev = p?.event;
       if (ev?.type === "tool_execution_start" && ev.toolCallId && p.sessionId) changes.noteToolCall(ev.toolCallId, p.sessionId);
       if (ev?.type === "agent_end" && p.sessionId === activeSession()) scheduleTreeRefresh();
+      if (ev?.type === "agent_start" && p.sessionId) flags.runStarted(p.sessionId);
+      if (ev?.type === "message_start") names.fromEvent(p);
       if (ev?.type === "agent_end" && process.env.PI_VSCODE_STATS) setTimeout(writeStats, 200);
     }
     router.route(note);
@@ -131,16 +161,20 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       else if (p.notifyType === "warning") void vscode.window.showWarningMessage(text);
       else void vscode.window.showInformationMessage(text);
     }
-    hostCpuMs += performance.now() - t0;
+    hostCpuMs += cpuNow() - t0;
   }
 
-  /** `finished` / `failed` for a session no visible panel shows: a notification (no focus
-   * change; "Open" shows it in the chat view). Questions have their own notifications. */
+  /** `agent/attention` for a session no visible panel shows: the status bar flag, and for
+   * `finished` / `failed` a notification (no focus change; "Open" shows the session in the chat
+   * view). Questions (`permission`, `question`) have their own notifications (requests.ts). */
   function attention(p: any): void {
-    if (!p?.sessionId || (p.reason !== "finished" && p.reason !== "failed")) return;
-    if (router.panelsOf(p.sessionId).some((x) => (x as ChatPanel).visible)) return;
+    if (typeof p?.sessionId !== "string") return;
+    if (!flags.attention(p, seenNow(p.sessionId), Date.now())) return;
+    if (p.reason !== "finished" && p.reason !== "failed") return;
     const show = p.reason === "failed" ? vscode.window.showErrorMessage : vscode.window.showInformationMessage;
-    void show(`Pi: ${p.message ?? p.reason}`, "Open").then((c) => c && openInChatView(p.sessionId));
+    void show(`Pi: ${names.get(p.sessionId)} ${p.reason === "failed" ? "failed" : "finished"}${p.message ? `: ${p.message}` : ""}`, "Open").then((c) => {
+      if (c) void openInChatView(p.sessionId, undefined, false);
+    });
   }
 
   let treeTimer: ReturnType<typeof setTimeout> | undefined;
@@ -160,7 +194,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       const c = await ensureClient();
       if (method === "agent/abort" && params?.sessionId) status.stopping(params.sessionId);
       const result: any = await c.sendRequest(method, params);
-      if (method === "agent/state" || method === "agent/session/new" || method === "agent/session/open") status.state(result);
+      if (method === "agent/state" || method === "agent/session/new" || method === "agent/session/open") {
+        status.state(result);
+        names.fromState(result);
+      }
+      if ((method === "agent/session/fork" || method === "agent/session/clone") && result?.session) names.fromState(result.session);
+      if (method === "agent/session/list" && Array.isArray(result?.sessions)) names.fromList(result.sessions);
+      if (method === "agent/session/name" && typeof params?.sessionId === "string" && typeof params?.name === "string") names.setName(params.sessionId, params.name);
+      // The panel's own pickers: the status bar follows.
+      if ((method === "agent/model/set" || method === "agent/thinking/set") && typeof params?.sessionId === "string") void host.request("agent/state", { sessionId: params.sessionId }).catch(() => undefined);
       if (method === "agent/abort" && params?.sessionId) status.notification("agent/event", { sessionId: params.sessionId, event: { type: "agent_end" } });
       return result;
     },
@@ -168,6 +210,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       const before = panel.sessionId;
       router.attach(panel, sessionId);
       if (panel === activePanel || (!activePanel && panel === chatView)) status.setActive(sessionId);
+      if (panel.visible) flags.seen(sessionId);
       if (before !== sessionId) {
         scheduleTreeRefresh();
         if (sessionId) void host.request("agent/state", { sessionId }).catch(() => undefined);
@@ -177,6 +220,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     openQuestions: (sessionId) => questions.openFor(sessionId),
     openDiff: (toolCallId, p) => changes.openDiff({ toolCallId, path: p }),
     activated: (panel) => {
+      if (panel.visible) flags.seen(panel.sessionId);
       activePanel = panel;
       status.setActive(panel.sessionId);
     },
@@ -211,7 +255,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
           );
           chatView = p;
           activePanel ??= p;
-          view.onDidChangeVisibility(() => view.visible && host.activated(p));
+          view.onDidChangeVisibility(() => {
+            p.visibilityChanged();
+            if (view.visible) flags.seen(p.sessionId);
+            else hidden(p.sessionId);
+            if (view.visible) host.activated(p);
+          });
           view.onDidDispose(() => p.dispose());
           void ensureClient().catch(() => undefined);
         },
@@ -220,12 +269,31 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     ),
   );
 
+  /** Editor-area panels (their titles follow the session's name). */
+  const editorPanels = new Map<ChatPanel, vscode.WebviewPanel>();
+  names.onChange = (id) => {
+    for (const [p, panel] of editorPanels) if (p.sessionId === id) panel.title = `Pi · ${names.get(id)}`;
+    changes.refreshNames();
+    flags.onChange();
+  };
+
   function adoptPanel(panel: vscode.WebviewPanel, sessionId: string | null): ChatPanel {
-    const p = addPanel(new ChatPanel("panel", panel.webview, host, () => panel.visible, sessionId, (id) => (panel.title = id ? `Pi · ${id.slice(0, 8)}` : "Pi · new session")));
-    panel.title = sessionId ? `Pi · ${sessionId.slice(0, 8)}` : "Pi · new session";
+    const title = (id: string | null) => (id ? `Pi · ${names.get(id)}` : "Pi · new session");
+    const p = addPanel(new ChatPanel("panel", panel.webview, host, () => panel.visible, sessionId, (id) => (panel.title = title(id))));
+    panel.title = title(sessionId);
+    editorPanels.set(p, panel);
     panel.iconPath = vscode.Uri.joinPath(context.extensionUri, "resources", "pi.svg");
-    panel.onDidChangeViewState(() => panel.active && host.activated(p));
-    panel.onDidDispose(() => p.dispose());
+    panel.onDidChangeViewState(() => {
+      p.visibilityChanged();
+      if (panel.visible) flags.seen(p.sessionId);
+      else hidden(p.sessionId);
+      if (panel.active) host.activated(p);
+    });
+    panel.onDidDispose(() => {
+      editorPanels.delete(p);
+      p.dispose();
+      hidden(p.sessionId);
+    });
     host.activated(p);
     void ensureClient().catch(() => undefined);
     return p;
@@ -240,9 +308,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   );
 
   const sessions = new SessionsView((m, p) => host.request(m, p), activeSession, output);
+  const sessionsTree = vscode.window.createTreeView("pi.sessions", { treeDataProvider: sessions, showCollapseAll: true });
+  const changesTree = vscode.window.createTreeView("pi.changes", { treeDataProvider: changes });
   context.subscriptions.push(
-    vscode.window.createTreeView("pi.sessions", { treeDataProvider: sessions, showCollapseAll: true }),
-    vscode.window.createTreeView("pi.changes", { treeDataProvider: changes }),
+    sessionsTree,
+    changesTree,
+    changes.onDidChangeTreeData(() => {
+      const n = changes.changedFiles().length;
+      changesTree.badge = n ? { value: n, tooltip: `${n} file${n === 1 ? "" : "s"} with Pi's changes to review` } : undefined;
+    }),
     vscode.languages.registerCodeLensProvider({ scheme: "file" }, changes),
     vscode.workspace.registerTextDocumentContentProvider(DIFF_SCHEME, changes),
     changes,
@@ -262,18 +336,29 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     return chatView;
   }
 
-  async function openInChatView(sessionId: string | null, text?: string): Promise<void> {
+  /**
+   * Shows `sessionId` in the chat view (or in the active editor panel when that one shows it),
+   * revealing the view when it is hidden — only ever on the user's own action. `reload`: the
+   * panel reloads the session even when it shows it already (its branch moved: branch, rewind).
+   * `text` goes into the composer.
+   */
+  async function openInChatView(sessionId: string | null, text?: string, reload = true): Promise<void> {
     let p = activePanel?.kind === "panel" && activePanel.sessionId === sessionId ? activePanel : chatView;
-    if (!p?.ready) {
+    if (!p?.ready || (p === chatView && !p.visible)) {
       await vscode.commands.executeCommand("workbench.view.extension.pi");
       for (let i = 0; i < 100 && !chatView?.ready; i++) await new Promise((r) => setTimeout(r, 50));
-      p = chatView;
+      p = p?.ready && p.kind === "panel" ? p : chatView;
     }
     if (!p) return;
     if (p.sessionId !== sessionId) p.show(sessionId);
-    else p.post({ type: "init", sessionId, workspaceName: host.workspaceName(), capabilities: { followUpKey: "alt+enter", escapeAborts: true, host: "vscode" } });
+    else if (reload) p.post({ type: "init", sessionId, workspaceName: host.workspaceName(), capabilities: { followUpKey: "alt+enter", escapeAborts: true, host: "vscode" } });
     if (text) p.post({ type: "command", command: "insertText", text });
     host.activated(p);
+  }
+
+  /** Tells the panels on `sessionId` that its state changed outside them. */
+  function stateChanged(sessionId: string): void {
+    for (const p of router.panelsOf(sessionId)) (p as ChatPanel).post({ type: "stateChanged", sessionId } satisfies HostToWebview);
   }
 
   async function needSession(): Promise<string | undefined> {
@@ -292,10 +377,56 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     }
   }
 
+  /** The session a command acts on: the row's (context menu; a key in the Sessions view
+   * passes the focused row), else the active one (the palette). */
   function sessionOf(node: SessionNode | undefined): string | null {
     if (node?.kind === "session") return node.session.sessionId;
     if (node?.kind === "entry") return node.sessionId;
     return activeSession();
+  }
+
+  type EntryNode = Extract<SessionNode, { kind: "entry" }>;
+  /** The entry a command acts on: the row's (context menu, a key in the Sessions view), else
+   * one picked from the session's messages (the palette). */
+  async function entryOf(node: SessionNode | undefined, title: string): Promise<EntryNode | undefined> {
+    if (node?.kind === "entry") return node;
+    const sessionId = node?.kind === "session" ? node.session.sessionId : activeSession();
+    if (!sessionId) {
+      void vscode.window.showInformationMessage("Pi: no session yet — send a prompt in the chat first.");
+      return undefined;
+    }
+    const tree = (await host.request("agent/session/tree", { sessionId })) as { leafId: string | null; entries: TreeEntry[] };
+    const rows = branchRows(tree.entries, tree.leafId);
+    const items = tree.entries
+      .filter(shown)
+      .reverse()
+      .map((entry) => ({
+        label: `${rows.activePath.has(entry.id) ? "$(account)" : "$(git-branch)"} ${(entry.preview ?? entry.type).replace(/\s+/g, " ").trim().slice(0, 100) || entry.type}`,
+        description: [entry.label ? `🏷 ${entry.label}` : "", rows.leafRow === entry.id ? "● here" : rows.activePath.has(entry.id) ? "active branch" : ""].filter(Boolean).join(" · "),
+        detail: entry.timestamp ? new Date(entry.timestamp).toLocaleString() : undefined,
+        entry,
+      }));
+    if (items.length === 0) {
+      void vscode.window.showInformationMessage("Pi: the session has no messages yet.");
+      return undefined;
+    }
+    const pick = await vscode.window.showQuickPick(items, { title: `Pi: ${title}`, placeHolder: `${names.get(sessionId)} — newest first`, matchOnDescription: true });
+    if (!pick) return undefined;
+    return { kind: "entry", sessionId, entry: pick.entry, children: [], active: rows.activePath.has(pick.entry.id), leaf: rows.leafRow === pick.entry.id };
+  }
+
+  /** A session file picked from `agent/session/list` (for Open Session from the palette). */
+  async function pickSessionFile(title: string): Promise<string | undefined> {
+    const { sessions: list } = (await host.request("agent/session/list", {})) as { sessions: any[] };
+    if (list.length === 0) {
+      void vscode.window.showInformationMessage("Pi: no sessions yet.");
+      return undefined;
+    }
+    const pick = await vscode.window.showQuickPick(
+      list.map((s) => ({ label: s.name || oneLine(s.firstPrompt) || s.sessionId.slice(0, 8), description: `${relativeTime(s.lastActivity)} · ${s.entryCount} entries${s.open ? " · open" : ""}`, detail: s.sessionFile, file: s.sessionFile as string })),
+      { title: `Pi: ${title}`, matchOnDetail: true },
+    );
+    return pick?.file;
   }
 
   /** The leaf before the last rewind per session (`agent/session/rewind`'s `previousLeafId`). */
@@ -315,6 +446,23 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   }
 
   const commands: Record<string, (...args: any[]) => unknown> = {
+    /** A question notification's link (requests.ts): not in the palette. */
+    "pi.answerQuestion": (id: unknown, action: unknown) => (typeof id === "number" && typeof action === "string" ? questions.notificationAction(id, action) : undefined),
+    "pi.openAttention": async () => {
+      const list = flags.list();
+      if (list.length === 0) return;
+      let id: string | undefined = list[0].sessionId;
+      if (list.length > 1) {
+        const pick = await vscode.window.showQuickPick(
+          list.map((f) => ({ label: names.get(f.sessionId), description: f.reason, detail: f.message || undefined, id: f.sessionId })),
+          { title: "Pi: sessions that need you" },
+        );
+        id = pick?.id;
+      }
+      if (!id) return;
+      flags.seen(id);
+      await openInChatView(id, undefined, false);
+    },
     "pi.focusChat": async () => {
       await vscode.commands.executeCommand("pi.chat.focus");
       (await targetPanel())?.post({ type: "command", command: "focusComposer" });
@@ -343,23 +491,37 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     },
     "pi.selectModel": () =>
       guarded("model selection", async () => {
-        const { models } = (await host.request("agent/model/list", {})) as { models: any[] };
-        const pick = await vscode.window.showQuickPick(
-          models.map((m) => ({
-            label: m.name || m.id,
-            description: `${m.provider}/${m.id}`,
-            detail: `${m.contextWindow ? `${Math.round(m.contextWindow / 1000)}k context` : ""}${m.cost ? ` · $${m.cost.input}/$${m.cost.output} per M tokens` : ""}${m.reasoning ? " · reasoning" : ""}`,
-            model: m,
-          })),
-          { title: "Pi: model", placeHolder: "Model for the active session (or a new one)" },
-        );
+        const active = activeSession();
+        const [{ models }, st] = await Promise.all([
+          host.request("agent/model/list", {}) as Promise<{ models: any[] }>,
+          active ? (host.request("agent/state", { sessionId: active }).catch(() => undefined) as Promise<any>) : Promise.resolve(undefined),
+        ]);
+        const isCurrent = (m: any) => st?.model && m.provider === st.model.provider && m.id === st.model.id;
+        const items = models.map((m) => ({
+          label: `${isCurrent(m) ? "$(check) " : ""}${m.name || m.id}`,
+          description: `${m.provider}/${m.id}${isCurrent(m) ? " · current" : ""}`,
+          detail: [
+            m.contextWindow ? `${Math.round(m.contextWindow / 1000)}k context` : "",
+            m.cost && (m.cost.input || m.cost.output) ? `$${m.cost.input} / $${m.cost.output} per M tokens in / out` : "",
+            m.reasoning ? "thinking" : "",
+          ]
+            .filter(Boolean)
+            .join(" · "),
+          model: m,
+        }));
+        items.sort((a, b) => Number(isCurrent(b.model)) - Number(isCurrent(a.model)));
+        const pick = await vscode.window.showQuickPick(items, {
+          title: "Pi: model",
+          placeHolder: active ? `Model for ${names.get(active)}` : "Model of a new session",
+          matchOnDescription: true,
+        });
         if (!pick) return;
         const id = `${pick.model.provider}/${pick.model.id}`;
         const sessionId = activeSession();
         if (sessionId) {
           await host.request("agent/model/set", { sessionId, model: id });
           status.setModel(sessionId, pick.model.name || id, pick.model.contextWindow);
-          void host.request("agent/state", { sessionId }).catch(() => undefined);
+          stateChanged(sessionId);
         } else {
           const level = vscode.workspace.getConfiguration("pi").get<string>("thinkingLevel", "default");
           const st: any = await host.request("agent/session/new", { model: id, ...(level !== "default" ? { thinkingLevel: level } : {}) });
@@ -372,13 +534,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
         if (!sessionId) return;
         const st: any = await host.request("agent/state", { sessionId });
         const levels: string[] = st?.model?.thinkingLevels?.length ? st.model.thinkingLevels : ["off", "minimal", "low", "medium", "high", "xhigh"];
+        if (levels.length <= 1) {
+          void vscode.window.showInformationMessage(`Pi: ${st?.model?.name || st?.model?.id || "this model"} does not think (its only thinking level is "${levels[0] ?? "off"}"); choose a reasoning model to set one.`);
+          return;
+        }
         const level = await vscode.window.showQuickPick(
-          levels.map((l) => ({ label: l, description: l === st?.thinkingLevel ? "current" : undefined })),
-          { title: "Pi: thinking level" },
+          levels.map((l) => ({ label: `${l === st?.thinkingLevel ? "$(check) " : ""}${l}`, description: l === st?.thinkingLevel ? "current" : undefined, level: l })),
+          { title: `Pi: thinking level of ${st?.model?.name || st?.model?.id || "the model"}` },
         );
         if (!level) return;
-        const r: any = await host.request("agent/thinking/set", { sessionId, level: level.label });
-        if (r?.level !== level.label) void vscode.window.showInformationMessage(`Pi: thinking level is ${r?.level} (clamped to what the model supports).`);
+        const r: any = await host.request("agent/thinking/set", { sessionId, level: level.level });
+        stateChanged(sessionId);
+        if (r?.level !== level.level) void vscode.window.showInformationMessage(`Pi: thinking level is ${r?.level} (clamped to what the model supports).`);
       }),
     "pi.setApprovalPolicy": () =>
       guarded("approval policy", async () => {
@@ -395,6 +562,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
         const sessionId = activeSession();
         if (sessionId) {
           const r: any = await host.request("agent/permissions/set", { sessionId, approvalPolicy: pick.label === "default" ? null : pick.label });
+          stateChanged(sessionId);
           void vscode.window.showInformationMessage(`Pi: approval policy ${r?.approvalPolicy} for this session.`);
         } else {
           await vscode.workspace.getConfiguration("pi").update("approvalPolicy", pick.label, vscode.ConfigurationTarget.Workspace);
@@ -413,7 +581,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       const e = vscode.window.activeTextEditor;
       if (!e) return;
       const rel = vscode.workspace.asRelativePath(e.document.uri, false);
-      (await targetPanel())?.post({ type: "context", items: [{ kind: "file", label: path.basename(rel), text: `@${rel}`, path: rel }] });
+      (await targetPanel())?.post({ type: "context", items: [{ kind: "file", label: path.basename(rel), text: fileContext(e.document), path: rel }] });
     },
     "pi.addDiagnostics": async () => {
       const e = vscode.window.activeTextEditor;
@@ -459,33 +627,38 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     "pi.sessions.refresh": () => sessions.refresh(),
     "pi.session.open": (node?: SessionNode) =>
       guarded("opening the session", async () => {
-        if (node?.kind !== "session") return;
-        const st: any = await host.request("agent/session/open", { path: node.session.sessionFile });
+        if (node?.kind === "entry" || node?.kind === "group") return;
+        const file = node?.kind === "session" ? node.session.sessionFile : await pickSessionFile("open a session");
+        if (!file) return;
+        const st: any = await host.request("agent/session/open", { path: file });
         await openInChatView(st.sessionId);
         sessions.refresh();
       }),
     "pi.session.branchHere": (node?: SessionNode) =>
       guarded("branching", async () => {
-        if (node?.kind !== "entry") return;
-        const r: any = await host.request("agent/session/branch", { sessionId: node.sessionId, entryId: node.entry.id });
-        await openInChatView(node.sessionId, r?.editorText);
+        const e = await entryOf(node, "branch here (the next prompt continues from this message)");
+        if (!e) return;
+        const r: any = await host.request("agent/session/branch", { sessionId: e.sessionId, entryId: e.entry.id });
+        await openInChatView(e.sessionId, r?.editorText);
         sessions.refresh();
       }),
     "pi.session.branchWithSummary": (node?: SessionNode) =>
       guarded("branching with a summary", async () => {
-        if (node?.kind !== "entry") return;
+        const e = await entryOf(node, "branch here with a summary of the branch left");
+        if (!e) return;
         const customInstructions = await vscode.window.showInputBox({ prompt: "Instructions for the branch summary (optional)" });
         if (customInstructions === undefined) return;
         const r: any = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "Pi: summarising the branch" }, () =>
-          host.request("agent/session/branch", { sessionId: node.sessionId, entryId: node.entry.id, summarize: true, ...(customInstructions ? { customInstructions } : {}) }),
+          host.request("agent/session/branch", { sessionId: e.sessionId, entryId: e.entry.id, summarize: true, ...(customInstructions ? { customInstructions } : {}) }),
         );
-        await openInChatView(node.sessionId, r?.editorText);
+        await openInChatView(e.sessionId, r?.editorText);
         sessions.refresh();
       }),
     "pi.session.fork": (node?: SessionNode) =>
       guarded("forking", async () => {
-        if (node?.kind !== "entry") return;
-        const r: any = await host.request("agent/session/fork", { sessionId: node.sessionId, entryId: node.entry.id });
+        const e = await entryOf(node, "fork a new session from this message");
+        if (!e) return;
+        const r: any = await host.request("agent/session/fork", { sessionId: e.sessionId, entryId: e.entry.id });
         await openInChatView(r.session.sessionId, r.text);
         sessions.refresh();
       }),
@@ -499,19 +672,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       }),
     "pi.session.label": (node?: SessionNode) =>
       guarded("labelling", async () => {
-        if (node?.kind !== "entry") return;
-        const label = await vscode.window.showInputBox({ prompt: "Label (empty clears it)", value: node.entry.label ?? "" });
+        const e = await entryOf(node, "label an entry");
+        if (!e) return;
+        const label = await vscode.window.showInputBox({ prompt: "Label (empty clears it)", value: e.entry.label ?? "" });
         if (label === undefined) return;
-        await host.request("agent/session/label", { sessionId: node.sessionId, entryId: node.entry.id, label });
+        await host.request("agent/session/label", { sessionId: e.sessionId, entryId: e.entry.id, label });
         sessions.refresh();
       }),
     "pi.session.rename": (node?: SessionNode) =>
       guarded("renaming", async () => {
         const sessionId = sessionOf(node);
         if (!sessionId) return;
-        const name = await vscode.window.showInputBox({ prompt: "Session name", value: node?.kind === "session" ? (node.session.name ?? "") : "" });
+        const name = await vscode.window.showInputBox({ prompt: "Session name", value: node?.kind === "session" ? (node.session.name ?? "") : names.get(sessionId) });
         if (!name) return;
         await host.request("agent/session/name", { sessionId, name });
+        stateChanged(sessionId);
         sessions.refresh();
       }),
     "pi.session.export": (node?: SessionNode) =>
@@ -532,13 +707,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       }),
     "pi.session.rewind": (node?: SessionNode) =>
       guarded("rewinding", async () => {
-        if (node?.kind !== "entry") return;
-        const r: any = await rewind(node.sessionId, node.entry.id);
+        const e = await entryOf(node, "rewind to before this message (reverts the agent's later file changes)");
+        if (!e) return;
+        node = e;
+        const r: any = await rewind(e.sessionId, e.entry.id);
         if (!r) return;
-        lastRewind.set(node.sessionId, r.previousLeafId);
+        lastRewind.set(e.sessionId, r.previousLeafId);
         const files: any[] = r.files ?? [];
         const summary = files.map((f) => `${f.path} ${f.status}${f.reason ? ` (${f.reason})` : ""}`).join(", ") || "no file changes";
-        await openInChatView(node.sessionId);
+        await openInChatView(e.sessionId);
         sessions.refresh();
         const undo = await vscode.window.showInformationMessage(`Pi: rewound — ${summary}.`, "Undo Rewind");
         if (undo) await commands["pi.session.undoRewind"](node);
@@ -563,7 +740,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     "pi.changes.undoFile": (node?: any) => changes.undoFile(node),
     "pi.changes.openDiff": (node?: any) => changes.openDiff(node),
   };
-  for (const [id, fn] of Object.entries(commands)) context.subscriptions.push(vscode.commands.registerCommand(id, fn));
+  for (const [id, fn] of Object.entries(commands)) {
+    // Keys in the Sessions view (package.json: `args: {fromSessionsView: true}`) act on the
+    // view's selected row: VS Code passes a tree's row to its context menu's commands, not to
+    // a key's.
+    const run = (...args: any[]) => fn(...(args[0]?.fromSessionsView === true ? [sessionsTree.selection[0]] : args));
+    context.subscriptions.push(vscode.commands.registerCommand(id, run));
+  }
 
   context.subscriptions.push(
     vscode.workspace.onDidGrantWorkspaceTrust(() => void commands["pi.restartServer"]()),
@@ -581,19 +764,32 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   const api = {
     state: () => ({
       activeSession: activeSession(),
-      panels: [...panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts, notes: p.batcher.notes, maxPostsPerSecond: p.batcher.maxPostsPerSecond, postCpuMs: p.postCpuMs })),
+      panels: [...panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts, notes: p.batcher.notes, notesPosted: p.batcher.notesPosted, packedPosts: p.batcher.packedPosts, packedBytes: p.batcher.packedBytes, paused: p.batcher.paused, maxPostsPerSecond: p.batcher.maxPostsPerSecond, postCpuMs: p.postCpuMs })),
       changedFiles: changes.changedFiles(),
+      typing: { ...changes.typing },
       status: status.text,
+      flag: status.flagText,
+      activeStatus: activeSession() ? status.get(activeSession()!) : null,
       notesRelayed,
       hostCpuMs,
+      cpuClock,
+      cpuCallMs: cpuNowCost(),
     }),
   };
   context.subscriptions.push(vscode.commands.registerCommand("pi._debugState", () => api.state()));
+  if (process.env.PI_VSCODE_STATS) {
+    // Tests read the figures at any time, not only after a run.
+    const timer = setInterval(writeStats, 500);
+    context.subscriptions.push({ dispose: () => clearInterval(timer) });
+  }
   /** With `PI_VSCODE_STATS=<file>` in the environment, the state is written there after every
    * run (the e2e test reads the relay's figures from it). */
   function writeStats(): void {
     try {
-      fs.writeFileSync(process.env.PI_VSCODE_STATS!, JSON.stringify(api.state()));
+      // Whole or not at all (the test reads it at any time): a temp file renamed over it.
+      const file = process.env.PI_VSCODE_STATS!;
+      fs.writeFileSync(`${file}.tmp`, JSON.stringify(api.state()));
+      fs.renameSync(`${file}.tmp`, file);
     } catch (e) {
       output.warn(`stats: ${String(e)}`);
     }
@@ -602,5 +798,25 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
 }
 
 export async function deactivate(): Promise<void> {
-  await stopClient?.();
+  // The server first (it ends a run and writes what it has), the review state meanwhile.
+  await Promise.all([stopClient?.(), Promise.resolve(saveReviewNow?.()).catch(() => undefined)]);
+}
+
+function oneLine(s: string | undefined): string {
+  return (s ?? "").replace(/\s+/g, " ").trim().slice(0, 80);
+}
+
+/** At most this many characters of a file go into the prompt as context (the rest: the agent's
+ * read tool). */
+export const FILE_CONTEXT_CHARS = 100_000;
+
+/** The text of a document attached as context: the buffer as it is (unsaved changes too), cut
+ * at {@link FILE_CONTEXT_CHARS} on a line end with a note of what is left out. */
+export function fileContext(doc: { getText(): string; lineCount: number }): string {
+  const text = doc.getText();
+  if (text.length <= FILE_CONTEXT_CHARS) return text;
+  let cut = text.lastIndexOf("\n", FILE_CONTEXT_CHARS);
+  if (cut <= 0) cut = FILE_CONTEXT_CHARS;
+  const shownLines = text.slice(0, cut).split("\n").length;
+  return `${text.slice(0, cut)}\n… (${doc.lineCount - shownLines} more lines not included: read the file for them)`;
 }

@@ -52,15 +52,113 @@ export interface Replacement {
   text: string;
 }
 
+/**
+ * A text changed by small replacements without rebuilding the whole string for each one
+ * (typing in a large file under review: a keystroke costs O(pieces), not O(file)): the text is
+ * a list of pieces — slices of earlier texts (O(1) in V8) and inserted strings — joined only when
+ * the whole text is read. At most {@link PieceText.MAX_PIECES} pieces are kept.
+ */
+export class PieceText {
+  static readonly MAX_PIECES = 256;
+  private pieces: string[];
+  private flat: string | undefined;
+  /** Length in UTF-16 code units. */
+  length: number;
+
+  constructor(text: string) {
+    this.pieces = [text];
+    this.flat = text;
+    this.length = text.length;
+  }
+
+  /** The whole text (joined once, then kept until the next change). */
+  toString(): string {
+    if (this.flat === undefined) {
+      this.flat = this.pieces.join("");
+      this.pieces = [this.flat];
+    }
+    return this.flat;
+  }
+
+  /** `[start, end)` of the text, without joining the whole of it. */
+  slice(start: number, end: number): string {
+    if (this.flat !== undefined) return this.flat.slice(start, end);
+    let out = "";
+    let at = 0;
+    for (const p of this.pieces) {
+      const pe = at + p.length;
+      if (pe > start && at < end) out += p.slice(Math.max(0, start - at), Math.min(p.length, end - at));
+      if (pe >= end) break;
+      at = pe;
+    }
+    return out;
+  }
+
+  /** Replaces `[offset, offset + length)` with `text`. */
+  replace(offset: number, length: number, text: string): void {
+    if (this.flat !== undefined && this.flat.length < 4096) {
+      this.flat = this.flat.slice(0, offset) + text + this.flat.slice(offset + length);
+      this.pieces = [this.flat];
+      this.length = this.flat.length;
+      return;
+    }
+    const ps = this.pieces;
+    // The piece holding `offset` (an offset at a piece's end belongs to it: typing on goes on
+    // extending the same short piece).
+    let i = 0;
+    let at = 0;
+    while (i < ps.length - 1 && at + ps[i].length < offset) at += ps[i++].length;
+    const left = ps[i].slice(0, offset - at);
+    // Consume `length` characters from `offset` on.
+    let j = i;
+    let jat = at;
+    const end = offset + length;
+    while (j < ps.length - 1 && jat + ps[j].length < end) jat += ps[j++].length;
+    const right = ps[j].slice(end - jat);
+    const middle: string[] = [];
+    if (left.length > 0 && left.length < 64) middle.push(left + text);
+    else {
+      if (left.length > 0) middle.push(left);
+      if (text.length > 0) middle.push(text);
+    }
+    if (right.length > 0) middle.push(right);
+    ps.splice(i, j - i + 1, ...middle);
+    if (ps.length === 0) ps.push("");
+    this.length += text.length - length;
+    this.flat = undefined;
+    if (ps.length > PieceText.MAX_PIECES) this.toString();
+  }
+}
+
 export class FileChanges {
   private cached: Hunk[] | undefined;
   /** Tool calls whose edits landed in this file, oldest first. */
   readonly toolCallIds: string[] = [];
+  private baseText: PieceText;
+  private currentText: PieceText;
 
-  constructor(
-    public base: string,
-    public current: string,
-  ) {}
+  constructor(base: string, current: string) {
+    this.baseText = new PieceText(base);
+    this.currentText = new PieceText(current);
+  }
+
+  /** The file as it would be without the agent's edits still under review. */
+  get base(): string {
+    return this.baseText.toString();
+  }
+
+  set base(text: string) {
+    this.baseText = new PieceText(text);
+  }
+
+  /** The buffer as it is now. */
+  get current(): string {
+    return this.currentText.toString();
+  }
+
+  set current(text: string) {
+    this.currentText = new PieceText(text);
+  }
 
   /** Starts tracking a file at an agent edit `before → after`. */
   static fromAgentEdit(before: string, after: string, toolCallId?: string): FileChanges {
@@ -76,6 +174,12 @@ export class FileChanges {
     this.current = after;
     this.cached = undefined;
     if (toolCallId && !this.toolCallIds.includes(toolCallId)) this.toolCallIds.push(toolCallId);
+  }
+
+  /** The document is `text` now (a reload found it so): any difference from `current` is the
+   * user's (never a hunk). */
+  resync(text: string): void {
+    if (text !== this.current) this.userReplace(text);
   }
 
   /** The hunks `base → current`, in order. */
@@ -172,13 +276,19 @@ export class FileChanges {
   }
 
   /** The user (or an Undo) changed the document: `changes` as one VS Code event gives them
-   * (non-overlapping, each against the text before the event). */
-  userChanges(changes: readonly TextChange[]): void {
-    const sorted = [...changes].sort((a, b) => b.offset - a.offset);
-    for (const c of sorted) this.userChange(c);
+   * (non-overlapping, each against the text before the event). Returns whether the hunks
+   * changed other than by moving with the text (then the review UI must be redrawn; when they
+   * only moved, VS Code's decorations and CodeLenses move with the text by themselves). */
+  userChanges(changes: readonly TextChange[]): boolean {
+    const sorted = changes.length > 1 ? [...changes].sort((a, b) => b.offset - a.offset) : changes;
+    let reshaped = false;
+    for (const c of sorted) if (this.userChange(c)) reshaped = true;
+    return reshaped;
   }
 
-  private userChange(c: TextChange): void {
+  /** Applies one change; true when the hunks changed other than by moving (a hunk kept, or
+   * they must be diffed again), false when they only moved with the text. */
+  private userChange(c: TextChange): boolean {
     // Keep every hunk the change touches: the user took over those lines.
     const touched = this.hunks().filter((h) => touches(h, c));
     for (const h of [...touched].reverse()) {
@@ -193,9 +303,9 @@ export class FileChanges {
       else break;
     }
     const b = c.offset + delta;
-    const removed = this.current.slice(c.offset, c.offset + c.length);
-    this.base = this.base.slice(0, b) + c.text + this.base.slice(b + c.length);
-    this.current = this.current.slice(0, c.offset) + c.text + this.current.slice(c.offset + c.length);
+    const removed = c.length > 0 ? this.currentText.slice(c.offset, c.offset + c.length) : "";
+    this.baseText.replace(b, c.length, c.text);
+    this.currentText.replace(c.offset, c.length, c.text);
     if (shifted) {
       // Both texts changed alike outside every hunk: the hunks after it only move (no new diff;
       // typing stays cheap in large files).
@@ -207,7 +317,10 @@ export class FileChanges {
           ? { ...h, start: h.start + d, end: h.end + d, baseStart: h.baseStart + d, baseEnd: h.baseEnd + d, startLine: h.startLine + lines }
           : h,
       );
-    } else this.cached = undefined;
+      return false;
+    }
+    this.cached = undefined;
+    return true;
   }
 
   private userReplace(text: string): void {
@@ -216,7 +329,7 @@ export class FileChanges {
     const suffix = commonSuffix(this.current.slice(prefix), text.slice(prefix));
     this.userChange({
       offset: prefix,
-      length: this.current.length - prefix - suffix,
+      length: this.currentText.length - prefix - suffix,
       text: text.slice(prefix, text.length - suffix),
     });
   }

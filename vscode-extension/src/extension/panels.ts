@@ -10,7 +10,7 @@ import * as fs from "node:fs";
 import * as vscode from "vscode";
 import type { HostToWebview, WebviewToHost } from "../shared/messages";
 import { webviewHtml } from "../webview/html";
-import { Batcher, type Note, type RouteTarget } from "./relay";
+import { Batcher, cpuNow, type Note, type RouteTarget } from "./relay";
 
 /** What a panel needs from the extension. */
 export interface PanelHost {
@@ -54,10 +54,12 @@ export class ChatPanel implements RouteTarget {
     this.sessionId = initialSession;
     this.batcher = new Batcher((m) => {
       this.posted++;
-      const t0 = performance.now();
+      const t0 = cpuNow();
       void this.webview.postMessage(m);
-      this.postCpuMs += performance.now() - t0;
+      this.postCpuMs += cpuNow() - t0;
     });
+    this.batcher.onOverflow = () => this.sendInit();
+    if (!isVisible()) this.batcher.pause();
     webview.options = { enableScripts: true, localResourceRoots: [vscode.Uri.joinPath(host.extensionUri, "dist"), vscode.Uri.joinPath(host.extensionUri, "resources")] };
     webview.html = html(webview, host.extensionUri);
     this.subs.push(webview.onDidReceiveMessage((m: WebviewToHost) => this.onMessage(m)));
@@ -65,6 +67,13 @@ export class ChatPanel implements RouteTarget {
 
   get visible(): boolean {
     return this.isVisible();
+  }
+
+  /** The view or panel was shown or hidden: a hidden panel gets nothing posted; what comes
+   * meanwhile waits, coalesced, and is posted in one go when it is shown again. */
+  visibilityChanged(): void {
+    if (this.isVisible()) this.batcher.resume();
+    else this.batcher.pause();
   }
 
   get ready(): boolean {
@@ -102,6 +111,7 @@ export class ChatPanel implements RouteTarget {
     switch (m.type) {
       case "ready":
         this.isReady = true;
+        this.batcher.packing = Array.isArray(m.accepts) && m.accepts.includes("packed");
         this.host.attach(this, this.sessionId);
         this.sendInit();
         return;

@@ -4,10 +4,11 @@
  *
  * - {@link Batcher}: collects notifications for one panel and posts them as one
  *   `{type: "notifications", items}` message, at most once per {@link MIN_POST_INTERVAL_MS}
- *   (≤ 60 posts per second, CLIENTS.md VP7), never reordered. Anything else posted to the panel
- *   (responses, server requests) goes after the notifications waiting before it, in the same
- *   window, and counts against the rate, so the panel sees messages in arrival order and never
- *   more than 60 posts in a second.
+ *   (≤ 60 posts per second, CLIENTS.md VP7), never reordered; merges consecutive deltas while
+ *   they wait, holds everything while the panel is hidden, and serialises once (`packed`) when
+ *   the webview accepts it. Anything else posted to the panel (responses, server requests) goes
+ *   after the notifications waiting before it, in the same window, and counts against the rate,
+ *   so the panel sees messages in arrival order and never more than 60 posts in a second.
  * - {@link Router}: which panels show which session (`sessionId` of every notification), plus a
  *   short backlog of notifications of sessions no panel shows yet, handed to the panel that
  *   created the session when it attaches (a new session's first events can arrive before the
@@ -25,6 +26,34 @@ export interface Note {
  * panel's requests, server questions — that may come during a stream). */
 export const MIN_POST_INTERVAL_MS = 18;
 
+/** CPU time of the calling thread in ms (`process.threadCpuUsage`, Node ≥ 23.9: VS Code's
+ * extension host on Node 22 lacks it, code-server 4.139 on Node 24 has it), else wall time
+ * (`performance.now()`). Host figures are measured with it: wall time around a few microseconds
+ * of work counts every preemption on a loaded machine. */
+export const cpuNow: () => number =
+  typeof (process as any).threadCpuUsage === "function"
+    ? () => {
+        const u = (process as any).threadCpuUsage();
+        return (u.user + u.system) / 1000;
+      }
+    : () => performance.now();
+
+/** What one {@link cpuNow} call costs, in ms (mean of 2,000 calls, measured once on first use):
+ * a figure summed over N measured sections includes about N calls' worth of the clock itself. */
+export function cpuNowCost(): number {
+  if (cpuCallMs === undefined) {
+    const n = 2000;
+    const t0 = cpuNow();
+    for (let i = 0; i < n; i++) cpuNow();
+    cpuCallMs = (cpuNow() - t0) / (n + 1);
+  }
+  return cpuCallMs;
+}
+let cpuCallMs: number | undefined;
+
+/** Which clock {@link cpuNow} reads. */
+export const cpuClock: "thread" | "wall" = typeof (process as any).threadCpuUsage === "function" ? "thread" : "wall";
+
 /** Timer functions, injectable for tests. */
 export interface Clock {
   now(): number;
@@ -38,16 +67,83 @@ export const realClock: Clock = {
   clearTimeout: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
 };
 
-/** Batches notifications for one panel; `post` receives each outgoing message. */
+/** A lone notification batch with fewer items than this is posted as an object; anything
+ * bigger, and every other message, is posted packed when the webview accepts it (see
+ * {@link Batcher.packing}). Measured with VS Code's own serialisation (test/host/bench.ts):
+ * packing costs about the same for 1–3 notifications and halves the cost from 8 up. */
+export const PACK_MIN_ITEMS = 4;
+
+/** A hidden panel keeps at most this many (coalesced) notifications; past it they are dropped
+ * and the panel is told to reload its session when it is shown again ({@link Batcher.onOverflow}). */
+export const HIDDEN_BACKLOG_MAX = 20_000;
+
+const encoder = new TextEncoder();
+
+/** Whether `a` (pending) and `b` (new) are consecutive deltas of one content block:
+ * `text_delta` / `thinking_delta` / `toolcall_delta` of the same session, run and
+ * `contentIndex`. The server sends only the newest fragment (docs/protocol.md "agent/event"),
+ * so their `delta`s concatenated are the same update (the webview's reducer is tested to give
+ * the same model for any re-chunking of the deltas). */
+function sameDeltaRun(a: Note, b: Note): boolean {
+  if (a.method !== "agent/event" || b.method !== "agent/event") return false;
+  const ea = a.params?.event;
+  const eb = b.params?.event;
+  if (ea?.type !== "message_update" || eb?.type !== "message_update") return false;
+  const da = ea.assistantMessageEvent;
+  const db = eb.assistantMessageEvent;
+  if (!da || !db || da.type !== db.type || da.contentIndex !== db.contentIndex) return false;
+  if (da.type !== "text_delta" && da.type !== "thinking_delta" && da.type !== "toolcall_delta") return false;
+  if (typeof da.delta !== "string" || typeof db.delta !== "string") return false;
+  return a.params.sessionId === b.params.sessionId && a.params.runId === b.params.runId;
+}
+
+/** The tool call id of a `tool_execution_update` notification, else undefined. Its
+ * `partialResult` is the whole output so far (not a fragment), so a later update of the same
+ * call replaces an earlier one that was not posted yet. */
+function toolUpdateId(n: Note): string | undefined {
+  if (n.method !== "agent/event") return undefined;
+  const ev = n.params?.event;
+  return ev?.type === "tool_execution_update" && typeof ev.toolCallId === "string" ? ev.toolCallId : undefined;
+}
+
+/**
+ * Batches notifications for one panel; `post` receives each outgoing message.
+ *
+ * - At most one post per `interval` ms (≤ 60 per second), in arrival order.
+ * - Coalescing while a notification waits: consecutive deltas of one content block become one
+ *   delta ({@link sameDeltaRun}), and a tool's newer `tool_execution_update` replaces its older
+ *   one. Notifications are shared by every panel on the session, so a merged one is a copy.
+ * - Paused (the panel is hidden): nothing is posted; notifications wait, coalesced, and go in
+ *   one post when it is resumed. Another message ({@link direct}) posts everything waiting at
+ *   once, so order holds. Past {@link HIDDEN_BACKLOG_MAX} the backlog is dropped and
+ *   {@link onOverflow} is called on resume instead.
+ * - Packing ({@link packing}, when the webview accepts `packed`): what one post carries — a
+ *   notification batch and the messages after it — goes as one `{type: "packed", json}` whose
+ *   `json` is the UTF-8 JSON text of the message array: serialised once, here, without VS Code's
+ *   per-value replacer walk.
+ */
 export class Batcher {
   private items: Note[] = [];
   private others: unknown[] = [];
+  /** Merged copies made by this batcher (safe to extend in place). */
+  private readonly owned = new WeakSet<Note>();
   private timer: unknown = undefined;
   private lastPost = -Infinity;
+  private isPaused = false;
+  private overflowed = false;
+  /** Post packed messages (set when the webview's `ready` lists `packed`). */
+  packing = false;
+  /** Called on resume when a hidden backlog overflowed (the panel reloads its session). */
+  onOverflow: () => void = () => {};
   /** Posts made so far (notification batches and direct posts). */
   posts = 0;
-  /** Notifications posted so far. */
+  /** Notifications pushed so far. */
   notes = 0;
+  /** Notifications posted so far (after coalescing). */
+  notesPosted = 0;
+  /** Packed posts and the bytes they carried. */
+  packedPosts = 0;
+  packedBytes = 0;
   /** The most posts seen in any one-second window so far (VP7 says ≤ 60). */
   maxPostsPerSecond = 0;
   private recent: number[] = [];
@@ -58,10 +154,49 @@ export class Batcher {
     private readonly interval = MIN_POST_INTERVAL_MS,
   ) {}
 
-  /** Queues one notification; it is posted in the next window. */
+  /** Queues one notification; it is posted in the next window (or on resume). */
   push(note: Note): void {
-    this.items.push(note);
-    this.schedule();
+    this.notes++;
+    if (!this.coalesce(note)) {
+      if (this.isPaused && this.items.length >= HIDDEN_BACKLOG_MAX) {
+        this.items = [];
+        this.overflowed = true;
+      }
+      if (!this.overflowed || !this.isPaused) this.items.push(note);
+    }
+    if (!this.isPaused) this.schedule();
+  }
+
+  /** Merges `note` into what waits; true when nothing is left to append. */
+  private coalesce(note: Note): boolean {
+    const n = this.items.length;
+    if (n === 0) return false;
+    const last = this.items[n - 1];
+    if (sameDeltaRun(last, note)) {
+      let merged = last;
+      if (!this.owned.has(last)) {
+        const ev = last.params.event;
+        merged = { method: last.method, params: { ...last.params, event: { ...ev, assistantMessageEvent: { ...ev.assistantMessageEvent } } } };
+        this.owned.add(merged);
+        this.items[n - 1] = merged;
+      }
+      merged.params.event.assistantMessageEvent.delta += note.params.event.assistantMessageEvent.delta;
+      return true;
+    }
+    const id = toolUpdateId(note);
+    if (id !== undefined) {
+      // Back over other tools' updates only: anything else between keeps its place.
+      for (let i = n - 1; i >= 0; i--) {
+        const other = toolUpdateId(this.items[i]);
+        if (other === undefined) break;
+        if (other === id) {
+          this.items.splice(i, 1);
+          this.items.push(note);
+          return true;
+        }
+      }
+    }
+    return false;
   }
 
   /** Posts what is waiting now (notifications first, then other messages, in order). */
@@ -74,33 +209,68 @@ export class Batcher {
     const others = this.others;
     this.items = [];
     this.others = [];
-    let sent = 0;
+    const messages: unknown[] = [];
     if (items.length) {
-      this.notes += items.length;
-      this.send({ type: "notifications", items });
-      sent++;
+      this.notesPosted += items.length;
+      messages.push({ type: "notifications", items });
     }
-    for (const m of others) {
-      this.send(m);
-      sent++;
+    for (const m of others) messages.push(m);
+    if (messages.length === 0) return;
+    if (this.packing && (messages.length > 1 || others.length > 0 || items.length >= PACK_MIN_ITEMS)) {
+      this.sendPacked(messages);
+      return;
     }
+    for (const m of messages) this.send(m);
     // Several posts at once use up as many windows: the next post waits for them.
-    if (sent > 1) this.lastPost += (sent - 1) * this.interval;
+    if (messages.length > 1) this.lastPost += (messages.length - 1) * this.interval;
   }
 
   /** Posts another message (a response, a server question) after the notifications waiting
-   * before it: at once when the panel's window is free, else with them in the next window. */
+   * before it: at once when the panel's window is free or it is paused (with everything
+   * waiting), else with them in the next window. */
   direct(message: unknown): void {
+    if (this.isPaused) {
+      this.others.push(message);
+      this.flush();
+      return;
+    }
     if (this.items.length === 0 && this.others.length === 0 && this.clock.now() >= this.lastPost + this.interval) {
-      this.send(message);
+      if (this.packing) this.sendPacked([message]);
+      else this.send(message);
       return;
     }
     this.others.push(message);
     this.schedule();
   }
 
+  /** The panel is hidden: keep notifications until {@link resume}. */
+  pause(): void {
+    if (this.isPaused) return;
+    this.isPaused = true;
+    if (this.timer !== undefined) {
+      this.clock.clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+  }
+
+  /** The panel is shown: post the backlog in one go (or ask for a reload after an overflow). */
+  resume(): void {
+    if (!this.isPaused) return;
+    this.isPaused = false;
+    if (this.overflowed) {
+      this.overflowed = false;
+      this.items = [];
+      this.onOverflow();
+    }
+    this.flush();
+  }
+
+  get paused(): boolean {
+    return this.isPaused;
+  }
+
   private schedule(): void {
-    if (this.timer !== undefined) return;
+    if (this.timer !== undefined || this.isPaused) return;
     const wait = Math.max(0, this.lastPost + this.interval - this.clock.now());
     this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
@@ -108,7 +278,7 @@ export class Batcher {
     }, wait);
   }
 
-  /** Notifications waiting for the next post. */
+  /** Messages waiting for the next post. */
   get pending(): number {
     return this.items.length + this.others.length;
   }
@@ -118,6 +288,13 @@ export class Batcher {
     this.timer = undefined;
     this.items = [];
     this.others = [];
+  }
+
+  private sendPacked(messages: unknown[]): void {
+    const json = encoder.encode(JSON.stringify(messages));
+    this.packedPosts++;
+    this.packedBytes += json.byteLength;
+    this.send({ type: "packed", json });
   }
 
   private send(message: unknown): void {
@@ -162,7 +339,9 @@ export class Router {
 
   /** Panels showing `sessionId`. */
   panelsOf(sessionId: string): RouteTarget[] {
-    return [...this.targets].filter((t) => t.sessionId === sessionId);
+    const out: RouteTarget[] = [];
+    for (const t of this.targets) if (t.sessionId === sessionId) out.push(t);
+    return out;
   }
 
   /** Delivers a notification to every panel on its session, or keeps it in the backlog.
@@ -173,10 +352,14 @@ export class Router {
       for (const t of this.targets) t.deliver(note);
       return this.targets.size;
     }
-    const panels = this.panelsOf(sessionId);
-    for (const t of panels) t.deliver(note);
-    if (panels.length === 0) this.keep(sessionId, note);
-    return panels.length;
+    let n = 0;
+    for (const t of this.targets) {
+      if (t.sessionId !== sessionId) continue;
+      t.deliver(note);
+      n++;
+    }
+    if (n === 0) this.keep(sessionId, note);
+    return n;
   }
 
   /** Attaches `target` to `sessionId`. A panel that was waiting for its new session first

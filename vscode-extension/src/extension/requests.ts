@@ -3,8 +3,9 @@
  * chat panel attached to the asking session; when none of them is visible, also as a VS Code
  * notification with the same actions (CLIENTS.md VF4, VF11). The first answer wins; the other
  * places are told `serverRequestDone`. A `$/cancelRequest` (e.g. after an abort) withdraws the
- * question everywhere. Notifications never move focus; a quick pick or input box opens only
- * after the user clicks the notification's button.
+ * question everywhere. A question asked while a panel showed it gets its notification when
+ * that panel is hidden. Notifications stay while the question is open and never move focus; a
+ * quick pick or input box opens only after the user clicks the notification's link.
  */
 import * as vscode from "vscode";
 
@@ -21,11 +22,15 @@ interface Pending {
   sessionId: string;
   resolve(result: unknown): void;
   done: boolean;
+  /** Its notification was shown. */
+  notified?: boolean;
+  /** Closes its notification (set while it shows). */
+  closeNotification?: () => void;
 }
 
 /** The answer that withdraws a question (never runs anything). */
-function cancelledAnswer(method: string): unknown {
-  return method === "agent/requestPermission" ? { decision: "reject", reason: "cancelled" } : { cancelled: true };
+function cancelledAnswer(method: string, reason = "cancelled"): unknown {
+  return method === "agent/requestPermission" ? { decision: "reject", reason } : { cancelled: true };
 }
 
 export class ServerQuestions {
@@ -74,70 +79,118 @@ export class ServerQuestions {
     q.done = true;
     this.pending.delete(id);
     q.resolve(result);
+    q.closeNotification?.();
     for (const p of this.panels.panelsOf(q.sessionId)) if (p !== from) p.post({ type: "serverRequestDone", requestId: id, reason });
     this.onChange(q.sessionId, this.openCount(q.sessionId));
   }
 
-  private async notify(q: Pending): Promise<void> {
+  /** A panel on `sessionId` was hidden or closed: questions of it no visible panel shows now
+   * get their notification (a question asked while the panel was in view, then hidden).
+   * Returns what the first of them asks (for the attention flag), if any. */
+  visibilityChanged(sessionId: string | null): { reason: "permission" | "question"; message: string } | undefined {
+    if (!sessionId) return undefined;
+    if (this.panels.panelsOf(sessionId).some((p) => p.visible)) return undefined;
+    let first: { reason: "permission" | "question"; message: string } | undefined;
+    for (const q of this.pending.values()) {
+      if (q.sessionId !== sessionId || q.done || q.notified) continue;
+      void this.notify(q);
+      first ??= q.method === "agent/requestPermission" ? { reason: "permission", message: `pi wants to ${q.params?.change ? `edit ${q.params.change.path}` : `call ${q.params?.tool}`}` } : { reason: "question", message: `${q.params?.extension ?? "extension"}: ${q.params?.title ?? ""}` };
+    }
+    return first;
+  }
+
+  /** A notification's link was clicked (`pi.answerQuestion`, id and action key). */
+  async notificationAction(id: number, action: string): Promise<void> {
+    const q = this.pending.get(id);
+    if (!q || q.done) return;
     try {
-      const answer = q.method === "agent/requestPermission" ? await this.notifyPermission(q) : await this.notifyUi(q);
+      const answer = q.method === "agent/requestPermission" ? await this.permissionAction(q, action) : await this.uiAction(q, action);
       if (answer !== undefined) this.finish(q.id, answer, "answered");
     } catch (e) {
       this.log.error(`question ${q.id}: ${String(e)}`);
     }
   }
 
-  private async notifyPermission(q: Pending): Promise<unknown> {
+  /**
+   * The notification of a question: a progress notification, so it stays on screen for as long
+   * as the question is open (VS Code hides an extension's ordinary notification after a few
+   * seconds; one with progress stays), its answers as links in the message (`pi.answerQuestion`
+   * command links; never a dialog, never a focus change). Cancel only closes it: the question
+   * stays open in the panel (with no panel on the session, a permission is rejected).
+   */
+  private async notify(q: Pending): Promise<void> {
+    q.notified = true;
     const p = q.params;
-    const scopes: string[] = p.alwaysScopes ?? [];
-    const what = p.change ? `edit ${p.change.path}` : p.tool === "bash" ? `run \`${p.arguments?.command ?? ""}\`` : `call ${p.tool}`;
-    const actions = ["Allow", ...(scopes.includes("session") ? ["Allow for Session"] : []), ...(scopes.includes("workspace") ? ["Allow in Workspace"] : []), "Reject"];
-    if (p.change) actions.push("Show Diff");
-    for (;;) {
-      const choice = await vscode.window.showWarningMessage(`Pi wants to ${what}. ${p.reason ?? ""}`, ...actions);
-      if (q.done) return undefined;
-      switch (choice) {
-        case "Allow":
-          return { decision: "allow" };
-        case "Allow for Session":
-          return { decision: "allowAlways", scope: "session" };
-        case "Allow in Workspace":
-          return { decision: "allowAlways", scope: "workspace" };
-        case "Show Diff":
-          await this.openDiff(p.toolCallId, p.change.path);
-          continue;
-        case "Reject": {
-          const reason = await vscode.window.showInputBox({ prompt: "Reason for rejecting (optional; the model reads it)", ignoreFocusOut: true });
-          return reason ? { decision: "reject", reason } : { decision: "reject" };
-        }
-        default:
-          // Dismissed: the question stays open in the panel (when one shows the session).
-          return this.panels.panelsOf(q.sessionId).length > 0 ? undefined : { decision: "reject", reason: "dismissed" };
-      }
+    let title: string;
+    let detail: string;
+    let actions: [string, string][];
+    if (q.method === "agent/requestPermission") {
+      const scopes: string[] = p.alwaysScopes ?? [];
+      title = `Pi wants to ${p.change ? `edit ${p.change.path}` : p.tool === "bash" ? `run \`${p.arguments?.command ?? ""}\`` : `call ${p.tool}`}`;
+      detail = p.reason ?? "";
+      actions = [["allow", "Allow"]];
+      if (scopes.includes("session")) actions.push(["session", "Allow for Session"]);
+      if (scopes.includes("workspace")) actions.push(["workspace", "Allow in Workspace"]);
+      actions.push(["reject", "Reject…"]);
+      if (p.change) actions.push(["diff", "Show Diff"]);
+    } else {
+      title = `${p.extension ?? "extension"}: ${p.title ?? ""}`;
+      detail = p.message ?? "";
+      actions = p.method === "confirm" ? [["yes", "Yes"], ["no", "No"]] : p.method === "select" ? [["choose", "Choose…"]] : [["answer", "Answer…"]];
+      actions.push(["cancel", "Cancel"]);
+    }
+    const links = actions.map(([key, label]) => `[${label}](command:pi.answerQuestion?${encodeURIComponent(JSON.stringify([q.id, key]))})`).join(" · ");
+    const closed = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, (progress, token) => {
+      progress.report({ message: `${detail ? `${detail} — ` : ""}${links}` });
+      return new Promise<boolean>((resolve) => {
+        q.closeNotification = () => resolve(false);
+        token.onCancellationRequested(() => resolve(true));
+      });
+    });
+    q.closeNotification = undefined;
+    if (closed && !q.done && this.panels.panelsOf(q.sessionId).length === 0) {
+      this.finish(q.id, cancelledAnswer(q.method, "dismissed"), "answered");
     }
   }
 
-  private async notifyUi(q: Pending): Promise<unknown> {
-    const p = q.params;
-    const head = `${p.extension ?? "extension"}: ${p.title ?? ""}`;
-    switch (p.method) {
-      case "confirm": {
-        const c = await vscode.window.showInformationMessage(`${head}${p.message ? ` — ${p.message}` : ""}`, "Yes", "No");
-        if (q.done) return undefined;
-        return c === undefined ? { cancelled: true } : { confirmed: c === "Yes" };
-      }
-      case "select": {
-        const go = await vscode.window.showInformationMessage(head, "Choose…");
-        if (q.done || !go) return go ? undefined : { cancelled: true };
-        const v = await vscode.window.showQuickPick((p.options ?? []).map(String), { title: p.title, ignoreFocusOut: true });
-        return v === undefined ? { cancelled: true } : { value: v };
-      }
-      default: {
-        const go = await vscode.window.showInformationMessage(head, "Answer…");
-        if (q.done || !go) return go ? undefined : { cancelled: true };
-        const v = await vscode.window.showInputBox({ title: p.title, placeHolder: p.placeholder, value: p.prefill, ignoreFocusOut: true });
-        return v === undefined ? { cancelled: true } : { value: v };
+  private async permissionAction(q: Pending, action: string): Promise<unknown> {
+    switch (action) {
+      case "allow":
+        return { decision: "allow" };
+      case "session":
+        return { decision: "allowAlways", scope: "session" };
+      case "workspace":
+        return { decision: "allowAlways", scope: "workspace" };
+      case "diff":
+        await this.openDiff(q.params.toolCallId, q.params.change.path);
+        return undefined;
+      case "reject": {
+        const reason = await vscode.window.showInputBox({ prompt: "Reason for rejecting (optional; the model reads it)", ignoreFocusOut: true });
+        if (reason === undefined || q.done) return undefined;
+        return reason ? { decision: "reject", reason } : { decision: "reject" };
       }
     }
+    return undefined;
+  }
+
+  private async uiAction(q: Pending, action: string): Promise<unknown> {
+    const p = q.params;
+    switch (action) {
+      case "yes":
+        return { confirmed: true };
+      case "no":
+        return { confirmed: false };
+      case "cancel":
+        return { cancelled: true };
+      case "choose": {
+        const v = await vscode.window.showQuickPick((p.options ?? []).map(String), { title: p.title, ignoreFocusOut: true });
+        return q.done || v === undefined ? undefined : { value: v };
+      }
+      case "answer": {
+        const v = await vscode.window.showInputBox({ title: p.title, placeHolder: p.placeholder, value: p.prefill, ignoreFocusOut: true });
+        return q.done || v === undefined ? undefined : { value: v };
+      }
+    }
+    return undefined;
   }
 }

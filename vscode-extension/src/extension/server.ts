@@ -33,6 +33,10 @@ class AgentCapabilities implements StaticFeature {
   fillClientCapabilities(capabilities: any): void {
     capabilities.experimental ??= {};
     capabilities.experimental.agent = { ...AGENT_CLIENT_CAPABILITIES };
+    // No work-done progress: the status bar item shows the run's state (status.ts); the
+    // server's progress reports (fragments of the streamed text) would add a second, noisy one.
+    capabilities.window ??= {};
+    capabilities.window.workDoneProgress = false;
   }
   initialize(): void {}
   clear(): void {}

@@ -8,6 +8,10 @@
  */
 import * as path from "node:path";
 import * as vscode from "vscode";
+import { type BranchRows, branchRows, type TreeEntry } from "./branches";
+import { relativeTime } from "./names";
+
+export { branchRows, shown, type TreeEntry } from "./branches";
 
 export interface SessionSummary {
   sessionId: string;
@@ -19,60 +23,16 @@ export interface SessionSummary {
   open: boolean;
 }
 
-export interface TreeEntry {
-  id: string;
-  parentId: string | null;
-  type: string;
-  timestamp?: string;
-  role?: string;
-  preview?: string;
-  label?: string;
-}
-
 export type SessionNode =
   | { kind: "group"; group: "workspace" | "pi" | "branches" }
   | { kind: "session"; session: SessionSummary }
-  | { kind: "entry"; sessionId: string; entry: TreeEntry; children: TreeEntry[]; active: boolean; leaf: boolean };
-
-/** Entries worth a row in the tree. */
-function shown(e: TreeEntry): boolean {
-  return e.role === "user" || e.type === "branch_summary" || e.type === "compaction" || !!e.label || e.role === "bashExecution";
-}
-
-/** Builds the displayed branch tree: every shown entry under its nearest shown ancestor. */
-export function branchRows(entries: TreeEntry[], leafId: string | null): { roots: TreeEntry[]; children: Map<string, TreeEntry[]>; activePath: Set<string>; leafRow: string | undefined } {
-  const byId = new Map(entries.map((e) => [e.id, e]));
-  const activePath = new Set<string>();
-  for (let id = leafId; id; id = byId.get(id)?.parentId ?? null) activePath.add(id);
-  const children = new Map<string, TreeEntry[]>();
-  const roots: TreeEntry[] = [];
-  const shownAncestor = (e: TreeEntry): string | null => {
-    for (let p = e.parentId; p; p = byId.get(p)?.parentId ?? null) {
-      const pe = byId.get(p);
-      if (pe && shown(pe)) return p;
-    }
-    return null;
-  };
-  let leafRow: string | undefined;
-  for (const e of entries) {
-    if (!shown(e)) continue;
-    if (activePath.has(e.id)) leafRow = e.id;
-    const a = shownAncestor(e);
-    if (a === null) roots.push(e);
-    else {
-      const list = children.get(a) ?? [];
-      list.push(e);
-      children.set(a, list);
-    }
-  }
-  return { roots, children, activePath, leafRow };
-}
+  | { kind: "entry"; sessionId: string; entry: TreeEntry; children: TreeEntry[]; active: boolean; leaf: boolean; expanded?: boolean };
 
 export class SessionsView implements vscode.TreeDataProvider<SessionNode> {
   private readonly emitter = new vscode.EventEmitter<SessionNode | undefined>();
   readonly onDidChangeTreeData = this.emitter.event;
   private sessions: SessionSummary[] = [];
-  private branches: ReturnType<typeof branchRows> | undefined;
+  private branches: BranchRows | undefined;
   private branchesOf: string | null = null;
 
   constructor(
@@ -124,7 +84,7 @@ export class SessionsView implements vscode.TreeDataProvider<SessionNode> {
 
   private entryNode(sessionId: string, entry: TreeEntry): SessionNode {
     const b = this.branches!;
-    return { kind: "entry", sessionId, entry, children: b.children.get(entry.id) ?? [], active: b.activePath.has(entry.id), leaf: b.leafRow === entry.id };
+    return { kind: "entry", sessionId, entry, children: b.children.get(entry.id) ?? [], active: b.activePath.has(entry.id), leaf: b.leafRow === entry.id, expanded: b.expanded.has(entry.id) };
   }
 
   getTreeItem(node: SessionNode): vscode.TreeItem {
@@ -132,13 +92,14 @@ export class SessionsView implements vscode.TreeDataProvider<SessionNode> {
       const title = node.group === "workspace" ? "This Workspace" : node.group === "pi" ? "Pi's Sessions" : "Branches of the Active Session";
       const item = new vscode.TreeItem(title, node.group === "pi" ? vscode.TreeItemCollapsibleState.Collapsed : vscode.TreeItemCollapsibleState.Expanded);
       item.contextValue = `group.${node.group}`;
+      item.id = `group:${node.group}`; // a stable id: VS Code keeps the user's collapsing across refreshes
       return item;
     }
     if (node.kind === "session") {
       const s = node.session;
       const item = new vscode.TreeItem(s.name || oneLine(s.firstPrompt) || s.sessionId.slice(0, 8), vscode.TreeItemCollapsibleState.None);
-      item.description = `${new Date(s.lastActivity).toLocaleString()} · ${s.entryCount} entries${s.open ? " · open" : ""}`;
-      item.tooltip = `${s.sessionFile}\n${s.firstPrompt ?? ""}`;
+      item.description = `${relativeTime(s.lastActivity)} · ${s.entryCount} entries${s.open ? " · open" : ""}`;
+      item.tooltip = `${s.name ? `${s.name}\n` : ""}${s.firstPrompt ?? ""}\n${new Date(s.lastActivity).toLocaleString()} · ${s.sessionFile}`;
       item.contextValue = s.open ? "session.open" : "session";
       item.id = `session:${s.sessionId}`;
       item.iconPath = new vscode.ThemeIcon(node.session.sessionId === this.activeSession() ? "comment-discussion" : "comment");
@@ -147,11 +108,14 @@ export class SessionsView implements vscode.TreeDataProvider<SessionNode> {
     }
     const e = node.entry;
     const text = e.type === "branch_summary" ? "Branch summary" : e.type === "compaction" ? "Compaction" : oneLine(e.preview) || e.type;
-    const item = new vscode.TreeItem(text, node.children.length ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None);
-    item.description = [e.label ? `🏷 ${e.label}` : "", node.leaf ? "● here" : node.active ? "active" : ""].filter(Boolean).join(" · ");
-    item.tooltip = e.preview;
+    const state = node.children.length === 0 ? vscode.TreeItemCollapsibleState.None : node.expanded ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed;
+    const item = new vscode.TreeItem(text, state);
+    item.description = [e.label ? `🏷 ${e.label}` : "", node.leaf ? "● here" : ""].filter(Boolean).join(" · ");
+    item.tooltip = `${e.preview ?? ""}${e.timestamp ? `\n${new Date(e.timestamp).toLocaleString()}` : ""}${node.active ? "" : "\n(another branch)"}`;
     item.contextValue = "entry";
-    item.id = `entry:${node.sessionId}:${e.id}`;
+    // The id carries whether the row opens by default: when that changes (the active branch
+    // moved into or out of it) VS Code takes the new state instead of the one it remembers.
+    item.id = `entry:${node.sessionId}:${e.id}:${state === vscode.TreeItemCollapsibleState.Expanded ? "open" : state === vscode.TreeItemCollapsibleState.Collapsed ? "closed" : "leaf"}`;
     item.iconPath = new vscode.ThemeIcon(e.role === "user" ? (node.active ? "account" : "git-branch") : e.type === "compaction" ? "fold" : "note");
     return item;
   }
@@ -160,3 +124,4 @@ export class SessionsView implements vscode.TreeDataProvider<SessionNode> {
 function oneLine(s: string | undefined): string {
   return (s ?? "").replace(/\s+/g, " ").trim().slice(0, 80);
 }
+

@@ -9,11 +9,15 @@ export type RunState = "idle" | "running" | "stopping" | "waiting" | "compacting
 
 export interface SessionStatus {
   model?: string;
+  /** The session's thinking level (`agent/state`), shown in the tooltip. */
+  thinkingLevel?: string;
   contextTokens?: number;
   contextWindow?: number;
   cost?: number;
   state: RunState;
   questions: number;
+  /** The tool running now (shown as the state while it runs). */
+  tool?: string;
 }
 
 /** The item's text for one session's status (no icons; pure, for tests). */
@@ -21,7 +25,7 @@ export function statusText(s: SessionStatus | undefined): string {
   if (!s) return "pi · no session";
   const pct = s.contextTokens !== undefined && s.contextWindow ? `${Math.round((100 * s.contextTokens) / s.contextWindow)}%` : "–%";
   const cost = `$${(s.cost ?? 0).toFixed(s.cost && s.cost < 0.1 ? 3 : 2)}`;
-  const state = s.questions > 0 ? "waiting" : s.state;
+  const state = s.questions > 0 ? "waiting" : s.state === "running" && s.tool ? `running ${s.tool}` : s.state;
   return `${s.model ?? "pi"} · ${pct} · ${cost} · ${state}`;
 }
 
@@ -31,8 +35,16 @@ export class StatusBar implements vscode.Disposable {
   private readonly sessions = new Map<string, SessionStatus>();
   active: string | null = null;
   private shown = "";
+  private shownTooltip = "";
+
+  /** The attention flag (attention.ts): shown while a session no visible panel shows needs the
+   * user; click → that session. */
+  private readonly flag = vscode.window.createStatusBarItem("pi.attention", vscode.StatusBarAlignment.Right, 101);
 
   constructor() {
+    this.flag.name = "Pi: needs you";
+    this.flag.command = "pi.openAttention";
+    this.flag.backgroundColor = new vscode.ThemeColor("statusBarItem.warningBackground");
     this.item.name = "Pi";
     this.item.command = "pi.selectModel";
     this.render();
@@ -59,6 +71,7 @@ export class StatusBar implements vscode.Disposable {
     const s = this.get(st.sessionId);
     if (st.model) s.model = st.model.name || `${st.model.provider}/${st.model.id}`;
     if (st.model?.contextWindow) s.contextWindow = st.model.contextWindow;
+    if (typeof st.thinkingLevel === "string") s.thinkingLevel = st.thinkingLevel;
     s.state = st.isCompacting ? "compacting" : st.isStreaming ? "running" : "idle";
     this.render();
   }
@@ -69,15 +82,22 @@ export class StatusBar implements vscode.Disposable {
     if (typeof id !== "string") return;
     const s = this.get(id);
     if (method === "agent/usage") {
-      s.contextTokens = params.contextTokens;
+      // A response that reported no usage (aborted, failed) says nothing about the context.
+      if (!(params.turn && params.turn.totalTokens === 0 && params.contextTokens === 0)) s.contextTokens = params.contextTokens;
       s.contextWindow = params.contextWindow ?? s.contextWindow;
       s.cost = params.session?.cost ?? s.cost;
     } else if (method === "agent/event") {
       const t = params.event?.type;
       if (t === "agent_start") s.state = "running";
-      else if (t === "agent_end") s.state = "idle";
+      else if (t === "agent_end") {
+        s.state = "idle";
+        s.tool = undefined;
+      } else if (t === "tool_execution_start") s.tool = String(params.event.toolName ?? "tool");
+      else if (t === "tool_execution_end") s.tool = undefined;
       else if (t === "compaction_start") s.state = "compacting";
       else if (t === "compaction_end") s.state = params.runId ? "running" : "idle";
+      // Deltas and the rest change nothing shown here: no render per event.
+      else return;
     } else if (method === "agent/ui/notification" && params.method === "setStatus") {
       this.extensionStatus(String(params.statusKey ?? ""), params.statusText);
     } else return;
@@ -93,6 +113,24 @@ export class StatusBar implements vscode.Disposable {
     this.get(sessionId).questions = open;
     this.render();
   }
+
+  /** Shows the attention flag (`text` empty: hides it). */
+  setFlag(text: string, tooltip: string): void {
+    this.flagVisible = !!text;
+    if (!text) {
+      this.flag.hide();
+      return;
+    }
+    this.flag.text = text;
+    this.flag.tooltip = tooltip;
+    this.flag.show();
+  }
+
+  /** The attention flag's text ("" when hidden; for tests). */
+  get flagText(): string {
+    return this.flagVisible ? this.flag.text : "";
+  }
+  private flagVisible = false;
 
   setModel(sessionId: string, model: string, contextWindow?: number): void {
     const s = this.get(sessionId);
@@ -123,12 +161,14 @@ export class StatusBar implements vscode.Disposable {
     const state = s ? (s.questions > 0 ? "waiting" : s.state) : "idle";
     const icon = state === "running" || state === "stopping" || state === "compacting" ? "$(sync~spin)" : state === "waiting" ? "$(bell-dot)" : "$(hubot)";
     const shown = `${icon} ${text}`;
+    const tooltip = `Pi — ${text}${s?.thinkingLevel ? `\nthinking: ${s.thinkingLevel}` : ""}\nClick to choose the model`;
     // Setting the item is a message to the window: only when the text changes (a text delta
     // changes nothing here).
-    if (shown === this.shown) return;
+    if (shown === this.shown && tooltip === this.shownTooltip) return;
     this.shown = shown;
+    this.shownTooltip = tooltip;
     this.item.text = shown;
-    this.item.tooltip = `Pi — ${text}\nClick to choose the model`;
+    this.item.tooltip = tooltip;
   }
 
   /** The current text (for tests). */
@@ -138,6 +178,7 @@ export class StatusBar implements vscode.Disposable {
 
   dispose(): void {
     this.item.dispose();
+    this.flag.dispose();
     for (const i of this.extensionItems.values()) i.dispose();
   }
 }

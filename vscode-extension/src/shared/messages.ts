@@ -124,7 +124,28 @@ export interface FilesMessage {
   items: { path: string; label: string }[];
 }
 
+/** Host → webview messages serialised once by the host: `json` is the UTF-8 JSON text of an
+ * ARRAY of HostToWebview messages (never nested `packed`), to handle in order exactly as if each
+ * had been posted alone. It arrives as a `Uint8Array` (VS Code moves it as raw bytes, with no
+ * per-value serialisation); decode with `JSON.parse(new TextDecoder().decode(json))`; a string
+ * is JSON text as is. Sent only to a webview whose `ready` listed `"packed"` in `accepts`
+ * (added 2026-12-02). */
+export interface PackedMessage {
+  type: "packed";
+  json: Uint8Array | string;
+}
+
+/** The session's state (model, thinking level, approval policy, name) was changed outside
+ * the panel — a palette command, the status bar's model picker: ask `agent/state` again and
+ * update the pickers (added 2026-12-02). */
+export interface StateChangedMessage {
+  type: "stateChanged";
+  sessionId: string;
+}
+
 export type HostToWebview =
+  | PackedMessage
+  | StateChangedMessage
   | InitMessage
   | NotificationsMessage
   | ResponseMessage
@@ -141,6 +162,10 @@ export type HostToWebview =
 /** The webview has loaded and listens; the host answers with `init`. */
 export interface ReadyMessage {
   type: "ready";
+  /** Optional: host → webview message types beyond the base contract that this webview
+   * handles, e.g. `["packed"]` ({@link PackedMessage}); the host sends no other optional type
+   * (added 2026-12-02). */
+  accepts?: string[];
 }
 
 /** A server request sent as-is (`client.sendRequest(method, params)`); answered by `response`

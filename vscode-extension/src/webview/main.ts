@@ -25,7 +25,7 @@ import {
 } from "./store";
 import { Transcript } from "./transcript";
 import { permissionCard, uiCard, pressShortcut } from "./cards";
-import { renderStats, MarkdownView } from "./markdown";
+import { renderStats, MarkdownView, warmUpSteps } from "./markdown";
 
 interface VsCodeApi {
   postMessage(msg: WebviewToHost): void;
@@ -74,8 +74,10 @@ let pendingModel: string | null = null;
 let commandsCache: { name: string; description?: string }[] | null = null;
 let firstInit = true;
 
+let savedFromBottom = 0;
 function saveState(): void {
-  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: transcript.atBottom ? 0 : transcript.fromBottom(), context: contextItems });
+  savedFromBottom = transcript.atBottom ? 0 : transcript.fromBottom();
+  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: contextItems });
 }
 
 // ---- layout --------------------------------------------------------------------------------
@@ -142,25 +144,80 @@ input.value = saved?.draft ?? "";
 
 // ---- frame scheduling ----------------------------------------------------------------------
 let frame = 0;
+let timer: ReturnType<typeof setTimeout> | 0 = 0;
 let lastRenderAt = -Infinity;
-/** Streaming text alone is revealed at most every STREAM_MS (20 renders/s): the text keeps
- * flowing smoothly and a long answer costs half the layout and sanitising work. Anything else
- * (a new row, a tool card, the status, a scroll) renders in the next frame. */
-const STREAM_MS = 50;
+/** Streaming text alone is revealed every STREAM_MS at most (10 renders/s). Most of a
+ * render's cost is fixed (the tail's Markdown again, layout, paint, commit), so how often it
+ * renders is what a stream costs; the pause grows (up to STREAM_MAX_MS) with
+ * - what a render costs: STREAM_COST_FACTOR × the last streaming render's time, so a costly
+ *   tail (a long code block being written) or a busy machine slows the reveal, not the panel;
+ * - how fast text arrives beyond anyone's reading: above FAST_CHARS_PER_S the pause scales with
+ *   the rate (at 500 deltas/s, ~10,000 characters a second, 5 renders/s), which keeps a fast
+ *   stream at ≤ 0.2 ms of main thread per delta.
+ * Anything else (a new row, a tool card, the status, a scroll) renders in the next frame.
+ * Between two streaming renders the page waits on a timer, not on animation frames: a frame
+ * requested only to wait still runs the browser's frame (style, paint, commit). */
+const STREAM_MS = 100;
+const STREAM_MAX_MS = 200;
+const STREAM_COST_FACTOR = 16;
+const FAST_CHARS_PER_S = 2000;
+let streamPause = STREAM_MS;
+/** Characters of the streaming message at the last streaming render (for its rate). */
+let streamedChars = -1;
+
+/** The text and thinking characters of the streaming message so far. */
+function streamingChars(): number {
+  const a = store.streamingId ? store.items.get(store.streamingId) : undefined;
+  if (!a || a.kind !== "assistant") return 0;
+  let n = 0;
+  for (const b of a.blocks) if (b) n += b.text.length;
+  return n;
+}
+/** Whether the only change since the last render is the streaming message's text. */
+function onlyStreaming(): boolean {
+  return store.dirty.size === 1 && store.streamingId !== null && store.dirty.has(store.streamingId) && !store.orderChanged && !scrolled;
+}
 function schedule(): void {
   if (frame) return;
+  const streaming = onlyStreaming();
+  if (timer) {
+    if (streaming) return;
+    clearTimeout(timer);
+    timer = 0;
+  }
+  // Streaming text within the pause: wait on the timer without a frame.
+  if (streaming && waitFor(performance.now())) return;
   frame = requestAnimationFrame(onFrame);
+}
+/** Starts the pause timer if the streaming pause has not passed at `now`; returns whether. */
+function waitFor(now: number): boolean {
+  const wait = streamPause - (now - lastRenderAt);
+  if (wait <= 0) return false;
+  // The frame after the timer is about a frame later: wake that much early.
+  timer = setTimeout(() => {
+    timer = 0;
+    frame = requestAnimationFrame(onFrame);
+  }, Math.max(0, wait - 12));
+  return true;
 }
 function onFrame(now: number): void {
   frame = 0;
-  const onlyStreaming = store.dirty.size === 1 && store.streamingId !== null && store.dirty.has(store.streamingId) && !store.orderChanged && !scrolled;
-  if (onlyStreaming && now - lastRenderAt < STREAM_MS) {
-    frame = requestAnimationFrame(onFrame);
-    return;
-  }
+  const streaming = onlyStreaming();
+  if (streaming && waitFor(now)) return;
+  const since = now - lastRenderAt;
   lastRenderAt = now;
   scrolled = false;
+  const t0 = performance.now();
   renderFrame();
+  if (streaming) {
+    const chars = streamingChars();
+    const rate = streamedChars >= 0 && since > 0 && since < 1000 ? ((chars - streamedChars) * 1000) / since : 0;
+    streamedChars = chars;
+    streamPause = Math.min(STREAM_MAX_MS, Math.max(STREAM_MS, STREAM_COST_FACTOR * (performance.now() - t0), (STREAM_MS * rate) / FAST_CHARS_PER_S));
+  } else {
+    streamedChars = -1;
+    streamPause = STREAM_MS;
+  }
 }
 let scrolled = false;
 
@@ -169,6 +226,9 @@ let renderCount = 0;
 function renderFrame(): void {
   renderCount++;
   transcript.render(store);
+  // Pinned to the bottom the saved position stays 0; scrolled up, content growing below moves
+  // the distance from the bottom (the webview state keeps it for a reload).
+  if (!transcript.atBottom ? Math.abs(transcript.fromBottom() - savedFromBottom) >= 1 : savedFromBottom !== 0) saveState();
   empty.hidden = store.order.length > 0;
   if (store.version !== lastVersion) {
     lastVersion = store.version;
@@ -786,12 +846,32 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
   }
 });
 
-transcript.scroller.addEventListener("scroll", () => saveState(), { passive: true });
+// The user's scrolling is kept in the webview state (our own pinning and anchoring is not a
+// change of position: saving it would post the state to VS Code on every streaming render).
+transcript.onUserScroll = () => saveState();
 
 renderChips();
 renderQueue();
 renderStatus();
 post({ type: "ready" });
+
+// While the host and the server answer, make the Markdown and highlighting code warm (one
+// small step per idle callback; done long before the panel is idle).
+{
+  const steps = warmUpSteps();
+  const idle: (cb: () => void) => void = typeof requestIdleCallback === "function" ? (cb) => requestIdleCallback(cb, { timeout: 500 }) : (cb) => setTimeout(cb, 0);
+  const next = () => {
+    const step = steps.shift();
+    if (!step) return;
+    try {
+      step();
+    } catch (e) {
+      log("warn", `warm-up: ${e}`);
+    }
+    idle(next);
+  };
+  idle(next);
+}
 
 /** Test hooks (read-only views for the browser tests). */
 (window as any).__pi = {

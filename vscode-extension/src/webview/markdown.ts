@@ -19,6 +19,7 @@ import python from "highlight.js/lib/languages/python";
 import rust from "highlight.js/lib/languages/rust";
 import diff from "highlight.js/lib/languages/diff";
 import { BlockSplitter } from "./blocks";
+import { morphChildren } from "./morph";
 
 hljs.registerLanguage("bash", bash);
 hljs.registerLanguage("sh", bash);
@@ -94,22 +95,29 @@ function needsSanitizing(tokens: readonly Token[]): boolean {
 
 const scratch = document.createElement("template");
 
+/** marked's HTML of tokens already lexed (not sanitised: see `needsSanitizing`). */
+function tokensHtml(tokens: Token[], highlight: boolean): string {
+  const list = Object.assign([...tokens], { links: {} }) as unknown as TokensList;
+  return (highlight ? highlighted : plain).parser(list);
+}
+
 /** Sanitised DOM of tokens already lexed (reference links are not resolved across blocks).
  * Tokens without raw HTML or URLs render to text marked has escaped and tags it made itself:
- * they skip DOMPurify (the tail of a streaming answer is rendered many times a second). */
+ * they skip DOMPurify (the tail of a streaming answer is rendered many times a second).
+ * The fragment is the template's own content (valid until the next call). */
 function renderTokens(tokens: Token[], highlight: boolean): DocumentFragment {
-  const list = Object.assign([...tokens], { links: {} }) as unknown as TokensList;
-  const html = (highlight ? highlighted : plain).parser(list);
+  const html = tokensHtml(tokens, highlight);
   if (needsSanitizing(tokens)) return DOMPurify.sanitize(html) as unknown as DocumentFragment;
   scratch.innerHTML = html;
-  return scratch.content.cloneNode(true) as DocumentFragment;
+  return scratch.content;
 }
 
 /** Finished blocks per chunk element. */
 const CHUNK = 32;
 
-/** Test hook: how many Markdown blocks were rendered in this document. */
-export const renderStats = { blocks: 0, tails: 0 };
+/** Test hook: how many Markdown blocks were rendered in this document; tail renders, and how
+ * many nodes those created or removed (0 for a tail whose text only grew). */
+export const renderStats = { blocks: 0, tails: 0, tailNodes: 0 };
 
 export class MarkdownView {
   readonly el: HTMLDivElement;
@@ -131,33 +139,54 @@ export class MarkdownView {
   /** Shows `text` (the whole text so far); `done`: it will not grow. */
   update(text: string, done: boolean): void {
     if (text === this.lastText && done === this.lastDone) return;
-    if (!text.startsWith(this.lastText)) this.reset();
+    if (!extends_(text, this.lastText, done)) this.reset();
     this.lastText = text;
     this.lastDone = done;
     this.splitter.update(text);
     const blocks = done ? this.splitter.finish() : this.splitter.finished;
+    // Finished blocks go into chunks of CHUNK blocks: a long answer's layout and paint then
+    // walk a few chunks (out-of-view ones skipped), not thousands of blocks, per frame. Blocks
+    // marked renders without raw HTML or URLs are parsed together, one string per chunk (a
+    // history message costs one HTML parse, not one per paragraph); the others one by one,
+    // sanitised.
+    let html = "";
+    let pending = 0;
+    const flush = () => {
+      if (!pending) return;
+      scratch.innerHTML = html;
+      this.chunk!.append(scratch.content);
+      html = "";
+      pending = 0;
+    };
     for (; this.rendered < blocks.length; this.rendered++) {
       const b = blocks[this.rendered]!;
       if (b.raw.trim() === "") continue;
-      const div = document.createElement("div");
-      div.className = "md-block";
-      div.append(b.token ? renderTokens([b.token], true) : renderMarkdownFragment(b.raw, true));
       renderStats.blocks++;
-      // Finished blocks go into chunks of CHUNK blocks: a long answer's layout and paint then
-      // walk a few chunks (out-of-view ones skipped), not thousands of blocks, per frame.
-      if (!this.chunk || this.chunk.childElementCount >= CHUNK) {
+      if (!this.chunk || this.chunk.childElementCount + pending >= CHUNK) {
+        flush();
         this.chunk = document.createElement("div");
         this.chunk.className = "md-chunk";
         this.el.insertBefore(this.chunk, this.tailEl);
       }
+      if (b.token && !needsSanitizing([b.token])) {
+        html += `<div class="md-block">${tokensHtml([b.token], true)}</div>`;
+        pending++;
+        continue;
+      }
+      flush();
+      const div = document.createElement("div");
+      div.className = "md-block";
+      div.append(b.token ? renderTokens([b.token], true) : renderMarkdownFragment(b.raw, true));
       this.chunk.append(div);
     }
+    flush();
     const tail = done ? "" : this.splitter.tail();
     if (tail.trim() === "") {
       if (this.tailEl.firstChild) this.tailEl.textContent = "";
     } else {
       const tokens = this.splitter.tailTokens;
-      this.tailEl.replaceChildren(tokens ? renderTokens(tokens, false) : renderMarkdownFragment(tail, false));
+      // The tail's nodes are kept where they did not change: text that grew is appended.
+      renderStats.tailNodes += morphChildren(this.tailEl, tokens ? renderTokens(tokens, false) : renderMarkdownFragment(tail, false));
       renderStats.tails++;
     }
   }
@@ -169,6 +198,46 @@ export class MarkdownView {
     while (this.el.firstChild !== this.tailEl) this.el.firstChild!.remove();
     this.tailEl.textContent = "";
   }
+}
+
+/** Whether `text` continues `prev`. While a text streams it only grows (deltas append), so
+ * the check compares the end of `prev` (cheap on a long answer, no flattening of the whole
+ * string); a finished text (`done`, it may replace what streamed) is compared in full. */
+function extends_(text: string, prev: string, done: boolean): boolean {
+  if (text.length < prev.length) return false;
+  if (done || prev.length <= 256) return text.startsWith(prev);
+  return text.startsWith(prev.slice(-256), prev.length - 256);
+}
+
+/**
+ * Work that makes the first rendering fast, in small steps: marked's lexer rules and
+ * highlight.js's grammars are regular expressions compiled (and their code optimised) on first
+ * use, which costs a cold first render of a session tens of milliseconds more than a warm one.
+ * The panel runs these steps in idle callbacks while it waits for the host and the server
+ * (each a few ms; nothing is shown or kept).
+ */
+export function warmUpSteps(): (() => void)[] {
+  const md = (src: string) => () => {
+    const tokens = Lexer.lex(src, { gfm: true });
+    tokensHtml(tokens, false);
+  };
+  const code = (lang: string, src: string) => () => {
+    hljs.highlight(src, { language: lang, ignoreIllegals: true });
+  };
+  return [
+    md("A paragraph with *emphasis*, **strong**, `code`, ~~gone~~ and a [link](https://example.com) <https://example.com>.\nSecond line."),
+    md("# Heading\n\nSetext\n===\n\n---\n\n> quoted *text*\n> more"),
+    md("- item one\n- item `two`\n  - nested\n\n1. first\n2. second\n\n- [ ] task"),
+    md("| a | b |\n|---|:-:|\n| 1 | `2` |\n\n    indented code\n\n```ts\nconst x = 1;\n```"),
+    md("<div>raw html</div>\n\nText with <b>inline</b> html &amp; entities\\* and a footnote-like [ref]."),
+    () => void DOMPurify.sanitize("<p>x <a href=\"https://example.com\">y</a></p>"),
+    code("rust", "fn main() -> Result<(), String> { let x: u32 = 1; println!(\"{x}\"); Ok(()) }"),
+    code("typescript", "export async function f(a: number): Promise<string> { return `${a}`; }"),
+    code("python", "def f(x: int) -> str:\n    return f\"{x}\"  # comment"),
+    code("bash", "for f in *.rs; do echo \"$f\" | grep -c fn; done"),
+    code("json", "{\"a\": [1, true, null, \"s\"]}"),
+    code("diff", "--- a\n+++ b\n@@ -1 +1 @@\n-old\n+new"),
+  ];
 }
 
 /** For tests: the top-level block sources of a text (the lexer's raws). */

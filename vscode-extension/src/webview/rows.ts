@@ -30,14 +30,20 @@ function clip(s: string): string {
 
 /** The last lines of an output (a card shows these; the rest on demand). */
 export function preview(s: string): { text: string; hidden: number } {
-  const trimmed = s.replace(/\n+$/, "");
+  let end = s.length;
+  while (end > 0 && s.charCodeAt(end - 1) === 10) end--;
+  const trimmed = end === s.length ? s : s.slice(0, end);
   let cut = trimmed.length;
   for (let i = 0; i < PREVIEW_LINES && cut > 0; i++) {
     const nl = trimmed.lastIndexOf("\n", cut - 1);
     cut = nl < 0 ? 0 : nl;
   }
   if (trimmed.length - cut > PREVIEW_CHARS) cut = trimmed.length - PREVIEW_CHARS;
-  const hiddenLines = cut > 0 ? trimmed.slice(0, cut).split("\n").length : 0;
+  let hiddenLines = 0;
+  if (cut > 0) {
+    hiddenLines = 1;
+    for (let i = trimmed.indexOf("\n"); i >= 0 && i < cut; i = trimmed.indexOf("\n", i + 1)) hiddenLines++;
+  }
   return { text: cut > 0 ? trimmed.slice(cut).replace(/^\n/, "") : trimmed, hidden: hiddenLines };
 }
 
@@ -142,14 +148,18 @@ class AssistantRow extends RowView {
       }
       v.update(b);
     });
-    this.el.classList.toggle("streaming", a.streaming);
+    // Only what changed is written (a write of the same value still invalidates style).
+    const cl = this.el.classList;
+    if (cl.contains("streaming") !== a.streaming) cl.toggle("streaming", a.streaming);
     // A message of tool calls only has no row of its own (its tool cards follow it).
-    const hasContent = a.blocks.some((b) => b && (b.type === "thinking" || b.text.trim() !== ""));
-    this.el.classList.toggle("no-content", !hasContent && !a.errorMessage && a.stopReason !== "aborted");
+    const hasContent = a.blocks.some((b) => b && (b.type === "thinking" || /\S/.test(b.text)));
+    const noContent = !hasContent && !a.errorMessage && a.stopReason !== "aborted";
+    if (cl.contains("no-content") !== noContent) cl.toggle("no-content", noContent);
     const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ?? (a.stopReason === "aborted" ? "Aborted." : "Failed.")) : "";
-    this.error.hidden = !err;
-    this.error.textContent = err;
-    this.el.classList.toggle("aborted", a.stopReason === "aborted");
+    if (this.error.hidden !== !err) this.error.hidden = !err;
+    if (this.error.textContent !== err) this.error.textContent = err;
+    const aborted = a.stopReason === "aborted";
+    if (cl.contains("aborted") !== aborted) cl.toggle("aborted", aborted);
   }
 }
 

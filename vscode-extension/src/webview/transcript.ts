@@ -19,6 +19,9 @@ const ESTIMATE = 80;
 const STEP = 24;
 /** Keep at least this many viewport heights rendered on each side. */
 const OVERSCAN = 1.5;
+/** Time per frame for making rows outside the viewport (ms); the viewport's rows are made
+ * whatever they cost. */
+const ROW_BUDGET_MS = 6;
 
 export class Transcript {
   readonly scroller: HTMLDivElement;
@@ -34,6 +37,8 @@ export class Transcript {
   atBottom = true;
   /** Set by the panel: called when the top of the loaded history comes into view. */
   onNeedOlder: (() => void) | null = null;
+  /** Set by the panel: called after a scroll that the user made (not our pinning/anchoring). */
+  onUserScroll: (() => void) | null = null;
   /** Where our last programmatic scroll put `scrollTop` (null after the user scrolled). */
   private ownTop: number | null = null;
 
@@ -60,6 +65,7 @@ export class Transcript {
         this.ownTop = null;
         this.atBottom = s.scrollHeight - s.scrollTop - s.clientHeight < 4;
         this.requestFrame();
+        this.onUserScroll?.();
       },
       { passive: true },
     );
@@ -218,6 +224,10 @@ export class Transcript {
     }
     this.orderDirty = false;
     let scrollTarget = 0;
+    // Rows beyond the viewport are made within a time budget per frame; the rest next frame
+    // (paging in 50 older messages never makes one long task).
+    const deadline = performance.now() + ROW_BUDGET_MS;
+    let complete = true;
     for (let pass = 0; pass < 3; pass++) {
       const total = this.sum(0, n);
       let viewTop: number;
@@ -227,17 +237,26 @@ export class Transcript {
       scrollTarget = viewTop;
       const wantLo = n ? this.indexAt(Math.max(0, viewTop - vh * OVERSCAN)) : 0;
       const wantHi = n ? (this.atBottom ? n : Math.min(n, this.indexAt(viewTop + vh * (1 + OVERSCAN)) + 1)) : 0;
-      const changed = this.setWindow(store, wantLo, wantHi);
+      const visLo = n ? Math.max(wantLo, this.indexAt(viewTop)) : 0;
+      const visHi = n ? Math.min(wantHi, this.indexAt(viewTop + vh) + 1) : 0;
+      const w = this.setWindow(store, wantLo, wantHi, visLo, visHi, deadline);
+      complete = w.complete;
       // Measure what is shown (one layout), then the spacers.
       for (const child of this.rows.children) {
         const el = child as HTMLElement;
         this.setHeight(el.dataset.id!, el.offsetHeight);
       }
       this.setSpacers();
-      if (!changed) break;
+      if (!w.added) break;
     }
     if (this.atBottom) this.setScrollTop(s.scrollHeight - s.clientHeight);
     else this.setScrollTop(scrollTarget);
+    if (!complete) {
+      // Not the fast path next frame: the window is still being filled.
+      this.orderDirty = true;
+      this.requestFrame();
+      return;
+    }
 
     if (this.lo === 0 && this.onNeedOlder && s.scrollTop < vh * OVERSCAN) this.onNeedOlder();
   }
@@ -260,13 +279,33 @@ export class Transcript {
     }
   }
 
-  /** Shows rows [wantLo, wantHi) (keeping up to STEP more on each side already shown, so small
-   * scrolls do not churn). Returns whether rows were added. */
-  private setWindow(store: Store, wantLo: number, wantHi: number): boolean {
+  /** Shows rows [wantLo, wantHi): the visible ones [visLo, visHi) always, the others (made
+   * nearest the viewport first, upwards then downwards) while the clock is before `deadline`;
+   * rows already shown next to the wanted range stay (up to STEP more on each side, so small
+   * scrolls do not churn). Returns whether rows were added, and whether the whole wanted range
+   * is shown. */
+  private setWindow(store: Store, wantLo: number, wantHi: number, visLo: number, visHi: number, deadline: number): { added: boolean; complete: boolean } {
     const n = this.order.length;
-    let lo = wantLo;
-    let hi = wantHi;
-    // Keep rows already shown next to the wanted range (hysteresis).
+    const ready = (i: number) => this.views.has(this.order[i]!) || !store.items.has(this.order[i]!);
+    let complete = true;
+    for (let i = visLo; i < visHi; i++) this.view(store, this.order[i]!);
+    let lo = visLo;
+    while (lo > wantLo) {
+      if (!ready(lo - 1) && performance.now() > deadline) {
+        complete = false;
+        break;
+      }
+      this.view(store, this.order[--lo]!);
+    }
+    let hi = visHi;
+    while (hi < wantHi) {
+      if (!ready(hi) && performance.now() > deadline) {
+        complete = false;
+        break;
+      }
+      this.view(store, this.order[hi++]!);
+    }
+    // Keep rows already shown next to the range (hysteresis).
     const shownIds = new Set([...this.rows.children].map((c) => (c as HTMLElement).dataset.id!));
     while (lo > 0 && lo > wantLo - STEP && shownIds.has(this.order[lo - 1]!)) lo--;
     while (hi < n && hi < wantHi + STEP && shownIds.has(this.order[hi]!)) hi++;
@@ -275,11 +314,10 @@ export class Transcript {
     const keep = new Set<Element>();
     for (let i = lo; i < hi; i++) {
       const id = this.order[i]!;
-      const had = this.views.has(id);
-      const v = this.view(store, id);
+      const v = this.views.get(id);
       if (!v) continue;
       keep.add(v.el);
-      if (!had || !v.el.isConnected) added = true;
+      if (!v.el.isConnected) added = true;
       if (v.el === cursor) cursor = cursor.nextSibling;
       else this.rows.insertBefore(v.el, cursor);
     }
@@ -289,9 +327,11 @@ export class Transcript {
       this.views.delete((child as HTMLElement).dataset.id!);
       child.remove();
     }
+    // Views made but not shown (none, unless an item vanished) are dropped with their rows.
+    for (const id of this.views.keys()) if (!keep.has(this.views.get(id)!.el)) this.views.delete(id);
     this.lo = lo;
     this.hi = hi;
-    return added;
+    return { added, complete };
   }
 
   /** Test hook: rendered range and counts. */

@@ -8,6 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { activeTab, editorText, runCommand, startWorkbench, until, waitChatFrame } from "./harness.mjs";
+import { BIG_TEXT } from "./mock-model.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const shotDir = process.env.PI_E2E_SHOTS ?? path.join(here, "..", "..", "dist", "e2e");
@@ -20,7 +21,7 @@ let chat;
 const NOTES = "alpha\nbeta\ngamma\n";
 
 before(async () => {
-  wb = await startWorkbench({ files: { "notes.txt": NOTES, "README.md": "# demo\n", "bad.json": '{"a": }\n' }, settings: { "pi.approvalPolicy": "ask" } });
+  wb = await startWorkbench({ files: { "notes.txt": NOTES, "README.md": "# demo\n", "bad.json": '{"a": }\n', "big.txt": BIG_TEXT }, settings: { "pi.approvalPolicy": "ask" } });
   page = wb.page;
 });
 
@@ -50,6 +51,7 @@ async function send(frame, text) {
 async function closeAll() {
   await runCommand(page, "File: Save All");
   await runCommand(page, "View: Close All Editors");
+  await until("no editor open", async () => (await page.locator(".tabs-container .tab").count()) === 0, 10_000);
 }
 
 /** Puts the cursor on the editor's first line (a click that never scrolls the view). */
@@ -58,14 +60,24 @@ async function clickEditor() {
   await page.keyboard.press("Control+Home");
 }
 
+/** Opens a workspace file with Quick Open (again when a busy workbench dropped the keys). */
 async function openFile(name) {
-  await page.keyboard.press("Control+P");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor();
-  await input.fill(name);
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor();
-  await page.keyboard.press("Enter");
-  await page.locator(`.tabs-container .tab.active`, { hasText: name }).waitFor();
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await page.keyboard.press("Control+P");
+      await input.waitFor({ state: "visible", timeout: 5_000 });
+      await input.fill(name);
+      await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 10_000 });
+      await page.keyboard.press("Enter");
+      await page.locator(`.tabs-container .tab.active`, { hasText: name }).waitFor({ timeout: 10_000 });
+      return;
+    } catch (e) {
+      if (attempt >= 2) throw e;
+      await page.keyboard.press("Escape");
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
 }
 
 test("the Pi activity-bar panel opens and shows the chat with the model in the status bar", async () => {
@@ -99,7 +111,7 @@ test("a prompt streams its answer into the panel", async () => {
   // VP7: the host batches to at most 60 posts per second; its CPU per relayed event.
   const stats = await until("the host's figures", async () => {
     const s = wb.stats();
-    return s.notesRelayed > 0 && s;
+    return s.notesRelayed > 0 && / · idle$/.test(s.status) && s;
   }, 10_000);
   const view = stats.panels.find((p) => p.kind === "view");
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
@@ -124,10 +136,24 @@ test("an edit under `ask` waits for Allow, lands in the open editor as one undo 
   assert.equal(fs.readFileSync(path.join(wb.workspace, "notes.txt"), "utf8"), "alpha\nBETA\ngamma\n", "saved through agent/saveDocument");
   // "Open diff" on the tool card opens VS Code's diff editor of that edit; focus stays put.
   await chat.getByRole("button", { name: "Open diff" }).first().click().catch(async () => chat.getByText("Open diff").first().click());
-  await until("the diff editor", async () => (await page.locator(".tabs-container .tab", { hasText: "(pi: call_" }).count()) > 0, 15_000);
+  await until("the diff editor", async () => (await page.locator(".tabs-container .tab", { hasText: "(Pi's edit)" }).count()) > 0, 15_000);
   await page.locator(".monaco-diff-editor").first().waitFor({ timeout: 10_000 });
+  // A tab of its own, beside notes.txt's (a preview would take the place of the user's own
+  // preview tab, and go at the next click).
+  const tabs = await page.locator(".tabs-container .tab").evaluateAll((els) => els.map((e) => e.getAttribute("aria-label") ?? ""));
+  const diffTab = tabs.find((t) => t.includes("(Pi's edit)"));
+  assert.ok(diffTab && !/preview/i.test(diffTab), `the diff tab is not a preview: ${diffTab}`);
+  assert.ok(tabs.some((t) => t.startsWith("notes.txt,") || t === "notes.txt"), `notes.txt keeps its tab: ${tabs.join(" | ")}`);
+  // The file still holds that edit: the diff's right side is the file itself (editable, as
+  // Git's "Open Changes"), the left the text before the edit.
+  const sides = await until("the diff's two sides", async () => {
+    const uris = await page.locator(".monaco-diff-editor .monaco-editor[data-uri]").evaluateAll((els) => els.map((e) => e.getAttribute("data-uri")));
+    return uris.length === 2 && uris;
+  }, 10_000);
+  // (code-server's window names the workspace's files vscode-remote:, a desktop window file:.)
+  const file = sides.find((u) => !u.startsWith("pi-diff:"));
+  assert.ok(sides.some((u) => u.startsWith("pi-diff:")) && /^(file|vscode-remote):/.test(file) && file.endsWith("/notes.txt"), sides.join(" "));
   await runCommand(page, "View: Close Editor");
-  // (The diff took the preview tab notes.txt had: open it again.)
   await openFile("notes.txt");
   // The agent's edit is under review: Keep / Undo CodeLenses on its hunk.
   await until("the Keep/Undo CodeLens", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) > 0, 15_000);
@@ -154,7 +180,7 @@ test("Undo on the hunk's CodeLens reverts the agent's lines and keeps the user's
   await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "gamma" }).first().click();
   await page.keyboard.press("End");
   await page.keyboard.type("!");
-  assert.equal(await editorText(page), "alpha (mine)\nBETA\ngamma!\n");
+  await until("the user's typing in the editor", async () => (await editorText(page)) === "alpha (mine)\nBETA\ngamma!\n", 10_000);
   await page.locator(".contentWidgets .codelens-decoration a", { hasText: "Undo" }).first().click();
   await until("the hunk undone", async () => (await editorText(page)) === "alpha (mine)\nbeta\ngamma!\n", 10_000);
   await until("the CodeLens to go", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) === 0, 10_000);
@@ -168,19 +194,63 @@ test("Undo on the hunk's CodeLens reverts the agent's lines and keeps the user's
   await page.keyboard.press("Control+S");
 });
 
-test("with the panel hidden, a permission question comes as a notification with the same actions", async () => {
+test("typing in a 5,000-line file with 50 agent hunks under review costs the host little per keystroke", async () => {
+  await openFile("big.txt");
+  await send(chat, "bigedit the big file");
+  const allow = chat.getByRole("button", { name: /Allow once/ });
+  await allow.waitFor({ timeout: 60_000 });
+  await allow.click();
+  await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited big.txt."), 60_000);
+  await until("the Keep/Undo CodeLens", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) > 0, 15_000);
+  assert.deepEqual(wb.stats().changedFiles.filter((u) => u.endsWith("/big.txt")).length, 1);
+  await clickEditor();
+  await page.keyboard.press("End");
+  await new Promise((r) => setTimeout(r, 1500));
+  const before = wb.stats().typing;
+  const text = "typing while pi's changes are under review ".repeat(5);
+  await page.keyboard.type(text);
+  await until("the typed text", async () => (await editorText(page)).includes("typing while pi"), 10_000);
+  // The deferred redraw and re-sync run, VS Code asks for the CodeLenses again: all counted.
+  await new Promise((r) => setTimeout(r, 2000));
+  const after = wb.stats().typing;
+  const keys = after.keystrokes - before.keystrokes;
+  const ms = after.changeMs - before.changeMs + (after.redrawMs - before.redrawMs) + (after.lensMs - before.lensMs);
+  console.error(
+    `typing under review: ${keys} keystrokes, host CPU ${ms.toFixed(1)} ms (change ${(after.changeMs - before.changeMs).toFixed(1)}, ${after.redraws - before.redraws} redraws ${(after.redrawMs - before.redrawMs).toFixed(1)}, ` +
+      `${after.lensCalls - before.lensCalls} CodeLens calls ${(after.lensMs - before.lensMs).toFixed(1)}) = ${(ms / keys).toFixed(3)} ms per keystroke`,
+  );
+  assert.equal(keys, text.length);
+  assert.ok(ms / keys <= 0.5, `${(ms / keys).toFixed(3)} ms per keystroke`);
+  // The typing (first line, no agent hunk) is the user's: still 50 hunks, and undoing them all
+  // leaves it.
+  await runCommand(page, "Pi: Undo All Agent Changes in File");
+  await until("the agent's lines undone", async () => !wb.stats().changedFiles.some((u) => u.endsWith("/big.txt")), 10_000);
+  assert.ok((await editorText(page)).startsWith(`line 0 of the big file${text}`), "the user's typing stays");
+  await runCommand(page, "File: Revert File");
+  await until("big.txt reverted", async () => (await editorText(page)).startsWith("line 0 of the big file\n"), 10_000);
+  await closeAll();
+});
+
+test("a permission question asked in the panel comes as a notification once the panel is hidden", async () => {
   await openFile("notes.txt");
   await send(chat, "later edit gamma");
+  await chat.getByRole("button", { name: /Allow once/ }).waitFor({ timeout: 60_000 });
   await runCommand(page, "View: Toggle Primary Side Bar Visibility");
   await until("the side bar hidden", async () => !(await page.locator(".part.sidebar").isVisible()), 10_000);
   const toast = page.locator(".notification-toast", { hasText: "Pi wants to edit notes.txt" });
   await toast.waitFor({ timeout: 30_000 });
+  // Its answers are links in a notification that stays while the question is open (it has
+  // progress); Cancel only closes it.
   assert.deepEqual(
-    (await toast.locator(".monaco-button").allInnerTexts()).map((t) => t.trim()),
-    ["Allow", "Allow for Session", "Allow in Workspace", "Reject", "Show Diff"],
+    (await toast.locator(".notification-list-item-message a").allInnerTexts()).map((t) => t.trim()),
+    ["Allow", "Allow for Session", "Allow in Workspace", "Reject…", "Show Diff"],
   );
   assert.equal(await activeTab(page), "notes.txt", "the question moved no focus");
-  await toast.locator(".monaco-button", { hasText: /^Allow$/ }).click();
+  // agent/attention "permission": the status bar flag, until the question is answered.
+  await until("the attention flag", async () => /hello world waits for your approval/.test(wb.stats().flag), 10_000);
+  await page.locator(".statusbar-item", { hasText: "waits for your approval" }).first().waitFor({ timeout: 10_000 });
+  await toast.locator(".notification-list-item-message a", { hasText: /^Allow$/ }).click();
+  await until("the flag to go", async () => wb.stats().flag === "", 10_000);
   await until("the edit in the editor", async () => (await editorText(page)).includes("GAMMA"), 30_000);
   await runCommand(page, "View: Toggle Primary Side Bar Visibility");
   await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited gamma."), 30_000);
@@ -191,6 +261,24 @@ test("with the panel hidden, a permission question comes as a notification with 
   await page.keyboard.press("Control+S");
 });
 
+test("a run that ends while the panel is hidden raises the status bar flag and a notification; the flag opens the session", async () => {
+  await runCommand(page, "Notifications: Clear All Notifications");
+  await send(chat, "pause for three seconds");
+  await runCommand(page, "View: Toggle Primary Side Bar Visibility");
+  await until("the side bar hidden", async () => !(await page.locator(".part.sidebar").isVisible()), 10_000);
+  const toast = page.locator(".notification-toast", { hasText: "Done pausing" }).first();
+  await toast.waitFor({ timeout: 30_000 });
+  assert.match((await toast.innerText()).replace(/\s+/g, " "), /Pi: hello world finished: Done pausing\./);
+  const flag = page.locator(".statusbar-item", { hasText: "hello world finished" });
+  await flag.first().waitFor({ timeout: 10_000 });
+  await runCommand(page, "Notifications: Clear All Notifications");
+  await flag.first().click();
+  await until("the chat shown again", async () => page.locator(".part.sidebar").isVisible(), 10_000);
+  await until("the flag to go", async () => (await flag.count()) === 0 && wb.stats().flag === "", 10_000);
+  // The panel was hidden while the answer came: it got it when shown.
+  await until("the answer in the panel", async () => (await frameText(chat)).includes("Done pausing."), 10_000);
+});
+
 test("the diagnostics tool reads VS Code's problems (agent/diagnostics)", async () => {
   await openFile("bad.json");
   await until("VS Code's JSON problem", async () => /[1-9]/.test(await page.locator(".statusbar-item[id='status.problems']").innerText()), 30_000);
@@ -199,6 +287,21 @@ test("the diagnostics tool reads VS Code's problems (agent/diagnostics)", async 
   await allow.waitFor({ timeout: 60_000 });
   await allow.click();
   await until("the answer quoting the diagnostics", async () => /The editor reports: .*bad\.json:1:\d+ error/s.test(await frameText(chat)), 30_000);
+  // "Add Current File to Chat" sends the file's text (the buffer, unsaved typing included).
+  await clickEditor();
+  await page.keyboard.press("End");
+  await page.keyboard.type(" // mine");
+  await runCommand(page, "Pi: Add Current File to Chat");
+  const asked = wb.model.requests.length;
+  await send(chat, "hello with the file");
+  const userText = (req) => {
+    const last = req.messages.filter((m) => m.role === "user").pop();
+    return typeof last.content === "string" ? last.content : last.content.map((b) => b.text ?? "").join("");
+  };
+  const sent = await until("the prompt at the model", async () => wb.model.requests.slice(asked).map(userText).find((t) => t.includes("hello with the file")), 30_000);
+  await until("the run's end", async () => / · idle$/.test(wb.stats().status), 30_000);
+  assert.ok(sent.includes('File bad.json:\n```\n{"a": } // mine\n'), `the prompt carries the file's text: ${JSON.stringify(sent)}`);
+  await runCommand(page, "File: Revert File");
   await closeAll();
 });
 
@@ -215,6 +318,145 @@ test("aborting a long bash run stops it and shows the report", async () => {
   assert.ok(Date.now() - started < 8000, "the run stopped well before the command would have ended");
   const text = await frameText(chat);
   assert.match(text, /sleep 60/);
+});
+
+/** Picks `label` in the open quick pick (waits for it). */
+async function pickQuick(label) {
+  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: label }).first();
+  await row.waitFor({ timeout: 15_000 });
+  await row.click();
+}
+
+/** Answers the open input box with `text`. */
+async function answerInput(text) {
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.fill(text);
+  // (VS Code's own file dialog reads a typed path a moment after it changes.)
+  await new Promise((r) => setTimeout(r, 400));
+  await page.keyboard.press("Enter");
+  await page.locator(".quick-input-widget").waitFor({ state: "hidden", timeout: 10_000 }).catch(() => {});
+}
+
+test("the model and thinking pickers: the current model first, levels of a thinking model, the status bar follows", async () => {
+  await runCommand(page, "Pi: Select Model");
+  const first = page.locator(".quick-input-list .monaco-list-row").first();
+  await first.waitFor({ timeout: 15_000 });
+  assert.match((await first.innerText()).replace(/\s+/g, " "), /Mock One ?mock\/mock-1 · current/);
+  await pickQuick("Mock Thinker");
+  await page.locator(".statusbar-item", { hasText: "Mock Thinker" }).first().waitFor({ timeout: 15_000 });
+  await runCommand(page, "Pi: Select Thinking Level");
+  await pickQuick("high");
+  await until("the thinking level", async () => wb.stats().activeStatus?.thinkingLevel === "high", 10_000);
+  // A model that does not think has nothing to pick: it says so.
+  await runCommand(page, "Pi: Select Model");
+  await pickQuick("Mock One");
+  await page.locator(".statusbar-item", { hasText: "Mock One" }).first().waitFor({ timeout: 15_000 });
+  await runCommand(page, "Pi: Select Thinking Level");
+  const toast = page.locator(".notification-toast", { hasText: "does not think" });
+  await toast.waitFor({ timeout: 15_000 });
+  await runCommand(page, "Notifications: Clear All Notifications");
+});
+
+test("the Sessions view: label, rename, export, fork, clone, branch here, branch with summary, open", async () => {
+  const pane = page.locator(".pane", { has: page.locator(".pane-header", { hasText: "Sessions" }) });
+  const header = pane.locator(".pane-header").first();
+  if ((await header.getAttribute("aria-expanded")) !== "true") await header.click();
+  const rows = pane.locator(".monaco-list-row");
+  const row = (text) => rows.filter({ hasText: text }).first();
+  /** A row of the active session's branches: with the session lists collapsed, the rows below
+   * the top level (the view draws only the rows in sight: it scrolls down for the others). */
+  const entryRow = async (text) => {
+    for (let k = 0; ; k++) {
+      const found = await rows.evaluateAll((els, text) => els.findIndex((e) => e.getAttribute("aria-level") !== "1" && (e.textContent ?? "").includes(text)), text);
+      if (found >= 0) return rows.nth(found);
+      if (k >= 10) throw new Error(`no branch row "${text}" in: ${(await rows.allInnerTexts()).join(" | ")}`);
+      const box = await pane.locator(".pane-body").boundingBox();
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+      await page.mouse.wheel(0, 80);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  };
+  /** Collapses a top-level row of the view (if it is open). */
+  const collapse = async (text) => {
+    const r = row(text);
+    if ((await r.getAttribute("aria-expanded")) === "true") await r.click();
+    await until(`${text} collapsed`, async () => (await r.getAttribute("aria-expanded")) === "false", 5_000);
+  };
+  /** Runs a row's context-menu item (again when a tree refresh swallowed the click). */
+  const menu = async (target, item) => {
+    for (let attempt = 0; ; attempt++) {
+      await new Promise((r) => setTimeout(r, 400)); // let a refresh of the tree settle
+      await (typeof target === "function" ? await target() : target).click({ button: "right" });
+      const action = page.locator(".context-view .action-label", { hasText: item }).first();
+      await action.waitFor({ timeout: 10_000 });
+      await action.click();
+      const closed = await page
+        .locator(".context-view .monaco-menu")
+        .first()
+        .waitFor({ state: "hidden", timeout: 2_000 })
+        .then(() => true, () => false);
+      if (closed) return;
+      if (attempt >= 2) throw new Error(`the context menu's "${item}" did not run`);
+      await page.keyboard.press("Escape");
+    }
+  };
+  await row("Branches of the Active Session").waitFor({ timeout: 30_000 });
+  await row("edit notes.txt please").waitFor({ timeout: 30_000 });
+  const main = wb.stats().activeSession;
+  // Rename the session (its row under This Workspace).
+  await menu(row("hello world"), "Rename Session");
+  await answerInput("Main session");
+  await row("Main session").waitFor({ timeout: 15_000 });
+  await collapse("This Workspace");
+  await collapse("Pi's Sessions");
+  // Label an entry.
+  await menu(() => entryRow("edit notes.txt please"), "Label Entry");
+  await answerInput("first edit");
+  await until("the label on the row", async () => (await (await entryRow("edit notes.txt please")).innerText()).includes("first edit"), 15_000);
+  // Export it to Markdown (from the palette: the active session; VS Code's own save dialog).
+  await runCommand(page, "Pi: Export Session");
+  await pickQuick("markdown");
+  const out = path.join(wb.workspace, "exported.md");
+  // VS Code's own save dialog opens with the suggested file name.
+  const input = page.locator(".quick-input-widget input");
+  await until("the save dialog", async () => /pi-session-[0-9a-f]{8}\.md$/.test(await input.inputValue()), 15_000);
+  await answerInput(out);
+  await until("the export", async () => fs.existsSync(out), 15_000);
+  assert.ok(fs.readFileSync(out, "utf8").includes("edit notes.txt please"), fs.readFileSync(out, "utf8").slice(0, 2000));
+  await runCommand(page, "Notifications: Clear All Notifications");
+  // Fork from a user message: a new session in the panel with that message in the composer.
+  await menu(() => entryRow("edit notes.txt again"), "Fork from Here");
+  const composer = chat.locator('textarea[aria-label="Message"]');
+  await until("the forked session in the panel", async () => (await composer.inputValue()) === "edit notes.txt again", 20_000);
+  await until("the fork's history", async () => {
+    const t = await frameText(chat);
+    return t.includes("Edited notes.txt.") && !t.includes("sleep for a while");
+  }, 20_000);
+  const forked = wb.stats().activeSession;
+  await composer.fill("");
+  // Clone (from the palette: the active session, the fork).
+  await runCommand(page, "Pi: Clone Session");
+  await until("the clone in the panel", async () => {
+    const s = wb.stats().activeSession;
+    return s && s !== forked && s;
+  }, 20_000);
+  // Branch with a summary of the branch left (the model writes it).
+  await until("the clone's branches", async () => (await rows.allInnerTexts()).some((t) => t.includes("edit notes.txt please")), 15_000);
+  await menu(() => entryRow("edit notes.txt please"), "Branch Here with Summary");
+  await answerInput("");
+  await until("the branch summary in the tree", async () => (await rows.filter({ hasText: "Branch summary" }).count()) > 0, 30_000);
+  await until("the branch's text in the composer", async () => (await composer.inputValue()) === "edit notes.txt please", 20_000);
+  await composer.fill("");
+  // Branch here, on a key in the focused Sessions view: the message goes to the composer.
+  await (await entryRow("hello world")).click();
+  await page.keyboard.press("b");
+  await until("the branch's text in the composer", async () => (await composer.inputValue()) === "hello world", 20_000);
+  await composer.fill("");
+  // Open the first session again (from the palette: a list of the sessions).
+  await runCommand(page, "Pi: Open Session");
+  await pickQuick("Main session");
+  await until("the first session in the panel", async () => wb.stats().activeSession === main && !(await frameText(chat)).includes("Branch summary"), 20_000);
 });
 
 test("a second panel on another session streams at the same time as the first", async () => {
@@ -239,7 +481,14 @@ test("a second panel on another session streams at the same time as the first", 
   await closeAll();
 });
 
-test("a window reload mid-run finds the session intact", async () => {
+test("a window reload mid-run finds the session intact, and the edits under review with it", async () => {
+  await openFile("notes.txt");
+  await send(chat, "edit notes.txt before the reload");
+  const allow = chat.getByRole("button", { name: /Allow once/ });
+  await allow.waitFor({ timeout: 60_000 });
+  await allow.click();
+  await until("the edit under review", async () => wb.stats().changedFiles.some((u) => u.endsWith("/notes.txt")), 30_000);
+  await until("the run's end", async () => / · idle$/.test(wb.stats().status), 30_000);
   await send(chat, "slow answer please");
   await until("the slow answer streaming", async () => (await frameText(chat)).includes("Line 3 of a slow answer."), 30_000);
   await runCommand(page, "Developer: Reload Window");
@@ -254,10 +503,15 @@ test("a window reload mid-run finds the session intact", async () => {
     "the history after the reload",
     async () => {
       const t = await frameText(chat);
-      return t.includes("Edited notes.txt.") && t.includes("sleep for a while") && t.includes("slow answer please") && t.includes("Line 3 of a slow answer.");
+      // (The last page of the session: older messages load when scrolled to.)
+      return t.includes("edit notes.txt before the reload") && t.includes("Edited notes.txt.") && t.includes("slow answer please") && t.includes("Line 3 of a slow answer.");
     },
     60_000,
   );
+  // The review state came back: notes.txt's agent hunk still has its Keep / Undo.
+  await until("the review state after the reload", async () => wb.stats().changedFiles.some((u) => u.endsWith("/notes.txt")), 30_000);
+  await openFile("notes.txt");
+  await until("the Keep/Undo CodeLens after the reload", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) > 0, 20_000);
   // The session goes on after the reload.
   await send(chat, "hello again");
   await until("an answer after the reload", async () => {
@@ -284,8 +538,20 @@ test("2,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   const notes = stats.notesRelayed - before.notesRelayed;
   const posts = view.posts - viewBefore.posts;
   const cpu = stats.hostCpuMs - before.hostCpuMs + (view.postCpuMs - viewBefore.postCpuMs);
-  console.error(`host relay (burst): ${notes} notifications in ${posts} posts over ${seconds.toFixed(1)} s (max ${view.maxPostsPerSecond}/s), host CPU ${cpu.toFixed(1)} ms (routing ${(stats.hostCpuMs - before.hostCpuMs).toFixed(1)} ms, postMessage ${(view.postCpuMs - viewBefore.postCpuMs).toFixed(1)} ms) = ${((cpu / notes) * 1000).toFixed(2)} ms per 1,000 events`);
+  // The clock itself is read twice per measured section (once per notification and per post):
+  // its calibrated cost is taken off (both figures printed).
+  const clockCost = (notes + posts) * stats.cpuCallMs;
+  const net = cpu - clockCost;
+  const delivered = view.notesPosted - viewBefore.notesPosted;
+  console.error(
+    `host relay (burst): ${notes} notifications → ${delivered} after coalescing, in ${posts} posts (${view.packedPosts - viewBefore.packedPosts} packed) over ${seconds.toFixed(1)} s (max ${view.maxPostsPerSecond}/s); ` +
+      `host CPU ${cpu.toFixed(1)} ms (routing ${(stats.hostCpuMs - before.hostCpuMs).toFixed(1)} ms, postMessage ${(view.postCpuMs - viewBefore.postCpuMs).toFixed(1)} ms, ${stats.cpuClock} clock) = ${((cpu / notes) * 1000).toFixed(2)} ms per 1,000 events; ` +
+      `less the clock's own ${clockCost.toFixed(1)} ms: ${((net / notes) * 1000).toFixed(2)} ms per 1,000 events`,
+  );
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
   assert.ok(posts <= 60 * Math.ceil(seconds) + 5, `${posts} posts in ${seconds.toFixed(1)} s`);
   assert.ok(posts < notes / 2, `${posts} posts for ${notes} notifications: batched`);
+  // VP7: ≤ 5 ms of host CPU per 1,000 events (the extension's own work and VS Code's
+  // postMessage of what it posts, on the thread clock).
+  if (stats.cpuClock === "thread") assert.ok((net / notes) * 1000 <= 5, `${((net / notes) * 1000).toFixed(2)} ms per 1,000 events`);
 });

@@ -8,6 +8,8 @@
 //   "later …"  → after 4 s, an `edit` of notes.txt (gamma → GAMMA), then "Edited gamma."
 //   "diag …"   → a `diagnostics` tool call, then "The editor reports: <the tool's text>"
 //   "many …"   → 2,000 one-word deltas at ≈ 500 per second (the host's batching figures)
+//   "pause …"  → after 3 s, "Done pausing." (a run that ends while the panel is hidden)
+//   "bigedit …" → one `edit` of big.txt (BIG_LINES lines) changing every 100th line (50 hunks)
 // Other text gets "I only know hello, edit, sleep and slow."
 // Every request is recorded (`requests`); usage is reported so the context meter moves.
 import fs from "node:fs";
@@ -24,6 +26,10 @@ export const HELLO_ANSWER =
 /** 2,000 words, streamed one per chunk every 2 ms (≈ 500 deltas per second). */
 export const MANY_ANSWER = Array.from({ length: 2000 }, (_, i) => `w${i}`).join(" ") + " END";
 export const SLOW_ANSWER = Array.from({ length: 60 }, (_, i) => `Line ${i + 1} of a slow answer.`).join("\n");
+
+/** big.txt of the typing test: 5,000 lines. */
+export const BIG_LINES = 5000;
+export const BIG_TEXT = Array.from({ length: BIG_LINES }, (_, i) => `line ${i} of the big file`).join("\n") + "\n";
 
 /** What to answer for `messages`: `{text?, toolCall?, delayMs}`. */
 export function plan(messages) {
@@ -56,6 +62,16 @@ export function plan(messages) {
     const text = typeof tool?.content === "string" ? tool.content : (tool?.content ?? []).map((b) => b.text ?? "").join("");
     return { text: `The editor reports: ${text}`, chunk: 16, delayMs: 5 };
   }
+  if (word === "pause") return { text: "Done pausing.", chunk: 4, delayMs: 10, firstDelayMs: 3000 };
+  if (word === "bigedit")
+    return answered
+      ? { text: "Edited big.txt.", chunk: 8, delayMs: 5 }
+      : {
+          toolCall: {
+            name: "edit",
+            arguments: { path: "big.txt", edits: Array.from({ length: BIG_LINES / 100 }, (_, k) => ({ oldText: `line ${k * 100 + 50} of the big file`, newText: `LINE ${k * 100 + 50} OF THE BIG FILE` })) },
+          },
+        };
   if (word === "many") return { text: MANY_ANSWER, words: true, delayMs: 2 };
   return { text: "I only know hello, edit, sleep and slow.", chunk: 8, delayMs: 5 };
 }
@@ -83,6 +99,7 @@ export async function startMockModel() {
       let closed = false;
       res.on("close", () => (closed = true));
       send({ role: "assistant", content: "" });
+      if (p.firstDelayMs) await new Promise((r) => setTimeout(r, p.firstDelayMs));
       if (p.toolCall) {
         if (p.delayMs) await new Promise((r) => setTimeout(r, p.delayMs));
         const cid = `call_${++calls}`;
@@ -90,11 +107,24 @@ export async function startMockModel() {
         send({ tool_calls: [{ index: 0, function: { arguments: JSON.stringify(p.toolCall.arguments) } }] });
         send({}, "tool_calls");
       } else {
-        for (const c of p.words ? p.text.split(/(?<= )/) : chunks(p.text, p.chunk)) {
-          if (closed) return;
-          send({ content: c });
-          await new Promise((r) => setTimeout(r, p.delayMs));
-        }
+        const parts = p.words ? p.text.split(/(?<= )/) : chunks(p.text, p.chunk);
+        if (p.words) {
+          // Words at one per delayMs on average by the wall clock: a late timer (a loaded
+          // machine) sends the words that are due at once, so the rate holds. Each is its own
+          // SSE event, as a provider sends them.
+          const start = Date.now();
+          for (let i = 0; i < parts.length; ) {
+            if (closed) return;
+            const due = Math.min(parts.length, Math.floor((Date.now() - start) / p.delayMs) + 1);
+            for (; i < due; i++) send({ content: parts[i] });
+            await new Promise((r) => setTimeout(r, p.delayMs));
+          }
+        } else
+          for (const c of parts) {
+            if (closed) return;
+            send({ content: c });
+            await new Promise((r) => setTimeout(r, p.delayMs));
+          }
         send({}, "stop");
       }
       const prompt = Math.round(body.length / 4);
@@ -115,7 +145,10 @@ export async function startMockModel() {
             api: "openai-completions",
             apiKey: "test-key",
             compat: { supportsDeveloperRole: false },
-            models: [{ id: "mock-1", name: "Mock One", contextWindow: 128000, maxTokens: 4096, cost: { input: 3, output: 15, cacheRead: 0, cacheWrite: 0 } }],
+            models: [
+              { id: "mock-1", name: "Mock One", contextWindow: 128000, maxTokens: 4096, cost: { input: 3, output: 15, cacheRead: 0, cacheWrite: 0 } },
+              { id: "mock-think", name: "Mock Thinker", reasoning: true, contextWindow: 200000, maxTokens: 8192, cost: { input: 1, output: 5, cacheRead: 0, cacheWrite: 0 } },
+            ],
           },
         },
       };

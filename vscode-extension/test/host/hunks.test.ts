@@ -2,7 +2,8 @@
 // typing never does, and Undo never reverts it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { FileChanges, type Replacement } from "../../src/extension/hunks";
+import fc from "fast-check";
+import { FileChanges, PieceText, type Replacement } from "../../src/extension/hunks";
 
 function apply(text: string, r: Replacement): string {
   return text.slice(0, r.start) + r.text + text.slice(r.end);
@@ -144,4 +145,42 @@ test("typing between hunks moves them exactly as a fresh diff of the same texts 
   assert.equal(f.current, f.base);
   // Hunks the typing touched were kept (the user took those lines over); the others are undone.
   assert.ok(!f.current.includes("LINE 75\n"), "an untouched agent line is undone");
+});
+
+test("a PieceText edited by any replacements reads as the same edits on a plain string", () => {
+  const base = Array.from({ length: 400 }, (_, i) => `line ${i} ${"x".repeat(i % 7)}`).join("\n");
+  fc.assert(
+    fc.property(
+      fc.array(fc.record({ at: fc.nat(), len: fc.nat({ max: 40 }), text: fc.string({ maxLength: 12 }), read: fc.nat({ max: 60 }) }), { maxLength: 400 }),
+      (ops) => {
+        const p = new PieceText(base);
+        let ref = base;
+        for (const op of ops) {
+          const offset = op.at % (ref.length + 1);
+          const length = Math.min(op.len, ref.length - offset);
+          p.replace(offset, length, op.text);
+          ref = ref.slice(0, offset) + op.text + ref.slice(offset + length);
+          assert.equal(p.length, ref.length);
+          const from = Math.max(0, offset - 5);
+          assert.equal(p.slice(from, from + op.read), ref.slice(from, from + op.read));
+        }
+        assert.equal(p.toString(), ref);
+      },
+    ),
+    { numRuns: 200 },
+  );
+});
+
+test("typing a thousand characters in a 5,000-line file under review keeps the hunks a fresh diff finds", () => {
+  const lines = Array.from({ length: 5000 }, (_, i) => `line ${i} of the file with some text`);
+  const f = FileChanges.fromAgentEdit(lines.join("\n") + "\n", lines.map((l, i) => (i % 100 === 50 ? l.toUpperCase() : l)).join("\n") + "\n");
+  assert.equal(f.hunks().length, 50);
+  let at = f.current.indexOf("line 10 ");
+  for (let k = 0; k < 1000; k++) {
+    f.userChanges([{ offset: at, length: 0, text: k % 40 === 39 ? "\n" : "y" }]);
+    at++;
+  }
+  assert.equal(f.hunks().length, 50);
+  assert.deepEqual(f.hunks(), new FileChanges(f.base, f.current).hunks());
+  assert.equal(f.current.split("\n").length, 5001 + 25);
 });

@@ -2,7 +2,7 @@
 // sessionId, and the backlog a new session's panel gets.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Batcher, Router, MIN_POST_INTERVAL_MS, type Clock, type Note, type RouteTarget } from "../../src/extension/relay";
+import { Batcher, Router, HIDDEN_BACKLOG_MAX, MIN_POST_INTERVAL_MS, type Clock, type Note, type RouteTarget } from "../../src/extension/relay";
 
 /** A virtual clock: timers run when the test advances time. */
 class FakeClock implements Clock {
@@ -34,12 +34,14 @@ class FakeClock implements Clock {
   }
 }
 
-const delta = (i: number): Note => ({
+const delta = (i: number, text = `d${i}`, contentIndex = 0, type = "text_delta"): Note => ({
   method: "agent/event",
-  params: { sessionId: "s1", runId: "r1", event: { type: "message_update", assistantMessageEvent: { type: "text_delta", delta: `d${i}` } } },
+  params: { sessionId: "s1", runId: "r1", event: { type: "message_update", assistantMessageEvent: { type, contentIndex, delta: text } } },
 });
+const event = (type: string, extra: Record<string, unknown> = {}): Note => ({ method: "agent/event", params: { sessionId: "s1", runId: "r1", event: { type, ...extra } } });
+const toolUpdate = (id: string, out: string): Note => event("tool_execution_update", { toolCallId: id, toolName: "bash", partialResult: { content: [{ type: "text", text: out }] } });
 
-test("500 deltas per second for 2 s: at most 60 posts per second, every delta once, in order", () => {
+test("500 deltas per second for 2 s: at most 60 posts per second, the text whole and in order, one merged delta per post", () => {
   const clock = new FakeClock();
   const posts: { at: number; message: any }[] = [];
   const b = new Batcher((message) => posts.push({ at: clock.t, message }), clock);
@@ -49,7 +51,8 @@ test("500 deltas per second for 2 s: at most 60 posts per second, every delta on
   }
   clock.advance(100);
   const seen = posts.flatMap((p) => p.message.items.map((n: Note) => n.params.event.assistantMessageEvent.delta));
-  assert.deepEqual(seen, Array.from({ length: 1000 }, (_, i) => `d${i}`));
+  assert.equal(seen.join(""), Array.from({ length: 1000 }, (_, i) => `d${i}`).join(""));
+  assert.equal(seen.length, posts.length, "each post carries one delta (the merged ones)");
   for (let i = 1; i < posts.length; i++) {
     assert.ok(posts[i].at - posts[i - 1].at >= MIN_POST_INTERVAL_MS - 1e-9, `posts ${i - 1} and ${i} are ${posts[i].at - posts[i - 1].at} ms apart`);
   }
@@ -86,9 +89,106 @@ test("a direct post (a response) flushes waiting notifications first", () => {
   clock.advance(100);
   assert.deepEqual(posts, [
     { type: "notifications", items: [delta(0)] },
-    { type: "notifications", items: [delta(1), delta(2)] },
+    { type: "notifications", items: [delta(1, "d1d2")] },
     { type: "response", requestId: 7, result: { ok: true } },
   ]);
+});
+
+test("deltas merge only within one content block, and the shared notifications are never changed", () => {
+  const clock = new FakeClock();
+  const posts: any[] = [];
+  const b = new Batcher((m) => posts.push(m), clock);
+  b.push(event("turn_start"));
+  clock.advance(0);
+  const shared = [delta(0, "a"), delta(1, "b"), delta(2, "c", 1), delta(3, "t", 2, "thinking_delta"), delta(4, "u", 2, "thinking_delta"), event("message_end"), delta(5, "x"), delta(6, "y")];
+  const copy = structuredClone(shared);
+  for (const n of shared) b.push(n);
+  const other = { ...delta(7, "z"), params: { ...delta(7, "z").params, runId: "r2" } };
+  b.push(other);
+  clock.advance(100);
+  assert.deepEqual(posts, [
+    { type: "notifications", items: [event("turn_start")] },
+    { type: "notifications", items: [delta(0, "ab"), delta(2, "c", 1), delta(3, "tu", 2, "thinking_delta"), event("message_end"), delta(5, "xy"), other] },
+  ]);
+  assert.deepEqual(shared, copy, "a notification another panel also holds is left as it came");
+  assert.equal(b.notes, 10);
+  assert.equal(b.notesPosted, 7);
+});
+
+test("a tool's newer output replaces its older one that was not posted yet", () => {
+  const clock = new FakeClock();
+  const posts: any[] = [];
+  const b = new Batcher((m) => posts.push(m), clock);
+  b.push(event("turn_start"));
+  clock.advance(0);
+  b.push(toolUpdate("A", "1"));
+  b.push(toolUpdate("B", "1"));
+  b.push(toolUpdate("A", "1 2"));
+  b.push(event("tool_execution_end", { toolCallId: "B" }));
+  b.push(toolUpdate("A", "1 2 3"));
+  clock.advance(100);
+  assert.deepEqual(posts[1], { type: "notifications", items: [toolUpdate("B", "1"), toolUpdate("A", "1 2"), event("tool_execution_end", { toolCallId: "B" }), toolUpdate("A", "1 2 3")] });
+});
+
+test("a hidden panel gets nothing posted; on show, the coalesced backlog comes in one post", () => {
+  const clock = new FakeClock();
+  const posts: any[] = [];
+  const b = new Batcher((m) => posts.push(m), clock);
+  b.pause();
+  for (let i = 0; i < 5000; i++) {
+    b.push(delta(i, "w "));
+    clock.advance(2);
+  }
+  b.push(event("message_end"));
+  clock.advance(1000);
+  assert.deepEqual(posts, []);
+  b.resume();
+  assert.deepEqual(posts, [{ type: "notifications", items: [delta(0, "w ".repeat(5000)), event("message_end")] }]);
+  // A message to a hidden panel (an answer, a question) posts everything before it, in order.
+  b.pause();
+  b.push(event("turn_end"));
+  b.direct({ type: "serverRequest", requestId: 1 });
+  assert.deepEqual(posts.slice(1), [{ type: "notifications", items: [event("turn_end")] }, { type: "serverRequest", requestId: 1 }]);
+});
+
+test("a hidden backlog past its limit is dropped and the panel reloads its session when shown", () => {
+  const clock = new FakeClock();
+  const posts: any[] = [];
+  let reloads = 0;
+  const b = new Batcher((m) => posts.push(m), clock);
+  b.onOverflow = () => {
+    reloads++;
+    b.direct({ type: "init" });
+  };
+  b.pause();
+  for (let i = 0; i < HIDDEN_BACKLOG_MAX + 10; i++) b.push(event("turn_start", { i }));
+  b.resume();
+  clock.advance(100);
+  assert.equal(reloads, 1);
+  assert.deepEqual(posts, [{ type: "init" }]);
+});
+
+test("packed: one post carries the batch and the messages after it as UTF-8 JSON", () => {
+  const clock = new FakeClock();
+  const posts: any[] = [];
+  const b = new Batcher((m) => posts.push(m), clock);
+  b.packing = true;
+  const unpack = (m: any) => (m.type === "packed" ? JSON.parse(new TextDecoder().decode(m.json)) : [m]);
+  b.push(event("turn_start"));
+  clock.advance(0);
+  // A small lone batch stays an object (cheaper that way).
+  assert.deepEqual(posts, [{ type: "notifications", items: [event("turn_start")] }]);
+  for (const t of ["a", "b", "c", "d"]) b.push(event("tool_execution_start", { toolCallId: t }));
+  b.direct({ type: "response", requestId: 3, result: { text: "é ✓" } });
+  clock.advance(100);
+  assert.equal(posts.length, 2);
+  assert.ok((posts[1] as any).json instanceof Uint8Array);
+  assert.deepEqual(unpack(posts[1]), [
+    { type: "notifications", items: ["a", "b", "c", "d"].map((t) => event("tool_execution_start", { toolCallId: t })) },
+    { type: "response", requestId: 3, result: { text: "é ✓" } },
+  ]);
+  assert.equal(b.packedPosts, 1);
+  assert.equal(b.packedBytes, (posts[1] as any).json.byteLength);
 });
 
 function target(sessionId: string | null, got: Note[]): RouteTarget {

@@ -55,13 +55,16 @@ export interface OpenOptions {
   onRequest?: RequestHandler;
   /** Wrap requestAnimationFrame/setTimeout/setInterval to count callbacks (idle test). */
   instrumentTimers?: boolean;
+  /** Another build of the webview: `<bundle>.js` and `<bundle>.css` (default: dist/webview.*),
+   * for comparing two builds in one browser. */
+  bundle?: string;
 }
 
 export async function openPanel(browser: Browser, opts: OpenOptions = {}): Promise<Panel> {
   const ctx = await browser.newContext({ viewport: { width: opts.width ?? 420, height: opts.height ?? 760 }, deviceScaleFactor: 1 });
   const page = await ctx.newPage();
-  const js = readFileSync(join(root, "dist/webview.js"));
-  const css = readFileSync(join(root, "dist/webview.css"));
+  const js = readFileSync(opts.bundle ? `${opts.bundle}.js` : join(root, "dist/webview.js"));
+  const css = readFileSync(opts.bundle ? `${opts.bundle}.css` : join(root, "dist/webview.css"));
   const theme = readFileSync(join(root, "test/webview/theme-dark.css"));
   const nonce = "dGVzdC1ub25jZS0xMjM0NTY3OA==";
   const html = webviewHtml({ scriptUri: `${ORIGIN}/webview.js`, styleUri: `${ORIGIN}/webview.css`, cspSource: ORIGIN, nonce })
@@ -159,4 +162,78 @@ export async function metrics(cdp: CDPSession, collect = true): Promise<Record<s
   await cdp.send("Performance.enable");
   const { metrics } = await cdp.send("Performance.getMetrics");
   return Object.fromEntries(metrics.map((m: { name: string; value: number }) => [m.name, m.value]));
+}
+
+/** One task of the page's main thread (renderer `CrRendererMain`) from a Chromium trace. */
+export interface MainTask {
+  /** Start, ms on the trace clock. */
+  start: number;
+  /** Wall-clock duration in ms (includes time the thread was descheduled). */
+  wallMs: number;
+  /** CPU time of the thread in the task, ms (the work itself; what the long-task bounds use). */
+  cpuMs: number;
+}
+
+/** Starts a Chromium trace of `page` with the task events only (`RunTask`: wall and thread
+ * durations) and user-timing marks, cheap enough to leave on during a measurement. */
+export async function startTaskTrace(browser: Browser, page: Page): Promise<void> {
+  await browser.startTracing(page, { categories: ["disabled-by-default-devtools.timeline", "blink.user_timing"] });
+}
+
+/** The tasks of a trace, and where the page's clock is on the trace's clock. */
+export interface TaskTrace {
+  tasks: MainTask[];
+  /** Trace-clock ms minus page-clock ms (`performance.now()`), from a `performance.mark`
+   * named "pi-sync" the page made while tracing (undefined without it). */
+  offset?: number;
+}
+
+/** CPU time the main thread spent in the page-clock interval [from, to] (tasks cut at the
+ * edges in proportion to their wall time). */
+export function cpuBetween(trace: TaskTrace, from: number, to: number): number {
+  const a = from + trace.offset!;
+  const b = to + trace.offset!;
+  let cpu = 0;
+  for (const t of trace.tasks) {
+    const overlap = Math.min(b, t.start + t.wallMs) - Math.max(a, t.start);
+    if (overlap > 0 && t.wallMs > 0) cpu += (t.cpuMs * overlap) / t.wallMs;
+  }
+  return cpu;
+}
+
+/** Stops the trace and returns the top-level tasks of the page's main thread. Wall time grows
+ * with the machine's load (a descheduled task looks long); `cpuMs` does not, so a bound on it
+ * catches a task that does too much work without failing because other processes ran. */
+export async function stopTaskTrace(browser: Browser, page: Page): Promise<TaskTrace> {
+  const buf = await browser.stopTracing();
+  const json = JSON.parse(buf.toString("utf8"));
+  const events: any[] = Array.isArray(json) ? json : json.traceEvents;
+  // The renderer process of the page: the frame with the page's URL in TracingStartedInBrowser.
+  const url = page.url();
+  let pid: number | undefined;
+  for (const e of events) {
+    if (e.name !== "TracingStartedInBrowser") continue;
+    const f = (e.args?.data?.frames ?? []).find((x: any) => x.url === url && x.processId);
+    if (f) pid = f.processId;
+  }
+  const mains = new Set<string>();
+  for (const e of events) {
+    if (e.ph === "M" && e.name === "thread_name" && e.args?.name === "CrRendererMain" && (pid === undefined || e.pid === pid)) mains.add(`${e.pid}:${e.tid}`);
+  }
+  const tasks: MainTask[] = [];
+  let offset: number | undefined;
+  for (const e of events) {
+    if (e.name === "pi-sync" && mains.has(`${e.pid}:${e.tid}`) && typeof e.args?.data?.startTime === "number") offset = e.ts / 1000 - e.args.data.startTime;
+    if (e.ph !== "X" || e.name !== "RunTask" || !mains.has(`${e.pid}:${e.tid}`)) continue;
+    tasks.push({ start: e.ts / 1000, wallMs: (e.dur ?? 0) / 1000, cpuMs: (e.tdur ?? e.dur ?? 0) / 1000 });
+  }
+  if (tasks.length === 0) throw new Error("the trace holds no task of the page's main thread");
+  return { tasks: tasks.sort((a, b) => a.start - b.start), offset };
+}
+
+/** The median of `xs` (the middle value; the mean of the two middle ones for an even count). */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }

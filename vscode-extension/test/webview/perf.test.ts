@@ -4,18 +4,24 @@
  *
  * - 10,000-message session: last screen painted ≤ 400 ms after the history answer arrives,
  *   ≤ 1 MB posted to the webview for it, JS heap ≤ 150 MB, ≤ 5,000 DOM nodes; paging to the top:
- *   no long task > LONG_TASK_MS and still ≤ 5,000 nodes.
- * - Streaming 5,000 text deltas at 500/s (posted as the host does, ≤ 60 posts/s): main-thread
- *   CPU ≤ PER_DELTA_MS per delta (the issue's 0.2 ms is not met yet), at most one render per
- *   animation frame, no long task > LONG_TASK_MS,
- *   DOM mutations only inside the streaming row, each finished block rendered once, the final
- *   DOM equal to a from-scratch render; keystroke → next frame ≤ 16 ms (median) while streaming.
+ *   no task over PAGING_TASK_CPU_MS of CPU and still ≤ 5,000 nodes.
+ * - Streaming 20,000 text deltas at 500/s (posted as the host does, ≤ 60 posts/s): a behaviour
+ *   pass (at most one render per animation frame, no task over LONG_TASK_CPU_MS of CPU, DOM
+ *   mutations only inside the streaming row, keystroke → next frame ≤ 16 ms median), then cost
+ *   passes with nothing else in the page: the median of their main-thread CPU per delta, less
+ *   the feeder's own, ≤ PER_DELTA_MS; at the end each finished block was rendered once and the
+ *   final DOM equals a from-scratch render.
+ *
+ * Why CPU time and medians: the tests share two cores with other work. Wall time then measures
+ * the machine (a descheduled task looks long, a pass gets fewer frames); the main thread's CPU
+ * time measures the page's work, and the median of several passes drops one pass that a burst
+ * of load slowed (caches, frequency) without hiding a regression, which slows every pass.
  * - Idle: 0 animation-frame callbacks and 0 timers over 5 s.
  */
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import type { Browser } from "playwright-core";
-import { launch, openPanel, metrics } from "./harness";
+import type { Browser, Page, CDPSession } from "playwright-core";
+import { launch, openPanel, type Panel, metrics, startTaskTrace, stopTaskTrace, cpuBetween, median } from "./harness";
 import { sessionEntries, historyPage, streamedAnswer } from "./generate";
 
 let browser: Browser;
@@ -30,19 +36,29 @@ const SID = "019ad0c1-0000-7000-8000-00000000beef";
 const model = { provider: "rec", id: "rec-1", name: "Recorded mock", api: "anthropic-messages", reasoning: true, input: ["text"], contextWindow: 200000, maxTokens: 8192, cost: { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 }, thinkingLevels: ["off", "low", "medium", "high"] };
 const state = { sessionId: SID, sessionFile: "x.jsonl", model, thinkingLevel: "off", isStreaming: false, steeringMode: "one-at-a-time", followUpMode: "one-at-a-time", autoRetryEnabled: true, isRetrying: false, autoCompactionEnabled: true, isCompacting: false, isBashRunning: false, messageCount: 10000, pendingMessageCount: 0, approvalPolicy: "auto-edit" };
 
-/** Main-thread CPU per text delta allowed (issue target: 0.2 ms; not met yet, see the note). */
-const PER_DELTA_MS = 0.3;
-/** Longest task allowed, wall time (issue target: 50 ms). Wall time grows with the machine's
- * load (CI and the developers share two cores; a descheduled task looks long): this bound
- * catches freezes, the printed figure is what to compare with the target. */
-const LONG_TASK_MS = 200;
+/** Main-thread CPU per text delta allowed, the median of the cost passes (issue target). */
+const PER_DELTA_MS = 0.2;
+/** Longest main-thread task allowed, in CPU time (issue target: 50 ms). Wall time grows with
+ * the machine's load (CI and the developers share two cores; a descheduled task looks long), so
+ * the bound is on the task's thread time from a Chromium trace; the wall figure is printed. */
+const LONG_TASK_CPU_MS = 50;
+/** Longest task while paging older history, CPU time (issue target: 50 ms). */
+const PAGING_TASK_CPU_MS = 50;
+/** From the history answer to the last screen painted (VP1), ms. */
+const FIRST_SCREEN_MS = 400;
+/** Panels opened at most to measure it (the best counts; see VP1). */
+const FIRST_SCREEN_TRIES = 3;
 
 function perf(line: string): void {
   console.log(`# perf ${line}`);
 }
 
-test("VP1: a 10,000-message session opens with its last screen first, and pages in older ones", async () => {
-  const entries = sessionEntries(10000);
+/** Opens a panel on `entries` and measures VP1's first screen: from the history answer
+ * reaching the webview (the host relays the server's answer as it arrives) to the frame after
+ * the last entry's row is in the DOM, as wall time and as the main thread's CPU time in it
+ * (from a task trace); also from the host's init (two round trips through the test's host,
+ * which is slower than VS Code's). */
+async function firstScreen(entries: any[]): Promise<{ panel: Panel; ms: number; cpu: number; fromInit: number; posted: number }> {
   const panel = await openPanel(browser, {
     onRequest: (method, params) => {
       if (method === "agent/state") return state;
@@ -57,12 +73,11 @@ test("VP1: a 10,000-message session opens with its last screen first, and pages 
     new PerformanceObserver((l) => (window as any).__long.push(...l.getEntries().map((e) => e.duration))).observe({ type: "longtask", buffered: true });
   });
   const bytes0 = panel.bytesSent;
-  // VP1's clock: from the history answer reaching the webview (the host relays the server's
-  // answer as it arrives) to the frame after the last entry's row is in the DOM. Also reported:
-  // from the host's init (two round trips through the test's host, which is slower than VS Code's).
+  await startTaskTrace(browser, page);
   const paintP = page.evaluate(
     (lastText) =>
       new Promise<number[]>((resolve) => {
+        performance.mark("pi-sync");
         const tInit = performance.now();
         let t0 = -1;
         window.addEventListener(
@@ -75,7 +90,7 @@ test("VP1: a 10,000-message session opens with its last screen first, and pages 
         const check = () => {
           const rows = document.querySelectorAll(".rows > .row");
           const last = rows[rows.length - 1];
-          if (last && last.textContent!.includes(lastText)) requestAnimationFrame(() => resolve([performance.now() - t0, performance.now() - tInit]));
+          if (last && last.textContent!.includes(lastText)) requestAnimationFrame(() => resolve([t0, performance.now(), tInit]));
           else requestAnimationFrame(check);
         };
         requestAnimationFrame(check);
@@ -83,19 +98,39 @@ test("VP1: a 10,000-message session opens with its last screen first, and pages 
     (entries.at(-1)!.message.content.find((b: any) => b.type === "text")?.text ?? "").slice(0, 30),
   );
   await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
-  const [ms, fromInit] = await paintP;
-  const posted = panel.bytesSent - bytes0;
+  const [t0, tPaint, tInit] = await paintP;
+  const trace = await stopTaskTrace(browser, page);
+  return { panel, ms: tPaint - t0, cpu: cpuBetween(trace, t0, tPaint), fromInit: tPaint - tInit, posted: panel.bytesSent - bytes0 };
+}
+
+test("VP1: a 10,000-message session opens with its last screen first, and pages in older ones", async () => {
+  const entries = sessionEntries(10000);
+  // Latency only grows with the machine's load (other processes on the two cores): the best of
+  // up to FIRST_SCREEN_TRIES panels is compared with the bound; the work in each (CPU) must fit
+  // in half of it.
+  const tries: Awaited<ReturnType<typeof firstScreen>>[] = [];
+  for (let i = 0; i < FIRST_SCREEN_TRIES; i++) {
+    const t = await firstScreen(entries);
+    tries.push(t);
+    if (t.ms <= FIRST_SCREEN_MS) break;
+    await t.panel.page.context().close();
+  }
+  const best = tries.reduce((a, b) => (b.ms < a.ms ? b : a));
+  const { panel, ms, fromInit, posted } = tries.at(-1)!;
+  const page = panel.page;
   const m = await metrics(panel.cdp);
   const nodes = await page.evaluate(() => document.getElementsByTagName("*").length);
-  perf(`VP1 last screen ${ms.toFixed(0)} ms after the history answer (${fromInit.toFixed(0)} ms after init), posted ${(posted / 1024).toFixed(0)} KiB, heap ${(m.JSHeapUsedSize! / 1048576).toFixed(1)} MiB, DOM nodes ${m.Nodes} (elements ${nodes})`);
-  assert.ok(ms <= 400, `last screen after ${ms} ms`);
+  perf(`VP1 last screen ${ms.toFixed(0)} ms after the history answer (${fromInit.toFixed(0)} ms after init; tries ${tries.map((t) => `${t.ms.toFixed(0)} ms wall / ${t.cpu.toFixed(0)} ms CPU`).join(", ")}), posted ${(posted / 1024).toFixed(0)} KiB, heap ${(m.JSHeapUsedSize! / 1048576).toFixed(1)} MiB, DOM nodes ${m.Nodes} (elements ${nodes})`);
+  for (const t of tries) assert.ok(t.cpu <= FIRST_SCREEN_MS / 2, `the last screen took ${t.cpu} ms of CPU`);
+  assert.ok(best.ms <= FIRST_SCREEN_MS, `last screen after ${tries.map((t) => t.ms).join(", ")} ms`);
   assert.ok(posted <= 1024 * 1024, `${posted} bytes posted`);
   assert.ok(m.JSHeapUsedSize! <= 150 * 1048576, `heap ${m.JSHeapUsedSize}`);
   assert.ok(m.Nodes! <= 5000, `${m.Nodes} DOM nodes`);
   // At the bottom.
   const atBottom = await page.$eval("#transcript", (e) => e.scrollHeight - e.scrollTop - e.clientHeight < 4);
   assert.ok(atBottom, "opened at the bottom");
-  // Scroll up through 40 older pages (2,000 entries).
+  // Scroll up through 40 older pages (2,000 entries), with the main thread's tasks traced.
+  await startTaskTrace(browser, page);
   const historyCount = () => panel.requests.filter((q) => q.method === "agent/session/history").length;
   for (let i = 0; i < 40; i++) {
     const n = historyCount();
@@ -105,13 +140,15 @@ test("VP1: a 10,000-message session opens with its last screen first, and pages 
     await page.waitForTimeout(40);
   }
   const pages = panel.requests.filter((r) => r.method === "agent/session/history").length;
+  const { tasks } = await stopTaskTrace(browser, page);
   const long = await page.evaluate(() => (window as any).__long as number[]);
+  const longCpu = Math.max(0, ...tasks.map((t) => t.cpuMs));
   const m2 = await metrics(panel.cdp);
   const loaded = await page.evaluate(() => (window as any).__pi.store.order.length);
-  perf(`VP1 paging: ${pages} history pages, ${loaded} items loaded, DOM nodes ${m2.Nodes}, heap ${(m2.JSHeapUsedSize! / 1048576).toFixed(1)} MiB, longest task ${Math.max(0, ...long).toFixed(0)} ms`);
+  perf(`VP1 paging: ${pages} history pages, ${loaded} items loaded, DOM nodes ${m2.Nodes}, heap ${(m2.JSHeapUsedSize! / 1048576).toFixed(1)} MiB, longest task ${longCpu.toFixed(1)} ms CPU (${Math.max(0, ...tasks.map((t) => t.wallMs)).toFixed(0)} ms wall; PerformanceObserver longtask max ${Math.max(0, ...long).toFixed(0)} ms)`);
   assert.ok(pages >= 20, `only ${pages} pages were loaded while scrolling up`);
   assert.ok(m2.Nodes! <= 5000, `${m2.Nodes} DOM nodes after paging`);
-  assert.ok(long.every((d) => d <= LONG_TASK_MS), `long tasks: ${long.join(", ")} ms`);
+  assert.ok(longCpu <= PAGING_TASK_CPU_MS, `a task took ${longCpu} ms of CPU while paging`);
   // Every history request asked for the page before the oldest loaded entry.
   const reqs = panel.requests.filter((r) => r.method === "agent/session/history").map((r) => r.params);
   assert.deepEqual(reqs[0], { sessionId: SID, limit: 50 });
@@ -120,11 +157,73 @@ test("VP1: a 10,000-message session opens with its last screen first, and pages 
   await page.context().close();
 });
 
-test("VP2–VP4: 5,000 deltas at 500/s: cost per delta, one render per frame, only the streaming row changes, typing stays fast", async () => {
-  const { text, deltas } = streamedAnswer(5000);
-  // The same feeder in a blank page with a listener that does nothing: the cost of making and
-  // posting the messages, which is the host's, not the webview's (subtracted below).
-  const base = await measureFeederAlone(deltas);
+/**
+ * Installs the in-page host of the streaming tests: `__feed(from, to)` posts the text deltas
+ * `[from, to)` at 500/s the way the extension host does (every 16 ms the deltas that are due,
+ * ≤ 60 posts/s), then waits 120 ms (the last render lands in the pass) and resolves with the
+ * wall time. The notification objects are built once, before any measurement, so a pass costs
+ * the feeder only its timer and `postMessage`.
+ */
+async function installFeeder(page: Page, deltas: string[]): Promise<void> {
+  await page.evaluate(
+    ({ deltas, sid }) => {
+      const w = window as any;
+      w.__notes = deltas.map((d: string) => ({ method: "agent/event", params: { sessionId: sid, runId: "run1", event: { type: "message_update", assistantMessageEvent: { type: "text_delta", contentIndex: 0, delta: d } } } }));
+      w.__feed = (from: number, to: number) =>
+        new Promise<number>((resolve) => {
+          const start = performance.now();
+          let sent = from;
+          const timer = setInterval(() => {
+            const due = Math.min(to, from + Math.floor(((performance.now() - start) / 1000) * 500));
+            if (due > sent) {
+              window.postMessage({ type: "notifications", items: w.__notes.slice(sent, due) }, "*");
+              sent = due;
+            }
+            if (sent >= to) {
+              clearInterval(timer);
+              const ms = performance.now() - start;
+              setTimeout(() => resolve(ms), 120);
+            }
+          }, 16);
+        });
+    },
+    { deltas, sid: SID },
+  );
+}
+
+/** Main-thread CPU (CDP `ThreadTime`, ms) spent by `page` while `work` runs; `into` gets the
+ * other metrics' differences (ms for durations, counts for counts). */
+async function cpuOf(cdp: CDPSession, work: () => Promise<unknown>, into?: Record<string, number>): Promise<number> {
+  const m0 = await metrics(cdp, false);
+  await work();
+  const m1 = await metrics(cdp, false);
+  if (into) for (const k of Object.keys(m1)) into[k] = (into[k] ?? 0) + (m1[k]! - (m0[k] ?? 0)) * (k.endsWith("Duration") ? 1000 : 1);
+  return (m1.ThreadTime! - m0.ThreadTime!) * 1000;
+}
+
+/** Deltas of the behaviour pass (instrumented: frames, mutations, typing, task trace). */
+const BEHAVIOUR_DELTAS = 4000;
+/** Cost passes after it (uninstrumented), each of PASS_DELTAS: 20,000 deltas in all (VP2). */
+const COST_PASSES = 8;
+const PASS_DELTAS = 2000;
+/** Feeder-alone passes (a blank page with the same feeder and a listener that does nothing). */
+const FEEDER_PASSES = 3;
+
+test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, only the streaming row changes, typing stays fast", async () => {
+  const total = BEHAVIOUR_DELTAS + COST_PASSES * PASS_DELTAS;
+  const { text, deltas } = streamedAnswer(total);
+  // The feeder's own cost (making the posts is the host's work, not the webview's): the
+  // median of FEEDER_PASSES passes in a blank page, subtracted per delta below.
+  const feeder = await browser.newPage();
+  await feeder.setContent("<!DOCTYPE html><title>feeder</title>");
+  await feeder.evaluate(() => window.addEventListener("message", () => {}));
+  await installFeeder(feeder, deltas.slice(0, PASS_DELTAS));
+  const feederCdp = await feeder.context().newCDPSession(feeder);
+  const feederPerDelta: number[] = [];
+  for (let i = 0; i < FEEDER_PASSES; i++) feederPerDelta.push((await cpuOf(feederCdp, () => feeder.evaluate((n) => (window as any).__feed(0, n), PASS_DELTAS))) / PASS_DELTAS);
+  await feeder.close();
+  const feederMs = median(feederPerDelta);
+
   const panel = await openPanel(browser, {
     onRequest: (method, params) => {
       if (method === "agent/state") return { ...state, isStreaming: true };
@@ -140,108 +239,99 @@ test("VP2–VP4: 5,000 deltas at 500/s: cost per delta, one render per frame, on
   const ts = 1764700000000;
   await panel.send({ type: "notifications", items: [ev({ type: "agent_start" }), ev({ type: "turn_start" }), ev({ type: "message_start", message: { role: "user", content: [{ type: "text", text: "write it all" }], timestamp: ts } }), ev({ type: "message_end", message: { role: "user", content: [{ type: "text", text: "write it all" }], timestamp: ts } }), ev({ type: "message_start", message: { role: "assistant", content: [], api: "x", provider: "rec", model: "rec-1", stopReason: "stop", timestamp: ts + 1 } }), ev({ type: "message_update", assistantMessageEvent: { type: "text_start", contentIndex: 0 } })] });
   await page.waitForSelector(".row-assistant.streaming", { state: "attached" });
+  await installFeeder(page, deltas);
   await page.focus("textarea.input");
   const blocksBefore0 = await page.evaluate(() => (window as any).__pi.renderStats.blocks);
-  const m0 = await metrics(panel.cdp, false);
-  if (process.env.PI_PROFILE) {
-    await panel.cdp.send("Profiler.enable");
-    await panel.cdp.send("Profiler.start");
-  }
-  // The in-page host: every 16 ms it posts the deltas due at 500/s (as the extension host
-  // batches them, ≤ 60 posts/s). Meanwhile: frame counter, long tasks, mutations, keystrokes.
-  const run = page.evaluate(
-    ({ deltas, sid }) =>
-      new Promise<any>((resolve) => {
-        const w = window as any;
-        const long: number[] = [];
-        new PerformanceObserver((l) => long.push(...l.getEntries().map((e) => e.duration))).observe({ type: "longtask" });
-        const streamingRow = document.querySelector(".row-assistant.streaming")!;
-        const outside: string[] = [];
-        const mo = new MutationObserver((recs) => {
-          for (const r of recs) {
-            const t = r.target instanceof Element ? r.target : r.target.parentElement;
-            if (t && !streamingRow.contains(t) && t.closest(".rows")) outside.push(t.className);
-          }
-        });
-        mo.observe(document.querySelector("#transcript")!, { subtree: true, childList: true, characterData: true, attributes: true });
-        let frames = 0;
-        let counting = true;
-        const tick = () => {
-          frames++;
-          if (counting) requestAnimationFrame(tick);
-        };
-        requestAnimationFrame(tick);
-        const keyLat: number[] = [];
-        const input = document.querySelector("textarea.input") as HTMLTextAreaElement;
-        let kd = 0;
-        input.addEventListener("keydown", (e) => (kd = e.timeStamp));
-        input.addEventListener("input", () => {
-          const t = kd;
-          requestAnimationFrame(() => keyLat.push(performance.now() - t));
-        });
-        const renders0 = w.__pi.renders;
-        const start = performance.now();
-        let sent = 0;
-        const timer = setInterval(() => {
-          const due = Math.min(deltas.length, Math.floor(((performance.now() - start) / 1000) * 500));
-          if (due > sent) {
-            const items = deltas.slice(sent, due).map((d: string) => ({ method: "agent/event", params: { sessionId: sid, runId: "run1", event: { type: "message_update", assistantMessageEvent: { type: "text_delta", contentIndex: 0, delta: d } } } }));
-            sent = due;
-            window.postMessage({ type: "notifications", items }, "*");
-          }
-          if (sent >= deltas.length) {
-            clearInterval(timer);
-            requestAnimationFrame(() =>
-              requestAnimationFrame(() => {
-                counting = false;
-                mo.disconnect();
-                resolve({ ms: performance.now() - start, frames, renders: w.__pi.renders - renders0, long, outside, keyLat });
-              }),
-            );
-          }
-        }, 16);
-      }),
-    { deltas, sid: SID },
-  );
+
+  // 1. Behaviour pass: frame counter, long tasks, mutations, keystrokes, and a task trace.
+  await startTaskTrace(browser, page);
+  const run = page.evaluate((n) => {
+    const w = window as any;
+    const long: number[] = [];
+    const po = new PerformanceObserver((l) => long.push(...l.getEntries().map((e) => e.duration)));
+    po.observe({ type: "longtask" });
+    const streamingRow = document.querySelector(".row-assistant.streaming")!;
+    const outside: string[] = [];
+    const mo = new MutationObserver((recs) => {
+      for (const r of recs) {
+        const t = r.target instanceof Element ? r.target : r.target.parentElement;
+        if (t && !streamingRow.contains(t) && t.closest(".rows")) outside.push(t.className);
+      }
+    });
+    mo.observe(document.querySelector("#transcript")!, { subtree: true, childList: true, characterData: true, attributes: true });
+    let frames = 0;
+    let counting = true;
+    const tick = () => {
+      frames++;
+      if (counting) requestAnimationFrame(tick);
+    };
+    requestAnimationFrame(tick);
+    performance.mark("pi-sync");
+    const keys: [number, number][] = [];
+    const input = document.querySelector("textarea.input") as HTMLTextAreaElement;
+    let kd = 0;
+    input.addEventListener("keydown", (e) => (kd = e.timeStamp));
+    input.addEventListener("input", () => {
+      const t = kd;
+      requestAnimationFrame(() => keys.push([t, performance.now()]));
+    });
+    const renders0 = w.__pi.renders;
+    return w.__feed(0, n).then((ms: number) => {
+      counting = false;
+      mo.disconnect();
+      po.disconnect();
+      return { ms, frames, renders: w.__pi.renders - renders0, long, outside, keys };
+    });
+  }, BEHAVIOUR_DELTAS);
   // Type while it streams.
   await page.waitForTimeout(1500);
   await page.keyboard.type("typing while the answer streams", { delay: 60 });
   const r = await run;
-  const m1 = await metrics(panel.cdp, false);
+  const trace = await stopTaskTrace(browser, page);
+  const tasks = trace.tasks;
+
+  // 2. Cost passes: nothing but the feeder and the panel run in the page; the main thread's
+  // CPU time per pass (ThreadTime: not wall time, which grows with the machine's load).
   if (process.env.PI_PROFILE) {
-    const { profile } = (await panel.cdp.send("Profiler.stop")) as any;
-    const self = new Map<string, number>();
-    const dt = profile.timeDeltas as number[];
-    const byId = new Map<number, any>(profile.nodes.map((n: any) => [n.id, n]));
-    profile.samples.forEach((id: number, i: number) => {
-      const n = byId.get(id);
-      const k = `${n.callFrame.functionName || "(anon)"} ${n.callFrame.url.split("/").pop()}:${n.callFrame.lineNumber}`;
-      self.set(k, (self.get(k) ?? 0) + (dt[i] ?? 0));
-    });
-    console.log([...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25).map(([k, v]) => `${(v / 1000).toFixed(0)}ms ${k}`).join("\n"));
+    await panel.cdp.send("Profiler.enable");
+    await panel.cdp.send("Profiler.start");
   }
-  // Main-thread CPU time (ThreadTime; TaskDuration is wall time and grows with the machine's load).
-  const taskMs = (m1.TaskDuration! - m0.TaskDuration!) * 1000;
-  const cpuMs = (m1.ThreadTime! - m0.ThreadTime!) * 1000;
-  const perDelta = (cpuMs - base.cpuMs) / deltas.length;
-  const keys = [...r.keyLat].sort((a: number, b: number) => a - b);
-  const median = keys[Math.floor(keys.length / 2)];
-  const p95 = keys[Math.floor(keys.length * 0.95)];
-  perf(`VP2 ${deltas.length} deltas in ${(r.ms / 1000).toFixed(1)} s: main-thread CPU ${cpuMs.toFixed(0)} ms − feeder alone ${base.cpuMs.toFixed(0)} ms = ${perDelta.toFixed(3)} ms/delta (tasks ${taskMs.toFixed(0)} ms wall) (script ${((m1.ScriptDuration! - m0.ScriptDuration!) * 1000).toFixed(0)} ms, style ${((m1.RecalcStyleDuration! - m0.RecalcStyleDuration!) * 1000).toFixed(0)} ms, layout ${((m1.LayoutDuration! - m0.LayoutDuration!) * 1000).toFixed(0)} ms, layouts ${m1.LayoutCount! - m0.LayoutCount!}, style recalcs ${m1.RecalcStyleCount! - m0.RecalcStyleCount!}), ${r.renders} renders in ${r.frames} frames, longest task ${Math.max(0, ...r.long).toFixed(0)} ms, mutations outside the streaming row ${r.outside.length}`);
-  perf(`VP4 keystroke → next frame: median ${median.toFixed(1)} ms, p95 ${p95.toFixed(1)} ms, max ${keys.at(-1).toFixed(1)} ms over ${keys.length} keys`);
-  // The issue's target is 0.2 ms; on this shared 2-core machine the measured figure is
-  // 0.24–0.28 ms: the assertion holds the line at PER_DELTA_MS until it is met.
-  assert.ok(perDelta <= PER_DELTA_MS, `${perDelta} ms per delta`);
-  assert.ok(r.renders <= r.frames, `${r.renders} renders in ${r.frames} frames`);
-  // A browser that did not even get 45 frames a second was starved by the machine's load: its
-  // wall-time long tasks measure the load; the bound then only catches real freezes.
+  const perDelta: number[] = [];
+  const sums: Record<string, number> = {};
+  if (process.env.PI_TRACE) await browser.startTracing(page, { categories: ["devtools.timeline", "disabled-by-default-devtools.timeline", "v8", "blink"] });
+  for (let i = 0; i < COST_PASSES; i++) {
+    const from = BEHAVIOUR_DELTAS + i * PASS_DELTAS;
+    const cpu = await cpuOf(panel.cdp, () => page.evaluate(([a, b]) => (window as any).__feed(a, b), [from, from + PASS_DELTAS]), sums);
+    perDelta.push(cpu / PASS_DELTAS - feederMs);
+  }
+  if (process.env.PI_TRACE) printTrace(await browser.stopTracing());
+  if (process.env.PI_PROFILE) printProfile((await panel.cdp.send("Profiler.stop")) as any);
+  const n = COST_PASSES * PASS_DELTAS;
+  const per = (k: string) => (sums[k]! / n).toFixed(3);
+  perf(`VP2 cost passes per delta: task ${per("TaskDuration")} ms wall, script ${per("ScriptDuration")}, style ${per("RecalcStyleDuration")}, layout ${per("LayoutDuration")}, other ${per("TaskOtherDuration")} ms; ${sums.LayoutCount} layouts, ${sums.RecalcStyleCount} style recalcs for ${n} deltas`);
+  const perDeltaMs = median(perDelta);
+  const longCpu = Math.max(0, ...tasks.map((t) => t.cpuMs));
+  const longWall = Math.max(0, ...tasks.map((t) => t.wallMs));
+  // VP4: keydown → the frame after the character went in, as wall time and as the main
+  // thread's CPU time in that interval (the work in the way of the keystroke).
+  const keyWall = (r.keys as [number, number][]).map(([a, b]) => b - a).sort((a, b) => a - b);
+  const keyCpu = (r.keys as [number, number][]).map(([a, b]) => cpuBetween(trace, a, b)).sort((a, b) => a - b);
+  const keyMedian = median(keyWall);
+  const keyCpuMedian = median(keyCpu);
   const fps = r.frames / (r.ms / 1000);
-  const longBound = fps < 45 ? 500 : LONG_TASK_MS;
-  if (fps < 45) perf(`VP2 the browser got ${fps.toFixed(0)} frames/s (machine load): long-task bound ${longBound} ms`);
-  assert.ok(r.long.every((d: number) => d <= longBound), `long tasks ${r.long}`);
+  perf(`VP2 ${total} deltas: main-thread CPU per delta over ${COST_PASSES} passes of ${PASS_DELTAS} (feeder alone ${feederMs.toFixed(3)} ms subtracted): median ${perDeltaMs.toFixed(3)} ms, passes ${perDelta.map((x) => x.toFixed(3)).join(" ")}`);
+  perf(`VP2 behaviour pass (${BEHAVIOUR_DELTAS} deltas in ${(r.ms / 1000).toFixed(1)} s): ${r.renders} renders in ${r.frames} frames, longest task ${longCpu.toFixed(1)} ms CPU (${longWall.toFixed(0)} ms wall; PerformanceObserver longtask max ${Math.max(0, ...r.long).toFixed(0)} ms), mutations outside the streaming row ${r.outside.length}`);
+  perf(`VP4 keystroke → next frame: median ${keyMedian.toFixed(1)} ms, p95 ${keyWall[Math.floor(keyWall.length * 0.95)]!.toFixed(1)} ms, max ${keyWall.at(-1)!.toFixed(1)} ms wall; main-thread CPU in it median ${keyCpuMedian.toFixed(1)} ms, max ${keyCpu.at(-1)!.toFixed(1)} ms; over ${keyWall.length} keys at ${fps.toFixed(0)} frames/s`);
+  assert.ok(perDeltaMs <= PER_DELTA_MS, `median ${perDeltaMs} ms per delta (passes ${perDelta.join(", ")})`);
+  assert.ok(r.renders <= r.frames, `${r.renders} renders in ${r.frames} frames`);
+  assert.ok(longCpu <= LONG_TASK_CPU_MS, `a task took ${longCpu} ms of CPU`);
   assert.deepEqual(r.outside, [], "DOM mutations outside the streaming row");
   assert.equal(await page.inputValue("textarea.input"), "typing while the answer streams");
-  assert.ok(median <= 16, `keystroke median ${median} ms`);
+  // A browser that did not get 45 frames a second was starved by the machine's load: its wall
+  // latency measures the load, and the bound is on the work in the way (CPU) instead.
+  if (fps >= 45) assert.ok(keyMedian <= 16, `keystroke median ${keyMedian} ms`);
+  else perf(`VP4 the browser got ${fps.toFixed(0)} frames/s (machine load): the bound is on the CPU figure`);
+  assert.ok(keyCpuMedian <= 16, `keystroke CPU median ${keyCpuMedian} ms`);
   // End of the message: the final DOM equals a from-scratch render, and each finished block was
   // rendered once.
   await panel.send({ type: "notifications", items: [ev({ type: "message_update", assistantMessageEvent: { type: "text_end", contentIndex: 0, content: text } }), ev({ type: "message_end", message: { role: "assistant", content: [{ type: "text", text }], api: "x", provider: "rec", model: "rec-1", stopReason: "stop", timestamp: ts + 1 } }), ev({ type: "turn_end", message: {}, toolResults: [] }), ev({ type: "agent_end", messages: [] })] });
@@ -254,48 +344,44 @@ test("VP2–VP4: 5,000 deltas at 500/s: cost per delta, one render per frame, on
   }, text);
   assert.equal(streamed, fresh, "the streamed DOM equals a fresh render");
   // Blocks rendered for the streamed row: exactly its block count (none rendered twice).
-  const total = await page.evaluate((t) => {
+  const blocks = await page.evaluate((t) => {
     const w = window as any;
     const b0 = w.__pi.renderStats.blocks;
     w.__pi.renderFresh(t);
     return w.__pi.renderStats.blocks - b0;
   }, text);
-  perf(`VP2 blocks: ${total} blocks in the answer, ${renderedForRow} block renders for the streamed row`);
-  assert.equal(renderedForRow, total, "every finished block was rendered exactly once");
+  perf(`VP2 blocks: ${blocks} blocks in the answer, ${renderedForRow} block renders for the streamed row`);
+  assert.equal(renderedForRow, blocks, "every finished block was rendered exactly once");
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
 
-/** Runs the 500/s feeder against a page without the webview; returns its main-thread CPU. */
-async function measureFeederAlone(deltas: string[]): Promise<{ cpuMs: number }> {
-  const page = await browser.newPage();
-  await page.setContent("<!DOCTYPE html><title>feeder</title>");
-  await page.evaluate(() => window.addEventListener("message", () => {}));
-  const cdp = await page.context().newCDPSession(page);
-  const m0 = await metrics(cdp, false);
-  await page.evaluate(
-    ({ deltas, sid }) =>
-      new Promise<void>((resolve) => {
-        const start = performance.now();
-        let sent = 0;
-        const timer = setInterval(() => {
-          const due = Math.min(deltas.length, Math.floor(((performance.now() - start) / 1000) * 500));
-          if (due > sent) {
-            const items = deltas.slice(sent, due).map((d: string) => ({ method: "agent/event", params: { sessionId: sid, runId: "run1", event: { type: "message_update", assistantMessageEvent: { type: "text_delta", contentIndex: 0, delta: d } } } }));
-            sent = due;
-            window.postMessage({ type: "notifications", items }, "*");
-          }
-          if (sent >= deltas.length) {
-            clearInterval(timer);
-            resolve();
-          }
-        }, 16);
-      }),
-    { deltas, sid: SID },
-  );
-  const m1 = await metrics(cdp, false);
-  await page.close();
-  return { cpuMs: (m1.ThreadTime! - m0.ThreadTime!) * 1000 };
+/** Prints the main thread's time per trace event name (PI_TRACE=1; nested events overlap). */
+function printTrace(buf: Buffer): void {
+  const events: any[] = JSON.parse(buf.toString("utf8")).traceEvents;
+  const mains = new Set(events.filter((e) => e.ph === "M" && e.name === "thread_name" && e.args?.name === "CrRendererMain").map((e) => `${e.pid}:${e.tid}`));
+  const by = new Map<string, [number, number]>();
+  for (const e of events) {
+    if (e.ph !== "X" || !mains.has(`${e.pid}:${e.tid}`)) continue;
+    const v = by.get(e.name) ?? [0, 0];
+    v[0] += (e.tdur ?? e.dur ?? 0) / 1000;
+    v[1]++;
+    by.set(e.name, v);
+  }
+  console.log([...by.entries()].sort((a, b) => b[1][0] - a[1][0]).slice(0, 30).map(([k, [ms, c]]) => `${ms.toFixed(0)}ms ×${c} ${k}`).join("\n"));
+}
+
+/** Prints the 25 functions with the most self time of a CDP profile (PI_PROFILE=1). */
+function printProfile({ profile }: { profile: any }): void {
+  const self = new Map<string, number>();
+  const dt = profile.timeDeltas as number[];
+  const byId = new Map<number, any>(profile.nodes.map((n: any) => [n.id, n]));
+  profile.samples.forEach((id: number, i: number) => {
+    const n = byId.get(id);
+    const k = `${n.callFrame.functionName || "(anon)"} ${n.callFrame.url.split("/").pop()}:${n.callFrame.lineNumber}`;
+    self.set(k, (self.get(k) ?? 0) + (dt[i] ?? 0));
+  });
+  console.log([...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25).map(([k, v]) => `${(v / 1000).toFixed(0)}ms ${k}`).join("\n"));
 }
 
 test("VP5: nothing runs when idle (0 frame callbacks, 0 timers over 5 s)", async () => {

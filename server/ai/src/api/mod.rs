@@ -258,7 +258,8 @@ pub(crate) async fn open_sse(
     let req = req.body(body.to_string());
     let resp = tokio::select! {
         biased;
-        _ = cancel.cancelled() => return Err(ProviderError::Aborted),
+        // Pi's SDKs say `Request was aborted.` for a request aborted before any answer.
+        _ = cancel.cancelled() => return Err(ProviderError::AbortedBeforeResponse),
         r = tokio::time::timeout(first_byte, req.send()) => match r {
             Err(_) => return Err(ProviderError::Network {
                 message: format!(

@@ -216,6 +216,16 @@ pub trait AgentHooks: Send + Sync {
     async fn prepare_next_turn(&self, _next: &mut NextTurn) {}
 }
 
+/// One image of an [`AgentEvent::ImagesReplaced`]: its content's [`crate::session::image_hash`]
+/// (`xxh3:` + 16 hex digits of its base64 data), type, and the note now in its place.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacedImage {
+    pub hash: String,
+    pub mime_type: String,
+    pub note: String,
+}
+
 /// One event of a run, serialized with Pi's names and shapes (`{"type":"turn_start"}`, …).
 /// `message_update` carries only the newest fragment, never the accumulated partial.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -274,6 +284,14 @@ pub enum AgentEvent {
         attempt: u32,
         #[serde(skip_serializing_if = "Option::is_none")]
         final_error: Option<String>,
+    },
+    /// pi-lsp's own (Pi has no such event; case 18.12): the provider refused a request for the
+    /// size of these images, and the retry goes with each replaced by its note. The session
+    /// writes the branch again with the notes in place ([`crate::session::SessionWriter::replace_images`]),
+    /// so no later request, nor Pi resuming the file, sends them again. Followed by
+    /// `auto_retry_start` naming the refusal.
+    ImagesReplaced {
+        images: Vec<ReplacedImage>,
     },
     /// A compaction began (Pi's `compaction_start`); the agent is busy until its end.
     CompactionStart {

@@ -95,8 +95,8 @@ pub fn image_note(image: &pi_ai::ImageContent) -> String {
 
 /// Replaces images over [`LARGE_IMAGE_BASE64`] in user messages and tool results by
 /// [`image_note`]; when none is that large (a refusal for its pixels), every image. Returns
-/// how many were replaced.
-fn replace_large_images(messages: &mut [Message]) -> usize {
+/// the images replaced.
+fn replace_large_images(messages: &mut [Message]) -> Vec<crate::agent::ReplacedImage> {
     fn blocks(m: &mut Message) -> Option<&mut Vec<pi_ai::ContentBlock>> {
         match m {
             Message::User(u) => match &mut u.content {
@@ -108,24 +108,32 @@ fn replace_large_images(messages: &mut [Message]) -> usize {
         }
     }
     let mut replace = |limit: usize| {
-        let mut n = 0;
+        let mut done: Vec<crate::agent::ReplacedImage> = Vec::new();
         for m in messages.iter_mut() {
             if let Some(bs) = blocks(m) {
                 for b in bs.iter_mut() {
                     if let pi_ai::ContentBlock::Image(i) = b {
                         if i.data.len() > limit {
-                            *b = pi_ai::ContentBlock::text(image_note(i));
-                            n += 1;
+                            let note = image_note(i);
+                            let hash = crate::session::image_hash(&i.data);
+                            if !done.iter().any(|d| d.hash == hash) {
+                                done.push(crate::agent::ReplacedImage {
+                                    hash,
+                                    mime_type: i.mime_type.clone(),
+                                    note: note.clone(),
+                                });
+                            }
+                            *b = pi_ai::ContentBlock::text(note);
                         }
                     }
                 }
             }
         }
-        n
+        done
     };
     match replace(LARGE_IMAGE_BASE64) {
-        0 => replace(0),
-        n => n,
+        none if none.is_empty() => replace(0),
+        some => some,
     }
 }
 
@@ -447,8 +455,11 @@ impl Run<'_> {
                 // without it (a note in its place), and the user is told why.
                 self.images_dropped = true;
                 self.messages.pop();
-                let n = replace_large_images(&mut self.messages);
+                let images = replace_large_images(&mut self.messages);
+                let n = images.len();
                 if n > 0 {
+                    // Stored too: the file's branch is written again with the notes.
+                    self.sink.emit(AgentEvent::ImagesReplaced { images }).await;
                     let why = format!(
                         "{} — retrying with {n} image(s) replaced by a note",
                         a.error_message.as_deref().unwrap_or("image refused")

@@ -1,5 +1,6 @@
 //! Persisting a session's events: each completed message becomes a `message` entry as it ends;
-//! turn and run ends make the file durable.
+//! turn and run ends make the file durable; images replaced after a size refusal are replaced
+//! in the file's branch too (written again, [`SessionWriter::replace_images`]).
 //!
 //! Every failure is returned, including a writer whose lock another thread poisoned by
 //! panicking while it appended (an entry may be half written then): the caller tells the user
@@ -45,12 +46,22 @@ impl Recorder {
             AgentEvent::MessageEnd { .. }
                 | AgentEvent::TurnEnd { .. }
                 | AgentEvent::AgentEnd { .. }
+                | AgentEvent::ImagesReplaced { .. }
         ) {
             return Ok(());
         }
         let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
         match event {
             AgentEvent::MessageEnd { message } => w.append_message(message).map(|_| ()),
+            // The branch written again with the notes (case 18.12), durable before the retry.
+            AgentEvent::ImagesReplaced { images } => {
+                let notes = images
+                    .iter()
+                    .map(|i| (i.hash.clone(), i.note.clone()))
+                    .collect();
+                w.replace_images(&notes)?;
+                w.sync()
+            }
             _ => w.sync(),
         }
     }

@@ -39,7 +39,7 @@ pub mod tree_prefixes {
     };
 }
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,6 +74,12 @@ fn image_blocks(entry: &mut Value) -> Vec<&mut Value> {
         }
     }
     out
+}
+
+/// The name of an image's base64 `data` for [`SessionWriter::replace_images`]: `xxh3:` and
+/// the 16 hex digits of its xxh3-64 hash.
+pub fn image_hash(data: &str) -> String {
+    format!("xxh3:{:016x}", xxhash_rust::xxh3::xxh3_64(data.as_bytes()))
 }
 
 /// Moves images over [`IMAGE_INLINE_LIMIT`] of `entry` into `assets` (written once, by content
@@ -228,7 +234,9 @@ pub struct SessionWriter {
     torn: bool,
     /// This file's place in the background syncer (see [`SessionWriter::sync`]).
     syncer: Option<Arc<SyncState>>,
-    _lock: LockFile,
+    /// The file's lock; `None` once [`SessionWriter::close`] released it (nothing more is
+    /// written then).
+    lock: Option<LockFile>,
 }
 
 /// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
@@ -387,7 +395,7 @@ impl SessionWriter {
             whole_len: 0,
             torn: false,
             syncer,
-            _lock: lock,
+            lock: Some(lock),
         };
         w.write_line(&header)?;
         Ok(w)
@@ -444,7 +452,7 @@ impl SessionWriter {
             whole_len,
             torn: false,
             syncer,
-            _lock: lock,
+            lock: Some(lock),
         };
         let tree = writer.tree.clone();
         writer.set_leaf(&tree, leaf.as_deref());
@@ -596,6 +604,14 @@ impl SessionWriter {
     /// back to the last whole line at once, or, when even that fails, before the next write, so
     /// a later entry never continues a torn fragment (issue 19.4).
     fn write_text(&mut self, text: &str) -> Result<(), SessionError> {
+        if self.lock.is_none() {
+            return Err(SessionError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(
+                    "the session was closed (its lock released); nothing more is written",
+                ),
+            });
+        }
         if self.torn {
             self.file.set_len(self.whole_len).map_err(io(&self.path))?;
             self.torn = false;
@@ -726,6 +742,76 @@ impl SessionWriter {
         self.append_entry("message", json!({ "message": m }))
     }
 
+    /// Case 18.12: a request was refused for the size of the images hashed in `replaced`
+    /// ([`image_hash`] of their base64 data → the text note that takes each one's place). The
+    /// branch is written again from the first entry on it holding one of those images,
+    /// as Pi records any changed history (append-only, a sibling branch; nothing is rewritten):
+    /// the leaf moves to that entry's parent, then every entry from there to the old leaf is
+    /// appended again under new ids, each image of `replaced` as a text block with its note,
+    /// references to copied entries (`firstKeptEntryId`, `targetId`, `fromId`) following them,
+    /// the entries' own timestamps kept. A last assistant entry that failed (`stopReason:
+    /// "error"`: the refused attempt) stays on the old branch only. Pi (and this loader)
+    /// resuming the file then sees the notes, never the refused images again; the old branch
+    /// keeps the images and the refusal. Returns the new leaf, or `None` when no entry on the
+    /// branch holds such an image (nothing is written).
+    pub fn replace_images(
+        &mut self,
+        replaced: &HashMap<String, String>,
+    ) -> Result<Option<String>, SessionError> {
+        let mut path: Vec<Value> = self.branch_path().iter().map(|e| e.raw()).collect();
+        let holds = |v: &mut Value| {
+            let mut hit = false;
+            for b in image_blocks(v) {
+                if let Some(note) = b["data"]
+                    .as_str()
+                    .and_then(|d| replaced.get(&image_hash(d)))
+                {
+                    *b = json!({"type": "text", "text": note});
+                    hit = true;
+                }
+            }
+            hit
+        };
+        let mut first = None;
+        for (i, v) in path.iter_mut().enumerate() {
+            if holds(v) && first.is_none() {
+                first = Some(i);
+            }
+        }
+        let Some(first) = first else {
+            return Ok(None);
+        };
+        if path.last().is_some_and(|v| {
+            v["type"] == "message"
+                && v["message"]["role"] == "assistant"
+                && v["message"]["stopReason"] == "error"
+        }) {
+            path.pop();
+        }
+        let parent = path[first]["parentId"].as_str().map(str::to_string);
+        let mut ids: HashMap<String, String> = HashMap::new();
+        self.leaf = parent;
+        for mut v in path.into_iter().skip(first) {
+            let old = v["id"].as_str().unwrap_or_default().to_string();
+            let kind = v["type"].as_str().unwrap_or("message").to_string();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("id");
+                o.remove("parentId");
+                o.remove("type");
+                for key in ["firstKeptEntryId", "targetId", "fromId"] {
+                    if let Some(new) = o.get(key).and_then(Value::as_str).and_then(|r| ids.get(r)) {
+                        o.insert(key.to_string(), Value::String(new.clone()));
+                    }
+                }
+            }
+            let new = self.append_entry(&kind, v)?;
+            ids.insert(old, new);
+        }
+        // The copied branch ends where a request was about to go: every call has its result.
+        self.open_calls.clear();
+        Ok(self.leaf.clone())
+    }
+
     /// Makes the appended entries durable without waiting: an `fdatasync` is queued on the
     /// background syncer (one at a time per file; a request while one is queued joins it), so
     /// the agent loop never blocks on the disk at a turn end. The error of an earlier background
@@ -759,6 +845,26 @@ impl SessionWriter {
     /// Flushes appended entries to stable storage before returning (`fdatasync`).
     pub fn sync_now(&self) -> Result<(), SessionError> {
         self.file.sync_data().map_err(io(&self.path))
+    }
+
+    /// Ends this writer's hold on the file, as when the process goes away: every appended
+    /// entry is made durable (`fdatasync`; entries are written unbuffered, one `write` each),
+    /// then the lock is released and the `.lock` file removed, even while other owners of this
+    /// writer remain. Every later append fails with an I/O error saying the session was closed
+    /// (another process may own the file by then). Idempotent; the sync's error is returned
+    /// (the lock is released either way).
+    pub fn close(&mut self) -> Result<(), SessionError> {
+        if self.lock.is_none() {
+            return Ok(());
+        }
+        let synced = self.sync_now();
+        self.lock = None;
+        synced
+    }
+
+    /// False once [`SessionWriter::close`] released the file.
+    pub fn is_open(&self) -> bool {
+        self.lock.is_some()
     }
 }
 

@@ -345,6 +345,90 @@ pub async fn kill_group(pgid: i32) {
     signal_group(pgid, Some(Signal::SIGKILL));
 }
 
+/// Every process group a `bash` command was started in by this process, until it is found
+/// empty: what [`kill_all_groups`] stops when the process goes away (the editor quit, a
+/// signal). A command that exited can leave background children running in its group (BASH-01);
+/// they are in here too.
+static GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps the groups of `g` that have a live (not zombie) member: one pass over `/proc` for
+/// all of them (else `kill(-pgid, 0)` for each).
+fn retain_live(g: &mut Vec<i32>) {
+    if g.is_empty() {
+        return;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        g.retain(|p| signal_group(*p, None));
+        return;
+    };
+    let mut live = std::collections::HashSet::new();
+    for e in dir.filter_map(Result::ok) {
+        if let Some((state, pgrp)) = std::fs::read_to_string(e.path().join("stat"))
+            .ok()
+            .as_deref()
+            .and_then(stat_state_pgrp)
+        {
+            if state != "Z" && state != "X" {
+                live.insert(pgrp);
+            }
+        }
+    }
+    g.retain(|p| live.contains(p));
+}
+
+/// `(state, pgrp)` of a `/proc/<pid>/stat` line (the fields after the parenthesised command:
+/// state ppid pgrp …).
+fn stat_state_pgrp(stat: &str) -> Option<(String, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.to_string();
+    let pgrp = f.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+/// Records `pgid` as a group of this process's commands (dropping the ones found empty).
+fn track_group(pgid: i32) {
+    if pgid <= 0 {
+        return;
+    }
+    let mut g = groups();
+    retain_live(&mut g);
+    g.push(pgid);
+}
+
+/// The recorded groups that still have a live member, forgetting the others.
+fn live_groups() -> Vec<i32> {
+    let mut g = groups();
+    retain_live(&mut g);
+    g.clone()
+}
+
+/// Stops every process group a `bash` command of this process was started in and that still
+/// has a live member (the running commands and what finished ones left in the background):
+/// SIGTERM to each, then SIGKILL to what is left after [`KILL_GRACE`], all groups at once.
+/// Returns how many groups were signalled. Used when the process goes away (the server's
+/// shutdown path); a run's own abort kills its command's group through [`kill_group`].
+pub async fn kill_all_groups() -> usize {
+    let live = live_groups();
+    futures::future::join_all(live.iter().map(|p| kill_group(*p))).await;
+    retain_live(&mut groups());
+    live.len()
+}
+
+/// SIGKILL to every recorded group that still has a live member, at once (no grace): for an
+/// exit that cannot wait. Returns how many groups were signalled.
+pub fn kill_all_groups_now() -> usize {
+    let live = live_groups();
+    for p in &live {
+        signal_group(*p, Some(Signal::SIGKILL));
+    }
+    live.len()
+}
+
 /// Kills the whole group with SIGKILL if the tool's future is dropped while the command runs
 /// (the loop gave up on it); disarmed once the command ended or was killed the normal way.
 struct GroupGuard {
@@ -477,6 +561,7 @@ impl BashTool {
             .await
             .map_err(|e| ToolError::new(format!("Could not start bash: {e}")))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        track_group(pgid);
         let mut guard = GroupGuard { pgid, armed: true };
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
         let mut readers = Vec::new();

@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-pub use bash::{kill_group, BashTool, BeforeBash, KILL_GRACE};
+pub use bash::{
+    kill_all_groups, kill_all_groups_now, kill_group, BashTool, BeforeBash, KILL_GRACE,
+};
 pub(crate) use edit::minimal_replace;
 pub use edit::EditTool;
 pub use find::FindTool;

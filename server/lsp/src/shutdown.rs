@@ -1,0 +1,391 @@
+//! The one way the server goes away (case LSPX-03): the LSP `shutdown` request, the `exit`
+//! notification (with or without `shutdown` before it), the end of stdin (the editor died or
+//! closed the pipe) and the signals SIGTERM, SIGHUP and SIGINT all end in [`stop`], and so does
+//! `pi-lsp run` on SIGTERM, SIGHUP or SIGINT.
+//!
+//! [`stop`], within [`STOP_BUDGET`]:
+//! 1. aborts every run of every session (a tool running, a stream from the model, a permission
+//!    question, a compaction) and the user's `agent/bash` command of each session;
+//! 2. waits for the runs to settle: the run's own abort path kills the command's process group
+//!    and writes the paired tool results (aborted, `isError: true`, Pi's `Command aborted`) and
+//!    the aborted assistant entry, and the user's command writes its `bashExecution` entry
+//!    (`cancelled: true`);
+//! 3. kills every process group a `bash` command of this process was started in that still has
+//!    a live member ([`pi_core::tools::kill_all_groups`]: a run that did not settle in time, and
+//!    background children a finished command left behind);
+//! 4. closes every session writer ([`SessionWriter::close`]: `fdatasync`, then the `.lock`
+//!    file's `flock` is released and the file removed).
+//!
+//! The caller then exits. The exit codes ([`exit_code`]): 0 after `shutdown` then `exit` (or the
+//! end of the input after `shutdown`), 1 for `exit` or the end of the input without `shutdown`
+//! (LSP 3.17 "exit Notification"), 128 + the signal's number for a signal (129 SIGHUP,
+//! 130 SIGINT, 143 SIGTERM), as shells report a process a signal ended. A second signal while
+//! [`stop`] runs ends the process at once (groups killed with SIGKILL first).
+//!
+//! The abort itself is the sessions' own (`Agent::abort`, the tracker's `abort_bash`): this
+//! module only decides the order and the deadline.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pi_core::agent::Agent;
+use pi_core::harness::AgentSession;
+use pi_core::session::SessionWriter;
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::server::{lock, State};
+use crate::tracker::Tracker;
+
+/// How long [`stop`] waits for the runs and user commands to settle before it kills what is
+/// left: the whole stop (kill grace and syncs included) stays well within 2 s.
+pub const STOP_BUDGET: Duration = Duration::from_millis(1200);
+
+/// How long the server waits for its last frames to reach the client before it exits.
+pub const FLUSH_BUDGET: Duration = Duration::from_millis(200);
+
+/// Why the process is going away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The `exit` notification.
+    Exit,
+    /// The end of stdin (or a read error on it).
+    InputEnded,
+    /// A signal, by number (`SIGTERM` = 15, `SIGHUP` = 1, `SIGINT` = 2).
+    Signal(i32),
+}
+
+/// The process's exit code for `cause`; `shutdown_received`: the `shutdown` request was
+/// answered before. See the module doc.
+pub fn exit_code(cause: Cause, shutdown_received: bool) -> i32 {
+    match cause {
+        Cause::Signal(n) => 128 + n,
+        Cause::Exit | Cause::InputEnded if shutdown_received => 0,
+        Cause::Exit | Cause::InputEnded => 1,
+    }
+}
+
+/// Where the causes are reported (the read side is the binary's main task).
+#[derive(Debug, Clone)]
+pub struct Causes(mpsc::UnboundedSender<Cause>);
+
+impl Causes {
+    /// A reporter and the receiver of what it reports.
+    pub fn channel() -> (Causes, mpsc::UnboundedReceiver<Cause>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Causes(tx), rx)
+    }
+
+    /// Reports `cause` (nothing happens when nobody listens any more).
+    pub fn report(&self, cause: Cause) {
+        let _ = self.0.send(cause);
+    }
+}
+
+/// The signals that end the process: SIGTERM, SIGHUP and SIGINT, listened to from
+/// [`Signals::listen`] on (before it, their default action applies).
+pub struct Signals {
+    listeners: Vec<(i32, Signal)>,
+}
+
+impl Signals {
+    /// Starts listening (inside the runtime). A signal that cannot be listened to is logged
+    /// and keeps its default action.
+    pub fn listen() -> Signals {
+        let kinds = [
+            (libc_signo::SIGTERM, SignalKind::terminate()),
+            (libc_signo::SIGHUP, SignalKind::hangup()),
+            (libc_signo::SIGINT, SignalKind::interrupt()),
+        ];
+        let listeners = kinds
+            .into_iter()
+            .filter_map(|(n, k)| match signal(k) {
+                Ok(s) => Some((n, s)),
+                Err(e) => {
+                    tracing::warn!("cannot listen to signal {n}: {e}");
+                    None
+                }
+            })
+            .collect();
+        Signals { listeners }
+    }
+
+    /// The next signal's number (pending forever when none can be listened to).
+    pub async fn next(&mut self) -> i32 {
+        if self.listeners.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = self.listeners.iter_mut().map(|(n, s)| {
+            let n = *n;
+            Box::pin(async move {
+                s.recv().await;
+                n
+            })
+        });
+        futures::future::select_all(waits).await.0
+    }
+}
+
+/// Signal numbers (Linux and the BSDs agree on these three).
+mod libc_signo {
+    pub const SIGHUP: i32 = 1;
+    pub const SIGINT: i32 = 2;
+    pub const SIGTERM: i32 = 15;
+}
+
+/// A reader that reports [`Cause::InputEnded`] once, when a read of the inner reader returns
+/// the end (0 bytes) or an error: stdin closing is seen at once, even while handlers are still
+/// in flight (the LSP library only returns after they all finished).
+pub struct WatchEnd<R> {
+    inner: R,
+    causes: Option<Causes>,
+}
+
+impl<R> WatchEnd<R> {
+    /// Wraps `inner`; the end is reported to `causes`.
+    pub fn new(inner: R, causes: Causes) -> WatchEnd<R> {
+        WatchEnd {
+            inner,
+            causes: Some(causes),
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for WatchEnd<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let ended = match &r {
+            Poll::Ready(Ok(())) => buf.filled().len() == before && buf.remaining() > 0,
+            Poll::Ready(Err(_)) => true,
+            Poll::Pending => false,
+        };
+        if ended {
+            if let Some(c) = this.causes.take() {
+                c.report(Cause::InputEnded);
+            }
+        }
+        r
+    }
+}
+
+/// One session to stop: its agent, its writer and, in the server, what its user runs
+/// (`agent/bash`).
+pub(crate) struct Target {
+    pub(crate) id: String,
+    pub(crate) agent: Agent,
+    pub(crate) writer: Arc<Mutex<SessionWriter>>,
+    pub(crate) tracker: Option<Arc<Tracker>>,
+}
+
+impl Target {
+    /// The target for `session` (`tracker`: the server's per-session tracker, if any).
+    pub(crate) fn of(session: &AgentSession, tracker: Option<Arc<Tracker>>) -> Target {
+        Target {
+            id: session.id().to_string(),
+            agent: session.agent().clone(),
+            writer: session.writer().clone(),
+            tracker,
+        }
+    }
+}
+
+/// What [`stop`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Sessions that had a run, a compaction or a user command to stop.
+    pub aborted: usize,
+    /// Sessions whose run or user command had not settled within [`STOP_BUDGET`].
+    pub unsettled: Vec<String>,
+    /// Process groups still alive after the runs settled (killed then).
+    pub groups_killed: usize,
+    /// Writers that failed their final sync (the lock was released anyway).
+    pub sync_failures: usize,
+}
+
+/// Stops `targets` as the module doc says; returns at most [`STOP_BUDGET`] plus the kill
+/// grace after it was called.
+pub(crate) async fn stop(targets: &[Target]) -> Report {
+    let deadline = Instant::now() + STOP_BUDGET;
+    let mut report = Report::default();
+    for t in targets {
+        let run = t.agent.abort();
+        let command = t.tracker.as_ref().is_some_and(|tr| tr.abort_bash());
+        if run || command || t.agent.is_streaming() {
+            report.aborted += 1;
+        }
+    }
+    let settled = futures::future::join_all(targets.iter().map(|t| async move {
+        let run = t.agent.wait_for_idle();
+        let command = async {
+            if let Some(tr) = &t.tracker {
+                while tr.bash_running() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        tokio::time::timeout_at(deadline, futures::future::join(run, command))
+            .await
+            .is_ok()
+    }))
+    .await;
+    for (t, ok) in targets.iter().zip(settled) {
+        if !ok {
+            tracing::warn!(
+                "session {}: its run did not end within {} ms of the abort; its processes are killed and the file closed as it is",
+                t.id,
+                STOP_BUDGET.as_millis()
+            );
+            report.unsettled.push(t.id.clone());
+        }
+    }
+    report.groups_killed = pi_core::tools::kill_all_groups().await;
+    for t in targets {
+        let mut w = lock(&t.writer);
+        if let Err(e) = w.close() {
+            tracing::warn!("session {}: final sync failed: {e}", t.id);
+            report.sync_failures += 1;
+        }
+    }
+    report
+}
+
+/// The server's part: takes every open session out of the server (no request finds it any
+/// more, and none is opened or created from now on: `-31004`), stops them all ([`stop`]) and
+/// drops them. Used by the `shutdown` request and by every way the process goes away.
+pub async fn stop_server(state: &Arc<State>) -> Report {
+    state.set_accepting_sync(false);
+    state.set_going_away();
+    let sessions: Vec<_> = lock(&state.sessions).drain().map(|(_, s)| s).collect();
+    let targets: Vec<Target> = sessions
+        .iter()
+        .map(|s| {
+            let s = lock(s);
+            Target::of(&s, Some(s.tracker.clone()))
+        })
+        .collect();
+    let report = stop(&targets).await;
+    if report.aborted > 0 || report.groups_killed > 0 {
+        tracing::debug!(
+            "stopped {} session(s) with work in progress; {} process group(s) killed; {} not settled in time",
+            report.aborted,
+            report.groups_killed,
+            report.unsettled.len()
+        );
+    }
+    drop(targets);
+    drop(sessions);
+    report
+}
+
+/// Serves LSP on stdin/stdout until the process goes away (see the module doc); returns the
+/// exit code. Call inside the runtime; the caller exits with the code (without waiting for the
+/// runtime's blocking stdin thread).
+pub async fn serve_stdio() -> i32 {
+    let mut signals = Signals::listen();
+    let (causes, mut reported) = Causes::channel();
+    let (service, socket) = crate::server::service();
+    let state = service.inner().state.clone();
+    let shutdown_received = service.inner().shutdown_received();
+    // Non-blocking pipes when stdin/stdout are pipes or sockets (see `transport::stdio`).
+    let (stdin, stdout, restore) = crate::transport::stdio();
+    let (input, output, written) =
+        crate::transport::guard(WatchEnd::new(stdin, causes.clone()), stdout);
+    // Document sync in the read loop, and no small limit on handlers in flight: a long request
+    // never holds up another message (see `dispatch`).
+    let serve = tower_lsp_server::Server::new(input, output, socket)
+        .concurrency_level(crate::dispatch::MAX_IN_FLIGHT)
+        .serve(crate::dispatch::Dispatch::new(service).on_exit(causes.clone()));
+    let mut serve = Box::pin(serve);
+    let mut served = false;
+    let cause = tokio::select! {
+        // The library returns once the input ended and every handler finished.
+        _ = &mut serve => {
+            served = true;
+            Cause::InputEnded
+        }
+        Some(c) = reported.recv() => c,
+        n = signals.next() => Cause::Signal(n),
+    };
+    tracing::debug!("going away ({cause:?}): stopping every session");
+    // The server keeps serving meanwhile: handlers in flight (a user's command) store their
+    // results and answer.
+    let stopping = stop_server(&state);
+    tokio::pin!(stopping);
+    loop {
+        tokio::select! {
+            _ = &mut stopping => break,
+            _ = &mut serve, if !served => served = true,
+            n = signals.next() => {
+                tracing::warn!("signal {n} while stopping: exiting at once");
+                restore.blocking_again();
+                exit_now(128 + n);
+            }
+        }
+    }
+    let code = exit_code(
+        cause,
+        shutdown_received.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    // Log lines and events still on their way to the transport go out first (a notification
+    // sent once the transport is gone is an error line on stderr), then the last frames reach
+    // the client, if it still reads.
+    if !served {
+        let _ = tokio::time::timeout(Duration::from_millis(20), &mut serve).await;
+    }
+    drop(serve);
+    let _ = tokio::time::timeout(FLUSH_BUDGET, written).await;
+    restore.blocking_again();
+    code
+}
+
+/// Ends the process now after a second signal: every recorded process group gets SIGKILL.
+pub fn exit_now(code: i32) -> ! {
+    pi_core::tools::kill_all_groups_now();
+    std::process::exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(
+            [
+                exit_code(Cause::Exit, true),
+                exit_code(Cause::Exit, false),
+                exit_code(Cause::InputEnded, true),
+                exit_code(Cause::InputEnded, false),
+                exit_code(Cause::Signal(15), true),
+                exit_code(Cause::Signal(1), false),
+                exit_code(Cause::Signal(2), false),
+            ],
+            [0, 1, 0, 1, 143, 129, 130]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_the_input_is_reported_once() {
+        use tokio::io::AsyncReadExt;
+        let (causes, mut rx) = Causes::channel();
+        let mut r = WatchEnd::new(&b"abc"[..], causes);
+        let mut buf = Vec::new();
+        r.read_to_end(&mut buf).await.unwrap();
+        assert_eq!(r.read(&mut [0u8; 4]).await.unwrap(), 0);
+        drop(r);
+        assert_eq!(
+            (buf, rx.recv().await, rx.recv().await),
+            (b"abc".to_vec(), Some(Cause::InputEnded), None)
+        );
+    }
+}
