@@ -9,50 +9,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use pi_e2e::lsp_client::{file_uri, start_with_mock, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{file_uri, start_with_mock, tool_results, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
-
-fn apply_edits(c: &LspClient) -> Vec<Value> {
-    c.log()
-        .into_iter()
-        .filter(|m| m["method"] == "workspace/applyEdit")
-        .map(|m| m["params"]["edit"].clone())
-        .collect()
-}
-
-/// The `tool_execution_end` results of every call, in order: `(tool, text, isError)`.
-fn results(events: &[Value]) -> Vec<(String, String, bool)> {
-    events
-        .iter()
-        .filter(|e| e["event"]["type"] == "tool_execution_end")
-        .map(|e| {
-            (
-                e["event"]["toolName"].as_str().unwrap().to_string(),
-                e["event"]["result"]["content"][0]["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                e["event"]["isError"].as_bool().unwrap_or(false),
-            )
-        })
-        .collect()
-}
 
 async fn prompt(c: &mut LspClient) -> Vec<Value> {
     c.request("agent/prompt", json!({"text": "go"}))
         .await
         .unwrap();
     c.run_until_end(Duration::from_secs(20)).await
-}
-
-fn edit(id: &str, path: &str, old: &str, new: &str) -> Step {
-    Step::call(
-        id,
-        "edit",
-        json!({"path": path, "edits": [{"oldText": old, "newText": new}]}),
-    )
 }
 
 fn read(id: &str, path: &str) -> Step {
@@ -78,7 +44,7 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
     let working = docs[0]["text"].as_str().unwrap().to_string();
     let mock = MockModel::start(vec![
         read("r1", "src/a.txt"),
-        edit("e1", "src/a.txt", "value = 2", "value = 3"),
+        Step::edit("e1", "src/a.txt", "value = 2", "value = 3"),
         read("r2", "src/a.txt"),
         Step::text("done"),
     ])
@@ -96,7 +62,7 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
         .await;
     }
     let events = prompt(&mut c).await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r[0].1, working, "read sees the working buffer");
     assert_eq!(
         r[1],
@@ -106,7 +72,7 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
             false
         )
     );
-    let edits = apply_edits(&c);
+    let edits = c.applied_edits();
     assert_eq!(edits.len(), 1);
     assert_eq!(
         edits[0]["documentChanges"][0]["textDocument"],
@@ -153,7 +119,7 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
     )
     .await;
     let events = prompt(&mut c).await;
-    assert_eq!(results(&events)[0].1, "working\n");
+    assert_eq!(tool_results(&events)[0].1, "working\n");
     c.shutdown().await;
 }
 
@@ -174,8 +140,8 @@ async fn ed01_buffers_are_matched_by_real_location_and_links_are_kept() {
     std::os::unix::fs::symlink(tmp.path().join("outside/s.txt"), ws.join("out.txt")).unwrap();
     let mock = MockModel::start(vec![
         read("r1", "real/t.txt"),
-        edit("e1", "real/t.txt", "buffer = 1", "buffer = 2"),
-        edit("e2", "u-link.txt", "u = 1", "u = 2"),
+        Step::edit("e1", "real/t.txt", "buffer = 1", "buffer = 2"),
+        Step::edit("e2", "u-link.txt", "u = 1", "u = 2"),
         Step::call(
             "w1",
             "write",
@@ -189,7 +155,7 @@ async fn ed01_buffers_are_matched_by_real_location_and_links_are_kept() {
     let opened = ws.join("linked/t.txt");
     c.open(&opened, "buffer = 1\n").await;
     let events = prompt(&mut c).await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r[0].1, "buffer = 1\n");
     assert_eq!(
         r[1],
@@ -199,7 +165,7 @@ async fn ed01_buffers_are_matched_by_real_location_and_links_are_kept() {
             false
         )
     );
-    let edits = apply_edits(&c);
+    let edits = c.applied_edits();
     assert_eq!(
         edits[0]["documentChanges"][0]["textDocument"],
         json!({"uri": file_uri(&opened), "version": 1})
@@ -240,18 +206,18 @@ async fn ed01_a_symlinked_workspace_root_still_finds_the_buffers() {
     std::fs::write(real.join("a.txt"), "disk\n").unwrap();
     let mock = MockModel::start(vec![
         read("r1", "a.txt"),
-        edit("e1", "a.txt", "buffer", "edited"),
+        Step::edit("e1", "a.txt", "buffer", "edited"),
         Step::text("done"),
     ])
     .await;
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     c.open(&ws.join("a.txt"), "buffer\n").await;
     let events = prompt(&mut c).await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r[0].1, "buffer\n");
     assert!(!r[1].2, "{:?}", r[1]);
     assert_eq!(
-        apply_edits(&c)[0]["documentChanges"][0]["textDocument"]["uri"],
+        c.applied_edits()[0]["documentChanges"][0]["textDocument"]["uri"],
         json!(file_uri(&ws.join("a.txt")))
     );
     assert_eq!(c.doc(&ws.join("a.txt")).unwrap().text, "edited\n");
@@ -284,9 +250,9 @@ async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
         std::fs::write(&cr, case("ED-03-lone-cr.txt")).unwrap();
         std::fs::write(&mixed, case("ED-03-mixed-endings.txt")).unwrap();
         let mock = MockModel::start(vec![
-            edit("e1", "cr.txt", "progress 100%", "progress 100% 🦊"),
-            edit("e2", "cr.txt", "done", "finished"),
-            edit("e3", "mixed.txt", "b\nc", "B\nC"),
+            Step::edit("e1", "cr.txt", "progress 100%", "progress 100% 🦊"),
+            Step::edit("e2", "cr.txt", "done", "finished"),
+            Step::edit("e3", "mixed.txt", "b\nc", "B\nC"),
             Step::text("done"),
         ])
         .await;
@@ -304,11 +270,11 @@ async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
         c.open(&mixed, &case("ED-03-mixed-endings.txt")).await;
         let events = prompt(&mut c).await;
         assert!(
-            results(&events).iter().all(|r| !r.2),
+            tool_results(&events).iter().all(|r| !r.2),
             "{:?}",
-            results(&events)
+            tool_results(&events)
         );
-        let edits = apply_edits(&c);
+        let edits = c.applied_edits();
         // `progress 100%` is on line 1 (after the lone CR), `done` on line 2.
         assert_eq!(
             edits[0]["documentChanges"][0]["edits"][0]["range"],
@@ -354,9 +320,9 @@ async fn ed04_files_keep_their_encoding_over_lsp() {
     std::fs::write(&sjis, case("ED-04-shift-jis.py")).unwrap();
     let mock = MockModel::start(vec![
         read("r1", "l.py"),
-        edit("e1", "l.py", "name = 'x'", "name = 'é'"),
-        edit("e2", "j.py", "x = 1", "x = 2 # 日本"),
-        edit("e3", "j.py", "x = 2", "x = '🦊'"),
+        Step::edit("e1", "l.py", "name = 'x'", "name = 'é'"),
+        Step::edit("e2", "j.py", "x = 1", "x = 2 # 日本"),
+        Step::edit("e3", "j.py", "x = 2", "x = '🦊'"),
         Step::call(
             "w1",
             "write",
@@ -369,7 +335,7 @@ async fn ed04_files_keep_their_encoding_over_lsp() {
     // The editor decoded the Shift-JIS file itself (as VS Code does with its encoding set).
     c.open(&sjis, "# これは日本語\nx = 1\n").await;
     let events = prompt(&mut c).await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(
         r[0].1,
         "café = 1\nname = 'x'\n\n\n[File encoding: windows-1252 (detected); the text is shown decoded, and edit and write keep the file in windows-1252.]"
@@ -393,7 +359,7 @@ async fn ed04_files_keep_their_encoding_over_lsp() {
     assert_eq!(std::fs::read(&sjis).unwrap(), want.as_ref());
     assert_eq!(c.doc(&sjis).unwrap().text, "# これは日本語\nx = 2 # 日本\n");
     // Only the open Shift-JIS buffer got an applyEdit; the refused edit sent none.
-    let edits = apply_edits(&c);
+    let edits = c.applied_edits();
     assert_eq!(edits.len(), 1);
     assert_eq!(
         edits[0]["documentChanges"][0]["textDocument"]["uri"],
@@ -420,7 +386,7 @@ async fn ed07_tools_reach_every_workspace_folder() {
     let cpath = third.join("c.txt").display().to_string();
     let mock = MockModel::start(vec![
         read("r1", &b),
-        edit("e1", &b, "b = 1", "b = 2"),
+        Step::edit("e1", &b, "b = 1", "b = 2"),
         read("r2", &cpath),
         Step::text("first"),
         read("r3", &cpath),
@@ -447,7 +413,7 @@ async fn ed07_tools_reach_every_workspace_folder() {
         json!({"supported": true, "changeNotifications": true})
     );
     let events = prompt(&mut c).await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r[0].1, "b = 1\n");
     assert!(!r[1].2, "{:?}", r[1]);
     assert_eq!(
@@ -471,7 +437,7 @@ async fn ed07_tools_reach_every_workspace_folder() {
         .await
         .unwrap();
     let events = c.run_until_end(Duration::from_secs(20)).await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r[0].1, "c = 1\n");
     assert!(
         r[1].2 && r[1].1.contains("is outside the workspace"),

@@ -10,36 +10,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use pi_e2e::lsp_client::{file_uri, start_with_mock, tool_result_text, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{
+    file_uri, start_with_mock, tool_result_text, tool_results, EditorBehavior, LspClient,
+};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
-
-fn apply_edits(c: &LspClient) -> Vec<Value> {
-    c.log()
-        .into_iter()
-        .filter(|m| m["method"] == "workspace/applyEdit")
-        .map(|m| m["params"]["edit"].clone())
-        .collect()
-}
-
-/// `(tool, text, isError)` of every `tool_execution_end`, in order.
-fn results(events: &[Value]) -> Vec<(String, String, bool)> {
-    events
-        .iter()
-        .filter(|e| e["event"]["type"] == "tool_execution_end")
-        .map(|e| {
-            (
-                e["event"]["toolName"].as_str().unwrap().to_string(),
-                e["event"]["result"]["content"][0]["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                e["event"]["isError"].as_bool().unwrap_or(false),
-            )
-        })
-        .collect()
-}
 
 async fn prompt(c: &mut LspClient, text: &str) -> Vec<Value> {
     c.request("agent/prompt", json!({"text": text}))
@@ -48,20 +24,12 @@ async fn prompt(c: &mut LspClient, text: &str) -> Vec<Value> {
     c.run_until_end(Duration::from_secs(30)).await
 }
 
-fn edit(id: &str, path: &str, old: &str, new: &str) -> Step {
-    Step::call(
-        id,
-        "edit",
-        json!({"path": path, "edits": [{"oldText": old, "newText": new}]}),
-    )
-}
-
 /// The three edits of the sync tests: an open buffer, a file the client has not opened, a
 /// new file.
 fn sync_script() -> Vec<Step> {
     vec![
-        edit("e_open", "open.txt", "open 1", "open 2"),
-        edit("e_closed", "closed.txt", "closed 1", "closed 2"),
+        Step::edit("e_open", "open.txt", "open 1", "open 2"),
+        Step::edit("e_closed", "closed.txt", "closed 1", "closed 2"),
         Step::call(
             "w_new",
             "write",
@@ -115,7 +83,7 @@ async fn files_not_open_are_written_on_disk_for_a_client_that_does_not_sync_all(
     c.open(&ws.join("open.txt"), "open 1\n").await;
     let events = prompt(&mut c, "go").await;
     assert_eq!(
-        results(&events),
+        tool_results(&events),
         vec![
             success("edit", "open.txt"),
             success("edit", "closed.txt"),
@@ -123,7 +91,7 @@ async fn files_not_open_are_written_on_disk_for_a_client_that_does_not_sync_all(
         ]
     );
     assert_eq!(
-        apply_edits(&c),
+        c.applied_edits(),
         vec![json!({"documentChanges": [{
             "textDocument": {"uri": file_uri(&ws.join("open.txt")), "version": 1},
             "edits": [{"range": {"start": {"line": 0, "character": 0},
@@ -155,7 +123,7 @@ async fn files_not_open_get_apply_edit_for_a_client_that_syncs_all() {
     c.open(&ws.join("open.txt"), "open 1\n").await;
     let events = prompt(&mut c, "go").await;
     assert_eq!(
-        results(&events),
+        tool_results(&events),
         vec![
             success("edit", "open.txt"),
             success("edit", "closed.txt"),
@@ -164,7 +132,7 @@ async fn files_not_open_get_apply_edit_for_a_client_that_syncs_all() {
     );
     let range = |l0: u32, c0: u32, l1: u32, c1: u32| json!({"start": {"line": l0, "character": c0}, "end": {"line": l1, "character": c1}});
     assert_eq!(
-        apply_edits(&c),
+        c.applied_edits(),
         vec![
             json!({"documentChanges": [{
                 "textDocument": {"uri": file_uri(&ws.join("open.txt")), "version": 1},
@@ -207,10 +175,10 @@ async fn one_file_open_under_two_uris_stays_known_when_one_closes() {
     std::fs::write(&real, "one\n").unwrap();
     let mock = MockModel::start(vec![
         Step::call("r1", "read", json!({"path": "real/a.txt"})),
-        edit("e1", "real/a.txt", "typed", "TYPED"),
+        Step::edit("e1", "real/a.txt", "typed", "TYPED"),
         Step::text("first"),
         Step::call("r2", "read", json!({"path": "real/a.txt"})),
-        edit("e2", "real/a.txt", "TYPED", "again"),
+        Step::edit("e2", "real/a.txt", "TYPED", "again"),
         Step::text("second"),
     ])
     .await;
@@ -221,7 +189,7 @@ async fn one_file_open_under_two_uris_stays_known_when_one_closes() {
     c.set_buffer(&real, "one\ntyped\n").await;
     c.close(&link).await;
     let events = prompt(&mut c, "first").await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r[0], ("read".into(), "one\ntyped\n".into(), false));
     assert_eq!(
         r[1],
@@ -231,7 +199,7 @@ async fn one_file_open_under_two_uris_stays_known_when_one_closes() {
             false
         )
     );
-    let edits = apply_edits(&c);
+    let edits = c.applied_edits();
     assert_eq!(edits.len(), 1);
     assert_eq!(
         edits[0]["documentChanges"][0]["textDocument"],
@@ -244,10 +212,10 @@ async fn one_file_open_under_two_uris_stays_known_when_one_closes() {
     c.open(&link, "one\nTYPED\n").await;
     c.close(&real).await;
     let events = prompt(&mut c, "second").await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r[0], ("read".into(), "one\nTYPED\n".into(), false));
     assert!(!r[1].2, "{:?}", r[1]);
-    let edits = apply_edits(&c);
+    let edits = c.applied_edits();
     assert_eq!(edits.len(), 2);
     assert_eq!(
         edits[1]["documentChanges"][0]["textDocument"],

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi_e2e::lsp_client::{file_uri, start_with_mock, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{file_uri, start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
@@ -19,24 +19,6 @@ use serde_json::{json, Value};
 /// `xxh3:<16 hex>` of `text`, as the server records it.
 fn hash(text: &str) -> String {
     format!("xxh3:{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
-}
-
-fn edit(id: &str, path: &str, old: &str, new: &str) -> Step {
-    Step::call(
-        id,
-        "edit",
-        json!({"path": path, "edits": [{"oldText": old, "newText": new}]}),
-    )
-}
-
-/// The `workspace/applyEdit` params the editor received after the first `skip`.
-fn apply_edits(c: &LspClient, skip: usize) -> Vec<Value> {
-    c.log()
-        .into_iter()
-        .filter(|m| m["method"] == "workspace/applyEdit")
-        .skip(skip)
-        .map(|m| m["params"].clone())
-        .collect()
 }
 
 /// The id of the entry of the tool result of `call` in the session file.
@@ -63,10 +45,10 @@ const C1: &str = "new file\n";
 
 fn script() -> Vec<Step> {
     vec![
-        edit("call_a1", "a.txt", "alpha", "ALPHA"),
-        edit("call_b1", "b.txt", "two", "TWO"),
+        Step::edit("call_a1", "a.txt", "alpha", "ALPHA"),
+        Step::edit("call_b1", "b.txt", "two", "TWO"),
         Step::call("call_c1", "write", json!({"path": "c.txt", "content": C1})),
-        edit("call_a2", "a.txt", "gamma", "GAMMA"),
+        Step::edit("call_a2", "a.txt", "gamma", "GAMMA"),
         Step::text("done"),
     ]
 }
@@ -181,7 +163,7 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
     // The user types in b.txt (open in the editor since the agent's edit), unsaved.
     let typed = "one\nTWO\nmine\n";
     c.set_buffer(&b, typed).await;
-    let before_rewind = apply_edits(&c, 0).len();
+    let before_rewind = c.apply_edit_params().len();
     let user_entry = lines
         .iter()
         .find(|l| l["message"]["role"] == "user")
@@ -231,7 +213,7 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
     assert_eq!(c.doc(&b).unwrap().text, typed);
     assert!(c.doc(&c_file).is_none());
     // One labelled, annotated edit per file: both of a.txt's changes undone at once.
-    let sent = apply_edits(&c, before_rewind);
+    let sent = c.apply_edit_params()[before_rewind..].to_vec();
     let a_version = 2; // opened by the first edit (1), changed by the second (2)
     assert_eq!(
         sent,
@@ -266,7 +248,7 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
 
     // Rewinding to the old leaf undoes the rewind: a.txt and c.txt come back, b.txt (still
     // the user's) is refused again.
-    let sent_before = apply_edits(&c, 0).len();
+    let sent_before = c.apply_edit_params().len();
     let back = c
         .request(
             "agent/session/rewind",
@@ -292,7 +274,7 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
         (Some(A2.into()), Some(B1.into()), Some(C1.into()))
     );
     assert_eq!(c.doc(&b).unwrap().text, typed);
-    let sent = apply_edits(&c, sent_before);
+    let sent = c.apply_edit_params()[sent_before..].to_vec();
     assert_eq!(sent.len(), 2, "{sent:#?}");
     assert_eq!(
         sent[0],
@@ -348,7 +330,7 @@ async fn rewind_keeps_created_files_without_delete_support_and_waits_for_runs() 
     std::fs::write(&a, A0).unwrap();
     let gate = Arc::new(tokio::sync::Notify::new());
     let mock = MockModel::start(vec![
-        edit("call_a1", "a.txt", "alpha", "ALPHA"),
+        Step::edit("call_a1", "a.txt", "alpha", "ALPHA"),
         Step::call("call_c1", "write", json!({"path": "c.txt", "content": C1})),
         Step::text("done"),
         Step::Gate(gate.clone(), Box::new(Step::text("second done"))),
@@ -428,7 +410,7 @@ async fn rewind_keeps_created_files_without_delete_support_and_waits_for_runs() 
         (Some(A0.into()), Some(C1.into()))
     );
     // Without change annotation support, the edit is labelled only.
-    let last = apply_edits(&c, 0).pop().unwrap();
+    let last = c.apply_edit_params().pop().unwrap();
     assert_eq!(last["label"], "Pi: rewind a.txt");
     assert!(last["edit"].get("changeAnnotations").is_none(), "{last}");
     c.shutdown().await;

@@ -11,14 +11,6 @@ use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
 
-fn apply_edits(c: &LspClient) -> Vec<Value> {
-    c.log()
-        .into_iter()
-        .filter(|m| m["method"] == "workspace/applyEdit")
-        .map(|m| m["params"].clone())
-        .collect()
-}
-
 #[tokio::test]
 async fn edit_refused_after_the_user_typed_in_the_buffer() {
     let tmp = TempDir::new("stale");
@@ -75,7 +67,7 @@ async fn edit_refused_after_the_user_typed_in_the_buffer() {
             true
         )
     );
-    assert_eq!(apply_edits(&c), Vec::<Value>::new());
+    assert_eq!(c.apply_edit_params(), Vec::<Value>::new());
     assert_eq!(c.doc(&file).unwrap().text, "x = 1\ny = 3\n");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x = 1\ny = 2\n");
     mock.assert_paired();
@@ -124,7 +116,7 @@ async fn client_declining_the_edit_is_an_error_and_changes_nothing() {
     );
     // Sent once: the buffer's text did not change, and neither did its version.
     assert_eq!(
-        apply_edits(&c),
+        c.apply_edit_params(),
         vec![json!({
             "label": "pi: turn 1 · edit notes.txt (call_edit)",
             "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1},
@@ -197,7 +189,7 @@ async fn ranges_round(utf8: bool, incremental: bool) {
         ]
     };
     assert_eq!(
-        apply_edits(&c),
+        c.apply_edit_params(),
         vec![json!({
             "label": "pi: turn 1 · edit u.txt (call_e)",
             "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1}, "edits": expected}]}
@@ -282,7 +274,7 @@ async fn two_edits_of_one_file_in_one_batch_apply_in_call_order() {
         ]
     );
     assert_eq!(
-        apply_edits(&c),
+        c.apply_edit_params(),
         vec![
             json!({"label": "pi: turn 2 · edit b.txt (call_1)", "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1},
                 "edits": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 3}}, "newText": "ONE"}]}]}}),
@@ -368,7 +360,7 @@ async fn rename_and_delete_are_resource_operations_when_the_client_advertises_th
         json!({"ok": false, "error": format!("ENOENT: no such file or directory: {}", b.display())})
     );
     assert_eq!(
-        apply_edits(&cl),
+        cl.apply_edit_params(),
         vec![
             json!({"label": "pi: probe rename", "edit": {"documentChanges": [{"kind": "rename",
                 "oldUri": file_uri(&a), "newUri": file_uri(&b),
@@ -408,7 +400,7 @@ async fn rename_and_delete_go_to_disk_when_the_client_does_not_advertise_them() 
         json!({"ok": true})
     );
     assert!(!b.exists());
-    assert_eq!(apply_edits(&cl), Vec::<Value>::new());
+    assert_eq!(cl.apply_edit_params(), Vec::<Value>::new());
     cl.shutdown().await;
 }
 
@@ -445,7 +437,7 @@ async fn write_over_an_open_buffer_replaces_its_whole_text_and_reports_the_disk_
     );
     // The whole buffer, ending at line 1, UTF-16 column 9 (two emoji are two units each).
     assert_eq!(
-        apply_edits(&c),
+        c.apply_edit_params(),
         vec![
             json!({"label": "pi: turn 1 · write w.txt (call_w)", "edit": {"documentChanges": [
             {"textDocument": {"uri": file_uri(&file), "version": 1}, "edits": [{"range":
@@ -503,7 +495,7 @@ async fn new_files_go_to_disk_when_the_client_cannot_create_them() {
             false
         )
     );
-    assert_eq!(apply_edits(&c), Vec::<Value>::new());
+    assert_eq!(c.apply_edit_params(), Vec::<Value>::new());
     assert_eq!(
         std::fs::read_to_string(ws.join("deep/er/new.txt")).unwrap(),
         "fresh\n"
@@ -560,7 +552,7 @@ async fn edit_names_the_buffer_version_it_was_computed_against() {
         )
     );
     assert_eq!(
-        apply_edits(&c),
+        c.apply_edit_params(),
         vec![
             json!({"label": "pi: turn 2 · edit v.txt (call_edit)", "edit": {"documentChanges": [
             {"textDocument": {"uri": file_uri(&file), "version": 2}, "edits": [{"range":

@@ -5,15 +5,6 @@ package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .
 local H = require('helpers')
 H.require_tools()
 
-local function workspace(files)
-  local ws = H.tmpdir('ws')
-  vim.fn.mkdir(ws .. '/.git', 'p')
-  for name, text in pairs(files or {}) do
-    H.write(ws .. '/' .. name, text)
-  end
-  return ws
-end
-
 -- Counts the chat buffer writes in the child and records any that is not an append at the
 -- tail, or a whole-buffer set_lines, while a run streams.
 local WRAP = [[
@@ -49,7 +40,7 @@ local ANSWER = 'Hello from the mock model. Streaming works in small pieces.\n\nS
 
 H.case('a prompt streams into the chat buffer; writes are tail appends, coalesced', function()
   local mock = H.mock({ { text = ANSWER, chunk = 3, chunkDelayMs = 4 } })
-  local ws = workspace({ ['notes.txt'] = 'hello\n' })
+  local ws = H.workspace({ ['notes.txt'] = 'hello\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json })
   c:cmd('edit notes.txt')
   c:lua(WRAP)
@@ -117,7 +108,7 @@ local GLOBALS = [[
 
 H.case('no global option or mapping changes; / completes from agent/commands', function()
   local mock = H.mock({ { text = 'Fine.', toolCalls = { { id = 'l1', name = 'ls', arguments = vim.empty_dict() } } }, { text = 'Listed.' } })
-  local ws = workspace({ ['a.txt'] = 'a\n' })
+  local ws = H.workspace({ ['a.txt'] = 'a\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json })
   H.write(c.home .. '/agent/prompts/review.md', '---\ndescription: Review the code\n---\nReview $@\n')
   c:cmd('edit a.txt')
@@ -161,7 +152,7 @@ H.case('no global option or mapping changes; / completes from agent/commands', f
 end)
 
 H.case('a model server that is down is visible within a second', function()
-  local ws = workspace()
+  local ws = H.workspace()
   local models = {
     providers = {
       down = {
@@ -191,7 +182,7 @@ end)
 
 H.case('abort before anything streamed puts the prompt back', function()
   local mock = H.mock({ { text = 'late', delayMs = 5000 } })
-  local ws = workspace()
+  local ws = H.workspace()
   local c = H.child({ ws = ws, models_json = mock.models_json })
   c:cmd('Pi a prompt to keep')
   H.wait('the run', 10000, function()
@@ -220,7 +211,7 @@ H.case('steer and abort during a slow run: the queue and the report block', func
     { text = 'Working on it.', toolCalls = { { id = 'call_sleep', name = 'bash', arguments = { command = 'sleep 30' } } } },
     { text = 'never reached' },
   })
-  local ws = workspace()
+  local ws = H.workspace()
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160 })
   c:cmd('Pi run the slow thing')
   H.wait('the bash call running', 15000, function()
@@ -299,7 +290,7 @@ H.case('<Esc> stops a young run at once; in a long run it asks once and a second
     { text = 'Working again.', toolCalls = { { id = 'call_s2', name = 'bash', arguments = { command = 'sleep 31' } } } },
     { text = 'never reached' },
   })
-  local c = H.child({ ws = workspace(), models_json = mock.models_json, setup = '{approval_policy = "approve-all", chat = {esc_confirm_after = 2}}', cols = 160 })
+  local c = H.child({ ws = H.workspace(), models_json = mock.models_json, setup = '{approval_policy = "approve-all", chat = {esc_confirm_after = 2}}', cols = 160 })
   local CHAT_WIN = [[
     local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
     vim.api.nvim_set_current_win(chat:window())
@@ -371,7 +362,7 @@ H.case('the server dying during a run is said, the chat stops waiting, the next 
     { text = 'Working.', toolCalls = { { id = 'call_k', name = 'bash', arguments = { command = 'sleep 30' } } } },
     { text = 'Back again.' },
   })
-  local c = H.child({ ws = workspace(), models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160 })
+  local c = H.child({ ws = H.workspace(), models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160 })
   c:cmd('Pi first')
   H.wait('the sleep running', 15000, function()
     return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 30', 1, true)
@@ -400,7 +391,7 @@ end)
 
 H.case('a long chat streams under the regex syntax and gets tree-sitter back when the run ends', function()
   local mock = H.mock({ { text = string.rep('streaming words ', 40), chunk = 8, chunkDelayMs = 15 } })
-  local c = H.child({ ws = workspace(), models_json = mock.models_json })
+  local c = H.child({ ws = H.workspace(), models_json = mock.models_json })
   c:cmd('Pi new')
   H.wait('the session', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL

@@ -6,26 +6,10 @@ package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .
 local H = require('helpers')
 H.require_tools()
 
-local function workspace(files)
-  local ws = H.tmpdir('ws')
-  vim.fn.mkdir(ws .. '/.git', 'p')
-  for name, text in pairs(files or {}) do
-    H.write(ws .. '/' .. name, text)
-  end
-  return ws
-end
-
 local CHAT = [[
   local client = require('pi.client')
   return require('pi.chat').current(client.roots[client.root_of(0)])
 ]]
-
-local function idle_with(c, text)
-  H.wait('the run to end with ' .. text, 15000, function()
-    local s = c:lua(H.CHAT_STATE)
-    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find(text, 1, true)
-  end)
-end
 
 -- The Pi windows of the tabpage (filetypes, sorted), every one at least 20 columns wide.
 local PI_WINDOWS = [[
@@ -47,18 +31,18 @@ end
 
 H.case('selection, label, tree branch, fork, export, stats, model', function()
   local mock = H.mock({ { text = 'It adds two numbers.' }, { text = 'Second answer.' } })
-  local ws = workspace({ ['src/add.py'] = 'import sys\n\ndef add(a, b):\n    return a + b\n' })
+  local ws = H.workspace({ ['src/add.py'] = 'import sys\n\ndef add(a, b):\n    return a + b\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160, rows = 40 })
   c:cmd('edit src/add.py')
   c:input('3GVj:Pi explain<CR>')
-  idle_with(c, 'It adds two numbers.')
+  H.idle_with(c, 'It adds two numbers.')
   H.contains(c:lua(H.CHAT_TEXT), '## You\nexplain\n\n`src/add.py` lines 3-4:\n```python\ndef add(a, b):\n    return a + b\n```\n', 'prompt with the selection')
   -- The model request carried it too.
   local req = mock.requests()[1]
   local last = req.messages[#req.messages]
   H.contains(vim.json.encode(last.content), 'src/add.py` lines 3-4', 'request')
   c:cmd('Pi second')
-  idle_with(c, 'Second answer.')
+  H.idle_with(c, 'Second answer.')
 
   -- label the leaf, then the tree shows it
   c:cmd('Pi label checkpoint')
@@ -151,7 +135,7 @@ H.case('the diagnostics tool answers from vim.diagnostic; a permission float whe
     { toolCalls = { { id = 'b1', name = 'bash', arguments = { command = 'echo hidden' } } } },
     { text = 'Done.' },
   })
-  local ws = workspace({ ['main.c'] = 'int main() {\n  return x;\n}\n' })
+  local ws = H.workspace({ ['main.c'] = 'int main() {\n  return x;\n}\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160, rows = 40, setup = '{approval_policy = "auto-edit", chat = {open_on_prompt = false}}' })
   c:cmd('edit main.c')
   c:lua([[
@@ -177,7 +161,7 @@ H.case('the diagnostics tool answers from vim.diagnostic; a permission float whe
     return c:lua('return vim.api.nvim_win_get_config(0).relative') ~= ''
   end)
   c:input('1')
-  idle_with(c, 'Done.')
+  H.idle_with(c, 'Done.')
   local chat = c:lua(H.CHAT_TEXT)
   H.contains(chat, "main.c:2:10 error cc: 'x' undeclared", 'diagnostics tool result')
   H.contains(chat, '↳ bash ✓ (1 line)\n```\nhidden\n```', 'allowed from the float')
@@ -191,10 +175,10 @@ H.case('a scrolled-up chat keeps its view while text streams; at the end it stay
     long[#long + 1] = 'Line ' .. i .. ' of a long answer.'
   end
   local mock = H.mock({ { text = 'Short first.' }, { text = table.concat(long, '\n'), chunk = 20, chunkDelayMs = 15 } })
-  local ws = workspace()
+  local ws = H.workspace()
   local c = H.child({ ws = ws, models_json = mock.models_json, cols = 120, rows = 30 })
   c:cmd('Pi one')
-  idle_with(c, 'Short first.')
+  H.idle_with(c, 'Short first.')
   c:cmd('Pi two')
   H.wait('streaming', 10000, function()
     return c:lua(H.CHAT_TEXT):find('Line 40 of', 1, true) ~= nil
@@ -209,7 +193,7 @@ H.case('a scrolled-up chat keeps its view while text streams; at the end it stay
   c:cmd('redraw')
   vim.wait(50)
   local screen_before = { unpack(c:screen(), 1, 15) }
-  idle_with(c, 'Line 80 of a long answer.')
+  H.idle_with(c, 'Line 80 of a long answer.')
   c:cmd('redraw')
   vim.wait(50)
   -- The screen above the tail did not move (the top 15 rows: the chat's first lines).
@@ -221,7 +205,7 @@ H.case('a scrolled-up chat keeps its view while text streams; at the end it stay
   H.eq(view, after, 'winsaveview of the scrolled-up chat')
   -- A new prompt of the user brings the scrolled-up window back to the end, and it follows.
   c:cmd('Pi three')
-  idle_with(c, '(script end)')
+  H.idle_with(c, '(script end)')
   local pinned = c:lua([[
     local chat = (function() ]] .. CHAT .. [[ end)()
     return { vim.api.nvim_win_get_cursor(chat:window())[1], vim.api.nvim_buf_line_count(chat.buf) }
@@ -233,7 +217,7 @@ H.case('a scrolled-up chat keeps its view while text streams; at the end it stay
 end)
 
 H.case('trust is asked once for a project with .pi configuration and sent as workspaceTrusted', function()
-  local ws = workspace({ ['.pi/settings.json'] = '{}' })
+  local ws = H.workspace({ ['.pi/settings.json'] = '{}' })
   local c = H.child({ ws = ws, setup = '{trust = "ask"}', cols = 140 })
   c:input(':Pi new<CR>')
   H.wait('the trust question', 5000, function()
@@ -254,7 +238,7 @@ H.case('trust is asked once for a project with .pi configuration and sent as wor
 end)
 
 H.case('a missing binary is said once, with :Pi build; :Pi completes its subcommands', function()
-  local ws = workspace()
+  local ws = H.workspace()
   local c = H.child({ ws = ws, setup = '{cmd = {"/nonexistent/pi-lsp"}}' })
   H.eq({ 'sessions', 'stats', 'steer' }, c:lua("return vim.fn.getcompletion('Pi s', 'cmdline')"), 'completion')
   H.eq({ 'older' }, c:lua("return vim.fn.getcompletion('Pi chat ', 'cmdline')"), 'completion of chat')
@@ -282,9 +266,9 @@ end)
 
 H.case('switching sessions twice shows the picked session in the same chat window', function()
   local mock = H.mock({ { text = 'Answer one.' }, { text = 'Answer two.' } })
-  local c = H.child({ ws = workspace(), models_json = mock.models_json, cols = 160, rows = 40 })
+  local c = H.child({ ws = H.workspace(), models_json = mock.models_json, cols = 160, rows = 40 })
   c:cmd('Pi first session')
-  idle_with(c, 'Answer one.')
+  H.idle_with(c, 'Answer one.')
   local first = c:lua(H.CHAT_STATE).session
   c:cmd('Pi new')
   H.wait('the new session', 5000, function()
@@ -292,7 +276,7 @@ H.case('switching sessions twice shows the picked session in the same chat windo
   end)
   c:cmd('wincmd t')
   c:cmd('Pi second session')
-  idle_with(c, 'Answer two.')
+  H.idle_with(c, 'Answer two.')
   local second = c:lua(H.CHAT_STATE).session
   H.eq({ 'pi-chat', 'pi-prompt' }, c:lua(PI_WINDOWS), 'Pi windows after :Pi new')
   local function pick(text)

@@ -6,15 +6,6 @@ package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .
 local H = require('helpers')
 H.require_tools()
 
-local function workspace(files)
-  local ws = H.tmpdir('ws')
-  vim.fn.mkdir(ws .. '/.git', 'p')
-  for name, text in pairs(files or {}) do
-    H.write(ws .. '/' .. name, text)
-  end
-  return ws
-end
-
 local function buf_text(c)
   return c:lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
 end
@@ -24,7 +15,7 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
     { toolCalls = { { id = 'call_edit', name = 'edit', arguments = { path = 'notes.md', edits = { { oldText = 'target = 1', newText = 'target = 2' } } } } } },
     { text = 'Changed target to 2.' },
   })
-  local ws = workspace({ ['notes.md'] = '# Notes\n\nalpha\ntarget = 1\nomega\n' })
+  local ws = H.workspace({ ['notes.md'] = '# Notes\n\nalpha\ntarget = 1\nomega\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}' })
   c:cmd('Pi new')
   H.wait('the server', 10000, function()
@@ -121,7 +112,7 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
     { toolCalls = { { id = 'call_two', name = 'bash', arguments = { command = 'echo two' } } } },
     { text = 'Finished.' },
   })
-  local ws = workspace({ ['code.txt'] = 'code\n' })
+  local ws = H.workspace({ ['code.txt'] = 'code\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
   c:cmd('edit code.txt')
   c:cmd('Pi run two commands')
@@ -221,7 +212,7 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     { toolCalls = { { id = 'e1', name = 'edit', arguments = { path = 'conf.txt', edits = { { oldText = 'mode = slow', newText = 'mode = fast' } } } } } },
     { text = 'Noted.' },
   })
-  local ws = workspace({ ['conf.txt'] = 'name = x\nmode = slow\n' })
+  local ws = H.workspace({ ['conf.txt'] = 'name = x\nmode = slow\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 160, rows = 40 })
   c:cmd('edit conf.txt')
   c:cmd('Pi make it fast')
@@ -275,7 +266,7 @@ end)
 
 H.case('sessions are listed and reopen with their history', function()
   local mock = H.mock({ { text = 'First answer.' }, { text = 'Second answer.' } })
-  local ws = workspace()
+  local ws = H.workspace()
   local c = H.child({ ws = ws, models_json = mock.models_json })
   c:cmd('Pi first question')
   H.wait('the first answer', 15000, function()
@@ -318,7 +309,7 @@ H.case('typing in insert mode while the agent edits other files: mode, window, c
   end
   steps[#steps + 1] = { text = 'Ten edits done.' }
   local mock = H.mock(steps)
-  local ws = workspace({ ['code.txt'] = 'code\n', ['other.txt'] = 'n=0\n' })
+  local ws = H.workspace({ ['code.txt'] = 'code\n', ['other.txt'] = 'n=0\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 140 })
   c:cmd('edit code.txt')
   c:cmd('Pi edit other.txt ten times')
@@ -369,7 +360,7 @@ H.case('typing in insert mode while the agent edits other files: mode, window, c
 end)
 
 H.case(':checkhealth pi', function()
-  local ws = workspace()
+  local ws = H.workspace()
   local c = H.child({ ws = ws, models_json = { providers = vim.empty_dict() } })
   c:cmd('Pi new')
   H.wait('the server', 10000, function()
@@ -396,7 +387,7 @@ H.case(':Pi diff shows the text before the agent in diff mode; a deletion undone
     { toolCalls = { { id = 'd1', name = 'edit', arguments = { path = 'list.txt', edits = { { oldText = 'b\n', newText = 'B\n' }, { oldText = 'd\n', newText = '' } } } } } },
     { text = 'Changed.' },
   })
-  local ws = workspace({ ['list.txt'] = 'a\nb\nc\nd\ne\n' })
+  local ws = H.workspace({ ['list.txt'] = 'a\nb\nc\nd\ne\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
   c:cmd('edit list.txt')
   c:cmd('Pi change the list')

@@ -386,4 +386,22 @@ H.CHAT_STATE = [[
   return { state = chat.state or vim.NIL, running = chat.running, session = chat.session_id }
 ]]
 
+--- A workspace folder (a `.git` marks its root) holding `files` ({name = text}).
+function H.workspace(files)
+  local ws = H.tmpdir('ws')
+  vim.fn.mkdir(ws .. '/.git', 'p')
+  for name, text in pairs(files or {}) do
+    H.write(ws .. '/' .. name, text)
+  end
+  return ws
+end
+
+--- Waits (15 s) until the child's chat is idle and its text holds `text`.
+function H.idle_with(c, text)
+  H.wait('the run to end with ' .. text, 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find(text, 1, true)
+  end)
+end
+
 return H

@@ -6,22 +6,6 @@ package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .
 local H = require('helpers')
 H.require_tools()
 
-local function workspace(files)
-  local ws = H.tmpdir('ws')
-  vim.fn.mkdir(ws .. '/.git', 'p')
-  for name, text in pairs(files or {}) do
-    H.write(ws .. '/' .. name, text)
-  end
-  return ws
-end
-
-local function idle_with(c, text)
-  H.wait('the run to end with ' .. text, 15000, function()
-    local s = c:lua(H.CHAT_STATE)
-    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find(text, 1, true)
-  end)
-end
-
 local function buf_text(c, name)
   return c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr(...), 0, -1, false), '\\n')", name)
 end
@@ -36,11 +20,11 @@ H.case('rewind reverts an open buffer in one undo step, puts the message back; u
     { toolCalls = { { id = 'call_e1', name = 'edit', arguments = { path = 'a.txt', edits = { { oldText = 'two', newText = 'TWO' } } } } } },
     { text = 'Edited.' },
   })
-  local ws = workspace({ ['a.txt'] = 'one\ntwo\nthree\n' })
+  local ws = H.workspace({ ['a.txt'] = 'one\ntwo\nthree\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
   c:cmd('edit a.txt')
   c:cmd('Pi shout the second line')
-  idle_with(c, 'Edited.')
+  H.idle_with(c, 'Edited.')
   H.eq('one\nTWO\nthree', buf_text(c, 'a.txt'), 'the edit landed')
 
   -- The session's changes, from the server's record.
@@ -117,11 +101,11 @@ H.case('a file changed by the user since is kept by a rewind and reported', func
     },
     { text = 'Both edited.' },
   })
-  local ws = workspace({ ['a.txt'] = 'alpha\n', ['b.txt'] = 'beta\n' })
+  local ws = H.workspace({ ['a.txt'] = 'alpha\n', ['b.txt'] = 'beta\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
   c:cmd('edit a.txt')
   c:cmd('Pi shout both')
-  idle_with(c, 'Both edited.')
+  H.idle_with(c, 'Both edited.')
   -- The user changes the agent's line in b.txt.
   c:cmd('wincmd t')
   c:cmd('edit b.txt')
@@ -159,11 +143,11 @@ H.case('a file the agent created goes with a rewind and comes back with its undo
     },
     { text = 'Written.' },
   })
-  local ws = workspace({ ['keep.txt'] = 'keep\n' })
+  local ws = H.workspace({ ['keep.txt'] = 'keep\n' })
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', cols = 160, rows = 40 })
   c:cmd('edit keep.txt')
   c:cmd('Pi make a new file')
-  idle_with(c, 'Written.')
+  H.idle_with(c, 'Written.')
   -- The files hold exactly the written text (no extra last line, none added).
   H.wait('the new files', 5000, function()
     return H.read(ws .. '/new.txt') == 'fresh\n' and H.read(ws .. '/sub/two.txt') == 'a\n\nb\n'

@@ -6,22 +6,6 @@ package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .
 local H = require('helpers')
 H.require_tools()
 
-local function workspace(files)
-  local ws = H.tmpdir('ws')
-  vim.fn.mkdir(ws .. '/.git', 'p')
-  for name, text in pairs(files or {}) do
-    H.write(ws .. '/' .. name, text)
-  end
-  return ws
-end
-
-local function idle_with(c, text)
-  H.wait('the run to end with ' .. text, 15000, function()
-    local s = c:lua(H.CHAT_STATE)
-    return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find(text, 1, true)
-  end)
-end
-
 local function messages(c)
   return c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
 end
@@ -30,9 +14,9 @@ local STATUS = "return require('pi').statusline()"
 
 H.case(':Pi compact with instructions: shown in the chat, said when done, sent to the model', function()
   local mock = H.mock({ { text = 'First answer.' }, { text = 'Summary: the user greeted.' } })
-  local c = H.child({ ws = workspace(), models_json = mock.models_json })
+  local c = H.child({ ws = H.workspace(), models_json = mock.models_json })
   c:cmd('Pi hello')
-  idle_with(c, 'First answer.')
+  H.idle_with(c, 'First answer.')
   c:cmd('Pi compact keep the greeting')
   H.wait('the compaction', 15000, function()
     return messages(c):find('Pi: compacted', 1, true) ~= nil
@@ -66,7 +50,7 @@ end)
 H.case(':Pi thinking: the model\'s levels in a picker, a level given directly, the statusline', function()
   local mock = H.mock({})
   mock.models_json.providers.mock.models[1].reasoning = true
-  local c = H.child({ ws = workspace(), models_json = mock.models_json })
+  local c = H.child({ ws = H.workspace(), models_json = mock.models_json })
   c:cmd('Pi new')
   H.wait('the session', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL
@@ -99,7 +83,7 @@ end)
 
 H.case(':Pi thinking with a model without reasoning says so', function()
   local mock = H.mock({})
-  local c = H.child({ ws = workspace(), models_json = mock.models_json })
+  local c = H.child({ ws = H.workspace(), models_json = mock.models_json })
   c:cmd('Pi new')
   H.wait('the session', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL
@@ -124,7 +108,7 @@ H.case(':Pi build runs cargo in the plugin\'s repository and says how it went', 
     }, '\n') .. '\n'
   )
   vim.fn.setfperm(bin .. '/cargo', 'rwxr-xr-x')
-  local c = H.child({ ws = workspace(), path_prepend = bin })
+  local c = H.child({ ws = H.workspace(), path_prepend = bin })
   c:cmd('Pi build')
   H.wait('the build', 10000, function()
     return messages(c):find('Pi: pi-lsp is built', 1, true) ~= nil
@@ -149,7 +133,7 @@ local PNG = vim.base64.decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAAD
 H.case('an image file named in the prompt, and one attached with :Pi image, go as image blocks', function()
   local mock = H.mock({ { text = 'I see two images.' } })
   mock.models_json.providers.mock.models[1].input = { 'text', 'image' }
-  local ws = workspace()
+  local ws = H.workspace()
   H.write(ws .. '/shots/one.png', PNG)
   H.write(ws .. '/two words.png', PNG)
   local c = H.child({ ws = ws, models_json = mock.models_json })
@@ -164,7 +148,7 @@ H.case('an image file named in the prompt, and one attached with :Pi image, go a
   -- Shown above the prompt.
   H.contains(c:screen_text(), ('📎 1. two words.png (image/png, %d B)'):format(#PNG), 'attachment shown')
   c:cmd('Pi what is in @shots/one.png?')
-  idle_with(c, 'I see two images.')
+  H.idle_with(c, 'I see two images.')
   local req = mock.requests()[1]
   local last = req.messages[#req.messages]
   local kinds = {}
@@ -180,7 +164,7 @@ end)
 
 H.case(':Pi !cmd runs your command into the chat and the context; :Pi rename; :Pi clone', function()
   local mock = H.mock({ { text = 'Seen.' } })
-  local c = H.child({ ws = workspace(), models_json = mock.models_json, cols = 160, rows = 40 })
+  local c = H.child({ ws = H.workspace(), models_json = mock.models_json, cols = 160, rows = 40 })
   c:cmd('Pi new')
   H.wait('the session', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL
@@ -191,7 +175,7 @@ H.case(':Pi !cmd runs your command into the chat and the context; :Pi rename; :P
   end)
   H.eq('### $ echo hi there\n↳ $ ✓ (1 line)\n```\nhi there\n```\n', c:lua(H.CHAT_TEXT), 'chat')
   c:cmd('Pi what did it say?')
-  idle_with(c, 'Seen.')
+  H.idle_with(c, 'Seen.')
   local sent = vim.json.encode(mock.requests()[1].messages)
   H.contains(sent, 'echo hi there', 'the command in the model request')
   H.contains(sent, 'hi there', 'its output in the model request')

@@ -727,6 +727,23 @@ impl LspClient {
         self.shared.log.lock().unwrap().clone()
     }
 
+    /// The params of every `workspace/applyEdit` the editor received, in order.
+    pub fn apply_edit_params(&self) -> Vec<Value> {
+        self.log()
+            .into_iter()
+            .filter(|m| m["method"] == "workspace/applyEdit")
+            .map(|m| m["params"].clone())
+            .collect()
+    }
+
+    /// The `WorkspaceEdit` of every `workspace/applyEdit` the editor received, in order.
+    pub fn applied_edits(&self) -> Vec<Value> {
+        self.apply_edit_params()
+            .into_iter()
+            .map(|p| p["edit"].clone())
+            .collect()
+    }
+
     /// shutdown + exit; waits for the process.
     pub async fn shutdown(mut self) -> std::process::ExitStatus {
         let _ = self.request("shutdown", Value::Null).await;
@@ -808,6 +825,24 @@ pub async fn start_with_mock(
 ) -> LspClient {
     let env = agent_env(&ws.join("../agent"), &mock.models_json(), &[]);
     LspClient::start(&crate::pi_lsp_bin(), ws, &env, behavior).await
+}
+
+/// `(tool, text of its first content block, isError)` of every `tool_execution_end`, in order.
+pub fn tool_results(events: &[Value]) -> Vec<(String, String, bool)> {
+    events
+        .iter()
+        .filter(|e| e["event"]["type"] == "tool_execution_end")
+        .map(|e| {
+            (
+                e["event"]["toolName"].as_str().unwrap().to_string(),
+                e["event"]["result"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                e["event"]["isError"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
 }
 
 /// `(text, isError)` of the first `tool_execution_end` of `tool` among `agent/event` params.

@@ -44,6 +44,15 @@ impl Step {
     pub fn call(id: &str, name: &str, args: Value) -> Step {
         Step::Tools(None, vec![(id.into(), name.into(), args)])
     }
+
+    /// One `edit` call replacing `old` with `new` in `path`.
+    pub fn edit(id: &str, path: &str, old: &str, new: &str) -> Step {
+        Step::call(
+            id,
+            "edit",
+            serde_json::json!({"path": path, "edits": [{"oldText": old, "newText": new}]}),
+        )
+    }
 }
 
 /// One recorded request.
