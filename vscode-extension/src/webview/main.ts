@@ -152,13 +152,16 @@ let lastRenderAt = -Infinity;
  * - what a render costs: STREAM_COST_FACTOR × the last streaming render's time, so a costly
  *   tail (a long code block being written) or a busy machine slows the reveal, not the panel;
  * - how fast text arrives beyond anyone's reading: above FAST_CHARS_PER_S the pause scales with
- *   the rate (at 500 deltas/s, ~10,000 characters a second, 5 renders/s), which keeps a fast
- *   stream at ≤ 0.2 ms of main thread per delta.
+ *   the rate, up to STREAM_MAX_MS: at 500 deltas/s (~10,000 characters a second, 50 times
+ *   reading speed) 2.5 renders/s. A render costs about 10 ms whatever it adds (layout of the
+ *   row, paint, commit), so at 5 renders/s such a stream took 0.17–0.22 ms of main thread per
+ *   delta (the VP2 bound is 0.2); at 2.5 renders/s it takes about 0.10 ms. A stream at reading
+ *   speed (below FAST_CHARS_PER_S) still renders every STREAM_MS.
  * Anything else (a new row, a tool card, the status, a scroll) renders in the next frame.
  * Between two streaming renders the page waits on a timer, not on animation frames: a frame
  * requested only to wait still runs the browser's frame (style, paint, commit). */
 const STREAM_MS = 100;
-const STREAM_MAX_MS = 200;
+const STREAM_MAX_MS = 400;
 const STREAM_COST_FACTOR = 16;
 const FAST_CHARS_PER_S = 2000;
 let streamPause = STREAM_MS;
