@@ -362,10 +362,18 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
     let tmp = TempDir::new("abort");
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
+    // A duration no other process on the machine uses, so only this test's sleeps are counted
+    // (other tests and other programs may run `sleep 30` at the same time).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let sleep = format!("sleep 30.{:09}{}", nanos, std::process::id());
+    let command = format!("{sleep} & {sleep}; : {}", tmp.path().display());
     let mock = MockModel::start(vec![Step::call(
         "call_sleep",
         "bash",
-        json!({"command": format!("sleep 30 & sleep 30; : {}", tmp.path().display())}),
+        json!({"command": command}),
     )])
     .await;
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
@@ -393,7 +401,7 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter(|l| l.ends_with("sleep 30") && !l.trim_start().starts_with('Z'))
+            .filter(|l| l.ends_with(sleep.as_str()) && !l.trim_start().starts_with('Z'))
             .count()
     };
     assert!(count_sleeps() >= 2, "both sleeps should run");
@@ -402,7 +410,6 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
         .request("agent/abort", json!({"sessionId": sid}))
         .await
         .unwrap();
-    let command = format!("sleep 30 & sleep 30; : {}", tmp.path().display());
     assert_eq!(
         abort,
         json!({"aborted": true, "runId": r["runId"],
