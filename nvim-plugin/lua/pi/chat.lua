@@ -93,6 +93,9 @@ function M.get(root, session_id)
             pcall(api.nvim_win_close, w, false)
           end
         end
+        if tab == api.nvim_get_current_tabpage() then
+          require('pi.permission').chat_hidden(c)
+        end
       end)
     end,
   })
@@ -404,7 +407,7 @@ function Chat:on_event(p)
       local empty = self.header_pending ~= nil
       if m.stopReason == 'error' then
         -- A failed request without content: one line, no header (a retry may follow).
-        self.last_error = tostring(m.errorMessage or 'the model request failed')
+        self.last_error = util.model_error(m.errorMessage or 'the model request failed')
         self:line('✗ ' .. self.last_error)
         self.failed = self.last_error
       elseif m.stopReason == 'aborted' then
@@ -428,6 +431,21 @@ function Chat:on_event(p)
     self:tool_result(ev.toolCallId, ev.toolName, ev.result, ev.isError, elapsed)
   elseif ty == 'agent_end' then
     self.running = false
+    -- A delivered message is in the conversation (drawn as its own block) and no longer waits:
+    -- an aborted response never reports it consumed, so it leaves the queue now.
+    local dropped = false
+    for id, q in pairs(self.queue) do
+      if q.state == 'delivered' then
+        self.queue[id] = nil
+        dropped = true
+      end
+    end
+    if dropped then
+      self.queue_order = vim.tbl_filter(function(id)
+        return self.queue[id] ~= nil
+      end, self.queue_order)
+      require('pi.prompt').show_queue(self)
+    end
     self.writer:newline()
     self.writer:flush()
     if self.hl_paused then
@@ -438,7 +456,7 @@ function Chat:on_event(p)
     self.failed = nil
     require('pi.permission').withdraw_session(self.session_id)
   elseif ty == 'auto_retry_start' then
-    local err = tostring(ev.errorMessage)
+    local err = util.model_error(ev.errorMessage)
     self:line(
       ('⟳ retry %d/%d in %.1f s%s'):format(
         ev.attempt or 0,
@@ -451,9 +469,11 @@ function Chat:on_event(p)
     self:set_state('retrying')
     self.writer:flush()
   elseif ty == 'auto_retry_end' then
-    if not ev.success then
-      local err = tostring(ev.finalError)
-      self:line(('✗ gave up after %d attempts%s'):format(ev.attempt or 0, err ~= self.last_error and (': ' .. err) or ''))
+    -- Stopped from here: the abort's report says it (not "gave up … Request was aborted").
+    if not ev.success and not self.aborting then
+      local err = util.model_error(ev.finalError)
+      local n = ev.attempt or 0
+      self:line(('✗ gave up after %d attempt%s%s'):format(n, n == 1 and '' or 's', err ~= self.last_error and (': ' .. err) or ''))
     end
     self:set_state(self.running and 'running' or 'idle')
   elseif ty == 'compaction_start' then
@@ -542,16 +562,12 @@ function Chat:queued()
   return out
 end
 
---- Draws the report of `agent/abort`: the "stopping…" line gets its outcome, and what was
---- stopped, killed, kept and left queued follows under "### ■ Stopped" (nothing when the
---- run only streamed text).
+--- Draws the report of `agent/abort` at the chat's end, after everything the server sent
+--- before it: "■ stopped" (or "■ nothing was running"), then what was stopped, killed, kept
+--- and left queued under "### ■ Stopped" (nothing more when the run only streamed text).
 function Chat:abort_report(r)
   local w = self.writer
-  w:flush()
-  if self.stop_row and api.nvim_buf_is_valid(self.buf) then
-    status_mark(self, self.stop_row, r.aborted and ' → stopped' or ' → nothing was running', r.aborted and HL.ok or HL.dim, nil, #'■ stopping…')
-    self.stop_row = nil
-  end
+  w:set_note(nil)
   local lists = {}
   local function list(title, items, fmt)
     if type(items) == 'table' and #items > 0 then
@@ -573,9 +589,11 @@ function Chat:abort_report(r)
   list('Queued messages kept for the next prompt (gq in the prompt edits or drops them):', r.queuedMessages, function(t)
     return t.delivery .. ': ' .. tostring(t.text)
   end)
+  w:blank()
   if #lists > 0 then
-    w:blank()
     w:append('### ■ Stopped\n' .. table.concat(lists, '\n') .. '\n')
+  else
+    w:append((r.aborted and '■ stopped' or '■ nothing was running') .. '\n')
   end
   self.block = nil
   w:flush()
@@ -642,7 +660,7 @@ function Chat:draw_message(m)
     end
     self.writer:newline()
     if m.stopReason == 'error' then
-      self:line('✗ ' .. tostring(m.errorMessage or 'the model request failed'))
+      self:line('✗ ' .. util.model_error(m.errorMessage or 'the model request failed'))
     elseif m.stopReason == 'aborted' and not self.header_pending then
       self:line('_■ stopped_')
     end
@@ -850,6 +868,7 @@ function Chat:open(focus)
     -- The prompt was closed on its own: back under the chat.
     require('pi.prompt').open(self, win)
   end
+  require('pi.permission').chat_shown(self)
   if focus then
     local pw = require('pi.prompt').window(self)
     api.nvim_set_current_win(pw or win)
@@ -882,6 +901,9 @@ function Chat:show_instead(old, focus)
   pcall(api.nvim_win_set_cursor, ow, { api.nvim_buf_line_count(self.buf), 0 })
   if opw then
     put(opw, prompt.ensure_buf(self))
+    -- Window-local options belong to the window and its buffer: a buffer put into the window
+    -- has the window's global values, not the old prompt's.
+    prompt.setup_window(opw)
     prompt.show_queue(self)
   else
     prompt.open(self, ow)

@@ -103,7 +103,7 @@ function M.queue(chat, kind, text)
   end)
 end
 
---- Aborts the chat's run: "stopping" at once, then the server's report in the chat; the
+--- Aborts the chat's run: "stopping…" at once, then the server's report at the chat's end; the
 --- prompt text comes back when nothing streamed yet.
 function M.abort(chat)
   if chat.bash_running and not chat.running then
@@ -116,18 +116,21 @@ function M.abort(chat)
   end
   chat.aborting = true
   chat:set_state('stopping')
-  chat.writer:blank()
-  chat.writer:mark(function(row)
-    chat.stop_row = row
-  end)
-  chat.writer:append('■ stopping…\n')
-  chat.writer:flush()
+  -- Said at once under the last line, as a virtual line: what the server streamed before the
+  -- abort may still be arriving, and lands above it; the outcome is written after it all.
+  chat.writer:set_note('■ stopping…', 'DiagnosticWarn')
   require('pi.client').request(chat.root, 'agent/abort', { sessionId = chat.session_id }, 'abort the run', function(r)
+    chat.aborting = false
     chat:abort_report(r or {})
     chat:set_state('idle')
     if not chat.streamed and chat.last_prompt and vim.trim(require('pi.prompt').text(chat)) == '' then
       require('pi.prompt').set_text(chat, chat.last_prompt)
     end
+  end, function()
+    chat.aborting = false
+    chat.writer:set_note(nil)
+    chat:set_state(chat.running and 'running' or 'idle')
+    return false
   end)
 end
 

@@ -73,13 +73,8 @@ function M.window(chat)
   end
 end
 
---- Opens the prompt under the chat window `chat_win` (focus unchanged).
-function M.open(chat, chat_win)
-  local buf = ensure_buf(chat)
-  if M.window(chat) then
-    return
-  end
-  local win = api.nvim_open_win(buf, false, { split = 'below', win = chat_win, height = config.values.chat.prompt_height })
+--- Sets the prompt window's local options (its statusline says the keys); never a global one.
+function M.setup_window(win)
   local function set(name, value)
     api.nvim_set_option_value(name, value, { scope = 'local', win = win })
   end
@@ -100,6 +95,16 @@ function M.open(chat, chat_win)
     end
   end
   set('statusline', '%#Title# Pi prompt %* ' .. table.concat(keys, ' · '):gsub('%%', '%%%%') .. '%<')
+end
+
+--- Opens the prompt under the chat window `chat_win` (focus unchanged).
+function M.open(chat, chat_win)
+  local buf = ensure_buf(chat)
+  if M.window(chat) then
+    return
+  end
+  local win = api.nvim_open_win(buf, false, { split = 'below', win = chat_win, height = config.values.chat.prompt_height })
+  M.setup_window(win)
 end
 
 --- The prompt's text.
@@ -142,6 +147,14 @@ function M.show_queue(chat)
   local items = chat:queued()
   local vl = require('pi.images').lines(chat)
   if #items == 0 and #vl == 0 then
+    -- The view's filler rows above the first line go with the lines (else Neovim draws them
+    -- as a row of '-').
+    local win = M.window(chat)
+    if win then
+      pcall(api.nvim_win_call, win, function()
+        vim.fn.winrestview({ topfill = 0 })
+      end)
+    end
     return
   end
   for _, q in ipairs(items) do

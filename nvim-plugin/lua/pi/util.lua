@@ -107,6 +107,39 @@ function M.error_text(what, err)
   return ('could not %s: %s'):format(what, words or msg or vim.inspect(err))
 end
 
+--- Causes of a failed model request, as the HTTP client words them (lower case), and what
+--- they mean to the user; `%s` is the server's address.
+local TRANSPORT = {
+  { 'connection refused', 'the model server at %s is not answering (connection refused): is it running?' },
+  { 'dns error', 'the model server %s cannot be found (its host name does not resolve)' },
+  { 'failed to lookup address', 'the model server %s cannot be found (its host name does not resolve)' },
+  { 'timed out', 'the model server at %s did not answer in time' },
+  { 'connection closed before message completed', 'the model server at %s closed the connection before answering' },
+  { 'connection reset', 'the model server at %s dropped the connection' },
+  { 'certificate', 'the model server at %s has a TLS certificate that is not trusted' },
+}
+
+--- A failed model request's message in the user's words: "request to URL failed: <the HTTP
+--- client's error chain>" becomes what happened to which server, the original kept after it
+--- in brackets when it says more; other messages are returned unchanged.
+--- @param msg string
+--- @return string
+function M.model_error(msg)
+  msg = tostring(msg)
+  local url, rest = msg:match('^request to (%S+) failed: (.*)$')
+  if not url then
+    return msg
+  end
+  local origin = url:match('^(%a[%w+.-]*://[^/]+)') or url
+  local low = rest:lower()
+  for _, t in ipairs(TRANSPORT) do
+    if low:find(t[1], 1, true) then
+      return t[2]:format(origin)
+    end
+  end
+  return ('the request to the model server at %s failed (%s)'):format(origin, rest)
+end
+
 --- The folder of the plugin (`nvim-plugin/`), symlinks resolved (a `pack/*/start/pi` link
 --- to the clone's `nvim-plugin/` names the clone).
 function M.plugin_dir()

@@ -1,0 +1,212 @@
+-- Specs of what a hand trial (a new user, from the README, in a real Neovim against an
+-- independent model server) found: the abort's outcome drawn after everything the server sent
+-- before it, delivered messages leaving the queue, the prompt window after a session switch, a
+-- question in a float when its chat is closed, model failures in the user's words.
+package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
+local H = require('helpers')
+H.require_tools()
+
+local CHAT = [[
+  local client = require('pi.client')
+  local chat = require('pi.chat').current(client.roots[client.root_of(0)])
+]]
+
+-- Records every vim.notify message of the child in _G.notes.
+local NOTES = [[
+  _G.notes = {}
+  local notify = vim.notify
+  vim.notify = function(msg, level, opts)
+    table.insert(_G.notes, tostring(msg))
+    return notify(msg, level, opts)
+  end
+]]
+
+H.case('the abort outcome comes after the text the server sent before it, "stopping…" under the tail meanwhile', function()
+  local words = {}
+  for i = 1, 400 do
+    words[#words + 1] = 'word' .. i
+  end
+  local long = table.concat(words, ' ')
+  local mock = H.mock({ { text = long, chunk = 6, chunkDelayMs = 3 } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  c:cmd('Pi stream a lot')
+  H.wait('the stream', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('word2 ', 1, true) ~= nil
+  end)
+  -- The user stops the run while Neovim is behind the stream: the server's deltas sent before
+  -- the abort are still to be drawn when the key is handled.
+  local note = c:lua(CHAT .. [[
+    vim.uv.sleep(400)
+    require('pi').abort(chat)
+    return chat.writer.note and chat.writer.note.text or vim.NIL
+  ]])
+  H.eq('■ stopping…', note, 'the note under the tail at once')
+  H.wait('the outcome', 10000, function()
+    return c:lua(H.CHAT_STATE).state == 'idle' and c:lua(H.CHAT_TEXT):find('■ stopped', 1, true) ~= nil
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.eq(nil, text:find('stopping', 1, true), 'no "stopping" text in the buffer')
+  -- Everything streamed is above the outcome, which is the last line.
+  local before = text:match('^## You\nstream a lot\n\n## Pi\n\n(.-)\n\n■ stopped\n$')
+  assert(before, 'the outcome is not the last line after the streamed text:\n' .. text)
+  H.eq(long:sub(1, #before), before, 'the streamed text, whole, before the outcome')
+  H.eq(vim.NIL, c:lua(CHAT .. 'return chat.writer.note or vim.NIL'), 'the note is gone')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a delivered steer leaves the queue when the aborted run ends; no filler row above the prompt', function()
+  local mock = H.mock({
+    { text = 'Working.', toolCalls = { { id = 'call_s', name = 'bash', arguments = { command = 'sleep 2' } } } },
+    { text = 'late answer', delayMs = 8000 },
+  })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 140, rows = 40 })
+  c:cmd('Pi run it')
+  H.wait('the bash call', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 2', 1, true) ~= nil
+  end)
+  c:cmd('Pi steer keep it short')
+  H.wait('the steer delivered', 15000, function()
+    local q = c:lua(CHAT .. 'return chat:queued()')
+    return #q == 1 and q[1].state == 'delivered'
+  end)
+  H.contains(c:screen_text(), '⧗ steer (delivered): keep it short', 'the delivered steer above the prompt')
+  c:cmd('Pi abort')
+  H.wait('the run stopped', 10000, function()
+    return c:lua(H.CHAT_STATE).state == 'idle' and c:lua(H.CHAT_TEXT):find('■ stopped', 1, true) ~= nil
+  end)
+  H.eq({}, c:lua(CHAT .. 'return chat:queued()'), 'queue after the run')
+  local screen = c:screen_text()
+  H.eq(nil, screen:find('⧗', 1, true), 'no queue line on the screen')
+  -- The prompt window's first row is the placeholder (no row of '-' left from the queue lines).
+  local rows = vim.split(screen, '\n')
+  local at
+  for i, r in ipairs(rows) do
+    if r:find(' Pi prompt ', 1, true) then
+      break
+    end
+    if r:find('Ask Pi…', 1, true) then
+      at = i
+    end
+  end
+  assert(at, 'placeholder not on the screen:\n' .. screen)
+  assert(rows[at - 1]:find('│?%s*Pi%s') or rows[at - 1]:find(' Pi ', 1, true), 'the row above the prompt is not the chat statusline: ' .. rows[at - 1] .. '\n' .. screen)
+  for _, r in ipairs(rows) do
+    assert(not r:find('%-%-%-%-%-%-%-%-%-%-'), 'a filler row on the screen:\n' .. screen)
+  end
+  c:stop()
+  mock.stop()
+end)
+
+H.case('after :Pi new the prompt window keeps its statusline and options', function()
+  local mock = H.mock({ { text = 'One.' } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 140, rows = 30 })
+  c:cmd('Pi first')
+  H.idle_with(c, 'One.')
+  local first = c:lua(H.CHAT_STATE).session
+  c:cmd('Pi new')
+  H.wait('the new session', 10000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.session ~= first
+  end)
+  local opts = c:lua(CHAT .. [[
+    local win = require('pi.prompt').window(chat)
+    local o = {}
+    for _, name in ipairs({ 'statusline', 'fillchars', 'number', 'signcolumn', 'winfixheight' }) do
+      o[name] = vim.api.nvim_get_option_value(name, { win = win, scope = 'local' })
+    end
+    o.buf = vim.api.nvim_win_get_buf(win) == chat.prompt_buf
+    return o
+  ]])
+  H.eq({
+    buf = true,
+    statusline = '%#Title# Pi prompt %* <CR> send · <M-CR> follow-up · <C-c> stop%<',
+    fillchars = 'eob: ',
+    number = false,
+    signcolumn = 'no',
+    winfixheight = true,
+  }, opts, 'prompt window options')
+  H.contains(c:screen_text(), ' Pi prompt  <CR> send · <M-CR> follow-up · <C-c> stop', 'prompt statusline on the screen')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a question open when its chat is closed moves to a float; the notice says what it asks', function()
+  local mock = H.mock({
+    { text = 'Reading.', toolCalls = { { id = 'call_r', name = 'read', arguments = { path = 'notes.txt' } } } },
+    { text = 'Read it.' },
+  })
+  local ws = H.workspace({ ['notes.txt'] = 'hello\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 140, rows = 40 })
+  c:cmd('edit notes.txt')
+  c:lua(NOTES)
+  c:cmd('Pi read the notes')
+  H.wait('the question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: read notes.txt', 1, true) ~= nil
+  end)
+  local ok = pcall(H.wait, 'the notice', 5000, function()
+    return vim.tbl_contains(c:lua('return _G.notes'), 'Pi: wants to read notes.txt — answer: a digit in the chat, :Pi allow or :Pi reject')
+  end)
+  assert(ok, 'notices: ' .. vim.inspect(c:lua('return _G.notes')))
+  H.eq(0, c:lua('local n = 0 for _, w in ipairs(vim.api.nvim_list_wins()) do if vim.api.nvim_win_get_config(w).relative ~= "" then n = n + 1 end end return n'), 'no float while the chat shows the question')
+  c:cmd('Pi chat') -- closes the chat
+  H.wait('the float', 5000, function()
+    return c:screen_text():find('Answer with a digit here', 1, true) ~= nil
+  end)
+  local screen = c:screen_text()
+  H.contains(screen, 'Pi permission', 'float title')
+  H.contains(screen, '### ? Permission: read notes.txt', 'float question')
+  H.eq('notes.txt', c:lua('return vim.fn.expand("%:t")'), 'the focus stays in the file')
+  -- Answered with a digit in the float.
+  c:lua([[
+    for _, w in ipairs(vim.api.nvim_list_wins()) do
+      if vim.api.nvim_win_get_config(w).relative ~= '' then vim.api.nvim_set_current_win(w) end
+    end
+  ]])
+  c:input('1')
+  H.idle_with(c, 'Read it.')
+  H.eq(nil, c:screen_text():find('Answer with a digit here', 1, true), 'the float is gone')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a model server that is down is said in the user words; an abort during the retries is no "gave up"', function()
+  local ws = H.workspace()
+  local models = {
+    providers = {
+      down = {
+        baseUrl = 'http://127.0.0.1:9/v1',
+        api = 'openai-completions',
+        apiKey = 'k',
+        models = { { id = 'm', contextWindow = 128000, maxTokens = 1000 } },
+      },
+    },
+  }
+  local c = H.child({ ws = ws, models_json = models, cols = 160 })
+  c:lua(NOTES)
+  c:cmd('Pi hello?')
+  H.wait('the retry', 5000, function()
+    return c:lua(H.CHAT_TEXT):find('⟳ retry 1/', 1, true) ~= nil
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.contains(text, '✗ the model server at http://127.0.0.1:9 is not answering (connection refused): is it running?\n', 'the failure in words')
+  H.eq(nil, text:find('os error', 1, true), 'no HTTP client chain')
+  -- No usage read yet: the meter says nothing rather than "0%".
+  H.eq(nil, c:lua('return require("pi").statusline()'):find('0%', 1, true), 'no 0% meter')
+  c:cmd('Pi abort')
+  H.wait('the abort', 10000, function()
+    return c:lua(H.CHAT_STATE).state == 'idle' and c:lua(H.CHAT_TEXT):find('■ stopped', 1, true) ~= nil
+  end)
+  text = c:lua(H.CHAT_TEXT)
+  H.eq(nil, text:find('gave up', 1, true), 'no "gave up" after the user stopped it')
+  H.eq(nil, text:find('aborted', 1, true), 'no "Request was aborted"')
+  for _, n in ipairs(c:lua('return _G.notes')) do
+    assert(not n:find('os error', 1, true), 'a notice with the HTTP client chain: ' .. n)
+  end
+  c:stop()
+end)
+
+H.done()
