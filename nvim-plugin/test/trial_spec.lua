@@ -209,4 +209,36 @@ H.case('a model server that is down is said in the user words; an abort during t
   c:stop()
 end)
 
+H.case('a model server error is said once in its own words; the retries say "same error"', function()
+  local fail = { status = 500, error = 'trial internal error' }
+  local mock = H.mock({ fail, fail, fail })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160 })
+  H.write(c.home .. '/agent/settings.json', vim.json.encode({ retry = { maxRetries = 2, baseDelayMs = 100 } }))
+  c:cmd('Pi hello?')
+  H.wait('the give-up', 15000, function()
+    return c:lua(H.CHAT_STATE).state ~= 'running' and c:lua(H.CHAT_TEXT):find('gave up', 1, true) ~= nil
+  end)
+  local text = c:lua(H.CHAT_TEXT):gsub('in [%d.]+ s', 'in N s')
+  H.eq(
+    table.concat({
+      '## You',
+      'hello?',
+      '',
+      '✗ the model server had an error on its side (HTTP 500): trial internal error',
+      '',
+      '⟳ retry 1/2 in N s',
+      '',
+      '⟳ retry 2/2 in N s (same error)',
+      '',
+      '✗ gave up after 2 attempts (same error)',
+      '',
+    }, '\n'),
+    text,
+    'chat text'
+  )
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

@@ -382,6 +382,7 @@ function Chat:on_event(p)
       self.run_started = vim.uv.hrtime()
     end
     self.last_error = nil
+    self.same_error = false
     self.running = true
     self.streamed = false
     self.aborting = false
@@ -407,9 +408,15 @@ function Chat:on_event(p)
       local empty = self.header_pending ~= nil
       if m.stopReason == 'error' then
         -- A failed request without content: one line, no header (a retry may follow).
-        self.last_error = util.model_error(m.errorMessage or 'the model request failed')
-        self:line('✗ ' .. self.last_error)
-        self.failed = self.last_error
+        -- The same failure again (a retry that failed alike) is said once: the retry line
+        -- then says "same error".
+        local err = util.model_error(m.errorMessage or 'the model request failed')
+        self.same_error = err == self.last_error
+        if not self.same_error then
+          self:line('✗ ' .. err)
+        end
+        self.last_error = err
+        self.failed = err
       elseif m.stopReason == 'aborted' then
         -- Stopped from here: the "stopping…" line and the report say it.
         if not empty and not self.aborting then
@@ -462,9 +469,10 @@ function Chat:on_event(p)
         ev.attempt or 0,
         ev.maxAttempts or 0,
         (ev.delayMs or 0) / 1000,
-        err ~= self.last_error and (': ' .. err) or ''
+        err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')
       )
     )
+    self.same_error = false
     self.failed = nil
     self:set_state('retrying')
     self.writer:flush()
@@ -473,7 +481,7 @@ function Chat:on_event(p)
     if not ev.success and not self.aborting then
       local err = util.model_error(ev.finalError)
       local n = ev.attempt or 0
-      self:line(('✗ gave up after %d attempt%s%s'):format(n, n == 1 and '' or 's', err ~= self.last_error and (': ' .. err) or ''))
+      self:line(('✗ gave up after %d attempt%s%s'):format(n, n == 1 and '' or 's', err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')))
     end
     self:set_state(self.running and 'running' or 'idle')
   elseif ty == 'compaction_start' then

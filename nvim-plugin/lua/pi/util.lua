@@ -119,6 +119,35 @@ local TRANSPORT = {
   { 'certificate', 'the model server at %s has a TLS certificate that is not trusted' },
 }
 
+--- What an HTTP status from the model server means to the user.
+local STATUS = {
+  [400] = 'rejected the request',
+  [401] = 'refused the API key',
+  [403] = 'refused access',
+  [404] = 'does not know this model or address',
+  [408] = 'timed out',
+  [413] = 'found the request too large',
+  [429] = 'is rate limiting (too many requests)',
+}
+
+--- "HTTP 500: {json}" as "the model server had an error on its side (HTTP 500): <its message>";
+--- the message read from a JSON error body (`error.message`, `message`, `detail`).
+local function http_error(status, body)
+  local said = STATUS[status] or (status >= 500 and 'had an error on its side' or 'refused the request')
+  local text = vim.trim(body or '')
+  if text:sub(1, 1) == '{' then
+    local ok, v = pcall(vim.json.decode, text)
+    if ok and type(v) == 'table' then
+      local e = type(v.error) == 'table' and v.error or v
+      local m = e.message or v.message or v.detail or (type(v.error) == 'string' and v.error) or nil
+      if type(m) == 'string' and m ~= '' then
+        text = m
+      end
+    end
+  end
+  return ('the model server %s (HTTP %d)%s'):format(said, status, text ~= '' and (': ' .. text) or '')
+end
+
 --- A failed model request's message in the user's words: "request to URL failed: <the HTTP
 --- client's error chain>" becomes what happened to which server, the original kept after it
 --- in brackets when it says more; other messages are returned unchanged.
@@ -126,6 +155,10 @@ local TRANSPORT = {
 --- @return string
 function M.model_error(msg)
   msg = tostring(msg)
+  local status, body = msg:match('^HTTP (%d%d%d): (.*)$')
+  if status then
+    return http_error(tonumber(status), body)
+  end
   local url, rest = msg:match('^request to (%S+) failed: (.*)$')
   if not url then
     return msg
