@@ -241,4 +241,45 @@ H.case('a model server error is said once in its own words; the retries say "sam
   mock.stop()
 end)
 
+H.case(':Pi sessions marks a session of Pi\'s own and opens it with its history', function()
+  local mock = H.mock({ { text = 'Ours.' } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160 })
+  -- A session Pi wrote for this folder, in Pi's sessions folder.
+  local src = H.plugin_dir .. '/../fixtures/sessions/pi-0.73.1-anthropic-read.jsonl'
+  local lines = vim.fn.readfile(src)
+  local header = vim.json.decode(lines[1])
+  header.cwd = ws
+  lines[1] = vim.json.encode(header)
+  local dir = c.home .. '/agent/sessions/--' .. ws:gsub('^/', ''):gsub('/', '-') .. '--'
+  vim.fn.mkdir(dir, 'p')
+  vim.fn.writefile(lines, dir .. '/2026-11-30T16-52-40-958Z_pi.jsonl')
+  c:cmd('Pi ours')
+  H.idle_with(c, 'Ours.')
+  c:lua([[
+    _G.picked = nil
+    vim.ui.select = function(items, opts, on_choice)
+      local out = {}
+      for _, it in ipairs(items) do out[#out + 1] = opts.format_item(it):gsub(' · %d+ [smhd]%w* ago', ' · T ago') end
+      _G.picked = out
+      for i, it in ipairs(items) do
+        if not it.sessionFile:find('/.pi/sessions/', 1, true) then return on_choice(it, i) end
+      end
+    end
+  ]])
+  c:cmd('Pi sessions')
+  H.wait('the picker', 10000, function()
+    return c:lua('return _G.picked') ~= vim.NIL
+  end)
+  local picked = c:lua('return _G.picked')
+  H.eq(2, #picked, 'two sessions: ' .. vim.inspect(picked))
+  H.eq('ours  · 4 entries · T ago · open', picked[1]:gsub('^ours', 'ours'), 'this workspace\'s session')
+  assert(picked[2]:find(' · from Pi$'), 'Pi\'s own session marked: ' .. picked[2])
+  H.wait('its history', 10000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⚙ read', 1, true) ~= nil
+  end)
+  c:stop()
+  mock.stop()
+end)
+
 H.done()
