@@ -78,7 +78,12 @@ H.case('a delivered steer leaves the queue when the aborted run ends; no filler 
     return c:lua(H.CHAT_STATE).state == 'idle' and c:lua(H.CHAT_TEXT):find('■ stopped', 1, true) ~= nil
   end)
   H.eq({}, c:lua(CHAT .. 'return chat:queued()'), 'queue after the run')
-  local screen = c:screen_text()
+  local screen
+  local ok = pcall(H.wait, 'the placeholder', 3000, function()
+    screen = c:screen_text()
+    return screen:find('Ask Pi…', 1, true) ~= nil
+  end)
+  assert(ok, 'placeholder not on the screen:\n' .. screen)
   H.eq(nil, screen:find('⧗', 1, true), 'no queue line on the screen')
   -- The prompt window's first row is the placeholder (no row of '-' left from the queue lines).
   local rows = vim.split(screen, '\n')
@@ -278,6 +283,39 @@ H.case(':Pi sessions marks a session of Pi\'s own and opens it with its history'
   H.wait('its history', 10000, function()
     return c:lua(H.CHAT_TEXT):find('### ⚙ read', 1, true) ~= nil
   end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case('the chat opened beside two split windows leaves them equally wide, itself at its width', function()
+  local mock = H.mock({ { text = 'Fine.' } })
+  local ws = H.workspace({ ['a.txt'] = 'a\n', ['b.txt'] = 'b\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 200, rows = 40 })
+  c:cmd('edit a.txt')
+  c:cmd('vsplit b.txt')
+  local cur = c:lua('return vim.api.nvim_get_current_win()')
+  c:cmd('Pi hello')
+  H.idle_with(c, 'Fine.')
+  local w = c:lua([[
+    local out = {}
+    for _, win in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+      out[vim.fn.fnamemodify(vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(win)), ':t')] = vim.api.nvim_win_get_width(win)
+    end
+    return out
+  ]])
+  local chat_w, a, b
+  for name, width in pairs(w) do
+    if name:match('^%x+%-') or name == '' then
+      chat_w = chat_w or width
+    elseif name == 'a.txt' then
+      a = width
+    elseif name == 'b.txt' then
+      b = width
+    end
+  end
+  H.eq(80, chat_w, 'chat width (0.4 of 200 columns): ' .. vim.inspect(w))
+  assert(math.abs(a - b) <= 1, 'the code windows are not equally wide: ' .. vim.inspect(w))
+  H.eq(cur, c:lua('return vim.api.nvim_get_current_win()'), 'focus unchanged')
   c:stop()
   mock.stop()
 end)

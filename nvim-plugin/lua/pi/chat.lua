@@ -872,6 +872,12 @@ function Chat:open(focus)
     local n = api.nvim_buf_line_count(self.buf)
     pcall(api.nvim_win_set_cursor, win, { n, 0 })
     require('pi.prompt').open(self, win)
+    if (pos == 'left' or pos == 'right') and vim.o.equalalways then
+      -- As Neovim does after a split: the other windows share the rest of the width evenly
+      -- (the new column took it all from its neighbour); the chat keeps its width
+      -- ('winfixwidth'). No window, cursor or focus changes.
+      pcall(vim.cmd, 'horizontal wincmd =')
+    end
   elseif not require('pi.prompt').window(self) then
     -- The prompt was closed on its own: back under the chat.
     require('pi.prompt').open(self, win)
