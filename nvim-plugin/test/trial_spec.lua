@@ -320,4 +320,21 @@ H.case('the chat opened beside two split windows leaves them equally wide, itsel
   mock.stop()
 end)
 
+H.case('a models.json that does not load is said as the server words it, not as "that model is not available"', function()
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, cols = 160 })
+  H.write(c.home .. '/agent/models.json', '{"providers": {"x": {"baseUrl": "http://127.0.0.1:9",\n')
+  c:lua(NOTES)
+  c:cmd('Pi hi')
+  H.wait('the notice', 10000, function()
+    return #c:lua('return _G.notes') > 0
+  end)
+  H.eq(
+    { 'Pi: could not start a session: ~/agent/models.json does not load (EOF while parsing a value at line 2 column 0)' },
+    c:lua('return _G.notes'),
+    'notices'
+  )
+  c:stop()
+end)
+
 H.done()

@@ -101,6 +101,15 @@ function M.error_text(what, err)
   if type(msg) ~= 'string' or msg == '' then
     msg = nil
   end
+  if msg and err.code == -31003 and msg:find('^no usable model') then
+    -- The server's own sentence says what is missing (a key, a models.json that did not load).
+    msg = msg:gsub(vim.pesc(vim.fn.expand('~')), '~')
+    local file, why = msg:match('^no usable model, and the model configuration did not load: cannot read (.-): (.*)$')
+    if file then
+      return ('could not %s: %s does not load (%s)'):format(what, file, why)
+    end
+    return ('could not %s: %s'):format(what, msg)
+  end
   if words and msg then
     return ('could not %s: %s (%s)'):format(what, words, msg)
   end
