@@ -204,7 +204,8 @@ function Chat:tool_header(id, name, args, status)
   self:draw_header()
   w:blank()
   -- `$`: the user's own shell command (`:Pi !cmd`), drawn as `### $ cmd`.
-  local head = name == '$' and ('### $ ' .. tostring(args.command)) or ('### ⚙ ' .. name .. '  ' .. util.tool_summary(name, args))
+  local summary = name ~= '$' and util.tool_summary(name, args) or ''
+  local head = name == '$' and ('### $ ' .. tostring(args.command)) or ('### ⚙ ' .. name .. (summary ~= '' and ('  ' .. summary) or ''))
   w:append(head .. '\n')
   local t = { id = id, name = name, args = args, t0 = vim.uv.hrtime(), col = name == '$' and #head or #('### ⚙ ' .. name) }
   self.tools[id] = t
@@ -586,7 +587,7 @@ function Chat:abort_report(r)
     end
   end
   list('Stopped tool calls:', r.stoppedToolCalls, function(t)
-    return t.toolName .. ' ' .. util.tool_summary(t.toolName, t.args)
+    return vim.trim(t.toolName .. ' ' .. util.tool_summary(t.toolName, t.args))
   end)
   list('Killed processes:', r.stoppedProcesses, function(t)
     return '`' .. tostring(t.command) .. '`'

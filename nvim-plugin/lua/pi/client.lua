@@ -372,7 +372,7 @@ handlers['agent/attention'] = function(_, p, ctx)
       local msg = tostring(p.message or ''):gsub('^[Pp]i wants to ', ''):gsub('%. Reason: .*$', '')
       local tool, json = msg:match('^run ([%w_.-]+) with (%b{})$')
       local ok, args = pcall(vim.json.decode, json or '')
-      want = (tool and ok and type(args) == 'table') and (tool .. ' ' .. util.tool_summary(tool, args)) or msg
+      want = (tool and ok and type(args) == 'table') and vim.trim(tool .. ' ' .. util.tool_summary(tool, args)) or msg
     end
     return util.notify_line(('wants to %s — answer: %s, :Pi allow or :Pi reject'):format(want, win and 'a digit in the chat' or 'a digit in the float'), level)
   end

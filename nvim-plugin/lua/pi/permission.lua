@@ -34,7 +34,7 @@ local function what(p)
   elseif p.change then
     return p.tool .. ' ' .. tostring(p.change.path)
   end
-  return p.tool .. ' ' .. util.tool_summary(p.tool, args)
+  return vim.trim(p.tool .. ' ' .. util.tool_summary(p.tool, args))
 end
 
 --- What the oldest open question of `session_id` asks to do ("run `make`", "edit a.txt"),

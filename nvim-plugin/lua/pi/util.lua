@@ -229,8 +229,8 @@ end
 
 --- Short one-line summary of a tool call's arguments.
 function M.tool_summary(name, args)
-  if type(args) ~= 'table' then
-    return ''
+  if type(args) ~= 'table' or next(args) == nil then
+    return '' -- no arguments (`ls` of the workspace): nothing to say, not "{}"
   end
   local s
   if name == 'bash' then
