@@ -105,17 +105,24 @@ H.case('a delivered steer leaves the queue when the aborted run ends; no filler 
   mock.stop()
 end)
 
-H.case('after :Pi new the prompt window keeps its statusline and options', function()
+H.case('after :Pi new the prompt window keeps its statusline and options; the meter is the new session\'s', function()
   local mock = H.mock({ { text = 'One.' } })
   local ws = H.workspace()
   local c = H.child({ ws = ws, models_json = mock.models_json, cols = 140, rows = 30 })
   c:cmd('Pi first')
   H.idle_with(c, 'One.')
+  H.wait('the meter', 5000, function()
+    return c:lua('return require("pi").statusline()'):find('%d+%%') ~= nil
+  end)
   local first = c:lua(H.CHAT_STATE).session
   c:cmd('Pi new')
   H.wait('the new session', 10000, function()
     local s = c:lua(H.CHAT_STATE)
     return s ~= vim.NIL and s.session ~= first
+  end)
+  -- The new session's meter and cost are its own (nothing used yet), not the first one's.
+  H.wait('the statusline of the new session', 5000, function()
+    return c:lua('return require("pi").statusline()') == 'mock/mock-1 · $0.000 · idle'
   end)
   local opts = c:lua(CHAT .. [[
     local win = require('pi.prompt').window(chat)

@@ -24,6 +24,12 @@ function M.use_state(st, state)
   if type(state) ~= 'table' or not state.sessionId then
     return
   end
+  if st.session_id ~= state.sessionId then
+    -- Another session: the context meter and cost are its own (read from its stats), not the
+    -- last session's.
+    st.status.usage = nil
+    M.read_usage(st, state.sessionId)
+  end
   st.session_id = state.sessionId
   st.state = state
   if type(state.model) == 'table' then
@@ -33,6 +39,25 @@ function M.use_state(st, state)
     st.status.thinking = state.thinkingLevel
   end
   require('pi.status').changed()
+end
+
+--- Sets the statusline's context meter and cost from `agent/session/stats` of `session_id`
+--- (until its next response reports usage).
+function M.read_usage(st, session_id)
+  require('pi.client').request(st, 'agent/session/stats', { sessionId = session_id }, 'read the session stats', function(stats)
+    if type(stats) ~= 'table' or st.session_id ~= session_id or st.status.usage then
+      return
+    end
+    local cu = type(stats.contextUsage) == 'table' and stats.contextUsage or nil
+    st.status.usage = {
+      contextTokens = cu and cu.tokens or nil,
+      contextWindow = cu and cu.contextWindow or nil,
+      session = { cost = stats.cost },
+    }
+    require('pi.status').changed()
+  end, function()
+    return true
+  end)
 end
 
 --- Calls `fn(chat)` with the current workspace's chat, starting the server and creating a

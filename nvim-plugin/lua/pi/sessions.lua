@@ -38,22 +38,8 @@ function M.open(st, s, done)
   local params = s.open and { sessionId = s.sessionId } or { path = s.sessionFile }
   client.request(st, 'agent/session/open', params, 'open the session', function(state)
     local old = require('pi.chat').current(st)
+    -- (The statusline's context meter and cost are read from the session's stats.)
     require('pi').use_state(st, state)
-    -- The statusline's context meter and cost before the session's next response.
-    client.request(st, 'agent/session/stats', { sessionId = state.sessionId }, 'read the session stats', function(stats)
-      if type(stats) ~= 'table' then
-        return
-      end
-      local cu = type(stats.contextUsage) == 'table' and stats.contextUsage or nil
-      st.status.usage = {
-        contextTokens = cu and cu.tokens or nil,
-        contextWindow = cu and cu.contextWindow or nil,
-        session = { cost = stats.cost },
-      }
-      require('pi.status').changed()
-    end, function()
-      return true
-    end)
     local chat = require('pi.chat').get(st, state.sessionId)
     chat:load_history(function()
       chat:show_instead(old, false)
