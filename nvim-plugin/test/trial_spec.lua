@@ -391,4 +391,20 @@ H.case('a tool call without arguments reads "ls", not "ls {}", in the chat, the 
   mock.stop()
 end)
 
+H.case('a model request that has not answered yet is said under the tail, and goes with its first event', function()
+  local mock = H.mock({ { text = 'Late but here.', delayMs = 3000 } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 120 })
+  c:cmd('Pi are you slow?')
+  H.wait('the waiting line', 2500, function()
+    return c:screen_text():find('⋯ waiting for mock/mock-1', 1, true) ~= nil
+  end)
+  H.eq('## You\nare you slow?\n', c:lua(H.CHAT_TEXT), 'not text of the buffer')
+  H.idle_with(c, 'Late but here.')
+  H.eq(nil, c:screen_text():find('waiting for', 1, true), 'gone once the answer came')
+  H.eq(vim.NIL, c:lua(CHAT .. 'return chat.writer.note or vim.NIL'), 'no note left')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

@@ -325,6 +325,15 @@ function Chat:on_event(p)
     return
   end
   local ty = ev.type
+  -- (The assistant's message_start comes when the request is sent, before any answer.)
+  local quiet = ty == 'turn_start' or ty == 'message_start' or (ty == 'message_end' and type(ev.message) == 'table' and ev.message.role ~= 'assistant')
+  if self.waiting and not quiet then
+    -- Something came: the "waiting for the model" line under the tail goes.
+    self.waiting = false
+    if not self.aborting then
+      self.writer:set_note(nil)
+    end
+  end
   if ty == 'message_update' then
     local a = ev.assistantMessageEvent
     if not a then
@@ -491,7 +500,15 @@ function Chat:on_event(p)
     self:compaction_end(ev)
   elseif ty == 'extension_error' then
     self:line(('✗ extension %s (%s): %s'):format(tostring(ev.extensionPath), tostring(ev.event), tostring(ev.error)))
-  elseif ty == 'turn_start' or ty == 'turn_end' then
+  elseif ty == 'turn_start' then
+    -- A model request begins: said under the tail until its first event (a slow or silent
+    -- model server is seen, not guessed). Static text, no timer.
+    if not self.aborting then
+      self.waiting = true
+      self.writer:set_note('⋯ waiting for ' .. tostring(self.root.status.model or 'the model'), 'Comment')
+    end
+    return
+  elseif ty == 'turn_end' then
     return
   else
     self:line('· ' .. tostring(ty))
