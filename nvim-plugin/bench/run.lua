@@ -3,6 +3,12 @@
 -- Run: NVIM_BIN=... nvim --headless -u NONE -l bench/run.lua
 package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h:h') .. '/test/?.lua;' .. package.path
 local H = require('helpers')
+-- One line of figures on stdout (print() in `nvim -l` leaves a line's newline pending until
+-- the next message, so the last line ran into the shell's next output).
+local function say(text)
+  io.stdout:write(text, '\n')
+  io.stdout:flush()
+end
 local bench_dir = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h')
 H.bin = H.nvim -- unused; the server is the replay script
 
@@ -125,7 +131,7 @@ c:lua([[
 -- The chat is open: what it cost to create (tree-sitter's markdown queries are compiled
 -- then, once per Neovim) is reported apart; the streaming figures start from here.
 local warm = c:lua('local l = { _G.bench.late, _G.bench.block }; _G.bench.late = 0; _G.bench.block = 0; return l')
-print(('NP1/NP2 heartbeat while the first chat opened (server start, tree-sitter queries compiled once): worst lateness %.1f ms, worst main-loop block %.1f ms'):format(warm[1], warm[2]))
+say(('NP1/NP2 heartbeat while the first chat opened (server start, tree-sitter queries compiled once): worst lateness %.1f ms, worst main-loop block %.1f ms'):format(warm[1], warm[2]))
 c:input('i')
 local sent, typing = {}, true
 local typer = vim.uv.new_timer()
@@ -171,15 +177,15 @@ end
 table.sort(lat)
 table.sort(own)
 local p95 = own[math.max(1, math.ceil(#own * 0.95))] or 0
-print(('NP4 keystroke → TextChangedI in the prompt while streaming: n=%d (of %d sent) median %.2f ms p95 %.2f ms max %.2f ms; less the CPU run-queue wait: median %.2f ms p95 %.2f ms max %.2f ms'):format(
+say(('NP4 keystroke → TextChangedI in the prompt while streaming: n=%d (of %d sent) median %.2f ms p95 %.2f ms max %.2f ms; less the CPU run-queue wait: median %.2f ms p95 %.2f ms max %.2f ms'):format(
   #lat, #sent, lat[math.ceil(#lat / 2)] or 0, lat[math.max(1, math.ceil(#lat * 0.95))] or 0, lat[#lat] or 0, own[math.ceil(#own / 2)] or 0, p95, own[#own] or 0))
 c:input('<Esc>')
 local function fmt(x)
   return ('n=%d mean=%.4f ms p99=%.4f ms max=%.3f ms'):format(x.n, x.mean, x.p99, x.max)
 end
-print(('NP2 handler time per delta (2500 deltas at 500/s, %.1f s): %s'):format(secs, fmt(s.handler)))
-print(('NP2 chat writes: %d for 2500 deltas (%.1f per s); write time %s'):format(s.flush.n, s.flush.n / secs, fmt(s.flush)))
-print(('NP1/NP2 heartbeat while streaming: worst lateness %.1f ms, worst main-loop block %.1f ms (lateness less the CPU run-queue wait)'):format(s.late, s.block))
+say(('NP2 handler time per delta (2500 deltas at 500/s, %.1f s): %s'):format(secs, fmt(s.handler)))
+say(('NP2 chat writes: %d for 2500 deltas (%.1f per s); write time %s'):format(s.flush.n, s.flush.n / secs, fmt(s.flush)))
+say(('NP1/NP2 heartbeat while streaming: worst lateness %.1f ms, worst main-loop block %.1f ms (lateness less the CPU run-queue wait)'):format(s.late, s.block))
 local np2_ok = s.handler.mean <= 0.2 and s.handler.p99 <= 1 and s.block <= 50 and p95 <= 16 and #lat >= 50
 
 -- NP6: no timer fires while no run is active. The run has ended (the chat idle, on screen,
@@ -190,7 +196,7 @@ c:lua('_G.timer_fires = 0')
 vim.wait(2000)
 local idle_fires = c:lua('return _G.timer_fires')
 c:lua('_G.bench.beat()')
-print(('NP6 timer callbacks in the child during 2 s with no run active (chat shown, idle): %d'):format(idle_fires))
+say(('NP6 timer callbacks in the child during 2 s with no run active (chat shown, idle): %d'):format(idle_fires))
 local np6_ok = idle_fires == 0
 
 -- NP1: a 10,000-message session, last screenful drawn after the history answer.
@@ -226,7 +232,7 @@ end)
 local shown = c:lua('return _G.bench.shown')
 local shown_own = shown - c:lua('return _G.bench.shown_wait')
 H.contains(c:screen_text(), 'fn part_9998() -> u32 {', 'last screenful')
-print(('NP1 10,000-message session: last screenful drawn %.1f ms after the history answer (%.1f ms less the CPU run-queue wait)'):format(shown, shown_own))
+say(('NP1 10,000-message session: last screenful drawn %.1f ms after the history answer (%.1f ms less the CPU run-queue wait)'):format(shown, shown_own))
 -- Older history on demand: 10 pages.
 local pages = {}
 for _ = 1, 10 do
@@ -251,7 +257,7 @@ end
 table.sort(pages)
 local rss = c:lua([[return tonumber(io.open('/proc/self/status'):read('*a'):match('VmRSS:%s*(%d+)')) - _G.bench.rss0]])
 local hb1 = c:lua('return { _G.bench.late, _G.bench.block }')
-print(('NP1 older pages (50 entries each, 10 pages): median %.1f ms, max %.1f ms; RSS growth %.1f MB; heartbeat worst lateness %.1f ms, worst main-loop block %.1f ms'):format(pages[5], pages[10], rss / 1024, hb1[1], hb1[2]))
+say(('NP1 older pages (50 entries each, 10 pages): median %.1f ms, max %.1f ms; RSS growth %.1f MB; heartbeat worst lateness %.1f ms, worst main-loop block %.1f ms'):format(pages[5], pages[10], rss / 1024, hb1[1], hb1[2]))
 local np1_ok = shown_own <= 200 and hb1[2] <= 50 and rss / 1024 <= 100
 
 -- NP5: highlighting a 10,000+-line chat while a run streams into it: the CPU of each coalesced
@@ -315,9 +321,9 @@ local np5 = c:lua([[
   return { lines = n, paused = paused, live = live, during = during, after = after, mean = sum / #times, p95 = times[math.ceil(#times * 0.95)], max = times[#times],
     ts_after = vim.treesitter.highlighter.active[chat.buf] ~= nil }
 ]])
-print(('NP5 %d-line chat, CPU per coalesced write incl. background parsing: tree-sitter live %.2f ms; while a run streams (regex syntax, paused %s) %.2f ms (wall mean %.2f ms, p95 %.2f ms, max %.2f ms); tree-sitter again after the run: %.1f ms once (active %s)'):format(
+say(('NP5 %d-line chat, CPU per coalesced write incl. background parsing: tree-sitter live %.2f ms; while a run streams (regex syntax, paused %s) %.2f ms (wall mean %.2f ms, p95 %.2f ms, max %.2f ms); tree-sitter again after the run: %.1f ms once (active %s)'):format(
   np5.lines, np5.live, tostring(np5.paused), np5.during, np5.mean, np5.p95, np5.max, np5.after, tostring(np5.ts_after)))
 local np5_ok = np5.during <= 5 and (np5.ts_after or os.getenv('BENCH_TS') == '0')
 c:stop()
-print((np1_ok and np2_ok and np5_ok and np6_ok) and 'bench: within the targets' or 'bench: OVER a target')
+say((np1_ok and np2_ok and np5_ok and np6_ok) and 'bench: within the targets' or 'bench: OVER a target')
 vim.cmd((np1_ok and np2_ok and np5_ok and np6_ok) and 'qa!' or 'cquit 1')

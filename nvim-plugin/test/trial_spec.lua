@@ -407,4 +407,21 @@ H.case('a model request that has not answered yet is said under the tail, and go
   mock.stop()
 end)
 
+H.case('`a` in the chat away from a question goes to the prompt in insert mode, as `i` does', function()
+  local mock = H.mock({ { text = 'Hi.' } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 120 })
+  c:cmd('Pi hello')
+  H.idle_with(c, 'Hi.')
+  c:lua(CHAT .. 'vim.api.nvim_set_current_win(chat:window())')
+  c:input('a')
+  H.wait('the prompt', 3000, function()
+    return c:lua('return vim.bo.filetype .. ":" .. vim.api.nvim_get_mode().mode') == 'pi-prompt:i'
+  end)
+  c:input('typed<Esc>')
+  H.eq('typed', c:lua(CHAT .. 'return require("pi.prompt").text(chat)'), 'prompt text')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()
