@@ -397,7 +397,7 @@ H.case('a model request that has not answered yet is said under the tail, and go
   local c = H.child({ ws = ws, models_json = mock.models_json, cols = 120 })
   c:cmd('Pi are you slow?')
   H.wait('the waiting line', 2500, function()
-    return c:screen_text():find('⋯ waiting for mock/mock-1', 1, true) ~= nil
+    return c:screen_text():find('are you slow%?\n[^\n]*\n[^\n]*⋯ waiting for mock/mock%-1') ~= nil
   end)
   H.eq('## You\nare you slow?\n', c:lua(H.CHAT_TEXT), 'not text of the buffer')
   H.idle_with(c, 'Late but here.')
@@ -420,6 +420,35 @@ H.case('`a` in the chat away from a question goes to the prompt in insert mode, 
   end)
   c:input('typed<Esc>')
   H.eq('typed', c:lua(CHAT .. 'return require("pi.prompt").text(chat)'), 'prompt text')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('two :Pi prompts before the server answered make one session and one chat; the second steers', function()
+  local mock = H.mock({ { text = 'First answer.', chunk = 2, chunkDelayMs = 20 }, { text = 'Second answer.' } })
+  local ws = H.workspace({ ['a.txt'] = 'a\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160 })
+  c:cmd('edit a.txt')
+  c:lua(NOTES)
+  c:lua([[vim.cmd('Pi first one') vim.cmd('Pi second one')]])
+  H.idle_with(c, 'First answer.')
+  local n = c:lua([[
+    local n = 0
+    for _ in pairs(require('pi.chat').chats) do n = n + 1 end
+    local wins = 0
+    for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+      if vim.bo[vim.api.nvim_win_get_buf(w)].filetype == 'pi-chat' then wins = wins + 1 end
+    end
+    return { chats = n, windows = wins }
+  ]])
+  H.eq({ chats = 1, windows = 1 }, n, 'chats')
+  -- The steer reaches the run before its first model request (both go in it) or after its
+  -- first answer (a second turn): either way both are the user's, in order, in one run.
+  local text = c:lua(H.CHAT_TEXT)
+  local one = '## You\nfirst one\n\n## You\nsecond one\n\n## Pi\n\nFirst answer.\n'
+  local two = '## You\nfirst one\n\n## Pi\n\nFirst answer.\n\n## You\nsecond one\n\n## Pi\n\nSecond answer.\n'
+  assert(text == one or text == two, 'chat text:\n' .. text)
+  H.eq({}, c:lua('return _G.notes'), 'no notice (no "busy" error, no queued-for-later steer)')
   c:stop()
   mock.stop()
 end)

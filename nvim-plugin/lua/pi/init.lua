@@ -71,9 +71,24 @@ function M.with_chat(fn, buf)
     if c then
       return fn(c)
     end
+    -- Commands given while the first session is being made wait for it (one session, one
+    -- chat, however many `:Pi` came before the server answered).
+    if st.creating then
+      st.creating[#st.creating + 1] = fn
+      return
+    end
+    st.creating = { fn }
     client.request(st, 'agent/session/new', {}, 'start a session', function(state)
+      local waiting = st.creating or {}
+      st.creating = nil
       M.use_state(st, state)
-      fn(chats.get(st, state.sessionId))
+      local chat = chats.get(st, state.sessionId)
+      for _, f in ipairs(waiting) do
+        f(chat)
+      end
+    end, function()
+      st.creating = nil
+      return false
     end)
   end)
 end
@@ -83,6 +98,12 @@ end
 function M.prompt_chat(chat, text)
   if chat.running then
     return M.queue(chat, 'steer', text)
+  end
+  if chat.state == 'sending' then
+    -- The last prompt is on its way: this steers its run once the server has started it.
+    chat.pending_steers = chat.pending_steers or {}
+    table.insert(chat.pending_steers, text)
+    return
   end
   if config.values.chat.open_on_prompt then
     chat:open(false)
@@ -97,10 +118,18 @@ function M.prompt_chat(chat, text)
     if r and r.command then
       chat:set_state('idle')
     end
+    local steers = chat.pending_steers or {}
+    chat.pending_steers = nil
+    for _, t in ipairs(steers) do
+      M.queue(chat, 'steer', t)
+    end
   end, function(err)
     chat:set_state('idle')
     util.notify(util.error_text('send the prompt', err), vim.log.levels.ERROR)
-    require('pi.prompt').set_text(chat, text)
+    local back = { text }
+    vim.list_extend(back, chat.pending_steers or {})
+    chat.pending_steers = nil
+    require('pi.prompt').set_text(chat, table.concat(back, '\n\n'))
     require('pi.images').give_back(chat, taken)
     return true
   end)
