@@ -83,7 +83,7 @@ H.case('a delivered steer leaves the queue when the aborted run ends; no filler 
     screen = c:screen_text()
     return screen:find('Ask Pi…', 1, true) ~= nil
   end)
-  assert(ok, 'placeholder not on the screen:\n' .. screen)
+  assert(ok, 'placeholder not on the screen (prompt: ' .. vim.inspect(c:lua(CHAT .. 'return { require("pi.prompt").text(chat), require("pi.prompt").window(chat) or vim.NIL, chat.state }')) .. '):\n' .. screen)
   H.eq(nil, screen:find('⧗', 1, true), 'no queue line on the screen')
   -- The prompt window's first row is the placeholder (no row of '-' left from the queue lines).
   local rows = vim.split(screen, '\n')
