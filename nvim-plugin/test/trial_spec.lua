@@ -453,4 +453,27 @@ H.case('two :Pi prompts before the server answered make one session and one chat
   mock.stop()
 end)
 
+H.case(':Pi compact during a streaming answer is drawn after it, not inside it', function()
+  local lines = {}
+  for i = 1, 60 do
+    lines[#lines + 1] = ('line %d of a long answer'):format(i)
+  end
+  local answer = table.concat(lines, '\n')
+  local mock = H.mock({ { text = answer, chunk = 4, chunkDelayMs = 6 }, { text = 'Summary of it.' } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160 })
+  c:cmd('Pi talk a lot')
+  H.wait('the stream', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('line 3 of', 1, true) ~= nil
+  end)
+  c:cmd('Pi compact')
+  H.wait('the compaction', 20000, function()
+    return c:lua(H.CHAT_TEXT):find('⋯ compacted', 1, true) ~= nil
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.contains(text, '## Pi\n\n' .. answer .. '\n\n⋯ compacting the context (manual)\n\n⋯ compacted: ', 'the answer whole, then the compaction')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

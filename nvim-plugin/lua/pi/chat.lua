@@ -448,6 +448,11 @@ function Chat:on_event(p)
     self:tool_result(ev.toolCallId, ev.toolName, ev.result, ev.isError, elapsed)
   elseif ty == 'agent_end' then
     self.running = false
+    if self.compact_after_run then
+      -- `:Pi compact` given during the run: the server compacts now.
+      self.compact_after_run = false
+      self:compaction_start('manual')
+    end
     -- A delivered message is in the conversation (drawn as its own block) and no longer waits:
     -- an aborted response never reports it consumed, so it leaves the queue now.
     local dropped = false

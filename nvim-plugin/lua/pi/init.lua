@@ -305,12 +305,26 @@ subcommands.compact = chat_cmd(function(chat, args)
     params.instructions = args
   end
   -- Said in the chat and the statusline (a message now and one at the end would stack into a
-  -- "Press ENTER" prompt).
-  chat:compaction_start('manual')
+  -- "Press ENTER" prompt). During a run the server compacts after it: the line is drawn
+  -- then, not into the middle of the streaming answer.
+  if chat.running then
+    chat.compact_after_run = true
+  else
+    chat:compaction_start('manual')
+  end
+  local function started()
+    -- Not drawn yet (no run end seen since): now, before its outcome.
+    if chat.compact_after_run then
+      chat.compact_after_run = false
+      chat:compaction_start('manual')
+    end
+  end
   require('pi.client').request(chat.root, 'agent/compact', params, 'compact the context', function(r)
+    started()
     chat:compaction_end({ result = r })
     util.notify(('compacted (%s tokens before)'):format(tostring(r and r.tokensBefore)))
   end, function(err)
+    started()
     chat:compaction_end({ errorMessage = util.error_text('compact the context', err):gsub('^could not compact the context: ', '') })
     return false
   end)
