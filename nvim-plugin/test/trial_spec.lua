@@ -476,4 +476,52 @@ H.case(':Pi compact during a streaming answer is drawn after it, not inside it',
   mock.stop()
 end)
 
+H.case('your own :Pi !cmd during a streaming answer is drawn after it, not inside it', function()
+  local lines = {}
+  for i = 1, 60 do
+    lines[#lines + 1] = ('line %d of a long answer'):format(i)
+  end
+  local answer = table.concat(lines, '\n')
+  local mock = H.mock({ { text = answer, chunk = 4, chunkDelayMs = 6 } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160 })
+  c:cmd('Pi talk a lot')
+  H.wait('the stream', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('line 3 of', 1, true) ~= nil
+  end)
+  c:cmd('Pi !echo user-cmd')
+  H.wait('the command block', 20000, function()
+    return c:lua(H.CHAT_STATE).state == 'idle' and c:lua(H.CHAT_TEXT):find('### $ echo user-cmd', 1, true) ~= nil
+  end)
+  H.contains(c:lua(H.CHAT_TEXT), '## Pi\n\n' .. answer .. '\n\n### $ echo user-cmd\n↳ $ ✓ (1 line)\n```\nuser-cmd\n```\n', 'the answer whole, then the command')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('the prompt placeholder follows the run\'s end also when the abort answer came first', function()
+  local mock = H.mock({ { text = 'Hi.' } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 120 })
+  c:cmd('Pi hello')
+  H.idle_with(c, 'Hi.')
+  local hint = c:lua(CHAT .. [[
+    local function hint()
+      local m = vim.api.nvim_buf_get_extmarks(chat.prompt_buf, -1, 0, -1, { details = true })
+      for _, x in ipairs(m) do
+        if x[4].virt_text then return x[4].virt_text[1][1] end
+      end
+    end
+    -- The abort's answer (state idle) before the run's agent_end.
+    chat.running = true
+    chat:set_state('stopping')
+    chat:set_state('idle')
+    local during = hint()
+    chat:on_event({ event = { type = 'agent_end', messages = {} } })
+    return { during, hint() }
+  ]])
+  H.eq({ 'steer Pi (<C-s>), or queue a follow-up (<M-CR>)', 'Ask Pi… (<C-s> sends; / commands, @ files)' }, hint, 'placeholders')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

@@ -309,11 +309,12 @@ end
 -- Live events
 
 function Chat:set_state(state)
-  local was = self.state
   self.state = state
   self.root.status.state = state
   require('pi.status').changed()
-  if was ~= state and self.prompt_buf then
+  if self.prompt_buf then
+    -- Also when the state stays: the placeholder depends on `running` too (the abort's
+    -- answer can come before the run's end).
     require('pi.prompt').placeholder(self)
   end
 end
@@ -448,6 +449,9 @@ function Chat:on_event(p)
     self:tool_result(ev.toolCallId, ev.toolName, ev.result, ev.isError, elapsed)
   elseif ty == 'agent_end' then
     self.running = false
+    -- What waited for the run's end (the user's own command's block) is drawn now.
+    local after = self.after_run or {}
+    self.after_run = nil
     if self.compact_after_run then
       -- `:Pi compact` given during the run: the server compacts now.
       self.compact_after_run = false
@@ -477,6 +481,9 @@ function Chat:on_event(p)
     self:set_state(self.failed and 'failed' or 'idle')
     self.failed = nil
     require('pi.permission').withdraw_session(self.session_id)
+    for _, fn in ipairs(after) do
+      fn()
+    end
   elseif ty == 'auto_retry_start' then
     local err = util.model_error(ev.errorMessage)
     self:line(

@@ -658,9 +658,22 @@ end)
 --- `:Pi !{command}` (`!!` keeps its output out of the model's context): the user's own shell
 --- command in the workspace, drawn in the chat; the model sees it with the next prompt.
 function M.bash(chat, command, exclude)
-  local t = chat:tool_header('bash:' .. tostring(vim.uv.hrtime()), '$', { command = command }, 'running')
-  chat.writer:flush()
-  chat:set_state('running a command')
+  local id = 'bash:' .. tostring(vim.uv.hrtime())
+  local t0 = vim.uv.hrtime()
+  local t
+  local function header()
+    t = chat:tool_header(id, '$', { command = command }, 'running')
+    t.t0 = t0
+    chat.writer:flush()
+  end
+  -- During a run the answer streams at the chat's end: the command's block comes after it
+  -- (drawn whole when both have ended), never inside it.
+  if chat.running then
+    util.notify(('running `%s`; its output follows this run in the chat'):format(command))
+  else
+    header()
+    chat:set_state('running a command')
+  end
   chat.bash_running = true
   require('pi.client').request(chat.root, 'agent/bash', { sessionId = chat.session_id, command = command, excludeFromContext = exclude or nil }, 'run the command', function(r)
     chat.bash_running = false
@@ -672,12 +685,26 @@ function M.bash(chat, command, exclude)
     elseif code ~= 0 then
       text = text .. ('\n(exit code %d)'):format(code)
     end
-    chat:tool_result(t.id, exclude and '$ (not in the context)' or '$', { content = text }, failed, (vim.uv.hrtime() - t.t0) / 1e9)
-    chat.writer:flush()
-    chat:set_state(chat.running and 'running' or 'idle')
+    local elapsed = (vim.uv.hrtime() - t0) / 1e9
+    local function draw()
+      if not t then
+        header()
+      end
+      chat:tool_result(id, exclude and '$ (not in the context)' or '$', { content = text }, failed, elapsed)
+      chat.writer:flush()
+    end
+    if chat.running then
+      chat.after_run = chat.after_run or {}
+      table.insert(chat.after_run, draw)
+    else
+      draw()
+      chat:set_state('idle')
+    end
   end, function()
     chat.bash_running = false
-    chat:set_state(chat.running and 'running' or 'idle')
+    if not chat.running then
+      chat:set_state('idle')
+    end
     return false
   end)
 end
