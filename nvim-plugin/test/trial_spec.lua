@@ -524,4 +524,32 @@ H.case('the prompt placeholder follows the run\'s end also when the abort answer
   mock.stop()
 end)
 
+H.case('a queued message of several lines is one line of the abort report', function()
+  local mock = H.mock({
+    { text = 'Working.', toolCalls = { { id = 'call_w', name = 'bash', arguments = { command = 'sleep 30' } } } },
+  })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160 })
+  c:cmd('Pi run it')
+  H.wait('the bash call', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ⚙ bash  sleep 30', 1, true) ~= nil
+  end)
+  c:lua(CHAT .. [[
+    require('pi.prompt').set_text(chat, 'first line\nsecond line')
+    require('pi.prompt').send(chat, 'followUp')
+  ]])
+  H.wait('the follow-up queued', 5000, function()
+    return #c:lua(CHAT .. 'return chat:queued()') == 1
+  end)
+  c:cmd('Pi abort')
+  H.wait('the report', 10000, function()
+    return c:lua(H.CHAT_TEXT):find('Queued messages kept', 1, true) ~= nil
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.contains(text, 'Queued messages kept for the next prompt (gq in the prompt edits or drops them):\n- followUp: first line …\n', 'report line')
+  H.eq(nil, text:find('second line', 1, true), 'the rest of the message not in the list')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

@@ -625,7 +625,8 @@ function Chat:abort_report(r)
     return t.toolName .. ' ' .. tostring(t.path)
   end)
   list('Queued messages kept for the next prompt (gq in the prompt edits or drops them):', r.queuedMessages, function(t)
-    return t.delivery .. ': ' .. tostring(t.text)
+    -- One line each (a message of several lines, or a command's output, would break the list).
+    return t.delivery .. ': ' .. (tostring(t.text):gsub('\n.*', ' …'))
   end)
   w:blank()
   if #lists > 0 then
