@@ -197,10 +197,11 @@ H.case('abort before anything streamed puts the prompt back', function()
       return require('pi.prompt').text(chat)
     ]]) == 'a prompt to keep'
   end)
-  -- Nothing ran but the request: the "stopping…" line says the outcome, no empty report.
+  -- Nothing ran but the request: one line says the outcome, no empty report.
   H.wait('the outcome', 5000, function()
-    return c:screen_text():find('■ stopping… → stopped', 1, true) ~= nil
+    return c:screen_text():find('■ stopped', 1, true) ~= nil
   end)
+  H.eq('## You\na prompt to keep\n\n■ stopped\n', c:lua(H.CHAT_TEXT), 'chat text')
   H.eq(nil, c:lua(H.CHAT_TEXT):find('### ■ Stopped', 1, true), 'no empty report block')
   c:stop()
   mock.stop()
@@ -243,10 +244,9 @@ H.case('steer and abort during a slow run: the queue and the report block', func
     return c:lua(H.CHAT_TEXT):find('Queued messages kept', 1, true)
   end)
   local text = c:lua(H.CHAT_TEXT)
-  local report = text:sub(text:find('■ stopping…', 1, true), -1)
+  local report = text:sub(text:find('↳ bash ✗', 1, true), -1)
   H.eq(
     table.concat({
-      '■ stopping…',
       '↳ bash ✗ (3 lines)',
       '```',
       '(no output)',

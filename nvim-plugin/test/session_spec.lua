@@ -66,12 +66,15 @@ H.case(':Pi thinking: the model\'s levels in a picker, a level given directly, t
   H.wait('the level set', 5000, function()
     return messages(c):find('Pi: thinking: high', 1, true) ~= nil
   end)
-  H.eq('mock/mock-1 (high) · idle', c:lua(STATUS), 'statusline')
+  -- (The new session's cost, $0, is read from its stats.)
+  H.wait('the statusline', 5000, function()
+    return c:lua(STATUS) == 'mock/mock-1 (high) · $0.000 · idle'
+  end)
   c:cmd('Pi thinking off')
   H.wait('the level off', 5000, function()
     return messages(c):find('Pi: thinking: off', 1, true) ~= nil
   end)
-  H.eq('mock/mock-1 · idle', c:lua(STATUS), 'statusline without thinking')
+  H.eq('mock/mock-1 · $0.000 · idle', c:lua(STATUS), 'statusline without thinking')
   H.eq({ 'off', 'minimal', 'low', 'medium', 'high' }, c:lua("return vim.fn.getcompletion('Pi thinking ', 'cmdline')"), 'completion')
   c:cmd('Pi thinking loud')
   H.wait('the refusal', 5000, function()

@@ -93,6 +93,9 @@ function M.get(root, session_id)
             pcall(api.nvim_win_close, w, false)
           end
         end
+        if tab == api.nvim_get_current_tabpage() then
+          require('pi.permission').chat_hidden(c)
+        end
       end)
     end,
   })
@@ -201,7 +204,8 @@ function Chat:tool_header(id, name, args, status)
   self:draw_header()
   w:blank()
   -- `$`: the user's own shell command (`:Pi !cmd`), drawn as `### $ cmd`.
-  local head = name == '$' and ('### $ ' .. tostring(args.command)) or ('### ⚙ ' .. name .. '  ' .. util.tool_summary(name, args))
+  local summary = name ~= '$' and util.tool_summary(name, args) or ''
+  local head = name == '$' and ('### $ ' .. tostring(args.command)) or ('### ⚙ ' .. name .. (summary ~= '' and ('  ' .. summary) or ''))
   w:append(head .. '\n')
   local t = { id = id, name = name, args = args, t0 = vim.uv.hrtime(), col = name == '$' and #head or #('### ⚙ ' .. name) }
   self.tools[id] = t
@@ -305,11 +309,12 @@ end
 -- Live events
 
 function Chat:set_state(state)
-  local was = self.state
   self.state = state
   self.root.status.state = state
   require('pi.status').changed()
-  if was ~= state and self.prompt_buf then
+  if self.prompt_buf then
+    -- Also when the state stays: the placeholder depends on `running` too (the abort's
+    -- answer can come before the run's end).
     require('pi.prompt').placeholder(self)
   end
 end
@@ -321,6 +326,15 @@ function Chat:on_event(p)
     return
   end
   local ty = ev.type
+  -- (The assistant's message_start comes when the request is sent, before any answer.)
+  local quiet = ty == 'turn_start' or ty == 'message_start' or (ty == 'message_end' and type(ev.message) == 'table' and ev.message.role ~= 'assistant')
+  if self.waiting and not quiet then
+    -- Something came: the "waiting for the model" line under the tail goes.
+    self.waiting = false
+    if not self.aborting then
+      self.writer:set_note(nil)
+    end
+  end
   if ty == 'message_update' then
     local a = ev.assistantMessageEvent
     if not a then
@@ -379,6 +393,7 @@ function Chat:on_event(p)
       self.run_started = vim.uv.hrtime()
     end
     self.last_error = nil
+    self.same_error = false
     self.running = true
     self.streamed = false
     self.aborting = false
@@ -404,9 +419,15 @@ function Chat:on_event(p)
       local empty = self.header_pending ~= nil
       if m.stopReason == 'error' then
         -- A failed request without content: one line, no header (a retry may follow).
-        self.last_error = tostring(m.errorMessage or 'the model request failed')
-        self:line('✗ ' .. self.last_error)
-        self.failed = self.last_error
+        -- The same failure again (a retry that failed alike) is said once: the retry line
+        -- then says "same error".
+        local err = util.model_error(m.errorMessage or 'the model request failed')
+        self.same_error = err == self.last_error
+        if not self.same_error then
+          self:line('✗ ' .. err)
+        end
+        self.last_error = err
+        self.failed = err
       elseif m.stopReason == 'aborted' then
         -- Stopped from here: the "stopping…" line and the report say it.
         if not empty and not self.aborting then
@@ -428,6 +449,29 @@ function Chat:on_event(p)
     self:tool_result(ev.toolCallId, ev.toolName, ev.result, ev.isError, elapsed)
   elseif ty == 'agent_end' then
     self.running = false
+    -- What waited for the run's end (the user's own command's block) is drawn now.
+    local after = self.after_run or {}
+    self.after_run = nil
+    if self.compact_after_run then
+      -- `:Pi compact` given during the run: the server compacts now.
+      self.compact_after_run = false
+      self:compaction_start('manual')
+    end
+    -- A delivered message is in the conversation (drawn as its own block) and no longer waits:
+    -- an aborted response never reports it consumed, so it leaves the queue now.
+    local dropped = false
+    for id, q in pairs(self.queue) do
+      if q.state == 'delivered' then
+        self.queue[id] = nil
+        dropped = true
+      end
+    end
+    if dropped then
+      self.queue_order = vim.tbl_filter(function(id)
+        return self.queue[id] ~= nil
+      end, self.queue_order)
+      require('pi.prompt').show_queue(self)
+    end
     self.writer:newline()
     self.writer:flush()
     if self.hl_paused then
@@ -437,23 +481,29 @@ function Chat:on_event(p)
     self:set_state(self.failed and 'failed' or 'idle')
     self.failed = nil
     require('pi.permission').withdraw_session(self.session_id)
+    for _, fn in ipairs(after) do
+      fn()
+    end
   elseif ty == 'auto_retry_start' then
-    local err = tostring(ev.errorMessage)
+    local err = util.model_error(ev.errorMessage)
     self:line(
       ('⟳ retry %d/%d in %.1f s%s'):format(
         ev.attempt or 0,
         ev.maxAttempts or 0,
         (ev.delayMs or 0) / 1000,
-        err ~= self.last_error and (': ' .. err) or ''
+        err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')
       )
     )
+    self.same_error = false
     self.failed = nil
     self:set_state('retrying')
     self.writer:flush()
   elseif ty == 'auto_retry_end' then
-    if not ev.success then
-      local err = tostring(ev.finalError)
-      self:line(('✗ gave up after %d attempts%s'):format(ev.attempt or 0, err ~= self.last_error and (': ' .. err) or ''))
+    -- Stopped from here: the abort's report says it (not "gave up … Request was aborted").
+    if not ev.success and not self.aborting then
+      local err = util.model_error(ev.finalError)
+      local n = ev.attempt or 0
+      self:line(('✗ gave up after %d attempt%s%s'):format(n, n == 1 and '' or 's', err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')))
     end
     self:set_state(self.running and 'running' or 'idle')
   elseif ty == 'compaction_start' then
@@ -462,7 +512,15 @@ function Chat:on_event(p)
     self:compaction_end(ev)
   elseif ty == 'extension_error' then
     self:line(('✗ extension %s (%s): %s'):format(tostring(ev.extensionPath), tostring(ev.event), tostring(ev.error)))
-  elseif ty == 'turn_start' or ty == 'turn_end' then
+  elseif ty == 'turn_start' then
+    -- A model request begins: said under the tail until its first event (a slow or silent
+    -- model server is seen, not guessed). Static text, no timer.
+    if not self.aborting then
+      self.waiting = true
+      self.writer:set_note('⋯ waiting for ' .. tostring(self.root.status.model or 'the model'), 'Comment')
+    end
+    return
+  elseif ty == 'turn_end' then
     return
   else
     self:line('· ' .. tostring(ty))
@@ -542,16 +600,12 @@ function Chat:queued()
   return out
 end
 
---- Draws the report of `agent/abort`: the "stopping…" line gets its outcome, and what was
---- stopped, killed, kept and left queued follows under "### ■ Stopped" (nothing when the
---- run only streamed text).
+--- Draws the report of `agent/abort` at the chat's end, after everything the server sent
+--- before it: "■ stopped" (or "■ nothing was running"), then what was stopped, killed, kept
+--- and left queued under "### ■ Stopped" (nothing more when the run only streamed text).
 function Chat:abort_report(r)
   local w = self.writer
-  w:flush()
-  if self.stop_row and api.nvim_buf_is_valid(self.buf) then
-    status_mark(self, self.stop_row, r.aborted and ' → stopped' or ' → nothing was running', r.aborted and HL.ok or HL.dim, nil, #'■ stopping…')
-    self.stop_row = nil
-  end
+  w:set_note(nil)
   local lists = {}
   local function list(title, items, fmt)
     if type(items) == 'table' and #items > 0 then
@@ -562,7 +616,7 @@ function Chat:abort_report(r)
     end
   end
   list('Stopped tool calls:', r.stoppedToolCalls, function(t)
-    return t.toolName .. ' ' .. util.tool_summary(t.toolName, t.args)
+    return vim.trim(t.toolName .. ' ' .. util.tool_summary(t.toolName, t.args))
   end)
   list('Killed processes:', r.stoppedProcesses, function(t)
     return '`' .. tostring(t.command) .. '`'
@@ -571,11 +625,14 @@ function Chat:abort_report(r)
     return t.toolName .. ' ' .. tostring(t.path)
   end)
   list('Queued messages kept for the next prompt (gq in the prompt edits or drops them):', r.queuedMessages, function(t)
-    return t.delivery .. ': ' .. tostring(t.text)
+    -- One line each (a message of several lines, or a command's output, would break the list).
+    return t.delivery .. ': ' .. (tostring(t.text):gsub('\n.*', ' …'))
   end)
+  w:blank()
   if #lists > 0 then
-    w:blank()
     w:append('### ■ Stopped\n' .. table.concat(lists, '\n') .. '\n')
+  else
+    w:append((r.aborted and '■ stopped' or '■ nothing was running') .. '\n')
   end
   self.block = nil
   w:flush()
@@ -642,7 +699,7 @@ function Chat:draw_message(m)
     end
     self.writer:newline()
     if m.stopReason == 'error' then
-      self:line('✗ ' .. tostring(m.errorMessage or 'the model request failed'))
+      self:line('✗ ' .. util.model_error(m.errorMessage or 'the model request failed'))
     elseif m.stopReason == 'aborted' and not self.header_pending then
       self:line('_■ stopped_')
     end
@@ -846,10 +903,17 @@ function Chat:open(focus)
     local n = api.nvim_buf_line_count(self.buf)
     pcall(api.nvim_win_set_cursor, win, { n, 0 })
     require('pi.prompt').open(self, win)
+    if (pos == 'left' or pos == 'right') and vim.o.equalalways then
+      -- As Neovim does after a split: the other windows share the rest of the width evenly
+      -- (the new column took it all from its neighbour); the chat keeps its width
+      -- ('winfixwidth'). No window, cursor or focus changes.
+      pcall(vim.cmd, 'horizontal wincmd =')
+    end
   elseif not require('pi.prompt').window(self) then
     -- The prompt was closed on its own: back under the chat.
     require('pi.prompt').open(self, win)
   end
+  require('pi.permission').chat_shown(self)
   if focus then
     local pw = require('pi.prompt').window(self)
     api.nvim_set_current_win(pw or win)
@@ -882,6 +946,9 @@ function Chat:show_instead(old, focus)
   pcall(api.nvim_win_set_cursor, ow, { api.nvim_buf_line_count(self.buf), 0 })
   if opw then
     put(opw, prompt.ensure_buf(self))
+    -- Window-local options belong to the window and its buffer: a buffer put into the window
+    -- has the window's global values, not the old prompt's.
+    prompt.setup_window(opw)
     prompt.show_queue(self)
   else
     prompt.open(self, ow)

@@ -327,8 +327,11 @@ handlers['agent/usage'] = function(_, p, ctx)
     local prev = st.status.usage
     local turn = type(p.turn) == 'table' and p.turn or {}
     local used = (turn.input or 0) + (turn.output or 0) + (turn.cacheRead or 0) + (turn.cacheWrite or 0)
-    if used == 0 and (p.contextTokens or 0) == 0 and prev and prev.contextTokens then
-      p = vim.tbl_extend('force', p, { contextTokens = prev.contextTokens, contextWindow = p.contextWindow or prev.contextWindow })
+    -- (Not read yet, as after a compaction: the meter stays unknown rather than "0%".)
+    if used == 0 and (p.contextTokens or 0) == 0 then
+      p = vim.deepcopy(p)
+      p.contextTokens = prev and prev.contextTokens or nil
+      p.contextWindow = p.contextWindow or (prev and prev.contextWindow)
     end
     st.status.usage = p
     require('pi.status').changed()
@@ -362,10 +365,19 @@ handlers['agent/attention'] = function(_, p, ctx)
   if p.reason == 'permission' then
     -- "pi wants to run `x`. Reason: …" → what it wants, then how to answer (the reason is
     -- in the question itself).
-    local want = tostring(p.message or ''):gsub('^[Pp]i wants to ', ''):gsub('%. Reason: .*$', '')
+    -- Worded as the chat's question ("run `make`", "read notes.md"), not as the server's
+    -- sentence ("pi wants to run read with {"path":…}"), which may come before the question.
+    local want = require('pi.permission').asking(p.sessionId)
+    if not want then
+      local msg = tostring(p.message or ''):gsub('^[Pp]i wants to ', ''):gsub('%. Reason: .*$', '')
+      local tool, json = msg:match('^run ([%w_.-]+) with (%b{})$')
+      local ok, args = pcall(vim.json.decode, json or '')
+      want = (tool and ok and type(args) == 'table') and vim.trim(tool .. ' ' .. util.tool_summary(tool, args)) or msg
+    end
     return util.notify_line(('wants to %s — answer: %s, :Pi allow or :Pi reject'):format(want, win and 'a digit in the chat' or 'a digit in the float'), level)
   end
-  util.notify_line((words[p.reason] or (tostring(p.reason) .. ': ')) .. tostring(p.message or ''), level)
+  local said = p.reason == 'failed' and util.model_error(p.message or '') or tostring(p.message or '')
+  util.notify_line((words[p.reason] or (tostring(p.reason) .. ': ')) .. said, level)
 end
 
 handlers['window/showMessage'] = function(_, p)
@@ -533,6 +545,7 @@ function M.ensure(root, done)
             if chat.root == st and (chat.running or chat.state == 'sending' or chat.state == 'stopping') then
               chat.running = false
               chat.aborting = false
+              chat.writer:set_note(nil)
               if chat.hl_paused then
                 chat.hl_paused = false
                 require('pi.highlight').resume(chat.buf)

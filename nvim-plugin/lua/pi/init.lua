@@ -24,6 +24,12 @@ function M.use_state(st, state)
   if type(state) ~= 'table' or not state.sessionId then
     return
   end
+  if st.session_id ~= state.sessionId then
+    -- Another session: the context meter and cost are its own (read from its stats), not the
+    -- last session's.
+    st.status.usage = nil
+    M.read_usage(st, state.sessionId)
+  end
   st.session_id = state.sessionId
   st.state = state
   if type(state.model) == 'table' then
@@ -33,6 +39,25 @@ function M.use_state(st, state)
     st.status.thinking = state.thinkingLevel
   end
   require('pi.status').changed()
+end
+
+--- Sets the statusline's context meter and cost from `agent/session/stats` of `session_id`
+--- (until its next response reports usage).
+function M.read_usage(st, session_id)
+  require('pi.client').request(st, 'agent/session/stats', { sessionId = session_id }, 'read the session stats', function(stats)
+    if type(stats) ~= 'table' or st.session_id ~= session_id or st.status.usage then
+      return
+    end
+    local cu = type(stats.contextUsage) == 'table' and stats.contextUsage or nil
+    st.status.usage = {
+      contextTokens = cu and cu.tokens or nil,
+      contextWindow = cu and cu.contextWindow or nil,
+      session = { cost = stats.cost },
+    }
+    require('pi.status').changed()
+  end, function()
+    return true
+  end)
 end
 
 --- Calls `fn(chat)` with the current workspace's chat, starting the server and creating a
@@ -46,9 +71,24 @@ function M.with_chat(fn, buf)
     if c then
       return fn(c)
     end
+    -- Commands given while the first session is being made wait for it (one session, one
+    -- chat, however many `:Pi` came before the server answered).
+    if st.creating then
+      st.creating[#st.creating + 1] = fn
+      return
+    end
+    st.creating = { fn }
     client.request(st, 'agent/session/new', {}, 'start a session', function(state)
+      local waiting = st.creating or {}
+      st.creating = nil
       M.use_state(st, state)
-      fn(chats.get(st, state.sessionId))
+      local chat = chats.get(st, state.sessionId)
+      for _, f in ipairs(waiting) do
+        f(chat)
+      end
+    end, function()
+      st.creating = nil
+      return false
     end)
   end)
 end
@@ -58,6 +98,12 @@ end
 function M.prompt_chat(chat, text)
   if chat.running then
     return M.queue(chat, 'steer', text)
+  end
+  if chat.state == 'sending' then
+    -- The last prompt is on its way: this steers its run once the server has started it.
+    chat.pending_steers = chat.pending_steers or {}
+    table.insert(chat.pending_steers, text)
+    return
   end
   if config.values.chat.open_on_prompt then
     chat:open(false)
@@ -72,10 +118,18 @@ function M.prompt_chat(chat, text)
     if r and r.command then
       chat:set_state('idle')
     end
+    local steers = chat.pending_steers or {}
+    chat.pending_steers = nil
+    for _, t in ipairs(steers) do
+      M.queue(chat, 'steer', t)
+    end
   end, function(err)
     chat:set_state('idle')
     util.notify(util.error_text('send the prompt', err), vim.log.levels.ERROR)
-    require('pi.prompt').set_text(chat, text)
+    local back = { text }
+    vim.list_extend(back, chat.pending_steers or {})
+    chat.pending_steers = nil
+    require('pi.prompt').set_text(chat, table.concat(back, '\n\n'))
     require('pi.images').give_back(chat, taken)
     return true
   end)
@@ -103,7 +157,7 @@ function M.queue(chat, kind, text)
   end)
 end
 
---- Aborts the chat's run: "stopping" at once, then the server's report in the chat; the
+--- Aborts the chat's run: "stopping…" at once, then the server's report at the chat's end; the
 --- prompt text comes back when nothing streamed yet.
 function M.abort(chat)
   if chat.bash_running and not chat.running then
@@ -116,18 +170,21 @@ function M.abort(chat)
   end
   chat.aborting = true
   chat:set_state('stopping')
-  chat.writer:blank()
-  chat.writer:mark(function(row)
-    chat.stop_row = row
-  end)
-  chat.writer:append('■ stopping…\n')
-  chat.writer:flush()
+  -- Said at once under the last line, as a virtual line: what the server streamed before the
+  -- abort may still be arriving, and lands above it; the outcome is written after it all.
+  chat.writer:set_note('■ stopping…', 'DiagnosticWarn')
   require('pi.client').request(chat.root, 'agent/abort', { sessionId = chat.session_id }, 'abort the run', function(r)
+    chat.aborting = false
     chat:abort_report(r or {})
     chat:set_state('idle')
     if not chat.streamed and chat.last_prompt and vim.trim(require('pi.prompt').text(chat)) == '' then
       require('pi.prompt').set_text(chat, chat.last_prompt)
     end
+  end, function()
+    chat.aborting = false
+    chat.writer:set_note(nil)
+    chat:set_state(chat.running and 'running' or 'idle')
+    return false
   end)
 end
 
@@ -248,12 +305,26 @@ subcommands.compact = chat_cmd(function(chat, args)
     params.instructions = args
   end
   -- Said in the chat and the statusline (a message now and one at the end would stack into a
-  -- "Press ENTER" prompt).
-  chat:compaction_start('manual')
+  -- "Press ENTER" prompt). During a run the server compacts after it: the line is drawn
+  -- then, not into the middle of the streaming answer.
+  if chat.running then
+    chat.compact_after_run = true
+  else
+    chat:compaction_start('manual')
+  end
+  local function started()
+    -- Not drawn yet (no run end seen since): now, before its outcome.
+    if chat.compact_after_run then
+      chat.compact_after_run = false
+      chat:compaction_start('manual')
+    end
+  end
   require('pi.client').request(chat.root, 'agent/compact', params, 'compact the context', function(r)
+    started()
     chat:compaction_end({ result = r })
     util.notify(('compacted (%s tokens before)'):format(tostring(r and r.tokensBefore)))
   end, function(err)
+    started()
     chat:compaction_end({ errorMessage = util.error_text('compact the context', err):gsub('^could not compact the context: ', '') })
     return false
   end)
@@ -587,9 +658,22 @@ end)
 --- `:Pi !{command}` (`!!` keeps its output out of the model's context): the user's own shell
 --- command in the workspace, drawn in the chat; the model sees it with the next prompt.
 function M.bash(chat, command, exclude)
-  local t = chat:tool_header('bash:' .. tostring(vim.uv.hrtime()), '$', { command = command }, 'running')
-  chat.writer:flush()
-  chat:set_state('running a command')
+  local id = 'bash:' .. tostring(vim.uv.hrtime())
+  local t0 = vim.uv.hrtime()
+  local t
+  local function header()
+    t = chat:tool_header(id, '$', { command = command }, 'running')
+    t.t0 = t0
+    chat.writer:flush()
+  end
+  -- During a run the answer streams at the chat's end: the command's block comes after it
+  -- (drawn whole when both have ended), never inside it.
+  if chat.running then
+    util.notify(('running `%s`; its output follows this run in the chat'):format(command))
+  else
+    header()
+    chat:set_state('running a command')
+  end
   chat.bash_running = true
   require('pi.client').request(chat.root, 'agent/bash', { sessionId = chat.session_id, command = command, excludeFromContext = exclude or nil }, 'run the command', function(r)
     chat.bash_running = false
@@ -601,12 +685,26 @@ function M.bash(chat, command, exclude)
     elseif code ~= 0 then
       text = text .. ('\n(exit code %d)'):format(code)
     end
-    chat:tool_result(t.id, exclude and '$ (not in the context)' or '$', { content = text }, failed, (vim.uv.hrtime() - t.t0) / 1e9)
-    chat.writer:flush()
-    chat:set_state(chat.running and 'running' or 'idle')
+    local elapsed = (vim.uv.hrtime() - t0) / 1e9
+    local function draw()
+      if not t then
+        header()
+      end
+      chat:tool_result(id, exclude and '$ (not in the context)' or '$', { content = text }, failed, elapsed)
+      chat.writer:flush()
+    end
+    if chat.running then
+      chat.after_run = chat.after_run or {}
+      table.insert(chat.after_run, draw)
+    else
+      draw()
+      chat:set_state('idle')
+    end
   end, function()
     chat.bash_running = false
-    chat:set_state(chat.running and 'running' or 'idle')
+    if not chat.running then
+      chat:set_state('idle')
+    end
     return false
   end)
 end

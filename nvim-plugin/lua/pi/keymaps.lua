@@ -67,6 +67,17 @@ function M.chat(chat)
           end)
           return ''
         end
+        if lhs == 'a' then
+          -- Elsewhere in the (read-only) chat `a` types where `i` does: in the prompt.
+          vim.schedule(function()
+            local pw = require('pi.prompt').window(chat)
+            if pw then
+              api.nvim_set_current_win(pw)
+              vim.cmd('startinsert!')
+            end
+          end)
+          return ''
+        end
         return lhs
       end, 'answer the permission question (' .. key .. ')', { expr = true, replace_keycodes = true, remap = false })
     end

@@ -34,7 +34,17 @@ local function what(p)
   elseif p.change then
     return p.tool .. ' ' .. tostring(p.change.path)
   end
-  return p.tool .. ' ' .. util.tool_summary(p.tool, args)
+  return vim.trim(p.tool .. ' ' .. util.tool_summary(p.tool, args))
+end
+
+--- What the oldest open question of `session_id` asks to do ("run `make`", "edit a.txt"),
+--- or nil when none is open.
+function M.asking(session_id)
+  for _, q in ipairs(M.pending) do
+    if q.chat.session_id == session_id and not q.done then
+      return what(q.params)
+    end
+  end
 end
 
 --- Lines of the question block (without the trailing blank line).
@@ -212,6 +222,28 @@ local function show_float(q)
     vim.keymap.set('n', tostring(i), function()
       M.answer(q, i)
     end, { buffer = buf, nowait = true, desc = 'Pi: answer ' .. q.choices[i].label })
+  end
+end
+
+--- The chat of open questions was hidden (its window closed): each of its questions is asked
+--- in a float instead, so it stays in sight.
+function M.chat_hidden(chat)
+  for _, q in ipairs(M.pending) do
+    if q.chat == chat and not q.done and not (q.float and api.nvim_win_is_valid(q.float)) then
+      show_float(q)
+    end
+  end
+end
+
+--- The chat is shown again: its questions' floats go (the inline blocks ask).
+function M.chat_shown(chat)
+  for _, q in ipairs(M.pending) do
+    if q.chat == chat and q.float then
+      if api.nvim_win_is_valid(q.float) then
+        pcall(api.nvim_win_close, q.float, true)
+      end
+      q.float = nil
+    end
   end
 end
 

@@ -73,13 +73,8 @@ function M.window(chat)
   end
 end
 
---- Opens the prompt under the chat window `chat_win` (focus unchanged).
-function M.open(chat, chat_win)
-  local buf = ensure_buf(chat)
-  if M.window(chat) then
-    return
-  end
-  local win = api.nvim_open_win(buf, false, { split = 'below', win = chat_win, height = config.values.chat.prompt_height })
+--- Sets the prompt window's local options (its statusline says the keys); never a global one.
+function M.setup_window(win)
   local function set(name, value)
     api.nvim_set_option_value(name, value, { scope = 'local', win = win })
   end
@@ -102,6 +97,16 @@ function M.open(chat, chat_win)
   set('statusline', '%#Title# Pi prompt %* ' .. table.concat(keys, ' · '):gsub('%%', '%%%%') .. '%<')
 end
 
+--- Opens the prompt under the chat window `chat_win` (focus unchanged).
+function M.open(chat, chat_win)
+  local buf = ensure_buf(chat)
+  if M.window(chat) then
+    return
+  end
+  local win = api.nvim_open_win(buf, false, { split = 'below', win = chat_win, height = config.values.chat.prompt_height })
+  M.setup_window(win)
+end
+
 --- The prompt's text.
 function M.text(chat)
   local buf = ensure_buf(chat)
@@ -116,10 +121,54 @@ end
 
 --- Sends the prompt: a prompt when idle; during a run a steer (`how` "auto"/"steer") or a
 --- follow-up ("followUp").
+--- Pi's own `/` commands typed in the prompt, as `:Pi` subcommands (Pi's names and the
+--- plugin's): `/compact focus on x` is `:Pi compact focus on x`. A prompt template, skill or
+--- extension command of the same name goes first (it is the server's).
+M.builtin = {
+  compact = 'compact',
+  model = 'model',
+  thinking = 'thinking',
+  tree = 'tree',
+  fork = 'fork',
+  clone = 'clone',
+  new = 'new',
+  resume = 'sessions',
+  sessions = 'sessions',
+  name = 'rename',
+  rename = 'rename',
+  session = 'stats',
+  stats = 'stats',
+  export = 'export',
+  label = 'label',
+  changes = 'changes',
+  rewind = 'rewind',
+  diff = 'diff',
+  image = 'image',
+}
+
+--- The `:Pi` subcommand and its arguments when `text` is one of Pi's own `/` commands.
+local function builtin_of(chat, text)
+  local name, args = text:match('^/([%w%-]+)%s*(.-)%s*$')
+  if not name or not M.builtin[name] then
+    return nil
+  end
+  for _, c in ipairs(chat.commands or {}) do
+    if c.name == name then
+      return nil
+    end
+  end
+  return M.builtin[name], args
+end
+
 function M.send(chat, how)
   local text = vim.trim(M.text(chat))
   if text == '' then
     return
+  end
+  local sub, args = builtin_of(chat, text)
+  if sub then
+    M.set_text(chat, '')
+    return require('pi').subcommands[sub](args, { range = 0 })
   end
   M.set_text(chat, '')
   local pi = require('pi')
@@ -142,6 +191,14 @@ function M.show_queue(chat)
   local items = chat:queued()
   local vl = require('pi.images').lines(chat)
   if #items == 0 and #vl == 0 then
+    -- The view's filler rows above the first line go with the lines (else Neovim draws them
+    -- as a row of '-').
+    local win = M.window(chat)
+    if win then
+      pcall(api.nvim_win_call, win, function()
+        vim.fn.winrestview({ topfill = 0 })
+      end)
+    end
     return
   end
   for _, q in ipairs(items) do
@@ -238,10 +295,20 @@ function M.complete(findstart, base)
     end
     return out
   end
+  local seen = {}
   for _, c in ipairs(chat and chat.commands or {}) do
     local word = '/' .. c.name
+    seen[c.name] = true
     if word:sub(1, #base) == base then
       out[#out + 1] = { word = word, menu = c.source, info = c.description or '', abbr = word .. (c.argumentHint and (' ' .. c.argumentHint) or '') }
+    end
+  end
+  local names = vim.tbl_keys(M.builtin)
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local word = '/' .. name
+    if not seen[name] and word:sub(1, #base) == base then
+      out[#out + 1] = { word = word, menu = 'Pi', info = ':Pi ' .. M.builtin[name] }
     end
   end
   return out

@@ -191,6 +191,9 @@ function W:flush()
     for _, win in ipairs(pinned) do
       pcall(api.nvim_win_set_cursor, win, { count, 0 })
     end
+    if self.note then
+      self:place_note()
+    end
   end
   for _, m in ipairs(marks) do
     local ok, err = pcall(m.fn, m.row)
@@ -200,6 +203,35 @@ function W:flush()
       end)
     end
   end
+end
+
+--- Shows `text` as a virtual line under the last line, kept there as text streams in (a state
+--- said at once while what the server sent before it is still arriving, such as "stopping…");
+--- `nil` removes it. Never text of the buffer.
+--- @param text string|nil
+--- @param hl string|nil
+function W:set_note(text, hl)
+  self.note = text and { text = text, hl = hl or 'Comment' } or nil
+  self:place_note()
+end
+
+function W:place_note()
+  if not api.nvim_buf_is_valid(self.buf) then
+    return
+  end
+  if not self.note then
+    if self.note_id then
+      pcall(api.nvim_buf_del_extmark, self.buf, M.ns, self.note_id)
+      self.note_id = nil
+    end
+    return
+  end
+  local n = api.nvim_buf_line_count(self.buf)
+  local ok, id = pcall(api.nvim_buf_set_extmark, self.buf, M.ns, n - 1, 0, {
+    id = self.note_id,
+    virt_lines = { { { self.note.text, self.note.hl } } },
+  })
+  self.note_id = ok and id or nil
 end
 
 --- Inserts whole lines above everything (older history), shifting the fold regions; `lines`
@@ -245,6 +277,8 @@ function W:reset()
   api.nvim_buf_set_lines(self.buf, 0, -1, false, {})
   vim.bo[self.buf].modifiable = false
   api.nvim_buf_clear_namespace(self.buf, M.ns, 0, -1)
+  self.note_id = nil
+  self:place_note()
 end
 
 --- Makes rows `s`..`e` (0-based, inclusive) a fold region after they were written (an

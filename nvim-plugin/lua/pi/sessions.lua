@@ -20,14 +20,17 @@ local function ago(ms)
   return math.floor(s / 86400) .. ' d ago'
 end
 
---- One picker line of a session summary.
-function M.format(s)
+--- One picker line of a session summary; a session of Pi's own (outside `root`'s
+--- `.pi/sessions/`) is marked "from Pi".
+function M.format(s, root)
   local title = s.name or s.firstPrompt or s.sessionId
   title = tostring(title):gsub('\n.*', ' …')
   if #title > 70 then
     title = title:sub(1, 67) .. '...'
   end
-  return ('%s  · %d entries · %s%s'):format(title, s.entryCount or 0, ago(s.lastActivity), s.open and ' · open' or '')
+  local file = type(s.sessionFile) == 'string' and vim.fs.normalize(s.sessionFile) or nil
+  local own = root and file and file:sub(1, #root + 14) ~= root .. '/.pi/sessions/'
+  return ('%s  · %d entries · %s%s%s'):format(title, s.entryCount or 0, ago(s.lastActivity), own and ' · from Pi' or '', s.open and ' · open' or '')
 end
 
 --- Opens session summary `s` into its chat (drawing its history) and shows it.
@@ -35,22 +38,8 @@ function M.open(st, s, done)
   local params = s.open and { sessionId = s.sessionId } or { path = s.sessionFile }
   client.request(st, 'agent/session/open', params, 'open the session', function(state)
     local old = require('pi.chat').current(st)
+    -- (The statusline's context meter and cost are read from the session's stats.)
     require('pi').use_state(st, state)
-    -- The statusline's context meter and cost before the session's next response.
-    client.request(st, 'agent/session/stats', { sessionId = state.sessionId }, 'read the session stats', function(stats)
-      if type(stats) ~= 'table' then
-        return
-      end
-      local cu = type(stats.contextUsage) == 'table' and stats.contextUsage or nil
-      st.status.usage = {
-        contextTokens = cu and cu.tokens or nil,
-        contextWindow = cu and cu.contextWindow or nil,
-        session = { cost = stats.cost },
-      }
-      require('pi.status').changed()
-    end, function()
-      return true
-    end)
     local chat = require('pi.chat').get(st, state.sessionId)
     chat:load_history(function()
       chat:show_instead(old, false)
@@ -68,7 +57,9 @@ function M.pick(st)
     if #sessions == 0 then
       return util.notify('no sessions in this workspace yet')
     end
-    util.select(sessions, { prompt = 'Pi sessions', format_item = M.format, kind = 'pi.session' }, function(s)
+    util.select(sessions, { prompt = 'Pi sessions', format_item = function(x)
+      return M.format(x, st.root)
+    end, kind = 'pi.session' }, function(s)
       if s then
         M.open(st, s)
       end

@@ -101,10 +101,85 @@ function M.error_text(what, err)
   if type(msg) ~= 'string' or msg == '' then
     msg = nil
   end
+  if msg and err.code == -31003 and msg:find('^no usable model') then
+    -- The server's own sentence says what is missing (a key, a models.json that did not load).
+    msg = msg:gsub(vim.pesc(vim.fn.expand('~')), '~')
+    local file, why = msg:match('^no usable model, and the model configuration did not load: cannot read (.-): (.*)$')
+    if file then
+      return ('could not %s: %s does not load (%s)'):format(what, file, why)
+    end
+    return ('could not %s: %s'):format(what, msg)
+  end
   if words and msg then
     return ('could not %s: %s (%s)'):format(what, words, msg)
   end
   return ('could not %s: %s'):format(what, words or msg or vim.inspect(err))
+end
+
+--- Causes of a failed model request, as the HTTP client words them (lower case), and what
+--- they mean to the user; `%s` is the server's address.
+local TRANSPORT = {
+  { 'connection refused', 'the model server at %s is not answering (connection refused): is it running?' },
+  { 'dns error', 'the model server %s cannot be found (its host name does not resolve)' },
+  { 'failed to lookup address', 'the model server %s cannot be found (its host name does not resolve)' },
+  { 'timed out', 'the model server at %s did not answer in time' },
+  { 'connection closed before message completed', 'the model server at %s closed the connection before answering' },
+  { 'connection reset', 'the model server at %s dropped the connection' },
+  { 'certificate', 'the model server at %s has a TLS certificate that is not trusted' },
+}
+
+--- What an HTTP status from the model server means to the user.
+local STATUS = {
+  [400] = 'rejected the request',
+  [401] = 'refused the API key',
+  [403] = 'refused access',
+  [404] = 'does not know this model or address',
+  [408] = 'timed out',
+  [413] = 'found the request too large',
+  [429] = 'is rate limiting (too many requests)',
+}
+
+--- "HTTP 500: {json}" as "the model server had an error on its side (HTTP 500): <its message>";
+--- the message read from a JSON error body (`error.message`, `message`, `detail`).
+local function http_error(status, body)
+  local said = STATUS[status] or (status >= 500 and 'had an error on its side' or 'refused the request')
+  local text = vim.trim(body or '')
+  if text:sub(1, 1) == '{' then
+    local ok, v = pcall(vim.json.decode, text)
+    if ok and type(v) == 'table' then
+      local e = type(v.error) == 'table' and v.error or v
+      local m = e.message or v.message or v.detail or (type(v.error) == 'string' and v.error) or nil
+      if type(m) == 'string' and m ~= '' then
+        text = m
+      end
+    end
+  end
+  return ('the model server %s (HTTP %d)%s'):format(said, status, text ~= '' and (': ' .. text) or '')
+end
+
+--- A failed model request's message in the user's words: "request to URL failed: <the HTTP
+--- client's error chain>" becomes what happened to which server, the original kept after it
+--- in brackets when it says more; other messages are returned unchanged.
+--- @param msg string
+--- @return string
+function M.model_error(msg)
+  msg = tostring(msg)
+  local status, body = msg:match('^HTTP (%d%d%d): (.*)$')
+  if status then
+    return http_error(tonumber(status), body)
+  end
+  local url, rest = msg:match('^request to (%S+) failed: (.*)$')
+  if not url then
+    return msg
+  end
+  local origin = url:match('^(%a[%w+.-]*://[^/]+)') or url
+  local low = rest:lower()
+  for _, t in ipairs(TRANSPORT) do
+    if low:find(t[1], 1, true) then
+      return t[2]:format(origin)
+    end
+  end
+  return ('the request to the model server at %s failed (%s)'):format(origin, rest)
 end
 
 --- The folder of the plugin (`nvim-plugin/`), symlinks resolved (a `pack/*/start/pi` link
@@ -154,8 +229,8 @@ end
 
 --- Short one-line summary of a tool call's arguments.
 function M.tool_summary(name, args)
-  if type(args) ~= 'table' then
-    return ''
+  if type(args) ~= 'table' or next(args) == nil then
+    return '' -- no arguments (`ls` of the workspace): nothing to say, not "{}"
   end
   local s
   if name == 'bash' then
