@@ -120,8 +120,8 @@ fn seed_exercise_2_branch_plus_compaction() {
         .branch_with_summary(
             &tree,
             Some(&a2),
-            &a3,
             "Tried gpt-b; it agreed the port is 3000.",
+            serde_json::Value::Null,
         )
         .unwrap();
     let u3 = w

@@ -503,19 +503,24 @@ impl SessionWriter {
     }
 
     /// Branches at `entry` and writes a `branch_summary` there carrying what the abandoned
-    /// branch (ending at `from_id`) concluded; returns the summary entry's id.
+    /// branch concluded, as Pi 0.73.1's `branchWithSummary` writes it: `fromId` is the entry
+    /// the summary is attached to (`"root"` for `None`), `details` Pi's `{readFiles,
+    /// modifiedFiles}` (or `Null` to leave it out), `fromHook: false`. Returns the summary
+    /// entry's id.
     pub fn branch_with_summary(
         &mut self,
         tree: &SessionTree,
         entry: Option<&str>,
-        from_id: &str,
         summary: &str,
+        details: Value,
     ) -> Result<String, SessionError> {
         self.branch(tree, entry)?;
-        self.append_entry(
-            "branch_summary",
-            json!({"fromId": from_id, "summary": summary, "fromHook": false}),
-        )
+        let mut fields = json!({"fromId": entry.unwrap_or("root"), "summary": summary});
+        if !details.is_null() {
+            fields["details"] = details;
+        }
+        fields["fromHook"] = json!(false);
+        self.append_entry("branch_summary", fields)
     }
 
     /// Sets (or with `None` clears) the label of entry `target`.
