@@ -333,6 +333,23 @@ async fn session_file_matches_pi_key_by_key() {
     for k in keys(&pi_stats) {
         assert!(our_stats.get(&k).is_some(), "stats lack {k}: {our_stats}");
     }
+    // ... with Pi's values: the model's context after the compaction (its summary and the kept
+    // messages), and a context figure that is unknown until a response follows the compaction.
+    for k in [
+        "userMessages",
+        "assistantMessages",
+        "toolCalls",
+        "toolResults",
+        "totalMessages",
+        "tokens",
+        "contextUsage",
+    ] {
+        assert_eq!(
+            our_stats[k], pi_stats[k],
+            "stats {k}: {our_stats} vs {pi_stats}"
+        );
+    }
+    assert_eq!(our_stats["cost"].as_f64(), pi_stats["cost"].as_f64());
     // The message view: the compaction summary's timestamp is a number, as Pi's.
     let summary_ts = |v: &Value| {
         v["messages"]

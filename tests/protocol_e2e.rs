@@ -460,7 +460,8 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
     assert_eq!(cl["session"]["leafId"], id(3).as_str());
     assert_eq!(cl["session"]["messageCount"], 2);
 
-    // Stats: messages on the fork's branch; tokens of every response in its file.
+    // Stats: Pi's get_session_stats (the model's context: messages, tokens, estimate), plus
+    // every response in the fork's file.
     let stats = c
         .request("agent/session/stats", json!({"sessionId": fid}))
         .await
@@ -470,7 +471,10 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
         json!({"sessionId": fid, "sessionFile": f["session"]["sessionFile"], "userMessages": 1, "assistantMessages": 1,
             "toolCalls": 0, "toolResults": 0, "totalMessages": 2,
             "tokens": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "total": 110},
-            "cost": 0.0, "contextUsage": {"tokens": 110, "contextWindow": 128000, "percent": 0.09}})
+            "cost": 0.0,
+            "sessionTokens": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "total": 110},
+            "sessionCost": 0.0,
+            "contextUsage": {"tokens": 110, "contextWindow": 128000, "percent": 0.0859375}})
     );
 
     // Export: Markdown as content, HTML to a file.

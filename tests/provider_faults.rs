@@ -501,3 +501,66 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
         ]
     );
 }
+
+/// Case 18.12, a gateway's bare 413: an nginx "Request Entity Too Large" page names no image,
+/// but the request holds one; the image goes first (a note in its place, in the request and
+/// in the file), instead of a compaction that cannot help and a prompt that fails forever.
+#[tokio::test]
+async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
+    let dir = tmp("image-413");
+    let page = "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+    let mock = MockModel::start(vec![
+        Step::Raw {
+            status: 413,
+            content_type: "text/html".into(),
+            body: page.into(),
+        },
+        Step::text("No image now."),
+    ])
+    .await;
+    let s = setup(
+        &dir,
+        &mock,
+        128_000,
+        Vec::new(),
+        Some(CompactionSettings::default()),
+    );
+    let big = "B".repeat(3 * 1024 * 1024);
+    let prompt: Message = serde_json::from_value(json!({"role":"user","content":[
+        {"type":"text","text":"look"},
+        {"type":"image","data":big,"mimeType":"image/jpeg"}]}))
+    .unwrap();
+    s.agent.prompt(vec![prompt]).unwrap();
+    idle(&s.agent).await;
+    let reqs = mock.requests();
+    let note = "[image removed: the provider refused a request with this image/jpeg image (2304 KB) as too large]";
+    assert_eq!(
+        (
+            reqs.len(),
+            reqs[1].body["messages"][1]["content"].clone(),
+            s.agent.last_outcome().unwrap().stop_reason
+        ),
+        (
+            2,
+            json!([{"type":"text","text":"look"},{"type":"text","text":note}]),
+            StopReason::Stop
+        )
+    );
+    assert!(s.sink.of_type("compaction_start").is_empty());
+    assert_eq!(s.sink.of_type("images_replaced").len(), 1);
+    // The file's context is the note's branch.
+    let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
+    let context = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
+    assert_eq!(
+        context,
+        json!([
+            {"role":"user","content":[{"type":"text","text":"look"},{"type":"text","text":note}],
+             "timestamp": context[0]["timestamp"]},
+            context[1]
+        ])
+    );
+    assert_eq!(
+        context[1]["content"],
+        json!([{"type":"text","text":"No image now."}])
+    );
+}

@@ -493,3 +493,138 @@ async fn a_queued_message_is_removed_or_edited_before_delivery_and_the_outcome_i
     );
     c.shutdown().await;
 }
+
+/// A branch summary is written as Pi 0.73.1's `branchWithSummary` writes it (agent-session.js
+/// `navigateTree`, session-manager.js): `fromId` is the entry the summary is attached to (its
+/// parent; `"root"` before the first entry), the model's summary (after Pi's preamble) is
+/// followed by the `<read-files>` / `<modified-files>` of the entries left, which are also its
+/// `details`, and `fromHook` is false. Reference Pi resuming the file sees the same messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_summary_entry_is_written_as_pi_writes_it() {
+    let tmp = TempDir::new("rich-branch-summary");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    std::fs::write(ws.join("b.txt"), "two\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::text("first answer"),
+        Step::call("c1", "read", json!({"path": "b.txt"})),
+        Step::edit("c2", "a.txt", "one", "ONE"),
+        Step::text("edited"),
+    ])
+    .await;
+    mock.set_responder(std::sync::Arc::new(|body: &Value| {
+        body.to_string()
+            .contains("context summarization assistant")
+            .then(|| Step::text("## Goal\nEdit a.txt"))
+    }));
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "hello", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.request(
+        "agent/prompt",
+        json!({"sessionId": sid, "text": "edit a.txt"}),
+    )
+    .await
+    .unwrap();
+    c.run_until_end(Duration::from_secs(30)).await;
+    let state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let file = PathBuf::from(state["sessionFile"].as_str().unwrap());
+    let lines = |f: &Path| -> Vec<Value> {
+        std::fs::read_to_string(f)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    // Back to the first answer, summarising the second turn.
+    let first_answer = lines(&file)
+        .into_iter()
+        .find(|l| l["message"]["role"] == "assistant")
+        .unwrap();
+    let br = c
+        .request(
+            "agent/session/branch",
+            json!({"sessionId": sid, "entryId": first_answer["id"], "summarize": true}),
+        )
+        .await
+        .unwrap();
+    let summary = "The user explored a different conversation branch before returning here.\nSummary of that exploration:\n\n## Goal\nEdit a.txt\n\n<read-files>\nb.txt\n</read-files>\n\n<modified-files>\na.txt\n</modified-files>";
+    assert_eq!(br["summary"], summary);
+    let written = lines(&file).last().unwrap().clone();
+    assert_eq!(written["id"], br["summaryEntryId"]);
+    let mut keys: Vec<&str> = written
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "details",
+            "fromHook",
+            "fromId",
+            "id",
+            "parentId",
+            "summary",
+            "timestamp",
+            "type"
+        ]
+    );
+    assert_eq!(
+        (
+            &written["type"],
+            &written["parentId"],
+            &written["fromId"],
+            &written["summary"],
+            &written["details"],
+            &written["fromHook"]
+        ),
+        (
+            &json!("branch_summary"),
+            &first_answer["id"],
+            &first_answer["id"],
+            &json!(summary),
+            &json!({"readFiles": ["b.txt"], "modifiedFiles": ["a.txt"]}),
+            &json!(false)
+        )
+    );
+    // Before the first entry: `fromId` is "root".
+    let br = c
+        .request(
+            "agent/session/branch",
+            json!({"sessionId": sid, "entryId": null, "summarize": true}),
+        )
+        .await
+        .unwrap();
+    let root = lines(&file).last().unwrap().clone();
+    assert_eq!(root["id"], br["summaryEntryId"]);
+    assert_eq!(
+        (&root["parentId"], &root["fromId"]),
+        (&Value::Null, &json!("root"))
+    );
+    let ours = c
+        .request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.shutdown().await;
+    if let Some(pi) = pi_ref_bin() {
+        let agent = tmp.path().join("agent");
+        assert_eq!(
+            ours["messages"],
+            pi_get_messages(&pi, &ws, &agent, &file).await
+        );
+    }
+}

@@ -350,7 +350,11 @@ pub fn unique_call_ids(mut paired: Vec<Message>) -> Vec<Message> {
             _ => Vec::new(),
         })
         .collect();
+    let taken_calls: HashSet<&str> = taken.iter().map(|id| call_part(id)).collect();
     let mut seen: HashSet<String> = HashSet::new();
+    // The call-id parts (before a `|`) already sent: two Responses ids differing only in their
+    // item part still share one `call_id` on the wire.
+    let mut seen_calls: HashSet<String> = HashSet::new();
     let mut i = 0;
     while i < paired.len() {
         let Message::Assistant(a) = &mut paired[i] else {
@@ -362,18 +366,31 @@ pub fn unique_call_ids(mut paired: Vec<Message>) -> Vec<Message> {
             let ContentBlock::ToolCall(c) = b else {
                 continue;
             };
-            if seen.insert(c.id.clone()) {
+            let call = call_part(&c.id).to_string();
+            if !seen_calls.contains(&call) && seen.insert(c.id.clone()) {
+                seen_calls.insert(call);
                 renamed.push(None);
                 continue;
             }
             let mut n = 2;
             let fresh = loop {
-                let candidate = format!("{}_{n}", c.id);
-                if !taken.contains(&candidate) && !seen.contains(&candidate) {
+                // A Responses id `{call_id}|{item_id}` (Pi's convention) is renamed in both
+                // parts: the request sends the call id and the item id apart, and each must
+                // be unique there.
+                let candidate = match c.id.split_once('|') {
+                    Some((call, item)) => format!("{call}_{n}|{item}_{n}"),
+                    None => format!("{}_{n}", c.id),
+                };
+                let clash = taken.contains(&candidate)
+                    || taken_calls.contains(call_part(&candidate))
+                    || seen.contains(&candidate)
+                    || seen_calls.contains(call_part(&candidate));
+                if !clash {
                     break candidate;
                 }
                 n += 1;
             };
+            seen_calls.insert(call_part(&fresh).to_string());
             seen.insert(fresh.clone());
             c.id = fresh.clone();
             renamed.push(Some(fresh));
@@ -390,6 +407,11 @@ pub fn unique_call_ids(mut paired: Vec<Message>) -> Vec<Message> {
     paired
 }
 
+/// The call-id part of a stored id: before the `|` of a Responses `{call_id}|{item_id}`.
+fn call_part(id: &str) -> &str {
+    id.split('|').next().unwrap_or_default()
+}
+
 /// Pairing repair alone (no per-model rewriting): failed turns dropped, every call answered
 /// right after its message in call order, orphan results dropped (see module docs).
 pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
@@ -399,6 +421,16 @@ pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
     while i < messages.len() {
         match &messages[i] {
             Message::Assistant(a) => {
+                // The same assistant message stored twice in a row (two entries, nothing
+                // between them): only the second copy is sent, with the results that follow
+                // it; answering the first copy's calls "No result provided" would show the
+                // model calls it never made twice (case 18.9).
+                if let Some(Message::Assistant(next)) = messages.get(i + 1) {
+                    if !a.tool_calls().is_empty() && next.content == a.content {
+                        i += 1;
+                        continue;
+                    }
+                }
                 let aborted = a.stop_reason == StopReason::Aborted;
                 let keep_aborted = aborted && !a.tool_calls().is_empty();
                 if a.stop_reason == StopReason::Error || (aborted && !keep_aborted) {
@@ -755,11 +787,13 @@ mod tests {
     #[test]
     fn duplicate_call_ids_are_remapped_on_call_and_result() {
         let model = Model::new("anthropic-messages", "anthropic", "c", "");
-        // The same assistant message stored under two entries (its result after the second).
+        // The same assistant message stored under two entries (its result after the second):
+        // one copy goes, answered by its real result; a second copy of the result is dropped.
         let twice = msgs(json!([
             {"role":"user","content":"go"},
             {"role":"assistant","content":[{"type":"toolCall","id":"toolu_1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
             {"role":"assistant","content":[{"type":"toolCall","id":"toolu_1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"toolu_1","toolName":"ls","content":[{"type":"text","text":"a.txt"}],"isError":false},
             {"role":"toolResult","toolCallId":"toolu_1","toolName":"ls","content":[{"type":"text","text":"a.txt"}],"isError":false}
         ]));
         let out = serde_json::to_value(transform_messages(&twice, &model)).unwrap();
@@ -770,11 +804,50 @@ mod tests {
         };
         assert_eq!(
             call_ids(&out),
+            pairs(&[("call", "toolu_1"), ("result", "toolu_1=a.txt")])
+        );
+        // The same message stored twice with its result after each copy: both are real turns,
+        // the second renamed on call and result.
+        let both = msgs(json!([
+            {"role":"user","content":"go"},
+            {"role":"assistant","content":[{"type":"toolCall","id":"toolu_1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"toolu_1","toolName":"ls","content":[{"type":"text","text":"a"}],"isError":false},
+            {"role":"assistant","content":[{"type":"toolCall","id":"toolu_1","name":"ls","arguments":{}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"toolu_1","toolName":"ls","content":[{"type":"text","text":"b"}],"isError":false}
+        ]));
+        let out = serde_json::to_value(transform_messages(&both, &model)).unwrap();
+        assert_eq!(
+            call_ids(&out),
             pairs(&[
                 ("call", "toolu_1"),
-                ("result", "toolu_1=No result provided"),
+                ("result", "toolu_1=a"),
                 ("call", "toolu_1_2"),
-                ("result", "toolu_1_2=a.txt"),
+                ("result", "toolu_1_2=b"),
+            ])
+        );
+        // Responses ids (`call_id|item_id`, Pi's convention) sharing one call id: renamed in
+        // both parts, so the request's `call_id`s and item ids are each unique.
+        let responses = Model::new("openai-responses", "openai", "r", "");
+        let shared_resp = msgs(json!([
+            {"role":"user","content":"go"},
+            {"role":"assistant","content":[
+                {"type":"toolCall","id":"call_s|fc_s","name":"ls","arguments":{}},
+                {"type":"toolCall","id":"call_s|fc_s","name":"ls","arguments":{"path":"."}},
+                {"type":"toolCall","id":"call_s|fc_t","name":"ls","arguments":{"path":"x"}}],"stopReason":"toolUse"},
+            {"role":"toolResult","toolCallId":"call_s|fc_s","toolName":"ls","content":[{"type":"text","text":"1"}],"isError":false},
+            {"role":"toolResult","toolCallId":"call_s|fc_s","toolName":"ls","content":[{"type":"text","text":"2"}],"isError":false},
+            {"role":"toolResult","toolCallId":"call_s|fc_t","toolName":"ls","content":[{"type":"text","text":"3"}],"isError":false}
+        ]));
+        let out = serde_json::to_value(transform_messages(&shared_resp, &responses)).unwrap();
+        assert_eq!(
+            call_ids(&out),
+            pairs(&[
+                ("call", "call_s|fc_s"),
+                ("call", "call_s_2|fc_s_2"),
+                ("call", "call_s_3|fc_t_3"),
+                ("result", "call_s|fc_s=1"),
+                ("result", "call_s_2|fc_s_2=2"),
+                ("result", "call_s_3|fc_t_3=3"),
             ])
         );
         // Two calls sharing one id in one message: results taken in turn, the second renamed

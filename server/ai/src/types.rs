@@ -256,6 +256,8 @@ impl AssistantMessage {
 #[serde(rename_all = "camelCase")]
 pub struct ToolResultMessage {
     pub tool_call_id: String,
+    /// Pi always writes it; foreign or hand-made files may not (read as "").
+    #[serde(default)]
     pub tool_name: String,
     #[serde(deserialize_with = "content_or_string")]
     pub content: Vec<ContentBlock>,

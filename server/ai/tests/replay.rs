@@ -1250,8 +1250,9 @@ async fn provider_timeouts_for_headers_and_idle_bodies_are_retryable() {
     }
 }
 
-/// Case 18.9 over the wire: an assistant message stored twice and two calls sharing one id go
-/// out with every tool-call id once, each result under its call's id, in both formats.
+/// Case 18.9 over the wire: an assistant message stored twice goes out once with its real
+/// result, and two calls sharing one id go out with every tool-call id once, each result under
+/// its call's id, in both formats.
 #[tokio::test]
 async fn duplicate_tool_call_ids_go_out_once_each() {
     let history: Vec<Message> = serde_json::from_value(json!([
@@ -1295,9 +1296,7 @@ async fn duplicate_tool_call_ids_go_out_once_each() {
         wire,
         vec![
             json!(["call_1"]),
-            json!(["call_1", "No result provided"]),
-            json!(["call_1_2"]),
-            json!(["call_1_2", "a.txt"]),
+            json!(["call_1", "a.txt"]),
             json!(["call_2", "call_2_2"]),
             json!(["call_2", "A"]),
             json!(["call_2_2", "B"]),
@@ -1322,18 +1321,95 @@ async fn duplicate_tool_call_ids_go_out_once_each() {
     assert_eq!(
         (uses, results),
         (
-            vec![
-                json!("call_1"),
-                json!("call_1_2"),
-                json!("call_2"),
-                json!("call_2_2")
-            ],
-            vec![
-                json!("call_1"),
-                json!("call_1_2"),
-                json!("call_2"),
-                json!("call_2_2")
-            ]
+            vec![json!("call_1"), json!("call_2"), json!("call_2_2")],
+            vec![json!("call_1"), json!("call_2"), json!("call_2_2")]
         )
     );
+}
+
+/// Case 18.9 on the wire: a Responses stream whose three function calls share one `call_id`
+/// and item id (stored as Pi stores them, `call_id|item_id`), answered and sent back: the next
+/// request carries each `call_id` and each item id once, every output under its call's id.
+#[tokio::test]
+async fn responses_calls_sharing_one_call_id_go_out_unique_on_call_and_output() {
+    let ev =
+        |o: Value| format!("event: {}\ndata: {o}\n\n", o["type"].as_str().unwrap()).into_bytes();
+    let mut reads = vec![ev(
+        json!({"type":"response.created","response":{"id":"resp_1","status":"in_progress"}}),
+    )];
+    for (i, args) in [r#"{}"#, r#"{"path":"."}"#, r#"{"path":"x"}"#]
+        .into_iter()
+        .enumerate()
+    {
+        let item = json!({"type":"function_call","id":"fc_same","call_id":"call_same","name":"ls","arguments":""});
+        reads.push(ev(
+            json!({"type":"response.output_item.added","output_index":i,"item":item}),
+        ));
+        reads.push(ev(
+            json!({"type":"response.function_call_arguments.delta","item_id":"fc_same","output_index":i,"delta":args}),
+        ));
+        let mut done = item.clone();
+        done["arguments"] = json!(args);
+        done["status"] = json!("completed");
+        reads.push(ev(
+            json!({"type":"response.output_item.done","output_index":i,"item":done}),
+        ));
+    }
+    reads.push(ev(
+        json!({"type":"response.completed","response":{"id":"resp_1","status":"completed","usage":{"input_tokens":5,"output_tokens":5,"total_tokens":10}}}),
+    ));
+    let (base, bodies) = serve(vec![sse(reads), http_error(400, vec![], "{}")]).await;
+    let m = model("openai-responses", base);
+    let first = pi_ai::stream(&m, &go(), StreamOptions::default())
+        .result()
+        .await;
+    let ids: Vec<String> = first.tool_calls().iter().map(|c| c.id.clone()).collect();
+    assert_eq!(ids, vec!["call_same|fc_same"; 3]);
+    let mut messages = vec![Message::user_text("go"), Message::Assistant(first.clone())];
+    for (k, c) in first.tool_calls().iter().enumerate() {
+        messages.push(
+            serde_json::from_value(json!({"role":"toolResult","toolCallId":c.id,"toolName":"ls",
+                "content":[{"type":"text","text":format!("out {k}")}],"isError":false,"timestamp":0}))
+            .unwrap(),
+        );
+    }
+    let ctx = Context {
+        system_prompt: String::new(),
+        messages,
+        tools: vec![],
+    };
+    let _ = pi_ai::stream(&m, &ctx, StreamOptions::default())
+        .result()
+        .await;
+    let sent = bodies.lock().unwrap()[1].clone();
+    let items: Vec<(String, String, String)> = sent["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|it| match it["type"].as_str() {
+            Some("function_call") => Some((
+                "call".to_string(),
+                it["call_id"].as_str().unwrap().to_string(),
+                it["id"].as_str().unwrap_or("").to_string(),
+            )),
+            Some("function_call_output") => Some((
+                "output".to_string(),
+                it["call_id"].as_str().unwrap().to_string(),
+                it["output"].as_str().unwrap_or("").to_string(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let want: Vec<(String, String, String)> = [
+        ("call", "call_same", "fc_same"),
+        ("call", "call_same_2", "fc_same_2"),
+        ("call", "call_same_3", "fc_same_3"),
+        ("output", "call_same", "out 0"),
+        ("output", "call_same_2", "out 1"),
+        ("output", "call_same_3", "out 2"),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(items, want);
 }

@@ -120,8 +120,8 @@ fn seed_exercise_2_branch_plus_compaction() {
         .branch_with_summary(
             &tree,
             Some(&a2),
-            &a3,
             "Tried gpt-b; it agreed the port is 3000.",
+            serde_json::Value::Null,
         )
         .unwrap();
     let u3 = w
@@ -227,6 +227,77 @@ fn unpaired_results_are_refused_at_append_time() {
     drop(w);
     let (mut w, _) = SessionWriter::open(&path).unwrap();
     w.append_message(&result("c2")).unwrap();
+}
+
+/// Case PAIR-02 (load-time repair), `fixtures/cases/PAIR-02-1.jsonl` behind a header and the
+/// user entry it names: the late result `r9` hangs under the aborted `a1` instead of `a3`,
+/// which called it. Opened, the file is read with `r9` under `a3` (said in a warning; the file
+/// is not changed), so the resumed context keeps "try again" and the call with its result,
+/// and the next entry follows `r9`. A result whose call is on its path is left alone.
+#[test]
+fn a_result_attached_under_the_wrong_entry_is_read_under_its_call() {
+    let d = tmp("pair02-load");
+    let case = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/cases/PAIR-02-1.jsonl"),
+    )
+    .unwrap();
+    // (As the case has it: the result's content a bare string, no `toolName`; both are read.)
+    let path = d.join("s.jsonl");
+    let text = format!(
+        "{}\n{}\n{case}",
+        json!({"type":"session","version":3,"id":"p2","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/ws"}),
+        json!({"type":"message","id":"u0","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"start"}})
+    );
+    std::fs::write(&path, &text).unwrap();
+    let (mut w, loaded) = SessionWriter::open(&path).unwrap();
+    // (The aborted, empty `a1` stays in the stored context; requests leave it out.)
+    assert_eq!(
+        shape(&loaded.messages),
+        [
+            "user:start",
+            "assistant:",
+            "user:try again",
+            "assistant:",
+            "result:call_9"
+        ]
+    );
+    assert!(
+        loaded.warnings.iter().any(|w| w
+            == "tool result r9 (call call_9) was attached under a1, not under the message that called it; it is read under a3"),
+        "{:?}",
+        loaded.warnings
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    let next = w.append_message(&Message::user_text("next")).unwrap();
+    drop(w);
+    let (_, again) = SessionWriter::open(&path).unwrap();
+    assert_eq!(
+        shape(&again.messages),
+        [
+            "user:start",
+            "assistant:",
+            "user:try again",
+            "assistant:",
+            "result:call_9",
+            "user:next"
+        ]
+    );
+    assert_eq!(again.tree.last_id(), Some(next.as_str()));
+    // A well-placed result at the end is not touched.
+    let d2 = tmp("pair02-fine");
+    let mut w = SessionWriter::create(&d2, Path::new("/ws"), "p", "m", "off").unwrap();
+    w.append_message(&Message::user_text("hi")).unwrap();
+    w.append_message(&assistant("", &[("c1", "ls")], "p", "m"))
+        .unwrap();
+    w.append_message(&result("c1")).unwrap();
+    let p2 = w.path().to_path_buf();
+    drop(w);
+    let (_, fine) = SessionWriter::open(&p2).unwrap();
+    assert_eq!(
+        shape(&fine.messages),
+        ["user:hi", "assistant:", "result:c1"]
+    );
+    assert!(fine.warnings.is_empty(), "{:?}", fine.warnings);
 }
 
 #[test]

@@ -787,14 +787,17 @@ pub struct SessionNameResult {
     pub name: String,
 }
 
-/// Context-window use (Pi's `contextUsage`).
+/// Context-window use (Pi's `contextUsage`): Pi's `estimateContextTokens` of the model's
+/// context (the last valid response's usage plus estimates of the messages after it).
+/// `tokens` and `percent` are `null` after a compaction until a response came after it (Pi's
+/// rule: the usage before it measured the context before it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextUsage {
-    pub tokens: u64,
+    pub tokens: Option<u64>,
     pub context_window: u64,
-    /// 0–100.
-    pub percent: f64,
+    /// 0–100, not rounded (Pi's `tokens / contextWindow * 100`).
+    pub percent: Option<f64>,
 }
 
 /// Token figures of `agent/session/stats`, with Pi's `get_session_stats` key names: `total`
@@ -809,8 +812,10 @@ pub struct StatsTokens {
     pub total: u64,
 }
 
-/// `agent/session/stats` result (Pi's `get_session_stats`): message counts on the active
-/// branch, tokens and cost of every response in the file.
+/// `agent/session/stats` result (Pi's `get_session_stats`, same scope): message counts,
+/// tokens and cost of the model's context (Pi's `state.messages`: after a compaction its
+/// summary and the kept messages), plus pi-lsp's `sessionTokens` / `sessionCost` (every
+/// response in the file, abandoned branches and compacted turns included: what was paid).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionStatsResult {
@@ -824,7 +829,11 @@ pub struct SessionStatsResult {
     pub tokens: StatsTokens,
     /// US dollars at the model's per-million-token prices.
     pub cost: f64,
-    /// From the last response on the active branch; absent before the first.
+    /// Every response in the session file (pi-lsp's; Pi has no such figure).
+    pub session_tokens: StatsTokens,
+    /// US dollars of every response in the session file (pi-lsp's).
+    pub session_cost: f64,
+    /// Absent only for a model without a context window (as in Pi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_usage: Option<ContextUsage>,
 }

@@ -15,6 +15,9 @@ const SYSTEM_PROMPT: &str = "You are a context summarization assistant. Your tas
 pub const PREAMBLE: &str =
     "The user explored a different conversation branch before returning here.\nSummary of that exploration:\n\n";
 
+/// Pi's summary of a branch left with nothing to summarise (without the preamble, as Pi).
+pub const NO_CONTENT: &str = "No content to summarize";
+
 /// Pi's `BRANCH_SUMMARY_PROMPT`.
 const INSTRUCTIONS: &str = "Create a structured summary of this conversation branch for context when returning later.\n\nUse this EXACT format:\n\n## Goal\n[What was the user trying to accomplish in this branch?]\n\n## Constraints & Preferences\n- [Any constraints, preferences, or requirements mentioned]\n- [Or \"(none)\" if none were mentioned]\n\n## Progress\n### Done\n- [x] [Completed tasks/changes]\n\n### In Progress\n- [ ] [Work that was started but not finished]\n\n### Blocked\n- [Issues preventing progress, if any]\n\n## Key Decisions\n- **[Decision]**: [Brief rationale]\n\n## Next Steps\n1. [What should happen next to continue this work]\n\nKeep each section concise. Preserve exact file paths, function names, and error messages.";
 
@@ -101,7 +104,7 @@ pub async fn branch_summary(
 ) -> Result<String, String> {
     let conversation = serialize(entries);
     if conversation.is_empty() {
-        return Ok(format!("{PREAMBLE}No content to summarize"));
+        return Ok(NO_CONTENT.to_string());
     }
     let instructions = match custom_instructions.map(str::trim).filter(|c| !c.is_empty()) {
         Some(c) => format!("{INSTRUCTIONS}\n\nAdditional focus: {c}"),

@@ -447,9 +447,14 @@ impl Run<'_> {
                 .take()
                 .filter(|_| a.stop_reason == StopReason::Error)
                 .or_else(|| pi_ai::errors::classify_message(&a, self.cfg.model.context_window));
-            let image_refused = failure
-                .as_ref()
-                .is_some_and(|f| f.class() == pi_ai::errors::ErrorClass::ImageTooLarge);
+            // A refusal naming an image's size, or a bare 413 (a gateway's "Request Entity Too
+            // Large" page names nothing): with images in the request, they go first; without
+            // any, a 413 stays a context overflow below.
+            let image_refused = failure.as_ref().is_some_and(|f| {
+                f.class() == pi_ai::errors::ErrorClass::ImageTooLarge
+                    || (f.class() == pi_ai::errors::ErrorClass::ContextOverflow
+                        && f.status() == Some(413))
+            });
             if image_refused && !self.images_dropped && !self.control.cancel.is_cancelled() {
                 // Case 18.12: the same image would be refused forever; the next request goes
                 // without it (a note in its place), and the user is told why.

@@ -466,6 +466,7 @@ struct AssistantFields {
 #[serde(rename_all = "camelCase")]
 struct ToolResultFields {
     tool_call_id: String,
+    #[serde(default)]
     tool_name: String,
     #[serde(deserialize_with = "blocks_or_string")]
     content: Vec<ContentBlock>,
@@ -623,6 +624,7 @@ mod tests {
             json!({"type":"message","id":"r","parentId":"b","message":{"role":"toolResult","toolCallId":"c1","toolName":"read","content":"plain","isError":true,"details":{"d":1}}}),
             json!({"type":"message","id":"r","parentId":"b","message":{"role":"toolResult","toolCallId":"c1","toolName":"read","content":[{"text":"type later","type":"text"}]}}),
             json!({"type":"message","id":"r","parentId":"b","message":{"role":"toolResult","toolName":"read","content":[]}}),
+            json!({"type":"message","id":"r","parentId":"b","message":{"role":"toolResult","toolCallId":"c1","content":"no tool name"}}),
             json!({"type":"message","id":"r","parentId":"b","message":{"content":"role later","role":"user"}}),
             json!({"type":"message","id":"r","parentId":"b","message":{"role":"user","content":[{"type":"video"}]}}),
             json!({"type":"message","id":"r","parentId":"b","message":{"role":"bashExecution","command":"ls","output":"","exitCode":1,"timestamp":3}}),

@@ -58,6 +58,95 @@ pub const ASSETS_DIR: &str = "assets";
 /// does not know it: such images show as empty in Pi.
 pub const ASSET_FIELD: &str = "piLspAsset";
 
+/// Load-time repair of case PAIR-02: a tool result on the loaded branch hangs under an entry
+/// that is not the assistant message that called it (an older writer attached a late result
+/// to an aborted message), so the resumed branch would lose the conversation since that
+/// message. When exactly one assistant entry declares the call and no result of its own
+/// answers it, the result (with the results and entries after it) is read under that message,
+/// in memory only: the file is not changed, the line keeps its `parentId`. `parsed`: the
+/// messages loading parsed, by entry index (else the lines are read). Returns one warning per
+/// result moved.
+fn reparent_orphan_results(
+    tree: &mut SessionTree,
+    parsed: Option<&[Option<Message>]>,
+) -> Vec<String> {
+    // Messages are looked at only for tool results and the entries they hang under: the role
+    // is known without parsing, and parsed messages are borrowed, not copied.
+    fn with_message<T>(
+        tree: &SessionTree,
+        parsed: Option<&[Option<Message>]>,
+        i: usize,
+        f: impl FnOnce(&Message) -> Option<T>,
+    ) -> Option<T> {
+        match parsed.and_then(|p| p.get(i)) {
+            Some(m) => m.as_ref().and_then(f),
+            None => tree.entries[i].message().as_ref().and_then(f),
+        }
+    }
+    let result_call = |tree: &SessionTree, i: usize| -> Option<String> {
+        if tree.entries[i].role() != Some("toolResult") {
+            return None;
+        }
+        with_message(tree, parsed, i, |m| match m {
+            Message::ToolResult(r) => Some(r.tool_call_id.clone()),
+            _ => None,
+        })
+    };
+    let declares = |tree: &SessionTree, i: usize, call: &str| -> bool {
+        tree.entries[i].role() == Some("assistant")
+            && with_message(tree, parsed, i, |m| match m {
+                Message::Assistant(a) => Some(a.tool_calls().iter().any(|c| c.id == call)),
+                _ => None,
+            })
+            .unwrap_or(false)
+    };
+    let mut warnings = Vec::new();
+    // Walk the branch from its leaf; a moved result changes the branch, so walk again (a few
+    // times at most).
+    'walk: for _ in 0..8 {
+        let Some(leaf) = tree.last_id().map(str::to_string) else {
+            break;
+        };
+        let path = tree.path_indices(&leaf);
+        for (pos, &i) in path.iter().enumerate().rev() {
+            let Some(call) = result_call(tree, i) else {
+                continue;
+            };
+            let p = pos.checked_sub(1).map(|k| path[k]);
+            let fine = p.is_some_and(|p| {
+                tree.entries[p].role() == Some("toolResult") || declares(tree, p, &call)
+            });
+            if fine {
+                continue;
+            }
+            let mut owners = (0..tree.entries.len()).filter(|&k| declares(tree, k, &call));
+            let (Some(owner), None) = (owners.next(), owners.next()) else {
+                continue;
+            };
+            let owner_id = tree.entries[owner].id.clone();
+            let answered = (0..tree.entries.len()).any(|k| {
+                tree.entries[k].parent_id.as_deref() == Some(owner_id.as_str())
+                    && result_call(tree, k).as_deref() == Some(call.as_str())
+            });
+            if answered {
+                continue;
+            }
+            let old = tree.entries[i]
+                .parent_id
+                .clone()
+                .unwrap_or_else(|| "null".into());
+            let id = tree.entries[i].id.clone();
+            tree.entries[i].parent_id = Some(owner_id.clone());
+            warnings.push(format!(
+                "tool result {id} (call {call}) was attached under {old}, not under the message that called it; it is read under {owner_id}"
+            ));
+            continue 'walk;
+        }
+        break;
+    }
+    warnings
+}
+
 /// The image blocks of a stored entry (message content, custom message content).
 fn image_blocks(entry: &mut Value) -> Vec<&mut Value> {
     let mut out = Vec::new();
@@ -420,6 +509,7 @@ impl SessionWriter {
                 backup.display()
             ));
         }
+        warnings.extend(reparent_orphan_results(&mut tree, messages.as_deref()));
         let leaf = tree.last_id().map(str::to_string);
         let ctx = match messages {
             Some(parsed) => tree.context_parsed(leaf.as_deref(), parsed),
@@ -503,19 +593,24 @@ impl SessionWriter {
     }
 
     /// Branches at `entry` and writes a `branch_summary` there carrying what the abandoned
-    /// branch (ending at `from_id`) concluded; returns the summary entry's id.
+    /// branch concluded, as Pi 0.73.1's `branchWithSummary` writes it: `fromId` is the entry
+    /// the summary is attached to (`"root"` for `None`), `details` Pi's `{readFiles,
+    /// modifiedFiles}` (or `Null` to leave it out), `fromHook: false`. Returns the summary
+    /// entry's id.
     pub fn branch_with_summary(
         &mut self,
         tree: &SessionTree,
         entry: Option<&str>,
-        from_id: &str,
         summary: &str,
+        details: Value,
     ) -> Result<String, SessionError> {
         self.branch(tree, entry)?;
-        self.append_entry(
-            "branch_summary",
-            json!({"fromId": from_id, "summary": summary, "fromHook": false}),
-        )
+        let mut fields = json!({"fromId": entry.unwrap_or("root"), "summary": summary});
+        if !details.is_null() {
+            fields["details"] = details;
+        }
+        fields["fromHook"] = json!(false);
+        self.append_entry("branch_summary", fields)
     }
 
     /// Sets (or with `None` clears) the label of entry `target`.

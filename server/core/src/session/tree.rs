@@ -538,7 +538,7 @@ impl SessionTree {
     }
 
     /// Indices of the root-to-`leaf` path (stops at a missing parent or a cycle).
-    fn path_indices(&self, leaf: &str) -> Vec<usize> {
+    pub(crate) fn path_indices(&self, leaf: &str) -> Vec<usize> {
         let mut out = Vec::new();
         let mut seen = vec![false; self.entries.len()];
         let mut cur = self.index.get(leaf).copied();

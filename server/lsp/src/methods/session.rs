@@ -7,8 +7,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use pi_core::session::SessionTree;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
 use super::{entry_text, invalid, model_info, session_tree};
@@ -61,46 +60,6 @@ pub(crate) fn session_state(s: &Session) -> SessionState {
         leaf_id: leaf,
         approval_policy: Some(s.gate().policy()),
     }
-}
-
-/// An entry's ISO-8601 `timestamp` as Unix milliseconds (a number is kept; anything else is 0).
-fn entry_millis(ts: &Value) -> Value {
-    if ts.is_number() {
-        return ts.clone();
-    }
-    json!(ts
-        .as_str()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.timestamp_millis())
-        .unwrap_or(0))
-}
-
-/// Messages of the path to `leaf` as Pi's `AgentMessage`s, with their entry ids.
-fn path_messages(tree: &SessionTree, leaf: Option<&str>) -> (Vec<Value>, Vec<String>) {
-    let mut messages = Vec::new();
-    let mut ids = Vec::new();
-    let Some(leaf) = leaf else {
-        return (messages, ids);
-    };
-    for e in tree.path(leaf) {
-        let r = &e.raw();
-        let m = match e.kind.as_str() {
-            "message" => r["message"].clone(),
-            "custom_message" => json!({"role": "custom", "customType": r["customType"],
-                "content": r["content"], "display": r["display"].as_bool().unwrap_or(true),
-                "details": r["details"], "timestamp": entry_millis(&r["timestamp"])}),
-            // Pi's createBranchSummaryMessage / createCompactionSummaryMessage /
-            // createCustomMessage: the entry's ISO time as milliseconds.
-            "branch_summary" => json!({"role": "branchSummary", "summary": r["summary"],
-                "fromId": r["fromId"], "timestamp": entry_millis(&r["timestamp"])}),
-            "compaction" => json!({"role": "compactionSummary", "summary": r["summary"],
-                "tokensBefore": r["tokensBefore"], "timestamp": entry_millis(&r["timestamp"])}),
-            _ => continue,
-        };
-        messages.push(m);
-        ids.push(e.id.clone());
-    }
-    (messages, ids)
 }
 
 fn io_error(e: impl std::fmt::Display) -> tower_lsp_server::jsonrpc::Error {
@@ -449,7 +408,39 @@ impl Backend {
             let s = crate::summary::branch_summary(&model, &left, p.custom_instructions.as_deref())
                 .await
                 .map_err(|e| agent_error(codes::SUMMARY_FAILED, e))?;
-            Some(s)
+            // Pi's generateBranchSummary: the files the left entries read and changed (and
+            // those of pi-written branch summaries among them) follow the summary and are
+            // its `details`.
+            let mut ops = pi_core::compaction::FileOps::default();
+            for e in &left {
+                if e.kind == "branch_summary" {
+                    let r = e.raw();
+                    if r["fromHook"] != true {
+                        let files = |k: &str| -> Vec<String> {
+                            r["details"][k]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter_map(|f| f.as_str().map(str::to_string))
+                                .collect()
+                        };
+                        ops.read.extend(files("readFiles"));
+                        ops.edited.extend(files("modifiedFiles"));
+                    }
+                } else if let Some(m) = e.message() {
+                    ops.add_calls(&m);
+                }
+            }
+            let (read, modified) = ops.lists();
+            let text = if s == crate::summary::NO_CONTENT {
+                s
+            } else {
+                s + &pi_core::compaction::format_file_operations(&read, &modified)
+            };
+            Some((
+                text,
+                serde_json::json!({"readFiles": read, "modifiedFiles": modified}),
+            ))
         } else {
             None
         };
@@ -459,8 +450,8 @@ impl Backend {
         }
         let mut w = lock(s.writer());
         let summary_entry_id = match (&summary, &old_leaf) {
-            (Some(text), Some(from)) => Some(
-                w.branch_with_summary(&tree, target_leaf.as_deref(), from, text)
+            (Some((text, details)), Some(_)) => Some(
+                w.branch_with_summary(&tree, target_leaf.as_deref(), text, details.clone())
                     .map_err(io_error)?,
             ),
             _ => {
@@ -483,7 +474,7 @@ impl Backend {
         Ok(SessionBranchResult {
             leaf_id: leaf,
             summary_entry_id,
-            summary,
+            summary: summary.map(|(text, _)| text),
             editor_text,
             message_count: count,
         })
@@ -522,44 +513,74 @@ impl Backend {
         })
     }
 
-    /// `agent/session/stats {sessionId}` (Pi's `get_session_stats`).
+    /// `agent/session/stats {sessionId}` (Pi's `get_session_stats`, session.js
+    /// `getSessionStats` / `getContextUsage`): counts, tokens and cost of the model's context,
+    /// the context's estimate; plus every response in the file as `sessionTokens` /
+    /// `sessionCost`.
     pub(crate) async fn session_stats(&self, params: Value) -> Result<SessionStatsResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
         let s = lock(&session);
         let tree = session_tree(&s)?;
         let leaf = lock(s.writer()).leaf().map(str::to_string);
-        let (messages, _) = path_messages(&tree, leaf.as_deref());
+        let messages: Vec<Value> = pi_core::session::context_agent_messages(&tree, leaf.as_deref())
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
         let role = |r: &str| messages.iter().filter(|m| m["role"] == r).count();
-        let tool_calls = messages
-            .iter()
-            .filter(|m| m["role"] == "assistant")
-            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-            .filter(|b| b["type"] == "toolCall")
-            .count();
-        let context_usage = messages
-            .iter()
-            .rev()
-            .filter(|m| {
-                m["role"] == "assistant"
-                    && m["stopReason"] != "error"
-                    && m["stopReason"] != "aborted"
-            })
-            .find_map(|m| serde_json::from_value::<pi_ai::types::Usage>(m["usage"].clone()).ok())
-            .map(|u| {
-                let tokens = crate::tracker::context_tokens(&u);
-                let window = s.model().context_window;
-                ContextUsage {
-                    tokens,
+        let mut tool_calls = 0;
+        let mut context = crate::protocol::UsageTotals::default();
+        for m in messages.iter().filter(|m| m["role"] == "assistant") {
+            tool_calls += m["content"]
+                .as_array()
+                .map_or(0, |c| c.iter().filter(|b| b["type"] == "toolCall").count());
+            if let Ok(u) = serde_json::from_value::<pi_ai::types::Usage>(m["usage"].clone()) {
+                crate::tracker::add_usage(&mut context, &u);
+            }
+        }
+        let path = leaf.as_deref().map(|l| tree.path(l)).unwrap_or_default();
+        let window = s.model().context_window;
+        let context_usage = (window > 0).then(|| {
+            // Pi: after the last compaction, only a response that came after it measures
+            // the context; until then the figure is unknown.
+            let unknown = path
+                .iter()
+                .rposition(|e| e.kind == "compaction")
+                .is_some_and(|ci| {
+                    path[ci + 1..]
+                        .iter()
+                        .rev()
+                        .filter(|e| e.role() == Some("assistant"))
+                        .find(|e| {
+                            let r = e.raw();
+                            let stop = &r["message"]["stopReason"];
+                            stop != "error" && stop != "aborted"
+                        })
+                        .and_then(|e| e.assistant().and_then(|a| a.usage.as_ref()))
+                        .is_none_or(|u| crate::tracker::context_tokens(u) == 0)
+                });
+            if unknown {
+                return ContextUsage {
+                    tokens: None,
                     context_window: window,
-                    percent: if window > 0 {
-                        (tokens as f64 * 10000.0 / window as f64).round() / 100.0
-                    } else {
-                        0.0
-                    },
-                }
-            });
-        let tokens = super::file_usage(&tree);
+                    percent: None,
+                };
+            }
+            let tokens = pi_core::compaction::pi_context_tokens(&path);
+            ContextUsage {
+                tokens: Some(tokens),
+                context_window: window,
+                percent: Some(tokens as f64 / window as f64 * 100.0),
+            }
+        });
+        let file = super::file_usage(&tree);
+        let stats_tokens = |t: &crate::protocol::UsageTotals| crate::protocol::StatsTokens {
+            input: t.input,
+            output: t.output,
+            cache_read: t.cache_read,
+            cache_write: t.cache_write,
+            total: t.input + t.output + t.cache_read + t.cache_write,
+        };
         let session_file = lock(s.writer()).path().display().to_string();
         Ok(SessionStatsResult {
             session_id: s.id().to_string(),
@@ -569,14 +590,10 @@ impl Backend {
             tool_calls,
             tool_results: role("toolResult"),
             total_messages: messages.len(),
-            cost: tokens.cost,
-            tokens: crate::protocol::StatsTokens {
-                input: tokens.input,
-                output: tokens.output,
-                cache_read: tokens.cache_read,
-                cache_write: tokens.cache_write,
-                total: tokens.input + tokens.output + tokens.cache_read + tokens.cache_write,
-            },
+            tokens: stats_tokens(&context),
+            cost: context.cost,
+            session_tokens: stats_tokens(&file),
+            session_cost: file.cost,
             context_usage,
         })
     }
