@@ -48,11 +48,17 @@ function M.read_usage(st, session_id)
     if type(stats) ~= 'table' or st.session_id ~= session_id or st.status.usage then
       return
     end
+    -- JSON null arrives as vim.NIL: only numbers are figures (the context's tokens are
+    -- unknown after a compaction until the next response).
+    local function num(v)
+      return type(v) == 'number' and v or nil
+    end
     local cu = type(stats.contextUsage) == 'table' and stats.contextUsage or nil
     st.status.usage = {
-      contextTokens = cu and cu.tokens or nil,
-      contextWindow = cu and cu.contextWindow or nil,
-      session = { cost = stats.cost },
+      contextTokens = cu and num(cu.tokens) or nil,
+      contextWindow = cu and num(cu.contextWindow) or nil,
+      -- The money spent in the whole file (`cost` is the model's context's, as Pi's).
+      session = { cost = num(stats.sessionCost) or num(stats.cost) },
     }
     require('pi.status').changed()
   end, function()
@@ -423,10 +429,14 @@ subcommands.stats = chat_cmd(function(chat)
     local lines = {
       ('messages    %d (%d user, %d assistant), tool calls %d'):format(s.totalMessages or 0, s.userMessages or 0, s.assistantMessages or 0, s.toolCalls or 0),
       ('tokens      %d in, %d out, %d cache read, %d cache write'):format(t.input or 0, t.output or 0, t.cacheRead or 0, t.cacheWrite or 0),
-      ('cost        $%.4f'):format(type(s.cost) == 'number' and s.cost or 0),
+      ('cost        $%.4f in context, $%.4f in the session'):format(type(s.cost) == 'number' and s.cost or 0, type(s.sessionCost) == 'number' and s.sessionCost or (type(s.cost) == 'number' and s.cost or 0)),
     }
-    if s.contextUsage then
-      lines[#lines + 1] = ('context     %s of %s tokens (%s%%)'):format(tostring(s.contextUsage.tokens), tostring(s.contextUsage.contextWindow), tostring(s.contextUsage.percent))
+    local cu = type(s.contextUsage) == 'table' and s.contextUsage or nil
+    if cu then
+      local function fig(v)
+        return type(v) == 'number' and tostring(v) or '?'
+      end
+      lines[#lines + 1] = ('context     %s of %s tokens (%s%%)'):format(fig(cu.tokens), fig(cu.contextWindow), type(cu.percent) == 'number' and ('%.1f'):format(cu.percent) or '?')
     end
     lines[#lines + 1] = 'file        ' .. vim.fn.fnamemodify(tostring(s.sessionFile), ':~:.')
     -- A float that goes away with the next cursor move (no "Press ENTER").
