@@ -406,3 +406,111 @@ test("VP5: nothing runs when idle (0 frame callbacks, 0 timers over 5 s)", async
   assert.deepEqual(d, { raf: 0, timeout: 0, interval: 0 });
   await panel.page.context().close();
 });
+
+/** Main-thread CPU allowed for a change of the panel's width (VP6), ms. */
+const RESIZE_CPU_MS = 50;
+
+test("VP6: a new panel width with 1,000 messages loaded: no message re-rendered, ≤ 50 ms of CPU, the row being read stays put", async () => {
+  const entries = sessionEntries(1000);
+  const panel = await openPanel(browser, {
+    onRequest: (method, params) => {
+      if (method === "agent/state") return state;
+      if (method === "agent/model/list") return { models: [model] };
+      if (method === "agent/session/history") return historyPage(SID, entries, params);
+      throw { code: -32601, message: method };
+    },
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForSelector(".rows > .row");
+  // Page the whole session in (20 pages of 50), as a user scrolling to its start.
+  const historyCount = () => panel.requests.filter((q) => q.method === "agent/session/history").length;
+  for (let i = 0; i < 100 && historyCount() < entries.length / 50; i++) {
+    const n = historyCount();
+    await page.$eval("#transcript", (e) => (e.scrollTop = 0));
+    const deadline = Date.now() + 2000;
+    while (historyCount() === n && Date.now() < deadline) await page.waitForTimeout(20);
+    await page.waitForTimeout(40);
+  }
+  assert.equal(historyCount(), entries.length / 50, "the whole session was paged in");
+  await page.waitForTimeout(300);
+  // The user reads a row in the middle.
+  await page.$eval("#transcript", (e) => (e.scrollTop = e.scrollHeight / 2));
+  await page.waitForTimeout(300);
+  const loaded = await page.evaluate(() => (window as any).__pi.store.order.length);
+
+  /** Resizes the page to `width` and returns what the change cost. */
+  const resize = async (width: number) => {
+    const before = await page.evaluate(() => {
+      const w = window as any;
+      const s = document.querySelector("#transcript")!;
+      const top = s.getBoundingClientRect().top;
+      const rows = [...document.querySelectorAll(".rows > .row")] as HTMLElement[];
+      const read = rows.find((r) => r.getBoundingClientRect().bottom > top + 1)!;
+      for (const r of rows) (r as any).__old = true;
+      w.__oldMutations = 0;
+      w.__mo?.disconnect();
+      w.__mo = new MutationObserver((recs) => {
+        for (const rec of recs) {
+          const t = rec.target instanceof Element ? rec.target : rec.target.parentElement;
+          const row = t?.closest(".rows > .row") as any;
+          if (row?.__old && row !== rec.target) w.__oldMutations++;
+        }
+      });
+      w.__mo.observe(document.querySelector(".rows")!, { subtree: true, childList: true, characterData: true });
+      w.__resized = new Promise<number[]>((resolve) => {
+        window.addEventListener(
+          "resize",
+          () => {
+            const t0 = performance.now();
+            // The transcript renders in the frame after its ResizeObserver: three frames later
+            // everything the new width causes is done.
+            let k = 0;
+            const tick = () => (++k < 3 ? requestAnimationFrame(tick) : resolve([t0, performance.now()]));
+            requestAnimationFrame(tick);
+          },
+          { once: true },
+        );
+      });
+      const T = w.__pi.transcript;
+      return { id: read.dataset.id!, offset: read.getBoundingClientRect().top - top, blocks: w.__pi.renderStats.blocks, rows: rows.length };
+    });
+    await startTaskTrace(browser, page);
+    await page.evaluate(() => performance.mark("pi-sync"));
+    await page.setViewportSize({ width, height: 760 });
+    const [t0, t1] = await page.evaluate(() => (window as any).__resized as Promise<number[]>);
+    const trace = await stopTaskTrace(browser, page);
+    const after = await page.evaluate((id) => {
+      const w = window as any;
+      w.__mo.disconnect();
+      const s = document.querySelector("#transcript")!;
+      const row = document.querySelector(`.rows > .row[data-id="${id}"]`) as any;
+      const rows = [...document.querySelectorAll(".rows > .row")] as any[];
+      const T = w.__pi.transcript;
+      return {
+        offset: row ? row.getBoundingClientRect().top - s.getBoundingClientRect().top : null,
+        same: !!row?.__old,
+        kept: rows.filter((r) => r.__old).length,
+        added: rows.filter((r) => !r.__old).length,
+        oldMutations: w.__oldMutations as number,
+        blocks: w.__pi.renderStats.blocks as number,
+      };
+    }, before.id);
+    return { before, after, cpu: cpuBetween(trace, t0!, t1!), wall: t1! - t0! };
+  };
+  const wide = await resize(640);
+  const narrow = await resize(420);
+  for (const [name, r] of [["420 → 640 px", wide], ["640 → 420 px", narrow]] as const) {
+    perf(
+      `VP6 ${name} with ${loaded} items loaded: ${r.cpu.toFixed(1)} ms CPU (${r.wall.toFixed(0)} ms wall, 3 frames), rows kept ${r.after.kept} of ${r.before.rows} (${r.after.added} new at the window's edges, ` +
+        `${r.after.blocks - r.before.blocks} Markdown blocks rendered for them), mutations inside kept rows ${r.after.oldMutations}, row read moved ${((r.after.offset ?? NaN) - r.before.offset).toFixed(1)} px`,
+    );
+    assert.ok(r.cpu <= RESIZE_CPU_MS, `${name}: ${r.cpu} ms of CPU`);
+    assert.equal(r.after.oldMutations, 0, `${name}: rows already shown were re-rendered`);
+    assert.ok(r.after.same, `${name}: the row being read was replaced`);
+    assert.ok(Math.abs(r.after.offset! - r.before.offset) <= 1, `${name}: the row being read moved from ${r.before.offset} to ${r.after.offset} px`);
+  }
+  assert.ok(loaded >= 500, `${loaded} items loaded`);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
