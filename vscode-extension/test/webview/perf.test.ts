@@ -251,6 +251,16 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
     const po = new PerformanceObserver((l) => long.push(...l.getEntries().map((e) => e.duration)));
     po.observe({ type: "longtask" });
     const streamingRow = document.querySelector(".row-assistant.streaming")!;
+    // VP3: layout shifts of anything but the streaming row (content above the tail moving).
+    const shifts: number[] = [];
+    const shiftAbove: number[] = [];
+    const so = new PerformanceObserver((l) => {
+      for (const e of l.getEntries() as any[]) {
+        shifts.push(e.value);
+        if ((e.sources ?? []).some((src: any) => !src.node || !streamingRow.contains(src.node))) shiftAbove.push(e.value);
+      }
+    });
+    so.observe({ type: "layout-shift" });
     const outside: string[] = [];
     const mo = new MutationObserver((recs) => {
       for (const r of recs) {
@@ -280,7 +290,8 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
       counting = false;
       mo.disconnect();
       po.disconnect();
-      return { ms, frames, renders: w.__pi.renders - renders0, long, outside, keys };
+      so.disconnect();
+      return { ms, frames, renders: w.__pi.renders - renders0, long, outside, keys, shifts, shiftAbove };
     });
   }, BEHAVIOUR_DELTAS);
   // Type while it streams.
@@ -326,6 +337,9 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
   assert.ok(r.renders <= r.frames, `${r.renders} renders in ${r.frames} frames`);
   assert.ok(longCpu <= LONG_TASK_CPU_MS, `a task took ${longCpu} ms of CPU`);
   assert.deepEqual(r.outside, [], "DOM mutations outside the streaming row");
+  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+  perf(`VP3 layout shifts while streaming: ${r.shifts.length} entries (sum ${sum(r.shifts).toFixed(4)}), of content outside the streaming row ${r.shiftAbove.length} (sum ${sum(r.shiftAbove).toFixed(4)})`);
+  assert.equal(sum(r.shiftAbove), 0, "layout shifts of content above the tail");
   assert.equal(await page.inputValue("textarea.input"), "typing while the answer streams");
   // A browser that did not get 45 frames a second was starved by the machine's load: its wall
   // latency measures the load, and the bound is on the work in the way (CPU) instead.
@@ -511,6 +525,63 @@ test("VP6: a new panel width with 1,000 messages loaded: no message re-rendered,
     assert.ok(Math.abs(r.after.offset! - r.before.offset) <= 1, `${name}: the row being read moved from ${r.before.offset} to ${r.after.offset} px`);
   }
   assert.ok(loaded >= 500, `${loaded} items loaded`);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
+
+test("VP3: scrolled up, the row being read does not move while an answer streams and a tool card grows", async () => {
+  const entries = sessionEntries(200);
+  const panel = await openPanel(browser, {
+    onRequest: (method, params) => {
+      if (method === "agent/state") return { ...state, isStreaming: true };
+      if (method === "agent/model/list") return { models: [model] };
+      if (method === "agent/session/history") return historyPage(SID, entries, params);
+      throw { code: -32601, message: method };
+    },
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForSelector(".rows > .row");
+  const ev = (event: unknown) => ({ method: "agent/event", params: { sessionId: SID, runId: "run1", event } });
+  const ts = 1764700000000;
+  await panel.send({ type: "notifications", items: [ev({ type: "agent_start" }), ev({ type: "turn_start" }), ev({ type: "message_start", message: { role: "user", content: [{ type: "text", text: "go on" }], timestamp: ts } }), ev({ type: "message_end", message: { role: "user", content: [{ type: "text", text: "go on" }], timestamp: ts } }), ev({ type: "message_start", message: { role: "assistant", content: [], api: "x", provider: "rec", model: "rec-1", stopReason: "stop", timestamp: ts + 1 } }), ev({ type: "message_update", assistantMessageEvent: { type: "text_start", contentIndex: 0 } })] });
+  await page.waitForSelector(".row-assistant.streaming", { state: "attached" });
+  await page.waitForTimeout(300);
+  // The user scrolls up by two screens (a wheel, as a person does) and reads.
+  await page.mouse.move(200, 300);
+  for (let i = 0; i < 6; i++) {
+    await page.mouse.wheel(0, -250);
+    await page.waitForTimeout(50);
+  }
+  await page.waitForTimeout(300);
+  const probe = () =>
+    page.evaluate(() => {
+      const s = document.querySelector("#transcript")!;
+      const top = s.getBoundingClientRect().top;
+      const rows = [...document.querySelectorAll(".rows > .row")] as HTMLElement[];
+      const read = rows.find((r) => r.getBoundingClientRect().bottom > top + 1)!;
+      return { id: read.dataset.id!, top: read.getBoundingClientRect().top - top, scrollTop: s.scrollTop, fromBottom: s.scrollHeight - s.scrollTop - s.clientHeight };
+    });
+  const before = await probe();
+  assert.ok(before.fromBottom > 500, `scrolled up: ${before.fromBottom} px from the bottom`);
+  const { deltas } = streamedAnswer(1000);
+  await installFeeder(page, deltas);
+  await page.evaluate(() => (window as any).__feed(0, 1000));
+  // Then a bash card whose output grows for a second.
+  const call = { toolCallId: "call_grow", toolName: "bash", args: { command: "make" } };
+  await panel.send({ type: "notifications", items: [ev({ type: "tool_execution_start", ...call })] });
+  let out = "";
+  for (let i = 0; i < 30; i++) {
+    out += `line ${i} of the build\n`;
+    await panel.send({ type: "notifications", items: [ev({ type: "tool_execution_update", ...call, partialResult: { content: [{ type: "text", text: out }] } })] });
+    await page.waitForTimeout(33);
+  }
+  await page.waitForTimeout(300);
+  const after = await probe();
+  perf(`VP3 scrolled up ${before.fromBottom.toFixed(0)} px from the bottom: 1,000 deltas and a growing tool card later the row read moved ${(after.top - before.top).toFixed(2)} px, scrollTop changed ${(after.scrollTop - before.scrollTop).toFixed(2)} px`);
+  assert.equal(after.id, before.id, "the same row is at the top of the view");
+  assert.ok(Math.abs(after.top - before.top) < 0.5, `the row read moved from ${before.top} to ${after.top} px`);
+  assert.ok(Math.abs(after.scrollTop - before.scrollTop) < 0.5, `scrollTop changed from ${before.scrollTop} to ${after.scrollTop}`);
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
