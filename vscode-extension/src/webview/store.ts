@@ -70,6 +70,9 @@ export interface ToolItem {
   /** Number of image blocks in the result. */
   images: number;
   details?: unknown;
+  /** A permission question about this call is open in the panel (the card says "waiting"
+   * rather than "running": nothing runs until the user answers). */
+  awaiting?: boolean;
 }
 
 export interface CompactionItem {
@@ -655,6 +658,15 @@ export function applyUsage(s: Store, p: any): void {
   };
   s.dirty.add("usage");
   s.version++;
+}
+
+/** Marks the tool call `toolCallId` as waiting for the user's answer to a permission question
+ * (`on`), or not; a call the transcript does not show is left alone. */
+export function setAwaiting(s: Store, toolCallId: string, on: boolean): void {
+  const t = s.items.get(`tool:${toolCallId}`);
+  if (!t || t.kind !== "tool" || !!t.awaiting === on) return;
+  t.awaiting = on;
+  touch(s, t.id);
 }
 
 /** Applies one relayed server notification `{method, params}`; other sessions' are ignored. */
