@@ -125,6 +125,11 @@ const sendingMeta = el("div", "user-meta", "Sending…");
 sending.append(sendingText, sendingMeta);
 /** The newest user row when `sending` was shown (it goes when another one is there). */
 let sendingAfter: string | null = null;
+/** Open permission questions of this panel: request id → the tool call they are about. */
+const awaitingCalls = new Map<number, string>();
+/** Every question (permission or extension UI) open in this panel: the header says the run
+ * waits for the user. */
+const openQuestions = new Set<number>();
 
 /** The id of the newest user row of the transcript (null: none). */
 function lastUserId(): string | null {
@@ -293,7 +298,7 @@ function setText(e: HTMLElement, t: string): void {
 let lastUsage: Store["usage"] = null;
 function renderStatus(): void {
   const state = store.stopping ? "stopping" : store.running ? "running" : "idle";
-  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? "Running" : sending.hidden ? "Idle" : "Sending…");
+  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? (openQuestions.size ? "Waiting for you" : "Running") : sending.hidden ? "Idle" : "Sending…");
   if (app.dataset.state !== state) app.dataset.state = state;
   const stopDisabled = !store.running || store.stopping;
   if (stopButton.disabled !== stopDisabled) stopButton.disabled = stopDisabled;
@@ -782,9 +787,8 @@ document.addEventListener("keydown", (e) => {
 });
 
 // ---- server requests (cards) --------------------------------------------------------------
-/** Open permission questions of this panel: request id → the tool call they are about. */
-const awaitingCalls = new Map<number, string>();
 function questionClosed(requestId: number): void {
+  if (openQuestions.delete(requestId)) renderStatus();
   const call = awaitingCalls.get(requestId);
   if (call === undefined) return;
   awaitingCalls.delete(requestId);
@@ -842,6 +846,8 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
     case "serverRequest": {
       const card = msg.method === "agent/requestPermission" ? permissionCard(msg.requestId, msg.params, cardHost) : uiCard(msg.requestId, msg.params, cardHost);
       cards.append(card);
+      openQuestions.add(msg.requestId);
+      renderStatus();
       const call = msg.method === "agent/requestPermission" ? (msg.params as any)?.toolCallId : undefined;
       if (typeof call === "string") {
         awaitingCalls.set(msg.requestId, call);

@@ -274,6 +274,7 @@ test("a permission card: tool, reason, diff; keyboard only; allow always in the 
   const callRow = page.locator(`.row-tool[data-id="tool:${asks[0].toolCallId}"]`);
   await page.waitForFunction((id) => document.querySelector(`.row-tool[data-id="tool:${id}"]`)?.getAttribute("data-state") === "waiting", asks[0].toolCallId);
   assert.equal(await callRow.locator(".tool-state").textContent(), "waiting");
+  assert.equal(await page.textContent(".status"), "Waiting for you");
   assert.equal(await page.textContent(".card.permission .card-title"), "pi wants to edit src/greet.py");
   assert.equal(await page.textContent(".card.permission .card-reason"), asks[0].reason);
   assert.deepEqual(await page.$$eval(".card.permission .diff span", (s) => s.map((x) => [x.className, x.textContent])).then((l) => l.filter(([c]) => c === "diff-add" || c === "diff-del")), [
@@ -292,10 +293,14 @@ test("a permission card: tool, reason, diff; keyboard only; allow always in the 
   assert.deepEqual((await panel.posts()).at(-1), { type: "serverResponse", requestId: 7, result: { decision: "allowAlways", scope: "session" } });
   await page.waitForFunction((id) => document.querySelector(`.row-tool[data-id="tool:${id}"]`)?.getAttribute("data-state") !== "waiting", asks[0].toolCallId);
   assert.notEqual(await callRow.locator(".tool-state").textContent(), "waiting");
+  assert.equal(await page.textContent(".status"), "Running");
   // The bash question: reject with a reason typed in the card (Enter in the field rejects).
   await panel.send({ type: "serverRequest", requestId: 8, method: "agent/requestPermission", params: asks[1] });
   await page.waitForSelector(".card.permission");
-  assert.equal(await page.textContent(".card.permission .card-title"), "pi wants to run `cargo test -p demo`");
+  // The command shows as code (not with its backticks).
+  assert.equal(await page.textContent(".card.permission .card-title"), "pi wants to run cargo test -p demo");
+  assert.equal(await page.textContent(".card.permission .card-title code"), "cargo test -p demo");
+  assert.deepEqual(await page.$$eval(".card.permission button code", (c) => c.map((x) => x.textContent)), ["cargo test", "cargo test"]);
   await page.fill(".card.permission .reject-reason", "not now");
   await page.press(".card.permission .reject-reason", "Enter");
   await page.waitForFunction(() => !document.querySelector(".card.permission"));
