@@ -844,6 +844,8 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
       return;
     }
     case "serverRequest": {
+      // A question is shown once (the host may post the open ones again, e.g. on a re-attach).
+      if (openQuestions.has(msg.requestId)) return;
       const card = msg.method === "agent/requestPermission" ? permissionCard(msg.requestId, msg.params, cardHost) : uiCard(msg.requestId, msg.params, cardHost);
       cards.append(card);
       openQuestions.add(msg.requestId);

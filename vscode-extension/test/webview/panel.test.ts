@@ -270,6 +270,10 @@ test("a permission card: tool, reason, diff; keyboard only; allow always in the 
   await replay(panel, notifications.slice(0, lines.slice(0, firstAsk).filter((l) => l.method).length));
   await panel.send({ type: "serverRequest", requestId: 7, method: "agent/requestPermission", params: asks[0] });
   await page.waitForSelector(".card.permission");
+  // Posted again (a re-attach): still one card.
+  await panel.send({ type: "serverRequest", requestId: 7, method: "agent/requestPermission", params: asks[0] });
+  await frames(panel, 2);
+  assert.equal(await page.locator(".card.permission").count(), 1);
   // The call's card says it waits for the user, not that it runs.
   const callRow = page.locator(`.row-tool[data-id="tool:${asks[0].toolCallId}"]`);
   await page.waitForFunction((id) => document.querySelector(`.row-tool[data-id="tool:${id}"]`)?.getAttribute("data-state") === "waiting", asks[0].toolCallId);
