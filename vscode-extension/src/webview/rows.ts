@@ -153,7 +153,7 @@ class AssistantRow extends RowView {
     if (cl.contains("streaming") !== a.streaming) cl.toggle("streaming", a.streaming);
     // A message of tool calls only has no row of its own (its tool cards follow it).
     const hasContent = a.blocks.some((b) => b && (b.type === "thinking" || /\S/.test(b.text)));
-    const noContent = !hasContent && !a.errorMessage && a.stopReason !== "aborted";
+    const noContent = (!hasContent && !a.errorMessage && a.stopReason !== "aborted") || !!a.retried;
     if (cl.contains("no-content") !== noContent) cl.toggle("no-content", noContent);
     const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ?? (a.stopReason === "aborted" ? "Aborted." : "Failed.")) : "";
     if (this.error.hidden !== !err) this.error.hidden = !err;
