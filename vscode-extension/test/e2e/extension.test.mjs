@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { activeTab, editorText, runCommand, startWorkbench, until, waitChatFrame } from "./harness.mjs";
-import { BIG_TEXT } from "./mock-model.mjs";
+import { BIG_TEXT, MANY_WORDS } from "./mock-model.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const shotDir = process.env.PI_E2E_SHOTS ?? path.join(here, "..", "..", "dist", "e2e");
@@ -608,7 +608,7 @@ test("a window reload mid-run finds the session intact, and the edits under revi
   }, 60_000);
 });
 
-test("2,000 deltas at 500 per second reach the panel in at most 60 posts per second (VP7)", async () => {
+test("6,000 deltas at 500 per second reach the panel in at most 60 posts per second (VP7)", async () => {
   // The previous run's figures are written 200 ms after it ended: wait for them, so the
   // baseline is this extension host's.
   await new Promise((r) => setTimeout(r, 1000));
@@ -616,11 +616,11 @@ test("2,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   const viewBefore = before.panels.find((p) => p.kind === "view");
   const sent = Date.now();
   await send(chat, "many words please");
-  await until("the end of the burst", async () => (await frameText(chat)).includes("w1999 END"), 60_000);
+  await until("the end of the burst", async () => (await frameText(chat)).includes(`w${MANY_WORDS - 1} END`), 90_000);
   const seconds = (Date.now() - sent) / 1000;
   const stats = await until("the host's figures for the burst", async () => {
     const s = wb.stats();
-    return s.notesRelayed > before.notesRelayed + 2000 && s;
+    return s.notesRelayed > before.notesRelayed + MANY_WORDS && s;
   }, 10_000);
   const view = stats.panels.find((p) => p.kind === "view");
   const notes = stats.notesRelayed - before.notesRelayed;
@@ -641,5 +641,8 @@ test("2,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   assert.ok(posts < notes / 2, `${posts} posts for ${notes} notifications: batched`);
   // VP7: ≤ 5 ms of host CPU per 1,000 events (the extension's own work and VS Code's
   // postMessage of what it posts, on the thread clock).
-  if (stats.cpuClock === "thread") assert.ok((net / notes) * 1000 <= 5, `${((net / notes) * 1000).toFixed(2)} ms per 1,000 events`);
+  // Asserted on the whole figure, the clock's own cost included (its calibration is itself
+  // read on the tick-stepped clock).
+  assert.equal(stats.cpuClock, "thread", "code-server's Node has process.threadCpuUsage");
+  assert.ok((cpu / notes) * 1000 <= 5, `${((cpu / notes) * 1000).toFixed(2)} ms per 1,000 events`);
 });
