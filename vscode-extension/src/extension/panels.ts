@@ -115,11 +115,14 @@ export class ChatPanel implements RouteTarget {
         this.host.attach(this, this.sessionId);
         this.sendInit();
         return;
-      case "attach":
+      case "attach": {
+        // Questions of a session the panel already shows were posted to it when asked.
+        const already = this.sessionId === m.sessionId;
         this.host.attach(this, m.sessionId);
         this.remember(m.sessionId);
-        if (m.sessionId) for (const q of this.host.openQuestions(m.sessionId)) this.post(q);
+        if (m.sessionId && !already) for (const q of this.host.openQuestions(m.sessionId)) this.post(q);
         return;
+      }
       case "request": {
         const pre = m.method === "agent/prompt" && !m.params?.sessionId ? this.host.newSessionParams() : undefined;
         if (pre) {

@@ -20,12 +20,29 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: 
   return e;
 }
 
+/** Puts `text` into `parent` with its `backticked` parts as `<code>` (a command or a rule
+ * shows as code, not with its backticks); returns `parent`. */
+function withCode<E extends HTMLElement>(parent: E, text: string): E {
+  text.split("`").forEach((part, i, parts) => {
+    if (!part) return;
+    // An unpaired last backtick stays as written.
+    if (i % 2 === 1 && i < parts.length - 1) parent.append(el("code", undefined, part));
+    else parent.append(i % 2 === 1 ? `\`${part}` : part);
+  });
+  return parent;
+}
+
+/** `text` without the backticks of its code parts (for titles and labels read aloud). */
+function plain(text: string): string {
+  return text.replace(/`([^`]*)`/g, "$1");
+}
+
 function button(label: string, cls: string, key: string | null, onClick: () => void): HTMLButtonElement {
-  const b = el("button", cls, label);
+  const b = withCode(el("button", cls), label);
   b.type = "button";
   if (key) {
     b.dataset.key = key;
-    b.title = `${label} (Alt+${key.toUpperCase()})`;
+    b.title = `${plain(label)} (Alt+${key.toUpperCase()})`;
     b.setAttribute("aria-keyshortcuts", `Alt+${key.toUpperCase()}`);
   }
   b.addEventListener("click", onClick);
@@ -53,9 +70,9 @@ function describe(tool: string, args: any): string {
 export function permissionCard(requestId: number, p: any, host: CardHost): HTMLElement {
   const card = el("div", "card permission");
   card.setAttribute("role", "alertdialog");
-  card.setAttribute("aria-label", `Permission: pi wants to ${describe(p.tool, p.arguments)}`);
+  card.setAttribute("aria-label", `Permission: pi wants to ${plain(describe(p.tool, p.arguments))}`);
   card.dataset.requestId = String(requestId);
-  card.append(el("div", "card-title", `pi wants to ${describe(p.tool, p.arguments)}`));
+  card.append(withCode(el("div", "card-title"), `pi wants to ${describe(p.tool, p.arguments)}`));
   if (p.reason) card.append(el("div", "card-reason", String(p.reason)));
   if (p.change?.diff) {
     card.append(diffView(String(p.change.diff)));

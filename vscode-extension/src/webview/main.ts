@@ -16,6 +16,7 @@ import {
   applyHistoryPage,
   applyAbortReport,
   markStopping,
+  setAwaiting,
   addQueued,
   promptToRestore,
   applyQueueUpdate,
@@ -115,6 +116,46 @@ const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({
 const empty = el("div", "empty", "Ask pi anything about this workspace. Enter sends; while it runs, Enter steers and Alt+Enter queues a follow-up; Esc stops.");
 main.append(empty);
 
+/** The prompt just sent, shown at once under the transcript until the server's user message
+ * (its row) arrives: the answer to Enter is immediate even when the server takes a moment. */
+const sending = el("div", "sending");
+sending.hidden = true;
+const sendingText = el("div", "user-text");
+const sendingMeta = el("div", "user-meta", "Sending…");
+sending.append(sendingText, sendingMeta);
+/** The newest user row when `sending` was shown (it goes when another one is there). */
+let sendingAfter: string | null = null;
+/** Open permission questions of this panel: request id → the tool call they are about. */
+const awaitingCalls = new Map<number, string>();
+/** Every question (permission or extension UI) open in this panel: the header says the run
+ * waits for the user. */
+const openQuestions = new Set<number>();
+
+/** The id of the newest user row of the transcript (null: none). */
+function lastUserId(): string | null {
+  for (let i = store.order.length - 1; i >= 0; i--) {
+    const id = store.order[i]!;
+    if (store.items.get(id)?.kind === "user") return id;
+  }
+  return null;
+}
+
+function showSending(text: string): void {
+  sendingAfter = lastUserId();
+  sendingText.textContent = text;
+  sending.hidden = false;
+  empty.hidden = true;
+  setText(statusText, "Sending…");
+}
+
+function hideSending(): void {
+  if (sending.hidden) return;
+  sending.hidden = true;
+  sendingText.textContent = "";
+  empty.hidden = store.order.length > 0;
+  renderStatus();
+}
+
 const cards = el("div", "cards");
 cards.setAttribute("aria-live", "polite");
 const queueList = el("ul", "queue");
@@ -138,7 +179,7 @@ stopButton.type = "button";
 stopButton.title = "Stop the run (Esc)";
 controls.append(modeText, stopButton, sendButton);
 composer.append(chips, popup, input, controls);
-app.append(header, main, cards, queueList, composer);
+app.append(header, main, sending, cards, queueList, composer);
 
 input.value = saved?.draft ?? "";
 
@@ -232,7 +273,8 @@ function renderFrame(): void {
   // Pinned to the bottom the saved position stays 0; scrolled up, content growing below moves
   // the distance from the bottom (the webview state keeps it for a reload).
   if (!transcript.atBottom ? Math.abs(transcript.fromBottom() - savedFromBottom) >= 1 : savedFromBottom !== 0) saveState();
-  empty.hidden = store.order.length > 0;
+  if (!sending.hidden && lastUserId() !== sendingAfter) hideSending();
+  empty.hidden = store.order.length > 0 || !sending.hidden;
   if (store.version !== lastVersion) {
     lastVersion = store.version;
     renderStatus();
@@ -256,7 +298,7 @@ function setText(e: HTMLElement, t: string): void {
 let lastUsage: Store["usage"] = null;
 function renderStatus(): void {
   const state = store.stopping ? "stopping" : store.running ? "running" : "idle";
-  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? "Running" : "Idle");
+  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? (openQuestions.size ? "Waiting for you" : "Running") : sending.hidden ? "Idle" : "Sending…");
   if (app.dataset.state !== state) app.dataset.state = state;
   const stopDisabled = !store.running || store.stopping;
   if (stopButton.disabled !== stopDisabled) stopButton.disabled = stopDisabled;
@@ -519,6 +561,7 @@ async function send(behavior?: "steer" | "followUp"): Promise<void> {
   renderChips();
   closePopup();
   saveState();
+  if (!queued) showSending(typed || `${imgs.length} image${imgs.length === 1 ? "" : "s"}`);
   try {
     const r = await request<any>("agent/prompt", params);
     if (!store.sessionId && r.sessionId) {
@@ -534,6 +577,7 @@ async function send(behavior?: "steer" | "followUp"): Promise<void> {
     }
   } catch (e: any) {
     // Nothing was sent: the text goes back to the composer.
+    hideSending();
     if (!input.value) input.value = typed;
     log("error", `agent/prompt: ${e?.message}`);
     showError(e?.message ?? String(e));
@@ -743,8 +787,18 @@ document.addEventListener("keydown", (e) => {
 });
 
 // ---- server requests (cards) --------------------------------------------------------------
+function questionClosed(requestId: number): void {
+  if (openQuestions.delete(requestId)) renderStatus();
+  const call = awaitingCalls.get(requestId);
+  if (call === undefined) return;
+  awaitingCalls.delete(requestId);
+  setAwaiting(store, call, false);
+  schedule();
+}
+
 const cardHost = {
   answer(requestId: number, result: unknown) {
+    questionClosed(requestId);
     post({ type: "serverResponse", requestId, result });
     const c = cards.querySelector(`[data-request-id="${requestId}"]`);
     c?.remove();
@@ -790,11 +844,22 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
       return;
     }
     case "serverRequest": {
+      // A question is shown once (the host may post the open ones again, e.g. on a re-attach).
+      if (openQuestions.has(msg.requestId)) return;
       const card = msg.method === "agent/requestPermission" ? permissionCard(msg.requestId, msg.params, cardHost) : uiCard(msg.requestId, msg.params, cardHost);
       cards.append(card);
+      openQuestions.add(msg.requestId);
+      renderStatus();
+      const call = msg.method === "agent/requestPermission" ? (msg.params as any)?.toolCallId : undefined;
+      if (typeof call === "string") {
+        awaitingCalls.set(msg.requestId, call);
+        setAwaiting(store, call, true);
+        schedule();
+      }
       return;
     }
     case "serverRequestDone": {
+      questionClosed(msg.requestId);
       cards.querySelector(`[data-request-id="${msg.requestId}"]`)?.remove();
       return;
     }

@@ -153,7 +153,7 @@ class AssistantRow extends RowView {
     if (cl.contains("streaming") !== a.streaming) cl.toggle("streaming", a.streaming);
     // A message of tool calls only has no row of its own (its tool cards follow it).
     const hasContent = a.blocks.some((b) => b && (b.type === "thinking" || /\S/.test(b.text)));
-    const noContent = !hasContent && !a.errorMessage && a.stopReason !== "aborted";
+    const noContent = (!hasContent && !a.errorMessage && a.stopReason !== "aborted") || !!a.retried;
     if (cl.contains("no-content") !== noContent) cl.toggle("no-content", noContent);
     const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ?? (a.stopReason === "aborted" ? "Aborted." : "Failed.")) : "";
     if (this.error.hidden !== !err) this.error.hidden = !err;
@@ -192,11 +192,13 @@ class ToolRow extends RowView {
   update(item: Item): void {
     if (item.kind !== "tool") return;
     const t = item as ToolItem;
-    this.el.dataset.state = t.state;
-    this.el.setAttribute("aria-label", `${t.toolName} ${t.state}`);
+    const waiting = !!t.awaiting && (t.state === "pending" || t.state === "running");
+    const state = waiting ? "waiting" : t.state;
+    this.el.dataset.state = state;
+    this.el.setAttribute("aria-label", `${t.toolName} ${waiting ? "waiting for your approval" : t.state}`);
     this.name.textContent = t.toolName;
     this.summary.textContent = argsSummary(t.toolName, t.args, t.argsText);
-    this.state.textContent = { pending: "pending", running: "running", done: "done", error: "error" }[t.state];
+    this.state.textContent = waiting ? "waiting" : { pending: "pending", running: "running", done: "done", error: "error" }[t.state];
     const argsText = t.args === undefined ? t.argsText : JSON.stringify(t.args, null, 2);
     if (this.argsPre.textContent !== argsText) this.argsPre.textContent = argsText;
     // The last lines; the whole output (up to MAX_OUTPUT) only when asked for.

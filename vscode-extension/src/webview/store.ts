@@ -51,6 +51,9 @@ export interface AssistantItem {
   model?: string;
   entryId?: string;
   timestamp?: number;
+  /** Its error is being retried (`auto_retry_start` after it): the retry's notice says what
+   * failed, so the row is not shown (as Pi drops the failed message before retrying). */
+  retried?: boolean;
 }
 
 export type ToolState = "pending" | "running" | "done" | "error";
@@ -70,6 +73,9 @@ export interface ToolItem {
   /** Number of image blocks in the result. */
   images: number;
   details?: unknown;
+  /** A permission question about this call is open in the panel (the card says "waiting"
+   * rather than "running": nothing runs until the user answers). */
+  awaiting?: boolean;
 }
 
 export interface CompactionItem {
@@ -587,7 +593,17 @@ export function applyAgentEvent(s: Store, params: any): void {
       put(s, c);
       return;
     }
-    case "auto_retry_start":
+    case "auto_retry_start": {
+      // The message that failed is retried: its notice replaces its error row.
+      for (let i = s.order.length - 1; i >= 0; i--) {
+        const it = s.items.get(s.order[i]!);
+        if (it?.kind !== "assistant") continue;
+        if (it.stopReason === "error" && !it.retried) {
+          it.retried = true;
+          touch(s, it.id);
+        }
+        break;
+      }
       put(s, {
         kind: "notice",
         id: `retry:${runId}:${ev.attempt}`,
@@ -595,6 +611,7 @@ export function applyAgentEvent(s: Store, params: any): void {
         text: `Retrying (attempt ${ev.attempt} of ${ev.maxAttempts}) in ${Math.round(Number(ev.delayMs ?? 0) / 1000)} s: ${ev.errorMessage ?? ""}`,
       });
       return;
+    }
     case "auto_retry_end":
       put(s, {
         kind: "notice",
@@ -655,6 +672,15 @@ export function applyUsage(s: Store, p: any): void {
   };
   s.dirty.add("usage");
   s.version++;
+}
+
+/** Marks the tool call `toolCallId` as waiting for the user's answer to a permission question
+ * (`on`), or not; a call the transcript does not show is left alone. */
+export function setAwaiting(s: Store, toolCallId: string, on: boolean): void {
+  const t = s.items.get(`tool:${toolCallId}`);
+  if (!t || t.kind !== "tool" || !!t.awaiting === on) return;
+  t.awaiting = on;
+  touch(s, t.id);
 }
 
 /** Applies one relayed server notification `{method, params}`; other sessions' are ignored. */

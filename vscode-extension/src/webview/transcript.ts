@@ -23,6 +23,15 @@ const OVERSCAN = 1.5;
  * whatever they cost. */
 const ROW_BUDGET_MS = 6;
 
+/** The height a row takes in the list: its border box (fractional, as laid out: rounded
+ * heights add up to a drift over many rows) and its vertical margins (the list is a flex
+ * column, so margins never collapse and the sum of the rows' slots is the list's height). */
+function slotHeight(el: HTMLElement): number {
+  const cs = getComputedStyle(el);
+  if (cs.display === "none") return 0;
+  return el.getBoundingClientRect().height + (parseFloat(cs.marginTop) || 0) + (parseFloat(cs.marginBottom) || 0);
+}
+
 export class Transcript {
   readonly scroller: HTMLDivElement;
   private readonly top: HTMLDivElement;
@@ -244,10 +253,16 @@ export class Transcript {
       // Measure what is shown (one layout), then the spacers.
       for (const child of this.rows.children) {
         const el = child as HTMLElement;
-        this.setHeight(el.dataset.id!, el.offsetHeight);
+        this.setHeight(el.dataset.id!, slotHeight(el));
       }
       this.setSpacers();
       if (!w.added) break;
+    }
+    // The rows were just measured: rows above the anchor that changed height (a new width, a
+    // card that grew) move it, so its place is taken from the new heights (VP3, VP6).
+    if (!this.atBottom && anchorId !== null) {
+      const a = this.order.indexOf(anchorId);
+      if (a >= 0) scrollTarget = this.prefix(a) + Math.min(anchorOff, Math.max(0, this.heightOf(anchorId) - 1));
     }
     if (this.atBottom) this.setScrollTop(s.scrollHeight - s.clientHeight);
     else this.setScrollTop(scrollTarget);

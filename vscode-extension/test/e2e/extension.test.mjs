@@ -2,13 +2,13 @@
 // open the Pi panel, prompt, watch the streamed answer, approve an edit under `ask` and see it
 // in the editor, undo it with the editor's undo, abort a long bash run and read the report,
 // reload the window mid-run and find the session intact. Real pi-lsp, loopback model server.
-import { test, after, afterEach, before } from "node:test";
+import { test, after, afterEach, before, beforeEach } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { activeTab, editorText, runCommand, startWorkbench, until, waitChatFrame } from "./harness.mjs";
-import { BIG_TEXT } from "./mock-model.mjs";
+import { BIG_TEXT, MANY_WORDS } from "./mock-model.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const shotDir = process.env.PI_E2E_SHOTS ?? path.join(here, "..", "..", "dist", "e2e");
@@ -19,10 +19,21 @@ let page;
 let chat;
 
 const NOTES = "alpha\nbeta\ngamma\n";
+/** The workspace's files as every step finds them on disk. */
+const FILES = { "notes.txt": NOTES, "README.md": "# demo\n", "bad.json": '{"a": }\n', "big.txt": BIG_TEXT };
 
 before(async () => {
-  wb = await startWorkbench({ files: { "notes.txt": NOTES, "README.md": "# demo\n", "bad.json": '{"a": }\n', "big.txt": BIG_TEXT }, settings: { "pi.approvalPolicy": "ask" } });
+  wb = await startWorkbench({ files: FILES, settings: { "pi.approvalPolicy": "ask" } });
   page = wb.page;
+});
+
+// Every step starts from the same workbench, whatever the step before left (a failed step
+// included): no run going, no question open, no quick input, menu or notification, no editor
+// open, the workspace's files as seeded, and the Pi chat in the shown side bar with an empty
+// composer. The sessions made by earlier steps stay (later steps read them, as a user would).
+beforeEach(async () => {
+  if (!chat) return; // the first step opens the panel itself
+  await resetWorkbench();
 });
 
 afterEach(async (t) => {
@@ -48,6 +59,47 @@ async function send(frame, text) {
   await box.press("Enter");
 }
 
+/** The known state every step starts from (see beforeEach). */
+async function resetWorkbench() {
+  for (let i = 0; i < 2; i++) await page.keyboard.press("Escape");
+  await page.locator(".quick-input-widget").waitFor({ state: "hidden", timeout: 5_000 }).catch(() => {});
+  // A run left going (and with it any open question): aborted, in every panel's session.
+  const going = () => {
+    const s = wb.stats().activeStatus;
+    return !!s && (s.state !== "idle" || s.questions > 0);
+  };
+  if (going()) {
+    await runCommand(page, "Pi: Abort Run");
+    await until("no run going", async () => !going(), 20_000);
+  }
+  // Editors (a diff, a second chat panel, a changed buffer): reverted and closed.
+  for (let k = 0; (await page.locator(".tabs-container .tab").count()) > 0; k++) {
+    if (k >= 10) throw new Error(`editors stay open: ${(await page.locator(".tabs-container .tab").allInnerTexts()).join(" | ")}`);
+    await runCommand(page, "View: Revert and Close Editor");
+  }
+  for (const [rel, text] of Object.entries(FILES)) {
+    const file = path.join(wb.workspace, rel);
+    if (fs.readFileSync(file, "utf8") !== text) fs.writeFileSync(file, text);
+  }
+  if ((await page.locator(".notification-toast").count()) > 0) await runCommand(page, "Notifications: Clear All Notifications");
+  // The chat in the side bar (shown again if a step hid it), the frame of this window.
+  await runCommand(page, "Pi: Focus Chat");
+  await until("the side bar shown", async () => page.locator(".part.sidebar").isVisible(), 10_000);
+  // The Sessions and Changes views collapsed (the chat has the side bar's height).
+  for (const name of ["Sessions", "Changes"]) {
+    const header = page.locator(".part.sidebar .pane-header", { hasText: name }).first();
+    if ((await header.getAttribute("aria-expanded")) === "true") await header.click();
+  }
+  if (chat.isDetached()) chat = await waitChatFrame(page);
+  const box = chat.locator('textarea[aria-label="Message"]');
+  await until("the composer in view", async () => {
+    const b = await box.boundingBox();
+    const v = page.viewportSize();
+    return b && b.width > 0 && b.height > 0 && b.y >= 0 && b.y + b.height <= v.height && b.x >= 0 && b.x + b.width <= v.width;
+  }, 10_000);
+  await box.fill("");
+}
+
 async function closeAll() {
   await runCommand(page, "File: Save All");
   await runCommand(page, "View: Close All Editors");
@@ -68,7 +120,9 @@ async function openFile(name) {
       await page.keyboard.press("Control+P");
       await input.waitFor({ state: "visible", timeout: 5_000 });
       await input.fill(name);
-      await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 10_000 });
+      // The list is filtered a moment after the typing: Enter once the first row is the file
+      // (before, the first row is the most recently opened one).
+      await until(`${name} first in Quick Open`, async () => (await page.locator(".quick-input-list .monaco-list-row").first().getAttribute("aria-label"))?.startsWith(name), 10_000);
       await page.keyboard.press("Enter");
       await page.locator(`.tabs-container .tab.active`, { hasText: name }).waitFor({ timeout: 10_000 });
       return;
@@ -167,6 +221,7 @@ test("an edit under `ask` waits for Allow, lands in the open editor as one undo 
 });
 
 test("Undo on the hunk's CodeLens reverts the agent's lines and keeps the user's own typing", async () => {
+  await openFile("notes.txt");
   await send(chat, "edit notes.txt again");
   const allow = chat.getByRole("button", { name: /Allow once/ });
   await allow.waitFor({ timeout: 60_000 });
@@ -250,9 +305,18 @@ test("a permission question asked in the panel comes as a notification once the 
   await until("the attention flag", async () => /hello world waits for your approval/.test(wb.stats().flag), 10_000);
   await page.locator(".statusbar-item", { hasText: "waits for your approval" }).first().waitFor({ timeout: 10_000 });
   await toast.locator(".notification-list-item-message a", { hasText: /^Allow$/ }).click();
-  await until("the flag to go", async () => wb.stats().flag === "", 10_000);
+  // The answer closes the question's notification and its flag.
+  await toast.waitFor({ state: "hidden", timeout: 10_000 });
+  await until("the approval flag to go", async () => !/waits for your approval/.test(wb.stats().flag), 10_000);
   await until("the edit in the editor", async () => (await editorText(page)).includes("GAMMA"), 30_000);
+  // The run then ends with the panel still hidden: that is the flag now (agent/attention
+  // "finished"), until the panel is shown.
+  await until("the run's end", async () => / · idle$/.test(wb.stats().status), 30_000);
+  await until("the finished flag", async () => wb.stats().flag, 10_000);
+  assert.match(wb.stats().flag, /^\$\(bell-dot\) Pi: hello world finished$/);
   await runCommand(page, "View: Toggle Primary Side Bar Visibility");
+  await until("the side bar shown", async () => page.locator(".part.sidebar").isVisible(), 10_000);
+  await until("the flag to go once the panel shows the session", async () => wb.stats().flag === "", 10_000);
   await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited gamma."), 30_000);
   // Put the buffer back for the next steps.
   await clickEditor();
@@ -362,6 +426,26 @@ test("the Sessions view: label, rename, export, fork, clone, branch here, branch
   const pane = page.locator(".pane", { has: page.locator(".pane-header", { hasText: "Sessions" }) });
   const header = pane.locator(".pane-header").first();
   if ((await header.getAttribute("aria-expanded")) !== "true") await header.click();
+  // Room for the tree, as a person would drag the sash between the Chat and Sessions views
+  // (the rows of a view too short to show them scroll under the clicks).
+  await until("the Sessions view expanded", async () => (await header.getAttribute("aria-expanded")) === "true", 5_000);
+  const body = pane.locator(".pane-body");
+  for (let attempt = 0; ((await body.boundingBox())?.height ?? 0) < 300; attempt++) {
+    if (attempt >= 5) break;
+    await new Promise((r) => setTimeout(r, 300)); // the split view settles after the expansion
+    const top = (await header.boundingBox()).y;
+    const sashes = page.locator(".part.sidebar .monaco-sash.horizontal");
+    for (let i = 0; i < (await sashes.count()); i++) {
+      const b = await sashes.nth(i).boundingBox();
+      if (!b || b.width < 100 || Math.abs(b.y + b.height / 2 - top) > 6) continue;
+      await page.mouse.move(b.x + b.width / 2, b.y + b.height / 2);
+      await page.mouse.down();
+      await page.mouse.move(b.x + b.width / 2, Math.min(top, 420), { steps: 8 });
+      await page.mouse.up();
+      break;
+    }
+  }
+  await until("room for the Sessions tree", async () => (await pane.locator(".pane-body").boundingBox())?.height >= 300, 5_000);
   const rows = pane.locator(".monaco-list-row");
   const row = (text) => rows.filter({ hasText: text }).first();
   /** A row of the active session's branches: with the session lists collapsed, the rows below
@@ -390,7 +474,11 @@ test("the Sessions view: label, rename, export, fork, clone, branch here, branch
       await (typeof target === "function" ? await target() : target).click({ button: "right" });
       const action = page.locator(".context-view .action-label", { hasText: item }).first();
       await action.waitFor({ timeout: 10_000 });
-      await action.click();
+      // The item under the pointer is the menu's focused one; Enter runs it (a click on a menu
+      // that opened under a settling tree is sometimes taken as the end of the right-click).
+      await action.hover();
+      await until(`"${item}" focused in the menu`, async () => action.evaluate((el) => !!el.closest(".action-item.focused")), 5_000);
+      await page.keyboard.press("Enter");
       const closed = await page
         .locator(".context-view .monaco-menu")
         .first()
@@ -520,7 +608,7 @@ test("a window reload mid-run finds the session intact, and the edits under revi
   }, 60_000);
 });
 
-test("2,000 deltas at 500 per second reach the panel in at most 60 posts per second (VP7)", async () => {
+test("6,000 deltas at 500 per second reach the panel in at most 60 posts per second (VP7)", async () => {
   // The previous run's figures are written 200 ms after it ended: wait for them, so the
   // baseline is this extension host's.
   await new Promise((r) => setTimeout(r, 1000));
@@ -528,11 +616,11 @@ test("2,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   const viewBefore = before.panels.find((p) => p.kind === "view");
   const sent = Date.now();
   await send(chat, "many words please");
-  await until("the end of the burst", async () => (await frameText(chat)).includes("w1999 END"), 60_000);
+  await until("the end of the burst", async () => (await frameText(chat)).includes(`w${MANY_WORDS - 1} END`), 90_000);
   const seconds = (Date.now() - sent) / 1000;
   const stats = await until("the host's figures for the burst", async () => {
     const s = wb.stats();
-    return s.notesRelayed > before.notesRelayed + 2000 && s;
+    return s.notesRelayed > before.notesRelayed + MANY_WORDS && s;
   }, 10_000);
   const view = stats.panels.find((p) => p.kind === "view");
   const notes = stats.notesRelayed - before.notesRelayed;
@@ -553,5 +641,8 @@ test("2,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   assert.ok(posts < notes / 2, `${posts} posts for ${notes} notifications: batched`);
   // VP7: ≤ 5 ms of host CPU per 1,000 events (the extension's own work and VS Code's
   // postMessage of what it posts, on the thread clock).
-  if (stats.cpuClock === "thread") assert.ok((net / notes) * 1000 <= 5, `${((net / notes) * 1000).toFixed(2)} ms per 1,000 events`);
+  // Asserted on the whole figure, the clock's own cost included (its calibration is itself
+  // read on the tick-stepped clock).
+  assert.equal(stats.cpuClock, "thread", "code-server's Node has process.threadCpuUsage");
+  assert.ok((cpu / notes) * 1000 <= 5, `${((cpu / notes) * 1000).toFixed(2)} ms per 1,000 events`);
 });

@@ -7,7 +7,7 @@
 //   "slow …"   → a long answer streamed slowly (≈ 15 s), for the reload-mid-run test
 //   "later …"  → after 4 s, an `edit` of notes.txt (gamma → GAMMA), then "Edited gamma."
 //   "diag …"   → a `diagnostics` tool call, then "The editor reports: <the tool's text>"
-//   "many …"   → 2,000 one-word deltas at ≈ 500 per second (the host's batching figures)
+//   "many …"   → MANY_WORDS one-word deltas at ≈ 500 per second (the host's batching figures)
 //   "pause …"  → after 3 s, "Done pausing." (a run that ends while the panel is hidden)
 //   "bigedit …" → one `edit` of big.txt (BIG_LINES lines) changing every 100th line (50 hunks)
 // Other text gets "I only know hello, edit, sleep and slow."
@@ -23,8 +23,13 @@ function chunks(text, size) {
 
 export const HELLO_ANSWER =
   "Hello from the **mock model**. Here is a list:\n\n- one\n- two\n\nand some code:\n\n```js\nconsole.log(\"pi\");\n```\n\nThat is all.";
-/** 2,000 words, streamed one per chunk every 2 ms (≈ 500 deltas per second). */
-export const MANY_ANSWER = Array.from({ length: 2000 }, (_, i) => `w${i}`).join(" ") + " END";
+/** Words of the burst: 6,000 (12 s at 500 per second). The host's CPU per event is read from
+ * the thread clock, which Linux advances in scheduler-tick steps: over a burst of a few
+ * milliseconds of work a handful of steps decide the figure, so the burst is long enough for
+ * many of them (2,000 words gave 1.5–5.3 ms per 1,000 events for the same code). */
+export const MANY_WORDS = 6000;
+/** MANY_WORDS words, streamed one per chunk every 2 ms (≈ 500 deltas per second). */
+export const MANY_ANSWER = Array.from({ length: MANY_WORDS }, (_, i) => `w${i}`).join(" ") + " END";
 export const SLOW_ANSWER = Array.from({ length: 60 }, (_, i) => `Line ${i + 1} of a slow answer.`).join("\n");
 
 /** big.txt of the typing test: 5,000 lines. */

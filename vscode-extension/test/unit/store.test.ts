@@ -228,3 +228,30 @@ test("older history pages are prepended once, in order", () => {
   assert.equal(s.hasMore, false);
   assert.equal(s.oldestEntryId, "e0");
 });
+
+test("a failed answer that is retried gives way to its retry notice; the last failure stays", () => {
+  const s = createStore("s1");
+  const ev = (event: unknown) => applyNotification(s, { method: "agent/event", params: { sessionId: "s1", runId: "r", event } });
+  const failed = (ts: number) => ({ role: "assistant", content: [], api: "x", provider: "p", model: "m", stopReason: "error", errorMessage: "connection refused", timestamp: ts });
+  ev({ type: "agent_start" });
+  ev({ type: "message_start", message: { role: "user", content: "hi", timestamp: 1 } });
+  ev({ type: "message_end", message: { role: "user", content: "hi", timestamp: 1 } });
+  ev({ type: "message_start", message: failed(2) });
+  ev({ type: "message_end", message: failed(2) });
+  ev({ type: "auto_retry_start", attempt: 1, maxAttempts: 2, delayMs: 2000, errorMessage: "connection refused" });
+  ev({ type: "message_start", message: failed(3) });
+  ev({ type: "message_end", message: failed(3) });
+  ev({ type: "auto_retry_end", success: false, attempt: 1, finalError: "connection refused" });
+  ev({ type: "agent_end", messages: [] });
+  const items = s.order.map((id) => s.items.get(id)!);
+  assert.deepEqual(
+    items.map((i) => (i.kind === "assistant" ? [i.kind, i.errorMessage, !!i.retried] : i.kind === "notice" ? [i.kind, i.text] : [i.kind])),
+    [
+      ["user"],
+      ["assistant", "connection refused", true],
+      ["notice", "Retrying (attempt 1 of 2) in 2 s: connection refused"],
+      ["assistant", "connection refused", false],
+      ["notice", "Retries ended: connection refused"],
+    ],
+  );
+});

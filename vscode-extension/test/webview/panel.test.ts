@@ -239,8 +239,17 @@ test("abort before anything streamed puts the prompt back; the stop button abort
   await panel.send({ type: "init", sessionId: null, workspaceName: "demo", capabilities: {} });
   await panel.page.fill("textarea.input", "explain the build");
   await panel.page.press("textarea.input", "Enter");
+  // The prompt shows at once, before the server's events: "Sending…" under the transcript.
+  await panel.page.waitForSelector(".sending:not([hidden])");
+  assert.equal(await panel.page.textContent(".sending .user-text"), "explain the build");
+  assert.equal(await panel.page.textContent(".status"), "Sending…");
+  assert.equal(await panel.page.isVisible(".empty"), false);
   const ev = (event: unknown) => ({ method: "agent/event", params: { sessionId: SID, runId: "r9", event } });
   await replay(panel, [ev({ type: "agent_start" }), ev({ type: "turn_start" }), ev({ type: "message_start", message: { role: "user", content: [{ type: "text", text: "explain the build" }], timestamp: 1764600000000 } })]);
+  // Its row in the transcript replaces it.
+  await panel.page.waitForSelector(".sending", { state: "hidden" });
+  assert.equal(await panel.page.textContent(".rows .row-user .user-text"), "explain the build");
+  assert.equal(await panel.page.textContent(".status"), "Running");
   await panel.page.click("button.stop");
   await panel.page.waitForSelector(".row-abort");
   await replay(panel, [ev({ type: "agent_end", messages: [] })]);
@@ -256,9 +265,20 @@ test("a permission card: tool, reason, diff; keyboard only; allow always in the 
   const panel = await openPanel(browser, { onRequest: hostFor("ask-run", { "agent/session/history": () => ({ sessionId: asks[0].sessionId, leafId: null, entries: [], hasMore: false }) }) });
   const page = panel.page;
   await panel.send({ type: "init", sessionId: asks[0].sessionId, workspaceName: "demo", capabilities: {} });
-  await replay(panel, notifications.slice(0, 5));
+  // The run as recorded up to its first question (the edit's call has streamed: it has a card).
+  const firstAsk = lines.findIndex((l) => l.serverRequest === "agent/requestPermission");
+  await replay(panel, notifications.slice(0, lines.slice(0, firstAsk).filter((l) => l.method).length));
   await panel.send({ type: "serverRequest", requestId: 7, method: "agent/requestPermission", params: asks[0] });
   await page.waitForSelector(".card.permission");
+  // Posted again (a re-attach): still one card.
+  await panel.send({ type: "serverRequest", requestId: 7, method: "agent/requestPermission", params: asks[0] });
+  await frames(panel, 2);
+  assert.equal(await page.locator(".card.permission").count(), 1);
+  // The call's card says it waits for the user, not that it runs.
+  const callRow = page.locator(`.row-tool[data-id="tool:${asks[0].toolCallId}"]`);
+  await page.waitForFunction((id) => document.querySelector(`.row-tool[data-id="tool:${id}"]`)?.getAttribute("data-state") === "waiting", asks[0].toolCallId);
+  assert.equal(await callRow.locator(".tool-state").textContent(), "waiting");
+  assert.equal(await page.textContent(".status"), "Waiting for you");
   assert.equal(await page.textContent(".card.permission .card-title"), "pi wants to edit src/greet.py");
   assert.equal(await page.textContent(".card.permission .card-reason"), asks[0].reason);
   assert.deepEqual(await page.$$eval(".card.permission .diff span", (s) => s.map((x) => [x.className, x.textContent])).then((l) => l.filter(([c]) => c === "diff-add" || c === "diff-del")), [
@@ -275,10 +295,16 @@ test("a permission card: tool, reason, diff; keyboard only; allow always in the 
   await page.keyboard.press("Enter");
   await page.waitForFunction(() => !document.querySelector(".card.permission"));
   assert.deepEqual((await panel.posts()).at(-1), { type: "serverResponse", requestId: 7, result: { decision: "allowAlways", scope: "session" } });
+  await page.waitForFunction((id) => document.querySelector(`.row-tool[data-id="tool:${id}"]`)?.getAttribute("data-state") !== "waiting", asks[0].toolCallId);
+  assert.notEqual(await callRow.locator(".tool-state").textContent(), "waiting");
+  assert.equal(await page.textContent(".status"), "Running");
   // The bash question: reject with a reason typed in the card (Enter in the field rejects).
   await panel.send({ type: "serverRequest", requestId: 8, method: "agent/requestPermission", params: asks[1] });
   await page.waitForSelector(".card.permission");
-  assert.equal(await page.textContent(".card.permission .card-title"), "pi wants to run `cargo test -p demo`");
+  // The command shows as code (not with its backticks).
+  assert.equal(await page.textContent(".card.permission .card-title"), "pi wants to run cargo test -p demo");
+  assert.equal(await page.textContent(".card.permission .card-title code"), "cargo test -p demo");
+  assert.deepEqual(await page.$$eval(".card.permission button code", (c) => c.map((x) => x.textContent)), ["cargo test", "cargo test"]);
   await page.fill(".card.permission .reject-reason", "not now");
   await page.press(".card.permission .reject-reason", "Enter");
   await page.waitForFunction(() => !document.querySelector(".card.permission"));

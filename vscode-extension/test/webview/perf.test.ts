@@ -251,6 +251,16 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
     const po = new PerformanceObserver((l) => long.push(...l.getEntries().map((e) => e.duration)));
     po.observe({ type: "longtask" });
     const streamingRow = document.querySelector(".row-assistant.streaming")!;
+    // VP3: layout shifts of anything but the streaming row (content above the tail moving).
+    const shifts: number[] = [];
+    const shiftAbove: number[] = [];
+    const so = new PerformanceObserver((l) => {
+      for (const e of l.getEntries() as any[]) {
+        shifts.push(e.value);
+        if ((e.sources ?? []).some((src: any) => !src.node || !streamingRow.contains(src.node))) shiftAbove.push(e.value);
+      }
+    });
+    so.observe({ type: "layout-shift" });
     const outside: string[] = [];
     const mo = new MutationObserver((recs) => {
       for (const r of recs) {
@@ -280,7 +290,8 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
       counting = false;
       mo.disconnect();
       po.disconnect();
-      return { ms, frames, renders: w.__pi.renders - renders0, long, outside, keys };
+      so.disconnect();
+      return { ms, frames, renders: w.__pi.renders - renders0, long, outside, keys, shifts, shiftAbove };
     });
   }, BEHAVIOUR_DELTAS);
   // Type while it streams.
@@ -326,6 +337,9 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
   assert.ok(r.renders <= r.frames, `${r.renders} renders in ${r.frames} frames`);
   assert.ok(longCpu <= LONG_TASK_CPU_MS, `a task took ${longCpu} ms of CPU`);
   assert.deepEqual(r.outside, [], "DOM mutations outside the streaming row");
+  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+  perf(`VP3 layout shifts while streaming: ${r.shifts.length} entries (sum ${sum(r.shifts).toFixed(4)}), of content outside the streaming row ${r.shiftAbove.length} (sum ${sum(r.shiftAbove).toFixed(4)})`);
+  assert.equal(sum(r.shiftAbove), 0, "layout shifts of content above the tail");
   assert.equal(await page.inputValue("textarea.input"), "typing while the answer streams");
   // A browser that did not get 45 frames a second was starved by the machine's load: its wall
   // latency measures the load, and the bound is on the work in the way (CPU) instead.
@@ -405,4 +419,169 @@ test("VP5: nothing runs when idle (0 frame callbacks, 0 timers over 5 s)", async
   perf(`VP5 idle 5 s: ${d.raf} frame callbacks, ${d.timeout} timeouts, ${d.interval} interval ticks`);
   assert.deepEqual(d, { raf: 0, timeout: 0, interval: 0 });
   await panel.page.context().close();
+});
+
+/** Main-thread CPU allowed for a change of the panel's width (VP6), ms. */
+const RESIZE_CPU_MS = 50;
+
+test("VP6: a new panel width with 1,000 messages loaded: no message re-rendered, ≤ 50 ms of CPU, the row being read stays put", async () => {
+  const entries = sessionEntries(1000);
+  const panel = await openPanel(browser, {
+    onRequest: (method, params) => {
+      if (method === "agent/state") return state;
+      if (method === "agent/model/list") return { models: [model] };
+      if (method === "agent/session/history") return historyPage(SID, entries, params);
+      throw { code: -32601, message: method };
+    },
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForSelector(".rows > .row");
+  // Page the whole session in (20 pages of 50), as a user scrolling to its start.
+  const historyCount = () => panel.requests.filter((q) => q.method === "agent/session/history").length;
+  for (let i = 0; i < 100 && historyCount() < entries.length / 50; i++) {
+    const n = historyCount();
+    await page.$eval("#transcript", (e) => (e.scrollTop = 0));
+    const deadline = Date.now() + 2000;
+    while (historyCount() === n && Date.now() < deadline) await page.waitForTimeout(20);
+    await page.waitForTimeout(40);
+  }
+  assert.equal(historyCount(), entries.length / 50, "the whole session was paged in");
+  await page.waitForTimeout(300);
+  // The user reads a row in the middle.
+  await page.$eval("#transcript", (e) => (e.scrollTop = e.scrollHeight / 2));
+  await page.waitForTimeout(300);
+  const loaded = await page.evaluate(() => (window as any).__pi.store.order.length);
+
+  /** Resizes the page to `width` and returns what the change cost. */
+  const resize = async (width: number) => {
+    const before = await page.evaluate(() => {
+      const w = window as any;
+      const s = document.querySelector("#transcript")!;
+      const top = s.getBoundingClientRect().top;
+      const rows = [...document.querySelectorAll(".rows > .row")] as HTMLElement[];
+      const read = rows.find((r) => r.getBoundingClientRect().bottom > top + 1)!;
+      for (const r of rows) (r as any).__old = true;
+      w.__oldMutations = 0;
+      w.__mo?.disconnect();
+      w.__mo = new MutationObserver((recs) => {
+        for (const rec of recs) {
+          const t = rec.target instanceof Element ? rec.target : rec.target.parentElement;
+          const row = t?.closest(".rows > .row") as any;
+          if (row?.__old && row !== rec.target) w.__oldMutations++;
+        }
+      });
+      w.__mo.observe(document.querySelector(".rows")!, { subtree: true, childList: true, characterData: true });
+      w.__resized = new Promise<number[]>((resolve) => {
+        window.addEventListener(
+          "resize",
+          () => {
+            const t0 = performance.now();
+            // The transcript renders in the frame after its ResizeObserver: three frames later
+            // everything the new width causes is done.
+            let k = 0;
+            const tick = () => (++k < 3 ? requestAnimationFrame(tick) : resolve([t0, performance.now()]));
+            requestAnimationFrame(tick);
+          },
+          { once: true },
+        );
+      });
+      const T = w.__pi.transcript;
+      return { id: read.dataset.id!, offset: read.getBoundingClientRect().top - top, blocks: w.__pi.renderStats.blocks, rows: rows.length };
+    });
+    await startTaskTrace(browser, page);
+    await page.evaluate(() => performance.mark("pi-sync"));
+    await page.setViewportSize({ width, height: 760 });
+    const [t0, t1] = await page.evaluate(() => (window as any).__resized as Promise<number[]>);
+    const trace = await stopTaskTrace(browser, page);
+    const after = await page.evaluate((id) => {
+      const w = window as any;
+      w.__mo.disconnect();
+      const s = document.querySelector("#transcript")!;
+      const row = document.querySelector(`.rows > .row[data-id="${id}"]`) as any;
+      const rows = [...document.querySelectorAll(".rows > .row")] as any[];
+      const T = w.__pi.transcript;
+      return {
+        offset: row ? row.getBoundingClientRect().top - s.getBoundingClientRect().top : null,
+        same: !!row?.__old,
+        kept: rows.filter((r) => r.__old).length,
+        added: rows.filter((r) => !r.__old).length,
+        oldMutations: w.__oldMutations as number,
+        blocks: w.__pi.renderStats.blocks as number,
+      };
+    }, before.id);
+    return { before, after, cpu: cpuBetween(trace, t0!, t1!), wall: t1! - t0! };
+  };
+  const wide = await resize(640);
+  const narrow = await resize(420);
+  for (const [name, r] of [["420 → 640 px", wide], ["640 → 420 px", narrow]] as const) {
+    perf(
+      `VP6 ${name} with ${loaded} items loaded: ${r.cpu.toFixed(1)} ms CPU (${r.wall.toFixed(0)} ms wall, 3 frames), rows kept ${r.after.kept} of ${r.before.rows} (${r.after.added} new at the window's edges, ` +
+        `${r.after.blocks - r.before.blocks} Markdown blocks rendered for them), mutations inside kept rows ${r.after.oldMutations}, row read moved ${((r.after.offset ?? NaN) - r.before.offset).toFixed(1)} px`,
+    );
+    assert.ok(r.cpu <= RESIZE_CPU_MS, `${name}: ${r.cpu} ms of CPU`);
+    assert.equal(r.after.oldMutations, 0, `${name}: rows already shown were re-rendered`);
+    assert.ok(r.after.same, `${name}: the row being read was replaced`);
+    assert.ok(Math.abs(r.after.offset! - r.before.offset) <= 1, `${name}: the row being read moved from ${r.before.offset} to ${r.after.offset} px`);
+  }
+  assert.ok(loaded >= 500, `${loaded} items loaded`);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
+
+test("VP3: scrolled up, the row being read does not move while an answer streams and a tool card grows", async () => {
+  const entries = sessionEntries(200);
+  const panel = await openPanel(browser, {
+    onRequest: (method, params) => {
+      if (method === "agent/state") return { ...state, isStreaming: true };
+      if (method === "agent/model/list") return { models: [model] };
+      if (method === "agent/session/history") return historyPage(SID, entries, params);
+      throw { code: -32601, message: method };
+    },
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForSelector(".rows > .row");
+  const ev = (event: unknown) => ({ method: "agent/event", params: { sessionId: SID, runId: "run1", event } });
+  const ts = 1764700000000;
+  await panel.send({ type: "notifications", items: [ev({ type: "agent_start" }), ev({ type: "turn_start" }), ev({ type: "message_start", message: { role: "user", content: [{ type: "text", text: "go on" }], timestamp: ts } }), ev({ type: "message_end", message: { role: "user", content: [{ type: "text", text: "go on" }], timestamp: ts } }), ev({ type: "message_start", message: { role: "assistant", content: [], api: "x", provider: "rec", model: "rec-1", stopReason: "stop", timestamp: ts + 1 } }), ev({ type: "message_update", assistantMessageEvent: { type: "text_start", contentIndex: 0 } })] });
+  await page.waitForSelector(".row-assistant.streaming", { state: "attached" });
+  await page.waitForTimeout(300);
+  // The user scrolls up by two screens (a wheel, as a person does) and reads.
+  await page.mouse.move(200, 300);
+  for (let i = 0; i < 6; i++) {
+    await page.mouse.wheel(0, -250);
+    await page.waitForTimeout(50);
+  }
+  await page.waitForTimeout(300);
+  const probe = () =>
+    page.evaluate(() => {
+      const s = document.querySelector("#transcript")!;
+      const top = s.getBoundingClientRect().top;
+      const rows = [...document.querySelectorAll(".rows > .row")] as HTMLElement[];
+      const read = rows.find((r) => r.getBoundingClientRect().bottom > top + 1)!;
+      return { id: read.dataset.id!, top: read.getBoundingClientRect().top - top, scrollTop: s.scrollTop, fromBottom: s.scrollHeight - s.scrollTop - s.clientHeight };
+    });
+  const before = await probe();
+  assert.ok(before.fromBottom > 500, `scrolled up: ${before.fromBottom} px from the bottom`);
+  const { deltas } = streamedAnswer(1000);
+  await installFeeder(page, deltas);
+  await page.evaluate(() => (window as any).__feed(0, 1000));
+  // Then a bash card whose output grows for a second.
+  const call = { toolCallId: "call_grow", toolName: "bash", args: { command: "make" } };
+  await panel.send({ type: "notifications", items: [ev({ type: "tool_execution_start", ...call })] });
+  let out = "";
+  for (let i = 0; i < 30; i++) {
+    out += `line ${i} of the build\n`;
+    await panel.send({ type: "notifications", items: [ev({ type: "tool_execution_update", ...call, partialResult: { content: [{ type: "text", text: out }] } })] });
+    await page.waitForTimeout(33);
+  }
+  await page.waitForTimeout(300);
+  const after = await probe();
+  perf(`VP3 scrolled up ${before.fromBottom.toFixed(0)} px from the bottom: 1,000 deltas and a growing tool card later the row read moved ${(after.top - before.top).toFixed(2)} px, scrollTop changed ${(after.scrollTop - before.scrollTop).toFixed(2)} px`);
+  assert.equal(after.id, before.id, "the same row is at the top of the view");
+  assert.ok(Math.abs(after.top - before.top) < 0.5, `the row read moved from ${before.top} to ${after.top} px`);
+  assert.ok(Math.abs(after.scrollTop - before.scrollTop) < 0.5, `scrollTop changed from ${before.scrollTop} to ${after.scrollTop}`);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
 });
