@@ -35,7 +35,7 @@ use crate::protocol::{
     parse_params, AttentionNotification, AttentionParams, AttentionReason, PermissionsSetParams,
     PermissionsSetResult,
 };
-use crate::server::{lock, Backend};
+use crate::server::Backend;
 
 /// Params of `agent/requestPermission`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -171,7 +171,7 @@ pub struct LspApprover {
     session_id: String,
     agent_request: bool,
     /// Told which calls wait for an answer (the abort report lists no process for them).
-    tracker: Option<Arc<crate::tracker::Tracker>>,
+    tracker: Option<Arc<pi_core::harness::Tracker>>,
 }
 
 impl LspApprover {
@@ -187,7 +187,7 @@ impl LspApprover {
     }
 
     /// This approver, telling `tracker` which calls wait for the user.
-    pub fn with_tracker(mut self, tracker: Arc<crate::tracker::Tracker>) -> Self {
+    pub fn with_tracker(mut self, tracker: Arc<pi_core::harness::Tracker>) -> Self {
         self.tracker = Some(tracker);
         self
     }
@@ -216,9 +216,7 @@ impl LspApprover {
             message,
         };
         self.client
-            .send_notification::<AttentionNotification>(
-                serde_json::to_value(params).unwrap_or_default(),
-            )
+            .send_notification::<AttentionNotification>(params)
             .await;
     }
 
@@ -336,7 +334,7 @@ fn diff_counts(diff: &str) -> (usize, usize) {
 impl Asker for LspApprover {
     async fn ask(&self, question: Question) -> Answer {
         /// Clears the mark also when the question is withdrawn (the future dropped).
-        struct Waiting<'a>(Option<&'a crate::tracker::Tracker>, String);
+        struct Waiting<'a>(Option<&'a pi_core::harness::Tracker>, String);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
                 if let Some(t) = self.0 {
@@ -417,8 +415,7 @@ impl Backend {
     /// tool call, also within a running turn.
     pub(crate) async fn permissions_set(&self, params: Value) -> Result<PermissionsSetResult> {
         let p: PermissionsSetParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
-        let s = lock(&session);
+        let s = self.session(&p.session_id)?;
         s.gate().set_session_policy(p.approval_policy);
         Ok(PermissionsSetResult {
             approval_policy: s.gate().policy(),
