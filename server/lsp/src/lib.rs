@@ -7,6 +7,7 @@
 //! and UI requests ([`extensions`]), editor-side tools and the `diagnostics` tool
 //! ([`editor_tools`]), where log lines go ([`logging`]). Only this crate writes stdout; only it imports LSP types.
 
+pub mod client;
 pub mod dispatch;
 pub mod documents;
 pub mod editor_fs;
