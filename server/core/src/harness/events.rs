@@ -5,7 +5,7 @@
 //! entries and messages go to the [`AgentSession`] itself, their UI to the product.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
 use pi_ai::Message;
@@ -17,6 +17,7 @@ use crate::agent::{AgentEvent, EventSink, WeakAgent};
 use crate::extension::{
     CustomMessage, ExtensionErrorInfo, ExtensionHost, ExtensionUi, UiRequest, UiResponse,
 };
+use crate::session::SessionWriter;
 
 /// What a product does with a session's events: shows them (the editor sends notifications,
 /// `pi-lsp run` prints). The session has persisted an event before a listener gets it.
@@ -92,10 +93,12 @@ impl EventSink for SessionEvents {
     }
 }
 
-/// The extensions' host of one session: entries and messages through the session, the rest
-/// through the product's [`ExtensionUi`].
+/// The extensions' host of one session: entries in the session's file, messages through the
+/// session, the rest through the product's [`ExtensionUi`]. The entries go to the writer
+/// itself: `session_start` handlers read them while the session is being built.
 pub(super) struct SessionHost {
     session: Weak<AgentSession>,
+    writer: Arc<Mutex<SessionWriter>>,
     cwd: PathBuf,
     session_id: String,
     ui: Arc<dyn ExtensionUi>,
@@ -104,12 +107,14 @@ pub(super) struct SessionHost {
 impl SessionHost {
     pub(super) fn new(
         session: Weak<AgentSession>,
+        writer: Arc<Mutex<SessionWriter>>,
         cwd: PathBuf,
         session_id: String,
         ui: Arc<dyn ExtensionUi>,
     ) -> Self {
         SessionHost {
             session,
+            writer,
             cwd,
             session_id,
             ui,
@@ -117,9 +122,12 @@ impl SessionHost {
     }
 
     fn session(&self) -> Result<Arc<AgentSession>, String> {
-        self.session
-            .upgrade()
-            .ok_or_else(|| format!("session {} has been closed", self.session_id))
+        self.session.upgrade().ok_or_else(|| {
+            format!(
+                "session {} is not open (not yet, or any more)",
+                self.session_id
+            )
+        })
     }
 }
 
@@ -134,14 +142,11 @@ impl ExtensionHost for SessionHost {
     }
 
     fn append_entry(&self, custom_type: &str, data: Value) -> Result<String, String> {
-        crate::extension::append_custom_entry(&self.session()?.writer, custom_type, data)
+        crate::extension::append_custom_entry(&self.writer, custom_type, data)
     }
 
     fn custom_entries(&self, custom_type: &str) -> Vec<Value> {
-        match self.session() {
-            Ok(s) => crate::extension::custom_entries_of(&s.writer, custom_type),
-            Err(_) => Vec::new(),
-        }
+        crate::extension::custom_entries_of(&self.writer, custom_type)
     }
 
     /// [`AgentSession::send_custom_message`]: validated, queued, tracked, stored.

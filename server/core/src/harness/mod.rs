@@ -290,6 +290,7 @@ impl AgentSession {
             let gate = setup.gate(&ws, &id, &tracker);
             let host = Arc::new(events::SessionHost::new(
                 me.clone(),
+                writer.clone(),
                 ws.root().to_path_buf(),
                 id.clone(),
                 setup.extension_ui(&id),
