@@ -35,6 +35,20 @@ impl Backend {
         self.open_file(&path)
     }
 
+    /// The session `id` when it is open here; `None` when only its file exists (it has no
+    /// run to stop and nothing to close: opening it just to say so would take its lock);
+    /// UNKNOWN_SESSION when no file has that id.
+    pub(crate) fn open_session(&self, id: &str) -> Result<Option<Arc<AgentSession>>> {
+        let open = self.state.sessions.lock().get(id).cloned();
+        if open.is_none() && self.session_file(id).is_none() {
+            return Err(agent_error(
+                codes::UNKNOWN_SESSION,
+                format!("no session {id}"),
+            ));
+        }
+        Ok(open)
+    }
+
     /// The file of session `id` in the workspace's sessions folder, or in Pi's own sessions
     /// folder of this workspace.
     pub(crate) fn session_file(&self, id: &str) -> Option<std::path::PathBuf> {

@@ -8,8 +8,8 @@ use tower_lsp_server::jsonrpc::Result;
 
 use super::{core_error, images};
 use crate::protocol::{
-    agent_error, codes, parse_params, AbortParams, AbortResult, CompactParams, CompactResult,
-    DeliverAs, PromptParams, PromptResult, StreamingBehavior,
+    parse_params, AbortParams, AbortResult, CompactParams, CompactResult, DeliverAs, PromptParams,
+    PromptResult, StreamingBehavior,
 };
 use crate::server::Backend;
 
@@ -61,16 +61,7 @@ impl Backend {
     /// `agent/abort {sessionId}` → what was stopped ([`AgentSession::abort`]); idempotent.
     pub(crate) async fn agent_abort(&self, params: Value) -> Result<AbortResult> {
         let p: AbortParams = parse_params(params)?;
-        let session = self.state.sessions.lock().get(&p.session_id).cloned();
-        let Some(session) = session else {
-            // A session file that is not open has no run: nothing to stop (opening it just to
-            // say so would take its lock). Only an id no file has is unknown.
-            if self.session_file(&p.session_id).is_none() {
-                return Err(agent_error(
-                    codes::UNKNOWN_SESSION,
-                    format!("no session {}", p.session_id),
-                ));
-            }
+        let Some(session) = self.open_session(&p.session_id)? else {
             return Ok(AbortResult {
                 aborted: false,
                 run_id: None,

@@ -201,15 +201,7 @@ impl Backend {
     /// ([`AgentSession::close`]).
     pub(crate) async fn session_close(&self, params: Value) -> Result<SessionCloseResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.state.sessions.lock().get(&p.session_id).cloned();
-        let Some(session) = session else {
-            // Not open here: nothing to close, but a name that no file has is an error.
-            if self.session_file(&p.session_id).is_none() {
-                return Err(agent_error(
-                    codes::UNKNOWN_SESSION,
-                    format!("no session {}", p.session_id),
-                ));
-            }
+        let Some(session) = self.open_session(&p.session_id)? else {
             return Ok(SessionCloseResult {
                 closed: false,
                 dropped: Vec::new(),
