@@ -393,15 +393,24 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
         }
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // Live (not zombie) `sleep 30` processes: exited ones wait for PID 1 to reap them.
+    // Live (not zombie) `sleep 30` processes of this test (run in its workspace; other
+    // tests on the machine may run their own): exited ones wait for PID 1 to reap them.
+    let ws_real = ws.canonicalize().unwrap();
     let count_sleeps = || {
         let out = std::process::Command::new("ps")
-            .args(["-eo", "stat=,args="])
+            .args(["-eo", "pid=,stat=,args="])
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter(|l| l.ends_with(sleep.as_str()) && !l.trim_start().starts_with('Z'))
+            .filter(|l| l.ends_with(sleep.as_str()))
+            .filter(|l| {
+                let mut f = l.split_whitespace();
+                let pid = f.next().unwrap_or("");
+                let live = !f.next().unwrap_or("").starts_with('Z');
+                let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+                live && cwd.is_some_and(|c| c.starts_with(&ws_real))
+            })
             .count()
     };
     assert!(count_sleeps() >= 2, "both sleeps should run");

@@ -109,14 +109,21 @@ struct Shared {
     behavior: EditorBehavior,
     /// Every message from the server, in arrival order.
     log: Mutex<Vec<Value>>,
+    /// How much of the log the test has looked at ([`LspClient::log`]).
+    log_seen: Mutex<usize>,
+    /// Server → client requests this fake editor does not know (answered `null`).
+    unknown_requests: Mutex<Vec<Value>>,
 }
 
-/// The client.
+/// The client. It fails the test that drops it with unexpected server messages left unread:
+/// an error `window/showMessage` neither taken with [`LspClient::next_notification`] nor
+/// looked at in [`LspClient::log`], or a server → client request it does not know.
 pub struct LspClient {
     child: Child,
     shared: Arc<Shared>,
     next_id: i64,
-    notes: mpsc::UnboundedReceiver<Value>,
+    /// Notifications (and held requests) with their index in the log.
+    notes: mpsc::UnboundedReceiver<(usize, Value)>,
     pub stderr: Arc<Mutex<String>>,
 }
 
@@ -353,6 +360,8 @@ impl LspClient {
             utf8: Mutex::new(false),
             behavior: behavior.clone(),
             log: Mutex::new(Vec::new()),
+            log_seen: Mutex::new(0),
+            unknown_requests: Mutex::new(Vec::new()),
         });
         let err_buf = Arc::new(Mutex::new(String::new()));
         {
@@ -387,12 +396,16 @@ impl LspClient {
                 let mut body = vec![0u8; len];
                 r.read_exact(&mut body).await.unwrap();
                 let msg: Value = serde_json::from_slice(&body).unwrap();
-                sh.log.lock().unwrap().push(msg.clone());
+                let seq = {
+                    let mut log = sh.log.lock().unwrap();
+                    log.push(msg.clone());
+                    log.len() - 1
+                };
                 let held = sh.behavior.hold_permissions
                     && (msg["method"] == "agent/requestPermission"
                         || msg["method"] == "window/showMessageRequest");
                 if held {
-                    let _ = tx.send(msg);
+                    let _ = tx.send((seq, msg));
                     continue;
                 }
                 match (msg.get("id"), msg.get("method")) {
@@ -472,7 +485,11 @@ impl LspClient {
                                 Some(t) => json!({"title": t}),
                                 None => Value::Null,
                             },
-                            _ => Value::Null,
+                            "window/workDoneProgress/create" => Value::Null,
+                            _ => {
+                                sh.unknown_requests.lock().unwrap().push(msg.clone());
+                                Value::Null
+                            }
                         };
                         write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","id":id,"result":result}))
                             .await;
@@ -488,7 +505,7 @@ impl LspClient {
                         }
                     }
                     (None, Some(_)) => {
-                        let _ = tx.send(msg);
+                        let _ = tx.send((seq, msg));
                     }
                     _ => {}
                 }
@@ -693,6 +710,7 @@ impl LspClient {
             .await
             .ok()
             .flatten()
+            .map(|(_, n)| n)
     }
 
     /// Collects `agent/event` notifications until `agent_end` (all notifications are kept in
@@ -724,7 +742,9 @@ impl LspClient {
 
     /// Every message received from the server so far.
     pub fn log(&self) -> Vec<Value> {
-        self.shared.log.lock().unwrap().clone()
+        let log = self.shared.log.lock().unwrap().clone();
+        *self.shared.log_seen.lock().unwrap() = log.len();
+        log
     }
 
     /// The params of every `workspace/applyEdit` the editor received, in order.
@@ -791,6 +811,28 @@ impl LspClient {
             .await
             .ok()
             .map(|s| s.unwrap())
+    }
+}
+
+impl Drop for LspClient {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let seen = *self.shared.log_seen.lock().unwrap();
+        let mut unread = Vec::new();
+        while let Ok((seq, n)) = self.notes.try_recv() {
+            // An error shown to the user that the test never looked at.
+            if seq >= seen && n["method"] == "window/showMessage" && n["params"]["type"] == 1 {
+                unread.push(n);
+            }
+        }
+        let unknown = self.shared.unknown_requests.lock().unwrap().clone();
+        assert!(
+            unread.is_empty() && unknown.is_empty(),
+            "unexpected server messages left unread: errors shown {unread:#?}, requests this editor does not know {unknown:#?}\nstderr:\n{}",
+            self.stderr.lock().unwrap()
+        );
     }
 }
 

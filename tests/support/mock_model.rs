@@ -79,13 +79,34 @@ struct Inner {
     response_model: Option<String>,
 }
 
-/// The running server.
+/// The running server. The test's handle (and its clones) check tool pairing by
+/// themselves: when the last of them is dropped, a request that broke pairing fails the test
+/// ([`PairingCheck`]); [`MockModel::assert_paired`] checks earlier.
 #[derive(Clone)]
 pub struct MockModel {
     pub addr: SocketAddr,
     inner: Arc<Mutex<Inner>>,
     /// Pause between streamed chunks.
     chunk_delay: Duration,
+    /// Held by the test's handles only (not by the server's): see [`PairingCheck`].
+    _check: Option<Arc<PairingCheck>>,
+}
+
+/// Fails the test, when the test's last handle on the mock goes, if any request broke tool
+/// pairing (unless the test is already failing).
+struct PairingCheck(Arc<Mutex<Inner>>);
+
+impl Drop for PairingCheck {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let v = match self.0.lock() {
+            Ok(i) => i.violations.clone(),
+            Err(p) => p.into_inner().violations.clone(),
+        };
+        assert!(v.is_empty(), "tool pairing violations: {v:#?}");
+    }
 }
 
 impl MockModel {
@@ -103,17 +124,24 @@ impl MockModel {
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let served = MockModel {
+            addr,
+            inner: inner.clone(),
+            chunk_delay,
+            _check: None,
+        };
         let mock = MockModel {
             addr,
-            inner,
+            inner: inner.clone(),
             chunk_delay,
+            _check: Some(Arc::new(PairingCheck(inner))),
         };
         let app = Router::new()
             .route("/v1/chat/completions", post(handle_openai))
             .route("/v1/messages", post(handle_anthropic))
             // Requests with large images are taken as a provider would (axum's default: 2 MB).
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
-            .with_state(mock.clone());
+            .with_state(served);
         tokio::spawn(async move {
             // Without TCP_NODELAY, Nagle plus delayed ACKs add ~40 ms to every small write.
             let listener = listener.tap_io(|tcp| {

@@ -96,8 +96,9 @@ pub fn calculate_cost(rates: &ModelCost, usage: &Usage) -> Cost {
     }
 }
 
-/// One model of one provider, with everything a request needs.
-#[derive(Debug, Clone)]
+/// One model of one provider, with everything a request needs. Its `Debug` shows no secret:
+/// the key and the header values are printed as `<redacted>`.
+#[derive(Clone)]
 pub struct Model {
     /// Model id sent to the provider, e.g. `claude-sonnet-4-5`.
     pub id: String,
@@ -133,6 +134,32 @@ pub struct Model {
     pub compat: Value,
     /// For the scripted api: the responses to replay.
     pub script: Option<Arc<crate::api::scripted::Script>>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = "<redacted>";
+        let headers: BTreeMap<&str, &str> =
+            self.headers.keys().map(|k| (k.as_str(), hidden)).collect();
+        f.debug_struct("Model")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("api", &self.api)
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| hidden))
+            .field("headers", &headers)
+            .field("context_window", &self.context_window)
+            .field("max_tokens", &self.max_tokens)
+            .field("reasoning", &self.reasoning)
+            .field("input", &self.input)
+            .field("cost", &self.cost)
+            .field("thinking_level_map", &self.thinking_level_map)
+            .field("thinking_level", &self.thinking_level)
+            .field("compat", &self.compat)
+            .field("script", &self.script.as_ref().map(|_| "…"))
+            .finish()
+    }
 }
 
 impl Model {
@@ -706,6 +733,19 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_hides_the_key_and_header_values() {
+        let mut m = Model::new("openai-completions", "p", "m", "http://x");
+        m.api_key = Some("sk-secret-1".into());
+        m.headers.insert("x-token".into(), "secret-2".into());
+        let shown = format!("{m:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(
+            shown.contains(r#"api_key: Some("<redacted>"), headers: {"x-token": "<redacted>"}"#),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn literal_and_env_keys() {

@@ -24,7 +24,9 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -288,10 +290,6 @@ impl std::fmt::Debug for Gate {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The text of a rejected call (the model reads it).
 pub fn rejected_text(tool: &str, reason: Option<&str>) -> String {
     match reason.map(str::trim).filter(|r| !r.is_empty()) {
@@ -325,29 +323,32 @@ impl Gate {
 
     /// The policy in force: the session's, else the default.
     pub fn policy(&self) -> ApprovalPolicy {
-        lock(&self.session_policy).unwrap_or(*lock(&self.default_policy))
+        self.session_policy
+            .lock()
+            .unwrap_or(*self.default_policy.lock())
     }
 
     /// Sets the session's own policy (`None`: back to the default).
     pub fn set_session_policy(&self, policy: Option<ApprovalPolicy>) {
-        *lock(&self.session_policy) = policy;
+        *self.session_policy.lock() = policy;
     }
 
     /// Sets the default policy and the workspace rules (from freshly loaded settings).
     pub fn refresh(&self, policy: ApprovalPolicy, workspace_rules: Vec<Rule>) {
-        *lock(&self.default_policy) = policy;
-        *lock(&self.workspace_rules) = workspace_rules;
+        *self.default_policy.lock() = policy;
+        *self.workspace_rules.lock() = workspace_rules;
     }
 
     /// The session's "allow always" rules so far.
     pub fn session_rules(&self) -> Vec<Rule> {
-        lock(&self.session_rules).clone()
+        self.session_rules.lock().clone()
     }
 
     fn covered(&self, tool: &str, args: &Value) -> bool {
-        lock(&self.session_rules)
+        self.session_rules
+            .lock()
             .iter()
-            .chain(lock(&self.workspace_rules).iter())
+            .chain(self.workspace_rules.lock().iter())
             .any(|r| r.covers(tool, args))
     }
 
@@ -368,7 +369,9 @@ impl Gate {
             return Ok(());
         }
         if kind == ToolKind::Edit {
-            lock(&self.deferred).insert(call_id.to_string(), args.clone());
+            self.deferred
+                .lock()
+                .insert(call_id.to_string(), args.clone());
             return Ok(());
         }
         self.ask(tool, call_id, args.clone(), policy, None, cancel)
@@ -379,12 +382,12 @@ impl Gate {
     /// Forgets a deferred question of `call_id` the tool never asked (it failed before
     /// proposing a change); the loop calls it when the call settles.
     pub fn settle(&self, call_id: &str) {
-        lock(&self.deferred).remove(call_id);
+        self.deferred.lock().remove(call_id);
     }
 
     /// True when the loop deferred the question of `call_id` to its tool's proposed change.
     pub fn is_deferred(&self, call_id: &str) -> bool {
-        lock(&self.deferred).contains_key(call_id)
+        self.deferred.lock().contains_key(call_id)
     }
 
     /// Called by an edit tool between computing its change and applying it: asks with the
@@ -398,7 +401,7 @@ impl Gate {
         cancel: &CancellationToken,
         change: impl FnOnce() -> ProposedChange,
     ) -> Result<bool, String> {
-        let Some(args) = lock(&self.deferred).remove(call_id) else {
+        let Some(args) = self.deferred.lock().remove(call_id) else {
             return Ok(false);
         };
         let policy = self.policy();
@@ -463,7 +466,7 @@ impl Gate {
     /// appends it to the project's `.pi/settings.json` (`approvals.tools` / `approvals.bash`).
     /// A failed write is logged; the rule still holds for the session.
     fn remember(&self, rule: Rule, scope: Scope) {
-        lock(&self.session_rules).push(rule.clone());
+        self.session_rules.lock().push(rule.clone());
         if scope != Scope::Workspace {
             return;
         }
@@ -474,7 +477,7 @@ impl Gate {
             );
             return;
         };
-        lock(&self.workspace_rules).push(rule.clone());
+        self.workspace_rules.lock().push(rule.clone());
         if let Err(e) = persist_rule(root, &rule) {
             tracing::warn!("cannot save the \"allow always\" rule: {e}");
         }
@@ -588,8 +591,8 @@ mod tests {
     #[async_trait]
     impl Asker for Scripted {
         async fn ask(&self, q: Question) -> Answer {
-            self.asked.lock().unwrap().push(q);
-            let next = self.answers.lock().unwrap().remove(0);
+            self.asked.lock().push(q);
+            let next = self.answers.lock().remove(0);
             match next {
                 Some(a) => a,
                 None => std::future::pending().await,
@@ -638,7 +641,7 @@ mod tests {
                 .await,
             Ok(())
         );
-        let asked = asker.asked.lock().unwrap().clone();
+        let asked = asker.asked.lock().clone();
         assert_eq!(asked.len(), 2);
         assert_eq!(asked[0].reason, "approvalPolicy \"auto-edit\": bash asks");
         assert_eq!(asked[0].always_scopes, vec![Scope::Session]);
@@ -657,7 +660,7 @@ mod tests {
                 .await,
             Ok(())
         );
-        assert!(asker.asked.lock().unwrap().is_empty());
+        assert!(asker.asked.lock().is_empty());
         assert!(g.is_deferred("e1"));
         let abort = CancellationToken::new();
         let pending = g.approve_change("edit", "e1", &abort, || ProposedChange {
@@ -672,7 +675,7 @@ mod tests {
             canceller.cancel();
         });
         assert_eq!(res, Err(crate::agent::ABORTED_TEXT.to_string()));
-        assert_eq!(asker.asked.lock().unwrap()[0].arguments, args);
+        assert_eq!(asker.asked.lock()[0].arguments, args);
         // A call the tool never asked about is forgotten when it settles.
         g.check_call("write", ToolKind::Edit, "w1", &args, &cancel)
             .await

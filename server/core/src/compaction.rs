@@ -666,7 +666,7 @@ fn with_instructions(base: &str, instructions: Option<&str>) -> String {
     }
 }
 
-fn summary_context(text: String) -> Context {
+pub(crate) fn summary_context(text: String) -> Context {
     Context {
         system_prompt: SUMMARIZATION_SYSTEM_PROMPT.to_string(),
         messages: vec![Message::User(pi_ai::UserMessage {
@@ -715,7 +715,7 @@ pub fn turn_prefix_request(messages: &[Message], instructions: Option<&str>) -> 
 /// An answer without text (empty, or only a tool call) is asked for once more; a second one
 /// fails the compaction with [`CompactionError::SummaryFailed`], so no empty summary ever
 /// replaces the context (case 18.11).
-async fn complete_summary(
+pub(crate) async fn complete_summary(
     model: &Model,
     context: &Context,
     max_tokens: u64,

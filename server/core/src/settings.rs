@@ -27,7 +27,9 @@
 //! two `stat` calls when nothing changed.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, SystemTime};
 
 use pi_ai::models::ThinkingLevel;
@@ -572,7 +574,7 @@ impl SettingsCache {
     /// The current settings; reloads (and logs the warnings once) when a file changed.
     pub fn get(&self) -> Arc<Settings> {
         let now = (stamp(&self.files.global), stamp(&self.files.project));
-        let mut slot = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.loaded.lock();
         if let Some((seen, s)) = slot.as_ref() {
             if *seen == now {
                 return s.clone();

@@ -36,7 +36,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use pi_ai::{ContentBlock, ToolSpec};
@@ -44,13 +46,11 @@ use pi_core::agent::{Tool, ToolContext, ToolError, ToolOutput, ABORTED_TEXT};
 use ropey::Rope;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
-use tower_lsp_server::jsonrpc::{Error, Request};
-use tower_lsp_server::ls_types::notification::Notification;
+use tower_lsp_server::jsonrpc::Error;
 use tower_lsp_server::ls_types::{Diagnostic, DiagnosticSeverity, NumberOrString, Uri};
 use tower_lsp_server::Client;
-use tower_service::Service;
 
+use crate::client::{request, Reply};
 use crate::documents::{uri_path, Documents};
 use crate::positions::{position_to_char, Encoding};
 
@@ -198,10 +198,6 @@ pub struct EditorTools {
     diagnostics: AtomicBool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// True when `name` is 1–64 of `[A-Za-z0-9_-]`.
 fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
@@ -319,8 +315,8 @@ impl EditorTools {
             list.iter().map(|d| d.name.clone()).collect()
         };
         match session {
-            None => merge(&mut lock(&self.global)),
-            Some(id) => merge(lock(&self.sessions).entry(id.to_string()).or_default()),
+            None => merge(&mut self.global.lock()),
+            Some(id) => merge(self.sessions.lock().entry(id.to_string()).or_default()),
         }
     }
 
@@ -331,16 +327,16 @@ impl EditorTools {
             list.iter().map(|d| d.name.clone()).collect()
         };
         match session {
-            None => remove(&mut lock(&self.global)),
-            Some(id) => remove(lock(&self.sessions).entry(id.to_string()).or_default()),
+            None => remove(&mut self.global.lock()),
+            Some(id) => remove(self.sessions.lock().entry(id.to_string()).or_default()),
         }
     }
 
     /// The declarations a run of `session` sees: server-wide ones, then the session's own (a
     /// session declaration replaces a server-wide one of the same name).
     pub fn decls_for(&self, session: &str) -> Vec<EditorToolDecl> {
-        let mut out = lock(&self.global).clone();
-        if let Some(own) = lock(&self.sessions).get(session) {
+        let mut out = self.global.lock().clone();
+        if let Some(own) = self.sessions.lock().get(session) {
             for d in own {
                 match out.iter_mut().find(|x| x.name == d.name) {
                     Some(slot) => *slot = d.clone(),
@@ -353,7 +349,7 @@ impl EditorTools {
 
     /// Forgets a closed session's declarations.
     pub fn forget_session(&self, session: &str) {
-        lock(&self.sessions).remove(session);
+        self.sessions.lock().remove(session);
     }
 }
 
@@ -402,58 +398,25 @@ pub fn session_tools(
     out
 }
 
-/// How a server → client request ended.
+/// The `agent/runTool` request (server → client); the answer is parsed by
+/// [`run_tool_output`], naming the field that does not fit.
 #[derive(Debug)]
-pub enum Reply {
-    /// The client's `result`.
-    Result(Value),
-    /// The client's `error`.
-    Error(Error),
-    /// `cancel` fired first: `$/cancelRequest` was sent and the answer will be ignored.
-    Cancelled,
-    /// The connection is gone.
-    Gone,
+pub enum RunToolRequest {}
+
+impl tower_lsp_server::ls_types::request::Request for RunToolRequest {
+    type Params = RunToolParams;
+    type Result = Value;
+    const METHOD: &'static str = RUN_TOOL_METHOD;
 }
 
-/// `$/cancelRequest` with a JSON-RPC id as the server allocated it.
-enum CancelRequest {}
+/// The `agent/diagnostics` request (server → client).
+#[derive(Debug)]
+pub enum DiagnosticsRequest {}
 
-impl Notification for CancelRequest {
-    type Params = Value;
-    const METHOD: &'static str = "$/cancelRequest";
-}
-
-/// Sends the request `method` with `params` to the client and waits for the answer or for
-/// `cancel`; on cancel, tells the client with `$/cancelRequest {id}` (the id this request
-/// went out with) and returns [`Reply::Cancelled`].
-pub async fn request_cancellable(
-    client: &Client,
-    method: &'static str,
-    params: Value,
-    cancel: &CancellationToken,
-) -> Reply {
-    let id = client.next_request_id();
-    let request = Request::build(method)
-        .id(id.clone())
-        .params(params)
-        .finish();
-    let mut service = client.clone();
-    let answer = service.call(request);
-    tokio::select! {
-        biased;
-        _ = cancel.cancelled() => {
-            let id = serde_json::to_value(&id).unwrap_or(Value::Null);
-            client.send_notification::<CancelRequest>(json!({ "id": id })).await;
-            Reply::Cancelled
-        }
-        r = answer => match r {
-            Ok(Some(response)) => match response.into_parts().1 {
-                Ok(v) => Reply::Result(v),
-                Err(e) => Reply::Error(e),
-            },
-            _ => Reply::Gone,
-        },
-    }
+impl tower_lsp_server::ls_types::request::Request for DiagnosticsRequest {
+    type Params = DiagnosticsParams;
+    type Result = Value;
+    const METHOD: &'static str = DIAGNOSTICS_METHOD;
 }
 
 /// Parses a client answer into `T`, naming the field that does not fit.
@@ -506,8 +469,7 @@ impl Tool for EditorTool {
             name: name.clone(),
             arguments: args,
         };
-        let params = serde_json::to_value(params).unwrap_or(Value::Null);
-        match request_cancellable(&self.client, RUN_TOOL_METHOD, params, &ctx.cancel).await {
+        match request::<RunToolRequest>(&self.client, params, Some(&ctx.cancel)).await {
             Reply::Result(v) => run_tool_output(name, v),
             Reply::Error(e) => Err(ToolError::new(format!(
                 "The editor tool {name} failed: {} (JSON-RPC error {})",
@@ -631,34 +593,27 @@ impl Tool for DiagnosticsTool {
                 Some(uris)
             }
         };
-        let params = serde_json::to_value(DiagnosticsParams {
+        let params = DiagnosticsParams {
             session_id: self.session_id.clone(),
             uris,
-        })
-        .unwrap_or(Value::Null);
-        let answer = match request_cancellable(
-            &self.client,
-            DIAGNOSTICS_METHOD,
-            params,
-            &ctx.cancel,
-        )
-        .await
-        {
-            Reply::Result(v) => v,
-            Reply::Error(e) => {
-                return Err(ToolError::new(format!(
-                    "The editor could not give its diagnostics: {} (JSON-RPC error {})",
-                    e.message,
-                    e.code.code()
-                )))
-            }
-            Reply::Cancelled => return Err(ToolError::new(ABORTED_TEXT)),
-            Reply::Gone => {
-                return Err(ToolError::new(
-                    "The editor gave no diagnostics: the editor connection is closed",
-                ))
-            }
         };
+        let answer =
+            match request::<DiagnosticsRequest>(&self.client, params, Some(&ctx.cancel)).await {
+                Reply::Result(v) => v,
+                Reply::Error(e) => {
+                    return Err(ToolError::new(format!(
+                        "The editor could not give its diagnostics: {} (JSON-RPC error {})",
+                        e.message,
+                        e.code.code()
+                    )))
+                }
+                Reply::Cancelled => return Err(ToolError::new(ABORTED_TEXT)),
+                Reply::Gone => {
+                    return Err(ToolError::new(
+                        "The editor gave no diagnostics: the editor connection is closed",
+                    ))
+                }
+            };
         let result: DiagnosticsResult = parse_answer(answer).map_err(|e| {
             ToolError::new(format!(
                 "The editor answered {DIAGNOSTICS_METHOD} with an invalid result ({e})"

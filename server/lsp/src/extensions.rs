@@ -6,9 +6,10 @@
 //!   registered for it ([`load`]); their tools join the session's tools (and the system
 //!   prompt's tool list), their `tool_call` / `tool_result` handlers run as the loop's hooks,
 //!   their event handlers as a listener of the session's agent.
-//! - `custom` entries go straight into the session file; custom messages go through the same
-//!   path as `agent/sendMessage` (queued with `deliverAs`, stored as `custom_message` entries
-//!   when they reach the conversation, reported by `agent/queueUpdate`).
+//! - `custom` entries and custom messages are the session's own
+//!   ([`pi_core::harness::AgentSession::send_custom_message`], the same call as
+//!   `agent/sendMessage`: queued with `deliverAs`, stored as `custom_message` entries when they
+//!   reach the conversation, reported by `agent/queueUpdate`); this module is the UI.
 //! - UI: clients that advertise `experimental.agent.ui: true` get the server → client request
 //!   `agent/ui/request` for dialogs (`select`, `confirm`, `input`, `editor`; Pi's extension UI
 //!   fields plus `sessionId` and `extension`; answered `{value?, confirmed?, cancelled?}`) and
@@ -21,19 +22,15 @@
 //!
 //! Documented in docs/extensions.md and docs/protocol.md.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pi_core::agent::Delivery;
 use pi_core::extension::{
-    append_custom_entry, custom_entries_of, CommandInfo, CustomMessage, ExtensionErrorInfo,
-    ExtensionHost, NotifyType, UiRequest, UiResponse,
+    CommandInfo, ExtensionErrorInfo, ExtensionUi, NotifyType, UiRequest, UiResponse,
 };
-use pi_core::session::SessionWriter;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
@@ -43,7 +40,7 @@ use crate::protocol::{
     parse_params, AgentEventNotification, AgentEventParams, AttentionNotification, AttentionParams,
     AttentionReason, ExtensionCommandsResult, SessionParams,
 };
-use crate::server::{lock, Backend, State};
+use crate::server::{Backend, State};
 
 /// Params of `agent/ui/request` and `agent/ui/notification`: Pi's extension UI request (its
 /// `method` and fields) with the session and the extension asking.
@@ -89,27 +86,25 @@ pub const YES_ACTION: &str = "Yes";
 /// Title of the declining action of the fallback.
 pub const NO_ACTION: &str = "No";
 
-/// A session's host: its file, its editor, its queue.
-pub struct LspExtensionHost {
+/// A session's extension UI: its editor.
+pub struct LspExtensionUi {
     st: Weak<State>,
     session_id: String,
-    writer: Arc<Mutex<SessionWriter>>,
-    cwd: PathBuf,
 }
 
-impl LspExtensionHost {
-    /// The host of session `session_id` written by `writer`.
-    pub(crate) fn new(
-        st: &Arc<State>,
-        session_id: String,
-        writer: Arc<Mutex<SessionWriter>>,
-    ) -> Self {
-        LspExtensionHost {
+impl LspExtensionUi {
+    /// The UI of session `session_id`.
+    pub(crate) fn new(st: &Arc<State>, session_id: String) -> Self {
+        LspExtensionUi {
             st: Arc::downgrade(st),
             session_id,
-            writer,
-            cwd: st.root(),
         }
+    }
+
+    /// The active run of this session, if any.
+    fn run_id(&self, st: &State) -> Option<String> {
+        let session = st.sessions.lock().get(&self.session_id).cloned()?;
+        session.agent().run_id()
     }
 
     async fn fallback(&self, st: &State, request: UiRequest) -> UiResponse {
@@ -178,49 +173,7 @@ impl LspExtensionHost {
 }
 
 #[async_trait]
-impl ExtensionHost for LspExtensionHost {
-    fn cwd(&self) -> PathBuf {
-        self.cwd.clone()
-    }
-
-    fn session_id(&self) -> String {
-        self.session_id.clone()
-    }
-
-    fn append_entry(&self, custom_type: &str, data: Value) -> std::result::Result<String, String> {
-        append_custom_entry(&self.writer, custom_type, data)
-    }
-
-    fn custom_entries(&self, custom_type: &str) -> Vec<Value> {
-        custom_entries_of(&self.writer, custom_type)
-    }
-
-    async fn send_message(&self, m: CustomMessage) -> std::result::Result<(), String> {
-        let Some(state) = self.st.upgrade() else {
-            return Err("the server is shutting down".into());
-        };
-        let mut params = json!({
-            "sessionId": self.session_id, "customType": m.custom_type, "content": m.content,
-            "display": m.display, "triggerTurn": m.trigger_turn,
-        });
-        if let Some(d) = m.details {
-            params["details"] = d;
-        }
-        if let Some(how) = m.deliver_as {
-            params["deliverAs"] = json!(match how {
-                Delivery::Steer => "steer",
-                Delivery::FollowUp => "followUp",
-                Delivery::NextTurn => "nextTurn",
-            });
-        }
-        // The same path as `agent/sendMessage`: validated, queued, tracked, stored.
-        Backend { state }
-            .agent_send_message(params)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.message.to_string())
-    }
-
+impl ExtensionUi for LspExtensionUi {
     fn has_ui(&self) -> bool {
         true
     }
@@ -238,24 +191,20 @@ impl ExtensionHost for LspExtensionHost {
                 | UiRequest::Editor { title, .. } => title.clone(),
                 _ => String::new(),
             };
-            let session = lock(&st.sessions).get(&self.session_id).cloned();
+            let session = st.sessions.lock().get(&self.session_id).cloned();
             let run_id = session.and_then(|s| {
-                let s = lock(&s);
                 s.agent()
                     .is_streaming()
                     .then(|| s.agent().run_id())
                     .flatten()
             });
             st.client
-                .send_notification::<AttentionNotification>(
-                    serde_json::to_value(AttentionParams {
-                        session_id: self.session_id.clone(),
-                        run_id,
-                        reason: AttentionReason::Question,
-                        message: format!("{extension}: {title}"),
-                    })
-                    .unwrap_or_default(),
-                )
+                .send_notification::<AttentionNotification>(AttentionParams {
+                    session_id: self.session_id.clone(),
+                    run_id,
+                    reason: AttentionReason::Question,
+                    message: format!("{extension}: {title}"),
+                })
                 .await;
         }
         if !st.extension_ui() {
@@ -296,10 +245,7 @@ impl ExtensionHost for LspExtensionHost {
         let Some(st) = self.st.upgrade() else {
             return;
         };
-        let session = lock(&st.sessions).get(&self.session_id).cloned();
-        let run_id = session
-            .and_then(|s| lock(&s).agent().run_id())
-            .unwrap_or_default();
+        let run_id = self.run_id(&st).unwrap_or_default();
         st.client
             .send_notification::<AgentEventNotification>(
                 serde_json::to_value(AgentEventParams {
@@ -323,7 +269,7 @@ impl Backend {
     ) -> Result<ExtensionCommandsResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let commands: Vec<CommandInfo> = lock(&session).extensions().commands();
+        let commands: Vec<CommandInfo> = session.extensions().commands();
         Ok(ExtensionCommandsResult { commands })
     }
 }
@@ -331,6 +277,7 @@ impl Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn ui_wire_shapes() {

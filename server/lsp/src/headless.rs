@@ -10,20 +10,22 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use pi_ai::{AssistantEvent, Message, StopReason};
-use pi_core::agent::{AgentEvent, Delivery, EventSink, WeakAgent};
+use pi_core::agent::{AgentEvent, WeakAgent};
 use pi_core::approval::{ApprovalPolicy, Gate};
-use pi_core::extension::{CustomMessage, ExtensionErrorInfo, ExtensionHost};
+use pi_core::extension::{ExtensionErrorInfo, ExtensionUi};
 use pi_core::fs::{DiskFs, Fs};
-use pi_core::harness::{choose_model, untrusted_notice, AgentSession, Recorder, SessionSetup};
+use pi_core::harness::{
+    choose_model, untrusted_notice, AgentSession, Notice, PromptOutcome, SessionListener,
+    SessionSetup, Tracker,
+};
 use pi_core::resources::WorkspaceConfig;
-use pi_core::session::SessionWriter;
 use pi_core::settings::Settings;
 use pi_core::tools::BeforeBash;
-use serde_json::{json, Value};
 
 /// Options of the `run` command.
 #[derive(Debug, Clone)]
@@ -42,25 +44,25 @@ pub struct RunArgs {
 /// The model's text for a call the policy would ask about: `run` cannot ask.
 pub const CANNOT_ASK: &str = "Not run: the approval policy asks the user before this tool call, and `pi-lsp run` cannot ask. Run it again with --approve (or set approvalPolicy to \"approve-all\" or \"auto-edit\") to allow it.";
 
+/// Prints the session's events (the session has saved them).
 struct PrintSink {
     json: bool,
-    recorder: Recorder,
-    /// Set when the session could not be saved (the run is then stopped; exit code 1).
+    /// Set when the session could not be saved (the session then stopped the run; exit code 1).
     failed_save: Arc<AtomicBool>,
-    agent: WeakAgent,
     /// The error of the latest assistant message, printed once at the end of the run.
     last_error: Mutex<Option<String>>,
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 #[async_trait]
-impl EventSink for PrintSink {
-    async fn emit(&self, event: AgentEvent) {
-        if let Err(e) = self.recorder.record(&event) {
-            eprintln!("pi-lsp: session not saved: {e}");
-            self.failed_save.store(true, Ordering::SeqCst);
-            if let Some(a) = self.agent.upgrade() {
-                a.abort();
+impl SessionListener for PrintSink {
+    async fn notice(&self, _notice: Notice) {}
+
+    async fn event(&self, event: AgentEvent, notices: Vec<Notice>) {
+        for n in notices {
+            if let Notice::SaveFailed { error } = n {
+                eprintln!("pi-lsp: session not saved: {error}");
+                self.failed_save.store(true, Ordering::SeqCst);
             }
         }
         let mut out = std::io::stdout().lock();
@@ -81,8 +83,7 @@ impl EventSink for PrintSink {
                     }
                     // Failed attempts are reported by the retry events; the last error is
                     // printed when the run ends.
-                    *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                        a.error_message.clone();
+                    *self.last_error.lock() = a.error_message.clone();
                 }
                 AgentEvent::AutoRetryStart {
                     attempt,
@@ -111,12 +112,7 @@ impl EventSink for PrintSink {
                     (None, None) => eprintln!("pi-lsp: compaction cancelled"),
                 },
                 AgentEvent::AgentEnd { .. } => {
-                    if let Some(e) = self
-                        .last_error
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .take()
-                    {
+                    if let Some(e) = self.last_error.lock().take() {
                         eprintln!("pi-lsp: {e}");
                     }
                 }
@@ -148,8 +144,6 @@ struct HeadlessSetup {
     /// `--approve`.
     approve: bool,
     failed_save: Arc<AtomicBool>,
-    /// The session's agent, for the extensions' custom messages (set with the listeners).
-    agent: Arc<OnceLock<WeakAgent>>,
 }
 
 impl SessionSetup for HeadlessSetup {
@@ -157,7 +151,7 @@ impl SessionSetup for HeadlessSetup {
         (Arc::new(DiskFs::new(self.root.clone())), None)
     }
 
-    fn gate(&self, ws: &WorkspaceConfig, _session_id: &str) -> Arc<Gate> {
+    fn gate(&self, ws: &WorkspaceConfig, _session_id: &str, _tracker: &Arc<Tracker>) -> Arc<Gate> {
         let settings = ws.settings();
         Arc::new(Gate::new(
             self.default_policy(&settings),
@@ -180,101 +174,25 @@ impl SessionSetup for HeadlessSetup {
         }
     }
 
-    fn extension_host(
-        &self,
-        session_id: &str,
-        writer: &Arc<std::sync::Mutex<SessionWriter>>,
-    ) -> Arc<dyn ExtensionHost> {
-        Arc::new(HeadlessHost {
-            cwd: self.root.clone(),
-            session_id: session_id.to_string(),
-            writer: writer.clone(),
-            agent: self.agent.clone(),
-        })
+    fn extension_ui(&self, _session_id: &str) -> Arc<dyn ExtensionUi> {
+        Arc::new(HeadlessUi)
     }
 
-    fn listeners(
-        &self,
-        _session_id: &str,
-        agent: &WeakAgent,
-        writer: &Arc<std::sync::Mutex<SessionWriter>>,
-    ) -> Vec<Arc<dyn EventSink>> {
-        let _ = self.agent.set(agent.clone());
+    fn listeners(&self, _session_id: &str, _agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {
         vec![Arc::new(PrintSink {
             json: self.json,
-            recorder: Recorder::new(writer.clone()),
             failed_save: self.failed_save.clone(),
-            agent: agent.clone(),
             last_error: Mutex::new(None),
         })]
     }
 }
 
-/// The extensions' host without an editor: custom entries in the session file, custom
-/// messages into the conversation, no UI (dialogs are cancelled, as Pi's print mode), failures
-/// on stderr.
-struct HeadlessHost {
-    cwd: PathBuf,
-    session_id: String,
-    writer: Arc<std::sync::Mutex<SessionWriter>>,
-    agent: Arc<OnceLock<WeakAgent>>,
-}
+/// The extensions' UI without an editor: no dialogs (cancelled, as in Pi's print mode),
+/// failures on stderr.
+struct HeadlessUi;
 
 #[async_trait]
-impl ExtensionHost for HeadlessHost {
-    fn cwd(&self) -> PathBuf {
-        self.cwd.clone()
-    }
-
-    fn session_id(&self) -> String {
-        self.session_id.clone()
-    }
-
-    fn append_entry(&self, custom_type: &str, data: Value) -> Result<String, String> {
-        pi_core::extension::append_custom_entry(&self.writer, custom_type, data)
-    }
-
-    fn custom_entries(&self, custom_type: &str) -> Vec<Value> {
-        pi_core::extension::custom_entries_of(&self.writer, custom_type)
-    }
-
-    /// During the run: queued (steering unless the extension asks for a follow-up); the one
-    /// prompt of `run` has no next turn, so a next-turn message is appended now, as is one
-    /// sent while idle (`triggerTurn` cannot start another run here).
-    async fn send_message(&self, m: CustomMessage) -> Result<(), String> {
-        let agent = self
-            .agent
-            .get()
-            .and_then(WeakAgent::upgrade)
-            .ok_or("the session has ended")?;
-        let mut fields =
-            json!({"customType": m.custom_type, "content": m.content, "display": m.display});
-        if let Some(d) = &m.details {
-            fields["details"] = d.clone();
-        }
-        let mut as_message = fields.clone();
-        as_message["role"] = json!("custom");
-        as_message["timestamp"] = json!(pi_ai::types::now_millis());
-        let message = pi_core::session::convert_message(&as_message)
-            .ok_or("content: expected a string or text/image blocks")?;
-        if agent.is_streaming() && m.deliver_as != Some(Delivery::NextTurn) {
-            agent.enqueue(message, m.deliver_as.unwrap_or(Delivery::Steer));
-            return Ok(());
-        }
-        let mut w = self
-            .writer
-            .lock()
-            .map_err(|_| "the session writer failed".to_string())?;
-        w.append_entry("custom_message", fields)
-            .map_err(|e| e.to_string())?;
-        if !agent.is_streaming() {
-            let mut messages = agent.messages();
-            messages.push(message);
-            let _ = agent.set_messages(messages);
-        }
-        Ok(())
-    }
-
+impl ExtensionUi for HeadlessUi {
     #[allow(clippy::print_stderr)]
     async fn extension_error(&self, e: ExtensionErrorInfo) {
         eprintln!(
@@ -317,7 +235,6 @@ pub async fn run(args: RunArgs) -> i32 {
         json: args.json,
         approve: args.approve,
         failed_save: failed_save.clone(),
-        agent: Arc::new(OnceLock::new()),
     });
     let session = match AgentSession::create(ws, setup, model, None) {
         Ok(s) => s,
@@ -326,31 +243,28 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     };
-    let session_path = match session.writer().lock() {
-        Ok(w) => w.path().to_path_buf(),
-        Err(p) => p.into_inner().path().to_path_buf(),
-    };
-    // Extension commands come first (Pi: before templates and skills).
-    if args.prompt.starts_with('/') {
-        if let Some(name) = session.extensions().run_command(&args.prompt).await {
+    let session_path = session.file();
+    let agent = session.agent().clone();
+    // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
+    let mut signals = crate::shutdown::Signals::listen();
+    match session.prompt(&args.prompt, Vec::new(), None, None).await {
+        // Extension commands come first (Pi: before templates and skills).
+        Ok(PromptOutcome::Command(name)) => {
             eprintln!("pi-lsp: ran extension command /{name}");
             eprintln!("pi-lsp: session saved to {}", session_path.display());
             return 0;
         }
-    }
-    let agent = session.agent().clone();
-    // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
-    let mut signals = crate::shutdown::Signals::listen();
-    let prompt = session.expand(&args.prompt);
-    if session.prompt(vec![Message::user_text(prompt)]).is_err() {
-        eprintln!("pi-lsp: the session is busy");
-        return 2;
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("pi-lsp: {e}");
+            return 2;
+        }
     }
     tokio::select! {
         _ = agent.wait_for_idle() => {}
         n = signals.next() => {
             eprintln!("pi-lsp: signal {n}: stopping the run");
-            let targets = [crate::shutdown::Target::of(&session, None)];
+            let targets = [crate::shutdown::Target::of(&session)];
             tokio::select! {
                 _ = crate::shutdown::stop(&targets) => {}
                 n = signals.next() => crate::shutdown::exit_now(128 + n),

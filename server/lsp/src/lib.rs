@@ -1,4 +1,5 @@
-//! `pi-lsp`: the editor edge of the harness. Transport and lifecycle ([`server`]), the
+//! `pi-lsp`: the editor edge of the harness (the live session itself is
+//! [`pi_core::harness::AgentSession`]). Transport and lifecycle ([`server`]), the
 //! `agent/*` wire types ([`protocol`]), open documents ([`documents`]), the one position
 //! converter ([`positions`]), the editor file system ([`editor_fs`]), how the process goes away
 //! ([`shutdown`]: `shutdown`/`exit`, end of input, signals), and the headless `run`
@@ -6,6 +7,7 @@
 //! and UI requests ([`extensions`]), editor-side tools and the `diagnostics` tool
 //! ([`editor_tools`]), where log lines go ([`logging`]). Only this crate writes stdout; only it imports LSP types.
 
+pub mod client;
 pub mod dispatch;
 pub mod documents;
 pub mod editor_fs;
@@ -18,9 +20,8 @@ pub mod permissions;
 pub mod positions;
 pub mod protocol;
 pub mod server;
+pub(crate) mod sessions;
 pub(crate) mod setup;
 pub mod shutdown;
 pub(crate) mod sink;
-pub(crate) mod summary;
-pub mod tracker;
 pub mod transport;

@@ -13,8 +13,8 @@
 //!
 //! Lines of the LSP library itself never go to `window/logMessage` (sending one logs one).
 
+use parking_lot::Mutex;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 
 use tokio::sync::mpsc::UnboundedSender;
 use tower_lsp_server::ls_types::MessageType;
@@ -39,8 +39,8 @@ enum Sink {
 
 static SINK: Mutex<Sink> = Mutex::new(Sink::Pending(Vec::new()));
 
-fn sink() -> std::sync::MutexGuard<'static, Sink> {
-    SINK.lock().unwrap_or_else(|p| p.into_inner())
+fn sink() -> parking_lot::MutexGuard<'static, Sink> {
+    SINK.lock()
 }
 
 /// The `PI_LSP_LOG` directive when set and not empty.

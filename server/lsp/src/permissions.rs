@@ -11,7 +11,8 @@
 //! workspace` (when a rule is offered) and `Reject`; dismissing it rejects. A failed request
 //! (client gone, error answer, unknown decision) rejects, with the failure as the reason.
 //! Before asking, `agent/attention {reason: "permission"}` is sent. When the question is
-//! withdrawn (the run was aborted) the pending request is cancelled with `$/cancelRequest`.
+//! withdrawn (the run was aborted) the pending request is cancelled with `$/cancelRequest`
+//! ([`crate::client::request`]).
 //! Documented in docs/protocol.md ("Permission requests").
 
 use std::sync::Arc;
@@ -23,19 +24,16 @@ use pi_core::approval::{
 use pi_core::sandbox::{Approver, Decision, PermissionRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tower_lsp_server::jsonrpc::{self, Id, Result};
-use tower_lsp_server::ls_types::notification::Cancel;
+use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
-use tower_lsp_server::ls_types::{
-    CancelParams, MessageActionItem, MessageType, NumberOrString, ShowMessageRequestParams,
-};
+use tower_lsp_server::ls_types::{MessageActionItem, MessageType, ShowMessageRequestParams};
 use tower_lsp_server::Client;
 
 use crate::protocol::{
     parse_params, AttentionNotification, AttentionParams, AttentionReason, PermissionsSetParams,
     PermissionsSetResult,
 };
-use crate::server::{lock, Backend};
+use crate::server::Backend;
 
 /// Params of `agent/requestPermission`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,74 +102,13 @@ pub const ALLOW_WORKSPACE_ACTION: &str = "Allow in this workspace";
 /// Title of the rejecting action of the fallback.
 pub const REJECT_ACTION: &str = "Reject";
 
-/// Sends the server → client request `R` and waits for the answer; when the returned future
-/// is dropped before the answer came (the question was withdrawn), the request is cancelled
-/// with `$/cancelRequest`.
-pub async fn cancellable_request<R: Request>(
-    client: &Client,
-    params: R::Params,
-) -> Result<R::Result> {
-    struct CancelOnDrop {
-        client: Client,
-        id: Option<Id>,
-    }
-    impl Drop for CancelOnDrop {
-        fn drop(&mut self) {
-            let Some(Id::Number(n)) = self.id.take() else {
-                return;
-            };
-            let Ok(rt) = tokio::runtime::Handle::try_current() else {
-                return;
-            };
-            let client = self.client.clone();
-            let id = i32::try_from(n)
-                .map(NumberOrString::Number)
-                .unwrap_or_else(|_| NumberOrString::String(n.to_string()));
-            rt.spawn(async move {
-                tracing::debug!("withdrawing request {id:?}");
-                client
-                    .send_notification::<Cancel>(CancelParams { id })
-                    .await;
-            });
-        }
-    }
-    let id = client.next_request_id();
-    let params = serde_json::to_value(params).map_err(|e| jsonrpc::Error {
-        code: jsonrpc::ErrorCode::InternalError,
-        message: e.to_string().into(),
-        data: None,
-    })?;
-    let request = jsonrpc::Request::build(R::METHOD)
-        .id(id.clone())
-        .params(params)
-        .finish();
-    let mut guard = CancelOnDrop {
-        client: client.clone(),
-        id: Some(id),
-    };
-    let mut service = client.clone();
-    let response = tower_service::Service::call(&mut service, request).await;
-    guard.id = None;
-    let Ok(Some(response)) = response else {
-        return Err(jsonrpc::Error::internal_error());
-    };
-    let (_, result) = response.into_parts();
-    result.and_then(|v| {
-        serde_json::from_value(v).map_err(|e| jsonrpc::Error {
-            code: jsonrpc::ErrorCode::ParseError,
-            message: e.to_string().into(),
-            data: None,
-        })
-    })
-}
-
 /// Asks the editor of one session.
 pub struct LspApprover {
     client: Client,
     session_id: String,
     agent_request: bool,
     /// Told which calls wait for an answer (the abort report lists no process for them).
-    tracker: Option<Arc<crate::tracker::Tracker>>,
+    tracker: Option<Arc<pi_core::harness::Tracker>>,
 }
 
 impl LspApprover {
@@ -187,7 +124,7 @@ impl LspApprover {
     }
 
     /// This approver, telling `tracker` which calls wait for the user.
-    pub fn with_tracker(mut self, tracker: Arc<crate::tracker::Tracker>) -> Self {
+    pub fn with_tracker(mut self, tracker: Arc<pi_core::harness::Tracker>) -> Self {
         self.tracker = Some(tracker);
         self
     }
@@ -216,9 +153,7 @@ impl LspApprover {
             message,
         };
         self.client
-            .send_notification::<AttentionNotification>(
-                serde_json::to_value(params).unwrap_or_default(),
-            )
+            .send_notification::<AttentionNotification>(params)
             .await;
     }
 
@@ -236,7 +171,10 @@ impl LspApprover {
                 always_scopes: q.always_scopes.clone(),
                 change: q.change,
             };
-            return match cancellable_request::<RequestPermission>(&self.client, params).await {
+            return match crate::client::request::<RequestPermission>(&self.client, params, None)
+                .await
+                .into_result()
+            {
                 Ok(res) => match res.decision.as_str() {
                     "allow" => Answer::Once,
                     "allowAlways" => {
@@ -291,7 +229,10 @@ impl LspApprover {
                     .collect(),
             ),
         };
-        match cancellable_request::<ShowMessageRequest>(&self.client, params).await {
+        match crate::client::request::<ShowMessageRequest>(&self.client, params, None)
+            .await
+            .into_result()
+        {
             Ok(Some(a)) if a.title == ALLOW_ACTION => Answer::Once,
             Ok(Some(a)) if a.title == ALLOW_SESSION_ACTION => Answer::Always(Scope::Session),
             Ok(Some(a)) if a.title == ALLOW_WORKSPACE_ACTION => Answer::Always(Scope::Workspace),
@@ -336,7 +277,7 @@ fn diff_counts(diff: &str) -> (usize, usize) {
 impl Asker for LspApprover {
     async fn ask(&self, question: Question) -> Answer {
         /// Clears the mark also when the question is withdrawn (the future dropped).
-        struct Waiting<'a>(Option<&'a crate::tracker::Tracker>, String);
+        struct Waiting<'a>(Option<&'a pi_core::harness::Tracker>, String);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
                 if let Some(t) = self.0 {
@@ -417,8 +358,7 @@ impl Backend {
     /// tool call, also within a running turn.
     pub(crate) async fn permissions_set(&self, params: Value) -> Result<PermissionsSetResult> {
         let p: PermissionsSetParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
-        let s = lock(&session);
+        let s = self.session(&p.session_id)?;
         s.gate().set_session_policy(p.approval_policy);
         Ok(PermissionsSetResult {
             approval_policy: s.gate().policy(),

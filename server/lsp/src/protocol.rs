@@ -41,6 +41,18 @@ pub mod codes {
 /// Every client → server `agent/*` method (made by the server's one method table).
 pub use crate::server::METHODS;
 
+/// Queue, usage, attention and abort shapes: the live session's own types
+/// ([`pi_core::harness::queue`]), sent as they serialize.
+pub use pi_core::harness::queue::{
+    AppliedEdit, AttentionReason, DeliverAs, QueueState, QueuedMessage, StoppedProcess,
+    StoppedToolCall, UsageTotals,
+};
+/// `agent/abort`, `agent/bash` and `agent/session/branch` results: what the session's
+/// [`pi_core::harness::AgentSession`] reports, sent as it serializes.
+pub use pi_core::harness::{
+    AbortReport as AbortResult, BashOutcome as BashResult, BranchOutcome as SessionBranchResult,
+};
+
 /// A JSON-RPC error with one of [`codes`].
 pub fn agent_error(code: i64, message: impl Into<String>) -> Error {
     Error {
@@ -218,94 +230,6 @@ pub struct AbortParams {
     pub session_id: String,
 }
 
-/// `agent/abort` result, sent once the run has ended (or after a bounded wait). Aborting
-/// twice, or with no active run, is not an error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AbortResult {
-    /// True when a run was active and has been told to stop.
-    pub aborted: bool,
-    /// The run that was stopped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    /// Tool calls that were executing when the abort arrived (each got an error result).
-    #[serde(default)]
-    pub stopped_tool_calls: Vec<StoppedToolCall>,
-    /// Shell commands (`bash` tool calls) whose process group was killed.
-    #[serde(default)]
-    pub stopped_processes: Vec<StoppedProcess>,
-    /// Edits the run had already applied (they stay applied; undo them in the editor).
-    #[serde(default)]
-    pub applied_edits: Vec<AppliedEdit>,
-    /// Steering / follow-up / next-turn messages still queued: they go with the next prompt
-    /// unless `agent/queue/clear` drops them.
-    #[serde(default)]
-    pub queued_messages: Vec<QueuedMessage>,
-}
-
-/// A tool call stopped by an abort.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoppedToolCall {
-    pub tool_call_id: String,
-    pub tool_name: String,
-    pub args: Value,
-}
-
-/// A process (group) killed by an abort.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoppedProcess {
-    pub tool_call_id: String,
-    pub command: String,
-}
-
-/// An edit a run applied (`edit` or `write` that succeeded).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AppliedEdit {
-    pub tool_call_id: String,
-    pub tool_name: String,
-    /// The path as the tool received it (relative to the workspace root unless absolute).
-    pub path: String,
-}
-
-/// How a queued message enters the conversation (Pi's `deliverAs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum DeliverAs {
-    /// After the current tool batch, before the next model request.
-    Steer,
-    /// When the agent would otherwise stop.
-    FollowUp,
-    /// With the next prompt.
-    NextTurn,
-}
-
-/// The life of a queued message: `queued` → `delivered` (in the conversation) → `consumed`
-/// (a model response has seen it); or `queued` → `dropped` (`agent/queue/clear`, session
-/// closed) or `removed` (`agent/queue/remove`). `agent/queue/edit` reports `queued` again with
-/// the new text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum QueueState {
-    Queued,
-    Delivered,
-    Consumed,
-    Dropped,
-    Removed,
-}
-
-/// A queued message as reported to the client.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct QueuedMessage {
-    pub queue_id: String,
-    pub delivery: DeliverAs,
-    /// The message's text (images are not repeated).
-    pub text: String,
-}
-
 /// `agent/queueUpdate` params (server → client): one queued message changed state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -319,19 +243,6 @@ pub struct QueueUpdateParams {
     pub steering: Vec<String>,
     /// Texts of the follow-up messages still waiting, oldest first.
     pub follow_up: Vec<String>,
-}
-
-/// Token counts and cost in US dollars.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UsageTotals {
-    pub input: u64,
-    pub output: u64,
-    pub cache_read: u64,
-    pub cache_write: u64,
-    pub total_tokens: u64,
-    /// US dollars at the model's per-million-token prices.
-    pub cost: f64,
 }
 
 /// `agent/usage` params (server → client), after every model response.
@@ -348,23 +259,6 @@ pub struct UsageParams {
     /// Tokens of the context this response saw plus what it wrote.
     pub context_tokens: u64,
     pub context_window: u64,
-}
-
-/// Why the agent needs the user. More reasons (`permission`, `question`) are added by the
-/// features that ask; clients must ignore reasons they do not know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[non_exhaustive]
-pub enum AttentionReason {
-    /// The run ended normally; the answer is ready.
-    Finished,
-    /// The run ended in an error (provider failure after retries, …).
-    Failed,
-    /// A tool call waits for the user's permission (`agent/requestPermission` or
-    /// `window/showMessageRequest` follows).
-    Permission,
-    /// An extension asks the user a question (`agent/ui/request` or its fallback follows).
-    Question,
 }
 
 /// `agent/attention` params (server → client).
@@ -420,30 +314,30 @@ impl Request for SaveDocumentRequest {
     const METHOD: &'static str = "agent/saveDocument";
 }
 
-/// `agent/queueUpdate` notification; params are a serialized [`QueueUpdateParams`].
+/// `agent/queueUpdate` notification.
 #[derive(Debug)]
 pub enum QueueUpdateNotification {}
 
 impl Notification for QueueUpdateNotification {
-    type Params = Value;
+    type Params = QueueUpdateParams;
     const METHOD: &'static str = "agent/queueUpdate";
 }
 
-/// `agent/usage` notification; params are a serialized [`UsageParams`].
+/// `agent/usage` notification.
 #[derive(Debug)]
 pub enum UsageNotification {}
 
 impl Notification for UsageNotification {
-    type Params = Value;
+    type Params = UsageParams;
     const METHOD: &'static str = "agent/usage";
 }
 
-/// `agent/attention` notification; params are a serialized [`AttentionParams`].
+/// `agent/attention` notification.
 #[derive(Debug)]
 pub enum AttentionNotification {}
 
 impl Notification for AttentionNotification {
-    type Params = Value;
+    type Params = AttentionParams;
     const METHOD: &'static str = "agent/attention";
 }
 
@@ -734,21 +628,6 @@ pub struct SessionBranchParams {
     /// Extra focus for the summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_instructions: Option<String>,
-}
-
-/// `agent/session/branch` result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionBranchResult {
-    pub leaf_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary_entry_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary: Option<String>,
-    /// Text of the user message navigated to, for the editor's input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub editor_text: Option<String>,
-    pub message_count: usize,
 }
 
 /// `agent/session/label` params.
@@ -1044,27 +923,6 @@ pub struct BashParams {
     pub exclude_from_context: bool,
 }
 
-/// `agent/bash` result (Pi's `BashResult`), sent when the command has ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BashResult {
-    /// The output's tail (Pi's limits), stdout and stderr merged.
-    pub output: String,
-    /// Absent when killed by a signal or cancelled.
-    pub exit_code: Option<i32>,
-    pub cancelled: bool,
-    pub truncated: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub full_output_path: Option<String>,
-    /// The `bashExecution` entry, when written at once (the session was idle).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entry_id: Option<String>,
-    /// When a run was active: the entry waits for it to end (in the context: queued for the
-    /// next prompt under this id).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_id: Option<String>,
-}
-
 /// `agent/bash/abort` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -1258,7 +1116,7 @@ mod tests {
         ));
         seen.extend(pair::<SessionParams, QueueClearResult>("agent-queue-clear"));
         {
-            use crate::methods::queue_edit as qe;
+            use crate::methods::queue as qe;
             seen.extend(pair::<qe::QueueRemoveParams, qe::QueueRemoveResult>(
                 "agent-queue-remove",
             ));

@@ -1,19 +1,19 @@
-//! The LSP server: lifecycle, document sync, and the `agent/*` methods.
+//! The LSP server: lifecycle, document sync, and the one method table of the `agent/*`
+//! methods (their handlers are in [`crate::methods`]; the sessions they work on are
+//! [`pi_core::harness::AgentSession`]s, kept by [`crate::sessions`]).
 //!
 //! Handlers answer quickly; a run goes on in its own task and streams `agent/event`
 //! notifications (plus work-done progress when the client supports it). Each session has at
 //! most one active run; a prompt during a run must say `streamingBehavior` and is queued.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use pi_ai::Message;
-use pi_core::agent::Delivery;
-use pi_core::harness::{choose_model, sessions_dir, AgentSession, Opening};
+use parking_lot::Mutex;
+use pi_core::harness::AgentSession;
 use pi_core::resources::WorkspaceConfig;
-use pi_core::session::{find_session_file, SessionError};
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::{
@@ -25,33 +25,7 @@ use tower_lsp_server::{Client, LanguageServer, LspService};
 
 use crate::documents::{uri_path, Documents};
 use crate::editor_fs::EditorCaps;
-use crate::protocol::{
-    agent_error, codes, parse_params, AbortParams, AbortResult, CompactParams, CompactResult,
-    DeliverAs, PromptParams, PromptResult, StreamingBehavior,
-};
-use crate::setup::LspSetup;
-use crate::sink::send_queue_update;
-use crate::tracker::Tracker;
-
-/// One session of this server: the live conversation ([`AgentSession`], reached through
-/// `Deref`) and what its user is shown besides the events ([`Tracker`]).
-pub(crate) struct Session {
-    core: AgentSession,
-    pub(crate) tracker: Arc<Tracker>,
-}
-
-impl std::ops::Deref for Session {
-    type Target = AgentSession;
-    fn deref(&self) -> &AgentSession {
-        &self.core
-    }
-}
-
-impl std::ops::DerefMut for Session {
-    fn deref_mut(&mut self) -> &mut AgentSession {
-        &mut self.core
-    }
-}
+use crate::protocol::{agent_error, codes};
 
 /// Shared server state.
 pub struct State {
@@ -64,19 +38,19 @@ pub struct State {
     init_model: Mutex<Option<String>>,
     /// `initializationOptions.approvalPolicy`: the editor's own setting.
     pub(crate) init_approval: Mutex<Option<pi_core::approval::ApprovalPolicy>>,
-    pub(crate) sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    pub(crate) sessions: Mutex<HashMap<String, Arc<AgentSession>>>,
     /// See [`Backend::shutdown_received`].
-    shutdown_received: Arc<std::sync::atomic::AtomicBool>,
+    shutdown_received: Arc<AtomicBool>,
     /// The client answers `agent/ui/request` (`experimental.agent.ui`).
-    extension_ui: std::sync::atomic::AtomicBool,
+    extension_ui: AtomicBool,
     /// Tools the editor declared and whether it answers `agent/diagnostics`.
     pub(crate) editor_tools: crate::editor_tools::EditorTools,
     /// Between a successful `initialize` and `shutdown`: document sync is applied (by
     /// [`crate::dispatch::Dispatch`] in the read loop).
-    accepting_sync: std::sync::atomic::AtomicBool,
+    accepting_sync: AtomicBool,
     /// Set when [`crate::shutdown::stop_server`] began: no session is opened or created any
     /// more (a request in flight must not take a file back, or fork it, while it is closed).
-    going_away: std::sync::atomic::AtomicBool,
+    going_away: AtomicBool,
 }
 
 /// The language server.
@@ -88,7 +62,7 @@ impl Backend {
     /// Set once the client's `shutdown` request has been answered. The binary exits with 0
     /// only when it is set, 1 otherwise (`exit` or end of input without `shutdown`; LSP 3.17
     /// "exit Notification").
-    pub fn shutdown_received(&self) -> Arc<std::sync::atomic::AtomicBool> {
+    pub fn shutdown_received(&self) -> Arc<AtomicBool> {
         self.state.shutdown_received.clone()
     }
 }
@@ -176,23 +150,19 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                 init_approval: Mutex::new(None),
                 sessions: Mutex::new(HashMap::new()),
                 shutdown_received: Default::default(),
-                extension_ui: std::sync::atomic::AtomicBool::new(false),
+                extension_ui: AtomicBool::new(false),
                 editor_tools: Default::default(),
-                accepting_sync: std::sync::atomic::AtomicBool::new(false),
-                going_away: std::sync::atomic::AtomicBool::new(false),
+                accepting_sync: AtomicBool::new(false),
+                going_away: AtomicBool::new(false),
             }),
         }
     });
     register(builder).finish()
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl State {
     pub(crate) fn caps(&self) -> EditorCaps {
-        *lock(&self.caps)
+        *self.caps.lock()
     }
 
     /// The open documents.
@@ -201,37 +171,35 @@ impl State {
     }
 
     pub(crate) fn root(&self) -> PathBuf {
-        lock(&self.root).clone()
+        self.root.lock().clone()
     }
 
     pub(crate) fn workspace(&self) -> Arc<WorkspaceConfig> {
-        lock(&self.workspace).clone()
+        self.workspace.lock().clone()
     }
 
     pub(crate) fn init_model(&self) -> Option<String> {
-        lock(&self.init_model).clone()
+        self.init_model.lock().clone()
     }
 
     /// Whether the client answers `agent/ui/request`.
     pub(crate) fn extension_ui(&self) -> bool {
-        self.extension_ui.load(std::sync::atomic::Ordering::Relaxed)
+        self.extension_ui.load(Ordering::Relaxed)
     }
 
     /// Whether document sync is applied now (after `initialize`, before `shutdown`).
     pub(crate) fn accepting_sync(&self) -> bool {
-        self.accepting_sync
-            .load(std::sync::atomic::Ordering::SeqCst)
+        self.accepting_sync.load(Ordering::SeqCst)
     }
 
     /// Marks the server as going away (see [`State::refuse_if_going_away`]).
     pub(crate) fn set_going_away(&self) {
-        self.going_away
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.going_away.store(true, Ordering::SeqCst);
     }
 
     /// `-31004` once the server is going away: no session is opened or created then.
     pub(crate) fn refuse_if_going_away(&self) -> Result<()> {
-        if self.going_away.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.going_away.load(Ordering::SeqCst) {
             return Err(agent_error(
                 codes::SESSION_IO,
                 "the server is shutting down: no session is opened or created any more",
@@ -241,8 +209,7 @@ impl State {
     }
 
     pub(crate) fn set_accepting_sync(&self, on: bool) {
-        self.accepting_sync
-            .store(on, std::sync::atomic::Ordering::SeqCst);
+        self.accepting_sync.store(on, Ordering::SeqCst);
     }
 
     /// `textDocument/didOpen`. Document sync never awaits: it is applied in arrival order.
@@ -276,7 +243,7 @@ impl LanguageServer for Backend {
         let editor = EditorCaps::from_client(&params.capabilities);
         self.state.extension_ui.store(
             crate::extensions::client_supports_ui(params.capabilities.experimental.as_ref()),
-            std::sync::atomic::Ordering::Relaxed,
+            Ordering::Relaxed,
         );
         // Editor-side tools: declared in `initializationOptions.editorTools` (a bad list fails
         // `initialize` with InvalidParams naming the field); `diagnostics` when advertised.
@@ -297,7 +264,7 @@ impl LanguageServer for Backend {
                 .unwrap_or(false),
         );
         let encoding = editor.encoding;
-        *lock(&self.state.caps) = editor;
+        *self.state.caps.lock() = editor;
         #[allow(deprecated)]
         let root = params
             .workspace_folders
@@ -326,11 +293,11 @@ impl LanguageServer for Backend {
             tracing::warn!("workspace folder {uri} is not a file: folder; tools cannot use it");
         }
         ws.set_folders(folders);
-        *lock(&self.state.workspace) = ws;
-        *lock(&self.state.root) = root;
-        *lock(&self.state.init_model) = init_model;
+        *self.state.workspace.lock() = ws;
+        *self.state.root.lock() = root;
+        *self.state.init_model.lock() = init_model;
         // The editor's own approval setting.
-        *lock(&self.state.init_approval) = init_approval;
+        *self.state.init_approval.lock() = init_approval;
         self.state.set_accepting_sync(true);
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
@@ -388,9 +355,7 @@ impl LanguageServer for Backend {
     /// and unlocked). Run in a task of its own so that a cancelled request cannot stop it
     /// halfway.
     async fn shutdown(&self) -> Result<()> {
-        self.state
-            .shutdown_received
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.state.shutdown_received.store(true, Ordering::SeqCst);
         let state = self.state.clone();
         let _ = tokio::spawn(async move { crate::shutdown::stop_server(&state).await }).await;
         Ok(())
@@ -440,348 +405,6 @@ impl LanguageServer for Backend {
                 .join(", ")
         );
         ws.set_folders(now);
-    }
-}
-
-impl Backend {
-    /// `agent/prompt {text, images?, sessionId?, model?, streamingBehavior?}` →
-    /// `{sessionId, runId, queued, queueId?, command?}` (`command` when `/name args` ran an
-    /// extension command instead of a prompt; see [`crate::extensions`]).
-    async fn agent_prompt(&self, params: Value) -> Result<PromptResult> {
-        let mut p: PromptParams = parse_params(params)?;
-        if p.text.starts_with('/') {
-            // Extension commands come first (Pi: checked before templates and skills) and run
-            // at once, also during a run.
-            let session = match &p.session_id {
-                Some(id) => self.session(id)?,
-                None => self.create_session(p.model.as_deref(), None, None)?,
-            };
-            let (id, extensions) = {
-                let s = lock(&session);
-                (s.id().to_string(), s.extensions().clone())
-            };
-            if let Some(name) = extensions.run_command(&p.text).await {
-                return Ok(PromptResult {
-                    session_id: id,
-                    run_id: String::new(),
-                    queued: false,
-                    queue_id: None,
-                    command: Some(name),
-                });
-            }
-            p.session_id = Some(id);
-        }
-        let text = pi_core::harness::expand_prompt(&self.state.workspace(), &p.text);
-        let message = crate::methods::user_message(&text, p.images.as_deref(), "images")?;
-        let session = match &p.session_id {
-            Some(id) => self.session(id)?,
-            None => self.create_session(p.model.as_deref(), None, None)?,
-        };
-        let (id, streaming) = {
-            let s = lock(&session);
-            (s.id().to_string(), s.agent().is_streaming())
-        };
-        if streaming {
-            if let Some(b) = p.streaming_behavior {
-                // The queued message joins the running run, which keeps its model: a `model`
-                // asking for another one would be dropped without a word.
-                if let Some(m) = &p.model {
-                    if *m != lock(&session).model().full_id() {
-                        return Err(crate::methods::invalid(
-                            "model",
-                            format!("cannot switch to {m:?} while a run is active: a queued prompt joins the running run, which keeps its model; switch with agent/model/set (from the next run) or after agent/abort"),
-                        ));
-                    }
-                }
-                let how = match b {
-                    StreamingBehavior::Steer => DeliverAs::Steer,
-                    StreamingBehavior::FollowUp => DeliverAs::FollowUp,
-                };
-                let (queue_id, run_id) = self.enqueue(&session, how, message, None).await;
-                return Ok(PromptResult {
-                    session_id: id,
-                    run_id: run_id.unwrap_or_default(),
-                    queued: true,
-                    queue_id: Some(queue_id),
-                    command: None,
-                });
-            }
-        } else if let Some(m) = &p.model {
-            let current = lock(&session).model().full_id();
-            if *m != current {
-                let (model, _) = choose_model(&self.state.workspace(), Some(m), None)
-                    .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-                crate::methods::set_model(&session, model)?;
-            }
-        }
-        let s = lock(&session);
-        let busy = |s: &Session| {
-            if s.is_rewinding() {
-                return agent_error(
-                    codes::SESSION_BUSY,
-                    format!("session {} is rewinding (agent/session/rewind); send the prompt when it has answered", s.id()),
-                );
-            }
-            agent_error(
-                codes::SESSION_BUSY,
-                format!("session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first", s.id(), s.agent().run_id().unwrap_or_default()),
-            )
-        };
-        // Tools, caps and project instructions are read afresh for every prompt. While a run
-        // is finishing (its agent_end already sent), the prompt starts the next run.
-        let run_id = s.prompt(vec![message]).map_err(|_| busy(&s))?;
-        Ok(PromptResult {
-            session_id: s.id().to_string(),
-            run_id,
-            queued: false,
-            queue_id: None,
-            command: None,
-        })
-    }
-
-    /// Queues `message` on `session` after telling the client (so `queued` always comes
-    /// before `delivered`); returns the queue id and the active run id.
-    pub(crate) async fn enqueue(
-        &self,
-        session: &Arc<Mutex<Session>>,
-        how: DeliverAs,
-        message: Message,
-        entry: Option<(String, Value)>,
-    ) -> (String, Option<String>) {
-        let (sid, tracker) = {
-            let s = lock(session);
-            (s.id().to_string(), s.tracker.clone())
-        };
-        let report = tracker.queue(how, message.clone(), entry);
-        send_queue_update(
-            &self.state.client,
-            &sid,
-            &tracker,
-            &report,
-            crate::protocol::QueueState::Queued,
-        )
-        .await;
-        let s = lock(session);
-        let delivery = match how {
-            DeliverAs::Steer => Delivery::Steer,
-            DeliverAs::FollowUp => Delivery::FollowUp,
-            DeliverAs::NextTurn => Delivery::NextTurn,
-        };
-        s.agent().enqueue(message, delivery);
-        let run = s
-            .agent()
-            .is_streaming()
-            .then(|| s.agent().run_id())
-            .flatten();
-        (report.queue_id, run)
-    }
-
-    /// The live session `id`, or the one resumed from its file in `.pi/sessions/` (or in Pi's
-    /// own sessions folder of this workspace).
-    pub(crate) fn session(&self, id: &str) -> Result<Arc<Mutex<Session>>> {
-        // Bind first: the map's lock must be released before `resume` takes it.
-        let known = lock(&self.state.sessions).get(id).cloned();
-        match known {
-            Some(s) => Ok(s),
-            None => {
-                let root = self.state.root();
-                let path = find_session_file(&sessions_dir(&self.state.workspace()), id)
-                    .or_else(|| {
-                        // Pi's own sessions of this folder.
-                        let agent = pi_ai::models::agent_dir()?;
-                        find_session_file(&pi_core::session::pi_sessions_dir(&agent, &root), id)
-                    })
-                    .ok_or_else(|| {
-                        agent_error(
-                            codes::UNKNOWN_SESSION,
-                            format!(
-                                "no session {id} in {}",
-                                sessions_dir(&self.state.workspace()).display()
-                            ),
-                        )
-                    })?;
-                self.open_file(&path)
-            }
-        }
-    }
-
-    /// A new session (and file) with `model` (default: the usual choice), `thinking` and
-    /// `name`.
-    pub(crate) fn create_session(
-        &self,
-        model: Option<&str>,
-        thinking: Option<pi_ai::models::ThinkingLevel>,
-        name: Option<&str>,
-    ) -> Result<Arc<Mutex<Session>>> {
-        let st = &self.state;
-        st.refuse_if_going_away()?;
-        let ws = st.workspace();
-        let init_model = st.init_model();
-        let (mut model, notice) = choose_model(&ws, model, init_model.as_deref())
-            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-        if let Some(n) = notice {
-            let client = st.client.clone();
-            tokio::spawn(async move { client.show_message(MessageType::INFO, n).await });
-        }
-        if let Some(level) = thinking {
-            model.thinking_level = Some(model.clamp_thinking_level(level));
-        }
-        let tracker = Arc::new(Tracker::new(Default::default()));
-        let setup = Arc::new(LspSetup {
-            st: st.clone(),
-            tracker: tracker.clone(),
-        });
-        let core = AgentSession::create(ws, setup, model, name)
-            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        let id = core.id().to_string();
-        let s = Arc::new(Mutex::new(Session { core, tracker }));
-        lock(&st.sessions).insert(id, s.clone());
-        Ok(s)
-    }
-
-    /// Opens the session file at `path` (or returns it when already open here).
-    pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<Mutex<Session>>> {
-        let st = &self.state;
-        st.refuse_if_going_away()?;
-        let ws = st.workspace();
-        let opening = pi_core::harness::open_file(&ws, path, |id| {
-            let s = lock(&st.sessions).get(id).cloned()?;
-            let s = lock(&s);
-            let file = lock(s.core.writer()).path().to_path_buf();
-            Some(file)
-        });
-        let (writer, loaded, notices) = match opening {
-            Ok(Opening::Opened {
-                writer,
-                loaded,
-                notices,
-            }) => (writer, loaded, notices),
-            Ok(Opening::AlreadyOpen(id)) => {
-                if let Some(s) = lock(&st.sessions).get(&id).cloned() {
-                    return Ok(s);
-                }
-                return Err(agent_error(
-                    codes::SESSION_IO,
-                    format!("session {id} was closed while it was being opened"),
-                ));
-            }
-            Err(SessionError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                return Err(agent_error(
-                    codes::UNKNOWN_SESSION,
-                    format!("no session file {}", path.display()),
-                ))
-            }
-            Err(e) => return Err(agent_error(codes::SESSION_IO, e.to_string())),
-        };
-        for w in &loaded.warnings {
-            tracing::warn!("{w}");
-        }
-        for msg in notices {
-            // A fork instead of a held file, repairs made while loading: told to the user,
-            // not only logged (cases SESS-01, SESS-02, SESS-04).
-            tracing::warn!("{msg}");
-            let client = st.client.clone();
-            tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
-        }
-        let tracker = Arc::new(Tracker::new(crate::methods::file_usage(&loaded.tree)));
-        let setup = Arc::new(LspSetup {
-            st: st.clone(),
-            tracker: tracker.clone(),
-        });
-        let init_model = st.init_model();
-        let core = AgentSession::resume(ws, setup, writer, loaded, init_model.as_deref())
-            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-        let id = core.id().to_string();
-        let s = Arc::new(Mutex::new(Session { core, tracker }));
-        Ok(lock(&st.sessions).entry(id).or_insert(s).clone())
-    }
-
-    /// `agent/compact {sessionId, instructions?}` → Pi's `CompactionResult`
-    /// `{summary, firstKeptEntryId, tokensBefore, details}` once the `compaction` entry is written.
-    /// The session is busy meanwhile (prompts need `streamingBehavior`; queued ones run after
-    /// it); asked for during a run, it waits until the run settles. `agent/abort` cancels it.
-    async fn agent_compact(&self, params: Value) -> Result<CompactResult> {
-        let p: CompactParams = parse_params(params)?;
-        // Like every session method: a session file not open yet is opened on first use.
-        let session = self.session(&p.session_id)?;
-        let (control, rx) = {
-            let s = lock(&session);
-            s.reconfigure();
-            let (_, control, rx) = s.agent().compact(p.instructions).map_err(|_| {
-                agent_error(
-                    codes::SESSION_BUSY,
-                    format!("session {} already has a compaction waiting", p.session_id),
-                )
-            })?;
-            (control, rx)
-        };
-        // `$/cancelRequest` drops this future: the compaction is then cancelled as by
-        // `agent/abort` (nothing is written), so a request answered "cancelled" never leaves a
-        // compaction behind.
-        let cancel_on_drop = control.cancel.clone().drop_guard();
-        let outcome = rx.await;
-        cancel_on_drop.disarm();
-        match outcome {
-            Ok(Ok(r)) => Ok(CompactResult(r)),
-            Ok(Err(e)) => Err(agent_error(codes::COMPACTION_FAILED, e.to_string())),
-            Err(_) => Err(agent_error(
-                codes::COMPACTION_FAILED,
-                "the compaction ended without a result",
-            )),
-        }
-    }
-
-    /// `agent/abort {sessionId}` → what was stopped; idempotent. Waits for the run to end
-    /// (at most [`ABORT_WAIT`]) so the answer is complete.
-    async fn agent_abort(&self, params: Value) -> Result<AbortResult> {
-        let p: AbortParams = parse_params(params)?;
-        let session = lock(&self.state.sessions).get(&p.session_id).cloned();
-        let Some(session) = session else {
-            // A session file that is not open has no run: nothing to stop (opening it just to
-            // say so would take its lock). Only an id no file has is unknown.
-            if find_session_file(&sessions_dir(&self.state.workspace()), &p.session_id).is_none() {
-                return Err(agent_error(
-                    codes::UNKNOWN_SESSION,
-                    format!("no session {}", p.session_id),
-                ));
-            }
-            return Ok(AbortResult {
-                aborted: false,
-                run_id: None,
-                stopped_tool_calls: Vec::new(),
-                stopped_processes: Vec::new(),
-                applied_edits: Vec::new(),
-                queued_messages: Vec::new(),
-            });
-        };
-        let (agent, tracker) = {
-            let s = lock(&session);
-            (s.agent().clone(), s.tracker.clone())
-        };
-        let (calls, procs) = tracker.active();
-        let run_id = agent.is_streaming().then(|| agent.run_id()).flatten();
-        let aborted = agent.abort();
-        if !aborted {
-            return Ok(AbortResult {
-                aborted,
-                run_id: None,
-                stopped_tool_calls: Vec::new(),
-                stopped_processes: Vec::new(),
-                applied_edits: Vec::new(),
-                queued_messages: tracker.queued(),
-            });
-        }
-        let _ = tokio::time::timeout(ABORT_WAIT, agent.wait_for_idle()).await;
-        Ok(AbortResult {
-            aborted,
-            run_id,
-            stopped_tool_calls: calls,
-            stopped_processes: procs,
-            applied_edits: tracker.edits(),
-            queued_messages: tracker.queued(),
-        })
     }
 }
 
@@ -839,9 +462,6 @@ fn init_options(
     };
     Ok((model, approval, trusted))
 }
-
-/// How long `agent/abort` waits for the run to end before answering.
-pub const ABORT_WAIT: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

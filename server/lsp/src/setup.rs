@@ -6,30 +6,27 @@
 //! sent as notifications ([`crate::sink`]).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use pi_core::agent::{EventSink, Tool, WeakAgent};
+use pi_core::agent::{Tool, WeakAgent};
 use pi_core::approval::{ApprovalPolicy, Gate};
-use pi_core::extension::ExtensionHost;
+use pi_core::extension::ExtensionUi;
 use pi_core::fs::Fs;
-use pi_core::harness::SessionSetup;
+use pi_core::harness::{SessionListener, SessionSetup, Tracker};
 use pi_core::resources::WorkspaceConfig;
 use pi_core::sandbox::Approver;
-use pi_core::session::SessionWriter;
 use pi_core::settings::Settings;
 use pi_core::tools::BeforeBash;
 
 use crate::editor_fs::EditorFs;
-use crate::server::{lock, State};
-use crate::tracker::Tracker;
+use crate::server::State;
 
 /// The system prompt guideline that tells the model where its edits go.
 pub const EDITOR_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";
 
-/// The editor's part of one session: the server's state and the session's [`Tracker`].
+/// The editor's part of a session: the server's state.
 pub(crate) struct LspSetup {
     pub(crate) st: Arc<State>,
-    pub(crate) tracker: Arc<Tracker>,
 }
 
 impl SessionSetup for LspSetup {
@@ -79,23 +76,23 @@ impl SessionSetup for LspSetup {
         )))
     }
 
-    fn gate(&self, ws: &WorkspaceConfig, session_id: &str) -> Arc<Gate> {
+    fn gate(&self, ws: &WorkspaceConfig, session_id: &str, tracker: &Arc<Tracker>) -> Arc<Gate> {
         crate::permissions::session_gate(
             ws,
-            *lock(&self.st.init_approval),
+            *self.st.init_approval.lock(),
             Arc::new(
                 crate::permissions::LspApprover::new(
                     self.st.client.clone(),
                     session_id.to_string(),
                     self.st.caps().request_permission,
                 )
-                .with_tracker(self.tracker.clone()),
+                .with_tracker(tracker.clone()),
             ),
         )
     }
 
     fn default_policy(&self, settings: &Settings) -> ApprovalPolicy {
-        crate::permissions::effective_default(*lock(&self.st.init_approval), settings)
+        crate::permissions::effective_default(*self.st.init_approval.lock(), settings)
     }
 
     fn late_tools(
@@ -119,30 +116,18 @@ impl SessionSetup for LspSetup {
         )
     }
 
-    fn extension_host(
-        &self,
-        session_id: &str,
-        writer: &Arc<Mutex<SessionWriter>>,
-    ) -> Arc<dyn ExtensionHost> {
-        Arc::new(crate::extensions::LspExtensionHost::new(
+    fn extension_ui(&self, session_id: &str) -> Arc<dyn ExtensionUi> {
+        Arc::new(crate::extensions::LspExtensionUi::new(
             &self.st,
             session_id.to_string(),
-            writer.clone(),
         ))
     }
 
-    fn listeners(
-        &self,
-        session_id: &str,
-        agent: &WeakAgent,
-        writer: &Arc<Mutex<SessionWriter>>,
-    ) -> Vec<Arc<dyn EventSink>> {
+    fn listeners(&self, session_id: &str, agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {
         vec![Arc::new(crate::sink::LspSink::new(
             self.st.clone(),
             session_id.to_string(),
             agent.clone(),
-            writer.clone(),
-            self.tracker.clone(),
         ))]
     }
 }

@@ -31,15 +31,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pi_core::agent::Agent;
-use pi_core::harness::AgentSession;
+use pi_core::harness::{AgentSession, Tracker};
 use pi_core::session::SessionWriter;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::server::{lock, State};
-use crate::tracker::Tracker;
+use crate::server::State;
 
 /// How long [`stop`] waits for the runs and user commands to settle before it kills what is
 /// left: the whole stop (kill grace and syncs included) stays well within 2 s.
@@ -184,17 +183,17 @@ pub(crate) struct Target {
     pub(crate) id: String,
     pub(crate) agent: Agent,
     pub(crate) writer: Arc<Mutex<SessionWriter>>,
-    pub(crate) tracker: Option<Arc<Tracker>>,
+    pub(crate) tracker: Arc<Tracker>,
 }
 
 impl Target {
-    /// The target for `session` (`tracker`: the server's per-session tracker, if any).
-    pub(crate) fn of(session: &AgentSession, tracker: Option<Arc<Tracker>>) -> Target {
+    /// The target for `session`.
+    pub(crate) fn of(session: &AgentSession) -> Target {
         Target {
             id: session.id().to_string(),
             agent: session.agent().clone(),
             writer: session.writer().clone(),
-            tracker,
+            tracker: session.tracker().clone(),
         }
     }
 }
@@ -219,7 +218,7 @@ pub(crate) async fn stop(targets: &[Target]) -> Report {
     let mut report = Report::default();
     for t in targets {
         let run = t.agent.abort();
-        let command = t.tracker.as_ref().is_some_and(|tr| tr.abort_bash());
+        let command = t.tracker.abort_bash();
         if run || command || t.agent.is_streaming() {
             report.aborted += 1;
         }
@@ -227,10 +226,8 @@ pub(crate) async fn stop(targets: &[Target]) -> Report {
     let settled = futures::future::join_all(targets.iter().map(|t| async move {
         let run = t.agent.wait_for_idle();
         let command = async {
-            if let Some(tr) = &t.tracker {
-                while tr.bash_running() {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
+            while t.tracker.bash_running() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
         };
         tokio::time::timeout_at(deadline, futures::future::join(run, command))
@@ -250,7 +247,7 @@ pub(crate) async fn stop(targets: &[Target]) -> Report {
     }
     report.groups_killed = pi_core::tools::kill_all_groups().await;
     for t in targets {
-        let mut w = lock(&t.writer);
+        let mut w = t.writer.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = w.close() {
             tracing::warn!("session {}: final sync failed: {e}", t.id);
             report.sync_failures += 1;
@@ -265,14 +262,8 @@ pub(crate) async fn stop(targets: &[Target]) -> Report {
 pub async fn stop_server(state: &Arc<State>) -> Report {
     state.set_accepting_sync(false);
     state.set_going_away();
-    let sessions: Vec<_> = lock(&state.sessions).drain().map(|(_, s)| s).collect();
-    let targets: Vec<Target> = sessions
-        .iter()
-        .map(|s| {
-            let s = lock(s);
-            Target::of(&s, Some(s.tracker.clone()))
-        })
-        .collect();
+    let sessions: Vec<_> = state.sessions.lock().drain().map(|(_, s)| s).collect();
+    let targets: Vec<Target> = sessions.iter().map(|s| Target::of(s)).collect();
     let report = stop(&targets).await;
     if report.aborted > 0 || report.groups_killed > 0 {
         tracing::debug!(

@@ -1,61 +1,33 @@
 //! Events → notifications: [`LspSink`] forwards every event of a session's agent as
-//! `agent/event`, reports work-done progress (`$/progress`), persists the run through the
-//! session's [`Recorder`] (a failure is told to the user and stops the run), and sends the
-//! queue, usage and attention notices the [`Tracker`] derives from the events.
+//! `agent/event`, reports work-done progress (`$/progress`), and sends the session's notices
+//! ([`Notice`]: queue, usage, attention; a failure to save as `window/showMessage` plus
+//! `agent/attention` `failed`). The session has persisted each event before it comes here.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use pi_ai::{AssistantEvent, Message};
-use pi_core::agent::{AgentEvent, CompactionReason, EventSink, WeakAgent};
-use pi_core::harness::Recorder;
+use parking_lot::Mutex;
+use pi_ai::AssistantEvent;
+use pi_core::agent::{AgentEvent, CompactionReason, WeakAgent};
+use pi_core::harness::{Notice, SessionListener};
 use tower_lsp_server::ls_types::{
     notification::Progress, MessageType, NumberOrString, ProgressParams, ProgressParamsValue,
     ProgressToken, WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd,
     WorkDoneProgressReport,
 };
-use tower_lsp_server::Client;
 
 use crate::protocol::{
     AgentEventNotification, AgentEventParams, AttentionNotification, AttentionParams,
-    QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
+    AttentionReason, QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
 };
-use crate::server::{lock, State};
-use crate::tracker::{Notice, Tracker};
-
-/// Sends `agent/queueUpdate` for `report` now in `state`.
-pub(crate) async fn send_queue_update(
-    client: &Client,
-    session_id: &str,
-    tracker: &Tracker,
-    report: &crate::protocol::QueuedMessage,
-    state: crate::protocol::QueueState,
-) {
-    let (steering, follow_up) = tracker.waiting();
-    client
-        .send_notification::<QueueUpdateNotification>(
-            serde_json::to_value(QueueUpdateParams {
-                session_id: session_id.to_string(),
-                queue_id: report.queue_id.clone(),
-                delivery: report.delivery,
-                state,
-                text: report.text.clone(),
-                steering,
-                follow_up,
-            })
-            .unwrap_or_default(),
-        )
-        .await;
-}
+use crate::server::State;
 
 /// Persists, reports progress, and forwards every event as `agent/event`.
 pub(crate) struct LspSink {
     st: Arc<State>,
     session_id: String,
     agent: WeakAgent,
-    recorder: Recorder,
-    tracker: Arc<Tracker>,
     /// The work-done progress token of the active run.
     progress: Mutex<Option<ProgressToken>>,
     last_report: Mutex<Option<Instant>>,
@@ -65,20 +37,12 @@ pub(crate) struct LspSink {
 const REPORT_EVERY: Duration = Duration::from_millis(50);
 
 impl LspSink {
-    /// The sink of session `session_id` (its agent, its file's writer, its tracker).
-    pub(crate) fn new(
-        st: Arc<State>,
-        session_id: String,
-        agent: WeakAgent,
-        writer: Arc<Mutex<pi_core::session::SessionWriter>>,
-        tracker: Arc<Tracker>,
-    ) -> LspSink {
+    /// The sink of session `session_id` (its agent).
+    pub(crate) fn new(st: Arc<State>, session_id: String, agent: WeakAgent) -> LspSink {
         LspSink {
             st,
             session_id,
             agent,
-            recorder: Recorder::new(writer),
-            tracker,
             progress: Mutex::new(None),
             last_report: Mutex::new(None),
         }
@@ -93,19 +57,19 @@ impl LspSink {
 
     /// Creates the run's progress token when the client supports work-done progress.
     async fn create_progress(&self) {
-        *lock(&self.progress) = None;
+        *self.progress.lock() = None;
         if !self.st.caps().work_done_progress {
             return;
         }
         let t = NumberOrString::String(format!("pi-lsp/{}", self.run_id()));
         match self.st.client.create_work_done_progress(t.clone()).await {
-            Ok(()) => *lock(&self.progress) = Some(t),
+            Ok(()) => *self.progress.lock() = Some(t),
             Err(e) => tracing::warn!("window/workDoneProgress/create failed: {}", e.message),
         }
     }
 
     async fn progress(&self, value: WorkDoneProgress) {
-        let token = lock(&self.progress).clone();
+        let token = self.progress.lock().clone();
         if let Some(token) = &token {
             self.st
                 .client
@@ -119,7 +83,7 @@ impl LspSink {
 
     async fn report(&self, message: String, force: bool) {
         {
-            let mut last = lock(&self.last_report);
+            let mut last = self.last_report.lock();
             if !force && last.is_some_and(|t| t.elapsed() < REPORT_EVERY) {
                 return;
             }
@@ -135,35 +99,13 @@ impl LspSink {
 }
 
 #[async_trait]
-impl EventSink for LspSink {
-    async fn emit(&self, event: AgentEvent) {
-        let notices = self.tracker.on_event(&event);
-        let substitute = match &event {
-            AgentEvent::MessageEnd {
-                message: m @ Message::User(_),
-            } => self.tracker.substitute(m),
-            _ => None,
-        };
-        let recorded = match substitute {
-            // A delivered custom message or shell output is stored as what it is.
-            Some((kind, fields)) => self.recorder.record_entry(&kind, fields),
-            None => self.recorder.record(&event),
-        };
-        if let Err(e) = recorded {
-            tracing::error!("session not saved: {e}");
-            self.st
-                .client
-                .show_message(
-                    MessageType::ERROR,
-                    format!(
-                        "pi-lsp: the session is no longer being saved ({e}); the run was stopped."
-                    ),
-                )
-                .await;
-            if let Some(a) = self.agent.upgrade() {
-                a.abort();
-            }
-        }
+impl SessionListener for LspSink {
+    async fn notice(&self, notice: Notice) {
+        let run_id = self.run_id();
+        self.send_notice(notice, &run_id).await
+    }
+
+    async fn event(&self, event: AgentEvent, notices: Vec<Notice>) {
         match &event {
             AgentEvent::AgentStart => {
                 self.create_progress().await;
@@ -246,55 +188,80 @@ impl EventSink for LspSink {
             )
             .await;
         for n in notices {
-            match n {
-                Notice::Queue { message, state } => {
-                    send_queue_update(
-                        &self.st.client,
-                        &self.session_id,
-                        &self.tracker,
-                        &message,
+            self.send_notice(n, &run_id).await;
+        }
+    }
+}
+
+impl LspSink {
+    /// Sends one notice of the session (run `run_id`).
+    async fn send_notice(&self, notice: Notice, run_id: &str) {
+        let client = &self.st.client;
+        match notice {
+            Notice::Queue {
+                message,
+                state,
+                steering,
+                follow_up,
+            } => {
+                client
+                    .send_notification::<QueueUpdateNotification>(QueueUpdateParams {
+                        session_id: self.session_id.clone(),
+                        queue_id: message.queue_id,
+                        delivery: message.delivery,
                         state,
-                    )
+                        text: message.text,
+                        steering,
+                        follow_up,
+                    })
                     .await
-                }
-                Notice::Usage {
-                    turn,
-                    session,
-                    context_tokens,
-                } => {
-                    self.st
-                        .client
-                        .send_notification::<UsageNotification>(
-                            serde_json::to_value(UsageParams {
-                                session_id: self.session_id.clone(),
-                                run_id: run_id.clone(),
-                                turn,
-                                session,
-                                context_tokens,
-                                context_window: self
-                                    .agent
-                                    .upgrade()
-                                    .map(|a| a.config().model.context_window)
-                                    .unwrap_or_default(),
-                            })
+            }
+            Notice::Usage {
+                turn,
+                session,
+                context_tokens,
+            } => {
+                client
+                    .send_notification::<UsageNotification>(UsageParams {
+                        session_id: self.session_id.clone(),
+                        run_id: run_id.to_string(),
+                        turn,
+                        session,
+                        context_tokens,
+                        context_window: self
+                            .agent
+                            .upgrade()
+                            .map(|a| a.config().model.context_window)
                             .unwrap_or_default(),
-                        )
-                        .await
-                }
-                Notice::Attention { reason, message } => {
-                    self.st
-                        .client
-                        .send_notification::<AttentionNotification>(
-                            serde_json::to_value(AttentionParams {
-                                session_id: self.session_id.clone(),
-                                run_id: Some(run_id.clone()),
-                                reason,
-                                message,
-                            })
-                            .unwrap_or_default(),
-                        )
-                        .await
-                }
+                    })
+                    .await
+            }
+            Notice::Attention { reason, message } => {
+                client
+                    .send_notification::<AttentionNotification>(AttentionParams {
+                        session_id: self.session_id.clone(),
+                        run_id: Some(run_id.to_string()),
+                        reason,
+                        message,
+                    })
+                    .await
+            }
+            // Told twice: to the user at once, and to the client as the run's failure.
+            Notice::SaveFailed { error } => {
+                let message = format!(
+                    "pi-lsp: the session is no longer being saved ({error}); the run was stopped."
+                );
+                client
+                    .show_message(MessageType::ERROR, message.clone())
+                    .await;
+                client
+                    .send_notification::<AttentionNotification>(AttentionParams {
+                        session_id: self.session_id.clone(),
+                        run_id: Some(run_id.to_string()),
+                        reason: AttentionReason::Failed,
+                        message,
+                    })
+                    .await
             }
         }
     }

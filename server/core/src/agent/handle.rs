@@ -12,7 +12,9 @@
 //!   was cleared.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use pi_ai::{
@@ -74,10 +76,6 @@ struct Inner {
     idle: watch::Sender<bool>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Removes its listener when dropped.
 pub struct Subscription {
     inner: Weak<Inner>,
@@ -92,7 +90,7 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.upgrade() {
-            lock(&inner.listeners).retain(|(id, _)| *id != self.id);
+            inner.listeners.lock().retain(|(id, _)| *id != self.id);
         }
     }
 }
@@ -208,7 +206,7 @@ struct Dispatch {
 impl EventSink for Dispatch {
     async fn emit(&self, event: AgentEvent) {
         {
-            let mut st = lock(&self.inner.state);
+            let mut st = self.inner.state.lock();
             match &event {
                 AgentEvent::MessageStart {
                     message: Message::Assistant(a),
@@ -237,7 +235,10 @@ impl EventSink for Dispatch {
                 _ => {}
             }
         }
-        let listeners: Vec<Arc<dyn EventSink>> = lock(&self.inner.listeners)
+        let listeners: Vec<Arc<dyn EventSink>> = self
+            .inner
+            .listeners
+            .lock()
             .iter()
             .map(|(_, l)| l.clone())
             .collect();
@@ -276,7 +277,7 @@ impl Agent {
     /// Adds a listener; it sees every later event, in registration order with the others.
     pub fn subscribe(&self, listener: Arc<dyn EventSink>) -> Subscription {
         let id = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
-        lock(&self.inner.listeners).push((id, listener));
+        self.inner.listeners.lock().push((id, listener));
         Subscription {
             inner: Arc::downgrade(&self.inner),
             id,
@@ -326,7 +327,7 @@ impl Agent {
             Work::Prompt(_) => (None, None),
         };
         let (cfg, history, work, control, run_id) = {
-            let mut st = lock(&self.inner.state);
+            let mut st = self.inner.state.lock();
             if st.running.is_some() {
                 let prompts = match work {
                     Work::Prompt(prompts) => prompts,
@@ -397,7 +398,7 @@ impl Agent {
                         outcome
                     }
                 };
-                let mut st = lock(&inner.state);
+                let mut st = inner.state.lock();
                 st.messages.clone_from(&outcome.messages);
                 st.pending.extend(outcome.next_turn.iter().cloned());
                 st.streaming = None;
@@ -459,7 +460,7 @@ impl Agent {
 
     /// The id of the active run, or of the last one.
     pub fn run_id(&self) -> Option<String> {
-        lock(&self.inner.state).run_id.clone()
+        self.inner.state.lock().run_id.clone()
     }
 
     /// A handle that does not keep the agent alive (for listeners that need to reach it).
@@ -471,7 +472,7 @@ impl Agent {
 
     /// Queues `message`; with no active run it waits for the next prompt.
     pub fn enqueue(&self, message: Message, how: Delivery) {
-        let mut st = lock(&self.inner.state);
+        let mut st = self.inner.state.lock();
         match &st.running {
             Some(c) => c.enqueue(message, how),
             None => st.pending.push(message),
@@ -483,7 +484,7 @@ impl Agent {
     /// waiting for the next prompt ([`RunControl::replace_queued`]). False when it is no
     /// longer queued.
     pub fn replace_queued(&self, target: &Message, with: Option<Message>) -> bool {
-        let mut st = lock(&self.inner.state);
+        let mut st = self.inner.state.lock();
         if let Some(c) = &st.running {
             return c.replace_queued(target, with);
         }
@@ -501,7 +502,7 @@ impl Agent {
 
     /// Sets the steering and follow-up queue modes (for this and later runs).
     pub fn set_queue_modes(&self, steering: QueueMode, follow_up: QueueMode) {
-        let mut st = lock(&self.inner.state);
+        let mut st = self.inner.state.lock();
         st.modes = (steering, follow_up);
         if let Some(c) = &st.running {
             c.set_modes(steering, follow_up);
@@ -510,7 +511,7 @@ impl Agent {
 
     /// Aborts the active run; false when there was none or it was already aborted.
     pub fn abort(&self) -> bool {
-        let st = lock(&self.inner.state);
+        let st = self.inner.state.lock();
         if let Some((_, c, _, _)) = &st.deferred_compaction {
             c.cancel.cancel();
         }
@@ -532,38 +533,38 @@ impl Agent {
 
     /// True while a compaction writes its summary (the agent is busy then too).
     pub fn is_compacting(&self) -> bool {
-        lock(&self.inner.state).compacting
+        self.inner.state.lock().compacting
     }
 
     /// True while a run is active.
     pub fn is_streaming(&self) -> bool {
-        lock(&self.inner.state).running.is_some()
+        self.inner.state.lock().running.is_some()
     }
 
     /// The conversation: every completed message.
     pub fn messages(&self) -> Vec<Message> {
-        lock(&self.inner.state).messages.clone()
+        self.inner.state.lock().messages.clone()
     }
 
     /// The assistant response being streamed, if any.
     pub fn streaming_message(&self) -> Option<AssistantMessage> {
-        lock(&self.inner.state).streaming.clone()
+        self.inner.state.lock().streaming.clone()
     }
 
     /// Messages waiting for the next prompt.
     pub fn pending(&self) -> Vec<Message> {
-        lock(&self.inner.state).pending.clone()
+        self.inner.state.lock().pending.clone()
     }
 
     /// The outcome of the last finished run.
     pub fn last_outcome(&self) -> Option<RunOutcome> {
-        lock(&self.inner.state).last_outcome.clone()
+        self.inner.state.lock().last_outcome.clone()
     }
 
     /// Replaces the conversation (after navigating a session tree, or to add a message
     /// outside a run such as a user-run shell command). Refused while a run is active.
     pub fn set_messages(&self, messages: Vec<Message>) -> Result<(), AgentBusy> {
-        let mut st = lock(&self.inner.state);
+        let mut st = self.inner.state.lock();
         if st.running.is_some() {
             return Err(AgentBusy);
         }
@@ -574,7 +575,7 @@ impl Agent {
     /// Removes and returns every queued message: the active run's undelivered steering and
     /// follow-ups (steering first), then the messages waiting for the next prompt.
     pub fn take_queued(&self) -> Vec<Message> {
-        let mut st = lock(&self.inner.state);
+        let mut st = self.inner.state.lock();
         let mut out = st
             .running
             .as_ref()
@@ -590,16 +591,16 @@ impl Agent {
 
     /// The steering and follow-up queue modes.
     pub fn queue_modes(&self) -> (QueueMode, QueueMode) {
-        lock(&self.inner.state).modes
+        self.inner.state.lock().modes
     }
 
     /// The configuration later runs use.
     pub fn config(&self) -> AgentConfig {
-        lock(&self.inner.state).config.clone()
+        self.inner.state.lock().config.clone()
     }
 
     /// Replaces the configuration for later runs (model, tools, hooks…).
     pub fn set_config(&self, config: AgentConfig) {
-        lock(&self.inner.state).config = config;
+        self.inner.state.lock().config = config;
     }
 }

@@ -327,8 +327,10 @@ pub trait EventSink: Send + Sync {
     async fn emit(&self, event: AgentEvent);
 }
 
-/// How a queued message enters a running loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a queued message enters a running loop (Pi's `deliverAs`; on the wire `steer`,
+/// `followUp`, `nextTurn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Delivery {
     /// After the current tool batch, before the next assistant request.
     Steer,

@@ -265,6 +265,24 @@ pub trait ExtensionHost: Send + Sync {
     async fn extension_error(&self, error: ExtensionErrorInfo);
 }
 
+/// The product's part of an extension host in a live session
+/// ([`crate::harness::SessionSetup::extension_ui`]): the user interface and where failures
+/// are reported. The session itself keeps the entries and delivers the messages.
+#[async_trait]
+pub trait ExtensionUi: Send + Sync {
+    /// Whether dialogs can reach a user (Pi's `ctx.hasUI`).
+    fn has_ui(&self) -> bool {
+        false
+    }
+    /// Shows `request` of `extension` to the user; dialogs wait for the answer. Without a
+    /// user: cancelled.
+    async fn ui(&self, _extension: &str, _request: UiRequest) -> UiResponse {
+        UiResponse::cancelled()
+    }
+    /// Reports an extension failure (as an `extension_error` event).
+    async fn extension_error(&self, error: ExtensionErrorInfo);
+}
+
 /// Appends a `custom` entry to `writer` (for hosts that write a session file).
 pub fn append_custom_entry(
     writer: &Mutex<SessionWriter>,

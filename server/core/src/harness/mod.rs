@@ -12,26 +12,37 @@
 //! Sessions are opened with [`open_file`] (which continues a file another process holds in a
 //! fork, case SESS-04) and [`AgentSession::resume`], or started with [`AgentSession::create`].
 
+pub mod branch_summary;
+mod events;
+mod live;
+pub mod queue;
 pub mod recorder;
 pub mod rewind;
 pub mod setup;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, Weak};
 
 use pi_ai::models::{ModelError, ThinkingLevel};
 use pi_ai::{Message, Model};
 
-use crate::agent::{Agent, AgentBusy, AgentConfig, AgentHooks, EventSink, Subscription, WeakAgent};
+use crate::agent::{Agent, AgentConfig, AgentHooks, EventSink, Subscription, WeakAgent};
 use crate::approval::{ApprovalPolicy, Gate};
-use crate::extension::{ExtensionHost, Extensions};
+use crate::extension::{ExtensionUi, Extensions};
 use crate::fs::Fs;
 use crate::resources::WorkspaceConfig;
 use crate::sandbox::Approver;
-use crate::session::{read_tree, LoadedSession, SessionError, SessionWriter};
+use crate::session::{read_tree, LoadedSession, SessionError, SessionTree, SessionWriter};
 use crate::settings::Settings;
 use crate::tools::BeforeBash;
 
+pub use events::SessionListener;
+pub use live::{
+    check_image, entry_text, AbortReport, BashOutcome, BranchOutcome, CustomSent, Error,
+    PromptOutcome, ABORT_WAIT,
+};
+pub use queue::{Notice, Tracker};
 pub use recorder::Recorder;
 pub use setup::{
     agent_config, agent_config_with, choose_model, compaction_config, expand_prompt,
@@ -39,8 +50,7 @@ pub use setup::{
     SCRIPTED_NOTICE,
 };
 
-/// What a product adds to each of its sessions. One value per session: it may hold
-/// per-session state of the product (the editor's queue tracker).
+/// What a product adds to each of its sessions.
 pub trait SessionSetup: Send + Sync {
     /// The file system the tools use (the disk headless, the editor's buffers in the editor)
     /// and what runs before every `bash` call (the editor refuses while buffers differ from
@@ -54,8 +64,9 @@ pub trait SessionSetup: Send + Sync {
     fn sandbox_approver(&self, _session_id: &str) -> Option<Arc<dyn Approver>> {
         None
     }
-    /// The session's approval gate (asked once, when the session is built).
-    fn gate(&self, ws: &WorkspaceConfig, session_id: &str) -> Arc<Gate>;
+    /// The session's approval gate (asked once, when the session is built); `tracker` is
+    /// told which calls wait for the user (an abort reports no process for them).
+    fn gate(&self, ws: &WorkspaceConfig, session_id: &str, tracker: &Arc<Tracker>) -> Arc<Gate>;
     /// The gate's default policy under `settings` (read again before every run).
     fn default_policy(&self, settings: &Settings) -> ApprovalPolicy;
     /// Tools added after the defaults and the extensions' (the editor's declared tools), given
@@ -68,39 +79,41 @@ pub trait SessionSetup: Send + Sync {
     ) -> Vec<Arc<dyn crate::agent::Tool>> {
         Vec::new()
     }
-    /// The extensions' host: their UI and where their failures are reported.
-    fn extension_host(
-        &self,
-        session_id: &str,
-        writer: &Arc<Mutex<SessionWriter>>,
-    ) -> Arc<dyn ExtensionHost>;
-    /// The listeners that show and persist the session's events, subscribed before the
-    /// extensions' handlers (so a product has sent an event before an extension reacts).
-    fn listeners(
-        &self,
-        session_id: &str,
-        agent: &WeakAgent,
-        writer: &Arc<Mutex<SessionWriter>>,
-    ) -> Vec<Arc<dyn EventSink>>;
+    /// The extensions' user interface and where their failures are reported. (Their
+    /// entries and messages go to the session itself.)
+    fn extension_ui(&self, session_id: &str) -> Arc<dyn ExtensionUi>;
+    /// The listeners that show the session's events and notices, called after the session
+    /// persisted each event and before the extensions' handlers see it.
+    fn listeners(&self, session_id: &str, agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>>;
 }
 
-/// One live conversation; see the module doc.
+/// What changes over a session's life besides its conversation.
+struct Live {
+    model: Model,
+    auto_retry: bool,
+    auto_compaction: bool,
+    name: Option<String>,
+}
+
+/// One live conversation; see the module doc. Shared as `Arc<AgentSession>`: every method
+/// takes `&self`.
 pub struct AgentSession {
     id: String,
     ws: Arc<WorkspaceConfig>,
     setup: Arc<dyn SessionSetup>,
+    /// The single writer of the session's file. A `std` mutex on purpose: a writer poisoned
+    /// by a panic in the middle of an append is reported ([`Recorder`]), not written on.
     writer: Arc<Mutex<SessionWriter>>,
     agent: Agent,
-    model: Model,
     gate: Arc<Gate>,
     extensions: Arc<Extensions>,
-    auto_retry: bool,
-    auto_compaction: bool,
-    name: Option<String>,
+    tracker: Arc<Tracker>,
+    listeners: Vec<Arc<dyn SessionListener>>,
+    live: parking_lot::Mutex<Live>,
     parent_session: Option<String>,
     /// A rewind is in progress ([`rewind`]): prompts are refused meanwhile.
-    rewinding: Arc<std::sync::atomic::AtomicBool>,
-    /// Keeps the product's listeners and the extensions' event handlers registered.
+    rewinding: Arc<AtomicBool>,
+    /// Keeps the session's own listener and the extensions' event handlers registered.
     _subscriptions: Vec<Subscription>,
 }
 
@@ -201,7 +214,7 @@ impl AgentSession {
         setup: Arc<dyn SessionSetup>,
         model: Model,
         name: Option<&str>,
-    ) -> Result<AgentSession, SessionError> {
+    ) -> Result<Arc<AgentSession>, SessionError> {
         let mut writer = SessionWriter::create(
             &sessions_dir(&ws),
             ws.root(),
@@ -212,8 +225,15 @@ impl AgentSession {
         if let Some(n) = name {
             writer.set_name(n)?;
         }
-        let mut s = AgentSession::new(ws, setup, writer, model, Vec::new());
-        s.name = name.map(str::to_string);
+        let s = AgentSession::new(
+            ws,
+            setup,
+            writer,
+            model,
+            Vec::new(),
+            queue::UsageTotals::default(),
+            (name.map(str::to_string), None),
+        );
         Ok(s)
     }
 
@@ -225,7 +245,7 @@ impl AgentSession {
         writer: SessionWriter,
         loaded: LoadedSession,
         init_model: Option<&str>,
-    ) -> Result<AgentSession, ModelError> {
+    ) -> Result<Arc<AgentSession>, ModelError> {
         let wanted = loaded.model.as_ref().map(|(p, m)| format!("{p}/{m}"));
         let mut model = choose_model(&ws, wanted.as_deref(), None)
             .or_else(|_| choose_model(&ws, None, init_model))?
@@ -237,81 +257,108 @@ impl AgentSession {
         {
             model.thinking_level = Some(model.clamp_thinking_level(level));
         }
-        let mut s = AgentSession::new(ws, setup, writer, model, loaded.messages);
-        s.name = loaded.name;
-        s.parent_session = loaded.tree.header["parentSession"]
+        let parent = loaded.tree.header["parentSession"]
             .as_str()
             .map(str::to_string);
-        Ok(s)
+        let usage = file_usage(&loaded.tree);
+        Ok(AgentSession::new(
+            ws,
+            setup,
+            writer,
+            model,
+            loaded.messages,
+            usage,
+            (loaded.name, parent),
+        ))
     }
 
-    /// A session around `writer` with an agent on `messages`.
+    /// A session around `writer` with an agent on `messages`; `usage`: the responses already
+    /// in the file; `(name, parent session)` from its file.
     fn new(
         ws: Arc<WorkspaceConfig>,
         setup: Arc<dyn SessionSetup>,
         writer: SessionWriter,
         model: Model,
         messages: Vec<Message>,
-    ) -> AgentSession {
-        let id = writer.id().to_string();
-        let writer = Arc::new(Mutex::new(writer));
-        let gate = setup.gate(&ws, &id);
-        let extensions = load_extensions(&ws, setup.extension_host(&id, &writer));
-        let settings = ws.settings();
-        let cfg = build_config(&ws, &setup, &id, &model, &writer, &gate, &extensions);
-        let auto_retry = cfg.retry.enabled;
-        let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
-        let agent = Agent::new(cfg, messages);
-        agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
-        let mut s = AgentSession {
-            id,
-            ws,
-            setup,
-            writer,
-            agent,
-            model,
-            gate,
-            extensions,
-            auto_retry,
-            auto_compaction,
-            name: None,
-            parent_session: None,
-            rewinding: Arc::default(),
-            _subscriptions: Vec::new(),
-        };
-        let weak = s.agent.downgrade();
-        for l in s.setup.listeners(&s.id, &weak, &s.writer) {
-            s._subscriptions.push(s.agent.subscribe(l));
-        }
-        if s.extensions.has_event_handlers() {
-            let ext: Arc<dyn EventSink> = s.extensions.clone();
-            s._subscriptions.push(s.agent.subscribe(ext));
-        }
-        s
+        usage: queue::UsageTotals,
+        (name, parent_session): (Option<String>, Option<String>),
+    ) -> Arc<AgentSession> {
+        Arc::new_cyclic(|me: &Weak<AgentSession>| {
+            let id = writer.id().to_string();
+            let writer = Arc::new(Mutex::new(writer));
+            let tracker = Arc::new(Tracker::new(usage));
+            let gate = setup.gate(&ws, &id, &tracker);
+            let host = Arc::new(events::SessionHost::new(
+                me.clone(),
+                writer.clone(),
+                ws.root().to_path_buf(),
+                id.clone(),
+                setup.extension_ui(&id),
+            ));
+            let extensions = load_extensions(&ws, host);
+            let settings = ws.settings();
+            let cfg = build_config(&ws, &setup, &id, &model, &writer, &gate, &extensions);
+            let auto_retry = cfg.retry.enabled;
+            let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
+            let agent = Agent::new(cfg, messages);
+            agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
+            let weak = agent.downgrade();
+            let listeners = setup.listeners(&id, &weak);
+            let mut subscriptions = vec![agent.subscribe(Arc::new(events::SessionEvents::new(
+                weak,
+                Recorder::new(writer.clone()),
+                tracker.clone(),
+                listeners.clone(),
+            )))];
+            if extensions.has_event_handlers() {
+                let ext: Arc<dyn EventSink> = extensions.clone();
+                subscriptions.push(agent.subscribe(ext));
+            }
+            AgentSession {
+                id,
+                ws,
+                setup,
+                writer,
+                agent,
+                gate,
+                extensions,
+                tracker,
+                listeners,
+                live: parking_lot::Mutex::new(Live {
+                    model,
+                    auto_retry,
+                    auto_compaction,
+                    name,
+                }),
+                parent_session,
+                rewinding: Arc::default(),
+                _subscriptions: subscriptions,
+            }
+        })
     }
 
     /// The configuration of the session's next run: tools, system prompt and settings read
     /// afresh from the workspace (see [`setup::agent_config_with`]), the session's model,
     /// compaction into its file, its extensions' tools and hooks, its switches.
     pub fn config(&self) -> AgentConfig {
-        let mut cfg = self.base_config();
-        cfg.retry.enabled = self.auto_retry;
-        if let Some(c) = cfg.compaction.as_mut() {
-            c.settings.enabled = self.auto_compaction;
-        }
-        cfg
-    }
-
-    fn base_config(&self) -> AgentConfig {
-        build_config(
+        let (model, auto_retry, auto_compaction) = {
+            let l = self.live.lock();
+            (l.model.clone(), l.auto_retry, l.auto_compaction)
+        };
+        let mut cfg = build_config(
             &self.ws,
             &self.setup,
             &self.id,
-            &self.model,
+            &model,
             &self.writer,
             &self.gate,
             &self.extensions,
-        )
+        );
+        cfg.retry.enabled = auto_retry;
+        if let Some(c) = cfg.compaction.as_mut() {
+            c.settings.enabled = auto_compaction;
+        }
+        cfg
     }
 
     /// Configures the next run afresh (tools, caps and project instructions are re-read) when
@@ -322,15 +369,30 @@ impl AgentSession {
         }
     }
 
-    /// Starts a run on `messages` (the user's prompt, already expanded); returns its run id.
-    /// While a run is finishing (its `agent_end` sent), this starts the next one.
-    /// Refused while a rewind is in progress ([`rewind`]).
-    pub fn prompt(&self, messages: Vec<Message>) -> Result<String, AgentBusy> {
+    /// Starts a run on `messages` (already expanded); returns its run id. While a run is
+    /// finishing (its `agent_end` sent), this starts the next one. Refused while a run is
+    /// active or a rewind is in progress ([`rewind`]).
+    pub fn start(&self, messages: Vec<Message>) -> Result<String, Error> {
         if self.is_rewinding() {
-            return Err(AgentBusy);
+            return Err(Error::Busy(format!(
+                "session {} is rewinding (agent/session/rewind); send the prompt when it has answered",
+                self.id
+            )));
         }
         self.reconfigure();
-        self.agent.prompt(messages).map(|(run_id, _)| run_id)
+        self.agent
+            .prompt(messages)
+            .map(|(run_id, _)| run_id)
+            .map_err(|_| self.busy_error())
+    }
+
+    /// The error of a prompt without a queueing behaviour during a run.
+    fn busy_error(&self) -> Error {
+        Error::Busy(format!(
+            "session {} is running {}; send streamingBehavior \"steer\" or \"followUp\" to queue this prompt, or agent/abort first",
+            self.id,
+            self.agent.run_id().unwrap_or_default()
+        ))
     }
 
     /// What the user typed, expanded as Pi does (`/skill:name args`, `/template args`).
@@ -341,8 +403,8 @@ impl AgentSession {
     /// Makes `model` the session's model (keeping its thinking level, clamped): writes a
     /// `model_change` (and a `thinking_level_change` when the level changed) and configures
     /// later runs. On a write error nothing changes.
-    pub fn set_model(&mut self, mut model: Model) -> Result<(), SessionError> {
-        let before = self.model.thinking_level;
+    pub fn set_model(&self, mut model: Model) -> Result<(), SessionError> {
+        let before = self.live.lock().model.thinking_level;
         if let Some(level) = before {
             model.thinking_level = Some(model.clamp_thinking_level(level));
         }
@@ -359,45 +421,54 @@ impl AgentSession {
                 )?;
             }
         }
-        self.model = model;
+        self.live.lock().model = model;
         self.agent.set_config(self.config());
         Ok(())
     }
 
+    /// Makes the model `provider/id` of the workspace the session's model (see
+    /// [`AgentSession::set_model`]); an unknown model changes nothing.
+    pub fn set_model_by_id(&self, full_id: &str) -> Result<(), Error> {
+        let (model, _) = choose_model(&self.ws, Some(full_id), None)
+            .map_err(|e| Error::Model(format!("model: {e}")))?;
+        self.set_model(model).map_err(Error::Session)
+    }
+
     /// Sets the thinking level (clamped to the model), writing `thinking_level_change` when
     /// it changes; returns the level in effect.
-    pub fn set_thinking_level(
-        &mut self,
-        level: ThinkingLevel,
-    ) -> Result<ThinkingLevel, SessionError> {
-        let level = self.model.clamp_thinking_level(level);
-        if self.model.thinking_level != Some(level) {
+    pub fn set_thinking_level(&self, level: ThinkingLevel) -> Result<ThinkingLevel, SessionError> {
+        let (level, changed) = {
+            let l = self.live.lock();
+            let level = l.model.clamp_thinking_level(level);
+            (level, l.model.thinking_level != Some(level))
+        };
+        if changed {
             self.lock_writer()?.append_entry(
                 "thinking_level_change",
                 serde_json::json!({"thinkingLevel": level.as_str()}),
             )?;
-            self.model.thinking_level = Some(level);
+            self.live.lock().model.thinking_level = Some(level);
             self.agent.set_config(self.config());
         }
         Ok(level)
     }
 
     /// Names the session (`session_info`).
-    pub fn set_name(&mut self, name: &str) -> Result<(), SessionError> {
+    pub fn set_name(&self, name: &str) -> Result<(), SessionError> {
         self.lock_writer()?.set_name(name)?;
-        self.name = Some(name.to_string());
+        self.live.lock().name = Some(name.to_string());
         Ok(())
     }
 
     /// Automatic retry of transient provider failures, from the next run.
-    pub fn set_auto_retry(&mut self, on: bool) {
-        self.auto_retry = on;
+    pub fn set_auto_retry(&self, on: bool) {
+        self.live.lock().auto_retry = on;
         self.reconfigure();
     }
 
     /// Automatic compaction (threshold and overflow), from the next run.
-    pub fn set_auto_compaction(&mut self, on: bool) {
-        self.auto_compaction = on;
+    pub fn set_auto_compaction(&self, on: bool) {
+        self.live.lock().auto_compaction = on;
         self.reconfigure();
     }
 
@@ -429,9 +500,24 @@ impl AgentSession {
         &self.writer
     }
 
+    /// The session file's path.
+    pub fn file(&self) -> PathBuf {
+        match self.writer.lock() {
+            Ok(w) => w.path().to_path_buf(),
+            Err(p) => p.get_ref().path().to_path_buf(),
+        }
+    }
+
+    /// Every entry of the session file as written so far: the writer's own tree (it holds the
+    /// file's lock, so nothing else appends), and the leaf.
+    pub fn tree(&self) -> Result<(Arc<SessionTree>, Option<String>), SessionError> {
+        let w = self.lock_writer()?;
+        Ok((w.tree_snapshot(), w.leaf().map(str::to_string)))
+    }
+
     /// The model of the next run (with its thinking level).
-    pub fn model(&self) -> &Model {
-        &self.model
+    pub fn model(&self) -> Model {
+        self.live.lock().model.clone()
     }
 
     /// The session's approval policy and "allow always" rules.
@@ -444,9 +530,14 @@ impl AgentSession {
         &self.extensions
     }
 
+    /// The session's queue, usage and abort bookkeeping.
+    pub fn tracker(&self) -> &Arc<Tracker> {
+        &self.tracker
+    }
+
     /// The session's name (`session_info`).
-    pub fn name(&self) -> Option<&str> {
-        self.name.as_deref()
+    pub fn name(&self) -> Option<String> {
+        self.live.lock().name.clone()
     }
 
     /// The file this session was forked from (header `parentSession`).
@@ -456,13 +547,37 @@ impl AgentSession {
 
     /// Whether automatic retry is on.
     pub fn auto_retry(&self) -> bool {
-        self.auto_retry
+        self.live.lock().auto_retry
     }
 
     /// Whether automatic compaction is on.
     pub fn auto_compaction(&self) -> bool {
-        self.auto_compaction
+        self.live.lock().auto_compaction
     }
+
+    /// Listens to the session's agent events (Pi's `subscribe`); dropping the subscription
+    /// ends it.
+    pub fn subscribe(&self, sink: Arc<dyn EventSink>) -> Subscription {
+        self.agent.subscribe(sink)
+    }
+
+    /// Tells every listener `notice`.
+    async fn tell(&self, notice: Notice) {
+        for l in &self.listeners {
+            l.notice(notice.clone()).await;
+        }
+    }
+}
+
+/// Usage of every assistant message in the file (all branches).
+pub fn file_usage(tree: &SessionTree) -> queue::UsageTotals {
+    let mut t = queue::UsageTotals::default();
+    for e in &tree.entries {
+        if let Some(u) = e.assistant().and_then(|a| a.usage.as_ref()) {
+            queue::add_usage(&mut t, u);
+        }
+    }
+    t
 }
 
 /// The configuration of a session's run before its switches apply; see
@@ -515,7 +630,10 @@ fn build_config(
 
 /// The built-in extensions `ws`'s settings enable (`builtinExtensions`; the project's only
 /// when trusted), registered over `host`; load failures are reported through the host.
-fn load_extensions(ws: &WorkspaceConfig, host: Arc<dyn ExtensionHost>) -> Arc<Extensions> {
+fn load_extensions(
+    ws: &WorkspaceConfig,
+    host: Arc<dyn crate::extension::ExtensionHost>,
+) -> Arc<Extensions> {
     let settings = ws.settings();
     let (list, mut errors) =
         crate::extension::builtin(settings.raw(crate::extension::SETTINGS_KEY));

@@ -43,7 +43,9 @@ mod linux;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -263,7 +265,7 @@ impl TempFolder {
     fn for_session(key: &str) -> Arc<TempFolder> {
         static FOLDERS: OnceLock<Mutex<HashMap<String, Weak<TempFolder>>>> = OnceLock::new();
         let map = FOLDERS.get_or_init(|| Mutex::new(HashMap::new()));
-        let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = map.lock();
         m.retain(|_, w| w.strong_count() > 0);
         if let Some(t) = m.get(key).and_then(Weak::upgrade) {
             return t;

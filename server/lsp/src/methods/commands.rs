@@ -8,7 +8,7 @@ use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
 use crate::protocol::{parse_params, SessionParams};
-use crate::server::{lock, Backend};
+use crate::server::Backend;
 
 /// `agent/commands` params: none are needed (the listing is the workspace's); `sessionId`, when
 /// given, must name a session.
@@ -137,8 +137,7 @@ impl Backend {
     pub(crate) async fn fork_messages(&self, params: Value) -> Result<ForkMessagesResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let s = lock(&session);
-        let tree = super::session_tree(&s)?;
+        let (tree, _) = super::tree(&session)?;
         let messages = tree
             .entries
             .iter()
@@ -172,7 +171,7 @@ impl Backend {
     ) -> Result<LastAssistantTextResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let messages = lock(&session).agent().messages();
+        let messages = session.agent().messages();
         let last = messages.iter().rev().find_map(|m| match m {
             pi_ai::Message::Assistant(a)
                 if !(a.stop_reason == pi_ai::StopReason::Aborted && a.content.is_empty()) =>

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
-use super::{invalid, session_tree};
+use super::invalid;
 use crate::protocol::{agent_error, codes, parse_params};
-use crate::server::{lock, Backend};
+use crate::server::Backend;
 
 /// `agent/session/history` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,12 +51,7 @@ impl Backend {
             None => pi_core::session::HISTORY_DEFAULT_LIMIT,
         };
         let session = self.session(&p.session_id)?;
-        let (tree, leaf) = {
-            let s = lock(&session);
-            let tree = session_tree(&s)?;
-            let leaf = lock(s.writer()).leaf().map(str::to_string);
-            (tree, leaf)
-        };
+        let (tree, leaf) = super::tree(&session)?;
         let page = tree
             .history(leaf.as_deref(), p.before_entry_id.as_deref(), limit)
             .map_err(|e| agent_error(codes::UNKNOWN_ENTRY, e.to_string()))?;

@@ -8,12 +8,12 @@ use pi_ai::{Model, Registry};
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
-use super::{model_info, set_model};
+use super::{core_error, model_info};
 use crate::protocol::{
     agent_error, codes, parse_params, Direction, ModelCycleParams, ModelListResult, ModelSetParams,
     ModelSetResult, SessionListParams, SessionParams, ThinkingResult, ThinkingSetParams,
 };
-use crate::server::{lock, Backend};
+use crate::server::Backend;
 
 /// The models that can be used now: those with a key, or of a custom provider (models.json),
 /// then the offline scripted model.
@@ -41,15 +41,8 @@ impl Backend {
     pub(crate) async fn model_set(&self, params: Value) -> Result<ModelSetResult> {
         let p: ModelSetParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (model, _) =
-            pi_core::harness::choose_model(&self.state.workspace(), Some(&p.model), None)
-                .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, format!("model: {e}")))?;
-        set_model(&session, model)?;
-        let s = lock(&session);
-        Ok(ModelSetResult {
-            model: model_info(s.model()),
-            thinking_level: s.model().thinking_level.unwrap_or(ThinkingLevel::Off),
-        })
+        session.set_model_by_id(&p.model).map_err(core_error)?;
+        Ok(model_set_result(&session.model()))
     }
 
     /// `agent/model/cycle {sessionId, direction?}` → the next usable model, or `null` when
@@ -68,7 +61,7 @@ impl Backend {
         if models.len() < 2 {
             return Ok(None);
         }
-        let current = lock(&session).model().full_id();
+        let current = session.model().full_id();
         let at = models.iter().position(|m| m.full_id() == current);
         let n = models.len();
         let next = match (at, p.direction) {
@@ -76,12 +69,10 @@ impl Backend {
             (Some(i), Direction::Backward) => (i + n - 1) % n,
             (None, _) => 0,
         };
-        set_model(&session, models[next].clone())?;
-        let s = lock(&session);
-        Ok(Some(ModelSetResult {
-            model: model_info(s.model()),
-            thinking_level: s.model().thinking_level.unwrap_or(ThinkingLevel::Off),
-        }))
+        session
+            .set_model(models[next].clone())
+            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        Ok(Some(model_set_result(&session.model())))
     }
 
     /// `agent/thinking/set {sessionId, level}` → the level in effect (clamped to the model).
@@ -97,13 +88,11 @@ impl Backend {
     pub(crate) async fn thinking_cycle(&self, params: Value) -> Result<Option<ThinkingResult>> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (levels, current) = {
-            let s = lock(&session);
-            (
-                s.model().supported_thinking_levels(),
-                s.model().thinking_level.unwrap_or(ThinkingLevel::Off),
-            )
-        };
+        let model = session.model();
+        let (levels, current) = (
+            model.supported_thinking_levels(),
+            model.thinking_level.unwrap_or(ThinkingLevel::Off),
+        );
         if levels.len() < 2 {
             return Ok(None);
         }
@@ -117,13 +106,21 @@ impl Backend {
     }
 }
 
+/// `agent/model/set`'s answer for the session's model now.
+fn model_set_result(m: &Model) -> ModelSetResult {
+    ModelSetResult {
+        model: model_info(m),
+        thinking_level: m.thinking_level.unwrap_or(ThinkingLevel::Off),
+    }
+}
+
 /// Sets the session's thinking level (clamped), writing `thinking_level_change` when it
 /// changes.
 fn set_level(
-    session: &std::sync::Arc<std::sync::Mutex<crate::server::Session>>,
+    session: &pi_core::harness::AgentSession,
     level: ThinkingLevel,
 ) -> Result<ThinkingLevel> {
-    lock(session)
+    session
         .set_thinking_level(level)
         .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))
 }

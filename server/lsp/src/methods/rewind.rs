@@ -14,7 +14,7 @@ use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
 use crate::protocol::{agent_error, codes, parse_params, SessionParams};
-use crate::server::{lock, Backend};
+use crate::server::Backend;
 
 /// `agent/session/changes` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,11 +43,7 @@ impl Backend {
     pub(crate) async fn session_changes(&self, params: Value) -> Result<ChangesResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (tree, leaf) = {
-            let s = lock(&session);
-            let w = lock(s.writer());
-            (w.tree_snapshot(), w.leaf().map(str::to_string))
-        };
+        let (tree, leaf) = super::tree(&session)?;
         let root = self.state.root();
         // The results' lines are read back from the file: off the reactor.
         let changes =
@@ -67,11 +63,11 @@ impl Backend {
         let options = RewindOptions {
             delete_created: caps.document_changes && caps.delete_file,
         };
-        let mut rewind = lock(&session)
+        let mut rewind = session
             .begin_rewind(&p.entry_id, options)
             .map_err(rewind_error)?;
         rewind.apply_files().await;
-        let outcome = lock(&session).finish_rewind(rewind);
+        let outcome = session.finish_rewind(rewind);
         outcome.map_err(rewind_error)
     }
 }

@@ -5,45 +5,37 @@
 //! events.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
+use pi_core::harness::AgentSession;
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
-use super::{entry_text, invalid, model_info, session_tree};
+use super::queue::mode_name;
+use super::{core_error, entry_text, invalid, model_info, tree};
 use crate::protocol::{
-    agent_error, codes, parse_params, ContextUsage, ExportFormat, MessagesResult, QueueModeName,
+    agent_error, codes, parse_params, ContextUsage, ExportFormat, MessagesResult,
     SessionBranchParams, SessionBranchResult, SessionCloseResult, SessionExportParams,
     SessionExportResult, SessionForkParams, SessionForkResult, SessionInfo, SessionLabelParams,
     SessionLabelResult, SessionListParams, SessionListResult, SessionNameParams, SessionNameResult,
     SessionNewParams, SessionOpenParams, SessionParams, SessionState, SessionStatsResult,
     SessionTreeResult, TreeEntry,
 };
-use crate::server::{lock, Backend, Session};
+use crate::server::Backend;
 use pi_core::harness::sessions_dir;
 
-fn mode_name(m: pi_core::QueueMode) -> QueueModeName {
-    match m {
-        pi_core::QueueMode::OneAtATime => QueueModeName::OneAtATime,
-        pi_core::QueueMode::All => QueueModeName::All,
-    }
-}
-
 /// The state clients see of `s`.
-pub(crate) fn session_state(s: &Session) -> SessionState {
-    let (file, leaf) = {
-        let w = lock(s.writer());
-        (w.path().display().to_string(), w.leaf().map(str::to_string))
-    };
+pub(crate) fn session_state(s: &AgentSession) -> SessionState {
+    let file = s.file().display().to_string();
+    let leaf = s.tree().ok().and_then(|(_, leaf)| leaf);
     let (steering, follow_up) = s.agent().queue_modes();
+    let model = s.model();
     SessionState {
         session_id: s.id().to_string(),
         session_file: file,
-        session_name: s.name().map(str::to_string),
+        session_name: s.name(),
         parent_session: s.parent_session().map(str::to_string),
-        model: model_info(s.model()),
-        thinking_level: s
-            .model()
+        model: model_info(&model),
+        thinking_level: model
             .thinking_level
             .unwrap_or(pi_ai::models::ThinkingLevel::Off),
         is_streaming: s.agent().is_streaming(),
@@ -51,12 +43,12 @@ pub(crate) fn session_state(s: &Session) -> SessionState {
         steering_mode: mode_name(steering),
         follow_up_mode: mode_name(follow_up),
         auto_retry_enabled: s.auto_retry(),
-        is_retrying: s.tracker.retrying(),
+        is_retrying: s.tracker().retrying(),
         auto_compaction_enabled: s.auto_compaction(),
         is_compacting: s.agent().is_compacting(),
-        is_bash_running: s.tracker.bash_running(),
+        is_bash_running: s.tracker().bash_running(),
         message_count: s.agent().messages().len(),
-        pending_message_count: s.tracker.queued().len(),
+        pending_message_count: s.tracker().queued().len(),
         leaf_id: leaf,
         approval_policy: Some(s.gate().policy()),
     }
@@ -66,23 +58,11 @@ fn io_error(e: impl std::fmt::Display) -> tower_lsp_server::jsonrpc::Error {
     agent_error(codes::SESSION_IO, e.to_string())
 }
 
-fn busy(s: &Session, what: &str) -> tower_lsp_server::jsonrpc::Error {
-    agent_error(
-        codes::SESSION_BUSY,
-        format!(
-            "session {} is running {}; {what} waits until the run ends (or agent/abort it)",
-            s.id(),
-            s.agent().run_id().unwrap_or_default()
-        ),
-    )
-}
-
 impl Backend {
     /// `agent/state {sessionId}` → [`SessionState`].
     pub(crate) async fn agent_state(&self, params: Value) -> Result<SessionState> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
-        let s = lock(&session);
+        let s = self.session(&p.session_id)?;
         Ok(session_state(&s))
     }
 
@@ -91,10 +71,8 @@ impl Backend {
     /// display of a long session, `agent/session/history` pages the branch instead.
     pub(crate) async fn agent_messages(&self, params: Value) -> Result<MessagesResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
-        let s = lock(&session);
-        let tree = session_tree(&s)?;
-        let leaf = lock(s.writer()).leaf().map(str::to_string);
+        let s = self.session(&p.session_id)?;
+        let (tree, leaf) = tree(&s)?;
         let (entry_ids, messages) =
             pi_core::session::context_agent_messages(&tree, leaf.as_deref())
                 .into_iter()
@@ -118,14 +96,13 @@ impl Backend {
             n => n,
         };
         let session = self.create_session(p.model.as_deref(), p.thinking_level, name)?;
-        let s = lock(&session);
-        Ok(session_state(&s))
+        Ok(session_state(&session))
     }
 
     /// `agent/session/list {}` → the workspace's session files, most recent first.
     pub(crate) async fn session_list(&self, params: Value) -> Result<SessionListResult> {
         let _: SessionListParams = parse_params(params)?;
-        let open: Vec<String> = lock(&self.state.sessions).keys().cloned().collect();
+        let open: Vec<String> = self.state.sessions.lock().keys().cloned().collect();
         let root = self.state.root();
         let mut found = pi_core::session::list_sessions(&sessions_dir(&self.state.workspace()));
         // Pi's own sessions of this folder are listed too (and open by path or id).
@@ -176,27 +153,14 @@ impl Backend {
                 ))
             }
         };
-        let s = lock(&session);
-        Ok(session_state(&s))
+        Ok(session_state(&session))
     }
 
-    /// `agent/session/close {sessionId}`: aborts its run, drops its queue, releases its file.
+    /// `agent/session/close {sessionId}`: aborts its run, drops its queue, releases its file
+    /// ([`AgentSession::close`]).
     pub(crate) async fn session_close(&self, params: Value) -> Result<SessionCloseResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = lock(&self.state.sessions).get(&p.session_id).cloned();
-        let Some(session) = session else {
-            // Not open here: nothing to close, but a name that no file has is an error.
-            if pi_core::session::find_session_file(
-                &sessions_dir(&self.state.workspace()),
-                &p.session_id,
-            )
-            .is_none()
-            {
-                return Err(agent_error(
-                    codes::UNKNOWN_SESSION,
-                    format!("no session {}", p.session_id),
-                ));
-            }
+        let Some(session) = self.open_session(&p.session_id)? else {
             return Ok(SessionCloseResult {
                 closed: false,
                 dropped: Vec::new(),
@@ -205,11 +169,18 @@ impl Backend {
         // The close runs to its end in a task of its own: `$/cancelRequest` drops this
         // future, and a close stopped halfway (run aborted, session still open, queue kept)
         // is neither the state before nor after.
-        let this = Backend {
-            state: self.state.clone(),
-        };
+        let state = self.state.clone();
         let id = p.session_id.clone();
-        let close = tokio::spawn(async move { this.close_now(&id, session).await });
+        let close = tokio::spawn(async move {
+            let dropped = session.close().await;
+            state.sessions.lock().remove(&id);
+            // Editor tools registered for this session only go with it.
+            state.editor_tools.forget_session(&id);
+            SessionCloseResult {
+                closed: true,
+                dropped,
+            }
+        });
         close.await.map_err(|e| tower_lsp_server::jsonrpc::Error {
             code: tower_lsp_server::jsonrpc::ErrorCode::InternalError,
             message: format!("closing session {} failed: {e}", p.session_id).into(),
@@ -217,70 +188,16 @@ impl Backend {
         })
     }
 
-    /// Aborts, stops the user's command, drops the queue and forgets the session.
-    async fn close_now(&self, id: &str, session: Arc<Mutex<Session>>) -> SessionCloseResult {
-        let (agent, tracker) = {
-            let s = lock(&session);
-            (s.agent().clone(), s.tracker.clone())
-        };
-        agent.abort();
-        // The user's own shell command (`agent/bash`) goes too: left running it would write
-        // its result into the file after the lock was released.
-        if tracker.abort_bash() {
-            let _ = tokio::time::timeout(crate::server::ABORT_WAIT, async {
-                while tracker.bash_running() {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            })
-            .await;
-        }
-        let _ = tokio::time::timeout(crate::server::ABORT_WAIT, agent.wait_for_idle()).await;
-        let dropped = self.drop_queue(&session).await;
-        lock(&self.state.sessions).remove(id);
-        // Editor tools registered for this session only go with it.
-        self.state.editor_tools.forget_session(id);
-        SessionCloseResult {
-            closed: true,
-            dropped,
-        }
-    }
-
     /// `agent/session/fork {sessionId, entryId}` → a new session holding the path to the
     /// entry (to its parent for a user message, whose text is returned).
     pub(crate) async fn session_fork(&self, params: Value) -> Result<SessionForkResult> {
         let p: SessionForkParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (writer, loaded, text) = {
-            let s = lock(&session);
-            let tree = session_tree(&s)?;
-            let entry = tree.get(&p.entry_id).ok_or_else(|| {
-                agent_error(
-                    codes::UNKNOWN_ENTRY,
-                    format!("entryId: no entry {} in session {}", p.entry_id, s.id()),
-                )
-            })?;
-            let user = (entry.kind == "message" && entry.role() == Some("user"))
-                || entry.kind == "custom_message";
-            let (leaf, text) = if user {
-                (entry.parent_id.clone(), entry_text(&entry.raw()))
-            } else {
-                (Some(entry.id.clone()), None)
-            };
-            let Some(leaf) = leaf else {
-                return Err(invalid(
-                    "entryId",
-                    "the first entry has nothing before it to fork; use agent/session/new",
-                ));
-            };
-            let (w, loaded) = lock(s.writer())
-                .fork(&tree, &sessions_dir(&self.state.workspace()), Some(&leaf))
-                .map_err(io_error)?;
-            (w, loaded, text)
-        };
-        let new = self.adopt(&session, writer, loaded)?;
-        let s = lock(&new);
+        let (path, text) = session.fork(&p.entry_id).map_err(core_error)?;
+        // Opened through the usual path so model and thinking come from the file.
+        let new = self.open_file(&path)?;
         Ok(SessionForkResult {
-            session: session_state(&s),
+            session: session_state(&new),
             text,
         })
     }
@@ -289,47 +206,19 @@ impl Backend {
     pub(crate) async fn session_clone(&self, params: Value) -> Result<SessionForkResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (writer, loaded) = {
-            let s = lock(&session);
-            let tree = session_tree(&s)?;
-            let w = lock(s.writer());
-            if w.leaf().is_none() {
-                return Err(invalid(
-                    "sessionId",
-                    "the session has no entries to clone; use agent/session/new",
-                ));
-            }
-            w.fork(&tree, &sessions_dir(&self.state.workspace()), None)
-                .map_err(io_error)?
-        };
-        let new = self.adopt(&session, writer, loaded)?;
-        let s = lock(&new);
+        let path = session.clone_branch().map_err(core_error)?;
+        let new = self.open_file(&path)?;
         Ok(SessionForkResult {
-            session: session_state(&s),
+            session: session_state(&new),
             text: None,
         })
-    }
-
-    /// Registers a forked file as a live session with the model of `from`.
-    fn adopt(
-        &self,
-        from: &Arc<Mutex<Session>>,
-        writer: pi_core::session::SessionWriter,
-        loaded: pi_core::session::LoadedSession,
-    ) -> Result<Arc<Mutex<Session>>> {
-        let path = writer.path().to_path_buf();
-        // Re-open through the usual path so model and thinking come from the file.
-        drop(writer);
-        let _ = (from, loaded);
-        self.open_file(&path)
     }
 
     /// `agent/session/tree {sessionId}` → every entry, the leaf.
     pub(crate) async fn session_tree(&self, params: Value) -> Result<SessionTreeResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
-        let s = lock(&session);
-        let tree = session_tree(&s)?;
+        let s = self.session(&p.session_id)?;
+        let (tree, leaf_id) = tree(&s)?;
         let labels = tree.labels();
         let entries = tree
             .entries
@@ -349,7 +238,6 @@ impl Backend {
                 }
             })
             .collect();
-        let leaf_id = lock(s.writer()).leaf().map(str::to_string);
         Ok(SessionTreeResult {
             session_id: s.id().to_string(),
             leaf_id,
@@ -358,144 +246,29 @@ impl Backend {
     }
 
     /// `agent/session/branch {sessionId, entryId, summarize?, customInstructions?}`: moves the
-    /// leaf (Pi's tree navigation); with `summarize`, the model summarises the branch left
-    /// behind first (a failed summary changes nothing).
+    /// leaf (Pi's tree navigation; [`AgentSession::branch`]); with `summarize`, the model
+    /// summarises the branch left behind first (a failed summary changes nothing;
+    /// `$/cancelRequest` cancels it).
     pub(crate) async fn session_branch(&self, params: Value) -> Result<SessionBranchResult> {
         let p: SessionBranchParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (tree, old_leaf, target_leaf, editor_text, model) = {
-            let s = lock(&session);
-            if s.agent().is_streaming() {
-                return Err(busy(&s, "moving the leaf"));
-            }
-            let tree = session_tree(&s)?;
-            let (target_leaf, editor_text) = match &p.entry_id {
-                None => (None, None),
-                Some(id) => {
-                    let e = tree.get(id).ok_or_else(|| {
-                        agent_error(
-                            codes::UNKNOWN_ENTRY,
-                            format!("entryId: no entry {id} in session {}", s.id()),
-                        )
-                    })?;
-                    let user = (e.kind == "message" && e.role() == Some("user"))
-                        || e.kind == "custom_message";
-                    if user {
-                        (e.parent_id.clone(), entry_text(&e.raw()))
-                    } else {
-                        (Some(e.id.clone()), None)
-                    }
-                }
-            };
-            let old_leaf = lock(s.writer()).leaf().map(str::to_string);
-            (tree, old_leaf, target_leaf, editor_text, s.model().clone())
-        };
-        // The entries being left: from the old leaf back to the common ancestor.
-        let kept: std::collections::HashSet<&str> = target_leaf
-            .as_deref()
-            .map(|l| tree.path(l).into_iter().map(|e| e.id.as_str()).collect())
-            .unwrap_or_default();
-        let left: Vec<&pi_core::session::Entry> = old_leaf
-            .as_deref()
-            .map(|l| {
-                tree.path(l)
-                    .into_iter()
-                    .filter(|e| !kept.contains(e.id.as_str()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let summary = if p.summarize && !left.is_empty() {
-            let s = crate::summary::branch_summary(&model, &left, p.custom_instructions.as_deref())
-                .await
-                .map_err(|e| agent_error(codes::SUMMARY_FAILED, e))?;
-            // Pi's generateBranchSummary: the files the left entries read and changed (and
-            // those of pi-written branch summaries among them) follow the summary and are
-            // its `details`.
-            let mut ops = pi_core::compaction::FileOps::default();
-            for e in &left {
-                if e.kind == "branch_summary" {
-                    let r = e.raw();
-                    if r["fromHook"] != true {
-                        let files = |k: &str| -> Vec<String> {
-                            r["details"][k]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .filter_map(|f| f.as_str().map(str::to_string))
-                                .collect()
-                        };
-                        ops.read.extend(files("readFiles"));
-                        ops.edited.extend(files("modifiedFiles"));
-                    }
-                } else if let Some(m) = e.message() {
-                    ops.add_calls(&m);
-                }
-            }
-            let (read, modified) = ops.lists();
-            let text = if s == crate::summary::NO_CONTENT {
-                s
-            } else {
-                s + &pi_core::compaction::format_file_operations(&read, &modified)
-            };
-            Some((
-                text,
-                serde_json::json!({"readFiles": read, "modifiedFiles": modified}),
-            ))
-        } else {
-            None
-        };
-        let s = lock(&session);
-        if s.agent().is_streaming() {
-            return Err(busy(&s, "moving the leaf"));
-        }
-        let mut w = lock(s.writer());
-        let summary_entry_id = match (&summary, &old_leaf) {
-            (Some((text, details)), Some(_)) => Some(
-                w.branch_with_summary(&tree, target_leaf.as_deref(), text, details.clone())
-                    .map_err(io_error)?,
-            ),
-            _ => {
-                w.branch(&tree, target_leaf.as_deref()).map_err(io_error)?;
-                None
-            }
-        };
-        let leaf = w.leaf().map(str::to_string);
-        drop(w);
-        let tree = session_tree(&s)?;
-        let messages = if leaf.is_some() {
-            tree.context(leaf.as_deref()).messages
-        } else {
-            Vec::new()
-        };
-        let count = messages.len();
-        s.agent()
-            .set_messages(messages)
-            .map_err(|_| busy(&s, "moving the leaf"))?;
-        Ok(SessionBranchResult {
-            leaf_id: leaf,
-            summary_entry_id,
-            summary: summary.map(|(text, _)| text),
-            editor_text,
-            message_count: count,
-        })
+        session
+            .branch(
+                p.entry_id.as_deref(),
+                p.summarize,
+                p.custom_instructions.as_deref(),
+            )
+            .await
+            .map_err(core_error)
     }
 
     /// `agent/session/label {sessionId, entryId, label}` → the `label` entry written.
     pub(crate) async fn session_label(&self, params: Value) -> Result<SessionLabelResult> {
         let p: SessionLabelParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let s = lock(&session);
-        let tree = session_tree(&s)?;
-        if tree.get(&p.entry_id).is_none() {
-            return Err(agent_error(
-                codes::UNKNOWN_ENTRY,
-                format!("entryId: no entry {} in session {}", p.entry_id, s.id()),
-            ));
-        }
-        let label = p.label.as_deref().map(str::trim).filter(|l| !l.is_empty());
-        let id = lock(s.writer())
-            .label(&p.entry_id, label)
-            .map_err(io_error)?;
+        let id = session
+            .label(&p.entry_id, p.label.as_deref())
+            .map_err(core_error)?;
         Ok(SessionLabelResult { label_entry_id: id })
     }
 
@@ -507,7 +280,7 @@ impl Backend {
             return Err(invalid("name", "must not be empty"));
         }
         let session = self.session(&p.session_id)?;
-        lock(&session).set_name(name).map_err(io_error)?;
+        session.set_name(name).map_err(io_error)?;
         Ok(SessionNameResult {
             name: name.to_string(),
         })
@@ -519,10 +292,8 @@ impl Backend {
     /// `sessionCost`.
     pub(crate) async fn session_stats(&self, params: Value) -> Result<SessionStatsResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
-        let s = lock(&session);
-        let tree = session_tree(&s)?;
-        let leaf = lock(s.writer()).leaf().map(str::to_string);
+        let s = self.session(&p.session_id)?;
+        let (tree, leaf) = tree(&s)?;
         let messages: Vec<Value> = pi_core::session::context_agent_messages(&tree, leaf.as_deref())
             .into_iter()
             .map(|(_, m)| m)
@@ -535,7 +306,7 @@ impl Backend {
                 .as_array()
                 .map_or(0, |c| c.iter().filter(|b| b["type"] == "toolCall").count());
             if let Ok(u) = serde_json::from_value::<pi_ai::types::Usage>(m["usage"].clone()) {
-                crate::tracker::add_usage(&mut context, &u);
+                pi_core::harness::queue::add_usage(&mut context, &u);
             }
         }
         let path = leaf.as_deref().map(|l| tree.path(l)).unwrap_or_default();
@@ -557,7 +328,7 @@ impl Backend {
                             stop != "error" && stop != "aborted"
                         })
                         .and_then(|e| e.assistant().and_then(|a| a.usage.as_ref()))
-                        .is_none_or(|u| crate::tracker::context_tokens(u) == 0)
+                        .is_none_or(|u| pi_core::harness::queue::context_tokens(u) == 0)
                 });
             if unknown {
                 return ContextUsage {
@@ -573,7 +344,7 @@ impl Backend {
                 percent: Some(tokens as f64 / window as f64 * 100.0),
             }
         });
-        let file = super::file_usage(&tree);
+        let file = pi_core::harness::file_usage(&tree);
         let stats_tokens = |t: &crate::protocol::UsageTotals| crate::protocol::StatsTokens {
             input: t.input,
             output: t.output,
@@ -581,7 +352,7 @@ impl Backend {
             cache_write: t.cache_write,
             total: t.input + t.output + t.cache_read + t.cache_write,
         };
-        let session_file = lock(s.writer()).path().display().to_string();
+        let session_file = s.file().display().to_string();
         Ok(SessionStatsResult {
             session_id: s.id().to_string(),
             session_file,
@@ -602,12 +373,7 @@ impl Backend {
     pub(crate) async fn session_export(&self, params: Value) -> Result<SessionExportResult> {
         let p: SessionExportParams = parse_params(params)?;
         let session = self.session(&p.session_id)?;
-        let (tree, leaf) = {
-            let s = lock(&session);
-            let tree = session_tree(&s)?;
-            let leaf = lock(s.writer()).leaf().map(str::to_string);
-            (tree, leaf)
-        };
+        let (tree, leaf) = tree(&session)?;
         let content = match p.format {
             ExportFormat::Markdown => pi_core::export::to_markdown(&tree, leaf.as_deref()),
             ExportFormat::Html => pi_core::export::to_html(&tree, leaf.as_deref()),

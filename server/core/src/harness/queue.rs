@@ -1,8 +1,8 @@
 //! What one session's user needs to see besides the agent events: queued messages and their
 //! states, usage and cost per turn and per session, attention, and what an abort stopped.
 //!
-//! The [`Tracker`] watches the session's events (it is fed by the session's listener before
-//! the events are forwarded) and turns them into notices:
+//! The [`Tracker`] watches the session's events (the session's own listener feeds it before
+//! the product's listeners get them) and turns them into [`Notice`]s:
 //! - a queued message is matched to the user message the loop delivers by value (the loop
 //!   pushes the very message that was queued): `message_start` of it → `delivered`, the next
 //!   assistant `message_end` → `consumed`; [`Tracker::drop_all`] → `dropped`;
@@ -11,18 +11,99 @@
 //! - every assistant `message_end` → usage of the turn and of the session;
 //! - `agent_end` → `attention` `finished` or `failed` (an abort asked for by the user needs
 //!   no attention).
+//!
+//! The types here are also the wire's (the editor server sends them as they serialize).
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 
 use pi_ai::{Message, StopReason};
-use pi_core::agent::AgentEvent;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{
-    AppliedEdit, AttentionReason, DeliverAs, QueueState, QueuedMessage, StoppedProcess,
-    StoppedToolCall, UsageTotals,
-};
+use crate::agent::AgentEvent;
+pub use crate::agent::Delivery as DeliverAs;
+
+/// A tool call stopped by an abort.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoppedToolCall {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub args: Value,
+}
+
+/// A process (group) killed by an abort.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoppedProcess {
+    pub tool_call_id: String,
+    pub command: String,
+}
+
+/// An edit a run applied (`edit` or `write` that succeeded).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedEdit {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    /// The path as the tool received it (relative to the workspace root unless absolute).
+    pub path: String,
+}
+
+/// The life of a queued message: `queued` → `delivered` (in the conversation) → `consumed`
+/// (a model response has seen it); or `queued` → `dropped` (queue cleared, session closed) or
+/// `removed` ([`Tracker::remove`]). An edit ([`Tracker::edit`]) reports `queued` again with
+/// the new text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum QueueState {
+    Queued,
+    Delivered,
+    Consumed,
+    Dropped,
+    Removed,
+}
+
+/// A queued message as reported to the user.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedMessage {
+    pub queue_id: String,
+    pub delivery: DeliverAs,
+    /// The message's text (images are not repeated).
+    pub text: String,
+}
+
+/// Token counts and cost in US dollars.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageTotals {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub total_tokens: u64,
+    /// US dollars at the model's per-million-token prices.
+    pub cost: f64,
+}
+
+/// Why the agent needs the user. More reasons may be added; clients must ignore reasons they
+/// do not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub enum AttentionReason {
+    /// The run ended normally; the answer is ready.
+    Finished,
+    /// The run ended in an error (provider failure after retries, …).
+    Failed,
+    /// A tool call waits for the user's permission (`agent/requestPermission` or
+    /// `window/showMessageRequest` follows).
+    Permission,
+    /// An extension asks the user a question (`agent/ui/request` or its fallback follows).
+    Question,
+}
 
 /// A message waiting in (or passing through) a queue.
 #[derive(Debug, Clone)]
@@ -37,12 +118,15 @@ struct Item {
     recorded: bool,
 }
 
-/// Something to tell the client.
+/// Something to tell the user.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Notice {
+    /// A queued message changed state; `steering` / `follow_up` are the texts still waiting.
     Queue {
         message: QueuedMessage,
         state: QueueState,
+        steering: Vec<String>,
+        follow_up: Vec<String>,
     },
     Usage {
         turn: UsageTotals,
@@ -53,6 +137,8 @@ pub enum Notice {
         reason: AttentionReason,
         message: String,
     },
+    /// The session could not be saved (the run was stopped): `error` says why.
+    SaveFailed { error: String },
 }
 
 #[derive(Default)]
@@ -72,10 +158,6 @@ struct Inner {
 #[derive(Default)]
 pub struct Tracker {
     inner: Mutex<Inner>,
-}
-
-fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The text of a message for queue reports and previews.
@@ -177,32 +259,24 @@ impl Tracker {
             delivery,
             text: item.text.clone(),
         };
-        lock(&self.inner).items.push(item);
+        self.inner.lock().items.push(item);
         report
     }
 
     /// Forgets a queued message that could not be queued after all.
     pub fn forget(&self, queue_id: &str) {
-        lock(&self.inner).items.retain(|i| i.id != queue_id);
+        self.inner.lock().items.retain(|i| i.id != queue_id);
     }
 
     /// Texts of the (steering, follow-up) messages still waiting.
     pub fn waiting(&self) -> (Vec<String>, Vec<String>) {
-        let inner = lock(&self.inner);
-        let of = |d: DeliverAs| {
-            inner
-                .items
-                .iter()
-                .filter(|i| i.state == QueueState::Queued && i.delivery == d)
-                .map(|i| i.text.clone())
-                .collect()
-        };
-        (of(DeliverAs::Steer), of(DeliverAs::FollowUp))
+        waiting_of(&self.inner.lock())
     }
 
     /// Messages still queued (not delivered).
     pub fn queued(&self) -> Vec<QueuedMessage> {
-        lock(&self.inner)
+        self.inner
+            .lock()
             .items
             .iter()
             .filter(|i| i.state == QueueState::Queued)
@@ -217,7 +291,7 @@ impl Tracker {
     /// Marks every queued message dropped and forgets it. `taken` are the messages removed
     /// from the agent's queues; those that were not tracked are returned to be put back.
     pub fn drop_all(&self, taken: Vec<Message>) -> (Vec<QueuedMessage>, Vec<Message>) {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.inner.lock();
         let mut dropped = Vec::new();
         let mut keep = Vec::new();
         for m in taken {
@@ -248,7 +322,7 @@ impl Tracker {
         queue_id: &str,
         take: impl FnOnce(&Message) -> bool,
     ) -> Option<QueuedMessage> {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.inner.lock();
         let p = inner
             .items
             .iter()
@@ -277,7 +351,7 @@ impl Tracker {
         expand: impl FnOnce(&str) -> String,
         replace: impl FnOnce(&Message, Message) -> bool,
     ) -> Result<Option<QueuedMessage>, String> {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.inner.lock();
         let Some(p) = inner
             .items
             .iter()
@@ -304,7 +378,7 @@ impl Tracker {
                     Message::User(u) => u.timestamp,
                     _ => pi_ai::types::now_millis(),
                 });
-                let m = pi_core::session::convert_message(&as_message).ok_or_else(|| {
+                let m = crate::session::convert_message(&as_message).ok_or_else(|| {
                     "the custom message's content cannot hold the text".to_string()
                 })?;
                 (m, Some((kind.clone(), fields)))
@@ -329,7 +403,7 @@ impl Tracker {
 
     /// The entry to store instead of this delivered user message, once.
     pub fn substitute(&self, message: &Message) -> Option<(String, Value)> {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.inner.lock();
         let item = inner.items.iter_mut().find(|i| {
             !i.recorded
                 && i.state != QueueState::Queued
@@ -342,12 +416,12 @@ impl Tracker {
 
     /// True while a failed request waits for its retry.
     pub fn retrying(&self) -> bool {
-        lock(&self.inner).retrying
+        self.inner.lock().retrying
     }
 
     /// Registers a running user shell command; `None` when one already runs.
     pub fn start_bash(&self) -> Option<CancellationToken> {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.inner.lock();
         if inner.bash.is_some() {
             return None;
         }
@@ -358,12 +432,12 @@ impl Tracker {
 
     /// The user shell command ended.
     pub fn end_bash(&self) {
-        lock(&self.inner).bash = None;
+        self.inner.lock().bash = None;
     }
 
     /// Cancels the running user shell command; false when none runs.
     pub fn abort_bash(&self) -> bool {
-        match &lock(&self.inner).bash {
+        match &self.inner.lock().bash {
             Some(t) => {
                 t.cancel();
                 true
@@ -374,13 +448,13 @@ impl Tracker {
 
     /// True while a user shell command runs.
     pub fn bash_running(&self) -> bool {
-        lock(&self.inner).bash.is_some()
+        self.inner.lock().bash.is_some()
     }
 
     /// Marks `call_id` as waiting for (`true`) or done with (`false`) a permission question:
     /// a stopped call that was waiting had no process.
     pub fn set_awaiting_permission(&self, call_id: &str, waiting: bool) {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.inner.lock();
         inner.awaiting_permission.retain(|c| c != call_id);
         if waiting {
             inner.awaiting_permission.push(call_id.to_string());
@@ -390,7 +464,7 @@ impl Tracker {
     /// Tool calls executing now, and the shell commands among them (not those still waiting
     /// for permission).
     pub fn active(&self) -> (Vec<StoppedToolCall>, Vec<StoppedProcess>) {
-        let inner = lock(&self.inner);
+        let inner = self.inner.lock();
         let calls = inner
             .active
             .iter()
@@ -414,17 +488,17 @@ impl Tracker {
 
     /// Edits applied by the current (or last) run.
     pub fn edits(&self) -> Vec<AppliedEdit> {
-        lock(&self.inner).edits.clone()
+        self.inner.lock().edits.clone()
     }
 
     /// Session totals so far.
     pub fn totals(&self) -> UsageTotals {
-        lock(&self.inner).totals.clone()
+        self.inner.lock().totals.clone()
     }
 
     /// Updates the bookkeeping for `event`; returns what to tell the client, in order.
     pub fn on_event(&self, event: &AgentEvent) -> Vec<Notice> {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.inner.lock();
         let mut out = Vec::new();
         match event {
             AgentEvent::AgentStart => {
@@ -448,6 +522,8 @@ impl Tracker {
                             text: i.text.clone(),
                         },
                         state: QueueState::Delivered,
+                        steering: Vec::new(),
+                        follow_up: Vec::new(),
                     });
                 }
             }
@@ -473,6 +549,8 @@ impl Tracker {
                                 text: i.text,
                             },
                             state: QueueState::Consumed,
+                            steering: Vec::new(),
+                            follow_up: Vec::new(),
                         });
                     }
                 }
@@ -544,8 +622,45 @@ impl Tracker {
             }
             _ => {}
         }
+        // Queue notices carry what is still waiting once this event is accounted for.
+        let (st, fu) = waiting_of(&inner);
+        for n in &mut out {
+            if let Notice::Queue {
+                steering,
+                follow_up,
+                ..
+            } = n
+            {
+                *steering = st.clone();
+                *follow_up = fu.clone();
+            }
+        }
         out
     }
+
+    /// The queue notice for `message` now in `state`, with what is still waiting.
+    pub fn queue_notice(&self, message: QueuedMessage, state: QueueState) -> Notice {
+        let (steering, follow_up) = self.waiting();
+        Notice::Queue {
+            message,
+            state,
+            steering,
+            follow_up,
+        }
+    }
+}
+
+/// Texts of the (steering, follow-up) messages still waiting in `inner`.
+fn waiting_of(inner: &Inner) -> (Vec<String>, Vec<String>) {
+    let of = |d: DeliverAs| {
+        inner
+            .items
+            .iter()
+            .filter(|i| i.state == QueueState::Queued && i.delivery == d)
+            .map(|i| i.text.clone())
+            .collect()
+    };
+    (of(DeliverAs::Steer), of(DeliverAs::FollowUp))
 }
 
 #[cfg(test)]
@@ -579,7 +694,9 @@ mod tests {
             n,
             vec![Notice::Queue {
                 message: q.clone(),
-                state: QueueState::Delivered
+                state: QueueState::Delivered,
+                steering: vec![],
+                follow_up: vec![],
             }]
         );
         assert_eq!(t.waiting(), (vec![], vec![]));
@@ -603,7 +720,9 @@ mod tests {
             vec![
                 Notice::Queue {
                     message: q,
-                    state: QueueState::Consumed
+                    state: QueueState::Consumed,
+                    steering: vec![],
+                    follow_up: vec![],
                 },
                 Notice::Usage {
                     turn: turn.clone(),

@@ -1,0 +1,172 @@
+//! The session's side of its events: [`SessionEvents`] persists every event ([`Recorder`]),
+//! feeds the session's [`Tracker`] and hands the event with its [`Notice`]s to the product's
+//! [`SessionListener`]s; a failure to persist stops the run and is told to the listeners
+//! ([`Notice::SaveFailed`]), never silent. [`SessionHost`] is the extensions' host: their
+//! entries and messages go to the [`AgentSession`] itself, their UI to the product.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+
+use async_trait::async_trait;
+use pi_ai::Message;
+use serde_json::Value;
+
+use super::queue::{Notice, Tracker};
+use super::{AgentSession, Recorder};
+use crate::agent::{AgentEvent, EventSink, WeakAgent};
+use crate::extension::{
+    CustomMessage, ExtensionErrorInfo, ExtensionHost, ExtensionUi, UiRequest, UiResponse,
+};
+use crate::session::SessionWriter;
+
+/// What a product does with a session's events: shows them (the editor sends notifications,
+/// `pi-lsp run` prints). The session has persisted an event before a listener gets it.
+#[async_trait]
+pub trait SessionListener: Send + Sync {
+    /// An agent event and what it changed for the user (queue states, usage, attention),
+    /// in the order to tell them after the event.
+    async fn event(&self, event: AgentEvent, notices: Vec<Notice>);
+    /// A notice not caused by an event: a message queued, edited, removed or dropped.
+    async fn notice(&self, notice: Notice);
+}
+
+/// The session's own listener of its agent; see the module doc.
+pub(super) struct SessionEvents {
+    agent: WeakAgent,
+    recorder: Recorder,
+    tracker: Arc<Tracker>,
+    listeners: Vec<Arc<dyn SessionListener>>,
+}
+
+impl SessionEvents {
+    pub(super) fn new(
+        agent: WeakAgent,
+        recorder: Recorder,
+        tracker: Arc<Tracker>,
+        listeners: Vec<Arc<dyn SessionListener>>,
+    ) -> Self {
+        SessionEvents {
+            agent,
+            recorder,
+            tracker,
+            listeners,
+        }
+    }
+}
+
+#[async_trait]
+impl EventSink for SessionEvents {
+    async fn emit(&self, event: AgentEvent) {
+        let mut notices = self.tracker.on_event(&event);
+        let substitute = match &event {
+            AgentEvent::MessageEnd {
+                message: m @ Message::User(_),
+            } => self.tracker.substitute(m),
+            _ => None,
+        };
+        let recorded = match substitute {
+            // A delivered custom message or shell output is stored as what it is.
+            Some((kind, fields)) => self.recorder.record_entry(&kind, fields),
+            None => self.recorder.record(&event),
+        };
+        if let Err(e) = recorded {
+            tracing::error!("session not saved: {e}");
+            if let Some(a) = self.agent.upgrade() {
+                a.abort();
+            }
+            notices.insert(
+                0,
+                Notice::SaveFailed {
+                    error: e.to_string(),
+                },
+            );
+        }
+        match self.listeners.as_slice() {
+            [] => {}
+            [only] => only.event(event, notices).await,
+            many => {
+                for l in many {
+                    l.event(event.clone(), notices.clone()).await;
+                }
+            }
+        }
+    }
+}
+
+/// The extensions' host of one session: entries in the session's file, messages through the
+/// session, the rest through the product's [`ExtensionUi`]. The entries go to the writer
+/// itself: `session_start` handlers read them while the session is being built.
+pub(super) struct SessionHost {
+    session: Weak<AgentSession>,
+    writer: Arc<Mutex<SessionWriter>>,
+    cwd: PathBuf,
+    session_id: String,
+    ui: Arc<dyn ExtensionUi>,
+}
+
+impl SessionHost {
+    pub(super) fn new(
+        session: Weak<AgentSession>,
+        writer: Arc<Mutex<SessionWriter>>,
+        cwd: PathBuf,
+        session_id: String,
+        ui: Arc<dyn ExtensionUi>,
+    ) -> Self {
+        SessionHost {
+            session,
+            writer,
+            cwd,
+            session_id,
+            ui,
+        }
+    }
+
+    fn session(&self) -> Result<Arc<AgentSession>, String> {
+        self.session.upgrade().ok_or_else(|| {
+            format!(
+                "session {} is not open (not yet, or any more)",
+                self.session_id
+            )
+        })
+    }
+}
+
+#[async_trait]
+impl ExtensionHost for SessionHost {
+    fn cwd(&self) -> PathBuf {
+        self.cwd.clone()
+    }
+
+    fn session_id(&self) -> String {
+        self.session_id.clone()
+    }
+
+    fn append_entry(&self, custom_type: &str, data: Value) -> Result<String, String> {
+        crate::extension::append_custom_entry(&self.writer, custom_type, data)
+    }
+
+    fn custom_entries(&self, custom_type: &str) -> Vec<Value> {
+        crate::extension::custom_entries_of(&self.writer, custom_type)
+    }
+
+    /// [`AgentSession::send_custom_message`]: validated, queued, tracked, stored.
+    async fn send_message(&self, m: CustomMessage) -> Result<(), String> {
+        self.session()?
+            .send_custom_message(m)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn has_ui(&self) -> bool {
+        self.ui.has_ui()
+    }
+
+    async fn ui(&self, extension: &str, request: UiRequest) -> UiResponse {
+        self.ui.ui(extension, request).await
+    }
+
+    async fn extension_error(&self, error: ExtensionErrorInfo) {
+        self.ui.extension_error(error).await
+    }
+}

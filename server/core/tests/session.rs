@@ -1,0 +1,328 @@
+//! The live session without stdio: [`AgentSession`] over a real session file, the scripted
+//! model and the disk — queue states told in order, a custom message while idle and during a
+//! run, abort and close, the user's shell command, label / fork / branch, a save failure told
+//! as a notice.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pi_ai::models::SCRIPTED_API;
+use pi_ai::Model;
+use pi_core::agent::{AgentEvent, WeakAgent};
+use pi_core::approval::{ApprovalPolicy, Gate};
+use pi_core::extension::{CustomMessage, ExtensionErrorInfo, ExtensionUi};
+use pi_core::fs::{DiskFs, Fs};
+use pi_core::harness::queue::{DeliverAs, QueueState};
+use pi_core::harness::{
+    AgentSession, Notice, PromptOutcome, SessionListener, SessionSetup, Tracker,
+};
+use pi_core::resources::WorkspaceConfig;
+use pi_core::settings::Settings;
+use pi_core::tools::BeforeBash;
+use serde_json::{json, Value};
+
+/// What the test's product saw: queue notices as `(text, state)` and event types.
+#[derive(Default)]
+struct Seen {
+    queue: Mutex<Vec<(String, QueueState)>>,
+    events: Mutex<Vec<String>>,
+    save_failed: Mutex<Vec<String>>,
+}
+
+impl Seen {
+    fn note(&self, n: &Notice) {
+        match n {
+            Notice::Queue { message, state, .. } => self
+                .queue
+                .lock()
+                .unwrap()
+                .push((message.text.clone(), *state)),
+            Notice::SaveFailed { error } => self.save_failed.lock().unwrap().push(error.clone()),
+            _ => {}
+        }
+    }
+}
+
+#[async_trait]
+impl SessionListener for Seen {
+    async fn event(&self, event: AgentEvent, notices: Vec<Notice>) {
+        let kind = serde_json::to_value(&event).unwrap()["type"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.events.lock().unwrap().push(kind);
+        for n in &notices {
+            self.note(n);
+        }
+    }
+    async fn notice(&self, notice: Notice) {
+        self.note(&notice);
+    }
+}
+
+struct NoUi;
+
+#[async_trait]
+impl ExtensionUi for NoUi {
+    async fn extension_error(&self, _error: ExtensionErrorInfo) {}
+}
+
+struct TestSetup {
+    root: PathBuf,
+    seen: Arc<Seen>,
+}
+
+impl SessionSetup for TestSetup {
+    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+        (Arc::new(DiskFs::new(self.root.clone())), None)
+    }
+    fn gate(&self, _ws: &WorkspaceConfig, _id: &str, _tracker: &Arc<Tracker>) -> Arc<Gate> {
+        Arc::new(Gate::new(
+            ApprovalPolicy::ApproveAll,
+            Vec::new(),
+            None,
+            None,
+            "nobody asks",
+        ))
+    }
+    fn default_policy(&self, _settings: &Settings) -> ApprovalPolicy {
+        ApprovalPolicy::ApproveAll
+    }
+    fn extension_ui(&self, _session_id: &str) -> Arc<dyn ExtensionUi> {
+        Arc::new(NoUi)
+    }
+    fn listeners(&self, _session_id: &str, _agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {
+        vec![self.seen.clone()]
+    }
+}
+
+fn scripted(responses: Value) -> Model {
+    Model {
+        script: Some(Arc::new(
+            serde_json::from_value(json!({ "responses": responses })).unwrap(),
+        )),
+        ..Model::new(SCRIPTED_API, "scripted", "demo", "")
+    }
+}
+
+fn workspace(name: &str) -> (PathBuf, Arc<WorkspaceConfig>) {
+    let root = std::env::temp_dir().join(format!("pi-session-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("agent")).unwrap();
+    let root = root.canonicalize().unwrap();
+    let ws = Arc::new(WorkspaceConfig::new(
+        root.clone(),
+        Some(root.join("agent")),
+        false,
+    ));
+    (root, ws)
+}
+
+fn session(root: &Path, ws: Arc<WorkspaceConfig>, model: Model) -> (Arc<AgentSession>, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let setup = Arc::new(TestSetup {
+        root: root.to_path_buf(),
+        seen: seen.clone(),
+    });
+    (AgentSession::create(ws, setup, model, None).unwrap(), seen)
+}
+
+/// The types of the session file's entries after the header, and each message's role.
+fn file_kinds(s: &AgentSession) -> Vec<String> {
+    let text = std::fs::read_to_string(s.file()).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            match v["type"].as_str().unwrap() {
+                "message" => format!("message:{}", v["message"]["role"].as_str().unwrap()),
+                other => other.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_is_queued_delivered_consumed_and_stored_in_order() {
+    let (root, ws) = workspace("steer");
+    let (s, seen) = session(
+        &root,
+        ws,
+        scripted(json!([
+            {"toolCalls": [{"name": "bash", "arguments": {"command": "sleep 0.5"}}]},
+            {"text": "done"}
+        ])),
+    );
+    let run = s.prompt("go", Vec::new(), None, None).await.unwrap();
+    assert!(matches!(run, PromptOutcome::Started { .. }), "{run:?}");
+    // Steering sent while the tool runs goes in after the tool batch, before the next request.
+    for _ in 0..200 {
+        if seen
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e == "tool_execution_start")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A prompt during the run without a behaviour is refused; with one it is queued.
+    let busy = s.prompt("again", Vec::new(), None, None).await.unwrap_err();
+    assert!(busy.to_string().contains("streamingBehavior"), "{busy}");
+    let (queue_id, run_id) = s
+        .queue_text("also this", Vec::new(), DeliverAs::Steer)
+        .await
+        .unwrap();
+    assert!(!queue_id.is_empty());
+    assert_eq!(run_id, s.agent().run_id());
+    s.agent().wait_for_idle().await;
+    assert_eq!(
+        *seen.queue.lock().unwrap(),
+        vec![
+            ("also this".to_string(), QueueState::Queued),
+            ("also this".to_string(), QueueState::Delivered),
+            ("also this".to_string(), QueueState::Consumed),
+        ]
+    );
+    assert_eq!(
+        file_kinds(&s),
+        [
+            "model_change",
+            "thinking_level_change",
+            "message:user",
+            "message:assistant",
+            "message:toolResult",
+            "message:user",
+            "message:assistant"
+        ]
+    );
+    assert!(s.tracker().queued().is_empty());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_messages_bash_label_fork_branch_and_close_through_the_session() {
+    let (root, ws) = workspace("ops");
+    let (s, seen) = session(
+        &root,
+        ws,
+        scripted(json!([{"text": "one"}, {"text": "two", "delayMs": 2000}])),
+    );
+    // Idle: a custom message is appended at once (and enters the context).
+    let sent = s
+        .send_custom_message(CustomMessage {
+            custom_type: "note".into(),
+            content: json!("remember this"),
+            display: true,
+            details: None,
+            deliver_as: None,
+            trigger_turn: false,
+        })
+        .await
+        .unwrap();
+    assert!(sent.entry_id.is_some() && sent.queue_id.is_none() && sent.run_id.is_none());
+    assert_eq!(s.agent().messages().len(), 1);
+    // A bad one changes nothing and names the field.
+    let bad = s
+        .send_custom_message(CustomMessage {
+            custom_type: "note".into(),
+            content: json!([{"type": "video"}]),
+            display: true,
+            details: None,
+            deliver_as: None,
+            trigger_turn: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        bad.to_string(),
+        "content[0].type: expected \"text\" or \"image\""
+    );
+    // The user's shell command: stored at once while idle, exit code and output.
+    let out = s.bash("printf 'hi'; exit 3", false).await.unwrap();
+    assert_eq!(
+        (
+            out.output.as_str(),
+            out.exit_code,
+            out.cancelled,
+            out.entry_id.is_some()
+        ),
+        ("hi", Some(3), false, true)
+    );
+    s.prompt("first", Vec::new(), None, None).await.unwrap();
+    s.agent().wait_for_idle().await;
+    let (tree, leaf) = s.tree().unwrap();
+    let leaf = leaf.unwrap();
+    let label = s.label(&leaf, Some("  done ")).unwrap();
+    assert_eq!(tree.entries.len() + 1, s.tree().unwrap().0.entries.len());
+    assert!(s.label("nope", Some("x")).is_err());
+    // Fork at the first prompt: a new file holding what came before it, and its text.
+    let first_user = tree
+        .entries
+        .iter()
+        .find(|e| e.kind == "message" && e.role() == Some("user"))
+        .unwrap()
+        .id
+        .clone();
+    let (forked, text) = s.fork(&first_user).unwrap();
+    assert!(forked.exists());
+    assert_eq!(text.as_deref(), Some("first"));
+    // Branch back before the prompt (no summary): the context loses the answer.
+    let branched = s.branch(Some(&first_user), false, None).await.unwrap();
+    assert_eq!(branched.editor_text.as_deref(), Some("first"));
+    assert_eq!(branched.message_count, s.agent().messages().len());
+    assert!(!label.is_empty());
+    // During a run: a custom message is queued as steering; close drops what is queued.
+    s.prompt("second", Vec::new(), None, None).await.unwrap();
+    let queued = s
+        .send_custom_message(CustomMessage {
+            custom_type: "note".into(),
+            content: json!("later"),
+            display: true,
+            details: None,
+            deliver_as: Some(DeliverAs::FollowUp),
+            trigger_turn: false,
+        })
+        .await
+        .unwrap();
+    assert!(queued.queue_id.is_some() && queued.run_id.is_some());
+    let report = tokio::time::timeout(Duration::from_secs(5), s.abort())
+        .await
+        .unwrap();
+    assert!(report.aborted);
+    assert_eq!(report.queued_messages.len(), 1);
+    let dropped = s.close().await;
+    assert_eq!(dropped.len(), 1);
+    assert_eq!(
+        seen.queue.lock().unwrap().last().cloned(),
+        Some(("later".to_string(), QueueState::Dropped))
+    );
+    assert!(seen.save_failed.lock().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_cannot_save_says_so_and_stops_the_run() {
+    let (root, ws) = workspace("savefail");
+    let (s, seen) = session(&root, ws, scripted(json!([{"text": "never kept"}])));
+    // A writer poisoned by a panic mid-append: nothing more may be written on it.
+    let w = s.writer().clone();
+    let _ = std::thread::spawn(move || {
+        let _guard = w.lock().unwrap();
+        panic!("poison the writer");
+    })
+    .join();
+    s.prompt("go", Vec::new(), None, None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), s.agent().wait_for_idle())
+        .await
+        .unwrap();
+    let failed = seen.save_failed.lock().unwrap().clone();
+    assert!(!failed.is_empty(), "no save failure told");
+    assert!(failed[0].contains("panicked while appending"), "{failed:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}

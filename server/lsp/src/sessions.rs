@@ -1,0 +1,138 @@
+//! The server's open sessions, by id: found (or resumed from their file on first use),
+//! created, opened from a file. Each is a [`pi_core::harness::AgentSession`] built with the
+//! editor's [`LspSetup`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pi_core::harness::{choose_model, sessions_dir, AgentSession, Opening};
+use pi_core::session::{find_session_file, SessionError};
+use tower_lsp_server::jsonrpc::Result;
+use tower_lsp_server::ls_types::MessageType;
+
+use crate::protocol::{agent_error, codes};
+use crate::server::Backend;
+use crate::setup::LspSetup;
+
+impl Backend {
+    /// The live session `id`, or the one resumed from its file in `.pi/sessions/` (or in Pi's
+    /// own sessions folder of this workspace).
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<AgentSession>> {
+        // Bind first: the map's lock must be released before `open_file` takes it.
+        let known = self.state.sessions.lock().get(id).cloned();
+        if let Some(s) = known {
+            return Ok(s);
+        }
+        let path = self.session_file(id).ok_or_else(|| {
+            agent_error(
+                codes::UNKNOWN_SESSION,
+                format!(
+                    "no session {id} in {}",
+                    sessions_dir(&self.state.workspace()).display()
+                ),
+            )
+        })?;
+        self.open_file(&path)
+    }
+
+    /// The session `id` when it is open here; `None` when only its file exists (it has no
+    /// run to stop and nothing to close: opening it just to say so would take its lock);
+    /// UNKNOWN_SESSION when no file has that id.
+    pub(crate) fn open_session(&self, id: &str) -> Result<Option<Arc<AgentSession>>> {
+        let open = self.state.sessions.lock().get(id).cloned();
+        if open.is_none() && self.session_file(id).is_none() {
+            return Err(agent_error(
+                codes::UNKNOWN_SESSION,
+                format!("no session {id}"),
+            ));
+        }
+        Ok(open)
+    }
+
+    /// The file of session `id` in the workspace's sessions folder, or in Pi's own sessions
+    /// folder of this workspace.
+    pub(crate) fn session_file(&self, id: &str) -> Option<std::path::PathBuf> {
+        find_session_file(&sessions_dir(&self.state.workspace()), id).or_else(|| {
+            let agent = pi_ai::models::agent_dir()?;
+            let root = self.state.root();
+            find_session_file(&pi_core::session::pi_sessions_dir(&agent, &root), id)
+        })
+    }
+
+    /// A new session (and file) with `model` (default: the usual choice), `thinking` and
+    /// `name`.
+    pub(crate) fn create_session(
+        &self,
+        model: Option<&str>,
+        thinking: Option<pi_ai::models::ThinkingLevel>,
+        name: Option<&str>,
+    ) -> Result<Arc<AgentSession>> {
+        let st = &self.state;
+        st.refuse_if_going_away()?;
+        let ws = st.workspace();
+        let (mut model, notice) = choose_model(&ws, model, st.init_model().as_deref())
+            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
+        if let Some(n) = notice {
+            let client = st.client.clone();
+            tokio::spawn(async move { client.show_message(MessageType::INFO, n).await });
+        }
+        if let Some(level) = thinking {
+            model.thinking_level = Some(model.clamp_thinking_level(level));
+        }
+        let setup = Arc::new(LspSetup { st: st.clone() });
+        let s = AgentSession::create(ws, setup, model, name)
+            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+        st.sessions.lock().insert(s.id().to_string(), s.clone());
+        Ok(s)
+    }
+
+    /// Opens the session file at `path` (or returns it when already open here).
+    pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<AgentSession>> {
+        let st = &self.state;
+        st.refuse_if_going_away()?;
+        let ws = st.workspace();
+        let opening = pi_core::harness::open_file(&ws, path, |id| {
+            let s = st.sessions.lock().get(id).cloned()?;
+            Some(s.file())
+        });
+        let (writer, loaded, notices) = match opening {
+            Ok(Opening::Opened {
+                writer,
+                loaded,
+                notices,
+            }) => (writer, loaded, notices),
+            Ok(Opening::AlreadyOpen(id)) => {
+                return st.sessions.lock().get(&id).cloned().ok_or_else(|| {
+                    agent_error(
+                        codes::SESSION_IO,
+                        format!("session {id} was closed while it was being opened"),
+                    )
+                })
+            }
+            Err(SessionError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(agent_error(
+                    codes::UNKNOWN_SESSION,
+                    format!("no session file {}", path.display()),
+                ))
+            }
+            Err(e) => return Err(agent_error(codes::SESSION_IO, e.to_string())),
+        };
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        for msg in notices {
+            // A fork instead of a held file, repairs made while loading: told to the user,
+            // not only logged (cases SESS-01, SESS-02, SESS-04).
+            tracing::warn!("{msg}");
+            let client = st.client.clone();
+            tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
+        }
+        let setup = Arc::new(LspSetup { st: st.clone() });
+        let s = AgentSession::resume(ws, setup, writer, loaded, st.init_model().as_deref())
+            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
+        let id = s.id().to_string();
+        Ok(st.sessions.lock().entry(id).or_insert(s).clone())
+    }
+}
