@@ -545,6 +545,12 @@ impl Agent {
         lock(&self.inner.state).messages.clone()
     }
 
+    /// The number of messages of [`Agent::messages`], without copying them (a resumed long
+    /// session holds tens of thousands).
+    pub fn message_count(&self) -> usize {
+        lock(&self.inner.state).messages.len()
+    }
+
     /// The assistant response being streamed, if any.
     pub fn streaming_message(&self) -> Option<AssistantMessage> {
         lock(&self.inner.state).streaming.clone()
