@@ -27,6 +27,10 @@ def last_user_text(body):
 
 class Model(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # One write per response, Nagle off: a response's status line and body as two small writes
+    # would wait for the client's delayed ACK (~40 ms on Linux) and time the server, not the
+    # harness.
+    disable_nagle_algorithm = True
     def log_message(self, *a):
         pass
     def do_POST(self):
@@ -60,16 +64,39 @@ class Model(BaseHTTPRequestHandler):
             "prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}) + "\n\n")
         chunks.append("data: [DONE]\n\n")
         data = "".join(chunks).encode()
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        head = ("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                f"content-length: {len(data)}\r\n\r\n").encode()
+        self.wfile.write(head + data)
+
+def model_floor(port):
+    """The model server's own time for the requests of the tool rounds (one keep-alive
+    connection, the bodies the rounds send: the prompt plus 0..ROUNDS tool results), in s."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    msgs = [{"role": "user", "content": "rounds please"}]
+    t = time.perf_counter()
+    for k in range(ROUNDS + 1):
+        body = json.dumps({"model": "mock-1", "stream": True, "messages": msgs}).encode()
+        conn.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        conn.getresponse().read()
+        msgs = msgs + [{"role": "assistant", "tool_calls": [{"id": f"call_{k}", "type": "function",
+                        "function": {"name": "read", "arguments": "{\"path\":\"small.txt\"}"}}]},
+                       {"role": "tool", "tool_call_id": f"call_{k}", "content": "hello\n" * 5}]
+    conn.close()
+    return time.perf_counter() - t
+
+def serve_model():
+    """The model server in this process (`bench.py --serve-model`): prints its port, serves
+    until killed."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    print(srv.server_address[1], flush=True)
+    srv.serve_forever()
 
 def start_model():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Model)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv.server_address[1]
+    """Starts the model server in a process of its own (so the threads reading the harnesses'
+    output never hold the interpreter lock it needs to answer); returns (port, process)."""
+    p = subprocess.Popen([sys.executable, __file__, "--serve-model"], stdout=subprocess.PIPE)
+    return int(p.stdout.readline()), p
 
 # ---------------------------------------------------------------- process helpers
 
@@ -140,9 +167,9 @@ class PiLsp:
                     return m
             if pred(m):
                 return m
-    def initialize(self):
+    def initialize(self, **options):
         r = self.request("initialize", {"processId": os.getpid(), "rootUri": Path(self.ws).as_uri(),
-            "capabilities": {}, "initializationOptions": {"approvalPolicy": "approve-all"}})
+            "capabilities": {}, "initializationOptions": dict(options, approvalPolicy="approve-all")})
         self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         return r
     def prompt_to_end(self, text, sid=None):
@@ -263,37 +290,53 @@ def measure(args, port, tmp):
     for run in range(args.runs):
         print(f"run {run + 1}/{args.runs}", flush=True)
         # start -> ready, rounds, RSS, deltas, answer
+        floor = min(model_floor(port) for _ in range(3))
+        fig.setdefault("floor", []).append(floor)
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize(); t_ready = time.perf_counter() - s.t0
+        rss_idle = peak_rss_mb(s.p.pid)
         t = time.perf_counter(); s.prompt_to_end("rounds please"); t_rounds = time.perf_counter() - t
         rss = peak_rss_mb(s.p.pid)
         b0 = s.r.bytes; s.prompt_to_end("deltas please"); b_delta = (s.r.bytes - b0) / DELTAS
         t = time.perf_counter(); s.prompt_to_end("answer please"); t_answer = time.perf_counter() - t
         s.close()
+        # The same deltas with coalescing turned off (one event per delta, as a slow stream).
+        s = PiLsp(args.pi_lsp, ws, agent); s.initialize(coalesceDeltasMs=0)
+        b0 = s.r.bytes; s.prompt_to_end("deltas please"); b_single = (s.r.bytes - b0) / DELTAS
+        s.close()
         q = Pi(args.pi, ws, agent, sessions); q.request("get_state"); q_ready = time.perf_counter() - q.t0
+        q_rss_idle = peak_rss_mb(q.p.pid)
         t = time.perf_counter(); q.prompt_to_end("rounds please"); q_rounds = time.perf_counter() - t
         q_rss = peak_rss_mb(q.p.pid)
         b0 = q.r.bytes; q.prompt_to_end("deltas please"); q_delta = (q.r.bytes - b0) / DELTAS
         t = time.perf_counter(); q.prompt_to_end("answer please"); q_answer = time.perf_counter() - t
         q.close()
         rec("start → ready (s)", t_ready, q_ready)
+        rec("peak RSS when ready (MB)", rss_idle, q_rss_idle)
         rec(f"{ROUNDS} tool rounds, prompt → agent_end (s)", t_rounds, q_rounds)
         rec(f"peak RSS after the {ROUNDS} rounds (MB)", rss, q_rss)
         rec(f"bytes to the client per streamed delta ({DELTAS} × {DELTA_CHARS} chars)", b_delta, q_delta)
+        rec("the same, one event per delta (`coalesceDeltasMs: 0`)", b_single, q_delta)
         rec(f"{ANSWER_CHARS:,}-character answer, prompt → agent_end (s)", t_answer, q_answer)
         # session opens
         for name in ["long", "branchy", "1mb", "10mb", "10k"]:
             path = files[name][0]
+            # Memory is read right after the state answers; then the last page of the branch
+            # as a client shows it (pi-lsp: agent/session/history; Pi has no paging: its
+            # whole get_messages).
             s = PiLsp(args.pi_lsp, ws, agent); s.initialize()
             r = s.request("agent/session/open", {"path": str(path)})
             t_open = time.perf_counter() - s.t0
+            rss = peak_rss_mb(s.p.pid)
             t = time.perf_counter()
-            s.request("agent/messages", {"sessionId": r["result"]["sessionId"]})
+            page = s.request("agent/session/history", {"sessionId": r["result"]["sessionId"]})
             t_page = time.perf_counter() - t
-            rss = peak_rss_mb(s.p.pid); s.close()
+            assert page["result"]["entries"], page
+            s.close()
             q = Pi(args.pi, ws, agent, sessions, path); q.request("get_state")
             q_open = time.perf_counter() - q.t0
+            q_rss = peak_rss_mb(q.p.pid)
             t = time.perf_counter(); q.request("get_messages"); q_page = time.perf_counter() - t
-            q_rss = peak_rss_mb(q.p.pid); q.close()
+            q.close()
             mb = path.stat().st_size / 1e6
             if name in ("long", "branchy"):
                 rec(f"open a {mb:.0f} MB session ({name}), spawn → state (s)", t_open, q_open)
@@ -328,13 +371,15 @@ def measure(args, port, tmp):
 
 # ---------------------------------------------------------------- report
 
+NOTES_HEADING = "## Profiles, and the goals still missed"
+
 def fmt(v):
     return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
 
 def report(fig, args, out_md, chart_dir):
     rows = []
     for key, v in fig.items():
-        if key.startswith("memory:"):
+        if key.startswith("memory:") or key == "floor":
             continue
         ratios = [p / o for o, p in zip(v["ours"], v["pi"]) if o > 0]
         show = (lambda x: f"{x:.1f}") if "(s)" not in key else fmt
@@ -379,12 +424,30 @@ def report(fig, args, out_md, chart_dir):
              "|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", "Ratios are taken pair by pair within one run, then the median. Memory is the peak "
-              "resident set (`VmHWM`) of the server process (Pi: the node process).", ""]
+              "resident set (`VmHWM`) of the server process (Pi: the node process), read right "
+              "after the answer the row names (for a session open: right after the state).", ""]
+    rk = f"{ROUNDS} tool rounds, prompt → agent_end (s)"
+    if fig.get("floor") and rk in fig:
+        floor = statistics.median(fig["floor"])
+        ours = statistics.median(fig[rk]["ours"])
+        lines += [f"The model server's own time for the {ROUNDS + 1} requests of the tool rounds "
+                  f"(a Python client on one keep-alive connection, the same bodies): {fmt(floor)} "
+                  f"(median); beyond it pi-lsp spends {(ours - floor) / ROUNDS * 1000:.2f} ms per round "
+                  f"and Pi {(statistics.median(fig[rk]['pi']) - floor) / ROUNDS * 1000:.2f} ms.", ""]
     lines += [f"![chart]({c})" for c in charts]
-    out_md.write_text("\n".join(lines) + "\n")
+    # The hand-written analysis below the table (from its heading on) is kept.
+    notes = ""
+    if out_md.exists():
+        old = out_md.read_text()
+        at = old.find("\n" + NOTES_HEADING)
+        if at >= 0:
+            notes = "\n" + old[at + 1:]
+    out_md.write_text("\n".join(lines) + "\n" + notes)
     return rows
 
 def main():
+    if sys.argv[1:] == ["--serve-model"]:
+        return serve_model()
     ap = argparse.ArgumentParser()
     ap.add_argument("--pi", required=True)
     ap.add_argument("--pi-lsp", required=True)
@@ -392,11 +455,12 @@ def main():
     ap.add_argument("--session-mb", type=int, default=100)
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks.md"))
     args = ap.parse_args()
-    port = start_model()
+    port, model = start_model()
     tmp = Path(tempfile.mkdtemp(prefix="pi-bench-"))
     try:
         fig = measure(args, port, tmp)
     finally:
+        model.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     res = ROOT / "bench/results"
     res.mkdir(exist_ok=True)

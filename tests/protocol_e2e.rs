@@ -1452,3 +1452,97 @@ async fn user_bash_runs_outside_the_agents_sandbox() {
     assert!(tmp.path().join("made-by-the-user").exists());
     assert!(c.shutdown().await.success());
 }
+
+/// The `text_delta`s of `notes` (agent/event notifications of one run), in order.
+fn text_deltas(notes: &[Value]) -> Vec<String> {
+    of(notes, "agent/event")
+        .into_iter()
+        .filter(|n| n["params"]["event"]["assistantMessageEvent"]["type"] == "text_delta")
+        .map(|n| {
+            n["params"]["event"]["assistantMessageEvent"]["delta"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Deltas that arrive within one frame go out as one `message_update` whose delta is theirs
+/// joined (the wire shape unchanged, nothing reordered: every delta before its block's
+/// `text_end` and the `message_end`); `coalesceDeltasMs: 0` sends each as it came; a bad value
+/// fails `initialize` naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_within_a_frame_go_out_as_one_event_unless_the_client_opts_out() {
+    let tmp = TempDir::new("coalesce");
+    let ws = workspace(&tmp);
+    let answer: String = (0..120).map(|i| format!("w{:03} ", i)).collect(); // 600 chars
+    let chunks: Vec<String> = answer
+        .chars()
+        .collect::<Vec<_>>()
+        .chunks(5)
+        .map(|c| c.iter().collect())
+        .collect();
+    let mock = MockModel::start(vec![Step::text(&answer), Step::text(&answer)]).await;
+    let env = agent_env(&ws.join("../agent"), &models(&mock), &[]);
+    for (options, coalesced) in [(None, true), (Some(json!({"coalesceDeltasMs": 0})), false)] {
+        let mut c = LspClient::start(
+            &pi_lsp_bin(),
+            &ws,
+            &env,
+            EditorBehavior {
+                initialization_options: options,
+                ..Default::default()
+            },
+        )
+        .await;
+        let r = c
+            .request(
+                "agent/prompt",
+                json!({"text": "hi", "model": "mock/mock-1"}),
+            )
+            .await
+            .unwrap();
+        let sid = r["sessionId"].as_str().unwrap().to_string();
+        let notes = until_end(&mut c, &sid).await;
+        let deltas = text_deltas(&notes);
+        assert_eq!(deltas.concat(), answer);
+        if coalesced {
+            // 120 chunks sent at once by the model: a few events at most.
+            assert!(deltas.len() * 4 <= chunks.len(), "{} events", deltas.len());
+        } else {
+            assert_eq!(deltas, chunks);
+        }
+        // No delta after the block's end or the message's end.
+        let types: Vec<String> = of(&notes, "agent/event")
+            .into_iter()
+            .map(|n| {
+                let e = &n["params"]["event"];
+                match e["assistantMessageEvent"]["type"].as_str() {
+                    Some(t) => t.to_string(),
+                    None => e["type"].as_str().unwrap().to_string(),
+                }
+            })
+            .collect();
+        let last_delta = types.iter().rposition(|t| t == "text_delta").unwrap();
+        let text_end = types.iter().position(|t| t == "text_end").unwrap();
+        assert!(last_delta < text_end, "{types:?}");
+        assert!(c.shutdown().await.success());
+    }
+    let Err((e, _c)) = LspClient::try_start(
+        &pi_lsp_bin(),
+        &ws,
+        &env,
+        EditorBehavior {
+            initialization_options: Some(json!({"coalesceDeltasMs": "16"})),
+            ..Default::default()
+        },
+    )
+    .await
+    else {
+        panic!("initialize accepted a string");
+    };
+    assert_eq!(
+        e,
+        json!({"code": -32602, "message": "initializationOptions.coalesceDeltasMs: expected an integer from 0 to 1000 (milliseconds), got \"16\""})
+    );
+}

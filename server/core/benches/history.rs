@@ -18,9 +18,6 @@ use std::time::{Duration, Instant};
 use pi_core::session::{context_agent_messages, SessionWriter};
 use serde_json::{json, Value};
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Writes a session of `messages` messages (a multiple of 4); returns the ids of its entries.
 fn generate(path: &Path, messages: usize) -> Vec<String> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());

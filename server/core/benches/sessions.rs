@@ -2,7 +2,7 @@
 //!
 //! 1. Open a generated 100 MB Pi-format session to ready-to-prompt (file read, tree, active
 //!    path, model context) in a fresh process: wall time and peak RSS (5 runs), with the
-//!    server's allocator (mimalloc). The child process exits once the session is open, without
+//!    server's allocator (the system's). The child process exits once the session is open, without
 //!    freeing it (as any process exits); it also reports a second, full build of the model
 //!    context from the tree (lines read back from the file), which opening does not need. With
 //!    `PI_REF_BIN` set, Pi 0.73.1 opens the same file (`--mode rpc --session FILE`, answering
@@ -20,10 +20,6 @@ use std::time::Instant;
 
 use pi_core::session::{list_sessions, SessionWriter};
 use serde_json::{json, Value};
-
-/// The allocator of the `pi-lsp` binary.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")

@@ -51,6 +51,8 @@ pub struct State {
     /// Set when [`crate::shutdown::stop_server`] began: no session is opened or created any
     /// more (a request in flight must not take a file back, or fork it, while it is closed).
     going_away: AtomicBool,
+    /// `initializationOptions.coalesceDeltasMs` (see [`crate::sink`]).
+    pub(crate) coalesce_ms: std::sync::atomic::AtomicU64,
 }
 
 /// The language server.
@@ -154,6 +156,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                 editor_tools: Default::default(),
                 accepting_sync: AtomicBool::new(false),
                 going_away: AtomicBool::new(false),
+                coalesce_ms: crate::sink::default_coalesce_ms(),
             }),
         }
     });
@@ -253,6 +256,8 @@ impl LanguageServer for Backend {
         // `approvalPolicy: "ask"` was misspelt must not silently get the default.
         let (init_model, init_approval, init_trusted) =
             init_options(params.initialization_options.as_ref())?;
+        let coalesce = crate::sink::coalesce_option(params.initialization_options.as_ref())
+            .map_err(tower_lsp_server::jsonrpc::Error::invalid_params)?;
         self.state.editor_tools.register(None, declared);
         self.state.editor_tools.set_diagnostics(
             params
@@ -298,6 +303,9 @@ impl LanguageServer for Backend {
         *self.state.init_model.lock() = init_model;
         // The editor's own approval setting.
         *self.state.init_approval.lock() = init_approval;
+        if let Some(window) = coalesce {
+            self.state.set_coalesce(window);
+        }
         self.state.set_accepting_sync(true);
         Ok(InitializeResult {
             capabilities: ServerCapabilities {

@@ -2,6 +2,14 @@
 //! `agent/event`, reports work-done progress (`$/progress`), and sends the session's notices
 //! ([`Notice`]: queue, usage, attention; a failure to save as `window/showMessage` plus
 //! `agent/attention` `failed`). The session has persisted each event before it comes here.
+//!
+//! Deltas are coalesced: `message_update` events carrying a `text_delta`, `thinking_delta` or
+//! `toolcall_delta` that follow one another for the same content block within one frame
+//! ([`DEFAULT_COALESCE`], `initializationOptions.coalesceDeltasMs`) go out as one event whose
+//! `delta` is their concatenation. Nothing is reordered: a held delta goes out before any other
+//! event of the session (and before its queue, usage and attention notices), and at the latest
+//! when the window that its first delta opened ends. A client that appends deltas rebuilds the
+//! same message; the wire shape is unchanged.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,12 +24,113 @@ use tower_lsp_server::ls_types::{
     ProgressToken, WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd,
     WorkDoneProgressReport,
 };
+use tower_lsp_server::Client;
 
 use crate::protocol::{
     AgentEventNotification, AgentEventParams, AttentionNotification, AttentionParams,
     AttentionReason, QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
 };
 use crate::server::State;
+
+/// How long a streamed delta may wait for the next ones of the same block (one frame at
+/// 60 Hz), unless `initializationOptions.coalesceDeltasMs` says otherwise.
+pub const DEFAULT_COALESCE: Duration = Duration::from_millis(16);
+
+/// The longest `initializationOptions.coalesceDeltasMs` accepted, in ms.
+pub const MAX_COALESCE_MS: u64 = 1000;
+
+/// `initializationOptions.coalesceDeltasMs`: `Ok(None)` when absent or `null`, else the window
+/// (`0`: every delta goes out as it comes). Anything but an integer from 0 to
+/// [`MAX_COALESCE_MS`] is an error naming the field.
+pub(crate) fn coalesce_option(
+    options: Option<&serde_json::Value>,
+) -> Result<Option<Duration>, String> {
+    let Some(v) = options
+        .and_then(|o| o.get("coalesceDeltasMs"))
+        .filter(|v| !v.is_null())
+    else {
+        return Ok(None);
+    };
+    match v.as_u64().filter(|ms| *ms <= MAX_COALESCE_MS) {
+        Some(ms) => Ok(Some(Duration::from_millis(ms))),
+        None => Err(format!(
+            "initializationOptions.coalesceDeltasMs: expected an integer from 0 to {MAX_COALESCE_MS} (milliseconds), got {v}"
+        )),
+    }
+}
+
+/// [`DEFAULT_COALESCE`] in ms, for [`State`]'s initial value.
+pub(crate) fn default_coalesce_ms() -> std::sync::atomic::AtomicU64 {
+    std::sync::atomic::AtomicU64::new(DEFAULT_COALESCE.as_millis() as u64)
+}
+
+impl State {
+    /// How long a delta may wait for the next ones (zero: not at all).
+    pub(crate) fn coalesce(&self) -> Duration {
+        Duration::from_millis(self.coalesce_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Sets [`State::coalesce`] (`initializationOptions.coalesceDeltasMs`).
+    pub(crate) fn set_coalesce(&self, window: Duration) {
+        self.coalesce_ms.store(
+            window.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+/// The delta a `message_update` carries: `(kind, content index, delta)`, kind 0 text,
+/// 1 thinking, 2 tool-call arguments.
+fn delta_of(event: &mut AgentEvent) -> Option<(u8, usize, &mut String)> {
+    match event {
+        AgentEvent::MessageUpdate {
+            assistant_message_event: e,
+        } => match e {
+            AssistantEvent::TextDelta {
+                content_index,
+                delta,
+            } => Some((0, *content_index, delta)),
+            AssistantEvent::ThinkingDelta {
+                content_index,
+                delta,
+            } => Some((1, *content_index, delta)),
+            AssistantEvent::ToolcallDelta {
+                content_index,
+                delta,
+            } => Some((2, *content_index, delta)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A delta event held back, with the run it belongs to.
+struct Held {
+    run_id: String,
+    event: AgentEvent,
+}
+
+/// What waits to go out: the held delta, and the number of the window it opened (a window's
+/// timer flushes only its own).
+#[derive(Default)]
+struct Outbox {
+    held: Option<Held>,
+    window: u64,
+}
+
+/// Sends `agent/event` for `event` of run `run_id` of session `session_id`.
+async fn send_event(client: &Client, session_id: &str, run_id: String, event: AgentEvent) {
+    client
+        .send_notification::<AgentEventNotification>(
+            serde_json::to_value(AgentEventParams {
+                session_id: session_id.to_string(),
+                run_id,
+                event,
+            })
+            .unwrap_or_default(),
+        )
+        .await;
+}
 
 /// Persists, reports progress, and forwards every event as `agent/event`.
 pub(crate) struct LspSink {
@@ -31,6 +140,9 @@ pub(crate) struct LspSink {
     /// The work-done progress token of the active run.
     progress: Mutex<Option<ProgressToken>>,
     last_report: Mutex<Option<Instant>>,
+    /// Deltas being coalesced (see the module doc); locked while anything is sent, so a
+    /// window's timer and the next event cannot overtake each other.
+    outbox: Arc<tokio::sync::Mutex<Outbox>>,
 }
 
 /// Minimum interval between `$/progress` reports while text streams.
@@ -45,7 +157,45 @@ impl LspSink {
             agent,
             progress: Mutex::new(None),
             last_report: Mutex::new(None),
+            outbox: Arc::default(),
         }
+    }
+
+    /// Holds delta `event` of run `run_id` (joining the held one when it continues the same
+    /// block of the same run, else sending the held one first); a new window's timer sends it
+    /// when the window ends.
+    async fn hold(&self, run_id: String, mut event: AgentEvent, window: Duration) {
+        let mut out = self.outbox.lock().await;
+        if let Some(held) = out.held.as_mut() {
+            if let (Some((k, i, to)), Some((kk, ii, more))) =
+                (delta_of(&mut held.event), delta_of(&mut event))
+            {
+                if held.run_id == run_id && k == kk && i == ii {
+                    to.push_str(more);
+                    return;
+                }
+            }
+        }
+        if let Some(h) = out.held.take() {
+            send_event(&self.st.client, &self.session_id, h.run_id, h.event).await;
+        }
+        out.window += 1;
+        out.held = Some(Held { run_id, event });
+        let (outbox, client, session_id, n) = (
+            self.outbox.clone(),
+            self.st.client.clone(),
+            self.session_id.clone(),
+            out.window,
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep(window).await;
+            let mut out = outbox.lock().await;
+            if out.window == n {
+                if let Some(h) = out.held.take() {
+                    send_event(&client, &session_id, h.run_id, h.event).await;
+                }
+            }
+        });
     }
 
     fn run_id(&self) -> String {
@@ -101,11 +251,32 @@ impl LspSink {
 #[async_trait]
 impl SessionListener for LspSink {
     async fn notice(&self, notice: Notice) {
+        // What is held goes out first, and nothing overtakes this notice.
+        let mut out = self.outbox.lock().await;
+        if let Some(h) = out.held.take() {
+            send_event(&self.st.client, &self.session_id, h.run_id, h.event).await;
+        }
         let run_id = self.run_id();
         self.send_notice(notice, &run_id).await
     }
 
-    async fn event(&self, event: AgentEvent, notices: Vec<Notice>) {
+    async fn event(&self, mut event: AgentEvent, notices: Vec<Notice>) {
+        let window = self.st.coalesce();
+        if notices.is_empty() && !window.is_zero() && delta_of(&mut event).is_some() {
+            if let AgentEvent::MessageUpdate {
+                assistant_message_event: AssistantEvent::TextDelta { delta, .. },
+            } = &event
+            {
+                self.report(progress_line(delta), false).await;
+            }
+            self.hold(self.run_id(), event, window).await;
+            return;
+        }
+        // Anything else: what is held goes out first, and nothing overtakes this event.
+        let mut out = self.outbox.lock().await;
+        if let Some(h) = out.held.take() {
+            send_event(&self.st.client, &self.session_id, h.run_id, h.event).await;
+        }
         match &event {
             AgentEvent::AgentStart => {
                 self.create_progress().await;
@@ -119,24 +290,7 @@ impl SessionListener for LspSink {
             }
             AgentEvent::MessageUpdate {
                 assistant_message_event: AssistantEvent::TextDelta { delta, .. },
-            } => {
-                let line = delta
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-                    .chars()
-                    .take(80)
-                    .collect::<String>();
-                self.report(
-                    if line.trim().is_empty() {
-                        "writing…".into()
-                    } else {
-                        line
-                    },
-                    false,
-                )
-                .await
-            }
+            } => self.report(progress_line(delta), false).await,
             AgentEvent::ToolExecutionStart { tool_name, .. } => {
                 self.report(format!("running {tool_name}"), true).await
             }
@@ -176,20 +330,11 @@ impl SessionListener for LspSink {
         }
         let run_id = self.run_id();
         // Queue and usage notices describe this event: they follow it.
-        self.st
-            .client
-            .send_notification::<AgentEventNotification>(
-                serde_json::to_value(AgentEventParams {
-                    session_id: self.session_id.clone(),
-                    run_id: run_id.clone(),
-                    event,
-                })
-                .unwrap_or_default(),
-            )
-            .await;
+        send_event(&self.st.client, &self.session_id, run_id.clone(), event).await;
         for n in notices {
             self.send_notice(n, &run_id).await;
         }
+        drop(out);
     }
 }
 
@@ -264,5 +409,22 @@ impl LspSink {
                     .await
             }
         }
+    }
+}
+
+/// The `$/progress` message while text streams: the last line of the newest delta (80
+/// characters at most), else `writing…`.
+fn progress_line(delta: &str) -> String {
+    let line = delta
+        .lines()
+        .last()
+        .unwrap_or("")
+        .chars()
+        .take(80)
+        .collect::<String>();
+    if line.trim().is_empty() {
+        "writing…".into()
+    } else {
+        line
     }
 }

@@ -546,6 +546,12 @@ impl Agent {
         self.inner.state.lock().messages.clone()
     }
 
+    /// The number of messages of [`Agent::messages`], without copying them (a resumed long
+    /// session holds tens of thousands).
+    pub fn message_count(&self) -> usize {
+        self.inner.state.lock().messages.len()
+    }
+
     /// The assistant response being streamed, if any.
     pub fn streaming_message(&self) -> Option<AssistantMessage> {
         self.inner.state.lock().streaming.clone()

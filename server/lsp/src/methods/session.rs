@@ -47,7 +47,7 @@ pub(crate) fn session_state(s: &AgentSession) -> SessionState {
         auto_compaction_enabled: s.auto_compaction(),
         is_compacting: s.agent().is_compacting(),
         is_bash_running: s.tracker().bash_running(),
-        message_count: s.agent().messages().len(),
+        message_count: s.agent().message_count(),
         pending_message_count: s.tracker().queued().len(),
         leaf_id: leaf,
         approval_policy: Some(s.gate().policy()),
