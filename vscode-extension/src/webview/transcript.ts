@@ -50,6 +50,11 @@ export class Transcript {
   onUserScroll: (() => void) | null = null;
   /** Where our last programmatic scroll put `scrollTop` (null after the user scrolled). */
   private ownTop: number | null = null;
+  /** The page or the list changed size since the last render: scrolls are not the user's. */
+  private resized = false;
+  /** The row at the viewport's top after the last render, and how far it was scrolled into
+   * (the anchor when a resize clamped `scrollTop` before the user scrolled). */
+  private lastAnchor: { id: string; off: number } | null = null;
 
   constructor(parent: HTMLElement, private readonly host: RowHost, private readonly requestFrame: () => void) {
     this.scroller = document.createElement("div");
@@ -71,6 +76,14 @@ export class Transcript {
         const s = this.scroller;
         // Our own scrolling (pinning, anchoring) lands where we put it: not the user's.
         if (this.ownTop !== null && Math.abs(s.scrollTop - this.ownTop) < 1) return;
+        // A scroll after the page or the list changed size (VS Code lays a webview out again
+        // when it hides and shows it, at other sizes on the way) is the browser clamping
+        // `scrollTop` to a layout that may be gone by now: not the user's either. The next
+        // render pins again, or keeps the row that was read (VF6).
+        if (this.resized || s.clientHeight === 0) {
+          this.requestFrame();
+          return;
+        }
         this.ownTop = null;
         this.atBottom = s.scrollHeight - s.scrollTop - s.clientHeight < 4;
         this.requestFrame();
@@ -79,10 +92,15 @@ export class Transcript {
       { passive: true },
     );
     // A resize (panel width, window) re-measures and keeps the anchor or the pin.
-    new ResizeObserver(() => {
+    const resized = () => {
+      this.resized = true;
       this.orderDirty = true;
       this.requestFrame();
-    }).observe(this.scroller);
+    };
+    new ResizeObserver(resized).observe(this.scroller);
+    // The page's own size (the webview's frame): its event comes before the scroll events of
+    // the same frame, the observer's after them.
+    window.addEventListener("resize", resized);
   }
 
   /** Distance from the bottom in px (kept in webview state). */
@@ -96,6 +114,7 @@ export class Transcript {
     this.atBottom = px <= 0;
     const s = this.scroller;
     this.setScrollTop(s.scrollHeight - s.clientHeight - px);
+    this.noteAnchor();
   }
 
   clear(): void {
@@ -107,8 +126,18 @@ export class Transcript {
     this.lo = this.hi = 0;
     this.order = [];
     this.atBottom = true;
+    this.lastAnchor = null;
     this.topPx = this.bottomPx = -1;
     this.setSpacers();
+  }
+
+  /** Keeps the row at the viewport's top (see {@link lastAnchor}). */
+  private noteAnchor(): void {
+    const top = this.scroller.scrollTop;
+    this.lastAnchor = null;
+    if (this.atBottom || !this.order.length) return;
+    const a = this.indexAt(top);
+    this.lastAnchor = { id: this.order[a]!, off: top - this.prefix(a) };
   }
 
   private setScrollTop(v: number): void {
@@ -183,11 +212,18 @@ export class Transcript {
     // Anchor on the row at the viewport's top, by id (survives prepends and reorders).
     let anchorId: string | null = null;
     let anchorOff = 0;
-    if (!this.atBottom && this.order.length) {
+    // After a resize that moved `scrollTop` away from where we put it (a clamp), the row read
+    // is the one noted by the last render; otherwise it is the one at `scrollTop`.
+    const clamped = this.resized && this.ownTop !== null && Math.abs(s.scrollTop - this.ownTop) >= 1;
+    if (!this.atBottom && clamped && this.lastAnchor) {
+      anchorId = this.lastAnchor.id;
+      anchorOff = this.lastAnchor.off;
+    } else if (!this.atBottom && this.order.length) {
       const a = this.indexAt(s.scrollTop);
       anchorId = this.order[a] ?? null;
       anchorOff = s.scrollTop - this.prefix(a);
     }
+    this.resized = false;
     for (const [from, to] of store.renamed) {
       const v = this.views.get(from);
       if (v) {
@@ -266,6 +302,7 @@ export class Transcript {
     }
     if (this.atBottom) this.setScrollTop(s.scrollHeight - s.clientHeight);
     else this.setScrollTop(scrollTarget);
+    this.noteAnchor();
     if (!complete) {
       // Not the fast path next frame: the window is still being filled.
       this.orderDirty = true;
