@@ -55,7 +55,8 @@ function M.read_usage(st, session_id)
     end
     local cu = type(stats.contextUsage) == 'table' and stats.contextUsage or nil
     st.status.usage = {
-      contextTokens = cu and num(cu.tokens) or nil,
+      -- 0 tokens: nothing measured yet (a new session); the meter says nothing rather than 0%.
+      contextTokens = cu and num(cu.tokens) ~= 0 and num(cu.tokens) or nil,
       contextWindow = cu and num(cu.contextWindow) or nil,
       -- The money spent in the whole file (`cost` is the model's context's, as Pi's).
       session = { cost = num(stats.sessionCost) or num(stats.cost) },
