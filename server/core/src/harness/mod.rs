@@ -164,7 +164,8 @@ pub fn open_file(
         }
     }
     let mut notices = Vec::new();
-    let (writer, loaded) = match SessionWriter::open(path) {
+    let images = image_options(ws);
+    let (writer, loaded) = match SessionWriter::open_with(path, images) {
         Ok(w) => w,
         Err(SessionError::Locked { pid, .. }) => {
             let (tree, _) = read_tree(path, false)?;
@@ -172,7 +173,7 @@ pub fn open_file(
             if is_open(&id)? {
                 return Ok(Opening::AlreadyOpen(id));
             }
-            let fork = SessionWriter::fork_from(path, &tree, &sessions_dir(ws), None)?;
+            let fork = SessionWriter::fork_from_with(path, &tree, &sessions_dir(ws), None, images)?;
             notices.push(format!(
                 "pi-lsp: session {id} is open in another process ({pid}); continuing in a fork, session {}",
                 fork.1.id
@@ -193,6 +194,30 @@ pub fn open_file(
         loaded,
         notices,
     })
+}
+
+/// `sessions.imageStorage` / `sessions.imageTurns` of `ws`'s settings (a wrong value is
+/// logged and keeps its default).
+fn image_options(ws: &WorkspaceConfig) -> crate::session::ImageOptions {
+    let (o, warnings) = crate::session::ImageOptions::from_settings(&ws.settings().merged);
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    o
+}
+
+/// The model-context image window as a loop hook: before every request, images older than
+/// the last `keep_turns` user messages are replaced by a note ([`crate::session::image_window`]),
+/// so a long session neither sends nor keeps in memory every image it ever saw (case SESS-05).
+struct ImageWindow {
+    keep_turns: Option<usize>,
+}
+
+#[async_trait::async_trait]
+impl AgentHooks for ImageWindow {
+    async fn prepare_next_turn(&self, next: &mut crate::agent::NextTurn) {
+        crate::session::image_window(&mut next.messages, self.keep_turns);
+    }
 }
 
 /// The `id` of a session file's header line.
@@ -222,6 +247,7 @@ impl AgentSession {
             &model.id,
             thinking_level_name(&model),
         )?;
+        writer.set_image_options(image_options(&ws));
         if let Some(n) = name {
             writer.set_name(n)?;
         }
@@ -625,6 +651,14 @@ fn build_config(
             None => ext,
         });
     }
+    // The image window last: it sees the context as the request will carry it.
+    let window: Arc<dyn AgentHooks> = Arc::new(ImageWindow {
+        keep_turns: image_options(ws).keep_turns,
+    });
+    cfg.hooks = Some(match cfg.hooks.take() {
+        Some(own) => Arc::new(crate::extension::ChainedHooks(own, window)),
+        None => window,
+    });
     cfg
 }
 

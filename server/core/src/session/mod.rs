@@ -47,16 +47,195 @@ use std::sync::Arc;
 use pi_ai::Message;
 use serde_json::{json, Value};
 
-/// Images whose base64 text is longer than this (in bytes) are stored once in the sessions
-/// folder's `assets/` (named by content hash) instead of inline in the entry (case SESS-05).
+/// With [`ImageStorage::Assets`], images whose base64 text is longer than this (in bytes) are
+/// stored once in the sessions folder's `assets/` (named by content hash) instead of inline in
+/// the entry (case SESS-05).
 pub const IMAGE_INLINE_LIMIT: usize = 256 * 1024;
 
-/// The folder beside the session files that holds large images.
+/// The folder beside the session files that holds large images ([`ImageStorage::Assets`]).
 pub const ASSETS_DIR: &str = "assets";
 
 /// Field of an image block whose bytes are in `assets/` (its `data` is then empty). Pi 0.73.1
-/// does not know it: such images show as empty in Pi.
+/// does not know it: it sends such an image as an empty data URL. Files holding it are still
+/// read here (the bytes are read back from `assets/`), and a fork or clone of them is written
+/// inline.
 pub const ASSET_FIELD: &str = "piLspAsset";
+
+/// How a session file holds images (setting `sessions.imageStorage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ImageStorage {
+    /// `"inline"` (default): base64 in the entry, exactly as Pi writes it, so Pi resumes the
+    /// file and sends the image.
+    #[default]
+    Inline,
+    /// `"assets"`: images over [`IMAGE_INLINE_LIMIT`] go to `assets/` beside the session file
+    /// and the entry keeps `data: ""` with [`ASSET_FIELD`]. Smaller files, but Pi 0.73.1 cannot
+    /// read those images.
+    Assets,
+}
+
+/// The default of `sessions.imageTurns`: the images of the last 10 user messages go to the
+/// model.
+pub const DEFAULT_IMAGE_TURNS: usize = 10;
+
+/// What replaces an image that is older than the image window in the model context (case
+/// SESS-05: the context builder drops old images after N turns; the file keeps them).
+pub const IMAGE_DROPPED_NOTE: &str =
+    "(image omitted from the context: older than the last user turns that keep their images; it stays in the session file)";
+
+/// Image settings of sessions (`sessions.imageStorage`, `sessions.imageTurns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageOptions {
+    /// Where image bytes are written.
+    pub storage: ImageStorage,
+    /// Images of the last this many user messages of the context go to the model, older ones
+    /// are replaced by [`IMAGE_DROPPED_NOTE`]; `None` (setting `0`): every image, as Pi.
+    pub keep_turns: Option<usize>,
+}
+
+impl Default for ImageOptions {
+    fn default() -> Self {
+        ImageOptions {
+            storage: ImageStorage::Inline,
+            keep_turns: Some(DEFAULT_IMAGE_TURNS),
+        }
+    }
+}
+
+impl ImageOptions {
+    /// Reads `sessions.imageStorage` (`"inline"` | `"assets"`) and `sessions.imageTurns` (a
+    /// whole number; `0` keeps every image) from merged settings. A wrong value keeps the
+    /// default and is returned as a warning.
+    pub fn from_settings(merged: &serde_json::Map<String, Value>) -> (ImageOptions, Vec<String>) {
+        let mut o = ImageOptions::default();
+        let mut warnings = Vec::new();
+        let Some(s) = merged.get("sessions") else {
+            return (o, warnings);
+        };
+        match s.get("imageStorage") {
+            None => {}
+            Some(v) if v == "inline" => o.storage = ImageStorage::Inline,
+            Some(v) if v == "assets" => o.storage = ImageStorage::Assets,
+            Some(v) => warnings.push(format!(
+                "settings: sessions.imageStorage must be \"inline\" or \"assets\", not {v}"
+            )),
+        }
+        match s.get("imageTurns") {
+            None => {}
+            Some(v) => match v.as_u64() {
+                Some(0) => o.keep_turns = None,
+                Some(n) => o.keep_turns = Some(usize::try_from(n).unwrap_or(usize::MAX)),
+                None => warnings.push(format!(
+                    "settings: sessions.imageTurns must be a whole number (0: every image), not {v}"
+                )),
+            },
+        }
+        (o, warnings)
+    }
+}
+
+/// The model-context image window (case SESS-05): every image block (in user messages and
+/// tool results) before the `keep_turns`-th last user message of `messages` is replaced by a
+/// text block [`IMAGE_DROPPED_NOTE`], and so is any image whose data is empty anywhere (never
+/// sent as an empty image). `None` keeps every image with data. Returns how many images were
+/// replaced. Idempotent.
+pub fn image_window(messages: &mut [Message], keep_turns: Option<usize>) -> usize {
+    use pi_ai::{ContentBlock, UserContent};
+    let start = keep_turns.map_or(0, |n| {
+        let mut seen = 0;
+        messages
+            .iter()
+            .rposition(|m| {
+                if matches!(m, Message::User(_)) {
+                    seen += 1;
+                }
+                seen == n.max(1)
+            })
+            .unwrap_or(0)
+    });
+    let mut replaced = 0;
+    for (k, m) in messages.iter_mut().enumerate() {
+        let blocks = match m {
+            Message::User(u) => match &mut u.content {
+                UserContent::Blocks(b) => b,
+                UserContent::Text(_) => continue,
+            },
+            Message::ToolResult(r) => &mut r.content,
+            Message::Assistant(_) => continue,
+        };
+        for b in blocks.iter_mut() {
+            if let ContentBlock::Image(i) = b {
+                if k < start || i.data.is_empty() {
+                    *b = ContentBlock::text(IMAGE_DROPPED_NOTE);
+                    replaced += 1;
+                }
+            }
+        }
+    }
+    replaced
+}
+
+/// Loading keeps no image bytes over this (base64 length) in the messages it parses; the
+/// ones the image window keeps are read back from their lines afterwards.
+const LOAD_IMAGE_KEEP: usize = 16 * 1024;
+
+/// Empties the data of the large images of `message` (see [`LOAD_IMAGE_KEEP`]); true when
+/// one was emptied.
+fn strip_image_data(message: &mut Message) -> bool {
+    use pi_ai::{ContentBlock, UserContent};
+    let blocks = match message {
+        Message::User(u) => match &mut u.content {
+            UserContent::Blocks(b) => b,
+            UserContent::Text(_) => return false,
+        },
+        Message::ToolResult(r) => &mut r.content,
+        Message::Assistant(_) => return false,
+    };
+    let mut stripped = false;
+    for b in blocks.iter_mut() {
+        if let ContentBlock::Image(i) = b {
+            if i.data.len() > LOAD_IMAGE_KEEP {
+                i.data = String::new();
+                stripped = true;
+            }
+        }
+    }
+    stripped
+}
+
+/// Puts back the image bytes loading left out (`stripped`: entry indices) of the `message`
+/// entries on the path to `leaf` that lie within the image window (from the `keep_turns`-th
+/// last user message entry of the path on; every one for `None`), reading their lines again.
+fn restore_images(
+    tree: &SessionTree,
+    leaf: Option<&str>,
+    parsed: &mut [Option<Message>],
+    stripped: &[usize],
+    keep_turns: Option<usize>,
+) {
+    if stripped.is_empty() {
+        return;
+    }
+    let Some(leaf) = leaf else { return };
+    let path = tree.path_indices(leaf);
+    let start = keep_turns.map_or(0, |n| {
+        let mut seen = 0;
+        path.iter()
+            .rposition(|&i| {
+                if tree.entries[i].kind == "message" && tree.entries[i].role() == Some("user") {
+                    seen += 1;
+                }
+                seen == n.max(1)
+            })
+            .unwrap_or(0)
+    });
+    let recent: HashSet<usize> = path[start..].iter().copied().collect();
+    for &i in stripped.iter().filter(|i| recent.contains(i)) {
+        if let (Some(slot), Some(m)) = (parsed.get_mut(i), tree.entries[i].message()) {
+            *slot = Some(m);
+        }
+    }
+}
 
 /// Load-time repair of case PAIR-02: a tool result on the loaded branch hangs under an entry
 /// that is not the assistant message that called it (an older writer attached a late result
@@ -326,6 +505,8 @@ pub struct SessionWriter {
     /// The file's lock; `None` once [`SessionWriter::close`] released it (nothing more is
     /// written then).
     lock: Option<LockFile>,
+    /// How images are written (and, on open, how many turns keep theirs).
+    images: ImageOptions,
 }
 
 /// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
@@ -485,19 +666,32 @@ impl SessionWriter {
             torn: false,
             syncer,
             lock: Some(lock),
+            images: ImageOptions::default(),
         };
         w.write_line(&header)?;
         Ok(w)
     }
 
     /// Opens an existing file for appending (taking its lock), repairing a torn tail first, and
-    /// loads the branch ending at its last entry.
+    /// loads the branch ending at its last entry, with the default [`ImageOptions`].
     pub fn open(path: &Path) -> Result<(Self, LoadedSession), SessionError> {
+        Self::open_with(path, ImageOptions::default())
+    }
+
+    /// [`SessionWriter::open`] with `images`: the writer stores images as they say, and the
+    /// loaded context holds the bytes of the images within their window only (older ones are
+    /// [`IMAGE_DROPPED_NOTE`], see [`image_window`]); loading keeps no other image bytes in
+    /// memory (case SESS-05), the file keeps them all.
+    pub fn open_with(
+        path: &Path,
+        images: ImageOptions,
+    ) -> Result<(Self, LoadedSession), SessionError> {
         let lock = LockFile::acquire(path)?;
         let Loaded {
             mut tree,
             messages,
             mut warnings,
+            stripped,
         } = load(path, true)?;
         if tree.header["version"].as_u64().unwrap_or(1) < SESSION_VERSION {
             // Appending v3 entries to an older file would mix formats: rewrite it as v3 once,
@@ -511,10 +705,20 @@ impl SessionWriter {
         }
         warnings.extend(reparent_orphan_results(&mut tree, messages.as_deref()));
         let leaf = tree.last_id().map(str::to_string);
-        let ctx = match messages {
-            Some(parsed) => tree.context_parsed(leaf.as_deref(), parsed),
+        let mut ctx = match messages {
+            Some(mut parsed) => {
+                restore_images(
+                    &tree,
+                    leaf.as_deref(),
+                    &mut parsed,
+                    &stripped,
+                    images.keep_turns,
+                );
+                tree.context_parsed(leaf.as_deref(), parsed)
+            }
             None => tree.context(leaf.as_deref()),
         };
+        image_window(&mut ctx.messages, images.keep_turns);
         let loaded = LoadedSession {
             id: tree.header["id"].as_str().unwrap_or_default().to_string(),
             cwd: tree.header["cwd"].as_str().map(str::to_string),
@@ -543,6 +747,7 @@ impl SessionWriter {
             torn: false,
             syncer,
             lock: Some(lock),
+            images,
         };
         let tree = writer.tree.clone();
         writer.set_leaf(&tree, leaf.as_deref());
@@ -636,17 +841,41 @@ impl SessionWriter {
         leaf: Option<&str>,
     ) -> Result<(SessionWriter, LoadedSession), SessionError> {
         let leaf = leaf.map(str::to_string).or_else(|| self.leaf.clone());
-        Self::fork_from(&self.path, tree, dir, leaf.as_deref())
+        Self::fork_from_with(&self.path, tree, dir, leaf.as_deref(), self.images)
+    }
+
+    /// The image settings of this writer.
+    pub fn image_options(&self) -> ImageOptions {
+        self.images
+    }
+
+    /// Sets how later appends store images (the loaded context is not changed).
+    pub fn set_image_options(&mut self, images: ImageOptions) {
+        self.images = images;
     }
 
     /// A new session file in `dir` whose header's `parentSession` names `parent`, holding the
     /// entries of `tree`'s path to `leaf` (default: its last entry) with their ids. `parent` is
-    /// never written (it may be locked by another process).
+    /// never written (it may be locked by another process). Default [`ImageOptions`].
     pub fn fork_from(
         parent: &Path,
         tree: &SessionTree,
         dir: &Path,
         leaf: Option<&str>,
+    ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        Self::fork_from_with(parent, tree, dir, leaf, ImageOptions::default())
+    }
+
+    /// [`SessionWriter::fork_from`] with `images`: lines are copied byte for byte, except
+    /// that with [`ImageStorage::Assets`] large images move to the new folder's `assets/`;
+    /// with [`ImageStorage::Inline`] images an older pi-lsp kept in `assets/` are written
+    /// inline (the loaded entry holds their bytes), so Pi can read the fork.
+    pub fn fork_from_with(
+        parent: &Path,
+        tree: &SessionTree,
+        dir: &Path,
+        leaf: Option<&str>,
+        images: ImageOptions,
     ) -> Result<(SessionWriter, LoadedSession), SessionError> {
         let cwd = tree.header["cwd"]
             .as_str()
@@ -658,7 +887,10 @@ impl SessionWriter {
                 // The line as stored, byte for byte, unless it holds an image to move to the
                 // new folder's assets.
                 let text = e.text();
-                if text.len() > IMAGE_INLINE_LIMIT && text.contains("\"image\"") {
+                if images.storage == ImageStorage::Assets
+                    && text.len() > IMAGE_INLINE_LIMIT
+                    && text.contains("\"image\"")
+                {
                     let mut line = e.raw();
                     store_large_images(&mut line, &dir.join(ASSETS_DIR))?;
                     w.write_line(&line)?;
@@ -670,7 +902,7 @@ impl SessionWriter {
         w.sync_now()?;
         let path = w.path.clone();
         drop(w);
-        SessionWriter::open(&path)
+        SessionWriter::open_with(&path, images)
     }
 
     /// The session id (the header's `id`).
@@ -758,15 +990,16 @@ impl SessionWriter {
         if let (Some(e), Value::Object(f)) = (entry.as_object_mut(), fields) {
             e.extend(f);
         }
-        // Large images go to the assets folder once; the line names them (SESS-05). The
-        // in-memory tree keeps the whole entry.
+        // With assets storage, large images go to the assets folder once; the line names them
+        // (SESS-05). The in-memory tree keeps the whole entry.
         let text = entry.to_string();
         let assets = self.path.parent().map(|d| d.join(ASSETS_DIR));
-        let large = image_blocks(&mut entry).iter().any(|b| {
-            b["data"]
-                .as_str()
-                .is_some_and(|d| d.len() > IMAGE_INLINE_LIMIT)
-        });
+        let large = self.images.storage == ImageStorage::Assets
+            && image_blocks(&mut entry).iter().any(|b| {
+                b["data"]
+                    .as_str()
+                    .is_some_and(|d| d.len() > IMAGE_INLINE_LIMIT)
+            });
         match assets {
             Some(assets) if large => {
                 let mut line = entry.clone();
@@ -1005,6 +1238,9 @@ struct Loaded {
     /// loading (`None` for older files, whose entries are migrated first).
     messages: Option<Vec<Option<Message>>>,
     warnings: Vec<String>,
+    /// Indices of the entries of `messages` whose large images' bytes were left out
+    /// ([`strip_image_data`]); [`restore_images`] reads back the ones a context needs.
+    stripped: Vec<usize>,
 }
 
 /// One line of a file, parsed.
@@ -1081,6 +1317,7 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
     let mut tree = SessionTree::new(header);
     let mut values = Vec::new();
     let mut messages: Vec<Option<Message>> = Vec::new();
+    let mut stripped = Vec::new();
     // Each piece's lines as soon as they are parsed, in file order.
     let mut take = |k: usize, n: usize, lines: Vec<read::Line>| {
         if k == 0 {
@@ -1131,6 +1368,12 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
                 continue;
             };
             let i = tree.push_entry(entry);
+            // Image bytes are not kept while loading (SESS-05); the context reads back those
+            // it sends.
+            let mut message = message;
+            if message.as_mut().is_some_and(strip_image_data) {
+                stripped.push(i);
+            }
             match messages.get_mut(i) {
                 Some(slot) => *slot = message,
                 None => messages.push(message),
@@ -1165,6 +1408,7 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
         tree,
         messages,
         warnings,
+        stripped,
     })
 }
 
@@ -1387,6 +1631,10 @@ mod tests {
         use base64::Engine as _;
         let d = tmp("assets");
         let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "m1", "off").unwrap();
+        w.set_image_options(ImageOptions {
+            storage: ImageStorage::Assets,
+            keep_turns: None,
+        });
         let bytes: Vec<u8> = (0..600_000u32).map(|i| (i * 7 % 251) as u8).collect();
         let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
         let msg: Message = serde_json::from_value(json!({"role":"user","content":[
@@ -1412,8 +1660,32 @@ mod tests {
         assert_eq!(assets.len(), 1, "stored once: {assets:?}");
         assert_eq!(std::fs::read(&assets[0]).unwrap(), bytes);
         assert!(text.contains("iVBORw0KGgo="), "small images stay inline");
-        let (_, loaded) = SessionWriter::open(&path).unwrap();
-        assert_eq!(loaded.messages, vec![msg.clone(), msg, small]);
+        let (w, loaded) = SessionWriter::open(&path).unwrap();
+        assert_eq!(
+            loaded.messages,
+            vec![msg.clone(), msg.clone(), small.clone()]
+        );
+        // A fork or clone with the default (inline) storage writes the images inline, as Pi
+        // reads them; the original file is not changed.
+        let fork_dir = tmp("assets-fork");
+        let (fork, forked) = w.fork(&loaded.tree, &fork_dir, None).unwrap();
+        assert_eq!(forked.messages, vec![msg.clone(), msg.clone(), small]);
+        let fork_text = std::fs::read_to_string(fork.path()).unwrap();
+        let stored: Vec<Value> = fork_text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["type"] == "message")
+            .map(|v| v["message"]["content"].clone())
+            .collect();
+        assert_eq!(
+            stored[0],
+            json!([{"type":"text","text":"what is in this screenshot?"},
+                {"type":"image","data":data,"mimeType":"image/png"}])
+        );
+        assert!(!fork_text.contains(ASSET_FIELD));
+        assert!(!fork_dir.join(ASSETS_DIR).exists());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        drop((w, fork));
         // A missing asset becomes a visible text block and a warning, never an empty image.
         std::fs::remove_file(&assets[0]).unwrap();
         let (tree, warnings) = read_tree(&path, false).unwrap();
@@ -1423,6 +1695,155 @@ mod tests {
             Message::User(u) => assert!(u.content.to_text().contains("is missing]")),
             m => panic!("{m:?}"),
         }
+    }
+
+    /// A user message with `text` and an image of `n` pseudo-random bytes (base64 over the
+    /// loader's keep limit).
+    fn image_message(text: &str, n: usize, seed: u8, ts: i64) -> Message {
+        use base64::Engine as _;
+        let bytes: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+        let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        serde_json::from_value(json!({"role":"user","content":[
+            {"type":"text","text":text},
+            {"type":"image","data":data,"mimeType":"image/png"}],"timestamp":ts}))
+        .unwrap()
+    }
+
+    #[test]
+    fn images_are_written_inline_by_default_as_pi_writes_them() {
+        let d = tmp("inline");
+        let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "m1", "off").unwrap();
+        assert_eq!(w.image_options(), ImageOptions::default());
+        let msg = image_message("look", 600_000, 1, 1);
+        w.append_message(&msg).unwrap();
+        let path = w.path().to_path_buf();
+        drop(w);
+        let lines: Vec<Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // Exactly Pi's shape: the base64 in `data`, nothing else beside it.
+        assert_eq!(
+            lines[3]["message"],
+            json!({"role":"user","content":serde_json::to_value(&msg).unwrap()["content"],"timestamp":1})
+        );
+        assert_eq!(
+            lines[3]["message"]["content"][1]["data"]
+                .as_str()
+                .unwrap()
+                .len(),
+            800_000
+        );
+        assert!(!d.join(ASSETS_DIR).exists());
+        let (_, loaded) = SessionWriter::open(&path).unwrap();
+        assert_eq!(loaded.messages, vec![msg]);
+    }
+
+    #[test]
+    fn opening_keeps_the_images_of_the_last_turns_only() {
+        let d = tmp("window");
+        let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "m1", "off").unwrap();
+        let msgs: Vec<Message> = (0..5)
+            .map(|i| image_message(&format!("turn {i}"), 30_000, i as u8, i))
+            .collect();
+        for m in &msgs {
+            w.append_message(m).unwrap();
+            w.append_message(&Message::Assistant(pi_ai::AssistantMessage::empty(
+                "openai-completions",
+                "mock",
+                "m1",
+            )))
+            .unwrap();
+        }
+        let path = w.path().to_path_buf();
+        drop(w);
+        let dropped = |i: i64| -> Message {
+            serde_json::from_value(json!({"role":"user","content":[
+                {"type":"text","text":format!("turn {i}")},
+                {"type":"text","text":IMAGE_DROPPED_NOTE}],"timestamp":i}))
+            .unwrap()
+        };
+        let users = |l: &LoadedSession| -> Vec<Message> {
+            l.messages
+                .iter()
+                .filter(|m| matches!(m, Message::User(_)))
+                .cloned()
+                .collect()
+        };
+        let two = ImageOptions {
+            storage: ImageStorage::Inline,
+            keep_turns: Some(2),
+        };
+        let (w, loaded) = SessionWriter::open_with(&path, two).unwrap();
+        assert_eq!(
+            users(&loaded),
+            vec![
+                dropped(0),
+                dropped(1),
+                dropped(2),
+                msgs[3].clone(),
+                msgs[4].clone()
+            ]
+        );
+        assert_eq!(w.image_options(), two);
+        // The file keeps every image; the view a client is shown too.
+        assert_eq!(
+            w.context()
+                .messages
+                .into_iter()
+                .filter(|m| matches!(m, Message::User(_)))
+                .collect::<Vec<_>>(),
+            msgs
+        );
+        drop(w);
+        let every = ImageOptions {
+            storage: ImageStorage::Inline,
+            keep_turns: None,
+        };
+        let (_, loaded) = SessionWriter::open_with(&path, every).unwrap();
+        assert_eq!(users(&loaded), msgs);
+        // The window on a live context: the same result, idempotent; an empty image is never
+        // sent.
+        let mut live = loaded.messages.clone();
+        assert_eq!(image_window(&mut live, Some(2)), 3);
+        assert_eq!(image_window(&mut live, Some(2)), 0);
+        let mut empty = vec![image_message("e", 0, 0, 9)];
+        assert_eq!(image_window(&mut empty, None), 1);
+        assert_eq!(
+            empty,
+            vec![
+                serde_json::from_value::<Message>(json!({"role":"user","content":[
+            {"type":"text","text":"e"},{"type":"text","text":IMAGE_DROPPED_NOTE}],"timestamp":9}))
+                .unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn image_settings_are_read_with_their_defaults() {
+        let read = |v: Value| ImageOptions::from_settings(v.as_object().unwrap());
+        assert_eq!(read(json!({})), (ImageOptions::default(), vec![]));
+        assert_eq!(
+            read(json!({"sessions": {"imageStorage": "assets", "imageTurns": 0}})),
+            (
+                ImageOptions {
+                    storage: ImageStorage::Assets,
+                    keep_turns: None
+                },
+                vec![]
+            )
+        );
+        assert_eq!(
+            read(json!({"sessions": {"imageStorage": "disk", "imageTurns": -1}})),
+            (
+                ImageOptions::default(),
+                vec![
+                    "settings: sessions.imageStorage must be \"inline\" or \"assets\", not \"disk\"".to_string(),
+                    "settings: sessions.imageTurns must be a whole number (0: every image), not -1".to_string()
+                ]
+            )
+        );
     }
 
     #[test]
