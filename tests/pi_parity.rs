@@ -98,10 +98,23 @@ struct PiRpc {
 
 impl PiRpc {
     fn start(pi: &Path, ws: &Path, agent: &Path, sessions: &Path) -> PiRpc {
+        Self::start_with(
+            pi,
+            ws,
+            agent,
+            &["--session-dir".as_ref(), sessions.as_os_str()],
+        )
+    }
+
+    /// Pi resuming the session file `file` (`--session`).
+    fn resume(pi: &Path, ws: &Path, agent: &Path, file: &Path) -> PiRpc {
+        Self::start_with(pi, ws, agent, &["--session".as_ref(), file.as_os_str()])
+    }
+
+    fn start_with(pi: &Path, ws: &Path, agent: &Path, args: &[&std::ffi::OsStr]) -> PiRpc {
         let mut child = Command::new(pi)
             .args(["--mode", "rpc", "--provider", "mock", "--model", "mock-1"])
-            .arg("--session-dir")
-            .arg(sessions)
+            .args(args)
             .current_dir(ws)
             .env("PI_OFFLINE", "1")
             .env("PI_CODING_AGENT_DIR", agent)
@@ -368,4 +381,183 @@ async fn session_file_matches_pi_key_by_key() {
 /// True when `details` is not an edit's (no diff to carry a unified twin).
 fn o_has_no_edit(details: &serde_json::Map<String, Value>) -> bool {
     !details.contains_key("diff")
+}
+
+/// Pi's agent dir for `mock` whose `mock-1` takes images (so Pi sends them).
+fn image_agent(root: &Path, mock: &MockModel) -> PathBuf {
+    let agent = root.join("pi-agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["input"] = json!(["text", "image"]);
+    std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
+    agent
+}
+
+/// Issue 18 (SESS-05 kept Pi-compatible): a session written here holding an image of over
+/// 256 KB of base64 stores it inline exactly as Pi does, and Pi 0.73.1 resuming the file sends
+/// the whole image to the model on its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_resumes_our_session_with_a_large_image_and_sends_it() {
+    use base64::Engine as _;
+    let Some(pi) = pi_ref_bin() else { return };
+    let tmp = TempDir::new("pi-image");
+    let ws = workspace(tmp.path());
+    let mock = MockModel::start(vec![Step::text("A screenshot."), Step::text("Still it.")]).await;
+    // A PNG signature and 300,000 pseudo-random bytes: 400,012 characters of base64.
+    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..300_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        bytes.push(x as u8);
+    }
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    assert!(data.len() > 256 * 1024);
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "what is this?", "model": "mock/mock-1",
+                   "images": [{"type": "image", "data": data, "mimeType": "image/png"}]}),
+        )
+        .await
+        .unwrap();
+    assert!(r["sessionId"].is_string(), "{r}");
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.shutdown().await;
+    let sessions = ws.join(".pi/sessions");
+    let file = jsonl_in(&sessions);
+    let user = lines(&file)
+        .into_iter()
+        .find(|l| l["message"]["role"] == "user")
+        .unwrap();
+    // Inline, exactly as Pi writes a prompt's image; nothing beside the file.
+    assert_eq!(
+        user["message"]["content"],
+        json!([{"type": "text", "text": "what is this?"},
+               {"type": "image", "data": data, "mimeType": "image/png"}])
+    );
+    assert!(!sessions.join("assets").exists());
+
+    let agent = image_agent(tmp.path(), &mock);
+    let before = mock.requests().len();
+    let ws2 = ws.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut p = PiRpc::resume(&pi, &ws2, &agent, &file);
+        p.call(
+            json!({"id": "1", "type": "prompt", "message": "and now?"}),
+            |v| v["type"] == "agent_end",
+        );
+    })
+    .await
+    .unwrap();
+    let requests = mock.requests();
+    assert_eq!(requests.len(), before + 1, "Pi made one request");
+    let sent = &requests[before].body["messages"];
+    let first_user = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    assert_eq!(
+        first_user["content"],
+        json!([{"type": "text", "text": "what is this?"},
+               {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}}])
+    );
+}
+
+/// `agent/session/forkMessages` lists what Pi 0.73.1's `get_fork_messages` lists for the same
+/// file: the user messages of every branch, those the session has left included, in file
+/// order (Pi's `getUserMessagesForForking` reads every entry of the file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_messages_match_pi_on_a_branchy_session() {
+    let Some(pi) = pi_ref_bin() else { return };
+    let tmp = TempDir::new("pi-forkmsgs");
+    let ws = workspace(tmp.path());
+    let mock = MockModel::start(vec![
+        Step::text("One."),
+        Step::text("Two."),
+        Step::text("Three."),
+        Step::text("Four."),
+    ])
+    .await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "first question", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(30)).await;
+    for text in ["second question", "third question"] {
+        c.request("agent/prompt", json!({"text": text, "sessionId": sid}))
+            .await
+            .unwrap();
+        c.run_until_end(Duration::from_secs(30)).await;
+    }
+    // Back to the first answer: the second and third questions are on a branch left behind.
+    let file = jsonl_in(&ws.join(".pi/sessions"));
+    let first_answer = lines(&file)
+        .into_iter()
+        .find(|l| l["message"]["role"] == "assistant")
+        .unwrap()["id"]
+        .clone();
+    // `agent_end` reaches the client a moment before the run lets go of the session (a branch
+    // in that moment is refused as busy): wait until the state says it is idle.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap()["isStreaming"]
+        == true
+    {
+        assert!(std::time::Instant::now() < deadline, "the run never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.request(
+        "agent/session/branch",
+        json!({"sessionId": sid, "entryId": first_answer}),
+    )
+    .await
+    .unwrap();
+    c.request(
+        "agent/prompt",
+        json!({"text": "another second question", "sessionId": sid}),
+    )
+    .await
+    .unwrap();
+    c.run_until_end(Duration::from_secs(30)).await;
+    let ours = c
+        .request("agent/session/forkMessages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.shutdown().await;
+    let texts: Vec<&str> = ours["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "first question",
+            "second question",
+            "third question",
+            "another second question"
+        ]
+    );
+
+    let agent = image_agent(tmp.path(), &mock);
+    let theirs = tokio::task::spawn_blocking(move || {
+        let mut p = PiRpc::resume(&pi, &ws, &agent, &file);
+        p.response("1", json!({"id": "1", "type": "get_fork_messages"}))
+    })
+    .await
+    .unwrap();
+    assert_eq!(ours, theirs);
 }
