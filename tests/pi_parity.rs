@@ -561,3 +561,118 @@ async fn fork_messages_match_pi_on_a_branchy_session() {
     .unwrap();
     assert_eq!(ours, theirs);
 }
+
+/// Case SESS-05 with images inline: requests carry the images of the last
+/// `sessions.imageTurns` user messages only (older ones as a note), in a live session and the
+/// same after the session is resumed by a new server; the file keeps every image inline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_images_leave_the_requests_live_and_after_a_resume() {
+    use pi_e2e::lsp_client::{agent_env, LspClient};
+    let tmp = TempDir::new("image-window");
+    let ws = workspace(tmp.path());
+    let mock = MockModel::start(vec![
+        Step::text("A."),
+        Step::text("B."),
+        Step::text("C."),
+        Step::text("D."),
+    ])
+    .await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["input"] = json!(["text", "image"]);
+    let agent = tmp.path().join("agent");
+    let env = agent_env(&agent, &models, &[]);
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"sessions": {"imageTurns": 2}}).to_string(),
+    )
+    .unwrap();
+    // 40,000 characters of base64 each (over what loading keeps in memory), all different.
+    let image = |c: &str| c.repeat(10_000);
+    let (a, b, c3) = (image("QUFB"), image("QkJC"), image("Q0ND"));
+    let mut c = LspClient::start(&pi_e2e::pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+    let mut sid = Value::Null;
+    for (text, data) in [("one", &a), ("two", &b), ("three", &c3)] {
+        let mut params = json!({"text": text, "model": "mock/mock-1",
+            "images": [{"type": "image", "data": data, "mimeType": "image/png"}]});
+        if !sid.is_null() {
+            params["sessionId"] = sid.clone();
+        }
+        sid = c.request("agent/prompt", params).await.unwrap()["sessionId"].clone();
+        c.run_until_end(Duration::from_secs(30)).await;
+    }
+    c.shutdown().await;
+    let mut c = LspClient::start(&pi_e2e::pi_lsp_bin(), &ws, &env, EditorBehavior::default()).await;
+    c.request("agent/prompt", json!({"text": "four", "sessionId": sid}))
+        .await
+        .unwrap();
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.shutdown().await;
+
+    // Each user message of a request, short: its text, `image <first 4 base64 chars> <length>`
+    // for an image, `note` for the dropped-image note.
+    let users = |i: usize| -> Vec<Vec<String>> {
+        mock.requests()[i].body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| match &m["content"] {
+                Value::String(t) => vec![t.clone()],
+                blocks => blocks
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| match b["type"].as_str().unwrap() {
+                        "text" if b["text"] == pi_core::session::IMAGE_DROPPED_NOTE => {
+                            "note".to_string()
+                        }
+                        "text" => b["text"].as_str().unwrap().to_string(),
+                        _ => {
+                            let url = b["image_url"]["url"].as_str().unwrap();
+                            let data = url.strip_prefix("data:image/png;base64,").unwrap();
+                            format!("image {} {}", &data[..4], data.len())
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    };
+    let v = |items: &[&str]| -> Vec<String> { items.iter().map(|s| s.to_string()).collect() };
+    assert_eq!(
+        users(1),
+        [
+            v(&["one", "image QUFB 40000"]),
+            v(&["two", "image QkJC 40000"])
+        ],
+        "two turns: every image"
+    );
+    assert_eq!(
+        users(2),
+        [
+            v(&["one", "note"]),
+            v(&["two", "image QkJC 40000"]),
+            v(&["three", "image Q0ND 40000"])
+        ],
+        "live: the oldest image left the request"
+    );
+    assert_eq!(
+        users(3),
+        [
+            v(&["one", "note"]),
+            v(&["two", "note"]),
+            v(&["three", "image Q0ND 40000"]),
+            v(&["four"])
+        ],
+        "resumed: the same window"
+    );
+    // The file keeps every image inline.
+    let stored: Vec<Value> = lines(&jsonl_in(&ws.join(".pi/sessions")))
+        .into_iter()
+        .filter(|l| l["message"]["role"] == "user")
+        .map(|l| l["message"]["content"][1]["data"].clone())
+        .collect();
+    assert!(
+        stored == [json!(a), json!(b), json!(c3), Value::Null],
+        "every image inline in the file"
+    );
+}

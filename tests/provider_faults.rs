@@ -467,9 +467,9 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
     assert_eq!(
         shape,
         vec![
-            // The refused message: its large image kept in the assets folder.
+            // The refused message: its large image inline, as Pi writes it.
             json!({"parent": parent, "role": "user", "stopReason": null,
-                "content": ["what is in these?", "image 0", format!("image {}", small.len())]}),
+                "content": ["what is in these?", format!("image {}", big.len()), format!("image {}", small.len())]}),
             json!({"parent": written[0]["id"], "role": "assistant", "stopReason": "error",
                 "content": []}),
             json!({"parent": parent, "role": "user", "stopReason": null,
