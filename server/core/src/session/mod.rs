@@ -687,12 +687,33 @@ impl SessionWriter {
         images: ImageOptions,
     ) -> Result<(Self, LoadedSession), SessionError> {
         let lock = LockFile::acquire(path)?;
+        let mut l = load(path, true)?;
+        if images.storage == ImageStorage::Inline
+            && l.assets_read > 0
+            && l.tree.header["version"].as_u64() == Some(SESSION_VERSION)
+        {
+            // An older pi-lsp kept this file's large images in assets/, which Pi cannot read:
+            // written once more with them inline (the original kept beside it), then loaded
+            // from the new text.
+            let backup = write_inline(path, &l.tree)?;
+            let mut again = load(path, true)?;
+            let mut warnings = std::mem::take(&mut l.warnings);
+            warnings.push(format!(
+                "rewrote {} with the {} image line(s) kept in assets/ inline, as Pi reads them; the original is kept at {}",
+                path.display(),
+                l.assets_read,
+                backup.display()
+            ));
+            again.warnings = warnings;
+            l = again;
+        }
         let Loaded {
             mut tree,
             messages,
             mut warnings,
             stripped,
-        } = load(path, true)?;
+            ..
+        } = l;
         if tree.header["version"].as_u64().unwrap_or(1) < SESSION_VERSION {
             // Appending v3 entries to an older file would mix formats: rewrite it as v3 once,
             // keeping the original beside it.
@@ -1241,6 +1262,9 @@ struct Loaded {
     /// Indices of the entries of `messages` whose large images' bytes were left out
     /// ([`strip_image_data`]); [`restore_images`] reads back the ones a context needs.
     stripped: Vec<usize>,
+    /// Entry lines naming images in `assets/` (the older pi-lsp form) whose bytes were all
+    /// read back; 0 when one was missing.
+    assets_read: usize,
 }
 
 /// One line of a file, parsed.
@@ -1313,6 +1337,7 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
     let v3 = version >= 3;
     let dir = path.parent();
     let mut image_warnings = Vec::new();
+    let mut asset_lines = 0;
     let src = Arc::new(tree::FileText::new(file, path));
     let mut tree = SessionTree::new(header);
     let mut values = Vec::new();
@@ -1350,6 +1375,7 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
                 ParsedLine::Value(mut v) => {
                     let changed = dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
                     if changed {
+                        asset_lines += 1;
                         Entry::from_value_converted(&v)
                     } else {
                         // Unchanged: the entry keeps its line as stored.
@@ -1402,6 +1428,12 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
             path.display()
         ));
     }
+    // Every image it names read back: the file could be written inline.
+    let assets_read = if image_warnings.is_empty() {
+        asset_lines
+    } else {
+        0
+    };
     warnings.extend(image_warnings);
     warnings.extend(tree.warnings.iter().cloned());
     Ok(Loaded {
@@ -1409,6 +1441,7 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
         messages,
         warnings,
         stripped,
+        assets_read,
     })
 }
 
@@ -1449,6 +1482,34 @@ fn parse_line(line: &[u8], v3: bool) -> ParsedLine {
         Some(parts) => ParsedLine::Parts(Box::new(parts)),
         None => serde_json::from_str(text).map_or(ParsedLine::Damaged, object),
     }
+}
+
+/// Writes the v3 session file `path` again from its loaded `tree` (whose entries hold the
+/// images an older pi-lsp kept in `assets/` inline): the original is copied to
+/// `<file>.assets.bak` first, the new text goes to a temporary file renamed over the
+/// original. Lines are the entries' text as loaded (unchanged ones byte for byte). Returns
+/// the backup's path.
+fn write_inline(path: &Path, tree: &SessionTree) -> Result<PathBuf, SessionError> {
+    let backup = path.with_extension("jsonl.assets.bak");
+    std::fs::copy(path, &backup).map_err(io(&backup))?;
+    let tmp = path.with_extension("jsonl.inline");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(io(&tmp))?);
+    let header = tree.header.to_string();
+    for line in std::iter::once(header.as_str().into()).chain(tree.entries.iter().map(|e| e.text()))
+    {
+        let line = line
+            .replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029");
+        out.write_all(line.as_bytes())
+            .and_then(|()| out.write_all(b"\n"))
+            .map_err(io(&tmp))?;
+    }
+    out.into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|f| f.sync_all())
+        .map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    Ok(backup)
 }
 
 /// Rewrites an older (v1/v2) session file as v3 from its migrated `tree`: the original is
@@ -1660,41 +1721,96 @@ mod tests {
         assert_eq!(assets.len(), 1, "stored once: {assets:?}");
         assert_eq!(std::fs::read(&assets[0]).unwrap(), bytes);
         assert!(text.contains("iVBORw0KGgo="), "small images stay inline");
-        let (w, loaded) = SessionWriter::open(&path).unwrap();
+        let assets_opts = ImageOptions {
+            storage: ImageStorage::Assets,
+            keep_turns: None,
+        };
+        // Opened with assets storage: read back, the file as it is.
+        let (w, loaded) = SessionWriter::open_with(&path, assets_opts).unwrap();
         assert_eq!(
             loaded.messages,
             vec![msg.clone(), msg.clone(), small.clone()]
         );
-        // A fork or clone with the default (inline) storage writes the images inline, as Pi
-        // reads them; the original file is not changed.
+        assert_eq!(loaded.warnings, Vec::<String>::new());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        // A fork or clone with inline storage writes the images inline, as Pi reads them; the
+        // original file is not changed.
         let fork_dir = tmp("assets-fork");
-        let (fork, forked) = w.fork(&loaded.tree, &fork_dir, None).unwrap();
-        assert_eq!(forked.messages, vec![msg.clone(), msg.clone(), small]);
-        let fork_text = std::fs::read_to_string(fork.path()).unwrap();
-        let stored: Vec<Value> = fork_text
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .filter(|v| v["type"] == "message")
-            .map(|v| v["message"]["content"].clone())
-            .collect();
+        let (fork, forked) = SessionWriter::fork_from_with(
+            &path,
+            &loaded.tree,
+            &fork_dir,
+            None,
+            ImageOptions::default(),
+        )
+        .unwrap();
         assert_eq!(
-            stored[0],
-            json!([{"type":"text","text":"what is in this screenshot?"},
-                {"type":"image","data":data,"mimeType":"image/png"}])
+            forked.messages,
+            vec![msg.clone(), msg.clone(), small.clone()]
         );
-        assert!(!fork_text.contains(ASSET_FIELD));
+        let contents = |file: &Path| -> Vec<Value> {
+            std::fs::read_to_string(file)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .filter(|v| v["type"] == "message")
+                .map(|v| v["message"]["content"].clone())
+                .collect()
+        };
+        let inline = json!([{"type":"text","text":"what is in this screenshot?"},
+            {"type":"image","data":data,"mimeType":"image/png"}]);
+        assert_eq!(contents(fork.path())[..2], [inline.clone(), inline.clone()]);
+        assert!(!std::fs::read_to_string(fork.path())
+            .unwrap()
+            .contains(ASSET_FIELD));
         assert!(!fork_dir.join(ASSETS_DIR).exists());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         drop((w, fork));
-        // A missing asset becomes a visible text block and a warning, never an empty image.
-        std::fs::remove_file(&assets[0]).unwrap();
+
+        // A missing asset becomes a visible text block and a warning, never an empty image;
+        // such a file is not rewritten.
+        let kept = d.join("kept.png");
+        std::fs::rename(&assets[0], &kept).unwrap();
         let (tree, warnings) = read_tree(&path, false).unwrap();
         assert_eq!(warnings.len(), 2, "{warnings:?}");
-        let ctx = tree.context(None);
-        match &ctx.messages[0] {
+        match &tree.context(None).messages[0] {
             Message::User(u) => assert!(u.content.to_text().contains("is missing]")),
             m => panic!("{m:?}"),
         }
+        drop(SessionWriter::open(&path).unwrap());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        std::fs::rename(&kept, &assets[0]).unwrap();
+
+        // Opened for appending with inline storage (the default), the file is written again
+        // with its images inline, once (the original kept beside it), so Pi can resume it.
+        let (mut w, loaded) = SessionWriter::open(&path).unwrap();
+        assert_eq!(
+            loaded.messages,
+            vec![msg.clone(), msg.clone(), small.clone()]
+        );
+        let backup = path.with_extension("jsonl.assets.bak");
+        assert_eq!(
+            loaded.warnings,
+            vec![format!(
+                "rewrote {} with the 2 image line(s) kept in assets/ inline, as Pi reads them; the original is kept at {}",
+                path.display(),
+                backup.display()
+            )]
+        );
+        assert_eq!(std::fs::read_to_string(&backup).unwrap(), text);
+        assert_eq!(
+            contents(&path),
+            vec![
+                inline.clone(),
+                inline,
+                serde_json::to_value(&small).unwrap()["content"].clone()
+            ]
+        );
+        w.append_message(&Message::user_text("after")).unwrap();
+        drop(w);
+        let (_, again) = SessionWriter::open(&path).unwrap();
+        assert_eq!(again.warnings, Vec::<String>::new());
+        assert_eq!(again.messages.len(), 4);
     }
 
     /// A user message with `text` and an image of `n` pseudo-random bytes (base64 over the
