@@ -676,3 +676,85 @@ async fn old_images_leave_the_requests_live_and_after_a_resume() {
         "every image inline in the file"
     );
 }
+
+/// A session file an older pi-lsp wrote with its large image in `assets/` (`data: ""` and
+/// `piLspAsset`, which Pi 0.73.1 sends as an empty data URL) is written again inline when it
+/// is continued here, so Pi 0.73.1 resuming it afterwards sends the whole image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assets_form_session_continued_here_is_one_pi_resumes_with_its_image() {
+    use base64::Engine as _;
+    let Some(pi) = pi_ref_bin() else { return };
+    let tmp = TempDir::new("pi-assets");
+    let ws = workspace(tmp.path());
+    let sessions = ws.join(".pi/sessions");
+    std::fs::create_dir_all(sessions.join("assets")).unwrap();
+    let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(sessions.join("assets/legacy.png"), &bytes).unwrap();
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let id = "0194a000-0000-7000-8000-0000000000b2";
+    let file = sessions.join(format!("2026-11-01T10-00-00-000Z_{id}.jsonl"));
+    let ts = "2026-11-01T10:00:00.000Z";
+    let old = [
+        json!({"type":"session","version":3,"id":id,"timestamp":ts,"cwd":ws.display().to_string()}),
+        json!({"type":"model_change","id":"m0000001","parentId":null,"timestamp":ts,"provider":"mock","modelId":"mock-1"}),
+        json!({"type":"message","id":"u0000001","parentId":"m0000001","timestamp":ts,"message":{"role":"user","content":[
+            {"type":"text","text":"what is this?"},
+            {"type":"image","data":"","mimeType":"image/png","piLspAsset":"assets/legacy.png"}],"timestamp":1}}),
+        json!({"type":"message","id":"a0000001","parentId":"u0000001","timestamp":ts,"message":{"role":"assistant","content":[{"type":"text","text":"A picture."}],"api":"openai-completions","provider":"mock","model":"mock-1","usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"stop","timestamp":2}}),
+    ];
+    let text: String = old.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&file, &text).unwrap();
+    let mock = MockModel::start(vec![Step::text("Ours."), Step::text("Pi's.")]).await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    c.request(
+        "agent/prompt",
+        json!({"text": "still there?", "sessionId": id, "model": "mock/mock-1"}),
+    )
+    .await
+    .unwrap();
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(file.with_extension("jsonl.assets.bak")).unwrap(),
+        text,
+        "the original is kept"
+    );
+    let user = lines(&file)
+        .into_iter()
+        .find(|l| l["message"]["role"] == "user")
+        .unwrap();
+    assert!(
+        user["message"]["content"]
+            == json!([{"type": "text", "text": "what is this?"},
+                      {"type": "image", "data": data, "mimeType": "image/png"}]),
+        "the image inline, as Pi writes it"
+    );
+
+    let agent = image_agent(tmp.path(), &mock);
+    let before = mock.requests().len();
+    let ws2 = ws.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut p = PiRpc::resume(&pi, &ws2, &agent, &file);
+        p.call(
+            json!({"id": "1", "type": "prompt", "message": "and now?"}),
+            |v| v["type"] == "agent_end",
+        );
+    })
+    .await
+    .unwrap();
+    let requests = mock.requests();
+    assert_eq!(requests.len(), before + 1, "Pi made one request");
+    let first_user = requests[before].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap()
+        .clone();
+    assert!(
+        first_user["content"]
+            == json!([{"type": "text", "text": "what is this?"},
+                      {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}}]),
+        "Pi sends the whole image"
+    );
+}
