@@ -50,11 +50,9 @@ impl Persist {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pi-e2e-faults-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A temporary folder for one test, removed when the test ends.
+fn tmp(name: &str) -> pi_e2e::TempDir {
+    pi_e2e::TempDir::new(&format!("faults-{name}"))
 }
 
 struct Setup {
@@ -150,7 +148,8 @@ fn sse_body(chunks: &[Value]) -> String {
 /// answer ends the turn.
 #[tokio::test]
 async fn a_cut_stream_is_retried_and_its_half_call_never_runs() {
-    let dir = tmp("cut");
+    let guard = tmp("cut");
+    let dir = guard.path();
     let call = |args: &str| json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_w","type":"function","function":{"name":"write","arguments":args}}]},"finish_reason":null}]});
     // The body ends inside the arguments: no finish_reason, no [DONE].
     let cut = sse_body(&[
@@ -167,7 +166,7 @@ async fn a_cut_stream_is_retried_and_its_half_call_never_runs() {
     ])
     .await;
     let tools = default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None);
-    let s = setup(&dir, &mock, 128_000, tools, None);
+    let s = setup(dir, &mock, 128_000, tools, None);
     s.agent
         .prompt(vec![Message::user_text("write out.txt")])
         .unwrap();
@@ -208,7 +207,8 @@ async fn a_cut_stream_is_retried_and_its_half_call_never_runs() {
 /// result and never runs.
 #[tokio::test]
 async fn a_call_with_unfinished_arguments_is_answered_not_run() {
-    let dir = tmp("unfinished");
+    let guard = tmp("unfinished");
+    let dir = guard.path();
     let body = sse_body(&[
         json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_ls","type":"function","function":{"name":"ls","arguments":"{\"path\":\"sr"}}]},"finish_reason":null}]}),
         json!({"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
@@ -223,7 +223,7 @@ async fn a_call_with_unfinished_arguments_is_answered_not_run() {
     ])
     .await;
     let tools = default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None);
-    let s = setup(&dir, &mock, 128_000, tools, None);
+    let s = setup(dir, &mock, 128_000, tools, None);
     s.agent.prompt(vec![Message::user_text("ls")]).unwrap();
     idle(&s.agent).await;
     assert_eq!(s.sink.of_type("tool_execution_start").len(), 1);
@@ -272,7 +272,8 @@ async fn tool_only_summaries_are_retried_once_then_fail_keeping_the_context() {
         ),
         (vec![Step::text(""), Step::text("REAL SUMMARY")], 1, None),
     ] {
-        let dir = tmp(&format!("summary-{want_entries}"));
+        let guard = tmp(&format!("summary-{want_entries}"));
+        let dir = guard.path();
         let mock = MockModel::start(vec![
             Step::text("first answer"),
             overflow(),
@@ -295,7 +296,7 @@ async fn tool_only_summaries_are_retried_once_then_fail_keeping_the_context() {
             reserve_tokens: 500,
             keep_recent_tokens: 10,
         };
-        let s = setup(&dir, &mock, 4_000, Vec::new(), Some(settings));
+        let s = setup(dir, &mock, 4_000, Vec::new(), Some(settings));
         let long = |w: &str| format!("{w} ").repeat(300);
         s.agent.prompt(vec![Message::user_text(long("one"))]).unwrap();
         idle(&s.agent).await;
@@ -330,9 +331,10 @@ async fn tool_only_summaries_are_retried_once_then_fail_keeping_the_context() {
 /// nothing is sent.
 #[tokio::test]
 async fn output_is_clamped_to_the_room_the_window_leaves() {
-    let dir = tmp("budget");
+    let guard = tmp("budget");
+    let dir = guard.path();
     let mock = MockModel::start(vec![Step::text("short answer")]).await;
-    let s = setup(&dir, &mock, 6_000, Vec::new(), None);
+    let s = setup(dir, &mock, 6_000, Vec::new(), None);
     let prompt = "word ".repeat(2_400); // 3,000 tokens by Pi's chars / 4 estimate
     s.agent
         .prompt(vec![Message::user_text(prompt.clone())])
@@ -347,9 +349,10 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
         "model maxTokens 4,096, window 6,000, input {estimate}"
     );
     // A window the input nearly fills: no request, a clear error.
-    let dir = tmp("budget-full");
+    let guard = tmp("budget-full");
+    let dir = guard.path();
     let mock = MockModel::start(vec![Step::text("never sent")]).await;
-    let s = setup(&dir, &mock, 4_000, Vec::new(), None);
+    let s = setup(dir, &mock, 4_000, Vec::new(), None);
     let prompt = "word ".repeat(2_400);
     s.agent
         .prompt(vec![Message::user_text(prompt.clone())])
@@ -368,7 +371,8 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
 /// without that image (a note in its place); the user sees why in the retry event.
 #[tokio::test]
 async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
-    let dir = tmp("image");
+    let guard = tmp("image");
+    let dir = guard.path();
     let refusal = r#"{"error":{"message":"Image too large: images must be at most 5 MB","type":"invalid_request_error","code":"image_too_large"}}"#;
     let mock = MockModel::start(vec![
         Step::Raw {
@@ -379,7 +383,7 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
         Step::text("I could not see the image."),
     ])
     .await;
-    let s = setup(&dir, &mock, 128_000, Vec::new(), None);
+    let s = setup(dir, &mock, 128_000, Vec::new(), None);
     let big = "A".repeat(6 * 1024 * 1024);
     let small = "iVBORw0KGgo=".to_string();
     let prompt: Message = serde_json::from_value(json!({"role":"user","content":[
@@ -507,7 +511,8 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
 /// in the file), instead of a compaction that cannot help and a prompt that fails forever.
 #[tokio::test]
 async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
-    let dir = tmp("image-413");
+    let guard = tmp("image-413");
+    let dir = guard.path();
     let page = "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
     let mock = MockModel::start(vec![
         Step::Raw {
@@ -519,7 +524,7 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
     ])
     .await;
     let s = setup(
-        &dir,
+        dir,
         &mock,
         128_000,
         Vec::new(),
