@@ -685,7 +685,9 @@ test("a window reload mid-run finds the session intact, and the edits under revi
     async () => {
       const t = await frameText(chat);
       // (The last page of the session: older messages load when scrolled to.)
-      return t.includes("edit notes.txt before the reload") && t.includes("Edited notes.txt.") && t.includes("slow answer please") && t.includes("Line 3 of a slow answer.");
+      const missing = ["edit notes.txt before the reload", "Edited notes.txt.", "slow answer please", "Line 3 of a slow answer."].filter((x) => !t.includes(x));
+      if (missing.length) throw new Error(`the panel lacks ${JSON.stringify(missing)}; it shows: …${JSON.stringify(t.slice(-600))}`);
+      return true;
     },
     60_000,
   );
