@@ -9,6 +9,9 @@
  * - A flag goes when a panel on the session is shown, when its run starts again
  *   (`agent_start`), when the last question of a `permission` / `question` flag is answered
  *   (the answer may come from the notification), or when the user opens it from the flag.
+ * - The chat view's badge ({@link viewBadge}; VS Code shows it on the activity bar's Pi icon)
+ *   counts what needs the user in the session the view shows: its open questions, and its flag
+ *   (a run that finished or failed while no visible panel showed it).
  */
 
 /** One flagged session. */
@@ -73,4 +76,17 @@ export function flagText(flags: Flag[], name: (sessionId: string) => string): { 
   const text = flags.length === 1 ? `$(bell-dot) Pi: ${name(flags[0].sessionId)} ${what(flags[0])}` : `$(bell-dot) Pi: ${flags.length} sessions need you`;
   const tooltip = flags.map((f) => `${name(f.sessionId)} ${what(f)}${f.message ? `: ${f.message}` : ""}`).join("\n") + "\nClick to open";
   return { text, tooltip };
+}
+
+/** The chat view's badge (`WebviewView.badge`) for the session it shows, named `name`: one for
+ * each open question (`permission` / `question`, answered or withdrawn: gone) and one for a
+ * `finished` / `failed` (or unknown) flag; `undefined` when nothing needs the user. */
+export function viewBadge(name: string, open: { permission: number; question: number }, flag: Flag | undefined): { value: number; tooltip: string } | undefined {
+  const lines: string[] = [];
+  if (open.permission) lines.push(`${name} waits for your approval${open.permission > 1 ? ` (${open.permission} questions)` : ""}`);
+  if (open.question) lines.push(`${name} asks you${open.question > 1 ? ` (${open.question} questions)` : ""}`);
+  const flagged = flag && flag.reason !== "permission" && flag.reason !== "question" ? flag : undefined;
+  if (flagged) lines.push(`${name} ${flagged.reason}${flagged.message ? `: ${flagged.message}` : ""}`);
+  const value = open.permission + open.question + (flagged ? 1 : 0);
+  return value ? { value, tooltip: lines.join("\n") } : undefined;
 }

@@ -44,7 +44,16 @@ interface Tracked {
   sessions: Set<string>;
 }
 
-type Node = { kind: "session"; sessionId: string } | { kind: "file"; key: string };
+/** A row of the Changes view: a session, a file under review, or one hunk of it (`newText` /
+ * `oldText` say which: a Keep / Undo on a row drawn before the hunks changed finds its hunk by
+ * its text, or does nothing). */
+export type Node =
+  | { kind: "session"; sessionId: string }
+  | { kind: "file"; key: string }
+  | { kind: "hunk"; key: string; index: number; startLine: number; newText: string; oldText: string };
+
+/** A file with at most this many hunks shows them expanded in the Changes view. */
+export const EXPANDED_HUNKS_MAX = 10;
 
 export const DIFF_SCHEME = "pi-diff";
 
@@ -339,8 +348,17 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     return lenses;
   }
 
-  /** Hunk `index` of `uri`, or the hunk at the active editor's cursor. */
-  private target(uri?: vscode.Uri, index?: number): { t: Tracked; index: number } | undefined {
+  /** Hunk `index` of `uri`, the hunk of a Changes view row, or the hunk at the active editor's
+   * cursor. */
+  private target(uri?: vscode.Uri | Node, index?: number): { t: Tracked; index: number } | undefined {
+    if (uri && !(uri instanceof vscode.Uri) && uri.kind === "hunk") {
+      const node = uri;
+      const t = this.files.get(node.key);
+      const hunks = t?.changes.hunks() ?? [];
+      const same = (h: { newText: string; oldText: string }) => h.newText === node.newText && h.oldText === node.oldText;
+      const h = hunks[node.index] && same(hunks[node.index]!) ? hunks[node.index] : hunks.find(same);
+      return t && h ? { t, index: h.index } : undefined;
+    }
     if (uri instanceof vscode.Uri && typeof index === "number") {
       const t = this.files.get(uri.toString());
       return t ? { t, index } : undefined;
@@ -352,14 +370,14 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     return t && h ? { t, index: h.index } : undefined;
   }
 
-  keepHunk(uri?: vscode.Uri, index?: number): boolean {
+  keepHunk(uri?: vscode.Uri | Node, index?: number): boolean {
     const x = this.target(uri, index);
     if (!x || !x.t.changes.keep(x.index)) return false;
     this.changed(x.t.uri.toString());
     return true;
   }
 
-  async undoHunk(uri?: vscode.Uri, index?: number): Promise<boolean> {
+  async undoHunk(uri?: vscode.Uri | Node, index?: number): Promise<boolean> {
     const x = this.target(uri, index);
     if (!x) return false;
     const r = x.t.changes.undo(x.index);
@@ -404,18 +422,40 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
       item.contextValue = "changedSession";
       return item;
     }
+    if (node.kind === "hunk") return this.hunkItem(node);
     const t = this.files.get(node.key)!;
     const hunks = t.changes.hunks();
     let plus = 0;
     let minus = 0;
     for (const h of hunks) {
       plus += h.lineCount;
-      minus += h.oldText ? h.oldText.split("\n").length - (h.oldText.endsWith("\n") ? 1 : 0) : 0;
+      minus += lineCount(h.oldText);
     }
-    const item = new vscode.TreeItem(t.uri, vscode.TreeItemCollapsibleState.None);
+    const item = new vscode.TreeItem(t.uri, hunks.length <= EXPANDED_HUNKS_MAX ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed);
     item.description = `+${plus} −${minus} · ${hunks.length} hunk${hunks.length === 1 ? "" : "s"}`;
     item.contextValue = "changedFile";
     item.command = { command: "pi.changes.openDiff", title: "Open Diff", arguments: [node] };
+    return item;
+  }
+
+  /** A hunk's row: where it is and its first new line; Keep / Undo inline; a click shows it in
+   * the editor (the user's own click; focus stays in the view). */
+  private hunkItem(node: Extract<Node, { kind: "hunk" }>): vscode.TreeItem {
+    const first = (node.newText || node.oldText).split("\n")[0]!.trim();
+    const lines = node.newText ? lineCount(node.newText) : 0;
+    const where = lines > 1 ? `Lines ${node.startLine + 1}–${node.startLine + lines}` : `Line ${node.startLine + 1}`;
+    const item = new vscode.TreeItem(`${where}: ${node.newText ? first : `deleted: ${first}`}`, vscode.TreeItemCollapsibleState.None);
+    item.description = `+${lines} −${lineCount(node.oldText)}`;
+    const tip = new vscode.MarkdownString();
+    if (node.oldText) tip.appendText("Pi replaced:\n").appendCodeblock(node.oldText);
+    if (node.newText) tip.appendText("with:\n").appendCodeblock(node.newText);
+    item.tooltip = tip;
+    item.contextValue = "changedHunk";
+    const t = this.files.get(node.key);
+    if (t) {
+      const at = new vscode.Range(node.startLine, 0, node.startLine, 0);
+      item.command = { command: "vscode.open", title: "Show Change", arguments: [t.uri, { selection: at, preserveFocus: true, preview: true }] };
+    }
     return item;
   }
 
@@ -432,6 +472,10 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
       return roots;
     }
     if (node.kind === "session") return [...this.files].filter(([, t]) => t.sessions.has(node.sessionId)).map(([key]) => ({ kind: "file", key }));
+    if (node.kind === "file") {
+      const t = this.files.get(node.key);
+      return (t?.changes.hunks() ?? []).map((h) => ({ kind: "hunk", key: node.key, index: h.index, startLine: h.startLine, newText: h.newText, oldText: h.oldText }));
+    }
     return [];
   }
 
@@ -534,6 +578,11 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     if (this.saveTimer) clearTimeout(this.saveTimer);
     for (const d of this.disposables) d.dispose();
   }
+}
+
+/** Lines of whole-line text (`"a\nb\n"`: 2; `""`: 0). */
+function lineCount(text: string): number {
+  return text ? text.split("\n").length - (text.endsWith("\n") ? 1 : 0) : 0;
 }
 
 function waitForChange(uri: vscode.Uri, ms: number): Promise<void> {

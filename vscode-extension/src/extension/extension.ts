@@ -9,7 +9,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import { type LanguageClient, State } from "vscode-languageclient/node";
-import { AttentionList, flagText } from "./attention";
+import { AttentionList, flagText, viewBadge } from "./attention";
 import { ChangeTracker, DIFF_SCHEME, type SavedReview } from "./changes";
 import { relativeTime, SessionNames } from "./names";
 import type { HostToWebview } from "../shared/messages";
@@ -56,11 +56,23 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   flags.onChange = () => {
     const f = flagText(flags.list(), (id) => names.get(id));
     status.setFlag(f.text, f.tooltip);
+    updateBadge();
   };
   questions.onChange = (id, n) => {
     status.questions(id, n);
     flags.questions(id, n);
+    updateBadge();
   };
+  /** The chat view's VS Code view (for its badge), once resolved. */
+  let chatWebviewView: vscode.WebviewView | undefined;
+  /** The chat view's badge: what needs the user in the session it shows (attention.ts). */
+  function updateBadge(): void {
+    if (!chatWebviewView) return;
+    const id = chatView?.sessionId;
+    const b = id ? viewBadge(names.get(id), questions.openKinds(id), flags.list().find((f) => f.sessionId === id)) : undefined;
+    const now = chatWebviewView.badge;
+    if (b?.value !== now?.value || b?.tooltip !== now?.tooltip) chatWebviewView.badge = b;
+  }
   /** A panel on `sessionId` was hidden: open questions nobody sees now are notified, and flagged. */
   function hidden(sessionId: string | null): void {
     const asked = questions.visibilityChanged(sessionId);
@@ -211,6 +223,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       router.attach(panel, sessionId);
       if (panel === activePanel || (!activePanel && panel === chatView)) status.setActive(sessionId);
       if (panel.visible) flags.seen(sessionId);
+      if (panel === chatView) updateBadge();
       if (before !== sessionId) {
         scheduleTreeRefresh();
         if (sessionId) void host.request("agent/state", { sessionId }).catch(() => undefined);
@@ -254,14 +267,19 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
             new ChatPanel("view", view.webview, host, () => view.visible, context.workspaceState.get<string | null>(CHAT_SESSION_KEY, null), (id) => void context.workspaceState.update(CHAT_SESSION_KEY, id)),
           );
           chatView = p;
+          chatWebviewView = view;
           activePanel ??= p;
+          updateBadge();
           view.onDidChangeVisibility(() => {
             p.visibilityChanged();
             if (view.visible) flags.seen(p.sessionId);
             else hidden(p.sessionId);
             if (view.visible) host.activated(p);
           });
-          view.onDidDispose(() => p.dispose());
+          view.onDidDispose(() => {
+            if (chatWebviewView === view) chatWebviewView = undefined;
+            p.dispose();
+          });
           void ensureClient().catch(() => undefined);
         },
       },
@@ -734,8 +752,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
         await openInChatView(sessionId);
         sessions.refresh();
       }),
-    "pi.changes.keepHunk": (uri?: vscode.Uri, index?: number) => changes.keepHunk(uri, index),
-    "pi.changes.undoHunk": (uri?: vscode.Uri, index?: number) => changes.undoHunk(uri, index),
+    "pi.changes.keepHunk": (uri?: any, index?: number) => changes.keepHunk(uri, index),
+    "pi.changes.undoHunk": (uri?: any, index?: number) => changes.undoHunk(uri, index),
     "pi.changes.keepFile": (node?: any) => changes.keepFile(node),
     "pi.changes.undoFile": (node?: any) => changes.undoFile(node),
     "pi.changes.openDiff": (node?: any) => changes.openDiff(node),
@@ -769,6 +787,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       typing: { ...changes.typing },
       status: status.text,
       flag: status.flagText,
+      chatBadge: chatWebviewView?.badge ?? null,
       activeStatus: activeSession() ? status.get(activeSession()!) : null,
       notesRelayed,
       hostCpuMs,

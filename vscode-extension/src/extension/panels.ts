@@ -38,6 +38,8 @@ export class ChatPanel implements RouteTarget {
   readonly batcher: Batcher;
   private readonly subs: vscode.Disposable[] = [];
   private isReady = false;
+  /** The webview takes `visibility` messages (its `ready` listed them). */
+  private acceptsVisibility = false;
   /** Messages posted (for the e2e test's and benchmarks' counters). */
   posted = 0;
   /** Host time spent handing messages to `webview.postMessage` (serialisation), in ms. */
@@ -70,10 +72,13 @@ export class ChatPanel implements RouteTarget {
   }
 
   /** The view or panel was shown or hidden: a hidden panel gets nothing posted; what comes
-   * meanwhile waits, coalesced, and is posted in one go when it is shown again. */
+   * meanwhile waits, coalesced, and is posted in one go when it is shown again. The webview is
+   * told (`visibility`) in order with the notifications: `visible: false` goes out before the
+   * pause, `visible: true` right after the backlog. */
   visibilityChanged(): void {
-    if (this.isVisible()) this.batcher.resume();
-    else this.batcher.pause();
+    const tell = this.acceptsVisibility && this.isReady;
+    if (this.isVisible()) this.batcher.resumeWith(tell ? ({ type: "visibility", visible: true } satisfies HostToWebview) : undefined);
+    else this.batcher.pauseAfter(tell ? ({ type: "visibility", visible: false } satisfies HostToWebview) : undefined);
   }
 
   get ready(): boolean {
@@ -112,8 +117,10 @@ export class ChatPanel implements RouteTarget {
       case "ready":
         this.isReady = true;
         this.batcher.packing = Array.isArray(m.accepts) && m.accepts.includes("packed");
+        this.acceptsVisibility = Array.isArray(m.accepts) && m.accepts.includes("visibility");
         this.host.attach(this, this.sessionId);
         this.sendInit();
+        if (this.acceptsVisibility && !this.isVisible()) this.post({ type: "visibility", visible: false } satisfies HostToWebview);
         return;
       case "attach": {
         // Questions of a session the panel already shows were posted to it when asked.

@@ -253,6 +253,31 @@ export class Batcher {
     }
   }
 
+  /** The panel is hidden: `message` (if any) is posted now, after everything waiting, and then
+   * nothing until {@link resumeWith}. */
+  pauseAfter(message?: unknown): void {
+    if (this.isPaused) return;
+    if (message !== undefined) {
+      this.others.push(message);
+      this.flush();
+    }
+    this.pause();
+  }
+
+  /** The panel is shown: the backlog is posted in one go and `message` (if any) right after it,
+   * before anything that comes later. */
+  resumeWith(message?: unknown): void {
+    if (!this.isPaused) return;
+    if (this.overflowed) {
+      this.overflowed = false;
+      this.items = [];
+      this.onOverflow();
+    }
+    if (message !== undefined) this.others.push(message);
+    this.isPaused = false;
+    this.flush();
+  }
+
   /** The panel is shown: post the backlog in one go (or ask for a reload after an overflow). */
   resume(): void {
     if (!this.isPaused) return;

@@ -69,6 +69,14 @@ export class ServerQuestions {
     return [...this.pending.values()].filter((q) => q.sessionId === sessionId && !q.done).map((q) => ({ type: "serverRequest", requestId: q.id, method: q.method, params: q.params }));
   }
 
+  /** Open questions of `sessionId` by kind (`permission`: agent/requestPermission, `question`:
+   * agent/ui/request). */
+  openKinds(sessionId: string): { permission: number; question: number } {
+    const n = { permission: 0, question: 0 };
+    for (const q of this.pending.values()) if (q.sessionId === sessionId && !q.done) n[q.method === "agent/requestPermission" ? "permission" : "question"]++;
+    return n;
+  }
+
   openCount(sessionId: string): number {
     return [...this.pending.values()].filter((q) => q.sessionId === sessionId && !q.done).length;
   }

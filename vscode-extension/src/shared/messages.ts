@@ -143,8 +143,18 @@ export interface StateChangedMessage {
   sessionId: string;
 }
 
+/** The panel was hidden (`visible: false`) or shown again, in order with the notifications: what
+ * arrives between the two was not seen as it happened (e.g. a run that finished meanwhile is
+ * marked in the panel). Sent only to a webview whose `ready` listed `"visibility"` in
+ * `accepts` (added 2026-12-03). */
+export interface VisibilityMessage {
+  type: "visibility";
+  visible: boolean;
+}
+
 export type HostToWebview =
   | PackedMessage
+  | VisibilityMessage
   | StateChangedMessage
   | InitMessage
   | NotificationsMessage

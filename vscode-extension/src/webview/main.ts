@@ -21,6 +21,10 @@ import {
   promptToRestore,
   applyQueueUpdate,
   entriesFromMessages,
+  questionsAnswered,
+  dismissAttention,
+  setVisible,
+  type Attention,
   type Store,
   type QueueItem,
 } from "./store";
@@ -108,6 +112,29 @@ compactButton.type = "button";
 compactButton.title = "Compact the context";
 header.append(modelSelect, thinkingSelect, meter, statusText, compactButton, newButton);
 
+/** What needs the user (`agent/attention`, store.ts `applyAttention`): a banner under the
+ * header until it is handled. */
+const attentionBar = el("div", "attention");
+attentionBar.hidden = true;
+attentionBar.setAttribute("role", "status");
+const attentionTitle = el("span", "attention-title");
+const attentionText = el("span", "attention-text");
+const attentionButton = el("button", "link attention-action");
+attentionButton.type = "button";
+attentionBar.append(attentionTitle, attentionText, attentionButton);
+attentionButton.addEventListener("click", () => {
+  const a = store.attention;
+  if (a && (a.reason === "permission" || a.reason === "question")) {
+    // The user's own click: the open question's first answer takes focus.
+    const b = cards.querySelector<HTMLElement>(".card[data-request-id] button, .card[data-request-id] input, .card[data-request-id] select");
+    b?.scrollIntoView({ block: "nearest" });
+    b?.focus();
+    return;
+  }
+  dismissAttention(store);
+  schedule();
+});
+
 const main = el("div", "main");
 const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({ type: "openDiff", toolCallId, path }), openFile: (path, line) => post({ type: "openFile", path, ...(line ? { line } : {}) }) }, () => {
   scrolled = true;
@@ -179,7 +206,7 @@ stopButton.type = "button";
 stopButton.title = "Stop the run (Esc)";
 controls.append(modeText, stopButton, sendButton);
 composer.append(chips, popup, input, controls);
-app.append(header, main, sending, cards, queueList, composer);
+app.append(header, attentionBar, main, sending, cards, queueList, composer);
 
 input.value = saved?.draft ?? "";
 
@@ -278,6 +305,7 @@ function renderFrame(): void {
   if (store.version !== lastVersion) {
     lastVersion = store.version;
     renderStatus();
+    renderAttention();
     if (store.dirty.has("queue")) renderQueue();
   }
   renderQueueIfDirty();
@@ -293,6 +321,35 @@ function renderQueueIfDirty(): void {
 /** Sets an element's text only when it differs (no layout invalidation otherwise). */
 function setText(e: HTMLElement, t: string): void {
   if (e.textContent !== t) e.textContent = t;
+}
+
+let shownAttention: Attention | null = null;
+/** The attention banner for `store.attention` (only when it changed). */
+function renderAttention(): void {
+  const a = store.attention;
+  if (a === shownAttention) return;
+  shownAttention = a;
+  attentionBar.hidden = !a;
+  if (!a) {
+    delete attentionBar.dataset.reason;
+    return;
+  }
+  attentionBar.dataset.reason = a.reason;
+  const [title, action] =
+    a.reason === "permission"
+      ? ["Waiting for your approval", "Show"]
+      : a.reason === "question"
+        ? ["Pi asks you", "Show"]
+        : a.reason === "finished"
+          ? ["Finished while the panel was hidden", "Dismiss"]
+          : a.reason === "failed"
+            ? ["The run failed", "Dismiss"]
+            : ["Pi needs you", "Dismiss"];
+  attentionBar.setAttribute("role", a.reason === "failed" ? "alert" : "status");
+  attentionTitle.textContent = title;
+  attentionText.textContent = a.message;
+  attentionText.title = a.message;
+  attentionButton.textContent = action;
 }
 
 let lastUsage: Store["usage"] = null;
@@ -375,7 +432,9 @@ function queueRow(q: QueueItem): HTMLLIElement {
 
 // ---- session loading ----------------------------------------------------------------------
 async function loadSession(sessionId: string | null): Promise<void> {
+  const hidden = store.hidden;
   store = createStore(sessionId);
+  store.hidden = hidden;
   transcript.clear();
   lastVersion = -1;
   commandsCache = null;
@@ -718,6 +777,11 @@ async function updateCompletion(): Promise<void> {
 
 input.addEventListener("input", () => {
   saveState();
+  // Typing here: the user is back (a run that finished while the panel was hidden is seen).
+  if (store.attention?.reason === "finished") {
+    dismissAttention(store, true);
+    schedule();
+  }
   if (/[@/]/.test(input.value) || !popup.hidden) void updateCompletion();
 });
 
@@ -788,7 +852,13 @@ document.addEventListener("keydown", (e) => {
 
 // ---- server requests (cards) --------------------------------------------------------------
 function questionClosed(requestId: number): void {
-  if (openQuestions.delete(requestId)) renderStatus();
+  if (openQuestions.delete(requestId)) {
+    renderStatus();
+    if (openQuestions.size === 0) {
+      questionsAnswered(store);
+      schedule();
+    }
+  }
   const call = awaitingCalls.get(requestId);
   if (call === undefined) return;
   awaitingCalls.delete(requestId);
@@ -858,6 +928,10 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
       }
       return;
     }
+    case "visibility": {
+      setVisible(store, msg.visible);
+      return;
+    }
     case "serverRequestDone": {
       questionClosed(msg.requestId);
       cards.querySelector(`[data-request-id="${msg.requestId}"]`)?.remove();
@@ -921,7 +995,7 @@ transcript.onUserScroll = () => saveState();
 renderChips();
 renderQueue();
 renderStatus();
-post({ type: "ready" });
+post({ type: "ready", accepts: ["visibility"] });
 
 // While the host and the server answer, make the Markdown and highlighting code warm (one
 // small step per idle callback; done long before the panel is idle).

@@ -128,6 +128,15 @@ export interface NoticeItem {
   text: string;
 }
 
+/** What needs the user in the panel (`agent/attention`, docs/protocol.md), shown as a banner
+ * until it is handled. */
+export interface Attention {
+  /** `permission`, `question`, `finished`, `failed`, or a reason this panel does not know. */
+  reason: string;
+  message: string;
+  runId?: string;
+}
+
 export type Item =
   | UserItem
   | AssistantItem
@@ -180,8 +189,11 @@ export interface Store {
   oldestEntryId: string | null;
   /** Whether older history exists beyond what is loaded. */
   hasMore: boolean;
-  /** The last `agent/attention` (reason, message). */
-  attention: { reason: string; message: string } | null;
+  /** What needs the user now, from `agent/attention` (see {@link applyAttention}); null: nothing. */
+  attention: Attention | null;
+  /** The panel is hidden (the host's `visibility` messages): what arrives meanwhile was not
+   * seen as it happened. */
+  hidden: boolean;
   /** Ids changed since the view rendered; `order` changes set `orderChanged`. */
   dirty: Set<string>;
   orderChanged: boolean;
@@ -210,6 +222,7 @@ export function createStore(sessionId: string | null = null): Store {
     oldestEntryId: null,
     hasMore: false,
     attention: null,
+    hidden: false,
     dirty: new Set(),
     orderChanged: false,
     renamed: [],
@@ -474,6 +487,8 @@ export function applyAgentEvent(s: Store, params: any): void {
       s.runId = runId;
       s.stopping = false;
       s.streamedSinceStart = false;
+      // A new run: what the last one asked for or said is over.
+      setAttention(s, null);
       s.version++;
       return;
     case "turn_start":
@@ -559,6 +574,8 @@ export function applyAgentEvent(s: Store, params: any): void {
         touch(s, a.id);
       }
       s.streamingId = null;
+      // Nothing waits for an answer after the run.
+      if (s.attention && isQuestion(s.attention.reason)) setAttention(s, null);
       // No card stays running after the run.
       for (const id of s.order) {
         const it = s.items.get(id);
@@ -699,13 +716,73 @@ export function applyNotification(s: Store, n: { method: string; params: any }):
       applyUsage(s, n.params);
       return;
     case "agent/attention":
-      s.attention = { reason: String(n.params?.reason ?? ""), message: String(n.params?.message ?? "") };
-      s.dirty.add("attention");
-      s.version++;
+      applyAttention(s, n.params);
       return;
     default:
       return;
   }
+}
+
+function isQuestion(reason: string): boolean {
+  return reason === "permission" || reason === "question";
+}
+
+function setAttention(s: Store, a: Attention | null): void {
+  if (s.attention === a) return;
+  s.attention = a;
+  s.dirty.add("attention");
+  s.version++;
+}
+
+/**
+ * Applies `agent/attention` params `{sessionId, runId?, reason, message}`: what the panel shows
+ * as needing the user, and when it stops showing it.
+ * - `permission` / `question`: shown until the panel's questions are answered or withdrawn
+ *   ({@link questionsAnswered}), or the run ends.
+ * - `finished`: shown only when it came while the panel was hidden (a panel in view showed the
+ *   run end as it happened), with a marker row at the end of the transcript; until dismissed,
+ *   the user types, or the next run starts.
+ * - `failed`: shown (and a marker row with the error, unless the last answer's row shows that
+ *   error already) until dismissed or the next run starts.
+ * - Another reason: shown until dismissed or the next run starts.
+ */
+export function applyAttention(s: Store, p: any): void {
+  const a: Attention = { reason: String(p?.reason ?? ""), message: String(p?.message ?? "") };
+  if (typeof p?.runId === "string") a.runId = p.runId;
+  if (a.reason === "finished") {
+    if (!s.hidden) return setAttention(s, null);
+    put(s, { kind: "notice", id: `attention:${a.runId ?? s.order.length}:finished`, level: "info", text: "Finished while the panel was hidden." });
+  } else if (a.reason === "failed" && !lastAnswerShows(s, a.message)) {
+    put(s, { kind: "notice", id: `attention:${a.runId ?? s.order.length}:failed`, level: "error", text: `Failed: ${a.message}` });
+  }
+  setAttention(s, a);
+}
+
+/** Whether the last assistant row shows `error` as its error already. */
+function lastAnswerShows(s: Store, error: string): boolean {
+  for (let i = s.order.length - 1; i >= 0; i--) {
+    const it = s.items.get(s.order[i]!);
+    if (it?.kind === "assistant") return !!it.errorMessage && !it.retried && (it.errorMessage === error || error.includes(it.errorMessage));
+    if (it?.kind === "user") return false;
+  }
+  return false;
+}
+
+/** The panel has no open question any more: a `permission` / `question` attention is handled. */
+export function questionsAnswered(s: Store): void {
+  if (s.attention && isQuestion(s.attention.reason)) setAttention(s, null);
+}
+
+/** The user dismissed the attention banner (or, for `finished`, typed: they are back). */
+export function dismissAttention(s: Store, onlyFinished = false): void {
+  if (!s.attention || (onlyFinished && s.attention.reason !== "finished")) return;
+  if (isQuestion(s.attention.reason)) return; // goes with its question
+  setAttention(s, null);
+}
+
+/** The panel was hidden (`false`) or shown again. */
+export function setVisible(s: Store, visible: boolean): void {
+  s.hidden = !visible;
 }
 
 /** Records that the user asked to stop (shown at once, before the server answers). */

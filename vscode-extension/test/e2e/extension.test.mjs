@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { activeTab, editorText, runCommand, startWorkbench, until, waitChatFrame } from "./harness.mjs";
-import { BIG_TEXT, MANY_WORDS } from "./mock-model.mjs";
+import { BIG_TEXT, MANY_WORDS, STORY } from "./mock-model.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const shotDir = process.env.PI_E2E_SHOTS ?? path.join(here, "..", "..", "dist", "e2e");
@@ -20,7 +20,7 @@ let chat;
 
 const NOTES = "alpha\nbeta\ngamma\n";
 /** The workspace's files as every step finds them on disk. */
-const FILES = { "notes.txt": NOTES, "README.md": "# demo\n", "bad.json": '{"a": }\n', "big.txt": BIG_TEXT };
+const FILES = { "notes.txt": NOTES, "README.md": "# demo\n", "bad.json": '{"a": }\n', "big.txt": BIG_TEXT, "story.txt": STORY };
 
 before(async () => {
   wb = await startWorkbench({ files: FILES, settings: { "pi.approvalPolicy": "ask" } });
@@ -100,10 +100,24 @@ async function resetWorkbench() {
   await box.fill("");
 }
 
+/** The chat's attention banner as one line of text (null: not shown). */
+async function attentionBanner() {
+  const bar = chat.locator(".attention");
+  if (!(await bar.isVisible())) return null;
+  return (await bar.innerText()).replace(/\s+/g, " ").trim();
+}
+
 async function closeAll() {
   await runCommand(page, "File: Save All");
   await runCommand(page, "View: Close All Editors");
   await until("no editor open", async () => (await page.locator(".tabs-container .tab").count()) === 0, 10_000);
+}
+
+/** Types `text` at the end of the editor's line that reads `line`. */
+async function typeAtEnd(line, text) {
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: line }).first().click();
+  await page.keyboard.press("End");
+  await page.keyboard.type(text);
 }
 
 /** Puts the cursor on the editor's first line (a click that never scrolls the view). */
@@ -249,6 +263,68 @@ test("Undo on the hunk's CodeLens reverts the agent's lines and keeps the user's
   await page.keyboard.press("Control+S");
 });
 
+test("the Changes view's Keep / Undo per hunk: Undo reverts only its hunk, never the user's typing; Keep leaves the other", async () => {
+  await openFile("story.txt");
+  // The user has typed in another place of the file (not saved) when the agent edits it.
+  await typeAtEnd("line 5 of the story", " (mine)");
+  await until("the user's typing", async () => (await editorText(page)).includes("line 5 of the story (mine)"), 10_000);
+  await send(chat, "twohunks in the story");
+  const allow = chat.getByRole("button", { name: /Allow once/ });
+  await allow.waitFor({ timeout: 60_000 });
+  await allow.click();
+  await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited the story."), 30_000);
+  const edited = STORY.replace("line 2 of the story", "LINE 2 OF THE STORY").replace("line 5 of the story", "line 5 of the story (mine)").replace("line 8 of the story", "LINE 8 OF THE STORY");
+  await until("the agent's edit around the user's typing", async () => (await editorText(page)) === edited, 10_000);
+  // And more typing after the edit, in a third place.
+  await typeAtEnd("line 10 of the story", "!");
+  const typed = edited.replace("line 10 of the story", "line 10 of the story!");
+  await until("the user's second typing", async () => (await editorText(page)) === typed, 10_000);
+  // The Changes view: the session, the file, its two hunks (and only the agent's lines).
+  const pane = page.locator(".pane", { has: page.locator(".pane-header", { hasText: "Changes" }) });
+  const header = pane.locator(".pane-header").first();
+  if ((await header.getAttribute("aria-expanded")) !== "true") await header.click();
+  const rows = pane.locator(".monaco-list-row");
+  /** The rows under story.txt's row (its hunks), as text. */
+  const hunkRows = () =>
+    rows.evaluateAll((els) => {
+      const text = (e) => (e.textContent ?? "").replace(/\s+/g, " ").trim();
+      const level = (e) => Number(e.getAttribute("aria-level"));
+      const at = els.findIndex((e) => text(e).includes("story.txt"));
+      if (at < 0) return [];
+      const out = [];
+      const part = (e, cls) => (e.querySelector(cls)?.textContent ?? "").trim();
+      for (let i = at + 1; i < els.length && level(els[i]) > level(els[at]); i++) out.push(`${part(els[i], ".label-name")} | ${part(els[i], ".label-description")}`);
+      return out;
+    });
+  await until("the two hunk rows", async () => JSON.stringify(await hunkRows()) === JSON.stringify(["Line 2: LINE 2 OF THE STORY | +1 −1", "Line 8: LINE 8 OF THE STORY | +1 −1"]), 15_000);
+  assert.ok((await rows.allInnerTexts()).some((t) => t.includes("story.txt") && t.includes("2 hunks")), (await rows.allInnerTexts()).join(" | "));
+  /** Clicks a hunk row's inline action (shown on hover). */
+  const act = async (line, action) => {
+    const row = rows.filter({ hasText: `Line ${line}:` }).first();
+    await row.hover();
+    await row.locator(`.action-label[aria-label^="${action}"]`).click();
+  };
+  // Undo on the first hunk: its old line is back; the user's typing and the other hunk stay.
+  await act(2, "Undo Agent Change");
+  const undone = typed.replace("LINE 2 OF THE STORY", "line 2 of the story");
+  await until("the first hunk undone", async () => (await editorText(page)) === undone, 10_000);
+  await until("one hunk row left", async () => JSON.stringify(await hunkRows()) === JSON.stringify(["Line 8: LINE 8 OF THE STORY | +1 −1"]), 10_000);
+  // Keep on the other: the text stays as it is and nothing is left to review in the file.
+  await act(8, "Keep Agent Change");
+  await until("nothing left to review", async () => !wb.stats().changedFiles.some((u) => u.endsWith("/story.txt")) && (await hunkRows()).length === 0, 10_000);
+  assert.equal(await editorText(page), undone);
+  // (VS Code asks for the CodeLenses again a moment after the provider says they changed.)
+  await until("the CodeLenses to go", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) === 0, 10_000);
+  // The whole file, in the editor and (saved) on disk.
+  await clickEditor();
+  await page.keyboard.press("Control+S");
+  const expected = STORY.replace("line 5 of the story", "line 5 of the story (mine)").replace("line 8 of the story", "LINE 8 OF THE STORY").replace("line 10 of the story", "line 10 of the story!");
+  await until("the file on disk", async () => fs.readFileSync(path.join(wb.workspace, "story.txt"), "utf8") === expected, 10_000);
+  assert.equal(fs.readFileSync(path.join(wb.workspace, "story.txt"), "utf8"), expected);
+  if ((await header.getAttribute("aria-expanded")) === "true") await header.click();
+  await closeAll();
+});
+
 test("typing in a 5,000-line file with 50 agent hunks under review costs the host little per keystroke", async () => {
   await openFile("big.txt");
   await send(chat, "bigedit the big file");
@@ -301,23 +377,34 @@ test("a permission question asked in the panel comes as a notification once the 
     ["Allow", "Allow for Session", "Allow in Workspace", "Reject…", "Show Diff"],
   );
   assert.equal(await activeTab(page), "notes.txt", "the question moved no focus");
-  // agent/attention "permission": the status bar flag, until the question is answered.
+  // agent/attention "permission": the status bar flag and the chat view's badge (on the
+  // activity bar's Pi icon), until the question is answered.
   await until("the attention flag", async () => /hello world waits for your approval/.test(wb.stats().flag), 10_000);
   await page.locator(".statusbar-item", { hasText: "waits for your approval" }).first().waitFor({ timeout: 10_000 });
+  assert.deepEqual(wb.stats().chatBadge, { value: 1, tooltip: "hello world waits for your approval" });
   await toast.locator(".notification-list-item-message a", { hasText: /^Allow$/ }).click();
-  // The answer closes the question's notification and its flag.
+  // The answer closes the question's notification, its flag and its badge.
   await toast.waitFor({ state: "hidden", timeout: 10_000 });
   await until("the approval flag to go", async () => !/waits for your approval/.test(wb.stats().flag), 10_000);
+  // (The run may end, still hidden, before the figures are written again: then the badge says
+  // it finished — see below.)
+  await until("the approval's badge to go", async () => !/waits for your approval/.test(wb.stats().chatBadge?.tooltip ?? ""), 10_000);
   await until("the edit in the editor", async () => (await editorText(page)).includes("GAMMA"), 30_000);
   // The run then ends with the panel still hidden: that is the flag now (agent/attention
   // "finished"), until the panel is shown.
   await until("the run's end", async () => / · idle$/.test(wb.stats().status), 30_000);
   await until("the finished flag", async () => wb.stats().flag, 10_000);
   assert.match(wb.stats().flag, /^\$\(bell-dot\) Pi: hello world finished$/);
+  assert.deepEqual(wb.stats().chatBadge, { value: 1, tooltip: "hello world finished: Edited gamma." });
   await runCommand(page, "View: Toggle Primary Side Bar Visibility");
   await until("the side bar shown", async () => page.locator(".part.sidebar").isVisible(), 10_000);
-  await until("the flag to go once the panel shows the session", async () => wb.stats().flag === "", 10_000);
+  await until("the flag and the badge to go once the panel shows the session", async () => wb.stats().flag === "" && wb.stats().chatBadge === null, 10_000);
   await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited gamma."), 30_000);
+  // In the panel: the run finished while it was hidden (a banner, a row at the transcript's end).
+  await until("the banner", async () => (await attentionBanner()) === "Finished while the panel was hidden Edited gamma. Dismiss", 10_000);
+  assert.equal(await chat.locator(".rows > .row").last().innerText(), "Finished while the panel was hidden.");
+  await chat.locator(".attention-action").click();
+  await until("the banner to go", async () => (await attentionBanner()) === null, 10_000);
   // Put the buffer back for the next steps.
   await clickEditor();
   await page.keyboard.press("Control+Z");
@@ -339,8 +426,14 @@ test("a run that ends while the panel is hidden raises the status bar flag and a
   await flag.first().click();
   await until("the chat shown again", async () => page.locator(".part.sidebar").isVisible(), 10_000);
   await until("the flag to go", async () => (await flag.count()) === 0 && wb.stats().flag === "", 10_000);
-  // The panel was hidden while the answer came: it got it when shown.
+  // The panel was hidden while the answer came: it got it when shown, and says so until the
+  // user is back (typing in the composer).
   await until("the answer in the panel", async () => (await frameText(chat)).includes("Done pausing."), 10_000);
+  await until("the banner", async () => (await attentionBanner()) === "Finished while the panel was hidden Done pausing. Dismiss", 10_000);
+  await chat.locator('textarea[aria-label="Message"]').click();
+  await page.keyboard.type("ok");
+  await until("the banner to go", async () => (await attentionBanner()) === null, 10_000);
+  await chat.locator('textarea[aria-label="Message"]').fill("");
 });
 
 test("the diagnostics tool reads VS Code's problems (agent/diagnostics)", async () => {
@@ -592,7 +685,9 @@ test("a window reload mid-run finds the session intact, and the edits under revi
     async () => {
       const t = await frameText(chat);
       // (The last page of the session: older messages load when scrolled to.)
-      return t.includes("edit notes.txt before the reload") && t.includes("Edited notes.txt.") && t.includes("slow answer please") && t.includes("Line 3 of a slow answer.");
+      const missing = ["edit notes.txt before the reload", "Edited notes.txt.", "slow answer please", "Line 3 of a slow answer."].filter((x) => !t.includes(x));
+      if (missing.length) throw new Error(`the panel lacks ${JSON.stringify(missing)}; it shows: …${JSON.stringify(t.slice(-600))}`);
+      return true;
     },
     60_000,
   );

@@ -10,6 +10,7 @@
 //   "many …"   → MANY_WORDS one-word deltas at ≈ 500 per second (the host's batching figures)
 //   "pause …"  → after 3 s, "Done pausing." (a run that ends while the panel is hidden)
 //   "bigedit …" → one `edit` of big.txt (BIG_LINES lines) changing every 100th line (50 hunks)
+//   "twohunks …" → one `edit` of story.txt changing lines 2 and 8 (two hunks), then "Edited the story."
 // Other text gets "I only know hello, edit, sleep and slow."
 // Every request is recorded (`requests`); usage is reported so the context meter moves.
 import fs from "node:fs";
@@ -31,6 +32,9 @@ export const MANY_WORDS = 6000;
 /** MANY_WORDS words, streamed one per chunk every 2 ms (≈ 500 deltas per second). */
 export const MANY_ANSWER = Array.from({ length: MANY_WORDS }, (_, i) => `w${i}`).join(" ") + " END";
 export const SLOW_ANSWER = Array.from({ length: 60 }, (_, i) => `Line ${i + 1} of a slow answer.`).join("\n");
+
+/** story.txt of the Changes view's step: ten lines, of which the agent changes two. */
+export const STORY = Array.from({ length: 10 }, (_, i) => `line ${i + 1} of the story`).join("\n") + "\n";
 
 /** big.txt of the typing test: 5,000 lines. */
 export const BIG_LINES = 5000;
@@ -75,6 +79,21 @@ export function plan(messages) {
           toolCall: {
             name: "edit",
             arguments: { path: "big.txt", edits: Array.from({ length: BIG_LINES / 100 }, (_, k) => ({ oldText: `line ${k * 100 + 50} of the big file`, newText: `LINE ${k * 100 + 50} OF THE BIG FILE` })) },
+          },
+        };
+  if (word === "twohunks")
+    return answered
+      ? { text: "Edited the story.", chunk: 6, delayMs: 5 }
+      : {
+          toolCall: {
+            name: "edit",
+            arguments: {
+              path: "story.txt",
+              edits: [
+                { oldText: "line 2 of the story", newText: "LINE 2 OF THE STORY" },
+                { oldText: "line 8 of the story", newText: "LINE 8 OF THE STORY" },
+              ],
+            },
           },
         };
   if (word === "many") return { text: MANY_ANSWER, words: true, delayMs: 2 };

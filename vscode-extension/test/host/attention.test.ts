@@ -1,7 +1,7 @@
 // The attention flag (src/extension/attention.ts) and session display names (names.ts).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { AttentionList, flagText } from "../../src/extension/attention";
+import { AttentionList, flagText, viewBadge } from "../../src/extension/attention";
 import { relativeTime, SessionNames } from "../../src/extension/names";
 
 test("agent/attention flags a session no visible panel shows, until it is seen, runs again or its question is answered", () => {
@@ -48,6 +48,21 @@ test("the flag's text names one session, or counts several", () => {
     ),
     { text: "$(bell-dot) Pi: 2 sessions need you", tooltip: "hello finished\nfix the tests later-reason: x\nClick to open" },
   );
+});
+
+test("the chat view's badge counts the open questions and a finished or failed flag of its session", () => {
+  const none = { permission: 0, question: 0 };
+  assert.equal(viewBadge("hello", none, undefined), undefined, "nothing needs the user: no badge");
+  assert.deepEqual(viewBadge("hello", { permission: 1, question: 0 }, undefined), { value: 1, tooltip: "hello waits for your approval" });
+  // A question's own flag (raised when the panel was hidden) is the question: counted once.
+  assert.deepEqual(viewBadge("hello", { permission: 1, question: 0 }, { sessionId: "s1", reason: "permission", message: "pi wants to edit a.rs", at: 1 }), {
+    value: 1,
+    tooltip: "hello waits for your approval",
+  });
+  assert.deepEqual(viewBadge("hello", { permission: 2, question: 1 }, undefined), { value: 3, tooltip: "hello waits for your approval (2 questions)\nhello asks you" });
+  assert.deepEqual(viewBadge("hello", none, { sessionId: "s1", reason: "finished", message: "Done pausing.", at: 1 }), { value: 1, tooltip: "hello finished: Done pausing." });
+  assert.deepEqual(viewBadge("hello", { permission: 0, question: 1 }, { sessionId: "s1", reason: "failed", message: "HTTP 500", at: 1 }), { value: 2, tooltip: "hello asks you\nhello failed: HTTP 500" });
+  assert.deepEqual(viewBadge("hello", none, { sessionId: "s1", reason: "later-reason", message: "", at: 1 }), { value: 1, tooltip: "hello later-reason" });
 });
 
 test("a session's display name: its name, else its first prompt, else its id", () => {

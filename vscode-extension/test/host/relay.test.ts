@@ -151,6 +151,44 @@ test("a hidden panel gets nothing posted; on show, the coalesced backlog comes i
   assert.deepEqual(posts.slice(1), [{ type: "notifications", items: [event("turn_end")] }, { type: "serverRequest", requestId: 1 }]);
 });
 
+test("the panel is told it was hidden and shown in order with the notifications (what came between was not seen)", () => {
+  const clock = new FakeClock();
+  const posts: any[] = [];
+  const b = new Batcher((m) => posts.push(m), clock);
+  b.push(event("agent_start"));
+  clock.advance(MIN_POST_INTERVAL_MS + 1);
+  b.push(delta(1)); // waits for the next window when the panel is hidden
+  b.pauseAfter({ type: "visibility", visible: false });
+  assert.deepEqual(posts, [
+    { type: "notifications", items: [event("agent_start")] },
+    { type: "notifications", items: [delta(1)] },
+    { type: "visibility", visible: false },
+  ]);
+  assert.equal(b.paused, true);
+  b.pauseAfter({ type: "visibility", visible: false }); // hidden already: nothing again
+  b.push(event("agent_end"));
+  const attention: Note = { method: "agent/attention", params: { sessionId: "s1", runId: "r1", reason: "finished", message: "Done." } };
+  b.push(attention);
+  clock.advance(1000);
+  assert.equal(posts.length, 3, "nothing posted while hidden");
+  b.resumeWith({ type: "visibility", visible: true });
+  b.push(event("agent_start")); // after the show: after the message
+  clock.advance(100);
+  assert.deepEqual(posts.slice(3), [
+    { type: "notifications", items: [event("agent_end"), attention] },
+    { type: "visibility", visible: true },
+    { type: "notifications", items: [event("agent_start")] },
+  ]);
+  b.resumeWith({ type: "visibility", visible: true }); // shown already: nothing
+  assert.equal(posts.length, 6);
+  // Without a message (a webview that does not take them) the same as pause / resume.
+  b.pauseAfter();
+  b.push(event("turn_end"));
+  assert.equal(posts.length, 6);
+  b.resumeWith();
+  assert.deepEqual(posts.slice(6), [{ type: "notifications", items: [event("turn_end")] }]);
+});
+
 test("a hidden backlog past its limit is dropped and the panel reloads its session when shown", () => {
   const clock = new FakeClock();
   const posts: any[] = [];

@@ -13,6 +13,9 @@ import {
   promptToRestore,
   snapshot,
   entriesFromMessages,
+  questionsAnswered,
+  dismissAttention,
+  setVisible,
   type Store,
   type AssistantItem,
   type ToolItem,
@@ -254,4 +257,62 @@ test("a failed answer that is retried gives way to its retry notice; the last fa
       ["notice", "Retries ended: connection refused"],
     ],
   );
+});
+
+test("agent/attention: what needs the user is shown until handled; a run's end only when the panel was hidden", () => {
+  const s = createStore("s1");
+  const ev = (event: unknown) => applyNotification(s, { method: "agent/event", params: { sessionId: "s1", runId: "r1", event } });
+  const att = (reason: string, message: string, runId?: string) => applyNotification(s, { method: "agent/attention", params: { sessionId: "s1", reason, message, ...(runId ? { runId } : {}) } });
+  const attention = () => s.attention;
+  const rows = () => s.order.map((id) => s.items.get(id)!).filter((i) => i.kind === "notice").map((i) => [i.id, (i as any).level, (i as any).text]);
+  ev({ type: "agent_start" });
+  att("permission", "pi wants to edit a.txt (+1 −1)");
+  assert.deepEqual(attention(), { reason: "permission", message: "pi wants to edit a.txt (+1 −1)" });
+  dismissAttention(s);
+  assert.equal(attention()?.reason, "permission", "a question's banner goes with its question, not by a dismiss");
+  questionsAnswered(s);
+  assert.equal(attention(), null);
+  att("question", "tmux: Pick a session");
+  ev({ type: "agent_end", messages: [] });
+  assert.equal(attention(), null, "no question is open after the run");
+  // The run ended in view: seen as it happened, nothing to show.
+  att("finished", "Done.", "r1");
+  assert.equal(attention(), null);
+  assert.deepEqual(rows(), []);
+  // Hidden meanwhile: the banner and a marker row; typing (a dismiss of `finished` only) clears it.
+  setVisible(s, false);
+  ev({ type: "agent_start" });
+  ev({ type: "agent_end", messages: [] });
+  att("finished", "Done pausing.", "r2");
+  setVisible(s, true);
+  assert.deepEqual(attention(), { reason: "finished", message: "Done pausing.", runId: "r2" });
+  assert.deepEqual(rows(), [["attention:r2:finished", "info", "Finished while the panel was hidden."]]);
+  const v = s.version;
+  att("finished", "Done pausing.", "r2"); // the same notification again: one row
+  assert.equal(rows().length, 1);
+  assert.ok(s.version > v);
+  dismissAttention(s, true);
+  assert.equal(attention(), null);
+  // Failed: shown in view too, with a row unless the answer's row shows the error already.
+  att("failed", "session no longer saved: disk full", "r3");
+  assert.deepEqual(attention(), { reason: "failed", message: "session no longer saved: disk full", runId: "r3" });
+  assert.deepEqual(rows().at(-1), ["attention:r3:failed", "error", "Failed: session no longer saved: disk full"]);
+  dismissAttention(s, true);
+  assert.equal(attention()?.reason, "failed", "typing does not dismiss a failure");
+  ev({ type: "agent_start" });
+  assert.equal(attention(), null, "the next run clears it");
+  ev({ type: "message_start", message: { role: "user", content: "hi", timestamp: 10 } });
+  ev({ type: "message_end", message: { role: "user", content: "hi", timestamp: 10 } });
+  const failed = { role: "assistant", content: [], stopReason: "error", errorMessage: "HTTP 500: overloaded", timestamp: 11 };
+  ev({ type: "message_start", message: failed });
+  ev({ type: "message_end", message: failed });
+  ev({ type: "agent_end", messages: [] });
+  att("failed", "HTTP 500: overloaded", "r4");
+  assert.equal(attention()?.reason, "failed");
+  assert.equal(rows().length, 2, "the error is on the answer's row already: no second row");
+  // A reason this panel does not know: shown until dismissed.
+  att("later-reason", "something");
+  assert.deepEqual(attention(), { reason: "later-reason", message: "something" });
+  dismissAttention(s);
+  assert.equal(attention(), null);
 });

@@ -172,12 +172,18 @@ export interface MainTask {
   wallMs: number;
   /** CPU time of the thread in the task, ms (the work itself; what the long-task bounds use). */
   cpuMs: number;
+  /** What the task did, when the trace had `devtools.timeline` events (see
+   * {@link startTaskTrace}'s `detail`): its biggest nested events, e.g.
+   * `TimerFire 30.1 > FunctionCall onFrame main.ts 29.8 > Layout 12.0`. */
+  what?: string;
 }
 
-/** Starts a Chromium trace of `page` with the task events only (`RunTask`: wall and thread
- * durations) and user-timing marks, cheap enough to leave on during a measurement. */
-export async function startTaskTrace(browser: Browser, page: Page): Promise<void> {
-  await browser.startTracing(page, { categories: ["disabled-by-default-devtools.timeline", "blink.user_timing"] });
+/** Starts a Chromium trace of `page` with the task events (`RunTask`: wall and thread
+ * durations) and user-timing marks, cheap enough to leave on during a measurement; `detail`
+ * adds the timeline's events inside tasks (script calls, timers, messages, style, layout,
+ * paint, GC: a few per task), so the trace says what a long task did ({@link MainTask.what}). */
+export async function startTaskTrace(browser: Browser, page: Page, detail = false): Promise<void> {
+  await browser.startTracing(page, { categories: ["disabled-by-default-devtools.timeline", "blink.user_timing", ...(detail ? ["devtools.timeline", "v8"] : [])] });
 }
 
 /** The tasks of a trace, and where the page's clock is on the trace's clock. */
@@ -221,14 +227,65 @@ export async function stopTaskTrace(browser: Browser, page: Page): Promise<TaskT
     if (e.ph === "M" && e.name === "thread_name" && e.args?.name === "CrRendererMain" && (pid === undefined || e.pid === pid)) mains.add(`${e.pid}:${e.tid}`);
   }
   const tasks: MainTask[] = [];
+  const inner: any[] = [];
   let offset: number | undefined;
   for (const e of events) {
     if (e.name === "pi-sync" && mains.has(`${e.pid}:${e.tid}`) && typeof e.args?.data?.startTime === "number") offset = e.ts / 1000 - e.args.data.startTime;
-    if (e.ph !== "X" || e.name !== "RunTask" || !mains.has(`${e.pid}:${e.tid}`)) continue;
-    tasks.push({ start: e.ts / 1000, wallMs: (e.dur ?? 0) / 1000, cpuMs: (e.tdur ?? e.dur ?? 0) / 1000 });
+    if (e.ph !== "X" || !mains.has(`${e.pid}:${e.tid}`)) continue;
+    if (e.name === "RunTask") tasks.push({ start: e.ts / 1000, wallMs: (e.dur ?? 0) / 1000, cpuMs: (e.tdur ?? e.dur ?? 0) / 1000 });
+    else inner.push(e);
   }
   if (tasks.length === 0) throw new Error("the trace holds no task of the page's main thread");
-  return { tasks: tasks.sort((a, b) => a.start - b.start), offset };
+  tasks.sort((a, b) => a.start - b.start);
+  if (inner.length) describeTasks(tasks, inner);
+  return { tasks, offset };
+}
+
+/** Sets {@link MainTask.what} of each task from the timeline events nested in it: at each
+ * level the event with the most thread time, down three levels, with the others' total. */
+function describeTasks(tasks: MainTask[], inner: any[]): void {
+  inner.sort((a, b) => a.ts - b.ts || (b.dur ?? 0) - (a.dur ?? 0));
+  const label = (e: any) => {
+    const d = e.args?.data ?? e.args?.beginData ?? {};
+    const fn = d.functionName || d.type || d.stackTrace?.[0]?.functionName || "";
+    const where = typeof d.url === "string" && d.url ? `${d.url.split("/").pop()}:${d.lineNumber ?? ""}` : "";
+    return [e.name, fn, where].filter(Boolean).join(" ");
+  };
+  const ms = (e: any) => (e.tdur ?? e.dur ?? 0) / 1000;
+  let i = 0;
+  for (const t of tasks) {
+    const a = t.start * 1000;
+    const b = a + t.wallMs * 1000;
+    while (i < inner.length && inner[i].ts < a) i++;
+    const mine: any[] = [];
+    for (let j = i; j < inner.length && inner[j].ts < b; j++) mine.push(inner[j]);
+    if (!mine.length) continue;
+    // Direct children of [from, to) among `list` (events not inside an earlier sibling).
+    const children = (list: any[], from: number, to: number) => {
+      const out: any[] = [];
+      let end = -Infinity;
+      for (const e of list) {
+        if (e.ts < from || e.ts >= to) continue;
+        if (e.ts >= end) {
+          out.push(e);
+          end = e.ts + (e.dur ?? 0);
+        }
+      }
+      return out;
+    };
+    const parts: string[] = [];
+    let level = children(mine, a, b);
+    for (let depth = 0; depth < 4 && level.length; depth++) {
+      const byTime = [...level].sort((x, y) => ms(y) - ms(x));
+      const top = byTime[0]!;
+      const next = byTime.slice(1, 3).filter((e) => ms(e) >= 0.5);
+      const rest = byTime.slice(1 + next.length).reduce((n, e) => n + ms(e), 0);
+      const others = [...next.map((e) => `${label(e)} ${ms(e).toFixed(1)}`), ...(rest >= 0.5 ? [`${byTime.length - 1 - next.length} more ${rest.toFixed(1)}`] : [])];
+      parts.push(`${label(top)} ${ms(top).toFixed(1)}${others.length ? ` (+ ${others.join(", ")})` : ""}`);
+      level = children(mine, top.ts + 1e-3, top.ts + (top.dur ?? 0)).filter((e) => e !== top);
+    }
+    t.what = parts.join(" > ");
+  }
 }
 
 /** The median of `xs` (the middle value; the mean of the two middle ones for an even count). */

@@ -243,8 +243,9 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
   await page.focus("textarea.input");
   const blocksBefore0 = await page.evaluate(() => (window as any).__pi.renderStats.blocks);
 
-  // 1. Behaviour pass: frame counter, long tasks, mutations, keystrokes, and a task trace.
-  await startTaskTrace(browser, page);
+  // 1. Behaviour pass: frame counter, long tasks, mutations, keystrokes, and a task trace (with
+  // what each task did: the longest is printed).
+  await startTaskTrace(browser, page, true);
   const run = page.evaluate((n) => {
     const w = window as any;
     const long: number[] = [];
@@ -323,6 +324,8 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
   const perDeltaMs = median(perDelta);
   const longCpu = Math.max(0, ...tasks.map((t) => t.cpuMs));
   const longWall = Math.max(0, ...tasks.map((t) => t.wallMs));
+  const longest = [...tasks].sort((a, b) => b.cpuMs - a.cpuMs).slice(0, 3);
+  perf(`VP2 longest tasks (CPU ms: what they did): ${longest.map((t) => `${t.cpuMs.toFixed(1)}: ${t.what ?? "?"}`).join(" | ")}`);
   // VP4: keydown → the frame after the character went in, as wall time and as the main
   // thread's CPU time in that interval (the work in the way of the keystroke).
   const keyWall = (r.keys as [number, number][]).map(([a, b]) => b - a).sort((a, b) => a - b);
