@@ -1,0 +1,125 @@
+/**
+ * What a hand trial in code-server found (the .vsix installed, a model server of its own):
+ * each test shows one thing a user saw, in headless Chromium with VS Code's default webview
+ * stylesheet loaded first (test/webview/vscode-default.css), as VS Code does.
+ */
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import type { Browser } from "playwright-core";
+import { launch, openPanel, type Panel } from "./harness";
+
+let browser: Browser;
+before(async () => {
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+});
+
+const SID = "019ad0c1-0000-7000-8000-0000000000aa";
+
+async function frames(panel: Panel, n = 2): Promise<void> {
+  await panel.page.evaluate((k) => new Promise<void>((r) => {
+    const step = (i: number) => (i === 0 ? r() : requestAnimationFrame(() => step(i - 1)));
+    step(k);
+  }), n);
+}
+
+/** Sends `events` as `agent/event` notifications of one run. */
+async function play(panel: Panel, events: any[]): Promise<void> {
+  await panel.send({ type: "notifications", items: events.map((event) => ({ method: "agent/event", params: { sessionId: SID, runId: "r1", event } })) });
+  await frames(panel);
+}
+
+function answer(text: string, ts: number, extra: Record<string, unknown> = {}) {
+  return { role: "assistant", content: text ? [{ type: "text", text }] : [], api: "anthropic-messages", provider: "p", model: "m", stopReason: "stop", timestamp: ts, ...extra };
+}
+
+/** A run: the user's prompt, then the answers and tool results given. */
+function run(prompt: string, ...rest: any[]): any[] {
+  const user = { role: "user", content: prompt, timestamp: 1 };
+  return [{ type: "agent_start" }, { type: "message_start", message: user }, { type: "message_end", message: user }, ...rest, { type: "agent_end", messages: [] }];
+}
+
+const said = (m: any) => [{ type: "message_start", message: m }, { type: "message_end", message: m }];
+
+async function panelWith(width: number, events: any[]): Promise<Panel> {
+  const panel = await openPanel(browser, { width });
+  await panel.send({ type: "init", sessionId: null, workspaceName: "w", capabilities: {} });
+  await play(panel, events);
+  return panel;
+}
+
+test("a code block has one background: VS Code's inline-code background does not band its lines", async () => {
+  const md = "Some `inline` code, then a block:\n\n```python\ndef main(argv):\n    return 0\n```\n";
+  const panel = await panelWith(300, run("md", ...said(answer(md, 2))));
+  const page = panel.page;
+  const bg = await page.$eval(".md pre", (pre) => {
+    const code = pre.querySelector("code")!;
+    const cs = getComputedStyle(code);
+    return { pre: getComputedStyle(pre).backgroundColor, code: cs.backgroundColor, padding: cs.padding };
+  });
+  // The block's code element paints nothing of its own: the <pre>'s background shows through.
+  assert.deepEqual(bg, { pre: "rgb(43, 43, 43)", code: "rgba(0, 0, 0, 0)", padding: "0px" });
+  // Inline code keeps its chip.
+  assert.equal(await page.$eval(".md p code", (c) => getComputedStyle(c).backgroundColor), "rgb(43, 43, 43)");
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
+
+test("a table wider than a narrow panel scrolls sideways instead of being cut off at the edge", async () => {
+  const md = [
+    "| File | Lines | Status | Notes |",
+    "|------|------:|:------:|-------|",
+    "| `src/parser_with_a_long_name.rs` | 1,204 | needs work | the tokenizer mixes `&str` and `String` |",
+    "| `src/ast/mod.rs` | 2,911 | needs work | a very long note that goes on and on to see how the table wraps |",
+  ].join("\n");
+  const panel = await panelWith(300, run("md", ...said(answer(md, 2))));
+  const page = panel.page;
+  const m = await page.$eval(".md table", (t) => {
+    const box = t.getBoundingClientRect();
+    const tr = document.getElementById("transcript")!.getBoundingClientRect();
+    const last = t.querySelector("tr:last-child td:last-child")!;
+    return { right: box.right, panelRight: tr.right, scrollable: t.scrollWidth > t.clientWidth, overflowX: getComputedStyle(t).overflowX, lastCell: last.textContent };
+  });
+  assert.ok(m.right <= m.panelRight, `the table ends inside the panel (${m.right} > ${m.panelRight})`);
+  assert.equal(m.scrollable, true, "the table is wider than the panel");
+  assert.equal(m.overflowX, "auto");
+  // Scrolling the table brings its last column into view.
+  const shown = await page.$eval(".md table", (t) => {
+    t.scrollLeft = t.scrollWidth;
+    const cell = t.querySelector("tr:last-child td:last-child")!.getBoundingClientRect();
+    return cell.right <= t.getBoundingClientRect().right + 1 && cell.left >= t.getBoundingClientRect().left;
+  });
+  assert.equal(shown, true);
+  await page.context().close();
+});
+
+test("tool output wraps between words, not inside them", async () => {
+  const out = "Successfully replaced 1 block(s) in app.py.";
+  const panel = await panelWith(300, run(
+    "edit",
+    ...said(answer("", 2, { content: [{ type: "toolCall", id: "t1", name: "edit", arguments: { path: "app.py" } }], stopReason: "toolUse" })),
+    { type: "tool_execution_start", toolCallId: "t1", toolName: "edit", args: { path: "app.py" } },
+    { type: "tool_execution_end", toolCallId: "t1", toolName: "edit", result: { content: [{ type: "text", text: out }] }, isError: false },
+  ));
+  const page = panel.page;
+  // Every word of the output lies on one line (a word broken across lines has two boxes).
+  const broken = await page.$eval(".row-tool .tool-preview", (pre) => {
+    const text = pre.firstChild as Text;
+    const words: string[] = [];
+    let at = 0;
+    for (const w of text.data.split(" ")) {
+      const r = document.createRange();
+      r.setStart(text, at);
+      r.setEnd(text, at + w.length);
+      const tops = new Set([...r.getClientRects()].map((b) => Math.round(b.top)));
+      if (tops.size > 1) words.push(w);
+      at += w.length + 1;
+    }
+    return { words, lines: Math.round(pre.getBoundingClientRect().height), text: text.data };
+  });
+  assert.equal(broken.text, out);
+  assert.deepEqual(broken.words, []);
+  await page.context().close();
+});
