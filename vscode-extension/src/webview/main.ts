@@ -14,6 +14,7 @@ import {
   createStore,
   applyNotification,
   applyHistoryPage,
+  applyStats,
   applyAbortReport,
   markStopping,
   setAwaiting,
@@ -397,7 +398,16 @@ async function loadSession(sessionId: string | null): Promise<void> {
     },
     (e: any) => log("warn", `agent/state: ${e?.message}`),
   );
-  await Promise.all([stateP, loadPage(sessionId, false)]);
+  // The meter of a session opened again (window reload, another session): its last usage.
+  const statsP = request<any>("agent/session/stats", { sessionId }).then(
+    (st) => {
+      if (store.sessionId !== sessionId) return;
+      applyStats(store, st);
+      schedule();
+    },
+    (e: any) => log("warn", `agent/session/stats: ${e?.message}`),
+  );
+  await Promise.all([stateP, statsP, loadPage(sessionId, false)]);
   if (saved?.sessionId === sessionId && saved.scrollFromBottom > 0) {
     renderFrame();
     transcript.restore(saved.scrollFromBottom);

@@ -698,6 +698,25 @@ export function applyUsage(s: Store, p: any): void {
   s.version++;
 }
 
+/** Applies an `agent/session/stats` answer to a session just opened (its `agent/usage` came
+ * before this panel existed): the context as Pi estimates it and what the session cost. Usage a
+ * live answer already reported is newer and stays. */
+export function applyStats(s: Store, st: any): void {
+  if (s.usage || !st) return;
+  const cu = st.contextUsage;
+  const window = Number(cu?.contextWindow ?? 0);
+  if (!(window > 0)) return;
+  s.usage = {
+    contextTokens: Number(cu?.tokens ?? 0),
+    contextWindow: window,
+    sessionCost: Number(st.sessionCost ?? st.cost ?? 0),
+    turnCost: 0,
+    sessionTokens: Number(st.sessionTokens?.total ?? st.tokens?.total ?? 0),
+  };
+  s.dirty.add("usage");
+  s.version++;
+}
+
 /** Marks the tool call `toolCallId` as waiting for the user's answer to a permission question
  * (`on`), or not; a call the transcript does not show is left alone. */
 export function setAwaiting(s: Store, toolCallId: string, on: boolean): void {

@@ -14,6 +14,7 @@ import {
   snapshot,
   entriesFromMessages,
   readableError,
+  applyStats,
   type Store,
   type AssistantItem,
   type ToolItem,
@@ -320,4 +321,19 @@ test("a response without usage (aborted, failed) leaves the context meter where 
   assert.deepEqual(s.usage, { contextTokens: 2400, contextWindow: 200000, sessionCost: 0.01, turnCost: 0, sessionTokens: 9000 });
   usage(3100, 700, 0.02);
   assert.equal(s.usage!.contextTokens, 3100);
+});
+
+test("a session opened again takes its meter from agent/session/stats, unless a live answer reported usage first", () => {
+  const stats = { sessionId: "s1", cost: 0.01, sessionCost: 0.0426, tokens: { total: 3000 }, sessionTokens: { total: 9100 }, contextUsage: { tokens: 2400, contextWindow: 200000, percent: 1.2 } };
+  const s = createStore("s1");
+  applyStats(s, stats);
+  assert.deepEqual(s.usage, { contextTokens: 2400, contextWindow: 200000, sessionCost: 0.0426, turnCost: 0, sessionTokens: 9100 });
+  const t = createStore("s1");
+  applyNotification(t, { method: "agent/usage", params: { sessionId: "s1", contextTokens: 5000, contextWindow: 200000, turn: { totalTokens: 10, cost: 0.001 }, session: { totalTokens: 9200, cost: 0.05 } } });
+  applyStats(t, stats);
+  assert.deepEqual(t.usage, { contextTokens: 5000, contextWindow: 200000, sessionCost: 0.05, turnCost: 0.001, sessionTokens: 9200 });
+  // After a compaction Pi has no estimate (contextUsage.tokens null): 0 until an answer.
+  const u = createStore("s1");
+  applyStats(u, { ...stats, contextUsage: { tokens: null, contextWindow: 200000, percent: null } });
+  assert.equal(u.usage!.contextTokens, 0);
 });

@@ -123,3 +123,34 @@ test("tool output wraps between words, not inside them", async () => {
   assert.deepEqual(broken.words, []);
   await page.context().close();
 });
+
+test("a session opened again (window reload) shows its context and cost at once, from agent/session/stats", async () => {
+  const entries = [
+    { type: "message", id: "e1", parentId: null, message: { role: "user", content: "hi", timestamp: 1 } },
+    { type: "message", id: "e2", parentId: "e1", message: answer("hello", 2) },
+  ];
+  const panel = await openPanel(browser, {
+    width: 300,
+    state: { sessionId: SID, draft: "", scrollFromBottom: 0 },
+    onRequest: (method) => {
+      switch (method) {
+        case "agent/state":
+          return { sessionId: SID, isStreaming: false, thinkingLevel: "off", model: { provider: "p", id: "m", name: "M", contextWindow: 200000 } };
+        case "agent/session/history":
+          return { sessionId: SID, leafId: "e2", entries, hasMore: false };
+        case "agent/session/stats":
+          return { sessionId: SID, cost: 0.01, sessionCost: 0.0426, tokens: { total: 3000 }, sessionTokens: { total: 9100 }, contextUsage: { tokens: 2400, contextWindow: 200000, percent: 1.2 } };
+        case "agent/model/list":
+          return { models: [] };
+        default:
+          throw { code: -32601, message: `unhandled ${method}` };
+      }
+    },
+  });
+  await panel.send({ type: "init", sessionId: null, workspaceName: "w", capabilities: {} });
+  await panel.page.waitForSelector(".row-assistant .md-block");
+  await panel.page.waitForFunction(() => document.querySelector(".meter-text")?.textContent !== "ctx –", null, { timeout: 5000 }).catch(() => {});
+  assert.equal(await panel.page.textContent(".meter-text"), "1% · $0.0426");
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/session/stats").map((r) => r.params), [{ sessionId: SID }]);
+  await panel.page.context().close();
+});
