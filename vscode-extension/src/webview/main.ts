@@ -553,9 +553,29 @@ function contextPrefix(): string {
     .join("\n");
 }
 
+/** Pi's own `/` commands the panel runs itself (a prompt template, skill or extension command
+ * of the same name is the server's and goes first). */
+const BUILTIN_COMMANDS: { name: string; description: string }[] = [
+  { name: "compact", description: "Compact the context (optionally: what the summary must keep)" },
+  { name: "new", description: "Start a new session" },
+];
+
+/** Runs `typed` when it is one of Pi's own `/` commands; true when it was. */
+function runBuiltin(typed: string): boolean {
+  const m = /^\/([\w-]+)(?:\s+([\s\S]*))?$/.exec(typed);
+  if (!m || !BUILTIN_COMMANDS.some((c) => c.name === m[1]) || commandsCache?.some((c) => c.name === m[1])) return false;
+  input.value = "";
+  closePopup();
+  saveState();
+  if (m[1] === "new") newSession();
+  else void compact(m[2]?.trim() || undefined);
+  return true;
+}
+
 async function send(behavior?: "steer" | "followUp"): Promise<void> {
   const typed = input.value.trim();
   if (!typed && images.length === 0) return;
+  if (images.length === 0 && runBuiltin(typed)) return;
   const prefix = contextPrefix();
   const text = prefix ? `${prefix}\n${typed}` : typed;
   const imgs = images.map((i) => ({ type: "image", data: i.data, mimeType: i.mimeType }));
@@ -635,10 +655,10 @@ function newSession(): void {
   saveState();
 }
 
-async function compact(): Promise<void> {
+async function compact(instructions?: string): Promise<void> {
   if (!store.sessionId) return;
   try {
-    await request("agent/compact", { sessionId: store.sessionId });
+    await request("agent/compact", instructions ? { sessionId: store.sessionId, instructions } : { sessionId: store.sessionId });
   } catch (e: any) {
     showError(`Compaction: ${e?.message ?? e}`);
   }
@@ -713,10 +733,11 @@ async function updateCompletion(): Promise<void> {
     const q = slash[1]!.toLowerCase();
     const now = /^\/([^\s]*)$/.exec(input.value.slice(0, input.selectionStart ?? 0));
     if (!now) return closePopup();
+    const all = [...commandsCache, ...BUILTIN_COMMANDS.filter((b) => !commandsCache!.some((c) => c.name === b.name))];
     showPopup(
       [
-        ...commandsCache.filter((c) => c.name.toLowerCase().startsWith(q)),
-        ...commandsCache.filter((c) => !c.name.toLowerCase().startsWith(q) && c.name.toLowerCase().includes(q)),
+        ...all.filter((c) => c.name.toLowerCase().startsWith(q)),
+        ...all.filter((c) => !c.name.toLowerCase().startsWith(q) && c.name.toLowerCase().includes(q)),
       ]
         .slice(0, 30)
         .map((c) => ({ label: `/${c.name}`, detail: c.description, insert: `/${c.name} `, from: 0 })),

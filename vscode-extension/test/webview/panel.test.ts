@@ -370,7 +370,7 @@ test("@ mentions, / completion, context chips and a pasted image go into the pro
   await page.fill("textarea.input", "");
   await page.keyboard.type("/t");
   await page.waitForSelector(".popup li");
-  assert.deepEqual(await page.$$eval(".popup .popup-label", (l) => l.map((x) => x.textContent)), ["/tmux", "/skill:tests"]);
+  assert.deepEqual(await page.$$eval(".popup .popup-label", (l) => l.map((x) => x.textContent)), ["/tmux", "/skill:tests", "/compact"]);
   await page.keyboard.press("Tab");
   assert.equal(await page.inputValue("textarea.input"), "/tmux ");
   await page.fill("textarea.input", "");

@@ -154,3 +154,52 @@ test("a session opened again (window reload) shows its context and cost at once,
   assert.deepEqual(panel.requests.filter((r) => r.method === "agent/session/stats").map((r) => r.params), [{ sessionId: SID }]);
   await panel.page.context().close();
 });
+
+test("Pi's own /compact and /new work from the composer (offered in / completion), instead of going to the model as text", async () => {
+  const requests: string[] = [];
+  const panel = await openPanel(browser, {
+    width: 300,
+    state: { sessionId: SID, draft: "", scrollFromBottom: 0 },
+    onRequest: (method, params) => {
+      requests.push(method);
+      switch (method) {
+        case "agent/state":
+          return { sessionId: SID, isStreaming: false, thinkingLevel: "off", model: { provider: "p", id: "m", name: "M", contextWindow: 200000 } };
+        case "agent/session/history":
+          return { sessionId: SID, leafId: null, entries: [], hasMore: false };
+        case "agent/commands":
+          return { commands: [{ name: "review", description: "Review the staged changes", source: "prompt" }] };
+        case "agent/extension/commands":
+          return { commands: [] };
+        case "agent/compact":
+          return { summary: "s", firstKeptEntryId: "e1", tokensBefore: 100, details: { readFiles: [], modifiedFiles: [] }, params };
+        default:
+          throw { code: -32601, message: `unhandled ${method}` };
+      }
+    },
+  });
+  await panel.send({ type: "init", sessionId: null, workspaceName: "w", capabilities: {} });
+  const page = panel.page;
+  await page.click("textarea.input");
+  await page.keyboard.type("/");
+  await page.waitForSelector(".popup li");
+  assert.deepEqual(await page.$$eval(".popup .popup-label", (l) => l.map((x) => x.textContent)), ["/review", "/compact", "/new"]);
+  await page.keyboard.type("comp");
+  await page.waitForFunction(() => document.querySelectorAll(".popup li").length === 1);
+  await page.keyboard.press("Enter");
+  assert.equal(await page.inputValue("textarea.input"), "/compact ");
+  await page.keyboard.type("keep the API notes");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => (window as any).__posts.some((m: any) => m.type === "request" && m.method === "agent/compact"));
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/compact").map((r) => r.params), [{ sessionId: SID, instructions: "keep the API notes" }]);
+  assert.equal(panel.requests.filter((r) => r.method === "agent/prompt").length, 0);
+  assert.equal(await page.inputValue("textarea.input"), "");
+  // /new starts a new session (the panel detaches from this one).
+  await page.keyboard.type("/new");
+  await page.keyboard.press("Escape");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => (window as any).__posts.some((m: any) => m.type === "attach" && m.sessionId === null));
+  assert.equal(panel.requests.filter((r) => r.method === "agent/prompt").length, 0);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
