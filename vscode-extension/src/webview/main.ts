@@ -107,7 +107,10 @@ newButton.title = "New session";
 const compactButton = el("button", "icon", "Compact");
 compactButton.type = "button";
 compactButton.title = "Compact the context";
-header.append(modelSelect, thinkingSelect, meter, statusText, compactButton, newButton);
+// Two rows in a narrow side bar: the pickers, then the meter, state and actions (the break is
+// a zero-height flex item of the full width).
+const headerBreak = el("div", "header-break");
+header.append(modelSelect, thinkingSelect, headerBreak, meter, statusText, compactButton, newButton);
 
 const main = el("div", "main");
 const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({ type: "openDiff", toolCallId, path }), openFile: (path, line) => post({ type: "openFile", path, ...(line ? { line } : {}) }) }, () => {

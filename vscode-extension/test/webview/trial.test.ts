@@ -203,3 +203,65 @@ test("Pi's own /compact and /new work from the composer (offered in / completion
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+test("in a 290 px side bar the header is two rows: the thinking level is not cut, the model's name shows, nothing is alone on a third row", async () => {
+  const model = { provider: "trial", id: "trial-claude", name: "Trial Claude", reasoning: true, contextWindow: 200000 };
+  const panel = await openPanel(browser, {
+    width: 290,
+    state: { sessionId: SID, draft: "", scrollFromBottom: 0 },
+    onRequest: (method) => {
+      switch (method) {
+        case "agent/state":
+          return { sessionId: SID, isStreaming: false, thinkingLevel: "medium", model };
+        case "agent/session/history":
+          return { sessionId: SID, leafId: null, entries: [], hasMore: false };
+        case "agent/model/list":
+          return { models: [model] };
+        default:
+          throw { code: -32601, message: `unhandled ${method}` };
+      }
+    },
+  });
+  await panel.send({ type: "init", sessionId: null, workspaceName: "w", capabilities: {} });
+  const page = panel.page;
+  await page.waitForFunction(() => (document.querySelector(".thinking-select") as HTMLSelectElement)?.value === "medium");
+  const m = await page.evaluate(() => {
+    const ctx = document.createElement("canvas").getContext("2d")!;
+    const textWidth = (sel: HTMLSelectElement) => {
+      ctx.font = getComputedStyle(sel).font;
+      return ctx.measureText(sel.selectedOptions[0]!.textContent!).width;
+    };
+    const thinking = document.querySelector(".thinking-select") as HTMLSelectElement;
+    const model = document.querySelector(".model-select") as HTMLSelectElement;
+    const items = [...document.querySelector(".header")!.children].filter((e) => (e as HTMLElement).offsetHeight > 0) as HTMLElement[];
+    return {
+      // Rows: items whose vertical middles are more than 10 px apart.
+      rows: items
+        .map((e) => { const r = e.getBoundingClientRect(); return (r.top + r.bottom) / 2; })
+        .sort((a, b) => a - b)
+        .filter((y, i, ys) => i === 0 || y - ys[i - 1]! > 10).length,
+      thinkingRoom: thinking.clientWidth - textWidth(thinking),
+      modelRoom: model.clientWidth - textWidth(model),
+      thinking: thinking.selectedOptions[0]!.textContent,
+      layout: items.map((e) => `${e.className}@${Math.round(e.getBoundingClientRect().top)}+${Math.round(e.getBoundingClientRect().width)}`).join(" "),
+    };
+  });
+  assert.equal(m.thinking, "thinking: medium");
+  assert.equal(m.rows, 2, `two rows of header (${m.layout})`);
+  // The select's arrow takes about 16 px of its width.
+  assert.ok(m.thinkingRoom >= 16, `the thinking level fits its picker (${m.thinkingRoom.toFixed(1)} px to spare)`);
+  assert.ok(m.modelRoom >= 16, `the model's name fits its picker (${m.modelRoom.toFixed(1)} px to spare)`);
+  await page.context().close();
+});
+
+test("a run the user stopped is said quietly, not in the error colour", async () => {
+  const partial = answer("Starting to answer", 2, { stopReason: "aborted", errorMessage: "Request was aborted" });
+  const failed = answer("", 3, { stopReason: "error", errorMessage: "connection refused" });
+  const panel = await panelWith(300, [...run("go", ...said(partial)), ...run("again", ...said(failed))]);
+  const colors = await panel.page.$$eval(".assistant-error", (els) => els.map((e) => [e.textContent, getComputedStyle(e).color]));
+  assert.deepEqual(colors, [
+    ["Request was aborted", "rgb(157, 157, 157)"],
+    ["connection refused", "rgb(248, 81, 73)"],
+  ]);
+  await panel.page.context().close();
+});
