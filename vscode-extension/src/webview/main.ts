@@ -101,16 +101,20 @@ const meterText = el("span", "meter-text", "ctx –");
 meter.append(meterBar, meterText);
 const statusText = el("span", "status", "idle");
 statusText.setAttribute("role", "status");
-const newButton = el("button", "icon", "New");
+// "+" as in the view's title bar (a word would not fit beside the meter in a narrow side bar).
+const newButton = el("button", "icon new-session", "+");
 newButton.type = "button";
 newButton.title = "New session";
+newButton.setAttribute("aria-label", "New session");
 const compactButton = el("button", "icon", "Compact");
 compactButton.type = "button";
 compactButton.title = "Compact the context";
-// Two rows in a narrow side bar: the pickers, then the meter, state and actions (the break is
-// a zero-height flex item of the full width).
-const headerBreak = el("div", "header-break");
-header.append(modelSelect, thinkingSelect, headerBreak, meter, statusText, compactButton, newButton);
+// Two rows (a side bar is narrow): the pickers, then the meter, the state and the actions.
+const headerTop = el("div", "header-row");
+const headerBottom = el("div", "header-row");
+headerTop.append(modelSelect, thinkingSelect);
+headerBottom.append(meter, statusText, compactButton, newButton);
+header.append(headerTop, headerBottom);
 
 const main = el("div", "main");
 const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({ type: "openDiff", toolCallId, path }), openFile: (path, line) => post({ type: "openFile", path, ...(line ? { line } : {}) }) }, () => {
@@ -299,10 +303,16 @@ function setText(e: HTMLElement, t: string): void {
   if (e.textContent !== t) e.textContent = t;
 }
 
+/** A cost as the status bar shows it: cents, or four decimals below a cent. */
+function dollars(v: number): string {
+  return `$${v > 0 && v < 0.01 ? v.toFixed(4) : v.toFixed(2)}`;
+}
+
 let lastUsage: Store["usage"] = null;
 function renderStatus(): void {
   const state = store.stopping ? "stopping" : store.running ? "running" : "idle";
   setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? (openQuestions.size ? "Waiting for you" : "Running") : sending.hidden ? "Idle" : "Sending…");
+  if (statusText.title !== statusText.textContent) statusText.title = statusText.textContent ?? "";
   if (app.dataset.state !== state) app.dataset.state = state;
   const stopDisabled = !store.running || store.stopping;
   if (stopButton.disabled !== stopDisabled) stopButton.disabled = stopDisabled;
@@ -314,7 +324,7 @@ function renderStatus(): void {
     const pct = Math.min(100, (u.contextTokens / u.contextWindow) * 100);
     meterFill.style.width = `${pct.toFixed(1)}%`;
     meter.dataset.level = pct > 85 ? "high" : pct > 60 ? "mid" : "low";
-    meterText.textContent = `${pct.toFixed(0)}% · $${u.sessionCost.toFixed(4)}`;
+    meterText.textContent = `${pct.toFixed(0)}% · ${dollars(u.sessionCost)}`;
     meter.title = `${u.contextTokens.toLocaleString("en-US")} of ${u.contextWindow.toLocaleString("en-US")} tokens in context; last turn $${u.turnCost.toFixed(4)}; session $${u.sessionCost.toFixed(4)} (${u.sessionTokens.toLocaleString("en-US")} tokens)`;
     meter.setAttribute("aria-valuenow", pct.toFixed(0));
   }

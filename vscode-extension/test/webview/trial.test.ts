@@ -150,7 +150,7 @@ test("a session opened again (window reload) shows its context and cost at once,
   await panel.send({ type: "init", sessionId: null, workspaceName: "w", capabilities: {} });
   await panel.page.waitForSelector(".row-assistant .md-block");
   await panel.page.waitForFunction(() => document.querySelector(".meter-text")?.textContent !== "ctx –", null, { timeout: 5000 }).catch(() => {});
-  assert.equal(await panel.page.textContent(".meter-text"), "1% · $0.0426");
+  assert.equal(await panel.page.textContent(".meter-text"), "1% · $0.04");
   assert.deepEqual(panel.requests.filter((r) => r.method === "agent/session/stats").map((r) => r.params), [{ sessionId: SID }]);
   await panel.page.context().close();
 });
@@ -233,7 +233,7 @@ test("in a 290 px side bar the header is two rows: the thinking level is not cut
     };
     const thinking = document.querySelector(".thinking-select") as HTMLSelectElement;
     const model = document.querySelector(".model-select") as HTMLSelectElement;
-    const items = [...document.querySelector(".header")!.children].filter((e) => (e as HTMLElement).offsetHeight > 0) as HTMLElement[];
+    const items = [...document.querySelectorAll(".header-row > *")].filter((e) => (e as HTMLElement).offsetHeight > 0) as HTMLElement[];
     return {
       // Rows: items whose vertical middles are more than 10 px apart.
       rows: items
@@ -251,6 +251,31 @@ test("in a 290 px side bar the header is two rows: the thinking level is not cut
   // The select's arrow takes about 16 px of its width.
   assert.ok(m.thinkingRoom >= 16, `the thinking level fits its picker (${m.thinkingRoom.toFixed(1)} px to spare)`);
   assert.ok(m.modelRoom >= 16, `the model's name fits its picker (${m.modelRoom.toFixed(1)} px to spare)`);
+  // The widest state: a run waiting for the user's answer, a session that cost over $10.
+  await panel.send({ type: "notifications", items: [
+    { method: "agent/event", params: { sessionId: SID, runId: "r1", event: { type: "agent_start" } } },
+    { method: "agent/usage", params: { sessionId: SID, runId: "r1", contextTokens: 150000, contextWindow: 200000, turn: { totalTokens: 10, cost: 0.5 }, session: { totalTokens: 9e6, cost: 12.3456 } } },
+  ] });
+  await panel.send({ type: "serverRequest", requestId: 1, method: "agent/requestPermission", params: { sessionId: SID, runId: "r1", toolCallId: "t1", toolName: "bash", args: { command: "make" }, title: "pi wants to run `make`", reason: "asks", options: [{ optionId: "allow_once", name: "Allow once", kind: "allow_once" }, { optionId: "reject", name: "Reject", kind: "reject_once" }] } });
+  await page.waitForFunction(() => document.querySelector(".status")?.textContent === "Waiting for you");
+  await frames(panel);
+  const w = await page.evaluate(() => {
+    const items = [...document.querySelectorAll(".header-row > *")].filter((e) => (e as HTMLElement).offsetHeight > 0) as HTMLElement[];
+    const text = document.querySelector(".meter-text") as HTMLElement;
+    return {
+      rows: items.map((e) => { const r = e.getBoundingClientRect(); return (r.top + r.bottom) / 2; }).sort((a, b) => a - b).filter((y, i, ys) => i === 0 || y - ys[i - 1]! > 10).length,
+      meter: text.textContent,
+      meterLines: text.getClientRects().length,
+      meterHeight: text.getBoundingClientRect().height,
+      lineHeight: parseFloat(getComputedStyle(text).lineHeight) || 0,
+      status: (document.querySelector(".status") as HTMLElement).title,
+      layout: items.map((e) => `${e.className}@${Math.round(e.getBoundingClientRect().top)}+${Math.round(e.getBoundingClientRect().width)}`).join(" "),
+    };
+  });
+  assert.equal(w.meter, "75% · $12.35");
+  assert.equal(w.rows, 2, `two rows of header (${w.layout})`);
+  assert.ok(w.meterHeight < 24, `the meter's text is one line (${w.meterHeight} px high)`);
+  assert.equal(w.status, "Waiting for you");
   await page.context().close();
 });
 
