@@ -123,6 +123,19 @@ const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({
 });
 const empty = el("div", "empty", "Ask pi anything about this workspace. Enter sends; while it runs, Enter steers and Alt+Enter queues a follow-up; Esc stops.");
 main.append(empty);
+// Scrolled up (reading), a way back to the end: the view no longer follows the answer there.
+const jumpButton = el("button", "jump-latest", "↓");
+jumpButton.type = "button";
+jumpButton.title = "Scroll to the latest";
+jumpButton.setAttribute("aria-label", "Scroll to the latest message");
+jumpButton.hidden = true;
+main.append(jumpButton);
+jumpButton.addEventListener("click", () => {
+  transcript.restore(0);
+  jumpButton.hidden = true;
+  scrolled = true;
+  schedule();
+});
 
 /** The prompt just sent, shown at once under the transcript until the server's user message
  * (its row) arrives: the answer to Enter is immediate even when the server takes a moment. */
@@ -283,6 +296,8 @@ function renderFrame(): void {
   if (!transcript.atBottom ? Math.abs(transcript.fromBottom() - savedFromBottom) >= 1 : savedFromBottom !== 0) saveState();
   if (!sending.hidden && lastUserId() !== sendingAfter) hideSending();
   empty.hidden = store.order.length > 0 || !sending.hidden;
+  const jump = !transcript.atBottom && store.order.length > 0;
+  if (jumpButton.hidden === jump) jumpButton.hidden = !jump;
   if (store.version !== lastVersion) {
     lastVersion = store.version;
     renderStatus();

@@ -290,3 +290,31 @@ test("a run the user stopped is said quietly, not in the error colour", async ()
   ]);
   await panel.page.context().close();
 });
+
+test("scrolled up while an answer streams, a ↓ button brings the view back to the end (and the view follows again)", async () => {
+  const long = Array.from({ length: 60 }, (_, i) => `Paragraph ${i + 1}: the agent reads files, edits them and reports back.`).join("\n\n");
+  const user = { role: "user", content: "long", timestamp: 1 };
+  const panel = await panelWith(300, [{ type: "agent_start" }, { type: "message_start", message: user }, { type: "message_end", message: user }, { type: "message_start", message: answer("", 2) }, { type: "message_update", assistantMessageEvent: { type: "text_start", contentIndex: 0 } }, { type: "message_update", assistantMessageEvent: { type: "text_delta", contentIndex: 0, delta: long } }]);
+  const page = panel.page;
+  const jump = page.locator("button.jump-latest");
+  assert.equal(await jump.isVisible(), false, "at the end: no button");
+  await page.locator("#transcript").hover();
+  await page.mouse.wheel(0, -800);
+  await page.waitForFunction(() => !(document.querySelector("button.jump-latest") as HTMLElement).hidden);
+  const before = await page.$eval("#transcript", (t) => t.scrollTop);
+  // More text streams below: the reader's view stays, the button stays.
+  await play(panel, [{ type: "message_update", assistantMessageEvent: { type: "text_delta", contentIndex: 0, delta: "\n\nMore text below the fold." } }]);
+  assert.equal(await page.$eval("#transcript", (t) => t.scrollTop), before);
+  assert.equal(await jump.isVisible(), true);
+  await jump.click();
+  await frames(panel, 3);
+  const gap = () => page.$eval("#transcript", (t) => t.scrollHeight - t.scrollTop - t.clientHeight);
+  assert.ok((await gap()) < 4, "at the end after the click");
+  assert.equal(await jump.isVisible(), false);
+  // Pinned again: what streams next stays in view.
+  await play(panel, [{ type: "message_update", assistantMessageEvent: { type: "text_delta", contentIndex: 0, delta: "\n\nAnd the last line." } }]);
+  await frames(panel, 3);
+  assert.ok((await gap()) < 4, "the view follows the answer again");
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
