@@ -318,3 +318,37 @@ test("scrolled up while an answer streams, a ↓ button brings the view back to 
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+test("an edit's permission card with a long diff keeps Allow and Reject in view in a short panel", async () => {
+  const diff = ["--- app.py", "+++ app.py", "@@ -1,40 +1,40 @@", ...Array.from({ length: 40 }, (_, i) => (i % 3 ? ` line ${i}` : `-old ${i}\n+new ${i}`))].join("\n");
+  const panel = await panelWith(300, [{ type: "agent_start" }]);
+  await panel.page.setViewportSize({ width: 300, height: 520 });
+  await panel.send({
+    type: "serverRequest",
+    requestId: 3,
+    method: "agent/requestPermission",
+    params: { sessionId: SID, runId: "r1", toolCallId: "t9", tool: "edit", arguments: { path: "app.py" }, reason: 'approvalPolicy "ask": every tool call asks', alwaysScopes: ["session", "workspace"], rule: { tool: "edit" }, change: { path: "app.py", diff } },
+  });
+  const page = panel.page;
+  await page.waitForSelector(".card.permission");
+  await frames(panel);
+  const seen = await page.evaluate(() => {
+    const box = document.querySelector(".cards")!.getBoundingClientRect();
+    const inView = (e: Element) => {
+      const r = e.getBoundingClientRect();
+      return r.top >= box.top - 0.5 && r.bottom <= box.bottom + 0.5 && r.bottom <= window.innerHeight;
+    };
+    return [...document.querySelectorAll(".card.permission button, .card.permission input")].map((e) => [(e as HTMLElement).textContent || (e as HTMLInputElement).placeholder, inView(e)]);
+  });
+  assert.deepEqual(seen, [
+    ["Allow once", true],
+    ["Allow edit for this session", true],
+    ["Allow edit in this workspace", true],
+    ["Reject", true],
+    ["Open in diff editor", true],
+    ["Reason for rejecting (optional)", true],
+  ]);
+  // The diff is there, scrollable within its box.
+  assert.ok(await page.$eval(".card .diff", (d) => d.scrollHeight > d.clientHeight));
+  await page.context().close();
+});
