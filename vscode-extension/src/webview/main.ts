@@ -113,7 +113,11 @@ compactButton.title = "Compact the context";
 const headerTop = el("div", "header-row");
 const headerBottom = el("div", "header-row");
 headerTop.append(modelSelect, thinkingSelect);
-headerBottom.append(meter, statusText, compactButton, newButton);
+const headerState = el("div", "header-state");
+const headerActions = el("div", "header-actions");
+headerState.append(meter, statusText);
+headerActions.append(compactButton, newButton);
+headerBottom.append(headerState, headerActions);
 header.append(headerTop, headerBottom);
 
 const main = el("div", "main");

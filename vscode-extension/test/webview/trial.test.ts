@@ -276,6 +276,17 @@ test("in a 290 px side bar the header is two rows: the thinking level is not cut
   assert.equal(w.rows, 2, `two rows of header (${w.layout})`);
   assert.ok(w.meterHeight < 24, `the meter's text is one line (${w.meterHeight} px high)`);
   assert.equal(w.status, "Waiting for you");
+  // In a very narrow panel the buttons move to a row of their own: never cut off.
+  await page.setViewportSize({ width: 180, height: 760 });
+  await frames(panel, 3);
+  const cut = await page.evaluate(() => {
+    const h = document.querySelector(".header")!.getBoundingClientRect();
+    return [...document.querySelectorAll(".header button, .header select, .meter-text")].filter((e) => {
+      const r = e.getBoundingClientRect();
+      return r.right > h.right + 0.5 || r.left < h.left - 0.5;
+    }).map((e) => e.className);
+  });
+  assert.deepEqual(cut, []);
   await page.context().close();
 });
 
