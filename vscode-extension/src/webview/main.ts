@@ -322,6 +322,22 @@ function setText(e: HTMLElement, t: string): void {
   if (e.textContent !== t) e.textContent = t;
 }
 
+/** Whether the run waits on the model with nothing to show yet (no text or thinking of the
+ * answer streamed, no tool running): a slow or stalled provider reads as such, not as work. */
+function modelSilent(): boolean {
+  if (store.streamingId) {
+    const a = store.items.get(store.streamingId);
+    return !(a?.kind === "assistant" && a.blocks.some((b) => b && (b.type === "thinking" || b.text.length > 0)));
+  }
+  // The tools of the turn are at the end of the transcript.
+  for (let i = store.order.length - 1, n = 0; i >= 0 && n < 30; i--, n++) {
+    const it = store.items.get(store.order[i]!);
+    if (it?.kind === "tool" && (it.state === "running" || it.state === "pending")) return false;
+    if (it?.kind === "user") break;
+  }
+  return true;
+}
+
 /** A cost as the status bar shows it: cents, or four decimals below a cent. */
 function dollars(v: number): string {
   return `$${v > 0 && v < 0.01 ? v.toFixed(4) : v.toFixed(2)}`;
@@ -330,7 +346,7 @@ function dollars(v: number): string {
 let lastUsage: Store["usage"] = null;
 function renderStatus(): void {
   const state = store.stopping ? "stopping" : store.running ? "running" : "idle";
-  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? (openQuestions.size ? "Waiting for you" : "Running") : sending.hidden ? "Idle" : "Sending…");
+  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? (openQuestions.size ? "Waiting for you" : modelSilent() ? "Waiting for model" : "Running") : sending.hidden ? "Idle" : "Sending…");
   if (statusText.title !== statusText.textContent) statusText.title = statusText.textContent ?? "";
   if (app.dataset.state !== state) app.dataset.state = state;
   const stopDisabled = !store.running || store.stopping;

@@ -249,7 +249,7 @@ test("abort before anything streamed puts the prompt back; the stop button abort
   // Its row in the transcript replaces it.
   await panel.page.waitForSelector(".sending", { state: "hidden" });
   assert.equal(await panel.page.textContent(".rows .row-user .user-text"), "explain the build");
-  assert.equal(await panel.page.textContent(".status"), "Running");
+  assert.equal(await panel.page.textContent(".status"), "Waiting for model");
   await panel.page.click("button.stop");
   await panel.page.waitForSelector(".row-abort");
   await replay(panel, [ev({ type: "agent_end", messages: [] })]);

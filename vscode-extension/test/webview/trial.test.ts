@@ -363,3 +363,31 @@ test("an edit's permission card with a long diff keeps Allow and Reject in view 
   assert.ok(await page.$eval(".card .diff", (d) => d.scrollHeight > d.clientHeight));
   await page.context().close();
 });
+
+test("a run that waits on the model (slow or stalled provider) says so, not just \"Running\"", async () => {
+  const user = { role: "user", content: "hang", timestamp: 1 };
+  const panel = await panelWith(300, [{ type: "agent_start" }, { type: "message_start", message: user }, { type: "message_end", message: user }]);
+  // A streamed delta is drawn after the stream's pause (a timer), not at the next frame.
+  const status = async (want: string) => {
+    await panel.page.waitForFunction((t) => document.querySelector(".status")?.textContent === t, want, { timeout: 3000 }).catch(() => {});
+    return panel.page.textContent(".status");
+  };
+  assert.equal(await status("Waiting for model"), "Waiting for model");
+  // The answer starts: an empty message is still waiting; its first text is work.
+  await play(panel, [{ type: "message_start", message: answer("", 2) }]);
+  assert.equal(await status("Waiting for model"), "Waiting for model");
+  await play(panel, [{ type: "message_update", assistantMessageEvent: { type: "text_delta", contentIndex: 0, delta: "Let me run it." } }]);
+  assert.equal(await status("Running"), "Running", "text streams");
+  // A tool runs: work. It ends and the next request is out: waiting again.
+  const call = answer("Let me run it.", 2, { content: [{ type: "text", text: "Let me run it." }, { type: "toolCall", id: "b1", name: "bash", arguments: { command: "make" } }], stopReason: "toolUse" });
+  await play(panel, [
+    { type: "message_end", message: call },
+    { type: "tool_execution_start", toolCallId: "b1", toolName: "bash", args: { command: "make" } },
+  ]);
+  assert.equal(await status("Running"), "Running", "a tool runs");
+  await play(panel, [{ type: "tool_execution_end", toolCallId: "b1", toolName: "bash", result: { content: [{ type: "text", text: "ok" }] }, isError: false }]);
+  assert.equal(await status("Waiting for model"), "Waiting for model");
+  await play(panel, [{ type: "agent_end", messages: [] }]);
+  assert.equal(await status("Idle"), "Idle");
+  await panel.page.context().close();
+});
