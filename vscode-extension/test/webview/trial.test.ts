@@ -333,7 +333,7 @@ test("scrolled up while an answer streams, a ↓ button brings the view back to 
 test("an edit's permission card with a long diff keeps Allow and Reject in view in a short panel", async () => {
   const diff = ["--- app.py", "+++ app.py", "@@ -1,40 +1,40 @@", ...Array.from({ length: 40 }, (_, i) => (i % 3 ? ` line ${i}` : `-old ${i}\n+new ${i}`))].join("\n");
   const panel = await panelWith(300, [{ type: "agent_start" }]);
-  await panel.page.setViewportSize({ width: 300, height: 520 });
+  await panel.page.setViewportSize({ width: 200, height: 420 });
   await panel.send({
     type: "serverRequest",
     requestId: 3,
@@ -349,9 +349,10 @@ test("an edit's permission card with a long diff keeps Allow and Reject in view 
       const r = e.getBoundingClientRect();
       return r.top >= box.top - 0.5 && r.bottom <= box.bottom + 0.5 && r.bottom <= window.innerHeight;
     };
-    return [...document.querySelectorAll(".card.permission button, .card.permission input")].map((e) => [(e as HTMLElement).textContent || (e as HTMLInputElement).placeholder, inView(e)]);
+    return [...document.querySelectorAll(".card.permission .card-title, .card.permission button, .card.permission input")].map((e) => [(e as HTMLElement).textContent || (e as HTMLInputElement).placeholder, inView(e)]);
   });
   assert.deepEqual(seen, [
+    ["pi wants to edit app.py", true],
     ["Allow once", true],
     ["Allow edit for this session", true],
     ["Allow edit in this workspace", true],
