@@ -222,6 +222,12 @@ class ToolRow extends RowView {
       this.actions.append(b, f);
       this.diffButton = b;
     }
+    // A diff to open: the change applied (done), or proposed (asking, then applying). A call
+    // that failed or was stopped before it ran changed nothing: no "Open diff" for it.
+    if (this.diffButton) {
+      const hide = !(t.state === "done" || t.state === "running" || waiting);
+      if (this.diffButton.hidden !== hide) this.diffButton.hidden = hide;
+    }
   }
 }
 

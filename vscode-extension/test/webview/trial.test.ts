@@ -392,3 +392,30 @@ test("a run that waits on the model (slow or stalled provider) says so, not just
   assert.equal(await status("Idle"), "Idle");
   await panel.page.context().close();
 });
+
+test("\"Open diff\" is offered for an edit that was applied or is asked about, not for one that failed or was stopped before it ran", async () => {
+  const call = (id: string) => ({ type: "toolCall", id, name: "write", arguments: { path: `${id}.md`, content: "x" } });
+  const panel = await panelWith(300, run(
+    "write",
+    ...said(answer("", 2, { content: [call("ok"), call("bad"), call("asked")], stopReason: "toolUse" })),
+    { type: "tool_execution_start", toolCallId: "ok", toolName: "write", args: { path: "ok.md", content: "x" } },
+    { type: "tool_execution_end", toolCallId: "ok", toolName: "write", result: { content: [{ type: "text", text: "Successfully wrote 1 bytes to ok.md" }] }, isError: false },
+    { type: "tool_execution_start", toolCallId: "bad", toolName: "write", args: { path: "bad.md", content: "x" } },
+    { type: "tool_execution_end", toolCallId: "bad", toolName: "write", result: { content: [{ type: "text", text: "Tool execution was aborted by the user." }] }, isError: true },
+  ).slice(0, -1));
+  const visible = () => panel.page.$$eval(".row-tool", (rows) => rows.map((r) => [r.querySelector(".tool-summary")!.textContent, (r.querySelector(".open-diff") as HTMLElement | null)?.offsetParent !== null && !!r.querySelector(".open-diff"), !!(r.querySelector(".open-file") as HTMLElement | null)?.offsetParent]));
+  assert.deepEqual(await visible(), [
+    ["ok.md", true, true],
+    ["bad.md", false, true],
+    ["asked.md", false, true],
+  ]);
+  // The third call is asked about: its proposal can be opened.
+  await panel.send({ type: "serverRequest", requestId: 4, method: "agent/requestPermission", params: { sessionId: SID, runId: "r1", toolCallId: "asked", tool: "write", arguments: { path: "asked.md" }, reason: "asks", change: { path: "asked.md", diff: "--- asked.md\n+++ asked.md\n@@ -0,0 +1 @@\n+x" } } });
+  await panel.page.waitForSelector(".row-tool[data-state=waiting]");
+  assert.deepEqual(await visible(), [
+    ["ok.md", true, true],
+    ["bad.md", false, true],
+    ["asked.md", true, true],
+  ]);
+  await panel.page.context().close();
+});
