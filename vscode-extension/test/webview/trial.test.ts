@@ -419,3 +419,28 @@ test("\"Open diff\" is offered for an edit that was applied or is asked about, n
   ]);
   await panel.page.context().close();
 });
+
+test("a queued message in a narrow panel shows its text, and its Edit and Remove are not cut off", async () => {
+  const panel = await panelWith(200, [{ type: "agent_start" }]);
+  await panel.send({ type: "notifications", items: [
+    { method: "agent/queueUpdate", params: { sessionId: SID, runId: "r1", queueId: "q1", delivery: "steer", state: "queued", text: "and mention the tests please", steering: ["and mention the tests please"], followUp: [] } },
+    { method: "agent/queueUpdate", params: { sessionId: SID, runId: "r1", queueId: "q2", delivery: "followUp", state: "queued", text: "slow count afterwards", steering: [], followUp: ["slow count afterwards"] } },
+  ] });
+  await panel.page.waitForSelector(".queue-item");
+  await frames(panel);
+  const items = await panel.page.$$eval(".queue-item", (lis) => lis.map((li) => {
+    const edge = document.body.getBoundingClientRect().right;
+    const text = li.querySelector(".queue-text") as HTMLElement;
+    return {
+      text: text.textContent,
+      textWidth: Math.round(text.getBoundingClientRect().width),
+      cut: [...li.querySelectorAll("button")].filter((b) => b.getBoundingClientRect().right > edge + 0.5).map((b) => b.textContent),
+    };
+  }));
+  for (const it of items) {
+    assert.ok(it.textWidth >= 80, `"${it.text}" shows at least a few words (${it.textWidth} px)`);
+    assert.deepEqual(it.cut, [], `"${it.text}": no button cut off`);
+  }
+  assert.deepEqual(items.map((i) => i.text), ["and mention the tests please", "slow count afterwards"]);
+  await panel.page.context().close();
+});
