@@ -444,3 +444,17 @@ test("a queued message in a narrow panel shows its text, and its Edit and Remove
   assert.deepEqual(items.map((i) => i.text), ["and mention the tests please", "slow count afterwards"]);
   await panel.page.context().close();
 });
+
+test("while a run goes on in a narrow panel, the steer/follow-up hint gets the panel's width above the buttons, not a sliver beside them", async () => {
+  const panel = await panelWith(200, [{ type: "agent_start" }]);
+  const page = panel.page;
+  await page.waitForFunction(() => (document.querySelector(".mode")?.textContent ?? "") !== "");
+  const m = await page.$eval(".mode", (e) => ({ h: e.getBoundingClientRect().height, line: parseFloat(getComputedStyle(e).fontSize) * 1.6, text: e.textContent, w: e.getBoundingClientRect().width, panel: document.querySelector(".composer")!.clientWidth }));
+  assert.equal(m.text, "steer (Enter) · Alt+Enter: follow-up");
+  assert.ok(m.h <= 2 * m.line, `two lines at most (${m.h} px high)`);
+  assert.ok(m.w >= m.panel - 20, `the hint has the composer's width (${m.w} of ${m.panel} px)`);
+  // The buttons stay inside the panel.
+  const cut = await page.$$eval(".controls button", (bs) => bs.filter((b) => (b as HTMLElement).offsetParent && b.getBoundingClientRect().right > document.body.getBoundingClientRect().right + 0.5).map((b) => b.textContent));
+  assert.deepEqual(cut, []);
+  await page.context().close();
+});
