@@ -110,7 +110,10 @@ export function permissionCard(requestId: number, p: any, host: CardHost): HTMLE
       done(r ? { decision: "reject", reason: r } : { decision: "reject" });
     }
   });
-  card.append(actions, reason);
+  // The answers stay in view while the diff above them is long (the cards' list scrolls).
+  const footer = el("div", "card-footer");
+  footer.append(actions, reason);
+  card.append(footer);
   return card;
 }
 

@@ -14,6 +14,7 @@ import {
   createStore,
   applyNotification,
   applyHistoryPage,
+  applyStats,
   applyAbortReport,
   markStopping,
   setAwaiting,
@@ -104,13 +105,24 @@ const meterText = el("span", "meter-text", "ctx –");
 meter.append(meterBar, meterText);
 const statusText = el("span", "status", "idle");
 statusText.setAttribute("role", "status");
-const newButton = el("button", "icon", "New");
+// "+" as in the view's title bar (a word would not fit beside the meter in a narrow side bar).
+const newButton = el("button", "icon new-session", "+");
 newButton.type = "button";
 newButton.title = "New session";
+newButton.setAttribute("aria-label", "New session");
 const compactButton = el("button", "icon", "Compact");
 compactButton.type = "button";
 compactButton.title = "Compact the context";
-header.append(modelSelect, thinkingSelect, meter, statusText, compactButton, newButton);
+// Two rows (a side bar is narrow): the pickers, then the meter, the state and the actions.
+const headerTop = el("div", "header-row");
+const headerBottom = el("div", "header-row");
+headerTop.append(modelSelect, thinkingSelect);
+const headerState = el("div", "header-state");
+const headerActions = el("div", "header-actions");
+headerState.append(meter, statusText);
+headerActions.append(compactButton, newButton);
+headerBottom.append(headerState, headerActions);
+header.append(headerTop, headerBottom);
 
 /** What needs the user (`agent/attention`, store.ts `applyAttention`): a banner under the
  * header until it is handled. */
@@ -142,6 +154,19 @@ const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({
 });
 const empty = el("div", "empty", "Ask pi anything about this workspace. Enter sends; while it runs, Enter steers and Alt+Enter queues a follow-up; Esc stops.");
 main.append(empty);
+// Scrolled up (reading), a way back to the end: the view no longer follows the answer there.
+const jumpButton = el("button", "jump-latest", "↓");
+jumpButton.type = "button";
+jumpButton.title = "Scroll to the latest";
+jumpButton.setAttribute("aria-label", "Scroll to the latest message");
+jumpButton.hidden = true;
+main.append(jumpButton);
+jumpButton.addEventListener("click", () => {
+  transcript.restore(0);
+  jumpButton.hidden = true;
+  scrolled = true;
+  schedule();
+});
 
 /** The prompt just sent, shown at once under the transcript until the server's user message
  * (its row) arrives: the answer to Enter is immediate even when the server takes a moment. */
@@ -302,6 +327,8 @@ function renderFrame(): void {
   if (!transcript.atBottom ? Math.abs(transcript.fromBottom() - savedFromBottom) >= 1 : savedFromBottom !== 0) saveState();
   if (!sending.hidden && lastUserId() !== sendingAfter) hideSending();
   empty.hidden = store.order.length > 0 || !sending.hidden;
+  const jump = !transcript.atBottom && store.order.length > 0;
+  if (jumpButton.hidden === jump) jumpButton.hidden = !jump;
   if (store.version !== lastVersion) {
     lastVersion = store.version;
     renderStatus();
@@ -352,10 +379,32 @@ function renderAttention(): void {
   attentionButton.textContent = action;
 }
 
+/** Whether the run waits on the model with nothing to show yet (no text or thinking of the
+ * answer streamed, no tool running): a slow or stalled provider reads as such, not as work. */
+function modelSilent(): boolean {
+  if (store.streamingId) {
+    const a = store.items.get(store.streamingId);
+    return !(a?.kind === "assistant" && a.blocks.some((b) => b && (b.type === "thinking" || b.text.length > 0)));
+  }
+  // The tools of the turn are at the end of the transcript.
+  for (let i = store.order.length - 1, n = 0; i >= 0 && n < 30; i--, n++) {
+    const it = store.items.get(store.order[i]!);
+    if (it?.kind === "tool" && (it.state === "running" || it.state === "pending")) return false;
+    if (it?.kind === "user") break;
+  }
+  return true;
+}
+
+/** A cost as the status bar shows it: cents, or four decimals below a cent. */
+function dollars(v: number): string {
+  return `$${v > 0 && v < 0.01 ? v.toFixed(4) : v.toFixed(2)}`;
+}
+
 let lastUsage: Store["usage"] = null;
 function renderStatus(): void {
   const state = store.stopping ? "stopping" : store.running ? "running" : "idle";
-  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? (openQuestions.size ? "Waiting for you" : "Running") : sending.hidden ? "Idle" : "Sending…");
+  setText(statusText, state === "stopping" ? "Stopping…" : state === "running" ? (openQuestions.size ? "Waiting for you" : modelSilent() ? "Waiting for model" : "Running") : sending.hidden ? "Idle" : "Sending…");
+  if (statusText.title !== statusText.textContent) statusText.title = statusText.textContent ?? "";
   if (app.dataset.state !== state) app.dataset.state = state;
   const stopDisabled = !store.running || store.stopping;
   if (stopButton.disabled !== stopDisabled) stopButton.disabled = stopDisabled;
@@ -367,7 +416,7 @@ function renderStatus(): void {
     const pct = Math.min(100, (u.contextTokens / u.contextWindow) * 100);
     meterFill.style.width = `${pct.toFixed(1)}%`;
     meter.dataset.level = pct > 85 ? "high" : pct > 60 ? "mid" : "low";
-    meterText.textContent = `${pct.toFixed(0)}% · $${u.sessionCost.toFixed(4)}`;
+    meterText.textContent = `${pct.toFixed(0)}% · ${dollars(u.sessionCost)}`;
     meter.title = `${u.contextTokens.toLocaleString("en-US")} of ${u.contextWindow.toLocaleString("en-US")} tokens in context; last turn $${u.turnCost.toFixed(4)}; session $${u.sessionCost.toFixed(4)} (${u.sessionTokens.toLocaleString("en-US")} tokens)`;
     meter.setAttribute("aria-valuenow", pct.toFixed(0));
   }
@@ -456,7 +505,16 @@ async function loadSession(sessionId: string | null): Promise<void> {
     },
     (e: any) => log("warn", `agent/state: ${e?.message}`),
   );
-  await Promise.all([stateP, loadPage(sessionId, false)]);
+  // The meter of a session opened again (window reload, another session): its last usage.
+  const statsP = request<any>("agent/session/stats", { sessionId }).then(
+    (st) => {
+      if (store.sessionId !== sessionId) return;
+      applyStats(store, st);
+      schedule();
+    },
+    (e: any) => log("warn", `agent/session/stats: ${e?.message}`),
+  );
+  await Promise.all([stateP, statsP, loadPage(sessionId, false)]);
   if (saved?.sessionId === sessionId && saved.scrollFromBottom > 0) {
     renderFrame();
     transcript.restore(saved.scrollFromBottom);
@@ -602,9 +660,29 @@ function contextPrefix(): string {
     .join("\n");
 }
 
+/** Pi's own `/` commands the panel runs itself (a prompt template, skill or extension command
+ * of the same name is the server's and goes first). */
+const BUILTIN_COMMANDS: { name: string; description: string }[] = [
+  { name: "compact", description: "Compact the context (optionally: what the summary must keep)" },
+  { name: "new", description: "Start a new session" },
+];
+
+/** Runs `typed` when it is one of Pi's own `/` commands; true when it was. */
+function runBuiltin(typed: string): boolean {
+  const m = /^\/([\w-]+)(?:\s+([\s\S]*))?$/.exec(typed);
+  if (!m || !BUILTIN_COMMANDS.some((c) => c.name === m[1]) || commandsCache?.some((c) => c.name === m[1])) return false;
+  input.value = "";
+  closePopup();
+  saveState();
+  if (m[1] === "new") newSession();
+  else void compact(m[2]?.trim() || undefined);
+  return true;
+}
+
 async function send(behavior?: "steer" | "followUp"): Promise<void> {
   const typed = input.value.trim();
   if (!typed && images.length === 0) return;
+  if (images.length === 0 && runBuiltin(typed)) return;
   const prefix = contextPrefix();
   const text = prefix ? `${prefix}\n${typed}` : typed;
   const imgs = images.map((i) => ({ type: "image", data: i.data, mimeType: i.mimeType }));
@@ -684,10 +762,10 @@ function newSession(): void {
   saveState();
 }
 
-async function compact(): Promise<void> {
+async function compact(instructions?: string): Promise<void> {
   if (!store.sessionId) return;
   try {
-    await request("agent/compact", { sessionId: store.sessionId });
+    await request("agent/compact", instructions ? { sessionId: store.sessionId, instructions } : { sessionId: store.sessionId });
   } catch (e: any) {
     showError(`Compaction: ${e?.message ?? e}`);
   }
@@ -762,10 +840,11 @@ async function updateCompletion(): Promise<void> {
     const q = slash[1]!.toLowerCase();
     const now = /^\/([^\s]*)$/.exec(input.value.slice(0, input.selectionStart ?? 0));
     if (!now) return closePopup();
+    const all = [...commandsCache, ...BUILTIN_COMMANDS.filter((b) => !commandsCache!.some((c) => c.name === b.name))];
     showPopup(
       [
-        ...commandsCache.filter((c) => c.name.toLowerCase().startsWith(q)),
-        ...commandsCache.filter((c) => !c.name.toLowerCase().startsWith(q) && c.name.toLowerCase().includes(q)),
+        ...all.filter((c) => c.name.toLowerCase().startsWith(q)),
+        ...all.filter((c) => !c.name.toLowerCase().startsWith(q) && c.name.toLowerCase().includes(q)),
       ]
         .slice(0, 30)
         .map((c) => ({ label: `/${c.name}`, detail: c.description, insert: `/${c.name} `, from: 0 })),

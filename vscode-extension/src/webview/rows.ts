@@ -4,6 +4,7 @@
  * row (VP3).
  */
 import type { Item, AssistantItem, ToolItem, TextBlock } from "./store";
+import { readableError } from "./store";
 import { MarkdownView, renderMarkdownFragment } from "./markdown";
 
 /** What rows may ask of the panel. */
@@ -155,7 +156,7 @@ class AssistantRow extends RowView {
     const hasContent = a.blocks.some((b) => b && (b.type === "thinking" || /\S/.test(b.text)));
     const noContent = (!hasContent && !a.errorMessage && a.stopReason !== "aborted") || !!a.retried;
     if (cl.contains("no-content") !== noContent) cl.toggle("no-content", noContent);
-    const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ?? (a.stopReason === "aborted" ? "Aborted." : "Failed.")) : "";
+    const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ? readableError(a.errorMessage) : a.stopReason === "aborted" ? "Aborted." : "Failed.") : "";
     if (this.error.hidden !== !err) this.error.hidden = !err;
     if (this.error.textContent !== err) this.error.textContent = err;
     const aborted = a.stopReason === "aborted";
@@ -220,6 +221,12 @@ class ToolRow extends RowView {
       f.addEventListener("click", () => this.host.openFile(path));
       this.actions.append(b, f);
       this.diffButton = b;
+    }
+    // A diff to open: the change applied (done), or proposed (asking, then applying). A call
+    // that failed or was stopped before it ran changed nothing: no "Open diff" for it.
+    if (this.diffButton) {
+      const hide = !(t.state === "done" || t.state === "running" || waiting);
+      if (this.diffButton.hidden !== hide) this.diffButton.hidden = hide;
     }
   }
 }

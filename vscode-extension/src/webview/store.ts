@@ -244,6 +244,22 @@ function put(s: Store, item: Item): void {
   touch(s, item.id);
 }
 
+/** A provider's error as a user reads it: the server passes a failed HTTP answer on as
+ * `HTTP <status>: <body>`, and a JSON body (Anthropic's and OpenAI's `{"error": {"message"}}`,
+ * or `{"message"}`) is its message followed by the status, e.g. `Internal server error (HTTP
+ * 500)`. Any other text is returned as it is. */
+export function readableError(text: string): string {
+  const m = /^HTTP (\d{3}): (\{[\s\S]*\})\s*$/.exec(text.trim());
+  if (!m) return text;
+  try {
+    const body = JSON.parse(m[2]!);
+    const e = body?.error;
+    const message = typeof e === "string" ? e : typeof e?.message === "string" ? e.message : typeof body?.message === "string" ? body.message : null;
+    if (message && message.trim()) return `${message.trim()} (HTTP ${m[1]})`;
+  } catch {}
+  return text;
+}
+
 /** The text of Pi content (a string, or blocks whose `text` blocks are joined with newlines). */
 export function contentText(content: unknown): string {
   if (typeof content === "string") return content;
@@ -621,22 +637,27 @@ export function applyAgentEvent(s: Store, params: any): void {
         }
         break;
       }
+      // One notice per run, updated by each attempt (not one row per attempt).
       put(s, {
         kind: "notice",
-        id: `retry:${runId}:${ev.attempt}`,
+        id: `retry:${runId}`,
         level: "warning",
-        text: `Retrying (attempt ${ev.attempt} of ${ev.maxAttempts}) in ${Math.round(Number(ev.delayMs ?? 0) / 1000)} s: ${ev.errorMessage ?? ""}`,
+        text: `Retrying (attempt ${ev.attempt} of ${ev.maxAttempts}) in ${Math.round(Number(ev.delayMs ?? 0) / 1000)} s: ${readableError(String(ev.errorMessage ?? ""))}`,
       });
       return;
     }
-    case "auto_retry_end":
+    case "auto_retry_end": {
+      // The run's retry notice says how it ended; a final failure's error is the answer's own
+      // row below it (not said twice).
+      const n = Number(ev.attempt ?? 0);
       put(s, {
         kind: "notice",
-        id: `retry-end:${runId}:${ev.attempt}`,
-        level: ev.success ? "info" : "error",
-        text: ev.success ? `Retry ${ev.attempt} succeeded.` : `Retries ended: ${ev.finalError ?? "failed"}`,
+        id: `retry:${runId}`,
+        level: ev.success ? "info" : "warning",
+        text: ev.success ? `Retry ${n} succeeded.` : `Gave up after ${n} ${n === 1 ? "retry" : "retries"}.`,
       });
       return;
+    }
     case "extension_error":
       put(s, {
         kind: "notice",
@@ -680,12 +701,34 @@ export function addQueued(s: Store, queueId: string, delivery: string, text: str
 
 /** Applies `agent/usage` params. */
 export function applyUsage(s: Store, p: any): void {
+  // A response that reported no usage (aborted, failed) says nothing about the context: the
+  // meter keeps what the last real answer measured.
+  const nothing = Number(p?.turn?.totalTokens ?? -1) === 0 && Number(p?.contextTokens ?? 0) === 0;
   s.usage = {
-    contextTokens: Number(p?.contextTokens ?? 0),
+    contextTokens: nothing && s.usage ? s.usage.contextTokens : Number(p?.contextTokens ?? 0),
     contextWindow: Number(p?.contextWindow ?? 0),
     sessionCost: Number(p?.session?.cost ?? 0),
     turnCost: Number(p?.turn?.cost ?? 0),
     sessionTokens: Number(p?.session?.totalTokens ?? 0),
+  };
+  s.dirty.add("usage");
+  s.version++;
+}
+
+/** Applies an `agent/session/stats` answer to a session just opened (its `agent/usage` came
+ * before this panel existed): the context as Pi estimates it and what the session cost. Usage a
+ * live answer already reported is newer and stays. */
+export function applyStats(s: Store, st: any): void {
+  if (s.usage || !st) return;
+  const cu = st.contextUsage;
+  const window = Number(cu?.contextWindow ?? 0);
+  if (!(window > 0)) return;
+  s.usage = {
+    contextTokens: Number(cu?.tokens ?? 0),
+    contextWindow: window,
+    sessionCost: Number(st.sessionCost ?? st.cost ?? 0),
+    turnCost: 0,
+    sessionTokens: Number(st.sessionTokens?.total ?? st.tokens?.total ?? 0),
   };
   s.dirty.add("usage");
   s.version++;
@@ -886,11 +929,19 @@ export function applyHistoryPage(s: Store, page: { entries: HistoryEntry[]; hasM
       pageIds.push(id);
     }
   };
+  let prev: Item | undefined;
   for (const e of page.entries) {
     const id = applyEntry(s, e);
     if (!id) continue;
     pushId(id);
     const it = s.items.get(id);
+    // A failed answer followed at once by another answer was retried (the live view hid it
+    // when its retry started): only the last attempt's error is shown.
+    if (it?.kind === "assistant" && prev?.kind === "assistant" && prev.stopReason === "error" && !prev.retried) {
+      prev.retried = true;
+      touch(s, prev.id);
+    }
+    if (it?.kind === "assistant" || it?.kind === "user") prev = it;
     if (it?.kind === "assistant") for (const t of it.toolIds) pushId(t);
   }
   // Items the page created were appended by `put`; rebuild the order.

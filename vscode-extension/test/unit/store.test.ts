@@ -16,6 +16,8 @@ import {
   questionsAnswered,
   dismissAttention,
   setVisible,
+  readableError,
+  applyStats,
   type Store,
   type AssistantItem,
   type ToolItem,
@@ -232,7 +234,7 @@ test("older history pages are prepended once, in order", () => {
   assert.equal(s.oldestEntryId, "e0");
 });
 
-test("a failed answer that is retried gives way to its retry notice; the last failure stays", () => {
+test("a failed answer that is retried gives way to its retry notice (one per run, updated); the last failure stays", () => {
   const s = createStore("s1");
   const ev = (event: unknown) => applyNotification(s, { method: "agent/event", params: { sessionId: "s1", runId: "r", event } });
   const failed = (ts: number) => ({ role: "assistant", content: [], api: "x", provider: "p", model: "m", stopReason: "error", errorMessage: "connection refused", timestamp: ts });
@@ -252,9 +254,8 @@ test("a failed answer that is retried gives way to its retry notice; the last fa
     [
       ["user"],
       ["assistant", "connection refused", true],
-      ["notice", "Retrying (attempt 1 of 2) in 2 s: connection refused"],
+      ["notice", "Gave up after 1 retry."],
       ["assistant", "connection refused", false],
-      ["notice", "Retries ended: connection refused"],
     ],
   );
 });
@@ -315,4 +316,85 @@ test("agent/attention: what needs the user is shown until handled; a run's end o
   assert.deepEqual(attention(), { reason: "later-reason", message: "something" });
   dismissAttention(s);
   assert.equal(attention(), null);
+});
+
+test("three failed attempts of one run: one retry notice that follows the attempts, one error row, errors in the user's words", () => {
+  const s = createStore("s1");
+  const ev = (event: unknown) => applyNotification(s, { method: "agent/event", params: { sessionId: "s1", runId: "r", event } });
+  const body = 'HTTP 500: {"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}';
+  const failed = (ts: number) => ({ role: "assistant", content: [], api: "x", provider: "p", model: "m", stopReason: "error", errorMessage: body, timestamp: ts });
+  const notices = () => s.order.map((id) => s.items.get(id)!).filter((i) => i.kind === "notice").map((i: any) => [i.level, i.text]);
+  ev({ type: "agent_start" });
+  ev({ type: "message_start", message: { role: "user", content: "hi", timestamp: 1 } });
+  ev({ type: "message_end", message: { role: "user", content: "hi", timestamp: 1 } });
+  for (let a = 1; a <= 3; a++) {
+    ev({ type: "message_start", message: failed(1 + a) });
+    ev({ type: "message_end", message: failed(1 + a) });
+    ev({ type: "auto_retry_start", attempt: a, maxAttempts: 3, delayMs: 1000 * 2 ** a, errorMessage: body });
+    assert.deepEqual(notices(), [["warning", `Retrying (attempt ${a} of 3) in ${2 ** a} s: Internal server error (HTTP 500)`]]);
+  }
+  ev({ type: "message_start", message: failed(5) });
+  ev({ type: "message_end", message: failed(5) });
+  ev({ type: "auto_retry_end", success: false, attempt: 3, finalError: body });
+  ev({ type: "agent_end", messages: [] });
+  assert.deepEqual(notices(), [["warning", "Gave up after 3 retries."]]);
+  const shown = s.order.map((id) => s.items.get(id)!).filter((i) => i.kind === "assistant" && !i.retried);
+  assert.deepEqual(shown.map((i: any) => i.errorMessage), [body]);
+});
+
+test("provider errors read as their message and status; other text is left alone", () => {
+  assert.equal(readableError('HTTP 500: {"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}'), "Internal server error (HTTP 500)");
+  assert.equal(readableError('HTTP 429: {"error": {"message": "Rate limit reached for gpt-4.1", "type": "requests"}}'), "Rate limit reached for gpt-4.1 (HTTP 429)");
+  assert.equal(readableError('HTTP 404: {"message": "model not found"}'), "model not found (HTTP 404)");
+  assert.equal(readableError('HTTP 400: {"error": "bad request"}'), "bad request (HTTP 400)");
+  assert.equal(readableError("HTTP 502: <html>Bad gateway</html>"), "HTTP 502: <html>Bad gateway</html>");
+  assert.equal(readableError('HTTP 500: {"detail": 1}'), 'HTTP 500: {"detail": 1}');
+  assert.equal(readableError("connection refused"), "connection refused");
+});
+
+test("the failed attempts of a retried answer are hidden when the session is opened again (history), the last one is shown", () => {
+  const s = createStore("s1");
+  const err = (ts: number) => ({ role: "assistant", content: [], api: "x", provider: "p", model: "m", stopReason: "error", errorMessage: "HTTP 500: {}", timestamp: ts });
+  const entries = entriesFromMessages({
+    messages: [{ role: "user", content: "hi", timestamp: 1 }, err(2), err(3), err(4), { role: "user", content: "again", timestamp: 5 }, err(6), { role: "assistant", content: [{ type: "text", text: "ok" }], api: "x", provider: "p", model: "m", stopReason: "stop", timestamp: 7 }],
+    entryIds: ["e1", "e2", "e3", "e4", "e5", "e6", "e7"],
+  });
+  applyHistoryPage(s, { entries, hasMore: false }, false);
+  const rows = s.order.map((id) => s.items.get(id)!).map((i: any) => [i.kind, i.entryId, !!i.retried]);
+  assert.deepEqual(rows, [
+    ["user", "e1", false],
+    ["assistant", "e2", true],
+    ["assistant", "e3", true],
+    ["assistant", "e4", false],
+    ["user", "e5", false],
+    ["assistant", "e6", true],
+    ["assistant", "e7", false],
+  ]);
+});
+
+test("a response without usage (aborted, failed) leaves the context meter where the last answer put it", () => {
+  const s = createStore("s1");
+  const usage = (contextTokens: number, totalTokens: number, cost: number) =>
+    applyNotification(s, { method: "agent/usage", params: { sessionId: "s1", runId: "r", contextTokens, contextWindow: 200000, turn: { totalTokens, cost: 0 }, session: { totalTokens: 9000, cost } } });
+  usage(2400, 2500, 0.01);
+  assert.deepEqual(s.usage, { contextTokens: 2400, contextWindow: 200000, sessionCost: 0.01, turnCost: 0, sessionTokens: 9000 });
+  usage(0, 0, 0.01);
+  assert.deepEqual(s.usage, { contextTokens: 2400, contextWindow: 200000, sessionCost: 0.01, turnCost: 0, sessionTokens: 9000 });
+  usage(3100, 700, 0.02);
+  assert.equal(s.usage!.contextTokens, 3100);
+});
+
+test("a session opened again takes its meter from agent/session/stats, unless a live answer reported usage first", () => {
+  const stats = { sessionId: "s1", cost: 0.01, sessionCost: 0.0426, tokens: { total: 3000 }, sessionTokens: { total: 9100 }, contextUsage: { tokens: 2400, contextWindow: 200000, percent: 1.2 } };
+  const s = createStore("s1");
+  applyStats(s, stats);
+  assert.deepEqual(s.usage, { contextTokens: 2400, contextWindow: 200000, sessionCost: 0.0426, turnCost: 0, sessionTokens: 9100 });
+  const t = createStore("s1");
+  applyNotification(t, { method: "agent/usage", params: { sessionId: "s1", contextTokens: 5000, contextWindow: 200000, turn: { totalTokens: 10, cost: 0.001 }, session: { totalTokens: 9200, cost: 0.05 } } });
+  applyStats(t, stats);
+  assert.deepEqual(t.usage, { contextTokens: 5000, contextWindow: 200000, sessionCost: 0.05, turnCost: 0.001, sessionTokens: 9200 });
+  // After a compaction Pi has no estimate (contextUsage.tokens null): 0 until an answer.
+  const u = createStore("s1");
+  applyStats(u, { ...stats, contextUsage: { tokens: null, contextWindow: 200000, percent: null } });
+  assert.equal(u.usage!.contextTokens, 0);
 });

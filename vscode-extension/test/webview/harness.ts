@@ -66,10 +66,13 @@ export async function openPanel(browser: Browser, opts: OpenOptions = {}): Promi
   const js = readFileSync(opts.bundle ? `${opts.bundle}.js` : join(root, "dist/webview.js"));
   const css = readFileSync(opts.bundle ? `${opts.bundle}.css` : join(root, "dist/webview.css"));
   const theme = readFileSync(join(root, "test/webview/theme-dark.css"));
+  const vscodeDefault = readFileSync(join(root, "test/webview/vscode-default.css"));
   const nonce = "dGVzdC1ub25jZS0xMjM0NTY3OA==";
   const html = webviewHtml({ scriptUri: `${ORIGIN}/webview.js`, styleUri: `${ORIGIN}/webview.css`, cspSource: ORIGIN, nonce })
-    // VS Code injects its theme variables into the page; the test injects a dark theme's.
-    .replace("</head>", `<link rel="stylesheet" href="${ORIGIN}/theme.css">\n</head>`);
+    // VS Code injects its theme variables into the page; the test injects a dark theme's. VS
+    // Code also puts its default stylesheet first in the page (code, pre code, blockquote…).
+    .replace("</head>", `<link rel="stylesheet" href="${ORIGIN}/theme.css">\n</head>`)
+    .replace("<head>", `<head>\n<link rel="stylesheet" href="${ORIGIN}/vscode-default.css">`);
   const blocked: string[] = [];
   await page.route("**/*", async (route) => {
     const url = route.request().url();
@@ -77,6 +80,7 @@ export async function openPanel(browser: Browser, opts: OpenOptions = {}): Promi
     if (url === `${ORIGIN}/webview.js`) return route.fulfill({ status: 200, contentType: "text/javascript", body: js });
     if (url === `${ORIGIN}/webview.css`) return route.fulfill({ status: 200, contentType: "text/css", body: css });
     if (url === `${ORIGIN}/theme.css`) return route.fulfill({ status: 200, contentType: "text/css", body: theme });
+    if (url === `${ORIGIN}/vscode-default.css`) return route.fulfill({ status: 200, contentType: "text/css", body: vscodeDefault });
     blocked.push(url);
     return route.abort();
   });

@@ -142,7 +142,7 @@ test("a recorded run: prompt, streamed markdown, thinking, tool cards, open diff
   ]);
   assert.equal((await page.locator(".row-tool").nth(2).locator(".tool-preview").textContent())?.trim(), "Hello, world!\ndone");
   assert.equal(await page.textContent(".status"), "Idle");
-  assert.match((await page.textContent(".meter-text")) ?? "", /^\d+% · \$0\.\d{4}$/);
+  assert.match((await page.textContent(".meter-text")) ?? "", /^\d+% · \$0\.\d{2}$/);
   // "Open diff" on the write posts openDiff for that tool call.
   await page.locator(".row-tool").nth(1).locator("button.open-diff").click();
   const last = (await panel.posts()).at(-1);
@@ -249,7 +249,7 @@ test("abort before anything streamed puts the prompt back; the stop button abort
   // Its row in the transcript replaces it.
   await panel.page.waitForSelector(".sending", { state: "hidden" });
   assert.equal(await panel.page.textContent(".rows .row-user .user-text"), "explain the build");
-  assert.equal(await panel.page.textContent(".status"), "Running");
+  assert.equal(await panel.page.textContent(".status"), "Waiting for model");
   await panel.page.click("button.stop");
   await panel.page.waitForSelector(".row-abort");
   await replay(panel, [ev({ type: "agent_end", messages: [] })]);
@@ -370,7 +370,7 @@ test("@ mentions, / completion, context chips and a pasted image go into the pro
   await page.fill("textarea.input", "");
   await page.keyboard.type("/t");
   await page.waitForSelector(".popup li");
-  assert.deepEqual(await page.$$eval(".popup .popup-label", (l) => l.map((x) => x.textContent)), ["/tmux", "/skill:tests"]);
+  assert.deepEqual(await page.$$eval(".popup .popup-label", (l) => l.map((x) => x.textContent)), ["/tmux", "/skill:tests", "/compact"]);
   await page.keyboard.press("Tab");
   assert.equal(await page.inputValue("textarea.input"), "/tmux ");
   await page.fill("textarea.input", "");
@@ -460,7 +460,7 @@ test("model and thinking pickers send agent/model/set and agent/thinking/set; th
   await page.waitForFunction(() => (document.querySelector(".thinking-select") as HTMLSelectElement).disabled);
   assert.deepEqual(panel.requests.filter((r) => r.method === "agent/model/set").map((r) => r.params), [{ sessionId: state.sessionId, model: "mock/small-1" }]);
   await replay(panel, [{ method: "agent/usage", params: { sessionId: state.sessionId, runId: "r", turn: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2, cost: 0.01 }, session: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 150000, cost: 1.5 }, contextTokens: 150000, contextWindow: 200000 } }]);
-  assert.equal(await page.textContent(".meter-text"), "75% · $1.5000");
+  assert.equal(await page.textContent(".meter-text"), "75% · $1.50");
   assert.equal(await page.getAttribute(".meter", "data-level"), "mid");
   assert.deepEqual(panel.errors, []);
   await page.context().close();
