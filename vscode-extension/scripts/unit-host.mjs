@@ -1,5 +1,5 @@
 // Bundles the host unit tests (test/host/*.test.ts) with esbuild and runs them with Node's
-// test runner.
+// test runner. `vscode` (which exists only inside VS Code's extension host) is test/host/fake-vscode.ts.
 import * as esbuild from "esbuild";
 import { readdirSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -18,7 +18,14 @@ await esbuild.build({
   target: "node20",
   outdir,
   outExtension: { ".js": ".mjs" },
-  external: ["vscode"],
+  plugins: [
+    {
+      name: "fake-vscode",
+      setup(b) {
+        b.onResolve({ filter: /^vscode$/ }, () => ({ path: join(dir, "fake-vscode.ts") }));
+      },
+    },
+  ],
   logLevel: "warning",
 });
 const run = spawnSync(process.execPath, ["--test", ...files.map((f) => join(outdir, f.replace(/\.ts$/, ".mjs")))], { stdio: "inherit" });

@@ -198,6 +198,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     }, 300);
   }
 
+  /** Panels the host has attached to a session once (see `attach`). */
+  const attachedTo = new WeakSet<ChatPanel>();
   const host: PanelHost = {
     extensionUri: context.extensionUri,
     log: output,
@@ -210,6 +212,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
         status.state(result);
         names.fromState(result);
       }
+      if (method === "agent/session/stats") status.stats(result);
       if ((method === "agent/session/fork" || method === "agent/session/clone") && result?.session) names.fromState(result.session);
       if (method === "agent/session/list" && Array.isArray(result?.sessions)) names.fromList(result.sessions);
       if (method === "agent/session/name" && typeof params?.sessionId === "string" && typeof params?.name === "string") names.setName(params.sessionId, params.name);
@@ -219,14 +222,20 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       return result;
     },
     attach: (panel, sessionId) => {
-      const before = panel.sessionId;
+      // A panel restored after a window reload attaches first to the session it showed
+      // (panel.sessionId is that one already): that is a new attachment too.
+      const before = attachedTo.has(panel) ? panel.sessionId : undefined;
+      attachedTo.add(panel);
       router.attach(panel, sessionId);
       if (panel === activePanel || (!activePanel && panel === chatView)) status.setActive(sessionId);
       if (panel.visible) flags.seen(sessionId);
       if (panel === chatView) updateBadge();
       if (before !== sessionId) {
         scheduleTreeRefresh();
+        // The status bar's model · ctx% · $cost · state (after a reload no agent/usage comes
+        // until the next response).
         if (sessionId) void host.request("agent/state", { sessionId }).catch(() => undefined);
+        if (sessionId) void host.request("agent/session/stats", { sessionId }).catch(() => undefined);
       }
     },
     answerQuestion: (panel, id, result) => questions.answer(id, result, panel),

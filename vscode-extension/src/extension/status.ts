@@ -1,6 +1,6 @@
 /**
  * The status bar item `model · ctx% · $cost · state` of the active session (CLIENTS.md VF8),
- * fed by `agent/state`, `agent/usage`, `agent/event` and open questions; plus one item per
+ * fed by `agent/state`, `agent/session/stats`, `agent/usage`, `agent/event` and open questions; plus one item per
  * extension `setStatus` key (`agent/ui/notification`).
  */
 import * as vscode from "vscode";
@@ -74,6 +74,25 @@ export class StatusBar implements vscode.Disposable {
     if (typeof st.thinkingLevel === "string") s.thinkingLevel = st.thinkingLevel;
     s.state = st.isCompacting ? "compacting" : st.isStreaming ? "running" : "idle";
     this.render();
+  }
+
+  /**
+   * From `agent/session/stats` (asked when the host attaches to a session, e.g. after a window
+   * reload, when no `agent/usage` has come yet): `contextUsage.{tokens, contextWindow}` (tokens
+   * `null` after a compaction until a response follows: "–%") and `sessionCost` (US dollars,
+   * every response in the file).
+   */
+  stats(st: any): void {
+    if (!st?.sessionId) return;
+    const s = this.get(st.sessionId);
+    const cu = st.contextUsage;
+    if (cu && typeof cu === "object") {
+      s.contextTokens = typeof cu.tokens === "number" ? cu.tokens : undefined;
+      if (typeof cu.contextWindow === "number" && cu.contextWindow > 0) s.contextWindow = cu.contextWindow;
+    }
+    const cost = typeof st.sessionCost === "number" ? st.sessionCost : st.cost;
+    if (typeof cost === "number") s.cost = cost;
+    if (st.sessionId === this.active) this.render();
   }
 
   /** One server notification. */

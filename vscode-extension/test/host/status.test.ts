@@ -1,0 +1,44 @@
+// The status bar item (src/extension/status.ts): `model · ctx% · $cost · state` of the active
+// session, from what the host learns of it.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { StatusBar } from "../../src/extension/status";
+
+const state = (extra: Record<string, unknown> = {}) => ({
+  sessionId: "s1",
+  model: { provider: "anthropic", id: "claude-sonnet-4-5", name: "Claude Sonnet 4.5", contextWindow: 200000 },
+  thinkingLevel: "medium",
+  isStreaming: false,
+  isCompacting: false,
+  ...extra,
+});
+const stats = (contextUsage: unknown, sessionCost = 0.4567) => ({
+  sessionId: "s1",
+  sessionFile: "/w/.pi/sessions/s1.jsonl",
+  userMessages: 3,
+  assistantMessages: 3,
+  toolCalls: 2,
+  toolResults: 2,
+  totalMessages: 10,
+  tokens: { input: 30000, output: 2000, cacheRead: 0, cacheWrite: 0, total: 32000 },
+  cost: 0.3,
+  sessionTokens: { input: 50000, output: 3000, cacheRead: 0, cacheWrite: 0, total: 53000 },
+  sessionCost,
+  contextUsage,
+});
+
+test("a session attached after a window reload: its context share and cost come from agent/session/stats", () => {
+  const bar = new StatusBar();
+  bar.setActive("s1");
+  bar.state(state());
+  assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · –% · $0.00 · idle", "before the stats: nothing known yet");
+  bar.stats(stats({ tokens: 45000, contextWindow: 200000, percent: 22.5 }));
+  assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · 23% · $0.46 · idle");
+  // After a compaction the context is unknown until a response follows (nulls): "–%", the cost kept.
+  bar.stats(stats({ tokens: null, contextWindow: 200000, percent: null }, 0.5));
+  assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · –% · $0.50 · idle");
+  // Another session's stats change nothing shown.
+  bar.stats({ ...stats({ tokens: 1000, contextWindow: 1000, percent: 100 }, 9), sessionId: "s2" });
+  assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · –% · $0.50 · idle");
+  bar.dispose();
+});
