@@ -207,12 +207,20 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     request: async (method, params: any) => {
       const c = await ensureClient();
       if (method === "agent/abort" && params?.sessionId) status.stopping(params.sessionId);
-      const result: any = await c.sendRequest(method, params);
+      let result: any;
+      try {
+        result = await c.sendRequest(method, params);
+      } finally {
+        // The compaction is over (the panel's /compact and the Compact command alike).
+        if (method === "agent/compact" && typeof params?.sessionId === "string") status.compacted(params.sessionId);
+      }
       if (method === "agent/state" || method === "agent/session/new" || method === "agent/session/open") {
         status.state(result);
         names.fromState(result);
       }
       if (method === "agent/session/stats") status.stats(result);
+      // After a compaction the context share is unknown until a response follows.
+      if (method === "agent/compact" && typeof params?.sessionId === "string") void host.request("agent/session/stats", { sessionId: params.sessionId }).catch(() => undefined);
       if ((method === "agent/session/fork" || method === "agent/session/clone") && result?.session) names.fromState(result.session);
       if (method === "agent/session/list" && Array.isArray(result?.sessions)) names.fromList(result.sessions);
       if (method === "agent/session/name" && typeof params?.sessionId === "string" && typeof params?.name === "string") names.setName(params.sessionId, params.name);

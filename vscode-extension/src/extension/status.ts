@@ -18,6 +18,9 @@ export interface SessionStatus {
   questions: number;
   /** The tool running now (shown as the state while it runs). */
   tool?: string;
+  /** A prompt's run is going on (`agent_start` … `agent_end`): what a compaction's end goes
+   * back to. A manual compaction is a run of its own without them (protocol.md). */
+  inRun?: boolean;
 }
 
 /** The item's text for one session's status (no icons; pure, for tests). */
@@ -27,6 +30,11 @@ export function statusText(s: SessionStatus | undefined): string {
   const cost = `$${(s.cost ?? 0).toFixed(s.cost && s.cost < 0.1 ? 3 : 2)}`;
   const state = s.questions > 0 ? "waiting" : s.state === "running" && s.tool ? `running ${s.tool}` : s.state;
   return `${s.model ?? "pi"} · ${pct} · ${cost} · ${state}`;
+}
+
+/** The state after a compaction ends: the run it came in, if any, else idle. */
+function afterCompaction(s: SessionStatus): RunState {
+  return s.inRun ? "running" : "idle";
 }
 
 export class StatusBar implements vscode.Disposable {
@@ -72,6 +80,7 @@ export class StatusBar implements vscode.Disposable {
     if (st.model) s.model = st.model.name || `${st.model.provider}/${st.model.id}`;
     if (st.model?.contextWindow) s.contextWindow = st.model.contextWindow;
     if (typeof st.thinkingLevel === "string") s.thinkingLevel = st.thinkingLevel;
+    s.inRun = !!st.isStreaming;
     s.state = st.isCompacting ? "compacting" : st.isStreaming ? "running" : "idle";
     this.render();
   }
@@ -107,20 +116,32 @@ export class StatusBar implements vscode.Disposable {
       s.cost = params.session?.cost ?? s.cost;
     } else if (method === "agent/event") {
       const t = params.event?.type;
-      if (t === "agent_start") s.state = "running";
-      else if (t === "agent_end") {
+      if (t === "agent_start") {
+        s.state = "running";
+        s.inRun = true;
+      } else if (t === "agent_end") {
         s.state = "idle";
+        s.inRun = false;
         s.tool = undefined;
       } else if (t === "tool_execution_start") s.tool = String(params.event.toolName ?? "tool");
       else if (t === "tool_execution_end") s.tool = undefined;
       else if (t === "compaction_start") s.state = "compacting";
-      else if (t === "compaction_end") s.state = params.runId ? "running" : "idle";
+      else if (t === "compaction_end") s.state = afterCompaction(s);
       // Deltas and the rest change nothing shown here: no render per event.
       else return;
     } else if (method === "agent/ui/notification" && params.method === "setStatus") {
       this.extensionStatus(String(params.statusKey ?? ""), params.statusText);
     } else return;
     if (id === this.active) this.render();
+  }
+
+  /** The `agent/compact` request was answered (or failed): the compaction is over, whether or
+   * not its `compaction_end` came. */
+  compacted(sessionId: string): void {
+    const s = this.get(sessionId);
+    if (s.state !== "compacting") return;
+    s.state = afterCompaction(s);
+    if (sessionId === this.active) this.render();
   }
 
   stopping(sessionId: string): void {

@@ -42,3 +42,29 @@ test("a session attached after a window reload: its context share and cost come 
   assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · –% · $0.50 · idle");
   bar.dispose();
 });
+
+const ev = (type: string, extra: Record<string, unknown> = {}, runId = "r1") => ({ sessionId: "s1", runId, event: { type, ...extra } });
+
+test("a manual compaction (a run of its own, no agent_end) ends idle; one inside a run goes back to running", () => {
+  const bar = new StatusBar();
+  bar.setActive("s1");
+  bar.state(state());
+  bar.notification("agent/event", ev("compaction_start", { reason: "manual" }, "c1"));
+  assert.equal(bar.text, "$(sync~spin) Claude Sonnet 4.5 · –% · $0.00 · compacting");
+  bar.notification("agent/event", ev("compaction_end", { reason: "manual", aborted: false, willRetry: false }, "c1"));
+  assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · –% · $0.00 · idle");
+  // An automatic one inside a run.
+  bar.notification("agent/event", ev("agent_start"));
+  bar.notification("agent/event", ev("compaction_start", { reason: "threshold" }));
+  assert.equal(bar.text, "$(sync~spin) Claude Sonnet 4.5 · –% · $0.00 · compacting");
+  bar.notification("agent/event", ev("compaction_end", { reason: "threshold", aborted: false, willRetry: false }));
+  assert.equal(bar.text, "$(sync~spin) Claude Sonnet 4.5 · –% · $0.00 · running");
+  bar.notification("agent/event", ev("agent_end"));
+  assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · –% · $0.00 · idle");
+  // A session opened while compacting (agent/state), then the compact request's answer.
+  bar.state(state({ isCompacting: true }));
+  assert.equal(bar.text, "$(sync~spin) Claude Sonnet 4.5 · –% · $0.00 · compacting");
+  bar.compacted("s1");
+  assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · –% · $0.00 · idle");
+  bar.dispose();
+});
