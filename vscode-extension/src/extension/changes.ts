@@ -9,6 +9,7 @@ import * as vscode from "vscode";
 import { applyPatch } from "diff";
 import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-languageclient";
 import { FileChanges } from "./hunks";
+import { ProposalTabs } from "./proposals";
 import { cpuNow } from "./relay";
 
 /** How long after the last keystroke the review UI (decorations, Changes view, CodeLens
@@ -76,6 +77,8 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   private readonly diffTexts = new Map<string, string>();
   /** Pending permission questions' changes by tool call id (`{path, diff}`), for openDiff. */
   readonly pendingChanges = new Map<string, { path: string; diff: string }>();
+  /** The diff tabs opened for those, closed when their question is over. */
+  readonly proposals: ProposalTabs;
   private readonly lensEmitter = new vscode.EventEmitter<void>();
   private readonly treeEmitter = new vscode.EventEmitter<Node | undefined>();
   private readonly diffEmitter = new vscode.EventEmitter<vscode.Uri>();
@@ -165,6 +168,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   }
 
   constructor(private readonly log: vscode.LogOutputChannel) {
+    this.proposals = new ProposalTabs(log);
     this.disposables.push(
       vscode.workspace.onDidChangeTextDocument((e) => this.onDocumentChange(e)),
       vscode.window.onDidChangeVisibleTextEditors(() => this.decorate()),
@@ -563,6 +567,11 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
       title = `${n} (Pi's changes under review)`;
     }
     await vscode.commands.executeCommand("vscode.diff", left, right, title, { preserveFocus: true, preview: false });
+    if (pending && toolCallId) {
+      this.proposals.opened(toolCallId, right);
+      // Answered while the tab opened: stale already.
+      if (!this.pendingChanges.has(toolCallId)) await this.proposals.close(toolCallId);
+    }
     return true;
   }
 

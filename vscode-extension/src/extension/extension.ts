@@ -49,7 +49,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   let hostCpuMs = 0;
   let notesRelayed = 0;
 
-  const questions = new ServerQuestions({ panelsOf: (id) => router.panelsOf(id) as ChatPanel[] }, output, (toolCallId, p) => changes.openDiff({ toolCallId, path: p }));
+  const questions = new ServerQuestions(
+    { panelsOf: (id) => router.panelsOf(id) as ChatPanel[] },
+    output,
+    (toolCallId, p) => changes.openDiff({ toolCallId, path: p }),
+    (toolCallId) => changes.proposals.close(toolCallId),
+  );
   const names = new SessionNames();
   changes.sessionName = (id) => names.get(id);
   const flags = new AttentionList();

@@ -5,7 +5,8 @@
  * places are told `serverRequestDone`. A `$/cancelRequest` (e.g. after an abort) withdraws the
  * question everywhere. A question asked while a panel showed it gets its notification when
  * that panel is hidden. Notifications stay while the question is open and never move focus; a
- * quick pick or input box opens only after the user clicks the notification's link.
+ * quick pick or input box opens only after the user clicks the notification's link. A
+ * permission's "(Pi proposes)" diff tab closes when its question is over.
  */
 import * as vscode from "vscode";
 
@@ -43,6 +44,8 @@ export class ServerQuestions {
     private readonly panels: QuestionPanels,
     private readonly log: vscode.LogOutputChannel,
     private readonly openDiff: (toolCallId: string, path: string) => Promise<unknown>,
+    /** Closes the diff tab opened for a permission's proposed edit (proposals.ts). */
+    private readonly closeDiff: (toolCallId: string) => Promise<unknown> = async () => undefined,
   ) {}
 
   /** Handles one server request; resolves with the answer to send back. */
@@ -88,6 +91,8 @@ export class ServerQuestions {
     this.pending.delete(id);
     q.resolve(result);
     q.closeNotification?.();
+    // The proposal is stale now (allowed: the file holds it; rejected or withdrawn: it never will).
+    if (q.method === "agent/requestPermission" && typeof q.params?.toolCallId === "string") void this.closeDiff(q.params.toolCallId).catch((e) => this.log.warn(`closing a proposed diff: ${String(e)}`));
     for (const p of this.panels.panelsOf(q.sessionId)) if (p !== from) p.post({ type: "serverRequestDone", requestId: id, reason });
     this.onChange(q.sessionId, this.openCount(q.sessionId));
   }

@@ -1,0 +1,84 @@
+// Server questions (src/extension/requests.ts) and the diff tab opened for a permission's
+// proposed edit (src/extension/proposals.ts).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as vscode from "vscode";
+import { ServerQuestions } from "../../src/extension/requests";
+import { ProposalTabs } from "../../src/extension/proposals";
+import { reset, recorded, tabs, TabInputText, TabInputTextDiff, Uri } from "./fake-vscode";
+
+const log = { error: () => {}, warn: () => {}, info: () => {} } as unknown as vscode.LogOutputChannel;
+
+/** A cancellation token the test cancels (the server's `$/cancelRequest`). */
+function token() {
+  const listeners: (() => void)[] = [];
+  return {
+    token: { isCancellationRequested: false, onCancellationRequested: (f: () => void) => (listeners.push(f), { dispose() {} }) } as unknown as vscode.CancellationToken,
+    cancel: () => listeners.forEach((f) => f()),
+  };
+}
+
+const permission = (toolCallId: string, path: string) => ({
+  sessionId: "s1",
+  toolCallId,
+  tool: "edit",
+  arguments: { path },
+  reason: "edit outside the auto-edit scope",
+  alwaysScopes: ["session"],
+  change: { path, diff: "@@ -1 +1 @@\n-a\n+b\n" },
+});
+
+/** What ChangeTracker.openDiff does for a question's proposed edit, as VS Code answers it:
+ * a diff tab of the file now ↔ the proposal opens, and it is recorded. */
+function opener(proposals: ProposalTabs) {
+  return async (toolCallId: string, path: string) => {
+    const now = Uri.from({ scheme: "pi-diff", path: `/${path}`, query: `${toolCallId}-now` });
+    const proposed = Uri.from({ scheme: "pi-diff", path: `/${path}`, query: `${toolCallId}-proposed` });
+    tabs.push({ label: `${path} (Pi proposes)`, input: new TabInputTextDiff(now, proposed), isActive: false });
+    proposals.opened(toolCallId, proposed as unknown as vscode.Uri);
+  };
+}
+
+test("the diff tab opened for a permission closes when the question is answered or withdrawn, and no other tab", async () => {
+  reset();
+  const proposals = new ProposalTabs(log);
+  const posted: unknown[] = [];
+  const panel = { post: (m: unknown) => posted.push(m), visible: true };
+  const q = new ServerQuestions({ panelsOf: () => [panel] }, log, opener(proposals), (id) => proposals.close(id));
+  // The user's own editors: a file and a diff of the same file (Git's).
+  const own = { label: "a.ts", input: new TabInputText(Uri.file("/w/a.ts")), isActive: true };
+  const git = { label: "a.ts (Working Tree)", input: new TabInputTextDiff(Uri.parse("git:/w/a.ts"), Uri.file("/w/a.ts")), isActive: false };
+  tabs.push(own, git);
+
+  // Answered in the panel.
+  const t1 = token();
+  const answer1 = q.ask("agent/requestPermission", permission("call-1", "a.ts"), t1.token);
+  await q.notificationAction(1, "diff");
+  assert.deepEqual(tabs.map((t) => t.label), ["a.ts", "a.ts (Working Tree)", "a.ts (Pi proposes)"]);
+  q.answer(1, { decision: "allow" }, panel);
+  assert.deepEqual(await answer1, { decision: "allow" });
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(tabs.map((t) => t.label), ["a.ts", "a.ts (Working Tree)"]);
+  assert.deepEqual(recorded.closed, [{ label: "a.ts (Pi proposes)", preserveFocus: true }]);
+
+  // Withdrawn by the server (an abort): rejected, its tab closed.
+  const t2 = token();
+  const answer2 = q.ask("agent/requestPermission", permission("call-2", "b.ts"), t2.token);
+  await q.notificationAction(2, "diff");
+  t2.cancel();
+  assert.deepEqual(await answer2, { decision: "reject", reason: "cancelled" });
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(tabs.map((t) => t.label), ["a.ts", "a.ts (Working Tree)"]);
+  assert.deepEqual(recorded.closed.map((c) => c.label), ["a.ts (Pi proposes)", "b.ts (Pi proposes)"]);
+
+  // The user closed the tab already: nothing else is closed.
+  const t3 = token();
+  const answer3 = q.ask("agent/requestPermission", permission("call-3", "c.ts"), t3.token);
+  await q.notificationAction(3, "diff");
+  tabs.pop();
+  q.answer(3, { decision: "reject" }, panel);
+  assert.deepEqual(await answer3, { decision: "reject" });
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(tabs.map((t) => t.label), ["a.ts", "a.ts (Working Tree)"]);
+  assert.equal(recorded.closed.length, 2);
+});
