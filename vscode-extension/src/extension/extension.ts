@@ -19,6 +19,7 @@ import { ServerQuestions } from "./requests";
 import { createClient, resolveServerBinary } from "./server";
 import { branchRows, type SessionNode, SessionsView, shown, type TreeEntry } from "./sessions";
 import { StatusBar } from "./status";
+import { POLICY_ITEMS, policyNotice } from "./policy";
 
 /** Server notifications relayed to the panels (and watched by the host). */
 const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument"];
@@ -590,12 +591,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     "pi.setApprovalPolicy": () =>
       guarded("approval policy", async () => {
         const pick = await vscode.window.showQuickPick(
-          [
-            { label: "ask", description: "ask before every tool call" },
-            { label: "auto-edit", description: "edits land in the editor; commands ask" },
-            { label: "approve-all", description: "run everything" },
-            { label: "default", description: "settings' approvalPolicy, else auto-edit" },
-          ],
+          POLICY_ITEMS.map((p) => ({ ...p })),
           { title: "Pi: approval policy of the active session" },
         );
         if (!pick) return;
@@ -603,7 +599,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
         if (sessionId) {
           const r: any = await host.request("agent/permissions/set", { sessionId, approvalPolicy: pick.label === "default" ? null : pick.label });
           stateChanged(sessionId);
-          void vscode.window.showInformationMessage(`Pi: approval policy ${r?.approvalPolicy} for this session.`);
+          void vscode.window.showInformationMessage(policyNotice(r?.approvalPolicy));
         } else {
           await vscode.workspace.getConfiguration("pi").update("approvalPolicy", pick.label, vscode.ConfigurationTarget.Workspace);
           void vscode.window.showInformationMessage("Pi: pi.approvalPolicy set; it applies from the next server start (Pi: Restart Server).");
