@@ -455,6 +455,8 @@ def main():
     ap.add_argument("--session-mb", type=int, default=100)
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks.md"))
     args = ap.parse_args()
+    # Both are spawned in the workspace folder: relative paths are the caller's.
+    args.pi, args.pi_lsp = os.path.abspath(args.pi), os.path.abspath(args.pi_lsp)
     port, model = start_model()
     tmp = Path(tempfile.mkdtemp(prefix="pi-bench-"))
     try:

@@ -623,7 +623,8 @@ fn read_small(path: &std::path::Path) -> Option<Small> {
         return None;
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
-    file.read_to_end(&mut bytes).ok()?;
+    // Through `Take` (up to the limit): the size is known, no second `fstat` for a hint.
+    (&mut file).take(STREAM_FROM).read_to_end(&mut bytes).ok()?;
     if bytes.len() as u64 >= STREAM_FROM {
         return None;
     }
