@@ -101,6 +101,7 @@ fn reparent_orphan_results(
             .unwrap_or(false)
     };
     let mut warnings = Vec::new();
+    let mut index: Option<CallIndex> = None;
     // Walk the branch from its leaf; a moved result changes the branch, so walk again (a few
     // times at most).
     'walk: for _ in 0..8 {
@@ -122,12 +123,18 @@ fn reparent_orphan_results(
             if fine {
                 continue;
             }
-            let mut owners = (0..tree.entries.len()).filter(|&k| declares(tree, k, &call));
+            // Candidates by the call's hash (a deferred load's summaries), read to be sure;
+            // entries without a summary are all candidates.
+            let index = index.get_or_insert_with(|| CallIndex::new(tree));
+            let h = line::call_hash(&call);
+            let mut owners = index
+                .candidates(&index.declared, h)
+                .filter(|&k| declares(tree, k, &call));
             let (Some(owner), None) = (owners.next(), owners.next()) else {
                 continue;
             };
             let owner_id = tree.entries[owner].id.clone();
-            let answered = (0..tree.entries.len()).any(|k| {
+            let answered = index.candidates(&index.results, h).any(|k| {
                 tree.entries[k].parent_id.as_deref() == Some(owner_id.as_str())
                     && result_call(tree, k).as_deref() == Some(call.as_str())
             });
@@ -148,6 +155,58 @@ fn reparent_orphan_results(
         break;
     }
     warnings
+}
+
+/// The `message` entries of a tree by the [`line::call_hash`] of the tool calls they name (from
+/// a deferred load's summaries): assistant messages by their calls, tool results by theirs;
+/// entries without a summary apart (they may name any call).
+struct CallIndex {
+    declared: HashMap<u64, Vec<usize>>,
+    results: HashMap<u64, Vec<usize>>,
+    unsummarized: Vec<usize>,
+}
+
+impl CallIndex {
+    fn new(tree: &SessionTree) -> CallIndex {
+        let mut index = CallIndex {
+            declared: HashMap::new(),
+            results: HashMap::new(),
+            unsummarized: Vec::new(),
+        };
+        for (k, e) in tree.entries.iter().enumerate() {
+            let map = match e.role() {
+                Some("assistant") => &mut index.declared,
+                Some("toolResult") => &mut index.results,
+                _ => continue,
+            };
+            match e.summary() {
+                Some(s) => {
+                    for h in s.calls.iter() {
+                        let at = map.entry(*h).or_default();
+                        // (Once per entry, whatever its calls repeat.)
+                        if at.last() != Some(&k) {
+                            at.push(k);
+                        }
+                    }
+                }
+                None => index.unsummarized.push(k),
+            }
+        }
+        index
+    }
+
+    /// The entries of `map` under `hash`, then those without a summary (each entry once).
+    fn candidates<'a>(
+        &'a self,
+        map: &'a HashMap<u64, Vec<usize>>,
+        hash: u64,
+    ) -> impl Iterator<Item = usize> + 'a {
+        map.get(&hash)
+            .into_iter()
+            .flatten()
+            .chain(&self.unsummarized)
+            .copied()
+    }
 }
 
 /// Whether entry `i` is not a tool result, or (as a deferred load's summaries show) one right
