@@ -326,3 +326,63 @@ async fn a_session_that_cannot_save_says_so_and_stops_the_run() {
     assert!(failed[0].contains("panicked while appending"), "{failed:?}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A session file opened again ([`pi_core::harness::open_file`] + [`AgentSession::resume`])
+/// holds no model context until it is used: its message count comes from the file's tree and
+/// equals the context built on first use, which is the one an open that builds it gives; a
+/// custom message sent then joins the built context once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_session_builds_its_context_on_first_use() {
+    let (root, ws) = workspace("deferred");
+    let (s, _) = session(
+        &root,
+        ws.clone(),
+        scripted(json!([
+            {"toolCalls": [{"name": "read", "arguments": {"path": "a.txt"}}]},
+            {"text": "done"}
+        ])),
+    );
+    std::fs::write(root.join("a.txt"), "alpha\n").unwrap();
+    s.prompt("go", Vec::new(), None, None).await.unwrap();
+    s.agent().wait_for_idle().await;
+    let built = s.agent().messages();
+    assert_eq!(built.len(), 4);
+    let file = s.file();
+    s.close().await;
+    s.writer().lock().unwrap().close().unwrap();
+    drop(s);
+    let eager = {
+        let (_, loaded) = pi_core::session::SessionWriter::open(&file).unwrap();
+        loaded.messages
+    };
+    assert_eq!(eager, built);
+    let pi_core::harness::Opening::Opened { writer, loaded, .. } =
+        pi_core::harness::open_file(&ws, &file, |_| None).unwrap()
+    else {
+        panic!("not opened");
+    };
+    assert!(loaded.deferred && loaded.messages.is_empty());
+    let setup = Arc::new(TestSetup {
+        root: root.clone(),
+        seen: Arc::default(),
+    });
+    let r = AgentSession::resume(ws, setup, writer, loaded, None).unwrap();
+    assert_eq!(r.agent_handle().message_count(), 0);
+    assert_eq!(r.message_count(), 4);
+    r.send_custom_message(CustomMessage {
+        custom_type: "note".into(),
+        content: json!("later"),
+        display: true,
+        details: None,
+        deliver_as: None,
+        trigger_turn: false,
+    })
+    .await
+    .unwrap();
+    let after = r.agent().messages();
+    assert_eq!(after.len(), 5);
+    assert_eq!(after[..4], eager[..]);
+    assert_eq!(r.message_count(), 5);
+    r.close().await;
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -244,6 +244,11 @@ impl Documents {
     /// The key of `path` in the file map: its real path, or the path itself when it is a key
     /// already (a file deleted since it was opened).
     fn key(m: &Maps, path: &Path) -> Option<PathBuf> {
+        // No file open: nothing to resolve the path for (a tool round with no buffers open
+        // costs no `realpath` here).
+        if m.files.is_empty() {
+            return None;
+        }
         if m.files.contains_key(path) {
             return Some(path.to_path_buf());
         }

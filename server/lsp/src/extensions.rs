@@ -104,7 +104,7 @@ impl LspExtensionUi {
     /// The active run of this session, if any.
     fn run_id(&self, st: &State) -> Option<String> {
         let session = st.sessions.lock().get(&self.session_id).cloned()?;
-        session.agent().run_id()
+        session.agent_handle().run_id()
     }
 
     async fn fallback(&self, st: &State, request: UiRequest) -> UiResponse {
@@ -193,9 +193,9 @@ impl ExtensionUi for LspExtensionUi {
             };
             let session = st.sessions.lock().get(&self.session_id).cloned();
             let run_id = session.and_then(|s| {
-                s.agent()
+                s.agent_handle()
                     .is_streaming()
-                    .then(|| s.agent().run_id())
+                    .then(|| s.agent_handle().run_id())
                     .flatten()
             });
             st.client

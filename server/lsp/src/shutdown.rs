@@ -191,7 +191,7 @@ impl Target {
     pub(crate) fn of(session: &AgentSession) -> Target {
         Target {
             id: session.id().to_string(),
-            agent: session.agent().clone(),
+            agent: session.agent_handle().clone(),
             writer: session.writer().clone(),
             tracker: session.tracker().clone(),
         }

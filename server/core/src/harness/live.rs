@@ -301,6 +301,7 @@ impl AgentSession {
                 .queue_notice(report.clone(), QueueState::Queued),
         )
         .await;
+        self.ensure_context();
         self.agent.enqueue(message, how);
         let run = self
             .agent
@@ -524,6 +525,7 @@ impl AgentSession {
     /// a run, it waits until the run settles. [`AgentSession::abort`] cancels it, as does
     /// dropping the returned future (nothing is written then).
     pub async fn compact(&self, instructions: Option<String>) -> Result<CompactionResult, Error> {
+        self.ensure_context();
         self.reconfigure();
         let (_, control, rx) = self.agent.compact(instructions).map_err(|_| {
             Error::Busy(format!(
@@ -695,6 +697,8 @@ impl AgentSession {
         if self.agent.is_streaming() {
             return Err(Error::Busy(format!("session {} is running", self.id)));
         }
+        // Built before the entry is appended: the message is added to it below.
+        self.ensure_context();
         let id = self.lock_writer()?.append_entry(kind, fields)?;
         if let Some(m) = message {
             let mut messages = self.agent.messages();
@@ -889,7 +893,7 @@ impl AgentSession {
             Vec::new()
         };
         let count = messages.len();
-        self.agent.set_messages(messages).map_err(|_| busy())?;
+        self.set_messages(messages).map_err(|_| busy())?;
         Ok(BranchOutcome {
             leaf_id: leaf,
             summary_entry_id,

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, Weak};
 use pi_ai::models::{ModelError, ThinkingLevel};
 use pi_ai::{Message, Model};
 
-use crate::agent::{Agent, AgentConfig, AgentHooks, EventSink, Subscription, WeakAgent};
+use crate::agent::{Agent, AgentBusy, AgentConfig, AgentHooks, EventSink, Subscription, WeakAgent};
 use crate::approval::{ApprovalPolicy, Gate};
 use crate::extension::{ExtensionUi, Extensions};
 use crate::fs::Fs;
@@ -113,6 +113,9 @@ pub struct AgentSession {
     parent_session: Option<String>,
     /// A rewind is in progress ([`rewind`]): prompts are refused meanwhile.
     rewinding: Arc<AtomicBool>,
+    /// Opened without its model context ([`SessionWriter::open_deferred`]): the agent's
+    /// messages are empty until [`AgentSession::ensure_context`] builds them.
+    deferred: parking_lot::Mutex<bool>,
     /// Keeps the session's own listener and the extensions' event handlers registered.
     _subscriptions: Vec<Subscription>,
 }
@@ -165,7 +168,7 @@ pub fn open_file(
     }
     let mut notices = Vec::new();
     let images = image_options(ws);
-    let (writer, loaded) = match SessionWriter::open_with(path, images) {
+    let (writer, loaded) = match SessionWriter::open_deferred(path, images) {
         Ok(w) => w,
         Err(SessionError::Locked { pid, .. }) => {
             let (tree, _) = read_tree(path, false)?;
@@ -259,6 +262,7 @@ impl AgentSession {
             Vec::new(),
             queue::UsageTotals::default(),
             (name.map(str::to_string), None),
+            false,
         );
         Ok(s)
     }
@@ -295,11 +299,14 @@ impl AgentSession {
             loaded.messages,
             usage,
             (loaded.name, parent),
+            loaded.deferred,
         ))
     }
 
     /// A session around `writer` with an agent on `messages`; `usage`: the responses already
-    /// in the file; `(name, parent session)` from its file.
+    /// in the file; `(name, parent session)` from its file; `deferred`: `messages` are to be
+    /// built from the writer on first use.
+    #[allow(clippy::too_many_arguments)]
     fn new(
         ws: Arc<WorkspaceConfig>,
         setup: Arc<dyn SessionSetup>,
@@ -308,6 +315,7 @@ impl AgentSession {
         messages: Vec<Message>,
         usage: queue::UsageTotals,
         (name, parent_session): (Option<String>, Option<String>),
+        deferred: bool,
     ) -> Arc<AgentSession> {
         Arc::new_cyclic(|me: &Weak<AgentSession>| {
             let id = writer.id().to_string();
@@ -358,6 +366,7 @@ impl AgentSession {
                 }),
                 parent_session,
                 rewinding: Arc::default(),
+                deferred: parking_lot::Mutex::new(deferred),
                 _subscriptions: subscriptions,
             }
         })
@@ -405,6 +414,7 @@ impl AgentSession {
                 self.id
             )));
         }
+        self.ensure_context();
         self.reconfigure();
         self.agent
             .prompt(messages)
@@ -516,9 +526,53 @@ impl AgentSession {
         &self.ws
     }
 
-    /// The session's agent.
+    /// The session's agent, its messages the branch's model context (a session opened
+    /// without it has it built first: [`AgentSession::ensure_context`]).
     pub fn agent(&self) -> &Agent {
+        self.ensure_context();
         &self.agent
+    }
+
+    /// The session's agent for what does not read its messages (streaming, run id, queue
+    /// modes, abort, waiting): a session opened without its context stays without it.
+    pub fn agent_handle(&self) -> &Agent {
+        &self.agent
+    }
+
+    /// How many messages the model context holds ([`Agent::message_count`]); counted from the
+    /// file's tree while the context is not built ([`SessionTree::message_count`]).
+    pub fn message_count(&self) -> usize {
+        let deferred = self.deferred.lock();
+        if *deferred {
+            if let Ok(w) = self.lock_writer() {
+                return w.tree().message_count(w.leaf());
+            }
+        }
+        self.agent.message_count()
+    }
+
+    /// Builds the model context of a session opened without it (the branch at the writer's
+    /// leaf) into the agent, once; later calls return at once. A poisoned writer leaves the
+    /// agent without context (its appends are refused too).
+    pub(crate) fn ensure_context(&self) {
+        let mut deferred = self.deferred.lock();
+        if !*deferred {
+            return;
+        }
+        let Ok(messages) = self.lock_writer().map(|w| w.context().messages) else {
+            return;
+        };
+        if self.agent.set_messages(messages).is_ok() {
+            *deferred = false;
+        }
+    }
+
+    /// Sets the agent's messages (a branch, a rewind): a deferred context is not built then.
+    pub(crate) fn set_messages(&self, messages: Vec<Message>) -> Result<(), AgentBusy> {
+        let mut deferred = self.deferred.lock();
+        self.agent.set_messages(messages)?;
+        *deferred = false;
+        Ok(())
     }
 
     /// The single writer of the session's file.

@@ -619,7 +619,7 @@ impl AgentSession {
             let w = self.lock_writer()?;
             w.context().messages
         };
-        if self.agent.set_messages(messages).is_err() {
+        if self.set_messages(messages).is_err() {
             tracing::warn!(
                 "session {}: a run started during the rewind; it keeps its context",
                 self.id

@@ -43,6 +43,52 @@ pub(crate) struct MessageParts {
     pub message: Option<Message>,
     /// For `role: "assistant"`.
     pub assistant: Option<AssistantInfo>,
+    /// What a deferred load keeps instead of `message` ([`LineParts::summarize`]).
+    pub summary: Option<MessageSummary>,
+}
+
+/// What a deferred load (the model context built on first use) keeps of a `message` entry's
+/// model-visible message instead of the message: whether there is one (to count the context
+/// without building it), and the XXH3 of its tool-call ids (a result's `toolCallId`, an
+/// assistant message's calls), enough to see that a result follows its call (PAIR-02) without
+/// reading the line again.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct MessageSummary {
+    /// The entry has a model-visible message.
+    pub visible: bool,
+    /// [`call_hash`] of each tool-call id it names.
+    pub calls: Box<[u64]>,
+}
+
+impl MessageSummary {
+    /// The summary of a converted message (`None`: not model-visible).
+    pub(crate) fn of(message: Option<&Message>) -> MessageSummary {
+        let calls = match message {
+            Some(Message::ToolResult(r)) => vec![call_hash(&r.tool_call_id)],
+            Some(Message::Assistant(a)) => {
+                a.tool_calls().iter().map(|c| call_hash(&c.id)).collect()
+            }
+            _ => Vec::new(),
+        };
+        MessageSummary {
+            visible: message.is_some(),
+            calls: calls.into_boxed_slice(),
+        }
+    }
+}
+
+/// The XXH3 of a tool-call id, as [`MessageSummary`] keeps it.
+pub(crate) fn call_hash(id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+}
+
+impl LineParts {
+    /// Replaces the model-visible message of a `message` entry by its [`MessageSummary`].
+    pub(crate) fn summarize(&mut self) {
+        if let Some(m) = self.message.as_mut() {
+            m.summary = Some(MessageSummary::of(m.message.take().as_ref()));
+        }
+    }
 }
 
 /// The parts of one entry line.
@@ -75,6 +121,7 @@ pub(crate) fn message_from_value(m: &Value, convert: bool) -> MessageParts {
         role,
         message: if convert { convert_message(m) } else { None },
         assistant,
+        summary: None,
     }
 }
 
@@ -377,6 +424,7 @@ impl<'de> Visitor<'de> for MessageSeed {
                     role: Some(role),
                     message: Some(m),
                     assistant: Some(info),
+                    summary: None,
                 });
             }
             "toolResult" => {
@@ -404,6 +452,7 @@ impl<'de> Visitor<'de> for MessageSeed {
             role: Some(role),
             message: Some(message),
             assistant: None,
+            summary: None,
         })
     }
 }

@@ -280,6 +280,7 @@ fn reparent_orphan_results(
             .unwrap_or(false)
     };
     let mut warnings = Vec::new();
+    let mut index: Option<CallIndex> = None;
     // Walk the branch from its leaf; a moved result changes the branch, so walk again (a few
     // times at most).
     'walk: for _ in 0..8 {
@@ -288,22 +289,31 @@ fn reparent_orphan_results(
         };
         let path = tree.path_indices(&leaf);
         for (pos, &i) in path.iter().enumerate().rev() {
+            let p = pos.checked_sub(1).map(|k| path[k]);
+            if follows_its_call(tree, i, p) {
+                continue;
+            }
             let Some(call) = result_call(tree, i) else {
                 continue;
             };
-            let p = pos.checked_sub(1).map(|k| path[k]);
             let fine = p.is_some_and(|p| {
                 tree.entries[p].role() == Some("toolResult") || declares(tree, p, &call)
             });
             if fine {
                 continue;
             }
-            let mut owners = (0..tree.entries.len()).filter(|&k| declares(tree, k, &call));
+            // Candidates by the call's hash (a deferred load's summaries), read to be sure;
+            // entries without a summary are all candidates.
+            let index = index.get_or_insert_with(|| CallIndex::new(tree));
+            let h = line::call_hash(&call);
+            let mut owners = index
+                .candidates(&index.declared, h)
+                .filter(|&k| declares(tree, k, &call));
             let (Some(owner), None) = (owners.next(), owners.next()) else {
                 continue;
             };
             let owner_id = tree.entries[owner].id.clone();
-            let answered = (0..tree.entries.len()).any(|k| {
+            let answered = index.candidates(&index.results, h).any(|k| {
                 tree.entries[k].parent_id.as_deref() == Some(owner_id.as_str())
                     && result_call(tree, k).as_deref() == Some(call.as_str())
             });
@@ -324,6 +334,79 @@ fn reparent_orphan_results(
         break;
     }
     warnings
+}
+
+/// The `message` entries of a tree by the [`line::call_hash`] of the tool calls they name (from
+/// a deferred load's summaries): assistant messages by their calls, tool results by theirs;
+/// entries without a summary apart (they may name any call).
+struct CallIndex {
+    declared: HashMap<u64, Vec<usize>>,
+    results: HashMap<u64, Vec<usize>>,
+    unsummarized: Vec<usize>,
+}
+
+impl CallIndex {
+    fn new(tree: &SessionTree) -> CallIndex {
+        let mut index = CallIndex {
+            declared: HashMap::new(),
+            results: HashMap::new(),
+            unsummarized: Vec::new(),
+        };
+        for (k, e) in tree.entries.iter().enumerate() {
+            let map = match e.role() {
+                Some("assistant") => &mut index.declared,
+                Some("toolResult") => &mut index.results,
+                _ => continue,
+            };
+            match e.summary() {
+                Some(s) => {
+                    for h in s.calls.iter() {
+                        let at = map.entry(*h).or_default();
+                        // (Once per entry, whatever its calls repeat.)
+                        if at.last() != Some(&k) {
+                            at.push(k);
+                        }
+                    }
+                }
+                None => index.unsummarized.push(k),
+            }
+        }
+        index
+    }
+
+    /// The entries of `map` under `hash`, then those without a summary (each entry once).
+    fn candidates<'a>(
+        &'a self,
+        map: &'a HashMap<u64, Vec<usize>>,
+        hash: u64,
+    ) -> impl Iterator<Item = usize> + 'a {
+        map.get(&hash)
+            .into_iter()
+            .flatten()
+            .chain(&self.unsummarized)
+            .copied()
+    }
+}
+
+/// Whether entry `i` is not a tool result, or (as a deferred load's summaries show) one right
+/// under another result or under the assistant message that names its call: nothing for
+/// [`reparent_orphan_results`] to read. False when the summaries do not tell.
+fn follows_its_call(tree: &SessionTree, i: usize, parent: Option<usize>) -> bool {
+    let e = &tree.entries[i];
+    if e.role() != Some("toolResult") {
+        return true;
+    }
+    let (Some(summary), Some(p)) = (e.summary(), parent.map(|p| &tree.entries[p])) else {
+        return false;
+    };
+    let [call] = &*summary.calls else {
+        return false;
+    };
+    match (p.role(), p.summary()) {
+        (Some("toolResult"), _) => true,
+        (Some("assistant"), Some(ps)) => ps.calls.contains(call),
+        _ => false,
+    }
 }
 
 /// The image blocks of a stored entry (message content, custom message content).
@@ -483,6 +566,9 @@ pub struct LoadedSession {
     pub name: Option<String>,
     /// The whole tree, every entry as stored (shared with the writer until it appends).
     pub tree: std::sync::Arc<SessionTree>,
+    /// Opened with [`SessionWriter::open_deferred`]: `messages` is empty, the context is to be
+    /// built from the writer when needed.
+    pub deferred: bool,
 }
 
 /// The single writer of one session file.
@@ -686,8 +772,29 @@ impl SessionWriter {
         path: &Path,
         images: ImageOptions,
     ) -> Result<(Self, LoadedSession), SessionError> {
+        Self::open_inner(path, images, false)
+    }
+
+    /// [`SessionWriter::open_with`] without building the model context: the loaded session's
+    /// `messages` are empty and `deferred` is set; the context is the writer's
+    /// [`SessionWriter::context`] when it is needed, and [`SessionTree::message_count`] counts
+    /// it before. What stays in memory is the tree (no message text), so a long session opens
+    /// in the time it takes to read its lines once, and costs memory for its context only when
+    /// a run or a client asks for it.
+    pub fn open_deferred(
+        path: &Path,
+        images: ImageOptions,
+    ) -> Result<(Self, LoadedSession), SessionError> {
+        Self::open_inner(path, images, true)
+    }
+
+    fn open_inner(
+        path: &Path,
+        images: ImageOptions,
+        deferred: bool,
+    ) -> Result<(Self, LoadedSession), SessionError> {
         let lock = LockFile::acquire(path)?;
-        let mut l = load(path, true)?;
+        let mut l = load(path, true, deferred)?;
         if images.storage == ImageStorage::Inline
             && l.assets_read > 0
             && l.tree.header["version"].as_u64() == Some(SESSION_VERSION)
@@ -696,7 +803,7 @@ impl SessionWriter {
             // written once more with them inline (the original kept beside it), then loaded
             // from the new text.
             let backup = write_inline(path, &l.tree)?;
-            let mut again = load(path, true)?;
+            let mut again = load(path, true, deferred)?;
             let mut warnings = std::mem::take(&mut l.warnings);
             warnings.push(format!(
                 "rewrote {} with the {} image line(s) kept in assets/ inline, as Pi reads them; the original is kept at {}",
@@ -727,6 +834,7 @@ impl SessionWriter {
         warnings.extend(reparent_orphan_results(&mut tree, messages.as_deref()));
         let leaf = tree.last_id().map(str::to_string);
         let mut ctx = match messages {
+            _ if deferred => tree.settings(leaf.as_deref()),
             Some(mut parsed) => {
                 restore_images(
                     &tree,
@@ -749,6 +857,7 @@ impl SessionWriter {
             warnings,
             name: tree.name(),
             tree: Arc::new(tree),
+            deferred,
         };
         let file = std::fs::OpenOptions::new()
             .append(true)
@@ -1248,7 +1357,7 @@ fn new_header(cwd: &Path, parent: Option<&Path>) -> Value {
 /// parse is moved to a `.corrupt` sidecar and cut off (SESS-01), and a complete last line
 /// without its newline gets one; damaged middle lines are skipped and counted (SESS-02).
 pub fn read_tree(path: &Path, repair: bool) -> Result<(SessionTree, Vec<String>), SessionError> {
-    let l = load(path, repair)?;
+    let l = load(path, repair, true)?;
     Ok((l.tree, l.warnings))
 }
 
@@ -1277,8 +1386,9 @@ enum ParsedLine {
     Damaged,
 }
 
-/// [`read_tree`], keeping the messages parsed on the way.
-fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
+/// [`read_tree`], keeping the messages parsed on the way; `deferred`: keeping only their
+/// summaries ([`line::MessageSummary`]: the context is built later, from the file).
+fn load(path: &Path, repair: bool, deferred: bool) -> Result<Loaded, SessionError> {
     let file = std::fs::File::open(path).map_err(io(path))?;
     let size = file.metadata().map_err(io(path))?.len() as usize;
     let mut warnings = Vec::new();
@@ -1350,7 +1460,9 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
             let guess = lines.len().saturating_mul(n).saturating_add(16);
             if v3 {
                 tree.entries.reserve(guess);
-                messages.reserve(guess);
+                if !deferred {
+                    messages.reserve(guess);
+                }
             } else {
                 values.reserve(guess);
             }
@@ -1388,11 +1500,16 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
                     continue;
                 }
             };
-            let Some((entry, message)) = entry else {
+            let Some((mut entry, message)) = entry else {
                 tree.warnings
                     .push("skipped an entry without id or type".into());
                 continue;
             };
+            if deferred {
+                entry.summarize(message.as_ref());
+                tree.push_entry(entry);
+                continue;
+            }
             let i = tree.push_entry(entry);
             // Image bytes are not kept while loading (SESS-05); the context reads back those
             // it sends.
@@ -1410,12 +1527,12 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
         &src.file,
         pos.min(good_len),
         good_len,
-        |buf, lines| parse_lines(buf, lines, v3),
+        |buf, lines| parse_lines(buf, lines, v3, deferred),
         &mut take,
     )
     .map_err(io(path))?;
     let (tree, messages) = if v3 {
-        (tree, Some(messages))
+        (tree, (!deferred).then_some(messages))
     } else {
         (
             SessionTree::from_values(tree.header, values, Vec::new()),
@@ -1447,7 +1564,9 @@ fn load(path: &Path, repair: bool) -> Result<Loaded, SessionError> {
 
 /// Parses the entry lines `buf[start..end]` of `lines` (after the header), in order: v3 lines
 /// in one pass over the buffer ([`line::parse_many`]), any line it does not take one by one.
-fn parse_lines(buf: &[u8], lines: &[(usize, usize)], v3: bool) -> Vec<ParsedLine> {
+/// `deferred`: the messages are summarized ([`line::LineParts::summarize`]) where they were
+/// parsed (the thread that reads the piece).
+fn parse_lines(buf: &[u8], lines: &[(usize, usize)], v3: bool, deferred: bool) -> Vec<ParsedLine> {
     if !v3 {
         return lines
             .iter()
@@ -1460,6 +1579,12 @@ fn parse_lines(buf: &[u8], lines: &[(usize, usize)], v3: bool) -> Vec<ParsedLine
         .map(|(parts, &(s, e))| match parts {
             Some(parts) => ParsedLine::Parts(Box::new(parts)),
             None => parse_line(&buf[s..e], true),
+        })
+        .map(|mut line| {
+            if let (true, ParsedLine::Parts(parts)) = (deferred, &mut line) {
+                parts.summarize();
+            }
+            line
         })
         .collect()
 }
@@ -2011,18 +2136,115 @@ mod tests {
         ];
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
         std::fs::write(&p, text).unwrap();
-        let loaded = load(&p, false).unwrap();
+        let loaded = load(&p, false, false).unwrap();
+        let deferred = load(&p, false, true).unwrap();
+        assert!(deferred.messages.is_none());
         let ids: Vec<String> = loaded.tree.entries.iter().map(|e| e.id.clone()).collect();
         assert_eq!(ids.len(), lines.len() - 1);
         for id in &ids {
-            let again = load(&p, false).unwrap();
+            let again = load(&p, false, false).unwrap();
             let taken = again.tree.context_parsed(Some(id), again.messages.unwrap());
-            assert_eq!(taken, loaded.tree.context(Some(id)), "leaf {id}");
+            let built = loaded.tree.context(Some(id));
+            assert_eq!(taken, built, "leaf {id}");
+            // A deferred load counts the same context without building it, and builds the
+            // same one from the file.
+            assert_eq!(
+                deferred.tree.message_count(Some(id)),
+                built.messages.len(),
+                "leaf {id}"
+            );
+            assert_eq!(deferred.tree.context(Some(id)), built, "leaf {id}");
+            let settings = deferred.tree.settings(Some(id));
+            assert_eq!(
+                (settings.model, settings.thinking_level),
+                (built.model, built.thinking_level),
+                "leaf {id}"
+            );
         }
         let at_i = loaded.tree.context(Some("i"));
         assert_eq!(at_i.messages.len(), 4);
         assert_eq!(at_i.model, Some(("p".into(), "m1".into())));
         assert_eq!(at_i.thinking_level, "high");
+    }
+
+    /// Every recorded file (damaged, mispaired, written by Pi, compacted, v1) opened with its
+    /// context deferred: the same tree, warnings, model and thinking level as an open that
+    /// builds it, no messages held, the context counted without building it and built the same
+    /// from the file later.
+    #[test]
+    fn a_deferred_open_gives_what_an_open_gives_when_the_context_is_built() {
+        let d = tmp("deferred");
+        let root = format!("{}/../../fixtures", env!("CARGO_MANIFEST_DIR"));
+        let v1 = concat!(
+            "{\"type\":\"session\",\"id\":\"old\",\"timestamp\":\"2025-01-01T00:00:00.000Z\",\"cwd\":\"/ws\"}\n",
+            "{\"type\":\"message\",\"timestamp\":\"2025-01-01T00:00:01.000Z\",\"message\":{\"role\":\"user\",\"content\":\"one\"}}\n",
+            "{\"type\":\"message\",\"timestamp\":\"2025-01-01T00:00:02.000Z\",\"message\":{\"role\":\"hookMessage\",\"customType\":\"x\",\"content\":\"two\",\"display\":false}}\n"
+        );
+        let mut files: Vec<(String, Vec<u8>)> = [
+            "cases/SESS-01-torn-tail.jsonl",
+            "cases/SESS-02-nul-block.jsonl",
+            "cases/PAIR-01-1.jsonl",
+            "cases/PAIR-02-1.jsonl",
+            "sessions/compacted-branches.jsonl",
+            "sessions/pi-0.73.1-anthropic-read.jsonl",
+            "sessions/pi-0.73.1-openai-read.jsonl",
+            "sessions/pi-0.73.1-tools.jsonl",
+        ]
+        .iter()
+        .map(|f| (f.to_string(), std::fs::read(format!("{root}/{f}")).unwrap()))
+        .collect();
+        // PAIR-02's case is entries only: behind a header and the user entry it names.
+        for (name, bytes) in files.iter_mut() {
+            if name.contains("PAIR-02") {
+                let head = concat!(
+                    "{\"type\":\"session\",\"version\":3,\"id\":\"p2\",\"cwd\":\"/ws\"}\n",
+                    "{\"type\":\"message\",\"id\":\"u0\",\"parentId\":null,\"message\":{\"role\":\"user\",\"content\":\"start\"}}\n"
+                );
+                bytes.splice(0..0, head.bytes());
+            }
+        }
+        files.push(("v1".into(), v1.as_bytes().to_vec()));
+        for (n, (name, bytes)) in files.iter().enumerate() {
+            let (a, b) = (d.join(format!("{n}a.jsonl")), d.join(format!("{n}b.jsonl")));
+            std::fs::write(&a, bytes).unwrap();
+            std::fs::write(&b, bytes).unwrap();
+            let (wa, built) = SessionWriter::open(&a).unwrap();
+            let (wb, deferred) = SessionWriter::open_deferred(&b, ImageOptions::default()).unwrap();
+            assert!(deferred.deferred && !built.deferred, "{name}");
+            assert!(deferred.messages.is_empty(), "{name}");
+            let renamed = |w: &[String]| -> Vec<String> {
+                w.iter()
+                    .map(|s| s.replace(&format!("{n}b.jsonl"), &format!("{n}a.jsonl")))
+                    .collect()
+            };
+            assert_eq!(renamed(&deferred.warnings), built.warnings, "{name}");
+            assert_eq!(
+                (&deferred.model, &deferred.thinking_level, &deferred.name),
+                (&built.model, &built.thinking_level, &built.name),
+                "{name}"
+            );
+            assert_eq!(wb.leaf(), wa.leaf(), "{name}");
+            assert_eq!(
+                wb.tree().message_count(wb.leaf()),
+                built.messages.len(),
+                "{name}"
+            );
+            assert_eq!(wb.context().messages, built.messages, "{name}");
+            let ids = |w: &SessionWriter| -> Vec<(String, Option<String>)> {
+                w.tree()
+                    .entries
+                    .iter()
+                    .map(|e| (e.id.clone(), e.parent_id.clone()))
+                    .collect()
+            };
+            assert_eq!(ids(&wb), ids(&wa), "{name}");
+            assert_eq!(
+                std::fs::read(&b).unwrap(),
+                std::fs::read(&a).unwrap(),
+                "{name}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

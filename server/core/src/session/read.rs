@@ -321,7 +321,7 @@ mod tests {
                 &f,
                 (from, bytes.len()),
                 size,
-                |b, l| super::super::parse_lines(b, l, true),
+                |b, l| super::super::parse_lines(b, l, true, false),
                 |k, n, lines| {
                     order.push((k, n));
                     all.extend(lines);

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use pi_ai::{ContentBlock, Message, UserContent, UserMessage};
 
-use super::line::{self, AssistantInfo, LineParts};
+use super::line::{self, AssistantInfo, LineParts, MessageSummary};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -103,6 +103,8 @@ pub struct Entry {
     role: Option<String>,
     /// Provider, model and usage of assistant messages.
     assistant: Option<Box<AssistantInfo>>,
+    /// Of a `message` entry loaded without its message (a deferred load).
+    summary: Option<MessageSummary>,
     text: Text,
 }
 
@@ -129,9 +131,9 @@ impl PartialEq for Entry {
 impl Entry {
     /// An entry from parsed parts; `None` without id or type.
     fn from_parts(parts: LineParts, text: Text) -> Option<(Entry, Option<Message>)> {
-        let (role, message, assistant) = match parts.message {
-            Some(m) => (m.role, m.message, m.assistant.map(Box::new)),
-            None => (None, None, None),
+        let (role, message, assistant, summary) = match parts.message {
+            Some(m) => (m.role, m.message, m.assistant.map(Box::new), m.summary),
+            None => (None, None, None, None),
         };
         Some((
             Entry {
@@ -140,6 +142,7 @@ impl Entry {
                 kind: parts.kind?,
                 role,
                 assistant,
+                summary,
                 text,
             },
             message,
@@ -215,6 +218,31 @@ impl Entry {
     /// The model-visible message of this entry ([`entry_message`]).
     pub fn message(&self) -> Option<Message> {
         entry_message(self)
+    }
+
+    /// Keeps what a deferred load needs of this `message` entry's `message` (unless the line's
+    /// parse kept it already).
+    pub(crate) fn summarize(&mut self, message: Option<&Message>) {
+        if self.kind == "message" && self.summary.is_none() {
+            self.summary = Some(MessageSummary::of(message));
+        }
+    }
+
+    /// What a deferred load kept of this `message` entry's message.
+    pub(crate) fn summary(&self) -> Option<&MessageSummary> {
+        self.summary.as_ref()
+    }
+
+    /// Whether the entry has a model-visible message ([`entry_message`]), from its summary
+    /// when a deferred load kept one (else the entry is read).
+    pub fn is_visible(&self) -> bool {
+        match (&self.summary, self.kind.as_str()) {
+            (Some(s), _) => s.visible,
+            (None, "message" | "custom_message" | "branch_summary") => {
+                entry_message(self).is_some()
+            }
+            _ => false,
+        }
     }
 }
 
@@ -347,13 +375,16 @@ pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Mes
     path_messages_with(path, proposed, |_, e| entry_message(e))
 }
 
-/// [`path_messages`] taking each entry's message from `message(position on the path, entry)`
-/// (messages already parsed); it is asked only for the entries the context holds, in order.
-pub fn path_messages_with(
-    path: &[&Entry],
-    proposed: Option<(&str, &str)>,
-    mut message: impl FnMut(usize, &Entry) -> Option<Message>,
-) -> Vec<Message> {
+/// Which entries of a path the model context holds: with a compaction (on the path, or
+/// proposed to follow it), its summary first (`(summary, timestamp)`), then the kept entries
+/// from `firstKeptEntryId` up to it, then everything after it; else the whole path.
+struct PathPlan {
+    summary: Option<(String, i64)>,
+    /// Positions on the path, in order.
+    ranges: [std::ops::Range<usize>; 2],
+}
+
+fn path_plan(path: &[&Entry], proposed: Option<(&str, &str)>) -> PathPlan {
     let compaction = path.iter().rposition(|e| e.kind == "compaction");
     let (ci, summary, first_kept, ts) = match (proposed, compaction) {
         (Some((summary, first)), _) => (
@@ -372,26 +403,58 @@ pub fn path_messages_with(
             )
         }
         (None, None) => {
-            return path
-                .iter()
-                .enumerate()
-                .filter_map(|(k, e)| message(k, e))
-                .collect()
+            return PathPlan {
+                summary: None,
+                ranges: [0..path.len(), 0..0],
+            }
         }
     };
-    let mut out = vec![user(
-        format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
-        ts,
-    )];
     let start = path[..ci]
         .iter()
         .position(|e| Some(&e.id) == first_kept.as_ref())
         .unwrap_or(ci);
-    out.extend((start..ci).filter_map(|k| message(k, path[k])));
-    if ci < path.len() {
-        out.extend((ci + 1..path.len()).filter_map(|k| message(k, path[k])));
+    let after = if ci < path.len() {
+        ci + 1..path.len()
+    } else {
+        0..0
+    };
+    PathPlan {
+        summary: Some((summary, ts)),
+        ranges: [start..ci, after],
+    }
+}
+
+/// [`path_messages`] taking each entry's message from `message(position on the path, entry)`
+/// (messages already parsed); it is asked only for the entries the context holds, in order.
+pub fn path_messages_with(
+    path: &[&Entry],
+    proposed: Option<(&str, &str)>,
+    mut message: impl FnMut(usize, &Entry) -> Option<Message>,
+) -> Vec<Message> {
+    let plan = path_plan(path, proposed);
+    let mut out = Vec::new();
+    if let Some((summary, ts)) = plan.summary {
+        out.push(user(
+            format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
+            ts,
+        ));
+    }
+    for range in plan.ranges {
+        out.extend(range.filter_map(|k| message(k, path[k])));
     }
     out
+}
+
+/// How many messages [`path_messages`] gives for `path`, without building them
+/// ([`Entry::is_visible`]).
+pub fn path_message_count(path: &[&Entry]) -> usize {
+    let plan = path_plan(path, None);
+    let visible: usize = plan
+        .ranges
+        .into_iter()
+        .map(|r| r.filter(|&k| path[k].is_visible()).count())
+        .sum();
+    usize::from(plan.summary.is_some()) + visible
 }
 
 /// The model and thinking level of a root-to-leaf `path` (no messages): the last
@@ -659,6 +722,33 @@ impl SessionTree {
             .filter_map(|(i, m)| m.filter(|_| on_path[i]))
             .collect();
         ctx
+    }
+
+    /// The model and thinking level at `leaf` (default: the last entry) without the messages
+    /// (`messages` empty).
+    pub fn settings(&self, leaf: Option<&str>) -> SessionContext {
+        match leaf.or(self.last_id()) {
+            Some(leaf) => {
+                let indices = self.path_indices(leaf);
+                let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+                path_settings(&path)
+            }
+            None => SessionContext {
+                thinking_level: "off".into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// How many messages the model context at `leaf` (default: the last entry) holds, counted
+    /// without building it ([`path_message_count`]).
+    pub fn message_count(&self, leaf: Option<&str>) -> usize {
+        let Some(leaf) = leaf.or(self.last_id()) else {
+            return 0;
+        };
+        let indices = self.path_indices(leaf);
+        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+        path_message_count(&path)
     }
 
     fn context_with(

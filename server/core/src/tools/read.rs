@@ -604,6 +604,36 @@ async fn image_blocks(
     }
 }
 
+/// A file on disk read whole by [`read_small`].
+enum Small {
+    /// Its bytes and the image type its first bytes name.
+    Image(Vec<u8>, &'static str),
+    Text(crate::fs::DecodedText),
+}
+
+/// A regular file under [`STREAM_FROM`] bytes read whole through one open: an image by its
+/// first bytes, else its decoded text (as [`crate::fs::DiskFs`] reads it). `None` for anything
+/// else (not there, not a regular file, large, an error): the tool's general path takes it and
+/// says what is wrong. Blocking.
+fn read_small(path: &std::path::Path) -> Option<Small> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() >= STREAM_FROM {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    // Through `Take` (up to the limit): the size is known, no second `fstat` for a hint.
+    (&mut file).take(STREAM_FROM).read_to_end(&mut bytes).ok()?;
+    if bytes.len() as u64 >= STREAM_FROM {
+        return None;
+    }
+    Some(match sniff_image(&bytes[..bytes.len().min(16)]) {
+        Some(mime) => Small::Image(bytes, mime),
+        None => Small::Text(crate::fs::decode_file(bytes)),
+    })
+}
+
 #[async_trait]
 impl Tool for ReadTool {
     fn spec(&self) -> ToolSpec {
@@ -620,6 +650,45 @@ impl Tool for ReadTool {
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
         let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
+        let offset = a.offset.map(|o| o.max(1.0) as usize).unwrap_or(1);
+        let limit = a.limit.map(|l| l.max(1.0) as usize);
+        // The common case, a file on disk under the streaming size with no editor buffer over
+        // it, in one blocking hop (below: a sniff, a stat and a read, each its own hop and the
+        // first and last each opening the file).
+        let small = if self.fs.has_buffer(&path) {
+            None
+        } else {
+            let p = path.clone();
+            tokio::task::spawn_blocking(move || read_small(&p))
+                .await
+                .ok()
+                .flatten()
+        };
+        match small {
+            Some(Small::Image(bytes, mime)) => {
+                return Ok(ToolOutput {
+                    terminate: false,
+                    content: image_blocks(bytes, mime, non_vision_note(ctx.model_input.as_deref()))
+                        .await,
+                    details: None,
+                });
+            }
+            Some(Small::Text(decoded)) => {
+                let (mut text, details) =
+                    read_window(&decoded.text, offset, limit, &a.path).map_err(ToolError::new)?;
+                self.state.reads.record(&path, &decoded.text);
+                if let Some(note) = decoded.encoding.read_note() {
+                    text.push_str("\n\n");
+                    text.push_str(&note);
+                }
+                return Ok(ToolOutput {
+                    content: vec![ContentBlock::text(text)],
+                    details,
+                    terminate: false,
+                });
+            }
+            None => {}
+        }
         // An image by its content on disk, whatever its name (Pi's detection); else text.
         let mime = match self.fs.read_head(&path, 16).await {
             Ok(head) => sniff_image(&head),
@@ -638,8 +707,6 @@ impl Tool for ReadTool {
                 details: None,
             });
         }
-        let offset = a.offset.map(|o| o.max(1.0) as usize).unwrap_or(1);
-        let limit = a.limit.map(|l| l.max(1.0) as usize);
         // A large file on disk (no editor buffer over it) is read in a stream: memory stays
         // bounded whatever its size (issue 19 item 5).
         let large = !self.fs.has_buffer(&path)

@@ -27,7 +27,7 @@ use pi_core::harness::sessions_dir;
 pub(crate) fn session_state(s: &AgentSession) -> SessionState {
     let file = s.file().display().to_string();
     let leaf = s.tree().ok().and_then(|(_, leaf)| leaf);
-    let (steering, follow_up) = s.agent().queue_modes();
+    let (steering, follow_up) = s.agent_handle().queue_modes();
     let model = s.model();
     SessionState {
         session_id: s.id().to_string(),
@@ -38,16 +38,16 @@ pub(crate) fn session_state(s: &AgentSession) -> SessionState {
         thinking_level: model
             .thinking_level
             .unwrap_or(pi_ai::models::ThinkingLevel::Off),
-        is_streaming: s.agent().is_streaming(),
-        run_id: s.agent().run_id(),
+        is_streaming: s.agent_handle().is_streaming(),
+        run_id: s.agent_handle().run_id(),
         steering_mode: mode_name(steering),
         follow_up_mode: mode_name(follow_up),
         auto_retry_enabled: s.auto_retry(),
         is_retrying: s.tracker().retrying(),
         auto_compaction_enabled: s.auto_compaction(),
-        is_compacting: s.agent().is_compacting(),
+        is_compacting: s.agent_handle().is_compacting(),
         is_bash_running: s.tracker().bash_running(),
-        message_count: s.agent().message_count(),
+        message_count: s.message_count(),
         pending_message_count: s.tracker().queued().len(),
         leaf_id: leaf,
         approval_policy: Some(s.gate().policy()),
@@ -82,7 +82,7 @@ impl Backend {
             messages,
             entry_ids,
             streaming_message: s
-                .agent()
+                .agent_handle()
                 .streaming_message()
                 .and_then(|m| serde_json::to_value(pi_ai::Message::Assistant(m)).ok()),
         })
