@@ -23,6 +23,6 @@ pub mod types;
 
 pub use api::{stream, StreamOptions};
 pub use errors::{ProviderError, RetryPolicy};
-pub use models::{Model, Registry};
+pub use models::{Api, Model, Registry};
 pub use stream::{AssistantEvent, AssistantStream};
 pub use types::*;

@@ -904,17 +904,14 @@ impl Compactor for SessionCompactor {
             ));
         }
         let r = &p.result;
-        w.append_entry(
-            "compaction",
-            serde_json::json!({
-                "summary": r.summary,
-                "firstKeptEntryId": r.first_kept_entry_id,
-                "tokensBefore": r.tokens_before,
-                "details": r.details,
-                // Pi's `fromHook`: false unless an extension's session_before_compact made it.
-                "fromHook": false,
-            }),
-        )
+        w.append(crate::session::EntryData::Compaction {
+            summary: r.summary.clone(),
+            first_kept_entry_id: r.first_kept_entry_id.clone(),
+            tokens_before: r.tokens_before,
+            details: r.details.clone(),
+            // Pi's `fromHook`: false unless an extension's session_before_compact made it.
+            from_hook: false,
+        })
         .and_then(|_| w.sync_now())
         .map_err(|e| CompactionError::Session(e.to_string()))?;
         Ok(w.context().messages)

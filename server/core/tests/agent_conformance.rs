@@ -120,7 +120,7 @@ fn sleeper(name: &'static str) -> Arc<TestTool> {
 fn config(script: Value, tools: Vec<Arc<dyn Tool>>) -> AgentConfig {
     let model = Model {
         script: Some(Arc::new(serde_json::from_value(script).unwrap())),
-        ..Model::new("scripted", "scripted", "t", "")
+        ..Model::new(pi_ai::Api::Scripted, "scripted", "t", "")
     };
     AgentConfig::new(model, "sys".into(), tools)
 }

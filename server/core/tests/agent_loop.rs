@@ -54,7 +54,7 @@ fn tmp(name: &str) -> PathBuf {
 fn config(dir: &std::path::Path, script: Value) -> AgentConfig {
     let model = Model {
         script: Some(Arc::new(serde_json::from_value(script).unwrap())),
-        ..Model::new("scripted", "scripted", "t", "")
+        ..Model::new(pi_ai::Api::Scripted, "scripted", "t", "")
     };
     AgentConfig::new(
         model,

@@ -68,7 +68,7 @@ impl ExtensionHost for TestHost {
         self.writer
             .lock()
             .unwrap()
-            .append_entry("custom_message", fields.clone())
+            .append_raw("custom_message", fields.clone())
             .map_err(|e| e.to_string())?;
         let mut as_message = fields;
         as_message["role"] = json!("custom");
@@ -218,7 +218,7 @@ impl Extension for TestExt {
 fn scripted(script: Value) -> Model {
     Model {
         script: Some(Arc::new(serde_json::from_value(script).unwrap())),
-        ..Model::new("scripted", "scripted", "t", "")
+        ..Model::new(pi_ai::Api::Scripted, "scripted", "t", "")
     }
 }
 

@@ -103,7 +103,7 @@ fn seed_exercise_2_branch_plus_compaction() {
         .append_message(&assistant("port is 3000", &[], "anthropic", "claude-a"))
         .unwrap();
     let mc = w
-        .append_entry(
+        .append_raw(
             "model_change",
             json!({"provider": "openai", "modelId": "gpt-b"}),
         )
@@ -146,7 +146,7 @@ fn seed_exercise_2_branch_plus_compaction() {
     assert!(!prep.is_split_turn);
     assert_eq!(prep.file_ops.read.len(), 0, "the calls here carry no path");
     // Compact, keeping only the new user message raw.
-    let k = w.append_entry("compaction", json!({"summary": "Read config.ts: port 3000. A gpt-b branch agreed.", "firstKeptEntryId": u3, "tokensBefore": 900})).unwrap();
+    let k = w.append_raw("compaction", json!({"summary": "Read config.ts: port 3000. A gpt-b branch agreed.", "firstKeptEntryId": u3, "tokensBefore": 900})).unwrap();
     let path = w.path().to_path_buf();
     drop(w);
     let (tree, warnings) = read_tree(&path, false).unwrap();
@@ -526,8 +526,10 @@ fn request_body(model: &pi_ai::Model, messages: Vec<Message>) -> Value {
         tools: Vec::new(),
     };
     let opts = pi_ai::StreamOptions::default();
-    match model.api.as_str() {
-        "anthropic-messages" => pi_ai::api::anthropic_messages::build_request(model, &ctx, &opts),
+    match model.api {
+        pi_ai::Api::AnthropicMessages => {
+            pi_ai::api::anthropic_messages::build_request(model, &ctx, &opts)
+        }
         _ => pi_ai::api::openai_completions::build_request(model, &ctx, &opts),
     }
 }
@@ -551,7 +553,7 @@ fn seed_exercise_4_extension_state_and_delivery() {
     let with_details: Message = serde_json::from_value(json!({"role":"toolResult","toolCallId":"c1","toolName":"edit","content":[{"type":"text","text":"Edited a.txt"}],"details":{"diff":"-x = 1\n+x = 2","firstChangedLine":3},"isError":false,"timestamp":1})).unwrap();
     let r1 = w.append_message(&with_details).unwrap();
     let pref = w
-        .append_entry(
+        .append_raw(
             "custom",
             json!({"customType": "ui-prefs", "data": {"diffView": "split"}}),
         )
@@ -571,7 +573,7 @@ fn seed_exercise_4_extension_state_and_delivery() {
         ]
     );
     let notice = w
-        .append_entry(
+        .append_raw(
             "custom_message",
             json!({"customType": "notice", "content": "The test suite changed since your last run.", "display": true, "details": {"source": "watcher"}}),
         )
@@ -632,7 +634,12 @@ fn seed_exercise_4_extension_state_and_delivery() {
 
     // Provider form: neither the details nor the preference reach a request; the notice does,
     // in the user turn with the prompt.
-    let mut model = pi_ai::Model::new("anthropic-messages", "anthropic", "claude-a", "http://x");
+    let mut model = pi_ai::Model::new(
+        pi_ai::Api::AnthropicMessages,
+        "anthropic",
+        "claude-a",
+        "http://x",
+    );
     model.api_key = Some("k".into());
     let body = request_body(&model, ctx.messages.clone());
     let text = body.to_string();
@@ -687,7 +694,7 @@ fn seed_exercise_5_provider_neutral_replay() {
     // Branch at the common result, switch model, resume.
     let tree = w.tree().clone();
     w.branch(&tree, Some(&r1)).unwrap();
-    w.append_entry(
+    w.append_raw(
         "model_change",
         json!({"provider": "openai", "modelId": "gpt-b"}),
     )
@@ -726,7 +733,12 @@ fn seed_exercise_5_provider_neutral_replay() {
     );
 
     // Wire conversion for the OpenAI-compatible model.
-    let mut gpt = pi_ai::Model::new("openai-completions", "openai", "gpt-b", "http://x/v1");
+    let mut gpt = pi_ai::Model::new(
+        pi_ai::Api::OpenaiCompletions,
+        "openai",
+        "gpt-b",
+        "http://x/v1",
+    );
     gpt.api_key = Some("k".into());
     let body = request_body(&gpt, ctx.messages.clone());
     let msgs = body["messages"].as_array().unwrap();
@@ -739,7 +751,12 @@ fn seed_exercise_5_provider_neutral_replay() {
     assert!(text.contains("The port is in config.ts."));
     assert!(!text.contains("sig-abc"));
     // The same history replayed to the model that wrote it keeps the signed thinking and id.
-    let mut claude = pi_ai::Model::new("anthropic-messages", "anthropic", "claude-a", "http://x");
+    let mut claude = pi_ai::Model::new(
+        pi_ai::Api::AnthropicMessages,
+        "anthropic",
+        "claude-a",
+        "http://x",
+    );
     claude.api_key = Some("k".into());
     claude.reasoning = true;
     let body = request_body(&claude, ctx.messages);

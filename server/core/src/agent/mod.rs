@@ -44,7 +44,7 @@ use pi_ai::{
     AssistantEvent, AssistantMessage, ContentBlock, Message, Model, StopReason, ToolCall,
     ToolResultMessage, ToolSpec,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -56,14 +56,14 @@ fn is_false(b: &bool) -> bool {
 
 /// What a tool produced: content for the model, details for the UI, and the tool's
 /// continuation hint (Pi's `AgentToolResult`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolOutput {
     pub content: Vec<ContentBlock>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
     /// Set by the tool (or the after hook), never by the model: when every result of a batch
     /// has it, the loop does not request another response on its own.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub terminate: bool,
 }
 
@@ -218,7 +218,7 @@ pub trait AgentHooks: Send + Sync {
 
 /// One image of an [`AgentEvent::ImagesReplaced`]: its content's [`crate::session::image_hash`]
 /// (`xxh3:` + 16 hex digits of its base64 data), type, and the note now in its place.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplacedImage {
     pub hash: String,
@@ -227,8 +227,9 @@ pub struct ReplacedImage {
 }
 
 /// One event of a run, serialized with Pi's names and shapes (`{"type":"turn_start"}`, …).
-/// `message_update` carries only the newest fragment, never the accumulated partial.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// `message_update` carries only the newest fragment, never the accumulated partial. Read back
+/// (by clients and tests) as written; fields that are not written take their defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
     tag = "type",
     rename_all = "snake_case",
@@ -282,7 +283,7 @@ pub enum AgentEvent {
     AutoRetryEnd {
         success: bool,
         attempt: u32,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         final_error: Option<String>,
     },
     /// pi-lsp's own (Pi has no such event; case 18.12): the provider refused a request for the
@@ -305,7 +306,7 @@ pub enum AgentEvent {
         result: Option<CompactionResult>,
         aborted: bool,
         will_retry: bool,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         error_message: Option<String>,
         /// The context after a committed compaction (not serialized; the agent's state takes it).
         #[serde(skip)]
@@ -493,7 +494,7 @@ pub struct AgentConfig {
 }
 
 /// Why a compaction runs (Pi's `reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CompactionReason {
     /// Context tokens passed context window − reserve tokens before a request.

@@ -292,8 +292,11 @@ pub fn append_custom_entry(
     let mut w = writer
         .lock()
         .map_err(|_| "the session writer failed".to_string())?;
-    w.append_entry("custom", json!({"customType": custom_type, "data": data}))
-        .map_err(|e| e.to_string())
+    w.append(crate::session::EntryData::Custom {
+        custom_type: custom_type.to_string(),
+        data,
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// The `data` of the `custom` entries of `custom_type` on `writer`'s active branch.
