@@ -39,7 +39,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pi_ai::errors::RetryPolicy;
 use pi_ai::{
     AssistantEvent, AssistantMessage, ContentBlock, Message, Model, StopReason, ToolCall,
     ToolResultMessage, ToolSpec,
@@ -48,7 +47,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::compaction::{CompactionError, CompactionResult, CompactionSettings};
+pub use crate::compaction::{
+    CompactionError, CompactionProposal, CompactionResult, CompactionSettings, Compactor,
+};
+pub use crate::config::types::{QueueMode, RetrySettings, ToolKind, ABORTED_TEXT};
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -143,22 +145,20 @@ pub trait Tool: Send + Sync {
     /// Runs the call. `Err` becomes a paired error result.
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
     /// The one-line entry of the system prompt's "Available tools" (Pi's `promptSnippet`);
-    /// `None` leaves the tool out of that list. Default: Pi's snippet for a built-in name.
+    /// `None` (the default) leaves the tool out of that list. Each tool declares its own.
     fn prompt_snippet(&self) -> Option<String> {
-        crate::prompt::builtin_tool_prompt(&self.spec().name).map(|(s, _)| s.to_string())
+        None
     }
     /// Lines the tool adds to the system prompt's guidelines (Pi's `promptGuidelines`).
-    /// Default: Pi's guidelines for a built-in name.
+    /// Default: none.
     fn prompt_guidelines(&self) -> Vec<String> {
-        crate::prompt::builtin_tool_prompt(&self.spec().name)
-            .map(|(_, g)| g.iter().map(|s| s.to_string()).collect())
-            .unwrap_or_default()
+        Vec::new()
     }
-    /// What the tool can do, for the approval policy ([`crate::approval`]). Default: the
-    /// built-in kind of its name (`read`/`grep`/`find`/`ls` read, `edit`/`write` edit),
-    /// [`crate::approval::ToolKind::Execute`] for any other name.
-    fn approval_kind(&self) -> crate::approval::ToolKind {
-        crate::approval::builtin_kind(&self.spec().name)
+    /// What the tool can do, for the approval policy ([`crate::approval`]). Default:
+    /// [`ToolKind::Execute`] (it asks under every policy but approve-all); read-only and
+    /// editing tools say so.
+    fn approval_kind(&self) -> ToolKind {
+        ToolKind::Execute
     }
 }
 
@@ -341,16 +341,6 @@ pub enum Delivery {
     NextTurn,
 }
 
-/// How many queued messages one check delivers (Pi's `steeringMode` / `followUpMode`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum QueueMode {
-    /// One message per check (Pi's default).
-    #[default]
-    OneAtATime,
-    /// Every queued message at once.
-    All,
-}
-
 #[derive(Default)]
 struct Queue {
     items: Mutex<VecDeque<Message>>,
@@ -505,62 +495,11 @@ pub enum CompactionReason {
     Manual,
 }
 
-/// A compaction the [`Compactor`] wrote summaries for but has not committed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CompactionProposal {
-    pub result: CompactionResult,
-    /// The model context after the compaction (summary, kept messages).
-    pub messages: Vec<Message>,
-    /// What the proposal was computed on (the compactor's own token, e.g. the leaf entry id);
-    /// a commit on a history that moved since is refused.
-    pub basis: Option<String>,
-}
-
-/// Produces and commits compactions (seed §4 "Compaction changes context, not history"). The
-/// loop decides when (threshold before each request, overflow), checks a proposal (it must
-/// shrink the context and fit under the threshold, case CMP-04), then commits it.
-#[async_trait]
-pub trait Compactor: Send + Sync {
-    /// Prepares the cut and writes the summaries for the history as it is now; appends nothing.
-    async fn propose(
-        &self,
-        model: &Model,
-        settings: &CompactionSettings,
-        instructions: Option<&str>,
-        cancel: &CancellationToken,
-    ) -> Result<CompactionProposal, CompactionError>;
-    /// Appends the `compaction` entry; returns the model context after it.
-    fn commit(&self, proposal: &CompactionProposal) -> Result<Vec<Message>, CompactionError>;
-}
-
 /// Compaction settings with the compactor that carries them out.
 #[derive(Clone)]
 pub struct CompactionConfig {
     pub settings: CompactionSettings,
     pub compactor: Arc<dyn Compactor>,
-}
-
-/// Automatic retry of transient provider failures: on/off (Pi's `retry.enabled`) and the
-/// model layer's [`RetryPolicy`] (classes, backoff with jitter, `Retry-After`, never on
-/// context overflow).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetrySettings {
-    pub enabled: bool,
-    pub policy: RetryPolicy,
-    /// `retry.provider.timeoutMs`: the longest wait for a response's headers and the longest
-    /// silence inside its body ([`pi_ai::StreamOptions::timeout`]); `None`: the model layer's
-    /// defaults (10 min to the headers, 5 min of silence). Running out is a retryable error.
-    pub provider_timeout: Option<std::time::Duration>,
-}
-
-impl Default for RetrySettings {
-    fn default() -> Self {
-        RetrySettings {
-            enabled: true,
-            policy: RetryPolicy::default(),
-            provider_timeout: None,
-        }
-    }
 }
 
 impl AgentConfig {
@@ -597,9 +536,6 @@ pub struct RunOutcome {
 
 /// Text of the result given to every call of a response cut by the output limit.
 pub const LENGTH_LIMIT_TEXT: &str = "Not executed: the response hit the output token limit (stopReason \"length\"), so these arguments may be truncated. Retry with smaller steps, e.g. write a short file first and add to it with edit.";
-
-/// Text of the result given to calls skipped or stopped because the run was aborted.
-pub const ABORTED_TEXT: &str = "Tool execution was aborted by the user.";
 
 /// Text of the result given to the calls of a response that failed mid-stream.
 pub const FAILED_RESPONSE_TEXT: &str = "Not executed: the response failed before it was complete.";

@@ -668,6 +668,16 @@ impl BashTool {
 
 #[async_trait]
 impl Tool for BashTool {
+    /// Pi's `promptSnippet` of `bash` (`core/tools/bash.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("Execute bash commands (ls, grep, find, etc.)".into())
+    }
+
+    /// For the approval policy: runs commands.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::Execute
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "bash".into(),

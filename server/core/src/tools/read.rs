@@ -606,6 +606,23 @@ async fn image_blocks(
 
 #[async_trait]
 impl Tool for ReadTool {
+    /// Pi's `promptSnippet` of `read` (`core/tools/read.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("Read file contents".into())
+    }
+
+    /// Pi's `promptGuidelines` of `read` (`core/tools/read.js`, 0.73.1).
+    fn prompt_guidelines(&self) -> Vec<String> {
+        ["Use read to examine files instead of cat or sed."]
+            .map(String::from)
+            .to_vec()
+    }
+
+    /// For the approval policy: reads only.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::ReadOnly
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "read".into(),
