@@ -50,11 +50,8 @@ impl Persist {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pi-e2e-faults-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmp(name: &str) -> Tmp {
+    tmp_dir(&format!("pi-e2e-faults-{name}-"))
 }
 
 struct Setup {
@@ -568,4 +565,27 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
         context[1]["content"],
         json!([{"type":"text","text":"No image now."}])
     );
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

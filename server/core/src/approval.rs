@@ -671,7 +671,8 @@ mod tests {
 
     #[test]
     fn workspace_rules_are_appended_once() {
-        let ws = std::env::temp_dir().join(format!("pi-approval-{}", std::process::id()));
+        let ws_tmp = tempfile::tempdir().unwrap();
+        let ws = ws_tmp.path().to_path_buf();
         std::fs::create_dir_all(ws.join(".pi")).unwrap();
         std::fs::write(ws.join(".pi/settings.json"), r#"{"theme": "dark"}"#).unwrap();
         let rule = Rule::for_call("bash", &json!({"command": "cargo test"})).unwrap();

@@ -62,10 +62,7 @@ fn layout(root: &Path) -> (PathBuf, PathBuf) {
 
 #[test]
 fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
-    let root = std::env::temp_dir().join(format!("pi-core-prompt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
-    let root = root.canonicalize().unwrap();
+    let root = tmp_dir("pi-core-prompt-");
     let (ws, agent) = layout(&root);
     // `~/.agents/skills` is a global skill folder: point HOME at an empty one (the only test
     // in this binary, so no other thread reads the environment meanwhile).
@@ -199,4 +196,27 @@ fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
         vec![ws.join(".pi/models.json"), agent.join("models.json")]
     );
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

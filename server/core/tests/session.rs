@@ -108,13 +108,11 @@ fn scripted(responses: Value) -> Model {
     }
 }
 
-fn workspace(name: &str) -> (PathBuf, Arc<WorkspaceConfig>) {
-    let root = std::env::temp_dir().join(format!("pi-session-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+fn workspace(name: &str) -> (Tmp, Arc<WorkspaceConfig>) {
+    let root = tmp_dir(&format!("pi-session-{name}-"));
     std::fs::create_dir_all(root.join("agent")).unwrap();
-    let root = root.canonicalize().unwrap();
     let ws = Arc::new(WorkspaceConfig::new(
-        root.clone(),
+        root.to_path_buf(),
         Some(root.join("agent")),
         false,
     ));
@@ -325,4 +323,27 @@ async fn a_session_that_cannot_save_says_so_and_stops_the_run() {
     assert!(!failed.is_empty(), "no save failure told");
     assert!(failed[0].contains("panicked while appending"), "{failed:?}");
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

@@ -7,11 +7,8 @@ use pi_ai::Message;
 use pi_core::session::{list_sessions, read_tree, SessionError, SessionWriter};
 use serde_json::{json, Value};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pi-core-sessions-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmp(name: &str) -> Tmp {
+    tmp_dir(&format!("pi-core-sessions-{name}-"))
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -449,7 +446,7 @@ fn crash_test_every_acknowledged_entry_survives_sigkill() {
             file = None;
             acked.clear();
         }
-        let target = file.clone().unwrap_or_else(|| d.clone());
+        let target = file.clone().unwrap_or_else(|| d.to_path_buf());
         let mut child = std::process::Command::new(&bin)
             .arg(&target)
             .arg(format!("r{round}"))
@@ -873,8 +870,7 @@ fn failed_append_is_cut_back_before_the_next_one() {
         assert_eq!(tree.context(Some(&leaf)).messages.len(), saved + 3);
         return;
     }
-    let dir = std::env::temp_dir().join(format!("pi-torn-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tmp_dir("pi-torn-");
     let exe = std::env::current_exe().unwrap();
     let out = std::process::Command::new("bash")
         .arg("-c")
@@ -885,14 +881,36 @@ fn failed_append_is_cut_back_before_the_next_one() {
             "failed_append_is_cut_back_before_the_next_one",
             "--nocapture",
         ])
-        .env("PI_TORN_APPEND_CHILD", &dir)
+        .env("PI_TORN_APPEND_CHILD", &*dir)
         .output()
         .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
         "child failed: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

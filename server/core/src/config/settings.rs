@@ -722,7 +722,8 @@ mod tests {
 
     #[test]
     fn files_merge_with_paths_resolved_per_file_and_cache_reloads_on_change() {
-        let dir = std::env::temp_dir().join(format!("pi-core-settings-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         let agent = dir.join("agent");
         let ws = dir.join("ws");
         std::fs::create_dir_all(&agent).unwrap();
@@ -796,8 +797,8 @@ mod tests {
 
     #[test]
     fn project_setting_written_in_place_keeping_other_keys() {
-        let ws = std::env::temp_dir().join(format!("pi-core-settings-w-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&ws);
+        let ws_tmp = tempfile::tempdir().unwrap();
+        let ws = ws_tmp.path().to_path_buf();
         write_project_setting(&ws, &["approvals", "bash"], json!(["cargo test"])).unwrap();
         std::fs::write(
             ws.join(".pi/settings.json"),

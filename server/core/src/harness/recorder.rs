@@ -73,8 +73,8 @@ mod tests {
 
     #[test]
     fn a_poisoned_writer_is_an_error_not_silence() {
-        let dir = std::env::temp_dir().join(format!("pi-recorder-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         let writer = SessionWriter::create(&dir, &dir, "p", "m", "off").unwrap();
         let writer = Arc::new(Mutex::new(writer));
         let rec = Recorder::new(writer.clone());

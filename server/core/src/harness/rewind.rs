@@ -697,7 +697,8 @@ mod tests {
 
     #[tokio::test]
     async fn each_file_is_undone_redone_or_refused_by_its_hashes() {
-        let dir = std::env::temp_dir().join(format!("pi-rewind-unit-{}", uuid::Uuid::new_v4()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let fs = DiskFs::new(dir.clone());
         let f = dir.join("f");

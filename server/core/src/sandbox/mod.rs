@@ -241,14 +241,31 @@ pub enum Enforcement {
 }
 
 /// A session's temp folder, removed with everything in it when the last [`Sandbox`] using it
-/// is dropped.
+/// is dropped, or by [`remove_temp_folders`] when the process ends first.
 #[derive(Debug)]
 struct TempFolder(PathBuf);
 
+/// The temp folders alive in this process.
+fn live_folders() -> &'static Mutex<std::collections::HashSet<PathBuf>> {
+    static LIVE: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+}
+
 impl Drop for TempFolder {
     fn drop(&mut self) {
+        live_folders().lock().remove(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Removes every session temp folder still alive: for a process about to exit without
+/// dropping its sessions (`std::process::exit` runs no destructors). Returns how many.
+pub fn remove_temp_folders() -> usize {
+    let folders: Vec<PathBuf> = live_folders().lock().drain().collect();
+    for f in &folders {
+        let _ = std::fs::remove_dir_all(f);
+    }
+    folders.len()
 }
 
 impl TempFolder {
@@ -257,6 +274,7 @@ impl TempFolder {
         if let Err(e) = create_private_dir(&p) {
             tracing::warn!("cannot create session temp folder {}: {e}", p.display());
         }
+        live_folders().lock().insert(p.clone());
         Arc::new(TempFolder(p))
     }
 
@@ -590,7 +608,8 @@ mod tests {
 
     #[test]
     fn settings_merge_key_by_key_and_kernels_without_support_are_honest() {
-        let ws = std::env::temp_dir().join(format!("pi-sbx-settings-{}", std::process::id()));
+        let ws_tmp = tempfile::tempdir().unwrap();
+        let ws = ws_tmp.path().to_path_buf();
         std::fs::create_dir_all(ws.join(".pi")).unwrap();
         std::fs::write(
             ws.join(".pi/settings.json"),

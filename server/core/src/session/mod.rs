@@ -1314,11 +1314,27 @@ pub fn find_session_file(dir: &Path, id: &str) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pi-core-session-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A temporary folder, removed on drop (also when the test fails).
+    struct Tmp(tempfile::TempDir);
+
+    impl std::ops::Deref for Tmp {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            self.0.path()
+        }
+    }
+
+    impl AsRef<Path> for Tmp {
+        fn as_ref(&self) -> &Path {
+            self.0.path()
+        }
+    }
+
+    fn tmp(name: &str) -> Tmp {
+        Tmp(tempfile::Builder::new()
+            .prefix(&format!("pi-core-session-{name}-"))
+            .tempdir()
+            .unwrap())
     }
 
     fn fixture(name: &str) -> Vec<u8> {

@@ -776,7 +776,8 @@ mod tests {
     /// boundaries that cut lines and characters, in UTF-8 and in a detected encoding.
     #[test]
     fn streamed_read_matches_the_whole_read() {
-        let dir = std::env::temp_dir().join(format!("pi-core-stream-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let cancel = tokio_util::sync::CancellationToken::new();
         // Multi-byte characters straddle every chunk boundary (3-byte 中 at odd offsets).
