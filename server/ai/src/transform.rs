@@ -1,5 +1,5 @@
-//! Provider-neutral preparation of a stored conversation for one target model (seed exercise 5,
-//! "provider-neutral replay"), applied by every adapter before wire conversion.
+//! Provider-neutral preparation of a stored conversation for one target model (Conformance exercise 5 (docs/design.md#conformance-exercises),
+//! "Provider-neutral replay"), applied by every adapter before wire conversion.
 //!
 //! The stored messages are never changed: this builds the request's own copy. Rules follow Pi
 //! 0.73.1 `pi-ai/dist/providers/transform-messages.js` and the cases PAIR-01/02/04/07/08:

@@ -677,7 +677,7 @@ async fn abort_before_the_stream() {
     );
 }
 
-/// Seed exercise 5: a conversation recorded via Anthropic (thinking with signature, two
+/// Conformance exercise 5 (docs/design.md#conformance-exercises): a conversation recorded via Anthropic (thinking with signature, two
 /// parallel tool calls, an image result) replays to openai-completions; and the Anthropic
 /// request of the same conversation carries Pi's cache_control marks.
 fn recorded_via_anthropic() -> Vec<Message> {

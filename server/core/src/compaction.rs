@@ -1,4 +1,4 @@
-//! Compaction arithmetic (seed §4 "Compaction changes context, not history"; Pi 0.73.1
+//! Compaction arithmetic (docs/design.md#sessions-branching-and-compaction "Compaction changes context, not history"; Pi 0.73.1
 //! `core/compaction/compaction.js`): token estimates, the trigger, and the cut point. The
 //! summary request and the `compaction` entry build on these.
 //!
@@ -265,7 +265,7 @@ pub struct CompactionProposal {
     pub basis: Option<String>,
 }
 
-/// Produces and commits compactions (seed §4 "Compaction changes context, not history"). The
+/// Produces and commits compactions (docs/design.md#sessions-branching-and-compaction "Compaction changes context, not history"). The
 /// loop decides when (threshold before each request, overflow), checks a proposal (it must
 /// shrink the context and fit under the threshold, case CMP-04), then commits it.
 #[async_trait::async_trait]

@@ -1,4 +1,4 @@
-//! Conformance of the loop with seed §3, on the in-process scripted model and test tools whose
+//! Conformance of the loop with docs/design.md#the-agent-loop, on the in-process scripted model and test tools whose
 //! timing and behaviour the tests control.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -531,7 +531,7 @@ fn request_body(model: &pi_ai::Model, messages: Vec<Message>) -> Value {
     }
 }
 
-/// Seed exercise 4, "Extension state and delivery": three values placed where they belong.
+/// Conformance exercise 4 (docs/design.md#conformance-exercises), "Extension state and delivery": three values placed where they belong.
 /// (1) State tied to one tool result lives in that result's `details`: stored in the `message`
 /// entry, present at runtime, never in a provider request. (2) A durable UI preference is a
 /// `custom` entry: in the file and the tree, never in the model context. (3) A notice visible
@@ -652,7 +652,7 @@ fn seed_exercise_4_extension_state_and_delivery() {
     );
 }
 
-/// Seed exercise 5, "Provider-neutral replay": a call recorded with Anthropic (signed thinking,
+/// Conformance exercise 5 (docs/design.md#conformance-exercises), "Provider-neutral replay": a call recorded with Anthropic (signed thinking,
 /// a 64-character `toolu_` id), a branch at its result, a switch to an OpenAI-compatible model,
 /// and a resumed turn. The stored messages stay provider-neutral (`toolCall`, `toolResult`)
 /// and unchanged; the path is rebuilt from the tree; wire conversion happens per request:

@@ -149,7 +149,7 @@ pub struct CompactParams {
 #[serde(transparent)]
 pub struct CompactResult(pub pi_core::compaction::CompactionResult);
 
-/// How a prompt sent during an active run is delivered (seed §3 "Steering, follow-up").
+/// How a prompt sent during an active run is delivered (docs/design.md#the-agent-loop "Steering, follow-up").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum StreamingBehavior {

@@ -1,5 +1,5 @@
 //! [`Agent`]: a conversation with at most one run at a time, listeners, queues and state, as
-//! Pi's `Agent` class exposes them (seed §3 "Lifecycle events and subscribers", "Streaming has
+//! Pi's `Agent` class exposes them (docs/design.md#the-agent-loop "Lifecycle events and subscribers", "Streaming has
 //! two outputs").
 //!
 //! - `subscribe` adds a listener and returns a [`Subscription`] whose drop (or

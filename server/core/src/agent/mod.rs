@@ -1,4 +1,4 @@
-//! The agent loop (seed §3 "The agent loop").
+//! The agent loop (docs/design.md#the-agent-loop "The agent loop").
 //!
 //! ```text
 //! outer loop: follow-up re-entry
@@ -133,7 +133,7 @@ pub struct ToolContext {
 pub trait Tool: Send + Sync {
     /// Name, description and JSON Schema of the arguments, as sent to the model.
     fn spec(&self) -> ToolSpec;
-    /// True for tools that must not run concurrently with others (seed §3 "Batch scheduling":
+    /// True for tools that must not run concurrently with others (docs/design.md#the-agent-loop "Batch scheduling":
     /// a batch containing any sequential tool runs wholly in call order).
     fn sequential(&self) -> bool {
         false
@@ -163,7 +163,7 @@ pub trait Tool: Send + Sync {
 }
 
 /// The before-tool hook's view of a call. `args` are the validated arguments; the hook may
-/// change them and they are not validated again (seed §3: trusted code owns that).
+/// change them and they are not validated again (docs/design.md#the-agent-loop: trusted code owns that).
 pub struct BeforeToolCall<'a> {
     pub assistant: &'a AssistantMessage,
     pub call: &'a ToolCall,
@@ -196,7 +196,7 @@ pub struct NextTurn {
     pub system_prompt: String,
 }
 
-/// Trusted product policy plugged into the loop (seed §5: extensions map onto these hooks).
+/// Trusted product policy plugged into the loop (docs/design.md#extensions-and-product-boundaries: extensions map onto these hooks).
 #[async_trait]
 pub trait AgentHooks: Send + Sync {
     /// Runs after validation, before execution. `Err(reason)` blocks the call: the reason is

@@ -1,4 +1,4 @@
-//! Sessions as Pi v3 JSONL files (seed §4 "A session JSONL example"; Pi 0.73.1
+//! Sessions as Pi v3 JSONL files (docs/design.md#sessions-branching-and-compaction "Session files"; Pi 0.73.1
 //! `docs/session-format.md`).
 //!
 //! A file is named `<ISO time with : and . as ->_<uuid v7>.jsonl`; its first line is the header
