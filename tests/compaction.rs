@@ -79,11 +79,8 @@ async fn fast_mock(script: Vec<Step>) -> MockModel {
     MockModel::start_with_delay(script, Duration::ZERO).await
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pi-e2e-compaction-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmp(name: &str) -> Tmp {
+    tmp_dir(&format!("pi-e2e-compaction-{name}-"))
 }
 
 fn is_summary(body: &Value) -> bool {
@@ -119,7 +116,12 @@ fn setup(
     settings: CompactionSettings,
     system_prompt: String,
 ) -> Setup {
-    let mut model = Model::new("openai-completions", "mock", "mock-1", &mock.openai_base());
+    let mut model = Model::new(
+        pi_ai::Api::OpenaiCompletions,
+        "mock",
+        "mock-1",
+        &mock.openai_base(),
+    );
     model.api_key = Some("test-key".into());
     model.context_window = window;
     model.max_tokens = 4_096;
@@ -918,4 +920,27 @@ async fn lsp_agent_compact_answers_with_the_entry_and_queues_prompts() {
         "the second prompt is kept raw"
     );
     c.shutdown().await;
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

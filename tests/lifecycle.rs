@@ -151,12 +151,13 @@ fn assert_aborted_tool_run(lines: &[Value], pids: &[i32]) {
         (&json!("assistant"), &json!("toolUse"), &json!("call_sleep"))
     );
     let printed: String = pids.iter().map(|p| format!("{p}\n")).collect();
-    // Key by key what Pi 0.73.1 wrote for the same aborted command.
+    // Key by key what Pi 0.73.1 wrote for the same aborted command (`details: {}`), plus
+    // pi-lsp's `details.exitCode` (`null`: the command was killed).
     assert_eq!(
         message(&lines[n - 2]),
         json!({"role": "toolResult", "toolCallId": "call_sleep", "toolName": "bash",
             "content": [{"type": "text", "text": format!("{printed}\n\nCommand aborted")}],
-            "details": {}, "isError": true})
+            "details": {"exitCode": null}, "isError": true})
     );
     assert_aborted_assistant(&lines[n - 1], json!([]));
 }

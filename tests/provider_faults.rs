@@ -69,7 +69,12 @@ fn setup(
     tools: Vec<Arc<dyn Tool>>,
     compaction: Option<CompactionSettings>,
 ) -> Setup {
-    let mut model = Model::new("openai-completions", "mock", "mock-1", &mock.openai_base());
+    let mut model = Model::new(
+        pi_ai::Api::OpenaiCompletions,
+        "mock",
+        "mock-1",
+        &mock.openai_base(),
+    );
     model.api_key = Some("test-key".into());
     model.context_window = window;
     model.max_tokens = 4_096;

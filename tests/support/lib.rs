@@ -45,15 +45,20 @@ pub fn pi_lsp_bin() -> PathBuf {
     bin
 }
 
-/// A fresh temporary folder removed on drop.
+/// A fresh temporary folder removed on drop (with `PI_E2E_KEEP` set: kept). It lies alone in
+/// a private parent folder, which goes with it: a test's `<folder>/../agent` (the agent dir
+/// beside a workspace) is its own, never shared with another test or left in the system's temp
+/// folder.
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(name: &str) -> TempDir {
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("pi-e2e-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
+        let parent = tempfile::Builder::new()
+            .prefix(&format!("pi-e2e-{name}-"))
+            .tempdir()
+            .unwrap()
+            .keep();
+        let p = parent.join(name);
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p.canonicalize().unwrap())
     }
@@ -66,7 +71,9 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         if std::env::var_os("PI_E2E_KEEP").is_none() {
-            let _ = std::fs::remove_dir_all(&self.0);
+            if let Some(parent) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(parent);
+            }
         }
     }
 }

@@ -36,7 +36,7 @@ fn body(mb: usize) -> Vec<u8> {
 
 async fn end_to_end(mb: usize) {
     let base = server(body(mb)).await;
-    let m = model("openai-completions", format!("{base}/v1"));
+    let m = model(pi_ai::Api::OpenaiCompletions, format!("{base}/v1"));
     let ctx = Context {
         system_prompt: String::new(),
         messages: vec![Message::user_text("go")],

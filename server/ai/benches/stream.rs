@@ -47,7 +47,7 @@ fn main() {
         let o = server(openai_body(chunks, 50)).await;
         measure(
             "openai-completions 10k text deltas + 50 calls",
-            model("openai-completions", o),
+            model(pi_ai::Api::OpenaiCompletions, o),
             chunks + 200,
             30,
         )
@@ -55,7 +55,7 @@ fn main() {
         let a = server(anthropic_body(chunks)).await;
         measure(
             "anthropic-messages 10k text deltas",
-            model("anthropic-messages", a),
+            model(pi_ai::Api::AnthropicMessages, a),
             chunks,
             30,
         )

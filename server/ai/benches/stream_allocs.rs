@@ -50,14 +50,14 @@ fn main() {
         let o = server(openai_body(chunks, 0)).await;
         count(
             "openai-completions 10k text deltas",
-            model("openai-completions", o),
+            model(pi_ai::Api::OpenaiCompletions, o),
             chunks,
         )
         .await;
         let a = server(anthropic_body(chunks)).await;
         count(
             "anthropic-messages 10k text deltas",
-            model("anthropic-messages", a),
+            model(pi_ai::Api::AnthropicMessages, a),
             chunks,
         )
         .await;

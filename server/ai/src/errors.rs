@@ -1,7 +1,7 @@
 //! Typed provider failures, their classification, and the retry policy the agent loop applies.
 //!
 //! Every failed response still ends as a terminal `error` event whose message carries
-//! `stopReason` `error` / `aborted` and the human-readable `errorMessage` (seed §2: failures are
+//! `stopReason` `error` / `aborted` and the human-readable `errorMessage` (docs/design.md#model-io-and-streaming: failures are
 //! encoded in the stream). The typed [`ProviderError`] travels beside it:
 //! - live: on [`crate::AssistantEvent::Error`]'s `failure` field (never serialized to the editor);
 //! - from a stored message (a session reloaded from disk): [`classify_message`] re-derives the

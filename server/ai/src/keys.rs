@@ -423,7 +423,8 @@ mod tests {
     #[test]
     fn files_are_redacted_across_reads() {
         register_secret("sk-file-secret-987654321");
-        let p = std::env::temp_dir().join(format!("pi-keys-redact-{}.log", std::process::id()));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("redact.log");
         // The secret straddles the 1 MB read boundary.
         let mut text = "a".repeat((1 << 20) - 5);
         text.push_str("sk-file-secret-987654321 end\n");

@@ -1,4 +1,4 @@
-//! `pi-ai`: provider-neutral model I/O for pi-lsp (seed §2 "Model I/O and streaming").
+//! `pi-ai`: provider-neutral model I/O for pi-lsp (docs/design.md#model-io-and-streaming "Model I/O and streaming").
 //!
 //! - [`types`]: messages and blocks whose JSON matches Pi's session files.
 //! - [`stream`]: the assistant event stream and the [`stream::MessageBuilder`] adapters drive.
@@ -23,6 +23,6 @@ pub mod types;
 
 pub use api::{stream, StreamOptions};
 pub use errors::{ProviderError, RetryPolicy};
-pub use models::{Model, Registry};
+pub use models::{Api, Model, Registry};
 pub use stream::{AssistantEvent, AssistantStream};
 pub use types::*;

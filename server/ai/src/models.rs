@@ -26,8 +26,76 @@ use serde_json::Value;
 
 use crate::types::{Cost, Usage};
 
+/// A model's wire format (Pi's `api`), written in models.json, on the wire and in assistant
+/// messages as the same strings Pi uses: `anthropic-messages`, `openai-completions`,
+/// `openai-responses`, and this crate's offline `scripted`. Parsing any other string fails with
+/// [`UnknownApi`] (in models.json: the provider is skipped with a warning naming the string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Api {
+    /// Anthropic's Messages API (`/v1/messages`).
+    #[serde(rename = "anthropic-messages")]
+    AnthropicMessages,
+    /// OpenAI's Chat Completions API and the servers compatible with it.
+    #[serde(rename = "openai-completions")]
+    OpenaiCompletions,
+    /// OpenAI's Responses API.
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
+    /// The offline scripted model (replays [`crate::api::scripted::Script`]).
+    #[serde(rename = "scripted")]
+    Scripted,
+}
+
+impl Api {
+    /// Every api, in the order error messages list them.
+    pub const ALL: [Api; 4] = [
+        Api::AnthropicMessages,
+        Api::OpenaiCompletions,
+        Api::OpenaiResponses,
+        Api::Scripted,
+    ];
+
+    /// The string Pi writes for this api.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::AnthropicMessages => "anthropic-messages",
+            Api::OpenaiCompletions => "openai-completions",
+            Api::OpenaiResponses => "openai-responses",
+            Api::Scripted => "scripted",
+        }
+    }
+}
+
+impl std::fmt::Display for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An api string this crate has no adapter for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown api \"{0}\" (known: anthropic-messages, openai-completions, openai-responses, scripted)")]
+pub struct UnknownApi(pub String);
+
+impl std::str::FromStr for Api {
+    type Err = UnknownApi;
+
+    fn from_str(s: &str) -> Result<Api, UnknownApi> {
+        Api::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| UnknownApi(s.to_string()))
+    }
+}
+
+impl PartialEq<Api> for String {
+    fn eq(&self, api: &Api) -> bool {
+        self == api.as_str()
+    }
+}
+
 /// The wire format of the built-in offline scripted model.
-pub const SCRIPTED_API: &str = "scripted";
+pub const SCRIPTED_API: Api = Api::Scripted;
 
 /// Per-million-token prices in US dollars.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -103,9 +171,8 @@ pub struct Model {
     /// Model id sent to the provider, e.g. `claude-sonnet-4-5`.
     pub id: String,
     pub name: String,
-    /// Wire format: `anthropic-messages`, `openai-completions`, `openai-responses` or
-    /// `scripted`.
-    pub api: String,
+    /// Wire format.
+    pub api: Api,
     /// Provider name, e.g. `anthropic` or a models.json key.
     pub provider: String,
     /// Base URL: for Anthropic without `/v1`, for OpenAI-compatible servers with it.
@@ -165,11 +232,11 @@ impl std::fmt::Debug for Model {
 impl Model {
     /// A model of `provider` speaking `api` at `base_url`, with Pi's models.json defaults:
     /// name = id, no key, 128,000-token window, 16,384 output tokens, no reasoning, zero cost.
-    pub fn new(api: &str, provider: &str, id: &str, base_url: &str) -> Model {
+    pub fn new(api: Api, provider: &str, id: &str, base_url: &str) -> Model {
         Model {
             id: id.to_string(),
             name: id.to_string(),
-            api: api.to_string(),
+            api,
             provider: provider.to_string(),
             base_url: base_url.to_string(),
             api_key: None,
@@ -265,7 +332,7 @@ pub struct ModelsFile {
 #[serde(rename_all = "camelCase")]
 struct ProviderConfig {
     base_url: Option<String>,
-    api: Option<String>,
+    api: Option<Api>,
     api_key: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
@@ -283,7 +350,7 @@ struct ProviderConfig {
 struct ModelConfig {
     id: String,
     name: Option<String>,
-    api: Option<String>,
+    api: Option<Api>,
     context_window: Option<u64>,
     max_tokens: Option<u64>,
     #[serde(default)]
@@ -369,7 +436,7 @@ struct CatalogueEntry {
 /// A built-in provider: name, wire format, base URL, Pi's default model, key variables.
 struct BuiltinProvider {
     name: &'static str,
-    api: &'static str,
+    api: Api,
     base_url: &'static str,
     default_model: &'static str,
 }
@@ -380,13 +447,13 @@ struct BuiltinProvider {
 const BUILTIN_PROVIDERS: &[BuiltinProvider] = &[
     BuiltinProvider {
         name: "anthropic",
-        api: "anthropic-messages",
+        api: Api::AnthropicMessages,
         base_url: "https://api.anthropic.com",
         default_model: "claude-opus-4-7",
     },
     BuiltinProvider {
         name: "openai",
-        api: "openai-completions",
+        api: Api::OpenaiCompletions,
         base_url: "https://api.openai.com/v1",
         default_model: "gpt-5.4",
     },
@@ -589,8 +656,8 @@ impl Registry {
             if let Some(base) = &cfg.base_url {
                 m.base_url = base.clone();
             }
-            if let Some(api) = &cfg.api {
-                m.api = api.clone();
+            if let Some(api) = cfg.api {
+                m.api = api;
             }
             m.headers.extend(cfg.headers.clone());
             if let Some(c) = &cfg.compat {
@@ -601,7 +668,7 @@ impl Registry {
             }
         }
         let custom = ProviderConfig {
-            api: cfg.api.clone().or_else(|| Some(p.api.to_string())),
+            api: cfg.api.or(Some(p.api)),
             base_url: cfg
                 .base_url
                 .clone()
@@ -629,10 +696,7 @@ impl Registry {
         Model {
             name: m.name.unwrap_or_else(|| m.id.clone()),
             id: m.id,
-            api: m
-                .api
-                .or_else(|| p.api.clone())
-                .unwrap_or_else(|| "openai-completions".into()),
+            api: m.api.or(p.api).unwrap_or(Api::OpenaiCompletions),
             provider: name.to_string(),
             base_url: p.base_url.clone().unwrap_or_default(),
             api_key: key,
@@ -736,7 +800,7 @@ mod tests {
 
     #[test]
     fn debug_hides_the_key_and_header_values() {
-        let mut m = Model::new("openai-completions", "p", "m", "http://x");
+        let mut m = Model::new(crate::Api::OpenaiCompletions, "p", "m", "http://x");
         m.api_key = Some("sk-secret-1".into());
         m.headers.insert("x-token".into(), "secret-2".into());
         let shown = format!("{m:?}");
@@ -805,7 +869,8 @@ mod tests {
 
     #[test]
     fn model_overrides_and_upserts_merge_into_builtins() {
-        let dir = std::env::temp_dir().join(format!("pi-ai-overrides-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::create_dir_all(dir.join(".pi")).unwrap();
         std::fs::write(
             dir.join(".pi/models.json"),
@@ -815,7 +880,7 @@ mod tests {
                "models":[{"id":"claude-haiku-4-5","contextWindow":1000},{"id":"my-claude"}]}}}"#,
         )
         .unwrap();
-        let reg = Registry::load(&dir);
+        let reg = Registry::load(dir);
         let s = reg.find("anthropic/claude-sonnet-4-5").unwrap();
         assert_eq!(
             (s.name.as_str(), s.max_tokens, s.cost.input, s.cost.output),
@@ -838,12 +903,12 @@ mod tests {
                 .count(),
             1
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn workspace_models_json_wins_and_is_selected_first() {
-        let dir = std::env::temp_dir().join(format!("pi-ai-models-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::create_dir_all(dir.join(".pi")).unwrap();
         std::fs::write(
             dir.join(".pi/models.json"),
@@ -852,7 +917,7 @@ mod tests {
                "ant":{"baseUrl":"http://127.0.0.1:2","api":"anthropic-messages","apiKey":"y","models":[{"id":"c"}]}}}"#,
         )
         .unwrap();
-        let reg = Registry::load(&dir);
+        let reg = Registry::load(dir);
         let m = reg.select(None, None).unwrap().unwrap();
         assert_eq!(
             (m.full_id().as_str(), m.context_window, m.max_tokens),
@@ -870,6 +935,55 @@ mod tests {
             reg.select(Some("nope/x"), None),
             Err(ModelError::UnknownModel(..))
         ));
-        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn api_strings_round_trip_and_unknown_ones_are_named_at_load() {
+        for api in Api::ALL {
+            let json = serde_json::to_value(api).unwrap();
+            assert_eq!(json, Value::String(api.as_str().to_string()));
+            assert_eq!(serde_json::from_value::<Api>(json).unwrap(), api);
+            assert_eq!(api.as_str().parse::<Api>(), Ok(api));
+        }
+        assert_eq!(
+            "google-generative-ai"
+                .parse::<Api>()
+                .unwrap_err()
+                .to_string(),
+            "unknown api \"google-generative-ai\" (known: anthropic-messages, openai-completions, \
+             openai-responses, scripted)"
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("models.json");
+        std::fs::write(
+            &file,
+            r#"{"providers":{"gem":{"baseUrl":"http://127.0.0.1:1","api":"google-generative-ai","models":[{"id":"g"}]},
+               "odd":{"baseUrl":"http://127.0.0.1:2","models":[{"id":"o","api":"bedrock"}]},
+               "ok":{"baseUrl":"http://127.0.0.1:3/v1","models":[{"id":"k"}]}}}"#,
+        )
+        .unwrap();
+        let reg = Registry::load_files(std::slice::from_ref(&file));
+        assert_eq!(
+            reg.warnings,
+            vec![
+                format!(
+                    "{}: provider gem: unknown variant `google-generative-ai`, expected one of \
+                     `anthropic-messages`, `openai-completions`, `openai-responses`, `scripted`",
+                    file.display()
+                ),
+                format!(
+                    "{}: provider odd: unknown variant `bedrock`, expected one of \
+                     `anthropic-messages`, `openai-completions`, `openai-responses`, `scripted`",
+                    file.display()
+                ),
+            ]
+        );
+        let custom: Vec<(String, Api)> = reg
+            .models
+            .iter()
+            .filter(|m| !matches!(m.provider.as_str(), "anthropic" | "openai"))
+            .map(|m| (m.full_id(), m.api))
+            .collect();
+        assert_eq!(custom, vec![("ok/k".to_string(), Api::OpenaiCompletions)]);
     }
 }

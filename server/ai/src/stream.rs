@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -29,8 +29,9 @@ use crate::models::{Model, ModelCost};
 use crate::types::{AssistantMessage, ContentBlock, StopReason, ThinkingContent, ToolCall, Usage};
 
 /// One progress or terminal event of an assistant stream (Pi's `AssistantMessageEvent`, without
-/// the accumulated `partial`: deltas carry only the newest fragment).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// the accumulated `partial`: deltas carry only the newest fragment). Read back (by clients and
+/// tests) an `error` event's `failure` is [`ProviderError::Provider`] with the `errorMessage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
     tag = "type",
     rename_all = "snake_case",
@@ -86,9 +87,16 @@ pub enum AssistantEvent {
     Error {
         reason: StopReason,
         error: AssistantMessage,
-        #[serde(skip)]
+        #[serde(skip, default = "unread_failure")]
         failure: ProviderError,
     },
+}
+
+/// The `failure` of an `error` event read back from JSON (where it is not written).
+fn unread_failure() -> ProviderError {
+    ProviderError::Provider {
+        message: String::new(),
+    }
 }
 
 impl AssistantEvent {
@@ -213,8 +221,13 @@ pub struct Closed;
 /// or a fixed key for streamed text); the builder maps keys to content indexes. The message
 /// lives behind a mutex shared with the [`AssistantStream`] so a consumer can ask for the
 /// partial message; each fragment costs one uncontended lock.
+///
+/// A consumer rebuilds the message from the events it received with a builder made by
+/// [`MessageBuilder::follow`] and fed through [`MessageBuilder::apply`]: the same
+/// reconstruction, addressed by content index, sending nothing.
 pub struct MessageBuilder {
-    tx: mpsc::Sender<AssistantEvent>,
+    /// `None` for a follower (nothing is sent).
+    tx: Option<mpsc::Sender<AssistantEvent>>,
     message: Shared,
     rates: ModelCost,
     open: HashMap<String, usize>,
@@ -226,9 +239,10 @@ impl MessageBuilder {
     /// Starts a response of `model` (its api, provider, id and per-million prices) and emits
     /// `start`.
     pub async fn start(tx: StreamSender, model: &Model) -> Result<Self, Closed> {
-        *lock(&tx.partial) = AssistantMessage::empty(&model.api, &model.provider, &model.id);
+        *lock(&tx.partial) =
+            AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
         let b = MessageBuilder {
-            tx: tx.tx,
+            tx: Some(tx.tx),
             message: tx.partial,
             rates: model.cost.clone(),
             open: HashMap::new(),
@@ -240,7 +254,112 @@ impl MessageBuilder {
     }
 
     async fn emit(&self, ev: AssistantEvent) -> Result<(), Closed> {
-        self.tx.send(ev).await.map_err(|_| Closed)
+        match &self.tx {
+            Some(tx) => tx.send(ev).await.map_err(|_| Closed),
+            None => Ok(()),
+        }
+    }
+
+    /// A builder that continues `message` (a `message_start`'s empty message, or a partial
+    /// message read mid-stream) from the events of its stream, as a consumer receives them
+    /// ([`MessageBuilder::apply`]); it sends nothing. Blocks of `message` that streaming
+    /// events address are continued in place.
+    pub fn follow(message: AssistantMessage, rates: ModelCost) -> MessageBuilder {
+        MessageBuilder {
+            tx: None,
+            message: Arc::new(Mutex::new(message)),
+            rates,
+            open: HashMap::new(),
+            raw_args: HashMap::new(),
+            finished: false,
+        }
+    }
+
+    /// Applies one received event to a follower ([`MessageBuilder::follow`]): starts and
+    /// deltas go through the same steps as the producer's (tool arguments parsed partially
+    /// while they stream), ends take the block the event carries, and a terminal event's
+    /// message replaces the whole. Does nothing on a producing builder.
+    pub fn apply(&mut self, ev: &AssistantEvent) {
+        if self.tx.is_some() {
+            return;
+        }
+        // A follower has no channel: every step completes on its first poll.
+        let _ = futures::FutureExt::now_or_never(self.apply_received(ev));
+    }
+
+    async fn apply_received(&mut self, ev: &AssistantEvent) -> Result<(), Closed> {
+        let key = |i: &usize| i.to_string();
+        match ev {
+            AssistantEvent::Start => Ok(()),
+            AssistantEvent::TextStart { content_index: i } => self.text_delta(&key(i), "").await,
+            AssistantEvent::TextDelta {
+                content_index: i,
+                delta,
+            } => {
+                self.resume(*i);
+                self.text_delta(&key(i), delta).await
+            }
+            AssistantEvent::ThinkingStart { content_index: i } => {
+                self.thinking_delta(&key(i), "").await
+            }
+            AssistantEvent::ThinkingDelta {
+                content_index: i,
+                delta,
+            } => {
+                self.resume(*i);
+                self.thinking_delta(&key(i), delta).await
+            }
+            AssistantEvent::TextEnd {
+                content_index: i,
+                content,
+            }
+            | AssistantEvent::ThinkingEnd {
+                content_index: i,
+                content,
+            } => {
+                self.resume(*i);
+                self.settle_block(&key(i), Some(content.clone()), None);
+                self.open.remove(&key(i));
+                Ok(())
+            }
+            AssistantEvent::ToolcallStart {
+                content_index: i,
+                id,
+                name,
+            } => self.tool_call_start(&key(i), id, name, None).await,
+            AssistantEvent::ToolcallDelta {
+                content_index: i,
+                delta,
+            } => {
+                self.resume(*i);
+                self.tool_call_delta(&key(i), delta).await
+            }
+            AssistantEvent::ToolcallEnd {
+                content_index: i,
+                tool_call,
+            } => {
+                self.open.remove(&key(i));
+                self.raw_args.remove(i);
+                if let Some(b) = lock(&self.message).content.get_mut(*i) {
+                    *b = ContentBlock::ToolCall(tool_call.clone());
+                }
+                Ok(())
+            }
+            AssistantEvent::Done { message, .. } | AssistantEvent::Error { error: message, .. } => {
+                self.open.clear();
+                self.finished = true;
+                *lock(&self.message) = message.clone();
+                Ok(())
+            }
+        }
+    }
+
+    /// Marks the existing block `index` open (a follower that started mid-stream).
+    fn resume(&mut self, index: usize) {
+        let key = index.to_string();
+        if !self.open.contains_key(&key) && index < lock(&self.message).content.len() {
+            self.open.insert(key, index);
+        }
     }
 
     /// Runs `f` on the message reconstructed so far (metadata such as the response id).
@@ -582,7 +701,7 @@ mod tests {
     async fn builder_reconstructs_blocks_and_events() {
         let (tx, mut stream) = AssistantStream::channel();
         let task = tokio::spawn(async move {
-            let model = Model::new("x", "p", "m", "");
+            let model = Model::new(crate::Api::Scripted, "p", "m", "");
             let mut b = MessageBuilder::start(tx, &model).await.unwrap();
             b.text_delta("t", "Hel").await.unwrap();
             b.text_delta("t", "lo").await.unwrap();

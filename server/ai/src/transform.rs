@@ -1,5 +1,5 @@
-//! Provider-neutral preparation of a stored conversation for one target model (seed exercise 5,
-//! "provider-neutral replay"), applied by every adapter before wire conversion.
+//! Provider-neutral preparation of a stored conversation for one target model (Conformance exercise 5 (docs/design.md#conformance-exercises),
+//! "Provider-neutral replay"), applied by every adapter before wire conversion.
 //!
 //! The stored messages are never changed: this builds the request's own copy. Rules follow Pi
 //! 0.73.1 `pi-ai/dist/providers/transform-messages.js` and the cases PAIR-01/02/04/07/08:
@@ -28,7 +28,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use crate::models::Model;
+use crate::models::{Api, Model};
 use crate::types::{
     AssistantMessage, ContentBlock, Message, StopReason, TextContent, ToolResultMessage,
     UserContent,
@@ -64,9 +64,9 @@ impl IdFormat {
     /// = `"mistral"` (this crate's flag; Pi has a separate Mistral api), a `mistral` provider or
     /// a `mistral.ai` base URL select [`IdFormat::Mistral`].
     pub fn for_model(model: &Model) -> IdFormat {
-        match model.api.as_str() {
-            "anthropic-messages" => IdFormat::Anthropic,
-            "openai-responses" => IdFormat::OpenAiResponses,
+        match model.api {
+            Api::AnthropicMessages => IdFormat::Anthropic,
+            Api::OpenaiResponses => IdFormat::OpenAiResponses,
             _ => {
                 let flag = model
                     .compat
@@ -645,7 +645,7 @@ mod tests {
             {"role":"assistant","content":[{"type":"toolCall","id":"c","name":"read","arguments":{}}],"stopReason":"toolUse"},
             {"role":"toolResult","toolCallId":"c","toolName":"read","content":[{"type":"image","data":"AA==","mimeType":"image/png"}],"isError":false}
         ]));
-        let text_only = Model::new("openai-completions", "p", "m", "");
+        let text_only = Model::new(crate::Api::OpenaiCompletions, "p", "m", "");
         let out = serde_json::to_value(transform_messages(&stored, &text_only)).unwrap();
         assert_eq!(
             out[0]["content"],
@@ -740,7 +740,12 @@ mod tests {
             {"role":"toolResult","toolCallId":"functions.read:0","toolName":"read","content":"A","isError":false}
         ]));
         let before = stored.clone();
-        let claude = Model::new("anthropic-messages", "anthropic", "claude-sonnet-4-5", "");
+        let claude = Model::new(
+            crate::Api::AnthropicMessages,
+            "anthropic",
+            "claude-sonnet-4-5",
+            "",
+        );
         let out = serde_json::to_value(transform_messages(&stored, &claude)).unwrap();
         assert_eq!(stored, before);
         assert_eq!(
@@ -750,7 +755,7 @@ mod tests {
         );
         assert_eq!(out[2]["toolCallId"], "functions_read_0");
         // The same model keeps its own thinking as is.
-        let qwen = Model::new("openai-completions", "local", "qwen", "");
+        let qwen = Model::new(crate::Api::OpenaiCompletions, "local", "qwen", "");
         let same = serde_json::to_value(transform_messages(&stored, &qwen)).unwrap();
         assert_eq!(
             same[1]["content"][0],
@@ -786,7 +791,7 @@ mod tests {
 
     #[test]
     fn duplicate_call_ids_are_remapped_on_call_and_result() {
-        let model = Model::new("anthropic-messages", "anthropic", "c", "");
+        let model = Model::new(crate::Api::AnthropicMessages, "anthropic", "c", "");
         // The same assistant message stored under two entries (its result after the second):
         // one copy goes, answered by its real result; a second copy of the result is dropped.
         let twice = msgs(json!([
@@ -827,7 +832,7 @@ mod tests {
         );
         // Responses ids (`call_id|item_id`, Pi's convention) sharing one call id: renamed in
         // both parts, so the request's `call_id`s and item ids are each unique.
-        let responses = Model::new("openai-responses", "openai", "r", "");
+        let responses = Model::new(crate::Api::OpenaiResponses, "openai", "r", "");
         let shared_resp = msgs(json!([
             {"role":"user","content":"go"},
             {"role":"assistant","content":[

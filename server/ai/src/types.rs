@@ -1,7 +1,7 @@
 //! Provider-neutral messages, persisted and replayed exactly as Pi writes them.
 //!
-//! The JSON shapes follow Pi 0.73.1's `pi-ai` types (seed §2 "Provider-neutral core", §4 "A
-//! session JSONL example"): roles `user` / `assistant` / `toolResult`; content blocks `text`,
+//! The JSON shapes follow Pi 0.73.1's `pi-ai` types (docs/design.md#model-io-and-streaming "Provider-neutral core", docs/design.md#sessions-branching-and-compaction "Session
+//! files"): roles `user` / `assistant` / `toolResult`; content blocks `text`,
 //! `thinking`, `image`, `toolCall`; `usage` and `stopReason` on assistant messages. The call id is
 //! the stable pairing fact between a `toolCall` block and its `toolResult` message.
 
@@ -173,7 +173,7 @@ pub struct Usage {
 pub enum StopReason {
     /// The model finished its answer.
     Stop,
-    /// The output token limit cut the response (seed §3 "Length-limit guardrail").
+    /// The output token limit cut the response (docs/design.md#the-agent-loop "Length-limit guardrail").
     Length,
     /// The response ends with tool calls to execute.
     ToolUse,

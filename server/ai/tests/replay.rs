@@ -98,7 +98,8 @@ async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Value>>>) {
 }
 
 fn model(api: &str, base: String) -> Model {
-    let base = if api == "anthropic-messages" {
+    let api: pi_ai::Api = api.parse().unwrap();
+    let base = if api == pi_ai::Api::AnthropicMessages {
         base
     } else {
         format!("{base}/v1")
@@ -676,7 +677,7 @@ async fn abort_before_the_stream() {
     );
 }
 
-/// Seed exercise 5: a conversation recorded via Anthropic (thinking with signature, two
+/// Conformance exercise 5 (docs/design.md#conformance-exercises): a conversation recorded via Anthropic (thinking with signature, two
 /// parallel tool calls, an image result) replays to openai-completions; and the Anthropic
 /// request of the same conversation carries Pi's cache_control marks.
 fn recorded_via_anthropic() -> Vec<Message> {
@@ -1303,7 +1304,7 @@ async fn duplicate_tool_call_ids_go_out_once_each() {
         ]
     );
     let anth = pi_ai::api::anthropic_messages::build_request(
-        &Model::new("anthropic-messages", "anthropic", "c", ""),
+        &Model::new(pi_ai::Api::AnthropicMessages, "anthropic", "c", ""),
         &ctx,
         &StreamOptions::default(),
     );

@@ -59,7 +59,7 @@ fn main() {
         script: Some(Arc::new(
             serde_json::from_value(json!({"responses": responses})).unwrap(),
         )),
-        ..Model::new("scripted", "scripted", "b", "")
+        ..Model::new(pi_ai::Api::Scripted, "scripted", "b", "")
     };
     let cfg = AgentConfig::new(model, "s".into(), vec![Arc::new(Noop)]);
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::settings::ApprovalPolicy;
+pub use crate::config::types::{ApprovalPolicy, ToolKind};
 
 /// The policy of an editor session when no setting names one: file edits apply (they land in
 /// the editor's buffers, where the user reviews and undoes them like any change), commands and
@@ -48,27 +48,6 @@ pub const HEADLESS_DEFAULT: ApprovalPolicy = ApprovalPolicy::ApproveAll;
 /// Settings key of the workspace's "allow always" rules: `{"approvals": {"tools": ["edit"],
 /// "bash": ["cargo test"]}}`.
 pub const SETTINGS_KEY: &str = "approvals";
-
-/// What a tool can do, for the policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolKind {
-    /// Reads only (`read`, `grep`, `find`, `ls`).
-    ReadOnly,
-    /// Changes files and asks with its proposed change ([`Gate::approve_change`]): `edit`,
-    /// `write`.
-    Edit,
-    /// Anything else (`bash`, extension and editor-side tools).
-    Execute,
-}
-
-/// The kind of a built-in tool by name; other names are [`ToolKind::Execute`].
-pub fn builtin_kind(name: &str) -> ToolKind {
-    match name {
-        "read" | "grep" | "find" | "ls" => ToolKind::ReadOnly,
-        "edit" | "write" => ToolKind::Edit,
-        _ => ToolKind::Execute,
-    }
-}
 
 /// True when `policy` asks before a call of `kind`.
 pub fn policy_asks(policy: ApprovalPolicy, kind: ToolKind) -> bool {
@@ -355,7 +334,7 @@ impl Gate {
     /// The loop's check of one call, after validation and the before hook. `Ok` = go on
     /// (also for [`ToolKind::Edit`] calls that will ask with their change); `Err(text)` = the
     /// call's error result (rejected, nobody to ask, or aborted while asking:
-    /// [`crate::agent::ABORTED_TEXT`]).
+    /// [`crate::config::types::ABORTED_TEXT`]).
     pub async fn check_call(
         &self,
         tool: &str,
@@ -447,7 +426,7 @@ impl Gate {
         };
         let answer = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return Err(crate::agent::ABORTED_TEXT.to_string()),
+            _ = cancel.cancelled() => return Err(crate::config::types::ABORTED_TEXT.to_string()),
             a = asker.ask(question) => a,
         };
         match answer {
@@ -578,8 +557,6 @@ mod tests {
         assert!(policy_asks(ApprovalPolicy::AutoEdit, ToolKind::Execute));
         assert!(!policy_asks(ApprovalPolicy::ApproveAll, ToolKind::Execute));
         assert_eq!(content_hash(""), "xxh3:2d06800538d394c2");
-        assert_eq!(builtin_kind("grep"), ToolKind::ReadOnly);
-        assert_eq!(builtin_kind("tmux"), ToolKind::Execute);
     }
 
     /// Answers from a list and records the questions; `None` never answers.
@@ -674,7 +651,7 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             canceller.cancel();
         });
-        assert_eq!(res, Err(crate::agent::ABORTED_TEXT.to_string()));
+        assert_eq!(res, Err(crate::config::types::ABORTED_TEXT.to_string()));
         assert_eq!(asker.asked.lock()[0].arguments, args);
         // A call the tool never asked about is forgotten when it settles.
         g.check_call("write", ToolKind::Edit, "w1", &args, &cancel)
@@ -694,7 +671,8 @@ mod tests {
 
     #[test]
     fn workspace_rules_are_appended_once() {
-        let ws = std::env::temp_dir().join(format!("pi-approval-{}", std::process::id()));
+        let ws_tmp = tempfile::tempdir().unwrap();
+        let ws = ws_tmp.path().to_path_buf();
         std::fs::create_dir_all(ws.join(".pi")).unwrap();
         std::fs::write(ws.join(".pi/settings.json"), r#"{"theme": "dark"}"#).unwrap();
         let rule = Rule::for_call("bash", &json!({"command": "cargo test"})).unwrap();

@@ -1,4 +1,4 @@
-//! Compaction arithmetic (seed §4 "Compaction changes context, not history"; Pi 0.73.1
+//! Compaction arithmetic (docs/design.md#sessions-branching-and-compaction "Compaction changes context, not history"; Pi 0.73.1
 //! `core/compaction/compaction.js`): token estimates, the trigger, and the cut point. The
 //! summary request and the `compaction` entry build on these.
 //!
@@ -24,13 +24,11 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::{Arc, Mutex};
 
-use crate::agent::{CompactionProposal, Compactor};
+pub use crate::config::types::{
+    CompactionSettings, DEFAULT_KEEP_RECENT_TOKENS, DEFAULT_RESERVE_TOKENS,
+};
 use crate::session::{entry_message, path_messages_with, Entry, SessionWriter};
 
-/// Pi's defaults: tokens reserved for the answer and the summary.
-pub const DEFAULT_RESERVE_TOKENS: u64 = 16_384;
-/// Pi's default of recent context kept raw.
-pub const DEFAULT_KEEP_RECENT_TOKENS: u64 = 20_000;
 /// Estimated tokens of one image.
 pub const IMAGE_TOKENS: u64 = 1_200;
 
@@ -256,23 +254,32 @@ fn entry_item(e: &Entry, message: Option<&Message>) -> CutItem {
     }
 }
 
-/// Pi's compaction settings (`settings.json` `compaction`): whether automatic compaction runs,
-/// the tokens reserved for the answer and the summary, the recent tokens kept raw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CompactionSettings {
-    pub enabled: bool,
-    pub reserve_tokens: u64,
-    pub keep_recent_tokens: u64,
+/// A compaction the [`Compactor`] wrote summaries for but has not committed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionProposal {
+    pub result: CompactionResult,
+    /// The model context after the compaction (summary, kept messages).
+    pub messages: Vec<Message>,
+    /// What the proposal was computed on (the compactor's own token, e.g. the leaf entry id);
+    /// a commit on a history that moved since is refused.
+    pub basis: Option<String>,
 }
 
-impl Default for CompactionSettings {
-    fn default() -> Self {
-        CompactionSettings {
-            enabled: true,
-            reserve_tokens: DEFAULT_RESERVE_TOKENS,
-            keep_recent_tokens: DEFAULT_KEEP_RECENT_TOKENS,
-        }
-    }
+/// Produces and commits compactions (docs/design.md#sessions-branching-and-compaction "Compaction changes context, not history"). The
+/// loop decides when (threshold before each request, overflow), checks a proposal (it must
+/// shrink the context and fit under the threshold, case CMP-04), then commits it.
+#[async_trait::async_trait]
+pub trait Compactor: Send + Sync {
+    /// Prepares the cut and writes the summaries for the history as it is now; appends nothing.
+    async fn propose(
+        &self,
+        model: &Model,
+        settings: &CompactionSettings,
+        instructions: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<CompactionProposal, CompactionError>;
+    /// Appends the `compaction` entry; returns the model context after it.
+    fn commit(&self, proposal: &CompactionProposal) -> Result<Vec<Message>, CompactionError>;
 }
 
 /// Files the summarised part read and changed (Pi's `fileOps`, paths as the model wrote them).
@@ -904,17 +911,14 @@ impl Compactor for SessionCompactor {
             ));
         }
         let r = &p.result;
-        w.append_entry(
-            "compaction",
-            serde_json::json!({
-                "summary": r.summary,
-                "firstKeptEntryId": r.first_kept_entry_id,
-                "tokensBefore": r.tokens_before,
-                "details": r.details,
-                // Pi's `fromHook`: false unless an extension's session_before_compact made it.
-                "fromHook": false,
-            }),
-        )
+        w.append(crate::session::EntryData::Compaction {
+            summary: r.summary.clone(),
+            first_kept_entry_id: r.first_kept_entry_id.clone(),
+            tokens_before: r.tokens_before,
+            details: r.details.clone(),
+            // Pi's `fromHook`: false unless an extension's session_before_compact made it.
+            from_hook: false,
+        })
         .and_then(|_| w.sync_now())
         .map_err(|e| CompactionError::Session(e.to_string()))?;
         Ok(w.context().messages)

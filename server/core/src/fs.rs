@@ -824,7 +824,8 @@ mod tests {
     #[test]
     fn in_place_writes_replace_and_cut_on_both_runtime_flavours() {
         use std::os::unix::fs::MetadataExt;
-        let dir = std::env::temp_dir().join(format!("pi-core-inplace-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f.txt");
         for multi in [false, true] {

@@ -8,19 +8,17 @@
 pub mod agent;
 pub mod approval;
 pub mod compaction;
+pub mod config;
 pub mod export;
 pub mod extension;
 pub mod fs;
 pub mod harness;
-pub mod prompt;
-pub mod resources;
 pub mod sandbox;
 pub mod session;
-pub mod settings;
-pub mod skills;
-pub mod templates;
 pub mod tools;
 pub mod validate;
+
+pub use config::{prompt, resources, settings, skills, templates};
 
 pub use agent::{
     run_agent, AgentConfig, AgentEvent, AgentHooks, Delivery, EventSink, QueueMode, RunControl,

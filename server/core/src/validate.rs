@@ -1,4 +1,4 @@
-//! Tool-argument coercion and validation (seed §3 "Tool calls cross a trust boundary": clone,
+//! Tool-argument coercion and validation (docs/design.md#the-agent-loop "Tool calls cross a trust boundary": clone,
 //! coerce, validate).
 //!
 //! Coercion follows Pi 0.73.1's `pi-ai` `validateToolArguments` for plain JSON Schemas: where a

@@ -1,4 +1,4 @@
-//! Conformance of the loop with seed §3, on the in-process scripted model and test tools whose
+//! Conformance of the loop with docs/design.md#the-agent-loop, on the in-process scripted model and test tools whose
 //! timing and behaviour the tests control.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -120,7 +120,7 @@ fn sleeper(name: &'static str) -> Arc<TestTool> {
 fn config(script: Value, tools: Vec<Arc<dyn Tool>>) -> AgentConfig {
     let model = Model {
         script: Some(Arc::new(serde_json::from_value(script).unwrap())),
-        ..Model::new("scripted", "scripted", "t", "")
+        ..Model::new(pi_ai::Api::Scripted, "scripted", "t", "")
     };
     AgentConfig::new(model, "sys".into(), tools)
 }

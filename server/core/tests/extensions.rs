@@ -68,7 +68,7 @@ impl ExtensionHost for TestHost {
         self.writer
             .lock()
             .unwrap()
-            .append_entry("custom_message", fields.clone())
+            .append_raw("custom_message", fields.clone())
             .map_err(|e| e.to_string())?;
         let mut as_message = fields;
         as_message["role"] = json!("custom");
@@ -218,18 +218,12 @@ impl Extension for TestExt {
 fn scripted(script: Value) -> Model {
     Model {
         script: Some(Arc::new(serde_json::from_value(script).unwrap())),
-        ..Model::new("scripted", "scripted", "t", "")
+        ..Model::new(pi_ai::Api::Scripted, "scripted", "t", "")
     }
 }
 
-fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "pi-ext-{name}-{}-{}",
-        std::process::id(),
-        uuid::Uuid::new_v4().simple()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d.canonicalize().unwrap()
+fn temp(name: &str) -> Tmp {
+    tmp_dir(&format!("pi-ext-{name}-"))
 }
 
 fn lines(path: &Path) -> Vec<Value> {
@@ -879,4 +873,27 @@ async fn chained_hooks_run_in_order_and_compose() {
         })
     );
     let _ = std::fs::remove_dir_all(&ws);
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

@@ -6,10 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use pi_core::prompt::{
-    build_system_prompt, builtin_tool_prompt, PiDocs, SystemPromptOptions, ToolPrompt,
-};
+use std::sync::Arc;
+
+use pi_core::approval::ToolKind;
+use pi_core::fs::DiskFs;
+use pi_core::prompt::{build_system_prompt, PiDocs, SystemPromptOptions, ToolPrompt};
 use pi_core::resources::{Scope, WorkspaceConfig};
+use pi_core::tools::default_tools;
 
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -59,10 +62,7 @@ fn layout(root: &Path) -> (PathBuf, PathBuf) {
 
 #[test]
 fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
-    let root = std::env::temp_dir().join(format!("pi-core-prompt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
-    let root = root.canonicalize().unwrap();
+    let root = tmp_dir("pi-core-prompt-");
     let (ws, agent) = layout(&root);
     // `~/.agents/skills` is a global skill folder: point HOME at an empty one (the only test
     // in this binary, so no other thread reads the environment meanwhile).
@@ -70,17 +70,28 @@ fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
 
     let cfg = WorkspaceConfig::new(ws.clone(), Some(agent.clone()), true);
     let r = cfg.resources();
-    let tools: Vec<ToolPrompt> = ["read", "bash", "edit", "write", "grep", "find", "ls"]
-        .iter()
-        .map(|n| {
-            let (snippet, guidelines) = builtin_tool_prompt(n).unwrap();
-            ToolPrompt {
-                name: n.to_string(),
-                snippet: Some(snippet.to_string()),
-                guidelines: guidelines.iter().map(|g| g.to_string()).collect(),
-            }
-        })
-        .collect();
+    // The built-in tools declare their own snippets, guidelines and approval kinds.
+    let builtin = default_tools(Arc::new(DiskFs::new(ws.clone())), None);
+    let tools: Vec<ToolPrompt> = builtin.iter().map(|t| ToolPrompt::of(t.as_ref())).collect();
+    assert_eq!(
+        tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        ["read", "bash", "edit", "write", "grep", "find", "ls"]
+    );
+    assert_eq!(
+        builtin
+            .iter()
+            .map(|t| t.approval_kind())
+            .collect::<Vec<_>>(),
+        [
+            ToolKind::ReadOnly,
+            ToolKind::Execute,
+            ToolKind::Edit,
+            ToolKind::Edit,
+            ToolKind::ReadOnly,
+            ToolKind::ReadOnly,
+            ToolKind::ReadOnly
+        ]
+    );
     let package = PathBuf::from("{PI_PACKAGE}");
     let docs = PiDocs {
         readme: package.join("README.md"),
@@ -185,4 +196,27 @@ fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
         vec![ws.join(".pi/models.json"), agent.join("models.json")]
     );
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

@@ -108,13 +108,11 @@ fn scripted(responses: Value) -> Model {
     }
 }
 
-fn workspace(name: &str) -> (PathBuf, Arc<WorkspaceConfig>) {
-    let root = std::env::temp_dir().join(format!("pi-session-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+fn workspace(name: &str) -> (Tmp, Arc<WorkspaceConfig>) {
+    let root = tmp_dir(&format!("pi-session-{name}-"));
     std::fs::create_dir_all(root.join("agent")).unwrap();
-    let root = root.canonicalize().unwrap();
     let ws = Arc::new(WorkspaceConfig::new(
-        root.clone(),
+        root.to_path_buf(),
         Some(root.join("agent")),
         false,
     ));
@@ -363,7 +361,7 @@ async fn a_reopened_session_builds_its_context_on_first_use() {
     };
     assert!(loaded.deferred && loaded.messages.is_empty());
     let setup = Arc::new(TestSetup {
-        root: root.clone(),
+        root: root.to_path_buf(),
         seen: Arc::default(),
     });
     let r = AgentSession::resume(ws, setup, writer, loaded, None).unwrap();
@@ -384,5 +382,27 @@ async fn a_reopened_session_builds_its_context_on_first_use() {
     assert_eq!(after[..4], eager[..]);
     assert_eq!(r.message_count(), 5);
     r.close().await;
-    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

@@ -7,11 +7,8 @@ use pi_ai::Message;
 use pi_core::session::{list_sessions, read_tree, SessionError, SessionWriter};
 use serde_json::{json, Value};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pi-core-sessions-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmp(name: &str) -> Tmp {
+    tmp_dir(&format!("pi-core-sessions-{name}-"))
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -103,7 +100,7 @@ fn seed_exercise_2_branch_plus_compaction() {
         .append_message(&assistant("port is 3000", &[], "anthropic", "claude-a"))
         .unwrap();
     let mc = w
-        .append_entry(
+        .append_raw(
             "model_change",
             json!({"provider": "openai", "modelId": "gpt-b"}),
         )
@@ -146,7 +143,7 @@ fn seed_exercise_2_branch_plus_compaction() {
     assert!(!prep.is_split_turn);
     assert_eq!(prep.file_ops.read.len(), 0, "the calls here carry no path");
     // Compact, keeping only the new user message raw.
-    let k = w.append_entry("compaction", json!({"summary": "Read config.ts: port 3000. A gpt-b branch agreed.", "firstKeptEntryId": u3, "tokensBefore": 900})).unwrap();
+    let k = w.append_raw("compaction", json!({"summary": "Read config.ts: port 3000. A gpt-b branch agreed.", "firstKeptEntryId": u3, "tokensBefore": 900})).unwrap();
     let path = w.path().to_path_buf();
     drop(w);
     let (tree, warnings) = read_tree(&path, false).unwrap();
@@ -449,7 +446,7 @@ fn crash_test_every_acknowledged_entry_survives_sigkill() {
             file = None;
             acked.clear();
         }
-        let target = file.clone().unwrap_or_else(|| d.clone());
+        let target = file.clone().unwrap_or_else(|| d.to_path_buf());
         let mut child = std::process::Command::new(&bin)
             .arg(&target)
             .arg(format!("r{round}"))
@@ -526,13 +523,15 @@ fn request_body(model: &pi_ai::Model, messages: Vec<Message>) -> Value {
         tools: Vec::new(),
     };
     let opts = pi_ai::StreamOptions::default();
-    match model.api.as_str() {
-        "anthropic-messages" => pi_ai::api::anthropic_messages::build_request(model, &ctx, &opts),
+    match model.api {
+        pi_ai::Api::AnthropicMessages => {
+            pi_ai::api::anthropic_messages::build_request(model, &ctx, &opts)
+        }
         _ => pi_ai::api::openai_completions::build_request(model, &ctx, &opts),
     }
 }
 
-/// Seed exercise 4, "Extension state and delivery": three values placed where they belong.
+/// Conformance exercise 4 (docs/design.md#conformance-exercises), "Extension state and delivery": three values placed where they belong.
 /// (1) State tied to one tool result lives in that result's `details`: stored in the `message`
 /// entry, present at runtime, never in a provider request. (2) A durable UI preference is a
 /// `custom` entry: in the file and the tree, never in the model context. (3) A notice visible
@@ -551,7 +550,7 @@ fn seed_exercise_4_extension_state_and_delivery() {
     let with_details: Message = serde_json::from_value(json!({"role":"toolResult","toolCallId":"c1","toolName":"edit","content":[{"type":"text","text":"Edited a.txt"}],"details":{"diff":"-x = 1\n+x = 2","firstChangedLine":3},"isError":false,"timestamp":1})).unwrap();
     let r1 = w.append_message(&with_details).unwrap();
     let pref = w
-        .append_entry(
+        .append_raw(
             "custom",
             json!({"customType": "ui-prefs", "data": {"diffView": "split"}}),
         )
@@ -571,7 +570,7 @@ fn seed_exercise_4_extension_state_and_delivery() {
         ]
     );
     let notice = w
-        .append_entry(
+        .append_raw(
             "custom_message",
             json!({"customType": "notice", "content": "The test suite changed since your last run.", "display": true, "details": {"source": "watcher"}}),
         )
@@ -632,7 +631,12 @@ fn seed_exercise_4_extension_state_and_delivery() {
 
     // Provider form: neither the details nor the preference reach a request; the notice does,
     // in the user turn with the prompt.
-    let mut model = pi_ai::Model::new("anthropic-messages", "anthropic", "claude-a", "http://x");
+    let mut model = pi_ai::Model::new(
+        pi_ai::Api::AnthropicMessages,
+        "anthropic",
+        "claude-a",
+        "http://x",
+    );
     model.api_key = Some("k".into());
     let body = request_body(&model, ctx.messages.clone());
     let text = body.to_string();
@@ -648,7 +652,7 @@ fn seed_exercise_4_extension_state_and_delivery() {
     );
 }
 
-/// Seed exercise 5, "Provider-neutral replay": a call recorded with Anthropic (signed thinking,
+/// Conformance exercise 5 (docs/design.md#conformance-exercises), "Provider-neutral replay": a call recorded with Anthropic (signed thinking,
 /// a 64-character `toolu_` id), a branch at its result, a switch to an OpenAI-compatible model,
 /// and a resumed turn. The stored messages stay provider-neutral (`toolCall`, `toolResult`)
 /// and unchanged; the path is rebuilt from the tree; wire conversion happens per request:
@@ -687,7 +691,7 @@ fn seed_exercise_5_provider_neutral_replay() {
     // Branch at the common result, switch model, resume.
     let tree = w.tree().clone();
     w.branch(&tree, Some(&r1)).unwrap();
-    w.append_entry(
+    w.append_raw(
         "model_change",
         json!({"provider": "openai", "modelId": "gpt-b"}),
     )
@@ -726,7 +730,12 @@ fn seed_exercise_5_provider_neutral_replay() {
     );
 
     // Wire conversion for the OpenAI-compatible model.
-    let mut gpt = pi_ai::Model::new("openai-completions", "openai", "gpt-b", "http://x/v1");
+    let mut gpt = pi_ai::Model::new(
+        pi_ai::Api::OpenaiCompletions,
+        "openai",
+        "gpt-b",
+        "http://x/v1",
+    );
     gpt.api_key = Some("k".into());
     let body = request_body(&gpt, ctx.messages.clone());
     let msgs = body["messages"].as_array().unwrap();
@@ -739,7 +748,12 @@ fn seed_exercise_5_provider_neutral_replay() {
     assert!(text.contains("The port is in config.ts."));
     assert!(!text.contains("sig-abc"));
     // The same history replayed to the model that wrote it keeps the signed thinking and id.
-    let mut claude = pi_ai::Model::new("anthropic-messages", "anthropic", "claude-a", "http://x");
+    let mut claude = pi_ai::Model::new(
+        pi_ai::Api::AnthropicMessages,
+        "anthropic",
+        "claude-a",
+        "http://x",
+    );
     claude.api_key = Some("k".into());
     claude.reasoning = true;
     let body = request_body(&claude, ctx.messages);
@@ -856,8 +870,7 @@ fn failed_append_is_cut_back_before_the_next_one() {
         assert_eq!(tree.context(Some(&leaf)).messages.len(), saved + 3);
         return;
     }
-    let dir = std::env::temp_dir().join(format!("pi-torn-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tmp_dir("pi-torn-");
     let exe = std::env::current_exe().unwrap();
     let out = std::process::Command::new("bash")
         .arg("-c")
@@ -868,14 +881,36 @@ fn failed_append_is_cut_back_before_the_next_one() {
             "failed_append_is_cut_back_before_the_next_one",
             "--nocapture",
         ])
-        .env("PI_TORN_APPEND_CHILD", &dir)
+        .env("PI_TORN_APPEND_CHILD", &*dir)
         .output()
         .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
         "child failed: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

@@ -102,6 +102,7 @@ async fn abort_kills_everything(command: &str, marker: &str) {
         .unwrap_err();
     let took = aborted_at.lock().unwrap().unwrap().elapsed();
     assert!(err.message.ends_with("Command aborted"), "{}", err.message);
+    assert_eq!(err.details, Some(json!({"exitCode": null})));
     assert_eq!(survivors(marker), Vec::<String>::new());
     assert!(
         took < Duration::from_millis(500),
@@ -189,6 +190,7 @@ async fn bash03_timeout_uses_the_same_path() {
         err.message,
         "before\n\n\nCommand timed out after 0.5 seconds"
     );
+    assert_eq!(err.details, Some(json!({"exitCode": null})));
     assert!(
         t.elapsed() < Duration::from_millis(1200),
         "{:?}",
@@ -203,6 +205,46 @@ async fn exit_code_is_an_error_with_output() {
         .await
         .unwrap_err();
     assert_eq!(err.message, "out\nerr\n\n\nCommand exited with code 3");
+    assert_eq!(err.details, Some(json!({"exitCode": 3})));
+}
+
+/// `details.exitCode` is the process's status (a number), `null` when it did not exit on its
+/// own; it never comes from the text (a command may print Pi's status line itself).
+#[tokio::test]
+async fn exit_code_in_details_comes_from_the_process_status() {
+    let ok = run(json!({"command": "echo 'Command exited with code 7'"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&ok), "Command exited with code 7\n");
+    assert_eq!(ok.details, Some(json!({"exitCode": 0})));
+    let failed = run(json!({"command": "echo 'Command exited with code 7'; exit 2"}))
+        .await
+        .unwrap_err();
+    assert_eq!(failed.details, Some(json!({"exitCode": 2})));
+    let killed = run(json!({"command": "kill -KILL $$"})).await.unwrap_err();
+    assert_eq!(
+        (killed.message.as_str(), killed.details),
+        (
+            "(no output)\n\nCommand was killed by signal 9",
+            Some(json!({"exitCode": null}))
+        )
+    );
+    // Cut output: Pi's keys, and the exit code beside them.
+    let cut = run(json!({"command": "seq 3000; exit 5"}))
+        .await
+        .unwrap_err();
+    let details = cut.details.clone().unwrap();
+    let path = full_output_path(&details);
+    let mut keys: Vec<&str> = details
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["exitCode", "fullOutputPath", "truncation"]);
+    assert_eq!(details["exitCode"], json!(5));
+    std::fs::remove_file(path).unwrap();
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! byte-exact inputs in `fixtures/cases/`, whole-value assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use pi_core::agent::{Tool, ToolContext, ToolError, ToolOutput};
@@ -11,10 +11,8 @@ use pi_core::tools::{tools_with_state, ToolState};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pi-tools-edit-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.canonicalize().unwrap()
+fn temp_dir() -> Tmp {
+    tmp_dir("pi-tools-edit-")
 }
 
 fn case(name: &str) -> Vec<u8> {
@@ -27,7 +25,7 @@ fn case(name: &str) -> Vec<u8> {
 }
 
 struct Ws {
-    dir: PathBuf,
+    dir: Tmp,
     tools: Vec<Arc<dyn Tool>>,
 }
 
@@ -35,7 +33,7 @@ impl Ws {
     fn new() -> Self {
         let dir = temp_dir();
         let tools = tools_with_state(
-            Arc::new(DiskFs::new(dir.clone())),
+            Arc::new(DiskFs::new(dir.to_path_buf())),
             None,
             Arc::new(ToolState::default()),
         );
@@ -68,12 +66,6 @@ impl Ws {
             json!({"path": path, "edits": [{"oldText": old, "newText": new}]}),
         )
         .await
-    }
-}
-
-impl Drop for Ws {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -415,7 +407,7 @@ async fn paths_outside_refused_unless_allowed() {
     )
     .unwrap();
     let state = Arc::new(ToolState::for_workspace(&ws.dir));
-    let tools = tools_with_state(Arc::new(DiskFs::new(ws.dir.clone())), None, state);
+    let tools = tools_with_state(Arc::new(DiskFs::new(ws.dir.to_path_buf())), None, state);
     let read = tools.iter().find(|t| t.spec().name == "read").unwrap();
     let ctx = ToolContext {
         call_id: "c".into(),
@@ -456,4 +448,27 @@ async fn prepare_arguments_like_pi() {
         err.message,
         "Edit tool input is invalid. edits must contain at least one replacement."
     );
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

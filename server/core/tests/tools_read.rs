@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Cursor;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -16,10 +15,8 @@ use pi_core::tools::{tools_with_state, ToolState};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pi-tools-read-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.canonicalize().unwrap()
+fn temp_dir() -> Tmp {
+    tmp_dir("pi-tools-read-")
 }
 
 async fn read(dir: &std::path::Path, path: &str) -> ToolOutput {
@@ -210,7 +207,7 @@ async fn image_for_a_model_without_image_input_carries_pis_note() {
     let note =
         "[Current model does not support images. The image will be omitted from this request.]";
     let tools = tools_with_state(
-        Arc::new(DiskFs::new(dir.clone())),
+        Arc::new(DiskFs::new(dir.to_path_buf())),
         None,
         Arc::new(ToolState::default()),
     );
@@ -238,4 +235,27 @@ async fn image_for_a_model_without_image_input_carries_pis_note() {
         let out = run("small.png", input).await.unwrap();
         assert_eq!(parts(&out).0, "Read image file [image/png]");
     }
+}
+
+/// A temporary folder (its canonical path), removed on drop, also when the test fails.
+struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+impl AsRef<std::path::Path> for Tmp {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.1
+    }
+}
+
+/// A new temporary folder named `<prefix><random>`.
+fn tmp_dir(prefix: &str) -> Tmp {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let p = d.path().canonicalize().unwrap();
+    Tmp(d, p)
 }

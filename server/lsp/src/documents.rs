@@ -434,7 +434,8 @@ mod tests {
 
     #[test]
     fn ed01_a_buffer_opened_through_a_symlink_is_found_by_its_real_path() {
-        let dir = std::env::temp_dir().join(format!("pi-lsp-docs-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("real")).unwrap();
         let dir = dir.canonicalize().unwrap();
         std::fs::write(dir.join("real/a.txt"), "disk\n").unwrap();
@@ -455,7 +456,8 @@ mod tests {
 
     #[test]
     fn one_file_open_under_two_uris_keeps_both_and_closing_one_keeps_the_other() {
-        let dir = std::env::temp_dir().join(format!("pi-lsp-docs2-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("real")).unwrap();
         let dir = dir.canonicalize().unwrap();
         std::fs::write(dir.join("real/a.txt"), "disk\n").unwrap();

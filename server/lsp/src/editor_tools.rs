@@ -925,7 +925,8 @@ mod tests {
 
     #[test]
     fn diagnostics_are_formatted_with_character_columns() {
-        let dir = std::env::temp_dir().join(format!("pi-lsp-diag-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("src")).unwrap();
         let root = dir.canonicalize().unwrap();
         // "🍋" is 4 UTF-8 bytes, 2 UTF-16 units, 1 character.

@@ -247,14 +247,11 @@ impl ExtensionUi for LspExtensionUi {
         };
         let run_id = self.run_id(&st).unwrap_or_default();
         st.client
-            .send_notification::<AgentEventNotification>(
-                serde_json::to_value(AgentEventParams {
-                    session_id: self.session_id.clone(),
-                    run_id,
-                    event: error.into(),
-                })
-                .unwrap_or_default(),
-            )
+            .send_notification::<AgentEventNotification>(AgentEventParams {
+                session_id: self.session_id.clone(),
+                run_id,
+                event: error.into(),
+            })
             .await;
     }
 }

@@ -79,6 +79,7 @@ fn main() -> anyhow::Result<()> {
                 prompt,
             }));
             rt.shutdown_timeout(std::time::Duration::from_millis(200));
+            pi_core::sandbox::remove_temp_folders();
             std::process::exit(code);
         }
         Some(Command::Lsp) | None => {
@@ -89,6 +90,7 @@ fn main() -> anyhow::Result<()> {
             // A stdin reader on tokio's stdin (a terminal, a file) blocks on a thread until the
             // client closes it; exiting must not wait for that.
             rt.shutdown_background();
+            pi_core::sandbox::remove_temp_folders();
             std::process::exit(code);
         }
     }

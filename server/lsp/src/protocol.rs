@@ -149,7 +149,7 @@ pub struct CompactParams {
 #[serde(transparent)]
 pub struct CompactResult(pub pi_core::compaction::CompactionResult);
 
-/// How a prompt sent during an active run is delivered (seed §3 "Steering, follow-up").
+/// How a prompt sent during an active run is delivered (docs/design.md#the-agent-loop "Steering, follow-up").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum StreamingBehavior {
@@ -274,7 +274,7 @@ pub struct AttentionParams {
 }
 
 /// `agent/event` params: one agent event of one run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentEventParams {
     pub session_id: String,
@@ -282,13 +282,12 @@ pub struct AgentEventParams {
     pub event: AgentEvent,
 }
 
-/// The `agent/event` notification (server → client); params are a serialized
-/// [`AgentEventParams`].
+/// The `agent/event` notification (server → client).
 #[derive(Debug)]
 pub enum AgentEventNotification {}
 
 impl Notification for AgentEventNotification {
-    type Params = Value;
+    type Params = AgentEventParams;
     const METHOD: &'static str = "agent/event";
 }
 
@@ -429,7 +428,7 @@ pub struct ModelInfo {
     pub provider: String,
     pub id: String,
     pub name: String,
-    pub api: String,
+    pub api: pi_ai::Api,
     pub base_url: String,
     pub reasoning: bool,
     pub input: Vec<String>,

@@ -482,7 +482,8 @@ mod tests {
     /// before it does anything, so no session is created).
     #[tokio::test]
     async fn every_advertised_method_is_registered() {
-        let root = std::env::temp_dir().join(format!("pi-lsp-methods-{}", std::process::id()));
+        let root_tmp = tempfile::tempdir().unwrap();
+        let root = root_tmp.path().to_path_buf();
         std::fs::create_dir_all(&root).unwrap();
         let (mut service, _socket) = service();
         let init = Request::build("initialize")

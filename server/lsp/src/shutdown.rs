@@ -342,6 +342,7 @@ pub async fn serve_stdio() -> i32 {
 /// Ends the process now after a second signal: every recorded process group gets SIGKILL.
 pub fn exit_now(code: i32) -> ! {
     pi_core::tools::kill_all_groups_now();
+    pi_core::sandbox::remove_temp_folders();
     std::process::exit(code)
 }
 

@@ -121,14 +121,11 @@ struct Outbox {
 /// Sends `agent/event` for `event` of run `run_id` of session `session_id`.
 async fn send_event(client: &Client, session_id: &str, run_id: String, event: AgentEvent) {
     client
-        .send_notification::<AgentEventNotification>(
-            serde_json::to_value(AgentEventParams {
-                session_id: session_id.to_string(),
-                run_id,
-                event,
-            })
-            .unwrap_or_default(),
-        )
+        .send_notification::<AgentEventNotification>(AgentEventParams {
+            session_id: session_id.to_string(),
+            run_id,
+            event,
+        })
         .await;
 }
 

@@ -951,7 +951,8 @@ mod tests {
         let (writer, _) = nonblocking_writer(b.as_fd(), err_rx.as_fd()).unwrap();
         assert!(matches!(writer, StdoutWriter::Socket(_)));
         // A regular file is not pollable: tokio's blocking stdio stays.
-        let dir = std::env::temp_dir().join(format!("pi-lsp-transport-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let file = File::create(dir.join("out")).unwrap();
         assert!(nonblocking_reader(file.as_fd()).is_none());

@@ -75,6 +75,6 @@ pub async fn server(body: Vec<u8>) -> String {
     format!("http://{addr}")
 }
 
-pub fn model(api: &str, base: String) -> Model {
+pub fn model(api: pi_ai::Api, base: String) -> Model {
     Model::new(api, "p", "m", &base)
 }

@@ -466,7 +466,12 @@ mod tests {
     fn thinking_levels_map_to_budget_or_adaptive_effort() {
         let ctx = Context::default();
         let opts = StreamOptions::default();
-        let mut m = Model::new("anthropic-messages", "anthropic", "claude-sonnet-4-5", "");
+        let mut m = Model::new(
+            crate::Api::AnthropicMessages,
+            "anthropic",
+            "claude-sonnet-4-5",
+            "",
+        );
         m.reasoning = true;
         m.max_tokens = 64_000;
         m.thinking_level = Some(ThinkingLevel::Medium);
@@ -506,7 +511,7 @@ mod tests {
 
     #[test]
     fn oauth_token_uses_bearer_and_identity() {
-        let mut m = Model::new("anthropic-messages", "anthropic", "c", "");
+        let mut m = Model::new(crate::Api::AnthropicMessages, "anthropic", "c", "");
         m.api_key = Some("sk-ant-oat01-x".into());
         let ctx = Context {
             system_prompt: "S".into(),
@@ -529,7 +534,7 @@ mod tests {
             {"role":"user","content":"what's 2+2"}
         ]))
         .unwrap();
-        let model = Model::new("anthropic-messages", "anthropic", "c", "");
+        let model = Model::new(crate::Api::AnthropicMessages, "anthropic", "c", "");
         assert_eq!(
             Value::Array(convert_messages(
                 &model,

@@ -18,8 +18,8 @@ pub use sse_parse::Event;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::ProviderError;
-use crate::models::Model;
-use crate::stream::{AssistantStream, MessageBuilder};
+use crate::models::{Api, Model};
+use crate::stream::AssistantStream;
 use crate::types::Context;
 
 /// Per-request options.
@@ -72,8 +72,8 @@ pub const MAX_SSE_EVENT: usize = 256 * 1024 * 1024;
 pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> AssistantStream {
     let (tx, stream) = AssistantStream::channel();
     let model = model.clone();
-    match model.api.as_str() {
-        "anthropic-messages" => {
+    match model.api {
+        Api::AnthropicMessages => {
             let body = anthropic_messages::build_request(&model, context, &options);
             tokio::spawn(anthropic_messages::run(
                 model,
@@ -83,7 +83,7 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                 options.timeout,
             ));
         }
-        "openai-completions" => {
+        Api::OpenaiCompletions => {
             let body = openai_completions::build_request(&model, context, &options);
             tokio::spawn(openai_completions::run(
                 model,
@@ -93,7 +93,7 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                 options.timeout,
             ));
         }
-        "openai-responses" => {
+        Api::OpenaiResponses => {
             let body = openai_responses::build_request(&model, context, &options);
             tokio::spawn(openai_responses::run(
                 model,
@@ -103,20 +103,9 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                 options.timeout,
             ));
         }
-        crate::models::SCRIPTED_API => {
+        Api::Scripted => {
             let turn = scripted::response_index(context);
             tokio::spawn(scripted::run(model, turn, tx, options.cancel));
-        }
-        other => {
-            let other = other.to_string();
-            tokio::spawn(async move {
-                if let Ok(b) = MessageBuilder::start(tx, &model).await {
-                    b.fail(ProviderError::Provider {
-                        message: format!("unsupported api \"{other}\""),
-                    })
-                    .await;
-                }
-            });
         }
     }
     stream

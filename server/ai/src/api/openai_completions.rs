@@ -627,7 +627,7 @@ mod tests {
     use super::*;
 
     fn reasoning_model(provider: &str) -> Model {
-        let mut m = Model::new("openai-completions", provider, "m", "http://x/v1");
+        let mut m = Model::new(crate::Api::OpenaiCompletions, provider, "m", "http://x/v1");
         m.reasoning = true;
         m
     }

@@ -1,13 +1,14 @@
 //! [`Agent`]: a conversation with at most one run at a time, listeners, queues and state, as
-//! Pi's `Agent` class exposes them (seed §3 "Lifecycle events and subscribers", "Streaming has
+//! Pi's `Agent` class exposes them (docs/design.md#the-agent-loop "Lifecycle events and subscribers", "Streaming has
 //! two outputs").
 //!
 //! - `subscribe` adds a listener and returns a [`Subscription`] whose drop (or
 //!   [`Subscription::unsubscribe`]) removes it. Listeners run in registration order and each is
 //!   awaited before the loop advances, so an `agent_end` listener can delay idleness.
-//! - One in-flight assistant slot: `message_start` puts the partial response in
-//!   [`Agent::streaming_message`], `message_update`s replace it, `message_end` clears it and
-//!   appends the canonical message to [`Agent::messages`].
+//! - One in-flight assistant slot: `message_start` starts a [`MessageBuilder::follow`] with
+//!   its message, every `message_update` the listeners get is applied to it (so
+//!   [`Agent::streaming_message`] is always the message of exactly the events forwarded so
+//!   far), `message_end` clears it and appends the canonical message to [`Agent::messages`].
 //! - [`Agent::wait_for_idle`] resolves after the run's final listeners settled and its state
 //!   was cleared.
 
@@ -17,9 +18,8 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use async_trait::async_trait;
-use pi_ai::{
-    AssistantEvent, AssistantMessage, ContentBlock, Message, TextContent, ThinkingContent, ToolCall,
-};
+use pi_ai::stream::MessageBuilder;
+use pi_ai::{AssistantMessage, Message};
 use tokio::sync::watch;
 
 use super::{
@@ -45,7 +45,8 @@ pub struct AgentBusy;
 struct State {
     config: AgentConfig,
     messages: Vec<Message>,
-    streaming: Option<AssistantMessage>,
+    /// The in-flight assistant message, rebuilt from exactly the events the listeners get.
+    streaming: Option<MessageBuilder>,
     running: Option<RunControl>,
     /// Id of the active run (uuid v7), or of the last one.
     run_id: Option<String>,
@@ -114,89 +115,6 @@ pub struct Agent {
     inner: Arc<Inner>,
 }
 
-/// Applies one streamed fragment to the in-flight slot.
-fn apply(slot: &mut AssistantMessage, ev: &AssistantEvent) {
-    let ensure = |slot: &mut AssistantMessage, i: usize, b: ContentBlock| {
-        while slot.content.len() <= i {
-            slot.content.push(b.clone());
-        }
-    };
-    let text = || {
-        ContentBlock::Text(TextContent {
-            text: String::new(),
-            text_signature: None,
-        })
-    };
-    let thinking = || {
-        ContentBlock::Thinking(ThinkingContent {
-            thinking: String::new(),
-            thinking_signature: None,
-            redacted: false,
-        })
-    };
-    match ev {
-        AssistantEvent::TextStart { content_index } => ensure(slot, *content_index, text()),
-        AssistantEvent::TextDelta {
-            content_index,
-            delta,
-        } => {
-            ensure(slot, *content_index, text());
-            if let Some(ContentBlock::Text(t)) = slot.content.get_mut(*content_index) {
-                t.text.push_str(delta);
-            }
-        }
-        AssistantEvent::TextEnd {
-            content_index,
-            content,
-        } => {
-            ensure(slot, *content_index, text());
-            if let Some(ContentBlock::Text(t)) = slot.content.get_mut(*content_index) {
-                t.text.clone_from(content);
-            }
-        }
-        AssistantEvent::ThinkingStart { content_index } => ensure(slot, *content_index, thinking()),
-        AssistantEvent::ThinkingDelta {
-            content_index,
-            delta,
-        } => {
-            ensure(slot, *content_index, thinking());
-            if let Some(ContentBlock::Thinking(t)) = slot.content.get_mut(*content_index) {
-                t.thinking.push_str(delta);
-            }
-        }
-        AssistantEvent::ThinkingEnd {
-            content_index,
-            content,
-        } => {
-            ensure(slot, *content_index, thinking());
-            if let Some(ContentBlock::Thinking(t)) = slot.content.get_mut(*content_index) {
-                t.thinking.clone_from(content);
-            }
-        }
-        AssistantEvent::ToolcallStart {
-            content_index,
-            id,
-            name,
-        } => {
-            let call = ContentBlock::ToolCall(ToolCall::new(
-                id.clone(),
-                name.clone(),
-                serde_json::json!({}),
-            ));
-            ensure(slot, *content_index, call);
-        }
-        AssistantEvent::ToolcallEnd {
-            content_index,
-            tool_call,
-        } => {
-            let call = ContentBlock::ToolCall(tool_call.clone());
-            ensure(slot, *content_index, call.clone());
-            slot.content[*content_index] = call;
-        }
-        _ => {}
-    }
-}
-
 /// The run's sink: updates the agent's state, then awaits every listener in order.
 struct Dispatch {
     inner: Arc<Inner>,
@@ -210,12 +128,15 @@ impl EventSink for Dispatch {
             match &event {
                 AgentEvent::MessageStart {
                     message: Message::Assistant(a),
-                } => st.streaming = Some(a.clone()),
+                } => {
+                    let rates = st.config.model.cost.clone();
+                    st.streaming = Some(MessageBuilder::follow(a.clone(), rates));
+                }
                 AgentEvent::MessageUpdate {
                     assistant_message_event,
                 } => {
                     if let Some(slot) = st.streaming.as_mut() {
-                        apply(slot, assistant_message_event);
+                        slot.apply(assistant_message_event);
                     }
                 }
                 AgentEvent::AgentEnd { .. } => st.ending = true,
@@ -554,7 +475,12 @@ impl Agent {
 
     /// The assistant response being streamed, if any.
     pub fn streaming_message(&self) -> Option<AssistantMessage> {
-        self.inner.state.lock().streaming.clone()
+        self.inner
+            .state
+            .lock()
+            .streaming
+            .as_ref()
+            .map(MessageBuilder::snapshot)
     }
 
     /// Messages waiting for the next prompt.

@@ -1,4 +1,4 @@
-//! The agent loop (seed §3 "The agent loop").
+//! The agent loop (docs/design.md#the-agent-loop "The agent loop").
 //!
 //! ```text
 //! outer loop: follow-up re-entry
@@ -39,16 +39,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pi_ai::errors::RetryPolicy;
 use pi_ai::{
     AssistantEvent, AssistantMessage, ContentBlock, Message, Model, StopReason, ToolCall,
     ToolResultMessage, ToolSpec,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::compaction::{CompactionError, CompactionResult, CompactionSettings};
+pub use crate::compaction::{
+    CompactionError, CompactionProposal, CompactionResult, CompactionSettings, Compactor,
+};
+pub use crate::config::types::{QueueMode, RetrySettings, ToolKind, ABORTED_TEXT};
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -56,14 +58,14 @@ fn is_false(b: &bool) -> bool {
 
 /// What a tool produced: content for the model, details for the UI, and the tool's
 /// continuation hint (Pi's `AgentToolResult`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolOutput {
     pub content: Vec<ContentBlock>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
     /// Set by the tool (or the after hook), never by the model: when every result of a batch
     /// has it, the loop does not request another response on its own.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub terminate: bool,
 }
 
@@ -131,7 +133,7 @@ pub struct ToolContext {
 pub trait Tool: Send + Sync {
     /// Name, description and JSON Schema of the arguments, as sent to the model.
     fn spec(&self) -> ToolSpec;
-    /// True for tools that must not run concurrently with others (seed §3 "Batch scheduling":
+    /// True for tools that must not run concurrently with others (docs/design.md#the-agent-loop "Batch scheduling":
     /// a batch containing any sequential tool runs wholly in call order).
     fn sequential(&self) -> bool {
         false
@@ -143,27 +145,25 @@ pub trait Tool: Send + Sync {
     /// Runs the call. `Err` becomes a paired error result.
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
     /// The one-line entry of the system prompt's "Available tools" (Pi's `promptSnippet`);
-    /// `None` leaves the tool out of that list. Default: Pi's snippet for a built-in name.
+    /// `None` (the default) leaves the tool out of that list. Each tool declares its own.
     fn prompt_snippet(&self) -> Option<String> {
-        crate::prompt::builtin_tool_prompt(&self.spec().name).map(|(s, _)| s.to_string())
+        None
     }
     /// Lines the tool adds to the system prompt's guidelines (Pi's `promptGuidelines`).
-    /// Default: Pi's guidelines for a built-in name.
+    /// Default: none.
     fn prompt_guidelines(&self) -> Vec<String> {
-        crate::prompt::builtin_tool_prompt(&self.spec().name)
-            .map(|(_, g)| g.iter().map(|s| s.to_string()).collect())
-            .unwrap_or_default()
+        Vec::new()
     }
-    /// What the tool can do, for the approval policy ([`crate::approval`]). Default: the
-    /// built-in kind of its name (`read`/`grep`/`find`/`ls` read, `edit`/`write` edit),
-    /// [`crate::approval::ToolKind::Execute`] for any other name.
-    fn approval_kind(&self) -> crate::approval::ToolKind {
-        crate::approval::builtin_kind(&self.spec().name)
+    /// What the tool can do, for the approval policy ([`crate::approval`]). Default:
+    /// [`ToolKind::Execute`] (it asks under every policy but approve-all); read-only and
+    /// editing tools say so.
+    fn approval_kind(&self) -> ToolKind {
+        ToolKind::Execute
     }
 }
 
 /// The before-tool hook's view of a call. `args` are the validated arguments; the hook may
-/// change them and they are not validated again (seed §3: trusted code owns that).
+/// change them and they are not validated again (docs/design.md#the-agent-loop: trusted code owns that).
 pub struct BeforeToolCall<'a> {
     pub assistant: &'a AssistantMessage,
     pub call: &'a ToolCall,
@@ -196,7 +196,7 @@ pub struct NextTurn {
     pub system_prompt: String,
 }
 
-/// Trusted product policy plugged into the loop (seed §5: extensions map onto these hooks).
+/// Trusted product policy plugged into the loop (docs/design.md#extensions-and-product-boundaries: extensions map onto these hooks).
 #[async_trait]
 pub trait AgentHooks: Send + Sync {
     /// Runs after validation, before execution. `Err(reason)` blocks the call: the reason is
@@ -218,7 +218,7 @@ pub trait AgentHooks: Send + Sync {
 
 /// One image of an [`AgentEvent::ImagesReplaced`]: its content's [`crate::session::image_hash`]
 /// (`xxh3:` + 16 hex digits of its base64 data), type, and the note now in its place.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplacedImage {
     pub hash: String,
@@ -227,8 +227,9 @@ pub struct ReplacedImage {
 }
 
 /// One event of a run, serialized with Pi's names and shapes (`{"type":"turn_start"}`, …).
-/// `message_update` carries only the newest fragment, never the accumulated partial.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// `message_update` carries only the newest fragment, never the accumulated partial. Read back
+/// (by clients and tests) as written; fields that are not written take their defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
     tag = "type",
     rename_all = "snake_case",
@@ -282,7 +283,7 @@ pub enum AgentEvent {
     AutoRetryEnd {
         success: bool,
         attempt: u32,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         final_error: Option<String>,
     },
     /// pi-lsp's own (Pi has no such event; case 18.12): the provider refused a request for the
@@ -305,7 +306,7 @@ pub enum AgentEvent {
         result: Option<CompactionResult>,
         aborted: bool,
         will_retry: bool,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         error_message: Option<String>,
         /// The context after a committed compaction (not serialized; the agent's state takes it).
         #[serde(skip)]
@@ -338,16 +339,6 @@ pub enum Delivery {
     FollowUp,
     /// With the next external prompt, not in this run.
     NextTurn,
-}
-
-/// How many queued messages one check delivers (Pi's `steeringMode` / `followUpMode`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum QueueMode {
-    /// One message per check (Pi's default).
-    #[default]
-    OneAtATime,
-    /// Every queued message at once.
-    All,
 }
 
 #[derive(Default)]
@@ -493,7 +484,7 @@ pub struct AgentConfig {
 }
 
 /// Why a compaction runs (Pi's `reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CompactionReason {
     /// Context tokens passed context window − reserve tokens before a request.
@@ -504,62 +495,11 @@ pub enum CompactionReason {
     Manual,
 }
 
-/// A compaction the [`Compactor`] wrote summaries for but has not committed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CompactionProposal {
-    pub result: CompactionResult,
-    /// The model context after the compaction (summary, kept messages).
-    pub messages: Vec<Message>,
-    /// What the proposal was computed on (the compactor's own token, e.g. the leaf entry id);
-    /// a commit on a history that moved since is refused.
-    pub basis: Option<String>,
-}
-
-/// Produces and commits compactions (seed §4 "Compaction changes context, not history"). The
-/// loop decides when (threshold before each request, overflow), checks a proposal (it must
-/// shrink the context and fit under the threshold, case CMP-04), then commits it.
-#[async_trait]
-pub trait Compactor: Send + Sync {
-    /// Prepares the cut and writes the summaries for the history as it is now; appends nothing.
-    async fn propose(
-        &self,
-        model: &Model,
-        settings: &CompactionSettings,
-        instructions: Option<&str>,
-        cancel: &CancellationToken,
-    ) -> Result<CompactionProposal, CompactionError>;
-    /// Appends the `compaction` entry; returns the model context after it.
-    fn commit(&self, proposal: &CompactionProposal) -> Result<Vec<Message>, CompactionError>;
-}
-
 /// Compaction settings with the compactor that carries them out.
 #[derive(Clone)]
 pub struct CompactionConfig {
     pub settings: CompactionSettings,
     pub compactor: Arc<dyn Compactor>,
-}
-
-/// Automatic retry of transient provider failures: on/off (Pi's `retry.enabled`) and the
-/// model layer's [`RetryPolicy`] (classes, backoff with jitter, `Retry-After`, never on
-/// context overflow).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetrySettings {
-    pub enabled: bool,
-    pub policy: RetryPolicy,
-    /// `retry.provider.timeoutMs`: the longest wait for a response's headers and the longest
-    /// silence inside its body ([`pi_ai::StreamOptions::timeout`]); `None`: the model layer's
-    /// defaults (10 min to the headers, 5 min of silence). Running out is a retryable error.
-    pub provider_timeout: Option<std::time::Duration>,
-}
-
-impl Default for RetrySettings {
-    fn default() -> Self {
-        RetrySettings {
-            enabled: true,
-            policy: RetryPolicy::default(),
-            provider_timeout: None,
-        }
-    }
 }
 
 impl AgentConfig {
@@ -596,9 +536,6 @@ pub struct RunOutcome {
 
 /// Text of the result given to every call of a response cut by the output limit.
 pub const LENGTH_LIMIT_TEXT: &str = "Not executed: the response hit the output token limit (stopReason \"length\"), so these arguments may be truncated. Retry with smaller steps, e.g. write a short file first and add to it with edit.";
-
-/// Text of the result given to calls skipped or stopped because the run was aborted.
-pub const ABORTED_TEXT: &str = "Tool execution was aborted by the user.";
 
 /// Text of the result given to the calls of a response that failed mid-stream.
 pub const FAILED_RESPONSE_TEXT: &str = "Not executed: the response failed before it was complete.";

@@ -247,7 +247,8 @@ impl Run<'_> {
             }
             if let AssistantEvent::Start = ev {
                 started = true;
-                let partial = AssistantMessage::empty(&model.api, &model.provider, &model.id);
+                let partial =
+                    AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
                 self.sink
                     .emit(AgentEvent::MessageStart {
                         message: Message::Assistant(partial),
@@ -262,13 +263,13 @@ impl Run<'_> {
             }
         }
         let mut message = last.unwrap_or_else(|| {
-            let mut m = AssistantMessage::empty(&model.api, &model.provider, &model.id);
+            let mut m = AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
             m.stop_reason = StopReason::Error;
             m.error_message = Some("model stream ended without a result".into());
             m
         });
         if message.api.is_empty() {
-            message.api = model.api.clone();
+            message.api = model.api.to_string();
             message.provider = model.provider.clone();
             message.model = model.id.clone();
         }
@@ -594,7 +595,7 @@ impl Run<'_> {
 
     async fn failed_turn(&mut self, text: String) -> AssistantMessage {
         let model = &self.cfg.model;
-        let mut m = AssistantMessage::empty(&model.api, &model.provider, &model.id);
+        let mut m = AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
         m.stop_reason = StopReason::Error;
         m.error_message = Some(text);
         self.push(Message::Assistant(m.clone())).await;

@@ -1,4 +1,4 @@
-//! In-process Rust extensions (seed §5 "Extensions are trusted in-process code"; Pi's
+//! In-process Rust extensions (docs/design.md#extensions-and-product-boundaries "Extensions are trusted in-process code"; Pi's
 //! `docs/extensions.md`).
 //!
 //! An [`Extension`] registers, through an [`ExtensionApi`]:
@@ -88,7 +88,7 @@ pub struct ToolResultEvent {
     pub is_error: bool,
 }
 
-/// A custom message (seed §5: JSONL `custom_message`, runtime role `custom`, provider role
+/// A custom message (docs/design.md#extensions-and-product-boundaries: JSONL `custom_message`, runtime role `custom`, provider role
 /// `user`). Provider-visible provenance must be written into `content`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -292,8 +292,11 @@ pub fn append_custom_entry(
     let mut w = writer
         .lock()
         .map_err(|_| "the session writer failed".to_string())?;
-    w.append_entry("custom", json!({"customType": custom_type, "data": data}))
-        .map_err(|e| e.to_string())
+    w.append(crate::session::EntryData::Custom {
+        custom_type: custom_type.to_string(),
+        data,
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// The `data` of the `custom` entries of `custom_type` on `writer`'s active branch.

@@ -1,4 +1,4 @@
-//! The built-in `tmux` extension: background processes the agent and the human share (seed §5
+//! The built-in `tmux` extension: background processes the agent and the human share (docs/design.md#extensions-and-product-boundaries
 //! "tmux for background work": `new-session -d`, `capture-pane -p`, `attach`).
 //!
 //! tmux and the operating system own the process state; this extension keeps no process

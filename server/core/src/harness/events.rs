@@ -66,7 +66,7 @@ impl EventSink for SessionEvents {
         };
         let recorded = match substitute {
             // A delivered custom message or shell output is stored as what it is.
-            Some((kind, fields)) => self.recorder.record_entry(&kind, fields),
+            Some(entry) => self.recorder.record_entry(entry),
             None => self.recorder.record(&event),
         };
         if let Err(e) = recorded {

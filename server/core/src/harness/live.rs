@@ -25,7 +25,7 @@ use super::{sessions_dir, AgentSession};
 use crate::agent::{Tool, ToolContext};
 use crate::compaction::CompactionResult;
 use crate::extension::CustomMessage;
-use crate::session::SessionError;
+use crate::session::{BashExecution, EntryData, SessionError, StoredMessage};
 use crate::QueueMode;
 
 /// How long an abort (and a close) waits for the run to end before answering.
@@ -226,7 +226,8 @@ impl Drop for EndBash {
     }
 }
 
-/// Splits the bash tool's text into output and the trailing status line it adds.
+/// Splits the text of a bash result that failed into output and the trailing status line the
+/// tool adds.
 fn split_status(text: &str) -> (String, Option<String>) {
     const ENDINGS: [&str; 5] = [
         "Command exited with code ",
@@ -293,7 +294,7 @@ impl AgentSession {
         &self,
         how: DeliverAs,
         message: Message,
-        entry: Option<(String, Value)>,
+        entry: Option<EntryData>,
     ) -> (QueuedMessage, Option<String>) {
         let report = self.tracker.queue(how, message.clone(), entry);
         self.tell(
@@ -367,18 +368,18 @@ impl AgentSession {
                 }
             }
         }
-        let mut fields =
-            json!({"customType": m.custom_type, "content": m.content, "display": m.display});
-        if let Some(d) = &m.details {
-            fields["details"] = d.clone();
-        }
+        let entry = EntryData::CustomMessage {
+            custom_type: m.custom_type.clone(),
+            content: m.content.clone(),
+            display: m.display,
+            details: m.details.clone(),
+        };
         // The model's view of it, as the session loader builds it.
-        let mut as_message = fields.clone();
+        let mut as_message = entry.clone().into_parts().1;
         as_message["role"] = json!("custom");
         as_message["timestamp"] = json!(pi_ai::types::now_millis());
         let message = crate::session::convert_message(&as_message)
             .ok_or_else(|| invalid("content", "expected a string or text/image blocks"))?;
-        let entry = Some(("custom_message".to_string(), fields.clone()));
         let streaming = self.agent.is_streaming();
         let how = match (m.deliver_as, streaming) {
             (Some(DeliverAs::NextTurn), _) => Some(DeliverAs::NextTurn),
@@ -387,7 +388,7 @@ impl AgentSession {
             (_, false) => None,
         };
         if let Some(how) = how {
-            let (q, run_id) = self.queue(how, message, entry).await;
+            let (q, run_id) = self.queue(how, message, Some(entry)).await;
             return Ok(CustomSent {
                 queue_id: Some(q.queue_id),
                 run_id,
@@ -396,7 +397,8 @@ impl AgentSession {
         }
         if m.trigger_turn {
             // Delivered by the run: tracked so it is stored as a custom_message entry.
-            self.tracker.queue(DeliverAs::Steer, message.clone(), entry);
+            self.tracker
+                .queue(DeliverAs::Steer, message.clone(), Some(entry));
             let run_id = self
                 .start(vec![message])
                 .map_err(|_| Error::Busy(format!("session {} is running", self.id)))?;
@@ -405,7 +407,7 @@ impl AgentSession {
                 ..CustomSent::default()
             });
         }
-        let entry_id = self.append_now("custom_message", fields, Some(message))?;
+        let entry_id = self.append_now(entry, Some(message))?;
         Ok(CustomSent {
             entry_id: Some(entry_id),
             ..CustomSent::default()
@@ -603,39 +605,39 @@ impl AgentSession {
             Ok(o) => (pi_ai::join_text(&o.content), o.details),
             Err(e) => (e.message, e.details),
         };
-        let (output, status) = split_status(&text);
+        // The tool's `details.exitCode` (from the process status); only a command that did
+        // not exit with 0 has a status line after its output.
+        let exit_code = details
+            .as_ref()
+            .and_then(|d| d.get("exitCode"))
+            .and_then(Value::as_i64)
+            .and_then(|c| i32::try_from(c).ok());
+        let output = if exit_code == Some(0) {
+            text
+        } else {
+            split_status(&text).0
+        };
         let output = if output == "(no output)" {
             String::new()
         } else {
             output
-        };
-        let exit_code = match status.as_deref() {
-            None => Some(0),
-            Some(s) => s
-                .strip_prefix("Command exited with code ")
-                .and_then(|c| c.trim().parse().ok()),
         };
         let cancelled = cancel.is_cancelled();
         let full_output_path = details
             .as_ref()
             .and_then(|d| d["fullOutputPath"].as_str())
             .map(str::to_string);
-        let mut raw = json!({
-            "role": "bashExecution",
-            "command": command,
-            "output": output,
-            "exitCode": exit_code,
-            "cancelled": cancelled,
-            "truncated": full_output_path.is_some(),
-            "timestamp": pi_ai::types::now_millis(),
-        });
         // Pi leaves `fullOutputPath` out when the output was not cut.
-        if let Some(p) = &full_output_path {
-            raw["fullOutputPath"] = json!(p);
-        }
-        if exclude_from_context {
-            raw["excludeFromContext"] = json!(true);
-        }
+        let execution = BashExecution {
+            command: command.to_string(),
+            output: output.clone(),
+            exit_code,
+            cancelled,
+            truncated: full_output_path.is_some(),
+            timestamp: pi_ai::types::now_millis(),
+            full_output_path: full_output_path.clone(),
+            exclude_from_context,
+        };
         let mut result = BashOutcome {
             output,
             exit_code,
@@ -645,23 +647,25 @@ impl AgentSession {
             entry_id: None,
             queue_id: None,
         };
-        let message = crate::session::convert_message(&raw);
-        let fields = json!({ "message": raw });
+        let message = serde_json::to_value(&execution)
+            .ok()
+            .and_then(|raw| crate::session::convert_message(&raw));
+        let entry = EntryData::Message {
+            message: StoredMessage::BashExecution(execution),
+        };
         if !self.agent.is_streaming() {
-            result.entry_id = Some(self.append_now("message", fields, message)?);
+            result.entry_id = Some(self.append_now(entry, message)?);
             return Ok(result);
         }
         match message {
             // In the context: it goes with the next prompt and is stored as it is delivered.
             Some(m) => {
-                let (q, _) = self
-                    .queue(DeliverAs::NextTurn, m, Some(("message".into(), fields)))
-                    .await;
+                let (q, _) = self.queue(DeliverAs::NextTurn, m, Some(entry)).await;
                 result.queue_id = Some(q.queue_id);
             }
             // Kept out of the context: stored once the run has ended.
             None => {
-                tokio::spawn(self.clone().write_when_idle(fields));
+                tokio::spawn(self.clone().write_when_idle(entry));
             }
         }
         Ok(result)
@@ -672,14 +676,14 @@ impl AgentSession {
         self.tracker.abort_bash()
     }
 
-    /// Appends `fields` as a `message` entry once no run is active.
-    async fn write_when_idle(self: Arc<Self>, fields: Value) {
+    /// Appends `entry` once no run is active.
+    async fn write_when_idle(self: Arc<Self>, entry: EntryData) {
         loop {
             self.agent.wait_for_idle().await;
             if self.agent.is_streaming() {
                 continue;
             }
-            if let Err(e) = self.append_now("message", fields, None) {
+            if let Err(e) = self.append_now(entry, None) {
                 tracing::error!("shell output not saved: {e}");
             }
             return;
@@ -688,18 +692,13 @@ impl AgentSession {
 
     /// Appends a message-like entry to an idle session now: to the file, and (when `message`
     /// is model-visible) to the agent's context. Returns the entry id.
-    fn append_now(
-        &self,
-        kind: &str,
-        fields: Value,
-        message: Option<Message>,
-    ) -> Result<String, Error> {
+    fn append_now(&self, entry: EntryData, message: Option<Message>) -> Result<String, Error> {
         if self.agent.is_streaming() {
             return Err(Error::Busy(format!("session {} is running", self.id)));
         }
         // Built before the entry is appended: the message is added to it below.
         self.ensure_context();
-        let id = self.lock_writer()?.append_entry(kind, fields)?;
+        let id = self.lock_writer()?.append(entry)?;
         if let Some(m) = message {
             let mut messages = self.agent.messages();
             messages.push(m);

@@ -33,7 +33,9 @@ use crate::extension::{ExtensionUi, Extensions};
 use crate::fs::Fs;
 use crate::resources::WorkspaceConfig;
 use crate::sandbox::Approver;
-use crate::session::{read_tree, LoadedSession, SessionError, SessionTree, SessionWriter};
+use crate::session::{
+    read_tree, EntryData, LoadedSession, SessionError, SessionTree, SessionWriter,
+};
 use crate::settings::Settings;
 use crate::tools::BeforeBash;
 
@@ -446,15 +448,14 @@ impl AgentSession {
         }
         {
             let mut w = self.lock_writer()?;
-            w.append_entry(
-                "model_change",
-                serde_json::json!({"provider": model.provider, "modelId": model.id}),
-            )?;
+            w.append(EntryData::ModelChange {
+                provider: model.provider.clone(),
+                model_id: model.id.clone(),
+            })?;
             if model.thinking_level != before {
-                w.append_entry(
-                    "thinking_level_change",
-                    serde_json::json!({"thinkingLevel": thinking_level_name(&model)}),
-                )?;
+                w.append(EntryData::ThinkingLevelChange {
+                    thinking_level: thinking_level_name(&model).to_string(),
+                })?;
             }
         }
         self.live.lock().model = model;
@@ -479,10 +480,9 @@ impl AgentSession {
             (level, l.model.thinking_level != Some(level))
         };
         if changed {
-            self.lock_writer()?.append_entry(
-                "thinking_level_change",
-                serde_json::json!({"thinkingLevel": level.as_str()}),
-            )?;
+            self.lock_writer()?.append(EntryData::ThinkingLevelChange {
+                thinking_level: level.as_str().to_string(),
+            })?;
             self.live.lock().model.thinking_level = Some(level);
             self.agent.set_config(self.config());
         }

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::AgentEvent;
 pub use crate::agent::Delivery as DeliverAs;
+use crate::session::EntryData;
 
 /// A tool call stopped by an abort.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,8 +114,8 @@ struct Item {
     message: Message,
     text: String,
     state: QueueState,
-    /// `(entry type, fields)` to store instead of the plain user message.
-    entry: Option<(String, Value)>,
+    /// The entry to store instead of the plain user message.
+    entry: Option<EntryData>,
     recorded: bool,
 }
 
@@ -243,7 +244,7 @@ impl Tracker {
         &self,
         delivery: DeliverAs,
         message: Message,
-        entry: Option<(String, Value)>,
+        entry: Option<EntryData>,
     ) -> QueuedMessage {
         let item = Item {
             id: uuid::Uuid::now_v7().to_string(),
@@ -362,17 +363,26 @@ impl Tracker {
         let item = &inner.items[p];
         let (message, entry) = match &item.entry {
             None => (with_text(&item.message, &expand(text)), None),
-            Some((kind, fields)) if kind == "custom_message" => {
-                let mut fields = fields.clone();
-                fields["content"] = match &fields["content"] {
-                    Value::Array(blocks) => {
-                        let mut out = vec![serde_json::json!({"type": "text", "text": text})];
-                        out.extend(blocks.iter().filter(|b| b["type"] != "text").cloned());
-                        Value::Array(out)
-                    }
-                    _ => Value::String(text.to_string()),
+            Some(EntryData::CustomMessage {
+                custom_type,
+                content,
+                display,
+                details,
+            }) => {
+                let entry = EntryData::CustomMessage {
+                    custom_type: custom_type.clone(),
+                    content: match content {
+                        Value::Array(blocks) => {
+                            let mut out = vec![serde_json::json!({"type": "text", "text": text})];
+                            out.extend(blocks.iter().filter(|b| b["type"] != "text").cloned());
+                            Value::Array(out)
+                        }
+                        _ => Value::String(text.to_string()),
+                    },
+                    display: *display,
+                    details: details.clone(),
                 };
-                let mut as_message = fields.clone();
+                let mut as_message = entry.clone().into_parts().1;
                 as_message["role"] = serde_json::json!("custom");
                 as_message["timestamp"] = serde_json::json!(match &item.message {
                     Message::User(u) => u.timestamp,
@@ -381,9 +391,12 @@ impl Tracker {
                 let m = crate::session::convert_message(&as_message).ok_or_else(|| {
                     "the custom message's content cannot hold the text".to_string()
                 })?;
-                (m, Some((kind.clone(), fields)))
+                (m, Some(entry))
             }
-            Some((kind, _)) => return Err(format!("a queued {kind} entry cannot be edited")),
+            Some(other) => {
+                let kind = other.clone().into_parts().0;
+                return Err(format!("a queued {kind} entry cannot be edited"));
+            }
         };
         if !replace(&item.message, message.clone()) {
             return Ok(None);
@@ -402,7 +415,7 @@ impl Tracker {
     }
 
     /// The entry to store instead of this delivered user message, once.
-    pub fn substitute(&self, message: &Message) -> Option<(String, Value)> {
+    pub fn substitute(&self, message: &Message) -> Option<EntryData> {
         let mut inner = self.inner.lock();
         let item = inner.items.iter_mut().find(|i| {
             !i.recorded

@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::agent::AgentEvent;
-use crate::session::{SessionError, SessionWriter};
+use crate::session::{EntryData, SessionError, SessionWriter};
 
 /// Appends a run's messages to its session file; see the module doc.
 pub struct Recorder {
@@ -32,11 +32,11 @@ impl Recorder {
         Recorder { writer }
     }
 
-    /// Appends an entry of `kind` with `fields` (a delivered custom message or shell output
-    /// stored as what it is rather than as a plain user message).
-    pub fn record_entry(&self, kind: &str, fields: serde_json::Value) -> Result<(), SessionError> {
+    /// Appends the entry `data` (a delivered custom message or shell output stored as what it
+    /// is rather than as a plain user message).
+    pub fn record_entry(&self, data: EntryData) -> Result<(), SessionError> {
         let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
-        w.append_entry(kind, fields).map(|_| ())
+        w.append(data).map(|_| ())
     }
 
     /// Records `event`; an error means the session is no longer being saved.
@@ -73,8 +73,8 @@ mod tests {
 
     #[test]
     fn a_poisoned_writer_is_an_error_not_silence() {
-        let dir = std::env::temp_dir().join(format!("pi-recorder-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         let writer = SessionWriter::create(&dir, &dir, "p", "m", "off").unwrap();
         let writer = Arc::new(Mutex::new(writer));
         let rec = Recorder::new(writer.clone());
@@ -95,7 +95,10 @@ mod tests {
             "{e}"
         );
         assert!(rec
-            .record_entry("custom", serde_json::json!({"customType": "x", "data": 1}))
+            .record_entry(EntryData::Custom {
+                custom_type: "x".into(),
+                data: serde_json::json!(1),
+            })
             .is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -48,7 +48,7 @@ use serde_json::{json, Value};
 use super::AgentSession;
 use crate::approval::content_hash;
 use crate::fs::{Fs, FsError, TextReplace};
-use crate::session::{Entry, SessionError, SessionTree};
+use crate::session::{Entry, EntryData, SessionError, SessionTree};
 use crate::tools::file_change::{FileChange, DETAILS_KEY};
 
 /// `customType` of the entry a rewind writes at its target.
@@ -607,11 +607,10 @@ impl AgentSession {
             let mut w = self.lock_writer()?;
             let tree = w.tree_snapshot();
             w.branch(&tree, rewind.to.as_deref())?;
-            w.append_entry(
-                "custom",
-                json!({"customType": REWIND_CUSTOM_TYPE, "data": {
-                    "fromId": rewind.from, "entryId": rewind.entry_id, "files": rewind.outcomes}}),
-            )?;
+            w.append(EntryData::Custom {
+                custom_type: REWIND_CUSTOM_TYPE.to_string(),
+                data: json!({"fromId": rewind.from, "entryId": rewind.entry_id, "files": rewind.outcomes}),
+            })?;
             w.sync()?;
             w.leaf().map(str::to_string)
         };
@@ -698,7 +697,8 @@ mod tests {
 
     #[tokio::test]
     async fn each_file_is_undone_redone_or_refused_by_its_hashes() {
-        let dir = std::env::temp_dir().join(format!("pi-rewind-unit-{}", uuid::Uuid::new_v4()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let fs = DiskFs::new(dir.clone());
         let f = dir.join("f");

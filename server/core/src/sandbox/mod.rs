@@ -240,24 +240,53 @@ pub enum Enforcement {
     NeedsApproval(String),
 }
 
-/// A session's temp folder, removed with everything in it when the last [`Sandbox`] using it
-/// is dropped.
+/// A session's temp folder: made when a command first needs it ([`Sandbox::tmp_dir`]),
+/// removed with everything in it when the last [`Sandbox`] using it is dropped, or by
+/// [`remove_temp_folders`] when the process ends first.
 #[derive(Debug)]
-struct TempFolder(PathBuf);
+struct TempFolder(PathBuf, OnceLock<()>);
+
+/// The temp folders alive in this process.
+fn live_folders() -> &'static Mutex<std::collections::HashSet<PathBuf>> {
+    static LIVE: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+}
 
 impl Drop for TempFolder {
     fn drop(&mut self) {
+        live_folders().lock().remove(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Removes every session temp folder still alive: for a process about to exit without
+/// dropping its sessions (`std::process::exit` runs no destructors). Returns how many.
+pub fn remove_temp_folders() -> usize {
+    let folders: Vec<PathBuf> = live_folders().lock().drain().collect();
+    for f in &folders {
+        let _ = std::fs::remove_dir_all(f);
+    }
+    folders.len()
 }
 
 impl TempFolder {
     fn create() -> Arc<TempFolder> {
         let p = std::env::temp_dir().join(format!("pi-lsp-{}", uuid::Uuid::new_v4()));
-        if let Err(e) = create_private_dir(&p) {
-            tracing::warn!("cannot create session temp folder {}: {e}", p.display());
-        }
-        Arc::new(TempFolder(p))
+        live_folders().lock().insert(p.clone());
+        Arc::new(TempFolder(p, OnceLock::new()))
+    }
+
+    /// The folder, made (mode 0700) the first time it is asked for.
+    fn path(&self) -> &Path {
+        self.1.get_or_init(|| {
+            if let Err(e) = create_private_dir(&self.0) {
+                tracing::warn!(
+                    "cannot create session temp folder {}: {e}",
+                    self.0.display()
+                );
+            }
+        });
+        &self.0
     }
 
     /// The folder of session `key`, shared by every sandbox of that session alive at once
@@ -330,7 +359,14 @@ impl Sandbox {
             None => SandboxMode::Off,
         };
         let mut writable: Vec<PathBuf> = Vec::new();
-        writable.extend(canon(&tmp));
+        // The folder itself is made only when a command runs: its canonical path is its
+        // parent's.
+        writable.extend(
+            tmp.parent()
+                .and_then(canon)
+                .zip(tmp.file_name())
+                .map(|(parent, name)| parent.join(name)),
+        );
         let mut folders_at = writable.len();
         if mode == SandboxMode::WorkspaceWrite {
             writable.extend(canon(workspace));
@@ -416,9 +452,11 @@ impl Sandbox {
         policy
     }
 
-    /// The session's temp folder (exported to commands as `TMPDIR`).
+    /// The session's temp folder (exported to commands as `TMPDIR`), made on the first call:
+    /// a session that runs no command leaves nothing behind, also when its process ends
+    /// without dropping it.
     pub fn tmp_dir(&self) -> &Path {
-        &self.tmp.0
+        self.tmp.path()
     }
 
     /// Whether the policy is enforced.
@@ -590,7 +628,8 @@ mod tests {
 
     #[test]
     fn settings_merge_key_by_key_and_kernels_without_support_are_honest() {
-        let ws = std::env::temp_dir().join(format!("pi-sbx-settings-{}", std::process::id()));
+        let ws_tmp = tempfile::tempdir().unwrap();
+        let ws = ws_tmp.path().to_path_buf();
         std::fs::create_dir_all(ws.join(".pi")).unwrap();
         std::fs::write(
             ws.join(".pi/settings.json"),

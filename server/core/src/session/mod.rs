@@ -1,4 +1,4 @@
-//! Sessions as Pi v3 JSONL files (seed §4 "A session JSONL example"; Pi 0.73.1
+//! Sessions as Pi v3 JSONL files (docs/design.md#sessions-branching-and-compaction "Session files"; Pi 0.73.1
 //! `docs/session-format.md`).
 //!
 //! A file is named `<ISO time with : and . as ->_<uuid v7>.jsonl`; its first line is the header
@@ -14,12 +14,14 @@
 //! parse is moved to a `.corrupt` sidecar and cut off before anything is appended; unparseable
 //! or NUL-filled lines in the middle are skipped and counted in a warning.
 
+mod entry_data;
 mod line;
 mod list;
 mod read;
 mod tree;
 mod view;
 
+pub use entry_data::{BashExecution, EntryData, StoredMessage};
 pub use line::AssistantInfo;
 pub use list::{list_sessions, SessionSummary};
 pub use tree::{
@@ -715,14 +717,13 @@ impl SessionWriter {
     ) -> Result<Self, SessionError> {
         let header = new_header(cwd, None);
         let mut w = Self::create_with_header(dir, header)?;
-        w.append_entry(
-            "model_change",
-            json!({"provider": provider, "modelId": model_id}),
-        )?;
-        w.append_entry(
-            "thinking_level_change",
-            json!({"thinkingLevel": thinking_level}),
-        )?;
+        w.append(EntryData::ModelChange {
+            provider: provider.to_string(),
+            model_id: model_id.to_string(),
+        })?;
+        w.append(EntryData::ThinkingLevelChange {
+            thinking_level: thinking_level.to_string(),
+        })?;
         Ok(w)
     }
 
@@ -940,26 +941,27 @@ impl SessionWriter {
         details: Value,
     ) -> Result<String, SessionError> {
         self.branch(tree, entry)?;
-        let mut fields = json!({"fromId": entry.unwrap_or("root"), "summary": summary});
-        if !details.is_null() {
-            fields["details"] = details;
-        }
-        fields["fromHook"] = json!(false);
-        self.append_entry("branch_summary", fields)
+        self.append(EntryData::BranchSummary {
+            from_id: entry.unwrap_or("root").to_string(),
+            summary: summary.to_string(),
+            details: (!details.is_null()).then_some(details),
+            from_hook: false,
+        })
     }
 
     /// Sets (or with `None` clears) the label of entry `target`.
     pub fn label(&mut self, target: &str, label: Option<&str>) -> Result<String, SessionError> {
-        let mut fields = json!({"targetId": target});
-        if let Some(l) = label {
-            fields["label"] = Value::String(l.to_string());
-        }
-        self.append_entry("label", fields)
+        self.append(EntryData::Label {
+            target_id: target.to_string(),
+            label: label.map(str::to_string),
+        })
     }
 
     /// Names the session (`session_info`).
     pub fn set_name(&mut self, name: &str) -> Result<String, SessionError> {
-        self.append_entry("session_info", json!({"name": name}))
+        self.append(EntryData::SessionInfo {
+            name: name.to_string(),
+        })
     }
 
     /// Forks into a new file in `dir` (see [`SessionWriter::fork_from`]) at `leaf` (default:
@@ -1112,8 +1114,16 @@ impl SessionWriter {
         }
     }
 
-    /// Appends an entry of `kind` with `fields` under the current leaf; returns its id.
-    pub fn append_entry(&mut self, kind: &str, fields: Value) -> Result<String, SessionError> {
+    /// Appends the entry `data` under the current leaf; returns its id.
+    pub fn append(&mut self, data: EntryData) -> Result<String, SessionError> {
+        let (kind, fields) = data.into_parts();
+        self.append_raw(&kind, fields)
+    }
+
+    /// Appends an entry of `kind` with `fields` as given (an object; entries copied from
+    /// another branch, tests' fixtures) under the current leaf; returns its id. The harness
+    /// writes what it knows through [`SessionWriter::append`].
+    pub fn append_raw(&mut self, kind: &str, fields: Value) -> Result<String, SessionError> {
         let id = self.new_id();
         let mut entry =
             json!({"type": kind, "id": id, "parentId": self.leaf, "timestamp": iso_now()});
@@ -1192,12 +1202,20 @@ impl SessionWriter {
             }
             Message::User(_) => self.open_calls.clear(),
         }
-        let mut m = serde_json::to_value(message).unwrap_or(Value::Null);
-        // Pi writes a user message's text as one text block (a bare string is still read).
-        if let Some(t) = m.get("content").and_then(Value::as_str) {
-            m["content"] = json!([{"type": "text", "text": t}]);
-        }
-        self.append_entry("message", json!({ "message": m }))
+        let message = match message {
+            // Pi writes a user message's text as one text block (a bare string is still read).
+            Message::User(pi_ai::UserMessage {
+                content: pi_ai::UserContent::Text(t),
+                timestamp,
+            }) => Message::User(pi_ai::UserMessage {
+                content: pi_ai::UserContent::Blocks(vec![pi_ai::ContentBlock::text(t.clone())]),
+                timestamp: *timestamp,
+            }),
+            m => m.clone(),
+        };
+        self.append(EntryData::Message {
+            message: StoredMessage::Message(message),
+        })
     }
 
     /// Case 18.12: a request was refused for the size of the images hashed in `replaced`
@@ -1262,7 +1280,7 @@ impl SessionWriter {
                     }
                 }
             }
-            let new = self.append_entry(&kind, v)?;
+            let new = self.append_raw(&kind, v)?;
             ids.insert(old, new);
         }
         // The copied branch ends where a request was about to go: every call has its result.
@@ -1726,11 +1744,27 @@ pub fn find_session_file(dir: &Path, id: &str) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pi-core-session-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A temporary folder, removed on drop (also when the test fails).
+    struct Tmp(tempfile::TempDir);
+
+    impl std::ops::Deref for Tmp {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            self.0.path()
+        }
+    }
+
+    impl AsRef<Path> for Tmp {
+        fn as_ref(&self) -> &Path {
+            self.0.path()
+        }
+    }
+
+    fn tmp(name: &str) -> Tmp {
+        Tmp(tempfile::Builder::new()
+            .prefix(&format!("pi-core-session-{name}-"))
+            .tempdir()
+            .unwrap())
     }
 
     fn fixture(name: &str) -> Vec<u8> {

@@ -282,10 +282,13 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn file(name: &str, bytes: &[u8]) -> File {
-        let p = std::env::temp_dir().join(format!("pi-core-read-{name}-{}", std::process::id()));
-        std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
-        File::open(&p).unwrap()
+    /// An unnamed temporary file holding `bytes` (gone once closed), read from its start.
+    fn file(_name: &str, bytes: &[u8]) -> File {
+        use std::io::Seek;
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        f.rewind().unwrap();
+        f
     }
 
     /// `(offset, text)` of every non-blank line, split the plain way.

@@ -1,4 +1,4 @@
-//! The session tree and its projections (seed §4 "One history, several projections",
+//! The session tree and its projections (docs/design.md#sessions-branching-and-compaction "One history, several projections",
 //! "Branching selects a path", "Compaction changes context, not history"; Pi 0.73.1
 //! `docs/session-format.md` and `buildSessionContext`).
 //!

@@ -451,11 +451,29 @@ enum End {
     Failed(String),
 }
 
-/// One finished run of a command: how it ended, its rendered output and truncation details.
+/// One finished run of a command: how it ended, its rendered output and its details (Pi's
+/// truncation keys when it was cut, and `exitCode`).
 struct Ran {
     end: End,
     body: String,
     details: Option<Value>,
+}
+
+/// The `details` of a bash result: Pi's (`truncation`, `fullOutputPath`, when the output was
+/// cut) plus `exitCode`, the process's exit status as a number, `null` when it did not exit on
+/// its own (killed by a signal, aborted, timed out, or never waited for). Taken from the
+/// process status, never from the text.
+fn with_exit_code(details: Option<Value>, end: &End) -> Value {
+    let code = match end {
+        End::Exited(s) => s.code(),
+        End::Aborted | End::TimedOut(_) | End::Failed(_) => None,
+    };
+    let mut details = match details {
+        Some(Value::Object(o)) => o,
+        _ => serde_json::Map::new(),
+    };
+    details.insert("exitCode".into(), json!(code));
+    Value::Object(details)
 }
 
 impl Ran {
@@ -643,12 +661,23 @@ impl BashTool {
         } else {
             pi_ai::keys::redact_secrets(&text)
         };
+        let details = Some(with_exit_code(details, &end));
         Ok(Ran { end, body, details })
     }
 }
 
 #[async_trait]
 impl Tool for BashTool {
+    /// Pi's `promptSnippet` of `bash` (`core/tools/bash.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("Execute bash commands (ls, grep, find, etc.)".into())
+    }
+
+    /// For the approval policy: runs commands.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::Execute
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "bash".into(),

@@ -504,6 +504,28 @@ pub(crate) fn plan_edits(
 
 #[async_trait]
 impl Tool for EditTool {
+    /// Pi's `promptSnippet` of `edit` (`core/tools/edit.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("Make precise file edits with exact text replacement, including multiple disjoint edits in one call".into())
+    }
+
+    /// Pi's `promptGuidelines` of `edit` (`core/tools/edit.js`, 0.73.1).
+    fn prompt_guidelines(&self) -> Vec<String> {
+        [
+            "Use edit for precise changes (edits[].oldText must match exactly)",
+            "When changing multiple separate locations in one file, use one edit call with multiple entries in edits[] instead of multiple edit calls",
+            "Each edits[].oldText is matched against the original file, not after earlier edits are applied. Do not emit overlapping or nested edits. Merge nearby changes into one edit.",
+            "Keep edits[].oldText as small as possible while still being unique in the file. Do not pad with large unchanged regions.",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// For the approval policy: changes files, asking with its change.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::Edit
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "edit".into(),

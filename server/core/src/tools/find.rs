@@ -119,6 +119,16 @@ fn run(
 
 #[async_trait]
 impl Tool for FindTool {
+    /// Pi's `promptSnippet` of `find` (`core/tools/find.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("Find files by glob pattern (respects .gitignore)".into())
+    }
+
+    /// For the approval policy: reads only.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::ReadOnly
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "find".into(),

@@ -367,6 +367,16 @@ fn run(
 
 #[async_trait]
 impl Tool for GrepTool {
+    /// Pi's `promptSnippet` of `grep` (`core/tools/grep.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("Search file contents for patterns (respects .gitignore)".into())
+    }
+
+    /// For the approval policy: reads only.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::ReadOnly
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "grep".into(),

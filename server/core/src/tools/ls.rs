@@ -36,6 +36,16 @@ impl LsTool {
 
 #[async_trait]
 impl Tool for LsTool {
+    /// Pi's `promptSnippet` of `ls` (`core/tools/ls.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("List directory contents".into())
+    }
+
+    /// For the approval policy: reads only.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::ReadOnly
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "ls".into(),

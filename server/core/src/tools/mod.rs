@@ -407,7 +407,8 @@ mod tests {
 
     #[test]
     fn paths_are_confined() {
-        let root = std::env::temp_dir().join(format!("pi-core-paths-{}", std::process::id()));
+        let root_tmp = tempfile::tempdir().unwrap();
+        let root = root_tmp.path().to_path_buf();
         std::fs::create_dir_all(root.join("sub")).unwrap();
         assert_eq!(
             resolve_path(&root, "sub/../a.txt").unwrap(),

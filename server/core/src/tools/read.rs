@@ -636,6 +636,23 @@ fn read_small(path: &std::path::Path) -> Option<Small> {
 
 #[async_trait]
 impl Tool for ReadTool {
+    /// Pi's `promptSnippet` of `read` (`core/tools/read.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("Read file contents".into())
+    }
+
+    /// Pi's `promptGuidelines` of `read` (`core/tools/read.js`, 0.73.1).
+    fn prompt_guidelines(&self) -> Vec<String> {
+        ["Use read to examine files instead of cat or sed."]
+            .map(String::from)
+            .to_vec()
+    }
+
+    /// For the approval policy: reads only.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::ReadOnly
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "read".into(),
@@ -826,7 +843,8 @@ mod tests {
     /// boundaries that cut lines and characters, in UTF-8 and in a detected encoding.
     #[test]
     fn streamed_read_matches_the_whole_read() {
-        let dir = std::env::temp_dir().join(format!("pi-core-stream-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let cancel = tokio_util::sync::CancellationToken::new();
         // Multi-byte characters straddle every chunk boundary (3-byte 中 at odd offsets).

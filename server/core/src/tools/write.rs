@@ -82,6 +82,23 @@ fn change_details(
 
 #[async_trait]
 impl Tool for WriteTool {
+    /// Pi's `promptSnippet` of `write` (`core/tools/write.js`, 0.73.1).
+    fn prompt_snippet(&self) -> Option<String> {
+        Some("Create or overwrite files".into())
+    }
+
+    /// Pi's `promptGuidelines` of `write` (`core/tools/write.js`, 0.73.1).
+    fn prompt_guidelines(&self) -> Vec<String> {
+        ["Use write only for new files or complete rewrites."]
+            .map(String::from)
+            .to_vec()
+    }
+
+    /// For the approval policy: changes files, asking with its change.
+    fn approval_kind(&self) -> crate::approval::ToolKind {
+        crate::approval::ToolKind::Edit
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "write".into(),

@@ -73,7 +73,7 @@ pub(crate) fn model_info(m: &Model) -> ModelInfo {
         provider: m.provider.clone(),
         id: m.id.clone(),
         name: m.name.clone(),
-        api: m.api.clone(),
+        api: m.api,
         base_url: m.base_url.clone(),
         reasoning: m.reasoning,
         input: m.input.clone(),

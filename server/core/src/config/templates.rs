@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::resources::{parse_frontmatter, Scope};
+use crate::config::frontmatter::{parse_frontmatter, Scope};
 
 /// One prompt template.
 #[derive(Debug, Clone, PartialEq, Serialize)]

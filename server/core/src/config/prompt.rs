@@ -41,34 +41,6 @@ impl ToolPrompt {
     }
 }
 
-/// Pi's snippet and guidelines of its built-in tools (`core/tools/*.js`, 0.73.1), by name.
-pub fn builtin_tool_prompt(name: &str) -> Option<(&'static str, &'static [&'static str])> {
-    Some(match name {
-        "read" => (
-            "Read file contents",
-            &["Use read to examine files instead of cat or sed."][..],
-        ),
-        "bash" => ("Execute bash commands (ls, grep, find, etc.)", &[][..]),
-        "edit" => (
-            "Make precise file edits with exact text replacement, including multiple disjoint edits in one call",
-            &[
-                "Use edit for precise changes (edits[].oldText must match exactly)",
-                "When changing multiple separate locations in one file, use one edit call with multiple entries in edits[] instead of multiple edit calls",
-                "Each edits[].oldText is matched against the original file, not after earlier edits are applied. Do not emit overlapping or nested edits. Merge nearby changes into one edit.",
-                "Keep edits[].oldText as small as possible while still being unique in the file. Do not pad with large unchanged regions.",
-            ][..],
-        ),
-        "write" => (
-            "Create or overwrite files",
-            &["Use write only for new files or complete rewrites."][..],
-        ),
-        "grep" => ("Search file contents for patterns (respects .gitignore)", &[][..]),
-        "find" => ("Find files by glob pattern (respects .gitignore)", &[][..]),
-        "ls" => ("List directory contents", &[][..]),
-        _ => return None,
-    })
-}
-
 /// Where Pi's own documentation is (Pi's `getReadmePath` / `getDocsPath` /
 /// `getExamplesPath`), for the prompt block that points at it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,10 +36,11 @@ use pi_ai::models::ThinkingLevel;
 use pi_ai::RetryPolicy;
 use serde_json::{Map, Value};
 
-use crate::agent::{QueueMode, RetrySettings};
+pub use crate::config::types::ApprovalPolicy;
+use crate::config::types::{QueueMode, RetrySettings};
 
 /// Pi's `compaction` settings (defaults from Pi `docs/settings.md`): the type the loop uses.
-pub use crate::compaction::CompactionSettings;
+pub use crate::config::types::CompactionSettings;
 
 /// Pi's `retry` settings (defaults from Pi `docs/settings.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,30 +95,6 @@ impl RetryConfig {
                 .provider_timeout_ms
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
-        }
-    }
-}
-
-/// `approvalPolicy` (a pi-lsp key; Pi has none): which tool calls need the user's approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ApprovalPolicy {
-    /// `"ask"`: every mutating tool call (edits and bash) asks first.
-    Ask,
-    /// `"auto-edit"`: file edits are applied without asking; bash asks.
-    AutoEdit,
-    /// `"approve-all"`: nothing asks (Pi's behaviour).
-    ApproveAll,
-}
-
-impl ApprovalPolicy {
-    /// Parses the setting's value (`ask`, `auto-edit`, `approve-all`).
-    pub fn parse(s: &str) -> Option<ApprovalPolicy> {
-        match s {
-            "ask" => Some(ApprovalPolicy::Ask),
-            "auto-edit" => Some(ApprovalPolicy::AutoEdit),
-            "approve-all" => Some(ApprovalPolicy::ApproveAll),
-            _ => None,
         }
     }
 }
@@ -745,7 +722,8 @@ mod tests {
 
     #[test]
     fn files_merge_with_paths_resolved_per_file_and_cache_reloads_on_change() {
-        let dir = std::env::temp_dir().join(format!("pi-core-settings-{}", std::process::id()));
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
         let agent = dir.join("agent");
         let ws = dir.join("ws");
         std::fs::create_dir_all(&agent).unwrap();
@@ -819,8 +797,8 @@ mod tests {
 
     #[test]
     fn project_setting_written_in_place_keeping_other_keys() {
-        let ws = std::env::temp_dir().join(format!("pi-core-settings-w-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&ws);
+        let ws_tmp = tempfile::tempdir().unwrap();
+        let ws = ws_tmp.path().to_path_buf();
         write_project_setting(&ws, &["approvals", "bash"], json!(["cargo test"])).unwrap();
         std::fs::write(
             ws.join(".pi/settings.json"),
