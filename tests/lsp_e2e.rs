@@ -913,6 +913,62 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
     c.shutdown().await;
 }
 
+/// A window reload: the new server asks for the session while the old one is still exiting.
+/// It waits for the file to be released and continues the same session (no fork), with
+/// everything the old server wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_released_by_an_exiting_server_is_resumed_not_forked() {
+    let tmp = TempDir::new("reload-resume");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let mut a = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let r = a
+        .request("agent/prompt", json!({"text": "first"}))
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    a.run_until_end(Duration::from_secs(10)).await;
+    let mut b = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    // The old server goes away 300 ms after the new one asks (its session still open).
+    let (state, _) = tokio::join!(b.request("agent/state", json!({"sessionId": sid})), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        a.shutdown().await
+    });
+    let state = state.unwrap();
+    assert_eq!(state["sessionId"], json!(sid));
+    assert_eq!(state["messageCount"], json!(2));
+    b.request("agent/prompt", json!({"text": "second", "sessionId": sid}))
+        .await
+        .unwrap();
+    b.run_until_end(Duration::from_secs(10)).await;
+    assert!(!b.log().iter().any(|m| m["method"] == "window/showMessage"
+        && m["params"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("fork")));
+    let files: Vec<_> = std::fs::read_dir(ws.join(".pi/sessions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let users: Vec<String> = std::fs::read_to_string(&files[0])
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["message"]["role"] == "user")
+        .map(|l| {
+            l["message"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(users, ["first", "second"]);
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_open_in_another_server_continues_in_a_fork() {
     // SESS-04: one live writer per file; the second server forks and says so.

@@ -406,3 +406,66 @@ fn tmp_dir(prefix: &str) -> Tmp {
     let p = d.path().canonicalize().unwrap();
     Tmp(d, p)
 }
+
+/// The branch a [`BranchOnEnd`] started: its new leaf, or the error's text.
+type BranchTask = tokio::task::JoinHandle<Result<String, String>>;
+
+/// Branches the session from inside its `agent_end` event, as a client that acts on the
+/// `agent/event` it just received, while the run's loop is held in its last step.
+struct BranchOnEnd {
+    session: std::sync::OnceLock<std::sync::Weak<AgentSession>>,
+    entry: String,
+    outcome: Arc<Mutex<Option<BranchTask>>>,
+}
+
+#[async_trait]
+impl pi_core::agent::EventSink for BranchOnEnd {
+    async fn emit(&self, event: AgentEvent) {
+        if !matches!(event, AgentEvent::AgentEnd { .. }) {
+            return;
+        }
+        let s = self.session.get().and_then(|w| w.upgrade()).unwrap();
+        let entry = self.entry.clone();
+        *self.outcome.lock().unwrap() = Some(tokio::spawn(async move {
+            s.branch(Some(&entry), false, None)
+                .await
+                .map(|o| o.leaf_id.unwrap_or_default())
+                .map_err(|e| e.to_string())
+        }));
+        // The loop is still in the ending run while the client's branch arrives.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+/// A client that saw `agent_end` may move the leaf at once: the branch waits for the run's
+/// last step instead of answering "is running" (found by an outside check: one in four
+/// branches right after a run failed under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_sent_on_agent_end_waits_for_the_run_to_let_go() {
+    let (root, ws) = workspace("settle");
+    let (s, _) = session(
+        &root,
+        ws,
+        scripted(json!([{"text": "one"}, {"text": "two"}])),
+    );
+    s.prompt("first", Vec::new(), None, None).await.unwrap();
+    s.agent().wait_for_idle().await;
+    let (tree, leaf) = s.tree().unwrap();
+    let first_answer = leaf.unwrap();
+    let outcome = Arc::new(Mutex::new(None));
+    let sink = Arc::new(BranchOnEnd {
+        session: std::sync::OnceLock::new(),
+        entry: first_answer.clone(),
+        outcome: outcome.clone(),
+    });
+    sink.session.set(Arc::downgrade(&s)).unwrap();
+    let _sub = s.subscribe(sink);
+    s.prompt("second", Vec::new(), None, None).await.unwrap();
+    s.agent().wait_for_idle().await;
+    let task = outcome.lock().unwrap().take().expect("agent_end was seen");
+    let branched = task.await.unwrap();
+    assert_eq!(branched, Ok(first_answer.clone()));
+    assert!(tree.get(&first_answer).is_some());
+    assert_eq!(s.tree().unwrap().1.as_deref(), Some(first_answer.as_str()));
+    s.close().await;
+}

@@ -783,7 +783,7 @@ impl crate::server::Backend {
         let p: ToolsRegisterParams = crate::protocol::parse_params(params)?;
         check_decls(&p.tools, "tools")?;
         if let Some(id) = &p.session_id {
-            self.session(id)?;
+            self.session(id).await?;
         }
         Ok(ToolsResult {
             tools: self
@@ -800,7 +800,7 @@ impl crate::server::Backend {
     ) -> tower_lsp_server::jsonrpc::Result<ToolsResult> {
         let p: ToolsUnregisterParams = crate::protocol::parse_params(params)?;
         if let Some(id) = &p.session_id {
-            self.session(id)?;
+            self.session(id).await?;
         }
         Ok(ToolsResult {
             tools: self

@@ -265,7 +265,7 @@ impl Backend {
         params: Value,
     ) -> Result<ExtensionCommandsResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let commands: Vec<CommandInfo> = session.extensions().commands();
         Ok(ExtensionCommandsResult { commands })
     }

@@ -358,7 +358,7 @@ impl Backend {
     /// tool call, also within a running turn.
     pub(crate) async fn permissions_set(&self, params: Value) -> Result<PermissionsSetResult> {
         let p: PermissionsSetParams = parse_params(params)?;
-        let s = self.session(&p.session_id)?;
+        let s = self.session(&p.session_id).await?;
         s.gate().set_session_policy(p.approval_policy);
         Ok(PermissionsSetResult {
             approval_policy: s.gate().policy(),

@@ -39,6 +39,9 @@ pub struct State {
     /// `initializationOptions.approvalPolicy`: the editor's own setting.
     pub(crate) init_approval: Mutex<Option<pi_core::approval::ApprovalPolicy>>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<AgentSession>>>,
+    /// Each session's event sink, by session id: a reader of the streaming slot sends what
+    /// the sink holds first ([`crate::sink::LspSink::flush`]).
+    pub(crate) sinks: Mutex<HashMap<String, std::sync::Weak<crate::sink::LspSink>>>,
     /// See [`Backend::shutdown_received`].
     shutdown_received: Arc<AtomicBool>,
     /// The client answers `agent/ui/request` (`experimental.agent.ui`).
@@ -151,6 +154,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                 init_model: Mutex::new(None),
                 init_approval: Mutex::new(None),
                 sessions: Mutex::new(HashMap::new()),
+                sinks: Mutex::new(HashMap::new()),
                 shutdown_received: Default::default(),
                 extension_ui: AtomicBool::new(false),
                 editor_tools: Default::default(),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use pi_core::harness::{choose_model, sessions_dir, AgentSession, Opening};
 use pi_core::session::{find_session_file, SessionError};
+use std::time::{Duration, Instant};
 use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::MessageType;
 
@@ -17,7 +18,11 @@ use crate::setup::LspSetup;
 impl Backend {
     /// The live session `id`, or the one resumed from its file in `.pi/sessions/` (or in Pi's
     /// own sessions folder of this workspace).
-    pub(crate) fn session(&self, id: &str) -> Result<Arc<AgentSession>> {
+    ///
+    /// A file another process holds is waited for, up to [`RELEASE_WAIT`], before the session
+    /// continues in a fork: a window reload starts the new server while the old one still
+    /// saves and exits.
+    pub(crate) async fn session(&self, id: &str) -> Result<Arc<AgentSession>> {
         // Bind first: the map's lock must be released before `open_file` takes it.
         let known = self.state.sessions.lock().get(id).cloned();
         if let Some(s) = known {
@@ -32,6 +37,7 @@ impl Backend {
                 ),
             )
         })?;
+        wait_for_release(&path).await;
         self.open_file(&path)
     }
 
@@ -134,5 +140,20 @@ impl Backend {
             .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
         let id = s.id().to_string();
         Ok(st.sessions.lock().entry(id).or_insert(s).clone())
+    }
+}
+
+/// How long opening a session waits for another process to release its file before it
+/// continues in a fork (SESS-04). A server told to exit ends in well under this (LSPX-03:
+/// its run aborted and paired, its lines saved, within 2 s), so a window reload finds its
+/// session whole; a file a live process keeps open costs this wait once, then the fork.
+pub(crate) const RELEASE_WAIT: Duration = Duration::from_secs(3);
+
+/// Resolves when no other process holds the session file at `path`, or after
+/// [`RELEASE_WAIT`]; polls without blocking a worker thread.
+pub(crate) async fn wait_for_release(path: &Path) {
+    let deadline = Instant::now() + RELEASE_WAIT;
+    while pi_core::session::lock_held(path) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -124,10 +124,14 @@ impl SessionSetup for LspSetup {
     }
 
     fn listeners(&self, session_id: &str, agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {
-        vec![Arc::new(crate::sink::LspSink::new(
+        let sink = Arc::new(crate::sink::LspSink::new(
             self.st.clone(),
             session_id.to_string(),
             agent.clone(),
-        ))]
+        ));
+        let mut sinks = self.st.sinks.lock();
+        sinks.retain(|_, s| s.strong_count() > 0);
+        sinks.insert(session_id.to_string(), Arc::downgrade(&sink));
+        vec![sink as Arc<dyn SessionListener>]
     }
 }

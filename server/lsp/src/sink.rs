@@ -195,6 +195,16 @@ impl LspSink {
         });
     }
 
+    /// Sends the delta held back now: a client that reads the agent's streaming slot
+    /// (`agent/messages`' `streamingMessage`) must have every delta the slot holds, or it
+    /// would apply the held one twice when it arrives.
+    pub(crate) async fn flush(&self) {
+        let mut out = self.outbox.lock().await;
+        if let Some(h) = out.held.take() {
+            send_event(&self.st.client, &self.session_id, h.run_id, h.event).await;
+        }
+    }
+
     fn run_id(&self) -> String {
         self.agent
             .upgrade()

@@ -37,6 +37,10 @@ enum Work {
 /// The result of [`Agent::compact`].
 pub type CompactionOutcome = Result<CompactionResult, CompactionError>;
 
+/// How long [`Agent::settle`] waits for an ending run's last bookkeeping (it takes
+/// microseconds; the bound only keeps a stuck loop from holding a request).
+pub const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A prompt was sent while a run is active (steer, follow up or abort instead).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the agent is already running; steer, follow up, or abort first")]
@@ -443,6 +447,24 @@ impl Agent {
                 was
             }
             None => false,
+        }
+    }
+
+    /// Waits, at most [`SETTLE_LIMIT`], for a run whose `agent_end` was already sent to let go
+    /// of the agent. The loop settles its state just after that event, so a client acting on
+    /// `agent_end` (branch, rewind, label) would otherwise be told the session is still
+    /// running. Returns at once when no run is ending: a live run stays a live run, and a
+    /// compaction or prompt queued behind the ending run is a run of its own.
+    pub async fn settle(&self) {
+        let ending = {
+            let st = self.inner.state.lock();
+            st.running.is_some()
+                && st.ending
+                && st.next_run.is_none()
+                && st.deferred_compaction.is_none()
+        };
+        if ending {
+            let _ = tokio::time::timeout(SETTLE_LIMIT, self.wait_for_idle()).await;
         }
     }
 

@@ -801,6 +801,8 @@ impl AgentSession {
                 self.agent.run_id().unwrap_or_default()
             ))
         };
+        // A client that saw `agent_end` may branch at once: the run's last bookkeeping first.
+        self.agent.settle().await;
         if self.agent.is_streaming() {
             return Err(busy());
         }

@@ -697,6 +697,24 @@ impl LockFile {
     }
 }
 
+/// True when the session file at `session` is held by another writer ([`LockFile`]): another
+/// process, or another open of it in this one. Reads only (an absent lock file means free).
+/// It tests by taking the lock for an instant, so call it only to decide whether to wait.
+pub fn lock_held(session: &Path) -> bool {
+    let path = session.with_extension("jsonl.lock");
+    let Ok(f) = std::fs::File::open(&path) else {
+        return false;
+    };
+    match f.try_lock() {
+        Ok(()) => {
+            let _ = f.unlock();
+            false
+        }
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
 impl Drop for LockFile {
     fn drop(&mut self) {
         // Removed while still locked (the file closes after this): whoever opened it before

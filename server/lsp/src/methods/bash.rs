@@ -16,7 +16,7 @@ impl Backend {
         if p.command.trim().is_empty() {
             return Err(super::invalid("command", "must not be empty"));
         }
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         session
             .bash(&p.command, p.exclude_from_context)
             .await
@@ -27,7 +27,7 @@ impl Backend {
     /// process group.
     pub(crate) async fn bash_abort(&self, params: Value) -> Result<BashAbortResult> {
         let p: SessionParams = parse_params(params)?;
-        let aborted = self.session(&p.session_id)?.abort_bash();
+        let aborted = self.session(&p.session_id).await?.abort_bash();
         Ok(BashAbortResult { aborted })
     }
 }

@@ -102,7 +102,7 @@ impl Backend {
     pub(crate) async fn commands(&self, params: Value) -> Result<CommandsResult> {
         let p: CommandsParams = parse_params(params)?;
         if let Some(id) = &p.session_id {
-            self.session(id)?;
+            self.session(id).await?;
         }
         let ws = self.state.workspace();
         let resources = ws.resources();
@@ -136,7 +136,7 @@ impl Backend {
     /// `getUserMessagesForForking`); each `entryId` is a valid `agent/session/fork` target.
     pub(crate) async fn fork_messages(&self, params: Value) -> Result<ForkMessagesResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let (tree, _) = super::tree(&session)?;
         let messages = tree
             .entries
@@ -170,7 +170,7 @@ impl Backend {
         params: Value,
     ) -> Result<LastAssistantTextResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let messages = session.agent().messages();
         let last = messages.iter().rev().find_map(|m| match m {
             pi_ai::Message::Assistant(a)

@@ -50,7 +50,7 @@ impl Backend {
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
             None => pi_core::session::HISTORY_DEFAULT_LIMIT,
         };
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let (tree, leaf) = super::tree(&session)?;
         let page = tree
             .history(leaf.as_deref(), p.before_entry_id.as_deref(), limit)

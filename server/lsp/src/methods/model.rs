@@ -40,7 +40,7 @@ impl Backend {
     /// `agent/model/set {sessionId, model}`; an unknown model changes nothing (-31003).
     pub(crate) async fn model_set(&self, params: Value) -> Result<ModelSetResult> {
         let p: ModelSetParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         session.set_model_by_id(&p.model).map_err(core_error)?;
         Ok(model_set_result(&session.model()))
     }
@@ -49,7 +49,7 @@ impl Backend {
     /// there is no other.
     pub(crate) async fn model_cycle(&self, params: Value) -> Result<Option<ModelSetResult>> {
         let p: ModelCycleParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         // As Pi's `cycleModel`: among the models that can really be used. The offline demo
         // is listed for `agent/model/set`, but cycling from the user's one model onto it
         // would swap their model for canned answers.
@@ -78,7 +78,7 @@ impl Backend {
     /// `agent/thinking/set {sessionId, level}` → the level in effect (clamped to the model).
     pub(crate) async fn thinking_set(&self, params: Value) -> Result<ThinkingResult> {
         let p: ThinkingSetParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let level = set_level(&session, p.level)?;
         Ok(ThinkingResult { level })
     }
@@ -87,7 +87,7 @@ impl Backend {
     /// without reasoning.
     pub(crate) async fn thinking_cycle(&self, params: Value) -> Result<Option<ThinkingResult>> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let model = session.model();
         let (levels, current) = (
             model.supported_thinking_levels(),

@@ -73,7 +73,7 @@ pub struct QueueEditResult {
 impl Backend {
     /// Pi's `steer` / `followUp` ([`pi_core::harness::AgentSession::queue_text`]).
     async fn queue_text(&self, p: SteerParams, how: DeliverAs) -> Result<SteerResult> {
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let images = images(p.images.as_deref(), "images")?;
         let (queue_id, run_id) = session
             .queue_text(&p.text, images, how)
@@ -104,7 +104,7 @@ impl Backend {
     pub(crate) async fn agent_send_message(&self, params: Value) -> Result<SendMessageResult> {
         let p: SendMessageParams = parse_params(params)?;
         let content = serde_json::to_value(&p.content).map_err(|e| invalid("content", e))?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let sent = session
             .send_custom_message(CustomMessage {
                 custom_type: p.custom_type,
@@ -127,7 +127,7 @@ impl Backend {
     /// `agent/queue/setModes {sessionId, steering?, followUp?}` → both modes now.
     pub(crate) async fn queue_set_modes(&self, params: Value) -> Result<QueueModesResult> {
         let p: QueueSetModesParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let (st, fu) = session.set_queue_modes(p.steering.map(mode), p.follow_up.map(mode));
         Ok(QueueModesResult {
             steering: mode_name(st),
@@ -138,7 +138,7 @@ impl Backend {
     /// `agent/queue/clear {sessionId}` → the dropped messages (Pi's `clearQueue`).
     pub(crate) async fn queue_clear(&self, params: Value) -> Result<QueueClearResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         Ok(QueueClearResult {
             dropped: session.clear_queue().await,
         })
@@ -147,7 +147,7 @@ impl Backend {
     /// `agent/queue/remove {sessionId, queueId}` → `{removed}`.
     pub(crate) async fn queue_remove(&self, params: Value) -> Result<QueueRemoveResult> {
         let p: QueueRemoveParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         Ok(QueueRemoveResult {
             removed: session.remove_queued(&p.queue_id).await,
         })
@@ -163,7 +163,7 @@ impl Backend {
                 "must not be empty (agent/queue/remove takes a message out)",
             ));
         }
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let edited = session
             .edit_queued(&p.queue_id, &p.text)
             .await
@@ -175,7 +175,7 @@ impl Backend {
     /// run.
     pub(crate) async fn retry_set(&self, params: Value) -> Result<RetrySetResult> {
         let p: RetrySetParams = parse_params(params)?;
-        self.session(&p.session_id)?.set_auto_retry(p.enabled);
+        self.session(&p.session_id).await?.set_auto_retry(p.enabled);
         Ok(RetrySetResult { enabled: p.enabled })
     }
 
@@ -183,7 +183,9 @@ impl Backend {
     /// compaction on or off for this session from its next run; `agent/compact` works either way.
     pub(crate) async fn compaction_set(&self, params: Value) -> Result<CompactionSetResult> {
         let p: CompactionSetParams = parse_params(params)?;
-        self.session(&p.session_id)?.set_auto_compaction(p.enabled);
+        self.session(&p.session_id)
+            .await?
+            .set_auto_compaction(p.enabled);
         Ok(CompactionSetResult { enabled: p.enabled })
     }
 
@@ -191,7 +193,7 @@ impl Backend {
     /// its retry, stops retrying and ends the run; otherwise changes nothing.
     pub(crate) async fn retry_abort(&self, params: Value) -> Result<RetryAbortResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         Ok(RetryAbortResult {
             cancelled: session.abort_retry().await,
         })

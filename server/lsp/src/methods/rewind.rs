@@ -42,7 +42,7 @@ impl Backend {
     /// `agent/session/changes {sessionId}` → [`ChangesResult`].
     pub(crate) async fn session_changes(&self, params: Value) -> Result<ChangesResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let (tree, leaf) = super::tree(&session)?;
         let root = self.state.root();
         // The results' lines are read back from the file: off the reactor.
@@ -58,7 +58,9 @@ impl Backend {
     /// then.
     pub(crate) async fn session_rewind(&self, params: Value) -> Result<RewindResult> {
         let p: RewindParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
+        // A client that saw `agent_end` may rewind at once: the run's last bookkeeping first.
+        session.agent_handle().settle().await;
         let caps = self.state.caps();
         let options = RewindOptions {
             delete_created: caps.document_changes && caps.delete_file,

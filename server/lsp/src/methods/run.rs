@@ -21,7 +21,7 @@ impl Backend {
         let p: PromptParams = parse_params(params)?;
         let images = images(p.images.as_deref(), "images")?;
         let session: Arc<AgentSession> = match &p.session_id {
-            Some(id) => self.session(id)?,
+            Some(id) => self.session(id).await?,
             None => self.create_session(p.model.as_deref(), None, None)?,
         };
         let behavior = p.streaming_behavior.map(|b| match b {
@@ -80,7 +80,7 @@ impl Backend {
     pub(crate) async fn agent_compact(&self, params: Value) -> Result<CompactResult> {
         let p: CompactParams = parse_params(params)?;
         // Like every session method: a session file not open yet is opened on first use.
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         session
             .compact(p.instructions)
             .await

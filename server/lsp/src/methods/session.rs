@@ -62,7 +62,7 @@ impl Backend {
     /// `agent/state {sessionId}` → [`SessionState`].
     pub(crate) async fn agent_state(&self, params: Value) -> Result<SessionState> {
         let p: SessionParams = parse_params(params)?;
-        let s = self.session(&p.session_id)?;
+        let s = self.session(&p.session_id).await?;
         Ok(session_state(&s))
     }
 
@@ -71,7 +71,17 @@ impl Backend {
     /// display of a long session, `agent/session/history` pages the branch instead.
     pub(crate) async fn agent_messages(&self, params: Value) -> Result<MessagesResult> {
         let p: SessionParams = parse_params(params)?;
-        let s = self.session(&p.session_id)?;
+        let s = self.session(&p.session_id).await?;
+        let sink = self
+            .state
+            .sinks
+            .lock()
+            .get(s.id())
+            .and_then(|w| w.upgrade());
+        if let Some(sink) = sink {
+            // The slot below holds every delta: the client gets them all before the answer.
+            sink.flush().await;
+        }
         let (tree, leaf) = tree(&s)?;
         let (entry_ids, messages) =
             pi_core::session::context_agent_messages(&tree, leaf.as_deref())
@@ -133,7 +143,7 @@ impl Backend {
     pub(crate) async fn session_open(&self, params: Value) -> Result<SessionState> {
         let p: SessionOpenParams = parse_params(params)?;
         let session = match (&p.session_id, &p.path) {
-            (Some(id), None) => self.session(id)?,
+            (Some(id), None) => self.session(id).await?,
             (None, Some(path)) => {
                 let path = PathBuf::from(path);
                 let path = if path.is_absolute() {
@@ -192,7 +202,7 @@ impl Backend {
     /// entry (to its parent for a user message, whose text is returned).
     pub(crate) async fn session_fork(&self, params: Value) -> Result<SessionForkResult> {
         let p: SessionForkParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let (path, text) = session.fork(&p.entry_id).map_err(core_error)?;
         // Opened through the usual path so model and thinking come from the file.
         let new = self.open_file(&path)?;
@@ -205,7 +215,7 @@ impl Backend {
     /// `agent/session/clone {sessionId}` → a new session holding the active branch.
     pub(crate) async fn session_clone(&self, params: Value) -> Result<SessionForkResult> {
         let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let path = session.clone_branch().map_err(core_error)?;
         let new = self.open_file(&path)?;
         Ok(SessionForkResult {
@@ -217,7 +227,7 @@ impl Backend {
     /// `agent/session/tree {sessionId}` → every entry, the leaf.
     pub(crate) async fn session_tree(&self, params: Value) -> Result<SessionTreeResult> {
         let p: SessionParams = parse_params(params)?;
-        let s = self.session(&p.session_id)?;
+        let s = self.session(&p.session_id).await?;
         let (tree, leaf_id) = tree(&s)?;
         let labels = tree.labels();
         let entries = tree
@@ -251,7 +261,7 @@ impl Backend {
     /// `$/cancelRequest` cancels it).
     pub(crate) async fn session_branch(&self, params: Value) -> Result<SessionBranchResult> {
         let p: SessionBranchParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         session
             .branch(
                 p.entry_id.as_deref(),
@@ -265,7 +275,8 @@ impl Backend {
     /// `agent/session/label {sessionId, entryId, label}` → the `label` entry written.
     pub(crate) async fn session_label(&self, params: Value) -> Result<SessionLabelResult> {
         let p: SessionLabelParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
+        session.agent_handle().settle().await;
         let id = session
             .label(&p.entry_id, p.label.as_deref())
             .map_err(core_error)?;
@@ -279,7 +290,7 @@ impl Backend {
         if name.is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         session.set_name(name).map_err(io_error)?;
         Ok(SessionNameResult {
             name: name.to_string(),
@@ -292,7 +303,7 @@ impl Backend {
     /// `sessionCost`.
     pub(crate) async fn session_stats(&self, params: Value) -> Result<SessionStatsResult> {
         let p: SessionParams = parse_params(params)?;
-        let s = self.session(&p.session_id)?;
+        let s = self.session(&p.session_id).await?;
         let (tree, leaf) = tree(&s)?;
         let messages: Vec<Value> = pi_core::session::context_agent_messages(&tree, leaf.as_deref())
             .into_iter()
@@ -372,7 +383,7 @@ impl Backend {
     /// `agent/session/export {sessionId, format, outputPath?}`.
     pub(crate) async fn session_export(&self, params: Value) -> Result<SessionExportResult> {
         let p: SessionExportParams = parse_params(params)?;
-        let session = self.session(&p.session_id)?;
+        let session = self.session(&p.session_id).await?;
         let (tree, leaf) = tree(&session)?;
         let content = match p.format {
             ExportFormat::Markdown => pi_core::export::to_markdown(&tree, leaf.as_deref()),
