@@ -153,6 +153,9 @@ struct Inner {
     bash: Option<CancellationToken>,
     /// Tool calls waiting for the user's permission (nothing of theirs runs yet).
     awaiting_permission: Vec<String>,
+    /// The context size the last real answer measured (Pi's estimate skips aborted and
+    /// failed responses, which measured nothing); `None` before one, and after a compaction.
+    context_tokens: Option<u64>,
 }
 
 /// Per-session bookkeeping shared by the handlers and the session's event listener.
@@ -570,12 +573,24 @@ impl Tracker {
                 let mut turn = UsageTotals::default();
                 add_usage(&mut turn, &a.usage);
                 add_usage(&mut inner.totals, &a.usage);
+                let measured = context_tokens(&a.usage);
+                let context = if measured == 0
+                    || matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)
+                {
+                    inner.context_tokens.unwrap_or(0)
+                } else {
+                    inner.context_tokens = Some(measured);
+                    measured
+                };
                 out.push(Notice::Usage {
                     turn,
                     session: inner.totals.clone(),
-                    context_tokens: context_tokens(&a.usage),
+                    context_tokens: context,
                 });
             }
+            AgentEvent::CompactionEnd {
+                result: Some(_), ..
+            } => inner.context_tokens = None,
             AgentEvent::ToolExecutionStart {
                 tool_call_id,
                 tool_name,
@@ -750,6 +765,52 @@ mod tests {
                 }
             ]
         );
+    }
+
+    /// The context size of an aborted or failed response (which measured nothing) is the
+    /// last real answer's, as Pi's estimate skips them; unknown (0) after a compaction.
+    #[test]
+    fn a_response_that_measured_nothing_keeps_the_last_context_size() {
+        let t = Tracker::default();
+        let context = |n: Vec<Notice>| {
+            n.into_iter()
+                .find_map(|n| match n {
+                    Notice::Usage { context_tokens, .. } => Some(context_tokens),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let nothing = |stop| {
+            let Message::Assistant(mut a) = answer("", stop) else {
+                unreachable!()
+            };
+            a.usage = Default::default();
+            Message::Assistant(a)
+        };
+        let end = |message| AgentEvent::MessageEnd { message };
+        assert_eq!(context(t.on_event(&end(nothing(StopReason::Aborted)))), 0);
+        assert_eq!(
+            context(t.on_event(&end(answer("ok", StopReason::Stop)))),
+            15
+        );
+        assert_eq!(context(t.on_event(&end(nothing(StopReason::Aborted)))), 15);
+        assert_eq!(context(t.on_event(&end(nothing(StopReason::Error)))), 15);
+        // A failed response that still reported its input: not a measure of the context.
+        assert_eq!(context(t.on_event(&end(answer("", StopReason::Error)))), 15);
+        t.on_event(&AgentEvent::CompactionEnd {
+            reason: crate::agent::CompactionReason::Manual,
+            result: Some(crate::compaction::CompactionResult {
+                summary: "s".into(),
+                first_kept_entry_id: "e".into(),
+                tokens_before: 15,
+                details: Value::Null,
+            }),
+            aborted: false,
+            will_retry: false,
+            error_message: None,
+            context: None,
+        });
+        assert_eq!(context(t.on_event(&end(nothing(StopReason::Aborted)))), 0);
     }
 
     #[test]
