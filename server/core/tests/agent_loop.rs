@@ -10,6 +10,9 @@ use pi_core::fs::DiskFs;
 use pi_core::tools::default_tools;
 use serde_json::{json, Value};
 
+mod common;
+use common::{tmp_dir, Tmp};
+
 #[derive(Default)]
 struct Recorder(Mutex<Vec<Value>>);
 
@@ -252,27 +255,4 @@ async fn abort_during_a_tool_pairs_the_call_and_ends_aborted() {
         )
     );
     assert_eq!(out.stop_reason, StopReason::Aborted);
-}
-
-/// A temporary folder (its canonical path), removed on drop, also when the test fails.
-struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
-
-impl std::ops::Deref for Tmp {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-impl AsRef<std::path::Path> for Tmp {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-/// A new temporary folder named `<prefix><random>`.
-fn tmp_dir(prefix: &str) -> Tmp {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let p = d.path().canonicalize().unwrap();
-    Tmp(d, p)
 }

@@ -25,6 +25,9 @@ use pi_core::extension::{
 use pi_core::session::SessionWriter;
 use serde_json::{json, Value};
 
+mod common;
+use common::{tmp_dir, Tmp};
+
 /// A host over a real session file: `custom` entries and idle-time custom messages are written
 /// at once; UI requests are answered from `answers` and logged; errors are collected.
 struct TestHost {
@@ -873,27 +876,4 @@ async fn chained_hooks_run_in_order_and_compose() {
         })
     );
     let _ = std::fs::remove_dir_all(&ws);
-}
-
-/// A temporary folder (its canonical path), removed on drop, also when the test fails.
-struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
-
-impl std::ops::Deref for Tmp {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-impl AsRef<std::path::Path> for Tmp {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-/// A new temporary folder named `<prefix><random>`.
-fn tmp_dir(prefix: &str) -> Tmp {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let p = d.path().canonicalize().unwrap();
-    Tmp(d, p)
 }

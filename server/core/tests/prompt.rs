@@ -14,6 +14,9 @@ use pi_core::prompt::{build_system_prompt, PiDocs, SystemPromptOptions, ToolProm
 use pi_core::resources::{Scope, WorkspaceConfig};
 use pi_core::tools::default_tools;
 
+mod common;
+use common::tmp_dir;
+
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
@@ -196,27 +199,4 @@ fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
         vec![ws.join(".pi/models.json"), agent.join("models.json")]
     );
     std::fs::remove_dir_all(&root).unwrap();
-}
-
-/// A temporary folder (its canonical path), removed on drop, also when the test fails.
-struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
-
-impl std::ops::Deref for Tmp {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-impl AsRef<std::path::Path> for Tmp {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-/// A new temporary folder named `<prefix><random>`.
-fn tmp_dir(prefix: &str) -> Tmp {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let p = d.path().canonicalize().unwrap();
-    Tmp(d, p)
 }

@@ -24,6 +24,9 @@ use pi_core::settings::Settings;
 use pi_core::tools::BeforeBash;
 use serde_json::{json, Value};
 
+mod common;
+use common::{tmp_dir, Tmp};
+
 /// What the test's product saw: queue notices as `(text, state)` and event types.
 #[derive(Default)]
 struct Seen {
@@ -382,29 +385,6 @@ async fn a_reopened_session_builds_its_context_on_first_use() {
     assert_eq!(after[..4], eager[..]);
     assert_eq!(r.message_count(), 5);
     r.close().await;
-}
-
-/// A temporary folder (its canonical path), removed on drop, also when the test fails.
-struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
-
-impl std::ops::Deref for Tmp {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-impl AsRef<std::path::Path> for Tmp {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-/// A new temporary folder named `<prefix><random>`.
-fn tmp_dir(prefix: &str) -> Tmp {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let p = d.path().canonicalize().unwrap();
-    Tmp(d, p)
 }
 
 /// The branch a [`BranchOnEnd`] started: its new leaf, or the error's text.

@@ -7,6 +7,9 @@ use pi_ai::Message;
 use pi_core::session::{list_sessions, read_tree, SessionError, SessionWriter};
 use serde_json::{json, Value};
 
+mod common;
+use common::{tmp_dir, Tmp};
+
 fn tmp(name: &str) -> Tmp {
     tmp_dir(&format!("pi-core-sessions-{name}-"))
 }
@@ -890,27 +893,4 @@ fn failed_append_is_cut_back_before_the_next_one() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// A temporary folder (its canonical path), removed on drop, also when the test fails.
-struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
-
-impl std::ops::Deref for Tmp {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-impl AsRef<std::path::Path> for Tmp {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-/// A new temporary folder named `<prefix><random>`.
-fn tmp_dir(prefix: &str) -> Tmp {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let p = d.path().canonicalize().unwrap();
-    Tmp(d, p)
 }

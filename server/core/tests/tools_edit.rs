@@ -11,6 +11,9 @@ use pi_core::tools::{tools_with_state, ToolState};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+mod common;
+use common::{tmp_dir, Tmp};
+
 fn temp_dir() -> Tmp {
     tmp_dir("pi-tools-edit-")
 }
@@ -448,27 +451,4 @@ async fn prepare_arguments_like_pi() {
         err.message,
         "Edit tool input is invalid. edits must contain at least one replacement."
     );
-}
-
-/// A temporary folder (its canonical path), removed on drop, also when the test fails.
-struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
-
-impl std::ops::Deref for Tmp {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-impl AsRef<std::path::Path> for Tmp {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-/// A new temporary folder named `<prefix><random>`.
-fn tmp_dir(prefix: &str) -> Tmp {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let p = d.path().canonicalize().unwrap();
-    Tmp(d, p)
 }

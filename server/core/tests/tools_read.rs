@@ -15,6 +15,9 @@ use pi_core::tools::{tools_with_state, ToolState};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+mod common;
+use common::{tmp_dir, Tmp};
+
 fn temp_dir() -> Tmp {
     tmp_dir("pi-tools-read-")
 }
@@ -235,27 +238,4 @@ async fn image_for_a_model_without_image_input_carries_pis_note() {
         let out = run("small.png", input).await.unwrap();
         assert_eq!(parts(&out).0, "Read image file [image/png]");
     }
-}
-
-/// A temporary folder (its canonical path), removed on drop, also when the test fails.
-struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
-
-impl std::ops::Deref for Tmp {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-impl AsRef<std::path::Path> for Tmp {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-/// A new temporary folder named `<prefix><random>`.
-fn tmp_dir(prefix: &str) -> Tmp {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let p = d.path().canonicalize().unwrap();
-    Tmp(d, p)
 }
