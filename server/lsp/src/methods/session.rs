@@ -154,6 +154,15 @@ impl Backend {
                 if path.extension().is_none_or(|e| e != "jsonl") {
                     return Err(invalid("path", "expected a .jsonl session file"));
                 }
+                let canonical = std::fs::canonicalize(&path).ok();
+                let open_here =
+                    self.state.sessions.lock().values().any(|s| {
+                        s.file() == path || std::fs::canonicalize(s.file()).ok() == canonical
+                    });
+                if !open_here {
+                    // Another process releasing it (a window reload): resumed, not forked.
+                    crate::sessions::wait_for_release(&path).await;
+                }
                 self.open_file(&path)?
             }
             _ => {
