@@ -332,7 +332,11 @@ subcommands.compact = chat_cmd(function(chat, args)
     util.notify(('compacted (%s tokens before)'):format(tostring(r and r.tokensBefore)))
   end, function(err)
     started()
-    chat:compaction_end({ errorMessage = util.error_text('compact the context', err):gsub('^could not compact the context: ', '') })
+    -- The server's own sentence when it gave one ("Nothing to compact (session too small)"),
+    -- as the compaction_end event words it; else the code in the user's words.
+    local why = type(err) == 'table' and type(err.message) == 'string' and err.message ~= '' and err.message
+      or util.error_text('compact the context', err):gsub('^could not compact the context: ', '')
+    chat:compaction_end({ errorMessage = why })
     return false
   end)
 end)
