@@ -1467,59 +1467,6 @@ fn text_deltas(notes: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// `agent/messages` read while deltas are held back (a long coalescing window): the held
-/// delta goes out before the answer, so the client's deltas so far equal the answer's
-/// `streamingMessage` and a delta is never applied twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_streaming_message_read_mid_window_comes_after_every_delta_it_holds() {
-    let tmp = TempDir::new("flush-on-read");
-    let ws = workspace(&tmp);
-    let mock = MockModel::start(vec![Step::Hang("half an answer, still coming".into())]).await;
-    let env = agent_env(&ws.join("../agent"), &models(&mock), &[]);
-    let mut c = LspClient::start(
-        &pi_lsp_bin(),
-        &ws,
-        &env,
-        EditorBehavior {
-            initialization_options: Some(json!({"coalesceDeltasMs": 1000})),
-            ..Default::default()
-        },
-    )
-    .await;
-    let r = c
-        .request(
-            "agent/prompt",
-            json!({"text": "hi", "model": "mock/mock-1"}),
-        )
-        .await
-        .unwrap();
-    let sid = r["sessionId"].as_str().unwrap().to_string();
-    // The text is streamed at once and held for the window; read the slot within it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let streaming = loop {
-        let m = c
-            .request("agent/messages", json!({"sessionId": sid}))
-            .await
-            .unwrap();
-        let text = m["streamingMessage"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        if text == "half an answer, still coming" {
-            break text;
-        }
-        assert!(std::time::Instant::now() < deadline, "never streamed: {m}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let log = c.log();
-    assert_eq!(text_deltas(&log).concat(), streaming);
-    c.request("agent/abort", json!({"sessionId": sid}))
-        .await
-        .unwrap();
-    until_end(&mut c, &sid).await;
-    assert!(c.shutdown().await.success());
-}
-
 /// Deltas that arrive within one frame go out as one `message_update` whose delta is theirs
 /// joined (the wire shape unchanged, nothing reordered: every delta before its block's
 /// `text_end` and the `message_end`); `coalesceDeltasMs: 0` sends each as it came; a bad value
