@@ -259,6 +259,51 @@ impl Drop for TempFolder {
     }
 }
 
+/// How a session temp folder's name starts: `pi-lsp-<pid>-<uuid>`, `pid` being the server
+/// that made it.
+const TEMP_PREFIX: &str = "pi-lsp-";
+
+/// Removes the session temp folders in `dir` whose server is gone: named
+/// `pi-lsp-<pid>-<uuid>`, owned by this user, and `pid` no longer a process. A server that
+/// was killed (`SIGKILL`, a crash, an editor that kills its language server) never ran
+/// [`remove_temp_folders`]; the next server to make a temp folder removes what it left.
+/// Folders of live processes, other users' folders and any other name are left alone.
+/// Returns how many were removed.
+pub fn remove_stale_temp_folders(dir: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    // This process's user: the owner of its own /proc entry (without it, nothing is swept).
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else {
+            continue;
+        };
+        let Some((pid, id)) = rest.split_once('-') else {
+            continue;
+        };
+        let (Ok(pid), true) = (pid.parse::<i32>(), uuid::Uuid::try_parse(id).is_ok()) else {
+            continue;
+        };
+        let ours = e
+            .path()
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        let gone = pid > 0
+            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                == Err(nix::errno::Errno::ESRCH);
+        if ours && gone && std::fs::remove_dir_all(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Removes every session temp folder still alive: for a process about to exit without
 /// dropping its sessions (`std::process::exit` runs no destructors). Returns how many.
 pub fn remove_temp_folders() -> usize {
@@ -271,7 +316,11 @@ pub fn remove_temp_folders() -> usize {
 
 impl TempFolder {
     fn create() -> Arc<TempFolder> {
-        let p = std::env::temp_dir().join(format!("pi-lsp-{}", uuid::Uuid::new_v4()));
+        let p = std::env::temp_dir().join(format!(
+            "{TEMP_PREFIX}{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
         live_folders().lock().insert(p.clone());
         Arc::new(TempFolder(p, OnceLock::new()))
     }
@@ -279,6 +328,13 @@ impl TempFolder {
     /// The folder, made (mode 0700) the first time it is asked for.
     fn path(&self) -> &Path {
         self.1.get_or_init(|| {
+            static SWEPT: std::sync::Once = std::sync::Once::new();
+            SWEPT.call_once(|| {
+                let n = remove_stale_temp_folders(&std::env::temp_dir());
+                if n > 0 {
+                    tracing::info!("removed {n} session temp folder(s) left by ended servers");
+                }
+            });
             if let Err(e) = create_private_dir(&self.0) {
                 tracing::warn!(
                     "cannot create session temp folder {}: {e}",
@@ -320,7 +376,8 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// A sandbox in `workspace` from `settings`, with a temp folder of its own
-    /// (`<system temp>/pi-lsp-<uuid>`, mode 0700; removed when the sandbox is dropped).
+    /// (`<system temp>/pi-lsp-<pid>-<uuid>`, mode 0700; removed when the sandbox is dropped,
+    /// or by the next server when this one is killed: [`remove_stale_temp_folders`]).
     pub fn new(workspace: &Path, settings: &SandboxSettings) -> Sandbox {
         Self::build(workspace, settings, support(), TempFolder::create())
     }
@@ -600,6 +657,46 @@ pub trait Approver: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temp_folders_of_ended_servers_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        // A process that has ended: its pid is no longer a process.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let id = "0d0a6c0e-3f4b-4a53-9b1c-2f1e5f6a7b8c";
+        let stale = dir.path().join(format!("pi-lsp-{dead}-{id}"));
+        std::fs::create_dir_all(stale.join("nested")).unwrap();
+        std::fs::write(stale.join("nested/f"), "x").unwrap();
+        let kept = [
+            format!("pi-lsp-{}-{id}", std::process::id()), // this process: alive
+            format!("pi-lsp-{id}"),                        // the old name, no pid
+            format!("pi-lsp-{dead}-not-a-uuid"),
+            format!("other-{dead}-{id}"),
+        ];
+        for k in &kept {
+            std::fs::create_dir(dir.path().join(k)).unwrap();
+        }
+        // A file of that shape is not a folder of ours.
+        std::fs::write(
+            dir.path()
+                .join(format!("pi-lsp-{dead}-{}", &id.replace('0', "1"))),
+            "",
+        )
+        .unwrap();
+        assert_eq!(remove_stale_temp_folders(dir.path()), 1);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want: Vec<String> = kept.to_vec();
+        want.push(format!("pi-lsp-{dead}-{}", id.replace('0', "1")));
+        want.sort();
+        assert_eq!(left, want);
+        assert_eq!(remove_stale_temp_folders(dir.path()), 0);
+    }
 
     #[test]
     fn denial_detection_follows_the_policy() {
