@@ -207,6 +207,16 @@ fn assert_group_gone(pids: &[i32]) {
     );
 }
 
+/// Events of the run being stopped that were on their way when the editor went away are not
+/// errors: nothing about them reaches stderr (editors show stderr as errors).
+fn assert_no_send_failures(c: &LspClient) {
+    let stderr = c.stderr.lock().unwrap().clone();
+    assert!(
+        !stderr.contains("failed to send"),
+        "stderr reports notifications the gone editor could not get:\n{stderr}"
+    );
+}
+
 /// Makes the editor go away as `away` says; returns when the process exited (or panics after
 /// the window) with its exit code and how long it took.
 async fn go_away(c: &mut LspClient, away: Away) -> (i32, Duration) {
@@ -264,6 +274,7 @@ async fn during_a_tool_run(name: &str, away: Away) {
         "{away:?}; stderr: {}",
         c.stderr.lock().unwrap()
     );
+    assert_no_send_failures(&c);
     assert_group_gone(&pids);
     let (file, lines) = session_file(&ws);
     assert_aborted_tool_run(&lines, &pids);
@@ -295,6 +306,7 @@ async fn during_a_stream(name: &str, away: Away) {
         "{away:?}; stderr: {}",
         c.stderr.lock().unwrap()
     );
+    assert_no_send_failures(&c);
     let (file, lines) = session_file(&ws);
     let n = lines.len();
     assert_eq!(

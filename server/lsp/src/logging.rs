@@ -43,6 +43,16 @@ fn sink() -> parking_lot::MutexGuard<'static, Sink> {
     SINK.lock()
 }
 
+/// What reaches stderr when `PI_LSP_LOG` is unset: warnings and errors, except the LSP
+/// library's client handle, whose one error line ("failed to send notification") means the
+/// client's connection is already gone: a notification that was on its way while the editor
+/// shut the server down (its only other line is about `telemetry/event`, which we never send).
+const STDERR_DEFAULT: &str = "warn,tower_lsp_server::service::client=off";
+
+/// The directive that turns that line off, added to a `PI_LSP_LOG` that does not name the
+/// library.
+const SEND_FAILURES_OFF: &str = "tower_lsp_server::service::client=off";
+
 /// The `PI_LSP_LOG` directive when set and not empty.
 fn directive() -> Option<String> {
     std::env::var("PI_LSP_LOG")
@@ -52,8 +62,18 @@ fn directive() -> Option<String> {
 
 fn filter(default: &str) -> EnvFilter {
     directive()
-        .and_then(|d| EnvFilter::try_new(d).ok())
+        .and_then(|d| EnvFilter::try_new(quiet_send_failures(d)).ok())
         .unwrap_or_else(|| EnvFilter::new(default))
+}
+
+/// `directive` with the library's send-failure line turned off ([`STDERR_DEFAULT`] says why),
+/// unless the directive names the library itself.
+fn quiet_send_failures(directive: String) -> String {
+    if directive.contains("tower_lsp_server") {
+        directive
+    } else {
+        format!("{directive},{SEND_FAILURES_OFF}")
+    }
 }
 
 /// Installs the global subscriber. `to_client`: informational lines are meant for an LSP
@@ -66,7 +86,7 @@ pub fn init(to_client: bool) {
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .with_filter(filter("warn"));
+        .with_filter(filter(STDERR_DEFAULT));
     let client = ClientLayer.with_filter(filter("info"));
     let _ = tracing_subscriber::registry()
         .with(stderr)
