@@ -553,6 +553,12 @@ impl Agent {
         self.inner.state.lock().config.clone()
     }
 
+    /// Reads the configuration without copying it (a clone holds the tools, hooks and system
+    /// prompt: [`Agent::config`] is for callers that keep it).
+    pub fn with_config<R>(&self, f: impl FnOnce(&AgentConfig) -> R) -> R {
+        f(&self.inner.state.lock().config)
+    }
+
     /// Replaces the configuration for later runs (model, tools, hooks…).
     pub fn set_config(&self, config: AgentConfig) {
         self.inner.state.lock().config = config;
