@@ -167,8 +167,12 @@ impl EventSink for Dispatch {
             .iter()
             .map(|(_, l)| l.clone())
             .collect();
-        for l in listeners {
-            l.emit(event.clone()).await;
+        // The last listener takes the event itself (an `agent_end` holds the run's messages).
+        if let Some((last, rest)) = listeners.split_last() {
+            for l in rest {
+                l.emit(event.clone()).await;
+            }
+            last.emit(event).await;
         }
     }
 }
