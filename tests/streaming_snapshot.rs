@@ -22,7 +22,7 @@ const PROMPTS: usize = 3;
 
 /// The answer of prompt `i`: words numbered so that a delta applied twice or lost shows.
 fn answer(i: usize) -> String {
-    (0..700).map(|k| format!("w{i}.{k} ")).collect()
+    (0..500).map(|k| format!("w{i}.{k} ")).collect()
 }
 
 /// The text of an assistant message's text blocks, joined.
@@ -132,7 +132,8 @@ async fn hammer(options: Value, label: &str) -> usize {
             .iter()
             .filter(|e| e["event"]["type"] == "agent_end")
             .count();
-        // Read the context again and again until this run has ended.
+        // Read the context again and again until it holds this prompt's answer, then wait
+        // for the run's end.
         let mut answers = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
@@ -140,17 +141,29 @@ async fn hammer(options: Value, label: &str) -> usize {
                 .request("agent/messages", json!({"sessionId": sid}))
                 .await
                 .unwrap();
-            mid_stream += usize::from(a.get("streamingMessage").is_some());
+            let streaming = a.get("streamingMessage").is_some();
+            let answered = a["messages"].as_array().map_or(0, Vec::len) >= 2 * (i + 1);
+            mid_stream += usize::from(streaming);
             answers.push(a);
-            let ended = events(&c.log(), &sid)
-                .iter()
-                .filter(|e| e["event"]["type"] == "agent_end")
-                .count()
-                > ends_before;
-            if ended {
+            if answered && !streaming {
                 break;
             }
+            assert!(
+                Instant::now() < deadline,
+                "{label}: prompt {i} never answered"
+            );
+            // Not needed for the check (every answer is checked): it only bounds how many
+            // answers a slow (debug) server has to build.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        while events(&c.log(), &sid)
+            .iter()
+            .filter(|e| e["event"]["type"] == "agent_end")
+            .count()
+            == ends_before
+        {
             assert!(Instant::now() < deadline, "{label}: prompt {i} never ended");
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let log = c.log();
         let all = events(&log, &sid);
