@@ -322,10 +322,16 @@ async fn tmux_extension_over_stdio_with_ui_round_trip_and_commands() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    // Numbered with the session's other events: its place among them.
+    let seq = sent(&c, "agent/event")
+        .into_iter()
+        .filter(|p| p["sessionId"] == sid)
+        .position(|p| p["event"]["type"] == "extension_error")
+        .map_or(0, |i| i + 1);
     assert_eq!(
         errors,
         vec![
-            json!({"sessionId": sid, "runId": last_run_id(&c, &sid), "event": {"type": "extension_error",
+            json!({"sessionId": sid, "runId": last_run_id(&c, &sid), "seq": seq, "event": {"type": "extension_error",
             "extensionPath": "<builtin:tmux>", "event": "command:tmux",
             "error": "unknown /tmux action \"stop\": use list, kill [NAME] or share [NAME]"}})
         ]

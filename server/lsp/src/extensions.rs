@@ -246,13 +246,25 @@ impl ExtensionUi for LspExtensionUi {
             return;
         };
         let run_id = self.run_id(&st).unwrap_or_default();
-        st.client
-            .send_notification::<AgentEventNotification>(AgentEventParams {
-                session_id: self.session_id.clone(),
-                run_id,
-                event: error.into(),
-            })
-            .await;
+        // Through the session's sink: numbered (`seq`) with the session's other events.
+        let sink = st
+            .sinks
+            .lock()
+            .get(&self.session_id)
+            .and_then(|w| w.upgrade());
+        match sink {
+            Some(sink) => sink.send_extra(run_id, error.into()).await,
+            None => {
+                st.client
+                    .send_notification::<AgentEventNotification>(AgentEventParams {
+                        session_id: self.session_id.clone(),
+                        run_id,
+                        seq: 0,
+                        event: error.into(),
+                    })
+                    .await
+            }
+        }
     }
 }
 

@@ -86,7 +86,16 @@ fn main() -> anyhow::Result<()> {
             let _ = cli.stdio;
             // Every way the server goes away (shutdown/exit, end of input, SIGTERM/SIGHUP/
             // SIGINT) stops the sessions first; see `pi_lsp::shutdown` for the exit codes.
-            let code = rt.block_on(pi_lsp::shutdown::serve_stdio());
+            // On a worker, not on this thread: every event a run sends wakes the server's
+            // output loop, and a worker wakes it without a thread hand-off.
+            let code = rt.block_on(async {
+                tokio::spawn(pi_lsp::shutdown::serve_stdio())
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::error!("the server loop failed: {e}");
+                        1
+                    })
+            });
             // A stdin reader on tokio's stdin (a terminal, a file) blocks on a thread until the
             // client closes it; exiting must not wait for that.
             rt.shutdown_background();

@@ -279,6 +279,10 @@ pub struct AttentionParams {
 pub struct AgentEventParams {
     pub session_id: String,
     pub run_id: String,
+    /// This notification's number within the session: 1, 2, 3… one more for each
+    /// `agent/event` of the session. `agent/messages` answers with the last one its
+    /// `streamingMessage` and `messages` include.
+    pub seq: u64,
     pub event: AgentEvent,
 }
 
@@ -759,9 +763,14 @@ pub struct MessagesResult {
     pub messages: Vec<Value>,
     /// `entryIds[i]` is the entry of `messages[i]`.
     pub entry_ids: Vec<String>,
-    /// The response being streamed, if any.
+    /// The response being streamed, if any: built from exactly the `agent/event`s up to
+    /// [`MessagesResult::seq`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streaming_message: Option<Value>,
+    /// The `seq` of the session's last `agent/event` this answer includes (0: none). A
+    /// client applies only the events numbered after it: the ones up to it are in the answer,
+    /// whichever it receives first.
+    pub seq: u64,
 }
 
 /// `agent/model/list` result: the models that can be used (a key or a custom provider), then
@@ -1010,6 +1019,7 @@ mod tests {
         let params = AgentEventParams {
             session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
             run_id: "01a22d70-51b2-7c3e-8d1f-0a9b8c7d6e5f".into(),
+            seq: 40,
             event: AgentEvent::CompactionStart {
                 reason: pi_core::agent::CompactionReason::Threshold,
             },
@@ -1022,6 +1032,7 @@ mod tests {
         let params = AgentEventParams {
             session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
             run_id: "01a22d70-51b2-7c3e-8d1f-0a9b8c7d6e5f".into(),
+            seq: 41,
             event: AgentEvent::CompactionEnd {
                 reason: pi_core::agent::CompactionReason::Threshold,
                 result: Some(result),
@@ -1209,6 +1220,7 @@ mod tests {
         let params = AgentEventParams {
             session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
             run_id: "01a22d70-51b2-7c3e-8d1f-0a9b8c7d6e5f".into(),
+            seq: 7,
             event: AgentEvent::ExtensionError {
                 extension_path: "<builtin:tmux>".into(),
                 event: "command:tmux".into(),
@@ -1306,6 +1318,7 @@ mod tests {
         let params = AgentEventParams {
             session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
             run_id: "01a22d68-0c11-7e0a-9a55-5b7c2f3d4e61".into(),
+            seq: 12,
             event: AgentEvent::MessageUpdate {
                 assistant_message_event: pi_ai::AssistantEvent::TextDelta {
                     content_index: 0,

@@ -39,8 +39,8 @@ pub struct State {
     /// `initializationOptions.approvalPolicy`: the editor's own setting.
     pub(crate) init_approval: Mutex<Option<pi_core::approval::ApprovalPolicy>>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<AgentSession>>>,
-    /// Each session's event sink, by session id: a reader of the streaming slot sends what
-    /// the sink holds first ([`crate::sink::LspSink::flush`]).
+    /// Each session's event sink, by session id: `agent/messages` answers with what it sent
+    /// ([`crate::sink::LspSink::sent`]); an extension's error is numbered by it.
     pub(crate) sinks: Mutex<HashMap<String, std::sync::Weak<crate::sink::LspSink>>>,
     /// See [`Backend::shutdown_received`].
     shutdown_received: Arc<AtomicBool>,

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use pi_ai::AssistantEvent;
+use pi_ai::models::ModelCost;
+use pi_ai::stream::MessageBuilder;
+use pi_ai::{AssistantEvent, AssistantMessage, Message};
 use pi_core::agent::{AgentEvent, CompactionReason, WeakAgent};
 use pi_core::harness::{Notice, SessionListener};
 use tower_lsp_server::ls_types::{
@@ -110,23 +112,67 @@ struct Held {
     event: AgentEvent,
 }
 
-/// What waits to go out: the held delta, and the number of the window it opened (a window's
-/// timer flushes only its own).
+/// What waits to go out (the held delta, and the number of the window it opened: a window's
+/// timer flushes only its own), and what went out: the last `seq` sent and the streaming
+/// message as the events sent so far build it.
 #[derive(Default)]
 struct Outbox {
     held: Option<Held>,
     window: u64,
+    /// The `seq` of the last `agent/event` sent for the session (0: none yet).
+    seq: u64,
+    /// The assistant message being streamed, rebuilt from exactly the events sent (the same
+    /// reconstruction a client makes: [`MessageBuilder::follow`]).
+    sent: Option<MessageBuilder>,
 }
 
-/// Sends `agent/event` for `event` of run `run_id` of session `session_id`.
-async fn send_event(client: &Client, session_id: &str, run_id: String, event: AgentEvent) {
-    client
-        .send_notification::<AgentEventNotification>(AgentEventParams {
-            session_id: session_id.to_string(),
-            run_id,
-            event,
-        })
-        .await;
+impl Outbox {
+    /// Numbers `event` (run `run_id` of session `session_id`), folds it into [`Outbox::sent`]
+    /// and sends it as `agent/event`. `rates` are the model's (for the usage cost of the
+    /// message a `message_start` begins).
+    async fn send(
+        &mut self,
+        client: &Client,
+        session_id: &str,
+        run_id: String,
+        event: AgentEvent,
+        rates: impl FnOnce() -> ModelCost,
+    ) {
+        self.seq += 1;
+        match &event {
+            AgentEvent::MessageStart {
+                message: Message::Assistant(a),
+            } => self.sent = Some(MessageBuilder::follow(a.clone(), rates())),
+            AgentEvent::MessageUpdate {
+                assistant_message_event,
+            } => {
+                if let Some(b) = self.sent.as_mut() {
+                    b.apply(assistant_message_event);
+                }
+            }
+            AgentEvent::MessageEnd {
+                message: Message::Assistant(_),
+            }
+            | AgentEvent::AgentEnd { .. } => self.sent = None,
+            _ => {}
+        }
+        client
+            .send_notification::<AgentEventNotification>(AgentEventParams {
+                session_id: session_id.to_string(),
+                run_id,
+                seq: self.seq,
+                event,
+            })
+            .await;
+    }
+
+    /// Sends the held delta, if any (deltas never start a message: no rates needed).
+    async fn send_held(&mut self, client: &Client, session_id: &str) {
+        if let Some(h) = self.held.take() {
+            self.send(client, session_id, h.run_id, h.event, ModelCost::default)
+                .await;
+        }
+    }
 }
 
 /// Persists, reports progress, and forwards every event as `agent/event`.
@@ -173,9 +219,7 @@ impl LspSink {
                 }
             }
         }
-        if let Some(h) = out.held.take() {
-            send_event(&self.st.client, &self.session_id, h.run_id, h.event).await;
-        }
+        out.send_held(&self.st.client, &self.session_id).await;
         out.window += 1;
         out.held = Some(Held { run_id, event });
         let (outbox, client, session_id, n) = (
@@ -188,21 +232,38 @@ impl LspSink {
             tokio::time::sleep(window).await;
             let mut out = outbox.lock().await;
             if out.window == n {
-                if let Some(h) = out.held.take() {
-                    send_event(&client, &session_id, h.run_id, h.event).await;
-                }
+                out.send_held(&client, &session_id).await;
             }
         });
     }
 
-    /// Sends the delta held back now: a client that reads the agent's streaming slot
-    /// (`agent/messages`' `streamingMessage`) must have every delta the slot holds, or it
-    /// would apply the held one twice when it arrives.
-    pub(crate) async fn flush(&self) {
+    /// What the client was sent: the `seq` of the last `agent/event` of the session, and the
+    /// message being streamed as exactly the events up to it build it. A delta held back for
+    /// coalescing is in neither (it goes out later, with a greater `seq`), so a client that
+    /// takes this snapshot and applies only the events numbered after it rebuilds the message
+    /// exactly, whatever order the answer and the notifications arrive in.
+    pub(crate) async fn sent(&self) -> (u64, Option<AssistantMessage>) {
+        let out = self.outbox.lock().await;
+        (out.seq, out.sent.as_ref().map(MessageBuilder::snapshot))
+    }
+
+    /// Sends `event` of run `run_id`, not one of the agent's (an extension's error), as the
+    /// session's next `agent/event`, after what is held.
+    pub(crate) async fn send_extra(&self, run_id: String, event: AgentEvent) {
         let mut out = self.outbox.lock().await;
-        if let Some(h) = out.held.take() {
-            send_event(&self.st.client, &self.session_id, h.run_id, h.event).await;
-        }
+        out.send_held(&self.st.client, &self.session_id).await;
+        out.send(&self.st.client, &self.session_id, run_id, event, || {
+            self.rates()
+        })
+        .await;
+    }
+
+    /// The model's cost rates (for a message's usage cost).
+    fn rates(&self) -> ModelCost {
+        self.agent
+            .upgrade()
+            .map(|a| a.with_config(|c| c.model.cost.clone()))
+            .unwrap_or_default()
     }
 
     fn run_id(&self) -> String {
@@ -260,9 +321,7 @@ impl SessionListener for LspSink {
     async fn notice(&self, notice: Notice) {
         // What is held goes out first, and nothing overtakes this notice.
         let mut out = self.outbox.lock().await;
-        if let Some(h) = out.held.take() {
-            send_event(&self.st.client, &self.session_id, h.run_id, h.event).await;
-        }
+        out.send_held(&self.st.client, &self.session_id).await;
         let run_id = self.run_id();
         self.send_notice(notice, &run_id).await
     }
@@ -281,9 +340,7 @@ impl SessionListener for LspSink {
         }
         // Anything else: what is held goes out first, and nothing overtakes this event.
         let mut out = self.outbox.lock().await;
-        if let Some(h) = out.held.take() {
-            send_event(&self.st.client, &self.session_id, h.run_id, h.event).await;
-        }
+        out.send_held(&self.st.client, &self.session_id).await;
         match &event {
             AgentEvent::AgentStart => {
                 self.create_progress().await;
@@ -337,7 +394,14 @@ impl SessionListener for LspSink {
         }
         let run_id = self.run_id();
         // Queue and usage notices describe this event: they follow it.
-        send_event(&self.st.client, &self.session_id, run_id.clone(), event).await;
+        out.send(
+            &self.st.client,
+            &self.session_id,
+            run_id.clone(),
+            event,
+            || self.rates(),
+        )
+        .await;
         for n in notices {
             self.send_notice(n, &run_id).await;
         }
@@ -383,7 +447,7 @@ impl LspSink {
                         context_window: self
                             .agent
                             .upgrade()
-                            .map(|a| a.config().model.context_window)
+                            .map(|a| a.with_config(|c| c.model.context_window))
                             .unwrap_or_default(),
                     })
                     .await

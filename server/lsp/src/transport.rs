@@ -553,7 +553,16 @@ async fn write_out<W: AsyncWrite + Unpin>(
                 None => errors_open = false,
             },
             frame = read_frame(&mut r) => match frame? {
-                Some(frame) => {
+                Some(mut frame) => {
+                    // The frames already buffered behind it go in the same write: a run sends
+                    // several events at once, and each write wakes the client.
+                    while frame.len() < MAX_BATCH {
+                        let Some(n) = buffered_frame_len(r.buffer()) else {
+                            break;
+                        };
+                        frame.extend_from_slice(&r.buffer()[..n]);
+                        r.consume(n);
+                    }
                     out.write_all(&frame).await?;
                     out.flush().await?;
                 }
@@ -565,6 +574,23 @@ async fn write_out<W: AsyncWrite + Unpin>(
         out.write_all(&frame).await?;
     }
     out.flush().await
+}
+
+/// The most bytes [`write_out`] joins into one write (whole frames; a larger frame goes alone).
+const MAX_BATCH: usize = 256 * 1024;
+
+/// The length (header included) of the whole frame at the start of `buf`, when all of it is
+/// there; `None` when it is not (or the header has no usable `Content-Length`: then
+/// [`read_frame`] reads it as it comes).
+fn buffered_frame_len(buf: &[u8]) -> Option<usize> {
+    let end = memchr::memmem::find(buf, b"\r\n\r\n")? + 4;
+    let len = std::str::from_utf8(&buf[..end])
+        .ok()?
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())?;
+    (buf.len() >= end + len).then_some(end + len)
 }
 
 /// One frame the server wrote (its own well-formed `Content-Length` framing), header
@@ -874,6 +900,20 @@ mod tests {
     /// A frame as a client sends it.
     fn frame(body: &str) -> Vec<u8> {
         format!("Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    }
+
+    /// Only a whole buffered frame is taken into a batch; its length includes the header.
+    #[test]
+    fn buffered_frames_are_joined_only_when_whole() {
+        let one = frame(r#"{"a":1}"#);
+        let mut two = one.clone();
+        two.extend_from_slice(&frame(r#"{"b":22}"#));
+        assert_eq!(buffered_frame_len(&one), Some(one.len()));
+        assert_eq!(buffered_frame_len(&two), Some(one.len()));
+        assert_eq!(buffered_frame_len(&one[..one.len() - 1]), None);
+        assert_eq!(buffered_frame_len(b"Content-Length: 5\r\n"), None);
+        assert_eq!(buffered_frame_len(b"X-Other: 1\r\n\r\n{}"), None);
+        assert_eq!(buffered_frame_len(b""), None);
     }
 
     #[tokio::test]

@@ -111,17 +111,46 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
     stream
 }
 
-/// The shared HTTP client (rustls with the ring provider, HTTP/2 when offered).
-pub(crate) fn http_client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        // Installing twice is harmless; the first provider wins.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(30))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
+/// The shared HTTP client for `url`: one with rustls (ring provider, the platform's roots,
+/// HTTP/2 when offered) for `https://`, and for `http://` (a local model server) one that
+/// never loads the system's certificate store (reading it costs milliseconds, on the first
+/// request's path). A redirect from `http://` to `https://` is refused with an error saying
+/// so (the plain client has no roots to check the certificate against).
+pub(crate) fn http_client(url: &str) -> &'static reqwest::Client {
+    static TLS: OnceLock<reqwest::Client> = OnceLock::new();
+    static PLAIN: OnceLock<reqwest::Client> = OnceLock::new();
+    // Installing twice is harmless; the first provider wins.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let plain = url
+        .get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+    if plain {
+        PLAIN.get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(30))
+                .tls_certs_only([])
+                .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                    if attempt.url().scheme() == "https" {
+                        attempt.error(
+                            "an http:// baseUrl was redirected to https://: use the https:// URL as the model's baseUrl",
+                        )
+                    } else if attempt.previous().len() >= 10 {
+                        attempt.error("too many redirects")
+                    } else {
+                        attempt.follow()
+                    }
+                }))
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new())
+        })
+    } else {
+        TLS.get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(30))
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new())
+        })
+    }
 }
 
 /// Joins a base URL and a path without doubling or dropping the `/`.
@@ -237,7 +266,7 @@ pub(crate) async fn open_sse(
 ) -> Result<SseBody, ProviderError> {
     let first_byte = timeout.unwrap_or(DEFAULT_FIRST_BYTE_TIMEOUT);
     let idle = timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
-    let mut req = http_client()
+    let mut req = http_client(url)
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "text/event-stream");

@@ -167,8 +167,12 @@ impl EventSink for Dispatch {
             .iter()
             .map(|(_, l)| l.clone())
             .collect();
-        for l in listeners {
-            l.emit(event.clone()).await;
+        // The last listener takes the event itself (an `agent_end` holds the run's messages).
+        if let Some((last, rest)) = listeners.split_last() {
+            for l in rest {
+                l.emit(event.clone()).await;
+            }
+            last.emit(event).await;
         }
     }
 }
@@ -551,6 +555,12 @@ impl Agent {
     /// The configuration later runs use.
     pub fn config(&self) -> AgentConfig {
         self.inner.state.lock().config.clone()
+    }
+
+    /// Reads the configuration without copying it (a clone holds the tools, hooks and system
+    /// prompt: [`Agent::config`] is for callers that keep it).
+    pub fn with_config<R>(&self, f: impl FnOnce(&AgentConfig) -> R) -> R {
+        f(&self.inner.state.lock().config)
     }
 
     /// Replaces the configuration for later runs (model, tools, hooks…).

@@ -36,6 +36,9 @@ pub(super) struct SessionEvents {
     recorder: Recorder,
     tracker: Arc<Tracker>,
     listeners: Vec<Arc<dyn SessionListener>>,
+    /// Held from persisting an event until every listener has it
+    /// ([`AgentSession::events_settled`]).
+    settled: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SessionEvents {
@@ -44,12 +47,14 @@ impl SessionEvents {
         recorder: Recorder,
         tracker: Arc<Tracker>,
         listeners: Vec<Arc<dyn SessionListener>>,
+        settled: Arc<tokio::sync::Mutex<()>>,
     ) -> Self {
         SessionEvents {
             agent,
             recorder,
             tracker,
             listeners,
+            settled,
         }
     }
 }
@@ -57,6 +62,9 @@ impl SessionEvents {
 #[async_trait]
 impl EventSink for SessionEvents {
     async fn emit(&self, event: AgentEvent) {
+        // Whoever reads the file and the listeners' state together waits for this event to
+        // be in both (see `AgentSession::events_settled`).
+        let _settled = self.settled.lock().await;
         let mut notices = self.tracker.on_event(&event);
         let substitute = match &event {
             AgentEvent::MessageEnd {

@@ -118,6 +118,9 @@ pub struct AgentSession {
     /// Opened without its model context ([`SessionWriter::open_deferred`]): the agent's
     /// messages are empty until [`AgentSession::ensure_context`] builds them.
     deferred: parking_lot::Mutex<bool>,
+    /// Held by the session's listener from persisting an event until every product listener
+    /// has it ([`AgentSession::events_settled`]).
+    settled: Arc<tokio::sync::Mutex<()>>,
     /// Keeps the session's own listener and the extensions' event handlers registered.
     _subscriptions: Vec<Subscription>,
 }
@@ -340,11 +343,13 @@ impl AgentSession {
             agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
             let weak = agent.downgrade();
             let listeners = setup.listeners(&id, &weak);
+            let settled = Arc::new(tokio::sync::Mutex::new(()));
             let mut subscriptions = vec![agent.subscribe(Arc::new(events::SessionEvents::new(
                 weak,
                 Recorder::new(writer.clone()),
                 tracker.clone(),
                 listeners.clone(),
+                settled.clone(),
             )))];
             if extensions.has_event_handlers() {
                 let ext: Arc<dyn EventSink> = extensions.clone();
@@ -369,6 +374,7 @@ impl AgentSession {
                 parent_session,
                 rewinding: Arc::default(),
                 deferred: parking_lot::Mutex::new(deferred),
+                settled,
                 _subscriptions: subscriptions,
             }
         })
@@ -519,6 +525,14 @@ impl AgentSession {
     /// The session's id (its file header's `id`).
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Waits until no event of the session is between being persisted and being handed to
+    /// the [`SessionListener`]s, and keeps it so while the guard lives: what the file holds
+    /// and what the listeners were given then agree (a listener's view of the streaming
+    /// message and the entries, read together). Events wait meanwhile: hold it briefly.
+    pub async fn events_settled(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.settled.lock().await
     }
 
     /// The workspace the session runs in.

@@ -78,11 +78,15 @@ impl Backend {
             .lock()
             .get(s.id())
             .and_then(|w| w.upgrade());
-        if let Some(sink) = sink {
-            // The slot below holds every delta: the client gets them all before the answer.
-            sink.flush().await;
-        }
+        // The file and what the client was sent, read together: no event is half way
+        // between them meanwhile.
+        let settled = s.events_settled().await;
+        let (seq, streaming) = match sink {
+            Some(sink) => sink.sent().await,
+            None => (0, s.agent_handle().streaming_message()),
+        };
         let (tree, leaf) = tree(&s)?;
+        drop(settled);
         let (entry_ids, messages) =
             pi_core::session::context_agent_messages(&tree, leaf.as_deref())
                 .into_iter()
@@ -91,10 +95,9 @@ impl Backend {
             session_id: s.id().to_string(),
             messages,
             entry_ids,
-            streaming_message: s
-                .agent_handle()
-                .streaming_message()
+            streaming_message: streaming
                 .and_then(|m| serde_json::to_value(pi_ai::Message::Assistant(m)).ok()),
+            seq,
         })
     }
 
