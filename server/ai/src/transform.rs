@@ -253,36 +253,34 @@ fn same_model(a: &AssistantMessage, model: &Model) -> bool {
     a.provider == model.provider && a.api == model.api && a.model == model.id
 }
 
-/// Rewrites one assistant message for `model` (thinking per model, ids per format).
-fn convert_assistant(a: &AssistantMessage, model: &Model, ids: &mut IdMap) -> AssistantMessage {
-    let same = same_model(a, model);
-    let content = a
-        .content
-        .iter()
+/// Rewrites one assistant message for `model` (thinking per model, ids per format). Takes the
+/// message by value: the request's copy of the history is rewritten in place, not copied again.
+fn convert_assistant(mut a: AssistantMessage, model: &Model, ids: &mut IdMap) -> AssistantMessage {
+    let same = same_model(&a, model);
+    a.content = std::mem::take(&mut a.content)
+        .into_iter()
         .filter_map(|b| match b {
-            ContentBlock::Thinking(t) if t.redacted => same.then(|| b.clone()),
-            ContentBlock::Thinking(t) if same && t.thinking_signature.is_some() => Some(b.clone()),
+            ContentBlock::Thinking(t) if t.redacted => same.then_some(ContentBlock::Thinking(t)),
+            ContentBlock::Thinking(t) if same && t.thinking_signature.is_some() => {
+                Some(ContentBlock::Thinking(t))
+            }
             ContentBlock::Thinking(t) if t.thinking.trim().is_empty() => None,
-            ContentBlock::Thinking(_) if same => Some(b.clone()),
+            ContentBlock::Thinking(t) if same => Some(ContentBlock::Thinking(t)),
             ContentBlock::Thinking(t) => Some(ContentBlock::Text(TextContent {
-                text: t.thinking.clone(),
+                text: t.thinking,
                 text_signature: None,
             })),
             ContentBlock::Text(t) if !same && t.text_signature.is_some() => {
-                Some(ContentBlock::text(t.text.clone()))
+                Some(ContentBlock::text(t.text))
             }
-            ContentBlock::ToolCall(c) => {
-                let mut c = c.clone();
+            ContentBlock::ToolCall(mut c) => {
                 c.id = ids.map(&c.id);
                 Some(ContentBlock::ToolCall(c))
             }
-            other => Some(other.clone()),
+            other => Some(other),
         })
         .collect();
-    AssistantMessage {
-        content,
-        ..a.clone()
-    }
+    a
 }
 
 /// Placeholder for an image in a user message sent to a model without image input (Pi).
@@ -291,8 +289,11 @@ pub const USER_IMAGE_PLACEHOLDER: &str = "(image omitted: model does not support
 pub const TOOL_IMAGE_PLACEHOLDER: &str = "(tool image omitted: model does not support images)";
 
 /// Replaces image blocks with `placeholder` text, one placeholder per run of images (Pi's
-/// `replaceImagesWithPlaceholder`).
-fn without_images(blocks: &[ContentBlock], placeholder: &str) -> Vec<ContentBlock> {
+/// `replaceImagesWithPlaceholder`). Blocks without an image are given back as they are.
+fn without_images(blocks: Vec<ContentBlock>, placeholder: &str) -> Vec<ContentBlock> {
+    if !blocks.iter().any(|b| matches!(b, ContentBlock::Image(_))) {
+        return blocks;
+    }
     let mut out = Vec::with_capacity(blocks.len());
     let mut previous_was_placeholder = false;
     for b in blocks {
@@ -303,8 +304,8 @@ fn without_images(blocks: &[ContentBlock], placeholder: &str) -> Vec<ContentBloc
             previous_was_placeholder = true;
             continue;
         }
-        previous_was_placeholder = matches!(b, ContentBlock::Text(t) if t.text == placeholder);
-        out.push(b.clone());
+        previous_was_placeholder = matches!(&b, ContentBlock::Text(t) if t.text == placeholder);
+        out.push(b);
     }
     out
 }
@@ -319,17 +320,18 @@ pub fn transform_messages(messages: &[Message], model: &Model) -> Vec<Message> {
     paired
         .into_iter()
         .map(|m| match m {
-            Message::Assistant(a) => Message::Assistant(convert_assistant(&a, model, &mut ids)),
+            Message::Assistant(a) => Message::Assistant(convert_assistant(a, model, &mut ids)),
             Message::ToolResult(mut r) => {
                 r.tool_call_id = ids.map(&r.tool_call_id);
                 if !images {
-                    r.content = without_images(&r.content, TOOL_IMAGE_PLACEHOLDER);
+                    r.content =
+                        without_images(std::mem::take(&mut r.content), TOOL_IMAGE_PLACEHOLDER);
                 }
                 Message::ToolResult(r)
             }
             Message::User(mut u) => {
-                if let (false, UserContent::Blocks(b)) = (images, &u.content) {
-                    u.content = UserContent::Blocks(without_images(b, USER_IMAGE_PLACEHOLDER));
+                if let (false, UserContent::Blocks(b)) = (images, &mut u.content) {
+                    *b = without_images(std::mem::take(b), USER_IMAGE_PLACEHOLDER);
                 }
                 Message::User(u)
             }
