@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark of pi-lsp against Pi 0.73.1 on one loopback scripted model.
 
-Run through `bench/run` (installs Pi, builds pi-lsp in release, installs matplotlib). Each
+Run through `bench/run` (installs Pi, builds pi-lsp's `dist` profile, installs matplotlib). Each
 workload runs both harnesses alternately `--runs` times against the same model server; the
 report gives medians, min–max spread and the Pi / pi-lsp ratio of each pair of the same run.
 Writes `bench/results/latest.json`, `docs/benchmarks.md` and the charts under `docs/bench/`.

@@ -58,7 +58,13 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // Informational lines go to the client (`window/logMessage`), not stderr; see `logging`.
     pi_lsp::logging::init(!matches!(cli.command, Some(Command::Run { .. })));
+    // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
+    // parts, session parsing and search, run on threads of their own or the blocking pool), and
+    // each worker costs its stack and a malloc arena: 8 workers (tokio's default on an 8-core
+    // machine) held 1.1 MB more after 50 tool rounds than 2 (docs/benchmarks.md).
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(2));
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()?;
     match cli.command {
