@@ -296,6 +296,47 @@ mod tests {
         ));
     }
 
+    fn fixture(name: &str) -> serde_json::Value {
+        let p = format!(
+            "{}/../../fixtures/protocol/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    }
+
+    /// The examples in fixtures/protocol/: the `text_start` with `ref` and the delta after it
+    /// (`agent-delta`), which stands for `agent-event.notification.json`'s event.
+    #[test]
+    fn examples_round_trip_and_expand_to_the_full_event() {
+        let start = fixture("agent-event.ref.notification.json");
+        let delta = fixture("agent-delta.notification.json");
+        let full = fixture("agent-event.notification.json");
+        assert_eq!(start["method"], AgentEventRefNotification::METHOD);
+        assert_eq!(delta["method"], AgentDeltaNotification::METHOD);
+        let start_params: AgentEventRefParams =
+            serde_json::from_value(start["params"].clone()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&start_params).unwrap(),
+            start["params"]
+        );
+        let full_params: AgentEventParams = serde_json::from_value(full["params"].clone()).unwrap();
+        let mut enc = DeltaEncoder {
+            session_ref: 1,
+            run_id: None,
+            kinds: Vec::new(),
+        };
+        assert!(matches!(enc.encode(start_params.params), Encoded::Full(_)));
+        match enc.encode(full_params) {
+            Encoded::Compact(p) => {
+                assert_eq!(serde_json::to_value(&p).unwrap(), delta["params"]);
+                let back: AgentDeltaParams =
+                    serde_json::from_value(delta["params"].clone()).unwrap();
+                assert_eq!(back, p);
+            }
+            Encoded::Full(p) => panic!("sent in full: {p:?}"),
+        }
+    }
+
     #[test]
     fn option_is_a_boolean() {
         assert_eq!(compact_option(None), Ok(false));

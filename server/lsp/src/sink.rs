@@ -9,7 +9,8 @@
 //! `delta` is their concatenation. Nothing is reordered: a held delta goes out before any other
 //! event of the session (and before its queue, usage and attention notices), and at the latest
 //! when the window that its first delta opened ends. A client that appends deltas rebuilds the
-//! same message; the wire shape is unchanged.
+//! same message; the wire shape is unchanged. A client that asked for compact deltas gets each
+//! event as [`crate::delta`] encodes it (after coalescing).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
