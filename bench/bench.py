@@ -13,6 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS, DELTAS, DELTA_CHARS, ANSWER_CHARS, STREAMS = 50, 4500, 8, 36000, 8
+# The paced stream: one delta per write every PACE_MS, as real providers send (~80 tokens/s).
+PACED_DELTAS, PACE_MS = 300, 12
 
 # ---------------------------------------------------------------- scripted model server
 
@@ -40,6 +42,8 @@ class Model(BaseHTTPRequestHandler):
         last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
         results = sum(1 for m in msgs[last_user:] if m.get("role") == "tool")
         cid = "chatcmpl-" + uuid.uuid4().hex[:8]
+        if prompt.startswith("paced"):
+            return self.paced(cid)
         chunks = []
         def chunk(delta, finish=None):
             chunks.append("data: " + json.dumps({"id": cid, "object": "chat.completion.chunk",
@@ -67,6 +71,27 @@ class Model(BaseHTTPRequestHandler):
         head = ("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                 f"content-length: {len(data)}\r\n\r\n").encode()
         self.wfile.write(head + data)
+
+    def paced(self, cid):
+        """PACED_DELTAS deltas of DELTA_CHARS, one SSE write each, PACE_MS apart (the body
+        ends when the connection closes)."""
+        self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        def send(delta, finish=None, usage=None):
+            c = {"id": cid, "object": "chat.completion.chunk",
+                 "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            if usage:
+                c["usage"] = usage
+            self.wfile.write(("data: " + json.dumps(c) + "\n\n").encode())
+            self.wfile.flush()
+        send({"role": "assistant", "content": ""})
+        for _ in range(PACED_DELTAS):
+            time.sleep(PACE_MS / 1000)
+            send({"content": "abcdefg "})
+        send({}, "stop")
+        send(None, usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
 
 def model_floor(port):
     """The model server's own time for the requests of the tool rounds (one keep-alive
@@ -303,6 +328,20 @@ def measure(args, port, tmp):
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize(coalesceDeltasMs=0)
         b0 = s.r.bytes; s.prompt_to_end("deltas please"); b_single = (s.r.bytes - b0) / DELTAS
         s.close()
+        # The same with compact deltas (`compactDeltas: true`, as our clients ask), coalesced
+        # and not; then the paced stream, full and compact (default coalescing).
+        s = PiLsp(args.pi_lsp, ws, agent); s.initialize(compactDeltas=True)
+        b0 = s.r.bytes; s.prompt_to_end("deltas please"); b_compact = (s.r.bytes - b0) / DELTAS
+        s.close()
+        s = PiLsp(args.pi_lsp, ws, agent); s.initialize(compactDeltas=True)
+        b0 = s.r.bytes; s.prompt_to_end("paced please"); b_paced_compact = (s.r.bytes - b0) / PACED_DELTAS
+        s.close()
+        s = PiLsp(args.pi_lsp, ws, agent); s.initialize(compactDeltas=True, coalesceDeltasMs=0)
+        b0 = s.r.bytes; s.prompt_to_end("deltas please"); b_compact_single = (s.r.bytes - b0) / DELTAS
+        s.close()
+        s = PiLsp(args.pi_lsp, ws, agent); s.initialize()
+        b0 = s.r.bytes; s.prompt_to_end("paced please"); b_paced = (s.r.bytes - b0) / PACED_DELTAS
+        s.close()
         q = Pi(args.pi, ws, agent, sessions); q.request("get_state"); q_ready = time.perf_counter() - q.t0
         q_rss_idle = peak_rss_mb(q.p.pid)
         t = time.perf_counter(); q.prompt_to_end("rounds please"); q_rounds = time.perf_counter() - t
@@ -316,6 +355,10 @@ def measure(args, port, tmp):
         rec(f"peak RSS after the {ROUNDS} rounds (MB)", rss, q_rss)
         rec(f"bytes to the client per streamed delta ({DELTAS} × {DELTA_CHARS} chars)", b_delta, q_delta)
         rec("the same, one event per delta (`coalesceDeltasMs: 0`)", b_single, q_delta)
+        rec("the same deltas, `compactDeltas: true` (as our clients ask)", b_compact, q_delta)
+        rec("compact, one event per delta (`coalesceDeltasMs: 0`)", b_compact_single, q_delta)
+        rec(f"paced stream ({PACED_DELTAS} deltas, one per write every {PACE_MS} ms; Pi: its figure above)", b_paced, q_delta)
+        rec("the paced stream, `compactDeltas: true`", b_paced_compact, q_delta)
         rec(f"{ANSWER_CHARS:,}-character answer, prompt → agent_end (s)", t_answer, q_answer)
         # session opens
         for name in ["long", "branchy", "1mb", "10mb", "10k"]:

@@ -3,7 +3,7 @@
 
 Usage: mock_model.py SCRIPT.json LOG.jsonl
 Prints the port on its first stdout line, then serves POST /v1/chat/completions as SSE.
-SCRIPT: {"steps": [{"text"?, "chunk"?, "chunkDelayMs"?, "delayMs"?,
+SCRIPT: {"steps": [{"thinking"?, "text"?, "chunk"?, "chunkDelayMs"?, "delayMs"?,
                     "toolCalls"?: [{"id", "name", "arguments"}], "status"?}]}
 Request n (0-based, counting chat requests) is answered by step n; past the end: "(script end)".
 Every request body is appended to LOG as one JSON line.
@@ -58,6 +58,13 @@ class Handler(BaseHTTPRequestHandler):
 
         base = {"id": "mock-%d" % idx, "object": "chat.completion.chunk", "model": "mock-1"}
         try:
+            thinking = step.get("thinking")
+            if thinking:
+                size = step.get("chunk", 6)
+                for i in range(0, len(thinking), size):
+                    send(dict(base, choices=[{"index": 0, "delta": {"reasoning_content": thinking[i:i + size]}}]))
+                    if step.get("chunkDelayMs"):
+                        time.sleep(step["chunkDelayMs"] / 1000.0)
             text = step.get("text")
             if text:
                 size = step.get("chunk", 6)

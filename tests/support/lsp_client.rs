@@ -109,6 +109,8 @@ struct Shared {
     behavior: EditorBehavior,
     /// Every message from the server, in arrival order.
     log: Mutex<Vec<Value>>,
+    /// The size on the wire of each message of `log` (header and body), in bytes.
+    log_bytes: Mutex<Vec<usize>>,
     /// How much of the log the test has looked at ([`LspClient::log`]).
     log_seen: Mutex<usize>,
     /// Server → client requests this fake editor does not know (answered `null`).
@@ -360,6 +362,7 @@ impl LspClient {
             utf8: Mutex::new(false),
             behavior: behavior.clone(),
             log: Mutex::new(Vec::new()),
+            log_bytes: Mutex::new(Vec::new()),
             log_seen: Mutex::new(0),
             unknown_requests: Mutex::new(Vec::new()),
         });
@@ -380,11 +383,14 @@ impl LspClient {
             let mut r = BufReader::new(stdout);
             loop {
                 let mut len = 0usize;
+                let mut header = 0usize;
                 loop {
                     let mut line = String::new();
-                    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                    let n = r.read_line(&mut line).await.unwrap_or(0);
+                    if n == 0 {
                         return;
                     }
+                    header += n;
                     let line = line.trim_end();
                     if line.is_empty() {
                         break;
@@ -399,6 +405,7 @@ impl LspClient {
                 let seq = {
                     let mut log = sh.log.lock().unwrap();
                     log.push(msg.clone());
+                    sh.log_bytes.lock().unwrap().push(header + len);
                     log.len() - 1
                 };
                 let held = sh.behavior.hold_permissions
@@ -745,6 +752,12 @@ impl LspClient {
         let log = self.shared.log.lock().unwrap().clone();
         *self.shared.log_seen.lock().unwrap() = log.len();
         log
+    }
+
+    /// The size on the wire (`Content-Length` header and body, in bytes) of each message of
+    /// [`LspClient::log`], by index.
+    pub fn log_bytes(&self) -> Vec<usize> {
+        self.shared.log_bytes.lock().unwrap().clone()
     }
 
     /// The params of every `workspace/applyEdit` the editor received, in order.

@@ -34,6 +34,9 @@ pub enum Step {
     Hang(String),
     /// Wait until the gate is opened (`Notify::notify_one`), then answer with the step.
     Gate(Arc<tokio::sync::Notify>, Box<Step>),
+    /// Stream these SSE events verbatim (each a whole `event:`/`data:` block ending in a
+    /// blank line), one write each, the mock's chunk delay apart.
+    Events(Vec<String>),
 }
 
 impl Step {
@@ -383,6 +386,9 @@ async fn handle_openai(
         }
         s => s,
     };
+    if let Step::Events(ev) = step {
+        return sse(ev, mock.chunk_delay, false);
+    }
     let n = mock.inner.lock().unwrap().next;
     let id = format!("chatcmpl-mock{n}");
     let response_model = mock.inner.lock().unwrap().response_model.clone();
@@ -405,6 +411,7 @@ async fn handle_openai(
             body,
         } => return raw(*status, content_type, body),
         Step::Gate(..) => unreachable!("gates are opened before the answer is built"),
+        Step::Events(..) => unreachable!("streamed as they are above"),
         Step::Text(t) | Step::Hang(t) => {
             ev.push(chunk(json!({"role":"assistant","content":""}), Value::Null));
             for c in chunks(t) {
@@ -462,6 +469,9 @@ async fn handle_anthropic(
         }
         s => s,
     };
+    if let Step::Events(ev) = step {
+        return sse(ev, mock.chunk_delay, false);
+    }
     let n = mock.inner.lock().unwrap().next;
     let e = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
     let mut ev = vec![e(
@@ -482,6 +492,7 @@ async fn handle_anthropic(
             body,
         } => return raw(*status, content_type, body),
         Step::Gate(..) => unreachable!("gates are opened before the answer is built"),
+        Step::Events(..) => unreachable!("streamed as they are above"),
         Step::Text(t) | Step::Hang(t) => {
             text_block(&mut ev, 0, t);
             if matches!(step, Step::Hang(_)) {

@@ -8,6 +8,7 @@
 //! ([`editor_tools`]), where log lines go ([`logging`]). Only this crate writes stdout; only it imports LSP types.
 
 pub mod client;
+pub mod delta;
 pub mod dispatch;
 pub mod documents;
 pub mod editor_fs;

@@ -1290,6 +1290,9 @@ mod tests {
         }
         seen.push("agent-prompt.busy-error.json".into());
         seen.push("agent-event.notification.json".into());
+        // Compact deltas' examples: round-tripped in crate::delta's tests.
+        seen.push("agent-delta.notification.json".into());
+        seen.push("agent-event.ref.notification.json".into());
         // Every method has an example, and every example is checked here.
         for m in METHODS {
             let stem = m.replace('/', "-");

@@ -56,6 +56,8 @@ pub struct State {
     going_away: AtomicBool,
     /// `initializationOptions.coalesceDeltasMs` (see [`crate::sink`]).
     pub(crate) coalesce_ms: std::sync::atomic::AtomicU64,
+    /// `initializationOptions.compactDeltas` and the sessions' `ref`s (see [`crate::delta`]).
+    pub(crate) compact_deltas: crate::delta::CompactDeltas,
 }
 
 /// The language server.
@@ -161,6 +163,7 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                 accepting_sync: AtomicBool::new(false),
                 going_away: AtomicBool::new(false),
                 coalesce_ms: crate::sink::default_coalesce_ms(),
+                compact_deltas: Default::default(),
             }),
         }
     });
@@ -262,6 +265,8 @@ impl LanguageServer for Backend {
             init_options(params.initialization_options.as_ref())?;
         let coalesce = crate::sink::coalesce_option(params.initialization_options.as_ref())
             .map_err(tower_lsp_server::jsonrpc::Error::invalid_params)?;
+        let compact = crate::delta::compact_option(params.initialization_options.as_ref())
+            .map_err(tower_lsp_server::jsonrpc::Error::invalid_params)?;
         self.state.editor_tools.register(None, declared);
         self.state.editor_tools.set_diagnostics(
             params
@@ -310,6 +315,7 @@ impl LanguageServer for Backend {
         if let Some(window) = coalesce {
             self.state.set_coalesce(window);
         }
+        self.state.compact_deltas.set(compact);
         self.state.set_accepting_sync(true);
         Ok(InitializeResult {
             capabilities: ServerCapabilities {

@@ -9,7 +9,8 @@
 //! `delta` is their concatenation. Nothing is reordered: a held delta goes out before any other
 //! event of the session (and before its queue, usage and attention notices), and at the latest
 //! when the window that its first delta opened ends. A client that appends deltas rebuilds the
-//! same message; the wire shape is unchanged.
+//! same message; the wire shape is unchanged. A client that asked for compact deltas gets each
+//! event as [`crate::delta`] encodes it (after coalescing).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,8 +30,8 @@ use tower_lsp_server::ls_types::{
 use tower_lsp_server::Client;
 
 use crate::protocol::{
-    AgentEventNotification, AgentEventParams, AttentionNotification, AttentionParams,
-    AttentionReason, QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
+    AgentEventParams, AttentionNotification, AttentionParams, AttentionReason,
+    QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
 };
 use crate::server::State;
 
@@ -124,6 +125,8 @@ struct Outbox {
     /// The assistant message being streamed, rebuilt from exactly the events sent (the same
     /// reconstruction a client makes: [`MessageBuilder::follow`]).
     sent: Option<MessageBuilder>,
+    /// Set when the client asked for compact deltas (see [`crate::delta`]).
+    compact: Option<crate::delta::DeltaEncoder>,
 }
 
 impl Outbox {
@@ -156,14 +159,13 @@ impl Outbox {
             | AgentEvent::AgentEnd { .. } => self.sent = None,
             _ => {}
         }
-        client
-            .send_notification::<AgentEventNotification>(AgentEventParams {
-                session_id: session_id.to_string(),
-                run_id,
-                seq: self.seq,
-                event,
-            })
-            .await;
+        let params = AgentEventParams {
+            session_id: session_id.to_string(),
+            run_id,
+            seq: self.seq,
+            event,
+        };
+        crate::delta::send(client, self.compact.as_mut(), params).await;
     }
 
     /// Sends the held delta, if any (deltas never start a message: no rates needed).
@@ -195,12 +197,15 @@ impl LspSink {
     /// The sink of session `session_id` (its agent).
     pub(crate) fn new(st: Arc<State>, session_id: String, agent: WeakAgent) -> LspSink {
         LspSink {
-            st,
             session_id,
             agent,
             progress: Mutex::new(None),
             last_report: Mutex::new(None),
-            outbox: Arc::default(),
+            outbox: Arc::new(tokio::sync::Mutex::new(Outbox {
+                compact: st.delta_encoder(),
+                ..Outbox::default()
+            })),
+            st,
         }
     }
 

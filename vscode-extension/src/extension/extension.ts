@@ -16,6 +16,7 @@ import type { HostToWebview } from "../shared/messages";
 import { ChatPanel, type PanelHost } from "./panels";
 import { cpuClock, cpuNow, cpuNowCost, type Note, Router } from "./relay";
 import { ServerQuestions } from "./requests";
+import { DeltaExpander } from "./deltas";
 import { createClient, resolveServerBinary } from "./server";
 import { branchRows, type SessionNode, SessionsView, shown, type TreeEntry } from "./sessions";
 import { StatusBar } from "./status";
@@ -130,7 +131,17 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       for (const [uri, diags] of pairs) items.push({ uri: c.code2ProtocolConverter.asUri(uri), diagnostics: await c.code2ProtocolConverter.asDiagnostics([...diags]) });
       return { items };
     });
-    for (const method of NOTIFICATIONS) c.onNotification(method, (params: any) => onNotification({ method, params }));
+    // Compact deltas (asked for in server.ts): expanded here, so nothing past this line knows.
+    const deltas = new DeltaExpander();
+    for (const method of NOTIFICATIONS) {
+      if (method === "agent/event") c.onNotification(method, (params: any) => onNotification({ method, params: deltas.event(params) }));
+      else c.onNotification(method, (params: any) => onNotification({ method, params }));
+    }
+    c.onNotification("agent/delta", (params: unknown) => {
+      const e = deltas.expand(params);
+      if (e instanceof Error) output.warn(e.message);
+      else onNotification({ method: "agent/event", params: e });
+    });
     await c.start();
     output.info(`pi-lsp started: ${JSON.stringify(c.initializeResult?.serverInfo ?? {})}`);
     return c;
