@@ -350,9 +350,9 @@ def measure(args, port, tmp):
         t = time.perf_counter(); q.prompt_to_end("answer please"); q_answer = time.perf_counter() - t
         q.close()
         rec("start → ready (s)", t_ready, q_ready)
-        rec("peak RSS when ready (MB)", rss_idle, q_rss_idle)
+        rec("peak RSS when ready (MiB)", rss_idle, q_rss_idle)
         rec(f"{ROUNDS} tool rounds, prompt → agent_end (s)", t_rounds, q_rounds)
-        rec(f"peak RSS after the {ROUNDS} rounds (MB)", rss, q_rss)
+        rec(f"peak RSS after the {ROUNDS} rounds (MiB)", rss, q_rss)
         rec(f"bytes to the client per streamed delta ({DELTAS} × {DELTA_CHARS} chars)", b_delta, q_delta)
         rec("the same, one event per delta (`coalesceDeltasMs: 0`)", b_single, q_delta)
         rec("the same deltas, `compactDeltas: true` (as our clients ask)", b_compact, q_delta)
@@ -383,7 +383,7 @@ def measure(args, port, tmp):
             mb = path.stat().st_size / 1e6
             if name in ("long", "branchy"):
                 rec(f"open a {mb:.0f} MB session ({name}), spawn → state (s)", t_open, q_open)
-                rec(f"peak RSS opening it ({name}) (MB)", rss, q_rss)
+                rec(f"peak RSS opening it ({name}) (MiB)", rss, q_rss)
             if name == "10k":
                 rec("10,000-message session: last page of history (s)", t_page, q_page)
             rec(f"memory:{mb:.1f}", rss, q_rss)
@@ -409,7 +409,7 @@ def measure(args, port, tmp):
         for q in qs:
             q.close()
         rec(f"{STREAMS} sessions streaming at once, wall time (s)", t8, q8)
-        rec(f"{STREAMS} sessions streaming at once, peak RSS (MB; Pi: sum of {STREAMS} processes)", rss8, qrss8)
+        rec(f"{STREAMS} sessions streaming at once, peak RSS (MiB; Pi: sum of {STREAMS} processes)", rss8, qrss8)
     return fig
 
 # ---------------------------------------------------------------- report
@@ -436,21 +436,21 @@ def report(fig, args, out_md, chart_dir):
         import matplotlib.pyplot as plt
         chart_dir.mkdir(parents=True, exist_ok=True)
         rk = f"{ROUNDS} tool rounds, prompt → agent_end (s)"
-        mk = f"peak RSS after the {ROUNDS} rounds (MB)"
+        mk = f"peak RSS after the {ROUNDS} rounds (MiB)"
         f, ax = plt.subplots(1, 2, figsize=(9, 3.5))
         ax[0].bar(["pi-lsp", "Pi 0.73.1"], [statistics.median(fig[rk]["ours"]) / ROUNDS * 1000,
                   statistics.median(fig[rk]["pi"]) / ROUNDS * 1000], color=["#2a7", "#888"])
         ax[0].set_ylabel("ms per tool round"); ax[0].set_title("Time per tool round")
         ax[1].bar(["pi-lsp", "Pi 0.73.1"], [statistics.median(fig[mk]["ours"]), statistics.median(fig[mk]["pi"])],
                   color=["#2a7", "#888"])
-        ax[1].set_ylabel("peak RSS (MB)"); ax[1].set_title(f"Memory after {ROUNDS} rounds")
+        ax[1].set_ylabel("peak RSS (MiB)"); ax[1].set_title(f"Memory after {ROUNDS} rounds")
         f.tight_layout(); f.savefig(chart_dir / "rounds.png", dpi=110); plt.close(f)
         mem = sorted((float(k.split(":")[1]), statistics.median(v["ours"]), statistics.median(v["pi"]))
                      for k, v in fig.items() if k.startswith("memory:"))
         f, ax = plt.subplots(figsize=(6, 3.5))
         ax.plot([m[0] for m in mem], [m[1] for m in mem], "o-", label="pi-lsp", color="#2a7")
         ax.plot([m[0] for m in mem], [m[2] for m in mem], "o-", label="Pi 0.73.1", color="#888")
-        ax.set_xscale("log"); ax.set_xlabel("session file (MB)"); ax.set_ylabel("peak RSS opening it (MB)")
+        ax.set_xscale("log"); ax.set_xlabel("session file (MB)"); ax.set_ylabel("peak RSS opening it (MiB)")
         ax.legend(); ax.set_title("Memory against session size"); f.tight_layout()
         f.savefig(chart_dir / "session-memory.png", dpi=110); plt.close(f)
         charts = ["bench/rounds.png", "bench/session-memory.png"]
@@ -469,7 +469,8 @@ def report(fig, args, out_md, chart_dir):
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", "Ratios are taken pair by pair within one run, then the median. Memory is the peak "
               "resident set (`VmHWM`) of the server process (Pi: the node process), read right "
-              "after the answer the row names (for a session open: right after the state).", ""]
+              "after the answer the row names (for a session open: right after the state), in MiB "
+              "(2^20 bytes: 17 MiB = 17.8 MB).", ""]
     rk = f"{ROUNDS} tool rounds, prompt → agent_end (s)"
     if fig.get("floor") and rk in fig:
         floor = statistics.median(fig["floor"])
