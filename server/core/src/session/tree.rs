@@ -246,15 +246,26 @@ impl Entry {
     }
 }
 
-/// A parsed session file: header, entries in file order, an index by id.
+/// A parsed session file: header, entries in file order, an index by id, and each entry's
+/// parent by index (paths are walked without hashing an id per step).
 #[derive(Debug, Clone, Default)]
 pub struct SessionTree {
     pub header: Value,
+    /// In file order. An entry's `parent_id` is changed through [`SessionTree::set_parent`]
+    /// (which keeps the parents by index true), never in place.
     pub entries: Vec<Entry>,
-    index: HashMap<String, usize>,
+    index: HashMap<String, usize, foldhash::fast::RandomState>,
+    /// `parents[i]`: the index of entry `i`'s parent, [`ROOT`] without one, [`UNRESOLVED`]
+    /// when its parent was not there when it was pushed (looked up by id when walked).
+    parents: Vec<usize>,
     /// Repairs and migrations done while loading, for the user to see.
     pub warnings: Vec<String>,
 }
+
+/// [`SessionTree::parents`] of an entry without `parentId`.
+const ROOT: usize = usize::MAX;
+/// [`SessionTree::parents`] of an entry whose parent was not loaded before it.
+const UNRESOLVED: usize = usize::MAX - 1;
 
 /// The projection of a path that a run needs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -563,6 +574,7 @@ impl SessionTree {
     /// Adds `entry` and returns its index in [`SessionTree::entries`]; an entry whose id is
     /// already there is replaced (the later one wins, with a warning).
     pub fn push_entry(&mut self, entry: Entry) -> usize {
+        let parent = self.parent_slot(entry.parent_id.as_deref());
         match self.index.get(&entry.id) {
             Some(&i) => {
                 self.warnings.push(format!(
@@ -570,14 +582,50 @@ impl SessionTree {
                     entry.id
                 ));
                 self.entries[i] = entry;
+                self.parents[i] = parent;
                 i
             }
             None => {
                 let i = self.entries.len();
                 self.index.insert(entry.id.clone(), i);
                 self.entries.push(entry);
+                self.parents.push(parent);
                 i
             }
+        }
+    }
+
+    /// Room for `n` more entries.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.entries.reserve(n);
+        self.parents.reserve(n);
+        self.index.reserve(n);
+    }
+
+    /// What [`SessionTree::parents`] holds for a parent id, as the entries are now.
+    fn parent_slot(&self, parent: Option<&str>) -> usize {
+        match parent {
+            None => ROOT,
+            Some(p) => self.index.get(p).copied().unwrap_or(UNRESOLVED),
+        }
+    }
+
+    /// Entry `i` read under `parent` from now on (the file is not changed).
+    pub(crate) fn set_parent(&mut self, i: usize, parent: Option<String>) {
+        self.parents[i] = self.parent_slot(parent.as_deref());
+        self.entries[i].parent_id = parent;
+    }
+
+    /// The index of entry `i`'s parent (`None`: a root, or a parent that is not loaded).
+    fn parent_of(&self, i: usize) -> Option<usize> {
+        match self.parents.get(i).copied() {
+            Some(ROOT) => None,
+            Some(p) if p != UNRESOLVED => Some(p),
+            // Not resolved when pushed (or the entries were changed in place): by its id.
+            _ => self.entries[i]
+                .parent_id
+                .as_deref()
+                .and_then(|p| self.index.get(p).copied()),
         }
     }
 
@@ -610,10 +658,7 @@ impl SessionTree {
                 break;
             }
             out.push(i);
-            cur = self.entries[i]
-                .parent_id
-                .as_deref()
-                .and_then(|p| self.index.get(p).copied());
+            cur = self.parent_of(i);
         }
         out.reverse();
         out
@@ -622,13 +667,13 @@ impl SessionTree {
     /// The entries from `leaf` up to the root, leaf first, walked lazily (stops at a missing
     /// parent or a cycle).
     pub fn ancestors<'a>(&'a self, leaf: &str) -> impl Iterator<Item = &'a Entry> + 'a {
-        let mut cur = self.get(leaf);
+        let mut cur = self.index.get(leaf).copied();
         let mut left = self.entries.len();
         std::iter::from_fn(move || {
-            let e = cur.filter(|_| left > 0)?;
+            let i = cur.filter(|_| left > 0)?;
             left -= 1;
-            cur = e.parent_id.as_deref().and_then(|p| self.get(p));
-            Some(e)
+            cur = self.parent_of(i);
+            Some(&self.entries[i])
         })
     }
 
