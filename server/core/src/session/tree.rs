@@ -604,9 +604,11 @@ impl SessionTree {
 
     /// What [`SessionTree::parents`] holds for a parent id, as the entries are now.
     fn parent_slot(&self, parent: Option<&str>) -> usize {
-        match parent {
-            None => ROOT,
-            Some(p) => self.index.get(p).copied().unwrap_or(UNRESOLVED),
+        match (parent, self.entries.last()) {
+            (None, _) => ROOT,
+            // Most entries follow their parent (ids are unique: the index agrees).
+            (Some(p), Some(last)) if last.id == p => self.entries.len() - 1,
+            (Some(p), _) => self.index.get(p).copied().unwrap_or(UNRESOLVED),
         }
     }
 
@@ -912,6 +914,63 @@ mod tests {
         );
         assert_eq!(texts(&t.context(None)), ["user:one", "user:two"]);
         assert_eq!(t.warnings, ["migrated a version 1 session in memory"]);
+    }
+
+    /// The root-to-`leaf` ids walked by id, as the tree was before parents were kept by index.
+    fn path_by_id(t: &SessionTree, leaf: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut cur = t.get(leaf);
+        while let Some(e) = cur {
+            if out.contains(&e.id) {
+                break;
+            }
+            out.push(e.id.clone());
+            cur = e.parent_id.as_deref().and_then(|p| t.get(p));
+        }
+        out.reverse();
+        out
+    }
+
+    #[test]
+    fn paths_by_index_equal_paths_by_id() {
+        // A child before its parent, a missing parent, a self-parent, a cycle, and a
+        // duplicate id whose later entry has another parent.
+        let mut t = tree(json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"custom","id":"A","parentId":null},
+            {"type":"custom","id":"C","parentId":"B"},
+            {"type":"custom","id":"B","parentId":"A"},
+            {"type":"custom","id":"D","parentId":"C"},
+            {"type":"custom","id":"E","parentId":"gone"},
+            {"type":"custom","id":"F","parentId":"F"},
+            {"type":"custom","id":"G","parentId":"H"},
+            {"type":"custom","id":"H","parentId":"G"},
+            {"type":"custom","id":"I","parentId":"D"},
+            {"type":"custom","id":"B","parentId":"E"},
+            {"type":"custom","id":"J","parentId":"I"}
+        ]));
+        let check = |t: &SessionTree| {
+            for e in &t.entries {
+                let by_index: Vec<String> = t.path(&e.id).iter().map(|e| e.id.clone()).collect();
+                assert_eq!(by_index, path_by_id(t, &e.id), "leaf {}", e.id);
+                let mut up: Vec<String> = t.ancestors(&e.id).map(|e| e.id.clone()).collect();
+                up.reverse();
+                // (`ancestors` stops at the entry count, not at the first repeat.)
+                assert!(
+                    up.ends_with(&by_index) || by_index.ends_with(&up),
+                    "leaf {}",
+                    e.id
+                );
+            }
+        };
+        check(&t);
+        assert_eq!(path_by_id(&t, "J"), ["E", "B", "C", "D", "I", "J"]);
+        t.set_parent(8, Some("A".into()));
+        check(&t);
+        assert_eq!(path_by_id(&t, "J"), ["A", "I", "J"]);
+        assert!(t.push(json!({"type":"custom","id":"gone","parentId":"J"})));
+        check(&t);
+        assert_eq!(t.path("E").len(), 5);
     }
 
     #[test]
