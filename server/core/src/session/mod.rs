@@ -1412,6 +1412,19 @@ struct Loaded {
     assets_read: usize,
 }
 
+/// A line made ready for the tree where it was parsed ([`read::lines`]'s `finish`).
+// Held a piece at a time, most of them entries: boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+enum Placed {
+    /// A v3 entry with its model-visible message (none when deferred), and whether that
+    /// message's large image bytes were left out.
+    Entry(Entry, Option<Message>, bool),
+    /// A v3 line without id or type.
+    NoEntry,
+    /// Any other line, placed on the loading thread.
+    Line(read::Line),
+}
+
 /// One line of a file, parsed.
 enum ParsedLine {
     /// A version 3 entry line.
@@ -1489,8 +1502,24 @@ fn load(path: &Path, repair: bool, deferred: bool) -> Result<Loaded, SessionErro
     let mut values = Vec::new();
     let mut messages: Vec<Option<Message>> = Vec::new();
     let mut stripped = Vec::new();
+    // A v3 line parsed into its parts becomes its entry on the thread that parsed it (what
+    // it drops is freed there): its message summarized (deferred) or its image bytes left out.
+    let finish = |l: read::Line| match l.parsed {
+        ParsedLine::Parts(parts) => match Entry::from_file(&src, l.offset, l.len, l.hash, *parts) {
+            Some((mut entry, message)) if deferred => {
+                entry.summarize(message.as_ref());
+                Placed::Entry(entry, None, false)
+            }
+            Some((entry, mut message)) => {
+                let stripped = message.as_mut().is_some_and(strip_image_data);
+                Placed::Entry(entry, message, stripped)
+            }
+            None => Placed::NoEntry,
+        },
+        _ => Placed::Line(l),
+    };
     // Each piece's lines as soon as they are parsed, in file order.
-    let mut take = |k: usize, n: usize, lines: Vec<read::Line>| {
+    let mut take = |k: usize, n: usize, lines: Vec<Placed>| {
         if k == 0 {
             // As many lines in every piece as in the first.
             let guess = lines.len().saturating_mul(n).saturating_add(16);
@@ -1503,54 +1532,69 @@ fn load(path: &Path, repair: bool, deferred: bool) -> Result<Loaded, SessionErro
                 values.reserve(guess);
             }
         }
-        for read::Line {
-            offset,
-            len,
-            hash,
-            parsed,
-        } in lines
-        {
-            let entry = match parsed {
-                // Older files are migrated as values first.
-                ParsedLine::Value(mut v) if !v3 => {
-                    if let Some(dir) = dir {
-                        load_images(&mut v, dir, &mut image_warnings);
-                    }
-                    values.push(v);
+        for placed in lines {
+            let (entry, message, strip) = match placed {
+                Placed::Entry(entry, message, strip) => (entry, message, strip),
+                Placed::NoEntry => {
+                    tree.warnings
+                        .push("skipped an entry without id or type".into());
                     continue;
                 }
-                ParsedLine::Parts(parts) => Entry::from_file(&src, offset, len, hash, *parts),
-                ParsedLine::Value(mut v) => {
-                    let changed = dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
-                    if changed {
-                        asset_lines += 1;
-                        Entry::from_value_converted(&v)
-                    } else {
-                        // Unchanged: the entry keeps its line as stored.
-                        let parts = line::line_from_value(&v, true);
-                        Entry::from_file(&src, offset, len, hash, parts)
+                Placed::Line(read::Line {
+                    offset,
+                    len,
+                    hash,
+                    parsed,
+                }) => {
+                    let entry = match parsed {
+                        // Older files are migrated as values first.
+                        ParsedLine::Value(mut v) if !v3 => {
+                            if let Some(dir) = dir {
+                                load_images(&mut v, dir, &mut image_warnings);
+                            }
+                            values.push(v);
+                            continue;
+                        }
+                        ParsedLine::Parts(parts) => {
+                            Entry::from_file(&src, offset, len, hash, *parts)
+                        }
+                        ParsedLine::Value(mut v) => {
+                            let changed =
+                                dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
+                            if changed {
+                                asset_lines += 1;
+                                Entry::from_value_converted(&v)
+                            } else {
+                                // Unchanged: the entry keeps its line as stored.
+                                let parts = line::line_from_value(&v, true);
+                                Entry::from_file(&src, offset, len, hash, parts)
+                            }
+                        }
+                        ParsedLine::Damaged => {
+                            skipped += 1;
+                            continue;
+                        }
+                    };
+                    let Some((mut entry, mut message)) = entry else {
+                        tree.warnings
+                            .push("skipped an entry without id or type".into());
+                        continue;
+                    };
+                    if deferred {
+                        entry.summarize(message.take().as_ref());
                     }
+                    // Image bytes are not kept while loading (SESS-05); the context reads
+                    // back those it sends.
+                    let strip = message.as_mut().is_some_and(strip_image_data);
+                    (entry, message, strip)
                 }
-                ParsedLine::Damaged => {
-                    skipped += 1;
-                    continue;
-                }
-            };
-            let Some((mut entry, message)) = entry else {
-                tree.warnings
-                    .push("skipped an entry without id or type".into());
-                continue;
             };
             if deferred {
-                entry.summarize(message.as_ref());
                 tree.push_entry(entry);
                 continue;
             }
             let i = tree.push_entry(entry);
-            // Image bytes are not kept while loading (SESS-05); the context reads back those
-            // it sends.
-            let mut message = message;
-            if message.as_mut().is_some_and(strip_image_data) {
+            if strip {
                 stripped.push(i);
             }
             match messages.get_mut(i) {
@@ -1564,6 +1608,7 @@ fn load(path: &Path, repair: bool, deferred: bool) -> Result<Loaded, SessionErro
         pos.min(good_len),
         good_len,
         |buf, lines| parse_lines(buf, lines, v3, deferred),
+        finish,
         &mut take,
     )
     .map_err(io(path))?;
