@@ -83,10 +83,13 @@ pub(crate) fn call_hash(id: &str) -> u64 {
 }
 
 impl LineParts {
-    /// Replaces the model-visible message of a `message` entry by its [`MessageSummary`].
+    /// Replaces the model-visible message of a `message` entry by its [`MessageSummary`]
+    /// (unless the line was parsed into its summary already).
     pub(crate) fn summarize(&mut self) {
         if let Some(m) = self.message.as_mut() {
-            m.summary = Some(MessageSummary::of(m.message.take().as_ref()));
+            if m.summary.is_none() {
+                m.summary = Some(MessageSummary::of(m.message.take().as_ref()));
+            }
         }
     }
 }
@@ -142,7 +145,7 @@ pub(crate) fn line_from_value(v: &Value, convert: bool) -> LineParts {
 /// still find it valid).
 pub(crate) fn parse_fast(text: &str) -> Option<LineParts> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let parts = de.deserialize_map(LineVisitor).ok()?;
+    let parts = de.deserialize_map(LineVisitor { summary: false }).ok()?;
     de.end().ok()?;
     Some(parts)
 }
@@ -152,12 +155,34 @@ pub(crate) fn parse_fast(text: &str) -> Option<LineParts> {
 /// again for each line): `None` for a line that needs [`parse_fast`] or the `Value` path on its
 /// own (a damaged line, a line the fast path does not take, a value that does not end on its
 /// line); the pass starts again at the next line.
-pub(crate) fn parse_many(buf: &[u8], lines: &[(usize, usize)]) -> Vec<Option<LineParts>> {
+///
+/// `summary`: a `message` entry's message is read into its [`MessageSummary`] only (see
+/// [`SummarySeed`]: nothing of its content is kept or built); a message it does not take as
+/// Pi writes it (an extended role, a tag that is not the first key) leaves the line to the
+/// other paths, whose message is then summarized ([`LineParts::summarize`]): the same
+/// summary either way.
+pub(crate) fn parse_many(
+    buf: &[u8],
+    lines: &[(usize, usize)],
+    summary: bool,
+) -> Vec<Option<LineParts>> {
+    if summary {
+        parse_many_as::<true>(buf, lines)
+    } else {
+        parse_many_as::<false>(buf, lines)
+    }
+}
+
+/// [`parse_many`], `SUMMARY` saying whether messages are read into their summaries.
+fn parse_many_as<const SUMMARY: bool>(
+    buf: &[u8],
+    lines: &[(usize, usize)],
+) -> Vec<Option<LineParts>> {
     /// An entry line through [`LineVisitor`].
-    struct Parts(LineParts);
-    impl<'de> Deserialize<'de> for Parts {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Parts, D::Error> {
-            d.deserialize_map(LineVisitor).map(Parts)
+    struct Parts<const S: bool>(LineParts);
+    impl<'de, const S: bool> Deserialize<'de> for Parts<S> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_map(LineVisitor { summary: S }).map(Parts)
         }
     }
     // Valid UTF-8 as a whole (else each line is read on its own).
@@ -171,7 +196,7 @@ pub(crate) fn parse_many(buf: &[u8], lines: &[(usize, usize)]) -> Vec<Option<Lin
             out.resize_with(lines.len(), || None);
             break;
         };
-        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Parts>();
+        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Parts<SUMMARY>>();
         while let Some(&(_, end)) = lines.get(out.len()) {
             let ok = match stream.next() {
                 Some(Ok(Parts(parts))) => {
@@ -334,7 +359,11 @@ fn collect<'de, A: MapAccess<'de>>(first: Key<'de>, mut map: A) -> Result<Value,
     Ok(Value::Object(obj))
 }
 
-struct LineVisitor;
+/// An entry line: `type`, `id`, `parentId`, and a `message` entry's message (`summary`: its
+/// [`MessageSummary`] only, [`SummarySeed`]; else built, [`MessageSeed`]).
+struct LineVisitor {
+    summary: bool,
+}
 
 impl<'de> Visitor<'de> for LineVisitor {
     type Value = LineParts;
@@ -350,7 +379,11 @@ impl<'de> Visitor<'de> for LineVisitor {
                 "id" => out.id = map.next_value_seed(AnyStr)?,
                 "parentId" => out.parent_id = map.next_value_seed(AnyStr)?,
                 "message" if out.kind.as_deref() == Some("message") => {
-                    out.message = Some(map.next_value_seed(MessageSeed)?)
+                    out.message = Some(if self.summary {
+                        map.next_value_seed(SummarySeed)?
+                    } else {
+                        map.next_value_seed(MessageSeed)?
+                    })
                 }
                 _ => {
                     skipped_message |= key.as_str() == "message";
@@ -363,7 +396,10 @@ impl<'de> Visitor<'de> for LineVisitor {
                 return Err(de::Error::custom("message before its type"));
             }
             // A message entry without a message: nothing model-visible.
-            out.message.get_or_insert_with(MessageParts::default);
+            out.message.get_or_insert_with(|| MessageParts {
+                summary: self.summary.then(MessageSummary::default),
+                ..Default::default()
+            });
         } else {
             out.message = None;
         }
@@ -638,6 +674,332 @@ impl<'de> Visitor<'de> for BlockSeed {
     }
 }
 
+/// A `message` entry's message read into its [`MessageSummary`] (and, for an assistant
+/// message, its [`AssistantInfo`]) without building it: every field [`MessageSeed`] reads is
+/// checked the same way (the same names, defaults and types, through serde's derive as there),
+/// but a string is checked and not kept, a `Value` is walked and not built, and a tool call's
+/// id is kept as its [`call_hash`] only. It takes what [`MessageSeed`] takes as Pi writes it
+/// (the role first, then `user` / `assistant` / `toolResult`); anything else is an error, and
+/// the line goes to the other paths (whose message is then summarized), so a summary never
+/// differs from the one of the built message (tested against each other on generated lines).
+struct SummarySeed;
+
+impl<'de> DeserializeSeed<'de> for SummarySeed {
+    type Value = MessageParts;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<MessageParts, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SummarySeed {
+    type Value = MessageParts;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a message object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MessageParts, A::Error> {
+        let Some(first) = map.next_key::<Key<'de>>()? else {
+            // No role: nothing model-visible.
+            return Ok(MessageParts {
+                summary: Some(MessageSummary::default()),
+                ..Default::default()
+            });
+        };
+        if first.as_str() != "role" {
+            return Err(de::Error::custom("role not first"));
+        }
+        let role: Key<'de> = map.next_value()?;
+        let (calls, assistant) = match role.as_str() {
+            "user" => {
+                let _: SkimUser = rest(map, "role")?;
+                (Vec::new(), None)
+            }
+            "assistant" => {
+                let f: SkimAssistant = rest(map, "role")?;
+                let info = AssistantInfo {
+                    provider: f.provider,
+                    model: f.model,
+                    usage: f.usage,
+                };
+                (f.content.0, Some(info))
+            }
+            "toolResult" => {
+                let f: SkimToolResult = rest(map, "role")?;
+                (vec![f.tool_call_id.0], None)
+            }
+            _ => return Err(de::Error::custom("an extended role")),
+        };
+        Ok(MessageParts {
+            role: Some(role.as_str().to_string()),
+            message: None,
+            assistant,
+            summary: Some(MessageSummary {
+                visible: true,
+                calls: calls.into_boxed_slice(),
+            }),
+        })
+    }
+}
+
+/// A JSON string, checked as a `String` field reads it, not kept.
+#[derive(Default)]
+struct Str;
+
+impl<'de> Deserialize<'de> for Str {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Str, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Str;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Str, E> {
+                Ok(Str)
+            }
+        }
+        d.deserialize_string(V)
+    }
+}
+
+/// A tool-call id (a JSON string) as its [`call_hash`].
+struct CallId(u64);
+
+impl<'de> Deserialize<'de> for CallId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<CallId, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = CallId;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<CallId, E> {
+                Ok(CallId(call_hash(v)))
+            }
+        }
+        d.deserialize_string(V)
+    }
+}
+
+/// Any JSON value, checked as a `serde_json::Value` reads it (every number and string
+/// parsed, keys as strings), not built.
+struct AnyValue;
+
+impl<'de> Deserialize<'de> for AnyValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AnyValue, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = AnyValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<AnyValue, E> {
+                Ok(AnyValue)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<AnyValue, E> {
+                Ok(AnyValue)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<AnyValue, E> {
+                Ok(AnyValue)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<AnyValue, E> {
+                Ok(AnyValue)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<AnyValue, E> {
+                Ok(AnyValue)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<AnyValue, E> {
+                Ok(AnyValue)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<AnyValue, D::Error> {
+                AnyValue::deserialize(d)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<AnyValue, E> {
+                Ok(AnyValue)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AnyValue, A::Error> {
+                while seq.next_element::<AnyValue>()?.is_some() {}
+                Ok(AnyValue)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnyValue, A::Error> {
+                while map.next_entry::<Str, AnyValue>()?.is_some() {}
+                Ok(AnyValue)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// [`UserFields`], skimmed.
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct SkimUser {
+    #[serde(deserialize_with = "skim_content")]
+    content: Calls,
+    #[serde(default)]
+    timestamp: i64,
+}
+
+/// [`AssistantFields`], skimmed (what [`AssistantInfo`] holds kept).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct SkimAssistant {
+    #[serde(deserialize_with = "skim_blocks")]
+    content: Calls,
+    #[serde(default)]
+    api: Str,
+    #[serde(default, deserialize_with = "some")]
+    provider: Option<String>,
+    #[serde(default, deserialize_with = "some")]
+    model: Option<String>,
+    #[serde(default)]
+    response_id: Option<Str>,
+    #[serde(default)]
+    response_model: Option<Str>,
+    #[serde(default, deserialize_with = "some")]
+    usage: Option<Usage>,
+    stop_reason: StopReason,
+    #[serde(default)]
+    error_message: Option<Str>,
+    #[serde(default)]
+    timestamp: i64,
+}
+
+/// [`ToolResultFields`], skimmed.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct SkimToolResult {
+    tool_call_id: CallId,
+    #[serde(default)]
+    tool_name: Str,
+    #[serde(deserialize_with = "skim_content")]
+    content: Calls,
+    #[serde(default)]
+    details: Option<AnyValue>,
+    #[serde(default)]
+    is_error: bool,
+    #[serde(default)]
+    timestamp: i64,
+}
+
+/// [`TextContent`], skimmed.
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct SkimText {
+    text: Str,
+    #[serde(rename = "textSignature", default)]
+    text_signature: Option<Str>,
+}
+
+/// [`ThinkingContent`], skimmed.
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct SkimThinking {
+    thinking: Str,
+    #[serde(rename = "thinkingSignature", default)]
+    thinking_signature: Option<Str>,
+    #[serde(default)]
+    redacted: bool,
+}
+
+/// [`ImageFields`], skimmed.
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct SkimImage {
+    data: Str,
+    #[serde(rename = "mimeType")]
+    mime_type: Str,
+    #[serde(rename = "piLspAsset", default)]
+    asset: Option<IgnoredAny>,
+}
+
+/// [`ToolCall`], skimmed: its id as its hash.
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct SkimToolCall {
+    id: CallId,
+    name: Str,
+    arguments: AnyValue,
+    #[serde(rename = "rawArguments", default)]
+    raw_arguments: Option<Str>,
+}
+
+/// The [`call_hash`]es of the tool calls of a content list, in order.
+struct Calls(Vec<u64>);
+
+fn skim_content<'de, D: Deserializer<'de>>(d: D) -> Result<Calls, D::Error> {
+    d.deserialize_any(SkimContentVisitor)
+}
+
+fn skim_blocks<'de, D: Deserializer<'de>>(d: D) -> Result<Calls, D::Error> {
+    d.deserialize_seq(SkimContentVisitor)
+}
+
+/// [`ContentVisitor`] (and [`BlocksVisitor`] for a list), skimmed.
+struct SkimContentVisitor;
+
+impl<'de> Visitor<'de> for SkimContentVisitor {
+    type Value = Calls;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string or a list of content blocks")
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Calls, E> {
+        Ok(Calls(Vec::new()))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Calls, A::Error> {
+        let mut calls = Vec::new();
+        while let Some(call) = seq.next_element_seed(SkimBlockSeed)? {
+            calls.extend(call);
+        }
+        Ok(Calls(calls))
+    }
+}
+
+/// [`BlockSeed`], skimmed: a tool call's [`call_hash`], `None` for other blocks.
+struct SkimBlockSeed;
+
+impl<'de> DeserializeSeed<'de> for SkimBlockSeed {
+    type Value = Option<u64>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SkimBlockSeed {
+    type Value = Option<u64>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a content block")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+        let Some(first) = map.next_key::<Key<'de>>()? else {
+            return Err(de::Error::missing_field("type"));
+        };
+        if first.as_str() != "type" {
+            // Read through a value by the other paths.
+            return Err(de::Error::custom("type not first"));
+        }
+        let kind: Key<'de> = map.next_value()?;
+        Ok(match kind.as_str() {
+            "text" => rest::<SkimText, _>(map, "type").map(|_| None)?,
+            "thinking" => rest::<SkimThinking, _>(map, "type").map(|_| None)?,
+            "image" => {
+                let f: SkimImage = rest(map, "type")?;
+                if f.asset.is_some() {
+                    return Err(de::Error::custom("image kept in assets"));
+                }
+                None
+            }
+            "toolCall" => Some(rest::<SkimToolCall, _>(map, "type")?.id.0),
+            other => {
+                return Err(de::Error::unknown_variant(
+                    other,
+                    &["text", "thinking", "image", "toolCall"],
+                ))
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -658,6 +1020,371 @@ mod tests {
         assert_eq!(f.role, s.role, "{text}");
         assert_eq!(f.message, s.message, "{text}");
         assert_eq!(f.assistant, s.assistant, "{text}");
+        same_summary(&text);
+    }
+
+    /// The summary of `text` read straight into it ([`parse_many`] with `summary`), when that
+    /// path takes the line, equals the summary of the message the full conversion builds
+    /// ([`parse`], then [`LineParts::summarize`]); true when it took it.
+    fn same_summary(text: &str) -> bool {
+        let fast = parse_many(text.as_bytes(), &[(0, text.len())], true)
+            .pop()
+            .unwrap();
+        let Some(fast) = fast else {
+            return false;
+        };
+        let Some(mut full) = parse(text) else {
+            panic!("the summary path took a line the full conversion refuses: {text}");
+        };
+        full.summarize();
+        assert_eq!(fast.kind, full.kind, "{text}");
+        assert_eq!(fast.id, full.id, "{text}");
+        assert_eq!(fast.parent_id, full.parent_id, "{text}");
+        let (f, s) = (
+            fast.message.unwrap_or_default(),
+            full.message.unwrap_or_default(),
+        );
+        assert!(f.message.is_none() && s.message.is_none(), "{text}");
+        assert_eq!(f.role, s.role, "{text}");
+        assert_eq!(f.assistant, s.assistant, "{text}");
+        assert_eq!(f.summary, s.summary, "{text}");
+        true
+    }
+
+    /// A small deterministic generator (xorshift64*) of entry lines as JSON text: the shapes
+    /// Pi writes, each part now and then of another type, dropped, repeated, moved or joined
+    /// by an unknown field, with strings `serde_json::Value` refuses (a lone surrogate) and
+    /// numbers it refuses (out of range) among them.
+    struct Gen(u64);
+
+    impl Gen {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        /// True with probability `p` percent.
+        fn p(&mut self, p: u64) -> bool {
+            self.next() % 100 < p
+        }
+        fn pick(&mut self, xs: &[&str]) -> String {
+            xs[(self.next() % xs.len() as u64) as usize].to_string()
+        }
+        fn string(&mut self) -> String {
+            if self.p(2) {
+                return r#""\ud800 lone""#.into();
+            }
+            self.pick(&[
+                r#""plain text""#,
+                r#""""#,
+                r#""line\nbreak \"quoted\" \\ tab\t""#,
+                r#""caf\u00e9 \ud83d\ude00 é 😀""#,
+                r#""call_1""#,
+                r#""c\u0031""#,
+            ])
+        }
+        /// Any JSON value text.
+        fn value(&mut self, depth: u32) -> String {
+            match self.next() % if depth > 2 { 7 } else { 9 } {
+                0 => "null".into(),
+                1 => self.pick(&["true", "false"]),
+                2 if self.p(10) => self.pick(&["1e400", "-1e400"]),
+                2 => self.pick(&[
+                    "0",
+                    "-1",
+                    "18446744073709551615",
+                    "1.5",
+                    "-0",
+                    "2e-400",
+                    "123456789012345678901234567890",
+                ]),
+                3 => self.string(),
+                4 => "{}".into(),
+                5 => "[]".into(),
+                6 => self.pick(&["7", r#""x""#]),
+                7 => format!("[{},{}]", self.value(depth + 1), self.value(depth + 1)),
+                _ => format!(
+                    r#"{{"k":{},"path":{}}}"#,
+                    self.value(depth + 1),
+                    self.string()
+                ),
+            }
+        }
+        /// An object of `fields`: now and then one dropped, repeated, or an unknown one
+        /// added; shuffled now and then (always, unless `keep_first`).
+        fn object(&mut self, mut fields: Vec<(String, String)>, keep_first: bool) -> String {
+            if self.p(8) && fields.len() > 1 {
+                let k = 1 + (self.next() as usize) % (fields.len() - 1);
+                fields.remove(k);
+            }
+            if self.p(5) && !fields.is_empty() {
+                let k = (self.next() as usize) % fields.len();
+                let dup = (fields[k].0.clone(), self.value(1));
+                fields.push(dup);
+            }
+            if self.p(10) {
+                let k = self.pick(&["extra", "piLspAsset", "cost", "0"]);
+                let v = self.value(0);
+                fields.push((k, v));
+            }
+            if !keep_first || self.p(4) {
+                let n = fields.len();
+                for i in 0..n {
+                    let j = (self.next() as usize) % n;
+                    fields.swap(i, j);
+                }
+            }
+            let body: Vec<String> = fields
+                .into_iter()
+                .map(|(k, v)| format!("{k:?}:{v}"))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        }
+        /// `right` mostly, now and then any value.
+        fn or_any(&mut self, right: String) -> String {
+            if self.p(3) {
+                self.value(0)
+            } else {
+                right
+            }
+        }
+        fn any_string(&mut self) -> String {
+            let s = self.string();
+            self.or_any(s)
+        }
+        fn block(&mut self) -> String {
+            let kind = self.pick(&[
+                "text", "text", "thinking", "toolCall", "toolCall", "image", "video",
+            ]);
+            let mut f = vec![("type".to_string(), format!("{kind:?}"))];
+            match kind.as_str() {
+                "text" => {
+                    f.push(("text".into(), self.any_string()));
+                    if self.p(20) {
+                        f.push(("textSignature".into(), self.any_string()));
+                    }
+                }
+                "thinking" => {
+                    f.push(("thinking".into(), self.any_string()));
+                    f.push(("thinkingSignature".into(), self.any_string()));
+                    if self.p(20) {
+                        let b = self.pick(&["true", "false"]);
+                        f.push(("redacted".into(), self.or_any(b)));
+                    }
+                }
+                "image" => {
+                    f.push(("data".into(), self.or_any(r#""iVBORw0KGgo=""#.into())));
+                    f.push(("mimeType".into(), self.or_any(r#""image/png""#.into())));
+                }
+                "toolCall" => {
+                    f.push(("id".into(), self.any_string()));
+                    f.push(("name".into(), self.or_any(r#""bash""#.into())));
+                    f.push(("arguments".into(), self.value(0)));
+                    if self.p(10) {
+                        f.push(("rawArguments".into(), self.any_string()));
+                    }
+                }
+                _ => {}
+            }
+            self.object(f, true)
+        }
+        fn blocks(&mut self) -> String {
+            let n = self.next() % 4;
+            let b: Vec<String> = (0..n).map(|_| self.block()).collect();
+            format!("[{}]", b.join(","))
+        }
+        fn content(&mut self) -> String {
+            if self.p(30) {
+                self.string()
+            } else {
+                let b = self.blocks();
+                self.or_any(b)
+            }
+        }
+        fn usage(&mut self) -> String {
+            let bad = self.p(10);
+            let cost = format!(
+                r#"{{"input":{},"output":0,"cacheRead":0,"cacheWrite":0,"total":0.5}}"#,
+                match bad {
+                    true => self.pick(&[r#""x""#, "1e400"]),
+                    false => self.pick(&["0.001", "1"]),
+                }
+            );
+            let input = match self.p(10) {
+                true => self.pick(&["-1", "1.5", r#""x""#]),
+                false => self.pick(&["100", "0"]),
+            };
+            let f = vec![
+                ("input".to_string(), input),
+                ("output".into(), "10".into()),
+                ("cacheRead".into(), "0".into()),
+                ("cacheWrite".into(), "0".into()),
+                ("totalTokens".into(), "110".into()),
+                ("cost".into(), cost),
+            ];
+            let u = self.object(f, false);
+            self.or_any(u)
+        }
+        fn message(&mut self) -> String {
+            let role = self.pick(&[
+                "user",
+                "assistant",
+                "assistant",
+                "toolResult",
+                "toolResult",
+                "bashExecution",
+                "custom",
+                "compactionSummary",
+                "other",
+            ]);
+            let mut f = vec![("role".to_string(), self.or_any(format!("{role:?}")))];
+            let ts = match self.p(10) {
+                true => self.pick(&["1.5", r#""t""#, "99999999999999999999"]),
+                false => self.pick(&["1", "-3", "1785232802000"]),
+            };
+            match role.as_str() {
+                "user" => f.push(("content".into(), self.content())),
+                "assistant" => {
+                    let b = self.blocks();
+                    f.push(("content".into(), self.or_any(b)));
+                    f.push(("api".into(), self.or_any(r#""openai-completions""#.into())));
+                    f.push(("provider".into(), self.or_any(r#""mock""#.into())));
+                    f.push(("model".into(), self.or_any(r#""mock-1""#.into())));
+                    f.push(("usage".into(), self.usage()));
+                    let stop =
+                        self.pick(&["stop", "toolUse", "length", "error", "aborted", "bogus"]);
+                    f.push(("stopReason".into(), self.or_any(format!("{stop:?}"))));
+                    if self.p(20) {
+                        f.push(("errorMessage".into(), self.string()));
+                        f.push(("responseId".into(), self.string()));
+                        f.push(("responseModel".into(), self.or_any("null".into())));
+                    }
+                }
+                "toolResult" => {
+                    f.push(("toolCallId".into(), self.any_string()));
+                    f.push(("toolName".into(), self.or_any(r#""read""#.into())));
+                    f.push(("content".into(), self.content()));
+                    if self.p(50) {
+                        f.push(("details".into(), self.value(0)));
+                    }
+                    f.push(("isError".into(), self.or_any("false".into())));
+                }
+                "bashExecution" => {
+                    f.push(("command".into(), self.string()));
+                    f.push(("output".into(), self.string()));
+                    f.push(("exitCode".into(), "1".into()));
+                    let x = self.pick(&["true", "false"]);
+                    f.push(("excludeFromContext".into(), x));
+                }
+                "custom" => {
+                    f.push(("customType".into(), r#""x""#.into()));
+                    f.push(("content".into(), self.content()));
+                }
+                _ => f.push(("summary".into(), self.string())),
+            }
+            f.push(("timestamp".into(), ts));
+            self.object(f, true)
+        }
+        fn line(&mut self) -> String {
+            let kind = self.pick(&[
+                "message",
+                "message",
+                "message",
+                "message",
+                "label",
+                "model_change",
+                "compaction",
+            ]);
+            let parent = self.pick(&["null", r#""p1""#]);
+            let mut f = vec![
+                ("type".to_string(), self.or_any(format!("{kind:?}"))),
+                ("id".into(), self.or_any(r#""a1b2c3d4""#.into())),
+                ("parentId".into(), self.or_any(parent)),
+                ("timestamp".into(), r#""2026-01-01T00:00:00.000Z""#.into()),
+            ];
+            match kind.as_str() {
+                "message" => {
+                    let m = self.message();
+                    let m = if self.p(3) { self.value(0) } else { m };
+                    f.push(("message".into(), m));
+                }
+                "label" => f.push(("targetId".into(), r#""p1""#.into())),
+                "model_change" => f.push(("provider".into(), r#""p""#.into())),
+                _ => f.push(("summary".into(), self.string())),
+            }
+            self.object(f, true)
+        }
+    }
+
+    #[test]
+    fn summaries_equal_the_full_conversion_on_generated_lines() {
+        let mut gen = Gen(0x9E37_79B9_7F4A_7C15);
+        let (mut taken, mut messages, mut visible) = (0, 0, 0);
+        for _ in 0..40_000 {
+            let text = gen.line();
+            if same_summary(&text) {
+                taken += 1;
+                if let Some(m) = parse(&text).and_then(|p| p.message) {
+                    messages += 1;
+                    visible += usize::from(m.message.is_some());
+                }
+            }
+        }
+        // Many generated lines are damaged somewhere; enough are whole messages for the
+        // comparison to mean something.
+        assert!(
+            taken > 15_000 && messages > 4_000 && visible > 3_500,
+            "{taken} {messages} {visible}"
+        );
+    }
+
+    #[test]
+    fn lines_as_pi_writes_them_are_read_into_their_summaries() {
+        let lines = [
+            // Thinking, text, two calls; usage with costs.
+            json!({"type":"message","id":"b","parentId":"a","timestamp":"t","message":{"role":"assistant","content":[{"type":"thinking","thinking":"let me see\n","thinkingSignature":"EqQBCkYIBxgCKkB"},{"type":"text","text":"I'll read both."},{"type":"toolCall","id":"toolu_01","name":"read","arguments":{"path":"a.rs"}},{"type":"toolCall","id":"toolu_02","name":"bash","arguments":{"command":"ls -la","timeout":30}}],"api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","usage":{"input":3,"output":120,"cacheRead":20000,"cacheWrite":512,"totalTokens":20635,"cost":{"input":0.000009,"output":0.0018,"cacheRead":0.006,"cacheWrite":0.00192,"total":0.009729}},"stopReason":"toolUse","timestamp":1785232802000i64}}),
+            // A bash result with details (an error), an edit result with a diff.
+            json!({"type":"message","id":"c","parentId":"b","timestamp":"t","message":{"role":"toolResult","toolCallId":"toolu_02","toolName":"bash","content":[{"type":"text","text":"total 0\n\nCommand exited with code 1"}],"details":{"exitCode":1,"truncation":null,"fullOutputPath":"/tmp/x"},"isError":true,"timestamp":3}}),
+            json!({"type":"message","id":"d","parentId":"c","timestamp":"t","message":{"role":"toolResult","toolCallId":"toolu_01","toolName":"edit","content":[{"type":"text","text":"Successfully replaced text in a.rs."}],"details":{"diff":"-1 a\n+1 b","firstChangedLine":1,"fileChange":{"path":"a.rs","before":"x","after":"y"}},"isError":false,"timestamp":3}}),
+            // A read of an image: a text and an image block.
+            json!({"type":"message","id":"e","parentId":"d","timestamp":"t","message":{"role":"toolResult","toolCallId":"toolu_03","toolName":"read","content":[{"type":"text","text":"Read image file [image/png]"},{"type":"image","data":"iVBORw0KGgoAAAANSUhEUg==","mimeType":"image/png"}],"isError":false,"timestamp":3}}),
+            // User text with an image; a plain string.
+            json!({"type":"message","id":"f","parentId":"e","timestamp":"t","message":{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image","data":"R0lGODlhAQABAAAAACw=","mimeType":"image/gif"}],"timestamp":4}}),
+            json!({"type":"message","id":"g","parentId":"f","timestamp":"t","message":{"role":"user","content":"caf\u{e9} \u{1F600} \"quoted\"","timestamp":4}}),
+            // An aborted answer with an error message and no usage.
+            json!({"type":"message","id":"h","parentId":"g","timestamp":"t","message":{"role":"assistant","content":[{"type":"text","text":"partial"}],"api":"openai-responses","provider":"openai","model":"gpt-5","stopReason":"aborted","errorMessage":"Request was aborted","responseId":"resp_1","timestamp":5}}),
+            // Redacted thinking, a text signature.
+            json!({"type":"message","id":"i","parentId":"h","timestamp":"t","message":{"role":"assistant","content":[{"type":"thinking","thinking":"","thinkingSignature":"opaque","redacted":true},{"type":"text","text":"ok","textSignature":"sig"}],"api":"x","provider":"p","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"stop","timestamp":6}}),
+        ];
+        for l in &lines {
+            let text = l.to_string();
+            assert!(same_summary(&text), "left to the other paths: {text}");
+        }
+        let summary = |l: &Value| {
+            let t = l.to_string();
+            let p = parse_many(t.as_bytes(), &[(0, t.len())], true).pop();
+            p.flatten().and_then(|p| p.message).and_then(|m| m.summary)
+        };
+        let calls = |ids: &[&str]| ids.iter().map(|i| call_hash(i)).collect::<Box<[u64]>>();
+        let visible = |ids: &[&str]| {
+            Some(MessageSummary {
+                visible: true,
+                calls: calls(ids),
+            })
+        };
+        assert_eq!(summary(&lines[0]), visible(&["toolu_01", "toolu_02"]));
+        assert_eq!(summary(&lines[1]), visible(&["toolu_02"]));
+        assert_eq!(summary(&lines[4]), visible(&[]));
+        // Extended roles, a role or a block type that is not the first key: left to the
+        // other paths (and summarized there).
+        for text in [
+            r#"{"type":"message","id":"r","parentId":"b","message":{"role":"bashExecution","command":"ls","output":"","exitCode":1,"excludeFromContext":true,"timestamp":3}}"#,
+            r#"{"type":"message","id":"r","parentId":"b","message":{"content":"role later","role":"user"}}"#,
+            r#"{"type":"message","id":"r","parentId":"b","message":{"role":"user","content":[{"text":"type later","type":"text"}]}}"#,
+        ] {
+            assert!(!same_summary(text), "{text}");
+        }
     }
 
     #[test]
@@ -736,7 +1463,7 @@ mod tests {
             }
             pos += l.len() + 1;
         }
-        let many = parse_many(text.as_bytes(), &bounds);
+        let many = parse_many(text.as_bytes(), &bounds, false);
         assert_eq!(many.len(), bounds.len());
         let taken: Vec<bool> = many.iter().map(Option::is_some).collect();
         // Every line after a damaged one is taken again; only the line after a form feed
@@ -752,7 +1479,7 @@ mod tests {
         let mut bad = br#"{"type":"custom","id":"a"}"#.to_vec();
         let n = bad.len();
         bad.extend_from_slice(b"\n\xff\n");
-        assert!(parse_many(&bad, &[(0, n), (n + 1, n + 2)])
+        assert!(parse_many(&bad, &[(0, n), (n + 1, n + 2)], false)
             .iter()
             .all(Option::is_none));
         for (parts, &(s, e)) in many.into_iter().zip(&bounds) {

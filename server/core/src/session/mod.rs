@@ -327,7 +327,7 @@ fn reparent_orphan_results(
                 .clone()
                 .unwrap_or_else(|| "null".into());
             let id = tree.entries[i].id.clone();
-            tree.entries[i].parent_id = Some(owner_id.clone());
+            tree.set_parent(i, Some(owner_id.clone()));
             warnings.push(format!(
                 "tool result {id} (call {call}) was attached under {old}, not under the message that called it; it is read under {owner_id}"
             ));
@@ -1412,6 +1412,19 @@ struct Loaded {
     assets_read: usize,
 }
 
+/// A line made ready for the tree where it was parsed ([`read::lines`]'s `finish`).
+// Held a piece at a time, most of them entries: boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+enum Placed {
+    /// A v3 entry with its model-visible message (none when deferred), and whether that
+    /// message's large image bytes were left out.
+    Entry(Entry, Option<Message>, bool),
+    /// A v3 line without id or type.
+    NoEntry,
+    /// Any other line, placed on the loading thread.
+    Line(read::Line),
+}
+
 /// One line of a file, parsed.
 enum ParsedLine {
     /// A version 3 entry line.
@@ -1489,13 +1502,29 @@ fn load(path: &Path, repair: bool, deferred: bool) -> Result<Loaded, SessionErro
     let mut values = Vec::new();
     let mut messages: Vec<Option<Message>> = Vec::new();
     let mut stripped = Vec::new();
+    // A v3 line parsed into its parts becomes its entry on the thread that parsed it (what
+    // it drops is freed there): its message summarized (deferred) or its image bytes left out.
+    let finish = |l: read::Line| match l.parsed {
+        ParsedLine::Parts(parts) => match Entry::from_file(&src, l.offset, l.len, l.hash, *parts) {
+            Some((mut entry, message)) if deferred => {
+                entry.summarize(message.as_ref());
+                Placed::Entry(entry, None, false)
+            }
+            Some((entry, mut message)) => {
+                let stripped = message.as_mut().is_some_and(strip_image_data);
+                Placed::Entry(entry, message, stripped)
+            }
+            None => Placed::NoEntry,
+        },
+        _ => Placed::Line(l),
+    };
     // Each piece's lines as soon as they are parsed, in file order.
-    let mut take = |k: usize, n: usize, lines: Vec<read::Line>| {
+    let mut take = |k: usize, n: usize, lines: Vec<Placed>| {
         if k == 0 {
             // As many lines in every piece as in the first.
             let guess = lines.len().saturating_mul(n).saturating_add(16);
             if v3 {
-                tree.entries.reserve(guess);
+                tree.reserve(guess);
                 if !deferred {
                     messages.reserve(guess);
                 }
@@ -1503,54 +1532,69 @@ fn load(path: &Path, repair: bool, deferred: bool) -> Result<Loaded, SessionErro
                 values.reserve(guess);
             }
         }
-        for read::Line {
-            offset,
-            len,
-            hash,
-            parsed,
-        } in lines
-        {
-            let entry = match parsed {
-                // Older files are migrated as values first.
-                ParsedLine::Value(mut v) if !v3 => {
-                    if let Some(dir) = dir {
-                        load_images(&mut v, dir, &mut image_warnings);
-                    }
-                    values.push(v);
+        for placed in lines {
+            let (entry, message, strip) = match placed {
+                Placed::Entry(entry, message, strip) => (entry, message, strip),
+                Placed::NoEntry => {
+                    tree.warnings
+                        .push("skipped an entry without id or type".into());
                     continue;
                 }
-                ParsedLine::Parts(parts) => Entry::from_file(&src, offset, len, hash, *parts),
-                ParsedLine::Value(mut v) => {
-                    let changed = dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
-                    if changed {
-                        asset_lines += 1;
-                        Entry::from_value_converted(&v)
-                    } else {
-                        // Unchanged: the entry keeps its line as stored.
-                        let parts = line::line_from_value(&v, true);
-                        Entry::from_file(&src, offset, len, hash, parts)
+                Placed::Line(read::Line {
+                    offset,
+                    len,
+                    hash,
+                    parsed,
+                }) => {
+                    let entry = match parsed {
+                        // Older files are migrated as values first.
+                        ParsedLine::Value(mut v) if !v3 => {
+                            if let Some(dir) = dir {
+                                load_images(&mut v, dir, &mut image_warnings);
+                            }
+                            values.push(v);
+                            continue;
+                        }
+                        ParsedLine::Parts(parts) => {
+                            Entry::from_file(&src, offset, len, hash, *parts)
+                        }
+                        ParsedLine::Value(mut v) => {
+                            let changed =
+                                dir.is_some_and(|d| load_images(&mut v, d, &mut image_warnings));
+                            if changed {
+                                asset_lines += 1;
+                                Entry::from_value_converted(&v)
+                            } else {
+                                // Unchanged: the entry keeps its line as stored.
+                                let parts = line::line_from_value(&v, true);
+                                Entry::from_file(&src, offset, len, hash, parts)
+                            }
+                        }
+                        ParsedLine::Damaged => {
+                            skipped += 1;
+                            continue;
+                        }
+                    };
+                    let Some((mut entry, mut message)) = entry else {
+                        tree.warnings
+                            .push("skipped an entry without id or type".into());
+                        continue;
+                    };
+                    if deferred {
+                        entry.summarize(message.take().as_ref());
                     }
+                    // Image bytes are not kept while loading (SESS-05); the context reads
+                    // back those it sends.
+                    let strip = message.as_mut().is_some_and(strip_image_data);
+                    (entry, message, strip)
                 }
-                ParsedLine::Damaged => {
-                    skipped += 1;
-                    continue;
-                }
-            };
-            let Some((mut entry, message)) = entry else {
-                tree.warnings
-                    .push("skipped an entry without id or type".into());
-                continue;
             };
             if deferred {
-                entry.summarize(message.as_ref());
                 tree.push_entry(entry);
                 continue;
             }
             let i = tree.push_entry(entry);
-            // Image bytes are not kept while loading (SESS-05); the context reads back those
-            // it sends.
-            let mut message = message;
-            if message.as_mut().is_some_and(strip_image_data) {
+            if strip {
                 stripped.push(i);
             }
             match messages.get_mut(i) {
@@ -1564,6 +1608,7 @@ fn load(path: &Path, repair: bool, deferred: bool) -> Result<Loaded, SessionErro
         pos.min(good_len),
         good_len,
         |buf, lines| parse_lines(buf, lines, v3, deferred),
+        finish,
         &mut take,
     )
     .map_err(io(path))?;
@@ -1609,7 +1654,7 @@ fn parse_lines(buf: &[u8], lines: &[(usize, usize)], v3: bool, deferred: bool) -
             .map(|&(s, e)| parse_line(&buf[s..e], false))
             .collect();
     }
-    line::parse_many(buf, lines)
+    line::parse_many(buf, lines, deferred)
         .into_iter()
         .zip(lines)
         .map(|(parts, &(s, e))| match parts {
@@ -2219,6 +2264,174 @@ mod tests {
         assert_eq!(at_i.thinking_level, "high");
     }
 
+    /// A session of the entry shapes Pi writes beside plain read rounds: thinking, several
+    /// blocks and calls per answer, bash results with details, edits, images, user strings,
+    /// labels, model and thinking changes, a compaction, a branch summary, custom and
+    /// extended-role messages, side branches, a result under the wrong entry (PAIR-02), a
+    /// message whose role is not its first key, a damaged line.
+    fn mixed_session() -> Vec<u8> {
+        let usage = json!({"input":3,"output":120,"cacheRead":20000,"cacheWrite":512,"totalTokens":20635,"cost":{"input":0.000009,"output":0.0018,"cacheRead":0.006,"cacheWrite":0.00192,"total":0.009729}});
+        let img = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+        let msg = |id: &str, parent: &str, m: Value| json!({"type":"message","id":id,"parentId":parent,"timestamp":"2026-01-01T00:00:00.000Z","message":m});
+        let answer = |content: Value, model: &str, stop: &str| json!({"role":"assistant","content":content,"api":"anthropic-messages","provider":"anthropic","model":model,"usage":usage,"stopReason":stop,"timestamp":2});
+        let result = |call: &str, tool: &str, content: Value, details: Value| json!({"role":"toolResult","toolCallId":call,"toolName":tool,"content":content,"details":details,"isError":false,"timestamp":3});
+        let lines = [
+            json!({"type":"session","version":3,"id":"mixed","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/ws"}),
+            json!({"type":"model_change","id":"m0","parentId":null,"provider":"anthropic","modelId":"claude-a"}),
+            json!({"type":"thinking_level_change","id":"t0","parentId":"m0","thinkingLevel":"medium"}),
+            msg(
+                "u1",
+                "t0",
+                json!({"role":"user","content":"fix the build \"now\"\n","timestamp":1}),
+            ),
+            msg(
+                "a1",
+                "u1",
+                answer(
+                    json!([{"type":"thinking","thinking":"look first","thinkingSignature":"sig"},{"type":"text","text":"Reading."},{"type":"toolCall","id":"toolu_1","name":"read","arguments":{"path":"a.rs"}},{"type":"toolCall","id":"toolu_2","name":"bash","arguments":{"command":"cargo build 2>&1 | tail -5"}}]),
+                    "claude-a",
+                    "toolUse",
+                ),
+            ),
+            msg(
+                "r1",
+                "a1",
+                result(
+                    "toolu_1",
+                    "read",
+                    json!([{"type":"text","text":"fn main() {}\n"}]),
+                    Value::Null,
+                ),
+            ),
+            msg(
+                "r2",
+                "r1",
+                result(
+                    "toolu_2",
+                    "bash",
+                    json!([{"type":"text","text":"error[E0425]\n\nCommand exited with code 101"}]),
+                    json!({"exitCode":101,"truncation":null}),
+                ),
+            ),
+            json!({"type":"label","id":"l1","parentId":"r2","targetId":"a1","label":"first try"}),
+            msg(
+                "a2",
+                "l1",
+                answer(
+                    json!([{"type":"toolCall","id":"toolu_3","name":"edit","arguments":{"path":"a.rs","oldText":"fn main() {}","newText":"fn main() { run(); }"}}]),
+                    "claude-a",
+                    "toolUse",
+                ),
+            ),
+            msg(
+                "r3",
+                "a2",
+                result(
+                    "toolu_3",
+                    "edit",
+                    json!([{"type":"text","text":"Successfully replaced text in a.rs."}]),
+                    json!({"diff":"-1 fn main() {}\n+1 fn main() { run(); }","firstChangedLine":1}),
+                ),
+            ),
+            msg(
+                "u2",
+                "r3",
+                json!({"role":"user","content":[{"type":"text","text":"and this screenshot?"},{"type":"image","data":img,"mimeType":"image/png"}],"timestamp":4}),
+            ),
+            json!({"type":"model_change","id":"m1","parentId":"u2","provider":"openai","modelId":"gpt-b"}),
+            msg(
+                "a3",
+                "m1",
+                json!({"role":"assistant","content":[{"type":"thinking","thinking":"","thinkingSignature":"opaque","redacted":true},{"type":"text","text":"A chart.","textSignature":"ts"},{"type":"toolCall","id":"call_4","name":"read","arguments":{"path":"chart.png"}}],"api":"openai-responses","provider":"openai","model":"gpt-b","usage":usage,"stopReason":"toolUse","responseId":"resp_1","timestamp":5}),
+            ),
+            msg(
+                "r4",
+                "a3",
+                result(
+                    "call_4",
+                    "read",
+                    json!([{"type":"text","text":"Read image file [image/png]"},{"type":"image","data":img,"mimeType":"image/png"}]),
+                    Value::Null,
+                ),
+            ),
+            // A side branch from a1's results, with a user shell command and an extension's message.
+            msg(
+                "u3",
+                "r2",
+                json!({"role":"user","content":"try another way","timestamp":6}),
+            ),
+            msg(
+                "x1",
+                "u3",
+                json!({"role":"bashExecution","command":"ls","output":"a.rs\n","exitCode":0,"cancelled":false,"truncated":false,"timestamp":7}),
+            ),
+            msg(
+                "x2",
+                "x1",
+                json!({"role":"bashExecution","command":"env","output":"SECRET","exitCode":0,"excludeFromContext":true,"timestamp":7}),
+            ),
+            msg(
+                "x3",
+                "x2",
+                json!({"role":"custom","customType":"ext","content":"a note","display":true,"timestamp":8}),
+            ),
+            json!({"type":"custom_message","id":"cm","parentId":"x3","customType":"ext","content":[{"type":"text","text":"shown"}],"display":true,"timestamp":"2026-01-01T00:00:01.000Z"}),
+            msg(
+                "a4",
+                "cm",
+                answer(
+                    json!([{"type":"text","text":"Done another way."}]),
+                    "claude-a",
+                    "stop",
+                ),
+            ),
+            // Back on the main branch: a branch summary, a compaction, a message with its role
+            // later, an aborted answer and a result attached under the wrong entry.
+            json!({"type":"branch_summary","id":"bs","parentId":"r4","fromId":"a4","summary":"tried ls","timestamp":"2026-01-01T00:00:02.000Z"}),
+            json!({"type":"compaction","id":"k1","parentId":"bs","summary":"built, edited, looked at a chart","firstKeptEntryId":"u2","tokensBefore":50000,"timestamp":"2026-01-01T00:00:03.000Z"}),
+            msg(
+                "u4",
+                "k1",
+                json!({"content":"role later","role":"user","timestamp":9}),
+            ),
+            msg(
+                "a5",
+                "u4",
+                json!({"role":"assistant","content":[{"type":"toolCall","id":"call_5","name":"bash","arguments":{"command":"sleep 100"}}],"api":"x","provider":"openai","model":"gpt-b","stopReason":"aborted","errorMessage":"Request was aborted","timestamp":10}),
+            ),
+            msg(
+                "u5",
+                "a5",
+                json!({"role":"user","content":"never mind","timestamp":11}),
+            ),
+            msg(
+                "r5",
+                "u5",
+                result(
+                    "call_5",
+                    "bash",
+                    json!("Command aborted"),
+                    json!({"exitCode":null}),
+                ),
+            ),
+            msg(
+                "a6",
+                "r5",
+                answer(
+                    json!([{"type":"text","text":"ok"},{"type":"text","text":"two blocks"}]),
+                    "gpt-b",
+                    "stop",
+                ),
+            ),
+        ];
+        let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        text.insert_str(
+            text.find("{\"type\":\"label\"").unwrap(),
+            "{\"type\":\"message\",\"id\":\n",
+        );
+        text.into_bytes()
+    }
+
     /// Every recorded file (damaged, mispaired, written by Pi, compacted, v1) opened with its
     /// context deferred: the same tree, warnings, model and thinking level as an open that
     /// builds it, no messages held, the context counted without building it and built the same
@@ -2256,6 +2469,7 @@ mod tests {
             }
         }
         files.push(("v1".into(), v1.as_bytes().to_vec()));
+        files.push(("mixed".into(), mixed_session()));
         for (n, (name, bytes)) in files.iter().enumerate() {
             let (a, b) = (d.join(format!("{n}a.jsonl")), d.join(format!("{n}b.jsonl")));
             std::fs::write(&a, bytes).unwrap();
@@ -2282,6 +2496,32 @@ mod tests {
                 "{name}"
             );
             assert_eq!(wb.context().messages, built.messages, "{name}");
+            if name == "mixed" {
+                // The damaged line skipped, r5 read under the call it answers.
+                assert_eq!(
+                    built.warnings,
+                    [
+                        format!("skipped 1 damaged line(s) in {}", a.display()),
+                        "tool result r5 (call call_5) was attached under u5, not under the message that called it; it is read under a5".into()
+                    ],
+                    "{name}"
+                );
+                // The compaction's summary; u2, a3, r4 kept; the branch summary; after the
+                // compaction u4, a5, r5 (u5 is off the branch now), a6.
+                assert_eq!(built.messages.len(), 9, "{name}");
+            }
+            // At every leaf: the count without building, and the context built from the file.
+            for e in &wa.tree().entries {
+                let full = wa.tree().context(Some(&e.id));
+                let leaf = Some(e.id.as_str());
+                assert_eq!(
+                    wb.tree().message_count(leaf),
+                    full.messages.len(),
+                    "{name} at {}",
+                    e.id
+                );
+                assert_eq!(wb.tree().context(leaf), full, "{name} at {}", e.id);
+            }
             let ids = |w: &SessionWriter| -> Vec<(String, Option<String>)> {
                 w.tree()
                     .entries

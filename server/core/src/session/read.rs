@@ -183,26 +183,33 @@ fn piece(
 /// (up to 8) for large ranges, and hands each piece's lines to `take` in file order, on the
 /// calling thread, as soon as that piece and all before it are parsed (while later pieces are
 /// still being read). `parse` is given a piece's bytes and its non-blank lines' `(start, end)`
-/// and answers one parsed line each; `take` is given the piece's index, the number of pieces
-/// and its lines.
-pub(super) fn lines(
+/// and answers one parsed line each; `finish` makes each [`Line`] what `take` wants, on the
+/// thread that parsed it (what it drops is freed where it was made); `take` is given the
+/// piece's index, the number of pieces and its lines.
+pub(super) fn lines<T: Send>(
     file: &File,
     from: usize,
     to: usize,
     parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
-    take: impl FnMut(usize, usize, Vec<Line>),
+    finish: impl Fn(Line) -> T + Sync,
+    take: impl FnMut(usize, usize, Vec<T>),
 ) -> io::Result<()> {
-    pieces(file, (from, to), PIECE, parse, take)
+    pieces(file, (from, to), PIECE, parse, finish, take)
 }
 
 /// [`lines`] with pieces of `size` bytes.
-fn pieces(
+fn pieces<T: Send>(
     file: &File,
     (from, to): (usize, usize),
     size: usize,
     parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
-    mut take: impl FnMut(usize, usize, Vec<Line>),
+    finish: impl Fn(Line) -> T + Sync,
+    mut take: impl FnMut(usize, usize, Vec<T>),
 ) -> io::Result<()> {
+    let piece = |(a, b), buf: &mut Vec<u8>| -> io::Result<Vec<T>> {
+        let lines = piece(file, (from, to), (a, b), buf, &parse)?;
+        Ok(lines.into_iter().map(&finish).collect())
+    };
     if from >= to {
         return Ok(());
     }
@@ -216,7 +223,7 @@ fn pieces(
     if threads < 2 {
         let mut buf = Vec::new();
         for k in 0..n {
-            let lines = piece(file, (from, to), (bound(k), bound(k + 1)), &mut buf, &parse)?;
+            let lines = piece((bound(k), bound(k + 1)), &mut buf)?;
             take(k, n, lines);
         }
         return Ok(());
@@ -224,12 +231,12 @@ fn pieces(
     // Threads take the next piece as they finish one; a failed piece stops them.
     let next = AtomicUsize::new(0);
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, io::Result<Vec<Line>>)>();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, io::Result<Vec<T>>)>();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let tx = tx.clone();
-                let (next, stop, parse, bound) = (&next, &stop, &parse, &bound);
+                let (next, stop, piece, bound) = (&next, &stop, &piece, &bound);
                 s.spawn(move || {
                     let mut buf = Vec::with_capacity(size + STEP);
                     while !stop.load(Ordering::Relaxed) {
@@ -237,8 +244,7 @@ fn pieces(
                         if k >= n {
                             return;
                         }
-                        let lines =
-                            piece(file, (from, to), (bound(k), bound(k + 1)), &mut buf, parse);
+                        let lines = piece((bound(k), bound(k + 1)), &mut buf);
                         if tx.send((k, lines)).is_err() {
                             return;
                         }
@@ -247,7 +253,7 @@ fn pieces(
             })
             .collect();
         drop(tx);
-        let mut waiting: std::collections::BTreeMap<usize, Vec<Line>> = Default::default();
+        let mut waiting: std::collections::BTreeMap<usize, Vec<T>> = Default::default();
         let mut want = 0;
         let mut failed = None;
         for (k, lines) in rx.iter() {
@@ -325,6 +331,7 @@ mod tests {
                 (from, bytes.len()),
                 size,
                 |b, l| super::super::parse_lines(b, l, true, false),
+                |line| line,
                 |k, n, lines| {
                     order.push((k, n));
                     all.extend(lines);

@@ -246,15 +246,26 @@ impl Entry {
     }
 }
 
-/// A parsed session file: header, entries in file order, an index by id.
+/// A parsed session file: header, entries in file order, an index by id, and each entry's
+/// parent by index (paths are walked without hashing an id per step).
 #[derive(Debug, Clone, Default)]
 pub struct SessionTree {
     pub header: Value,
+    /// In file order. An entry's `parent_id` is changed through [`SessionTree::set_parent`]
+    /// (which keeps the parents by index true), never in place.
     pub entries: Vec<Entry>,
-    index: HashMap<String, usize>,
+    index: HashMap<String, usize, foldhash::fast::RandomState>,
+    /// `parents[i]`: the index of entry `i`'s parent, [`ROOT`] without one, [`UNRESOLVED`]
+    /// when its parent was not there when it was pushed (looked up by id when walked).
+    parents: Vec<usize>,
     /// Repairs and migrations done while loading, for the user to see.
     pub warnings: Vec<String>,
 }
+
+/// [`SessionTree::parents`] of an entry without `parentId`.
+const ROOT: usize = usize::MAX;
+/// [`SessionTree::parents`] of an entry whose parent was not loaded before it.
+const UNRESOLVED: usize = usize::MAX - 1;
 
 /// The projection of a path that a run needs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -563,6 +574,7 @@ impl SessionTree {
     /// Adds `entry` and returns its index in [`SessionTree::entries`]; an entry whose id is
     /// already there is replaced (the later one wins, with a warning).
     pub fn push_entry(&mut self, entry: Entry) -> usize {
+        let parent = self.parent_slot(entry.parent_id.as_deref());
         match self.index.get(&entry.id) {
             Some(&i) => {
                 self.warnings.push(format!(
@@ -570,14 +582,52 @@ impl SessionTree {
                     entry.id
                 ));
                 self.entries[i] = entry;
+                self.parents[i] = parent;
                 i
             }
             None => {
                 let i = self.entries.len();
                 self.index.insert(entry.id.clone(), i);
                 self.entries.push(entry);
+                self.parents.push(parent);
                 i
             }
+        }
+    }
+
+    /// Room for `n` more entries.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.entries.reserve(n);
+        self.parents.reserve(n);
+        self.index.reserve(n);
+    }
+
+    /// What [`SessionTree::parents`] holds for a parent id, as the entries are now.
+    fn parent_slot(&self, parent: Option<&str>) -> usize {
+        match (parent, self.entries.last()) {
+            (None, _) => ROOT,
+            // Most entries follow their parent (ids are unique: the index agrees).
+            (Some(p), Some(last)) if last.id == p => self.entries.len() - 1,
+            (Some(p), _) => self.index.get(p).copied().unwrap_or(UNRESOLVED),
+        }
+    }
+
+    /// Entry `i` read under `parent` from now on (the file is not changed).
+    pub(crate) fn set_parent(&mut self, i: usize, parent: Option<String>) {
+        self.parents[i] = self.parent_slot(parent.as_deref());
+        self.entries[i].parent_id = parent;
+    }
+
+    /// The index of entry `i`'s parent (`None`: a root, or a parent that is not loaded).
+    fn parent_of(&self, i: usize) -> Option<usize> {
+        match self.parents.get(i).copied() {
+            Some(ROOT) => None,
+            Some(p) if p != UNRESOLVED => Some(p),
+            // Not resolved when pushed (or the entries were changed in place): by its id.
+            _ => self.entries[i]
+                .parent_id
+                .as_deref()
+                .and_then(|p| self.index.get(p).copied()),
         }
     }
 
@@ -610,10 +660,7 @@ impl SessionTree {
                 break;
             }
             out.push(i);
-            cur = self.entries[i]
-                .parent_id
-                .as_deref()
-                .and_then(|p| self.index.get(p).copied());
+            cur = self.parent_of(i);
         }
         out.reverse();
         out
@@ -622,13 +669,13 @@ impl SessionTree {
     /// The entries from `leaf` up to the root, leaf first, walked lazily (stops at a missing
     /// parent or a cycle).
     pub fn ancestors<'a>(&'a self, leaf: &str) -> impl Iterator<Item = &'a Entry> + 'a {
-        let mut cur = self.get(leaf);
+        let mut cur = self.index.get(leaf).copied();
         let mut left = self.entries.len();
         std::iter::from_fn(move || {
-            let e = cur.filter(|_| left > 0)?;
+            let i = cur.filter(|_| left > 0)?;
             left -= 1;
-            cur = e.parent_id.as_deref().and_then(|p| self.get(p));
-            Some(e)
+            cur = self.parent_of(i);
+            Some(&self.entries[i])
         })
     }
 
@@ -867,6 +914,63 @@ mod tests {
         );
         assert_eq!(texts(&t.context(None)), ["user:one", "user:two"]);
         assert_eq!(t.warnings, ["migrated a version 1 session in memory"]);
+    }
+
+    /// The root-to-`leaf` ids walked by id, as the tree was before parents were kept by index.
+    fn path_by_id(t: &SessionTree, leaf: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut cur = t.get(leaf);
+        while let Some(e) = cur {
+            if out.contains(&e.id) {
+                break;
+            }
+            out.push(e.id.clone());
+            cur = e.parent_id.as_deref().and_then(|p| t.get(p));
+        }
+        out.reverse();
+        out
+    }
+
+    #[test]
+    fn paths_by_index_equal_paths_by_id() {
+        // A child before its parent, a missing parent, a self-parent, a cycle, and a
+        // duplicate id whose later entry has another parent.
+        let mut t = tree(json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"custom","id":"A","parentId":null},
+            {"type":"custom","id":"C","parentId":"B"},
+            {"type":"custom","id":"B","parentId":"A"},
+            {"type":"custom","id":"D","parentId":"C"},
+            {"type":"custom","id":"E","parentId":"gone"},
+            {"type":"custom","id":"F","parentId":"F"},
+            {"type":"custom","id":"G","parentId":"H"},
+            {"type":"custom","id":"H","parentId":"G"},
+            {"type":"custom","id":"I","parentId":"D"},
+            {"type":"custom","id":"B","parentId":"E"},
+            {"type":"custom","id":"J","parentId":"I"}
+        ]));
+        let check = |t: &SessionTree| {
+            for e in &t.entries {
+                let by_index: Vec<String> = t.path(&e.id).iter().map(|e| e.id.clone()).collect();
+                assert_eq!(by_index, path_by_id(t, &e.id), "leaf {}", e.id);
+                let mut up: Vec<String> = t.ancestors(&e.id).map(|e| e.id.clone()).collect();
+                up.reverse();
+                // (`ancestors` stops at the entry count, not at the first repeat.)
+                assert!(
+                    up.ends_with(&by_index) || by_index.ends_with(&up),
+                    "leaf {}",
+                    e.id
+                );
+            }
+        };
+        check(&t);
+        assert_eq!(path_by_id(&t, "J"), ["E", "B", "C", "D", "I", "J"]);
+        t.set_parent(8, Some("A".into()));
+        check(&t);
+        assert_eq!(path_by_id(&t, "J"), ["A", "I", "J"]);
+        assert!(t.push(json!({"type":"custom","id":"gone","parentId":"J"})));
+        check(&t);
+        assert_eq!(t.path("E").len(), 5);
     }
 
     #[test]
