@@ -137,7 +137,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       if (method === "agent/event") c.onNotification(method, (params: any) => onNotification({ method, params: deltas.event(params) }));
       else c.onNotification(method, (params: any) => onNotification({ method, params }));
     }
-    c.onNotification("agent/delta", (params: unknown) => {
+    // vscode-jsonrpc hands a notification's positional params to the handler as separate
+    // arguments: gather them back into the array.
+    c.onNotification("agent/delta", (...params: unknown[]) => {
       const e = deltas.expand(params);
       if (e instanceof Error) output.warn(e.message);
       else onNotification({ method: "agent/event", params: e });
