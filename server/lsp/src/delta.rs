@@ -129,38 +129,22 @@ pub(crate) enum Encoded {
 
 impl DeltaEncoder {
     /// Encodes the session's next event (`params`, numbered), in the order they go out.
-    pub(crate) fn encode(&mut self, params: AgentEventParams) -> Encoded {
+    pub(crate) fn encode(&mut self, mut params: AgentEventParams) -> Encoded {
+        let same_run = self.run_id.as_deref() == Some(params.run_id.as_str());
+        if let Some((kind, index, delta)) = crate::sink::delta_of(&mut params.event) {
+            if same_run && self.kinds.get(index).copied().flatten() == Some(kind) {
+                return Encoded::Compact(AgentDeltaParams(
+                    self.session_ref,
+                    params.seq,
+                    index,
+                    std::mem::take(delta),
+                ));
+            }
+        }
         if let AgentEvent::MessageUpdate {
             assistant_message_event: e,
         } = &params.event
         {
-            let delta = match e {
-                AssistantEvent::TextDelta {
-                    content_index,
-                    delta,
-                } => Some((0, *content_index, delta)),
-                AssistantEvent::ThinkingDelta {
-                    content_index,
-                    delta,
-                } => Some((1, *content_index, delta)),
-                AssistantEvent::ToolcallDelta {
-                    content_index,
-                    delta,
-                } => Some((2, *content_index, delta)),
-                _ => None,
-            };
-            if let Some((kind, index, delta)) = delta {
-                if self.run_id.as_deref() == Some(params.run_id.as_str())
-                    && self.kinds.get(index).copied().flatten() == Some(kind)
-                {
-                    return Encoded::Compact(AgentDeltaParams(
-                        self.session_ref,
-                        params.seq,
-                        index,
-                        delta.clone(),
-                    ));
-                }
-            }
             let begun = match e {
                 AssistantEvent::TextStart { content_index } => Some((0, *content_index)),
                 AssistantEvent::ThinkingStart { content_index } => Some((1, *content_index)),

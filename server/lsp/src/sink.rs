@@ -84,7 +84,7 @@ impl State {
 
 /// The delta a `message_update` carries: `(kind, content index, delta)`, kind 0 text,
 /// 1 thinking, 2 tool-call arguments.
-fn delta_of(event: &mut AgentEvent) -> Option<(u8, usize, &mut String)> {
+pub(crate) fn delta_of(event: &mut AgentEvent) -> Option<(u8, usize, &mut String)> {
     match event {
         AgentEvent::MessageUpdate {
             assistant_message_event: e,
