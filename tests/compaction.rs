@@ -19,6 +19,7 @@ use pi_core::fs::DiskFs;
 use pi_core::session::{read_tree, SessionWriter};
 use pi_core::tools::default_tools;
 use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::TempDir;
 use serde_json::{json, Value};
 
 /// Persists like the server does (every completed message, flushed at turn end) and keeps
@@ -79,8 +80,8 @@ async fn fast_mock(script: Vec<Step>) -> MockModel {
     MockModel::start_with_delay(script, Duration::ZERO).await
 }
 
-fn tmp(name: &str) -> Tmp {
-    tmp_dir(&format!("pi-e2e-compaction-{name}-"))
+fn tmp(name: &str) -> TempDir {
+    TempDir::new(&format!("compaction-{name}"))
 }
 
 fn is_summary(body: &Value) -> bool {
@@ -774,7 +775,7 @@ async fn cmp06_compaction_requested_mid_run_is_deferred() {
 #[tokio::test]
 async fn lsp_agent_compact_answers_with_the_entry_and_queues_prompts() {
     use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
-    let ws = pi_e2e::TempDir::new("lsp-compact");
+    let ws = TempDir::new("lsp-compact");
     let gate = Arc::new(tokio::sync::Notify::new());
     let mock = fast_mock(vec![
         Step::text("first answer"),
@@ -920,27 +921,4 @@ async fn lsp_agent_compact_answers_with_the_entry_and_queues_prompts() {
         "the second prompt is kept raw"
     );
     c.shutdown().await;
-}
-
-/// A temporary folder (its canonical path), removed on drop, also when the test fails.
-struct Tmp(#[allow(dead_code)] tempfile::TempDir, std::path::PathBuf);
-
-impl std::ops::Deref for Tmp {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-impl AsRef<std::path::Path> for Tmp {
-    fn as_ref(&self) -> &std::path::Path {
-        &self.1
-    }
-}
-
-/// A new temporary folder named `<prefix><random>`.
-fn tmp_dir(prefix: &str) -> Tmp {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    let p = d.path().canonicalize().unwrap();
-    Tmp(d, p)
 }
