@@ -4,6 +4,9 @@
 //! Run: `cargo bench -p pi-core --bench agent_loop`.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
+mod common;
+use common::peak_rss_kib;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,17 +39,6 @@ impl Tool for Noop {
     async fn execute(&self, _ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
         Ok(ToolOutput::text("ok"))
     }
-}
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn main() {

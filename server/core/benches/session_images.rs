@@ -14,6 +14,9 @@
 //! of image lines, default 300).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+mod common;
+use common::peak_rss_kib;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -23,17 +26,6 @@ use base64::Engine as _;
 use pi_ai::{ContentBlock, Message, UserContent};
 use pi_core::session::SessionWriter;
 use serde_json::{json, Value};
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// Writes the session of `n` image turns to `path`; with `assets`, the images' bytes go to
 /// `<dir>/assets/` and the lines name them (the older pi-lsp form). Returns the file's size.

@@ -13,6 +13,9 @@
 //! Run: `cargo bench -p pi-core --bench sessions` (`PI_BENCH_MB` changes the file size).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+mod common;
+use common::peak_rss_kib;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,17 +23,6 @@ use std::time::Instant;
 
 use pi_core::session::{list_sessions, SessionWriter};
 use serde_json::{json, Value};
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// Writes a Pi v3 session of about `bytes`: turns of a user prompt, an assistant tool call with
 /// usage, a tool result of ~8 KB and an assistant answer.
