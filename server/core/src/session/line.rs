@@ -21,7 +21,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::tree::convert_message;
+use super::convert::convert_message;
 
 /// What the harness reads of an assistant message without parsing its line again.
 #[derive(Debug, Clone, Default, PartialEq)]

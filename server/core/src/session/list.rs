@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::tree::convert_message;
+use super::convert::convert_message;
 
 /// One line of a session list.
 #[derive(Debug, Clone, PartialEq)]

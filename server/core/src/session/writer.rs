@@ -1,0 +1,847 @@
+//! The one writer of a session file: `.lock` held with an OS lock, appends, background sync, branch/label/name/fork, images written again.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pi_ai::Message;
+use serde_json::{json, Value};
+
+use super::*;
+
+/// What a loaded session holds on its active branch (root to the last entry).
+#[derive(Debug, Clone, Default)]
+pub struct LoadedSession {
+    pub id: String,
+    pub cwd: Option<String>,
+    pub messages: Vec<Message>,
+    /// `(provider, modelId)` from the last `model_change` or assistant message on the path.
+    pub model: Option<(String, String)>,
+    pub thinking_level: Option<String>,
+    /// Damage found and repaired while loading, for the user to see.
+    pub warnings: Vec<String>,
+    /// The session's name (`session_info`), if any.
+    pub name: Option<String>,
+    /// The whole tree, every entry as stored (shared with the writer until it appends).
+    pub tree: std::sync::Arc<SessionTree>,
+    /// Opened with [`SessionWriter::open_deferred`]: `messages` is empty, the context is to be
+    /// built from the writer when needed.
+    pub deferred: bool,
+}
+
+/// The single writer of one session file.
+#[derive(Debug)]
+pub struct SessionWriter {
+    path: PathBuf,
+    file: std::fs::File,
+    id: String,
+    leaf: Option<String>,
+    /// Tool-call ids of the latest assistant message on the branch that have no result yet.
+    open_calls: Vec<String>,
+    /// Every entry of the file, kept current on each append (the header included).
+    tree: std::sync::Arc<SessionTree>,
+    /// Bytes of the file up to the end of its last whole line (what every append starts from).
+    whole_len: u64,
+    /// A failed append may have left part of a line that could not be cut off yet.
+    torn: bool,
+    /// This file's place in the background syncer (see [`SessionWriter::sync`]).
+    syncer: Option<Arc<SyncState>>,
+    /// The file's lock; `None` once [`SessionWriter::close`] released it (nothing more is
+    /// written then).
+    lock: Option<LockFile>,
+    /// How images are written (and, on open, how many turns keep theirs).
+    images: ImageOptions,
+}
+
+/// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
+/// queued, and the error of the last background sync (reported by the next `sync`).
+#[derive(Debug)]
+pub(super) struct SyncState {
+    file: std::fs::File,
+    pending: std::sync::atomic::AtomicBool,
+    error: std::sync::Mutex<Option<std::io::Error>>,
+}
+
+/// The one background thread that runs queued `fdatasync`s, in request order; `None` when it
+/// could not be started (syncs are then done in place).
+pub(super) fn syncer() -> Option<&'static std::sync::mpsc::Sender<Arc<SyncState>>> {
+    static SYNCER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Arc<SyncState>>>> =
+        std::sync::OnceLock::new();
+    SYNCER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Arc<SyncState>>();
+            std::thread::Builder::new()
+                .name("session-sync".into())
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    while let Ok(s) = rx.recv() {
+                        s.pending.store(false, std::sync::atomic::Ordering::SeqCst);
+                        if let Err(e) = s.file.sync_data() {
+                            tracing::warn!("background session sync failed: {e}");
+                            if let Ok(mut slot) = s.error.lock() {
+                                *slot = Some(e);
+                            }
+                        }
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
+}
+
+/// `<file>.lock`, held with an OS lock (`flock`, exclusive) for as long as the writer lives:
+/// the kernel releases it when the process dies, however it dies, so a dead writer's lock is
+/// always taken over and a live one never (case SESSX-01: a pid in the file, reused after a
+/// container restart, used to fork the session on every resume). The file's text is the
+/// owner's pid, for the error message only; it is removed on drop. A second writer of the same
+/// file in the same process is refused too (the lock belongs to the open file).
+#[derive(Debug)]
+pub(super) struct LockFile {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl LockFile {
+    fn acquire(session: &Path) -> Result<LockFile, SessionError> {
+        use std::os::unix::fs::MetadataExt;
+        let path = session.with_extension("jsonl.lock");
+        let io_err = |source| SessionError::Io {
+            path: path.clone(),
+            source,
+        };
+        // A few rounds: a lock file removed by its owner between our open and our lock is a
+        // file nobody will look at again; take the one at the path.
+        for _ in 0..8 {
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(io_err)?;
+            match f.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let pid = std::fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|t| t.trim().parse().ok())
+                        .unwrap_or(0);
+                    return Err(SessionError::Locked {
+                        path: session.to_path_buf(),
+                        pid,
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io_err(e)),
+            }
+            // Still the file at the path (not one its owner removed meanwhile)?
+            let same = match (f.metadata(), std::fs::metadata(&path)) {
+                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            f.set_len(0).map_err(io_err)?;
+            writeln!(f, "{}", std::process::id()).map_err(io_err)?;
+            return Ok(LockFile { path, _file: f });
+        }
+        Err(SessionError::Locked {
+            path: session.to_path_buf(),
+            pid: 0,
+        })
+    }
+}
+
+/// True when the session file at `session` is held by another writer ([`LockFile`]): another
+/// process, or another open of it in this one. Reads only (an absent lock file means free).
+/// It tests by taking the lock for an instant, so call it only to decide whether to wait.
+pub fn lock_held(session: &Path) -> bool {
+    let path = session.with_extension("jsonl.lock");
+    let Ok(f) = std::fs::File::open(&path) else {
+        return false;
+    };
+    match f.try_lock() {
+        Ok(()) => {
+            let _ = f.unlock();
+            false
+        }
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
+impl Drop for LockFile {
+    fn drop(&mut self) {
+        // Removed while still locked (the file closes after this): whoever opened it before
+        // the removal finds it is no longer the file at the path and tries again.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl SessionWriter {
+    /// Creates a new session file in `dir` for a workspace at `cwd`, with its header,
+    /// `model_change` and `thinking_level_change` entries.
+    pub fn create(
+        dir: &Path,
+        cwd: &Path,
+        provider: &str,
+        model_id: &str,
+        thinking_level: &str,
+    ) -> Result<Self, SessionError> {
+        let header = new_header(cwd, None);
+        let mut w = Self::create_with_header(dir, header)?;
+        w.append(EntryData::ModelChange {
+            provider: provider.to_string(),
+            model_id: model_id.to_string(),
+        })?;
+        w.append(EntryData::ThinkingLevelChange {
+            thinking_level: thinking_level.to_string(),
+        })?;
+        Ok(w)
+    }
+
+    fn create_with_header(dir: &Path, header: Value) -> Result<Self, SessionError> {
+        ensure_sessions_dir(dir)?;
+        let id = header["id"].as_str().unwrap_or_default().to_string();
+        let ts = header["timestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .replace([':', '.'], "-");
+        let path = dir.join(format!("{ts}_{id}.jsonl"));
+        let file = std::fs::OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        let lock = LockFile::acquire(&path)?;
+        let syncer = sync_state(&file);
+        let mut w = SessionWriter {
+            path,
+            file,
+            id,
+            leaf: None,
+            open_calls: Vec::new(),
+            tree: Arc::new(SessionTree::new(header.clone())),
+            whole_len: 0,
+            torn: false,
+            syncer,
+            lock: Some(lock),
+            images: ImageOptions::default(),
+        };
+        w.write_line(&header)?;
+        Ok(w)
+    }
+
+    /// Opens an existing file for appending (taking its lock), repairing a torn tail first, and
+    /// loads the branch ending at its last entry, with the default [`ImageOptions`].
+    pub fn open(path: &Path) -> Result<(Self, LoadedSession), SessionError> {
+        Self::open_with(path, ImageOptions::default())
+    }
+
+    /// [`SessionWriter::open`] with `images`: the writer stores images as they say, and the
+    /// loaded context holds the bytes of the images within their window only (older ones are
+    /// [`IMAGE_DROPPED_NOTE`], see [`image_window`]); loading keeps no other image bytes in
+    /// memory (case SESS-05), the file keeps them all.
+    pub fn open_with(
+        path: &Path,
+        images: ImageOptions,
+    ) -> Result<(Self, LoadedSession), SessionError> {
+        Self::open_inner(path, images, false)
+    }
+
+    /// [`SessionWriter::open_with`] without building the model context: the loaded session's
+    /// `messages` are empty and `deferred` is set; the context is the writer's
+    /// [`SessionWriter::context`] when it is needed, and [`SessionTree::message_count`] counts
+    /// it before. What stays in memory is the tree (no message text), so a long session opens
+    /// in the time it takes to read its lines once, and costs memory for its context only when
+    /// a run or a client asks for it.
+    pub fn open_deferred(
+        path: &Path,
+        images: ImageOptions,
+    ) -> Result<(Self, LoadedSession), SessionError> {
+        Self::open_inner(path, images, true)
+    }
+
+    fn open_inner(
+        path: &Path,
+        images: ImageOptions,
+        deferred: bool,
+    ) -> Result<(Self, LoadedSession), SessionError> {
+        let lock = LockFile::acquire(path)?;
+        let mut l = load_file(path, true, deferred)?;
+        if images.storage == ImageStorage::Inline
+            && l.assets_read > 0
+            && l.tree.header["version"].as_u64() == Some(SESSION_VERSION)
+        {
+            // An older pi-lsp kept this file's large images in assets/, which Pi cannot read:
+            // written once more with them inline (the original kept beside it), then loaded
+            // from the new text.
+            let backup = write_inline(path, &l.tree)?;
+            let mut again = load_file(path, true, deferred)?;
+            let mut warnings = std::mem::take(&mut l.warnings);
+            warnings.push(format!(
+                "rewrote {} with the {} image line(s) kept in assets/ inline, as Pi reads them; the original is kept at {}",
+                path.display(),
+                l.assets_read,
+                backup.display()
+            ));
+            again.warnings = warnings;
+            l = again;
+        }
+        let Loaded {
+            mut tree,
+            messages,
+            mut warnings,
+            stripped,
+            ..
+        } = l;
+        if tree.header["version"].as_u64().unwrap_or(1) < SESSION_VERSION {
+            // Appending v3 entries to an older file would mix formats: rewrite it as v3 once,
+            // keeping the original beside it.
+            let backup = migrate_file(path, &mut tree)?;
+            warnings.push(format!(
+                "rewrote {} as a version {SESSION_VERSION} session; the original is kept at {}",
+                path.display(),
+                backup.display()
+            ));
+        }
+        warnings.extend(reparent_orphan_results(&mut tree, messages.as_deref()));
+        let leaf = tree.last_id().map(str::to_string);
+        let mut ctx = match messages {
+            _ if deferred => tree.settings(leaf.as_deref()),
+            Some(mut parsed) => {
+                restore_images(
+                    &tree,
+                    leaf.as_deref(),
+                    &mut parsed,
+                    &stripped,
+                    images.keep_turns,
+                );
+                tree.context_parsed(leaf.as_deref(), parsed)
+            }
+            None => tree.context(leaf.as_deref()),
+        };
+        image_window(&mut ctx.messages, images.keep_turns);
+        let loaded = LoadedSession {
+            id: tree.header["id"].as_str().unwrap_or_default().to_string(),
+            cwd: tree.header["cwd"].as_str().map(str::to_string),
+            messages: ctx.messages,
+            model: ctx.model,
+            thinking_level: Some(ctx.thinking_level),
+            warnings,
+            name: tree.name(),
+            tree: Arc::new(tree),
+            deferred,
+        };
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(io(path))?;
+        // Loading repaired the tail: the file ends with a whole line.
+        let whole_len = file.metadata().map_err(io(path))?.len();
+        let syncer = sync_state(&file);
+        let mut writer = SessionWriter {
+            path: path.to_path_buf(),
+            file,
+            id: loaded.id.clone(),
+            leaf: None,
+            open_calls: Vec::new(),
+            tree: loaded.tree.clone(),
+            whole_len,
+            torn: false,
+            syncer,
+            lock: Some(lock),
+            images,
+        };
+        let tree = writer.tree.clone();
+        writer.set_leaf(&tree, leaf.as_deref());
+        Ok((writer, loaded))
+    }
+
+    /// Moves the leaf (where the next entry attaches) to `leaf` (`None`: before the first
+    /// entry), and recomputes which tool calls are open there.
+    fn set_leaf(&mut self, tree: &SessionTree, leaf: Option<&str>) {
+        self.leaf = leaf.map(str::to_string);
+        self.open_calls.clear();
+        let Some(leaf) = leaf else { return };
+        let mut answered = HashSet::new();
+        for e in tree.ancestors(leaf).filter(|e| e.kind == "message") {
+            let raw = e.raw();
+            let m = &raw["message"];
+            match m["role"].as_str() {
+                Some("toolResult") => {
+                    answered.insert(m["toolCallId"].as_str().unwrap_or_default().to_string());
+                }
+                Some("assistant") => {
+                    self.open_calls = m["content"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|b| b["type"] == "toolCall")
+                        .filter_map(|b| b["id"].as_str())
+                        .filter(|id| !answered.contains(*id))
+                        .map(str::to_string)
+                        .collect();
+                    return;
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Branches: the next entry attaches at `entry` (an existing id, or `None` for before the
+    /// first entry). Nothing is written; the abandoned branch stays in the file.
+    pub fn branch(&mut self, tree: &SessionTree, entry: Option<&str>) -> Result<(), SessionError> {
+        if let Some(id) = entry {
+            if tree.get(id).is_none() {
+                return Err(SessionError::UnknownEntry(id.to_string()));
+            }
+        }
+        self.set_leaf(tree, entry);
+        Ok(())
+    }
+
+    /// Branches at `entry` and writes a `branch_summary` there carrying what the abandoned
+    /// branch concluded, as Pi 0.73.1's `branchWithSummary` writes it: `fromId` is the entry
+    /// the summary is attached to (`"root"` for `None`), `details` Pi's `{readFiles,
+    /// modifiedFiles}` (or `Null` to leave it out), `fromHook: false`. Returns the summary
+    /// entry's id.
+    pub fn branch_with_summary(
+        &mut self,
+        tree: &SessionTree,
+        entry: Option<&str>,
+        summary: &str,
+        details: Value,
+    ) -> Result<String, SessionError> {
+        self.branch(tree, entry)?;
+        self.append(EntryData::BranchSummary {
+            from_id: entry.unwrap_or("root").to_string(),
+            summary: summary.to_string(),
+            details: (!details.is_null()).then_some(details),
+            from_hook: false,
+        })
+    }
+
+    /// Sets (or with `None` clears) the label of entry `target`.
+    pub fn label(&mut self, target: &str, label: Option<&str>) -> Result<String, SessionError> {
+        self.append(EntryData::Label {
+            target_id: target.to_string(),
+            label: label.map(str::to_string),
+        })
+    }
+
+    /// Names the session (`session_info`).
+    pub fn set_name(&mut self, name: &str) -> Result<String, SessionError> {
+        self.append(EntryData::SessionInfo {
+            name: name.to_string(),
+        })
+    }
+
+    /// Forks into a new file in `dir` (see [`SessionWriter::fork_from`]) at `leaf` (default:
+    /// the current leaf). This file is not written.
+    pub fn fork(
+        &self,
+        tree: &SessionTree,
+        dir: &Path,
+        leaf: Option<&str>,
+    ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        let leaf = leaf.map(str::to_string).or_else(|| self.leaf.clone());
+        Self::fork_from_with(&self.path, tree, dir, leaf.as_deref(), self.images)
+    }
+
+    /// The image settings of this writer.
+    pub fn image_options(&self) -> ImageOptions {
+        self.images
+    }
+
+    /// Sets how later appends store images (the loaded context is not changed).
+    pub fn set_image_options(&mut self, images: ImageOptions) {
+        self.images = images;
+    }
+
+    /// A new session file in `dir` whose header's `parentSession` names `parent`, holding the
+    /// entries of `tree`'s path to `leaf` (default: its last entry) with their ids. `parent` is
+    /// never written (it may be locked by another process). Default [`ImageOptions`].
+    pub fn fork_from(
+        parent: &Path,
+        tree: &SessionTree,
+        dir: &Path,
+        leaf: Option<&str>,
+    ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        Self::fork_from_with(parent, tree, dir, leaf, ImageOptions::default())
+    }
+
+    /// [`SessionWriter::fork_from`] with `images`: lines are copied byte for byte, except
+    /// that with [`ImageStorage::Assets`] large images move to the new folder's `assets/`;
+    /// with [`ImageStorage::Inline`] images an older pi-lsp kept in `assets/` are written
+    /// inline (the loaded entry holds their bytes), so Pi can read the fork.
+    pub fn fork_from_with(
+        parent: &Path,
+        tree: &SessionTree,
+        dir: &Path,
+        leaf: Option<&str>,
+        images: ImageOptions,
+    ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        let cwd = tree.header["cwd"]
+            .as_str()
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let mut w = Self::create_with_header(dir, new_header(&cwd, Some(parent)))?;
+        if let Some(leaf) = leaf.or(tree.last_id()) {
+            for e in tree.path(leaf) {
+                // The line as stored, byte for byte, unless it holds an image to move to the
+                // new folder's assets.
+                let text = e.text();
+                if images.storage == ImageStorage::Assets
+                    && text.len() > IMAGE_INLINE_LIMIT
+                    && text.contains("\"image\"")
+                {
+                    let mut line = e.raw();
+                    store_large_images(&mut line, &dir.join(ASSETS_DIR))?;
+                    w.write_line(&line)?;
+                } else {
+                    w.write_text(&text)?;
+                }
+            }
+        }
+        w.sync_now()?;
+        let path = w.path.clone();
+        drop(w);
+        SessionWriter::open_with(&path, images)
+    }
+
+    /// The session id (the header's `id`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The current leaf.
+    pub fn leaf(&self) -> Option<&str> {
+        self.leaf.as_deref()
+    }
+
+    /// One line with one `write`. U+2028 / U+2029 are escaped so line-oriented JavaScript
+    /// readers cannot split an entry.
+    fn write_line(&mut self, v: &Value) -> Result<(), SessionError> {
+        self.write_text(&v.to_string())
+    }
+
+    /// One line of JSON `text` with one `write` (U+2028 / U+2029 escaped as in
+    /// [`SessionWriter::write_line`]). A write that fails (disk full, file-size limit) is cut
+    /// back to the last whole line at once, or, when even that fails, before the next write, so
+    /// a later entry never continues a torn fragment (issue 19.4).
+    fn write_text(&mut self, text: &str) -> Result<(), SessionError> {
+        if self.lock.is_none() {
+            return Err(SessionError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(
+                    "the session was closed (its lock released); nothing more is written",
+                ),
+            });
+        }
+        if self.torn {
+            self.file.set_len(self.whole_len).map_err(io(&self.path))?;
+            self.torn = false;
+        }
+        let mut line = if text.contains(['\u{2028}', '\u{2029}']) {
+            text.replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029")
+        } else {
+            let mut l = String::with_capacity(text.len() + 1);
+            l.push_str(text);
+            l
+        };
+        line.push('\n');
+        match self.file.write_all(line.as_bytes()) {
+            Ok(()) => {
+                self.whole_len += line.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(cut) = self.file.set_len(self.whole_len) {
+                    tracing::warn!(
+                        "{}: could not cut a failed append back yet: {cut}",
+                        self.path.display()
+                    );
+                    self.torn = true;
+                }
+                Err(SessionError::Io {
+                    path: self.path.clone(),
+                    source: e,
+                })
+            }
+        }
+    }
+
+    fn new_id(&mut self) -> String {
+        loop {
+            let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+            if self.tree.get(&id).is_none() {
+                return id;
+            }
+        }
+    }
+
+    /// Appends the entry `data` under the current leaf; returns its id.
+    pub fn append(&mut self, data: EntryData) -> Result<String, SessionError> {
+        let (kind, fields) = data.into_parts();
+        self.append_raw(&kind, fields)
+    }
+
+    /// Appends an entry of `kind` with `fields` as given (an object; entries copied from
+    /// another branch, tests' fixtures) under the current leaf; returns its id. The harness
+    /// writes what it knows through [`SessionWriter::append`].
+    pub fn append_raw(&mut self, kind: &str, fields: Value) -> Result<String, SessionError> {
+        let id = self.new_id();
+        let mut entry =
+            json!({"type": kind, "id": id, "parentId": self.leaf, "timestamp": iso_now()});
+        if let (Some(e), Value::Object(f)) = (entry.as_object_mut(), fields) {
+            e.extend(f);
+        }
+        // With assets storage, large images go to the assets folder once; the line names them
+        // (SESS-05). The in-memory tree keeps the whole entry.
+        let text = entry.to_string();
+        let assets = self.path.parent().map(|d| d.join(ASSETS_DIR));
+        let large = self.images.storage == ImageStorage::Assets
+            && image_blocks(&mut entry).iter().any(|b| {
+                b["data"]
+                    .as_str()
+                    .is_some_and(|d| d.len() > IMAGE_INLINE_LIMIT)
+            });
+        match assets {
+            Some(assets) if large => {
+                let mut line = entry.clone();
+                store_large_images(&mut line, &assets)?;
+                self.write_line(&line)?;
+            }
+            _ => self.write_text(&text)?,
+        }
+        if let Some(e) = Entry::from_value_text(&entry, text) {
+            Arc::make_mut(&mut self.tree).push_entry(e);
+        }
+        self.leaf = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Every entry of the file as written so far (this writer's appends included).
+    pub fn tree(&self) -> &SessionTree {
+        &self.tree
+    }
+
+    /// [`SessionWriter::tree`] as a shared snapshot: cheap to take (no file read; entries are
+    /// copied only when this writer appends while the snapshot is alive).
+    pub fn tree_snapshot(&self) -> std::sync::Arc<SessionTree> {
+        self.tree.clone()
+    }
+
+    /// The entries from the root to the current leaf.
+    pub fn branch_path(&self) -> Vec<&Entry> {
+        match &self.leaf {
+            Some(l) => self.tree.path(l),
+            None => Vec::new(),
+        }
+    }
+
+    /// The model context at the current leaf.
+    pub fn context(&self) -> SessionContext {
+        match &self.leaf {
+            Some(l) => self.tree.context(Some(l)),
+            None => SessionContext {
+                thinking_level: "off".into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Appends a `message` entry; returns its id. A tool result must answer an open call of
+    /// the latest assistant message on this branch (case PAIR-02), else nothing is written.
+    pub fn append_message(&mut self, message: &Message) -> Result<String, SessionError> {
+        match message {
+            Message::ToolResult(r) => {
+                match self.open_calls.iter().position(|c| *c == r.tool_call_id) {
+                    Some(i) => {
+                        self.open_calls.remove(i);
+                    }
+                    None => return Err(SessionError::UnpairedResult(r.tool_call_id.clone())),
+                }
+            }
+            Message::Assistant(a) => {
+                self.open_calls = a.tool_calls().iter().map(|c| c.id.clone()).collect()
+            }
+            Message::User(_) => self.open_calls.clear(),
+        }
+        let message = match message {
+            // Pi writes a user message's text as one text block (a bare string is still read).
+            Message::User(pi_ai::UserMessage {
+                content: pi_ai::UserContent::Text(t),
+                timestamp,
+            }) => Message::User(pi_ai::UserMessage {
+                content: pi_ai::UserContent::Blocks(vec![pi_ai::ContentBlock::text(t.clone())]),
+                timestamp: *timestamp,
+            }),
+            m => m.clone(),
+        };
+        self.append(EntryData::Message {
+            message: StoredMessage::Message(message),
+        })
+    }
+
+    /// Case 18.12: a request was refused for the size of the images hashed in `replaced`
+    /// ([`image_hash`] of their base64 data → the text note that takes each one's place). The
+    /// branch is written again from the first entry on it holding one of those images,
+    /// as Pi records any changed history (append-only, a sibling branch; nothing is rewritten):
+    /// the leaf moves to that entry's parent, then every entry from there to the old leaf is
+    /// appended again under new ids, each image of `replaced` as a text block with its note,
+    /// references to copied entries (`firstKeptEntryId`, `targetId`, `fromId`) following them,
+    /// the entries' own timestamps kept. A last assistant entry that failed (`stopReason:
+    /// "error"`: the refused attempt) stays on the old branch only. Pi (and this loader)
+    /// resuming the file then sees the notes, never the refused images again; the old branch
+    /// keeps the images and the refusal. Returns the new leaf, or `None` when no entry on the
+    /// branch holds such an image (nothing is written).
+    pub fn replace_images(
+        &mut self,
+        replaced: &HashMap<String, String>,
+    ) -> Result<Option<String>, SessionError> {
+        let mut path: Vec<Value> = self.branch_path().iter().map(|e| e.raw()).collect();
+        let holds = |v: &mut Value| {
+            let mut hit = false;
+            for b in image_blocks(v) {
+                if let Some(note) = b["data"]
+                    .as_str()
+                    .and_then(|d| replaced.get(&image_hash(d)))
+                {
+                    *b = json!({"type": "text", "text": note});
+                    hit = true;
+                }
+            }
+            hit
+        };
+        let mut first = None;
+        for (i, v) in path.iter_mut().enumerate() {
+            if holds(v) && first.is_none() {
+                first = Some(i);
+            }
+        }
+        let Some(first) = first else {
+            return Ok(None);
+        };
+        if path.last().is_some_and(|v| {
+            v["type"] == "message"
+                && v["message"]["role"] == "assistant"
+                && v["message"]["stopReason"] == "error"
+        }) {
+            path.pop();
+        }
+        let parent = path[first]["parentId"].as_str().map(str::to_string);
+        let mut ids: HashMap<String, String> = HashMap::new();
+        self.leaf = parent;
+        for mut v in path.into_iter().skip(first) {
+            let old = v["id"].as_str().unwrap_or_default().to_string();
+            let kind = v["type"].as_str().unwrap_or("message").to_string();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("id");
+                o.remove("parentId");
+                o.remove("type");
+                for key in ["firstKeptEntryId", "targetId", "fromId"] {
+                    if let Some(new) = o.get(key).and_then(Value::as_str).and_then(|r| ids.get(r)) {
+                        o.insert(key.to_string(), Value::String(new.clone()));
+                    }
+                }
+            }
+            let new = self.append_raw(&kind, v)?;
+            ids.insert(old, new);
+        }
+        // The copied branch ends where a request was about to go: every call has its result.
+        self.open_calls.clear();
+        Ok(self.leaf.clone())
+    }
+
+    /// Makes the appended entries durable without waiting: an `fdatasync` is queued on the
+    /// background syncer (one at a time per file; a request while one is queued joins it), so
+    /// the agent loop never blocks on the disk at a turn end. The error of an earlier background
+    /// sync is returned here. Use [`SessionWriter::sync_now`] before acknowledging what must
+    /// be on disk already (a compaction, a fork); dropping the writer syncs in place too.
+    pub fn sync(&self) -> Result<(), SessionError> {
+        let Some(state) = &self.syncer else {
+            return self.sync_now();
+        };
+        if let Some(e) = state.error.lock().ok().and_then(|mut e| e.take()) {
+            return Err(SessionError::Io {
+                path: self.path.clone(),
+                source: e,
+            });
+        }
+        if !state
+            .pending
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let sent = syncer().is_some_and(|tx| tx.send(state.clone()).is_ok());
+            if !sent {
+                state
+                    .pending
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+                return self.sync_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes appended entries to stable storage before returning (`fdatasync`).
+    pub fn sync_now(&self) -> Result<(), SessionError> {
+        self.file.sync_data().map_err(io(&self.path))
+    }
+
+    /// Ends this writer's hold on the file, as when the process goes away: every appended
+    /// entry is made durable (`fdatasync`; entries are written unbuffered, one `write` each),
+    /// then the lock is released and the `.lock` file removed, even while other owners of this
+    /// writer remain. Every later append fails with an I/O error saying the session was closed
+    /// (another process may own the file by then). Idempotent; the sync's error is returned
+    /// (the lock is released either way).
+    pub fn close(&mut self) -> Result<(), SessionError> {
+        if self.lock.is_none() {
+            return Ok(());
+        }
+        let synced = self.sync_now();
+        self.lock = None;
+        synced
+    }
+
+    /// False once [`SessionWriter::close`] released the file.
+    pub fn is_open(&self) -> bool {
+        self.lock.is_some()
+    }
+}
+
+impl Drop for SessionWriter {
+    fn drop(&mut self) {
+        if let Err(e) = self.file.sync_data() {
+            tracing::warn!("{}: final sync failed: {e}", self.path.display());
+        }
+    }
+}
+
+/// A background-sync slot for `file` (a clone of its descriptor), or `None` when the descriptor
+/// cannot be cloned or the syncer thread is not running (syncs are then done in place).
+pub(super) fn sync_state(file: &std::fs::File) -> Option<Arc<SyncState>> {
+    syncer()?;
+    Some(Arc::new(SyncState {
+        file: file.try_clone().ok()?,
+        pending: std::sync::atomic::AtomicBool::new(false),
+        error: std::sync::Mutex::new(None),
+    }))
+}
+
+pub(super) fn new_header(cwd: &Path, parent: Option<&Path>) -> Value {
+    let mut h = json!({"type":"session","version":SESSION_VERSION,"id":uuid::Uuid::now_v7().to_string(),"timestamp":iso_now(),"cwd":cwd.display().to_string()});
+    if let Some(p) = parent {
+        h["parentSession"] = Value::String(p.display().to_string());
+    }
+    h
+}
