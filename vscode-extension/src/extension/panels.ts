@@ -9,6 +9,7 @@ import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as vscode from "vscode";
 import type { HostToWebview, WebviewToHost } from "../shared/messages";
+import { checkPanelRequest, METHOD_NOT_ALLOWED } from "../shared/panelMethods";
 import { webviewHtml } from "../webview/html";
 import { Batcher, cpuNow, type Note, type RouteTarget } from "./relay";
 
@@ -131,6 +132,12 @@ export class ChatPanel implements RouteTarget {
         return;
       }
       case "request": {
+        const refused = checkPanelRequest(m.method);
+        if (refused) {
+          this.host.log.warn(`refused a panel request: ${refused}`);
+          this.post({ type: "response", requestId: m.requestId, error: { code: METHOD_NOT_ALLOWED, message: refused } });
+          return;
+        }
         const pre = m.method === "agent/prompt" && !m.params?.sessionId ? this.host.newSessionParams() : undefined;
         if (pre) {
           try {

@@ -178,8 +178,10 @@ export interface ReadyMessage {
   accepts?: string[];
 }
 
-/** A server request sent as-is (`client.sendRequest(method, params)`); answered by `response`
- * with the same `requestId` (unique per webview instance, increasing). */
+/** A server request relayed as-is (`client.sendRequest(method, params)`) when `method` is one of
+ * the panel's ({@link PANEL_METHODS} in panelMethods.ts; any other is refused with a JSON-RPC
+ * -32601 error); answered by `response` with the same `requestId` (unique per webview instance,
+ * increasing). */
 export interface RequestMessage {
   type: "request";
   requestId: number;

@@ -10,6 +10,7 @@
  */
 import "./webview.css";
 import type { HostToWebview, WebviewToHost, WebviewState, ContextItem, InitCapabilities } from "../shared/messages";
+import type { PanelMethod } from "../shared/panelMethods";
 import {
   createStore,
   applyNotification,
@@ -57,7 +58,7 @@ function post(msg: WebviewToHost): void {
 // ---- requests to the server through the host ------------------------------------------------
 let nextRequestId = 1;
 const pending = new Map<number, { resolve: (v: any) => void; reject: (e: { code: number; message: string }) => void }>();
-function request<T = any>(method: string, params: unknown): Promise<T> {
+function request<T = any>(method: PanelMethod, params: unknown): Promise<T> {
   const requestId = nextRequestId++;
   post({ type: "request", requestId, method, params });
   return new Promise<T>((resolve, reject) => pending.set(requestId, { resolve, reject }));

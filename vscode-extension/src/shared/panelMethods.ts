@@ -1,0 +1,40 @@
+/**
+ * The `agent/*` requests a chat panel (webview) may ask the host to relay to the server — and
+ * nothing else. The webview is page script: a bug or injected markup there must not reach
+ * methods the panel has no use for (`agent/bash` runs a shell command, `agent/permissions/set`
+ * changes the approval policy, `agent/session/rewind` rewrites files). The host refuses any other
+ * method with a JSON-RPC "method not found" error (`checkPanelRequest`) and logs it.
+ *
+ * Adding a panel feature that needs a new server method: add it here (the webview's `request`
+ * accepts only these names, so the compiler points at this list).
+ */
+export const PANEL_METHODS = [
+  "agent/abort",
+  "agent/commands",
+  "agent/compact",
+  "agent/extension/commands",
+  "agent/messages",
+  "agent/model/list",
+  "agent/model/set",
+  "agent/prompt",
+  "agent/queue/edit",
+  "agent/queue/remove",
+  "agent/session/history",
+  "agent/session/stats",
+  "agent/state",
+  "agent/thinking/set",
+] as const;
+
+/** A method the panel may call. */
+export type PanelMethod = (typeof PANEL_METHODS)[number];
+
+const ALLOWED: ReadonlySet<string> = new Set(PANEL_METHODS);
+
+/** JSON-RPC's "method not found" code, used for a refused panel request. */
+export const METHOD_NOT_ALLOWED = -32601;
+
+/** `null` when `method` may be relayed, else the refusal's message (the panel shows it). */
+export function checkPanelRequest(method: unknown): string | null {
+  if (typeof method === "string" && ALLOWED.has(method)) return null;
+  return `the chat panel may not call ${typeof method === "string" ? JSON.stringify(method) : "a method without a name"}; it calls only ${PANEL_METHODS.join(", ")}`;
+}
