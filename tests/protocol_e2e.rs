@@ -1241,14 +1241,18 @@ async fn pi_sessions_of_the_workspace_are_listed_and_open() {
     let pi_dir = pi_core::session::pi_sessions_dir(&agent, &ws.canonicalize().unwrap());
     std::fs::create_dir_all(&pi_dir).unwrap();
     let name = "2026-11-30T16-52-40-958Z_01a22d5f-777e-775c-acc2-80c8f113e09a.jsonl";
-    std::fs::copy(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fixtures/sessions/pi-0.73.1-tools.jsonl"
-        ),
-        pi_dir.join(name),
-    )
-    .unwrap();
+    // Pi wrote it in this workspace: its header names it as the cwd.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/sessions/pi-0.73.1-tools.jsonl"
+    ))
+    .unwrap()
+    .replacen(
+        "/tmp/pi-study/ws2",
+        &ws.canonicalize().unwrap().display().to_string(),
+        1,
+    );
+    std::fs::write(pi_dir.join(name), text).unwrap();
     let mut c = start(&ws, &mock).await;
     let list = c.request("agent/session/list", json!({})).await.unwrap();
     let found: Vec<&Value> = list["sessions"]

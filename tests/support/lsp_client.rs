@@ -66,6 +66,9 @@ pub struct EditorBehavior {
     pub syncs_all_documents: bool,
     /// Advertise `workspace.workspaceEdit.changeAnnotationSupport`.
     pub change_annotations: bool,
+    /// A slow or busy editor: `workspace/applyEdit` is applied (as `apply_edits` says) and
+    /// answered this long after it arrived, other messages read and answered meanwhile.
+    pub apply_edit_delay: Option<Duration>,
 }
 
 impl Default for EditorBehavior {
@@ -89,6 +92,7 @@ impl Default for EditorBehavior {
             extra_folders: Vec::new(),
             syncs_all_documents: true,
             change_annotations: false,
+            apply_edit_delay: None,
         }
     }
 }
@@ -192,6 +196,42 @@ fn line_start(text: &str, line: usize) -> usize {
         seen += n;
     }
     text.len() + 1
+}
+
+impl Shared {
+    /// Applies a `workspace/applyEdit` (as `behavior` says), sending the editor's document
+    /// notifications first; returns the answer.
+    async fn answer_apply_edit(&self, msg: &Value) -> Value {
+        if self.behavior.apply_edits && !self.behavior.send_changes {
+            json!({"applied": true})
+        } else if self.behavior.apply_edits {
+            let notes = self.apply_workspace_edit(&msg["params"]["edit"]);
+            for n in notes {
+                if let Some(open) = n.get("open") {
+                    write_msg(
+                        &self.stdin,
+                        &json!({"jsonrpc":"2.0","method":"textDocument/didOpen","params":open}),
+                    )
+                    .await;
+                } else if let Some(close) = n.get("close") {
+                    write_msg(
+                        &self.stdin,
+                        &json!({"jsonrpc":"2.0","method":"textDocument/didClose","params":close}),
+                    )
+                    .await;
+                } else {
+                    write_msg(
+                        &self.stdin,
+                        &json!({"jsonrpc":"2.0","method":"textDocument/didChange","params":n}),
+                    )
+                    .await;
+                }
+            }
+            json!({"applied": true})
+        } else {
+            json!({"applied": false, "failureReason": "version mismatch"})
+        }
+    }
 }
 
 async fn write_msg(stdin: &tokio::sync::Mutex<Option<ChildStdin>>, v: &Value) {
@@ -445,27 +485,25 @@ impl LspClient {
                         )
                         .await;
                     }
+                    (Some(id), Some(method))
+                        if method == "workspace/applyEdit"
+                            && sh.behavior.apply_edit_delay.is_some() =>
+                    {
+                        let (sh, id, delay) = (
+                            sh.clone(),
+                            id.clone(),
+                            sh.behavior.apply_edit_delay.unwrap(),
+                        );
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let result = sh.answer_apply_edit(&msg).await;
+                            write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","id":id,"result":result}))
+                                .await;
+                        });
+                    }
                     (Some(id), Some(method)) => {
                         let result = match method.as_str().unwrap() {
-                            "workspace/applyEdit" => {
-                                if sh.behavior.apply_edits && !sh.behavior.send_changes {
-                                    json!({"applied": true})
-                                } else if sh.behavior.apply_edits {
-                                    let notes = sh.apply_workspace_edit(&msg["params"]["edit"]);
-                                    for n in notes {
-                                        if let Some(open) = n.get("open") {
-                                            write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didOpen","params":open})).await;
-                                        } else if let Some(close) = n.get("close") {
-                                            write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didClose","params":close})).await;
-                                        } else {
-                                            write_msg(&sh.stdin, &json!({"jsonrpc":"2.0","method":"textDocument/didChange","params":n})).await;
-                                        }
-                                    }
-                                    json!({"applied": true})
-                                } else {
-                                    json!({"applied": false, "failureReason": "version mismatch"})
-                                }
-                            }
+                            "workspace/applyEdit" => sh.answer_apply_edit(&msg).await,
                             "agent/saveDocument" => {
                                 let uri = msg["params"]["uri"].as_str().unwrap().to_string();
                                 let text =

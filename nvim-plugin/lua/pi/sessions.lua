@@ -37,6 +37,13 @@ end
 function M.open(st, s, done)
   local params = s.open and { sessionId = s.sessionId } or { path = s.sessionFile }
   client.request(st, 'agent/session/open', params, 'open the session', function(state)
+    if type(state.otherCwd) == 'string' then
+      -- Another project's session, opened by its path: say whose it is.
+      vim.notify(
+        ('pi: this session is another project\'s (%s)'):format(state.otherCwd ~= '' and state.otherCwd or 'no folder named'),
+        vim.log.levels.WARN
+      )
+    end
     local old = require('pi.chat').current(st)
     -- (The statusline's context meter and cost are read from the session's stats.)
     require('pi').use_state(st, state)

@@ -833,7 +833,8 @@ fn entries_keep_their_lines_and_forks_copy_them_byte_for_byte() {
 
 /// Issue 19.4: an append that fails halfway (here: the file-size limit, `RLIMIT_FSIZE`, as a
 /// full disk would) is cut back to the last whole line, so when room comes back the next entry
-/// starts on its own line and every saved message is read back on its branch. Runs in a child
+/// starts on its own line and every saved message is read back on its branch — the one that
+/// failed too: it was kept in memory and written before the next. Runs in a child
 /// process (this test binary again) whose soft limit is 4 KiB, with SIGXFSZ ignored so the
 /// write fails with EFBIG instead of killing it; the child raises the limit back itself.
 #[test]
@@ -870,7 +871,14 @@ fn failed_append_is_cut_back_before_the_next_one() {
         }
         let (tree, warnings) = read_tree(&path, false).unwrap();
         assert_eq!(warnings, Vec::<String>::new());
-        assert_eq!(tree.context(Some(&leaf)).messages.len(), saved + 3);
+        // The entry the file could not take was kept and written first when room came back:
+        // nothing appended is lost.
+        let messages = tree.context(Some(&leaf)).messages;
+        assert_eq!(messages.len(), saved + 1 + 3);
+        assert_eq!(
+            pi_core::harness::queue::message_text(&messages[saved]),
+            format!("{saved} {}", "x".repeat(300))
+        );
         return;
     }
     let dir = tmp_dir("pi-torn-");

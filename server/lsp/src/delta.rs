@@ -201,6 +201,7 @@ mod tests {
             run_id: run.into(),
             seq,
             event,
+            unsaved: false,
         }
     }
 

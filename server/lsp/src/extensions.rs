@@ -261,6 +261,7 @@ impl ExtensionUi for LspExtensionUi {
                         run_id,
                         seq: 0,
                         event: error.into(),
+                        unsaved: false,
                     })
                     .await
             }

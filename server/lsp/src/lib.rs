@@ -16,6 +16,7 @@ pub mod editor_tools;
 pub mod extensions;
 pub mod headless;
 pub mod logging;
+pub mod memory;
 pub(crate) mod methods;
 pub mod permissions;
 pub mod positions;

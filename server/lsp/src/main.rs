@@ -55,6 +55,8 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Before anything else (no thread yet): see `memory`.
+    pi_lsp::memory::fix_mmap_threshold();
     let cli = Cli::parse();
     // Informational lines go to the client (`window/logMessage`), not stderr; see `logging`.
     pi_lsp::logging::init(!matches!(cli.command, Some(Command::Run { .. })));

@@ -284,6 +284,12 @@ pub struct AgentEventParams {
     /// `streamingMessage` and `messages` include.
     pub seq: u64,
     pub event: AgentEvent,
+    /// `true` (else absent) when the event's entry could not be written to the session file
+    /// (a full disk, a file-size limit): the session keeps it in memory and writes it, before
+    /// anything else, once the file takes writes again; `window/showMessage` and
+    /// `agent/attention` `failed` say the session stopped saving.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsaved: bool,
 }
 
 /// The `agent/event` notification (server → client).
@@ -495,6 +501,11 @@ pub struct SessionState {
     /// The approval policy in force for this session (`ask`, `auto-edit`, `approve-all`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_policy: Option<pi_core::approval::ApprovalPolicy>,
+    /// Present when the session is another project's (opened by its path): the folder its
+    /// header names as its `cwd` (`""` when it names none), for the client to show whose it
+    /// is ([`pi_core::session::Ownership`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_cwd: Option<String>,
 }
 
 /// `agent/session/new` params.
@@ -1023,6 +1034,7 @@ mod tests {
             event: AgentEvent::CompactionStart {
                 reason: pi_core::agent::CompactionReason::Threshold,
             },
+            unsaved: false,
         };
         assert_eq!(serde_json::to_value(params).unwrap(), start["params"]);
         let end = fixture("agent-event.compaction-end.notification.json");
@@ -1041,6 +1053,7 @@ mod tests {
                 error_message: None,
                 context: None,
             },
+            unsaved: false,
         };
         assert_eq!(serde_json::to_value(params).unwrap(), end["params"]);
     }
@@ -1227,6 +1240,7 @@ mod tests {
                 error: "unknown /tmux action \"stop\": use list, kill [NAME] or share [NAME]"
                     .into(),
             },
+            unsaved: false,
         };
         assert_eq!(serde_json::to_value(params).unwrap(), err["params"]);
         seen.push("agent-event.extension-error.notification.json".into());
@@ -1328,6 +1342,7 @@ mod tests {
                     delta: "Renamed ".into(),
                 },
             },
+            unsaved: false,
         };
         assert_eq!(serde_json::to_value(params).unwrap(), ev["params"]);
     }

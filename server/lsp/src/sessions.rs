@@ -31,10 +31,16 @@ impl Backend {
         let path = self.session_file(id).ok_or_else(|| {
             agent_error(
                 codes::UNKNOWN_SESSION,
-                format!(
-                    "no session {id} in {}",
-                    sessions_dir(&self.state.workspace()).display()
-                ),
+                match self.other_projects_file(id) {
+                    Some((file, cwd)) => format!(
+                        "session {id} is another project's ({cwd}); open it by its path ({}) to continue it here",
+                        file.display()
+                    ),
+                    None => format!(
+                        "no session {id} in {}",
+                        sessions_dir(&self.state.workspace()).display()
+                    ),
+                },
             )
         })?;
         wait_for_release(&path).await;
@@ -56,12 +62,38 @@ impl Backend {
     }
 
     /// The file of session `id` in the workspace's sessions folder, or in Pi's own sessions
-    /// folder of this workspace.
+    /// folder of this workspace; only a file of this workspace (another project's file in
+    /// a shared folder is opened by its path: [`pi_core::session::Ownership`]).
     pub(crate) fn session_file(&self, id: &str) -> Option<std::path::PathBuf> {
-        find_session_file(&sessions_dir(&self.state.workspace()), id).or_else(|| {
-            let agent = pi_ai::models::agent_dir()?;
-            let root = self.state.root();
-            find_session_file(&pi_core::session::pi_sessions_dir(&agent, &root), id)
+        let root = self.state.root();
+        let ours = |p: std::path::PathBuf| {
+            (pi_core::session::file_ownership(&p, &root) == pi_core::session::Ownership::Workspace)
+                .then_some(p)
+        };
+        find_session_file(&sessions_dir(&self.state.workspace()), id)
+            .and_then(ours)
+            .or_else(|| {
+                let agent = pi_ai::models::agent_dir()?;
+                find_session_file(&pi_core::session::pi_sessions_dir(&agent, &root), id)
+                    .and_then(ours)
+            })
+    }
+
+    /// The file of session `id` in the folders [`Backend::session_file`] searches when it is
+    /// another project's, with the `cwd` its header names (for the error that says so).
+    fn other_projects_file(&self, id: &str) -> Option<(std::path::PathBuf, String)> {
+        let root = self.state.root();
+        let mut dirs = vec![sessions_dir(&self.state.workspace())];
+        dirs.extend(
+            pi_ai::models::agent_dir().map(|a| pi_core::session::pi_sessions_dir(&a, &root)),
+        );
+        dirs.iter().find_map(|d| {
+            let p = find_session_file(d, id)?;
+            match pi_core::session::file_ownership(&p, &root) {
+                pi_core::session::Ownership::Other(cwd) => Some((p, cwd)),
+                pi_core::session::Ownership::Unknown => Some((p, "no cwd named".into())),
+                pi_core::session::Ownership::Workspace => None,
+            }
         })
     }
 

@@ -12,6 +12,7 @@
 //! same message; the wire shape is unchanged. A client that asked for compact deltas gets each
 //! event as [`crate::delta`] encodes it (after coalescing).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -140,6 +141,7 @@ impl Outbox {
         run_id: String,
         event: AgentEvent,
         rates: impl FnOnce() -> ModelCost,
+        unsaved: bool,
     ) {
         self.seq += 1;
         match &event {
@@ -164,6 +166,7 @@ impl Outbox {
             run_id,
             seq: self.seq,
             event,
+            unsaved,
         };
         crate::delta::send(client, self.compact.as_mut(), params).await;
     }
@@ -171,8 +174,15 @@ impl Outbox {
     /// Sends the held delta, if any (deltas never start a message: no rates needed).
     async fn send_held(&mut self, client: &Client, session_id: &str) {
         if let Some(h) = self.held.take() {
-            self.send(client, session_id, h.run_id, h.event, ModelCost::default)
-                .await;
+            self.send(
+                client,
+                session_id,
+                h.run_id,
+                h.event,
+                ModelCost::default,
+                false,
+            )
+            .await;
         }
     }
 }
@@ -188,6 +198,8 @@ pub(crate) struct LspSink {
     /// Deltas being coalesced (see the module doc); locked while anything is sent, so a
     /// window's timer and the next event cannot overtake each other.
     outbox: Arc<tokio::sync::Mutex<Outbox>>,
+    /// The session's file stopped taking entries (told once, until it takes them again).
+    save_failing: AtomicBool,
 }
 
 /// Minimum interval between `$/progress` reports while text streams.
@@ -201,6 +213,7 @@ impl LspSink {
             agent,
             progress: Mutex::new(None),
             last_report: Mutex::new(None),
+            save_failing: AtomicBool::new(false),
             outbox: Arc::new(tokio::sync::Mutex::new(Outbox {
                 compact: st.delta_encoder(),
                 ..Outbox::default()
@@ -257,9 +270,14 @@ impl LspSink {
     pub(crate) async fn send_extra(&self, run_id: String, event: AgentEvent) {
         let mut out = self.outbox.lock().await;
         out.send_held(&self.st.client, &self.session_id).await;
-        out.send(&self.st.client, &self.session_id, run_id, event, || {
-            self.rates()
-        })
+        out.send(
+            &self.st.client,
+            &self.session_id,
+            run_id,
+            event,
+            || self.rates(),
+            false,
+        )
         .await;
     }
 
@@ -398,6 +416,18 @@ impl SessionListener for LspSink {
             .await;
         }
         let run_id = self.run_id();
+        // An entry the file could not take is marked in its own frame; the first of a streak
+        // is also told to the user (`Notice::SaveFailed`), and the end of the streak.
+        let unsaved = notices
+            .iter()
+            .any(|n| matches!(n, Notice::SaveFailed { .. }));
+        let records = matches!(
+            event,
+            AgentEvent::MessageEnd { .. }
+                | AgentEvent::TurnEnd { .. }
+                | AgentEvent::AgentEnd { .. }
+        );
+        let saving_again = records && !unsaved && self.save_failing.swap(false, Ordering::SeqCst);
         // Queue and usage notices describe this event: they follow it.
         out.send(
             &self.st.client,
@@ -405,8 +435,18 @@ impl SessionListener for LspSink {
             run_id.clone(),
             event,
             || self.rates(),
+            unsaved,
         )
         .await;
+        if saving_again {
+            self.st
+                .client
+                .show_message(
+                    MessageType::INFO,
+                    "pi-lsp: the session is being saved again; the entries it could not save before are in its file now.",
+                )
+                .await;
+        }
         for n in notices {
             self.send_notice(n, &run_id).await;
         }
@@ -467,10 +507,28 @@ impl LspSink {
                     })
                     .await
             }
+            // A change that landed (or failed) after its run was aborted: told to the user,
+            // who may see the buffer change with no run going (pi_core::harness::late).
+            Notice::LateResult {
+                applied, message, ..
+            } => {
+                let kind = if applied {
+                    MessageType::WARNING
+                } else {
+                    MessageType::INFO
+                };
+                client
+                    .show_message(kind, format!("pi-lsp: {message}"))
+                    .await;
+            }
             // Told twice: to the user at once, and to the client as the run's failure.
             Notice::SaveFailed { error } => {
+                if self.save_failing.swap(true, Ordering::SeqCst) {
+                    // Already told; the frame of each unsaved entry says it (`unsaved`).
+                    return;
+                }
                 let message = format!(
-                    "pi-lsp: the session is no longer being saved ({error}); the run was stopped."
+                    "pi-lsp: the session is no longer being saved ({error}); the run was stopped. What could not be saved is kept in memory and written once the file takes writes again (free space, then prompt again or close the session)."
                 );
                 client
                     .show_message(MessageType::ERROR, message.clone())

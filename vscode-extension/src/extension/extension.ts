@@ -680,6 +680,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
         const file = node?.kind === "session" ? node.session.sessionFile : await pickSessionFile("open a session");
         if (!file) return;
         const st: any = await host.request("agent/session/open", { path: file });
+        // Another project's session, opened by its path: say whose it is.
+        if (typeof st?.otherCwd === "string") void vscode.window.showWarningMessage(`Pi: this session is another project's (${st.otherCwd || "no folder named"}).`);
         await openInChatView(st.sessionId);
         sessions.refresh();
       }),

@@ -481,6 +481,30 @@ pub struct AgentConfig {
     pub compaction: Option<CompactionConfig>,
     /// The session's approval gate ([`crate::approval`]); `None`: nothing asks.
     pub approval: Option<Arc<crate::approval::Gate>>,
+    /// Where a change-making call's result goes when it settles after the run stopped
+    /// waiting for it ([`LateResults`]); `None`: such calls are dropped at the abort grace,
+    /// like any other.
+    pub late_results: Option<Arc<dyn LateResults>>,
+}
+
+/// Text of the aborted result of a change-making call (`edit`, `write`) stopped while its
+/// change was with the editor ([`LateResults`]).
+pub const ABORTED_IN_FLIGHT_TEXT: &str = "Tool execution was aborted by the user while the change was with the editor, which had not answered: it may still be applied (the session records it when the editor answers). Read the file before changing it again.";
+
+/// The late side of change-making calls ([`crate::ToolKind::Edit`]: `edit`, `write`). Such a
+/// call is not dropped at the abort grace like the others: once its change is sent (a
+/// `workspace/applyEdit` the editor has not answered), dropping the call would not withdraw
+/// it, and an editor that answers late would leave a change nobody recorded. So the call runs
+/// on in a task of its own; when the grace passes the run records its aborted result
+/// ([`ABORTED_IN_FLIGHT_TEXT`]), tells [`LateResults::abandoned`], and hands the call's real
+/// outcome to [`LateResults::settled`] whenever it comes.
+#[async_trait]
+pub trait LateResults: Send + Sync {
+    /// The run stopped waiting for `call` (its aborted result is being recorded).
+    fn abandoned(&self, call: &ToolCall);
+    /// `call`, abandoned earlier, has settled: `output` is its real result (`is_error`: it
+    /// failed, nothing was changed).
+    async fn settled(&self, call: ToolCall, output: ToolOutput, is_error: bool);
 }
 
 /// Why a compaction runs (Pi's `reason`).
@@ -514,6 +538,7 @@ impl AgentConfig {
             retry: RetrySettings::default(),
             compaction: None,
             approval: None,
+            late_results: None,
         }
     }
 }

@@ -153,6 +153,41 @@ struct Prepared {
     args: Value,
 }
 
+/// A tool future's outcome: its result, or the panic it raised.
+type Joined = Result<Result<ToolOutput, ToolError>, Box<dyn std::any::Any + Send>>;
+
+/// Where a change-making call's outcome meets the run (see [`super::LateResults`]).
+enum LateSlot {
+    /// Still running; the run waits.
+    Pending,
+    /// Settled; the run takes it.
+    Done(Joined),
+    /// The run stopped waiting: the call's task hands its outcome to the late side.
+    Abandoned,
+}
+
+impl LateSlot {
+    /// The outcome, when it is in (taken).
+    fn take_done(&mut self) -> Option<Joined> {
+        match std::mem::replace(self, LateSlot::Pending) {
+            LateSlot::Done(j) => Some(j),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
+    /// Gives up waiting: the outcome when it is already in, else `None` (the slot is
+    /// `Abandoned` then).
+    fn abandon(&mut self) -> Option<Joined> {
+        match std::mem::replace(self, LateSlot::Abandoned) {
+            LateSlot::Done(j) => Some(j),
+            _ => None,
+        }
+    }
+}
+
 /// A call's final outcome.
 struct Finalized {
     output: ToolOutput,
@@ -740,6 +775,9 @@ impl Run<'_> {
         // result; after the abort grace the futures are dropped, which stops them.
         let mut running = FuturesUnordered::new();
         let mut args_of: Vec<Option<Value>> = vec![None; calls.len()];
+        // Change-making calls run in a task of their own (see `LateResults`): their outcome
+        // is met here, or handed to the late side once the grace passed.
+        let mut detached: Vec<Option<Arc<parking_lot::Mutex<LateSlot>>>> = vec![None; calls.len()];
         for p in prepared {
             let utx = utx.clone();
             let i = p.index;
@@ -755,9 +793,63 @@ impl Run<'_> {
             args_of[i] = Some(p.args.clone());
             let tool = p.tool;
             let args = p.args;
+            let late = self
+                .cfg
+                .late_results
+                .clone()
+                .filter(|_| tool.approval_kind() == super::ToolKind::Edit);
             let fut = std::panic::AssertUnwindSafe(async move { tool.execute(ctx, args).await })
                 .catch_unwind();
-            running.push(async move { (i, fut.await) });
+            match late {
+                None => running.push(async move { (i, fut.await) }.boxed()),
+                Some(late) => {
+                    let slot = Arc::new(parking_lot::Mutex::new(LateSlot::Pending));
+                    let ready = Arc::new(tokio::sync::Notify::new());
+                    detached[i] = Some(slot.clone());
+                    let (task_slot, task_ready) = (slot.clone(), ready.clone());
+                    let call = calls[i].clone();
+                    tokio::spawn(async move {
+                        let joined = fut.await;
+                        let abandoned = {
+                            let mut g = task_slot.lock();
+                            if matches!(*g, LateSlot::Abandoned) {
+                                Some(joined)
+                            } else {
+                                *g = LateSlot::Done(joined);
+                                None
+                            }
+                        };
+                        match abandoned {
+                            Some(joined) => {
+                                let (output, is_error) = match joined {
+                                    Ok(Ok(o)) => (o, false),
+                                    Ok(Err(e)) => (ToolOutput::error(e.message, e.details), true),
+                                    Err(_) => (
+                                        ToolOutput::error(
+                                            format!("Tool {} failed: it panicked", call.name),
+                                            None,
+                                        ),
+                                        true,
+                                    ),
+                                };
+                                late.settled(call, output, is_error).await;
+                            }
+                            None => task_ready.notify_one(),
+                        }
+                    });
+                    running.push(
+                        async move {
+                            loop {
+                                if let Some(joined) = slot.lock().take_done() {
+                                    return (i, joined);
+                                }
+                                ready.notified().await;
+                            }
+                        }
+                        .boxed(),
+                    );
+                }
+            }
         }
         drop(utx);
         let mut settled = vec![false; calls.len()];
@@ -798,6 +890,8 @@ impl Run<'_> {
                 }
                 _ = grace_sleep => {
                     // Stop the tools that ignored the abort; each still gets its paired result.
+                    // A change-making call whose outcome is in is finished as it ended; one
+                    // still out is left to the late side (`LateResults`).
                     running.clear();
                     for i in 0..calls.len() {
                         if settled[i] {
@@ -805,9 +899,18 @@ impl Run<'_> {
                         }
                         let Some(args) = args_of[i].take() else { continue };
                         settled[i] = true;
-                        let f = self
-                            .finalize(assistant, &calls[i], &args, Err(ToolError::new(ABORTED_TEXT)))
-                            .await;
+                        let result = match detached[i].as_ref().map(|s| s.lock().abandon()) {
+                            Some(Some(Ok(r))) => r,
+                            Some(Some(Err(_))) => Err(ToolError::new(format!("Tool {} failed: it panicked", calls[i].name))),
+                            Some(None) => {
+                                if let Some(late) = &self.cfg.late_results {
+                                    late.abandoned(&calls[i]);
+                                }
+                                Err(ToolError::new(super::ABORTED_IN_FLIGHT_TEXT))
+                            }
+                            None => Err(ToolError::new(ABORTED_TEXT)),
+                        };
+                        let f = self.finalize(assistant, &calls[i], &args, result).await;
                         self.emit_end(&calls[i], &f).await;
                         slots[i] = Some(f);
                     }

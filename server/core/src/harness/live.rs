@@ -143,6 +143,11 @@ pub struct AbortReport {
     /// Edits the run had already applied (they stay applied; undo them in the editor).
     #[serde(default)]
     pub applied_edits: Vec<AppliedEdit>,
+    /// Edits sent to the editor that it had not answered when the run stopped: each may
+    /// still be applied, and is recorded in the session when the editor answers (a late
+    /// result, [`crate::harness::Notice::LateResult`]). Left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_edits: Vec<AppliedEdit>,
     /// Steering / follow-up / next-turn messages still queued: they go with the next prompt
     /// unless the queue is cleared.
     #[serde(default)]
@@ -508,6 +513,7 @@ impl AgentSession {
                 stopped_tool_calls: Vec::new(),
                 stopped_processes: Vec::new(),
                 applied_edits: Vec::new(),
+                pending_edits: self.tracker.pending_edits(),
                 queued_messages: self.tracker.queued(),
             };
         }
@@ -518,6 +524,7 @@ impl AgentSession {
             stopped_tool_calls: calls,
             stopped_processes: procs,
             applied_edits: self.tracker.edits(),
+            pending_edits: self.tracker.pending_edits(),
             queued_messages: self.tracker.queued(),
         }
     }

@@ -14,6 +14,7 @@
 
 pub mod branch_summary;
 mod events;
+pub mod late;
 mod live;
 pub mod queue;
 pub mod recorder;
@@ -123,6 +124,8 @@ pub struct AgentSession {
     settled: Arc<tokio::sync::Mutex<()>>,
     /// Keeps the session's own listener and the extensions' event handlers registered.
     _subscriptions: Vec<Subscription>,
+    /// Where change-making calls settling after their run stopped waiting go ([`late`]).
+    late: Arc<late::LateEdits>,
 }
 
 /// A session file opened by [`open_file`].
@@ -336,13 +339,20 @@ impl AgentSession {
             ));
             let extensions = load_extensions(&ws, host);
             let settings = ws.settings();
-            let cfg = build_config(&ws, &setup, &id, &model, &writer, &gate, &extensions);
+            let mut cfg = build_config(&ws, &setup, &id, &model, &writer, &gate, &extensions);
+            let file = writer
+                .lock()
+                .map(|w| w.path().to_path_buf())
+                .unwrap_or_default();
+            let late = Arc::new(late::LateEdits::new(file, &writer, &tracker));
+            cfg.late_results = Some(late.clone());
             let auto_retry = cfg.retry.enabled;
             let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
             let agent = Agent::new(cfg, messages);
             agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
             let weak = agent.downgrade();
             let listeners = setup.listeners(&id, &weak);
+            late.set_listeners(listeners.clone());
             let settled = Arc::new(tokio::sync::Mutex::new(()));
             let mut subscriptions = vec![agent.subscribe(Arc::new(events::SessionEvents::new(
                 weak,
@@ -376,6 +386,7 @@ impl AgentSession {
                 deferred: parking_lot::Mutex::new(deferred),
                 settled,
                 _subscriptions: subscriptions,
+                late,
             }
         })
     }
@@ -398,6 +409,7 @@ impl AgentSession {
             &self.extensions,
         );
         cfg.retry.enabled = auto_retry;
+        cfg.late_results = Some(self.late.clone());
         if let Some(c) = cfg.compaction.as_mut() {
             c.settings.enabled = auto_compaction;
         }

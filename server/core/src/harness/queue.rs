@@ -140,6 +140,17 @@ pub enum Notice {
     },
     /// The session could not be saved (the run was stopped): `error` says why.
     SaveFailed { error: String },
+    /// A change-making call the run stopped waiting for settled later ([`super::late`]):
+    /// `applied` when its change was made; `entry_id` is the entry recording it (`None`: it
+    /// could not be recorded); `message` says it all for the user.
+    LateResult {
+        tool_call_id: String,
+        tool_name: String,
+        path: String,
+        applied: bool,
+        entry_id: Option<String>,
+        message: String,
+    },
 }
 
 #[derive(Default)]
@@ -148,6 +159,8 @@ struct Inner {
     /// Tool calls executing now: (id, name, args).
     active: Vec<(String, String, Value)>,
     edits: Vec<AppliedEdit>,
+    /// Change-making calls stopped by an abort while their change was out (`super::late`).
+    pending_edits: Vec<AppliedEdit>,
     totals: UsageTotals,
     retrying: bool,
     bash: Option<CancellationToken>,
@@ -475,6 +488,25 @@ impl Tracker {
         if waiting {
             inner.awaiting_permission.push(call_id.to_string());
         }
+    }
+
+    /// Change-making calls an abort stopped while their change was out (the editor had not
+    /// answered): recorded when they settle ([`super::late`]).
+    pub fn pending_edits(&self) -> Vec<AppliedEdit> {
+        self.inner.lock().pending_edits.clone()
+    }
+
+    /// Adds a call to [`Tracker::pending_edits`].
+    pub fn add_pending_edit(&self, edit: AppliedEdit) {
+        self.inner.lock().pending_edits.push(edit);
+    }
+
+    /// Removes call `tool_call_id` from [`Tracker::pending_edits`] (it settled).
+    pub fn settle_pending_edit(&self, tool_call_id: &str) {
+        self.inner
+            .lock()
+            .pending_edits
+            .retain(|e| e.tool_call_id != tool_call_id);
     }
 
     /// Tool calls executing now, and the shell commands among them (not those still waiting

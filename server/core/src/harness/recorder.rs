@@ -62,7 +62,12 @@ impl Recorder {
                 w.replace_images(&notes)?;
                 w.sync()
             }
-            _ => w.sync(),
+            // Entries the file could not take before are written first (after a full disk
+            // freed space); the turn is durable only when they are.
+            _ => {
+                w.flush_unsaved()?;
+                w.sync()
+            }
         }
     }
 }

@@ -7,7 +7,8 @@
 //! replaced ranges, [`crate::tools::file_change`]) and its unified diff
 //! (`details.unifiedDiff`). A result written without a record (by Pi itself, or by an older
 //! pi-lsp) is listed with what it has (its path from the call's arguments, its diff, no
-//! hashes) and cannot be reverted. Changes made by `bash` commands are not tool edits and
+//! hashes) and cannot be reverted. A change the editor applied after its run was aborted is
+//! read from the entry recording its late result ([`super::late`]), where that entry is. Changes made by `bash` commands are not tool edits and
 //! are not listed.
 //!
 //! **Rewind** ([`AgentSession::begin_rewind`], [`Rewind::apply_files`],
@@ -158,11 +159,20 @@ pub fn changes_at(tree: &SessionTree, leaf: Option<&str>, root: &Path) -> Vec<Ch
 fn changes_on(path: &[&Entry], root: &Path) -> Vec<Change> {
     let mut out = Vec::new();
     for (i, e) in path.iter().enumerate() {
-        if e.kind != "message" || e.role() != Some("toolResult") {
+        let late = e.kind == "custom";
+        if !(e.kind == "message" && e.role() == Some("toolResult") || late) {
             continue;
         }
         let raw = e.raw();
-        let m = &raw["message"];
+        if late && raw["customType"] != super::late::LATE_RESULT_CUSTOM_TYPE {
+            continue;
+        }
+        // A late result's entry holds the call's real result ([`super::late`]).
+        let m = if late {
+            &raw["data"]["message"]
+        } else {
+            &raw["message"]
+        };
         if m["isError"].as_bool().unwrap_or(false) {
             continue;
         }
@@ -220,22 +230,22 @@ fn changes_on(path: &[&Entry], root: &Path) -> Vec<Change> {
     out
 }
 
-/// The arguments of tool call `id` in the latest assistant message of `before`.
+/// The arguments of tool call `id` in the latest assistant message of `before` that made it
+/// (a late result's entry may come after later turns, [`super::late`]).
 fn call_arguments(before: &[&Entry], id: &str) -> Value {
-    let Some(a) = before
+    before
         .iter()
         .rev()
-        .find(|e| e.kind == "message" && e.role() == Some("assistant"))
-    else {
-        return Value::Null;
-    };
-    let raw = a.raw();
-    raw["message"]["content"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|b| b["type"] == "toolCall" && b["id"] == id)
-        .map(|b| b["arguments"].clone())
+        .filter(|e| e.kind == "message" && e.role() == Some("assistant"))
+        .find_map(|a| {
+            let raw = a.raw();
+            raw["message"]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|b| b["type"] == "toolCall" && b["id"] == id)
+                .map(|b| b["arguments"].clone())
+        })
         .unwrap_or(Value::Null)
 }
 

@@ -29,7 +29,10 @@ mod writer;
 
 pub use entry_data::{BashExecution, EntryData, StoredMessage};
 pub use line::AssistantInfo;
-pub use list::{list_sessions, SessionSummary};
+pub use list::{
+    file_ownership, header_cwd, list_sessions, list_workspace_sessions, ownership, Ownership,
+    SessionSummary,
+};
 pub use tree::{
     bash_execution_text, convert_message, entry_message, path_messages, path_messages_with, Entry,
     SessionContext, SessionTree,

@@ -45,6 +45,11 @@ pub struct SessionWriter {
     whole_len: u64,
     /// A failed append may have left part of a line that could not be cut off yet.
     torn: bool,
+    /// Lines of entries appended while the file could not take them (disk full, file-size
+    /// limit), oldest first, each with its newline. The entries are the session's all the
+    /// same (in the tree, the leaf past them); every later write, [`SessionWriter::flush_unsaved`]
+    /// and [`SessionWriter::close`] write these first, so once space frees nothing is lost.
+    unsaved: Vec<String>,
     /// This file's place in the background syncer (see [`SessionWriter::sync`]).
     syncer: Option<Arc<SyncState>>,
     /// The file's lock; `None` once [`SessionWriter::close`] released it (nothing more is
@@ -226,6 +231,7 @@ impl SessionWriter {
             tree: Arc::new(SessionTree::new(header.clone())),
             whole_len: 0,
             torn: false,
+            unsaved: Vec::new(),
             syncer,
             lock: Some(lock),
             images: ImageOptions::default(),
@@ -351,6 +357,7 @@ impl SessionWriter {
             tree: loaded.tree.clone(),
             whole_len,
             torn: false,
+            unsaved: Vec::new(),
             syncer,
             lock: Some(lock),
             images,
@@ -546,10 +553,6 @@ impl SessionWriter {
                 ),
             });
         }
-        if self.torn {
-            self.file.set_len(self.whole_len).map_err(io(&self.path))?;
-            self.torn = false;
-        }
         let mut line = if text.contains(['\u{2028}', '\u{2029}']) {
             text.replace('\u{2028}', "\\u2028")
                 .replace('\u{2029}', "\\u2029")
@@ -559,6 +562,37 @@ impl SessionWriter {
             l
         };
         line.push('\n');
+        // After a failure, lines keep their order: this one waits behind the unsaved ones.
+        self.unsaved.push(line);
+        self.flush_unsaved()
+    }
+
+    /// Writes the lines of entries the file could not take before (see `unsaved`), oldest
+    /// first; `Err` when the file still cannot take them (they stay in memory for the next
+    /// try). Called by every append; the recorder also calls it at turn and run ends.
+    pub fn flush_unsaved(&mut self) -> Result<(), SessionError> {
+        while !self.unsaved.is_empty() {
+            let line = std::mem::take(&mut self.unsaved[0]);
+            let written = self.write_whole(&line);
+            self.unsaved[0] = line;
+            written?;
+            self.unsaved.remove(0);
+        }
+        Ok(())
+    }
+
+    /// Entries appended that the file has not taken yet (see `unsaved`).
+    pub fn unsaved_count(&self) -> usize {
+        self.unsaved.len()
+    }
+
+    /// One whole line (with its newline) with one `write`; cut back on failure (see
+    /// [`SessionWriter::write_text`]).
+    fn write_whole(&mut self, line: &str) -> Result<(), SessionError> {
+        if self.torn {
+            self.file.set_len(self.whole_len).map_err(io(&self.path))?;
+            self.torn = false;
+        }
         match self.file.write_all(line.as_bytes()) {
             Ok(()) => {
                 self.whole_len += line.len() as u64;
@@ -615,19 +649,21 @@ impl SessionWriter {
                     .as_str()
                     .is_some_and(|d| d.len() > IMAGE_INLINE_LIMIT)
             });
-        match assets {
+        let written = match assets {
             Some(assets) if large => {
                 let mut line = entry.clone();
                 store_large_images(&mut line, &assets)?;
-                self.write_line(&line)?;
+                self.write_line(&line)
             }
-            _ => self.write_text(&text)?,
-        }
+            _ => self.write_text(&text),
+        };
+        // A line the file could not take yet still makes the entry the session's: it waits in
+        // memory (`unsaved`) and is written before anything after it; the error is returned.
         if let Some(e) = Entry::from_value_text(&entry, text) {
             Arc::make_mut(&mut self.tree).push_entry(e);
         }
         self.leaf = Some(id.clone());
-        Ok(id)
+        written.map(|()| id)
     }
 
     /// Every entry of the file as written so far (this writer's appends included).
@@ -808,9 +844,10 @@ impl SessionWriter {
         if self.lock.is_none() {
             return Ok(());
         }
+        let flushed = self.flush_unsaved();
         let synced = self.sync_now();
         self.lock = None;
-        synced
+        flushed.and(synced)
     }
 
     /// False once [`SessionWriter::close`] released the file.
@@ -821,6 +858,15 @@ impl SessionWriter {
 
 impl Drop for SessionWriter {
     fn drop(&mut self) {
+        if self.lock.is_some() {
+            if let Err(e) = self.flush_unsaved() {
+                tracing::error!(
+                    "{}: {} entries could not be saved: {e}",
+                    self.path.display(),
+                    self.unsaved.len()
+                );
+            }
+        }
         if let Err(e) = self.file.sync_data() {
             tracing::warn!("{}: final sync failed: {e}", self.path.display());
         }

@@ -68,6 +68,7 @@ impl Backend {
                 stopped_tool_calls: Vec::new(),
                 stopped_processes: Vec::new(),
                 applied_edits: Vec::new(),
+                pending_edits: Vec::new(),
                 queued_messages: Vec::new(),
             });
         };

@@ -26,7 +26,17 @@ use pi_core::harness::sessions_dir;
 /// The state clients see of `s`.
 pub(crate) fn session_state(s: &AgentSession) -> SessionState {
     let file = s.file().display().to_string();
-    let leaf = s.tree().ok().and_then(|(_, leaf)| leaf);
+    let tree = s.tree().ok();
+    let leaf = tree.as_ref().and_then(|(_, leaf)| leaf.clone());
+    let cwd = tree
+        .as_ref()
+        .and_then(|(t, _)| t.header["cwd"].as_str().map(str::to_string));
+    let other_cwd =
+        match pi_core::session::ownership(&s.file(), cwd.as_deref(), s.workspace().root()) {
+            pi_core::session::Ownership::Workspace => None,
+            pi_core::session::Ownership::Other(c) => Some(c),
+            pi_core::session::Ownership::Unknown => Some(String::new()),
+        };
     let (steering, follow_up) = s.agent_handle().queue_modes();
     let model = s.model();
     SessionState {
@@ -51,6 +61,7 @@ pub(crate) fn session_state(s: &AgentSession) -> SessionState {
         pending_message_count: s.tracker().queued().len(),
         leaf_id: leaf,
         approval_policy: Some(s.gate().policy()),
+        other_cwd,
     }
 }
 
@@ -112,19 +123,19 @@ impl Backend {
         Ok(session_state(&session))
     }
 
-    /// `agent/session/list {}` → the workspace's session files, most recent first.
+    /// `agent/session/list {}` → the workspace's session files, most recent first: only
+    /// those whose header's `cwd` is this workspace ([`pi_core::session::Ownership`]; another
+    /// project's files sharing a folder are left out).
     pub(crate) async fn session_list(&self, params: Value) -> Result<SessionListResult> {
         let _: SessionListParams = parse_params(params)?;
         let open: Vec<String> = self.state.sessions.lock().keys().cloned().collect();
         let root = self.state.root();
-        let mut found = pi_core::session::list_sessions(&sessions_dir(&self.state.workspace()));
+        let mut dirs = vec![sessions_dir(&self.state.workspace())];
         // Pi's own sessions of this folder are listed too (and open by path or id).
         if let Some(agent) = pi_ai::models::agent_dir() {
-            let pi_dir = pi_core::session::pi_sessions_dir(&agent, &root);
-            if pi_dir != sessions_dir(&self.state.workspace()) {
-                found.extend(pi_core::session::list_sessions(&pi_dir));
-            }
+            dirs.push(pi_core::session::pi_sessions_dir(&agent, &root));
         }
+        let found = pi_core::session::list_workspace_sessions(&dirs, &root);
         let mut sessions: Vec<SessionInfo> = found
             .into_iter()
             .map(|x| SessionInfo {
