@@ -18,6 +18,7 @@ pub mod headless;
 pub mod logging;
 pub(crate) mod methods;
 pub mod permissions;
+pub mod platform;
 pub mod positions;
 pub mod protocol;
 pub mod server;
