@@ -141,3 +141,46 @@ fn linux_graph_holds_its_sandbox_backend_and_no_windows_crate_of_ours() {
     }
     assert!(!core.contains("windows-sys"), "{core:?}");
 }
+
+/// Every `.rs` file under `dir` (skipping build output and dependencies).
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if p.is_dir() {
+            if !["target", "node_modules", ".git"].contains(&name.as_str())
+                && !name.starts_with('.')
+            {
+                rust_files(&p, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The workspace lint is `unsafe_code = "deny"`: only the Windows process-tree module (Win32
+/// job objects over FFI) may allow it.
+#[test]
+fn unsafe_code_is_allowed_only_in_the_windows_platform_module() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for d in ["server", "tests", "bench"] {
+        if root.join(d).is_dir() {
+            rust_files(&root.join(d), &mut files);
+        }
+    }
+    assert!(files.len() > 50, "{} files", files.len());
+    let needle = ["allow(", "unsafe_code)"].concat();
+    let allowing: Vec<String> = files
+        .iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains(&needle))
+        .map(|f| {
+            f.strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect();
+    assert_eq!(allowing, ["server/core/src/platform/process/windows.rs"]);
+}

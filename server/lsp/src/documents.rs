@@ -432,6 +432,7 @@ mod tests {
         assert_eq!(uri_path(&git), None);
     }
 
+    #[cfg(unix)] // symlinks / inode numbers: Unix APIs
     #[test]
     fn ed01_a_buffer_opened_through_a_symlink_is_found_by_its_real_path() {
         let dir_tmp = tempfile::tempdir().unwrap();
@@ -454,6 +455,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[cfg(unix)] // symlinks / inode numbers: Unix APIs
     #[test]
     fn one_file_open_under_two_uris_keeps_both_and_closing_one_keeps_the_other() {
         let dir_tmp = tempfile::tempdir().unwrap();
