@@ -385,7 +385,7 @@ impl Sandbox {
         folder: Arc<TempFolder>,
     ) -> Sandbox {
         let tmp = folder.0.clone();
-        let canon = |p: &Path| p.canonicalize().ok();
+        let canon = |p: &Path| crate::platform::paths::canonicalize(p).ok();
         let network = settings.network.unwrap_or(true);
         let fs_ok = sup.files.is_ok();
         let mode = match settings.mode {
@@ -483,7 +483,7 @@ impl Sandbox {
             .and_then(|f| f.read().ok().map(|f| f.clone()))
             .unwrap_or_default()
             .into_iter()
-            .filter_map(|f| f.canonicalize().ok())
+            .filter_map(|f| crate::platform::paths::canonicalize(&f).ok())
             .filter(|f| !policy.writable.contains(f))
             .collect();
         // After the temp folder and the root, before the settings' roots.
