@@ -235,7 +235,7 @@ async fn one_file_open_under_two_uris_stays_known_when_one_closes() {
 
 /// Whether the kernel enforces Landlock (the same probe the server uses).
 fn sandbox_available() -> bool {
-    match &pi_core::sandbox::support().landlock {
+    match &pi_core::sandbox::support().files {
         Ok(_) => true,
         Err(why) => {
             eprintln!("no sandbox: {why}");

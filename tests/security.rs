@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 /// Whether the kernel enforces Landlock (the escalation tests need a sandbox that denies);
 /// the same probe the server uses.
 fn sandbox_available() -> bool {
-    match &pi_core::sandbox::support().landlock {
+    match &pi_core::sandbox::support().files {
         Ok(_) => true,
         Err(why) => {
             eprintln!("no sandbox: {why}");
@@ -65,7 +65,8 @@ fn session_id(events: &[Value]) -> String {
     events[0]["sessionId"].as_str().unwrap().to_string()
 }
 
-const DENIED: &str = "bash: line 1: ../escaped.txt: Permission denied";
+// bash names itself by the path it was started with (`/bin/bash`: Pi 1.6's shell lookup).
+const DENIED: &str = "/bin/bash: line 1: ../escaped.txt: Permission denied";
 
 #[tokio::test]
 async fn denied_command_reruns_after_the_editor_allows() {

@@ -21,20 +21,24 @@ function M.resolve_cmd()
     if type(cmd) == 'string' then
       cmd = { cmd }
     end
-    if vim.fn.executable(cmd[1]) == 1 then
+    if util.executable(cmd[1]) then
       return cmd, 'setup({cmd})'
     end
     return nil, ('setup({cmd}): %q is not an executable (:help pi-config)'):format(cmd[1])
   end
-  local path = vim.fn.exepath('pi-lsp')
+  local path = vim.fn.exepath(util.server_name())
   if path ~= '' then
     return { path }, '$PATH'
   end
-  local built = util.repo_dir() .. '/target/release/pi-lsp'
-  if vim.fn.executable(built) == 1 then
+  local built = util.built_server()
+  if util.executable(built) then
     return { built }, 'the plugin repository build'
   end
-  return nil, 'pi-lsp is not built: run :Pi build (it is not on $PATH nor in ' .. util.short(util.repo_dir()) .. '/target/release)'
+  return nil,
+    ('%s is not built: run :Pi build (it is not on $PATH nor in %s)'):format(
+      util.server_name(),
+      util.short(util.join(util.repo_dir(), 'target', 'release'))
+    )
 end
 
 --- Capabilities the plugin implements (advertised in `initialize`).
@@ -604,23 +608,33 @@ function M.stop_all()
   end
 end
 
+--- The command `:Pi build` runs (in the plugin's repository).
+function M.build_command()
+  return { 'cargo', 'build', '--release', '-p', 'pi-lsp' }
+end
+
+--- Runs the build (`vim.system`; specs replace it).
+M.build_runner = function(cmd, opts, on_exit)
+  return vim.system(cmd, opts, on_exit)
+end
+
 --- `:Pi build`: builds the server in the plugin's repository, reporting the outcome.
 function M.build()
   local repo = util.repo_dir()
   if M.building then
     return util.notify('pi-lsp is already being built')
   end
-  if vim.fn.executable('cargo') ~= 1 then
+  if not util.executable('cargo') then
     util.notify('cargo is not installed; install Rust (https://rustup.rs) and run :Pi build again', vim.log.levels.ERROR)
     return
   end
   util.notify(('building pi-lsp in %s (cargo build --release; minutes the first time)…'):format(util.short(repo)))
   M.building = true
-  vim.system({ 'cargo', 'build', '--release', '-p', 'pi-lsp' }, { cwd = repo, text = true }, function(r)
+  M.build_runner(M.build_command(), { cwd = repo, text = true }, function(r)
     vim.schedule(function()
       M.building = false
       if r.code == 0 then
-        util.notify('pi-lsp is built (' .. util.short(repo) .. '/target/release/pi-lsp); :Pi {text} starts it')
+        util.notify('pi-lsp is built (' .. util.short(util.built_server()) .. '); :Pi {text} starts it')
       else
         local tail = vim.split(vim.trim(r.stderr or ''), '\n')
         util.notify(('the build failed (exit %d):\n'):format(r.code) .. table.concat({ unpack(tail, math.max(1, #tail - 8)) }, '\n'), vim.log.levels.ERROR)

@@ -17,6 +17,25 @@ local KEYS = {
   'HF_TOKEN',
 }
 
+--- What confines the commands the agent runs on this OS (docs/platforms.md), as
+--- `{ {'ok'|'info'|'warn', text}, … }`.
+function M.sandbox_report()
+  local util = require('pi.util')
+  if util.is_windows() then
+    return {
+      { 'warn', 'no OS sandbox on Windows: commands the agent runs have your permissions (the first result says so)' },
+      { 'info', 'set "sandbox": {"mode": "workspace-write"} in settings.json to be asked before every command instead' },
+    }
+  end
+  if vim.fn.has('mac') == 1 then
+    if util.executable('/usr/bin/sandbox-exec') then
+      return { { 'ok', 'Seatbelt through /usr/bin/sandbox-exec (settings "sandbox": mode, network)' } }
+    end
+    return { { 'warn', '/usr/bin/sandbox-exec is missing: commands run unsandboxed' } }
+  end
+  return { { 'ok', 'Landlock + seccomp where the kernel has them (the first result says when it does not)' } }
+end
+
 function M.check()
   local h = vim.health
   local client = require('pi.client')
@@ -34,7 +53,10 @@ function M.check()
   h.start('pi-lsp binary')
   local cmd, where = client.resolve_cmd()
   if not cmd then
-    h.error(where, { 'Build it with :Pi build (cargo build --release -p pi-lsp in ' .. util.repo_dir() .. ')', 'or set require("pi").setup({cmd = {"/path/to/pi-lsp"}})' })
+    h.error(where, {
+      'Build it with :Pi build (cargo build --release -p pi-lsp in ' .. util.repo_dir() .. ')',
+      ('or set require("pi").setup({cmd = {%q}})'):format(util.is_windows() and 'C:\\path\\to\\pi-lsp.exe' or '/path/to/pi-lsp'),
+    })
   else
     local r = vim.system({ cmd[1], '--version' }, { text = true }):wait(5000)
     local version = vim.trim((r.stdout or '') .. '')
@@ -43,6 +65,11 @@ function M.check()
     else
       h.warn(('%s from %s did not answer --version (exit %s): %s'):format(cmd[1], where, tostring(r.code), vim.trim(r.stderr or '')))
     end
+  end
+
+  h.start('Sandbox')
+  for _, line in ipairs(M.sandbox_report()) do
+    h[line[1]](line[2])
   end
 
   h.start('Workspace')

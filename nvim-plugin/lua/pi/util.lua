@@ -195,6 +195,45 @@ function M.repo_dir()
   return vim.fn.fnamemodify(M.plugin_dir(), ':h')
 end
 
+--- The OS the paths and names are for: Windows when Neovim runs there (`has('win32')`), unless
+--- a spec fakes another by setting `M.os` to `'windows'` or `'unix'`.
+M.os = nil
+
+--- True on Windows (or when `M.os` fakes it).
+function M.is_windows()
+  if M.os then
+    return M.os == 'windows'
+  end
+  return vim.fn.has('win32') == 1
+end
+
+--- The server binary's file name: `pi-lsp.exe` on Windows, else `pi-lsp`.
+function M.server_name()
+  return M.is_windows() and 'pi-lsp.exe' or 'pi-lsp'
+end
+
+--- `parts` joined with the OS's separator (`\` on Windows), each part's trailing separators
+--- dropped first.
+function M.join(...)
+  local sep = M.is_windows() and '\\' or '/'
+  local out = {}
+  for i, p in ipairs({ ... }) do
+    out[#out + 1] = i < select('#', ...) and (p:gsub('[/\\]+$', '')) or p
+  end
+  return table.concat(out, sep)
+end
+
+--- Whether `path` is an executable (`vim.fn.executable`; specs replace it).
+function M.executable(path)
+  return vim.fn.executable(path) == 1
+end
+
+--- Where `:Pi build` puts the server: `<repo>/target/release/pi-lsp` (`pi-lsp.exe`, `\` on
+--- Windows).
+function M.built_server()
+  return M.join(M.repo_dir(), 'target', 'release', M.server_name())
+end
+
 --- `path` with the home folder as `~` (for messages).
 function M.short(path)
   return vim.fn.fnamemodify(path, ':~')

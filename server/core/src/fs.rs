@@ -821,6 +821,7 @@ mod tests {
 
     /// `overwrite_in_place_with` on both runtime flavours (inline on a worker, or on the
     /// blocking pool): the new text replaces a longer old one, same inode.
+    #[cfg(unix)] // symlinks / inode numbers: Unix APIs
     #[test]
     fn in_place_writes_replace_and_cut_on_both_runtime_flavours() {
         use std::os::unix::fs::MetadataExt;

@@ -106,11 +106,12 @@ pub fn uri_path(uri: &Uri) -> Option<PathBuf> {
 /// that does not exist (yet, or any more), its parent's real path joined with its name, else
 /// the path as given.
 pub fn real_key(path: &Path) -> PathBuf {
-    if let Ok(real) = std::fs::canonicalize(path) {
+    use pi_core::platform::paths::canonicalize;
+    if let Ok(real) = canonicalize(path) {
         return real;
     }
     match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => match std::fs::canonicalize(parent) {
+        (Some(parent), Some(name)) => match canonicalize(parent) {
             Ok(p) => p.join(name),
             Err(_) => path.to_path_buf(),
         },
@@ -127,7 +128,7 @@ pub fn folder_paths(
     let mut ignored = Vec::new();
     for f in folders {
         match uri_path(&f.uri) {
-            Some(p) => paths.push(p.canonicalize().unwrap_or(p)),
+            Some(p) => paths.push(pi_core::platform::paths::canonicalize(&p).unwrap_or(p)),
             None => ignored.push(f.uri.as_str().to_string()),
         }
     }
@@ -432,6 +433,7 @@ mod tests {
         assert_eq!(uri_path(&git), None);
     }
 
+    #[cfg(unix)] // symlinks / inode numbers: Unix APIs
     #[test]
     fn ed01_a_buffer_opened_through_a_symlink_is_found_by_its_real_path() {
         let dir_tmp = tempfile::tempdir().unwrap();
@@ -454,6 +456,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[cfg(unix)] // symlinks / inode numbers: Unix APIs
     #[test]
     fn one_file_open_under_two_uris_keeps_both_and_closing_one_keeps_the_other() {
         let dir_tmp = tempfile::tempdir().unwrap();

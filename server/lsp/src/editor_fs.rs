@@ -197,7 +197,8 @@ pub struct EditorFs {
 }
 
 fn uri_of(path: &Path) -> Result<Uri, FsError> {
-    Uri::from_file_path(path)
+    // A canonical Windows path may carry `\\?\`, which a `file:` URI cannot (platform::paths).
+    Uri::from_file_path(pi_core::platform::paths::simplified(path))
         .ok_or_else(|| FsError::Io(format!("{} cannot be named as a file URI", path.display())))
 }
 

@@ -19,6 +19,7 @@ pub mod logging;
 pub mod memory;
 pub(crate) mod methods;
 pub mod permissions;
+pub mod platform;
 pub mod positions;
 pub mod protocol;
 pub mod server;

@@ -34,7 +34,6 @@ use pi_core::agent::Agent;
 use pi_core::harness::{AgentSession, Tracker};
 use pi_core::session::SessionWriter;
 use tokio::io::{AsyncRead, ReadBuf};
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -85,56 +84,8 @@ impl Causes {
     }
 }
 
-/// The signals that end the process: SIGTERM, SIGHUP and SIGINT, listened to from
-/// [`Signals::listen`] on (before it, their default action applies).
-pub struct Signals {
-    listeners: Vec<(i32, Signal)>,
-}
-
-impl Signals {
-    /// Starts listening (inside the runtime). A signal that cannot be listened to is logged
-    /// and keeps its default action.
-    pub fn listen() -> Signals {
-        let kinds = [
-            (libc_signo::SIGTERM, SignalKind::terminate()),
-            (libc_signo::SIGHUP, SignalKind::hangup()),
-            (libc_signo::SIGINT, SignalKind::interrupt()),
-        ];
-        let listeners = kinds
-            .into_iter()
-            .filter_map(|(n, k)| match signal(k) {
-                Ok(s) => Some((n, s)),
-                Err(e) => {
-                    tracing::warn!("cannot listen to signal {n}: {e}");
-                    None
-                }
-            })
-            .collect();
-        Signals { listeners }
-    }
-
-    /// The next signal's number (pending forever when none can be listened to).
-    pub async fn next(&mut self) -> i32 {
-        if self.listeners.is_empty() {
-            return std::future::pending().await;
-        }
-        let waits = self.listeners.iter_mut().map(|(n, s)| {
-            let n = *n;
-            Box::pin(async move {
-                s.recv().await;
-                n
-            })
-        });
-        futures::future::select_all(waits).await.0
-    }
-}
-
-/// Signal numbers (Linux and the BSDs agree on these three).
-mod libc_signo {
-    pub const SIGHUP: i32 = 1;
-    pub const SIGINT: i32 = 2;
-    pub const SIGTERM: i32 = 15;
-}
+/// The signals that end the process (per OS: `crate::platform::signals`).
+pub use crate::platform::signals::Signals;
 
 /// A reader that reports [`Cause::InputEnded`] once, when a read of the inner reader returns
 /// the end (0 bytes) or an error: stdin closing is seen at once, even while handlers are still

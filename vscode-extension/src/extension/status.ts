@@ -37,6 +37,15 @@ function afterCompaction(s: SessionStatus): RunState {
   return s.inRun ? "running" : "idle";
 }
 
+/**
+ * The status bar tooltip's sandbox line: Windows has no OS sandbox (docs/platforms.md), so the
+ * commands the agent runs are not confined there; elsewhere nothing (the server's first `bash`
+ * result says when a kernel lacks support).
+ */
+export function sandboxNote(platform: NodeJS.Platform = process.platform): string {
+  return platform === "win32" ? "\nNo OS sandbox on Windows: the agent's commands run with your permissions" : "";
+}
+
 export class StatusBar implements vscode.Disposable {
   private readonly item = vscode.window.createStatusBarItem("pi.status", vscode.StatusBarAlignment.Right, 100);
   private readonly extensionItems = new Map<string, vscode.StatusBarItem>();
@@ -201,7 +210,7 @@ export class StatusBar implements vscode.Disposable {
     const state = s ? (s.questions > 0 ? "waiting" : s.state) : "idle";
     const icon = state === "running" || state === "stopping" || state === "compacting" ? "$(sync~spin)" : state === "waiting" ? "$(bell-dot)" : "$(hubot)";
     const shown = `${icon} ${text}`;
-    const tooltip = `Pi — ${text}${s?.thinkingLevel ? `\nthinking: ${s.thinkingLevel}` : ""}\nClick to choose the model`;
+    const tooltip = `Pi — ${text}${s?.thinkingLevel ? `\nthinking: ${s.thinkingLevel}` : ""}${sandboxNote()}\nClick to choose the model`;
     // Setting the item is a message to the window: only when the text changes (a text delta
     // changes nothing here).
     if (shown === this.shown && tooltip === this.shownTooltip) return;

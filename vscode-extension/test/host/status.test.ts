@@ -2,7 +2,7 @@
 // session, from what the host learns of it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { StatusBar } from "../../src/extension/status";
+import { StatusBar, sandboxNote } from "../../src/extension/status";
 
 const state = (extra: Record<string, unknown> = {}) => ({
   sessionId: "s1",
@@ -67,4 +67,10 @@ test("a manual compaction (a run of its own, no agent_end) ends idle; one inside
   bar.compacted("s1");
   assert.equal(bar.text, "$(hubot) Claude Sonnet 4.5 · –% · $0.00 · idle");
   bar.dispose();
+});
+
+test("the tooltip says Windows has no sandbox, and nothing elsewhere", () => {
+  assert.equal(sandboxNote("win32"), "\nNo OS sandbox on Windows: the agent's commands run with your permissions");
+  assert.equal(sandboxNote("darwin"), "");
+  assert.equal(sandboxNote("linux"), "");
 });

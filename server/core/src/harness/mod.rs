@@ -156,7 +156,7 @@ pub fn open_file(
 ) -> Result<Opening, SessionError> {
     let same = |a: &Path, b: &Path| {
         a == b
-            || matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
+            || matches!((crate::platform::paths::canonicalize(a), crate::platform::paths::canonicalize(b)), (Ok(x), Ok(y)) if crate::platform::paths::same_path(&x, &y))
     };
     let is_open = |id: &str| -> Result<bool, SessionError> {
         match open_here(id) {

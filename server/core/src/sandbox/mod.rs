@@ -27,19 +27,17 @@
 //! `mode` is `"off"`, `"workspace-write"` or `"read-only"`; `network` `true` / `false`;
 //! `writableRoots` replaces the default list (`~` expanded; missing folders are skipped).
 //!
-//! # Enforcement (Linux)
+//! # Enforcement
 //!
-//! File rules: Landlock (the `landlock` crate, ABI up to 7), network off: a seccomp filter
-//! (`seccompiler`) failing `socket(AF_INET | AF_INET6, …)` and `io_uring_setup` with `EACCES`.
-//! Both are applied to a short-lived thread that then spawns the command; the child inherits
-//! that thread's Landlock domain and filter, the server itself stays unrestricted (see
-//! [`spawn`]). Elsewhere, or where the kernel lacks them, [`Sandbox::enforcement`] says so:
-//! a policy the user asked for explicitly is never silently dropped; each command then needs
-//! approval to run unsandboxed. With no `mode` set and no kernel support, the default is `off`
-//! and the first result says so.
-
-#[cfg(target_os = "linux")]
-mod linux;
+//! By the OS backend in [`crate::platform::sandbox`]: on Linux, Landlock for the file rules
+//! (the `landlock` crate, ABI up to 7) and a seccomp filter (`seccompiler`) failing
+//! `socket(AF_INET | AF_INET6, …)` and `io_uring_setup` with `EACCES` for network off, both
+//! applied to a short-lived thread that then spawns the command (the child inherits them, the
+//! server stays unrestricted); on macOS, a Seatbelt profile through `/usr/bin/sandbox-exec`;
+//! on Windows, nothing. Where the backend is missing, [`Sandbox::enforcement`] says so: a
+//! policy the user asked for explicitly is never silently dropped; each command then needs
+//! approval to run unsandboxed. With no `mode` set and no backend, the default is `off` and the
+//! first result says so (docs/platforms.md).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -161,32 +159,20 @@ fn expand_home(p: &str) -> PathBuf {
     }
 }
 
-/// What the kernel offers, probed once per process.
+/// What the OS offers, probed once per process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Support {
-    /// The Landlock ABI in force (1..), or why there is none.
-    pub landlock: Result<u8, String>,
-    /// Whether a seccomp filter could be installed, or why not.
-    pub seccomp: Result<(), String>,
+    /// What enforces file rules (`Landlock ABI 5`, `Seatbelt`), or why nothing can.
+    pub files: Result<String, String>,
+    /// What enforces network off (`seccomp`, `Seatbelt`), or why nothing can.
+    pub network: Result<String, String>,
 }
 
-/// Probes Landlock and seccomp on a throwaway thread (restrictions die with it); cached.
+/// The OS backend's probe ([`crate::platform::sandbox`]: on Linux Landlock and seccomp on a
+/// throwaway thread, on macOS `sandbox-exec`, elsewhere nothing); cached.
 pub fn support() -> &'static Support {
     static S: OnceLock<Support> = OnceLock::new();
-    S.get_or_init(|| {
-        #[cfg(target_os = "linux")]
-        {
-            linux::probe()
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let why = format!("no sandbox backend on {}", std::env::consts::OS);
-            Support {
-                landlock: Err(why.clone()),
-                seccomp: Err(why),
-            }
-        }
-    })
+    S.get_or_init(crate::platform::sandbox::probe)
 }
 
 /// A resolved policy for one session's commands.
@@ -270,12 +256,7 @@ const TEMP_PREFIX: &str = "pi-lsp-";
 /// Folders of live processes, other users' folders and any other name are left alone.
 /// Returns how many were removed.
 pub fn remove_stale_temp_folders(dir: &Path) -> usize {
-    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    // This process's user: the owner of its own /proc entry (without it, nothing is swept).
-    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
         return 0;
     };
     let mut removed = 0;
@@ -287,16 +268,14 @@ pub fn remove_stale_temp_folders(dir: &Path) -> usize {
         let Some((pid, id)) = rest.split_once('-') else {
             continue;
         };
-        let (Ok(pid), true) = (pid.parse::<i32>(), uuid::Uuid::try_parse(id).is_ok()) else {
+        let (Ok(pid), true) = (pid.parse::<u32>(), uuid::Uuid::try_parse(id).is_ok()) else {
             continue;
         };
         let ours = e
             .path()
             .symlink_metadata()
-            .is_ok_and(|m| m.is_dir() && m.uid() == uid);
-        let gone = pid > 0
-            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
-                == Err(nix::errno::Errno::ESRCH);
+            .is_ok_and(|m| m.is_dir() && crate::platform::fs::owned_by_me(&m));
+        let gone = pid > 0 && !crate::platform::process::pid_alive(pid);
         if ours && gone && std::fs::remove_dir_all(e.path()).is_ok() {
             removed += 1;
         }
@@ -335,7 +314,7 @@ impl TempFolder {
                     tracing::info!("removed {n} session temp folder(s) left by ended servers");
                 }
             });
-            if let Err(e) = create_private_dir(&self.0) {
+            if let Err(e) = crate::platform::fs::create_private_dir(&self.0) {
                 tracing::warn!(
                     "cannot create session temp folder {}: {e}",
                     self.0.display()
@@ -406,10 +385,9 @@ impl Sandbox {
         folder: Arc<TempFolder>,
     ) -> Sandbox {
         let tmp = folder.0.clone();
-        let canon = |p: &Path| p.canonicalize().ok();
+        let canon = |p: &Path| crate::platform::paths::canonicalize(p).ok();
         let network = settings.network.unwrap_or(true);
-        let fs_ok = sup.landlock.is_ok();
-        let net_ok = sup.seccomp.is_ok();
+        let fs_ok = sup.files.is_ok();
         let mode = match settings.mode {
             Some(m) => m,
             None if fs_ok => SandboxMode::WorkspaceWrite,
@@ -442,20 +420,26 @@ impl Sandbox {
         };
         let mut missing = Vec::new();
         if mode != SandboxMode::Off {
-            if let Err(e) = &sup.landlock {
-                missing.push(format!("file rules need Landlock ({e})"));
+            if let Err(e) = &sup.files {
+                missing.push(format!(
+                    "file rules need {} ({e})",
+                    crate::platform::sandbox::FILES
+                ));
             }
         }
         if !network {
-            if let Err(e) = &sup.seccomp {
-                missing.push(format!("network off needs seccomp ({e})"));
+            if let Err(e) = &sup.network {
+                missing.push(format!(
+                    "network off needs {} ({e})",
+                    crate::platform::sandbox::NETWORK
+                ));
             }
         }
         let enforcement = if policy.is_off() {
             if settings.mode.is_none() && !fs_ok {
                 Enforcement::Unavailable(format!(
                     "the sandbox is off: this kernel cannot enforce workspace-write ({}); commands run with the server's permissions",
-                    sup.landlock.as_ref().err().map(String::as_str).unwrap_or("no Landlock")
+                    sup.files.as_ref().err().map(String::as_str).unwrap_or("no sandbox")
                 ))
             } else {
                 Enforcement::NotNeeded
@@ -469,7 +453,6 @@ impl Sandbox {
                 missing.join("; ")
             ))
         };
-        let _ = (fs_ok, net_ok);
         Sandbox {
             policy,
             folders: None,
@@ -500,7 +483,7 @@ impl Sandbox {
             .and_then(|f| f.read().ok().map(|f| f.clone()))
             .unwrap_or_default()
             .into_iter()
-            .filter_map(|f| f.canonicalize().ok())
+            .filter_map(|f| crate::platform::paths::canonicalize(&f).ok())
             .filter(|f| !policy.writable.contains(f))
             .collect();
         // After the temp folder and the root, before the settings' roots.
@@ -527,21 +510,31 @@ impl Sandbox {
     }
 }
 
-fn create_private_dir(p: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
+/// The command that runs `program` with `args` under `policy`: as given, or wrapped by the OS
+/// backend (macOS: `sandbox-exec` with the policy's Seatbelt profile). Start it with [`spawn`].
+pub fn command(
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    policy: &Policy,
+) -> tokio::process::Command {
+    let (program, args) = if policy.is_off() {
+        (program, args)
+    } else {
+        crate::platform::sandbox::wrap(program, args, policy)
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args);
+    cmd
 }
 
-/// Spawns `cmd` under `policy`: on Linux a fresh thread restricts itself (Landlock, then the
-/// network filter) and spawns the command, which inherits the restrictions; the thread then
-/// ends, so the server is never restricted. `policy.is_off()` spawns directly. Must be called
-/// inside a Tokio runtime.
+/// Spawns `cmd` (made by [`command`]) under `policy` through the OS backend: on Linux a fresh
+/// thread restricts itself (Landlock, then the network filter) and spawns the command, which
+/// inherits the restrictions; the thread then ends, so the server is never restricted. On
+/// macOS the command already is `sandbox-exec`. `policy.is_off()` spawns directly. Must be
+/// called inside a Tokio runtime.
 ///
-/// Errors: the restriction could not be applied (the command is not started) or the spawn
-/// failed.
+/// Errors: the restriction could not be applied (the command is not started), there is no
+/// backend here, or the spawn failed.
 pub async fn spawn(
     mut cmd: tokio::process::Command,
     policy: &Policy,
@@ -549,29 +542,7 @@ pub async fn spawn(
     if policy.is_off() {
         return cmd.spawn();
     }
-    #[cfg(target_os = "linux")]
-    {
-        let handle = tokio::runtime::Handle::current();
-        let policy = policy.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("pi-sandbox-spawn".into())
-            .spawn(move || {
-                let _rt = handle.enter();
-                let r = linux::restrict_current_thread(&policy).and_then(|()| cmd.spawn());
-                let _ = tx.send(r);
-            })?;
-        rx.await
-            .unwrap_or_else(|_| Err(std::io::Error::other("sandbox spawn thread died")))
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = cmd;
-        Err(std::io::Error::other(format!(
-            "no sandbox backend on {}",
-            std::env::consts::OS
-        )))
-    }
+    crate::platform::sandbox::spawn(cmd, policy).await
 }
 
 /// Texts in a failed command's output that point at the sandbox: Landlock and the seccomp
@@ -662,7 +633,12 @@ mod tests {
     fn temp_folders_of_ended_servers_are_removed_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         // A process that has ended: its pid is no longer a process.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let (shell, args) = crate::platform::shell::test_shell();
+        let mut child = std::process::Command::new(shell)
+            .args(args)
+            .arg("exit 0")
+            .spawn()
+            .unwrap();
         let dead = child.id();
         child.wait().unwrap();
         let id = "0d0a6c0e-3f4b-4a53-9b1c-2f1e5f6a7b8c";
@@ -736,8 +712,8 @@ mod tests {
         let s = SandboxSettings::for_workspace(&ws);
         assert_eq!(s.network, Some(false));
         let none = Support {
-            landlock: Err("Landlock is not enabled".into()),
-            seccomp: Err("seccomp unavailable".into()),
+            files: Err("Landlock is not enabled".into()),
+            network: Err("seccomp unavailable".into()),
         };
         // Default mode, no kernel support: off, said once; network off asked for: approval.
         let sb = Sandbox::with_support(&ws, &SandboxSettings::default(), &none);
@@ -747,9 +723,10 @@ mod tests {
         let sb = Sandbox::with_support(&ws, &s, &none);
         assert_eq!(
             sb.enforcement(),
-            &Enforcement::NeedsApproval(
-                "the sandbox (off, network off) cannot be enforced here: network off needs seccomp (seccomp unavailable)".into()
-            )
+            &Enforcement::NeedsApproval(format!(
+                "the sandbox (off, network off) cannot be enforced here: network off needs {} (seccomp unavailable)",
+                crate::platform::sandbox::NETWORK
+            ))
         );
         let explicit = SandboxSettings {
             mode: Some(SandboxMode::ReadOnly),

@@ -8,7 +8,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::ParsedLine;
@@ -40,7 +39,7 @@ fn read_more(file: &File, buf: &mut Vec<u8>, offset: usize, len: usize) -> io::R
     buf.resize(old + len, 0);
     let mut done = 0;
     while done < len {
-        match file.read_at(&mut buf[old + done..], (offset + done) as u64) {
+        match crate::platform::fs::read_at(file, &mut buf[old + done..], (offset + done) as u64) {
             Ok(0) => break,
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -65,9 +65,8 @@ impl FileText {
 
     /// The line of `len` bytes at `offset`, if it is still what was loaded.
     fn line(&self, offset: u64, len: usize, hash: u64) -> Option<String> {
-        use std::os::unix::fs::FileExt;
         let mut buf = vec![0u8; len];
-        let read = self.file.read_exact_at(&mut buf, offset);
+        let read = crate::platform::fs::read_exact_at(&self.file, &mut buf, offset);
         let text = read
             .ok()
             .filter(|_| xxhash_rust::xxh3::xxh3_64(&buf) == hash)

@@ -96,7 +96,8 @@ pub(super) fn syncer() -> Option<&'static std::sync::mpsc::Sender<Arc<SyncState>
         .as_ref()
 }
 
-/// `<file>.lock`, held with an OS lock (`flock`, exclusive) for as long as the writer lives:
+/// `<file>.lock`, held with an OS lock (std's `File::try_lock`: `flock` on Unix, `LockFileEx` on
+/// Windows; exclusive) for as long as the writer lives:
 /// the kernel releases it when the process dies, however it dies, so a dead writer's lock is
 /// always taken over and a live one never (case SESSX-01: a pid in the file, reused after a
 /// container restart, used to fork the session on every resume). The file's text is the
@@ -110,7 +111,6 @@ pub(super) struct LockFile {
 
 impl LockFile {
     fn acquire(session: &Path) -> Result<LockFile, SessionError> {
-        use std::os::unix::fs::MetadataExt;
         let path = session.with_extension("jsonl.lock");
         let io_err = |source| SessionError::Io {
             path: path.clone(),
@@ -141,11 +141,7 @@ impl LockFile {
                 Err(std::fs::TryLockError::Error(e)) => return Err(io_err(e)),
             }
             // Still the file at the path (not one its owner removed meanwhile)?
-            let same = match (f.metadata(), std::fs::metadata(&path)) {
-                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-                _ => false,
-            };
-            if !same {
+            if !crate::platform::fs::same_file(&f, &path) {
                 continue;
             }
             f.set_len(0).map_err(io_err)?;

@@ -1,10 +1,13 @@
-//! `bash {command, timeout?}`: `bash -c` in the workspace, stdin closed, in its own process
-//! group, with pagers and editor prompts disabled.
+//! `bash {command, timeout?}`: the platform's bash (`bash -c`; the shell by Pi 1.6's rules:
+//! [`crate::platform::shell`]) in the workspace, stdin closed, in its own process tree (a process
+//! group; a job object on Windows: [`crate::platform::process`]), with pagers and editor prompts
+//! disabled.
 //!
 //! - stdout and stderr are merged in arrival order and streamed as tool updates;
 //! - a non-zero exit is an error result ending `Command exited with code N` (Pi's text);
 //! - abort and timeout send SIGTERM to the whole group, then SIGKILL to whatever of the group is
-//!   left after a short grace, even when the leader already exited (case BASH-03);
+//!   left after a short grace, even when the leader already exited (case BASH-03; on Windows
+//!   the job is terminated at once);
 //! - when the shell exits while a background child still holds the pipes, output is read until
 //!   it has been idle for 100 ms (at most 1 s more), then the pipes are closed on our side; the
 //!   background process itself is left running in its group (case BASH-01);
@@ -23,8 +26,6 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -44,7 +45,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub type BeforeBash = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 /// Grace between SIGTERM and SIGKILL for the process group.
-pub const KILL_GRACE: Duration = Duration::from_millis(300);
+pub const KILL_GRACE: Duration = crate::platform::process::KILL_GRACE;
 /// Longest output line kept, in bytes (cut at a char boundary, then a marker).
 pub const MAX_LINE_BYTES: usize = 2000;
 /// Rolling tail kept in memory: twice the result limit (Pi's `maxRollingBytes`).
@@ -305,141 +306,40 @@ fn spill_path() -> PathBuf {
     std::env::temp_dir().join(format!("pi-bash-{}.log", uuid::Uuid::new_v4()))
 }
 
-fn signal_group(pgid: i32, sig: Option<Signal>) -> bool {
-    killpg(Pid::from_raw(pgid), sig).is_ok()
+use crate::platform::process::{self as tree, ProcessTree};
+
+/// Stops a command's process tree: SIGTERM to the group, then SIGKILL to what is left after
+/// [`KILL_GRACE`] (Windows: the job terminated).
+pub async fn kill_group(t: &ProcessTree) {
+    tree::stop(t, KILL_GRACE).await;
 }
 
-/// True while a live (not zombie) process is in group `pgid`. Reads `/proc` where it exists,
-/// since exited members stay visible to `kill(-pgid, 0)` until someone reaps them.
-fn group_alive(pgid: i32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return signal_group(pgid, None);
-    };
-    dir.filter_map(Result::ok).any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        // Fields after the parenthesised command: state ppid pgrp …
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
-        };
-        let mut f = rest.split_whitespace();
-        let state = f.next().unwrap_or("Z");
-        let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(pgid) && state != "Z" && state != "X"
-    })
-}
-
-/// SIGTERM to the group, then SIGKILL to what is left after [`KILL_GRACE`].
-pub async fn kill_group(pgid: i32) {
-    if !signal_group(pgid, Some(Signal::SIGTERM)) {
-        return;
-    }
-    let deadline = Instant::now() + KILL_GRACE;
-    while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if !group_alive(pgid) {
-            return;
-        }
-    }
-    signal_group(pgid, Some(Signal::SIGKILL));
-}
-
-/// Every process group a `bash` command was started in by this process, until it is found
-/// empty: what [`kill_all_groups`] stops when the process goes away (the editor quit, a
-/// signal). A command that exited can leave background children running in its group (BASH-01);
-/// they are in here too.
-static GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
-
-fn groups() -> std::sync::MutexGuard<'static, Vec<i32>> {
-    GROUPS.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Keeps the groups of `g` that have a live (not zombie) member: one pass over `/proc` for
-/// all of them (else `kill(-pgid, 0)` for each).
-fn retain_live(g: &mut Vec<i32>) {
-    if g.is_empty() {
-        return;
-    }
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        g.retain(|p| signal_group(*p, None));
-        return;
-    };
-    let mut live = std::collections::HashSet::new();
-    for e in dir.filter_map(Result::ok) {
-        if let Some((state, pgrp)) = std::fs::read_to_string(e.path().join("stat"))
-            .ok()
-            .as_deref()
-            .and_then(stat_state_pgrp)
-        {
-            if state != "Z" && state != "X" {
-                live.insert(pgrp);
-            }
-        }
-    }
-    g.retain(|p| live.contains(p));
-}
-
-/// `(state, pgrp)` of a `/proc/<pid>/stat` line (the fields after the parenthesised command:
-/// state ppid pgrp …).
-fn stat_state_pgrp(stat: &str) -> Option<(String, i32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.to_string();
-    let pgrp = f.nth(1)?.parse().ok()?;
-    Some((state, pgrp))
-}
-
-/// Records `pgid` as a group of this process's commands (dropping the ones found empty).
-fn track_group(pgid: i32) {
-    if pgid <= 0 {
-        return;
-    }
-    let mut g = groups();
-    retain_live(&mut g);
-    g.push(pgid);
-}
-
-/// The recorded groups that still have a live member, forgetting the others.
-fn live_groups() -> Vec<i32> {
-    let mut g = groups();
-    retain_live(&mut g);
-    g.clone()
-}
-
-/// Stops every process group a `bash` command of this process was started in and that still
-/// has a live member (the running commands and what finished ones left in the background):
-/// SIGTERM to each, then SIGKILL to what is left after [`KILL_GRACE`], all groups at once.
-/// Returns how many groups were signalled. Used when the process goes away (the server's
-/// shutdown path); a run's own abort kills its command's group through [`kill_group`].
+/// Stops every process tree a `bash` command of this process was started in and that still
+/// has a live member (the running commands and what finished ones left in the background,
+/// BASH-01), all at once ([`crate::platform::process::stop_all`]). Returns how many there
+/// were. Used when the process goes away (the server's shutdown path); a run's own abort stops
+/// its command's tree through [`kill_group`].
 pub async fn kill_all_groups() -> usize {
-    let live = live_groups();
-    futures::future::join_all(live.iter().map(|p| kill_group(*p))).await;
-    retain_live(&mut groups());
-    live.len()
+    tree::stop_all().await
 }
 
-/// SIGKILL to every recorded group that still has a live member, at once (no grace): for an
-/// exit that cannot wait. Returns how many groups were signalled.
+/// Kills every tracked process tree that still has a live member, at once (no grace): for an
+/// exit that cannot wait. Returns how many there were.
 pub fn kill_all_groups_now() -> usize {
-    let live = live_groups();
-    for p in &live {
-        signal_group(*p, Some(Signal::SIGKILL));
-    }
-    live.len()
+    tree::kill_all_now()
 }
 
-/// Kills the whole group with SIGKILL if the tool's future is dropped while the command runs
-/// (the loop gave up on it); disarmed once the command ended or was killed the normal way.
+/// Kills the whole tree if the tool's future is dropped while the command runs (the loop gave
+/// up on it); disarmed once the command ended or was killed the normal way.
 struct GroupGuard {
-    pgid: i32,
+    tree: Option<ProcessTree>,
     armed: bool,
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        if self.armed && self.pgid > 0 {
-            signal_group(self.pgid, Some(Signal::SIGKILL));
+        if let (true, Some(t)) = (self.armed, &self.tree) {
+            t.kill();
         }
     }
 }
@@ -515,12 +415,7 @@ impl Ran {
 }
 
 fn exit_text(s: &std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => format!("Command exited with code {c}"),
-        (None, Some(sig)) => format!("Command was killed by signal {sig}"),
-        _ => "Command failed".to_string(),
-    }
+    tree::exit_text(s)
 }
 
 impl BashTool {
@@ -555,11 +450,18 @@ impl BashTool {
         a: &Args,
         policy: &Policy,
     ) -> Result<Ran, ToolError> {
-        let mut cmd = tokio::process::Command::new("bash");
-        cmd.arg("-c")
-            .arg(&a.command)
-            .current_dir(&self.cwd)
-            .stdin(Stdio::null())
+        let shell = crate::platform::shell::find().map_err(ToolError::new)?;
+        let mut args: Vec<std::ffi::OsString> = shell.args.iter().map(Into::into).collect();
+        if !shell.command_on_stdin {
+            args.push(a.command.clone().into());
+        }
+        let mut cmd = crate::sandbox::command(shell.program.clone(), args, policy);
+        cmd.current_dir(&self.cwd)
+            .stdin(if shell.command_on_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env("PAGER", "cat")
@@ -569,8 +471,8 @@ impl BashTool {
             .env("VISUAL", "true")
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("TMPDIR", self.sandbox.tmp_dir())
-            .process_group(0)
             .kill_on_drop(true);
+        tree::prepare(&mut cmd);
         // Provider keys stay with the server (docs/security.md).
         for var in pi_ai::keys::secret_env_vars() {
             cmd.env_remove(var);
@@ -578,9 +480,31 @@ impl BashTool {
         let mut child = crate::sandbox::spawn(cmd, policy)
             .await
             .map_err(|e| ToolError::new(format!("Could not start bash: {e}")))?;
-        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-        track_group(pgid);
-        let mut guard = GroupGuard { pgid, armed: true };
+        if let Some(mut stdin) = child.stdin.take() {
+            // The legacy WSL launcher reads the command from stdin (Pi's `commandTransport`).
+            use tokio::io::AsyncWriteExt;
+            let _ = stdin.write_all(a.command.as_bytes()).await;
+        }
+        let pt = match child.id().map(ProcessTree::adopt) {
+            Some(Ok(t)) => {
+                tree::track(&t);
+                Some(t)
+            }
+            Some(Err(e)) => {
+                tracing::warn!("bash: the command's process tree cannot be tracked: {e}");
+                None
+            }
+            None => None,
+        };
+        let mut guard = GroupGuard {
+            tree: pt.clone(),
+            armed: true,
+        };
+        let stop_tree = || async {
+            if let Some(t) = &pt {
+                kill_group(t).await;
+            }
+        };
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
         let mut readers = Vec::new();
         for pipe in [
@@ -621,9 +545,9 @@ impl BashTool {
         let end = loop {
             tokio::select! {
                 biased;
-                _ = ctx.cancel.cancelled() => { kill_group(pgid).await; let _ = child.wait().await; break End::Aborted; }
+                _ = ctx.cancel.cancelled() => { stop_tree().await; let _ = child.start_kill(); let _ = child.wait().await; break End::Aborted; }
                 _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
-                    kill_group(pgid).await; let _ = child.wait().await; break End::TimedOut(timeout.unwrap_or(0.0));
+                    stop_tree().await; let _ = child.start_kill(); let _ = child.wait().await; break End::TimedOut(timeout.unwrap_or(0.0));
                 }
                 chunk = rx.recv(), if pipes_open => match chunk {
                     Some(c) => {

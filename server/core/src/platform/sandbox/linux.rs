@@ -1,11 +1,12 @@
 //! Linux backend: Landlock for the file rules, a seccomp filter for network off. Everything
 //! here restricts the *calling thread* only (Landlock without `TSYNC`, seccomp without
 //! `SECCOMP_FILTER_FLAG_TSYNC`, `no_new_privs` is per thread too), so callers use a thread of
-//! their own that ends after spawning (see [`super::spawn`]).
+//! their own that ends after spawning ([`spawn`]).
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use landlock::{
     Access, AccessFs, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd, Ruleset,
@@ -16,7 +17,7 @@ use seccompiler::{
     SeccompRule,
 };
 
-use super::{Policy, SandboxMode, Support};
+use crate::sandbox::{Policy, SandboxMode, Support};
 
 /// The newest Landlock ABI this code asks for (this crate version knows up to 7's rights).
 const TARGET_ABI: ABI = ABI::V7;
@@ -111,7 +112,7 @@ fn network_filter() -> io::Result<BpfProgram> {
 
 /// Applies `policy` to the calling thread. Fails (and the caller must not spawn) when a rule
 /// that should apply cannot.
-pub(super) fn restrict_current_thread(policy: &Policy) -> io::Result<()> {
+fn restrict_current_thread(policy: &Policy) -> io::Result<()> {
     if policy.mode != SandboxMode::Off {
         match landlock(policy)? {
             RulesetStatus::NotEnforced => {
@@ -127,12 +128,45 @@ pub(super) fn restrict_current_thread(policy: &Policy) -> io::Result<()> {
     Ok(())
 }
 
-/// Probes both mechanisms on a throwaway thread.
-pub(super) fn probe() -> Support {
+/// What enforces the file rules here.
+pub const FILES: &str = "Landlock";
+/// What enforces network off here.
+pub const NETWORK: &str = "seccomp";
+
+/// The command as given: the restrictions are applied by [`spawn`], not by a wrapper.
+pub fn wrap(program: PathBuf, args: Vec<OsString>, _policy: &Policy) -> (PathBuf, Vec<OsString>) {
+    (program, args)
+}
+
+/// Spawns `cmd` from a fresh thread that first restricts itself (Landlock, then the network
+/// filter); the child inherits the restrictions, the thread then ends, so the server is never
+/// restricted. Must be called inside a Tokio runtime.
+///
+/// Errors: a restriction could not be applied (nothing is started), or the spawn failed.
+pub async fn spawn(
+    mut cmd: tokio::process::Command,
+    policy: &Policy,
+) -> io::Result<tokio::process::Child> {
+    let handle = tokio::runtime::Handle::current();
+    let policy = policy.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("pi-sandbox-spawn".into())
+        .spawn(move || {
+            let _rt = handle.enter();
+            let r = restrict_current_thread(&policy).and_then(|()| cmd.spawn());
+            let _ = tx.send(r);
+        })?;
+    rx.await
+        .unwrap_or_else(|_| Err(io::Error::other("sandbox spawn thread died")))
+}
+
+/// Probes both mechanisms on a throwaway thread (its restrictions die with it).
+pub fn probe() -> Support {
     let joined = std::thread::Builder::new()
         .name("pi-sandbox-probe".into())
         .spawn(|| {
-            let landlock = (|| -> Result<u8, String> {
+            let files = (|| -> Result<String, String> {
                 let status = Ruleset::default()
                     .set_compatibility(CompatLevel::BestEffort)
                     .handle_access(AccessFs::from_all(TARGET_ABI))
@@ -147,20 +181,23 @@ pub(super) fn probe() -> Support {
                         Err("this kernel has no Landlock".into())
                     }
                     (RulesetStatus::NotEnforced, _) => Err("Landlock is not enforced".into()),
-                    (_, LandlockStatus::Available { effective_abi, .. }) => Ok(effective_abi as u8),
+                    (_, LandlockStatus::Available { effective_abi, .. }) => {
+                        Ok(format!("Landlock ABI {}", effective_abi as u8))
+                    }
                     (_, _) => Err("Landlock status unknown".into()),
                 }
             })();
-            let seccomp = network_filter()
+            let network = network_filter()
                 .and_then(|p| seccompiler::apply_filter(&p).map_err(other))
+                .map(|()| "seccomp".to_string())
                 .map_err(|e| e.to_string());
-            Support { landlock, seccomp }
+            Support { files, network }
         });
     match joined.map(|h| h.join()) {
         Ok(Ok(s)) => s,
         _ => Support {
-            landlock: Err("sandbox probe failed".into()),
-            seccomp: Err("sandbox probe failed".into()),
+            files: Err("sandbox probe failed".into()),
+            network: Err("sandbox probe failed".into()),
         },
     }
 }
