@@ -346,7 +346,10 @@ impl AgentSession {
             let settled = Arc::new(tokio::sync::Mutex::new(()));
             let mut subscriptions = vec![agent.subscribe(Arc::new(events::SessionEvents::new(
                 weak,
-                Recorder::new(writer.clone()),
+                Recorder::with_format(
+                    writer.clone(),
+                    crate::session::writes_pi16(&settings.merged),
+                ),
                 tracker.clone(),
                 listeners.clone(),
                 settled.clone(),
@@ -553,16 +556,19 @@ impl AgentSession {
         &self.agent
     }
 
-    /// How many messages the model context holds ([`Agent::message_count`]); counted from the
-    /// file's tree while the context is not built ([`SessionTree::message_count`]).
+    /// How many messages the agent holds as Pi 1.6 counts them: the model context
+    /// ([`Agent::message_count`]; counted from the file's tree while the context is not built,
+    /// [`SessionTree::message_count`]) and the stored system messages of the branch.
     pub fn message_count(&self) -> usize {
         let deferred = self.deferred.lock();
+        let Ok(w) = self.lock_writer() else {
+            return self.agent.message_count();
+        };
+        // Pi 1.6 counts the stored system messages its agent replays too.
         if *deferred {
-            if let Ok(w) = self.lock_writer() {
-                return w.tree().message_count(w.leaf());
-            }
+            return w.tree().agent_message_count(w.leaf());
         }
-        self.agent.message_count()
+        self.agent.message_count() + w.tree().system_message_count(w.leaf())
     }
 
     /// Builds the model context of a session opened without it (the branch at the writer's
@@ -663,12 +669,21 @@ impl AgentSession {
     }
 }
 
-/// Usage of every assistant message in the file (all branches).
+/// Usage of every assistant message in the file (all branches), with Pi 1.6's `usage` entries
+/// and the usage of compaction and branch summaries.
 pub fn file_usage(tree: &SessionTree) -> queue::UsageTotals {
     let mut t = queue::UsageTotals::default();
     for e in &tree.entries {
         if let Some(u) = e.assistant().and_then(|a| a.usage.as_ref()) {
             queue::add_usage(&mut t, u);
+        } else if matches!(e.kind.as_str(), "usage" | "compaction" | "branch_summary") {
+            // Pi 1.6: `usage` entries (any `kind`) and the summaries' own usage.
+            let raw = e.raw();
+            if let Ok(u) = serde_json::from_value::<pi_ai::Usage>(raw["usage"].clone()) {
+                if raw.get("usage").is_some() {
+                    queue::add_usage(&mut t, &u);
+                }
+            }
         }
     }
     t
