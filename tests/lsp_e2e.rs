@@ -227,6 +227,7 @@ async fn full_round(model: &str, utf8: bool) {
     assert_eq!(
         roles,
         [
+            "system",
             "user",
             "assistant",
             "toolResult",
@@ -466,6 +467,7 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
     assert_eq!(
         roles,
         [
+            ("system", ""),
             ("user", ""),
             ("assistant", "toolUse"),
             ("toolResult", "call_sleep"),
@@ -473,7 +475,7 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
         ]
         .map(|(a, b)| (a.to_string(), b.to_string()))
     );
-    assert_eq!(lines[5]["message"]["isError"], true);
+    assert_eq!(lines[6]["message"]["isError"], true);
     c.shutdown().await;
 }
 

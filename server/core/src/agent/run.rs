@@ -397,7 +397,7 @@ impl Run<'_> {
 
     /// The threshold check before every request, also between the requests of one turn (case
     /// CTX-03): compacts once per user turn when context tokens pass context window − reserve.
-    /// `Err` ends the run: even the compacted context does not fit.
+    /// `Err` ends the run: the compaction failed and the context does not fit the window.
     async fn compact_if_due(&mut self) -> Result<(), String> {
         let Some(cc) = &self.cfg.compaction else {
             return Ok(());
@@ -424,8 +424,13 @@ impl Run<'_> {
                 | CompactionError::Cancelled
                 | CompactionError::Session(_),
             ) => Ok(()),
-            // Compaction cannot bring the context under the threshold: stop with a clear error
-            // instead of sending what will not fit or compacting again (case CMP-04).
+            // A failed automatic compaction does not cost the user the turn while the context
+            // as it is still fits the window (the threshold keeps a reserve below it): the
+            // request goes out uncompacted, the failure reported by `compaction_end`. Not
+            // tried again this turn (case CMP-04: no compaction loop).
+            Err(_) if tokens < window => Ok(()),
+            // It does not fit either way: stop with a clear error instead of sending what will
+            // not fit (case CMP-04).
             Err(e @ CompactionError::DoesNotFit { .. }) => Err(e.to_string()),
             Err(_) => Err(CompactionError::DoesNotFit {
                 after: tokens,
