@@ -81,11 +81,19 @@ fn resume_path(ws: &WorkspaceConfig, resume: &Resume) -> Result<PathBuf, String>
             if p.is_file() {
                 return Ok(p);
             }
-            let found: Vec<_> = sessions.into_iter().filter(|x| x.id.starts_with(s.as_str())).collect();
+            let found: Vec<_> = sessions
+                .into_iter()
+                .filter(|x| x.id.starts_with(s.as_str()))
+                .collect();
             match found.as_slice() {
                 [one] => Ok(one.path.clone()),
-                [] => Err(format!("no session file {s} and no session of this folder with that id")),
-                many => Err(format!("{} sessions start with {s}; give more of the id", many.len())),
+                [] => Err(format!(
+                    "no session file {s} and no session of this folder with that id"
+                )),
+                many => Err(format!(
+                    "{} sessions start with {s}; give more of the id",
+                    many.len()
+                )),
             }
         }
     }
@@ -122,7 +130,11 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
     let ws = WorkspaceConfig::with_default_agent_dir(root, false);
     let mut out = std::io::stdout().lock();
     for s in folder_sessions(&ws) {
-        let title = s.name.clone().or(s.first_prompt.clone()).unwrap_or_default();
+        let title = s
+            .name
+            .clone()
+            .or(s.first_prompt.clone())
+            .unwrap_or_default();
         let when = chrono::DateTime::from_timestamp_millis(s.last_activity_ms)
             .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
             .unwrap_or_default();
@@ -147,7 +159,7 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
 }
 
 /// The model's text for a call the policy would ask about: `run` cannot ask.
-pub const CANNOT_ASK: &str = "Not run: the approval policy asks the user before this tool call, and `pi-lsp run` cannot ask. Run it again with --approve (or set approvalPolicy to \"approve-all\" or \"auto-edit\") to allow it.";
+pub const CANNOT_ASK: &str = "Not run: the approval policy asks the user before this tool call, and `pi-lsp run` cannot ask. Run it again with --approve-all (or set approvalPolicy to \"approve-all\" or \"auto-edit\") to allow it.";
 
 /// Prints the session's events (the session has saved them).
 struct PrintSink {
