@@ -84,7 +84,7 @@ fn demo_runs_offline_with_the_scripted_model() {
         ]
     );
     assert_eq!(
-        lines[9]["message"]["content"][0]["text"],
+        lines[10]["message"]["content"][0]["text"],
         "  7 README.md\n  6 src/greet.py\n 13 total\nHello, pi-lsp!\n"
     );
 }

@@ -427,10 +427,42 @@ impl AgentSession {
         }
         self.ensure_context();
         self.reconfigure();
+        if !self.agent.is_streaming() {
+            self.store_system_message();
+        }
         self.agent
             .prompt(messages)
             .map(|(run_id, _)| run_id)
             .map_err(|_| self.busy_error())
+    }
+
+    /// Pi 1.6: stores the system message the next run's prompt and tools call for (nothing
+    /// when the branch replays to them already, or with `sessions.format: "pi-0.73"`), before
+    /// the run starts, so every view of the file taken after a prompt holds it (the run's
+    /// `agent_start` checks again, for runs started otherwise). A failed write is logged: the
+    /// run's own appends report it.
+    fn store_system_message(&self) {
+        if !crate::session::writes_pi16(&self.ws.settings().merged) {
+            return;
+        }
+        let want = self.agent.with_config(|c| {
+            let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
+            crate::session::SystemState::of_run(&c.system_prompt, &specs)
+        });
+        let stored = self.lock_writer().and_then(|mut w| {
+            let have = w.tree().system_state(w.leaf());
+            match have.patch_to(&want, pi_ai::types::now_millis()) {
+                Some(m) => w
+                    .append(EntryData::Message {
+                        message: crate::session::StoredMessage::Json(m),
+                    })
+                    .map(|_| ()),
+                None => Ok(()),
+            }
+        });
+        if let Err(e) = stored {
+            tracing::error!("session not saved: {e}");
+        }
     }
 
     /// The error of a prompt without a queueing behaviour during a run.
