@@ -351,11 +351,26 @@ impl Run<'_> {
         )
     }
 
+    /// Tokens of the next request as the output budget counts them: the larger of the
+    /// usage-anchored figure ([`Self::request_tokens`]) and Pi's character estimate of
+    /// everything sent (`ceil(chars / 4)` of the system prompt, the tool specs and every
+    /// message), so input + requested output stays inside the window however the last usage
+    /// reads (a provider that reports less than it counts, usage from before an edit).
+    fn budget_tokens(&self) -> u64 {
+        let estimate = crate::compaction::request_tokens(
+            &self.cfg.system_prompt,
+            &self.specs,
+            &self.messages,
+            usize::MAX,
+        );
+        self.request_tokens().max(estimate)
+    }
+
     /// What the context window leaves for the answer of the next request, in tokens (`None`
     /// when the window is unknown).
     fn output_room(&self) -> Option<u64> {
         let window = self.cfg.model.context_window;
-        (window > 0).then(|| window.saturating_sub(self.request_tokens()))
+        (window > 0).then(|| window.saturating_sub(self.budget_tokens()))
     }
 
     /// Case 18.10: a request asks for at most the room its context leaves
@@ -387,7 +402,7 @@ impl Run<'_> {
                 return Ok(());
             }
         }
-        let tokens = self.request_tokens();
+        let tokens = self.budget_tokens();
         let window = self.cfg.model.context_window;
         Err(format!(
             "The context ({tokens} tokens) leaves {} of the model's {window}-token window for the answer, less than the {floor} tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.",
