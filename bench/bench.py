@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark of pi-lsp against Pi 0.73.1 on one loopback scripted model.
+"""Side-by-side benchmark of pi-lsp against Pi (1.6.0, and 0.73.1 as a second column) on one
+loopback scripted model.
 
 Run through `bench/run` (installs Pi, builds pi-lsp's `dist` profile, installs matplotlib). Each
 workload runs both harnesses alternately `--runs` times against the same model server; the
@@ -124,6 +125,16 @@ def start_model():
     return int(p.stdout.readline()), p
 
 # ---------------------------------------------------------------- process helpers
+
+def cpu_s(pid):
+    """CPU time (user + system) the process `pid` has used so far, in s (steadier than wall
+    time on a shared machine)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
 
 def peak_rss_mb(pid):
     try:
@@ -307,10 +318,13 @@ def measure(args, port, tmp):
     write_session(p10k, 10_000 * 105, False, ws)
     files["10k"] = (p10k, None)
     fig = {}
+    npis = len(args.pi)
     def rec(key, ours, pis):
-        fig.setdefault(key, {"ours": [], "pi": []})
+        """One run's figure `key`: pi-lsp's value and each Pi's (in `--pi` order)."""
+        fig.setdefault(key, {"ours": [], "pi": [[] for _ in range(npis)]})
         fig[key]["ours"].append(ours)
-        fig[key]["pi"].append(pis)
+        for i, v in enumerate(pis):
+            fig[key]["pi"][i].append(v)
 
     for run in range(args.runs):
         print(f"run {run + 1}/{args.runs}", flush=True)
@@ -319,10 +333,14 @@ def measure(args, port, tmp):
         fig.setdefault("floor", []).append(floor)
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize(); t_ready = time.perf_counter() - s.t0
         rss_idle = peak_rss_mb(s.p.pid)
+        c = cpu_s(s.p.pid)
         t = time.perf_counter(); s.prompt_to_end("rounds please"); t_rounds = time.perf_counter() - t
+        c_rounds = cpu_s(s.p.pid) - c
         rss = peak_rss_mb(s.p.pid)
         b0 = s.r.bytes; s.prompt_to_end("deltas please"); b_delta = (s.r.bytes - b0) / DELTAS
+        c = cpu_s(s.p.pid)
         t = time.perf_counter(); s.prompt_to_end("answer please"); t_answer = time.perf_counter() - t
+        c_answer = cpu_s(s.p.pid) - c
         s.close()
         # The same deltas with coalescing turned off (one event per delta, as a slow stream).
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize(coalesceDeltasMs=0)
@@ -342,16 +360,23 @@ def measure(args, port, tmp):
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize()
         b0 = s.r.bytes; s.prompt_to_end("paced please"); b_paced = (s.r.bytes - b0) / PACED_DELTAS
         s.close()
-        q = Pi(args.pi, ws, agent, sessions); q.request("get_state"); q_ready = time.perf_counter() - q.t0
-        q_rss_idle = peak_rss_mb(q.p.pid)
-        t = time.perf_counter(); q.prompt_to_end("rounds please"); q_rounds = time.perf_counter() - t
-        q_rss = peak_rss_mb(q.p.pid)
-        b0 = q.r.bytes; q.prompt_to_end("deltas please"); q_delta = (q.r.bytes - b0) / DELTAS
-        t = time.perf_counter(); q.prompt_to_end("answer please"); q_answer = time.perf_counter() - t
-        q.close()
+        q_ready, q_rss_idle, q_rounds, q_c_rounds, q_rss, q_delta, q_answer, q_c_answer = ([] for _ in range(8))
+        for pi in args.pi:
+            q = Pi(pi, ws, agent, sessions); q.request("get_state"); q_ready.append(time.perf_counter() - q.t0)
+            q_rss_idle.append(peak_rss_mb(q.p.pid))
+            c = cpu_s(q.p.pid)
+            t = time.perf_counter(); q.prompt_to_end("rounds please"); q_rounds.append(time.perf_counter() - t)
+            q_c_rounds.append(cpu_s(q.p.pid) - c)
+            q_rss.append(peak_rss_mb(q.p.pid))
+            b0 = q.r.bytes; q.prompt_to_end("deltas please"); q_delta.append((q.r.bytes - b0) / DELTAS)
+            c = cpu_s(q.p.pid)
+            t = time.perf_counter(); q.prompt_to_end("answer please"); q_answer.append(time.perf_counter() - t)
+            q_c_answer.append(cpu_s(q.p.pid) - c)
+            q.close()
         rec("start → ready (s)", t_ready, q_ready)
         rec("peak RSS when ready (MiB)", rss_idle, q_rss_idle)
         rec(f"{ROUNDS} tool rounds, prompt → agent_end (s)", t_rounds, q_rounds)
+        rec(f"CPU time of the {ROUNDS} tool rounds (s)", c_rounds, q_c_rounds)
         rec(f"peak RSS after the {ROUNDS} rounds (MiB)", rss, q_rss)
         rec(f"bytes to the client per streamed delta ({DELTAS} × {DELTA_CHARS} chars)", b_delta, q_delta)
         rec("the same, one event per delta (`coalesceDeltasMs: 0`)", b_single, q_delta)
@@ -360,6 +385,7 @@ def measure(args, port, tmp):
         rec(f"paced stream ({PACED_DELTAS} deltas, one per write every {PACE_MS} ms; Pi: its figure above)", b_paced, q_delta)
         rec("the paced stream, `compactDeltas: true`", b_paced_compact, q_delta)
         rec(f"{ANSWER_CHARS:,}-character answer, prompt → agent_end (s)", t_answer, q_answer)
+        rec(f"CPU time of the {ANSWER_CHARS:,}-character answer (s)", c_answer, q_c_answer)
         # session opens
         for name in ["long", "branchy", "1mb", "10mb", "10k"]:
             path = files[name][0]
@@ -375,11 +401,13 @@ def measure(args, port, tmp):
             t_page = time.perf_counter() - t
             assert page["result"]["entries"], page
             s.close()
-            q = Pi(args.pi, ws, agent, sessions, path); q.request("get_state")
-            q_open = time.perf_counter() - q.t0
-            q_rss = peak_rss_mb(q.p.pid)
-            t = time.perf_counter(); q.request("get_messages"); q_page = time.perf_counter() - t
-            q.close()
+            q_open, q_rss, q_page = [], [], []
+            for pi in args.pi:
+                q = Pi(pi, ws, agent, sessions, path); q.request("get_state")
+                q_open.append(time.perf_counter() - q.t0)
+                q_rss.append(peak_rss_mb(q.p.pid))
+                t = time.perf_counter(); q.request("get_messages"); q_page.append(time.perf_counter() - t)
+                q.close()
             mb = path.stat().st_size / 1e6
             if name in ("long", "branchy"):
                 rec(f"open a {mb:.0f} MB session ({name}), spawn → state (s)", t_open, q_open)
@@ -396,18 +424,20 @@ def measure(args, port, tmp):
         s.until(lambda m: len(done) == STREAMS,
                 lambda e: (e["event"]["type"] == "agent_end" and done.add(e["sessionId"])) or len(done) == STREAMS)
         t8 = time.perf_counter() - t; rss8 = peak_rss_mb(s.p.pid); s.close()
-        qs = [Pi(args.pi, ws, agent, sessions) for _ in range(STREAMS)]
-        for q in qs:
-            q.request("get_state")
-        t = time.perf_counter()
-        for i, q in enumerate(qs):
-            q.send({"id": "p", "type": "prompt", "message": f"stream {i}"})
-        for q in qs:
-            while q.r.next().get("type") != "agent_end":
-                pass
-        q8 = time.perf_counter() - t; qrss8 = sum(peak_rss_mb(q.p.pid) for q in qs)
-        for q in qs:
-            q.close()
+        q8, qrss8 = [], []
+        for pi in args.pi:
+            qs = [Pi(pi, ws, agent, sessions) for _ in range(STREAMS)]
+            for q in qs:
+                q.request("get_state")
+            t = time.perf_counter()
+            for i, q in enumerate(qs):
+                q.send({"id": "p", "type": "prompt", "message": f"stream {i}"})
+            for q in qs:
+                while q.r.next().get("type") != "agent_end":
+                    pass
+            q8.append(time.perf_counter() - t); qrss8.append(sum(peak_rss_mb(q.p.pid) for q in qs))
+            for q in qs:
+                q.close()
         rec(f"{STREAMS} sessions streaming at once, wall time (s)", t8, q8)
         rec(f"{STREAMS} sessions streaming at once, peak RSS (MiB; Pi: sum of {STREAMS} processes)", rss8, qrss8)
     return fig
@@ -420,15 +450,17 @@ def fmt(v):
     return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
 
 def report(fig, args, out_md, chart_dir):
+    names = args.pi_name
     rows = []
     for key, v in fig.items():
         if key.startswith("memory:") or key == "floor":
             continue
-        ratios = [p / o for o, p in zip(v["ours"], v["pi"]) if o > 0]
         show = (lambda x: f"{x:.1f}") if "(s)" not in key else fmt
-        rows.append((key, show(statistics.median(v["ours"])), f"{show(min(v['ours']))}–{show(max(v['ours']))}",
-                     show(statistics.median(v["pi"])), f"{statistics.median(ratios):.1f}×",
-                     f"{min(ratios):.1f}–{max(ratios):.1f}×"))
+        row = [key, show(statistics.median(v["ours"])), f"{show(min(v['ours']))}–{show(max(v['ours']))}"]
+        for pis in v["pi"]:
+            ratios = [p / o for o, p in zip(v["ours"], pis) if o > 0] or [float("nan")]
+            row += [show(statistics.median(pis)), f"{statistics.median(ratios):.1f}× ({min(ratios):.1f}–{max(ratios):.1f}×)"]
+        rows.append(tuple(row))
     charts = []
     try:
         import matplotlib
@@ -438,18 +470,20 @@ def report(fig, args, out_md, chart_dir):
         rk = f"{ROUNDS} tool rounds, prompt → agent_end (s)"
         mk = f"peak RSS after the {ROUNDS} rounds (MiB)"
         f, ax = plt.subplots(1, 2, figsize=(9, 3.5))
-        ax[0].bar(["pi-lsp", "Pi 0.73.1"], [statistics.median(fig[rk]["ours"]) / ROUNDS * 1000,
-                  statistics.median(fig[rk]["pi"]) / ROUNDS * 1000], color=["#2a7", "#888"])
+        colors = ["#2a7", "#888", "#bbb", "#ddd"][: len(names) + 1]
+        ax[0].bar(["pi-lsp"] + names, [statistics.median(fig[rk]["ours"]) / ROUNDS * 1000] +
+                  [statistics.median(p) / ROUNDS * 1000 for p in fig[rk]["pi"]], color=colors)
         ax[0].set_ylabel("ms per tool round"); ax[0].set_title("Time per tool round")
-        ax[1].bar(["pi-lsp", "Pi 0.73.1"], [statistics.median(fig[mk]["ours"]), statistics.median(fig[mk]["pi"])],
-                  color=["#2a7", "#888"])
+        ax[1].bar(["pi-lsp"] + names, [statistics.median(fig[mk]["ours"])] + [statistics.median(p) for p in fig[mk]["pi"]],
+                  color=colors)
         ax[1].set_ylabel("peak RSS (MiB)"); ax[1].set_title(f"Memory after {ROUNDS} rounds")
         f.tight_layout(); f.savefig(chart_dir / "rounds.png", dpi=110); plt.close(f)
-        mem = sorted((float(k.split(":")[1]), statistics.median(v["ours"]), statistics.median(v["pi"]))
+        mem = sorted((float(k.split(":")[1]), statistics.median(v["ours"]), [statistics.median(p) for p in v["pi"]])
                      for k, v in fig.items() if k.startswith("memory:"))
         f, ax = plt.subplots(figsize=(6, 3.5))
         ax.plot([m[0] for m in mem], [m[1] for m in mem], "o-", label="pi-lsp", color="#2a7")
-        ax.plot([m[0] for m in mem], [m[2] for m in mem], "o-", label="Pi 0.73.1", color="#888")
+        for i, name in enumerate(names):
+            ax.plot([m[0] for m in mem], [m[2][i] for m in mem], "o-", label=name, color=colors[i + 1])
         ax.set_xscale("log"); ax.set_xlabel("session file (MB)"); ax.set_ylabel("peak RSS opening it (MiB)")
         ax.legend(); ax.set_title("Memory against session size"); f.tight_layout()
         f.savefig(chart_dir / "session-memory.png", dpi=110); plt.close(f)
@@ -458,14 +492,15 @@ def report(fig, args, out_md, chart_dir):
         print("matplotlib not installed: no charts", file=sys.stderr)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")), "0")
-    lines = ["# Benchmarks: pi-lsp against Pi 0.73.1", "",
+    lines = [f"# Benchmarks: pi-lsp against {' and '.join(names)}", "",
              "Generated by `bench/run` (options `--runs N`, `--session-mb M`; the workloads are listed in `bench/bench.py`); re-run it to refresh this page.", "",
              f"Machine: {cpu}, {os.cpu_count()} CPUs, {int(mem) // 1024} MB RAM, {platform.system()} {platform.release()}; "
              f"pi-lsp built with the `{args.profile}` profile; "
-             f"{args.runs} runs, both harnesses alternately against the same loopback scripted model "
+             f"{args.runs} runs, the harnesses in turn against the same loopback scripted model "
              f"(Python, one HTTP response per request). Load average at the start: {os.getloadavg()[0]:.1f}.", "",
-             "| figure | pi-lsp (median) | pi-lsp spread | Pi 0.73.1 (median) | Pi / pi-lsp (median of pairs) | ratio spread |",
-             "|---|---|---|---|---|---|"]
+             "| figure | pi-lsp (median) | pi-lsp spread | " +
+             " | ".join(f"{n} (median) | {n} / pi-lsp (median of pairs, spread)" for n in names) + " |",
+             "|---|---|---|" + "---|---|" * len(names)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", "Ratios are taken pair by pair within one run, then the median. Memory is the peak "
               "resident set (`VmHWM`) of the server process (Pi: the node process), read right "
@@ -475,10 +510,12 @@ def report(fig, args, out_md, chart_dir):
     if fig.get("floor") and rk in fig:
         floor = statistics.median(fig["floor"])
         ours = statistics.median(fig[rk]["ours"])
-        lines += [f"The model server's own time for the {ROUNDS + 1} requests of the tool rounds "
-                  f"(a Python client on one keep-alive connection, the same bodies): {fmt(floor)} "
-                  f"(median); beyond it pi-lsp spends {(ours - floor) / ROUNDS * 1000:.2f} ms per round "
-                  f"and Pi {(statistics.median(fig[rk]['pi']) - floor) / ROUNDS * 1000:.2f} ms.", ""]
+        others = ", ".join(f"{n} {(statistics.median(p) - floor) / ROUNDS * 1000:.2f} ms"
+                           for n, p in zip(names, fig[rk]["pi"]))
+        lines += [f"Harness overhead: the model server's own time for the {ROUNDS + 1} requests of the tool rounds "
+                  f"(measured in the same run by a bare HTTP client: a Python client on one keep-alive "
+                  f"connection, the same bodies) is {fmt(floor)} (median); beyond it pi-lsp spends "
+                  f"{(ours - floor) / ROUNDS * 1000:.2f} ms per round, {others}.", ""]
     lines += [f"![chart]({c})" for c in charts]
     # The hand-written analysis below the table (from its heading on) is kept.
     notes = ""
@@ -494,7 +531,10 @@ def main():
     if sys.argv[1:] == ["--serve-model"]:
         return serve_model()
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pi", required=True)
+    ap.add_argument("--pi", action="append", required=True,
+                    help="a Pi binary; repeat for more columns (the first is the reference)")
+    ap.add_argument("--pi-name", action="append", default=[],
+                    help="the column name of each --pi, in order (default: Pi N)")
     ap.add_argument("--pi-lsp", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--session-mb", type=int, default=100)
@@ -502,7 +542,9 @@ def main():
     ap.add_argument("--profile", default="release", help="the cargo profile pi-lsp was built with (for the page)")
     args = ap.parse_args()
     # Both are spawned in the workspace folder: relative paths are the caller's.
-    args.pi, args.pi_lsp = os.path.abspath(args.pi), os.path.abspath(args.pi_lsp)
+    args.pi = [os.path.abspath(p) for p in args.pi]
+    args.pi_lsp = os.path.abspath(args.pi_lsp)
+    args.pi_name = (args.pi_name + [f"Pi {i + 1}" for i in range(len(args.pi))])[: len(args.pi)]
     port, model = start_model()
     tmp = Path(tempfile.mkdtemp(prefix="pi-bench-"))
     try:

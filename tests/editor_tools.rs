@@ -55,14 +55,17 @@ fn tool_message(mock: &MockModel, i: usize, call_id: &str) -> Value {
         .unwrap_or_else(|| panic!("no tool message for {call_id}"))
 }
 
-/// The `toolResult` message of `call_id` in the session file, without its timestamp.
+/// The `toolResult` message of `call_id` in the session file, without its timestamp and its
+/// `durationMs` (Pi 1.6's run time of the call, checked to be there: a whole number of ms).
 fn stored_result(ws: &Path, call_id: &str) -> Value {
     let mut m = session_lines(ws)
         .into_iter()
         .find(|l| l["type"] == "message" && l["message"]["toolCallId"] == call_id)
         .unwrap_or_else(|| panic!("no stored result for {call_id}"))["message"]
         .clone();
-    m.as_object_mut().unwrap().remove("timestamp");
+    let o = m.as_object_mut().unwrap();
+    o.remove("timestamp");
+    assert!(o.remove("durationMs").unwrap().is_u64(), "{call_id}");
     m
 }
 

@@ -72,6 +72,7 @@ fn demo_runs_offline_with_the_scripted_model() {
     assert_eq!(
         roles,
         [
+            "system",
             "user",
             "assistant",
             "toolResult",
@@ -83,7 +84,7 @@ fn demo_runs_offline_with_the_scripted_model() {
         ]
     );
     assert_eq!(
-        lines[9]["message"]["content"][0]["text"],
+        lines[10]["message"]["content"][0]["text"],
         "  7 README.md\n  6 src/greet.py\n 13 total\nHello, pi-lsp!\n"
     );
 }
@@ -282,9 +283,11 @@ async fn session_file_opens_in_pi_unchanged() {
         });
     assert_eq!(msgs["success"], true);
     assert_eq!(msgs["data"]["messages"], Value::Array(ours.clone()));
-    assert_eq!(ours.len(), 5);
+    // Pi 0.73.1 lists the stored system message too (and counts it).
+    assert_eq!(ours.len(), 6);
+    assert_eq!(ours[0]["role"], "system");
     let state = responses.iter().find(|r| r["id"] == "s").unwrap();
-    assert_eq!(state["data"]["messageCount"], 5);
+    assert_eq!(state["data"]["messageCount"], 6);
     assert_eq!(std::fs::read(&file).unwrap(), before, "Pi rewrote the file");
 }
 
@@ -490,4 +493,113 @@ async fn headless_run_loads_the_extensions_the_settings_enable() {
             "tmux_kill"
         ]
     );
+}
+
+/// Pi 1.6's print-mode flags: `--continue` goes on with the folder's latest session,
+/// `pi-lsp sessions` lists it, `--session` takes an id's start, text piped on stdin comes
+/// before the prompt, `--no-session` leaves no file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_session_sessions_stdin_and_no_session_as_pi() {
+    let tmp = TempDir::new("print-flags");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+        Step::text("four"),
+    ])
+    .await;
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let m = ["--model", "mock/mock-1"];
+    let ok = |out: &std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let out = tokio::task::block_in_place(|| run(&ws, &env, &[&m[..], &["first"]].concat()));
+    ok(&out);
+    let out = tokio::task::block_in_place(|| run(&ws, &env, &[&m[..], &["-c", "second"]].concat()));
+    ok(&out);
+    let users = |lines: &[Value]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l["message"]["role"] == "user")
+            .map(|l| {
+                l["message"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let lines = session_lines(&ws);
+    assert_eq!(users(&lines), ["first", "second"]);
+    // The listing: one session, this one.
+    let listed = tokio::task::block_in_place(|| {
+        let mut cmd = Command::new(pi_lsp_bin());
+        cmd.args(["sessions", "--json", "--workspace"]).arg(&ws);
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    });
+    ok(&listed);
+    let rows: Vec<Value> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let id = lines[0]["id"].as_str().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0]["id"].as_str(), rows[0]["firstPrompt"].as_str()),
+        (Some(id), Some("first"))
+    );
+    // --session by the id's start; stdin before the prompt.
+    let out = tokio::task::block_in_place(|| {
+        let mut cmd = Command::new(pi_lsp_bin());
+        cmd.arg("run")
+            .arg("--workspace")
+            .arg(&ws)
+            .args(m)
+            .args(["--session", &id[..8], "third"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(b"piped text\n").unwrap();
+        }
+        child.wait_with_output().unwrap()
+    });
+    ok(&out);
+    assert_eq!(
+        users(&session_lines(&ws)),
+        ["first", "second", "piped text\n\nthird"]
+    );
+    // --no-session: answered, and no file left.
+    let out = tokio::task::block_in_place(|| {
+        run(&ws, &env, &[&m[..], &["--no-session", "fourth"]].concat())
+    });
+    ok(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "four");
+    let files = std::fs::read_dir(ws.join(".pi/sessions"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "jsonl")
+        })
+        .count();
+    assert_eq!(files, 1);
 }

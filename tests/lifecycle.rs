@@ -407,13 +407,19 @@ async fn headless(name: &str, signal: i32) {
     let mock = MockModel::start(tool_script()).await;
     let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
     let mut cmd = tokio::process::Command::new(pi_lsp_bin());
-    cmd.args(["run", "--approve", "--model", "mock/mock-1", "--workspace"])
-        .arg(&ws)
-        .arg("go")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
+    cmd.args([
+        "run",
+        "--approve-all",
+        "--model",
+        "mock/mock-1",
+        "--workspace",
+    ])
+    .arg(&ws)
+    .arg("go")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true);
     for (k, v) in &env {
         cmd.env(k, v);
     }

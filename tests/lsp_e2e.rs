@@ -189,9 +189,10 @@ async fn full_round(model: &str, utf8: bool) {
         .unwrap();
     assert!(create < kinds[0].0 && kinds.last().unwrap().0 < agent_end_at);
 
-    // The session file: header, model, thinking level, then every message in order, chained.
+    // The session file: header, model, thinking level, the stored system message (Pi 1.6),
+    // then every message in order, chained.
     let lines = session_lines(&ws);
-    assert_eq!(lines.len(), 11);
+    assert_eq!(lines.len(), 12);
     assert_eq!(
         (
             lines[0]["type"].as_str(),
@@ -227,6 +228,7 @@ async fn full_round(model: &str, utf8: bool) {
     assert_eq!(
         roles,
         [
+            "system",
             "user",
             "assistant",
             "toolResult",
@@ -248,9 +250,9 @@ async fn full_round(model: &str, utf8: bool) {
         parent = l["id"].clone();
     }
     for (call_line, result_line, id, name) in [
-        (4, 5, "call_read", "read"),
-        (6, 7, "call_edit", "edit"),
-        (8, 9, "call_bash", "bash"),
+        (5, 6, "call_read", "read"),
+        (7, 8, "call_edit", "edit"),
+        (9, 10, "call_bash", "bash"),
     ] {
         assert_eq!(lines[call_line]["message"]["content"][0]["id"], id);
         assert_eq!(lines[call_line]["message"]["stopReason"], "toolUse");
@@ -263,11 +265,11 @@ async fn full_round(model: &str, utf8: bool) {
         );
     }
     assert_eq!(
-        lines[10]["message"]["content"],
+        lines[11]["message"]["content"],
         json!([{"type": "text", "text": "All done: value is now 3."}])
     );
-    assert_eq!(lines[10]["message"]["stopReason"], "stop");
-    assert_eq!(lines[10]["message"]["usage"]["totalTokens"], 110);
+    assert_eq!(lines[11]["message"]["stopReason"], "stop");
+    assert_eq!(lines[11]["message"]["usage"]["totalTokens"], 110);
     assert_eq!(
         std::fs::read_to_string(ws.join(".pi/sessions/.gitignore"))
             .unwrap()
@@ -466,6 +468,7 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
     assert_eq!(
         roles,
         [
+            ("system", ""),
             ("user", ""),
             ("assistant", "toolUse"),
             ("toolResult", "call_sleep"),
@@ -473,7 +476,7 @@ async fn abort_kills_the_process_group_and_pairs_the_call() {
         ]
         .map(|(a, b)| (a.to_string(), b.to_string()))
     );
-    assert_eq!(lines[5]["message"]["isError"], true);
+    assert_eq!(lines[6]["message"]["isError"], true);
     c.shutdown().await;
 }
 
@@ -937,7 +940,8 @@ async fn a_session_released_by_an_exiting_server_is_resumed_not_forked() {
     });
     let state = state.unwrap();
     assert_eq!(state["sessionId"], json!(sid));
-    assert_eq!(state["messageCount"], json!(2));
+    // The stored system message, the prompt, the answer (Pi 1.6's count).
+    assert_eq!(state["messageCount"], json!(3));
     b.request("agent/prompt", json!({"text": "second", "sessionId": sid}))
         .await
         .unwrap();
@@ -1054,6 +1058,7 @@ async fn a_session_file_resumes_in_a_new_server() {
         .collect();
     assert_eq!(roles, ["system", "user", "assistant", "user"]);
     let lines = session_lines(&ws);
-    assert_eq!(lines.iter().filter(|l| l["type"] == "message").count(), 4);
+    // The stored system message too (the second run's prompt and tools are the same: no patch).
+    assert_eq!(lines.iter().filter(|l| l["type"] == "message").count(), 5);
     b.shutdown().await;
 }

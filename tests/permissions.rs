@@ -690,13 +690,13 @@ async fn headless_run_cannot_ask_and_approve_allows() {
     assert_eq!(
         headless_bash_result(&out),
         (
-            "Not run: the approval policy asks the user before this tool call, and `pi-lsp run` cannot ask. Run it again with --approve (or set approvalPolicy to \"approve-all\" or \"auto-edit\") to allow it.".to_string(),
+            "Not run: the approval policy asks the user before this tool call, and `pi-lsp run` cannot ask. Run it again with --approve-all (or set approvalPolicy to \"approve-all\" or \"auto-edit\") to allow it.".to_string(),
             true
         )
     );
     assert!(!ws.join("made.txt").exists());
     let mock = MockModel::start(script()).await;
-    let out = headless(&ws, &tmp.path().join("agent"), &mock, &["--approve"]).await;
-    assert!(!headless_bash_result(&out).1, "--approve runs it");
+    let out = headless(&ws, &tmp.path().join("agent"), &mock, &["--approve-all"]).await;
+    assert!(!headless_bash_result(&out).1, "--approve-all runs it");
     assert!(ws.join("made.txt").exists());
 }

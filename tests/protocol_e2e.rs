@@ -176,8 +176,10 @@ async fn two_sessions_stream_at_once_without_mixing_events() {
             .request("agent/messages", json!({"sessionId": sid}))
             .await
             .unwrap();
-        assert_eq!(m["messages"][1]["content"][0]["text"], text.as_str());
-        assert_eq!(m["messages"].as_array().unwrap().len(), 2);
+        // The stored system message, the prompt, the answer.
+        assert_eq!(m["messages"][0]["role"], "system");
+        assert_eq!(m["messages"][2]["content"][0]["text"], text.as_str());
+        assert_eq!(m["messages"].as_array().unwrap().len(), 3);
     }
     // Each session has its own file and both are listed as open.
     let list = c.request("agent/session/list", json!({})).await.unwrap();
@@ -270,6 +272,8 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
         vec![
             ("model_change".to_string(), None, None),
             ("thinking_level_change".to_string(), None, None),
+            // Pi 1.6's stored system message: the prompt and tools of the first run.
+            ("message".to_string(), s("system"), s("")),
             ("message".to_string(), s("user"), s("first")),
             ("message".to_string(), s("assistant"), s("one")),
             ("message".to_string(), s("user"), s("second")),
@@ -277,7 +281,7 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
         ]
     );
     let id = |i: usize| entries[i]["id"].as_str().unwrap().to_string();
-    assert_eq!(tree["leafId"], id(5).as_str());
+    assert_eq!(tree["leafId"], id(6).as_str());
     for (i, e) in entries.iter().enumerate().skip(1) {
         assert_eq!(e["parentId"], id(i - 1).as_str());
     }
@@ -286,7 +290,7 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
     let l = c
         .request(
             "agent/session/label",
-            json!({"sessionId": sid, "entryId": id(4), "label": "  q2 "}),
+            json!({"sessionId": sid, "entryId": id(5), "label": "  q2 "}),
         )
         .await
         .unwrap();
@@ -301,7 +305,7 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
         .request("agent/session/tree", json!({"sessionId": sid}))
         .await
         .unwrap();
-    assert_eq!(tree2["entries"][4]["label"], "q2");
+    assert_eq!(tree2["entries"][5]["label"], "q2");
     assert_eq!(
         c.request("agent/state", json!({"sessionId": sid}))
             .await
@@ -346,7 +350,7 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
     let e = c
         .request(
             "agent/session/branch",
-            json!({"sessionId": sid, "entryId": id(2), "sumarize": true}),
+            json!({"sessionId": sid, "entryId": id(3), "sumarize": true}),
         )
         .await
         .unwrap_err();
@@ -377,14 +381,14 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
     let br = c
         .request(
             "agent/session/branch",
-            json!({"sessionId": sid, "entryId": id(3), "summarize": true, "customInstructions": "Keep names"}),
+            json!({"sessionId": sid, "entryId": id(4), "summarize": true, "customInstructions": "Keep names"}),
         )
         .await
         .unwrap();
     let summary = "The user explored a different conversation branch before returning here.\nSummary of that exploration:\n\nGoal: the second question.";
     assert_eq!(
         br,
-        json!({"leafId": br["summaryEntryId"], "summaryEntryId": br["summaryEntryId"], "summary": summary, "messageCount": 3})
+        json!({"leafId": br["summaryEntryId"], "summaryEntryId": br["summaryEntryId"], "summary": summary, "messageCount": 4})
     );
     let req = texts_of_mock_request(&mock, 2);
     assert!(req[0]
@@ -417,28 +421,35 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
         .collect();
     assert_eq!(
         roles,
-        ["user", "assistant", "branchSummary", "user", "assistant"]
+        [
+            "system",
+            "user",
+            "assistant",
+            "branchSummary",
+            "user",
+            "assistant"
+        ]
     );
-    assert_eq!(m["entryIds"][2], br["summaryEntryId"]);
+    assert_eq!(m["entryIds"][3], br["summaryEntryId"]);
 
     // Navigating to a user message puts the leaf at its parent and hands back its text.
     let br = c
         .request(
             "agent/session/branch",
-            json!({"sessionId": sid, "entryId": id(2)}),
+            json!({"sessionId": sid, "entryId": id(3)}),
         )
         .await
         .unwrap();
     assert_eq!(
         br,
-        json!({"leafId": id(1), "editorText": "first", "messageCount": 0})
+        json!({"leafId": id(2), "editorText": "first", "messageCount": 1})
     );
 
     // Fork at the second question: a new session with the path before it.
     let f = c
         .request(
             "agent/session/fork",
-            json!({"sessionId": sid, "entryId": id(4)}),
+            json!({"sessionId": sid, "entryId": id(5)}),
         )
         .await
         .unwrap();
@@ -446,19 +457,19 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
     let fid = f["session"]["sessionId"].as_str().unwrap().to_string();
     assert_ne!(fid, sid);
     assert_eq!(f["session"]["parentSession"], file.as_str());
-    assert_eq!(f["session"]["leafId"], id(3).as_str());
+    assert_eq!(f["session"]["leafId"], id(4).as_str());
     let fm = c
         .request("agent/messages", json!({"sessionId": fid}))
         .await
         .unwrap();
-    assert_eq!(fm["entryIds"], json!([id(2), id(3)]));
+    assert_eq!(fm["entryIds"], json!([id(2), id(3), id(4)]));
     // Clone: the active branch as it is (now ending before "first").
     let cl = c
         .request("agent/session/clone", json!({"sessionId": fid}))
         .await
         .unwrap();
-    assert_eq!(cl["session"]["leafId"], id(3).as_str());
-    assert_eq!(cl["session"]["messageCount"], 2);
+    assert_eq!(cl["session"]["leafId"], id(4).as_str());
+    assert_eq!(cl["session"]["messageCount"], 3);
 
     // Stats: Pi's get_session_stats (the model's context: messages, tokens, estimate), plus
     // every response in the fork's file.
@@ -469,7 +480,7 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
     assert_eq!(
         stats,
         json!({"sessionId": fid, "sessionFile": f["session"]["sessionFile"], "userMessages": 1, "assistantMessages": 1,
-            "toolCalls": 0, "toolResults": 0, "totalMessages": 2,
+            "toolCalls": 0, "toolResults": 0, "totalMessages": 3,
             "tokens": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "total": 110},
             "cost": 0.0,
             "sessionTokens": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "total": 110},
@@ -538,7 +549,7 @@ async fn session_tree_branch_fork_clone_label_name_stats_export() {
         .await
         .unwrap();
     assert_eq!(reopened["sessionId"], fid.as_str());
-    assert_eq!(reopened["messageCount"], 2);
+    assert_eq!(reopened["messageCount"], 3);
     // Opening a session that is open here answers it as it is and keeps its lock.
     let again = c
         .request("agent/session/open", json!({"path": file}))

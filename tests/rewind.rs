@@ -244,7 +244,8 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
         .await
         .unwrap();
     assert_eq!(state["leafId"], marker["id"]);
-    assert_eq!(state["messageCount"], 0);
+    // Before the first prompt: the stored system message only (Pi 1.6's count).
+    assert_eq!(state["messageCount"], 1);
 
     // Rewinding to the old leaf undoes the rewind: a.txt and c.txt come back, b.txt (still
     // the user's) is refused again.

@@ -911,6 +911,12 @@ impl Compactor for SessionCompactor {
             ));
         }
         let r = &p.result;
+        // Pi 1.6: the complete prompt/tool checkpoint at the boundary, when the branch stores
+        // its prompt (a file written as Pi 0.73.1 wrote them has none).
+        let system = w.tree().system_state(w.leaf());
+        let system_message = system
+            .seen
+            .then(|| system.checkpoint(pi_ai::types::now_millis()));
         w.append(crate::session::EntryData::Compaction {
             summary: r.summary.clone(),
             first_kept_entry_id: r.first_kept_entry_id.clone(),
@@ -918,6 +924,8 @@ impl Compactor for SessionCompactor {
             details: r.details.clone(),
             // Pi's `fromHook`: false unless an extension's session_before_compact made it.
             from_hook: false,
+            system_message,
+            usage: None,
         })
         .and_then(|_| w.sync_now())
         .map_err(|e| CompactionError::Session(e.to_string()))?;

@@ -195,6 +195,7 @@ async fn steering_is_queued_delivered_consumed_and_stored_in_order() {
         [
             "model_change",
             "thinking_level_change",
+            "message:system",
             "message:user",
             "message:assistant",
             "message:toolResult",
@@ -276,7 +277,9 @@ async fn custom_messages_bash_label_fork_branch_and_close_through_the_session() 
     // Branch back before the prompt (no summary): the context loses the answer.
     let branched = s.branch(Some(&first_user), false, None).await.unwrap();
     assert_eq!(branched.editor_text.as_deref(), Some("first"));
-    assert_eq!(branched.message_count, s.agent().messages().len());
+    // Pi 1.6's count: the model context and the stored system message before the prompt.
+    assert_eq!(branched.message_count, s.agent().messages().len() + 1);
+    assert_eq!(branched.message_count, s.message_count());
     assert!(!label.is_empty());
     // During a run: a custom message is queued as steering; close drops what is queued.
     s.prompt("second", Vec::new(), None, None).await.unwrap();
@@ -369,7 +372,8 @@ async fn a_reopened_session_builds_its_context_on_first_use() {
     });
     let r = AgentSession::resume(ws, setup, writer, loaded, None).unwrap();
     assert_eq!(r.agent_handle().message_count(), 0);
-    assert_eq!(r.message_count(), 4);
+    // The model context's four and the stored system message (Pi 1.6's count).
+    assert_eq!(r.message_count(), 5);
     r.send_custom_message(CustomMessage {
         custom_type: "note".into(),
         content: json!("later"),
@@ -383,7 +387,7 @@ async fn a_reopened_session_builds_its_context_on_first_use() {
     let after = r.agent().messages();
     assert_eq!(after.len(), 5);
     assert_eq!(after[..4], eager[..]);
-    assert_eq!(r.message_count(), 5);
+    assert_eq!(r.message_count(), 6);
     r.close().await;
 }
 

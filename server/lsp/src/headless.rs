@@ -36,13 +36,130 @@ pub struct RunArgs {
     /// Load the workspace's project configuration (`--trust`); see
     /// [`pi_core::resources`] for what that covers.
     pub trust: bool,
-    /// `--approve`: approve every tool call (`approvalPolicy` `approve-all` for this run).
+    /// `--approve-all`: approve every tool call (`approvalPolicy` `approve-all` for this run).
     pub approve: bool,
-    pub prompt: String,
+    /// `--continue` / `--session`: the session to continue (default: a new one).
+    pub resume: Option<Resume>,
+    /// `--no-session`: the session file is removed when the run ends.
+    pub no_session: bool,
+    /// `--thinking`: the thinking level for this run (Pi's names).
+    pub thinking: Option<String>,
+    /// The prompt's text (`None`: only what stdin gives).
+    pub prompt: Option<String>,
+}
+
+/// Which session `run` continues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resume {
+    /// The newest session of the workspace folder (`--continue`).
+    Latest,
+    /// A session file's path, or a session id or the start of one (`--session`).
+    Session(String),
+}
+
+/// The workspace folder's sessions in its sessions folder, newest first (files of other
+/// folders left out, as Pi's `--resume` picker shows them).
+fn folder_sessions(ws: &WorkspaceConfig) -> Vec<pi_core::session::SessionSummary> {
+    let root = ws.root().display().to_string();
+    pi_core::session::list_sessions(&pi_core::harness::sessions_dir(ws))
+        .into_iter()
+        .filter(|s| s.cwd.as_deref().is_none_or(|c| c == root))
+        .collect()
+}
+
+/// The session file `resume` names, or why there is none.
+fn resume_path(ws: &WorkspaceConfig, resume: &Resume) -> Result<PathBuf, String> {
+    let sessions = folder_sessions(ws);
+    match resume {
+        Resume::Latest => sessions
+            .into_iter()
+            .next()
+            .map(|s| s.path)
+            .ok_or_else(|| format!("no session of {} to continue", ws.root().display())),
+        Resume::Session(s) => {
+            let p = PathBuf::from(s);
+            if p.is_file() {
+                return Ok(p);
+            }
+            let found: Vec<_> = sessions
+                .into_iter()
+                .filter(|x| x.id.starts_with(s.as_str()))
+                .collect();
+            match found.as_slice() {
+                [one] => Ok(one.path.clone()),
+                [] => Err(format!(
+                    "no session file {s} and no session of this folder with that id"
+                )),
+                many => Err(format!(
+                    "{} sessions start with {s}; give more of the id",
+                    many.len()
+                )),
+            }
+        }
+    }
+}
+
+/// Text piped on stdin (nothing when stdin is a terminal).
+fn piped_stdin() -> Option<String> {
+    use std::io::{IsTerminal, Read};
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return None;
+    }
+    let mut text = String::new();
+    stdin.read_to_string(&mut text).ok()?;
+    (!text.trim().is_empty()).then_some(text)
+}
+
+/// The prompt as Pi's print mode builds it: piped input, then the argument.
+fn prompt_text(piped: Option<String>, arg: Option<String>) -> Option<String> {
+    match (piped, arg) {
+        (Some(p), Some(a)) => Some(format!("{}\n\n{a}", p.trim_end())),
+        (Some(p), None) => Some(p),
+        (None, a) => a,
+    }
+}
+
+/// `pi-lsp sessions`: prints the workspace folder's sessions; returns the exit code.
+#[allow(clippy::print_stdout, clippy::print_stderr)]
+pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
+    let Ok(root) = workspace.canonicalize() else {
+        eprintln!("pi-lsp: workspace {} is not a folder", workspace.display());
+        return 2;
+    };
+    let ws = WorkspaceConfig::with_default_agent_dir(root, false);
+    let mut out = std::io::stdout().lock();
+    for s in folder_sessions(&ws) {
+        let title = s
+            .name
+            .clone()
+            .or(s.first_prompt.clone())
+            .unwrap_or_default();
+        let when = chrono::DateTime::from_timestamp_millis(s.last_activity_ms)
+            .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        let _ = if json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"id": s.id, "path": s.path, "lastActivity": when,
+                    "entries": s.entry_count, "name": s.name, "firstPrompt": s.first_prompt})
+            )
+        } else {
+            writeln!(
+                out,
+                "{}  {when}  {:>5}  {}",
+                s.id,
+                s.entry_count,
+                title.lines().next().unwrap_or("")
+            )
+        };
+    }
+    0
 }
 
 /// The model's text for a call the policy would ask about: `run` cannot ask.
-pub const CANNOT_ASK: &str = "Not run: the approval policy asks the user before this tool call, and `pi-lsp run` cannot ask. Run it again with --approve (or set approvalPolicy to \"approve-all\" or \"auto-edit\") to allow it.";
+pub const CANNOT_ASK: &str = "Not run: the approval policy asks the user before this tool call, and `pi-lsp run` cannot ask. Run it again with --approve-all (or set approvalPolicy to \"approve-all\" or \"auto-edit\") to allow it.";
 
 /// Prints the session's events (the session has saved them).
 struct PrintSink {
@@ -236,18 +353,65 @@ pub async fn run(args: RunArgs) -> i32 {
         approve: args.approve,
         failed_save: failed_save.clone(),
     });
-    let session = match AgentSession::create(ws, setup, model, None) {
+    let Some(prompt) = prompt_text(piped_stdin(), args.prompt.clone()) else {
+        eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
+        return 2;
+    };
+    let session = match &args.resume {
+        None => AgentSession::create(ws, setup, model, None).map_err(|e| e.to_string()),
+        Some(r) => resume_path(&ws, r).and_then(|path| {
+            match pi_core::harness::open_file(&ws, &path, |_| None).map_err(|e| e.to_string())? {
+                pi_core::harness::Opening::Opened {
+                    writer,
+                    loaded,
+                    notices,
+                } => {
+                    for n in notices {
+                        eprintln!("{n}");
+                    }
+                    AgentSession::resume(ws, setup, writer, loaded, args.model.as_deref())
+                        .map_err(|e| e.to_string())
+                }
+                pi_core::harness::Opening::AlreadyOpen(id) => {
+                    Err(format!("session {id} is already open"))
+                }
+            }
+        }),
+    };
+    let session = match session {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pi-lsp: {e}");
             return 2;
         }
     };
+    if let Some(t) = &args.thinking {
+        let Some(level) = pi_ai::models::ThinkingLevel::parse(t) else {
+            eprintln!("pi-lsp: --thinking {t}: not a thinking level (off, minimal, low, medium, high, xhigh)");
+            return 2;
+        };
+        if let Err(e) = session.set_thinking_level(level) {
+            eprintln!("pi-lsp: {e}");
+            return 2;
+        }
+    }
+    let code = run_session(&session, &prompt, &failed_save).await;
+    if args.no_session {
+        let file = session.file();
+        session.close().await;
+        let _ = std::fs::remove_file(&file);
+    }
+    code
+}
+
+/// Runs `prompt` in `session` to its end; returns the exit code.
+#[allow(clippy::print_stderr)]
+async fn run_session(session: &Arc<AgentSession>, prompt: &str, failed_save: &AtomicBool) -> i32 {
     let session_path = session.file();
     let agent = session.agent().clone();
     // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
     let mut signals = crate::shutdown::Signals::listen();
-    match session.prompt(&args.prompt, Vec::new(), None, None).await {
+    match session.prompt(prompt, Vec::new(), None, None).await {
         // Extension commands come first (Pi: before templates and skills).
         Ok(PromptOutcome::Command(name)) => {
             eprintln!("pi-lsp: ran extension command /{name}");
@@ -264,7 +428,7 @@ pub async fn run(args: RunArgs) -> i32 {
         _ = agent.wait_for_idle() => {}
         n = signals.next() => {
             eprintln!("pi-lsp: signal {n}: stopping the run");
-            let targets = [crate::shutdown::Target::of(&session)];
+            let targets = [crate::shutdown::Target::of(session)];
             tokio::select! {
                 _ = crate::shutdown::stop(&targets) => {}
                 n = signals.next() => crate::shutdown::exit_now(128 + n),

@@ -41,16 +41,42 @@ enum Command {
         /// Print every agent event as one JSON line.
         #[arg(long)]
         json: bool,
-        /// Trust the workspace: load its project configuration (.pi/settings.json,
-        /// .pi/models.json, prompt templates, skills, SYSTEM.md, APPEND_SYSTEM.md).
-        #[arg(long)]
-        trust: bool,
-        /// Approve every tool call (approvalPolicy "approve-all" for this run); without it a
-        /// call the policy would ask about is not run (nobody can answer here).
-        #[arg(long)]
+        /// Trust the project folder, as Pi's `-a/--approve` does: load its project
+        /// configuration (.pi/settings.json, .pi/models.json, prompt templates, skills,
+        /// SYSTEM.md, APPEND_SYSTEM.md). `--trust` is the older name.
+        #[arg(short = 'a', long, alias = "trust")]
         approve: bool,
-        /// The prompt.
-        prompt: String,
+        /// Approve every tool call (approvalPolicy "approve-all" for this run); without it a
+        /// call the policy would ask about is not run (nobody can answer here). Before Pi
+        /// 1.6's meaning of `--approve`, this was `--approve`.
+        #[arg(long)]
+        approve_all: bool,
+        /// Continue the latest session of the workspace folder (Pi's `-c/--continue`).
+        #[arg(short = 'c', long, conflicts_with_all = ["session", "no_session"])]
+        r#continue: bool,
+        /// Continue a session: a session file's path, or a session id (or the start of one)
+        /// of the workspace's sessions folder.
+        #[arg(long, conflicts_with = "no_session")]
+        session: Option<String>,
+        /// Keep no session file (it is removed when the run ends).
+        #[arg(long)]
+        no_session: bool,
+        /// Thinking level for this run: off, minimal, low, medium, high, xhigh (clamped to
+        /// what the model has).
+        #[arg(long)]
+        thinking: Option<String>,
+        /// The prompt. Text piped on stdin is put before it, as Pi's print mode does.
+        prompt: Option<String>,
+    },
+    /// List the workspace folder's sessions, newest first, as Pi's `--resume` picker shows
+    /// them: id, last activity, message entries, name or first prompt.
+    Sessions {
+        /// Workspace folder (default: the current folder).
+        #[arg(long, default_value = ".")]
+        workspace: PathBuf,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -70,20 +96,35 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
+        Some(Command::Sessions { workspace, json }) => {
+            std::process::exit(pi_lsp::headless::list(&workspace, json));
+        }
         Some(Command::Run {
             workspace,
             model,
             json,
-            trust,
             approve,
+            approve_all,
+            r#continue,
+            session,
+            no_session,
+            thinking,
             prompt,
         }) => {
+            let resume = match (r#continue, session) {
+                (true, _) => Some(pi_lsp::headless::Resume::Latest),
+                (false, Some(s)) => Some(pi_lsp::headless::Resume::Session(s)),
+                (false, None) => None,
+            };
             let code = rt.block_on(pi_lsp::headless::run(pi_lsp::headless::RunArgs {
                 workspace,
                 model,
                 json,
-                trust,
-                approve,
+                trust: approve,
+                approve: approve_all,
+                resume,
+                no_session,
+                thinking,
                 prompt,
             }));
             rt.shutdown_timeout(std::time::Duration::from_millis(200));

@@ -705,10 +705,11 @@ pub struct StatsTokens {
     pub total: u64,
 }
 
-/// `agent/session/stats` result (Pi's `get_session_stats`, same scope): message counts,
-/// tokens and cost of the model's context (Pi's `state.messages`: after a compaction its
-/// summary and the kept messages), plus pi-lsp's `sessionTokens` / `sessionCost` (every
-/// response in the file, abandoned branches and compacted turns included: what was paid).
+/// `agent/session/stats` result (Pi 1.6's `get_session_stats`, same scope): counts of every
+/// `message` entry in the file (stored system messages in `totalMessages`), tokens and cost
+/// of every response, `usage` entry and summary usage in the file (abandoned branches and
+/// compacted turns included: what was paid); `sessionTokens` / `sessionCost` are the same
+/// figures (pi-lsp's, from when `tokens` covered the context only, as in Pi 0.73.1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionStatsResult {

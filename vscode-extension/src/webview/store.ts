@@ -337,6 +337,9 @@ function applyToolResultMessage(s: Store, message: any): void {
 function applyMessage(s: Store, message: any, entryId: string | undefined, streaming: boolean): string | null {
   const role = message?.role;
   const fallback = `entry:${entryId ?? s.order.length}`;
+  // Pi 1.6's stored system messages (the prompt and tools a run started with): not part of
+  // the conversation a user reads.
+  if (role === "system") return null;
   if (role === "toolResult") {
     applyToolResultMessage(s, message);
     return `tool:${message.toolCallId}`;

@@ -386,11 +386,26 @@ impl Run<'_> {
         )
     }
 
+    /// Tokens of the next request as the output budget counts them: the larger of the
+    /// usage-anchored figure ([`Self::request_tokens`]) and Pi's character estimate of
+    /// everything sent (`ceil(chars / 4)` of the system prompt, the tool specs and every
+    /// message), so input + requested output stays inside the window however the last usage
+    /// reads (a provider that reports less than it counts, usage from before an edit).
+    fn budget_tokens(&self) -> u64 {
+        let estimate = crate::compaction::request_tokens(
+            &self.cfg.system_prompt,
+            &self.specs,
+            &self.messages,
+            usize::MAX,
+        );
+        self.request_tokens().max(estimate)
+    }
+
     /// What the context window leaves for the answer of the next request, in tokens (`None`
     /// when the window is unknown).
     fn output_room(&self) -> Option<u64> {
         let window = self.cfg.model.context_window;
-        (window > 0).then(|| window.saturating_sub(self.request_tokens()))
+        (window > 0).then(|| window.saturating_sub(self.budget_tokens()))
     }
 
     /// Case 18.10: a request asks for at most the room its context leaves
@@ -422,7 +437,7 @@ impl Run<'_> {
                 return Ok(());
             }
         }
-        let tokens = self.request_tokens();
+        let tokens = self.budget_tokens();
         let window = self.cfg.model.context_window;
         Err(format!(
             "The context ({tokens} tokens) leaves {} of the model's {window}-token window for the answer, less than the {floor} tokens a response needs. Compact the session, start a new one, or switch to a model with a larger context window.",
@@ -432,7 +447,7 @@ impl Run<'_> {
 
     /// The threshold check before every request, also between the requests of one turn (case
     /// CTX-03): compacts once per user turn when context tokens pass context window − reserve.
-    /// `Err` ends the run: even the compacted context does not fit.
+    /// `Err` ends the run: the compaction failed and the context does not fit the window.
     async fn compact_if_due(&mut self) -> Result<(), String> {
         let Some(cc) = &self.cfg.compaction else {
             return Ok(());
@@ -459,8 +474,13 @@ impl Run<'_> {
                 | CompactionError::Cancelled
                 | CompactionError::Session(_),
             ) => Ok(()),
-            // Compaction cannot bring the context under the threshold: stop with a clear error
-            // instead of sending what will not fit or compacting again (case CMP-04).
+            // A failed automatic compaction does not cost the user the turn while the context
+            // as it is still fits the window (the threshold keeps a reserve below it): the
+            // request goes out uncompacted, the failure reported by `compaction_end`. Not
+            // tried again this turn (case CMP-04: no compaction loop).
+            Err(_) if tokens < window => Ok(()),
+            // It does not fit either way: stop with a clear error instead of sending what will
+            // not fit (case CMP-04).
             Err(e @ CompactionError::DoesNotFit { .. }) => Err(e.to_string()),
             Err(_) => Err(CompactionError::DoesNotFit {
                 after: tokens,

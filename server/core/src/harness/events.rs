@@ -59,6 +59,35 @@ impl SessionEvents {
     }
 }
 
+impl SessionEvents {
+    /// Records `event` with what Pi 1.6 stores beside it: at a run's start the system message
+    /// its prompt and tools call for, on an assistant message the thinking level asked for.
+    fn record(&self, event: &AgentEvent) -> Result<(), crate::session::SessionError> {
+        let agent = self.agent.upgrade();
+        if !self.recorder.pi16() {
+            return self.recorder.record(event);
+        }
+        let level = match (event, agent.as_ref()) {
+            (AgentEvent::AgentStart, Some(a)) => {
+                let want = a.with_config(|c| {
+                    let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
+                    crate::session::SystemState::of_run(&c.system_prompt, &specs)
+                });
+                self.recorder.record_system(&want)?;
+                None
+            }
+            (
+                AgentEvent::MessageEnd {
+                    message: pi_ai::Message::Assistant(_),
+                },
+                Some(a),
+            ) => Some(a.with_config(|c| super::thinking_level_name(&c.model).to_string())),
+            _ => None,
+        };
+        self.recorder.record_stamped(event, level.as_deref())
+    }
+}
+
 #[async_trait]
 impl EventSink for SessionEvents {
     async fn emit(&self, event: AgentEvent) {
@@ -75,7 +104,7 @@ impl EventSink for SessionEvents {
         let recorded = match substitute {
             // A delivered custom message or shell output is stored as what it is.
             Some(entry) => self.recorder.record_entry(entry),
-            None => self.recorder.record(&event),
+            None => self.record(&event),
         };
         if let Err(e) = recorded {
             tracing::error!("session not saved: {e}");

@@ -900,7 +900,11 @@ impl AgentSession {
         } else {
             Vec::new()
         };
-        let count = messages.len();
+        // Pi 1.6's count: the stored system messages the branch replays too.
+        let count = messages.len()
+            + leaf
+                .as_deref()
+                .map_or(0, |l| tree.system_message_count(Some(l)));
         self.set_messages(messages).map_err(|_| busy())?;
         Ok(BranchOutcome {
             leaf_id: leaf,

@@ -356,7 +356,10 @@ impl AgentSession {
             let settled = Arc::new(tokio::sync::Mutex::new(()));
             let mut subscriptions = vec![agent.subscribe(Arc::new(events::SessionEvents::new(
                 weak,
-                Recorder::new(writer.clone()),
+                Recorder::with_format(
+                    writer.clone(),
+                    crate::session::writes_pi16(&settings.merged),
+                ),
                 tracker.clone(),
                 listeners.clone(),
                 settled.clone(),
@@ -436,10 +439,42 @@ impl AgentSession {
         }
         self.ensure_context();
         self.reconfigure();
+        if !self.agent.is_streaming() {
+            self.store_system_message();
+        }
         self.agent
             .prompt(messages)
             .map(|(run_id, _)| run_id)
             .map_err(|_| self.busy_error())
+    }
+
+    /// Pi 1.6: stores the system message the next run's prompt and tools call for (nothing
+    /// when the branch replays to them already, or with `sessions.format: "pi-0.73"`), before
+    /// the run starts, so every view of the file taken after a prompt holds it (the run's
+    /// `agent_start` checks again, for runs started otherwise). A failed write is logged: the
+    /// run's own appends report it.
+    fn store_system_message(&self) {
+        if !crate::session::writes_pi16(&self.ws.settings().merged) {
+            return;
+        }
+        let want = self.agent.with_config(|c| {
+            let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
+            crate::session::SystemState::of_run(&c.system_prompt, &specs)
+        });
+        let stored = self.lock_writer().and_then(|mut w| {
+            let have = w.tree().system_state(w.leaf());
+            match have.patch_to(&want, pi_ai::types::now_millis()) {
+                Some(m) => w
+                    .append(EntryData::Message {
+                        message: crate::session::StoredMessage::Json(m),
+                    })
+                    .map(|_| ()),
+                None => Ok(()),
+            }
+        });
+        if let Err(e) = stored {
+            tracing::error!("session not saved: {e}");
+        }
     }
 
     /// The error of a prompt without a queueing behaviour during a run.
@@ -565,16 +600,19 @@ impl AgentSession {
         &self.agent
     }
 
-    /// How many messages the model context holds ([`Agent::message_count`]); counted from the
-    /// file's tree while the context is not built ([`SessionTree::message_count`]).
+    /// How many messages the agent holds as Pi 1.6 counts them: the model context
+    /// ([`Agent::message_count`]; counted from the file's tree while the context is not built,
+    /// [`SessionTree::message_count`]) and the stored system messages of the branch.
     pub fn message_count(&self) -> usize {
         let deferred = self.deferred.lock();
+        let Ok(w) = self.lock_writer() else {
+            return self.agent.message_count();
+        };
+        // Pi 1.6 counts the stored system messages its agent replays too.
         if *deferred {
-            if let Ok(w) = self.lock_writer() {
-                return w.tree().message_count(w.leaf());
-            }
+            return w.tree().agent_message_count(w.leaf());
         }
-        self.agent.message_count()
+        self.agent.message_count() + w.tree().system_message_count(w.leaf())
     }
 
     /// Builds the model context of a session opened without it (the branch at the writer's
@@ -675,12 +713,21 @@ impl AgentSession {
     }
 }
 
-/// Usage of every assistant message in the file (all branches).
+/// Usage of every assistant message in the file (all branches), with Pi 1.6's `usage` entries
+/// and the usage of compaction and branch summaries.
 pub fn file_usage(tree: &SessionTree) -> queue::UsageTotals {
     let mut t = queue::UsageTotals::default();
     for e in &tree.entries {
         if let Some(u) = e.assistant().and_then(|a| a.usage.as_ref()) {
             queue::add_usage(&mut t, u);
+        } else if matches!(e.kind.as_str(), "usage" | "compaction" | "branch_summary") {
+            // Pi 1.6: `usage` entries (any `kind`) and the summaries' own usage.
+            let raw = e.raw();
+            if let Ok(u) = serde_json::from_value::<pi_ai::Usage>(raw["usage"].clone()) {
+                if raw.get("usage").is_some() {
+                    queue::add_usage(&mut t, &u);
+                }
+            }
         }
     }
     t

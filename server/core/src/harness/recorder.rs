@@ -7,13 +7,33 @@
 //! the session is no longer being saved and stops the run. Saving never fails silently.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use pi_ai::Message;
+use serde_json::{json, Map, Value};
 
 use crate::agent::AgentEvent;
-use crate::session::{EntryData, SessionError, SessionWriter};
+use crate::session::{EntryData, SessionError, SessionWriter, StoredMessage, SystemState};
 
 /// Appends a run's messages to its session file; see the module doc.
 pub struct Recorder {
     writer: Arc<Mutex<SessionWriter>>,
+    /// Write Pi 1.6's entries and fields (setting `sessions.format`, [`crate::session::writes_pi16`]).
+    pi16: bool,
+    /// When the streaming assistant message and each running tool call started.
+    started: parking_lot::Mutex<Started>,
+}
+
+/// Start times of what is running, for Pi 1.6's `durationMs`.
+#[derive(Default)]
+struct Started {
+    assistant: Option<Instant>,
+    tools: Vec<(String, Instant)>,
+}
+
+/// Milliseconds since `t`.
+fn millis_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The error for a writer whose lock was poisoned (`w`: the writer, taken from the poison).
@@ -29,7 +49,95 @@ fn poisoned(w: &SessionWriter) -> SessionError {
 impl Recorder {
     /// A recorder appending to `writer`.
     pub fn new(writer: Arc<Mutex<SessionWriter>>) -> Self {
-        Recorder { writer }
+        Self::with_format(writer, true)
+    }
+
+    /// A recorder appending to `writer`; `pi16`: with Pi 1.6's entries and fields (stored
+    /// system messages, `durationMs`, `thinkingLevel`), else as Pi 0.73.1 wrote files.
+    pub fn with_format(writer: Arc<Mutex<SessionWriter>>, pi16: bool) -> Self {
+        Recorder {
+            writer,
+            pi16,
+            started: parking_lot::Mutex::new(Started::default()),
+        }
+    }
+
+    /// Whether this recorder writes Pi 1.6's entries and fields.
+    pub fn pi16(&self) -> bool {
+        self.pi16
+    }
+
+    /// Stores the system message that takes the branch's replayed prompt and tools to `want`
+    /// (Pi 1.6: the first request of a session stores them all, a change stores a patch);
+    /// nothing when they are the same, or when writing as Pi 0.73.1.
+    pub fn record_system(&self, want: &SystemState) -> Result<(), SessionError> {
+        if !self.pi16 {
+            return Ok(());
+        }
+        let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+        let have = w.tree().system_state(w.leaf());
+        match have.patch_to(want, pi_ai::types::now_millis()) {
+            Some(m) => w
+                .append(EntryData::Message {
+                    message: StoredMessage::Json(m),
+                })
+                .map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `event` with Pi 1.6's stamps on what it stores: an assistant message's
+    /// `durationMs` (from its `message_start`) and `thinkingLevel` (`thinking_level`, the
+    /// level the request asked for), a tool result's `durationMs` (from its
+    /// `tool_execution_start`).
+    pub fn record_stamped(
+        &self,
+        event: &AgentEvent,
+        thinking_level: Option<&str>,
+    ) -> Result<(), SessionError> {
+        if !self.pi16 {
+            return self.record(event);
+        }
+        match event {
+            AgentEvent::MessageStart {
+                message: Message::Assistant(_),
+            } => self.started.lock().assistant = Some(Instant::now()),
+            AgentEvent::ToolExecutionStart { tool_call_id, .. } => self
+                .started
+                .lock()
+                .tools
+                .push((tool_call_id.clone(), Instant::now())),
+            AgentEvent::MessageEnd { message } => {
+                let mut stamps = Map::new();
+                match message {
+                    Message::Assistant(_) => {
+                        if let Some(t) = self.started.lock().assistant.take() {
+                            stamps.insert("durationMs".into(), json!(millis_since(t)));
+                        }
+                        if let Some(level) = thinking_level {
+                            stamps.insert("thinkingLevel".into(), Value::from(level));
+                        }
+                    }
+                    Message::ToolResult(r) => {
+                        let mut started = self.started.lock();
+                        if let Some(i) = started
+                            .tools
+                            .iter()
+                            .position(|(id, _)| *id == r.tool_call_id)
+                        {
+                            let (_, t) = started.tools.swap_remove(i);
+                            stamps.insert("durationMs".into(), json!(millis_since(t)));
+                        }
+                    }
+                    Message::User(_) => {}
+                }
+                let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+                return w.append_message_stamped(message, stamps).map(|_| ());
+            }
+            AgentEvent::AgentEnd { .. } => *self.started.lock() = Started::default(),
+            _ => {}
+        }
+        self.record(event)
     }
 
     /// Appends the entry `data` (a delivered custom message or shell output stored as what it

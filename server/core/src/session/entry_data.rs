@@ -1,5 +1,7 @@
 //! What the harness appends to a session file: one typed value per entry kind, written with
-//! Pi 0.73.1's keys in Pi's order (`type`, `id`, `parentId`, `timestamp` come from the writer).
+//! Pi's keys in Pi's order (`type`, `id`, `parentId`, `timestamp` come from the writer). The
+//! fields Pi 1.6 added (`systemMessage` and `usage` on a compaction, `usage` on a branch
+//! summary) are left out when absent, as Pi 0.73.1 wrote them.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -28,6 +30,13 @@ pub enum EntryData {
         tokens_before: u64,
         details: Value,
         from_hook: bool,
+        /// Pi 1.6: the complete prompt/tool checkpoint at the boundary
+        /// ([`super::SystemState::checkpoint`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        system_message: Option<Value>,
+        /// Pi 1.6: the usage of the summary request.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<pi_ai::Usage>,
     },
     /// What an abandoned branch concluded (`branch_summary`), attached at `fromId` (`"root"`
     /// for the root); `details` `{readFiles, modifiedFiles}` when known.
@@ -37,6 +46,9 @@ pub enum EntryData {
         #[serde(skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
         from_hook: bool,
+        /// Pi 1.6: the usage of the summary request.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<pi_ai::Usage>,
     },
     /// Sets (or, without `label`, clears) the label of entry `targetId` (`label`).
     Label {
@@ -66,6 +78,11 @@ pub enum EntryData {
 pub enum StoredMessage {
     Message(pi_ai::Message),
     BashExecution(BashExecution),
+    /// A message as JSON with fields pi-ai's types do not hold: an assistant message or tool
+    /// result with Pi 1.6's `durationMs` / `thinkingLevel` (see
+    /// [`super::SessionWriter::append_message_stamped`]), a stored system message
+    /// ([`super::SystemState::patch_to`]).
+    Json(Value),
 }
 
 /// Pi's `bashExecution` message: a command the user ran (`!cmd`), its output (truncated as Pi
@@ -113,6 +130,7 @@ mod tests {
             summary: "s".into(),
             details: None,
             from_hook: false,
+            usage: None,
         }
         .into_parts();
         assert_eq!(kind, "branch_summary");

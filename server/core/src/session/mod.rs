@@ -14,6 +14,7 @@
 //! parse is moved to a `.corrupt` sidecar and cut off before anything is appended; unparseable
 //! or NUL-filled lines in the middle are skipped and counted in a warning.
 
+mod context_edit;
 mod convert;
 mod dirs;
 mod entry_data;
@@ -23,15 +24,20 @@ mod list;
 mod load;
 mod read;
 mod repair;
+mod system_message;
 mod tree;
 mod view;
 mod writer;
 
+pub use context_edit::ContextEdits;
 pub use entry_data::{BashExecution, EntryData, StoredMessage};
 pub use line::AssistantInfo;
 pub use list::{
     file_ownership, header_cwd, list_sessions, list_workspace_sessions, ownership, Ownership,
     SessionSummary,
+};
+pub use system_message::{
+    is_system, system_message_count, writes_pi16, SystemState, PROMPT_SECTION,
 };
 pub use tree::{
     bash_execution_text, convert_message, entry_message, path_messages, path_messages_with, Entry,

@@ -359,6 +359,7 @@ pub fn path_messages_with(
     mut message: impl FnMut(usize, &Entry) -> Option<Message>,
 ) -> Vec<Message> {
     let plan = path_plan(path, proposed);
+    let edits = super::context_edit::ContextEdits::on_path(path);
     let mut out = Vec::new();
     if let Some((summary, ts)) = plan.summary {
         out.push(user(
@@ -367,7 +368,13 @@ pub fn path_messages_with(
         ));
     }
     for range in plan.ranges {
-        out.extend(range.filter_map(|k| message(k, path[k])));
+        out.extend(range.filter_map(|k| match &edits {
+            // Pi 1.6's projection: the latest `context_edit` of the entry on this path.
+            Some(edits) if edits.get(&path[k].id).is_some() => {
+                edits.apply(&path[k].id, message(k, path[k]))
+            }
+            _ => message(k, path[k]),
+        }));
     }
     out
 }
@@ -376,10 +383,15 @@ pub fn path_messages_with(
 /// ([`Entry::is_visible`]).
 pub fn path_message_count(path: &[&Entry]) -> usize {
     let plan = path_plan(path, None);
+    let edits = super::context_edit::ContextEdits::on_path(path);
+    let omitted = |e: &Entry| edits.as_ref().is_some_and(|x| x.omits(&e.id));
     let visible: usize = plan
         .ranges
         .into_iter()
-        .map(|r| r.filter(|&k| path[k].is_visible()).count())
+        .map(|r| {
+            r.filter(|&k| path[k].is_visible() && !omitted(path[k]))
+                .count()
+        })
         .sum();
     usize::from(plan.summary.is_some()) + visible
 }
@@ -666,7 +678,7 @@ impl SessionTree {
         let plain = indices.iter().all(|&i| {
             !matches!(
                 self.entries[i].kind.as_str(),
-                "compaction" | "custom_message" | "branch_summary"
+                "compaction" | "custom_message" | "branch_summary" | "context_edit"
             )
         });
         if !(in_order && plain && parsed.len() == self.entries.len()) {
@@ -712,6 +724,35 @@ impl SessionTree {
         let indices = self.path_indices(leaf);
         let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
         path_message_count(&path)
+    }
+
+    /// How many messages Pi 1.6's agent holds at `leaf` (its `messageCount`): the model
+    /// context's ([`SessionTree::message_count`]) and the stored system messages it replays
+    /// ([`super::system_message_count`]).
+    pub fn agent_message_count(&self, leaf: Option<&str>) -> usize {
+        self.message_count(leaf) + self.system_message_count(leaf)
+    }
+
+    /// The stored system messages of the agent's messages at `leaf` (default: the last
+    /// entry), see [`super::system_message_count`].
+    pub fn system_message_count(&self, leaf: Option<&str>) -> usize {
+        let Some(leaf) = leaf.or(self.last_id()) else {
+            return 0;
+        };
+        let indices = self.path_indices(leaf);
+        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+        super::system_message_count(&path)
+    }
+
+    /// What the branch at `leaf` (default: the last entry) replays its prompt and tools to
+    /// ([`super::SystemState::of_path`]).
+    pub fn system_state(&self, leaf: Option<&str>) -> super::SystemState {
+        let Some(leaf) = leaf.or(self.last_id()) else {
+            return super::SystemState::default();
+        };
+        let indices = self.path_indices(leaf);
+        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+        super::SystemState::of_path(&path)
     }
 
     fn context_with(

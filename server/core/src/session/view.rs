@@ -35,8 +35,14 @@ pub fn context_entries<'a>(path: &[&'a Entry]) -> Vec<&'a Entry> {
         .iter()
         .position(|e| Some(&e.id) == first_kept.as_ref())
         .unwrap_or(ci);
+    // Pi 1.6: the compaction's checkpoint stands for the system messages it kept.
     std::iter::once(path[ci])
-        .chain(path[start..ci].iter().copied().filter(gives))
+        .chain(
+            path[start..ci]
+                .iter()
+                .copied()
+                .filter(|e| gives(e) && !super::is_system(e)),
+        )
         .chain(path[ci + 1..].iter().copied().filter(gives))
         .collect()
 }
@@ -117,10 +123,31 @@ pub fn context_agent_messages(tree: &SessionTree, leaf: Option<&str>) -> Vec<(St
         return Vec::new();
     };
     let path = tree.path(leaf);
-    context_entries(&path)
-        .into_iter()
-        .filter_map(|e| agent_message(e).map(|m| (e.id.clone(), m)))
-        .collect()
+    let edits = super::ContextEdits::on_path(&path);
+    let mut out = Vec::new();
+    for e in context_entries(&path) {
+        if e.kind == "compaction" {
+            // Pi 1.6: the complete system checkpoint, then the summary.
+            if let Some(m) = e.raw().get("systemMessage") {
+                out.push((e.id.clone(), m.clone()));
+            }
+        }
+        let Some(mut m) = agent_message(e) else {
+            continue;
+        };
+        // A `context_edit` changes the model's context only: the message is shown as stored,
+        // marked with the edit (`contextEdit: {id, replacement}`; null: left out).
+        if let Some((id, replacement)) = edits.as_ref().and_then(|x| x.get(&e.id)) {
+            if let Some(o) = m.as_object_mut() {
+                o.insert(
+                    "contextEdit".into(),
+                    json!({"id": id, "replacement": replacement}),
+                );
+            }
+        }
+        out.push((e.id.clone(), m));
+    }
+    out
 }
 
 /// One page of a branch's entries ([`SessionTree::history`]).

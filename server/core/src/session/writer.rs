@@ -424,6 +424,7 @@ impl SessionWriter {
             summary: summary.to_string(),
             details: (!details.is_null()).then_some(details),
             from_hook: false,
+            usage: None,
         })
     }
 
@@ -695,6 +696,16 @@ impl SessionWriter {
     /// Appends a `message` entry; returns its id. A tool result must answer an open call of
     /// the latest assistant message on this branch (case PAIR-02), else nothing is written.
     pub fn append_message(&mut self, message: &Message) -> Result<String, SessionError> {
+        self.append_message_stamped(message, serde_json::Map::new())
+    }
+
+    /// [`SessionWriter::append_message`] with `stamps` added to the stored message (Pi 1.6's
+    /// `durationMs` and `thinkingLevel`; none: the message as pi-ai serializes it).
+    pub fn append_message_stamped(
+        &mut self,
+        message: &Message,
+        stamps: serde_json::Map<String, Value>,
+    ) -> Result<String, SessionError> {
         match message {
             Message::ToolResult(r) => {
                 match self.open_calls.iter().position(|c| *c == r.tool_call_id) {
@@ -720,9 +731,14 @@ impl SessionWriter {
             }),
             m => m.clone(),
         };
-        self.append(EntryData::Message {
-            message: StoredMessage::Message(message),
-        })
+        let message = match serde_json::to_value(&message) {
+            Ok(Value::Object(mut m)) if !stamps.is_empty() => {
+                m.extend(stamps);
+                StoredMessage::Json(Value::Object(m))
+            }
+            _ => StoredMessage::Message(message),
+        };
+        self.append(EntryData::Message { message })
     }
 
     /// Case 18.12: a request was refused for the size of the images hashed in `replaced`

@@ -320,27 +320,29 @@ impl Backend {
         })
     }
 
-    /// `agent/session/stats {sessionId}` (Pi's `get_session_stats`, session.js
-    /// `getSessionStats` / `getContextUsage`): counts, tokens and cost of the model's context,
-    /// the context's estimate; plus every response in the file as `sessionTokens` /
-    /// `sessionCost`.
+    /// `agent/session/stats {sessionId}` (Pi 1.6's `get_session_stats`, agent-session.js
+    /// `getSessionStats` / `getContextUsage`): counts of every message entry in the file,
+    /// tokens and cost of every response and `usage` entry, the context's estimate;
+    /// `sessionTokens` / `sessionCost` repeat `tokens` / `cost` (kept for older clients).
     pub(crate) async fn session_stats(&self, params: Value) -> Result<SessionStatsResult> {
         let p: SessionParams = parse_params(params)?;
         let s = self.session(&p.session_id).await?;
         let (tree, leaf) = tree(&s)?;
-        let messages: Vec<Value> = pi_core::session::context_agent_messages(&tree, leaf.as_deref())
-            .into_iter()
-            .map(|(_, m)| m)
-            .collect();
-        let role = |r: &str| messages.iter().filter(|m| m["role"] == r).count();
-        let mut tool_calls = 0;
-        let mut context = crate::protocol::UsageTotals::default();
-        for m in messages.iter().filter(|m| m["role"] == "assistant") {
-            tool_calls += m["content"]
-                .as_array()
-                .map_or(0, |c| c.iter().filter(|b| b["type"] == "toolCall").count());
-            if let Ok(u) = serde_json::from_value::<pi_ai::types::Usage>(m["usage"].clone()) {
-                pi_core::harness::queue::add_usage(&mut context, &u);
+        // Pi 1.6's scope (`getSessionStats`): every `message` entry of the file, every branch
+        // and compacted turn included; tokens and cost of every response and `usage` entry.
+        let (mut users, mut assistants, mut results, mut total, mut tool_calls) = (0, 0, 0, 0, 0);
+        for e in tree.entries.iter().filter(|e| e.kind == "message") {
+            total += 1;
+            match e.role() {
+                Some("user") => users += 1,
+                Some("toolResult") => results += 1,
+                Some("assistant") => {
+                    assistants += 1;
+                    tool_calls += e.raw()["message"]["content"]
+                        .as_array()
+                        .map_or(0, |c| c.iter().filter(|b| b["type"] == "toolCall").count());
+                }
+                _ => {}
             }
         }
         let path = leaf.as_deref().map(|l| tree.path(l)).unwrap_or_default();
@@ -390,13 +392,13 @@ impl Backend {
         Ok(SessionStatsResult {
             session_id: s.id().to_string(),
             session_file,
-            user_messages: role("user"),
-            assistant_messages: role("assistant"),
+            user_messages: users,
+            assistant_messages: assistants,
             tool_calls,
-            tool_results: role("toolResult"),
-            total_messages: messages.len(),
-            tokens: stats_tokens(&context),
-            cost: context.cost,
+            tool_results: results,
+            total_messages: total,
+            tokens: stats_tokens(&file),
+            cost: file.cost,
             session_tokens: stats_tokens(&file),
             session_cost: file.cost,
             context_usage,

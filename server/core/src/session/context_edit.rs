@@ -1,0 +1,112 @@
+//! `context_edit` entries (Pi 1.6 `docs/session-format.md` "ContextEditEntry",
+//! `buildSessionProjection`): an append-only edit of one earlier context-producing entry that
+//! changes only the model's future context. `replacement: null` leaves the target out of the
+//! context; any other replacement replaces only the target message's content (a string for an
+//! assistant or tool result becomes one text block, as those roles hold block lists). When
+//! several edits on the active branch target the same entry, the latest wins; edits off the
+//! branch do nothing. The target entry itself is never changed: history, exports and session
+//! accounting show it as stored.
+
+use std::collections::HashMap;
+
+use pi_ai::{ContentBlock, Message, UserContent};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::tree::Entry;
+
+/// The latest edit of each target on one path: target id → (edit entry id, replacement).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContextEdits(HashMap<String, (String, Value)>);
+
+impl ContextEdits {
+    /// The edits of the `context_edit` entries on `path` (root first); `None` when the path
+    /// has none (the common case costs one pass over the entries' kinds).
+    pub fn on_path(path: &[&Entry]) -> Option<ContextEdits> {
+        if !path.iter().any(|e| e.kind == "context_edit") {
+            return None;
+        }
+        let mut edits = HashMap::new();
+        for e in path.iter().filter(|e| e.kind == "context_edit") {
+            let mut raw = e.raw();
+            let Some(target) = raw["targetId"].as_str().map(str::to_string) else {
+                continue;
+            };
+            let replacement = raw
+                .as_object_mut()
+                .and_then(|o| o.remove("replacement"))
+                .unwrap_or(Value::Null);
+            edits.insert(target, (e.id.clone(), replacement));
+        }
+        Some(ContextEdits(edits))
+    }
+
+    /// The edit of entry `id`: `(edit entry id, replacement)`.
+    pub fn get(&self, id: &str) -> Option<&(String, Value)> {
+        self.0.get(id)
+    }
+
+    /// Whether entry `id` is left out of the context (`replacement: null`).
+    pub fn omits(&self, id: &str) -> bool {
+        self.get(id).is_some_and(|(_, r)| r.is_null())
+    }
+
+    /// `message` (the model-visible message of entry `id`) with the entry's edit applied:
+    /// `None` when the edit omits it, its content replaced when the edit replaces it.
+    pub fn apply(&self, id: &str, message: Option<Message>) -> Option<Message> {
+        match self.get(id) {
+            None => message,
+            Some((_, r)) if r.is_null() => None,
+            Some((_, r)) => message.map(|m| replace_content(m, r)),
+        }
+    }
+}
+
+/// `m` with its content replaced by `replacement` (a string or content blocks); a replacement
+/// that is neither keeps the message as it was.
+pub fn replace_content(m: Message, replacement: &Value) -> Message {
+    let Ok(content) = UserContent::deserialize(replacement) else {
+        tracing::warn!("context_edit replacement is neither text nor content blocks: ignored");
+        return m;
+    };
+    let blocks = |c: UserContent| match c {
+        UserContent::Text(t) => vec![ContentBlock::text(t)],
+        UserContent::Blocks(b) => b,
+    };
+    match m {
+        Message::User(mut u) => {
+            u.content = content;
+            Message::User(u)
+        }
+        Message::Assistant(mut a) => {
+            a.content = blocks(content);
+            Message::Assistant(a)
+        }
+        Message::ToolResult(mut r) => {
+            r.content = blocks(content);
+            Message::ToolResult(r)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn replacements_keep_role_and_metadata_and_wrap_strings_for_block_roles() {
+        let a: Message = serde_json::from_value(json!({"role":"assistant","content":[{"type":"text","text":"long"}],"api":"x","provider":"p","model":"m","usage":{},"stopReason":"stop","timestamp":4})).unwrap();
+        let Message::Assistant(got) = replace_content(a, &json!("short")) else {
+            panic!("role changed")
+        };
+        assert_eq!(got.content, vec![ContentBlock::text("short")]);
+        assert_eq!((got.model.as_str(), got.timestamp), ("m", 4));
+        let u: Message =
+            serde_json::from_value(json!({"role":"user","content":"a","timestamp":1})).unwrap();
+        assert_eq!(
+            serde_json::to_value(replace_content(u, &json!("b"))).unwrap(),
+            json!({"role":"user","content":"b","timestamp":1})
+        );
+    }
+}

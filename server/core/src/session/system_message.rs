@@ -1,0 +1,260 @@
+//! Stored system messages (Pi 1.6 `docs/session-format.md` "SessionMessageEntry",
+//! pi-ai `getCurrentSystemMessage` / `getCurrentTools` / `getToolStateChanges`).
+//!
+//! A `message` entry with `role: "system"` carries the prompt and the tool loadout: the first
+//! request of a session stores one with every prompt section (`sections`, by name) and every
+//! tool declaration (`toolsAdded`); later changes store patches: sections by name (`null`
+//! removes one), `toolsRemoved` (`{name}`) then `toolsAdded` (a changed tool is in both).
+//! Replaying a branch's system messages in order gives the current prompt and tools; a
+//! `compaction` with `systemMessage` is the complete checkpoint at its boundary (system messages
+//! among its kept entries are dropped in its favour).
+//!
+//! Here a system message is never sent as a message: the request's system prompt is the
+//! harness's own, built afresh for every run, and a run that starts with another prompt or tool
+//! set than the branch replays to stores the patch ([`SystemState::patch_to`]), so Pi 1.6
+//! resumes a file written here with the prompt and tools it was last run with. The whole
+//! prompt is one section, [`PROMPT_SECTION`].
+
+use serde_json::{json, Map, Value};
+
+use super::tree::Entry;
+
+/// The one section pi-lsp's prompt is stored as (its prompt is built as one text).
+pub const PROMPT_SECTION: &str = "prompt";
+
+/// What a branch's system messages replay to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SystemState {
+    /// `content` of every system message, in order (Pi joins them with blank lines).
+    pub content: Vec<String>,
+    /// Sections by name, in first-set order (a JavaScript `Map`).
+    pub sections: Map<String, Value>,
+    /// Tool declarations (`{name, description, parameters, …}`) by name, in first-set order.
+    pub tools: Map<String, Value>,
+    /// Whether any system message (or checkpoint) was replayed.
+    pub seen: bool,
+}
+
+fn content_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+impl SystemState {
+    /// Applies one stored system message (`{role:"system", content, sections?, toolsAdded?,
+    /// toolsRemoved?}`).
+    pub fn apply(&mut self, m: &Value) {
+        self.seen = true;
+        let text = content_text(&m["content"]);
+        if !text.is_empty() {
+            self.content.push(text);
+        }
+        if let Some(sections) = m["sections"].as_object() {
+            for (name, value) in sections {
+                if value.is_null() {
+                    self.sections.shift_remove(name);
+                } else {
+                    self.sections.insert(name.clone(), value.clone());
+                }
+            }
+        }
+        for t in m["toolsRemoved"].as_array().into_iter().flatten() {
+            if let Some(n) = t["name"].as_str() {
+                self.tools.shift_remove(n);
+            }
+        }
+        for t in m["toolsAdded"].as_array().into_iter().flatten() {
+            if let Some(n) = t["name"].as_str() {
+                self.tools.insert(n.to_string(), t.clone());
+            }
+        }
+    }
+
+    /// The state the model context of `path` (root first) replays to: the last compaction's
+    /// checkpoint (when it has one), then the system messages after it; without a compaction
+    /// every system message on the path.
+    pub fn of_path(path: &[&Entry]) -> SystemState {
+        let mut state = SystemState::default();
+        let start = match path.iter().rposition(|e| e.kind == "compaction") {
+            Some(ci) => {
+                if let Some(m) = path[ci].raw().get("systemMessage") {
+                    state.apply(m);
+                } else {
+                    // An older compaction without a checkpoint: the system messages before it.
+                    for e in path[..ci].iter().filter(|e| is_system(e)) {
+                        state.apply(&e.raw()["message"]);
+                    }
+                }
+                ci + 1
+            }
+            None => 0,
+        };
+        for e in path[start..].iter().filter(|e| is_system(e)) {
+            state.apply(&e.raw()["message"]);
+        }
+        state
+    }
+
+    /// The state of a harness run: `prompt` as [`PROMPT_SECTION`], `tools` as declarations.
+    pub fn of_run(prompt: &str, tools: &[pi_ai::ToolSpec]) -> SystemState {
+        let mut sections = Map::new();
+        sections.insert(PROMPT_SECTION.into(), json!(prompt));
+        SystemState {
+            content: Vec::new(),
+            sections,
+            tools: tools
+                .iter()
+                .map(|t| {
+                    (
+                        t.name.clone(),
+                        json!({"name": t.name, "description": t.description, "parameters": t.parameters}),
+                    )
+                })
+                .collect(),
+            seen: true,
+        }
+    }
+
+    /// The system message that takes `self` to `want` (Pi's `getToolStateChanges` for tools,
+    /// sections by name, `null` for a removed one), stamped `timestamp` (ms); `None` when
+    /// nothing differs. With nothing replayed yet it is the complete message.
+    pub fn patch_to(&self, want: &SystemState, timestamp: i64) -> Option<Value> {
+        let mut sections = Map::new();
+        for name in self.sections.keys() {
+            if !want.sections.contains_key(name) {
+                sections.insert(name.clone(), Value::Null);
+            }
+        }
+        for (name, value) in &want.sections {
+            if self.sections.get(name) != Some(value) {
+                sections.insert(name.clone(), value.clone());
+            }
+        }
+        let added: Vec<Value> = want
+            .tools
+            .iter()
+            .filter(|(n, t)| self.tools.get(*n) != Some(t))
+            .map(|(_, t)| t.clone())
+            .collect();
+        let removed: Vec<Value> = self
+            .tools
+            .iter()
+            .filter(|(n, t)| want.tools.get(*n) != Some(t))
+            .map(|(n, _)| json!({"name": n}))
+            .collect();
+        if self.seen && sections.is_empty() && added.is_empty() && removed.is_empty() {
+            return None;
+        }
+        let mut m = Map::new();
+        m.insert("role".into(), json!("system"));
+        m.insert("content".into(), json!(""));
+        m.insert("sections".into(), Value::Object(sections));
+        if !added.is_empty() || !self.seen {
+            m.insert("toolsAdded".into(), Value::Array(added));
+        }
+        if !removed.is_empty() {
+            m.insert("toolsRemoved".into(), Value::Array(removed));
+        }
+        m.insert("timestamp".into(), json!(timestamp));
+        Some(Value::Object(m))
+    }
+
+    /// The complete system message of this state (a compaction's `systemMessage`).
+    pub fn checkpoint(&self, timestamp: i64) -> Value {
+        json!({
+            "role": "system",
+            "content": self.content.join("\n\n"),
+            "sections": Value::Object(self.sections.clone()),
+            "toolsAdded": self.tools.values().cloned().collect::<Vec<_>>(),
+            "timestamp": timestamp,
+        })
+    }
+}
+
+/// Whether sessions are written with Pi 1.6's entries and fields: setting `sessions.format`
+/// `"pi-1.6"` (the default) or `"pi-0.73"` (files as Pi 0.73.1 wrote them: no stored system
+/// messages, no `durationMs` / `thinkingLevel`, no compaction checkpoint; for users who open
+/// the files in Pi 0.73.1, which fails on them, see docs/settings.md). Any other value warns
+/// and keeps the default.
+pub fn writes_pi16(merged: &Map<String, Value>) -> bool {
+    match merged.get("sessions").and_then(|s| s.get("format")) {
+        None => true,
+        Some(v) if v == "pi-1.6" => true,
+        Some(v) if v == "pi-0.73" => false,
+        Some(v) => {
+            tracing::warn!("settings: sessions.format must be \"pi-1.6\" or \"pi-0.73\", not {v}");
+            true
+        }
+    }
+}
+
+/// Whether `e` is a `message` entry holding a system message.
+pub fn is_system(e: &Entry) -> bool {
+    e.kind == "message" && e.role() == Some("system")
+}
+
+/// How many system messages the agent's messages at the end of `path` hold, as Pi 1.6 counts
+/// them (its `messageCount` counts every agent message, system ones included): with a
+/// compaction, its checkpoint (when it has one) and the system messages after it; else every
+/// system message on the path.
+pub fn system_message_count(path: &[&Entry]) -> usize {
+    match path.iter().rposition(|e| e.kind == "compaction") {
+        Some(ci) => {
+            usize::from(path[ci].raw().get("systemMessage").is_some())
+                + path[ci + 1..].iter().filter(|e| is_system(e)).count()
+        }
+        None => path.iter().filter(|e| is_system(e)).count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patches_replay_to_the_wanted_state_as_pi_replays_them() {
+        let spec = |n: &str, d: &str| pi_ai::ToolSpec {
+            name: n.into(),
+            description: d.into(),
+            parameters: json!({"type": "object"}),
+        };
+        let first = SystemState::of_run("P1", &[spec("read", "r"), spec("bash", "b")]);
+        let full = SystemState::default().patch_to(&first, 7).unwrap();
+        assert_eq!(
+            full,
+            json!({"role":"system","content":"","sections":{"prompt":"P1"},"toolsAdded":[
+                {"name":"read","description":"r","parameters":{"type":"object"}},
+                {"name":"bash","description":"b","parameters":{"type":"object"}}],"timestamp":7})
+        );
+        let mut replayed = SystemState::default();
+        replayed.apply(&full);
+        assert_eq!(replayed, first);
+        assert_eq!(replayed.patch_to(&first, 8), None);
+        // Another prompt, bash changed, read removed, grep added.
+        let second = SystemState::of_run("P2", &[spec("bash", "b2"), spec("grep", "g")]);
+        let patch = replayed.patch_to(&second, 9).unwrap();
+        assert_eq!(
+            patch,
+            json!({"role":"system","content":"","sections":{"prompt":"P2"},"toolsAdded":[
+                {"name":"bash","description":"b2","parameters":{"type":"object"}},
+                {"name":"grep","description":"g","parameters":{"type":"object"}}],
+                "toolsRemoved":[{"name":"read"},{"name":"bash"}],"timestamp":9})
+        );
+        replayed.apply(&patch);
+        assert_eq!(replayed.patch_to(&second, 10), None);
+        // Pi's own sections are removed by name when ours replace them.
+        let mut pi = SystemState::default();
+        pi.apply(&json!({"role":"system","content":"","sections":{"preamble":"x","cwd":"y"},"toolsAdded":[]}));
+        assert_eq!(
+            pi.patch_to(&SystemState::of_run("P", &[]), 1).unwrap()["sections"],
+            json!({"preamble": null, "cwd": null, "prompt": "P"})
+        );
+    }
+}

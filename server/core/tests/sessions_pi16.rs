@@ -1,0 +1,179 @@
+//! Session files written by Pi 1.6.0 (`fixtures/sessions/pi16/`): stored system messages, a
+//! compaction with its `systemMessage` checkpoint and summary `usage`, `context_edit` entries
+//! Pi writes itself after failed responses; and the same entries written here read back as Pi
+//! replays them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use pi_ai::Message;
+use pi_core::session::{context_agent_messages, read_tree, SessionWriter, SystemState};
+use serde_json::{json, Value};
+
+mod common;
+use common::tmp_dir;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sessions/pi16")
+        .join(name)
+}
+
+/// Pi 1.6's `get_messages` of the compacted file (recorded beside it) is exactly what the
+/// message view gives: the checkpoint, the summary, the kept answer, the turn after; its
+/// `messageCount` (5) is the count here; the model's context holds no system text.
+#[test]
+fn a_compacted_pi_16_file_reads_as_pi_16_shows_it() {
+    let (tree, warnings) = read_tree(&fixture("pi-1.6.0-compacted.jsonl"), false).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let leaf = tree.last_id().map(str::to_string);
+    let ours: Vec<Value> = context_agent_messages(&tree, leaf.as_deref())
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    let pi: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("pi-1.6.0-compacted.get_messages.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(Value::Array(ours), pi["messages"]);
+    assert_eq!(tree.agent_message_count(leaf.as_deref()), 5);
+    let ctx = tree.context(leaf.as_deref());
+    let roles: Vec<&str> = ctx
+        .messages
+        .iter()
+        .map(|m| match m {
+            Message::User(_) => "user",
+            Message::Assistant(_) => "assistant",
+            Message::ToolResult(_) => "toolResult",
+        })
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+    let Message::User(summary) = &ctx.messages[0] else {
+        unreachable!()
+    };
+    assert!(summary
+        .content
+        .to_text()
+        .starts_with("The conversation history before this point was compacted"));
+    // The replayed prompt is the checkpoint's: Pi's five sections and its four tools.
+    let state = tree.system_state(leaf.as_deref());
+    assert_eq!(
+        state.sections.keys().collect::<Vec<_>>(),
+        ["preamble", "tools", "rules", "docs", "cwd"]
+    );
+    assert_eq!(
+        state.tools.keys().collect::<Vec<_>>(),
+        ["read", "bash", "edit", "write"]
+    );
+    // Pi 1.6's session totals: four responses (1000 + 20 each) and the summary's 2000 + 40.
+    let usage = pi_core::harness::file_usage(&tree);
+    assert_eq!((usage.input, usage.output), (6000, 120));
+}
+
+/// Pi 1.6 leaves a failed response out of the context with a `context_edit` (replacement
+/// null) before it retries: the model's context here leaves it out too, the message view
+/// shows it as stored with the edit marked, and the count is Pi's (system + user).
+#[test]
+fn context_edits_pi_writes_leave_failed_responses_out_of_the_context() {
+    let (tree, warnings) = read_tree(&fixture("pi-1.6.0-retry-context-edit.jsonl"), false).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let leaf = tree.last_id().map(str::to_string);
+    let ctx = tree.context(leaf.as_deref());
+    assert_eq!(ctx.messages.len(), 1);
+    assert!(matches!(&ctx.messages[0], Message::User(u) if u.content.to_text() == "edit it"));
+    assert_eq!(tree.agent_message_count(leaf.as_deref()), 2);
+    let shown: Vec<(String, Value)> = context_agent_messages(&tree, leaf.as_deref())
+        .into_iter()
+        .map(|(id, m)| (id, m["contextEdit"].clone()))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("6c133ec6".to_string(), Value::Null),
+            ("66c165fe".to_string(), Value::Null),
+            (
+                "62771907".to_string(),
+                json!({"id": "650a029f", "replacement": null})
+            ),
+            (
+                "25ec7849".to_string(),
+                json!({"id": "1623789b", "replacement": null})
+            ),
+        ]
+    );
+    // Off the branch an edit does nothing: at the first failed answer (before its edit) the
+    // answer is in the context again.
+    assert_eq!(tree.context(Some("62771907")).messages.len(), 2);
+}
+
+/// A replacement edit replaces the content only, the latest edit on the branch wins, and a
+/// file opened for appending (the deferred load) counts as the built context does.
+#[test]
+fn replacement_edits_latest_wins_and_counts_agree() {
+    let d = tmp_dir("pi-core-pi16-edits-");
+    let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "mock-1", "off").unwrap();
+    let u = w
+        .append_message(&Message::user_text("a long question"))
+        .unwrap();
+    w.append_raw(
+        "context_edit",
+        json!({"targetId": u, "replacement": "first edit"}),
+    )
+    .unwrap();
+    w.append_raw(
+        "context_edit",
+        json!({"targetId": u, "replacement": [{"type": "text", "text": "short"}]}),
+    )
+    .unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    let (tree, _) = read_tree(&path, false).unwrap();
+    let ctx = tree.context(None);
+    assert_eq!(
+        serde_json::to_value(&ctx.messages[0]).unwrap()["content"],
+        json!([{"type": "text", "text": "short"}])
+    );
+    assert_eq!(tree.message_count(None), 1);
+    let (_, loaded) = SessionWriter::open(&path).unwrap();
+    assert_eq!(loaded.messages, ctx.messages);
+}
+
+/// What the harness stores when a run's prompt or tools change replays, as Pi replays it, to
+/// that prompt and those tools; a compaction's checkpoint stands for what it kept.
+#[test]
+fn stored_system_messages_replay_to_the_run_that_wrote_them() {
+    let d = tmp_dir("pi-core-pi16-system-");
+    let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "mock-1", "off").unwrap();
+    let spec = |n: &str| pi_ai::ToolSpec {
+        name: n.into(),
+        description: format!("{n} tool"),
+        parameters: json!({"type": "object", "properties": {}}),
+    };
+    let first = SystemState::of_run("prompt one", &[spec("read"), spec("bash")]);
+    let m = SystemState::default().patch_to(&first, 1).unwrap();
+    w.append(pi_core::session::EntryData::Message {
+        message: pi_core::session::StoredMessage::Json(m),
+    })
+    .unwrap();
+    w.append_message(&Message::user_text("hi")).unwrap();
+    let second = SystemState::of_run("prompt two", &[spec("read")]);
+    let patch = w
+        .tree()
+        .system_state(w.leaf())
+        .patch_to(&second, 2)
+        .unwrap();
+    assert_eq!(patch["sections"], json!({"prompt": "prompt two"}));
+    assert_eq!(patch["toolsRemoved"], json!([{"name": "bash"}]));
+    assert!(patch.get("toolsAdded").is_none());
+    w.append(pi_core::session::EntryData::Message {
+        message: pi_core::session::StoredMessage::Json(patch),
+    })
+    .unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    let (tree, _) = read_tree(&path, false).unwrap();
+    assert_eq!(tree.system_state(None), second);
+    // Two stored system messages and one user message: Pi's count; the context: the user.
+    assert_eq!(tree.agent_message_count(None), 3);
+    assert_eq!(tree.context(None).messages.len(), 1);
+}

@@ -1,0 +1,386 @@
+//! Session files against Pi 1.6.0, the reference now (`$PI16_REF_BIN`, a `pi` that runs Pi
+//! 1.6.0 on Node 24; `.ci/pi16.sh` installs it): the same scripted model and steps run through
+//! Pi's RPC mode and through pi-lsp over stdio.
+//!
+//! - Key by key: every entry kind pi-lsp writes has Pi 1.6's keys (the stored system message,
+//!   `durationMs` / `thinkingLevel` on answers, `durationMs` on tool results), the known gaps
+//!   named one by one.
+//! - Both ways: Pi 1.6 opens a file pi-lsp wrote with the same messages (as JSON) and count,
+//!   continues it without sending a stored system message as user text, and pi-lsp reopens
+//!   what Pi appended with Pi's messages again.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::TempDir;
+use serde_json::{json, Value};
+
+/// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
+fn pi16() -> Option<PathBuf> {
+    let found = std::env::var("PI16_REF_BIN")
+        .ok()
+        .map(PathBuf::from)
+        .filter(|p| p.exists());
+    pi_e2e::require(
+        found.is_some(),
+        "pi16_parity",
+        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
+    )
+    .then_some(found)
+    .flatten()
+}
+
+fn workspace(root: &Path) -> PathBuf {
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("f.txt"), "alpha\nbeta\ngamma\n").unwrap();
+    ws
+}
+
+/// An edit, then a closing text; then one text per later prompt.
+async fn mock() -> MockModel {
+    MockModel::start(vec![
+        Step::edit("call_1", "f.txt", "beta", "BETA"),
+        Step::text("Done."),
+        Step::text("Second."),
+        Step::text("Third."),
+    ])
+    .await
+}
+
+fn lines(file: &Path) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn jsonl_in(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap_or_else(|| panic!("no session file in {}", dir.display()))
+}
+
+/// Pi in RPC mode: commands in, one JSON value per stdout line out.
+struct PiRpc {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    out: std::sync::mpsc::Receiver<Value>,
+}
+
+impl PiRpc {
+    fn start(pi: &Path, ws: &Path, agent: &Path, args: &[&std::ffi::OsStr]) -> PiRpc {
+        let mut child = Command::new(pi)
+            .args(["--mode", "rpc", "--provider", "mock", "--model", "mock-1"])
+            .args(args)
+            .current_dir(ws)
+            .env("PI_OFFLINE", "1")
+            .env("PI_CODING_AGENT_DIR", agent)
+            .env("HOME", agent.parent().unwrap())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, out) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        PiRpc { child, stdin, out }
+    }
+
+    /// Sends `cmd`; returns every value up to and including the first `until` accepts.
+    fn call(&mut self, cmd: Value, until: impl Fn(&Value) -> bool) -> Vec<Value> {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let v = self
+                .out
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("Pi did not answer {cmd}"));
+            let done = until(&v);
+            seen.push(v);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    fn response(&mut self, id: &str, cmd: Value) -> Value {
+        let id = id.to_string();
+        let r = self
+            .call(cmd, |v| v["type"] == "response" && v["id"] == id.as_str())
+            .pop()
+            .unwrap();
+        assert_eq!(r["success"], true, "{r}");
+        r["data"].clone()
+    }
+
+    /// A prompt run to its end (`agent_settled`, Pi 1.6's last event of a run).
+    fn prompt(&mut self, text: &str) -> Vec<Value> {
+        self.call(
+            json!({"id": text, "type": "prompt", "message": text}),
+            |v| v["type"] == "agent_settled",
+        )
+    }
+}
+
+impl Drop for PiRpc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent_dir(root: &Path, mock: &MockModel) -> PathBuf {
+    let agent = root.join("agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), mock.models_json().to_string()).unwrap();
+    agent
+}
+
+/// The sorted keys of the object at `ptr` of `v`.
+fn keys(v: &Value, ptr: &str) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .pointer(ptr)
+        .and_then(Value::as_object)
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    k.sort();
+    k
+}
+
+fn kind(e: &Value) -> String {
+    format!(
+        "{}:{}",
+        e["type"].as_str().unwrap_or(""),
+        e["message"]["role"].as_str().unwrap_or("")
+    )
+}
+
+/// Runs "edit f.txt" then "again" through pi-lsp in `ws`; returns the session id.
+async fn ours(ws: &Path, mock: &MockModel) -> (String, Value, Value) {
+    let mut c = start_with_mock(ws, mock, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "edit f.txt", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.request("agent/prompt", json!({"sessionId": sid, "text": "again"}))
+        .await
+        .unwrap();
+    c.run_until_end(Duration::from_secs(30)).await;
+    let messages = c
+        .request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.shutdown().await;
+    (sid, messages, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_entries_have_pi_16s_keys() {
+    let Some(pi) = pi16() else { return };
+    let tmp = TempDir::new("pi16-keys");
+    // Pi 1.6.
+    let pi_root = tmp.path().join("pi");
+    let pi_ws = workspace(&pi_root);
+    let pi_mock = mock().await;
+    let agent = agent_dir(&pi_root, &pi_mock);
+    let sessions = pi_root.join("sessions");
+    let pi_state = {
+        let (ws, sessions, agent) = (pi_ws.clone(), sessions.clone(), agent.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut p = PiRpc::start(
+                &pi,
+                &ws,
+                &agent,
+                &["--session-dir".as_ref(), sessions.as_os_str()],
+            );
+            p.prompt("edit f.txt");
+            p.prompt("again");
+            p.response("s", json!({"id": "s", "type": "get_state"}))
+        })
+        .await
+        .unwrap()
+    };
+    let theirs = lines(&jsonl_in(&sessions));
+    // pi-lsp.
+    let our_root = tmp.path().join("ours");
+    let our_ws = workspace(&our_root);
+    let our_mock = mock().await;
+    let (_, _, our_state) = ours(&our_ws, &our_mock).await;
+    let mine = lines(&jsonl_in(&our_ws.join(".pi/sessions")));
+
+    // The same entries in the same order: header, model, thinking level, the stored system
+    // message, then the conversation.
+    assert_eq!(
+        mine.iter().map(kind).collect::<Vec<_>>(),
+        theirs.iter().map(kind).collect::<Vec<_>>()
+    );
+    assert_eq!(our_state["messageCount"], pi_state["messageCount"]);
+    // Key by key, entry and message; what Pi 1.6 writes and pi-lsp does not is named here.
+    let pi_only: &[(&str, &str, &str)] = &[
+        // Pi 1.6's chat-completions adapter's provider finish reason and usage details.
+        ("message:assistant", "/message", "rawStopReason"),
+        ("message:assistant", "/message/usage", "reasoning"),
+        (
+            "message:assistant",
+            "/message/usage/cost",
+            "totalFromProvider",
+        ),
+        // Pi 1.6's edit result also carries the unified patch (pi-lsp: `unifiedDiff`).
+        ("message:toolResult", "/message/details", "patch"),
+    ];
+    let ours_only: &[(&str, &str, &str)] = &[
+        ("message:toolResult", "/message/details", "unifiedDiff"),
+        ("message:toolResult", "/message/details", "fileChange"),
+    ];
+    for (o, t) in mine.iter().zip(&theirs) {
+        let k = kind(o);
+        for ptr in [
+            "",
+            "/message",
+            "/message/usage",
+            "/message/usage/cost",
+            "/message/details",
+        ] {
+            let drop = |list: &[(&str, &str, &str)], keys: Vec<String>| -> Vec<String> {
+                keys.into_iter()
+                    .filter(|key| {
+                        !list
+                            .iter()
+                            .any(|(lk, lp, lkey)| *lk == k && *lp == ptr && lkey == key)
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                drop(ours_only, keys(o, ptr)),
+                drop(pi_only, keys(t, ptr)),
+                "{k} {ptr}\nours:   {o}\ntheirs: {t}"
+            );
+        }
+    }
+    // The stored system message: the prompt as sections, every tool declared.
+    let system = |v: &[Value]| {
+        v.iter()
+            .find(|e| kind(e) == "message:system")
+            .cloned()
+            .unwrap()
+    };
+    let ours_sys = system(&mine);
+    assert!(ours_sys["message"]["sections"]["prompt"]
+        .as_str()
+        .unwrap()
+        .contains("Current working directory"));
+    let tools: Vec<&str> = ours_sys["message"]["toolsAdded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"edit") && tools.contains(&"bash"),
+        "{tools:?}"
+    );
+    pi_mock.assert_paired();
+    our_mock.assert_paired();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_16_opens_and_continues_our_file_and_we_open_what_it_appended() {
+    let Some(pi) = pi16() else { return };
+    let tmp = TempDir::new("pi16-both-ways");
+    let ws = workspace(tmp.path());
+    let mock = mock().await;
+    let (sid, our_messages, our_state) = ours(&ws, &mock).await;
+    let file = jsonl_in(&ws.join(".pi/sessions"));
+    let before = std::fs::read(&file).unwrap();
+    let agent = agent_dir(&tmp.path().join("pi-home"), &mock);
+    let requests_before = mock.requests().len();
+
+    let (pi_before, pi_count, run, pi_after) = {
+        let (ws, agent, file) = (ws.clone(), agent.clone(), file.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut p = PiRpc::start(&pi, &ws, &agent, &["--session".as_ref(), file.as_os_str()]);
+            let before = p.response("m", json!({"id": "m", "type": "get_messages"}));
+            let state = p.response("s", json!({"id": "s", "type": "get_state"}));
+            let run = p.prompt("more");
+            let after = p.response("n", json!({"id": "n", "type": "get_messages"}));
+            (before, state["messageCount"].clone(), run, after)
+        })
+        .await
+        .unwrap()
+    };
+    // Pi 1.6 sees exactly our messages, system message included, and counts them as we do.
+    assert_eq!(pi_before["messages"], our_messages["messages"]);
+    assert_eq!(pi_count, our_state["messageCount"]);
+    // It continues: an answer, no error; its request carries the conversation and no empty
+    // or system-text user turn.
+    let end = run
+        .iter()
+        .rev()
+        .find(|v| v["type"] == "message_end" && v["message"]["role"] == "assistant")
+        .unwrap();
+    assert_eq!(end["message"]["stopReason"], "stop", "{end}");
+    assert_eq!(end["message"]["content"][0]["text"], "Third.");
+    let sent = &mock.requests()[requests_before].body;
+    let users: Vec<String> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert_eq!(users.len(), 3, "{users:?}");
+    assert!(
+        users[0].contains("edit f.txt") && users[2].contains("more"),
+        "{users:?}"
+    );
+    // Pi appended under our last entry and left our lines as they were.
+    let after = std::fs::read(&file).unwrap();
+    assert_eq!(&after[..before.len()], &before[..]);
+
+    // pi-lsp reopens what Pi appended: Pi's messages, and the count Pi gives.
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let reopened = c
+        .request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(reopened["messages"], pi_after["messages"]);
+    let state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        state["messageCount"].as_u64().unwrap() as usize,
+        pi_after["messages"].as_array().unwrap().len()
+    );
+    c.shutdown().await;
+    mock.assert_paired();
+}
