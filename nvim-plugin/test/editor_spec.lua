@@ -10,13 +10,23 @@ local function buf_text(c)
   return c:lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
 end
 
-H.case('an edit lands in a modified buffer opened after the client started; u reverts exactly it; no W12', function()
+-- vim.ui.select replaced in the child (as a user's picker plugin would): the question is kept
+-- for the test to read and answer.
+local SELECT = [[
+  _G.asked = {}
+  vim.ui.select = function(items, opts, cb)
+    _G.asked[#_G.asked + 1] = { prompt = opts.prompt, items = vim.tbl_map(opts.format_item or tostring, items) }
+    _G.answer = function(i) cb(items[i], i) end
+  end
+]]
+
+H.case('an edit lands in a modified buffer opened after the client started; the disk gets only the agent change; u reverts exactly it; no W12', function()
   local mock = H.mock({
     { toolCalls = { { id = 'call_edit', name = 'edit', arguments = { path = 'notes.md', edits = { { oldText = 'target = 1', newText = 'target = 2' } } } } } },
     { text = 'Changed target to 2.' },
   })
   local ws = H.workspace({ ['notes.md'] = '# Notes\n\nalpha\ntarget = 1\nomega\n' })
-  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', init = SELECT })
   c:cmd('Pi new')
   H.wait('the server', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL
@@ -29,23 +39,42 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
   H.wait('the unsaved line', 2000, function()
     return buf_text(c):find('^unsaved line') ~= nil
   end)
-  c:lua([[
-    _G.changed_shell = 0
-    vim.api.nvim_create_autocmd('FileChangedShell', { callback = function() _G.changed_shell = _G.changed_shell + 1 end })
-  ]])
   c:cmd('Pi set target to 2')
   H.wait('the run to end', 15000, function()
     local s = c:lua(H.CHAT_STATE)
     return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Changed target to 2.', 1, true)
   end)
   H.eq('unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega', buf_text(c), 'buffer after the edit')
-  -- The server saved through Neovim: disk = buffer, not modified, no W12 on checktime.
-  H.eq('unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega\n', H.read(ws .. '/notes.md'), 'disk after the save')
-  H.eq(false, c:lua('return vim.bo.modified'), 'modified after the save')
+  -- saveUserChanges "ask" (the default), not answered yet: the disk has the agent's change
+  -- only; the user's line is still unsaved in the buffer.
+  H.eq('# Notes\n\nalpha\ntarget = 2\nomega\n', H.read(ws .. '/notes.md'), 'disk after the edit')
+  H.eq(true, c:lua('return vim.bo.modified'), 'modified after the edit')
+  H.wait('the question', 5000, function()
+    return #c:lua('return _G.asked') == 1
+  end)
+  H.eq({ {
+    prompt = "Pi: Pi changed notes.md, where you have unsaved changes. Pi's change is on disk; yours are still unsaved in the editor. Save yours too?",
+    items = { 'Save mine too', 'Keep mine unsaved' },
+  } }, c:lua('return _G.asked'), 'the question asked once')
+  -- The model was told what bash sees.
+  local reqs = mock.requests()
+  local last = vim.json.encode(reqs[#reqs])
+  assert(last:find('Successfully replaced 1 block(s) in notes.md.\\n\\nNote: the user has unsaved changes to notes.md in the editor.', 1, true), last)
+  -- No W11/W12 for the file Pi wrote under the modified buffer.
   c:cmd('checktime')
-  H.eq(0, c:lua('return _G.changed_shell'), 'FileChangedShell events')
   local msgs = c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
   assert(not msgs:find('W12', 1, true) and not msgs:find('W11', 1, true), 'W11/W12 in messages: ' .. msgs)
+  H.eq(true, c:lua('return vim.bo.modified'), 'still modified after checktime')
+  -- "Keep mine unsaved"; then the user's own :w writes everything, with no "changed since
+  -- reading" question.
+  c:lua('_G.answer(2)')
+  c:input(':w<CR>')
+  H.wait('the user save', 5000, function()
+    return c:lua('return vim.bo.modified') == false
+  end)
+  H.eq('unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega\n', H.read(ws .. '/notes.md'), 'disk after the user save')
+  local screen = c:screen_text()
+  assert(not screen:find('WARNING', 1, true) and not screen:find('changed since reading', 1, true), screen)
   -- The agent's change has a sign; ]h goes to it.
   c:cmd('normal! gg')
   c:input(']h')
@@ -102,6 +131,75 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
   H.wait('undo of the hunk undo', 2000, function()
     return buf_text(c) == 'unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega'
   end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case("the agent's save runs no BufWritePre formatter; the user's save still does", function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_edit', name = 'edit', arguments = { path = 'code.lua', edits = { { oldText = 'x = 1', newText = 'x  =  2' } } } } } },
+    { text = 'Done.' },
+  })
+  local ws = H.workspace({ ['code.lua'] = 'local a\nx = 1\n' })
+  -- A formatter on save: squeezes spaces, counts its runs.
+  local formatter = [[
+    _G.formats = 0
+    vim.api.nvim_create_autocmd('BufWritePre', { pattern = '*.lua', callback = function(ev)
+      _G.formats = _G.formats + 1
+      local lines = vim.api.nvim_buf_get_lines(ev.buf, 0, -1, false)
+      for i, l in ipairs(lines) do lines[i] = l:gsub('  +', ' ') end
+      vim.api.nvim_buf_set_lines(ev.buf, 0, -1, false, lines)
+    end })
+  ]]
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', init = formatter })
+  c:cmd('edit code.lua')
+  c:cmd('Pi change x')
+  H.idle_with(c, 'Done.')
+  H.eq('local a\nx  =  2\n', H.read(ws .. '/code.lua'), "disk after the agent's save")
+  H.eq({ 0, false }, c:lua('return { _G.formats, vim.bo.modified }'), 'formatter runs, modified')
+  -- One undo step for the agent's edit (the formatter added none).
+  c:input('u')
+  H.wait('undo', 2000, function()
+    return buf_text(c) == 'local a\nx = 1'
+  end)
+  c:input('<C-r>')
+  H.wait('redo', 2000, function()
+    return buf_text(c) == 'local a\nx  =  2'
+  end)
+  c:cmd('write')
+  H.eq({ 1, 'local a\nx = 2\n' }, { c:lua('return _G.formats'), H.read(ws .. '/code.lua') }, "the user's own save formats")
+  c:stop()
+  mock.stop()
+end)
+
+H.case('saveUserChanges never: an agent change on the unsaved lines asks; kept in the buffer only, the model is told', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_edit', name = 'edit', arguments = { path = 'notes.md', edits = { { oldText = 'beta mine', newText = 'beta agent' } } } } } },
+    { text = 'Edited.' },
+  })
+  local ws = H.workspace({ ['notes.md'] = 'alpha\nbeta\ngamma\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit", save_user_changes = "never"}', init = SELECT })
+  c:cmd('edit notes.md')
+  c:input('2GA mine<Esc>')
+  H.wait('the unsaved change', 2000, function()
+    return buf_text(c) == 'alpha\nbeta mine\ngamma'
+  end)
+  c:cmd('Pi change beta')
+  H.wait('the question', 15000, function()
+    return #c:lua('return _G.asked') == 1
+  end)
+  H.eq({ {
+    prompt = "Pi: Pi's change to notes.md (line 2) touches lines you changed and have not saved. Save your changes with it, or keep Pi's change in the editor only (not on disk)?",
+    items = { 'Save mine too', "Keep Pi's change in the buffer only" },
+  } }, c:lua('return _G.asked'), 'the question')
+  c:lua('_G.answer(2)')
+  H.idle_with(c, 'Edited.')
+  H.eq('alpha\nbeta agent\ngamma', buf_text(c), 'buffer')
+  H.eq('alpha\nbeta\ngamma\n', H.read(ws .. '/notes.md'), 'disk untouched')
+  H.eq(true, c:lua('return vim.bo.modified'), 'modified')
+  local reqs = mock.requests()
+  local last = vim.json.encode(reqs[#reqs])
+  assert(last:find('Note: your last change to notes.md is in the editor only, not on disk', 1, true), last)
   c:stop()
   mock.stop()
 end)

@@ -16,6 +16,7 @@ pub mod harness;
 pub mod sandbox;
 pub mod session;
 pub mod tools;
+pub mod unsaved;
 pub mod validate;
 
 pub use config::{prompt, resources, settings, skills, templates};

@@ -8,6 +8,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
+import { UnsavedChanges } from "./unsaved";
 import { type LanguageClient, State } from "vscode-languageclient/node";
 import { AttentionList, flagText, viewBadge } from "./attention";
 import { ChangeTracker, DIFF_SCHEME, type SavedReview } from "./changes";
@@ -36,6 +37,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   const output = vscode.window.createOutputChannel("Pi", { log: true });
   const trace = vscode.window.createOutputChannel("Pi LSP Trace", { log: true });
   const router = new Router();
+  const unsaved = new UnsavedChanges();
+  context.subscriptions.push(unsaved);
   const panels = new Set<ChatPanel>();
   let activePanel: ChatPanel | undefined;
   let chatView: ChatPanel | undefined;
@@ -118,9 +121,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       const key = vscode.Uri.parse(params.uri).toString();
       const doc = vscode.workspace.textDocuments.find((d) => d.uri.toString() === key);
       if (!doc) return { saved: false };
+      unsaved.saved(doc.uri);
       return { saved: doc.isDirty ? await doc.save() : true };
     });
-    c.onRequest("agent/diagnostics", async (params: { uris?: string[] }) => {
+    // The disk got only the agent's change; the buffer keeps the user's unsaved changes. The
+    // user's own save later writes everything: unsaved.ts keeps VS Code from calling it a
+    // conflict ("the content of the file is newer").
+    c.onNotification("agent/didMergeToDisk", (params: { uri: string; previousMtime?: { sec: number; nsec: number } | null }) => {
+      unsaved.merged(vscode.Uri.parse(params.uri), params.previousMtime ?? undefined);
+    });
+        c.onRequest("agent/diagnostics", async (params: { uris?: string[] }) => {
       const pairs: [vscode.Uri, readonly vscode.Diagnostic[]][] = params?.uris
         ? params.uris.map((u) => {
             const uri = vscode.Uri.parse(u);
@@ -800,7 +810,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   context.subscriptions.push(
     vscode.workspace.onDidGrantWorkspaceTrust(() => void commands["pi.restartServer"]()),
     vscode.workspace.onDidChangeConfiguration((e) => {
-      if (e.affectsConfiguration("pi.serverPath") || e.affectsConfiguration("pi.model") || e.affectsConfiguration("pi.approvalPolicy")) {
+      if (e.affectsConfiguration("pi.serverPath") || e.affectsConfiguration("pi.model") || e.affectsConfiguration("pi.approvalPolicy") || e.affectsConfiguration("pi.saveUserChanges")) {
         void vscode.window.showInformationMessage("Pi: the server settings changed.", "Restart Server").then((c) => c && commands["pi.restartServer"]());
       }
     }),
