@@ -204,6 +204,40 @@ H.case('saveUserChanges never: an agent change on the unsaved lines asks; kept i
   mock.stop()
 end)
 
+H.case('write over a buffer with unsaved text asks even under approve-all, shows what is lost, and the model hears it', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_write', name = 'write', arguments = { path = 'notes.md', content = 'new text\n' } } } },
+    { text = 'Written.' },
+  })
+  local ws = H.workspace({ ['notes.md'] = 'saved\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160, rows = 40 })
+  c:cmd('edit notes.md')
+  c:input('Amine<Esc>')
+  H.wait('the unsaved text', 2000, function()
+    return buf_text(c) == 'savedmine'
+  end)
+  c:cmd('Pi write the notes')
+  H.wait('the question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: write notes.md', 1, true)
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  local block = text:sub(text:find('### ? Permission', 1, true), -1)
+  H.contains(block, "Reason: write replaces notes.md, whose editor buffer holds unsaved text of the user's: 1 line(s) of it are lost (the − lines)", 'reason')
+  H.contains(block, '-savedmine', 'the lost line in the diff')
+  H.contains(block, '+new text', 'the new line in the diff')
+  -- Only once or reject: nothing to remember for a loss like this.
+  assert(not block:find('Allow for this session', 1, true), block)
+  H.eq('savedmine', buf_text(c), 'buffer untouched while asked')
+  c:cmd('Pi allow')
+  H.idle_with(c, 'Written.')
+  H.eq('new text\n', H.read(ws .. '/notes.md'), 'disk')
+  local reqs = mock.requests()
+  local last = vim.json.encode(reqs[#reqs])
+  assert(last:find("Successfully wrote 9 bytes to notes.md. The editor's buffer held unsaved text of the user's; the user allowed replacing it", 1, true), last)
+  c:stop()
+  mock.stop()
+end)
+
 H.case('a permission answered both ways; an insert-mode key elsewhere is not an answer', function()
   local mock = H.mock({
     { toolCalls = { { id = 'call_one', name = 'bash', arguments = { command = 'echo one' } } } },

@@ -389,6 +389,25 @@ impl Gate {
             .map(|_| true)
     }
 
+    /// Asks before a `write` replaces a buffer holding the user's unsaved text, whatever the
+    /// policy and the "allow always" rules (the user's unsaved text is theirs): `reason` says
+    /// what is lost, `change` shows it; `arguments` are the call's. Only once or reject are
+    /// offered, and nothing is remembered. `Ok(())`: allowed (the tool must re-check the text
+    /// as after [`Gate::approve_change`]); `Err(text)`: the call's error result.
+    pub async fn approve_overwrite(
+        &self,
+        tool: &str,
+        call_id: &str,
+        arguments: Value,
+        cancel: &CancellationToken,
+        reason: String,
+        change: ProposedChange,
+    ) -> Result<(), String> {
+        self.deferred.lock().remove(call_id);
+        self.ask_with(tool, call_id, arguments, reason, false, Some(change), cancel)
+            .await
+    }
+
     async fn ask(
         &self,
         tool: &str,
@@ -398,9 +417,6 @@ impl Gate {
         change: Option<ProposedChange>,
         cancel: &CancellationToken,
     ) -> Result<(), String> {
-        let Some(asker) = &self.asker else {
-            return Err(self.no_asker.clone());
-        };
         let name = serde_json::to_value(policy)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
@@ -409,7 +425,31 @@ impl Gate {
             ApprovalPolicy::Ask => format!("approvalPolicy \"{name}\": every tool call asks"),
             _ => format!("approvalPolicy \"{name}\": {tool} asks"),
         };
-        let rule = Rule::for_call(tool, &arguments);
+        self.ask_with(tool, call_id, arguments, reason, true, change, cancel)
+            .await
+    }
+
+    /// Asks the user about one call with `reason`; `offer_always`: "allow always" with the
+    /// call's rule is offered (else only once or reject).
+    #[allow(clippy::too_many_arguments)]
+    async fn ask_with(
+        &self,
+        tool: &str,
+        call_id: &str,
+        arguments: Value,
+        reason: String,
+        offer_always: bool,
+        change: Option<ProposedChange>,
+        cancel: &CancellationToken,
+    ) -> Result<(), String> {
+        let Some(asker) = &self.asker else {
+            return Err(self.no_asker.clone());
+        };
+        let rule = if offer_always {
+            Rule::for_call(tool, &arguments)
+        } else {
+            None
+        };
         let always_scopes = match (&rule, &self.workspace) {
             (None, _) => Vec::new(),
             (Some(_), None) => vec![Scope::Session],
