@@ -9,7 +9,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use pi_e2e::lsp_client::{unsaved_note, file_uri, start_with_mock, tool_results, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{
+    file_uri, start_with_mock, tool_results, unsaved_note, EditorBehavior, LspClient,
+};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
@@ -173,7 +175,10 @@ async fn ed01_buffers_are_matched_by_real_location_and_links_are_kept() {
     c.open(&opened, "buffer = 1\n").await;
     let events = prompt(&mut c).await;
     let r = tool_results(&events);
-    assert_eq!(r[0].1, format!("buffer = 1\n{}", unsaved_note("real/t.txt")));
+    assert_eq!(
+        r[0].1,
+        format!("buffer = 1\n{}", unsaved_note("real/t.txt"))
+    );
     assert_eq!(
         r[1],
         (

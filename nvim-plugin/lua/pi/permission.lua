@@ -13,6 +13,28 @@ local M = {}
 --- Open questions in arrival order: {chat, params, co, first_row, last_row, choices, float}
 M.pending = {}
 
+--- A question is answered on purpose (a Vim count must never answer): the key `key` that
+--- would answer waits up to 'timeoutlen' for another key, as Neovim waits to tell a mapping
+--- from a longer one. Another key: it was a count or the start of a command, so `key` goes
+--- back to Neovim unmapped in front of it when `give_back` (a digit: `2j` moves two lines,
+--- `13G` goes to line 13) and nothing is answered. No key: `answer()` runs, when the window
+--- is still the one the key was typed in.
+function M.deliberate(key, answer, give_back)
+  local win = api.nvim_get_current_win()
+  local followed = vim.wait(vim.o.timeoutlen, function()
+    return vim.fn.getchar(1) ~= 0
+  end, 10)
+  if followed then
+    if give_back then
+      api.nvim_feedkeys(key, 'ni', false)
+    end
+    return
+  end
+  if api.nvim_get_current_win() == win then
+    answer()
+  end
+end
+
 local function choices_of(p)
   local out = { { key = 'allow', label = 'Allow once', decision = { decision = 'allow' } } }
   for _, scope in ipairs(p.alwaysScopes or {}) do
@@ -189,7 +211,7 @@ end
 
 local function show_float(q)
   local lines = block_lines(q)
-  table.insert(lines, 'Answer with a digit here (<C-w>w to focus), or :Pi chat')
+  table.insert(lines, 'Answer with a digit alone here (<C-w>w to focus), or :Pi chat')
   local buf = api.nvim_create_buf(false, true)
   api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].modifiable = false
@@ -220,7 +242,9 @@ local function show_float(q)
   })
   for i = 1, #q.choices do
     vim.keymap.set('n', tostring(i), function()
-      M.answer(q, i)
+      M.deliberate(tostring(i), function()
+        M.answer(q, i)
+      end, true)
     end, { buffer = buf, nowait = true, desc = 'Pi: answer ' .. q.choices[i].label })
   end
 end
@@ -269,7 +293,7 @@ function M.ask(chat, st, params)
       return
     end
     q.hint = api.nvim_buf_set_extmark(chat.buf, render.ns, q.last_row, 0, {
-      virt_lines = { { { '  a digit answers anywhere in this chat · :Pi allow / :Pi reject from any window', 'Comment' } } },
+      virt_lines = { { { '  a digit alone (no key after it) answers anywhere in this chat · <CR> on an answer · :Pi allow / :Pi reject from any window', 'Comment' } } },
     })
   end)
   w:flush()

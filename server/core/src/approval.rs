@@ -404,8 +404,16 @@ impl Gate {
         change: ProposedChange,
     ) -> Result<(), String> {
         self.deferred.lock().remove(call_id);
-        self.ask_with(tool, call_id, arguments, reason, false, Some(change), cancel)
-            .await
+        self.ask_with(
+            tool,
+            call_id,
+            arguments,
+            reason,
+            false,
+            Some(change),
+            cancel,
+        )
+        .await
     }
 
     async fn ask(

@@ -147,7 +147,12 @@ impl Tool for WriteTool {
         // Writing over a buffer that holds the user's unsaved text always asks, whatever the
         // policy, showing what is lost (the user's unsaved text is theirs).
         let mut replaced_unsaved = false;
-        if let Some(gate) = self.state.approval.as_ref().filter(|_| self.fs.has_buffer(&path)) {
+        if let Some(gate) = self
+            .state
+            .approval
+            .as_ref()
+            .filter(|_| self.fs.has_buffer(&path))
+        {
             if self.fs.unsaved_note(&path).await.is_some() {
                 let old = self.fs.read(&path).await.ok().map(|s| s.text);
                 let old = old.as_ref().map(|t| t.as_str()).unwrap_or("");
