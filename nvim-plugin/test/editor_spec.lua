@@ -395,7 +395,8 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     { text = 'Noted.' },
   })
   local ws = H.workspace({ ['conf.txt'] = 'name = x\nmode = slow\n' })
-  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 160, rows = 40 })
+  local notes = '_G.notes = {}; vim.notify = function(m) table.insert(_G.notes, m) end'
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 160, rows = 40, init = notes })
   c:cmd('edit conf.txt')
   c:cmd('Pi make it fast')
   H.wait('the edit question', 15000, function()
@@ -427,6 +428,21 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
   H.wait('the user edit', 2000, function()
     return buf_text(c) == 'name = x\nmode = medium'
   end)
+  -- The question says at once that it went stale (before any answer).
+  local STALE = [[
+    local q = require('pi.permission').pending[1]
+    local chat = q.chat
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, -1, { q.header_row, 0 }, { q.header_row, -1 }, { details = true })) do
+      for _, vt in ipairs(m[4].virt_text or {}) do
+        if vt[1]:find('changed since', 1, true) then return vt[1] end
+      end
+    end
+    return vim.inspect({ stale = q.stale, au = q.stale_au, notes = _G.notes })
+  ]]
+  H.wait('the stale mark', 3000, function()
+    return c:lua(STALE) == ' ⚠ conf.txt changed since this question: Allow will not apply it (the agent reads it again)'
+  end)
+  H.contains(table.concat(c:lua('return _G.notes'), '\n'), 'Pi: conf.txt changed while Pi asks to edit it: allowing will not apply the old change', 'stale notification')
   c:lua([[
     local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
     vim.api.nvim_set_current_win(chat:window())
@@ -441,6 +457,24 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     io.stdout:write(final .. '\nBUFFER: ' .. c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('conf.txt'), 0, -1, false), '|')") .. '\nMSGS: ' .. c:lua("return vim.api.nvim_exec2('messages', {output = true}).output") .. '\n')
   end
   H.contains(final, 'changed while the user was deciding', 'tool result')
+  -- Allowed, then refused by the server: said in words on the question and as a notification
+  -- (lines named, no hashes).
+  local refused = 'conf.txt changed while the user was deciding (line 2 differs); nothing was changed.'
+  local header = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local lines = vim.api.nvim_buf_get_lines(chat.buf, 0, -1, false)
+    local row = vim.fn.index(lines, '### ? Permission: edit conf.txt')
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, -1, { row, 0 }, { row, -1 }, { details = true })) do
+      for _, vt in ipairs(m[4].virt_text or {}) do
+        out[#out + 1] = vt[1]
+      end
+    end
+    return table.concat(out, '|')
+  ]])
+  H.eq(' → allowed, but not done: ' .. refused .. ' What was approved is not what would land: read the file again and redo the change.', header, 'the question header')
+  H.contains(table.concat(c:lua('return _G.notes'), '\n'), 'Pi: edit conf.txt was allowed but not done: ' .. refused, 'notification')
+  assert(not final:find('xxh3', 1, true), final)
   H.eq('name = x\nmode = medium', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('conf.txt'), 0, -1, false), '\\n')"), 'the user\'s text kept')
   c:stop()
   mock.stop()

@@ -97,11 +97,22 @@ local function block_lines(q)
   return lines
 end
 
+--- Answered questions by tool call id: {q, allowed} (to say in words when an allowed call
+--- is then refused, e.g. its file changed while the user was deciding).
+M.answered = {}
+
 local function finish(q, answer, label)
   if q.done then
     return
   end
   q.done = true
+  if answer and q.params.toolCallId then
+    M.answered[q.params.toolCallId] = { q = q, allowed = answer.decision ~= 'reject' }
+  end
+  if q.stale_au then
+    pcall(api.nvim_del_autocmd, q.stale_au)
+    q.stale_au = nil
+  end
   for i, x in ipairs(M.pending) do
     if x == q then
       table.remove(M.pending, i)
@@ -111,7 +122,7 @@ local function finish(q, answer, label)
   local buf = q.chat.buf
   if q.header_row and api.nvim_buf_is_valid(buf) then
     local ok_hl = answer and answer.decision ~= 'reject' and 'DiagnosticOk' or 'DiagnosticError'
-    require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, ok_hl, nil, #'### ? Permission')
+    q.mark = require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, ok_hl, q.mark, #'### ? Permission')
     -- The answer rows stay as text (yank works) but dim, the chosen one in the answer's colour.
     for i = 1, #q.choices do
       local row = q.header_row + q.choices_at + i - 1
@@ -271,6 +282,57 @@ function M.chat_shown(chat)
   end
 end
 
+--- The result of tool call `id` arrived (`tool_execution_end`): an allowed call that failed
+--- anyway (its file changed while the user was deciding, or the editor refused the edit) is
+--- said in words on the question's header and as a notification — never "allowed" followed
+--- by a silent ✗.
+function M.result(chat, id, text, is_error)
+  local a = id and M.answered[id]
+  M.answered[id or ''] = nil
+  if not (a and a.allowed and is_error) then
+    return
+  end
+  local first = vim.split(vim.trim(tostring(text or '')), '\n', { plain = true })[1] or ''
+  local q = a.q
+  if q.header_row and api.nvim_buf_is_valid(chat.buf) then
+    q.mark = require('pi.chat').status_mark(chat, q.header_row, ' → allowed, but not done: ' .. first, 'DiagnosticError', q.mark, #'### ? Permission')
+  end
+  util.notify(('%s was allowed but not done: %s'):format(what(q.params), first), vim.log.levels.WARN)
+end
+
+--- The file of an open edit question changed in its buffer: the question says so at once
+--- (allowing now would be refused: the change was computed on the old text).
+local function watch_stale(q, st)
+  local change = q.params.change
+  if not (change and change.path) then
+    return
+  end
+  local path = change.path
+  if not path:match('^/') then
+    path = st.root .. '/' .. path
+  end
+  local b = vim.fn.bufnr(vim.fn.fnamemodify(path, ':p'))
+  if b <= 0 then
+    return
+  end
+  q.stale_au = api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
+    buffer = b,
+    desc = 'pi: an open edit question goes stale',
+    callback = function()
+      if q.done or q.stale then
+        return true
+      end
+      q.stale = true
+      if q.header_row and api.nvim_buf_is_valid(q.chat.buf) then
+        q.mark = require('pi.chat').status_mark(q.chat, q.header_row, ' ⚠ ' .. tostring(change.path) .. ' changed since this question: Allow will not apply it (the agent reads it again)', 'DiagnosticWarn', q.mark, #'### ? Permission')
+      end
+      util.notify(tostring(change.path) .. ' changed while Pi asks to edit it: allowing will not apply the old change', vim.log.levels.WARN)
+      q.stale_au = nil
+      return true -- once
+    end,
+  })
+end
+
 --- Asks the question of `params` (from the handler's coroutine): returns the answer.
 function M.ask(chat, st, params)
   local co = coroutine.running()
@@ -304,6 +366,7 @@ function M.ask(chat, st, params)
     t.mark = require('pi.chat').status_mark(chat, t.row, ' ? waiting for your answer', 'DiagnosticWarn', t.mark, t.col)
   end
   require('pi.keymaps').permission_changed(chat)
+  watch_stale(q, st)
   if not chat:window() then
     show_float(q)
   end
