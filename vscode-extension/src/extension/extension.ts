@@ -191,6 +191,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       if (ev?.type === "tool_execution_start" && ev.toolCallId && p.sessionId) changes.noteToolCall(ev.toolCallId, p.sessionId);
       if (ev?.type === "agent_end" && p.sessionId === activeSession()) scheduleTreeRefresh();
       if (ev?.type === "agent_start" && p.sessionId) flags.runStarted(p.sessionId);
+      if (ev?.type === "tool_execution_end" && ev.toolCallId) {
+        const text = (ev.result?.content ?? []).filter((b: any) => b?.type === "text").map((b: any) => b.text).join("\n");
+        questions.toolEnded(ev.toolCallId, ev.isError === true, text);
+      }
       if (ev?.type === "message_start") names.fromEvent(p);
       if (ev?.type === "agent_end" && process.env.PI_VSCODE_STATS) setTimeout(writeStats, 200);
     }
@@ -808,6 +812,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   }
 
   context.subscriptions.push(
+    // An open edit question whose file changes says so at once (requests.ts).
+    vscode.workspace.onDidChangeTextDocument((e) => {
+      if (e.contentChanges.length === 0 || e.document.uri.scheme !== "file") return;
+      const root = vscode.workspace.getWorkspaceFolder(e.document.uri)?.uri.fsPath ?? vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? "";
+      questions.documentChanged(e.document.uri.fsPath, (p) => (path.isAbsolute(p) ? p : path.join(root, p)));
+    }),
     vscode.workspace.onDidGrantWorkspaceTrust(() => void commands["pi.restartServer"]()),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (e.affectsConfiguration("pi.serverPath") || e.affectsConfiguration("pi.model") || e.affectsConfiguration("pi.approvalPolicy") || e.affectsConfiguration("pi.saveUserChanges")) {
