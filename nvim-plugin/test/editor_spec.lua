@@ -433,14 +433,14 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     local q = require('pi.permission').pending[1]
     local chat = q.chat
     for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, -1, { q.header_row, 0 }, { q.header_row, -1 }, { details = true })) do
-      for _, vt in ipairs(m[4].virt_text or {}) do
-        if vt[1]:find('changed since', 1, true) then return vt[1] end
+      for _, vl in ipairs(m[4].virt_lines or {}) do
+        if vl[1][1]:find('changed since', 1, true) then return vl[1][1] end
       end
     end
     return vim.inspect({ stale = q.stale, au = q.stale_au, notes = _G.notes })
   ]]
   H.wait('the stale mark', 3000, function()
-    return c:lua(STALE) == ' ⚠ conf.txt changed since this question: Allow will not apply it (the agent reads it again)'
+    return c:lua(STALE) == '  ⚠ conf.txt changed since this question: Allow will not apply it (the agent reads it again)'
   end)
   H.contains(table.concat(c:lua('return _G.notes'), '\n'), 'Pi: conf.txt changed while Pi asks to edit it: allowing will not apply the old change', 'stale notification')
   c:lua([[
@@ -469,10 +469,14 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
       for _, vt in ipairs(m[4].virt_text or {}) do
         out[#out + 1] = vt[1]
       end
+      for _, vl in ipairs(m[4].virt_lines or {}) do
+        out[#out + 1] = vl[1][1]
+      end
     end
+    table.sort(out)
     return table.concat(out, '|')
   ]])
-  H.eq(' → allowed, but not done: ' .. refused .. ' What was approved is not what would land: read the file again and redo the change.', header, 'the question header')
+  H.eq('  ✗ not done: ' .. refused .. ' What was approved is not what would land: read the file again and redo the change.| → allowed, but not done', header, 'the question header')
   H.contains(table.concat(c:lua('return _G.notes'), '\n'), 'Pi: edit conf.txt was allowed but not done: ' .. refused, 'notification')
   assert(not final:find('xxh3', 1, true), final)
   H.eq('name = x\nmode = medium', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('conf.txt'), 0, -1, false), '\\n')"), 'the user\'s text kept')

@@ -295,7 +295,11 @@ function M.result(chat, id, text, is_error)
   local first = vim.split(vim.trim(tostring(text or '')), '\n', { plain = true })[1] or ''
   local q = a.q
   if q.header_row and api.nvim_buf_is_valid(chat.buf) then
-    q.mark = require('pi.chat').status_mark(chat, q.header_row, ' → allowed, but not done: ' .. first, 'DiagnosticError', q.mark, #'### ? Permission')
+    q.mark = require('pi.chat').status_mark(chat, q.header_row, ' → allowed, but not done', 'DiagnosticError', q.mark, #'### ? Permission')
+    q.note = api.nvim_buf_set_extmark(chat.buf, render.ns, q.header_row, 0, {
+      id = q.note,
+      virt_lines = { { { '  ✗ not done: ' .. first, 'DiagnosticError' } } },
+    })
   end
   util.notify(('%s was allowed but not done: %s'):format(what(q.params), first), vim.log.levels.WARN)
 end
@@ -324,7 +328,10 @@ local function watch_stale(q, st)
       end
       q.stale = true
       if q.header_row and api.nvim_buf_is_valid(q.chat.buf) then
-        q.mark = require('pi.chat').status_mark(q.chat, q.header_row, ' ⚠ ' .. tostring(change.path) .. ' changed since this question: Allow will not apply it (the agent reads it again)', 'DiagnosticWarn', q.mark, #'### ? Permission')
+        q.note = api.nvim_buf_set_extmark(q.chat.buf, render.ns, q.header_row, 0, {
+          id = q.note,
+          virt_lines = { { { '  ⚠ ' .. tostring(change.path) .. ' changed since this question: Allow will not apply it (the agent reads it again)', 'DiagnosticWarn' } } },
+        })
       end
       util.notify(tostring(change.path) .. ' changed while Pi asks to edit it: allowing will not apply the old change', vim.log.levels.WARN)
       q.stale_au = nil
