@@ -6,6 +6,7 @@
  * of package.json. No server event moves focus or changes the active editor.
  */
 import * as fs from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import { UnsavedChanges } from "./unsaved";
@@ -21,7 +22,7 @@ import { DeltaExpander } from "./deltas";
 import { createClient, resolveServerBinary } from "./server";
 import { branchRows, type SessionNode, SessionsView, shown, type TreeEntry } from "./sessions";
 import { StatusBar } from "./status";
-import { POLICY_ITEMS, policyNotice } from "./policy";
+import { POLICY_ITEMS, policyNotice, scopeItems, writePiSetting } from "./policy";
 
 /** Server notifications relayed to the panels (and watched by the host). */
 const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument"];
@@ -619,18 +620,30 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       guarded("approval policy", async () => {
         const pick = await vscode.window.showQuickPick(
           POLICY_ITEMS.map((p) => ({ ...p })),
-          { title: "Pi: approval policy of the active session" },
+          { title: "Pi: approval policy — which one" },
         );
         if (!pick) return;
+        // Then where it goes, each place saying what wins over it (one thing per choice).
         const sessionId = activeSession();
-        if (sessionId) {
-          const r: any = await host.request("agent/permissions/set", { sessionId, approvalPolicy: pick.label === "default" ? null : pick.label });
+        const root = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+        const projectFile = root ? path.join(root, ".pi", "settings.json") : "";
+        const userFile = path.join(process.env.PI_CODING_AGENT_DIR || path.join(os.homedir(), ".pi", "agent"), "settings.json");
+        const editorSetting = vscode.workspace.getConfiguration("pi").get<string>("approvalPolicy");
+        const items = scopeItems(!!sessionId, editorSetting, projectFile, userFile).filter((i) => i.scope !== "workspace" || root);
+        const where = await vscode.window.showQuickPick(items, { title: `Pi: set approval policy "${pick.label}" for…` });
+        if (!where) return;
+        const value = pick.label === "default" ? undefined : pick.label;
+        if (where.scope === "session" && sessionId) {
+          const r: any = await host.request("agent/permissions/set", { sessionId, approvalPolicy: value ?? null });
           stateChanged(sessionId);
           void vscode.window.showInformationMessage(policyNotice(r?.approvalPolicy));
-        } else {
-          await vscode.workspace.getConfiguration("pi").update("approvalPolicy", pick.label, vscode.ConfigurationTarget.Workspace);
-          void vscode.window.showInformationMessage("Pi: pi.approvalPolicy set; it applies from the next server start (Pi: Restart Server).");
+          return;
         }
+        const file = where.scope === "workspace" ? projectFile : userFile;
+        writePiSetting(file, "approvalPolicy", value);
+        void vscode.window.showInformationMessage(
+          `Pi: approvalPolicy ${value ? `"${value}"` : "removed"} in ${file}; new sessions use it${editorSetting && editorSetting !== "default" ? ` unless the editor's pi.approvalPolicy ("${editorSetting}") is set` : ""}, a session's own choice still wins.`,
+        );
       }),
     "pi.addSelection": async () => {
       const e = vscode.window.activeTextEditor;
