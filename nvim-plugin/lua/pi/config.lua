@@ -69,6 +69,8 @@ M.defaults = {
       esc = '<Esc>', -- normal mode, during a run: stop it (asks once in a long run)
       queue = 'gq', -- edit or remove a queued message
       paste_image = '<M-v>', -- normal and insert mode: attach the clipboard's image
+      recall_older = '<Up>', -- normal and insert mode, on the first line: the earlier prompt
+      recall_newer = '<Down>', -- normal and insert mode, on the last line: the later prompt
     },
     chat = {
       abort = '<C-c>',

@@ -125,6 +125,17 @@ function M.prompt(chat, buf)
   map(buf, { 'n', 'i' }, km.followup, function()
     prompt.send(chat, 'followUp')
   end, 'queue a follow-up')
+  -- Earlier prompts of this workspace: <Up> on the first line, <Down> on the last.
+  for lhs, step in pairs({ [km.recall_older or false] = -1, [km.recall_newer or false] = 1 }) do
+    if lhs then
+      map(buf, { 'n', 'i' }, lhs, function()
+        if not require('pi.recall').step(chat, step) then
+          -- Not on the first / last line: the key moves the cursor as usual.
+          api.nvim_feedkeys(api.nvim_replace_termcodes(lhs, true, false, true), 'n', false)
+        end
+      end, step < 0 and 'recall the earlier prompt' or 'recall the later prompt')
+    end
+  end
   map(buf, { 'n', 'i' }, km.abort, function()
     require('pi').abort(chat)
   end, 'abort the run')
