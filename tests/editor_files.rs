@@ -9,7 +9,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use pi_e2e::lsp_client::{file_uri, start_with_mock, tool_results, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{
+    file_uri, start_with_mock, tool_results, unsaved_note, EditorBehavior, LspClient,
+};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
@@ -63,12 +65,19 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
     }
     let events = prompt(&mut c).await;
     let r = tool_results(&events);
-    assert_eq!(r[0].1, working, "read sees the working buffer");
+    assert_eq!(
+        r[0].1,
+        format!("{working}{}", unsaved_note("src/a.txt")),
+        "read sees the working buffer, and is told the disk differs"
+    );
     assert_eq!(
         r[1],
         (
             "edit".into(),
-            "Successfully replaced 1 block(s) in src/a.txt.".into(),
+            format!(
+                "Successfully replaced 1 block(s) in src/a.txt.{}",
+                unsaved_note("src/a.txt")
+            ),
             false
         )
     );
@@ -79,8 +88,10 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
         json!({"uri": file_uri(&file), "version": 2})
     );
     let edited = "# header added in the working tree\nvalue = 3\n";
-    assert_eq!(r[2].1, edited);
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), edited);
+    assert_eq!(r[2].1, format!("{edited}{}", unsaved_note("src/a.txt")));
+    // The user's unsaved header stays theirs (saveUserChanges "ask", not answered): the disk
+    // has only the agent's change.
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "value = 3\n");
     assert_eq!(c.doc(&file).unwrap().text, edited);
 
     // Closing the diff views forgets only them: the working buffer (unsaved typing) is still
@@ -119,7 +130,10 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
     )
     .await;
     let events = prompt(&mut c).await;
-    assert_eq!(tool_results(&events)[0].1, "working\n");
+    assert_eq!(
+        tool_results(&events)[0].1,
+        format!("working\n{}", unsaved_note("src/a.txt"))
+    );
     c.shutdown().await;
 }
 
@@ -150,13 +164,21 @@ async fn ed01_buffers_are_matched_by_real_location_and_links_are_kept() {
         Step::text("done"),
     ])
     .await;
-    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    // The agent's change touches the user's unsaved line: the user is asked and saves theirs.
+    let behavior = EditorBehavior {
+        message_action: Some("Save mine too".into()),
+        ..Default::default()
+    };
+    let mut c = start_with_mock(&ws, &mock, behavior).await;
     // The editor opened the file through the symlinked folder, with unsaved text.
     let opened = ws.join("linked/t.txt");
     c.open(&opened, "buffer = 1\n").await;
     let events = prompt(&mut c).await;
     let r = tool_results(&events);
-    assert_eq!(r[0].1, "buffer = 1\n");
+    assert_eq!(
+        r[0].1,
+        format!("buffer = 1\n{}", unsaved_note("real/t.txt"))
+    );
     assert_eq!(
         r[1],
         (
@@ -210,11 +232,15 @@ async fn ed01_a_symlinked_workspace_root_still_finds_the_buffers() {
         Step::text("done"),
     ])
     .await;
-    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let behavior = EditorBehavior {
+        message_action: Some("Save mine too".into()),
+        ..Default::default()
+    };
+    let mut c = start_with_mock(&ws, &mock, behavior).await;
     c.open(&ws.join("a.txt"), "buffer\n").await;
     let events = prompt(&mut c).await;
     let r = tool_results(&events);
-    assert_eq!(r[0].1, "buffer\n");
+    assert_eq!(r[0].1, format!("buffer\n{}", unsaved_note("a.txt")));
     assert!(!r[1].2, "{:?}", r[1]);
     assert_eq!(
         c.applied_edits()[0]["documentChanges"][0]["textDocument"]["uri"],

@@ -11,7 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use pi_e2e::lsp_client::{
-    file_uri, start_with_mock, tool_result_text, tool_results, EditorBehavior, LspClient,
+    file_uri, start_with_mock, tool_result_text, tool_results, unsaved_note, EditorBehavior,
+    LspClient,
 };
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
@@ -182,7 +183,12 @@ async fn one_file_open_under_two_uris_stays_known_when_one_closes() {
         Step::text("second"),
     ])
     .await;
-    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    // The edit touches the user's unsaved line: the user is asked and saves theirs too.
+    let behavior = EditorBehavior {
+        message_action: Some("Save mine too".into()),
+        ..Default::default()
+    };
+    let mut c = start_with_mock(&ws, &mock, behavior).await;
     c.open(&real, "one\n").await;
     c.open(&link, "one\n").await;
     // The user types in the real path's buffer (unsaved), then closes the link's.
@@ -190,7 +196,14 @@ async fn one_file_open_under_two_uris_stays_known_when_one_closes() {
     c.close(&link).await;
     let events = prompt(&mut c, "first").await;
     let r = tool_results(&events);
-    assert_eq!(r[0], ("read".into(), "one\ntyped\n".into(), false));
+    assert_eq!(
+        r[0],
+        (
+            "read".into(),
+            format!("one\ntyped\n{}", unsaved_note("real/a.txt")),
+            false
+        )
+    );
     assert_eq!(
         r[1],
         (

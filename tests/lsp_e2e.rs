@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use pi_e2e::lsp_client::{file_uri, start_with_mock, tool_result_text, EditorBehavior};
+use pi_e2e::lsp_client::{
+    file_uri, start_with_mock, tool_result_text, unsaved_note, EditorBehavior,
+};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{session_lines, TempDir};
 use serde_json::{json, Value};
@@ -58,8 +60,10 @@ async fn full_round(model: &str, utf8: bool) {
     let mut c = start_with_mock(
         &ws,
         &mock,
+        // The edit touches the user's unsaved line: the user is asked and saves theirs too.
         EditorBehavior {
             offer_utf8: utf8,
+            message_action: Some("Save mine too".into()),
             ..Default::default()
         },
     )
@@ -128,7 +132,7 @@ async fn full_round(model: &str, utf8: bool) {
     // read saw the unsaved buffer; bash saw the edited text on disk.
     assert_eq!(
         tool_result_text(&events, "read"),
-        (BUFFER.to_string(), false)
+        (format!("{BUFFER}{}", unsaved_note("notes.txt")), false)
     );
     assert_eq!(
         tool_result_text(&events, "edit"),
@@ -355,7 +359,10 @@ async fn thousand_rapid_incremental_changes_then_read_returns_final_text() {
         .await
         .unwrap();
     let events = c.run_until_end(Duration::from_secs(20)).await;
-    assert_eq!(tool_result_text(&events, "read"), (text, false));
+    assert_eq!(
+        tool_result_text(&events, "read"),
+        (format!("{text}{}", unsaved_note("doc.txt")), false)
+    );
     mock.assert_paired();
 }
 
@@ -860,10 +867,15 @@ async fn applied_false_becomes_an_error_result_and_saved_clients_save() {
         .await
         .unwrap();
     let events = c.run_until_end(Duration::from_secs(10)).await;
+    // The server never heard of the edit in the buffer, so to it the buffer still differs
+    // from the disk, and the result says so.
     assert_eq!(
         tool_result_text(&events, "edit"),
         (
-            "Successfully replaced 1 block(s) in a.txt.".to_string(),
+            format!(
+                "Successfully replaced 1 block(s) in a.txt.{}",
+                unsaved_note("a.txt")
+            ),
             false
         )
     );

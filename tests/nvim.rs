@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use pi_e2e::lsp_client::agent_env;
+use pi_e2e::lsp_client::{agent_env, unsaved_note};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{pi_lsp_bin, session_lines, TempDir};
 use serde_json::{json, Value};
@@ -268,7 +268,7 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     assert_eq!(
         out["tool_results"],
         json!([
-            {"toolName": "read", "text": BUFFER, "isError": false},
+            {"toolName": "read", "text": format!("{BUFFER}{}", unsaved_note("notes.txt")), "isError": false},
             {"toolName": "edit", "text": "Successfully replaced 1 block(s) in notes.txt.", "isError": false},
             {"toolName": "bash", "text": EDITED, "isError": false},
         ])

@@ -191,8 +191,7 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
         json!({"previousLeafId": old_leaf, "leafId": marker["id"], "files": [
             {"path": "a.txt", "status": "reverted"},
             {"path": "b.txt", "status": "refused", "reason": format!(
-                "changed since the agent's change (call_b1): it holds {}, the agent left {}; kept as it is",
-                hash(typed), hash(B1))},
+                "changed since the agent's change (call_b1): lines around the agent's change (line 2) were changed since; kept as it is")},
             {"path": "c.txt", "status": "reverted"},
         ]})
     );
@@ -264,8 +263,7 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
         json!({"previousLeafId": marker["id"], "leafId": marker2["id"], "files": [
             {"path": "a.txt", "status": "reapplied"},
             {"path": "b.txt", "status": "refused", "reason": format!(
-                "changed since the agent's change (call_b1): it holds {}, the agent left {}; kept as it is",
-                hash(typed), hash(B0))},
+                "changed since the agent's change (call_b1): line 2 now differs from the text the agent's change was made on; kept as it is")},
             {"path": "c.txt", "status": "reapplied"},
         ]})
     );

@@ -420,7 +420,12 @@ async fn write_over_an_open_buffer_replaces_its_whole_text_and_reports_the_disk_
         Step::text("done"),
     ])
     .await;
-    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    // Writing over the user's unsaved text always asks (here under approve-all); allowed.
+    let behavior = EditorBehavior {
+        permission_answer: Some(json!({"decision": "allow"})),
+        ..Default::default()
+    };
+    let mut c = start_with_mock(&ws, &mock, behavior).await;
     // Unsaved buffer: two lines, the last with an emoji and no final newline.
     let buffer = "unsaved 中\r\nlast 🍋🍋";
     c.open(&file, buffer).await;
@@ -433,7 +438,18 @@ async fn write_over_an_open_buffer_replaces_its_whole_text_and_reports_the_disk_
     let events = c.run_until_end(Duration::from_secs(20)).await;
     assert_eq!(
         tool_result_text(&events, "write"),
-        ("Successfully wrote 9 bytes to w.txt".to_string(), false)
+        ("Successfully wrote 9 bytes to w.txt. The editor's buffer held unsaved text of the user's; the user allowed replacing it".to_string(), false)
+    );
+    // The question said what is lost, whatever the policy.
+    let asked: Vec<Value> = c
+        .log()
+        .iter()
+        .filter(|m| m["method"] == "agent/requestPermission")
+        .map(|m| m["params"]["reason"].clone())
+        .collect();
+    assert_eq!(
+        asked,
+        vec![json!("write replaces w.txt, whose editor buffer holds unsaved text of the user's: 2 line(s) of it are lost (the − lines)")]
     );
     // The whole buffer, ending at line 1, UTF-16 column 9 (two emoji are two units each).
     assert_eq!(

@@ -422,4 +422,43 @@ H.case('a long chat streams under the regex syntax and gets tree-sitter back whe
   mock.stop()
 end)
 
+
+H.case('<Up> in the prompt recalls the earlier prompts of the workspace (kept on disk); <Down> comes back', function()
+  local mock = H.mock({ { text = 'One.' }, { text = 'Two.' } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json })
+  c:cmd('Pi first prompt')
+  H.idle_with(c, 'One.')
+  c:cmd('Pi second\nof two lines')
+  H.idle_with(c, 'Two.')
+  local PROMPT = [[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    return require('pi.prompt').text(chat)
+  ]]
+  -- In the prompt, something typed, then <Up>: the newest prompt; <Up>: the one before.
+  c:cmd('Pi')
+  H.wait('the prompt focused', 2000, function()
+    return c:lua('return vim.bo.filetype') == 'pi-prompt'
+  end)
+  c:input('<Esc>idraft<Esc>')
+  c:input('<Up>')
+  H.wait('the newest prompt', 2000, function()
+    return c:lua(PROMPT) == 'second\nof two lines'
+  end)
+  c:input('<Up>')
+  H.wait('the earlier prompt', 2000, function()
+    return c:lua(PROMPT) == 'first prompt'
+  end)
+  c:input('<Down><Down>')
+  H.wait('back to the draft', 2000, function()
+    return c:lua(PROMPT) == 'draft'
+  end)
+  -- Kept on disk for this workspace (a new Neovim recalls them too).
+  local files = vim.fn.glob(c.home .. '/state/nvim/pi/prompts/*.json', false, true)
+  H.eq(1, #files, 'one history file')
+  H.eq({ 'first prompt', 'second\nof two lines' }, vim.json.decode(H.read(files[1])), 'the history file')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

@@ -10,13 +10,23 @@ local function buf_text(c)
   return c:lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
 end
 
-H.case('an edit lands in a modified buffer opened after the client started; u reverts exactly it; no W12', function()
+-- vim.ui.select replaced in the child (as a user's picker plugin would): the question is kept
+-- for the test to read and answer.
+local SELECT = [[
+  _G.asked = {}
+  vim.ui.select = function(items, opts, cb)
+    _G.asked[#_G.asked + 1] = { prompt = opts.prompt, items = vim.tbl_map(opts.format_item or tostring, items) }
+    _G.answer = function(i) cb(items[i], i) end
+  end
+]]
+
+H.case('an edit lands in a modified buffer opened after the client started; the disk gets only the agent change; u reverts exactly it; no W12', function()
   local mock = H.mock({
     { toolCalls = { { id = 'call_edit', name = 'edit', arguments = { path = 'notes.md', edits = { { oldText = 'target = 1', newText = 'target = 2' } } } } } },
     { text = 'Changed target to 2.' },
   })
   local ws = H.workspace({ ['notes.md'] = '# Notes\n\nalpha\ntarget = 1\nomega\n' })
-  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', init = SELECT })
   c:cmd('Pi new')
   H.wait('the server', 10000, function()
     return c:lua(H.CHAT_STATE) ~= vim.NIL
@@ -29,23 +39,42 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
   H.wait('the unsaved line', 2000, function()
     return buf_text(c):find('^unsaved line') ~= nil
   end)
-  c:lua([[
-    _G.changed_shell = 0
-    vim.api.nvim_create_autocmd('FileChangedShell', { callback = function() _G.changed_shell = _G.changed_shell + 1 end })
-  ]])
   c:cmd('Pi set target to 2')
   H.wait('the run to end', 15000, function()
     local s = c:lua(H.CHAT_STATE)
     return s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Changed target to 2.', 1, true)
   end)
   H.eq('unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega', buf_text(c), 'buffer after the edit')
-  -- The server saved through Neovim: disk = buffer, not modified, no W12 on checktime.
-  H.eq('unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega\n', H.read(ws .. '/notes.md'), 'disk after the save')
-  H.eq(false, c:lua('return vim.bo.modified'), 'modified after the save')
+  -- saveUserChanges "ask" (the default), not answered yet: the disk has the agent's change
+  -- only; the user's line is still unsaved in the buffer.
+  H.eq('# Notes\n\nalpha\ntarget = 2\nomega\n', H.read(ws .. '/notes.md'), 'disk after the edit')
+  H.eq(true, c:lua('return vim.bo.modified'), 'modified after the edit')
+  H.wait('the question', 5000, function()
+    return #c:lua('return _G.asked') == 1
+  end)
+  H.eq({ {
+    prompt = "Pi: Pi changed notes.md, where you have unsaved changes. Pi's change is on disk; yours are still unsaved in the editor. Save yours too?",
+    items = { 'Save mine too', 'Keep mine unsaved' },
+  } }, c:lua('return _G.asked'), 'the question asked once')
+  -- The model was told what bash sees.
+  local reqs = mock.requests()
+  local last = vim.json.encode(reqs[#reqs])
+  assert(last:find('Successfully replaced 1 block(s) in notes.md.\\n\\nNote: the user has unsaved changes to notes.md in the editor.', 1, true), last)
+  -- No W11/W12 for the file Pi wrote under the modified buffer.
   c:cmd('checktime')
-  H.eq(0, c:lua('return _G.changed_shell'), 'FileChangedShell events')
   local msgs = c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
   assert(not msgs:find('W12', 1, true) and not msgs:find('W11', 1, true), 'W11/W12 in messages: ' .. msgs)
+  H.eq(true, c:lua('return vim.bo.modified'), 'still modified after checktime')
+  -- "Keep mine unsaved"; then the user's own :w writes everything, with no "changed since
+  -- reading" question.
+  c:lua('_G.answer(2)')
+  c:input(':w<CR>')
+  H.wait('the user save', 5000, function()
+    return c:lua('return vim.bo.modified') == false
+  end)
+  H.eq('unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega\n', H.read(ws .. '/notes.md'), 'disk after the user save')
+  local screen = c:screen_text()
+  assert(not screen:find('WARNING', 1, true) and not screen:find('changed since reading', 1, true), screen)
   -- The agent's change has a sign; ]h goes to it.
   c:cmd('normal! gg')
   c:input(']h')
@@ -102,6 +131,159 @@ H.case('an edit lands in a modified buffer opened after the client started; u re
   H.wait('undo of the hunk undo', 2000, function()
     return buf_text(c) == 'unsaved line\n# Notes\n\nalpha\ntarget = 2\nomega'
   end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case("the agent's save runs no BufWritePre formatter; the user's save still does", function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_edit', name = 'edit', arguments = { path = 'code.lua', edits = { { oldText = 'x = 1', newText = 'x  =  2' } } } } } },
+    { text = 'Done.' },
+  })
+  local ws = H.workspace({ ['code.lua'] = 'local a\nx = 1\n' })
+  -- A formatter on save: squeezes spaces, counts its runs.
+  local formatter = [[
+    _G.formats = 0
+    vim.api.nvim_create_autocmd('BufWritePre', { pattern = '*.lua', callback = function(ev)
+      _G.formats = _G.formats + 1
+      local lines = vim.api.nvim_buf_get_lines(ev.buf, 0, -1, false)
+      for i, l in ipairs(lines) do lines[i] = l:gsub('  +', ' ') end
+      vim.api.nvim_buf_set_lines(ev.buf, 0, -1, false, lines)
+    end })
+  ]]
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', init = formatter })
+  c:cmd('edit code.lua')
+  c:cmd('Pi change x')
+  H.idle_with(c, 'Done.')
+  H.eq('local a\nx  =  2\n', H.read(ws .. '/code.lua'), "disk after the agent's save")
+  H.eq({ 0, false }, c:lua('return { _G.formats, vim.bo.modified }'), 'formatter runs, modified')
+  -- One undo step for the agent's edit (the formatter added none).
+  c:input('u')
+  H.wait('undo', 2000, function()
+    return buf_text(c) == 'local a\nx = 1'
+  end)
+  c:input('<C-r>')
+  H.wait('redo', 2000, function()
+    return buf_text(c) == 'local a\nx  =  2'
+  end)
+  c:cmd('write')
+  H.eq({ 1, 'local a\nx = 2\n' }, { c:lua('return _G.formats'), H.read(ws .. '/code.lua') }, "the user's own save formats")
+  c:stop()
+  mock.stop()
+end)
+
+H.case('saveUserChanges never: an agent change on the unsaved lines asks; kept in the buffer only, the model is told', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_edit', name = 'edit', arguments = { path = 'notes.md', edits = { { oldText = 'beta mine', newText = 'beta agent' } } } } } },
+    { text = 'Edited.' },
+  })
+  local ws = H.workspace({ ['notes.md'] = 'alpha\nbeta\ngamma\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit", save_user_changes = "never"}', init = SELECT })
+  c:cmd('edit notes.md')
+  c:input('2GA mine<Esc>')
+  H.wait('the unsaved change', 2000, function()
+    return buf_text(c) == 'alpha\nbeta mine\ngamma'
+  end)
+  c:cmd('Pi change beta')
+  H.wait('the question', 15000, function()
+    return #c:lua('return _G.asked') == 1
+  end)
+  H.eq({ {
+    prompt = "Pi: Pi's change to notes.md (line 2) touches lines you changed and have not saved. Save your changes with it, or keep Pi's change in the editor only (not on disk)?",
+    items = { 'Save mine too', "Keep Pi's change in the buffer only" },
+  } }, c:lua('return _G.asked'), 'the question')
+  c:lua('_G.answer(2)')
+  H.idle_with(c, 'Edited.')
+  H.eq('alpha\nbeta agent\ngamma', buf_text(c), 'buffer')
+  H.eq('alpha\nbeta\ngamma\n', H.read(ws .. '/notes.md'), 'disk untouched')
+  H.eq(true, c:lua('return vim.bo.modified'), 'modified')
+  local reqs = mock.requests()
+  local last = vim.json.encode(reqs[#reqs])
+  assert(last:find('Note: your last change to notes.md is in the editor only, not on disk', 1, true), last)
+  c:stop()
+  mock.stop()
+end)
+
+H.case('write over a buffer with unsaved text asks even under approve-all, shows what is lost, and the model hears it', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_write', name = 'write', arguments = { path = 'notes.md', content = 'new text\n' } } } },
+    { text = 'Written.' },
+  })
+  local ws = H.workspace({ ['notes.md'] = 'saved\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160, rows = 40 })
+  c:cmd('edit notes.md')
+  c:input('Amine<Esc>')
+  H.wait('the unsaved text', 2000, function()
+    return buf_text(c) == 'savedmine'
+  end)
+  c:cmd('Pi write the notes')
+  H.wait('the question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: write notes.md', 1, true)
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  local block = text:sub(text:find('### ? Permission', 1, true), -1)
+  H.contains(block, "Reason: write replaces notes.md, whose editor buffer holds unsaved text of the user's: 1 line(s) of it are lost (the − lines)", 'reason')
+  H.contains(block, '-savedmine', 'the lost line in the diff')
+  H.contains(block, '+new text', 'the new line in the diff')
+  -- Only once or reject: nothing to remember for a loss like this.
+  assert(not block:find('Allow for this session', 1, true), block)
+  H.eq('savedmine', buf_text(c), 'buffer untouched while asked')
+  c:cmd('Pi allow')
+  H.idle_with(c, 'Written.')
+  H.eq('new text\n', H.read(ws .. '/notes.md'), 'disk')
+  local reqs = mock.requests()
+  local last = vim.json.encode(reqs[#reqs])
+  assert(last:find("Successfully wrote 9 bytes to notes.md. The editor's buffer held unsaved text of the user's; the user allowed replacing it", 1, true), last)
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a count or a key followed by another never answers; a digit alone does, after timeoutlen', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_one', name = 'bash', arguments = { command = 'echo one' } } } },
+    { text = 'Finished.' },
+  })
+  local ws = H.workspace({ ['code.txt'] = 'code\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', init = 'vim.o.timeoutlen = 400', cols = 160, rows = 40 })
+  c:cmd('edit code.txt')
+  c:cmd('Pi run a command')
+  H.wait('the question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: run `echo one`', 1, true)
+  end)
+  c:input('<C-w>l')
+  H.wait('the chat focused', 2000, function()
+    return c:lua('return vim.bo.filetype') == 'pi-chat'
+  end)
+  local PENDING = 'return #require("pi.permission").pending'
+  -- 2j: a count and a motion (the cursor moves two lines), no answer.
+  c:input('gg')
+  c:input('2j')
+  vim.wait(900)
+  H.eq({ 1, 3 }, { c:lua(PENDING), c:lua('return vim.fn.line(".")') }, '2j: still asked, cursor on line 3')
+  -- 13G: a count and a command, no answer.
+  c:input('13G')
+  vim.wait(900)
+  H.eq(1, c:lua(PENDING), '13G: still asked')
+  -- 1 followed at once by k: not an answer either.
+  c:input('1k')
+  vim.wait(900)
+  H.eq(1, c:lua(PENDING), '1k: still asked')
+  -- The same digit in another window (the code buffer) is a count there and answers nothing.
+  -- (Neovim holds API calls while a count is pending: <Esc> ends it before looking.)
+  c:input('<C-w>h')
+  c:input('1')
+  vim.wait(900)
+  c:input('<Esc>')
+  H.eq({ 1, 'code.txt' }, { c:lua(PENDING), c:lua('return vim.fn.expand("%:t")') }, 'a digit in the code window')
+  -- A digit alone in the chat, nothing after it: allowed once, and no count left pending.
+  c:input('<C-w>l')
+  vim.wait(100)
+  c:input('1')
+  H.idle_with(c, 'Finished.')
+  H.contains(c:screen_text(), '→ allowed once', 'the answer on the screen')
+  c:input('gg')
+  c:input('j')
+  H.eq(2, c:lua('return vim.fn.line(".")'), 'j after the answer moves one line (no count left)')
   c:stop()
   mock.stop()
 end)
@@ -195,7 +377,7 @@ H.case('a permission answered both ways; an insert-mode key elsewhere is not an 
   -- unsaved changes: the typed text, which stayed in code.txt).
   assert(
     chat:find('↳ bash ✓ (1 line)\n```\none\n```', 1, true)
-      or chat:find('↳ bash ✓ (2 lines)\n```\n[warning: 1 open editor buffer(s) differ from disk: code.txt]\none\n```', 1, true),
+      or chat:find('↳ bash ✓ (2 lines)\n```\n[warning: 1 open editor buffer(s) differ from disk (unsaved changes; this command sees the disk): code.txt]\none\n```', 1, true),
     'allowed call ran:\n' .. chat
   )
   H.contains(chat, '↳ bash ✗ (1 line)\n```\nThe user rejected this bash call.\n```', 'rejected call')
@@ -213,7 +395,8 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     { text = 'Noted.' },
   })
   local ws = H.workspace({ ['conf.txt'] = 'name = x\nmode = slow\n' })
-  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 160, rows = 40 })
+  local notes = '_G.notes = {}; vim.notify = function(m) table.insert(_G.notes, m) end'
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 160, rows = 40, init = notes })
   c:cmd('edit conf.txt')
   c:cmd('Pi make it fast')
   H.wait('the edit question', 15000, function()
@@ -245,6 +428,21 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
   H.wait('the user edit', 2000, function()
     return buf_text(c) == 'name = x\nmode = medium'
   end)
+  -- The question says at once that it went stale (before any answer).
+  local STALE = [[
+    local q = require('pi.permission').pending[1]
+    local chat = q.chat
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, -1, { q.header_row, 0 }, { q.header_row, -1 }, { details = true })) do
+      for _, vl in ipairs(m[4].virt_lines or {}) do
+        if vl[1][1]:find('changed since', 1, true) then return vl[1][1] end
+      end
+    end
+    return vim.inspect({ stale = q.stale, au = q.stale_au, notes = _G.notes })
+  ]]
+  H.wait('the stale mark', 3000, function()
+    return c:lua(STALE) == '  ⚠ conf.txt changed since this question: Allow will not apply it (the agent reads it again)'
+  end)
+  H.contains(table.concat(c:lua('return _G.notes'), '\n'), 'Pi: conf.txt changed while Pi asks to edit it: allowing will not apply the old change', 'stale notification')
   c:lua([[
     local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
     vim.api.nvim_set_current_win(chat:window())
@@ -259,6 +457,28 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     io.stdout:write(final .. '\nBUFFER: ' .. c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('conf.txt'), 0, -1, false), '|')") .. '\nMSGS: ' .. c:lua("return vim.api.nvim_exec2('messages', {output = true}).output") .. '\n')
   end
   H.contains(final, 'changed while the user was deciding', 'tool result')
+  -- Allowed, then refused by the server: said in words on the question and as a notification
+  -- (lines named, no hashes).
+  local refused = 'conf.txt changed while the user was deciding (line 2 differs); nothing was changed.'
+  local header = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local lines = vim.api.nvim_buf_get_lines(chat.buf, 0, -1, false)
+    local row = vim.fn.index(lines, '### ? Permission: edit conf.txt')
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(chat.buf, -1, { row, 0 }, { row, -1 }, { details = true })) do
+      for _, vt in ipairs(m[4].virt_text or {}) do
+        out[#out + 1] = vt[1]
+      end
+      for _, vl in ipairs(m[4].virt_lines or {}) do
+        out[#out + 1] = vl[1][1]
+      end
+    end
+    table.sort(out)
+    return table.concat(out, '|')
+  ]])
+  H.eq('  ✗ not done: ' .. refused .. ' What was approved is not what would land: read the file again and redo the change.| → allowed, but not done', header, 'the question header')
+  H.contains(table.concat(c:lua('return _G.notes'), '\n'), 'Pi: edit conf.txt was allowed but not done: ' .. refused, 'notification')
+  assert(not final:find('xxh3', 1, true), final)
   H.eq('name = x\nmode = medium', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('conf.txt'), 0, -1, false), '\\n')"), 'the user\'s text kept')
   c:stop()
   mock.stop()

@@ -166,7 +166,7 @@ H.case('a question open when its chat is closed moves to a float; the notice say
   H.eq(0, c:lua('local n = 0 for _, w in ipairs(vim.api.nvim_list_wins()) do if vim.api.nvim_win_get_config(w).relative ~= "" then n = n + 1 end end return n'), 'no float while the chat shows the question')
   c:cmd('Pi chat') -- closes the chat
   H.wait('the float', 5000, function()
-    return c:screen_text():find('Answer with a digit here', 1, true) ~= nil
+    return c:screen_text():find('Answer with a digit alone here', 1, true) ~= nil
   end)
   local screen = c:screen_text()
   H.contains(screen, 'Pi permission', 'float title')
@@ -180,7 +180,7 @@ H.case('a question open when its chat is closed moves to a float; the notice say
   ]])
   c:input('1')
   H.idle_with(c, 'Read it.')
-  H.eq(nil, c:screen_text():find('Answer with a digit here', 1, true), 'the float is gone')
+  H.eq(nil, c:screen_text():find('Answer with a digit alone here', 1, true), 'the float is gone')
   c:stop()
   mock.stop()
 end)

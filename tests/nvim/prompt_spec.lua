@@ -88,6 +88,10 @@ local ok, err = xpcall(function()
   caps.workspace.workspaceEdit.documentChanges = true
   caps.window = caps.window or {}
   caps.window.workDoneProgress = true
+  -- This spec is the plain client's plumbing: the agent's edit touches the line with the
+  -- user's unsaved change, and Neovim's own client is told to save both (saveUserChanges
+  -- "always"; the plugin asks, see docs/protocol.md "The user's unsaved changes").
+  caps.experimental = { agent = { saveUserChanges = 'always' } }
   out.offered_encodings = caps.general and caps.general.positionEncodings or {}
 
   local exited = nil

@@ -952,3 +952,9 @@ pub fn tool_result_text(events: &[Value], tool: &str) -> (String, bool) {
         e["event"]["isError"].as_bool().unwrap_or(false),
     )
 }
+
+/// The note `read` and `edit` results end with when the editor's buffer of `shown` (the path as
+/// the model names it) holds unsaved changes of the user's that the disk lacks.
+pub fn unsaved_note(shown: &str) -> String {
+    format!("\n\nNote: the user has unsaved changes to {shown} in the editor. read and edit use the editor's text; the file on disk differs by those changes (bash and other programs see the disk).")
+}

@@ -447,6 +447,13 @@ function Chat:on_event(p)
     local t = self.tools[ev.toolCallId]
     local elapsed = t and (vim.uv.hrtime() - t.t0) / 1e9 or nil
     self:tool_result(ev.toolCallId, ev.toolName, ev.result, ev.isError, elapsed)
+    local text = {}
+    for _, blk in ipairs(type(ev.result) == 'table' and ev.result.content or {}) do
+      if blk.type == 'text' then
+        text[#text + 1] = blk.text
+      end
+    end
+    require('pi.permission').result(self, ev.toolCallId, table.concat(text, '\n'), ev.isError)
   elseif ty == 'agent_end' then
     self.running = false
     -- What waited for the run's end (the user's own command's block) is drawn now.

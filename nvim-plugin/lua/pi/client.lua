@@ -62,6 +62,7 @@ function M.capabilities()
     ui = true,
     diagnostics = true,
     syncsAllDocuments = true,
+    saveUserChanges = config.values.save_user_changes,
   }
   return caps
 end
@@ -420,9 +421,14 @@ handlers['agent/saveDocument'] = function(_, p)
   if not b then
     return { saved = false }
   end
+  -- The agent's save runs none of the user's BufWritePre formatters (or any autocommand):
+  -- the file gets exactly the buffer the agent's edit made.
   local ok, e = pcall(api.nvim_buf_call, b, function()
-    vim.cmd('silent keepalt keepjumps lockmarks write!')
+    vim.cmd('silent noautocmd keepalt keepjumps lockmarks write!')
   end)
+  if ok then
+    require('pi.unsaved').saved(b)
+  end
   if not ok then
     util.notify('could not save ' .. vim.fn.fnamemodify(api.nvim_buf_get_name(b), ':~:.') .. ': ' .. tostring(e), vim.log.levels.WARN)
   end
@@ -436,9 +442,41 @@ handlers['agent/didWriteDocument'] = function(_, p)
   local b = p and p.uri and buf_of_uri(p.uri)
   if b and vim.lsp.util.buf_versions[b] == p.version then
     pcall(api.nvim_buf_call, b, function()
-      vim.cmd('silent keepalt keepjumps lockmarks write!')
+      vim.cmd('silent noautocmd keepalt keepjumps lockmarks write!')
     end)
+    require('pi.unsaved').saved(b)
   end
+end
+
+handlers['agent/didMergeToDisk'] = function(_, p)
+  -- The disk got the agent's change only; the buffer keeps the user's unsaved changes.
+  local b = p and p.uri and buf_of_uri(p.uri)
+  if b then
+    require('pi.unsaved').merged(b, p.previousMtime)
+  end
+end
+
+handlers['window/showMessageRequest'] = function(_, p)
+  -- A question from the server (e.g. "save your changes too?"), answered through
+  -- vim.ui.select in the request's coroutine: nothing typed elsewhere answers it.
+  local co, is_main = coroutine.running()
+  local actions = p and p.actions or {}
+  if not co or is_main or #actions == 0 then
+    util.notify_line(tostring(p and p.message or ''), vim.log.levels.WARN)
+    return vim.NIL
+  end
+  util.select(actions, {
+    prompt = 'Pi: ' .. tostring(p.message),
+    kind = 'pi_question',
+    format_item = function(a)
+      return a.title
+    end,
+  }, function(choice)
+    vim.schedule(function()
+      coroutine.resume(co, choice or vim.NIL)
+    end)
+  end)
+  return coroutine.yield()
 end
 
 handlers['agent/requestPermission'] = function(_, p, ctx)

@@ -13,6 +13,11 @@ M.defaults = {
   model = nil,
   --- `"ask"`, `"auto-edit"` or `"approve-all"`; `nil`: settings.json, else the server default.
   approval_policy = nil,
+  --- What an agent edit does with your unsaved changes in the buffer it edits: `"ask"` (once
+  --- per file per session), `"always"` (save them with the agent's change) or `"never"` (the
+  --- disk gets only the agent's change; yours stay unsaved); `nil`: Pi's settings.json
+  --- (`saveUserChanges`, project over user), else `"ask"`.
+  save_user_changes = nil,
   --- Whether the project's own `.pi/` configuration loads: `true`, `false`, or `"ask"` (asked
   --- once per root when the project has such files; the answer is remembered).
   trust = 'ask',
@@ -64,6 +69,8 @@ M.defaults = {
       esc = '<Esc>', -- normal mode, during a run: stop it (asks once in a long run)
       queue = 'gq', -- edit or remove a queued message
       paste_image = '<M-v>', -- normal and insert mode: attach the clipboard's image
+      recall_older = '<Up>', -- normal and insert mode, on the first line: the earlier prompt
+      recall_newer = '<Down>', -- normal and insert mode, on the last line: the later prompt
     },
     chat = {
       abort = '<C-c>',

@@ -103,6 +103,8 @@ end
 --- Sends `text` as a prompt of `chat` (a steer when a run is active), with the chat's attached
 --- images and the image files the text names.
 function M.prompt_chat(chat, text)
+  -- Recalled later with <Up> in the prompt (per workspace).
+  require('pi.recall').add(chat.root and chat.root.root, text)
   if chat.running then
     return M.queue(chat, 'steer', text)
   end
@@ -145,6 +147,7 @@ end
 --- Queues a steering message or a follow-up (`kind` "steer" / "followUp"), with images as a
 --- prompt has them.
 function M.queue(chat, kind, text)
+  require('pi.recall').add(chat.root and chat.root.root, text)
   local method = kind == 'followUp' and 'agent/followUp' or 'agent/steer'
   local what = kind == 'followUp' and 'queue the follow-up' or 'steer'
   local images, taken = require('pi.images').take(chat, text)

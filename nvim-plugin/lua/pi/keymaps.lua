@@ -62,8 +62,11 @@ function M.chat(chat)
         local perm = require('pi.permission')
         local row = api.nvim_win_get_cursor(0)[1] - 1
         if perm.at_row(chat, row) then
+          -- Taken only when no other key follows within 'timeoutlen'.
           vim.schedule(function()
-            perm.answer_key(chat, key)
+            perm.deliberate(lhs, function()
+              perm.answer_key(chat, key)
+            end, false)
           end)
           return ''
         end
@@ -85,7 +88,7 @@ function M.chat(chat)
 end
 
 --- Digits answer the chat's oldest open question from anywhere in the chat while one is
---- open; without one they are counts again.
+--- open, when typed alone (see `permission.deliberate`); without one they are only counts.
 function M.permission_changed(chat)
   local perm = require('pi.permission')
   local q = perm.first(chat)
@@ -97,9 +100,13 @@ function M.permission_changed(chat)
     pcall(vim.keymap.del, 'n', tostring(i), { buffer = buf })
   end
   if q then
+    -- A digit answers only when no other key follows within 'timeoutlen'; else it goes back
+    -- to Neovim as a count (`2j` moves two lines and answers nothing).
     for i = 1, #q.choices do
       map(buf, 'n', tostring(i), function()
-        perm.answer(q, i)
+        perm.deliberate(tostring(i), function()
+          perm.answer(q, i)
+        end, true)
       end, 'answer: ' .. q.choices[i].label)
     end
   end
@@ -118,6 +125,17 @@ function M.prompt(chat, buf)
   map(buf, { 'n', 'i' }, km.followup, function()
     prompt.send(chat, 'followUp')
   end, 'queue a follow-up')
+  -- Earlier prompts of this workspace: <Up> on the first line, <Down> on the last.
+  for lhs, step in pairs({ [km.recall_older or false] = -1, [km.recall_newer or false] = 1 }) do
+    if lhs then
+      map(buf, { 'n', 'i' }, lhs, function()
+        if not require('pi.recall').step(chat, step) then
+          -- Not on the first / last line: the key moves the cursor as usual.
+          api.nvim_feedkeys(api.nvim_replace_termcodes(lhs, true, false, true), 'n', false)
+        end
+      end, step < 0 and 'recall the earlier prompt' or 'recall the later prompt')
+    end
+  end
   map(buf, { 'n', 'i' }, km.abort, function()
     require('pi').abort(chat)
   end, 'abort the run')

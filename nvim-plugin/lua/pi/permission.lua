@@ -13,6 +13,28 @@ local M = {}
 --- Open questions in arrival order: {chat, params, co, first_row, last_row, choices, float}
 M.pending = {}
 
+--- A question is answered on purpose (a Vim count must never answer): the key `key` that
+--- would answer waits up to 'timeoutlen' for another key, as Neovim waits to tell a mapping
+--- from a longer one. Another key: it was a count or the start of a command, so `key` goes
+--- back to Neovim unmapped in front of it when `give_back` (a digit: `2j` moves two lines,
+--- `13G` goes to line 13) and nothing is answered. No key: `answer()` runs, when the window
+--- is still the one the key was typed in.
+function M.deliberate(key, answer, give_back)
+  local win = api.nvim_get_current_win()
+  local followed = vim.wait(vim.o.timeoutlen, function()
+    return vim.fn.getchar(1) ~= 0
+  end, 10)
+  if followed then
+    if give_back then
+      api.nvim_feedkeys(key, 'ni', false)
+    end
+    return
+  end
+  if api.nvim_get_current_win() == win then
+    answer()
+  end
+end
+
 local function choices_of(p)
   local out = { { key = 'allow', label = 'Allow once', decision = { decision = 'allow' } } }
   for _, scope in ipairs(p.alwaysScopes or {}) do
@@ -75,11 +97,22 @@ local function block_lines(q)
   return lines
 end
 
+--- Answered questions by tool call id: {q, allowed} (to say in words when an allowed call
+--- is then refused, e.g. its file changed while the user was deciding).
+M.answered = {}
+
 local function finish(q, answer, label)
   if q.done then
     return
   end
   q.done = true
+  if answer and q.params.toolCallId then
+    M.answered[q.params.toolCallId] = { q = q, allowed = answer.decision ~= 'reject' }
+  end
+  if q.stale_au then
+    pcall(api.nvim_del_autocmd, q.stale_au)
+    q.stale_au = nil
+  end
   for i, x in ipairs(M.pending) do
     if x == q then
       table.remove(M.pending, i)
@@ -89,7 +122,7 @@ local function finish(q, answer, label)
   local buf = q.chat.buf
   if q.header_row and api.nvim_buf_is_valid(buf) then
     local ok_hl = answer and answer.decision ~= 'reject' and 'DiagnosticOk' or 'DiagnosticError'
-    require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, ok_hl, nil, #'### ? Permission')
+    q.mark = require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, ok_hl, q.mark, #'### ? Permission')
     -- The answer rows stay as text (yank works) but dim, the chosen one in the answer's colour.
     for i = 1, #q.choices do
       local row = q.header_row + q.choices_at + i - 1
@@ -189,7 +222,7 @@ end
 
 local function show_float(q)
   local lines = block_lines(q)
-  table.insert(lines, 'Answer with a digit here (<C-w>w to focus), or :Pi chat')
+  table.insert(lines, 'Answer with a digit alone here (<C-w>w to focus), or :Pi chat')
   local buf = api.nvim_create_buf(false, true)
   api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].modifiable = false
@@ -220,7 +253,9 @@ local function show_float(q)
   })
   for i = 1, #q.choices do
     vim.keymap.set('n', tostring(i), function()
-      M.answer(q, i)
+      M.deliberate(tostring(i), function()
+        M.answer(q, i)
+      end, true)
     end, { buffer = buf, nowait = true, desc = 'Pi: answer ' .. q.choices[i].label })
   end
 end
@@ -247,6 +282,64 @@ function M.chat_shown(chat)
   end
 end
 
+--- The result of tool call `id` arrived (`tool_execution_end`): an allowed call that failed
+--- anyway (its file changed while the user was deciding, or the editor refused the edit) is
+--- said in words on the question's header and as a notification — never "allowed" followed
+--- by a silent ✗.
+function M.result(chat, id, text, is_error)
+  local a = id and M.answered[id]
+  M.answered[id or ''] = nil
+  if not (a and a.allowed and is_error) then
+    return
+  end
+  local first = vim.split(vim.trim(tostring(text or '')), '\n', { plain = true })[1] or ''
+  local q = a.q
+  if q.header_row and api.nvim_buf_is_valid(chat.buf) then
+    q.mark = require('pi.chat').status_mark(chat, q.header_row, ' → allowed, but not done', 'DiagnosticError', q.mark, #'### ? Permission')
+    q.note = api.nvim_buf_set_extmark(chat.buf, render.ns, q.header_row, 0, {
+      id = q.note,
+      virt_lines = { { { '  ✗ not done: ' .. first, 'DiagnosticError' } } },
+    })
+  end
+  util.notify(('%s was allowed but not done: %s'):format(what(q.params), first), vim.log.levels.WARN)
+end
+
+--- The file of an open edit question changed in its buffer: the question says so at once
+--- (allowing now would be refused: the change was computed on the old text).
+local function watch_stale(q, st)
+  local change = q.params.change
+  if not (change and change.path) then
+    return
+  end
+  local path = change.path
+  if not path:match('^/') then
+    path = st.root .. '/' .. path
+  end
+  local b = vim.fn.bufnr(vim.fn.fnamemodify(path, ':p'))
+  if b <= 0 then
+    return
+  end
+  q.stale_au = api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
+    buffer = b,
+    desc = 'pi: an open edit question goes stale',
+    callback = function()
+      if q.done or q.stale then
+        return true
+      end
+      q.stale = true
+      if q.header_row and api.nvim_buf_is_valid(q.chat.buf) then
+        q.note = api.nvim_buf_set_extmark(q.chat.buf, render.ns, q.header_row, 0, {
+          id = q.note,
+          virt_lines = { { { '  ⚠ ' .. tostring(change.path) .. ' changed since this question: Allow will not apply it (the agent reads it again)', 'DiagnosticWarn' } } },
+        })
+      end
+      util.notify(tostring(change.path) .. ' changed while Pi asks to edit it: allowing will not apply the old change', vim.log.levels.WARN)
+      q.stale_au = nil
+      return true -- once
+    end,
+  })
+end
+
 --- Asks the question of `params` (from the handler's coroutine): returns the answer.
 function M.ask(chat, st, params)
   local co = coroutine.running()
@@ -269,7 +362,7 @@ function M.ask(chat, st, params)
       return
     end
     q.hint = api.nvim_buf_set_extmark(chat.buf, render.ns, q.last_row, 0, {
-      virt_lines = { { { '  a digit answers anywhere in this chat · :Pi allow / :Pi reject from any window', 'Comment' } } },
+      virt_lines = { { { '  a digit alone (no key after it) answers anywhere in this chat · <CR> on an answer · :Pi allow / :Pi reject from any window', 'Comment' } } },
     })
   end)
   w:flush()
@@ -280,6 +373,7 @@ function M.ask(chat, st, params)
     t.mark = require('pi.chat').status_mark(chat, t.row, ' ? waiting for your answer', 'DiagnosticWarn', t.mark, t.col)
   end
   require('pi.keymaps').permission_changed(chat)
+  watch_stale(q, st)
   if not chat:window() then
     show_float(q)
   end

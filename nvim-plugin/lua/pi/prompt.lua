@@ -171,6 +171,7 @@ function M.send(chat, how)
     return require('pi').subcommands[sub](args, { range = 0 })
   end
   M.set_text(chat, '')
+  require('pi.recall').reset(chat)
   local pi = require('pi')
   if chat.running then
     pi.queue(chat, how == 'followUp' and 'followUp' or 'steer', text)

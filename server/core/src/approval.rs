@@ -389,6 +389,33 @@ impl Gate {
             .map(|_| true)
     }
 
+    /// Asks before a `write` replaces a buffer holding the user's unsaved text, whatever the
+    /// policy and the "allow always" rules (the user's unsaved text is theirs): `reason` says
+    /// what is lost, `change` shows it; `arguments` are the call's. Only once or reject are
+    /// offered, and nothing is remembered. `Ok(())`: allowed (the tool must re-check the text
+    /// as after [`Gate::approve_change`]); `Err(text)`: the call's error result.
+    pub async fn approve_overwrite(
+        &self,
+        tool: &str,
+        call_id: &str,
+        arguments: Value,
+        cancel: &CancellationToken,
+        reason: String,
+        change: ProposedChange,
+    ) -> Result<(), String> {
+        self.deferred.lock().remove(call_id);
+        self.ask_with(
+            tool,
+            call_id,
+            arguments,
+            reason,
+            false,
+            Some(change),
+            cancel,
+        )
+        .await
+    }
+
     async fn ask(
         &self,
         tool: &str,
@@ -398,9 +425,6 @@ impl Gate {
         change: Option<ProposedChange>,
         cancel: &CancellationToken,
     ) -> Result<(), String> {
-        let Some(asker) = &self.asker else {
-            return Err(self.no_asker.clone());
-        };
         let name = serde_json::to_value(policy)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
@@ -409,7 +433,31 @@ impl Gate {
             ApprovalPolicy::Ask => format!("approvalPolicy \"{name}\": every tool call asks"),
             _ => format!("approvalPolicy \"{name}\": {tool} asks"),
         };
-        let rule = Rule::for_call(tool, &arguments);
+        self.ask_with(tool, call_id, arguments, reason, true, change, cancel)
+            .await
+    }
+
+    /// Asks the user about one call with `reason`; `offer_always`: "allow always" with the
+    /// call's rule is offered (else only once or reject).
+    #[allow(clippy::too_many_arguments)]
+    async fn ask_with(
+        &self,
+        tool: &str,
+        call_id: &str,
+        arguments: Value,
+        reason: String,
+        offer_always: bool,
+        change: Option<ProposedChange>,
+        cancel: &CancellationToken,
+    ) -> Result<(), String> {
+        let Some(asker) = &self.asker else {
+            return Err(self.no_asker.clone());
+        };
+        let rule = if offer_always {
+            Rule::for_call(tool, &arguments)
+        } else {
+            None
+        };
         let always_scopes = match (&rule, &self.workspace) {
             (None, _) => Vec::new(),
             (Some(_), None) => vec![Scope::Session],
@@ -503,18 +551,86 @@ pub async fn recheck(
     if approved == current {
         return Ok(now);
     }
-    let show = |h: &Option<String>| h.clone().unwrap_or_else(|| "no file".into());
+    let what = match (approved_old, now.as_ref()) {
+        (Some(_), None) => "it was deleted".to_string(),
+        (None, Some(_)) => "it was created".to_string(),
+        (Some(old), Some(n)) => changed_lines(old, &n.text),
+        (None, None) => "it changed".to_string(),
+    };
     Err(format!(
-        "{shown} changed while the user was deciding (approved: {}, now: {}); nothing was changed. What was approved is not what would land: read the file again and redo the change.",
-        show(&approved),
-        show(&current)
+        "{shown} changed while the user was deciding ({what}); nothing was changed. What was approved is not what would land: read the file again and redo the change."
     ))
+}
+
+/// Which lines of `new` differ from `old`, in words for a person (`"line 3 differs"`,
+/// `"lines 3–4 and 9 differ"`; a removal is named by the line it was before). Never a hash.
+pub fn changed_lines(old: &str, new: &str) -> String {
+    use similar::{DiffOp, TextDiff};
+    let diff = TextDiff::from_lines(old, new);
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for op in diff.ops() {
+        let (start, len) = match *op {
+            DiffOp::Equal { .. } => continue,
+            DiffOp::Delete { new_index, .. } => (new_index, 1),
+            DiffOp::Insert {
+                new_index, new_len, ..
+            }
+            | DiffOp::Replace {
+                new_index, new_len, ..
+            } => (new_index, new_len.max(1)),
+        };
+        let (first, last) = (start + 1, start + len);
+        match spans.last_mut() {
+            Some(s) if first <= s.1 + 1 => s.1 = s.1.max(last),
+            _ => spans.push((first, last)),
+        }
+    }
+    if spans.is_empty() {
+        return "only its line endings or encoding differ".to_string();
+    }
+    let many = spans.len() > 1 || spans[0].0 != spans[0].1;
+    let mut parts: Vec<String> = spans
+        .iter()
+        .take(5)
+        .map(|(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}–{b}")
+            }
+        })
+        .collect();
+    if spans.len() > 5 {
+        parts.push(format!("{} more places", spans.len() - 5));
+    }
+    let list = match parts.len() {
+        1 => parts.remove(0),
+        _ => {
+            let last = parts.pop().unwrap_or_default();
+            format!("{} and {last}", parts.join(", "))
+        }
+    };
+    if many {
+        format!("lines {list} differ")
+    } else {
+        format!("line {list} differs")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn changed_lines_name_lines_not_hashes() {
+        assert_eq!(changed_lines("a\nb\nc\n", "a\nB\nc\n"), "line 2 differs");
+        assert_eq!(
+            changed_lines("a\nb\nc\nd\n", "a\nB\nC\nd\ne\n"),
+            "lines 2–3 and 5 differ"
+        );
+        assert_eq!(changed_lines("a\nb\n", "a\n"), "line 2 differs");
+    }
 
     #[test]
     fn bash_rules_are_word_prefixes_of_plain_commands() {

@@ -376,6 +376,13 @@ pub trait Fs: Send + Sync {
     fn has_buffer(&self, _path: &Path) -> bool {
         false
     }
+    /// A sentence for the model when what [`Fs::read`] gives for `path` differs from the file
+    /// on disk (an editor buffer with the user's unsaved changes, or an agent change kept in
+    /// the buffer only), so it knows what `bash` and other programs see; `None` when they
+    /// agree. Tools append it to their results (see [`crate::unsaved`]). The default: `None`.
+    async fn unsaved_note(&self, _path: &Path) -> Option<String> {
+        None
+    }
     /// Raw bytes from disk (for binary files and images).
     async fn read_bytes(&self, path: &Path) -> Result<Vec<u8>, FsError> {
         tokio::fs::read(path).await.map_err(|e| io_err(path, e))

@@ -17,6 +17,7 @@ pub mod platform;
 pub mod sandbox;
 pub mod session;
 pub mod tools;
+pub mod unsaved;
 pub mod validate;
 
 pub use config::{prompt, resources, settings, skills, templates};

@@ -25,6 +25,10 @@
 //!   that advertise `experimental.agent.saveDocument` are asked to save; otherwise (or when
 //!   saving fails) the server writes the buffer's text itself (LSP-03) and tells the client with
 //!   `agent/didWriteDocument {uri, version}` so it does not report a conflict with the disk.
+//! - A buffer that already held the user's unsaved changes is not saved with them unless
+//!   `saveUserChanges` says so (see [`pi_core::unsaved`]): the disk gets the agent's change
+//!   merged onto its own text ([`DidMergeToDisk`]), or, when the change touches the user's
+//!   unsaved lines, the user is asked (`window/showMessageRequest`).
 //! - Renames and deletes are `RenameFile` / `DeleteFile` operations when the client advertises
 //!   them (`workspace.workspaceEdit.resourceOperations` and `documentChanges`), else done on
 //!   disk; none of Pi's tools performs them (see [`Fs::rename`]).
@@ -40,6 +44,7 @@ use pi_core::fs::{
     overwrite_in_place_with, write_all_chunks, FileSnapshot, Fs, FsError, TextEncoding,
     TextReplace, WriteKind,
 };
+use pi_core::unsaved::{merge_onto_disk, SaveUserChanges};
 use ropey::Rope;
 use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::request::ApplyWorkspaceEdit;
@@ -80,6 +85,9 @@ pub struct EditorCaps {
     pub syncs_all_documents: bool,
     /// `workspace.workspaceEdit.changeAnnotationSupport`.
     pub change_annotations: bool,
+    /// `experimental.agent.saveUserChanges`: the editor's own `saveUserChanges` setting
+    /// (`"ask"`, `"always"`, `"never"`; see [`pi_core::unsaved`]), `None` when not sent.
+    pub save_user_changes: Option<SaveUserChanges>,
 }
 
 impl Default for EditorCaps {
@@ -95,6 +103,7 @@ impl Default for EditorCaps {
             request_permission: false,
             syncs_all_documents: false,
             change_annotations: false,
+            save_user_changes: None,
         }
     }
 }
@@ -144,6 +153,12 @@ impl EditorCaps {
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false),
             change_annotations: ws_edit.is_some_and(|w| w.change_annotation_support.is_some()),
+            save_user_changes: caps
+                .experimental
+                .as_ref()
+                .and_then(|e| e.pointer("/agent/saveUserChanges"))
+                .and_then(serde_json::Value::as_str)
+                .and_then(SaveUserChanges::parse),
         }
     }
 }
@@ -170,6 +185,118 @@ impl Notification for DidWriteDocument {
     const METHOD: &'static str = "agent/didWriteDocument";
 }
 
+/// `agent/didMergeToDisk` (server → client notification, params [`DidMergeToDiskParams`]): an
+/// agent edit landed in a buffer that holds the user's unsaved changes, and the disk got only the
+/// agent's change, merged onto the disk's own text (`saveUserChanges` is `never`, or `ask` and
+/// not answered yet; see [`pi_core::unsaved`]). The buffer stays modified: the user's changes
+/// are still theirs to save. The client should not report the file's change on disk as a
+/// conflict (Neovim's W11/W12, VS Code's "the content of the file is newer"): when the user
+/// saves the buffer later, the client may set the file's modification time back to
+/// `previousMtime` just before its save writes, so the editor's own check passes.
+pub enum DidMergeToDisk {}
+
+/// A file's modification time: seconds and nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileTime {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+/// Params of [`DidMergeToDisk`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DidMergeToDiskParams {
+    pub uri: Uri,
+    /// The buffer's version the merge was made for (the agent's edit applied).
+    pub version: i32,
+    /// The file's modification time before the server wrote it (what the editor last saw);
+    /// `None` when it could not be read.
+    pub previous_mtime: Option<FileTime>,
+}
+
+impl Notification for DidMergeToDisk {
+    type Params = DidMergeToDiskParams;
+    const METHOD: &'static str = "agent/didMergeToDisk";
+}
+
+/// The answers of "Save your changes too?" (asked once per file per session).
+pub const SAVE_MINE: &str = "Save mine too";
+/// Keep the user's changes unsaved (the disk gets only the agent's changes).
+pub const KEEP_MINE_UNSAVED: &str = "Keep mine unsaved";
+/// For an agent change that overlaps the user's unsaved lines: not on disk.
+pub const KEEP_IN_BUFFER: &str = "Keep Pi's change in the buffer only";
+
+/// The session's choices about the user's unsaved changes (see [`pi_core::unsaved`]).
+#[derive(Default)]
+struct UnsavedChoices {
+    /// The user's answer per file in this session ([`SaveUserChanges::Always`] or `Never`).
+    per_file: HashMap<PathBuf, SaveUserChanges>,
+    /// Files already asked about (the question once per file per session).
+    asked: std::collections::HashSet<PathBuf>,
+    /// Files whose last agent change is in the buffer only (it overlapped the user's lines).
+    buffer_only: std::collections::HashSet<PathBuf>,
+}
+
+/// What happens on disk after an agent edit of a buffer with the user's unsaved changes.
+enum UserChanges {
+    /// The disk gets this text (the agent's change merged onto it) in its encoding; `ask`:
+    /// the user is asked once whether to save theirs too.
+    Merge {
+        disk: String,
+        encoding: TextEncoding,
+        ask: bool,
+    },
+    /// The agent's change touches the user's unsaved lines (1-based, in the buffer).
+    Overlap((usize, usize)),
+}
+
+/// The file's modification time, `None` when it cannot be read.
+async fn mtime_of(path: &Path) -> Option<FileTime> {
+    let m = tokio::fs::metadata(path).await.ok()?.modified().ok()?;
+    let d = m.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(FileTime {
+        sec: i64::try_from(d.as_secs()).ok()?,
+        nsec: d.subsec_nanos(),
+    })
+}
+
+/// Asks the client to save the open buffer at `path` (`agent/saveDocument`), else writes the
+/// buffer's text itself and says so (`agent/didWriteDocument`).
+async fn save_buffer(
+    client: &Client,
+    docs: &Documents,
+    caps: EditorCaps,
+    path: &Path,
+    uri: Uri,
+    encoding: &TextEncoding,
+) -> Result<(), FsError> {
+    if caps.save_request {
+        match client
+            .send_request::<SaveDocumentRequest>(SaveDocumentParams { uri: uri.clone() })
+            .await
+        {
+            Ok(r) if r.saved => return Ok(()),
+            Ok(_) => tracing::warn!("client did not save {}; writing it", path.display()),
+            Err(e) => tracing::warn!(
+                "agent/saveDocument failed for {}: {}; writing it",
+                path.display(),
+                e.message
+            ),
+        }
+    }
+    let Some(d) = docs.get(path) else {
+        return Ok(());
+    };
+    write_rope(path, d.text, encoding).await?;
+    client
+        .send_notification::<DidWriteDocument>(DidWriteDocumentParams {
+            uri,
+            version: d.version,
+        })
+        .await;
+    Ok(())
+}
+
 /// Writes an open buffer's text over the file at `path` in place, as the editor's own save
 /// would, from the rope's chunks handed to `writev` (no whole-text copy, not even into a write
 /// buffer; the rope clone shares its nodes). See [`overwrite_in_place_with`] for why not a temp
@@ -188,12 +315,39 @@ async fn write_rope(path: &Path, rope: Rope, encoding: &TextEncoding) -> Result<
     .await
 }
 
+/// Asks the user `message` with `actions` (`window/showMessageRequest`); the chosen action's
+/// title, `None` when dismissed or when the client cannot ask.
+async fn ask_user(client: &Client, message: String, actions: &[&str]) -> Option<String> {
+    use tower_lsp_server::ls_types::request::ShowMessageRequest;
+    use tower_lsp_server::ls_types::{MessageActionItem, MessageType, ShowMessageRequestParams};
+    let params = ShowMessageRequestParams {
+        typ: MessageType::WARNING,
+        message,
+        actions: Some(
+            actions
+                .iter()
+                .map(|a| MessageActionItem {
+                    title: (*a).to_string(),
+                    properties: HashMap::new(),
+                })
+                .collect(),
+        ),
+    };
+    match crate::client::request::<ShowMessageRequest>(client, params, None).await {
+        crate::client::Reply::Result(Some(item)) => Some(item.title),
+        _ => None,
+    }
+}
+
 /// The editor-backed file system.
 pub struct EditorFs {
     root: PathBuf,
     client: Client,
     docs: Arc<Documents>,
     caps: EditorCaps,
+    /// The workspace's settings (`saveUserChanges`), when known.
+    workspace: Option<Arc<pi_core::resources::WorkspaceConfig>>,
+    choices: Arc<parking_lot::Mutex<UnsavedChoices>>,
 }
 
 fn uri_of(path: &Path) -> Result<Uri, FsError> {
@@ -209,7 +363,132 @@ impl EditorFs {
             client,
             docs,
             caps,
+            workspace: None,
+            choices: Arc::default(),
         }
+    }
+
+    /// Reads `saveUserChanges` from this workspace's settings (project over user).
+    pub fn with_workspace(mut self, ws: Arc<pi_core::resources::WorkspaceConfig>) -> Self {
+        self.workspace = Some(ws);
+        self
+    }
+
+    /// `path` as the user knows it: relative to the workspace root when inside it.
+    fn shown(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    /// `saveUserChanges` in force for `path`: the session's answer for the file > the editor's
+    /// setting > the settings files (project over user) > `ask`.
+    fn save_policy(&self, path: &Path) -> SaveUserChanges {
+        let session = self.choices.lock().per_file.get(path).copied();
+        let settings = self
+            .workspace
+            .as_ref()
+            .and_then(|w| w.settings().save_user_changes);
+        SaveUserChanges::resolve(session, self.caps.save_user_changes, settings)
+    }
+
+    /// What the disk gets when the agent's `edits` of the open buffer `base` land: `None` when
+    /// the buffer holds no unsaved change of the user's (or they are to be saved: `always`), so
+    /// saving the buffer writes only the agent's change.
+    async fn user_changes(
+        &self,
+        path: &Path,
+        base: &FileSnapshot,
+        edits: &[TextReplace],
+    ) -> Result<Option<UserChanges>, FsError> {
+        let disk = Self::disk_text(path).await?;
+        if disk
+            .as_ref()
+            .is_some_and(|(t, _)| t.as_str() == base.text.as_str())
+        {
+            return Ok(None);
+        }
+        let policy = self.save_policy(path);
+        if policy == SaveUserChanges::Always {
+            return Ok(None);
+        }
+        let Some((disk, encoding)) = disk else {
+            // A buffer for a file not on disk: all of it is the user's unsaved text.
+            return Ok(Some(UserChanges::Overlap((
+                1,
+                base.text.lines().count().max(1),
+            ))));
+        };
+        Ok(Some(match merge_onto_disk(&base.text, &disk, edits) {
+            Ok(merged) => UserChanges::Merge {
+                disk: merged,
+                encoding,
+                ask: policy == SaveUserChanges::Ask && !self.choices.lock().asked.contains(path),
+            },
+            Err(o) => UserChanges::Overlap(o.lines),
+        }))
+    }
+
+    /// Writes the agent's change merged onto the disk's text (`merged`) in place, as an
+    /// editor's save would, and tells the client ([`DidMergeToDisk`]); then, under `ask`,
+    /// asks the user once (in the background) whether to save their changes too.
+    async fn write_merged(
+        &self,
+        path: &Path,
+        uri: Uri,
+        sent_version: Option<i32>,
+        merged: String,
+        encoding: TextEncoding,
+        ask: bool,
+    ) -> Result<(), FsError> {
+        if let Some(v) = sent_version {
+            self.docs.wait_past(path, v, CHANGE_WAIT).await;
+        }
+        let previous_mtime = mtime_of(path).await;
+        let bytes = encode_text(path, &merged, &encoding)?.into_owned();
+        overwrite_in_place_with(path, move |w| w.write_all(&bytes)).await?;
+        self.choices.lock().buffer_only.remove(path);
+        let version = self
+            .docs
+            .get(path)
+            .map(|d| d.version)
+            .or(sent_version)
+            .unwrap_or(0);
+        self.client
+            .send_notification::<DidMergeToDisk>(DidMergeToDiskParams {
+                uri: uri.clone(),
+                version,
+                previous_mtime,
+            })
+            .await;
+        if ask {
+            self.choices.lock().asked.insert(path.to_path_buf());
+            let (client, docs, caps, choices) = (
+                self.client.clone(),
+                self.docs.clone(),
+                self.caps,
+                self.choices.clone(),
+            );
+            let (path, shown) = (path.to_path_buf(), self.shown(path));
+            tokio::spawn(async move {
+                let message = format!(
+                    "Pi changed {shown}, where you have unsaved changes. Pi's change is on disk; yours are still unsaved in the editor. Save yours too?"
+                );
+                let answer = ask_user(&client, message, &[SAVE_MINE, KEEP_MINE_UNSAVED]).await;
+                let choice = match answer.as_deref() {
+                    Some(SAVE_MINE) => SaveUserChanges::Always,
+                    _ => SaveUserChanges::Never,
+                };
+                choices.lock().per_file.insert(path.clone(), choice);
+                if choice == SaveUserChanges::Always {
+                    if let Err(e) = save_buffer(&client, &docs, caps, &path, uri, &encoding).await {
+                        tracing::warn!("saving {} as asked: {e}", path.display());
+                    }
+                }
+            });
+        }
+        Ok(())
     }
 
     /// LSP edits for byte-range `edits` of `base` (a file that is not open), positions found in
@@ -496,6 +775,26 @@ impl Fs for EditorFs {
         self.docs.get(path).is_some()
     }
 
+    async fn unsaved_note(&self, path: &Path) -> Option<String> {
+        let doc = self.docs.get(path)?;
+        let shown = self.shown(path);
+        if self.choices.lock().buffer_only.contains(path) {
+            return Some(format!(
+                "Note: your last change to {shown} is in the editor only, not on disk: it touches lines the user changed and has not saved, and the user kept it out of the file. bash and other programs see the file without it."
+            ));
+        }
+        let same = Self::disk_text(path)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|(disk, _)| doc.text == disk.as_str());
+        (!same).then(|| {
+            format!(
+                "Note: the user has unsaved changes to {shown} in the editor. read and edit use the editor's text; the file on disk differs by those changes (bash and other programs see the disk)."
+            )
+        })
+    }
+
     async fn read(&self, path: &Path) -> Result<FileSnapshot, FsError> {
         // The buffer's shared contiguous text (no copy when it is already made for this version).
         if let Some((text, version)) = self.docs.text(path) {
@@ -567,6 +866,11 @@ impl Fs for EditorFs {
                 (None, self.text_edits(&base.text, &edits))
             }
         };
+        // The user's unsaved changes in the buffer stay theirs (`saveUserChanges`).
+        let user = match version {
+            Some(_) => self.user_changes(path, base, &edits).await?,
+            None => None,
+        };
         let checked = started.elapsed();
         let edit = self.workspace_edit(uri.clone(), version, text_edits.clone(), false);
         let mut sent_version = version;
@@ -586,10 +890,43 @@ impl Fs for EditorFs {
             sent_version = Some(now.version);
         }
         let applied = started.elapsed();
-        self.settle(path, uri, sent_version, base.encoding, || {
-            apply_replacements(&base.text, &edits)
-        })
-        .await?;
+        match user {
+            None => {
+                self.settle(path, uri, sent_version, base.encoding, || {
+                    apply_replacements(&base.text, &edits)
+                })
+                .await?
+            }
+            Some(UserChanges::Merge {
+                disk,
+                encoding,
+                ask,
+            }) => {
+                self.write_merged(path, uri, sent_version, disk, encoding, ask)
+                    .await?
+            }
+            Some(UserChanges::Overlap((first, last))) => {
+                let lines = if first == last {
+                    format!("line {first}")
+                } else {
+                    format!("lines {first}–{last}")
+                };
+                let message = format!(
+                    "Pi's change to {} ({lines}) touches lines you changed and have not saved. Save your changes with it, or keep Pi's change in the editor only (not on disk)?",
+                    self.shown(path)
+                );
+                let answer = ask_user(&self.client, message, &[SAVE_MINE, KEEP_IN_BUFFER]).await;
+                if answer.as_deref() == Some(SAVE_MINE) {
+                    self.choices.lock().buffer_only.remove(path);
+                    self.settle(path, uri, sent_version, base.encoding, || {
+                        apply_replacements(&base.text, &edits)
+                    })
+                    .await?
+                } else {
+                    self.choices.lock().buffer_only.insert(path.to_path_buf());
+                }
+            }
+        }
         tracing::debug!(
             check_us = checked.as_micros() as u64,
             apply_edit_us = (applied - checked).as_micros() as u64,

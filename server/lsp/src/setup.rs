@@ -33,12 +33,10 @@ impl SessionSetup for LspSetup {
     fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
         let st = &self.st;
         let root = st.root();
-        let fs = Arc::new(EditorFs::new(
-            root.clone(),
-            st.client.clone(),
-            st.docs(),
-            st.caps(),
-        ));
+        let fs = Arc::new(
+            EditorFs::new(root.clone(), st.client.clone(), st.docs(), st.caps())
+                .with_workspace(st.workspace()),
+        );
         let before: BeforeBash = {
             let fs = fs.clone();
             Arc::new(move || {
@@ -54,7 +52,7 @@ impl SessionSetup for LspSetup {
                         .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
                         .collect();
                     Err(format!(
-                        "{} open editor buffer(s) differ from disk: {}",
+                        "{} open editor buffer(s) differ from disk (unsaved changes; this command sees the disk): {}",
                         names.len(),
                         names.join(", ")
                     ))

@@ -6,8 +6,10 @@
  * of package.json. No server event moves focus or changes the active editor.
  */
 import * as fs from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 import * as vscode from "vscode";
+import { UnsavedChanges } from "./unsaved";
 import { type LanguageClient, State } from "vscode-languageclient/node";
 import { AttentionList, flagText, viewBadge } from "./attention";
 import { ChangeTracker, DIFF_SCHEME, type SavedReview } from "./changes";
@@ -20,7 +22,7 @@ import { DeltaExpander } from "./deltas";
 import { createClient, resolveServerBinary } from "./server";
 import { branchRows, type SessionNode, SessionsView, shown, type TreeEntry } from "./sessions";
 import { StatusBar } from "./status";
-import { POLICY_ITEMS, policyNotice } from "./policy";
+import { POLICY_ITEMS, policyNotice, scopeItems, writePiSetting } from "./policy";
 
 /** Server notifications relayed to the panels (and watched by the host). */
 const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument"];
@@ -36,6 +38,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   const output = vscode.window.createOutputChannel("Pi", { log: true });
   const trace = vscode.window.createOutputChannel("Pi LSP Trace", { log: true });
   const router = new Router();
+  const unsaved = new UnsavedChanges();
+  context.subscriptions.push(unsaved);
   const panels = new Set<ChatPanel>();
   let activePanel: ChatPanel | undefined;
   let chatView: ChatPanel | undefined;
@@ -118,9 +122,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       const key = vscode.Uri.parse(params.uri).toString();
       const doc = vscode.workspace.textDocuments.find((d) => d.uri.toString() === key);
       if (!doc) return { saved: false };
+      unsaved.saved(doc.uri);
       return { saved: doc.isDirty ? await doc.save() : true };
     });
-    c.onRequest("agent/diagnostics", async (params: { uris?: string[] }) => {
+    // The disk got only the agent's change; the buffer keeps the user's unsaved changes. The
+    // user's own save later writes everything: unsaved.ts keeps VS Code from calling it a
+    // conflict ("the content of the file is newer").
+    c.onNotification("agent/didMergeToDisk", (params: { uri: string; previousMtime?: { sec: number; nsec: number } | null }) => {
+      unsaved.merged(vscode.Uri.parse(params.uri), params.previousMtime ?? undefined);
+    });
+        c.onRequest("agent/diagnostics", async (params: { uris?: string[] }) => {
       const pairs: [vscode.Uri, readonly vscode.Diagnostic[]][] = params?.uris
         ? params.uris.map((u) => {
             const uri = vscode.Uri.parse(u);
@@ -181,6 +192,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       if (ev?.type === "tool_execution_start" && ev.toolCallId && p.sessionId) changes.noteToolCall(ev.toolCallId, p.sessionId);
       if (ev?.type === "agent_end" && p.sessionId === activeSession()) scheduleTreeRefresh();
       if (ev?.type === "agent_start" && p.sessionId) flags.runStarted(p.sessionId);
+      if (ev?.type === "tool_execution_end" && ev.toolCallId) {
+        const text = (ev.result?.content ?? []).filter((b: any) => b?.type === "text").map((b: any) => b.text).join("\n");
+        questions.toolEnded(ev.toolCallId, ev.isError === true, text);
+      }
       if (ev?.type === "message_start") names.fromEvent(p);
       if (ev?.type === "agent_end" && process.env.PI_VSCODE_STATS) setTimeout(writeStats, 200);
     }
@@ -605,18 +620,30 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       guarded("approval policy", async () => {
         const pick = await vscode.window.showQuickPick(
           POLICY_ITEMS.map((p) => ({ ...p })),
-          { title: "Pi: approval policy of the active session" },
+          { title: "Pi: approval policy — which one" },
         );
         if (!pick) return;
+        // Then where it goes, each place saying what wins over it (one thing per choice).
         const sessionId = activeSession();
-        if (sessionId) {
-          const r: any = await host.request("agent/permissions/set", { sessionId, approvalPolicy: pick.label === "default" ? null : pick.label });
+        const root = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+        const projectFile = root ? path.join(root, ".pi", "settings.json") : "";
+        const userFile = path.join(process.env.PI_CODING_AGENT_DIR || path.join(os.homedir(), ".pi", "agent"), "settings.json");
+        const editorSetting = vscode.workspace.getConfiguration("pi").get<string>("approvalPolicy");
+        const items = scopeItems(!!sessionId, editorSetting, projectFile, userFile).filter((i) => i.scope !== "workspace" || root);
+        const where = await vscode.window.showQuickPick(items, { title: `Pi: set approval policy "${pick.label}" for…` });
+        if (!where) return;
+        const value = pick.label === "default" ? undefined : pick.label;
+        if (where.scope === "session" && sessionId) {
+          const r: any = await host.request("agent/permissions/set", { sessionId, approvalPolicy: value ?? null });
           stateChanged(sessionId);
           void vscode.window.showInformationMessage(policyNotice(r?.approvalPolicy));
-        } else {
-          await vscode.workspace.getConfiguration("pi").update("approvalPolicy", pick.label, vscode.ConfigurationTarget.Workspace);
-          void vscode.window.showInformationMessage("Pi: pi.approvalPolicy set; it applies from the next server start (Pi: Restart Server).");
+          return;
         }
+        const file = where.scope === "workspace" ? projectFile : userFile;
+        writePiSetting(file, "approvalPolicy", value);
+        void vscode.window.showInformationMessage(
+          `Pi: approvalPolicy ${value ? `"${value}"` : "removed"} in ${file}; new sessions use it${editorSetting && editorSetting !== "default" ? ` unless the editor's pi.approvalPolicy ("${editorSetting}") is set` : ""}, a session's own choice still wins.`,
+        );
       }),
     "pi.addSelection": async () => {
       const e = vscode.window.activeTextEditor;
@@ -800,9 +827,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   }
 
   context.subscriptions.push(
+    // An open edit question whose file changes says so at once (requests.ts).
+    vscode.workspace.onDidChangeTextDocument((e) => {
+      if (e.contentChanges.length === 0 || e.document.uri.scheme !== "file") return;
+      const root = vscode.workspace.getWorkspaceFolder(e.document.uri)?.uri.fsPath ?? vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? "";
+      questions.documentChanged(e.document.uri.fsPath, (p) => (path.isAbsolute(p) ? p : path.join(root, p)));
+    }),
     vscode.workspace.onDidGrantWorkspaceTrust(() => void commands["pi.restartServer"]()),
     vscode.workspace.onDidChangeConfiguration((e) => {
-      if (e.affectsConfiguration("pi.serverPath") || e.affectsConfiguration("pi.model") || e.affectsConfiguration("pi.approvalPolicy")) {
+      if (e.affectsConfiguration("pi.serverPath") || e.affectsConfiguration("pi.model") || e.affectsConfiguration("pi.approvalPolicy") || e.affectsConfiguration("pi.saveUserChanges")) {
         void vscode.window.showInformationMessage("Pi: the server settings changed.", "Restart Server").then((c) => c && commands["pi.restartServer"]());
       }
     }),

@@ -4,6 +4,8 @@
  * descriptions (package.json). What each policy asks about: docs/protocol.md, "The approval
  * policy".
  */
+import * as fs from "node:fs";
+import * as path from "node:path";
 
 /** A session's approval policy (`agent/permissions/set`'s `approvalPolicy`). */
 export type ApprovalPolicy = "ask" | "auto-edit" | "approve-all";
@@ -28,4 +30,36 @@ export function policyNotice(policy: unknown): string {
     default:
       return `Pi: approval policy "${String(policy)}" is in force for this session.`;
   }
+}
+
+/** Where "Pi: Set Approval Policy" puts the choice. Precedence, first to last: the session's
+ * own choice, the editor's `pi.approvalPolicy`, the project's `.pi/settings.json`, the user's
+ * Pi settings (docs/protocol.md "Permission requests"). */
+export type PolicyScope = "session" | "workspace" | "user";
+
+/** The scope picker's items, each saying what it changes and what wins over it. */
+export function scopeItems(hasSession: boolean, editorSetting: string | undefined, projectFile: string, userFile: string): { label: string; description: string; detail: string; scope: PolicyScope }[] {
+  const editor = editorSetting && editorSetting !== "default" ? ` (now: the editor's pi.approvalPolicy "${editorSetting}" wins over it)` : "";
+  const items: { label: string; description: string; detail: string; scope: PolicyScope }[] = [];
+  if (hasSession) items.push({ label: "This session only", description: "until it closes", detail: "Wins over every settings file; other and new sessions keep theirs.", scope: "session" });
+  items.push({ label: "This workspace", description: projectFile, detail: `approvalPolicy in the project's Pi settings: new sessions of this workspace${editor}.`, scope: "workspace" });
+  items.push({ label: "Your Pi settings", description: userFile, detail: `approvalPolicy in your own Pi settings: every workspace without its own${editor}.`, scope: "user" });
+  return items;
+}
+
+/** Sets `key` to `value` (`undefined`: removes it) in the JSON object of the Pi settings file
+ * `file`, keeping every other key; creates the file (and its folder) when missing. A file that
+ * is not a JSON object is an error and is left as it is. */
+export function writePiSetting(file: string, key: string, value: unknown): void {
+  let obj: Record<string, unknown> = {};
+  if (fs.existsSync(file)) {
+    const text = fs.readFileSync(file, "utf8");
+    const parsed: unknown = text.trim() === "" ? {} : JSON.parse(text);
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error(`${file} does not hold a JSON object`);
+    obj = parsed as Record<string, unknown>;
+  }
+  if (value === undefined) delete obj[key];
+  else obj[key] = value;
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, `${JSON.stringify(obj, null, 2)}\n`);
 }

@@ -27,6 +27,8 @@ interface Pending {
   notified?: boolean;
   /** Closes its notification (set while it shows). */
   closeNotification?: () => void;
+  /** Its file changed while it was open (told once). */
+  stale?: boolean;
 }
 
 /** The answer that withdraws a question (never runs anything). */
@@ -84,10 +86,49 @@ export class ServerQuestions {
     return [...this.pending.values()].filter((q) => q.sessionId === sessionId && !q.done).length;
   }
 
+  /** Allowed permission questions by tool call id: what was allowed ("edit conf.txt"). */
+  private readonly allowed = new Map<string, string>();
+
+  /** What a permission question asks to do, in words. */
+  private static what(params: any): string {
+    if (params?.change?.path) return `${params.tool ?? "edit"} ${params.change.path}`;
+    if (params?.tool === "bash") return `run \`${params?.arguments?.command ?? ""}\``;
+    return String(params?.tool ?? "a tool call");
+  }
+
+  /** A document changed (the user typed, or the disk under a clean buffer): an open edit
+   * question on it goes stale and says so at once, in its card and as a notification. */
+  documentChanged(fsPath: string, toAbsolute: (path: string) => string): void {
+    for (const q of this.pending.values()) {
+      if (q.done || q.stale || q.method !== "agent/requestPermission" || !q.params?.change?.path) continue;
+      if (toAbsolute(String(q.params.change.path)) !== fsPath) continue;
+      q.stale = true;
+      const message = `${q.params.change.path} changed since this question: Allow will not apply it (the agent reads it again).`;
+      for (const p of this.panels.panelsOf(q.sessionId)) p.post({ type: "serverRequestStale", requestId: q.id, message });
+      void vscode.window.showWarningMessage(`Pi: ${message}`);
+    }
+  }
+
+  /** A tool call ended: an allowed call that failed anyway (its file changed while the user
+   * decided, or the editor refused the edit) is said in words — never "allowed" then a silent
+   * ✗. Returns the notification's text, if one was shown. */
+  toolEnded(toolCallId: string, isError: boolean, text: string): string | undefined {
+    const what = this.allowed.get(toolCallId);
+    this.allowed.delete(toolCallId);
+    if (!what || !isError) return undefined;
+    const first = text.trim().split("\n")[0] ?? "";
+    const message = `Pi: ${what} was allowed but not done: ${first}`;
+    void vscode.window.showWarningMessage(message);
+    return message;
+  }
+
   private finish(id: number, result: unknown, reason: "answered" | "cancelled", from?: { post(message: unknown): void }): void {
     const q = this.pending.get(id);
     if (!q || q.done) return;
     q.done = true;
+    if (reason === "answered" && q.method === "agent/requestPermission" && typeof q.params?.toolCallId === "string" && (result as any)?.decision !== "reject") {
+      this.allowed.set(q.params.toolCallId, ServerQuestions.what(q.params));
+    }
     this.pending.delete(id);
     q.resolve(result);
     q.closeNotification?.();

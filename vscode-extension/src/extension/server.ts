@@ -33,6 +33,10 @@ class AgentCapabilities implements StaticFeature {
   fillClientCapabilities(capabilities: any): void {
     capabilities.experimental ??= {};
     capabilities.experimental.agent = { ...AGENT_CLIENT_CAPABILITIES };
+    // The `pi.saveUserChanges` setting (docs/protocol.md "agent/didMergeToDisk"): the editor's
+    // own choice, over Pi's settings files.
+    const save = vscode.workspace.getConfiguration("pi").get<string>("saveUserChanges");
+    if (save && save !== "default") capabilities.experimental.agent.saveUserChanges = save;
     // No work-done progress: the status bar item shows the run's state (status.ts); the
     // server's progress reports (fragments of the streamed text) would add a second, noisy one.
     capabilities.window ??= {};

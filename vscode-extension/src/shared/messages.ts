@@ -96,6 +96,14 @@ export interface ServerRequestDoneMessage {
   reason?: "answered" | "cancelled";
 }
 
+/** An open edit question went stale: its file changed while the user decides (allowing now
+ * would be refused). The webview marks the card at once with `message`. */
+export interface ServerRequestStaleMessage {
+  type: "serverRequestStale";
+  requestId: number;
+  message: string;
+}
+
 /** Palette commands / keybindings forwarded to the panel. */
 export interface CommandMessage {
   type: "command";
@@ -161,6 +169,7 @@ export type HostToWebview =
   | ResponseMessage
   | ServerRequestMessage
   | ServerRequestDoneMessage
+  | ServerRequestStaleMessage
   | CommandMessage
   | ContextMessage
   | FilesMessage;

@@ -1012,6 +1012,18 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
       setVisible(store, msg.visible);
       return;
     }
+    case "serverRequestStale": {
+      // Said at once, before any answer: the card's diff no longer matches the file.
+      const card = cards.querySelector(`[data-request-id="${msg.requestId}"]`);
+      if (card && !card.querySelector(".pi-stale")) {
+        const note = document.createElement("div");
+        note.className = "pi-stale";
+        note.setAttribute("role", "alert");
+        note.textContent = msg.message;
+        card.insertBefore(note, card.firstChild?.nextSibling ?? null);
+      }
+      return;
+    }
     case "serverRequestDone": {
       questionClosed(msg.requestId);
       cards.querySelector(`[data-request-id="${msg.requestId}"]`)?.remove();

@@ -53,6 +53,9 @@ export class Uri {
   toString(): string {
     return `${this.scheme}:${this.path}${this.query ? `?${this.query}` : ""}`;
   }
+  get fsPath(): string {
+    return this.path;
+  }
 }
 
 export class TabInputText {
@@ -121,5 +124,18 @@ export const window = {
       }
       return Promise.resolve(true);
     },
+  },
+};
+
+/** `workspace.onWillSaveTextDocument` listeners; tests fire a save with `willSave`. */
+const willSave: ((e: { document: { uri: Uri } }) => void)[] = [];
+export function willSaveDocument(uri: Uri): void {
+  for (const f of willSave) f({ document: { uri } });
+}
+
+export const workspace = {
+  onWillSaveTextDocument(f: (e: { document: { uri: Uri } }) => void) {
+    willSave.push(f);
+    return { dispose: () => willSave.splice(willSave.indexOf(f), 1) };
   },
 };

@@ -25,3 +25,32 @@ test("the approval policy quick pick uses the pi.approvalPolicy setting's descri
     ["ask", "auto-edit", "approve-all", "default"].map((v) => [v, fromSetting.get(v)]),
   );
 });
+
+test("Set Approval Policy says where the choice goes and what wins over it; the settings files keep their other keys", async () => {
+  const { scopeItems, writePiSetting } = await import("../../src/extension/policy");
+  const { mkdtempSync, writeFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  assert.deepEqual(
+    scopeItems(true, "ask", "/w/.pi/settings.json", "/h/.pi/agent/settings.json").map((i) => [i.label, i.description, i.detail, i.scope]),
+    [
+      ["This session only", "until it closes", "Wins over every settings file; other and new sessions keep theirs.", "session"],
+      ["This workspace", "/w/.pi/settings.json", `approvalPolicy in the project's Pi settings: new sessions of this workspace (now: the editor's pi.approvalPolicy "ask" wins over it).`, "workspace"],
+      ["Your Pi settings", "/h/.pi/agent/settings.json", `approvalPolicy in your own Pi settings: every workspace without its own (now: the editor's pi.approvalPolicy "ask" wins over it).`, "user"],
+    ],
+  );
+  // No session open: no session scope; no editor setting: nothing wins over the files.
+  assert.deepEqual(scopeItems(false, "default", "/w/p", "/h/u").map((i) => [i.scope, i.detail.includes("wins over it")]), [["workspace", false], ["user", false]]);
+  const dir = mkdtempSync(join(tmpdir(), "pi-policy-"));
+  const file = join(dir, ".pi", "settings.json");
+  writePiSetting(file, "approvalPolicy", "ask");
+  assert.equal(readFileSync(file, "utf8"), '{\n  "approvalPolicy": "ask"\n}\n');
+  writeFileSync(file, '{"defaultModel": "m", "approvalPolicy": "ask"}');
+  writePiSetting(file, "approvalPolicy", "approve-all");
+  assert.deepEqual(JSON.parse(readFileSync(file, "utf8")), { defaultModel: "m", approvalPolicy: "approve-all" });
+  writePiSetting(file, "approvalPolicy", undefined);
+  assert.deepEqual(JSON.parse(readFileSync(file, "utf8")), { defaultModel: "m" });
+  writeFileSync(file, "[1]");
+  assert.throws(() => writePiSetting(file, "approvalPolicy", "ask"), /does not hold a JSON object/);
+  assert.equal(readFileSync(file, "utf8"), "[1]");
+});

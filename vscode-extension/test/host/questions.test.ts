@@ -82,3 +82,31 @@ test("the diff tab opened for a permission closes when the question is answered 
   assert.deepEqual(tabs.map((t) => t.label), ["a.ts", "a.ts (Working Tree)"]);
   assert.equal(recorded.closed.length, 2);
 });
+
+test("an open edit question whose file changes says so at once; an allowed call refused anyway is said in words", async () => {
+  reset();
+  const posted: any[] = [];
+  const panel = { post: (m: unknown) => posted.push(m), visible: true };
+  const q = new ServerQuestions({ panelsOf: () => [panel] }, log, async () => undefined);
+  const t = token();
+  const answer = q.ask("agent/requestPermission", permission("call-9", "conf.txt"), t.token);
+  const abs = (p: string) => `/w/${p}`;
+  // Another file changing says nothing.
+  q.documentChanged("/w/other.txt", abs);
+  assert.deepEqual(posted.filter((m) => m.type === "serverRequestStale"), []);
+  // The question's file changes (twice): one card update and one notification, at once.
+  q.documentChanged("/w/conf.txt", abs);
+  q.documentChanged("/w/conf.txt", abs);
+  const stale = "conf.txt changed since this question: Allow will not apply it (the agent reads it again).";
+  assert.deepEqual(posted.filter((m) => m.type === "serverRequestStale"), [{ type: "serverRequestStale", requestId: 1, message: stale }]);
+  assert.deepEqual(recorded.messages, [{ kind: "warning", text: `Pi: ${stale}` }]);
+  // Allowed; the server refuses the change (the file changed): said in words, with no hash.
+  q.answer(1, { decision: "allow" }, panel);
+  assert.deepEqual(await answer, { decision: "allow" });
+  const refused = "conf.txt changed while the user was deciding (line 2 differs); nothing was changed. What was approved is not what would land.";
+  assert.equal(q.toolEnded("call-9", true, refused), `Pi: edit conf.txt was allowed but not done: ${refused}`);
+  assert.deepEqual(recorded.messages.at(-1), { kind: "warning", text: `Pi: edit conf.txt was allowed but not done: ${refused}` });
+  // Told once; a call that was never asked says nothing.
+  assert.equal(q.toolEnded("call-9", true, refused), undefined);
+  assert.equal(q.toolEnded("call-other", true, "failed"), undefined);
+});

@@ -118,6 +118,9 @@ pub struct Settings {
     pub follow_up_mode: QueueMode,
     /// `approvalPolicy` (pi-lsp's key); `None` when not set.
     pub approval_policy: Option<ApprovalPolicy>,
+    /// `saveUserChanges` (pi-lsp's key: `ask` / `always` / `never`, see
+    /// [`crate::unsaved::SaveUserChanges`]); `None` when not set.
+    pub save_user_changes: Option<crate::unsaved::SaveUserChanges>,
     /// `allowedDirs`: folders outside the workspace the file tools may use (absolute,
     /// canonical when they exist).
     pub allowed_dirs: Vec<PathBuf>,
@@ -145,6 +148,7 @@ impl Default for Settings {
             steering_mode: QueueMode::OneAtATime,
             follow_up_mode: QueueMode::OneAtATime,
             approval_policy: None,
+            save_user_changes: None,
             allowed_dirs: Vec::new(),
             skill_paths: ScopedPaths::default(),
             prompt_paths: ScopedPaths::default(),
@@ -411,6 +415,8 @@ impl Settings {
                 s.follow_up_mode = m;
             }
             s.approval_policy = t.parsed("/approvalPolicy", ApprovalPolicy::parse);
+            s.save_user_changes =
+                t.parsed("/saveUserChanges", crate::unsaved::SaveUserChanges::parse);
             if let Some(b) = t.bool("/enableSkillCommands") {
                 s.enable_skill_commands = b;
             }
@@ -661,6 +667,7 @@ mod tests {
                 "compaction": {"enabled": false, "keepRecentTokens": 100},
                 "retry": {"maxRetries": 1, "baseDelayMs": 20, "provider": {"maxRetryDelayMs": 0}},
                 "steeringMode": "all", "followUpMode": "sometimes", "approvalPolicy": "auto-edit",
+                "saveUserChanges": "never",
                 "sandbox": {"mode": "read-only"}, "enableSkillCommands": "yes"}),
             ),
             Vec::new(),
@@ -708,6 +715,10 @@ mod tests {
                 QueueMode::OneAtATime,
                 Some(ApprovalPolicy::AutoEdit)
             )
+        );
+        assert_eq!(
+            s.save_user_changes,
+            Some(crate::unsaved::SaveUserChanges::Never)
         );
         assert_eq!(s.raw("sandbox"), Some(&json!({"mode": "read-only"})));
         assert!(s.enable_skill_commands);

@@ -372,17 +372,24 @@ async fn rewind_file(
     if hash_now == target_hash {
         return Ok(FileStatus::Unchanged);
     }
-    let show = |h: &Option<String>| h.clone().unwrap_or_else(|| "no file".into());
     if hash_now != expected {
         let last = undo
             .last()
             .or(redo.first())
             .map(|(c, _)| c.tool_call_id.as_str())
             .unwrap_or_default();
+        // Which lines, in words (never the hashes).
+        let what = match (current, &expected, undo.last()) {
+            (None, _, _) => "the file was deleted".to_string(),
+            (Some(_), None, _) => "the file exists again".to_string(),
+            (Some(now), Some(_), Some((_, r))) => where_changed(now, r, true),
+            (Some(now), Some(_), None) => match redo.first() {
+                Some((_, r)) => where_changed(now, r, false),
+                None => "its text is not what the agent left".to_string(),
+            },
+        };
         return Err(format!(
-            "changed since the agent's change ({last}): it holds {}, the agent left {}; kept as it is",
-            show(&hash_now),
-            show(&expected)
+            "changed since the agent's change ({last}): {what}; kept as it is"
         ));
     }
     // Undo newest first, then redo oldest first, every step checked against its hashes.
@@ -655,6 +662,69 @@ impl AgentSession {
     }
 }
 
+/// Where `now` (a file's text) is not what the agent's change `r` left (`after`) or started
+/// from (`!after`), in words for a person: the lines of the change's ranges that differ, else
+/// that lines around it do. Never a hash.
+fn where_changed(now: &str, r: &FileChange, after: bool) -> String {
+    let line_at = |at: usize| {
+        now.get(..at.min(now.len()))
+            .unwrap_or(now)
+            .matches('\n')
+            .count()
+            + 1
+    };
+    let mut differ: Vec<usize> = Vec::new();
+    let mut kept: Vec<usize> = Vec::new();
+    let mut shift: isize = 0;
+    for e in &r.edits {
+        let (at, want) = if after {
+            let Some(at) = e.at.checked_add_signed(shift) else {
+                break;
+            };
+            shift += e.new_text.len() as isize - e.old_text.len() as isize;
+            (at, e.new_text.as_str())
+        } else {
+            (e.at, e.old_text.as_str())
+        };
+        let line = line_at(at);
+        if now.get(at..at + want.len()) == Some(want) {
+            kept.push(line);
+        } else {
+            differ.push(line);
+        }
+    }
+    let list = |v: &[usize]| {
+        let mut v = v.to_vec();
+        v.dedup();
+        let names: Vec<String> = v.iter().map(usize::to_string).collect();
+        if names.len() == 1 {
+            format!("line {}", names[0])
+        } else {
+            format!("lines {}", names.join(", "))
+        }
+    };
+    let whose = if after {
+        "the agent's text"
+    } else {
+        "the text the agent's change was made on"
+    };
+    match (differ.is_empty(), kept.is_empty()) {
+        (false, _) => {
+            let verb = if differ.len() == 1 {
+                "differs"
+            } else {
+                "differ"
+            };
+            format!("{} now {verb} from {whose}", list(&differ))
+        }
+        (true, false) => format!(
+            "lines around the agent's change ({}) were changed since",
+            list(&kept)
+        ),
+        (true, true) => format!("its text is not {whose}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -741,11 +811,8 @@ mod tests {
         let err = rewind_file(&fs, &both, opts).await.unwrap_err();
         assert_eq!(
             err,
-            format!(
-                "changed since the agent's change (c2): it holds {}, the agent left {}; kept as it is",
-                content_hash("A\nb\nC\nmine\n"),
-                content_hash(v2)
-            )
+            // In words, never hashes: the agent's line 3 is intact, a line was added after it.
+            "changed since the agent's change (c2): lines around the agent's change (line 3) were changed since; kept as it is"
         );
         assert_eq!(read().as_deref(), Some("A\nb\nC\nmine\n"));
         // Changed between the two changes (a command ran in between): refused, kept.

@@ -664,11 +664,14 @@ impl Tool for EditTool {
             replace_us = (started.elapsed() - diffed_at).as_micros() as u64,
             "edit {shown}: {count} block(s)"
         );
+        let mut said = format!("Successfully replaced {count} block(s) in {shown}.");
+        if let Some(note) = self.fs.unsaved_note(&path).await {
+            said.push_str("\n\n");
+            said.push_str(&note);
+        }
         Ok(ToolOutput {
             terminate: false,
-            content: vec![pi_ai::ContentBlock::text(format!(
-                "Successfully replaced {count} block(s) in {shown}."
-            ))],
+            content: vec![pi_ai::ContentBlock::text(said)],
             details: Some(
                 json!({"diff": diffs.numbered, "firstChangedLine": diffs.first_changed,
                 "unifiedDiff": diffs.unified, super::file_change::DETAILS_KEY: record.to_value()}),

@@ -758,6 +758,12 @@ impl Tool for ReadTool {
             text.push_str("\n\n");
             text.push_str(&note);
         }
+        // The editor's view differs from the disk (the user's unsaved changes): say so, so the
+        // model knows what `bash` sees.
+        if let Some(note) = self.fs.unsaved_note(&path).await {
+            text.push_str("\n\n");
+            text.push_str(&note);
+        }
         Ok(ToolOutput {
             content: vec![ContentBlock::text(text)],
             details,

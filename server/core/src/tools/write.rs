@@ -144,6 +144,46 @@ impl Tool for WriteTool {
                 );
             }
         }
+        // Writing over a buffer that holds the user's unsaved text always asks, whatever the
+        // policy, showing what is lost (the user's unsaved text is theirs).
+        let mut replaced_unsaved = false;
+        if let Some(gate) = self
+            .state
+            .approval
+            .as_ref()
+            .filter(|_| self.fs.has_buffer(&path))
+        {
+            if self.fs.unsaved_note(&path).await.is_some() {
+                let old = self.fs.read(&path).await.ok().map(|s| s.text);
+                let old = old.as_ref().map(|t| t.as_str()).unwrap_or("");
+                let change = minimal_replace(old, &a.content);
+                let lost = old[change.range.clone()].lines().count();
+                let reason = format!(
+                    "write replaces {shown}, whose editor buffer holds unsaved text of the user's: {lost} line(s) of it are lost (the − lines)"
+                );
+                let proposed = ProposedChange {
+                    path: shown.clone(),
+                    diff: plan_diff(&shown, old, &[change]).0,
+                    old_hash: Some(content_hash(old)),
+                    new_hash: content_hash(&a.content),
+                };
+                gate.approve_overwrite(
+                    "write",
+                    &ctx.call_id,
+                    json!({"path": a.path, "content": a.content}),
+                    &ctx.cancel,
+                    reason,
+                    proposed,
+                )
+                .await
+                .map_err(ToolError::new)?;
+                let now = recheck(&*self.fs, &path, &shown, Some(old))
+                    .await
+                    .map_err(ToolError::new)?;
+                before = Ok(now.map(|s| s.text));
+                replaced_unsaved = true;
+            }
+        }
         // Approval step (crate::approval), between computing the change and applying it: when
         // the user was asked, the file must still be the one the question showed.
         if let Some(gate) = self
@@ -182,8 +222,13 @@ impl Tool for WriteTool {
             .map_err(|e| ToolError::new(e.to_string()))?;
         self.state.reads.record(&path, &a.content);
         let mut out = ToolOutput::text(format!(
-            "Successfully wrote {} bytes to {shown}{warning}",
+            "Successfully wrote {} bytes to {shown}{}{warning}",
             a.content.len(),
+            if replaced_unsaved {
+                ". The editor's buffer held unsaved text of the user's; the user allowed replacing it"
+            } else {
+                ""
+            },
         ));
         if let Ok(before) = before {
             out.details = Some(change_details(
