@@ -13,6 +13,7 @@ pub mod export;
 pub mod extension;
 pub mod fs;
 pub mod harness;
+pub mod mcp;
 pub mod sandbox;
 pub mod session;
 pub mod tools;
