@@ -281,3 +281,9 @@ pub async fn run(args: RunArgs) -> i32 {
         _ => 0,
     }
 }
+
+/// Writes `text` to stdout as it is (`pi-lsp mcp list`).
+#[allow(clippy::print_stdout)]
+pub fn print_out(text: &str) {
+    print!("{text}");
+}

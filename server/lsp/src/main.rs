@@ -49,15 +49,43 @@ enum Command {
         /// call the policy would ask about is not run (nobody can answer here).
         #[arg(long)]
         approve: bool,
+        /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
+        #[arg(long)]
+        no_mcp: bool,
         /// The prompt.
         prompt: String,
+    },
+    /// MCP servers (Pi's `pi mcp`).
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Connect to every enabled server and print its state, tools and errors; exit status 1
+    /// when an entry is invalid or an enabled server did not connect.
+    List {
+        /// Workspace folder (default: the current folder).
+        #[arg(long, default_value = ".")]
+        workspace: PathBuf,
+        /// Trust the workspace: read its .pi/mcp.json too.
+        #[arg(long)]
+        trust: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // Informational lines go to the client (`window/logMessage`), not stderr; see `logging`.
-    pi_lsp::logging::init(!matches!(cli.command, Some(Command::Run { .. })));
+    pi_lsp::logging::init(!matches!(
+        cli.command,
+        Some(Command::Run { .. } | Command::Mcp { .. })
+    ));
     // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
     // parts, session parsing and search, run on threads of their own or the blocking pool), and
     // each worker costs its stack and a malloc arena: 8 workers (tokio's default on an 8-core
@@ -74,8 +102,10 @@ fn main() -> anyhow::Result<()> {
             json,
             trust,
             approve,
+            no_mcp,
             prompt,
         }) => {
+            pi_core::mcp::set_disabled(no_mcp);
             let code = rt.block_on(pi_lsp::headless::run(pi_lsp::headless::RunArgs {
                 workspace,
                 model,
@@ -84,8 +114,30 @@ fn main() -> anyhow::Result<()> {
                 approve,
                 prompt,
             }));
+            rt.block_on(pi_core::mcp::shutdown_all());
             rt.shutdown_timeout(std::time::Duration::from_millis(200));
             pi_core::sandbox::remove_temp_folders();
+            std::process::exit(code);
+        }
+        Some(Command::Mcp {
+            command:
+                McpCommand::List {
+                    workspace,
+                    trust,
+                    json,
+                },
+        }) => {
+            let root = workspace.canonicalize().unwrap_or(workspace);
+            let agent_dir = pi_ai::models::agent_dir();
+            let (text, code) = rt.block_on(pi_core::mcp::cli::list(
+                &root,
+                agent_dir.as_deref(),
+                trust,
+                json,
+            ));
+            pi_lsp::headless::print_out(&text);
+            rt.block_on(pi_core::mcp::shutdown_all());
+            rt.shutdown_timeout(std::time::Duration::from_millis(200));
             std::process::exit(code);
         }
         Some(Command::Lsp) | None => {

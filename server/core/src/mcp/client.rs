@@ -43,6 +43,9 @@ const STDIN_CLOSE_GRACE: Duration = Duration::from_millis(500);
 /// How long after SIGTERM the process group gets SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
+/// How a request's timeout error starts (the server is then closed and marked failed).
+pub const TIMED_OUT: &str = "MCP request timed out after";
+
 /// The error of an HTTP server that needs OAuth sign-in.
 pub fn sign_in_message(name: &str) -> String {
     format!("MCP server \"{name}\" requires sign-in, which pi-lsp does not support yet (sign-in is not supported yet); give it an Authorization header in mcp.json instead")
@@ -163,7 +166,13 @@ struct Child {
 /// One live connection.
 pub struct Connection {
     service: RunningService<RoleClient, Handler>,
-    child: parking_lot::Mutex<Option<Child>>,
+    /// A stdio server's watcher: told to stop the process; answers when it is gone.
+    child: parking_lot::Mutex<
+        Option<(
+            tokio::sync::oneshot::Sender<()>,
+            tokio::sync::oneshot::Receiver<()>,
+        )>,
+    >,
     /// stderr of a stdio server.
     pub stderr: Arc<StderrTail>,
     /// A message over the cap ended the connection.
@@ -285,7 +294,13 @@ impl Connection {
                         let msg = if oversized.load(std::sync::atomic::Ordering::SeqCst) {
                             format!("MCP stdio message exceeds {MAX_MESSAGE_BYTES} bytes")
                         } else {
-                            e.to_string()
+                            match e {
+                                rmcp::service::ClientInitializeError::TransportError { .. }
+                                | rmcp::service::ClientInitializeError::ConnectionClosed(_) => {
+                                    "Connection closed".to_string()
+                                }
+                                other => pi_ai::keys::redact(&other.to_string()),
+                            }
                         };
                         if let Some(c) = guard.take() {
                             terminate(c, true).await;
@@ -380,6 +395,31 @@ impl Connection {
         timeout: Duration,
     ) -> Connection {
         let info = service.peer().peer_info();
+        // The watcher owns the process: when it exits on its own (children that inherited its
+        // stdout would keep the pipe open), the connection ends at once and the group is
+        // stopped; when told to stop, it ends the process as the module docs say.
+        let child = child.map(|mut c| {
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+            let ct = service.cancellation_token();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = c.child.wait() => {
+                        ct.cancel();
+                        signal_group(c.pid, nix::sys::signal::Signal::SIGTERM);
+                        tokio::time::sleep(TERM_GRACE).await;
+                        signal_group(c.pid, nix::sys::signal::Signal::SIGKILL);
+                        super::manager::untrack_group(c.pid);
+                    }
+                    _ = stop_rx => {
+                        ct.cancel();
+                        terminate(c, false).await;
+                    }
+                }
+                let _ = done_tx.send(());
+            });
+            (stop_tx, done_rx)
+        });
         let instructions = info.as_ref().and_then(|i| i.instructions.clone());
         let caps = info.as_ref().map(|i| i.capabilities.clone());
         Connection {
@@ -462,10 +502,9 @@ impl Connection {
 
     fn error_text(&self, e: &rmcp::ServiceError) -> String {
         match e {
-            rmcp::ServiceError::Timeout { timeout } => format!(
-                "MCP request timed out after {} s without progress",
-                timeout.as_secs_f64()
-            ),
+            rmcp::ServiceError::Timeout { timeout } => {
+                format!("{TIMED_OUT} {} s without progress", timeout.as_secs_f64())
+            }
             rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
                 if e.auth_challenge().is_some() {
                     return "sign-in is not supported yet".into();
@@ -491,12 +530,13 @@ impl Connection {
 
     /// Closes the connection: the transport, then (stdio) the process group as the module
     /// docs say.
-    pub async fn close(self) {
+    pub async fn close(&self) {
         let child = self.child.lock().take();
         let ct = self.service.cancellation_token();
         ct.cancel();
-        if let Some(c) = child {
-            terminate(c, false).await;
+        if let Some((stop, done)) = child {
+            let _ = stop.send(());
+            let _ = done.await;
         }
     }
 }

@@ -93,7 +93,8 @@ pub enum Transport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
-    /// `<agent dir>/mcp.json`.
+    /// `<agent dir>/mcp.json` (Pi calls this scope `global`).
+    #[serde(rename = "global")]
     User,
     /// `<project>/.pi/mcp.json` (trusted workspaces only).
     Project,

@@ -146,9 +146,7 @@ impl Server {
                     "MCP server \"{}\" disconnected: {why}",
                     self.config.name
                 ));
-                if let Ok(old) = Arc::try_unwrap(old) {
-                    tokio::spawn(old.close());
-                }
+                tokio::spawn(async move { old.close().await });
             }
         }
         if manager.shutdown.is_cancelled() {
@@ -175,9 +173,7 @@ impl Server {
                         Err(e) => {
                             let e = format!("Failed to list tools: {e}");
                             self.fail(State::Failed, e.clone());
-                            if let Ok(c) = Arc::try_unwrap(c) {
-                                tokio::spawn(c.close());
-                            }
+                            tokio::spawn(async move { c.close().await });
                             return Err(format!(
                                 "MCP server \"{}\" failed to connect: {e}",
                                 self.config.name
@@ -229,6 +225,29 @@ impl Server {
         }
     }
 
+    /// A call on `conn` failed with `error`: a timeout (the server hangs, or floods its output)
+    /// closes the connection and marks the server failed, so the next call starts it again; a
+    /// closed connection is marked disconnected.
+    pub async fn call_failed(&self, conn: &Arc<Connection>, error: &str) {
+        let timed_out = error.starts_with(super::client::TIMED_OUT);
+        if !timed_out && !conn.is_closed() {
+            return;
+        }
+        let mut slot = self.conn.lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            slot.take();
+            drop(slot);
+            let state = if timed_out {
+                State::Failed
+            } else {
+                State::Disconnected
+            };
+            self.set(state, Some(error.to_string()));
+            let c = conn.clone();
+            tokio::spawn(async move { c.close().await });
+        }
+    }
+
     /// Lists the tools again (after `notifications/tools/list_changed`).
     pub async fn refresh_tools(self: &Arc<Self>) {
         let c = self.conn.lock().await.clone();
@@ -268,11 +287,7 @@ impl Server {
     pub async fn close(&self) {
         let c = self.conn.lock().await.take();
         if let Some(c) = c {
-            match Arc::try_unwrap(c) {
-                Ok(c) => c.close().await,
-                // A call holds it: its end drops the last handle; the group is signalled now.
-                Err(c) => drop(c),
-            }
+            c.close().await;
         }
         if self.config.enabled {
             self.set(State::Closed, None);
@@ -394,15 +409,25 @@ impl McpManager {
     /// `base`). Its servers start connecting now and are closed when the last handle is
     /// dropped or at [`shutdown_all`].
     pub fn for_session(base: &Path, servers: Vec<ServerConfig>) -> Arc<McpManager> {
-        let m = McpManager::new(base.to_path_buf(), pi_ai::models::agent_dir(), false);
+        let servers = servers
+            .into_iter()
+            .map(|mut s| {
+                s.scope = config::Scope::Session;
+                s
+            })
+            .collect();
+        Self::standalone(base, pi_ai::models::agent_dir().as_deref(), servers)
+    }
+
+    /// A manager of `servers` as given, not shared (`pi-lsp mcp list`, session servers).
+    pub fn standalone(
+        base: &Path,
+        agent_dir: Option<&Path>,
+        servers: Vec<ServerConfig>,
+    ) -> Arc<McpManager> {
+        let m = McpManager::new(base.to_path_buf(), agent_dir.map(Path::to_path_buf), false);
         m.load(McpConfig {
-            servers: servers
-                .into_iter()
-                .map(|mut s| {
-                    s.scope = config::Scope::Session;
-                    s
-                })
-                .collect(),
+            servers,
             ..McpConfig::default()
         });
         session_managers().lock().push(Arc::downgrade(&m));

@@ -14,6 +14,7 @@
 //! - At process exit: [`shutdown_all`] (stdin closed → SIGTERM → SIGKILL per server's group).
 //! - `--no-mcp` / `"extensions": ["-builtin:mcp"]`: [`set_disabled`] / [`config::disabled_by_settings`].
 
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod log;

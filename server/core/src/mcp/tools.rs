@@ -239,6 +239,16 @@ pub fn convert_result(
             .flat_map(|b| block_to_content(server, b, readable))
             .collect()
     };
+    // A server echoing its configured secrets (`env`, `headers`) does not put them in the
+    // session: registered secrets are redacted from the text.
+    for b in content.iter_mut() {
+        if let ContentBlock::Text(t) = b {
+            let r = pi_ai::keys::redact_secrets(&t.text);
+            if r != t.text {
+                t.text = r;
+            }
+        }
+    }
     let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
     let has_text = content
         .iter()
