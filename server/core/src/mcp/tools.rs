@@ -514,6 +514,9 @@ pub fn rank(query: &str, docs: &[(String, String)], limit: usize) -> Vec<String>
         .collect()
 }
 
+/// Writes the set of tools `tool_search` loaded to the session.
+pub type RecordLoaded = Box<dyn Fn(&BTreeSet<String>) + Send + Sync>;
+
 /// The tool set of one run: the MCP tools declared now, and what `tool_search` loaded (on the
 /// session's branch, and during the run). The loop asks for it before every model request.
 pub struct RunTools {
@@ -522,7 +525,7 @@ pub struct RunTools {
     session: Option<Arc<McpManager>>,
     loaded: parking_lot::Mutex<BTreeSet<String>>,
     /// Appends the `mcp-tools` entry when `tool_search` loads tools.
-    record: Box<dyn Fn(&BTreeSet<String>) + Send + Sync>,
+    record: RecordLoaded,
     waited: std::sync::atomic::AtomicBool,
     /// Said that codemode is deferred.
     notice: parking_lot::Mutex<Option<String>>,
@@ -535,7 +538,7 @@ impl RunTools {
         manager: Arc<McpManager>,
         session: Option<Arc<McpManager>>,
         loaded: BTreeSet<String>,
-        record: Box<dyn Fn(&BTreeSet<String>) + Send + Sync>,
+        record: RecordLoaded,
     ) -> Arc<RunTools> {
         let notice = manager.take_codemode_notice();
         if let Some(n) = &notice {
