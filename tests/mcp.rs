@@ -601,12 +601,12 @@ async fn faulty_servers_end_calls_with_errors_and_leave_no_process() {
         "{texts:?}"
     );
     assert_eq!(texts[2], "fine", "reconnects on the next call");
-    assert!(texts[3].contains("timed out after 5 s"), "{texts:?}");
     assert!(
-        texts[4].starts_with("MCP tool faulty/die failed: Connection closed"),
+        texts[3].starts_with("MCP tool faulty/die failed: Connection closed"),
         "{texts:?}"
     );
-    assert_eq!(texts[5], "fine");
+    assert_eq!(texts[4], "fine");
+    assert!(texts[5].contains("timed out after 5 s"), "{texts:?}");
     assert_eq!(texts[6], "Tool mcp__crashing__anything not found");
     assert!(
         stderr.contains("MCP server \"crashing\"") && stderr.contains("it broke"),
