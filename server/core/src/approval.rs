@@ -343,6 +343,21 @@ impl Gate {
         args: &Value,
         cancel: &CancellationToken,
     ) -> Result<(), String> {
+        self.check_call_noted(tool, kind, call_id, args, None, cancel)
+            .await
+    }
+
+    /// [`Gate::check_call`] with what the question adds about the tool (an MCP tool's server
+    /// and annotations, [`crate::agent::Tool::approval_note`]), after the reason.
+    pub async fn check_call_noted(
+        &self,
+        tool: &str,
+        kind: ToolKind,
+        call_id: &str,
+        args: &Value,
+        note: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<(), String> {
         let policy = self.policy();
         if !policy_asks(policy, kind) || self.covered(tool, args) {
             return Ok(());
@@ -353,7 +368,7 @@ impl Gate {
                 .insert(call_id.to_string(), args.clone());
             return Ok(());
         }
-        self.ask(tool, call_id, args.clone(), policy, None, cancel)
+        self.ask_noted(tool, call_id, args.clone(), policy, None, note, cancel)
             .await
             .map(|_| ())
     }
@@ -425,14 +440,34 @@ impl Gate {
         change: Option<ProposedChange>,
         cancel: &CancellationToken,
     ) -> Result<(), String> {
+        self.ask_noted(tool, call_id, arguments, policy, change, None, cancel)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn ask_noted(
+        &self,
+        tool: &str,
+        call_id: &str,
+        arguments: Value,
+        policy: ApprovalPolicy,
+        change: Option<ProposedChange>,
+        note: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<(), String> {
         let name = serde_json::to_value(policy)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
-        let reason = match policy {
+        let mut reason = match policy {
             ApprovalPolicy::Ask => format!("approvalPolicy \"{name}\": every tool call asks"),
             _ => format!("approvalPolicy \"{name}\": {tool} asks"),
         };
+        if let Some(n) = note {
+            reason.push_str(" (");
+            reason.push_str(n);
+            reason.push(')');
+        }
         self.ask_with(tool, call_id, arguments, reason, true, change, cancel)
             .await
     }

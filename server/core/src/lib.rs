@@ -14,6 +14,7 @@ pub mod extension;
 pub mod fs;
 pub mod harness;
 pub mod platform;
+pub mod mcp;
 pub mod sandbox;
 pub mod session;
 pub mod tools;

@@ -445,3 +445,9 @@ async fn run_session(session: &Arc<AgentSession>, prompt: &str, failed_save: &At
         _ => 0,
     }
 }
+
+/// Writes `text` to stdout as it is (`pi-lsp mcp list`).
+#[allow(clippy::print_stdout)]
+pub fn print_out(text: &str) {
+    print!("{text}");
+}

@@ -65,6 +65,9 @@ enum Command {
         /// what the model has).
         #[arg(long)]
         thinking: Option<String>,
+        /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
+        #[arg(long)]
+        no_mcp: bool,
         /// The prompt. Text piped on stdin is put before it, as Pi's print mode does.
         prompt: Option<String>,
     },
@@ -78,6 +81,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// MCP servers (Pi's `pi mcp`).
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Connect to every enabled server and print its state, tools and errors; exit status 1
+    /// when an entry is invalid or an enabled server did not connect.
+    List {
+        /// Workspace folder (default: the current folder).
+        #[arg(long, default_value = ".")]
+        workspace: PathBuf,
+        /// Trust the workspace: read its .pi/mcp.json too.
+        #[arg(long)]
+        trust: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -85,7 +110,10 @@ fn main() -> anyhow::Result<()> {
     pi_lsp::memory::fix_mmap_threshold();
     let cli = Cli::parse();
     // Informational lines go to the client (`window/logMessage`), not stderr; see `logging`.
-    pi_lsp::logging::init(!matches!(cli.command, Some(Command::Run { .. })));
+    pi_lsp::logging::init(!matches!(
+        cli.command,
+        Some(Command::Run { .. } | Command::Mcp { .. })
+    ));
     // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
     // parts, session parsing and search, run on threads of their own or the blocking pool), and
     // each worker costs its stack and a malloc arena: 8 workers (tokio's default on an 8-core
@@ -109,8 +137,10 @@ fn main() -> anyhow::Result<()> {
             session,
             no_session,
             thinking,
+            no_mcp,
             prompt,
         }) => {
+            pi_core::mcp::set_disabled(no_mcp);
             let resume = match (r#continue, session) {
                 (true, _) => Some(pi_lsp::headless::Resume::Latest),
                 (false, Some(s)) => Some(pi_lsp::headless::Resume::Session(s)),
@@ -127,8 +157,30 @@ fn main() -> anyhow::Result<()> {
                 thinking,
                 prompt,
             }));
+            rt.block_on(pi_core::mcp::shutdown_all());
             rt.shutdown_timeout(std::time::Duration::from_millis(200));
             pi_core::sandbox::remove_temp_folders();
+            std::process::exit(code);
+        }
+        Some(Command::Mcp {
+            command:
+                McpCommand::List {
+                    workspace,
+                    trust,
+                    json,
+                },
+        }) => {
+            let root = workspace.canonicalize().unwrap_or(workspace);
+            let agent_dir = pi_ai::models::agent_dir();
+            let (text, code) = rt.block_on(pi_core::mcp::cli::list(
+                &root,
+                agent_dir.as_deref(),
+                trust,
+                json,
+            ));
+            pi_lsp::headless::print_out(&text);
+            rt.block_on(pi_core::mcp::shutdown_all());
+            rt.shutdown_timeout(std::time::Duration::from_millis(200));
             std::process::exit(code);
         }
         Some(Command::Lsp) | None => {

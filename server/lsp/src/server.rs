@@ -137,6 +137,11 @@ method_table! {
     "agent/commands" => Backend::commands,
     "agent/session/forkMessages" => Backend::fork_messages,
     "agent/lastAssistantText" => Backend::last_assistant_text,
+    "agent/mcp/list" => Backend::mcp_list,
+    "agent/mcp/enable" => Backend::mcp_enable,
+    "agent/mcp/disable" => Backend::mcp_disable,
+    "agent/mcp/setExposure" => Backend::mcp_set_exposure,
+    "agent/mcp/reconnect" => Backend::mcp_reconnect,
 }
 
 /// Builds the service with the `agent/*` methods registered.

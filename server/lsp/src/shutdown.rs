@@ -197,6 +197,7 @@ pub(crate) async fn stop(targets: &[Target]) -> Report {
         }
     }
     report.groups_killed = pi_core::tools::kill_all_groups().await;
+    pi_core::mcp::shutdown_all().await;
     for t in targets {
         let mut w = t.writer.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = w.close() {
@@ -293,6 +294,7 @@ pub async fn serve_stdio() -> i32 {
 /// Ends the process now after a second signal: every recorded process group gets SIGKILL.
 pub fn exit_now(code: i32) -> ! {
     pi_core::tools::kill_all_groups_now();
+    pi_core::mcp::kill_all_groups();
     pi_core::sandbox::remove_temp_folders();
     std::process::exit(code)
 }

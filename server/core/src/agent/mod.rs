@@ -160,6 +160,20 @@ pub trait Tool: Send + Sync {
     fn approval_kind(&self) -> ToolKind {
         ToolKind::Execute
     }
+    /// What the approval question adds about the tool (an MCP tool's server and annotations).
+    /// Default: nothing.
+    fn approval_note(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Tools that change during a run (MCP servers connecting, `tool_search` loading tools): asked
+/// before every model request; its tools follow the configuration's (a name already taken is
+/// skipped) and are declared from that request on.
+#[async_trait]
+pub trait ToolProvider: Send + Sync {
+    /// The tools now.
+    async fn tools(self: Arc<Self>) -> Vec<Arc<dyn Tool>>;
 }
 
 /// The before-tool hook's view of a call. `args` are the validated arguments; the hook may
@@ -485,6 +499,8 @@ pub struct AgentConfig {
     /// waiting for it ([`LateResults`]); `None`: such calls are dropped at the abort grace,
     /// like any other.
     pub late_results: Option<Arc<dyn LateResults>>,
+    /// Tools asked for before every request (MCP); `None`: only `tools`.
+    pub dynamic_tools: Option<Arc<dyn ToolProvider>>,
 }
 
 /// Text of the aborted result of a change-making call (`edit`, `write`) stopped while its
@@ -539,6 +555,7 @@ impl AgentConfig {
             compaction: None,
             approval: None,
             late_results: None,
+            dynamic_tools: None,
         }
     }
 }

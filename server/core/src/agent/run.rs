@@ -144,6 +144,21 @@ struct ToolEntry {
     validator: crate::validate::ArgumentValidator,
     /// For the approval policy.
     kind: crate::approval::ToolKind,
+    /// Shown in the approval question.
+    note: Option<String>,
+}
+
+impl ToolEntry {
+    fn new(t: &Arc<dyn Tool>) -> ToolEntry {
+        let spec = t.spec();
+        ToolEntry {
+            tool: t.clone(),
+            validator: crate::validate::ArgumentValidator::new(&spec.parameters),
+            kind: t.approval_kind(),
+            note: t.approval_note(),
+            spec,
+        }
+    }
 }
 
 /// A call that passed the trust boundary and is ready to execute.
@@ -199,6 +214,8 @@ struct Run<'a> {
     tools: Vec<ToolEntry>,
     /// The tools' specs as sent to the model (lent to each request).
     specs: Vec<ToolSpec>,
+    /// How many of `tools` are the configuration's (the rest came from `dynamic_tools`).
+    static_tools: usize,
     /// The typed failure of the last response, when it failed.
     last_failure: Option<pi_ai::errors::ProviderError>,
     control: &'a RunControl,
@@ -237,8 +254,32 @@ impl Run<'_> {
         self.tools.iter().find(|t| t.spec.name == name)
     }
 
+    /// Takes the dynamic tools as they are now (see [`super::ToolProvider`]).
+    async fn refresh_tools(&mut self) {
+        let Some(p) = self.cfg.dynamic_tools.clone() else {
+            return;
+        };
+        let now = p.tools().await;
+        let mut old: Vec<ToolEntry> = self.tools.drain(self.static_tools..).collect();
+        for t in now {
+            let name = t.spec().name;
+            if self.tools.iter().any(|e| e.spec.name == name) {
+                continue;
+            }
+            match old
+                .iter()
+                .position(|e| e.spec.name == name && Arc::ptr_eq(&e.tool, &t))
+            {
+                Some(i) => self.tools.push(old.swap_remove(i)),
+                None => self.tools.push(ToolEntry::new(&t)),
+            }
+        }
+        self.specs = self.tools.iter().map(|t| t.spec.clone()).collect();
+    }
+
     async fn assistant(&mut self) -> AssistantMessage {
         self.turn += 1;
+        self.refresh_tools().await;
         if let Some(h) = self.cfg.hooks.clone() {
             let mut next = NextTurn {
                 messages: std::mem::take(&mut self.messages),
@@ -703,11 +744,12 @@ impl Run<'_> {
         }
         // Approval: may ask the user (watching for abort); a rejection is the call's result.
         if let Some(gate) = &self.cfg.approval {
-            gate.check_call(
+            gate.check_call_noted(
                 &entry.spec.name,
                 entry.kind,
                 &call.id,
                 &args,
+                entry.note.as_deref(),
                 &self.control.cancel,
             )
             .await
@@ -1108,22 +1150,11 @@ pub async fn run_agent(
     control: &RunControl,
     sink: &dyn EventSink,
 ) -> RunOutcome {
-    let tools: Vec<ToolEntry> = cfg
-        .tools
-        .iter()
-        .map(|t| {
-            let spec = t.spec();
-            ToolEntry {
-                tool: t.clone(),
-                validator: crate::validate::ArgumentValidator::new(&spec.parameters),
-                kind: t.approval_kind(),
-                spec,
-            }
-        })
-        .collect();
+    let tools: Vec<ToolEntry> = cfg.tools.iter().map(ToolEntry::new).collect();
     let specs = tools.iter().map(|t| t.spec.clone()).collect();
     let mut run = Run {
         cfg: cfg.clone(),
+        static_tools: tools.len(),
         tools,
         specs,
         last_failure: None,

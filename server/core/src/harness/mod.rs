@@ -770,6 +770,9 @@ fn build_config(
         },
     );
     cfg.compaction = Some(compaction_config(ws, writer));
+    // MCP servers' tools (the workspace's, and servers handed to this session).
+    cfg.dynamic_tools =
+        crate::mcp::run_tools(ws, id, writer).map(|t| t as Arc<dyn crate::agent::ToolProvider>);
     if !extensions.is_empty() {
         // Extension handlers run as the loop's hooks (after any hooks of the product's own).
         let ext: Arc<dyn AgentHooks> = extensions.clone();

@@ -16,6 +16,7 @@
 pub(crate) mod bash;
 pub(crate) mod commands;
 pub(crate) mod history;
+pub(crate) mod mcp;
 pub(crate) mod model;
 pub(crate) mod queue;
 pub(crate) mod rewind;

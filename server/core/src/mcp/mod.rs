@@ -1,0 +1,172 @@
+//! MCP servers as Pi 1.6 reads them (docs/mcp.md): configuration ([`config`]), connections
+//! through the official Rust SDK `rmcp` ([`client`]), the servers of a workspace shared by its
+//! sessions ([`manager`]), the tools the model sees ([`tools`]) and `mcp.log` ([`log`]).
+//!
+//! # For a front door
+//! - A session's run gets its MCP tools from [`run_tools`] (the editor server and headless
+//!   `run` through [`crate::harness`]; nothing to do).
+//! - Servers a client hands to one session (ACP `session/new.mcpServers`): convert each with
+//!   [`acp_server`] (stdio `{name, command, args, env: [{name, value}]}`, http `{type: "http",
+//!   name, url, headers: [{name, value}]}`), start them with [`McpManager::for_session`], and
+//!   give the manager to the session with [`set_session_servers`] before its first prompt;
+//!   its tools join the workspace's. The manager closes its servers when dropped
+//!   ([`forget_session`]) or at [`shutdown_all`].
+//! - At process exit: [`shutdown_all`] (stdin closed → SIGTERM → SIGKILL per server's group).
+//! - `--no-mcp` / `"extensions": ["-builtin:mcp"]`: [`set_disabled`] / [`config::disabled_by_settings`].
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod log;
+pub mod manager;
+pub mod naming;
+pub mod tools;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::Value;
+
+pub use config::{Exposure, McpConfig, ServerConfig};
+pub use manager::{kill_all_groups, shutdown_all, McpManager, ServerInfo, State};
+pub use tools::RunTools;
+
+use crate::resources::WorkspaceConfig;
+use crate::session::{EntryData, SessionWriter};
+
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// Switches MCP off for this process (`--no-mcp`).
+pub fn set_disabled(off: bool) {
+    DISABLED.store(off, Ordering::SeqCst);
+}
+
+/// Whether MCP is off for `ws`: `--no-mcp`, or `"extensions": ["-builtin:mcp"]` in settings.
+pub fn disabled(ws: &WorkspaceConfig) -> bool {
+    DISABLED.load(Ordering::SeqCst) || config::disabled_by_settings(&ws.settings())
+}
+
+/// The workspace's manager (connecting its servers on first use), or `None` when MCP is off.
+pub fn workspace_manager(ws: &WorkspaceConfig) -> Option<Arc<McpManager>> {
+    (!disabled(ws)).then(|| McpManager::for_workspace(ws.root(), ws.agent_dir(), ws.trusted()))
+}
+
+fn session_servers() -> &'static parking_lot::Mutex<HashMap<String, Arc<McpManager>>> {
+    static S: OnceLock<parking_lot::Mutex<HashMap<String, Arc<McpManager>>>> = OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+/// Gives the session `session_id` the servers of `manager` (see the module docs).
+pub fn set_session_servers(session_id: &str, manager: Arc<McpManager>) {
+    session_servers()
+        .lock()
+        .insert(session_id.to_string(), manager);
+}
+
+/// Drops the servers handed to `session_id` (they close).
+pub fn forget_session(session_id: &str) {
+    let m = session_servers().lock().remove(session_id);
+    if let Some(m) = m {
+        tokio::spawn(async move { m.shutdown().await });
+    }
+}
+
+/// One ACP `McpServer` (`session/new.mcpServers[i]`) as a server entry: stdio `{name, command,
+/// args, env: [{name, value}]}`, `{type: "http", name, url, headers: [{name, value}]}`; `sse`
+/// is refused as in mcp.json. Errors are Pi's validation messages.
+pub fn acp_server(v: &Value) -> Result<ServerConfig, String> {
+    let name = v.get("name").and_then(Value::as_str).unwrap_or("");
+    let pairs = |k: &str| -> Value {
+        let mut m = serde_json::Map::new();
+        for p in v.get(k).and_then(Value::as_array).into_iter().flatten() {
+            if let (Some(n), Some(val)) = (
+                p.get("name").and_then(Value::as_str),
+                p.get("value").and_then(Value::as_str),
+            ) {
+                m.insert(n.to_string(), Value::String(val.to_string()));
+            }
+        }
+        Value::Object(m)
+    };
+    let mut entry = serde_json::Map::new();
+    match v.get("type").and_then(Value::as_str) {
+        Some("http") => {
+            entry.insert("url".into(), v.get("url").cloned().unwrap_or(Value::Null));
+            entry.insert("headers".into(), pairs("headers"));
+        }
+        Some("sse") => {
+            entry.insert("type".into(), "sse".into());
+        }
+        _ => {
+            entry.insert(
+                "command".into(),
+                v.get("command").cloned().unwrap_or(Value::Null),
+            );
+            entry.insert(
+                "args".into(),
+                v.get("args").cloned().unwrap_or(Value::Array(vec![])),
+            );
+            entry.insert("env".into(), pairs("env"));
+        }
+    }
+    // Handed over to be used: declared like built-in tools.
+    entry.insert("exposure".into(), "direct".into());
+    let mut s = config::validate(name, &Value::Object(entry))?;
+    s.scope = config::Scope::Session;
+    Ok(s)
+}
+
+/// The tools `tool_search` loaded on the session's current branch: the last `mcp-tools` custom
+/// entry's `data.loaded`.
+pub fn loaded_on_branch(writer: &SessionWriter) -> BTreeSet<String> {
+    for e in writer.branch_path().into_iter().rev() {
+        if e.kind != "custom" {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&e.text()) else {
+            continue;
+        };
+        if v.get("customType").and_then(Value::as_str) == Some(tools::LOADED_ENTRY) {
+            return v
+                .pointer("/data/loaded")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+    }
+    BTreeSet::new()
+}
+
+/// The MCP tool set of one run of the session `session_id` written by `writer`, or `None` when
+/// MCP is off. `tool_search` loads are appended to `writer` as `mcp-tools` entries, so the
+/// branch keeps them.
+pub fn run_tools(
+    ws: &WorkspaceConfig,
+    session_id: &str,
+    writer: &Arc<Mutex<SessionWriter>>,
+) -> Option<Arc<RunTools>> {
+    let manager = workspace_manager(ws)?;
+    let loaded = writer
+        .lock()
+        .map(|w| loaded_on_branch(&w))
+        .unwrap_or_default();
+    let w = writer.clone();
+    let record = Box::new(move |l: &BTreeSet<String>| {
+        if let Ok(mut w) = w.lock() {
+            let data = serde_json::json!({ "loaded": l });
+            if let Err(e) = w.append(EntryData::Custom {
+                custom_type: tools::LOADED_ENTRY.into(),
+                data,
+            }) {
+                tracing::warn!("could not record the tools tool_search loaded: {e}");
+            }
+        }
+    });
+    let session = session_servers().lock().get(session_id).cloned();
+    Some(RunTools::new(manager, session, loaded, record))
+}

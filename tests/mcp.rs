@@ -1,0 +1,727 @@
+//! MCP servers end to end (docs/mcp.md): the real `pi-lsp run` with the loopback scripted model
+//! calling `mcp__…` tools of real servers — `@modelcontextprotocol/server-everything` over
+//! stdio and a streamable-HTTP server written here on PyPI `mcp` 2.x (`MCPServer`) — plus a
+//! misbehaving stdio server for the faults (hangs, floods stdout, 50 MB results, dies mid-call).
+//!
+//! Needs: `node` and server-everything's `dist/index.js` (`$PI_MCP_EVERYTHING`, else
+//! `.mcp-ref/node_modules/@modelcontextprotocol/server-everything/dist/index.js`), and a Python
+//! with `mcp` (`$PI_MCP_PYTHON`, else `.mcp-ref/venv/bin/python`); `.ci/run` installs both.
+//! Under `CI=true` a missing one fails the tests.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pi_e2e::lsp_client::agent_env;
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::{pi_lsp_bin, require, session_lines, TempDir};
+use serde_json::{json, Value};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn everything() -> Option<PathBuf> {
+    let p = std::env::var("PI_MCP_EVERYTHING")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            repo()
+                .join(".mcp-ref/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        });
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (p.exists() && node).then_some(p)
+}
+
+fn python() -> Option<PathBuf> {
+    let p = std::env::var("PI_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo().join(".mcp-ref/venv/bin/python"));
+    let ok = Command::new(&p)
+        .args(["-c", "from mcp.server.mcpserver import MCPServer"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(p)
+}
+
+/// A stdio MCP server that misbehaves on request, written as plain JSON-RPC lines: tool
+/// `hang` never answers, `flood` prints endless garbage lines, `huge` answers with a 50 MB
+/// line, `die` exits mid-call, `ok` answers. Its children (a `sleep`) show whether the process
+/// group is stopped.
+const FAULTY: &str = r#"
+import json, sys, os, time, subprocess
+child = subprocess.Popen(["sleep", "300"])
+open(os.environ["PIDS"], "a").write(f"{os.getpid()}\n{child.pid}\n")
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+tools = [{"name": n, "description": "fault " + n, "inputSchema": {"type": "object"}} for n in ["hang", "flood", "huge", "die", "ok"]]
+for line in sys.stdin:
+    m = json.loads(line)
+    i, meth = m.get("id"), m.get("method")
+    if meth == "initialize":
+        send({"jsonrpc": "2.0", "id": i, "result": {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "faulty", "version": "1"}}})
+    elif meth == "tools/list":
+        send({"jsonrpc": "2.0", "id": i, "result": {"tools": tools}})
+    elif meth == "tools/call":
+        n = m["params"]["name"]
+        if n == "hang":
+            continue
+        if n == "flood":
+            while True:
+                sys.stdout.write("garbage " * 1000 + "\n")
+        if n == "huge":
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": i, "result": {"content": [{"type": "text", "text": "x" * (50 * 1024 * 1024)}]}}) + "\n"); sys.stdout.flush()
+            continue
+        if n == "die":
+            os._exit(9)
+        send({"jsonrpc": "2.0", "id": i, "result": {"content": [{"type": "text", "text": "fine"}]}})
+"#;
+
+/// A streamable-HTTP server on PyPI `mcp` 2.x: `big` (a 30,000-character text), `fail`
+/// (`isError`), `whoami` (the Authorization header it got). Prints its port when listening.
+const HTTP_SERVER: &str = r#"
+import socket, sys
+from mcp.server.mcpserver import MCPServer
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+m = MCPServer("py")
+@m.tool()
+def big() -> str:
+    """Returns a long text."""
+    return "".join(f"{i:05d}" for i in range(6000))
+@m.tool()
+def fail() -> str:
+    """Always fails."""
+    raise ValueError("it failed on purpose")
+print(port, flush=True)
+m.run(transport="streamable-http", host="127.0.0.1", port=port)
+"#;
+
+struct Env {
+    _tmp: TempDir,
+    ws: PathBuf,
+    agent: PathBuf,
+    env: Vec<(&'static str, String)>,
+}
+
+fn setup(name: &str, mock: &MockModel, mcp: Value, settings: Option<Value>) -> Env {
+    let tmp = TempDir::new(name);
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let agent = tmp.path().join("agent");
+    let env = agent_env(&agent, &mock.models_json(), &[]);
+    std::fs::write(agent.join("mcp.json"), mcp.to_string()).unwrap();
+    if let Some(s) = settings {
+        std::fs::write(agent.join("settings.json"), s.to_string()).unwrap();
+    }
+    Env {
+        _tmp: tmp,
+        ws,
+        agent,
+        env,
+    }
+}
+
+async fn run_async(e: &Env, args: &[&str]) -> (std::process::Output, Duration) {
+    let mut cmd = Command::new(pi_lsp_bin());
+    cmd.arg("run")
+        .arg("--workspace")
+        .arg(&e.ws)
+        .args(["--model", "mock/mock-1"])
+        .args(args);
+    for (k, v) in &e.env {
+        cmd.env(k, v);
+    }
+    tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        let out = cmd.output().unwrap();
+        (out, t.elapsed())
+    })
+    .await
+    .unwrap()
+}
+
+fn results(ws: &Path) -> Vec<Value> {
+    session_lines(ws)
+        .into_iter()
+        .filter(|l| l["message"]["role"] == "toolResult")
+        .map(|l| l["message"].clone())
+        .collect()
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn everything_entry(path: &Path, exposure: &str) -> Value {
+    json!({"command": "node", "args": [path, "stdio"], "exposure": exposure})
+}
+
+fn pids_alive(pids: &[i32]) -> Vec<i32> {
+    pids.iter()
+        .copied()
+        .filter(|p| {
+            Path::new(&format!("/proc/{p}")).exists()
+                && !std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .unwrap_or_default()
+                    .contains(") Z ")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_tools_image_and_abort_free_run() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "direct_tools_image_and_abort_free_run",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__everything__echo", json!({"message": "hello"})),
+        Step::call("c2", "mcp__everything__get_tiny_image", json!({})),
+        Step::call("c3", "mcp__everything__get_sum", json!({"a": "x"})),
+        Step::text("done"),
+    ])
+    .await;
+    let e = setup(
+        "mcp-direct",
+        &mock,
+        json!({"mcpServers": {"everything": everything_entry(&ev, "direct")}}),
+        None,
+    );
+    let (out, _) = run_async(&e, &["go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = results(&e.ws);
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0]["toolName"], "mcp__everything__echo");
+    assert_eq!(r[0]["isError"], false);
+    assert_eq!(text_of(&r[0]), "Echo: hello");
+    assert_eq!(
+        r[0]["details"],
+        json!({"server": "everything", "tool": "echo"})
+    );
+    let blocks = r[1]["content"].as_array().unwrap();
+    let img = blocks
+        .iter()
+        .find(|b| b["type"] == "image")
+        .expect("an image block");
+    assert_eq!(img["mimeType"], "image/png");
+    assert!(img["data"].as_str().unwrap().len() > 100);
+    // Arguments are validated against the server's schema before anything is sent.
+    assert_eq!(r[2]["isError"], true);
+    assert!(
+        text_of(&r[2]).contains("mcp__everything__get_sum"),
+        "{}",
+        text_of(&r[2])
+    );
+    let reqs = mock.requests();
+    let names = tool_names(&reqs[0].body);
+    assert!(
+        names.contains(&"mcp__everything__echo".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"list_mcp_resources".to_string()),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"tool_search".to_string()), "{names:?}");
+    mock.assert_paired();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_tools_load_through_tool_search_and_stay_on_the_branch() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "deferred_tools_load_through_tool_search",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call("c0", "mcp__everything__get_sum", json!({"a": 1, "b": 2})),
+        Step::call(
+            "c1",
+            "tool_search",
+            json!({"query": "sum of two numbers", "limit": 1}),
+        ),
+        Step::call("c2", "mcp__everything__get_sum", json!({"a": 2, "b": 3})),
+        Step::text("done"),
+    ])
+    .await;
+    // `codemode` (Pi's default) is served as deferred, said once.
+    let mut entry = everything_entry(&ev, "codemode");
+    entry["toolExposure"] = json!({"echo": "hidden"});
+    let e = setup(
+        "mcp-deferred",
+        &mock,
+        json!({"mcpServers": {"everything": entry}}),
+        None,
+    );
+    let (out, _) = run_async(&e, &["go"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("codemode exposure is not available in pi-lsp yet")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let r = results(&e.ws);
+    assert_eq!(text_of(&r[0]), "Tool mcp__everything__get_sum not found");
+    assert_eq!(
+        text_of(&r[1]),
+        "Loaded 1 tool. They are available from your next call:\n- mcp__everything__get_sum: Returns the sum of two numbers"
+    );
+    assert_eq!(text_of(&r[2]), "The sum of 2 and 3 is 5.");
+    let reqs = mock.requests();
+    let first = tool_names(&reqs[0].body);
+    assert!(
+        first.contains(&"tool_search".to_string()) && !first.iter().any(|n| n.starts_with("mcp__")),
+        "{first:?}"
+    );
+    let third = tool_names(&reqs[2].body);
+    assert!(
+        third.contains(&"mcp__everything__get_sum".to_string()),
+        "{third:?}"
+    );
+    assert!(
+        !third.contains(&"mcp__everything__echo".to_string()),
+        "{third:?}"
+    );
+    let custom: Vec<Value> = session_lines(&e.ws)
+        .into_iter()
+        .filter(|l| l["type"] == "custom")
+        .collect();
+    assert_eq!(custom.len(), 1);
+    assert_eq!(custom[0]["customType"], "mcp-tools");
+    assert_eq!(
+        custom[0]["data"],
+        json!({"loaded": ["mcp__everything__get_sum"]})
+    );
+    mock.assert_paired();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_tools_untrusted_projects_and_the_approval_gate() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "hidden_tools_untrusted_projects_and_the_approval_gate",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__everything__echo", json!({"message": "hi"})),
+        Step::call("c2", "mcp__everything__get_sum", json!({"a": 1, "b": 2})),
+        Step::call("c3", "mcp__project__echo", json!({"message": "hi"})),
+        Step::text("done"),
+    ])
+    .await;
+    let mut entry = everything_entry(&ev, "direct");
+    entry["toolExposure"] = json!({"get-sum": "hidden"});
+    // auto-edit: a readOnlyHint tool runs, another asks (headless: nobody to ask → refused).
+    let e = setup(
+        "mcp-gate",
+        &mock,
+        json!({"mcpServers": {"everything": entry}}),
+        Some(json!({"approvalPolicy": "auto-edit"})),
+    );
+    std::fs::create_dir_all(e.ws.join(".pi")).unwrap();
+    std::fs::write(
+        e.ws.join(".pi/mcp.json"),
+        json!({"mcpServers": {"project": everything_entry(&ev, "direct")}}).to_string(),
+    )
+    .unwrap();
+    let (out, _) = run_async(&e, &["go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = results(&e.ws);
+    assert_eq!(text_of(&r[0]), "Echo: hi");
+    assert_eq!(text_of(&r[1]), "Tool mcp__everything__get_sum not found");
+    assert_eq!(text_of(&r[2]), "Tool mcp__project__echo not found");
+    // With the project trusted, `project` connects, and its echo (readOnlyHint) runs; a tool
+    // without it (get-env) asks under auto-edit and nobody can answer headless.
+    let mock2 = MockModel::start(vec![
+        Step::call("c1", "mcp__project__echo", json!({"message": "p"})),
+        Step::call("c2", "mcp__project__toggle_simulated_logging", json!({})),
+        Step::text("done"),
+    ])
+    .await;
+    let mut e2 = setup(
+        "mcp-gate2",
+        &mock2,
+        json!({"mcpServers": {}}),
+        Some(json!({"approvalPolicy": "auto-edit"})),
+    );
+    std::fs::create_dir_all(e2.ws.join(".pi")).unwrap();
+    std::fs::write(
+        e2.ws.join(".pi/mcp.json"),
+        json!({"mcpServers": {"project": everything_entry(&ev, "direct")}}).to_string(),
+    )
+    .unwrap();
+    e2.env.retain(|(k, _)| *k != "PI_LSP_LOG");
+    let (out, _) = run_async(&e2, &["--trust", "go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = results(&e2.ws);
+    assert_eq!(text_of(&r[0]), "Echo: p");
+    assert_eq!(r[1]["isError"], true);
+    assert!(
+        text_of(&r[1]).starts_with("Not run: the approval policy asks the user"),
+        "{}",
+        text_of(&r[1])
+    );
+    mock.assert_paired();
+    mock2.assert_paired();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_large_results_and_errors() {
+    let Some(py) = python() else {
+        require(
+            false,
+            "streamable_http_large_results_and_errors",
+            "python with mcp 2.x",
+        );
+        return;
+    };
+    let tmp = TempDir::new("mcp-http-server");
+    let script = tmp.path().join("server.py");
+    std::fs::write(&script, HTTP_SERVER).unwrap();
+    let mut server = std::process::Command::new(&py)
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let out = server.stdout.as_mut().unwrap();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    }
+    let port: u16 = line.trim().parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__py__big", json!({})),
+        Step::call("c2", "mcp__py__fail", json!({})),
+        Step::text("done"),
+    ])
+    .await;
+    let secret = "hdr-secret-value-0123456789";
+    let mut e = setup(
+        "mcp-http",
+        &mock,
+        json!({"mcpServers": {"py": {"url": format!("http://127.0.0.1:{port}/mcp"), "exposure": "direct",
+            "headers": {"X-Api-Key": "${PI_MCP_TEST_SECRET}"}},
+            "oauthy": {"url": format!("http://127.0.0.1:{port}/mcp"), "oauth": {}, "exposure": "direct"}}}),
+        None,
+    );
+    e.env.push(("PI_MCP_TEST_SECRET", secret.to_string()));
+    let (out, _) = run_async(&e, &["go"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("sign-in is not supported yet"), "{stderr}");
+    let r = results(&e.ws);
+    let big: String = (0..6000).map(|i| format!("{i:05}")).collect();
+    let t = text_of(&r[0]);
+    let path = r[0]["details"]["fullOutputPath"].as_str().unwrap();
+    assert_eq!(std::fs::read_to_string(path).unwrap(), big);
+    assert_eq!(
+        t,
+        format!(
+            "Warning: truncated output (original token count: 7500)\nTotal output lines: 1\n\n{}…9520 chars truncated…{}\n\n[Full output: {path} (read it with offset/limit)]",
+            &big[..10240],
+            &big[30000 - 10240..]
+        )
+    );
+    std::fs::remove_file(path).unwrap();
+    assert_eq!(r[1]["isError"], true);
+    assert_eq!(text_of(&r[1]), "Error executing tool fail");
+    // The header's value never reaches a file written for the session, nor the log.
+    assert_no_secret(&[&e.ws, &e.agent], secret);
+    mock.assert_paired();
+}
+
+/// Every byte of every file under `roots` is free of `secret`.
+fn assert_no_secret(roots: &[&Path], secret: &str) {
+    fn walk(p: &Path, out: &mut Vec<PathBuf>) {
+        if p.is_dir() {
+            for e in std::fs::read_dir(p).unwrap() {
+                walk(&e.unwrap().path(), out);
+            }
+        } else {
+            out.push(p.to_path_buf());
+        }
+    }
+    let mut files = Vec::new();
+    for r in roots {
+        walk(r, &mut files);
+    }
+    // The user's own configuration holds what the user wrote.
+    files.retain(|f| f.file_name().is_none_or(|n| n != "mcp.json"));
+    assert!(!files.is_empty());
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds the secret",
+            f.display()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_secrets_stay_out_of_sessions_logs_and_exports() {
+    let Some(ev) = everything() else {
+        require(false, "env_secrets_stay_out", "node + server-everything");
+        return;
+    };
+    let secret = "env-secret-value-9876543210";
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__everything__get_env", json!({})),
+        Step::call("c2", "mcp__everything__toggle_simulated_logging", json!({})),
+        Step::text("done"),
+    ])
+    .await;
+    let mut entry = everything_entry(&ev, "direct");
+    entry["env"] =
+        json!({"MY_TOKEN": "${PI_MCP_TEST_SECRET}", "CMD_TOKEN": "!echo cmd-secret-abcdefghijkl"});
+    let mut e = setup(
+        "mcp-secrets",
+        &mock,
+        json!({"mcpServers": {"everything": entry}}),
+        None,
+    );
+    e.env.push(("PI_MCP_TEST_SECRET", secret.to_string()));
+    let (out, _) = run_async(&e, &["--json", "go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = results(&e.ws);
+    // The server saw it (its environment) …
+    assert!(text_of(&r[0]).contains("MY_TOKEN"), "{}", text_of(&r[0]));
+    // … but no byte the harness wrote holds it: stdout, stderr, the session, the agent dir.
+    for s in [secret, "cmd-secret-abcdefghijkl"] {
+        assert!(!String::from_utf8_lossy(&out.stdout).contains(s));
+        assert!(!String::from_utf8_lossy(&out.stderr).contains(s));
+        assert_no_secret(&[&e.ws, &e.agent], s);
+    }
+    mock.assert_paired();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faulty_servers_end_calls_with_errors_and_leave_no_process() {
+    let python = python().or_else(|| {
+        Command::new("python3")
+            .arg("--version")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| PathBuf::from("python3"))
+    });
+    let Some(py) = python else {
+        require(false, "faulty_servers", "python3");
+        return;
+    };
+    let tmp = TempDir::new("mcp-faulty-script");
+    let script = tmp.path().join("faulty.py");
+    std::fs::write(&script, FAULTY).unwrap();
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__faulty__hang", json!({})),
+        Step::call("c2", "mcp__faulty__huge", json!({})),
+        Step::call("c3", "mcp__faulty__ok", json!({})),
+        Step::call("c4", "mcp__faulty__die", json!({})),
+        Step::call("c5", "mcp__faulty__ok", json!({})),
+        Step::call("c6", "mcp__faulty__flood", json!({})),
+        Step::call("c7", "mcp__crashing__anything", json!({})),
+        Step::text("done"),
+    ])
+    .await;
+    let e = setup(
+        "mcp-faulty",
+        &mock,
+        json!({"mcpServers": {
+            "faulty": {"command": py, "args": [script], "exposure": "direct", "timeout": 5, "env": {"PIDS": tmp.path().join("pids")}},
+            "crashing": {"command": "sh", "args": ["-c", "echo it broke >&2; exit 4"], "exposure": "direct"}
+        }}),
+        None,
+    );
+    let (out, took) = run_async(&e, &["go"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let r = results(&e.ws);
+    let texts: Vec<String> = r.iter().map(text_of).collect();
+    assert!(
+        texts[0].starts_with("MCP tool faulty/hang failed: MCP request timed out after 5 s"),
+        "{texts:?}"
+    );
+    assert!(
+        texts[1].contains("MCP stdio message exceeds 16777216 bytes")
+            || texts[1].contains("timed out after 5 s"),
+        "{texts:?}"
+    );
+    assert_eq!(texts[2], "fine", "reconnects on the next call");
+    assert!(
+        texts[3].starts_with("MCP tool faulty/die failed: Connection closed"),
+        "{texts:?}"
+    );
+    assert_eq!(texts[4], "fine");
+    assert!(texts[5].contains("timed out after 5 s"), "{texts:?}");
+    assert_eq!(texts[6], "Tool mcp__crashing__anything not found");
+    assert!(
+        stderr.contains("MCP server \"crashing\"") && stderr.contains("it broke"),
+        "{stderr}"
+    );
+    assert!([0, 1, 3, 5].iter().all(|i| r[*i]["isError"] == true));
+    assert!(took < Duration::from_secs(40), "{took:?}");
+    // Every server the run started, and the `sleep` child each started, is gone.
+    let children: Vec<i32> = std::fs::read_to_string(tmp.path().join("pids"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert!(children.len() >= 6, "{children:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(pids_alive(&children), Vec::<i32>::new(), "orphans");
+    let leftovers = Command::new("pgrep")
+        .args(["-f", &script.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&leftovers.stdout).trim().is_empty(),
+        "orphans: {}",
+        String::from_utf8_lossy(&leftovers.stdout)
+    );
+    mock.assert_paired();
+}
+
+#[test]
+fn mcp_list_reports_state_tools_and_errors() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "mcp_list_reports_state_tools_and_errors",
+            "node + server-everything",
+        );
+        return;
+    };
+    let tmp = TempDir::new("mcp-list");
+    let agent = tmp.path().join("agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(
+        agent.join("mcp.json"),
+        json!({"mcpServers": {
+            "everything": {"command": "node", "args": [ev, "stdio"], "toolExposure": {"echo": "direct"}},
+            "off": {"command": "nothing-here", "enabled": false},
+            "sse": {"type": "sse", "url": "http://127.0.0.1:1/sse"}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let out = Command::new(pi_lsp_bin())
+        .args(["mcp", "list", "--workspace"])
+        .arg(tmp.path())
+        .env("PI_CODING_AGENT_DIR", &agent)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("everything: connected, "), "{text}");
+    assert!(lines[0].ends_with(" tools (codemode, global)"), "{text}");
+    assert!(text.contains("echo [direct]"), "{text}");
+    assert!(text.contains("\n  offers resources\n"), "{text}");
+    assert!(
+        text.contains("off: disabled (codemode, global)\n  nothing-here\n"),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "config error: {}: server \"sse\": legacy SSE transport is not supported; use the streamable HTTP URL",
+        agent.join("mcp.json").display()
+    )), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_mid_call_fails_the_call_at_once() {
+    let python = python().or_else(|| {
+        Command::new("python3")
+            .arg("--version")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| PathBuf::from("python3"))
+    });
+    let Some(py) = python else {
+        require(false, "a_server_that_exits_mid_call", "python3");
+        return;
+    };
+    let tmp = TempDir::new("mcp-die-script");
+    let script = tmp.path().join("faulty.py");
+    std::fs::write(&script, FAULTY).unwrap();
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__faulty__die", json!({})),
+        Step::call("c2", "mcp__faulty__ok", json!({})),
+        Step::text("done"),
+    ])
+    .await;
+    let e = setup(
+        "mcp-die",
+        &mock,
+        json!({"mcpServers": {"faulty": {"command": py, "args": [script], "exposure": "direct", "timeout": 20, "env": {"PIDS": tmp.path().join("pids")}}}}),
+        None,
+    );
+    let (out, took) = run_async(&e, &["go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let texts: Vec<String> = results(&e.ws).iter().map(text_of).collect();
+    assert!(
+        texts[0].starts_with("MCP tool faulty/die failed: Connection closed"),
+        "{texts:?}"
+    );
+    assert_eq!(texts[1], "fine");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    mock.assert_paired();
+}
