@@ -38,6 +38,9 @@ pub struct RunArgs {
     pub trust: bool,
     /// `--approve`: approve every tool call (`approvalPolicy` `approve-all` for this run).
     pub approve: bool,
+    /// `--plan`: start in plan mode (the built-in `plan-mode` extension); the plan/todo list
+    /// is printed at the end (with `--json`: one line `{"type": "plan", …state}`).
+    pub plan: bool,
     pub prompt: String,
 }
 
@@ -202,6 +205,34 @@ impl ExtensionUi for HeadlessUi {
     }
 }
 
+/// Prints the session's plan/todo list when it has one: `Plan (done/total):` and one line per
+/// item (`[x]` done, `[>]` in progress, `[ ]` open), or with `json` one line
+/// `{"type": "plan", …}` (the `agent/plan` state).
+#[allow(clippy::print_stdout)]
+fn print_plan(session: &AgentSession, json: bool) {
+    let Some(state) = session.plan().map(|b| b.state()) else {
+        return;
+    };
+    if state.todos.is_empty() {
+        return;
+    }
+    if json {
+        let mut v = serde_json::to_value(&state).unwrap_or_default();
+        v["type"] = serde_json::json!("plan");
+        println!("{v}");
+        return;
+    }
+    println!("\nPlan ({}/{}):", state.completed, state.total);
+    for t in &state.todos {
+        let mark = match t.status {
+            pi_core::extension::plan::TodoStatus::Completed => "x",
+            pi_core::extension::plan::TodoStatus::InProgress => ">",
+            pi_core::extension::plan::TodoStatus::Pending => " ",
+        };
+        println!("[{mark}] {}. {}", t.id, t.text);
+    }
+}
+
 /// Runs one prompt headless; returns the process exit code.
 #[allow(clippy::print_stderr)]
 pub async fn run(args: RunArgs) -> i32 {
@@ -247,6 +278,16 @@ pub async fn run(args: RunArgs) -> i32 {
     let agent = session.agent().clone();
     // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
     let mut signals = crate::shutdown::Signals::listen();
+    if args.plan {
+        let on = match session.plan() {
+            Some(board) => board.set_plan_mode(true).await,
+            None => Err("plan mode is off in this workspace (builtinExtensions)".into()),
+        };
+        if let Err(e) = on {
+            eprintln!("pi-lsp: --plan: {e}");
+            return 2;
+        }
+    }
     match session.prompt(&args.prompt, Vec::new(), None, None).await {
         // Extension commands come first (Pi: before templates and skills).
         Ok(PromptOutcome::Command(name)) => {
@@ -273,6 +314,7 @@ pub async fn run(args: RunArgs) -> i32 {
             return 128 + n;
         }
     }
+    print_plan(&session, args.json);
     eprintln!("pi-lsp: session saved to {}", session_path.display());
     let stop = agent.last_outcome().map(|o| o.stop_reason);
     match stop {

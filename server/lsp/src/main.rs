@@ -49,6 +49,10 @@ enum Command {
         /// call the policy would ask about is not run (nobody can answer here).
         #[arg(long)]
         approve: bool,
+        /// Start in plan mode (read-only tools, the model writes a numbered plan); the plan is
+        /// printed at the end.
+        #[arg(long)]
+        plan: bool,
         /// The prompt.
         prompt: String,
     },
@@ -74,6 +78,7 @@ fn main() -> anyhow::Result<()> {
             json,
             trust,
             approve,
+            plan,
             prompt,
         }) => {
             let code = rt.block_on(pi_lsp::headless::run(pi_lsp::headless::RunArgs {
@@ -82,6 +87,7 @@ fn main() -> anyhow::Result<()> {
                 json,
                 trust,
                 approve,
+                plan,
                 prompt,
             }));
             rt.shutdown_timeout(std::time::Duration::from_millis(200));

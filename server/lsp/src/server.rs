@@ -137,6 +137,8 @@ method_table! {
     "agent/commands" => Backend::commands,
     "agent/session/forkMessages" => Backend::fork_messages,
     "agent/lastAssistantText" => Backend::last_assistant_text,
+    "agent/plan/get" => Backend::plan_get,
+    "agent/plan/set" => Backend::plan_set,
 }
 
 /// Builds the service with the `agent/*` methods registered.

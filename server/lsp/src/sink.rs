@@ -467,6 +467,9 @@ impl LspSink {
                     })
                     .await
             }
+            Notice::Plan(state) => {
+                crate::methods::plan::notify(client, &self.session_id, state).await
+            }
             // Told twice: to the user at once, and to the client as the run's failure.
             Notice::SaveFailed { error } => {
                 let message = format!(

@@ -177,4 +177,30 @@ impl ExtensionHost for SessionHost {
     async fn extension_error(&self, error: ExtensionErrorInfo) {
         self.ui.extension_error(error).await
     }
+
+    fn branch_entries(&self) -> Vec<Value> {
+        let Ok(w) = self.writer.lock() else {
+            return Vec::new();
+        };
+        w.branch_path().into_iter().map(|e| e.raw()).collect()
+    }
+
+    async fn wait_idle(&self) {
+        if let Ok(s) = self.session() {
+            s.agent_handle().wait_for_idle().await;
+        }
+    }
+
+    async fn send_user_message(&self, text: &str) -> Result<(), String> {
+        self.session()?
+            .prompt(
+                text,
+                Vec::new(),
+                Some(crate::agent::Delivery::FollowUp),
+                None,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
 }

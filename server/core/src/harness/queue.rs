@@ -140,6 +140,9 @@ pub enum Notice {
     },
     /// The session could not be saved (the run was stopped): `error` says why.
     SaveFailed { error: String },
+    /// The plan/todo state changed (the built-in `todo` / `plan-mode` extensions): the whole
+    /// state now.
+    Plan(crate::extension::plan::PlanState),
 }
 
 #[derive(Default)]

@@ -17,6 +17,7 @@ pub(crate) mod bash;
 pub(crate) mod commands;
 pub(crate) mod history;
 pub(crate) mod model;
+pub(crate) mod plan;
 pub(crate) mod queue;
 pub(crate) mod rewind;
 pub(crate) mod run;
