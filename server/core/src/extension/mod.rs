@@ -497,6 +497,8 @@ type EventHandler = Arc<
 type CommandHandler =
     Arc<dyn Fn(String, ExtensionContext) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 type SessionStartHandler = Arc<dyn Fn(&ExtensionContext) -> Result<(), String> + Send + Sync>;
+/// Which events an event handler gets (see [`ExtensionApi::on_event_where`]).
+type EventWanted = fn(&AgentEvent) -> bool;
 type ToolFilter = Arc<dyn Fn(&mut Vec<Arc<dyn Tool>>) + Send + Sync>;
 type BeforeAgentStartHandler = Arc<dyn Fn(&ExtensionContext) -> Vec<CustomMessage> + Send + Sync>;
 type ContextHandler = Arc<dyn Fn(&mut Vec<pi_ai::Message>) + Send + Sync>;
@@ -529,7 +531,7 @@ pub struct ExtensionApi {
     tools: Vec<Arc<dyn Tool>>,
     tool_call: Vec<ToolCallHandler>,
     tool_result: Vec<ToolResultHandler>,
-    events: Vec<EventHandler>,
+    events: Vec<(Option<EventWanted>, EventHandler)>,
     commands: Vec<Command>,
     session_start: Vec<SessionStartHandler>,
     session_tree: Vec<SessionStartHandler>,
@@ -595,9 +597,23 @@ impl ExtensionApi {
         F: Fn(AgentEvent, ExtensionContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), String>> + Send + 'static,
     {
-        self.events.push(Arc::new(move |e, c| {
-            Box::pin(f(e, c)) as BoxFuture<'static, _>
-        }));
+        self.events.push((
+            None,
+            Arc::new(move |e, c| Box::pin(f(e, c)) as BoxFuture<'static, _>),
+        ));
+    }
+
+    /// [`ExtensionApi::on_event`] for the events `wanted` accepts only (the others, e.g. every
+    /// streamed delta, never reach the handler).
+    pub fn on_event_where<F, Fut>(&mut self, wanted: fn(&AgentEvent) -> bool, f: F)
+    where
+        F: Fn(AgentEvent, ExtensionContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.events.push((
+            Some(wanted),
+            Arc::new(move |e, c| Box::pin(f(e, c)) as BoxFuture<'static, _>),
+        ));
     }
 
     /// Adds the command `/name` (Pi's `pi.registerCommand`); the handler gets the text after
@@ -680,7 +696,7 @@ struct Loaded {
     tools: Vec<Arc<dyn Tool>>,
     tool_call: Vec<ToolCallHandler>,
     tool_result: Vec<ToolResultHandler>,
-    events: Vec<EventHandler>,
+    events: Vec<(Option<EventWanted>, EventHandler)>,
     session_tree: Vec<SessionStartHandler>,
     tool_filters: Vec<ToolFilter>,
     before_agent_start: Vec<BeforeAgentStartHandler>,
@@ -1026,7 +1042,10 @@ impl EventSink for Extensions {
             return;
         }
         for l in &self.loaded {
-            for h in &l.events {
+            for (wanted, h) in &l.events {
+                if wanted.is_some_and(|w| !w(&event)) {
+                    continue;
+                }
                 let (h, ctx, e) = (h.clone(), l.ctx.clone(), event.clone());
                 if let Err(error) = guarded(move || h(e, ctx)).await {
                     self.report(&l.path, &event_type(&event), error).await;

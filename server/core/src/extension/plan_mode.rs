@@ -556,17 +556,19 @@ impl Extension for PlanModeExtension {
             });
         });
         let b = self.board.clone();
-        api.on_event(move |ev, ctx| {
+        let ends =
+            |e: &AgentEvent| matches!(e, AgentEvent::TurnEnd { .. } | AgentEvent::AgentEnd { .. });
+        api.on_event_where(ends, move |ev, ctx| {
             let b = b.clone();
             async move {
                 match &ev {
-                    AgentEvent::TurnEnd { message, .. } => {
-                        if b.state().mode == super::plan::PlanMode::Executing {
-                            if let Some(text) = text_of(message) {
-                                if mark_done(&b, &text) {
-                                    persist(&b, &ctx);
-                                    show_status(&b, &ctx).await;
-                                }
+                    AgentEvent::TurnEnd { message, .. }
+                        if b.state().mode == super::plan::PlanMode::Executing =>
+                    {
+                        if let Some(text) = text_of(message) {
+                            if mark_done(&b, &text) {
+                                persist(&b, &ctx);
+                                show_status(&b, &ctx).await;
                             }
                         }
                     }

@@ -172,8 +172,11 @@ pub struct RunAdditions<'a> {
     pub late_tools: Option<LateTools<'a>>,
     /// Changes the final tool list before the system prompt is built from it (extensions'
     /// [`crate::extension::ExtensionApi::filter_tools`], e.g. plan mode's read-only tools).
-    pub tool_filter: Option<&'a dyn Fn(&mut Vec<Arc<dyn crate::agent::Tool>>)>,
+    pub tool_filter: Option<ToolFilter<'a>>,
 }
+
+/// See [`RunAdditions::tool_filter`].
+pub type ToolFilter<'a> = &'a dyn Fn(&mut Vec<Arc<dyn crate::agent::Tool>>);
 
 /// See [`RunAdditions::late_tools`].
 pub type LateTools<'a> =
