@@ -271,6 +271,18 @@ pub trait ExtensionHost: Send + Sync {
     fn branch_entries(&self) -> Vec<Value> {
         Vec::new()
     }
+    /// [`ExtensionHost::branch_entries`] of the given kinds only: an entry `type` (`custom`)
+    /// or a message `role` (`toolResult`); the others are not read from the file.
+    fn branch_entries_of(&self, kinds: &[&str]) -> Vec<Value> {
+        self.branch_entries()
+            .into_iter()
+            .filter(|e| {
+                kinds.iter().any(|k| {
+                    e["type"] == *k || (e["type"] == "message" && e["message"]["role"] == *k)
+                })
+            })
+            .collect()
+    }
     /// Waits until no run is active (a run that is ending has ended). Default: at once.
     async fn wait_idle(&self) {}
     /// Sends `text` as the user's prompt (Pi's `pi.sendUserMessage`, `deliverAs: followUp`
@@ -383,6 +395,11 @@ impl ExtensionContext {
     /// The active branch's entries as stored, root first (Pi's `sessionManager.getBranch()`).
     pub fn branch_entries(&self) -> Vec<Value> {
         self.host.branch_entries()
+    }
+
+    /// The active branch's entries of the given kinds (an entry `type` or a message `role`).
+    pub fn branch_entries_of(&self, kinds: &[&str]) -> Vec<Value> {
+        self.host.branch_entries_of(kinds)
     }
 
     /// Waits until no run is active.

@@ -22,6 +22,8 @@ use super::ExtensionContext;
 
 /// The `customType` of the plan-mode state entries (Pi's example's).
 pub const PLAN_MODE_ENTRY: &str = "plan-mode";
+/// The entries the state is rebuilt from: `custom` entries and `toolResult` messages.
+pub const STATE_KINDS: &[&str] = &["custom", "toolResult"];
 /// The tool name of the todo extension (Pi's example's).
 pub const TODO_TOOL: &str = "todo";
 

@@ -580,12 +580,12 @@ impl Extension for PlanModeExtension {
         });
         let b = self.board.clone();
         api.on_session_start(move |ctx| {
-            b.rebuild(&ctx.branch_entries());
+            b.rebuild(&ctx.branch_entries_of(super::plan::STATE_KINDS));
             Ok(())
         });
         let b = self.board.clone();
         api.on_session_tree(move |ctx| {
-            b.rebuild(&ctx.branch_entries());
+            b.rebuild(&ctx.branch_entries_of(super::plan::STATE_KINDS));
             Ok(())
         });
         Ok(())

@@ -236,12 +236,12 @@ impl Extension for TodoExtension {
         register_todos_command(api, &self.board);
         let board = self.board.clone();
         api.on_session_start(move |ctx| {
-            board.rebuild(&ctx.branch_entries());
+            board.rebuild(&ctx.branch_entries_of(super::plan::STATE_KINDS));
             Ok(())
         });
         let board = self.board.clone();
         api.on_session_tree(move |ctx| {
-            board.rebuild(&ctx.branch_entries());
+            board.rebuild(&ctx.branch_entries_of(super::plan::STATE_KINDS));
             Ok(())
         });
         Ok(())
