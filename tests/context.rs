@@ -330,6 +330,11 @@ pub fn prompt_fixture(root: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let home = root.join("home");
     std::fs::create_dir_all(&home).unwrap();
     write(&agent.join("AGENTS.md"), "Global rules.\n");
+    // Compared with Pi's prompt byte for byte: the built-in todo and plan-mode extensions off.
+    write(
+        &agent.join("settings.json"),
+        r#"{"builtinExtensions": {"todo": false, "plan-mode": false}}"#,
+    );
     write(&root.join("CLAUDE.md"), "Ancestor rules.");
     write(
         &ws.join("AGENTS.md"),

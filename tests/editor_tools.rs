@@ -117,9 +117,9 @@ async fn declared_tool_runs_in_the_editor_and_its_answer_is_the_tool_result() {
     // capability.
     assert_eq!(
         tool_names(&mock, 0),
-        vec!["read", "bash", "edit", "write", "grep", "find", "ls", "open_url"]
+        vec!["read", "bash", "edit", "write", "grep", "find", "ls", "todo", "open_url"]
     );
-    let spec = mock.requests()[0].body["tools"][7]["function"].clone();
+    let spec = mock.requests()[0].body["tools"][8]["function"].clone();
     assert_eq!(
         (&spec["name"], &spec["description"], &spec["parameters"]),
         (

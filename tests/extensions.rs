@@ -174,7 +174,8 @@ async fn tmux_extension_over_stdio_with_ui_round_trip_and_commands() {
             "tmux_start".into(),
             "tmux_capture".into(),
             "tmux_list".into(),
-            "tmux_kill".into()
+            "tmux_kill".into(),
+            "todo".into()
         ]),
         "{tools:?}"
     );
@@ -209,7 +210,9 @@ async fn tmux_extension_over_stdio_with_ui_round_trip_and_commands() {
             .unwrap(),
         json!({"commands": [{"name": "tmux",
             "description": "Background tmux sessions: /tmux [list | kill [NAME] | share [NAME]]",
-            "source": "extension", "path": "<builtin:tmux>"}]})
+            "source": "extension", "path": "<builtin:tmux>"},
+            {"name": "todos", "description": "Show all todos on the current branch", "source": "extension", "path": "<builtin:todo>"},
+            {"name": "plan", "description": "Toggle plan mode (read-only exploration)", "source": "extension", "path": "<builtin:plan-mode>"}]})
     );
 
     // `/tmux share` asks which session (the client answers "web"), then sends the pane to the
@@ -433,7 +436,10 @@ async fn ui_falls_back_to_show_message_request_and_untrusted_loads_nothing() {
         c.request("agent/extension/commands", json!({"sessionId": sid}))
             .await
             .unwrap(),
-        json!({"commands": []})
+        // Only the built-ins on by default (todo, plan-mode); not the project's tmux.
+        json!({"commands": [
+            {"name": "todos", "description": "Show all todos on the current branch", "source": "extension", "path": "<builtin:todo>"},
+            {"name": "plan", "description": "Toggle plan mode (read-only exploration)", "source": "extension", "path": "<builtin:plan-mode>"}]})
     );
     let tools = mock.requests()[0].body["tools"].to_string();
     assert!(!tools.contains("tmux_"), "{tools}");

@@ -490,7 +490,8 @@ async fn headless_run_loads_the_extensions_the_settings_enable() {
             "tmux_start",
             "tmux_capture",
             "tmux_list",
-            "tmux_kill"
+            "tmux_kill",
+            "todo"
         ]
     );
 }

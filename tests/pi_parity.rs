@@ -65,6 +65,19 @@ async fn mock() -> MockModel {
     mock
 }
 
+/// Turns the built-in todo and plan-mode extensions off for a server on `ws` (its agent folder
+/// is `ws/../agent`, see `start_with_mock`): these files are compared with Pi's, which has
+/// neither.
+fn extensions_off(ws: &Path) {
+    let agent = ws.join("../agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"builtinExtensions": {"todo": false, "plan-mode": false}}).to_string(),
+    )
+    .unwrap();
+}
+
 fn workspace(root: &Path) -> PathBuf {
     let ws = root.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -236,7 +249,7 @@ async fn session_file_matches_pi_key_by_key() {
     std::fs::create_dir_all(our_root.join("agent")).unwrap();
     std::fs::write(
         our_root.join("agent/settings.json"),
-        r#"{"sessions": {"format": "pi-0.73"}}"#,
+        r#"{"sessions": {"format": "pi-0.73"}, "builtinExtensions": {"todo": false, "plan-mode": false}}"#,
     )
     .unwrap();
     let mut c = start_with_mock(&our_ws, &our_mock, EditorBehavior::default()).await;
@@ -423,6 +436,7 @@ async fn pi_resumes_our_session_with_a_large_image_and_sends_it() {
     }
     let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
     assert!(data.len() > 256 * 1024);
+    extensions_off(&ws);
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let r = c
         .request(
@@ -492,6 +506,7 @@ async fn fork_messages_match_pi_on_a_branchy_session() {
         Step::text("Four."),
     ])
     .await;
+    extensions_off(&ws);
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let r = c
         .request(
@@ -592,7 +607,7 @@ async fn old_images_leave_the_requests_live_and_after_a_resume() {
     let env = agent_env(&agent, &models, &[]);
     std::fs::write(
         agent.join("settings.json"),
-        json!({"sessions": {"imageTurns": 2}}).to_string(),
+        json!({"sessions": {"imageTurns": 2}, "builtinExtensions": {"todo": false, "plan-mode": false}}).to_string(),
     )
     .unwrap();
     // 40,000 characters of base64 each (over what loading keeps in memory), all different.
@@ -714,6 +729,7 @@ async fn an_assets_form_session_continued_here_is_one_pi_resumes_with_its_image(
     let text: String = old.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(&file, &text).unwrap();
     let mock = MockModel::start(vec![Step::text("Ours."), Step::text("Pi's.")]).await;
+    extensions_off(&ws);
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     c.request(
         "agent/prompt",

@@ -508,31 +508,40 @@ async fn test_extension_tools_hooks_events_entries_and_messages() {
 
 #[test]
 fn builtin_extensions_come_from_settings() {
-    use pi_core::extension::builtin;
-    let (exts, errors) = builtin(Some(&json!({"tmux": {"socket": "s1"}, "nope": {}})));
-    assert_eq!(
+    use pi_core::extension::{builtin, builtins};
+    let names = |exts: &[std::sync::Arc<dyn pi_core::extension::Extension>]| {
         exts.iter()
             .map(|e| e.name().to_string())
-            .collect::<Vec<_>>(),
-        vec!["tmux"]
-    );
+            .collect::<Vec<_>>()
+    };
+    let (exts, errors) = builtin(Some(&json!({"tmux": {"socket": "s1"}, "nope": {}})));
+    // todo and plan-mode are on unless turned off.
+    assert_eq!(names(&exts), vec!["tmux", "todo", "plan-mode"]);
     assert_eq!(
         errors,
         vec![ExtensionErrorInfo {
             extension_path: "<builtin:nope>".into(),
             event: "load".into(),
-            error: "no built-in extension named \"nope\" (known: tmux)".into()
+            error: "no built-in extension named \"nope\" (known: tmux, todo, plan-mode)".into()
         }]
     );
-    let (exts, errors) = builtin(Some(&json!({"tmux": {"enabled": false}})));
+    let off = json!({"tmux": {"enabled": false}, "todo": false, "plan-mode": {"enabled": false}});
+    let (exts, errors) = builtin(Some(&off));
     assert!(exts.is_empty() && errors.is_empty());
-    let (exts, errors) = builtin(Some(&json!({"tmux": {"socket": "a/b"}})));
-    assert!(exts.is_empty());
+    assert!(builtins(Some(&off), None).plan.is_none());
+    let (exts, errors) = builtin(Some(&json!({"tmux": {"socket": "a/b"}, "todo": false})));
+    assert_eq!(names(&exts), vec!["plan-mode"]);
     assert_eq!(errors[0].event, "load");
-    assert_eq!(builtin(None).0.len(), 0);
+    assert_eq!(names(&builtin(None).0), vec!["todo", "plan-mode"]);
+    // Pi 1.6's `defaultTools` removes the todo tool with `-todo`; plain names do not.
+    let b = builtins(None, Some(&json!(["+codemode", "-todo"])));
+    assert_eq!(names(&b.extensions), vec!["plan-mode"]);
+    assert!(b.plan.is_some());
+    let b = builtins(None, Some(&json!(["read", "bash"])));
+    assert_eq!(names(&b.extensions), vec!["todo", "plan-mode"]);
     // Pi's own `extensions` key (a list of paths) is not ours.
     let (exts, errors) = builtin(Some(&json!(["./ext.ts"])));
-    assert!(exts.is_empty());
+    assert_eq!(names(&exts), vec!["todo", "plan-mode"]);
     assert_eq!(errors[0].extension_path, "builtinExtensions");
 }
 

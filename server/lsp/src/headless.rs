@@ -44,6 +44,9 @@ pub struct RunArgs {
     pub no_session: bool,
     /// `--thinking`: the thinking level for this run (Pi's names).
     pub thinking: Option<String>,
+    /// `--plan`: start in plan mode (the built-in `plan-mode` extension); the plan/todo list
+    /// is printed at the end (with `--json`: one line `{"type": "plan", …state}`).
+    pub plan: bool,
     /// The prompt's text (`None`: only what stdin gives).
     pub prompt: Option<String>,
 }
@@ -319,6 +322,34 @@ impl ExtensionUi for HeadlessUi {
     }
 }
 
+/// Prints the session's plan/todo list when it has one: `Plan (done/total):` and one line per
+/// item (`[x]` done, `[>]` in progress, `[ ]` open), or with `json` one line
+/// `{"type": "plan", …}` (the `agent/plan` state).
+#[allow(clippy::print_stdout)]
+fn print_plan(session: &AgentSession, json: bool) {
+    let Some(state) = session.plan().map(|b| b.state()) else {
+        return;
+    };
+    if state.todos.is_empty() {
+        return;
+    }
+    if json {
+        let mut v = serde_json::to_value(&state).unwrap_or_default();
+        v["type"] = serde_json::json!("plan");
+        println!("{v}");
+        return;
+    }
+    println!("\nPlan ({}/{}):", state.completed, state.total);
+    for t in &state.todos {
+        let mark = match t.status {
+            pi_core::extension::plan::TodoStatus::Completed => "x",
+            pi_core::extension::plan::TodoStatus::InProgress => ">",
+            pi_core::extension::plan::TodoStatus::Pending => " ",
+        };
+        println!("[{mark}] {}. {}", t.id, t.text);
+    }
+}
+
 /// Runs one prompt headless; returns the process exit code.
 #[allow(clippy::print_stderr)]
 pub async fn run(args: RunArgs) -> i32 {
@@ -395,7 +426,7 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     }
-    let code = run_session(&session, &prompt, &failed_save).await;
+    let code = run_session(&session, &prompt, &failed_save, args.plan, args.json).await;
     if args.no_session {
         let file = session.file();
         session.close().await;
@@ -406,11 +437,27 @@ pub async fn run(args: RunArgs) -> i32 {
 
 /// Runs `prompt` in `session` to its end; returns the exit code.
 #[allow(clippy::print_stderr)]
-async fn run_session(session: &Arc<AgentSession>, prompt: &str, failed_save: &AtomicBool) -> i32 {
+async fn run_session(
+    session: &Arc<AgentSession>,
+    prompt: &str,
+    failed_save: &AtomicBool,
+    plan: bool,
+    json: bool,
+) -> i32 {
     let session_path = session.file();
     let agent = session.agent().clone();
     // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
     let mut signals = crate::shutdown::Signals::listen();
+    if plan {
+        let on = match session.plan() {
+            Some(board) => board.set_plan_mode(true).await,
+            None => Err("plan mode is off in this workspace (builtinExtensions)".into()),
+        };
+        if let Err(e) = on {
+            eprintln!("pi-lsp: --plan: {e}");
+            return 2;
+        }
+    }
     match session.prompt(prompt, Vec::new(), None, None).await {
         // Extension commands come first (Pi: before templates and skills).
         Ok(PromptOutcome::Command(name)) => {
@@ -437,6 +484,7 @@ async fn run_session(session: &Arc<AgentSession>, prompt: &str, failed_save: &At
             return 128 + n;
         }
     }
+    print_plan(session, json);
     eprintln!("pi-lsp: session saved to {}", session_path.display());
     let stop = agent.last_outcome().map(|o| o.stop_reason);
     match stop {

@@ -68,6 +68,10 @@ enum Command {
         /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
         #[arg(long)]
         no_mcp: bool,
+        /// Start in plan mode (read-only tools, the model writes a numbered plan); the plan is
+        /// printed at the end.
+        #[arg(long)]
+        plan: bool,
         /// The prompt. Text piped on stdin is put before it, as Pi's print mode does.
         prompt: Option<String>,
     },
@@ -138,6 +142,7 @@ fn main() -> anyhow::Result<()> {
             no_session,
             thinking,
             no_mcp,
+            plan,
             prompt,
         }) => {
             pi_core::mcp::set_disabled(no_mcp);
@@ -155,6 +160,7 @@ fn main() -> anyhow::Result<()> {
                 resume,
                 no_session,
                 thinking,
+                plan,
                 prompt,
             }));
             rt.block_on(pi_core::mcp::shutdown_all());

@@ -142,6 +142,8 @@ method_table! {
     "agent/mcp/disable" => Backend::mcp_disable,
     "agent/mcp/setExposure" => Backend::mcp_set_exposure,
     "agent/mcp/reconnect" => Backend::mcp_reconnect,
+    "agent/plan/get" => Backend::plan_get,
+    "agent/plan/set" => Backend::plan_set,
 }
 
 /// Builds the service with the `agent/*` methods registered.

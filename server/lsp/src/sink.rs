@@ -521,6 +521,9 @@ impl LspSink {
                     .show_message(kind, format!("pi-lsp: {message}"))
                     .await;
             }
+            Notice::Plan(state) => {
+                crate::methods::plan::notify(client, &self.session_id, state).await
+            }
             // Told twice: to the user at once, and to the client as the run's failure.
             Notice::SaveFailed { error } => {
                 if self.save_failing.swap(true, Ordering::SeqCst) {

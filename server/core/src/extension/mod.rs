@@ -32,7 +32,10 @@
 //! workspace, so a project cannot enable one unless trusted. Pi's own `extensions` key (a list
 //! of TypeScript paths) is left to Pi. See `docs/extensions.md`.
 
+pub mod plan;
+pub mod plan_mode;
 pub mod tmux;
+pub mod todo;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -263,6 +266,30 @@ pub trait ExtensionHost: Send + Sync {
     }
     /// Reports an extension failure (as an `extension_error` event).
     async fn extension_error(&self, error: ExtensionErrorInfo);
+    /// Every entry of the session's active branch as stored (raw JSON lines), root first
+    /// (Pi's `ctx.sessionManager.getBranch()`). Default: none.
+    fn branch_entries(&self) -> Vec<Value> {
+        Vec::new()
+    }
+    /// [`ExtensionHost::branch_entries`] of the given kinds only: an entry `type` (`custom`)
+    /// or a message `role` (`toolResult`); the others are not read from the file.
+    fn branch_entries_of(&self, kinds: &[&str]) -> Vec<Value> {
+        self.branch_entries()
+            .into_iter()
+            .filter(|e| {
+                kinds.iter().any(|k| {
+                    e["type"] == *k || (e["type"] == "message" && e["message"]["role"] == *k)
+                })
+            })
+            .collect()
+    }
+    /// Waits until no run is active (a run that is ending has ended). Default: at once.
+    async fn wait_idle(&self) {}
+    /// Sends `text` as the user's prompt (Pi's `pi.sendUserMessage`, `deliverAs: followUp`
+    /// during a run). Default: not supported.
+    async fn send_user_message(&self, _text: &str) -> Result<(), String> {
+        Err("this host cannot send user messages".into())
+    }
 }
 
 /// The product's part of an extension host in a live session
@@ -363,6 +390,26 @@ impl ExtensionContext {
     /// Whether dialogs can reach a user.
     pub fn has_ui(&self) -> bool {
         self.host.has_ui()
+    }
+
+    /// The active branch's entries as stored, root first (Pi's `sessionManager.getBranch()`).
+    pub fn branch_entries(&self) -> Vec<Value> {
+        self.host.branch_entries()
+    }
+
+    /// The active branch's entries of the given kinds (an entry `type` or a message `role`).
+    pub fn branch_entries_of(&self, kinds: &[&str]) -> Vec<Value> {
+        self.host.branch_entries_of(kinds)
+    }
+
+    /// Waits until no run is active.
+    pub async fn wait_idle(&self) {
+        self.host.wait_idle().await
+    }
+
+    /// Sends `text` as the user's prompt (Pi's `pi.sendUserMessage`).
+    pub async fn send_user_message(&self, text: &str) -> Result<(), String> {
+        self.host.send_user_message(text).await
     }
 
     /// Any UI request; the typed helpers below are usually simpler.
@@ -467,6 +514,11 @@ type EventHandler = Arc<
 type CommandHandler =
     Arc<dyn Fn(String, ExtensionContext) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 type SessionStartHandler = Arc<dyn Fn(&ExtensionContext) -> Result<(), String> + Send + Sync>;
+/// Which events an event handler gets (see [`ExtensionApi::on_event_where`]).
+type EventWanted = fn(&AgentEvent) -> bool;
+type ToolFilter = Arc<dyn Fn(&mut Vec<Arc<dyn Tool>>) + Send + Sync>;
+type BeforeAgentStartHandler = Arc<dyn Fn(&ExtensionContext) -> Vec<CustomMessage> + Send + Sync>;
+type ContextHandler = Arc<dyn Fn(&mut Vec<pi_ai::Message>) + Send + Sync>;
 
 /// A registered command.
 #[derive(Clone)]
@@ -496,9 +548,13 @@ pub struct ExtensionApi {
     tools: Vec<Arc<dyn Tool>>,
     tool_call: Vec<ToolCallHandler>,
     tool_result: Vec<ToolResultHandler>,
-    events: Vec<EventHandler>,
+    events: Vec<(Option<EventWanted>, EventHandler)>,
     commands: Vec<Command>,
     session_start: Vec<SessionStartHandler>,
+    session_tree: Vec<SessionStartHandler>,
+    tool_filters: Vec<ToolFilter>,
+    before_agent_start: Vec<BeforeAgentStartHandler>,
+    context: Vec<ContextHandler>,
 }
 
 impl ExtensionApi {
@@ -511,6 +567,10 @@ impl ExtensionApi {
             events: Vec::new(),
             commands: Vec::new(),
             session_start: Vec::new(),
+            session_tree: Vec::new(),
+            tool_filters: Vec::new(),
+            before_agent_start: Vec::new(),
+            context: Vec::new(),
         }
     }
 
@@ -554,9 +614,23 @@ impl ExtensionApi {
         F: Fn(AgentEvent, ExtensionContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), String>> + Send + 'static,
     {
-        self.events.push(Arc::new(move |e, c| {
-            Box::pin(f(e, c)) as BoxFuture<'static, _>
-        }));
+        self.events.push((
+            None,
+            Arc::new(move |e, c| Box::pin(f(e, c)) as BoxFuture<'static, _>),
+        ));
+    }
+
+    /// [`ExtensionApi::on_event`] for the events `wanted` accepts only (the others, e.g. every
+    /// streamed delta, never reach the handler).
+    pub fn on_event_where<F, Fut>(&mut self, wanted: fn(&AgentEvent) -> bool, f: F)
+    where
+        F: Fn(AgentEvent, ExtensionContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.events.push((
+            Some(wanted),
+            Arc::new(move |e, c| Box::pin(f(e, c)) as BoxFuture<'static, _>),
+        ));
     }
 
     /// Adds the command `/name` (Pi's `pi.registerCommand`); the handler gets the text after
@@ -581,6 +655,42 @@ impl ExtensionApi {
     {
         self.session_start.push(Arc::new(f));
     }
+
+    /// Adds a handler run after the session's leaf moved (a branch, a rewind: Pi's
+    /// `session_tree`), e.g. to rebuild state from [`ExtensionContext::branch_entries`].
+    pub fn on_session_tree<F>(&mut self, f: F)
+    where
+        F: Fn(&ExtensionContext) -> Result<(), String> + Send + Sync + 'static,
+    {
+        self.session_tree.push(Arc::new(f));
+    }
+
+    /// Adds a filter of the tools of each run (Pi's `pi.setActiveTools`, applied when a run
+    /// is configured, before the system prompt is built from the tools): it may remove tools.
+    pub fn filter_tools<F>(&mut self, f: F)
+    where
+        F: Fn(&mut Vec<Arc<dyn Tool>>) + Send + Sync + 'static,
+    {
+        self.tool_filters.push(Arc::new(f));
+    }
+
+    /// Adds a `before_agent_start` handler (Pi's, for a user's prompt): the custom messages
+    /// it returns go with the prompt, after it, stored as `custom_message` entries.
+    pub fn on_before_agent_start<F>(&mut self, f: F)
+    where
+        F: Fn(&ExtensionContext) -> Vec<CustomMessage> + Send + Sync + 'static,
+    {
+        self.before_agent_start.push(Arc::new(f));
+    }
+
+    /// Adds a `context` handler (Pi's): it may change the messages of each model request
+    /// (never the session file).
+    pub fn on_context<F>(&mut self, f: F)
+    where
+        F: Fn(&mut Vec<pi_ai::Message>) + Send + Sync + 'static,
+    {
+        self.context.push(Arc::new(f));
+    }
 }
 
 /// An in-process extension. One instance serves one session.
@@ -603,7 +713,11 @@ struct Loaded {
     tools: Vec<Arc<dyn Tool>>,
     tool_call: Vec<ToolCallHandler>,
     tool_result: Vec<ToolResultHandler>,
-    events: Vec<EventHandler>,
+    events: Vec<(Option<EventWanted>, EventHandler)>,
+    session_tree: Vec<SessionStartHandler>,
+    tool_filters: Vec<ToolFilter>,
+    before_agent_start: Vec<BeforeAgentStartHandler>,
+    context: Vec<ContextHandler>,
 }
 
 /// Text of a panic payload.
@@ -637,6 +751,7 @@ pub struct Extensions {
     host: Arc<dyn ExtensionHost>,
     loaded: Vec<Loaded>,
     commands: Vec<(String, String, Command, ExtensionContext)>,
+    plan: Option<Arc<plan::PlanBoard>>,
 }
 
 impl Extensions {
@@ -646,6 +761,7 @@ impl Extensions {
             host,
             loaded: Vec::new(),
             commands: Vec::new(),
+            plan: None,
         }
     }
 
@@ -700,9 +816,67 @@ impl Extensions {
                 tool_call: api.tool_call,
                 tool_result: api.tool_result,
                 events: api.events,
+                session_tree: api.session_tree,
+                tool_filters: api.tool_filters,
+                before_agent_start: api.before_agent_start,
+                context: api.context,
             });
         }
         (set, errors)
+    }
+
+    /// The set with the session's plan/todo board (of the built-in `todo` / `plan-mode`).
+    pub fn with_plan(mut self, plan: Option<Arc<plan::PlanBoard>>) -> Self {
+        self.plan = plan;
+        self
+    }
+
+    /// The session's plan/todo board, when `todo` or `plan-mode` is loaded.
+    pub fn plan(&self) -> Option<&Arc<plan::PlanBoard>> {
+        self.plan.as_ref()
+    }
+
+    /// Runs every tool filter on a run's `tools` (see [`ExtensionApi::filter_tools`]); a
+    /// panicking filter is logged and leaves the list as the filters before it left it.
+    pub fn filter_tools(&self, tools: &mut Vec<Arc<dyn Tool>>) {
+        for l in &self.loaded {
+            for f in &l.tool_filters {
+                let mut copy = tools.clone();
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut copy))) {
+                    Ok(()) => *tools = copy,
+                    Err(p) => tracing::warn!("extension {} tool filter {}", l.path, panic_text(p)),
+                }
+            }
+        }
+    }
+
+    /// The custom messages the `before_agent_start` handlers add to a user's prompt.
+    pub fn before_agent_start(&self) -> Vec<CustomMessage> {
+        let mut out = Vec::new();
+        for l in &self.loaded {
+            for h in &l.before_agent_start {
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&l.ctx))) {
+                    Ok(m) => out.extend(m),
+                    Err(p) => {
+                        tracing::warn!("extension {} before_agent_start {}", l.path, panic_text(p))
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs the `session_tree` handlers (the session's leaf moved).
+    pub fn session_tree(&self) {
+        for l in &self.loaded {
+            for h in &l.session_tree {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&l.ctx)))
+                    .unwrap_or_else(|p| Err(panic_text(p)));
+                if let Err(e) = r {
+                    tracing::warn!("extension {} failed in session_tree: {e}", l.path);
+                }
+            }
+        }
     }
 
     /// True when nothing is loaded.
@@ -856,7 +1030,18 @@ impl AgentHooks for Extensions {
         Ok(out)
     }
 
-    async fn prepare_next_turn(&self, _next: &mut NextTurn) {}
+    async fn prepare_next_turn(&self, next: &mut NextTurn) {
+        for l in &self.loaded {
+            for h in &l.context {
+                let messages = &mut next.messages;
+                if let Err(p) =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(messages)))
+                {
+                    tracing::warn!("extension {} context {}", l.path, panic_text(p));
+                }
+            }
+        }
+    }
 }
 
 /// The `type` of an event as serialized (`turn_start`, …).
@@ -874,7 +1059,10 @@ impl EventSink for Extensions {
             return;
         }
         for l in &self.loaded {
-            for h in &l.events {
+            for (wanted, h) in &l.events {
+                if wanted.is_some_and(|w| !w(&event)) {
+                    continue;
+                }
                 let (h, ctx, e) = (h.clone(), l.ctx.clone(), event.clone());
                 if let Err(error) = guarded(move || h(e, ctx)).await {
                     self.report(&l.path, &event_type(&event), error).await;
@@ -952,30 +1140,55 @@ impl AgentHooks for ChainedHooks {
     }
 }
 
-/// The built-in extensions enabled by the settings value of [`SETTINGS_KEY`] (`None`: none),
-/// in the object's order. Unknown names and bad configurations are returned as errors
-/// (event `load`) and left out.
+/// The built-in extensions of [`builtins`] without a `defaultTools` setting.
 pub fn builtin(config: Option<&Value>) -> (Vec<Arc<dyn Extension>>, Vec<ExtensionErrorInfo>) {
+    let b = builtins(config, None);
+    (b.extensions, b.errors)
+}
+
+/// What [`builtins`] loads.
+pub struct Builtins {
+    /// In load order.
+    pub extensions: Vec<Arc<dyn Extension>>,
+    /// Unknown names and bad configurations (event `load`).
+    pub errors: Vec<ExtensionErrorInfo>,
+    /// The plan/todo board `todo` and `plan-mode` share, when either is on.
+    pub plan: Option<Arc<plan::PlanBoard>>,
+}
+
+/// Whether a [`SETTINGS_KEY`] entry's value enables its extension (`false` and
+/// `{"enabled": false}` do not).
+fn enabled(cfg: &Value) -> bool {
+    match cfg {
+        Value::Bool(b) => *b,
+        Value::Object(o) => o.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+        _ => true,
+    }
+}
+
+/// The built-in extensions enabled by the settings value of [`SETTINGS_KEY`] (`config`) and
+/// Pi's `defaultTools` (`default_tools`): those named in the object, in its order, then `todo`
+/// and `plan-mode`, which are on unless the object turns them off (`false`) — `todo` is also
+/// off when `defaultTools` lists `-todo` (Pi 1.6's way of removing a tool). Unknown names and
+/// bad configurations are returned as errors (event `load`) and left out.
+pub fn builtins(config: Option<&Value>, default_tools: Option<&Value>) -> Builtins {
     let mut out: Vec<Arc<dyn Extension>> = Vec::new();
     let mut errors = Vec::new();
-    let Some(config) = config else {
-        return (out, errors);
-    };
-    let Some(map) = config.as_object() else {
-        errors.push(ExtensionErrorInfo {
-            extension_path: SETTINGS_KEY.into(),
-            event: "load".into(),
-            error: format!("{SETTINGS_KEY} must be an object of extension name to settings"),
-        });
-        return (out, errors);
+    let empty = serde_json::Map::new();
+    let map = match config {
+        None => &empty,
+        Some(Value::Object(map)) => map,
+        Some(_) => {
+            errors.push(ExtensionErrorInfo {
+                extension_path: SETTINGS_KEY.into(),
+                event: "load".into(),
+                error: format!("{SETTINGS_KEY} must be an object of extension name to settings"),
+            });
+            &empty
+        }
     };
     for (name, cfg) in map {
-        let enabled = match cfg {
-            Value::Bool(b) => *b,
-            Value::Object(o) => o.get("enabled").and_then(Value::as_bool).unwrap_or(true),
-            _ => true,
-        };
-        if !enabled {
+        if !enabled(cfg) || name == todo::NAME || name == plan_mode::NAME {
             continue;
         }
         let cfg = if cfg.is_object() {
@@ -996,11 +1209,36 @@ pub fn builtin(config: Option<&Value>) -> (Vec<Arc<dyn Extension>>, Vec<Extensio
                 extension_path: format!("<builtin:{name}>"),
                 event: "load".into(),
                 error: format!(
-                    "no built-in extension named {name:?} (known: {})",
-                    tmux::NAME
+                    "no built-in extension named {name:?} (known: {}, {}, {})",
+                    tmux::NAME,
+                    todo::NAME,
+                    plan_mode::NAME
                 ),
             }),
         }
     }
-    (out, errors)
+    let on = |name: &str| map.get(name).is_none_or(enabled);
+    let todo_removed = default_tools
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.iter().any(|t| t == "-todo"));
+    let todo_on = on(todo::NAME) && !todo_removed;
+    let plan_on = on(plan_mode::NAME);
+    let plan = (todo_on || plan_on).then(plan::PlanBoard::new);
+    if let Some(board) = &plan {
+        if todo_on {
+            out.push(Arc::new(todo::TodoExtension {
+                board: board.clone(),
+            }));
+        }
+        if plan_on {
+            out.push(Arc::new(plan_mode::PlanModeExtension {
+                board: board.clone(),
+            }));
+        }
+    }
+    Builtins {
+        extensions: out,
+        errors,
+        plan,
+    }
 }

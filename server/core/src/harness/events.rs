@@ -206,4 +206,47 @@ impl ExtensionHost for SessionHost {
     async fn extension_error(&self, error: ExtensionErrorInfo) {
         self.ui.extension_error(error).await
     }
+
+    fn branch_entries(&self) -> Vec<Value> {
+        let Ok(w) = self.writer.lock() else {
+            return Vec::new();
+        };
+        w.branch_path().into_iter().map(|e| e.raw()).collect()
+    }
+
+    /// Only the entries asked for are read back from the file (a long session's other lines
+    /// are not).
+    fn branch_entries_of(&self, kinds: &[&str]) -> Vec<Value> {
+        let Ok(w) = self.writer.lock() else {
+            return Vec::new();
+        };
+        w.branch_path()
+            .into_iter()
+            .filter(|e| {
+                kinds
+                    .iter()
+                    .any(|k| e.kind == *k || (e.kind == "message" && e.role() == Some(*k)))
+            })
+            .map(|e| e.raw())
+            .collect()
+    }
+
+    async fn wait_idle(&self) {
+        if let Ok(s) = self.session() {
+            s.agent_handle().wait_for_idle().await;
+        }
+    }
+
+    async fn send_user_message(&self, text: &str) -> Result<(), String> {
+        self.session()?
+            .prompt(
+                text,
+                Vec::new(),
+                Some(crate::agent::Delivery::FollowUp),
+                None,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
 }

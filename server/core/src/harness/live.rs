@@ -287,8 +287,21 @@ impl AgentSession {
         } else if let Some(m) = model {
             self.set_model_by_id(m)?;
         }
+        // Extensions' before_agent_start messages go with the prompt, after it (Pi's order),
+        // each stored as the custom_message it is.
+        let mut messages = vec![message];
+        for m in self.extensions.before_agent_start() {
+            match custom_parts(&m) {
+                Ok((entry, message)) => {
+                    self.tracker
+                        .queue(DeliverAs::Steer, message.clone(), Some(entry));
+                    messages.push(message);
+                }
+                Err(e) => tracing::warn!("an extension's before_agent_start message: {e}"),
+            }
+        }
         // Tools, caps and project instructions are read afresh for every prompt.
-        let run_id = self.start(vec![message])?;
+        let run_id = self.start(messages)?;
         Ok(PromptOutcome::Started { run_id })
     }
 
@@ -373,18 +386,7 @@ impl AgentSession {
                 }
             }
         }
-        let entry = EntryData::CustomMessage {
-            custom_type: m.custom_type.clone(),
-            content: m.content.clone(),
-            display: m.display,
-            details: m.details.clone(),
-        };
-        // The model's view of it, as the session loader builds it.
-        let mut as_message = entry.clone().into_parts().1;
-        as_message["role"] = json!("custom");
-        as_message["timestamp"] = json!(pi_ai::types::now_millis());
-        let message = crate::session::convert_message(&as_message)
-            .ok_or_else(|| invalid("content", "expected a string or text/image blocks"))?;
+        let (entry, message) = custom_parts(&m)?;
         let streaming = self.agent.is_streaming();
         let how = match (m.deliver_as, streaming) {
             (Some(DeliverAs::NextTurn), _) => Some(DeliverAs::NextTurn),
@@ -925,6 +927,22 @@ impl AgentSession {
         let label = label.map(str::trim).filter(|l| !l.is_empty());
         Ok(self.lock_writer()?.label(entry_id, label)?)
     }
+}
+
+/// A custom message's entry and the model's view of it, as the session loader builds it.
+fn custom_parts(m: &CustomMessage) -> Result<(EntryData, Message), Error> {
+    let entry = EntryData::CustomMessage {
+        custom_type: m.custom_type.clone(),
+        content: m.content.clone(),
+        display: m.display,
+        details: m.details.clone(),
+    };
+    let mut as_message = entry.clone().into_parts().1;
+    as_message["role"] = json!("custom");
+    as_message["timestamp"] = json!(pi_ai::types::now_millis());
+    let message = crate::session::convert_message(&as_message)
+        .ok_or_else(|| invalid("content", "expected a string or text/image blocks"))?;
+    Ok((entry, message))
 }
 
 #[cfg(test)]

@@ -368,6 +368,21 @@ impl AgentSession {
                 let ext: Arc<dyn EventSink> = extensions.clone();
                 subscriptions.push(agent.subscribe(ext));
             }
+            if let (Some(board), Ok(rt)) =
+                (extensions.plan(), tokio::runtime::Handle::try_current())
+            {
+                // Every change of the plan/todo state to the listeners, until the board goes.
+                let mut rx = board.subscribe();
+                let listeners = listeners.clone();
+                rt.spawn(async move {
+                    while rx.changed().await.is_ok() {
+                        let state = rx.borrow_and_update().clone();
+                        for l in &listeners {
+                            l.notice(Notice::Plan(state.clone())).await;
+                        }
+                    }
+                });
+            }
             AgentSession {
                 id,
                 ws,
@@ -633,9 +648,13 @@ impl AgentSession {
 
     /// Sets the agent's messages (a branch, a rewind): a deferred context is not built then.
     pub(crate) fn set_messages(&self, messages: Vec<Message>) -> Result<(), AgentBusy> {
-        let mut deferred = self.deferred.lock();
-        self.agent.set_messages(messages)?;
-        *deferred = false;
+        {
+            let mut deferred = self.deferred.lock();
+            self.agent.set_messages(messages)?;
+            *deferred = false;
+        }
+        // The leaf moved: extensions rebuild their state of the branch (Pi's session_tree).
+        self.extensions.session_tree();
         Ok(())
     }
 
@@ -672,6 +691,14 @@ impl AgentSession {
     /// The session's extensions.
     pub fn extensions(&self) -> &Arc<Extensions> {
         &self.extensions
+    }
+
+    /// The session's plan/todo state (the built-in `todo` / `plan-mode` extensions' board;
+    /// `None` when both are off): read it with `state()`, follow it with `subscribe()`, switch
+    /// plan mode with `set_plan_mode()`. Every change is also told to the session's
+    /// listeners as [`Notice::Plan`].
+    pub fn plan(&self) -> Option<&Arc<crate::extension::plan::PlanBoard>> {
+        self.extensions.plan()
     }
 
     /// The session's queue, usage and abort bookkeeping.
@@ -767,6 +794,7 @@ fn build_config(
             late_tools: Some(Box::new(move |taken, allowed| {
                 late.late_tools(&late_id, taken, allowed)
             })),
+            tool_filter: Some(&|tools| extensions.filter_tools(tools)),
         },
     );
     cfg.compaction = Some(compaction_config(ws, writer));
@@ -799,9 +827,16 @@ fn load_extensions(
     host: Arc<dyn crate::extension::ExtensionHost>,
 ) -> Arc<Extensions> {
     let settings = ws.settings();
-    let (list, mut errors) =
-        crate::extension::builtin(settings.raw(crate::extension::SETTINGS_KEY));
+    let crate::extension::Builtins {
+        extensions: list,
+        mut errors,
+        plan,
+    } = crate::extension::builtins(
+        settings.raw(crate::extension::SETTINGS_KEY),
+        settings.raw("defaultTools"),
+    );
     let (set, more) = Extensions::load(list, host.clone());
+    let set = set.with_plan(plan);
     errors.extend(more);
     if !errors.is_empty() {
         tokio::spawn(async move {

@@ -151,6 +151,9 @@ pub enum Notice {
         entry_id: Option<String>,
         message: String,
     },
+    /// The plan/todo state changed (the built-in `todo` / `plan-mode` extensions): the whole
+    /// state now.
+    Plan(crate::extension::plan::PlanState),
 }
 
 #[derive(Default)]

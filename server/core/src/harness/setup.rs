@@ -170,7 +170,13 @@ pub struct RunAdditions<'a> {
     /// `allowedDirs`, before the system prompt is built so their snippets and guidelines are
     /// in it.
     pub late_tools: Option<LateTools<'a>>,
+    /// Changes the final tool list before the system prompt is built from it (extensions'
+    /// [`crate::extension::ExtensionApi::filter_tools`], e.g. plan mode's read-only tools).
+    pub tool_filter: Option<ToolFilter<'a>>,
 }
+
+/// See [`RunAdditions::tool_filter`].
+pub type ToolFilter<'a> = &'a dyn Fn(&mut Vec<Arc<dyn crate::agent::Tool>>);
 
 /// See [`RunAdditions::late_tools`].
 pub type LateTools<'a> =
@@ -190,6 +196,7 @@ pub fn agent_config_with(
         approval: gate,
         extra_tools,
         late_tools,
+        tool_filter,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -221,6 +228,9 @@ pub fn agent_config_with(
     if let Some(late) = late_tools {
         let names: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
         tools.extend(late(&names, &allowed));
+    }
+    if let Some(filter) = tool_filter {
+        filter(&mut tools);
     }
     let prompt = crate::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
     let mut cfg = AgentConfig::new(model, prompt, tools);

@@ -18,6 +18,7 @@ pub(crate) mod commands;
 pub(crate) mod history;
 pub(crate) mod mcp;
 pub(crate) mod model;
+pub(crate) mod plan;
 pub(crate) mod queue;
 pub(crate) mod rewind;
 pub(crate) mod run;
