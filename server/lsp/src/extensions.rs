@@ -104,7 +104,7 @@ impl LspExtensionUi {
     /// The active run of this session, if any.
     fn run_id(&self, st: &State) -> Option<String> {
         let session = st.live_session(&self.session_id)?;
-        session.agent_handle().run_id()
+        session.run_id()
     }
 
     async fn fallback(&self, st: &State, request: UiRequest) -> UiResponse {
@@ -192,12 +192,7 @@ impl ExtensionUi for LspExtensionUi {
                 _ => String::new(),
             };
             let session = st.live_session(&self.session_id);
-            let run_id = session.and_then(|s| {
-                s.agent_handle()
-                    .is_streaming()
-                    .then(|| s.agent_handle().run_id())
-                    .flatten()
-            });
+            let run_id = session.and_then(|s| s.active_run_id());
             st.client
                 .send_notification::<AttentionNotification>(AttentionParams {
                     session_id: self.session_id.clone(),
@@ -278,7 +273,7 @@ impl Backend {
     ) -> Result<ExtensionCommandsResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id).await?;
-        let commands: Vec<CommandInfo> = session.extensions().commands();
+        let commands: Vec<CommandInfo> = session.extension_commands();
         Ok(ExtensionCommandsResult { commands })
     }
 }

@@ -242,7 +242,6 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     };
     let session_path = session.file();
-    let agent = session.agent().clone();
     // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
     let mut signals = crate::shutdown::Signals::listen();
     match session.prompt(&args.prompt, Vec::new(), None, None).await {
@@ -259,7 +258,7 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     }
     tokio::select! {
-        _ = agent.wait_for_idle() => {}
+        _ = session.wait_for_idle() => {}
         n = signals.next() => {
             eprintln!("pi-lsp: signal {n}: stopping the run");
             tokio::select! {
@@ -271,7 +270,7 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     }
     eprintln!("pi-lsp: session saved to {}", session_path.display());
-    let stop = agent.last_outcome().map(|o| o.stop_reason);
+    let stop = session.last_outcome().map(|o| o.stop_reason);
     match stop {
         Some(StopReason::Error | StopReason::Aborted) | None => 1,
         _ if failed_save.load(Ordering::SeqCst) => 1,

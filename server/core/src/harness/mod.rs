@@ -21,6 +21,7 @@ pub mod recorder;
 pub mod rewind;
 pub mod sessions;
 pub mod setup;
+mod state;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -54,6 +55,7 @@ pub use setup::{
     scripted_model, sessions_dir, thinking_level_name, untrusted_notice, LateTools, RunAdditions,
     SCRIPTED_NOTICE,
 };
+pub use state::SessionStatus;
 
 /// What a product adds to each of its sessions.
 pub trait SessionSetup: Send + Sync {
@@ -527,12 +529,10 @@ impl AgentSession {
         self.reconfigure();
     }
 
-    /// The writer, or an error when another thread panicked holding it.
+    /// The writer, or an error when another thread panicked holding it (the one policy:
+    /// [`crate::session::lock_writer`]).
     fn lock_writer(&self) -> Result<std::sync::MutexGuard<'_, SessionWriter>, SessionError> {
-        self.writer.lock().map_err(|p| SessionError::Io {
-            path: p.get_ref().path().to_path_buf(),
-            source: std::io::Error::other("a writer of this session panicked while appending"),
-        })
+        crate::session::lock_writer(&self.writer)
     }
 
     /// The session's id (its file header's `id`).
@@ -554,15 +554,10 @@ impl AgentSession {
     }
 
     /// The session's agent, its messages the branch's model context (a session opened
-    /// without it has it built first: [`AgentSession::ensure_context`]).
-    pub fn agent(&self) -> &Agent {
+    /// without it has it built first: [`AgentSession::ensure_context`]). Not handed to
+    /// products: what they need is a method of the session ([`state`]).
+    pub(crate) fn agent(&self) -> &Agent {
         self.ensure_context();
-        &self.agent
-    }
-
-    /// The session's agent for what does not read its messages (streaming, run id, queue
-    /// modes, abort, waiting): a session opened without its context stays without it.
-    pub fn agent_handle(&self) -> &Agent {
         &self.agent
     }
 
@@ -602,17 +597,11 @@ impl AgentSession {
         Ok(())
     }
 
-    /// The single writer of the session's file.
-    pub fn writer(&self) -> &Arc<Mutex<SessionWriter>> {
-        &self.writer
-    }
-
     /// The session file's path.
     pub fn file(&self) -> PathBuf {
-        match self.writer.lock() {
-            Ok(w) => w.path().to_path_buf(),
-            Err(p) => p.get_ref().path().to_path_buf(),
-        }
+        crate::session::lock_writer_for_close(&self.writer)
+            .path()
+            .to_path_buf()
     }
 
     /// Every entry of the session file as written so far: the writer's own tree (it holds the
@@ -625,21 +614,6 @@ impl AgentSession {
     /// The model of the next run (with its thinking level).
     pub fn model(&self) -> Model {
         self.live.lock().model.clone()
-    }
-
-    /// The session's approval policy and "allow always" rules.
-    pub fn gate(&self) -> &Arc<Gate> {
-        &self.gate
-    }
-
-    /// The session's extensions.
-    pub fn extensions(&self) -> &Arc<Extensions> {
-        &self.extensions
-    }
-
-    /// The session's queue, usage and abort bookkeeping.
-    pub fn tracker(&self) -> &Arc<Tracker> {
-        &self.tracker
     }
 
     /// The session's name (`session_info`).

@@ -9,21 +9,11 @@
 use std::sync::{Arc, Mutex};
 
 use crate::agent::AgentEvent;
-use crate::session::{EntryData, SessionError, SessionWriter};
+use crate::session::{lock_writer, EntryData, SessionError, SessionWriter};
 
 /// Appends a run's messages to its session file; see the module doc.
 pub struct Recorder {
     writer: Arc<Mutex<SessionWriter>>,
-}
-
-/// The error for a writer whose lock was poisoned (`w`: the writer, taken from the poison).
-fn poisoned(w: &SessionWriter) -> SessionError {
-    SessionError::Io {
-        path: w.path().to_path_buf(),
-        source: std::io::Error::other(
-            "a writer of this session panicked while appending; nothing more is saved",
-        ),
-    }
 }
 
 impl Recorder {
@@ -35,7 +25,7 @@ impl Recorder {
     /// Appends the entry `data` (a delivered custom message or shell output stored as what it
     /// is rather than as a plain user message).
     pub fn record_entry(&self, data: EntryData) -> Result<(), SessionError> {
-        let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+        let mut w = lock_writer(&self.writer)?;
         w.append(data).map(|_| ())
     }
 
@@ -50,7 +40,7 @@ impl Recorder {
         ) {
             return Ok(());
         }
-        let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+        let mut w = lock_writer(&self.writer)?;
         match event {
             AgentEvent::MessageEnd { message } => w.append_message(message).map(|_| ()),
             // The branch written again with the notes (case 18.12), durable before the retry.

@@ -297,8 +297,8 @@ impl Sessions {
     }
 
     /// Closes the live session `id` ([`AgentSession::close`]: its run aborted, its queue
-    /// dropped), forgets it and releases its file (synced, unlocked: later appends through a
-    /// session still held elsewhere fail); returns the dropped queue, or `None`
+    /// dropped, its file synced and released: later appends through a session still held
+    /// elsewhere fail) and forgets it; returns the dropped queue, or `None`
     /// when it was not live (its file exists: nothing to close). [`Error::UnknownSession`]
     /// when no file has that id. Run it to its end (in a task of its own when the request
     /// can be cancelled): a close stopped halfway is neither the state before nor after.
@@ -308,11 +308,6 @@ impl Sessions {
         };
         let dropped = session.close().await;
         self.live.lock().remove(id);
-        // Released now, not when the last holder of the session lets go of it (a request in
-        // flight): another process may open it next.
-        if let Err(e) = session.close_file() {
-            tracing::warn!("session {id}: final sync failed: {e}");
-        }
         Ok(Some(dropped))
     }
 
@@ -430,10 +425,114 @@ impl AgentSession {
 
     /// Step 4 of [`stop`]: the file synced and released (even when a writer panicked
     /// holding it: closing appends nothing, it syncs what is written and unlocks).
-    fn close_file(&self) -> Result<(), SessionError> {
-        self.writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .close()
+    pub(super) fn close_file(&self) -> Result<(), SessionError> {
+        crate::session::lock_writer_for_close(&self.writer).close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{AgentEvent, WeakAgent};
+    use crate::approval::{ApprovalPolicy, Gate};
+    use crate::extension::{ExtensionErrorInfo, ExtensionUi};
+    use crate::fs::{DiskFs, Fs};
+    use crate::harness::{Notice, SessionListener, Tracker};
+    use crate::settings::Settings;
+    use crate::tools::BeforeBash;
+
+    /// Remembers the save failures it is told.
+    #[derive(Default)]
+    struct Failures(parking_lot::Mutex<Vec<String>>);
+
+    #[async_trait::async_trait]
+    impl SessionListener for Failures {
+        async fn event(&self, _event: AgentEvent, notices: Vec<Notice>) {
+            for n in notices {
+                self.notice(n).await;
+            }
+        }
+        async fn notice(&self, notice: Notice) {
+            if let Notice::SaveFailed { error } = notice {
+                self.0.lock().push(error);
+            }
+        }
+    }
+
+    struct NoUi;
+
+    #[async_trait::async_trait]
+    impl ExtensionUi for NoUi {
+        async fn extension_error(&self, _error: ExtensionErrorInfo) {}
+    }
+
+    struct Setup {
+        root: PathBuf,
+        failures: Arc<Failures>,
+    }
+
+    impl SessionSetup for Setup {
+        fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+            (Arc::new(DiskFs::new(self.root.clone())), None)
+        }
+        fn gate(&self, _ws: &WorkspaceConfig, _id: &str, _t: &Arc<Tracker>) -> Arc<Gate> {
+            Arc::new(Gate::new(
+                ApprovalPolicy::ApproveAll,
+                Vec::new(),
+                None,
+                None,
+                "nobody asks",
+            ))
+        }
+        fn default_policy(&self, _settings: &Settings) -> ApprovalPolicy {
+            ApprovalPolicy::ApproveAll
+        }
+        fn extension_ui(&self, _session_id: &str) -> Arc<dyn ExtensionUi> {
+            Arc::new(NoUi)
+        }
+        fn listeners(&self, _id: &str, _agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {
+            vec![self.failures.clone()]
+        }
+    }
+
+    /// The one poison policy on the whole session: a writer poisoned by a panic mid-append is
+    /// written on no more (the run stops, the user is told), and the stop still syncs it and
+    /// releases the file.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_that_cannot_save_says_so_stops_the_run_and_still_releases_its_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("agent")).unwrap();
+        let ws = Arc::new(WorkspaceConfig::new(
+            root.clone(),
+            Some(root.join("agent")),
+            false,
+        ));
+        let failures = Arc::new(Failures::default());
+        let setup = Arc::new(Setup {
+            root: root.clone(),
+            failures: failures.clone(),
+        });
+        let sessions = Sessions::new(ws, setup, None);
+        let s = sessions.create(None, None, None).unwrap();
+        let file = s.file();
+        let w = s.writer.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = w.lock().unwrap();
+            panic!("poison the writer");
+        })
+        .join();
+        s.prompt("go", Vec::new(), None, None).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), s.wait_for_idle())
+            .await
+            .unwrap();
+        let told = failures.0.lock().clone();
+        assert!(!told.is_empty(), "no save failure told");
+        assert!(told[0].contains("panicked while appending"), "{told:?}");
+        assert!(matches!(s.set_name("x"), Err(SessionError::Io { .. })));
+        assert_eq!(s.file(), file);
+        assert!(lock_held(&file));
+        assert_eq!(sessions.stop_all().await, StopReport::default());
+        assert!(!lock_held(&file));
     }
 }

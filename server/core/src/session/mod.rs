@@ -18,12 +18,14 @@ mod entry_data;
 mod line;
 mod list;
 mod read;
+mod shared;
 mod tree;
 mod view;
 
 pub use entry_data::{BashExecution, EntryData, StoredMessage};
 pub use line::AssistantInfo;
 pub use list::{list_sessions, SessionSummary};
+pub use shared::{lock_writer, lock_writer_for_close};
 pub use tree::{
     bash_execution_text, convert_message, entry_message, path_messages, path_messages_with, Entry,
     SessionContext, SessionTree,

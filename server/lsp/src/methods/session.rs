@@ -27,7 +27,7 @@ use crate::sessions::sessions_error;
 pub(crate) fn session_state(s: &AgentSession) -> SessionState {
     let file = s.file().display().to_string();
     let leaf = s.tree().ok().and_then(|(_, leaf)| leaf);
-    let (steering, follow_up) = s.agent_handle().queue_modes();
+    let status = s.status();
     let model = s.model();
     SessionState {
         session_id: s.id().to_string(),
@@ -38,19 +38,19 @@ pub(crate) fn session_state(s: &AgentSession) -> SessionState {
         thinking_level: model
             .thinking_level
             .unwrap_or(pi_ai::models::ThinkingLevel::Off),
-        is_streaming: s.agent_handle().is_streaming(),
-        run_id: s.agent_handle().run_id(),
-        steering_mode: mode_name(steering),
-        follow_up_mode: mode_name(follow_up),
+        is_streaming: status.is_streaming,
+        run_id: status.run_id,
+        steering_mode: mode_name(status.steering_mode),
+        follow_up_mode: mode_name(status.follow_up_mode),
         auto_retry_enabled: s.auto_retry(),
-        is_retrying: s.tracker().retrying(),
+        is_retrying: status.is_retrying,
         auto_compaction_enabled: s.auto_compaction(),
-        is_compacting: s.agent_handle().is_compacting(),
-        is_bash_running: s.tracker().bash_running(),
+        is_compacting: status.is_compacting,
+        is_bash_running: status.is_bash_running,
         message_count: s.message_count(),
-        pending_message_count: s.tracker().queued().len(),
+        pending_message_count: status.pending_message_count,
         leaf_id: leaf,
-        approval_policy: Some(s.gate().policy()),
+        approval_policy: Some(status.approval_policy),
     }
 }
 
@@ -83,7 +83,7 @@ impl Backend {
         let settled = s.events_settled().await;
         let (seq, streaming) = match sink {
             Some(sink) => sink.sent().await,
-            None => (0, s.agent_handle().streaming_message()),
+            None => (0, s.streaming_message()),
         };
         let (tree, leaf) = tree(&s)?;
         drop(settled);
@@ -269,7 +269,7 @@ impl Backend {
     pub(crate) async fn session_label(&self, params: Value) -> Result<SessionLabelResult> {
         let p: SessionLabelParams = parse_params(params)?;
         let session = self.session(&p.session_id).await?;
-        session.agent_handle().settle().await;
+        session.settle().await;
         let id = session
             .label(&p.entry_id, p.label.as_deref())
             .map_err(core_error)?;
