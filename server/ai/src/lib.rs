@@ -17,6 +17,7 @@ pub mod errors;
 pub mod json;
 pub mod keys;
 pub mod models;
+pub mod script;
 pub mod stream;
 pub mod transform;
 pub mod types;

@@ -41,7 +41,7 @@ pub enum Api {
     /// OpenAI's Responses API.
     #[serde(rename = "openai-responses")]
     OpenaiResponses,
-    /// The offline scripted model (replays [`crate::api::scripted::Script`]).
+    /// The offline scripted model (replays [`crate::script::Script`]).
     #[serde(rename = "scripted")]
     Scripted,
 }
@@ -200,7 +200,7 @@ pub struct Model {
     /// Pi's OpenAI `compat` flags, kept verbatim.
     pub compat: Value,
     /// For the scripted api: the responses to replay.
-    pub script: Option<Arc<crate::api::scripted::Script>>,
+    pub script: Option<Arc<crate::script::Script>>,
 }
 
 impl std::fmt::Debug for Model {

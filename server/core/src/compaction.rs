@@ -856,8 +856,10 @@ impl SessionCompactor {
         SessionCompactor { writer }
     }
 
-    fn writer(&self) -> std::sync::MutexGuard<'_, SessionWriter> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    /// The writer ([`crate::session::lock_writer`]: a poisoned one is an error).
+    fn writer(&self) -> Result<std::sync::MutexGuard<'_, SessionWriter>, CompactionError> {
+        crate::session::lock_writer(&self.writer)
+            .map_err(|e| CompactionError::Session(e.to_string()))
     }
 }
 
@@ -871,7 +873,7 @@ impl Compactor for SessionCompactor {
         cancel: &CancellationToken,
     ) -> Result<CompactionProposal, CompactionError> {
         let (path, leaf): (Vec<Entry>, Option<String>) = {
-            let w = self.writer();
+            let w = self.writer()?;
             (
                 w.branch_path().into_iter().cloned().collect(),
                 w.leaf().map(str::to_string),
@@ -882,7 +884,7 @@ impl Compactor for SessionCompactor {
         drop(refs);
         drop(path);
         let result = summarize(model, &prep, instructions, settings.reserve_tokens, cancel).await?;
-        let w = self.writer();
+        let w = self.writer()?;
         if w.leaf() != leaf.as_deref() {
             return Err(CompactionError::Session(
                 "the session moved on while the summary was written".into(),
@@ -904,7 +906,7 @@ impl Compactor for SessionCompactor {
     }
 
     fn commit(&self, p: &CompactionProposal) -> Result<Vec<Message>, CompactionError> {
-        let mut w = self.writer();
+        let mut w = self.writer()?;
         if w.leaf() != p.basis.as_deref() {
             return Err(CompactionError::Session(
                 "the session moved on while the summary was written".into(),

@@ -163,7 +163,7 @@ async fn todo_calls_plan_execute_and_done_markers() {
     s.prompt("add a todo", Vec::new(), None, None)
         .await
         .unwrap();
-    s.agent().wait_for_idle().await;
+    s.wait_for_idle().await;
     let added = s.plan().unwrap().state();
     assert_eq!(
         items(&added),
@@ -188,9 +188,9 @@ async fn todo_calls_plan_execute_and_done_markers() {
             )
         ]
     );
-    s.agent().wait_for_idle().await;
+    s.wait_for_idle().await;
     s.prompt("continue", Vec::new(), None, None).await.unwrap();
-    s.agent().wait_for_idle().await;
+    s.wait_for_idle().await;
     let st = until(&s, |st| st.mode == PlanMode::Off).await;
     assert_eq!((st.completed, st.total), (2, 2));
     // The question as Pi's example asks it.

@@ -1,7 +1,7 @@
 //! The live session without stdio: [`AgentSession`] over a real session file, the scripted
 //! model and the disk — queue states told in order, a custom message while idle and during a
-//! run, abort and close, the user's shell command, label / fork / branch, a save failure told
-//! as a notice.
+//! run, abort and close, the user's shell command, label / fork / branch. (A save failure told
+//! as a notice: `harness::sessions`' unit tests, which can poison the writer.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -180,8 +180,8 @@ async fn steering_is_queued_delivered_consumed_and_stored_in_order() {
         .await
         .unwrap();
     assert!(!queue_id.is_empty());
-    assert_eq!(run_id, s.agent().run_id());
-    s.agent().wait_for_idle().await;
+    assert_eq!(run_id, s.run_id());
+    s.wait_for_idle().await;
     assert_eq!(
         *seen.queue.lock().unwrap(),
         vec![
@@ -203,7 +203,7 @@ async fn steering_is_queued_delivered_consumed_and_stored_in_order() {
             "message:assistant"
         ]
     );
-    assert!(s.tracker().queued().is_empty());
+    assert_eq!(s.status().pending_message_count, 0);
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -228,7 +228,7 @@ async fn custom_messages_bash_label_fork_branch_and_close_through_the_session() 
         .await
         .unwrap();
     assert!(sent.entry_id.is_some() && sent.queue_id.is_none() && sent.run_id.is_none());
-    assert_eq!(s.agent().messages().len(), 1);
+    assert_eq!(s.messages().len(), 1);
     // A bad one changes nothing and names the field.
     let bad = s
         .send_custom_message(CustomMessage {
@@ -257,7 +257,7 @@ async fn custom_messages_bash_label_fork_branch_and_close_through_the_session() 
         ("hi", Some(3), false, true)
     );
     s.prompt("first", Vec::new(), None, None).await.unwrap();
-    s.agent().wait_for_idle().await;
+    s.wait_for_idle().await;
     let (tree, leaf) = s.tree().unwrap();
     let leaf = leaf.unwrap();
     let label = s.label(&leaf, Some("  done ")).unwrap();
@@ -278,7 +278,7 @@ async fn custom_messages_bash_label_fork_branch_and_close_through_the_session() 
     let branched = s.branch(Some(&first_user), false, None).await.unwrap();
     assert_eq!(branched.editor_text.as_deref(), Some("first"));
     // Pi 1.6's count: the model context and the stored system message before the prompt.
-    assert_eq!(branched.message_count, s.agent().messages().len() + 1);
+    assert_eq!(branched.message_count, s.messages().len() + 1);
     assert_eq!(branched.message_count, s.message_count());
     assert!(!label.is_empty());
     // During a run: a custom message is queued as steering; close drops what is queued.
@@ -310,27 +310,6 @@ async fn custom_messages_bash_label_fork_branch_and_close_through_the_session() 
     let _ = std::fs::remove_dir_all(&root);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_that_cannot_save_says_so_and_stops_the_run() {
-    let (root, ws) = workspace("savefail");
-    let (s, seen) = session(&root, ws, scripted(json!([{"text": "never kept"}])));
-    // A writer poisoned by a panic mid-append: nothing more may be written on it.
-    let w = s.writer().clone();
-    let _ = std::thread::spawn(move || {
-        let _guard = w.lock().unwrap();
-        panic!("poison the writer");
-    })
-    .join();
-    s.prompt("go", Vec::new(), None, None).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), s.agent().wait_for_idle())
-        .await
-        .unwrap();
-    let failed = seen.save_failed.lock().unwrap().clone();
-    assert!(!failed.is_empty(), "no save failure told");
-    assert!(failed[0].contains("panicked while appending"), "{failed:?}");
-    let _ = std::fs::remove_dir_all(&root);
-}
-
 /// A session file opened again ([`pi_core::harness::open_file`] + [`AgentSession::resume`])
 /// holds no model context until it is used: its message count comes from the file's tree and
 /// equals the context built on first use, which is the one an open that builds it gives; a
@@ -348,12 +327,11 @@ async fn a_reopened_session_builds_its_context_on_first_use() {
     );
     std::fs::write(root.join("a.txt"), "alpha\n").unwrap();
     s.prompt("go", Vec::new(), None, None).await.unwrap();
-    s.agent().wait_for_idle().await;
-    let built = s.agent().messages();
+    s.wait_for_idle().await;
+    let built = s.messages();
     assert_eq!(built.len(), 4);
     let file = s.file();
     s.close().await;
-    s.writer().lock().unwrap().close().unwrap();
     drop(s);
     let eager = {
         let (_, loaded) = pi_core::session::SessionWriter::open(&file).unwrap();
@@ -371,7 +349,6 @@ async fn a_reopened_session_builds_its_context_on_first_use() {
         seen: Arc::default(),
     });
     let r = AgentSession::resume(ws, setup, writer, loaded, None).unwrap();
-    assert_eq!(r.agent_handle().message_count(), 0);
     // The model context's four and the stored system message (Pi 1.6's count).
     assert_eq!(r.message_count(), 5);
     r.send_custom_message(CustomMessage {
@@ -384,7 +361,7 @@ async fn a_reopened_session_builds_its_context_on_first_use() {
     })
     .await
     .unwrap();
-    let after = r.agent().messages();
+    let after = r.messages();
     assert_eq!(after.len(), 5);
     assert_eq!(after[..4], eager[..]);
     assert_eq!(r.message_count(), 6);
@@ -433,7 +410,7 @@ async fn a_branch_sent_on_agent_end_waits_for_the_run_to_let_go() {
         scripted(json!([{"text": "one"}, {"text": "two"}])),
     );
     s.prompt("first", Vec::new(), None, None).await.unwrap();
-    s.agent().wait_for_idle().await;
+    s.wait_for_idle().await;
     let (tree, leaf) = s.tree().unwrap();
     let first_answer = leaf.unwrap();
     let outcome = Arc::new(Mutex::new(None));
@@ -445,7 +422,7 @@ async fn a_branch_sent_on_agent_end_waits_for_the_run_to_let_go() {
     sink.session.set(Arc::downgrade(&s)).unwrap();
     let _sub = s.subscribe(sink);
     s.prompt("second", Vec::new(), None, None).await.unwrap();
-    s.agent().wait_for_idle().await;
+    s.wait_for_idle().await;
     let task = outcome.lock().unwrap().take().expect("agent_end was seen");
     let branched = task.await.unwrap();
     assert_eq!(branched, Ok(first_answer.clone()));

@@ -103,8 +103,8 @@ impl LspExtensionUi {
 
     /// The active run of this session, if any.
     fn run_id(&self, st: &State) -> Option<String> {
-        let session = st.sessions.lock().get(&self.session_id).cloned()?;
-        session.agent_handle().run_id()
+        let session = st.live_session(&self.session_id)?;
+        session.run_id()
     }
 
     async fn fallback(&self, st: &State, request: UiRequest) -> UiResponse {
@@ -191,13 +191,8 @@ impl ExtensionUi for LspExtensionUi {
                 | UiRequest::Editor { title, .. } => title.clone(),
                 _ => String::new(),
             };
-            let session = st.sessions.lock().get(&self.session_id).cloned();
-            let run_id = session.and_then(|s| {
-                s.agent_handle()
-                    .is_streaming()
-                    .then(|| s.agent_handle().run_id())
-                    .flatten()
-            });
+            let session = st.live_session(&self.session_id);
+            let run_id = session.and_then(|s| s.active_run_id());
             st.client
                 .send_notification::<AttentionNotification>(AttentionParams {
                     session_id: self.session_id.clone(),
@@ -279,7 +274,7 @@ impl Backend {
     ) -> Result<ExtensionCommandsResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id).await?;
-        let commands: Vec<CommandInfo> = session.extensions().commands();
+        let commands: Vec<CommandInfo> = session.extension_commands();
         Ok(ExtensionCommandsResult { commands })
     }
 }

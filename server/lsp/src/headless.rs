@@ -4,7 +4,7 @@
 //! written to the sessions folder (`<workspace>/.pi/sessions/` by default). Exit code 0 when the
 //! run ends normally, 1 when it ends in an error or abort, 2 for bad usage or configuration,
 //! 128 + the signal's number on SIGTERM (143), SIGHUP (129) or SIGINT (130), after the same
-//! cleanup as the server's ([`crate::shutdown::stop`]: the run aborted, its results written,
+//! cleanup as the server's ([`Sessions::stop_all`]: the run aborted, its results written,
 //! process groups killed, the file synced and unlocked).
 
 use std::io::Write;
@@ -20,8 +20,8 @@ use pi_core::approval::{ApprovalPolicy, Gate};
 use pi_core::extension::{ExtensionErrorInfo, ExtensionUi};
 use pi_core::fs::{DiskFs, Fs};
 use pi_core::harness::{
-    choose_model, untrusted_notice, AgentSession, Notice, PromptOutcome, SessionListener,
-    SessionSetup, Tracker,
+    untrusted_notice, AgentSession, MessageLevel, Notice, PromptOutcome, SessionListener,
+    SessionSetup, Sessions, Tracker,
 };
 use pi_core::resources::WorkspaceConfig;
 use pi_core::settings::Settings;
@@ -298,6 +298,12 @@ impl SessionSetup for HeadlessSetup {
         Arc::new(HeadlessUi)
     }
 
+    /// On stderr (the model chosen instead of the one asked for, a fork, repairs).
+    #[allow(clippy::print_stderr)]
+    fn show_message(&self, _level: MessageLevel, message: String) {
+        eprintln!("{message}");
+    }
+
     fn listeners(&self, _session_id: &str, _agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {
         vec![Arc::new(PrintSink {
             json: self.json,
@@ -367,16 +373,6 @@ pub async fn run(args: RunArgs) -> i32 {
     if let Some(n) = untrusted_notice(&ws, "run with --trust to load it") {
         eprintln!("{n}");
     }
-    let (model, notice) = match choose_model(&ws, args.model.as_deref(), None) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("pi-lsp: {e}");
-            return 2;
-        }
-    };
-    if let Some(n) = notice {
-        eprintln!("{n}");
-    }
     let failed_save = Arc::new(AtomicBool::new(false));
     let setup = Arc::new(HeadlessSetup {
         root: workspace,
@@ -388,26 +384,21 @@ pub async fn run(args: RunArgs) -> i32 {
         eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
         return 2;
     };
-    let session = match &args.resume {
-        None => AgentSession::create(ws, setup, model, None).map_err(|e| e.to_string()),
-        Some(r) => resume_path(&ws, r).and_then(|path| {
-            match pi_core::harness::open_file(&ws, &path, |_| None).map_err(|e| e.to_string())? {
-                pi_core::harness::Opening::Opened {
-                    writer,
-                    loaded,
-                    notices,
-                } => {
-                    for n in notices {
-                        eprintln!("{n}");
-                    }
-                    AgentSession::resume(ws, setup, writer, loaded, args.model.as_deref())
-                        .map_err(|e| e.to_string())
-                }
-                pi_core::harness::Opening::AlreadyOpen(id) => {
-                    Err(format!("session {id} is already open"))
-                }
+    let resume = match &args.resume {
+        None => None,
+        Some(r) => match resume_path(&ws, r) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                eprintln!("pi-lsp: {e}");
+                return 2;
             }
-        }),
+        },
+    };
+    // The one registry every front door uses: the session, and the stop on a signal.
+    let sessions = Sessions::new(ws, setup, None);
+    let session = match resume {
+        None => sessions.create(args.model.as_deref(), None, None),
+        Some(path) => sessions.open_file(&path),
     };
     let session = match session {
         Ok(s) => s,
@@ -426,7 +417,15 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     }
-    let code = run_session(&session, &prompt, &failed_save, args.plan, args.json).await;
+    let code = run_session(
+        &sessions,
+        &session,
+        &prompt,
+        &failed_save,
+        args.plan,
+        args.json,
+    )
+    .await;
     if args.no_session {
         let file = session.file();
         session.close().await;
@@ -438,6 +437,7 @@ pub async fn run(args: RunArgs) -> i32 {
 /// Runs `prompt` in `session` to its end; returns the exit code.
 #[allow(clippy::print_stderr)]
 async fn run_session(
+    sessions: &Sessions,
     session: &Arc<AgentSession>,
     prompt: &str,
     failed_save: &AtomicBool,
@@ -445,7 +445,6 @@ async fn run_session(
     json: bool,
 ) -> i32 {
     let session_path = session.file();
-    let agent = session.agent().clone();
     // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
     let mut signals = crate::shutdown::Signals::listen();
     if plan {
@@ -472,12 +471,11 @@ async fn run_session(
         }
     }
     tokio::select! {
-        _ = agent.wait_for_idle() => {}
+        _ = session.wait_for_idle() => {}
         n = signals.next() => {
             eprintln!("pi-lsp: signal {n}: stopping the run");
-            let targets = [crate::shutdown::Target::of(session)];
             tokio::select! {
-                _ = crate::shutdown::stop(&targets) => {}
+                _ = sessions.stop_all() => {}
                 n = signals.next() => crate::shutdown::exit_now(128 + n),
             }
             eprintln!("pi-lsp: session saved to {}", session_path.display());
@@ -486,7 +484,7 @@ async fn run_session(
     }
     print_plan(session, json);
     eprintln!("pi-lsp: session saved to {}", session_path.display());
-    let stop = agent.last_outcome().map(|o| o.stop_reason);
+    let stop = session.last_outcome().map(|o| o.stop_reason);
     match stop {
         Some(StopReason::Error | StopReason::Aborted) | None => 1,
         _ if failed_save.load(Ordering::SeqCst) => 1,

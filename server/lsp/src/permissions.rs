@@ -359,10 +359,10 @@ impl Backend {
     pub(crate) async fn permissions_set(&self, params: Value) -> Result<PermissionsSetResult> {
         let p: PermissionsSetParams = parse_params(params)?;
         let s = self.session(&p.session_id).await?;
-        s.gate().set_session_policy(p.approval_policy);
+        let (approval_policy, session_rules) = s.set_approval_policy(p.approval_policy);
         Ok(PermissionsSetResult {
-            approval_policy: s.gate().policy(),
-            session_rules: s.gate().session_rules(),
+            approval_policy,
+            session_rules,
         })
     }
 }

@@ -6,8 +6,6 @@
 //! Response `n` answers the request whose context already holds `n` assistant messages; past
 //! the end the model says the script is exhausted.
 
-use serde::Deserialize;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::ProviderError;
@@ -15,35 +13,7 @@ use crate::models::Model;
 use crate::stream::{MessageBuilder, StreamSender};
 use crate::types::{Context, Message, StopReason};
 
-/// One scripted response.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ScriptedResponse {
-    #[serde(default)]
-    pub text: Option<String>,
-    #[serde(default)]
-    pub tool_calls: Vec<ScriptedCall>,
-    /// Overrides the stop reason (e.g. `length` to exercise the guardrail).
-    #[serde(default)]
-    pub stop_reason: Option<StopReason>,
-    /// Pause before the response starts, in milliseconds.
-    #[serde(default)]
-    pub delay_ms: u64,
-}
-
-/// One scripted tool call.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ScriptedCall {
-    pub name: String,
-    #[serde(default)]
-    pub arguments: Value,
-}
-
-/// A whole script.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Script {
-    pub responses: Vec<ScriptedResponse>,
-}
+pub use crate::script::{Script, ScriptedCall, ScriptedResponse};
 
 /// Which response answers `context`: the number of assistant messages already in it.
 pub fn response_index(context: &Context) -> usize {

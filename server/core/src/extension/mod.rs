@@ -316,9 +316,7 @@ pub fn append_custom_entry(
     custom_type: &str,
     data: Value,
 ) -> Result<String, String> {
-    let mut w = writer
-        .lock()
-        .map_err(|_| "the session writer failed".to_string())?;
+    let mut w = crate::session::lock_writer(writer).map_err(|e| e.to_string())?;
     w.append(crate::session::EntryData::Custom {
         custom_type: custom_type.to_string(),
         data,
@@ -328,7 +326,7 @@ pub fn append_custom_entry(
 
 /// The `data` of the `custom` entries of `custom_type` on `writer`'s active branch.
 pub fn custom_entries_of(writer: &Mutex<SessionWriter>, custom_type: &str) -> Vec<Value> {
-    let Ok(w) = writer.lock() else {
+    let Ok(w) = crate::session::lock_writer(writer) else {
         return Vec::new();
     };
     w.branch_path()

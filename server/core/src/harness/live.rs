@@ -718,8 +718,9 @@ impl AgentSession {
 
     /// Closes the session's work: aborts its run, stops the user's command (left running it
     /// would write its result after the file was released), waits for both (at most
-    /// [`ABORT_WAIT`] each) and drops the queue; returns the dropped messages. The product
-    /// forgets the session then (its file is released when the last handle goes).
+    /// [`ABORT_WAIT`] each), drops the queue and releases the file (synced, unlocked: later
+    /// appends fail); returns the dropped messages. The product forgets the session then
+    /// ([`super::Sessions::close`]).
     pub async fn close(&self) -> Vec<QueuedMessage> {
         self.agent.abort();
         if self.tracker.abort_bash() {
@@ -731,6 +732,13 @@ impl AgentSession {
             .await;
         }
         let _ = tokio::time::timeout(ABORT_WAIT, self.agent.wait_for_idle()).await;
+        // Released now, not when the last holder of the session lets go of it (a request in
+        // flight): another process may open it next. Before the queue is dropped (which
+        // writes nothing): the product forgets the session right after the `dropped`
+        // notices.
+        if let Err(e) = self.close_file() {
+            tracing::warn!("session {}: final sync failed: {e}", self.id);
+        }
         self.clear_queue().await
     }
 

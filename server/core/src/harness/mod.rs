@@ -9,7 +9,8 @@
 //! and persist the run ([`Recorder`]). Everything else — which tools, which system prompt,
 //! which settings apply, what a model or thinking change writes to the file — lives here once.
 //!
-//! Sessions are opened with [`open_file`] (which continues a file another process holds in a
+//! A product keeps its live sessions in [`Sessions`] (open by id, by path or new; list; stop
+//! all): see [`sessions`] for how an edge uses it. Underneath, sessions are opened with [`open_file`] (which continues a file another process holds in a
 //! fork, case SESS-04) and [`AgentSession::resume`], or started with [`AgentSession::create`].
 
 pub mod branch_summary;
@@ -19,7 +20,9 @@ mod live;
 pub mod queue;
 pub mod recorder;
 pub mod rewind;
+pub mod sessions;
 pub mod setup;
+mod state;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -47,11 +50,13 @@ pub use live::{
 };
 pub use queue::{Notice, Tracker};
 pub use recorder::Recorder;
+pub use sessions::{MessageLevel, Sessions};
 pub use setup::{
     agent_config, agent_config_with, choose_model, compaction_config, expand_prompt,
     scripted_model, sessions_dir, thinking_level_name, untrusted_notice, LateTools, RunAdditions,
     SCRIPTED_NOTICE,
 };
+pub use state::SessionStatus;
 
 /// What a product adds to each of its sessions.
 pub trait SessionSetup: Send + Sync {
@@ -88,6 +93,16 @@ pub trait SessionSetup: Send + Sync {
     /// The listeners that show the session's events and notices, called after the session
     /// persisted each event and before the extensions' handlers see it.
     fn listeners(&self, session_id: &str, agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>>;
+    /// Tells the user `message` (the editor: `window/showMessage`; headless: stderr). Used by
+    /// [`Sessions`] while opening or creating a session: a fork made because another process
+    /// holds the file, repairs made while loading, a model chosen instead of the one asked
+    /// for. The default logs it.
+    fn show_message(&self, level: MessageLevel, message: String) {
+        match level {
+            MessageLevel::Info => tracing::info!("{message}"),
+            MessageLevel::Warning => tracing::warn!("{message}"),
+        }
+    }
 }
 
 /// What changes over a session's life besides its conversation.
@@ -576,12 +591,10 @@ impl AgentSession {
         self.reconfigure();
     }
 
-    /// The writer, or an error when another thread panicked holding it.
+    /// The writer, or an error when another thread panicked holding it (the one policy:
+    /// [`crate::session::lock_writer`]).
     fn lock_writer(&self) -> Result<std::sync::MutexGuard<'_, SessionWriter>, SessionError> {
-        self.writer.lock().map_err(|p| SessionError::Io {
-            path: p.get_ref().path().to_path_buf(),
-            source: std::io::Error::other("a writer of this session panicked while appending"),
-        })
+        crate::session::lock_writer(&self.writer)
     }
 
     /// The session's id (its file header's `id`).
@@ -603,8 +616,9 @@ impl AgentSession {
     }
 
     /// The session's agent, its messages the branch's model context (a session opened
-    /// without it has it built first: [`AgentSession::ensure_context`]).
-    pub fn agent(&self) -> &Agent {
+    /// without it has it built first: [`AgentSession::ensure_context`]). Not handed to
+    /// products: what they need is a method of the session ([`state`]).
+    pub(crate) fn agent(&self) -> &Agent {
         self.ensure_context();
         &self.agent
     }
@@ -658,17 +672,11 @@ impl AgentSession {
         Ok(())
     }
 
-    /// The single writer of the session's file.
-    pub fn writer(&self) -> &Arc<Mutex<SessionWriter>> {
-        &self.writer
-    }
-
     /// The session file's path.
     pub fn file(&self) -> PathBuf {
-        match self.writer.lock() {
-            Ok(w) => w.path().to_path_buf(),
-            Err(p) => p.get_ref().path().to_path_buf(),
-        }
+        crate::session::lock_writer_for_close(&self.writer)
+            .path()
+            .to_path_buf()
     }
 
     /// Every entry of the session file as written so far: the writer's own tree (it holds the

@@ -13,7 +13,9 @@ use pi_ai::Message;
 use serde_json::{json, Map, Value};
 
 use crate::agent::AgentEvent;
-use crate::session::{EntryData, SessionError, SessionWriter, StoredMessage, SystemState};
+use crate::session::{
+    lock_writer, EntryData, SessionError, SessionWriter, StoredMessage, SystemState,
+};
 
 /// Appends a run's messages to its session file; see the module doc.
 pub struct Recorder {
@@ -34,16 +36,6 @@ struct Started {
 /// Milliseconds since `t`.
 fn millis_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The error for a writer whose lock was poisoned (`w`: the writer, taken from the poison).
-fn poisoned(w: &SessionWriter) -> SessionError {
-    SessionError::Io {
-        path: w.path().to_path_buf(),
-        source: std::io::Error::other(
-            "a writer of this session panicked while appending; nothing more is saved",
-        ),
-    }
 }
 
 impl Recorder {
@@ -74,7 +66,7 @@ impl Recorder {
         if !self.pi16 {
             return Ok(());
         }
-        let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+        let mut w = lock_writer(&self.writer)?;
         let have = w.tree().system_state(w.leaf());
         match have.patch_to(want, pi_ai::types::now_millis()) {
             Some(m) => w
@@ -131,7 +123,7 @@ impl Recorder {
                     }
                     Message::User(_) => {}
                 }
-                let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+                let mut w = lock_writer(&self.writer)?;
                 return w.append_message_stamped(message, stamps).map(|_| ());
             }
             AgentEvent::AgentEnd { .. } => *self.started.lock() = Started::default(),
@@ -143,7 +135,7 @@ impl Recorder {
     /// Appends the entry `data` (a delivered custom message or shell output stored as what it
     /// is rather than as a plain user message).
     pub fn record_entry(&self, data: EntryData) -> Result<(), SessionError> {
-        let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+        let mut w = lock_writer(&self.writer)?;
         w.append(data).map(|_| ())
     }
 
@@ -158,7 +150,7 @@ impl Recorder {
         ) {
             return Ok(());
         }
-        let mut w = self.writer.lock().map_err(|p| poisoned(&p.into_inner()))?;
+        let mut w = lock_writer(&self.writer)?;
         match event {
             AgentEvent::MessageEnd { message } => w.append_message(message).map(|_| ()),
             // The branch written again with the notes (case 18.12), durable before the retry.

@@ -505,7 +505,7 @@ pub(crate) fn line_edits(before: &str, after: &str) -> Vec<TextReplace> {
 impl AgentSession {
     /// The agent's changes on the active branch ([`changes_at`]).
     pub fn changes(&self) -> Vec<Change> {
-        let (tree, leaf) = match self.writer.lock() {
+        let (tree, leaf) = match crate::session::lock_writer(&self.writer) {
             Ok(w) => (w.tree_snapshot(), w.leaf().map(str::to_string)),
             Err(_) => return Vec::new(),
         };

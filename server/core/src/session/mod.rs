@@ -24,6 +24,7 @@ mod list;
 mod load;
 mod read;
 mod repair;
+mod shared;
 mod system_message;
 mod tree;
 mod view;
@@ -36,6 +37,7 @@ pub use list::{
     file_ownership, header_cwd, list_sessions, list_workspace_sessions, ownership, Ownership,
     SessionSummary,
 };
+pub use shared::{lock_writer, lock_writer_for_close};
 pub use system_message::{
     is_system, system_message_count, writes_pi16, SystemState, PROMPT_SECTION,
 };

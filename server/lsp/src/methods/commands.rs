@@ -171,7 +171,7 @@ impl Backend {
     ) -> Result<LastAssistantTextResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id).await?;
-        let messages = session.agent().messages();
+        let messages = session.messages();
         let last = messages.iter().rev().find_map(|m| match m {
             pi_ai::Message::Assistant(a)
                 if !(a.stop_reason == pi_ai::StopReason::Aborted && a.content.is_empty()) =>

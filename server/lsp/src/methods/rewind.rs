@@ -60,7 +60,7 @@ impl Backend {
         let p: RewindParams = parse_params(params)?;
         let session = self.session(&p.session_id).await?;
         // A client that saw `agent_end` may rewind at once: the run's last bookkeeping first.
-        session.agent_handle().settle().await;
+        session.settle().await;
         let caps = self.state.caps();
         let options = RewindOptions {
             delete_created: caps.document_changes && caps.delete_file,

@@ -21,7 +21,7 @@ use crate::protocol::{
     SessionTreeResult, TreeEntry,
 };
 use crate::server::Backend;
-use pi_core::harness::sessions_dir;
+use crate::sessions::sessions_error;
 
 /// The state clients see of `s`.
 pub(crate) fn session_state(s: &AgentSession) -> SessionState {
@@ -37,7 +37,7 @@ pub(crate) fn session_state(s: &AgentSession) -> SessionState {
             pi_core::session::Ownership::Other(c) => Some(c),
             pi_core::session::Ownership::Unknown => Some(String::new()),
         };
-    let (steering, follow_up) = s.agent_handle().queue_modes();
+    let status = s.status();
     let model = s.model();
     SessionState {
         session_id: s.id().to_string(),
@@ -48,19 +48,19 @@ pub(crate) fn session_state(s: &AgentSession) -> SessionState {
         thinking_level: model
             .thinking_level
             .unwrap_or(pi_ai::models::ThinkingLevel::Off),
-        is_streaming: s.agent_handle().is_streaming(),
-        run_id: s.agent_handle().run_id(),
-        steering_mode: mode_name(steering),
-        follow_up_mode: mode_name(follow_up),
+        is_streaming: status.is_streaming,
+        run_id: status.run_id,
+        steering_mode: mode_name(status.steering_mode),
+        follow_up_mode: mode_name(status.follow_up_mode),
         auto_retry_enabled: s.auto_retry(),
-        is_retrying: s.tracker().retrying(),
+        is_retrying: status.is_retrying,
         auto_compaction_enabled: s.auto_compaction(),
-        is_compacting: s.agent_handle().is_compacting(),
-        is_bash_running: s.tracker().bash_running(),
+        is_compacting: status.is_compacting,
+        is_bash_running: status.is_bash_running,
         message_count: s.message_count(),
-        pending_message_count: s.tracker().queued().len(),
+        pending_message_count: status.pending_message_count,
         leaf_id: leaf,
-        approval_policy: Some(s.gate().policy()),
+        approval_policy: Some(status.approval_policy),
         other_cwd,
     }
 }
@@ -94,7 +94,7 @@ impl Backend {
         let settled = s.events_settled().await;
         let (seq, streaming) = match sink {
             Some(sink) => sink.sent().await,
-            None => (0, s.agent_handle().streaming_message()),
+            None => (0, s.streaming_message()),
         };
         let (tree, leaf) = tree(&s)?;
         drop(settled);
@@ -123,101 +123,82 @@ impl Backend {
         Ok(session_state(&session))
     }
 
-    /// `agent/session/list {}` → the workspace's session files, most recent first: only
-    /// those whose header's `cwd` is this workspace ([`pi_core::session::Ownership`]; another
-    /// project's files sharing a folder are left out).
+    /// `agent/session/list {}` → the workspace's session files (and Pi's own for this
+    /// folder) whose header's `cwd` is this workspace, most recent first ([`pi_core::harness::Sessions::list`]).
     pub(crate) async fn session_list(&self, params: Value) -> Result<SessionListResult> {
         let _: SessionListParams = parse_params(params)?;
-        let open: Vec<String> = self.state.sessions.lock().keys().cloned().collect();
-        let root = self.state.root();
-        let mut dirs = vec![sessions_dir(&self.state.workspace())];
-        // Pi's own sessions of this folder are listed too (and open by path or id).
-        if let Some(agent) = pi_ai::models::agent_dir() {
-            dirs.push(pi_core::session::pi_sessions_dir(&agent, &root));
-        }
-        let found = pi_core::session::list_workspace_sessions(&dirs, &root);
-        let mut sessions: Vec<SessionInfo> = found
+        let sessions = self
+            .sessions()?
+            .list()
             .into_iter()
-            .map(|x| SessionInfo {
-                open: open.contains(&x.id),
-                session_id: x.id,
-                session_file: x.path.display().to_string(),
-                name: x.name,
-                first_prompt: x.first_prompt,
-                parent_session: x.parent_session,
-                entry_count: x.entry_count,
-                last_activity: x.last_activity_ms,
+            .map(|l| SessionInfo {
+                open: l.open,
+                session_id: l.summary.id,
+                session_file: l.summary.path.display().to_string(),
+                name: l.summary.name,
+                first_prompt: l.summary.first_prompt,
+                parent_session: l.summary.parent_session,
+                entry_count: l.summary.entry_count,
+                last_activity: l.summary.last_activity_ms,
             })
             .collect();
-        sessions.sort_by_key(|s| std::cmp::Reverse(s.last_activity));
         Ok(SessionListResult { sessions })
     }
 
     /// `agent/session/open {sessionId | path}` → the session's state (already open: as is).
     pub(crate) async fn session_open(&self, params: Value) -> Result<SessionState> {
         let p: SessionOpenParams = parse_params(params)?;
+        let sessions = self.sessions()?;
         let session = match (&p.session_id, &p.path) {
-            (Some(id), None) => self.session(id).await?,
-            (None, Some(path)) => {
-                let path = PathBuf::from(path);
-                let path = if path.is_absolute() {
-                    path
-                } else {
-                    self.state.root().join(path)
-                };
-                if path.extension().is_none_or(|e| e != "jsonl") {
-                    return Err(invalid("path", "expected a .jsonl session file"));
-                }
-                let canonical = std::fs::canonicalize(&path).ok();
-                let open_here =
-                    self.state.sessions.lock().values().any(|s| {
-                        s.file() == path || std::fs::canonicalize(s.file()).ok() == canonical
-                    });
-                if !open_here {
-                    // Another process releasing it (a window reload): resumed, not forked.
-                    crate::sessions::wait_for_release(&path).await;
-                }
-                self.open_file(&path)?
-            }
+            (Some(id), None) => sessions.open(id).await,
+            (None, Some(path)) => sessions.open_path(&PathBuf::from(path)).await,
             _ => {
                 return Err(invalid(
                     "sessionId",
                     "give exactly one of `sessionId` and `path`",
                 ))
             }
-        };
+        }
+        .map_err(sessions_error)?;
         Ok(session_state(&session))
     }
 
     /// `agent/session/close {sessionId}`: aborts its run, drops its queue, releases its file
-    /// ([`AgentSession::close`]).
+    /// ([`pi_core::harness::Sessions::close`]).
     pub(crate) async fn session_close(&self, params: Value) -> Result<SessionCloseResult> {
         let p: SessionParams = parse_params(params)?;
-        let Some(session) = self.open_session(&p.session_id)? else {
+        let sessions = self.sessions()?.clone();
+        // Unknown id: an error before anything runs.
+        if sessions
+            .find(&p.session_id)
+            .map_err(sessions_error)?
+            .is_none()
+        {
             return Ok(SessionCloseResult {
                 closed: false,
                 dropped: Vec::new(),
             });
-        };
+        }
         // The close runs to its end in a task of its own: `$/cancelRequest` drops this
         // future, and a close stopped halfway (run aborted, session still open, queue kept)
         // is neither the state before nor after.
         let state = self.state.clone();
         let id = p.session_id.clone();
         let close = tokio::spawn(async move {
-            let dropped = session.close().await;
-            state.sessions.lock().remove(&id);
+            let dropped = sessions.close(&id).await;
             // Editor tools registered for this session only go with it.
             state.editor_tools.forget_session(&id);
-            SessionCloseResult {
-                closed: true,
-                dropped,
-            }
+            dropped
         });
-        close.await.map_err(|e| tower_lsp_server::jsonrpc::Error {
+        let dropped = close.await.map_err(|e| tower_lsp_server::jsonrpc::Error {
             code: tower_lsp_server::jsonrpc::ErrorCode::InternalError,
             message: format!("closing session {} failed: {e}", p.session_id).into(),
             data: None,
+        })?;
+        let dropped = dropped.map_err(sessions_error)?;
+        Ok(SessionCloseResult {
+            closed: dropped.is_some(),
+            dropped: dropped.unwrap_or_default(),
         })
     }
 
@@ -299,7 +280,7 @@ impl Backend {
     pub(crate) async fn session_label(&self, params: Value) -> Result<SessionLabelResult> {
         let p: SessionLabelParams = parse_params(params)?;
         let session = self.session(&p.session_id).await?;
-        session.agent_handle().settle().await;
+        session.settle().await;
         let id = session
             .label(&p.entry_id, p.label.as_deref())
             .map_err(core_error)?;
