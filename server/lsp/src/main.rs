@@ -52,12 +52,27 @@ enum Command {
         /// The prompt.
         prompt: String,
     },
+    /// Serve the Agent Client Protocol (v1) on stdin/stdout: for Zed, JetBrains, and other
+    /// ACP clients (docs/acp.md).
+    Acp {
+        /// Trust the session's folder: load its project configuration (.pi/settings.json,
+        /// .pi/models.json, prompt templates, skills, SYSTEM.md, APPEND_SYSTEM.md).
+        #[arg(long)]
+        trust: bool,
+        /// Model for new sessions as provider/id (default: settings, then the first provider
+        /// with a key).
+        #[arg(long)]
+        model: Option<String>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // Informational lines go to the client (`window/logMessage`), not stderr; see `logging`.
-    pi_lsp::logging::init(!matches!(cli.command, Some(Command::Run { .. })));
+    pi_lsp::logging::init(!matches!(
+        cli.command,
+        Some(Command::Run { .. } | Command::Acp { .. })
+    ));
     // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
     // parts, session parsing and search, run on threads of their own or the blocking pool), and
     // each worker costs its stack and a malloc arena: 8 workers (tokio's default on an 8-core
@@ -85,6 +100,17 @@ fn main() -> anyhow::Result<()> {
                 prompt,
             }));
             rt.shutdown_timeout(std::time::Duration::from_millis(200));
+            pi_core::sandbox::remove_temp_folders();
+            std::process::exit(code);
+        }
+        Some(Command::Acp { trust, model }) => {
+            // Every message on stdout is ACP's; logs go to stderr.
+            let code = rt.block_on(async {
+                tokio::spawn(pi_acp::serve_stdio(pi_acp::AcpOptions { trust, model }))
+                    .await
+                    .unwrap_or(1)
+            });
+            rt.shutdown_background();
             pi_core::sandbox::remove_temp_folders();
             std::process::exit(code);
         }
