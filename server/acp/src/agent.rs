@@ -686,9 +686,11 @@ pub fn prompt_input(
                     )))
                 }
             },
-            ContentBlock::Audio(_) => return Err(RpcError::invalid_params(format!(
+            ContentBlock::Audio(_) => {
+                return Err(RpcError::invalid_params(format!(
                 "{field}[{i}]: audio prompts are not supported (promptCapabilities.audio is false)"
-            ))),
+            )))
+            }
             _ => {
                 return Err(RpcError::invalid_params(format!(
                     "{field}[{i}]: unsupported content block"
