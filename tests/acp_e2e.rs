@@ -2,6 +2,8 @@
 //! `support/acp_client.rs`) against the loopback scripted model.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::sync::Arc;
+
 use pi_e2e::acp_client::{allow, AcpClient, Answerer};
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
@@ -43,6 +45,17 @@ fn text_of(updates: &[Value], kind: &str) -> String {
         .filter(|u| u["sessionUpdate"] == kind)
         .map(|u| u["content"]["text"].as_str().unwrap_or_default())
         .collect()
+}
+
+/// Waits until the session's streamed answer so far is `text`.
+async fn wait_text(c: &AcpClient, sid: &str, text: &str) {
+    for _ in 0..500 {
+        if text_of(&c.updates(sid), "agent_message_chunk") == text {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("never streamed {text:?}: {:#?}", c.updates(sid));
 }
 
 #[tokio::test]
@@ -160,5 +173,196 @@ async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_go
     assert_eq!(
         text_of(&c.updates(id.as_str().unwrap()), "agent_message_chunk"),
         "still here"
+    );
+}
+
+/// new → prompt with a tool call that asks → cancel a hanging turn → list → load in a new
+/// process (replayed) → continue.
+#[tokio::test]
+async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
+    let mock = MockModel::start(vec![
+        Step::Tools(
+            Some("Let me look.".into()),
+            vec![(
+                "call_1".into(),
+                "bash".into(),
+                json!({"command": "echo hi"}),
+            )],
+        ),
+        Step::text("It printed hi."),
+        Step::Hang("Thinking about it".into()),
+        Step::text("Continued."),
+    ])
+    .await;
+    let s = setup("acp-flow", &mock);
+    let asked: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let a = asked.clone();
+    let answer: Answerer = Arc::new(move |m, p| {
+        assert_eq!(m, "session/request_permission");
+        a.lock().unwrap().push(p.clone());
+        Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}}))
+    });
+    let mut c = start(&s, answer).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "run it"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    // The question: the call as shown, the four kinds of options.
+    let q = asked.lock().unwrap()[0].clone();
+    assert_eq!(q["toolCall"]["toolCallId"], "call_1");
+    assert_eq!(q["toolCall"]["title"], "`echo hi`");
+    assert_eq!(q["toolCall"]["kind"], "execute");
+    let kinds: Vec<(String, String)> = q["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["optionId"].as_str().unwrap().into(),
+                o["kind"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("allow_once", "allow_once"),
+            ("allow_session", "allow_always"),
+            ("reject_once", "reject_once"),
+            ("reject_always", "reject_always")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    let ups = c.updates(&sid);
+    assert_eq!(
+        text_of(&ups, "agent_message_chunk"),
+        "Let me look.It printed hi."
+    );
+    let tool: Vec<&Value> = ups
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call" || u["sessionUpdate"] == "tool_call_update")
+        .collect();
+    assert_eq!(tool[0]["sessionUpdate"], "tool_call");
+    assert_eq!(tool[0]["kind"], "execute");
+    assert_eq!(tool[1]["status"], "in_progress");
+    let last = tool.last().unwrap();
+    assert_eq!(last["status"], "completed");
+    assert_eq!(last["content"][0]["content"]["text"], "hi\n");
+
+    // Cancel a turn that hangs: the prompt answers cancelled.
+    let id = c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "think"}]}),
+    );
+    wait_text(&c, &sid, "Let me look.It printed hi.Thinking about it").await;
+    c.notify("session/cancel", json!({"sessionId": sid}));
+    assert_eq!(
+        c.response(id).await["result"],
+        json!({"stopReason": "cancelled"})
+    );
+
+    // Listed for this cwd, titled by the first prompt.
+    let list = c.call("session/list", json!({"cwd": s.ws})).await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list["sessions"][0]["sessionId"], sid.as_str());
+    assert_eq!(list["sessions"][0]["title"], "run it");
+    assert_eq!(list["sessions"][0]["cwd"], s.ws.display().to_string());
+    // Closed: the next process can take it.
+    c.call("session/close", json!({"sessionId": sid})).await;
+    drop(c);
+
+    // A new process loads it: the branch replayed, then the conversation continues.
+    let mut c2 = start(&s, allow("allow_once")).await;
+    c2.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": []}),
+    )
+    .await;
+    let replay = c2.updates(&sid);
+    assert_eq!(text_of(&replay, "user_message_chunk"), "run itthink");
+    assert_eq!(
+        text_of(&replay, "agent_message_chunk"),
+        "Let me look.It printed hi.Thinking about it"
+    );
+    let done: Vec<&Value> = replay
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update")
+        .collect();
+    assert_eq!(done[0]["status"], "completed");
+    let r = c2
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go on"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert!(text_of(&c2.updates(&sid), "agent_message_chunk").ends_with("Continued."));
+    // The model saw the whole conversation.
+    let last = mock.requests().last().unwrap().body.clone();
+    assert!(last.to_string().contains("It printed hi."), "{last}");
+    mock.assert_paired();
+}
+
+/// A prompt sent while a turn runs waits for it: the earlier answers end_turn before the
+/// follow-up's first chunk.
+#[tokio::test]
+async fn a_prompt_while_busy_is_a_follow_up_answered_after_its_own_turn() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mock = MockModel::start(vec![
+        Step::Gate(gate.clone(), Box::new(Step::text("first"))),
+        Step::text("second"),
+    ])
+    .await;
+    let s = setup("acp-followup", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let a = c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "one"}]}),
+    );
+    let b = c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "two"}]}),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    gate.notify_one();
+    assert_eq!(
+        c.response(b).await["result"],
+        json!({"stopReason": "end_turn"})
+    );
+    let all = c.received.lock().unwrap().clone();
+    let pos = |pred: &dyn Fn(&Value) -> bool| all.iter().position(|v| pred(v)).unwrap();
+    let first_answer = pos(&|v| v["id"] == a);
+    let chunk = |prefix: &'static str| {
+        move |v: &Value| {
+            v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                && v["params"]["update"]["content"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(prefix))
+        }
+    };
+    let second_chunk = pos(&chunk("sec"));
+    let first_chunk = pos(&chunk("fir"));
+    assert!(
+        first_chunk < first_answer && first_answer < second_chunk,
+        "{all:#?}"
+    );
+    assert_eq!(
+        all[first_answer]["result"],
+        json!({"stopReason": "end_turn"})
     );
 }
