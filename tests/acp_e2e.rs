@@ -366,3 +366,197 @@ async fn a_prompt_while_busy_is_a_follow_up_answered_after_its_own_turn() {
         json!({"stopReason": "end_turn"})
     );
 }
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Fuzzed input: a line over the limit, 10,000 requests in flight (unknown methods, wrong
+/// types, lists), garbage: every request answered under its id, memory bounded, the agent
+/// goes on.
+#[tokio::test]
+async fn fuzzed_ndjson_is_answered_and_memory_stays_bounded() {
+    let mock = MockModel::start(vec![Step::text("alive")]).await;
+    let s = setup("acp-fuzz", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let pid = c.child.id().unwrap();
+    let before = rss_kb(pid);
+    // 65 MiB of one line: skipped without being kept.
+    c.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":"huge","method":"x","params":"{}"}}"#,
+        "a".repeat(65 << 20)
+    ));
+    let r = c
+        .wait_for(60, |v| {
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("longer than"))
+        })
+        .await;
+    assert_eq!(r["error"]["code"], -32600);
+    let mut ids = Vec::new();
+    for i in 0..10_000 {
+        let id = match i % 4 {
+            0 => c.send(&format!("no/such/{i}"), json!({})),
+            1 => c.send("session/prompt", json!({"sessionId": i, "prompt": "x"})),
+            2 => c.send("session/list", json!({"cwd": s.ws})),
+            _ => c.send(
+                "session/load",
+                json!({"sessionId": format!("s{i}"), "cwd": s.ws, "mcpServers": []}),
+            ),
+        };
+        ids.push(id);
+        if i % 97 == 0 {
+            c.send_raw("\u{0}\u{1}garbage ✗ {{{");
+        }
+    }
+    let last = *ids.last().unwrap();
+    c.response(last).await;
+    // Every request is answered, under its id.
+    for _ in 0..600 {
+        let n = c
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|v| {
+                v["id"].as_i64().is_some_and(|i| i > 1001 && i <= last) && v.get("method").is_none()
+            })
+            .count();
+        if n == ids.len() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let got: Vec<Value> = c
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|v| {
+            v["id"].as_i64().is_some_and(|i| i > 1001 && i <= last) && v.get("method").is_none()
+        })
+        .cloned()
+        .collect();
+    assert_eq!(got.len(), ids.len());
+    let code = |id: i64| got.iter().find(|v| v["id"] == id).unwrap()["error"]["code"].clone();
+    assert_eq!(code(ids[0]), -32601);
+    assert_eq!(code(ids[1]), -32602);
+    assert_eq!(code(ids[3]), -32002);
+    assert!(got.iter().find(|v| v["id"] == ids[2]).unwrap()["result"]["sessions"].is_array());
+    let after = rss_kb(pid);
+    assert!(
+        after < before + 60_000,
+        "RSS grew from {before} kB to {after} kB"
+    );
+    // It goes on.
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .clone();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+}
+
+/// The client vanishes mid-run (stdin closed): the run is aborted, its partial answer saved,
+/// the file released, and the process exits.
+#[tokio::test]
+async fn a_client_that_vanishes_mid_run_aborts_and_saves() {
+    let mock = MockModel::start(vec![Step::Hang("partial answer".into())]).await;
+    let s = setup("acp-vanish", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
+    );
+    wait_text(&c, &sid, "partial answer").await;
+    c.close_stdin();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), c.child.wait())
+        .await
+        .expect("the agent exits when its client is gone")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let lines = pi_e2e::session_lines(&s.ws);
+    let last = lines.last().unwrap();
+    assert_eq!(last["message"]["role"], "assistant");
+    assert_eq!(last["message"]["stopReason"], "aborted");
+    assert_eq!(last["message"]["content"][0]["text"], "partial answer");
+    let lock: Vec<_> = std::fs::read_dir(s.ws.join(".pi/sessions"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "lock")
+        })
+        .collect();
+    assert!(lock.is_empty(), "the file is released");
+}
+
+/// kill -9 mid-prompt: every tool result the client was told had completed is in the file.
+#[tokio::test]
+async fn kill_9_mid_prompt_loses_no_acknowledged_entry() {
+    let mock = MockModel::start(vec![
+        Step::call("c1", "bash", json!({"command": "echo one"})),
+        Step::call("c2", "bash", json!({"command": "echo two"})),
+        Step::Hang("still going".into()),
+    ])
+    .await;
+    let s = setup("acp-kill9", &mock);
+    let mut c = start(&s, allow("allow_session")).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
+    );
+    wait_text(&c, &sid, "still going").await;
+    let acknowledged: Vec<String> = c
+        .updates(&sid)
+        .iter()
+        .filter(|u| u["status"] == "completed")
+        .map(|u| u["toolCallId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(acknowledged, ["c1", "c2"]);
+    c.child.start_kill().unwrap();
+    c.child.wait().await.unwrap();
+    let lines = pi_e2e::session_lines(&s.ws);
+    let results: Vec<(String, String)> = lines
+        .iter()
+        .filter(|l| l["message"]["role"] == "toolResult")
+        .map(|l| {
+            (
+                l["message"]["toolCallId"].as_str().unwrap().to_string(),
+                l["message"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [("c1".into(), "one\n".into()), ("c2".into(), "two\n".into())]
+    );
+}
