@@ -345,7 +345,7 @@ async fn a_prompt_while_busy_is_a_follow_up_answered_after_its_own_turn() {
         json!({"stopReason": "end_turn"})
     );
     let all = c.received.lock().unwrap().clone();
-    let pos = |pred: &dyn Fn(&Value) -> bool| all.iter().position(|v| pred(v)).unwrap();
+    let pos = |pred: &dyn Fn(&Value) -> bool| all.iter().position(pred).unwrap();
     let first_answer = pos(&|v| v["id"] == a);
     let chunk = |prefix: &'static str| {
         move |v: &Value| {

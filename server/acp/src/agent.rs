@@ -150,7 +150,7 @@ impl AcpAgent {
     /// Answers the request `method` (`session/prompt` answers through [`AcpAgent::prompt`]).
     pub async fn request(self: &Arc<Self>, method: &str, params: Value) -> Result<Value, RpcError> {
         match method {
-            "initialize" => self.initialize(parse_params(params)?),
+            "initialize" => self.initialize(parse_params(lenient_version(params))?),
             "authenticate" => Ok(json!({})),
             "session/new" => self.new_session(parse_params(params)?).await,
             "session/load" => self.load(parse_params(params)?).await,
@@ -560,7 +560,7 @@ impl AcpAgent {
     /// `session/prompt`: answers `id` itself, when its turn ends and before the next prompt
     /// of the session starts (so a follow-up's updates come after the earlier answer).
     pub async fn prompt(self: Arc<Self>, id: Value, params: Value, ticket: Option<Ticket>) {
-        let p: PromptRequest = match parse_params(params) {
+        let p: PromptRequest = match parse_params(lenient_prompt(params)) {
             Ok(p) => p,
             Err(e) => {
                 // Its place in line is given up.
@@ -626,6 +626,31 @@ impl AcpAgent {
         futures::future::join_all(all.iter().map(|l| close_session(&l.session))).await;
         pi_core::tools::kill_all_groups().await;
     }
+}
+
+/// `protocolVersion` sent as a string of digits (`"1"`, as clients predating the integer
+/// form do) is read as that number; the answer is always the integer.
+fn lenient_version(mut params: Value) -> Value {
+    if let Some(v) = params.get_mut("protocolVersion") {
+        if let Some(n) = v.as_str().and_then(|s| s.trim().parse::<u16>().ok()) {
+            *v = json!(n);
+        }
+    }
+    params
+}
+
+/// A `session/prompt` carrying its blocks as `content` (the field's name in drafts before
+/// ACP v1, still sent by some clients and by acplint 0.1.0) with no `prompt` is read as if
+/// they were `prompt`.
+fn lenient_prompt(mut params: Value) -> Value {
+    if let Some(o) = params.as_object_mut() {
+        if !o.contains_key("prompt") {
+            if let Some(c) = o.remove("content") {
+                o.insert("prompt".into(), c);
+            }
+        }
+    }
+    params
 }
 
 /// Gives the next prompt of the session its turn.
