@@ -103,7 +103,7 @@ impl LspExtensionUi {
 
     /// The active run of this session, if any.
     fn run_id(&self, st: &State) -> Option<String> {
-        let session = st.sessions.lock().get(&self.session_id).cloned()?;
+        let session = st.live_session(&self.session_id)?;
         session.agent_handle().run_id()
     }
 
@@ -191,7 +191,7 @@ impl ExtensionUi for LspExtensionUi {
                 | UiRequest::Editor { title, .. } => title.clone(),
                 _ => String::new(),
             };
-            let session = st.sessions.lock().get(&self.session_id).cloned();
+            let session = st.live_session(&self.session_id);
             let run_id = session.and_then(|s| {
                 s.agent_handle()
                     .is_streaming()

@@ -4,7 +4,7 @@
 //! written to the sessions folder (`<workspace>/.pi/sessions/` by default). Exit code 0 when the
 //! run ends normally, 1 when it ends in an error or abort, 2 for bad usage or configuration,
 //! 128 + the signal's number on SIGTERM (143), SIGHUP (129) or SIGINT (130), after the same
-//! cleanup as the server's ([`crate::shutdown::stop`]: the run aborted, its results written,
+//! cleanup as the server's ([`Sessions::stop_all`]: the run aborted, its results written,
 //! process groups killed, the file synced and unlocked).
 
 use std::io::Write;
@@ -20,8 +20,8 @@ use pi_core::approval::{ApprovalPolicy, Gate};
 use pi_core::extension::{ExtensionErrorInfo, ExtensionUi};
 use pi_core::fs::{DiskFs, Fs};
 use pi_core::harness::{
-    choose_model, untrusted_notice, AgentSession, Notice, PromptOutcome, SessionListener,
-    SessionSetup, Tracker,
+    untrusted_notice, MessageLevel, Notice, PromptOutcome, SessionListener, SessionSetup, Sessions,
+    Tracker,
 };
 use pi_core::resources::WorkspaceConfig;
 use pi_core::settings::Settings;
@@ -178,6 +178,12 @@ impl SessionSetup for HeadlessSetup {
         Arc::new(HeadlessUi)
     }
 
+    /// On stderr (the model chosen instead of the one asked for, a fork, repairs).
+    #[allow(clippy::print_stderr)]
+    fn show_message(&self, _level: MessageLevel, message: String) {
+        eprintln!("{message}");
+    }
+
     fn listeners(&self, _session_id: &str, _agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {
         vec![Arc::new(PrintSink {
             json: self.json,
@@ -219,16 +225,6 @@ pub async fn run(args: RunArgs) -> i32 {
     if let Some(n) = untrusted_notice(&ws, "run with --trust to load it") {
         eprintln!("{n}");
     }
-    let (model, notice) = match choose_model(&ws, args.model.as_deref(), None) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("pi-lsp: {e}");
-            return 2;
-        }
-    };
-    if let Some(n) = notice {
-        eprintln!("{n}");
-    }
     let failed_save = Arc::new(AtomicBool::new(false));
     let setup = Arc::new(HeadlessSetup {
         root: workspace,
@@ -236,7 +232,9 @@ pub async fn run(args: RunArgs) -> i32 {
         approve: args.approve,
         failed_save: failed_save.clone(),
     });
-    let session = match AgentSession::create(ws, setup, model, None) {
+    // The one registry every front door uses: the session, and the stop on a signal.
+    let sessions = Sessions::new(ws, setup, None);
+    let session = match sessions.create(args.model.as_deref(), None, None) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pi-lsp: {e}");
@@ -264,9 +262,8 @@ pub async fn run(args: RunArgs) -> i32 {
         _ = agent.wait_for_idle() => {}
         n = signals.next() => {
             eprintln!("pi-lsp: signal {n}: stopping the run");
-            let targets = [crate::shutdown::Target::of(&session)];
             tokio::select! {
-                _ = crate::shutdown::stop(&targets) => {}
+                _ = sessions.stop_all() => {}
                 n = signals.next() => crate::shutdown::exit_now(128 + n),
             }
             eprintln!("pi-lsp: session saved to {}", session_path.display());

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use pi_core::harness::AgentSession;
+use pi_core::harness::{AgentSession, Sessions};
 use pi_core::resources::WorkspaceConfig;
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
@@ -35,10 +35,10 @@ pub struct State {
     root: Mutex<PathBuf>,
     /// The workspace's configuration and trust (set by `initialize`).
     workspace: Mutex<Arc<WorkspaceConfig>>,
-    init_model: Mutex<Option<String>>,
     /// `initializationOptions.approvalPolicy`: the editor's own setting.
     pub(crate) init_approval: Mutex<Option<pi_core::approval::ApprovalPolicy>>,
-    pub(crate) sessions: Mutex<HashMap<String, Arc<AgentSession>>>,
+    /// The workspace's live sessions (set by `initialize`).
+    sessions: std::sync::OnceLock<Arc<Sessions>>,
     /// Each session's event sink, by session id: `agent/messages` answers with what it sent
     /// ([`crate::sink::LspSink::sent`]); an extension's error is numbered by it.
     pub(crate) sinks: Mutex<HashMap<String, std::sync::Weak<crate::sink::LspSink>>>,
@@ -51,9 +51,6 @@ pub struct State {
     /// Between a successful `initialize` and `shutdown`: document sync is applied (by
     /// [`crate::dispatch::Dispatch`] in the read loop).
     accepting_sync: AtomicBool,
-    /// Set when [`crate::shutdown::stop_server`] began: no session is opened or created any
-    /// more (a request in flight must not take a file back, or fork it, while it is closed).
-    going_away: AtomicBool,
     /// `initializationOptions.coalesceDeltasMs` (see [`crate::sink`]).
     pub(crate) coalesce_ms: std::sync::atomic::AtomicU64,
     /// `initializationOptions.compactDeltas` and the sessions' `ref`s (see [`crate::delta`]).
@@ -153,15 +150,13 @@ pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
                     PathBuf::from("."),
                     false,
                 )),
-                init_model: Mutex::new(None),
                 init_approval: Mutex::new(None),
-                sessions: Mutex::new(HashMap::new()),
+                sessions: std::sync::OnceLock::new(),
                 sinks: Mutex::new(HashMap::new()),
                 shutdown_received: Default::default(),
                 extension_ui: AtomicBool::new(false),
                 editor_tools: Default::default(),
                 accepting_sync: AtomicBool::new(false),
-                going_away: AtomicBool::new(false),
                 coalesce_ms: crate::sink::default_coalesce_ms(),
                 compact_deltas: Default::default(),
             }),
@@ -188,10 +183,6 @@ impl State {
         self.workspace.lock().clone()
     }
 
-    pub(crate) fn init_model(&self) -> Option<String> {
-        self.init_model.lock().clone()
-    }
-
     /// Whether the client answers `agent/ui/request`.
     pub(crate) fn extension_ui(&self) -> bool {
         self.extension_ui.load(Ordering::Relaxed)
@@ -202,20 +193,20 @@ impl State {
         self.accepting_sync.load(Ordering::SeqCst)
     }
 
-    /// Marks the server as going away (see [`State::refuse_if_going_away`]).
-    pub(crate) fn set_going_away(&self) {
-        self.going_away.store(true, Ordering::SeqCst);
+    /// The workspace's live sessions; before `initialize` (which the library refuses every
+    /// request before) an error.
+    pub(crate) fn sessions(&self) -> Result<&Arc<Sessions>> {
+        self.sessions.get().ok_or_else(|| {
+            agent_error(
+                codes::SESSION_IO,
+                "the server is not initialized: no session is opened or created yet",
+            )
+        })
     }
 
-    /// `-31004` once the server is going away: no session is opened or created then.
-    pub(crate) fn refuse_if_going_away(&self) -> Result<()> {
-        if self.going_away.load(Ordering::SeqCst) {
-            return Err(agent_error(
-                codes::SESSION_IO,
-                "the server is shutting down: no session is opened or created any more",
-            ));
-        }
-        Ok(())
+    /// The live session `id`, if any (no file is touched).
+    pub(crate) fn live_session(&self, id: &str) -> Option<Arc<AgentSession>> {
+        self.sessions.get()?.get(id)
     }
 
     pub(crate) fn set_accepting_sync(&self, on: bool) {
@@ -307,9 +298,19 @@ impl LanguageServer for Backend {
             tracing::warn!("workspace folder {uri} is not a file: folder; tools cannot use it");
         }
         ws.set_folders(folders);
-        *self.state.workspace.lock() = ws;
+        *self.state.workspace.lock() = ws.clone();
         *self.state.root.lock() = root;
-        *self.state.init_model.lock() = init_model;
+        let setup = Arc::new(crate::setup::LspSetup {
+            st: self.state.clone(),
+        });
+        if self
+            .state
+            .sessions
+            .set(Arc::new(Sessions::new(ws, setup, init_model)))
+            .is_err()
+        {
+            return Err(tower_lsp_server::jsonrpc::Error::invalid_request());
+        }
         // The editor's own approval setting.
         *self.state.init_approval.lock() = init_approval;
         if let Some(window) = coalesce {

@@ -1,159 +1,63 @@
-//! The server's open sessions, by id: found (or resumed from their file on first use),
-//! created, opened from a file. Each is a [`pi_core::harness::AgentSession`] built with the
-//! editor's [`LspSetup`].
+//! The server's way to its sessions: [`pi_core::harness::Sessions`] (the one registry of the
+//! workspace's live sessions, built by `initialize` with the editor's [`crate::setup::LspSetup`])
+//! reached from handlers, and its errors as JSON-RPC errors.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use pi_core::harness::{choose_model, sessions_dir, AgentSession, Opening};
-use pi_core::session::{find_session_file, SessionError};
-use std::time::{Duration, Instant};
+use pi_core::harness::sessions::Error as SessionsError;
+use pi_core::harness::{AgentSession, Sessions};
 use tower_lsp_server::jsonrpc::Result;
-use tower_lsp_server::ls_types::MessageType;
 
 use crate::protocol::{agent_error, codes};
 use crate::server::Backend;
-use crate::setup::LspSetup;
+
+/// The JSON-RPC error of a [`Sessions`] error.
+pub(crate) fn sessions_error(e: SessionsError) -> tower_lsp_server::jsonrpc::Error {
+    let code = match &e {
+        SessionsError::Invalid { field, message } => {
+            return crate::methods::invalid(field, message)
+        }
+        SessionsError::UnknownSession(_) => codes::UNKNOWN_SESSION,
+        SessionsError::Model(_) => codes::MODEL_UNAVAILABLE,
+        SessionsError::ShuttingDown | SessionsError::Session(_) | SessionsError::Closed(_) => {
+            codes::SESSION_IO
+        }
+    };
+    agent_error(code, e.to_string())
+}
 
 impl Backend {
-    /// The live session `id`, or the one resumed from its file in `.pi/sessions/` (or in Pi's
-    /// own sessions folder of this workspace).
-    ///
-    /// A file another process holds is waited for, up to [`RELEASE_WAIT`], before the session
-    /// continues in a fork: a window reload starts the new server while the old one still
-    /// saves and exits.
+    /// The workspace's sessions (set by `initialize`).
+    pub(crate) fn sessions(&self) -> Result<&Arc<Sessions>> {
+        self.state.sessions()
+    }
+
+    /// The live session `id`, or the one resumed from its file ([`Sessions::open`]).
     pub(crate) async fn session(&self, id: &str) -> Result<Arc<AgentSession>> {
-        // Bind first: the map's lock must be released before `open_file` takes it.
-        let known = self.state.sessions.lock().get(id).cloned();
-        if let Some(s) = known {
-            return Ok(s);
-        }
-        let path = self.session_file(id).ok_or_else(|| {
-            agent_error(
-                codes::UNKNOWN_SESSION,
-                format!(
-                    "no session {id} in {}",
-                    sessions_dir(&self.state.workspace()).display()
-                ),
-            )
-        })?;
-        wait_for_release(&path).await;
-        self.open_file(&path)
+        self.sessions()?.open(id).await.map_err(sessions_error)
     }
 
-    /// The session `id` when it is open here; `None` when only its file exists (it has no
-    /// run to stop and nothing to close: opening it just to say so would take its lock);
-    /// UNKNOWN_SESSION when no file has that id.
+    /// The session `id` when it is live here, `None` when only its file exists
+    /// ([`Sessions::find`]).
     pub(crate) fn open_session(&self, id: &str) -> Result<Option<Arc<AgentSession>>> {
-        let open = self.state.sessions.lock().get(id).cloned();
-        if open.is_none() && self.session_file(id).is_none() {
-            return Err(agent_error(
-                codes::UNKNOWN_SESSION,
-                format!("no session {id}"),
-            ));
-        }
-        Ok(open)
+        self.sessions()?.find(id).map_err(sessions_error)
     }
 
-    /// The file of session `id` in the workspace's sessions folder, or in Pi's own sessions
-    /// folder of this workspace.
-    pub(crate) fn session_file(&self, id: &str) -> Option<std::path::PathBuf> {
-        find_session_file(&sessions_dir(&self.state.workspace()), id).or_else(|| {
-            let agent = pi_ai::models::agent_dir()?;
-            let root = self.state.root();
-            find_session_file(&pi_core::session::pi_sessions_dir(&agent, &root), id)
-        })
-    }
-
-    /// A new session (and file) with `model` (default: the usual choice), `thinking` and
-    /// `name`.
+    /// A new session ([`Sessions::create`]).
     pub(crate) fn create_session(
         &self,
         model: Option<&str>,
         thinking: Option<pi_ai::models::ThinkingLevel>,
         name: Option<&str>,
     ) -> Result<Arc<AgentSession>> {
-        let st = &self.state;
-        st.refuse_if_going_away()?;
-        let ws = st.workspace();
-        let (mut model, notice) = choose_model(&ws, model, st.init_model().as_deref())
-            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-        if let Some(n) = notice {
-            let client = st.client.clone();
-            tokio::spawn(async move { client.show_message(MessageType::INFO, n).await });
-        }
-        if let Some(level) = thinking {
-            model.thinking_level = Some(model.clamp_thinking_level(level));
-        }
-        let setup = Arc::new(LspSetup { st: st.clone() });
-        let s = AgentSession::create(ws, setup, model, name)
-            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        st.sessions.lock().insert(s.id().to_string(), s.clone());
-        Ok(s)
+        self.sessions()?
+            .create(model, thinking, name)
+            .map_err(sessions_error)
     }
 
-    /// Opens the session file at `path` (or returns it when already open here).
+    /// Opens the session file at `path` now ([`Sessions::open_file`]).
     pub(crate) fn open_file(&self, path: &Path) -> Result<Arc<AgentSession>> {
-        let st = &self.state;
-        st.refuse_if_going_away()?;
-        let ws = st.workspace();
-        let opening = pi_core::harness::open_file(&ws, path, |id| {
-            let s = st.sessions.lock().get(id).cloned()?;
-            Some(s.file())
-        });
-        let (writer, loaded, notices) = match opening {
-            Ok(Opening::Opened {
-                writer,
-                loaded,
-                notices,
-            }) => (writer, loaded, notices),
-            Ok(Opening::AlreadyOpen(id)) => {
-                return st.sessions.lock().get(&id).cloned().ok_or_else(|| {
-                    agent_error(
-                        codes::SESSION_IO,
-                        format!("session {id} was closed while it was being opened"),
-                    )
-                })
-            }
-            Err(SessionError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                return Err(agent_error(
-                    codes::UNKNOWN_SESSION,
-                    format!("no session file {}", path.display()),
-                ))
-            }
-            Err(e) => return Err(agent_error(codes::SESSION_IO, e.to_string())),
-        };
-        for w in &loaded.warnings {
-            tracing::warn!("{w}");
-        }
-        for msg in notices {
-            // A fork instead of a held file, repairs made while loading: told to the user,
-            // not only logged (cases SESS-01, SESS-02, SESS-04).
-            tracing::warn!("{msg}");
-            let client = st.client.clone();
-            tokio::spawn(async move { client.show_message(MessageType::WARNING, msg).await });
-        }
-        let setup = Arc::new(LspSetup { st: st.clone() });
-        let s = AgentSession::resume(ws, setup, writer, loaded, st.init_model().as_deref())
-            .map_err(|e| agent_error(codes::MODEL_UNAVAILABLE, e.to_string()))?;
-        let id = s.id().to_string();
-        Ok(st.sessions.lock().entry(id).or_insert(s).clone())
-    }
-}
-
-/// How long opening a session waits for another process to release its file before it
-/// continues in a fork (SESS-04). A server told to exit ends in well under this (LSPX-03:
-/// its run aborted and paired, its lines saved, within 2 s), so a window reload finds its
-/// session whole; a file a live process keeps open costs this wait once, then the fork.
-pub(crate) const RELEASE_WAIT: Duration = Duration::from_secs(3);
-
-/// Resolves when no other process holds the session file at `path`, or after
-/// [`RELEASE_WAIT`]; polls without blocking a worker thread.
-pub(crate) async fn wait_for_release(path: &Path) {
-    let deadline = Instant::now() + RELEASE_WAIT;
-    while pi_core::session::lock_held(path) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.sessions()?.open_file(path).map_err(sessions_error)
     }
 }

@@ -12,11 +12,12 @@ use pi_core::agent::{Tool, WeakAgent};
 use pi_core::approval::{ApprovalPolicy, Gate};
 use pi_core::extension::ExtensionUi;
 use pi_core::fs::Fs;
-use pi_core::harness::{SessionListener, SessionSetup, Tracker};
+use pi_core::harness::{MessageLevel, SessionListener, SessionSetup, Tracker};
 use pi_core::resources::WorkspaceConfig;
 use pi_core::sandbox::Approver;
 use pi_core::settings::Settings;
 use pi_core::tools::BeforeBash;
+use tower_lsp_server::ls_types::MessageType;
 
 use crate::editor_fs::EditorFs;
 use crate::server::State;
@@ -121,6 +122,15 @@ impl SessionSetup for LspSetup {
             &self.st,
             session_id.to_string(),
         ))
+    }
+
+    fn show_message(&self, level: MessageLevel, message: String) {
+        let client = self.st.client.clone();
+        let kind = match level {
+            MessageLevel::Info => MessageType::INFO,
+            MessageLevel::Warning => MessageType::WARNING,
+        };
+        tokio::spawn(async move { client.show_message(kind, message).await });
     }
 
     fn listeners(&self, session_id: &str, agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {

@@ -1,9 +1,10 @@
 //! The one way the server goes away (case LSPX-03): the LSP `shutdown` request, the `exit`
 //! notification (with or without `shutdown` before it), the end of stdin (the editor died or
-//! closed the pipe) and the signals SIGTERM, SIGHUP and SIGINT all end in [`stop`], and so does
-//! `pi-lsp run` on SIGTERM, SIGHUP or SIGINT.
+//! closed the pipe) and the signals SIGTERM, SIGHUP and SIGINT all end in [`stop_server`]
+//! ([`pi_core::harness::Sessions::stop_all`]), and so does `pi-lsp run` on SIGTERM, SIGHUP or
+//! SIGINT.
 //!
-//! [`stop`], within [`STOP_BUDGET`]:
+//! [`pi_core::harness::sessions::stop`], within [`STOP_BUDGET`]:
 //! 1. aborts every run of every session (a tool running, a stream from the model, a permission
 //!    question, a compaction) and the user's `agent/bash` command of each session;
 //! 2. waits for the runs to settle: the run's own abort path kills the command's process group
@@ -13,36 +14,30 @@
 //! 3. kills every process group a `bash` command of this process was started in that still has
 //!    a live member ([`pi_core::tools::kill_all_groups`]: a run that did not settle in time, and
 //!    background children a finished command left behind);
-//! 4. closes every session writer ([`SessionWriter::close`]: `fdatasync`, then the `.lock`
+//! 4. closes every session writer (`SessionWriter::close`: `fdatasync`, then the `.lock`
 //!    file's `flock` is released and the file removed).
 //!
 //! The caller then exits. The exit codes ([`exit_code`]): 0 after `shutdown` then `exit` (or the
 //! end of the input after `shutdown`), 1 for `exit` or the end of the input without `shutdown`
 //! (LSP 3.17 "exit Notification"), 128 + the signal's number for a signal (129 SIGHUP,
 //! 130 SIGINT, 143 SIGTERM), as shells report a process a signal ended. A second signal while
-//! [`stop`] runs ends the process at once (groups killed with SIGKILL first).
+//! the stop runs ends the process at once (groups killed with SIGKILL first).
 //!
-//! The abort itself is the sessions' own (`Agent::abort`, the tracker's `abort_bash`): this
-//! module only decides the order and the deadline.
+//! The stop itself is the sessions' own (`pi_core::harness::sessions::stop`): this module
+//! decides when, and how the process ends.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use pi_core::agent::Agent;
-use pi_core::harness::{AgentSession, Tracker};
-use pi_core::session::SessionWriter;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use crate::server::State;
 
-/// How long [`stop`] waits for the runs and user commands to settle before it kills what is
-/// left: the whole stop (kill grace and syncs included) stays well within 2 s.
-pub const STOP_BUDGET: Duration = Duration::from_millis(1200);
+pub use pi_core::harness::sessions::STOP_BUDGET;
 
 /// How long the server waits for its last frames to reach the client before it exits.
 pub const FLUSH_BUDGET: Duration = Duration::from_millis(200);
@@ -177,105 +172,19 @@ impl<R: AsyncRead + Unpin> AsyncRead for WatchEnd<R> {
     }
 }
 
-/// One session to stop: its agent, its writer and, in the server, what its user runs
-/// (`agent/bash`).
-pub(crate) struct Target {
-    pub(crate) id: String,
-    pub(crate) agent: Agent,
-    pub(crate) writer: Arc<Mutex<SessionWriter>>,
-    pub(crate) tracker: Arc<Tracker>,
-}
+/// What [`stop_server`] did ([`pi_core::harness::Sessions::stop_all`]).
+pub use pi_core::harness::sessions::StopReport as Report;
 
-impl Target {
-    /// The target for `session`.
-    pub(crate) fn of(session: &AgentSession) -> Target {
-        Target {
-            id: session.id().to_string(),
-            agent: session.agent_handle().clone(),
-            writer: session.writer().clone(),
-            tracker: session.tracker().clone(),
-        }
-    }
-}
-
-/// What [`stop`] did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Report {
-    /// Sessions that had a run, a compaction or a user command to stop.
-    pub aborted: usize,
-    /// Sessions whose run or user command had not settled within [`STOP_BUDGET`].
-    pub unsettled: Vec<String>,
-    /// Process groups still alive after the runs settled (killed then).
-    pub groups_killed: usize,
-    /// Writers that failed their final sync (the lock was released anyway).
-    pub sync_failures: usize,
-}
-
-/// Stops `targets` as the module doc says; returns at most [`STOP_BUDGET`] plus the kill
-/// grace after it was called.
-pub(crate) async fn stop(targets: &[Target]) -> Report {
-    let deadline = Instant::now() + STOP_BUDGET;
-    let mut report = Report::default();
-    for t in targets {
-        let run = t.agent.abort();
-        let command = t.tracker.abort_bash();
-        if run || command || t.agent.is_streaming() {
-            report.aborted += 1;
-        }
-    }
-    let settled = futures::future::join_all(targets.iter().map(|t| async move {
-        let run = t.agent.wait_for_idle();
-        let command = async {
-            while t.tracker.bash_running() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        };
-        tokio::time::timeout_at(deadline, futures::future::join(run, command))
-            .await
-            .is_ok()
-    }))
-    .await;
-    for (t, ok) in targets.iter().zip(settled) {
-        if !ok {
-            tracing::warn!(
-                "session {}: its run did not end within {} ms of the abort; its processes are killed and the file closed as it is",
-                t.id,
-                STOP_BUDGET.as_millis()
-            );
-            report.unsettled.push(t.id.clone());
-        }
-    }
-    report.groups_killed = pi_core::tools::kill_all_groups().await;
-    for t in targets {
-        let mut w = t.writer.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = w.close() {
-            tracing::warn!("session {}: final sync failed: {e}", t.id);
-            report.sync_failures += 1;
-        }
-    }
-    report
-}
-
-/// The server's part: takes every open session out of the server (no request finds it any
-/// more, and none is opened or created from now on: `-31004`), stops them all ([`stop`]) and
-/// drops them. Used by the `shutdown` request and by every way the process goes away.
+/// The server's part: document sync stops, and every live session is stopped and forgotten
+/// ([`pi_core::harness::Sessions::stop_all`]: no request finds it any more, and none is
+/// opened or created from now on: `-31004`). Used by the `shutdown` request and by every way
+/// the process goes away.
 pub async fn stop_server(state: &Arc<State>) -> Report {
     state.set_accepting_sync(false);
-    state.set_going_away();
-    let sessions: Vec<_> = state.sessions.lock().drain().map(|(_, s)| s).collect();
-    let targets: Vec<Target> = sessions.iter().map(|s| Target::of(s)).collect();
-    let report = stop(&targets).await;
-    if report.aborted > 0 || report.groups_killed > 0 {
-        tracing::debug!(
-            "stopped {} session(s) with work in progress; {} process group(s) killed; {} not settled in time",
-            report.aborted,
-            report.groups_killed,
-            report.unsettled.len()
-        );
+    match state.sessions() {
+        Ok(sessions) => sessions.stop_all().await,
+        Err(_) => Report::default(),
     }
-    drop(targets);
-    drop(sessions);
-    report
 }
 
 /// Serves LSP on stdin/stdout until the process goes away (see the module doc); returns the

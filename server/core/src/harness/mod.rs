@@ -9,7 +9,8 @@
 //! and persist the run ([`Recorder`]). Everything else — which tools, which system prompt,
 //! which settings apply, what a model or thinking change writes to the file — lives here once.
 //!
-//! Sessions are opened with [`open_file`] (which continues a file another process holds in a
+//! A product keeps its live sessions in [`Sessions`] (open by id, by path or new; list; stop
+//! all): see [`sessions`] for how an edge uses it. Underneath, sessions are opened with [`open_file`] (which continues a file another process holds in a
 //! fork, case SESS-04) and [`AgentSession::resume`], or started with [`AgentSession::create`].
 
 pub mod branch_summary;
@@ -18,6 +19,7 @@ mod live;
 pub mod queue;
 pub mod recorder;
 pub mod rewind;
+pub mod sessions;
 pub mod setup;
 
 use std::path::{Path, PathBuf};
@@ -46,6 +48,7 @@ pub use live::{
 };
 pub use queue::{Notice, Tracker};
 pub use recorder::Recorder;
+pub use sessions::{MessageLevel, Sessions};
 pub use setup::{
     agent_config, agent_config_with, choose_model, compaction_config, expand_prompt,
     scripted_model, sessions_dir, thinking_level_name, untrusted_notice, LateTools, RunAdditions,
@@ -87,6 +90,16 @@ pub trait SessionSetup: Send + Sync {
     /// The listeners that show the session's events and notices, called after the session
     /// persisted each event and before the extensions' handlers see it.
     fn listeners(&self, session_id: &str, agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>>;
+    /// Tells the user `message` (the editor: `window/showMessage`; headless: stderr). Used by
+    /// [`Sessions`] while opening or creating a session: a fork made because another process
+    /// holds the file, repairs made while loading, a model chosen instead of the one asked
+    /// for. The default logs it.
+    fn show_message(&self, level: MessageLevel, message: String) {
+        match level {
+            MessageLevel::Info => tracing::info!("{message}"),
+            MessageLevel::Warning => tracing::warn!("{message}"),
+        }
+    }
 }
 
 /// What changes over a session's life besides its conversation.

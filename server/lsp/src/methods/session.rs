@@ -21,7 +21,7 @@ use crate::protocol::{
     SessionTreeResult, TreeEntry,
 };
 use crate::server::Backend;
-use pi_core::harness::sessions_dir;
+use crate::sessions::sessions_error;
 
 /// The state clients see of `s`.
 pub(crate) fn session_state(s: &AgentSession) -> SessionState {
@@ -112,101 +112,82 @@ impl Backend {
         Ok(session_state(&session))
     }
 
-    /// `agent/session/list {}` → the workspace's session files, most recent first.
+    /// `agent/session/list {}` → the workspace's session files (and Pi's own for this
+    /// folder), most recent first ([`pi_core::harness::Sessions::list`]).
     pub(crate) async fn session_list(&self, params: Value) -> Result<SessionListResult> {
         let _: SessionListParams = parse_params(params)?;
-        let open: Vec<String> = self.state.sessions.lock().keys().cloned().collect();
-        let root = self.state.root();
-        let mut found = pi_core::session::list_sessions(&sessions_dir(&self.state.workspace()));
-        // Pi's own sessions of this folder are listed too (and open by path or id).
-        if let Some(agent) = pi_ai::models::agent_dir() {
-            let pi_dir = pi_core::session::pi_sessions_dir(&agent, &root);
-            if pi_dir != sessions_dir(&self.state.workspace()) {
-                found.extend(pi_core::session::list_sessions(&pi_dir));
-            }
-        }
-        let mut sessions: Vec<SessionInfo> = found
+        let sessions = self
+            .sessions()?
+            .list()
             .into_iter()
-            .map(|x| SessionInfo {
-                open: open.contains(&x.id),
-                session_id: x.id,
-                session_file: x.path.display().to_string(),
-                name: x.name,
-                first_prompt: x.first_prompt,
-                parent_session: x.parent_session,
-                entry_count: x.entry_count,
-                last_activity: x.last_activity_ms,
+            .map(|l| SessionInfo {
+                open: l.open,
+                session_id: l.summary.id,
+                session_file: l.summary.path.display().to_string(),
+                name: l.summary.name,
+                first_prompt: l.summary.first_prompt,
+                parent_session: l.summary.parent_session,
+                entry_count: l.summary.entry_count,
+                last_activity: l.summary.last_activity_ms,
             })
             .collect();
-        sessions.sort_by_key(|s| std::cmp::Reverse(s.last_activity));
         Ok(SessionListResult { sessions })
     }
 
     /// `agent/session/open {sessionId | path}` → the session's state (already open: as is).
     pub(crate) async fn session_open(&self, params: Value) -> Result<SessionState> {
         let p: SessionOpenParams = parse_params(params)?;
+        let sessions = self.sessions()?;
         let session = match (&p.session_id, &p.path) {
-            (Some(id), None) => self.session(id).await?,
-            (None, Some(path)) => {
-                let path = PathBuf::from(path);
-                let path = if path.is_absolute() {
-                    path
-                } else {
-                    self.state.root().join(path)
-                };
-                if path.extension().is_none_or(|e| e != "jsonl") {
-                    return Err(invalid("path", "expected a .jsonl session file"));
-                }
-                let canonical = std::fs::canonicalize(&path).ok();
-                let open_here =
-                    self.state.sessions.lock().values().any(|s| {
-                        s.file() == path || std::fs::canonicalize(s.file()).ok() == canonical
-                    });
-                if !open_here {
-                    // Another process releasing it (a window reload): resumed, not forked.
-                    crate::sessions::wait_for_release(&path).await;
-                }
-                self.open_file(&path)?
-            }
+            (Some(id), None) => sessions.open(id).await,
+            (None, Some(path)) => sessions.open_path(&PathBuf::from(path)).await,
             _ => {
                 return Err(invalid(
                     "sessionId",
                     "give exactly one of `sessionId` and `path`",
                 ))
             }
-        };
+        }
+        .map_err(sessions_error)?;
         Ok(session_state(&session))
     }
 
     /// `agent/session/close {sessionId}`: aborts its run, drops its queue, releases its file
-    /// ([`AgentSession::close`]).
+    /// ([`pi_core::harness::Sessions::close`]).
     pub(crate) async fn session_close(&self, params: Value) -> Result<SessionCloseResult> {
         let p: SessionParams = parse_params(params)?;
-        let Some(session) = self.open_session(&p.session_id)? else {
+        let sessions = self.sessions()?.clone();
+        // Unknown id: an error before anything runs.
+        if sessions
+            .find(&p.session_id)
+            .map_err(sessions_error)?
+            .is_none()
+        {
             return Ok(SessionCloseResult {
                 closed: false,
                 dropped: Vec::new(),
             });
-        };
+        }
         // The close runs to its end in a task of its own: `$/cancelRequest` drops this
         // future, and a close stopped halfway (run aborted, session still open, queue kept)
         // is neither the state before nor after.
         let state = self.state.clone();
         let id = p.session_id.clone();
         let close = tokio::spawn(async move {
-            let dropped = session.close().await;
-            state.sessions.lock().remove(&id);
+            let dropped = sessions.close(&id).await;
             // Editor tools registered for this session only go with it.
             state.editor_tools.forget_session(&id);
-            SessionCloseResult {
-                closed: true,
-                dropped,
-            }
+            dropped
         });
-        close.await.map_err(|e| tower_lsp_server::jsonrpc::Error {
+        let dropped = close.await.map_err(|e| tower_lsp_server::jsonrpc::Error {
             code: tower_lsp_server::jsonrpc::ErrorCode::InternalError,
             message: format!("closing session {} failed: {e}", p.session_id).into(),
             data: None,
+        })?;
+        let dropped = dropped.map_err(sessions_error)?;
+        Ok(SessionCloseResult {
+            closed: dropped.is_some(),
+            dropped: dropped.unwrap_or_default(),
         })
     }
 

@@ -1,0 +1,439 @@
+//! [`Sessions`]: the one registry of a workspace's live sessions, shared by every front door
+//! (the LSP edge, the headless `run`, an ACP edge).
+//!
+//! # How an edge uses it
+//!
+//! 1. Build one `Sessions` per workspace with the edge's [`SessionSetup`]
+//!    ([`Sessions::new`]): the setup says what differs in this product (file system, who is
+//!    asked, tools of its own) and, through [`SessionSetup::listeners`], where each session's
+//!    events and notices go — that is how an edge *subscribes to events*: every session the
+//!    registry opens or creates gets the setup's listeners before its first event, so nothing
+//!    is missed. (For raw agent events besides those, [`AgentSession::subscribe`].) What the
+//!    user should be told while opening (a fork made because another process holds the file,
+//!    repairs, the model chosen instead of the one asked for) reaches
+//!    [`SessionSetup::show_message`].
+//! 2. Map the protocol's requests to calls: a new session [`Sessions::create`]; a session by
+//!    id [`Sessions::open`] (live, or resumed from its file in `.pi/sessions/` or in Pi's own
+//!    folder for this workspace, after waiting for another process to release it); by path
+//!    [`Sessions::open_path`]; the list [`Sessions::list`]; closing [`Sessions::close`]. Then
+//!    call the [`AgentSession`] itself (prompt, abort, queue, model, …): no edge needs the
+//!    session's writer, tracker or agent.
+//! 3. When the process goes away, [`Sessions::stop_all`] (bounded by [`STOP_BUDGET`]): from
+//!    then on nothing is opened or created ([`Error::ShuttingDown`]).
+//!
+//! Errors are [`Error`]; an edge maps each variant to its own error codes.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use pi_ai::models::ThinkingLevel;
+
+use super::{choose_model, open_file, sessions_dir, AgentSession, Opening, SessionSetup};
+use crate::harness::queue::QueuedMessage;
+use crate::resources::WorkspaceConfig;
+use crate::session::{find_session_file, list_sessions, lock_held, pi_sessions_dir};
+use crate::session::{SessionError, SessionSummary};
+
+/// How long opening a session waits for another process to release its file before it
+/// continues in a fork (SESS-04). A server told to exit ends in well under this (LSPX-03:
+/// its run aborted and paired, its lines saved, within 2 s), so a window reload finds its
+/// session whole; a file a live process keeps open costs this wait once, then the fork.
+pub const RELEASE_WAIT: Duration = Duration::from_secs(3);
+
+/// How long [`Sessions::stop_all`] waits for the runs and user commands to settle before it
+/// kills what is left: the whole stop (kill grace and syncs included) stays well within 2 s.
+pub const STOP_BUDGET: Duration = Duration::from_millis(1200);
+
+/// Why [`Sessions`] could not give a session.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No live session and no session file has this id (or no file is at this path).
+    #[error("{0}")]
+    UnknownSession(String),
+    /// A value given is wrong (`field` names it).
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    /// [`Sessions::stop_all`] began: nothing is opened or created any more.
+    #[error("the server is shutting down: no session is opened or created any more")]
+    ShuttingDown,
+    /// The model asked for (or any model) cannot be used.
+    #[error("{0}")]
+    Model(String),
+    /// The session file could not be created, read or locked.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The session was closed while it was being opened.
+    #[error("session {0} was closed while it was being opened")]
+    Closed(String),
+}
+
+/// One line of [`Sessions::list`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    /// What the file says (header, name, first prompt, modification time).
+    pub summary: SessionSummary,
+    /// The session is live in this registry.
+    pub open: bool,
+}
+
+/// What [`Sessions::stop_all`] (and [`stop`]) did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StopReport {
+    /// Sessions that had a run, a compaction or a user command to stop.
+    pub aborted: usize,
+    /// Sessions whose run or user command had not settled within [`STOP_BUDGET`].
+    pub unsettled: Vec<String>,
+    /// Process groups still alive after the runs settled (killed then).
+    pub groups_killed: usize,
+    /// Writers that failed their final sync (the lock was released anyway).
+    pub sync_failures: usize,
+}
+
+/// The live sessions of one workspace; see the module doc. Every method takes `&self`; share
+/// it as `Arc<Sessions>`.
+pub struct Sessions {
+    ws: Arc<WorkspaceConfig>,
+    setup: Arc<dyn SessionSetup>,
+    /// The model a product asks for by default (`provider/id`), after the workspace's own
+    /// choice ([`choose_model`]).
+    default_model: Option<String>,
+    live: Mutex<HashMap<String, Arc<AgentSession>>>,
+    /// Set by [`Sessions::stop_all`]: a request in flight must not take a file back, or fork
+    /// it, while it is closed.
+    going_away: AtomicBool,
+}
+
+impl Sessions {
+    /// The registry of `ws`'s sessions, each built with `setup`; `default_model`: the model
+    /// the product asks for when a request names none (the editor's `initializationOptions`).
+    pub fn new(
+        ws: Arc<WorkspaceConfig>,
+        setup: Arc<dyn SessionSetup>,
+        default_model: Option<String>,
+    ) -> Sessions {
+        Sessions {
+            ws,
+            setup,
+            default_model,
+            live: Mutex::new(HashMap::new()),
+            going_away: AtomicBool::new(false),
+        }
+    }
+
+    /// The workspace the sessions run in.
+    pub fn workspace(&self) -> &Arc<WorkspaceConfig> {
+        &self.ws
+    }
+
+    /// The live session `id`, if it is open here (no file is touched).
+    pub fn get(&self, id: &str) -> Option<Arc<AgentSession>> {
+        self.live.lock().get(id).cloned()
+    }
+
+    /// Every live session (in no particular order).
+    pub fn all(&self) -> Vec<Arc<AgentSession>> {
+        self.live.lock().values().cloned().collect()
+    }
+
+    /// The live session `id`, or the one resumed from its file in `.pi/sessions/` (or in
+    /// Pi's own sessions folder of this workspace). A file another process holds is waited
+    /// for, up to [`RELEASE_WAIT`], before the session continues in a fork: a window reload
+    /// starts the new server while the old one still saves and exits.
+    pub async fn open(&self, id: &str) -> Result<Arc<AgentSession>, Error> {
+        if let Some(s) = self.get(id) {
+            return Ok(s);
+        }
+        let path = self.file_of(id).ok_or_else(|| {
+            Error::UnknownSession(format!(
+                "no session {id} in {}",
+                sessions_dir(&self.ws).display()
+            ))
+        })?;
+        wait_for_release(&path).await;
+        self.open_file(&path)
+    }
+
+    /// The session `id` when it is live here; `None` when only its file exists (it has no
+    /// run to stop and nothing to close: opening it just to say so would take its lock);
+    /// [`Error::UnknownSession`] when no file has that id.
+    pub fn find(&self, id: &str) -> Result<Option<Arc<AgentSession>>, Error> {
+        let open = self.get(id);
+        if open.is_none() && self.file_of(id).is_none() {
+            return Err(Error::UnknownSession(format!("no session {id}")));
+        }
+        Ok(open)
+    }
+
+    /// The file of session `id` in the workspace's sessions folder, or in Pi's own sessions
+    /// folder of this workspace.
+    pub fn file_of(&self, id: &str) -> Option<PathBuf> {
+        find_session_file(&sessions_dir(&self.ws), id).or_else(|| {
+            let agent = pi_ai::models::agent_dir()?;
+            find_session_file(&pi_sessions_dir(&agent, self.ws.root()), id)
+        })
+    }
+
+    /// A new session (and file) with `model` (`provider/id`; default: the usual choice),
+    /// `thinking` (clamped to the model) and `name`. A model chosen instead of the one asked
+    /// for is told through [`SessionSetup::show_message`].
+    pub fn create(
+        &self,
+        model: Option<&str>,
+        thinking: Option<ThinkingLevel>,
+        name: Option<&str>,
+    ) -> Result<Arc<AgentSession>, Error> {
+        self.refuse_if_going_away()?;
+        let (mut model, notice) = choose_model(&self.ws, model, self.default_model.as_deref())
+            .map_err(|e| Error::Model(e.to_string()))?;
+        if let Some(n) = notice {
+            self.setup.show_message(MessageLevel::Info, n.to_string());
+        }
+        if let Some(level) = thinking {
+            model.thinking_level = Some(model.clamp_thinking_level(level));
+        }
+        let s = AgentSession::create(self.ws.clone(), self.setup.clone(), model, name)?;
+        self.live.lock().insert(s.id().to_string(), s.clone());
+        Ok(s)
+    }
+
+    /// Opens the session file at `path` (relative: to the workspace root; it must end in
+    /// `.jsonl`), or returns its session when live here. A file another process holds is
+    /// waited for first, as [`Sessions::open`] does.
+    pub async fn open_path(&self, path: &Path) -> Result<Arc<AgentSession>, Error> {
+        let path = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.ws.root().join(path)
+        };
+        if path.extension().is_none_or(|e| e != "jsonl") {
+            return Err(Error::Invalid {
+                field: "path",
+                message: "expected a .jsonl session file".into(),
+            });
+        }
+        let canonical = std::fs::canonicalize(&path).ok();
+        let open_here = self
+            .all()
+            .iter()
+            .any(|s| s.file() == path || std::fs::canonicalize(s.file()).ok() == canonical);
+        if !open_here {
+            // Another process releasing it (a window reload): resumed, not forked.
+            wait_for_release(&path).await;
+        }
+        self.open_file(&path)
+    }
+
+    /// Opens the session file at `path` now (or returns its session when live here): a file
+    /// another process holds is continued in a fork at once (a fork or clone just written
+    /// by this process needs no wait). Repairs made while loading and a fork are told
+    /// through [`SessionSetup::show_message`] (cases SESS-01, SESS-02, SESS-04).
+    pub fn open_file(&self, path: &Path) -> Result<Arc<AgentSession>, Error> {
+        self.refuse_if_going_away()?;
+        let opening = open_file(&self.ws, path, |id| Some(self.get(id)?.file()));
+        let (writer, loaded, notices) = match opening {
+            Ok(Opening::Opened {
+                writer,
+                loaded,
+                notices,
+            }) => (writer, loaded, notices),
+            Ok(Opening::AlreadyOpen(id)) => return self.get(&id).ok_or(Error::Closed(id)),
+            Err(SessionError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(Error::UnknownSession(format!(
+                    "no session file {}",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(Error::Session(e)),
+        };
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
+        for msg in notices {
+            tracing::warn!("{msg}");
+            self.setup.show_message(MessageLevel::Warning, msg);
+        }
+        let s = AgentSession::resume(
+            self.ws.clone(),
+            self.setup.clone(),
+            writer,
+            loaded,
+            self.default_model.as_deref(),
+        )
+        .map_err(|e| Error::Model(e.to_string()))?;
+        let id = s.id().to_string();
+        Ok(self.live.lock().entry(id).or_insert(s).clone())
+    }
+
+    /// The workspace's session files — its `.pi/sessions/` and Pi's own sessions folder for
+    /// it — most recent activity first, each marked when live here.
+    pub fn list(&self) -> Vec<Listed> {
+        let own = sessions_dir(&self.ws);
+        let mut found = list_sessions(&own);
+        if let Some(agent) = pi_ai::models::agent_dir() {
+            let pi_dir = pi_sessions_dir(&agent, self.ws.root());
+            if pi_dir != own {
+                found.extend(list_sessions(&pi_dir));
+            }
+        }
+        let live = self.live.lock();
+        let mut out: Vec<Listed> = found
+            .into_iter()
+            .map(|summary| Listed {
+                open: live.contains_key(&summary.id),
+                summary,
+            })
+            .collect();
+        out.sort_by_key(|l| std::cmp::Reverse(l.summary.last_activity_ms));
+        out
+    }
+
+    /// Closes the live session `id` ([`AgentSession::close`]: its run aborted, its queue
+    /// dropped), forgets it and releases its file (synced, unlocked: later appends through a
+    /// session still held elsewhere fail); returns the dropped queue, or `None`
+    /// when it was not live (its file exists: nothing to close). [`Error::UnknownSession`]
+    /// when no file has that id. Run it to its end (in a task of its own when the request
+    /// can be cancelled): a close stopped halfway is neither the state before nor after.
+    pub async fn close(&self, id: &str) -> Result<Option<Vec<QueuedMessage>>, Error> {
+        let Some(session) = self.find(id)? else {
+            return Ok(None);
+        };
+        let dropped = session.close().await;
+        self.live.lock().remove(id);
+        // Released now, not when the last holder of the session lets go of it (a request in
+        // flight): another process may open it next.
+        if let Err(e) = session.close_file() {
+            tracing::warn!("session {id}: final sync failed: {e}");
+        }
+        Ok(Some(dropped))
+    }
+
+    /// [`Error::ShuttingDown`] once [`Sessions::stop_all`] began.
+    pub fn refuse_if_going_away(&self) -> Result<(), Error> {
+        if self.going_away.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// Stops every live session as the process goes away ([`stop`]) and forgets them; from
+    /// the start nothing is opened or created any more. Returns within [`STOP_BUDGET`] plus
+    /// the kill grace.
+    pub async fn stop_all(&self) -> StopReport {
+        self.going_away.store(true, Ordering::SeqCst);
+        let sessions: Vec<_> = self.live.lock().drain().map(|(_, s)| s).collect();
+        let report = stop(&sessions).await;
+        if report.aborted > 0 || report.groups_killed > 0 {
+            tracing::debug!(
+                "stopped {} session(s) with work in progress; {} process group(s) killed; {} not settled in time",
+                report.aborted,
+                report.groups_killed,
+                report.unsettled.len()
+            );
+        }
+        report
+    }
+}
+
+/// How much a message for the user matters ([`SessionSetup::show_message`]; LSP's
+/// `MessageType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageLevel {
+    /// Information (a model chosen instead of the one asked for).
+    Info,
+    /// Something went differently than asked (a fork instead of a held file, repairs).
+    Warning,
+}
+
+/// Stops `sessions`, within [`STOP_BUDGET`] plus the kill grace (case LSPX-03), in this
+/// order:
+/// 1. aborts every run of every session (a tool running, a stream from the model, a
+///    permission question, a compaction) and the user's own shell command of each;
+/// 2. waits for them to settle: the run's own abort path kills the command's process group
+///    and writes the paired tool results (aborted, `isError: true`, Pi's `Command aborted`)
+///    and the aborted assistant entry, and the user's command writes its `bashExecution`
+///    entry (`cancelled: true`);
+/// 3. kills every process group a `bash` command of this process was started in that still
+///    has a live member ([`crate::tools::kill_all_groups`]: a run that did not settle in
+///    time, and background children a finished command left behind);
+/// 4. closes every session writer (`fdatasync`, then the `.lock` file's `flock` is released
+///    and the file removed).
+pub async fn stop(sessions: &[Arc<AgentSession>]) -> StopReport {
+    let deadline = tokio::time::Instant::now() + STOP_BUDGET;
+    let mut report = StopReport::default();
+    for s in sessions {
+        if s.abort_for_stop() {
+            report.aborted += 1;
+        }
+    }
+    let settled = futures::future::join_all(sessions.iter().map(|s| async move {
+        tokio::time::timeout_at(deadline, s.settle_all())
+            .await
+            .is_ok()
+    }))
+    .await;
+    for (s, ok) in sessions.iter().zip(settled) {
+        if !ok {
+            tracing::warn!(
+                "session {}: its run did not end within {} ms of the abort; its processes are killed and the file closed as it is",
+                s.id(),
+                STOP_BUDGET.as_millis()
+            );
+            report.unsettled.push(s.id().to_string());
+        }
+    }
+    report.groups_killed = crate::tools::kill_all_groups().await;
+    for s in sessions {
+        if let Err(e) = s.close_file() {
+            tracing::warn!("session {}: final sync failed: {e}", s.id());
+            report.sync_failures += 1;
+        }
+    }
+    report
+}
+
+/// Resolves when no other process holds the session file at `path`, or after
+/// [`RELEASE_WAIT`]; polls without blocking a worker thread.
+pub async fn wait_for_release(path: &Path) {
+    let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
+    while lock_held(path) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl AgentSession {
+    /// Step 1 of [`stop`]: aborts the run and the user's command; whether there was work.
+    fn abort_for_stop(&self) -> bool {
+        let run = self.agent.abort();
+        let command = self.tracker.abort_bash();
+        run || command || self.agent.is_streaming()
+    }
+
+    /// Step 2 of [`stop`]: the run idle and the user's command ended.
+    async fn settle_all(&self) {
+        let run = self.agent.wait_for_idle();
+        let command = async {
+            while self.tracker.bash_running() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        futures::future::join(run, command).await;
+    }
+
+    /// Step 4 of [`stop`]: the file synced and released (even when a writer panicked
+    /// holding it: closing appends nothing, it syncs what is written and unlocks).
+    fn close_file(&self) -> Result<(), SessionError> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .close()
+    }
+}
