@@ -333,7 +333,7 @@ impl AcpAgent {
         }
         let ws = self.workspace(cwd, "cwd", extra)?;
         let path = sessions::find(&ws, id).ok_or_else(|| unknown_session(id))?;
-        sessions::wait_for_release(&path).await;
+        pi_core::harness::sessions::wait_for_release(&path).await;
         let opening = pi_core::harness::open_file(&ws, &path, |id| {
             self.sessions.lock().get(id).map(|l| l.session.file())
         })
@@ -622,9 +622,15 @@ impl AcpAgent {
     /// Aborts every run, waits for them to settle and releases every session file (the
     /// client has gone, or the process is told to stop).
     pub async fn stop_all(&self) {
-        let all: Vec<Arc<Live>> = self.sessions.lock().drain().map(|(_, l)| l).collect();
-        futures::future::join_all(all.iter().map(|l| close_session(&l.session))).await;
-        pi_core::tools::kill_all_groups().await;
+        let all: Vec<Arc<AgentSession>> = self
+            .sessions
+            .lock()
+            .drain()
+            .map(|(_, l)| l.session.clone())
+            .collect();
+        // The harness's own stop, as the LSP edge's: runs aborted and settled (bounded),
+        // process groups killed, files synced and released.
+        pi_core::harness::sessions::stop(&all).await;
     }
 }
 

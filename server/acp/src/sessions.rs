@@ -3,8 +3,10 @@
 //! (`~/.pi/agent/sessions/--<cwd>--/`). Only files whose header `cwd` is this cwd are listed
 //! or opened by id (Pi's folder names collide: `/a/b-c` and `/a/b/c` share one).
 //!
-//! A thin layer over pi-core's session files, kept small: when `pi_core::harness::Sessions`
-//! (the registry every front door shares) lands, it replaces this module.
+//! A thin layer over pi-core's session files, kept small and replaceable by
+//! `pi_core::harness::Sessions` once that registry can serve ACP: it holds one
+//! `SessionSetup` per workspace, and `SessionSetup::fs` is not told the session's id, which
+//! ACP's `fs/*` requests carry; and its list is not filtered by the header's cwd yet.
 
 use std::path::{Path, PathBuf};
 
@@ -61,13 +63,4 @@ fn header_cwd(path: &Path) -> Option<String> {
         .ok()?;
     let v: serde_json::Value = serde_json::from_str(&line).ok()?;
     v["cwd"].as_str().map(str::to_string)
-}
-
-/// Resolves when no other process holds the session file at `path`, or after 3 s (a client
-/// restarting us may still have the old process saving).
-pub async fn wait_for_release(path: &Path) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
-    while pi_core::session::lock_held(path) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }
