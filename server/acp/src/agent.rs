@@ -767,20 +767,14 @@ pub fn config_options(s: &AgentSession) -> Value {
 }
 
 /// Sends the session's active branch as updates: user text and images, the answer and its
-/// thinking, each tool call with its final status and content.
+/// thinking, each tool call with its final status and content. The branch is the session's
+/// model context (built from the file on every core; after a compaction its summary comes
+/// first, as the model sees it).
 pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
     let s = &live.session;
-    let (tree, leaf) = s.tree().map_err(|e| RpcError::internal(e.to_string()))?;
-    let Some(leaf) = leaf else {
-        return Ok(());
-    };
     let id = s.id();
     let mut calls: HashMap<String, Value> = HashMap::new();
-    for e in tree.path(&leaf) {
-        if e.kind != "message" {
-            continue;
-        }
-        let Some(m) = e.message() else { continue };
+    for m in s.agent().messages() {
         match m {
             Message::User(u) => {
                 let blocks = match u.content {
