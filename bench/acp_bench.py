@@ -30,6 +30,7 @@ class Acp:
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.next = 0
         self.lines = []  # (time, bytes, message)
+        self.answered = {}  # request id → time its answer arrived
         self.cv = threading.Condition()
         threading.Thread(target=self.read, daemon=True).start()
 
@@ -42,7 +43,9 @@ class Acp:
                            "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
             with self.cv:
                 self.lines.append((t, len(raw), msg))
-                self.cv.notify_all()
+                if "id" in msg and "method" not in msg:
+                    self.answered[msg["id"]] = t
+                    self.cv.notify_all()
 
     def send(self, msg):
         self.p.stdin.write((json.dumps(msg) + "\n").encode())
@@ -55,7 +58,7 @@ class Acp:
         t = time.perf_counter()
         self.send({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
         with self.cv:
-            self.cv.wait_for(lambda: any(m.get("id") == i and "method" not in m for _, _, m in self.lines[mark:]))
+            self.cv.wait_for(lambda: i in self.answered)
         return t, mark
 
     def close(self):
@@ -95,7 +98,7 @@ def main():
             a = Acp(binary, ws, env)
             a.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
             t, mark = a.request("session/new", {"cwd": str(ws), "mcpServers": []})
-            sid = a.lines[-1][2]["result"]["sessionId"]
+            sid = next(m for _, _, m in reversed(a.lines) if m.get("id") == a.next)["result"]["sessionId"]
             floor = statistics.median(first_byte_floor(port) for _ in range(5))
             t, mark = a.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "answer"}]})
             t_chunk = next(tt for tt, _, m in a.lines[mark:]
@@ -121,7 +124,7 @@ def main():
             a = Acp(binary, ws, env)
             a.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
             t, mark = a.request("session/load", {"sessionId": sid, "cwd": str(ws), "mcpServers": []})
-            load.append(a.lines[-1][0] - t)
+            load.append(a.answered[a.next] - t)
             replayed = sum(1 for _, _, m in a.lines[mark:] if m.get("method") == "session/update")
             a.close()
         med = statistics.median

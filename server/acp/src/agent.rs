@@ -847,3 +847,50 @@ pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_shapes_are_read_as_v1() {
+        assert_eq!(
+            lenient_version(json!({"protocolVersion": "1", "clientCapabilities": {}})),
+            json!({"protocolVersion": 1, "clientCapabilities": {}})
+        );
+        assert_eq!(
+            lenient_prompt(json!({"sessionId": "s", "content": [{"type": "text", "text": "hi"}]})),
+            json!({"sessionId": "s", "prompt": [{"type": "text", "text": "hi"}]})
+        );
+        // v1's own field wins.
+        assert_eq!(
+            lenient_prompt(json!({"sessionId": "s", "prompt": [], "content": 1})),
+            json!({"sessionId": "s", "prompt": [], "content": 1})
+        );
+    }
+
+    #[test]
+    fn prompt_blocks_become_pi_input() {
+        let blocks: Vec<ContentBlock> = serde_json::from_value(json!([
+            {"type": "text", "text": "look at"},
+            {"type": "resource_link", "uri": "file:///ws/a.rs", "name": "a.rs"},
+            {"type": "resource", "resource": {"uri": "file:///ws/b.txt", "text": "B"}},
+            {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="}
+        ]))
+        .unwrap();
+        let (text, images) = prompt_input(&blocks, "prompt").unwrap();
+        assert_eq!(
+            text,
+            "look at\n@/ws/a.rs\n<file path=\"/ws/b.txt\">\nB\n</file>"
+        );
+        assert_eq!(images.len(), 1);
+        let audio: Vec<ContentBlock> = serde_json::from_value(
+            json!([{"type": "audio", "mimeType": "audio/wav", "data": "AA=="}]),
+        )
+        .unwrap();
+        assert_eq!(
+            prompt_input(&audio, "prompt").unwrap_err().message,
+            "prompt[0]: audio prompts are not supported (promptCapabilities.audio is false)"
+        );
+    }
+}
