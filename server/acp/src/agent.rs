@@ -123,6 +123,48 @@ impl AcpAgent {
         Some(Ticket { live, n, epoch })
     }
 
+    /// After `session/new`, `load` or `resume` answered: tells the client the session's
+    /// commands (`available_commands_update`: prompt templates, skills as `skill:<name>`,
+    /// extension commands).
+    pub fn announce(&self, session_id: &str) {
+        let Some(live) = self.sessions.lock().get(session_id).cloned() else {
+            return;
+        };
+        let s = &live.session;
+        let ws = s.workspace();
+        let r = ws.resources();
+        let cmd = |name: &str, description: &str, hint: Option<&String>| {
+            let mut c = json!({"name": name, "description": description});
+            if let Some(h) = hint {
+                c["input"] = json!({"hint": h});
+            }
+            c
+        };
+        let mut cmds: Vec<Value> = r
+            .prompt_templates
+            .iter()
+            .map(|t| cmd(&t.name, &t.description, t.argument_hint.as_ref()))
+            .collect();
+        if ws.settings().enable_skill_commands {
+            cmds.extend(
+                r.skills
+                    .iter()
+                    .map(|k| cmd(&format!("skill:{}", k.name), &k.description, None)),
+            );
+        }
+        for c in s.extensions().commands() {
+            cmds.push(cmd(
+                &c.name,
+                c.description.as_deref().unwrap_or("extension command"),
+                None,
+            ));
+        }
+        self.conn.notify(
+            "session/update",
+            json!({"sessionId": session_id, "update": {"sessionUpdate": "available_commands_update", "availableCommands": cmds}}),
+        );
+    }
+
     /// Handles the notification `method`.
     pub fn notification(self: &Arc<Self>, method: &str, params: Value) {
         match method {

@@ -117,8 +117,19 @@ fn on_line(agent: &Arc<AcpAgent>, conn: &Arc<Conn>, line: Line) {
                 let agent = agent.clone();
                 let conn = conn.clone();
                 tokio::spawn(async move {
-                    let r = agent.request(&m, params).await;
+                    let r = agent.request(&m, params.clone()).await;
+                    let opened = match (&r, m.as_str()) {
+                        (Ok(v), "session/new") => v["sessionId"].as_str().map(str::to_string),
+                        (Ok(_), "session/load" | "session/resume") => {
+                            params["sessionId"].as_str().map(str::to_string)
+                        }
+                        _ => None,
+                    };
                     conn.respond(id, r);
+                    // After the answer: the client knows the session by then.
+                    if let Some(sid) = opened {
+                        agent.announce(&sid);
+                    }
                 });
             }
         }
