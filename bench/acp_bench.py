@@ -92,7 +92,7 @@ def main():
         "compat": {"supportsDeveloperRole": False},
         "models": [{"id": "mock-1", "contextWindow": 128000, "maxTokens": 4096}]}}}))
     env = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), ANTHROPIC_API_KEY="", OPENAI_API_KEY="")
-    first, per_char, load = [], [], []
+    first, per_char, load, resume = [], [], [], []
     try:
         for _ in range(runs):
             a = Acp(binary, ws, env)
@@ -127,9 +127,15 @@ def main():
             load.append(a.answered[a.next] - t)
             replayed = sum(1 for _, _, m in a.lines[mark:] if m.get("method") == "session/update")
             a.close()
+            a = Acp(binary, ws, env)
+            a.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            t, mark = a.request("session/resume", {"sessionId": sid, "cwd": str(ws), "mcpServers": []})
+            resume.append(a.answered[a.next] - t)
+            a.close()
         med = statistics.median
         print(f"first agent_message_chunk after the model's first byte: {med(first):.2f} ms (median of {runs}; spread {min(first):.2f}–{max(first):.2f})")
         print(f"bytes on stdout per character, 4,500 × 8-character stream: {med(per_char):.2f} (LSP edge, docs/benchmarks.md: 41.2 per 8-char delta = {41.2 / 8:.2f} per character)")
+        print(f"session/resume of it (no replay): {med(resume) * 1000:.1f} ms")
         print(f"session/load of a {n}-entry session ({replayed} updates replayed): {med(load) * 1000:.1f} ms (median of {runs}; spread {min(load) * 1000:.1f}–{max(load) * 1000:.1f})")
     finally:
         model.kill()
