@@ -560,3 +560,63 @@ async fn kill_9_mid_prompt_loses_no_acknowledged_entry() {
         [("c1".into(), "one\n".into()), ("c2".into(), "two\n".into())]
     );
 }
+
+/// With `fs.readTextFile` / `fs.writeTextFile` advertised, the agent reads the editor's unsaved
+/// text and its edit lands through `fs/write_text_file` (the disk is untouched).
+#[tokio::test]
+async fn client_fs_reads_unsaved_text_and_edits_land_in_the_editor() {
+    let mock = MockModel::start(vec![
+        Step::edit("e1", "a.txt", "unsaved line", "edited line"),
+        Step::text("Done."),
+    ])
+    .await;
+    let s = setup("acp-fs", &mock);
+    std::fs::write(s.ws.join("a.txt"), "disk line\n").unwrap();
+    let writes: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let w = writes.clone();
+    let answer: Answerer = Arc::new(move |m, p| match m {
+        "fs/read_text_file" => Ok(json!({"content": "unsaved line\n"})),
+        "fs/write_text_file" => {
+            w.lock().unwrap().push(p.clone());
+            Ok(json!({}))
+        }
+        _ => Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}})),
+    });
+    let mut c = AcpClient::start(&s.ws, &s.env, &["--model", "mock/mock-1"], answer);
+    c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}}}),
+    )
+    .await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "edit"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let path = s.ws.join("a.txt").display().to_string();
+    assert_eq!(
+        *writes.lock().unwrap(),
+        [json!({"sessionId": sid, "path": path, "content": "edited line\n"})]
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("a.txt")).unwrap(),
+        "disk line\n"
+    );
+    let done = c
+        .updates(&sid)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+        .unwrap();
+    assert_eq!(
+        done["content"][0],
+        json!({"type": "diff", "path": path, "oldText": "unsaved line", "newText": "edited line"})
+    );
+}
