@@ -7,6 +7,7 @@
     clippy::print_stdout
 )]
 
+pub mod acp_client;
 pub mod lsp_client;
 pub mod mock_model;
 mod require;

@@ -85,6 +85,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the Agent Client Protocol (v1) on stdin/stdout: for Zed, JetBrains, and other
+    /// ACP clients (docs/acp.md).
+    Acp {
+        /// Trust the session's folder: load its project configuration (.pi/settings.json,
+        /// .pi/models.json, prompt templates, skills, SYSTEM.md, APPEND_SYSTEM.md).
+        #[arg(long)]
+        trust: bool,
+        /// Model for new sessions as provider/id (default: settings, then the first provider
+        /// with a key).
+        #[arg(long)]
+        model: Option<String>,
+    },
     /// MCP servers (Pi's `pi mcp`).
     Mcp {
         #[command(subcommand)]
@@ -116,7 +128,7 @@ fn main() -> anyhow::Result<()> {
     // Informational lines go to the client (`window/logMessage`), not stderr; see `logging`.
     pi_lsp::logging::init(!matches!(
         cli.command,
-        Some(Command::Run { .. } | Command::Mcp { .. })
+        Some(Command::Run { .. } | Command::Mcp { .. } | Command::Acp { .. })
     ));
     // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
     // parts, session parsing and search, run on threads of their own or the blocking pool), and
@@ -165,6 +177,17 @@ fn main() -> anyhow::Result<()> {
             }));
             rt.block_on(pi_core::mcp::shutdown_all());
             rt.shutdown_timeout(std::time::Duration::from_millis(200));
+            pi_core::sandbox::remove_temp_folders();
+            std::process::exit(code);
+        }
+        Some(Command::Acp { trust, model }) => {
+            // Every message on stdout is ACP's; logs go to stderr.
+            let code = rt.block_on(async {
+                tokio::spawn(pi_acp::serve_stdio(pi_acp::AcpOptions { trust, model }))
+                    .await
+                    .unwrap_or(1)
+            });
+            rt.shutdown_background();
             pi_core::sandbox::remove_temp_folders();
             std::process::exit(code);
         }

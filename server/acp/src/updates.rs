@@ -1,0 +1,242 @@
+//! A session's events as ACP `session/update` notifications ([`AcpSink`], a
+//! [`SessionListener`]: the session has saved each event before the sink sees it).
+//!
+//! - text and thinking deltas → `agent_message_chunk` / `agent_thought_chunk`, coalesced: the
+//!   first delta after a quiet spell goes out at once, later ones are joined and sent at most
+//!   every [`COALESCE`] (about 60 updates per second per session, as the LSP edge's
+//!   `coalesceDeltasMs`); any other update first sends what is pending, so order is kept;
+//! - an assistant message's tool calls → `tool_call` (pending), their execution →
+//!   `tool_call_update` (in_progress; bash's streamed output as content; completed / failed
+//!   with the result text and, for edits, `diff` contents);
+//! - usage notices → `usage_update` (context used / window, cost in USD); the end of a run →
+//!   `session_info_update` (`updatedAt`);
+//! - a failed save → an `agent_message_chunk` saying the session is no longer being saved.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_client_protocol_schema::v1::{
+    ContentBlock, ContentChunk, Cost, SessionInfoUpdate, SessionNotification, SessionUpdate,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, UsageUpdate,
+};
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use pi_ai::{AssistantEvent, Message};
+use pi_core::agent::AgentEvent;
+use pi_core::harness::{Notice, SessionListener};
+
+use crate::rpc::Conn;
+use crate::tools;
+
+/// The shortest time between two streamed chunks of one session (≈ 60 per second).
+pub const COALESCE: Duration = Duration::from_millis(16);
+
+/// Sends one `session/update`.
+pub fn send_update(conn: &Conn, session_id: &str, update: SessionUpdate) {
+    conn.notify(
+        "session/update",
+        SessionNotification::new(session_id.to_string(), update),
+    );
+}
+
+/// The text chunk `text` as an `agent_message_chunk` (`thought`: `agent_thought_chunk`).
+pub fn chunk(text: String, thought: bool) -> SessionUpdate {
+    let c = ContentChunk::new(ContentBlock::from(text));
+    if thought {
+        SessionUpdate::AgentThoughtChunk(c)
+    } else {
+        SessionUpdate::AgentMessageChunk(c)
+    }
+}
+
+#[derive(Default)]
+struct Stream {
+    /// Joined deltas not sent yet: (thought?, text).
+    pending: Option<(bool, String)>,
+    last: Option<Instant>,
+    timer: bool,
+}
+
+/// The ACP listener of one session; see the module doc.
+pub struct AcpSink {
+    conn: Arc<Conn>,
+    session_id: String,
+    cwd: PathBuf,
+    /// The model's context window (tokens), for `usage_update.size`.
+    context_window: Arc<Mutex<u64>>,
+    stream: Arc<Mutex<Stream>>,
+    /// Calls announced: id → (tool, arguments).
+    calls: Mutex<HashMap<String, (String, serde_json::Value)>>,
+}
+
+impl AcpSink {
+    /// A sink sending `session_id`'s updates over `conn`; `cwd` resolves tool paths.
+    pub fn new(
+        conn: Arc<Conn>,
+        session_id: String,
+        cwd: PathBuf,
+        context_window: Arc<Mutex<u64>>,
+    ) -> AcpSink {
+        AcpSink {
+            conn,
+            session_id,
+            cwd,
+            context_window,
+            stream: Arc::default(),
+            calls: Mutex::default(),
+        }
+    }
+
+    fn send(&self, update: SessionUpdate) {
+        // Whatever text is pending goes first: the order of the run is kept.
+        let mut s = self.stream.lock();
+        flush(&self.conn, &self.session_id, &mut s);
+        send_update(&self.conn, &self.session_id, update);
+    }
+
+    fn delta(&self, text: &str, thought: bool) {
+        let mut s = self.stream.lock();
+        match &mut s.pending {
+            Some((t, buf)) if *t == thought => buf.push_str(text),
+            _ => {
+                flush(&self.conn, &self.session_id, &mut s);
+                s.pending = Some((thought, text.to_string()));
+            }
+        }
+        let now = Instant::now();
+        let due = s.last.map_or(now, |l| l + COALESCE);
+        if due <= now {
+            flush(&self.conn, &self.session_id, &mut s);
+            s.last = Some(now);
+        } else if !s.timer {
+            s.timer = true;
+            let (stream, conn, id) = (
+                self.stream.clone(),
+                self.conn.clone(),
+                self.session_id.clone(),
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep_until(due.into()).await;
+                let mut s = stream.lock();
+                s.timer = false;
+                if s.pending.is_some() {
+                    flush(&conn, &id, &mut s);
+                    s.last = Some(Instant::now());
+                }
+            });
+        }
+    }
+
+    fn usage(&self, context_tokens: u64, cost: f64) {
+        let size = *self.context_window.lock();
+        self.send(SessionUpdate::UsageUpdate(
+            UsageUpdate::new(context_tokens, size).cost(Cost::new(cost, "USD")),
+        ));
+    }
+}
+
+fn flush(conn: &Conn, session_id: &str, s: &mut Stream) {
+    if let Some((thought, text)) = s.pending.take() {
+        if !text.is_empty() {
+            send_update(conn, session_id, chunk(text, thought));
+        }
+    }
+}
+
+#[async_trait]
+impl SessionListener for AcpSink {
+    async fn event(&self, event: AgentEvent, notices: Vec<Notice>) {
+        match event {
+            AgentEvent::MessageUpdate {
+                assistant_message_event: e,
+            } => match e {
+                AssistantEvent::TextDelta { delta, .. } => self.delta(&delta, false),
+                AssistantEvent::ThinkingDelta { delta, .. } => self.delta(&delta, true),
+                _ => {}
+            },
+            AgentEvent::MessageEnd {
+                message: Message::Assistant(a),
+            } => {
+                for c in a.tool_calls() {
+                    self.calls
+                        .lock()
+                        .insert(c.id.clone(), (c.name.clone(), c.arguments.clone()));
+                    self.send(SessionUpdate::ToolCall(tools::announce(
+                        &self.cwd,
+                        &c.id,
+                        &c.name,
+                        &c.arguments,
+                    )));
+                }
+                let mut s = self.stream.lock();
+                flush(&self.conn, &self.session_id, &mut s);
+            }
+            AgentEvent::ToolExecutionStart { tool_call_id, .. } => {
+                self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    tool_call_id,
+                    ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+                )));
+            }
+            AgentEvent::ToolExecutionUpdate {
+                tool_call_id,
+                partial_result,
+                ..
+            } => {
+                let text = pi_ai::join_text(&partial_result.content);
+                self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    tool_call_id,
+                    ToolCallUpdateFields::new().content(vec![tools::text_content(text)]),
+                )));
+            }
+            AgentEvent::ToolExecutionEnd {
+                tool_call_id,
+                tool_name,
+                result,
+                is_error,
+            } => {
+                let args = self.calls.lock().remove(&tool_call_id).map(|(_, a)| a);
+                let text = pi_ai::join_text(&result.content);
+                let fields = tools::finished(
+                    &self.cwd,
+                    &tool_name,
+                    args.as_ref(),
+                    text,
+                    is_error,
+                    result.details,
+                );
+                self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    tool_call_id,
+                    fields,
+                )));
+            }
+            AgentEvent::AgentEnd { .. } => {
+                self.send(SessionUpdate::SessionInfoUpdate(
+                    SessionInfoUpdate::new().updated_at(chrono::Utc::now().to_rfc3339()),
+                ));
+            }
+            _ => {}
+        }
+        for n in notices {
+            self.notice(n).await;
+        }
+    }
+
+    async fn notice(&self, notice: Notice) {
+        match notice {
+            Notice::Usage {
+                session,
+                context_tokens,
+                ..
+            } => self.usage(context_tokens, session.cost),
+            Notice::SaveFailed { error } => self.send(chunk(
+                format!(
+                    "\n\n[pi-lsp: the session stopped saving: {error}. The run was stopped.]\n"
+                ),
+                false,
+            )),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,622 @@
+//! `pi-lsp acp` end to end: the real binary over stdio (our own NDJSON client,
+//! `support/acp_client.rs`) against the loopback scripted model.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::sync::Arc;
+
+use pi_e2e::acp_client::{allow, AcpClient, Answerer};
+use pi_e2e::lsp_client::agent_env;
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::TempDir;
+use serde_json::{json, Value};
+
+struct Setup {
+    _tmp: TempDir,
+    ws: std::path::PathBuf,
+    env: Vec<(&'static str, String)>,
+}
+
+fn setup(name: &str, mock: &MockModel) -> Setup {
+    let tmp = TempDir::new(name);
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let env = agent_env(
+        &tmp.path().join("agent"),
+        &mock.models_json(),
+        &[("PI_LSP_LOG", "warn")],
+    );
+    Setup { _tmp: tmp, ws, env }
+}
+
+async fn start(s: &Setup, answer: Answerer) -> AcpClient {
+    let mut c = AcpClient::start(&s.ws, &s.env, &["--model", "mock/mock-1"], answer);
+    c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await;
+    c
+}
+
+/// Concatenated text of the `kind` chunks (`agent_message_chunk`, …) in `updates`.
+fn text_of(updates: &[Value], kind: &str) -> String {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == kind)
+        .map(|u| u["content"]["text"].as_str().unwrap_or_default())
+        .collect()
+}
+
+/// Waits until the session's streamed answer so far is `text`.
+async fn wait_text(c: &AcpClient, sid: &str, text: &str) {
+    for _ in 0..500 {
+        if text_of(&c.updates(sid), "agent_message_chunk") == text {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("never streamed {text:?}: {:#?}", c.updates(sid));
+}
+
+#[tokio::test]
+async fn initialize_states_version_capabilities_and_agent() {
+    let mock = MockModel::start(vec![]).await;
+    let s = setup("acp-init", &mock);
+    let mut c = AcpClient::start(&s.ws, &s.env, &[], allow("allow_once"));
+    let r = c
+        .call(
+            "initialize",
+            json!({"protocolVersion": 7, "clientCapabilities": {"fs": {"readTextFile": true}}}),
+        )
+        .await;
+    assert_eq!(
+        r,
+        json!({
+            "protocolVersion": 1,
+            "agentCapabilities": {
+                "loadSession": true,
+                "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
+                "mcpCapabilities": {"http": false, "sse": false},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}}
+            },
+            "authMethods": [],
+            "agentInfo": {"name": "pi-lsp", "title": "Pi (pi-lsp)", "version": env!("CARGO_PKG_VERSION")},
+            "_meta": {"steering": {"supported": true}}
+        })
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_goes_on() {
+    let mock = MockModel::start(vec![Step::text("still here")]).await;
+    let s = setup("acp-errors", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    c.send_raw("{not json");
+    c.send_raw("[1,2]");
+    c.send_raw(r#"{"jsonrpc":"2.0","id":5,"method":"no/such"}"#);
+    c.send_raw(
+        r#"{"jsonrpc":"2.0","id":6,"method":"session/new","params":{"cwd":42,"mcpServers":[]}}"#,
+    );
+    c.send_raw(r#"{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"sessionId":"nope","prompt":[{"type":"text","text":"hi"}]}}"#);
+    c.send_raw(r#"{"jsonrpc":"2.0","id":8,"method":"session/new","params":{"cwd":"relative/dir","mcpServers":[]}}"#);
+    c.send_raw(r#"{"jsonrpc":"2.0","id":{"x":1},"method":"initialize"}"#);
+    let err = |id: Value| {
+        let c = &c;
+        async move {
+            let r = c
+                .wait_for(10, |v| v["id"] == id && v.get("error").is_some())
+                .await;
+            (
+                r["error"]["code"].as_i64().unwrap(),
+                r["error"]["message"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    let nulls: Vec<Value> = {
+        c.wait_for(10, |v| v["id"].is_null() && v["error"]["code"] == -32600)
+            .await;
+        c.received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|v| v["id"].is_null())
+            .cloned()
+            .collect()
+    };
+    assert_eq!(nulls[0]["error"]["code"], -32700);
+    assert!(
+        nulls[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("parse error: "),
+        "{}",
+        nulls[0]
+    );
+    assert_eq!(
+        nulls[1]["error"],
+        json!({"code": -32600, "message": "a JSON-RPC message must be an object"})
+    );
+    assert_eq!(
+        err(json!(5)).await,
+        (-32601, "method not found: no/such".into())
+    );
+    assert_eq!(
+        err(json!(6)).await,
+        (
+            -32602,
+            "cwd: invalid type: integer `42`, expected path string".into()
+        )
+    );
+    assert_eq!(
+        err(json!(7)).await,
+        (-32002, "unknown session: nope".into())
+    );
+    assert_eq!(
+        err(json!(8)).await,
+        (
+            -32602,
+            "cwd: must be an absolute path, got relative/dir".into()
+        )
+    );
+    // The agent goes on.
+    let id = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .clone();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": id, "prompt": [{"type": "text", "text": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert_eq!(
+        text_of(&c.updates(id.as_str().unwrap()), "agent_message_chunk"),
+        "still here"
+    );
+}
+
+/// new → prompt with a tool call that asks → cancel a hanging turn → list → load in a new
+/// process (replayed) → continue.
+#[tokio::test]
+async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
+    let mock = MockModel::start(vec![
+        Step::Tools(
+            Some("Let me look.".into()),
+            vec![(
+                "call_1".into(),
+                "bash".into(),
+                json!({"command": "echo hi"}),
+            )],
+        ),
+        Step::text("It printed hi."),
+        Step::Hang("Thinking about it".into()),
+        Step::text("Continued."),
+    ])
+    .await;
+    let s = setup("acp-flow", &mock);
+    let asked: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let a = asked.clone();
+    let answer: Answerer = Arc::new(move |m, p| {
+        assert_eq!(m, "session/request_permission");
+        a.lock().unwrap().push(p.clone());
+        Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}}))
+    });
+    let mut c = start(&s, answer).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "run it"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    // The question: the call as shown, the four kinds of options.
+    let q = asked.lock().unwrap()[0].clone();
+    assert_eq!(q["toolCall"]["toolCallId"], "call_1");
+    assert_eq!(q["toolCall"]["title"], "`echo hi`");
+    assert_eq!(q["toolCall"]["kind"], "execute");
+    let kinds: Vec<(String, String)> = q["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["optionId"].as_str().unwrap().into(),
+                o["kind"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("allow_once", "allow_once"),
+            ("allow_session", "allow_always"),
+            ("reject_once", "reject_once"),
+            ("reject_always", "reject_always")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    let ups = c.updates(&sid);
+    assert_eq!(
+        text_of(&ups, "agent_message_chunk"),
+        "Let me look.It printed hi."
+    );
+    let tool: Vec<&Value> = ups
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call" || u["sessionUpdate"] == "tool_call_update")
+        .collect();
+    assert_eq!(tool[0]["sessionUpdate"], "tool_call");
+    assert_eq!(tool[0]["kind"], "execute");
+    assert_eq!(tool[1]["status"], "in_progress");
+    let last = tool.last().unwrap();
+    assert_eq!(last["status"], "completed");
+    assert_eq!(last["content"][0]["content"]["text"], "hi\n");
+
+    // Cancel a turn that hangs: the prompt answers cancelled.
+    let id = c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "think"}]}),
+    );
+    wait_text(&c, &sid, "Let me look.It printed hi.Thinking about it").await;
+    c.notify("session/cancel", json!({"sessionId": sid}));
+    assert_eq!(
+        c.response(id).await["result"],
+        json!({"stopReason": "cancelled"})
+    );
+
+    // Listed for this cwd, titled by the first prompt.
+    let list = c.call("session/list", json!({"cwd": s.ws})).await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list["sessions"][0]["sessionId"], sid.as_str());
+    assert_eq!(list["sessions"][0]["title"], "run it");
+    assert_eq!(list["sessions"][0]["cwd"], s.ws.display().to_string());
+    // Closed: the next process can take it.
+    c.call("session/close", json!({"sessionId": sid})).await;
+    drop(c);
+
+    // A new process loads it: the branch replayed, then the conversation continues.
+    let mut c2 = start(&s, allow("allow_once")).await;
+    c2.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": []}),
+    )
+    .await;
+    let replay = c2.updates(&sid);
+    assert_eq!(text_of(&replay, "user_message_chunk"), "run itthink");
+    assert_eq!(
+        text_of(&replay, "agent_message_chunk"),
+        "Let me look.It printed hi.Thinking about it"
+    );
+    let done: Vec<&Value> = replay
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update")
+        .collect();
+    assert_eq!(done[0]["status"], "completed");
+    let r = c2
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go on"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert!(text_of(&c2.updates(&sid), "agent_message_chunk").ends_with("Continued."));
+    // The model saw the whole conversation.
+    let last = mock.requests().last().unwrap().body.clone();
+    assert!(last.to_string().contains("It printed hi."), "{last}");
+    mock.assert_paired();
+}
+
+/// A prompt sent while a turn runs waits for it: the earlier answers end_turn before the
+/// follow-up's first chunk.
+#[tokio::test]
+async fn a_prompt_while_busy_is_a_follow_up_answered_after_its_own_turn() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mock = MockModel::start(vec![
+        Step::Gate(gate.clone(), Box::new(Step::text("first"))),
+        Step::text("second"),
+    ])
+    .await;
+    let s = setup("acp-followup", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let a = c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "one"}]}),
+    );
+    let b = c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "two"}]}),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    gate.notify_one();
+    assert_eq!(
+        c.response(b).await["result"],
+        json!({"stopReason": "end_turn"})
+    );
+    let all = c.received.lock().unwrap().clone();
+    let pos = |pred: &dyn Fn(&Value) -> bool| all.iter().position(pred).unwrap();
+    let first_answer = pos(&|v| v["id"] == a);
+    let chunk = |prefix: &'static str| {
+        move |v: &Value| {
+            v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                && v["params"]["update"]["content"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(prefix))
+        }
+    };
+    let second_chunk = pos(&chunk("sec"));
+    let first_chunk = pos(&chunk("fir"));
+    assert!(
+        first_chunk < first_answer && first_answer < second_chunk,
+        "{all:#?}"
+    );
+    assert_eq!(
+        all[first_answer]["result"],
+        json!({"stopReason": "end_turn"})
+    );
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Fuzzed input: a line over the limit, 10,000 requests in flight (unknown methods, wrong
+/// types, lists), garbage: every request answered under its id, memory bounded, the agent
+/// goes on.
+#[tokio::test]
+async fn fuzzed_ndjson_is_answered_and_memory_stays_bounded() {
+    let mock = MockModel::start(vec![Step::text("alive")]).await;
+    let s = setup("acp-fuzz", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let pid = c.child.id().unwrap();
+    let before = rss_kb(pid);
+    // 65 MiB of one line: skipped without being kept.
+    c.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":"huge","method":"x","params":"{}"}}"#,
+        "a".repeat(65 << 20)
+    ));
+    let r = c
+        .wait_for(60, |v| {
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("longer than"))
+        })
+        .await;
+    assert_eq!(r["error"]["code"], -32600);
+    let mut ids = Vec::new();
+    for i in 0..10_000 {
+        let id = match i % 4 {
+            0 => c.send(&format!("no/such/{i}"), json!({})),
+            1 => c.send("session/prompt", json!({"sessionId": i, "prompt": "x"})),
+            2 => c.send("session/list", json!({"cwd": s.ws})),
+            _ => c.send(
+                "session/load",
+                json!({"sessionId": format!("s{i}"), "cwd": s.ws, "mcpServers": []}),
+            ),
+        };
+        ids.push(id);
+        if i % 97 == 0 {
+            c.send_raw("\u{0}\u{1}garbage ✗ {{{");
+        }
+    }
+    let last = *ids.last().unwrap();
+    c.response(last).await;
+    // Every request is answered, under its id.
+    for _ in 0..600 {
+        let n = c
+            .received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|v| {
+                v["id"].as_i64().is_some_and(|i| i > 1001 && i <= last) && v.get("method").is_none()
+            })
+            .count();
+        if n == ids.len() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let got: Vec<Value> = c
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|v| {
+            v["id"].as_i64().is_some_and(|i| i > 1001 && i <= last) && v.get("method").is_none()
+        })
+        .cloned()
+        .collect();
+    assert_eq!(got.len(), ids.len());
+    let code = |id: i64| got.iter().find(|v| v["id"] == id).unwrap()["error"]["code"].clone();
+    assert_eq!(code(ids[0]), -32601);
+    assert_eq!(code(ids[1]), -32602);
+    assert_eq!(code(ids[3]), -32002);
+    assert!(got.iter().find(|v| v["id"] == ids[2]).unwrap()["result"]["sessions"].is_array());
+    let after = rss_kb(pid);
+    assert!(
+        after < before + 60_000,
+        "RSS grew from {before} kB to {after} kB"
+    );
+    // It goes on.
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .clone();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+}
+
+/// The client vanishes mid-run (stdin closed): the run is aborted, its partial answer saved,
+/// the file released, and the process exits.
+#[tokio::test]
+async fn a_client_that_vanishes_mid_run_aborts_and_saves() {
+    let mock = MockModel::start(vec![Step::Hang("partial answer".into())]).await;
+    let s = setup("acp-vanish", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
+    );
+    wait_text(&c, &sid, "partial answer").await;
+    c.close_stdin();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), c.child.wait())
+        .await
+        .expect("the agent exits when its client is gone")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let lines = pi_e2e::session_lines(&s.ws);
+    let last = lines.last().unwrap();
+    assert_eq!(last["message"]["role"], "assistant");
+    assert_eq!(last["message"]["stopReason"], "aborted");
+    assert_eq!(last["message"]["content"][0]["text"], "partial answer");
+    let lock: Vec<_> = std::fs::read_dir(s.ws.join(".pi/sessions"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "lock")
+        })
+        .collect();
+    assert!(lock.is_empty(), "the file is released");
+}
+
+/// kill -9 mid-prompt: every tool result the client was told had completed is in the file.
+#[tokio::test]
+async fn kill_9_mid_prompt_loses_no_acknowledged_entry() {
+    let mock = MockModel::start(vec![
+        Step::call("c1", "bash", json!({"command": "echo one"})),
+        Step::call("c2", "bash", json!({"command": "echo two"})),
+        Step::Hang("still going".into()),
+    ])
+    .await;
+    let s = setup("acp-kill9", &mock);
+    let mut c = start(&s, allow("allow_session")).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.send(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
+    );
+    wait_text(&c, &sid, "still going").await;
+    let acknowledged: Vec<String> = c
+        .updates(&sid)
+        .iter()
+        .filter(|u| u["status"] == "completed")
+        .map(|u| u["toolCallId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(acknowledged, ["c1", "c2"]);
+    c.child.start_kill().unwrap();
+    c.child.wait().await.unwrap();
+    let lines = pi_e2e::session_lines(&s.ws);
+    let results: Vec<(String, String)> = lines
+        .iter()
+        .filter(|l| l["message"]["role"] == "toolResult")
+        .map(|l| {
+            (
+                l["message"]["toolCallId"].as_str().unwrap().to_string(),
+                l["message"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [("c1".into(), "one\n".into()), ("c2".into(), "two\n".into())]
+    );
+}
+
+/// With `fs.readTextFile` / `fs.writeTextFile` advertised, the agent reads the editor's unsaved
+/// text and its edit lands through `fs/write_text_file` (the disk is untouched).
+#[tokio::test]
+async fn client_fs_reads_unsaved_text_and_edits_land_in_the_editor() {
+    let mock = MockModel::start(vec![
+        Step::edit("e1", "a.txt", "unsaved line", "edited line"),
+        Step::text("Done."),
+    ])
+    .await;
+    let s = setup("acp-fs", &mock);
+    std::fs::write(s.ws.join("a.txt"), "disk line\n").unwrap();
+    let writes: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let w = writes.clone();
+    let answer: Answerer = Arc::new(move |m, p| match m {
+        "fs/read_text_file" => Ok(json!({"content": "unsaved line\n"})),
+        "fs/write_text_file" => {
+            w.lock().unwrap().push(p.clone());
+            Ok(json!({}))
+        }
+        _ => Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}})),
+    });
+    let mut c = AcpClient::start(&s.ws, &s.env, &["--model", "mock/mock-1"], answer);
+    c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}}}),
+    )
+    .await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "edit"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let path = s.ws.join("a.txt").display().to_string();
+    assert_eq!(
+        *writes.lock().unwrap(),
+        [json!({"sessionId": sid, "path": path, "content": "edited line\n"})]
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("a.txt")).unwrap(),
+        "disk line\n"
+    );
+    let done = c
+        .updates(&sid)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+        .unwrap();
+    assert_eq!(
+        done["content"][0],
+        json!({"type": "diff", "path": path, "oldText": "unsaved line", "newText": "edited line"})
+    );
+}

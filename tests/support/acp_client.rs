@@ -1,0 +1,181 @@
+//! A minimal ACP client of our own (NDJSON over the real `pi-lsp acp`'s stdio) for the e2e
+//! tests: requests with ids, every received message kept in order, and the agent's requests
+//! (`session/request_permission`, `fs/*`) answered by a test-supplied [`Answerer`].
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::Notify;
+
+/// Answers a request from the agent: `(method, params)` → result (or `Err((code, message))`).
+pub type Answerer = Arc<dyn Fn(&str, &Value) -> Result<Value, (i64, String)> + Send + Sync>;
+
+/// The client; see the module doc.
+pub struct AcpClient {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    next: i64,
+    /// Every message received, in order.
+    pub received: Arc<Mutex<Vec<Value>>>,
+    arrived: Arc<Notify>,
+    writer: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+}
+
+impl AcpClient {
+    /// Starts `pi-lsp acp` in `cwd` with `env` and `args`; `answer` answers the agent's
+    /// requests.
+    pub fn start(cwd: &Path, env: &[(&str, String)], args: &[&str], answer: Answerer) -> AcpClient {
+        let mut cmd = Command::new(crate::pi_lsp_bin());
+        cmd.arg("acp")
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let arrived = Arc::new(Notify::new());
+        let (r, a) = (received.clone(), arrived.clone());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| {
+                    panic!("the agent wrote a line that is not JSON ({e}): {l}")
+                });
+                if v.get("method").is_some() && v.get("id").is_some() {
+                    let m = v["method"].as_str().unwrap_or_default().to_string();
+                    let reply = match answer(&m, &v["params"]) {
+                        Ok(res) => json!({"jsonrpc": "2.0", "id": v["id"], "result": res}),
+                        Err((code, message)) => {
+                            json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": code, "message": message}})
+                        }
+                    };
+                    let _ = tx.send(reply.to_string());
+                }
+                r.lock().unwrap().push(v);
+                a.notify_waiters();
+            }
+            a.notify_waiters();
+        });
+        let mut client = AcpClient {
+            child,
+            stdin,
+            next: 1000,
+            received,
+            arrived,
+            writer: None,
+        };
+        // Replies to the agent's requests go through the same stdin.
+        let (w_tx, mut w_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let stdin = client.stdin.take().unwrap();
+        tokio::spawn(async move {
+            let mut stdin = stdin;
+            loop {
+                let line = tokio::select! {
+                    l = rx.recv() => l,
+                    l = w_rx.recv() => l,
+                };
+                let Some(mut line) = line else { break };
+                line.push('\n');
+                if stdin.write_all(line.as_bytes()).await.is_err() {
+                    break;
+                }
+                let _ = stdin.flush().await;
+            }
+        });
+        client.writer = Some(w_tx);
+        client
+    }
+
+    /// Writes one raw line (a newline is added).
+    pub fn send_raw(&self, line: &str) {
+        if let Some(w) = &self.writer {
+            let _ = w.send(line.to_string());
+        }
+    }
+
+    /// Sends a request and returns its id.
+    pub fn send(&mut self, method: &str, params: Value) -> i64 {
+        self.next += 1;
+        let id = self.next;
+        self.send_raw(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        );
+        id
+    }
+
+    /// Sends a notification.
+    pub fn notify(&self, method: &str, params: Value) {
+        self.send_raw(&json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string());
+    }
+
+    /// Waits (up to `secs`) until `pred` holds for a received message; returns it.
+    pub async fn wait_for(&self, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let notified = self.arrived.notified();
+            if let Some(v) = self.received.lock().unwrap().iter().find(|v| pred(v)) {
+                return v.clone();
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let all = self.received.lock().unwrap().clone();
+                panic!(
+                    "timed out; received: {}",
+                    serde_json::to_string_pretty(&all).unwrap()
+                );
+            }
+        }
+    }
+
+    /// The response to request `id`.
+    pub async fn response(&self, id: i64) -> Value {
+        self.wait_for(30, |v| v["id"] == id && v.get("method").is_none())
+            .await
+    }
+
+    /// Sends a request and waits for its result (panics on an error answer).
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        let r = self.response(id).await;
+        assert!(r.get("error").is_none(), "{method} failed: {r}");
+        r["result"].clone()
+    }
+
+    /// The `session/update`s received so far for `session`, as their `update` objects.
+    pub fn updates(&self, session: &str) -> Vec<Value> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|v| v["method"] == "session/update" && v["params"]["sessionId"] == session)
+            .map(|v| v["params"]["update"].clone())
+            .collect()
+    }
+
+    /// Closes stdin (the client goes away).
+    pub fn close_stdin(&mut self) {
+        self.writer = None;
+    }
+}
+
+/// Answers permission questions with `option` and refuses `fs/*`.
+pub fn allow(option: &'static str) -> Answerer {
+    Arc::new(move |m, _| match m {
+        "session/request_permission" => {
+            Ok(json!({"outcome": {"outcome": "selected", "optionId": option}}))
+        }
+        other => Err((-32601, format!("not offered: {other}"))),
+    })
+}
