@@ -344,18 +344,6 @@ impl PlanBoard {
                 .find(|(n, _)| n == name)
                 .is_some_and(|(_, ro)| !ro)
     }
-
-    /// Turns plan mode on or off (the `/plan` toggle's work, also for a client's switch):
-    /// persisted as a `plan-mode` entry; tools change from the next run. Errors: the
-    /// plan-mode extension is not loaded, or the entry could not be written.
-    pub async fn set_plan_mode(&self, on: bool) -> Result<PlanState, String> {
-        let ctx =
-            self.plan_ctx.get().cloned().ok_or_else(|| {
-                "plan mode is off in this workspace (builtinExtensions)".to_string()
-            })?;
-        super::plan_mode::set_mode(self, &ctx, on).await;
-        Ok(self.state())
-    }
 }
 
 /// The id after the largest of `todos`.

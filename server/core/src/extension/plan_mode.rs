@@ -16,7 +16,7 @@ use std::sync::Arc;
 use regex::{Regex, RegexSet};
 use serde_json::json;
 
-use super::plan::{PlanBoard, PLAN_MODE_ENTRY};
+use super::plan::{PlanBoard, PlanState, PLAN_MODE_ENTRY};
 use super::{CustomMessage, Extension, ExtensionApi, ExtensionContext, NotifyType, ToolCallAction};
 use crate::agent::{AgentEvent, Delivery, Tool};
 use pi_ai::{ContentBlock, Message};
@@ -248,6 +248,23 @@ async fn show_status(board: &PlanBoard, ctx: &ExtensionContext) {
         _ => None,
     };
     ctx.set_status(NAME, text.as_deref()).await;
+}
+
+impl PlanBoard {
+    /// Turns plan mode on or off (the `/plan` toggle's work, also for a client's switch):
+    /// persisted as a `plan-mode` entry; tools change from the next run. Errors: the
+    /// plan-mode extension is not loaded, or the entry could not be written.
+    ///
+    /// Written here rather than beside the board so that the board ([`super::plan`]) stays a
+    /// leaf that plan mode and the `todo` tool both import.
+    pub async fn set_plan_mode(&self, on: bool) -> Result<PlanState, String> {
+        let ctx =
+            self.plan_ctx.get().cloned().ok_or_else(|| {
+                "plan mode is off in this workspace (builtinExtensions)".to_string()
+            })?;
+        set_mode(self, &ctx, on).await;
+        Ok(self.state())
+    }
 }
 
 /// Turns plan mode on or off (`/plan`, a client's switch), as Pi's `togglePlanMode` does

@@ -32,6 +32,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
 use super::config::{resolve_value, ServerConfig, Transport};
+use super::groups::{signal_group, track_group, untrack_group};
 use super::log::McpLog;
 
 /// Largest message read from a server (Pi's 16 MiB).
@@ -256,7 +257,7 @@ impl Connection {
                     .spawn()
                     .map_err(|e| ConnectError::Failed(format!("failed to start {command}: {e}")))?;
                 let pid = child.id().and_then(|p| i32::try_from(p).ok());
-                super::manager::track_group(pid);
+                track_group(pid);
                 let (Some(stdin), Some(stdout), Some(mut err)) =
                     (child.stdin.take(), child.stdout.take(), child.stderr.take())
                 else {
@@ -409,7 +410,7 @@ impl Connection {
                         signal_group(c.pid, nix::sys::signal::Signal::SIGTERM);
                         tokio::time::sleep(TERM_GRACE).await;
                         signal_group(c.pid, nix::sys::signal::Signal::SIGKILL);
-                        super::manager::untrack_group(c.pid);
+                        untrack_group(c.pid);
                     }
                     _ = stop_rx => {
                         ct.cancel();
@@ -549,7 +550,7 @@ async fn terminate(mut c: Child, now: bool) {
     if !now {
         if let Ok(Ok(_)) = tokio::time::timeout(STDIN_CLOSE_GRACE, c.child.wait()).await {
             signal_group(c.pid, nix::sys::signal::Signal::SIGTERM);
-            super::manager::untrack_group(c.pid);
+            untrack_group(c.pid);
             return;
         }
     }
@@ -562,12 +563,5 @@ async fn terminate(mut c: Child, now: bool) {
         let _ = c.child.kill().await;
     }
     signal_group(c.pid, nix::sys::signal::Signal::SIGKILL);
-    super::manager::untrack_group(c.pid);
-}
-
-/// Sends `sig` to the process group `pid` leads.
-pub(crate) fn signal_group(pid: Option<i32>, sig: nix::sys::signal::Signal) {
-    if let Some(p) = pid.filter(|p| *p > 0) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(p), sig);
-    }
+    untrack_group(c.pid);
 }

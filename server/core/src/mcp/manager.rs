@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{ConnectError, Connection, Events};
 use super::config::{self, Exposure, McpConfig, ServerConfig};
+use super::groups::kill_all_groups;
 use super::log::McpLog;
 
 /// How long the first prompt waits for servers with `direct` tools (Pi's 10 s).
@@ -320,33 +321,6 @@ fn registry() -> &'static parking_lot::Mutex<HashMap<PathBuf, Arc<McpManager>>> 
 fn session_managers() -> &'static parking_lot::Mutex<Vec<Weak<McpManager>>> {
     static R: OnceLock<parking_lot::Mutex<Vec<Weak<McpManager>>>> = OnceLock::new();
     R.get_or_init(Default::default)
-}
-
-fn groups() -> &'static parking_lot::Mutex<Vec<i32>> {
-    static G: OnceLock<parking_lot::Mutex<Vec<i32>>> = OnceLock::new();
-    G.get_or_init(Default::default)
-}
-
-/// Records a stdio server's process group (killed by [`kill_all_groups`]).
-pub(crate) fn track_group(pid: Option<i32>) {
-    if let Some(p) = pid {
-        groups().lock().push(p);
-    }
-}
-
-/// Forgets a process group that was ended.
-pub(crate) fn untrack_group(pid: Option<i32>) {
-    if let Some(p) = pid {
-        groups().lock().retain(|g| *g != p);
-    }
-}
-
-/// SIGKILLs every stdio server's process group still running (the last step of a shutdown, or
-/// an exit that could not wait).
-pub fn kill_all_groups() {
-    for p in groups().lock().drain(..) {
-        super::client::signal_group(Some(p), nix::sys::signal::Signal::SIGKILL);
-    }
 }
 
 /// Closes every manager's servers (stdin closed → SIGTERM → SIGKILL, in parallel), then kills

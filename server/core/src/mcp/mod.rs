@@ -17,6 +17,7 @@
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod groups;
 pub mod log;
 pub mod manager;
 pub mod naming;
@@ -29,7 +30,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde_json::Value;
 
 pub use config::{Exposure, McpConfig, ServerConfig};
-pub use manager::{kill_all_groups, shutdown_all, McpManager, ServerInfo, State};
+pub use groups::kill_all_groups;
+pub use manager::{shutdown_all, McpManager, ServerInfo, State};
 pub use tools::RunTools;
 
 use crate::resources::WorkspaceConfig;

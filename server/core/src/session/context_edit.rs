@@ -13,34 +13,11 @@ use pi_ai::{ContentBlock, Message, UserContent};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::tree::Entry;
-
 /// The latest edit of each target on one path: target id → (edit entry id, replacement).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ContextEdits(HashMap<String, (String, Value)>);
+pub struct ContextEdits(pub(super) HashMap<String, (String, Value)>);
 
 impl ContextEdits {
-    /// The edits of the `context_edit` entries on `path` (root first); `None` when the path
-    /// has none (the common case costs one pass over the entries' kinds).
-    pub fn on_path(path: &[&Entry]) -> Option<ContextEdits> {
-        if !path.iter().any(|e| e.kind == "context_edit") {
-            return None;
-        }
-        let mut edits = HashMap::new();
-        for e in path.iter().filter(|e| e.kind == "context_edit") {
-            let mut raw = e.raw();
-            let Some(target) = raw["targetId"].as_str().map(str::to_string) else {
-                continue;
-            };
-            let replacement = raw
-                .as_object_mut()
-                .and_then(|o| o.remove("replacement"))
-                .unwrap_or(Value::Null);
-            edits.insert(target, (e.id.clone(), replacement));
-        }
-        Some(ContextEdits(edits))
-    }
-
     /// The edit of entry `id`: `(edit entry id, replacement)`.
     pub fn get(&self, id: &str) -> Option<&(String, Value)> {
         self.0.get(id)

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use pi_ai::Message;
 
+use super::context_edit::ContextEdits;
 pub use super::convert::{
     bash_execution_text, convert_message, BRANCH_SUMMARY_PREFIX, BRANCH_SUMMARY_SUFFIX,
     COMPACTION_SUMMARY_PREFIX, COMPACTION_SUMMARY_SUFFIX,
@@ -359,7 +360,7 @@ pub fn path_messages_with(
     mut message: impl FnMut(usize, &Entry) -> Option<Message>,
 ) -> Vec<Message> {
     let plan = path_plan(path, proposed);
-    let edits = super::context_edit::ContextEdits::on_path(path);
+    let edits = ContextEdits::on_path(path);
     let mut out = Vec::new();
     if let Some((summary, ts)) = plan.summary {
         out.push(user(
@@ -383,7 +384,7 @@ pub fn path_messages_with(
 /// ([`Entry::is_visible`]).
 pub fn path_message_count(path: &[&Entry]) -> usize {
     let plan = path_plan(path, None);
-    let edits = super::context_edit::ContextEdits::on_path(path);
+    let edits = ContextEdits::on_path(path);
     let omitted = |e: &Entry| edits.as_ref().is_some_and(|x| x.omits(&e.id));
     let visible: usize = plan
         .ranges
@@ -778,6 +779,31 @@ impl SessionTree {
             _ => entry_message(e),
         });
         ctx
+    }
+}
+
+/// Read from a path of [`Entry`]s here, so that [`super::context_edit`] stays a leaf the tree
+/// imports.
+impl ContextEdits {
+    /// The edits of the `context_edit` entries on `path` (root first); `None` when the path
+    /// has none (the common case costs one pass over the entries' kinds).
+    pub fn on_path(path: &[&Entry]) -> Option<ContextEdits> {
+        if !path.iter().any(|e| e.kind == "context_edit") {
+            return None;
+        }
+        let mut edits = HashMap::new();
+        for e in path.iter().filter(|e| e.kind == "context_edit") {
+            let mut raw = e.raw();
+            let Some(target) = raw["targetId"].as_str().map(str::to_string) else {
+                continue;
+            };
+            let replacement = raw
+                .as_object_mut()
+                .and_then(|o| o.remove("replacement"))
+                .unwrap_or(Value::Null);
+            edits.insert(target, (e.id.clone(), replacement));
+        }
+        Some(ContextEdits(edits))
     }
 }
 
