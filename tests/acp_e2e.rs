@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pi_e2e::acp_client::{allow, AcpClient, Answerer};
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::TempDir;
+use pi_e2e::{require, TempDir};
 use serde_json::{json, Value};
 
 struct Setup {
@@ -76,7 +76,7 @@ async fn initialize_states_version_capabilities_and_agent() {
             "agentCapabilities": {
                 "loadSession": true,
                 "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
-                "mcpCapabilities": {"http": false, "sse": false},
+                "mcpCapabilities": {"http": true, "sse": false},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}}
             },
             "authMethods": [],
@@ -619,4 +619,92 @@ async fn client_fs_reads_unsaved_text_and_edits_land_in_the_editor() {
         done["content"][0],
         json!({"type": "diff", "path": path, "oldText": "unsaved line", "newText": "edited line"})
     );
+}
+
+/// server-everything's `dist/index.js` (`$PI_MCP_EVERYTHING`, else the repo's `.mcp-ref`
+/// install) when it and `node` are there.
+fn everything() -> Option<std::path::PathBuf> {
+    let p = std::env::var("PI_MCP_EVERYTHING")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+                "../.mcp-ref/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            )
+        });
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (p.exists() && node).then_some(p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_servers_from_session_new_start_and_their_tools_reach_the_model() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "mcp_servers_from_session_new_start_and_their_tools_reach_the_model",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call(
+            "c1",
+            "mcp__everything__echo",
+            json!({"message": "from acp"}),
+        ),
+        Step::text("Echoed."),
+    ])
+    .await;
+    let s = setup("acp-mcp", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [
+                {"name": "everything", "command": "node", "args": [ev], "env": []},
+                {"type": "sse", "name": "old", "url": "http://127.0.0.1:9/sse", "headers": []}
+            ]}),
+        )
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let rejected = &r["_meta"]["pi"]["mcpServersRejected"];
+    assert_eq!(r["_meta"]["pi"]["mcpServersStarted"], json!(["everything"]));
+    assert_eq!(rejected.as_array().unwrap().len(), 1, "{r:#}");
+    assert_eq!(rejected[0]["name"], "old");
+    let err = rejected[0]["error"].as_str().unwrap().to_string();
+    assert!(err.to_lowercase().contains("sse"), "{err}");
+    // The user sees the rejection too.
+    let shown = text_of(&c.updates(&sid), "agent_message_chunk");
+    assert_eq!(
+        shown,
+        format!("[pi-lsp: MCP servers from the editor not started: old: {err}]\n")
+    );
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo it"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2);
+    // The first request declares the tool; the second carries its result.
+    assert!(
+        reqs[0].body.to_string().contains("mcp__everything__echo"),
+        "tool not declared"
+    );
+    assert!(
+        reqs[1].body.to_string().contains("Echo: from acp"),
+        "result not sent: {}",
+        reqs[1].body
+    );
+    let done = c
+        .updates(&sid)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+        .expect("a completed tool call");
+    assert_eq!(done["toolCallId"], "c1");
+    c.call("session/close", json!({"sessionId": sid})).await;
 }
