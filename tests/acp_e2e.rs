@@ -708,3 +708,59 @@ async fn mcp_servers_from_session_new_start_and_their_tools_reach_the_model() {
     assert_eq!(done["toolCallId"], "c1");
     c.call("session/close", json!({"sessionId": sid})).await;
 }
+
+#[tokio::test]
+async fn todo_changes_reach_the_client_as_plan_updates() {
+    let mock = MockModel::start(vec![
+        Step::call(
+            "t1",
+            "todo",
+            json!({"action": "add", "text": "Write the parser"}),
+        ),
+        Step::call(
+            "t2",
+            "todo",
+            json!({"action": "add", "text": "Test the parser"}),
+        ),
+        Step::text("Planned."),
+    ])
+    .await;
+    let s = setup("acp-plan", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "plan it"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let want = json!({"sessionUpdate": "plan", "entries": [
+        {"content": "Write the parser", "priority": "medium", "status": "in_progress"},
+        {"content": "Test the parser", "priority": "medium", "status": "pending"}
+    ]});
+    let seen = c
+        .wait_for(10, |m| {
+            m["method"] == "session/update" && m["params"]["update"] == want
+        })
+        .await;
+    assert_eq!(seen["params"]["sessionId"], sid);
+    let plans: Vec<Value> = c
+        .updates(&sid)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .collect();
+    // The first add is sent on its own, the whole list each time.
+    assert_eq!(
+        plans[0],
+        json!({"sessionUpdate": "plan", "entries": [
+            {"content": "Write the parser", "priority": "medium", "status": "in_progress"}
+        ]})
+    );
+    assert_eq!(plans.last().unwrap(), &want);
+}
