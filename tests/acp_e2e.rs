@@ -763,4 +763,18 @@ async fn todo_changes_reach_the_client_as_plan_updates() {
         ]})
     );
     assert_eq!(plans.last().unwrap(), &want);
+    // Loaded again, the list as it stands follows the replayed history.
+    c.call("session/close", json!({"sessionId": sid})).await;
+    let before = c.updates(&sid).len();
+    c.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": []}),
+    )
+    .await;
+    let after: Vec<Value> = c.updates(&sid)[before..]
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .cloned()
+        .collect();
+    assert_eq!(after, vec![want]);
 }

@@ -448,6 +448,17 @@ impl AcpAgent {
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
         replay(&self.conn, &live)?;
+        // The session's plan/todo list as it stands, after the history.
+        if let Some(board) = live.session.plan() {
+            let state = board.state();
+            if !state.todos.is_empty() {
+                send_update(
+                    &self.conn,
+                    live.session.id(),
+                    crate::updates::plan_update(&state),
+                );
+            }
+        }
         let mut out = json!({"configOptions": config_options(&live.session)});
         if let Some(m) = self.start_mcp(live.session.id(), &live.cwd, &p.mcp_servers) {
             out["_meta"] = m;
