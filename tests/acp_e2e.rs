@@ -778,3 +778,33 @@ async fn todo_changes_reach_the_client_as_plan_updates() {
         .collect();
     assert_eq!(after, vec![want]);
 }
+
+#[tokio::test]
+async fn mcp_servers_are_not_started_and_the_user_is_told_when_mcp_is_off() {
+    let mock = MockModel::start(vec![]).await;
+    let s = setup("acp-mcp-off", &mock);
+    let agent = s._tmp.path().join("agent");
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"extensions": ["-builtin:mcp"]}).to_string(),
+    )
+    .unwrap();
+    let mut c = start(&s, allow("allow_once")).await;
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [
+                {"name": "tools", "command": "node", "args": ["server.js"], "env": []}
+            ]}),
+        )
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(
+        r["_meta"],
+        json!({"pi": {"mcpServersStarted": [], "mcpOff": true}})
+    );
+    assert_eq!(
+        text_of(&c.updates(&sid), "agent_message_chunk"),
+        "[pi-lsp: MCP is off (--no-mcp or \"-builtin:mcp\"); the editor's MCP servers were not started: tools]\n"
+    );
+}

@@ -326,10 +326,33 @@ impl AcpAgent {
     /// start for this session (exposure `direct`; their tools join its runs). Invalid entries
     /// (e.g. `sse`) are reported to the user as an `agent_message_chunk` with Pi's validation
     /// message, and in `_meta.pi.mcpServersRejected` (`[{name, error}]`); the names started are
-    /// in `_meta.pi.mcpServersStarted`. `None` when the client handed none.
-    fn start_mcp(&self, session_id: &str, cwd: &Path, servers: &[McpServer]) -> Option<Value> {
+    /// in `_meta.pi.mcpServersStarted`. With MCP off (`mcp_off`: `--no-mcp` / `-builtin:mcp`)
+    /// none start and the user is told (`_meta.pi.mcpOff`). `None` when the client handed none.
+    fn start_mcp(
+        &self,
+        session_id: &str,
+        cwd: &Path,
+        mcp_off: bool,
+        servers: &[McpServer],
+    ) -> Option<Value> {
         if servers.is_empty() {
             return None;
+        }
+        if mcp_off {
+            // `--no-mcp` or `-builtin:mcp`: none start, and the user is told.
+            let names: Vec<String> = servers
+                .iter()
+                .map(|s| {
+                    let v = serde_json::to_value(s).unwrap_or(Value::Null);
+                    v["name"].as_str().unwrap_or("?").to_string()
+                })
+                .collect();
+            let text = format!(
+                "[pi-lsp: MCP is off (--no-mcp or \"-builtin:mcp\"); the editor's MCP servers were not started: {}]\n",
+                names.join(", ")
+            );
+            send_update(&self.conn, session_id, chunk(text, false));
+            return Some(json!({"pi": {"mcpServersStarted": [], "mcpOff": true}}));
         }
         let mut configs = Vec::new();
         let mut started = Vec::new();
@@ -382,7 +405,12 @@ impl AcpAgent {
             .map_err(|e| RpcError::internal(e.to_string()))?;
         let live = self.register(session, setup);
         let id = live.session.id().to_string();
-        let meta = self.start_mcp(&id, &live.cwd, &p.mcp_servers);
+        let meta = self.start_mcp(
+            &id,
+            &live.cwd,
+            pi_core::mcp::disabled(live.session.workspace()),
+            &p.mcp_servers,
+        );
         let mut out = json!({"sessionId": id, "configOptions": config_options(&live.session)});
         if let Some(m) = meta {
             out["_meta"] = m;
@@ -460,7 +488,12 @@ impl AcpAgent {
             }
         }
         let mut out = json!({"configOptions": config_options(&live.session)});
-        if let Some(m) = self.start_mcp(live.session.id(), &live.cwd, &p.mcp_servers) {
+        if let Some(m) = self.start_mcp(
+            live.session.id(),
+            &live.cwd,
+            pi_core::mcp::disabled(live.session.workspace()),
+            &p.mcp_servers,
+        ) {
             out["_meta"] = m;
         }
         Ok(out)
@@ -471,7 +504,12 @@ impl AcpAgent {
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
         let mut out = json!({"configOptions": config_options(&live.session)});
-        if let Some(m) = self.start_mcp(live.session.id(), &live.cwd, &p.mcp_servers) {
+        if let Some(m) = self.start_mcp(
+            live.session.id(),
+            &live.cwd,
+            pi_core::mcp::disabled(live.session.workspace()),
+            &p.mcp_servers,
+        ) {
             out["_meta"] = m;
         }
         Ok(out)
