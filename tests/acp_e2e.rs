@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pi_e2e::acp_client::{allow, AcpClient, Answerer};
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::TempDir;
+use pi_e2e::{require, TempDir};
 use serde_json::{json, Value};
 
 struct Setup {
@@ -76,7 +76,7 @@ async fn initialize_states_version_capabilities_and_agent() {
             "agentCapabilities": {
                 "loadSession": true,
                 "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
-                "mcpCapabilities": {"http": false, "sse": false},
+                "mcpCapabilities": {"http": true, "sse": false},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}}
             },
             "authMethods": [],
@@ -618,5 +618,193 @@ async fn client_fs_reads_unsaved_text_and_edits_land_in_the_editor() {
     assert_eq!(
         done["content"][0],
         json!({"type": "diff", "path": path, "oldText": "unsaved line", "newText": "edited line"})
+    );
+}
+
+/// server-everything's `dist/index.js` (`$PI_MCP_EVERYTHING`, else the repo's `.mcp-ref`
+/// install) when it and `node` are there.
+fn everything() -> Option<std::path::PathBuf> {
+    let p = std::env::var("PI_MCP_EVERYTHING")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+                "../.mcp-ref/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            )
+        });
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (p.exists() && node).then_some(p)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_servers_from_session_new_start_and_their_tools_reach_the_model() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "mcp_servers_from_session_new_start_and_their_tools_reach_the_model",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call(
+            "c1",
+            "mcp__everything__echo",
+            json!({"message": "from acp"}),
+        ),
+        Step::text("Echoed."),
+    ])
+    .await;
+    let s = setup("acp-mcp", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [
+                {"name": "everything", "command": "node", "args": [ev], "env": []},
+                {"type": "sse", "name": "old", "url": "http://127.0.0.1:9/sse", "headers": []}
+            ]}),
+        )
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let rejected = &r["_meta"]["pi"]["mcpServersRejected"];
+    assert_eq!(r["_meta"]["pi"]["mcpServersStarted"], json!(["everything"]));
+    assert_eq!(rejected.as_array().unwrap().len(), 1, "{r:#}");
+    assert_eq!(rejected[0]["name"], "old");
+    let err = rejected[0]["error"].as_str().unwrap().to_string();
+    assert!(err.to_lowercase().contains("sse"), "{err}");
+    // The user sees the rejection too.
+    let shown = text_of(&c.updates(&sid), "agent_message_chunk");
+    assert_eq!(
+        shown,
+        format!("[pi-lsp: MCP servers from the editor not started: old: {err}]\n")
+    );
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo it"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2);
+    // The first request declares the tool; the second carries its result.
+    assert!(
+        reqs[0].body.to_string().contains("mcp__everything__echo"),
+        "tool not declared"
+    );
+    assert!(
+        reqs[1].body.to_string().contains("Echo: from acp"),
+        "result not sent: {}",
+        reqs[1].body
+    );
+    let done = c
+        .updates(&sid)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+        .expect("a completed tool call");
+    assert_eq!(done["toolCallId"], "c1");
+    c.call("session/close", json!({"sessionId": sid})).await;
+}
+
+#[tokio::test]
+async fn todo_changes_reach_the_client_as_plan_updates() {
+    let mock = MockModel::start(vec![
+        Step::call(
+            "t1",
+            "todo",
+            json!({"action": "add", "text": "Write the parser"}),
+        ),
+        Step::call(
+            "t2",
+            "todo",
+            json!({"action": "add", "text": "Test the parser"}),
+        ),
+        Step::text("Planned."),
+    ])
+    .await;
+    let s = setup("acp-plan", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "plan it"}]}),
+        )
+        .await;
+    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let want = json!({"sessionUpdate": "plan", "entries": [
+        {"content": "Write the parser", "priority": "medium", "status": "in_progress"},
+        {"content": "Test the parser", "priority": "medium", "status": "pending"}
+    ]});
+    let seen = c
+        .wait_for(10, |m| {
+            m["method"] == "session/update" && m["params"]["update"] == want
+        })
+        .await;
+    assert_eq!(seen["params"]["sessionId"], sid);
+    let plans: Vec<Value> = c
+        .updates(&sid)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .collect();
+    // The first add is sent on its own, the whole list each time.
+    assert_eq!(
+        plans[0],
+        json!({"sessionUpdate": "plan", "entries": [
+            {"content": "Write the parser", "priority": "medium", "status": "in_progress"}
+        ]})
+    );
+    assert_eq!(plans.last().unwrap(), &want);
+    // Loaded again, the list as it stands follows the replayed history.
+    c.call("session/close", json!({"sessionId": sid})).await;
+    let before = c.updates(&sid).len();
+    c.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": []}),
+    )
+    .await;
+    let after: Vec<Value> = c.updates(&sid)[before..]
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .cloned()
+        .collect();
+    assert_eq!(after, vec![want]);
+}
+
+#[tokio::test]
+async fn mcp_servers_are_not_started_and_the_user_is_told_when_mcp_is_off() {
+    let mock = MockModel::start(vec![]).await;
+    let s = setup("acp-mcp-off", &mock);
+    let agent = s._tmp.path().join("agent");
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"extensions": ["-builtin:mcp"]}).to_string(),
+    )
+    .unwrap();
+    let mut c = start(&s, allow("allow_once")).await;
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [
+                {"name": "tools", "command": "node", "args": ["server.js"], "env": []}
+            ]}),
+        )
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(
+        r["_meta"],
+        json!({"pi": {"mcpServersStarted": [], "mcpOff": true}})
+    );
+    assert_eq!(
+        text_of(&c.updates(&sid), "agent_message_chunk"),
+        "[pi-lsp: MCP is off (--no-mcp or \"-builtin:mcp\"); the editor's MCP servers were not started: tools]\n"
     );
 }

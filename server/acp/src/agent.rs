@@ -241,7 +241,7 @@ impl AcpAgent {
             "agentCapabilities": {
                 "loadSession": true,
                 "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
-                "mcpCapabilities": {"http": false, "sse": false},
+                "mcpCapabilities": {"http": true, "sse": false},
                 "sessionCapabilities": {
                     "list": {}, "resume": {}, "close": {}, "delete": {},
                     "additionalDirectories": {}
@@ -321,26 +321,76 @@ impl AcpAgent {
         live
     }
 
-    /// MCP servers handed over by the client: not started yet (pi-lsp's MCP client is not
-    /// wired to ACP); the user is told, never silently ignored.
-    fn refuse_mcp(&self, session_id: &str, servers: &[McpServer]) -> Option<Value> {
+    /// MCP servers handed over by the client (`session/new` / `session/load` / `session/resume`
+    /// `mcpServers`): each is converted with [`pi_core::mcp::acp_server`] and the valid ones
+    /// start for this session (exposure `direct`; their tools join its runs). Invalid entries
+    /// (e.g. `sse`) are reported to the user as an `agent_message_chunk` with Pi's validation
+    /// message, and in `_meta.pi.mcpServersRejected` (`[{name, error}]`); the names started are
+    /// in `_meta.pi.mcpServersStarted`. With MCP off (`mcp_off`: `--no-mcp` / `-builtin:mcp`)
+    /// none start and the user is told (`_meta.pi.mcpOff`). `None` when the client handed none.
+    fn start_mcp(
+        &self,
+        session_id: &str,
+        cwd: &Path,
+        mcp_off: bool,
+        servers: &[McpServer],
+    ) -> Option<Value> {
         if servers.is_empty() {
             return None;
         }
-        let names: Vec<String> = servers
-            .iter()
-            .map(|s| match serde_json::to_value(s) {
-                Ok(v) => v["name"].as_str().unwrap_or("?").to_string(),
-                Err(_) => "?".into(),
-            })
-            .collect();
-        let text = format!(
-            "[pi-lsp: the MCP servers from the editor were not started: {}. This version of pi-lsp does not start MCP servers handed over by ACP yet; the session runs without their tools.]\n",
-            names.join(", ")
-        );
-        tracing::warn!("{text}");
-        send_update(&self.conn, session_id, chunk(text, false));
-        Some(json!({"pi": {"mcpServersNotStarted": names}}))
+        if mcp_off {
+            // `--no-mcp` or `-builtin:mcp`: none start, and the user is told.
+            let names: Vec<String> = servers
+                .iter()
+                .map(|s| {
+                    let v = serde_json::to_value(s).unwrap_or(Value::Null);
+                    v["name"].as_str().unwrap_or("?").to_string()
+                })
+                .collect();
+            let text = format!(
+                "[pi-lsp: MCP is off (--no-mcp or \"-builtin:mcp\"); the editor's MCP servers were not started: {}]\n",
+                names.join(", ")
+            );
+            send_update(&self.conn, session_id, chunk(text, false));
+            return Some(json!({"pi": {"mcpServersStarted": [], "mcpOff": true}}));
+        }
+        let mut configs = Vec::new();
+        let mut started = Vec::new();
+        let mut rejected = Vec::new();
+        for (i, s) in servers.iter().enumerate() {
+            let v = serde_json::to_value(s).unwrap_or(Value::Null);
+            let name = v["name"].as_str().unwrap_or("?").to_string();
+            match pi_core::mcp::acp_server(&v) {
+                Ok(c) => {
+                    started.push(name);
+                    configs.push(c);
+                }
+                Err(e) => rejected.push(json!({"name": name, "index": i, "error": e})),
+            }
+        }
+        if !rejected.is_empty() {
+            let lines: Vec<String> = rejected
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}: {}",
+                        r["name"].as_str().unwrap_or("?"),
+                        r["error"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            let text = format!(
+                "[pi-lsp: MCP servers from the editor not started: {}]\n",
+                lines.join("; ")
+            );
+            tracing::warn!("{}", text.trim_end());
+            send_update(&self.conn, session_id, chunk(text, false));
+        }
+        if !configs.is_empty() {
+            let manager = pi_core::mcp::McpManager::for_session(cwd, configs);
+            pi_core::mcp::set_session_servers(session_id, manager);
+        }
+        Some(json!({"pi": {"mcpServersStarted": started, "mcpServersRejected": rejected}}))
     }
 
     async fn new_session(self: &Arc<Self>, p: NewSessionRequest) -> Result<Value, RpcError> {
@@ -355,7 +405,12 @@ impl AcpAgent {
             .map_err(|e| RpcError::internal(e.to_string()))?;
         let live = self.register(session, setup);
         let id = live.session.id().to_string();
-        let meta = self.refuse_mcp(&id, &p.mcp_servers);
+        let meta = self.start_mcp(
+            &id,
+            &live.cwd,
+            pi_core::mcp::disabled(live.session.workspace()),
+            &p.mcp_servers,
+        );
         let mut out = json!({"sessionId": id, "configOptions": config_options(&live.session)});
         if let Some(m) = meta {
             out["_meta"] = m;
@@ -421,8 +476,24 @@ impl AcpAgent {
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
         replay(&self.conn, &live)?;
+        // The session's plan/todo list as it stands, after the history.
+        if let Some(board) = live.session.plan() {
+            let state = board.state();
+            if !state.todos.is_empty() {
+                send_update(
+                    &self.conn,
+                    live.session.id(),
+                    crate::updates::plan_update(&state),
+                );
+            }
+        }
         let mut out = json!({"configOptions": config_options(&live.session)});
-        if let Some(m) = self.refuse_mcp(live.session.id(), &p.mcp_servers) {
+        if let Some(m) = self.start_mcp(
+            live.session.id(),
+            &live.cwd,
+            pi_core::mcp::disabled(live.session.workspace()),
+            &p.mcp_servers,
+        ) {
             out["_meta"] = m;
         }
         Ok(out)
@@ -433,7 +504,12 @@ impl AcpAgent {
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
         let mut out = json!({"configOptions": config_options(&live.session)});
-        if let Some(m) = self.refuse_mcp(live.session.id(), &p.mcp_servers) {
+        if let Some(m) = self.start_mcp(
+            live.session.id(),
+            &live.cwd,
+            pi_core::mcp::disabled(live.session.workspace()),
+            &p.mcp_servers,
+        ) {
             out["_meta"] = m;
         }
         Ok(out)
@@ -709,6 +785,8 @@ fn release(t: &Ticket) {
 async fn close_session(s: &AgentSession) {
     // `close` syncs and releases the file before it returns.
     s.close().await;
+    // The MCP servers the client handed to this session close with it.
+    pi_core::mcp::forget_session(s.id());
 }
 
 /// The prompt's text and images as Pi takes them: text as is; a resource link as an `@path`

@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_client_protocol_schema::v1::{
-    ContentBlock, ContentChunk, Cost, SessionInfoUpdate, SessionNotification, SessionUpdate,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, UsageUpdate,
+    ContentBlock, ContentChunk, Cost, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
+    SessionInfoUpdate, SessionNotification, SessionUpdate, ToolCallStatus, ToolCallUpdate,
+    ToolCallUpdateFields, UsageUpdate,
 };
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -230,6 +231,7 @@ impl SessionListener for AcpSink {
                 context_tokens,
                 ..
             } => self.usage(context_tokens, session.cost),
+            Notice::Plan(state) => self.send(plan_update(&state)),
             Notice::SaveFailed { error } => self.send(chunk(
                 format!(
                     "\n\n[pi-lsp: the session stopped saving: {error}. The run was stopped.]\n"
@@ -239,4 +241,28 @@ impl SessionListener for AcpSink {
             _ => {}
         }
     }
+}
+
+/// The session's whole plan/todo list as ACP's `plan` update (every change sends the complete
+/// list, as ACP asks): each item's text as `content`, its priority and status by the same names.
+pub fn plan_update(state: &pi_core::extension::plan::PlanState) -> SessionUpdate {
+    use pi_core::extension::plan::{TodoPriority, TodoStatus};
+    let entries = state
+        .todos
+        .iter()
+        .map(|t| {
+            let priority = match t.priority {
+                TodoPriority::High => PlanEntryPriority::High,
+                TodoPriority::Medium => PlanEntryPriority::Medium,
+                TodoPriority::Low => PlanEntryPriority::Low,
+            };
+            let status = match t.status {
+                TodoStatus::Pending => PlanEntryStatus::Pending,
+                TodoStatus::InProgress => PlanEntryStatus::InProgress,
+                TodoStatus::Completed => PlanEntryStatus::Completed,
+            };
+            PlanEntry::new(t.text.clone(), priority, status)
+        })
+        .collect();
+    SessionUpdate::Plan(Plan::new(entries))
 }

@@ -474,7 +474,7 @@ fn has_plan_context(content: &pi_ai::types::UserContent) -> bool {
 }
 
 /// Every tool that is not read-only, except `bash` (checked command by command).
-fn allowed_in_plan_mode(t: &Arc<dyn Tool>) -> bool {
+pub(crate) fn allowed_in_plan_mode(t: &Arc<dyn Tool>) -> bool {
     t.spec().name == "bash" || t.approval_kind() == crate::approval::ToolKind::ReadOnly
 }
 

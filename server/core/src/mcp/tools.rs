@@ -1027,4 +1027,41 @@ mod tests {
         assert_eq!(rank("images", &docs, 1), vec!["mcp__e__get_tiny_image"]);
         assert!(rank("the", &docs, 8).is_empty());
     }
+
+    #[test]
+    fn read_only_hint_makes_a_read_only_tool_kept_in_plan_mode() {
+        let cfg = crate::mcp::config::validate(
+            "srv",
+            &json!({"command": "true", "enabled": false, "exposure": "direct"}),
+        )
+        .unwrap();
+        let m = McpManager::standalone(std::path::Path::new("/"), None, vec![cfg]);
+        let server = m.server("srv").unwrap();
+        let tool = |annotations: Value| -> Arc<dyn Tool> {
+            let raw =
+                json!({"name": "t", "inputSchema": {"type": "object"}, "annotations": annotations});
+            Arc::new(McpTool::new(
+                server.clone(),
+                &raw,
+                "mcp__srv__t".into(),
+                false,
+            ))
+        };
+        let ro = tool(json!({"readOnlyHint": true}));
+        let rw = tool(json!({"readOnlyHint": false}));
+        let none = tool(Value::Null);
+        let kinds: Vec<ToolKind> = [&ro, &rw, &none]
+            .iter()
+            .map(|t| t.approval_kind())
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![ToolKind::ReadOnly, ToolKind::Execute, ToolKind::Execute]
+        );
+        let kept: Vec<bool> = [&ro, &rw, &none]
+            .iter()
+            .map(|t| crate::extension::plan_mode::allowed_in_plan_mode(t))
+            .collect();
+        assert_eq!(kept, vec![true, false, false]);
+    }
 }
