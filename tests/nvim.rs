@@ -290,7 +290,8 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
 
     // The session file: header, model, thinking level, then every message in order, paired.
     let lines = session_lines(&ws);
-    assert_eq!(lines.len(), 11);
+    // Header, model, thinking level, Pi 1.6's stored system message, then the conversation.
+    assert_eq!(lines.len(), 12);
     assert_eq!(
         (lines[0]["type"].as_str(), lines[0]["id"].as_str()),
         (Some("session"), Some(session_id))
@@ -328,9 +329,9 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
         parent = l["id"].clone();
     }
     for (call_line, result_line, id, name) in [
-        (4, 5, "call_read", "read"),
-        (6, 7, "call_edit", "edit"),
-        (8, 9, "call_bash", "bash"),
+        (5, 6, "call_read", "read"),
+        (7, 8, "call_edit", "edit"),
+        (9, 10, "call_bash", "bash"),
     ] {
         assert_eq!(lines[call_line]["message"]["content"][0]["id"], id);
         assert_eq!(lines[call_line]["message"]["stopReason"], "toolUse");
@@ -343,7 +344,7 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
         );
     }
     assert_eq!(
-        lines[10]["message"]["content"],
+        lines[11]["message"]["content"],
         json!([{"type": "text", "text": "All done: value is now 3."}])
     );
 

@@ -706,6 +706,7 @@ async fn a_full_disk_loses_no_acknowledged_entry() {
     assert_eq!(
         roles,
         [
+            "system",
             "user",
             "assistant",
             "toolResult",

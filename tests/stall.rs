@@ -136,7 +136,14 @@ async fn eight_long_user_commands_do_not_hold_up_sync_state_abort_or_edits() {
             read["result"]["content"][0]["text"].clone(),
             read["isError"].clone()
         ),
-        (json!("two\n"), json!(false))
+        // The buffer's text, and the note that the disk differs by the user's unsaved change.
+        (
+            json!(format!(
+                "two\n{}",
+                pi_e2e::lsp_client::unsaved_note("a.txt")
+            )),
+            json!(false)
+        )
     );
     let (edit_start, _) = at("tool_execution_start", "edit");
     let (edit_end, edit) = at("tool_execution_end", "edit");

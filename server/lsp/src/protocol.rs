@@ -1272,6 +1272,13 @@ mod tests {
             seen.extend(pair::<SessionParams, cm::LastAssistantTextResult>(
                 "agent-lastAssistantText",
             ));
+            // Plan / todo board and MCP servers (methods/plan.rs, methods/mcp.rs).
+            use crate::methods::plan as pl;
+            seen.extend(pair::<SessionParams, pl::PlanParams>("agent-plan-get"));
+            seen.extend(pair::<pl::PlanSetParams, pl::PlanParams>("agent-plan-set"));
+            for m in ["list", "enable", "disable", "reconnect", "setExposure"] {
+                seen.extend(pair::<Value, Value>(&format!("agent-mcp-{m}")));
+            }
             // Server → client requests of the editor tools.
             for (name, method) in [
                 ("agent-runTool", et::RUN_TOOL_METHOD),

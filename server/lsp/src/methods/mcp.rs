@@ -41,7 +41,8 @@ impl Backend {
     }
 
     /// `agent/mcp/list`.
-    pub(crate) async fn mcp_list(&self, _params: Value) -> Result<Value> {
+    pub(crate) async fn mcp_list(&self, params: Value) -> Result<Value> {
+        let _: crate::protocol::SessionListParams = parse_params(params)?;
         let m = self.mcp_manager()?;
         Ok(Self::mcp_answer(&m))
     }
