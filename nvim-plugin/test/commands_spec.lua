@@ -110,7 +110,9 @@ H.case('selection, label, tree branch, fork, export, stats, model', function()
     return c:lua(FLOAT) ~= vim.NIL
   end)
   local stats = c:lua(FLOAT)
-  H.eq({ 'messages    2 (1 user, 1 assistant), tool calls 0', 'tokens      1000 in, 20 out, 0 cache read, 0 cache write', 'cost        $0.0000 in context, $0.0000 in the session' }, { unpack(stats, 1, 3) }, 'stats')
+  -- Pi 1.6's scope: every message entry of the file (both branches, the stored system message
+  -- included) and every response's tokens.
+  H.eq({ 'messages    5 (2 user, 2 assistant), tool calls 0', 'tokens      2000 in, 40 out, 0 cache read, 0 cache write', 'cost        $0.0000 in context, $0.0000 in the session' }, { unpack(stats, 1, 3) }, 'stats')
   assert(not table.concat(c:screen(), '\n'):find('Press ENTER', 1, true), 'a hit-enter prompt')
   c:lua("vim.api.nvim_exec_autocmds('CursorMoved', { buffer = vim.api.nvim_get_current_buf() })")
   H.wait('the float closed by a move', 3000, function()
