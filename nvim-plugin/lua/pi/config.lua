@@ -79,6 +79,8 @@ M.defaults = {
       older = 'gO', -- load older history
       prompt = 'i', -- jump to the prompt
       toggle = '<CR>', -- on an answer row: that answer; on a fold: open / close it
+      open_file = 'gf', -- the file named under the cursor (path:line), at its line
+      yank_code = 'yc', -- the code block under the cursor
     },
     permission = {
       allow = 'a',
@@ -92,6 +94,13 @@ M.defaults = {
       prev = '[h',
       keep = '<leader>pk',
       undo = '<leader>pu',
+    },
+    mcp = {
+      enable = 'e',
+      disable = 'd',
+      reconnect = 'r',
+      refresh = 'R',
+      close = 'q',
     },
     tree = {
       branch = '<CR>',

@@ -33,6 +33,12 @@ function M.chat(chat)
       vim.cmd('startinsert!')
     end
   end, 'go to the prompt')
+  map(buf, 'n', km.open_file, function()
+    require('pi.links').open_under_cursor(chat)
+  end, 'open the file named under the cursor at its line')
+  map(buf, 'n', km.yank_code, function()
+    require('pi.links').yank_block(vim.v.register)
+  end, 'yank the code block under the cursor')
   -- <CR>: the answer on its row, else the fold under the cursor opens or closes, else <CR>.
   if km.toggle then
     map(buf, 'n', km.toggle, function()
