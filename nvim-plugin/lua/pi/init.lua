@@ -11,6 +11,10 @@ local M = {}
 function M.setup(opts)
   config.set(opts)
   M.did_setup = true
+  if config.values.chat.editor_context then
+    -- The buffer and selection you work in, followed from now (a few autocommands).
+    require('pi.context').track()
+  end
 end
 
 --- The statusline segment `model · ctx% · $cost · state`.
@@ -122,7 +126,9 @@ function M.prompt_chat(chat, text)
   chat.streamed = false
   chat.run_started = vim.uv.hrtime()
   chat:set_state('sending')
-  local params = { sessionId = chat.session_id, text = text, images = images }
+  -- The editor's context (chips) and the text of the files named with `@path`.
+  local sent = text .. require('pi.context').attachments(chat, text)
+  local params = { sessionId = chat.session_id, text = sent, images = images }
   require('pi.client').request(chat.root, 'agent/prompt', params, 'send the prompt', function(r)
     if r and r.command then
       chat:set_state('idle')

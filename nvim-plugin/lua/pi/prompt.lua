@@ -53,6 +53,14 @@ local function ensure_buf(chat)
       M.placeholder(chat)
     end,
   })
+  -- The editor context's chips are read again when you come to the prompt.
+  api.nvim_create_autocmd('BufEnter', {
+    buffer = buf,
+    callback = function()
+      M.show_queue(chat)
+    end,
+  })
+  require('pi.context').track()
   M.placeholder(chat)
   M.show_queue(chat)
   M.load_commands(chat)
@@ -227,6 +235,7 @@ function M.show_queue(chat)
   api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   local items = chat:queued()
   local vl = require('pi.images').lines(chat)
+  vim.list_extend(vl, require('pi.context').lines(chat))
   if #items == 0 and #vl == 0 then
     -- The view's filler rows above the first line go with the lines (else Neovim draws them
     -- as a row of '-').
