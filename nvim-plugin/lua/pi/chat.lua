@@ -148,8 +148,47 @@ M.status_mark = status_mark
 function Chat:user_block(text, label)
   local w = self.writer
   w:blank()
+  if not label then
+    -- Each turn is a checkpoint: its header says how to go back to before it or edit it.
+    local km = config.values.keymaps.chat or {}
+    local keys = {}
+    if km.rewind_turn then
+      keys[#keys + 1] = km.rewind_turn .. ' rewind to here'
+    end
+    if km.edit_turn then
+      keys[#keys + 1] = km.edit_turn .. ' edit'
+    end
+    if #keys > 0 then
+      w:mark(function(row)
+        status_mark(self, row, ' ⟲ ' .. table.concat(keys, ' · '), HL.dim)
+      end)
+    end
+  end
   w:append('## ' .. (label or 'You') .. '\n')
   w:append((text ~= '' and text or '(empty)') .. '\n')
+end
+
+--- The user message (turn) whose block holds row `row` (1-based): `(k, first_line)` where `k`
+--- counts the turns from the chat's end (1: the last), or nil.
+function Chat:turn_at(row)
+  local lines = api.nvim_buf_get_lines(self.buf, 0, -1, false)
+  local header
+  for i = math.min(row, #lines), 1, -1 do
+    if lines[i]:match('^## ') then
+      header = lines[i] == '## You' and i or nil
+      break
+    end
+  end
+  if not header then
+    return nil
+  end
+  local k = 0
+  for i = #lines, header, -1 do
+    if lines[i] == '## You' then
+      k = k + 1
+    end
+  end
+  return k, lines[header + 1]
 end
 
 function Chat:assistant_header(model)

@@ -383,23 +383,104 @@ local function rewind_report(chat, r, title)
   util.notify_line(title .. ': ' .. said, level)
 end
 
+--- Rewinds `chat`'s session to before entry `entry_id` (conversation and the agent's file
+--- changes, `agent/session/rewind`), draws the outcome titled `title` and puts `text` (the
+--- message's) back into the prompt.
+function M.rewind_to(chat, entry_id, title, text)
+  require('pi.client').request(chat.root, 'agent/session/rewind', { sessionId = chat.session_id, entryId = entry_id }, 'rewind the session', function(r)
+    chat.rewind_back = r.previousLeafId
+    -- Its own entry is the report drawn below, not a line of the history.
+    chat.rewind_shown = r.leafId
+    chat:load_history(function()
+      rewind_report(chat, r, title)
+      if text then
+        require('pi.prompt').set_text(chat, text)
+      end
+    end)
+  end)
+end
+
+local function short(text)
+  local s = tostring(text):gsub('\n.*', ' …')
+  if #s > 40 then
+    s = s:sub(1, 37) .. '...'
+  end
+  return s
+end
+
+--- The entry of the turn under the cursor of `chat`'s window: calls `fn(entry_id, text)`.
+local function turn_under_cursor(chat, fn)
+  local k, first = chat:turn_at(vim.api.nvim_win_get_cursor(0)[1])
+  if not k then
+    return util.notify('put the cursor on one of your messages (## You)')
+  end
+  local client = require('pi.client')
+  -- The active branch's user messages, in order; the chat shows the last ones.
+  client.request(chat.root, 'agent/session/history', { sessionId = chat.session_id, limit = 100000 }, 'read the session history', function(r)
+    local users = {}
+    for _, e in ipairs(r.entries or {}) do
+      if e.type == 'message' and type(e.message) == 'table' and e.message.role == 'user' then
+        users[#users + 1] = e
+      end
+    end
+    local e = users[#users - k + 1]
+    local text = e and util.content_text(e.message.content) or nil
+    if not e or vim.split(text, '\n', { plain = true })[1] ~= first then
+      return util.notify('could not find this message in the session (reopen it: :Pi sessions)', vim.log.levels.WARN)
+    end
+    fn(e.id, text)
+  end)
+end
+
+--- The chat's "rewind to here" key: the session (and the agent's file changes) back to before
+--- the turn under the cursor; its text back into the prompt.
+function M.rewind_turn(chat)
+  turn_under_cursor(chat, function(id, text)
+    M.rewind_to(chat, id, ('rewound to before “%s”'):format(short(text)), text)
+  end)
+end
+
+--- The chat's "edit" key: the turn under the cursor edited and sent again as a branch from
+--- before it — the conversation only (`agent/session/branch`; files stay as they are) or the
+--- conversation and files (`agent/session/rewind`; refused, and said, where you changed a file
+--- since). The text goes into the prompt, focused.
+function M.edit_turn(chat)
+  turn_under_cursor(chat, function(id, text)
+    local only, both = 'Conversation only (files stay as they are)', 'Conversation and files (the agent’s changes since are undone)'
+    util.select({ only, both }, { prompt = ('Edit “%s” and send it again as a branch from before it:'):format(short(text)), kind = 'pi.branch' }, function(choice)
+      local function to_prompt()
+        require('pi.prompt').set_text(chat, text)
+        local pw = require('pi.prompt').window(chat)
+        if pw then
+          vim.api.nvim_set_current_win(pw)
+        end
+      end
+      if choice == both then
+        M.rewind_to(chat, id, ('editing “%s”: rewound to before it'):format(short(text)), text)
+        local pw = require('pi.prompt').window(chat)
+        if pw then
+          vim.api.nvim_set_current_win(pw)
+        end
+      elseif choice == only then
+        require('pi.client').request(chat.root, 'agent/session/branch', { sessionId = chat.session_id, entryId = id }, 'branch the session', function()
+          chat:load_history(function()
+            chat:line(('⑂ editing “%s”: the conversation goes on from before it (files unchanged)'):format(short(text)))
+            chat.writer:flush()
+            to_prompt()
+          end)
+        end)
+      end
+    end)
+  end)
+end
+
 subcommands.rewind = chat_cmd(function(chat, args)
   local client = require('pi.client')
   if not client.has_method(chat.root, 'agent/session/rewind') then
     return util.notify('this pi-lsp cannot rewind (a newer one: :Pi build)', vim.log.levels.WARN)
   end
-  local function rewind(entry_id, title, text)
-    client.request(chat.root, 'agent/session/rewind', { sessionId = chat.session_id, entryId = entry_id }, 'rewind the session', function(r)
-      chat.rewind_back = r.previousLeafId
-      -- Its own entry is the report drawn below, not a line of the history.
-      chat.rewind_shown = r.leafId
-      chat:load_history(function()
-        rewind_report(chat, r, title)
-        if text then
-          require('pi.prompt').set_text(chat, text)
-        end
-      end)
-    end)
+  local rewind = function(entry_id, title, text)
+    M.rewind_to(chat, entry_id, title, text)
   end
   if args == 'undo' then
     if not chat.rewind_back then
