@@ -32,13 +32,14 @@ H.case('live output under the running command, escape codes stripped and progres
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 120, rows = 30 })
   c:cmd('Pi run the command')
   local seen = {}
-  H.wait('live progress', 15000, function()
+  local ok = pcall(H.wait, 'live progress', 30000, function()
     local live = c:lua(LIVE)
     for _, l in ipairs(live) do
       seen[l] = true
     end
     return seen['  ┊ end'] == true
   end)
+  assert(ok, 'no live "end" row; seen: ' .. vim.inspect(seen) .. '\nchat:\n' .. tostring(c:lua(H.CHAT_TEXT)) .. '\nmessages: ' .. c:lua("return vim.api.nvim_exec2('messages', {output = true}).output"))
   H.eq(true, seen['  ┊ green text'], 'the coloured line, without its escape codes: ' .. vim.inspect(seen))
   for l in pairs(seen) do
     assert(not l:find('[\27\r]'), 'an escape or \\r on the screen: ' .. vim.inspect(l))

@@ -295,6 +295,7 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
           pcall(api.nvim_buf_del_extmark, self.buf, render.ns, t.mark)
         end
         t.mark = status_mark(self, t.row, ' ' .. status .. dur, is_error and HL.fail or HL.ok, nil, t.col)
+        t.done = true
         if t.live then
           pcall(api.nvim_buf_del_extmark, self.buf, render.ns, t.live)
           t.live = nil
@@ -421,21 +422,38 @@ function EVENTS.message_update(self, ev)
   end
 end
 
+--- Draws the last lines of a running tool's output (`partial`: its partial result) as virtual
+--- lines under its header, as a terminal leaves them.
+local function draw_live(self, t, partial)
+  if t.done or not api.nvim_buf_is_valid(self.buf) then
+    return
+  end
+  t.live_at = vim.uv.hrtime()
+  local text = util.terminal_text(util.content_text(partial.content))
+  local lines = vim.split(text:gsub('\n+$', ''), '\n', { plain = true })
+  local vl = {}
+  for i = math.max(1, #lines - 4), #lines do
+    vl[#vl + 1] = { { '  ┊ ' .. lines[i], HL.dim } }
+  end
+  t.live = api.nvim_buf_set_extmark(self.buf, render.ns, t.row, 0, { id = t.live, virt_lines = vl })
+end
+
 function EVENTS.tool_execution_update(self, ev)
   local t = self.tools[ev.toolCallId]
   if t and t.row and ev.partialResult then
-    local now = vim.uv.hrtime()
-    if t.live_at and now - t.live_at < 50e6 then
-      return
+    -- At most one draw per 50 ms; the latest output is drawn at the end of the interval
+    -- (an update coming too soon is never lost).
+    t.partial = ev.partialResult
+    local wait = t.live_at and (50e6 - (vim.uv.hrtime() - t.live_at)) or 0
+    if wait <= 0 then
+      draw_live(self, t, t.partial)
+    elseif not t.live_timer then
+      t.live_timer = true
+      vim.defer_fn(function()
+        t.live_timer = nil
+        draw_live(self, t, t.partial)
+      end, math.ceil(wait / 1e6))
     end
-    t.live_at = now
-    local text = util.terminal_text(util.content_text(ev.partialResult.content))
-    local lines = vim.split(text:gsub('\n+$', ''), '\n', { plain = true })
-    local vl = {}
-    for i = math.max(1, #lines - 4), #lines do
-      vl[#vl + 1] = { { '  ┊ ' .. lines[i], HL.dim } }
-    end
-    t.live = api.nvim_buf_set_extmark(self.buf, render.ns, t.row, 0, { id = t.live, virt_lines = vl })
   end
 end
 
