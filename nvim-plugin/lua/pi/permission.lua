@@ -545,7 +545,8 @@ end
 --- `$/cancelRequest` from the server: with exactly one open question it is that one.
 function M.cancelled()
   if #M.pending == 1 then
-    finish(M.pending[1], { decision = 'reject', reason = 'withdrawn' }, 'withdrawn')
+    local q = M.pending[1]
+    finish(q, q.kind == 'select' and { cancelled = true } or { decision = 'reject', reason = 'withdrawn' }, 'withdrawn')
   end
 end
 
