@@ -729,6 +729,8 @@ function Chat:set_plan(p)
   require('pi.highlight').groups()
   local lines = M.plan_lines(p)
   if #lines == 0 and self.writer.top == 0 then
+    -- (Marks left by a block the history's reset took away go too.)
+    pcall(api.nvim_buf_clear_namespace, self.buf, M.plan_ns, 0, -1)
     return
   end
   self.writer:set_top(lines, #lines > 1 and (#lines - 2) or nil)
