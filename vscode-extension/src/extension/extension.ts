@@ -60,6 +60,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
     output,
     (toolCallId, p) => changes.openDiff({ toolCallId, path: p }),
     (toolCallId) => changes.proposals.close(toolCallId),
+    (sessionId) => openInChatView(sessionId, undefined, false),
   );
   const names = new SessionNames();
   changes.sessionName = (id) => names.get(id);

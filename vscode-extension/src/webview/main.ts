@@ -33,6 +33,7 @@ import {
 import { Transcript } from "./transcript";
 import { permissionCard, uiCard, pressShortcut } from "./cards";
 import { renderStats, MarkdownView, warmUpSteps } from "./markdown";
+import { deliberate, accessKeyAllowed } from "./deliberate";
 import { PlanView, isPlanState, isPlanQuestion, planQuestionCard, type PlanState } from "./plan";
 
 interface VsCodeApi {
@@ -139,8 +140,10 @@ attentionBar.append(attentionTitle, attentionText, attentionButton);
 attentionButton.addEventListener("click", () => {
   const a = store.attention;
   if (a && (a.reason === "permission" || a.reason === "question")) {
-    // The user's own click: the open question's first answer takes focus.
-    const b = cards.querySelector<HTMLElement>(".card[data-request-id] button, .card[data-request-id] input, .card[data-request-id] select");
+    // The user's own click: the open question takes focus (the card, not one of its answers:
+    // the next key typed must not answer it, deliberate.ts); Tab reaches its answers.
+    const b = cards.querySelector<HTMLElement>(".card[data-request-id]:not(.answered)");
+    if (b) b.tabIndex = -1;
     b?.scrollIntoView({ block: "nearest" });
     b?.focus();
     return;
@@ -932,7 +935,7 @@ function addImage(f: File): void {
 }
 
 document.addEventListener("keydown", (e) => {
-  if (e.altKey && !e.ctrlKey && !e.metaKey && !e.shiftKey && pressShortcut(cards, e.code)) {
+  if (e.altKey && !e.ctrlKey && !e.metaKey && !e.shiftKey && accessKeyAllowed(e) && pressShortcut(cards, e.code)) {
     e.preventDefault();
     return;
   }
@@ -1020,7 +1023,7 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
           : isPlanQuestion(msg.params)
             ? planQuestionCard(msg.requestId, msg.params, plan.current, (v) => cardHost.answer(msg.requestId, v === null ? { cancelled: true } : { value: v }))
             : uiCard(msg.requestId, msg.params, cardHost);
-      cards.append(card);
+      cards.append(deliberate(card));
       openQuestions.add(msg.requestId);
       renderStatus();
       const call = msg.method === "agent/requestPermission" ? (msg.params as any)?.toolCallId : undefined;

@@ -370,11 +370,10 @@ test("a permission question asked in the panel comes as a notification once the 
   await until("the side bar hidden", async () => !(await page.locator(".part.sidebar").isVisible()), 10_000);
   const toast = page.locator(".notification-toast", { hasText: "Pi wants to edit notes.txt" });
   await toast.waitFor({ timeout: 30_000 });
-  // Its answers are links in a notification that stays while the question is open (it has
-  // progress); Cancel only closes it.
+  // Its answers are real buttons of the notification.
   assert.deepEqual(
-    (await toast.locator(".notification-list-item-message a").allInnerTexts()).map((t) => t.trim()),
-    ["Allow", "Allow for Session", "Allow in Workspace", "Reject…", "Show Diff"],
+    (await toast.locator(".notification-list-item-buttons-container .monaco-button").allInnerTexts()).map((t) => t.trim()),
+    ["Allow Once", "Allow for Session", "Allow in Workspace", "Reject…", "Show"],
   );
   assert.equal(await activeTab(page), "notes.txt", "the question moved no focus");
   // agent/attention "permission": the status bar flag and the chat view's badge (on the
@@ -382,7 +381,7 @@ test("a permission question asked in the panel comes as a notification once the 
   await until("the attention flag", async () => /hello world waits for your approval/.test(wb.stats().flag), 10_000);
   await page.locator(".statusbar-item", { hasText: "waits for your approval" }).first().waitFor({ timeout: 10_000 });
   assert.deepEqual(wb.stats().chatBadge, { value: 1, tooltip: "hello world waits for your approval" });
-  await toast.locator(".notification-list-item-message a", { hasText: /^Allow$/ }).click();
+  await toast.locator(".notification-list-item-buttons-container .monaco-button", { hasText: /^Allow Once$/ }).click();
   // The answer closes the question's notification, its flag and its badge.
   await toast.waitFor({ state: "hidden", timeout: 10_000 });
   await until("the approval flag to go", async () => !/waits for your approval/.test(wb.stats().flag), 10_000);

@@ -160,3 +160,102 @@ test("the plan question is a card with the plan and its three choices; a choice 
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+/** The recorded edit question (fixtures/protocol). */
+const editAsk = JSON.parse(readFileSync(join(root, "../fixtures/protocol/agent-requestPermission.edit.request.json"), "utf8")).params;
+
+test("deliberate answers: keys typed in the composer, Space and typing on a focused answer answer nothing; Enter on it or a click does", async () => {
+  const panel = await openPanel(browser, { onRequest: host() });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  const answers = async () => (await panel.posts()).filter((m) => m.type === "serverResponse");
+  // The user is typing when the question comes.
+  await page.focus("textarea.input");
+  await page.keyboard.type("rename greet ");
+  await panel.send({ type: "serverRequest", requestId: 1, method: "agent/requestPermission", params: editAsk });
+  await page.waitForSelector(".card.permission");
+  // Alt+letter typed in the composer (Option+A types "å" on a Mac) and more text: no answer.
+  await page.keyboard.press("Alt+a");
+  await page.keyboard.press("Alt+s");
+  await page.keyboard.press("Alt+r");
+  await page.keyboard.type("to welcome");
+  await frames(panel);
+  assert.deepEqual(await answers(), []);
+  assert.equal(await page.inputValue("textarea.input"), "rename greet to welcome");
+  // A focused answer: Space and letters answer nothing (a sentence typed with the focus there).
+  await page.focus(".card.permission button.primary");
+  await page.keyboard.type("yes please ");
+  await page.keyboard.press(" ");
+  await frames(panel);
+  assert.deepEqual(await answers(), []);
+  assert.equal(await page.locator(".card.permission").count(), 1);
+  // Enter on the focused answer is deliberate.
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => !document.querySelector(".card.permission"));
+  assert.deepEqual(await answers(), [{ type: "serverResponse", requestId: 1, result: { decision: "allow" } }]);
+  // An extension question's options: the same rule; a click answers.
+  await panel.send({ type: "serverRequest", requestId: 2, method: "agent/ui/request", params: { sessionId: SID, extension: "tmux", method: "select", title: "Kill which tmux session?", options: ["web", "db"] } });
+  await page.waitForSelector(".card.ui-request");
+  await page.focus(".card.ui-request button.primary");
+  await page.keyboard.press(" ");
+  await frames(panel);
+  assert.equal((await answers()).length, 1);
+  await page.getByRole("button", { name: "db" }).click();
+  assert.deepEqual((await answers()).at(-1), { type: "serverResponse", requestId: 2, result: { value: "db" } });
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
+
+test("the approval card shows the changed lines first, context folded, scrollable, the answers in reach", async () => {
+  const panel = await openPanel(browser, { onRequest: host(), height: 600 });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await panel.send({ type: "serverRequest", requestId: 1, method: "agent/requestPermission", params: editAsk });
+  await page.waitForSelector(".card.permission");
+  assert.deepEqual(await page.$$eval(".card.permission .diff-changes span", (s) => s.map((x) => [x.className, x.textContent])), [
+    ["diff-where", "line 1"],
+    ["diff-del", "-def greet(name):"],
+    ["diff-add", "+def welcome(name):"],
+  ]);
+  assert.equal(await page.textContent(".card.permission .diff-fold summary"), "Show with context (1 unchanged line)");
+  assert.equal(await page.locator(".card.permission .diff-context").count(), 0);
+  await page.click(".card.permission .diff-fold summary");
+  assert.deepEqual(await page.$$eval(".card.permission .diff-context span", (s) => s.map((x) => x.textContent)), [
+    "--- src/greet.py",
+    "+++ src/greet.py",
+    "@@ -1,2 +1,2 @@",
+    "-def greet(name):",
+    "+def welcome(name):",
+    '     return f"Hello, {name}"',
+  ]);
+  await panel.send({ type: "serverRequestDone", requestId: 1 });
+  // A long change: 60 changed lines in two hunks far apart, 200 lines of context between.
+  const ctx = (from: number, n: number) => Array.from({ length: n }, (_, i) => `     line ${from + i}`);
+  const diff = [
+    "--- src/big.py",
+    "+++ src/big.py",
+    "@@ -10,23 +10,23 @@",
+    ...ctx(10, 3),
+    ...Array.from({ length: 20 }, (_, i) => `-old ${i}`),
+    ...Array.from({ length: 20 }, (_, i) => `+new ${i}`),
+    ...ctx(33, 100),
+    "@@ -300,13 +300,13 @@",
+    ...ctx(300, 100),
+    ...Array.from({ length: 10 }, (_, i) => `-tail ${i}`),
+    ...Array.from({ length: 10 }, (_, i) => `+TAIL ${i}`),
+  ].join("\n");
+  await panel.send({ type: "serverRequest", requestId: 2, method: "agent/requestPermission", params: { ...editAsk, change: { ...editAsk.change, path: "src/big.py", diff } } });
+  await page.waitForSelector(".card.permission");
+  const spans = await page.$$eval(".card.permission .diff-changes span", (s) => s.map((x) => x.textContent));
+  assert.equal(spans.length, 62);
+  assert.deepEqual([spans[0], spans[1], spans[21], spans[41], spans[42]], ["line 10", "-old 0", "+new 0", "line 300", "-tail 0"]);
+  assert.equal(await page.textContent(".card.permission .diff-fold summary"), "Show with context (203 unchanged lines)");
+  const scroll = await page.$eval(".card.permission .diff-changes", (e) => ({ sh: e.scrollHeight, ch: e.clientHeight }));
+  assert.ok(scroll.sh > scroll.ch, `the changed lines scroll (${scroll.sh} > ${scroll.ch})`);
+  // The answers are on screen.
+  const allow = await page.locator(".card.permission button.primary").boundingBox();
+  assert.ok(allow && allow.y >= 0 && allow.y + allow.height <= 600, `Allow once in view at ${allow?.y}`);
+  await shot(panel, "approval-changed-lines-first");
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
