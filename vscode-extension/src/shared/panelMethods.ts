@@ -12,6 +12,7 @@ export const PANEL_METHODS = [
   "agent/abort",
   "agent/commands",
   "agent/compact",
+  "agent/continue",
   "agent/extension/commands",
   "agent/messages",
   "agent/model/list",

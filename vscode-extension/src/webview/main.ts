@@ -34,6 +34,7 @@ import { Transcript } from "./transcript";
 import { permissionCard, uiCard, pressShortcut } from "./cards";
 import { renderStats, MarkdownView, warmUpSteps } from "./markdown";
 import { deliberate, accessKeyAllowed } from "./deliberate";
+import { RecoveryBar, PromptHistory } from "./recovery";
 import { PlanView, isPlanState, isPlanQuestion, planQuestionCard, type PlanState } from "./plan";
 
 interface VsCodeApi {
@@ -86,7 +87,7 @@ let firstInit = true;
 let savedFromBottom = 0;
 function saveState(): void {
   savedFromBottom = transcript.atBottom ? 0 : transcript.fromBottom();
-  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: contextItems, planCollapsed: plan.el.classList.contains("collapsed") });
+  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: contextItems, planCollapsed: plan.el.classList.contains("collapsed"), history: history.items });
 }
 
 // ---- layout --------------------------------------------------------------------------------
@@ -244,7 +245,18 @@ const plan = new PlanView(
   (m) => showError(m),
 );
 headerActions.prepend(plan.toggle);
-app.append(header, attentionBar, main, sending, plan.el, cards, queueList, composer);
+// Retry / Continue and ↑ recall (recovery.ts).
+const history = new PromptHistory(saved?.history);
+const recovery = new RecoveryBar({
+  continueRun: () => request("agent/continue", { sessionId: store.sessionId }),
+  composer: () => input.value,
+  setComposer: (t) => {
+    input.value = t;
+    saveState();
+  },
+  showError: (m) => showError(m),
+});
+app.append(header, attentionBar, main, sending, recovery.el, plan.el, cards, queueList, composer);
 
 input.value = saved?.draft ?? "";
 
@@ -533,6 +545,7 @@ async function loadSession(sessionId: string | null): Promise<void> {
     (e: any) => log("warn", `agent/session/stats: ${e?.message}`),
   );
   await Promise.all([stateP, statsP, loadPage(sessionId, false)]);
+  if (store.sessionId === sessionId) recovery.update(store, false);
   if (saved?.sessionId === sessionId && saved.scrollFromBottom > 0) {
     renderFrame();
     transcript.restore(saved.scrollFromBottom);
@@ -710,6 +723,8 @@ async function send(behavior?: "steer" | "followUp"): Promise<void> {
   else if (pendingModel) params.model = pendingModel;
   const queued = store.running;
   if (queued) params.streamingBehavior = behavior ?? mode;
+  history.push(typed);
+  recovery.restoredText = null;
   input.value = "";
   contextItems = [];
   images = [];
@@ -902,6 +917,11 @@ input.addEventListener("keydown", (e) => {
       return;
     }
   }
+  if ((e.key === "ArrowUp" || e.key === "ArrowDown") && !e.shiftKey && !e.altKey && !e.ctrlKey && !e.metaKey && !e.isComposing && history.move(input, e.key === "ArrowUp" ? -1 : 1)) {
+    e.preventDefault();
+    saveState();
+    return;
+  }
   if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
     e.preventDefault();
     const behavior = store.running ? (e.altKey || e.metaKey ? "followUp" : mode) : undefined;
@@ -1003,6 +1023,7 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
         if (n.method === "agent/queueUpdate") queueDirty = true;
         if (n.method === "agent/event" && n.params?.event?.type === "agent_start" && !currentModel) void loadModels();
       }
+      recovery.update(store, true);
       schedule();
       return;
     }

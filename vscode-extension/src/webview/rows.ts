@@ -4,7 +4,7 @@
  * row (VP3).
  */
 import type { Item, AssistantItem, ToolItem, TextBlock } from "./store";
-import { readableError } from "./store";
+import { errorInWords } from "./recovery";
 import { MarkdownView, renderMarkdownFragment } from "./markdown";
 
 /** What rows may ask of the panel. */
@@ -156,7 +156,7 @@ class AssistantRow extends RowView {
     const hasContent = a.blocks.some((b) => b && (b.type === "thinking" || /\S/.test(b.text)));
     const noContent = (!hasContent && !a.errorMessage && a.stopReason !== "aborted") || !!a.retried;
     if (cl.contains("no-content") !== noContent) cl.toggle("no-content", noContent);
-    const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ? readableError(a.errorMessage) : a.stopReason === "aborted" ? "Aborted." : "Failed.") : "";
+    const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ? errorInWords(a.errorMessage) : a.stopReason === "aborted" ? "Aborted." : "Failed.") : "";
     if (this.error.hidden !== !err) this.error.hidden = !err;
     if (this.error.textContent !== err) this.error.textContent = err;
     const aborted = a.stopReason === "aborted";

@@ -259,3 +259,117 @@ test("the approval card shows the changed lines first, context folded, scrollabl
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+const RUN = "01a22d68-0c11-7e0a-9a55-5b7c2f3d4e61";
+const ev = (event: unknown, runId = RUN) => ({ method: "agent/event", params: { sessionId: SID, runId, event } });
+const userMsg = (text: string, ts: number) => ({ role: "user", content: text, timestamp: ts });
+
+test("Retry after a failed run: the error in words, the prompt back in the composer, agent/continue (no second user message); ↑ / ↓ recall earlier prompts", async () => {
+  const panel = await openPanel(browser, {
+    onRequest: host({
+      "agent/continue": (p) => ({ sessionId: p.sessionId, runId: "r2" }),
+      "agent/prompt": (p) => ({ sessionId: SID, runId: `r-${p.text}`, queued: false }),
+    }),
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await frames(panel);
+  const failed = {
+    role: "assistant",
+    content: [],
+    stopReason: "error",
+    errorMessage: "error sending request for url (http://127.0.0.1:9/v1/chat/completions): client error (Connect): tcp connect error: Connection refused (os error 111)",
+    timestamp: 1796157095000,
+  };
+  await panel.send({
+    type: "notifications",
+    items: [
+      ev({ type: "agent_start" }),
+      ev({ type: "message_start", message: userMsg("Rename greet to welcome", 1796157094000) }),
+      ev({ type: "message_end", message: userMsg("Rename greet to welcome", 1796157094000) }),
+      ev({ type: "message_start", message: { ...failed, errorMessage: undefined, stopReason: undefined } }),
+      ev({ type: "message_end", message: failed }),
+      ev({ type: "agent_end", messages: [] }),
+    ],
+  });
+  await page.waitForSelector(".recovery:not([hidden])");
+  assert.equal(await page.textContent(".recovery-text"), "The run failed: The model server refused the connection at 127.0.0.1:9 (is it running?).");
+  assert.equal(await page.textContent(".recovery-action"), "Retry");
+  assert.equal(await page.inputValue("textarea.input"), "Rename greet to welcome");
+  // The answer's row says it in words too (no "os error 111").
+  assert.equal(await page.textContent(".row-assistant .assistant-error"), "The model server refused the connection at 127.0.0.1:9 (is it running?).");
+  await shot(panel, "retry");
+  await page.click(".recovery-action");
+  await page.waitForSelector(".recovery", { state: "hidden" });
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/continue").map((r) => r.params), [{ sessionId: SID }]);
+  assert.equal(panel.requests.filter((r) => r.method === "agent/prompt").length, 0, "Retry sends no new user message");
+  assert.equal(await page.inputValue("textarea.input"), "", "the retried prompt left the composer");
+  // The retry's run succeeds: nothing offered, one user row.
+  await panel.send({
+    type: "notifications",
+    items: [
+      ev({ type: "agent_start" }, "r2"),
+      ev({ type: "message_start", message: { role: "assistant", content: [{ type: "text", text: "Renamed." }], stopReason: "stop", timestamp: 1796157099000 } }, "r2"),
+      ev({ type: "message_end", message: { role: "assistant", content: [{ type: "text", text: "Renamed." }], stopReason: "stop", timestamp: 1796157099000 } }, "r2"),
+      ev({ type: "agent_end", messages: [] }, "r2"),
+    ],
+  });
+  await frames(panel, 3);
+  assert.equal(await page.isHidden(".recovery"), true);
+  assert.equal(await page.locator(".row-user").count(), 1);
+  // ↑ / ↓ recall.
+  for (const t of ["first prompt", "second prompt"]) {
+    await page.fill("textarea.input", t);
+    await page.press("textarea.input", "Enter");
+    await page.waitForFunction((x) => (window as any).__posts.some((m: any) => m.type === "request" && m.method === "agent/prompt" && m.params.text === x), t);
+  }
+  await page.focus("textarea.input");
+  await page.keyboard.type("draft");
+  await page.keyboard.press("ArrowUp");
+  assert.equal(await page.inputValue("textarea.input"), "second prompt");
+  await page.keyboard.press("ArrowUp");
+  assert.equal(await page.inputValue("textarea.input"), "first prompt");
+  await page.keyboard.press("ArrowUp");
+  assert.equal(await page.inputValue("textarea.input"), "first prompt", "nothing older");
+  await page.keyboard.press("ArrowDown");
+  assert.equal(await page.inputValue("textarea.input"), "second prompt");
+  await page.keyboard.press("ArrowDown");
+  assert.equal(await page.inputValue("textarea.input"), "draft");
+  // Kept in the webview state (a reload recalls them too).
+  assert.deepEqual(await page.evaluate(() => (window as any).__state.history), ["first prompt", "second prompt"]);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
+
+test("a session whose run was interrupted (the branch ends with the user's message) offers Continue when opened", async () => {
+  const entries = [{ type: "message", id: "e1", parentId: null, message: userMsg("Add tests for greet", 1796157094000) }];
+  const panel = await openPanel(browser, {
+    onRequest: host({
+      "agent/session/history": () => ({ sessionId: SID, leafId: "e1", entries, hasMore: false }),
+      "agent/continue": () => ({ sessionId: SID, runId: "r3" }),
+    }),
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForSelector(".recovery:not([hidden])");
+  assert.equal(await page.textContent(".recovery-text"), "The last run was interrupted before it answered.");
+  assert.equal(await page.textContent(".recovery-action"), "Continue");
+  // Opened (not a live failure): the composer is left alone.
+  assert.equal(await page.inputValue("textarea.input"), "");
+  await page.click(".recovery-action");
+  await page.waitForSelector(".recovery", { state: "hidden" });
+  assert.deepEqual(panel.requests.filter((r) => r.method === "agent/continue").map((r) => r.params), [{ sessionId: SID }]);
+  // A running session offers nothing.
+  const running = await openPanel(browser, {
+    onRequest: host({
+      "agent/session/history": () => ({ sessionId: SID, leafId: "e1", entries, hasMore: false }),
+      "agent/state": () => ({ sessionId: SID, isStreaming: true, runId: "r9", model: null, thinkingLevel: "off" }),
+    }),
+  });
+  await running.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await running.page.waitForSelector(".row-user");
+  await frames(running, 3);
+  assert.equal(await running.page.isHidden(".recovery"), true);
+  await running.page.context().close();
+  await page.context().close();
+});
