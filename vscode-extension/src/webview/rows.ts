@@ -5,6 +5,7 @@
  */
 import type { Item, AssistantItem, ToolItem, TextBlock } from "./store";
 import { errorInWords } from "./recovery";
+import { collapseReturns, setTerminalText } from "./ansi";
 import { MarkdownView, renderMarkdownFragment } from "./markdown";
 
 /** What rows may ask of the panel. */
@@ -185,7 +186,7 @@ class ToolRow extends RowView {
     this.more.append(this.moreSummary, this.morePre);
     this.more.hidden = true;
     this.more.addEventListener("toggle", () => {
-      this.morePre.textContent = this.more.open ? clip(this.fullOutput) : "";
+      setTerminalText(this.morePre, this.more.open ? clip(this.fullOutput) : "");
     });
     this.el.append(this.head, this.argsBox, this.more, this.out);
     this.el.setAttribute("role", "group");
@@ -203,13 +204,15 @@ class ToolRow extends RowView {
     const argsText = t.args === undefined ? t.argsText : JSON.stringify(t.args, null, 2);
     if (this.argsPre.textContent !== argsText) this.argsPre.textContent = argsText;
     // The last lines; the whole output (up to MAX_OUTPUT) only when asked for.
-    const p = preview(t.output);
-    if (this.out.textContent !== p.text) this.out.textContent = p.text;
+    // As a terminal shows it: progress lines (`\r`) collapsed, ANSI colours rendered (ansi.ts).
+    const output = collapseReturns(t.output);
+    const p = preview(output);
+    setTerminalText(this.out, p.text);
     this.out.hidden = p.text === "";
-    this.fullOutput = t.output;
+    this.fullOutput = output;
     this.more.hidden = p.hidden === 0;
     if (p.hidden) this.moreSummary.textContent = `Show all output (${p.hidden} more line${p.hidden > 1 ? "s" : ""})`;
-    if (this.more.open) this.morePre.textContent = clip(t.output);
+    if (this.more.open) setTerminalText(this.morePre, clip(output));
     const path = (t.args as { path?: unknown } | undefined)?.path;
     if ((t.toolName === "edit" || t.toolName === "write") && typeof path === "string" && !this.diffButton) {
       const b = el("button", "link open-diff", "Open diff");

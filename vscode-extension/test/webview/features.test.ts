@@ -373,3 +373,47 @@ test("a session whose run was interrupted (the branch ends with the user's messa
   await running.page.context().close();
   await page.context().close();
 });
+
+test("a running command's output shows live in its card: ANSI colours rendered, \\r progress lines collapsed, updated in place", async () => {
+  const panel = await openPanel(browser, { onRequest: host() });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  const call = { type: "toolCall", id: "call_1", name: "bash", arguments: { command: "cargo test" } };
+  const update = (text: string) => ev({ type: "tool_execution_update", toolCallId: "call_1", toolName: "bash", args: call.arguments, partialResult: { content: [{ type: "text", text }] } });
+  await panel.send({
+    type: "notifications",
+    items: [
+      ev({ type: "agent_start" }),
+      ev({ type: "message_start", message: userMsg("run the tests", 1796157094000) }),
+      ev({ type: "message_end", message: userMsg("run the tests", 1796157094000) }),
+      ev({ type: "message_start", message: { role: "assistant", content: [call], timestamp: 1796157095000 } }),
+      ev({ type: "message_end", message: { role: "assistant", content: [call], stopReason: "toolUse", timestamp: 1796157095000 } }),
+      ev({ type: "tool_execution_start", toolCallId: "call_1", toolName: "bash", args: call.arguments }),
+      update("\x1b[1m\x1b[32m   Compiling\x1b[0m demo v0.1.0\nDownloading  10%\rDownloading  55%"),
+    ],
+  });
+  const out = page.locator('.row-tool[data-id="tool:call_1"] .tool-preview');
+  await page.waitForFunction(() => document.querySelector('.row-tool[data-id="tool:call_1"] .tool-preview')?.textContent?.includes("55%"));
+  assert.equal(await page.getAttribute('.row-tool[data-id="tool:call_1"]', "data-state"), "running");
+  assert.equal(await out.textContent(), "   Compiling demo v0.1.0\nDownloading  55%");
+  // While it runs, the next output replaces the card's text (no line per progress step).
+  await panel.send({ type: "notifications", items: [update("\x1b[1m\x1b[32m   Compiling\x1b[0m demo v0.1.0\nDownloading  10%\rDownloading  55%\rDownloading 100%\n\x1b[31mtest greet ... FAILED\x1b[0m\n\x1b[38;5;208mwarning\x1b[0m: \x1b]0;title\x07unused \x1b[4mvariable\x1b[24m\x1b[K")] });
+  await page.waitForFunction(() => document.querySelector('.row-tool[data-id="tool:call_1"] .tool-preview')?.textContent?.includes("FAILED"));
+  assert.equal(await out.textContent(), "   Compiling demo v0.1.0\nDownloading 100%\ntest greet ... FAILED\nwarning: unused variable");
+  const spans = await out.evaluate((pre) =>
+    [...pre.querySelectorAll("span")].map((s) => [s.textContent, s.className, getComputedStyle(s).color, getComputedStyle(s).fontWeight, getComputedStyle(s).textDecorationLine]),
+  );
+  assert.deepEqual(spans, [
+    ["   Compiling", "ansi ansi-bold", "rgb(13, 188, 121)", "700", "none"],
+    ["test greet ... FAILED", "ansi", "rgb(205, 49, 49)", "400", "none"],
+    ["warning", "ansi", "rgb(255, 135, 0)", "400", "none"],
+    ["variable", "ansi ansi-underline", "rgb(204, 204, 204)", "400", "underline"],
+  ]);
+  await shot(panel, "live-output-ansi");
+  // Markup in output stays text.
+  await panel.send({ type: "notifications", items: [update("\x1b[31m<img src=x onerror=alert(1)>\x1b[0m")] });
+  await page.waitForFunction(() => document.querySelector('.row-tool[data-id="tool:call_1"] .tool-preview')?.textContent === "<img src=x onerror=alert(1)>");
+  assert.equal(await out.locator("img").count(), 0);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
