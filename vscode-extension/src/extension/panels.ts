@@ -12,6 +12,7 @@ import type { HostToWebview, WebviewToHost } from "../shared/messages";
 import { checkPanelRequest, METHOD_NOT_ALLOWED } from "../shared/panelMethods";
 import { webviewHtml } from "../webview/html";
 import { Batcher, cpuNow, type Note, type RouteTarget } from "./relay";
+import { codeAction } from "./codeactions";
 
 /** What a panel needs from the extension. */
 export interface PanelHost {
@@ -182,6 +183,9 @@ export class ChatPanel implements RouteTarget {
         this.post({ type: "files", query: m.query, items });
         return;
       }
+      case "codeAction":
+        await codeAction(m);
+        return;
       case "log": {
         const level = m.level === "warn" ? "warn" : m.level;
         this.host.log[level](`webview: ${m.message}`);

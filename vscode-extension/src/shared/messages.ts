@@ -239,7 +239,18 @@ export interface LogMessage {
   message: string;
 }
 
+/** A code block's button (added 2026-12-05): `copy` to the clipboard, `insert` at the active
+ * editor's selections (the document is not saved), `newFile` in an untitled document of
+ * `language` (the block's fence language, e.g. `ts`; empty when none). */
+export interface CodeActionMessage {
+  type: "codeAction";
+  action: "copy" | "insert" | "newFile";
+  code: string;
+  language: string;
+}
+
 export type WebviewToHost =
+  | CodeActionMessage
   | ReadyMessage
   | RequestMessage
   | AttachMessage

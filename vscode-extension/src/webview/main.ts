@@ -35,6 +35,7 @@ import { permissionCard, uiCard, pressShortcut } from "./cards";
 import { renderStats, MarkdownView, warmUpSteps } from "./markdown";
 import { deliberate, accessKeyAllowed } from "./deliberate";
 import { RecoveryBar, PromptHistory } from "./recovery";
+import { installCodeActions } from "./codeblocks";
 import { PlanView, isPlanState, isPlanQuestion, planQuestionCard, type PlanState } from "./plan";
 
 interface VsCodeApi {
@@ -158,6 +159,7 @@ const transcript = new Transcript(main, { openDiff: (toolCallId, path) => post({
   scrolled = true;
   schedule();
 });
+installCodeActions(main, post);
 const empty = el("div", "empty", "Ask pi anything about this workspace. Enter sends; while it runs, Enter steers and Alt+Enter queues a follow-up; Esc stops.");
 main.append(empty);
 // Scrolled up (reading), a way back to the end: the view no longer follows the answer there.

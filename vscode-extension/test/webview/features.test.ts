@@ -417,3 +417,60 @@ test("a running command's output shows live in its card: ANSI colours rendered, 
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+test("code blocks: Copy / Insert / New File buttons on hover or focus post codeAction; file paths and relative links open the file at the line", async () => {
+  const panel = await openPanel(browser, { onRequest: host() });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  const text = "Change `src/greet.py:2` (see [the test](tests/test_greet.py#L14) and `README.md`, not `v1.2` or [docs](https://example.com)):\n\n```py\ndef welcome(name):\n    return f\"Hello, {name}\"\n```\n\nThen run:\n\n```\npytest -q\n```";
+  const answer = { role: "assistant", content: [{ type: "text", text }], stopReason: "stop", timestamp: 1796157095000 };
+  await panel.send({
+    type: "notifications",
+    items: [
+      ev({ type: "agent_start" }),
+      ev({ type: "message_start", message: userMsg("rename it", 1796157094000) }),
+      ev({ type: "message_end", message: userMsg("rename it", 1796157094000) }),
+      ev({ type: "message_start", message: answer }),
+      ev({ type: "message_end", message: answer }),
+      ev({ type: "agent_end", messages: [] }),
+    ],
+  });
+  await page.waitForSelector(".row-assistant .md pre");
+  const posts = async (type: string) => (await panel.posts()).filter((m) => m.type === type);
+  // Hover: the buttons of that block.
+  await page.hover(".row-assistant .md pre >> nth=0");
+  await page.waitForSelector(".row-assistant .md pre >> nth=0 >> .code-actions");
+  assert.deepEqual(await page.$$eval(".row-assistant .md pre:first-of-type .code-action", (b) => b.map((x) => x.textContent)), ["Copy", "Insert", "New File"]);
+  await shot(panel, "code-block-actions");
+  await page.click(".row-assistant .md pre >> nth=0 >> .code-action >> text=Copy");
+  await page.click(".row-assistant .md pre >> nth=0 >> .code-action >> text=Insert");
+  await page.click(".row-assistant .md pre >> nth=0 >> .code-action >> text=New File");
+  const code = 'def welcome(name):\n    return f"Hello, {name}"';
+  assert.deepEqual(await posts("codeAction"), [
+    { type: "codeAction", action: "copy", code, language: "py" },
+    { type: "codeAction", action: "insert", code, language: "py" },
+    { type: "codeAction", action: "newFile", code, language: "py" },
+  ]);
+  // Keyboard: Tab reaches the second block, then its buttons; Enter on one.
+  await page.focus(".row-assistant .md pre >> nth=1");
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement?.textContent), "Copy");
+  await page.keyboard.press("Enter");
+  assert.deepEqual((await posts("codeAction")).at(-1), { type: "codeAction", action: "copy", code: "pytest -q", language: "" });
+  // A path in inline code opens the file at its line; a relative link too; a URL is left to VS Code.
+  await page.hover(".row-assistant .md p code >> nth=0");
+  assert.equal(await page.getAttribute(".row-assistant .md p code >> nth=0", "title"), "Open src/greet.py at line 2");
+  await page.click(".row-assistant .md p code >> nth=0");
+  await page.click(".row-assistant .md a >> text=the test");
+  await page.hover(".row-assistant .md p code >> nth=1");
+  await page.click(".row-assistant .md p code >> nth=1");
+  await page.hover(".row-assistant .md p code >> nth=2");
+  assert.equal(await page.getAttribute(".row-assistant .md p code >> nth=2", "role"), null, "a version is not a path");
+  assert.deepEqual(await posts("openFile"), [
+    { type: "openFile", path: "src/greet.py", line: 2 },
+    { type: "openFile", path: "tests/test_greet.py", line: 14 },
+    { type: "openFile", path: "README.md" },
+  ]);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
