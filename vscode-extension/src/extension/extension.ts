@@ -23,6 +23,7 @@ import { createClient, resolveServerBinary } from "./server";
 import { branchRows, type SessionNode, SessionsView, shown, type TreeEntry } from "./sessions";
 import { StatusBar } from "./status";
 import { POLICY_ITEMS, policyNotice, scopeItems, writePiSetting } from "./policy";
+import { setUserMcpConfig, showMcpServers, showServerMessage } from "./mcp";
 
 /** Server notifications relayed to the panels (and watched by the host). */
 const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument", "agent/plan"];
@@ -38,6 +39,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   const output = vscode.window.createOutputChannel("Pi", { log: true });
   const trace = vscode.window.createOutputChannel("Pi LSP Trace", { log: true });
   const router = new Router();
+  setUserMcpConfig(context.globalStorageUri);
   const unsaved = new UnsavedChanges();
   context.subscriptions.push(unsaved);
   const panels = new Set<ChatPanel>();
@@ -157,6 +159,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
       else onNotification({ method: "agent/event", params: e });
     });
     await c.start();
+    // MCP failures come with a button to the servers' list (mcp.ts).
+    c.onNotification("window/showMessage", (p: { type: number; message: string }) => void showServerMessage(p, () => void vscode.commands.executeCommand("pi.mcp.servers"), output));
     output.info(`pi-lsp started: ${JSON.stringify(c.initializeResult?.serverInfo ?? {})}`);
     return c;
   }
@@ -516,6 +520,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   }
 
   const commands: Record<string, (...args: any[]) => unknown> = {
+    "pi.mcp.servers": () => showMcpServers((m, p) => host.request(m, p), output),
     /** A question notification's link (requests.ts): not in the palette. */
     "pi.answerQuestion": (id: unknown, action: unknown) => (typeof id === "number" && typeof action === "string" ? questions.notificationAction(id, action) : undefined),
     "pi.openAttention": async () => {
