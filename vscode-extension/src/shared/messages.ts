@@ -273,4 +273,7 @@ export interface WebviewState {
   /** Prompts sent from this panel, oldest first (at most 100), recalled with ↑ (added
    * 2026-12-05). */
   history?: string[];
+  /** The session's newest history entries (`{sessionId, entries}`, at most 30 and 200 KB),
+   * shown at once after a reload before the server answers (added 2026-12-05). */
+  snapshot?: { sessionId: string; entries: any[] };
 }

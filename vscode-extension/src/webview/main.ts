@@ -36,6 +36,7 @@ import { renderStats, MarkdownView, warmUpSteps } from "./markdown";
 import { deliberate, accessKeyAllowed } from "./deliberate";
 import { RecoveryBar, PromptHistory } from "./recovery";
 import { installCodeActions } from "./codeblocks";
+import { takeSnapshot, type Snapshot } from "./snapshot";
 import { PlanView, isPlanState, isPlanQuestion, planQuestionCard, type PlanState } from "./plan";
 
 interface VsCodeApi {
@@ -84,11 +85,15 @@ let currentModel: any = null;
 let pendingModel: string | null = null;
 let commandsCache: { name: string; description?: string }[] | null = null;
 let firstInit = true;
+/** The session's last screen kept for a reload (snapshot.ts). */
+let lastScreen: Snapshot | null = saved?.snapshot && saved.snapshot.sessionId === saved.sessionId ? saved.snapshot : null;
+/** The session whose snapshot the store shows until the server's page replaces it. */
+let showingSnapshot: string | null = null;
 
 let savedFromBottom = 0;
 function saveState(): void {
   savedFromBottom = transcript.atBottom ? 0 : transcript.fromBottom();
-  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: contextItems, planCollapsed: plan.el.classList.contains("collapsed"), history: history.items });
+  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: contextItems, planCollapsed: plan.el.classList.contains("collapsed"), history: history.items, ...(lastScreen ? { snapshot: lastScreen } : {}) });
 }
 
 // ---- layout --------------------------------------------------------------------------------
@@ -509,9 +514,16 @@ function queueRow(q: QueueItem): HTMLLIElement {
 // ---- session loading ----------------------------------------------------------------------
 async function loadSession(sessionId: string | null): Promise<void> {
   const hidden = store.hidden;
-  store = createStore(sessionId);
+  if (sessionId && showingSnapshot === sessionId) {
+    // The snapshot's rows stay until the server's page replaces them in place (no blank).
+    store.oldestEntryId = null;
+    store.hasMore = false;
+  } else {
+    store = createStore(sessionId);
+    transcript.clear();
+  }
+  showingSnapshot = null;
   store.hidden = hidden;
-  transcript.clear();
   lastVersion = -1;
   commandsCache = null;
   renderQueue();
@@ -561,6 +573,10 @@ async function loadPage(sessionId: string, older: boolean): Promise<void> {
     const page = await request<any>("agent/session/history", params);
     if (store.sessionId !== sessionId) return;
     applyHistoryPage(store, { entries: page.entries ?? [], hasMore: Boolean(page.hasMore) }, older);
+    if (!older) {
+      lastScreen = takeSnapshot(sessionId, page.entries ?? []);
+      saveState();
+    }
   } catch (e: any) {
     if (e?.code === -32601 && !older) {
       // A server without paged history: show the active branch's messages.
@@ -569,6 +585,18 @@ async function loadPage(sessionId: string, older: boolean): Promise<void> {
     } else log("warn", `agent/session/history: ${e?.message}`);
   }
   schedule();
+}
+
+/** Keeps the session's newest entries for a reload (after each run). */
+function refreshSnapshot(sessionId: string): void {
+  void request<any>("agent/session/history", { sessionId, limit: 30 }).then(
+    (page) => {
+      if (store.sessionId !== sessionId) return;
+      lastScreen = takeSnapshot(sessionId, page.entries ?? []);
+      saveState();
+    },
+    () => {},
+  );
 }
 
 transcript.onNeedOlder = () => {
@@ -1024,6 +1052,7 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
         applyNotification(store, n);
         if (n.method === "agent/queueUpdate") queueDirty = true;
         if (n.method === "agent/event" && n.params?.event?.type === "agent_start" && !currentModel) void loadModels();
+        if (n.method === "agent/event" && n.params?.event?.type === "agent_end" && store.sessionId) refreshSnapshot(store.sessionId);
       }
       recovery.update(store, true);
       schedule();
@@ -1136,6 +1165,13 @@ transcript.onUserScroll = () => saveState();
 renderChips();
 renderQueue();
 renderStatus();
+// After a reload: the session's last screen at once, before the host answers (snapshot.ts).
+if (lastScreen && saved?.sessionId === lastScreen.sessionId) {
+  store = createStore(lastScreen.sessionId);
+  applyHistoryPage(store, { entries: lastScreen.entries, hasMore: false }, false);
+  showingSnapshot = lastScreen.sessionId;
+  schedule();
+}
 post({ type: "ready", accepts: ["visibility"] });
 
 // While the host and the server answer, make the Markdown and highlighting code warm (one

@@ -474,3 +474,41 @@ test("code blocks: Copy / Insert / New File buttons on hover or focus post codeA
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+test("after Reload Window the panel shows the session's last screen at once, and the server's page replaces it in place (never blank, no duplicates)", async () => {
+  const entry = (id: string, parentId: string | null, message: any) => ({ type: "message", id, parentId, message });
+  const e1 = entry("e1", null, userMsg("What is in this workspace?", 1796157094000));
+  const e2 = entry("e2", "e1", { role: "assistant", content: [{ type: "text", text: "A Python package with one module." }], stopReason: "stop", timestamp: 1796157095000 });
+  const e3 = entry("e3", "e2", userMsg("Add a test", 1796157096000));
+  const e4 = entry("e4", "e3", { role: "assistant", content: [{ type: "text", text: "Added tests/test_greet.py." }], stopReason: "stop", timestamp: 1796157097000 });
+  let release: (v: unknown) => void = () => {};
+  const page = new Promise((r) => (release = r));
+  const panel = await openPanel(browser, {
+    state: { sessionId: SID, draft: "", scrollFromBottom: 0, snapshot: { sessionId: SID, entries: [e1, e2] } },
+    onRequest: host({ "agent/session/history": () => page }),
+  });
+  const p = panel.page;
+  // Before the host says anything: the last screen is there.
+  await p.waitForSelector(".row-assistant .md-block");
+  assert.deepEqual(await p.$$eval(".row-user .user-text", (l) => l.map((x) => x.textContent)), ["What is in this workspace?"]);
+  assert.equal(await p.isHidden(".empty"), true, "no empty new-session hint");
+  await shot(panel, "reload-snapshot");
+  // Count the rows on every change from now on: they never drop to none.
+  await p.evaluate(() => {
+    const w = window as any;
+    w.__minRows = document.querySelectorAll(".rows > .row").length;
+    new MutationObserver(() => (w.__minRows = Math.min(w.__minRows, document.querySelectorAll(".rows > .row").length))).observe(document.body, { childList: true, subtree: true });
+  });
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await frames(panel, 3);
+  release({ sessionId: SID, leafId: "e4", entries: [e1, e2, e3, e4], hasMore: false });
+  await p.waitForFunction(() => document.querySelectorAll(".row-user").length === 2);
+  await frames(panel, 2);
+  assert.deepEqual(await p.$$eval(".row-user .user-text", (l) => l.map((x) => x.textContent)), ["What is in this workspace?", "Add a test"]);
+  assert.equal(await p.locator(".row-assistant").count(), 2);
+  assert.ok((await p.evaluate(() => (window as any).__minRows)) >= 2, "the rows never went away");
+  // The copy kept for the next reload: the newest entries.
+  assert.deepEqual((await p.evaluate(() => (window as any).__state.snapshot)).entries.map((e: any) => e.id), ["e1", "e2", "e3", "e4"]);
+  assert.deepEqual(panel.errors, []);
+  await p.context().close();
+});
