@@ -24,6 +24,7 @@ import { branchRows, type SessionNode, SessionsView, shown, type TreeEntry } fro
 import { StatusBar } from "./status";
 import { POLICY_ITEMS, policyNotice, scopeItems, writePiSetting } from "./policy";
 import { setUserMcpConfig, showMcpServers, showServerMessage } from "./mcp";
+import { trackActiveEditor } from "./editorcontext";
 
 /** Server notifications relayed to the panels (and watched by the host). */
 const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument", "agent/plan"];
@@ -40,6 +41,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   const trace = vscode.window.createOutputChannel("Pi LSP Trace", { log: true });
   const router = new Router();
   setUserMcpConfig(context.globalStorageUri);
+  // pi.context.activeEditor: the active editor's chip in every panel (editorcontext.ts).
+  trackActiveEditor(() => panels, context.subscriptions);
   const unsaved = new UnsavedChanges();
   context.subscriptions.push(unsaved);
   const panels = new Set<ChatPanel>();

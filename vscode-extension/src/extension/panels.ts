@@ -13,6 +13,7 @@ import { checkPanelRequest, METHOD_NOT_ALLOWED } from "../shared/panelMethods";
 import { webviewHtml } from "../webview/html";
 import { Batcher, cpuNow, type Note, type RouteTarget } from "./relay";
 import { codeAction } from "./codeactions";
+import { activeEditorItem, attachedFile, contextMode } from "./editorcontext";
 
 /** What a panel needs from the extension. */
 export interface PanelHost {
@@ -112,6 +113,7 @@ export class ChatPanel implements RouteTarget {
       capabilities: { followUpKey: "alt+enter", escapeAborts: true, host: "vscode" },
     } satisfies HostToWebview);
     if (this.sessionId) for (const q of this.host.openQuestions(this.sessionId)) this.post(q);
+    if (contextMode() !== "off") this.post({ type: "editorContext", item: activeEditorItem(vscode.window.activeTextEditor, contextMode()) } satisfies HostToWebview);
   }
 
   private async onMessage(m: WebviewToHost): Promise<void> {
@@ -183,6 +185,13 @@ export class ChatPanel implements RouteTarget {
         this.post({ type: "files", query: m.query, items });
         return;
       }
+      case "attachFile":
+        try {
+          this.post({ type: "context", items: [await attachedFile(m.path)] } satisfies HostToWebview);
+        } catch (e: any) {
+          void vscode.window.showWarningMessage(`Pi: @${m.path}: ${e?.message ?? String(e)}`);
+        }
+        return;
       case "codeAction":
         await codeAction(m);
         return;

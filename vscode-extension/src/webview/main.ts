@@ -686,8 +686,27 @@ thinkingSelect.addEventListener("change", async () => {
 });
 
 // ---- composer -----------------------------------------------------------------------------
+/** The active editor's item (`editorContext`, the `pi.context.activeEditor` setting) and the
+ * one the user removed (it stays out until the editor's context changes). */
+let autoItem: ContextItem | null = null;
+let autoRemoved: string | null = null;
+const autoKey = (c: ContextItem) => `${c.kind}:${c.path}:${c.range?.startLine}-${c.range?.endLine}`;
+function autoShown(): ContextItem | null {
+  return autoItem && autoKey(autoItem) !== autoRemoved ? autoItem : null;
+}
+
 function renderChips(): void {
   chips.textContent = "";
+  const auto = autoShown();
+  if (auto) {
+    const c = chip(auto.label, "auto", () => {
+      autoRemoved = autoKey(auto);
+      renderChips();
+    });
+    c.title = `${auto.path ?? auto.label}: offered with each prompt (pi.context.activeEditor); × leaves it out`;
+    c.firstElementChild?.after(el("span", "chip-auto-mark", "auto"));
+    chips.append(c);
+  }
   contextItems.forEach((c, i) => chips.append(chip(c.label, c.kind, () => {
     contextItems.splice(i, 1);
     renderChips();
@@ -697,7 +716,7 @@ function renderChips(): void {
     images.splice(i, 1);
     renderChips();
   })));
-  chips.hidden = contextItems.length + images.length === 0;
+  chips.hidden = contextItems.length + images.length === 0 && !auto;
 }
 
 function chip(label: string, kind: string, remove: () => void): HTMLElement {
@@ -712,8 +731,10 @@ function chip(label: string, kind: string, remove: () => void): HTMLElement {
 }
 
 function contextPrefix(): string {
-  return contextItems
+  const auto = autoShown();
+  return [...(auto ? [auto] : []), ...contextItems]
     .map((c) => {
+      if (c.auto && c.kind === "file") return `The user's active file: ${c.path}\n`;
       const where = c.path ? `${c.path}${c.range ? `:${c.range.startLine}-${c.range.endLine}` : ""}` : c.label;
       const what = c.kind === "diagnostics" ? "Problems in" : c.kind === "selection" ? "Selection from" : "File";
       return `${what} ${where}:\n\`\`\`\n${c.text}\n\`\`\`\n`;
@@ -866,6 +887,8 @@ function showPopup(items: typeof popupItems): void {
 function choosePopup(): void {
   const it = popupItems[popupIndex];
   if (!it) return;
+  // `@file`: its content is attached too (a chip), not just its path.
+  if (it.insert.startsWith("@") && it.detail) post({ type: "attachFile", path: it.detail });
   const caret = input.selectionStart ?? input.value.length;
   input.value = input.value.slice(0, it.from) + it.insert + input.value.slice(caret);
   const at = it.from + it.insert.length;
@@ -1138,6 +1161,11 @@ window.addEventListener("message", (ev: MessageEvent<HostToWebview>) => {
           return;
         }
       }
+      return;
+    }
+    case "editorContext": {
+      autoItem = msg.item;
+      renderChips();
       return;
     }
     case "context": {

@@ -512,3 +512,53 @@ test("after Reload Window the panel shows the session's last screen at once, and
   assert.deepEqual(panel.errors, []);
   await p.context().close();
 });
+
+test("editor context as chips: the active editor's selection offered with each prompt (removable), @file attaches the file's content", async () => {
+  const panel = await openPanel(browser, { onRequest: host({ "agent/prompt": () => ({ sessionId: SID, runId: "r", queued: false }) }) });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  const prompts = () => panel.requests.filter((r) => r.method === "agent/prompt").map((r) => r.params.text);
+  const send = async (text: string) => {
+    const n = prompts().length;
+    await page.fill("textarea.input", text);
+    await page.press("textarea.input", "Enter");
+    await page.waitForFunction((k) => (window as any).__posts.filter((m: any) => m.type === "request" && m.method === "agent/prompt").length === k, n + 1);
+  };
+  // The host offers the active editor's selection (pi.context.activeEditor).
+  const sel = { kind: "selection", label: "greet.py:1-2", text: 'def greet(name):\n    return f"Hello, {name}"', path: "src/greet.py", range: { startLine: 1, endLine: 2 }, auto: true };
+  await panel.send({ type: "editorContext", item: sel });
+  await page.waitForSelector(".chip-auto");
+  assert.equal(await page.textContent(".chip-auto"), "greet.py:1-2auto×");
+  await shot(panel, "context-chips");
+  await send("rename it");
+  await send("and document it");
+  // Offered with each prompt.
+  const withSel = 'Selection from src/greet.py:1-2:\n```\ndef greet(name):\n    return f"Hello, {name}"\n```\n';
+  assert.deepEqual(prompts(), [`${withSel}\nrename it`, `${withSel}\nand document it`]);
+  // Removed: left out of the next prompt; a new selection is offered again.
+  await page.click(".chip-auto .chip-remove");
+  assert.equal(await page.locator(".chip-auto").count(), 0);
+  await send("thanks");
+  assert.equal(prompts().at(-1), "thanks");
+  await panel.send({ type: "editorContext", item: { kind: "file", label: "greet.py", text: "", path: "src/greet.py", auto: true } });
+  await page.waitForSelector(".chip-auto");
+  await send("what does it do?");
+  assert.equal(prompts().at(-1), "The user's active file: src/greet.py\n\nwhat does it do?");
+  await panel.send({ type: "editorContext", item: null });
+  await page.waitForFunction(() => !document.querySelector(".chip-auto"));
+  // @file: choosing a file asks the host for its content, which comes back as a chip.
+  await page.focus("textarea.input");
+  await page.keyboard.type("explain @gre");
+  await page.waitForFunction(() => (window as any).__posts.some((m: any) => m.type === "pickFiles" && m.query === "gre"));
+  await panel.send({ type: "files", query: "gre", items: [{ path: "src/greet.py", label: "greet.py" }] });
+  await page.waitForSelector(".popup li");
+  await page.keyboard.press("Enter");
+  assert.deepEqual((await panel.posts()).filter((m) => m.type === "attachFile"), [{ type: "attachFile", path: "src/greet.py" }]);
+  await panel.send({ type: "context", items: [{ kind: "file", label: "greet.py", text: "def greet(name):\n    return name\n", path: "src/greet.py" }] });
+  await page.waitForSelector(".chip-file");
+  await page.press("textarea.input", "Enter");
+  await page.waitForFunction(() => (window as any).__posts.filter((m: any) => m.type === "request" && m.method === "agent/prompt").length === 5);
+  assert.equal(prompts().at(-1), "File src/greet.py:\n```\ndef greet(name):\n    return name\n\n```\n\nexplain @src/greet.py");
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
