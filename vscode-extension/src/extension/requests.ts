@@ -46,9 +46,10 @@ export class ServerQuestions {
     private readonly openDiff: (toolCallId: string, path: string) => Promise<unknown>,
     /** Closes the diff tab opened for a permission's proposed edit (proposals.ts). */
     private readonly closeDiff: (toolCallId: string) => Promise<unknown> = async () => undefined,
-    /** Shows `sessionId` in a chat panel (a notification's "Show"). */
-    private readonly show: (sessionId: string) => Promise<unknown> = async () => undefined,
   ) {}
+
+  /** Shows `sessionId` in a chat panel (a notification's "Show"; set by the panels' registry). */
+  onShow: (sessionId: string) => Promise<unknown> = async () => undefined;
 
   /** Handles one server request; resolves with the answer to send back. */
   ask(method: Pending["method"], params: any, token: vscode.CancellationToken): Promise<unknown> {
@@ -186,7 +187,7 @@ export class ServerQuestions {
       return;
     }
     if (key === "show") {
-      await this.show(q.sessionId);
+      await this.onShow(q.sessionId);
       return;
     }
     await this.notificationAction(q.id, key);

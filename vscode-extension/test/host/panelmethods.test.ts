@@ -2,7 +2,7 @@
 // naming a method outside the panel's set is refused by the host".
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { checkPanelRequest, PANEL_METHODS } from "../../src/shared/panelMethods";
 
@@ -18,7 +18,11 @@ test("methods outside the panel's set are refused with a message naming them", (
 
 test("every method the webview requests is in the panel's set, and the set has no method the webview never asks", () => {
   const root = join(import.meta.dirname ?? process.cwd(), "..", "..");
-  const src = readFileSync(join(root, "src/webview/main.ts"), "utf8");
+  const dir = join(root, "src/webview");
+  const src = readdirSync(dir)
+    .filter((f) => f.endsWith(".ts"))
+    .map((f) => readFileSync(join(dir, f), "utf8"))
+    .join("\n");
   const asked = new Set([...src.matchAll(/request(?:<[^>]*>)?\(\s*"(agent\/[A-Za-z/]+)"/g)].map((m) => m[1]));
   for (const m of asked) assert.equal(checkPanelRequest(m), null, `${m} is requested but refused`);
   assert.deepEqual([...PANEL_METHODS].filter((m) => !asked.has(m)), [], "methods allowed but never requested");

@@ -117,7 +117,8 @@ test("a question nobody sees comes as a notification with real buttons; a button
   const shown: string[] = [];
   let click: string | undefined = "Allow for Session";
   recorded.clickWarning = () => click;
-  const q = new ServerQuestions({ panelsOf: () => [hidden] }, log, async () => undefined, async () => undefined, async (sid) => shown.push(sid));
+  const q = new ServerQuestions({ panelsOf: () => [hidden] }, log, async () => undefined, async () => undefined);
+  q.onShow = async (sid) => shown.push(sid);
   const ask = { ...permission("call-9", "conf.txt"), rule: { tool: "edit" }, alwaysScopes: ["session", "workspace"] };
   const answer = q.ask("agent/requestPermission", ask, token().token);
   assert.deepEqual(await answer, { decision: "allowAlways", scope: "session" });
