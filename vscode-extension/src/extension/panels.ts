@@ -9,7 +9,7 @@ import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as vscode from "vscode";
 import type { HostToWebview, WebviewToHost } from "../shared/messages";
-import { checkPanelRequest, METHOD_NOT_ALLOWED } from "../shared/panelMethods";
+import { checkPanelRequest, METHOD_NOT_ALLOWED, REWIND_CONFIRM } from "../shared/panelMethods";
 import { webviewHtml } from "../webview/html";
 import { Batcher, cpuNow, type Note, type RouteTarget } from "./relay";
 import { codeAction } from "./codeactions";
@@ -140,6 +140,15 @@ export class ChatPanel implements RouteTarget {
           this.host.log.warn(`refused a panel request: ${refused}`);
           this.post({ type: "response", requestId: m.requestId, error: { code: METHOD_NOT_ALLOWED, message: refused } });
           return;
+        }
+        // A rewind rewrites files: only after the user's own confirmation (page script cannot
+        // answer a modal dialog).
+        if (m.method === "agent/session/rewind") {
+          const ok = await vscode.window.showWarningMessage(REWIND_CONFIRM.message, { modal: true, detail: REWIND_CONFIRM.detail }, REWIND_CONFIRM.button);
+          if (ok !== REWIND_CONFIRM.button) {
+            this.post({ type: "response", requestId: m.requestId, error: { code: -32800, message: "the rewind was cancelled" } });
+            return;
+          }
         }
         const pre = m.method === "agent/prompt" && !m.params?.sessionId ? this.host.newSessionParams() : undefined;
         if (pre) {

@@ -6,7 +6,7 @@
  */
 import { pressShortcut } from "./cards";
 import { accessKeyAllowed } from "./deliberate";
-import { autoContext, history, recovery, removeAutoContext } from "./features";
+import { autoContext, history, recovery, removeAutoContext, turns } from "./features";
 import { BUILTIN_COMMANDS, closePopup, popup, popupKey, updateCompletion } from "./completion";
 import { el } from "./dom";
 import { renderStatus } from "./header";
@@ -106,6 +106,8 @@ async function send(behavior?: "steer" | "followUp"): Promise<void> {
   const typed = input.value.trim();
   if (!typed && images.length === 0) return;
   if (images.length === 0 && runBuiltin(typed)) return;
+  // An earlier message edited: the session's leaf moves there first (turns.ts).
+  if (!(await turns.beforeSend())) return;
   const prefix = contextPrefix();
   const text = prefix ? `${prefix}\n${typed}` : typed;
   const imgs = images.map((i) => ({ type: "image", data: i.data, mimeType: i.mimeType }));

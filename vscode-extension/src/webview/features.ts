@@ -13,6 +13,9 @@ import { log, request, saved } from "./rpc";
 import { takeSnapshot, type Snapshot } from "./snapshot";
 import { saveState, stateParts, store, replaceStore } from "./state";
 import { applyHistoryPage, createStore } from "./store";
+import { cards } from "./questions";
+import { loadSession } from "./session";
+import { Turns } from "./turns";
 import { schedule } from "./view";
 
 /** The plan strip above the composer; `plan.toggle` is the header's switch. */
@@ -34,6 +37,17 @@ export const recovery = new RecoveryBar({
     input.value = t;
     saveState();
   },
+  showError: (m) => showError(m),
+});
+
+/** Edit an earlier message / Rewind to here (turns.ts). */
+export const turns = new Turns({
+  store: () => store,
+  request: (method, params) => request(method, params),
+  reload: (sessionId) => loadSession(sessionId),
+  composer: () => input,
+  saveState: () => saveState(),
+  showCard: (c) => cards.append(c),
   showError: (m) => showError(m),
 });
 

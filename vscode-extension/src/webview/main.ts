@@ -27,12 +27,14 @@ import { loadOlder } from "./session";
 import { saveState, store } from "./state";
 import { app, empty, jumpButton, main, renders, sending, transcript } from "./view";
 import { installCodeActions } from "./codeblocks";
-import { plan, recovery, showSnapshotAtBoot } from "./features";
+import { plan, recovery, showSnapshotAtBoot, turns } from "./features";
 
 layoutHeader();
 layoutComposer();
 main.append(empty, jumpButton);
 installCodeActions(main, post);
+turns.install(main);
+composer.insertBefore(turns.bar, input);
 document.body.append(app);
 // Retry / Continue and the plan strip above the questions and the composer; the plan-mode
 // switch in the header (features.ts).

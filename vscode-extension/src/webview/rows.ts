@@ -6,6 +6,7 @@
 import type { Item, AssistantItem, ToolItem, TextBlock } from "./store";
 import { errorInWords } from "./recovery";
 import { collapseReturns, setTerminalText } from "./ansi";
+import { turnActions } from "./turns";
 import { MarkdownView, renderMarkdownFragment } from "./markdown";
 
 /** What rows may ask of the panel. */
@@ -82,7 +83,8 @@ class UserRow extends RowView {
   private readonly meta = el("div", "user-meta");
   constructor(id: string) {
     super(id, "user");
-    this.el.append(this.body, this.meta);
+    // Edit / Rewind to here (turns.ts), shown on hover or focus.
+    this.el.append(this.body, this.meta, turnActions());
   }
   update(item: Item): void {
     if (item.kind !== "user") return;

@@ -562,3 +562,93 @@ test("editor context as chips: the active editor's selection offered with each p
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+test("edit an earlier message and resend it as a branch (conversation only, or with the files); Rewind to here with its report and Undo", async () => {
+  const entry = (id: string, parentId: string | null, message: any) => ({ type: "message", id, parentId, message });
+  const call = { type: "toolCall", id: "call_e", name: "edit", arguments: { path: "src/greet.py", edits: [] } };
+  const e1 = entry("e1", null, userMsg("Rename greet", 1796157094000));
+  const e2 = entry("e2", "e1", { role: "assistant", content: [call], stopReason: "toolUse", timestamp: 1796157095000 });
+  const e3 = entry("e3", "e2", { role: "toolResult", toolCallId: "call_e", toolName: "edit", content: [{ type: "text", text: "Edited src/greet.py" }], isError: false, timestamp: 1796157096000 });
+  const e4 = entry("e4", "e3", { role: "assistant", content: [{ type: "text", text: "Renamed." }], stopReason: "stop", timestamp: 1796157097000 });
+  const e5 = entry("e5", "e4", userMsg("Now add a docstring", 1796157098000));
+  const e6 = entry("e6", "e5", { role: "assistant", content: [{ type: "text", text: "Added." }], stopReason: "stop", timestamp: 1796157099000 });
+  let entries = [e1, e2, e3, e4, e5, e6];
+  const panel = await openPanel(browser, {
+    onRequest: host({
+      "agent/session/history": () => ({ sessionId: SID, leafId: entries.at(-1)?.id ?? null, entries, hasMore: false }),
+      "agent/session/branch": (p) => {
+        entries = entries.slice(0, entries.findIndex((e) => e.id === p.entryId));
+        return { leafId: entries.at(-1)?.id ?? null, editorText: "x", messageCount: entries.length };
+      },
+      "agent/session/rewind": (p) => {
+        if (p.entryId === "e6") {
+          entries = [e1, e2, e3, e4, e5, e6];
+          return { previousLeafId: null, leafId: "e6", files: [{ path: "src/greet.py", status: "reapplied" }] };
+        }
+        entries = entries.slice(0, entries.findIndex((e) => e.id === p.entryId));
+        return { previousLeafId: "e6", leafId: entries.at(-1)?.id ?? null, files: [{ path: "src/greet.py", status: "reverted" }, { path: "README.md", status: "refused", reason: "README.md changed since the agent's change (lines 3–4 differ)" }] };
+      },
+      "agent/prompt": (p) => ({ sessionId: p.sessionId, runId: "r", queued: false }),
+    }),
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForFunction(() => document.querySelectorAll(".row-user").length === 2);
+  // The second message: edited and sent again (no file changed after it: conversation only).
+  const second = page.locator(".row-user").nth(1);
+  await second.hover();
+  assert.deepEqual(await second.locator(".turn-actions button").allTextContents(), ["Edit", "Rewind to here"]);
+  await shot(panel, "turn-actions");
+  await second.locator("button[data-turn-action=edit]").click();
+  assert.equal(await page.inputValue("textarea.input"), "Now add a docstring");
+  assert.equal(await page.textContent(".edit-bar-text"), "Editing an earlier message: sending starts a branch from there.");
+  assert.equal(await page.isHidden(".edit-bar-choice"), true);
+  await page.fill("textarea.input", "Now add type hints");
+  await page.press("textarea.input", "Enter");
+  await page.waitForFunction(() => (window as any).__posts.some((m: any) => m.type === "request" && m.method === "agent/prompt"));
+  const calls = () => panel.requests.filter((r) => r.method !== "agent/session/history" && r.method !== "agent/state" && r.method !== "agent/session/stats" && r.method !== "agent/plan/get" && r.method !== "agent/model/list");
+  assert.deepEqual(calls().map((r) => [r.method, r.params]), [
+    ["agent/session/branch", { sessionId: SID, entryId: "e5" }],
+    ["agent/prompt", { text: "Now add type hints", sessionId: SID }],
+  ]);
+  await page.waitForFunction(() => document.querySelectorAll(".row-user").length === 1);
+  assert.equal(await page.isHidden(".edit-bar"), true);
+  // The first message: a later turn edited a file, so the choice is offered; with the files.
+  entries = [e1, e2, e3, e4, e5, e6];
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForFunction(() => document.querySelectorAll(".row-user").length === 2);
+  const first = page.locator(".row-user").first();
+  await first.hover();
+  await first.locator("button[data-turn-action=edit]").click();
+  assert.equal(await page.isVisible(".edit-bar-choice"), true);
+  assert.deepEqual(await page.$$eval(".edit-bar-choice label", (l) => l.map((x) => x.textContent!.trim())), ["Conversation only", "Conversation and files"]);
+  await shot(panel, "edit-earlier-message");
+  await page.check(".edit-bar-choice label:nth-child(2) input");
+  await page.press("textarea.input", "Enter");
+  await page.waitForFunction(() => (window as any).__posts.filter((m: any) => m.type === "request" && m.method === "agent/prompt").length === 2);
+  assert.deepEqual(calls().slice(2).map((r) => [r.method, r.params]), [
+    ["agent/session/rewind", { sessionId: SID, entryId: "e1" }],
+    ["agent/prompt", { text: "Rename greet", sessionId: SID }],
+  ]);
+  // A refused file is said in words.
+  await page.waitForSelector(".card.rewind-report");
+  assert.deepEqual(await page.$$eval(".card.rewind-report .card-reason", (l) => l.map((x) => x.textContent)), ["README.md was not put back: README.md changed since the agent's change (lines 3–4 differ)"]);
+  await page.click(".card.rewind-report >> text=Dismiss");
+  // Rewind to here (the checkpoint) on the second message, then Undo rewind.
+  entries = [e1, e2, e3, e4, e5, e6];
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForFunction(() => document.querySelectorAll(".row-user").length === 2);
+  await page.locator(".row-user").nth(1).hover();
+  await page.locator(".row-user").nth(1).locator("button[data-turn-action=rewind]").click();
+  await page.waitForSelector(".card.rewind-report");
+  assert.equal(await page.textContent(".card.rewind-report .card-title"), "Rewound: 1 file put back (src/greet.py)");
+  assert.equal(await page.locator(".row-user").count(), 1);
+  await page.click(".card.rewind-report >> text=Undo rewind");
+  await page.waitForFunction(() => document.querySelectorAll(".row-user").length === 2);
+  assert.deepEqual(calls().slice(4).map((r) => [r.method, r.params]), [
+    ["agent/session/rewind", { sessionId: SID, entryId: "e5" }],
+    ["agent/session/rewind", { sessionId: SID, entryId: "e6" }],
+  ]);
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
