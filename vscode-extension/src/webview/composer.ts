@@ -60,10 +60,20 @@ export function renderChips(): void {
     renderChips();
     saveState();
   })));
-  images.forEach((img, i) => chips.append(chip(img.name, "image", () => {
-    images.splice(i, 1);
-    renderChips();
-  })));
+  // An image the current model cannot take is said at once (its `input` lacks "image").
+  const blind = Array.isArray(currentModel?.input) && !currentModel.input.includes("image");
+  images.forEach((img, i) => {
+    const c = chip(img.name, "image", () => {
+      images.splice(i, 1);
+      renderChips();
+    });
+    if (blind) {
+      c.classList.add("chip-refused");
+      c.title = `${currentModel.name ?? currentModel.id} does not take images: this one would not reach the model (choose a model that reads images, or remove it)`;
+      c.append(el("span", "chip-warning", "model cannot see images"));
+    }
+    chips.append(c);
+  });
   chips.hidden = ui.contextItems.length + images.length === 0 && !auto;
 }
 

@@ -652,3 +652,30 @@ test("edit an earlier message and resend it as a branch (conversation only, or w
   assert.deepEqual(panel.errors, []);
   await page.context().close();
 });
+
+test("an image pasted for a model that cannot take images says so on its chip at once", async () => {
+  const textOnly = { provider: "mock", id: "mock-1", name: "Mock 1", input: ["text"], reasoning: false, contextWindow: 8000, maxTokens: 1000 };
+  const panel = await openPanel(browser, {
+    onRequest: host({
+      "agent/model/list": () => ({ models: [textOnly] }),
+      "agent/state": () => ({ sessionId: SID, isStreaming: false, model: textOnly, thinkingLevel: "off" }),
+    }),
+  });
+  const page = panel.page;
+  await panel.send({ type: "init", sessionId: SID, workspaceName: "demo", capabilities: {} });
+  await page.waitForFunction(() => (document.querySelector(".model-select") as HTMLSelectElement | null)?.value?.includes("mock-1"));
+  const imgDir = join(root, "../fixtures/images");
+  const { readdirSync } = await import("node:fs");
+  const png = readFileSync(join(imgDir, readdirSync(imgDir).find((f) => f.endsWith(".png"))!), "base64");
+  await page.evaluate((b64) => {
+    const bin = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    const dt = new DataTransfer();
+    dt.items.add(new File([bin], "shot.png", { type: "image/png" }));
+    document.querySelector("textarea.input")!.dispatchEvent(new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+  }, png);
+  await page.waitForSelector(".chip-image.chip-refused");
+  assert.equal(await page.textContent(".chip-image .chip-warning"), "model cannot see images");
+  assert.equal(await page.getAttribute(".chip-image", "title"), "Mock 1 does not take images: this one would not reach the model (choose a model that reads images, or remove it)");
+  assert.deepEqual(panel.errors, []);
+  await page.context().close();
+});
