@@ -34,9 +34,40 @@ export function activeEditorItem(editor: vscode.TextEditor | undefined, mode: "o
   return { kind: "file", label: path.basename(rel), text: "", path: rel, auto: true };
 }
 
+/** `path#L12-L20` (an `@symbol`'s lines) → the path and the 1-based line range. */
+export function splitRef(ref: string): { path: string; range?: { startLine: number; endLine: number } } {
+  const m = /^(.*)#L(\d+)(?:-L?(\d+))?$/.exec(ref);
+  if (!m) return { path: ref };
+  const startLine = Number(m[2]);
+  return { path: m[1]!, range: { startLine, endLine: Math.max(startLine, Number(m[3] ?? m[2])) } };
+}
+
+/** Lines `startLine..endLine` (1-based, inclusive) of `text`. */
+export function sliceLines(text: string, startLine: number, endLine: number): string {
+  return text.split("\n").slice(startLine - 1, endLine).join("\n");
+}
+
+/** Workspace symbols matching `query` for `@` (VS Code's symbol providers), as `@` items whose
+ * path is `file#Lstart-Lend` (attached as those lines). */
+export async function findSymbols(query: string): Promise<{ path: string; label: string }[]> {
+  if (query.length < 2) return [];
+  const found = (await vscode.commands.executeCommand<vscode.SymbolInformation[]>("vscode.executeWorkspaceSymbolProvider", query)) ?? [];
+  return found
+    .filter((s) => s.location?.uri?.scheme === "file")
+    .slice(0, 10)
+    .map((s) => {
+      const rel = vscode.workspace.asRelativePath(s.location.uri, false);
+      const a = s.location.range.start.line + 1;
+      const b = s.location.range.end.line + 1;
+      return { path: `${rel}#L${a}-L${b}`, label: `${s.name} (${vscode.SymbolKind[s.kind]?.toLowerCase() ?? "symbol"})` };
+    });
+}
+
 /** Text of a file for `@file`: the open document's (unsaved changes included), else the disk's;
- * cut at {@link ATTACH_CHARS}. Rejects with a message a user reads. */
-export async function attachedFile(rel: string): Promise<ContextItem> {
+ * cut at {@link ATTACH_CHARS}. `path#L12-L20` (an `@symbol`) attaches those lines. Rejects with a
+ * message a user reads. */
+export async function attachedFile(ref: string): Promise<ContextItem> {
+  const { path: rel, range } = splitRef(ref);
   const root = vscode.workspace.workspaceFolders?.[0]?.uri;
   const uri = rel.startsWith("/") || !root ? vscode.Uri.file(rel) : vscode.Uri.joinPath(root, rel);
   const open = vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri.toString());
@@ -46,6 +77,9 @@ export async function attachedFile(rel: string): Promise<ContextItem> {
     const bytes = await vscode.workspace.fs.readFile(uri);
     if (bytes.subarray(0, 8000).includes(0)) throw new Error(`${rel} is a binary file; only its path is in the prompt`);
     text = new TextDecoder().decode(bytes);
+  }
+  if (range) {
+    return { kind: "selection", label: `${path.basename(rel)}:${range.startLine}-${range.endLine}`, text: sliceLines(text, range.startLine, range.endLine), path: rel, range };
   }
   if (text.length > ATTACH_CHARS) {
     const cut = Math.max(text.lastIndexOf("\n", ATTACH_CHARS), 1);

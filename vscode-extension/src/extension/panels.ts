@@ -13,7 +13,7 @@ import { checkPanelRequest, METHOD_NOT_ALLOWED, REWIND_CONFIRM } from "../shared
 import { webviewHtml } from "../webview/html";
 import { Batcher, cpuNow, type Note, type RouteTarget } from "./relay";
 import { codeAction } from "./codeactions";
-import { activeEditorItem, attachedFile, contextMode } from "./editorcontext";
+import { activeEditorItem, attachedFile, contextMode, findSymbols } from "./editorcontext";
 
 /** What a panel needs from the extension. */
 export interface PanelHost {
@@ -190,7 +190,8 @@ export class ChatPanel implements RouteTarget {
         return;
       }
       case "pickFiles": {
-        const items = await findFiles(m.query);
+        // Files, then workspace symbols (`@symbol`: attached as its lines).
+        const items = [...(await findFiles(m.query)).slice(0, 20), ...(await findSymbols(m.query).catch(() => []))];
         this.post({ type: "files", query: m.query, items });
         return;
       }
