@@ -8,6 +8,8 @@
  * timer runs in the page.
  */
 
+import { changedLinesFirst, fullDiff } from "./changeview";
+
 export interface CardHost {
   answer(requestId: number, result: unknown): void;
   openDiff(toolCallId: string, path: string): void;
@@ -51,13 +53,7 @@ function button(label: string, cls: string, key: string | null, onClick: () => v
 
 /** A unified diff with added / removed lines marked. */
 export function diffView(diff: string): HTMLPreElement {
-  const pre = el("pre", "diff");
-  for (const line of diff.split("\n")) {
-    const cls = line.startsWith("+++") || line.startsWith("---") ? "diff-file" : line.startsWith("+") ? "diff-add" : line.startsWith("-") ? "diff-del" : line.startsWith("@@") ? "diff-hunk" : "diff-ctx";
-    const span = el("span", cls, line);
-    pre.append(span, "\n");
-  }
-  return pre;
+  return fullDiff(diff);
 }
 
 function describe(tool: string, args: any): string {
@@ -75,7 +71,7 @@ export function permissionCard(requestId: number, p: any, host: CardHost): HTMLE
   card.append(withCode(el("div", "card-title"), `pi wants to ${describe(p.tool, p.arguments)}`));
   if (p.reason) card.append(el("div", "card-reason", String(p.reason)));
   if (p.change?.diff) {
-    card.append(diffView(String(p.change.diff)));
+    card.append(changedLinesFirst(String(p.change.diff)));
   } else if (p.tool !== "bash") {
     const args = el("details", "tool-args");
     args.append(el("summary", undefined, "Arguments"), el("pre", undefined, JSON.stringify(p.arguments ?? {}, null, 2)));

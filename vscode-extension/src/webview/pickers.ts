@@ -1,0 +1,97 @@
+/**
+ * The header's model and thinking-level pickers: the models from `agent/model/list`, the
+ * session's model and level from `agent/state`; a choice is `agent/model/set` /
+ * `agent/thinking/set` (before the session exists the model goes with the first prompt).
+ */
+import { el } from "./dom";
+import { log, request } from "./rpc";
+import { store } from "./state";
+
+export const modelSelect = el("select", "model-select");
+modelSelect.setAttribute("aria-label", "Model");
+export const thinkingSelect = el("select", "thinking-select");
+thinkingSelect.setAttribute("aria-label", "Thinking level");
+
+let models: any[] = [];
+/** The session's model (or the one chosen for the next new session). */
+export let currentModel: any = null;
+/** The model chosen before the session exists (`provider/id`), sent with the first prompt. */
+export let pendingModel: string | null = null;
+
+/** Asks the server for its models and shows them. */
+export async function loadModels(): Promise<void> {
+  try {
+    const r = await request<any>("agent/model/list", {});
+    models = r.models ?? [];
+  } catch (e: any) {
+    log("warn", `agent/model/list: ${e?.message}`);
+  }
+  renderModels();
+}
+
+function modelKey(m: any): string {
+  return `${m.provider}/${m.id}`;
+}
+
+function renderModels(): void {
+  modelSelect.textContent = "";
+  const list = [...models];
+  if (currentModel && !list.some((m) => modelKey(m) === modelKey(currentModel))) list.unshift(currentModel);
+  for (const m of list) {
+    const o = el("option", undefined, m.name || modelKey(m));
+    o.value = modelKey(m);
+    const price = m.cost ? ` · $${m.cost.input}/$${m.cost.output} per Mtok` : "";
+    o.title = `${modelKey(m)} · ${Number(m.contextWindow ?? 0).toLocaleString("en-US")} tokens${price}`;
+    modelSelect.append(o);
+  }
+  if (currentModel) modelSelect.value = modelKey(currentModel);
+  else if (pendingModel) modelSelect.value = pendingModel;
+  renderThinking(thinkingSelect.value || "off");
+}
+
+function renderThinking(level: string): void {
+  const m = currentModel ?? models.find((x) => modelKey(x) === modelSelect.value);
+  const levels: string[] = m?.thinkingLevels?.length ? m.thinkingLevels : m?.reasoning ? ["off", "minimal", "low", "medium", "high"] : ["off"];
+  thinkingSelect.textContent = "";
+  for (const l of levels) {
+    const o = el("option", undefined, `thinking: ${l}`);
+    o.value = l;
+    thinkingSelect.append(o);
+  }
+  thinkingSelect.value = levels.includes(level) ? level : levels[0]!;
+  thinkingSelect.disabled = levels.length < 2;
+}
+
+/** Shows the session's model and thinking level (from `agent/state` or `agent/model/set`). */
+export function setModel(model: any, level?: string): void {
+  if (model) currentModel = model;
+  renderModels();
+  if (level) renderThinking(level);
+}
+
+modelSelect.addEventListener("change", async () => {
+  const key = modelSelect.value;
+  if (!store.sessionId) {
+    pendingModel = key;
+    currentModel = models.find((m) => modelKey(m) === key) ?? null;
+    renderThinking(thinkingSelect.value);
+    return;
+  }
+  try {
+    const r = await request<any>("agent/model/set", { sessionId: store.sessionId, model: key });
+    setModel(r.model, r.thinkingLevel);
+  } catch (e: any) {
+    log("warn", `agent/model/set: ${e?.message}`);
+    renderModels();
+  }
+});
+
+thinkingSelect.addEventListener("change", async () => {
+  if (!store.sessionId) return;
+  try {
+    const r = await request<any>("agent/thinking/set", { sessionId: store.sessionId, level: thinkingSelect.value });
+    if (r?.level) renderThinking(r.level);
+  } catch (e: any) {
+    log("warn", `agent/thinking/set: ${e?.message}`);
+  }
+});
