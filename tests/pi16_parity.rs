@@ -384,3 +384,186 @@ async fn pi_16_opens_and_continues_our_file_and_we_open_what_it_appended() {
     c.shutdown().await;
     mock.assert_paired();
 }
+
+/// Pi 1.6.0's package folder (its `examples/` live there): `$PI16_PKG_DIR`, else read from the
+/// `$PI16_REF_BIN` wrapper's `…/dist/bundle/cli.js` path.
+fn pi16_package(pi: &Path) -> PathBuf {
+    if let Ok(dir) = std::env::var("PI16_PKG_DIR") {
+        return PathBuf::from(dir);
+    }
+    let wrapper = std::fs::read_to_string(pi).unwrap();
+    let cli = wrapper
+        .split(['"', ' ', '\n'])
+        .find(|w| w.ends_with("/dist/bundle/cli.js"))
+        .unwrap_or_else(|| panic!("no cli.js in {}", pi.display()));
+    PathBuf::from(cli.trim_end_matches("/dist/bundle/cli.js"))
+}
+
+/// The `todo` list of issue "plan mode and a live todo list" as Pi 1.6 sees it: pi-lsp's
+/// built-in `todo` writes its state in tool-result `details` (Pi's `TodoDetails` shape, our
+/// `status`/`priority` as additions); Pi 1.6 with its own example extension
+/// (`examples/extensions/todo.ts`) rebuilds the same list from our file — its `todo list`
+/// answers with our items — and we read back the list Pi appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
+    let Some(pi) = pi16() else { return };
+    let example = pi16_package(&pi).join("examples/extensions/todo.ts");
+    assert!(example.exists(), "{}", example.display());
+    let tmp = TempDir::new("pi16-todo");
+    let ws = workspace(tmp.path());
+    let mock = MockModel::start(vec![
+        Step::Tools(
+            None,
+            vec![
+                (
+                    "t1".into(),
+                    "todo".into(),
+                    json!({"action": "add", "text": "Write the parser"}),
+                ),
+                (
+                    "t2".into(),
+                    "todo".into(),
+                    json!({"action": "add", "text": "Test the parser"}),
+                ),
+                (
+                    "t3".into(),
+                    "todo".into(),
+                    json!({"action": "add", "text": "Ship it"}),
+                ),
+                (
+                    "t4".into(),
+                    "todo".into(),
+                    json!({"action": "toggle", "id": 1}),
+                ),
+            ],
+        ),
+        Step::text("Three todos, one done."),
+        // Pi 1.6's turn: its example extension answers from the list it rebuilt.
+        Step::call("p1", "todo", json!({"action": "list"})),
+        Step::text("Listed."),
+        // Ours again, after Pi appended: toggle 2 on top of Pi's last state.
+        Step::call("t5", "todo", json!({"action": "toggle", "id": 2})),
+        Step::text("Two done."),
+    ])
+    .await;
+
+    // pi-lsp writes the list.
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "plan the parser", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(30)).await;
+    let ours = c
+        .request("agent/plan/get", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.shutdown().await;
+    let triples = |todos: &Value| -> Vec<(u64, String, bool)> {
+        todos
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["id"].as_u64().unwrap(),
+                    t["text"].as_str().unwrap().to_string(),
+                    t["done"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let want = vec![
+        (1, "Write the parser".to_string(), true),
+        (2, "Test the parser".to_string(), false),
+        (3, "Ship it".to_string(), false),
+    ];
+    assert_eq!(triples(&ours["todos"]), want, "{ours}");
+    let file = jsonl_in(&ws.join(".pi/sessions"));
+    let last_details = |file: &Path| -> Value {
+        lines(file)
+            .into_iter()
+            .rfind(|l| l["message"]["toolName"] == "todo")
+            .unwrap()["message"]["details"]
+            .clone()
+    };
+    let our_details = last_details(&file);
+    // Pi's TodoDetails keys are all there (ours add `status`/`priority` per item only).
+    assert_eq!(
+        keys(&our_details, ""),
+        vec!["action", "nextId", "todos"],
+        "{our_details}"
+    );
+    assert_eq!(our_details["nextId"], 4);
+
+    // Pi 1.6 with its example extension opens our file: `todo list` answers with our items.
+    let agent = agent_dir(&tmp.path().join("pi-home"), &mock);
+    let run = {
+        let (ws, agent, file, example) = (ws.clone(), agent.clone(), file.clone(), example);
+        tokio::task::spawn_blocking(move || {
+            let mut p = PiRpc::start(
+                &pi,
+                &ws,
+                &agent,
+                &[
+                    "--session".as_ref(),
+                    file.as_os_str(),
+                    "-e".as_ref(),
+                    example.as_os_str(),
+                ],
+            );
+            p.prompt("list the todos")
+        })
+        .await
+        .unwrap()
+    };
+    let result = run
+        .iter()
+        .find(|v| v["type"] == "message_end" && v["message"]["role"] == "toolResult")
+        .unwrap_or_else(|| panic!("no todo result from Pi: {run:?}"));
+    assert_eq!(result["message"]["toolName"], "todo");
+    assert_eq!(result["message"]["isError"], false, "{result}");
+    assert_eq!(
+        result["message"]["content"][0]["text"],
+        "[x] #1: Write the parser\n[ ] #2: Test the parser\n[ ] #3: Ship it"
+    );
+    let pis = &result["message"]["details"];
+    assert_eq!(pis["action"], "list");
+    assert_eq!(pis["nextId"], 4);
+    assert_eq!(triples(&pis["todos"]), want, "{pis}");
+    assert_eq!(last_details(&file), *pis);
+
+    // pi-lsp reopens what Pi appended and continues the same list.
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let reopened = c
+        .request("agent/plan/get", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(triples(&reopened["todos"]), want, "{reopened}");
+    c.request(
+        "agent/prompt",
+        json!({"sessionId": sid, "text": "mark the tests done"}),
+    )
+    .await
+    .unwrap();
+    c.run_until_end(Duration::from_secs(30)).await;
+    let after = c
+        .request("agent/plan/get", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(
+        triples(&after["todos"]),
+        vec![
+            (1, "Write the parser".to_string(), true),
+            (2, "Test the parser".to_string(), true),
+            (3, "Ship it".to_string(), false),
+        ],
+        "{after}"
+    );
+    c.shutdown().await;
+    mock.assert_paired();
+}

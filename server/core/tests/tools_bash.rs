@@ -314,3 +314,31 @@ async fn bash04_huge_output_bounded_and_utf8_safe() {
     assert_eq!(details["truncation"]["totalBytes"], json!(300_020_003u64));
     std::fs::remove_file(path).unwrap();
 }
+
+/// Issue "clients, round 2" item 12: the model reads what a terminal would show — colours,
+/// cursor moves and OSC links gone, `\r` progress collapsed to its last state, CRLF endings
+/// plain — while the live updates keep the raw bytes for the editor to render.
+#[tokio::test]
+async fn the_model_reads_output_without_escape_codes() {
+    let updates = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = updates.clone();
+    let ctx = ToolContext {
+        on_update: Arc::new(move |o: ToolOutput| {
+            if let Some(pi_ai::ContentBlock::Text(t)) = o.content.first() {
+                seen.lock().unwrap().push(t.text.clone());
+            }
+        }),
+        ..ctx(CancellationToken::new())
+    };
+    let command = r"sleep 0.2; printf '\033[1;32mCompiling\033[0m app\n'; printf 'Downloading 10%%\rDownloading 55%%\rDownloading 100%%\n'; printf '\033]8;;https://example.com\033\\link\033]8;;\033\\ done\r\n'; printf '\033[2K\033[1Gwarning: \033[4mx\033[24m unused\n'";
+    let out = bash()
+        .execute(ctx, json!({"command": command}))
+        .await
+        .unwrap();
+    assert_eq!(
+        text_of(&out),
+        "Compiling app\nDownloading 100%\nlink done\nwarning: x unused\n"
+    );
+    let raw = updates.lock().unwrap().join("");
+    assert!(raw.contains("\u{1b}[1;32mCompiling"), "{raw:?}");
+}

@@ -227,7 +227,7 @@ impl Output {
                 tracing::warn!("cannot redact {}: {e}", p.display());
             }
         }
-        let text = String::from_utf8_lossy(&self.tail).into_owned();
+        let text = plain_text(&self.tail);
         let lines: Vec<&str> = text.split('\n').collect();
         let mut kept: Vec<&str> = Vec::new();
         let mut bytes = 0;
@@ -300,6 +300,25 @@ impl Output {
         }
         String::from_utf8_lossy(s).into_owned()
     }
+}
+
+/// What a terminal would leave on screen, as plain text for the model (issue "clients, round
+/// 2", item 12): escape sequences (colours, cursor moves, OSC titles/links) removed by
+/// `strip-ansi-escapes` (a VT parser), and each line's carriage-return rewrites collapsed to
+/// what was written last (`50%\r100%` → `100%`; a CRLF ending is only an ending). Progress
+/// updates stream the raw bytes, so an editor can still render colours while a command runs;
+/// the spill file keeps the raw output.
+fn plain_text(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut collapsed = String::with_capacity(text.len());
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            collapsed.push('\n');
+        }
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        collapsed.push_str(line.rsplit('\r').find(|seg| !seg.is_empty()).unwrap_or(""));
+    }
+    strip_ansi_escapes::strip_str(&collapsed)
 }
 
 fn spill_path() -> PathBuf {
