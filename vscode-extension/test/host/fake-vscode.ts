@@ -145,3 +145,107 @@ export const workspace = {
     return { dispose: () => willSave.splice(willSave.indexOf(f), 1) };
   },
 };
+
+// --- What the Changes view (src/extension/changes.ts) reaches ---------------------------------
+
+export class EventEmitter<T> {
+  private readonly listeners: ((e: T) => void)[] = [];
+  readonly event = (f: (e: T) => void) => {
+    this.listeners.push(f);
+    return { dispose: () => this.listeners.splice(this.listeners.indexOf(f), 1) };
+  };
+  fire(e: T): void {
+    for (const f of [...this.listeners]) f(e);
+  }
+  dispose(): void {
+    this.listeners.length = 0;
+  }
+}
+
+export enum OverviewRulerLane {
+  Left = 1,
+}
+
+export enum TreeItemCollapsibleState {
+  None = 0,
+  Collapsed = 1,
+  Expanded = 2,
+}
+
+export enum TextDocumentChangeReason {
+  Undo = 1,
+  Redo = 2,
+}
+
+export class ThemeIcon {
+  constructor(readonly id: string) {}
+}
+
+export class TreeItem {
+  description?: string;
+  tooltip?: unknown;
+  iconPath?: unknown;
+  contextValue?: string;
+  command?: unknown;
+  resourceUri?: unknown;
+  constructor(
+    readonly label: string | Uri,
+    readonly collapsibleState?: TreeItemCollapsibleState,
+  ) {}
+}
+
+/** An open text document held in memory: tests change it with {@link editDocument}. */
+export interface FakeDocument {
+  uri: Uri;
+  version: number;
+  text: string;
+  getText(): string;
+}
+
+/** Open documents by URI string. */
+export const documents = new Map<string, FakeDocument>();
+const docChanges: ((e: { document: FakeDocument; contentChanges: unknown[]; reason?: number }) => void)[] = [];
+
+/** Opens (or replaces) an in-memory document. */
+export function openDocument(uri: Uri, text: string): FakeDocument {
+  const d: FakeDocument = { uri, version: 1, text, getText: () => d.text };
+  documents.set(uri.toString(), d);
+  return d;
+}
+
+/** Replaces a document's whole text and fires `onDidChangeTextDocument`. */
+export function editDocument(uri: Uri, text: string): void {
+  const d = documents.get(uri.toString());
+  if (!d) throw new Error(`no open document ${uri.toString()}`);
+  const old = d.text;
+  d.text = text;
+  d.version++;
+  for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: 0, rangeLength: old.length, text }] });
+}
+
+Object.assign(window, {
+  visibleTextEditors: [],
+  activeTextEditor: undefined,
+  createTextEditorDecorationType: () => ({ dispose() {} }),
+  onDidChangeVisibleTextEditors: () => ({ dispose() {} }),
+});
+
+Object.assign(workspace, {
+  workspaceFolders: undefined,
+  textDocuments: [] as FakeDocument[],
+  onDidChangeTextDocument(f: (e: { document: FakeDocument; contentChanges: unknown[] }) => void) {
+    docChanges.push(f);
+    return { dispose: () => docChanges.splice(docChanges.indexOf(f), 1) };
+  },
+  openTextDocument(uri: Uri): Promise<FakeDocument> {
+    const d = documents.get(uri.toString());
+    return d ? Promise.resolve(d) : Promise.reject(new Error(`no such document ${uri.toString()}`));
+  },
+  asRelativePath(u: Uri | string): string {
+    return typeof u === "string" ? u : u.path.replace(/^\/w\//, "");
+  },
+});
+
+export const commands = {
+  executeCommand: (): Promise<undefined> => Promise.resolve(undefined),
+};
