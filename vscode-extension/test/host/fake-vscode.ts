@@ -2,6 +2,8 @@
 // tabs), recorded for assertions. The unit runner (scripts/unit-host.mjs) bundles it in place of
 // `vscode`, which exists only inside VS Code's extension host.
 
+import { writeFileSync } from "node:fs";
+
 export enum StatusBarAlignment {
   Left = 1,
   Right = 2,
@@ -199,7 +201,12 @@ export interface FakeDocument {
   uri: Uri;
   version: number;
   text: string;
+  /** Unsaved changes; `save()` writes the text to `uri.fsPath` and clears it. */
+  isDirty: boolean;
+  saves: number;
   getText(): string;
+  positionAt(offset: number): { offset: number };
+  save(): Promise<boolean>;
 }
 
 /** Open documents by URI string. */
@@ -208,7 +215,21 @@ const docChanges: ((e: { document: FakeDocument; contentChanges: unknown[]; reas
 
 /** Opens (or replaces) an in-memory document. */
 export function openDocument(uri: Uri, text: string): FakeDocument {
-  const d: FakeDocument = { uri, version: 1, text, getText: () => d.text };
+  const d: FakeDocument = {
+    uri,
+    version: 1,
+    text,
+    isDirty: false,
+    saves: 0,
+    getText: () => d.text,
+    positionAt: (offset) => ({ offset }),
+    save: () => {
+      writeFileSync(uri.fsPath, d.text);
+      d.isDirty = false;
+      d.saves++;
+      return Promise.resolve(true);
+    },
+  };
   documents.set(uri.toString(), d);
   return d;
 }
@@ -220,7 +241,24 @@ export function editDocument(uri: Uri, text: string): void {
   const old = d.text;
   d.text = text;
   d.version++;
+  d.isDirty = true;
   for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: 0, rangeLength: old.length, text }] });
+}
+
+export class Range {
+  readonly args: unknown[];
+  constructor(...args: unknown[]) {
+    this.args = args;
+  }
+}
+
+/** Replacements by offset (positions from {@link FakeDocument.positionAt}). */
+export class WorkspaceEdit {
+  readonly edits: { uri: Uri; start: number; end: number; text: string }[] = [];
+  replace(uri: Uri, range: Range, text: string): void {
+    const [s, e] = range.args as { offset: number }[];
+    this.edits.push({ uri, start: s!.offset, end: e!.offset, text });
+  }
 }
 
 Object.assign(window, {
@@ -240,6 +278,18 @@ Object.assign(workspace, {
   openTextDocument(uri: Uri): Promise<FakeDocument> {
     const d = documents.get(uri.toString());
     return d ? Promise.resolve(d) : Promise.reject(new Error(`no such document ${uri.toString()}`));
+  },
+  /** Applies a {@link WorkspaceEdit} to the open documents, one change event per replacement. */
+  applyEdit(edit: WorkspaceEdit): Promise<boolean> {
+    for (const r of [...edit.edits].sort((x, y) => y.start - x.start)) {
+      const d = documents.get(r.uri.toString());
+      if (!d) return Promise.resolve(false);
+      d.text = d.text.slice(0, r.start) + r.text + d.text.slice(r.end);
+      d.version++;
+      d.isDirty = true;
+      for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: r.start, rangeLength: r.end - r.start, text: r.text }] });
+    }
+    return Promise.resolve(true);
   },
   asRelativePath(u: Uri | string): string {
     return typeof u === "string" ? u : u.path.replace(/^\/w\//, "");

@@ -80,3 +80,34 @@ test("several hunks undone at once (Undo File) land on the disk's text at their 
   // No trailing newline; an unchanged disk takes the edit as is.
   assert.equal(mergeOntoDisk("x\ny", "x\ny", [{ start: 2, end: 3, text: "Y" }]), "x\nY");
 });
+
+test("through the review (ChangeTracker.undoHunk): a dirty document's Undo writes only the undo to disk and is not saved", async () => {
+  const { ChangeTracker } = await import("../../src/extension/changes");
+  const { editDocument, openDocument } = await import("./fake-vscode");
+  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const file = join(dir, "notes.txt");
+  const uri = Uri.file(file);
+  const typed = "one\nmine, unsaved\ntwo\nthree\nfour\nfive\n";
+  const withAgent = "one\nmine, unsaved\ntwo\nthree\nFOUR (agent)\nfive\n";
+  // The disk as the server's saveUserChanges merge left it; the document with the user's line.
+  writeFileSync(file, "one\ntwo\nthree\nFOUR (agent)\nfive\n");
+  const doc = openDocument(uri, saved);
+  editDocument(uri, typed);
+  const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
+  const c = new ChangeTracker(log);
+  c.unsaved = new UnsavedChanges();
+  c.noteToolCall("call_1", "session-A");
+  const params = { label: "pi: turn 1 · edit notes.txt (call_1)", edit: { changes: { [uri.toString()]: [] } } } as unknown as Parameters<InstanceType<typeof ChangeTracker>["applyEdit"]>[0];
+  await c.applyEdit(params, async () => {
+    editDocument(uri, withAgent);
+    return { applied: true };
+  });
+  assert.equal(await c.undoHunk(uri as unknown as vscode.Uri, 0), true);
+  assert.equal(doc.getText(), typed, "the document: the agent's line taken back, the user's line kept");
+  assert.equal(doc.isDirty, true, "the user's changes stay unsaved");
+  assert.equal(doc.saves, 0, "never saved");
+  assert.equal(readFileSync(file, "utf8"), saved, "the disk: the agent's line taken back, none of the user's");
+  assert.equal(c.unsaved.known.has(uri.toString()), true, "the user's own save later is no conflict");
+  c.unsaved.dispose();
+  c.dispose();
+});
