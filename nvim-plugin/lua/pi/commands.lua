@@ -314,7 +314,11 @@ end
 subcommands.changes = function()
   local client = require('pi.client')
   local st = client.roots[client.root_of(0)]
-  local chat = st and require('pi.chat').current(st)
+  -- The session whose changes are listed: the one of the chat (or its prompt) the command is
+  -- given in, else the root's current one — never another session's (two sessions, one Neovim).
+  local chats = require('pi.chat')
+  local here = vim.b.pi_session and chats.chats[vim.b.pi_session]
+  local chat = here and here.root == st and here or (st and chats.current(st))
   local function local_list()
     local items = require('pi.hunks').qflist()
     if #items == 0 then

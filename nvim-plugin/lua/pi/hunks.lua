@@ -359,7 +359,119 @@ function M.keep()
   M.by_buf[b][h.id] = nil
 end
 
---- Undoes the agent hunk under the cursor: its old text back, as one ordinary change.
+--- The file's lines on disk (nil when unreadable) and how they were written: `eol` (a last
+--- newline) and `crlf` (the buffer's 'fileformat' is dos).
+local function read_disk(path, crlf)
+  local f = io.open(path, 'rb')
+  if not f then
+    return nil
+  end
+  local text = f:read('*a')
+  f:close()
+  local eol = text:sub(-1) == '\n'
+  if eol then
+    text = text:sub(1, -2)
+  end
+  local lines = text == '' and not eol and {} or vim.split(text, '\n', { plain = true })
+  if crlf then
+    for i, l in ipairs(lines) do
+      lines[i] = l:gsub('\r$', '')
+    end
+  end
+  return lines, eol
+end
+
+--- The disk's lines with the buffer edit "rows [s, e) of `buf` become `new`" carried over,
+--- or nil when those rows are not on disk as in the buffer. The server's rule for the user's
+--- unsaved changes (`saveUserChanges`, core `unsaved.rs` `merge_onto_disk`): the lines the
+--- buffer and the disk share (a line diff) carry the edit; an edit touching a line only the
+--- buffer has (the user's unsaved line, or an agent change kept in the buffer only) is not
+--- merged. An insertion (s == e) goes before buffer row s when that row is shared, or after
+--- the last row when that one is.
+function M.merge_onto_disk(buf, disk, s, e, new)
+  -- map[i] = the disk row (1-based) of buffer row i (1-based) when shared.
+  local map = {}
+  local a, bb = 1, 1
+  local function same(upto_a, upto_b)
+    while a < upto_a and bb < upto_b do
+      map[bb] = a
+      a, bb = a + 1, bb + 1
+    end
+  end
+  local function joined(l)
+    return #l == 0 and '' or table.concat(l, '\n') .. '\n'
+  end
+  local hunks = vim.diff(joined(disk), joined(buf), { result_type = 'indices' })
+  for _, d in ipairs(hunks) do
+    local sa = d[2] == 0 and d[1] + 1 or d[1]
+    local sb = d[4] == 0 and d[3] + 1 or d[3]
+    same(sa, sb)
+    a, bb = sa + d[2], sb + d[4]
+  end
+  same(#disk + 1, #buf + 1)
+  local at
+  if s < e then
+    for r = s + 1, e do
+      if not map[r] or (r > s + 1 and map[r] ~= map[r - 1] + 1) then
+        return nil
+      end
+    end
+    at = map[s + 1]
+  elseif map[s + 1] then
+    at = map[s + 1]
+  elseif s == #buf and (s == 0 or map[s]) then
+    at = s == 0 and 1 or map[s] + 1
+  else
+    return nil
+  end
+  local out = vim.list_slice(disk, 1, at - 1)
+  vim.list_extend(out, new)
+  return vim.list_extend(out, vim.list_slice(disk, at + (e - s)))
+end
+
+--- After the undo key took agent lines back (rows [s, e) of the buffer's text `before` became
+--- `new`): the disk agrees with the session, so the agent's next `bash` sees the lines taken
+--- back. A buffer that held no unsaved changes is written (as the agent's own saves: no
+--- autocommands, so no formatter); one holding the user's unsaved changes keeps them unsaved:
+--- only the undo is carried onto the disk's text and written, and the file's time Neovim read
+--- is kept (unsaved.lua), so neither W12 nor "changed since reading" follows.
+local function undo_on_disk(b, was_modified, before, s, e, new)
+  local path = api.nvim_buf_get_name(b)
+  if path == '' or vim.bo[b].buftype ~= '' or not vim.uv.fs_stat(path) then
+    return
+  end
+  local unsaved = require('pi.unsaved')
+  if not was_modified then
+    local ok = pcall(api.nvim_buf_call, b, function()
+      vim.cmd('silent noautocmd keepalt keepjumps lockmarks write!')
+    end)
+    if ok then
+      unsaved.saved(b)
+    end
+    return
+  end
+  local crlf = vim.bo[b].fileformat == 'dos'
+  local disk, eol = read_disk(path, crlf)
+  local merged = disk and M.merge_onto_disk(before, disk, s, e, new)
+  if not merged then
+    return require('pi.util').notify('the agent change is not on disk as in this buffer: the disk is left as it is')
+  end
+  if vim.deep_equal(merged, disk) then
+    return
+  end
+  local st = vim.uv.fs_stat(path)
+  local text = table.concat(merged, crlf and '\r\n' or '\n') .. ((eol and #merged > 0) and (crlf and '\r\n' or '\n') or '')
+  local f, err = io.open(path, 'wb')
+  if not f then
+    return require('pi.util').notify('could not write ' .. vim.fn.fnamemodify(path, ':~:.') .. ': ' .. tostring(err), vim.log.levels.WARN)
+  end
+  f:write(text)
+  f:close()
+  unsaved.merged(b, st and { sec = st.mtime.sec, nsec = st.mtime.nsec } or nil)
+end
+
+--- Undoes the agent hunk under the cursor: its old text back, as one ordinary change; the
+--- disk follows (`undo_on_disk`).
 function M.undo()
   local b = api.nvim_get_current_buf()
   local h = at_cursor(b)
@@ -367,16 +479,22 @@ function M.undo()
     return require('pi.util').notify('no agent change under the cursor')
   end
   local old = h.info.old
+  local was_modified = vim.bo[b].modified
+  local before = api.nvim_buf_get_lines(b, 0, -1, false)
+  local s, e
   if h.info.deletion then
     api.nvim_buf_del_extmark(b, M.ns, h.id)
     M.by_buf[b][h.id] = nil
     local at = h.info.above and h.row or (h.row + 1)
     api.nvim_buf_set_lines(b, at, at, false, old)
+    s, e = at, at
   else
     -- The mark stays, hidden, over the old text: `u` brings the agent's text and its sign back.
     api.nvim_buf_set_lines(b, h.row, h.end_row, false, old)
     place(b, h.id, h.info, h.row, #old, true)
+    s, e = h.row, h.end_row
   end
+  undo_on_disk(b, was_modified, before, s, e, old)
 end
 
 --- The text of `b` with every agent hunk's old text back: what the buffer held before the

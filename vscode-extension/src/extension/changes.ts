@@ -10,6 +10,7 @@ import { applyPatch } from "diff";
 import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-languageclient";
 import { FileChanges } from "./hunks";
 import { UndoneChanges } from "./undone";
+import type { UnsavedChanges } from "./unsaved";
 import { ProposalTabs } from "./proposals";
 import { cpuNow } from "./relay";
 
@@ -115,6 +116,9 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
 
   /** A session's display name (names.ts), for the Changes view. */
   sessionName: (sessionId: string) => string = (id) => `session ${id.slice(0, 8)}`;
+  /** The user's unsaved changes (unsaved.ts): the review's Undo in a document holding them
+   * writes only the undo onto the disk's text. */
+  unsaved?: UnsavedChanges;
 
   /** Called (debounced) when the review state changed, to keep it across a window reload. */
   onStateChange: () => void = () => {};
@@ -423,14 +427,25 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
    * it brings the agent's lines back under review (undone.ts); and when the document had no
    * unsaved changes before, saved, so the disk agrees with the buffer (the agent's next `bash`
    * sees the lines taken back, not the agent's). A document with the user's unsaved changes is
-   * never saved (they are the user's to save). */
+   * never saved (they are the user's to save): the undo alone is carried onto the disk's text
+   * and written (unsaved.ts `undoneOnDisk`, the server's `saveUserChanges` merge rule), the
+   * document keeps the user's changes unsaved. */
   private async undoneByReview(uri: vscode.Uri, withAgent: string, ids: string[], rs: { start: number; end: number; text: string }[]): Promise<boolean> {
     const doc = await vscode.workspace.openTextDocument(uri);
     const wasDirty = doc.isDirty;
+    const buffer = doc.getText();
     const ok = await this.applyReplacements(uri, rs);
     if (!ok) return false;
     this.undone.taken(uri.toString(), withAgent, doc.getText(), ids);
     if (!wasDirty && doc.isDirty) await doc.save();
+    else if (wasDirty && uri.scheme === "file" && this.unsaved) {
+      try {
+        const r = this.unsaved.undoneOnDisk(uri, buffer, rs);
+        if (r === "overlap") this.log.info(`undo of an agent change in ${uri.fsPath}: its lines are not on disk as in the editor; the disk is left as it is`);
+      } catch (e) {
+        this.log.warn(`undo of an agent change in ${uri.fsPath}: the disk could not be updated: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
     return true;
   }
 

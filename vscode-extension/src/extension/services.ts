@@ -47,6 +47,7 @@ export function createServices(context: vscode.ExtensionContext): Services {
   context.subscriptions.push(unsaved);
   const status = new StatusBar();
   const changes = new ChangeTracker(output);
+  changes.unsaved = unsaved;
   const saveReview = () => context.workspaceState.update(REVIEW_KEY, changes.snapshot());
   changes.onStateChange = () => void saveReview();
   void changes.restore(context.workspaceState.get<SavedReview>(REVIEW_KEY));

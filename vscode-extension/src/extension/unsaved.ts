@@ -11,6 +11,7 @@
  * of it is the user's to save).
  */
 import * as fs from "node:fs";
+import { diffArrays } from "diff";
 import * as vscode from "vscode";
 
 /** A file's modification time as the server sends it. */
@@ -50,6 +51,28 @@ export class UnsavedChanges implements vscode.Disposable {
     if (!this.known.has(key)) this.known.set(key, previous ?? null);
   }
 
+  /** The review's *Undo* of agent lines in a document holding the user's unsaved changes:
+   * `rs` (byte offsets of `buffer`, the document's text before the undo) are carried onto the
+   * file's text on disk ({@link mergeOntoDisk}) and written, so the disk agrees with the
+   * session (the agent's next `bash` no longer sees the lines taken back) while the user's
+   * unsaved text stays only in the document. The file's time before the write is kept as for
+   * `agent/didMergeToDisk`, so the user's own save later is no conflict. Returns `"written"`,
+   * `"same"` (the disk already agreed) or `"overlap"` (the lines are not on disk as in the
+   * document — the agent's change was kept in the buffer only, or the user changed lines next to
+   * it: nothing is written). Errors reading or writing the file are thrown. */
+  undoneOnDisk(uri: vscode.Uri, buffer: string, rs: readonly Replacement[]): "written" | "same" | "overlap" {
+    const path = uri.fsPath;
+    const disk = fs.readFileSync(path, "utf8");
+    const next = mergeOntoDisk(buffer, disk, rs);
+    if (next === undefined) return "overlap";
+    if (next === disk) return "same";
+    const ns = fs.statSync(path, { bigint: true }).mtimeNs;
+    const previous = { sec: Number(ns / 1_000_000_000n), nsec: Number(ns % 1_000_000_000n) };
+    fs.writeFileSync(path, next);
+    this.merged(uri, previous);
+    return "written";
+  }
+
   /** The disk holds the document's text again (saved by the agent). */
   saved(uri: vscode.Uri): void {
     this.known.delete(uri.toString());
@@ -58,4 +81,52 @@ export class UnsavedChanges implements vscode.Disposable {
   dispose(): void {
     this.sub.dispose();
   }
+}
+
+/** A replacement of `text[start, end)` (UTF-16 offsets) by `text`. */
+export interface Replacement {
+  start: number;
+  end: number;
+  text: string;
+}
+
+/** `text` split into lines, each with its `\n` (the last one may lack it). */
+function lines(text: string): string[] {
+  return text.match(/[^\n]*\n|[^\n]+$/g) ?? [];
+}
+
+/**
+ * The disk's new text when `edits` (offsets in `buffer`, the document's text, which holds the
+ * user's unsaved changes) are carried onto `disk` (the file's text, without them) — the same
+ * line-based rule as the server's merge for `saveUserChanges` (`server/core/src/unsaved.rs`,
+ * `merge_onto_disk`): the lines `buffer` and `disk` share carry each edit over; an edit that
+ * touches a line only the buffer has (the user's, or the agent's kept in the buffer only) gives
+ * `undefined` and nothing is merged.
+ */
+export function mergeOntoDisk(buffer: string, disk: string, edits: readonly Replacement[]): string | undefined {
+  // Spans of `buffer` equal to a span of `disk`: [buffer start, buffer end, disk start].
+  const same: [number, number, number][] = [];
+  let b = 0;
+  let d = 0;
+  for (const part of diffArrays(lines(disk), lines(buffer))) {
+    const len = part.value.reduce((n, l) => n + l.length, 0);
+    if (part.added) b += len;
+    else if (part.removed) d += len;
+    else {
+      same.push([b, b + len, d]);
+      b += len;
+      d += len;
+    }
+  }
+  const moved: Replacement[] = [];
+  for (const e of edits) {
+    const span = same.find(([bs, be]) => bs <= e.start && e.end <= be && (e.start < be || e.end < be || be === buffer.length));
+    if (!span) return undefined;
+    const [bs, , ds] = span;
+    moved.push({ start: ds + (e.start - bs), end: ds + (e.end - bs), text: e.text });
+  }
+  moved.sort((x, y) => y.start - x.start);
+  let out = disk;
+  for (const r of moved) out = out.slice(0, r.start) + r.text + out.slice(r.end);
+  return out;
 }

@@ -2,6 +2,8 @@
 // tabs), recorded for assertions. The unit runner (scripts/unit-host.mjs) bundles it in place of
 // `vscode`, which exists only inside VS Code's extension host.
 
+import { writeFileSync } from "node:fs";
+
 export enum StatusBarAlignment {
   Left = 1,
   Right = 2,
@@ -144,4 +146,156 @@ export const workspace = {
     willSave.push(f);
     return { dispose: () => willSave.splice(willSave.indexOf(f), 1) };
   },
+};
+
+// --- What the Changes view (src/extension/changes.ts) reaches ---------------------------------
+
+export class EventEmitter<T> {
+  private readonly listeners: ((e: T) => void)[] = [];
+  readonly event = (f: (e: T) => void) => {
+    this.listeners.push(f);
+    return { dispose: () => this.listeners.splice(this.listeners.indexOf(f), 1) };
+  };
+  fire(e: T): void {
+    for (const f of [...this.listeners]) f(e);
+  }
+  dispose(): void {
+    this.listeners.length = 0;
+  }
+}
+
+export enum OverviewRulerLane {
+  Left = 1,
+}
+
+export enum TreeItemCollapsibleState {
+  None = 0,
+  Collapsed = 1,
+  Expanded = 2,
+}
+
+export enum TextDocumentChangeReason {
+  Undo = 1,
+  Redo = 2,
+}
+
+export class ThemeIcon {
+  constructor(readonly id: string) {}
+}
+
+export class TreeItem {
+  description?: string;
+  tooltip?: unknown;
+  iconPath?: unknown;
+  contextValue?: string;
+  command?: unknown;
+  resourceUri?: unknown;
+  constructor(
+    readonly label: string | Uri,
+    readonly collapsibleState?: TreeItemCollapsibleState,
+  ) {}
+}
+
+/** An open text document held in memory: tests change it with {@link editDocument}. */
+export interface FakeDocument {
+  uri: Uri;
+  version: number;
+  text: string;
+  /** Unsaved changes; `save()` writes the text to `uri.fsPath` and clears it. */
+  isDirty: boolean;
+  saves: number;
+  getText(): string;
+  positionAt(offset: number): { offset: number };
+  save(): Promise<boolean>;
+}
+
+/** Open documents by URI string. */
+export const documents = new Map<string, FakeDocument>();
+const docChanges: ((e: { document: FakeDocument; contentChanges: unknown[]; reason?: number }) => void)[] = [];
+
+/** Opens (or replaces) an in-memory document. */
+export function openDocument(uri: Uri, text: string): FakeDocument {
+  const d: FakeDocument = {
+    uri,
+    version: 1,
+    text,
+    isDirty: false,
+    saves: 0,
+    getText: () => d.text,
+    positionAt: (offset) => ({ offset }),
+    save: () => {
+      writeFileSync(uri.fsPath, d.text);
+      d.isDirty = false;
+      d.saves++;
+      return Promise.resolve(true);
+    },
+  };
+  documents.set(uri.toString(), d);
+  return d;
+}
+
+/** Replaces a document's whole text and fires `onDidChangeTextDocument`. */
+export function editDocument(uri: Uri, text: string): void {
+  const d = documents.get(uri.toString());
+  if (!d) throw new Error(`no open document ${uri.toString()}`);
+  const old = d.text;
+  d.text = text;
+  d.version++;
+  d.isDirty = true;
+  for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: 0, rangeLength: old.length, text }] });
+}
+
+export class Range {
+  readonly args: unknown[];
+  constructor(...args: unknown[]) {
+    this.args = args;
+  }
+}
+
+/** Replacements by offset (positions from {@link FakeDocument.positionAt}). */
+export class WorkspaceEdit {
+  readonly edits: { uri: Uri; start: number; end: number; text: string }[] = [];
+  replace(uri: Uri, range: Range, text: string): void {
+    const [s, e] = range.args as { offset: number }[];
+    this.edits.push({ uri, start: s!.offset, end: e!.offset, text });
+  }
+}
+
+Object.assign(window, {
+  visibleTextEditors: [],
+  activeTextEditor: undefined,
+  createTextEditorDecorationType: () => ({ dispose() {} }),
+  onDidChangeVisibleTextEditors: () => ({ dispose() {} }),
+});
+
+Object.assign(workspace, {
+  workspaceFolders: undefined,
+  textDocuments: [] as FakeDocument[],
+  onDidChangeTextDocument(f: (e: { document: FakeDocument; contentChanges: unknown[] }) => void) {
+    docChanges.push(f);
+    return { dispose: () => docChanges.splice(docChanges.indexOf(f), 1) };
+  },
+  openTextDocument(uri: Uri): Promise<FakeDocument> {
+    const d = documents.get(uri.toString());
+    return d ? Promise.resolve(d) : Promise.reject(new Error(`no such document ${uri.toString()}`));
+  },
+  /** Applies a {@link WorkspaceEdit} to the open documents, one change event per replacement. */
+  applyEdit(edit: WorkspaceEdit): Promise<boolean> {
+    for (const r of [...edit.edits].sort((x, y) => y.start - x.start)) {
+      const d = documents.get(r.uri.toString());
+      if (!d) return Promise.resolve(false);
+      d.text = d.text.slice(0, r.start) + r.text + d.text.slice(r.end);
+      d.version++;
+      d.isDirty = true;
+      for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: r.start, rangeLength: r.end - r.start, text: r.text }] });
+    }
+    return Promise.resolve(true);
+  },
+  asRelativePath(u: Uri | string): string {
+    return typeof u === "string" ? u : u.path.replace(/^\/w\//, "");
+  },
+});
+
+export const commands = {
+  executeCommand: (): Promise<undefined> => Promise.resolve(undefined),
 };

@@ -1,0 +1,44 @@
+// The Changes view (src/extension/changes.ts) groups the agent's changes by session: two
+// sessions in one window, each editing its own file — each session's node lists only its own
+// file, never the other session's (issue 30 item 4).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as vscode from "vscode";
+import { ChangeTracker } from "../../src/extension/changes";
+import { editDocument, openDocument, Uri } from "./fake-vscode";
+
+const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
+
+/** `workspace/applyEdit` of the server for `path` by tool call `id`, through the tracker. */
+async function agentEdit(c: ChangeTracker, path: string, id: string, text: string) {
+  const uri = Uri.file(path);
+  const params = {
+    label: `pi: turn 1 · edit ${path.split("/").pop()} (${id})`,
+    edit: { changes: { [uri.toString()]: [] } },
+  } as unknown as Parameters<ChangeTracker["applyEdit"]>[0];
+  return c.applyEdit(params, async () => {
+    editDocument(uri, text);
+    return { applied: true };
+  });
+}
+
+test("two sessions, one window: each session's Changes node lists only its own file", async () => {
+  openDocument(Uri.file("/w/a.txt"), "a = 1\n");
+  openDocument(Uri.file("/w/b.txt"), "b = 1\n");
+  const c = new ChangeTracker(log);
+  c.noteToolCall("call_1", "session-A");
+  assert.deepEqual(await agentEdit(c, "/w/a.txt", "call_1", "a = 2\n"), { applied: true });
+  // The second session's model numbers its tool calls the same way.
+  c.noteToolCall("call_1", "session-B");
+  await agentEdit(c, "/w/b.txt", "call_1", "b = 2\n");
+  const roots = c.getChildren();
+  assert.deepEqual(roots, [
+    { kind: "session", sessionId: "session-A" },
+    { kind: "session", sessionId: "session-B" },
+  ]);
+  assert.deepEqual(c.getChildren(roots[0]), [{ kind: "file", key: "file:/w/a.txt" }]);
+  assert.deepEqual(c.getChildren(roots[1]), [{ kind: "file", key: "file:/w/b.txt" }]);
+  const [hunkA] = c.getChildren(c.getChildren(roots[0])[0]);
+  assert.deepEqual(hunkA, { kind: "hunk", key: "file:/w/a.txt", index: 0, startLine: 0, newText: "a = 2\n", oldText: "a = 1\n" });
+  c.dispose();
+});

@@ -1,0 +1,113 @@
+// The review's Undo of an agent hunk in a document that also holds the user's unsaved changes
+// (src/extension/unsaved.ts `undoneOnDisk`, wired in changes.ts): the disk gets the disk's text
+// minus the agent's hunk — so the agent's next `bash` sees what the session sees — and never the
+// user's unsaved lines.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import * as vscode from "vscode";
+import { FileChanges } from "../../src/extension/hunks";
+import { mergeOntoDisk, UnsavedChanges } from "../../src/extension/unsaved";
+import { Uri, willSaveDocument } from "./fake-vscode";
+
+const saved = "one\ntwo\nthree\nfour\nfive\n";
+
+/** The document after the user typed a line (unsaved) and the agent changed `four`; the disk
+ * as the server's `saveUserChanges` merge left it (agent's change only). */
+function scene() {
+  const typed = "one\nmine, unsaved\ntwo\nthree\nfour\nfive\n";
+  const withAgent = "one\nmine, unsaved\ntwo\nthree\nFOUR (agent)\nfive\n";
+  const diskAfterMerge = "one\ntwo\nthree\nFOUR (agent)\nfive\n";
+  const f = FileChanges.fromAgentEdit(typed, withAgent, "call_1");
+  assert.deepEqual(f.hunks().map((h) => [h.oldText, h.newText]), [["four\n", "FOUR (agent)\n"]]);
+  const r = f.undo(0)!;
+  return { withAgent, diskAfterMerge, r };
+}
+
+test("the review's Undo with unsaved user changes: the disk loses the agent's hunk and gets none of the user's lines", () => {
+  const { withAgent, diskAfterMerge, r } = scene();
+  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const file = join(dir, "notes.txt");
+  writeFileSync(file, diskAfterMerge);
+  utimesSync(file, new Date(1_700_000_000_000), new Date(1_700_000_000_000));
+  const u = new UnsavedChanges();
+  const uri = Uri.file(file) as unknown as vscode.Uri;
+  assert.equal(u.undoneOnDisk(uri, withAgent, [r]), "written");
+  assert.equal(readFileSync(file, "utf8"), saved);
+  // The file's time VS Code read is kept: the user's own save later is no conflict.
+  assert.deepEqual(u.known.get(uri.toString()), { sec: 1_700_000_000, nsec: 0 });
+  willSaveDocument(Uri.file(file));
+  assert.equal(statSync(file).mtimeMs, 1_700_000_000_000);
+  // The same undo again: the agent's lines are no longer on disk, nothing is written twice.
+  assert.equal(u.undoneOnDisk(uri, withAgent, [r]), "overlap");
+  assert.equal(readFileSync(file, "utf8"), saved);
+  u.dispose();
+});
+
+test("an agent change kept in the buffer only (not on disk) or next to the user's lines: the disk is left alone", () => {
+  const { withAgent, r } = scene();
+  // The agent's change never reached the disk.
+  assert.equal(mergeOntoDisk(withAgent, saved, [r]), undefined);
+  // The agent changed the line the user had changed (overlap kept in the buffer only).
+  const buffer = "one\ntwo (mine, agent)\nthree\n";
+  const disk = "one\ntwo\nthree\n";
+  const start = buffer.indexOf("two");
+  assert.equal(mergeOntoDisk(buffer, disk, [{ start, end: start + "two (mine, agent)\n".length, text: "two (mine)\n" }]), undefined);
+  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const file = join(dir, "kept.txt");
+  writeFileSync(file, saved);
+  const u = new UnsavedChanges();
+  assert.equal(u.undoneOnDisk(Uri.file(file) as unknown as vscode.Uri, withAgent, [r]), "overlap");
+  assert.equal(readFileSync(file, "utf8"), saved);
+  assert.equal(u.known.size, 0);
+  u.dispose();
+});
+
+test("several hunks undone at once (Undo File) land on the disk's text at their places", () => {
+  const disk = "a\nB\nc\nd\nE\n";
+  const buffer = "a\nB\nc\nmine\nd\nE\n";
+  const b = buffer.indexOf("B");
+  const e = buffer.indexOf("E");
+  assert.equal(
+    mergeOntoDisk(buffer, disk, [
+      { start: e, end: e + 2, text: "e\n" },
+      { start: b, end: b + 2, text: "b\n" },
+    ]),
+    "a\nb\nc\nd\ne\n",
+  );
+  // No trailing newline; an unchanged disk takes the edit as is.
+  assert.equal(mergeOntoDisk("x\ny", "x\ny", [{ start: 2, end: 3, text: "Y" }]), "x\nY");
+});
+
+test("through the review (ChangeTracker.undoHunk): a dirty document's Undo writes only the undo to disk and is not saved", async () => {
+  const { ChangeTracker } = await import("../../src/extension/changes");
+  const { editDocument, openDocument } = await import("./fake-vscode");
+  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const file = join(dir, "notes.txt");
+  const uri = Uri.file(file);
+  const typed = "one\nmine, unsaved\ntwo\nthree\nfour\nfive\n";
+  const withAgent = "one\nmine, unsaved\ntwo\nthree\nFOUR (agent)\nfive\n";
+  // The disk as the server's saveUserChanges merge left it; the document with the user's line.
+  writeFileSync(file, "one\ntwo\nthree\nFOUR (agent)\nfive\n");
+  const doc = openDocument(uri, saved);
+  editDocument(uri, typed);
+  const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
+  const c = new ChangeTracker(log);
+  c.unsaved = new UnsavedChanges();
+  c.noteToolCall("call_1", "session-A");
+  const params = { label: "pi: turn 1 · edit notes.txt (call_1)", edit: { changes: { [uri.toString()]: [] } } } as unknown as Parameters<InstanceType<typeof ChangeTracker>["applyEdit"]>[0];
+  await c.applyEdit(params, async () => {
+    editDocument(uri, withAgent);
+    return { applied: true };
+  });
+  assert.equal(await c.undoHunk(uri as unknown as vscode.Uri, 0), true);
+  assert.equal(doc.getText(), typed, "the document: the agent's line taken back, the user's line kept");
+  assert.equal(doc.isDirty, true, "the user's changes stay unsaved");
+  assert.equal(doc.saves, 0, "never saved");
+  assert.equal(readFileSync(file, "utf8"), saved, "the disk: the agent's line taken back, none of the user's");
+  assert.equal(c.unsaved.known.has(uri.toString()), true, "the user's own save later is no conflict");
+  c.unsaved.dispose();
+  c.dispose();
+});
