@@ -445,3 +445,65 @@ async fn ui_falls_back_to_show_message_request_and_untrusted_loads_nothing() {
     assert!(!tools.contains("tmux_"), "{tools}");
     assert!(c.shutdown().await.success());
 }
+
+/// An editor dialog nobody waits for any more is withdrawn: `/tmux kill` asks which session
+/// (`window/showMessageRequest`, the editor has no `agent/ui`); the client cancels the
+/// `agent/prompt` that asked (`$/cancelRequest`) while the dialog is open. The prompt is
+/// answered -32800 and the server sends `$/cancelRequest` with the dialog's own id, so the
+/// editor closes it; nothing is killed.
+#[tokio::test]
+async fn an_open_dialog_is_withdrawn_when_its_request_is_cancelled() {
+    if !tmux_available() {
+        return;
+    }
+    let tmp = TempDir::new("ext-withdraw");
+    let socket = socket_name();
+    let _server = TmuxServer(socket.clone());
+    let ws = workspace(&tmp, &socket);
+    let session = format!("{}web", pi_core::extension::tmux::session_prefix(&ws));
+    let mock = MockModel::start(vec![
+        Step::call(
+            "call_1",
+            "tmux_start",
+            json!({"name": "web", "command": "sh -c 'echo ready; sleep 30'"}),
+        ),
+        Step::text("Started."),
+    ])
+    .await;
+    let behavior = EditorBehavior {
+        hold_permissions: true,
+        ..trusted(None, None)
+    };
+    let mut c = start_with_mock(&ws, &mock, behavior).await;
+    let sid = start_web(&mut c).await;
+    let answer = c
+        .send_request(
+            "agent/prompt",
+            json!({"sessionId": sid, "text": "/tmux kill"}),
+        )
+        .await;
+    let prompt_id = c.last_request_id();
+    let dialog = loop {
+        let m = c
+            .next_notification(Duration::from_secs(10))
+            .await
+            .expect("no dialog");
+        if m["method"] == "window/showMessageRequest" {
+            break m;
+        }
+    };
+    assert_eq!(
+        dialog["params"],
+        json!({"type": 3, "message": "Kill which tmux session?", "actions": [{"title": "web"}]})
+    );
+    c.notify("$/cancelRequest", json!({"id": prompt_id})).await;
+    let response = tokio::time::timeout(Duration::from_secs(10), answer)
+        .await
+        .expect("the cancelled prompt was not answered")
+        .unwrap();
+    assert_eq!(response["error"]["code"], json!(-32800), "{response}");
+    let withdrawn = sent_n(&c, "$/cancelRequest", 1).await;
+    assert_eq!(withdrawn, vec![json!({"id": dialog["id"]})]);
+    assert!(tmux(&socket, &["ls"]).contains(&session), "nothing killed");
+    assert!(c.shutdown().await.success());
+}

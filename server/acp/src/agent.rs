@@ -152,7 +152,7 @@ impl AcpAgent {
                     .map(|k| cmd(&format!("skill:{}", k.name), &k.description, None)),
             );
         }
-        for c in s.extensions().commands() {
+        for c in s.extension_commands() {
             cmds.push(cmd(
                 &c.name,
                 c.description.as_deref().unwrap_or("extension command"),
@@ -665,7 +665,7 @@ impl AcpAgent {
             .cloned()
             .ok_or_else(|| unknown_session(&p.session_id))?;
         let (text, images) = prompt_input(&p.prompt, "prompt")?;
-        if !live.session.agent_handle().is_streaming() {
+        if !live.session.is_streaming() {
             return Ok(json!({"outcome": "promptRequired"}));
         }
         live.session

@@ -1,7 +1,15 @@
-//! The one way the server asks the editor something: [`request`] sends a typed server →
-//! client request and waits for the answer, withdrawing it with one `$/cancelRequest {id}`
-//! (the id it went out with) when the caller's token fires first or when the caller stops
-//! waiting (the future is dropped: a question withdrawn because the run was aborted).
+//! The one way the server asks the editor something: [`request`] (and [`request_within`],
+//! the same with a time limit) sends a typed server → client request and waits for the
+//! answer, withdrawing it with one `$/cancelRequest {id}` (the id it went out with) when the
+//! caller's token fires first, when the time limit passes (an extension's dialog with a
+//! `timeout`: the editor closes it), or when the caller stops waiting (the future is dropped:
+//! a question withdrawn because the run was aborted).
+//!
+//! Every server → client request goes through here: `workspace/applyEdit`,
+//! `agent/saveDocument`, `window/showMessageRequest`, `window/workDoneProgress/create`,
+//! `agent/requestPermission`, `agent/ui/request`, `agent/runTool`, `agent/diagnostics`.
+//! (tower-lsp-server's own `Client::send_request` never tells the editor when its caller
+//! stops waiting, so it is not used.)
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +28,8 @@ pub enum Reply<T> {
     Error(jsonrpc::Error),
     /// The token fired first: `$/cancelRequest` was sent and the answer will be ignored.
     Cancelled,
+    /// The time limit passed first: `$/cancelRequest` was sent and the answer will be ignored.
+    TimedOut,
     /// The connection is gone.
     Gone,
 }
@@ -36,6 +46,7 @@ impl<T> Reply<T> {
             Reply::Result(r) => Ok(r),
             Reply::Error(e) => Err(e),
             Reply::Cancelled => Err(none("the request was withdrawn")),
+            Reply::TimedOut => Err(none("no answer in time: the request was withdrawn")),
             Reply::Gone => Err(none("no answer: the editor connection is closed")),
         }
     }
@@ -99,6 +110,17 @@ pub async fn request<R: Request>(
     params: R::Params,
     cancel: Option<&CancellationToken>,
 ) -> Reply<R::Result> {
+    request_within::<R>(client, params, cancel, None).await
+}
+
+/// [`request`] with a time limit: when `limit` (if any) passes before the answer, the request
+/// is withdrawn (`$/cancelRequest`) and the reply is [`Reply::TimedOut`].
+pub async fn request_within<R: Request>(
+    client: &Client,
+    params: R::Params,
+    cancel: Option<&CancellationToken>,
+    limit: Option<std::time::Duration>,
+) -> Reply<R::Result> {
     let params = match serde_json::to_value(params) {
         Ok(v) => v,
         Err(e) => {
@@ -122,6 +144,12 @@ pub async fn request<R: Request>(
     let answer = service.call(request);
     let never = CancellationToken::new();
     let cancel = cancel.unwrap_or(&never);
+    let deadline = async {
+        match limit {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
     let response = tokio::select! {
         biased;
         _ = cancel.cancelled() => {
@@ -129,6 +157,11 @@ pub async fn request<R: Request>(
             return Reply::Cancelled;
         }
         r = answer => r,
+        _ = deadline => {
+            tracing::info!("{} not answered within {limit:?}; withdrawn", R::METHOD);
+            withdraw.now().await;
+            return Reply::TimedOut;
+        }
     };
     withdraw.id = None;
     let Ok(Some(response)) = response else {

@@ -26,7 +26,6 @@ use serde::{Deserialize, Serialize};
 use tower_lsp_server::ls_types::notification::Notification;
 
 use crate::protocol::{AgentEventNotification, AgentEventParams};
-use crate::server::State;
 
 /// `agent/delta` params: `[ref, seq, contentIndex, delta]` (a JSON array).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,7 +75,7 @@ pub(crate) fn compact_option(options: Option<&serde_json::Value>) -> Result<bool
     }
 }
 
-/// What the server keeps for compact deltas (in [`State`]).
+/// What the server keeps for compact deltas (in [`crate::state::State`]).
 #[derive(Debug, Default)]
 pub(crate) struct CompactDeltas {
     /// The client asked for them.
@@ -92,16 +91,40 @@ impl CompactDeltas {
     }
 }
 
-impl State {
+impl CompactDeltas {
     /// The encoder of a new session's sink: `None` unless the client asked for compact
     /// deltas; each call gives the next `ref`.
-    pub(crate) fn delta_encoder(&self) -> Option<DeltaEncoder> {
-        let c = &self.compact_deltas;
-        c.on.load(Ordering::Relaxed).then(|| DeltaEncoder {
-            session_ref: c.last_ref.fetch_add(1, Ordering::Relaxed) + 1,
+    pub(crate) fn encoder(&self) -> Option<DeltaEncoder> {
+        self.on.load(Ordering::Relaxed).then(|| DeltaEncoder {
+            session_ref: self.last_ref.fetch_add(1, Ordering::Relaxed) + 1,
             run_id: None,
             kinds: Vec::new(),
         })
+    }
+}
+
+/// The delta a `message_update` carries: `(kind, content index, delta)`, kind 0 text,
+/// 1 thinking, 2 tool-call arguments.
+pub(crate) fn delta_of(event: &mut AgentEvent) -> Option<(u8, usize, &mut String)> {
+    match event {
+        AgentEvent::MessageUpdate {
+            assistant_message_event: e,
+        } => match e {
+            AssistantEvent::TextDelta {
+                content_index,
+                delta,
+            } => Some((0, *content_index, delta)),
+            AssistantEvent::ThinkingDelta {
+                content_index,
+                delta,
+            } => Some((1, *content_index, delta)),
+            AssistantEvent::ToolcallDelta {
+                content_index,
+                delta,
+            } => Some((2, *content_index, delta)),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -131,7 +154,7 @@ impl DeltaEncoder {
     /// Encodes the session's next event (`params`, numbered), in the order they go out.
     pub(crate) fn encode(&mut self, mut params: AgentEventParams) -> Encoded {
         let same_run = self.run_id.as_deref() == Some(params.run_id.as_str());
-        if let Some((kind, index, delta)) = crate::sink::delta_of(&mut params.event) {
+        if let Some((kind, index, delta)) = delta_of(&mut params.event) {
             if same_run && self.kinds.get(index).copied().flatten() == Some(kind) {
                 return Encoded::Compact(AgentDeltaParams(
                     self.session_ref,

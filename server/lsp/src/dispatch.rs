@@ -29,10 +29,10 @@ use tower_lsp_server::jsonrpc::{Request, Response};
 use tower_lsp_server::ls_types::{
     DidChangeTextDocumentParams, DidCloseTextDocumentParams, DidOpenTextDocumentParams,
 };
-use tower_lsp_server::{ExitedError, LspService};
+use tower_lsp_server::{ExitedError, LanguageServer, LspService};
 use tower_service::Service;
 
-use crate::server::{Backend, State};
+use crate::state::State;
 
 /// How many handlers the transport polls at once (`Server::concurrency_level`). Only a bound
 /// on memory for a client that floods the server with requests: each pending handler is one
@@ -40,17 +40,16 @@ use crate::server::{Backend, State};
 pub const MAX_IN_FLIGHT: usize = 1024;
 
 /// [`LspService`] with document sync applied in the read loop (see the module doc).
-pub struct Dispatch {
-    inner: LspService<Backend>,
+pub struct Dispatch<S: LanguageServer> {
+    inner: LspService<S>,
     state: Arc<State>,
     /// Where `exit` is reported instead of reaching the library (see [`Dispatch::on_exit`]).
-    exit: Option<crate::shutdown::Causes>,
+    exit: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
-impl Dispatch {
-    /// Wraps the service built by [`crate::server::service`].
-    pub fn new(inner: LspService<Backend>) -> Dispatch {
-        let state = inner.inner().state.clone();
+impl<S: LanguageServer> Dispatch<S> {
+    /// Wraps the service built by [`crate::server::service`], whose state it is given.
+    pub fn new(inner: LspService<S>, state: Arc<State>) -> Dispatch<S> {
         Dispatch {
             inner,
             state,
@@ -58,17 +57,17 @@ impl Dispatch {
         }
     }
 
-    /// Reports the `exit` notification to `causes` instead of passing it to the library, whose
+    /// Reports the `exit` notification to `report` instead of passing it to the library, whose
     /// own `exit` drops every handler in flight at once (a user's `agent/bash` command would
     /// then neither be waited for nor stored): the process then goes away through
     /// [`crate::shutdown`]. The transport still stops reading after `exit`.
-    pub fn on_exit(mut self, causes: crate::shutdown::Causes) -> Dispatch {
-        self.exit = Some(causes);
+    pub fn on_exit(mut self, report: impl Fn() + Send + Sync + 'static) -> Dispatch<S> {
+        self.exit = Some(Box::new(report));
         self
     }
 }
 
-impl Service<Request> for Dispatch {
+impl<S: LanguageServer> Service<Request> for Dispatch<S> {
     type Response = Option<Response>;
     type Error = ExitedError;
     type Future = BoxFuture<'static, Result<Option<Response>, ExitedError>>;
@@ -79,9 +78,9 @@ impl Service<Request> for Dispatch {
 
     fn call(&mut self, req: Request) -> Self::Future {
         if req.method() == "exit" && req.id().is_none() {
-            if let Some(causes) = &self.exit {
+            if let Some(report) = &self.exit {
                 self.state.set_accepting_sync(false);
-                causes.report(crate::shutdown::Cause::Exit);
+                report();
                 return futures::future::ready(Ok(None)).boxed();
             }
         }
@@ -96,7 +95,7 @@ impl Service<Request> for Dispatch {
     }
 }
 
-impl Dispatch {
+impl<S: LanguageServer> Dispatch<S> {
     /// Applies `req` when it is document sync with well-formed params; `false` leaves it to
     /// the service (which also logs malformed params, as before).
     fn apply_sync(&self, req: &Request) -> bool {

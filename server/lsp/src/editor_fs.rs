@@ -271,9 +271,13 @@ async fn save_buffer(
     encoding: &TextEncoding,
 ) -> Result<(), FsError> {
     if caps.save_request {
-        match client
-            .send_request::<SaveDocumentRequest>(SaveDocumentParams { uri: uri.clone() })
-            .await
+        match crate::client::request::<SaveDocumentRequest>(
+            client,
+            SaveDocumentParams { uri: uri.clone() },
+            None,
+        )
+        .await
+        .into_result()
         {
             Ok(r) if r.saved => return Ok(()),
             Ok(_) => tracing::warn!("client did not save {}; writing it", path.display()),
@@ -632,14 +636,17 @@ impl EditorFs {
 
     async fn apply(&self, edit: WorkspaceEdit, label: &str) -> Result<(), FsError> {
         let edit = self.annotate(edit, label);
-        let resp = self
-            .client
-            .send_request::<ApplyWorkspaceEdit>(ApplyWorkspaceEditParams {
+        let resp = crate::client::request::<ApplyWorkspaceEdit>(
+            &self.client,
+            ApplyWorkspaceEditParams {
                 label: Some(label.to_string()),
                 edit,
-            })
-            .await
-            .map_err(|e| FsError::Rejected(format!("workspace/applyEdit failed: {}", e.message)))?;
+            },
+            None,
+        )
+        .await
+        .into_result()
+        .map_err(|e| FsError::Rejected(format!("workspace/applyEdit failed: {}", e.message)))?;
         if resp.applied {
             return Ok(());
         }
@@ -677,10 +684,13 @@ impl EditorFs {
             }
         }
         if self.caps.save_request {
-            match self
-                .client
-                .send_request::<SaveDocumentRequest>(SaveDocumentParams { uri: uri.clone() })
-                .await
+            match crate::client::request::<SaveDocumentRequest>(
+                &self.client,
+                SaveDocumentParams { uri: uri.clone() },
+                None,
+            )
+            .await
+            .into_result()
             {
                 Ok(r) if r.saved => return Ok(()),
                 Ok(_) => tracing::warn!("client did not save {}; writing it", path.display()),

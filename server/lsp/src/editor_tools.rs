@@ -476,7 +476,7 @@ impl Tool for EditorTool {
                 e.message,
                 e.code.code()
             ))),
-            Reply::Cancelled => Err(ToolError::new(ABORTED_TEXT)),
+            Reply::Cancelled | Reply::TimedOut => Err(ToolError::new(ABORTED_TEXT)),
             Reply::Gone => Err(ToolError::new(format!(
                 "The editor tool {name} got no answer: the editor connection is closed"
             ))),
@@ -607,7 +607,7 @@ impl Tool for DiagnosticsTool {
                         e.code.code()
                     )))
                 }
-                Reply::Cancelled => return Err(ToolError::new(ABORTED_TEXT)),
+                Reply::Cancelled | Reply::TimedOut => return Err(ToolError::new(ABORTED_TEXT)),
                 Reply::Gone => {
                     return Err(ToolError::new(
                         "The editor gave no diagnostics: the editor connection is closed",
@@ -770,45 +770,6 @@ pub fn format_diagnostics(
         "outside": outside,
     });
     (text, details)
-}
-
-impl crate::server::Backend {
-    /// `agent/tools/register {sessionId?, tools}` → `{tools}` (the scope's names afterwards).
-    /// The whole list is checked first ([`check_decls`]); nothing is registered when any
-    /// declaration is bad.
-    pub(crate) async fn tools_register(
-        &self,
-        params: Value,
-    ) -> tower_lsp_server::jsonrpc::Result<ToolsResult> {
-        let p: ToolsRegisterParams = crate::protocol::parse_params(params)?;
-        check_decls(&p.tools, "tools")?;
-        if let Some(id) = &p.session_id {
-            self.session(id).await?;
-        }
-        Ok(ToolsResult {
-            tools: self
-                .state
-                .editor_tools
-                .register(p.session_id.as_deref(), p.tools),
-        })
-    }
-
-    /// `agent/tools/unregister {sessionId?, names}` → `{tools}` (the scope's names afterwards).
-    pub(crate) async fn tools_unregister(
-        &self,
-        params: Value,
-    ) -> tower_lsp_server::jsonrpc::Result<ToolsResult> {
-        let p: ToolsUnregisterParams = crate::protocol::parse_params(params)?;
-        if let Some(id) = &p.session_id {
-            self.session(id).await?;
-        }
-        Ok(ToolsResult {
-            tools: self
-                .state
-                .editor_tools
-                .unregister(p.session_id.as_deref(), &p.names),
-        })
-    }
 }
 
 #[cfg(test)]

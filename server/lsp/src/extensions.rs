@@ -16,7 +16,8 @@
 //!   the notification `agent/ui/notification` for `notify` and `setStatus`. Other clients get
 //!   `window/showMessageRequest` for `select` (options as actions) and `confirm` (`Yes` / `No`),
 //!   `window/showMessage` for `notify`; `input` and `editor` are answered cancelled. A dialog's
-//!   `timeout` (ms) resolves it as cancelled. A failed request is cancelled.
+//!   `timeout` (ms) resolves it as cancelled and withdraws it from the editor (`$/cancelRequest`
+//!   through [`crate::client::request_within`]). A failed request is cancelled.
 //! - Failures become `agent/event` notifications carrying `{"type": "extension_error",
 //!   extensionPath, event, error}`.
 //!
@@ -26,21 +27,19 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pi_core::extension::{
-    CommandInfo, ExtensionErrorInfo, ExtensionUi, NotifyType, UiRequest, UiResponse,
-};
+use pi_core::extension::{ExtensionErrorInfo, ExtensionUi, NotifyType, UiRequest, UiResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
 use tower_lsp_server::ls_types::{MessageActionItem, MessageType, ShowMessageRequestParams};
 
+use crate::client::Reply;
 use crate::protocol::{
-    parse_params, AgentEventNotification, AgentEventParams, AttentionNotification, AttentionParams,
-    AttentionReason, ExtensionCommandsResult, SessionParams,
+    AgentEventNotification, AgentEventParams, AttentionNotification, AttentionParams,
+    AttentionReason,
 };
-use crate::server::{Backend, State};
+use crate::state::State;
 
 /// Params of `agent/ui/request` and `agent/ui/notification`: Pi's extension UI request (its
 /// `method` and fields) with the session and the extension asking.
@@ -107,8 +106,14 @@ impl LspExtensionUi {
         session.run_id()
     }
 
+    /// `request` for a client without `agent/ui`: `window/showMessageRequest` (withdrawn when
+    /// the dialog's `timeout` passes), `window/showMessage`, or cancelled.
     async fn fallback(&self, st: &State, request: UiRequest) -> UiResponse {
         let client = &st.client;
+        let limit = request.timeout_ms().map(Duration::from_millis);
+        let show = |params: ShowMessageRequestParams| {
+            crate::client::request_within::<ShowMessageRequest>(client, params, None, limit)
+        };
         let ask = |message: String, actions: Vec<String>| ShowMessageRequestParams {
             typ: MessageType::INFO,
             message,
@@ -123,28 +128,17 @@ impl LspExtensionUi {
             ),
         };
         match request {
-            UiRequest::Select { title, options, .. } => {
-                match client
-                    .send_request::<ShowMessageRequest>(ask(title, options))
-                    .await
-                {
-                    Ok(Some(a)) => UiResponse {
-                        value: Some(a.title),
-                        ..Default::default()
-                    },
-                    _ => UiResponse::cancelled(),
-                }
-            }
+            UiRequest::Select { title, options, .. } => match show(ask(title, options)).await {
+                Reply::Result(Some(a)) => UiResponse {
+                    value: Some(a.title),
+                    ..Default::default()
+                },
+                _ => UiResponse::cancelled(),
+            },
             UiRequest::Confirm { title, message, .. } => {
                 let text = format!("{title}: {message}");
-                match client
-                    .send_request::<ShowMessageRequest>(ask(
-                        text,
-                        vec![YES_ACTION.into(), NO_ACTION.into()],
-                    ))
-                    .await
-                {
-                    Ok(Some(a)) => UiResponse {
+                match show(ask(text, vec![YES_ACTION.into(), NO_ACTION.into()])).await {
+                    Reply::Result(Some(a)) => UiResponse {
                         confirmed: Some(a.title == YES_ACTION),
                         ..Default::default()
                     },
@@ -203,14 +197,7 @@ impl ExtensionUi for LspExtensionUi {
                 .await;
         }
         if !st.extension_ui() {
-            return match request.timeout_ms() {
-                Some(ms) => {
-                    tokio::time::timeout(Duration::from_millis(ms), self.fallback(&st, request))
-                        .await
-                        .unwrap_or_else(|_| UiResponse::cancelled())
-                }
-                None => self.fallback(&st, request).await,
-            };
+            return self.fallback(&st, request).await;
         }
         let params = UiRequestParams {
             session_id: self.session_id.clone(),
@@ -221,19 +208,21 @@ impl ExtensionUi for LspExtensionUi {
             st.client.send_notification::<UiNotification>(params).await;
             return UiResponse::default();
         }
-        let timeout = params.request.timeout_ms();
-        let ask = st.client.send_request::<UiRequestMethod>(params);
-        let answer = match timeout {
-            Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), ask).await {
-                Ok(r) => r,
-                Err(_) => return UiResponse::cancelled(),
-            },
-            None => ask.await,
-        };
-        answer.unwrap_or_else(|e| {
-            tracing::warn!("agent/ui/request failed: {e}");
-            UiResponse::cancelled()
-        })
+        // The dialog's `timeout` passing withdraws it (`$/cancelRequest`): the editor closes
+        // it rather than leaving a question nobody waits for.
+        let limit = params.request.timeout_ms().map(Duration::from_millis);
+        match crate::client::request_within::<UiRequestMethod>(&st.client, params, None, limit)
+            .await
+        {
+            Reply::Result(r) => r,
+            Reply::TimedOut | Reply::Cancelled => UiResponse::cancelled(),
+            other => {
+                if let Err(e) = other.into_result() {
+                    tracing::warn!("agent/ui/request failed: {}", e.message);
+                }
+                UiResponse::cancelled()
+            }
+        }
     }
 
     async fn extension_error(&self, error: ExtensionErrorInfo) {
@@ -242,11 +231,7 @@ impl ExtensionUi for LspExtensionUi {
         };
         let run_id = self.run_id(&st).unwrap_or_default();
         // Through the session's sink: numbered (`seq`) with the session's other events.
-        let sink = st
-            .sinks
-            .lock()
-            .get(&self.session_id)
-            .and_then(|w| w.upgrade());
+        let sink = st.output(&self.session_id);
         match sink {
             Some(sink) => sink.send_extra(run_id, error.into()).await,
             None => {
@@ -264,25 +249,66 @@ impl ExtensionUi for LspExtensionUi {
     }
 }
 
-impl Backend {
-    /// `agent/extension/commands {sessionId}` → `{commands: [{name, description?, source:
-    /// "extension", path}]}` (Pi's `get_commands` entries of extensions; invoke one with
-    /// `agent/prompt` and the text `/name args`).
-    pub(crate) async fn extension_commands(
-        &self,
-        params: Value,
-    ) -> Result<ExtensionCommandsResult> {
-        let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        let commands: Vec<CommandInfo> = session.extension_commands();
-        Ok(ExtensionCommandsResult { commands })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
     use serde_json::json;
+    use tower_service::Service;
+
+    /// A dialog whose `timeout` passes is withdrawn from the editor: the `agent/ui/request`
+    /// (and, without `agent/ui`, the `window/showMessageRequest`) is followed by
+    /// `$/cancelRequest` with its id, and the extension gets "cancelled".
+    #[tokio::test]
+    async fn a_timed_out_dialog_is_withdrawn() {
+        for ui in [true, false] {
+            let (mut service, mut socket) = crate::server::service();
+            let init = tower_lsp_server::jsonrpc::Request::build("initialize")
+                .params(
+                    json!({"capabilities": {"experimental": {"agent": {"ui": ui}}},
+                    "rootPath": std::env::temp_dir().display().to_string()}),
+                )
+                .id(1)
+                .finish();
+            service.call(init).await.unwrap().unwrap();
+            let st = service.inner().state.clone();
+            let ext = LspExtensionUi::new(&st, "s1".into());
+            let ask = ext.ui(
+                "probe",
+                UiRequest::Select {
+                    title: "Pick".into(),
+                    options: vec!["a".into(), "b".into()],
+                    timeout: Some(100),
+                },
+            );
+            let started = std::time::Instant::now();
+            let (answer, seen) = tokio::join!(ask, async {
+                let mut seen = Vec::new();
+                while let Some(m) = socket.next().await {
+                    let done = m.method() == "$/cancelRequest";
+                    seen.push(serde_json::to_value(&m).unwrap());
+                    if done {
+                        break;
+                    }
+                }
+                seen
+            });
+            assert_eq!(answer, UiResponse::cancelled());
+            assert!(started.elapsed() >= Duration::from_millis(100));
+            let methods: Vec<&str> = seen.iter().map(|m| m["method"].as_str().unwrap()).collect();
+            let question = if ui {
+                "agent/ui/request"
+            } else {
+                "window/showMessageRequest"
+            };
+            assert_eq!(
+                methods,
+                ["agent/attention", question, "$/cancelRequest"],
+                "{seen:?}"
+            );
+            assert_eq!(seen[2]["params"], json!({"id": seen[1]["id"]}), "ui: {ui}");
+        }
+    }
 
     #[test]
     fn ui_wire_shapes() {

@@ -8,6 +8,7 @@
 //! ([`editor_tools`]), where log lines go ([`logging`]). Only this crate writes stdout; only it imports LSP types.
 
 pub mod client;
+pub(crate) mod ctx;
 pub mod delta;
 pub mod dispatch;
 pub mod documents;
@@ -23,8 +24,8 @@ pub mod platform;
 pub mod positions;
 pub mod protocol;
 pub mod server;
-pub(crate) mod sessions;
 pub(crate) mod setup;
 pub mod shutdown;
 pub(crate) mod sink;
+pub mod state;
 pub mod transport;

@@ -24,16 +24,11 @@ use pi_core::approval::{
 use pi_core::sandbox::{Approver, Decision, PermissionRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::request::{Request, ShowMessageRequest};
 use tower_lsp_server::ls_types::{MessageActionItem, MessageType, ShowMessageRequestParams};
 use tower_lsp_server::Client;
 
-use crate::protocol::{
-    parse_params, AttentionNotification, AttentionParams, AttentionReason, PermissionsSetParams,
-    PermissionsSetResult,
-};
-use crate::server::Backend;
+use crate::protocol::{AttentionNotification, AttentionParams, AttentionReason};
 
 /// Params of `agent/requestPermission`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -350,21 +345,6 @@ pub fn effective_default(
     init_policy
         .or(settings.approval_policy)
         .unwrap_or(pi_core::approval::EDITOR_DEFAULT)
-}
-
-impl Backend {
-    /// `agent/permissions/set {sessionId, approvalPolicy}`: the session's own policy (`null`:
-    /// back to the default from `initializationOptions` / settings); applies from the next
-    /// tool call, also within a running turn.
-    pub(crate) async fn permissions_set(&self, params: Value) -> Result<PermissionsSetResult> {
-        let p: PermissionsSetParams = parse_params(params)?;
-        let s = self.session(&p.session_id).await?;
-        let (approval_policy, session_rules) = s.set_approval_policy(p.approval_policy);
-        Ok(PermissionsSetResult {
-            approval_policy,
-            session_rules,
-        })
-    }
 }
 
 #[cfg(test)]

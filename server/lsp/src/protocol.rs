@@ -1,7 +1,7 @@
 //! The `agent/*` wire types (documented in `docs/protocol.md`, one example per message in
 //! `fixtures/protocol/`). Fields are camelCase; ids are strings.
 //!
-//! Client → server requests: every name in [`METHODS`]. Server → client: the notifications
+//! Client → server requests: every name in [`crate::methods::METHODS`]. Server → client: the notifications
 //! `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, and the
 //! `agent/saveDocument` request (sent only to clients that advertise
 //! `experimental.agent.saveDocument: true`), the extension UI request `agent/ui/request`
@@ -38,9 +38,6 @@ pub mod codes {
     pub const COMPACTION_FAILED: i64 = -31008;
 }
 
-/// Every client → server `agent/*` method (made by the server's one method table).
-pub use crate::server::METHODS;
-
 /// Queue, usage, attention and abort shapes: the live session's own types
 /// ([`pi_core::harness::queue`]), sent as they serialize.
 pub use pi_core::harness::queue::{
@@ -52,6 +49,11 @@ pub use pi_core::harness::queue::{
 pub use pi_core::harness::{
     AbortReport as AbortResult, BashOutcome as BashResult, BranchOutcome as SessionBranchResult,
 };
+
+/// An InvalidParams error naming `field` (`"<field>: <why>"`).
+pub fn invalid(field: &str, why: impl std::fmt::Display) -> Error {
+    Error::invalid_params(format!("{field}: {why}"))
+}
 
 /// A JSON-RPC error with one of [`codes`].
 pub fn agent_error(code: i64, message: impl Into<String>) -> Error {
@@ -1000,7 +1002,8 @@ mod tests {
         let resp = format!("{name}.response.json");
         let method = fixture(&req)["method"].as_str().unwrap().to_string();
         assert!(
-            METHODS.contains(&method.as_str()) || method == SaveDocumentRequest::METHOD,
+            crate::methods::METHODS.contains(&method.as_str())
+                || method == SaveDocumentRequest::METHOD,
             "{method}"
         );
         round_trip::<P>(&fixture(&req)["params"]);
@@ -1316,7 +1319,7 @@ mod tests {
         seen.push("agent-delta.notification.json".into());
         seen.push("agent-event.ref.notification.json".into());
         // Every method has an example, and every example is checked here.
-        for m in METHODS {
+        for m in crate::methods::METHODS {
             let stem = m.replace('/', "-");
             assert!(
                 seen.contains(&format!("{stem}.request.json")),

@@ -1,18 +1,17 @@
-//! The LSP server: lifecycle, document sync, and the one method table of the `agent/*`
-//! methods (their handlers are in [`crate::methods`]; the sessions they work on are
-//! [`pi_core::harness::AgentSession`]s, kept by [`crate::sessions`]).
+//! The LSP server: lifecycle (`initialize` and its options, `shutdown`), document sync,
+//! workspace folders; the `agent/*` methods are registered from [`crate::methods`]'s one
+//! table (the sessions they work on are [`pi_core::harness::AgentSession`]s in the workspace's
+//! [`pi_core::harness::Sessions`], kept in [`State`]).
 //!
 //! Handlers answer quickly; a run goes on in its own task and streams `agent/event`
 //! notifications (plus work-done progress when the client supports it). Each session has at
 //! most one active run; a prompt during a run must say `streamingBehavior` and is queued.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-use pi_core::harness::{AgentSession, Sessions};
+use pi_core::harness::Sessions;
 use pi_core::resources::WorkspaceConfig;
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
@@ -21,41 +20,13 @@ use tower_lsp_server::ls_types::{
     InitializeParams, InitializeResult, InitializedParams, MessageType, ServerCapabilities,
     ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, TextDocumentSyncOptions,
 };
-use tower_lsp_server::{Client, LanguageServer, LspService};
+use tower_lsp_server::{LanguageServer, LspService};
 
-use crate::documents::{uri_path, Documents};
+use crate::ctx::Served;
+use crate::documents::uri_path;
 use crate::editor_fs::EditorCaps;
-use crate::protocol::{agent_error, codes};
-
-/// Shared server state.
-pub struct State {
-    pub(crate) client: Client,
-    docs: Arc<Documents>,
-    caps: Mutex<EditorCaps>,
-    root: Mutex<PathBuf>,
-    /// The workspace's configuration and trust (set by `initialize`).
-    workspace: Mutex<Arc<WorkspaceConfig>>,
-    /// `initializationOptions.approvalPolicy`: the editor's own setting.
-    pub(crate) init_approval: Mutex<Option<pi_core::approval::ApprovalPolicy>>,
-    /// The workspace's live sessions (set by `initialize`).
-    sessions: std::sync::OnceLock<Arc<Sessions>>,
-    /// Each session's event sink, by session id: `agent/messages` answers with what it sent
-    /// ([`crate::sink::LspSink::sent`]); an extension's error is numbered by it.
-    pub(crate) sinks: Mutex<HashMap<String, std::sync::Weak<crate::sink::LspSink>>>,
-    /// See [`Backend::shutdown_received`].
-    shutdown_received: Arc<AtomicBool>,
-    /// The client answers `agent/ui/request` (`experimental.agent.ui`).
-    extension_ui: AtomicBool,
-    /// Tools the editor declared and whether it answers `agent/diagnostics`.
-    pub(crate) editor_tools: crate::editor_tools::EditorTools,
-    /// Between a successful `initialize` and `shutdown`: document sync is applied (by
-    /// [`crate::dispatch::Dispatch`] in the read loop).
-    accepting_sync: AtomicBool,
-    /// `initializationOptions.coalesceDeltasMs` (see [`crate::sink`]).
-    pub(crate) coalesce_ms: std::sync::atomic::AtomicU64,
-    /// `initializationOptions.compactDeltas` and the sessions' `ref`s (see [`crate::delta`]).
-    pub(crate) compact_deltas: crate::delta::CompactDeltas,
-}
+pub use crate::methods::METHODS;
+pub use crate::state::State;
 
 /// The language server.
 pub struct Backend {
@@ -71,178 +42,20 @@ impl Backend {
     }
 }
 
-/// The one method table: every client → server `agent/*` request with its handler. It makes
-/// both the registrations ([`service`]) and [`METHODS`], the list `initialize` advertises in
-/// `experimental.agent.methods`, so the two cannot disagree (the test
-/// `every_advertised_method_is_registered` checks the running service against the list).
-macro_rules! method_table {
-    ($($name:literal => $handler:path,)*) => {
-        /// Every client → server `agent/*` method, as advertised in `initialize`'s
-        /// `experimental.agent.methods`.
-        pub const METHODS: &[&str] = &[$($name),*];
-
-        fn register(
-            builder: tower_lsp_server::LspServiceBuilder<Backend>,
-        ) -> tower_lsp_server::LspServiceBuilder<Backend> {
-            builder$(.custom_method($name, $handler))*
-        }
-    };
-}
-
-method_table! {
-    "agent/prompt" => Backend::agent_prompt,
-    "agent/steer" => Backend::agent_steer,
-    "agent/followUp" => Backend::agent_follow_up,
-    "agent/abort" => Backend::agent_abort,
-    "agent/sendMessage" => Backend::agent_send_message,
-    "agent/messages" => Backend::agent_messages,
-    "agent/state" => Backend::agent_state,
-    "agent/session/new" => Backend::session_new,
-    "agent/session/list" => Backend::session_list,
-    "agent/session/open" => Backend::session_open,
-    "agent/session/close" => Backend::session_close,
-    "agent/session/fork" => Backend::session_fork,
-    "agent/session/clone" => Backend::session_clone,
-    "agent/session/tree" => Backend::session_tree,
-    "agent/session/history" => Backend::session_history,
-    "agent/session/changes" => Backend::session_changes,
-    "agent/session/rewind" => Backend::session_rewind,
-    "agent/session/branch" => Backend::session_branch,
-    "agent/session/label" => Backend::session_label,
-    "agent/session/name" => Backend::session_name,
-    "agent/session/stats" => Backend::session_stats,
-    "agent/session/export" => Backend::session_export,
-    "agent/model/list" => Backend::model_list,
-    "agent/model/set" => Backend::model_set,
-    "agent/model/cycle" => Backend::model_cycle,
-    "agent/thinking/set" => Backend::thinking_set,
-    "agent/thinking/cycle" => Backend::thinking_cycle,
-    "agent/queue/setModes" => Backend::queue_set_modes,
-    "agent/queue/clear" => Backend::queue_clear,
-    "agent/queue/remove" => Backend::queue_remove,
-    "agent/queue/edit" => Backend::queue_edit,
-    "agent/retry/set" => Backend::retry_set,
-    "agent/retry/abort" => Backend::retry_abort,
-    "agent/bash" => Backend::agent_bash,
-    "agent/bash/abort" => Backend::bash_abort,
-    "agent/compact" => Backend::agent_compact,
-    "agent/compaction/set" => Backend::compaction_set,
-    "agent/permissions/set" => Backend::permissions_set,
-    "agent/extension/commands" => Backend::extension_commands,
-    "agent/tools/register" => Backend::tools_register,
-    "agent/tools/unregister" => Backend::tools_unregister,
-    "agent/commands" => Backend::commands,
-    "agent/session/forkMessages" => Backend::fork_messages,
-    "agent/lastAssistantText" => Backend::last_assistant_text,
-    "agent/mcp/list" => Backend::mcp_list,
-    "agent/mcp/enable" => Backend::mcp_enable,
-    "agent/mcp/disable" => Backend::mcp_disable,
-    "agent/mcp/setExposure" => Backend::mcp_set_exposure,
-    "agent/mcp/reconnect" => Backend::mcp_reconnect,
-    "agent/plan/get" => Backend::plan_get,
-    "agent/plan/set" => Backend::plan_set,
-}
-
-/// Builds the service with the `agent/*` methods registered.
+/// Builds the service with the `agent/*` methods of [`crate::methods`]'s table registered.
 pub fn service() -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
     let builder = LspService::build(|client| {
         crate::logging::attach(client.clone());
         Backend {
-            state: Arc::new(State {
-                client,
-                docs: Arc::new(Documents::default()),
-                caps: Mutex::new(EditorCaps::default()),
-                root: Mutex::new(PathBuf::from(".")),
-                workspace: Mutex::new(WorkspaceConfig::with_default_agent_dir(
-                    PathBuf::from("."),
-                    false,
-                )),
-                init_approval: Mutex::new(None),
-                sessions: std::sync::OnceLock::new(),
-                sinks: Mutex::new(HashMap::new()),
-                shutdown_received: Default::default(),
-                extension_ui: AtomicBool::new(false),
-                editor_tools: Default::default(),
-                accepting_sync: AtomicBool::new(false),
-                coalesce_ms: crate::sink::default_coalesce_ms(),
-                compact_deltas: Default::default(),
-            }),
+            state: Arc::new(State::new(client, crate::sink::DEFAULT_COALESCE)),
         }
     });
-    register(builder).finish()
+    crate::methods::register(builder).finish()
 }
 
-impl State {
-    pub(crate) fn caps(&self) -> EditorCaps {
-        *self.caps.lock()
-    }
-
-    /// The open documents.
-    pub(crate) fn docs(&self) -> Arc<Documents> {
-        self.docs.clone()
-    }
-
-    pub(crate) fn root(&self) -> PathBuf {
-        self.root.lock().clone()
-    }
-
-    pub(crate) fn workspace(&self) -> Arc<WorkspaceConfig> {
-        self.workspace.lock().clone()
-    }
-
-    /// Whether the client answers `agent/ui/request`.
-    pub(crate) fn extension_ui(&self) -> bool {
-        self.extension_ui.load(Ordering::Relaxed)
-    }
-
-    /// Whether document sync is applied now (after `initialize`, before `shutdown`).
-    pub(crate) fn accepting_sync(&self) -> bool {
-        self.accepting_sync.load(Ordering::SeqCst)
-    }
-
-    /// The workspace's live sessions; before `initialize` (which the library refuses every
-    /// request before) an error.
-    pub(crate) fn sessions(&self) -> Result<&Arc<Sessions>> {
-        self.sessions.get().ok_or_else(|| {
-            agent_error(
-                codes::SESSION_IO,
-                "the server is not initialized: no session is opened or created yet",
-            )
-        })
-    }
-
-    /// The live session `id`, if any (no file is touched).
-    pub(crate) fn live_session(&self, id: &str) -> Option<Arc<AgentSession>> {
-        self.sessions.get()?.get(id)
-    }
-
-    pub(crate) fn set_accepting_sync(&self, on: bool) {
-        self.accepting_sync.store(on, Ordering::SeqCst);
-    }
-
-    /// `textDocument/didOpen`. Document sync never awaits: it is applied in arrival order.
-    pub(crate) fn did_open(&self, p: DidOpenTextDocumentParams) {
-        self.docs.open(
-            p.text_document.uri,
-            &p.text_document.text,
-            p.text_document.version,
-        );
-    }
-
-    /// `textDocument/didChange` (positions in the negotiated encoding).
-    pub(crate) fn did_change(&self, p: DidChangeTextDocumentParams) {
-        let enc = self.caps().encoding;
-        self.docs.change(
-            &p.text_document.uri,
-            p.text_document.version,
-            p.content_changes,
-            enc,
-        );
-    }
-
-    /// `textDocument/didClose`.
-    pub(crate) fn did_close(&self, p: DidCloseTextDocumentParams) {
-        self.docs.close(&p.text_document.uri);
+impl Served for Backend {
+    fn state(&self) -> &Arc<State> {
+        &self.state
     }
 }
 
@@ -376,14 +189,14 @@ impl LanguageServer for Backend {
         }
     }
 
-    /// Stops every session as the process's going away does ([`crate::shutdown::stop_server`]:
+    /// Stops every session as the process's going away does ([`State::stop`]:
     /// runs and user commands aborted, results written, process groups killed, files closed
     /// and unlocked). Run in a task of its own so that a cancelled request cannot stop it
     /// halfway.
     async fn shutdown(&self) -> Result<()> {
         self.state.shutdown_received.store(true, Ordering::SeqCst);
         let state = self.state.clone();
-        let _ = tokio::spawn(async move { crate::shutdown::stop_server(&state).await }).await;
+        let _ = tokio::spawn(async move { state.stop().await }).await;
         Ok(())
     }
 

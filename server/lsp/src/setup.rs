@@ -20,7 +20,7 @@ use pi_core::tools::BeforeBash;
 use tower_lsp_server::ls_types::MessageType;
 
 use crate::editor_fs::EditorFs;
-use crate::server::State;
+use crate::state::State;
 
 /// The system prompt guideline that tells the model where its edits go.
 pub const EDITOR_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";
@@ -139,7 +139,9 @@ impl SessionSetup for LspSetup {
         ));
         let mut sinks = self.st.sinks.lock();
         sinks.retain(|_, s| s.strong_count() > 0);
-        sinks.insert(session_id.to_string(), Arc::downgrade(&sink));
+        let output: Arc<dyn crate::state::SessionOutput> = sink.clone();
+        let output = Arc::downgrade(&output);
+        sinks.insert(session_id.to_string(), output);
         vec![sink as Arc<dyn SessionListener>]
     }
 }

@@ -27,14 +27,11 @@
 //! decides when, and how the process ends.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::mpsc;
-
-use crate::server::State;
 
 pub use pi_core::harness::sessions::STOP_BUDGET;
 
@@ -123,20 +120,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for WatchEnd<R> {
     }
 }
 
-/// What [`stop_server`] did ([`pi_core::harness::Sessions::stop_all`]).
+/// What [`crate::state::State::stop`] did ([`pi_core::harness::Sessions::stop_all`]).
 pub use pi_core::harness::sessions::StopReport as Report;
-
-/// The server's part: document sync stops, and every live session is stopped and forgotten
-/// ([`pi_core::harness::Sessions::stop_all`]: no request finds it any more, and none is
-/// opened or created from now on: `-31004`). Used by the `shutdown` request and by every way
-/// the process goes away.
-pub async fn stop_server(state: &Arc<State>) -> Report {
-    state.set_accepting_sync(false);
-    match state.sessions() {
-        Ok(sessions) => sessions.stop_all().await,
-        Err(_) => Report::default(),
-    }
-}
 
 /// Serves LSP on stdin/stdout until the process goes away (see the module doc); returns the
 /// exit code. Call inside the runtime; the caller exits with the code (without waiting for the
@@ -155,7 +140,12 @@ pub async fn serve_stdio() -> i32 {
     // never holds up another message (see `dispatch`).
     let serve = tower_lsp_server::Server::new(input, output, socket)
         .concurrency_level(crate::dispatch::MAX_IN_FLIGHT)
-        .serve(crate::dispatch::Dispatch::new(service).on_exit(causes.clone()));
+        .serve(
+            crate::dispatch::Dispatch::new(service, state.clone()).on_exit({
+                let causes = causes.clone();
+                move || causes.report(Cause::Exit)
+            }),
+        );
     let mut serve = Box::pin(serve);
     let mut served = false;
     let cause = tokio::select! {
@@ -170,7 +160,7 @@ pub async fn serve_stdio() -> i32 {
     tracing::debug!("going away ({cause:?}): stopping every session");
     // The server keeps serving meanwhile: handlers in flight (a user's command) store their
     // results and answer.
-    let stopping = stop_server(&state);
+    let stopping = state.stop();
     tokio::pin!(stopping);
     loop {
         tokio::select! {

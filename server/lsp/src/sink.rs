@@ -24,9 +24,9 @@ use pi_ai::{AssistantEvent, AssistantMessage, Message};
 use pi_core::agent::{AgentEvent, CompactionReason, WeakAgent};
 use pi_core::harness::{Notice, SessionListener};
 use tower_lsp_server::ls_types::{
-    notification::Progress, MessageType, NumberOrString, ProgressParams, ProgressParamsValue,
-    ProgressToken, WorkDoneProgress, WorkDoneProgressBegin, WorkDoneProgressEnd,
-    WorkDoneProgressReport,
+    notification::Progress, request::WorkDoneProgressCreate, MessageType, NumberOrString,
+    ProgressParams, ProgressParamsValue, ProgressToken, WorkDoneProgress, WorkDoneProgressBegin,
+    WorkDoneProgressCreateParams, WorkDoneProgressEnd, WorkDoneProgressReport,
 };
 use tower_lsp_server::Client;
 
@@ -34,7 +34,7 @@ use crate::protocol::{
     AgentEventParams, AttentionNotification, AttentionParams, AttentionReason,
     QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
 };
-use crate::server::State;
+use crate::state::State;
 
 /// How long a streamed delta may wait for the next ones of the same block (one frame at
 /// 60 Hz), unless `initializationOptions.coalesceDeltasMs` says otherwise.
@@ -60,51 +60,6 @@ pub(crate) fn coalesce_option(
         None => Err(format!(
             "initializationOptions.coalesceDeltasMs: expected an integer from 0 to {MAX_COALESCE_MS} (milliseconds), got {v}"
         )),
-    }
-}
-
-/// [`DEFAULT_COALESCE`] in ms, for [`State`]'s initial value.
-pub(crate) fn default_coalesce_ms() -> std::sync::atomic::AtomicU64 {
-    std::sync::atomic::AtomicU64::new(DEFAULT_COALESCE.as_millis() as u64)
-}
-
-impl State {
-    /// How long a delta may wait for the next ones (zero: not at all).
-    pub(crate) fn coalesce(&self) -> Duration {
-        Duration::from_millis(self.coalesce_ms.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
-    /// Sets [`State::coalesce`] (`initializationOptions.coalesceDeltasMs`).
-    pub(crate) fn set_coalesce(&self, window: Duration) {
-        self.coalesce_ms.store(
-            window.as_millis() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
-}
-
-/// The delta a `message_update` carries: `(kind, content index, delta)`, kind 0 text,
-/// 1 thinking, 2 tool-call arguments.
-pub(crate) fn delta_of(event: &mut AgentEvent) -> Option<(u8, usize, &mut String)> {
-    match event {
-        AgentEvent::MessageUpdate {
-            assistant_message_event: e,
-        } => match e {
-            AssistantEvent::TextDelta {
-                content_index,
-                delta,
-            } => Some((0, *content_index, delta)),
-            AssistantEvent::ThinkingDelta {
-                content_index,
-                delta,
-            } => Some((1, *content_index, delta)),
-            AssistantEvent::ToolcallDelta {
-                content_index,
-                delta,
-            } => Some((2, *content_index, delta)),
-            _ => None,
-        },
-        _ => None,
     }
 }
 
@@ -202,6 +157,17 @@ pub(crate) struct LspSink {
     save_failing: AtomicBool,
 }
 
+#[async_trait::async_trait]
+impl crate::state::SessionOutput for LspSink {
+    async fn sent(&self) -> (u64, Option<AssistantMessage>) {
+        LspSink::sent(self).await
+    }
+
+    async fn send_extra(&self, run_id: String, event: AgentEvent) {
+        LspSink::send_extra(self, run_id, event).await
+    }
+}
+
 /// Minimum interval between `$/progress` reports while text streams.
 const REPORT_EVERY: Duration = Duration::from_millis(50);
 
@@ -215,7 +181,7 @@ impl LspSink {
             last_report: Mutex::new(None),
             save_failing: AtomicBool::new(false),
             outbox: Arc::new(tokio::sync::Mutex::new(Outbox {
-                compact: st.delta_encoder(),
+                compact: st.compact_deltas.encoder(),
                 ..Outbox::default()
             })),
             st,
@@ -228,9 +194,10 @@ impl LspSink {
     async fn hold(&self, run_id: String, mut event: AgentEvent, window: Duration) {
         let mut out = self.outbox.lock().await;
         if let Some(held) = out.held.as_mut() {
-            if let (Some((k, i, to)), Some((kk, ii, more))) =
-                (delta_of(&mut held.event), delta_of(&mut event))
-            {
+            if let (Some((k, i, to)), Some((kk, ii, more))) = (
+                crate::delta::delta_of(&mut held.event),
+                crate::delta::delta_of(&mut event),
+            ) {
                 if held.run_id == run_id && k == kk && i == ii {
                     to.push_str(more);
                     return;
@@ -303,7 +270,12 @@ impl LspSink {
             return;
         }
         let t = NumberOrString::String(format!("pi-lsp/{}", self.run_id()));
-        match self.st.client.create_work_done_progress(t.clone()).await {
+        let create = crate::client::request::<WorkDoneProgressCreate>(
+            &self.st.client,
+            WorkDoneProgressCreateParams { token: t.clone() },
+            None,
+        );
+        match create.await.into_result() {
             Ok(()) => *self.progress.lock() = Some(t),
             Err(e) => tracing::warn!("window/workDoneProgress/create failed: {}", e.message),
         }
@@ -351,7 +323,7 @@ impl SessionListener for LspSink {
 
     async fn event(&self, mut event: AgentEvent, notices: Vec<Notice>) {
         let window = self.st.coalesce();
-        if notices.is_empty() && !window.is_zero() && delta_of(&mut event).is_some() {
+        if notices.is_empty() && !window.is_zero() && crate::delta::delta_of(&mut event).is_some() {
             if let AgentEvent::MessageUpdate {
                 assistant_message_event: AssistantEvent::TextDelta { delta, .. },
             } = &event

@@ -625,7 +625,7 @@ impl AgentSession {
 
     /// The session's agent for what does not read its messages (streaming, run id, queue
     /// modes, abort, waiting): a session opened without its context stays without it.
-    pub fn agent_handle(&self) -> &Agent {
+    pub(crate) fn agent_handle(&self) -> &Agent {
         &self.agent
     }
 
@@ -691,27 +691,12 @@ impl AgentSession {
         self.live.lock().model.clone()
     }
 
-    /// The session's approval policy and "allow always" rules.
-    pub fn gate(&self) -> &Arc<Gate> {
-        &self.gate
-    }
-
-    /// The session's extensions.
-    pub fn extensions(&self) -> &Arc<Extensions> {
-        &self.extensions
-    }
-
     /// The session's plan/todo state (the built-in `todo` / `plan-mode` extensions' board;
     /// `None` when both are off): read it with `state()`, follow it with `subscribe()`, switch
     /// plan mode with `set_plan_mode()`. Every change is also told to the session's
     /// listeners as [`Notice::Plan`].
     pub fn plan(&self) -> Option<&Arc<crate::extension::plan::PlanBoard>> {
         self.extensions.plan()
-    }
-
-    /// The session's queue, usage and abort bookkeeping.
-    pub fn tracker(&self) -> &Arc<Tracker> {
-        &self.tracker
     }
 
     /// The session's name (`session_info`).

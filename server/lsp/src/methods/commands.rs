@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
-use crate::protocol::{parse_params, SessionParams};
-use crate::server::Backend;
+use crate::ctx::Ctx;
+use crate::protocol::{ExtensionCommandsResult, SessionParams};
 
 /// `agent/commands` params: none are needed (the listing is the workspace's); `sessionId`, when
 /// given, must name a session.
@@ -94,104 +94,111 @@ fn location(scope: Scope) -> CommandLocation {
     }
 }
 
-impl Backend {
-    /// `agent/commands {sessionId?}` → `{commands}`: the prompt templates, then the skills
-    /// (as `skill:<name>`, left out when settings turn `enableSkillCommands` off, since `/skill:`
-    /// is then not expanded), read afresh, in Pi's precedence; project ones only in a trusted
-    /// workspace.
-    pub(crate) async fn commands(&self, params: Value) -> Result<CommandsResult> {
-        let p: CommandsParams = parse_params(params)?;
-        if let Some(id) = &p.session_id {
-            self.session(id).await?;
-        }
-        let ws = self.state.workspace();
-        let resources = ws.resources();
-        let mut commands: Vec<CommandInfo> = resources
-            .prompt_templates
-            .iter()
-            .map(|t| CommandInfo {
-                name: t.name.clone(),
-                description: t.description.clone(),
-                source: CommandSource::Prompt,
-                location: location(t.scope),
-                path: t.file_path.display().to_string(),
-                argument_hint: t.argument_hint.clone(),
-            })
-            .collect();
-        if ws.settings().enable_skill_commands {
-            commands.extend(resources.skills.iter().map(|s| CommandInfo {
-                name: format!("skill:{}", s.name),
-                description: s.description.clone(),
-                source: CommandSource::Skill,
-                location: location(s.scope),
-                path: s.file_path.display().to_string(),
-                argument_hint: None,
-            }));
-        }
-        Ok(CommandsResult { commands })
+/// `agent/commands {sessionId?}` → `{commands}`: the prompt templates, then the skills
+/// (as `skill:<name>`, left out when settings turn `enableSkillCommands` off, since `/skill:`
+/// is then not expanded), read afresh, in Pi's precedence; project ones only in a trusted
+/// workspace.
+pub(crate) async fn commands(cx: Ctx, p: CommandsParams) -> Result<CommandsResult> {
+    if let Some(id) = &p.session_id {
+        cx.session(id).await?;
     }
-
-    /// `agent/session/forkMessages {sessionId}` → the user messages of the session file (every
-    /// branch, file order) with their text blocks joined, empty ones left out (Pi's
-    /// `getUserMessagesForForking`); each `entryId` is a valid `agent/session/fork` target.
-    pub(crate) async fn fork_messages(&self, params: Value) -> Result<ForkMessagesResult> {
-        let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        let (tree, _) = super::tree(&session)?;
-        let messages = tree
-            .entries
-            .iter()
-            .filter(|e| e.kind == "message" && e.role() == Some("user"))
-            .filter_map(|e| {
-                let raw = e.raw();
-                let text = match &raw["message"]["content"] {
-                    Value::String(s) => s.clone(),
-                    Value::Array(blocks) => blocks
-                        .iter()
-                        .filter(|b| b["type"] == "text")
-                        .filter_map(|b| b["text"].as_str())
-                        .collect::<String>(),
-                    _ => String::new(),
-                };
-                (!text.is_empty()).then(|| ForkMessage {
-                    entry_id: e.id.clone(),
-                    text,
-                })
-            })
-            .collect();
-        Ok(ForkMessagesResult { messages })
+    let ws = cx.workspace();
+    let resources = ws.resources();
+    let mut commands: Vec<CommandInfo> = resources
+        .prompt_templates
+        .iter()
+        .map(|t| CommandInfo {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            source: CommandSource::Prompt,
+            location: location(t.scope),
+            path: t.file_path.display().to_string(),
+            argument_hint: t.argument_hint.clone(),
+        })
+        .collect();
+    if ws.settings().enable_skill_commands {
+        commands.extend(resources.skills.iter().map(|s| CommandInfo {
+            name: format!("skill:{}", s.name),
+            description: s.description.clone(),
+            source: CommandSource::Skill,
+            location: location(s.scope),
+            path: s.file_path.display().to_string(),
+            argument_hint: None,
+        }));
     }
+    Ok(CommandsResult { commands })
+}
 
-    /// `agent/lastAssistantText {sessionId}` → the text blocks of the agent's last assistant
-    /// message (an aborted one without content skipped), joined and trimmed; `null` when there
-    /// is none or it is empty (Pi's `getLastAssistantText`).
-    pub(crate) async fn last_assistant_text(
-        &self,
-        params: Value,
-    ) -> Result<LastAssistantTextResult> {
-        let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        let messages = session.messages();
-        let last = messages.iter().rev().find_map(|m| match m {
-            pi_ai::Message::Assistant(a)
-                if !(a.stop_reason == pi_ai::StopReason::Aborted && a.content.is_empty()) =>
-            {
-                Some(a)
-            }
-            _ => None,
-        });
-        let text = last
-            .map(|a| {
-                a.content
+/// `agent/session/forkMessages {sessionId}` → the user messages of the session file (every
+/// branch, file order) with their text blocks joined, empty ones left out (Pi's
+/// `getUserMessagesForForking`); each `entryId` is a valid `agent/session/fork` target.
+pub(crate) async fn fork_messages(cx: Ctx, p: SessionParams) -> Result<ForkMessagesResult> {
+    let session = cx.session(&p.session_id).await?;
+    let (tree, _) = super::tree(&session)?;
+    let messages = tree
+        .entries
+        .iter()
+        .filter(|e| e.kind == "message" && e.role() == Some("user"))
+        .filter_map(|e| {
+            let raw = e.raw();
+            let text = match &raw["message"]["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(blocks) => blocks
                     .iter()
-                    .filter_map(|b| match b {
-                        pi_ai::ContentBlock::Text(t) => Some(t.text.as_str()),
-                        _ => None,
-                    })
-                    .collect::<String>()
+                    .filter(|b| b["type"] == "text")
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<String>(),
+                _ => String::new(),
+            };
+            (!text.is_empty()).then(|| ForkMessage {
+                entry_id: e.id.clone(),
+                text,
             })
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty());
-        Ok(LastAssistantTextResult { text })
-    }
+        })
+        .collect();
+    Ok(ForkMessagesResult { messages })
+}
+
+/// `agent/lastAssistantText {sessionId}` → the text blocks of the agent's last assistant
+/// message (an aborted one without content skipped), joined and trimmed; `null` when there
+/// is none or it is empty (Pi's `getLastAssistantText`).
+pub(crate) async fn last_assistant_text(
+    cx: Ctx,
+    p: SessionParams,
+) -> Result<LastAssistantTextResult> {
+    let session = cx.session(&p.session_id).await?;
+    let messages = session.messages();
+    let last = messages.iter().rev().find_map(|m| match m {
+        pi_ai::Message::Assistant(a)
+            if !(a.stop_reason == pi_ai::StopReason::Aborted && a.content.is_empty()) =>
+        {
+            Some(a)
+        }
+        _ => None,
+    });
+    let text = last
+        .map(|a| {
+            a.content
+                .iter()
+                .filter_map(|b| match b {
+                    pi_ai::ContentBlock::Text(t) => Some(t.text.as_str()),
+                    _ => None,
+                })
+                .collect::<String>()
+        })
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    Ok(LastAssistantTextResult { text })
+}
+
+/// `agent/extension/commands {sessionId}` → `{commands: [{name, description?, source:
+/// "extension", path}]}` (Pi's `get_commands` entries of extensions; invoke one with
+/// `agent/prompt` and the text `/name args`).
+pub(crate) async fn extension_commands(
+    cx: Ctx,
+    p: SessionParams,
+) -> Result<ExtensionCommandsResult> {
+    let session = cx.session(&p.session_id).await?;
+    let commands: Vec<pi_core::extension::CommandInfo> = session.extension_commands();
+    Ok(ExtensionCommandsResult { commands })
 }

@@ -7,8 +7,8 @@ use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
 use super::invalid;
-use crate::protocol::{agent_error, codes, parse_params};
-use crate::server::Backend;
+use crate::ctx::Ctx;
+use crate::protocol::{agent_error, codes};
 
 /// `agent/session/history` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,26 +40,23 @@ pub struct HistoryResult {
     pub has_more: bool,
 }
 
-impl Backend {
-    /// `agent/session/history {sessionId, beforeEntryId?, limit?}` → [`HistoryResult`];
-    /// `beforeEntryId` off the active branch is UNKNOWN_ENTRY, `limit: 0` InvalidParams.
-    pub(crate) async fn session_history(&self, params: Value) -> Result<HistoryResult> {
-        let p: HistoryParams = parse_params(params)?;
-        let limit = match p.limit {
-            Some(0) => return Err(invalid("limit", "must be at least 1")),
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-            None => pi_core::session::HISTORY_DEFAULT_LIMIT,
-        };
-        let session = self.session(&p.session_id).await?;
-        let (tree, leaf) = super::tree(&session)?;
-        let page = tree
-            .history(leaf.as_deref(), p.before_entry_id.as_deref(), limit)
-            .map_err(|e| agent_error(codes::UNKNOWN_ENTRY, e.to_string()))?;
-        Ok(HistoryResult {
-            session_id: p.session_id,
-            leaf_id: leaf,
-            entries: page.entries,
-            has_more: page.has_more,
-        })
-    }
+/// `agent/session/history {sessionId, beforeEntryId?, limit?}` → [`HistoryResult`];
+/// `beforeEntryId` off the active branch is UNKNOWN_ENTRY, `limit: 0` InvalidParams.
+pub(crate) async fn session_history(cx: Ctx, p: HistoryParams) -> Result<HistoryResult> {
+    let limit = match p.limit {
+        Some(0) => return Err(invalid("limit", "must be at least 1")),
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => pi_core::session::HISTORY_DEFAULT_LIMIT,
+    };
+    let session = cx.session(&p.session_id).await?;
+    let (tree, leaf) = super::tree(&session)?;
+    let page = tree
+        .history(leaf.as_deref(), p.before_entry_id.as_deref(), limit)
+        .map_err(|e| agent_error(codes::UNKNOWN_ENTRY, e.to_string()))?;
+    Ok(HistoryResult {
+        session_id: p.session_id,
+        leaf_id: leaf,
+        entries: page.entries,
+        has_more: page.has_more,
+    })
 }

@@ -14,107 +14,103 @@ use serde_json::{json, Value};
 use tower_lsp_server::jsonrpc::Result;
 
 use super::invalid;
-use crate::protocol::parse_params;
-use crate::server::Backend;
+use crate::ctx::Ctx;
 use pi_core::mcp::config::{Exposure, Patch};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ServerParams {
+pub(crate) struct ServerParams {
     server: String,
     #[serde(default)]
     exposure: Option<String>,
 }
 
-impl Backend {
-    fn mcp_manager(&self) -> Result<std::sync::Arc<pi_core::mcp::McpManager>> {
-        pi_core::mcp::workspace_manager(&self.state.workspace()).ok_or_else(|| {
-            invalid(
-                "server",
-                "MCP is disabled here (--no-mcp or \"-builtin:mcp\")",
-            )
-        })
-    }
+fn mcp_manager(cx: &Ctx) -> Result<std::sync::Arc<pi_core::mcp::McpManager>> {
+    pi_core::mcp::workspace_manager(&cx.workspace()).ok_or_else(|| {
+        invalid(
+            "server",
+            "MCP is disabled here (--no-mcp or \"-builtin:mcp\")",
+        )
+    })
+}
 
-    fn mcp_answer(m: &pi_core::mcp::McpManager) -> Value {
-        json!({"servers": m.list(), "errors": m.config_errors()})
-    }
+fn mcp_answer(m: &pi_core::mcp::McpManager) -> Value {
+    json!({"servers": m.list(), "errors": m.config_errors()})
+}
 
-    /// `agent/mcp/list`.
-    pub(crate) async fn mcp_list(&self, params: Value) -> Result<Value> {
-        let _: crate::protocol::SessionListParams = parse_params(params)?;
-        let m = self.mcp_manager()?;
-        Ok(Self::mcp_answer(&m))
-    }
+/// `agent/mcp/list`.
+pub(crate) async fn mcp_list(cx: Ctx, _: crate::protocol::SessionListParams) -> Result<Value> {
+    let m = mcp_manager(&cx)?;
+    Ok(mcp_answer(&m))
+}
 
-    async fn mcp_patch(&self, params: Value, patch: Option<Patch>) -> Result<Value> {
-        let p: ServerParams = parse_params(params)?;
-        let m = self.mcp_manager()?;
-        if m.server(&p.server).is_none() {
-            return Err(invalid("server", format!("no MCP server \"{}\"", p.server)));
-        }
-        let patch = match patch {
-            Some(p) => p,
-            None => {
-                let e = p
-                    .exposure
-                    .as_deref()
-                    .and_then(Exposure::parse)
-                    .ok_or_else(|| {
-                        invalid(
-                            "exposure",
-                            "one of \"codemode\", \"deferred\", \"direct\", \"hidden\"",
-                        )
-                    })?;
-                Patch {
-                    enabled: None,
-                    exposure: Some(e),
-                }
+async fn mcp_patch(cx: &Ctx, p: ServerParams, patch: Option<Patch>) -> Result<Value> {
+    let m = mcp_manager(cx)?;
+    if m.server(&p.server).is_none() {
+        return Err(invalid("server", format!("no MCP server \"{}\"", p.server)));
+    }
+    let patch = match patch {
+        Some(p) => p,
+        None => {
+            let e = p
+                .exposure
+                .as_deref()
+                .and_then(Exposure::parse)
+                .ok_or_else(|| {
+                    invalid(
+                        "exposure",
+                        "one of \"codemode\", \"deferred\", \"direct\", \"hidden\"",
+                    )
+                })?;
+            Patch {
+                enabled: None,
+                exposure: Some(e),
             }
-        };
-        m.update(&p.server, patch)
-            .await
-            .map_err(|e| invalid("server", e))?;
-        Ok(Self::mcp_answer(&m))
-    }
-
-    /// `agent/mcp/enable`.
-    pub(crate) async fn mcp_enable(&self, params: Value) -> Result<Value> {
-        self.mcp_patch(
-            params,
-            Some(Patch {
-                enabled: Some(true),
-                exposure: None,
-            }),
-        )
-        .await
-    }
-
-    /// `agent/mcp/disable`.
-    pub(crate) async fn mcp_disable(&self, params: Value) -> Result<Value> {
-        self.mcp_patch(
-            params,
-            Some(Patch {
-                enabled: Some(false),
-                exposure: None,
-            }),
-        )
-        .await
-    }
-
-    /// `agent/mcp/setExposure`.
-    pub(crate) async fn mcp_set_exposure(&self, params: Value) -> Result<Value> {
-        self.mcp_patch(params, None).await
-    }
-
-    /// `agent/mcp/reconnect`.
-    pub(crate) async fn mcp_reconnect(&self, params: Value) -> Result<Value> {
-        let p: ServerParams = parse_params(params)?;
-        let m = self.mcp_manager()?;
-        if m.server(&p.server).is_none() {
-            return Err(invalid("server", format!("no MCP server \"{}\"", p.server)));
         }
-        let _ = m.reconnect(&p.server).await;
-        Ok(Self::mcp_answer(&m))
+    };
+    m.update(&p.server, patch)
+        .await
+        .map_err(|e| invalid("server", e))?;
+    Ok(mcp_answer(&m))
+}
+
+/// `agent/mcp/enable`.
+pub(crate) async fn mcp_enable(cx: Ctx, p: ServerParams) -> Result<Value> {
+    mcp_patch(
+        &cx,
+        p,
+        Some(Patch {
+            enabled: Some(true),
+            exposure: None,
+        }),
+    )
+    .await
+}
+
+/// `agent/mcp/disable`.
+pub(crate) async fn mcp_disable(cx: Ctx, p: ServerParams) -> Result<Value> {
+    mcp_patch(
+        &cx,
+        p,
+        Some(Patch {
+            enabled: Some(false),
+            exposure: None,
+        }),
+    )
+    .await
+}
+
+/// `agent/mcp/setExposure`.
+pub(crate) async fn mcp_set_exposure(cx: Ctx, p: ServerParams) -> Result<Value> {
+    mcp_patch(&cx, p, None).await
+}
+
+/// `agent/mcp/reconnect`.
+pub(crate) async fn mcp_reconnect(cx: Ctx, p: ServerParams) -> Result<Value> {
+    let m = mcp_manager(&cx)?;
+    if m.server(&p.server).is_none() {
+        return Err(invalid("server", format!("no MCP server \"{}\"", p.server)));
     }
+    let _ = m.reconnect(&p.server).await;
+    Ok(mcp_answer(&m))
 }

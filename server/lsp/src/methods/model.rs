@@ -5,15 +5,14 @@
 
 use pi_ai::models::ThinkingLevel;
 use pi_ai::{Model, Registry};
-use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
 use super::{core_error, model_info};
+use crate::ctx::Ctx;
 use crate::protocol::{
-    agent_error, codes, parse_params, Direction, ModelCycleParams, ModelListResult, ModelSetParams,
+    agent_error, codes, Direction, ModelCycleParams, ModelListResult, ModelSetParams,
     ModelSetResult, SessionListParams, SessionParams, ThinkingResult, ThinkingSetParams,
 };
-use crate::server::Backend;
 
 /// The models that can be used now: those with a key, or of a custom provider (models.json),
 /// then the offline scripted model.
@@ -25,85 +24,78 @@ pub(crate) fn available_models(ws: &pi_core::resources::WorkspaceConfig) -> Vec<
     out
 }
 
-impl Backend {
-    /// `agent/model/list {}` → the usable models.
-    pub(crate) async fn model_list(&self, params: Value) -> Result<ModelListResult> {
-        let _: SessionListParams = parse_params(params)?;
-        Ok(ModelListResult {
-            models: available_models(&self.state.workspace())
-                .iter()
-                .map(model_info)
-                .collect(),
-        })
-    }
-
-    /// `agent/model/set {sessionId, model}`; an unknown model changes nothing (-31003).
-    pub(crate) async fn model_set(&self, params: Value) -> Result<ModelSetResult> {
-        let p: ModelSetParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        session.set_model_by_id(&p.model).map_err(core_error)?;
-        Ok(model_set_result(&session.model()))
-    }
-
-    /// `agent/model/cycle {sessionId, direction?}` → the next usable model, or `null` when
-    /// there is no other.
-    pub(crate) async fn model_cycle(&self, params: Value) -> Result<Option<ModelSetResult>> {
-        let p: ModelCycleParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        // As Pi's `cycleModel`: among the models that can really be used. The offline demo
-        // is listed for `agent/model/set`, but cycling from the user's one model onto it
-        // would swap their model for canned answers.
-        let demo = pi_core::harness::scripted_model().full_id();
-        let models: Vec<Model> = available_models(&self.state.workspace())
-            .into_iter()
-            .filter(|m| m.full_id() != demo)
-            .collect();
-        if models.len() < 2 {
-            return Ok(None);
-        }
-        let current = session.model().full_id();
-        let at = models.iter().position(|m| m.full_id() == current);
-        let n = models.len();
-        let next = match (at, p.direction) {
-            (Some(i), Direction::Forward) => (i + 1) % n,
-            (Some(i), Direction::Backward) => (i + n - 1) % n,
-            (None, _) => 0,
-        };
-        session
-            .set_model(models[next].clone())
-            .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        Ok(Some(model_set_result(&session.model())))
-    }
-
-    /// `agent/thinking/set {sessionId, level}` → the level in effect (clamped to the model).
-    pub(crate) async fn thinking_set(&self, params: Value) -> Result<ThinkingResult> {
-        let p: ThinkingSetParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        let level = set_level(&session, p.level)?;
-        Ok(ThinkingResult { level })
-    }
-
-    /// `agent/thinking/cycle {sessionId}` → the next supported level, or `null` for a model
-    /// without reasoning.
-    pub(crate) async fn thinking_cycle(&self, params: Value) -> Result<Option<ThinkingResult>> {
-        let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        let model = session.model();
-        let (levels, current) = (
-            model.supported_thinking_levels(),
-            model.thinking_level.unwrap_or(ThinkingLevel::Off),
-        );
-        if levels.len() < 2 {
-            return Ok(None);
-        }
-        let next = levels
+/// `agent/model/list {}` → the usable models.
+pub(crate) async fn model_list(cx: Ctx, _: SessionListParams) -> Result<ModelListResult> {
+    Ok(ModelListResult {
+        models: available_models(&cx.workspace())
             .iter()
-            .position(|l| *l == current)
-            .map(|i| levels[(i + 1) % levels.len()])
-            .unwrap_or(levels[0]);
-        let level = set_level(&session, next)?;
-        Ok(Some(ThinkingResult { level }))
+            .map(model_info)
+            .collect(),
+    })
+}
+
+/// `agent/model/set {sessionId, model}`; an unknown model changes nothing (-31003).
+pub(crate) async fn model_set(cx: Ctx, p: ModelSetParams) -> Result<ModelSetResult> {
+    let session = cx.session(&p.session_id).await?;
+    session.set_model_by_id(&p.model).map_err(core_error)?;
+    Ok(model_set_result(&session.model()))
+}
+
+/// `agent/model/cycle {sessionId, direction?}` → the next usable model, or `null` when
+/// there is no other.
+pub(crate) async fn model_cycle(cx: Ctx, p: ModelCycleParams) -> Result<Option<ModelSetResult>> {
+    let session = cx.session(&p.session_id).await?;
+    // As Pi's `cycleModel`: among the models that can really be used. The offline demo
+    // is listed for `agent/model/set`, but cycling from the user's one model onto it
+    // would swap their model for canned answers.
+    let demo = pi_core::harness::scripted_model().full_id();
+    let models: Vec<Model> = available_models(&cx.workspace())
+        .into_iter()
+        .filter(|m| m.full_id() != demo)
+        .collect();
+    if models.len() < 2 {
+        return Ok(None);
     }
+    let current = session.model().full_id();
+    let at = models.iter().position(|m| m.full_id() == current);
+    let n = models.len();
+    let next = match (at, p.direction) {
+        (Some(i), Direction::Forward) => (i + 1) % n,
+        (Some(i), Direction::Backward) => (i + n - 1) % n,
+        (None, _) => 0,
+    };
+    session
+        .set_model(models[next].clone())
+        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+    Ok(Some(model_set_result(&session.model())))
+}
+
+/// `agent/thinking/set {sessionId, level}` → the level in effect (clamped to the model).
+pub(crate) async fn thinking_set(cx: Ctx, p: ThinkingSetParams) -> Result<ThinkingResult> {
+    let session = cx.session(&p.session_id).await?;
+    let level = set_level(&session, p.level)?;
+    Ok(ThinkingResult { level })
+}
+
+/// `agent/thinking/cycle {sessionId}` → the next supported level, or `null` for a model
+/// without reasoning.
+pub(crate) async fn thinking_cycle(cx: Ctx, p: SessionParams) -> Result<Option<ThinkingResult>> {
+    let session = cx.session(&p.session_id).await?;
+    let model = session.model();
+    let (levels, current) = (
+        model.supported_thinking_levels(),
+        model.thinking_level.unwrap_or(ThinkingLevel::Off),
+    );
+    if levels.len() < 2 {
+        return Ok(None);
+    }
+    let next = levels
+        .iter()
+        .position(|l| *l == current)
+        .map(|i| levels[(i + 1) % levels.len()])
+        .unwrap_or(levels[0]);
+    let level = set_level(&session, next)?;
+    Ok(Some(ThinkingResult { level }))
 }
 
 /// `agent/model/set`'s answer for the session's model now.

@@ -6,12 +6,11 @@
 
 use pi_core::extension::plan::PlanState;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::notification::Notification;
 
-use crate::protocol::{parse_params, SessionParams};
-use crate::server::Backend;
+use crate::ctx::Ctx;
+use crate::protocol::SessionParams;
 
 /// `agent/plan` params (server → client) and the result of `agent/plan/get` / `…/set`: the
 /// session and its whole plan/todo state (`mode`: `off` | `plan` | `executing`; `todos`:
@@ -75,30 +74,26 @@ pub(crate) async fn notify(client: &tower_lsp_server::Client, session_id: &str, 
         .await
 }
 
-impl Backend {
-    /// `agent/plan/get {sessionId}` → [`PlanParams`] (the state on the session's active
-    /// branch).
-    pub(crate) async fn plan_get(&self, params: Value) -> Result<PlanParams> {
-        let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        Ok(plan_params(&session))
-    }
+/// `agent/plan/get {sessionId}` → [`PlanParams`] (the state on the session's active
+/// branch).
+pub(crate) async fn plan_get(cx: Ctx, p: SessionParams) -> Result<PlanParams> {
+    let session = cx.session(&p.session_id).await?;
+    Ok(plan_params(&session))
+}
 
-    /// `agent/plan/set {sessionId, enabled}` → [`PlanParams`] after the switch (written as a
-    /// `plan-mode` entry; the tools change from the next run). InvalidParams naming
-    /// `enabled` when the `plan-mode` extension is off in this workspace.
-    pub(crate) async fn plan_set(&self, params: Value) -> Result<PlanParams> {
-        let p: PlanSetParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        let off = "plan mode is off in this workspace (builtinExtensions \"plan-mode\")";
-        let board = session
-            .plan()
-            .cloned()
-            .ok_or_else(|| super::invalid("enabled", off))?;
-        board
-            .set_plan_mode(p.enabled)
-            .await
-            .map_err(|e| super::invalid("enabled", e))?;
-        Ok(plan_params(&session))
-    }
+/// `agent/plan/set {sessionId, enabled}` → [`PlanParams`] after the switch (written as a
+/// `plan-mode` entry; the tools change from the next run). InvalidParams naming
+/// `enabled` when the `plan-mode` extension is off in this workspace.
+pub(crate) async fn plan_set(cx: Ctx, p: PlanSetParams) -> Result<PlanParams> {
+    let session = cx.session(&p.session_id).await?;
+    let off = "plan mode is off in this workspace (builtinExtensions \"plan-mode\")";
+    let board = session
+        .plan()
+        .cloned()
+        .ok_or_else(|| super::invalid("enabled", off))?;
+    board
+        .set_plan_mode(p.enabled)
+        .await
+        .map_err(|e| super::invalid("enabled", e))?;
+    Ok(plan_params(&session))
 }

@@ -8,17 +8,16 @@
 use pi_core::extension::CustomMessage;
 use pi_core::QueueMode;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
 use super::{core_error, images, invalid};
+use crate::ctx::Ctx;
 use crate::protocol::{
-    parse_params, CompactionSetParams, CompactionSetResult, DeliverAs, FollowUpParams,
-    FollowUpResult, QueueClearResult, QueueModeName, QueueModesResult, QueueSetModesParams,
-    RetryAbortResult, RetrySetParams, RetrySetResult, SendMessageParams, SendMessageResult,
-    SessionParams, SteerParams, SteerResult,
+    CompactionSetParams, CompactionSetResult, DeliverAs, FollowUpParams, FollowUpResult,
+    QueueClearResult, QueueModeName, QueueModesResult, QueueSetModesParams, RetryAbortResult,
+    RetrySetParams, RetrySetResult, SendMessageParams, SendMessageResult, SessionParams,
+    SteerParams, SteerResult,
 };
-use crate::server::Backend;
 
 fn mode(m: QueueModeName) -> QueueMode {
     match m {
@@ -70,132 +69,120 @@ pub struct QueueEditResult {
     pub edited: bool,
 }
 
-impl Backend {
-    /// Pi's `steer` / `followUp` ([`pi_core::harness::AgentSession::queue_text`]).
-    async fn queue_text(&self, p: SteerParams, how: DeliverAs) -> Result<SteerResult> {
-        let session = self.session(&p.session_id).await?;
-        let images = images(p.images.as_deref(), "images")?;
-        let (queue_id, run_id) = session
-            .queue_text(&p.text, images, how)
-            .await
-            .map_err(core_error)?;
-        Ok(SteerResult {
-            session_id: p.session_id,
-            queue_id,
-            run_id,
+/// Pi's `steer` / `followUp` ([`pi_core::harness::AgentSession::queue_text`]).
+async fn queue_text(cx: &Ctx, p: SteerParams, how: DeliverAs) -> Result<SteerResult> {
+    let session = cx.session(&p.session_id).await?;
+    let images = images(p.images.as_deref(), "images")?;
+    let (queue_id, run_id) = session
+        .queue_text(&p.text, images, how)
+        .await
+        .map_err(core_error)?;
+    Ok(SteerResult {
+        session_id: p.session_id,
+        queue_id,
+        run_id,
+    })
+}
+
+/// `agent/steer {sessionId, text, images?}` → `{sessionId, queueId, runId?}`.
+pub(crate) async fn agent_steer(cx: Ctx, p: SteerParams) -> Result<SteerResult> {
+    queue_text(&cx, p, DeliverAs::Steer).await
+}
+
+/// `agent/followUp {sessionId, text, images?}` → `{sessionId, queueId, runId?}`.
+pub(crate) async fn agent_follow_up(cx: Ctx, p: FollowUpParams) -> Result<FollowUpResult> {
+    queue_text(&cx, p, DeliverAs::FollowUp).await
+}
+
+/// `agent/sendMessage {sessionId, customType, content, display?, details?, deliverAs?,
+/// triggerTurn?}` (Pi's `sendCustomMessage`;
+/// [`pi_core::harness::AgentSession::send_custom_message`]).
+pub(crate) async fn agent_send_message(cx: Ctx, p: SendMessageParams) -> Result<SendMessageResult> {
+    let content = serde_json::to_value(&p.content).map_err(|e| invalid("content", e))?;
+    let session = cx.session(&p.session_id).await?;
+    let sent = session
+        .send_custom_message(CustomMessage {
+            custom_type: p.custom_type,
+            content,
+            display: p.display,
+            details: p.details,
+            deliver_as: p.deliver_as,
+            trigger_turn: p.trigger_turn,
         })
-    }
+        .await
+        .map_err(core_error)?;
+    Ok(SendMessageResult {
+        session_id: p.session_id,
+        queue_id: sent.queue_id,
+        entry_id: sent.entry_id,
+        run_id: sent.run_id,
+    })
+}
 
-    /// `agent/steer {sessionId, text, images?}` → `{sessionId, queueId, runId?}`.
-    pub(crate) async fn agent_steer(&self, params: Value) -> Result<SteerResult> {
-        let p: SteerParams = parse_params(params)?;
-        self.queue_text(p, DeliverAs::Steer).await
-    }
+/// `agent/queue/setModes {sessionId, steering?, followUp?}` → both modes now.
+pub(crate) async fn queue_set_modes(cx: Ctx, p: QueueSetModesParams) -> Result<QueueModesResult> {
+    let session = cx.session(&p.session_id).await?;
+    let (st, fu) = session.set_queue_modes(p.steering.map(mode), p.follow_up.map(mode));
+    Ok(QueueModesResult {
+        steering: mode_name(st),
+        follow_up: mode_name(fu),
+    })
+}
 
-    /// `agent/followUp {sessionId, text, images?}` → `{sessionId, queueId, runId?}`.
-    pub(crate) async fn agent_follow_up(&self, params: Value) -> Result<FollowUpResult> {
-        let p: FollowUpParams = parse_params(params)?;
-        self.queue_text(p, DeliverAs::FollowUp).await
-    }
+/// `agent/queue/clear {sessionId}` → the dropped messages (Pi's `clearQueue`).
+pub(crate) async fn queue_clear(cx: Ctx, p: SessionParams) -> Result<QueueClearResult> {
+    let session = cx.session(&p.session_id).await?;
+    Ok(QueueClearResult {
+        dropped: session.clear_queue().await,
+    })
+}
 
-    /// `agent/sendMessage {sessionId, customType, content, display?, details?, deliverAs?,
-    /// triggerTurn?}` (Pi's `sendCustomMessage`;
-    /// [`pi_core::harness::AgentSession::send_custom_message`]).
-    pub(crate) async fn agent_send_message(&self, params: Value) -> Result<SendMessageResult> {
-        let p: SendMessageParams = parse_params(params)?;
-        let content = serde_json::to_value(&p.content).map_err(|e| invalid("content", e))?;
-        let session = self.session(&p.session_id).await?;
-        let sent = session
-            .send_custom_message(CustomMessage {
-                custom_type: p.custom_type,
-                content,
-                display: p.display,
-                details: p.details,
-                deliver_as: p.deliver_as,
-                trigger_turn: p.trigger_turn,
-            })
-            .await
-            .map_err(core_error)?;
-        Ok(SendMessageResult {
-            session_id: p.session_id,
-            queue_id: sent.queue_id,
-            entry_id: sent.entry_id,
-            run_id: sent.run_id,
-        })
-    }
+/// `agent/queue/remove {sessionId, queueId}` → `{removed}`.
+pub(crate) async fn queue_remove(cx: Ctx, p: QueueRemoveParams) -> Result<QueueRemoveResult> {
+    let session = cx.session(&p.session_id).await?;
+    Ok(QueueRemoveResult {
+        removed: session.remove_queued(&p.queue_id).await,
+    })
+}
 
-    /// `agent/queue/setModes {sessionId, steering?, followUp?}` → both modes now.
-    pub(crate) async fn queue_set_modes(&self, params: Value) -> Result<QueueModesResult> {
-        let p: QueueSetModesParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        let (st, fu) = session.set_queue_modes(p.steering.map(mode), p.follow_up.map(mode));
-        Ok(QueueModesResult {
-            steering: mode_name(st),
-            follow_up: mode_name(fu),
-        })
+/// `agent/queue/edit {sessionId, queueId, text}` → `{edited}`; an empty text is invalid
+/// (remove the message instead), as is editing a queued shell command's output.
+pub(crate) async fn queue_edit(cx: Ctx, p: QueueEditParams) -> Result<QueueEditResult> {
+    if p.text.trim().is_empty() {
+        return Err(invalid(
+            "text",
+            "must not be empty (agent/queue/remove takes a message out)",
+        ));
     }
+    let session = cx.session(&p.session_id).await?;
+    let edited = session
+        .edit_queued(&p.queue_id, &p.text)
+        .await
+        .map_err(core_error)?;
+    Ok(QueueEditResult { edited })
+}
 
-    /// `agent/queue/clear {sessionId}` → the dropped messages (Pi's `clearQueue`).
-    pub(crate) async fn queue_clear(&self, params: Value) -> Result<QueueClearResult> {
-        let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        Ok(QueueClearResult {
-            dropped: session.clear_queue().await,
-        })
-    }
+/// `agent/retry/set {sessionId, enabled}` (Pi's `set_auto_retry`); applies from the next
+/// run.
+pub(crate) async fn retry_set(cx: Ctx, p: RetrySetParams) -> Result<RetrySetResult> {
+    cx.session(&p.session_id).await?.set_auto_retry(p.enabled);
+    Ok(RetrySetResult { enabled: p.enabled })
+}
 
-    /// `agent/queue/remove {sessionId, queueId}` → `{removed}`.
-    pub(crate) async fn queue_remove(&self, params: Value) -> Result<QueueRemoveResult> {
-        let p: QueueRemoveParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        Ok(QueueRemoveResult {
-            removed: session.remove_queued(&p.queue_id).await,
-        })
-    }
+/// `agent/compaction/set {sessionId, enabled}` (Pi's `set_auto_compaction`): automatic
+/// compaction on or off for this session from its next run; `agent/compact` works either way.
+pub(crate) async fn compaction_set(cx: Ctx, p: CompactionSetParams) -> Result<CompactionSetResult> {
+    cx.session(&p.session_id)
+        .await?
+        .set_auto_compaction(p.enabled);
+    Ok(CompactionSetResult { enabled: p.enabled })
+}
 
-    /// `agent/queue/edit {sessionId, queueId, text}` → `{edited}`; an empty text is invalid
-    /// (remove the message instead), as is editing a queued shell command's output.
-    pub(crate) async fn queue_edit(&self, params: Value) -> Result<QueueEditResult> {
-        let p: QueueEditParams = parse_params(params)?;
-        if p.text.trim().is_empty() {
-            return Err(invalid(
-                "text",
-                "must not be empty (agent/queue/remove takes a message out)",
-            ));
-        }
-        let session = self.session(&p.session_id).await?;
-        let edited = session
-            .edit_queued(&p.queue_id, &p.text)
-            .await
-            .map_err(core_error)?;
-        Ok(QueueEditResult { edited })
-    }
-
-    /// `agent/retry/set {sessionId, enabled}` (Pi's `set_auto_retry`); applies from the next
-    /// run.
-    pub(crate) async fn retry_set(&self, params: Value) -> Result<RetrySetResult> {
-        let p: RetrySetParams = parse_params(params)?;
-        self.session(&p.session_id).await?.set_auto_retry(p.enabled);
-        Ok(RetrySetResult { enabled: p.enabled })
-    }
-
-    /// `agent/compaction/set {sessionId, enabled}` (Pi's `set_auto_compaction`): automatic
-    /// compaction on or off for this session from its next run; `agent/compact` works either way.
-    pub(crate) async fn compaction_set(&self, params: Value) -> Result<CompactionSetResult> {
-        let p: CompactionSetParams = parse_params(params)?;
-        self.session(&p.session_id)
-            .await?
-            .set_auto_compaction(p.enabled);
-        Ok(CompactionSetResult { enabled: p.enabled })
-    }
-
-    /// `agent/retry/abort {sessionId}` (Pi's `abort_retry`): when a failed request waits for
-    /// its retry, stops retrying and ends the run; otherwise changes nothing.
-    pub(crate) async fn retry_abort(&self, params: Value) -> Result<RetryAbortResult> {
-        let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        Ok(RetryAbortResult {
-            cancelled: session.abort_retry().await,
-        })
-    }
+/// `agent/retry/abort {sessionId}` (Pi's `abort_retry`): when a failed request waits for
+/// its retry, stops retrying and ends the run; otherwise changes nothing.
+pub(crate) async fn retry_abort(cx: Ctx, p: SessionParams) -> Result<RetryAbortResult> {
+    let session = cx.session(&p.session_id).await?;
+    Ok(RetryAbortResult {
+        cancelled: session.abort_retry().await,
+    })
 }

@@ -10,11 +10,10 @@
 
 use pi_core::harness::rewind::{changes_at, Change, RewindError, RewindOptions, RewindOutcome};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
 
-use crate::protocol::{agent_error, codes, parse_params, SessionParams};
-use crate::server::Backend;
+use crate::ctx::Ctx;
+use crate::protocol::{agent_error, codes, SessionParams};
 
 /// `agent/session/changes` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,40 +37,35 @@ pub struct RewindParams {
 /// `agent/session/rewind` result ([`RewindOutcome`]).
 pub type RewindResult = RewindOutcome;
 
-impl Backend {
-    /// `agent/session/changes {sessionId}` → [`ChangesResult`].
-    pub(crate) async fn session_changes(&self, params: Value) -> Result<ChangesResult> {
-        let p: SessionParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        let (tree, leaf) = super::tree(&session)?;
-        let root = self.state.root();
-        // The results' lines are read back from the file: off the reactor.
-        let changes =
-            tokio::task::spawn_blocking(move || changes_at(&tree, leaf.as_deref(), &root))
-                .await
-                .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
-        Ok(ChangesResult { changes })
-    }
+/// `agent/session/changes {sessionId}` → [`ChangesResult`].
+pub(crate) async fn session_changes(cx: Ctx, p: SessionParams) -> Result<ChangesResult> {
+    let session = cx.session(&p.session_id).await?;
+    let (tree, leaf) = super::tree(&session)?;
+    let root = cx.root();
+    // The results' lines are read back from the file: off the reactor.
+    let changes = tokio::task::spawn_blocking(move || changes_at(&tree, leaf.as_deref(), &root))
+        .await
+        .map_err(|e| agent_error(codes::SESSION_IO, e.to_string()))?;
+    Ok(ChangesResult { changes })
+}
 
-    /// `agent/session/rewind {sessionId, entryId}` → [`RewindResult`]. A run, compaction or
-    /// rewind in progress is SESSION_BUSY, an unknown entry UNKNOWN_ENTRY; nothing changes
-    /// then.
-    pub(crate) async fn session_rewind(&self, params: Value) -> Result<RewindResult> {
-        let p: RewindParams = parse_params(params)?;
-        let session = self.session(&p.session_id).await?;
-        // A client that saw `agent_end` may rewind at once: the run's last bookkeeping first.
-        session.settle().await;
-        let caps = self.state.caps();
-        let options = RewindOptions {
-            delete_created: caps.document_changes && caps.delete_file,
-        };
-        let mut rewind = session
-            .begin_rewind(&p.entry_id, options)
-            .map_err(rewind_error)?;
-        rewind.apply_files().await;
-        let outcome = session.finish_rewind(rewind);
-        outcome.map_err(rewind_error)
-    }
+/// `agent/session/rewind {sessionId, entryId}` → [`RewindResult`]. A run, compaction or
+/// rewind in progress is SESSION_BUSY, an unknown entry UNKNOWN_ENTRY; nothing changes
+/// then.
+pub(crate) async fn session_rewind(cx: Ctx, p: RewindParams) -> Result<RewindResult> {
+    let session = cx.session(&p.session_id).await?;
+    // A client that saw `agent_end` may rewind at once: the run's last bookkeeping first.
+    session.settle().await;
+    let caps = cx.caps();
+    let options = RewindOptions {
+        delete_created: caps.document_changes && caps.delete_file,
+    };
+    let mut rewind = session
+        .begin_rewind(&p.entry_id, options)
+        .map_err(rewind_error)?;
+    rewind.apply_files().await;
+    let outcome = session.finish_rewind(rewind);
+    outcome.map_err(rewind_error)
 }
 
 fn rewind_error(e: RewindError) -> tower_lsp_server::jsonrpc::Error {
