@@ -1173,7 +1173,7 @@ async fn set_mode(s: &AgentSession, id: &str) -> Result<(), RpcError> {
 /// first, as the model sees it).
 pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
     let s = &live.session;
-    let id = s.id();
+    let mut batch = crate::updates::Batch::new(conn, s.id());
     let mut calls: HashMap<String, Value> = HashMap::new();
     for m in s.messages() {
         match m {
@@ -1193,36 +1193,28 @@ pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
                         ),
                         _ => continue,
                     };
-                    send_update(
-                        conn,
-                        id,
-                        SessionUpdate::UserMessageChunk(
-                            agent_client_protocol_schema::v1::ContentChunk::new(c),
-                        ),
-                    );
+                    batch.push(SessionUpdate::UserMessageChunk(
+                        agent_client_protocol_schema::v1::ContentChunk::new(c),
+                    ));
                 }
             }
             Message::Assistant(a) => {
                 for b in &a.content {
                     match b {
                         pi_ai::ContentBlock::Thinking(t) if !t.thinking.is_empty() => {
-                            send_update(conn, id, chunk(t.thinking.clone(), true))
+                            batch.push(chunk(t.thinking.clone(), true))
                         }
                         pi_ai::ContentBlock::Text(t) if !t.text.is_empty() => {
-                            send_update(conn, id, chunk(t.text.clone(), false))
+                            batch.push(chunk(t.text.clone(), false))
                         }
                         pi_ai::ContentBlock::ToolCall(c) => {
                             calls.insert(c.id.clone(), c.arguments.clone());
-                            send_update(
-                                conn,
-                                id,
-                                SessionUpdate::ToolCall(tools::announce(
-                                    &live.cwd,
-                                    &c.id,
-                                    &c.name,
-                                    &c.arguments,
-                                )),
-                            );
+                            batch.push(SessionUpdate::ToolCall(tools::announce(
+                                &live.cwd,
+                                &c.id,
+                                &c.name,
+                                &c.arguments,
+                            )));
                         }
                         _ => {}
                     }
@@ -1238,14 +1230,14 @@ pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
                     r.is_error,
                     None,
                 );
-                send_update(
-                    conn,
-                    id,
-                    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(r.tool_call_id, fields)),
-                );
+                batch.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    r.tool_call_id,
+                    fields,
+                )));
             }
         }
     }
+    batch.finish();
     Ok(())
 }
 

@@ -45,6 +45,52 @@ pub fn send_update(conn: &Conn, session_id: &str, update: SessionUpdate) {
     );
 }
 
+/// `session/update`s gathered into large writes (a `session/load` replay): each update is
+/// serialized into one buffer, handed to the connection every [`Batch::LIMIT`] bytes and at
+/// [`Batch::finish`] (or drop), so order with later messages is kept.
+pub struct Batch<'a> {
+    conn: &'a Conn,
+    session_id: agent_client_protocol_schema::v1::SessionId,
+    buf: String,
+}
+
+impl<'a> Batch<'a> {
+    /// Bytes gathered before they are handed to the writer.
+    pub const LIMIT: usize = 256 * 1024;
+
+    /// A batch of `session_id`'s updates over `conn`.
+    pub fn new(conn: &'a Conn, session_id: &str) -> Batch<'a> {
+        Batch {
+            conn,
+            session_id: session_id.to_string().into(),
+            buf: String::with_capacity(Batch::LIMIT + 4096),
+        }
+    }
+
+    /// Adds one update.
+    pub fn push(&mut self, update: SessionUpdate) {
+        let n = SessionNotification::new(self.session_id.clone(), update);
+        crate::rpc::push_notification(&mut self.buf, "session/update", &n);
+        if self.buf.len() >= Batch::LIMIT {
+            self.conn.send_lines(std::mem::replace(
+                &mut self.buf,
+                String::with_capacity(Batch::LIMIT + 4096),
+            ));
+        }
+    }
+
+    /// Hands what is left to the writer.
+    pub fn finish(mut self) {
+        self.conn.send_lines(std::mem::take(&mut self.buf));
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.conn.send_lines(std::mem::take(&mut self.buf));
+    }
+}
+
 /// The text chunk `text` as an `agent_message_chunk` (`thought`: `agent_thought_chunk`).
 pub fn chunk(text: String, thought: bool) -> SessionUpdate {
     let c = ContentChunk::new(ContentBlock::from(text));
