@@ -808,3 +808,453 @@ async fn mcp_servers_are_not_started_and_the_user_is_told_when_mcp_is_off() {
         "[pi-lsp: MCP is off (--no-mcp or \"-builtin:mcp\"); the editor's MCP servers were not started: tools]\n"
     );
 }
+
+/// The `session/update`s of `sid` whose `sessionUpdate` is `kind`.
+fn of_kind(c: &AcpClient, sid: &str, kind: &str) -> Vec<Value> {
+    c.updates(sid)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == kind)
+        .collect()
+}
+
+/// The `currentValue` of option `id` in a `configOptions` list.
+fn current(options: &Value, id: &str) -> Value {
+    options
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == id)
+        .map(|o| o["currentValue"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn modes_config_updates_title_and_compaction_reach_the_client() {
+    let mock = MockModel::start(vec![Step::text("Hi."), Step::text("SUMMARY")]).await;
+    let tmp = TempDir::new("acp-modes");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["reasoning"] = json!(true);
+    let env = agent_env(
+        &tmp.path().join("agent"),
+        &models,
+        &[("PI_LSP_LOG", "warn")],
+    );
+    let mut c = AcpClient::start(&ws, &env, &["--model", "mock/mock-1"], allow("allow_once"));
+    c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"session": {"compaction": {}}}}),
+    )
+    .await;
+    let r = c
+        .call("session/new", json!({"cwd": ws, "mcpServers": []}))
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(
+        r["modes"],
+        json!({"currentModeId": "auto-edit", "availableModes": [
+            {"id": "ask", "name": "Ask", "description": "Edits and commands ask first"},
+            {"id": "auto-edit", "name": "Auto-edit", "description": "Edits apply; commands ask"},
+            {"id": "approve-all", "name": "Approve all", "description": "Nothing asks (commands still run in the sandbox)"},
+            {"id": "plan", "name": "Plan", "description": "Read-only tools; the model writes a numbered plan"}
+        ]})
+    );
+    assert_eq!(current(&r["configOptions"], "mode"), json!("auto-edit"));
+    assert_eq!(current(&r["configOptions"], "thought_level"), json!("off"));
+
+    // session/set_mode: the mode and the option both follow.
+    assert_eq!(
+        c.call(
+            "session/set_mode",
+            json!({"sessionId": sid, "modeId": "plan"})
+        )
+        .await,
+        json!({})
+    );
+    assert_eq!(
+        of_kind(&c, &sid, "current_mode_update"),
+        [json!({"sessionUpdate": "current_mode_update", "currentModeId": "plan"})]
+    );
+    let u = of_kind(&c, &sid, "config_option_update");
+    assert_eq!(u.len(), 1);
+    assert_eq!(current(&u[0]["configOptions"], "mode"), json!("plan"));
+    let e = c.send(
+        "session/set_mode",
+        json!({"sessionId": sid, "modeId": "yolo"}),
+    );
+    assert_eq!(
+        c.response(e).await["error"],
+        json!({"code": -32602, "message": "modeId: unknown mode \"yolo\" (ask, auto-edit, approve-all, plan)"})
+    );
+
+    // /thinking and /model (cycling) change the options: config_option_update each time.
+    let prompt = |t: &str| json!({"sessionId": sid, "prompt": [{"type": "text", "text": t}]});
+    assert_eq!(
+        c.call("session/prompt", prompt("/thinking high")).await,
+        json!({"stopReason": "end_turn"})
+    );
+    let u = of_kind(&c, &sid, "config_option_update");
+    assert_eq!(u.len(), 2);
+    assert_eq!(
+        current(&u[1]["configOptions"], "thought_level"),
+        json!("high")
+    );
+    assert_eq!(
+        c.call("session/prompt", prompt("/model")).await,
+        json!({"stopReason": "end_turn"})
+    );
+    let u = of_kind(&c, &sid, "config_option_update");
+    assert_eq!(u.len(), 3);
+    assert_eq!(
+        current(&u[2]["configOptions"], "model"),
+        json!("mockant/mock-ant-1")
+    );
+    c.call("session/prompt", prompt("/model mock/mock-1")).await;
+    let u = of_kind(&c, &sid, "config_option_update");
+    assert_eq!(u.len(), 4);
+    assert_eq!(
+        current(&u[3]["configOptions"], "model"),
+        json!("mock/mock-1")
+    );
+    // mock-ant-1 has no reasoning: the level was clamped to off on the way.
+    assert_eq!(
+        current(&u[3]["configOptions"], "thought_level"),
+        json!("off")
+    );
+    // The back to auto-edit through the config option: the answer carries the options, the
+    // mode change goes out as current_mode_update.
+    let r = c
+        .call(
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": "mode", "value": "auto-edit"}),
+        )
+        .await;
+    assert_eq!(current(&r["configOptions"], "mode"), json!("auto-edit"));
+    assert_eq!(
+        of_kind(&c, &sid, "current_mode_update").last().unwrap(),
+        &json!({"sessionUpdate": "current_mode_update", "currentModeId": "auto-edit"})
+    );
+    assert_eq!(of_kind(&c, &sid, "config_option_update").len(), 4);
+
+    // A run: session_info_update with the first prompt's first line as the title.
+    assert_eq!(
+        c.call("session/prompt", prompt("hello there\nmore text"))
+            .await,
+        json!({"stopReason": "end_turn"})
+    );
+    let info = of_kind(&c, &sid, "session_info_update");
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0]["title"], "hello there");
+    assert!(chrono_like(info[0]["updatedAt"].as_str().unwrap()));
+
+    // /compact: compaction_update in_progress, then completed with the summary.
+    assert_eq!(
+        c.call("session/prompt", prompt("/compact")).await,
+        json!({"stopReason": "end_turn"})
+    );
+    let comp = of_kind(&c, &sid, "compaction_update");
+    assert_eq!(comp.len(), 2, "{comp:#?}");
+    assert_eq!(
+        comp[0],
+        json!({"sessionUpdate": "compaction_update", "compactionId": "compaction-1", "status": "in_progress"})
+    );
+    assert_eq!(comp[1]["compactionId"], "compaction-1");
+    assert_eq!(comp[1]["status"], "completed");
+    assert_eq!(comp[1]["summary"][0]["type"], "text");
+    assert!(
+        comp[1]["summary"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("SUMMARY"),
+        "{comp:#?}"
+    );
+}
+
+/// An RFC 3339 time stamp (`2026-12-05T15:20:00.123+00:00`).
+fn chrono_like(s: &str) -> bool {
+    s.len() >= 20 && s.as_bytes()[4] == b'-' && s.as_bytes()[10] == b'T'
+}
+
+/// A loopback OpenAI-style model of its own for the latency figure: each request is answered
+/// with the headers at once and the first SSE event 30 ms later; the time that first event's
+/// bytes were written is kept (one per request, in order).
+async fn timed_model() -> (String, Arc<std::sync::Mutex<Vec<std::time::Instant>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let firsts: Arc<std::sync::Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let f = firsts.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let f = f.clone();
+            tokio::spawn(async move {
+                // The request: headers, then content-length bytes.
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 65536];
+                let body_start = loop {
+                    let n = sock.read(&mut tmp).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&tmp[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..body_start]).to_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < body_start + len {
+                    let n = sock.read(&mut tmp).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&tmp[..n]);
+                }
+                let _ = sock
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+                    .await;
+                let _ = sock.flush().await;
+                tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                let ev = |delta: Value, finish: Value| {
+                    format!(
+                        "data: {}\n\n",
+                        json!({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "mock-1",
+                               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                    )
+                };
+                let first = ev(
+                    json!({"role": "assistant", "content": "Hello"}),
+                    Value::Null,
+                );
+                f.lock().unwrap().push(std::time::Instant::now());
+                let _ = sock.write_all(first.as_bytes()).await;
+                let _ = sock.flush().await;
+                tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                let rest = ev(json!({"content": " world."}), Value::Null)
+                    + &ev(json!({}), json!("stop"))
+                    + "data: [DONE]\n\n";
+                let _ = sock.write_all(rest.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    (base, firsts)
+}
+
+/// Whether the binary under test is an optimised build (`PI_LSP_BIN=…/release/pi-lsp`).
+fn release_binary() -> bool {
+    pi_e2e::pi_lsp_bin()
+        .components()
+        .any(|c| c.as_os_str() == "release")
+}
+
+#[tokio::test]
+async fn first_chunk_follows_the_models_first_byte_within_the_budget() {
+    let (base, firsts) = timed_model().await;
+    let tmp = TempDir::new("acp-first-byte");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let models = json!({"providers": {"mock": {"baseUrl": base, "api": "openai-completions", "apiKey": "k",
+        "compat": {"supportsDeveloperRole": false},
+        "models": [{"id": "mock-1", "contextWindow": 128000, "maxTokens": 4096}]}}});
+    let env = agent_env(
+        &tmp.path().join("agent"),
+        &models,
+        &[("PI_LSP_LOG", "warn")],
+    );
+    let mut c = AcpClient::start(&ws, &env, &["--model", "mock/mock-1"], allow("allow_once"));
+    c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await;
+    let sid = c
+        .call("session/new", json!({"cwd": ws, "mcpServers": []}))
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let runs = 7;
+    let mut gaps = Vec::new();
+    for i in 0..runs {
+        let from = c.received.lock().unwrap().len();
+        let r = c
+            .call(
+                "session/prompt",
+                json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+            )
+            .await;
+        assert_eq!(r, json!({"stopReason": "end_turn"}));
+        let received = c.received.lock().unwrap().clone();
+        let at = c.received_at.lock().unwrap().clone();
+        let k = (from..received.len())
+            .find(|&k| received[k]["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+            .unwrap();
+        assert_eq!(
+            received[k]["params"]["update"]["content"],
+            json!({"type": "text", "text": "Hello"})
+        );
+        let sent = firsts.lock().unwrap()[i];
+        gaps.push(at[k].duration_since(sent).as_secs_f64() * 1000.0);
+    }
+    gaps.sort_by(f64::total_cmp);
+    let median = gaps[runs / 2];
+    eprintln!(
+        "first agent_message_chunk after the model's first SSE byte ({} build): median {median:.2} ms, min {:.2}, max {:.2} ({runs} prompts)",
+        if release_binary() { "release" } else { "debug" },
+        gaps[0],
+        gaps[runs - 1]
+    );
+    // The goal (2 ms) is for the optimised build; a debug build on a shared machine gets room.
+    let budget = if release_binary() { 2.0 } else { 25.0 };
+    assert!(
+        median <= budget,
+        "median {median:.2} ms > {budget} ms: {gaps:?}"
+    );
+}
+
+/// Writes a Pi v3 session in `ws` of read rounds (as bench.py's) with at least `entries`
+/// entries; returns its id and the number of tool rounds.
+fn big_session(ws: &std::path::Path, entries: usize) -> (String, usize) {
+    use std::io::Write;
+    let dir = ws.join(".pi/sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    let id = "0b5e5510-0000-4000-8000-000000000010";
+    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("big.jsonl")).unwrap());
+    let ts = "2026-01-01T00:00:00.000Z";
+    let text: String = "lorem ipsum dolor sit amet ".repeat(30)[..800].to_string();
+    writeln!(
+        f,
+        "{}",
+        json!({"type": "session", "version": 3, "id": id, "timestamp": ts, "cwd": ws})
+    )
+    .unwrap();
+    let mut n = 0usize;
+    let mut put = |f: &mut std::io::BufWriter<std::fs::File>, kind: &str, fields: Value| {
+        let mut e = json!({"type": kind, "id": format!("{n:08x}"), "parentId": if n == 0 { Value::Null } else { json!(format!("{:08x}", n - 1)) }, "timestamp": ts});
+        e.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        writeln!(f, "{e}").unwrap();
+        n += 1;
+    };
+    let usage = json!({"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 110,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}});
+    put(
+        &mut f,
+        "model_change",
+        json!({"provider": "mock", "modelId": "mock-1"}),
+    );
+    put(
+        &mut f,
+        "message",
+        json!({"message": {"role": "user", "content": [{"type": "text", "text": "go"}], "timestamp": 1}}),
+    );
+    // Header-less entries: model_change, the prompt, 2 per round, the answer.
+    let rounds = (entries - 2) / 2;
+    for k in 0..rounds {
+        put(
+            &mut f,
+            "message",
+            json!({"message": {"role": "assistant", "content": [{"type": "toolCall", "id": format!("c{k}"), "name": "read", "arguments": {"path": "small.txt"}}],
+            "api": "openai-completions", "provider": "mock", "model": "mock-1", "usage": usage, "stopReason": "toolUse", "timestamp": 2}}),
+        );
+        put(
+            &mut f,
+            "message",
+            json!({"message": {"role": "toolResult", "toolCallId": format!("c{k}"), "toolName": "read",
+            "content": [{"type": "text", "text": text}], "isError": false, "timestamp": 3}}),
+        );
+    }
+    put(
+        &mut f,
+        "message",
+        json!({"message": {"role": "assistant", "content": [{"type": "text", "text": "done"}],
+        "api": "openai-completions", "provider": "mock", "model": "mock-1", "usage": usage, "stopReason": "stop", "timestamp": 4}}),
+    );
+    f.flush().unwrap();
+    (id.to_string(), rounds)
+}
+
+#[tokio::test]
+async fn loading_a_10000_message_session_replays_within_the_budget() {
+    let mock = MockModel::start(vec![Step::text("Continued.")]).await;
+    let s = setup("acp-load-10k", &mock);
+    let (sid, rounds) = big_session(&s.ws, 10_002);
+    let mut times = Vec::new();
+    for run in 0..3 {
+        let mut c = start(&s, allow("allow_once")).await;
+        let from = c.received.lock().unwrap().len();
+        let t = std::time::Instant::now();
+        let r = c
+            .call(
+                "session/load",
+                json!({"sessionId": sid, "cwd": s.ws, "mcpServers": []}),
+            )
+            .await;
+        let took = t.elapsed().as_secs_f64() * 1000.0;
+        times.push(took);
+        assert_eq!(current(&r["configOptions"], "model"), json!("mock/mock-1"));
+        let received = c.received.lock().unwrap()[from..].to_vec();
+        let kinds = |k: &str| {
+            received
+                .iter()
+                .filter(|m| m["params"]["update"]["sessionUpdate"] == k)
+                .count()
+        };
+        // Every message of the branch, in order, before the answer.
+        assert_eq!(kinds("user_message_chunk"), 1);
+        assert_eq!(kinds("tool_call"), rounds);
+        assert_eq!(kinds("tool_call_update"), rounds);
+        assert_eq!(kinds("agent_message_chunk"), 1);
+        let replayed = [
+            "user_message_chunk",
+            "agent_message_chunk",
+            "tool_call",
+            "tool_call_update",
+        ];
+        let last_update = received
+            .iter()
+            .rposition(|m| {
+                replayed
+                    .iter()
+                    .any(|k| m["params"]["update"]["sessionUpdate"] == *k)
+            })
+            .unwrap();
+        let answer = received
+            .iter()
+            .position(|m| m.get("result").is_some())
+            .unwrap();
+        assert!(last_update < answer);
+        if run == 2 {
+            // It continues.
+            assert_eq!(
+                c.call(
+                    "session/prompt",
+                    json!({"sessionId": sid, "prompt": [{"type": "text", "text": "on"}]}),
+                )
+                .await,
+                json!({"stopReason": "end_turn"})
+            );
+        }
+        c.close_stdin();
+        let _ = c.child.wait().await;
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[1];
+    eprintln!(
+        "session/load of a {}-entry session ({} updates, {} build): median {median:.0} ms of 3 ({:.0}–{:.0})",
+        2 * rounds + 3,
+        2 * rounds + 2,
+        if release_binary() { "release" } else { "debug" },
+        times[0],
+        times[2]
+    );
+    let budget = if release_binary() { 1000.0 } else { 8000.0 };
+    assert!(median <= budget, "median {median:.0} ms > {budget} ms");
+}

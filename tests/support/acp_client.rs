@@ -22,6 +22,8 @@ pub struct AcpClient {
     next: i64,
     /// Every message received, in order.
     pub received: Arc<Mutex<Vec<Value>>>,
+    /// When each message of `received` was read (its line complete), same order.
+    pub received_at: Arc<Mutex<Vec<std::time::Instant>>>,
     arrived: Arc<Notify>,
     writer: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
@@ -45,12 +47,14 @@ impl AcpClient {
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap();
         let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let received_at: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
         let arrived = Arc::new(Notify::new());
-        let (r, a) = (received.clone(), arrived.clone());
+        let (r, a, r_at) = (received.clone(), arrived.clone(), received_at.clone());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(l)) = lines.next_line().await {
+                let at = std::time::Instant::now();
                 let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| {
                     panic!("the agent wrote a line that is not JSON ({e}): {l}")
                 });
@@ -64,7 +68,11 @@ impl AcpClient {
                     };
                     let _ = tx.send(reply.to_string());
                 }
-                r.lock().unwrap().push(v);
+                {
+                    let mut r = r.lock().unwrap();
+                    r.push(v);
+                    r_at.lock().unwrap().push(at);
+                }
                 a.notify_waiters();
             }
             a.notify_waiters();
@@ -74,6 +82,7 @@ impl AcpClient {
             stdin,
             next: 1000,
             received,
+            received_at,
             arrived,
             writer: None,
         };

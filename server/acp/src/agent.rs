@@ -23,22 +23,24 @@ use agent_client_protocol_schema::v1::{
     CancelNotification, CloseSessionRequest, ContentBlock, DeleteSessionRequest,
     EmbeddedResourceResource, InitializeRequest, ListSessionsRequest, LoadSessionRequest,
     McpServer, NewSessionRequest, PromptRequest, ResumeSessionRequest, SessionConfigOptionValue,
-    SessionUpdate, SetSessionConfigOptionRequest, ToolCallUpdate,
+    SessionUpdate, SetSessionConfigOptionRequest, SetSessionModeRequest, ToolCallUpdate,
 };
 use parking_lot::Mutex;
 use pi_ai::models::ThinkingLevel;
 use pi_ai::types::ImageContent;
 use pi_ai::{Message, Model, Registry, StopReason};
-use pi_core::harness::{choose_model, AgentSession, Opening, PromptOutcome};
+use pi_core::approval::ApprovalPolicy;
+use pi_core::harness::sessions::Error as HarnessError;
+use pi_core::harness::{choose_model, AgentSession, PromptOutcome, Sessions};
 use pi_core::resources::WorkspaceConfig;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::rpc::{codes, parse_params, Conn, RpcError};
-use crate::setup::{AcpSetup, ClientFsCaps};
+use crate::setup::{AcpSetup, ClientFsCaps, PerSession};
+use crate::tools;
 use crate::updates::{chunk, send_update};
-use crate::{sessions, tools};
 
 /// Sessions per `session/list` page.
 pub const LIST_PAGE: usize = 50;
@@ -58,10 +60,20 @@ pub struct Live {
     /// The harness session.
     pub session: Arc<AgentSession>,
     cwd: PathBuf,
-    setup: Arc<AcpSetup>,
+    reg: Arc<FolderSessions>,
+    per: Arc<PerSession>,
     next_ticket: AtomicU64,
     serving: watch::Sender<u64>,
     cancel_epoch: AtomicU64,
+    /// The `configOptions` the client last got (answer or `config_option_update`).
+    sent: Mutex<Option<Value>>,
+}
+
+/// One folder set's sessions: the harness's registry ([`Sessions`], as the LSP edge's) and
+/// the ACP setup its sessions are built with.
+pub struct FolderSessions {
+    sessions: Arc<Sessions>,
+    setup: Arc<AcpSetup>,
 }
 
 /// A prompt's place in its session's line, taken in arrival order.
@@ -77,6 +89,8 @@ pub struct AcpAgent {
     opts: AcpOptions,
     fs_caps: Mutex<ClientFsCaps>,
     sessions: Mutex<HashMap<String, Arc<Live>>>,
+    /// The registries by folder set (the cwd, then `additionalDirectories`).
+    registries: Mutex<HashMap<Vec<PathBuf>, Arc<FolderSessions>>>,
     /// The cwds sessions were created or opened in over this connection.
     cwds: Mutex<Vec<PathBuf>>,
 }
@@ -104,6 +118,7 @@ impl AcpAgent {
             opts,
             fs_caps: Mutex::default(),
             sessions: Mutex::default(),
+            registries: Mutex::default(),
             cwds: Mutex::default(),
         }
     }
@@ -140,11 +155,28 @@ impl AcpAgent {
             }
             c
         };
-        let mut cmds: Vec<Value> = r
-            .prompt_templates
-            .iter()
-            .map(|t| cmd(&t.name, &t.description, t.argument_hint.as_ref()))
-            .collect();
+        let mut cmds: Vec<Value> = vec![
+            cmd(
+                "model",
+                "Switch the model (no argument: the next one)",
+                Some(&"provider/id".to_string()),
+            ),
+            cmd(
+                "thinking",
+                "Set the thinking level (no argument: the next one)",
+                Some(&"level".to_string()),
+            ),
+            cmd(
+                "compact",
+                "Compact the conversation now",
+                Some(&"instructions".to_string()),
+            ),
+        ];
+        cmds.extend(
+            r.prompt_templates
+                .iter()
+                .map(|t| cmd(&t.name, &t.description, t.argument_hint.as_ref())),
+        );
         if ws.settings().enable_skill_commands {
             cmds.extend(
                 r.skills
@@ -200,7 +232,8 @@ impl AcpAgent {
             "session/list" => self.list(parse_params(params)?),
             "session/close" => self.close(parse_params(params)?).await,
             "session/delete" => self.delete(parse_params(params)?).await,
-            "session/set_config_option" => self.set_config_option(parse_params(params)?),
+            "session/set_config_option" => self.set_config_option(parse_params(params)?).await,
+            "session/set_mode" => self.set_mode(parse_params(params)?).await,
             "_session/steering" => self.steering(parse_params(params)?).await,
             other => Err(RpcError::new(
                 codes::METHOD_NOT_FOUND,
@@ -214,6 +247,11 @@ impl AcpAgent {
         *self.fs_caps.lock() = ClientFsCaps {
             read: fs.read_text_file,
             write: fs.write_text_file,
+            compaction: p
+                .client_capabilities
+                .session
+                .as_ref()
+                .is_some_and(|s| s.compaction.is_some()),
         };
         // Version 1 is the one this agent speaks; a client asking for a later one gets 1.
         let version = p.protocol_version.as_u16().min(1);
@@ -253,12 +291,14 @@ impl AcpAgent {
         }))
     }
 
-    fn workspace(
+    /// The registry of the folder set `cwd` (+ `extra`, Zed's `additionalDirectories`):
+    /// the one made earlier on this connection, else a new one. `field` names `cwd` in errors.
+    fn registry(
         &self,
         cwd: &Path,
         field: &str,
         extra: &[PathBuf],
-    ) -> Result<Arc<WorkspaceConfig>, RpcError> {
+    ) -> Result<Arc<FolderSessions>, RpcError> {
         if !cwd.is_absolute() {
             return Err(RpcError::invalid_params(format!(
                 "{field}: must be an absolute path, got {}",
@@ -272,7 +312,6 @@ impl AcpAgent {
             .ok_or_else(|| {
                 RpcError::invalid_params(format!("{field}: {} is not a folder", cwd.display()))
             })?;
-        let ws = WorkspaceConfig::with_default_agent_dir(root.clone(), self.opts.trust);
         let mut folders = vec![root.clone()];
         for (i, d) in extra.iter().enumerate() {
             let d = d
@@ -287,37 +326,73 @@ impl AcpAgent {
                 })?;
             folders.push(d);
         }
+        {
+            let mut cwds = self.cwds.lock();
+            if !cwds.contains(&root) {
+                cwds.push(root.clone());
+            }
+        }
+        let mut regs = self.registries.lock();
+        if let Some(r) = regs.get(&folders) {
+            return Ok(r.clone());
+        }
+        let ws = WorkspaceConfig::with_default_agent_dir(root.clone(), self.opts.trust);
         if folders.len() > 1 {
-            ws.set_folders(folders);
+            ws.set_folders(folders.clone());
         }
-        let mut cwds = self.cwds.lock();
-        if !cwds.contains(&root) {
-            cwds.push(root);
-        }
-        Ok(ws)
-    }
-
-    fn setup(&self, ws: &WorkspaceConfig) -> Arc<AcpSetup> {
-        Arc::new(AcpSetup::new(
-            self.conn.clone(),
-            ws.root().to_path_buf(),
-            *self.fs_caps.lock(),
-        ))
-    }
-
-    fn register(&self, session: Arc<AgentSession>, setup: Arc<AcpSetup>) -> Arc<Live> {
-        *setup.context_window.lock() = session.model().context_window;
-        let live = Arc::new(Live {
-            cwd: session.workspace().root().to_path_buf(),
-            session,
+        let setup = Arc::new(AcpSetup::new(self.conn.clone(), root, *self.fs_caps.lock()));
+        let reg = Arc::new(FolderSessions {
+            sessions: Arc::new(Sessions::new(ws, setup.clone(), self.opts.model.clone())),
             setup,
-            next_ticket: AtomicU64::new(0),
-            serving: watch::Sender::new(0),
-            cancel_epoch: AtomicU64::new(0),
         });
-        self.sessions
-            .lock()
-            .insert(live.session.id().to_string(), live.clone());
+        regs.insert(folders, reg.clone());
+        Ok(reg)
+    }
+
+    /// A registry to list or find the session files of `root` (one of this connection's
+    /// when there is one; a new one opens nothing).
+    fn lister(&self, root: &Path) -> Arc<Sessions> {
+        if let Some(r) = self.registries.lock().iter().find(|(k, _)| k[0] == root) {
+            return r.1.sessions.clone();
+        }
+        let ws = WorkspaceConfig::with_default_agent_dir(root.to_path_buf(), self.opts.trust);
+        let setup = Arc::new(AcpSetup::new(
+            self.conn.clone(),
+            root.to_path_buf(),
+            ClientFsCaps::default(),
+        ));
+        Arc::new(Sessions::new(ws, setup, None))
+    }
+
+    /// Makes `session` (of `reg`) live on this connection (the one already live when a
+    /// concurrent open got there first), and tells its user what the registry said while
+    /// opening it.
+    fn register(&self, session: Arc<AgentSession>, reg: Arc<FolderSessions>) -> Arc<Live> {
+        let id = session.id().to_string();
+        let per = reg.setup.per_session(&id);
+        *per.context_window.lock() = session.model().context_window;
+        *per.title.lock() = session.name().or_else(|| first_prompt(&session));
+        let live = {
+            let mut map = self.sessions.lock();
+            if let Some(l) = map.get(&id) {
+                return l.clone();
+            }
+            let live = Arc::new(Live {
+                cwd: session.workspace().root().to_path_buf(),
+                session,
+                reg,
+                per,
+                next_ticket: AtomicU64::new(0),
+                serving: watch::Sender::new(0),
+                cancel_epoch: AtomicU64::new(0),
+                sent: Mutex::default(),
+            });
+            map.insert(id.clone(), live.clone());
+            live
+        };
+        for n in live.reg.setup.take_notices() {
+            send_update(&self.conn, &id, chunk(format!("[{n}]\n"), false));
+        }
         live
     }
 
@@ -394,16 +469,12 @@ impl AcpAgent {
     }
 
     async fn new_session(self: &Arc<Self>, p: NewSessionRequest) -> Result<Value, RpcError> {
-        let ws = self.workspace(&p.cwd, "cwd", &p.additional_directories)?;
-        let (model, notice) = choose_model(&ws, self.opts.model.as_deref(), None)
-            .map_err(|e| RpcError::new(codes::AUTH_REQUIRED, e.to_string()))?;
-        if let Some(n) = notice {
-            tracing::warn!("{n}");
-        }
-        let setup = self.setup(&ws);
-        let session = AgentSession::create(ws, setup.clone(), model, None)
-            .map_err(|e| RpcError::internal(e.to_string()))?;
-        let live = self.register(session, setup);
+        let reg = self.registry(&p.cwd, "cwd", &p.additional_directories)?;
+        let session = reg
+            .sessions
+            .create(self.opts.model.as_deref(), None, None)
+            .map_err(|e| harness_error(e, ""))?;
+        let live = self.register(session, reg);
         let id = live.session.id().to_string();
         let meta = self.start_mcp(
             &id,
@@ -411,68 +482,40 @@ impl AcpAgent {
             pi_core::mcp::disabled(live.session.workspace()),
             &p.mcp_servers,
         );
-        let mut out = json!({"sessionId": id, "configOptions": config_options(&live.session)});
+        let mut out = self.opened(&live);
+        out["sessionId"] = json!(id);
         if let Some(m) = meta {
             out["_meta"] = m;
         }
         Ok(out)
     }
 
-    /// Opens session `id` of `cwd` (already open here: that one).
-    async fn open(
-        &self,
-        id: &str,
-        cwd: &Path,
-        extra: &[PathBuf],
-    ) -> Result<(Arc<Live>, bool), RpcError> {
+    /// What `session/new`, `load` and `resume` answer besides the id: `configOptions` and
+    /// `modes`.
+    fn opened(&self, live: &Live) -> Value {
+        let options = config_options(&live.session);
+        *live.sent.lock() = Some(options.clone());
+        json!({"configOptions": options, "modes": modes(&live.session)})
+    }
+
+    /// Opens session `id` of `cwd` through the folder set's registry (already open here:
+    /// that one). The registry finds only this cwd's files, waits up to 3 s for another
+    /// process to release one, else continues in a fork (told to the user).
+    async fn open(&self, id: &str, cwd: &Path, extra: &[PathBuf]) -> Result<Arc<Live>, RpcError> {
         if let Some(l) = self.sessions.lock().get(id).cloned() {
-            return Ok((l, false));
+            return Ok(l);
         }
-        let ws = self.workspace(cwd, "cwd", extra)?;
-        let path = sessions::find(&ws, id).ok_or_else(|| unknown_session(id))?;
-        pi_core::harness::sessions::wait_for_release(&path).await;
-        let opening = pi_core::harness::open_file(&ws, &path, |id| {
-            self.sessions.lock().get(id).map(|l| l.session.file())
-        })
-        .map_err(|e| RpcError::internal(e.to_string()))?;
-        let (writer, loaded, notices) = match opening {
-            Opening::Opened {
-                writer,
-                loaded,
-                notices,
-            } => (writer, loaded, notices),
-            Opening::AlreadyOpen(id) => {
-                return self
-                    .sessions
-                    .lock()
-                    .get(&id)
-                    .cloned()
-                    .map(|l| (l, false))
-                    .ok_or_else(|| unknown_session(&id))
-            }
-        };
-        let setup = self.setup(&ws);
-        let session = AgentSession::resume(
-            ws,
-            setup.clone(),
-            writer,
-            loaded,
-            self.opts.model.as_deref(),
-        )
-        .map_err(|e| RpcError::new(codes::AUTH_REQUIRED, e.to_string()))?;
-        let live = self.register(session, setup);
-        for n in notices {
-            send_update(
-                &self.conn,
-                live.session.id(),
-                chunk(format!("[{n}]\n"), false),
-            );
-        }
-        Ok((live, true))
+        let reg = self.registry(cwd, "cwd", extra)?;
+        let session = reg
+            .sessions
+            .open(id)
+            .await
+            .map_err(|e| harness_error(e, id))?;
+        Ok(self.register(session, reg))
     }
 
     async fn load(self: &Arc<Self>, p: LoadSessionRequest) -> Result<Value, RpcError> {
-        let (live, _) = self
+        let live = self
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
         replay(&self.conn, &live)?;
@@ -487,7 +530,7 @@ impl AcpAgent {
                 );
             }
         }
-        let mut out = json!({"configOptions": config_options(&live.session)});
+        let mut out = self.opened(&live);
         if let Some(m) = self.start_mcp(
             live.session.id(),
             &live.cwd,
@@ -500,10 +543,10 @@ impl AcpAgent {
     }
 
     async fn resume(self: &Arc<Self>, p: ResumeSessionRequest) -> Result<Value, RpcError> {
-        let (live, _) = self
+        let live = self
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
-        let mut out = json!({"configOptions": config_options(&live.session)});
+        let mut out = self.opened(&live);
         if let Some(m) = self.start_mcp(
             live.session.id(),
             &live.cwd,
@@ -533,10 +576,10 @@ impl AcpAgent {
         let mut all: Vec<(PathBuf, pi_core::session::SessionSummary)> = cwds
             .iter()
             .flat_map(|c| {
-                let ws = WorkspaceConfig::with_default_agent_dir(c.clone(), self.opts.trust);
-                sessions::list(&ws)
+                self.lister(c)
+                    .list()
                     .into_iter()
-                    .map(|s| (c.clone(), s))
+                    .map(|l| (c.clone(), l.summary))
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -586,7 +629,7 @@ impl AcpAgent {
             return Err(unknown_session(&p.session_id.0));
         };
         live.cancel_epoch.fetch_add(1, Ordering::SeqCst);
-        close_session(&live.session).await;
+        close_session(&live).await;
         Ok(json!({}))
     }
 
@@ -597,15 +640,12 @@ impl AcpAgent {
             Some(l) => {
                 l.cancel_epoch.fetch_add(1, Ordering::SeqCst);
                 let path = l.session.file();
-                close_session(&l.session).await;
+                close_session(l).await;
                 Some(path)
             }
             None => {
                 let cwds = self.cwds.lock().clone();
-                cwds.iter().find_map(|c| {
-                    let ws = WorkspaceConfig::with_default_agent_dir(c.clone(), self.opts.trust);
-                    sessions::find(&ws, id)
-                })
+                cwds.iter().find_map(|c| self.lister(c).file_of(id))
             }
         };
         let path = path.ok_or_else(|| unknown_session(id))?;
@@ -619,13 +659,8 @@ impl AcpAgent {
         Ok(json!({}))
     }
 
-    fn set_config_option(&self, p: SetSessionConfigOptionRequest) -> Result<Value, RpcError> {
-        let live = self
-            .sessions
-            .lock()
-            .get(&*p.session_id.0)
-            .cloned()
-            .ok_or_else(|| unknown_session(&p.session_id.0))?;
+    async fn set_config_option(&self, p: SetSessionConfigOptionRequest) -> Result<Value, RpcError> {
+        let live = self.live(&p.session_id.0)?;
         let value = match &p.value {
             SessionConfigOptionValue::ValueId { value } => value.0.to_string(),
             _ => {
@@ -639,7 +674,6 @@ impl AcpAgent {
             "model" => {
                 s.set_model_by_id(&value)
                     .map_err(|e| RpcError::invalid_params(format!("value: {e}")))?;
-                *live.setup.context_window.lock() = s.model().context_window;
             }
             "thought_level" => {
                 let level = ThinkingLevel::parse(&value).ok_or_else(|| {
@@ -648,13 +682,77 @@ impl AcpAgent {
                 s.set_thinking_level(level)
                     .map_err(|e| RpcError::internal(e.to_string()))?;
             }
+            "mode" => set_mode(s, &value).await?,
             other => {
                 return Err(RpcError::invalid_params(format!(
-                    "configId: unknown config option {other:?} (model, thought_level)"
+                    "configId: unknown config option {other:?} (model, thought_level, mode)"
                 )))
             }
         }
-        Ok(json!({"configOptions": config_options(s)}))
+        // The answer carries the options; the notification is for what else changed with
+        // them (a mode's `current_mode_update`), so the client's view is whole.
+        let options = config_options(s);
+        self.sync(&live, Some(options.clone()));
+        Ok(json!({"configOptions": options}))
+    }
+
+    /// `session/set_mode {sessionId, modeId}`: `plan` turns plan mode on; `ask`,
+    /// `auto-edit`, `approve-all` turn it off and set the session's approval policy. Answers
+    /// `{}` after `current_mode_update` (and `config_option_update`) went out.
+    async fn set_mode(&self, p: SetSessionModeRequest) -> Result<Value, RpcError> {
+        let live = self.live(&p.session_id.0)?;
+        set_mode(&live.session, &p.mode_id.0).await?;
+        self.sync(&live, None);
+        Ok(json!({}))
+    }
+
+    /// The live session `id`, or -32002 naming it.
+    fn live(&self, id: &str) -> Result<Arc<Live>, RpcError> {
+        self.sessions
+            .lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| unknown_session(id))
+    }
+
+    /// Tells the client what changed in the session's options since it last heard, by
+    /// whatever path (`session/set_config_option`, `session/set_mode`, `/model`, `/thinking`,
+    /// an extension's command, plan mode left by the run): `config_option_update` with the
+    /// whole list, and `current_mode_update` when the mode changed. `answered`: the options
+    /// a response is carrying (no `config_option_update` for them then).
+    fn sync(&self, live: &Live, answered: Option<Value>) {
+        *live.per.context_window.lock() = live.session.model().context_window;
+        let options = answered
+            .clone()
+            .unwrap_or_else(|| config_options(&live.session));
+        let before = {
+            let mut sent = live.sent.lock();
+            if sent.as_ref() == Some(&options) {
+                return;
+            }
+            sent.replace(options.clone())
+        };
+        let id = live.session.id();
+        if answered.is_none() {
+            self.conn.notify(
+                "session/update",
+                json!({"sessionId": id, "update": {"sessionUpdate": "config_option_update", "configOptions": options}}),
+            );
+        }
+        let mode = |o: &Value| {
+            o.as_array()
+                .and_then(|a| a.iter().find(|x| x["id"] == "mode"))
+                .map(|x| x["currentValue"].clone())
+        };
+        let now = mode(&options);
+        if before.as_ref().and_then(mode) != now {
+            if let Some(m) = now {
+                self.conn.notify(
+                    "session/update",
+                    json!({"sessionId": id, "update": {"sessionUpdate": "current_mode_update", "currentModeId": m}}),
+                );
+            }
+        }
     }
 
     async fn steering(&self, p: SteeringParams) -> Result<Value, RpcError> {
@@ -712,12 +810,20 @@ impl AcpAgent {
         let s = &live.session;
         // A turn started by steering while idle, or a compaction, ends first.
         s.wait_for_idle().await;
-        match s.prompt(&text, images, None, None).await {
+        if let Some(r) = self.builtin_command(live, &text).await {
+            self.sync(live, None);
+            return r;
+        }
+        let started = s.prompt(&text, images, None, None).await;
+        // An extension's command may have switched the model, the level or plan mode.
+        self.sync(live, None);
+        match started {
             Ok(PromptOutcome::Command(_)) => return Ok(json!({"stopReason": "end_turn"})),
             Ok(_) => {}
             Err(e) => return Err(RpcError::internal(e.to_string())),
         }
         s.wait_for_idle().await;
+        self.sync(live, None);
         if live.cancel_epoch.load(Ordering::SeqCst) != t.epoch {
             return Ok(cancelled);
         }
@@ -736,18 +842,82 @@ impl AcpAgent {
         }}))
     }
 
+    /// The edge's own commands (advertised in `available_commands_update`), as Pi's
+    /// interactive ones: `/model [provider/id]` (no argument: the next usable model, as Pi's
+    /// model cycling), `/thinking [level]` (no argument: the model's next level, as Pi's
+    /// cycling), `/compact [instructions]`. What they did is said in an
+    /// `agent_message_chunk`; the prompt answers `end_turn` (a failure: -32602 / -32603 with
+    /// the reason). `None`: not one of them.
+    async fn builtin_command(&self, live: &Live, text: &str) -> Option<Result<Value, RpcError>> {
+        let t = text.trim();
+        let (name, arg) = t.split_once(char::is_whitespace).unwrap_or((t, ""));
+        let arg = arg.trim();
+        let s = &live.session;
+        let said = match name {
+            "/model" => {
+                let r = if arg.is_empty() {
+                    cycle_model(s)
+                } else {
+                    s.set_model_by_id(arg)
+                        .map_err(|e| RpcError::invalid_params(e.to_string()))
+                        .map(|()| true)
+                };
+                match r {
+                    Ok(true) => format!("Model: {}", s.model().full_id()),
+                    Ok(false) => "No other model to switch to.".to_string(),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            "/thinking" => {
+                let m = s.model();
+                let levels = m.supported_thinking_levels();
+                let level = if arg.is_empty() {
+                    let now = m.thinking_level.unwrap_or(ThinkingLevel::Off);
+                    match levels.iter().position(|l| *l == now) {
+                        _ if levels.len() < 2 => None,
+                        Some(i) => Some(levels[(i + 1) % levels.len()]),
+                        None => levels.first().copied(),
+                    }
+                } else {
+                    match ThinkingLevel::parse(arg) {
+                        Some(l) => Some(l),
+                        None => {
+                            return Some(Err(RpcError::invalid_params(format!(
+                                "prompt: unknown thinking level {arg:?}"
+                            ))))
+                        }
+                    }
+                };
+                match level {
+                    None => format!("{} has no thinking levels to switch.", m.full_id()),
+                    Some(l) => match s.set_thinking_level(l) {
+                        Ok(l) => format!("Thinking level: {}", l.as_str()),
+                        Err(e) => return Some(Err(RpcError::internal(e.to_string()))),
+                    },
+                }
+            }
+            "/compact" => {
+                let instructions = (!arg.is_empty()).then(|| arg.to_string());
+                match s.compact(instructions).await {
+                    Ok(r) => format!("Compacted ({} tokens before).", r.tokens_before),
+                    Err(e) => return Some(Err(RpcError::internal(e.to_string()))),
+                }
+            }
+            _ => return None,
+        };
+        send_update(&self.conn, s.id(), chunk(format!("[{said}]\n"), false));
+        Some(Ok(json!({"stopReason": "end_turn"})))
+    }
+
     /// Aborts every run, waits for them to settle and releases every session file (the
-    /// client has gone, or the process is told to stop).
+    /// client has gone, or the process is told to stop): every registry's
+    /// [`Sessions::stop_all`] at once, as the LSP edge's (runs aborted and settled, bounded;
+    /// process groups killed; files synced and released).
     pub async fn stop_all(&self) {
-        let all: Vec<Arc<AgentSession>> = self
-            .sessions
-            .lock()
-            .drain()
-            .map(|(_, l)| l.session.clone())
-            .collect();
-        // The harness's own stop, as the LSP edge's: runs aborted and settled (bounded),
-        // process groups killed, files synced and released.
-        pi_core::harness::sessions::stop(&all).await;
+        self.sessions.lock().clear();
+        let regs: Vec<Arc<FolderSessions>> =
+            self.registries.lock().drain().map(|(_, r)| r).collect();
+        futures::future::join_all(regs.iter().map(|r| r.sessions.stop_all())).await;
     }
 }
 
@@ -781,12 +951,34 @@ fn release(t: &Ticket) {
     t.live.serving.send_modify(|v| *v = (*v).max(t.n + 1));
 }
 
-/// Aborts `s`'s run, waits for it, and syncs and releases its file.
-async fn close_session(s: &AgentSession) {
-    // `close` syncs and releases the file before it returns.
-    s.close().await;
+/// Closes `live` through its registry (the run aborted, the file synced and released) and
+/// forgets what ACP kept for it.
+async fn close_session(live: &Live) {
+    let id = live.session.id().to_string();
+    if let Err(e) = live.reg.sessions.close(&id).await {
+        tracing::warn!("session/close {id}: {e}");
+    }
+    live.reg.setup.forget(&id);
     // The MCP servers the client handed to this session close with it.
-    pi_core::mcp::forget_session(s.id());
+    pi_core::mcp::forget_session(&id);
+}
+
+/// A registry's error as JSON-RPC: an unknown session is -32002 naming `id` (and what the
+/// registry found: another project's file…), a model that cannot be used -32000 (auth
+/// required), the rest -32603.
+fn harness_error(e: HarnessError, id: &str) -> RpcError {
+    match e {
+        HarnessError::UnknownSession(why) => {
+            let mut err = unknown_session(id);
+            err.data = Some(json!({"sessionId": id, "reason": why}));
+            err
+        }
+        HarnessError::Model(m) => RpcError::new(codes::AUTH_REQUIRED, m),
+        HarnessError::Invalid { field, message } => {
+            RpcError::invalid_params(format!("{field}: {message}"))
+        }
+        other => RpcError::internal(other.to_string()),
+    }
 }
 
 /// The prompt's text and images as Pi takes them: text as is; a resource link as an `@path`
@@ -876,7 +1068,103 @@ pub fn config_options(s: &AgentSession) -> Value {
             "options": levels.iter().map(|l| json!({"value": l.as_str(), "name": l.as_str()})).collect::<Vec<_>>()
         }));
     }
+    let m = modes(s);
+    out.push(json!({
+        "id": "mode",
+        "name": "Mode",
+        "category": "mode",
+        "type": "select",
+        "currentValue": m["currentModeId"],
+        "options": m["availableModes"].as_array().map(|a| a.iter().map(|x| json!({"value": x["id"], "name": x["name"], "description": x["description"]})).collect::<Vec<_>>()).unwrap_or_default()
+    }));
     Value::Array(out)
+}
+
+/// The text of the session's first user message (on its file's active branch or not), as a
+/// title.
+fn first_prompt(s: &AgentSession) -> Option<String> {
+    let (tree, _) = s.tree().ok()?;
+    tree.entries.iter().find_map(|e| match e.message()? {
+        Message::User(u) => crate::updates::title_of(&u.content.to_text()),
+        _ => None,
+    })
+}
+
+/// Switches `s` to the next usable model (Pi's model cycling: the offline demo is left out);
+/// false when there is no other.
+fn cycle_model(s: &AgentSession) -> Result<bool, RpcError> {
+    let demo = pi_core::harness::scripted_model().full_id();
+    let models: Vec<Model> = Registry::load_files(&s.workspace().models_files())
+        .usable_models()
+        .filter(|m| m.full_id() != demo)
+        .collect();
+    if models.len() < 2 {
+        return Ok(false);
+    }
+    let now = s.model().full_id();
+    let next = models
+        .iter()
+        .position(|m| m.full_id() == now)
+        .map_or(0, |i| (i + 1) % models.len());
+    s.set_model(models[next].clone())
+        .map_err(|e| RpcError::internal(e.to_string()))?;
+    Ok(true)
+}
+
+/// The session's modes (ACP `SessionModeState`): the approval policies `ask` (edits and
+/// commands ask first), `auto-edit` (edits apply, commands ask; the default here) and
+/// `approve-all` (nothing asks; the bash sandbox still applies), and `plan` (Pi's plan mode:
+/// read-only tools, the model writes a numbered plan) when the `plan-mode` extension is on.
+/// The current one is `plan` while plan mode is on, else the policy in effect.
+pub fn modes(s: &AgentSession) -> Value {
+    let mut available = vec![
+        json!({"id": "ask", "name": "Ask", "description": "Edits and commands ask first"}),
+        json!({"id": "auto-edit", "name": "Auto-edit", "description": "Edits apply; commands ask"}),
+        json!({"id": "approve-all", "name": "Approve all", "description": "Nothing asks (commands still run in the sandbox)"}),
+    ];
+    let board = s.plan().filter(|b| b.has_plan_mode());
+    if board.is_some() {
+        available.push(json!({"id": "plan", "name": "Plan", "description": "Read-only tools; the model writes a numbered plan"}));
+    }
+    let current = if board.is_some_and(|b| b.plan_mode()) {
+        "plan"
+    } else {
+        match s.status().approval_policy {
+            ApprovalPolicy::Ask => "ask",
+            ApprovalPolicy::AutoEdit => "auto-edit",
+            ApprovalPolicy::ApproveAll => "approve-all",
+        }
+    };
+    json!({"currentModeId": current, "availableModes": available})
+}
+
+/// Switches session `s` to mode `id` (see [`modes`]); -32602 naming `modeId` for a mode it
+/// does not have.
+async fn set_mode(s: &AgentSession, id: &str) -> Result<(), RpcError> {
+    let board = s.plan().filter(|b| b.has_plan_mode()).cloned();
+    if id == "plan" {
+        let b = board.ok_or_else(|| {
+            RpcError::invalid_params(
+                "modeId: plan mode is off in this workspace (builtinExtensions \"plan-mode\")",
+            )
+        })?;
+        b.set_plan_mode(true)
+            .await
+            .map_err(|e| RpcError::invalid_params(format!("modeId: {e}")))?;
+        return Ok(());
+    }
+    let policy = ApprovalPolicy::parse(id).ok_or_else(|| {
+        RpcError::invalid_params(format!(
+            "modeId: unknown mode {id:?} (ask, auto-edit, approve-all, plan)"
+        ))
+    })?;
+    if let Some(b) = board.filter(|b| b.plan_mode()) {
+        b.set_plan_mode(false)
+            .await
+            .map_err(|e| RpcError::invalid_params(format!("modeId: {e}")))?;
+    }
+    s.set_approval_policy(Some(policy));
+    Ok(())
 }
 
 /// Sends the session's active branch as updates: user text and images, the answer and its
@@ -885,7 +1173,7 @@ pub fn config_options(s: &AgentSession) -> Value {
 /// first, as the model sees it).
 pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
     let s = &live.session;
-    let id = s.id();
+    let mut batch = crate::updates::Batch::new(conn, s.id());
     let mut calls: HashMap<String, Value> = HashMap::new();
     for m in s.messages() {
         match m {
@@ -905,36 +1193,28 @@ pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
                         ),
                         _ => continue,
                     };
-                    send_update(
-                        conn,
-                        id,
-                        SessionUpdate::UserMessageChunk(
-                            agent_client_protocol_schema::v1::ContentChunk::new(c),
-                        ),
-                    );
+                    batch.push(SessionUpdate::UserMessageChunk(
+                        agent_client_protocol_schema::v1::ContentChunk::new(c),
+                    ));
                 }
             }
             Message::Assistant(a) => {
                 for b in &a.content {
                     match b {
                         pi_ai::ContentBlock::Thinking(t) if !t.thinking.is_empty() => {
-                            send_update(conn, id, chunk(t.thinking.clone(), true))
+                            batch.push(chunk(t.thinking.clone(), true))
                         }
                         pi_ai::ContentBlock::Text(t) if !t.text.is_empty() => {
-                            send_update(conn, id, chunk(t.text.clone(), false))
+                            batch.push(chunk(t.text.clone(), false))
                         }
                         pi_ai::ContentBlock::ToolCall(c) => {
                             calls.insert(c.id.clone(), c.arguments.clone());
-                            send_update(
-                                conn,
-                                id,
-                                SessionUpdate::ToolCall(tools::announce(
-                                    &live.cwd,
-                                    &c.id,
-                                    &c.name,
-                                    &c.arguments,
-                                )),
-                            );
+                            batch.push(SessionUpdate::ToolCall(tools::announce(
+                                &live.cwd,
+                                &c.id,
+                                &c.name,
+                                &c.arguments,
+                            )));
                         }
                         _ => {}
                     }
@@ -950,14 +1230,14 @@ pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
                     r.is_error,
                     None,
                 );
-                send_update(
-                    conn,
-                    id,
-                    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(r.tool_call_id, fields)),
-                );
+                batch.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    r.tool_call_id,
+                    fields,
+                )));
             }
         }
     }
+    batch.finish();
     Ok(())
 }
 

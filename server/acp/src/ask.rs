@@ -48,7 +48,7 @@ pub mod option_ids {
 /// Asks the client of one session.
 pub struct AcpAsker {
     conn: Arc<Conn>,
-    session_id: Arc<std::sync::OnceLock<String>>,
+    session_id: String,
     cwd: PathBuf,
     tracker: Mutex<Option<Arc<Tracker>>>,
     /// Rules the user rejected for the rest of the session.
@@ -56,13 +56,8 @@ pub struct AcpAsker {
 }
 
 impl AcpAsker {
-    /// An asker over `conn` for the session whose id is set in `session_id` (known once the
-    /// session file exists); `cwd` resolves the tools' paths.
-    pub fn new(
-        conn: Arc<Conn>,
-        session_id: Arc<std::sync::OnceLock<String>>,
-        cwd: PathBuf,
-    ) -> Self {
+    /// An asker over `conn` for session `session_id`; `cwd` resolves the tools' paths.
+    pub fn new(conn: Arc<Conn>, session_id: String, cwd: PathBuf) -> Self {
         AcpAsker {
             conn,
             session_id,
@@ -114,11 +109,7 @@ impl AcpAsker {
     }
 
     async fn ask_client(&self, q: &Question) -> Answer {
-        let Some(session_id) = self.session_id.get().cloned() else {
-            return Answer::Reject {
-                reason: Some("the session is not ready to ask".into()),
-            };
-        };
+        let session_id = self.session_id.clone();
         let options = Self::options(q);
         let mut content = tools::diffs(&self.cwd, &q.tool, &q.arguments);
         content.push(tools::text_content(q.reason.clone()));

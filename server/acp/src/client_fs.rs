@@ -19,18 +19,18 @@ use crate::rpc::Conn;
 /// See the module doc.
 pub struct ClientFs {
     conn: Arc<Conn>,
-    session_id: Arc<std::sync::OnceLock<String>>,
+    session_id: String,
     disk: DiskFs,
     read: bool,
     write: bool,
 }
 
 impl ClientFs {
-    /// Over `conn` for the session named in `session_id` (set once the session exists);
-    /// `read` / `write`: the client's `fs.readTextFile` / `fs.writeTextFile`.
+    /// Over `conn` for session `session_id`; `read` / `write`: the client's
+    /// `fs.readTextFile` / `fs.writeTextFile`.
     pub fn new(
         conn: Arc<Conn>,
-        session_id: Arc<std::sync::OnceLock<String>>,
+        session_id: String,
         root: PathBuf,
         read: bool,
         write: bool,
@@ -44,15 +44,8 @@ impl ClientFs {
         }
     }
 
-    fn sid(&self) -> Result<String, FsError> {
-        self.session_id
-            .get()
-            .cloned()
-            .ok_or_else(|| FsError::Io("the session is not ready".into()))
-    }
-
     async fn client_read(&self, path: &Path) -> Result<String, FsError> {
-        let params = json!({"sessionId": self.sid()?, "path": path});
+        let params = json!({"sessionId": self.session_id, "path": path});
         match self.conn.request("fs/read_text_file", params).await {
             Ok(v) => match v.get("content").and_then(Value::as_str) {
                 Some(c) => Ok(c.to_string()),
@@ -74,7 +67,7 @@ impl ClientFs {
     }
 
     async fn client_write(&self, path: &Path, text: &str) -> Result<(), FsError> {
-        let params = json!({"sessionId": self.sid()?, "path": path, "content": text});
+        let params = json!({"sessionId": self.session_id, "path": path, "content": text});
         self.conn
             .request("fs/write_text_file", params)
             .await

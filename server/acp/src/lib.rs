@@ -6,13 +6,12 @@
 //! - [`agent`]: the methods (`initialize`, `session/*`, `_session/steering`);
 //! - [`updates`]: events → `session/update`; [`tools`]: tool calls' kind, title, locations,
 //!   diffs; [`ask`]: `session/request_permission`; [`client_fs`]: `fs/*` through the client;
-//! - [`setup`]: the session's ACP parts; [`sessions`]: where a cwd's session files are.
+//! - [`setup`]: the ACP parts of the sessions of a folder set (opened through `pi_core::harness::Sessions`).
 
 pub mod agent;
 pub mod ask;
 pub mod client_fs;
 pub mod rpc;
-pub mod sessions;
 pub mod setup;
 pub mod tools;
 pub mod updates;

@@ -98,6 +98,28 @@ pub fn parse_params<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, 
     })
 }
 
+/// Appends the notification `method` with `params` to `out` as one line (serialized straight
+/// into it, without an intermediate `Value`); false (and `out` as it was) when `params` cannot
+/// be serialized (logged).
+pub fn push_notification(out: &mut String, method: &str, params: &impl Serialize) -> bool {
+    let start = out.len();
+    let mut buf = std::mem::take(out).into_bytes();
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    let ok = serde_json::to_writer(&mut buf, method).is_ok() && {
+        buf.extend_from_slice(b",\"params\":");
+        serde_json::to_writer(&mut buf, params).is_ok()
+    };
+    if ok {
+        buf.extend_from_slice(b"}\n");
+    } else {
+        tracing::error!("cannot serialize an outgoing {method} notification");
+        buf.truncate(start);
+    }
+    // Only JSON text (UTF-8) was appended to a String's bytes.
+    *out = String::from_utf8(buf).unwrap_or_default();
+    ok
+}
+
 /// One line of input.
 #[derive(Debug)]
 pub enum Line {
@@ -230,8 +252,18 @@ impl Conn {
 
     /// Sends the notification `method` with `params`.
     pub fn notify(&self, method: &str, params: impl Serialize) {
-        let params = serde_json::to_value(params).unwrap_or(Value::Null);
-        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+        let mut line = String::new();
+        if push_notification(&mut line, method, &params) {
+            let _ = self.out.send(line);
+        }
+    }
+
+    /// Queues `lines` (whole messages, each ending in a newline) as one write: a replay's
+    /// thousands of updates go out in a few writes instead of one queue entry each.
+    pub fn send_lines(&self, lines: String) {
+        if !lines.is_empty() {
+            let _ = self.out.send(lines);
+        }
     }
 
     /// Answers the request `id`.

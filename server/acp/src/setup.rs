@@ -1,10 +1,11 @@
-//! What ACP adds to a session ([`SessionSetup`]): the file system through the client when it
+//! What ACP adds to its sessions ([`SessionSetup`], one per workspace registry): the file system through the client when it
 //! offers one ([`ClientFs`]), questions as `session/request_permission` ([`AcpAsker`]), the
 //! events as `session/update` ([`AcpSink`]), extension dialogs unavailable (ACP has no such
 //! request; extension failures are logged).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -12,7 +13,7 @@ use pi_core::agent::WeakAgent;
 use pi_core::approval::{ApprovalPolicy, Asker, Gate};
 use pi_core::extension::{ExtensionErrorInfo, ExtensionUi};
 use pi_core::fs::{DiskFs, Fs};
-use pi_core::harness::{SessionListener, SessionSetup, Tracker};
+use pi_core::harness::{MessageLevel, SessionListener, SessionSetup, Tracker};
 use pi_core::resources::WorkspaceConfig;
 use pi_core::sandbox::Approver;
 use pi_core::settings::Settings;
@@ -26,53 +27,90 @@ use crate::updates::AcpSink;
 /// The system prompt guideline when edits go through the client's buffers.
 pub const CLIENT_FS_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";
 
-/// The client's file system capabilities.
+/// The client's capabilities a session's parts follow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientFsCaps {
     /// `fs.readTextFile`.
     pub read: bool,
     /// `fs.writeTextFile`.
     pub write: bool,
+    /// `session.compaction`: the client takes `compaction_update`.
+    pub compaction: bool,
 }
 
-/// One session's ACP setup.
+/// What ACP keeps per session besides the harness's own: who asks its questions and its
+/// model's context window (for `usage_update.size`).
+pub struct PerSession {
+    /// Asks the client (`session/request_permission`) for this session.
+    pub asker: Arc<AcpAsker>,
+    /// The model's context window in tokens (the edge keeps it current).
+    pub context_window: Arc<Mutex<u64>>,
+    /// The session's title: its name, else its first prompt (the edge sets it on opening;
+    /// the sink from the first prompt when empty).
+    pub title: Arc<Mutex<Option<String>>>,
+}
+
+/// The ACP setup of one workspace's [`pi_core::harness::Sessions`]: one per folder set this
+/// connection opens sessions in. Every hook is told the session's id, so the parts that name
+/// it on the wire (`fs/*`, `session/request_permission`, `session/update`) are made per
+/// session; messages said while a session is being opened wait in [`AcpSetup::take_notices`].
 pub struct AcpSetup {
     conn: Arc<Conn>,
     root: PathBuf,
     fs_caps: ClientFsCaps,
-    /// The session's id, known once its file exists (set when the session is built).
-    pub session_id: Arc<OnceLock<String>>,
-    asker: Arc<AcpAsker>,
-    /// The model's context window in tokens (the session keeps it current).
-    pub context_window: Arc<Mutex<u64>>,
+    per: Mutex<HashMap<String, Arc<PerSession>>>,
+    notices: Mutex<Vec<String>>,
 }
 
 impl AcpSetup {
-    /// The setup of a session in `root` over `conn`.
+    /// The setup of sessions in `root` over `conn`.
     pub fn new(conn: Arc<Conn>, root: PathBuf, fs_caps: ClientFsCaps) -> AcpSetup {
-        let session_id = Arc::new(OnceLock::new());
-        let asker = Arc::new(AcpAsker::new(
-            conn.clone(),
-            session_id.clone(),
-            root.clone(),
-        ));
         AcpSetup {
             conn,
             root,
             fs_caps,
-            session_id,
-            asker,
-            context_window: Arc::new(Mutex::new(0)),
+            per: Mutex::default(),
+            notices: Mutex::default(),
         }
+    }
+
+    /// Session `id`'s ACP state (made on first use).
+    pub fn per_session(&self, id: &str) -> Arc<PerSession> {
+        self.per
+            .lock()
+            .entry(id.to_string())
+            .or_insert_with(|| {
+                Arc::new(PerSession {
+                    asker: Arc::new(AcpAsker::new(
+                        self.conn.clone(),
+                        id.to_string(),
+                        self.root.clone(),
+                    )),
+                    context_window: Arc::new(Mutex::new(0)),
+                    title: Arc::default(),
+                })
+            })
+            .clone()
+    }
+
+    /// Forgets session `id`'s state (it was closed).
+    pub fn forget(&self, id: &str) {
+        self.per.lock().remove(id);
+    }
+
+    /// The messages the registry said while opening or creating a session (a fork, repairs, a
+    /// model chosen instead of the one asked for), for the edge to tell that session's user.
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notices.lock())
     }
 }
 
 impl SessionSetup for AcpSetup {
-    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+    fn fs(&self, session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
         if self.fs_caps.read || self.fs_caps.write {
             let fs = ClientFs::new(
                 self.conn.clone(),
-                self.session_id.clone(),
+                session_id.to_string(),
                 self.root.clone(),
                 self.fs_caps.read,
                 self.fs_caps.write,
@@ -92,18 +130,17 @@ impl SessionSetup for AcpSetup {
     }
 
     fn sandbox_approver(&self, session_id: &str) -> Option<Arc<dyn Approver>> {
-        let _ = self.session_id.set(session_id.to_string());
-        Some(self.asker.clone())
+        Some(self.per_session(session_id).asker.clone())
     }
 
     fn gate(&self, ws: &WorkspaceConfig, session_id: &str, tracker: &Arc<Tracker>) -> Arc<Gate> {
-        let _ = self.session_id.set(session_id.to_string());
-        self.asker.set_tracker(tracker.clone());
+        let asker = self.per_session(session_id).asker.clone();
+        asker.set_tracker(tracker.clone());
         let settings = ws.settings();
         Arc::new(Gate::new(
             self.default_policy(&settings),
             pi_core::approval::rules_from_settings(&settings.merged),
-            Some(self.asker.clone() as Arc<dyn Asker>),
+            Some(asker as Arc<dyn Asker>),
             ws.trusted().then(|| ws.root().to_path_buf()),
             "nobody can be asked for approval here",
         ))
@@ -121,13 +158,22 @@ impl SessionSetup for AcpSetup {
     }
 
     fn listeners(&self, session_id: &str, _agent: &WeakAgent) -> Vec<Arc<dyn SessionListener>> {
-        let _ = self.session_id.set(session_id.to_string());
+        let per = self.per_session(session_id);
         vec![Arc::new(AcpSink::new(
             self.conn.clone(),
             session_id.to_string(),
             self.root.clone(),
-            self.context_window.clone(),
+            per.context_window.clone(),
+            per.title.clone(),
+            self.fs_caps.compaction,
         ))]
+    }
+
+    /// Kept for the session being opened: the edge sends it as an `agent_message_chunk`
+    /// once the client knows the session.
+    fn show_message(&self, _level: MessageLevel, message: String) {
+        tracing::info!("{message}");
+        self.notices.lock().push(message);
     }
 }
 

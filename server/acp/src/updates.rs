@@ -9,7 +9,10 @@
 //!   `tool_call_update` (in_progress; bash's streamed output as content; completed / failed
 //!   with the result text and, for edits, `diff` contents);
 //! - usage notices → `usage_update` (context used / window, cost in USD); the end of a run →
-//!   `session_info_update` (`updatedAt`);
+//!   `session_info_update` (`title`: the session's name, else its first prompt; `updatedAt`);
+//! - a compaction → `compaction_update` (`compaction-<n>`: `in_progress`, then `completed`
+//!   with the summary, `failed` with the error, or `cancelled`) when the client opted in
+//!   (`clientCapabilities.session.compaction`);
 //! - a failed save → an `agent_message_chunk` saying the session is no longer being saved.
 
 use std::collections::HashMap;
@@ -18,9 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_client_protocol_schema::v1::{
-    ContentBlock, ContentChunk, Cost, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
-    SessionInfoUpdate, SessionNotification, SessionUpdate, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, UsageUpdate,
+    CompactionStatus, CompactionUpdate, ContentBlock, ContentChunk, Cost, Plan, PlanEntry,
+    PlanEntryPriority, PlanEntryStatus, SessionInfoUpdate, SessionNotification, SessionUpdate,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, UsageUpdate,
 };
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -40,6 +43,52 @@ pub fn send_update(conn: &Conn, session_id: &str, update: SessionUpdate) {
         "session/update",
         SessionNotification::new(session_id.to_string(), update),
     );
+}
+
+/// `session/update`s gathered into large writes (a `session/load` replay): each update is
+/// serialized into one buffer, handed to the connection every [`Batch::LIMIT`] bytes and at
+/// [`Batch::finish`] (or drop), so order with later messages is kept.
+pub struct Batch<'a> {
+    conn: &'a Conn,
+    session_id: agent_client_protocol_schema::v1::SessionId,
+    buf: String,
+}
+
+impl<'a> Batch<'a> {
+    /// Bytes gathered before they are handed to the writer.
+    pub const LIMIT: usize = 256 * 1024;
+
+    /// A batch of `session_id`'s updates over `conn`.
+    pub fn new(conn: &'a Conn, session_id: &str) -> Batch<'a> {
+        Batch {
+            conn,
+            session_id: session_id.to_string().into(),
+            buf: String::with_capacity(Batch::LIMIT + 4096),
+        }
+    }
+
+    /// Adds one update.
+    pub fn push(&mut self, update: SessionUpdate) {
+        let n = SessionNotification::new(self.session_id.clone(), update);
+        crate::rpc::push_notification(&mut self.buf, "session/update", &n);
+        if self.buf.len() >= Batch::LIMIT {
+            self.conn.send_lines(std::mem::replace(
+                &mut self.buf,
+                String::with_capacity(Batch::LIMIT + 4096),
+            ));
+        }
+    }
+
+    /// Hands what is left to the writer.
+    pub fn finish(mut self) {
+        self.conn.send_lines(std::mem::take(&mut self.buf));
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.conn.send_lines(std::mem::take(&mut self.buf));
+    }
 }
 
 /// The text chunk `text` as an `agent_message_chunk` (`thought`: `agent_thought_chunk`).
@@ -70,15 +119,32 @@ pub struct AcpSink {
     stream: Arc<Mutex<Stream>>,
     /// Calls announced: id → (tool, arguments).
     calls: Mutex<HashMap<String, (String, serde_json::Value)>>,
+    /// The session's title (its name, else its first prompt), for `session_info_update`.
+    title: Arc<Mutex<Option<String>>>,
+    /// The client opted in to `compaction_update` (`clientCapabilities.session.compaction`).
+    compaction: bool,
+    /// Compactions reported so far (their ids are `compaction-<n>`).
+    compactions: Mutex<u64>,
+}
+
+/// A session title from a prompt: its first line, at most 200 characters (as session lists
+/// show it).
+pub fn title_of(prompt: &str) -> Option<String> {
+    let line = prompt.lines().find(|l| !l.trim().is_empty())?.trim();
+    Some(line.chars().take(200).collect())
 }
 
 impl AcpSink {
-    /// A sink sending `session_id`'s updates over `conn`; `cwd` resolves tool paths.
+    /// A sink sending `session_id`'s updates over `conn`; `cwd` resolves tool paths; `title`
+    /// is the session's title (set from the first prompt when empty); `compaction`: the
+    /// client takes `compaction_update`.
     pub fn new(
         conn: Arc<Conn>,
         session_id: String,
         cwd: PathBuf,
         context_window: Arc<Mutex<u64>>,
+        title: Arc<Mutex<Option<String>>>,
+        compaction: bool,
     ) -> AcpSink {
         AcpSink {
             conn,
@@ -87,6 +153,9 @@ impl AcpSink {
             context_window,
             stream: Arc::default(),
             calls: Mutex::default(),
+            title,
+            compaction,
+            compactions: Mutex::new(0),
         }
     }
 
@@ -212,10 +281,51 @@ impl SessionListener for AcpSink {
                     fields,
                 )));
             }
+            AgentEvent::MessageEnd {
+                message: Message::User(u),
+            } => {
+                let mut title = self.title.lock();
+                if title.is_none() {
+                    *title = title_of(&u.content.to_text());
+                }
+            }
             AgentEvent::AgentEnd { .. } => {
-                self.send(SessionUpdate::SessionInfoUpdate(
-                    SessionInfoUpdate::new().updated_at(chrono::Utc::now().to_rfc3339()),
-                ));
+                let mut info = SessionInfoUpdate::new().updated_at(chrono::Utc::now().to_rfc3339());
+                if let Some(t) = self.title.lock().clone() {
+                    info = info.title(t);
+                }
+                self.send(SessionUpdate::SessionInfoUpdate(info));
+            }
+            AgentEvent::CompactionStart { .. } if self.compaction => {
+                let n = {
+                    let mut c = self.compactions.lock();
+                    *c += 1;
+                    *c
+                };
+                self.send(SessionUpdate::CompactionUpdate(CompactionUpdate::new(
+                    format!("compaction-{n}"),
+                    CompactionStatus::InProgress,
+                )));
+            }
+            AgentEvent::CompactionEnd {
+                result,
+                aborted,
+                error_message,
+                ..
+            } if self.compaction => {
+                let id = format!("compaction-{}", *self.compactions.lock());
+                let update = match (result, aborted, error_message) {
+                    (Some(r), _, _) => CompactionUpdate::new(id, CompactionStatus::Completed)
+                        .summary(vec![ContentBlock::from(r.summary)])
+                        .meta(serde_json::Map::from_iter([(
+                            "pi".to_string(),
+                            serde_json::json!({"tokensBefore": r.tokens_before, "firstKeptEntryId": r.first_kept_entry_id}),
+                        )])),
+                    (None, true, _) => CompactionUpdate::new(id, CompactionStatus::Cancelled),
+                    (None, false, e) => CompactionUpdate::new(id, CompactionStatus::Failed)
+                        .error(e.unwrap_or_else(|| "the compaction failed".into())),
+                };
+                self.send(SessionUpdate::CompactionUpdate(update));
             }
             _ => {}
         }

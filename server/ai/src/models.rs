@@ -107,7 +107,8 @@ pub struct ModelCost {
     pub cache_write: f64,
 }
 
-/// Pi's thinking levels (`off`, `minimal`, `low`, `medium`, `high`, `xhigh`), in order.
+/// Pi's thinking levels (`off`, `minimal`, `low`, `medium`, `high`, `xhigh`, and Pi 1.6's
+/// opt-in `max`), in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ThinkingLevel {
@@ -117,17 +118,20 @@ pub enum ThinkingLevel {
     Medium,
     High,
     Xhigh,
+    /// Pi 1.6's level above `xhigh`, offered only where the model's `thinkingLevelMap` names it.
+    Max,
 }
 
 impl ThinkingLevel {
     /// All levels, lowest first.
-    pub const ALL: [ThinkingLevel; 6] = [
+    pub const ALL: [ThinkingLevel; 7] = [
         ThinkingLevel::Off,
         ThinkingLevel::Minimal,
         ThinkingLevel::Low,
         ThinkingLevel::Medium,
         ThinkingLevel::High,
         ThinkingLevel::Xhigh,
+        ThinkingLevel::Max,
     ];
 
     /// The level's name as Pi writes it.
@@ -139,6 +143,7 @@ impl ThinkingLevel {
             ThinkingLevel::Medium => "medium",
             ThinkingLevel::High => "high",
             ThinkingLevel::Xhigh => "xhigh",
+            ThinkingLevel::Max => "max",
         }
     }
 
@@ -254,8 +259,8 @@ impl Model {
     }
 
     /// The levels this model supports (Pi's `getSupportedThinkingLevels`): only `off` without
-    /// reasoning; a level mapped to `null` in `thinkingLevelMap` is unsupported; `xhigh` only
-    /// when the map names it.
+    /// reasoning; a level mapped to `null` in `thinkingLevelMap` is unsupported; `xhigh` and
+    /// `max` only when the map names them.
     pub fn supported_thinking_levels(&self) -> Vec<ThinkingLevel> {
         if !self.reasoning {
             return vec![ThinkingLevel::Off];
@@ -269,7 +274,7 @@ impl Model {
                     .and_then(|m| m.get(l.as_str()));
                 match (l, mapped) {
                     (_, Some(Value::Null)) => false,
-                    (ThinkingLevel::Xhigh, m) => m.is_some(),
+                    (ThinkingLevel::Xhigh | ThinkingLevel::Max, m) => m.is_some(),
                     _ => true,
                 }
             })

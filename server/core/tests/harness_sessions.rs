@@ -45,7 +45,7 @@ struct TestSetup {
 }
 
 impl SessionSetup for TestSetup {
-    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+    fn fs(&self, _session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
         (Arc::new(DiskFs::new(self.root.clone())), None)
     }
     fn gate(&self, _ws: &WorkspaceConfig, _id: &str, _tracker: &Arc<Tracker>) -> Arc<Gate> {

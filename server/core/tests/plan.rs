@@ -79,7 +79,7 @@ struct Setup {
 }
 
 impl SessionSetup for Setup {
-    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+    fn fs(&self, _session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
         (Arc::new(DiskFs::new(self.root.clone())), None)
     }
     fn gate(&self, _ws: &WorkspaceConfig, _id: &str, _tracker: &Arc<Tracker>) -> Arc<Gate> {

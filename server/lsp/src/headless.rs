@@ -267,7 +267,7 @@ struct HeadlessSetup {
 }
 
 impl SessionSetup for HeadlessSetup {
-    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+    fn fs(&self, _session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
         (Arc::new(DiskFs::new(self.root.clone())), None)
     }
 

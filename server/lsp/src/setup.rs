@@ -31,7 +31,7 @@ pub(crate) struct LspSetup {
 }
 
 impl SessionSetup for LspSetup {
-    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+    fn fs(&self, _session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
         let st = &self.st;
         let root = st.root();
         let fs = Arc::new(

@@ -154,8 +154,8 @@ fn thinking_budget(level: ThinkingLevel) -> u64 {
         ThinkingLevel::Minimal => 1_024,
         ThinkingLevel::Low => 2_048,
         ThinkingLevel::Medium => 8_192,
-        // `xhigh` is clamped to `high` for budget-based models.
-        ThinkingLevel::High | ThinkingLevel::Xhigh => 16_384,
+        // `xhigh` and `max` are clamped to `high` for budget-based models.
+        ThinkingLevel::High | ThinkingLevel::Xhigh | ThinkingLevel::Max => 16_384,
     }
 }
 

@@ -60,10 +60,11 @@ pub use state::SessionStatus;
 
 /// What a product adds to each of its sessions.
 pub trait SessionSetup: Send + Sync {
-    /// The file system the tools use (the disk headless, the editor's buffers in the editor)
-    /// and what runs before every `bash` call (the editor refuses while buffers differ from
+    /// The file system the tools of session `session_id` use (the disk headless, the editor's
+    /// buffers in the editor; ACP's client file system, whose requests name the session) and
+    /// what runs before every `bash` call (the editor refuses while buffers differ from
     /// disk). Called for every run's configuration.
-    fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>);
+    fn fs(&self, session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>);
     /// Guidelines added to the system prompt.
     fn guidelines(&self) -> Vec<String> {
         Vec::new()
@@ -770,7 +771,7 @@ fn build_config(
         setup.default_policy(&settings),
         crate::approval::rules_from_settings(&settings.merged),
     );
-    let (fs, before_bash) = setup.fs();
+    let (fs, before_bash) = setup.fs(id);
     let approver = setup.sandbox_approver(id);
     let late = setup.clone();
     let late_id = id.to_string();

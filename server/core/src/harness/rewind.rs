@@ -606,7 +606,7 @@ impl AgentSession {
             )));
         }
         Ok(Rewind {
-            fs: self.setup.fs().0,
+            fs: self.setup.fs(&self.id).0,
             options,
             entry_id: entry_id.to_string(),
             from,

@@ -500,7 +500,7 @@ mod tests {
     }
 
     impl SessionSetup for Setup {
-        fn fs(&self) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+        fn fs(&self, _session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
             (Arc::new(DiskFs::new(self.root.clone())), None)
         }
         fn gate(&self, _ws: &WorkspaceConfig, _id: &str, _t: &Arc<Tracker>) -> Arc<Gate> {
