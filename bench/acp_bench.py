@@ -5,6 +5,9 @@
   (the same request from a plain HTTP client → its first body byte), median of N;
 - bytes on stdout per character for the 4,500 × 8-character stream (36,000 characters; the
   LSP edge's row "bytes per streamed delta" / 8 is its figure per character);
+- bytes per character of the 36,000-character answer (deltas of 100 characters);
+- `agent_message_chunk` updates per second while a paced stream (one delta every 12 ms)
+  streams: at most about 60 (chunks coalesced as the LSP edge coalesces deltas);
 - `session/load` of a 10,000-message session: request sent → answer (its replay included).
 
 Usage: bench/acp_bench.py PI_LSP_BIN [--runs N]
@@ -92,7 +95,7 @@ def main():
         "compat": {"supportsDeveloperRole": False},
         "models": [{"id": "mock-1", "contextWindow": 128000, "maxTokens": 4096}]}}}))
     env = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), ANTHROPIC_API_KEY="", OPENAI_API_KEY="")
-    first, per_char, load, resume = [], [], [], []
+    first, per_char, per_char_answer, rate, load, resume = [], [], [], [], [], []
     try:
         for _ in range(runs):
             a = Acp(binary, ws, env)
@@ -107,6 +110,15 @@ def main():
             t, mark = a.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "deltas"}]})
             size = sum(n for _, n, _ in a.lines[mark:])
             per_char.append(size / (bench.DELTAS * bench.DELTA_CHARS))
+            t, mark = a.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "answer"}]})
+            size = sum(n for _, n, _ in a.lines[mark:])
+            per_char_answer.append(size / bench.ANSWER_CHARS)
+            # A stream paced as a real provider's (one delta per write every PACE_MS): chunk
+            # updates per second while it streams.
+            t, mark = a.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "paced"}]})
+            ts = [tt for tt, _, m in a.lines[mark:]
+                  if m.get("params", {}).get("update", {}).get("sessionUpdate") == "agent_message_chunk"]
+            rate.append((len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 else 0.0)
             a.close()
         # 10,000 messages, loaded in a new process.
         path = ws / ".pi" / "sessions"
@@ -133,8 +145,11 @@ def main():
             resume.append(a.answered[a.next] - t)
             a.close()
         med = statistics.median
+        print(f"load average {os.getloadavg()[0]:.1f}, {runs} runs")
         print(f"first agent_message_chunk after the model's first byte: {med(first):.2f} ms (median of {runs}; spread {min(first):.2f}–{max(first):.2f})")
         print(f"bytes on stdout per character, 4,500 × 8-character stream: {med(per_char):.2f} (LSP edge, docs/benchmarks.md: 41.2 per 8-char delta = {41.2 / 8:.2f} per character)")
+        print(f"bytes on stdout per character, 36,000-character answer in deltas of 100: {med(per_char_answer):.2f}")
+        print(f"agent_message_chunk updates per second, paced stream ({bench.PACED_DELTAS} deltas, one every {bench.PACE_MS} ms): {med(rate):.1f} (max {max(rate):.1f})")
         print(f"session/resume of it (no replay): {med(resume) * 1000:.1f} ms")
         print(f"session/load of a {n}-entry session ({replayed} updates replayed): {med(load) * 1000:.1f} ms (median of {runs}; spread {min(load) * 1000:.1f}–{max(load) * 1000:.1f})")
     finally:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS, DELTAS, DELTA_CHARS, ANSWER_CHARS, STREAMS = 50, 4500, 8, 36000, 8
+# Tool rounds calling an MCP server's tool (bench/mcp_bench.py).
+MCP_ROUNDS = 50
 # The paced stream: one delta per write every PACE_MS, as real providers send (~80 tokens/s).
 PACED_DELTAS, PACE_MS = 300, 12
 
@@ -49,7 +51,12 @@ class Model(BaseHTTPRequestHandler):
         def chunk(delta, finish=None):
             chunks.append("data: " + json.dumps({"id": cid, "object": "chat.completion.chunk",
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n")
-        if prompt.startswith("rounds") and results < ROUNDS:
+        if prompt.startswith("mcp") and results < MCP_ROUNDS:
+            # An MCP tool (bench/mcp_bench.py: server-everything's `echo` as server `everything`).
+            chunk({"tool_calls": [{"index": 0, "id": f"call_{results}", "type": "function",
+                   "function": {"name": "mcp__everything__echo", "arguments": json.dumps({"message": "hi"})}}]})
+            finish = "tool_calls"
+        elif prompt.startswith("rounds") and results < ROUNDS:
             chunk({"tool_calls": [{"index": 0, "id": f"call_{results}", "type": "function",
                    "function": {"name": "read", "arguments": json.dumps({"path": "small.txt"})}}]})
             finish = "tool_calls"
@@ -111,10 +118,29 @@ def model_floor(port):
     conn.close()
     return time.perf_counter() - t
 
+def prompt_floor(port, text):
+    """The model server's own time for one streamed answer to `text` (a fresh connection, the
+    whole body read), in s: the floor of a one-request prompt such as the 4,500-delta answer."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    body = json.dumps({"model": "mock-1", "stream": True,
+                       "messages": [{"role": "user", "content": text}]}).encode()
+    t = time.perf_counter()
+    conn.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+    conn.getresponse().read()
+    t = time.perf_counter() - t
+    conn.close()
+    return t
+
 def serve_model():
     """The model server in this process (`bench.py --serve-model`): prints its port, serves
     until killed."""
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            # A harness killed mid-connection (each run ends with a kill) is not an error.
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+    srv = Server(("127.0.0.1", 0), Model)
     print(srv.server_address[1], flush=True)
     srv.serve_forever()
 
@@ -126,13 +152,26 @@ def start_model():
 
 # ---------------------------------------------------------------- process helpers
 
+def _ticks(stat_path):
+    """utime + stime of a /proc stat file, in clock ticks."""
+    with open(stat_path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
 def cpu_s(pid):
-    """CPU time (user + system) the process `pid` has used so far, in s (steadier than wall
-    time on a shared machine)."""
+    """CPU time the process `pid` has used so far, in s (steadier than wall time on a shared
+    machine): each live thread's scheduler run time (`/proc/PID/task/*/schedstat`, ns) plus
+    the time of threads that already ended (the process's user + system time less its live
+    threads', `/proc/PID/stat`: clock ticks, 10 ms steps)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        clk = os.sysconf("SC_CLK_TCK")
+        group = _ticks(f"/proc/{pid}/stat")
+        live_ns, live_ticks = 0, 0
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                live_ns += int(f.read().split()[0])
+            live_ticks += _ticks(f"/proc/{pid}/task/{t}/stat")
+        return live_ns / 1e9 + max(group - live_ticks, 0) / clk
     except (OSError, IndexError, ValueError):
         return float("nan")
 
@@ -176,9 +215,14 @@ class Reader:
     def next(self, timeout=120):
         return self.q.get(timeout=timeout)
 
+# What a launcher sets to save the server its start-up `exec` (server/lsp/src/memory.rs): the
+# environment glibc's mmap threshold fix would give it.
+THRESHOLD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "PI_LSP_MMAP_THRESHOLD_SET": "1"}
+
 class PiLsp:
-    def __init__(self, binary, ws, agent):
-        env = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), OPENAI_API_KEY="", ANTHROPIC_API_KEY="")
+    def __init__(self, binary, ws, agent, env=None):
+        env = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), OPENAI_API_KEY="", ANTHROPIC_API_KEY="",
+                   **(env or {}))
         self.t0 = time.perf_counter()
         self.p = subprocess.Popen([binary], cwd=ws, env=env, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -331,13 +375,22 @@ def measure(args, port, tmp):
         # start -> ready, rounds, RSS, deltas, answer
         floor = min(model_floor(port) for _ in range(3))
         fig.setdefault("floor", []).append(floor)
+        dfloor = min(prompt_floor(port, "deltas please") for _ in range(3))
+        fig.setdefault("deltas floor", []).append(dfloor)
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize(); t_ready = time.perf_counter() - s.t0
         rss_idle = peak_rss_mb(s.p.pid)
         c = cpu_s(s.p.pid)
+        c_ready = c
+        # Started with the threshold already in the environment (no second `exec`).
+        s2 = PiLsp(args.pi_lsp, ws, agent, THRESHOLD_ENV); s2.initialize()
+        t_ready_env = time.perf_counter() - s2.t0; c_ready_env = cpu_s(s2.p.pid); s2.close()
         t = time.perf_counter(); s.prompt_to_end("rounds please"); t_rounds = time.perf_counter() - t
         c_rounds = cpu_s(s.p.pid) - c
         rss = peak_rss_mb(s.p.pid)
-        b0 = s.r.bytes; s.prompt_to_end("deltas please"); b_delta = (s.r.bytes - b0) / DELTAS
+        c = cpu_s(s.p.pid)
+        b0 = s.r.bytes; t = time.perf_counter(); s.prompt_to_end("deltas please")
+        t_deltas = time.perf_counter() - t; c_deltas = cpu_s(s.p.pid) - c
+        b_delta = (s.r.bytes - b0) / DELTAS
         c = cpu_s(s.p.pid)
         t = time.perf_counter(); s.prompt_to_end("answer please"); t_answer = time.perf_counter() - t
         c_answer = cpu_s(s.p.pid) - c
@@ -361,21 +414,31 @@ def measure(args, port, tmp):
         b0 = s.r.bytes; s.prompt_to_end("paced please"); b_paced = (s.r.bytes - b0) / PACED_DELTAS
         s.close()
         q_ready, q_rss_idle, q_rounds, q_c_rounds, q_rss, q_delta, q_answer, q_c_answer = ([] for _ in range(8))
+        q_c_ready, q_deltas, q_c_deltas = [], [], []
         for pi in args.pi:
             q = Pi(pi, ws, agent, sessions); q.request("get_state"); q_ready.append(time.perf_counter() - q.t0)
             q_rss_idle.append(peak_rss_mb(q.p.pid))
             c = cpu_s(q.p.pid)
+            q_c_ready.append(c)
             t = time.perf_counter(); q.prompt_to_end("rounds please"); q_rounds.append(time.perf_counter() - t)
             q_c_rounds.append(cpu_s(q.p.pid) - c)
             q_rss.append(peak_rss_mb(q.p.pid))
-            b0 = q.r.bytes; q.prompt_to_end("deltas please"); q_delta.append((q.r.bytes - b0) / DELTAS)
+            c = cpu_s(q.p.pid)
+            b0 = q.r.bytes; t = time.perf_counter(); q.prompt_to_end("deltas please")
+            q_deltas.append(time.perf_counter() - t); q_c_deltas.append(cpu_s(q.p.pid) - c)
+            q_delta.append((q.r.bytes - b0) / DELTAS)
             c = cpu_s(q.p.pid)
             t = time.perf_counter(); q.prompt_to_end("answer please"); q_answer.append(time.perf_counter() - t)
             q_c_answer.append(cpu_s(q.p.pid) - c)
             q.close()
         rec("start → ready (s)", t_ready, q_ready)
+        rec("CPU time to ready (s)", c_ready, q_c_ready)
+        rec("start → ready, the mmap threshold set by the launcher (no second exec) (s)", t_ready_env, q_ready)
+        rec("CPU time to ready, the same (s)", c_ready_env, q_c_ready)
         rec("peak RSS when ready (MiB)", rss_idle, q_rss_idle)
         rec(f"{ROUNDS} tool rounds, prompt → agent_end (s)", t_rounds, q_rounds)
+        rec(f"harness overhead per tool round (s; time − the model's floor, same run)",
+            (t_rounds - floor) / ROUNDS, [(x - floor) / ROUNDS for x in q_rounds])
         rec(f"CPU time of the {ROUNDS} tool rounds (s)", c_rounds, q_c_rounds)
         rec(f"peak RSS after the {ROUNDS} rounds (MiB)", rss, q_rss)
         rec(f"bytes to the client per streamed delta ({DELTAS} × {DELTA_CHARS} chars)", b_delta, q_delta)
@@ -384,6 +447,10 @@ def measure(args, port, tmp):
         rec("compact, one event per delta (`coalesceDeltasMs: 0`)", b_compact_single, q_delta)
         rec(f"paced stream ({PACED_DELTAS} deltas, one per write every {PACE_MS} ms; Pi: its figure above)", b_paced, q_delta)
         rec("the paced stream, `compactDeltas: true`", b_paced_compact, q_delta)
+        rec(f"{DELTAS:,}-delta answer, prompt → agent_end (s)", t_deltas, q_deltas)
+        rec(f"{DELTAS:,}-delta answer: harness overhead (s; time − the model's floor, same run)",
+            t_deltas - dfloor, [x - dfloor for x in q_deltas])
+        rec(f"CPU time of the {DELTAS:,}-delta answer (s)", c_deltas, q_c_deltas)
         rec(f"{ANSWER_CHARS:,}-character answer, prompt → agent_end (s)", t_answer, q_answer)
         rec(f"CPU time of the {ANSWER_CHARS:,}-character answer (s)", c_answer, q_c_answer)
         # session opens
@@ -447,15 +514,17 @@ def measure(args, port, tmp):
 NOTES_HEADING = "## Profiles, and the goals still missed"
 
 def fmt(v):
+    if abs(v) < 0.01:
+        return f"{v * 1000:.2f} ms"
     return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
 
 def report(fig, args, out_md, chart_dir):
     names = args.pi_name
     rows = []
     for key, v in fig.items():
-        if key.startswith("memory:") or key == "floor":
+        if key.startswith("memory:") or key in ("floor", "deltas floor"):
             continue
-        show = (lambda x: f"{x:.1f}") if "(s)" not in key else fmt
+        show = (lambda x: f"{x:.1f}") if "(s)" not in key and "(s;" not in key else fmt
         row = [key, show(statistics.median(v["ours"])), f"{show(min(v['ours']))}–{show(max(v['ours']))}"]
         for pis in v["pi"]:
             ratios = [p / o for o, p in zip(v["ours"], pis) if o > 0] or [float("nan")]

@@ -16,12 +16,20 @@
 //! the variable set, then takes it out of the environment so the processes the server starts
 //! (shell commands, tools) do not inherit it. A threshold the user set (the variable, or
 //! `GLIBC_TUNABLES` naming `mmap_threshold`) is left alone; so is any other C library.
+//!
+//! Starting again costs a second `exec` (the loader, the executable's relocations, the C
+//! library's set-up): about 1 ms of CPU of a 5-7 ms start (docs/benchmarks.md). A launcher
+//! that can set the environment saves it by starting the server the way the `exec` would:
+//! with `MALLOC_MMAP_THRESHOLD_=131072` and `PI_LSP_MMAP_THRESHOLD_SET=1` (the two are then
+//! taken out of the environment of the processes the server starts, as after the `exec`).
+//! `PI_LSP_MMAP_THRESHOLD_SET=1` alone skips the fix (no `exec`, glibc's dynamic threshold).
 
 /// The fixed mmap threshold: glibc's own starting value (bytes).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MMAP_THRESHOLD: &str = "131072";
 
-/// Set (with the threshold) by the server for the process it becomes.
+/// Set (with the threshold) by the server for the process it becomes, or by a launcher that
+/// set the threshold itself (see the module docs).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MARK: &str = "PI_LSP_MMAP_THRESHOLD_SET";
 
