@@ -28,3 +28,4 @@ pub(crate) mod setup;
 pub mod shutdown;
 pub(crate) mod sink;
 pub mod transport;
+mod wire_ts;

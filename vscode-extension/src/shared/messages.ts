@@ -9,14 +9,17 @@
  * Rules for changing this file (both engineers): only ADD optional fields or new message types,
  * each with a doc comment; never rename or remove.
  */
+import type { AgentEventParams, AttentionParams, QueueUpdateParams, UsageParams } from "./wire";
 
-/** A JSON-RPC notification from the server, relayed unchanged (`params` as the server sent it). */
-export interface ServerNotification {
-  /** e.g. `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, `$/progress`,
-   * `agent/ui/notification`. */
-  method: string;
-  params: any;
-}
+/** A JSON-RPC notification from the server, relayed unchanged (`params` as the server sent it,
+ * typed by the generated wire types, wire.ts). */
+export type ServerNotification =
+  | { method: "agent/event"; params: AgentEventParams }
+  | { method: "agent/queueUpdate"; params: QueueUpdateParams }
+  | { method: "agent/usage"; params: UsageParams }
+  | { method: "agent/attention"; params: AttentionParams }
+  /** Not read by the webview (`agent/ui/notification`, `agent/didWriteDocument`, `$/…`). */
+  | { method: "agent/ui/notification" | "agent/didWriteDocument"; params: unknown };
 
 /** A JSON-RPC error as the server (or the host) answered it. */
 export interface RpcError {
@@ -74,7 +77,8 @@ export interface NotificationsMessage {
 export interface ResponseMessage {
   type: "response";
   requestId: number;
-  result?: any;
+  /** The method's result (panelMethods.ts `PanelResult` of the request's method). */
+  result?: unknown;
   error?: RpcError;
 }
 
@@ -84,7 +88,8 @@ export interface ServerRequestMessage {
   type: "serverRequest";
   requestId: number;
   method: "agent/requestPermission" | "agent/ui/request";
-  params: any;
+  /** The server's params (cards.ts reads them). */
+  params: unknown;
 }
 
 /** The server request was answered elsewhere (a notification while the panel was hidden) or
@@ -194,8 +199,10 @@ export interface ReadyMessage {
 export interface RequestMessage {
   type: "request";
   requestId: number;
+  /** Page script names it: the host relays it only when it is a panel method. */
   method: string;
-  params: any;
+  /** `PanelParams` of the method (the server checks them). */
+  params: unknown;
 }
 
 /** The panel now shows that session: the host routes that session's notifications to it. */
@@ -209,7 +216,7 @@ export interface AttachMessage {
 export interface ServerResponseMessage {
   type: "serverResponse";
   requestId: number;
-  result: any;
+  result: unknown;
 }
 
 /** Open VS Code's diff editor for one agent edit (`preserveFocus: true`). */

@@ -37,6 +37,7 @@ pub(crate) fn mode_name(m: QueueMode) -> QueueModeName {
 
 /// `agent/queue/remove` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QueueRemoveParams {
     pub session_id: String,
@@ -45,6 +46,7 @@ pub struct QueueRemoveParams {
 
 /// `agent/queue/remove` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueRemoveResult {
     /// False when the message is not queued (delivered already, dropped, or unknown).
@@ -53,6 +55,7 @@ pub struct QueueRemoveResult {
 
 /// `agent/queue/edit` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QueueEditParams {
     pub session_id: String,
@@ -64,6 +67,7 @@ pub struct QueueEditParams {
 
 /// `agent/queue/edit` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueEditResult {
     /// False when the message is not queued (delivered already, dropped, or unknown).
