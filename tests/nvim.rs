@@ -1,4 +1,4 @@
-//! End to end in a real editor: headless Neovim (0.10+) runs `tests/nvim/prompt_spec.lua`,
+//! End to end in a real editor: headless Neovim (0.10+) runs `nvim-plugin/test/lsp/prompt_spec.lua`,
 //! which starts the real `pi-lsp` binary with Neovim's own LSP client and sends one
 //! `agent/prompt` against the loopback mock model. The agent reads the unsaved buffer, edits
 //! it through Neovim's own `workspace/applyEdit` handler, and `bash` sees the edit on disk.
@@ -123,7 +123,7 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
         ("PI_FILE", file.display().to_string()),
         ("PI_OUT", out_path.display().to_string()),
     ]);
-    let spec = repo_root().join("tests/nvim/prompt_spec.lua");
+    let spec = repo_root().join("nvim-plugin/test/lsp/prompt_spec.lua");
     let mut cmd = tokio::process::Command::new(&nvim);
     cmd.args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "-l"])
         .arg(&spec)
@@ -352,7 +352,7 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     assert_eq!(mock.requests().len(), 4);
 }
 
-/// Runs `tests/nvim/<spec>` in headless `nvim` with the server's env plus `PI_LSP_BIN`,
+/// Runs `nvim-plugin/test/lsp/<spec>` in headless `nvim` with the server's env plus `PI_LSP_BIN`,
 /// `PI_WS`, `PI_FILE` and `PI_OUT`; returns what the spec wrote to `PI_OUT` (panics with the
 /// spec's output, stderr and Neovim's LSP log when it failed).
 async fn run_spec(
@@ -383,7 +383,7 @@ async fn run_spec(
     ]);
     let mut cmd = tokio::process::Command::new(nvim);
     cmd.args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "-l"])
-        .arg(repo_root().join("tests/nvim").join(spec))
+        .arg(repo_root().join("nvim-plugin/test/lsp").join(spec))
         .current_dir(ws)
         .env_remove("NVIM")
         .env_remove("NVIM_APPNAME")

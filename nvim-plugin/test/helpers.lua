@@ -90,7 +90,8 @@ Child.__index = Child
 
 --- Starts a child Neovim with the plugin on 'runtimepath', `setup_lua` run after it, the
 --- workspace `ws` as its current folder and `models_json` as the agent's models.json.
---- opts: {ws, models_json?, setup = "lua code", init = "lua code"?, path_prepend?, cols?, rows?}
+--- opts: {ws, models_json?, agent_files? ({name = text} in the agent dir), setup = "lua code",
+--- init = "lua code"?, path_prepend?, cols?, rows?}
 function H.child(opts)
   local home = H.tmpdir('home')
   local agent = home .. '/agent'
@@ -98,12 +99,18 @@ function H.child(opts)
   if opts.models_json then
     H.write(agent .. '/models.json', vim.json.encode(opts.models_json))
   end
+  for name, text in pairs(opts.agent_files or {}) do
+    H.write(agent .. '/' .. name, text)
+  end
   local init = home .. '/init.lua'
   H.write(
     init,
     table.concat({
       'vim.opt.runtimepath:prepend(' .. vim.inspect(H.plugin_dir) .. ')',
       'vim.opt.shortmess:append("I")',
+      -- No Python/Ruby/Perl/Node providers: `has('python3')` (python's ftplugin) would start
+      -- an interpreter to probe for pynvim, seconds on a loaded machine.
+      'vim.g.loaded_python3_provider = 0; vim.g.loaded_ruby_provider = 0; vim.g.loaded_perl_provider = 0; vim.g.loaded_node_provider = 0',
       'vim.cmd("runtime plugin/pi.lua")',
       'require("pi").setup(vim.tbl_deep_extend("force", {cmd = {' .. vim.inspect(H.bin) .. '}, trust = false}, ' .. (opts.setup or '{}') .. '))',
       opts.init or '',

@@ -221,6 +221,16 @@ H.case('a model server that is down is said in the user words; an abort during t
   c:stop()
 end)
 
+-- Whether the server has `agent/continue` (`:Pi retry`; the chat offers it after a failure).
+local HAS_CONTINUE = [[
+  local client = require('pi.client')
+  return client.has_method(client.roots[client.root_of(0)], 'agent/continue')
+]]
+local PROMPT_TEXT = [[
+  local client = require('pi.client')
+  return require('pi.prompt').text(require('pi.chat').current(client.roots[client.root_of(0)]))
+]]
+
 H.case('a model server error is said once in its own words; the retries say "same error"', function()
   local fail = { status = 500, error = 'trial internal error' }
   local mock = H.mock({ fail, fail, fail })
@@ -245,10 +255,11 @@ H.case('a model server error is said once in its own words; the retries say "sam
       '',
       '✗ gave up after 2 attempts (same error)',
       '',
-    }, '\n'),
+    }, '\n') .. (c:lua(HAS_CONTINUE) and '\n↻ :Pi retry runs it again (your message is not repeated)\n' or ''),
     text,
     'chat text'
   )
+  H.eq('hello?', c:lua(PROMPT_TEXT), 'the failed prompt back in the prompt buffer')
   c:stop()
   mock.stop()
 end)

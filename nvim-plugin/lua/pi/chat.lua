@@ -72,6 +72,15 @@ function M.get(root, session_id)
   vim.b[buf].pi_root = root.root
   c.buf = buf
   c.writer = render.new(buf, config.values.chat.flush_ms)
+  -- The plan block at the top changed height: the rows the chat and its questions hold move.
+  c.writer.shifted[#c.writer.shifted + 1] = function(delta)
+    for _, t in pairs(c.tools) do
+      if t.row then
+        t.row = t.row + delta
+      end
+    end
+    require('pi.permission').shift(c, delta)
+  end
   -- The chat's window closed (`:q`, CTRL-W c): its prompt goes with it, unless the chat is
   -- still shown in another window of that tabpage.
   api.nvim_create_autocmd('WinClosed', {
@@ -139,8 +148,47 @@ M.status_mark = status_mark
 function Chat:user_block(text, label)
   local w = self.writer
   w:blank()
+  if not label then
+    -- Each turn is a checkpoint: its header says how to go back to before it or edit it.
+    local km = config.values.keymaps.chat or {}
+    local keys = {}
+    if km.rewind_turn then
+      keys[#keys + 1] = km.rewind_turn .. ' rewind to here'
+    end
+    if km.edit_turn then
+      keys[#keys + 1] = km.edit_turn .. ' edit'
+    end
+    if #keys > 0 then
+      w:mark(function(row)
+        status_mark(self, row, ' ⟲ ' .. table.concat(keys, ' · '), HL.dim)
+      end)
+    end
+  end
   w:append('## ' .. (label or 'You') .. '\n')
   w:append((text ~= '' and text or '(empty)') .. '\n')
+end
+
+--- The user message (turn) whose block holds row `row` (1-based): `(k, first_line)` where `k`
+--- counts the turns from the chat's end (1: the last), or nil.
+function Chat:turn_at(row)
+  local lines = api.nvim_buf_get_lines(self.buf, 0, -1, false)
+  local header
+  for i = math.min(row, #lines), 1, -1 do
+    if lines[i]:match('^## ') then
+      header = lines[i] == '## You' and i or nil
+      break
+    end
+  end
+  if not header then
+    return nil
+  end
+  local k = 0
+  for i = #lines, header, -1 do
+    if lines[i] == '## You' then
+      k = k + 1
+    end
+  end
+  return k, lines[header + 1]
 end
 
 function Chat:assistant_header(model)
@@ -247,6 +295,7 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
           pcall(api.nvim_buf_del_extmark, self.buf, render.ns, t.mark)
         end
         t.mark = status_mark(self, t.row, ' ' .. status .. dur, is_error and HL.fail or HL.ok, nil, t.col)
+        t.done = true
         if t.live then
           pcall(api.nvim_buf_del_extmark, self.buf, render.ns, t.live)
           t.live = nil
@@ -262,6 +311,10 @@ function Chat:tool_result(id, name, result, is_error, elapsed)
     body, lang = udiff, 'diff'
   else
     body = util.content_text(type(result) == 'table' and result.content or result)
+    if name == 'bash' or name:sub(1, 1) == '$' then
+      -- As a terminal leaves it: no escape codes, a progress line once.
+      body = util.terminal_text(body)
+    end
     lang = ''
   end
   body = body:gsub('\n+$', '')
@@ -319,7 +372,272 @@ function Chat:set_state(state)
   end
 end
 
---- `agent/event` params `{sessionId, runId, event}`.
+--- What each `agent/event` kind does to the chat: `EVENTS[type](chat, event)`, one small
+--- handler per kind (Pi's `AgentEvent` types).
+local EVENTS = {}
+
+--- The streamed parts of an assistant message (`message_update`'s `assistantMessageEvent`).
+local STREAM = {}
+
+function STREAM.text_delta(self, a)
+  if self.block ~= 'text' then
+    self:text_start()
+  end
+  self.streamed = true
+  self:text(a.delta)
+end
+
+function STREAM.thinking_delta(self, a)
+  if self.block ~= 'thinking' then
+    self:thinking_start()
+  end
+  self.streamed = true
+  self.writer:append(a.delta)
+end
+
+function STREAM.text_start(self)
+  self:text_start()
+end
+
+function STREAM.thinking_start(self)
+  self:thinking_start()
+end
+
+function STREAM.thinking_end(self)
+  if self.block == 'thinking' then
+    self:thinking_end()
+  end
+end
+
+function STREAM.toolcall_start(self)
+  -- Arguments stream before the call runs (a long `write`): say so in the statusline.
+  self:set_state('preparing a tool call')
+end
+
+function EVENTS.message_update(self, ev)
+  local a = ev.assistantMessageEvent
+  local fn = type(a) == 'table' and STREAM[a.type]
+  if fn then
+    fn(self, a)
+  end
+end
+
+--- Draws the last lines of a running tool's output (`partial`: its partial result) as virtual
+--- lines under its header, as a terminal leaves them.
+local function draw_live(self, t, partial)
+  if t.done or not api.nvim_buf_is_valid(self.buf) then
+    return
+  end
+  t.live_at = vim.uv.hrtime()
+  local text = util.terminal_text(util.content_text(partial.content))
+  local lines = vim.split(text:gsub('\n+$', ''), '\n', { plain = true })
+  local vl = {}
+  for i = math.max(1, #lines - 4), #lines do
+    vl[#vl + 1] = { { '  ┊ ' .. lines[i], HL.dim } }
+  end
+  t.live = api.nvim_buf_set_extmark(self.buf, render.ns, t.row, 0, { id = t.live, virt_lines = vl })
+end
+
+function EVENTS.tool_execution_update(self, ev)
+  local t = self.tools[ev.toolCallId]
+  if t and t.row and ev.partialResult then
+    -- At most one draw per 50 ms; the latest output is drawn at the end of the interval
+    -- (an update coming too soon is never lost).
+    t.partial = ev.partialResult
+    local wait = t.live_at and (50e6 - (vim.uv.hrtime() - t.live_at)) or 0
+    if wait <= 0 then
+      draw_live(self, t, t.partial)
+    elseif not t.live_timer then
+      t.live_timer = true
+      vim.defer_fn(function()
+        t.live_timer = nil
+        draw_live(self, t, t.partial)
+      end, math.ceil(wait / 1e6))
+    end
+  end
+end
+
+function EVENTS.agent_start(self, ev)
+  if self.highlighter == 'treesitter' and not self.hl_paused then
+    self.hl_paused = require('pi.highlight').pause(self.buf, config.values.chat.treesitter_max_live_lines)
+  end
+  if not (self.state == 'sending' and self.run_started) then
+    self.run_started = vim.uv.hrtime()
+  end
+  self.last_error = nil
+  self.same_error = false
+  self.running = true
+  self.streamed = false
+  self.aborting = false
+  self:set_state('running')
+end
+
+function EVENTS.message_start(self, ev)
+  local m = ev.message or {}
+  if m.role == 'user' then
+    -- The user's own new message: every window of the chat follows the answer again.
+    self.writer:pin_all()
+    self:user_block(util.content_text(m.content))
+  elseif m.role == 'assistant' then
+    self:assistant_header(m.provider and m.model and (m.provider .. '/' .. m.model) or nil)
+  elseif m.role == 'custom' and m.display ~= false then
+    self:user_block(util.content_text(m.content), m.customType or 'message')
+  end
+end
+
+function EVENTS.message_end(self, ev)
+  local m = ev.message or {}
+  if m.role == 'assistant' then
+    if self.block == 'thinking' then
+      self:thinking_end()
+    end
+    self.writer:newline()
+    local empty = self.header_pending ~= nil
+    if m.stopReason == 'error' then
+      -- A failed request without content: one line, no header (a retry may follow).
+      -- The same failure again (a retry that failed alike) is said once: the retry line
+      -- then says "same error".
+      local err = util.model_error(m.errorMessage or 'the model request failed')
+      self.same_error = err == self.last_error
+      if not self.same_error then
+        self:line('✗ ' .. err)
+      end
+      self.last_error = err
+      self.failed = err
+    elseif m.stopReason == 'aborted' then
+      -- Stopped from here: the "stopping…" line and the report say it.
+      if not empty and not self.aborting then
+        self:line('_■ stopped_')
+      end
+    elseif m.stopReason == 'length' then
+      self:line('_(the answer hit the output limit)_')
+    end
+    self.header_pending = nil
+  end
+end
+
+function EVENTS.tool_execution_start(self, ev)
+  if self.state ~= 'running' and self.state ~= 'stopping' then
+    self:set_state('running')
+  end
+  self:tool_header(ev.toolCallId, ev.toolName, ev.args, 'running')
+end
+
+function EVENTS.tool_execution_end(self, ev)
+  local t = self.tools[ev.toolCallId]
+  local elapsed = t and (vim.uv.hrtime() - t.t0) / 1e9 or nil
+  self:tool_result(ev.toolCallId, ev.toolName, ev.result, ev.isError, elapsed)
+  local text = {}
+  for _, blk in ipairs(type(ev.result) == 'table' and ev.result.content or {}) do
+    if blk.type == 'text' then
+      text[#text + 1] = blk.text
+    end
+  end
+  require('pi.permission').result(self, ev.toolCallId, table.concat(text, '\n'), ev.isError)
+end
+
+function EVENTS.agent_end(self, ev)
+  self.running = false
+  -- What waited for the run's end (the user's own command's block) is drawn now.
+  local after = self.after_run or {}
+  self.after_run = nil
+  if self.compact_after_run then
+    -- `:Pi compact` given during the run: the server compacts now.
+    self.compact_after_run = false
+    self:compaction_start('manual')
+  end
+  -- A delivered message is in the conversation (drawn as its own block) and no longer waits:
+  -- an aborted response never reports it consumed, so it leaves the queue now.
+  local dropped = false
+  for id, q in pairs(self.queue) do
+    if q.state == 'delivered' then
+      self.queue[id] = nil
+      dropped = true
+    end
+  end
+  if dropped then
+    self.queue_order = vim.tbl_filter(function(id)
+      return self.queue[id] ~= nil
+    end, self.queue_order)
+    require('pi.prompt').show_queue(self)
+  end
+  self.writer:newline()
+  self.writer:flush()
+  if self.hl_paused then
+    self.hl_paused = false
+    require('pi.highlight').resume(self.buf)
+  end
+  if self.failed and not self.aborting then
+    -- The failed prompt comes back to be edited; :Pi retry sends the turn again as it is.
+    if require('pi.client').has_method(self.root, 'agent/continue') then
+      self:line('↻ :Pi retry runs it again (your message is not repeated)')
+      self.writer:flush()
+    end
+    local prompt = require('pi.prompt')
+    if self.last_prompt and self.prompt_buf and vim.trim(prompt.text(self)) == '' then
+      prompt.set_text(self, self.last_prompt)
+      self.retry_text = self.last_prompt
+    end
+  end
+  self:set_state(self.failed and 'failed' or 'idle')
+  self.failed = nil
+  require('pi.permission').withdraw_session(self.session_id)
+  for _, fn in ipairs(after) do
+    fn()
+  end
+end
+
+function EVENTS.auto_retry_start(self, ev)
+  local err = util.model_error(ev.errorMessage)
+  self:line(
+    ('⟳ retry %d/%d in %.1f s%s'):format(
+      ev.attempt or 0,
+      ev.maxAttempts or 0,
+      (ev.delayMs or 0) / 1000,
+      err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')
+    )
+  )
+  self.same_error = false
+  self.failed = nil
+  self:set_state('retrying')
+  self.writer:flush()
+end
+
+function EVENTS.auto_retry_end(self, ev)
+  -- Stopped from here: the abort's report says it (not "gave up … Request was aborted").
+  if not ev.success and not self.aborting then
+    local err = util.model_error(ev.finalError)
+    local n = ev.attempt or 0
+    self:line(('✗ gave up after %d attempt%s%s'):format(n, n == 1 and '' or 's', err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')))
+  end
+  self:set_state(self.running and 'running' or 'idle')
+end
+
+function EVENTS.compaction_start(self, ev)
+  self:compaction_start(ev.reason)
+end
+
+function EVENTS.compaction_end(self, ev)
+  self:compaction_end(ev)
+end
+
+function EVENTS.extension_error(self, ev)
+  self:line(('✗ extension %s (%s): %s'):format(tostring(ev.extensionPath), tostring(ev.event), tostring(ev.error)))
+end
+
+function EVENTS.turn_start(self, ev)
+  -- A model request begins: said under the tail until its first event (a slow or silent
+  -- model server is seen, not guessed). Static text, no timer.
+  if not self.aborting then
+    self.waiting = true
+    self.writer:set_note('⋯ waiting for ' .. tostring(self.root.status.model or 'the model'), 'Comment')
+  end
+end
+
+function EVENTS.turn_end() end
+
+--- `agent/event` params `{sessionId, runId, event}`: the event's handler in `EVENTS` (an
+--- unknown kind is one dim line).
 function Chat:on_event(p)
   local ev = p.event
   if type(ev) ~= 'table' then
@@ -335,204 +653,103 @@ function Chat:on_event(p)
       self.writer:set_note(nil)
     end
   end
-  if ty == 'message_update' then
-    local a = ev.assistantMessageEvent
-    if not a then
-      return
-    end
-    local at = a.type
-    if at == 'text_delta' then
-      if self.block ~= 'text' then
-        self:text_start()
-      end
-      self.streamed = true
-      self:text(a.delta)
-    elseif at == 'thinking_delta' then
-      if self.block ~= 'thinking' then
-        self:thinking_start()
-      end
-      self.streamed = true
-      self.writer:append(a.delta)
-    elseif at == 'text_start' then
-      self:text_start()
-    elseif at == 'thinking_start' then
-      self:thinking_start()
-    elseif at == 'thinking_end' then
-      if self.block == 'thinking' then
-        self:thinking_end()
-      end
-    elseif at == 'toolcall_start' then
-      -- Arguments stream before the call runs (a long `write`): say so in the statusline.
-      self:set_state('preparing a tool call')
-    end
-    return
-  end
-  if ty == 'tool_execution_update' then
-    local t = self.tools[ev.toolCallId]
-    if t and t.row and ev.partialResult then
-      local now = vim.uv.hrtime()
-      if t.live_at and now - t.live_at < 50e6 then
-        return
-      end
-      t.live_at = now
-      local text = util.content_text(ev.partialResult.content)
-      local lines = vim.split(text:gsub('\n+$', ''), '\n', { plain = true })
-      local vl = {}
-      for i = math.max(1, #lines - 4), #lines do
-        vl[#vl + 1] = { { '  ┊ ' .. lines[i], HL.dim } }
-      end
-      t.live = api.nvim_buf_set_extmark(self.buf, render.ns, t.row, 0, { id = t.live, virt_lines = vl })
-    end
-    return
-  end
-  if ty == 'agent_start' then
-    if self.highlighter == 'treesitter' and not self.hl_paused then
-      self.hl_paused = require('pi.highlight').pause(self.buf, config.values.chat.treesitter_max_live_lines)
-    end
-    if not (self.state == 'sending' and self.run_started) then
-      self.run_started = vim.uv.hrtime()
-    end
-    self.last_error = nil
-    self.same_error = false
-    self.running = true
-    self.streamed = false
-    self.aborting = false
-    self:set_state('running')
-  elseif ty == 'message_start' then
-    local m = ev.message or {}
-    if m.role == 'user' then
-      -- The user's own new message: every window of the chat follows the answer again.
-      self.writer:pin_all()
-      self:user_block(util.content_text(m.content))
-    elseif m.role == 'assistant' then
-      self:assistant_header(m.provider and m.model and (m.provider .. '/' .. m.model) or nil)
-    elseif m.role == 'custom' and m.display ~= false then
-      self:user_block(util.content_text(m.content), m.customType or 'message')
-    end
-  elseif ty == 'message_end' then
-    local m = ev.message or {}
-    if m.role == 'assistant' then
-      if self.block == 'thinking' then
-        self:thinking_end()
-      end
-      self.writer:newline()
-      local empty = self.header_pending ~= nil
-      if m.stopReason == 'error' then
-        -- A failed request without content: one line, no header (a retry may follow).
-        -- The same failure again (a retry that failed alike) is said once: the retry line
-        -- then says "same error".
-        local err = util.model_error(m.errorMessage or 'the model request failed')
-        self.same_error = err == self.last_error
-        if not self.same_error then
-          self:line('✗ ' .. err)
-        end
-        self.last_error = err
-        self.failed = err
-      elseif m.stopReason == 'aborted' then
-        -- Stopped from here: the "stopping…" line and the report say it.
-        if not empty and not self.aborting then
-          self:line('_■ stopped_')
-        end
-      elseif m.stopReason == 'length' then
-        self:line('_(the answer hit the output limit)_')
-      end
-      self.header_pending = nil
-    end
-  elseif ty == 'tool_execution_start' then
-    if self.state ~= 'running' and self.state ~= 'stopping' then
-      self:set_state('running')
-    end
-    self:tool_header(ev.toolCallId, ev.toolName, ev.args, 'running')
-  elseif ty == 'tool_execution_end' then
-    local t = self.tools[ev.toolCallId]
-    local elapsed = t and (vim.uv.hrtime() - t.t0) / 1e9 or nil
-    self:tool_result(ev.toolCallId, ev.toolName, ev.result, ev.isError, elapsed)
-    local text = {}
-    for _, blk in ipairs(type(ev.result) == 'table' and ev.result.content or {}) do
-      if blk.type == 'text' then
-        text[#text + 1] = blk.text
-      end
-    end
-    require('pi.permission').result(self, ev.toolCallId, table.concat(text, '\n'), ev.isError)
-  elseif ty == 'agent_end' then
-    self.running = false
-    -- What waited for the run's end (the user's own command's block) is drawn now.
-    local after = self.after_run or {}
-    self.after_run = nil
-    if self.compact_after_run then
-      -- `:Pi compact` given during the run: the server compacts now.
-      self.compact_after_run = false
-      self:compaction_start('manual')
-    end
-    -- A delivered message is in the conversation (drawn as its own block) and no longer waits:
-    -- an aborted response never reports it consumed, so it leaves the queue now.
-    local dropped = false
-    for id, q in pairs(self.queue) do
-      if q.state == 'delivered' then
-        self.queue[id] = nil
-        dropped = true
-      end
-    end
-    if dropped then
-      self.queue_order = vim.tbl_filter(function(id)
-        return self.queue[id] ~= nil
-      end, self.queue_order)
-      require('pi.prompt').show_queue(self)
-    end
-    self.writer:newline()
-    self.writer:flush()
-    if self.hl_paused then
-      self.hl_paused = false
-      require('pi.highlight').resume(self.buf)
-    end
-    self:set_state(self.failed and 'failed' or 'idle')
-    self.failed = nil
-    require('pi.permission').withdraw_session(self.session_id)
-    for _, fn in ipairs(after) do
-      fn()
-    end
-  elseif ty == 'auto_retry_start' then
-    local err = util.model_error(ev.errorMessage)
-    self:line(
-      ('⟳ retry %d/%d in %.1f s%s'):format(
-        ev.attempt or 0,
-        ev.maxAttempts or 0,
-        (ev.delayMs or 0) / 1000,
-        err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')
-      )
-    )
-    self.same_error = false
-    self.failed = nil
-    self:set_state('retrying')
-    self.writer:flush()
-  elseif ty == 'auto_retry_end' then
-    -- Stopped from here: the abort's report says it (not "gave up … Request was aborted").
-    if not ev.success and not self.aborting then
-      local err = util.model_error(ev.finalError)
-      local n = ev.attempt or 0
-      self:line(('✗ gave up after %d attempt%s%s'):format(n, n == 1 and '' or 's', err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')))
-    end
-    self:set_state(self.running and 'running' or 'idle')
-  elseif ty == 'compaction_start' then
-    self:compaction_start(ev.reason)
-  elseif ty == 'compaction_end' then
-    self:compaction_end(ev)
-  elseif ty == 'extension_error' then
-    self:line(('✗ extension %s (%s): %s'):format(tostring(ev.extensionPath), tostring(ev.event), tostring(ev.error)))
-  elseif ty == 'turn_start' then
-    -- A model request begins: said under the tail until its first event (a slow or silent
-    -- model server is seen, not guessed). Static text, no timer.
-    if not self.aborting then
-      self.waiting = true
-      self.writer:set_note('⋯ waiting for ' .. tostring(self.root.status.model or 'the model'), 'Comment')
-    end
-    return
-  elseif ty == 'turn_end' then
-    return
+  local fn = EVENTS[ty]
+  if fn then
+    fn(self, ev)
   else
     self:line('· ' .. tostring(ty))
   end
 end
+
+M.EVENTS = EVENTS
+
+------------------------------------------------------------------------------------------
+-- The plan (agent/plan): a block at the top of the chat, replaced in place
+
+local PLAN_MARK = { completed = '[x]', in_progress = '[>]', pending = '[ ]' }
+
+--- The lines of the plan block for state `p` (`agent/plan` params), or none when there is no
+--- plan and plan mode is off. The first line is the fold's (what `foldtext` shows).
+function M.plan_lines(p)
+  local todos = type(p.todos) == 'table' and p.todos or {}
+  local mode = p.mode
+  if p.available == false or (#todos == 0 and mode ~= 'plan') then
+    return {}
+  end
+  local done, current = 0, nil
+  for _, t in ipairs(todos) do
+    if t.done then
+      done = done + 1
+    elseif t.status == 'in_progress' and not current then
+      current = t
+    end
+  end
+  local head = '### ☰ Plan'
+  if mode == 'plan' then
+    head = head .. ' · plan mode (read-only; :Pi plan leaves it)'
+  end
+  if #todos > 0 then
+    head = head .. (' · %d/%d done'):format(done, #todos)
+    if current then
+      head = head .. ' · now: ' .. tostring(current.id) .. '. ' .. tostring(current.text):gsub('\n.*', ' …')
+    end
+  else
+    head = head .. ' · no steps yet'
+  end
+  local lines = { head }
+  for _, t in ipairs(todos) do
+    local mark = PLAN_MARK[t.status] or (t.done and '[x]' or '[ ]')
+    local prio = (t.priority == 'high' or t.priority == 'low') and (' (' .. t.priority .. ')') or ''
+    lines[#lines + 1] = ('- %s %s. %s%s'):format(mark, tostring(t.id), (tostring(t.text):gsub('\n', ' ')), prio)
+  end
+  lines[#lines + 1] = ''
+  return lines
+end
+
+--- Reads the session's plan (`agent/plan/get`) and draws it (a chat opened on an existing
+--- session; the server pushes later changes).
+function Chat:read_plan()
+  local client = require('pi.client')
+  if not client.has_method(self.root, 'agent/plan/get') then
+    return
+  end
+  client.request(self.root, 'agent/plan/get', { sessionId = self.session_id }, 'read the plan', function(r)
+    if type(r) == 'table' then
+      self:set_plan(r)
+    end
+  end, function()
+    return true
+  end)
+end
+
+--- `agent/plan` params: the plan block is drawn again in place (never appended). The step in
+--- progress is highlighted, done ones dimmed.
+function Chat:set_plan(p)
+  self.plan = p
+  require('pi.highlight').groups()
+  local lines = M.plan_lines(p)
+  if #lines == 0 and self.writer.top == 0 then
+    -- (Marks left by a block the history's reset took away go too.)
+    pcall(api.nvim_buf_clear_namespace, self.buf, M.plan_ns, 0, -1)
+    return
+  end
+  self.writer:set_top(lines, #lines > 1 and (#lines - 2) or nil)
+  if not api.nvim_buf_is_valid(self.buf) then
+    return
+  end
+  api.nvim_buf_clear_namespace(self.buf, M.plan_ns, 0, -1)
+  for i, t in ipairs(type(p.todos) == 'table' and p.todos or {}) do
+    local hl = t.status == 'in_progress' and 'PiPlanCurrent' or (t.done and 'PiPlanDone' or nil)
+    if hl then
+      pcall(api.nvim_buf_set_extmark, self.buf, M.plan_ns, i, 0, { end_col = #lines[i + 1], hl_group = hl, priority = 150 })
+    end
+  end
+  if #lines > 0 then
+    pcall(api.nvim_buf_set_extmark, self.buf, M.plan_ns, 0, 0, { end_col = #lines[1], hl_group = 'PiPlanHeader', priority = 150 })
+  end
+end
+
+M.plan_ns = api.nvim_create_namespace('pi.plan')
 
 --- A compaction begins (`reason` manual / threshold / overflow); one asked for with
 --- `:Pi compact` is drawn once, whether or not the server also sends its events.
@@ -745,6 +962,7 @@ function Chat:load_history(done)
       end
       self:draw_entries(r.entries)
       self.writer:flush()
+      self:read_plan()
       if done then
         done()
       end
@@ -762,6 +980,7 @@ function Chat:load_history(done)
         self:draw_message(msgs[i])
       end
       self.writer:flush()
+      self:read_plan()
       if done then
         done()
       end
@@ -818,7 +1037,7 @@ function Chat:load_older()
     self.writer:prepend(lines, folds, 1)
     for _, m in ipairs(marks) do
       local d = m[4]
-      pcall(api.nvim_buf_set_extmark, self.buf, render.ns, m[2], m[3], {
+      pcall(api.nvim_buf_set_extmark, self.buf, render.ns, m[2] + self.writer.top, m[3], {
         virt_text = d.virt_text,
         virt_text_pos = d.virt_text_pos,
       })
@@ -863,14 +1082,16 @@ end
 -- Windows
 
 --- A window size: `v` lines/columns, or a fraction of `total` when < 1 (then at least `min`
---- and at most `total` less 30, so the chat stays readable beside a code window).
+--- and at most `total` less 30, so the chat stays readable beside a code window, and at most
+--- half of `total`).
 local function size(v, total, min)
   if v < 1 then
     local n = math.floor(total * v)
     if min then
       n = math.max(n, math.min(min, total - 30))
     end
-    return math.max(10, n)
+    -- A small screen (80 columns): never more than half of it.
+    return math.max(10, math.min(n, math.floor(total / 2)))
   end
   return v
 end

@@ -58,6 +58,11 @@ M.defaults = {
     --- younger than this many seconds, and asks once after that; `0` always asks, `false`
     --- never asks.
     esc_confirm_after = 20,
+    --- The editor as context of each prompt, shown as chips above the prompt (`<M-x>` drops
+    --- one): `true` for the file buffer you were in and your last visual selection there,
+    --- or `{buffer = bool, selection = bool}`; `false`: none. (`@path` in a prompt always
+    --- attaches that file's text.)
+    editor_context = false,
   },
   --- Buffer-local keymaps; `false` disables one.
   keymaps = {
@@ -69,6 +74,7 @@ M.defaults = {
       esc = '<Esc>', -- normal mode, during a run: stop it (asks once in a long run)
       queue = 'gq', -- edit or remove a queued message
       paste_image = '<M-v>', -- normal and insert mode: attach the clipboard's image
+      drop_context = '<M-x>', -- normal and insert mode: drop the last editor context chip
       recall_older = '<Up>', -- normal and insert mode, on the first line: the earlier prompt
       recall_newer = '<Down>', -- normal and insert mode, on the last line: the later prompt
     },
@@ -79,6 +85,10 @@ M.defaults = {
       older = 'gO', -- load older history
       prompt = 'i', -- jump to the prompt
       toggle = '<CR>', -- on an answer row: that answer; on a fold: open / close it
+      open_file = 'gf', -- the file named under the cursor (path:line), at its line
+      yank_code = 'yc', -- the code block under the cursor
+      rewind_turn = 'gr', -- on one of your messages: rewind to before it (and its file changes)
+      edit_turn = 'cc', -- on one of your messages: edit it and send it again as a branch
     },
     permission = {
       allow = 'a',
@@ -92,6 +102,13 @@ M.defaults = {
       prev = '[h',
       keep = '<leader>pk',
       undo = '<leader>pu',
+    },
+    mcp = {
+      enable = 'e',
+      disable = 'd',
+      reconnect = 'r',
+      refresh = 'R',
+      close = 'q',
     },
     tree = {
       branch = '<CR>',

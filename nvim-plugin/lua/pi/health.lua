@@ -163,8 +163,11 @@ function M.check()
         ['agent/queue/remove'] = 'queued messages can only be cleared together',
         ['agent/session/changes'] = ':Pi changes lists only the changes still marked in buffers',
         ['agent/session/rewind'] = ':Pi rewind is not available',
+        ['agent/plan/set'] = ':Pi plan is not available',
+        ['agent/mcp/list'] = ':Pi mcp is not available',
+        ['agent/continue'] = ':Pi retry is not available',
       }
-      for _, m in ipairs({ 'agent/session/history', 'agent/queue/remove', 'agent/session/changes', 'agent/session/rewind' }) do
+      for _, m in ipairs({ 'agent/session/history', 'agent/queue/remove', 'agent/session/changes', 'agent/session/rewind', 'agent/plan/set', 'agent/mcp/list', 'agent/continue' }) do
         if not vim.tbl_contains(methods, m) then
           h.info(('this server has no %s: %s (a newer pi-lsp: :Pi build)'):format(m, without[m]))
         end

@@ -20,6 +20,13 @@ function M.groups()
     PiDiffDelete = 'DiffDelete',
     PiDiffChange = 'DiffChange',
     PiDiffText = 'DiffText',
+    PiPlanHeader = 'Title',
+    PiPlanCurrent = 'CursorLine',
+    PiPlanDone = 'Comment',
+    PiMcpConnected = 'DiagnosticOk',
+    PiMcpFailed = 'DiagnosticError',
+    PiMcpPending = 'DiagnosticWarn',
+    PiMcpDisabled = 'Comment',
   }
   for name, target in pairs(links) do
     api.nvim_set_hl(0, name, { link = target, default = true })

@@ -182,16 +182,40 @@ function M.mark(b, old, new)
     end
     if ok then
       -- `above`: a deletion's text goes before its mark's line (else after it: it ran to the end).
-      store[id] = { old = old_lines, deletion = cb == 0, above = cb == 0 and opts.virt_lines_above or nil, sign = opts.sign_text, sign_hl = opts.sign_hl_group }
+      store[id] = {
+        old = old_lines,
+        new = cb > 0 and { unpack(new, sb, sb + cb - 1) } or {},
+        deletion = cb == 0,
+        above = cb == 0 and opts.virt_lines_above or nil,
+        sign = opts.sign_text,
+        sign_hl = opts.sign_hl_group,
+      }
     end
   end
   require('pi.keymaps').hunks(b)
   M.watch(b)
 end
 
+--- Puts hunk `id`'s mark over `n` lines from `row`, its sign shown unless `hidden`.
+local function place(b, id, info, row, n, hidden)
+  info.hidden = hidden
+  local last = row + math.max(n, 1) - 1
+  local line = api.nvim_buf_get_lines(b, last, last + 1, false)[1] or ''
+  pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
+    id = id,
+    end_row = last,
+    end_col = n > 0 and #line or 0,
+    sign_text = not hidden and info.sign or nil,
+    sign_hl_group = not hidden and info.sign_hl or nil,
+    right_gravity = false,
+    end_right_gravity = true,
+  })
+end
+
 --- Hides the sign of each hunk of `b` whose text is back to what it was (undone with `u`,
---- by hand or by a rewind) and shows it again when the agent's text comes back (redo,
---- a rewind undone).
+--- with the undo key, by hand or by a rewind) and shows it again when the agent's text comes
+--- back (redo, `u` after the undo key, a rewind undone). A hidden hunk is found again by its
+--- start row and the agent's lines, so its mark follows whatever undo did to its range.
 function M.refresh(b)
   local store = M.by_buf[b]
   if not store or next(store) == nil then
@@ -201,20 +225,48 @@ function M.refresh(b)
     local id, row, d = m[1], m[2], m[4]
     local info = store[id]
     if info and not info.deletion then
-      local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
-      local reverted = vim.deep_equal(now, info.old)
-      if reverted ~= (info.hidden == true) then
-        info.hidden = reverted
-        pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
-          id = id,
-          end_row = d.end_row,
-          end_col = d.end_col,
-          sign_text = not reverted and info.sign or nil,
-          sign_hl_group = not reverted and info.sign_hl or nil,
-          right_gravity = false,
-          end_right_gravity = true,
-        })
+      if info.hidden then
+        local now = api.nvim_buf_get_lines(b, row, row + #info.new, false)
+        if #info.new > 0 and vim.deep_equal(now, info.new) then
+          place(b, id, info, row, #info.new, false)
+        end
+      else
+        local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
+        local at_old = api.nvim_buf_get_lines(b, row, row + #info.old, false)
+        if vim.deep_equal(now, info.old) or (not vim.deep_equal(now, info.new) and vim.deep_equal(at_old, info.old) and #info.old > 0) then
+          place(b, id, info, row, #info.old, true)
+        end
       end
+    end
+  end
+end
+
+--- The buffer was read again from the disk (`:e!` after `:!git checkout`): a mark whose
+--- agent text is no longer there (nor its old text, to come back by undo) is dropped.
+function M.reloaded(b)
+  local store = M.by_buf[b]
+  if not store then
+    return
+  end
+  for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
+    local id, row = m[1], m[2]
+    local info = store[id]
+    if info then
+      local keep = false
+      if not info.deletion then
+        local now = api.nvim_buf_get_lines(b, row, row + #info.new, false)
+        keep = #info.new > 0 and vim.deep_equal(now, info.new)
+      end
+      if not keep then
+        pcall(api.nvim_buf_del_extmark, b, M.ns, id)
+        store[id] = nil
+      end
+    end
+  end
+  -- (Marks of lines the reload removed are gone with them.)
+  for id in pairs(store) do
+    if not api.nvim_buf_get_extmark_by_id(b, M.ns, id, {})[1] then
+      store[id] = nil
     end
   end
 end
@@ -229,6 +281,12 @@ function M.watch(b)
     buffer = b,
     callback = function()
       M.refresh(b)
+    end,
+  })
+  api.nvim_create_autocmd('BufReadPost', {
+    buffer = b,
+    callback = function()
+      M.reloaded(b)
     end,
   })
 end
@@ -309,13 +367,15 @@ function M.undo()
     return require('pi.util').notify('no agent change under the cursor')
   end
   local old = h.info.old
-  api.nvim_buf_del_extmark(b, M.ns, h.id)
-  M.by_buf[b][h.id] = nil
   if h.info.deletion then
+    api.nvim_buf_del_extmark(b, M.ns, h.id)
+    M.by_buf[b][h.id] = nil
     local at = h.info.above and h.row or (h.row + 1)
     api.nvim_buf_set_lines(b, at, at, false, old)
   else
+    -- The mark stays, hidden, over the old text: `u` brings the agent's text and its sign back.
     api.nvim_buf_set_lines(b, h.row, h.end_row, false, old)
+    place(b, h.id, h.info, h.row, #old, true)
   end
 end
 

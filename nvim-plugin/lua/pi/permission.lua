@@ -72,6 +72,17 @@ end
 --- Lines of the question block (without the trailing blank line).
 local function block_lines(q)
   local p = q.params
+  if q.kind == 'select' then
+    local lines = { q.header }
+    if type(p.message) == 'string' and p.message ~= '' then
+      vim.list_extend(lines, vim.split(p.message, '\n', { plain = true }))
+    end
+    q.choices_at = #lines
+    for i, ch in ipairs(q.choices) do
+      lines[#lines + 1] = ('  [%d] %s'):format(i, ch.label)
+    end
+    return lines
+  end
   local lines = { '### ? Permission: ' .. what(p), 'Reason: ' .. tostring(p.reason or '') }
   if p.change and type(p.change.diff) == 'string' and p.change.diff ~= '' then
     lines[#lines + 1] = '```diff'
@@ -120,9 +131,14 @@ local function finish(q, answer, label)
     end
   end
   local buf = q.chat.buf
+  if q.timer then
+    q.timer:stop()
+    q.timer:close()
+    q.timer = nil
+  end
   if q.header_row and api.nvim_buf_is_valid(buf) then
-    local ok_hl = answer and answer.decision ~= 'reject' and 'DiagnosticOk' or 'DiagnosticError'
-    q.mark = require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, ok_hl, q.mark, #'### ? Permission')
+    local ok_hl = answer and answer.decision ~= 'reject' and not answer.cancelled and 'DiagnosticOk' or 'DiagnosticError'
+    q.mark = require('pi.chat').status_mark(q.chat, q.header_row, ' → ' .. label, ok_hl, q.mark, q.head_len or #'### ? Permission')
     -- The answer rows stay as text (yank works) but dim, the chosen one in the answer's colour.
     for i = 1, #q.choices do
       local row = q.header_row + q.choices_at + i - 1
@@ -179,6 +195,10 @@ function M.answer(q, i)
       finish(q, d, 'rejected' .. (reason ~= '' and (': ' .. reason) or ''))
     end)
     return
+  end
+  if q.kind == 'select' then
+    q.chosen = i
+    return finish(q, { value = ch.value }, ch.label)
   end
   local labels = { allow = 'allowed once', session = 'allowed for this session', workspace = 'allowed in this workspace', reject = 'rejected' }
   q.chosen = i
@@ -247,7 +267,7 @@ local function show_float(q)
     height = height,
     style = 'minimal',
     border = 'rounded',
-    title = ' Pi permission ',
+    title = q.kind == 'select' and ' Pi question ' or ' Pi permission ',
     focusable = true,
     noautocmd = true,
   })
@@ -361,8 +381,10 @@ function M.ask(chat, st, params)
     if q.done then
       return
     end
-    q.hint = api.nvim_buf_set_extmark(chat.buf, render.ns, q.last_row, 0, {
-      virt_lines = { { { '  a digit alone (no key after it) answers anywhere in this chat · <CR> on an answer · :Pi allow / :Pi reject from any window', 'Comment' } } },
+    -- Above the answers (below the last line it would be out of sight: a window scrolled to
+    -- the end shows no virtual line under its last line).
+    q.hint = api.nvim_buf_set_extmark(chat.buf, render.ns, q.header_row + q.choices_at - 1, 0, {
+      virt_lines = M.hint_lines(chat, 'a digit alone (no key after it) answers anywhere in this chat · <CR> on an answer · :Pi allow / :Pi reject from any window'),
     })
   end)
   w:flush()
@@ -382,6 +404,98 @@ function M.ask(chat, st, params)
     return { decision = 'reject', reason = 'the editor could not wait for an answer' }
   end
   return coroutine.yield()
+end
+
+--- Asks an extension's `select` (`agent/ui/request`, e.g. plan mode's "what next?") inline
+--- in `chat` as a permission is asked: the options as numbered rows, answered by a digit alone
+--- (no key after it within 'timeoutlen'; `2j` stays a count) anywhere in the chat or by
+--- `<CR>` on an option's row. Returns `{value}`, or `{cancelled = true}` on its timeout.
+function M.ask_select(chat, st, params)
+  local co = coroutine.running()
+  local title = tostring(params.title or params.extension or 'Pi')
+  local q = { chat = chat, params = params, co = co, kind = 'select', header = '### ? ' .. title }
+  q.head_len = #q.header
+  q.choices = {}
+  for i, opt in ipairs(type(params.options) == 'table' and params.options or {}) do
+    q.choices[i] = { key = 'option' .. i, label = tostring(opt), value = opt }
+  end
+  if #q.choices == 0 then
+    return { cancelled = true }
+  end
+  M.pending[#M.pending + 1] = q
+  st.status.attention = 'question'
+  local w = chat.writer
+  w:blank()
+  local lines = block_lines(q)
+  w:mark(function(row)
+    q.header_row = row
+    q.last_row = row + #lines - 1
+  end)
+  w:append(table.concat(lines, '\n') .. '\n')
+  w:mark(function()
+    if q.done then
+      return
+    end
+    -- Above the answers (below the last line it would be out of sight: a window scrolled to
+    -- the end shows no virtual line under its last line).
+    q.hint = api.nvim_buf_set_extmark(chat.buf, render.ns, q.header_row + q.choices_at - 1, 0, {
+      virt_lines = M.hint_lines(chat, 'a digit alone answers · <CR> on an answer'),
+    })
+  end)
+  w:flush()
+  chat.block = 'permission'
+  require('pi.keymaps').permission_changed(chat)
+  if not chat:window() then
+    show_float(q)
+  end
+  require('pi.status').changed()
+  if type(params.timeout) == 'number' and params.timeout > 0 then
+    q.timer = vim.uv.new_timer()
+    q.timer:start(params.timeout, 0, vim.schedule_wrap(function()
+      finish(q, { cancelled = true }, 'timed out')
+    end))
+  end
+  if not co then
+    return { cancelled = true }
+  end
+  return coroutine.yield()
+end
+
+--- A hint as virtual lines no wider than the chat's window (they do not wrap by themselves).
+function M.hint_lines(chat, text)
+  local win = chat:window()
+  local width = win and (api.nvim_win_get_width(win) - 3) or 60
+  local out, cur = {}, ''
+  for word in text:gmatch('%S+') do
+    if cur ~= '' and vim.fn.strdisplaywidth(cur .. ' ' .. word) > width then
+      out[#out + 1] = { { '  ' .. cur, 'Comment' } }
+      cur = word
+    else
+      cur = cur == '' and word or (cur .. ' ' .. word)
+    end
+  end
+  if cur ~= '' then
+    out[#out + 1] = { { '  ' .. cur, 'Comment' } }
+  end
+  return out
+end
+
+--- The plan block at the top of `chat` changed height by `delta` lines: its questions' rows move.
+function M.shift(chat, delta)
+  local seen = {}
+  local function move(q)
+    if q.chat == chat and q.header_row and not seen[q] then
+      seen[q] = true
+      q.header_row = q.header_row + delta
+      q.last_row = q.last_row + delta
+    end
+  end
+  for _, q in ipairs(M.pending) do
+    move(q)
+  end
+  for _, a in pairs(M.answered) do
+    move(a.q)
+  end
 end
 
 --- The oldest open question of any chat of root `st` (`:Pi allow`, `:Pi reject`).
@@ -421,7 +535,8 @@ end
 function M.withdraw_session(session_id, server_gone)
   for i = #M.pending, 1, -1 do
     local q = M.pending[i]
-    if q.chat.session_id == session_id then
+    -- (An extension's question comes after the run's end: it stays until answered.)
+    if q.chat.session_id == session_id and (q.kind ~= 'select' or server_gone) then
       finish(q, not server_gone and { decision = 'reject', reason = 'withdrawn' } or nil, 'withdrawn')
     end
   end
@@ -430,7 +545,8 @@ end
 --- `$/cancelRequest` from the server: with exactly one open question it is that one.
 function M.cancelled()
   if #M.pending == 1 then
-    finish(M.pending[1], { decision = 'reject', reason = 'withdrawn' }, 'withdrawn')
+    local q = M.pending[1]
+    finish(q, q.kind == 'select' and { cancelled = true } or { decision = 'reject', reason = 'withdrawn' }, 'withdrawn')
   end
 end
 

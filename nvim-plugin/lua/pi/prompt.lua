@@ -53,6 +53,14 @@ local function ensure_buf(chat)
       M.placeholder(chat)
     end,
   })
+  -- The editor context's chips are read again when you come to the prompt.
+  api.nvim_create_autocmd('BufEnter', {
+    buffer = buf,
+    callback = function()
+      M.show_queue(chat)
+    end,
+  })
+  require('pi.context').track()
   M.placeholder(chat)
   M.show_queue(chat)
   M.load_commands(chat)
@@ -105,6 +113,42 @@ function M.open(chat, chat_win)
   end
   local win = api.nvim_open_win(buf, false, { split = 'below', win = chat_win, height = config.values.chat.prompt_height })
   M.setup_window(win)
+  M.keep_height()
+end
+
+local keeping = false
+
+--- A window closing elsewhere (`:cclose`, a help window) gives its rows to its neighbours, and
+--- Neovim hands them to the prompt despite 'winfixheight' when it is the last window of its
+--- column (and a window opened below may have squeezed it): every prompt window gets its
+--- configured height back, the chat above it takes the rest.
+function M.keep_height()
+  if keeping then
+    return
+  end
+  keeping = true
+  api.nvim_create_autocmd('WinClosed', {
+    group = api.nvim_create_augroup('pi.prompt.height', { clear = true }),
+    callback = function(a)
+      local closed = tonumber(a.match)
+      local wins = {}
+      for _, w in ipairs(api.nvim_tabpage_list_wins(0)) do
+        if w ~= closed and vim.bo[api.nvim_win_get_buf(w)].filetype == 'pi-prompt' then
+          wins[#wins + 1] = w
+        end
+      end
+      if #wins > 0 then
+        vim.schedule(function()
+          for _, w in ipairs(wins) do
+            -- Its height: the configured one (a window opened below may have squeezed it).
+            if api.nvim_win_is_valid(w) and api.nvim_win_get_height(w) ~= config.values.chat.prompt_height then
+              pcall(api.nvim_win_set_height, w, config.values.chat.prompt_height)
+            end
+          end
+        end)
+      end
+    end,
+  })
 end
 
 --- The prompt's text.
@@ -168,7 +212,7 @@ function M.send(chat, how)
   local sub, args = builtin_of(chat, text)
   if sub then
     M.set_text(chat, '')
-    return require('pi').subcommands[sub](args, { range = 0 })
+    return require('pi.commands').subcommands[sub](args, { range = 0 })
   end
   M.set_text(chat, '')
   require('pi.recall').reset(chat)
@@ -191,6 +235,7 @@ function M.show_queue(chat)
   api.nvim_buf_clear_namespace(buf, ns, 0, -1)
   local items = chat:queued()
   local vl = require('pi.images').lines(chat)
+  vim.list_extend(vl, require('pi.context').lines(chat))
   if #items == 0 and #vl == 0 then
     -- The view's filler rows above the first line go with the lines (else Neovim draws them
     -- as a row of '-').

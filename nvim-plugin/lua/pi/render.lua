@@ -18,7 +18,9 @@ local writers = {} -- bufnr -> writer
 local W = {}
 W.__index = W
 
---- A writer for `buf` (an empty scratch buffer the plugin owns).
+--- A writer for `buf` (an empty scratch buffer the plugin owns). `top` lines at the start of
+--- the buffer belong to a block replaced in place (the plan, `set_top`); everything else is
+--- appended below it.
 --- @param buf integer
 --- @param flush_ms integer
 function M.new(buf, flush_ms)
@@ -30,6 +32,8 @@ function M.new(buf, flush_ms)
     folds = {}, -- {s = row0, e = row0|nil}, in order, not overlapping
     timer = nil,
     writes = 0,
+    top = 0, -- lines of the top block (set_top)
+    shifted = {}, -- fn(delta) called when the top block changes height (stored rows follow)
   }, W)
   writers[buf] = w
   api.nvim_create_autocmd('BufWipeout', {
@@ -243,28 +247,25 @@ end
 function W:prepend(lines, folds, replace)
   self:flush()
   local buf = self.buf
+  local top = self.top
   local shift = #lines - replace
+  local new, keep = {}, {}
   for _, f in ipairs(self.folds) do
-    f.s = f.s + shift
-    if f.e then
-      f.e = f.e + shift
+    if f.s < top then
+      -- The top block's regions stay where they are (it is above the history).
+      new[#new + 1] = f
+    elseif f.s >= top + replace then
+      -- (Regions of the replaced lines are gone.)
+      keep[#keep + 1] = { s = f.s + shift, e = f.e and (f.e + shift) }
     end
   end
-  local new = {}
   for _, f in ipairs(folds) do
-    new[#new + 1] = { s = f.s, e = f.e or (#lines - 1) }
-  end
-  -- Regions of the replaced top lines are gone.
-  local keep = {}
-  for _, f in ipairs(self.folds) do
-    if f.s >= #lines then
-      keep[#keep + 1] = f
-    end
+    new[#new + 1] = { s = f.s + top, e = (f.e or (#lines - 1)) + top }
   end
   vim.list_extend(new, keep)
   self.folds = new
   vim.bo[buf].modifiable = true
-  api.nvim_buf_set_lines(buf, 0, replace, false, lines)
+  api.nvim_buf_set_lines(buf, top, top + replace, false, lines)
   vim.bo[buf].modifiable = false
 end
 
@@ -272,6 +273,7 @@ end
 function W:reset()
   self.pending = {}
   self.folds = {}
+  self.top = 0
   self.tail2 = '\n\n'
   vim.bo[self.buf].modifiable = true
   api.nvim_buf_set_lines(self.buf, 0, -1, false, {})
@@ -305,6 +307,72 @@ function W:add_fold(s, e)
     end
   end
   return true
+end
+
+--- Replaces the block at the top of the buffer with `lines` (none: no block), folded as one
+--- region from its first line to `fold_rows` lines down (nil: no region). Text, regions and
+--- the rows others hold (the `shifted` callbacks) below it move by the change of height; the
+--- windows keep what they show, and a closed block stays closed.
+--- @param lines string[]
+--- @param fold_rows integer|nil
+function W:set_top(lines, fold_rows)
+  self:flush()
+  local buf = self.buf
+  if not api.nvim_buf_is_valid(buf) then
+    return
+  end
+  local old = self.top
+  local delta = #lines - old
+  -- Which windows have the block closed (it stays so), and their views.
+  local views = {}
+  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+    api.nvim_win_call(win, function()
+      views[win] = { view = vim.fn.winsaveview(), closed = old > 0 and vim.fn.foldclosed(1) == 1, at_end = vim.fn.line('.') == vim.fn.line('$') }
+    end)
+  end
+  local folds = {}
+  for _, f in ipairs(self.folds) do
+    if f.s >= old then
+      folds[#folds + 1] = { s = f.s + delta, e = f.e and (f.e + delta) }
+    end
+  end
+  if fold_rows and #lines > 0 then
+    table.insert(folds, 1, { s = 0, e = math.min(fold_rows, #lines - 1) })
+  end
+  self.folds = folds
+  vim.bo[buf].modifiable = true
+  api.nvim_buf_set_lines(buf, 0, old, false, lines)
+  vim.bo[buf].modifiable = false
+  self.top = #lines
+  if delta ~= 0 then
+    for _, fn in ipairs(self.shifted) do
+      pcall(fn, delta)
+    end
+  end
+  for win, v in pairs(views) do
+    api.nvim_win_call(win, function()
+      pcall(vim._foldupdate, win, 0, api.nvim_buf_line_count(buf))
+      if v.at_end then
+        pcall(api.nvim_win_set_cursor, win, { api.nvim_buf_line_count(buf), 0 })
+      else
+        local view = v.view
+        view.lnum = math.max(1, view.lnum + delta)
+        view.topline = math.max(1, view.topline + (view.topline > old and delta or 0))
+        vim.fn.winrestview(view)
+      end
+      if #lines > 0 and fold_rows then
+        local closed = vim.fn.foldclosed(1) == 1
+        if v.closed and not closed then
+          vim.cmd('silent! 1foldclose')
+        elseif old == 0 and not closed then
+          vim.cmd('silent! 1foldclose')
+        end
+      end
+    end)
+  end
+  if self.note then
+    self:place_note()
+  end
 end
 
 --- `foldexpr` of chat windows: level 1 inside a region (`>1` on its first line).

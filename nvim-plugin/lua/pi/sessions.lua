@@ -30,7 +30,27 @@ function M.format(s, root)
   end
   local file = type(s.sessionFile) == 'string' and vim.fs.normalize(s.sessionFile) or nil
   local own = root and file and file:sub(1, #root + 14) ~= root .. '/.pi/sessions/'
-  return ('%s  · %d entries · %s%s%s'):format(title, s.entryCount or 0, ago(s.lastActivity), own and ' · from Pi' or '', s.open and ' · open' or '')
+  return ('%s%s  · %d entries · %s%s%s'):format(
+    s.elsewhere and '⚠ ' or '',
+    title,
+    s.entryCount or 0,
+    ago(s.lastActivity),
+    own and ' · from Pi' or '',
+    s.open and ' · open' or (s.elsewhere and ' · open in another editor' or '')
+  )
+end
+
+--- Whether another process writes to session file `file`: it holds the OS lock (`flock`) on
+--- `<file>.lock` (docs/protocol.md, agent/session/open). Asked with util-linux's `flock -n`;
+--- nil when that cannot be told (no `flock` command, as on macOS).
+function M.locked_elsewhere(file)
+  if type(file) ~= 'string' or not vim.uv.fs_stat(file .. '.lock') or vim.fn.executable('flock') ~= 1 then
+    return nil
+  end
+  local ok, r = pcall(function()
+    return vim.system({ 'flock', '--nonblock', '--conflict-exit-code', '75', file .. '.lock', 'true' }):wait(2000)
+  end)
+  return ok and r.code == 75 or nil
 end
 
 --- Opens session summary `s` into its chat (drawing its history) and shows it.
@@ -64,12 +84,30 @@ function M.pick(st)
     if #sessions == 0 then
       return util.notify('no sessions in this workspace yet')
     end
+    -- A session another editor (another pi-lsp) has open: marked, and said before it opens
+    -- here as a fork.
+    for _, s in ipairs(sessions) do
+      if not s.open then
+        s.elsewhere = M.locked_elsewhere(s.sessionFile) == true
+      end
+    end
     util.select(sessions, { prompt = 'Pi sessions', format_item = function(x)
       return M.format(x, st.root)
     end, kind = 'pi.session' }, function(s)
-      if s then
-        M.open(st, s)
+      if not s then
+        return
       end
+      if not s.elsewhere then
+        return M.open(st, s)
+      end
+      util.select({ 'Open a fork of it here', 'Cancel' }, {
+        prompt = 'This session is open in another editor, which writes to its file: here it continues in a fork (a new session with its history).',
+        kind = 'pi.confirm',
+      }, function(choice)
+        if choice == 'Open a fork of it here' then
+          M.open(st, s)
+        end
+      end)
     end)
   end)
 end

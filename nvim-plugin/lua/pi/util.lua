@@ -182,6 +182,39 @@ function M.model_error(msg)
   return ('the request to the model server at %s failed (%s)'):format(origin, rest)
 end
 
+--- A command's output as a terminal would leave it on screen, as plain text: ANSI escape
+--- sequences (colours, cursor moves, OSC titles/links) removed, and a line rewritten with
+--- `\r` (a progress bar) reduced to what was written last (`\r\n` is a line end).
+--- @param text string
+--- @return string
+function M.terminal_text(text)
+  text = tostring(text or '')
+  if not text:find('[\27\r]') then
+    return text
+  end
+  text = text:gsub('\27%][^\7\27]*\7', ''):gsub('\27%][^\27]*\27\\', '')
+  text = text:gsub('\27%[[0-?]*[ -/]*[@-~]', ''):gsub('\27[@-Z\\-_]', '')
+  text = text:gsub('\r+\n', '\n')
+  local out = {}
+  for line in (text .. '\n'):gmatch('([^\n]*)\n') do
+    local parts = vim.split(line, '\r', { plain = true })
+    local last = parts[#parts]
+    -- A trailing `\r` (the bar about to be redrawn) leaves the last complete write.
+    for i = #parts, 1, -1 do
+      if parts[i] ~= '' then
+        last = parts[i]
+        break
+      end
+    end
+    out[#out + 1] = last
+  end
+  if text:sub(-1) == '\n' then
+    out[#out] = nil
+    return table.concat(out, '\n') .. '\n'
+  end
+  return table.concat(out, '\n')
+end
+
 --- The folder of the plugin (`nvim-plugin/`), symlinks resolved (a `pack/*/start/pi` link
 --- to the clone's `nvim-plugin/` names the clone).
 function M.plugin_dir()

@@ -9,6 +9,7 @@ import * as vscode from "vscode";
 import { applyPatch } from "diff";
 import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-languageclient";
 import { FileChanges } from "./hunks";
+import { UndoneChanges } from "./undone";
 import { ProposalTabs } from "./proposals";
 import { cpuNow } from "./relay";
 
@@ -74,6 +75,8 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   private readonly edits = new Map<string, AgentEdit>();
   private readonly callSessions = new Map<string, string>();
   private readonly applying = new Set<string>();
+  /** Agent changes taken back with Undo, for Redo to bring back under review (undone.ts). */
+  private readonly undone = new UndoneChanges();
   private readonly diffTexts = new Map<string, string>();
   /** Pending permission questions' changes by tool call id (`{path, diff}`), for openDiff. */
   readonly pendingChanges = new Map<string, { path: string; diff: string }>();
@@ -245,10 +248,35 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   private onDocumentChange(e: vscode.TextDocumentChangeEvent): void {
     if (e.contentChanges.length === 0) return;
     const key = e.document.uri.toString();
+    if (this.applying.has(key)) return;
+    // The editor's Undo / Redo (undone.ts): an agent change taken back is remembered; one that
+    // comes back is the agent's again (lenses, Changes view), not the user's typing.
+    const undoRedo = e.reason === vscode.TextDocumentChangeReason.Undo || e.reason === vscode.TextDocumentChangeReason.Redo;
+    if (undoRedo && this.undone.has(key)) {
+      const back = this.undone.restored(key, e.document.getText());
+      if (back) {
+        const t = this.files.get(key);
+        if (t) {
+          t.changes.agentEdit(t.changes.current, back.withAgent);
+          for (const id of back.toolCallIds) if (!t.changes.toolCallIds.includes(id)) t.changes.toolCallIds.push(id);
+          this.changed(key);
+        } else {
+          const toolCallId = back.toolCallIds[0];
+          this.record({ toolCallId, sessionId: toolCallId ? this.callSessions.get(toolCallId) : undefined, uri: key, before: back.without, after: back.withAgent }, e.document.uri);
+        }
+        return;
+      }
+    }
     const t = this.files.get(key);
-    if (!t || this.applying.has(key)) return;
+    if (!undoRedo) this.undone.typed(key);
+    if (!t) return;
     const t0 = cpuNow();
+    // An Undo that takes agent lines back: remembered (O(file) only for Undo / Redo).
+    const before = undoRedo && t.changes.hunks().length ? { text: t.changes.current, hunks: t.changes.hunks().length, ids: [...t.changes.toolCallIds] } : undefined;
     const reshaped = t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
+    if (before && (t.changes.settled || t.changes.hunks().length < before.hunks)) {
+      this.undone.taken(key, before.text, e.document.getText(), before.ids);
+    }
     if (reshaped) this.changedLater(key);
     else this.resyncLater(key);
     this.typing.keystrokes++;
@@ -384,9 +412,26 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   async undoHunk(uri?: vscode.Uri | Node, index?: number): Promise<boolean> {
     const x = this.target(uri, index);
     if (!x) return false;
+    const withAgent = x.t.changes.current;
+    const ids = [...x.t.changes.toolCallIds];
     const r = x.t.changes.undo(x.index);
     if (!r) return false;
-    return this.applyReplacements(x.t.uri, [r]);
+    return this.undoneByReview(x.t.uri, withAgent, ids, [r]);
+  }
+
+  /** The review's Undo: the replacements applied as an editor edit; remembered, so Ctrl+Z of
+   * it brings the agent's lines back under review (undone.ts); and when the document had no
+   * unsaved changes before, saved, so the disk agrees with the buffer (the agent's next `bash`
+   * sees the lines taken back, not the agent's). A document with the user's unsaved changes is
+   * never saved (they are the user's to save). */
+  private async undoneByReview(uri: vscode.Uri, withAgent: string, ids: string[], rs: { start: number; end: number; text: string }[]): Promise<boolean> {
+    const doc = await vscode.workspace.openTextDocument(uri);
+    const wasDirty = doc.isDirty;
+    const ok = await this.applyReplacements(uri, rs);
+    if (!ok) return false;
+    this.undone.taken(uri.toString(), withAgent, doc.getText(), ids);
+    if (!wasDirty && doc.isDirty) await doc.save();
+    return true;
   }
 
   keepFile(node?: Node | vscode.Uri): void {
@@ -399,7 +444,9 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   async undoFile(node?: Node | vscode.Uri): Promise<boolean> {
     const t = this.fileOf(node);
     if (!t) return false;
-    return this.applyReplacements(t.uri, t.changes.undoAll());
+    const withAgent = t.changes.current;
+    const ids = [...t.changes.toolCallIds];
+    return this.undoneByReview(t.uri, withAgent, ids, t.changes.undoAll());
   }
 
   private fileOf(node?: Node | vscode.Uri): Tracked | undefined {

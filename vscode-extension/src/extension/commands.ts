@@ -14,6 +14,7 @@ import type { ClientLifecycle } from "./lifecycle";
 import { relativeTime } from "./names";
 import type { ChatPanel } from "./panels";
 import { POLICY_ITEMS, policyNotice, scopeItems, writePiSetting } from "./policy";
+import { showMcpServers } from "./mcp";
 import type { PanelRegistry } from "./registry";
 import type { Services } from "./services";
 import { branchRows, type SessionNode, shown, type TreeEntry } from "./sessions";
@@ -121,6 +122,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
   }
 
   const commands: Record<string, (...args: any[]) => unknown> = {
+    "pi.mcp.servers": () => showMcpServers((m, p) => host.request(m, p), output),
     /** A question notification's link (requests.ts): not in the palette. */
     "pi.answerQuestion": (id: unknown, action: unknown) => (typeof id === "number" && typeof action === "string" ? questions.notificationAction(id, action) : undefined),
     "pi.openAttention": async () => {

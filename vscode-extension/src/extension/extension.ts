@@ -17,6 +17,8 @@ import { ServerNotifications } from "./notifications";
 import { PanelRegistry } from "./registry";
 import { createServices, type Services } from "./services";
 import { Views } from "./views";
+import { setUserMcpConfig } from "./mcp";
+import { trackActiveEditor } from "./editorcontext";
 
 export { FILE_CONTEXT_CHARS, fileContext } from "./commands";
 
@@ -36,6 +38,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<unknow
   const debug = registerDebug(s, registry, () => notes);
   const notes = new ServerNotifications(s, registry, { treeChanged: () => views.scheduleRefresh(), runEnded: () => debug.runEnded() });
   registerCommands(s, registry, client, views);
+  // Round-2 features (mcp.ts, editorcontext.ts, requests.ts "Show").
+  setUserMcpConfig(context.globalStorageUri);
+  trackActiveEditor(() => registry.panels, context.subscriptions);
+  s.questions.onShow = (sessionId) => registry.openInChatView(sessionId, undefined, false);
 
   // Start the server now so a reload mid-run finds the session again at once.
   void client.ensure().catch((e) => s.output.error(String(e?.message ?? e)));

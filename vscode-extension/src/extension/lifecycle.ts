@@ -8,12 +8,13 @@
 import * as vscode from "vscode";
 import { type LanguageClient, State } from "vscode-languageclient/node";
 import { DeltaExpander } from "./deltas";
+import { showServerMessage } from "./mcp";
 import type { Note } from "./relay";
 import { createClient, resolveServerBinary } from "./server";
 import type { Services } from "./services";
 
 /** Server notifications relayed to the panels (and watched by the host). */
-export const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument"];
+export const NOTIFICATIONS = ["agent/event", "agent/queueUpdate", "agent/usage", "agent/attention", "agent/ui/notification", "agent/didWriteDocument", "agent/plan"];
 
 /** The one language client of the window, started on demand. */
 export class ClientLifecycle {
@@ -114,6 +115,8 @@ export class ClientLifecycle {
       else this.onNotification({ method: "agent/event", params: e });
     });
     await c.start();
+    // MCP failures come with a button to the servers' list (mcp.ts).
+    c.onNotification("window/showMessage", (p: { type: number; message: string }) => void showServerMessage(p, () => void vscode.commands.executeCommand("pi.mcp.servers"), output));
     output.info(`pi-lsp started: ${JSON.stringify(c.initializeResult?.serverInfo ?? {})}`);
     return c;
   }

@@ -9,10 +9,12 @@ import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as vscode from "vscode";
 import type { HostToWebview, WebviewToHost } from "../shared/messages";
-import { checkPanelRequest, isPanelMethod, METHOD_NOT_ALLOWED, type PanelMethod, type PanelResult } from "../shared/panelMethods";
+import { checkPanelRequest, isPanelMethod, METHOD_NOT_ALLOWED, REWIND_CONFIRM, type PanelMethod, type PanelResult } from "../shared/panelMethods";
 import type { SessionState } from "../shared/wire";
 import { webviewHtml } from "../webview/html";
 import { Batcher, cpuNow, type Note, type RouteTarget } from "./relay";
+import { codeAction } from "./codeactions";
+import { activeEditorItem, attachedFile, contextMode, findSymbols } from "./editorcontext";
 
 /** What a panel needs from the extension. */
 export interface PanelHost {
@@ -112,6 +114,7 @@ export class ChatPanel implements RouteTarget {
       capabilities: { followUpKey: "alt+enter", escapeAborts: true, host: "vscode" },
     } satisfies HostToWebview);
     if (this.sessionId) for (const q of this.host.openQuestions(this.sessionId)) this.post(q);
+    if (contextMode() !== "off") this.post({ type: "editorContext", item: activeEditorItem(vscode.window.activeTextEditor, contextMode()) } satisfies HostToWebview);
   }
 
   private async onMessage(m: WebviewToHost): Promise<void> {
@@ -141,6 +144,15 @@ export class ChatPanel implements RouteTarget {
           return;
         }
         const method: PanelMethod = m.method;
+        // A rewind rewrites files: only after the user's own confirmation (page script cannot
+        // answer a modal dialog).
+        if (method === "agent/session/rewind") {
+          const ok = await vscode.window.showWarningMessage(REWIND_CONFIRM.message, { modal: true, detail: REWIND_CONFIRM.detail }, REWIND_CONFIRM.button);
+          if (ok !== REWIND_CONFIRM.button) {
+            this.post({ type: "response", requestId: m.requestId, error: { code: -32800, message: "the rewind was cancelled" } });
+            return;
+          }
+        }
         // The page's params as sent (the server checks them against the method's type).
         let params: unknown = m.params ?? {};
         const sessionOf = (p: unknown): unknown => (typeof p === "object" && p !== null && "sessionId" in p ? p.sessionId : undefined);
@@ -186,10 +198,21 @@ export class ChatPanel implements RouteTarget {
         return;
       }
       case "pickFiles": {
-        const items = await findFiles(m.query);
+        // Files, then workspace symbols (`@symbol`: attached as its lines).
+        const items = [...(await findFiles(m.query)).slice(0, 20), ...(await findSymbols(m.query).catch(() => []))];
         this.post({ type: "files", query: m.query, items });
         return;
       }
+      case "attachFile":
+        try {
+          this.post({ type: "context", items: [await attachedFile(m.path)] } satisfies HostToWebview);
+        } catch (e: any) {
+          void vscode.window.showWarningMessage(`Pi: @${m.path}: ${e?.message ?? String(e)}`);
+        }
+        return;
+      case "codeAction":
+        await codeAction(m);
+        return;
       case "log": {
         const level = m.level === "warn" ? "warn" : m.level;
         this.host.log[level](`webview: ${m.message}`);

@@ -4,8 +4,8 @@
  * notification with the same actions (CLIENTS.md VF4, VF11). The first answer wins; the other
  * places are told `serverRequestDone`. A `$/cancelRequest` (e.g. after an abort) withdraws the
  * question everywhere. A question asked while a panel showed it gets its notification when
- * that panel is hidden. Notifications stay while the question is open and never move focus; a
- * quick pick or input box opens only after the user clicks the notification's link. A
+ * that panel is hidden. Notifications have the answers as buttons and never move focus; a
+ * quick pick or input box opens only after the user clicks the notification's button. A
  * permission's "(Pi proposes)" diff tab closes when its question is over.
  */
 import * as vscode from "vscode";
@@ -25,8 +25,6 @@ interface Pending {
   done: boolean;
   /** Its notification was shown. */
   notified?: boolean;
-  /** Closes its notification (set while it shows). */
-  closeNotification?: () => void;
   /** Its file changed while it was open (told once). */
   stale?: boolean;
 }
@@ -49,6 +47,9 @@ export class ServerQuestions {
     /** Closes the diff tab opened for a permission's proposed edit (proposals.ts). */
     private readonly closeDiff: (toolCallId: string) => Promise<unknown> = async () => undefined,
   ) {}
+
+  /** Shows `sessionId` in a chat panel (a notification's "Show"; set by the panels' registry). */
+  onShow: (sessionId: string) => Promise<unknown> = async () => undefined;
 
   /** Handles one server request; resolves with the answer to send back. */
   ask(method: Pending["method"], params: any, token: vscode.CancellationToken): Promise<unknown> {
@@ -131,7 +132,6 @@ export class ServerQuestions {
     }
     this.pending.delete(id);
     q.resolve(result);
-    q.closeNotification?.();
     // The proposal is stale now (allowed: the file holds it; rejected or withdrawn: it never will).
     if (q.method === "agent/requestPermission" && typeof q.params?.toolCallId === "string") void this.closeDiff(q.params.toolCallId).catch((e) => this.log.warn(`closing a proposed diff: ${String(e)}`));
     for (const p of this.panels.panelsOf(q.sessionId)) if (p !== from) p.post({ type: "serverRequestDone", requestId: id, reason });
@@ -153,7 +153,7 @@ export class ServerQuestions {
     return first;
   }
 
-  /** A notification's link was clicked (`pi.answerQuestion`, id and action key). */
+  /** A notification's button was clicked (or `pi.answerQuestion`: id and action key). */
   async notificationAction(id: number, action: string): Promise<void> {
     const q = this.pending.get(id);
     if (!q || q.done) return;
@@ -166,45 +166,31 @@ export class ServerQuestions {
   }
 
   /**
-   * The notification of a question: a progress notification, so it stays on screen for as long
-   * as the question is open (VS Code hides an extension's ordinary notification after a few
-   * seconds; one with progress stays), its answers as links in the message (`pi.answerQuestion`
-   * command links; never a dialog, never a focus change). Cancel only closes it: the question
-   * stays open in the panel (with no panel on the session, a permission is rejected).
+   * The notification of a question nobody sees in a panel: a warning notification with the
+   * answers as real buttons (permissions: Allow Once / Allow for Session / Allow in Workspace /
+   * Reject… / Show; extension questions: Yes / No, Choose…, Answer… and Show). It never takes
+   * focus; "Show" opens the session's chat panel with the question's card (the user's own
+   * click). A notification that was closed without an answer leaves the question open in the
+   * panel (with no panel on the session, a permission is rejected). A button of a question
+   * answered meanwhile does nothing.
    */
   private async notify(q: Pending): Promise<void> {
     q.notified = true;
     const p = q.params;
-    let title: string;
-    let detail: string;
-    let actions: [string, string][];
-    if (q.method === "agent/requestPermission") {
-      const scopes: string[] = p.alwaysScopes ?? [];
-      title = `Pi wants to ${p.change ? `edit ${p.change.path}` : p.tool === "bash" ? `run \`${p.arguments?.command ?? ""}\`` : `call ${p.tool}`}`;
-      detail = p.reason ?? "";
-      actions = [["allow", "Allow"]];
-      if (scopes.includes("session")) actions.push(["session", "Allow for Session"]);
-      if (scopes.includes("workspace")) actions.push(["workspace", "Allow in Workspace"]);
-      actions.push(["reject", "Reject…"]);
-      if (p.change) actions.push(["diff", "Show Diff"]);
-    } else {
-      title = `${p.extension ?? "extension"}: ${p.title ?? ""}`;
-      detail = p.message ?? "";
-      actions = p.method === "confirm" ? [["yes", "Yes"], ["no", "No"]] : p.method === "select" ? [["choose", "Choose…"]] : [["answer", "Answer…"]];
-      actions.push(["cancel", "Cancel"]);
+    const { title, detail, actions } = notificationOf(q.method, p);
+    const labels = actions.map(([, label]) => label);
+    const picked = await vscode.window.showWarningMessage(detail ? `${title} — ${detail}` : title, ...labels);
+    if (q.done) return;
+    const key = actions.find(([, label]) => label === picked)?.[0];
+    if (key === undefined) {
+      if (this.panels.panelsOf(q.sessionId).length === 0) this.finish(q.id, cancelledAnswer(q.method, "dismissed"), "answered");
+      return;
     }
-    const links = actions.map(([key, label]) => `[${label}](command:pi.answerQuestion?${encodeURIComponent(JSON.stringify([q.id, key]))})`).join(" · ");
-    const closed = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, (progress, token) => {
-      progress.report({ message: `${detail ? `${detail} — ` : ""}${links}` });
-      return new Promise<boolean>((resolve) => {
-        q.closeNotification = () => resolve(false);
-        token.onCancellationRequested(() => resolve(true));
-      });
-    });
-    q.closeNotification = undefined;
-    if (closed && !q.done && this.panels.panelsOf(q.sessionId).length === 0) {
-      this.finish(q.id, cancelledAnswer(q.method, "dismissed"), "answered");
+    if (key === "show") {
+      await this.onShow(q.sessionId);
+      return;
     }
+    await this.notificationAction(q.id, key);
   }
 
   private async permissionAction(q: Pending, action: string): Promise<unknown> {
@@ -247,4 +233,27 @@ export class ServerQuestions {
     }
     return undefined;
   }
+}
+
+/** A question's notification: its title, detail and buttons (`[action key, label]`; the keys
+ * are those of {@link ServerQuestions.notificationAction}, plus `show`). */
+export function notificationOf(method: string, p: any): { title: string; detail: string; actions: [string, string][] } {
+  let title: string;
+  let detail: string;
+  let actions: [string, string][];
+  if (method === "agent/requestPermission") {
+    const scopes: string[] = Array.isArray(p?.alwaysScopes) ? p.alwaysScopes : [];
+    title = `Pi wants to ${p?.change ? `edit ${p.change.path}` : p?.tool === "bash" ? `run \`${p?.arguments?.command ?? ""}\`` : `call ${p?.tool}`}`;
+    detail = p?.reason ?? "";
+    actions = [["allow", "Allow Once"]];
+    if (p?.rule && scopes.includes("session")) actions.push(["session", "Allow for Session"]);
+    if (p?.rule && scopes.includes("workspace")) actions.push(["workspace", "Allow in Workspace"]);
+    actions.push(["reject", "Reject…"], ["show", "Show"]);
+  } else {
+    title = `${p?.extension ?? "extension"}: ${p?.title ?? ""}`;
+    detail = p?.message ?? "";
+    actions = p?.method === "confirm" ? [["yes", "Yes"], ["no", "No"]] : p?.method === "select" ? [["choose", "Choose…"]] : [["answer", "Answer…"]];
+    actions.push(["show", "Show"]);
+  }
+  return { title, detail, actions };
 }

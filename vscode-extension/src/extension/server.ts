@@ -16,6 +16,7 @@ import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-
 
 export { resolveServerBinary, type ServerBinary } from "./binary";
 import type { ServerBinary } from "./binary";
+import { mcpInitializationOptions } from "./mcp";
 
 /** The `experimental.agent` capabilities this client implements. */
 export const AGENT_CLIENT_CAPABILITIES = {
@@ -55,6 +56,7 @@ export function initializationOptions(config: vscode.WorkspaceConfiguration): Re
   if (model) out.model = model;
   const policy = config.get<string>("approvalPolicy", "default");
   if (policy && policy !== "default") out.approvalPolicy = policy;
+  Object.assign(out, mcpInitializationOptions(config));
   return out;
 }
 

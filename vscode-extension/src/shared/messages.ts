@@ -39,6 +39,9 @@ export interface ContextItem {
   path?: string;
   /** 1-based inclusive line range of a selection. */
   range?: { startLine: number; endLine: number };
+  /** Offered by the `pi.context.activeEditor` setting (the active editor), not attached by the
+   * user: shown marked "auto", follows the editor (added 2026-12-05). */
+  auto?: boolean;
 }
 
 /** What the host tells the webview about the editor side (all optional, extend freely). */
@@ -130,6 +133,14 @@ export interface ContextMessage {
   items: ContextItem[];
 }
 
+/** The active editor's context under `pi.context.activeEditor` (null: none), sent when it
+ * changes; the webview shows it as an "auto" chip that goes with each prompt until the user
+ * removes it (added 2026-12-05). */
+export interface EditorContextMessage {
+  type: "editorContext";
+  item: ContextItem | null;
+}
+
 /** The host's answer to `pickFiles` (for `@` mentions). */
 export interface FilesMessage {
   type: "files";
@@ -166,6 +177,7 @@ export interface VisibilityMessage {
 }
 
 export type HostToWebview =
+  | EditorContextMessage
   | PackedMessage
   | VisibilityMessage
   | StateChangedMessage
@@ -246,7 +258,26 @@ export interface LogMessage {
   message: string;
 }
 
+/** A code block's button (added 2026-12-05): `copy` to the clipboard, `insert` at the active
+ * editor's selections (the document is not saved), `newFile` in an untitled document of
+ * `language` (the block's fence language, e.g. `ts`; empty when none). */
+export interface CodeActionMessage {
+  type: "codeAction";
+  action: "copy" | "insert" | "newFile";
+  code: string;
+  language: string;
+}
+
+/** An `@file` chosen in the composer: the host answers with a `context` message carrying the
+ * file's content (the open buffer's text), or logs why it cannot (added 2026-12-05). */
+export interface AttachFileMessage {
+  type: "attachFile";
+  path: string;
+}
+
 export type WebviewToHost =
+  | AttachFileMessage
+  | CodeActionMessage
   | ReadyMessage
   | RequestMessage
   | AttachMessage
@@ -264,4 +295,12 @@ export interface WebviewState {
   scrollFromBottom: number;
   /** Context chips attached but not sent yet. */
   context?: ContextItem[];
+  /** The plan strip is collapsed (added 2026-12-05). */
+  planCollapsed?: boolean;
+  /** Prompts sent from this panel, oldest first (at most 100), recalled with ↑ (added
+   * 2026-12-05). */
+  history?: string[];
+  /** The session's newest history entries (`{sessionId, entries}`, at most 30 and 200 KB),
+   * shown at once after a reload before the server answers (added 2026-12-05). */
+  snapshot?: { sessionId: string; entries: any[] };
 }

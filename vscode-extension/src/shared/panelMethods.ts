@@ -2,8 +2,10 @@
  * The `agent/*` requests a chat panel (webview) may ask the host to relay to the server — and
  * nothing else. The webview is page script: a bug or injected markup there must not reach
  * methods the panel has no use for (`agent/bash` runs a shell command, `agent/permissions/set`
- * changes the approval policy, `agent/session/rewind` rewrites files). The host refuses any other
- * method with a JSON-RPC "method not found" error (`checkPanelRequest`) and logs it.
+ * changes the approval policy). The host refuses any other method with a JSON-RPC "method not
+ * found" error (`checkPanelRequest`) and logs it. `agent/session/rewind` (it rewrites files) is
+ * relayed only after the user confirms it in a modal dialog of the host (`REWIND_CONFIRM`), which
+ * page script cannot answer.
  *
  * Adding a panel feature that needs a new server method: add it here (the webview's `request`
  * accepts only these names, so the compiler points at this list).
@@ -34,18 +36,30 @@ export const PANEL_METHODS = [
   "agent/abort",
   "agent/commands",
   "agent/compact",
+  "agent/continue",
   "agent/extension/commands",
   "agent/messages",
   "agent/model/list",
   "agent/model/set",
+  "agent/plan/get",
+  "agent/plan/set",
   "agent/prompt",
   "agent/queue/edit",
   "agent/queue/remove",
+  "agent/session/branch",
   "agent/session/history",
+  "agent/session/rewind",
   "agent/session/stats",
   "agent/state",
   "agent/thinking/set",
 ] as const satisfies readonly (keyof PanelRequests)[];
+
+/** The host's modal question before a panel's `agent/session/rewind`, and its button. */
+export const REWIND_CONFIRM = {
+  message: "Rewind the session to before this message?",
+  detail: "The conversation goes back to there (nothing is deleted: the later turns stay on their branch), and the agent's later changes to files are reverted where you have not changed the file since. Undo rewind puts them back.",
+  button: "Rewind",
+} as const;
 
 /** A method the panel may call. */
 export type PanelMethod = (typeof PANEL_METHODS)[number];

@@ -7,6 +7,7 @@
  * a card never takes focus by itself (no focus theft). The timeout bar is a CSS animation: no
  * timer runs in the page.
  */
+import { changedLinesFirst, fullDiff } from "./changeview";
 import { asObject } from "./store";
 
 export interface CardHost {
@@ -52,13 +53,7 @@ function button(label: string, cls: string, key: string | null, onClick: () => v
 
 /** A unified diff with added / removed lines marked. */
 export function diffView(diff: string): HTMLPreElement {
-  const pre = el("pre", "diff");
-  for (const line of diff.split("\n")) {
-    const cls = line.startsWith("+++") || line.startsWith("---") ? "diff-file" : line.startsWith("+") ? "diff-add" : line.startsWith("-") ? "diff-del" : line.startsWith("@@") ? "diff-hunk" : "diff-ctx";
-    const span = el("span", cls, line);
-    pre.append(span, "\n");
-  }
-  return pre;
+  return fullDiff(diff);
 }
 
 function describe(tool: unknown, argsValue: unknown): string {
@@ -81,7 +76,7 @@ export function permissionCard(requestId: number, params: unknown, host: CardHos
   card.append(withCode(el("div", "card-title"), `pi wants to ${describe(p.tool, p.arguments)}`));
   if (p.reason) card.append(el("div", "card-reason", String(p.reason)));
   if (change.diff) {
-    card.append(diffView(String(change.diff)));
+    card.append(changedLinesFirst(String(change.diff)));
   } else if (p.tool !== "bash") {
     const args = el("details", "tool-args");
     args.append(el("summary", undefined, "Arguments"), el("pre", undefined, JSON.stringify(p.arguments ?? {}, null, 2)));

@@ -52,6 +52,8 @@ function showPopup(items: PopupItem[]): void {
 function choosePopup(): void {
   const it = popupItems[popupIndex];
   if (!it) return;
+  // `@file`: its content is attached too (a chip), not just its path.
+  if (it.insert.startsWith("@") && it.detail) post({ type: "attachFile", path: it.detail });
   const caret = input.selectionStart ?? input.value.length;
   input.value = input.value.slice(0, it.from) + it.insert + input.value.slice(caret);
   const at = it.from + it.insert.length;

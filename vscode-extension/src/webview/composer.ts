@@ -6,6 +6,8 @@
  */
 import type { ImageInput, PromptParams, StreamingBehavior } from "../shared/wire";
 import { pressShortcut } from "./cards";
+import { accessKeyAllowed } from "./deliberate";
+import { autoContext, history, recovery, removeAutoContext, turns } from "./features";
 import { BUILTIN_COMMANDS, closePopup, popup, popupKey, updateCompletion } from "./completion";
 import { el } from "./dom";
 import { renderStatus } from "./header";
@@ -43,16 +45,37 @@ let images: { data: string; mimeType: string; name: string }[] = [];
 /** Draws the context and image chips. */
 export function renderChips(): void {
   chips.textContent = "";
+  // The active editor's context (pi.context.activeEditor): marked "auto", goes with each prompt.
+  const auto = autoContext();
+  if (auto) {
+    const c = chip(auto.label, "auto", () => {
+      removeAutoContext();
+      renderChips();
+    });
+    c.title = `${auto.path ?? auto.label}: offered with each prompt (pi.context.activeEditor); × leaves it out`;
+    c.firstElementChild?.after(el("span", "chip-auto-mark", "auto"));
+    chips.append(c);
+  }
   ui.contextItems.forEach((c, i) => chips.append(chip(c.label, c.kind, () => {
     ui.contextItems.splice(i, 1);
     renderChips();
     saveState();
   })));
-  images.forEach((img, i) => chips.append(chip(img.name, "image", () => {
-    images.splice(i, 1);
-    renderChips();
-  })));
-  chips.hidden = ui.contextItems.length + images.length === 0;
+  // An image the current model cannot take is said at once (its `input` lacks "image").
+  const blind = Array.isArray(currentModel?.input) && !currentModel.input.includes("image");
+  images.forEach((img, i) => {
+    const c = chip(img.name, "image", () => {
+      images.splice(i, 1);
+      renderChips();
+    });
+    if (blind) {
+      c.classList.add("chip-refused");
+      c.title = `${currentModel.name ?? currentModel.id} does not take images: this one would not reach the model (choose a model that reads images, or remove it)`;
+      c.append(el("span", "chip-warning", "model cannot see images"));
+    }
+    chips.append(c);
+  });
+  chips.hidden = ui.contextItems.length + images.length === 0 && !auto;
 }
 
 function chip(label: string, kind: string, remove: () => void): HTMLElement {
@@ -67,8 +90,10 @@ function chip(label: string, kind: string, remove: () => void): HTMLElement {
 }
 
 function contextPrefix(): string {
-  return ui.contextItems
+  const auto = autoContext();
+  return [...(auto ? [auto] : []), ...ui.contextItems]
     .map((c) => {
+      if (c.auto && c.kind === "file") return `The user's active file: ${c.path}\n`;
       const where = c.path ? `${c.path}${c.range ? `:${c.range.startLine}-${c.range.endLine}` : ""}` : c.label;
       const what = c.kind === "diagnostics" ? "Problems in" : c.kind === "selection" ? "Selection from" : "File";
       return `${what} ${where}:\n\`\`\`\n${c.text}\n\`\`\`\n`;
@@ -92,6 +117,8 @@ async function send(behavior?: StreamingBehavior): Promise<void> {
   const typed = input.value.trim();
   if (!typed && images.length === 0) return;
   if (images.length === 0 && runBuiltin(typed)) return;
+  // An earlier message edited: the session's leaf moves there first (turns.ts).
+  if (!(await turns.beforeSend())) return;
   const prefix = contextPrefix();
   const text = prefix ? `${prefix}\n${typed}` : typed;
   const imgs: ImageInput[] = images.map((i) => ({ type: "image", data: i.data, mimeType: i.mimeType }));
@@ -101,6 +128,8 @@ async function send(behavior?: StreamingBehavior): Promise<void> {
   else if (pendingModel) params.model = pendingModel;
   const queued = store.running;
   if (queued) params.streamingBehavior = behavior ?? ui.mode;
+  history.push(typed);
+  recovery.restoredText = null;
   input.value = "";
   ui.contextItems = [];
   images = [];
@@ -191,6 +220,12 @@ input.addEventListener("input", () => {
 
 input.addEventListener("keydown", (e) => {
   if (popupKey(e)) return;
+  // ↑ / ↓ on the first / last line: earlier prompts (recovery.ts).
+  if ((e.key === "ArrowUp" || e.key === "ArrowDown") && !e.shiftKey && !e.altKey && !e.ctrlKey && !e.metaKey && !e.isComposing && history.move(input, e.key === "ArrowUp" ? -1 : 1)) {
+    e.preventDefault();
+    saveState();
+    return;
+  }
   if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
     e.preventDefault();
     const behavior = store.running ? (e.altKey || e.metaKey ? "followUp" : ui.mode) : undefined;
@@ -224,7 +259,7 @@ function addImage(f: File): void {
 }
 
 document.addEventListener("keydown", (e) => {
-  if (e.altKey && !e.ctrlKey && !e.metaKey && !e.shiftKey && pressShortcut(cards, e.code)) {
+  if (e.altKey && !e.ctrlKey && !e.metaKey && !e.shiftKey && accessKeyAllowed(e) && pressShortcut(cards, e.code)) {
     e.preventDefault();
     return;
   }

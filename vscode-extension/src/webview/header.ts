@@ -61,8 +61,10 @@ attentionBar.append(attentionTitle, attentionText, attentionButton);
 attentionButton.addEventListener("click", () => {
   const a = store.attention;
   if (a && (a.reason === "permission" || a.reason === "question")) {
-    // The user's own click: the open question's first answer takes focus.
-    const b = cards.querySelector<HTMLElement>(".card[data-request-id] button, .card[data-request-id] input, .card[data-request-id] select");
+    // The user's own click: the open question takes focus (the card, not one of its answers:
+    // the next key typed must not answer it, deliberate.ts); Tab reaches its answers.
+    const b = cards.querySelector<HTMLElement>(".card[data-request-id]:not(.answered)");
+    if (b) b.tabIndex = -1;
     b?.scrollIntoView({ block: "nearest" });
     b?.focus();
     return;

@@ -14,6 +14,7 @@ import { post, saved, settle } from "./rpc";
 import { loadSession } from "./session";
 import { saveState, store, ui } from "./state";
 import { applyNotification, eventType, setVisible } from "./store";
+import { notification, notificationsApplied, setEditorContext } from "./features";
 import { schedule } from "./view";
 
 let firstInit = true;
@@ -36,10 +37,12 @@ export function onHostMessage(msg: HostToWebview): void {
     case "notifications": {
       for (const n of msg.items) {
         if (n.method === "agent/ui/notification") continue;
+        if (notification(n)) continue;
         applyNotification(store, n);
         if (n.method === "agent/queueUpdate") markQueueDirty();
         if (n.method === "agent/event" && eventType(n.params.event) === "agent_start" && !currentModel) void loadModels();
       }
+      notificationsApplied();
       schedule();
       return;
     }
@@ -87,6 +90,10 @@ export function onHostMessage(msg: HostToWebview): void {
       }
       return;
     }
+    case "editorContext":
+      setEditorContext(msg.item);
+      renderChips();
+      return;
     case "context": {
       ui.contextItems.push(...msg.items);
       renderChips();

@@ -26,12 +26,20 @@ import { log, post, saved } from "./rpc";
 import { loadOlder } from "./session";
 import { saveState, store } from "./state";
 import { app, empty, jumpButton, main, renders, sending, transcript } from "./view";
+import { installCodeActions } from "./codeblocks";
+import { plan, recovery, showSnapshotAtBoot, turns } from "./features";
 
 layoutHeader();
 layoutComposer();
 main.append(empty, jumpButton);
+installCodeActions(main, post);
+turns.install(main);
+composer.insertBefore(turns.bar, input);
 document.body.append(app);
-app.append(header, attentionBar, main, sending, cards, queueList, composer);
+// Retry / Continue and the plan strip above the questions and the composer; the plan-mode
+// switch in the header (features.ts).
+header.querySelector(".header-actions")?.prepend(plan.toggle);
+app.append(header, attentionBar, main, sending, recovery.el, plan.el, cards, queueList, composer);
 input.value = saved?.draft ?? "";
 
 transcript.onNeedOlder = loadOlder;
@@ -43,6 +51,7 @@ transcript.onUserScroll = () => saveState();
 renderChips();
 renderQueue();
 renderStatus();
+showSnapshotAtBoot();
 post({ type: "ready", accepts: ["visibility"] });
 
 // While the host and the server answer, make the Markdown and highlighting code warm (one

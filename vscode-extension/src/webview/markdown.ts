@@ -52,7 +52,8 @@ function makeMarked(highlight: boolean): Marked {
           body = escapeHtml(token.text);
         }
         const cls = lang ? ` class="hljs language-${escapeHtml(lang)}"` : ` class="hljs"`;
-        return `<pre><code${cls}>${body}</code></pre>\n`;
+        // Focusable: it scrolls, and the keyboard reaches its buttons (codeblocks.ts).
+        return `<pre tabindex="0"><code${cls}>${body}</code></pre>\n`;
       },
     },
   });

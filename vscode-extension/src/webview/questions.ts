@@ -6,6 +6,9 @@
  */
 import type { HostToWebview } from "../shared/messages";
 import { permissionCard, uiCard } from "./cards";
+import { deliberate } from "./deliberate";
+import { plan } from "./features";
+import { isPlanQuestion, planQuestionCard } from "./plan";
 import { input } from "./composer";
 import { el } from "./dom";
 import { renderStatus } from "./header";
@@ -54,8 +57,14 @@ const cardHost = {
 /** Shows a server question (once: the host may post the open ones again, e.g. on a re-attach). */
 export function showQuestion(msg: Extract<HostToWebview, { type: "serverRequest" }>): void {
   if (openQuestions.has(msg.requestId)) return;
-  const card = msg.method === "agent/requestPermission" ? permissionCard(msg.requestId, msg.params, cardHost) : uiCard(msg.requestId, msg.params, cardHost);
-  cards.append(card);
+  const card =
+    msg.method === "agent/requestPermission"
+      ? permissionCard(msg.requestId, msg.params, cardHost)
+      : isPlanQuestion(msg.params)
+        ? planQuestionCard(msg.requestId, msg.params, plan.current, (v) => cardHost.answer(msg.requestId, v === null ? { cancelled: true } : { value: v }))
+        : uiCard(msg.requestId, msg.params, cardHost);
+  // Answered only on purpose (deliberate.ts).
+  cards.append(deliberate(card));
   openQuestions.add(msg.requestId);
   renderStatus();
   const call = msg.method === "agent/requestPermission" ? asObject(msg.params).toolCallId : undefined;

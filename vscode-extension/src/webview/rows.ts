@@ -4,7 +4,9 @@
  * row (VP3).
  */
 import type { Item, AssistantItem, ToolItem, TextBlock } from "./store";
-import { readableError } from "./store";
+import { errorInWords } from "./recovery";
+import { collapseReturns, setTerminalText } from "./ansi";
+import { turnActions } from "./turns";
 import { MarkdownView, renderMarkdownFragment } from "./markdown";
 
 /** What rows may ask of the panel. */
@@ -81,7 +83,8 @@ class UserRow extends RowView {
   private readonly meta = el("div", "user-meta");
   constructor(id: string) {
     super(id, "user");
-    this.el.append(this.body, this.meta);
+    // Edit / Rewind to here (turns.ts), shown on hover or focus.
+    this.el.append(this.body, this.meta, turnActions());
   }
   update(item: Item): void {
     if (item.kind !== "user") return;
@@ -156,7 +159,7 @@ class AssistantRow extends RowView {
     const hasContent = a.blocks.some((b) => b && (b.type === "thinking" || /\S/.test(b.text)));
     const noContent = (!hasContent && !a.errorMessage && a.stopReason !== "aborted") || !!a.retried;
     if (cl.contains("no-content") !== noContent) cl.toggle("no-content", noContent);
-    const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ? readableError(a.errorMessage) : a.stopReason === "aborted" ? "Aborted." : "Failed.") : "";
+    const err = a.stopReason === "error" || a.stopReason === "aborted" ? (a.errorMessage ? errorInWords(a.errorMessage) : a.stopReason === "aborted" ? "Aborted." : "Failed.") : "";
     if (this.error.hidden !== !err) this.error.hidden = !err;
     if (this.error.textContent !== err) this.error.textContent = err;
     const aborted = a.stopReason === "aborted";
@@ -185,7 +188,7 @@ class ToolRow extends RowView {
     this.more.append(this.moreSummary, this.morePre);
     this.more.hidden = true;
     this.more.addEventListener("toggle", () => {
-      this.morePre.textContent = this.more.open ? clip(this.fullOutput) : "";
+      setTerminalText(this.morePre, this.more.open ? clip(this.fullOutput) : "");
     });
     this.el.append(this.head, this.argsBox, this.more, this.out);
     this.el.setAttribute("role", "group");
@@ -203,13 +206,15 @@ class ToolRow extends RowView {
     const argsText = t.args === undefined ? t.argsText : JSON.stringify(t.args, null, 2);
     if (this.argsPre.textContent !== argsText) this.argsPre.textContent = argsText;
     // The last lines; the whole output (up to MAX_OUTPUT) only when asked for.
-    const p = preview(t.output);
-    if (this.out.textContent !== p.text) this.out.textContent = p.text;
+    // As a terminal shows it: progress lines (`\r`) collapsed, ANSI colours rendered (ansi.ts).
+    const output = collapseReturns(t.output);
+    const p = preview(output);
+    setTerminalText(this.out, p.text);
     this.out.hidden = p.text === "";
-    this.fullOutput = t.output;
+    this.fullOutput = output;
     this.more.hidden = p.hidden === 0;
     if (p.hidden) this.moreSummary.textContent = `Show all output (${p.hidden} more line${p.hidden > 1 ? "s" : ""})`;
-    if (this.more.open) this.morePre.textContent = clip(t.output);
+    if (this.more.open) setTerminalText(this.morePre, clip(output));
     const path = (t.args as { path?: unknown } | undefined)?.path;
     if ((t.toolName === "edit" || t.toolName === "write") && typeof path === "string" && !this.diffButton) {
       const b = el("button", "link open-diff", "Open diff");

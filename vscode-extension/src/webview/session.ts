@@ -10,6 +10,7 @@ import { errorCode, errorMessage, log, request, saved } from "./rpc";
 import { replaceStore, store, ui } from "./state";
 import { applyHistoryPage, applyStats, createStore, entriesFromMessages } from "./store";
 import { renderFrame, resetRender, schedule, transcript } from "./view";
+import { keepSnapshotFor, newestPage, sessionLoaded } from "./features";
 
 /** History entries asked for per page. */
 const PAGE = 50;
@@ -18,10 +19,13 @@ let loadingOlder = false;
 /** Shows `sessionId` (null: a new session) from its first screen. */
 export async function loadSession(sessionId: string | null): Promise<void> {
   const hidden = store.hidden;
-  replaceStore(createStore(sessionId));
+  // After a reload the snapshot's rows stay until the server's page replaces them (no blank).
+  if (!keepSnapshotFor(sessionId)) {
+    replaceStore(createStore(sessionId));
+    transcript.clear();
+    resetRender();
+  }
   store.hidden = hidden;
-  transcript.clear();
-  resetRender();
   ui.commandsCache = null;
   renderQueue();
   schedule();
@@ -51,6 +55,7 @@ export async function loadSession(sessionId: string | null): Promise<void> {
     (e: unknown) => log("warn", `agent/session/stats: ${errorMessage(e)}`),
   );
   await Promise.all([stateP, statsP, loadPage(sessionId, false)]);
+  sessionLoaded(sessionId);
   if (saved?.sessionId === sessionId && saved.scrollFromBottom > 0) {
     renderFrame();
     transcript.restore(saved.scrollFromBottom);
@@ -64,6 +69,7 @@ async function loadPage(sessionId: string, older: boolean): Promise<void> {
     const page = await request("agent/session/history", params);
     if (store.sessionId !== sessionId) return;
     applyHistoryPage(store, { entries: page.entries ?? [], hasMore: Boolean(page.hasMore) }, older);
+    if (!older) newestPage(sessionId, page.entries ?? []);
   } catch (e) {
     if (errorCode(e) === -32601 && !older) {
       // A server without paged history: show the active branch's messages.

@@ -3,7 +3,7 @@
  * session loads), what the host said it can do, the composer's context items and mode, and the
  * webview state VS Code keeps for a reload ({@link saveState}).
  */
-import type { ContextItem, InitCapabilities } from "../shared/messages";
+import type { ContextItem, InitCapabilities, WebviewState } from "../shared/messages";
 import { input } from "./composer";
 import { saved, vscode } from "./rpc";
 import { createStore, type Store } from "./store";
@@ -36,8 +36,12 @@ export function savedScroll(): number {
   return savedFromBottom;
 }
 
-/** Saves the webview state: session, draft, scroll position, context items. */
+/** More of the webview state from other parts (features.ts: plan, prompt history, snapshot). */
+export const stateParts: (() => Partial<WebviewState>)[] = [];
+
+/** Saves the webview state: session, draft, scroll position, context items, {@link stateParts}. */
 export function saveState(): void {
   savedFromBottom = transcript.atBottom ? 0 : transcript.fromBottom();
-  vscode.setState({ sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: ui.contextItems });
+  const more = Object.assign({}, ...stateParts.map((f) => f()));
+  vscode.setState({ ...more, sessionId: store.sessionId, draft: input.value, scrollFromBottom: savedFromBottom, context: ui.contextItems });
 }

@@ -20,7 +20,9 @@ let chat;
 
 const NOTES = "alpha\nbeta\ngamma\n";
 /** The workspace's files as every step finds them on disk. */
-const FILES = { "notes.txt": NOTES, "README.md": "# demo\n", "bad.json": '{"a": }\n', "big.txt": BIG_TEXT, "story.txt": STORY };
+/** A project MCP server that cannot start (the MCP Servers test reads its state and disables it). */
+const MCP_JSON = JSON.stringify({ mcpServers: { broken: { command: "/nonexistent/pi-mcp-test-server", exposure: "deferred" } } }, null, 2) + "\n";
+const FILES = { "notes.txt": NOTES, "README.md": "# demo\n", "bad.json": '{"a": }\n', "big.txt": BIG_TEXT, "story.txt": STORY, ".pi/mcp.json": MCP_JSON };
 
 before(async () => {
   wb = await startWorkbench({ files: FILES, settings: { "pi.approvalPolicy": "ask" } });
@@ -232,6 +234,14 @@ test("an edit under `ask` waits for Allow, lands in the open editor as one undo 
   await until("the undone edit", async () => (await editorText(page)).includes("beta") && !(await editorText(page)).includes("BETA"), 10_000);
   assert.equal(await editorText(page), "alpha\nbeta\ngamma\n");
   await until("the CodeLens to go", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) === 0, 10_000);
+  // The editor's redo brings the agent's edit back under review (its Keep / Undo lenses), not
+  // as the user's typing; undo takes it away again.
+  await page.keyboard.press("Control+Shift+Z");
+  await until("the redone edit", async () => (await editorText(page)) === "alpha\nBETA\ngamma\n", 10_000);
+  await until("the Keep/Undo CodeLens back after redo", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) > 0, 10_000);
+  await page.keyboard.press("Control+Z");
+  await until("undone again", async () => (await editorText(page)) === "alpha\nbeta\ngamma\n", 10_000);
+  await until("the CodeLens to go again", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) === 0, 10_000);
 });
 
 test("Undo on the hunk's CodeLens reverts the agent's lines and keeps the user's own typing", async () => {
@@ -257,6 +267,8 @@ test("Undo on the hunk's CodeLens reverts the agent's lines and keeps the user's
   await page.keyboard.press("Control+Z");
   await until("the redo of the agent line", async () => (await editorText(page)).includes("BETA"), 10_000);
   assert.equal(await editorText(page), "alpha (mine)\nBETA\ngamma!\n");
+  // …under review again: its Keep / Undo lenses are back.
+  await until("the Keep/Undo CodeLens back", async () => (await page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count()) > 0, 10_000);
   // Leave the buffer as the file started, for the next steps.
   await page.keyboard.press("Control+A");
   await page.keyboard.type("alpha\nbeta\ngamma\n");
@@ -370,11 +382,10 @@ test("a permission question asked in the panel comes as a notification once the 
   await until("the side bar hidden", async () => !(await page.locator(".part.sidebar").isVisible()), 10_000);
   const toast = page.locator(".notification-toast", { hasText: "Pi wants to edit notes.txt" });
   await toast.waitFor({ timeout: 30_000 });
-  // Its answers are links in a notification that stays while the question is open (it has
-  // progress); Cancel only closes it.
+  // Its answers are real buttons of the notification.
   assert.deepEqual(
-    (await toast.locator(".notification-list-item-message a").allInnerTexts()).map((t) => t.trim()),
-    ["Allow", "Allow for Session", "Allow in Workspace", "Reject…", "Show Diff"],
+    (await toast.locator(".notification-list-item-buttons-container .monaco-button").allInnerTexts()).map((t) => t.trim()),
+    ["Allow Once", "Allow for Session", "Allow in Workspace", "Reject…", "Show"],
   );
   assert.equal(await activeTab(page), "notes.txt", "the question moved no focus");
   // agent/attention "permission": the status bar flag and the chat view's badge (on the
@@ -382,7 +393,7 @@ test("a permission question asked in the panel comes as a notification once the 
   await until("the attention flag", async () => /hello world waits for your approval/.test(wb.stats().flag), 10_000);
   await page.locator(".statusbar-item", { hasText: "waits for your approval" }).first().waitFor({ timeout: 10_000 });
   assert.deepEqual(wb.stats().chatBadge, { value: 1, tooltip: "hello world waits for your approval" });
-  await toast.locator(".notification-list-item-message a", { hasText: /^Allow$/ }).click();
+  await toast.locator(".notification-list-item-buttons-container .monaco-button", { hasText: /^Allow Once$/ }).click();
   // The answer closes the question's notification, its flag and its badge.
   await toast.waitFor({ state: "hidden", timeout: 10_000 });
   await until("the approval flag to go", async () => !/waits for your approval/.test(wb.stats().flag), 10_000);
@@ -745,4 +756,23 @@ test("6,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   // Per 1,000 deltas the model streamed (the server's coalescing is part of what the host is
   // spared; per notification it is printed above).
   assert.ok((cpu / MANY_WORDS) * 1000 <= 5, `${((cpu / MANY_WORDS) * 1000).toFixed(2)} ms per 1,000 streamed deltas`);
+});
+
+test("Pi: MCP Servers lists the servers with their state, and disables one (saved to the file that defines it)", async () => {
+  await runCommand(page, "Pi: MCP Servers");
+  const row = page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: "broken" });
+  await row.first().waitFor({ timeout: 20_000 });
+  const text = (await row.first().innerText()).replace(/\s+/g, " ");
+  assert.match(text, /broken/);
+  assert.match(text, /failed · 0 tools · deferred · project|failed · deferred · project/, text);
+  await page.keyboard.press("Enter");
+  const actions = page.locator(".quick-input-widget .quick-input-list .monaco-list-row");
+  await until("the server's actions", async () => (await actions.allInnerTexts()).some((t) => t.includes("Disable")), 10_000);
+  assert.deepEqual((await actions.allInnerTexts()).map((t) => t.trim()), ["Reconnect", "Disable", "Set Exposure…", "Show the Error", "Open Its Configuration"]);
+  await page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: "Disable" }).click();
+  // The list again: the server is disabled, and the project's file says so.
+  await until("the disabled server", async () => (await page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: "broken" }).allInnerTexts()).some((t) => /disabled/.test(t)), 20_000);
+  const saved = JSON.parse(fs.readFileSync(path.join(wb.workspace, ".pi/mcp.json"), "utf8"));
+  assert.equal(saved.mcpServers.broken.enabled, false);
+  await page.keyboard.press("Escape");
 });

@@ -77,7 +77,10 @@ export interface Tab {
 
 /** What the tests see of the calls. */
 export const recorded = {
-  messages: [] as { kind: "info" | "warning" | "error"; text: string }[],
+  messages: [] as { kind: "info" | "warning" | "error"; text: string; items?: string[] }[],
+  /** Clicks a button of the next warning notification: the label to answer it with (undefined:
+   * closed without one). Unset: notifications are never answered. */
+  clickWarning: undefined as ((text: string, items: string[]) => string | undefined) | undefined,
   /** Tabs closed, with the `preserveFocus` argument. */
   closed: [] as { label: string; preserveFocus: boolean | undefined }[],
   statusItems: [] as StatusBarItem[],
@@ -88,6 +91,7 @@ export const tabs: Tab[] = [];
 
 export function reset(): void {
   recorded.messages.length = 0;
+  recorded.clickWarning = undefined;
   recorded.closed.length = 0;
   recorded.statusItems.length = 0;
   tabs.length = 0;
@@ -103,9 +107,11 @@ export const window = {
     recorded.messages.push({ kind: "info", text });
     return Promise.resolve(undefined);
   },
-  showWarningMessage(text: string): Promise<undefined> {
-    recorded.messages.push({ kind: "warning", text });
-    return Promise.resolve(undefined);
+  showWarningMessage(text: string, ...items: string[]): Promise<string | undefined> {
+    recorded.messages.push(items.length ? { kind: "warning", text, items } : { kind: "warning", text });
+    const click = recorded.clickWarning;
+    if (!click || !items.length) return items.length ? new Promise(() => {}) : Promise.resolve(undefined);
+    return Promise.resolve(click(text, items));
   },
   showErrorMessage(text: string): Promise<undefined> {
     recorded.messages.push({ kind: "error", text });

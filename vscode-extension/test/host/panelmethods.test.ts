@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { checkPanelRequest, PANEL_METHODS } from "../../src/shared/panelMethods";
 
 test("methods outside the panel's set are refused with a message naming them", () => {
-  for (const m of ["agent/bash", "agent/permissions/set", "agent/session/rewind", "agent/runTool", "initialize", "agent/promptx", ""]) {
+  for (const m of ["agent/bash", "agent/permissions/set", "agent/session/delete", "agent/runTool", "initialize", "agent/promptx", ""]) {
     const refused = checkPanelRequest(m);
     assert.equal(typeof refused, "string", m);
     assert.ok(refused!.startsWith(`the chat panel may not call ${JSON.stringify(m)}; it calls only agent/abort, `), refused!);

@@ -110,3 +110,35 @@ test("an open edit question whose file changes says so at once; an allowed call 
   assert.equal(q.toolEnded("call-9", true, refused), undefined);
   assert.equal(q.toolEnded("call-other", true, "failed"), undefined);
 });
+
+test("a question nobody sees comes as a notification with real buttons; a button answers it, Show opens the session and leaves it open", async () => {
+  reset();
+  const hidden = { post: (_m: unknown) => {}, visible: false };
+  const shown: string[] = [];
+  let click: string | undefined = "Allow for Session";
+  recorded.clickWarning = () => click;
+  const q = new ServerQuestions({ panelsOf: () => [hidden] }, log, async () => undefined, async () => undefined);
+  q.onShow = async (sid) => shown.push(sid);
+  const ask = { ...permission("call-9", "conf.txt"), rule: { tool: "edit" }, alwaysScopes: ["session", "workspace"] };
+  const answer = q.ask("agent/requestPermission", ask, token().token);
+  assert.deepEqual(await answer, { decision: "allowAlways", scope: "session" });
+  assert.deepEqual(recorded.messages, [
+    { kind: "warning", text: "Pi wants to edit conf.txt — edit outside the auto-edit scope", items: ["Allow Once", "Allow for Session", "Allow in Workspace", "Reject…", "Show"] },
+  ]);
+  // No rule offered (a sandbox question): Allow Once, Reject…, Show.
+  recorded.messages.length = 0;
+  click = "Show";
+  let settled = false;
+  const second = q.ask("agent/requestPermission", { ...permission("call-10", "b.txt"), alwaysScopes: [] }, token().token).then((r) => ((settled = true), r));
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(recorded.messages[0]!.items, ["Allow Once", "Reject…", "Show"]);
+  assert.deepEqual(shown, ["s1"]);
+  assert.equal(settled, false, "Show answers nothing: the question stays open in the panel");
+  q.answer(2, { decision: "allow" });
+  assert.deepEqual(await second, { decision: "allow" });
+  // An extension question: its own buttons.
+  recorded.messages.length = 0;
+  click = "No";
+  assert.deepEqual(await q.ask("agent/ui/request", { sessionId: "s1", extension: "deploy", method: "confirm", title: "Deploy?", message: "to production" }, token().token), { confirmed: false });
+  assert.deepEqual(recorded.messages, [{ kind: "warning", text: "deploy: Deploy? — to production", items: ["Yes", "No", "Show"] }]);
+});

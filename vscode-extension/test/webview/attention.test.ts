@@ -73,8 +73,19 @@ test("agent/attention in the panel: the approval it waits for, a run that finish
   });
   // The call's card in the transcript says it waits (the in-transcript mark of a question).
   assert.equal(await page.textContent(`.row-tool[data-id="tool:${ask.toolCallId}"] .tool-state`), "waiting");
-  // "Show" takes the user to the question (their own click: the card's first answer is focused).
+  // "Show" takes the user to the question (their own click): the card is focused, not an
+  // answer, so the next key typed answers nothing; Tab reaches its first answer.
   await page.click(".attention-action");
+  assert.equal(await page.evaluate(() => document.activeElement?.classList.contains("permission")), true);
+  await page.keyboard.press("Enter");
+  await page.keyboard.type("ok ");
+  await frames(panel);
+  assert.equal(await page.locator(".card.permission").count(), 1);
+  // Tab: the changed lines (scrollable), the folded context, then the answers.
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement?.getAttribute("aria-label")), "Changed lines");
+  await page.keyboard.press("Tab");
+  await page.keyboard.press("Tab");
   assert.equal(await page.evaluate(() => document.activeElement?.textContent), "Allow once");
   // Answered: the banner goes.
   await page.keyboard.press("Enter");

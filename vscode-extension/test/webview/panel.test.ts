@@ -314,11 +314,17 @@ test("a permission card: tool, reason, diff; keyboard only; allow always in the 
   await page.waitForSelector(".card.permission");
   await panel.send({ type: "serverRequestDone", requestId: 9 });
   await page.waitForFunction(() => !document.querySelector(".card.permission"));
-  // The sandbox's question offers no rule: allow once or reject. Access keys: Alt+A allows once.
+  // The sandbox's question offers no rule: allow once or reject. Access keys: Alt+A allows once
+  // (not while typing in the composer: there Alt+letter may type a character).
   await panel.send({ type: "serverRequest", requestId: 10, method: "agent/requestPermission", params: asks[2] });
   await page.waitForSelector(".card.permission");
   assert.equal(await page.textContent(".card.permission .card-reason"), "sandbox denied: Permission denied (os error 13)");
   assert.deepEqual(await page.$$eval(".card.permission button", (b) => b.map((x) => x.textContent)), ["Allow once", "Reject"]);
+  await page.focus("textarea.input");
+  await page.keyboard.press("Alt+a");
+  await frames(panel, 2);
+  assert.equal(await page.locator(".card.permission").count(), 1);
+  await page.click(".card.permission .card-title");
   await page.keyboard.press("Alt+a");
   await page.waitForFunction(() => !document.querySelector(".card.permission"));
   assert.deepEqual((await panel.posts()).at(-1), { type: "serverResponse", requestId: 10, result: { decision: "allow" } });

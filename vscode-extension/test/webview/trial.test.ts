@@ -297,7 +297,7 @@ test("a run the user stopped is said quietly, not in the error colour", async ()
   const colors = await panel.page.$$eval(".assistant-error", (els) => els.map((e) => [e.textContent, getComputedStyle(e).color]));
   assert.deepEqual(colors, [
     ["Request was aborted", "rgb(157, 157, 157)"],
-    ["connection refused", "rgb(248, 81, 73)"],
+    ["The model server refused the connection (is it running?).", "rgb(248, 81, 73)"],
   ]);
   await panel.page.context().close();
 });

@@ -1,5 +1,5 @@
 -- Neovim end-to-end spec for pi-lsp, driven by tests/nvim.rs:
---   nvim --headless -u NONE -l tests/nvim/prompt_spec.lua
+--   nvim --headless -u NONE -l nvim-plugin/test/lsp/prompt_spec.lua
 -- Env: PI_LSP_BIN (server binary), PI_WS (workspace dir), PI_FILE (absolute path of a file in
 -- it), PI_OUT (where the JSON result goes). Optional: PI_NVIM_LSP_LOG (Neovim LSP log level,
 -- e.g. "debug" to log every message).

@@ -1,5 +1,5 @@
 -- Neovim spec for pi-lsp's `diagnostics` tool, driven by tests/nvim.rs:
---   nvim --headless -u NONE -l tests/nvim/diagnostics_spec.lua
+--   nvim --headless -u NONE -l nvim-plugin/test/lsp/diagnostics_spec.lua
 -- Env: PI_LSP_BIN (server binary), PI_WS (workspace dir), PI_FILE (absolute path of a file in
 -- it), PI_OUT (where the JSON result goes).
 --

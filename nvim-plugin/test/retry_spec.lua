@@ -1,0 +1,50 @@
+-- After a failed run (issue 30 item 9): the failure in words, the failed prompt back in the
+-- prompt buffer, and `:Pi retry` running the turn again through `agent/continue` — the user
+-- message reaches the model once more but stays once in the session.
+package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
+local H = require('helpers')
+H.require_tools()
+
+local PROMPT_TEXT = [[
+  local client = require('pi.client')
+  local chat = require('pi.chat').current(client.roots[client.root_of(0)])
+  return require('pi.prompt').text(chat)
+]]
+
+H.case(':Pi retry resends without a second user message; the failed prompt comes back', function()
+  local mock = H.mock({ { status = 401, error = 'invalid key' }, { text = 'Recovered.' } })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 100, rows = 30 })
+  c:cmd('Pi say hello')
+  H.wait('the failure', 15000, function()
+    local s = c:lua(H.CHAT_STATE)
+    return s ~= vim.NIL and s.state == 'failed'
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  H.eq('## You\nsay hello\n\n✗ the model server refused the API key (HTTP 401): invalid key\n\n↻ :Pi retry runs it again (your message is not repeated)\n', text, 'the chat after the failure')
+  H.eq('say hello', c:lua(PROMPT_TEXT), 'the failed prompt is back in the prompt buffer')
+  c:cmd('Pi retry')
+  H.idle_with(c, 'Recovered.')
+  H.eq('', c:lua(PROMPT_TEXT), 'the prompt buffer emptied by the retry')
+  local reqs = mock.requests()
+  H.eq(2, #reqs, 'two model requests')
+  local users = vim.tbl_filter(function(m)
+    return m.role == 'user'
+  end, reqs[2].messages)
+  H.eq(1, #users, 'the retried request carries the user message once: ' .. vim.inspect(reqs[2].messages))
+  -- The session file holds the user message once.
+  local files = vim.fn.glob(ws .. '/.pi/sessions/**/*.jsonl', false, true)
+  H.eq(1, #files, 'one session file')
+  local n = 0
+  for line in H.read(files[1]):gmatch('[^\n]+') do
+    local e = vim.json.decode(line)
+    if e.type == 'message' and e.message.role == 'user' then
+      n = n + 1
+    end
+  end
+  H.eq(1, n, 'one user message stored')
+  c:stop()
+  mock.stop()
+end)
+
+H.done()
