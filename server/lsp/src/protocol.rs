@@ -1246,6 +1246,9 @@ mod tests {
         }
         seen.extend(pair::<RetrySetParams, RetrySetResult>("agent-retry-set"));
         seen.extend(pair::<SessionParams, RetryAbortResult>("agent-retry-abort"));
+        seen.extend(
+            pair::<SessionParams, crate::methods::resume::ContinueResult>("agent-continue"),
+        );
         seen.extend(pair::<BashParams, BashResult>("agent-bash"));
         seen.extend(pair::<SessionParams, BashAbortResult>("agent-bash-abort"));
         seen.extend(pair::<CompactParams, CompactResult>("agent-compact"));

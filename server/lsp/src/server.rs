@@ -123,6 +123,7 @@ method_table! {
     "agent/queue/edit" => Backend::queue_edit,
     "agent/retry/set" => Backend::retry_set,
     "agent/retry/abort" => Backend::retry_abort,
+    "agent/continue" => Backend::agent_continue,
     "agent/bash" => Backend::agent_bash,
     "agent/bash/abort" => Backend::bash_abort,
     "agent/compact" => Backend::agent_compact,
@@ -265,6 +266,7 @@ impl LanguageServer for Backend {
             .map_err(tower_lsp_server::jsonrpc::Error::invalid_params)?;
         let compact = crate::delta::compact_option(params.initialization_options.as_ref())
             .map_err(tower_lsp_server::jsonrpc::Error::invalid_params)?;
+        crate::methods::mcp::init(params.initialization_options.as_ref(), &self.state.client)?;
         self.state.editor_tools.register(None, declared);
         self.state.editor_tools.set_diagnostics(
             params

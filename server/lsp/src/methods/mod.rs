@@ -20,6 +20,7 @@ pub(crate) mod mcp;
 pub(crate) mod model;
 pub(crate) mod plan;
 pub(crate) mod queue;
+pub(crate) mod resume;
 pub(crate) mod rewind;
 pub(crate) mod run;
 pub(crate) mod session;

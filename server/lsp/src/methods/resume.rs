@@ -1,0 +1,33 @@
+//! `agent/continue {sessionId}` → `{sessionId, runId}`: *Retry* after a failed run and
+//! *Continue* after an interrupted one, without a new user message
+//! ([`pi_core::harness::AgentSession::continue_run`], docs/protocol.md `agent/continue`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tower_lsp_server::jsonrpc::Result;
+
+use super::core_error;
+use crate::protocol::{parse_params, SessionParams};
+use crate::server::Backend;
+
+/// `agent/continue` result: the session and the id of the run that started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ContinueResult {
+    pub session_id: String,
+    pub run_id: String,
+}
+
+impl Backend {
+    /// `agent/continue {sessionId}`: a run from the session as it stands (a session file not
+    /// open yet is opened first, so *Continue* works after a reload).
+    pub(crate) async fn agent_continue(&self, params: Value) -> Result<ContinueResult> {
+        let p: SessionParams = parse_params(params)?;
+        let session = self.session(&p.session_id).await?;
+        let run_id = session.continue_run().map_err(core_error)?;
+        Ok(ContinueResult {
+            session_id: session.id().to_string(),
+            run_id,
+        })
+    }
+}
