@@ -691,6 +691,7 @@ pub struct SessionBranchParams {
     /// Have the model summarise the branch being left and store it as a `branch_summary`
     /// entry at the new position.
     #[serde(default)]
+    #[cfg_attr(test, ts(optional = nullable))]
     pub summarize: bool,
     /// Extra focus for the summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,7 +6,10 @@
 //!
 //! Types of other crates (pi-core's events, pi-ai's content blocks…) carry no derive yet: their
 //! fields are declared `unknown` (string enums: `string`) by `ts(type = …)` on the field, so a
-//! client narrows them instead of trusting an `any`.
+//! client narrows them instead of trusting an `any`. One exception: `agent/plan`'s params
+//! flatten pi-core's `PlanState`, which a field attribute cannot describe; they are declared by
+//! mirror types here, and a test checks that the server's own value goes through the mirror
+//! unchanged (an added, removed or renamed field fails it).
 
 #[cfg(test)]
 mod tests {
@@ -18,10 +21,14 @@ mod tests {
         CommandInfo, CommandLocation, CommandSource, CommandsParams, CommandsResult,
     };
     use crate::methods::history::{HistoryParams, HistoryResult};
+    use crate::methods::plan::{PlanParams, PlanSetParams};
     use crate::methods::queue::{
         QueueEditParams, QueueEditResult, QueueRemoveParams, QueueRemoveResult,
     };
+    use crate::methods::resume::ContinueResult;
+    use crate::methods::rewind::RewindParams;
     use crate::protocol::*;
+    use serde::{Deserialize, Serialize};
 
     /// One declaration per type, in this order (names are the Rust ones).
     fn declarations(cfg: &Config) -> Vec<String> {
@@ -63,6 +70,8 @@ mod tests {
             SessionOpenParams,
             SessionForkParams,
             SessionForkResult,
+            SessionBranchParams,
+            RewindParams,
             TreeEntry,
             SessionTreeResult,
             SessionLabelParams,
@@ -90,7 +99,107 @@ mod tests {
             CommandsParams,
             CommandsResult,
             ExtensionCommandsResult,
+            // agent/continue
+            ContinueResult,
+            // agent/plan (notification), agent/plan/get, agent/plan/set
+            PlanModeWire,
+            TodoStatusWire,
+            TodoPriorityWire,
+            TodoItemWire,
+            PlanParamsWire,
+            PlanSetParams,
         ]
+    }
+
+    /// Mirror of pi-core's `PlanMode`.
+    #[derive(Debug, Serialize, Deserialize, TS)]
+    #[ts(rename = "PlanMode")]
+    #[serde(rename_all = "lowercase")]
+    enum PlanModeWire {
+        Off,
+        Plan,
+        Executing,
+    }
+
+    /// Mirror of pi-core's `TodoStatus` (ACP's `PlanEntryStatus` names).
+    #[derive(Debug, Serialize, Deserialize, TS)]
+    #[ts(rename = "TodoStatus")]
+    #[serde(rename_all = "snake_case")]
+    enum TodoStatusWire {
+        Pending,
+        InProgress,
+        Completed,
+    }
+
+    /// Mirror of pi-core's `TodoPriority` (ACP's `PlanEntryPriority` names).
+    #[derive(Debug, Serialize, Deserialize, TS)]
+    #[ts(rename = "TodoPriority")]
+    #[serde(rename_all = "lowercase")]
+    enum TodoPriorityWire {
+        High,
+        Medium,
+        Low,
+    }
+
+    /// Mirror of pi-core's `TodoItem`.
+    #[derive(Debug, Serialize, Deserialize, TS)]
+    #[ts(rename = "TodoItem")]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct TodoItemWire {
+        id: u64,
+        text: String,
+        done: bool,
+        status: TodoStatusWire,
+        priority: TodoPriorityWire,
+    }
+
+    /// Mirror of [`PlanParams`] with pi-core's `PlanState` flattened: `agent/plan` params and
+    /// the `agent/plan/get` / `agent/plan/set` result.
+    #[derive(Debug, Serialize, Deserialize, TS)]
+    #[ts(rename = "PlanParams")]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct PlanParamsWire {
+        session_id: String,
+        available: bool,
+        mode: PlanModeWire,
+        todos: Vec<TodoItemWire>,
+        next_id: u64,
+        completed: usize,
+        total: usize,
+        plan_mode_available: bool,
+    }
+
+    #[test]
+    fn the_plan_mirror_carries_the_servers_plan_params_unchanged() {
+        use pi_core::extension::plan::{PlanMode, PlanState, TodoItem, TodoPriority, TodoStatus};
+        let item = |id, status, priority| TodoItem {
+            id,
+            text: format!("step {id}"),
+            done: status == TodoStatus::Completed,
+            status,
+            priority,
+        };
+        for mode in [PlanMode::Off, PlanMode::Plan, PlanMode::Executing] {
+            let real = PlanParams {
+                session_id: "s1".into(),
+                available: true,
+                state: PlanState {
+                    mode,
+                    todos: vec![
+                        item(1, TodoStatus::Completed, TodoPriority::High),
+                        item(2, TodoStatus::InProgress, TodoPriority::Medium),
+                        item(3, TodoStatus::Pending, TodoPriority::Low),
+                    ],
+                    next_id: 4,
+                    completed: 1,
+                    total: 3,
+                    plan_mode_available: true,
+                },
+            };
+            let sent = serde_json::to_value(&real).unwrap();
+            let mirror: PlanParamsWire = serde_json::from_value(sent.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&mirror).unwrap(), sent);
+        }
     }
 
     fn generated() -> String {

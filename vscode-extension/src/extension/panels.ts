@@ -206,8 +206,8 @@ export class ChatPanel implements RouteTarget {
       case "attachFile":
         try {
           this.post({ type: "context", items: [await attachedFile(m.path)] } satisfies HostToWebview);
-        } catch (e: any) {
-          void vscode.window.showWarningMessage(`Pi: @${m.path}: ${e?.message ?? String(e)}`);
+        } catch (e) {
+          void vscode.window.showWarningMessage(`Pi: @${m.path}: ${errorText(e)}`);
         }
         return;
       case "codeAction":

@@ -17,8 +17,6 @@ export interface HostRequests extends PanelRequests {
   "agent/session/label": { params: W.SessionLabelParams; result: W.SessionLabelResult };
   "agent/session/name": { params: W.SessionNameParams; result: W.SessionNameResult };
   "agent/session/export": { params: W.SessionExportParams; result: W.SessionExportResult };
-  "agent/session/branch": { params: Record<string, unknown>; result: unknown };
-  "agent/session/rewind": { params: Record<string, unknown>; result: unknown };
   "agent/permissions/set": { params: Record<string, unknown>; result: unknown };
 }
 

@@ -9,7 +9,7 @@
  * Rules for changing this file (both engineers): only ADD optional fields or new message types,
  * each with a doc comment; never rename or remove.
  */
-import type { AgentEventParams, AttentionParams, QueueUpdateParams, UsageParams } from "./wire";
+import type { AgentEventParams, AttentionParams, PlanParams, QueueUpdateParams, UsageParams } from "./wire";
 
 /** A JSON-RPC notification from the server, relayed unchanged (`params` as the server sent it,
  * typed by the generated wire types, wire.ts). */
@@ -18,6 +18,8 @@ export type ServerNotification =
   | { method: "agent/queueUpdate"; params: QueueUpdateParams }
   | { method: "agent/usage"; params: UsageParams }
   | { method: "agent/attention"; params: AttentionParams }
+  /** The session's plan/todo state, whole (features.ts shows it in the plan strip). */
+  | { method: "agent/plan"; params: PlanParams }
   /** Not read by the webview (`agent/ui/notification`, `agent/didWriteDocument`, `$/…`). */
   | { method: "agent/ui/notification" | "agent/didWriteDocument"; params: unknown };
 
@@ -302,5 +304,5 @@ export interface WebviewState {
   history?: string[];
   /** The session's newest history entries (`{sessionId, entries}`, at most 30 and 200 KB),
    * shown at once after a reload before the server answers (added 2026-12-05). */
-  snapshot?: { sessionId: string; entries: any[] };
+  snapshot?: { sessionId: string; entries: unknown[] };
 }

@@ -19,14 +19,21 @@ export interface PanelRequests {
   "agent/abort": { params: W.AbortParams; result: unknown };
   "agent/commands": { params: W.CommandsParams; result: W.CommandsResult };
   "agent/compact": { params: W.CompactParams; result: W.CompactResult };
+  "agent/continue": { params: W.SessionParams; result: W.ContinueResult };
   "agent/extension/commands": { params: W.SessionParams; result: W.ExtensionCommandsResult };
   "agent/messages": { params: W.SessionParams; result: W.MessagesResult };
   "agent/model/list": { params: Record<string, never>; result: W.ModelListResult };
   "agent/model/set": { params: W.ModelSetParams; result: W.ModelSetResult };
+  "agent/plan/get": { params: W.SessionParams; result: W.PlanParams };
+  "agent/plan/set": { params: W.PlanSetParams; result: W.PlanParams };
   "agent/prompt": { params: W.PromptParams; result: W.PromptResult };
   "agent/queue/edit": { params: W.QueueEditParams; result: W.QueueEditResult };
   "agent/queue/remove": { params: W.QueueRemoveParams; result: W.QueueRemoveResult };
+  /** Result: pi-core's `BranchOutcome` (not generated yet). */
+  "agent/session/branch": { params: W.SessionBranchParams; result: unknown };
   "agent/session/history": { params: W.HistoryParams; result: W.HistoryResult };
+  /** Result: pi-core's `RewindOutcome` (not generated yet; turns.ts narrows it). */
+  "agent/session/rewind": { params: W.RewindParams; result: unknown };
   "agent/session/stats": { params: W.SessionParams; result: W.SessionStatsResult };
   "agent/state": { params: W.SessionParams; result: W.SessionState };
   "agent/thinking/set": { params: W.ThinkingSetParams; result: W.ThinkingResult };

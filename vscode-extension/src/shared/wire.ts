@@ -224,6 +224,30 @@ export type SessionForkResult = { session: SessionState,
  */
 text?: string | null, };
 
+export type SessionBranchParams = { sessionId: string, 
+/**
+ * The entry to continue from; `null` for before the first entry. A user (or custom)
+ * message target puts the leaf at its parent and returns its text, as Pi does. Required:
+ * a request without it is refused (`missing field `entryId``) rather than read as `null`.
+ */
+entryId: string | null, 
+/**
+ * Have the model summarise the branch being left and store it as a `branch_summary`
+ * entry at the new position.
+ */
+summarize?: boolean, 
+/**
+ * Extra focus for the summary.
+ */
+customInstructions?: string | null, };
+
+export type RewindParams = { sessionId: string, 
+/**
+ * An entry of the active branch (the leaf goes before it), or of another branch such as
+ * an earlier answer's `previousLeafId` (the leaf goes to it).
+ */
+entryId: string, };
+
 export type TreeEntry = { id: string, parentId: string | null, 
 /**
  * The entry's `type` (`message`, `model_change`, `branch_summary`, `label`, …).
@@ -387,3 +411,17 @@ export type CommandsParams = { sessionId?: string | null, };
 export type CommandsResult = { commands: Array<CommandInfo>, };
 
 export type ExtensionCommandsResult = { commands: Array<unknown>, };
+
+export type ContinueResult = { sessionId: string, runId: string, };
+
+export type PlanMode = "off" | "plan" | "executing";
+
+export type TodoStatus = "pending" | "in_progress" | "completed";
+
+export type TodoPriority = "high" | "medium" | "low";
+
+export type TodoItem = { id: number, text: string, done: boolean, status: TodoStatus, priority: TodoPriority, };
+
+export type PlanParams = { sessionId: string, available: boolean, mode: PlanMode, todos: Array<TodoItem>, nextId: number, completed: number, total: number, planModeAvailable: boolean, };
+
+export type PlanSetParams = { sessionId: string, enabled: boolean, };

@@ -62,15 +62,16 @@ export function renderChips(): void {
     saveState();
   })));
   // An image the current model cannot take is said at once (its `input` lacks "image").
-  const blind = Array.isArray(currentModel?.input) && !currentModel.input.includes("image");
+  const model = currentModel;
+  const blind = model !== null && Array.isArray(model.input) && !model.input.includes("image");
   images.forEach((img, i) => {
     const c = chip(img.name, "image", () => {
       images.splice(i, 1);
       renderChips();
     });
-    if (blind) {
+    if (blind && model) {
       c.classList.add("chip-refused");
-      c.title = `${currentModel.name ?? currentModel.id} does not take images: this one would not reach the model (choose a model that reads images, or remove it)`;
+      c.title = `${model.name ?? model.id} does not take images: this one would not reach the model (choose a model that reads images, or remove it)`;
       c.append(el("span", "chip-warning", "model cannot see images"));
     }
     chips.append(c);

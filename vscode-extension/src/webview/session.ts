@@ -8,7 +8,7 @@ import { setModel } from "./pickers";
 import { renderQueue } from "./queue";
 import { errorCode, errorMessage, log, request, saved } from "./rpc";
 import { replaceStore, store, ui } from "./state";
-import { applyHistoryPage, applyStats, createStore, entriesFromMessages } from "./store";
+import { applyHistoryPage, applyStats, createStore, entriesFromMessages, historyEntry } from "./store";
 import { renderFrame, resetRender, schedule, transcript } from "./view";
 import { keepSnapshotFor, newestPage, sessionLoaded } from "./features";
 
@@ -69,7 +69,7 @@ async function loadPage(sessionId: string, older: boolean): Promise<void> {
     const page = await request("agent/session/history", params);
     if (store.sessionId !== sessionId) return;
     applyHistoryPage(store, { entries: page.entries ?? [], hasMore: Boolean(page.hasMore) }, older);
-    if (!older) newestPage(sessionId, page.entries ?? []);
+    if (!older) newestPage(sessionId, (page.entries ?? []).map(historyEntry));
   } catch (e) {
     if (errorCode(e) === -32601 && !older) {
       // A server without paged history: show the active branch's messages.

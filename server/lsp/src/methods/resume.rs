@@ -12,6 +12,7 @@ use crate::server::Backend;
 
 /// `agent/continue` result: the session and the id of the run that started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ContinueResult {
     pub session_id: String,
