@@ -29,3 +29,4 @@ pub mod shutdown;
 pub(crate) mod sink;
 pub mod state;
 pub mod transport;
+mod wire_ts;

@@ -158,6 +158,9 @@ fn main() -> anyhow::Result<()> {
             prompt,
         }) => {
             pi_core::mcp::set_disabled(no_mcp);
+            // MCP failures and configuration errors, once each (docs/mcp.md "Lifecycle").
+            #[allow(clippy::print_stderr)]
+            pi_core::mcp::set_reporter(std::sync::Arc::new(|text| eprintln!("{text}")));
             let resume = match (r#continue, session) {
                 (true, _) => Some(pi_lsp::headless::Resume::Latest),
                 (false, Some(s)) => Some(pi_lsp::headless::Resume::Session(s)),

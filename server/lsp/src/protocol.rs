@@ -137,6 +137,7 @@ where
 
 /// `agent/compact` params.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompactParams {
     pub session_id: String,
@@ -148,11 +149,14 @@ pub struct CompactParams {
 
 /// `agent/compact` result: Pi's `CompactionResult`, the fields of the `compaction` entry written.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(transparent)]
+#[cfg_attr(test, ts(type = "unknown"))]
 pub struct CompactResult(pub pi_core::compaction::CompactionResult);
 
 /// How a prompt sent during an active run is delivered (docs/design.md#the-agent-loop "Steering, follow-up").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum StreamingBehavior {
     /// Delivered after the current tool batch, before the next model request.
@@ -163,6 +167,7 @@ pub enum StreamingBehavior {
 
 /// The only kind of attached content: `"image"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "lowercase")]
 pub enum ImageKind {
     Image,
@@ -171,6 +176,7 @@ pub enum ImageKind {
 /// An image attached to a prompt (Pi's `ImageContent`): `{type: "image", data, mimeType}`,
 /// `data` base64 without a `data:` prefix.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ImageInput {
     #[serde(rename = "type")]
@@ -181,6 +187,7 @@ pub struct ImageInput {
 
 /// `agent/prompt` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PromptParams {
     /// The user's message.
@@ -201,6 +208,7 @@ pub struct PromptParams {
 
 /// `agent/prompt` result, sent at once; the run streams as `agent/event` notifications.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct PromptResult {
     pub session_id: String,
@@ -220,13 +228,16 @@ pub struct PromptResult {
 /// `agent/extension/commands` result: the session's extension commands in load order (Pi's
 /// `get_commands` entries with `source: "extension"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ExtensionCommandsResult {
+    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub commands: Vec<pi_core::extension::CommandInfo>,
 }
 
 /// `agent/abort` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AbortParams {
     pub session_id: String,
@@ -234,11 +245,14 @@ pub struct AbortParams {
 
 /// `agent/queueUpdate` params (server → client): one queued message changed state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueUpdateParams {
     pub session_id: String,
     pub queue_id: String,
+    #[cfg_attr(test, ts(type = "string"))]
     pub delivery: DeliverAs,
+    #[cfg_attr(test, ts(type = "string"))]
     pub state: QueueState,
     pub text: String,
     /// Texts of the steering messages still waiting, oldest first (Pi's `queue_update`).
@@ -249,14 +263,17 @@ pub struct QueueUpdateParams {
 
 /// `agent/usage` params (server → client), after every model response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageParams {
     pub session_id: String,
     pub run_id: String,
     /// This response (turn).
+    #[cfg_attr(test, ts(type = "unknown"))]
     pub turn: UsageTotals,
     /// Every response stored in the session file so far, this one included (abandoned
     /// branches too: they were paid for).
+    #[cfg_attr(test, ts(type = "unknown"))]
     pub session: UsageTotals,
     /// Tokens of the context this response saw plus what it wrote.
     pub context_tokens: u64,
@@ -265,11 +282,13 @@ pub struct UsageParams {
 
 /// `agent/attention` params (server → client).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct AttentionParams {
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    #[cfg_attr(test, ts(type = "string"))]
     pub reason: AttentionReason,
     /// One line for a notification: the answer's first line, or the error.
     pub message: String,
@@ -277,6 +296,7 @@ pub struct AttentionParams {
 
 /// `agent/event` params: one agent event of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentEventParams {
     pub session_id: String,
@@ -285,6 +305,7 @@ pub struct AgentEventParams {
     /// `agent/event` of the session. `agent/messages` answers with the last one its
     /// `streamingMessage` and `messages` include.
     pub seq: u64,
+    #[cfg_attr(test, ts(type = "unknown"))]
     pub event: AgentEvent,
     /// `true` (else absent) when the event's entry could not be written to the session file
     /// (a full disk, a file-size limit): the session keeps it in memory and writes it, before
@@ -305,12 +326,15 @@ impl Notification for AgentEventNotification {
 
 /// `agent/saveDocument` params (server → client): save this open document to disk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct SaveDocumentParams {
+    #[cfg_attr(test, ts(type = "string"))]
     pub uri: Uri,
 }
 
 /// `agent/saveDocument` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub struct SaveDocumentResult {
     pub saved: bool,
 }
@@ -356,6 +380,7 @@ impl Notification for AttentionNotification {
 /// `agent/session/close`, `…/clone`, `…/tree`, `…/stats`, `agent/thinking/cycle`,
 /// `agent/queue/clear`, `agent/retry/abort`, `agent/bash/abort`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionParams {
     pub session_id: String,
@@ -363,6 +388,7 @@ pub struct SessionParams {
 
 /// `agent/steer` and `agent/followUp` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SteerParams {
     pub session_id: String,
@@ -376,6 +402,7 @@ pub type FollowUpParams = SteerParams;
 
 /// `agent/steer` / `agent/followUp` / queued `agent/sendMessage` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SteerResult {
     pub session_id: String,
@@ -392,6 +419,7 @@ pub type FollowUpResult = SteerResult;
 /// `agent/sendMessage` params: a custom message (Pi's `sendMessage`; stored as a
 /// `custom_message` entry, sent to the model as a user message).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SendMessageParams {
     pub session_id: String,
@@ -399,16 +427,19 @@ pub struct SendMessageParams {
     pub custom_type: String,
     /// A string, or Pi content blocks (`text`, `image`).
     #[serde(deserialize_with = "user_content")]
+    #[cfg_attr(test, ts(type = "unknown"))]
     pub content: pi_ai::UserContent,
     /// Whether editors show it (default true).
     #[serde(default = "yes")]
     pub display: bool,
     /// Structured data for the sender; never sent to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(type = "unknown | null"))]
     pub details: Option<Value>,
     /// While a run is active: `steer` (default) or `followUp`; `nextTurn` always waits for the
     /// next prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(type = "string | null"))]
     pub deliver_as: Option<DeliverAs>,
     /// When idle: start a run with this message (otherwise it is only appended).
     #[serde(default)]
@@ -422,6 +453,7 @@ fn yes() -> bool {
 /// `agent/sendMessage` result: `queueId` when queued, `entryId` when appended at once,
 /// `runId` when it started (or was queued into) a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SendMessageResult {
     pub session_id: String,
@@ -435,11 +467,13 @@ pub struct SendMessageResult {
 
 /// A model as clients see it (Pi's `Model`, plus the thinking levels it supports).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
     pub provider: String,
     pub id: String,
     pub name: String,
+    #[cfg_attr(test, ts(type = "string"))]
     pub api: pi_ai::Api,
     pub base_url: String,
     pub reasoning: bool,
@@ -447,12 +481,15 @@ pub struct ModelInfo {
     pub context_window: u64,
     pub max_tokens: u64,
     /// US dollars per million tokens.
+    #[cfg_attr(test, ts(type = "unknown"))]
     pub cost: pi_ai::models::ModelCost,
+    #[cfg_attr(test, ts(type = "Array<string>"))]
     pub thinking_levels: Vec<pi_ai::models::ThinkingLevel>,
 }
 
 /// Pi's queue modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 pub enum QueueModeName {
     /// One queued message per check (default).
     #[serde(rename = "one-at-a-time")]
@@ -466,6 +503,7 @@ pub enum QueueModeName {
 /// (`agent/session/new`, `…/open`, `…/fork`, `…/clone`). Fields may be added (compaction
 /// state and settings among them); clients ignore fields they do not know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionState {
     pub session_id: String,
@@ -476,6 +514,7 @@ pub struct SessionState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_session: Option<String>,
     pub model: ModelInfo,
+    #[cfg_attr(test, ts(type = "string"))]
     pub thinking_level: pi_ai::models::ThinkingLevel,
     /// True while a run is active.
     pub is_streaming: bool,
@@ -502,6 +541,7 @@ pub struct SessionState {
     pub leaf_id: Option<String>,
     /// The approval policy in force for this session (`ask`, `auto-edit`, `approve-all`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(type = "string | null"))]
     pub approval_policy: Option<pi_core::approval::ApprovalPolicy>,
     /// Present when the session is another project's (opened by its path): the folder its
     /// header names as its `cwd` (`""` when it names none), for the client to show whose it
@@ -512,6 +552,7 @@ pub struct SessionState {
 
 /// `agent/session/new` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionNewParams {
     /// `provider/id`; default as for `agent/prompt`.
@@ -519,6 +560,7 @@ pub struct SessionNewParams {
     pub model: Option<String>,
     /// Clamped to what the model supports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(type = "string | null"))]
     pub thinking_level: Option<pi_ai::models::ThinkingLevel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -526,11 +568,13 @@ pub struct SessionNewParams {
 
 /// `agent/session/list` params: none.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionListParams {}
 
 /// One session file of the workspace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
     pub session_id: String,
@@ -550,6 +594,7 @@ pub struct SessionInfo {
 
 /// `agent/session/list` result, most recent first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionListResult {
     pub sessions: Vec<SessionInfo>,
@@ -558,6 +603,7 @@ pub struct SessionListResult {
 /// `agent/session/open` params: exactly one of `sessionId` (a file in `.pi/sessions/`) and
 /// `path` (any session file; relative paths are relative to the workspace root).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionOpenParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -568,16 +614,19 @@ pub struct SessionOpenParams {
 
 /// `agent/session/close` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionCloseResult {
     /// True when the session was open here (its run, if any, was aborted first).
     pub closed: bool,
     /// Queued messages that will never be delivered.
+    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub dropped: Vec<QueuedMessage>,
 }
 
 /// `agent/session/fork` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionForkParams {
     pub session_id: String,
@@ -589,6 +638,7 @@ pub struct SessionForkParams {
 /// `agent/session/fork` and `agent/session/clone` result: the new session (open in this
 /// server, with its own file whose header names the parent).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionForkResult {
     pub session: SessionState,
@@ -599,6 +649,7 @@ pub struct SessionForkResult {
 
 /// One entry of a session tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct TreeEntry {
     pub id: String,
@@ -620,6 +671,7 @@ pub struct TreeEntry {
 
 /// `agent/session/tree` result: every entry in file order (parents before children).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionTreeResult {
     pub session_id: String,
@@ -629,6 +681,7 @@ pub struct SessionTreeResult {
 
 /// `agent/session/branch` params: move the leaf (Pi's tree navigation).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionBranchParams {
     pub session_id: String,
@@ -640,6 +693,7 @@ pub struct SessionBranchParams {
     /// Have the model summarise the branch being left and store it as a `branch_summary`
     /// entry at the new position.
     #[serde(default)]
+    #[cfg_attr(test, ts(optional = nullable))]
     pub summarize: bool,
     /// Extra focus for the summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -648,6 +702,7 @@ pub struct SessionBranchParams {
 
 /// `agent/session/label` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionLabelParams {
     pub session_id: String,
@@ -660,6 +715,7 @@ pub struct SessionLabelParams {
 
 /// `agent/session/label` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionLabelResult {
     /// The `label` entry written.
@@ -668,6 +724,7 @@ pub struct SessionLabelResult {
 
 /// `agent/session/name` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionNameParams {
     pub session_id: String,
@@ -677,6 +734,7 @@ pub struct SessionNameParams {
 
 /// `agent/session/name` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionNameResult {
     pub name: String,
@@ -687,6 +745,7 @@ pub struct SessionNameResult {
 /// `tokens` and `percent` are `null` after a compaction until a response came after it (Pi's
 /// rule: the usage before it measured the context before it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextUsage {
     pub tokens: Option<u64>,
@@ -698,6 +757,7 @@ pub struct ContextUsage {
 /// Token figures of `agent/session/stats`, with Pi's `get_session_stats` key names: `total`
 /// is `input + output + cacheRead + cacheWrite`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct StatsTokens {
     pub input: u64,
@@ -713,6 +773,7 @@ pub struct StatsTokens {
 /// compacted turns included: what was paid); `sessionTokens` / `sessionCost` are the same
 /// figures (pi-lsp's, from when `tokens` covered the context only, as in Pi 0.73.1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionStatsResult {
     pub session_id: String,
@@ -736,6 +797,7 @@ pub struct SessionStatsResult {
 
 /// Export formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum ExportFormat {
     Markdown,
@@ -745,6 +807,7 @@ pub enum ExportFormat {
 
 /// `agent/session/export` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionExportParams {
     pub session_id: String,
@@ -757,6 +820,7 @@ pub struct SessionExportParams {
 
 /// `agent/session/export` result: `content`, or `path` when written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionExportResult {
     pub format: ExportFormat,
@@ -771,15 +835,18 @@ pub struct SessionExportResult {
 /// `branchSummary`, `compactionSummary`; after a compaction its summary first, then the kept
 /// messages), each with its entry id (the summary's is the `compaction` entry's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct MessagesResult {
     pub session_id: String,
+    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub messages: Vec<Value>,
     /// `entryIds[i]` is the entry of `messages[i]`.
     pub entry_ids: Vec<String>,
     /// The response being streamed, if any: built from exactly the `agent/event`s up to
     /// [`MessagesResult::seq`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, ts(type = "unknown | null"))]
     pub streaming_message: Option<Value>,
     /// The `seq` of the session's last `agent/event` this answer includes (0: none). A
     /// client applies only the events numbered after it: the ones up to it are in the answer,
@@ -790,6 +857,7 @@ pub struct MessagesResult {
 /// `agent/model/list` result: the models that can be used (a key or a custom provider), then
 /// the offline scripted model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelListResult {
     pub models: Vec<ModelInfo>,
@@ -797,6 +865,7 @@ pub struct ModelListResult {
 
 /// `agent/model/set` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelSetParams {
     pub session_id: String,
@@ -807,14 +876,17 @@ pub struct ModelSetParams {
 /// `agent/model/set` and `agent/model/cycle` result. A run already going keeps its model;
 /// the next one uses this.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelSetResult {
     pub model: ModelInfo,
+    #[cfg_attr(test, ts(type = "string"))]
     pub thinking_level: pi_ai::models::ThinkingLevel,
 }
 
 /// Cycling direction.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum Direction {
     #[default]
@@ -824,6 +896,7 @@ pub enum Direction {
 
 /// `agent/model/cycle` params. Answers `null` when fewer than two models can be used.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelCycleParams {
     pub session_id: String,
@@ -833,22 +906,27 @@ pub struct ModelCycleParams {
 
 /// `agent/thinking/set` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ThinkingSetParams {
     pub session_id: String,
+    #[cfg_attr(test, ts(type = "string"))]
     pub level: pi_ai::models::ThinkingLevel,
 }
 
 /// `agent/thinking/set` / `agent/thinking/cycle` result: the level now in effect (clamped to
 /// what the model supports). Cycle answers `null` for models without reasoning.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ThinkingResult {
+    #[cfg_attr(test, ts(type = "string"))]
     pub level: pi_ai::models::ThinkingLevel,
 }
 
 /// `agent/queue/setModes` params; an absent mode is left as it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QueueSetModesParams {
     pub session_id: String,
@@ -860,6 +938,7 @@ pub struct QueueSetModesParams {
 
 /// `agent/queue/setModes` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueModesResult {
     pub steering: QueueModeName,
@@ -869,13 +948,16 @@ pub struct QueueModesResult {
 /// `agent/queue/clear` result (Pi's `clearQueue`): the messages dropped, for the editor's
 /// input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueClearResult {
+    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub dropped: Vec<QueuedMessage>,
 }
 
 /// `agent/retry/set` params (Pi's `set_auto_retry`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetrySetParams {
     pub session_id: String,
@@ -884,6 +966,7 @@ pub struct RetrySetParams {
 
 /// `agent/compaction/set` params (Pi's `set_auto_compaction`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompactionSetParams {
     pub session_id: String,
@@ -892,6 +975,7 @@ pub struct CompactionSetParams {
 
 /// `agent/compaction/set` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionSetResult {
     pub enabled: bool,
@@ -900,26 +984,32 @@ pub struct CompactionSetResult {
 /// `agent/permissions/set` params: the session's own approval policy; `null` (or absent)
 /// returns to the default (`initializationOptions.approvalPolicy`, settings, `auto-edit`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PermissionsSetParams {
     pub session_id: String,
     /// The policy, or `null` for the default. Required: a request without it is refused
     /// rather than read as `null` (which would silently drop an `ask` policy).
     #[serde(deserialize_with = "nullable")]
+    #[cfg_attr(test, ts(type = "string | null"))]
     pub approval_policy: Option<pi_core::approval::ApprovalPolicy>,
 }
 
 /// `agent/permissions/set` result: the policy now in force and the session's "allow always"
 /// rules.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionsSetResult {
+    #[cfg_attr(test, ts(type = "string"))]
     pub approval_policy: pi_core::approval::ApprovalPolicy,
+    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub session_rules: Vec<pi_core::approval::Rule>,
 }
 
 /// `agent/retry/set` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct RetrySetResult {
     pub enabled: bool,
@@ -928,6 +1018,7 @@ pub struct RetrySetResult {
 /// `agent/retry/abort` result: true when a retry was waiting and the run has been stopped
 /// (it ends with `auto_retry_end {success: false, finalError: "Retry cancelled"}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct RetryAbortResult {
     pub cancelled: bool,
@@ -936,6 +1027,7 @@ pub struct RetryAbortResult {
 /// `agent/bash` params: a shell command the user runs (Pi's `!cmd`; with
 /// `excludeFromContext`, Pi's `!!cmd`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BashParams {
     pub session_id: String,
@@ -947,6 +1039,7 @@ pub struct BashParams {
 
 /// `agent/bash/abort` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct BashAbortResult {
     pub aborted: bool,
@@ -1157,6 +1250,9 @@ mod tests {
         }
         seen.extend(pair::<RetrySetParams, RetrySetResult>("agent-retry-set"));
         seen.extend(pair::<SessionParams, RetryAbortResult>("agent-retry-abort"));
+        seen.extend(
+            pair::<SessionParams, crate::methods::resume::ContinueResult>("agent-continue"),
+        );
         seen.extend(pair::<BashParams, BashResult>("agent-bash"));
         seen.extend(pair::<SessionParams, BashAbortResult>("agent-bash-abort"));
         seen.extend(pair::<CompactParams, CompactResult>("agent-compact"));

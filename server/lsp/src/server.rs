@@ -78,6 +78,7 @@ impl LanguageServer for Backend {
             .map_err(tower_lsp_server::jsonrpc::Error::invalid_params)?;
         let compact = crate::delta::compact_option(params.initialization_options.as_ref())
             .map_err(tower_lsp_server::jsonrpc::Error::invalid_params)?;
+        crate::methods::mcp::init(params.initialization_options.as_ref(), &self.state.client)?;
         self.state.editor_tools.register(None, declared);
         self.state.editor_tools.set_diagnostics(
             params

@@ -8,6 +8,8 @@
 import * as os from "node:os";
 import * as path from "node:path";
 import * as vscode from "vscode";
+import type { HostMethod, HostParams, HostResult } from "../shared/hostMethods";
+import type { ExportFormat, ModelInfo } from "../shared/wire";
 import type { ClientLifecycle } from "./lifecycle";
 import { relativeTime } from "./names";
 import type { ChatPanel } from "./panels";
@@ -22,6 +24,8 @@ import type { Views } from "./views";
 export function registerCommands(s: Services, registry: PanelRegistry, lifecycle: ClientLifecycle, views: Views): Record<string, (...args: any[]) => unknown> {
   const { context, output, trace, router, questions, flags, names, status, changes } = s;
   const host = registry.host;
+  /** A request typed by the generated wire types (hostMethods.ts). */
+  const call = <M extends HostMethod>(method: M, params: HostParams<M>): Promise<HostResult<M>> => host.request(method, params) as Promise<HostResult<M>>;
   const panels = registry.panels;
   const { sessions, sessionsTree } = views;
   const activeSession = () => registry.activeSession();
@@ -41,9 +45,10 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
   async function guarded(what: string, fn: () => Promise<unknown>): Promise<unknown> {
     try {
       return await fn();
-    } catch (e: any) {
-      output.error(`${what}: ${String(e?.message ?? e)}`);
-      void vscode.window.showErrorMessage(`Pi: ${what} failed: ${String(e?.message ?? e)}`);
+    } catch (e) {
+      const message = String(field(e, "message") ?? e);
+      output.error(`${what}: ${message}`);
+      void vscode.window.showErrorMessage(`Pi: ${what} failed: ${message}`);
       return undefined;
     }
   }
@@ -66,7 +71,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
       void vscode.window.showInformationMessage("Pi: no session yet — send a prompt in the chat first.");
       return undefined;
     }
-    const tree = (await host.request("agent/session/tree", { sessionId })) as { leafId: string | null; entries: TreeEntry[] };
+    const tree = (await call("agent/session/tree", { sessionId })) as { leafId: string | null; entries: TreeEntry[] };
     const rows = branchRows(tree.entries, tree.leafId);
     const items = tree.entries
       .filter(shown)
@@ -88,13 +93,13 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
 
   /** A session file picked from `agent/session/list` (for Open Session from the palette). */
   async function pickSessionFile(title: string): Promise<string | undefined> {
-    const { sessions: list } = (await host.request("agent/session/list", {})) as { sessions: any[] };
+    const { sessions: list } = await call("agent/session/list", {});
     if (list.length === 0) {
       void vscode.window.showInformationMessage("Pi: no sessions yet.");
       return undefined;
     }
     const pick = await vscode.window.showQuickPick(
-      list.map((s) => ({ label: s.name || oneLine(s.firstPrompt) || s.sessionId.slice(0, 8), description: `${relativeTime(s.lastActivity)} · ${s.entryCount} entries${s.open ? " · open" : ""}`, detail: s.sessionFile, file: s.sessionFile as string })),
+      list.map((s) => ({ label: s.name || oneLine(s.firstPrompt ?? undefined) || s.sessionId.slice(0, 8), description: `${relativeTime(s.lastActivity)} · ${s.entryCount} entries${s.open ? " · open" : ""}`, detail: s.sessionFile, file: s.sessionFile as string })),
       { title: `Pi: ${title}`, matchOnDetail: true },
     );
     return pick?.file;
@@ -106,9 +111,9 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
    * edits); a server without it says so instead of failing silently. */
   async function rewind(sessionId: string, entryId: string): Promise<unknown> {
     try {
-      return await host.request("agent/session/rewind", { sessionId, entryId });
-    } catch (e: any) {
-      if (e?.code === -32601) {
+      return await call("agent/session/rewind", { sessionId, entryId });
+    } catch (e) {
+      if (field(e, "code") === -32601) {
         void vscode.window.showWarningMessage("Pi: this pi-lsp has no agent/session/rewind; use Branch Here and the Changes view instead.");
         return undefined;
       }
@@ -145,7 +150,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
       if (!id) return;
       const p = router.panelsOf(id)[0] as ChatPanel | undefined;
       if (p?.ready) p.post({ type: "command", command: "abort" });
-      else await guarded("abort", () => host.request("agent/abort", { sessionId: id }));
+      else await guarded("abort", () => call("agent/abort", { sessionId: id }));
     },
     "pi.steerMode": async () => (await targetPanel())?.post({ type: "command", command: "steerMode" }),
     "pi.followUpMode": async () => (await targetPanel())?.post({ type: "command", command: "followUpMode" }),
@@ -156,8 +161,8 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
       if (instructions === undefined) return;
       await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "Pi: compacting" }, () =>
         guarded("compaction", async () => {
-          const r: any = await host.request("agent/compact", instructions ? { sessionId, instructions } : { sessionId });
-          void vscode.window.showInformationMessage(`Pi: compacted (${r?.tokensBefore ?? "?"} tokens before).`);
+          const r = await call("agent/compact", instructions ? { sessionId, instructions } : { sessionId });
+          void vscode.window.showInformationMessage(`Pi: compacted (${String(field(r, "tokensBefore") ?? "?")} tokens before).`);
         }),
       );
     },
@@ -165,16 +170,17 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
       guarded("model selection", async () => {
         const active = activeSession();
         const [{ models }, st] = await Promise.all([
-          host.request("agent/model/list", {}) as Promise<{ models: any[] }>,
-          active ? (host.request("agent/state", { sessionId: active }).catch(() => undefined) as Promise<any>) : Promise.resolve(undefined),
+          call("agent/model/list", {}),
+          active ? call("agent/state", { sessionId: active }).catch(() => undefined) : Promise.resolve(undefined),
         ]);
-        const isCurrent = (m: any) => st?.model && m.provider === st.model.provider && m.id === st.model.id;
+        const isCurrent = (m: ModelInfo) => st?.model && m.provider === st.model.provider && m.id === st.model.id;
         const items = models.map((m) => ({
           label: `${isCurrent(m) ? "$(check) " : ""}${m.name || m.id}`,
           description: `${m.provider}/${m.id}${isCurrent(m) ? " · current" : ""}`,
           detail: [
             m.contextWindow ? `${Math.round(m.contextWindow / 1000)}k context` : "",
-            m.cost && (m.cost.input || m.cost.output) ? `$${m.cost.input} / $${m.cost.output} per M tokens in / out` : "",
+            // pi-ai's ModelCost (not generated yet): US dollars per million tokens.
+            field(m.cost, "input") || field(m.cost, "output") ? `$${String(field(m.cost, "input"))} / $${String(field(m.cost, "output"))} per M tokens in / out` : "",
             m.reasoning ? "thinking" : "",
           ]
             .filter(Boolean)
@@ -191,12 +197,12 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         const id = `${pick.model.provider}/${pick.model.id}`;
         const sessionId = activeSession();
         if (sessionId) {
-          await host.request("agent/model/set", { sessionId, model: id });
+          await call("agent/model/set", { sessionId, model: id });
           status.setModel(sessionId, pick.model.name || id, pick.model.contextWindow);
           stateChanged(sessionId);
         } else {
           const level = vscode.workspace.getConfiguration("pi").get<string>("thinkingLevel", "default");
-          const st: any = await host.request("agent/session/new", { model: id, ...(level !== "default" ? { thinkingLevel: level } : {}) });
+          const st = await call("agent/session/new", { model: id, ...(level !== "default" ? { thinkingLevel: level } : {}) });
           await openInChatView(st.sessionId);
         }
       }),
@@ -204,7 +210,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
       guarded("thinking level", async () => {
         const sessionId = await needSession();
         if (!sessionId) return;
-        const st: any = await host.request("agent/state", { sessionId });
+        const st = await call("agent/state", { sessionId });
         const levels: string[] = st?.model?.thinkingLevels?.length ? st.model.thinkingLevels : ["off", "minimal", "low", "medium", "high", "xhigh"];
         if (levels.length <= 1) {
           void vscode.window.showInformationMessage(`Pi: ${st?.model?.name || st?.model?.id || "this model"} does not think (its only thinking level is "${levels[0] ?? "off"}"); choose a reasoning model to set one.`);
@@ -215,7 +221,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
           { title: `Pi: thinking level of ${st?.model?.name || st?.model?.id || "the model"}` },
         );
         if (!level) return;
-        const r: any = await host.request("agent/thinking/set", { sessionId, level: level.level });
+        const r = await call("agent/thinking/set", { sessionId, level: level.level });
         stateChanged(sessionId);
         if (r?.level !== level.level) void vscode.window.showInformationMessage(`Pi: thinking level is ${r?.level} (clamped to what the model supports).`);
       }),
@@ -237,9 +243,9 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         if (!where) return;
         const value = pick.label === "default" ? undefined : pick.label;
         if (where.scope === "session" && sessionId) {
-          const r: any = await host.request("agent/permissions/set", { sessionId, approvalPolicy: value ?? null });
+          const r = await call("agent/permissions/set", { sessionId, approvalPolicy: value ?? null });
           stateChanged(sessionId);
-          void vscode.window.showInformationMessage(policyNotice(r?.approvalPolicy));
+          void vscode.window.showInformationMessage(policyNotice(field(r, "approvalPolicy")));
           return;
         }
         const file = where.scope === "workspace" ? projectFile : userFile;
@@ -275,7 +281,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
       guarded("opening a panel", async () => {
         let sessionId: string | null = node?.kind === "session" ? node.session.sessionId : null;
         if (!node) {
-          const { sessions: list } = (await host.request("agent/session/list", {})) as { sessions: any[] };
+          const { sessions: list } = await call("agent/session/list", {});
           const pick = await vscode.window.showQuickPick(
             [{ label: "$(add) New session", id: null as string | null }, ...list.map((s) => ({ label: s.name || s.firstPrompt || s.sessionId, description: new Date(s.lastActivity).toLocaleString(), id: s.sessionId as string | null }))],
             { title: "Pi: open a session in a new panel" },
@@ -283,7 +289,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
           if (!pick) return;
           sessionId = pick.id;
         } else if (node.kind === "session") {
-          const st: any = await host.request("agent/session/open", { path: node.session.sessionFile });
+          const st = await call("agent/session/open", { path: node.session.sessionFile });
           sessionId = st.sessionId;
         }
         const panel = vscode.window.createWebviewPanel("pi.chatPanel", "Pi", { viewColumn: vscode.ViewColumn.Beside, preserveFocus: false }, { enableScripts: true, retainContextWhenHidden: true });
@@ -309,7 +315,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         if (node?.kind === "entry" || node?.kind === "group") return;
         const file = node?.kind === "session" ? node.session.sessionFile : await pickSessionFile("open a session");
         if (!file) return;
-        const st: any = await host.request("agent/session/open", { path: file });
+        const st = await call("agent/session/open", { path: file });
         // Another project's session, opened by its path: say whose it is.
         if (typeof st?.otherCwd === "string") void vscode.window.showWarningMessage(`Pi: this session is another project's (${st.otherCwd || "no folder named"}).`);
         await openInChatView(st.sessionId);
@@ -319,8 +325,8 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
       guarded("branching", async () => {
         const e = await entryOf(node, "branch here (the next prompt continues from this message)");
         if (!e) return;
-        const r: any = await host.request("agent/session/branch", { sessionId: e.sessionId, entryId: e.entry.id });
-        await openInChatView(e.sessionId, r?.editorText);
+        const r = await call("agent/session/branch", { sessionId: e.sessionId, entryId: e.entry.id });
+        await openInChatView(e.sessionId, stringField(r, "editorText"));
         sessions.refresh();
       }),
     "pi.session.branchWithSummary": (node?: SessionNode) =>
@@ -329,25 +335,25 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         if (!e) return;
         const customInstructions = await vscode.window.showInputBox({ prompt: "Instructions for the branch summary (optional)" });
         if (customInstructions === undefined) return;
-        const r: any = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "Pi: summarising the branch" }, () =>
-          host.request("agent/session/branch", { sessionId: e.sessionId, entryId: e.entry.id, summarize: true, ...(customInstructions ? { customInstructions } : {}) }),
+        const r = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "Pi: summarising the branch" }, () =>
+          call("agent/session/branch", { sessionId: e.sessionId, entryId: e.entry.id, summarize: true, ...(customInstructions ? { customInstructions } : {}) }),
         );
-        await openInChatView(e.sessionId, r?.editorText);
+        await openInChatView(e.sessionId, stringField(r, "editorText"));
         sessions.refresh();
       }),
     "pi.session.fork": (node?: SessionNode) =>
       guarded("forking", async () => {
         const e = await entryOf(node, "fork a new session from this message");
         if (!e) return;
-        const r: any = await host.request("agent/session/fork", { sessionId: e.sessionId, entryId: e.entry.id });
-        await openInChatView(r.session.sessionId, r.text);
+        const r = await call("agent/session/fork", { sessionId: e.sessionId, entryId: e.entry.id });
+        await openInChatView(r.session.sessionId, r.text ?? undefined);
         sessions.refresh();
       }),
     "pi.session.clone": (node?: SessionNode) =>
       guarded("cloning", async () => {
         const sessionId = sessionOf(node);
         if (!sessionId) return;
-        const r: any = await host.request("agent/session/clone", { sessionId });
+        const r = await call("agent/session/clone", { sessionId });
         await openInChatView(r.session.sessionId);
         sessions.refresh();
       }),
@@ -357,7 +363,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         if (!e) return;
         const label = await vscode.window.showInputBox({ prompt: "Label (empty clears it)", value: e.entry.label ?? "" });
         if (label === undefined) return;
-        await host.request("agent/session/label", { sessionId: e.sessionId, entryId: e.entry.id, label });
+        await call("agent/session/label", { sessionId: e.sessionId, entryId: e.entry.id, label });
         sessions.refresh();
       }),
     "pi.session.rename": (node?: SessionNode) =>
@@ -366,7 +372,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         if (!sessionId) return;
         const name = await vscode.window.showInputBox({ prompt: "Session name", value: node?.kind === "session" ? (node.session.name ?? "") : names.get(sessionId) });
         if (!name) return;
-        await host.request("agent/session/name", { sessionId, name });
+        await call("agent/session/name", { sessionId, name });
         stateChanged(sessionId);
         sessions.refresh();
       }),
@@ -374,7 +380,8 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
       guarded("exporting", async () => {
         const sessionId = sessionOf(node);
         if (!sessionId) return;
-        const format = await vscode.window.showQuickPick(["markdown", "html"], { title: "Pi: export format" });
+        const picked = await vscode.window.showQuickPick(["markdown", "html"], { title: "Pi: export format" });
+        const format: ExportFormat | undefined = picked === "html" || picked === "markdown" ? picked : undefined;
         if (!format) return;
         const root = vscode.workspace.workspaceFolders?.[0]?.uri;
         const target = await vscode.window.showSaveDialog({
@@ -382,7 +389,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
           filters: format === "html" ? { HTML: ["html"] } : { Markdown: ["md"] },
         });
         if (!target) return;
-        const r: any = await host.request("agent/session/export", { sessionId, format, outputPath: target.fsPath });
+        const r = await call("agent/session/export", { sessionId, format, outputPath: target.fsPath });
         const open = await vscode.window.showInformationMessage(`Pi: exported to ${r?.path ?? target.fsPath}`, "Open");
         if (open) await vscode.window.showTextDocument(target, { preview: true });
       }),
@@ -391,11 +398,14 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         const e = await entryOf(node, "rewind to before this message (reverts the agent's later file changes)");
         if (!e) return;
         node = e;
-        const r: any = await rewind(e.sessionId, e.entry.id);
+        // pi-core's rewind report (not generated yet): previousLeafId and the files it touched.
+        const r = await rewind(e.sessionId, e.entry.id);
         if (!r) return;
-        lastRewind.set(e.sessionId, r.previousLeafId);
-        const files: any[] = r.files ?? [];
-        const summary = files.map((f) => `${f.path} ${f.status}${f.reason ? ` (${f.reason})` : ""}`).join(", ") || "no file changes";
+        const previous = field(r, "previousLeafId");
+        if (typeof previous === "string") lastRewind.set(e.sessionId, previous);
+        else lastRewind.delete(e.sessionId);
+        const files = field(r, "files");
+        const summary = (Array.isArray(files) ? files : []).map((f: unknown) => `${String(field(f, "path"))} ${String(field(f, "status"))}${field(f, "reason") ? ` (${String(field(f, "reason"))})` : ""}`).join(", ") || "no file changes";
         await openInChatView(e.sessionId);
         sessions.refresh();
         const undo = await vscode.window.showInformationMessage(`Pi: rewound — ${summary}.`, "Undo Rewind");
@@ -409,7 +419,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
           void vscode.window.showInformationMessage("Pi: nothing to undo (no rewind in this session since the window opened).");
           return;
         }
-        const r: any = await rewind(sessionId, back);
+        const r = await rewind(sessionId, back);
         if (!r) return;
         lastRewind.delete(sessionId);
         await openInChatView(sessionId);
@@ -463,4 +473,15 @@ export function fileContext(doc: { getText(): string; lineCount: number }): stri
   if (cut <= 0) cut = FILE_CONTEXT_CHARS;
   const shownLines = text.slice(0, cut).split("\n").length;
   return `${text.slice(0, cut)}\n… (${doc.lineCount - shownLines} more lines not included: read the file for them)`;
+}
+
+/** A field of a result whose Rust type is not generated yet (wire.ts: `unknown`). */
+function field(v: unknown, key: string): unknown {
+  return v !== null && typeof v === "object" && key in v ? (v as Record<string, unknown>)[key] : undefined;
+}
+
+/** A string field of such a result, else `undefined`. */
+function stringField(v: unknown, key: string): string | undefined {
+  const f = field(v, key);
+  return typeof f === "string" ? f : undefined;
 }

@@ -95,8 +95,8 @@ export async function showMcpServers(request: Request, log: vscode.LogOutputChan
     let list: McpList;
     try {
       list = (await request("agent/mcp/list", {})) as McpList;
-    } catch (e: any) {
-      void vscode.window.showErrorMessage(`Pi: MCP servers: ${e?.message ?? String(e)}`);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`Pi: MCP servers: ${e instanceof Error ? e.message : String(e)}`);
       return;
     }
     type Item = vscode.QuickPickItem & { server?: McpServerInfo };
@@ -135,8 +135,8 @@ export async function showMcpServers(request: Request, log: vscode.LogOutputChan
           if (s.source) await vscode.window.showTextDocument(vscode.Uri.file(s.source), { preview: true });
           return;
       }
-    } catch (e: any) {
-      void vscode.window.showErrorMessage(`Pi: MCP server ${s.name}: ${e?.message ?? String(e)}`);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`Pi: MCP server ${s.name}: ${e instanceof Error ? e.message : String(e)}`);
     }
   }
 }

@@ -9,7 +9,8 @@ import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as vscode from "vscode";
 import type { HostToWebview, WebviewToHost } from "../shared/messages";
-import { checkPanelRequest, METHOD_NOT_ALLOWED, REWIND_CONFIRM } from "../shared/panelMethods";
+import { checkPanelRequest, isPanelMethod, METHOD_NOT_ALLOWED, REWIND_CONFIRM, type PanelMethod, type PanelResult } from "../shared/panelMethods";
+import type { SessionState } from "../shared/wire";
 import { webviewHtml } from "../webview/html";
 import { Batcher, cpuNow, type Note, type RouteTarget } from "./relay";
 import { codeAction } from "./codeactions";
@@ -136,43 +137,50 @@ export class ChatPanel implements RouteTarget {
       }
       case "request": {
         const refused = checkPanelRequest(m.method);
-        if (refused) {
-          this.host.log.warn(`refused a panel request: ${refused}`);
-          this.post({ type: "response", requestId: m.requestId, error: { code: METHOD_NOT_ALLOWED, message: refused } });
+        if (refused !== null || !isPanelMethod(m.method)) {
+          const message = refused ?? `the chat panel may not call ${JSON.stringify(m.method)}`;
+          this.host.log.warn(`refused a panel request: ${message}`);
+          this.post({ type: "response", requestId: m.requestId, error: { code: METHOD_NOT_ALLOWED, message } });
           return;
         }
+        const method: PanelMethod = m.method;
         // A rewind rewrites files: only after the user's own confirmation (page script cannot
         // answer a modal dialog).
-        if (m.method === "agent/session/rewind") {
+        if (method === "agent/session/rewind") {
           const ok = await vscode.window.showWarningMessage(REWIND_CONFIRM.message, { modal: true, detail: REWIND_CONFIRM.detail }, REWIND_CONFIRM.button);
           if (ok !== REWIND_CONFIRM.button) {
             this.post({ type: "response", requestId: m.requestId, error: { code: -32800, message: "the rewind was cancelled" } });
             return;
           }
         }
-        const pre = m.method === "agent/prompt" && !m.params?.sessionId ? this.host.newSessionParams() : undefined;
+        // The page's params as sent (the server checks them against the method's type).
+        let params: unknown = m.params ?? {};
+        const sessionOf = (p: unknown): unknown => (typeof p === "object" && p !== null && "sessionId" in p ? p.sessionId : undefined);
+        const pre = method === "agent/prompt" && !sessionOf(params) ? this.host.newSessionParams() : undefined;
         if (pre) {
           try {
-            const st: any = await this.host.request("agent/session/new", pre);
+            const st = (await this.host.request("agent/session/new", pre)) as SessionState;
             this.host.attach(this, st.sessionId);
             this.remember(st.sessionId);
-            m = { ...m, params: { ...m.params, sessionId: st.sessionId } };
-          } catch (e: any) {
-            this.host.log.warn(`creating the session with ${JSON.stringify(pre)}: ${String(e?.message ?? e)}`);
+            params = { ...(params as object), sessionId: st.sessionId };
+          } catch (e) {
+            this.host.log.warn(`creating the session with ${JSON.stringify(pre)}: ${errorText(e)}`);
           }
         }
-        const creates = (m.method === "agent/prompt" && !m.params?.sessionId) || m.method === "agent/session/new";
-        if (m.method === "agent/prompt" && !m.params?.sessionId) this.awaitingNewSession = true;
+        const creates = method === "agent/prompt" && !sessionOf(params);
+        if (creates) this.awaitingNewSession = true;
         try {
-          const result: any = await this.host.request(m.method, m.params ?? {});
-          if (creates && typeof result?.sessionId === "string" && (this.sessionId === null || this.awaitingNewSession)) {
-            this.host.attach(this, result.sessionId);
-            this.remember(result.sessionId);
+          const result = (await this.host.request(method, params)) as PanelResult<PanelMethod>;
+          const created = sessionOf(result);
+          if (creates && typeof created === "string" && (this.sessionId === null || this.awaitingNewSession)) {
+            this.host.attach(this, created);
+            this.remember(created);
           }
           this.post({ type: "response", requestId: m.requestId, result });
-        } catch (e: any) {
+        } catch (e) {
           if (creates) this.awaitingNewSession = false;
-          this.post({ type: "response", requestId: m.requestId, error: { code: typeof e?.code === "number" ? e.code : -32603, message: String(e?.message ?? e), data: e?.data } });
+          const err = e as { code?: unknown; data?: unknown } | undefined;
+          this.post({ type: "response", requestId: m.requestId, error: { code: typeof err?.code === "number" ? err.code : -32603, message: errorText(e), data: err?.data } });
         }
         return;
       }
@@ -198,8 +206,8 @@ export class ChatPanel implements RouteTarget {
       case "attachFile":
         try {
           this.post({ type: "context", items: [await attachedFile(m.path)] } satisfies HostToWebview);
-        } catch (e: any) {
-          void vscode.window.showWarningMessage(`Pi: @${m.path}: ${e?.message ?? String(e)}`);
+        } catch (e) {
+          void vscode.window.showWarningMessage(`Pi: @${m.path}: ${errorText(e)}`);
         }
         return;
       case "codeAction":
@@ -259,4 +267,9 @@ function html(webview: vscode.Webview, extensionUri: vscode.Uri): string {
     cspSource: webview.cspSource,
     nonce: crypto.randomBytes(18).toString("base64"),
   });
+}
+
+/** An error's message (a JSON-RPC error's, an Error's, or the value in words). */
+function errorText(e: unknown): string {
+  return e && typeof e === "object" && "message" in e && e.message != null ? String(e.message) : String(e);
 }

@@ -9,14 +9,19 @@
  * Rules for changing this file (both engineers): only ADD optional fields or new message types,
  * each with a doc comment; never rename or remove.
  */
+import type { AgentEventParams, AttentionParams, PlanParams, QueueUpdateParams, UsageParams } from "./wire";
 
-/** A JSON-RPC notification from the server, relayed unchanged (`params` as the server sent it). */
-export interface ServerNotification {
-  /** e.g. `agent/event`, `agent/queueUpdate`, `agent/usage`, `agent/attention`, `$/progress`,
-   * `agent/ui/notification`. */
-  method: string;
-  params: any;
-}
+/** A JSON-RPC notification from the server, relayed unchanged (`params` as the server sent it,
+ * typed by the generated wire types, wire.ts). */
+export type ServerNotification =
+  | { method: "agent/event"; params: AgentEventParams }
+  | { method: "agent/queueUpdate"; params: QueueUpdateParams }
+  | { method: "agent/usage"; params: UsageParams }
+  | { method: "agent/attention"; params: AttentionParams }
+  /** The session's plan/todo state, whole (features.ts shows it in the plan strip). */
+  | { method: "agent/plan"; params: PlanParams }
+  /** Not read by the webview (`agent/ui/notification`, `agent/didWriteDocument`, `$/…`). */
+  | { method: "agent/ui/notification" | "agent/didWriteDocument"; params: unknown };
 
 /** A JSON-RPC error as the server (or the host) answered it. */
 export interface RpcError {
@@ -77,7 +82,8 @@ export interface NotificationsMessage {
 export interface ResponseMessage {
   type: "response";
   requestId: number;
-  result?: any;
+  /** The method's result (panelMethods.ts `PanelResult` of the request's method). */
+  result?: unknown;
   error?: RpcError;
 }
 
@@ -87,7 +93,8 @@ export interface ServerRequestMessage {
   type: "serverRequest";
   requestId: number;
   method: "agent/requestPermission" | "agent/ui/request";
-  params: any;
+  /** The server's params (cards.ts reads them). */
+  params: unknown;
 }
 
 /** The server request was answered elsewhere (a notification while the panel was hidden) or
@@ -206,8 +213,10 @@ export interface ReadyMessage {
 export interface RequestMessage {
   type: "request";
   requestId: number;
+  /** Page script names it: the host relays it only when it is a panel method. */
   method: string;
-  params: any;
+  /** `PanelParams` of the method (the server checks them). */
+  params: unknown;
 }
 
 /** The panel now shows that session: the host routes that session's notifications to it. */
@@ -221,7 +230,7 @@ export interface AttachMessage {
 export interface ServerResponseMessage {
   type: "serverResponse";
   requestId: number;
-  result: any;
+  result: unknown;
 }
 
 /** Open VS Code's diff editor for one agent edit (`preserveFocus: true`). */
@@ -295,5 +304,5 @@ export interface WebviewState {
   history?: string[];
   /** The session's newest history entries (`{sessionId, entries}`, at most 30 and 200 KB),
    * shown at once after a reload before the server answers (added 2026-12-05). */
-  snapshot?: { sessionId: string; entries: any[] };
+  snapshot?: { sessionId: string; entries: unknown[] };
 }

@@ -7,8 +7,8 @@
  * a card never takes focus by itself (no focus theft). The timeout bar is a CSS animation: no
  * timer runs in the page.
  */
-
 import { changedLinesFirst, fullDiff } from "./changeview";
+import { asObject } from "./store";
 
 export interface CardHost {
   answer(requestId: number, result: unknown): void;
@@ -56,22 +56,27 @@ export function diffView(diff: string): HTMLPreElement {
   return fullDiff(diff);
 }
 
-function describe(tool: string, args: any): string {
-  if (tool === "bash" && typeof args?.command === "string") return `run \`${args.command}\``;
-  if (typeof args?.path === "string") return `${tool} ${args.path}`;
+function describe(tool: unknown, argsValue: unknown): string {
+  const args = asObject(argsValue);
+  if (tool === "bash" && typeof args.command === "string") return `run \`${args.command}\``;
+  if (typeof args.path === "string") return `${tool} ${args.path}`;
   return `call ${tool}`;
 }
 
 /** The card of an `agent/requestPermission` (params per docs/protocol.md). */
-export function permissionCard(requestId: number, p: any, host: CardHost): HTMLElement {
+export function permissionCard(requestId: number, params: unknown, host: CardHost): HTMLElement {
+  // `agent/requestPermission` params (the server's permissions module; not generated yet).
+  const p = asObject(params);
+  const change = asObject(p.change);
+  const rule = asObject(p.rule);
   const card = el("div", "card permission");
   card.setAttribute("role", "alertdialog");
   card.setAttribute("aria-label", `Permission: pi wants to ${plain(describe(p.tool, p.arguments))}`);
   card.dataset.requestId = String(requestId);
   card.append(withCode(el("div", "card-title"), `pi wants to ${describe(p.tool, p.arguments)}`));
   if (p.reason) card.append(el("div", "card-reason", String(p.reason)));
-  if (p.change?.diff) {
-    card.append(changedLinesFirst(String(p.change.diff)));
+  if (change.diff) {
+    card.append(changedLinesFirst(String(change.diff)));
   } else if (p.tool !== "bash") {
     const args = el("details", "tool-args");
     args.append(el("summary", undefined, "Arguments"), el("pre", undefined, JSON.stringify(p.arguments ?? {}, null, 2)));
@@ -88,8 +93,8 @@ export function permissionCard(requestId: number, p: any, host: CardHost): HTMLE
     host.answer(requestId, result);
   };
   actions.append(button("Allow once", "primary", "a", () => done({ decision: "allow" })));
-  const scopes: string[] = Array.isArray(p.alwaysScopes) ? p.alwaysScopes : [];
-  const ruleText = p.rule ? (p.rule.commandPrefix ? `\`${p.rule.commandPrefix}\`` : p.rule.tool) : "";
+  const scopes: string[] = Array.isArray(p.alwaysScopes) ? p.alwaysScopes.map(String) : [];
+  const ruleText = p.rule ? (rule.commandPrefix ? `\`${String(rule.commandPrefix)}\`` : String(rule.tool)) : "";
   if (p.rule && scopes.includes("session")) actions.append(button(`Allow ${ruleText} for this session`, "secondary", "s", () => done({ decision: "allowAlways", scope: "session" })));
   if (p.rule && scopes.includes("workspace")) actions.append(button(`Allow ${ruleText} in this workspace`, "secondary", "w", () => done({ decision: "allowAlways", scope: "workspace" })));
   actions.append(
@@ -98,7 +103,7 @@ export function permissionCard(requestId: number, p: any, host: CardHost): HTMLE
       done(r ? { decision: "reject", reason: r } : { decision: "reject" });
     }),
   );
-  if (p.change?.path && p.toolCallId) actions.append(button("Open in diff editor", "link", "d", () => host.openDiff(String(p.toolCallId), String(p.change.path))));
+  if (change.path && p.toolCallId) actions.append(button("Open in diff editor", "link", "d", () => host.openDiff(String(p.toolCallId), String(change.path))));
   reason.addEventListener("keydown", (e) => {
     if (e.key === "Enter") {
       e.preventDefault();
@@ -114,7 +119,9 @@ export function permissionCard(requestId: number, p: any, host: CardHost): HTMLE
 }
 
 /** The card of an `agent/ui/request` (select / confirm / input / editor). */
-export function uiCard(requestId: number, p: any, host: CardHost): HTMLElement {
+export function uiCard(requestId: number, params: unknown, host: CardHost): HTMLElement {
+  // `agent/ui/request` params (pi-core's extension UI; not generated yet).
+  const p = asObject(params);
   const card = el("div", "card ui-request");
   card.setAttribute("role", "dialog");
   card.dataset.requestId = String(requestId);

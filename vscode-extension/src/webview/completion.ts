@@ -7,6 +7,7 @@ import { input } from "./composer";
 import { el } from "./dom";
 import { post, request } from "./rpc";
 import { saveState, store, ui } from "./state";
+import { asObject } from "./store";
 
 export const popup = el("ul", "popup");
 popup.setAttribute("role", "listbox");
@@ -77,13 +78,17 @@ export async function updateCompletion(): Promise<void> {
     if (!ui.commandsCache) {
       const list: { name: string; description?: string }[] = [];
       try {
-        const r = await request<any>("agent/commands", store.sessionId ? { sessionId: store.sessionId } : {});
+        const r = await request("agent/commands", store.sessionId ? { sessionId: store.sessionId } : {});
         list.push(...(r.commands ?? []));
       } catch {}
       if (store.sessionId) {
         try {
-          const r = await request<any>("agent/extension/commands", { sessionId: store.sessionId });
-          list.push(...(r.commands ?? []));
+          const r = await request("agent/extension/commands", { sessionId: store.sessionId });
+          // pi-core's CommandInfo (not generated yet): `{name, description?}` read as such.
+          for (const c of r.commands ?? []) {
+            const { name, description } = asObject(c);
+            if (typeof name === "string") list.push({ name, ...(typeof description === "string" ? { description } : {}) });
+          }
         } catch {}
       }
       ui.commandsCache = list;

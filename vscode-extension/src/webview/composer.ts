@@ -4,6 +4,7 @@
  * steers, Alt+Enter queues a follow-up), Esc stops. Also the panel's own actions the header and
  * the host's commands share: a new session, `/compact`, abort.
  */
+import type { ImageInput, PromptParams, StreamingBehavior } from "../shared/wire";
 import { pressShortcut } from "./cards";
 import { accessKeyAllowed } from "./deliberate";
 import { autoContext, history, recovery, removeAutoContext, turns } from "./features";
@@ -13,7 +14,7 @@ import { renderStatus } from "./header";
 import { currentModel, pendingModel, setModel } from "./pickers";
 import { markQueueDirty } from "./queue";
 import { cards, showError } from "./questions";
-import { log, post, request } from "./rpc";
+import { errorMessage, log, post, request } from "./rpc";
 import { loadSession } from "./session";
 import { saveState, store, ui } from "./state";
 import { addQueued, applyAbortReport, dismissAttention, markStopping, promptToRestore } from "./store";
@@ -61,15 +62,16 @@ export function renderChips(): void {
     saveState();
   })));
   // An image the current model cannot take is said at once (its `input` lacks "image").
-  const blind = Array.isArray(currentModel?.input) && !currentModel.input.includes("image");
+  const model = currentModel;
+  const blind = model !== null && Array.isArray(model.input) && !model.input.includes("image");
   images.forEach((img, i) => {
     const c = chip(img.name, "image", () => {
       images.splice(i, 1);
       renderChips();
     });
-    if (blind) {
+    if (blind && model) {
       c.classList.add("chip-refused");
-      c.title = `${currentModel.name ?? currentModel.id} does not take images: this one would not reach the model (choose a model that reads images, or remove it)`;
+      c.title = `${model.name ?? model.id} does not take images: this one would not reach the model (choose a model that reads images, or remove it)`;
       c.append(el("span", "chip-warning", "model cannot see images"));
     }
     chips.append(c);
@@ -112,7 +114,7 @@ function runBuiltin(typed: string): boolean {
   return true;
 }
 
-async function send(behavior?: "steer" | "followUp"): Promise<void> {
+async function send(behavior?: StreamingBehavior): Promise<void> {
   const typed = input.value.trim();
   if (!typed && images.length === 0) return;
   if (images.length === 0 && runBuiltin(typed)) return;
@@ -120,8 +122,8 @@ async function send(behavior?: "steer" | "followUp"): Promise<void> {
   if (!(await turns.beforeSend())) return;
   const prefix = contextPrefix();
   const text = prefix ? `${prefix}\n${typed}` : typed;
-  const imgs = images.map((i) => ({ type: "image", data: i.data, mimeType: i.mimeType }));
-  const params: any = { text };
+  const imgs: ImageInput[] = images.map((i) => ({ type: "image", data: i.data, mimeType: i.mimeType }));
+  const params: PromptParams = { text };
   if (imgs.length) params.images = imgs;
   if (store.sessionId) params.sessionId = store.sessionId;
   else if (pendingModel) params.model = pendingModel;
@@ -137,24 +139,24 @@ async function send(behavior?: "steer" | "followUp"): Promise<void> {
   saveState();
   if (!queued) showSending(typed || `${imgs.length} image${imgs.length === 1 ? "" : "s"}`);
   try {
-    const r = await request<any>("agent/prompt", params);
+    const r = await request("agent/prompt", params);
     if (!store.sessionId && r.sessionId) {
       store.sessionId = r.sessionId;
       post({ type: "attach", sessionId: r.sessionId });
       saveState();
-      if (!currentModel) void request<any>("agent/state", { sessionId: r.sessionId }).then((s) => setModel(s.model, s.thinkingLevel), () => {});
+      if (!currentModel) void request("agent/state", { sessionId: r.sessionId }).then((s) => setModel(s.model, s.thinkingLevel), () => {});
     }
     if (r.queued && r.queueId) {
-      addQueued(store, r.queueId, params.streamingBehavior, typed);
+      addQueued(store, r.queueId, params.streamingBehavior ?? ui.mode, typed);
       markQueueDirty();
       schedule();
     }
-  } catch (e: any) {
+  } catch (e) {
     // Nothing was sent: the text goes back to the composer.
     hideSending();
     if (!input.value) input.value = typed;
-    log("error", `agent/prompt: ${e?.message}`);
-    showError(e?.message ?? String(e));
+    log("error", `agent/prompt: ${errorMessage(e)}`);
+    showError(errorMessage(e) ?? String(e));
   }
 }
 
@@ -164,15 +166,15 @@ export async function abort(): Promise<void> {
   markStopping(store);
   renderStatus(); // "stopping" at once, not at the next frame
   try {
-    const report = await request<any>("agent/abort", { sessionId: store.sessionId });
+    const report = await request("agent/abort", { sessionId: store.sessionId });
     const restore = promptToRestore(store);
     applyAbortReport(store, report);
     if (restore !== null && !input.value.trim()) {
       input.value = restore;
       saveState();
     }
-  } catch (e: any) {
-    log("error", `agent/abort: ${e?.message}`);
+  } catch (e) {
+    log("error", `agent/abort: ${errorMessage(e)}`);
     store.stopping = false;
     store.version++;
   }
@@ -191,8 +193,8 @@ export async function compact(instructions?: string): Promise<void> {
   if (!store.sessionId) return;
   try {
     await request("agent/compact", instructions ? { sessionId: store.sessionId, instructions } : { sessionId: store.sessionId });
-  } catch (e: any) {
-    showError(`Compaction: ${e?.message ?? e}`);
+  } catch (e) {
+    showError(`Compaction: ${errorMessage(e) ?? e}`);
   }
 }
 

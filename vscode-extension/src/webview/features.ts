@@ -6,13 +6,13 @@
  */
 import type { ContextItem, ServerNotification } from "../shared/messages";
 import { input } from "./composer";
-import { isPlanState, PlanView, type PlanState } from "./plan";
+import { isPlanState, PlanView } from "./plan";
 import { showError } from "./questions";
 import { PromptHistory, RecoveryBar } from "./recovery";
-import { log, request, saved } from "./rpc";
+import { errorMessage, log, request, saved } from "./rpc";
 import { takeSnapshot, type Snapshot } from "./snapshot";
 import { saveState, stateParts, store, replaceStore } from "./state";
-import { applyHistoryPage, createStore } from "./store";
+import { applyHistoryPage, asObject, createStore, eventType, historyEntry, type HistoryEntry } from "./store";
 import { cards } from "./questions";
 import { loadSession } from "./session";
 import { Turns } from "./turns";
@@ -20,7 +20,7 @@ import { schedule } from "./view";
 
 /** The plan strip above the composer; `plan.toggle` is the header's switch. */
 export const plan = new PlanView(
-  (enabled) => request<PlanState>("agent/plan/set", { sessionId: store.sessionId, enabled }),
+  (enabled) => (store.sessionId ? request("agent/plan/set", { sessionId: store.sessionId, enabled }) : Promise.reject(new Error("no session"))),
   saved?.planCollapsed ?? false,
   () => saveState(),
   (m) => showError(m),
@@ -31,7 +31,7 @@ export const history = new PromptHistory(saved?.history);
 
 /** Retry / Continue above the composer. */
 export const recovery = new RecoveryBar({
-  continueRun: () => request("agent/continue", { sessionId: store.sessionId }),
+  continueRun: () => (store.sessionId ? request("agent/continue", { sessionId: store.sessionId }) : Promise.reject(new Error("no session"))),
   composer: () => input.value,
   setComposer: (t) => {
     input.value = t;
@@ -52,7 +52,7 @@ export const turns = new Turns({
 });
 
 /** The session's last screen kept for a reload. */
-let lastScreen: Snapshot | null = saved?.snapshot && saved.snapshot.sessionId === saved.sessionId ? (saved.snapshot as Snapshot) : null;
+let lastScreen: Snapshot | null = saved?.snapshot && saved.snapshot.sessionId === saved.sessionId ? { sessionId: saved.snapshot.sessionId, entries: saved.snapshot.entries.map(historyEntry) } : null;
 /** The session whose snapshot the store shows until the server's page replaces it. */
 let showingSnapshot: string | null = null;
 
@@ -78,16 +78,16 @@ export function keepSnapshotFor(sessionId: string | null): boolean {
   }
   plan.update(null);
   if (sessionId) {
-    void request<PlanState>("agent/plan/get", { sessionId }).then(
+    void request("agent/plan/get", { sessionId }).then(
       (p) => void (store.sessionId === sessionId && isPlanState(p) && plan.update(p)),
-      (e: any) => log("info", `agent/plan/get: ${e?.message}`),
+      (e: unknown) => log("info", `agent/plan/get: ${errorMessage(e) ?? String(e)}`),
     );
   }
   return keep;
 }
 
 /** The newest page of `sessionId` arrived. */
-export function newestPage(sessionId: string, entries: any[]): void {
+export function newestPage(sessionId: string, entries: HistoryEntry[]): void {
   lastScreen = takeSnapshot(sessionId, entries);
   saveState();
 }
@@ -99,9 +99,9 @@ export function sessionLoaded(sessionId: string): void {
 
 /** Keeps the session's newest entries for a reload (after each run). */
 function refreshSnapshot(sessionId: string): void {
-  void request<any>("agent/session/history", { sessionId, limit: 30 }).then(
+  void request("agent/session/history", { sessionId, limit: 30 }).then(
     (page) => {
-      if (store.sessionId === sessionId) newestPage(sessionId, page.entries ?? []);
+      if (store.sessionId === sessionId) newestPage(sessionId, (page.entries ?? []).map(historyEntry));
     },
     () => {},
   );
@@ -113,7 +113,7 @@ export function notification(n: ServerNotification): boolean {
     if (isPlanState(n.params) && (n.params.sessionId === store.sessionId || !store.sessionId)) plan.update(n.params);
     return true;
   }
-  if (n.method === "agent/event" && n.params?.event?.type === "agent_end" && store.sessionId && n.params?.sessionId === store.sessionId) refreshSnapshot(store.sessionId);
+  if (n.method === "agent/event" && eventType(n.params.event) === "agent_end" && store.sessionId && n.params.sessionId === store.sessionId) refreshSnapshot(store.sessionId);
   return false;
 }
 

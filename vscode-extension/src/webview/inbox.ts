@@ -13,7 +13,7 @@ import { questionDone, questionStale, showQuestion } from "./questions";
 import { post, saved, settle } from "./rpc";
 import { loadSession } from "./session";
 import { saveState, store, ui } from "./state";
-import { applyNotification, setVisible } from "./store";
+import { applyNotification, eventType, setVisible } from "./store";
 import { notification, notificationsApplied, setEditorContext } from "./features";
 import { schedule } from "./view";
 
@@ -40,7 +40,7 @@ export function onHostMessage(msg: HostToWebview): void {
         if (notification(n)) continue;
         applyNotification(store, n);
         if (n.method === "agent/queueUpdate") markQueueDirty();
-        if (n.method === "agent/event" && n.params?.event?.type === "agent_start" && !currentModel) void loadModels();
+        if (n.method === "agent/event" && eventType(n.params.event) === "agent_start" && !currentModel) void loadModels();
       }
       notificationsApplied();
       schedule();

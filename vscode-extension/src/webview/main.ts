@@ -73,7 +73,7 @@ post({ type: "ready", accepts: ["visibility"] });
 }
 
 /** Test hooks (read-only views for the browser tests). */
-(window as any).__pi = {
+(window as unknown as { __pi: unknown }).__pi = {
   get store() {
     return store;
   },

@@ -4,43 +4,48 @@
  * `agent/thinking/set` (before the session exists the model goes with the first prompt).
  */
 import { el } from "./dom";
-import { log, request } from "./rpc";
+import { errorMessage, log, request } from "./rpc";
 import { store } from "./state";
+import { asObject } from "./store";
+import type { ModelInfo } from "../shared/wire";
 
 export const modelSelect = el("select", "model-select");
 modelSelect.setAttribute("aria-label", "Model");
 export const thinkingSelect = el("select", "thinking-select");
 thinkingSelect.setAttribute("aria-label", "Thinking level");
 
-let models: any[] = [];
+let models: ModelInfo[] = [];
 /** The session's model (or the one chosen for the next new session). */
-export let currentModel: any = null;
+export let currentModel: ModelInfo | null = null;
 /** The model chosen before the session exists (`provider/id`), sent with the first prompt. */
 export let pendingModel: string | null = null;
 
 /** Asks the server for its models and shows them. */
 export async function loadModels(): Promise<void> {
   try {
-    const r = await request<any>("agent/model/list", {});
+    const r = await request("agent/model/list", {});
     models = r.models ?? [];
-  } catch (e: any) {
-    log("warn", `agent/model/list: ${e?.message}`);
+  } catch (e) {
+    log("warn", `agent/model/list: ${errorMessage(e)}`);
   }
   renderModels();
 }
 
-function modelKey(m: any): string {
+function modelKey(m: ModelInfo): string {
   return `${m.provider}/${m.id}`;
 }
 
 function renderModels(): void {
   modelSelect.textContent = "";
   const list = [...models];
-  if (currentModel && !list.some((m) => modelKey(m) === modelKey(currentModel))) list.unshift(currentModel);
+  const current = currentModel;
+  if (current && !list.some((m) => modelKey(m) === modelKey(current))) list.unshift(current);
   for (const m of list) {
     const o = el("option", undefined, m.name || modelKey(m));
     o.value = modelKey(m);
-    const price = m.cost ? ` · $${m.cost.input}/$${m.cost.output} per Mtok` : "";
+    // pi-ai's ModelCost (not generated yet): US dollars per million tokens in / out.
+    const cost = asObject(m.cost);
+    const price = m.cost ? ` · $${String(cost.input)}/$${String(cost.output)} per Mtok` : "";
     o.title = `${modelKey(m)} · ${Number(m.contextWindow ?? 0).toLocaleString("en-US")} tokens${price}`;
     modelSelect.append(o);
   }
@@ -63,7 +68,7 @@ function renderThinking(level: string): void {
 }
 
 /** Shows the session's model and thinking level (from `agent/state` or `agent/model/set`). */
-export function setModel(model: any, level?: string): void {
+export function setModel(model: ModelInfo | null | undefined, level?: string): void {
   if (model) currentModel = model;
   renderModels();
   if (level) renderThinking(level);
@@ -78,10 +83,10 @@ modelSelect.addEventListener("change", async () => {
     return;
   }
   try {
-    const r = await request<any>("agent/model/set", { sessionId: store.sessionId, model: key });
+    const r = await request("agent/model/set", { sessionId: store.sessionId, model: key });
     setModel(r.model, r.thinkingLevel);
-  } catch (e: any) {
-    log("warn", `agent/model/set: ${e?.message}`);
+  } catch (e) {
+    log("warn", `agent/model/set: ${errorMessage(e)}`);
     renderModels();
   }
 });
@@ -89,9 +94,9 @@ modelSelect.addEventListener("change", async () => {
 thinkingSelect.addEventListener("change", async () => {
   if (!store.sessionId) return;
   try {
-    const r = await request<any>("agent/thinking/set", { sessionId: store.sessionId, level: thinkingSelect.value });
+    const r = await request("agent/thinking/set", { sessionId: store.sessionId, level: thinkingSelect.value });
     if (r?.level) renderThinking(r.level);
-  } catch (e: any) {
-    log("warn", `agent/thinking/set: ${e?.message}`);
+  } catch (e) {
+    log("warn", `agent/thinking/set: ${errorMessage(e)}`);
   }
 });

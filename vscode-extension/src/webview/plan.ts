@@ -9,28 +9,15 @@
  * every update replaces the strip's rows: nothing is appended twice.
  */
 
-/** One item of the list (`todos[]` of the plan state). */
-export interface PlanTodo {
-  id: number;
-  text: string;
-  done: boolean;
-  /** ACP's names; `in_progress` is the current step. */
-  status?: "pending" | "in_progress" | "completed";
-  priority?: "high" | "medium" | "low";
-}
+import type { PlanParams } from "../shared/wire";
+import { asObject } from "./store";
 
-/** The plan state as `agent/plan` / `agent/plan/get` / `agent/plan/set` carry it. */
-export interface PlanState {
-  sessionId: string;
-  available: boolean;
-  /** `off`, `plan` (read-only planning) or `executing`. */
-  mode: "off" | "plan" | "executing";
-  planModeAvailable: boolean;
-  todos: PlanTodo[];
-  nextId?: number;
-  completed: number;
-  total: number;
-}
+/** The plan state as `agent/plan` / `agent/plan/get` / `agent/plan/set` carry it (the generated
+ * wire type): `mode` `off`, `plan` (read-only planning) or `executing`; `todos[].status` uses
+ * ACP's names, `in_progress` is the current step. */
+export type PlanState = PlanParams;
+/** One item of the list (`todos[]` of the plan state). */
+export type PlanTodo = PlanState["todos"][number];
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
   const e = document.createElement(tag);
@@ -39,9 +26,16 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: 
   return e;
 }
 
+/** A thrown value in words (a JSON-RPC error's message, else the value). */
+function errorText(e: unknown): string {
+  const m = asObject(e).message;
+  return typeof m === "string" ? m : String(e);
+}
+
 /** Whether `p` has the plan state's shape (the fields the view reads). */
-export function isPlanState(p: any): p is PlanState {
-  return typeof p?.sessionId === "string" && Array.isArray(p?.todos) && typeof p?.mode === "string";
+export function isPlanState(p: unknown): p is PlanState {
+  const o = asObject(p);
+  return typeof o.sessionId === "string" && Array.isArray(o.todos) && typeof o.mode === "string";
 }
 
 /** The step to highlight: the `in_progress` one, else none. */
@@ -113,8 +107,8 @@ export class PlanView {
     this.toggle.disabled = true;
     try {
       this.update(await this.setMode(enable));
-    } catch (e: any) {
-      this.onError(`Plan mode: ${e?.message ?? String(e)}`);
+    } catch (e) {
+      this.onError(`Plan mode: ${errorText(e)}`);
     } finally {
       this.toggle.disabled = false;
     }
@@ -162,8 +156,9 @@ export class PlanView {
 }
 
 /** Whether an `agent/ui/request` is the plan question of the `plan-mode` extension. */
-export function isPlanQuestion(p: any): boolean {
-  return p?.extension === "plan-mode" && p?.method === "select" && Array.isArray(p?.options);
+export function isPlanQuestion(p: unknown): boolean {
+  const o = asObject(p);
+  return o.extension === "plan-mode" && o.method === "select" && Array.isArray(o.options);
 }
 
 /** What each of the plan question's answers does, said under it. */
@@ -176,7 +171,8 @@ const EXPLAIN: [RegExp, string][] = [
 /** The plan question as a card: the plan's steps, then the three choices as buttons with
  * what each does. `answer` gets the chosen option's text (the `select` value), or null to
  * cancel. */
-export function planQuestionCard(requestId: number, p: any, plan: PlanState | null, answer: (value: string | null) => void): HTMLElement {
+export function planQuestionCard(requestId: number, params: unknown, plan: PlanState | null, answer: (value: string | null) => void): HTMLElement {
+  const p = asObject(params);
   const card = el("div", "card ui-request plan-question");
   card.setAttribute("role", "dialog");
   card.dataset.requestId = String(requestId);
@@ -193,7 +189,7 @@ export function planQuestionCard(requestId: number, p: any, plan: PlanState | nu
     answer(v);
   };
   const actions = el("div", "card-actions plan-choices");
-  (p.options as unknown[]).map(String).forEach((o, i) => {
+  (Array.isArray(p.options) ? p.options : []).map(String).forEach((o, i) => {
     const b = el("button", i === 0 ? "primary" : "secondary", o);
     b.type = "button";
     const why = EXPLAIN.find(([re]) => re.test(o))?.[1];

@@ -14,7 +14,7 @@ import { el } from "./dom";
 import { renderStatus } from "./header";
 import { post } from "./rpc";
 import { store } from "./state";
-import { questionsAnswered, setAwaiting } from "./store";
+import { asObject, questionsAnswered, setAwaiting } from "./store";
 import { schedule } from "./view";
 
 export const cards = el("div", "cards");
@@ -67,7 +67,7 @@ export function showQuestion(msg: Extract<HostToWebview, { type: "serverRequest"
   cards.append(deliberate(card));
   openQuestions.add(msg.requestId);
   renderStatus();
-  const call = msg.method === "agent/requestPermission" ? (msg.params as any)?.toolCallId : undefined;
+  const call = msg.method === "agent/requestPermission" ? asObject(msg.params).toolCallId : undefined;
   if (typeof call === "string") {
     awaitingCalls.set(msg.requestId, call);
     setAwaiting(store, call, true);

@@ -4,7 +4,7 @@
  * while it is still queued.
  */
 import { el } from "./dom";
-import { log, request } from "./rpc";
+import { errorMessage, log, request } from "./rpc";
 import { store } from "./state";
 import { applyQueueUpdate, type QueueItem } from "./store";
 import { schedule } from "./view";
@@ -55,12 +55,13 @@ function queueRow(q: QueueItem): HTMLLIElement {
         } else if (e.key === "Enter") {
           e.preventDefault();
           const text = field.value.trim();
-          if (!text) return;
+          const sessionId = store.sessionId;
+          if (!text || !sessionId) return;
           try {
-            const r = await request<{ edited: boolean }>("agent/queue/edit", { sessionId: store.sessionId, queueId: q.queueId, text });
+            const r = await request("agent/queue/edit", { sessionId, queueId: q.queueId, text });
             if (r.edited) applyQueueUpdate(store, { queueId: q.queueId, text });
-          } catch (err: any) {
-            log("warn", `agent/queue/edit: ${err?.message}`);
+          } catch (err) {
+            log("warn", `agent/queue/edit: ${errorMessage(err)}`);
           }
           queueDirty = true;
           schedule();
@@ -70,11 +71,13 @@ function queueRow(q: QueueItem): HTMLLIElement {
     const remove = el("button", "link", "Remove");
     remove.type = "button";
     remove.addEventListener("click", async () => {
+      const sessionId = store.sessionId;
+      if (!sessionId) return;
       try {
-        const r = await request<{ removed: boolean }>("agent/queue/remove", { sessionId: store.sessionId, queueId: q.queueId });
+        const r = await request("agent/queue/remove", { sessionId, queueId: q.queueId });
         if (r.removed) applyQueueUpdate(store, { queueId: q.queueId, state: "removed" });
-      } catch (err: any) {
-        log("warn", `agent/queue/remove: ${err?.message}`);
+      } catch (err) {
+        log("warn", `agent/queue/remove: ${errorMessage(err)}`);
       }
       queueDirty = true;
       schedule();

@@ -155,9 +155,10 @@ export class RecoveryBar {
       if (this.restoredText !== null && this.host.composer() === this.restoredText) this.host.setComposer("");
       this.restoredText = null;
       this.show(null);
-    } catch (e: any) {
+    } catch (e) {
       this.action.disabled = false;
-      this.host.showError(`${o.kind === "retry" ? "Retry" : "Continue"}: ${errorInWords(String(e?.message ?? e))}`);
+      const m = e !== null && typeof e === "object" && "message" in e && typeof e.message === "string" ? e.message : String(e);
+      this.host.showError(`${o.kind === "retry" ? "Retry" : "Continue"}: ${errorInWords(m)}`);
     }
   }
 }

@@ -4,8 +4,8 @@
  * host — only the panel's methods (`src/shared/panelMethods.ts`), answered by `response`
  * messages ({@link settle}).
  */
-import type { HostToWebview, WebviewState, WebviewToHost } from "../shared/messages";
-import type { PanelMethod } from "../shared/panelMethods";
+import type { HostToWebview, RpcError, WebviewState, WebviewToHost } from "../shared/messages";
+import type { PanelMethod, PanelParams, PanelResult } from "../shared/panelMethods";
 
 interface VsCodeApi {
   postMessage(msg: WebviewToHost): void;
@@ -26,13 +26,25 @@ export function post(msg: WebviewToHost): void {
 }
 
 let nextRequestId = 1;
-const pending = new Map<number, { resolve: (v: any) => void; reject: (e: { code: number; message: string }) => void }>();
+const pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: RpcError) => void }>();
 
-/** A server request through the host; rejects with the JSON-RPC error `{code, message}`. */
-export function request<T = any>(method: PanelMethod, params: unknown): Promise<T> {
+/** A server request through the host, typed by the generated wire types (panelMethods.ts);
+ * rejects with the JSON-RPC error `{code, message}`. */
+export function request<M extends PanelMethod>(method: M, params: PanelParams<M>): Promise<PanelResult<M>> {
   const requestId = nextRequestId++;
   post({ type: "request", requestId, method, params });
-  return new Promise<T>((resolve, reject) => pending.set(requestId, { resolve, reject }));
+  // The host answers this id with this method's result (the server's typed answer).
+  return new Promise((resolve, reject) => pending.set(requestId, { resolve: (v) => resolve(v as PanelResult<M>), reject }));
+}
+
+/** A rejected request's message (a JSON-RPC error's, else the value in words). */
+export function errorMessage(e: unknown): string | undefined {
+  return e && typeof e === "object" && "message" in e && typeof e.message === "string" ? e.message : undefined;
+}
+
+/** A rejected request's JSON-RPC error code, if any. */
+export function errorCode(e: unknown): number | undefined {
+  return e && typeof e === "object" && "code" in e && typeof e.code === "number" ? e.code : undefined;
 }
 
 /** Settles the request a `response` message answers (an unknown id is ignored). */

@@ -3,11 +3,12 @@
  * usage (`agent/session/stats`) and the last page of its history (`agent/session/history`,
  * older pages as the user scrolls up) asked for at once.
  */
+import type { HistoryParams } from "../shared/wire";
 import { setModel } from "./pickers";
 import { renderQueue } from "./queue";
-import { log, request, saved } from "./rpc";
+import { errorCode, errorMessage, log, request, saved } from "./rpc";
 import { replaceStore, store, ui } from "./state";
-import { applyHistoryPage, applyStats, createStore, entriesFromMessages } from "./store";
+import { applyHistoryPage, applyStats, createStore, entriesFromMessages, historyEntry } from "./store";
 import { renderFrame, resetRender, schedule, transcript } from "./view";
 import { keepSnapshotFor, newestPage, sessionLoaded } from "./features";
 
@@ -30,7 +31,7 @@ export async function loadSession(sessionId: string | null): Promise<void> {
   schedule();
   if (!sessionId) return;
   // State and the last page are asked for at once (the last screen is one round trip away).
-  const stateP = request<any>("agent/state", { sessionId }).then(
+  const stateP = request("agent/state", { sessionId }).then(
     (state) => {
       if (store.sessionId !== sessionId) return;
       // Run events that arrived meanwhile are newer than this answer.
@@ -42,16 +43,16 @@ export async function loadSession(sessionId: string | null): Promise<void> {
       setModel(state.model, state.thinkingLevel);
       schedule();
     },
-    (e: any) => log("warn", `agent/state: ${e?.message}`),
+    (e: unknown) => log("warn", `agent/state: ${errorMessage(e)}`),
   );
   // The meter of a session opened again (window reload, another session): its last usage.
-  const statsP = request<any>("agent/session/stats", { sessionId }).then(
+  const statsP = request("agent/session/stats", { sessionId }).then(
     (st) => {
       if (store.sessionId !== sessionId) return;
       applyStats(store, st);
       schedule();
     },
-    (e: any) => log("warn", `agent/session/stats: ${e?.message}`),
+    (e: unknown) => log("warn", `agent/session/stats: ${errorMessage(e)}`),
   );
   await Promise.all([stateP, statsP, loadPage(sessionId, false)]);
   sessionLoaded(sessionId);
@@ -62,19 +63,19 @@ export async function loadSession(sessionId: string | null): Promise<void> {
 }
 
 async function loadPage(sessionId: string, older: boolean): Promise<void> {
-  const params: any = { sessionId, limit: PAGE };
+  const params: HistoryParams = { sessionId, limit: PAGE };
   if (older && store.oldestEntryId) params.beforeEntryId = store.oldestEntryId;
   try {
-    const page = await request<any>("agent/session/history", params);
+    const page = await request("agent/session/history", params);
     if (store.sessionId !== sessionId) return;
     applyHistoryPage(store, { entries: page.entries ?? [], hasMore: Boolean(page.hasMore) }, older);
-    if (!older) newestPage(sessionId, page.entries ?? []);
-  } catch (e: any) {
-    if (e?.code === -32601 && !older) {
+    if (!older) newestPage(sessionId, (page.entries ?? []).map(historyEntry));
+  } catch (e) {
+    if (errorCode(e) === -32601 && !older) {
       // A server without paged history: show the active branch's messages.
-      const m = await request<any>("agent/messages", { sessionId });
+      const m = await request("agent/messages", { sessionId });
       applyHistoryPage(store, { entries: entriesFromMessages(m), hasMore: false }, false);
-    } else log("warn", `agent/session/history: ${e?.message}`);
+    } else log("warn", `agent/session/history: ${errorMessage(e)}`);
   }
   schedule();
 }

@@ -8,7 +8,7 @@
  * {@link SNAPSHOT_TEXT} characters, at most {@link SNAPSHOT_BYTES} of JSON (the oldest entries
  * go first).
  */
-import type { HistoryEntry } from "./store";
+import { asObject, type HistoryEntry } from "./store";
 
 export const SNAPSHOT_ENTRIES = 30;
 export const SNAPSHOT_TEXT = 4000;
@@ -26,10 +26,11 @@ function cut(text: unknown): unknown {
 
 /** An entry made small: long texts of tool results and bash executions cut, images left out. */
 function small(e: HistoryEntry): HistoryEntry {
-  const m = (e as { message?: any }).message;
-  if (!m || (m.role !== "toolResult" && m.role !== "bashExecution")) return e;
-  const content = Array.isArray(m.content) ? m.content.filter((b: any) => b?.type === "text").map((b: any) => ({ ...b, text: cut(b.text) })) : m.content;
-  return { ...e, message: { ...m, content, output: cut(m.output), details: undefined } } as HistoryEntry;
+  if (e.message === null || typeof e.message !== "object") return e;
+  const m = asObject(e.message);
+  if (m.role !== "toolResult" && m.role !== "bashExecution") return e;
+  const content = Array.isArray(m.content) ? m.content.map(asObject).filter((b) => b.type === "text").map((b) => ({ ...b, text: cut(b.text) })) : m.content;
+  return { ...e, message: { ...m, content, output: cut(m.output), details: undefined } };
 }
 
 /** The snapshot of a session's newest entries (oldest first), within the size limits. */

@@ -20,6 +20,31 @@
  */
 
 /** One content block of an assistant message as the view shows it. */
+/** A JSON object read off the wire whose Rust type is not generated yet (pi-ai's messages and
+ * content blocks, pi-core's events and reports; wire.ts declares them `unknown`): read field
+ * by field, never trusted whole. */
+export type WireObject = { readonly [key: string]: unknown };
+
+/** `v` when it is a JSON object, else an empty one. */
+export function asObject(v: unknown): WireObject {
+  return v !== null && typeof v === "object" && !Array.isArray(v) ? (v as WireObject) : {};
+}
+
+/** A number field, else `undefined`. */
+function num(v: unknown): number | undefined {
+  return typeof v === "number" ? v : undefined;
+}
+
+/** A string field, else `undefined`. */
+function str(v: unknown): string | undefined {
+  return typeof v === "string" ? v : undefined;
+}
+
+/** The `type` of an `agent/event`'s event, if it has one. */
+export function eventType(ev: unknown): string | undefined {
+  return str(asObject(ev).type);
+}
+
 export interface TextBlock {
   type: "text" | "thinking";
   text: string;
@@ -266,9 +291,8 @@ export function contentText(content: unknown): string {
   if (!Array.isArray(content)) return "";
   const parts: string[] = [];
   for (const b of content) {
-    if (b && typeof b === "object" && (b as any).type === "text" && typeof (b as any).text === "string") {
-      parts.push((b as any).text);
-    }
+    const { type, text } = asObject(b);
+    if (type === "text" && typeof text === "string") parts.push(text);
   }
   return parts.join("\n");
 }
@@ -276,13 +300,13 @@ export function contentText(content: unknown): string {
 function countImages(content: unknown): number {
   if (!Array.isArray(content)) return 0;
   let n = 0;
-  for (const b of content) if (b && (b as any).type === "image") n++;
+  for (const b of content) if (asObject(b).type === "image") n++;
   return n;
 }
 
-function messageId(message: any, fallback: string): string {
-  const role = String(message?.role ?? "message");
-  return typeof message?.timestamp === "number" && message.timestamp > 0 ? `${role}:${message.timestamp}` : fallback;
+function messageId(message: unknown, fallback: string): string {
+  const { role, timestamp } = asObject(message);
+  return typeof timestamp === "number" && timestamp > 0 ? `${String(role ?? "message")}:${timestamp}` : fallback;
 }
 
 function toolItem(s: Store, toolCallId: string, toolName: string): ToolItem {
@@ -296,16 +320,18 @@ function toolItem(s: Store, toolCallId: string, toolName: string): ToolItem {
 }
 
 /** Replaces an assistant item's blocks with a whole message's content (idempotent). */
-function setAssistantContent(s: Store, a: AssistantItem, message: any, done: boolean): void {
-  const content: any[] = Array.isArray(message?.content) ? message.content : [];
+function setAssistantContent(s: Store, a: AssistantItem, msg: unknown, done: boolean): void {
+  const message = asObject(msg);
+  const content: unknown[] = Array.isArray(message.content) ? message.content : [];
   const blocks: (TextBlock | null)[] = [];
   const toolIds: string[] = [];
-  content.forEach((b, i) => {
-    if (b?.type === "text") blocks[i] = { type: "text", text: String(b.text ?? ""), done };
-    else if (b?.type === "thinking") blocks[i] = { type: "thinking", text: String(b.thinking ?? ""), done };
+  content.forEach((block, i) => {
+    const b = asObject(block);
+    if (b.type === "text") blocks[i] = { type: "text", text: String(b.text ?? ""), done };
+    else if (b.type === "thinking") blocks[i] = { type: "thinking", text: String(b.thinking ?? ""), done };
     else {
       blocks[i] = null;
-      if (b?.type === "toolCall" && typeof b.id === "string") {
+      if (b.type === "toolCall" && typeof b.id === "string") {
         const t = toolItem(s, b.id, String(b.name ?? ""));
         t.args = b.arguments;
         t.argsText = "";
@@ -317,14 +343,14 @@ function setAssistantContent(s: Store, a: AssistantItem, message: any, done: boo
   // Keep a streamed block the final message does not have (never lose text).
   a.blocks = blocks;
   a.toolIds = toolIds;
-  if (message?.stopReason) a.stopReason = String(message.stopReason);
-  if (message?.errorMessage) a.errorMessage = String(message.errorMessage);
+  if (message.stopReason) a.stopReason = String(message.stopReason);
+  if (message.errorMessage) a.errorMessage = String(message.errorMessage);
   else delete a.errorMessage;
-  if (message?.model) a.model = String(message.model);
+  if (message.model) a.model = String(message.model);
   touch(s, a.id);
 }
 
-function applyToolResultMessage(s: Store, message: any): void {
+function applyToolResultMessage(s: Store, message: WireObject): void {
   const t = toolItem(s, String(message.toolCallId ?? ""), String(message.toolName ?? ""));
   t.output = contentText(message.content);
   t.images = countImages(message.content);
@@ -334,21 +360,22 @@ function applyToolResultMessage(s: Store, message: any): void {
 }
 
 /** Adds a whole message (live `message_start`/`message_end` or a history entry). */
-function applyMessage(s: Store, message: any, entryId: string | undefined, streaming: boolean): string | null {
-  const role = message?.role;
+function applyMessage(s: Store, msg: unknown, entryId: string | undefined, streaming: boolean): string | null {
+  const message = asObject(msg);
+  const role = message.role;
   const fallback = `entry:${entryId ?? s.order.length}`;
   // Pi 1.6's stored system messages (the prompt and tools a run started with): not part of
   // the conversation a user reads.
   if (role === "system") return null;
   if (role === "toolResult") {
     applyToolResultMessage(s, message);
-    return `tool:${message.toolCallId}`;
+    return `tool:${String(message.toolCallId)}`;
   }
   if (role === "assistant") {
     const id = messageId(message, fallback);
     let a = s.items.get(id) as AssistantItem | undefined;
     if (!a || a.kind !== "assistant") {
-      a = { kind: "assistant", id, blocks: [], toolIds: [], streaming, timestamp: message?.timestamp };
+      a = { kind: "assistant", id, blocks: [], toolIds: [], streaming, timestamp: num(message.timestamp) };
       put(s, a);
     }
     if (entryId) a.entryId = entryId;
@@ -367,7 +394,7 @@ function applyMessage(s: Store, message: any, entryId: string | undefined, strea
       text: contentText(message.content),
       images: countImages(message.content),
       entryId: entryId ?? prev?.entryId,
-      timestamp: message.timestamp,
+      timestamp: num(message.timestamp),
     };
     put(s, item);
     return id;
@@ -386,12 +413,12 @@ function applyMessage(s: Store, message: any, entryId: string | undefined, strea
   }
   if (role === "branchSummary") {
     const id = messageId(message, fallback);
-    put(s, { kind: "branchSummary", id, summary: String(message.summary ?? ""), fromId: message.fromId });
+    put(s, { kind: "branchSummary", id, summary: String(message.summary ?? ""), fromId: str(message.fromId) });
     return id;
   }
   if (role === "compactionSummary") {
     const id = messageId(message, fallback);
-    put(s, { kind: "compaction", id, state: "done", summary: String(message.summary ?? ""), tokensBefore: message.tokensBefore });
+    put(s, { kind: "compaction", id, state: "done", summary: String(message.summary ?? ""), tokensBefore: num(message.tokensBefore) });
     return id;
   }
   const id = messageId(message, fallback);
@@ -433,7 +460,8 @@ function streamingAssistant(s: Store): AssistantItem | null {
   return a && a.kind === "assistant" ? a : null;
 }
 
-function applyAssistantEvent(s: Store, ev: any): void {
+function applyAssistantEvent(s: Store, event: unknown): void {
+  const ev = asObject(event);
   const a = streamingAssistant(s);
   if (!a) return;
   const i = Number(ev.contentIndex ?? 0);
@@ -475,7 +503,7 @@ function applyAssistantEvent(s: Store, ev: any): void {
       break;
     }
     case "toolcall_end": {
-      const tc = ev.toolCall ?? {};
+      const tc = asObject(ev.toolCall);
       const t = toolItem(s, String(tc.id ?? ""), String(tc.name ?? ""));
       t.args = tc.arguments;
       t.argsText = "";
@@ -496,9 +524,10 @@ function applyAssistantEvent(s: Store, ev: any): void {
 }
 
 /** Applies one `agent/event` notification's params `{sessionId, runId, event}`. */
-export function applyAgentEvent(s: Store, params: any): void {
-  const ev = params?.event ?? {};
-  const runId = typeof params?.runId === "string" ? params.runId : null;
+export function applyAgentEvent(s: Store, params: unknown): void {
+  const p = asObject(params);
+  const ev = asObject(p.event);
+  const runId = str(p.runId) ?? null;
   switch (ev.type) {
     case "agent_start":
       s.runSeen = true;
@@ -513,7 +542,7 @@ export function applyAgentEvent(s: Store, params: any): void {
     case "turn_start":
       return;
     case "message_start": {
-      const m = ev.message ?? {};
+      const m = asObject(ev.message);
       if (m.role === "assistant") {
         s.streamingId = applyMessage(s, m, undefined, true);
       } else {
@@ -522,10 +551,10 @@ export function applyAgentEvent(s: Store, params: any): void {
       return;
     }
     case "message_update":
-      applyAssistantEvent(s, ev.assistantMessageEvent ?? {});
+      applyAssistantEvent(s, ev.assistantMessageEvent);
       return;
     case "message_end": {
-      const m = ev.message ?? {};
+      const m = asObject(ev.message);
       if (m.role === "assistant") {
         const a = streamingAssistant(s);
         const finalId = messageId(m, a?.id ?? "");
@@ -566,7 +595,7 @@ export function applyAgentEvent(s: Store, params: any): void {
       const t = toolItem(s, String(ev.toolCallId ?? ""), String(ev.toolName ?? ""));
       if (t.state === "pending" || t.state === "running") {
         t.state = "running";
-        t.output = contentText(ev.partialResult?.content);
+        t.output = contentText(asObject(ev.partialResult).content);
         touch(s, t.id);
       }
       return;
@@ -574,9 +603,10 @@ export function applyAgentEvent(s: Store, params: any): void {
     case "tool_execution_end": {
       const t = toolItem(s, String(ev.toolCallId ?? ""), String(ev.toolName ?? ""));
       t.state = ev.isError ? "error" : "done";
-      t.output = contentText(ev.result?.content);
-      t.images = countImages(ev.result?.content);
-      t.details = ev.result?.details;
+      const result = asObject(ev.result);
+      t.output = contentText(result.content);
+      t.images = countImages(result.content);
+      t.details = result.details;
       touch(s, t.id);
       return;
     }
@@ -610,7 +640,7 @@ export function applyAgentEvent(s: Store, params: any): void {
     case "compaction_start": {
       if (s.compactionId) return;
       const id = `compaction-run:${runId ?? ""}:${ev.reason ?? ""}`;
-      put(s, { kind: "compaction", id, state: "running", reason: ev.reason });
+      put(s, { kind: "compaction", id, state: "running", reason: str(ev.reason) });
       s.compactionId = id;
       return;
     }
@@ -620,11 +650,11 @@ export function applyAgentEvent(s: Store, params: any): void {
       const c: CompactionItem = {
         kind: "compaction",
         id,
-        reason: ev.reason,
+        reason: str(ev.reason),
         state: ev.result ? "done" : ev.aborted ? "aborted" : "failed",
-        tokensBefore: ev.result?.tokensBefore,
-        summary: ev.result?.summary,
-        errorMessage: ev.errorMessage,
+        tokensBefore: num(asObject(ev.result).tokensBefore),
+        summary: str(asObject(ev.result).summary),
+        errorMessage: str(ev.errorMessage),
       };
       put(s, c);
       return;
@@ -645,7 +675,7 @@ export function applyAgentEvent(s: Store, params: any): void {
         kind: "notice",
         id: `retry:${runId}`,
         level: "warning",
-        text: `Retrying (attempt ${ev.attempt} of ${ev.maxAttempts}) in ${Math.round(Number(ev.delayMs ?? 0) / 1000)} s: ${readableError(String(ev.errorMessage ?? ""))}`,
+        text: `Retrying (attempt ${String(ev.attempt)} of ${String(ev.maxAttempts)}) in ${Math.round(Number(ev.delayMs ?? 0) / 1000)} s: ${readableError(String(ev.errorMessage ?? ""))}`,
       });
       return;
     }
@@ -664,9 +694,9 @@ export function applyAgentEvent(s: Store, params: any): void {
     case "extension_error":
       put(s, {
         kind: "notice",
-        id: `exterr:${runId}:${ev.extensionPath}:${ev.event}:${ev.error}`,
+        id: `exterr:${runId}:${String(ev.extensionPath)}:${String(ev.event)}:${String(ev.error)}`,
         level: "error",
-        text: `Extension ${ev.extensionPath} failed in ${ev.event}: ${ev.error}`,
+        text: `Extension ${String(ev.extensionPath)} failed in ${String(ev.event)}: ${String(ev.error)}`,
       });
       return;
     default:
@@ -680,8 +710,9 @@ export function applyAgentEvent(s: Store, params: any): void {
 }
 
 /** Applies `agent/queueUpdate` params `{queueId, delivery, state, text, ...}`. */
-export function applyQueueUpdate(s: Store, p: any): void {
-  if (!p?.queueId) return;
+export function applyQueueUpdate(s: Store, params: unknown): void {
+  const p = asObject(params);
+  if (!p.queueId || typeof p.queueId !== "string") return;
   const prev = s.queue.get(p.queueId);
   s.queue.set(p.queueId, {
     queueId: p.queueId,
@@ -703,16 +734,19 @@ export function addQueued(s: Store, queueId: string, delivery: string, text: str
 }
 
 /** Applies `agent/usage` params. */
-export function applyUsage(s: Store, p: any): void {
+export function applyUsage(s: Store, params: unknown): void {
+  const p = asObject(params);
+  const turn = asObject(p.turn);
+  const session = asObject(p.session);
   // A response that reported no usage (aborted, failed) says nothing about the context: the
   // meter keeps what the last real answer measured.
-  const nothing = Number(p?.turn?.totalTokens ?? -1) === 0 && Number(p?.contextTokens ?? 0) === 0;
+  const nothing = Number(turn.totalTokens ?? -1) === 0 && Number(p.contextTokens ?? 0) === 0;
   s.usage = {
-    contextTokens: nothing && s.usage ? s.usage.contextTokens : Number(p?.contextTokens ?? 0),
-    contextWindow: Number(p?.contextWindow ?? 0),
-    sessionCost: Number(p?.session?.cost ?? 0),
-    turnCost: Number(p?.turn?.cost ?? 0),
-    sessionTokens: Number(p?.session?.totalTokens ?? 0),
+    contextTokens: nothing && s.usage ? s.usage.contextTokens : Number(p.contextTokens ?? 0),
+    contextWindow: Number(p.contextWindow ?? 0),
+    sessionCost: Number(session.cost ?? 0),
+    turnCost: Number(turn.cost ?? 0),
+    sessionTokens: Number(session.totalTokens ?? 0),
   };
   s.dirty.add("usage");
   s.version++;
@@ -721,9 +755,10 @@ export function applyUsage(s: Store, p: any): void {
 /** Applies an `agent/session/stats` answer to a session just opened (its `agent/usage` came
  * before this panel existed): the context as Pi estimates it and what the session cost. Usage a
  * live answer already reported is newer and stays. */
-export function applyStats(s: Store, st: any): void {
-  if (s.usage || !st) return;
-  const cu = st.contextUsage;
+export function applyStats(s: Store, stats: unknown): void {
+  if (s.usage || !stats) return;
+  const st = asObject(stats);
+  const cu = asObject(st.contextUsage);
   const window = Number(cu?.contextWindow ?? 0);
   if (!(window > 0)) return;
   s.usage = {
@@ -731,7 +766,7 @@ export function applyStats(s: Store, st: any): void {
     contextWindow: window,
     sessionCost: Number(st.sessionCost ?? st.cost ?? 0),
     turnCost: 0,
-    sessionTokens: Number(st.sessionTokens?.total ?? st.tokens?.total ?? 0),
+    sessionTokens: Number(asObject(st.sessionTokens).total ?? asObject(st.tokens).total ?? 0),
   };
   s.dirty.add("usage");
   s.version++;
@@ -747,8 +782,8 @@ export function setAwaiting(s: Store, toolCallId: string, on: boolean): void {
 }
 
 /** Applies one relayed server notification `{method, params}`; other sessions' are ignored. */
-export function applyNotification(s: Store, n: { method: string; params: any }): void {
-  const sid = n.params?.sessionId;
+export function applyNotification(s: Store, n: { method: string; params: unknown }): void {
+  const sid = str(asObject(n.params).sessionId);
   if (s.sessionId && sid && sid !== s.sessionId) return;
   if (!s.sessionId && sid && n.method === "agent/event") s.sessionId = sid;
   switch (n.method) {
@@ -792,9 +827,10 @@ function setAttention(s: Store, a: Attention | null): void {
  *   error already) until dismissed or the next run starts.
  * - Another reason: shown until dismissed or the next run starts.
  */
-export function applyAttention(s: Store, p: any): void {
-  const a: Attention = { reason: String(p?.reason ?? ""), message: String(p?.message ?? "") };
-  if (typeof p?.runId === "string") a.runId = p.runId;
+export function applyAttention(s: Store, params: unknown): void {
+  const p = asObject(params);
+  const a: Attention = { reason: String(p.reason ?? ""), message: String(p.message ?? "") };
+  if (typeof p.runId === "string") a.runId = p.runId;
   if (a.reason === "finished") {
     if (!s.hidden) return setAttention(s, null);
     put(s, { kind: "notice", id: `attention:${a.runId ?? s.order.length}:finished`, level: "info", text: "Finished while the panel was hidden." });
@@ -839,8 +875,10 @@ export function markStopping(s: Store): void {
 }
 
 /** Adds the `agent/abort` answer as a report card (one per run). */
-export function applyAbortReport(s: Store, report: AbortReport): void {
-  if (!report?.aborted) {
+export function applyAbortReport(s: Store, answer: unknown): void {
+  // pi-core's AbortReport (not generated yet): its lists read as this panel's AbortReport.
+  const report = asObject(answer) as Partial<AbortReport>;
+  if (!report.aborted) {
     s.stopping = false;
     s.version++;
     return;
@@ -872,13 +910,20 @@ export function promptToRestore(s: Store): string | null {
   return null;
 }
 
+/** An `agent/session/history` entry as read (`type` and `id` are strings; an entry without
+ * them gets `""`). */
+export function historyEntry(v: unknown): HistoryEntry {
+  const o = asObject(v);
+  return { ...o, type: String(o.type ?? ""), id: String(o.id ?? "") };
+}
+
 /** One entry of `agent/session/history` (Pi v3 session entry). */
 export interface HistoryEntry {
   type: string;
   id: string;
   parentId?: string | null;
   timestamp?: string;
-  [key: string]: any;
+  [key: string]: unknown;
 }
 
 function applyEntry(s: Store, e: HistoryEntry): string | null {
@@ -893,12 +938,12 @@ function applyEntry(s: Store, e: HistoryEntry): string | null {
     }
     case "compaction": {
       const id = `compaction:${e.firstKeptEntryId ?? e.id}`;
-      put(s, { kind: "compaction", id, state: "done", tokensBefore: e.tokensBefore, summary: String(e.summary ?? "") });
+      put(s, { kind: "compaction", id, state: "done", tokensBefore: num(e.tokensBefore), summary: String(e.summary ?? "") });
       return id;
     }
     case "branch_summary": {
       const id = `entry:${e.id}`;
-      put(s, { kind: "branchSummary", id, summary: String(e.summary ?? ""), fromId: e.fromId });
+      put(s, { kind: "branchSummary", id, summary: String(e.summary ?? ""), fromId: str(e.fromId) });
       return id;
     }
     case "model_change": {
@@ -922,7 +967,8 @@ function applyEntry(s: Store, e: HistoryEntry): string | null {
  * (live events that arrived before the answer) keeps its place after them. `older: true`
  * prepends an older page. Loading a page twice changes nothing.
  */
-export function applyHistoryPage(s: Store, page: { entries: HistoryEntry[]; hasMore: boolean }, older: boolean): void {
+export function applyHistoryPage(s: Store, page: { entries: readonly unknown[]; hasMore: boolean }, older: boolean): void {
+  const entries = page.entries.map(historyEntry);
   const before = new Set(s.order);
   const pageIds: string[] = [];
   const seen = new Set<string>();
@@ -933,7 +979,7 @@ export function applyHistoryPage(s: Store, page: { entries: HistoryEntry[]; hasM
     }
   };
   let prev: Item | undefined;
-  for (const e of page.entries) {
+  for (const e of entries) {
     const id = applyEntry(s, e);
     if (!id) continue;
     pushId(id);
@@ -961,7 +1007,7 @@ export function applyHistoryPage(s: Store, page: { entries: HistoryEntry[]; hasM
     s.order = [...others.filter(hasEntry), ...pageIds, ...others.filter((id) => !hasEntry(id))];
   }
   s.orderChanged = true;
-  const first = page.entries[0];
+  const first = entries[0];
   if (first && (older || s.oldestEntryId === null)) s.oldestEntryId = first.id;
   if (older || s.oldestEntryId === first?.id) s.hasMore = Boolean(page.hasMore);
   s.version++;
@@ -970,7 +1016,7 @@ export function applyHistoryPage(s: Store, page: { entries: HistoryEntry[]; hasM
 /** A comparable snapshot of the model (tests; no Maps, no dirty bookkeeping). */
 /** The entries of an `agent/messages` answer (`{messages, entryIds}`) in the shape of
  * `agent/session/history` entries, for servers without paged history. */
-export function entriesFromMessages(result: { messages?: any[]; entryIds?: string[] }): HistoryEntry[] {
+export function entriesFromMessages(result: { messages?: readonly unknown[]; entryIds?: readonly string[] }): HistoryEntry[] {
   return (result.messages ?? []).map((message, i) => ({ type: "message", id: result.entryIds?.[i] ?? `m${i}`, message }));
 }
 

@@ -11,12 +11,16 @@
  * A message shown live has no entry id yet: it is looked up in the session's history by its
  * timestamp when asked for.
  */
+import type { PanelParams, PanelResult } from "../shared/panelMethods";
 import { el } from "./dom";
-import type { Store, UserItem } from "./store";
+import { asObject, type Store, type UserItem } from "./store";
+
+/** The server methods turns use. */
+type TurnMethod = "agent/session/branch" | "agent/session/rewind" | "agent/session/history";
 
 export interface TurnHost {
   store(): Store;
-  request<T = any>(method: "agent/session/branch" | "agent/session/rewind" | "agent/session/history", params: unknown): Promise<T>;
+  request<M extends TurnMethod>(method: M, params: PanelParams<M>): Promise<PanelResult<M>>;
   /** Loads the session again (its new leaf's history). */
   reload(sessionId: string): Promise<void>;
   composer(): HTMLTextAreaElement;
@@ -34,11 +38,30 @@ interface Editing {
   filesChanged: boolean;
 }
 
-/** The result of `agent/session/rewind`. */
+/** The result of `agent/session/rewind` (pi-core's `RewindOutcome`, not in the generated
+ * wire types yet: read by {@link rewindResult}). */
 interface RewindResult {
-  previousLeafId: string;
+  previousLeafId: string | null;
   leafId: string | null;
   files: { path: string; status: string; reason?: string }[];
+}
+
+/** The fields of a rewind's answer the report reads (missing or ill-typed ones left out). */
+function rewindResult(v: unknown): RewindResult {
+  const o = asObject(v);
+  const id = (x: unknown) => (typeof x === "string" ? x : null);
+  const files = (Array.isArray(o.files) ? o.files : []).map(asObject).map((f) => ({
+    path: String(f.path ?? ""),
+    status: String(f.status ?? ""),
+    ...(typeof f.reason === "string" ? { reason: f.reason } : {}),
+  }));
+  return { previousLeafId: id(o.previousLeafId), leafId: id(o.leafId), files };
+}
+
+/** A thrown value in words (a JSON-RPC error's message, else the value). */
+function errorText(e: unknown): string {
+  const m = asObject(e).message;
+  return typeof m === "string" ? m : String(e);
 }
 
 export class Turns {
@@ -122,9 +145,12 @@ export class Turns {
     const it = this.host.store().items.get(itemId) as UserItem | undefined;
     if (it?.entryId) return it.entryId;
     const ts = it?.timestamp ?? Number(itemId.split(":")[1]);
-    const page = await this.host.request<any>("agent/session/history", { sessionId, limit: 200 });
-    const e = (page.entries ?? []).find((x: any) => x?.message?.role === "user" && x.message.timestamp === ts);
-    return e?.id ?? null;
+    const page = await this.host.request("agent/session/history", { sessionId, limit: 200 });
+    const e = (page.entries ?? []).map(asObject).find((x) => {
+      const m = asObject(x.message);
+      return m.role === "user" && m.timestamp === ts;
+    });
+    return typeof e?.id === "string" ? e.id : null;
   }
 
   /** Called by the composer before it sends: moves the session's leaf when an earlier message
@@ -141,7 +167,7 @@ export class Turns {
       const entryId = await this.entryIdOf(ed.sessionId, ed.itemId);
       if (!entryId) throw new Error("the message is not in the session's history");
       if (ed.filesChanged && this.withFiles.checked) {
-        const r = await this.host.request<RewindResult>("agent/session/rewind", { sessionId: ed.sessionId, entryId });
+        const r = rewindResult(await this.host.request("agent/session/rewind", { sessionId: ed.sessionId, entryId }));
         const refused = r.files.filter((f) => f.status === "refused");
         if (refused.length) this.host.showCard(this.report(ed.sessionId, r));
       } else {
@@ -150,8 +176,8 @@ export class Turns {
       this.cancelEdit();
       await this.host.reload(ed.sessionId);
       return true;
-    } catch (e: any) {
-      this.host.showError(`Editing the earlier message: ${e?.message ?? String(e)}`);
+    } catch (e) {
+      this.host.showError(`Editing the earlier message: ${errorText(e)}`);
       return false;
     }
   }
@@ -169,11 +195,11 @@ export class Turns {
     try {
       const entryId = await this.entryIdOf(sessionId, itemId);
       if (!entryId) throw new Error("the message is not in the session's history");
-      const r = await this.host.request<RewindResult>("agent/session/rewind", { sessionId, entryId });
+      const r = rewindResult(await this.host.request("agent/session/rewind", { sessionId, entryId }));
       await this.host.reload(sessionId);
       this.host.showCard(this.report(sessionId, r));
-    } catch (e: any) {
-      this.host.showError(`Rewind: ${e?.message ?? String(e)}`);
+    } catch (e) {
+      this.host.showError(`Rewind: ${errorText(e)}`);
     }
   }
 
@@ -189,15 +215,19 @@ export class Turns {
     const actions = el("div", "card-actions");
     const undo = el("button", "secondary", "Undo rewind");
     undo.type = "button";
+    const back = r.previousLeafId;
+    // A session rewound from its very start has no leaf to go back to.
+    undo.hidden = back === null;
     undo.addEventListener("click", async () => {
+      if (back === null) return;
       undo.disabled = true;
       try {
-        await this.host.request("agent/session/rewind", { sessionId, entryId: r.previousLeafId });
+        await this.host.request("agent/session/rewind", { sessionId, entryId: back });
         await this.host.reload(sessionId);
         c.remove();
-      } catch (e: any) {
+      } catch (e) {
         undo.disabled = false;
-        this.host.showError(`Undo rewind: ${e?.message ?? String(e)}`);
+        this.host.showError(`Undo rewind: ${errorText(e)}`);
       }
     });
     const dismiss = el("button", "link", "Dismiss");

@@ -286,7 +286,7 @@ pub(crate) async fn open_sse(
                 ),
             }),
             Ok(r) => r.map_err(|e| ProviderError::Network {
-                message: crate::keys::redact(&format!("request to {url} failed: {}", error_chain(&e))),
+                message: crate::keys::redact(&send_error_words(url, &e)),
             })?,
         },
     };
@@ -384,6 +384,61 @@ fn event_name(event: &Event) -> &str {
     } else {
         &event.event
     }
+}
+
+/// A request that got no answer, in words a user reads (issue: "the model server refused the
+/// connection at 127.0.0.1:PORT", not `os error 111`): refused, name not found (DNS), TLS
+/// handshake, no answer in time, connection closed; anything else is `request to URL failed:`
+/// and the error chain. Each names the model server's `host:port` and ends with the URL.
+pub(crate) fn send_error_words(url: &str, e: &reqwest::Error) -> String {
+    let parsed = reqwest::Url::parse(url).ok();
+    let host = parsed
+        .as_ref()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .unwrap_or_else(|| url.to_string());
+    let at = match parsed.as_ref().and_then(|u| u.port_or_known_default()) {
+        Some(p) => format!("{host}:{p}"),
+        None => host.clone(),
+    };
+    let chain = error_chain(e);
+    let lower = chain.to_lowercase();
+    let mut io_kind = None;
+    let mut innermost = e.to_string();
+    let mut src: Option<&dyn std::error::Error> = Some(e);
+    while let Some(inner) = src {
+        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+            io_kind.get_or_insert(io.kind());
+        }
+        innermost = inner.to_string();
+        src = inner.source();
+    }
+    // "Connection refused (os error 111)" → "Connection refused".
+    let innermost = match innermost.rfind(" (os error ") {
+        Some(i) if innermost.ends_with(')') => innermost[..i].to_string(),
+        _ => innermost,
+    };
+    use std::io::ErrorKind as K;
+    let words = if io_kind == Some(K::ConnectionRefused) || lower.contains("connection refused") {
+        format!("the model server refused the connection at {at} (is it running?)")
+    } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
+        format!("the model server's name {host} could not be resolved (DNS: {innermost})")
+    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
+    {
+        format!("the secure (TLS) connection to the model server at {at} failed: {innermost}")
+    } else if e.is_timeout() || io_kind == Some(K::TimedOut) {
+        format!("the model server at {at} did not answer in time")
+    } else if matches!(
+        io_kind,
+        Some(K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof | K::BrokenPipe)
+    ) || lower.contains("connection closed")
+    {
+        format!("the model server at {at} closed the connection")
+    } else if e.is_connect() {
+        format!("could not connect to the model server at {at}: {innermost}")
+    } else {
+        return format!("request to {url} failed: {chain}");
+    };
+    format!("{words} — request to {url} failed")
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

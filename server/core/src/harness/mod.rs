@@ -19,6 +19,7 @@ pub mod late;
 mod live;
 pub mod queue;
 pub mod recorder;
+pub mod resume;
 pub mod rewind;
 pub mod sessions;
 pub mod setup;

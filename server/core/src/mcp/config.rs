@@ -100,6 +100,19 @@ pub enum Scope {
     Project,
     /// Handed over for one session (ACP `session/new.mcpServers`).
     Session,
+    /// The user's VS Code `mcp.json` (`vscodeMcpServers`, see [`super::vscode`]).
+    #[serde(rename = "vscode-user")]
+    VscodeUser,
+    /// The workspace's `.vscode/mcp.json` (trusted workspaces only).
+    #[serde(rename = "vscode-workspace")]
+    VscodeWorkspace,
+}
+
+impl Scope {
+    /// Whether the entry comes from one of VS Code's files.
+    pub fn is_vscode(self) -> bool {
+        matches!(self, Scope::VscodeUser | Scope::VscodeWorkspace)
+    }
 }
 
 /// One validated server entry.
@@ -118,7 +131,9 @@ pub struct ServerConfig {
     /// The file that defines the entry (`None` for session servers).
     pub source: Option<PathBuf>,
     pub scope: Scope,
-    /// The project file whose override applies to this user entry.
+    /// The Pi file whose override entry applies to this entry: the trusted project's file for
+    /// a user entry it overrides; for a VS Code entry, the Pi file its changes are saved to
+    /// (set whether or not it holds an override yet).
     pub override_path: Option<PathBuf>,
 }
 
@@ -194,8 +209,37 @@ const OVERRIDE_KEYS: [&str; 3] = ["enabled", "exposure", "toolExposure"];
 
 /// Loads the user file of `agent_dir` and, when `trusted`, the project file of `root`.
 pub fn load(agent_dir: Option<&Path>, root: &Path, trusted: bool) -> McpConfig {
+    load_all(agent_dir, root, trusted, None)
+}
+
+/// [`load`], with VS Code's servers first when `vscode` is given (the user's VS Code
+/// `mcp.json`, then, when `trusted`, `<root>/.vscode/mcp.json`; Pi's files then replace or
+/// override entries of the same name).
+pub fn load_all(
+    agent_dir: Option<&Path>,
+    root: &Path,
+    trusted: bool,
+    vscode: Option<&super::vscode::VscodeFiles>,
+) -> McpConfig {
     let mut cfg = McpConfig::default();
     let mut raw: BTreeMap<String, Value> = BTreeMap::new();
+    if let Some(v) = vscode {
+        if let Some(user) = &v.user {
+            super::vscode::read(user, Scope::VscodeUser, root, &mut cfg, &mut raw);
+        }
+        if trusted {
+            let p = root.join(".vscode").join("mcp.json");
+            super::vscode::read(&p, Scope::VscodeWorkspace, root, &mut cfg, &mut raw);
+        }
+        let project = trusted.then(|| root.join(".pi").join("mcp.json"));
+        let user = agent_dir.map(|a| a.join("mcp.json"));
+        for s in &mut cfg.servers {
+            s.override_path = match s.scope {
+                Scope::VscodeWorkspace => project.clone().or_else(|| user.clone()),
+                _ => user.clone().or_else(|| project.clone()),
+            };
+        }
+    }
     if let Some(a) = agent_dir {
         read_file(&a.join("mcp.json"), Scope::User, &mut cfg, &mut raw);
     }
@@ -234,7 +278,11 @@ fn read_file(path: &Path, scope: Scope, cfg: &mut McpConfig, raw: &mut BTreeMap<
         }
     };
     for (name, value) in servers {
-        if scope == Scope::Project && value.as_object().is_some_and(is_override) {
+        let over_vscode = cfg
+            .servers
+            .iter()
+            .any(|s| s.name == name && s.scope.is_vscode());
+        if (scope == Scope::Project || over_vscode) && value.as_object().is_some_and(is_override) {
             let obj = value.as_object().cloned().unwrap_or_default();
             let base = cfg.servers.iter().position(|s| s.name == name);
             let extra = obj.keys().any(|k| !OVERRIDE_KEYS.contains(&k.as_str()));

@@ -221,6 +221,7 @@ impl Server {
             return;
         }
         tracing::warn!("{text}");
+        super::report(text);
         if let Some(m) = self.manager.upgrade() {
             m.reports.lock().push(text.to_string());
         }
@@ -301,6 +302,8 @@ pub struct McpManager {
     base: PathBuf,
     agent_dir: Option<PathBuf>,
     trusted: bool,
+    /// VS Code's files read too (`vscodeMcpServers` on).
+    vscode: Option<super::vscode::VscodeFiles>,
     log: Arc<McpLog>,
     servers: parking_lot::Mutex<Vec<Arc<Server>>>,
     config_errors: parking_lot::Mutex<Vec<String>>,
@@ -338,12 +341,18 @@ pub async fn shutdown_all() {
 }
 
 impl McpManager {
-    fn new(base: PathBuf, agent_dir: Option<PathBuf>, trusted: bool) -> Arc<McpManager> {
+    fn new(
+        base: PathBuf,
+        agent_dir: Option<PathBuf>,
+        trusted: bool,
+        vscode: Option<super::vscode::VscodeFiles>,
+    ) -> Arc<McpManager> {
         let log = Arc::new(McpLog::new(agent_dir.as_ref().map(|a| a.join("mcp.log"))));
         Arc::new(McpManager {
             base,
             agent_dir,
             trusted,
+            vscode,
             log,
             servers: Default::default(),
             config_errors: Default::default(),
@@ -357,10 +366,15 @@ impl McpManager {
     /// The manager of the workspace `root` (one per root and trust, shared by its sessions),
     /// created with the configuration read now; its enabled servers start connecting in the
     /// background.
-    pub fn for_workspace(root: &Path, agent_dir: Option<&Path>, trusted: bool) -> Arc<McpManager> {
+    pub fn for_workspace(
+        root: &Path,
+        agent_dir: Option<&Path>,
+        trusted: bool,
+        vscode: Option<super::vscode::VscodeFiles>,
+    ) -> Arc<McpManager> {
         let mut reg = registry().lock();
         if let Some(m) = reg.get(root) {
-            if m.trusted == trusted && m.agent_dir.as_deref() == agent_dir {
+            if m.trusted == trusted && m.agent_dir.as_deref() == agent_dir && m.vscode == vscode {
                 return m.clone();
             }
         }
@@ -368,8 +382,14 @@ impl McpManager {
             root.to_path_buf(),
             agent_dir.map(Path::to_path_buf),
             trusted,
+            vscode,
         );
-        m.load(config::load(agent_dir, root, trusted));
+        m.load(config::load_all(
+            agent_dir,
+            root,
+            trusted,
+            m.vscode.as_ref(),
+        ));
         if let Some(old) = reg.insert(root.to_path_buf(), m.clone()) {
             tokio::spawn(async move { old.shutdown().await });
         }
@@ -399,7 +419,12 @@ impl McpManager {
         agent_dir: Option<&Path>,
         servers: Vec<ServerConfig>,
     ) -> Arc<McpManager> {
-        let m = McpManager::new(base.to_path_buf(), agent_dir.map(Path::to_path_buf), false);
+        let m = McpManager::new(
+            base.to_path_buf(),
+            agent_dir.map(Path::to_path_buf),
+            false,
+            None,
+        );
         m.load(McpConfig {
             servers,
             ..McpConfig::default()
@@ -412,6 +437,7 @@ impl McpManager {
     fn load(self: &Arc<Self>, cfg: McpConfig) {
         for e in &cfg.errors {
             tracing::warn!("MCP configuration: {e}");
+            super::report(&format!("MCP configuration: {e}"));
         }
         *self.config_errors.lock() = cfg.errors.clone();
         self.reports.lock().extend(cfg.errors.iter().cloned());
@@ -600,7 +626,12 @@ impl McpManager {
     /// Reads the configuration again (after a change to a file) and reconnects the servers
     /// whose entry changed; the others keep their connection.
     pub async fn reload(self: &Arc<Self>) {
-        let cfg = config::load(self.agent_dir.as_deref(), &self.base, self.trusted);
+        let cfg = config::load_all(
+            self.agent_dir.as_deref(),
+            &self.base,
+            self.trusted,
+            self.vscode.as_ref(),
+        );
         let old = self.servers();
         let mut keep: Vec<Arc<Server>> = Vec::new();
         let mut close: Vec<Arc<Server>> = Vec::new();
@@ -614,8 +645,10 @@ impl McpManager {
         for s in close {
             s.close().await;
         }
-        for e in &cfg.errors {
+        let before = self.config_errors();
+        for e in cfg.errors.iter().filter(|e| !before.contains(e)) {
             tracing::warn!("MCP configuration: {e}");
+            super::report(&format!("MCP configuration: {e}"));
         }
         *self.config_errors.lock() = cfg.errors.clone();
         let servers: Vec<Arc<Server>> = cfg

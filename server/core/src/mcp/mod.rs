@@ -13,6 +13,9 @@
 //!   ([`forget_session`]) or at [`shutdown_all`].
 //! - At process exit: [`shutdown_all`] (stdin closed → SIGTERM → SIGKILL per server's group).
 //! - `--no-mcp` / `"extensions": ["-builtin:mcp"]`: [`set_disabled`] / [`config::disabled_by_settings`].
+//! - Failures told to the user once: [`set_reporter`] (the editor's `window/showMessage`,
+//!   headless stderr).
+//! - VS Code's servers: [`vscode::set_options`] (the editor's `initializationOptions`).
 
 pub mod cli;
 pub mod client;
@@ -22,6 +25,7 @@ pub mod log;
 pub mod manager;
 pub mod naming;
 pub mod tools;
+pub mod vscode;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,8 +54,37 @@ pub fn disabled(ws: &WorkspaceConfig) -> bool {
 }
 
 /// The workspace's manager (connecting its servers on first use), or `None` when MCP is off.
+/// With `vscodeMcpServers` on ([`vscode::files`]) it also has VS Code's servers.
 pub fn workspace_manager(ws: &WorkspaceConfig) -> Option<Arc<McpManager>> {
-    (!disabled(ws)).then(|| McpManager::for_workspace(ws.root(), ws.agent_dir(), ws.trusted()))
+    (!disabled(ws)).then(|| {
+        McpManager::for_workspace(
+            ws.root(),
+            ws.agent_dir(),
+            ws.trusted(),
+            vscode::files(&ws.settings()),
+        )
+    })
+}
+
+/// Where failures and configuration errors are told, once each.
+pub type Reporter = Arc<dyn Fn(String) + Send + Sync>;
+
+static REPORTER: parking_lot::RwLock<Option<Reporter>> = parking_lot::RwLock::new(None);
+
+/// Sets where this process tells the user of a server's failure (`MCP server "<name>": …`,
+/// with the tail of its stderr) and of configuration errors (`MCP configuration: …`): the
+/// editor's `window/showMessage`, headless `run`'s stderr. Each is told once (a server again
+/// only after it connected since). Without a reporter they are only logged.
+pub fn set_reporter(r: Reporter) {
+    *REPORTER.write() = Some(r);
+}
+
+/// Tells the user `text` through the [`set_reporter`] reporter (secrets redacted).
+pub(crate) fn report(text: &str) {
+    let r = REPORTER.read().clone();
+    if let Some(r) = r {
+        r(pi_ai::keys::redact(text));
+    }
 }
 
 fn session_servers() -> &'static parking_lot::Mutex<HashMap<String, Arc<McpManager>>> {

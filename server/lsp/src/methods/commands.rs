@@ -13,6 +13,7 @@ use crate::protocol::{ExtensionCommandsResult, SessionParams};
 /// `agent/commands` params: none are needed (the listing is the workspace's); `sessionId`, when
 /// given, must name a session.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CommandsParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -21,6 +22,7 @@ pub struct CommandsParams {
 
 /// What kind of command (Pi's `source`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum CommandSource {
     /// A prompt template (`<name>.md` in a prompts folder).
@@ -31,6 +33,7 @@ pub enum CommandSource {
 
 /// Where a command was loaded from (Pi's `location`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum CommandLocation {
     /// The user's agent folder (`~/.pi/agent/`, `~/.agents/skills/`).
@@ -43,6 +46,7 @@ pub enum CommandLocation {
 
 /// One command (Pi's `get_commands` entry).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct CommandInfo {
     /// Invoke with `/<name>` at the start of a prompt.
@@ -59,6 +63,7 @@ pub struct CommandInfo {
 
 /// `agent/commands` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct CommandsResult {
     pub commands: Vec<CommandInfo>,
@@ -66,6 +71,7 @@ pub struct CommandsResult {
 
 /// A user message the session can be forked at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ForkMessage {
     pub entry_id: String,
@@ -74,6 +80,7 @@ pub struct ForkMessage {
 
 /// `agent/session/forkMessages` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ForkMessagesResult {
     pub messages: Vec<ForkMessage>,
@@ -81,6 +88,7 @@ pub struct ForkMessagesResult {
 
 /// `agent/lastAssistantText` result: `text` is `null` when there is no assistant text.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct LastAssistantTextResult {
     pub text: Option<String>,

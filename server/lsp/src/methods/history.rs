@@ -12,6 +12,7 @@ use crate::protocol::{agent_error, codes};
 
 /// `agent/session/history` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HistoryParams {
     pub session_id: String,
@@ -28,6 +29,7 @@ pub struct HistoryParams {
 
 /// `agent/session/history` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryResult {
     pub session_id: String,
@@ -35,6 +37,7 @@ pub struct HistoryResult {
     pub leaf_id: Option<String>,
     /// The page, oldest first: entries exactly as stored in the session file (Pi v3:
     /// `{type, id, parentId, timestamp, …}`), every type in place.
+    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub entries: Vec<Value>,
     /// Older entries exist before `entries[0]`: ask again with its id as `beforeEntryId`.
     pub has_more: bool,

@@ -25,6 +25,48 @@ pub(crate) struct ServerParams {
     exposure: Option<String>,
 }
 
+/// `initializationOptions.vscodeMcpServers` (boolean or `null`) and `.vscodeMcpUserConfig`
+/// (a path string or `null`) for [`pi_core::mcp::vscode::set_options`], and the reporter that
+/// tells MCP failures to the editor once each as `window/showMessage` (Warning). A value of
+/// the wrong type fails `initialize` with InvalidParams naming it.
+pub(crate) fn init(options: Option<&Value>, client: &tower_lsp_server::Client) -> Result<()> {
+    let get = |k: &str| options.and_then(|o| o.get(k)).filter(|v| !v.is_null());
+    let enabled = match get("vscodeMcpServers") {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            return Err(tower_lsp_server::jsonrpc::Error::invalid_params(format!(
+                "initializationOptions.vscodeMcpServers: expected a boolean, got {v}"
+            )))
+        }
+    };
+    let user_config = match get("vscodeMcpUserConfig") {
+        None => None,
+        Some(Value::String(s)) => Some(std::path::PathBuf::from(s)),
+        Some(v) => {
+            return Err(tower_lsp_server::jsonrpc::Error::invalid_params(format!(
+                "initializationOptions.vscodeMcpUserConfig: expected a path string, got {v}"
+            )))
+        }
+    };
+    pi_core::mcp::vscode::set_options(pi_core::mcp::vscode::VscodeOptions {
+        enabled,
+        user_config,
+    });
+    let client = client.clone();
+    pi_core::mcp::set_reporter(std::sync::Arc::new(move |text: String| {
+        let client = client.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                client
+                    .show_message(tower_lsp_server::ls_types::MessageType::WARNING, text)
+                    .await
+            });
+        }
+    }));
+    Ok(())
+}
+
 fn mcp_manager(cx: &Ctx) -> Result<std::sync::Arc<pi_core::mcp::McpManager>> {
     pi_core::mcp::workspace_manager(&cx.workspace()).ok_or_else(|| {
         invalid(

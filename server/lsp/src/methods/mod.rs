@@ -48,6 +48,7 @@ pub(crate) mod model;
 pub(crate) mod permissions;
 pub(crate) mod plan;
 pub(crate) mod queue;
+pub(crate) mod resume;
 pub(crate) mod rewind;
 pub(crate) mod run;
 pub(crate) mod session;
@@ -118,6 +119,7 @@ method_table! {
     "agent/queue/edit" => inline queue::queue_edit,
     "agent/retry/set" => inline queue::retry_set,
     "agent/retry/abort" => inline queue::retry_abort,
+    "agent/continue" => inline resume::agent_continue,
     "agent/compaction/set" => inline queue::compaction_set,
     // sessions
     "agent/messages" => inline session::agent_messages,

@@ -17,7 +17,8 @@ use crate::protocol::SessionParams;
 /// `[{id, text, done, status: pending | in_progress | completed, priority: high | medium |
 /// low}]`; `nextId`, `completed`, `total`; `planModeAvailable`: the plan mode switch works).
 /// `available`: false when both extensions are off in this workspace (the state is then
-/// empty).
+/// empty). Its TypeScript declaration comes from a checked mirror (server/lsp/src/wire_ts.rs:
+/// pi-core's [`PlanState`] carries no ts-rs derive).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanParams {
@@ -38,6 +39,7 @@ impl Notification for PlanNotification {
 
 /// `agent/plan/set` params: plan mode on or off.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlanSetParams {
     pub session_id: String,

@@ -36,6 +36,7 @@ pub(crate) fn mode_name(m: QueueMode) -> QueueModeName {
 
 /// `agent/queue/remove` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QueueRemoveParams {
     pub session_id: String,
@@ -44,6 +45,7 @@ pub struct QueueRemoveParams {
 
 /// `agent/queue/remove` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueRemoveResult {
     /// False when the message is not queued (delivered already, dropped, or unknown).
@@ -52,6 +54,7 @@ pub struct QueueRemoveResult {
 
 /// `agent/queue/edit` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QueueEditParams {
     pub session_id: String,
@@ -63,6 +66,7 @@ pub struct QueueEditParams {
 
 /// `agent/queue/edit` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueEditResult {
     /// False when the message is not queued (delivered already, dropped, or unknown).

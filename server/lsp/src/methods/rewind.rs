@@ -26,6 +26,7 @@ pub struct ChangesResult {
 
 /// `agent/session/rewind` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RewindParams {
     pub session_id: String,

@@ -1,0 +1,427 @@
+// Generated from the Rust types of the `agent/*` wire (server/lsp/src/protocol.rs and
+// server/lsp/src/methods/*.rs) by server/lsp/src/wire_ts.rs. Do not edit: change the
+// Rust type, then run `PI_WIRE_TS_WRITE=1 cargo test -p pi-lsp --lib wire_ts`.
+// `cargo test` fails while this file differs from what the types generate.
+
+export type StreamingBehavior = "steer" | "followUp";
+
+export type ImageKind = "image";
+
+export type ImageInput = { type: ImageKind, data: string, mimeType: string, };
+
+export type PromptParams = { 
+/**
+ * The user's message.
+ */
+text: string, 
+/**
+ * Images sent with the text.
+ */
+images?: Array<ImageInput> | null, 
+/**
+ * Continue this session (in memory, or its file in `.pi/sessions/`); a new one when absent.
+ */
+sessionId?: string | null, 
+/**
+ * `provider/id`; overrides every other model choice for this session from now on.
+ */
+model?: string | null, 
+/**
+ * Required while a run is active; otherwise ignored.
+ */
+streamingBehavior?: StreamingBehavior | null, };
+
+export type PromptResult = { sessionId: string, 
+/**
+ * The run the prompt started, or the active run it was queued into.
+ */
+runId: string, 
+/**
+ * True when the prompt was queued into an active run (steer / followUp).
+ */
+queued: boolean, 
+/**
+ * The queued message's id in `agent/queueUpdate` notifications (when `queued`).
+ */
+queueId?: string | null, 
+/**
+ * The extension command the text invoked (`/name args`); then no run started and
+ * `runId` is empty. A failing command is reported as an `extension_error` event.
+ */
+command?: string | null, };
+
+export type AbortParams = { sessionId: string, };
+
+export type CompactParams = { sessionId: string, 
+/**
+ * Extra focus for the summary (Pi's `/compact <instructions>`); it reaches every summary
+ * request (case CMP-07).
+ */
+instructions?: string | null, };
+
+export type CompactResult = unknown;
+
+export type SessionParams = { sessionId: string, };
+
+export type AgentEventParams = { sessionId: string, runId: string, 
+/**
+ * This notification's number within the session: 1, 2, 3… one more for each
+ * `agent/event` of the session. `agent/messages` answers with the last one its
+ * `streamingMessage` and `messages` include.
+ */
+seq: number, event: unknown, 
+/**
+ * `true` (else absent) when the event's entry could not be written to the session file
+ * (a full disk, a file-size limit): the session keeps it in memory and writes it, before
+ * anything else, once the file takes writes again; `window/showMessage` and
+ * `agent/attention` `failed` say the session stopped saving.
+ */
+unsaved?: boolean, };
+
+export type QueueUpdateParams = { sessionId: string, queueId: string, delivery: string, state: string, text: string, 
+/**
+ * Texts of the steering messages still waiting, oldest first (Pi's `queue_update`).
+ */
+steering: Array<string>, 
+/**
+ * Texts of the follow-up messages still waiting, oldest first.
+ */
+followUp: Array<string>, };
+
+export type UsageParams = { sessionId: string, runId: string, 
+/**
+ * This response (turn).
+ */
+turn: unknown, 
+/**
+ * Every response stored in the session file so far, this one included (abandoned
+ * branches too: they were paid for).
+ */
+session: unknown, 
+/**
+ * Tokens of the context this response saw plus what it wrote.
+ */
+contextTokens: number, contextWindow: number, };
+
+export type AttentionParams = { sessionId: string, runId?: string | null, reason: string, 
+/**
+ * One line for a notification: the answer's first line, or the error.
+ */
+message: string, };
+
+export type SaveDocumentParams = { uri: string, };
+
+export type SaveDocumentResult = { saved: boolean, };
+
+export type ModelInfo = { provider: string, id: string, name: string, api: string, baseUrl: string, reasoning: boolean, input: Array<string>, contextWindow: number, maxTokens: number, 
+/**
+ * US dollars per million tokens.
+ */
+cost: unknown, thinkingLevels: Array<string>, };
+
+export type QueueModeName = "one-at-a-time" | "all";
+
+export type SessionState = { sessionId: string, sessionFile: string, sessionName?: string | null, 
+/**
+ * The file this session was forked from.
+ */
+parentSession?: string | null, model: ModelInfo, thinkingLevel: string, 
+/**
+ * True while a run is active.
+ */
+isStreaming: boolean, 
+/**
+ * The active run, or the last one.
+ */
+runId?: string | null, steeringMode: QueueModeName, followUpMode: QueueModeName, autoRetryEnabled: boolean, 
+/**
+ * True while a failed request waits to be retried.
+ */
+isRetrying: boolean, 
+/**
+ * Automatic compaction (threshold and overflow) is on (Pi's `autoCompactionEnabled`).
+ */
+autoCompactionEnabled: boolean, 
+/**
+ * True while a compaction writes its summary (Pi's `isCompacting`).
+ */
+isCompacting: boolean, 
+/**
+ * True while a user-run shell command (`agent/bash`) runs.
+ */
+isBashRunning: boolean, 
+/**
+ * Messages in the model's context.
+ */
+messageCount: number, 
+/**
+ * Queued messages not yet delivered.
+ */
+pendingMessageCount: number, 
+/**
+ * Where the next entry attaches.
+ */
+leafId?: string | null, 
+/**
+ * The approval policy in force for this session (`ask`, `auto-edit`, `approve-all`).
+ */
+approvalPolicy?: string | null, 
+/**
+ * Present when the session is another project's (opened by its path): the folder its
+ * header names as its `cwd` (`""` when it names none), for the client to show whose it
+ * is ([`pi_core::session::Ownership`]).
+ */
+otherCwd?: string | null, };
+
+export type ModelListResult = { models: Array<ModelInfo>, };
+
+export type ModelSetParams = { sessionId: string, 
+/**
+ * `provider/id`.
+ */
+model: string, };
+
+export type ModelSetResult = { model: ModelInfo, thinkingLevel: string, };
+
+export type ThinkingSetParams = { sessionId: string, level: string, };
+
+export type ThinkingResult = { level: string, };
+
+export type SessionNewParams = { 
+/**
+ * `provider/id`; default as for `agent/prompt`.
+ */
+model?: string | null, 
+/**
+ * Clamped to what the model supports.
+ */
+thinkingLevel?: string | null, name?: string | null, };
+
+export type SessionInfo = { sessionId: string, sessionFile: string, name?: string | null, firstPrompt?: string | null, parentSession?: string | null, entryCount: number, 
+/**
+ * Milliseconds since the Unix epoch.
+ */
+lastActivity: number, 
+/**
+ * True when this server has it open.
+ */
+open: boolean, };
+
+export type SessionListResult = { sessions: Array<SessionInfo>, };
+
+export type SessionOpenParams = { sessionId?: string | null, path?: string | null, };
+
+export type SessionForkParams = { sessionId: string, 
+/**
+ * The entry to fork at. A user message is left out (the fork ends at its parent) and its
+ * text is returned for editing, as Pi does; any other entry is kept as the new leaf.
+ */
+entryId: string, };
+
+export type SessionForkResult = { session: SessionState, 
+/**
+ * The forked-at user message's text.
+ */
+text?: string | null, };
+
+export type SessionBranchParams = { sessionId: string, 
+/**
+ * The entry to continue from; `null` for before the first entry. A user (or custom)
+ * message target puts the leaf at its parent and returns its text, as Pi does. Required:
+ * a request without it is refused (`missing field `entryId``) rather than read as `null`.
+ */
+entryId: string | null, 
+/**
+ * Have the model summarise the branch being left and store it as a `branch_summary`
+ * entry at the new position.
+ */
+summarize?: boolean, 
+/**
+ * Extra focus for the summary.
+ */
+customInstructions?: string | null, };
+
+export type RewindParams = { sessionId: string, 
+/**
+ * An entry of the active branch (the leaf goes before it), or of another branch such as
+ * an earlier answer's `previousLeafId` (the leaf goes to it).
+ */
+entryId: string, };
+
+export type TreeEntry = { id: string, parentId: string | null, 
+/**
+ * The entry's `type` (`message`, `model_change`, `branch_summary`, `label`, …).
+ */
+type: string, timestamp?: string | null, 
+/**
+ * For `message` entries: the message's role.
+ */
+role?: string | null, 
+/**
+ * The first 200 characters of the entry's text, if it has any.
+ */
+preview?: string | null, label?: string | null, };
+
+export type SessionTreeResult = { sessionId: string, leafId: string | null, entries: Array<TreeEntry>, };
+
+export type SessionLabelParams = { sessionId: string, entryId: string, 
+/**
+ * The label; `null` or `""` clears it. Required: a request without it is refused
+ * rather than read as a clear.
+ */
+label: string | null, };
+
+export type SessionLabelResult = { 
+/**
+ * The `label` entry written.
+ */
+labelEntryId: string, };
+
+export type SessionNameParams = { sessionId: string, 
+/**
+ * Not empty (after trimming).
+ */
+name: string, };
+
+export type SessionNameResult = { name: string, };
+
+export type ContextUsage = { tokens: number | null, contextWindow: number, 
+/**
+ * 0–100, not rounded (Pi's `tokens / contextWindow * 100`).
+ */
+percent: number | null, };
+
+export type StatsTokens = { input: number, output: number, cacheRead: number, cacheWrite: number, total: number, };
+
+export type SessionStatsResult = { sessionId: string, sessionFile: string, userMessages: number, assistantMessages: number, toolCalls: number, toolResults: number, totalMessages: number, tokens: StatsTokens, 
+/**
+ * US dollars at the model's per-million-token prices.
+ */
+cost: number, 
+/**
+ * Every response in the session file (pi-lsp's; Pi has no such figure).
+ */
+sessionTokens: StatsTokens, 
+/**
+ * US dollars of every response in the session file (pi-lsp's).
+ */
+sessionCost: number, 
+/**
+ * Absent only for a model without a context window (as in Pi).
+ */
+contextUsage?: ContextUsage | null, };
+
+export type ExportFormat = "markdown" | "html";
+
+export type SessionExportParams = { sessionId: string, format: ExportFormat, 
+/**
+ * Write here (relative to the workspace root unless absolute) instead of answering with
+ * the content.
+ */
+outputPath?: string | null, };
+
+export type SessionExportResult = { format: ExportFormat, content?: string | null, path?: string | null, };
+
+export type MessagesResult = { sessionId: string, messages: Array<unknown>, 
+/**
+ * `entryIds[i]` is the entry of `messages[i]`.
+ */
+entryIds: Array<string>, 
+/**
+ * The response being streamed, if any: built from exactly the `agent/event`s up to
+ * [`MessagesResult::seq`].
+ */
+streamingMessage?: unknown | null, 
+/**
+ * The `seq` of the session's last `agent/event` this answer includes (0: none). A
+ * client applies only the events numbered after it: the ones up to it are in the answer,
+ * whichever it receives first.
+ */
+seq: number, };
+
+export type HistoryParams = { sessionId: string, 
+/**
+ * The page ends just before this entry (an entry of the active branch); left out, it
+ * ends at the leaf (included).
+ */
+beforeEntryId?: string | null, 
+/**
+ * Entries per page: 1 or more (default
+ * [`HISTORY_DEFAULT_LIMIT`](pi_core::session::HISTORY_DEFAULT_LIMIT)); more than
+ * [`HISTORY_MAX_LIMIT`](pi_core::session::HISTORY_MAX_LIMIT) reads as the maximum.
+ */
+limit?: number | null, };
+
+export type HistoryResult = { sessionId: string, 
+/**
+ * The active branch's leaf (`null` before the first entry).
+ */
+leafId: string | null, 
+/**
+ * The page, oldest first: entries exactly as stored in the session file (Pi v3:
+ * `{type, id, parentId, timestamp, …}`), every type in place.
+ */
+entries: Array<unknown>, 
+/**
+ * Older entries exist before `entries[0]`: ask again with its id as `beforeEntryId`.
+ */
+hasMore: boolean, };
+
+export type QueueEditParams = { sessionId: string, queueId: string, 
+/**
+ * The new text (steering and follow-ups: expanded like a prompt, templates and skills;
+ * images stay).
+ */
+text: string, };
+
+export type QueueEditResult = { 
+/**
+ * False when the message is not queued (delivered already, dropped, or unknown).
+ */
+edited: boolean, };
+
+export type QueueRemoveParams = { sessionId: string, queueId: string, };
+
+export type QueueRemoveResult = { 
+/**
+ * False when the message is not queued (delivered already, dropped, or unknown).
+ */
+removed: boolean, };
+
+export type CommandSource = "prompt" | "skill";
+
+export type CommandLocation = "user" | "project" | "path";
+
+export type CommandInfo = { 
+/**
+ * Invoke with `/<name>` at the start of a prompt.
+ */
+name: string, description: string, source: CommandSource, location: CommandLocation, 
+/**
+ * The template or `SKILL.md` file (absolute).
+ */
+path: string, 
+/**
+ * A template's `argument-hint` frontmatter, e.g. `<PR-URL>`.
+ */
+argumentHint?: string | null, };
+
+export type CommandsParams = { sessionId?: string | null, };
+
+export type CommandsResult = { commands: Array<CommandInfo>, };
+
+export type ExtensionCommandsResult = { commands: Array<unknown>, };
+
+export type ContinueResult = { sessionId: string, runId: string, };
+
+export type PlanMode = "off" | "plan" | "executing";
+
+export type TodoStatus = "pending" | "in_progress" | "completed";
+
+export type TodoPriority = "high" | "medium" | "low";
+
+export type TodoItem = { id: number, text: string, done: boolean, status: TodoStatus, priority: TodoPriority, };
+
+export type PlanParams = { sessionId: string, available: boolean, mode: PlanMode, todos: Array<TodoItem>, nextId: number, completed: number, total: number, planModeAvailable: boolean, };
+
+export type PlanSetParams = { sessionId: string, enabled: boolean, };
