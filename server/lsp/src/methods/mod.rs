@@ -4,8 +4,8 @@
 //! `agent/followUp`, `agent/sendMessage`, `agent/queue/*`, `agent/retry/*`,
 //! `agent/compaction/set`), [`bash`] (`agent/bash`, `agent/bash/abort`), [`commands`]
 //! (`agent/commands`, `agent/session/forkMessages`, `agent/lastAssistantText`), [`history`]
-//! (`agent/session/history`), [`rewind`] (`agent/session/changes`, `agent/session/rewind`);
-//! and the helpers they share. `agent/tools/*` live with the editor tools in
+//! (`agent/session/history`), [`rewind`] (`agent/session/changes`, `agent/session/rewind`),
+//! [`resume`] (`agent/continue`); and the helpers they share. `agent/tools/*` live with the editor tools in
 //! [`crate::editor_tools`].
 //!
 //! Each handler is parse → [`pi_core::harness::AgentSession`] call → wire result: params are
