@@ -496,7 +496,10 @@ fn assert_no_secret(roots: &[&Path], secret: &str) {
         walk(r, &mut files);
     }
     // The user's own configuration holds what the user wrote.
-    files.retain(|f| f.file_name().is_none_or(|n| n != "mcp.json"));
+    files.retain(|f| {
+        f.file_name()
+            .is_none_or(|n| n != "mcp.json" && n != "models.json")
+    });
     assert!(!files.is_empty());
     for f in files {
         let bytes = std::fs::read(&f).unwrap();
@@ -724,4 +727,627 @@ async fn a_server_that_exits_mid_call_fails_the_call_at_once() {
     assert_eq!(texts[1], "fine");
     assert!(took < Duration::from_secs(15), "{took:?}");
     mock.assert_paired();
+}
+
+// ---- Over the editor's LSP stdio: abort, list_changed, agent/mcp/*, notices, VS Code, secrets.
+
+use pi_e2e::lsp_client::{EditorBehavior, LspClient};
+
+/// Copies every line the harness writes to the server into `$MCP_TEE`, then to the real server
+/// (`argv[1:]`), whose stdout is ours: what reached the server, as it reached it.
+const TEE: &str = r#"
+import os, subprocess, sys
+log = open(os.environ["MCP_TEE"], "a", buffering=1)
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE)
+for line in sys.stdin.buffer:
+    log.write(line.decode())
+    p.stdin.write(line); p.stdin.flush()
+p.stdin.close(); p.wait()
+"#;
+
+/// A streamable-HTTP server whose tool `grow` adds the tool `extra`, withdraws `shrinkme` and
+/// announces it (`notifications/tools/list_changed`, on the call's stream).
+const LIST_CHANGED_SERVER: &str = r#"
+import asyncio, socket
+from mcp import types
+from mcp.server.mcpserver import MCPServer, Context
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+m = MCPServer("py")
+def extra() -> str:
+    """Added by grow."""
+    return "extra ran"
+@m.tool()
+def shrinkme() -> str:
+    """Withdrawn by grow."""
+    return "still here"
+@m.tool()
+async def grow(ctx: Context) -> str:
+    """Changes the tool list."""
+    m.add_tool(extra)
+    m.remove_tool("shrinkme")
+    await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+    await asyncio.sleep(1.0)
+    return "grown"
+print(port, flush=True)
+m.run(transport="streamable-http", host="127.0.0.1", port=port)
+"#;
+
+async fn lsp(e: &Env, init: Option<Value>) -> LspClient {
+    let behavior = EditorBehavior {
+        initialization_options: init,
+        ..EditorBehavior::default()
+    };
+    LspClient::start(&pi_lsp_bin(), &e.ws, &e.env, behavior).await
+}
+
+/// `agent/mcp/list` until `server` is no longer connecting (at most 30 s).
+async fn settled(c: &mut LspClient, server: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let l = c.request("agent/mcp/list", json!({})).await.unwrap();
+        let s = l["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == server)
+            .cloned();
+        if let Some(s) = &s {
+            if s["state"] != "connecting" {
+                return l;
+            }
+        }
+        assert!(Instant::now() < deadline, "{server} still connecting: {l}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn server_of<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {list}"))
+}
+
+/// The `mcp__` tools of a model request, sorted.
+fn mcp_tools(body: &Value) -> Vec<String> {
+    let mut t: Vec<String> = tool_names(body)
+        .into_iter()
+        .filter(|t| t.starts_with("mcp__"))
+        .collect();
+    t.sort();
+    t
+}
+
+fn show_messages(c: &LspClient, prefix: &str) -> Vec<Value> {
+    c.log()
+        .into_iter()
+        .filter(|m| {
+            m["method"] == "window/showMessage"
+                && m["params"]["message"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(prefix))
+        })
+        .map(|m| m["params"].clone())
+        .collect()
+}
+
+async fn start_py(py: &Path, dir: &Path, script: &str) -> (std::process::Child, u16) {
+    let path = dir.join("server.py");
+    std::fs::write(&path, script).unwrap();
+    let mut server = std::process::Command::new(py)
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let out = server.stdout.as_mut().unwrap();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (server, line.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_during_a_long_call_cancels_it_at_the_server() {
+    let (Some(ev), Some(py)) = (everything(), python()) else {
+        require(
+            false,
+            "abort_during_a_long_call",
+            "node + server-everything + python",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call(
+            "c1",
+            "mcp__everything__trigger_long_running_operation",
+            json!({"duration": 60, "steps": 60}),
+        ),
+        Step::text("after"),
+    ])
+    .await;
+    let tmp = TempDir::new("mcp-abort-tee");
+    let tee = tmp.path().join("to-server.jsonl");
+    let entry = json!({"command": py, "args": ["-c", TEE, "node", ev, "stdio"],
+        "env": {"MCP_TEE": tee}, "exposure": "direct"});
+    let e = setup(
+        "mcp-abort",
+        &mock,
+        json!({"mcpServers": {"everything": entry}}),
+        None,
+    );
+    let mut c = lsp(&e, None).await;
+    settled(&mut c, "everything").await;
+    let r = c
+        .request("agent/prompt", json!({"text": "long one"}))
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    // The call reached the server …
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let call_id = loop {
+        let text = std::fs::read_to_string(&tee).unwrap_or_default();
+        let call = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|m| m["method"] == "tools/call");
+        if let Some(m) = call {
+            break m["id"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no tools/call reached the server"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // … then the user aborts: the run ends at once.
+    let t = Instant::now();
+    let a = c
+        .request("agent/abort", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert_eq!(a["aborted"], true);
+    let events = c.run_until_end(Duration::from_secs(5)).await;
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let ends: Vec<&Value> = events
+        .iter()
+        .filter(|ev| ev["event"]["type"] == "tool_execution_end")
+        .collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["event"]["isError"], true);
+    assert_eq!(
+        ends[0]["event"]["result"]["content"][0]["text"],
+        "Tool execution was aborted by the user."
+    );
+    // `notifications/cancelled` for that request reached the server.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(&tee).unwrap();
+        let cancelled: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|m| m["method"] == "notifications/cancelled")
+            .collect();
+        if !cancelled.is_empty() {
+            assert_eq!(cancelled.len(), 1);
+            assert_eq!(cancelled[0]["params"]["requestId"], call_id);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no notifications/cancelled: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Only the one request went to the model; the second step was never asked for.
+    assert_eq!(mock.requests().len(), 1);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_changed_adds_and_withdraws_tools() {
+    let Some(py) = python() else {
+        require(false, "tools_list_changed", "python with mcp 2.x");
+        return;
+    };
+    let tmp = TempDir::new("mcp-list-changed-server");
+    let (mut server, port) = start_py(&py, tmp.path(), LIST_CHANGED_SERVER).await;
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__py__grow", json!({})),
+        Step::call("c2", "mcp__py__extra", json!({})),
+        Step::call("c3", "mcp__py__shrinkme", json!({})),
+        Step::text("done"),
+    ])
+    .await;
+    let e = setup(
+        "mcp-list-changed",
+        &mock,
+        json!({"mcpServers": {"py": {"url": format!("http://127.0.0.1:{port}/mcp"), "exposure": "direct"}}}),
+        None,
+    );
+    let (out, _) = run_async(&e, &["--json", "go"]).await;
+    server.kill().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 4);
+    assert_eq!(
+        mcp_tools(&reqs[0].body),
+        vec!["mcp__py__grow", "mcp__py__shrinkme"]
+    );
+    assert_eq!(
+        mcp_tools(&reqs[1].body),
+        vec!["mcp__py__extra", "mcp__py__grow"]
+    );
+    let r = results(&e.ws);
+    assert_eq!(text_of(&r[0]), "grown");
+    assert_eq!(text_of(&r[1]), "extra ran");
+    assert_eq!(r[2]["isError"], true);
+    assert_eq!(text_of(&r[2]), "Tool mcp__py__shrinkme not found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_mcp_methods_over_stdio_change_every_session_and_the_file() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "agent_mcp_methods_over_stdio",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::text("1"),
+        Step::text("2"),
+        Step::text("3"),
+        Step::text("4"),
+        Step::text("5"),
+        Step::text("6"),
+    ])
+    .await;
+    let e = setup(
+        "mcp-methods",
+        &mock,
+        json!({"mcpServers": {"everything": everything_entry(&ev, "direct")}}),
+        None,
+    );
+    let file = e.agent.join("mcp.json");
+    let mut c = lsp(&e, None).await;
+    let l = settled(&mut c, "everything").await;
+    let s = server_of(&l, "everything");
+    assert_eq!(s["state"], "connected");
+    assert_eq!(s["enabled"], true);
+    assert_eq!(s["scope"], "global");
+    assert_eq!(s["transport"], "stdio");
+    assert_eq!(s["source"], file.display().to_string());
+    let count = s["toolCount"].as_u64().unwrap();
+    assert!(count >= 10, "{s}");
+    assert_eq!(s["tools"].as_array().unwrap().len() as u64, count);
+    assert!(s["tools"].as_array().unwrap().contains(
+        &json!({"name": "echo", "modelName": "mcp__everything__echo", "exposure": "direct"})
+    ));
+
+    // Two sessions of the workspace.
+    let prompt = async |c: &mut LspClient, sid: Option<&str>, text: &str| -> String {
+        let mut p = json!({"text": text});
+        if let Some(s) = sid {
+            p["sessionId"] = json!(s);
+        }
+        let r = c.request("agent/prompt", p).await.unwrap();
+        c.run_until_end(Duration::from_secs(30)).await;
+        r["sessionId"].as_str().unwrap().to_string()
+    };
+    let a = prompt(&mut c, None, "a").await;
+    let b = prompt(&mut c, None, "b").await;
+    assert_ne!(a, b);
+
+    let l = c
+        .request("agent/mcp/disable", json!({"server": "everything"}))
+        .await
+        .unwrap();
+    let s = server_of(&l, "everything");
+    assert_eq!(
+        (s["enabled"].clone(), s["state"].clone()),
+        (json!(false), json!("disabled"))
+    );
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let mut want = everything_entry(&ev, "direct");
+    want["enabled"] = json!(false);
+    assert_eq!(saved, json!({"mcpServers": {"everything": want}}));
+    prompt(&mut c, Some(&a), "c").await;
+    prompt(&mut c, Some(&b), "d").await;
+
+    c.request("agent/mcp/enable", json!({"server": "everything"}))
+        .await
+        .unwrap();
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(
+        saved,
+        json!({"mcpServers": {"everything": everything_entry(&ev, "direct")}})
+    );
+    let l = settled(&mut c, "everything").await;
+    assert_eq!(server_of(&l, "everything")["state"], "connected");
+    prompt(&mut c, Some(&b), "e").await;
+
+    let l = c
+        .request(
+            "agent/mcp/setExposure",
+            json!({"server": "everything", "exposure": "hidden"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(server_of(&l, "everything")["exposure"], "hidden");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(saved["mcpServers"]["everything"]["exposure"], "hidden");
+    prompt(&mut c, Some(&a), "f").await;
+
+    let l = c
+        .request("agent/mcp/reconnect", json!({"server": "everything"}))
+        .await
+        .unwrap();
+    assert_eq!(server_of(&l, "everything")["state"], "connected");
+    let err = c
+        .request("agent/mcp/disable", json!({"server": "nope"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err["code"], -32602);
+    assert_eq!(err["message"], "server: no MCP server \"nope\"");
+
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 6);
+    let has_echo =
+        |i: usize| mcp_tools(&reqs[i].body).contains(&"mcp__everything__echo".to_string());
+    // Before: both sessions; disabled: neither; enabled again: yes; hidden: no.
+    assert_eq!(
+        (0..6).map(has_echo).collect::<Vec<_>>(),
+        vec![true, true, false, false, true, false]
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_server_is_told_once_to_the_editor_and_on_headless_stderr() {
+    let mock = MockModel::start(vec![Step::text("1"), Step::text("2"), Step::text("3")]).await;
+    let crash = json!({"command": "sh", "args": ["-c", "echo 'boom: the tail of stderr' >&2; exit 3"],
+        "exposure": "direct"});
+    let e = setup(
+        "mcp-notice",
+        &mock,
+        json!({"mcpServers": {"crash": crash, "bad name": {"command": "x"}}}),
+        None,
+    );
+    let mut c = lsp(&e, None).await;
+    for t in ["one", "two"] {
+        let r = c.request("agent/prompt", json!({"text": t})).await.unwrap();
+        assert!(r["sessionId"].is_string());
+        c.run_until_end(Duration::from_secs(30)).await;
+    }
+    let notes = show_messages(&c, "MCP server \"crash\"");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0]["type"], 2);
+    let text = notes[0]["message"].as_str().unwrap();
+    assert!(text.contains("boom: the tail of stderr"), "{text}");
+    let config = show_messages(&c, "MCP configuration:");
+    assert_eq!(
+        config,
+        vec![json!({"type": 2, "message": format!(
+            "MCP configuration: {}: invalid server name \"bad name\" (use letters, digits, \"_\" and \"-\")",
+            e.agent.join("mcp.json").display()
+        )})]
+    );
+    c.shutdown().await;
+
+    // As a user runs it (no PI_LSP_LOG copying informational lines to stderr).
+    let mut e = e;
+    e.env.push(("PI_LSP_LOG", String::new()));
+    let (out, _) = run_async(&e, &["go"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("MCP server \"crash\"").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("boom: the tail of stderr"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vscode_servers_are_offered_when_the_setting_is_on() {
+    let Some(ev) = everything() else {
+        require(false, "vscode_servers", "node + server-everything");
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__everything__echo", json!({"message": "hi"})),
+        Step::text("done"),
+    ])
+    .await;
+    let mut e = setup("mcp-vscode", &mock, json!({"mcpServers": {}}), None);
+    e.env.push(("PI_TEST_EV_PATH", ev.display().to_string()));
+    let vs_ws = e.ws.join(".vscode").join("mcp.json");
+    std::fs::create_dir_all(vs_ws.parent().unwrap()).unwrap();
+    let ws_text = r#"{
+  // the workspace's servers, as VS Code reads them
+  "servers": {
+    "everything": {"type": "stdio", "command": "node", "args": ["${env:PI_TEST_EV_PATH}", "stdio"], "cwd": "${workspaceFolder}"},
+  },
+  "inputs": [],
+}
+"#;
+    std::fs::write(&vs_ws, ws_text).unwrap();
+    let vs_user = e
+        .agent
+        .parent()
+        .unwrap()
+        .join("Code")
+        .join("User")
+        .join("mcp.json");
+    std::fs::create_dir_all(vs_user.parent().unwrap()).unwrap();
+    std::fs::write(
+        &vs_user,
+        json!({"servers": {"gh": {"type": "http", "url": "http://127.0.0.1:9/mcp",
+            "headers": {"Authorization": "Bearer ${input:gh-token}"}}}})
+        .to_string(),
+    )
+    .unwrap();
+
+    // Off by default.
+    let mut c = lsp(&e, Some(json!({"workspaceTrusted": true}))).await;
+    let l = c.request("agent/mcp/list", json!({})).await.unwrap();
+    assert_eq!(l, json!({"servers": [], "errors": []}));
+    c.shutdown().await;
+
+    let init = json!({"workspaceTrusted": true, "vscodeMcpServers": true,
+        "vscodeMcpUserConfig": vs_user});
+    let mut c = lsp(&e, Some(init)).await;
+    let l = settled(&mut c, "everything").await;
+    let input_error = format!(
+        "{}: server \"gh\": ${{input:gh-token}} asks VS Code for a value, which pi-lsp cannot do; put the value in an environment variable and write ${{env:NAME}}",
+        vs_user.display()
+    );
+    assert_eq!(l["errors"], json!([input_error]));
+    let s = server_of(&l, "everything");
+    assert_eq!(s["state"], "connected");
+    assert_eq!(s["scope"], "vscode-workspace");
+    assert_eq!(s["source"], vs_ws.display().to_string());
+    assert_eq!(s["exposure"], "codemode");
+    assert_eq!(
+        show_messages(&c, "MCP configuration:"),
+        vec![json!({"type": 2, "message": format!("MCP configuration: {input_error}")})]
+    );
+    // A change is an override in Pi's project file; VS Code's file is only read.
+    let l = c
+        .request(
+            "agent/mcp/setExposure",
+            json!({"server": "everything", "exposure": "direct"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(server_of(&l, "everything")["exposure"], "direct");
+    let pi_project: Value =
+        serde_json::from_str(&std::fs::read_to_string(e.ws.join(".pi/mcp.json")).unwrap()).unwrap();
+    assert_eq!(
+        pi_project,
+        json!({"mcpServers": {"everything": {"exposure": "direct"}}})
+    );
+    assert_eq!(std::fs::read_to_string(&vs_ws).unwrap(), ws_text);
+    settled(&mut c, "everything").await;
+    c.request("agent/prompt", json!({"text": "echo"}))
+        .await
+        .unwrap();
+    let events = c.run_until_end(Duration::from_secs(30)).await;
+    assert_eq!(
+        pi_e2e::lsp_client::tool_results(&events),
+        vec![(
+            "mcp__everything__echo".to_string(),
+            "Echo: hi".to_string(),
+            false
+        )]
+    );
+    let err = c
+        .request("agent/mcp/list", json!({"bogus": 1}))
+        .await
+        .unwrap_err();
+    assert_eq!(err["code"], -32602);
+    c.shutdown().await;
+
+    // A wrongly typed option fails initialize, naming it.
+    let (err, _) = LspClient::try_start(
+        &pi_lsp_bin(),
+        &e.ws,
+        &e.env,
+        EditorBehavior {
+            initialization_options: Some(json!({"vscodeMcpServers": "yes"})),
+            ..EditorBehavior::default()
+        },
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(err["code"], -32602);
+    assert_eq!(
+        err["message"],
+        "initializationOptions.vscodeMcpServers: expected a boolean, got \"yes\""
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_reach_no_file_log_payload_or_export() {
+    let Some(ev) = everything() else {
+        require(false, "secrets_reach_no_file", "node + server-everything");
+        return;
+    };
+    let env_secret = "env-secret-value-5551234";
+    let key_secret = "sk-cmd-secret-424242";
+    let mock = MockModel::start(vec![
+        Step::call("c1", "mcp__everything__get_env", json!({})),
+        Step::text("done"),
+    ])
+    .await;
+    let mut entry = everything_entry(&ev, "direct");
+    entry["env"] = json!({"MY_TOKEN": "${PI_MCP_TEST_SECRET}"});
+    let mut e = setup(
+        "mcp-secrets-lsp",
+        &mock,
+        json!({"mcpServers": {"everything": entry}}),
+        None,
+    );
+    // The model server's key comes from a command, as Pi's `!command` apiKey.
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["apiKey"] = json!(format!("!printf {key_secret}"));
+    std::fs::write(e.agent.join("models.json"), models.to_string()).unwrap();
+    e.env.push(("PI_MCP_TEST_SECRET", env_secret.to_string()));
+    e.env.push(("PI_LSP_LOG", "debug".to_string()));
+    let mut c = lsp(&e, None).await;
+    let r = c
+        .request("agent/prompt", json!({"text": "env?"}))
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let events = c.run_until_end(Duration::from_secs(30)).await;
+    // The key reached the model server, the variable reached the MCP server …
+    let reqs = mock.requests();
+    assert_eq!(
+        reqs[0].headers["authorization"].to_str().unwrap(),
+        format!("Bearer {key_secret}")
+    );
+    let (result, is_error) =
+        pi_e2e::lsp_client::tool_result_text(&events, "mcp__everything__get_env");
+    assert!(!is_error);
+    assert!(result.contains("MY_TOKEN"), "{result}");
+    // … and the exports, the payloads, the logs and every file written hold neither.
+    for format in ["html", "markdown"] {
+        c.request(
+            "agent/session/export",
+            json!({"sessionId": sid, "format": format}),
+        )
+        .await
+        .unwrap();
+        c.request(
+            "agent/session/export",
+            json!({"sessionId": sid, "format": format, "outputPath": format!("export.{format}")}),
+        )
+        .await
+        .unwrap();
+    }
+    c.request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.request("agent/mcp/list", json!({})).await.unwrap();
+    let received = serde_json::to_string(&c.log()).unwrap();
+    let stderr = c.stderr.lock().unwrap().clone();
+    c.shutdown().await;
+    assert!(e.ws.join("export.html").exists());
+    for s in [env_secret, key_secret] {
+        assert!(!received.contains(s), "the client received {s}");
+        assert!(!stderr.contains(s), "the log holds {s}");
+        assert_no_secret(&[&e.ws, &e.agent], s);
+    }
 }

@@ -94,6 +94,9 @@ impl ClientHandler for Handler {
     }
 }
 
+/// How long a failed connect waits for the server's last stderr lines.
+const STDERR_SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The tail of a child's stderr (at most [`STDERR_TAIL_CHARS`] characters kept).
 #[derive(Default)]
 pub struct StderrTail(parking_lot::Mutex<String>);
@@ -264,7 +267,7 @@ impl Connection {
                     return Err(ConnectError::Failed("no pipes to the server".into()));
                 };
                 let tail = stderr.clone();
-                tokio::spawn(async move {
+                let stderr_read = tokio::spawn(async move {
                     let mut buf = vec![0u8; 8192];
                     while let Ok(n) = err.read(&mut buf).await {
                         if n == 0 {
@@ -306,12 +309,16 @@ impl Connection {
                         if let Some(c) = guard.take() {
                             terminate(c, true).await;
                         }
+                        // The server is gone: let its last stderr lines arrive (bounded, a
+                        // grandchild may hold the pipe).
+                        let _ = tokio::time::timeout(STDERR_SETTLE, stderr_read).await;
                         return Err(fail(msg, &stderr));
                     }
                     Err(_) => {
                         if let Some(c) = guard.take() {
                             terminate(c, true).await;
                         }
+                        let _ = tokio::time::timeout(STDERR_SETTLE, stderr_read).await;
                         return Err(fail(
                             format!("no answer to initialize within {} s", cfg.timeout),
                             &stderr,

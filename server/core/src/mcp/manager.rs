@@ -220,7 +220,6 @@ impl Server {
         if self.reported.swap(true, Ordering::SeqCst) {
             return;
         }
-        tracing::warn!("{text}");
         super::report(text);
         if let Some(m) = self.manager.upgrade() {
             m.reports.lock().push(text.to_string());
@@ -436,7 +435,6 @@ impl McpManager {
 
     fn load(self: &Arc<Self>, cfg: McpConfig) {
         for e in &cfg.errors {
-            tracing::warn!("MCP configuration: {e}");
             super::report(&format!("MCP configuration: {e}"));
         }
         *self.config_errors.lock() = cfg.errors.clone();
@@ -647,7 +645,6 @@ impl McpManager {
         }
         let before = self.config_errors();
         for e in cfg.errors.iter().filter(|e| !before.contains(e)) {
-            tracing::warn!("MCP configuration: {e}");
             super::report(&format!("MCP configuration: {e}"));
         }
         *self.config_errors.lock() = cfg.errors.clone();

@@ -79,11 +79,17 @@ pub fn set_reporter(r: Reporter) {
     *REPORTER.write() = Some(r);
 }
 
-/// Tells the user `text` through the [`set_reporter`] reporter (secrets redacted).
+/// Tells the user `text` through the [`set_reporter`] reporter (secrets redacted) and logs
+/// it: a warning when there is no reporter, else at `info` (so headless stderr and an
+/// editor's stderr do not show it twice).
 pub(crate) fn report(text: &str) {
     let r = REPORTER.read().clone();
-    if let Some(r) = r {
-        r(pi_ai::keys::redact(text));
+    match r {
+        Some(r) => {
+            tracing::info!("{text}");
+            r(pi_ai::keys::redact(text));
+        }
+        None => tracing::warn!("{text}"),
     }
 }
 

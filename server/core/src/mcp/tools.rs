@@ -388,6 +388,10 @@ impl Tool for McpTool {
             .call_tool(&self.tool, args, &ctx.cancel)
             .await
             .map_err(|e| {
+                // An abort reads as every aborted tool call does.
+                if ctx.cancel.is_cancelled() {
+                    return ToolError::new(e);
+                }
                 ToolError::new(format!(
                     "MCP tool {}/{} failed: {e}",
                     self.server.config.name, self.tool

@@ -7,8 +7,8 @@
 //! (`agent/commands`, `agent/session/forkMessages`, `agent/lastAssistantText`,
 //! `agent/extension/commands`), [`history`] (`agent/session/history`), [`rewind`]
 //! (`agent/session/changes`, `agent/session/rewind`), [`mcp`] (`agent/mcp/*`), [`plan`]
-//! (`agent/plan/*`), [`permissions`] (`agent/permissions/set`), [`tools`] (`agent/tools/*`);
-//! and the helpers they share.
+//! (`agent/plan/*`), [`permissions`] (`agent/permissions/set`), [`tools`] (`agent/tools/*`),
+//! [`resume`] (`agent/continue`); and the helpers they share.
 //!
 //! # The handler shape (how to add a method)
 //!
