@@ -202,7 +202,7 @@ fn tool_set(fs: Arc<dyn Fs>, bash: Arc<BashTool>, state: Arc<ToolState>) -> Vec<
         bash,
         Arc::new(EditTool::new(fs.clone(), state.clone())),
         Arc::new(WriteTool::new(fs.clone(), state.clone())),
-        Arc::new(GrepTool::new(fs.root().to_path_buf(), state.clone())),
+        Arc::new(GrepTool::new(fs.clone(), state.clone())),
         Arc::new(FindTool::new(fs.root().to_path_buf(), state.clone())),
         Arc::new(LsTool::new(fs, state)),
     ]
