@@ -430,3 +430,41 @@ async fn a_branch_sent_on_agent_end_waits_for_the_run_to_let_go() {
     assert_eq!(s.tree().unwrap().1.as_deref(), Some(first_answer.as_str()));
     s.close().await;
 }
+
+/// Pi 1.6's `bash` exports the session's id and file, the model's provider and id and the
+/// thinking level (`PI_SESSION_ID`, `PI_SESSION_FILE`, `PI_PROVIDER`, `PI_MODEL`,
+/// `PI_REASONING_LEVEL`) to the model's commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_exports_the_session_variables_as_pi_1_6() {
+    let (root, ws) = workspace("env");
+    let (s, _seen) = session(
+        &root,
+        ws,
+        scripted(json!([
+            {"toolCalls": [{"name": "bash", "arguments": {"command": "env | grep '^PI_' | sort"}}]},
+            {"text": "done"}
+        ])),
+    );
+    s.prompt("env?", Vec::new(), None, None).await.unwrap();
+    s.wait_for_idle().await;
+    let result = s
+        .messages()
+        .into_iter()
+        .find_map(|m| match m {
+            pi_ai::Message::ToolResult(r) => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    let text = match &result.content[0] {
+        pi_ai::ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        text,
+        format!(
+            "PI_MODEL=demo\nPI_PROVIDER=scripted\nPI_REASONING_LEVEL=off\nPI_SESSION_FILE={}\nPI_SESSION_ID={}\n",
+            s.file().display(),
+            s.id()
+        )
+    );
+}

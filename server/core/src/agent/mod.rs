@@ -50,7 +50,9 @@ use tokio_util::sync::CancellationToken;
 pub use crate::compaction::{
     CompactionError, CompactionProposal, CompactionResult, CompactionSettings, Compactor,
 };
-pub use crate::config::types::{QueueMode, RetrySettings, ToolKind, ABORTED_TEXT};
+pub use crate::config::types::{
+    QueueMode, RetrySettings, ToolKind, ABORTED_TEXT, OPERATION_ABORTED_TEXT,
+};
 
 fn is_false(b: &bool) -> bool {
     !*b

@@ -173,6 +173,8 @@ pub struct RunAdditions<'a> {
     /// Changes the final tool list before the system prompt is built from it (extensions'
     /// [`crate::extension::ExtensionApi::filter_tools`], e.g. plan mode's read-only tools).
     pub tool_filter: Option<ToolFilter<'a>>,
+    /// What `bash` exports about the session ([`crate::tools::session_env`]).
+    pub session_env: Vec<(String, String)>,
 }
 
 /// See [`RunAdditions::tool_filter`].
@@ -197,6 +199,7 @@ pub fn agent_config_with(
         extra_tools,
         late_tools,
         tool_filter,
+        session_env,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -207,6 +210,7 @@ pub fn agent_config_with(
         allowed_dirs: settings.allowed_dirs.clone(),
         approval: gate.clone(),
         folders: ws.folders(),
+        session_env,
         ..ToolState::default()
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
