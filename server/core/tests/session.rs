@@ -468,3 +468,108 @@ async fn bash_exports_the_session_variables_as_pi_1_6() {
         )
     );
 }
+
+/// Pi 1.6's compaction: the result carries `estimatedTokensAfter` (characters / 4 over the
+/// rebuilt context) and the summary request's `usage`, which the `compaction` entry keeps
+/// (before `fromHook`, as Pi 1.6 writes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_reports_estimated_tokens_after_and_writes_usage() {
+    let (root, ws) = workspace("compact-usage");
+    let (s, _seen) = session(
+        &root,
+        ws,
+        scripted(json!([{"text": "one"}, {"text": "SUMMARY"}])),
+    );
+    s.prompt("hello", Vec::new(), None, None).await.unwrap();
+    s.wait_for_idle().await;
+    let result = s.compact(None).await.unwrap();
+    let after: u64 = s
+        .messages()
+        .iter()
+        .map(pi_core::compaction::estimate_tokens)
+        .sum();
+    assert!(after > 0);
+    assert_eq!(result.estimated_tokens_after, Some(after));
+    assert_eq!(result.usage, Some(pi_ai::Usage::default()));
+    let text = std::fs::read_to_string(s.file()).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let keys: Vec<&str> = last
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "type",
+            "id",
+            "parentId",
+            "timestamp",
+            "summary",
+            "firstKeptEntryId",
+            "tokensBefore",
+            "details",
+            "usage",
+            "fromHook",
+            "systemMessage"
+        ]
+    );
+    assert_eq!(
+        last["usage"],
+        serde_json::to_value(pi_ai::Usage::default()).unwrap()
+    );
+}
+
+/// Pi 1.6's `agent_settled`: once per prompt, after the last run's `agent_end` — also when a
+/// follow-up queued during the run makes the harness run again on its own — with `aborted`
+/// telling a cancelled run from a finished one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_settled_comes_once_after_the_harness_stops_on_its_own() {
+    let (root, ws) = workspace("settled");
+    let (s, seen) = session(
+        &root,
+        ws,
+        scripted(json!([
+            {"text": "one", "delayMs": 300},
+            {"text": "two"},
+            {"text": "three", "delayMs": 5000}
+        ])),
+    );
+    s.prompt("go", Vec::new(), None, None).await.unwrap();
+    s.queue_text("after", Vec::new(), DeliverAs::FollowUp)
+        .await
+        .unwrap();
+    s.wait_for_idle().await;
+    let tail = |seen: &Seen| -> Vec<String> {
+        seen.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e.as_str(), "agent_start" | "agent_end" | "agent_settled"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(tail(&seen), ["agent_start", "agent_end", "agent_settled"]);
+    // An aborted run settles with `aborted: true`.
+    let settled = Arc::new(Mutex::new(Vec::new()));
+    struct Settled(Arc<Mutex<Vec<bool>>>);
+    #[async_trait]
+    impl pi_core::agent::EventSink for Settled {
+        async fn emit(&self, event: AgentEvent) {
+            if let AgentEvent::AgentSettled { aborted } = event {
+                self.0.lock().unwrap().push(aborted);
+            }
+        }
+    }
+    let _sub = s.subscribe(Arc::new(Settled(settled.clone())));
+    s.prompt("slow", Vec::new(), None, None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.abort().await;
+    s.wait_for_idle().await;
+    assert_eq!(*settled.lock().unwrap(), [true]);
+    assert_eq!(
+        serde_json::to_value(AgentEvent::AgentSettled { aborted: true }).unwrap(),
+        json!({"type": "agent_settled", "aborted": true})
+    );
+}

@@ -139,9 +139,7 @@ impl Backend {
     pub(crate) async fn queue_clear(&self, params: Value) -> Result<QueueClearResult> {
         let p: SessionParams = parse_params(params)?;
         let session = self.session(&p.session_id).await?;
-        Ok(QueueClearResult {
-            dropped: session.clear_queue().await,
-        })
+        Ok(QueueClearResult::from_dropped(session.clear_queue().await))
     }
 
     /// `agent/queue/remove {sessionId, queueId}` → `{removed}`.

@@ -8,8 +8,8 @@ use tower_lsp_server::jsonrpc::Result;
 
 use super::{core_error, images};
 use crate::protocol::{
-    parse_params, AbortParams, AbortResult, CompactParams, CompactResult, DeliverAs, PromptParams,
-    PromptResult, StreamingBehavior,
+    parse_params, AbortParams, AbortResult, CompactParams, CompactResult, DeliverAs,
+    PromptDisposition, PromptParams, PromptResult, StreamingBehavior,
 };
 use crate::server::Backend;
 
@@ -40,6 +40,7 @@ impl Backend {
                 queued: false,
                 queue_id: None,
                 command: Some(name),
+                disposition: PromptDisposition::Handled,
             },
             PromptOutcome::Started { run_id } => PromptResult {
                 session_id,
@@ -47,6 +48,7 @@ impl Backend {
                 queued: false,
                 queue_id: None,
                 command: None,
+                disposition: PromptDisposition::Started,
             },
             PromptOutcome::Queued { queue_id, run_id } => PromptResult {
                 session_id,
@@ -54,6 +56,7 @@ impl Backend {
                 queued: true,
                 queue_id: Some(queue_id),
                 command: None,
+                disposition: PromptDisposition::Queued,
             },
         })
     }
