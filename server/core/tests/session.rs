@@ -573,3 +573,29 @@ async fn agent_settled_comes_once_after_the_harness_stops_on_its_own() {
         json!({"type": "agent_settled", "aborted": true})
     );
 }
+
+/// Pi 1.6's `defaultTools`: `-name` removes a built-in tool, a plain list selects the tools,
+/// `+name` puts one back (`todo` is the extension's, left on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_tools_select_and_remove_built_in_tools() {
+    for (setting, want) in [
+        (
+            json!(["-grep", "-find", "-ls"]),
+            vec!["read", "bash", "edit", "write", "todo"],
+        ),
+        (
+            json!(["read", "bash", "+ls"]),
+            vec!["read", "bash", "ls", "todo"],
+        ),
+    ] {
+        let (root, ws) = workspace("default-tools");
+        std::fs::write(
+            root.join("agent/settings.json"),
+            json!({ "defaultTools": setting }).to_string(),
+        )
+        .unwrap();
+        let (s, _seen) = session(&root, ws, scripted(json!([])));
+        let names: Vec<String> = s.config().tools.iter().map(|t| t.spec().name).collect();
+        assert_eq!(names, want, "{setting}");
+    }
+}
