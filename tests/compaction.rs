@@ -634,6 +634,7 @@ async fn cmp07_instructions_reach_every_summary_request() {
                 "firstKeptEntryId",
                 "tokensBefore",
                 "details",
+                "usage",
                 "fromHook"
             ]
         );

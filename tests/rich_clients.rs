@@ -580,7 +580,8 @@ async fn a_branch_summary_entry_is_written_as_pi_writes_it() {
             "parentId",
             "summary",
             "timestamp",
-            "type"
+            "type",
+            "usage"
         ]
     );
     assert_eq!(

@@ -727,8 +727,10 @@ pub(crate) async fn complete_summary(
     context: &Context,
     max_tokens: u64,
     cancel: &CancellationToken,
-) -> Result<String, CompactionError> {
+) -> Result<(String, pi_ai::Usage), CompactionError> {
     let mut empty_answers = 0;
+    // Every request's usage counts (Pi 1.6 writes the summary calls' usage on the entry).
+    let mut usage = pi_ai::Usage::default();
     let text = loop {
         let stream = pi_ai::stream(
             model,
@@ -740,6 +742,7 @@ pub(crate) async fn complete_summary(
             },
         );
         let m = stream.result().await;
+        add_usage(&mut usage, &m.usage);
         match m.stop_reason {
             StopReason::Aborted => return Err(CompactionError::Cancelled),
             StopReason::Error => {
@@ -778,12 +781,27 @@ pub(crate) async fn complete_summary(
         }
     };
     let cap = (max_tokens * 4) as usize;
-    Ok(if text.chars().count() > cap {
+    let text = if text.chars().count() > cap {
         let head: String = text.chars().take(cap).collect();
         format!("{head}\n\n[summary cut at {max_tokens} tokens]")
     } else {
         text
-    })
+    };
+    Ok((text, usage))
+}
+
+/// Adds `more` to `total` (tokens and cost, field by field).
+pub(crate) fn add_usage(total: &mut pi_ai::Usage, more: &pi_ai::Usage) {
+    total.input += more.input;
+    total.output += more.output;
+    total.cache_read += more.cache_read;
+    total.cache_write += more.cache_write;
+    total.total_tokens += more.total_tokens;
+    total.cost.input += more.cost.input;
+    total.cost.output += more.cost.output;
+    total.cost.cache_read += more.cost.cache_read;
+    total.cost.cache_write += more.cost.cache_write;
+    total.cost.total += more.cost.total;
 }
 
 /// A compaction's outcome, as Pi's `CompactionResult` (the `compaction` entry's fields).
@@ -793,6 +811,13 @@ pub struct CompactionResult {
     pub summary: String,
     pub first_kept_entry_id: String,
     pub tokens_before: u64,
+    /// Pi 1.6: tokens of the context rebuilt after the compaction, estimated as Pi estimates
+    /// (`estimateMessagesTokens`: characters / 4 per message, not a provider's count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_tokens_after: Option<u64>,
+    /// Pi 1.6: the usage of the summary requests (written on the `compaction` entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<pi_ai::Usage>,
     /// `{readFiles, modifiedFiles}`.
     pub details: Value,
 }
@@ -816,7 +841,7 @@ pub async fn summarize(
             && prep.messages_to_summarize.is_empty()
             && prep.previous_summary.is_none()
         {
-            return Ok("No prior history.".to_string());
+            return Ok(("No prior history.".to_string(), pi_ai::Usage::default()));
         }
         let ctx = history_request(
             &prep.messages_to_summarize,
@@ -831,15 +856,24 @@ pub async fn summarize(
             complete_summary(model, &ctx, prefix_max, cancel).await
         };
         let (h, p) = futures::join!(history, prefix);
-        format!("{}\n\n---\n\n**Turn Context (split turn):**\n\n{}", h?, p?)
+        let ((h, mut hu), (p, pu)) = (h?, p?);
+        add_usage(&mut hu, &pu);
+        (
+            format!("{h}\n\n---\n\n**Turn Context (split turn):**\n\n{p}"),
+            Some(hu),
+        )
     } else {
-        history.await?
+        let (h, u) = history.await?;
+        (h, Some(u))
     };
+    let (summary, usage) = summary;
     let (read, modified) = prep.file_ops.lists();
     Ok(CompactionResult {
         summary: format!("{summary}{}", format_file_operations(&read, &modified)),
         first_kept_entry_id: prep.first_kept_entry_id.clone(),
         tokens_before: prep.tokens_before,
+        estimated_tokens_after: None,
+        usage,
         details: serde_json::json!({"readFiles": read, "modifiedFiles": modified}),
     })
 }
@@ -883,7 +917,8 @@ impl Compactor for SessionCompactor {
         let prep = prepare(&refs, settings.keep_recent_tokens)?;
         drop(refs);
         drop(path);
-        let result = summarize(model, &prep, instructions, settings.reserve_tokens, cancel).await?;
+        let mut result =
+            summarize(model, &prep, instructions, settings.reserve_tokens, cancel).await?;
         let w = self.writer()?;
         if w.leaf() != leaf.as_deref() {
             return Err(CompactionError::Session(
@@ -898,6 +933,7 @@ impl Compactor for SessionCompactor {
                 &result.first_kept_entry_id,
             )
             .messages;
+        result.estimated_tokens_after = Some(messages.iter().map(estimate_tokens).sum());
         Ok(CompactionProposal {
             result,
             messages,
@@ -927,7 +963,7 @@ impl Compactor for SessionCompactor {
             // Pi's `fromHook`: false unless an extension's session_before_compact made it.
             from_hook: false,
             system_message,
-            usage: None,
+            usage: r.usage.clone(),
         })
         .and_then(|_| w.sync_now())
         .map_err(|e| CompactionError::Session(e.to_string()))?;

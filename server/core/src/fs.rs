@@ -376,6 +376,11 @@ pub trait Fs: Send + Sync {
     fn has_buffer(&self, _path: &Path) -> bool {
         false
     }
+    /// Every path [`Fs::has_buffer`] is true for (open editor buffers), for tools that walk
+    /// folders (`grep` searches these as [`Fs::read`] gives them). The default: none.
+    fn buffer_paths(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
     /// A sentence for the model when what [`Fs::read`] gives for `path` differs from the file
     /// on disk (an editor buffer with the user's unsaved changes, or an agent change kept in
     /// the buffer only), so it knows what `bash` and other programs see; `None` when they

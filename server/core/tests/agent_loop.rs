@@ -248,11 +248,7 @@ async fn abort_during_a_tool_pairs_the_call_and_ends_aborted() {
     assert!(r[0].1.ends_with("Command aborted") && r[0].2);
     assert_eq!(
         r[1],
-        (
-            "scripted_1_1".into(),
-            pi_core::agent::ABORTED_TEXT.into(),
-            true
-        )
+        ("scripted_1_1".into(), "Operation aborted".into(), true)
     );
     assert_eq!(out.stop_reason, StopReason::Aborted);
 }

@@ -430,3 +430,172 @@ async fn a_branch_sent_on_agent_end_waits_for_the_run_to_let_go() {
     assert_eq!(s.tree().unwrap().1.as_deref(), Some(first_answer.as_str()));
     s.close().await;
 }
+
+/// Pi 1.6's `bash` exports the session's id and file, the model's provider and id and the
+/// thinking level (`PI_SESSION_ID`, `PI_SESSION_FILE`, `PI_PROVIDER`, `PI_MODEL`,
+/// `PI_REASONING_LEVEL`) to the model's commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_exports_the_session_variables_as_pi_1_6() {
+    let (root, ws) = workspace("env");
+    let (s, _seen) = session(
+        &root,
+        ws,
+        scripted(json!([
+            {"toolCalls": [{"name": "bash", "arguments": {"command": "env | grep '^PI_' | sort"}}]},
+            {"text": "done"}
+        ])),
+    );
+    s.prompt("env?", Vec::new(), None, None).await.unwrap();
+    s.wait_for_idle().await;
+    let result = s
+        .messages()
+        .into_iter()
+        .find_map(|m| match m {
+            pi_ai::Message::ToolResult(r) => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    let text = match &result.content[0] {
+        pi_ai::ContentBlock::Text(t) => t.text.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        text,
+        format!(
+            "PI_MODEL=demo\nPI_PROVIDER=scripted\nPI_REASONING_LEVEL=off\nPI_SESSION_FILE={}\nPI_SESSION_ID={}\n",
+            s.file().display(),
+            s.id()
+        )
+    );
+}
+
+/// Pi 1.6's compaction: the result carries `estimatedTokensAfter` (characters / 4 over the
+/// rebuilt context) and the summary request's `usage`, which the `compaction` entry keeps
+/// (before `fromHook`, as Pi 1.6 writes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_reports_estimated_tokens_after_and_writes_usage() {
+    let (root, ws) = workspace("compact-usage");
+    let (s, _seen) = session(
+        &root,
+        ws,
+        scripted(json!([{"text": "one"}, {"text": "SUMMARY"}])),
+    );
+    s.prompt("hello", Vec::new(), None, None).await.unwrap();
+    s.wait_for_idle().await;
+    let result = s.compact(None).await.unwrap();
+    let after: u64 = s
+        .messages()
+        .iter()
+        .map(pi_core::compaction::estimate_tokens)
+        .sum();
+    assert!(after > 0);
+    assert_eq!(result.estimated_tokens_after, Some(after));
+    assert_eq!(result.usage, Some(pi_ai::Usage::default()));
+    let text = std::fs::read_to_string(s.file()).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let keys: Vec<&str> = last
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "type",
+            "id",
+            "parentId",
+            "timestamp",
+            "summary",
+            "firstKeptEntryId",
+            "tokensBefore",
+            "details",
+            "usage",
+            "fromHook",
+            "systemMessage"
+        ]
+    );
+    assert_eq!(
+        last["usage"],
+        serde_json::to_value(pi_ai::Usage::default()).unwrap()
+    );
+}
+
+/// Pi 1.6's `agent_settled`: once per prompt, after the last run's `agent_end` — also when a
+/// follow-up queued during the run makes the harness run again on its own — with `aborted`
+/// telling a cancelled run from a finished one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_settled_comes_once_after_the_harness_stops_on_its_own() {
+    let (root, ws) = workspace("settled");
+    let (s, seen) = session(
+        &root,
+        ws,
+        scripted(json!([
+            {"text": "one", "delayMs": 300},
+            {"text": "two"},
+            {"text": "three", "delayMs": 5000}
+        ])),
+    );
+    s.prompt("go", Vec::new(), None, None).await.unwrap();
+    s.queue_text("after", Vec::new(), DeliverAs::FollowUp)
+        .await
+        .unwrap();
+    s.wait_for_idle().await;
+    let tail = |seen: &Seen| -> Vec<String> {
+        seen.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e.as_str(), "agent_start" | "agent_end" | "agent_settled"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(tail(&seen), ["agent_start", "agent_end", "agent_settled"]);
+    // An aborted run settles with `aborted: true`.
+    let settled = Arc::new(Mutex::new(Vec::new()));
+    struct Settled(Arc<Mutex<Vec<bool>>>);
+    #[async_trait]
+    impl pi_core::agent::EventSink for Settled {
+        async fn emit(&self, event: AgentEvent) {
+            if let AgentEvent::AgentSettled { aborted } = event {
+                self.0.lock().unwrap().push(aborted);
+            }
+        }
+    }
+    let _sub = s.subscribe(Arc::new(Settled(settled.clone())));
+    s.prompt("slow", Vec::new(), None, None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.abort().await;
+    s.wait_for_idle().await;
+    assert_eq!(*settled.lock().unwrap(), [true]);
+    assert_eq!(
+        serde_json::to_value(AgentEvent::AgentSettled { aborted: true }).unwrap(),
+        json!({"type": "agent_settled", "aborted": true})
+    );
+}
+
+/// Pi 1.6's `defaultTools`: `-name` removes a built-in tool, a plain list selects the tools,
+/// `+name` puts one back (`todo` is the extension's, left on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_tools_select_and_remove_built_in_tools() {
+    for (setting, want) in [
+        (
+            json!(["-grep", "-find", "-ls"]),
+            vec!["read", "bash", "edit", "write", "todo"],
+        ),
+        (
+            json!(["read", "bash", "+ls"]),
+            vec!["read", "bash", "ls", "todo"],
+        ),
+    ] {
+        let (root, ws) = workspace("default-tools");
+        std::fs::write(
+            root.join("agent/settings.json"),
+            json!({ "defaultTools": setting }).to_string(),
+        )
+        .unwrap();
+        let (s, _seen) = session(&root, ws, scripted(json!([])));
+        let names: Vec<String> = s.config().tools.iter().map(|t| t.spec().name).collect();
+        assert_eq!(names, want, "{setting}");
+    }
+}

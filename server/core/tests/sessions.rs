@@ -122,6 +122,7 @@ fn seed_exercise_2_branch_plus_compaction() {
             Some(&a2),
             "Tried gpt-b; it agreed the port is 3000.",
             serde_json::Value::Null,
+            None,
         )
         .unwrap();
     let u3 = w

@@ -452,3 +452,48 @@ async fn prepare_arguments_like_pi() {
         "Edit tool input is invalid. edits must contain at least one replacement."
     );
 }
+
+/// Pi 1.6 (#8544, `prepareEditArguments`): `edits` as one edit object (or a JSON string of
+/// one) is taken as a one-element array, and extra fields pass validation.
+#[tokio::test]
+async fn a_single_edit_object_and_extra_fields_are_accepted_as_pi_1_6() {
+    let ws = Ws::new();
+    let edit = ws.tools.iter().find(|t| t.spec().name == "edit").unwrap();
+    assert_eq!(
+        edit.prepare_arguments(json!({"path": "f", "edits": {"oldText": "a", "newText": "b"}})),
+        json!({"path": "f", "edits": [{"oldText": "a", "newText": "b"}]})
+    );
+    assert_eq!(
+        edit.prepare_arguments(
+            json!({"path": "f", "edits": "{\"oldText\":\"a\",\"newText\":\"b\"}"})
+        ),
+        json!({"path": "f", "edits": [{"oldText": "a", "newText": "b"}]})
+    );
+    let args = json!({"path": "f", "why": "rename", "edits": [{"oldText": "a", "newText": "b", "note": "x"}]});
+    assert_eq!(
+        pi_core::validate::validate_arguments("edit", &edit.spec().parameters, &args),
+        Ok(args.clone())
+    );
+    ws.put("f", b"a\n");
+    ws.call(
+        "edit",
+        edit.prepare_arguments(json!({"path": "f", "edits": {"oldText": "a", "newText": "b"}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ws.get("f"), b"b\n");
+}
+
+/// Pi 1.6's line endings in mixed files: lines outside the match keep theirs, and a `\n` of
+/// the new text gets the ending of the line where the match starts (LF here, though the file's
+/// first line ends in CRLF).
+#[tokio::test]
+async fn mixed_endings_new_lines_take_the_matched_lines_ending() {
+    let ws = Ws::new();
+    ws.put("m", b"a\r\nb\nc\r\nd\r");
+    ws.edit("m", "b", "B1\nB2").await.unwrap();
+    assert_eq!(ws.get("m"), b"a\r\nB1\nB2\nc\r\nd\r");
+    ws.put("n", b"a\r\nb\nc\r\n");
+    ws.edit("n", "c", "C1\nC2").await.unwrap();
+    assert_eq!(ws.get("n"), b"a\r\nb\nC1\r\nC2\r\n");
+}

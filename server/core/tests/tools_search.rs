@@ -281,3 +281,203 @@ async fn read_offset_limit_and_notices() {
         home_err.message
     );
 }
+
+/// Pi 1.6's `find` (#12066): a path pattern is relative to the search folder (not matched at
+/// any depth), `./` is dropped, an all-lowercase pattern ignores case, and the limit notice
+/// needs one result more than the limit.
+#[tokio::test]
+async fn find_path_patterns_are_relative_to_the_search_folder() {
+    let ws = Ws::new();
+    std::fs::create_dir_all(ws.dir.join("pkg/src")).unwrap();
+    std::fs::write(ws.dir.join("pkg/src/deep.rs"), "x\n").unwrap();
+    std::fs::write(ws.dir.join("src/Upper.RS"), "x\n").unwrap();
+    assert_eq!(
+        ws.text("find", json!({"pattern": "src/*.rs"})).await,
+        "src/Upper.RS\nsrc/lib.rs\nsrc/main.rs"
+    );
+    assert_eq!(
+        ws.text("find", json!({"pattern": "./src/*.rs"})).await,
+        "src/Upper.RS\nsrc/lib.rs\nsrc/main.rs"
+    );
+    assert_eq!(
+        ws.text("find", json!({"pattern": "src/*.RS"})).await,
+        "src/Upper.RS"
+    );
+    assert_eq!(
+        ws.text("find", json!({"pattern": "**/src/*.rs"})).await,
+        "pkg/src/deep.rs\nsrc/Upper.RS\nsrc/lib.rs\nsrc/main.rs"
+    );
+    assert_eq!(
+        ws.text("find", json!({"pattern": "src/*.rs", "path": "pkg"}))
+            .await,
+        "src/deep.rs"
+    );
+    let abs = format!("{}/pkg/**/*.rs", ws.dir.display());
+    assert_eq!(
+        ws.text("find", json!({"pattern": abs})).await,
+        "pkg/src/deep.rs"
+    );
+    // Exactly `limit` results: no notice.
+    let out = ws
+        .call(
+            "find",
+            json!({"pattern": "src/*.rs", "path": "pkg", "limit": 1}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text_of(&out), "src/deep.rs");
+    assert_eq!(out.details, None);
+}
+
+/// Pi 1.6's `grep`: `glob` relative to `path` (a leading `./` dropped), context lines as
+/// ripgrep gives them (overlapping windows merged, a match in another's window is a match
+/// line), and the limit notice only when more matches exist.
+#[tokio::test]
+async fn grep_globs_relative_to_path_and_merged_context() {
+    let ws = Ws::new();
+    std::fs::create_dir_all(ws.dir.join("repo/migrations/main")).unwrap();
+    std::fs::write(ws.dir.join("repo/migrations/main/a.js"), "up\n").unwrap();
+    std::fs::write(ws.dir.join("repo/b.js"), "up\n").unwrap();
+    assert_eq!(
+        ws.text(
+            "grep",
+            json!({"pattern": "up", "path": "repo", "glob": "migrations/main/*.js"})
+        )
+        .await,
+        "migrations/main/a.js:1: up"
+    );
+    assert_eq!(
+        ws.text(
+            "grep",
+            json!({"pattern": "up", "path": "repo", "glob": "./migrations/main/*.js"})
+        )
+        .await,
+        "migrations/main/a.js:1: up"
+    );
+    std::fs::write(
+        ws.dir.join("ctx.txt"),
+        "one\nhit a\nhit b\nfour\nfive\nsix\nhit c\neight\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ws.text("grep", json!({"pattern": "hit", "path": "ctx.txt", "context": 1}))
+            .await,
+        "ctx.txt-1- one\nctx.txt:2: hit a\nctx.txt:3: hit b\nctx.txt-4- four\nctx.txt-6- six\nctx.txt:7: hit c\nctx.txt-8- eight"
+    );
+    // Exactly `limit` matches: no notice.
+    let out = ws
+        .call(
+            "grep",
+            json!({"pattern": "hit", "path": "ctx.txt", "limit": 3}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        text_of(&out),
+        "ctx.txt:2: hit a\nctx.txt:3: hit b\nctx.txt:7: hit c"
+    );
+    assert_eq!(out.details, None);
+    // One more exists: the notice, and the last match's trailing window (a further match in
+    // it shown as context).
+    let out = ws
+        .call(
+            "grep",
+            json!({"pattern": "hit", "path": "ctx.txt", "limit": 1, "context": 1}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        text_of(&out),
+        "ctx.txt-1- one\nctx.txt:2: hit a\nctx.txt-3- hit b\n\n[1 matches limit reached. Use limit=2 for more, or refine pattern]"
+    );
+    assert_eq!(out.details, Some(json!({"matchLimitReached": 1})));
+}
+
+/// An `Fs` with one open buffer over the disk (what an editor's `Fs` gives `read`).
+struct OneBuffer {
+    disk: DiskFs,
+    path: PathBuf,
+    text: Arc<String>,
+}
+
+#[async_trait::async_trait]
+impl pi_core::fs::Fs for OneBuffer {
+    fn root(&self) -> &Path {
+        self.disk.root()
+    }
+    async fn read(&self, path: &Path) -> Result<pi_core::fs::FileSnapshot, pi_core::fs::FsError> {
+        if path == self.path {
+            return Ok(pi_core::fs::FileSnapshot {
+                text: self.text.clone(),
+                version: Some(3),
+                encoding: Default::default(),
+            });
+        }
+        self.disk.read(path).await
+    }
+    async fn replace(
+        &self,
+        path: &Path,
+        base: &pi_core::fs::FileSnapshot,
+        edits: Vec<pi_core::fs::TextReplace>,
+        label: &str,
+    ) -> Result<(), pi_core::fs::FsError> {
+        self.disk.replace(path, base, edits, label).await
+    }
+    async fn write(
+        &self,
+        path: &Path,
+        text: &str,
+        label: &str,
+    ) -> Result<pi_core::fs::WriteKind, pi_core::fs::FsError> {
+        self.disk.write(path, text, label).await
+    }
+    fn has_buffer(&self, path: &Path) -> bool {
+        path == self.path
+    }
+    fn buffer_paths(&self) -> Vec<PathBuf> {
+        vec![self.path.clone()]
+    }
+    async fn unsaved_note(&self, path: &Path) -> Option<String> {
+        (path == self.path).then(|| "Note: the user has unsaved changes to src/main.rs.".into())
+    }
+}
+
+/// `grep` searches an open buffer as `read` reads it (the editor's view: the unsaved line is
+/// found, the line only on disk is not) and says that the disk differs; files without a buffer
+/// come from disk, without the note.
+#[tokio::test]
+async fn grep_searches_open_buffers_and_notes_unsaved_changes() {
+    let ws = Ws::new();
+    let main = ws.dir.join("src/main.rs");
+    let fs = OneBuffer {
+        disk: DiskFs::new(ws.dir.clone()),
+        path: main.clone(),
+        text: Arc::new("fn main() {\n    let unsaved_needle = 2;\n}\n".into()),
+    };
+    let tools = default_tools(Arc::new(fs), None);
+    let grep = tools.iter().find(|t| t.spec().name == "grep").unwrap();
+    let call = |args: Value| {
+        grep.execute(
+            ToolContext {
+                call_id: "g".into(),
+                turn: 1,
+                cancel: CancellationToken::new(),
+                on_update: Arc::new(|_| {}),
+                model_input: None,
+            },
+            args,
+        )
+    };
+    let out = call(json!({"pattern": "needle", "path": "src"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        text_of(&out),
+        "main.rs:2:     let unsaved_needle = 2;\n\nNote: the user has unsaved changes to src/main.rs."
+    );
+    let out = call(json!({"pattern": "Needle", "path": "src"}))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&out), "lib.rs:2: // Needle in caps");
+}

@@ -785,6 +785,10 @@ impl Fs for EditorFs {
         self.docs.get(path).is_some()
     }
 
+    fn buffer_paths(&self) -> Vec<PathBuf> {
+        self.docs.paths()
+    }
+
     async fn unsaved_note(&self, path: &Path) -> Option<String> {
         let doc = self.docs.get(path)?;
         let shown = self.shown(path);

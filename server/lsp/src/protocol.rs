@@ -223,6 +223,22 @@ pub struct PromptResult {
     /// `runId` is empty. A failing command is reported as an `extension_error` event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// What happened to the prompt, as Pi 1.6's RPC `prompt` reports it (`data.disposition`).
+    pub disposition: PromptDisposition,
+}
+
+/// What happened to a prompt (Pi 1.6's `disposition`): `handled` means no run started for it
+/// (an extension command consumed it), so a client waits for no `agent_settled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub enum PromptDisposition {
+    /// A run started with it.
+    Started,
+    /// It was queued into the active run (steer / follow-up).
+    Queued,
+    /// An extension command consumed it; no run.
+    Handled,
 }
 
 /// `agent/extension/commands` result: the session's extension commands in load order (Pi's
@@ -953,6 +969,30 @@ pub struct QueueModesResult {
 pub struct QueueClearResult {
     #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub dropped: Vec<QueuedMessage>,
+    /// Pi 1.6's `clear_queue` result: the dropped steering texts, in queue order.
+    pub steering: Vec<String>,
+    /// Pi 1.6's `clear_queue` result: the dropped follow-up texts (next-turn messages
+    /// included, after them), in queue order.
+    pub follow_up: Vec<String>,
+}
+
+impl QueueClearResult {
+    /// The result for `dropped` (Pi's `steering` / `followUp` lists taken from it).
+    pub fn from_dropped(dropped: Vec<QueuedMessage>) -> Self {
+        let texts = |steer: bool| -> Vec<String> {
+            dropped
+                .iter()
+                .filter(|m| (m.delivery == pi_core::agent::Delivery::Steer) == steer)
+                .map(|m| m.text.clone())
+                .collect()
+        };
+        let (steering, follow_up) = (texts(true), texts(false));
+        QueueClearResult {
+            dropped,
+            steering,
+            follow_up,
+        }
+    }
 }
 
 /// `agent/retry/set` params (Pi's `set_auto_retry`).
@@ -1153,6 +1193,15 @@ mod tests {
             unsaved: false,
         };
         assert_eq!(serde_json::to_value(params).unwrap(), end["params"]);
+        let settled = fixture("agent-event.agent-settled.notification.json");
+        let params = AgentEventParams {
+            session_id: "01a22d67-d357-722e-afd8-b78dfc6ea512".into(),
+            run_id: "01a22d68-0c11-7e0a-9a55-5b7c2f3d4e61".into(),
+            seq: 58,
+            event: AgentEvent::AgentSettled { aborted: false },
+            unsaved: false,
+        };
+        assert_eq!(serde_json::to_value(params).unwrap(), settled["params"]);
     }
 
     #[test]
@@ -1283,6 +1332,7 @@ mod tests {
         seen.push("agent-requestPermission.response.json".into());
         // Checked in `compact_fixtures_round_trip`.
         seen.push("agent-event.compaction-start.notification.json".into());
+        seen.push("agent-event.agent-settled.notification.json".into());
         seen.push("agent-event.compaction-end.notification.json".into());
         seen.extend(pair::<SaveDocumentParams, SaveDocumentResult>(
             "agent-saveDocument",

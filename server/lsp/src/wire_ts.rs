@@ -42,6 +42,7 @@ mod tests {
             ImageInput,
             PromptParams,
             PromptResult,
+            PromptDisposition,
             // agent/abort, agent/compact, sessions
             AbortParams,
             CompactParams,

@@ -48,7 +48,13 @@ queueId?: string | null,
  * The extension command the text invoked (`/name args`); then no run started and
  * `runId` is empty. A failing command is reported as an `extension_error` event.
  */
-command?: string | null, };
+command?: string | null, 
+/**
+ * What happened to the prompt, as Pi 1.6's RPC `prompt` reports it (`data.disposition`).
+ */
+disposition: PromptDisposition, };
+
+export type PromptDisposition = "started" | "queued" | "handled";
 
 export type AbortParams = { sessionId: string, };
 

@@ -311,6 +311,7 @@ impl Agent {
         tokio::spawn(async move {
             let (mut cfg, mut history, mut work, mut ctl) = (cfg, history, work, first);
             let mut tx = tx;
+            let settled_aborted: bool;
             loop {
                 let sink = Dispatch {
                     inner: inner.clone(),
@@ -352,6 +353,8 @@ impl Agent {
                         continue;
                     }
                     st.running = None;
+                    settled_aborted = outcome.stop_reason == pi_ai::StopReason::Aborted
+                        || ctl.cancel.is_cancelled();
                     st.last_outcome = Some(outcome);
                     break;
                 }
@@ -382,7 +385,18 @@ impl Agent {
                 history = outcome.messages.clone();
                 st.last_outcome = Some(outcome);
             }
-            inner.idle.send_replace(true);
+            // Pi 1.6's `agent_settled`: nothing more runs on its own. Listeners see the agent
+            // idle (no active run); one that starts a run from here keeps it busy.
+            Dispatch {
+                inner: inner.clone(),
+            }
+            .emit(AgentEvent::AgentSettled {
+                aborted: settled_aborted,
+            })
+            .await;
+            if inner.state.lock().running.is_none() {
+                inner.idle.send_replace(true);
+            }
         });
         Ok((run_id, control, rx))
     }

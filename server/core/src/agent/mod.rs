@@ -50,7 +50,9 @@ use tokio_util::sync::CancellationToken;
 pub use crate::compaction::{
     CompactionError, CompactionProposal, CompactionResult, CompactionSettings, Compactor,
 };
-pub use crate::config::types::{QueueMode, RetrySettings, ToolKind, ABORTED_TEXT};
+pub use crate::config::types::{
+    QueueMode, RetrySettings, ToolKind, ABORTED_TEXT, OPERATION_ABORTED_TEXT,
+};
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -284,6 +286,13 @@ pub enum AgentEvent {
     },
     AgentEnd {
         messages: Vec<Message>,
+    },
+    /// Pi 1.6's `agent_settled`: the harness will not continue on its own (retries,
+    /// compaction recovery, queued messages and a compaction asked for during the run are
+    /// over); `aborted` when the last run ended because it was aborted. Sent once per settle,
+    /// after the last run's `agent_end`; not stored in the session file.
+    AgentSettled {
+        aborted: bool,
     },
     /// A transient provider failure will be retried after `delayMs` (Pi's `auto_retry_start`).
     AutoRetryStart {

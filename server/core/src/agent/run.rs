@@ -15,7 +15,8 @@ use super::{
     AfterToolCall, AgentConfig, AgentEvent, BeforeToolCall, CompactionConfig, CompactionError,
     CompactionProposal, CompactionReason, CompactionResult, EventSink, NextTurn, Queue, RunControl,
     RunOutcome, Tool, ToolContext, ToolError, ToolExecution, ToolOutput, ABORTED_TEXT, ABORT_GRACE,
-    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT, MIN_OUTPUT_TOKENS, UNFINISHED_ARGUMENTS_TEXT,
+    FAILED_RESPONSE_TEXT, LENGTH_LIMIT_TEXT, MIN_OUTPUT_TOKENS, OPERATION_ABORTED_TEXT,
+    UNFINISHED_ARGUMENTS_TEXT,
 };
 
 /// Pi's text when a second overflow comes after one compact-and-retry.
@@ -756,7 +757,7 @@ impl Run<'_> {
             .map_err(immediate)?;
         }
         if self.control.cancel.is_cancelled() {
-            return Err(immediate(ABORTED_TEXT.into()));
+            return Err(immediate(OPERATION_ABORTED_TEXT.into()));
         }
         Ok(Prepared { index, tool, args })
     }
@@ -843,6 +844,16 @@ impl Run<'_> {
         for p in prepared {
             let utx = utx.clone();
             let i = p.index;
+            // Aborted before this call started (Pi 1.6: each deferred call checks the signal).
+            if self.control.cancel.is_cancelled() {
+                let f = Finalized {
+                    output: ToolOutput::error(OPERATION_ABORTED_TEXT, None),
+                    is_error: true,
+                };
+                self.emit_end(&calls[i], &f).await;
+                slots[i] = Some(f);
+                continue;
+            }
             let ctx = ToolContext {
                 call_id: calls[i].id.clone(),
                 turn: self.turn,
@@ -1034,7 +1045,7 @@ impl Run<'_> {
                     }
                 }
                 let f = slot[0].take().unwrap_or(Finalized {
-                    output: ToolOutput::error(ABORTED_TEXT, None),
+                    output: ToolOutput::error(OPERATION_ABORTED_TEXT, None),
                     is_error: true,
                 });
                 terminate &= f.output.terminate;
@@ -1058,7 +1069,7 @@ impl Run<'_> {
             self.execute(assistant, &calls, prepared, &mut slots).await;
             for (call, slot) in calls.iter().zip(slots) {
                 let f = slot.unwrap_or(Finalized {
-                    output: ToolOutput::error(ABORTED_TEXT, None),
+                    output: ToolOutput::error(OPERATION_ABORTED_TEXT, None),
                     is_error: true,
                 });
                 terminate &= f.output.terminate;

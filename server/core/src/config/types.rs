@@ -98,5 +98,10 @@ pub enum ToolKind {
     Execute,
 }
 
-/// Text of the result given to calls skipped or stopped because the run was aborted.
+/// Text of the result given to calls stopped because the run was aborted while they ran.
 pub const ABORTED_TEXT: &str = "Tool execution was aborted by the user.";
+
+/// Text of the result Pi 1.6 gives the calls of a batch that had not started when the run was
+/// aborted (`pi-agent-core`'s `createErrorToolResult("Operation aborted")`, #9986): every call
+/// keeps a paired result.
+pub const OPERATION_ABORTED_TEXT: &str = "Operation aborted";

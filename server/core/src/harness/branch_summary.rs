@@ -44,18 +44,18 @@ fn messages_of(entries: &[&Entry]) -> Vec<Message> {
 /// Pi's summary of a branch left with nothing to summarise (without the preamble, as Pi).
 pub const NO_CONTENT: &str = "No content to summarize";
 
-/// Asks `model` to summarise `entries` (`cancel` stops it); the summary with Pi's preamble,
-/// or why it failed. An answer without text is asked for once more; a second one fails the
+/// Asks `model` to summarise `entries` (`cancel` stops it); the summary with Pi's preamble and
+/// the summary request's usage (none when nothing was asked), or why it failed. An answer without text is asked for once more; a second one fails the
 /// summary: no empty summary is written (case 18.11).
 pub async fn branch_summary(
     model: &Model,
     entries: &[&Entry],
     custom_instructions: Option<&str>,
     cancel: &CancellationToken,
-) -> Result<String, String> {
+) -> Result<(String, Option<pi_ai::Usage>), String> {
     let conversation = serialize_conversation(&messages_of(entries));
     if conversation.is_empty() {
-        return Ok(NO_CONTENT.to_string());
+        return Ok((NO_CONTENT.to_string(), None));
     }
     let instructions = match custom_instructions.map(str::trim).filter(|c| !c.is_empty()) {
         Some(c) => format!("{INSTRUCTIONS}\n\nAdditional focus: {c}"),
@@ -66,6 +66,6 @@ pub async fn branch_summary(
     ));
     complete_summary(model, &context, MAX_TOKENS, cancel)
         .await
-        .map(|text| format!("{PREAMBLE}{text}"))
+        .map(|(text, usage)| (format!("{PREAMBLE}{text}"), Some(usage)))
         .map_err(|e| format!("the branch summary failed: {e}"))
 }

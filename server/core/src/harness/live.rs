@@ -845,7 +845,7 @@ impl AgentSession {
         let summary = if summarize && !left.is_empty() {
             let cancel = tokio_util::sync::CancellationToken::new();
             let _cancel_on_drop = cancel.clone().drop_guard();
-            let text =
+            let (text, usage) =
                 super::branch_summary::branch_summary(&self.model(), &left, instructions, &cancel)
                     .await
                     .map_err(Error::Summary)?;
@@ -881,6 +881,7 @@ impl AgentSession {
             Some((
                 text,
                 serde_json::json!({"readFiles": read, "modifiedFiles": modified}),
+                usage,
             ))
         } else {
             None
@@ -891,11 +892,12 @@ impl AgentSession {
         let (summary_entry_id, leaf) = {
             let mut w = self.lock_writer()?;
             let id = match (&summary, &old_leaf) {
-                (Some((text, details)), Some(_)) => Some(w.branch_with_summary(
+                (Some((text, details, usage)), Some(_)) => Some(w.branch_with_summary(
                     &tree,
                     target_leaf.as_deref(),
                     text,
                     details.clone(),
+                    usage.clone(),
                 )?),
                 _ => {
                     w.branch(&tree, target_leaf.as_deref())?;
@@ -919,7 +921,7 @@ impl AgentSession {
         Ok(BranchOutcome {
             leaf_id: leaf,
             summary_entry_id,
-            summary: summary.map(|(text, _)| text),
+            summary: summary.map(|(text, _, _)| text),
             editor_text,
             message_count: count,
         })

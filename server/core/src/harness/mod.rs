@@ -790,6 +790,11 @@ fn build_config(
                 late.late_tools(&late_id, taken, allowed)
             })),
             tool_filter: Some(&|tools| extensions.filter_tools(tools)),
+            session_env: crate::tools::session_env(
+                id,
+                Some(crate::session::lock_writer_for_close(writer).path()),
+                model,
+            ),
         },
     );
     cfg.compaction = Some(compaction_config(ws, writer));

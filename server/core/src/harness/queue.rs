@@ -838,6 +838,8 @@ mod tests {
                 summary: "s".into(),
                 first_kept_entry_id: "e".into(),
                 tokens_before: 15,
+                estimated_tokens_after: None,
+                usage: None,
                 details: Value::Null,
             }),
             aborted: false,

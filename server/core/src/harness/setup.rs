@@ -13,6 +13,7 @@ use crate::session::SessionWriter;
 use crate::tools::{BeforeBash, ToolState};
 use pi_ai::models::{ModelDefaults, ModelError, SCRIPTED_API};
 use pi_ai::{Model, Registry};
+use serde_json::Value;
 
 /// The offline script replayed when no provider is configured.
 const DEMO_SCRIPT: &str = include_str!("../../../../fixtures/scripted/demo.json");
@@ -173,6 +174,8 @@ pub struct RunAdditions<'a> {
     /// Changes the final tool list before the system prompt is built from it (extensions'
     /// [`crate::extension::ExtensionApi::filter_tools`], e.g. plan mode's read-only tools).
     pub tool_filter: Option<ToolFilter<'a>>,
+    /// What `bash` exports about the session ([`crate::tools::session_env`]).
+    pub session_env: Vec<(String, String)>,
 }
 
 /// See [`RunAdditions::tool_filter`].
@@ -197,6 +200,7 @@ pub fn agent_config_with(
         extra_tools,
         late_tools,
         tool_filter,
+        session_env,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -207,6 +211,7 @@ pub fn agent_config_with(
         allowed_dirs: settings.allowed_dirs.clone(),
         approval: gate.clone(),
         folders: ws.folders(),
+        session_env,
         ..ToolState::default()
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
@@ -224,6 +229,7 @@ pub fn agent_config_with(
         ),
         None => crate::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
     };
+    apply_default_tools(&mut tools, settings.raw("defaultTools"));
     tools.extend(extra_tools);
     if let Some(late) = late_tools {
         let names: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
@@ -252,4 +258,33 @@ pub fn expand_prompt(ws: &WorkspaceConfig, text: &str) -> String {
 /// The thinking level a session records for `model` (Pi writes `off` when none is set).
 pub fn thinking_level_name(model: &Model) -> &'static str {
     model.thinking_level.map(|l| l.as_str()).unwrap_or("off")
+}
+
+/// Pi 1.6's `defaultTools` over the built-in tools (`read`, `bash`, `edit`, `write`, `grep`,
+/// `find`, `ls`; docs/settings.md "The default tools"): names without a sign select the tools
+/// (the others are left out), then `-name` removes one and `+name` puts one back. No setting,
+/// or not a list of strings: all seven. Names of other tools (`todo`, extensions', MCP's) are
+/// not handled here (`-todo`: [`crate::extension::builtins`]).
+pub fn apply_default_tools(tools: &mut Vec<Arc<dyn crate::agent::Tool>>, setting: Option<&Value>) {
+    let Some(list) = setting.and_then(Value::as_array) else {
+        return;
+    };
+    let names: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+    let plain: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !n.starts_with('+') && !n.starts_with('-'))
+        .collect();
+    let keep = |name: &str| -> bool {
+        let mut on = plain.is_empty() || plain.contains(&name);
+        for n in &names {
+            if n.strip_prefix('-') == Some(name) {
+                on = false;
+            } else if n.strip_prefix('+') == Some(name) {
+                on = true;
+            }
+        }
+        on
+    };
+    tools.retain(|t| keep(&t.spec().name));
 }

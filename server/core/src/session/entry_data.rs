@@ -29,14 +29,14 @@ pub enum EntryData {
         first_kept_entry_id: String,
         tokens_before: u64,
         details: Value,
+        /// Pi 1.6: the usage of the summary requests (before `fromHook`, as Pi 1.6 writes it).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<pi_ai::Usage>,
         from_hook: bool,
         /// Pi 1.6: the complete prompt/tool checkpoint at the boundary
         /// ([`super::SystemState::checkpoint`]).
         #[serde(skip_serializing_if = "Option::is_none")]
         system_message: Option<Value>,
-        /// Pi 1.6: the usage of the summary request.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<pi_ai::Usage>,
     },
     /// What an abandoned branch concluded (`branch_summary`), attached at `fromId` (`"root"`
     /// for the root); `details` `{readFiles, modifiedFiles}` when known.
@@ -45,10 +45,10 @@ pub enum EntryData {
         summary: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
-        from_hook: bool,
-        /// Pi 1.6: the usage of the summary request.
+        /// Pi 1.6: the usage of the summary request (before `fromHook`, as Pi 1.6 writes it).
         #[serde(skip_serializing_if = "Option::is_none")]
         usage: Option<pi_ai::Usage>,
+        from_hook: bool,
     },
     /// Sets (or, without `label`, clears) the label of entry `targetId` (`label`).
     Label {

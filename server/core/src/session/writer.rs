@@ -409,14 +409,15 @@ impl SessionWriter {
     /// Branches at `entry` and writes a `branch_summary` there carrying what the abandoned
     /// branch concluded, as Pi 0.73.1's `branchWithSummary` writes it: `fromId` is the entry
     /// the summary is attached to (`"root"` for `None`), `details` Pi's `{readFiles,
-    /// modifiedFiles}` (or `Null` to leave it out), `fromHook: false`. Returns the summary
-    /// entry's id.
+    /// modifiedFiles}` (or `Null` to leave it out), `fromHook: false`, and (Pi 1.6) the
+    /// summary request's `usage` when one was made. Returns the summary entry's id.
     pub fn branch_with_summary(
         &mut self,
         tree: &SessionTree,
         entry: Option<&str>,
         summary: &str,
         details: Value,
+        usage: Option<pi_ai::Usage>,
     ) -> Result<String, SessionError> {
         self.branch(tree, entry)?;
         self.append(EntryData::BranchSummary {
@@ -424,7 +425,7 @@ impl SessionWriter {
             summary: summary.to_string(),
             details: (!details.is_null()).then_some(details),
             from_hook: false,
-            usage: None,
+            usage,
         })
     }
 

@@ -65,7 +65,20 @@ pub struct BashTool {
     approver: Option<Arc<dyn Approver>>,
     /// The first result of this tool set carried the sandbox notice.
     noted: AtomicBool,
+    /// Pi 1.6's session variables for the commands ([`SESSION_ENV_VARS`]): set ones exported,
+    /// the others removed from the inherited environment.
+    session_env: Vec<(String, String)>,
 }
+
+/// The variables Pi 1.6's `bash` exports about the session (`core/tools/bash.js`,
+/// `resolveSpawnContext`); an inherited value of any of them is never passed on.
+pub const SESSION_ENV_VARS: [&str; 5] = [
+    "PI_SESSION_ID",
+    "PI_SESSION_FILE",
+    "PI_PROVIDER",
+    "PI_MODEL",
+    "PI_REASONING_LEVEL",
+];
 
 impl BashTool {
     /// A bash tool running commands in `cwd` under the sandbox policy of `cwd`'s settings
@@ -90,7 +103,14 @@ impl BashTool {
             sandbox,
             approver,
             noted: AtomicBool::new(false),
+            session_env: Vec::new(),
         }
+    }
+
+    /// This tool exporting `env` (names of [`SESSION_ENV_VARS`]) to its commands.
+    pub fn with_session_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.session_env = env;
+        self
     }
 
     /// The session's sandbox.
@@ -495,6 +515,12 @@ impl BashTool {
         // Provider keys stay with the server (docs/security.md).
         for var in pi_ai::keys::secret_env_vars() {
             cmd.env_remove(var);
+        }
+        for var in SESSION_ENV_VARS {
+            cmd.env_remove(var);
+        }
+        for (k, v) in &self.session_env {
+            cmd.env(k, v);
         }
         let mut child = crate::sandbox::spawn(cmd, policy)
             .await

@@ -4,8 +4,9 @@
 //! Rules (Pi 0.73.1 and cases EDIT-01..08): every `oldText` is matched against the original
 //! text, not after earlier edits; it must match exactly once, counting matches at every start
 //! offset (so `foo\nfoo\n` in `foo\nfoo\nfoo\n` is two matches); edits must not overlap;
-//! `\n` in `oldText` / `newText` means the file's line ending (its first one, as Pi detects
-//! it), and only the matched ranges change, so other lines keep theirs, a BOM stays once and a
+//! `\n` in `oldText` / `newText` means the line ending of the line where the match starts (Pi
+//! 1.6's `getLineEndingAt`; lines the match spans keep their own), and only the matched ranges
+//! change, so other lines keep theirs (also in mixed CRLF / LF / lone-CR files), a BOM stays once and a
 //! missing final newline stays missing. Exact match first, then Pi's normalised fallback, then
 //! a whitespace-tolerant line match (see [`super::edit_match`]). Matching is substring matching:
 //! a partial line is fine when it is unique. A failed edit never changes the file.
@@ -534,9 +535,8 @@ impl Tool for EditTool {
                 "path":{"type":"string","description":"Path to the file to edit (relative or absolute)"},
                 "edits":{"type":"array","items":{"type":"object","required":["oldText","newText"],"properties":{
                     "oldText":{"type":"string","description":"Exact text for one targeted replacement. It must be unique in the original file and must not overlap with any other edits[].oldText in the same call."},
-                    "newText":{"type":"string","description":"Replacement text for this targeted edit."}},"additionalProperties":false},
-                    "description":"One or more targeted replacements. Each edit is matched against the original file, not incrementally. Do not include overlapping or nested edits. If two changes touch the same block or nearby lines, merge them into one edit instead."}},
-                "additionalProperties":false}),
+                    "newText":{"type":"string","description":"Replacement text for this targeted edit."}}},
+                    "description":"One or more targeted replacements. Each edit is matched against the original file, not incrementally. Do not include overlapping or nested edits. If two changes touch the same block or nearby lines, merge them into one edit instead."}}}),
         }
     }
 
@@ -551,10 +551,29 @@ impl Tool for EditTool {
         let Value::Object(mut m) = args else {
             return args;
         };
-        if let Some(Value::String(s)) = m.get("edits") {
-            if let Ok(v @ Value::Array(_)) = serde_json::from_str::<Value>(s) {
-                m.insert("edits".into(), v);
+        // Pi 1.6's `prepareEditArguments`: `edits` sent as a JSON string, or as one edit
+        // object instead of a one-element array, becomes the array.
+        let single = |v: &Value| {
+            v.as_object().is_some_and(|o| {
+                o.get("oldText").is_some_and(Value::is_string)
+                    && o.get("newText").is_some_and(Value::is_string)
+            })
+        };
+        match m.get("edits") {
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(v @ Value::Array(_)) => {
+                    m.insert("edits".into(), v);
+                }
+                Ok(v) if single(&v) => {
+                    m.insert("edits".into(), Value::Array(vec![v]));
+                }
+                _ => {}
+            },
+            Some(v) if single(v) => {
+                let v = v.clone();
+                m.insert("edits".into(), Value::Array(vec![v]));
             }
+            _ => {}
         }
         if let (Some(Value::String(_)), Some(Value::String(_))) =
             (m.get("oldText"), m.get("newText"))

@@ -104,6 +104,22 @@ pub(crate) fn detect_eol(text: &str) -> &'static str {
     }
 }
 
+/// The line ending of the line holding byte `offset` of `text` (Pi 1.6's `getLineEndingAt`):
+/// its own `\n` or `\r\n`, or the line before's for an unterminated last line; a lone `\r`
+/// counts only in a file without any `\n`.
+pub(crate) fn line_ending_at(text: &str, offset: usize) -> &'static str {
+    let b = text.as_bytes();
+    let lf = memchr::memchr(b'\n', &b[offset.min(b.len())..])
+        .map(|i| offset + i)
+        .or_else(|| memchr::memrchr(b'\n', &b[..offset.min(b.len())]));
+    match lf {
+        None if b.contains(&b'\r') => "\r",
+        None => "\n",
+        Some(i) if i > 0 && b[i - 1] == b'\r' => "\r\n",
+        Some(_) => "\n",
+    }
+}
+
 /// `\r\n` and lone `\r` as `\n` (Pi's `normalizeToLF`).
 pub(crate) fn to_lf(s: &str) -> String {
     s.replace("\r\n", "\n").replace('\r', "\n")
@@ -369,9 +385,14 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
     // several go on below (the view's line numbers differ where a lone `\r` ends a line).
     if !old_lf.contains('\n') {
         if let [at] = find_all(body, &old_lf).as_slice() {
+            let ending = line_ending_at(text, base + *at);
             return Ok(Found {
                 range: base + *at..base + *at + old_lf.len(),
-                new_text: with_eol(&new_lf),
+                new_text: if ending == "\n" {
+                    new_lf
+                } else {
+                    new_lf.replace('\n', ending)
+                },
                 level: Level::Exact,
             });
         }
@@ -427,7 +448,11 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
             [at] => {
                 let range = view.original(&(*at..*at + needle.len()));
                 return Ok(Found {
-                    new_text: keep_endings(&text[range.clone()], &new_lf, eol),
+                    new_text: keep_endings(
+                        &text[range.clone()],
+                        &new_lf,
+                        line_ending_at(text, range.start),
+                    ),
                     range,
                     level,
                 });
@@ -441,7 +466,11 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
     }
     if let Some((range, new_text)) = whitespace_match(&lf, &old_lf, &new_lf)? {
         return Ok(Found {
-            new_text: keep_endings(&text[range.clone()], &new_text, eol),
+            new_text: keep_endings(
+                &text[range.clone()],
+                &new_text,
+                line_ending_at(text, range.start),
+            ),
             range,
             level: Level::Whitespace,
         });
@@ -454,7 +483,8 @@ pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError
 /// `new_lf` (line ends as `\n`) written with the line endings of `original`, the matched text
 /// of a file whose lines do not all end the same way (case ED-03: a lone `\r` of a progress
 /// line, CRLF and LF mixed): the k-th line end of the new text is the k-th one of the matched
-/// text, and line ends beyond those are `eol` (the file's first). So a replacement that
+/// text, and line ends beyond those are `eol` (the ending of the line where the match starts,
+/// as Pi 1.6 writes every `\n` of the new text). So a replacement that
 /// keeps the lines' structure keeps every ending byte for byte.
 fn keep_endings(original: &str, new_lf: &str, eol: &str) -> String {
     let b = original.as_bytes();

@@ -2,9 +2,10 @@
 //! matches a glob, on ripgrep's `ignore` walk and `globset`, with Pi 0.73.1's parameters, texts
 //! and limits (1,000 results, 50 KB of output).
 //!
-//! Pattern rule (Pi passes it to `fd --glob`): a pattern without `/` matches the file name at any
-//! depth; one with `/` matches the path relative to the search folder, with `**/` put in front
-//! unless it starts with `/` (then anchored at the search folder) or `**`. Hidden files are
+//! Pattern rule (Pi 1.6 passes it to `fd --glob`): a pattern without `/` matches the file name
+//! at any depth; one with `/` matches the path relative to the search folder (`src/*.ts` finds
+//! `src/a.ts` but not `pkg/src/a.ts`; `**/src/*.ts` finds both), an absolute one the absolute
+//! path; a leading `./` is dropped; an all-lowercase pattern ignores case (fd's smart case). Hidden files are
 //! included, `.gitignore` is respected even outside a git repository (`fd --no-require-git`),
 //! `.git` is skipped; results come in name order.
 
@@ -55,20 +56,23 @@ fn run(
             search_path.display()
         )));
     }
+    // Pi 1.6 (#12066): a leading `./` is dropped; a pattern with `/` is relative to the search
+    // folder (`src/*.ts` finds `src/a.ts`, not `pkg/src/a.ts`), an absolute one is matched
+    // against the absolute path; smart case (an all-lowercase pattern ignores case).
+    let mut pattern = pattern;
+    while let Some(rest) = pattern.strip_prefix("./") {
+        pattern = rest;
+    }
     let full_path = pattern.contains('/');
-    let effective = if !full_path || pattern.starts_with("**") {
-        pattern.to_string()
-    } else if let Some(anchored) = pattern.strip_prefix('/') {
-        anchored.to_string()
-    } else {
-        format!("**/{pattern}")
-    };
-    let glob = GlobBuilder::new(&effective)
+    let absolute = Path::new(pattern).is_absolute();
+    let glob = GlobBuilder::new(pattern)
         .literal_separator(full_path)
+        .case_insensitive(pattern == pattern.to_lowercase())
         .build()
         .map_err(|e| ToolError::new(format!("Invalid pattern {pattern}: {e}")))?
         .compile_matcher();
     let mut found: Vec<String> = Vec::new();
+    let mut limit_reached = false;
     for entry in walker(search_path, None)?.build() {
         if cancel.is_cancelled() {
             return Err(ToolError::new("Operation aborted"));
@@ -81,17 +85,21 @@ fn run(
             continue;
         };
         let rel_s = rel.to_string_lossy().replace('\\', "/");
-        let hit = if full_path {
+        let hit = if absolute {
+            glob.is_match(entry.path())
+        } else if full_path {
             glob.is_match(&rel_s)
         } else {
             glob.is_match(entry.file_name())
         };
         if hit {
-            let dir = entry.file_type().is_some_and(|t| t.is_dir());
-            found.push(if dir { format!("{rel_s}/") } else { rel_s });
-            if found.len() >= limit {
+            // One result past the limit tells "exactly `limit`" from "more" (Pi 1.6, #7121).
+            if found.len() == limit {
+                limit_reached = true;
                 break;
             }
+            let dir = entry.file_type().is_some_and(|t| t.is_dir());
+            found.push(if dir { format!("{rel_s}/") } else { rel_s });
         }
     }
     if found.is_empty() {
@@ -100,7 +108,7 @@ fn run(
     let (text, cut) = head_bytes(&found.join("\n"));
     let mut details = Map::new();
     let mut notices = Vec::new();
-    if found.len() >= limit {
+    if limit_reached {
         notices.push(format!(
             "{limit} results limit reached. Use limit={} for more, or refine pattern",
             limit * 2
@@ -134,7 +142,7 @@ impl Tool for FindTool {
             name: "find".into(),
             description: format!("Search for files by glob pattern. Returns matching file paths relative to the search directory. Respects .gitignore. Output is truncated to {FIND_LIMIT} results or 50KB (whichever is hit first)."),
             parameters: json!({"type":"object","required":["pattern"],"properties":{
-                "pattern":{"type":"string","description":"Glob pattern to match files, e.g. '*.ts', '**/*.json', or 'src/**/*.spec.ts'"},
+                "pattern":{"type":"string","description":"Glob pattern relative to the search directory, e.g. 'src/**/*.ts'. Without '/', e.g. '*.ts', it matches file names at any depth"},
                 "path":{"type":"string","description":"Directory to search in (default: current directory)"},
                 "limit":{"type":"number","description":"Maximum number of results (default: 1000)"}}}),
         }

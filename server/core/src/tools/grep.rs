@@ -9,8 +9,13 @@
 //! lines are kept only as far as they are shown, and context is read in a stream (issue 19
 //! item 5), so memory stays bounded on huge files. Files are visited in name order so results
 //! are stable (searched in
-//! batches on every core, merged in that order). The search
-//! reads the disk (unsaved editor buffers are not searched).
+//! batches on every core, merged in that order). Open editor buffers are searched as `read`
+//! reads them (the editor's view, unsaved changes included), with `read`'s note when the disk
+//! differs; other files are read from disk.
+//!
+//! Pi 1.6's changes: `glob` is relative to `path` (a leading `./` dropped); context lines come
+//! as ripgrep gives them (each line once per file, overlapping windows merged); the limit
+//! notice appears only when more than `limit` matches exist.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +31,7 @@ use serde_json::{json, Map, Value};
 
 use super::{head_bytes, parse_args, resolve_path_in, walker, ToolState, MAX_BYTES};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::fs::Fs;
 
 /// Default match limit (Pi).
 pub const GREP_LIMIT: usize = 100;
@@ -47,14 +53,33 @@ struct Args {
 /// The `grep` tool.
 pub struct GrepTool {
     root: PathBuf,
+    fs: Arc<dyn Fs>,
     state: Arc<ToolState>,
 }
 
 impl GrepTool {
-    /// A grep tool searching under `root` (and allowed folders in `state`).
-    pub fn new(root: PathBuf, state: Arc<ToolState>) -> Self {
-        GrepTool { root, state }
+    /// A grep tool searching under `fs`'s root (and allowed folders in `state`); open buffers
+    /// of `fs` ([`Fs::buffer_paths`]) are searched as `read` reads them.
+    pub fn new(fs: Arc<dyn Fs>, state: Arc<ToolState>) -> Self {
+        GrepTool {
+            root: fs.root().to_path_buf(),
+            fs,
+            state,
+        }
     }
+}
+
+/// Pi 1.6's glob clean-up: a leading `./` (after an optional `!`) is dropped, so `./src/*.ts`
+/// matches what `src/*.ts` does.
+pub(crate) fn strip_dot_slash(glob: &str) -> String {
+    let (neg, mut rest) = match glob.strip_prefix('!') {
+        Some(r) => ("!", r),
+        None => ("", glob),
+    };
+    while let Some(r) = rest.strip_prefix("./") {
+        rest = r;
+    }
+    format!("{neg}{rest}")
 }
 
 /// Pi's `truncateLine`: at most [`GREP_MAX_LINE_LENGTH`] chars, then `... [truncated]`.
@@ -66,6 +91,8 @@ pub(crate) fn clip_line(line: &str) -> (String, bool) {
 }
 
 struct Search {
+    /// Open editor buffers' texts by path (the editor's view, searched instead of the disk).
+    buffers: HashMap<PathBuf, Arc<String>>,
     pattern: String,
     ignore_case: bool,
     literal: bool,
@@ -106,6 +133,7 @@ fn keep_of_line(line: &str) -> String {
 /// a few chunks of memory.
 fn context_lines(
     path: &Path,
+    buffer: Option<&Arc<String>>,
     wanted: &std::collections::BTreeSet<usize>,
 ) -> (HashMap<usize, String>, Option<usize>) {
     use std::io::Read as _;
@@ -113,8 +141,12 @@ fn context_lines(
     let Some(&last_wanted) = wanted.iter().next_back() else {
         return (out, None);
     };
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return (out, Some(0));
+    let mut file: Box<dyn std::io::Read> = match buffer {
+        Some(text) => Box::new(std::io::Cursor::new(text.as_bytes())),
+        None => match std::fs::File::open(path) {
+            Ok(f) => Box::new(f),
+            Err(_) => return (out, Some(0)),
+        },
     };
     let mut buf = vec![0u8; 256 * 1024];
     let mut line = 1usize;
@@ -166,20 +198,21 @@ const SEARCH_BATCH: usize = 256;
 /// their order, searched on up to `threads` threads. Unreadable files have none.
 fn search_files(
     files: &[PathBuf],
+    buffers: &HashMap<PathBuf, Arc<String>>,
     matcher: &grep_regex::RegexMatcher,
     room: usize,
     threads: usize,
 ) -> Vec<FileMatches> {
     let search = |searcher: &mut grep_searcher::Searcher, path: &Path| {
         let mut found: FileMatches = Vec::new();
-        let _ = searcher.search_path(
-            matcher,
-            path,
-            Lossy(|n, line| {
-                found.push((n, keep_of_line(line)));
-                Ok(found.len() < room)
-            }),
-        );
+        let sink = Lossy(|n, line| {
+            found.push((n, keep_of_line(line)));
+            Ok(found.len() < room)
+        });
+        let _ = match buffers.get(path) {
+            Some(text) => searcher.search_slice(matcher, text.as_bytes(), sink),
+            None => searcher.search_path(matcher, path, sink),
+        };
         found
     };
     let new_searcher = || {
@@ -225,11 +258,12 @@ fn search_files(
     out
 }
 
+/// The result and the files whose lines it shows.
 fn run(
     search_path: &Path,
     s: &Search,
     cancel: &tokio_util::sync::CancellationToken,
-) -> Result<ToolOutput, ToolError> {
+) -> Result<(ToolOutput, Vec<PathBuf>), ToolError> {
     let matcher = RegexMatcherBuilder::new()
         .case_insensitive(s.ignore_case)
         .fixed_strings(s.literal)
@@ -278,64 +312,68 @@ fn run(
         if batch.is_empty() {
             break;
         }
-        let room = s.limit - matches.len();
-        let found = search_files(&batch, &matcher, room, threads);
+        // One match past the limit tells "exactly `limit` matches" from "more" (Pi 1.6).
+        let room = s.limit + 1 - matches.len();
+        let found = search_files(&batch, &s.buffers, &matcher, room, threads);
         for (path, lines) in batch.iter().zip(found) {
             for (n, line) in lines {
-                matches.push((path.clone(), n, line));
-                if matches.len() >= s.limit {
+                if matches.len() == s.limit {
                     limit_reached = true;
                     break 'walk;
                 }
+                matches.push((path.clone(), n, line));
             }
         }
     }
     if matches.is_empty() {
-        return Ok(ToolOutput::text("No matches found"));
+        return Ok((ToolOutput::text("No matches found"), Vec::new()));
     }
+    let mut hit_files: Vec<PathBuf> = matches.iter().map(|(p, _, _)| p.clone()).collect();
+    hit_files.dedup();
     let mut lines_truncated = false;
     let mut out: Vec<String> = Vec::new();
-    // Context lines: per file, the lines around its matches, read once in a stream.
-    let mut cache: HashMap<PathBuf, (HashMap<usize, String>, Option<usize>)> = HashMap::new();
-    if s.context > 0 {
-        let mut wanted: HashMap<&Path, std::collections::BTreeSet<usize>> = HashMap::new();
-        for (path, n, _) in &matches {
-            let n = *n as usize;
-            wanted
-                .entry(path.as_path())
-                .or_default()
-                .extend(n.saturating_sub(s.context).max(1)..=n + s.context);
-        }
-        for (path, lines) in wanted {
-            cache.insert(path.to_path_buf(), context_lines(path, &lines));
-        }
-    }
-    for (path, n, text) in &matches {
-        let shown = format_path(path);
-        if s.context == 0 {
+    if s.context == 0 {
+        for (path, n, text) in &matches {
             let clean = text
                 .trim_end_matches('\n')
                 .trim_end_matches('\r')
                 .replace('\r', "");
             let (t, cut) = clip_line(&clean);
             lines_truncated |= cut;
-            out.push(format!("{shown}:{n}: {t}"));
-            continue;
+            out.push(format!("{}:{n}: {t}", format_path(path)));
         }
-        let Some((lines, total)) = cache.get(path) else {
-            continue;
-        };
-        let n = *n as usize;
-        let start = n.saturating_sub(s.context).max(1);
-        let end = (n + s.context).min(total.unwrap_or(usize::MAX));
-        for cur in start..=end {
-            let (t, cut) = clip_line(lines.get(&cur).map(String::as_str).unwrap_or(""));
-            lines_truncated |= cut;
-            out.push(if cur == n {
-                format!("{shown}:{cur}: {t}")
-            } else {
-                format!("{shown}-{cur}- {t}")
-            });
+    } else {
+        // Context as ripgrep gives it (Pi 1.6 takes it from `rg --context`): per file, each line
+        // of the matches' windows once, in order; a match inside another's window is a match
+        // line. After the limit, the last match's trailing window is still shown, a further
+        // match in it as a context line.
+        let mut files: Vec<(&Path, Vec<usize>)> = Vec::new();
+        for (path, n, _) in &matches {
+            match files.last_mut() {
+                Some((p, ns)) if *p == path.as_path() => ns.push(*n as usize),
+                _ => files.push((path.as_path(), vec![*n as usize])),
+            }
+        }
+        for (path, hits) in &files {
+            let wanted: std::collections::BTreeSet<usize> = hits
+                .iter()
+                .flat_map(|&n| n.saturating_sub(s.context).max(1)..=n + s.context)
+                .collect();
+            let (lines, total) = context_lines(path, s.buffers.get(*path), &wanted);
+            let shown = format_path(path);
+            let hit_set: std::collections::HashSet<usize> = hits.iter().copied().collect();
+            for cur in wanted {
+                if total.is_some_and(|t| cur > t) {
+                    break;
+                }
+                let (t, cut) = clip_line(lines.get(&cur).map(String::as_str).unwrap_or(""));
+                lines_truncated |= cut;
+                out.push(if hit_set.contains(&cur) {
+                    format!("{shown}:{cur}: {t}")
+                } else {
+                    format!("{shown}-{cur}- {t}")
+                });
+            }
         }
     }
     let (text, bytes_cut) = head_bytes(&out.join("\n"));
@@ -362,7 +400,7 @@ fn run(
         ));
         details.insert("linesTruncated".into(), json!(true));
     }
-    Ok(super::search_output(text, &notices, details))
+    Ok((super::search_output(text, &notices, details), hit_files))
 }
 
 #[async_trait]
@@ -384,7 +422,7 @@ impl Tool for GrepTool {
             parameters: json!({"type":"object","required":["pattern"],"properties":{
                 "pattern":{"type":"string","description":"Search pattern (regex or literal string)"},
                 "path":{"type":"string","description":"Directory or file to search (default: current directory)"},
-                "glob":{"type":"string","description":"Filter files by glob pattern, e.g. '*.ts' or '**/*.spec.ts'"},
+                "glob":{"type":"string","description":"Filter files by glob pattern relative to path, e.g. 'src/**/*.ts'. Without '/', e.g. '*.ts', it matches file names at any depth"},
                 "ignoreCase":{"type":"boolean","description":"Case-insensitive search (default: false)"},
                 "literal":{"type":"boolean","description":"Treat pattern as literal string instead of regex (default: false)"},
                 "context":{"type":"number","description":"Number of lines to show before and after each match (default: 0)"},
@@ -399,11 +437,30 @@ impl Tool for GrepTool {
             &self.state.allowed(),
             a.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("."),
         )?;
+        // The editor's view: open buffers under the search path are searched as `read` reads
+        // them; a note says where the disk differs by the user's unsaved changes.
+        let mut buffers = HashMap::new();
+        let mut notes: Vec<(PathBuf, String)> = Vec::new();
+        for buffered in self.fs.buffer_paths() {
+            if !buffered.starts_with(&path) {
+                continue;
+            }
+            if let Ok(snap) = self.fs.read(&buffered).await {
+                buffers.insert(buffered.clone(), snap.text.clone());
+                if let Some(note) = self.fs.unsaved_note(&buffered).await {
+                    notes.push((buffered, note));
+                }
+            }
+        }
         let search = Search {
+            buffers,
             pattern: a.pattern,
             ignore_case: a.ignore_case.unwrap_or(false),
             literal: a.literal.unwrap_or(false),
-            glob: a.glob.filter(|g| !g.is_empty()),
+            glob: a
+                .glob
+                .map(|g| strip_dot_slash(&g))
+                .filter(|g| !g.is_empty()),
             context: a
                 .context
                 .filter(|c| *c > 0.0)
@@ -412,8 +469,22 @@ impl Tool for GrepTool {
             limit: a.limit.map(|l| l.max(1.0) as usize).unwrap_or(GREP_LIMIT),
         };
         let cancel = ctx.cancel.clone();
-        tokio::task::spawn_blocking(move || run(&path, &search, &cancel))
-            .await
-            .map_err(|e| ToolError::new(format!("grep failed: {e}")))?
+        let (mut out, hit_files) =
+            tokio::task::spawn_blocking(move || run(&path, &search, &cancel))
+                .await
+                .map_err(|e| ToolError::new(format!("grep failed: {e}")))??;
+        // Notes of the buffers whose lines are in the result.
+        let shown: Vec<String> = notes
+            .into_iter()
+            .filter(|(p, _)| hit_files.contains(p))
+            .map(|(_, n)| n)
+            .collect();
+        if !shown.is_empty() {
+            if let Some(pi_ai::ContentBlock::Text(t)) = out.content.first_mut() {
+                t.text.push_str("\n\n");
+                t.text.push_str(&shown.join("\n"));
+            }
+        }
+        Ok(out)
     }
 }

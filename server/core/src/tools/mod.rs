@@ -109,6 +109,33 @@ pub struct ToolState {
     /// ([`crate::resources::WorkspaceConfig::folders`]): tools accept paths in the union of
     /// the root, these and [`ToolState::allowed_dirs`].
     pub folders: Arc<std::sync::RwLock<Vec<PathBuf>>>,
+    /// What `bash` exports about the session (Pi 1.6's `PI_SESSION_ID`, `PI_SESSION_FILE`,
+    /// `PI_PROVIDER`, `PI_MODEL`, `PI_REASONING_LEVEL`; [`session_env`]); empty: none.
+    pub session_env: Vec<(String, String)>,
+}
+
+/// Pi 1.6's session variables for `bash` (`resolveSpawnContext`): the session's id, its file
+/// (when it has one), the model's provider and id, and the thinking level (`off` included).
+pub fn session_env(
+    session_id: &str,
+    session_file: Option<&Path>,
+    model: &pi_ai::Model,
+) -> Vec<(String, String)> {
+    let mut env = vec![("PI_SESSION_ID".to_string(), session_id.to_string())];
+    if let Some(f) = session_file {
+        env.push(("PI_SESSION_FILE".into(), f.display().to_string()));
+    }
+    env.push(("PI_PROVIDER".into(), model.provider.clone()));
+    env.push(("PI_MODEL".into(), model.id.clone()));
+    env.push((
+        "PI_REASONING_LEVEL".into(),
+        model
+            .thinking_level
+            .map(|l| l.as_str())
+            .unwrap_or("off")
+            .to_string(),
+    ));
+    env
 }
 
 impl ToolState {
@@ -132,6 +159,7 @@ impl ToolState {
             allowed_dirs: crate::settings::Settings::load(&files).allowed_dirs,
             approval: None,
             folders: Arc::default(),
+            session_env: Vec::new(),
         }
     }
 }
@@ -183,7 +211,8 @@ pub fn tools_for_session(
         crate::sandbox::Sandbox::for_session(&root, sandbox, session_id)
     }
     .with_folders(state.folders.clone());
-    let bash = BashTool::with_sandbox(root, before_bash, sandbox, approver);
+    let bash = BashTool::with_sandbox(root, before_bash, sandbox, approver)
+        .with_session_env(state.session_env.clone());
     tool_set(fs, Arc::new(bash), state)
 }
 
@@ -202,7 +231,7 @@ fn tool_set(fs: Arc<dyn Fs>, bash: Arc<BashTool>, state: Arc<ToolState>) -> Vec<
         bash,
         Arc::new(EditTool::new(fs.clone(), state.clone())),
         Arc::new(WriteTool::new(fs.clone(), state.clone())),
-        Arc::new(GrepTool::new(fs.root().to_path_buf(), state.clone())),
+        Arc::new(GrepTool::new(fs.clone(), state.clone())),
         Arc::new(FindTool::new(fs.root().to_path_buf(), state.clone())),
         Arc::new(LsTool::new(fs, state)),
     ]

@@ -136,9 +136,7 @@ pub(crate) async fn queue_set_modes(cx: Ctx, p: QueueSetModesParams) -> Result<Q
 /// `agent/queue/clear {sessionId}` → the dropped messages (Pi's `clearQueue`).
 pub(crate) async fn queue_clear(cx: Ctx, p: SessionParams) -> Result<QueueClearResult> {
     let session = cx.session(&p.session_id).await?;
-    Ok(QueueClearResult {
-        dropped: session.clear_queue().await,
-    })
+    Ok(QueueClearResult::from_dropped(session.clear_queue().await))
 }
 
 /// `agent/queue/remove {sessionId, queueId}` → `{removed}`.

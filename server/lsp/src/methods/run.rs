@@ -8,8 +8,8 @@ use tower_lsp_server::jsonrpc::Result;
 use super::{core_error, images};
 use crate::ctx::Ctx;
 use crate::protocol::{
-    AbortParams, AbortResult, CompactParams, CompactResult, DeliverAs, PromptParams, PromptResult,
-    StreamingBehavior,
+    AbortParams, AbortResult, CompactParams, CompactResult, DeliverAs, PromptDisposition,
+    PromptParams, PromptResult, StreamingBehavior,
 };
 
 /// `agent/prompt {text, images?, sessionId?, model?, streamingBehavior?}` →
@@ -37,6 +37,7 @@ pub(crate) async fn agent_prompt(cx: Ctx, p: PromptParams) -> Result<PromptResul
             queued: false,
             queue_id: None,
             command: Some(name),
+            disposition: PromptDisposition::Handled,
         },
         PromptOutcome::Started { run_id } => PromptResult {
             session_id,
@@ -44,6 +45,7 @@ pub(crate) async fn agent_prompt(cx: Ctx, p: PromptParams) -> Result<PromptResul
             queued: false,
             queue_id: None,
             command: None,
+            disposition: PromptDisposition::Started,
         },
         PromptOutcome::Queued { queue_id, run_id } => PromptResult {
             session_id,
@@ -51,6 +53,7 @@ pub(crate) async fn agent_prompt(cx: Ctx, p: PromptParams) -> Result<PromptResul
             queued: true,
             queue_id: Some(queue_id),
             command: None,
+            disposition: PromptDisposition::Queued,
         },
     })
 }
