@@ -207,48 +207,33 @@ pub fn namespace(server: &str) -> String {
 
 const OVERRIDE_KEYS: [&str; 3] = ["enabled", "exposure", "toolExposure"];
 
-/// Loads the user file of `agent_dir` and, when `trusted`, the project file of `root`.
+/// Loads the user file of `agent_dir` and, when `trusted`, the project file of `root`
+/// (VS Code's servers first: [`super::vscode::load_all`]).
 pub fn load(agent_dir: Option<&Path>, root: &Path, trusted: bool) -> McpConfig {
-    load_all(agent_dir, root, trusted, None)
+    let mut cfg = McpConfig::default();
+    let mut raw: BTreeMap<String, Value> = BTreeMap::new();
+    load_pi_files(agent_dir, root, trusted, &mut cfg, &mut raw);
+    cfg
 }
 
-/// [`load`], with VS Code's servers first when `vscode` is given (the user's VS Code
-/// `mcp.json`, then, when `trusted`, `<root>/.vscode/mcp.json`; Pi's files then replace or
-/// override entries of the same name).
-pub fn load_all(
+/// Reads Pi's own files into `cfg` (after whatever `cfg` and `raw` hold): the user file of
+/// `agent_dir`, then, when `trusted`, the project file of `root`, whose entries replace or
+/// override entries of the same name.
+pub(crate) fn load_pi_files(
     agent_dir: Option<&Path>,
     root: &Path,
     trusted: bool,
-    vscode: Option<&super::vscode::VscodeFiles>,
-) -> McpConfig {
-    let mut cfg = McpConfig::default();
-    let mut raw: BTreeMap<String, Value> = BTreeMap::new();
-    if let Some(v) = vscode {
-        if let Some(user) = &v.user {
-            super::vscode::read(user, Scope::VscodeUser, root, &mut cfg, &mut raw);
-        }
-        if trusted {
-            let p = root.join(".vscode").join("mcp.json");
-            super::vscode::read(&p, Scope::VscodeWorkspace, root, &mut cfg, &mut raw);
-        }
-        let project = trusted.then(|| root.join(".pi").join("mcp.json"));
-        let user = agent_dir.map(|a| a.join("mcp.json"));
-        for s in &mut cfg.servers {
-            s.override_path = match s.scope {
-                Scope::VscodeWorkspace => project.clone().or_else(|| user.clone()),
-                _ => user.clone().or_else(|| project.clone()),
-            };
-        }
-    }
+    cfg: &mut McpConfig,
+    raw: &mut BTreeMap<String, Value>,
+) {
     if let Some(a) = agent_dir {
-        read_file(&a.join("mcp.json"), Scope::User, &mut cfg, &mut raw);
+        read_file(&a.join("mcp.json"), Scope::User, cfg, raw);
     }
     if trusted {
         let p = root.join(".pi").join("mcp.json");
-        read_file(&p, Scope::Project, &mut cfg, &mut raw);
+        read_file(&p, Scope::Project, cfg, raw);
         cfg.project_config = Some(p);
     }
-    cfg
 }
 
 fn strip_bom(s: &str) -> &str {

@@ -383,7 +383,7 @@ impl McpManager {
             trusted,
             vscode,
         );
-        m.load(config::load_all(
+        m.load(super::vscode::load_all(
             agent_dir,
             root,
             trusted,
@@ -624,7 +624,7 @@ impl McpManager {
     /// Reads the configuration again (after a change to a file) and reconnects the servers
     /// whose entry changed; the others keep their connection.
     pub async fn reload(self: &Arc<Self>) {
-        let cfg = config::load_all(
+        let cfg = super::vscode::load_all(
             self.agent_dir.as_deref(),
             &self.base,
             self.trusted,

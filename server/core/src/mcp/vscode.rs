@@ -220,6 +220,38 @@ fn substitute(server: &str, s: &str, root: &Path, template: bool) -> Result<Stri
     Ok(out)
 }
 
+/// Pi's [`super::config::load`] with VS Code's servers first when `vscode` is given (the
+/// user's VS Code `mcp.json`, then, when `trusted`, `<root>/.vscode/mcp.json`; Pi's files then
+/// replace or override entries of the same name).
+pub fn load_all(
+    agent_dir: Option<&Path>,
+    root: &Path,
+    trusted: bool,
+    vscode: Option<&VscodeFiles>,
+) -> McpConfig {
+    let mut cfg = McpConfig::default();
+    let mut raw: BTreeMap<String, Value> = BTreeMap::new();
+    if let Some(v) = vscode {
+        if let Some(user) = &v.user {
+            read(user, Scope::VscodeUser, root, &mut cfg, &mut raw);
+        }
+        if trusted {
+            let p = root.join(".vscode").join("mcp.json");
+            read(&p, Scope::VscodeWorkspace, root, &mut cfg, &mut raw);
+        }
+        let project = trusted.then(|| root.join(".pi").join("mcp.json"));
+        let user = agent_dir.map(|a| a.join("mcp.json"));
+        for s in &mut cfg.servers {
+            s.override_path = match s.scope {
+                Scope::VscodeWorkspace => project.clone().or_else(|| user.clone()),
+                _ => user.clone().or_else(|| project.clone()),
+            };
+        }
+    }
+    super::config::load_pi_files(agent_dir, root, trusted, &mut cfg, &mut raw);
+    cfg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
