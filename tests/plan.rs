@@ -400,6 +400,36 @@ async fn plan_mode_executes_the_plan_and_tracks_done_markers() {
     assert!(lines.iter().any(|l| l["type"] == "custom_message"
         && l["customType"] == "plan-mode-context"
         && l["display"] == false));
+    // The editor is told it as what it is (Pi's role "custom", hidden), never as the user's
+    // own message.
+    let started: Vec<Value> = c
+        .log()
+        .into_iter()
+        .filter(|m| {
+            m["method"] == "agent/event"
+                && m["params"]["event"]["type"] == "message_start"
+                && ["user", "custom"].contains(
+                    &m["params"]["event"]["message"]["role"]
+                        .as_str()
+                        .unwrap_or_default(),
+                )
+        })
+        .map(|m| m["params"]["event"]["message"].clone())
+        .collect();
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert_eq!(started[0]["role"], "user");
+    assert_eq!(started[0]["content"][0]["text"], "plan the greeting change");
+    assert_eq!(started[1]["role"], "custom");
+    assert_eq!(started[1]["customType"], "plan-mode-context");
+    assert_eq!(started[1]["display"], false);
+    assert!(
+        started[1]["content"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("[PLAN MODE ACTIVE]")),
+        "{}",
+        started[1]
+    );
+    assert!(started[1]["timestamp"].as_i64().is_some_and(|t| t > 0));
 
     // The question, Pi's wording.
     let t0 = Instant::now();

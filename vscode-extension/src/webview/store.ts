@@ -367,6 +367,8 @@ function applyMessage(s: Store, msg: unknown, entryId: string | undefined, strea
   // Pi 1.6's stored system messages (the prompt and tools a run started with): not part of
   // the conversation a user reads.
   if (role === "system") return null;
+  // An extension's hidden message (plan mode's context): the model reads it, the user does not.
+  if (role === "custom" && message.display === false) return null;
   if (role === "toolResult") {
     applyToolResultMessage(s, message);
     return `tool:${String(message.toolCallId)}`;

@@ -199,6 +199,19 @@ test("a prompt aborted before anything streamed is given back", () => {
   assert.equal(promptToRestore(s), "fix the bug");
 });
 
+test("an extension's hidden message (plan mode's context) is not shown; a shown one is, as the user's line", () => {
+  const s = createStore("s1");
+  const ev = (event: unknown) => applyNotification(s, { method: "agent/event", params: { sessionId: "s1", runId: "r", event } });
+  ev({ type: "agent_start" });
+  ev({ type: "message_start", message: { role: "user", content: [{ type: "text", text: "plan it" }], timestamp: 1 } });
+  const hidden = { role: "custom", customType: "plan-mode-context", content: "[PLAN MODE ACTIVE]", display: false, timestamp: 1 };
+  ev({ type: "message_start", message: hidden });
+  ev({ type: "message_end", message: hidden });
+  ev({ type: "message_start", message: { role: "custom", customType: "note", content: "a note", display: true, timestamp: 2 } });
+  const items = s.order.map((id) => s.items.get(id)!);
+  assert.deepEqual(items.map((i) => (i.kind === "user" ? [i.kind, i.text] : [i.kind])), [["user", "plan it"], ["user", "a note"]]);
+});
+
 test("notifications of another session are ignored", () => {
   const s = createStore("s1");
   applyNotification(s, { method: "agent/event", params: { sessionId: "s2", runId: "r", event: { type: "agent_start" } } });

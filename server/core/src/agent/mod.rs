@@ -263,6 +263,21 @@ pub enum AgentEvent {
     MessageEnd {
         message: Message,
     },
+    /// `message_start` of an extension's custom message, as Pi sends it: `message` is Pi's
+    /// custom message (`{role: "custom", customType, content, display, details?,
+    /// timestamp}`), so a client shows it as what it is and hides it when `display` is false
+    /// (plan mode's hidden context). The session hands listeners this in place of the
+    /// [`AgentEvent::MessageStart`] of the user message the model sees; never read back (a
+    /// reader gets `message_start`, whose `message` is a [`Message`]).
+    #[serde(rename = "message_start", skip_deserializing)]
+    CustomMessageStart {
+        message: Value,
+    },
+    /// `message_end` of an extension's custom message; see [`AgentEvent::CustomMessageStart`].
+    #[serde(rename = "message_end", skip_deserializing)]
+    CustomMessageEnd {
+        message: Value,
+    },
     ToolExecutionStart {
         tool_call_id: String,
         tool_name: String,

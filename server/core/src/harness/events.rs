@@ -101,11 +101,29 @@ impl EventSink for SessionEvents {
             } => self.tracker.substitute(m),
             _ => None,
         };
+        // An extension's custom message reaches the listeners as Pi shows it (role "custom").
+        let custom = match &event {
+            AgentEvent::MessageStart {
+                message: m @ Message::User(u),
+            } => self
+                .tracker
+                .custom_entry(m)
+                .and_then(|e| custom_view(e, u.timestamp))
+                .map(|message| AgentEvent::CustomMessageStart { message }),
+            AgentEvent::MessageEnd {
+                message: Message::User(u),
+            } => substitute
+                .clone()
+                .and_then(|e| custom_view(e, u.timestamp))
+                .map(|message| AgentEvent::CustomMessageEnd { message }),
+            _ => None,
+        };
         let recorded = match substitute {
             // A delivered custom message or shell output is stored as what it is.
             Some(entry) => self.recorder.record_entry(entry),
             None => self.record(&event),
         };
+        let event = custom.unwrap_or(event);
         if let Err(e) = recorded {
             tracing::error!("session not saved: {e}");
             if let Some(a) = self.agent.upgrade() {
@@ -128,6 +146,19 @@ impl EventSink for SessionEvents {
             }
         }
     }
+}
+
+/// Pi's custom message (`{role: "custom", customType, content, display, details?,
+/// timestamp}`) for a `custom_message` entry; `None` for other entries.
+fn custom_view(entry: crate::session::EntryData, timestamp: i64) -> Option<Value> {
+    if !matches!(entry, crate::session::EntryData::CustomMessage { .. }) {
+        return None;
+    }
+    let (_, mut message) = entry.into_parts();
+    let o = message.as_object_mut()?;
+    o.insert("role".into(), Value::from("custom"));
+    o.insert("timestamp".into(), Value::from(timestamp));
+    Some(message)
 }
 
 /// The extensions' host of one session: entries in the session's file, messages through the

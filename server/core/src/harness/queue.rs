@@ -433,6 +433,22 @@ impl Tracker {
         }))
     }
 
+    /// The custom message entry a delivered queued `message` stands for (not consumed: the
+    /// entry is stored at its `message_end` by [`Tracker::substitute`]).
+    pub fn custom_entry(&self, message: &Message) -> Option<EntryData> {
+        let inner = self.inner.lock();
+        inner
+            .items
+            .iter()
+            .find(|i| {
+                !i.recorded
+                    && i.state != QueueState::Queued
+                    && matches!(i.entry, Some(EntryData::CustomMessage { .. }))
+                    && i.message == *message
+            })
+            .and_then(|i| i.entry.clone())
+    }
+
     /// The entry to store instead of this delivered user message, once.
     pub fn substitute(&self, message: &Message) -> Option<EntryData> {
         let mut inner = self.inner.lock();
