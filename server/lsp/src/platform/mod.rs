@@ -4,7 +4,10 @@
 //! - [`signals`]: the signals that end the server (SIGTERM / SIGHUP / SIGINT; Windows' console
 //!   events);
 //! - [`stdio`]: the transport's stdin and stdout (non-blocking pipes on Unix, tokio's stdio
-//!   elsewhere).
+//!   elsewhere);
+//! - `malloc` (Linux with glibc): the allocator's mmap threshold ([`crate::memory`]).
 
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub mod malloc;
 pub mod signals;
 pub mod stdio;
