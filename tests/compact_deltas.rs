@@ -227,8 +227,9 @@ async fn run(tmp: &TempDir, compact: bool, coalesce_ms: Option<u64>) -> Seen {
         let n = c
             .next_notification(Duration::from_secs(60))
             .await
-            .expect("agent_end within 60 s");
-        if n["method"] == "agent/event" && n["params"]["event"]["type"] == "agent_end" {
+            .expect("agent_settled within 60 s");
+        // The harness's last word on the run (after `agent_end`): both modes see it.
+        if n["method"] == "agent/event" && n["params"]["event"]["type"] == "agent_settled" {
             break;
         }
     }

@@ -226,7 +226,7 @@ async fn tmux_extension_over_stdio_with_ui_round_trip_and_commands() {
         .unwrap();
     assert_eq!(
         r,
-        json!({"sessionId": sid, "runId": "", "queued": false, "command": "tmux"})
+        json!({"sessionId": sid, "runId": "", "queued": false, "command": "tmux", "disposition": "handled"})
     );
     assert_eq!(
         sent(&c, "agent/ui/request"),

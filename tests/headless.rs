@@ -168,11 +168,13 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(events.first().unwrap()["type"], "agent_start");
-    assert_eq!(events.last().unwrap()["type"], "agent_end");
-    assert_eq!(
-        events.last().unwrap()["messages"].as_array().unwrap().len(),
-        4
-    );
+    // Pi 1.6's order: the run's `agent_end`, then `agent_settled` (nothing more will run).
+    let [.., end, settled] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(settled, &json!({"type": "agent_settled", "aborted": false}));
+    assert_eq!(end["type"], "agent_end");
+    assert_eq!(end["messages"].as_array().unwrap().len(), 4);
     let ws3 = ws.clone();
     let out = tokio::task::spawn_blocking(move || {
         run(&ws3, &env, &["--model", "mockant/mock-ant-1", "fail"])

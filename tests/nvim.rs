@@ -194,7 +194,7 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     let run_id = r["runId"].as_str().unwrap();
     assert_eq!(
         r,
-        &json!({"sessionId": session_id, "runId": run_id, "queued": false})
+        &json!({"sessionId": session_id, "runId": run_id, "queued": false, "disposition": "started"})
     );
     let ids = out["event_ids"].as_array().unwrap();
     assert_eq!(ids.len(), out["events"].as_array().unwrap().len());

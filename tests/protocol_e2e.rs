@@ -957,7 +957,8 @@ async fn queued_messages_report_queued_delivered_consumed_and_dropped() {
         .unwrap();
     assert_eq!(
         cleared,
-        json!({"dropped": [{"queueId": q["queueId"], "delivery": "followUp", "text": "never"}]})
+        json!({"dropped": [{"queueId": q["queueId"], "delivery": "followUp", "text": "never"}],
+               "steering": [], "followUp": ["never"]})
     );
     until_end(&mut c, &sid).await;
     let states: Vec<Value> = c

@@ -952,6 +952,7 @@ impl Compactor for SessionCompactor {
         // Pi 1.6: the complete prompt/tool checkpoint at the boundary, when the branch stores
         // its prompt (a file written as Pi 0.73.1 wrote them has none).
         let system = w.tree().system_state(w.leaf());
+        let pi16 = w.writes_pi16();
         let system_message = system
             .seen
             .then(|| system.checkpoint(pi_ai::types::now_millis()));
@@ -962,8 +963,9 @@ impl Compactor for SessionCompactor {
             details: r.details.clone(),
             // Pi's `fromHook`: false unless an extension's session_before_compact made it.
             from_hook: false,
+            // Pi 1.6's `usage`, not in a file kept in Pi 0.73.1's format.
+            usage: r.usage.clone().filter(|_| pi16),
             system_message,
-            usage: r.usage.clone(),
         })
         .and_then(|_| w.sync_now())
         .map_err(|e| CompactionError::Session(e.to_string()))?;

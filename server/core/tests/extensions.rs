@@ -379,6 +379,7 @@ async fn test_extension_tools_hooks_events_entries_and_messages() {
             "message_end",
             "turn_end",
             "agent_end",
+            "agent_settled",
         ]
     );
     // Every failure became an extension_error; the loop went on.

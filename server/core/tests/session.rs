@@ -441,7 +441,7 @@ async fn bash_exports_the_session_variables_as_pi_1_6() {
         &root,
         ws,
         scripted(json!([
-            {"toolCalls": [{"name": "bash", "arguments": {"command": "env | grep '^PI_' | sort"}}]},
+            {"toolCalls": [{"name": "bash", "arguments": {"command": "env | grep -E '^PI_(SESSION_ID|SESSION_FILE|PROVIDER|MODEL|REASONING_LEVEL)=' | sort"}}]},
             {"text": "done"}
         ])),
     );

@@ -342,6 +342,8 @@ impl AgentSession {
         (name, parent_session): (Option<String>, Option<String>),
         deferred: bool,
     ) -> Arc<AgentSession> {
+        let mut writer = writer;
+        writer.set_pi073_format(!crate::session::writes_pi16(&ws.settings().merged));
         Arc::new_cyclic(|me: &Weak<AgentSession>| {
             let id = writer.id().to_string();
             let writer = Arc::new(Mutex::new(writer));

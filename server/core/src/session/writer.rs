@@ -57,6 +57,9 @@ pub struct SessionWriter {
     lock: Option<LockFile>,
     /// How images are written (and, on open, how many turns keep theirs).
     images: ImageOptions,
+    /// Pi 0.73.1's format (`sessions.format: "pi-0.73"`): none of Pi 1.6's additions (the
+    /// `usage` of compaction and branch summaries) are written.
+    pi073: bool,
 }
 
 /// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
@@ -231,6 +234,7 @@ impl SessionWriter {
             syncer,
             lock: Some(lock),
             images: ImageOptions::default(),
+            pi073: false,
         };
         w.write_line(&header)?;
         Ok(w)
@@ -357,6 +361,7 @@ impl SessionWriter {
             syncer,
             lock: Some(lock),
             images,
+            pi073: false,
         };
         let tree = writer.tree.clone();
         writer.set_leaf(&tree, leaf.as_deref());
@@ -406,6 +411,17 @@ impl SessionWriter {
         Ok(())
     }
 
+    /// Keeps the file in Pi 0.73.1's format from now on (`sessions.format: "pi-0.73"`): Pi
+    /// 1.6's additions are left out of what is written.
+    pub fn set_pi073_format(&mut self, on: bool) {
+        self.pi073 = on;
+    }
+
+    /// Whether Pi 1.6's additions are written (see [`SessionWriter::set_pi073_format`]).
+    pub fn writes_pi16(&self) -> bool {
+        !self.pi073
+    }
+
     /// Branches at `entry` and writes a `branch_summary` there carrying what the abandoned
     /// branch concluded, as Pi 0.73.1's `branchWithSummary` writes it: `fromId` is the entry
     /// the summary is attached to (`"root"` for `None`), `details` Pi's `{readFiles,
@@ -419,6 +435,8 @@ impl SessionWriter {
         details: Value,
         usage: Option<pi_ai::Usage>,
     ) -> Result<String, SessionError> {
+        // Pi 1.6's `usage`, not in a file kept in Pi 0.73.1's format.
+        let usage = usage.filter(|_| self.writes_pi16());
         self.branch(tree, entry)?;
         self.append(EntryData::BranchSummary {
             from_id: entry.unwrap_or("root").to_string(),
