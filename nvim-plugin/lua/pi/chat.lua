@@ -636,6 +636,10 @@ end
 
 function EVENTS.turn_end() end
 
+--- Pi 1.6's `agent_settled`: the harness will not go on by itself (retries, compaction
+--- recovery and queued messages are over). `agent_end` already drew the run's end.
+function EVENTS.agent_settled() end
+
 --- `agent/event` params `{sessionId, runId, event}`: the event's handler in `EVENTS` (an
 --- unknown kind is one dim line).
 function Chat:on_event(p)

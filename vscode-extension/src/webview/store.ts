@@ -701,6 +701,9 @@ export function applyAgentEvent(s: Store, params: unknown): void {
         text: `Extension ${String(ev.extensionPath)} failed in ${String(ev.event)}: ${String(ev.error)}`,
       });
       return;
+    case "agent_settled":
+      // Pi 1.6: the harness will not go on by itself; `agent_end` already drew the run's end.
+      return;
     default:
       put(s, {
         kind: "notice",
