@@ -204,7 +204,8 @@ H.case('a model server that is down is said in the user words; an abort during t
     return c:lua(H.CHAT_TEXT):find('⟳ retry 1/', 1, true) ~= nil
   end)
   local text = c:lua(H.CHAT_TEXT)
-  H.contains(text, '✗ the model server at http://127.0.0.1:9 is not answering (connection refused): is it running?\n', 'the failure in words')
+  -- The server says it in words (docs/protocol.md "errors in words"); the chat shows them.
+  H.contains(text, '✗ the model server refused the connection at 127.0.0.1:9 (is it running?)', 'the failure in words')
   H.eq(nil, text:find('os error', 1, true), 'no HTTP client chain')
   -- No usage read yet: the meter says nothing rather than "0%".
   H.eq(nil, c:lua('return require("pi").statusline()'):find('0%', 1, true), 'no 0% meter')

@@ -330,7 +330,7 @@ async fn the_model_reads_output_without_escape_codes() {
         }),
         ..ctx(CancellationToken::new())
     };
-    let command = r"sleep 0.2; printf '\033[1;32mCompiling\033[0m app\n'; printf 'Downloading 10%%\rDownloading 55%%\rDownloading 100%%\n'; printf '\033]8;;https://example.com\033\\link\033]8;;\033\\ done\r\n'; printf '\033[2K\033[1Gwarning: \033[4mx\033[24m unused\n'";
+    let command = r"sleep 0.2; printf '\033[1;32mCompiling\033[0m app\n'; sleep 0.3; printf 'Downloading 10%%\rDownloading 55%%\rDownloading 100%%\n'; printf '\033]8;;https://example.com\033\\link\033]8;;\033\\ done\r\n'; printf '\033[2K\033[1Gwarning: \033[4mx\033[24m unused\n'";
     let out = bash()
         .execute(ctx, json!({"command": command}))
         .await
