@@ -244,6 +244,7 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
             "message_end:assistant",
             "turn_end",
             "agent_end",
+            "agent_settled",
         ]
         .map(String::from),
     );

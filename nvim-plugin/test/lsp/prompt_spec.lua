@@ -143,9 +143,10 @@ local ok, err = xpcall(function()
   end
   out.prompt_result = response.result
 
-  wait_for('agent_end', 20000, function()
+  -- The run's last event: Pi 1.6's `agent_settled`, after `agent_end`.
+  wait_for('agent_settled', 20000, function()
     local last = params_seen[#params_seen]
-    return exited ~= nil or (last ~= nil and last.event and last.event.type == 'agent_end')
+    return exited ~= nil or (last ~= nil and last.event and last.event.type == 'agent_settled')
   end)
   if exited then
     fail('server exited during the run: code ' .. tostring(exited.code))
