@@ -245,7 +245,8 @@ test("the approval card shows the changed lines first, context folded, scrollabl
     ...Array.from({ length: 10 }, (_, i) => `+TAIL ${i}`),
   ].join("\n");
   await panel.send({ type: "serverRequest", requestId: 2, method: "agent/requestPermission", params: { ...editAsk, change: { ...editAsk.change, path: "src/big.py", diff } } });
-  await page.waitForSelector(".card.permission");
+  // The first card goes and the second comes on later frames: wait for the second card's lines, not for any card.
+  await page.waitForFunction(() => document.querySelectorAll(".card.permission").length === 1 && document.querySelectorAll(".card.permission .diff-changes span").length === 62);
   const spans = await page.$$eval(".card.permission .diff-changes span", (s) => s.map((x) => x.textContent));
   assert.equal(spans.length, 62);
   assert.deepEqual([spans[0], spans[1], spans[21], spans[41], spans[42]], ["line 10", "-old 0", "+new 0", "line 300", "-tail 0"]);
