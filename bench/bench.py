@@ -9,7 +9,6 @@ Writes `bench/results/latest.json`, `docs/benchmarks.md` and the charts under `d
 """
 import argparse, json, os, platform, queue, random, shutil, statistics, subprocess, sys
 import tempfile, threading, time, uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,85 +20,34 @@ PACED_DELTAS, PACE_MS = 300, 12
 
 # ---------------------------------------------------------------- scripted model server
 
-def last_user_text(body):
-    for m in reversed(body.get("messages", [])):
-        if m.get("role") == "user":
-            c = m.get("content")
-            if isinstance(c, list):
-                return "".join(b.get("text", "") for b in c if isinstance(b, dict))
-            return c or ""
-    return ""
+def model_script():
+    """The loopback model's script (tests/support/mock_script.rs), by the prompt's start:
+    `rounds` ROUNDS `read` calls then "done"; `mcp` MCP_ROUNDS calls of server-everything's
+    `echo` (bench/mcp_bench.py); `deltas` / `stream` DELTAS deltas of DELTA_CHARS; `answer`
+    ANSWER_CHARS in deltas of 100; `paced` PACED_DELTAS deltas one write each, PACE_MS apart.
+    Anything else: "done". Every answer but the paced one is one write of known length."""
+    def calls(name, args, n):
+        return [{"toolCalls": [{"name": name, "arguments": args}], "repeat": n}, {"text": "done"}]
+    deltas = "abcdefg " * DELTAS
+    return {
+        "rules": [
+            {"when": {"startsWith": "paced"}, "steps": [
+                {"text": "abcdefg " * PACED_DELTAS, "chunk": DELTA_CHARS, "chunkDelayMs": PACE_MS}]},
+            {"when": {"startsWith": "mcp"}, "steps": calls("mcp__everything__echo", {"message": "hi"}, MCP_ROUNDS)},
+            {"when": {"startsWith": "rounds"}, "steps": calls("read", {"path": "small.txt"}, ROUNDS)},
+            {"when": {"startsWith": "deltas"}, "steps": [{"text": deltas, "chunk": DELTA_CHARS}]},
+            {"when": {"startsWith": "stream"}, "steps": [{"text": deltas, "chunk": DELTA_CHARS}]},
+            {"when": {"startsWith": "answer"}, "steps": [{"text": ("x" * 99 + " ") * (ANSWER_CHARS // 100), "chunk": 100}]},
+        ],
+        "default": {"text": "done"},
+        "usage": {"input": 100, "output": 10},
+    }
 
-class Model(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # One write per response, Nagle off: a response's status line and body as two small writes
-    # would wait for the client's delayed ACK (~40 ms on Linux) and time the server, not the
-    # harness.
-    disable_nagle_algorithm = True
-    def log_message(self, *a):
-        pass
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        prompt = last_user_text(body)
-        msgs = body.get("messages", [])
-        last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=0)
-        results = sum(1 for m in msgs[last_user:] if m.get("role") == "tool")
-        cid = "chatcmpl-" + uuid.uuid4().hex[:8]
-        if prompt.startswith("paced"):
-            return self.paced(cid)
-        chunks = []
-        def chunk(delta, finish=None):
-            chunks.append("data: " + json.dumps({"id": cid, "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n")
-        if prompt.startswith("mcp") and results < MCP_ROUNDS:
-            # An MCP tool (bench/mcp_bench.py: server-everything's `echo` as server `everything`).
-            chunk({"tool_calls": [{"index": 0, "id": f"call_{results}", "type": "function",
-                   "function": {"name": "mcp__everything__echo", "arguments": json.dumps({"message": "hi"})}}]})
-            finish = "tool_calls"
-        elif prompt.startswith("rounds") and results < ROUNDS:
-            chunk({"tool_calls": [{"index": 0, "id": f"call_{results}", "type": "function",
-                   "function": {"name": "read", "arguments": json.dumps({"path": "small.txt"})}}]})
-            finish = "tool_calls"
-        else:
-            if prompt.startswith("deltas") or prompt.startswith("stream"):
-                parts = ["abcdefg " for _ in range(DELTAS)]
-            elif prompt.startswith("answer"):
-                parts = ["x" * 99 + " " for _ in range(ANSWER_CHARS // 100)]
-            else:
-                parts = ["done"]
-            chunk({"role": "assistant", "content": ""})
-            for p in parts:
-                chunk({"content": p})
-            finish = "stop"
-        chunk({}, finish)
-        chunks.append("data: " + json.dumps({"id": cid, "choices": [], "usage": {
-            "prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}) + "\n\n")
-        chunks.append("data: [DONE]\n\n")
-        data = "".join(chunks).encode()
-        head = ("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                f"content-length: {len(data)}\r\n\r\n").encode()
-        self.wfile.write(head + data)
-
-    def paced(self, cid):
-        """PACED_DELTAS deltas of DELTA_CHARS, one SSE write each, PACE_MS apart (the body
-        ends when the connection closes)."""
-        self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-        def send(delta, finish=None, usage=None):
-            c = {"id": cid, "object": "chat.completion.chunk",
-                 "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}]}
-            if usage:
-                c["usage"] = usage
-            self.wfile.write(("data: " + json.dumps(c) + "\n\n").encode())
-            self.wfile.flush()
-        send({"role": "assistant", "content": ""})
-        for _ in range(PACED_DELTAS):
-            time.sleep(PACE_MS / 1000)
-            send({"content": "abcdefg "})
-        send({}, "stop")
-        send(None, usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-        self.close_connection = True
+def mock_model_bin():
+    """The `mock-model` binary (tests/bin/mock_model.rs, the one loopback model of every
+    suite): $PI_MOCK_MODEL_BIN, else found or built by tests/mock-model-path."""
+    return subprocess.run([str(ROOT / "tests/mock-model-path")], stdout=subprocess.PIPE, text=True,
+                          check=True).stdout.strip()
 
 def model_floor(port):
     """The model server's own time for the requests of the tool rounds (one keep-alive
@@ -132,22 +80,12 @@ def prompt_floor(port, text):
     conn.close()
     return t
 
-def serve_model():
-    """The model server in this process (`bench.py --serve-model`): prints its port, serves
-    until killed."""
-    class Server(ThreadingHTTPServer):
-        def handle_error(self, request, client_address):
-            # A harness killed mid-connection (each run ends with a kill) is not an error.
-            if not isinstance(sys.exc_info()[1], ConnectionError):
-                super().handle_error(request, client_address)
-    srv = Server(("127.0.0.1", 0), Model)
-    print(srv.server_address[1], flush=True)
-    srv.serve_forever()
-
 def start_model():
-    """Starts the model server in a process of its own (so the threads reading the harnesses'
-    output never hold the interpreter lock it needs to answer); returns (port, process)."""
-    p = subprocess.Popen([sys.executable, __file__, "--serve-model"], stdout=subprocess.PIPE)
+    """Starts the model server in a process of its own on model_script(); returns
+    (port, process)."""
+    script = Path(tempfile.mkdtemp(prefix="pi-bench-model-")) / "script.json"
+    script.write_text(json.dumps(model_script()))
+    p = subprocess.Popen([mock_model_bin(), str(script)], stdout=subprocess.PIPE)
     return int(p.stdout.readline()), p
 
 # ---------------------------------------------------------------- process helpers
@@ -597,8 +535,6 @@ def report(fig, args, out_md, chart_dir):
     return rows
 
 def main():
-    if sys.argv[1:] == ["--serve-model"]:
-        return serve_model()
     ap = argparse.ArgumentParser()
     ap.add_argument("--pi", action="append", required=True,
                     help="a Pi binary; repeat for more columns (the first is the reference)")

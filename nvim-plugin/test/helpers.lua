@@ -1,7 +1,7 @@
 -- Test helpers for the plugin's specs (run by test/run with `nvim --headless -u NONE -l`).
 -- A spec drives a child `nvim --embed` over msgpack-RPC on pipes, with a UI attached
 -- (`nvim_ui_attach`, ext_linegrid) so the screen grid can be asserted, against the real
--- pi-lsp binary ($PI_LSP_BIN) and the loopback model server (test/mock_model.py).
+-- pi-lsp binary ($PI_LSP_BIN) and the loopback model (the `mock-model` binary, H.mock).
 local uv = vim.uv
 local H = {}
 
@@ -39,24 +39,54 @@ end
 ------------------------------------------------------------------------------------------
 -- The loopback model
 
---- Starts the mock model with `steps`; returns {port, models_json, log, stop}.
-function H.mock(steps)
+--- The `mock-model` binary (tests/bin/mock_model.rs, the one loopback model of every suite):
+--- $PI_MOCK_MODEL_BIN (test/run sets it), else found or built by tests/mock-model-path.
+local mock_bin
+local function mock_model_bin()
+  if mock_bin then
+    return mock_bin
+  end
+  local env = os.getenv('PI_MOCK_MODEL_BIN')
+  if env and env ~= '' then
+    assert(vim.fn.executable(env) == 1, 'PI_MOCK_MODEL_BIN=' .. env .. ' is not an executable')
+    mock_bin = env
+    return env
+  end
+  local out = vim.fn.system({ H.plugin_dir .. '/../tests/mock-model-path' })
+  assert(vim.v.shell_error == 0, 'no mock-model binary: ' .. out)
+  mock_bin = vim.trim(out)
+  return mock_bin
+end
+
+--- Starts the mock model answering requests in order with `steps` (each
+--- {thinking?, text?, toolCalls? = {{id?, name, arguments?}}, chunk?, chunkDelayMs?, delayMs?,
+--- status?, error?, …}: the steps of tests/support/mock_script.rs); `extra` adds other keys of
+--- the script (rules, default, usage). Returns {port, models_json, log, requests(), stop()}.
+function H.mock(steps, extra)
   local dir = H.tmpdir('mock')
   local script = dir .. '/script.json'
-  H.write(script, vim.json.encode({ steps = steps }))
+  local s = vim.tbl_extend('force', { usage = { input = 1000, output = 20 }, responseModel = 'mock-1' }, extra or {})
+  if #steps > 0 then
+    s.steps = steps
+  end
+  H.write(script, vim.json.encode(s))
   local log = dir .. '/requests.jsonl'
   local port
-  local job = vim.fn.jobstart({ 'python3', H.plugin_dir .. '/test/mock_model.py', script, log }, {
+  local err = {}
+  local job = vim.fn.jobstart({ mock_model_bin(), script, log }, {
     on_stdout = function(_, data)
       if not port and data[1] and data[1]:match('^%d+$') then
         port = tonumber(data[1])
       end
     end,
+    on_stderr = function(_, data)
+      vim.list_extend(err, data)
+    end,
   })
-  assert(job > 0, 'could not start python3')
+  assert(job > 0, 'could not start ' .. mock_model_bin())
   assert(vim.wait(5000, function()
     return port ~= nil
-  end, 10), 'mock model did not start')
+  end, 10), 'mock model did not start: ' .. table.concat(err, '\n'))
   local m = { port = port, log = log, job = job }
   m.models_json = {
     providers = {

@@ -1,9 +1,9 @@
-"""Shared by the SDK flows: a loopback scripted model (nvim-plugin/test/mock_model.py) and a
+"""Shared by the SDK flows: the loopback scripted model (the `mock-model` binary,
+tests/bin/mock_model.rs: $PI_MOCK_MODEL_BIN, else built by tests/mock-model-path) and a
 workspace + agent dir whose models.json points at it."""
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,10 +24,9 @@ def setup(name):
     ws.mkdir()
     agent = tmp / "agent"
     agent.mkdir()
-    (tmp / "script.json").write_text(json.dumps(SCRIPT))
-    mock = subprocess.Popen(
-        [sys.executable, str(ROOT / "nvim-plugin/test/mock_model.py"), str(tmp / "script.json"), str(tmp / "log.jsonl")],
-        stdout=subprocess.PIPE, text=True)
+    (tmp / "script.json").write_text(json.dumps(dict({"usage": {"input": 1000, "output": 20}}, **SCRIPT)))
+    model = subprocess.run([str(ROOT / "tests/mock-model-path")], stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    mock = subprocess.Popen([model, str(tmp / "script.json"), str(tmp / "log.jsonl")], stdout=subprocess.PIPE, text=True)
     port = int(mock.stdout.readline().strip())
     (agent / "models.json").write_text(json.dumps({"providers": {"mock": {
         "baseUrl": f"http://127.0.0.1:{port}/v1", "api": "openai-completions", "apiKey": "k",

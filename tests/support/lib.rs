@@ -10,6 +10,7 @@
 pub mod acp_client;
 pub mod lsp_client;
 pub mod mock_model;
+pub mod mock_script;
 mod require;
 
 pub use require::require;

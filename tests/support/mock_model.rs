@@ -1,9 +1,16 @@
-//! A scripted model server on loopback. It answers `POST /v1/chat/completions`
+//! The one loopback model of every suite. It answers `POST /v1/chat/completions`
 //! (openai-completions) and `POST /v1/messages` (anthropic-messages) with real SSE streams,
 //! one scripted [`Step`] per request, records every request, and records a pairing violation
 //! (answering HTTP 400 like a real provider) when a request carries a tool call without its
 //! paired result or a result without its call.
+//!
+//! The cargo tests run it in process ([`MockModel::start`]); the Neovim specs, the code-server
+//! e2e and the benchmarks run the same engine as the `mock-model` binary (`tests/bin/mock_model.rs`)
+//! on a JSON script ([`crate::mock_script`]): ordered steps, rules on the last user message
+//! ([`MockModel::set_responder`]), paced streams ([`Answer`]), every request body logged as one
+//! JSONL line ([`MockModel::log_requests`]).
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +44,47 @@ pub enum Step {
     /// Stream these SSE events verbatim (each a whole `event:`/`data:` block ending in a
     /// blank line), one write each, the mock's chunk delay apart.
     Events(Vec<String>),
+    /// The general answer: thinking, text and tool calls with their own chunking and pacing
+    /// (the JSON script's steps; the mock's chunk delay does not apply).
+    Answer(Answer),
+}
+
+/// One streamed answer of the general form ([`Step::Answer`]): thinking, then text, then tool
+/// calls, each delta its own SSE event. Times are waits on the server's side.
+#[derive(Debug, Clone, Default)]
+pub struct Answer {
+    /// Reasoning deltas (chat completions: `reasoning_content`; Anthropic: a `thinking` block).
+    pub thinking: Option<String>,
+    /// Text deltas. `{lastToolResult}` in it stands for the text of the request's last tool
+    /// result (filled when the answer is chosen).
+    pub text: Option<String>,
+    /// Tool calls, in order. A call without an id gets `call_N` (N counts the mock's calls
+    /// from 1, so ids stay unique across a conversation).
+    pub tool_calls: Vec<AnswerCall>,
+    /// Characters per delta (0 = 6, the default).
+    pub chunk: usize,
+    /// Split the text after each space (one word per delta) instead of by `chunk`.
+    pub words: bool,
+    /// Wait after each thinking or text delta.
+    pub chunk_delay: Duration,
+    /// Hold the rate by the wall clock: a late timer sends every delta that is due at once
+    /// (one write), so `chunk_delay` stays the mean spacing on a loaded machine. Without it each
+    /// delta is its own write, `chunk_delay` after the previous one.
+    pub keep_rate: bool,
+    /// Wait before answering at all (no status line yet).
+    pub delay: Duration,
+    /// Wait after the response head and the first (role) event, before any delta.
+    pub first_delay: Duration,
+    /// Keep the connection open after the last delta without finishing.
+    pub hang: bool,
+}
+
+/// A tool call of an [`Answer`].
+#[derive(Debug, Clone)]
+pub struct AnswerCall {
+    pub id: Option<String>,
+    pub name: String,
+    pub arguments: Value,
 }
 
 impl Step {
@@ -76,10 +124,24 @@ struct Inner {
     requests: Vec<Recorded>,
     violations: Vec<String>,
     responder: Option<Responder>,
-    /// Report `prompt_tokens` / `input_tokens` as the request body's length / 4 (else 100).
+    /// Report `prompt_tokens` / `input_tokens` as the request body's length / 4 (else
+    /// `input_tokens`).
     usage_from_body: bool,
+    /// Input tokens every answer reports (`None`: 100).
+    input_tokens: Option<u64>,
+    /// Output tokens every answer reports (`None`: 10).
+    output_tokens: Option<u64>,
     /// The `model` every chat-completions chunk names (none by default).
     response_model: Option<String>,
+    /// The answer once the script is used up (`None`: "(mock script exhausted)").
+    fallback: Option<Step>,
+    /// Tool calls given a `call_N` id so far.
+    calls: usize,
+    /// Every request body is appended here as one JSON line.
+    log: Option<std::fs::File>,
+    /// Requests are not kept for [`MockModel::requests`] (a long-running server: the log
+    /// has them).
+    forget: bool,
 }
 
 /// The running server. The test's handle (and its clones) check tool pairing by
@@ -121,6 +183,16 @@ impl MockModel {
 
     /// As [`MockModel::start`] with `chunk_delay` between streamed chunks (zero for benches).
     pub async fn start_with_delay(script: Vec<Step>, chunk_delay: Duration) -> MockModel {
+        Self::serve(script, chunk_delay, true).await
+    }
+
+    /// As [`MockModel::start`] without the pairing check on drop (the `mock-model` binary:
+    /// violations are answered with HTTP 400 and reported on stderr).
+    pub async fn start_unchecked(script: Vec<Step>) -> MockModel {
+        Self::serve(script, Duration::from_millis(2), false).await
+    }
+
+    async fn serve(script: Vec<Step>, chunk_delay: Duration, check: bool) -> MockModel {
         let inner = Arc::new(Mutex::new(Inner {
             script,
             ..Default::default()
@@ -137,7 +209,7 @@ impl MockModel {
             addr,
             inner: inner.clone(),
             chunk_delay,
-            _check: Some(Arc::new(PairingCheck(inner))),
+            _check: check.then(|| Arc::new(PairingCheck(inner))),
         };
         let app = Router::new()
             .route("/v1/chat/completions", post(handle_openai))
@@ -194,12 +266,43 @@ impl MockModel {
         self.inner.lock().unwrap().response_model = model.map(str::to_string);
     }
 
+    /// The tokens every answer reports: `input` (unless counted from the body,
+    /// [`MockModel::set_usage_from_body`]) and `output` (by default 100 and 10).
+    pub fn set_usage(&self, input: u64, output: u64) {
+        let mut i = self.inner.lock().unwrap();
+        i.input_tokens = Some(input);
+        i.output_tokens = Some(output);
+    }
+
+    /// The answer to every request once the script is used up (by default the text
+    /// "(mock script exhausted)").
+    pub fn set_fallback(&self, step: Step) {
+        self.inner.lock().unwrap().fallback = Some(step);
+    }
+
+    /// Appends every request body from now on to `file` as one JSON line (written and flushed
+    /// before the answer starts, so whoever sees the answer can read the request).
+    pub fn log_requests(&self, file: std::fs::File) {
+        self.inner.lock().unwrap().log = Some(file);
+    }
+
+    /// Keeps no request for [`MockModel::requests`] from now on (a long-running server's
+    /// memory stays flat; [`MockModel::log_requests`] still writes them).
+    pub fn forget_requests(&self) {
+        self.inner.lock().unwrap().forget = true;
+    }
+
     fn input_tokens(&self, body: &Value) -> u64 {
-        if self.inner.lock().unwrap().usage_from_body {
+        let i = self.inner.lock().unwrap();
+        if i.usage_from_body {
             (body.to_string().len() / 4) as u64
         } else {
-            100
+            i.input_tokens.unwrap_or(100)
         }
+    }
+
+    fn output_tokens(&self) -> u64 {
+        self.inner.lock().unwrap().output_tokens.unwrap_or(10)
     }
 
     /// Every request so far.
@@ -220,24 +323,78 @@ impl MockModel {
         body: Value,
         violation: Option<String>,
     ) -> Option<Step> {
-        let mut i = self.inner.lock().unwrap();
+        let mut guard = self.inner.lock().unwrap();
+        let i = &mut *guard;
         let chosen = i.responder.as_ref().and_then(|r| r(&body));
-        i.requests.push(Recorded {
-            path: path.into(),
-            headers,
-            body,
-        });
+        if let Some(log) = i.log.as_mut() {
+            let line = format!("{body}\n");
+            if let Err(e) = log.write_all(line.as_bytes()).and_then(|()| log.flush()) {
+                eprintln!("mock model: cannot write the request log: {e}");
+            }
+        }
+        let tool_result = last_tool_result(&body);
+        if !i.forget {
+            i.requests.push(Recorded {
+                path: path.into(),
+                headers,
+                body,
+            });
+        }
         if let Some(v) = violation {
+            eprintln!("mock model: tool pairing violation: {v}");
             i.violations.push(v);
             return None;
         }
-        if chosen.is_some() {
-            return chosen;
-        }
-        let step = i.script.get(i.next).cloned();
-        i.next += 1;
-        Some(step.unwrap_or_else(|| Step::Text("(mock script exhausted)".into())))
+        let step = match chosen {
+            Some(s) => s,
+            None => {
+                let step = i.script.get(i.next).cloned();
+                i.next += 1;
+                step.or_else(|| i.fallback.clone())
+                    .unwrap_or_else(|| Step::Text("(mock script exhausted)".into()))
+            }
+        };
+        Some(match step {
+            Step::Answer(mut a) => {
+                if let (Some(t), Some(r)) = (&a.text, &tool_result) {
+                    a.text = Some(t.replace("{lastToolResult}", r));
+                }
+                for c in &mut a.tool_calls {
+                    if c.id.is_none() {
+                        i.calls += 1;
+                        c.id = Some(format!("call_{}", i.calls));
+                    }
+                }
+                Step::Answer(a)
+            }
+            s => s,
+        })
     }
+}
+
+/// The text of a request's last tool result (chat completions: the last `tool` message;
+/// Anthropic: the last `tool_result` block), text blocks joined.
+pub fn last_tool_result(body: &Value) -> Option<String> {
+    let text = |c: &Value| match c {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<String>(),
+        _ => String::new(),
+    };
+    let msgs = body["messages"].as_array()?;
+    msgs.iter().rev().find_map(|m| {
+        if m["role"] == "tool" {
+            return Some(text(&m["content"]));
+        }
+        m["content"]
+            .as_array()?
+            .iter()
+            .rev()
+            .find(|b| b["type"] == "tool_result")
+            .map(|b| text(&b["content"]))
+    })
 }
 
 /// Checks chat-completions messages: each assistant `tool_calls` entry must be answered by a
@@ -376,6 +533,7 @@ async fn handle_openai(
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let violation = openai_pairing(&body);
     let input_tokens = mock.input_tokens(&body);
+    let output_tokens = mock.output_tokens();
     let Some(step) = mock.take("/v1/chat/completions", headers, body, violation.clone()) else {
         return raw(400, "application/json", &json!({"error":{"message": format!("No tool output found for function call: {}", violation.unwrap_or_default())}}).to_string());
     };
@@ -392,6 +550,17 @@ async fn handle_openai(
     let n = mock.inner.lock().unwrap().next;
     let id = format!("chatcmpl-mock{n}");
     let response_model = mock.inner.lock().unwrap().response_model.clone();
+    if let Step::Answer(a) = step {
+        tokio::time::sleep(a.delay).await;
+        let ev = openai_answer(
+            &a,
+            &id,
+            response_model.as_deref(),
+            input_tokens,
+            mock.output_tokens(),
+        );
+        return paced(ev, a.keep_rate, a.hang);
+    }
     let chunk = |delta: Value, finish: Value| {
         let mut c = json!({"id": id, "object":"chat.completion.chunk","choices":[{"index":0,"delta":delta,"finish_reason":finish}]});
         if let Some(m) = &response_model {
@@ -401,7 +570,7 @@ async fn handle_openai(
     };
     let usage = format!(
         "data: {}\n\n",
-        json!({"id": id, "choices": [], "usage": {"prompt_tokens": input_tokens, "completion_tokens": 10, "total_tokens": input_tokens + 10}})
+        json!({"id": id, "choices": [], "usage": {"prompt_tokens": input_tokens, "completion_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}})
     );
     let mut ev = Vec::new();
     let (hang, finish) = match &step {
@@ -411,7 +580,7 @@ async fn handle_openai(
             body,
         } => return raw(*status, content_type, body),
         Step::Gate(..) => unreachable!("gates are opened before the answer is built"),
-        Step::Events(..) => unreachable!("streamed as they are above"),
+        Step::Events(..) | Step::Answer(..) => unreachable!("streamed as they are above"),
         Step::Text(t) | Step::Hang(t) => {
             ev.push(chunk(json!({"role":"assistant","content":""}), Value::Null));
             for c in chunks(t) {
@@ -459,6 +628,7 @@ async fn handle_anthropic(
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let violation = anthropic_pairing(&body);
     let input_tokens = mock.input_tokens(&body);
+    let output_tokens = mock.output_tokens();
     let Some(step) = mock.take("/v1/messages", headers, body, violation.clone()) else {
         return raw(400, "application/json", &json!({"type":"error","error":{"type":"invalid_request_error","message": format!("`tool_use` ids were found without `tool_result` blocks immediately after: {}", violation.unwrap_or_default())}}).to_string());
     };
@@ -473,6 +643,11 @@ async fn handle_anthropic(
         return sse(ev, mock.chunk_delay, false);
     }
     let n = mock.inner.lock().unwrap().next;
+    if let Step::Answer(a) = step {
+        tokio::time::sleep(a.delay).await;
+        let ev = anthropic_answer(&a, n, input_tokens, mock.output_tokens());
+        return paced(ev, a.keep_rate, a.hang);
+    }
     let e = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
     let mut ev = vec![e(
         "message_start",
@@ -492,7 +667,7 @@ async fn handle_anthropic(
             body,
         } => return raw(*status, content_type, body),
         Step::Gate(..) => unreachable!("gates are opened before the answer is built"),
-        Step::Events(..) => unreachable!("streamed as they are above"),
+        Step::Events(..) | Step::Answer(..) => unreachable!("streamed as they are above"),
         Step::Text(t) | Step::Hang(t) => {
             text_block(&mut ev, 0, t);
             if matches!(step, Step::Hang(_)) {
@@ -534,10 +709,221 @@ async fn handle_anthropic(
         }
     };
     if !hang {
-        ev.push(e("message_delta", json!({"type":"message_delta","delta":{"stop_reason":stop},"usage":{"output_tokens":10}})));
+        ev.push(e("message_delta", json!({"type":"message_delta","delta":{"stop_reason":stop},"usage":{"output_tokens":output_tokens}})));
         ev.push(e("message_stop", json!({"type":"message_stop"})));
     }
     sse(ev, mock.chunk_delay, hang)
+}
+
+/// An [`Answer`]'s events, each with the wait before it.
+type Paced = Vec<(Duration, String)>;
+
+/// The deltas of `text` for `a`: `a.chunk` characters each (default 6), or one word each.
+fn answer_parts(a: &Answer, text: &str) -> Vec<String> {
+    if a.words {
+        return text.split_inclusive(' ').map(str::to_string).collect();
+    }
+    let size = if a.chunk == 0 { 6 } else { a.chunk };
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// Splits a call's arguments into two halves at a character boundary (a client must join
+/// streamed argument fragments).
+fn halves(args: &Value) -> [String; 2] {
+    let a = args.to_string();
+    let mid = (0..=a.len() / 2)
+        .rev()
+        .find(|m| a.is_char_boundary(*m))
+        .unwrap_or(0);
+    [a[..mid].to_string(), a[mid..].to_string()]
+}
+
+/// Collects events with their waits: `first_delay` after the first event, `chunk_delay` after
+/// each thinking or text delta.
+struct Pacer<'a> {
+    a: &'a Answer,
+    out: Paced,
+    wait: Duration,
+}
+
+impl Pacer<'_> {
+    fn push(&mut self, event: String) {
+        let wait = std::mem::take(&mut self.wait);
+        if self.out.is_empty() {
+            self.wait = self.a.first_delay;
+        }
+        self.out.push((wait, event));
+    }
+
+    fn delta(&mut self, event: String) {
+        self.push(event);
+        self.wait = self.a.chunk_delay;
+    }
+}
+
+/// An [`Answer`] as chat-completions chunks (role, reasoning, content, tool calls, finish,
+/// usage, `[DONE]`; a hanging answer stops after its deltas).
+fn openai_answer(
+    a: &Answer,
+    id: &str,
+    response_model: Option<&str>,
+    input_tokens: u64,
+    output_tokens: u64,
+) -> Paced {
+    let chunk = |delta: Value, finish: Value| {
+        let mut c = json!({"id": id, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        if let Some(m) = response_model {
+            c["model"] = json!(m);
+        }
+        format!("data: {c}\n\n")
+    };
+    let mut p = Pacer {
+        a,
+        out: Vec::new(),
+        wait: Duration::ZERO,
+    };
+    p.push(chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    ));
+    for t in answer_parts(a, a.thinking.as_deref().unwrap_or("")) {
+        p.delta(chunk(json!({"reasoning_content": t}), Value::Null));
+    }
+    for t in answer_parts(a, a.text.as_deref().unwrap_or("")) {
+        p.delta(chunk(json!({"content": t}), Value::Null));
+    }
+    if a.hang {
+        return p.out;
+    }
+    for (i, c) in a.tool_calls.iter().enumerate() {
+        p.push(chunk(json!({"tool_calls": [{"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}]}), Value::Null));
+        for part in halves(&c.arguments) {
+            p.push(chunk(
+                json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    let finish = if a.tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    p.push(chunk(json!({}), json!(finish)));
+    p.push(format!(
+        "data: {}\n\n",
+        json!({"id": id, "choices": [], "usage": {"prompt_tokens": input_tokens, "completion_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}})
+    ));
+    p.push("data: [DONE]\n\n".into());
+    p.out
+}
+
+/// An [`Answer`] as Anthropic Messages events (a thinking block with its signature, a text
+/// block, tool_use blocks; a hanging answer stops after its deltas).
+fn anthropic_answer(a: &Answer, n: usize, input_tokens: u64, output_tokens: u64) -> Paced {
+    let e = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut p = Pacer {
+        a,
+        out: Vec::new(),
+        wait: Duration::ZERO,
+    };
+    p.push(e("message_start", json!({"type": "message_start", "message": {"id": format!("msg_mock{n}"), "type": "message", "role": "assistant", "content": [], "model": "mock-ant-1", "usage": {"input_tokens": input_tokens, "output_tokens": 1}}})));
+    let mut idx = 0;
+    let stop = |idx: usize| {
+        e(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": idx}),
+        )
+    };
+    if let Some(t) = &a.thinking {
+        p.push(e("content_block_start", json!({"type": "content_block_start", "index": idx, "content_block": {"type": "thinking", "thinking": ""}})));
+        for part in answer_parts(a, t) {
+            p.delta(e("content_block_delta", json!({"type": "content_block_delta", "index": idx, "delta": {"type": "thinking_delta", "thinking": part}})));
+        }
+        p.push(e("content_block_delta", json!({"type": "content_block_delta", "index": idx, "delta": {"type": "signature_delta", "signature": "bW9jaw=="}})));
+        p.push(stop(idx));
+        idx += 1;
+    }
+    if let Some(t) = &a.text {
+        p.push(e("content_block_start", json!({"type": "content_block_start", "index": idx, "content_block": {"type": "text", "text": ""}})));
+        for part in answer_parts(a, t) {
+            p.delta(e("content_block_delta", json!({"type": "content_block_delta", "index": idx, "delta": {"type": "text_delta", "text": part}})));
+        }
+        if a.hang {
+            return p.out;
+        }
+        p.push(stop(idx));
+        idx += 1;
+    }
+    if a.hang {
+        return p.out;
+    }
+    for c in &a.tool_calls {
+        p.push(e("content_block_start", json!({"type": "content_block_start", "index": idx, "content_block": {"type": "tool_use", "id": c.id, "name": c.name, "input": {}}})));
+        for part in halves(&c.arguments) {
+            p.push(e("content_block_delta", json!({"type": "content_block_delta", "index": idx, "delta": {"type": "input_json_delta", "partial_json": part}})));
+        }
+        p.push(stop(idx));
+        idx += 1;
+    }
+    let reason = if a.tool_calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    p.push(e("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": output_tokens}})));
+    p.push(e("message_stop", json!({"type": "message_stop"})));
+    p.out
+}
+
+/// Streams paced events. With no wait anywhere (and no hang) the whole answer is one body of
+/// known length, written at once (the benchmarks' floor). Otherwise each event is its own
+/// write after its wait, or with `keep_rate` every event already due by the wall clock goes
+/// in one write; `hang` keeps the connection open after the last event.
+fn paced(events: Paced, keep_rate: bool, hang: bool) -> Response {
+    let response = Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream");
+    if !hang && events.iter().all(|(w, _)| w.is_zero()) {
+        let body: String = events.into_iter().map(|(_, e)| e).collect();
+        return response.body(Body::from(body)).unwrap();
+    }
+    let start = tokio::time::Instant::now();
+    let stream = futures::stream::unfold(
+        (events.into_iter().peekable(), Duration::ZERO),
+        move |(mut it, mut due)| async move {
+            let (wait, first) = match it.next() {
+                Some(e) => e,
+                None if hang => {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    return None;
+                }
+                None => return None,
+            };
+            due += wait;
+            if keep_rate {
+                tokio::time::sleep_until(start + due).await;
+                let mut out = first;
+                while let Some((w, _)) = it.peek() {
+                    if start + due + *w > tokio::time::Instant::now() {
+                        break;
+                    }
+                    due += *w;
+                    if let Some((_, e)) = it.next() {
+                        out.push_str(&e);
+                    }
+                }
+                Some((Ok::<_, std::io::Error>(bytes::Bytes::from(out)), (it, due)))
+            } else {
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+                Some((Ok(bytes::Bytes::from(first)), (it, due)))
+            }
+        },
+    );
+    response.body(Body::from_stream(stream)).unwrap()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { activeTab, editorText, runCommand, startWorkbench, until, waitChatFrame } from "./harness.mjs";
-import { BIG_TEXT, MANY_WORDS, STORY } from "./mock-model.mjs";
+import { BIG_TEXT, MANY_WORDS, STORY } from "./model-script.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const shotDir = process.env.PI_E2E_SHOTS ?? path.join(here, "..", "..", "dist", "e2e");

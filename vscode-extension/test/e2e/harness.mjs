@@ -1,14 +1,18 @@
 // The whole-extension harness: a workspace and a Pi agent dir in a temp folder, the loopback
-// model server, code-server 4.139.1 (Node 24) with the .vsix installed, and headless Chromium
-// (playwright-core) on the workbench. Every tool it needs must exist: a missing one fails the
-// test with what to install (scripts/test installs them).
+// model (the `mock-model` binary on model-script.mjs's script), code-server 4.139.1 (Node 24)
+// with the .vsix installed, and headless Chromium (playwright-core) on the workbench. Every
+// tool it needs must exist: a missing one fails the test with what to install (scripts/test
+// installs them).
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
-import { startMockModel } from "./mock-model.mjs";
+import { script } from "./model-script.mjs";
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 
 function need(name, value, hint) {
   if (!value || !fs.existsSync(value)) throw new Error(`${name} is missing (${value ?? "unset"}): ${hint}`);
@@ -22,6 +26,65 @@ export function tools() {
     vsix: need("PI_VSIX", process.env.PI_VSIX, "run scripts/package"),
     piLsp: need("PI_LSP_BIN", process.env.PI_LSP_BIN, "cargo build --release -p pi-lsp"),
     chromium: need("chromium", process.env.CHROMIUM_BIN ?? "/usr/bin/chromium", "apt-get install -y chromium"),
+    mockModel: need("PI_MOCK_MODEL_BIN", mockModelBin(), "cargo build -p pi-e2e --bin mock-model"),
+  };
+}
+
+/** The `mock-model` binary: $PI_MOCK_MODEL_BIN, else found or built by tests/mock-model-path. */
+function mockModelBin() {
+  if (process.env.PI_MOCK_MODEL_BIN) return process.env.PI_MOCK_MODEL_BIN;
+  const r = spawnSync(path.join(REPO, "tests/mock-model-path"), { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+  if (r.status !== 0) throw new Error(`tests/mock-model-path failed (${r.status ?? r.error})`);
+  return (process.env.PI_MOCK_MODEL_BIN = r.stdout.trim());
+}
+
+/** Starts the one loopback model (tests/bin/mock_model.rs) on model-script.mjs's script in
+ * `dir`; every request body it gets is a line of `dir/requests.jsonl` (`requests`). */
+async function startMockModel(bin, dir) {
+  const scriptPath = path.join(dir, "model-script.json");
+  const log = path.join(dir, "model-requests.jsonl");
+  fs.writeFileSync(scriptPath, JSON.stringify(script()));
+  const child = spawn(bin, [scriptPath, log], { stdio: ["ignore", "pipe", "inherit"] });
+  const port = await new Promise((resolve, reject) => {
+    let out = "";
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`mock-model exited (${code}) before it said its port`)));
+    child.stdout.on("data", (d) => {
+      out += d;
+      const line = out.split("\n");
+      if (line.length > 1) resolve(Number(line[0]));
+    });
+  });
+  child.removeAllListeners("exit");
+  const base = `http://127.0.0.1:${port}/v1`;
+  return {
+    baseUrl: base,
+    /** Every request body so far, in order. */
+    get requests() {
+      return fs.existsSync(log) ? fs.readFileSync(log, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)) : [];
+    },
+    modelsJson() {
+      return {
+        providers: {
+          mock: {
+            baseUrl: base,
+            api: "openai-completions",
+            apiKey: "test-key",
+            compat: { supportsDeveloperRole: false },
+            models: [
+              { id: "mock-1", name: "Mock One", contextWindow: 128000, maxTokens: 4096, cost: { input: 3, output: 15, cacheRead: 0, cacheWrite: 0 } },
+              { id: "mock-think", name: "Mock Thinker", reasoning: true, contextWindow: 200000, maxTokens: 8192, cost: { input: 1, output: 5, cacheRead: 0, cacheWrite: 0 } },
+            ],
+          },
+        },
+      };
+    },
+    close: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once("exit", () => resolve());
+        child.kill("SIGTERM");
+      }),
   };
 }
 
@@ -61,7 +124,7 @@ export async function startWorkbench({ files = {}, settings = {} } = {}) {
     fs.mkdirSync(path.dirname(path.join(workspace, rel)), { recursive: true });
     fs.writeFileSync(path.join(workspace, rel), text);
   }
-  const model = await startMockModel();
+  const model = await startMockModel(t.mockModel, root);
   fs.writeFileSync(path.join(agentDir, "models.json"), JSON.stringify(model.modelsJson(), null, 2));
   fs.writeFileSync(path.join(agentDir, "settings.json"), JSON.stringify({ defaultProvider: "mock", defaultModel: "mock-1" }, null, 2));
   fs.writeFileSync(
