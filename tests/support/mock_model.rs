@@ -551,7 +551,10 @@ async fn handle_openai(
     let id = format!("chatcmpl-mock{n}");
     let response_model = mock.inner.lock().unwrap().response_model.clone();
     if let Step::Answer(a) = step {
-        tokio::time::sleep(a.delay).await;
+        // A zero-length sleep still waits for the timer's next 1 ms tick.
+        if !a.delay.is_zero() {
+            tokio::time::sleep(a.delay).await;
+        }
         let ev = openai_answer(
             &a,
             &id,
@@ -644,7 +647,10 @@ async fn handle_anthropic(
     }
     let n = mock.inner.lock().unwrap().next;
     if let Step::Answer(a) = step {
-        tokio::time::sleep(a.delay).await;
+        // A zero-length sleep still waits for the timer's next 1 ms tick.
+        if !a.delay.is_zero() {
+            tokio::time::sleep(a.delay).await;
+        }
         let ev = anthropic_answer(&a, n, input_tokens, mock.output_tokens());
         return paced(ev, a.keep_rate, a.hang);
     }
