@@ -766,14 +766,14 @@ async fn closed_run(c: &mut LspClient) -> u64 {
     rss_kib(c.pid().unwrap()).0
 }
 
-/// Memory after a huge stream line: a model answer streamed as one 8 MB SSE line, three
-/// times, each run in its own session closed after it. The buffers sized for the line go with
-/// it (glibc's mmap threshold fixed, `pi_lsp::memory`): RSS after the third closed run is
-/// within 10 MB of RSS after the first; against a closed run without the long line the bound
-/// also allows the one buffer the LSP library's output framing keeps for the connection
-/// (the size of the largest frame sent, here the 8 MB message). Measured (debug build): 40 MB
-/// after the short run, 51 / 51 / 51 MB after the long ones (155 / 147 / 147 MB before the
-/// threshold was fixed).
+/// Memory after a huge stream line (issue 32 item 4): a model answer streamed as one 8 MB SSE
+/// line, three times, each run in its own session closed after it. The buffers sized for the
+/// line go with it (glibc's mmap threshold fixed, `pi_lsp::memory`; the event frames written
+/// outside the LSP library's output buffer, `pi_lsp::transport::Outside`): RSS after the third
+/// closed run is within 10 MB of RSS after the first, and within 10 MB of RSS after a closed
+/// run without the long line. Measured (debug build): 40 MB after the short run, 51 / 51 / 51
+/// MB after the long ones while the library's buffer kept the largest frames (155 / 147 / 147
+/// MB before the threshold was fixed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_after_a_huge_stream_line_is_given_back() {
     const LINE: usize = 8 * 1024 * 1024;
@@ -798,9 +798,8 @@ async fn memory_after_a_huge_stream_line_is_given_back() {
     eprintln!(
         "RSS KiB: started {started}, after a short run {short}, after each 8 MB-line run {long:?}, peak {peak}"
     );
-    let frame_kib = (LINE / 1024) as u64;
     assert!(
-        long[2] <= long[0] + SLACK_KIB && long[2] <= short + SLACK_KIB + frame_kib,
+        long[2] <= long[0] + SLACK_KIB && long[2] <= short + SLACK_KIB,
         "RSS KiB: after a short run {short}, after each 8 MB-line run {long:?}"
     );
     assert!(c.shutdown().await.success());

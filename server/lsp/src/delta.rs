@@ -195,21 +195,16 @@ impl DeltaEncoder {
 /// ask for compact deltas), else as the encoder says.
 pub(crate) async fn send(
     client: &tower_lsp_server::Client,
+    outside: &crate::transport::Outside,
     encoder: Option<&mut DeltaEncoder>,
     params: AgentEventParams,
 ) {
     let Some(encoder) = encoder else {
-        return client
-            .send_notification::<AgentEventNotification>(params)
-            .await;
+        return outside.send::<AgentEventNotification>(client, params).await;
     };
     match encoder.encode(params) {
-        Encoded::Compact(p) => client.send_notification::<AgentDeltaNotification>(p).await,
-        Encoded::Full(p) => {
-            client
-                .send_notification::<AgentEventRefNotification>(p)
-                .await
-        }
+        Encoded::Compact(p) => outside.send::<AgentDeltaNotification>(client, p).await,
+        Encoded::Full(p) => outside.send::<AgentEventRefNotification>(client, p).await,
     }
 }
 

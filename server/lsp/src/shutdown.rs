@@ -134,8 +134,11 @@ pub async fn serve_stdio() -> i32 {
     let shutdown_received = service.inner().shutdown_received();
     // Non-blocking pipes when stdin/stdout are pipes or sockets (see `transport::stdio`).
     let (stdin, stdout, restore) = crate::transport::stdio();
-    let (input, output, written) =
-        crate::transport::guard(WatchEnd::new(stdin, causes.clone()), stdout);
+    let (input, output, written) = crate::transport::guard(
+        WatchEnd::new(stdin, causes.clone()),
+        stdout,
+        state.outside.clone(),
+    );
     // Document sync in the read loop, and no small limit on handlers in flight: a long request
     // never holds up another message (see `dispatch`).
     let serve = tower_lsp_server::Server::new(input, output, socket)

@@ -83,6 +83,9 @@ struct Outbox {
     sent: Option<MessageBuilder>,
     /// Set when the client asked for compact deltas (see [`crate::delta`]).
     compact: Option<crate::delta::DeltaEncoder>,
+    /// Where event frames are written outside the LSP library's buffer (see
+    /// [`crate::transport::Outside`]).
+    outside: Arc<crate::transport::Outside>,
 }
 
 impl Outbox {
@@ -123,7 +126,7 @@ impl Outbox {
             event,
             unsaved,
         };
-        crate::delta::send(client, self.compact.as_mut(), params).await;
+        crate::delta::send(client, &self.outside, self.compact.as_mut(), params).await;
     }
 
     /// Sends the held delta, if any (deltas never start a message: no rates needed).
@@ -182,6 +185,7 @@ impl LspSink {
             save_failing: AtomicBool::new(false),
             outbox: Arc::new(tokio::sync::Mutex::new(Outbox {
                 compact: st.compact_deltas.encoder(),
+                outside: st.outside.clone(),
                 ..Outbox::default()
             })),
             st,

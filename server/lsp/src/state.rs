@@ -67,6 +67,8 @@ pub struct State {
     pub(crate) coalesce_ms: std::sync::atomic::AtomicU64,
     /// `initializationOptions.compactDeltas` and the sessions' `ref`s (see [`crate::delta`]).
     pub(crate) compact_deltas: crate::delta::CompactDeltas,
+    /// Event frames written outside the LSP library's output buffer (see [`crate::transport`]).
+    pub(crate) outside: Arc<crate::transport::Outside>,
 }
 
 impl State {
@@ -91,6 +93,7 @@ impl State {
             accepting_sync: AtomicBool::new(false),
             coalesce_ms: std::sync::atomic::AtomicU64::new(coalesce.as_millis() as u64),
             compact_deltas: Default::default(),
+            outside: Default::default(),
         }
     }
 

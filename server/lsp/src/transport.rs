@@ -23,6 +23,15 @@
 //! guard's answers never go through the server, so a burst of `id: null` errors cannot collide
 //! in the server's table of pending requests.
 //!
+//! Frames the server's events make (`agent/event`, `agent/delta`) are written outside the LSP
+//! library's output buffer ([`Outside`]): `tower-lsp-server` encodes every frame into one
+//! `BytesMut` that keeps the capacity of the largest frame it ever held (16 MiB after an 8 MB
+//! message, for the connection's life), and builds a `serde_json::Value` of each notification
+//! before its text. Such a frame is serialised once, straight to its bytes, and kept here; the
+//! library carries only a small placeholder notification ([`OUTSIDE_METHOD`]) in its place, and
+//! the guard's writer puts the frame's bytes where the placeholder was, so the order of every
+//! frame is the order the server sent them in, and the frame's memory goes when it is written.
+//!
 //! [`stdio`] (the platform module's: `crate::platform::stdio`) gives the server's stdin and
 //! stdout as non-blocking pipe (or Unix socket) I/O driven by the runtime's reactor when they
 //! are pipes or sockets on Unix, so a message costs no hand-off to a blocking thread in either
@@ -36,12 +45,128 @@ use tokio::io::{
     AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
 };
 use tokio::sync::mpsc;
+use tower_lsp_server::ls_types::notification::Notification;
 
 pub use crate::platform::stdio::{stdio, Restore, StdinReader, StdoutWriter};
 
 /// Largest accepted frame body, in bytes (64 MiB); a larger declared `Content-Length` is
 /// answered with Invalid Request at once and skipped.
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// The method of the placeholder notification that stands, in the LSP library's output, for a
+/// frame kept in [`Outside`]; its params are `[slot]`. Never reaches the client.
+pub(crate) const OUTSIDE_METHOD: &str = "$/pi-lsp/outside";
+
+/// The placeholder notification (see [`OUTSIDE_METHOD`]).
+enum OutsideNotification {}
+
+impl Notification for OutsideNotification {
+    type Params = [u64; 1];
+    const METHOD: &'static str = OUTSIDE_METHOD;
+}
+
+/// Frames written outside the LSP library's output buffer (see the module doc), by slot, from
+/// [`Outside::send`] until the guard's writer writes them. Inactive (every frame goes through
+/// the library as usual) until a guard writes this connection's output ([`guard`]).
+#[derive(Debug, Default)]
+pub struct Outside {
+    active: std::sync::atomic::AtomicBool,
+    next: std::sync::atomic::AtomicU64,
+    frames: parking_lot::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+}
+
+impl Outside {
+    /// Sends notification `N` with `params` to the client: serialised once into its frame and
+    /// written by the guard in the order of the library's frames, or through the library
+    /// (`client`) when no guard writes the output. A value that cannot be serialised is logged
+    /// and not sent (as the library does).
+    pub(crate) async fn send<N: Notification>(
+        &self,
+        client: &tower_lsp_server::Client,
+        params: N::Params,
+    ) {
+        if !self.active.load(std::sync::atomic::Ordering::Acquire) {
+            return client.send_notification::<N>(params).await;
+        }
+        let Some(frame) = notification_frame(N::METHOD, &params) else {
+            return;
+        };
+        let slot = self.keep(frame);
+        client
+            .send_notification::<OutsideNotification>([slot])
+            .await;
+    }
+
+    /// Keeps `frame` until its placeholder is written; returns its slot.
+    fn keep(&self, frame: Vec<u8>) -> u64 {
+        let slot = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.frames.lock().insert(slot, frame);
+        slot
+    }
+
+    /// The frame kept under `slot` (taken out).
+    fn take(&self, slot: u64) -> Option<Vec<u8>> {
+        let mut frames = self.frames.lock();
+        let frame = frames.remove(&slot);
+        // The map's table is not kept at the size of a burst.
+        if frames.is_empty() && frames.capacity() > 64 {
+            frames.shrink_to(0);
+        }
+        frame
+    }
+
+    /// The real frame for `frame` when it is a placeholder (`None` when it is not one; an
+    /// empty frame when its slot is unknown, which cannot happen while the guard runs).
+    fn resolve(&self, frame: &[u8]) -> Option<Vec<u8>> {
+        // Placeholders are small; a frame of any size is checked by its first bytes only.
+        if frame.len() > 160 {
+            return None;
+        }
+        let at = memchr::memmem::find(frame, b"\r\n\r\n")? + 4;
+        memchr::memmem::find(&frame[at..], OUTSIDE_METHOD.as_bytes())?;
+        let v: Value = serde_json::from_slice(&frame[at..]).ok()?;
+        if v.get("method").and_then(Value::as_str) != Some(OUTSIDE_METHOD) {
+            return None;
+        }
+        let slot = v.pointer("/params/0").and_then(Value::as_u64)?;
+        Some(self.take(slot).unwrap_or_else(|| {
+            tracing::error!("frame {slot} to write is missing; skipped");
+            Vec::new()
+        }))
+    }
+}
+
+/// The whole frame (header and body) of notification `method` with `params`, serialised
+/// straight to bytes (no `Value` in between); `None` (logged) when `params` cannot be
+/// serialised.
+fn notification_frame<P: serde::Serialize>(method: &str, params: &P) -> Option<Vec<u8>> {
+    #[derive(serde::Serialize)]
+    struct Frame<'a, P> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        params: &'a P,
+    }
+    // Room for the header first: the body is written after it, then the length put in front.
+    const HEAD: usize = 40;
+    let mut out = Vec::with_capacity(256);
+    out.resize(HEAD, b' ');
+    if let Err(e) = serde_json::to_writer(
+        &mut out,
+        &Frame {
+            jsonrpc: "2.0",
+            method,
+            params,
+        },
+    ) {
+        tracing::error!("{method} not sent: its params cannot be serialised: {e}");
+        return None;
+    }
+    let head = format!("Content-Length: {}\r\n\r\n", out.len() - HEAD);
+    let start = HEAD - head.len();
+    out[start..HEAD].copy_from_slice(head.as_bytes());
+    out.drain(..start);
+    Some(out)
+}
 
 /// Why `v` is not a JSON-RPC 2.0 message the transport can take, or `None` when it is one.
 fn invalid_message(v: &Value) -> Option<&'static str> {
@@ -534,6 +659,7 @@ async fn write_out<W: AsyncWrite + Unpin>(
     server: DuplexStream,
     mut errors: mpsc::UnboundedReceiver<Vec<u8>>,
     mut out: W,
+    outside: std::sync::Arc<Outside>,
 ) -> std::io::Result<()> {
     let mut r = BufReader::with_capacity(64 * 1024, server);
     let mut errors_open = true;
@@ -548,17 +674,28 @@ async fn write_out<W: AsyncWrite + Unpin>(
                 None => errors_open = false,
             },
             frame = read_frame(&mut r) => match frame? {
-                Some(mut frame) => {
+                Some(frame) => {
+                    let mut batch = outside.resolve(&frame).unwrap_or(frame);
                     // The frames already buffered behind it go in the same write: a run sends
                     // several events at once, and each write wakes the client.
-                    while frame.len() < MAX_BATCH {
+                    while batch.len() < MAX_BATCH {
                         let Some(n) = buffered_frame_len(r.buffer()) else {
                             break;
                         };
-                        frame.extend_from_slice(&r.buffer()[..n]);
+                        match outside.resolve(&r.buffer()[..n]) {
+                            Some(kept) if batch.len() + kept.len() > MAX_BATCH => {
+                                // A large frame goes alone, from its own buffer.
+                                r.consume(n);
+                                out.write_all(&batch).await?;
+                                batch = kept;
+                                break;
+                            }
+                            Some(kept) => batch.extend_from_slice(&kept),
+                            None => batch.extend_from_slice(&r.buffer()[..n]),
+                        }
                         r.consume(n);
                     }
-                    out.write_all(&frame).await?;
+                    out.write_all(&batch).await?;
                     out.flush().await?;
                 }
                 None => break,
@@ -622,11 +759,21 @@ async fn read_frame(r: &mut BufReader<DuplexStream>) -> std::io::Result<Option<V
 /// itself, between the server's frames: a Parse error (-32700) or Invalid Request (-32600)
 /// under the message's own `id` whenever the bytes name one (also for a body cut or swollen by
 /// a wrong `Content-Length`), else `id: null`.
-pub fn guard<R, W>(input: R, output: W) -> (DuplexStream, DuplexStream, tokio::task::JoinHandle<()>)
+///
+/// Frames kept in `outside` ([`Outside::send`]) are written in their placeholders' places; from
+/// this call on `outside` keeps them.
+pub fn guard<R, W>(
+    input: R,
+    output: W,
+    outside: std::sync::Arc<Outside>,
+) -> (DuplexStream, DuplexStream, tokio::task::JoinHandle<()>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    outside
+        .active
+        .store(true, std::sync::atomic::Ordering::Release);
     let (server_in, guard_out) = tokio::io::duplex(1 << 20);
     let (server_out, guard_in) = tokio::io::duplex(1 << 20);
     let (tx, rx) = mpsc::unbounded_channel();
@@ -636,7 +783,7 @@ where
         }
     });
     let writer = tokio::spawn(async move {
-        if let Err(e) = write_out(guard_in, rx, output).await {
+        if let Err(e) = write_out(guard_in, rx, output, outside).await {
             tracing::debug!("writing to the client failed: {e}");
         }
     });
@@ -650,6 +797,63 @@ mod tests {
     /// A frame as a client sends it.
     fn frame(body: &str) -> Vec<u8> {
         format!("Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    }
+
+    /// A frame kept outside the library's buffer is written where its placeholder was, whole
+    /// and in order with the frames around it (the placeholder itself never reaches the
+    /// client), and is let go once written; a large one after small ones goes in a write of
+    /// its own.
+    #[tokio::test]
+    async fn kept_frames_are_written_in_their_placeholders_places() {
+        let outside = std::sync::Arc::new(Outside::default());
+        let (_client_w, guard_r) = tokio::io::duplex(16);
+        let (client_r, guard_w) = tokio::io::duplex(1 << 16);
+        let (_server_in, mut server_out, written) = guard(guard_r, guard_w, outside.clone());
+        let huge = "x".repeat(8 * 1024 * 1024);
+        let small = notification_frame("agent/event", &json!({"seq": 1})).unwrap();
+        let big = notification_frame("agent/event", &json!({"seq": 2, "text": huge})).unwrap();
+        let placeholder = |slot: u64| notification_frame(OUTSIDE_METHOD, &[slot]).unwrap();
+        let (a, b) = (outside.keep(small.clone()), outside.keep(big.clone()));
+        let reader = tokio::spawn(async move {
+            let mut r = BufReader::new(client_r);
+            let mut got = Vec::new();
+            while let Some(frame) = read_frame(&mut r).await.unwrap() {
+                got.push(frame);
+            }
+            got
+        });
+        let mut wire = frame(r#"{"jsonrpc":"2.0","id":1,"result":null}"#);
+        wire.extend(placeholder(a));
+        wire.extend(placeholder(b));
+        wire.extend(frame(r#"{"jsonrpc":"2.0","id":2,"result":null}"#));
+        server_out.write_all(&wire).await.unwrap();
+        drop(server_out);
+        written.await.unwrap();
+        let got = reader.await.unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[0], frame(r#"{"jsonrpc":"2.0","id":1,"result":null}"#));
+        assert_eq!(got[1], small);
+        assert_eq!(got[2], big);
+        assert_eq!(got[3], frame(r#"{"jsonrpc":"2.0","id":2,"result":null}"#));
+        assert!(outside.frames.lock().is_empty());
+    }
+
+    /// A frame serialised straight to bytes is the notification the library would send:
+    /// `Content-Length` of the body, and the body's members.
+    #[test]
+    fn notification_frames_are_whole_lsp_frames() {
+        let params = json!({"sessionId": "s", "seq": 3, "event": {"type": "agent_start"}});
+        let f = notification_frame("agent/event", &params).unwrap();
+        let at = memchr::memmem::find(&f, b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(
+            std::str::from_utf8(&f[..at]).unwrap(),
+            format!("Content-Length: {}\r\n\r\n", f.len() - at)
+        );
+        let body: Value = serde_json::from_slice(&f[at..]).unwrap();
+        assert_eq!(
+            body,
+            json!({"jsonrpc": "2.0", "method": "agent/event", "params": params})
+        );
     }
 
     /// Only a whole buffered frame is taken into a batch; its length includes the header.
@@ -671,7 +875,7 @@ mod tests {
     async fn run_guard(input: Vec<u8>) -> (Vec<Value>, Vec<Value>) {
         let (mut client_w, guard_r) = tokio::io::duplex(1 << 16);
         let (client_r, guard_w) = tokio::io::duplex(1 << 16);
-        let (server_in, server_out, written) = guard(guard_r, guard_w);
+        let (server_in, server_out, written) = guard(guard_r, guard_w, Default::default());
         let feed = tokio::spawn(async move {
             client_w.write_all(&input).await.unwrap();
             client_w.shutdown().await.unwrap();

@@ -165,6 +165,7 @@ impl EventSink for Dispatch {
             .listeners
             .lock()
             .iter()
+            .filter(|(_, l)| l.wants(&event))
             .map(|(_, l)| l.clone())
             .collect();
         // The last listener takes the event itself (an `agent_end` holds the run's messages).

@@ -364,6 +364,11 @@ pub enum AgentEvent {
 #[async_trait]
 pub trait EventSink: Send + Sync {
     async fn emit(&self, event: AgentEvent);
+    /// Whether [`EventSink::emit`] would do anything with `event`; a sink that says no is not
+    /// given it (nor a copy of it: an `agent_end` holds the run's messages). Default: yes.
+    fn wants(&self, _event: &AgentEvent) -> bool {
+        true
+    }
 }
 
 /// How a queued message enters a running loop (Pi's `deliverAs`; on the wire `steer`,

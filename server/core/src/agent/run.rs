@@ -262,6 +262,9 @@ impl Run<'_> {
         };
         let now = p.tools().await;
         let mut old: Vec<ToolEntry> = self.tools.drain(self.static_tools..).collect();
+        // The specs (each tool's JSON schema) are copied again only when the tools changed:
+        // most rounds of a run see the same tools in the same order.
+        let mut changed = false;
         for t in now {
             let name = t.spec().name;
             if self.tools.iter().any(|e| e.spec.name == name) {
@@ -271,11 +274,19 @@ impl Run<'_> {
                 .iter()
                 .position(|e| e.spec.name == name && Arc::ptr_eq(&e.tool, &t))
             {
-                Some(i) => self.tools.push(old.swap_remove(i)),
-                None => self.tools.push(ToolEntry::new(&t)),
+                Some(i) => {
+                    changed |= i != 0;
+                    self.tools.push(old.remove(i));
+                }
+                None => {
+                    changed = true;
+                    self.tools.push(ToolEntry::new(&t));
+                }
             }
         }
-        self.specs = self.tools.iter().map(|t| t.spec.clone()).collect();
+        if changed || !old.is_empty() || self.specs.len() != self.tools.len() {
+            self.specs = self.tools.iter().map(|t| t.spec.clone()).collect();
+        }
     }
 
     async fn assistant(&mut self) -> AssistantMessage {

@@ -1052,6 +1052,15 @@ fn event_type(e: &AgentEvent) -> String {
 
 #[async_trait]
 impl EventSink for Extensions {
+    fn wants(&self, event: &AgentEvent) -> bool {
+        !matches!(event, AgentEvent::ExtensionError { .. })
+            && self
+                .loaded
+                .iter()
+                .flat_map(|l| &l.events)
+                .any(|(wanted, _)| wanted.is_none_or(|w| w(event)))
+    }
+
     async fn emit(&self, event: AgentEvent) {
         if matches!(event, AgentEvent::ExtensionError { .. }) {
             return;

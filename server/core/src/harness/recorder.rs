@@ -163,7 +163,12 @@ impl Recorder {
                 w.sync()
             }
             // Entries the file could not take before are written first (after a full disk
-            // freed space); the turn is durable only when they are.
+            // freed space); the turn is durable only when they are. A turn inside a run asks
+            // for a sync at most once per `TURN_SYNC_INTERVAL`; the run's end always does.
+            AgentEvent::TurnEnd { .. } => {
+                w.flush_unsaved()?;
+                w.sync_turn()
+            }
             _ => {
                 w.flush_unsaved()?;
                 w.sync()

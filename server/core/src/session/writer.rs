@@ -69,7 +69,14 @@ pub(super) struct SyncState {
     file: std::fs::File,
     pending: std::sync::atomic::AtomicBool,
     error: std::sync::Mutex<Option<std::io::Error>>,
+    /// When the last sync was queued (for [`SessionWriter::sync_turn`]).
+    queued_at: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// The shortest time between two background syncs asked for by turn ends inside one run
+/// ([`SessionWriter::sync_turn`]): a run of fast tool rounds costs one `fdatasync` per this
+/// interval, not one per round, and a run's end always syncs.
+pub const TURN_SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The one background thread that runs queued `fdatasync`s, in request order; `None` when it
 /// could not be started (syncs are then done in place).
@@ -845,6 +852,9 @@ impl SessionWriter {
                 source: e,
             });
         }
+        if let Ok(mut at) = state.queued_at.lock() {
+            *at = Some(std::time::Instant::now());
+        }
         if !state
             .pending
             .swap(true, std::sync::atomic::Ordering::SeqCst)
@@ -858,6 +868,32 @@ impl SessionWriter {
             }
         }
         Ok(())
+    }
+
+    /// The sync of a turn's end inside a run: [`SessionWriter::sync`], unless a sync was
+    /// queued less than [`TURN_SYNC_INTERVAL`] ago (then nothing: the entries are written, one
+    /// `write` each, and the next turn end past the interval or the run's end makes them
+    /// durable). The error of an earlier background sync is returned either way.
+    pub fn sync_turn(&self) -> Result<(), SessionError> {
+        let Some(state) = &self.syncer else {
+            return self.sync();
+        };
+        let recent = state
+            .queued_at
+            .lock()
+            .ok()
+            .and_then(|at| *at)
+            .is_some_and(|at| at.elapsed() < TURN_SYNC_INTERVAL);
+        if !recent {
+            return self.sync();
+        }
+        match state.error.lock().ok().and_then(|mut e| e.take()) {
+            Some(e) => Err(SessionError::Io {
+                path: self.path.clone(),
+                source: e,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Flushes appended entries to stable storage before returning (`fdatasync`).
@@ -912,6 +948,7 @@ pub(super) fn sync_state(file: &std::fs::File) -> Option<Arc<SyncState>> {
         file: file.try_clone().ok()?,
         pending: std::sync::atomic::AtomicBool::new(false),
         error: std::sync::Mutex::new(None),
+        queued_at: std::sync::Mutex::new(None),
     }))
 }
 
@@ -921,4 +958,39 @@ pub(super) fn new_header(cwd: &Path, parent: Option<&Path>) -> Value {
         h["parentSession"] = Value::String(p.display().to_string());
     }
     h
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod sync_tests {
+    use super::*;
+
+    /// When the writer's last sync was queued, if it has a background syncer.
+    fn queued_at(w: &SessionWriter) -> Option<std::time::Instant> {
+        *w.syncer.as_ref().unwrap().queued_at.lock().unwrap()
+    }
+
+    /// A turn end right after a sync queues none (the run's fast rounds cost one `fdatasync`
+    /// per interval); a run's end (`sync`) always queues one; a turn end past the interval
+    /// queues one again.
+    #[test]
+    fn turn_ends_sync_at_most_once_per_interval_and_run_ends_always() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = SessionWriter::create(dir.path(), dir.path(), "p", "m", "off").unwrap();
+        assert!(w.syncer.is_some(), "the background syncer runs in tests");
+        w.sync_turn().unwrap();
+        let first = queued_at(&w).unwrap();
+        w.sync_turn().unwrap();
+        assert_eq!(queued_at(&w), Some(first), "a turn end within the interval");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        w.sync().unwrap();
+        let second = queued_at(&w).unwrap();
+        assert!(second > first, "a run's end always syncs");
+        std::thread::sleep(TURN_SYNC_INTERVAL + std::time::Duration::from_millis(50));
+        w.sync_turn().unwrap();
+        assert!(
+            queued_at(&w).unwrap() > second,
+            "a turn end past the interval"
+        );
+    }
 }

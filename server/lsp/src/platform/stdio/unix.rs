@@ -275,7 +275,7 @@ mod tests {
         let (reader, keep_r) = nonblocking_reader(rx.as_fd()).unwrap();
         assert!(matches!(reader, StdinReader::Pipe(_)));
         let (client_side, guard_side) = tokio::io::duplex(1 << 16);
-        let (server_in, _server_out, _written) = guard(reader, guard_side);
+        let (server_in, _server_out, _written) = guard(reader, guard_side, Default::default());
         let mut guarded = BufReader::new(server_in);
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"x"}"#;
         tx.write_all(&[frame(body), b"Content-Length: 5\r\n\r\nnope!".to_vec()].concat())
@@ -330,7 +330,7 @@ mod tests {
         let body = r#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#;
         std::io::Write::write_all(&mut b, &frame(body)).unwrap();
         let (_client_side, guard_side) = tokio::io::duplex(1 << 16);
-        let (mut guarded, _server_out, _written) = guard(reader, guard_side);
+        let (mut guarded, _server_out, _written) = guard(reader, guard_side, Default::default());
         let mut got = vec![0u8; frame(body).len()];
         guarded.read_exact(&mut got).await.unwrap();
         assert_eq!(got, frame(body));
