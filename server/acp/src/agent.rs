@@ -252,6 +252,7 @@ impl AcpAgent {
                 .session
                 .as_ref()
                 .is_some_and(|s| s.compaction.is_some()),
+            terminal: p.client_capabilities.terminal,
         };
         // Version 1 is the one this agent speaks; a client asking for a later one gets 1.
         let version = p.protocol_version.as_u16().min(1);
