@@ -35,6 +35,8 @@ pub struct AcpClient {
     pub received_at: Arc<Mutex<Vec<std::time::Instant>>>,
     arrived: Arc<Notify>,
     writer: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// Everything the agent wrote on stderr so far (its log).
+    pub stderr: Arc<Mutex<String>>,
 }
 
 impl AcpClient {
@@ -61,12 +63,24 @@ impl AcpClient {
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
+        // The agent's log: kept for the tests and passed on to the test's own stderr.
+        let stderr_text: Arc<Mutex<String>> = Arc::default();
+        let (err_pipe, kept) = (child.stderr.take().unwrap(), stderr_text.clone());
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(err_pipe).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                eprintln!("{l}");
+                let mut k = kept.lock().unwrap();
+                k.push_str(&l);
+                k.push('\n');
+            }
+        });
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap();
         let received: Arc<Mutex<Vec<Value>>> = Arc::default();
@@ -120,6 +134,7 @@ impl AcpClient {
             received_at,
             arrived,
             writer: None,
+            stderr: stderr_text,
         };
         // Replies to the agent's requests go through the same stdin.
         let (w_tx, mut w_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
