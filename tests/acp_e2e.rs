@@ -245,19 +245,10 @@ async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_go
         )
     );
     // The agent goes on.
-    let id = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .clone();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": id, "prompt": [{"type": "text", "text": "hi"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let id = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&id, "hi").await, end_turn());
     assert_eq!(
-        text_of(&c.updates(id.as_str().unwrap()), "agent_message_chunk"),
+        text_of(&c.updates(&id), "agent_message_chunk"),
         "still here"
     );
 }
@@ -289,19 +280,8 @@ async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
         Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}}))
     });
     let mut c = start(&s, answer).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "run it"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "run it").await, end_turn());
     // The question: the call as shown, the four kinds of options.
     let q = asked.lock().unwrap()[0].clone();
     assert_eq!(q["toolCall"]["toolCallId"], "call_1");
@@ -345,10 +325,7 @@ async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
     assert_eq!(last["content"][0]["content"]["text"], "hi\n");
 
     // Cancel a turn that hangs: the prompt answers cancelled.
-    let id = c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "think"}]}),
-    );
+    let id = c.send_prompt(&sid, "think");
     wait_text(&c, &sid, "Let me look.It printed hi.Thinking about it").await;
     c.notify("session/cancel", json!({"sessionId": sid}));
     assert_eq!(
@@ -384,13 +361,7 @@ async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
         .filter(|u| u["sessionUpdate"] == "tool_call_update")
         .collect();
     assert_eq!(done[0]["status"], "completed");
-    let r = c2
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go on"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert_eq!(c2.prompt(&sid, "go on").await, end_turn());
     assert!(text_of(&c2.updates(&sid), "agent_message_chunk").ends_with("Continued."));
     // The model saw the whole conversation.
     let last = mock.requests().last().unwrap().body.clone();
@@ -403,27 +374,22 @@ async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
 #[tokio::test]
 async fn a_prompt_while_busy_is_a_follow_up_answered_after_its_own_turn() {
     let gate = Arc::new(tokio::sync::Notify::new());
-    let mock = MockModel::start(vec![
-        Step::Gate(gate.clone(), Box::new(Step::text("first"))),
-        Step::text("second"),
-    ])
+    let Scene {
+        mock: _mock,
+        s: _s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-followup",
+        vec![
+            Step::Gate(gate.clone(), Box::new(Step::text("first"))),
+            Step::text("second"),
+        ],
+        allow("allow_once"),
+    )
     .await;
-    let s = setup("acp-followup", &mock);
-    let mut c = start(&s, allow("allow_once")).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let a = c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "one"}]}),
-    );
-    let b = c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "two"}]}),
-    );
+    let a = c.send_prompt(&sid, "one");
+    let b = c.send_prompt(&sid, "two");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     gate.notify_one();
     assert_eq!(
@@ -541,36 +507,26 @@ async fn fuzzed_ndjson_is_answered_and_memory_stays_bounded() {
         "RSS grew from {before} kB to {after} kB"
     );
     // It goes on.
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .clone();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "hi").await, end_turn());
 }
 
 /// The client vanishes mid-run (stdin closed): the run is aborted, its partial answer saved,
 /// the file released, and the process exits.
 #[tokio::test]
 async fn a_client_that_vanishes_mid_run_aborts_and_saves() {
-    let mock = MockModel::start(vec![Step::Hang("partial answer".into())]).await;
-    let s = setup("acp-vanish", &mock);
-    let mut c = start(&s, allow("allow_once")).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
-    );
+    let Scene {
+        mock: _mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-vanish",
+        vec![Step::Hang("partial answer".into())],
+        allow("allow_once"),
+    )
+    .await;
+    c.send_prompt(&sid, "go");
     wait_text(&c, &sid, "partial answer").await;
     c.close_stdin();
     let status = tokio::time::timeout(std::time::Duration::from_secs(10), c.child.wait())
@@ -599,24 +555,22 @@ async fn a_client_that_vanishes_mid_run_aborts_and_saves() {
 /// kill -9 mid-prompt: every tool result the client was told had completed is in the file.
 #[tokio::test]
 async fn kill_9_mid_prompt_loses_no_acknowledged_entry() {
-    let mock = MockModel::start(vec![
-        Step::call("c1", "bash", json!({"command": "echo one"})),
-        Step::call("c2", "bash", json!({"command": "echo two"})),
-        Step::Hang("still going".into()),
-    ])
+    let Scene {
+        mock: _mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-kill9",
+        vec![
+            Step::call("c1", "bash", json!({"command": "echo one"})),
+            Step::call("c2", "bash", json!({"command": "echo two"})),
+            Step::Hang("still going".into()),
+        ],
+        allow("allow_session"),
+    )
     .await;
-    let s = setup("acp-kill9", &mock);
-    let mut c = start(&s, allow("allow_session")).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
-    );
+    c.send_prompt(&sid, "go");
     wait_text(&c, &sid, "still going").await;
     let acknowledged: Vec<String> = c
         .updates(&sid)
@@ -668,25 +622,14 @@ async fn client_fs_reads_unsaved_text_and_edits_land_in_the_editor() {
         }
         _ => Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}})),
     });
-    let mut c = AcpClient::start(&s.ws, &s.env, &["--model", "mock/mock-1"], answer);
-    c.call(
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}}}),
+    let mut c = start_caps(
+        &s,
+        json!({"fs": {"readTextFile": true, "writeTextFile": true}}),
+        answer,
     )
     .await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "edit"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "edit").await, end_turn());
     let path = s.ws.join("a.txt").display().to_string();
     assert_eq!(
         *writes.lock().unwrap(),
@@ -767,13 +710,7 @@ async fn mcp_servers_from_session_new_start_and_their_tools_reach_the_model() {
         shown,
         format!("[pi-lsp: MCP servers from the editor not started: old: {err}]\n")
     );
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo it"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert_eq!(c.prompt(&sid, "echo it").await, end_turn());
     let reqs = mock.requests();
     assert_eq!(reqs.len(), 2);
     // The first request declares the tool; the second carries its result.
@@ -797,35 +734,30 @@ async fn mcp_servers_from_session_new_start_and_their_tools_reach_the_model() {
 
 #[tokio::test]
 async fn todo_changes_reach_the_client_as_plan_updates() {
-    let mock = MockModel::start(vec![
-        Step::call(
-            "t1",
-            "todo",
-            json!({"action": "add", "text": "Write the parser"}),
-        ),
-        Step::call(
-            "t2",
-            "todo",
-            json!({"action": "add", "text": "Test the parser"}),
-        ),
-        Step::text("Planned."),
-    ])
+    let Scene {
+        mock: _mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-plan",
+        vec![
+            Step::call(
+                "t1",
+                "todo",
+                json!({"action": "add", "text": "Write the parser"}),
+            ),
+            Step::call(
+                "t2",
+                "todo",
+                json!({"action": "add", "text": "Test the parser"}),
+            ),
+            Step::text("Planned."),
+        ],
+        allow("allow_once"),
+    )
     .await;
-    let s = setup("acp-plan", &mock);
-    let mut c = start(&s, allow("allow_once")).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "plan it"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert_eq!(c.prompt(&sid, "plan it").await, end_turn());
     let want = json!({"sessionUpdate": "plan", "entries": [
         {"content": "Write the parser", "priority": "medium", "status": "in_progress"},
         {"content": "Test the parser", "priority": "medium", "status": "pending"}
@@ -869,7 +801,7 @@ async fn todo_changes_reach_the_client_as_plan_updates() {
 async fn mcp_servers_are_not_started_and_the_user_is_told_when_mcp_is_off() {
     let mock = MockModel::start(vec![]).await;
     let s = setup("acp-mcp-off", &mock);
-    let agent = s._tmp.path().join("agent");
+    let agent = &s.agent;
     std::fs::write(
         agent.join("settings.json"),
         json!({"extensions": ["-builtin:mcp"]}).to_string(),
@@ -917,20 +849,14 @@ fn current(options: &Value, id: &str) -> Value {
 #[tokio::test]
 async fn modes_config_updates_title_and_compaction_reach_the_client() {
     let mock = MockModel::start(vec![Step::text("Hi."), Step::text("SUMMARY")]).await;
-    let tmp = TempDir::new("acp-modes");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mut models = mock.models_json();
     models["providers"]["mock"]["models"][0]["reasoning"] = json!(true);
-    let env = agent_env(
-        &tmp.path().join("agent"),
-        &models,
-        &[("PI_LSP_LOG", "warn")],
-    );
-    let mut c = AcpClient::start(&ws, &env, &["--model", "mock/mock-1"], allow("allow_once"));
-    c.call(
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {"session": {"compaction": {}}}}),
+    let s = setup_models("acp-modes", &models);
+    let ws = s.ws.clone();
+    let mut c = start_caps(
+        &s,
+        json!({"session": {"compaction": {}}}),
+        allow("allow_once"),
     )
     .await;
     let r = c
@@ -1142,40 +1068,17 @@ fn release_binary() -> bool {
 #[tokio::test]
 async fn first_chunk_follows_the_models_first_byte_within_the_budget() {
     let (base, firsts) = timed_model().await;
-    let tmp = TempDir::new("acp-first-byte");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let models = json!({"providers": {"mock": {"baseUrl": base, "api": "openai-completions", "apiKey": "k",
         "compat": {"supportsDeveloperRole": false},
         "models": [{"id": "mock-1", "contextWindow": 128000, "maxTokens": 4096}]}}});
-    let env = agent_env(
-        &tmp.path().join("agent"),
-        &models,
-        &[("PI_LSP_LOG", "warn")],
-    );
-    let mut c = AcpClient::start(&ws, &env, &["--model", "mock/mock-1"], allow("allow_once"));
-    c.call(
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {}}),
-    )
-    .await;
-    let sid = c
-        .call("session/new", json!({"cwd": ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let s = setup_models("acp-first-byte", &models);
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c.new_session(&s.ws).await;
     let runs = 7;
     let mut gaps = Vec::new();
     for i in 0..runs {
         let from = c.received.lock().unwrap().len();
-        let r = c
-            .call(
-                "session/prompt",
-                json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
-            )
-            .await;
-        assert_eq!(r, json!({"stopReason": "end_turn"}));
+        assert_eq!(c.prompt(&sid, "hi").await, end_turn());
         let received = c.received.lock().unwrap().clone();
         let at = c.received_at.lock().unwrap().clone();
         let k = (from..received.len())
@@ -1319,14 +1222,7 @@ async fn loading_a_10000_message_session_replays_within_the_budget() {
         assert!(last_update < answer);
         if run == 2 {
             // It continues.
-            assert_eq!(
-                c.call(
-                    "session/prompt",
-                    json!({"sessionId": sid, "prompt": [{"type": "text", "text": "on"}]}),
-                )
-                .await,
-                json!({"stopReason": "end_turn"})
-            );
+            assert_eq!(c.prompt(&sid, "on").await, end_turn());
         }
         c.close_stdin();
         let _ = c.child.wait().await;

@@ -23,8 +23,8 @@ use pi_core::tools::{BashExecutor, BeforeBash};
 use crate::ask::AcpAsker;
 use crate::client_fs::ClientFs;
 use crate::rpc::Conn;
-use crate::terminal::{TerminalExecutor, Terminals};
-use crate::updates::AcpSink;
+use crate::terminal::TerminalExecutor;
+use crate::updates::{AcpSink, Terminals};
 
 /// The system prompt guideline when edits go through the client's buffers.
 pub const CLIENT_FS_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";

@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{SessionUpdate, ToolCallUpdate, ToolCallUpdateFields};
 use async_trait::async_trait;
-use parking_lot::Mutex;
 use pi_core::platform::process::{self as tree, ProcessTree};
 use pi_core::tools::{BashEnd, BashExecutor, BashRun};
 use serde_json::{json, Value};
 
 use crate::rpc::Conn;
+use crate::updates::Terminals;
 
 /// How often the terminal's output is read while the command runs.
 pub const POLL: Duration = Duration::from_millis(100);
@@ -92,9 +92,6 @@ pub fn new_output<'a>(prev: &str, now: &'a str) -> Option<&'a str> {
         .find(|&j| now.starts_with(&prev[j..]))
         .map(|j| &now[prev.len() - j..])
 }
-
-/// The calls of a session running in the client's terminal: call id → terminal id.
-pub type Terminals = Arc<Mutex<std::collections::HashMap<String, String>>>;
 
 /// Runs session commands in the client's terminal; see the module doc.
 pub struct TerminalExecutor {

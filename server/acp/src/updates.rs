@@ -35,6 +35,10 @@ use pi_core::harness::{Notice, SessionListener};
 use crate::rpc::Conn;
 use crate::tools;
 
+/// The calls of a session running in the client's terminal: call id → terminal id (noted by
+/// [`crate::terminal::TerminalExecutor`], read by [`AcpSink`]).
+pub type Terminals = Arc<Mutex<HashMap<String, String>>>;
+
 /// The shortest time between two streamed chunks of one session (≈ 60 per second).
 pub const COALESCE: Duration = Duration::from_millis(16);
 
@@ -128,7 +132,7 @@ pub struct AcpSink {
     compactions: Mutex<u64>,
     /// Calls running in the client's terminal: id → terminal id (filled by the session's
     /// [`crate::terminal::TerminalExecutor`]).
-    terminals: crate::terminal::Terminals,
+    terminals: Terminals,
 }
 
 /// A session title from a prompt: its first line, at most 200 characters (as session lists
@@ -150,7 +154,7 @@ impl AcpSink {
         context_window: Arc<Mutex<u64>>,
         title: Arc<Mutex<Option<String>>>,
         compaction: bool,
-        terminals: crate::terminal::Terminals,
+        terminals: Terminals,
     ) -> AcpSink {
         AcpSink {
             conn,
