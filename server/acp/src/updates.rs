@@ -260,20 +260,18 @@ impl SessionListener for AcpSink {
                     ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
                 )));
             }
+            // A command in the client's terminal ([`crate::terminal`]): the terminal is the
+            // call's content (the client shows its output live; no text updates).
             AgentEvent::ToolExecutionUpdate {
                 tool_call_id,
                 partial_result,
                 ..
-            } => {
-                // A command in the client's terminal ([`crate::terminal`]): the terminal is the
-                // call's content (the client shows its output live; no text updates).
-                if !self.terminals.lock().contains_key(&tool_call_id) {
-                    let text = pi_ai::join_text(&partial_result.content);
-                    self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                        tool_call_id,
-                        ToolCallUpdateFields::new().content(vec![tools::text_content(text)]),
-                    )));
-                }
+            } if !self.terminals.lock().contains_key(&tool_call_id) => {
+                let text = pi_ai::join_text(&partial_result.content);
+                self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    tool_call_id,
+                    ToolCallUpdateFields::new().content(vec![tools::text_content(text)]),
+                )));
             }
             AgentEvent::ToolExecutionEnd {
                 tool_call_id,
