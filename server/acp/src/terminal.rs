@@ -84,11 +84,20 @@ pub fn new_output<'a>(prev: &str, now: &'a str) -> Option<&'a str> {
     if now.is_empty() {
         return Some("");
     }
-    // `now` starts inside `prev`: the longest end of `prev` that `now` starts with.
-    let probe_end = now.char_indices().nth(256).map_or(now.len(), |(i, _)| i);
-    let probe = &now[..probe_end];
-    prev.match_indices(probe)
-        .map(|(j, _)| j)
+    // The client dropped the start: `now` begins inside `prev`, or after it. Where `prev`'s
+    // last 4 KiB are in `now`, what follows them is new.
+    const TAIL: usize = 4096;
+    let mut from = prev.len().saturating_sub(TAIL);
+    while !prev.is_char_boundary(from) {
+        from += 1;
+    }
+    let tail = &prev[from..];
+    if let Some(i) = now.find(tail) {
+        return Some(&now[i + tail.len()..]);
+    }
+    // Less than that of `prev` is left: the longest end of it `now` starts with.
+    (from..prev.len())
+        .filter(|&j| prev.is_char_boundary(j))
         .find(|&j| now.starts_with(&prev[j..]))
         .map(|j| &now[prev.len() - j..])
 }
@@ -371,6 +380,10 @@ mod tests {
         assert_eq!(new_output("abc", "abc"), Some(""));
         // The client dropped the start: "bcdef" is the end of "abcdef".
         assert_eq!(new_output("abcd", "cdef"), Some("ef"));
+        // A long output whose first 1,000 lines the client dropped.
+        let prev: String = (0..5000).map(|i| format!("{i}\n")).collect();
+        let now = format!("{}5000\n5001\n", &prev[prev.find("1000\n").unwrap()..]);
+        assert_eq!(new_output(&prev, &now), Some("5000\n5001\n"));
         // No overlap at all: everything is new, something was lost.
         assert_eq!(new_output("abc", "xyz"), None);
     }
