@@ -1,41 +1,127 @@
 //! `pi-lsp acp` end to end: the real binary over stdio (our own NDJSON client,
-//! `support/acp_client.rs`) against the loopback scripted model.
+//! `support/acp_client.rs`; client terminals that really run their command lines,
+//! `support/acp_terminal.rs`) against the loopback scripted model.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use pi_e2e::acp_client::{allow, AcpClient, Answerer};
+use pi_e2e::acp_client::{allow, AcpClient, Answerer, AsyncAnswerer};
+use pi_e2e::acp_terminal::Terminals;
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{require, TempDir};
 use serde_json::{json, Value};
 
+/// A test's folders: `ws` (the workspace) and `agent` (the agent dir with the models.json),
+/// and the agent's environment.
 struct Setup {
     _tmp: TempDir,
     ws: std::path::PathBuf,
+    agent: std::path::PathBuf,
     env: Vec<(&'static str, String)>,
 }
 
 fn setup(name: &str, mock: &MockModel) -> Setup {
+    setup_models(name, &mock.models_json())
+}
+
+/// [`setup`] with `models` as the models.json.
+fn setup_models(name: &str, models: &Value) -> Setup {
     let tmp = TempDir::new(name);
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let env = agent_env(
-        &tmp.path().join("agent"),
-        &mock.models_json(),
-        &[("PI_LSP_LOG", "warn")],
-    );
-    Setup { _tmp: tmp, ws, env }
+    let agent = tmp.path().join("agent");
+    let env = agent_env(&agent, models, &[("PI_LSP_LOG", "warn")]);
+    Setup {
+        _tmp: tmp,
+        ws,
+        agent,
+        env,
+    }
 }
 
-async fn start(s: &Setup, answer: Answerer) -> AcpClient {
-    let mut c = AcpClient::start(&s.ws, &s.env, &["--model", "mock/mock-1"], answer);
+/// `pi-lsp acp --model mock/mock-1` in `s`'s workspace, initialized with the client
+/// capabilities `caps`; `answer` answers the agent's requests.
+async fn start_with(s: &Setup, caps: Value, answer: AsyncAnswerer) -> AcpClient {
+    let mut c = AcpClient::start_async(&s.ws, &s.env, &["--model", "mock/mock-1"], answer);
     c.call(
         "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        json!({"protocolVersion": 1, "clientCapabilities": caps}),
     )
     .await;
     c
+}
+
+/// [`start_with`] without capabilities, `answer` answering at once.
+async fn start(s: &Setup, answer: Answerer) -> AcpClient {
+    start_caps(s, json!({}), answer).await
+}
+
+/// [`start_with`] with `answer` answering at once.
+async fn start_caps(s: &Setup, caps: Value, answer: Answerer) -> AcpClient {
+    let answer: AsyncAnswerer = Arc::new(move |m, p| {
+        let r = answer(&m, &p);
+        Box::pin(async move { r })
+    });
+    start_with(s, caps, answer).await
+}
+
+/// What every scenario does with its client: sessions and prompts.
+trait Acp {
+    /// `session/new` in `cwd` (no MCP servers): the session's id.
+    async fn new_session(&mut self, cwd: &Path) -> String;
+    /// Sends `session/prompt` with one text block; the request's id.
+    fn send_prompt(&mut self, sid: &str, text: &str) -> i64;
+    /// `session/prompt` with one text block, answered: its result.
+    async fn prompt(&mut self, sid: &str, text: &str) -> Value;
+}
+
+impl Acp for AcpClient {
+    async fn new_session(&mut self, cwd: &Path) -> String {
+        self.call("session/new", json!({"cwd": cwd, "mcpServers": []}))
+            .await["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    fn send_prompt(&mut self, sid: &str, text: &str) -> i64 {
+        self.send(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
+        )
+    }
+
+    async fn prompt(&mut self, sid: &str, text: &str) -> Value {
+        self.call(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
+        )
+        .await
+    }
+}
+
+/// One scenario: the loopback model playing `steps`, a workspace, the agent started (no
+/// capabilities, `answer` answering) and a new session.
+struct Scene {
+    mock: MockModel,
+    s: Setup,
+    c: AcpClient,
+    sid: String,
+}
+
+async fn scene(name: &str, steps: Vec<Step>, answer: Answerer) -> Scene {
+    let mock = MockModel::start(steps).await;
+    let s = setup(name, &mock);
+    let mut c = start(&s, answer).await;
+    let sid = c.new_session(&s.ws).await;
+    Scene { mock, s, c, sid }
+}
+
+fn end_turn() -> Value {
+    json!({"stopReason": "end_turn"})
 }
 
 /// Concatenated text of the `kind` chunks (`agent_message_chunk`, …) in `updates`.
@@ -159,19 +245,10 @@ async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_go
         )
     );
     // The agent goes on.
-    let id = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .clone();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": id, "prompt": [{"type": "text", "text": "hi"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let id = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&id, "hi").await, end_turn());
     assert_eq!(
-        text_of(&c.updates(id.as_str().unwrap()), "agent_message_chunk"),
+        text_of(&c.updates(&id), "agent_message_chunk"),
         "still here"
     );
 }
@@ -203,19 +280,8 @@ async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
         Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}}))
     });
     let mut c = start(&s, answer).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "run it"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "run it").await, end_turn());
     // The question: the call as shown, the four kinds of options.
     let q = asked.lock().unwrap()[0].clone();
     assert_eq!(q["toolCall"]["toolCallId"], "call_1");
@@ -259,10 +325,7 @@ async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
     assert_eq!(last["content"][0]["content"]["text"], "hi\n");
 
     // Cancel a turn that hangs: the prompt answers cancelled.
-    let id = c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "think"}]}),
-    );
+    let id = c.send_prompt(&sid, "think");
     wait_text(&c, &sid, "Let me look.It printed hi.Thinking about it").await;
     c.notify("session/cancel", json!({"sessionId": sid}));
     assert_eq!(
@@ -298,13 +361,7 @@ async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
         .filter(|u| u["sessionUpdate"] == "tool_call_update")
         .collect();
     assert_eq!(done[0]["status"], "completed");
-    let r = c2
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go on"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert_eq!(c2.prompt(&sid, "go on").await, end_turn());
     assert!(text_of(&c2.updates(&sid), "agent_message_chunk").ends_with("Continued."));
     // The model saw the whole conversation.
     let last = mock.requests().last().unwrap().body.clone();
@@ -317,27 +374,22 @@ async fn full_flow_new_prompt_permission_cancel_list_load_continue() {
 #[tokio::test]
 async fn a_prompt_while_busy_is_a_follow_up_answered_after_its_own_turn() {
     let gate = Arc::new(tokio::sync::Notify::new());
-    let mock = MockModel::start(vec![
-        Step::Gate(gate.clone(), Box::new(Step::text("first"))),
-        Step::text("second"),
-    ])
+    let Scene {
+        mock: _mock,
+        s: _s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-followup",
+        vec![
+            Step::Gate(gate.clone(), Box::new(Step::text("first"))),
+            Step::text("second"),
+        ],
+        allow("allow_once"),
+    )
     .await;
-    let s = setup("acp-followup", &mock);
-    let mut c = start(&s, allow("allow_once")).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let a = c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "one"}]}),
-    );
-    let b = c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "two"}]}),
-    );
+    let a = c.send_prompt(&sid, "one");
+    let b = c.send_prompt(&sid, "two");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     gate.notify_one();
     assert_eq!(
@@ -455,36 +507,26 @@ async fn fuzzed_ndjson_is_answered_and_memory_stays_bounded() {
         "RSS grew from {before} kB to {after} kB"
     );
     // It goes on.
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .clone();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "hi").await, end_turn());
 }
 
 /// The client vanishes mid-run (stdin closed): the run is aborted, its partial answer saved,
 /// the file released, and the process exits.
 #[tokio::test]
 async fn a_client_that_vanishes_mid_run_aborts_and_saves() {
-    let mock = MockModel::start(vec![Step::Hang("partial answer".into())]).await;
-    let s = setup("acp-vanish", &mock);
-    let mut c = start(&s, allow("allow_once")).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
-    );
+    let Scene {
+        mock: _mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-vanish",
+        vec![Step::Hang("partial answer".into())],
+        allow("allow_once"),
+    )
+    .await;
+    c.send_prompt(&sid, "go");
     wait_text(&c, &sid, "partial answer").await;
     c.close_stdin();
     let status = tokio::time::timeout(std::time::Duration::from_secs(10), c.child.wait())
@@ -513,24 +555,22 @@ async fn a_client_that_vanishes_mid_run_aborts_and_saves() {
 /// kill -9 mid-prompt: every tool result the client was told had completed is in the file.
 #[tokio::test]
 async fn kill_9_mid_prompt_loses_no_acknowledged_entry() {
-    let mock = MockModel::start(vec![
-        Step::call("c1", "bash", json!({"command": "echo one"})),
-        Step::call("c2", "bash", json!({"command": "echo two"})),
-        Step::Hang("still going".into()),
-    ])
+    let Scene {
+        mock: _mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-kill9",
+        vec![
+            Step::call("c1", "bash", json!({"command": "echo one"})),
+            Step::call("c2", "bash", json!({"command": "echo two"})),
+            Step::Hang("still going".into()),
+        ],
+        allow("allow_session"),
+    )
     .await;
-    let s = setup("acp-kill9", &mock);
-    let mut c = start(&s, allow("allow_session")).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    c.send(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
-    );
+    c.send_prompt(&sid, "go");
     wait_text(&c, &sid, "still going").await;
     let acknowledged: Vec<String> = c
         .updates(&sid)
@@ -582,25 +622,14 @@ async fn client_fs_reads_unsaved_text_and_edits_land_in_the_editor() {
         }
         _ => Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}})),
     });
-    let mut c = AcpClient::start(&s.ws, &s.env, &["--model", "mock/mock-1"], answer);
-    c.call(
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}}}),
+    let mut c = start_caps(
+        &s,
+        json!({"fs": {"readTextFile": true, "writeTextFile": true}}),
+        answer,
     )
     .await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "edit"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "edit").await, end_turn());
     let path = s.ws.join("a.txt").display().to_string();
     assert_eq!(
         *writes.lock().unwrap(),
@@ -681,13 +710,7 @@ async fn mcp_servers_from_session_new_start_and_their_tools_reach_the_model() {
         shown,
         format!("[pi-lsp: MCP servers from the editor not started: old: {err}]\n")
     );
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo it"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert_eq!(c.prompt(&sid, "echo it").await, end_turn());
     let reqs = mock.requests();
     assert_eq!(reqs.len(), 2);
     // The first request declares the tool; the second carries its result.
@@ -711,35 +734,30 @@ async fn mcp_servers_from_session_new_start_and_their_tools_reach_the_model() {
 
 #[tokio::test]
 async fn todo_changes_reach_the_client_as_plan_updates() {
-    let mock = MockModel::start(vec![
-        Step::call(
-            "t1",
-            "todo",
-            json!({"action": "add", "text": "Write the parser"}),
-        ),
-        Step::call(
-            "t2",
-            "todo",
-            json!({"action": "add", "text": "Test the parser"}),
-        ),
-        Step::text("Planned."),
-    ])
+    let Scene {
+        mock: _mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-plan",
+        vec![
+            Step::call(
+                "t1",
+                "todo",
+                json!({"action": "add", "text": "Write the parser"}),
+            ),
+            Step::call(
+                "t2",
+                "todo",
+                json!({"action": "add", "text": "Test the parser"}),
+            ),
+            Step::text("Planned."),
+        ],
+        allow("allow_once"),
+    )
     .await;
-    let s = setup("acp-plan", &mock);
-    let mut c = start(&s, allow("allow_once")).await;
-    let sid = c
-        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = c
-        .call(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "plan it"}]}),
-        )
-        .await;
-    assert_eq!(r, json!({"stopReason": "end_turn"}));
+    assert_eq!(c.prompt(&sid, "plan it").await, end_turn());
     let want = json!({"sessionUpdate": "plan", "entries": [
         {"content": "Write the parser", "priority": "medium", "status": "in_progress"},
         {"content": "Test the parser", "priority": "medium", "status": "pending"}
@@ -783,7 +801,7 @@ async fn todo_changes_reach_the_client_as_plan_updates() {
 async fn mcp_servers_are_not_started_and_the_user_is_told_when_mcp_is_off() {
     let mock = MockModel::start(vec![]).await;
     let s = setup("acp-mcp-off", &mock);
-    let agent = s._tmp.path().join("agent");
+    let agent = &s.agent;
     std::fs::write(
         agent.join("settings.json"),
         json!({"extensions": ["-builtin:mcp"]}).to_string(),
@@ -831,20 +849,14 @@ fn current(options: &Value, id: &str) -> Value {
 #[tokio::test]
 async fn modes_config_updates_title_and_compaction_reach_the_client() {
     let mock = MockModel::start(vec![Step::text("Hi."), Step::text("SUMMARY")]).await;
-    let tmp = TempDir::new("acp-modes");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mut models = mock.models_json();
     models["providers"]["mock"]["models"][0]["reasoning"] = json!(true);
-    let env = agent_env(
-        &tmp.path().join("agent"),
-        &models,
-        &[("PI_LSP_LOG", "warn")],
-    );
-    let mut c = AcpClient::start(&ws, &env, &["--model", "mock/mock-1"], allow("allow_once"));
-    c.call(
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {"session": {"compaction": {}}}}),
+    let s = setup_models("acp-modes", &models);
+    let ws = s.ws.clone();
+    let mut c = start_caps(
+        &s,
+        json!({"session": {"compaction": {}}}),
+        allow("allow_once"),
     )
     .await;
     let r = c
@@ -1056,40 +1068,17 @@ fn release_binary() -> bool {
 #[tokio::test]
 async fn first_chunk_follows_the_models_first_byte_within_the_budget() {
     let (base, firsts) = timed_model().await;
-    let tmp = TempDir::new("acp-first-byte");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let models = json!({"providers": {"mock": {"baseUrl": base, "api": "openai-completions", "apiKey": "k",
         "compat": {"supportsDeveloperRole": false},
         "models": [{"id": "mock-1", "contextWindow": 128000, "maxTokens": 4096}]}}});
-    let env = agent_env(
-        &tmp.path().join("agent"),
-        &models,
-        &[("PI_LSP_LOG", "warn")],
-    );
-    let mut c = AcpClient::start(&ws, &env, &["--model", "mock/mock-1"], allow("allow_once"));
-    c.call(
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {}}),
-    )
-    .await;
-    let sid = c
-        .call("session/new", json!({"cwd": ws, "mcpServers": []}))
-        .await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let s = setup_models("acp-first-byte", &models);
+    let mut c = start(&s, allow("allow_once")).await;
+    let sid = c.new_session(&s.ws).await;
     let runs = 7;
     let mut gaps = Vec::new();
     for i in 0..runs {
         let from = c.received.lock().unwrap().len();
-        let r = c
-            .call(
-                "session/prompt",
-                json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
-            )
-            .await;
-        assert_eq!(r, json!({"stopReason": "end_turn"}));
+        assert_eq!(c.prompt(&sid, "hi").await, end_turn());
         let received = c.received.lock().unwrap().clone();
         let at = c.received_at.lock().unwrap().clone();
         let k = (from..received.len())
@@ -1233,14 +1222,7 @@ async fn loading_a_10000_message_session_replays_within_the_budget() {
         assert!(last_update < answer);
         if run == 2 {
             // It continues.
-            assert_eq!(
-                c.call(
-                    "session/prompt",
-                    json!({"sessionId": sid, "prompt": [{"type": "text", "text": "on"}]}),
-                )
-                .await,
-                json!({"stopReason": "end_turn"})
-            );
+            assert_eq!(c.prompt(&sid, "on").await, end_turn());
         }
         c.close_stdin();
         let _ = c.child.wait().await;
@@ -1257,4 +1239,455 @@ async fn loading_a_10000_message_session_replays_within_the_budget() {
     );
     let budget = if release_binary() { 1000.0 } else { 8000.0 };
     assert!(median <= budget, "median {median:.0} ms > {budget} ms");
+}
+
+// ---- bash through the client's terminal (`terminal/*`, the `pi-lsp sandbox-exec` launcher).
+
+/// The tool result message of call `id` in the workspace's one session file.
+fn tool_result(ws: &Path, id: &str) -> Value {
+    pi_e2e::session_lines(ws)
+        .into_iter()
+        .find(|l| l["message"]["role"] == "toolResult" && l["message"]["toolCallId"] == id)
+        .unwrap_or_else(|| panic!("no result for {id}"))["message"]
+        .clone()
+}
+
+/// The result's text, content, error flag and details (what the model gets), with the spill
+/// file's name (a fresh uuid per run) made `pi-bash-X.log`.
+fn model_view(result: &Value) -> Value {
+    let re = regex_lite_spill(&result.to_string());
+    let v: Value = serde_json::from_str(&re).unwrap();
+    json!({"content": v["content"], "isError": v["isError"], "details": v["details"]})
+}
+
+fn regex_lite_spill(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("pi-bash-") {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        let end = tail.find(".log").map_or(tail.len(), |e| e + 4);
+        out.push_str("pi-bash-X.log");
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// True while a live (not zombie) process is in process group `pgid` (`/proc`).
+fn group_alive(pgid: u32) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        f.len() > 2 && f[0] != "Z" && f[0] != "X" && f[2] == pgid.to_string()
+    })
+}
+
+/// Waits (up to 3 s) until process group `pgid` has no live member; false if it still has.
+async fn group_gone(pgid: u32) -> bool {
+    for _ in 0..150 {
+        if !group_alive(pgid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A client with `terminal` and the agent's own environment (an editor starts its agent and
+/// its terminals with the same one); `answer` answers everything but `terminal/*`.
+async fn terminal_client(s: &Setup, answer: Answerer) -> (AcpClient, Terminals) {
+    let terms = Terminals::new(&s.env);
+    let c = start_with(s, json!({"terminal": true}), terms.answerer(answer)).await;
+    (c, terms)
+}
+
+/// The methods of the `terminal/*` requests so far, repeated `terminal/output` polls folded
+/// into one.
+fn terminal_methods(terms: &Terminals) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (m, _) in terms.calls() {
+        if out.last() != Some(&m) || m != "terminal/output" {
+            out.push(m);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn bash_runs_in_the_clients_terminal_and_the_model_gets_the_same_result_as_here() {
+    let cmd = "echo err >&2; sleep 0.2; seq 1 3000; exit 3";
+    let steps = || {
+        vec![
+            Step::call("b1", "bash", json!({"command": cmd})),
+            Step::text("Seen."),
+        ]
+    };
+    // In the client's terminal.
+    let mock = MockModel::start(steps()).await;
+    let s = setup("acp-term", &mock);
+    let (mut c, terms) = terminal_client(&s, allow("allow_once")).await;
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "run it").await, end_turn());
+    // Here (a client without `terminal`), the same script.
+    let here = scene("acp-term-here", steps(), allow("allow_once")).await;
+    let Scene {
+        s: s2,
+        c: mut c2,
+        sid: sid2,
+        mock: _m2,
+    } = here;
+    assert_eq!(c2.prompt(&sid2, "run it").await, end_turn());
+
+    // The model got the same result both ways: text (Pi's 2,000-line tail, the notice, "Command
+    // exited with code 3"), error flag, details; the spill files hold the same full output.
+    let there = tool_result(&s.ws, "b1");
+    let local = tool_result(&s2.ws, "b1");
+    assert_eq!(model_view(&there), model_view(&local));
+    let text = there["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("1002\n1003\n"), "{text}");
+    assert!(text.ends_with("\n\nCommand exited with code 3"), "{text}");
+    assert_eq!(there["details"]["exitCode"], 3);
+    assert_eq!(there["details"]["truncation"]["totalLines"], 3002);
+    let spill = |r: &Value| {
+        std::fs::read_to_string(r["details"]["fullOutputPath"].as_str().unwrap()).unwrap()
+    };
+    let full = spill(&there);
+    assert_eq!(full, spill(&local));
+    assert!(full.starts_with("err\n1\n2\n") && full.ends_with("2999\n3000\n"));
+
+    // The terminal: created with our launcher around the shell, followed, released.
+    let calls = terms.calls();
+    let (m, create) = &calls[0];
+    assert_eq!(m, "terminal/create");
+    assert_eq!(create["sessionId"], sid.as_str());
+    assert_eq!(
+        Path::new(create["command"].as_str().unwrap())
+            .canonicalize()
+            .unwrap(),
+        pi_e2e::pi_lsp_bin().canonicalize().unwrap()
+    );
+    let args: Vec<&str> = create["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let ws = s.ws.canonicalize().unwrap().display().to_string();
+    assert_eq!(
+        args[..4],
+        ["sandbox-exec", "--cwd", ws.as_str(), "--pid-file"]
+    );
+    assert_eq!(args[5], "--sandbox");
+    let dash = args.iter().position(|a| *a == "--").unwrap();
+    assert_eq!(args.last().unwrap(), &cmd);
+    assert!(dash + 3 <= args.len(), "{args:?}");
+    // Provider keys are removed by the launcher.
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--unset-env", "ANTHROPIC_API_KEY"]),
+        "{args:?}"
+    );
+    assert_eq!(create["cwd"], ws.as_str());
+    assert_eq!(create["outputByteLimit"], 4 << 20);
+    let env = create["env"].as_array().unwrap();
+    for (k, v) in [("PAGER", "cat"), ("GIT_TERMINAL_PROMPT", "0")] {
+        assert!(env.contains(&json!({"name": k, "value": v})), "{env:?}");
+    }
+    assert!(env.iter().any(|e| e["name"] == "TMPDIR"));
+    assert!(env.contains(&json!({"name": "PI_SESSION_ID", "value": sid})));
+    // create, output polls, the exit, the last output, release (the first poll may come
+    // before or after wait_for_exit is sent).
+    let methods = terminal_methods(&terms);
+    let mut sorted = methods.clone();
+    sorted.dedup();
+    for m in [
+        "terminal/create",
+        "terminal/output",
+        "terminal/wait_for_exit",
+        "terminal/release",
+    ] {
+        assert!(sorted.contains(&m.to_string()), "{methods:?}");
+    }
+    let methods = terminal_methods(&terms);
+    assert_eq!(methods.first().unwrap(), "terminal/create");
+    assert_eq!(methods.last().unwrap(), "terminal/release");
+    assert!(!methods.contains(&"terminal/kill".to_string()));
+    for (_, p) in &calls[1..] {
+        assert_eq!(p, &json!({"sessionId": sid, "terminalId": "term-1"}));
+    }
+
+    // The call shows the terminal (no text updates), and finishes with it.
+    let ups: Vec<Value> = c
+        .updates(&sid)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update")
+        .collect();
+    let terminal = json!([{"type": "terminal", "terminalId": "term-1"}]);
+    assert_eq!(
+        ups[..2],
+        [
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "b1", "status": "in_progress"}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "b1", "content": terminal}),
+        ]
+    );
+    assert_eq!(ups.len(), 3, "{ups:#?}");
+    assert_eq!(
+        ups[2],
+        json!({"sessionUpdate": "tool_call_update", "toolCallId": "b1", "status": "failed",
+               "content": terminal,
+               "rawOutput": {"content": text, "isError": true, "details": there["details"]}})
+    );
+    // The launcher's group is gone with the command.
+    assert!(group_gone(terms.pids()[0]).await);
+}
+
+#[tokio::test]
+async fn the_launcher_applies_the_sessions_sandbox() {
+    if !require(
+        pi_core::sandbox::support().files.is_ok(),
+        "the_launcher_applies_the_sessions_sandbox",
+        "Landlock",
+    ) {
+        return;
+    }
+    let mock = MockModel::start(vec![
+        Step::call(
+            "b1",
+            "bash",
+            json!({"command": "echo hi > ../escaped.txt && echo wrote"}),
+        ),
+        Step::text("done"),
+    ])
+    .await;
+    let s = setup("acp-term-sandbox", &mock);
+    // Allowed to run; not allowed out of the sandbox.
+    let answer: Answerer = Arc::new(|m, p| {
+        assert_eq!(m, "session/request_permission");
+        let id = if p["_meta"].to_string().contains("sandbox")
+            || p.to_string().contains("sandbox denied")
+        {
+            "reject_once"
+        } else {
+            "allow_once"
+        };
+        Ok(json!({"outcome": {"outcome": "selected", "optionId": id}}))
+    });
+    let (mut c, terms) = terminal_client(&s, answer).await;
+    let sid = c.new_session(&s.ws).await;
+    assert_eq!(c.prompt(&sid, "write outside").await, end_turn());
+    assert!(!s.ws.join("../escaped.txt").exists(), "the write escaped");
+    let create = &terms.calls()[0].1;
+    let args: Vec<&str> = create["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--sandbox", "workspace-write"]),
+        "{args:?}"
+    );
+    let r = tool_result(&s.ws, "b1");
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("/bin/bash: line 1: ../escaped.txt: Permission denied\n\n\nCommand exited with code 1\n\nThe sandbox (workspace-write, network on) likely caused this failure"),
+        "{text}"
+    );
+    assert_eq!(r["isError"], true);
+}
+
+#[tokio::test]
+async fn cancel_kills_the_terminal_and_its_process_group_and_releases_it() {
+    let mock = MockModel::start(vec![
+        Step::call(
+            "b1",
+            "bash",
+            json!({"command": "echo started; sleep 30 & sleep 30; wait"}),
+        ),
+        Step::text("unused"),
+    ])
+    .await;
+    let s = setup("acp-term-cancel", &mock);
+    let (mut c, terms) = terminal_client(&s, allow("allow_once")).await;
+    let sid = c.new_session(&s.ws).await;
+    let id = c.send_prompt(&sid, "sleep");
+    c.wait_for(20, |v| {
+        v["params"]["update"]["content"][0]["type"] == "terminal"
+    })
+    .await;
+    // The command and its background child run.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pgid = terms.pids()[0];
+    assert!(group_alive(pgid));
+    let t = std::time::Instant::now();
+    c.notify("session/cancel", json!({"sessionId": sid}));
+    assert_eq!(
+        c.response(id).await["result"],
+        json!({"stopReason": "cancelled"})
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // No process of the group is left.
+    assert!(
+        group_gone(pgid).await,
+        "the process group outlived the cancel"
+    );
+    let methods = terminal_methods(&terms);
+    assert!(
+        methods.contains(&"terminal/kill".to_string()),
+        "{methods:?}"
+    );
+    assert_eq!(methods.last().unwrap(), "terminal/release");
+    let r = tool_result(&s.ws, "b1");
+    assert_eq!(
+        model_view(&r),
+        json!({"content": [{"type": "text", "text": "started\n\n\nCommand aborted"}],
+               "isError": true, "details": {"exitCode": null}})
+    );
+}
+
+#[tokio::test]
+async fn the_tools_timeout_stops_the_terminal_command() {
+    let mock = MockModel::start(vec![
+        Step::call(
+            "b1",
+            "bash",
+            json!({"command": "echo t; sleep 30 & sleep 30", "timeout": 1}),
+        ),
+        Step::text("Timed out."),
+    ])
+    .await;
+    let s = setup("acp-term-timeout", &mock);
+    let (mut c, terms) = terminal_client(&s, allow("allow_once")).await;
+    let sid = c.new_session(&s.ws).await;
+    let t = std::time::Instant::now();
+    assert_eq!(c.prompt(&sid, "wait").await, end_turn());
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    assert!(group_gone(terms.pids()[0]).await);
+    let methods = terminal_methods(&terms);
+    assert!(
+        methods.contains(&"terminal/kill".to_string()),
+        "{methods:?}"
+    );
+    assert_eq!(methods.last().unwrap(), "terminal/release");
+    assert_eq!(
+        model_view(&tool_result(&s.ws, "b1")),
+        json!({"content": [{"type": "text", "text": "t\n\n\nCommand timed out after 1 seconds"}],
+               "isError": true, "details": {"exitCode": null}})
+    );
+}
+
+// ---- Secrets (issue 32 item 7, ACP).
+
+/// Every byte of every file under `roots` (but the user's own models.json) is free of `secret`.
+fn assert_no_secret(roots: &[&Path], secret: &str) {
+    fn walk(p: &Path, out: &mut Vec<std::path::PathBuf>) {
+        if p.is_dir() {
+            for e in std::fs::read_dir(p).unwrap() {
+                walk(&e.unwrap().path(), out);
+            }
+        } else {
+            out.push(p.to_path_buf());
+        }
+    }
+    let mut files = Vec::new();
+    for r in roots {
+        walk(r, &mut files);
+    }
+    files.retain(|f| f.file_name().is_none_or(|n| n != "models.json"));
+    assert!(!files.is_empty());
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds {secret}",
+            f.display()
+        );
+    }
+}
+
+/// The values that reach the agent through the ACP edge — a provider key in its environment,
+/// a models.json `!command` key, what a client sends with `authenticate`, the credentials of an
+/// MCP server handed over in `session/new` — reach the model server and the MCP server, and no
+/// session file, log line (debug level), `session/update` or other frame on stdout, nor a
+/// bash command run in the client's terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_values_reach_no_file_log_or_payload() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "auth_values_reach_no_file_log_or_payload",
+            "node + server-everything",
+        );
+        return;
+    };
+    let env_key = "sk-ant-env-secret-31415926";
+    let cmd_key = "sk-acp-cmd-secret-27182818";
+    let auth_value = "acp-auth-secret-16180339";
+    let mcp_token = "mcp-token-secret-14142135";
+    let mock = MockModel::start(vec![
+        Step::call("m1", "mcp__everything__get_env", json!({})),
+        Step::call(
+            "b1",
+            "bash",
+            json!({"command": "echo \"k=$ANTHROPIC_API_KEY t=$MY_TOKEN\""}),
+        ),
+        Step::text("done"),
+    ])
+    .await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["apiKey"] = json!(format!("!printf {cmd_key}"));
+    let mut s = setup_models("acp-secrets", &models);
+    s.env
+        .retain(|(k, _)| *k != "PI_LSP_LOG" && *k != "ANTHROPIC_API_KEY");
+    s.env.push(("PI_LSP_LOG", "debug".into()));
+    s.env.push(("ANTHROPIC_API_KEY", env_key.into()));
+    let (mut c, _terms) = terminal_client(&s, allow("allow_session")).await;
+    assert_eq!(
+        c.call(
+            "authenticate",
+            json!({"methodId": "pi-provider-key", "_meta": {"apiKey": auth_value}})
+        )
+        .await,
+        json!({})
+    );
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [{"name": "everything", "command": "node",
+                   "args": [ev], "env": [{"name": "MY_TOKEN", "value": mcp_token}]}]}),
+        )
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(c.prompt(&sid, "env?").await, end_turn());
+    // The key reached the model server, the token the MCP server …
+    let reqs = mock.requests();
+    assert_eq!(
+        reqs[0].headers["authorization"].to_str().unwrap(),
+        format!("Bearer {cmd_key}")
+    );
+    let env_result = tool_result(&s.ws, "m1")["content"].to_string();
+    assert!(env_result.contains("MY_TOKEN"), "{env_result}");
+    // … the command saw neither variable …
+    assert_eq!(tool_result(&s.ws, "b1")["content"][0]["text"], "k= t=\n");
+    c.call("session/close", json!({"sessionId": sid})).await;
+    let received = serde_json::to_string(&*c.received.lock().unwrap()).unwrap();
+    let stderr = c.stderr.lock().unwrap().clone();
+    c.close_stdin();
+    let _ = c.child.wait().await;
+    // … and every frame, the log and every file written hold none of them.
+    for secret in [env_key, cmd_key, auth_value, mcp_token] {
+        assert!(
+            !received.contains(secret),
+            "a frame on stdout holds {secret}"
+        );
+        assert!(!stderr.contains(secret), "the log holds {secret}");
+        assert_no_secret(&[&s.ws, &s.agent], secret);
+    }
 }

@@ -15,6 +15,15 @@ use tokio::sync::Notify;
 /// Answers a request from the agent: `(method, params)` → result (or `Err((code, message))`).
 pub type Answerer = Arc<dyn Fn(&str, &Value) -> Result<Value, (i64, String)> + Send + Sync>;
 
+/// Answers a request from the agent in its own time (e.g. `terminal/wait_for_exit`, which
+/// answers when the command exits): `(method, params)` → a future of the answer. Requests are
+/// answered concurrently, each when its future resolves.
+pub type AsyncAnswerer = Arc<
+    dyn Fn(String, Value) -> futures::future::BoxFuture<'static, Result<Value, (i64, String)>>
+        + Send
+        + Sync,
+>;
+
 /// The client; see the module doc.
 pub struct AcpClient {
     pub child: Child,
@@ -26,24 +35,52 @@ pub struct AcpClient {
     pub received_at: Arc<Mutex<Vec<std::time::Instant>>>,
     arrived: Arc<Notify>,
     writer: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// Everything the agent wrote on stderr so far (its log).
+    pub stderr: Arc<Mutex<String>>,
 }
 
 impl AcpClient {
     /// Starts `pi-lsp acp` in `cwd` with `env` and `args`; `answer` answers the agent's
     /// requests.
     pub fn start(cwd: &Path, env: &[(&str, String)], args: &[&str], answer: Answerer) -> AcpClient {
+        let answer: AsyncAnswerer = Arc::new(move |m, p| {
+            let r = answer(&m, &p);
+            Box::pin(async move { r })
+        });
+        Self::start_async(cwd, env, args, answer)
+    }
+
+    /// [`AcpClient::start`] with requests answered by `answer` in their own time.
+    pub fn start_async(
+        cwd: &Path,
+        env: &[(&str, String)],
+        args: &[&str],
+        answer: AsyncAnswerer,
+    ) -> AcpClient {
         let mut cmd = Command::new(crate::pi_lsp_bin());
         cmd.arg("acp")
             .args(args)
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
+        // The agent's log: kept for the tests and passed on to the test's own stderr.
+        let stderr_text: Arc<Mutex<String>> = Arc::default();
+        let (err_pipe, kept) = (child.stderr.take().unwrap(), stderr_text.clone());
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(err_pipe).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                eprintln!("{l}");
+                let mut k = kept.lock().unwrap();
+                k.push_str(&l);
+                k.push('\n');
+            }
+        });
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap();
         let received: Arc<Mutex<Vec<Value>>> = Arc::default();
@@ -60,13 +97,25 @@ impl AcpClient {
                 });
                 if v.get("method").is_some() && v.get("id").is_some() {
                     let m = v["method"].as_str().unwrap_or_default().to_string();
-                    let reply = match answer(&m, &v["params"]) {
-                        Ok(res) => json!({"jsonrpc": "2.0", "id": v["id"], "result": res}),
+                    let (id, mut answered) = (v["id"].clone(), answer(m, v["params"].clone()));
+                    let reply = move |r: Result<Value, (i64, String)>| match r {
+                        Ok(res) => json!({"jsonrpc": "2.0", "id": id, "result": res}),
                         Err((code, message)) => {
-                            json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": code, "message": message}})
+                            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
                         }
                     };
-                    let _ = tx.send(reply.to_string());
+                    // A ready answer goes out at once, in order; the others when they resolve.
+                    match futures::FutureExt::now_or_never(&mut answered) {
+                        Some(r) => {
+                            let _ = tx.send(reply(r).to_string());
+                        }
+                        None => {
+                            let tx = tx.clone();
+                            tokio::spawn(async move {
+                                let _ = tx.send(reply(answered.await).to_string());
+                            });
+                        }
+                    }
                 }
                 {
                     let mut r = r.lock().unwrap();
@@ -85,6 +134,7 @@ impl AcpClient {
             received_at,
             arrived,
             writer: None,
+            stderr: stderr_text,
         };
         // Replies to the agent's requests go through the same stdin.
         let (w_tx, mut w_rx) = tokio::sync::mpsc::unbounded_channel::<String>();

@@ -8,6 +8,7 @@
 )]
 
 pub mod acp_client;
+pub mod acp_terminal;
 pub mod lsp_client;
 pub mod mock_model;
 pub mod mock_script;

@@ -252,6 +252,7 @@ impl AcpAgent {
                 .session
                 .as_ref()
                 .is_some_and(|s| s.compaction.is_some()),
+            terminal: p.client_capabilities.terminal,
         };
         // Version 1 is the one this agent speaks; a client asking for a later one gets 1.
         let version = p.protocol_version.as_u16().min(1);
@@ -435,6 +436,7 @@ impl AcpAgent {
         for (i, s) in servers.iter().enumerate() {
             let v = serde_json::to_value(s).unwrap_or(Value::Null);
             let name = v["name"].as_str().unwrap_or("?").to_string();
+            register_handed_secrets(&v);
             match pi_core::mcp::acp_server(&v) {
                 Ok(c) => {
                     started.push(name);
@@ -944,6 +946,45 @@ fn lenient_prompt(mut params: Value) -> Value {
         }
     }
     params
+}
+
+/// Registers the credentials an ACP client hands over with an MCP server (`session/new`,
+/// `load`, `resume` `mcpServers[i]`) as secrets ([`pi_ai::keys::register_secret`]), so the
+/// session file, the log, the updates and the tools' results never hold them (they are
+/// redacted wherever a tool's output would carry them): every `headers` value, and the `env`
+/// values whose names say they are credentials (`…KEY…`, `…TOKEN…`, `…SECRET…`,
+/// `…PASSWORD…`, `…PASSWD…`, `…AUTH…`, `…CREDENTIAL…`, any case). Other `env` values (a
+/// `NODE_ENV`, a path) are left alone: registering them would redact ordinary words.
+pub fn register_handed_secrets(server: &Value) {
+    const MARKS: [&str; 7] = [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "AUTH",
+        "CREDENTIAL",
+    ];
+    let pairs = |k: &str| {
+        server
+            .get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for h in pairs("headers") {
+        if let Some(v) = h["value"].as_str() {
+            pi_ai::keys::register_secret(v);
+        }
+    }
+    for e in pairs("env") {
+        let name = e["name"].as_str().unwrap_or_default().to_ascii_uppercase();
+        if MARKS.iter().any(|m| name.contains(m)) {
+            if let Some(v) = e["value"].as_str() {
+                pi_ai::keys::register_secret(v);
+            }
+        }
+    }
 }
 
 /// Gives the next prompt of the session its turn.

@@ -6,6 +6,7 @@
 //! - [`agent`]: the methods (`initialize`, `session/*`, `_session/steering`);
 //! - [`updates`]: events → `session/update`; [`tools`]: tool calls' kind, title, locations,
 //!   diffs; [`ask`]: `session/request_permission`; [`client_fs`]: `fs/*` through the client;
+//!   [`terminal`]: bash through the client's terminal (`terminal/*`, our sandbox launcher);
 //! - [`setup`]: the ACP parts of the sessions of a folder set (opened through `pi_core::harness::Sessions`).
 
 pub mod agent;
@@ -13,6 +14,7 @@ pub mod ask;
 pub mod client_fs;
 pub mod rpc;
 pub mod setup;
+pub mod terminal;
 pub mod tools;
 pub mod updates;
 

@@ -1,5 +1,6 @@
 //! What ACP adds to its sessions ([`SessionSetup`], one per workspace registry): the file system through the client when it
-//! offers one ([`ClientFs`]), questions as `session/request_permission` ([`AcpAsker`]), the
+//! offers one ([`ClientFs`]), bash through the client's terminal when it offers one
+//! ([`TerminalExecutor`]), questions as `session/request_permission` ([`AcpAsker`]), the
 //! events as `session/update` ([`AcpSink`]), extension dialogs unavailable (ACP has no such
 //! request; extension failures are logged).
 
@@ -17,12 +18,13 @@ use pi_core::harness::{MessageLevel, SessionListener, SessionSetup, Tracker};
 use pi_core::resources::WorkspaceConfig;
 use pi_core::sandbox::Approver;
 use pi_core::settings::Settings;
-use pi_core::tools::BeforeBash;
+use pi_core::tools::{BashExecutor, BeforeBash};
 
 use crate::ask::AcpAsker;
 use crate::client_fs::ClientFs;
 use crate::rpc::Conn;
-use crate::updates::AcpSink;
+use crate::terminal::TerminalExecutor;
+use crate::updates::{AcpSink, Terminals};
 
 /// The system prompt guideline when edits go through the client's buffers.
 pub const CLIENT_FS_GUIDELINE: &str = "File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes";
@@ -36,6 +38,8 @@ pub struct ClientFsCaps {
     pub write: bool,
     /// `session.compaction`: the client takes `compaction_update`.
     pub compaction: bool,
+    /// `terminal`: bash runs through `terminal/*` ([`crate::terminal`]).
+    pub terminal: bool,
 }
 
 /// What ACP keeps per session besides the harness's own: who asks its questions and its
@@ -48,6 +52,11 @@ pub struct PerSession {
     /// The session's title: its name, else its first prompt (the edge sets it on opening;
     /// the sink from the first prompt when empty).
     pub title: Arc<Mutex<Option<String>>>,
+    /// The session's calls running in the client's terminal (the executor notes them, the
+    /// sink shows them as the terminal).
+    pub terminals: Terminals,
+    /// Runs the session's bash commands in the client's terminal (made on first use).
+    executor: Mutex<Option<Arc<TerminalExecutor>>>,
 }
 
 /// The ACP setup of one workspace's [`pi_core::harness::Sessions`]: one per folder set this
@@ -88,6 +97,8 @@ impl AcpSetup {
                     )),
                     context_window: Arc::new(Mutex::new(0)),
                     title: Arc::default(),
+                    terminals: Terminals::default(),
+                    executor: Mutex::default(),
                 })
             })
             .clone()
@@ -133,6 +144,33 @@ impl SessionSetup for AcpSetup {
         Some(self.per_session(session_id).asker.clone())
     }
 
+    /// The client's terminal when it offers one (`clientCapabilities.terminal`), with this
+    /// binary as the launcher; else `None` (bash runs here).
+    fn bash_executor(&self, session_id: &str) -> Option<Arc<dyn BashExecutor>> {
+        if !self.fs_caps.terminal {
+            return None;
+        }
+        let per = self.per_session(session_id);
+        let mut slot = per.executor.lock();
+        if slot.is_none() {
+            let launcher = match std::env::current_exe() {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!("terminal: cannot find this binary ({e}); bash runs here");
+                    return None;
+                }
+            };
+            *slot = TerminalExecutor::new(
+                self.conn.clone(),
+                session_id.to_string(),
+                launcher,
+                per.terminals.clone(),
+            )
+            .map(Arc::new);
+        }
+        slot.clone().map(|e| e as Arc<dyn BashExecutor>)
+    }
+
     fn gate(&self, ws: &WorkspaceConfig, session_id: &str, tracker: &Arc<Tracker>) -> Arc<Gate> {
         let asker = self.per_session(session_id).asker.clone();
         asker.set_tracker(tracker.clone());
@@ -166,6 +204,7 @@ impl SessionSetup for AcpSetup {
             per.context_window.clone(),
             per.title.clone(),
             self.fs_caps.compaction,
+            per.terminals.clone(),
         ))]
     }
 

@@ -144,6 +144,11 @@ pub fn announce(cwd: &Path, id: &str, name: &str, args: &Value) -> ToolCall {
         .raw_input(Some(args.clone()))
 }
 
+/// The client's terminal `terminal_id` as a call's content (`{type: "terminal", terminalId}`).
+pub fn terminal_content(terminal_id: String) -> ToolCallContent {
+    ToolCallContent::Terminal(agent_client_protocol_schema::v1::Terminal::new(terminal_id))
+}
+
 /// The fields of a finished call: status, content (text, plus the diffs of a successful
 /// edit), raw output.
 pub fn finished(

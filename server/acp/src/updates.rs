@@ -6,8 +6,9 @@
 //!   every [`COALESCE`] (about 60 updates per second per session, as the LSP edge's
 //!   `coalesceDeltasMs`); any other update first sends what is pending, so order is kept;
 //! - an assistant message's tool calls → `tool_call` (pending), their execution →
-//!   `tool_call_update` (in_progress; bash's streamed output as content; completed / failed
-//!   with the result text and, for edits, `diff` contents);
+//!   `tool_call_update` (in_progress; bash's streamed output as content, or the client's
+//!   terminal as `terminal` content when bash runs there ([`crate::terminal`]); completed /
+//!   failed with the result text and, for edits, `diff` contents);
 //! - usage notices → `usage_update` (context used / window, cost in USD); the end of a run →
 //!   `session_info_update` (`title`: the session's name, else its first prompt; `updatedAt`);
 //! - a compaction → `compaction_update` (`compaction-<n>`: `in_progress`, then `completed`
@@ -33,6 +34,10 @@ use pi_core::harness::{Notice, SessionListener};
 
 use crate::rpc::Conn;
 use crate::tools;
+
+/// The calls of a session running in the client's terminal: call id → terminal id (noted by
+/// [`crate::terminal::TerminalExecutor`], read by [`AcpSink`]).
+pub type Terminals = Arc<Mutex<HashMap<String, String>>>;
 
 /// The shortest time between two streamed chunks of one session (≈ 60 per second).
 pub const COALESCE: Duration = Duration::from_millis(16);
@@ -125,6 +130,9 @@ pub struct AcpSink {
     compaction: bool,
     /// Compactions reported so far (their ids are `compaction-<n>`).
     compactions: Mutex<u64>,
+    /// Calls running in the client's terminal: id → terminal id (filled by the session's
+    /// [`crate::terminal::TerminalExecutor`]).
+    terminals: Terminals,
 }
 
 /// A session title from a prompt: its first line, at most 200 characters (as session lists
@@ -137,7 +145,8 @@ pub fn title_of(prompt: &str) -> Option<String> {
 impl AcpSink {
     /// A sink sending `session_id`'s updates over `conn`; `cwd` resolves tool paths; `title`
     /// is the session's title (set from the first prompt when empty); `compaction`: the
-    /// client takes `compaction_update`.
+    /// client takes `compaction_update`; `terminals`: the calls running in the client's
+    /// terminal.
     pub fn new(
         conn: Arc<Conn>,
         session_id: String,
@@ -145,6 +154,7 @@ impl AcpSink {
         context_window: Arc<Mutex<u64>>,
         title: Arc<Mutex<Option<String>>>,
         compaction: bool,
+        terminals: Terminals,
     ) -> AcpSink {
         AcpSink {
             conn,
@@ -156,6 +166,7 @@ impl AcpSink {
             title,
             compaction,
             compactions: Mutex::new(0),
+            terminals,
         }
     }
 
@@ -249,11 +260,13 @@ impl SessionListener for AcpSink {
                     ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
                 )));
             }
+            // A command in the client's terminal ([`crate::terminal`]): the terminal is the
+            // call's content (the client shows its output live; no text updates).
             AgentEvent::ToolExecutionUpdate {
                 tool_call_id,
                 partial_result,
                 ..
-            } => {
+            } if !self.terminals.lock().contains_key(&tool_call_id) => {
                 let text = pi_ai::join_text(&partial_result.content);
                 self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
                     tool_call_id,
@@ -268,7 +281,7 @@ impl SessionListener for AcpSink {
             } => {
                 let args = self.calls.lock().remove(&tool_call_id).map(|(_, a)| a);
                 let text = pi_ai::join_text(&result.content);
-                let fields = tools::finished(
+                let mut fields = tools::finished(
                     &self.cwd,
                     &tool_name,
                     args.as_ref(),
@@ -276,6 +289,12 @@ impl SessionListener for AcpSink {
                     is_error,
                     result.details,
                 );
+                // A command that ran in the client's terminal keeps the terminal as its
+                // content (the client shows it after the release); the model's text is in
+                // `rawOutput`.
+                if let Some(t) = self.terminals.lock().remove(&tool_call_id) {
+                    fields = fields.content(vec![tools::terminal_content(t)]);
+                }
                 self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
                     tool_call_id,
                     fields,

@@ -23,6 +23,7 @@ pub mod permissions;
 pub mod platform;
 pub mod positions;
 pub mod protocol;
+pub mod sandbox_exec;
 pub mod server;
 pub(crate) mod setup;
 pub mod shutdown;

@@ -1,5 +1,5 @@
 //! The `pi-lsp` binary: with no subcommand (or `lsp`), an LSP server on stdio; `run` is the
-//! headless main job. Warnings and errors go to stderr, informational lines to the client as
+//! headless main job; `sandbox-exec` is the launcher of `acp`'s client terminals. Warnings and errors go to stderr, informational lines to the client as
 //! `window/logMessage` (`PI_LSP_LOG` sets the level and, when set, sends every line to stderr
 //! too; see [`pi_lsp::logging`]); stdout belongs to the protocol.
 
@@ -97,6 +97,11 @@ enum Command {
         #[arg(long)]
         model: Option<String>,
     },
+    /// Launch a command for an ACP client's terminal (used by `pi-lsp acp`, not by people): lead
+    /// a process group of its own, write its pid, apply the sandbox, exec the command
+    /// (docs/acp.md "Terminals").
+    #[command(hide = true)]
+    SandboxExec(pi_lsp::sandbox_exec::Args),
     /// MCP servers (Pi's `pi mcp`).
     Mcp {
         #[command(subcommand)]
@@ -125,9 +130,15 @@ fn main() -> anyhow::Result<()> {
     // Before anything else (no thread yet): see `memory`.
     pi_lsp::memory::fix_mmap_threshold();
     let cli = Cli::parse();
+    // The terminal launcher runs before anything else starts: no runtime threads, no logging
+    // (the terminal shows its output); it becomes the command.
+    let command = match cli.command {
+        Some(Command::SandboxExec(args)) => std::process::exit(pi_lsp::sandbox_exec::run(args)),
+        other => other,
+    };
     // Informational lines go to the client (`window/logMessage`), not stderr; see `logging`.
     pi_lsp::logging::init(!matches!(
-        cli.command,
+        command,
         Some(Command::Run { .. } | Command::Mcp { .. } | Command::Acp { .. })
     ));
     // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
@@ -139,7 +150,7 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(workers)
         .enable_all()
         .build()?;
-    match cli.command {
+    match command {
         Some(Command::Sessions { workspace, json }) => {
             std::process::exit(pi_lsp::headless::list(&workspace, json));
         }
@@ -215,6 +226,7 @@ fn main() -> anyhow::Result<()> {
             rt.shutdown_timeout(std::time::Duration::from_millis(200));
             std::process::exit(code);
         }
+        Some(Command::SandboxExec(args)) => std::process::exit(pi_lsp::sandbox_exec::run(args)),
         Some(Command::Lsp) | None => {
             let _ = cli.stdio;
             // Every way the server goes away (shutdown/exit, end of input, SIGTERM/SIGHUP/

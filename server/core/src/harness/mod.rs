@@ -74,6 +74,12 @@ pub trait SessionSetup: Send + Sync {
     fn sandbox_approver(&self, _session_id: &str) -> Option<Arc<dyn Approver>> {
         None
     }
+    /// Where session `session_id`'s `bash` runs its commands (ACP: the client's terminal when
+    /// it offers one); `None` (the default): in this process. Asked for every run's
+    /// configuration.
+    fn bash_executor(&self, _session_id: &str) -> Option<Arc<dyn crate::tools::BashExecutor>> {
+        None
+    }
     /// The session's approval gate (asked once, when the session is built); `tracker` is
     /// told which calls wait for the user (an abort reports no process for them).
     fn gate(&self, ws: &WorkspaceConfig, session_id: &str, tracker: &Arc<Tracker>) -> Arc<Gate>;
@@ -797,6 +803,7 @@ fn build_config(
                 Some(crate::session::lock_writer_for_close(writer).path()),
                 model,
             ),
+            bash_executor: setup.bash_executor(id),
         },
     );
     cfg.compaction = Some(compaction_config(ws, writer));

@@ -176,6 +176,10 @@ pub struct RunAdditions<'a> {
     pub tool_filter: Option<ToolFilter<'a>>,
     /// What `bash` exports about the session ([`crate::tools::session_env`]).
     pub session_env: Vec<(String, String)>,
+    /// Where `bash` runs its commands when not here ([`SessionSetup::bash_executor`]).
+    ///
+    /// [`SessionSetup::bash_executor`]: crate::harness::SessionSetup::bash_executor
+    pub bash_executor: Option<Arc<dyn crate::tools::BashExecutor>>,
 }
 
 /// See [`RunAdditions::tool_filter`].
@@ -201,6 +205,7 @@ pub fn agent_config_with(
         late_tools,
         tool_filter,
         session_env,
+        bash_executor,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -212,6 +217,7 @@ pub fn agent_config_with(
         approval: gate.clone(),
         folders: ws.folders(),
         session_env,
+        bash_executor,
         ..ToolState::default()
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted

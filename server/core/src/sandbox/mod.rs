@@ -545,6 +545,22 @@ pub async fn spawn(
     crate::platform::sandbox::spawn(cmd, policy).await
 }
 
+/// Replaces this process with `program args` under `policy` through the OS backend (Linux:
+/// this thread restricts itself with the same Landlock ruleset and network filter [`spawn`]
+/// gives a child, then `execvp`; macOS: `sandbox-exec` with the policy's profile). For the
+/// `pi-lsp sandbox-exec` launcher, which applies a session's sandbox to a command another
+/// process (an ACP client's terminal) starts; `configure` sets the command's stdio,
+/// environment and folder before the exec. Returns only on failure: a restriction that
+/// should apply could not (nothing is run), or the exec failed.
+pub fn exec(
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    policy: &Policy,
+    configure: &mut dyn FnMut(&mut std::process::Command),
+) -> std::io::Error {
+    crate::platform::sandbox::exec(program, args, policy, configure)
+}
+
 /// Texts in a failed command's output that point at the sandbox: Landlock and the seccomp
 /// filter fail with `EACCES` / `EPERM`.
 const FS_DENIALS: &[&str] = &[

@@ -44,6 +44,60 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Runs before every command; an `Err` text is prepended to the result as a warning.
 pub type BeforeBash = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
+/// Where a session's `bash` commands run when not in this process (the hook an edge uses to
+/// run them elsewhere: ACP's client terminal, `terminal/create`). The tool keeps everything
+/// else: the shell lookup, the sandbox policy (and its approvals and denial re-runs), the
+/// environment, the timeout, the abort, and the result (output rendered and cut with Pi's
+/// limits, the spill file, redaction, `details.exitCode`, Pi's ending texts). Without an
+/// executor, or for a shell that takes its command on stdin, commands run here.
+#[async_trait]
+pub trait BashExecutor: Send + Sync + std::fmt::Debug {
+    /// Runs `run` to its end: its output (stdout and stderr merged, raw bytes) sent to
+    /// `run.output` as it arrives; when `run.stop` fires (abort or timeout), the command and
+    /// everything it started are stopped and [`BashEnd::Stopped`] returned once they are.
+    async fn execute(&self, run: BashRun) -> BashEnd;
+}
+
+/// One command for a [`BashExecutor`].
+pub struct BashRun {
+    /// The model's tool call id.
+    pub call_id: String,
+    /// The command as the model wrote it.
+    pub command: String,
+    /// The shell to run ([`crate::platform::shell`], as the tool would run it here).
+    pub program: String,
+    /// The shell's arguments, the command last (`-c`, `<command>`).
+    pub args: Vec<String>,
+    /// The working directory (the workspace).
+    pub cwd: std::path::PathBuf,
+    /// Variables to set (pagers and editors disabled, `TMPDIR` = the session's temp folder,
+    /// Pi's session variables).
+    pub env: Vec<(String, String)>,
+    /// Variables to remove from whatever environment the command inherits (provider keys,
+    /// stale session variables).
+    pub env_remove: Vec<String>,
+    /// The sandbox policy the command must run under ([`crate::sandbox::exec`] applies it).
+    pub policy: Policy,
+    /// Where the output goes, as it arrives.
+    pub output: mpsc::Sender<Vec<u8>>,
+    /// Fired on abort or timeout: stop the command and everything it started.
+    pub stop: tokio_util::sync::CancellationToken,
+}
+
+/// How a command run by a [`BashExecutor`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BashEnd {
+    /// It exited: its code, or the name or number of the signal that killed it.
+    Exited {
+        code: Option<i32>,
+        signal: Option<String>,
+    },
+    /// It was stopped after [`BashRun::stop`] fired.
+    Stopped,
+    /// It could not be run, or its end could not be learnt (the text says why).
+    Failed(String),
+}
+
 /// Grace between SIGTERM and SIGKILL for the process group.
 pub const KILL_GRACE: Duration = crate::platform::process::KILL_GRACE;
 /// Longest output line kept, in bytes (cut at a char boundary, then a marker).
@@ -68,6 +122,8 @@ pub struct BashTool {
     /// Pi 1.6's session variables for the commands ([`SESSION_ENV_VARS`]): set ones exported,
     /// the others removed from the inherited environment.
     session_env: Vec<(String, String)>,
+    /// Runs the commands elsewhere ([`BashExecutor`]); `None`: here.
+    executor: Option<Arc<dyn BashExecutor>>,
 }
 
 /// The variables Pi 1.6's `bash` exports about the session (`core/tools/bash.js`,
@@ -104,12 +160,19 @@ impl BashTool {
             approver,
             noted: AtomicBool::new(false),
             session_env: Vec::new(),
+            executor: None,
         }
     }
 
     /// This tool exporting `env` (names of [`SESSION_ENV_VARS`]) to its commands.
     pub fn with_session_env(mut self, env: Vec<(String, String)>) -> Self {
         self.session_env = env;
+        self
+    }
+
+    /// This tool running its commands through `executor` (`None`: here).
+    pub fn with_executor(mut self, executor: Option<Arc<dyn BashExecutor>>) -> Self {
+        self.executor = executor;
         self
     }
 
@@ -384,10 +447,30 @@ impl Drop for GroupGuard {
 }
 
 enum End {
-    Exited(std::process::ExitStatus),
+    Exited(Exit),
     Aborted,
     TimedOut(f64),
     Failed(String),
+}
+
+/// How a command that ran to its end exited: its code, or the signal that killed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Exit {
+    code: Option<i32>,
+    signal: Option<String>,
+}
+
+impl Exit {
+    fn of(s: &std::process::ExitStatus) -> Exit {
+        Exit {
+            code: s.code(),
+            signal: tree::exit_signal(s).map(|n| n.to_string()),
+        }
+    }
+
+    fn success(&self) -> bool {
+        self.code == Some(0)
+    }
 }
 
 /// One finished run of a command: how it ended, its rendered output and its details (Pi's
@@ -404,7 +487,7 @@ struct Ran {
 /// process status, never from the text.
 fn with_exit_code(details: Option<Value>, end: &End) -> Value {
     let code = match end {
-        End::Exited(s) => s.code(),
+        End::Exited(s) => s.code,
         End::Aborted | End::TimedOut(_) | End::Failed(_) => None,
     };
     let mut details = match details {
@@ -453,11 +536,111 @@ impl Ran {
     }
 }
 
-fn exit_text(s: &std::process::ExitStatus) -> String {
-    tree::exit_text(s)
+/// Pi's status line for a command that did not exit with 0 (the texts of
+/// [`crate::platform::process::exit_text`]): `Command exited with code N`, `Command was killed
+/// by signal N`, else `Command failed`.
+fn exit_text(s: &Exit) -> String {
+    match (s.code, &s.signal) {
+        (Some(c), _) => format!("Command exited with code {c}"),
+        (None, Some(sig)) => format!("Command was killed by signal {sig}"),
+        _ => "Command failed".to_string(),
+    }
 }
 
 impl BashTool {
+    /// The environment of a command: the variables to remove from what it inherits (provider
+    /// keys stay with the server, docs/security.md; stale session variables), then the ones to
+    /// set (pagers and editor prompts off, `TMPDIR` = the session's temp folder, Pi's session
+    /// variables).
+    fn command_env(&self) -> (Vec<(String, String)>, Vec<String>) {
+        let mut remove = pi_ai::keys::secret_env_vars();
+        remove.extend(SESSION_ENV_VARS.iter().map(|v| v.to_string()));
+        let mut set: Vec<(String, String)> = [
+            ("PAGER", "cat"),
+            ("GIT_PAGER", "cat"),
+            ("GIT_EDITOR", "true"),
+            ("EDITOR", "true"),
+            ("VISUAL", "true"),
+            ("GIT_TERMINAL_PROMPT", "0"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        set.push((
+            "TMPDIR".into(),
+            self.sandbox.tmp_dir().to_string_lossy().into_owned(),
+        ));
+        set.extend(self.session_env.iter().cloned());
+        remove.retain(|r| !set.iter().any(|(k, _)| k == r));
+        (set, remove)
+    }
+
+    /// Runs the command through `executor` (`run` filled in with the environment, the output
+    /// channel and the stop token here): the same timeout, abort, progress updates and
+    /// rendering as a command run here.
+    async fn run_elsewhere(
+        &self,
+        executor: &dyn BashExecutor,
+        ctx: &ToolContext,
+        a: &Args,
+        mut run: BashRun,
+    ) -> Ran {
+        let (set, remove) = self.command_env();
+        run.env = set;
+        run.env_remove = remove;
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
+        run.output = tx;
+        let stop = run.stop.clone();
+        // Stops the command if this future is dropped (the loop gave up on it).
+        let _stop_on_drop = stop.clone().drop_guard();
+        let timeout = a.timeout.filter(|t| *t > 0.0);
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs_f64(t));
+        let fut = executor.execute(run);
+        tokio::pin!(fut);
+        let mut out = Output::new();
+        let mut last_update = Instant::now();
+        let mut why: Option<End> = None;
+        let mut ended = None;
+        while ended.is_none() {
+            tokio::select! {
+                biased;
+                _ = ctx.cancel.cancelled(), if why.is_none() => {
+                    why = Some(End::Aborted);
+                    stop.cancel();
+                }
+                _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } }, if why.is_none() => {
+                    why = Some(End::TimedOut(timeout.unwrap_or(0.0)));
+                    stop.cancel();
+                }
+                Some(c) = rx.recv() => {
+                    out.push(&c);
+                    if last_update.elapsed() >= Duration::from_millis(100) {
+                        last_update = Instant::now();
+                        (ctx.on_update)(ToolOutput::text(out.preview()));
+                    }
+                }
+                e = &mut fut => ended = Some(e),
+            }
+        }
+        while let Ok(c) = rx.try_recv() {
+            out.push(&c);
+        }
+        let end = match (why, ended) {
+            (Some(w), _) => w,
+            (None, Some(BashEnd::Exited { code, signal })) => End::Exited(Exit { code, signal }),
+            (None, Some(BashEnd::Failed(e))) => End::Failed(e),
+            (None, _) => End::Aborted,
+        };
+        let (text, details) = out.render();
+        let body = if text.is_empty() {
+            "(no output)".to_string()
+        } else {
+            pi_ai::keys::redact_secrets(&text)
+        };
+        let details = Some(with_exit_code(details, &end));
+        Ran { end, body, details }
+    }
+
     /// Asks the approver (if any) while watching for abort; `None` = aborted.
     async fn ask(&self, ctx: &ToolContext, a: &Args, reason: String) -> Option<Decision> {
         let Some(approver) = &self.approver else {
@@ -494,6 +677,24 @@ impl BashTool {
         if !shell.command_on_stdin {
             args.push(a.command.clone().into());
         }
+        if let (Some(executor), false) = (&self.executor, shell.command_on_stdin) {
+            let run = BashRun {
+                call_id: ctx.call_id.clone(),
+                command: a.command.clone(),
+                program: shell.program.to_string_lossy().into_owned(),
+                args: args
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+                cwd: self.cwd.clone(),
+                env: Vec::new(),
+                env_remove: Vec::new(),
+                policy: policy.clone(),
+                output: mpsc::channel(1).0,
+                stop: tokio_util::sync::CancellationToken::new(),
+            };
+            return Ok(self.run_elsewhere(executor.as_ref(), ctx, a, run).await);
+        }
         let mut cmd = crate::sandbox::command(shell.program.clone(), args, policy);
         cmd.current_dir(&self.cwd)
             .stdin(if shell.command_on_stdin {
@@ -503,23 +704,13 @@ impl BashTool {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .env("PAGER", "cat")
-            .env("GIT_PAGER", "cat")
-            .env("GIT_EDITOR", "true")
-            .env("EDITOR", "true")
-            .env("VISUAL", "true")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("TMPDIR", self.sandbox.tmp_dir())
             .kill_on_drop(true);
         tree::prepare(&mut cmd);
-        // Provider keys stay with the server (docs/security.md).
-        for var in pi_ai::keys::secret_env_vars() {
+        let (set, remove) = self.command_env();
+        for var in remove {
             cmd.env_remove(var);
         }
-        for var in SESSION_ENV_VARS {
-            cmd.env_remove(var);
-        }
-        for (k, v) in &self.session_env {
+        for (k, v) in set {
             cmd.env(k, v);
         }
         let mut child = crate::sandbox::spawn(cmd, policy)
@@ -605,7 +796,7 @@ impl BashTool {
                     None => pipes_open = false,
                 },
                 status = child.wait() => match status {
-                    Ok(s) => break End::Exited(s),
+                    Ok(s) => break End::Exited(Exit::of(&s)),
                     Err(e) => break End::Failed(e.to_string()),
                 },
             }

@@ -17,7 +17,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use bash::{
-    kill_all_groups, kill_all_groups_now, kill_group, BashTool, BeforeBash, KILL_GRACE,
+    kill_all_groups, kill_all_groups_now, kill_group, BashEnd, BashExecutor, BashRun, BashTool,
+    BeforeBash, KILL_GRACE,
 };
 pub(crate) use edit::minimal_replace;
 pub use edit::EditTool;
@@ -112,6 +113,8 @@ pub struct ToolState {
     /// What `bash` exports about the session (Pi 1.6's `PI_SESSION_ID`, `PI_SESSION_FILE`,
     /// `PI_PROVIDER`, `PI_MODEL`, `PI_REASONING_LEVEL`; [`session_env`]); empty: none.
     pub session_env: Vec<(String, String)>,
+    /// Where `bash` runs its commands when not here (an ACP client's terminal); `None`: here.
+    pub bash_executor: Option<Arc<dyn BashExecutor>>,
 }
 
 /// Pi 1.6's session variables for `bash` (`resolveSpawnContext`): the session's id, its file
@@ -160,6 +163,7 @@ impl ToolState {
             approval: None,
             folders: Arc::default(),
             session_env: Vec::new(),
+            bash_executor: None,
         }
     }
 }
@@ -212,7 +216,8 @@ pub fn tools_for_session(
     }
     .with_folders(state.folders.clone());
     let bash = BashTool::with_sandbox(root, before_bash, sandbox, approver)
-        .with_session_env(state.session_env.clone());
+        .with_session_env(state.session_env.clone())
+        .with_executor(state.bash_executor.clone());
     tool_set(fs, Arc::new(bash), state)
 }
 

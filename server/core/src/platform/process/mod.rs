@@ -3,6 +3,7 @@
 //! | | Linux, macOS (`unix.rs`) | Windows (`windows.rs`) |
 //! |---|---|---|
 //! | [`prepare`] | `process_group(0)`: the child leads a new process group | `CREATE_NEW_PROCESS_GROUP \| CREATE_NO_WINDOW` |
+//! | [`lead_own_group`] (the process itself, for a launcher another program starts) | `setsid` (else `setpgid(0, 0)`) | an error |
 //! | [`ProcessTree::adopt`] | the group whose id is the child's pid | a new job object (kill-on-close) the child is assigned to; what it starts later joins the job |
 //! | [`ProcessTree::terminate`] (`false`: no live member) | `SIGTERM` to the group | `TerminateJobObject` (Windows has no polite stop for a window-less tree) |
 //! | [`ProcessTree::kill`] | `SIGKILL` to the group (macOS: `SIGSTOP` first, as Pi 1.6 does) | `TerminateJobObject` |
@@ -44,7 +45,7 @@ mod imp;
 #[path = "windows.rs"]
 mod imp;
 
-pub use imp::{exit_signal, pid_alive, prepare, ProcessTree};
+pub use imp::{exit_signal, lead_own_group, pid_alive, prepare, ProcessTree};
 
 /// Grace between [`ProcessTree::terminate`] and [`ProcessTree::kill`] in [`stop`].
 pub const KILL_GRACE: Duration = Duration::from_millis(300);

@@ -95,6 +95,24 @@ fn stat_state_pgrp(stat: &str) -> Option<(String, i32)> {
     Some((state, pgrp))
 }
 
+/// Makes this process lead a new session and process group (`setsid`), so that stopping its
+/// [`ProcessTree`] (group id = this pid) reaches everything it starts and nothing else; a
+/// process that already leads its group (its parent started it in a group of its own, where
+/// `setsid` is refused) keeps that group. Returns the group id. For the `pi-lsp sandbox-exec`
+/// launcher, whose parent is another program (an ACP client's terminal).
+///
+/// Errors: the process could lead neither a session nor a group of its own.
+pub fn lead_own_group() -> std::io::Result<u32> {
+    use nix::unistd::{getpgrp, getpid, setpgid, setsid};
+    if setsid().is_err() {
+        let me = getpid();
+        if getpgrp() != me {
+            setpgid(me, me).map_err(std::io::Error::from)?;
+        }
+    }
+    Ok(getpgrp().as_raw().unsigned_abs())
+}
+
 /// The signal that ended the process, if one did.
 pub fn exit_signal(status: &std::process::ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;

@@ -130,6 +130,14 @@ pub(super) fn retain_live(trees: &mut Vec<ProcessTree>) {
     trees.retain(ProcessTree::alive);
 }
 
+/// Always an error on Windows: a process cannot move itself into a job of its own here (the
+/// `pi-lsp sandbox-exec` launcher is Unix-only).
+pub fn lead_own_group() -> std::io::Result<u32> {
+    Err(std::io::Error::other(
+        "a process cannot lead its own process tree on Windows",
+    ))
+}
+
 /// Windows processes end with an exit code, never a signal.
 pub fn exit_signal(_status: &std::process::ExitStatus) -> Option<i32> {
     None

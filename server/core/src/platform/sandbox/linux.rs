@@ -161,6 +161,27 @@ pub async fn spawn(
         .unwrap_or_else(|_| Err(io::Error::other("sandbox spawn thread died")))
 }
 
+/// Restricts this process's calling thread under `policy` and replaces the process with
+/// `program args` (`execvp`): the command runs under the same Landlock ruleset and network
+/// filter [`spawn`] gives a child (exec keeps only the calling thread, with its restrictions).
+/// Used by the `pi-lsp sandbox-exec` launcher. Returns only on failure: a restriction that
+/// should apply could not (nothing is run), or the exec failed.
+pub fn exec(
+    program: PathBuf,
+    args: Vec<OsString>,
+    policy: &Policy,
+    configure: &mut dyn FnMut(&mut std::process::Command),
+) -> io::Error {
+    use std::os::unix::process::CommandExt;
+    if let Err(e) = restrict_current_thread(policy) {
+        return e;
+    }
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    configure(&mut cmd);
+    cmd.exec()
+}
+
 /// Probes both mechanisms on a throwaway thread (its restrictions die with it).
 pub fn probe() -> Support {
     let joined = std::thread::Builder::new()

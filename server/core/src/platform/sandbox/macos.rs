@@ -29,6 +29,26 @@ pub async fn spawn(
     cmd.spawn()
 }
 
+/// Replaces this process with `program args` run inside `sandbox-exec` with the policy's
+/// profile ([`wrap`]). Used by the `pi-lsp sandbox-exec` launcher. Returns only on failure.
+pub fn exec(
+    program: PathBuf,
+    args: Vec<OsString>,
+    policy: &Policy,
+    configure: &mut dyn FnMut(&mut std::process::Command),
+) -> io::Error {
+    use std::os::unix::process::CommandExt;
+    let (program, args) = if policy.is_off() {
+        (program, args)
+    } else {
+        wrap(program, args, policy)
+    };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    configure(&mut cmd);
+    cmd.exec()
+}
+
 /// `sandbox-exec` is there and applies a profile (`(allow default)` around `/usr/bin/true`).
 pub fn probe() -> Support {
     let works = if !Path::new(super::seatbelt::SANDBOX_EXEC).is_file() {

@@ -4,7 +4,9 @@
 //! - `FILES`, `NETWORK`: what enforces the file rules and network off (for messages);
 //! - `probe() -> Support`: what works on this machine (cached by `crate::sandbox::support`);
 //! - `wrap(program, args, policy)`: the command line to run (macOS: inside `sandbox-exec`);
-//! - `async spawn(cmd, policy)`: starts the wrapped command under the policy.
+//! - `async spawn(cmd, policy)`: starts the wrapped command under the policy;
+//! - `exec(program, args, policy) -> io::Error`: replaces this process with the command under
+//!   the policy (the `pi-lsp sandbox-exec` launcher); returns only on failure.
 //!
 //! | | backend | file rules | network off |
 //! |---|---|---|---|
@@ -24,4 +26,4 @@ mod imp;
 
 pub mod seatbelt;
 
-pub use imp::{probe, spawn, wrap, FILES, NETWORK};
+pub use imp::{exec, probe, spawn, wrap, FILES, NETWORK};

@@ -33,6 +33,37 @@ pub async fn spawn(
     )))
 }
 
+/// Replaces this process with `program args` when `policy` is off (on Unix); anything else is
+/// an error, as nothing here can restrict a command. Used by the `pi-lsp sandbox-exec`
+/// launcher. Returns only on failure.
+pub fn exec(
+    program: PathBuf,
+    args: Vec<OsString>,
+    policy: &Policy,
+    configure: &mut dyn FnMut(&mut std::process::Command),
+) -> io::Error {
+    if !policy.is_off() {
+        return io::Error::other(format!("no sandbox backend on {}", std::env::consts::OS));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(args);
+        configure(&mut cmd);
+        cmd.exec()
+    }
+    #[cfg(not(unix))]
+    {
+        drop((args, configure));
+        io::Error::other(format!(
+            "cannot replace this process with {} on {}",
+            program.display(),
+            std::env::consts::OS
+        ))
+    }
+}
+
 /// Nothing is supported.
 pub fn probe() -> Support {
     let why = format!("no sandbox backend on {}", std::env::consts::OS);
