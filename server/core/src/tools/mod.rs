@@ -17,7 +17,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use bash::{
-    kill_all_groups, kill_all_groups_now, kill_group, BashTool, BeforeBash, KILL_GRACE,
+    kill_all_groups, kill_all_groups_now, kill_group, BashTool, BeforeBash, BASH_GUIDELINE,
+    KILL_GRACE,
 };
 pub(crate) use edit::minimal_replace;
 pub use edit::EditTool;
