@@ -80,7 +80,7 @@ enum Command {
         append_system_prompt: Vec<String>,
         /// Comma-separated tools for this run (Pi's `-t/--tools`): names or `*` patterns
         /// replace the default selection; a list of only `+name` / `-name` entries changes it.
-        #[arg(short = 't', long, value_name = "LIST")]
+        #[arg(short = 't', long, value_name = "LIST", allow_hyphen_values = true)]
         tools: Option<String>,
         /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
         #[arg(long)]
