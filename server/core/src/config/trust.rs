@@ -5,15 +5,15 @@
 //! - The store is `<agent dir>/trust.json`: an object whose keys are canonical folder paths and
 //!   whose values are `true` (trusted), `false` (refused) or `null` (no decision). The nearest
 //!   decision applies: the folder's own, else its parent's, up to the root.
-//! - A folder needs a decision only when it has a resource trust protects
-//!   ([`has_trust_requiring_resources`]): `.pi/settings.json`, `.pi/mcp.json`,
-//!   `.pi/extensions`, `.pi/skills`, `.pi/prompts`, `.pi/themes`, `.pi/SYSTEM.md`,
-//!   `.pi/APPEND_SYSTEM.md`, `.pi/models.json` (pi-lsp's own), or a `.agents/skills` folder in it or an ancestor (the user's own
-//!   `~/.agents/skills` excepted). Without one it is trusted unless the store refuses it.
-//! - With one: a front door's own answer first (`pi-lsp run --approve` / `--no-approve`, the
+//! - A front door's own answer comes first (`pi-lsp run --approve` / `--no-approve`, the
 //!   editor's `workspaceTrusted`, `pi-lsp acp --trust`), then the store's nearest decision,
 //!   then the global setting `defaultProjectTrust` (`"always"` trusts; `"ask"`, the default,
 //!   and `"never"` do not: nobody can be asked here, as in Pi's print and RPC modes).
+//! - One difference: Pi trusts a folder without a decision when it holds nothing trust
+//!   protects (its `hasTrustRequiringProjectResources`). Here trust also lets a user save
+//!   workspace-wide approval rules into `.pi/settings.json`, which is protected, so such a
+//!   folder follows `defaultProjectTrust` like any other (else the rules saved would be
+//!   ignored at the next start).
 //!
 //! What trust gates here: [`crate::resources`] (project settings, models.json, `SYSTEM.md`,
 //! `APPEND_SYSTEM.md`, skills, prompt templates) and the project's `.pi/mcp.json`
@@ -27,55 +27,14 @@ use crate::platform::paths::{canonicalize, same_path};
 use crate::settings::SettingsCache;
 use crate::settings::SettingsFiles;
 
-/// The project resources whose presence calls for a trust decision, under `<folder>/.pi`:
-/// Pi's `TRUST_REQUIRING_PROJECT_CONFIG_RESOURCES`, and `models.json`, which pi-lsp reads from
-/// a trusted project (Pi 1.6 reads only the agent dir's) and whose `!command` keys run.
-pub const TRUST_REQUIRING_RESOURCES: [&str; 9] = [
-    "settings.json",
-    "mcp.json",
-    "extensions",
-    "skills",
-    "prompts",
-    "themes",
-    "SYSTEM.md",
-    "APPEND_SYSTEM.md",
-    "models.json",
-];
-
 /// The trust store's file in `agent_dir` (`trust.json`).
 pub fn trust_file(agent_dir: &Path) -> PathBuf {
     agent_dir.join("trust.json")
 }
 
-/// The user's home folder (`$HOME`, else `USERPROFILE` on Windows).
-fn home_dir() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .or_else(|| std::env::var_os("USERPROFILE"))
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-}
-
 /// The real path of `p` (unchanged when it does not exist).
 fn real(p: &Path) -> PathBuf {
     canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// Whether `cwd` has a resource project trust protects (Pi's
-/// `hasTrustRequiringProjectResources`; see the module's list).
-pub fn has_trust_requiring_resources(cwd: &Path) -> bool {
-    let cwd = real(cwd);
-    let pi = cwd.join(".pi");
-    if TRUST_REQUIRING_RESOURCES
-        .iter()
-        .any(|r| pi.join(r).exists())
-    {
-        return true;
-    }
-    let user_skills = home_dir().map(|h| real(&h).join(".agents").join("skills"));
-    cwd.ancestors().any(|dir| {
-        let skills = dir.join(".agents").join("skills");
-        user_skills.as_ref().is_none_or(|u| !same_path(u, &skills)) && skills.exists()
-    })
 }
 
 /// Reads the store at `path`: `Ok(None)` when there is none; an error (Pi's wording) when it
@@ -151,8 +110,6 @@ pub fn default_project_trust(agent_dir: &Path) -> &'static str {
 pub enum TrustSource {
     /// The front door's own answer (a flag, the editor's workspace trust).
     FrontDoor,
-    /// The folder has nothing trust protects.
-    NothingProtected,
     /// Pi's trust store (`trust.json`).
     Store,
     /// The global `defaultProjectTrust` setting.
@@ -169,9 +126,9 @@ pub struct TrustDecision {
 }
 
 /// Pi 1.6's `resolveProjectTrusted` without a prompt (its print / RPC modes): `front_door`
-/// (a flag or the editor's trust) first; a folder with nothing protected is trusted unless the
-/// store refuses it; else the store's nearest decision, else `defaultProjectTrust` (`always`
-/// only). `agent_dir` `None`: no store and no global setting.
+/// (a flag or the editor's trust) first, else the store's nearest decision, else
+/// `defaultProjectTrust` (`always` only; see the module for the one difference from Pi).
+/// `agent_dir` `None`: no store and no global setting.
 pub fn resolve_project_trust(
     cwd: &Path,
     agent_dir: Option<&Path>,
@@ -192,7 +149,6 @@ pub fn resolve_project_trust(
     };
     let mut d = match stored {
         Some(t) => decide(t, TrustSource::Store),
-        None if !has_trust_requiring_resources(cwd) => decide(true, TrustSource::NothingProtected),
         None => decide(
             agent_dir.is_some_and(|a| default_project_trust(a) == "always"),
             TrustSource::Default,
@@ -218,18 +174,7 @@ mod tests {
         std::fs::create_dir_all(refused.join(".pi")).unwrap();
         std::fs::create_dir_all(&agent).unwrap();
         let resolve = |dir: &Path, fd| resolve_project_trust(dir, Some(&agent), fd);
-        // A bare .pi folder protects nothing: trusted.
-        assert_eq!(
-            resolve(&child, None),
-            TrustDecision {
-                trusted: true,
-                source: TrustSource::NothingProtected,
-                warning: None
-            }
-        );
-        std::fs::write(child.join(".pi/settings.json"), "{}").unwrap();
-        std::fs::write(refused.join(".pi/SYSTEM.md"), "x").unwrap();
-        // Something protected, no decision, default "ask": not trusted.
+        // No decision, default "ask": not trusted.
         assert_eq!(
             (resolve(&child, None).trusted, resolve(&child, None).source),
             (false, TrustSource::Default)
@@ -267,9 +212,7 @@ mod tests {
             ),
             (false, TrustSource::Store)
         );
-        // A refusal holds even where nothing is protected; a front door's answer wins.
-        std::fs::remove_file(refused.join(".pi/SYSTEM.md")).unwrap();
-        assert!(!resolve(&refused, None).trusted);
+        // A front door's answer wins.
         assert_eq!(
             resolve(&refused, Some(true)),
             TrustDecision {
