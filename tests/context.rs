@@ -110,8 +110,8 @@ const TOOLS_AND_GUIDELINES: &str = "Available tools:
 In addition to the tools above, you may have access to other custom tools depending on the project.
 
 Guidelines:
-- Prefer grep/find/ls tools over bash for file exploration (faster, respects .gitignore)
 - Use read to examine files instead of cat or sed.
+- You can inspect PI_* environment variables for current model and session details.
 - Use edit for precise changes (edits[].oldText must match exactly)
 - When changing multiple separate locations in one file, use one edit call with multiple entries in edits[] instead of multiple edit calls
 - Each edits[].oldText is matched against the original file, not after earlier edits are applied. Do not emit overlapping or nested edits. Merge nearby changes into one edit.
@@ -217,10 +217,31 @@ fn script(secret: &Path) -> Vec<Step> {
     ]
 }
 
+/// Pi 1.6's trust store in `f`'s agent dir: `decision` for the workspace's parent folder.
+fn store_trust(f: &Fixture, decision: bool) {
+    let parent = f.ws.parent().unwrap().canonicalize().unwrap();
+    write(
+        &f.agent.join("trust.json"),
+        &json!({parent.display().to_string(): decision}).to_string(),
+    );
+}
+
 async fn lsp_run(name: &str, initialization_options: Option<Value>, trusted: bool) {
+    lsp_run_with_store(name, initialization_options, None, trusted).await;
+}
+
+async fn lsp_run_with_store(
+    name: &str,
+    initialization_options: Option<Value>,
+    store: Option<bool>,
+    trusted: bool,
+) {
     let f = folders(name);
     let mock = MockModel::start(script(&f.secret)).await;
     configure(&f, &mock);
+    if let Some(d) = store {
+        store_trust(&f, d);
+    }
     let behavior = EditorBehavior {
         initialization_options,
         ..EditorBehavior::default()
@@ -269,6 +290,40 @@ async fn trusted_workspace_applies_project_configuration() {
     lsp_run("trust-on", Some(json!({"workspaceTrusted": true})), true).await;
 }
 
+/// Pi 1.6's trust store (`trust.json` in the agent dir, the nearest folder's decision)
+/// decides where no front door does: an editor that sends no `workspaceTrusted`, `pi-lsp run`
+/// without `--approve` / `--no-approve`. The editor's own answer and the flags still win.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_trust_store_decides_where_no_front_door_does() {
+    lsp_run_with_store("store-lsp-on", None, Some(true), true).await;
+    lsp_run_with_store(
+        "store-lsp-editor-off",
+        Some(json!({"workspaceTrusted": false})),
+        Some(true),
+        false,
+    )
+    .await;
+    for (stored, flag, trusted) in [
+        (true, None, true),
+        (false, None, false),
+        (true, Some("--no-approve"), false),
+        (false, Some("--approve"), true),
+    ] {
+        let f = folders("store-headless");
+        let mock = MockModel::start(script(&f.secret)).await;
+        configure(&f, &mock);
+        store_trust(&f, stored);
+        let args: Vec<&str> = flag.into_iter().chain(["/greet Ada"]).collect();
+        let out = tokio::task::block_in_place(|| run(&f, &mock, &args));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        check_requests(&f, &mock, trusted, false);
+    }
+}
+
 fn run(f: &Fixture, mock: &MockModel, args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(pi_lsp_bin());
     cmd.arg("run").arg("--workspace").arg(&f.ws).args(args);
@@ -295,7 +350,7 @@ async fn headless_run_loads_project_configuration_only_with_trust() {
         check_requests(&f, &mock, trusted, false);
         let notice =
             "pi-lsp: workspace not trusted; ignoring project configuration: .pi/settings.json, \
-.pi/models.json, .pi/prompts, .pi/skills, .pi/SYSTEM.md (run with --trust to load it)";
+.pi/models.json, .pi/prompts, .pi/skills, .pi/SYSTEM.md (run with --approve, or trust the folder in Pi, to load it)";
         assert_eq!(
             stderr.lines().filter(|l| *l == notice).count(),
             usize::from(!trusted),
@@ -460,5 +515,17 @@ async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
             );
         std::fs::write(std::env::var("PI_PROMPT_FIXTURE").unwrap(), fixture).unwrap();
     }
-    assert_eq!(ours, theirs.replace(&docs_block, ""));
+    // Pi 1.6's rules differ from 0.73.1's in two lines: the grep/find/ls preference is gone
+    // and bash's guideline names the PI_* variables it exports.
+    let theirs = theirs
+        .replace(&docs_block, "")
+        .replace(
+            "- Prefer grep/find/ls tools over bash for file exploration (faster, respects .gitignore)\n",
+            "",
+        )
+        .replace(
+            "- Use read to examine files instead of cat or sed.\n",
+            "- Use read to examine files instead of cat or sed.\n- You can inspect PI_* environment variables for current model and session details.\n",
+        );
+    assert_eq!(ours, theirs);
 }

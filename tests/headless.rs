@@ -606,3 +606,171 @@ async fn continue_session_sessions_stdin_and_no_session_as_pi() {
         .count();
     assert_eq!(files, 1);
 }
+
+/// The system prompt and tool names of a chat-completions request body.
+fn prompt_and_tools(body: &Value) -> (String, Vec<String>) {
+    assert_eq!(body["messages"][0]["role"], "system", "{body}");
+    let prompt = body["messages"][0]["content"].as_str().unwrap().to_string();
+    let tools = body["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    (prompt, tools)
+}
+
+/// Pi 1.6's `--system-prompt <text|path>` (a file's contents replace the default prompt and
+/// SYSTEM.md), `--append-system-prompt` (repeatable, text or file, replacing APPEND_SYSTEM.md,
+/// joined by blank lines) and `--tools` (names and `*` patterns replace the selection; only
+/// `+name`/`-name` entries change the default one; the two cannot be mixed), as the model's
+/// request carries them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_prompt_append_and_tools_flags_as_pi() {
+    let tmp = TempDir::new("prompt-flags");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join(".pi")).unwrap();
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let agent = tmp.path().join("agent");
+    let env = agent_env(&agent, &mock.models_json(), &[]);
+    // Both files are replaced by the flags.
+    std::fs::write(agent.join("SYSTEM.md"), "GLOBAL SYSTEM").unwrap();
+    std::fs::write(agent.join("APPEND_SYSTEM.md"), "GLOBAL APPEND").unwrap();
+    std::fs::write(
+        agent.join("settings.json"),
+        r#"{"defaultTools": ["read", "bash"]}"#,
+    )
+    .unwrap();
+    let custom = tmp.path().join("custom.md");
+    std::fs::write(&custom, "\u{feff}You review code. Nothing else.").unwrap();
+    let extra = tmp.path().join("extra.md");
+    std::fs::write(&extra, "From a file.").unwrap();
+    let custom_arg = custom.display().to_string();
+    let extra_arg = extra.display().to_string();
+    let args = [
+        "--model",
+        "mock/mock-1",
+        "--system-prompt",
+        &custom_arg,
+        "--append-system-prompt",
+        "Plain text, not a file.",
+        "--append-system-prompt",
+        &extra_arg,
+        "--tools",
+        "read,gr*,todo,nosuch",
+        "hello",
+    ];
+    let out = tokio::task::block_in_place(|| run(&ws, &env, &args));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (prompt, tools) = prompt_and_tools(&mock.requests()[0].body);
+    let date = prompt
+        .lines()
+        .find_map(|l| l.strip_prefix("Current date: "))
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        prompt,
+        format!(
+            "You review code. Nothing else.\n\nPlain text, not a file.\n\nFrom a file.\nCurrent date: {date}\nCurrent working directory: {}",
+            ws.canonicalize().unwrap().display()
+        )
+    );
+    // An allowlist: in the tools' own order, the pattern matching grep, defaultTools ignored.
+    assert_eq!(tools, ["read", "grep", "todo"]);
+
+    // Modifiers change the default selection (defaultTools: read, bash; todo is on).
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--tools", "-bash,+ls", "hi"],
+        )
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (prompt, tools) = prompt_and_tools(&mock.requests()[1].body);
+    assert_eq!(tools, ["read", "todo", "ls"]);
+    assert!(
+        prompt.starts_with("GLOBAL SYSTEM\n\nGLOBAL APPEND\n"),
+        "{prompt}"
+    );
+
+    // Mixed: refused before anything runs.
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--tools", "read,-bash", "hi"],
+        )
+    });
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "pi-lsp: --tools: tool names cannot be mixed with +name or -name entries"
+    );
+    assert_eq!(mock.requests().len(), 2);
+}
+
+/// `--thinking max` on a model whose `thinkingLevelMap` names `max`: the request asks for it
+/// (`reasoning_effort` as the map gives it) and the file records Pi's `thinking_level_change`;
+/// on a model without it the level is clamped to the highest it has, as Pi's `--thinking`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
+    let tmp = TempDir::new("thinking-max");
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"] = json!([
+        {"id": "deep", "reasoning": true, "thinkingLevelMap": {"xhigh": "xhigh", "max": "max-effort"}},
+        {"id": "plain", "reasoning": true}
+    ]);
+    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    let levels = |ws: &std::path::Path| -> Vec<String> {
+        session_lines(ws)
+            .iter()
+            .filter(|l| l["type"] == "thinking_level_change")
+            .map(|l| l["thinkingLevel"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (i, (model, sent, recorded)) in [("deep", "max-effort", "max"), ("plain", "high", "high")]
+        .into_iter()
+        .enumerate()
+    {
+        let ws = tmp.path().join(model);
+        std::fs::create_dir_all(&ws).unwrap();
+        let m = format!("mock/{model}");
+        let out = tokio::task::block_in_place(|| {
+            run(&ws, &env, &["--model", &m, "--thinking", "max", "hello"])
+        });
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(mock.requests()[i].body["reasoning_effort"], sent);
+        assert_eq!(levels(&ws).last().map(String::as_str), Some(recorded));
+    }
+    // A name that is not a level: refused, nothing sent.
+    let ws = tmp.path().join("deep");
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/deep", "--thinking", "maximum", "x"],
+        )
+    });
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "pi-lsp: --thinking maximum: not a thinking level (off, minimal, low, medium, high, xhigh, max)"
+    );
+    assert_eq!(mock.requests().len(), 2);
+}

@@ -386,6 +386,7 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
             body: refusal.into(),
         },
         Step::text("I could not see the image."),
+        Step::text("Still no image."),
     ])
     .await;
     let s = setup(dir, &mock, 128_000, Vec::new(), None);
@@ -449,11 +450,10 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
         vec![json!({"type": "images_replaced", "images": [{
             "hash": pi_core::session::image_hash(&big), "mimeType": "image/png", "note": note}]})]
     );
-    // The note is in the file: the branch was written again with it (a sibling of the
-    // refused message, as Pi records a changed history), the refused attempt stays on the
-    // old branch with the image.
+    // The file keeps the image (issue 29 item 10): the refused message as it was, the failed
+    // attempt, then the answer, one after the other; nothing written again.
     let lines = entries(&s.path);
-    let (before, written) = lines.split_at(lines.len() - 4);
+    let (before, written) = lines.split_at(lines.len() - 3);
     let parent = &before.last().unwrap()["id"];
     let content = |e: &Value| -> Value {
         json!(e["message"]["content"]
@@ -476,44 +476,54 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
     assert_eq!(
         shape,
         vec![
-            // The refused message: its large image inline, as Pi writes it.
             json!({"parent": parent, "role": "user", "stopReason": null,
                 "content": ["what is in these?", format!("image {}", big.len()), format!("image {}", small.len())]}),
             json!({"parent": written[0]["id"], "role": "assistant", "stopReason": "error",
                 "content": []}),
-            json!({"parent": parent, "role": "user", "stopReason": null,
-                "content": ["what is in these?", note, format!("image {}", small.len())]}),
-            json!({"parent": written[2]["id"], "role": "assistant", "stopReason": "stop",
+            json!({"parent": written[1]["id"], "role": "assistant", "stopReason": "stop",
                 "content": ["I could not see the image."]}),
         ]
     );
     assert_eq!(
-        written[2]["message"]["timestamp"],
-        written[0]["message"]["timestamp"]
+        std::fs::read_to_string(&s.path)
+            .unwrap()
+            .matches(note)
+            .count(),
+        0,
+        "no note in the file"
     );
-    // Read back from the file, the context is the notes' branch: no later request (nor Pi
-    // resuming the file) sends the refused image again.
-    let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
-    let context = tree.context(tree.last_id());
-    let context: Vec<Value> = context
-        .messages
-        .iter()
-        .map(|m| serde_json::to_value(m).unwrap())
-        .map(|m| json!({"role": m["role"], "content": content(&json!({"message": m}))}))
-        .collect();
-    assert_eq!(
-        context,
-        vec![
-            json!({"role": "user",
-                "content": ["what is in these?", note, format!("image {}", small.len())]}),
-            json!({"role": "assistant", "content": ["I could not see the image."]}),
-        ]
-    );
+    // The live session's next request goes without the image too (no second refusal).
+    s.agent
+        .prompt(vec![serde_json::from_value(
+            json!({"role":"user","content":"and now?"}),
+        )
+        .unwrap()])
+        .unwrap();
+    idle(&s.agent).await;
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 3);
+    let third = |i: usize| {
+        let parts = reqs[2].body["messages"][i]["content"].clone();
+        json!(parts
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| match p["type"].as_str().unwrap() {
+                "text" => p["text"].clone(),
+                _ => json!(format!(
+                    "image of {} bytes",
+                    p["image_url"]["url"].as_str().unwrap().len()
+                )),
+            })
+            .collect::<Vec<_>>())
+    };
+    assert_eq!(third(1), user(1));
 }
 
 /// Case 18.12, a gateway's bare 413: an nginx "Request Entity Too Large" page names no image,
-/// but the request holds one; the image goes first (a note in its place, in the request and
-/// in the file), instead of a compaction that cannot help and a prompt that fails forever.
+/// but the request holds one; the image goes first (a note in its place in the request; the
+/// file keeps the image), instead of a compaction that cannot help and a prompt that fails
+/// forever.
 #[tokio::test]
 async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
     let guard = tmp("image-413");
@@ -558,19 +568,72 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
     );
     assert!(s.sink.of_type("compaction_start").is_empty());
     assert_eq!(s.sink.of_type("images_replaced").len(), 1);
-    // The file's context is the note's branch.
+    // The file keeps the image: its context's user message is the one sent first.
     let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
     let context = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
     assert_eq!(
-        context,
-        json!([
-            {"role":"user","content":[{"type":"text","text":"look"},{"type":"text","text":note}],
-             "timestamp": context[0]["timestamp"]},
-            context[1]
-        ])
+        context[0]["content"],
+        json!([{"type":"text","text":"look"},{"type":"image","data":big,"mimeType":"image/jpeg"}])
     );
     assert_eq!(
-        context[1]["content"],
+        context.as_array().unwrap().last().unwrap()["content"],
         json!([{"type":"text","text":"No image now."}])
+    );
+}
+
+/// Issue 29 item 10: a 400 saying "input length exceeds" (no image named) while the request
+/// holds an image: the retried request carries a note instead, the user is told, and the
+/// session file still has the image.
+#[tokio::test]
+async fn an_input_length_refusal_with_an_image_retries_without_it_and_keeps_the_file() {
+    let guard = tmp("image-input-length");
+    let dir = guard.path();
+    let refusal = r#"{"error":{"message":"input length exceeds the maximum of 1048576 bytes","type":"invalid_request_error"}}"#;
+    let mock = MockModel::start(vec![
+        Step::Raw {
+            status: 400,
+            content_type: "application/json".into(),
+            body: refusal.into(),
+        },
+        Step::text("Fine without it."),
+    ])
+    .await;
+    let s = setup(dir, &mock, 128_000, Vec::new(), None);
+    let img = "C".repeat(1024 * 1024);
+    let prompt: Message = serde_json::from_value(json!({"role":"user","content":[
+        {"type":"text","text":"see"},
+        {"type":"image","data":img,"mimeType":"image/png"}]}))
+    .unwrap();
+    s.agent.prompt(vec![prompt]).unwrap();
+    idle(&s.agent).await;
+    let reqs = mock.requests();
+    let note = "[image removed: the provider refused a request with this image/png image (768 KB) as too large]";
+    assert_eq!(
+        (
+            reqs.len(),
+            reqs[1].body["messages"][1]["content"].clone(),
+            s.agent.last_outcome().unwrap().stop_reason
+        ),
+        (
+            2,
+            json!([{"type":"text","text":"see"},{"type":"text","text":note}]),
+            StopReason::Stop
+        )
+    );
+    assert_eq!(
+        s.sink
+            .of_type("auto_retry_start")
+            .iter()
+            .map(|e| e["errorMessage"].clone())
+            .collect::<Vec<_>>(),
+        vec![json!(format!(
+            "HTTP 400: {refusal} — retrying with 1 image(s) replaced by a note"
+        ))]
+    );
+    let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
+    let context = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
+    assert_eq!(
+        context[0]["content"],
+        json!([{"type":"text","text":"see"},{"type":"image","data":img,"mimeType":"image/png"}])
     );
 }

@@ -48,7 +48,9 @@ pub const LIST_PAGE: usize = 50;
 /// Options of `pi-lsp acp`.
 #[derive(Debug, Clone, Default)]
 pub struct AcpOptions {
-    /// Load the project's own configuration (`--trust`): `.pi/settings.json`, models.json,
+    /// Trust every session's folder (`--trust`); without it a folder is trusted as Pi 1.6
+    /// decides (`pi_core::trust`: its `trust.json`, then `defaultProjectTrust`). Trust loads
+    /// the project's own configuration: `.pi/settings.json`, models.json,
     /// prompt templates, skills, SYSTEM.md of the session's cwd.
     pub trust: bool,
     /// The model (`provider/id`) new sessions start with (`--model`).
@@ -256,9 +258,9 @@ impl AcpAgent {
         };
         // Version 1 is the one this agent speaks; a client asking for a later one gets 1.
         let version = p.protocol_version.as_u16().min(1);
-        let ws = WorkspaceConfig::with_default_agent_dir(
+        let (ws, _) = WorkspaceConfig::with_project_trust(
             std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
-            self.opts.trust,
+            self.opts.trust.then_some(true),
         );
         let configured = matches!(
             choose_model(&ws, self.opts.model.as_deref(), None),
@@ -337,7 +339,8 @@ impl AcpAgent {
         if let Some(r) = regs.get(&folders) {
             return Ok(r.clone());
         }
-        let ws = WorkspaceConfig::with_default_agent_dir(root.clone(), self.opts.trust);
+        let (ws, _) =
+            WorkspaceConfig::with_project_trust(root.clone(), self.opts.trust.then_some(true));
         if folders.len() > 1 {
             ws.set_folders(folders.clone());
         }
@@ -356,7 +359,10 @@ impl AcpAgent {
         if let Some(r) = self.registries.lock().iter().find(|(k, _)| k[0] == root) {
             return r.1.sessions.clone();
         }
-        let ws = WorkspaceConfig::with_default_agent_dir(root.to_path_buf(), self.opts.trust);
+        let (ws, _) = WorkspaceConfig::with_project_trust(
+            root.to_path_buf(),
+            self.opts.trust.then_some(true),
+        );
         let setup = Arc::new(AcpSetup::new(
             self.conn.clone(),
             root.to_path_buf(),

@@ -252,6 +252,33 @@ pub fn is_image_too_large_text(text: &str) -> bool {
     IMAGE_TOO_LARGE.is_match(text)
 }
 
+/// Refusals of a request for its size that an image may cause: "input length exceeds",
+/// "request too large" / "request entity too large", "payload too large", "request size
+/// exceeds", "content too large", "body too large", Anthropic's `request_too_large`.
+static REQUEST_TOO_LARGE: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)input length exceeds|request(?: entity)? too large|request_too_large|payload too large",
+        r"(?i)request size exceeds|(?:content|body) too large|exceeds the maximum (?:request|payload|body) size",
+    ])
+});
+
+/// True when `failure` refused the request for its size in a way images can cause (case
+/// 18.12, issue 29 item 10): an image named as too large ([`ErrorClass::ImageTooLarge`]), a
+/// 413 of any wording (a gateway's bare "Request Entity Too Large" page names nothing), or a
+/// 400 / unknown status whose text says the request or its input is too large ("input length
+/// exceeds", "request too large", "payload too large" and kin). With images in the request,
+/// they go first; without, the error is what its class says.
+pub fn is_size_refusal(failure: &ProviderError) -> bool {
+    if failure.class() == ErrorClass::ImageTooLarge {
+        return true;
+    }
+    match failure.status() {
+        Some(413) => true,
+        Some(400) | None => REQUEST_TOO_LARGE.is_match(&failure.message()),
+        _ => false,
+    }
+}
+
 static OVERLOADED: LazyLock<RegexSet> = LazyLock::new(|| set(&[r"(?i)overloaded"]));
 static RATE_LIMIT: LazyLock<RegexSet> =
     LazyLock::new(|| set(&[r"(?i)rate.?limit|too many requests|^HTTP 429\b"]));
@@ -806,5 +833,26 @@ mod tests {
         );
         m.stop_reason = StopReason::Aborted;
         assert_eq!(classify_message(&m, 1000), Some(ProviderError::Aborted));
+    }
+
+    #[test]
+    fn size_refusals_that_images_can_cause() {
+        let refused =
+            |status: u16, body: &str| is_size_refusal(&classify_http(status, None, None, body));
+        assert!(refused(
+            400,
+            r#"{"error":{"message":"input length exceeds the limit"}}"#
+        ));
+        assert!(refused(400, "Request too large for gpt-x"));
+        assert!(refused(413, "Payload Too Large"));
+        assert!(refused(413, "<html>413 Request Entity Too Large</html>"));
+        assert!(refused(400, r#"{"error":{"code":"image_too_large"}}"#));
+        assert!(refused(413, "anything at all"));
+        assert!(!refused(400, "invalid max_tokens"));
+        assert!(!refused(429, "request too large for the rate limit"));
+        assert!(!refused(500, "payload too large"));
+        assert!(is_size_refusal(&classify_text(
+            "request_too_large: request exceeds the maximum size"
+        )));
     }
 }

@@ -4,9 +4,10 @@
 //! chooses which models.json files count ([`Registry::load_files`]; an untrusted workspace's
 //! `.pi/models.json` is left out).
 //!
-//! Built-in providers `anthropic` and `openai` carry Pi 0.73.1's catalogue (`catalogue.json`:
+//! Built-in providers `anthropic` and `openai` carry Pi 1.6.0's catalogue (`catalogue.json`:
 //! context window, output limit, reasoning, input kinds, per-million prices, thinking-level
-//! map, for the same ids as Pi's `models.generated.js`), with Pi's default model first. Their
+//! map and `compat` flags, for the chat models of pi-ai's `providers/data/anthropic.json`
+//! and `openai.json`), with Pi 1.6's default model first. Their
 //! keys come from Pi's variables ([`api_key_env_vars`]: `ANTHROPIC_OAUTH_TOKEN` then
 //! `ANTHROPIC_API_KEY`; `OPENAI_API_KEY`). Custom providers come from Pi-format `models.json`
 //! files (Pi `docs/models.md`): `<workspace>/.pi/models.json` first, then
@@ -423,8 +424,22 @@ impl ModelOverride {
     }
 }
 
-/// One model of the built-in catalogue (`catalogue.json`, the `anthropic` and `openai`
-/// entries of Pi 0.73.1's `pi-ai/dist/models.generated.js`, same ids and values).
+/// The provider's models.json `compat` over a built-in model's own flags, key by key (a
+/// non-object replaces them).
+fn merge_compat(model: &mut Value, provider: &Value) {
+    match (model.as_object_mut(), provider.as_object()) {
+        (Some(m), Some(p)) => {
+            for (k, v) in p {
+                m.insert(k.clone(), v.clone());
+            }
+        }
+        _ => *model = provider.clone(),
+    }
+}
+
+/// One model of the built-in catalogue (`catalogue.json`: the chat models of Pi 1.6.0's
+/// pi-ai `providers/data/anthropic.json` (`anthropic-messages`) and `openai.json`
+/// (`openai-responses`), same ids and values; fallback-model lists left out).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CatalogueEntry {
@@ -436,6 +451,9 @@ struct CatalogueEntry {
     context_window: u64,
     max_tokens: u64,
     thinking_level_map: Option<Value>,
+    /// Pi's `compat` flags (`forceAdaptiveThinking`, `supportsMidConvoSystemMessages`, …).
+    #[serde(default)]
+    compat: Value,
 }
 
 /// A built-in provider: name, wire format, base URL, Pi's default model, key variables.
@@ -454,13 +472,13 @@ const BUILTIN_PROVIDERS: &[BuiltinProvider] = &[
         name: "anthropic",
         api: Api::AnthropicMessages,
         base_url: "https://api.anthropic.com",
-        default_model: "claude-opus-4-7",
+        default_model: "claude-opus-5-5",
     },
     BuiltinProvider {
         name: "openai",
         api: Api::OpenaiCompletions,
         base_url: "https://api.openai.com/v1",
-        default_model: "gpt-5.4",
+        default_model: "gpt-6.2-sol",
     },
 ];
 
@@ -514,6 +532,7 @@ fn builtin_models(p: &BuiltinProvider, key: Option<String>) -> Vec<Model> {
             input: e.input.clone(),
             cost: e.cost.clone(),
             thinking_level_map: e.thinking_level_map.clone(),
+            compat: e.compat.clone(),
             ..Model::new(p.api, p.name, &e.id, p.base_url)
         })
         .collect();
@@ -666,7 +685,7 @@ impl Registry {
             }
             m.headers.extend(cfg.headers.clone());
             if let Some(c) = &cfg.compat {
-                m.compat = c.clone();
+                merge_compat(&mut m.compat, c);
             }
             if let Some(o) = overrides.remove(&m.id) {
                 o.apply(m);
@@ -834,7 +853,7 @@ mod tests {
             .iter()
             .find(|m| m.provider == "anthropic")
             .unwrap();
-        assert_eq!(first_anthropic.id, "claude-opus-4-7");
+        assert_eq!(first_anthropic.id, "claude-opus-5-5");
         let s = reg.find("anthropic/claude-sonnet-4-5").unwrap();
         assert_eq!(
             (s.context_window, s.max_tokens, s.reasoning, s.input.clone()),
@@ -864,7 +883,37 @@ mod tests {
                 .iter()
                 .filter(|m| m.provider == "anthropic")
                 .count(),
-            23
+            18
+        );
+        // Pi 1.6's thinking-level maps: `max` where the model has it, in order, and clamped
+        // down (to the highest level it has) where it has not.
+        let opus = reg.find("anthropic/claude-opus-5-5").unwrap();
+        let all = |m: &Model| -> Vec<&str> {
+            m.supported_thinking_levels()
+                .iter()
+                .map(|l| l.as_str())
+                .collect()
+        };
+        assert_eq!(all(opus), ["low", "medium", "high", "xhigh", "max"]);
+        assert_eq!(opus.compat["supportsMidConvoSystemMessages"], true);
+        assert_eq!(all(s), ["off", "minimal", "low", "medium", "high"]);
+        assert_eq!(
+            s.clamp_thinking_level(ThinkingLevel::Max),
+            ThinkingLevel::High
+        );
+        let sol = reg.find("openai/gpt-6.2-sol").unwrap();
+        assert_eq!(all(sol), ["low", "medium", "high", "xhigh", "max"]);
+        assert_eq!(
+            sol.clamp_thinking_level(ThinkingLevel::Off),
+            ThinkingLevel::Low
+        );
+        assert_eq!(
+            reg.models
+                .iter()
+                .find(|m| m.provider == "openai")
+                .unwrap()
+                .id,
+            "gpt-6.2-sol"
         );
         assert_eq!(
             api_key_env_vars("anthropic"),

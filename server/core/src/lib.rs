@@ -21,7 +21,7 @@ pub mod tools;
 pub mod unsaved;
 pub mod validate;
 
-pub use config::{prompt, resources, settings, skills, templates};
+pub use config::{prompt, resources, settings, skills, templates, trust};
 
 pub use agent::{
     run_agent, AgentConfig, AgentEvent, AgentHooks, Delivery, EventSink, QueueMode, RunControl,

@@ -22,6 +22,10 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// Pi 0.73.1's rule that Pi 1.6 dropped.
+const PREFER_RULE: &str =
+    "- Prefer grep/find/ls tools over bash for file exploration (faster, respects .gitignore)\n";
+
 /// The same layout as `prompt_fixture` in `tests/context.rs`, plus templates.
 fn layout(root: &Path) -> (PathBuf, PathBuf) {
     let ws = root.join("ws");
@@ -117,7 +121,9 @@ fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
             .join("../../fixtures/prompt/pi-0.73.1-system-prompt.txt"),
     )
     .unwrap()
-    .replace("{ROOT}", &root.display().to_string());
+    .replace("{ROOT}", &root.display().to_string())
+    // Pi 1.6's `buildRules` no longer tells the model to prefer grep/find/ls over bash.
+    .replace(PREFER_RULE, "");
     assert_eq!(prompt, fixture);
 
     // Templates: one per name, project first; descriptions as Pi derives them.

@@ -23,7 +23,7 @@ use pi_core::harness::{
     untrusted_notice, AgentSession, MessageLevel, Notice, PromptOutcome, SessionListener,
     SessionSetup, Sessions, Tracker,
 };
-use pi_core::resources::WorkspaceConfig;
+use pi_core::resources::{resolve_prompt_input, RunOverrides, WorkspaceConfig};
 use pi_core::settings::Settings;
 use pi_core::tools::BeforeBash;
 
@@ -33,17 +33,24 @@ pub struct RunArgs {
     pub workspace: PathBuf,
     pub model: Option<String>,
     pub json: bool,
-    /// Load the workspace's project configuration (`--trust`); see
-    /// [`pi_core::resources`] for what that covers.
-    pub trust: bool,
+    /// `--approve` (`Some(true)`) / `--no-approve` (`Some(false)`): the project folder's trust
+    /// for this run; `None`: as Pi 1.6 decides ([`pi_core::trust`]: its trust store, then
+    /// `defaultProjectTrust`). See [`pi_core::resources`] for what trust covers.
+    pub trust: Option<bool>,
     /// `--approve-all`: approve every tool call (`approvalPolicy` `approve-all` for this run).
     pub approve: bool,
     /// `--continue` / `--session`: the session to continue (default: a new one).
     pub resume: Option<Resume>,
     /// `--no-session`: the session file is removed when the run ends.
     pub no_session: bool,
-    /// `--thinking`: the thinking level for this run (Pi's names).
+    /// `--thinking`: the thinking level for this run (Pi's names, `max` included).
     pub thinking: Option<String>,
+    /// `--system-prompt <text|path>` as given (read here when it names a file).
+    pub system_prompt: Option<String>,
+    /// `--append-system-prompt <text|path>`, each occurrence as given.
+    pub append_system_prompt: Vec<String>,
+    /// `--tools <list>` as given (comma-separated).
+    pub tools: Option<String>,
     /// `--plan`: start in plan mode (the built-in `plan-mode` extension); the plan/todo list
     /// is printed at the end (with `--json`: one line `{"type": "plan", …state}`).
     pub plan: bool,
@@ -356,6 +363,41 @@ fn print_plan(session: &AgentSession, json: bool) {
     }
 }
 
+/// The command line's prompt and tool flags as Pi 1.6 reads them: `--system-prompt` and
+/// each `--append-system-prompt` read when they name a file (Pi's `resolvePromptInput`, a file
+/// that cannot be read warned about and taken as text), `--tools` split at commas (empty
+/// entries dropped) and refused when it mixes names with `+name` / `-name`.
+#[allow(clippy::print_stderr)]
+fn run_overrides(args: &RunArgs) -> Result<RunOverrides, String> {
+    let read = |input: &str| {
+        let (text, warning) = resolve_prompt_input(input);
+        if let Some(w) = warning {
+            eprintln!("pi-lsp: warning: {w}");
+        }
+        text
+    };
+    let tools = match &args.tools {
+        None => None,
+        Some(list) => {
+            let entries: Vec<String> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_string)
+                .collect();
+            if let Some(e) = pi_core::harness::tool_list_error(&entries) {
+                return Err(format!("--tools: {e}"));
+            }
+            Some(entries)
+        }
+    };
+    Ok(RunOverrides {
+        system_prompt: args.system_prompt.as_deref().map(read),
+        append_system_prompt: args.append_system_prompt.iter().map(|a| read(a)).collect(),
+        tools,
+    })
+}
+
 /// Runs one prompt headless; returns the process exit code.
 #[allow(clippy::print_stderr)]
 pub async fn run(args: RunArgs) -> i32 {
@@ -369,8 +411,25 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     };
-    let ws = WorkspaceConfig::with_default_agent_dir(workspace.clone(), args.trust);
-    if let Some(n) = untrusted_notice(&ws, "run with --trust to load it") {
+    let overrides = match run_overrides(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("pi-lsp: {e}");
+            return 2;
+        }
+    };
+    let agent_dir = pi_ai::models::agent_dir();
+    let trust = pi_core::trust::resolve_project_trust(&workspace, agent_dir.as_deref(), args.trust);
+    if let Some(w) = &trust.warning {
+        eprintln!("pi-lsp: {w}");
+    }
+    let ws = Arc::new(
+        WorkspaceConfig::new(workspace.clone(), agent_dir, trust.trusted).with_overrides(overrides),
+    );
+    if let Some(n) = untrusted_notice(
+        &ws,
+        "run with --approve, or trust the folder in Pi, to load it",
+    ) {
         eprintln!("{n}");
     }
     let failed_save = Arc::new(AtomicBool::new(false));
@@ -409,7 +468,7 @@ pub async fn run(args: RunArgs) -> i32 {
     };
     if let Some(t) = &args.thinking {
         let Some(level) = pi_ai::models::ThinkingLevel::parse(t) else {
-            eprintln!("pi-lsp: --thinking {t}: not a thinking level (off, minimal, low, medium, high, xhigh)");
+            eprintln!("pi-lsp: --thinking {t}: not a thinking level (off, minimal, low, medium, high, xhigh, max)");
             return 2;
         };
         if let Err(e) = session.set_thinking_level(level) {

@@ -44,8 +44,13 @@ enum Command {
         /// Trust the project folder, as Pi's `-a/--approve` does: load its project
         /// configuration (.pi/settings.json, .pi/models.json, prompt templates, skills,
         /// SYSTEM.md, APPEND_SYSTEM.md). `--trust` is the older name.
-        #[arg(short = 'a', long, alias = "trust")]
+        #[arg(short = 'a', long, alias = "trust", conflicts_with = "no_approve")]
         approve: bool,
+        /// Do not trust the project folder for this run, whatever Pi's trust store says (Pi's
+        /// `-na/--no-approve`). Without either flag the folder is trusted as Pi 1.6 decides:
+        /// its trust store (`trust.json` in the agent dir), then `defaultProjectTrust`.
+        #[arg(long = "no-approve")]
+        no_approve: bool,
         /// Approve every tool call (approvalPolicy "approve-all" for this run); without it a
         /// call the policy would ask about is not run (nobody can answer here). Before Pi
         /// 1.6's meaning of `--approve`, this was `--approve`.
@@ -61,10 +66,22 @@ enum Command {
         /// Keep no session file (it is removed when the run ends).
         #[arg(long)]
         no_session: bool,
-        /// Thinking level for this run: off, minimal, low, medium, high, xhigh (clamped to
-        /// what the model has).
+        /// Thinking level for this run: off, minimal, low, medium, high, xhigh, max (clamped
+        /// to what the model has, as Pi's `--thinking`).
         #[arg(long)]
         thinking: Option<String>,
+        /// Replace the default system prompt (and SYSTEM.md) with this text, or with the
+        /// contents of this file when it names one (Pi's `--system-prompt <text|path>`).
+        #[arg(long, value_name = "TEXT|PATH")]
+        system_prompt: Option<String>,
+        /// Append this text, or this file's contents when it names one, to the system prompt
+        /// instead of APPEND_SYSTEM.md; repeatable (Pi's `--append-system-prompt`).
+        #[arg(long, value_name = "TEXT|PATH")]
+        append_system_prompt: Vec<String>,
+        /// Comma-separated tools for this run (Pi's `-t/--tools`): names or `*` patterns
+        /// replace the default selection; a list of only `+name` / `-name` entries changes it.
+        #[arg(short = 't', long, value_name = "LIST", allow_hyphen_values = true)]
+        tools: Option<String>,
         /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
         #[arg(long)]
         no_mcp: bool,
@@ -159,11 +176,15 @@ fn main() -> anyhow::Result<()> {
             model,
             json,
             approve,
+            no_approve,
             approve_all,
             r#continue,
             session,
             no_session,
             thinking,
+            system_prompt,
+            append_system_prompt,
+            tools,
             no_mcp,
             plan,
             prompt,
@@ -181,11 +202,18 @@ fn main() -> anyhow::Result<()> {
                 workspace,
                 model,
                 json,
-                trust: approve,
+                trust: match (approve, no_approve) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
                 approve: approve_all,
                 resume,
                 no_session,
                 thinking,
+                system_prompt,
+                append_system_prompt,
+                tools,
                 plan,
                 prompt,
             }));
@@ -215,10 +243,17 @@ fn main() -> anyhow::Result<()> {
         }) => {
             let root = workspace.canonicalize().unwrap_or(workspace);
             let agent_dir = pi_ai::models::agent_dir();
+            // `--trust`, else as Pi 1.6 decides (its trust store, then defaultProjectTrust).
+            let trusted = pi_core::trust::resolve_project_trust(
+                &root,
+                agent_dir.as_deref(),
+                trust.then_some(true),
+            )
+            .trusted;
             let (text, code) = rt.block_on(pi_core::mcp::cli::list(
                 &root,
                 agent_dir.as_deref(),
-                trust,
+                trusted,
                 json,
             ));
             pi_lsp::headless::print_out(&text);

@@ -107,11 +107,11 @@ impl LanguageServer for Backend {
             root.display(),
             encoding
         );
-        // Project trust: `initializationOptions.workspaceTrusted: true` loads the project's own
-        // configuration; anything else (unknown clients included) leaves it out.
-        let trusted = init_trusted.unwrap_or(false);
-        tracing::info!("workspace trusted: {trusted}");
-        let ws = WorkspaceConfig::with_default_agent_dir(root.clone(), trusted);
+        // Project trust: the editor's own (`initializationOptions.workspaceTrusted`) wins;
+        // without it, as Pi 1.6 decides (its trust store, then `defaultProjectTrust`), so a
+        // folder trusted or refused in Pi is trusted or refused here.
+        let (ws, trust) = WorkspaceConfig::with_project_trust(root.clone(), init_trusted);
+        tracing::info!("workspace trusted: {} ({:?})", trust.trusted, trust.source);
         // ED-07: every other `file:` workspace folder is usable by the tools.
         let (folders, ignored) =
             crate::documents::folder_paths(params.workspace_folders.as_deref().unwrap_or(&[]));

@@ -160,8 +160,10 @@ fn thinking_budget(level: ThinkingLevel) -> u64 {
 }
 
 /// Maps the model's thinking level onto the request (Pi `streamSimpleAnthropic`): `off` →
-/// `thinking: {type: disabled}`; adaptive models → `thinking: {type: adaptive}` plus
-/// `output_config.effort` (minimal/low → low, medium, high, xhigh via `thinkingLevelMap`);
+/// `thinking: {type: disabled}`; adaptive models (`compat.forceAdaptiveThinking`) →
+/// `thinking: {type: adaptive}` plus `output_config.effort` (minimal/low → low, medium, high;
+/// `xhigh` / `max` as `thinkingLevelMap` names them, else high: Pi's
+/// `mapThinkingLevelToEffort`);
 /// older models → `thinking: {type: enabled, budget_tokens}` with `max_tokens` raised by the
 /// budget (capped at the model's limit, keeping 1,024 tokens of output).
 fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
@@ -173,7 +175,14 @@ fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
         body["thinking"] = json!({"type":"disabled"});
         return;
     }
-    if adaptive_thinking(&model.id) {
+    // Pi 1.6 decides by the model's `compat.forceAdaptiveThinking` (the catalogue sets it);
+    // a model without the flag (models.json) falls back on the id, as Pi 0.73.1 did.
+    let adaptive = model
+        .compat
+        .get("forceAdaptiveThinking")
+        .and_then(Value::as_bool)
+        .unwrap_or_else(|| adaptive_thinking(&model.id));
+    if adaptive {
         let effort = model.mapped_thinking_value(level).unwrap_or_else(|| {
             match level {
                 ThinkingLevel::Minimal | ThinkingLevel::Low => "low",
@@ -504,6 +513,32 @@ mod tests {
             build_request(&m, &ctx, &opts)["output_config"],
             json!({"effort":"low"})
         );
+        // Pi 1.6's `max`: the map's value where the model has it; clamped to xhigh where not.
+        m.thinking_level = Some(ThinkingLevel::Max);
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["output_config"],
+            json!({"effort":"xhigh"})
+        );
+        m.thinking_level_map = Some(json!({"xhigh":"xhigh","max":"max"}));
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["output_config"],
+            json!({"effort":"max"})
+        );
+        // The catalogue's flag decides, whatever the id says.
+        m.id = "my-proxy-model".into();
+        m.compat = json!({"forceAdaptiveThinking": true});
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["thinking"],
+            json!({"type":"adaptive","display":"summarized"})
+        );
+        m.id = "claude-opus-4-7".into();
+        m.compat = json!({"forceAdaptiveThinking": false});
+        m.thinking_level = Some(ThinkingLevel::High);
+        assert_eq!(
+            build_request(&m, &ctx, &opts)["thinking"]["type"],
+            json!("enabled")
+        );
+        m.compat = Value::Null;
         // Without reasoning nothing is sent.
         m.reasoning = false;
         assert!(build_request(&m, &ctx, &opts).get("thinking").is_none());

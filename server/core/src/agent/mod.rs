@@ -324,11 +324,12 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         final_error: Option<String>,
     },
-    /// pi-lsp's own (Pi has no such event; case 18.12): the provider refused a request for the
-    /// size of these images, and the retry goes with each replaced by its note. The session
-    /// writes the branch again with the notes in place ([`crate::session::SessionWriter::replace_images`]),
-    /// so no later request, nor Pi resuming the file, sends them again. Followed by
-    /// `auto_retry_start` naming the refusal.
+    /// pi-lsp's own (Pi has no such event; case 18.12): the provider refused a request for its
+    /// size while it held these images, and the retry goes with each replaced by its note in
+    /// the request (the agent's context: no later request of the live session sends them
+    /// again). The session file keeps the images as they were (issue 29 item 10); a session
+    /// opened again from it sends them, and on the same refusal replaces them again. Followed
+    /// by `auto_retry_start` naming the refusal.
     ImagesReplaced {
         images: Vec<ReplacedImage>,
     },

@@ -556,23 +556,21 @@ impl Run<'_> {
                 .take()
                 .filter(|_| a.stop_reason == StopReason::Error)
                 .or_else(|| pi_ai::errors::classify_message(&a, self.cfg.model.context_window));
-            // A refusal naming an image's size, or a bare 413 (a gateway's "Request Entity Too
-            // Large" page names nothing): with images in the request, they go first; without
-            // any, a 413 stays a context overflow below.
-            let image_refused = failure.as_ref().is_some_and(|f| {
-                f.class() == pi_ai::errors::ErrorClass::ImageTooLarge
-                    || (f.class() == pi_ai::errors::ErrorClass::ContextOverflow
-                        && f.status() == Some(413))
-            });
+            // A refusal for the request's size that images can cause (an image named as too
+            // large, a bare 413, a 400 saying "input length exceeds", "request too large",
+            // "payload too large" and kin; `pi_ai::errors::is_size_refusal`): with images in
+            // the request, they go first; without any, the error is what its class says.
+            let image_refused = failure.as_ref().is_some_and(pi_ai::errors::is_size_refusal);
             if image_refused && !self.images_dropped && !self.control.cancel.is_cancelled() {
                 // Case 18.12: the same image would be refused forever; the next request goes
-                // without it (a note in its place), and the user is told why.
+                // without it (a note in its place, in the agent's context: this run's and the
+                // live session's later requests), and the user is told why. The session file
+                // keeps the image (issue 29 item 10).
                 self.images_dropped = true;
                 self.messages.pop();
                 let images = replace_large_images(&mut self.messages);
                 let n = images.len();
                 if n > 0 {
-                    // Stored too: the file's branch is written again with the notes.
                     self.sink.emit(AgentEvent::ImagesReplaced { images }).await;
                     let why = format!(
                         "{} — retrying with {n} image(s) replaced by a note",

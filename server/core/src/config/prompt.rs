@@ -2,8 +2,9 @@
 //!
 //! 1. the default text (or `SYSTEM.md` instead of it, which also drops the tool list and
 //!    guidelines): identity, "Available tools" (each tool with a one-line snippet; a tool
-//!    without one is not listed), the guidelines (the file-exploration rule for bash vs
-//!    grep/find/ls, each tool's guidelines, extra guidelines, then "Be concise…" and "Show file
+//!    without one is not listed), the guidelines (Pi 1.6's bash rule — "Use bash for file
+//!    operations…" only without grep/find/ls —, each tool's guidelines (bash's Pi 1.6 `PI_*`
+//!    line among them), extra guidelines, then "Be concise…" and "Show file
 //!    paths…", duplicates dropped) and, only when [`PiDocs`] is given, the block pointing at
 //!    Pi's own documentation (pi-lsp does not ship Pi's docs, so it passes none);
 //! 2. `APPEND_SYSTEM.md`;
@@ -130,11 +131,12 @@ fn default_text(o: &SystemPromptOptions<'_>, has: &dyn Fn(&str) -> bool) -> Stri
             guidelines.push(g.to_string());
         }
     };
+    // Pi 1.6's `buildRules`: bash is named for file operations only when no grep/find/ls
+    // tool is there (0.73.1 also told the model to prefer those tools over bash; 1.6 does
+    // not); bash's own guideline ([`crate::tools::BASH_GUIDELINE`]) comes with its tool.
     let exploring = has("grep") || has("find") || has("ls");
     if has("bash") && !exploring {
         add("Use bash for file operations like ls, rg, find");
-    } else if has("bash") && exploring {
-        add("Prefer grep/find/ls tools over bash for file exploration (faster, respects .gitignore)");
     }
     for t in o.tools {
         for g in &t.guidelines {

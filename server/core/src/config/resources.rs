@@ -118,6 +118,42 @@ pub struct WorkspaceConfig {
     settings: SettingsCache,
     /// The other folders of a multi-root workspace (see [`WorkspaceConfig::folders`]).
     folders: Arc<std::sync::RwLock<Vec<PathBuf>>>,
+    /// What the command line sets for this process (see [`RunOverrides`]).
+    overrides: RunOverrides,
+}
+
+/// What Pi 1.6's command line sets for one process (`pi-lsp run`'s flags, Pi's
+/// `docs/cli.md` "Tools" and "Prompts and process"), over the workspace's files and settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunOverrides {
+    /// `--system-prompt`: replaces `SYSTEM.md` (project or global) as the prompt's custom text
+    /// (already read when it named a file; [`resolve_prompt_input`]).
+    pub system_prompt: Option<String>,
+    /// `--append-system-prompt`, each occurrence in order (already read when it named a file):
+    /// when any is given they replace `APPEND_SYSTEM.md`, joined with blank lines (Pi's
+    /// `agent-session.js`).
+    pub append_system_prompt: Vec<String>,
+    /// `--tools`: an allowlist of names or `*` patterns, or only `+name` / `-name` entries
+    /// over the default selection ([`crate::harness::select_cli_tools`]).
+    pub tools: Option<Vec<String>>,
+}
+
+/// Pi's `resolvePromptInput` for `--system-prompt` / `--append-system-prompt`: the contents
+/// of `input` when it names an existing file (relative to the process's folder; a leading
+/// byte-order mark dropped), else `input` itself as the text. A file that exists but cannot be
+/// read gives the text too, with a warning (Pi: "Could not read … file"): `(text, warning)`.
+pub fn resolve_prompt_input(input: &str) -> (String, Option<String>) {
+    let path = Path::new(input);
+    if input.is_empty() || !path.exists() {
+        return (input.to_string(), None);
+    }
+    match std::fs::read_to_string(path) {
+        Ok(t) => (t.strip_prefix('\u{feff}').unwrap_or(&t).to_string(), None),
+        Err(e) => (
+            input.to_string(),
+            Some(format!("could not read prompt file {input}: {e}")),
+        ),
+    }
 }
 
 impl WorkspaceConfig {
@@ -131,7 +167,19 @@ impl WorkspaceConfig {
             trusted,
             settings,
             folders: Arc::default(),
+            overrides: RunOverrides::default(),
         }
+    }
+
+    /// This configuration with the command line's `overrides`.
+    pub fn with_overrides(mut self, overrides: RunOverrides) -> Self {
+        self.overrides = overrides;
+        self
+    }
+
+    /// What the command line set (nothing outside `pi-lsp run`).
+    pub fn overrides(&self) -> &RunOverrides {
+        &self.overrides
     }
 
     /// The workspace's folders besides the root (absolute, canonical): an editor's other
@@ -164,6 +212,29 @@ impl WorkspaceConfig {
             pi_ai::models::agent_dir(),
             trusted,
         ))
+    }
+
+    /// [`WorkspaceConfig::with_default_agent_dir`] trusted as Pi 1.6 decides
+    /// ([`crate::trust::resolve_project_trust`]: `front_door`'s answer — a flag, the editor's
+    /// workspace trust — else Pi's `trust.json`, else `defaultProjectTrust`), with the
+    /// decision (its `warning` is for the user).
+    pub fn with_project_trust(
+        root: PathBuf,
+        front_door: Option<bool>,
+    ) -> (Arc<Self>, crate::trust::TrustDecision) {
+        let agent_dir = pi_ai::models::agent_dir();
+        let d = crate::trust::resolve_project_trust(&root, agent_dir.as_deref(), front_door);
+        if let Some(w) = &d.warning {
+            tracing::warn!("{w}");
+        }
+        tracing::info!(
+            "project trust of {}: {} ({:?})",
+            root.display(),
+            d.trusted,
+            d.source
+        );
+        let ws = Arc::new(WorkspaceConfig::new(root, agent_dir, d.trusted));
+        (ws, d)
     }
 
     /// The workspace folder.
@@ -248,12 +319,19 @@ impl WorkspaceConfig {
                 None
             }
         };
-        r.system_prompt = self
-            .discover("SYSTEM.md")
-            .and_then(|p| read(p, &mut r.warnings));
-        r.append_system_prompt = self
-            .discover("APPEND_SYSTEM.md")
-            .and_then(|p| read(p, &mut r.warnings));
+        // Pi's `DefaultResourceLoader`: a command-line prompt replaces the discovered file.
+        r.system_prompt = match &self.overrides.system_prompt {
+            Some(text) => Some(text.clone()),
+            None => self
+                .discover("SYSTEM.md")
+                .and_then(|p| read(p, &mut r.warnings)),
+        };
+        r.append_system_prompt = if self.overrides.append_system_prompt.is_empty() {
+            self.discover("APPEND_SYSTEM.md")
+                .and_then(|p| read(p, &mut r.warnings))
+        } else {
+            Some(self.overrides.append_system_prompt.join("\n\n"))
+        };
         self.load_skills(&settings.skill_paths, &mut r);
         self.load_templates(&settings.prompt_paths, &mut r);
         r

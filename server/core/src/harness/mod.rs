@@ -54,8 +54,8 @@ pub use recorder::Recorder;
 pub use sessions::{MessageLevel, Sessions};
 pub use setup::{
     agent_config, agent_config_with, choose_model, compaction_config, expand_prompt,
-    scripted_model, sessions_dir, thinking_level_name, untrusted_notice, LateTools, RunAdditions,
-    SCRIPTED_NOTICE,
+    scripted_model, select_cli_tools, sessions_dir, thinking_level_name, tool_list_error,
+    untrusted_notice, LateTools, RunAdditions, SCRIPTED_NOTICE,
 };
 pub use state::SessionStatus;
 

@@ -1,6 +1,6 @@
 //! Persisting a session's events: each completed message becomes a `message` entry as it ends;
-//! turn and run ends make the file durable; images replaced after a size refusal are replaced
-//! in the file's branch too (written again, [`SessionWriter::replace_images`]).
+//! turn and run ends make the file durable. Images replaced after a size refusal are replaced
+//! in the request only: the file keeps them (issue 29 item 10).
 //!
 //! Every failure is returned, including a writer whose lock another thread poisoned by
 //! panicking while it appended (an entry may be half written then): the caller tells the user
@@ -146,22 +146,12 @@ impl Recorder {
             AgentEvent::MessageEnd { .. }
                 | AgentEvent::TurnEnd { .. }
                 | AgentEvent::AgentEnd { .. }
-                | AgentEvent::ImagesReplaced { .. }
         ) {
             return Ok(());
         }
         let mut w = lock_writer(&self.writer)?;
         match event {
             AgentEvent::MessageEnd { message } => w.append_message(message).map(|_| ()),
-            // The branch written again with the notes (case 18.12), durable before the retry.
-            AgentEvent::ImagesReplaced { images } => {
-                let notes = images
-                    .iter()
-                    .map(|i| (i.hash.clone(), i.note.clone()))
-                    .collect();
-                w.replace_images(&notes)?;
-                w.sync()
-            }
             // Entries the file could not take before are written first (after a full disk
             // freed space); the turn is durable only when they are. A turn inside a run asks
             // for a sync at most once per `TURN_SYNC_INTERVAL`; the run's end always does.

@@ -235,11 +235,19 @@ pub fn agent_config_with(
         ),
         None => crate::tools::tools_for_session(fs, before_bash, state, &sandbox, None, ""),
     };
+    // Every tool there is, before any selection: `--tools` may name one `defaultTools` left out.
+    let mut all = tools.clone();
     apply_default_tools(&mut tools, settings.raw("defaultTools"));
+    all.extend(extra_tools.iter().cloned());
     tools.extend(extra_tools);
     if let Some(late) = late_tools {
-        let names: Vec<String> = tools.iter().map(|t| t.spec().name).collect();
-        tools.extend(late(&names, &allowed));
+        let names: Vec<String> = all.iter().map(|t| t.spec().name).collect();
+        let late = late(&names, &allowed);
+        all.extend(late.iter().cloned());
+        tools.extend(late);
+    }
+    if let Some(list) = &ws.overrides().tools {
+        tools = select_cli_tools(&all, &tools, list);
     }
     if let Some(filter) = tool_filter {
         filter(&mut tools);
@@ -293,4 +301,85 @@ pub fn apply_default_tools(tools: &mut Vec<Arc<dyn crate::agent::Tool>>, setting
         on
     };
     tools.retain(|t| keep(&t.spec().name));
+}
+
+/// Whether `entry` is a `+name` / `-name` modifier (Pi's `isToolModifier`).
+fn is_tool_modifier(entry: &str) -> bool {
+    entry.starts_with('+') || entry.starts_with('-')
+}
+
+/// Why a `--tools` / `defaultTools` list is refused, in Pi 1.6's words
+/// (`getToolListError`): plain names mixed with `+name` / `-name` entries, or a `*` pattern in
+/// a modifier. `None` when the list is usable.
+pub fn tool_list_error(entries: &[String]) -> Option<String> {
+    let modifiers: Vec<&String> = entries.iter().filter(|e| is_tool_modifier(e)).collect();
+    if modifiers.is_empty() {
+        return None;
+    }
+    if modifiers.len() < entries.len() {
+        return Some("tool names cannot be mixed with +name or -name entries".into());
+    }
+    modifiers
+        .iter()
+        .find(|e| e.contains('*'))
+        .map(|p| format!("+name and -name entries take exact tool names, not patterns: {p}"))
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any characters (Pi's `--tools`
+/// patterns); anything else matches itself.
+fn tool_pattern_matches(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let Some(mut rest) = name.strip_prefix(parts[0]) else {
+        return false;
+    };
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(parts[parts.len() - 1])
+}
+
+/// Pi 1.6's `--tools` over a session's tools (`docs/cli.md` "Tools"): a list of plain names
+/// or `*` patterns replaces the selection — every tool of `all` that an entry matches, in
+/// `all`'s order; a list of only `+name` / `-name` entries changes `selected` (the default
+/// selection after `defaultTools`) in order, `+name` adding the tool of `all` by that name.
+/// Unknown names select nothing. MCP tools are not in these lists: they stay as their
+/// exposure sets them.
+pub fn select_cli_tools(
+    all: &[Arc<dyn crate::agent::Tool>],
+    selected: &[Arc<dyn crate::agent::Tool>],
+    entries: &[String],
+) -> Vec<Arc<dyn crate::agent::Tool>> {
+    if !entries.iter().any(|e| is_tool_modifier(e)) {
+        return all
+            .iter()
+            .filter(|t| {
+                let name = t.spec().name;
+                entries.iter().any(|p| tool_pattern_matches(p, &name))
+            })
+            .cloned()
+            .collect();
+    }
+    let mut out: Vec<Arc<dyn crate::agent::Tool>> = selected.to_vec();
+    for e in entries {
+        let name = &e[1..];
+        let at = out.iter().position(|t| t.spec().name == name);
+        match (e.starts_with('+'), at) {
+            (true, None) => {
+                if let Some(t) = all.iter().find(|t| t.spec().name == name) {
+                    out.push(t.clone());
+                }
+            }
+            (false, Some(i)) => {
+                out.remove(i);
+            }
+            _ => {}
+        }
+    }
+    out
 }

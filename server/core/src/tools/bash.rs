@@ -826,11 +826,25 @@ impl BashTool {
     }
 }
 
+/// Pi 1.6's guideline of `bash` (`core/tools/bash.js`), for sessions whose bash exports the
+/// `PI_*` variables.
+pub const BASH_GUIDELINE: &str =
+    "You can inspect PI_* environment variables for current model and session details.";
+
 #[async_trait]
 impl Tool for BashTool {
     /// Pi's `promptSnippet` of `bash` (`core/tools/bash.js`, 0.73.1).
     fn prompt_snippet(&self) -> Option<String> {
         Some("Execute bash commands (ls, grep, find, etc.)".into())
+    }
+
+    /// Pi 1.6's `promptGuidelines` of `bash` (`bashToolSystemPromptContribution`), given when
+    /// the tool exports the session's `PI_*` variables (Pi: `exposeSessionEnvironment`).
+    fn prompt_guidelines(&self) -> Vec<String> {
+        if self.session_env.is_empty() {
+            return Vec::new();
+        }
+        vec![BASH_GUIDELINE.into()]
     }
 
     /// For the approval policy: runs commands.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 pub use bash::{
     kill_all_groups, kill_all_groups_now, kill_group, BashEnd, BashExecutor, BashRun, BashTool,
-    BeforeBash, KILL_GRACE,
+    BeforeBash, BASH_GUIDELINE, KILL_GRACE,
 };
 pub(crate) use edit::minimal_replace;
 pub use edit::EditTool;
