@@ -418,23 +418,27 @@ def measure(args, port, tmp):
             s = PiLsp(args.pi_lsp, ws, agent); s.initialize()
             r = s.request("agent/session/open", {"path": str(path)})
             t_open = time.perf_counter() - s.t0
+            c_open = cpu_s(s.p.pid)
             rss = peak_rss_mb(s.p.pid)
             t = time.perf_counter()
             page = s.request("agent/session/history", {"sessionId": r["result"]["sessionId"]})
             t_page = time.perf_counter() - t
             assert page["result"]["entries"], page
             s.close()
-            q_open, q_rss, q_page = [], [], []
+            q_open, q_c_open, q_rss, q_page = [], [], [], []
             for pi in args.pi:
                 q = Pi(pi, ws, agent, sessions, path); q.request("get_state")
                 q_open.append(time.perf_counter() - q.t0)
+                q_c_open.append(cpu_s(q.p.pid))
                 q_rss.append(peak_rss_mb(q.p.pid))
                 t = time.perf_counter(); q.request("get_messages"); q_page.append(time.perf_counter() - t)
                 q.close()
             mb = path.stat().st_size / 1e6
-            if name in ("long", "branchy"):
-                rec(f"open a {mb:.0f} MB session ({name}), spawn → state (s)", t_open, q_open)
-                rec(f"peak RSS opening it ({name}) (MiB)", rss, q_rss)
+            if name in ("long", "branchy", "10mb"):
+                label = "long, fixed size" if name == "10mb" else name
+                rec(f"open a {mb:.0f} MB session ({label}), spawn → state (s)", t_open, q_open)
+                rec(f"CPU time opening it ({label}) (s)", c_open, q_c_open)
+                rec(f"peak RSS opening it ({label}) (MiB)", rss, q_rss)
             if name == "10k":
                 rec("10,000-message session: last page of history (s)", t_page, q_page)
             rec(f"memory:{mb:.1f}", rss, q_rss)

@@ -1246,22 +1246,23 @@ pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
                 }
             }
             Message::Assistant(a) => {
-                for b in &a.content {
+                // The context is the replay's own copy: its blocks are moved, not cloned.
+                for b in a.content {
                     match b {
                         pi_ai::ContentBlock::Thinking(t) if !t.thinking.is_empty() => {
-                            batch.push(chunk(t.thinking.clone(), true))
+                            batch.push(chunk(t.thinking, true))
                         }
                         pi_ai::ContentBlock::Text(t) if !t.text.is_empty() => {
-                            batch.push(chunk(t.text.clone(), false))
+                            batch.push(chunk(t.text, false))
                         }
                         pi_ai::ContentBlock::ToolCall(c) => {
-                            calls.insert(c.id.clone(), c.arguments.clone());
                             batch.push(SessionUpdate::ToolCall(tools::announce(
                                 &live.cwd,
                                 &c.id,
                                 &c.name,
                                 &c.arguments,
                             )));
+                            calls.insert(c.id, c.arguments);
                         }
                         _ => {}
                     }

@@ -51,12 +51,13 @@ pub fn send_update(conn: &Conn, session_id: &str, update: SessionUpdate) {
 }
 
 /// `session/update`s gathered into large writes (a `session/load` replay): each update is
-/// serialized into one buffer, handed to the connection every [`Batch::LIMIT`] bytes and at
-/// [`Batch::finish`] (or drop), so order with later messages is kept.
+/// serialized straight into one byte buffer (no `Value`, no copy per update), handed to the
+/// connection every [`Batch::LIMIT`] bytes and at [`Batch::finish`] (or drop), so order with
+/// later messages is kept.
 pub struct Batch<'a> {
     conn: &'a Conn,
     session_id: agent_client_protocol_schema::v1::SessionId,
-    buf: String,
+    buf: Vec<u8>,
 }
 
 impl<'a> Batch<'a> {
@@ -68,31 +69,48 @@ impl<'a> Batch<'a> {
         Batch {
             conn,
             session_id: session_id.to_string().into(),
-            buf: String::with_capacity(Batch::LIMIT + 4096),
+            buf: Vec::with_capacity(Batch::LIMIT + 4096),
         }
     }
 
-    /// Adds one update.
+    /// Adds one update (an update that cannot be serialized is logged and left out).
     pub fn push(&mut self, update: SessionUpdate) {
         let n = SessionNotification::new(self.session_id.clone(), update);
-        crate::rpc::push_notification(&mut self.buf, "session/update", &n);
+        let start = self.buf.len();
+        self.buf
+            .extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":");
+        if serde_json::to_writer(&mut self.buf, &n).is_ok() {
+            self.buf.extend_from_slice(b"}\n");
+        } else {
+            tracing::error!("cannot serialize an outgoing session/update notification");
+            self.buf.truncate(start);
+        }
         if self.buf.len() >= Batch::LIMIT {
-            self.conn.send_lines(std::mem::replace(
-                &mut self.buf,
-                String::with_capacity(Batch::LIMIT + 4096),
-            ));
+            let full = std::mem::replace(&mut self.buf, Vec::with_capacity(Batch::LIMIT + 4096));
+            self.send(full);
+        }
+    }
+
+    /// Hands `lines` (whole notifications, JSON text) to the writer as one write.
+    fn send(&self, lines: Vec<u8>) {
+        match String::from_utf8(lines) {
+            Ok(text) => self.conn.send_lines(text),
+            // serde_json writes UTF-8 only.
+            Err(_) => tracing::error!("a replay batch was not UTF-8; it was not sent"),
         }
     }
 
     /// Hands what is left to the writer.
     pub fn finish(mut self) {
-        self.conn.send_lines(std::mem::take(&mut self.buf));
+        let rest = std::mem::take(&mut self.buf);
+        self.send(rest);
     }
 }
 
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
-        self.conn.send_lines(std::mem::take(&mut self.buf));
+        let rest = std::mem::take(&mut self.buf);
+        self.send(rest);
     }
 }
 

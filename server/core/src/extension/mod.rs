@@ -271,14 +271,22 @@ pub trait ExtensionHost: Send + Sync {
     fn branch_entries(&self) -> Vec<Value> {
         Vec::new()
     }
-    /// [`ExtensionHost::branch_entries`] of the given kinds only: an entry `type` (`custom`)
-    /// or a message `role` (`toolResult`); the others are not read from the file.
+    /// [`ExtensionHost::branch_entries`] of the given kinds only: an entry `type` (`custom`),
+    /// a message `role` (`toolResult`), or `toolResult:<toolName>` (that tool's results
+    /// only); the others are not read from the file.
     fn branch_entries_of(&self, kinds: &[&str]) -> Vec<Value> {
         self.branch_entries()
             .into_iter()
             .filter(|e| {
-                kinds.iter().any(|k| {
-                    e["type"] == *k || (e["type"] == "message" && e["message"]["role"] == *k)
+                kinds.iter().any(|k| match k.split_once(':') {
+                    Some((role, tool)) => {
+                        e["type"] == "message"
+                            && e["message"]["role"] == role
+                            && e["message"]["toolName"] == tool
+                    }
+                    None => {
+                        e["type"] == *k || (e["type"] == "message" && e["message"]["role"] == *k)
+                    }
                 })
             })
             .collect()
@@ -395,7 +403,8 @@ impl ExtensionContext {
         self.host.branch_entries()
     }
 
-    /// The active branch's entries of the given kinds (an entry `type` or a message `role`).
+    /// The active branch's entries of the given kinds (an entry `type`, a message `role`, or
+    /// `toolResult:<toolName>`: that tool's results only).
     pub fn branch_entries_of(&self, kinds: &[&str]) -> Vec<Value> {
         self.host.branch_entries_of(kinds)
     }

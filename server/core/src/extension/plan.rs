@@ -22,8 +22,9 @@ use super::ExtensionContext;
 
 /// The `customType` of the plan-mode state entries (Pi's example's).
 pub const PLAN_MODE_ENTRY: &str = "plan-mode";
-/// The entries the state is rebuilt from: `custom` entries and `toolResult` messages.
-pub const STATE_KINDS: &[&str] = &["custom", "toolResult"];
+/// The entries the state is rebuilt from: `custom` entries and the `todo` tool's results
+/// (a long session's other results are not read back from its file).
+pub const STATE_KINDS: &[&str] = &["custom", "toolResult:todo"];
 /// The tool name of the todo extension (Pi's example's).
 pub const TODO_TOOL: &str = "todo";
 

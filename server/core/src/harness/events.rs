@@ -254,9 +254,11 @@ impl ExtensionHost for SessionHost {
         w.branch_path()
             .into_iter()
             .filter(|e| {
-                kinds
-                    .iter()
-                    .any(|k| e.kind == *k || (e.kind == "message" && e.role() == Some(*k)))
+                kinds.iter().any(|k| match k.split_once(':') {
+                    // One tool's results: the others are skipped unread.
+                    Some(("toolResult", tool)) => e.kind == "message" && e.tool_is(tool),
+                    _ => e.kind == *k || (e.kind == "message" && e.role() == Some(*k)),
+                })
             })
             .map(|e| e.raw())
             .collect()

@@ -45,6 +45,9 @@ pub(crate) struct MessageParts {
     pub assistant: Option<AssistantInfo>,
     /// What a deferred load keeps instead of `message` ([`LineParts::summarize`]).
     pub summary: Option<MessageSummary>,
+    /// For `role: "toolResult"`: the [`tool_hash`] of its `toolName` (0 otherwise), so
+    /// readers of one tool's results skip the others without reading them.
+    pub tool: u64,
 }
 
 /// What a deferred load (the model context built on first use) keeps of a `message` entry's
@@ -57,7 +60,46 @@ pub(crate) struct MessageSummary {
     /// The entry has a model-visible message.
     pub visible: bool,
     /// [`call_hash`] of each tool-call id it names.
-    pub calls: Box<[u64]>,
+    pub calls: CallHashes,
+}
+
+/// The [`call_hash`]es of a message's tool-call ids (a slice): one kept in place (a result,
+/// an answer with one call: most messages of a long session), more in a box of their own.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CallHashes {
+    One(u64),
+    Many(Box<[u64]>),
+}
+
+impl Default for CallHashes {
+    fn default() -> CallHashes {
+        CallHashes::Many(Box::default())
+    }
+}
+
+impl std::ops::Deref for CallHashes {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        match self {
+            CallHashes::One(h) => std::slice::from_ref(h),
+            CallHashes::Many(b) => b,
+        }
+    }
+}
+
+impl FromIterator<u64> for CallHashes {
+    fn from_iter<I: IntoIterator<Item = u64>>(iter: I) -> CallHashes {
+        CallHashes::from(iter.into_iter().collect::<Vec<u64>>())
+    }
+}
+
+impl From<Vec<u64>> for CallHashes {
+    fn from(v: Vec<u64>) -> CallHashes {
+        match *v {
+            [one] => CallHashes::One(one),
+            _ => CallHashes::Many(v.into_boxed_slice()),
+        }
+    }
 }
 
 impl MessageSummary {
@@ -72,7 +114,7 @@ impl MessageSummary {
         };
         MessageSummary {
             visible: message.is_some(),
-            calls: calls.into_boxed_slice(),
+            calls: CallHashes::from(calls),
         }
     }
 }
@@ -80,6 +122,12 @@ impl MessageSummary {
 /// The XXH3 of a tool-call id, as [`MessageSummary`] keeps it.
 pub(crate) fn call_hash(id: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+}
+
+/// The XXH3 of a tool result's `toolName`, as the tree keeps it per entry
+/// ([`super::Entry::tool_is`]).
+pub(crate) fn tool_hash(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
 }
 
 impl LineParts {
@@ -120,11 +168,16 @@ pub(crate) fn message_from_value(m: &Value, convert: bool) -> MessageParts {
         model: str_of(m, "model"),
         usage: m.get("usage").and_then(|u| Usage::deserialize(u).ok()),
     });
+    let tool = match role.as_deref() {
+        Some("toolResult") => tool_hash(m.get("toolName").and_then(Value::as_str).unwrap_or("")),
+        _ => 0,
+    };
     MessageParts {
         role,
         message: if convert { convert_message(m) } else { None },
         assistant,
         summary: None,
+        tool,
     }
 }
 
@@ -461,6 +514,7 @@ impl<'de> Visitor<'de> for MessageSeed {
                     message: Some(m),
                     assistant: Some(info),
                     summary: None,
+                    tool: 0,
                 });
             }
             "toolResult" => {
@@ -484,11 +538,16 @@ impl<'de> Visitor<'de> for MessageSeed {
                 return Ok(message_from_value(&v, true));
             }
         };
+        let tool = match &message {
+            Message::ToolResult(r) => tool_hash(&r.tool_name),
+            _ => 0,
+        };
         Ok(MessageParts {
             role: Some(role),
             message: Some(message),
             assistant: None,
             summary: None,
+            tool,
         })
     }
 }
@@ -708,6 +767,7 @@ impl<'de> Visitor<'de> for SummarySeed {
             return Err(de::Error::custom("role not first"));
         }
         let role: Key<'de> = map.next_value()?;
+        let mut tool = 0;
         let (calls, assistant) = match role.as_str() {
             "user" => {
                 let _: SkimUser = rest(map, "role")?;
@@ -724,6 +784,7 @@ impl<'de> Visitor<'de> for SummarySeed {
             }
             "toolResult" => {
                 let f: SkimToolResult = rest(map, "role")?;
+                tool = f.tool_name.0;
                 (vec![f.tool_call_id.0], None)
             }
             _ => return Err(de::Error::custom("an extended role")),
@@ -734,8 +795,9 @@ impl<'de> Visitor<'de> for SummarySeed {
             assistant,
             summary: Some(MessageSummary {
                 visible: true,
-                calls: calls.into_boxed_slice(),
+                calls: CallHashes::from(calls),
             }),
+            tool,
         })
     }
 }
@@ -773,6 +835,31 @@ impl<'de> Deserialize<'de> for CallId {
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<CallId, E> {
                 Ok(CallId(call_hash(v)))
+            }
+        }
+        d.deserialize_string(V)
+    }
+}
+
+/// A tool result's `toolName` (a JSON string; `""` when absent) as its [`tool_hash`].
+struct ToolName(u64);
+
+impl Default for ToolName {
+    fn default() -> ToolName {
+        ToolName(tool_hash(""))
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ToolName, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ToolName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ToolName, E> {
+                Ok(ToolName(tool_hash(v)))
             }
         }
         d.deserialize_string(V)
@@ -871,7 +958,7 @@ struct SkimAssistant {
 struct SkimToolResult {
     tool_call_id: CallId,
     #[serde(default)]
-    tool_name: Str,
+    tool_name: ToolName,
     #[serde(deserialize_with = "skim_content")]
     content: Calls,
     #[serde(default)]
@@ -1366,7 +1453,7 @@ mod tests {
             let p = parse_many(t.as_bytes(), &[(0, t.len())], true).pop();
             p.flatten().and_then(|p| p.message).and_then(|m| m.summary)
         };
-        let calls = |ids: &[&str]| ids.iter().map(|i| call_hash(i)).collect::<Box<[u64]>>();
+        let calls = |ids: &[&str]| ids.iter().map(|i| call_hash(i)).collect::<CallHashes>();
         let visible = |ids: &[&str]| {
             Some(MessageSummary {
                 visible: true,

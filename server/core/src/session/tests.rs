@@ -402,6 +402,18 @@ fn entries_read_their_lines_from_the_file_and_a_changed_line_reads_empty() {
     assert_eq!(e.raw(), Value::Null);
     assert_eq!(e.message(), None);
     assert_eq!(tree.entries[3].text(), text.lines().nth(4).unwrap());
+    // A context built from the file (its lines read back in runs) leaves that message out
+    // and keeps the others.
+    assert_eq!(
+        tree.context(None).messages,
+        vec![Message::User(pi_ai::UserMessage {
+            content: pi_ai::UserContent::Blocks(vec![pi_ai::ContentBlock::text("second")]),
+            timestamp: tree.entries[3].message().map_or(0, |m| match m {
+                Message::User(u) => u.timestamp,
+                _ => 0,
+            }),
+        })]
+    );
     // Cut short: the last entry is gone too.
     std::fs::write(&path, &text[..text.len() / 2]).unwrap();
     assert_eq!(tree.entries[3].text(), "");
@@ -781,4 +793,101 @@ fn created_file_has_pi_shape_and_reopens() {
     .unwrap();
     assert_eq!(find_session_file(&d, "s1"), Some(renamed));
     assert_eq!(find_session_file(&d, "s2"), None);
+}
+
+#[test]
+fn a_context_read_back_in_runs_on_several_threads_equals_one_read_per_entry() {
+    let d = tmp("runs");
+    let p = d.join("s.jsonl");
+    // The mixed shapes, then many read rounds after them (lines far apart and close).
+    let mut bytes = mixed_session();
+    let last = String::from_utf8_lossy(&bytes)
+        .lines()
+        .rev()
+        .find_map(|l| {
+            serde_json::from_str::<Value>(l).ok()?["id"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .unwrap();
+    let mut parent = last;
+    for k in 0..300 {
+        let text = "x".repeat(k * 37 % 3000);
+        for (id, m) in [
+            (
+                format!("ra{k}"),
+                json!({"role":"assistant","content":[{"type":"toolCall","id":format!("c{k}"),"name":"read","arguments":{"path":"a"}}],"provider":"p","model":"m","stopReason":"toolUse","timestamp":k}),
+            ),
+            (
+                format!("rr{k}"),
+                json!({"role":"toolResult","toolCallId":format!("c{k}"),"toolName":"read","content":[{"type":"text","text":text}],"isError":false,"timestamp":k}),
+            ),
+        ] {
+            let line = json!({"type":"message","id":id,"parentId":parent,"message":m});
+            bytes.extend_from_slice(format!("{line}\n").as_bytes());
+            parent = id;
+        }
+    }
+    std::fs::write(&p, &bytes).unwrap();
+    for deferred in [false, true] {
+        let l = load_file(&p, false, deferred).unwrap();
+        for leaf in [parent.as_str(), "rr150", "a3"] {
+            let Some(_) = l.tree.get(leaf) else { continue };
+            let one_by_one: Vec<Option<Message>> =
+                l.tree.path(leaf).iter().map(|e| e.message()).collect();
+            assert!(one_by_one.iter().filter(|m| m.is_some()).count() > 0);
+            for parallel in [0, 1, 4096, usize::MAX] {
+                assert_eq!(
+                    tree::read_path_messages(&l.tree, leaf, parallel),
+                    one_by_one,
+                    "deferred {deferred}, leaf {leaf}, parallel from {parallel}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn tool_results_are_told_apart_by_tool_without_reading_them() {
+    let d = tmp("tool-is");
+    let p = d.join("s.jsonl");
+    std::fs::write(&p, mixed_session()).unwrap();
+    let names = ["read", "bash", "edit", "write", "todo", ""];
+    let check = |tree: &SessionTree, how: &str| {
+        let mut results = 0;
+        for e in &tree.entries {
+            let raw = e.raw();
+            let m = &raw["message"];
+            for name in names {
+                let want = raw["type"] == "message"
+                    && m["role"] == "toolResult"
+                    && m["toolName"].as_str().unwrap_or("") == name;
+                assert_eq!(e.tool_is(name), want, "{how}: {} as {name:?}", e.id);
+            }
+            results += usize::from(m["role"] == "toolResult");
+        }
+        assert!(results > 3, "{how}");
+    };
+    for deferred in [false, true] {
+        let l = load_file(&p, false, deferred).unwrap();
+        check(&l.tree, if deferred { "deferred" } else { "loaded" });
+    }
+    // Entries appended here know it too.
+    let d2 = tmp("tool-is-w");
+    let mut w = SessionWriter::create(&d2, Path::new("/ws"), "mock", "m1", "off").unwrap();
+    w.append_message(&Message::user_text("go")).unwrap();
+    let message = |v: Value| serde_json::from_value::<Message>(v).unwrap();
+    w.append_message(&message(json!({"role":"assistant","content":[{"type":"toolCall","id":"t1","name":"todo","arguments":{"action":"list"}}],
+        "api":"openai-completions","provider":"mock","model":"m1","usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,
+        "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"toolUse","timestamp":2})))
+    .unwrap();
+    w.append_message(&message(
+        json!({"role":"toolResult","toolCallId":"t1","toolName":"todo",
+        "content":[{"type":"text","text":"none"}],"isError":false,"timestamp":3}),
+    ))
+    .unwrap();
+    let last = w.tree().entries.last().unwrap().clone();
+    assert!(last.tool_is("todo") && !last.tool_is("read"));
+    let user = &w.tree().entries[w.tree().entries.len() - 3];
+    assert!(!user.tool_is("todo") && !user.tool_is(""));
 }

@@ -64,6 +64,58 @@ impl FileText {
         }
     }
 
+    /// The model-visible messages of the `message` entries `items` (`(offset, len, hash,
+    /// slot)`, in file order) read from this file: lines close together are read with one
+    /// `pread` into a buffer reused from run to run (no syscall and no `String` per line),
+    /// each checked against its hash and parsed; `put(slot, message)` is called for each
+    /// (a line changed since it was loaded gives `None`, as [`Entry::text`] reads it empty).
+    fn messages(
+        &self,
+        items: &[(u64, usize, u64, usize)],
+        put: &mut impl FnMut(usize, Option<Message>),
+    ) {
+        /// Lines at most this far apart are read in one run.
+        const GAP: u64 = 64 << 10;
+        /// The most bytes a run reads at once.
+        const RUN: u64 = 4 << 20;
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < items.len() {
+            let start = items[i].0;
+            let mut end = start + items[i].1 as u64;
+            let mut j = i + 1;
+            while let Some(&(o, l, _, _)) = items.get(j) {
+                let e = o + l as u64;
+                if o < start || o > end + GAP || e - start > RUN {
+                    break;
+                }
+                end = end.max(e);
+                j += 1;
+            }
+            buf.clear();
+            buf.resize((end - start) as usize, 0);
+            let read = crate::platform::fs::read_exact_at(&self.file, &mut buf, start).is_ok();
+            for &(o, l, hash, slot) in &items[i..j] {
+                let at = (o - start) as usize;
+                let text = buf
+                    .get(at..at + l)
+                    .filter(|b| read && xxhash_rust::xxh3::xxh3_64(b) == hash)
+                    .and_then(|b| std::str::from_utf8(b).ok());
+                if text.is_none() {
+                    tracing::warn!(
+                        "session file {} changed under this session: the entry at byte {o} is gone",
+                        self.path.display()
+                    );
+                }
+                put(
+                    slot,
+                    text.and_then(line::parse).and_then(|p| p.message?.message),
+                );
+            }
+            i = j;
+        }
+    }
+
     /// The line of `len` bytes at `offset`, if it is still what was loaded.
     fn line(&self, offset: u64, len: usize, hash: u64) -> Option<String> {
         let mut buf = vec![0u8; len];
@@ -82,6 +134,114 @@ impl FileText {
     }
 }
 
+/// An entry's `type`: Pi's types as static text (no allocation per entry), any other as
+/// it is. Reads as a `str` (`kind == "message"`, `kind.as_str()`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct EntryKind(Cow<'static, str>);
+
+impl EntryKind {
+    /// Pi's entry types (Pi 1.6's `docs/session-format.md`).
+    const KNOWN: [&'static str; 13] = [
+        "message",
+        "model_change",
+        "thinking_level_change",
+        "compaction",
+        "branch_summary",
+        "custom",
+        "custom_message",
+        "label",
+        "session_info",
+        "context_edit",
+        "usage",
+        "session",
+        "leaf",
+    ];
+
+    /// The type as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for EntryKind {
+    fn from(kind: String) -> EntryKind {
+        match EntryKind::KNOWN.iter().find(|k| **k == kind) {
+            Some(k) => EntryKind(Cow::Borrowed(k)),
+            None => EntryKind(Cow::Owned(kind)),
+        }
+    }
+}
+
+impl From<&str> for EntryKind {
+    fn from(kind: &str) -> EntryKind {
+        match EntryKind::KNOWN.iter().find(|k| **k == kind) {
+            Some(k) => EntryKind(Cow::Borrowed(k)),
+            None => EntryKind(Cow::Owned(kind.to_string())),
+        }
+    }
+}
+
+impl std::ops::Deref for EntryKind {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for EntryKind {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for EntryKind {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for EntryKind {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl std::fmt::Debug for EntryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<EntryKind> for String {
+    fn from(kind: EntryKind) -> String {
+        kind.0.into_owned()
+    }
+}
+
+/// A message role as an entry keeps it: Pi's roles as static text, any other as it is.
+fn role_name(role: String) -> Cow<'static, str> {
+    const ROLES: [&str; 8] = [
+        "user",
+        "assistant",
+        "toolResult",
+        "system",
+        "bashExecution",
+        "custom",
+        "branchSummary",
+        "compactionSummary",
+    ];
+    match ROLES.iter().find(|r| **r == role) {
+        Some(r) => Cow::Borrowed(r),
+        None => Cow::Owned(role),
+    }
+}
+
 /// One entry of a session file (everything but the header): the fields the tree needs, and the
 /// entry's text exactly as stored (its place in the file, or its own text), so every entry type
 /// Pi writes (and any it may add) and every unknown field survive; typed views are parsed from
@@ -91,13 +251,15 @@ pub struct Entry {
     pub id: String,
     pub parent_id: Option<String>,
     /// The entry's `type`.
-    pub kind: String,
-    /// `message.role` of `message` entries.
-    role: Option<String>,
+    pub kind: EntryKind,
+    /// `message.role` of `message` entries (Pi's roles without an allocation of their own).
+    role: Option<Cow<'static, str>>,
     /// Provider, model and usage of assistant messages.
     assistant: Option<Box<AssistantInfo>>,
     /// Of a `message` entry loaded without its message (a deferred load).
     summary: Option<MessageSummary>,
+    /// Of a tool result: the [`line::tool_hash`] of its `toolName` (0 for other entries).
+    tool: u64,
     text: Text,
 }
 
@@ -124,18 +286,25 @@ impl PartialEq for Entry {
 impl Entry {
     /// An entry from parsed parts; `None` without id or type.
     fn from_parts(parts: LineParts, text: Text) -> Option<(Entry, Option<Message>)> {
-        let (role, message, assistant, summary) = match parts.message {
-            Some(m) => (m.role, m.message, m.assistant.map(Box::new), m.summary),
-            None => (None, None, None, None),
+        let (role, message, assistant, summary, tool) = match parts.message {
+            Some(m) => (
+                m.role.map(role_name),
+                m.message,
+                m.assistant.map(Box::new),
+                m.summary,
+                m.tool,
+            ),
+            None => (None, None, None, None, 0),
         };
         Some((
             Entry {
                 id: parts.id?,
                 parent_id: parts.parent_id,
-                kind: parts.kind?,
+                kind: EntryKind::from(parts.kind?),
                 role,
                 assistant,
                 summary,
+                tool,
                 text,
             },
             message,
@@ -203,6 +372,12 @@ impl Entry {
         self.role.as_deref()
     }
 
+    /// Whether this is a tool result of the tool `name` (a `message` entry of role
+    /// `toolResult` whose `toolName` is `name`), known without reading the entry.
+    pub fn tool_is(&self, name: &str) -> bool {
+        self.role() == Some("toolResult") && self.tool == line::tool_hash(name)
+    }
+
     /// Provider, model and usage of an assistant `message` entry.
     pub fn assistant(&self) -> Option<&AssistantInfo> {
         self.assistant.as_deref()
@@ -247,12 +422,93 @@ pub struct SessionTree {
     /// In file order. An entry's `parent_id` is changed through [`SessionTree::set_parent`]
     /// (which keeps the parents by index true), never in place.
     pub entries: Vec<Entry>,
-    index: HashMap<String, usize, foldhash::fast::RandomState>,
+    /// Entries by id: see [`IdIndex`].
+    index: IdIndex,
     /// `parents[i]`: the index of entry `i`'s parent, [`ROOT`] without one, [`UNRESOLVED`]
     /// when its parent was not there when it was pushed (looked up by id when walked).
     parents: Vec<usize>,
     /// Repairs and migrations done while loading, for the user to see.
     pub warnings: Vec<String>,
+}
+
+/// The entries of a tree by id, without a copy of each id: the XXH3 of an id → the index
+/// of its entry (the entry's own id is compared on lookup); the rare id whose hash another
+/// id already holds is kept by name in `overflow`. For a long session this is a quarter of
+/// a map by id string (no string allocated per entry).
+#[derive(Debug, Clone, Default)]
+struct IdIndex {
+    by_hash: HashMap<u64, u32, IdHashBuilder>,
+    overflow: HashMap<String, usize>,
+}
+
+/// The hash of an id as [`IdIndex`] keys it.
+fn id_hash(id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+}
+
+/// A hasher for keys that are hashes already ([`IdIndex`]'s): the key itself.
+#[derive(Debug, Clone, Copy, Default)]
+struct IdHashBuilder;
+
+impl std::hash::BuildHasher for IdHashBuilder {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+/// See [`IdHashBuilder`].
+#[derive(Debug, Clone, Copy, Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed; anything else is folded in, to stay a hasher.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+impl IdIndex {
+    /// The index of the entry `id` of `entries`.
+    fn get(&self, entries: &[Entry], id: &str) -> Option<usize> {
+        match self.by_hash.get(&id_hash(id)) {
+            Some(&i) if entries.get(i as usize).is_some_and(|e| e.id == id) => Some(i as usize),
+            _ if self.overflow.is_empty() => None,
+            _ => self.overflow.get(id).copied(),
+        }
+    }
+
+    /// Files entry `i` of `entries` (whose id is `id`; not there yet under that id).
+    fn insert(&mut self, entries: &[Entry], id: &str, i: usize) {
+        let Ok(slot) = u32::try_from(i) else {
+            self.overflow.insert(id.to_string(), i);
+            return;
+        };
+        match self.by_hash.entry(id_hash(id)) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(slot);
+            }
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                if entries.get(*o.get() as usize).is_some_and(|e| e.id == id) {
+                    o.insert(slot);
+                } else {
+                    self.overflow.insert(id.to_string(), i);
+                }
+            }
+        }
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.by_hash.reserve(n);
+    }
 }
 
 /// [`SessionTree::parents`] of an entry without `parentId`.
@@ -300,7 +556,8 @@ pub fn entry_message(e: &Entry) -> Option<Message> {
 /// up to it, then everything after it; else every entry's message. `proposed`
 /// (`(summary, firstKeptEntryId)`) is a compaction taken to follow the last entry.
 pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Message> {
-    path_messages_with(path, proposed, |_, e| entry_message(e))
+    let mut read = plan_messages(path, &path_plan(path, proposed));
+    path_messages_with(path, proposed, |k, _| read[k].take())
 }
 
 /// Which entries of a path the model context holds: with a compaction (on the path, or
@@ -352,6 +609,114 @@ fn path_plan(path: &[&Entry], proposed: Option<(&str, &str)>) -> PathPlan {
     }
 }
 
+/// The model-visible message ([`entry_message`]) of each entry of `path` that the context of
+/// `plan` holds, by position on the path (`None` elsewhere). The `message` entries loaded
+/// from a file are read back in file order, in runs of nearby lines ([`FileText::messages`]),
+/// on every core (up to 8) when there are many megabytes of them; the others one by one.
+fn plan_messages(path: &[&Entry], plan: &PathPlan) -> Vec<Option<Message>> {
+    /// Below this many bytes of lines, one thread reads them all.
+    const PARALLEL: usize = 8 << 20;
+    plan_messages_from(path, plan, PARALLEL)
+}
+
+/// [`plan_messages`], on several threads from `parallel` bytes of lines.
+fn plan_messages_from(path: &[&Entry], plan: &PathPlan, parallel: usize) -> Vec<Option<Message>> {
+    let mut out: Vec<Option<Message>> = Vec::new();
+    out.resize_with(path.len(), || None);
+    // The file most entries come from (one per load); lines of any other are read alone.
+    let src = path.iter().find_map(|e| match &e.text {
+        Text::File { src, .. } => Some(src.clone()),
+        Text::Owned(_) => None,
+    });
+    let mut items = Vec::new();
+    for k in plan.ranges.iter().flat_map(|r| r.clone()) {
+        let e = path[k];
+        match (&e.text, &src) {
+            (
+                Text::File {
+                    src: s,
+                    offset,
+                    len,
+                    hash,
+                },
+                Some(src),
+            ) if e.kind == "message" && Arc::ptr_eq(s, src) => {
+                items.push((*offset, *len, *hash, k))
+            }
+            _ => out[k] = entry_message(e),
+        }
+    }
+    let Some(src) = src else { return out };
+    items.sort_unstable_by_key(|i| i.0);
+    let bytes: usize = items.iter().map(|i| i.1).sum();
+    let threads = std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1)
+        .min(8);
+    if bytes < parallel || threads < 2 {
+        src.messages(&items, &mut |k, m| out[k] = m);
+        return out;
+    }
+    // Contiguous shares of about equal bytes, one per thread.
+    let share = bytes.div_ceil(threads);
+    let mut cuts = vec![0];
+    let mut acc = 0;
+    for (i, it) in items.iter().enumerate() {
+        acc += it.1;
+        if acc >= share * cuts.len() && cuts.len() < threads {
+            cuts.push(i + 1);
+        }
+    }
+    cuts.push(items.len());
+    let parts: Vec<Vec<(usize, Option<Message>)>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = cuts
+            .windows(2)
+            .map(|w| {
+                let (part, src) = (&items[w[0]..w[1]], &src);
+                sc.spawn(move || {
+                    let mut got = Vec::with_capacity(part.len());
+                    src.messages(part, &mut |k, m| got.push((k, m)));
+                    got
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut placed = 0;
+    for (k, m) in parts.into_iter().flatten() {
+        out[k] = m;
+        placed += 1;
+    }
+    if placed < items.len() {
+        // A reader thread failed: what it left is read here, one line at a time.
+        for &(_, _, _, k) in &items {
+            if out[k].is_none() {
+                out[k] = entry_message(path[k]);
+            }
+        }
+    }
+    out
+}
+
+/// The messages of the whole root-to-`leaf` path of `tree` read back as a context reads
+/// them, on several threads from `parallel` bytes of lines (tests: the threads' split).
+#[cfg(test)]
+pub(crate) fn read_path_messages(
+    tree: &SessionTree,
+    leaf: &str,
+    parallel: usize,
+) -> Vec<Option<Message>> {
+    let path = tree.path(leaf);
+    let plan = PathPlan {
+        summary: None,
+        ranges: [0..path.len(), 0..0],
+    };
+    plan_messages_from(&path, &plan, parallel)
+}
+
 /// [`path_messages`] taking each entry's message from `message(position on the path, entry)`
 /// (messages already parsed); it is asked only for the entries the context holds, in order.
 pub fn path_messages_with(
@@ -361,7 +726,7 @@ pub fn path_messages_with(
 ) -> Vec<Message> {
     let plan = path_plan(path, proposed);
     let edits = ContextEdits::on_path(path);
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(plan.ranges.iter().map(|r| r.len()).sum::<usize>() + 1);
     if let Some((summary, ts)) = plan.summary {
         out.push(user(
             format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
@@ -405,20 +770,23 @@ fn path_settings(path: &[&Entry]) -> SessionContext {
         thinking_level: "off".into(),
         ..Default::default()
     };
-    for e in path {
+    // From the leaf back: the first of each found is the last on the path.
+    let mut thinking = None;
+    for e in path.iter().rev() {
+        if thinking.is_some() && ctx.model.is_some() {
+            break;
+        }
         match e.kind.as_str() {
-            "thinking_level_change" => {
-                if let Some(t) = str_of(&e.raw(), "thinkingLevel") {
-                    ctx.thinking_level = t;
-                }
+            "thinking_level_change" if thinking.is_none() => {
+                thinking = str_of(&e.raw(), "thinkingLevel");
             }
-            "model_change" => {
+            "model_change" if ctx.model.is_none() => {
                 let raw = e.raw();
                 if let (Some(p), Some(m)) = (str_of(&raw, "provider"), str_of(&raw, "modelId")) {
                     ctx.model = Some((p, m));
                 }
             }
-            "message" => {
+            "message" if ctx.model.is_none() => {
                 if let Some(AssistantInfo {
                     provider: Some(p),
                     model: Some(m),
@@ -430,6 +798,9 @@ fn path_settings(path: &[&Entry]) -> SessionContext {
             }
             _ => {}
         }
+    }
+    if let Some(t) = thinking {
+        ctx.thinking_level = t;
     }
     ctx
 }
@@ -504,8 +875,8 @@ impl SessionTree {
     /// already there is replaced (the later one wins, with a warning).
     pub fn push_entry(&mut self, entry: Entry) -> usize {
         let parent = self.parent_slot(entry.parent_id.as_deref());
-        match self.index.get(&entry.id) {
-            Some(&i) => {
+        match self.index.get(&self.entries, &entry.id) {
+            Some(i) => {
                 self.warnings.push(format!(
                     "duplicate entry id {}; the later one wins",
                     entry.id
@@ -516,7 +887,7 @@ impl SessionTree {
             }
             None => {
                 let i = self.entries.len();
-                self.index.insert(entry.id.clone(), i);
+                self.index.insert(&self.entries, &entry.id, i);
                 self.entries.push(entry);
                 self.parents.push(parent);
                 i
@@ -537,7 +908,7 @@ impl SessionTree {
             (None, _) => ROOT,
             // Most entries follow their parent (ids are unique: the index agrees).
             (Some(p), Some(last)) if last.id == p => self.entries.len() - 1,
-            (Some(p), _) => self.index.get(p).copied().unwrap_or(UNRESOLVED),
+            (Some(p), _) => self.index.get(&self.entries, p).unwrap_or(UNRESOLVED),
         }
     }
 
@@ -556,13 +927,13 @@ impl SessionTree {
             _ => self.entries[i]
                 .parent_id
                 .as_deref()
-                .and_then(|p| self.index.get(p).copied()),
+                .and_then(|p| self.index.get(&self.entries, p)),
         }
     }
 
     /// The entry with `id`.
     pub fn get(&self, id: &str) -> Option<&Entry> {
-        self.index.get(id).map(|&i| &self.entries[i])
+        self.index.get(&self.entries, id).map(|i| &self.entries[i])
     }
 
     /// The default leaf: the last entry in file order.
@@ -583,7 +954,7 @@ impl SessionTree {
     pub(crate) fn path_indices(&self, leaf: &str) -> Vec<usize> {
         let mut out = Vec::new();
         let mut seen = vec![false; self.entries.len()];
-        let mut cur = self.index.get(leaf).copied();
+        let mut cur = self.index.get(&self.entries, leaf);
         while let Some(i) = cur {
             if std::mem::replace(&mut seen[i], true) {
                 break;
@@ -598,7 +969,7 @@ impl SessionTree {
     /// The entries from `leaf` up to the root, leaf first, walked lazily (stops at a missing
     /// parent or a cycle).
     pub fn ancestors<'a>(&'a self, leaf: &str) -> impl Iterator<Item = &'a Entry> + 'a {
-        let mut cur = self.index.get(leaf).copied();
+        let mut cur = self.index.get(&self.entries, leaf);
         let mut left = self.entries.len();
         std::iter::from_fn(move || {
             let i = cur.filter(|_| left > 0)?;
@@ -760,7 +1131,7 @@ impl SessionTree {
         &self,
         leaf: Option<&str>,
         proposed: Option<(&str, &str)>,
-        mut parsed: Option<&mut [Option<Message>]>,
+        parsed: Option<&mut [Option<Message>]>,
     ) -> SessionContext {
         let mut ctx = SessionContext {
             thinking_level: "off".into(),
@@ -772,12 +1143,13 @@ impl SessionTree {
         let indices = self.path_indices(leaf);
         let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
         ctx = path_settings(&path);
-        ctx.messages = path_messages_with(&path, proposed, |k, e| match parsed.as_mut() {
-            Some(parsed) if e.kind == "message" => {
-                parsed.get_mut(indices[k]).and_then(Option::take)
-            }
-            _ => entry_message(e),
-        });
+        ctx.messages = match parsed {
+            Some(parsed) => path_messages_with(&path, proposed, |k, e| match e.kind.as_str() {
+                "message" => parsed.get_mut(indices[k]).and_then(Option::take),
+                _ => entry_message(e),
+            }),
+            None => path_messages(&path, proposed),
+        };
         ctx
     }
 }

@@ -225,7 +225,7 @@ pub(crate) async fn session_tree(cx: Ctx, p: SessionParams) -> Result<SessionTre
             TreeEntry {
                 id: e.id.clone(),
                 parent_id: e.parent_id.clone(),
-                kind: e.kind.clone(),
+                kind: e.kind.to_string(),
                 timestamp: raw["timestamp"].as_str().map(str::to_string),
                 role: (e.kind == "message")
                     .then(|| e.role().map(str::to_string))
