@@ -220,17 +220,17 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
             text_edit(
                 &a,
                 a_version,
-                "Pi: rewind a.txt",
+                &format!("Pi: rewind a.txt · session {sid}"),
                 json!([
                     range_edit(0, 0, 0, 5, "alpha"),
                     range_edit(2, 0, 2, 5, "gamma")
                 ])
             ),
-            json!({"label": "Pi: rewind c.txt", "edit": {
+            json!({"label": format!("Pi: rewind c.txt · session {sid}"), "edit": {
                 "documentChanges": [{"kind": "delete", "uri": file_uri(&c_file),
                     "options": {"recursive": false, "ignoreIfNotExists": false},
                     "annotationId": "pi"}],
-                "changeAnnotations": {"pi": {"label": "Pi: rewind c.txt", "needsConfirmation": false}}}}),
+                "changeAnnotations": {"pi": {"label": format!("Pi: rewind c.txt · session {sid}"), "needsConfirmation": false}}}}),
         ]
     );
     let after = c
@@ -280,14 +280,17 @@ async fn rewind_reverts_refuses_user_changes_and_reapplies() {
         text_edit(
             &a,
             a_version + 1,
-            "Pi: reapply a.txt",
+            &format!("Pi: reapply a.txt · session {sid}"),
             json!([
                 range_edit(0, 0, 0, 5, "ALPHA"),
                 range_edit(2, 0, 2, 5, "GAMMA")
             ])
         )
     );
-    assert_eq!(sent[1]["label"], "Pi: reapply c.txt");
+    assert_eq!(
+        sent[1]["label"],
+        format!("Pi: reapply c.txt · session {sid}")
+    );
     assert_eq!(
         sent[1]["edit"]["documentChanges"][0],
         json!({"kind": "create", "uri": file_uri(&c_file),
@@ -410,7 +413,7 @@ async fn rewind_keeps_created_files_without_delete_support_and_waits_for_runs() 
     );
     // Without change annotation support, the edit is labelled only.
     let last = c.apply_edit_params().pop().unwrap();
-    assert_eq!(last["label"], "Pi: rewind a.txt");
+    assert_eq!(last["label"], format!("Pi: rewind a.txt · session {sid}"));
     assert!(last["edit"].get("changeAnnotations").is_none(), "{last}");
     c.shutdown().await;
 }

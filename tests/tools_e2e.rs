@@ -118,7 +118,7 @@ async fn client_declining_the_edit_is_an_error_and_changes_nothing() {
     assert_eq!(
         c.apply_edit_params(),
         vec![json!({
-            "label": "pi: turn 1 · edit notes.txt (call_edit)",
+            "label": format!("pi: turn 1 · edit notes.txt (call_edit) · session {}", session_of(&events)),
             "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1},
                 "edits": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 5}}, "newText": "a = 2"}]}]}
         })]
@@ -191,7 +191,7 @@ async fn ranges_round(utf8: bool, incremental: bool) {
     assert_eq!(
         c.apply_edit_params(),
         vec![json!({
-            "label": "pi: turn 1 · edit u.txt (call_e)",
+            "label": format!("pi: turn 1 · edit u.txt (call_e) · session {}", session_of(&events)),
             "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1}, "edits": expected}]}
         })]
     );
@@ -276,9 +276,9 @@ async fn two_edits_of_one_file_in_one_batch_apply_in_call_order() {
     assert_eq!(
         c.apply_edit_params(),
         vec![
-            json!({"label": "pi: turn 2 · edit b.txt (call_1)", "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1},
+            json!({"label": format!("pi: turn 2 · edit b.txt (call_1) · session {}", session_of(&events)), "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 1},
                 "edits": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 3}}, "newText": "ONE"}]}]}}),
-            json!({"label": "pi: turn 2 · edit b.txt (call_2)", "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 2},
+            json!({"label": format!("pi: turn 2 · edit b.txt (call_2) · session {}", session_of(&events)), "edit": {"documentChanges": [{"textDocument": {"uri": file_uri(&file), "version": 2},
                 "edits": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 3}}, "newText": "ONE\nTWO"}]}]}}),
         ]
     );
@@ -455,7 +455,7 @@ async fn write_over_an_open_buffer_replaces_its_whole_text_and_reports_the_disk_
     assert_eq!(
         c.apply_edit_params(),
         vec![
-            json!({"label": "pi: turn 1 · write w.txt (call_w)", "edit": {"documentChanges": [
+            json!({"label": format!("pi: turn 1 · write w.txt (call_w) · session {}", session_of(&events)), "edit": {"documentChanges": [
             {"textDocument": {"uri": file_uri(&file), "version": 1}, "edits": [{"range":
                 {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 9}},
                 "newText": "new text\n"}]}]}})
@@ -570,7 +570,7 @@ async fn edit_names_the_buffer_version_it_was_computed_against() {
     assert_eq!(
         c.apply_edit_params(),
         vec![
-            json!({"label": "pi: turn 2 · edit v.txt (call_edit)", "edit": {"documentChanges": [
+            json!({"label": format!("pi: turn 2 · edit v.txt (call_edit) · session {}", session_of(&events)), "edit": {"documentChanges": [
             {"textDocument": {"uri": file_uri(&file), "version": 2}, "edits": [{"range":
                 {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 5}},
                 "newText": "k = 2"}]}]}})
@@ -651,4 +651,85 @@ async fn image_read_for_a_model_without_image_input_carries_pis_note() {
         mock.assert_paired();
         c.shutdown().await;
     }
+}
+
+/// The session of a run's events: its `agent_end`'s (every `agent/event` names its session;
+/// the first events read may be an earlier run's last ones, e.g. its `agent_settled`).
+fn session_of(events: &[Value]) -> String {
+    events.last().expect("a run's events")["sessionId"]
+        .as_str()
+        .expect("agent/event names its session")
+        .to_string()
+}
+
+/// Two sessions whose models both number their first tool call `call_1`: each
+/// `workspace/applyEdit` label names its own session, so an editor files each edit under the
+/// session that made it (issue 30: a label with the call id alone could not tell them apart).
+#[tokio::test]
+async fn two_sessions_with_the_same_call_id_label_their_edits_with_their_own_session() {
+    let tmp = TempDir::new("label-sessions");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let (a, b) = (ws.join("a.txt"), ws.join("b.txt"));
+    std::fs::write(&a, "a = 1\n").unwrap();
+    std::fs::write(&b, "b = 1\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::call(
+            "call_1",
+            "edit",
+            json!({"path": "a.txt", "edits": [{"oldText": "a = 1", "newText": "a = 2"}]}),
+        ),
+        Step::text("Edited a."),
+        Step::call(
+            "call_1",
+            "edit",
+            json!({"path": "b.txt", "edits": [{"oldText": "b = 1", "newText": "b = 2"}]}),
+        ),
+        Step::text("Edited b."),
+    ])
+    .await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    c.open(&a, "a = 1\n").await;
+    c.open(&b, "b = 1\n").await;
+    let mut sessions = Vec::new();
+    for text in ["edit a", "edit b"] {
+        let sid = c.request("agent/session/new", json!({})).await.unwrap()["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        c.request(
+            "agent/prompt",
+            json!({"sessionId": sid, "text": text, "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+        let events = c.run_until_end(Duration::from_secs(20)).await;
+        assert_eq!(session_of(&events), sid);
+        assert!(!tool_result_text(&events, "edit").1, "{events:#?}");
+        sessions.push(sid);
+    }
+    assert_ne!(sessions[0], sessions[1]);
+    let labels: Vec<Value> = c
+        .apply_edit_params()
+        .into_iter()
+        .map(|p| p["label"].clone())
+        .collect();
+    assert_eq!(
+        labels,
+        vec![
+            json!(format!(
+                "pi: turn 1 · edit a.txt (call_1) · session {}",
+                sessions[0]
+            )),
+            json!(format!(
+                "pi: turn 1 · edit b.txt (call_1) · session {}",
+                sessions[1]
+            )),
+        ]
+    );
+    assert_eq!(
+        (c.doc(&a).unwrap().text, c.doc(&b).unwrap().text),
+        ("a = 2\n".to_string(), "b = 2\n".to_string())
+    );
+    c.shutdown().await;
 }

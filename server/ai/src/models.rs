@@ -32,6 +32,7 @@ use crate::types::{Cost, Usage};
 /// `openai-responses`, and this crate's offline `scripted`. Parsing any other string fails with
 /// [`UnknownApi`] (in models.json: the provider is skipped with a warning naming the string).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub enum Api {
     /// Anthropic's Messages API (`/v1/messages`).
     #[serde(rename = "anthropic-messages")]
@@ -100,6 +101,7 @@ pub const SCRIPTED_API: Api = Api::Scripted;
 
 /// Per-million-token prices in US dollars.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", default)]
 pub struct ModelCost {
     pub input: f64,
@@ -111,6 +113,7 @@ pub struct ModelCost {
 /// Pi's thinking levels (`off`, `minimal`, `low`, `medium`, `high`, `xhigh`, and Pi 1.6's
 /// opt-in `max`), in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "lowercase")]
 pub enum ThinkingLevel {
     Off,

@@ -32,6 +32,7 @@ use crate::types::{AssistantMessage, ContentBlock, StopReason, ThinkingContent, 
 /// the accumulated `partial`: deltas carry only the newest fragment). Read back (by clients and
 /// tests) an `error` event's `failure` is [`ProviderError::Provider`] with the `errorMessage`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(
     tag = "type",
     rename_all = "snake_case",

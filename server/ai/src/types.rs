@@ -15,6 +15,7 @@ pub fn now_millis() -> i64 {
 
 /// A text block: `{"type":"text","text":"…"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct TextContent {
     pub text: String,
     /// Provider signature of the text block (OpenAI Responses); omitted when absent.
@@ -28,6 +29,7 @@ pub struct TextContent {
 
 /// A thinking block: `{"type":"thinking","thinking":"…","thinkingSignature":"…"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ThinkingContent {
     pub thinking: String,
     #[serde(
@@ -43,6 +45,7 @@ pub struct ThinkingContent {
 
 /// An image block: `{"type":"image","data":"<base64>","mimeType":"image/png"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ImageContent {
     pub data: String,
     #[serde(rename = "mimeType")]
@@ -51,10 +54,12 @@ pub struct ImageContent {
 
 /// A tool call proposed by the model: `{"type":"toolCall","id":"…","name":"…","arguments":{…}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
     /// Parsed JSON arguments; `{}` when the model's text did not parse.
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
     pub arguments: Value,
     /// The streamed argument text when it did not parse as JSON (cut by the output limit,
     /// case LEN-01), kept for the error the loop reports. Never sent to a model: requests carry
@@ -81,6 +86,7 @@ impl ToolCall {
 
 /// One content block of any message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum ContentBlock {
     Text(TextContent),
@@ -101,6 +107,7 @@ impl ContentBlock {
 
 /// User content: a plain string or a list of text/image blocks (both appear in Pi's files).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(untagged)]
 pub enum UserContent {
     Text(String),
@@ -141,6 +148,7 @@ fn js_number<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
 
 /// Cost in US dollars, split like Pi's `usage.cost`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", default)]
 pub struct Cost {
     #[serde(serialize_with = "js_number")]
@@ -157,6 +165,7 @@ pub struct Cost {
 
 /// Token usage of one response, in tokens (Pi's `usage`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase", default)]
 pub struct Usage {
     pub input: u64,
@@ -169,6 +178,7 @@ pub struct Usage {
 
 /// Why a response ended (Pi's `stopReason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum StopReason {
     /// The model finished its answer.
@@ -185,6 +195,7 @@ pub enum StopReason {
 
 /// A user message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct UserMessage {
     pub content: UserContent,
     #[serde(default)]
@@ -193,6 +204,7 @@ pub struct UserMessage {
 
 /// A completed (or partial) assistant response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct AssistantMessage {
     pub content: Vec<ContentBlock>,
@@ -253,6 +265,7 @@ impl AssistantMessage {
 
 /// The paired result of one tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResultMessage {
     pub tool_call_id: String,
@@ -262,6 +275,7 @@ pub struct ToolResultMessage {
     #[serde(deserialize_with = "content_or_string")]
     pub content: Vec<ContentBlock>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
     pub details: Option<Value>,
     #[serde(default)]
     pub is_error: bool,
@@ -282,6 +296,7 @@ where
 
 /// A message of the conversation, tagged by `role`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(tag = "role", rename_all = "camelCase")]
 pub enum Message {
     User(UserMessage),
@@ -301,9 +316,11 @@ impl Message {
 
 /// A tool as the model sees it: name, description and JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
     pub parameters: Value,
 }
 

@@ -66,6 +66,7 @@ pub fn content_hash(text: &str) -> String {
 
 /// What an "allow always" answer remembers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct Rule {
     /// The tool, e.g. `edit` or `bash`.

@@ -806,6 +806,7 @@ pub(crate) fn add_usage(total: &mut pi_ai::Usage, more: &pi_ai::Usage) {
 
 /// A compaction's outcome, as Pi's `CompactionResult` (the `compaction` entry's fields).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionResult {
     pub summary: String,
@@ -819,6 +820,10 @@ pub struct CompactionResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<pi_ai::Usage>,
     /// `{readFiles, modifiedFiles}`.
+    #[cfg_attr(
+        feature = "ts",
+        ts(type = "{ readFiles: Array<string>, modifiedFiles: Array<string> }")
+    )]
     pub details: Value,
 }
 

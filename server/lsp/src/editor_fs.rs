@@ -12,8 +12,10 @@
 //!   (Neovim attaches buffers one at a time) the server writes such a file on disk itself:
 //!   an unversioned edit could land on a buffer the server never saw, with other text; the
 //!   editor's own changed-on-disk check then protects that buffer.
-//! - Every `workspace/applyEdit` carries a `label` naming the turn and tool call
-//!   (`pi: turn 3 · edit notes.txt (call_1)`), so the editor's undo reverts one agent step;
+//! - Every `workspace/applyEdit` carries a `label` naming the turn, the tool call and the
+//!   session (`pi: turn 3 · edit notes.txt (call_1) · session <id>`: tool call ids are unique
+//!   only within a session), so the editor's undo reverts one agent step and files it under
+//!   its session;
 //!   with `documentChanges` and `workspace.workspaceEdit.changeAnnotationSupport` its edits
 //!   and resource operations are also annotated with that label (one change annotation, no
 //!   confirmation asked).
@@ -352,6 +354,8 @@ pub struct EditorFs {
     /// The workspace's settings (`saveUserChanges`), when known.
     workspace: Option<Arc<pi_core::resources::WorkspaceConfig>>,
     choices: Arc<parking_lot::Mutex<UnsavedChoices>>,
+    /// The session whose tools these are, named in every edit's label.
+    session_id: Option<String>,
 }
 
 fn uri_of(path: &Path) -> Result<Uri, FsError> {
@@ -369,6 +373,22 @@ impl EditorFs {
             caps,
             workspace: None,
             choices: Arc::default(),
+            session_id: None,
+        }
+    }
+
+    /// Names `session_id` in every `workspace/applyEdit` label (` · session <id>` after the
+    /// tool's own label), so a client files each edit under its session.
+    pub fn with_session(mut self, session_id: &str) -> Self {
+        self.session_id = Some(session_id.to_string());
+        self
+    }
+
+    /// The label sent for a tool's `label`: with the session when known.
+    fn edit_label(&self, label: &str) -> String {
+        match &self.session_id {
+            Some(id) => format!("{label} · session {id}"),
+            None => label.to_string(),
         }
     }
 
@@ -635,6 +655,7 @@ impl EditorFs {
     }
 
     async fn apply(&self, edit: WorkspaceEdit, label: &str) -> Result<(), FsError> {
+        let label = &self.edit_label(label);
         let edit = self.annotate(edit, label);
         let resp = crate::client::request::<ApplyWorkspaceEdit>(
             &self.client,

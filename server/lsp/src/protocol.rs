@@ -151,7 +151,6 @@ pub struct CompactParams {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(transparent)]
-#[cfg_attr(test, ts(type = "unknown"))]
 pub struct CompactResult(pub pi_core::compaction::CompactionResult);
 
 /// How a prompt sent during an active run is delivered (docs/design.md#the-agent-loop "Steering, follow-up").
@@ -247,7 +246,6 @@ pub enum PromptDisposition {
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ExtensionCommandsResult {
-    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub commands: Vec<pi_core::extension::CommandInfo>,
 }
 
@@ -266,9 +264,7 @@ pub struct AbortParams {
 pub struct QueueUpdateParams {
     pub session_id: String,
     pub queue_id: String,
-    #[cfg_attr(test, ts(type = "string"))]
     pub delivery: DeliverAs,
-    #[cfg_attr(test, ts(type = "string"))]
     pub state: QueueState,
     pub text: String,
     /// Texts of the steering messages still waiting, oldest first (Pi's `queue_update`).
@@ -285,11 +281,9 @@ pub struct UsageParams {
     pub session_id: String,
     pub run_id: String,
     /// This response (turn).
-    #[cfg_attr(test, ts(type = "unknown"))]
     pub turn: UsageTotals,
     /// Every response stored in the session file so far, this one included (abandoned
     /// branches too: they were paid for).
-    #[cfg_attr(test, ts(type = "unknown"))]
     pub session: UsageTotals,
     /// Tokens of the context this response saw plus what it wrote.
     pub context_tokens: u64,
@@ -304,7 +298,6 @@ pub struct AttentionParams {
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    #[cfg_attr(test, ts(type = "string"))]
     pub reason: AttentionReason,
     /// One line for a notification: the answer's first line, or the error.
     pub message: String,
@@ -321,7 +314,6 @@ pub struct AgentEventParams {
     /// `agent/event` of the session. `agent/messages` answers with the last one its
     /// `streamingMessage` and `messages` include.
     pub seq: u64,
-    #[cfg_attr(test, ts(type = "unknown"))]
     pub event: AgentEvent,
     /// `true` (else absent) when the event's entry could not be written to the session file
     /// (a full disk, a file-size limit): the session keeps it in memory and writes it, before
@@ -443,7 +435,6 @@ pub struct SendMessageParams {
     pub custom_type: String,
     /// A string, or Pi content blocks (`text`, `image`).
     #[serde(deserialize_with = "user_content")]
-    #[cfg_attr(test, ts(type = "unknown"))]
     pub content: pi_ai::UserContent,
     /// Whether editors show it (default true).
     #[serde(default = "yes")]
@@ -455,7 +446,6 @@ pub struct SendMessageParams {
     /// While a run is active: `steer` (default) or `followUp`; `nextTurn` always waits for the
     /// next prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(test, ts(type = "string | null"))]
     pub deliver_as: Option<DeliverAs>,
     /// When idle: start a run with this message (otherwise it is only appended).
     #[serde(default)]
@@ -489,7 +479,6 @@ pub struct ModelInfo {
     pub provider: String,
     pub id: String,
     pub name: String,
-    #[cfg_attr(test, ts(type = "string"))]
     pub api: pi_ai::Api,
     pub base_url: String,
     pub reasoning: bool,
@@ -497,9 +486,7 @@ pub struct ModelInfo {
     pub context_window: u64,
     pub max_tokens: u64,
     /// US dollars per million tokens.
-    #[cfg_attr(test, ts(type = "unknown"))]
     pub cost: pi_ai::models::ModelCost,
-    #[cfg_attr(test, ts(type = "Array<string>"))]
     pub thinking_levels: Vec<pi_ai::models::ThinkingLevel>,
 }
 
@@ -530,7 +517,6 @@ pub struct SessionState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_session: Option<String>,
     pub model: ModelInfo,
-    #[cfg_attr(test, ts(type = "string"))]
     pub thinking_level: pi_ai::models::ThinkingLevel,
     /// True while a run is active.
     pub is_streaming: bool,
@@ -557,7 +543,6 @@ pub struct SessionState {
     pub leaf_id: Option<String>,
     /// The approval policy in force for this session (`ask`, `auto-edit`, `approve-all`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(test, ts(type = "string | null"))]
     pub approval_policy: Option<pi_core::approval::ApprovalPolicy>,
     /// Present when the session is another project's (opened by its path): the folder its
     /// header names as its `cwd` (`""` when it names none), for the client to show whose it
@@ -576,7 +561,6 @@ pub struct SessionNewParams {
     pub model: Option<String>,
     /// Clamped to what the model supports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(test, ts(type = "string | null"))]
     pub thinking_level: Option<pi_ai::models::ThinkingLevel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -636,7 +620,6 @@ pub struct SessionCloseResult {
     /// True when the session was open here (its run, if any, was aborted first).
     pub closed: bool,
     /// Queued messages that will never be delivered.
-    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub dropped: Vec<QueuedMessage>,
 }
 
@@ -862,7 +845,7 @@ pub struct MessagesResult {
     /// The response being streamed, if any: built from exactly the `agent/event`s up to
     /// [`MessagesResult::seq`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(test, ts(type = "unknown | null"))]
+    #[cfg_attr(test, ts(type = "AssistantMessage | null"))]
     pub streaming_message: Option<Value>,
     /// The `seq` of the session's last `agent/event` this answer includes (0: none). A
     /// client applies only the events numbered after it: the ones up to it are in the answer,
@@ -896,7 +879,6 @@ pub struct ModelSetParams {
 #[serde(rename_all = "camelCase")]
 pub struct ModelSetResult {
     pub model: ModelInfo,
-    #[cfg_attr(test, ts(type = "string"))]
     pub thinking_level: pi_ai::models::ThinkingLevel,
 }
 
@@ -926,7 +908,6 @@ pub struct ModelCycleParams {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ThinkingSetParams {
     pub session_id: String,
-    #[cfg_attr(test, ts(type = "string"))]
     pub level: pi_ai::models::ThinkingLevel,
 }
 
@@ -936,7 +917,6 @@ pub struct ThinkingSetParams {
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ThinkingResult {
-    #[cfg_attr(test, ts(type = "string"))]
     pub level: pi_ai::models::ThinkingLevel,
 }
 
@@ -967,7 +947,6 @@ pub struct QueueModesResult {
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueClearResult {
-    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub dropped: Vec<QueuedMessage>,
     /// Pi 1.6's `clear_queue` result: the dropped steering texts, in queue order.
     pub steering: Vec<String>,
@@ -1031,7 +1010,6 @@ pub struct PermissionsSetParams {
     /// The policy, or `null` for the default. Required: a request without it is refused
     /// rather than read as `null` (which would silently drop an `ask` policy).
     #[serde(deserialize_with = "nullable")]
-    #[cfg_attr(test, ts(type = "string | null"))]
     pub approval_policy: Option<pi_core::approval::ApprovalPolicy>,
 }
 
@@ -1041,9 +1019,7 @@ pub struct PermissionsSetParams {
 #[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionsSetResult {
-    #[cfg_attr(test, ts(type = "string"))]
     pub approval_policy: pi_core::approval::ApprovalPolicy,
-    #[cfg_attr(test, ts(type = "Array<unknown>"))]
     pub session_rules: Vec<pi_core::approval::Rule>,
 }
 

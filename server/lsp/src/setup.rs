@@ -31,12 +31,13 @@ pub(crate) struct LspSetup {
 }
 
 impl SessionSetup for LspSetup {
-    fn fs(&self, _session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
+    fn fs(&self, session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
         let st = &self.st;
         let root = st.root();
         let fs = Arc::new(
             EditorFs::new(root.clone(), st.client.clone(), st.docs(), st.caps())
-                .with_workspace(st.workspace()),
+                .with_workspace(st.workspace())
+                .with_session(session_id),
         );
         let before: BeforeBash = {
             let fs = fs.clone();

@@ -4,12 +4,14 @@
 //! file and fails when the checked-in one differs; `PI_WIRE_TS_WRITE=1 cargo test -p pi-lsp
 //! --lib wire_ts` writes it.
 //!
-//! Types of other crates (pi-core's events, pi-ai's content blocks…) carry no derive yet: their
-//! fields are declared `unknown` (string enums: `string`) by `ts(type = …)` on the field, so a
-//! client narrows them instead of trusting an `any`. One exception: `agent/plan`'s params
-//! flatten pi-core's `PlanState`, which a field attribute cannot describe; they are declared by
-//! mirror types here, and a test checks that the server's own value goes through the mirror
-//! unchanged (an added, removed or renamed field fails it).
+//! Types of pi-core and pi-ai (events, messages and content blocks, usage, queue, branch,
+//! rewind and abort outcomes…) derive `TS` under their crates' `ts` feature, which only this
+//! crate's dev-dependencies turn on (derive attributes only: release builds carry none of it).
+//! `unknown` is left where the value is open: tool arguments and details, extension payloads,
+//! session entries as stored. Mirrors declared here, each checked against the server's own
+//! values by a test: `agent/plan`'s params (they flatten pi-core's `PlanState`, which a field
+//! attribute cannot describe) and the custom message of an extension (`message_start` /
+//! `message_end` carry it as a JSON value).
 
 #[cfg(test)]
 mod tests {
@@ -21,14 +23,28 @@ mod tests {
         CommandInfo, CommandLocation, CommandSource, CommandsParams, CommandsResult,
     };
     use crate::methods::history::{HistoryParams, HistoryResult};
+    use crate::methods::mcp::ServerParams;
     use crate::methods::plan::{PlanParams, PlanSetParams};
     use crate::methods::queue::{
         QueueEditParams, QueueEditResult, QueueRemoveParams, QueueRemoveResult,
     };
     use crate::methods::resume::ContinueResult;
+    use crate::methods::rewind::ChangesResult;
     use crate::methods::rewind::RewindParams;
     use crate::protocol::*;
+    use pi_ai::models::{ModelCost, ThinkingLevel};
+    use pi_ai::{
+        Api, AssistantEvent, AssistantMessage, ContentBlock, Cost, ImageContent, Message,
+        StopReason, TextContent, ThinkingContent, ToolCall, ToolResultMessage, Usage, UserContent,
+        UserMessage,
+    };
+    use pi_core::agent::{AgentEvent, CompactionReason, Delivery, ReplacedImage, ToolOutput};
+    use pi_core::approval::{ApprovalPolicy, Rule};
+    use pi_core::compaction::CompactionResult;
+    use pi_core::harness::queue::{QueueState, StoppedProcess};
+    use pi_core::harness::rewind::{Change, FileOutcome, FileStatus, RewindOutcome};
     use serde::{Deserialize, Serialize};
+    use serde_json::Value;
 
     /// One declaration per type, in this order (names are the Rust ones).
     fn declarations(cfg: &Config) -> Vec<String> {
@@ -36,6 +52,52 @@ mod tests {
             ($($t:ty),* $(,)?) => { vec![$(format!("export {}", <$t as TS>::decl(cfg))),*] };
         }
         decls![
+            // pi-ai: messages, content blocks, usage, the assistant's stream events, models
+            TextContent,
+            ThinkingContent,
+            ImageContent,
+            ToolCall,
+            ContentBlock,
+            UserContent,
+            Cost,
+            Usage,
+            StopReason,
+            UserMessage,
+            AssistantMessage,
+            ToolResultMessage,
+            Message,
+            AssistantEvent,
+            Api,
+            ModelCost,
+            ThinkingLevel,
+            // pi-core: the run's events, queue and usage, outcomes
+            CustomMessageWire,
+            ToolOutput,
+            ReplacedImage,
+            CompactionReason,
+            CompactionResult,
+            AgentEvent,
+            Delivery,
+            QueueState,
+            QueuedMessage,
+            UsageTotals,
+            AttentionReason,
+            pi_core::extension::CommandInfo,
+            StoppedToolCall,
+            StoppedProcess,
+            AppliedEdit,
+            AbortResult,
+            BashResult,
+            SessionBranchResult,
+            ApprovalPolicy,
+            Rule,
+            Change,
+            ChangesResult,
+            FileStatus,
+            FileOutcome,
+            RewindOutcome,
+            // agent/mcp/*
+            ServerParams,
             // agent/prompt
             StreamingBehavior,
             ImageKind,
@@ -110,6 +172,31 @@ mod tests {
             PlanParamsWire,
             PlanSetParams,
         ]
+    }
+
+    /// An extension's custom message as `message_start` / `message_end` carry it (Pi's custom
+    /// message; pi-core builds it as a JSON value).
+    #[derive(Debug, Serialize, Deserialize, TS)]
+    #[ts(rename = "CustomMessage")]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct CustomMessageWire {
+        #[ts(type = "\"custom\"")]
+        role: CustomRole,
+        custom_type: String,
+        #[ts(type = "string | Array<ContentBlock>")]
+        content: Value,
+        display: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional, type = "unknown")]
+        details: Option<Value>,
+        timestamp: i64,
+    }
+
+    /// The role of [`CustomMessageWire`].
+    #[derive(Debug, Serialize, Deserialize, TS)]
+    #[serde(rename_all = "camelCase")]
+    enum CustomRole {
+        Custom,
     }
 
     /// Mirror of pi-core's `PlanMode`.
@@ -199,6 +286,27 @@ mod tests {
             };
             let sent = serde_json::to_value(&real).unwrap();
             let mirror: PlanParamsWire = serde_json::from_value(sent.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&mirror).unwrap(), sent);
+        }
+    }
+
+    #[test]
+    fn the_custom_message_mirror_carries_an_extensions_message_unchanged() {
+        use pi_core::session::EntryData;
+        for details in [None, Some(serde_json::json!({"plan": [1, 2]}))] {
+            let entry = EntryData::CustomMessage {
+                custom_type: "plan-mode-context".into(),
+                content: serde_json::json!([{"type": "text", "text": "hidden"}]),
+                display: false,
+                details,
+            };
+            // As pi-core's session events build it: the entry's fields, `role`, `timestamp`.
+            let mut sent = serde_json::to_value(&entry).unwrap();
+            let o = sent.as_object_mut().unwrap();
+            o.remove("type");
+            o.insert("role".into(), "custom".into());
+            o.insert("timestamp".into(), 1_700_000_000_000_i64.into());
+            let mirror: CustomMessageWire = serde_json::from_value(sent.clone()).unwrap();
             assert_eq!(serde_json::to_value(&mirror).unwrap(), sent);
         }
     }

@@ -66,9 +66,22 @@ export function isRewindLabel(label: string | undefined): boolean {
   return !!label && /^pi: (rewind|reapply)\b/i.test(label);
 }
 
-/** The tool call id at the end of an applyEdit label (`… (call_1)`). */
+/** The tool call and the session an applyEdit label names (`… (call_1) · session <id>`;
+ * docs/protocol.md `workspace/applyEdit`): tool call ids are unique only within a session, so
+ * the session is what files the edit (a label without one leaves it `undefined`). */
+export function callOfLabel(label: string | undefined): { toolCallId?: string; sessionId?: string } {
+  const m = label ? /\(([^()\s]+)\)(?: · session (\S+))?\s*$/.exec(label) : null;
+  return m ? { toolCallId: m[1], sessionId: m[2] } : {};
+}
+
+/** The tool call id in an applyEdit label (`… (call_1)`, {@link callOfLabel}). */
 export function toolCallIdOfLabel(label: string | undefined): string | undefined {
-  return label ? /\(([^()\s]+)\)\s*$/.exec(label)?.[1] : undefined;
+  return callOfLabel(label).toolCallId;
+}
+
+/** The key of one tool call among every session's (ids repeat across sessions). */
+export function callKey(sessionId: string | undefined, toolCallId: string): string {
+  return `${sessionId ?? ""}\u0000${toolCallId}`;
 }
 
 export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataProvider<Node>, vscode.TextDocumentContentProvider, vscode.Disposable {
@@ -79,7 +92,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   /** Agent changes taken back with Undo, for Redo to bring back under review (undone.ts). */
   private readonly undone = new UndoneChanges();
   private readonly diffTexts = new Map<string, string>();
-  /** Pending permission questions' changes by tool call id (`{path, diff}`), for openDiff. */
+  /** Pending permission questions' changes by {@link callKey} (`{path, diff}`), for openDiff. */
   readonly pendingChanges = new Map<string, { path: string; diff: string }>();
   /** The diff tabs opened for those, closed when their question is over. */
   readonly proposals: ProposalTabs;
@@ -194,7 +207,10 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     // A rewind (or its undo) is the user's own doing, not an agent edit to review: it goes
     // through as a change of the document, which settles the hunks it reverts.
     if (isRewindLabel(params.label)) return next(params);
-    const toolCallId = toolCallIdOfLabel(params.label);
+    const call = callOfLabel(params.label);
+    const toolCallId = call.toolCallId;
+    // The label's session; from an older server, the session that announced the call.
+    const sessionId = call.sessionId ?? (toolCallId ? this.callSessions.get(toolCallId) : undefined);
     const uris = new Map<string, boolean>(); // uri → created by this edit
     for (const c of params.edit.documentChanges ?? []) {
       if ("textDocument" in c) {
@@ -225,7 +241,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
           const uri = vscode.Uri.parse(u);
           const doc = await vscode.workspace.openTextDocument(uri);
           if (b.version !== undefined && doc.version === b.version) await waitForChange(uri, 1000);
-          this.record({ toolCallId, sessionId: toolCallId ? this.callSessions.get(toolCallId) : undefined, uri: uri.toString(), before: b.text, after: doc.getText() }, uri);
+          this.record({ toolCallId, sessionId, uri: uri.toString(), before: b.text, after: doc.getText() }, uri);
         }
       }
     } finally {
@@ -235,7 +251,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
   }
 
   private record(edit: AgentEdit, uri: vscode.Uri): void {
-    if (edit.toolCallId) this.edits.set(edit.toolCallId, edit);
+    if (edit.toolCallId) this.edits.set(callKey(edit.sessionId, edit.toolCallId), edit);
     let t = this.files.get(edit.uri);
     if (!t) {
       t = { uri, changes: FileChanges.fromAgentEdit(edit.before, edit.after, edit.toolCallId), sessions: new Set() };
@@ -266,7 +282,8 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
           this.changed(key);
         } else {
           const toolCallId = back.toolCallIds[0];
-          this.record({ toolCallId, sessionId: toolCallId ? this.callSessions.get(toolCallId) : undefined, uri: key, before: back.without, after: back.withAgent }, e.document.uri);
+          const sessionId = back.sessions[0] ?? (toolCallId ? this.callSessions.get(toolCallId) : undefined);
+          this.record({ toolCallId, sessionId, uri: key, before: back.without, after: back.withAgent }, e.document.uri);
         }
         return;
       }
@@ -279,7 +296,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     const before = undoRedo && t.changes.hunks().length ? { text: t.changes.current, hunks: t.changes.hunks().length, ids: [...t.changes.toolCallIds] } : undefined;
     const reshaped = t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
     if (before && (t.changes.settled || t.changes.hunks().length < before.hunks)) {
-      this.undone.taken(key, before.text, e.document.getText(), before.ids);
+      this.undone.taken(key, before.text, e.document.getText(), before.ids, t.sessions);
     }
     if (reshaped) this.changedLater(key);
     else this.resyncLater(key);
@@ -420,7 +437,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     const ids = [...x.t.changes.toolCallIds];
     const r = x.t.changes.undo(x.index);
     if (!r) return false;
-    return this.undoneByReview(x.t.uri, withAgent, ids, [r]);
+    return this.undoneByReview(x.t.uri, withAgent, ids, [r], [...x.t.sessions]);
   }
 
   /** The review's Undo: the replacements applied as an editor edit; remembered, so Ctrl+Z of
@@ -430,13 +447,13 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
    * never saved (they are the user's to save): the undo alone is carried onto the disk's text
    * and written (unsaved.ts `undoneOnDisk`, the server's `saveUserChanges` merge rule), the
    * document keeps the user's changes unsaved. */
-  private async undoneByReview(uri: vscode.Uri, withAgent: string, ids: string[], rs: { start: number; end: number; text: string }[]): Promise<boolean> {
+  private async undoneByReview(uri: vscode.Uri, withAgent: string, ids: string[], rs: { start: number; end: number; text: string }[], sessions: string[]): Promise<boolean> {
     const doc = await vscode.workspace.openTextDocument(uri);
     const wasDirty = doc.isDirty;
     const buffer = doc.getText();
     const ok = await this.applyReplacements(uri, rs);
     if (!ok) return false;
-    this.undone.taken(uri.toString(), withAgent, doc.getText(), ids);
+    this.undone.taken(uri.toString(), withAgent, doc.getText(), ids, sessions);
     if (!wasDirty && doc.isDirty) await doc.save();
     else if (wasDirty && uri.scheme === "file" && this.unsaved) {
       try {
@@ -461,7 +478,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     if (!t) return false;
     const withAgent = t.changes.current;
     const ids = [...t.changes.toolCallIds];
-    return this.undoneByReview(t.uri, withAgent, ids, t.changes.undoAll());
+    return this.undoneByReview(t.uri, withAgent, ids, t.changes.undoAll(), [...t.sessions]);
   }
 
   private fileOf(node?: Node | vscode.Uri): Tracked | undefined {
@@ -582,19 +599,22 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
    * - a tool call waiting for permission: the file now ↔ the file with the proposed diff;
    * - else the file's changes under review: its base ↔ the file.
    */
-  async openDiff(arg?: { toolCallId?: string; path?: string } | Node | vscode.Uri): Promise<boolean> {
+  async openDiff(arg?: { toolCallId?: string; path?: string; sessionId?: string } | Node | vscode.Uri): Promise<boolean> {
     const rel = (u: vscode.Uri) => vscode.workspace.asRelativePath(u, false);
     const toolCallId = arg && !(arg instanceof vscode.Uri) && "toolCallId" in arg ? arg.toolCallId : undefined;
-    const applied = toolCallId ? this.edits.get(toolCallId) : undefined;
-    const pending = toolCallId ? this.pendingChanges.get(toolCallId) : undefined;
+    const sessionId = arg && !(arg instanceof vscode.Uri) && "sessionId" in arg ? arg.sessionId : undefined;
+    const callId = toolCallId ? callKey(sessionId, toolCallId) : undefined;
+    const applied = callId ? (this.edits.get(callId) ?? (sessionId === undefined ? undefined : this.edits.get(callKey(undefined, toolCallId!)))) : undefined;
+    const pending = callId ? this.pendingChanges.get(callId) : undefined;
+    const name = `${sessionId ? `${sessionId}-` : ""}${toolCallId}`;
     let left: vscode.Uri;
     let right: vscode.Uri;
     let title: string;
     if (applied) {
       const uri = vscode.Uri.parse(applied.uri);
       const n = rel(uri);
-      left = this.diffUri(n, `${toolCallId}-before`, applied.before);
-      right = this.openDoc(uri)?.getText() === applied.after ? uri : this.diffUri(n, `${toolCallId}-after`, applied.after);
+      left = this.diffUri(n, `${name}-before`, applied.before);
+      right = this.openDoc(uri)?.getText() === applied.after ? uri : this.diffUri(n, `${name}-after`, applied.after);
       title = `${n} (Pi's edit${right === uri ? "" : ", as it was"})`;
     } else if (pending) {
       const uri = this.resolvePath(pending.path);
@@ -606,8 +626,8 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
       }
       const proposed = applyPatch(current, pending.diff);
       const n = rel(uri);
-      left = this.diffUri(n, `${toolCallId}-now`, current);
-      right = this.diffUri(n, `${toolCallId}-proposed`, proposed === false ? pending.diff : proposed);
+      left = this.diffUri(n, `${name}-now`, current);
+      right = this.diffUri(n, `${name}-proposed`, proposed === false ? pending.diff : proposed);
       title = `${n} (Pi proposes)`;
     } else {
       let key: string | undefined;
@@ -629,10 +649,10 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
       title = `${n} (Pi's changes under review)`;
     }
     await vscode.commands.executeCommand("vscode.diff", left, right, title, { preserveFocus: true, preview: false });
-    if (pending && toolCallId) {
-      this.proposals.opened(toolCallId, right);
+    if (pending && callId) {
+      this.proposals.opened(callId, right);
       // Answered while the tab opened: stale already.
-      if (!this.pendingChanges.has(toolCallId)) await this.proposals.close(toolCallId);
+      if (!this.pendingChanges.has(callId)) await this.proposals.close(callId);
     }
     return true;
   }

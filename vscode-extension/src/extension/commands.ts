@@ -9,7 +9,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import type { HostMethod, HostParams, HostResult } from "../shared/hostMethods";
-import type { ExportFormat, ModelInfo } from "../shared/wire";
+import type { ExportFormat, ModelInfo, ThinkingLevel } from "../shared/wire";
 import type { ClientLifecycle } from "./lifecycle";
 import { relativeTime } from "./names";
 import type { ChatPanel } from "./panels";
@@ -201,7 +201,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
           status.setModel(sessionId, pick.model.name || id, pick.model.contextWindow);
           stateChanged(sessionId);
         } else {
-          const level = vscode.workspace.getConfiguration("pi").get<string>("thinkingLevel", "default");
+          const level = vscode.workspace.getConfiguration("pi").get<ThinkingLevel | "default">("thinkingLevel", "default");
           const st = await call("agent/session/new", { model: id, ...(level !== "default" ? { thinkingLevel: level } : {}) });
           await openInChatView(st.sessionId);
         }
@@ -211,7 +211,7 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         const sessionId = await needSession();
         if (!sessionId) return;
         const st = await call("agent/state", { sessionId });
-        const levels: string[] = st?.model?.thinkingLevels?.length ? st.model.thinkingLevels : ["off", "minimal", "low", "medium", "high", "xhigh"];
+        const levels: ThinkingLevel[] = st?.model?.thinkingLevels?.length ? st.model.thinkingLevels : ["off", "minimal", "low", "medium", "high", "xhigh"];
         if (levels.length <= 1) {
           void vscode.window.showInformationMessage(`Pi: ${st?.model?.name || st?.model?.id || "this model"} does not think (its only thinking level is "${levels[0] ?? "off"}"); choose a reasoning model to set one.`);
           return;

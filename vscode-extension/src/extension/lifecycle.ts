@@ -7,6 +7,8 @@
  */
 import * as vscode from "vscode";
 import { type LanguageClient, State } from "vscode-languageclient/node";
+import { AgentSaves } from "./agentsave";
+import { callKey } from "./changes";
 import { DeltaExpander } from "./deltas";
 import { showServerMessage } from "./mcp";
 import type { Note } from "./relay";
@@ -67,13 +69,17 @@ export class ClientLifecycle {
       throw new Error(msg);
     }
     output.info(`starting ${binary.path} (from ${binary.source})`);
-    const c = createClient(binary, output, trace, { applyEdit: (p, next) => changes.applyEdit(p, next) });
+    // An agent edit of a clean document lands through the disk, so no save participant runs
+    // for the agent (agentsave.ts); the tracker records it either way.
+    const saves = new AgentSaves(output);
+    const c = createClient(binary, output, trace, { applyEdit: (p, next) => changes.applyEdit(p, (q) => saves.applyEdit(q, next)) });
     c.onRequest("agent/requestPermission", async (params: any, token) => {
-      if (params?.change && params.toolCallId) changes.pendingChanges.set(params.toolCallId, params.change);
+      const call = params?.toolCallId ? callKey(params.sessionId, params.toolCallId) : undefined;
+      if (params?.change && call) changes.pendingChanges.set(call, params.change);
       try {
         return await questions.ask("agent/requestPermission", params, token);
       } finally {
-        if (params?.toolCallId) changes.pendingChanges.delete(params.toolCallId);
+        if (call) changes.pendingChanges.delete(call);
       }
     });
     c.onRequest("agent/ui/request", (params: any, token) => questions.ask("agent/ui/request", params, token));

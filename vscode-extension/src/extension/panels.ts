@@ -26,7 +26,8 @@ export interface PanelHost {
   attach(panel: ChatPanel, sessionId: string | null): void;
   answerQuestion(panel: ChatPanel, requestId: number, result: unknown): void;
   openQuestions(sessionId: string): unknown[];
-  openDiff(toolCallId: string, path: string): Promise<unknown>;
+  /** `sessionId`: the panel's session (tool call ids repeat across sessions). */
+  openDiff(toolCallId: string, path: string, sessionId: string | null): Promise<unknown>;
   /** The panel was focused or shown: it becomes the active one (status bar, commands). */
   activated(panel: ChatPanel): void;
   disposed(panel: ChatPanel): void;
@@ -188,7 +189,7 @@ export class ChatPanel implements RouteTarget {
         this.host.answerQuestion(this, m.requestId, m.result);
         return;
       case "openDiff":
-        await this.host.openDiff(m.toolCallId, m.path);
+        await this.host.openDiff(m.toolCallId, m.path, this.sessionId);
         return;
       case "openFile": {
         const root = vscode.workspace.workspaceFolders?.[0]?.uri;

@@ -135,7 +135,7 @@ export class PanelRegistry {
       },
       answerQuestion: (panel, id, result) => questions.answer(id, result, panel),
       openQuestions: (sessionId) => questions.openFor(sessionId),
-      openDiff: (toolCallId, p) => changes.openDiff({ toolCallId, path: p }),
+      openDiff: (toolCallId, p, sessionId) => changes.openDiff({ toolCallId, path: p, sessionId: sessionId ?? undefined }),
       activated: (panel) => {
         if (panel.visible) flags.seen(panel.sessionId);
         this.activePanel = panel;

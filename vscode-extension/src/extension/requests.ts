@@ -43,9 +43,9 @@ export class ServerQuestions {
   constructor(
     private readonly panels: QuestionPanels,
     private readonly log: vscode.LogOutputChannel,
-    private readonly openDiff: (toolCallId: string, path: string) => Promise<unknown>,
+    private readonly openDiff: (toolCallId: string, path: string, sessionId: string) => Promise<unknown>,
     /** Closes the diff tab opened for a permission's proposed edit (proposals.ts). */
-    private readonly closeDiff: (toolCallId: string) => Promise<unknown> = async () => undefined,
+    private readonly closeDiff: (toolCallId: string, sessionId: string) => Promise<unknown> = async () => undefined,
   ) {}
 
   /** Shows `sessionId` in a chat panel (a notification's "Show"; set by the panels' registry). */
@@ -133,7 +133,7 @@ export class ServerQuestions {
     this.pending.delete(id);
     q.resolve(result);
     // The proposal is stale now (allowed: the file holds it; rejected or withdrawn: it never will).
-    if (q.method === "agent/requestPermission" && typeof q.params?.toolCallId === "string") void this.closeDiff(q.params.toolCallId).catch((e) => this.log.warn(`closing a proposed diff: ${String(e)}`));
+    if (q.method === "agent/requestPermission" && typeof q.params?.toolCallId === "string") void this.closeDiff(q.params.toolCallId, q.sessionId).catch((e) => this.log.warn(`closing a proposed diff: ${String(e)}`));
     for (const p of this.panels.panelsOf(q.sessionId)) if (p !== from) p.post({ type: "serverRequestDone", requestId: id, reason });
     this.onChange(q.sessionId, this.openCount(q.sessionId));
   }
@@ -202,7 +202,7 @@ export class ServerQuestions {
       case "workspace":
         return { decision: "allowAlways", scope: "workspace" };
       case "diff":
-        await this.openDiff(q.params.toolCallId, q.params.change.path);
+        await this.openDiff(q.params.toolCallId, q.params.change.path, q.sessionId);
         return undefined;
       case "reject": {
         const reason = await vscode.window.showInputBox({ prompt: "Reason for rejecting (optional; the model reads it)", ignoreFocusOut: true });

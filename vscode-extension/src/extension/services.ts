@@ -6,7 +6,7 @@
  */
 import * as vscode from "vscode";
 import { AttentionList } from "./attention";
-import { ChangeTracker, type SavedReview } from "./changes";
+import { callKey, ChangeTracker, type SavedReview } from "./changes";
 import { SessionNames } from "./names";
 import type { ChatPanel } from "./panels";
 import { Router } from "./relay";
@@ -54,8 +54,8 @@ export function createServices(context: vscode.ExtensionContext): Services {
   const questions = new ServerQuestions(
     { panelsOf: (id) => router.panelsOf(id) as ChatPanel[] },
     output,
-    (toolCallId, p) => changes.openDiff({ toolCallId, path: p }),
-    (toolCallId) => changes.proposals.close(toolCallId),
+    (toolCallId, p, sessionId) => changes.openDiff({ toolCallId, path: p, sessionId }),
+    (toolCallId, sessionId) => changes.proposals.close(callKey(sessionId, toolCallId)),
   );
   const names = new SessionNames();
   changes.sessionName = (id) => names.get(id);

@@ -18,16 +18,18 @@ export interface UndoneChange {
   withAgent: string;
   without: string;
   toolCallIds: string[];
+  /** The sessions whose changes they were (the Changes view files them there again). */
+  sessions: string[];
 }
 
 export class UndoneChanges {
   private readonly files = new Map<string, UndoneChange[]>();
 
   /** The agent's lines of `uri` were taken back: the text went `withAgent → without`. */
-  taken(uri: string, withAgent: string, without: string, toolCallIds: readonly string[]): void {
+  taken(uri: string, withAgent: string, without: string, toolCallIds: readonly string[], sessions: Iterable<string> = []): void {
     if (withAgent === without) return;
     const l = this.files.get(uri) ?? [];
-    l.push({ withAgent, without, toolCallIds: [...toolCallIds] });
+    l.push({ withAgent, without, toolCallIds: [...toolCallIds], sessions: [...sessions] });
     if (l.length > MAX_PER_FILE) l.splice(0, l.length - MAX_PER_FILE);
     this.files.set(uri, l);
   }

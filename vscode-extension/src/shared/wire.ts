@@ -3,6 +3,288 @@
 // Rust type, then run `PI_WIRE_TS_WRITE=1 cargo test -p pi-lsp --lib wire_ts`.
 // `cargo test` fails while this file differs from what the types generate.
 
+export type TextContent = { text: string, 
+/**
+ * Provider signature of the text block (OpenAI Responses); omitted when absent.
+ */
+textSignature?: string | null, };
+
+export type ThinkingContent = { thinking: string, thinkingSignature?: string | null, 
+/**
+ * True for Anthropic `redacted_thinking` (the signature holds the opaque payload).
+ */
+redacted?: boolean, };
+
+export type ImageContent = { data: string, mimeType: string, };
+
+export type ToolCall = { id: string, name: string, 
+/**
+ * Parsed JSON arguments; `{}` when the model's text did not parse.
+ */
+arguments: unknown, 
+/**
+ * The streamed argument text when it did not parse as JSON (cut by the output limit,
+ * case LEN-01), kept for the error the loop reports. Never sent to a model: requests carry
+ * the replay-safe `arguments` only. Omitted when absent (Pi writes no such field).
+ */
+rawArguments?: string | null, };
+
+export type ContentBlock = { "type": "text" } & TextContent | { "type": "thinking" } & ThinkingContent | { "type": "image" } & ImageContent | { "type": "toolCall" } & ToolCall;
+
+export type UserContent = string | Array<ContentBlock>;
+
+export type Cost = { input: number, output: number, cacheRead: number, cacheWrite: number, total: number, };
+
+export type Usage = { input: number, output: number, cacheRead: number, cacheWrite: number, totalTokens: number, cost: Cost, };
+
+export type StopReason = "stop" | "length" | "toolUse" | "error" | "aborted";
+
+export type UserMessage = { content: UserContent, timestamp: number, };
+
+export type AssistantMessage = { content: Array<ContentBlock>, api: string, provider: string, model: string, responseId?: string | null, 
+/**
+ * The model name the stream reported when it differs from `model` (Pi's `responseModel`,
+ * set by the chat-completions adapter from the first chunk naming another model).
+ */
+responseModel?: string | null, usage: Usage, stopReason: StopReason, errorMessage?: string | null, timestamp: number, };
+
+export type ToolResultMessage = { toolCallId: string, 
+/**
+ * Pi always writes it; foreign or hand-made files may not (read as "").
+ */
+toolName: string, content: Array<ContentBlock>, details?: unknown, isError: boolean, timestamp: number, };
+
+export type Message = { "role": "user" } & UserMessage | { "role": "assistant" } & AssistantMessage | { "role": "toolResult" } & ToolResultMessage;
+
+export type AssistantEvent = { "type": "start" } | { "type": "text_start", contentIndex: number, } | { "type": "text_delta", contentIndex: number, delta: string, } | { "type": "text_end", contentIndex: number, content: string, } | { "type": "thinking_start", contentIndex: number, } | { "type": "thinking_delta", contentIndex: number, delta: string, } | { "type": "thinking_end", contentIndex: number, content: string, } | { "type": "toolcall_start", contentIndex: number, id: string, name: string, } | { "type": "toolcall_delta", contentIndex: number, delta: string, } | { "type": "toolcall_end", contentIndex: number, toolCall: ToolCall, } | { "type": "done", reason: StopReason, message: AssistantMessage, } | { "type": "error", reason: StopReason, error: AssistantMessage, };
+
+export type Api = "anthropic-messages" | "openai-completions" | "openai-responses" | "scripted";
+
+export type ModelCost = { input: number, output: number, cacheRead: number, cacheWrite: number, };
+
+export type ThinkingLevel = "off" | "minimal" | "low" | "medium" | "high" | "xhigh" | "max";
+
+export type CustomMessage = { role: "custom", customType: string, content: string | Array<ContentBlock>, display: boolean, details?: unknown, timestamp: number, };
+
+export type ToolOutput = { content: Array<ContentBlock>, 
+/**
+ * The tool's own details (each tool's shape; extension tools' are open).
+ */
+details?: unknown, 
+/**
+ * Set by the tool (or the after hook), never by the model: when every result of a batch
+ * has it, the loop does not request another response on its own.
+ */
+terminate?: boolean, };
+
+export type ReplacedImage = { hash: string, mimeType: string, note: string, };
+
+export type CompactionReason = "threshold" | "overflow" | "manual";
+
+export type CompactionResult = { summary: string, firstKeptEntryId: string, tokensBefore: number, 
+/**
+ * Pi 1.6: tokens of the context rebuilt after the compaction, estimated as Pi estimates
+ * (`estimateMessagesTokens`: characters / 4 per message, not a provider's count).
+ */
+estimatedTokensAfter?: number | null, 
+/**
+ * Pi 1.6: the usage of the summary requests (written on the `compaction` entry).
+ */
+usage?: Usage | null, 
+/**
+ * `{readFiles, modifiedFiles}`.
+ */
+details: { readFiles: Array<string>, modifiedFiles: Array<string> }, };
+
+export type AgentEvent = { "type": "agent_start" } | { "type": "turn_start" } | { "type": "message_start", message: Message, } | { "type": "message_update", assistantMessageEvent: AssistantEvent, } | { "type": "message_end", message: Message, } | { "type": "message_start", message: CustomMessage, } | { "type": "message_end", message: CustomMessage, } | { "type": "tool_execution_start", toolCallId: string, toolName: string, args: unknown, } | { "type": "tool_execution_update", toolCallId: string, toolName: string, args: unknown, partialResult: ToolOutput, } | { "type": "tool_execution_end", toolCallId: string, toolName: string, result: ToolOutput, isError: boolean, } | { "type": "turn_end", message: Message, toolResults: Array<ToolResultMessage>, } | { "type": "agent_end", messages: Array<Message>, } | { "type": "agent_settled", aborted: boolean, } | { "type": "auto_retry_start", attempt: number, maxAttempts: number, delayMs: number, errorMessage: string, } | { "type": "auto_retry_end", success: boolean, attempt: number, finalError?: string | null, } | { "type": "images_replaced", images: Array<ReplacedImage>, } | { "type": "compaction_start", reason: CompactionReason, } | { "type": "compaction_end", reason: CompactionReason, result: CompactionResult | null, aborted: boolean, willRetry: boolean, errorMessage?: string | null, } | { "type": "extension_error", extensionPath: string, event: string, error: string, };
+
+export type Delivery = "steer" | "followUp" | "nextTurn";
+
+export type QueueState = "queued" | "delivered" | "consumed" | "dropped" | "removed";
+
+export type QueuedMessage = { queueId: string, delivery: Delivery, 
+/**
+ * The message's text (images are not repeated).
+ */
+text: string, };
+
+export type UsageTotals = { input: number, output: number, cacheRead: number, cacheWrite: number, totalTokens: number, 
+/**
+ * US dollars at the model's per-million-token prices.
+ */
+cost: number, };
+
+export type AttentionReason = "finished" | "failed" | "permission" | "question";
+
+export type ExtensionCommandInfo = { 
+/**
+ * Invoked as `/name args`.
+ */
+name: string, description?: string | null, 
+/**
+ * Always `extension`.
+ */
+source: string, 
+/**
+ * The extension's path, `<builtin:NAME>` for built-ins.
+ */
+path: string, };
+
+export type StoppedToolCall = { toolCallId: string, toolName: string, args: unknown, };
+
+export type StoppedProcess = { toolCallId: string, command: string, };
+
+export type AppliedEdit = { toolCallId: string, toolName: string, 
+/**
+ * The path as the tool received it (relative to the workspace root unless absolute).
+ */
+path: string, };
+
+export type AbortReport = { 
+/**
+ * True when a run was active and has been told to stop.
+ */
+aborted: boolean, 
+/**
+ * The run that was stopped.
+ */
+runId?: string | null, 
+/**
+ * Tool calls that were executing when the abort arrived (each got an error result).
+ */
+stoppedToolCalls: Array<StoppedToolCall>, 
+/**
+ * Shell commands (`bash` tool calls) whose process group was killed.
+ */
+stoppedProcesses: Array<StoppedProcess>, 
+/**
+ * Edits the run had already applied (they stay applied; undo them in the editor).
+ */
+appliedEdits: Array<AppliedEdit>, 
+/**
+ * Edits sent to the editor that it had not answered when the run stopped: each may
+ * still be applied, and is recorded in the session when the editor answers (a late
+ * result, [`crate::harness::Notice::LateResult`]). Left out when empty.
+ */
+pendingEdits?: Array<AppliedEdit>, 
+/**
+ * Steering / follow-up / next-turn messages still queued: they go with the next prompt
+ * unless the queue is cleared.
+ */
+queuedMessages: Array<QueuedMessage>, };
+
+export type BashOutcome = { 
+/**
+ * The output's tail (Pi's limits), stdout and stderr merged.
+ */
+output: string, 
+/**
+ * Absent when killed by a signal or cancelled.
+ */
+exitCode: number | null, cancelled: boolean, truncated: boolean, fullOutputPath?: string | null, 
+/**
+ * The `bashExecution` entry, when written at once (the session was idle).
+ */
+entryId?: string | null, 
+/**
+ * When a run was active: the entry waits for it to end (in the context: queued for the
+ * next prompt under this id).
+ */
+queueId?: string | null, };
+
+export type BranchOutcome = { leafId: string | null, summaryEntryId?: string | null, summary?: string | null, 
+/**
+ * Text of the user message navigated to, for the editor's input.
+ */
+editorText?: string | null, messageCount: number, };
+
+export type ApprovalPolicy = "ask" | "auto-edit" | "approve-all";
+
+export type Rule = { 
+/**
+ * The tool, e.g. `edit` or `bash`.
+ */
+tool: string, 
+/**
+ * For `bash`: the command prefix (whole words) the rule allows.
+ */
+commandPrefix?: string | null, };
+
+export type Change = { 
+/**
+ * The tool call that made it.
+ */
+toolCallId: string, 
+/**
+ * `edit` or `write`.
+ */
+toolName: string, 
+/**
+ * The file as tools show it: relative to the workspace root inside it, else absolute.
+ */
+path: string, 
+/**
+ * The file, absolute.
+ */
+absolutePath: string, 
+/**
+ * The entry of the tool result.
+ */
+entryId: string, 
+/**
+ * Unified diff of the change (`details.unifiedDiff`; long lines clipped, SESSX-03), or
+ * `""` when the result has none.
+ */
+diff: string, 
+/**
+ * `xxh3:<16 hex>` of the text before; `null` when the change created the file or was
+ * recorded without hashes.
+ */
+hashBefore: string | null, 
+/**
+ * `xxh3:<16 hex>` of the text after; `null` when recorded without hashes.
+ */
+hashAfter: string | null, 
+/**
+ * The change created the file.
+ */
+created: boolean, };
+
+export type ChangesResult = { 
+/**
+ * The agent's changes on the active branch, oldest first
+ * ([`pi_core::harness::rewind::Change`]).
+ */
+changes: Array<Change>, };
+
+export type FileStatus = "reverted" | "reapplied" | "refused" | "unchanged";
+
+export type FileOutcome = { 
+/**
+ * As in [`Change::path`].
+ */
+path: string, status: FileStatus, 
+/**
+ * Why a file was refused.
+ */
+reason?: string | null, };
+
+export type RewindOutcome = { 
+/**
+ * The leaf before the rewind: rewinding to it undoes this rewind.
+ */
+previousLeafId: string | null, 
+/**
+ * The leaf now (the rewind's `custom` entry, see the module docs).
+ */
+leafId: string | null, 
+/**
+ * Every file the agent changed between the two positions, in the order first changed.
+ */
+files: Array<FileOutcome>, };
+
+export type McpServerParams = { server: string, exposure?: string, };
+
 export type StreamingBehavior = "steer" | "followUp";
 
 export type ImageKind = "image";
@@ -65,7 +347,7 @@ export type CompactParams = { sessionId: string,
  */
 instructions?: string | null, };
 
-export type CompactResult = unknown;
+export type CompactResult = CompactionResult;
 
 export type SessionParams = { sessionId: string, };
 
@@ -75,7 +357,7 @@ export type AgentEventParams = { sessionId: string, runId: string,
  * `agent/event` of the session. `agent/messages` answers with the last one its
  * `streamingMessage` and `messages` include.
  */
-seq: number, event: unknown, 
+seq: number, event: AgentEvent, 
 /**
  * `true` (else absent) when the event's entry could not be written to the session file
  * (a full disk, a file-size limit): the session keeps it in memory and writes it, before
@@ -84,7 +366,7 @@ seq: number, event: unknown,
  */
 unsaved?: boolean, };
 
-export type QueueUpdateParams = { sessionId: string, queueId: string, delivery: string, state: string, text: string, 
+export type QueueUpdateParams = { sessionId: string, queueId: string, delivery: Delivery, state: QueueState, text: string, 
 /**
  * Texts of the steering messages still waiting, oldest first (Pi's `queue_update`).
  */
@@ -98,18 +380,18 @@ export type UsageParams = { sessionId: string, runId: string,
 /**
  * This response (turn).
  */
-turn: unknown, 
+turn: UsageTotals, 
 /**
  * Every response stored in the session file so far, this one included (abandoned
  * branches too: they were paid for).
  */
-session: unknown, 
+session: UsageTotals, 
 /**
  * Tokens of the context this response saw plus what it wrote.
  */
 contextTokens: number, contextWindow: number, };
 
-export type AttentionParams = { sessionId: string, runId?: string | null, reason: string, 
+export type AttentionParams = { sessionId: string, runId?: string | null, reason: AttentionReason, 
 /**
  * One line for a notification: the answer's first line, or the error.
  */
@@ -119,11 +401,11 @@ export type SaveDocumentParams = { uri: string, };
 
 export type SaveDocumentResult = { saved: boolean, };
 
-export type ModelInfo = { provider: string, id: string, name: string, api: string, baseUrl: string, reasoning: boolean, input: Array<string>, contextWindow: number, maxTokens: number, 
+export type ModelInfo = { provider: string, id: string, name: string, api: Api, baseUrl: string, reasoning: boolean, input: Array<string>, contextWindow: number, maxTokens: number, 
 /**
  * US dollars per million tokens.
  */
-cost: unknown, thinkingLevels: Array<string>, };
+cost: ModelCost, thinkingLevels: Array<ThinkingLevel>, };
 
 export type QueueModeName = "one-at-a-time" | "all";
 
@@ -131,7 +413,7 @@ export type SessionState = { sessionId: string, sessionFile: string, sessionName
 /**
  * The file this session was forked from.
  */
-parentSession?: string | null, model: ModelInfo, thinkingLevel: string, 
+parentSession?: string | null, model: ModelInfo, thinkingLevel: ThinkingLevel, 
 /**
  * True while a run is active.
  */
@@ -171,7 +453,7 @@ leafId?: string | null,
 /**
  * The approval policy in force for this session (`ask`, `auto-edit`, `approve-all`).
  */
-approvalPolicy?: string | null, 
+approvalPolicy?: ApprovalPolicy | null, 
 /**
  * Present when the session is another project's (opened by its path): the folder its
  * header names as its `cwd` (`""` when it names none), for the client to show whose it
@@ -187,11 +469,11 @@ export type ModelSetParams = { sessionId: string,
  */
 model: string, };
 
-export type ModelSetResult = { model: ModelInfo, thinkingLevel: string, };
+export type ModelSetResult = { model: ModelInfo, thinkingLevel: ThinkingLevel, };
 
-export type ThinkingSetParams = { sessionId: string, level: string, };
+export type ThinkingSetParams = { sessionId: string, level: ThinkingLevel, };
 
-export type ThinkingResult = { level: string, };
+export type ThinkingResult = { level: ThinkingLevel, };
 
 export type SessionNewParams = { 
 /**
@@ -201,7 +483,7 @@ model?: string | null,
 /**
  * Clamped to what the model supports.
  */
-thinkingLevel?: string | null, name?: string | null, };
+thinkingLevel?: ThinkingLevel | null, name?: string | null, };
 
 export type SessionInfo = { sessionId: string, sessionFile: string, name?: string | null, firstPrompt?: string | null, parentSession?: string | null, entryCount: number, 
 /**
@@ -337,7 +619,7 @@ entryIds: Array<string>,
  * The response being streamed, if any: built from exactly the `agent/event`s up to
  * [`MessagesResult::seq`].
  */
-streamingMessage?: unknown | null, 
+streamingMessage?: AssistantMessage | null, 
 /**
  * The `seq` of the session's last `agent/event` this answer includes (0: none). A
  * client applies only the events numbered after it: the ones up to it are in the answer,
@@ -416,7 +698,7 @@ export type CommandsParams = { sessionId?: string | null, };
 
 export type CommandsResult = { commands: Array<CommandInfo>, };
 
-export type ExtensionCommandsResult = { commands: Array<unknown>, };
+export type ExtensionCommandsResult = { commands: Array<ExtensionCommandInfo>, };
 
 export type ContinueResult = { sessionId: string, runId: string, };
 

@@ -79,7 +79,7 @@ export async function updateCompletion(): Promise<void> {
       const list: { name: string; description?: string }[] = [];
       try {
         const r = await request("agent/commands", store.sessionId ? { sessionId: store.sessionId } : {});
-        list.push(...(r.commands ?? []));
+        for (const c of r.commands ?? []) list.push({ name: c.name, description: c.description ?? undefined });
       } catch {}
       if (store.sessionId) {
         try {

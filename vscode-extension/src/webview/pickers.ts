@@ -7,7 +7,7 @@ import { el } from "./dom";
 import { errorMessage, log, request } from "./rpc";
 import { store } from "./state";
 import { asObject } from "./store";
-import type { ModelInfo } from "../shared/wire";
+import type { ModelInfo, ThinkingLevel } from "../shared/wire";
 
 export const modelSelect = el("select", "model-select");
 modelSelect.setAttribute("aria-label", "Model");
@@ -54,16 +54,20 @@ function renderModels(): void {
   renderThinking(thinkingSelect.value || "off");
 }
 
+/** The levels the select offers (the model's, as `agent/model/list` sends them). */
+let shownLevels: ThinkingLevel[] = ["off"];
+
 function renderThinking(level: string): void {
   const m = currentModel ?? models.find((x) => modelKey(x) === modelSelect.value);
-  const levels: string[] = m?.thinkingLevels?.length ? m.thinkingLevels : m?.reasoning ? ["off", "minimal", "low", "medium", "high"] : ["off"];
+  const levels: ThinkingLevel[] = m?.thinkingLevels?.length ? m.thinkingLevels : m?.reasoning ? ["off", "minimal", "low", "medium", "high"] : ["off"];
+  shownLevels = levels;
   thinkingSelect.textContent = "";
   for (const l of levels) {
     const o = el("option", undefined, `thinking: ${l}`);
     o.value = l;
     thinkingSelect.append(o);
   }
-  thinkingSelect.value = levels.includes(level) ? level : levels[0]!;
+  thinkingSelect.value = levels.find((l) => l === level) ?? levels[0]!;
   thinkingSelect.disabled = levels.length < 2;
 }
 
@@ -94,7 +98,9 @@ modelSelect.addEventListener("change", async () => {
 thinkingSelect.addEventListener("change", async () => {
   if (!store.sessionId) return;
   try {
-    const r = await request("agent/thinking/set", { sessionId: store.sessionId, level: thinkingSelect.value });
+    const level = shownLevels.find((l) => l === thinkingSelect.value);
+    if (!level) return;
+    const r = await request("agent/thinking/set", { sessionId: store.sessionId, level });
     if (r?.level) renderThinking(r.level);
   } catch (e) {
     log("warn", `agent/thinking/set: ${errorMessage(e)}`);

@@ -1,3 +1,5 @@
+import type { ServerNotification } from "../shared/messages";
+import type { AgentEventParams, QueueUpdateParams, UsageParams } from "../shared/wire";
 /**
  * The event → view-model reducer of the chat panel: a normalized store fed with exactly the
  * server's notification params (docs/protocol.md: `agent/event`, `agent/queueUpdate`,
@@ -526,10 +528,9 @@ function applyAssistantEvent(s: Store, event: unknown): void {
 }
 
 /** Applies one `agent/event` notification's params `{sessionId, runId, event}`. */
-export function applyAgentEvent(s: Store, params: unknown): void {
-  const p = asObject(params);
-  const ev = asObject(p.event);
-  const runId = str(p.runId) ?? null;
+export function applyAgentEvent(s: Store, params: AgentEventParams): void {
+  const ev = params.event;
+  const runId = params.runId || null;
   switch (ev.type) {
     case "agent_start":
       s.runSeen = true;
@@ -715,15 +716,14 @@ export function applyAgentEvent(s: Store, params: unknown): void {
 }
 
 /** Applies `agent/queueUpdate` params `{queueId, delivery, state, text, ...}`. */
-export function applyQueueUpdate(s: Store, params: unknown): void {
-  const p = asObject(params);
-  if (!p.queueId || typeof p.queueId !== "string") return;
+export function applyQueueUpdate(s: Store, p: Pick<QueueUpdateParams, "queueId"> & Partial<QueueUpdateParams>): void {
+  if (!p.queueId) return;
   const prev = s.queue.get(p.queueId);
   s.queue.set(p.queueId, {
     queueId: p.queueId,
-    delivery: String(p.delivery ?? prev?.delivery ?? "steer"),
-    state: String(p.state ?? prev?.state ?? "queued"),
-    text: String(p.text ?? prev?.text ?? ""),
+    delivery: p.delivery ?? prev?.delivery ?? "steer",
+    state: p.state ?? prev?.state ?? "queued",
+    text: p.text ?? prev?.text ?? "",
   });
   s.dirty.add("queue");
   s.version++;
@@ -739,19 +739,17 @@ export function addQueued(s: Store, queueId: string, delivery: string, text: str
 }
 
 /** Applies `agent/usage` params. */
-export function applyUsage(s: Store, params: unknown): void {
-  const p = asObject(params);
-  const turn = asObject(p.turn);
-  const session = asObject(p.session);
+export function applyUsage(s: Store, p: UsageParams): void {
+  const { turn, session } = p;
   // A response that reported no usage (aborted, failed) says nothing about the context: the
   // meter keeps what the last real answer measured.
-  const nothing = Number(turn.totalTokens ?? -1) === 0 && Number(p.contextTokens ?? 0) === 0;
+  const nothing = turn.totalTokens === 0 && p.contextTokens === 0;
   s.usage = {
-    contextTokens: nothing && s.usage ? s.usage.contextTokens : Number(p.contextTokens ?? 0),
-    contextWindow: Number(p.contextWindow ?? 0),
-    sessionCost: Number(session.cost ?? 0),
-    turnCost: Number(turn.cost ?? 0),
-    sessionTokens: Number(session.totalTokens ?? 0),
+    contextTokens: nothing && s.usage ? s.usage.contextTokens : p.contextTokens,
+    contextWindow: p.contextWindow,
+    sessionCost: session.cost,
+    turnCost: turn.cost,
+    sessionTokens: session.totalTokens,
   };
   s.dirty.add("usage");
   s.version++;
@@ -787,7 +785,7 @@ export function setAwaiting(s: Store, toolCallId: string, on: boolean): void {
 }
 
 /** Applies one relayed server notification `{method, params}`; other sessions' are ignored. */
-export function applyNotification(s: Store, n: { method: string; params: unknown }): void {
+export function applyNotification(s: Store, n: ServerNotification): void {
   const sid = str(asObject(n.params).sessionId);
   if (s.sessionId && sid && sid !== s.sessionId) return;
   if (!s.sessionId && sid && n.method === "agent/event") s.sessionId = sid;

@@ -111,8 +111,9 @@ async function waitHttp(url, ms) {
   }
 }
 
-/** Starts everything; returns handles and helpers. `files` seeds the workspace. */
-export async function startWorkbench({ files = {}, settings = {} } = {}) {
+/** Starts everything; returns handles and helpers. `files` seeds the workspace; `extensions`:
+ * more .vsix files installed beside ours (a test's own extension). */
+export async function startWorkbench({ files = {}, settings = {}, extensions = [] } = {}) {
   const t = tools();
   const root = fs.mkdtempSync(path.join(os.tmpdir(), "pi-vscode-e2e-"));
   const workspace = path.join(root, "workspace");
@@ -153,7 +154,7 @@ export async function startWorkbench({ files = {}, settings = {} } = {}) {
   const statsPath = path.join(root, "host-stats.json");
   const env = { ...process.env, PATH: `${path.dirname(t.node24)}:${process.env.PATH}`, PI_CODING_AGENT_DIR: agentDir, PI_LSP_LOG: "info", PI_VSCODE_STATS: statsPath };
   delete env.VSCODE_IPC_HOOK_CLI;
-  const install = spawnSync(t.codeServer, ["--user-data-dir", userData, "--extensions-dir", extDir, "--install-extension", t.vsix], { env, encoding: "utf8", timeout: 120_000 });
+  const install = spawnSync(t.codeServer, ["--user-data-dir", userData, "--extensions-dir", extDir, ...[t.vsix, ...extensions].flatMap((v) => ["--install-extension", v])], { env, encoding: "utf8", timeout: 120_000 });
   if (install.status !== 0) throw new Error(`installing the .vsix failed: ${install.stdout}\n${install.stderr}`);
   const port = await freePort();
   const log = fs.openSync(path.join(root, "code-server.log"), "w");

@@ -4,16 +4,17 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as vscode from "vscode";
-import { ChangeTracker } from "../../src/extension/changes";
+import { callOfLabel, ChangeTracker } from "../../src/extension/changes";
 import { editDocument, openDocument, Uri } from "./fake-vscode";
 
 const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
 
-/** `workspace/applyEdit` of the server for `path` by tool call `id`, through the tracker. */
-async function agentEdit(c: ChangeTracker, path: string, id: string, text: string) {
+/** `workspace/applyEdit` of the server for `path` by tool call `id`, through the tracker; the
+ * label names `session` as the server's does (without it: an older server's label). */
+async function agentEdit(c: ChangeTracker, path: string, id: string, text: string, session?: string) {
   const uri = Uri.file(path);
   const params = {
-    label: `pi: turn 1 · edit ${path.split("/").pop()} (${id})`,
+    label: `pi: turn 1 · edit ${path.split("/").pop()} (${id})${session ? ` · session ${session}` : ""}`,
     edit: { changes: { [uri.toString()]: [] } },
   } as unknown as Parameters<ChangeTracker["applyEdit"]>[0];
   return c.applyEdit(params, async () => {
@@ -41,4 +42,32 @@ test("two sessions, one window: each session's Changes node lists only its own f
   const [hunkA] = c.getChildren(c.getChildren(roots[0])[0]);
   assert.deepEqual(hunkA, { kind: "hunk", key: "file:/w/a.txt", index: 0, startLine: 0, newText: "a = 2\n", oldText: "a = 1\n" });
   c.dispose();
+});
+
+test("two sessions running at once, both on call_1: each edit is filed under the session its label names", async () => {
+  openDocument(Uri.file("/w/c.txt"), "c = 1\n");
+  openDocument(Uri.file("/w/d.txt"), "d = 1\n");
+  const c = new ChangeTracker(log);
+  // Both sessions announced their call_1 before either edit came (the last announcement wins
+  // the id, so only the label can tell the edits apart).
+  c.noteToolCall("call_1", "0195-session-A");
+  c.noteToolCall("call_1", "0195-session-B");
+  assert.deepEqual(await agentEdit(c, "/w/c.txt", "call_1", "c = 2\n", "0195-session-A"), { applied: true });
+  assert.deepEqual(await agentEdit(c, "/w/d.txt", "call_1", "d = 2\n", "0195-session-B"), { applied: true });
+  const roots = c.getChildren();
+  assert.deepEqual(roots, [
+    { kind: "session", sessionId: "0195-session-A" },
+    { kind: "session", sessionId: "0195-session-B" },
+  ]);
+  assert.deepEqual(c.getChildren(roots[0]), [{ kind: "file", key: "file:/w/c.txt" }]);
+  assert.deepEqual(c.getChildren(roots[1]), [{ kind: "file", key: "file:/w/d.txt" }]);
+  c.dispose();
+});
+
+test("callOfLabel reads the tool call and the session of the server's labels", () => {
+  assert.deepEqual(callOfLabel("pi: turn 3 · edit notes.txt (call_1) · session 0195a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), { toolCallId: "call_1", sessionId: "0195a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b" });
+  assert.deepEqual(callOfLabel("pi: turn 3 · write a (b).txt (toolu_01) · session s-1"), { toolCallId: "toolu_01", sessionId: "s-1" });
+  assert.deepEqual(callOfLabel("pi: turn 3 · edit notes.txt (call_1)"), { toolCallId: "call_1", sessionId: undefined });
+  assert.deepEqual(callOfLabel("Pi: rewind notes.txt · session s-1"), {});
+  assert.deepEqual(callOfLabel(undefined), {});
 });

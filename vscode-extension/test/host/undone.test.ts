@@ -13,11 +13,11 @@ test("Ctrl+Z of an agent edit, then Ctrl+Shift+Z: the redone text is the agent's
   const f = FileChanges.fromAgentEdit(base, agent, "call_1");
   assert.equal(f.hunks().length, 1);
   // Ctrl+Z: the editor's undo takes the agent's line back; the tracker settles.
-  u.taken("file:///w/x.txt", f.current, base, f.toolCallIds);
+  u.taken("file:///w/x.txt", f.current, base, f.toolCallIds, ["s-1"]);
   assert.equal(u.has("file:///w/x.txt"), true);
   // Ctrl+Shift+Z: the document is the agent's text again.
   const back = u.restored("file:///w/x.txt", agent);
-  assert.deepEqual(back, { withAgent: agent, without: base, toolCallIds: ["call_1"] });
+  assert.deepEqual(back, { withAgent: agent, without: base, toolCallIds: ["call_1"], sessions: ["s-1"] });
   const again = FileChanges.fromAgentEdit(back!.without, back!.withAgent, back!.toolCallIds[0]);
   assert.deepEqual(again.hunks().map((h) => [h.oldText, h.newText]), [["b\n", "B\n"]]);
   assert.equal(u.has("file:///w/x.txt"), false, "used once");
@@ -48,7 +48,7 @@ test("typing drops what Redo could bring back; other texts are not the agent's",
   assert.equal(u.restored("k", agent), undefined);
   for (let i = 0; i < MAX_PER_FILE + 5; i++) u.taken("k", `with ${i}`, `without ${i}`, []);
   assert.equal(u.restored("k", "with 0"), undefined, "the oldest went");
-  assert.deepEqual(u.restored("k", `with ${MAX_PER_FILE + 4}`), { withAgent: `with ${MAX_PER_FILE + 4}`, without: `without ${MAX_PER_FILE + 4}`, toolCallIds: [] });
+  assert.deepEqual(u.restored("k", `with ${MAX_PER_FILE + 4}`), { withAgent: `with ${MAX_PER_FILE + 4}`, without: `without ${MAX_PER_FILE + 4}`, toolCallIds: [], sessions: [] });
   u.taken("k", "same", "same", []);
   assert.equal(u.restored("k", "same"), undefined, "no change, nothing remembered");
 });

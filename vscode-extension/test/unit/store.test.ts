@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import fc from "fast-check";
 import {
   createStore,
-  applyNotification,
+  applyNotification as applyServerNotification,
   applyHistoryPage,
   applyAbortReport,
   markStopping,
@@ -22,11 +22,19 @@ import {
   type AssistantItem,
   type ToolItem,
 } from "../../src/webview/store";
+import type { ServerNotification } from "../../src/shared/messages";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const fixtures = join(here, "../../test/fixtures");
 
 type N = { method: string; params: any };
+
+/** The recorded (test/fixtures) and hand-made notifications, some deliberately off the wire
+ * types (an event type the reducer does not know must be ignored), given to the reducer as
+ * the relay hands them over. */
+function applyNotification(s: Store, n: unknown): void {
+  applyServerNotification(s, n as ServerNotification);
+}
 
 function fixture(name: string): { notifications: N[]; responses: Map<string, any> } {
   const path = join(fixtures, `${name}.jsonl`);

@@ -61,9 +61,12 @@ fn is_false(b: &bool) -> bool {
 /// What a tool produced: content for the model, details for the UI, and the tool's
 /// continuation hint (Pi's `AgentToolResult`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ToolOutput {
     pub content: Vec<ContentBlock>,
+    /// The tool's own details (each tool's shape; extension tools' are open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
     pub details: Option<Value>,
     /// Set by the tool (or the after hook), never by the model: when every result of a batch
     /// has it, the loop does not request another response on its own.
@@ -235,6 +238,7 @@ pub trait AgentHooks: Send + Sync {
 /// One image of an [`AgentEvent::ImagesReplaced`]: its content's [`crate::session::image_hash`]
 /// (`xxh3:` + 16 hex digits of its base64 data), type, and the note now in its place.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ReplacedImage {
     pub hash: String,
@@ -246,6 +250,7 @@ pub struct ReplacedImage {
 /// `message_update` carries only the newest fragment, never the accumulated partial. Read back
 /// (by clients and tests) as written; fields that are not written take their defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(
     tag = "type",
     rename_all = "snake_case",
@@ -271,21 +276,25 @@ pub enum AgentEvent {
     /// reader gets `message_start`, whose `message` is a [`Message`]).
     #[serde(rename = "message_start", skip_deserializing)]
     CustomMessageStart {
+        #[cfg_attr(feature = "ts", ts(type = "CustomMessage"))]
         message: Value,
     },
     /// `message_end` of an extension's custom message; see [`AgentEvent::CustomMessageStart`].
     #[serde(rename = "message_end", skip_deserializing)]
     CustomMessageEnd {
+        #[cfg_attr(feature = "ts", ts(type = "CustomMessage"))]
         message: Value,
     },
     ToolExecutionStart {
         tool_call_id: String,
         tool_name: String,
+        #[cfg_attr(feature = "ts", ts(type = "unknown"))]
         args: Value,
     },
     ToolExecutionUpdate {
         tool_call_id: String,
         tool_name: String,
+        #[cfg_attr(feature = "ts", ts(type = "unknown"))]
         args: Value,
         partial_result: ToolOutput,
     },
@@ -375,6 +384,7 @@ pub trait EventSink: Send + Sync {
 /// How a queued message enters a running loop (Pi's `deliverAs`; on the wire `steer`,
 /// `followUp`, `nextTurn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum Delivery {
     /// After the current tool batch, before the next assistant request.
@@ -555,6 +565,7 @@ pub trait LateResults: Send + Sync {
 
 /// Why a compaction runs (Pi's `reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "lowercase")]
 pub enum CompactionReason {
     /// Context tokens passed context window − reserve tokens before a request.

@@ -64,6 +64,7 @@ pub const DEFAULT_RESERVE_TOKENS: u64 = 16_384;
 pub const DEFAULT_KEEP_RECENT_TOKENS: u64 = 20_000;
 /// `approvalPolicy` (a pi-lsp key; Pi has none): which tool calls need the user's approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "kebab-case")]
 pub enum ApprovalPolicy {
     /// `"ask"`: every mutating tool call (edits and bash) asks first.

@@ -537,6 +537,8 @@ struct Command {
 
 /// How a command is listed (Pi's `get_commands` entry for `source: "extension"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", ts(rename = "ExtensionCommandInfo"))]
 #[serde(rename_all = "camelCase")]
 pub struct CommandInfo {
     /// Invoked as `/name args`.

@@ -127,6 +127,7 @@ pub struct CustomSent {
 /// What an abort stopped ([`AgentSession::abort`]); aborting twice, or with no active run,
 /// is not an error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct AbortReport {
     /// True when a run was active and has been told to stop.
@@ -156,6 +157,7 @@ pub struct AbortReport {
 
 /// The user's shell command's result (Pi's `BashResult`), once it has ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct BashOutcome {
     /// The output's tail (Pi's limits), stdout and stderr merged.
@@ -177,6 +179,7 @@ pub struct BashOutcome {
 
 /// Where [`AgentSession::branch`] moved the leaf.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct BranchOutcome {
     pub leaf_id: Option<String>,

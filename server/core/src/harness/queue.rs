@@ -27,15 +27,18 @@ use crate::session::EntryData;
 
 /// A tool call stopped by an abort.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct StoppedToolCall {
     pub tool_call_id: String,
     pub tool_name: String,
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
     pub args: Value,
 }
 
 /// A process (group) killed by an abort.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct StoppedProcess {
     pub tool_call_id: String,
@@ -44,6 +47,7 @@ pub struct StoppedProcess {
 
 /// An edit a run applied (`edit` or `write` that succeeded).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedEdit {
     pub tool_call_id: String,
@@ -57,6 +61,7 @@ pub struct AppliedEdit {
 /// `removed` ([`Tracker::remove`]). An edit ([`Tracker::edit`]) reports `queued` again with
 /// the new text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub enum QueueState {
     Queued,
@@ -68,6 +73,7 @@ pub enum QueueState {
 
 /// A queued message as reported to the user.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct QueuedMessage {
     pub queue_id: String,
@@ -78,6 +84,7 @@ pub struct QueuedMessage {
 
 /// Token counts and cost in US dollars.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct UsageTotals {
     pub input: u64,
@@ -92,6 +99,7 @@ pub struct UsageTotals {
 /// Why the agent needs the user. More reasons may be added; clients must ignore reasons they
 /// do not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub enum AttentionReason {

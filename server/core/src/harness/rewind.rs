@@ -57,6 +57,7 @@ pub const REWIND_CUSTOM_TYPE: &str = "pi-lsp.rewind";
 
 /// One change the agent applied to a file (`agent/session/changes`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct Change {
     /// The tool call that made it.
@@ -92,6 +93,7 @@ pub struct Change {
 
 /// What happened to one file in a rewind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "lowercase")]
 pub enum FileStatus {
     /// The agent's changes were undone.
@@ -106,6 +108,7 @@ pub enum FileStatus {
 
 /// One file of a rewind's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct FileOutcome {
     /// As in [`Change::path`].
     pub path: String,
@@ -117,6 +120,7 @@ pub struct FileOutcome {
 
 /// A finished rewind (`agent/session/rewind`'s answer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct RewindOutcome {
     /// The leaf before the rewind: rewinding to it undoes this rewind.

@@ -17,11 +17,16 @@ use super::invalid;
 use crate::ctx::Ctx;
 use pi_core::mcp::config::{Exposure, Patch};
 
+/// Params of `agent/mcp/enable`, `disable`, `reconnect` (`{server}`) and `setExposure`
+/// (`{server, exposure}`: `"eager"` or `"deferred"`).
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
+#[cfg_attr(test, ts(rename = "McpServerParams"))]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ServerParams {
     server: String,
     #[serde(default)]
+    #[cfg_attr(test, ts(optional))]
     exposure: Option<String>,
 }
 

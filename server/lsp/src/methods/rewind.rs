@@ -17,6 +17,7 @@ use crate::protocol::{agent_error, codes, SessionParams};
 
 /// `agent/session/changes` result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct ChangesResult {
     /// The agent's changes on the active branch, oldest first

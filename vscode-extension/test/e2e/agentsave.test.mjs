@@ -1,0 +1,109 @@
+// The agent's saves run none of the user's save participants (issue 30 item 2), in real VS Code
+// (code-server 4.139.1): `editor.formatOnSave` on, autosave off, and a formatter of plain text
+// installed from its own .vsix (test/e2e/formatter: it upper-cases every letter and logs each
+// save it takes part in). The agent's edit lands with exactly its text on disk, the editor stays
+// clean, one undo step takes it back; the user's own save afterwards is formatted.
+import { test, after, before } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { editorText, startWorkbench, until, waitChatFrame } from "./harness.mjs";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const shotDir = process.env.PI_E2E_SHOTS ?? path.join(here, "..", "..", "dist", "e2e");
+fs.mkdirSync(shotDir, { recursive: true });
+
+const NOTES = "alpha\nbeta\ngamma\n";
+
+let wb;
+let page;
+let vsixDir;
+
+/** The test formatter packaged as a .vsix (vsce from the extension's own dev dependencies). */
+function packageFormatter() {
+  vsixDir = fs.mkdtempSync(path.join(os.tmpdir(), "pi-formatter-"));
+  const out = path.join(vsixDir, "upper-formatter.vsix");
+  const vsce = path.join(here, "..", "..", "node_modules", ".bin", "vsce");
+  const r = spawnSync(vsce, ["package", "--skip-license", "--allow-missing-repository", "-o", out], { cwd: path.join(here, "formatter"), encoding: "utf8", timeout: 120_000 });
+  if (r.status !== 0) throw new Error(`packaging the test formatter failed: ${r.stdout}\n${r.stderr}`);
+  return out;
+}
+
+before(async () => {
+  wb = await startWorkbench({
+    files: { "notes.txt": NOTES },
+    settings: { "editor.formatOnSave": true, "[plaintext]": { "editor.defaultFormatter": "pi-lsp-test.upper-formatter" } },
+    extensions: [packageFormatter()],
+  });
+  page = wb.page;
+});
+
+after(async () => {
+  await page?.screenshot({ path: path.join(shotDir, "agent-save.png") }).catch(() => {});
+  if (wb) {
+    if (process.env.PI_E2E_KEEP) console.error(`kept ${wb.root}`);
+    await wb.close();
+  }
+  if (vsixDir) fs.rmSync(vsixDir, { recursive: true, force: true });
+});
+
+async function frameText(frame) {
+  return (await frame.locator("body").innerText()).replace(/\u00a0/g, " ");
+}
+
+/** Whether the active editor tab shows unsaved changes. */
+async function activeDirty() {
+  return (await page.locator(".tabs-container .tab.active.dirty").count()) > 0;
+}
+
+test("the agent's edit is saved without the user's format-on-save; the user's own save is formatted", async () => {
+  const file = path.join(wb.workspace, "notes.txt");
+  const saves = path.join(wb.workspace, "formatter-saves.txt");
+  await page.locator('.activitybar [aria-label^="Pi"]').first().click();
+  const chat = await waitChatFrame(page);
+  // notes.txt open in the editor, with no unsaved changes.
+  await page.keyboard.press("Control+P");
+  await page.locator(".quick-input-widget input").fill("notes.txt");
+  await until("notes.txt first in Quick Open", async () => (await page.locator(".quick-input-list .monaco-list-row").first().getAttribute("aria-label"))?.startsWith("notes.txt"), 10_000);
+  await page.keyboard.press("Enter");
+  await page.locator(".tabs-container .tab.active", { hasText: "notes.txt" }).waitFor({ timeout: 10_000 });
+  assert.equal(await editorText(page), "alpha\nbeta\ngamma\n");
+  // The formatter is active before the agent's edit (it would format any save from now on).
+  await until("the test formatter activated", async () => fs.existsSync(path.join(wb.workspace, ".formatter-active")), 20_000);
+
+  const box = chat.locator('textarea[aria-label="Message"]');
+  await box.click();
+  await box.fill("edit notes.txt please");
+  await box.press("Enter");
+  await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited notes.txt."), 60_000);
+  await until("the edit in the editor", async () => (await editorText(page)) === "alpha\nBETA\ngamma\n", 10_000);
+  // The disk holds exactly the agent's text (the formatter would have upper-cased all of it),
+  // no save participant ran, and the editor has nothing unsaved.
+  assert.equal(fs.readFileSync(file, "utf8"), "alpha\nBETA\ngamma\n");
+  assert.equal(fs.existsSync(saves), false, `a save participant ran for the agent's save: ${fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : ""}`);
+  assert.equal(await activeDirty(), false, "the editor shows no unsaved changes after the agent's edit");
+
+  // One undo step takes the agent's edit back; redo brings it back, clean again.
+  await page.locator(".editor-instance .monaco-editor .view-line").first().click();
+  await page.keyboard.press("Control+Home");
+  await page.keyboard.press("Control+Z");
+  await until("the undone edit", async () => (await editorText(page)) === "alpha\nbeta\ngamma\n", 10_000);
+  assert.equal(await activeDirty(), true, "the undone edit is an unsaved change");
+  await page.keyboard.press("Control+Shift+Z");
+  await until("the redone edit", async () => (await editorText(page)) === "alpha\nBETA\ngamma\n", 10_000);
+  await until("clean after redo", async () => !(await activeDirty()), 5_000);
+
+  // The user's own save afterwards runs their format-on-save.
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "gamma" }).first().click();
+  await page.keyboard.press("End");
+  await page.keyboard.type(" delta");
+  await until("the user's typing", async () => (await editorText(page)) === "alpha\nBETA\ngamma delta\n", 5_000);
+  await page.keyboard.press("Control+S");
+  await until("the user's save on disk, formatted", async () => fs.readFileSync(file, "utf8") === "ALPHA\nBETA\nGAMMA DELTA\n", 15_000);
+  await until("the formatted text in the editor", async () => (await editorText(page)) === "ALPHA\nBETA\nGAMMA DELTA\n", 5_000);
+  assert.equal(fs.readFileSync(saves, "utf8"), "notes.txt reason=1\n", "the user's save (and only it) ran the save participants");
+  assert.equal(await activeDirty(), false);
+});
