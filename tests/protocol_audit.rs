@@ -872,7 +872,8 @@ async fn informational_logs_are_log_messages_and_no_save_notifications_are_asked
         logs,
         vec![
             json!({"type": 3, "message": format!("INFO pi_lsp::server: workspace root {}; position encoding Utf16", root.display())}),
-            json!({"type": 3, "message": "INFO pi_lsp::server: workspace trusted: false"}),
+            json!({"type": 3, "message": format!("INFO pi_core::config::resources: project trust of {}: false (Default)", ws.display())}),
+            json!({"type": 3, "message": "INFO pi_lsp::server: workspace trusted: false (Default)"}),
         ]
     );
     let stderr = c.stderr.clone();
