@@ -774,3 +774,158 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
     );
     assert_eq!(mock.requests().len(), 2);
 }
+
+/// A Pi 1.6-shaped session: its full system message (Pi's sections), a turn, a section patch
+/// mid-branch (as Pi stores one after `/reload`), another turn.
+fn pi16_session_with_a_patch(path: &std::path::Path, provider: &str, model: &str, api: &str) {
+    let ts = "2026-12-05T12:00:00.000Z";
+    let usage = json!({"input": 10, "output": 2, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 12,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}});
+    let user = |id: &str, parent: &str, text: &str| {
+        json!({"type": "message", "id": id, "parentId": parent, "timestamp": ts,
+            "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}})
+    };
+    let assistant = |id: &str, parent: &str, text: &str| {
+        json!({"type": "message", "id": id, "parentId": parent, "timestamp": ts,
+            "message": {"role": "assistant", "content": [{"type": "text", "text": text}],
+                "api": api, "provider": provider, "model": model, "usage": usage,
+                "stopReason": "stop", "timestamp": 2}})
+    };
+    let lines = [
+        json!({"type": "session", "version": 3, "id": "01a24614-0000-7000-8000-000000000001",
+            "timestamp": ts, "cwd": "/home/user/project"}),
+        json!({"type": "model_change", "id": "m0", "parentId": null, "timestamp": ts,
+            "provider": provider, "modelId": model}),
+        json!({"type": "message", "id": "s1", "parentId": "m0", "timestamp": ts,
+            "message": {"role": "system", "content": "",
+                "sections": {"preamble": "You are Pi.", "rules": "Be brief."},
+                "toolsAdded": [{"name": "read", "description": "Read a file",
+                    "parameters": {"type": "object", "properties": {}}}],
+                "timestamp": 1}}),
+        user("u1", "s1", "first"),
+        assistant("a1", "u1", "one"),
+        json!({"type": "message", "id": "s2", "parentId": "a1", "timestamp": ts,
+            "message": {"role": "system", "content": "", "sections": {"rules": "Be very brief."},
+                "timestamp": 3}}),
+        user("u2", "s2", "second"),
+        assistant("a2", "u2", "two"),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Pi 1.6's `supportsMidConvoSystemMessages`: a Pi 1.6 file with a prompt patch mid-branch,
+/// continued here. Without the flag the run's prompt leads the request alone, as before; with
+/// it the prompt the conversation started with leads and every later patch goes at its place
+/// in Pi's wording — Pi's own patch, and the one this run stores (Pi's sections removed, the
+/// harness's prompt set) — on chat completions in place, on Anthropic just before the next
+/// assistant message (or last). The file keeps the patches as entries either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
+    let tmp = TempDir::new("mid-convo-system");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![
+        Step::text("three"),
+        Step::text("three"),
+        Step::text("three"),
+    ])
+    .await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"] = json!([
+        {"id": "plain", "contextWindow": 128000, "maxTokens": 4096},
+        {"id": "mid", "contextWindow": 128000, "maxTokens": 4096,
+            "compat": {"supportsMidConvoSystemMessages": true}}
+    ]);
+    models["providers"]["mockant"]["compat"] = json!({"supportsMidConvoSystemMessages": true});
+    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    let go = |file: &std::path::Path, model: &str| {
+        let f = file.display().to_string();
+        let out = tokio::task::block_in_place(|| {
+            run(&ws, &env, &["--model", model, "--session", &f, "third"])
+        });
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let user = |t: &str| json!({"role": "user", "content": [{"type": "text", "text": t}]});
+    let assistant = |t: &str| json!({"role": "assistant", "content": t});
+
+    // Flag off: the run's prompt alone, no system text among the messages.
+    let plain = tmp.path().join("plain.jsonl");
+    pi16_session_with_a_patch(&plain, "mock", "plain", "openai-completions");
+    go(&plain, "mock/plain");
+    let body = &mock.requests()[0].body;
+    let prompt = body["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(prompt.contains("Current working directory:"), "{prompt}");
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "system", "content": prompt},
+            user("first"), assistant("one"), user("second"), assistant("two"), user("third")
+        ])
+    );
+    // The run stored its patch (Pi's sections removed, its own set) before the prompt.
+    let stored: Vec<Value> = std::fs::read_to_string(&plain)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l["message"]["role"] == "system")
+        .map(|l| l["message"]["sections"].clone())
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            json!({"preamble": "You are Pi.", "rules": "Be brief."}),
+            json!({"rules": "Be very brief."}),
+            json!({"preamble": null, "rules": null, "prompt": prompt}),
+        ]
+    );
+
+    // Flag on (chat completions): Pi's first prompt leads, the patches in place.
+    let reload = "Updated system prompt section \"rules\":\n\nBe very brief.";
+    let ours = format!(
+        "Removed system prompt section \"preamble\".\n\nRemoved system prompt section \"rules\".\n\nUpdated system prompt section \"prompt\":\n\n{prompt}"
+    );
+    let mid = tmp.path().join("mid.jsonl");
+    pi16_session_with_a_patch(&mid, "mock", "mid", "openai-completions");
+    go(&mid, "mock/mid");
+    assert_eq!(
+        mock.requests()[1].body["messages"],
+        json!([
+            {"role": "system", "content": "You are Pi.\n\nBe brief."},
+            user("first"), assistant("one"),
+            {"role": "system", "content": reload},
+            user("second"), assistant("two"),
+            {"role": "system", "content": ours},
+            user("third")
+        ])
+    );
+
+    // Flag on (Anthropic Messages): the patches held to just before the next assistant
+    // message, the last one last (with the conversation's cache mark).
+    let ant = tmp.path().join("ant.jsonl");
+    pi16_session_with_a_patch(&ant, "mockant", "mock-ant-1", "anthropic-messages");
+    go(&ant, "mockant/mock-ant-1");
+    let body = &mock.requests()[2].body;
+    let text = |t: &str| json!({"type": "text", "text": t});
+    assert_eq!(
+        body["system"],
+        json!([{"type": "text", "text": "You are Pi.\n\nBe brief.", "cache_control": {"type": "ephemeral"}}])
+    );
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [text("first")]},
+            {"role": "assistant", "content": [text("one")]},
+            {"role": "user", "content": [text("second")]},
+            {"role": "system", "content": [text(reload)]},
+            {"role": "assistant", "content": [text("two")]},
+            {"role": "user", "content": [text("third")]},
+            {"role": "system", "content": [{"type": "text", "text": ours, "cache_control": {"type": "ephemeral"}}]}
+        ])
+    );
+    assert_eq!(mock.requests().len(), 3);
+}

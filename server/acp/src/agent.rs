@@ -1268,6 +1268,8 @@ pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
                     }
                 }
             }
+            // Only a request carries one; a session's messages never do.
+            Message::System(_) => {}
             Message::ToolResult(r) => {
                 let args = calls.remove(&r.tool_call_id);
                 let fields = tools::finished(

@@ -262,6 +262,19 @@ impl Model {
         }
     }
 
+    /// Whether the model takes system messages after the conversation has started: its
+    /// `compat.supportsMidConvoSystemMessages` (the built-in catalogue sets it as Pi 1.6's
+    /// does; models.json's provider `compat`, a model's own and `modelOverrides` change it);
+    /// `false` when absent or not a boolean (Pi's default). With it a request carries later
+    /// prompt patches at their place ([`crate::Message::System`]); without it the current
+    /// prompt leads the request alone (pi-ai `resolveTranscript`).
+    pub fn supports_mid_convo_system_messages(&self) -> bool {
+        self.compat
+            .get("supportsMidConvoSystemMessages")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
     /// The levels this model supports (Pi's `getSupportedThinkingLevels`): only `off` without
     /// reasoning; a level mapped to `null` in `thinkingLevelMap` is unsupported; `xhigh` and
     /// `max` only when the map names them.

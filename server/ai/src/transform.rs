@@ -335,6 +335,7 @@ pub fn transform_messages(messages: &[Message], model: &Model) -> Vec<Message> {
                 }
                 Message::User(u)
             }
+            Message::System(s) => Message::System(s),
         })
         .collect()
 }
@@ -483,6 +484,11 @@ pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
             }
             // A result not directly after its call's assistant message is an orphan.
             Message::ToolResult(_) => i += 1,
+            // A later system message stays at its place.
+            Message::System(_) => {
+                out.push(messages[i].clone());
+                i += 1;
+            }
             Message::User(u) => {
                 let mut u = u.clone();
                 if std::mem::take(&mut interrupted) {
@@ -516,6 +522,7 @@ mod tests {
                 Message::User(_) => "user",
                 Message::Assistant(_) => "assistant",
                 Message::ToolResult(_) => "toolResult",
+                Message::System(_) => "system",
             })
             .collect()
     }

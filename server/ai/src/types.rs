@@ -302,6 +302,45 @@ pub enum Message {
     User(UserMessage),
     Assistant(AssistantMessage),
     ToolResult(ToolResultMessage),
+    /// A later system message kept at its place in a request's conversation (Pi 1.6 pi-ai's
+    /// `SystemMessage` sent by `resolveTranscript` to a model whose `compat` has
+    /// `supportsMidConvoSystemMessages`). Only a request's [`Context`] carries it: sessions
+    /// store system messages as entries of their own, read by the session layer, so this
+    /// variant is neither read from nor written to JSON (`role: "system"` does not parse as a
+    /// [`Message`]).
+    #[serde(skip)]
+    #[cfg_attr(feature = "ts", ts(skip))]
+    System(SystemMessage),
+}
+
+/// A system message of the conversation after the leading one (Pi 1.6 pi-ai `SystemMessage`
+/// with `content` and `sections`; tool changes travel in the request's tool list here).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SystemMessage {
+    /// Its `content` as text (blocks joined with `\n`).
+    pub content: String,
+    /// Its `sections` patch in stored order: `Some(text)` sets a section, `None` removes it.
+    pub sections: Vec<(String, Option<String>)>,
+}
+
+impl SystemMessage {
+    /// The text a provider sends for it mid-conversation, in Pi 1.6's wording (pi-ai
+    /// `renderSystemMessageUpdate`): its content, then per section `Updated system prompt
+    /// section "NAME":` + a blank line + the text, or `Removed system prompt section "NAME".`,
+    /// joined by blank lines. Empty when it carries neither.
+    pub fn update_text(&self) -> String {
+        let mut parts = Vec::with_capacity(self.sections.len() + 1);
+        if !self.content.is_empty() {
+            parts.push(self.content.clone());
+        }
+        for (name, value) in &self.sections {
+            parts.push(match value {
+                Some(text) => format!("Updated system prompt section \"{name}\":\n\n{text}"),
+                None => format!("Removed system prompt section \"{name}\"."),
+            });
+        }
+        parts.join("\n\n")
+    }
 }
 
 impl Message {
@@ -325,6 +364,11 @@ pub struct ToolSpec {
 }
 
 /// Everything one model request is built from.
+///
+/// `system_prompt` is the request's leading system prompt. `messages` may hold
+/// [`Message::System`] updates at their place (only for a model whose `compat` has
+/// `supportsMidConvoSystemMessages`, [`crate::Model::supports_mid_convo_system_messages`]);
+/// each provider sends them as Pi 1.6 does for its API.
 #[derive(Debug, Clone, Default)]
 pub struct Context {
     pub system_prompt: String,

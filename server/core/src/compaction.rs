@@ -57,6 +57,7 @@ pub fn estimate_tokens(m: &Message) -> u64 {
         },
         Message::Assistant(a) => blocks_chars(&a.content),
         Message::ToolResult(r) => blocks_chars(&r.content),
+        Message::System(s) => (s.update_text().chars().count() as u64, 0),
     };
     chars.div_ceil(4) + images * IMAGE_TOKENS
 }
@@ -579,6 +580,8 @@ pub fn serialize_conversation(messages: &[Message]) -> String {
     let mut parts: Vec<String> = Vec::new();
     for m in messages {
         match m {
+            // Not part of the conversation being summarised: the prompt is the harness's.
+            Message::System(_) => {}
             Message::User(u) => {
                 let text = match &u.content {
                     UserContent::Text(t) => t.clone(),

@@ -484,6 +484,7 @@ async fn seed_exercise_1_truncated_batch_with_intervention() {
             Message::User(u) => format!("user:{}", u.content.to_text()),
             Message::Assistant(a) => format!("assistant:{:?}:{}", a.stop_reason, a.text()),
             Message::ToolResult(r) => format!("result:{}", r.tool_call_id),
+            Message::System(s) => format!("system:{}", s.update_text()),
         })
         .collect();
     assert_eq!(

@@ -204,6 +204,7 @@ async fn steering_enters_after_the_batch_and_follow_up_when_idle() {
             Message::User(u) => format!("user:{}", u.content.to_text()),
             Message::Assistant(a) => format!("assistant:{}", a.text()),
             Message::ToolResult(r) => format!("result:{}", r.tool_call_id),
+            Message::System(s) => format!("system:{}", s.update_text()),
         })
         .collect();
     assert_eq!(

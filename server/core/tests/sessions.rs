@@ -27,6 +27,7 @@ fn shape(messages: &[Message]) -> Vec<String> {
             Message::User(u) => format!("user:{}", u.content.to_text()),
             Message::Assistant(a) => format!("assistant:{}", a.text()),
             Message::ToolResult(r) => format!("result:{}", r.tool_call_id),
+            Message::System(s) => format!("system:{}", s.update_text()),
         })
         .collect()
 }

@@ -45,6 +45,7 @@ fn a_compacted_pi_16_file_reads_as_pi_16_shows_it() {
             Message::User(_) => "user",
             Message::Assistant(_) => "assistant",
             Message::ToolResult(_) => "toolResult",
+            Message::System(_) => "system",
         })
         .collect();
     assert_eq!(roles, ["user", "assistant", "user", "assistant"]);

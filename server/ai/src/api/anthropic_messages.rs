@@ -96,10 +96,23 @@ fn assistant_block(b: &ContentBlock) -> Option<Value> {
 /// [`transform_messages`]: tool results go as `tool_result` blocks in a user turn, and
 /// consecutive user-role turns are merged (results first) for strict alternation (PAIR-05).
 /// With `cache` the last block of the last user turn gets `cache_control` (Pi).
+///
+/// A [`Message::System`] goes as a `system`-role message of one text block (Pi 1.6's
+/// wording, [`crate::SystemMessage::update_text`]), held back until just before the next
+/// assistant message sent (or the end), as Pi 1.6 does: Anthropic wants `tool_result` blocks
+/// right after their `tool_use`.
 pub fn convert_messages(model: &Model, messages: &[Message], cache: Option<&Value>) -> Vec<Value> {
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut pending: Vec<Vec<Value>> = Vec::new();
     for m in transform_messages(messages, model) {
         let (role, blocks) = match &m {
+            Message::System(s) => {
+                let text = s.update_text();
+                if !text.is_empty() {
+                    pending.push(vec![json!({"type":"text","text":text})]);
+                }
+                continue;
+            }
             Message::User(u) => ("user", user_blocks(&u.content)),
             Message::Assistant(a) => (
                 "assistant",
@@ -114,12 +127,16 @@ pub fn convert_messages(model: &Model, messages: &[Message], cache: Option<&Valu
         if blocks.is_empty() {
             continue;
         }
+        if role == "assistant" {
+            out.extend(pending.drain(..).map(|b| ("system", b)));
+        }
         match out.last_mut() {
             Some((last, prev)) if *last == role && role == "user" => prev.extend(blocks),
             _ => out.push((role, blocks)),
         }
     }
-    if let (Some(cc), Some(("user", blocks))) = (cache, out.last_mut()) {
+    out.extend(pending.drain(..).map(|b| ("system", b)));
+    if let (Some(cc), Some(("user" | "system", blocks))) = (cache, out.last_mut()) {
         if let Some(last) = blocks.last_mut() {
             last["cache_control"] = cc.clone();
         }

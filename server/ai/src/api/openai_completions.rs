@@ -119,7 +119,9 @@ fn data_url(i: &crate::types::ImageContent) -> Value {
 /// only tool calls), thinking replayed in the field it streamed in (its signature, e.g.
 /// `reasoning_content`) or as text with `requiresThinkingAsText`, arguments as a JSON string,
 /// tool results as `tool` messages (images follow in a user message when the model takes
-/// images).
+/// images). A [`Message::System`] goes in place as a message of the request's instruction
+/// role (`developer` for a reasoning model with `supportsDeveloperRole`, else `system`) with
+/// Pi 1.6's wording ([`crate::SystemMessage::update_text`]).
 pub fn convert_messages(model: &Model, compat: &Compat, messages: &[Message]) -> Vec<Value> {
     let takes_images = model.input.iter().any(|k| k == "image");
     let mut out = Vec::new();
@@ -136,6 +138,12 @@ pub fn convert_messages(model: &Model, compat: &Compat, messages: &[Message]) ->
         }
         last_was_result = false;
         match m {
+            Message::System(sm) => {
+                let text = sm.update_text();
+                if !text.is_empty() {
+                    out.push(json!({"role": instruction_role(model, compat), "content": text}));
+                }
+            }
             Message::User(u) => match &u.content {
                 UserContent::Text(t) => out.push(json!({"role":"user","content":t})),
                 UserContent::Blocks(blocks) => {
@@ -254,16 +262,22 @@ pub fn convert_messages(model: &Model, compat: &Compat, messages: &[Message]) ->
     out
 }
 
+/// The role of the system prompt and later system messages (Pi's `instructionRole`):
+/// `developer` for a reasoning model when the server takes it, else `system`.
+fn instruction_role(model: &Model, compat: &Compat) -> &'static str {
+    if model.reasoning && compat.supports_developer_role {
+        "developer"
+    } else {
+        "system"
+    }
+}
+
 /// The request body for `context` (pure; no I/O), shaped like Pi's.
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
     let compat = Compat::for_model(model);
     let mut messages = Vec::new();
     if !context.system_prompt.is_empty() {
-        let role = if model.reasoning && compat.supports_developer_role {
-            "developer"
-        } else {
-            "system"
-        };
+        let role = instruction_role(model, &compat);
         messages.push(json!({"role":role,"content":context.system_prompt}));
     }
     messages.extend(convert_messages(model, &compat, &context.messages));
@@ -296,7 +310,7 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
     } else if context.messages.iter().any(|m| match m {
         Message::ToolResult(_) => true,
         Message::Assistant(a) => !a.tool_calls().is_empty(),
-        Message::User(_) => false,
+        Message::User(_) | Message::System(_) => false,
     }) {
         // Proxies in front of Anthropic need `tools` whenever the history has tool turns (Pi).
         body["tools"] = json!([]);

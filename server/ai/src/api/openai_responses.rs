@@ -34,13 +34,36 @@ fn text_item_id(sig: Option<&str>) -> Option<String> {
     Some(sig.to_string())
 }
 
+/// The role of the system prompt and later system messages (Pi's `instructionRole`):
+/// `developer` for a reasoning model unless `compat.supportsDeveloperRole` is false, else
+/// `system`.
+fn instruction_role(model: &Model) -> &'static str {
+    let developer = model
+        .compat
+        .get("supportsDeveloperRole")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    if model.reasoning && developer {
+        "developer"
+    } else {
+        "system"
+    }
+}
+
 /// Converts provider-neutral messages to Responses `input` items (after the system one), after
-/// [`transform_messages`].
+/// [`transform_messages`]. A [`Message::System`] goes in place as an input message of the
+/// instruction role with Pi 1.6's wording ([`crate::SystemMessage::update_text`]).
 pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
     let takes_images = model.input.iter().any(|k| k == "image");
     let mut out = Vec::new();
     for (index, m) in transform_messages(messages, model).iter().enumerate() {
         match m {
+            Message::System(s) => {
+                let text = s.update_text();
+                if !text.is_empty() {
+                    out.push(json!({"role": instruction_role(model), "content": text}));
+                }
+            }
             Message::User(u) => {
                 let content: Vec<Value> = match &u.content {
                     UserContent::Text(t) => vec![json!({"type":"input_text","text":t})],
@@ -146,12 +169,7 @@ pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
     let mut input = Vec::new();
     if !context.system_prompt.is_empty() {
-        let role = if model.reasoning {
-            "developer"
-        } else {
-            "system"
-        };
-        input.push(json!({"role":role,"content":context.system_prompt}));
+        input.push(json!({"role":instruction_role(model),"content":context.system_prompt}));
     }
     input.extend(convert_messages(model, &context.messages));
     let mut body = json!({

@@ -215,6 +215,20 @@ pub struct NextTurn {
     pub system_prompt: String,
 }
 
+/// Where a run takes the system messages a request carries in the conversation (a session's
+/// stored ones, Pi 1.6), asked before every request to a model whose `compat` has
+/// `supportsMidConvoSystemMessages` ([`pi_ai::Model::supports_mid_convo_system_messages`]).
+pub trait SystemMessages: Send + Sync {
+    /// For a request with `system_prompt` over `messages` context messages: the leading
+    /// system prompt and the later system messages, each with the number of messages before
+    /// it (at most `messages`); `None` sends `system_prompt` alone, as for any other model.
+    fn layout(
+        &self,
+        system_prompt: &str,
+        messages: usize,
+    ) -> Option<(String, Vec<(usize, pi_ai::SystemMessage)>)>;
+}
+
 /// Trusted product policy plugged into the loop (docs/design.md#extensions-and-product-boundaries: extensions map onto these hooks).
 #[async_trait]
 pub trait AgentHooks: Send + Sync {
@@ -541,6 +555,9 @@ pub struct AgentConfig {
     pub late_results: Option<Arc<dyn LateResults>>,
     /// Tools asked for before every request (MCP); `None`: only `tools`.
     pub dynamic_tools: Option<Arc<dyn ToolProvider>>,
+    /// The conversation's system messages for a model that takes them mid-conversation;
+    /// `None`: `system_prompt` leads every request alone.
+    pub system_messages: Option<Arc<dyn SystemMessages>>,
 }
 
 /// Text of the aborted result of a change-making call (`edit`, `write`) stopped while its
@@ -597,6 +614,7 @@ impl AgentConfig {
             approval: None,
             late_results: None,
             dynamic_tools: None,
+            system_messages: None,
         }
     }
 }

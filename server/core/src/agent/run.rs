@@ -105,7 +105,7 @@ fn replace_large_images(messages: &mut [Message]) -> Vec<crate::agent::ReplacedI
                 pi_ai::UserContent::Text(_) => None,
             },
             Message::ToolResult(r) => Some(&mut r.content),
-            Message::Assistant(_) => None,
+            Message::Assistant(_) | Message::System(_) => None,
         }
     }
     let mut replace = |limit: usize| {
@@ -304,10 +304,30 @@ impl Run<'_> {
             self.cfg.system_prompt = next.system_prompt;
         }
         let output_room = self.output_room();
+        // Pi 1.6: a model that takes system messages mid-conversation gets the stored prompt
+        // patches at their place, after the prompt the conversation started with.
+        let layout = match &self.cfg.system_messages {
+            Some(s) if self.cfg.model.supports_mid_convo_system_messages() => {
+                s.layout(&self.cfg.system_prompt, self.messages.len())
+            }
+            _ => None,
+        };
+        let mut later_system = false;
+        let (system_prompt, kept_prompt) = match layout {
+            Some((leading, later)) => {
+                for (k, (at, m)) in later.into_iter().enumerate() {
+                    let at = (at + k).min(self.messages.len());
+                    self.messages.insert(at, Message::System(m));
+                    later_system = true;
+                }
+                (leading, Some(std::mem::take(&mut self.cfg.system_prompt)))
+            }
+            None => (std::mem::take(&mut self.cfg.system_prompt), None),
+        };
         // The request is built synchronously from the context, so the system prompt, messages
         // and tool specs are lent to it and taken back instead of copied for every request.
         let context = Context {
-            system_prompt: std::mem::take(&mut self.cfg.system_prompt),
+            system_prompt,
             messages: std::mem::take(&mut self.messages),
             tools: std::mem::take(&mut self.specs),
         };
@@ -321,8 +341,11 @@ impl Run<'_> {
                 timeout: self.cfg.retry.provider_timeout,
             },
         );
-        self.cfg.system_prompt = context.system_prompt;
+        self.cfg.system_prompt = kept_prompt.unwrap_or(context.system_prompt);
         self.messages = context.messages;
+        if later_system {
+            self.messages.retain(|m| !matches!(m, Message::System(_)));
+        }
         self.specs = context.tools;
         let model = &self.cfg.model;
         let mut started = false;

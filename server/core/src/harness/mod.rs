@@ -807,6 +807,9 @@ fn build_config(
         },
     );
     cfg.compaction = Some(compaction_config(ws, writer));
+    cfg.system_messages = Some(Arc::new(StoredSystemMessages {
+        writer: writer.clone(),
+    }));
     // MCP servers' tools (the workspace's, and servers handed to this session).
     cfg.dynamic_tools =
         crate::mcp::run_tools(ws, id, writer).map(|t| t as Arc<dyn crate::agent::ToolProvider>);
@@ -827,6 +830,38 @@ fn build_config(
         None => window,
     });
     cfg
+}
+
+/// A session's stored system messages as the loop's [`crate::agent::SystemMessages`]: the
+/// branch at the writer's leaf ([`crate::session::path_system_layout`]), when it replays to
+/// the run's prompt (the run stores the patch that makes it so, [`AgentSession::start`]) and
+/// holds a system message after the leading one. Otherwise (a file written as Pi 0.73.1
+/// writes them, an extension that changed the prompt for one request, a branch whose context
+/// does not match the run's) the run's prompt leads alone.
+struct StoredSystemMessages {
+    writer: Arc<Mutex<SessionWriter>>,
+}
+
+impl crate::agent::SystemMessages for StoredSystemMessages {
+    fn layout(
+        &self,
+        system_prompt: &str,
+        messages: usize,
+    ) -> Option<(String, Vec<(usize, pi_ai::SystemMessage)>)> {
+        let w = crate::session::lock_writer(&self.writer).ok()?;
+        let tree = w.tree();
+        let path = tree.path(w.leaf()?);
+        let state = crate::session::SystemState::of_path(&path);
+        let run = crate::session::SystemState::of_run(system_prompt, &[]);
+        if !state.content.is_empty() || state.sections != run.sections {
+            return None;
+        }
+        let layout = crate::session::path_system_layout(&path);
+        if layout.later.is_empty() || layout.later.iter().any(|(at, _)| *at > messages) {
+            return None;
+        }
+        Some((layout.leading.unwrap_or_default(), layout.later))
+    }
 }
 
 /// The built-in extensions `ws`'s settings enable (`builtinExtensions`; the project's only

@@ -194,6 +194,7 @@ pub fn message_text(m: &Message) -> String {
         Message::User(u) => u.content.to_text(),
         Message::Assistant(a) => a.text(),
         Message::ToolResult(r) => pi_ai::join_text(&r.content),
+        Message::System(s) => s.update_text(),
     }
 }
 

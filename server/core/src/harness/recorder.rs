@@ -121,7 +121,7 @@ impl Recorder {
                             stamps.insert("durationMs".into(), json!(millis_since(t)));
                         }
                     }
-                    Message::User(_) => {}
+                    Message::User(_) | Message::System(_) => {}
                 }
                 let mut w = lock_writer(&self.writer)?;
                 return w.append_message_stamped(message, stamps).map(|_| ());

@@ -63,6 +63,8 @@ pub fn replace_content(m: Message, replacement: &Value) -> Message {
             r.content = blocks(content);
             Message::ToolResult(r)
         }
+        // Never in a session's context (stored system messages are entries of their own).
+        Message::System(s) => Message::System(s),
     }
 }
 

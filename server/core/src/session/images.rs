@@ -122,7 +122,7 @@ pub fn image_window(messages: &mut [Message], keep_turns: Option<usize>) -> usiz
                 UserContent::Text(_) => continue,
             },
             Message::ToolResult(r) => &mut r.content,
-            Message::Assistant(_) => continue,
+            Message::Assistant(_) | Message::System(_) => continue,
         };
         for b in blocks.iter_mut() {
             if let ContentBlock::Image(i) = b {
@@ -150,7 +150,7 @@ pub(super) fn strip_image_data(message: &mut Message) -> bool {
             UserContent::Text(_) => return false,
         },
         Message::ToolResult(r) => &mut r.content,
-        Message::Assistant(_) => return false,
+        Message::Assistant(_) | Message::System(_) => return false,
     };
     let mut stripped = false;
     for b in blocks.iter_mut() {

@@ -39,7 +39,8 @@ pub use list::{
 };
 pub use shared::{lock_writer, lock_writer_for_close};
 pub use system_message::{
-    is_system, system_message_count, writes_pi16, SystemState, PROMPT_SECTION,
+    is_system, leading_text, path_system_layout, system_message_count, to_system_message,
+    writes_pi16, SystemLayout, SystemState, PROMPT_SECTION,
 };
 pub use tree::{
     bash_execution_text, convert_message, entry_message, path_messages, path_messages_with, Entry,

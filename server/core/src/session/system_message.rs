@@ -178,6 +178,100 @@ impl SystemState {
     }
 }
 
+/// The system messages of a branch as a request to a model whose `compat` has
+/// `supportsMidConvoSystemMessages` carries them (Pi 1.6 pi-ai `resolveTranscript` keeping
+/// the transcript its agent replays): the leading one as the request's system prompt, the
+/// later ones at their place among the context's messages ([`path_system_layout`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SystemLayout {
+    /// The text of the system message the context starts with (after a compaction its
+    /// checkpoint), as pi-ai's `getSystemMessageText` renders it: its content, then every
+    /// section's text, joined by blank lines; `None` when the context does not start with one.
+    pub leading: Option<String>,
+    /// Every later system message with the number of context messages before it.
+    pub later: Vec<(usize, pi_ai::SystemMessage)>,
+}
+
+/// A stored system message (`{content, sections?}`) as pi-ai's [`pi_ai::SystemMessage`]:
+/// content blocks' text joined with `\n`, sections in stored order (`null` removes one; a
+/// non-string value is taken as its JSON text).
+pub fn to_system_message(m: &Value) -> pi_ai::SystemMessage {
+    pi_ai::SystemMessage {
+        content: content_text(&m["content"]),
+        sections: m["sections"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, v)| {
+                let text = match v {
+                    Value::Null => None,
+                    Value::String(s) => Some(s.clone()),
+                    other => Some(other.to_string()),
+                };
+                (name.clone(), text)
+            })
+            .collect(),
+    }
+}
+
+/// The whole prompt a system message gives as the leading one (pi-ai
+/// `getSystemMessageText`): its content, then each set section's text, non-empty parts
+/// joined by blank lines.
+pub fn leading_text(m: &pi_ai::SystemMessage) -> String {
+    std::iter::once(m.content.as_str())
+        .chain(m.sections.iter().filter_map(|(_, v)| v.as_deref()))
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// Where the stored system messages of a root-to-leaf `path` go in a request to a model that
+/// takes them mid-conversation (Pi 1.6: its agent's transcript holds them among the messages,
+/// and pi-ai `resolveTranscript` keeps them there for such a model). With a compaction, its
+/// checkpoint (`systemMessage`) leads and the system messages after it follow at their place
+/// (those among its kept entries are left out, as the checkpoint stands for them); without
+/// one, the first system message leads when no context message comes before it and every
+/// other follows at its place. A place is the number of context messages
+/// ([`super::tree::path_message_count`]'s) before the system message.
+pub fn path_system_layout(path: &[&Entry]) -> super::SystemLayout {
+    let plan = super::tree::path_plan(path, None);
+    let edits = super::ContextEdits::on_path(path);
+    let omitted = |e: &Entry| edits.as_ref().is_some_and(|x| x.omits(&e.id));
+    let mut layout = SystemLayout::default();
+    let mut count = 0;
+    if plan.summary.is_some() {
+        let ci = plan.ranges[0].end;
+        layout.leading = path[ci]
+            .raw()
+            .get("systemMessage")
+            .map(|m| leading_text(&to_system_message(m)));
+        count = 1;
+        count += plan.ranges[0]
+            .clone()
+            .filter(|&k| path[k].is_visible() && !omitted(path[k]))
+            .count();
+    }
+    let rest = if plan.summary.is_some() {
+        plan.ranges[1].clone()
+    } else {
+        plan.ranges[0].clone()
+    };
+    for k in rest {
+        let e = path[k];
+        if is_system(e) {
+            let m = to_system_message(&e.raw()["message"]);
+            if count == 0 && layout.leading.is_none() && layout.later.is_empty() {
+                layout.leading = Some(leading_text(&m));
+            } else {
+                layout.later.push((count, m));
+            }
+        } else if e.is_visible() && !omitted(e) {
+            count += 1;
+        }
+    }
+    layout
+}
+
 /// Whether sessions are written with Pi 1.6's entries and fields: setting `sessions.format`
 /// `"pi-1.6"` (the default) or `"pi-0.73"` (files as Pi 0.73.1 wrote them: no stored system
 /// messages, no `durationMs` / `thinkingLevel`, no compaction checkpoint; for users who open

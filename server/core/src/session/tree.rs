@@ -563,13 +563,13 @@ pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Mes
 /// Which entries of a path the model context holds: with a compaction (on the path, or
 /// proposed to follow it), its summary first (`(summary, timestamp)`), then the kept entries
 /// from `firstKeptEntryId` up to it, then everything after it; else the whole path.
-struct PathPlan {
-    summary: Option<(String, i64)>,
+pub(super) struct PathPlan {
+    pub(super) summary: Option<(String, i64)>,
     /// Positions on the path, in order.
-    ranges: [std::ops::Range<usize>; 2],
+    pub(super) ranges: [std::ops::Range<usize>; 2],
 }
 
-fn path_plan(path: &[&Entry], proposed: Option<(&str, &str)>) -> PathPlan {
+pub(super) fn path_plan(path: &[&Entry], proposed: Option<(&str, &str)>) -> PathPlan {
     let compaction = path.iter().rposition(|e| e.kind == "compaction");
     let (ci, summary, first_kept, ts) = match (proposed, compaction) {
         (Some((summary, first)), _) => (
@@ -1197,6 +1197,7 @@ mod tests {
                 Message::User(u) => format!("user:{}", u.content.to_text()),
                 Message::Assistant(a) => format!("assistant:{}", a.text()),
                 Message::ToolResult(r) => format!("result:{}", r.tool_call_id),
+                Message::System(s) => format!("system:{}", s.update_text()),
             })
             .collect()
     }

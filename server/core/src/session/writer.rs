@@ -745,6 +745,8 @@ impl SessionWriter {
                 self.open_calls = a.tool_calls().iter().map(|c| c.id.clone()).collect()
             }
             Message::User(_) => self.open_calls.clear(),
+            // Only a request carries one; it does not serialise, so its append fails below.
+            Message::System(_) => {}
         }
         let message = match message {
             // Pi writes a user message's text as one text block (a bare string is still read).
