@@ -435,13 +435,15 @@ impl ModelOverride {
         }
         m.headers.extend(self.headers);
         if let Some(v) = self.compat {
-            m.compat = v;
+            // Pi 1.6 (provider-composer `mergeCompat`): key by key over the model's own.
+            merge_compat(&mut m.compat, &v);
         }
     }
 }
 
-/// The provider's models.json `compat` over a built-in model's own flags, key by key (a
-/// non-object replaces them).
+/// `provider` (models.json's `compat` of a provider, a custom model or a `modelOverrides`
+/// entry) over `model`'s flags, key by key (a non-object replaces them; Pi 1.6's
+/// `mergeCompat`, without its nested merge of routing objects).
 fn merge_compat(model: &mut Value, provider: &Value) {
     match (model.as_object_mut(), provider.as_object()) {
         (Some(m), Some(p)) => {
@@ -748,7 +750,15 @@ impl Registry {
             cost: m.cost,
             thinking_level_map: m.thinking_level_map,
             thinking_level: None,
-            compat: m.compat.or_else(|| p.compat.clone()).unwrap_or(Value::Null),
+            compat: {
+                // Pi 1.6 (provider-composer `mergeCompat`): the model's keys over the
+                // provider's.
+                let mut compat = p.compat.clone().unwrap_or(Value::Null);
+                if let Some(own) = &m.compat {
+                    merge_compat(&mut compat, own);
+                }
+                compat
+            },
             script: None,
         }
     }
@@ -837,6 +847,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn debug_hides_the_key_and_header_values() {
@@ -1055,5 +1066,41 @@ mod tests {
             .map(|m| (m.full_id(), m.api))
             .collect();
         assert_eq!(custom, vec![("ok/k".to_string(), Api::OpenaiCompletions)]);
+    }
+
+    /// `supportsMidConvoSystemMessages` as Pi 1.6 resolves a model's `compat`: the catalogue's
+    /// flags, a provider's `compat` over them, a custom model's own over its provider's, a
+    /// `modelOverrides` entry's over the model's, key by key.
+    #[test]
+    fn compat_layers_merge_key_by_key_as_pi() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("models.json");
+        std::fs::write(
+            &file,
+            r#"{"providers":{
+                "anthropic":{"modelOverrides":{"claude-opus-5-5":{"compat":{"supportsMidConvoSystemMessages":false}}}},
+                "gw":{"baseUrl":"http://127.0.0.1:3/v1","compat":{"supportsDeveloperRole":false},
+                      "models":[{"id":"plain"},{"id":"mid","compat":{"supportsMidConvoSystemMessages":true}}]}}}"#,
+        )
+        .unwrap();
+        let reg = Registry::load_files(std::slice::from_ref(&file));
+        assert_eq!(reg.warnings, Vec::<String>::new());
+        let gw = |id: &str| reg.find(&format!("gw/{id}")).unwrap();
+        assert_eq!(gw("plain").compat, json!({"supportsDeveloperRole": false}));
+        assert_eq!(
+            gw("mid").compat,
+            json!({"supportsDeveloperRole": false, "supportsMidConvoSystemMessages": true})
+        );
+        assert!(!gw("plain").supports_mid_convo_system_messages());
+        assert!(gw("mid").supports_mid_convo_system_messages());
+        let opus = reg.find("anthropic/claude-opus-5-5").unwrap();
+        assert!(!opus.supports_mid_convo_system_messages());
+        // The override changed one flag; the catalogue's others stay.
+        assert_eq!(opus.compat["forceAdaptiveThinking"], true);
+        let builtin = Registry::load_files(&[]);
+        assert!(builtin
+            .find("anthropic/claude-opus-5-5")
+            .unwrap()
+            .supports_mid_convo_system_messages());
     }
 }

@@ -394,6 +394,25 @@ mod tests {
         }
     }
 
+    /// Pi 1.6's wording (pi-ai `renderSystemMessageUpdate`), and a stored system message
+    /// does not parse as a conversation message.
+    #[test]
+    fn system_message_update_text_is_pis() {
+        let m = SystemMessage {
+            content: "Note.".into(),
+            sections: vec![("a".into(), Some("A2".into())), ("b".into(), None)],
+        };
+        assert_eq!(
+            m.update_text(),
+            "Note.\n\nUpdated system prompt section \"a\":\n\nA2\n\nRemoved system prompt section \"b\"."
+        );
+        assert_eq!(SystemMessage::default().update_text(), "");
+        assert!(serde_json::from_value::<Message>(
+            json!({"role":"system","content":"","sections":{"a":"A"},"timestamp":1})
+        )
+        .is_err());
+    }
+
     #[test]
     fn tool_result_accepts_string_content() {
         let m: Message = serde_json::from_value(

@@ -178,3 +178,49 @@ fn stored_system_messages_replay_to_the_run_that_wrote_them() {
     assert_eq!(tree.agent_message_count(None), 3);
     assert_eq!(tree.context(None).messages.len(), 1);
 }
+
+/// Where a model that takes system messages mid-conversation gets them, on Pi 1.6's compacted
+/// file with a patch appended after the compaction: the checkpoint leads (as pi-ai's
+/// `getSystemMessageText` renders it: its sections joined by blank lines), the patch follows
+/// the four context messages before it (summary, kept answer, the turn after); the system
+/// message among the compacted entries is left out.
+#[test]
+fn system_layout_of_a_compacted_pi_file_leads_with_its_checkpoint() {
+    let d = tmp_dir("pi-core-pi16-layout-");
+    let file = d.join("s.jsonl");
+    let mut text = std::fs::read_to_string(fixture("pi-1.6.0-compacted.jsonl")).unwrap();
+    let patch = json!({"type": "message", "id": "aa000001", "parentId": "476b4031",
+        "timestamp": "2026-12-05T12:10:00.000Z",
+        "message": {"role": "system", "content": "", "sections": {"cwd": null, "rules": "R2"},
+            "timestamp": 5}});
+    let user = json!({"type": "message", "id": "aa000002", "parentId": "aa000001",
+        "timestamp": "2026-12-05T12:10:01.000Z",
+        "message": {"role": "user", "content": [{"type": "text", "text": "next"}], "timestamp": 6}});
+    text.push_str(&format!("{patch}\n{user}\n"));
+    std::fs::write(&file, text).unwrap();
+    let (tree, _) = read_tree(&file, false).unwrap();
+    let path = tree.path(tree.last_id().unwrap());
+    let layout = pi_core::session::path_system_layout(&path);
+    let checkpoint =
+        path.iter().find(|e| e.kind == "compaction").unwrap().raw()["systemMessage"].clone();
+    let sections: Vec<String> = checkpoint["sections"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sections.len(), 5);
+    assert_eq!(layout.leading, Some(sections.join("\n\n")));
+    assert_eq!(
+        layout.later,
+        vec![(
+            4,
+            pi_ai::SystemMessage {
+                content: String::new(),
+                sections: vec![("cwd".into(), None), ("rules".into(), Some("R2".into()))],
+            }
+        )]
+    );
+    // The context: summary, kept answer, user, answer, then the user after the patch.
+    assert_eq!(tree.context(None).messages.len(), 5);
+}

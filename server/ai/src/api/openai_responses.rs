@@ -464,3 +464,56 @@ async fn stream_body(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::types::SystemMessage;
+
+    /// A later system message goes in place as an input message of the instruction role, in
+    /// Pi 1.6's wording; the leading prompt stays the request's first item.
+    #[test]
+    fn later_system_messages_go_in_place_with_the_instruction_role() {
+        let mut model = Model::new(
+            crate::Api::OpenaiResponses,
+            "p",
+            "m",
+            "http://127.0.0.1:1/v1",
+        );
+        let patch = Message::System(SystemMessage {
+            content: String::new(),
+            sections: vec![
+                ("rules".into(), Some("Be brief.".into())),
+                ("old".into(), None),
+            ],
+        });
+        let ctx = Context {
+            system_prompt: "Lead.".into(),
+            messages: vec![Message::user_text("hi"), patch],
+            tools: Vec::new(),
+        };
+        let text = "Updated system prompt section \"rules\":\n\nBe brief.\n\nRemoved system prompt section \"old\".";
+        let input =
+            |model: &Model| build_request(model, &ctx, &StreamOptions::default())["input"].clone();
+        assert_eq!(
+            input(&model),
+            json!([
+                {"role": "system", "content": "Lead."},
+                {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                {"role": "system", "content": text}
+            ])
+        );
+        model.reasoning = true;
+        assert_eq!(
+            input(&model)[2],
+            json!({"role": "developer", "content": text})
+        );
+        model.compat = json!({"supportsDeveloperRole": false});
+        assert_eq!(
+            input(&model)[0],
+            json!({"role": "system", "content": "Lead."})
+        );
+        assert_eq!(input(&model)[2], json!({"role": "system", "content": text}));
+    }
+}
