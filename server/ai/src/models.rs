@@ -13,7 +13,8 @@
 //! files (Pi `docs/models.md`): `<workspace>/.pi/models.json` first, then
 //! `<agent dir>/models.json`, where the agent dir is `$PI_CODING_AGENT_DIR` or `~/.pi/agent`. A
 //! models.json entry named like a built-in provider merges into it as in Pi: its `baseUrl`,
-//! `apiKey`, `headers` and `compat` apply to the built-in models, `modelOverrides` change single
+//! `apiKey`, `headers` and `compat` apply to the built-in models (`compat` key by key over their
+//! own, as every `compat` layer merges), `modelOverrides` change single
 //! models (partial `cost` too), and its `models` are upserted by id. A provider's `apiKey` is
 //! the name of an environment variable when one by that name is set, a shell command when it
 //! starts with `!`, else the literal key (resolved in memory only, never written anywhere).

@@ -9,11 +9,13 @@
 //! `compaction` with `systemMessage` is the complete checkpoint at its boundary (system messages
 //! among its kept entries are dropped in its favour).
 //!
-//! Here a system message is never sent as a message: the request's system prompt is the
-//! harness's own, built afresh for every run, and a run that starts with another prompt or tool
-//! set than the branch replays to stores the patch ([`SystemState::patch_to`]), so Pi 1.6
-//! resumes a file written here with the prompt and tools it was last run with. The whole
-//! prompt is one section, [`PROMPT_SECTION`].
+//! The harness's prompt is built afresh for every run, and a run that starts with another
+//! prompt or tool set than the branch replays to stores the patch ([`SystemState::patch_to`]),
+//! so Pi 1.6 resumes a file written here with the prompt and tools it was last run with. The
+//! whole prompt is one section, [`PROMPT_SECTION`]. A request sends that prompt alone, unless
+//! the model takes system messages mid-conversation (`compat.supportsMidConvoSystemMessages`):
+//! then the branch's first system message leads and later ones go at their place
+//! ([`path_system_layout`]), as Pi 1.6 sends them.
 
 use serde_json::{json, Map, Value};
 
