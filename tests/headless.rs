@@ -775,45 +775,6 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
     assert_eq!(mock.requests().len(), 2);
 }
 
-/// A Pi 1.6-shaped session: its full system message (Pi's sections), a turn, a section patch
-/// mid-branch (as Pi stores one after `/reload`), another turn.
-fn pi16_session_with_a_patch(path: &std::path::Path, provider: &str, model: &str, api: &str) {
-    let ts = "2026-12-05T12:00:00.000Z";
-    let usage = json!({"input": 10, "output": 2, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 12,
-        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}});
-    let user = |id: &str, parent: &str, text: &str| {
-        json!({"type": "message", "id": id, "parentId": parent, "timestamp": ts,
-            "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}})
-    };
-    let assistant = |id: &str, parent: &str, text: &str| {
-        json!({"type": "message", "id": id, "parentId": parent, "timestamp": ts,
-            "message": {"role": "assistant", "content": [{"type": "text", "text": text}],
-                "api": api, "provider": provider, "model": model, "usage": usage,
-                "stopReason": "stop", "timestamp": 2}})
-    };
-    let lines = [
-        json!({"type": "session", "version": 3, "id": "01a24614-0000-7000-8000-000000000001",
-            "timestamp": ts, "cwd": "/home/user/project"}),
-        json!({"type": "model_change", "id": "m0", "parentId": null, "timestamp": ts,
-            "provider": provider, "modelId": model}),
-        json!({"type": "message", "id": "s1", "parentId": "m0", "timestamp": ts,
-            "message": {"role": "system", "content": "",
-                "sections": {"preamble": "You are Pi.", "rules": "Be brief."},
-                "toolsAdded": [{"name": "read", "description": "Read a file",
-                    "parameters": {"type": "object", "properties": {}}}],
-                "timestamp": 1}}),
-        user("u1", "s1", "first"),
-        assistant("a1", "u1", "one"),
-        json!({"type": "message", "id": "s2", "parentId": "a1", "timestamp": ts,
-            "message": {"role": "system", "content": "", "sections": {"rules": "Be very brief."},
-                "timestamp": 3}}),
-        user("u2", "s2", "second"),
-        assistant("a2", "u2", "two"),
-    ];
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    std::fs::write(path, text).unwrap();
-}
-
 /// Pi 1.6's `supportsMidConvoSystemMessages`: a Pi 1.6 file with a prompt patch mid-branch,
 /// continued here. Without the flag the run's prompt leads the request alone, as before; with
 /// it the prompt the conversation started with leads and every later patch goes at its place
@@ -855,7 +816,7 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
 
     // Flag off: the run's prompt alone, no system text among the messages.
     let plain = tmp.path().join("plain.jsonl");
-    pi16_session_with_a_patch(&plain, "mock", "plain", "openai-completions");
+    pi_e2e::pi16_session_with_a_patch(&plain, &ws, ("mock", "plain", "openai-completions"));
     go(&plain, "mock/plain");
     let body = &mock.requests()[0].body;
     let prompt = body["messages"][0]["content"].as_str().unwrap().to_string();
@@ -890,7 +851,7 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
         "Removed system prompt section \"preamble\".\n\nRemoved system prompt section \"rules\".\n\nUpdated system prompt section \"prompt\":\n\n{prompt}"
     );
     let mid = tmp.path().join("mid.jsonl");
-    pi16_session_with_a_patch(&mid, "mock", "mid", "openai-completions");
+    pi_e2e::pi16_session_with_a_patch(&mid, &ws, ("mock", "mid", "openai-completions"));
     go(&mid, "mock/mid");
     assert_eq!(
         mock.requests()[1].body["messages"],
@@ -907,7 +868,7 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
     // Flag on (Anthropic Messages): the patches held to just before the next assistant
     // message, the last one last (with the conversation's cache mark).
     let ant = tmp.path().join("ant.jsonl");
-    pi16_session_with_a_patch(&ant, "mockant", "mock-ant-1", "anthropic-messages");
+    pi_e2e::pi16_session_with_a_patch(&ant, &ws, ("mockant", "mock-ant-1", "anthropic-messages"));
     go(&ant, "mockant/mock-ant-1");
     let body = &mock.requests()[2].body;
     let text = |t: &str| json!({"type": "text", "text": t});

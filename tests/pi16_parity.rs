@@ -567,3 +567,81 @@ async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
     c.shutdown().await;
     mock.assert_paired();
 }
+
+/// `supportsMidConvoSystemMessages` against Pi 1.6.0 itself: the same Pi 1.6-shaped file (a
+/// prompt patch mid-branch) continued by Pi and by `pi-lsp run`, on a model with the flag. Both
+/// requests carry the conversation's first prompt first, Pi's patch at its place in the same
+/// words, then each harness's own patch (its prompt differs from the file's) before the new
+/// prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
+    let Some(pi) = pi16() else { return };
+    let tmp = TempDir::new("pi16-mid-convo");
+    let ws = workspace(tmp.path());
+    let mock = MockModel::start(vec![Step::text("three"), Step::text("three")]).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["compat"] =
+        json!({"supportsMidConvoSystemMessages": true});
+    let agent = tmp.path().join("pi-home").join("agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
+    let theirs = tmp.path().join("theirs.jsonl");
+    pi_e2e::pi16_session_with_a_patch(&theirs, &ws, ("mock", "mock-1", "openai-completions"));
+    let ours = tmp.path().join("ours.jsonl");
+    pi_e2e::pi16_session_with_a_patch(&ours, &ws, ("mock", "mock-1", "openai-completions"));
+
+    {
+        let (ws, agent, file) = (ws.clone(), agent.clone(), theirs.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut p = PiRpc::start(&pi, &ws, &agent, &["--session".as_ref(), file.as_os_str()]);
+            p.prompt("third");
+        })
+        .await
+        .unwrap();
+    }
+    let env = pi_e2e::lsp_client::agent_env(&tmp.path().join("our-agent"), &models, &[]);
+    let out = tokio::task::block_in_place(|| {
+        let mut cmd = Command::new(pi_e2e::pi_lsp_bin());
+        cmd.arg("run").arg("--workspace").arg(&ws).args([
+            "--model",
+            "mock/mock-1",
+            "--session",
+            &ours.display().to_string(),
+            "third",
+        ]);
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let pi_sent = requests[0].body["messages"].as_array().unwrap().clone();
+    let we_sent = requests[1].body["messages"].as_array().unwrap().clone();
+    // The conversation up to the new run: identical, Pi's wording included.
+    assert_eq!(pi_sent.len(), 8, "{pi_sent:#?}");
+    assert_eq!(we_sent.len(), 8, "{we_sent:#?}");
+    assert_eq!(pi_sent[..6], we_sent[..6]);
+    assert_eq!(
+        we_sent[3],
+        json!({"role": "system", "content": "Updated system prompt section \"rules\":\n\nBe very brief."})
+    );
+    // Each harness's own patch, then the prompt.
+    for sent in [&pi_sent, &we_sent] {
+        assert_eq!(sent[6]["role"], "system");
+        assert!(
+            sent[6]["content"]
+                .as_str()
+                .unwrap()
+                .contains("Updated system prompt section \""),
+            "{}",
+            sent[6]
+        );
+    }
+    assert_eq!(pi_sent[7], we_sent[7]);
+}

@@ -115,3 +115,46 @@ pub fn session_lines(workspace: &Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// A Pi 1.6-shaped session of folder `cwd` with `(provider, model, api)`: its full system message (Pi's sections), a turn, a section patch
+/// mid-branch (as Pi stores one after `/reload`), another turn.
+pub fn pi16_session_with_a_patch(
+    path: &std::path::Path,
+    cwd: &std::path::Path,
+    (provider, model, api): (&str, &str, &str),
+) {
+    let ts = "2026-12-05T12:00:00.000Z";
+    let usage = serde_json::json!({"input": 10, "output": 2, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 12,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}});
+    let user = |id: &str, parent: &str, text: &str| {
+        serde_json::json!({"type": "message", "id": id, "parentId": parent, "timestamp": ts,
+            "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}})
+    };
+    let assistant = |id: &str, parent: &str, text: &str| {
+        serde_json::json!({"type": "message", "id": id, "parentId": parent, "timestamp": ts,
+            "message": {"role": "assistant", "content": [{"type": "text", "text": text}],
+                "api": api, "provider": provider, "model": model, "usage": usage,
+                "stopReason": "stop", "timestamp": 2}})
+    };
+    let lines = [
+        serde_json::json!({"type": "session", "version": 3, "id": "01a24614-0000-7000-8000-000000000001",
+            "timestamp": ts, "cwd": cwd}),
+        serde_json::json!({"type": "model_change", "id": "m0", "parentId": null, "timestamp": ts,
+            "provider": provider, "modelId": model}),
+        serde_json::json!({"type": "message", "id": "s1", "parentId": "m0", "timestamp": ts,
+            "message": {"role": "system", "content": "",
+                "sections": {"preamble": "You are Pi.", "rules": "Be brief."},
+                "toolsAdded": [{"name": "read", "description": "Read a file",
+                    "parameters": {"type": "object", "properties": {}}}],
+                "timestamp": 1}}),
+        user("u1", "s1", "first"),
+        assistant("a1", "u1", "one"),
+        serde_json::json!({"type": "message", "id": "s2", "parentId": "a1", "timestamp": ts,
+            "message": {"role": "system", "content": "", "sections": {"rules": "Be very brief."},
+                "timestamp": 3}}),
+        user("u2", "s2", "second"),
+        assistant("a2", "u2", "two"),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
