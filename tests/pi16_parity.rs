@@ -8,6 +8,9 @@
 //! - Both ways: Pi 1.6 opens a file pi-lsp wrote with the same messages (as JSON) and count,
 //!   continues it without sending a stored system message as user text, and pi-lsp reopens
 //!   what Pi appended with Pi's messages again.
+//! - Mid-conversation system messages: a Pi 1.6 file with a prompt patch, continued by both on
+//!   a model with `supportsMidConvoSystemMessages` (chat completions and Anthropic Messages),
+//!   sends the same messages up to each harness's own patch.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::io::{BufRead, Write};
@@ -568,27 +571,30 @@ async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
     mock.assert_paired();
 }
 
-/// `supportsMidConvoSystemMessages` against Pi 1.6.0 itself: the same Pi 1.6-shaped file (a
-/// prompt patch mid-branch) continued by Pi and by `pi-lsp run`, on a model with the flag. Both
-/// requests carry the conversation's first prompt first, Pi's patch at its place in the same
-/// words, then each harness's own patch (its prompt differs from the file's) before the new
-/// prompt.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
-    let Some(pi) = pi16() else { return };
+/// The request bodies Pi 1.6.0 and `pi-lsp run` send continuing the same Pi 1.6-shaped file (a
+/// prompt patch mid-branch) with "third", on `mock/mock-1` speaking `api` with
+/// `supportsMidConvoSystemMessages`: (Pi's, ours).
+async fn mid_convo_bodies(pi: PathBuf, api: &str) -> (Value, Value) {
     let tmp = TempDir::new("pi16-mid-convo");
     let ws = workspace(tmp.path());
     let mock = MockModel::start(vec![Step::text("three"), Step::text("three")]).await;
     let mut models = mock.models_json();
+    let base = if api == "anthropic-messages" {
+        mock.anthropic_base()
+    } else {
+        mock.openai_base()
+    };
+    models["providers"]["mock"]["api"] = json!(api);
+    models["providers"]["mock"]["baseUrl"] = json!(base);
     models["providers"]["mock"]["models"][0]["compat"] =
         json!({"supportsMidConvoSystemMessages": true});
     let agent = tmp.path().join("pi-home").join("agent");
     std::fs::create_dir_all(&agent).unwrap();
     std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
     let theirs = tmp.path().join("theirs.jsonl");
-    pi_e2e::pi16_session_with_a_patch(&theirs, &ws, ("mock", "mock-1", "openai-completions"));
+    pi_e2e::pi16_session_with_a_patch(&theirs, &ws, ("mock", "mock-1", api));
     let ours = tmp.path().join("ours.jsonl");
-    pi_e2e::pi16_session_with_a_patch(&ours, &ws, ("mock", "mock-1", "openai-completions"));
+    pi_e2e::pi16_session_with_a_patch(&ours, &ws, ("mock", "mock-1", api));
 
     {
         let (ws, agent, file) = (ws.clone(), agent.clone(), theirs.clone());
@@ -621,8 +627,18 @@ async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
     );
     let requests = mock.requests();
     assert_eq!(requests.len(), 2);
-    let pi_sent = requests[0].body["messages"].as_array().unwrap().clone();
-    let we_sent = requests[1].body["messages"].as_array().unwrap().clone();
+    (requests[0].body.clone(), requests[1].body.clone())
+}
+
+/// `supportsMidConvoSystemMessages` against Pi 1.6.0 itself on chat completions: both requests
+/// carry the conversation's first prompt first, Pi's patch at its place in the same words, then
+/// each harness's own patch (its prompt differs from the file's) before the new prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
+    let Some(pi) = pi16() else { return };
+    let (pi_body, our_body) = mid_convo_bodies(pi, "openai-completions").await;
+    let pi_sent = pi_body["messages"].as_array().unwrap().clone();
+    let we_sent = our_body["messages"].as_array().unwrap().clone();
     // The conversation up to the new run: identical, Pi's wording included.
     assert_eq!(pi_sent.len(), 8, "{pi_sent:#?}");
     assert_eq!(we_sent.len(), 8, "{we_sent:#?}");
@@ -644,4 +660,22 @@ async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
         );
     }
     assert_eq!(pi_sent[7], we_sent[7]);
+}
+
+/// The same on Anthropic Messages: the leading prompt as `system`, Pi's patch held to just
+/// before the next assistant message, each harness's own patch last (after the new prompt),
+/// placed and worded as Pi 1.6.0 does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mid_conversation_system_messages_on_anthropic_are_placed_as_pi_16_places_them() {
+    let Some(pi) = pi16() else { return };
+    let (pi_body, our_body) = mid_convo_bodies(pi, "anthropic-messages").await;
+    assert_eq!(pi_body["system"], our_body["system"]);
+    let pi_sent = pi_body["messages"].as_array().unwrap().clone();
+    let we_sent = our_body["messages"].as_array().unwrap().clone();
+    assert_eq!(pi_sent.len(), 7, "{pi_sent:#?}");
+    assert_eq!(we_sent.len(), 7, "{we_sent:#?}");
+    assert_eq!(pi_sent[..6], we_sent[..6]);
+    for sent in [&pi_sent, &we_sent] {
+        assert_eq!(sent[6]["role"], "system", "{}", sent[6]);
+    }
 }
