@@ -574,7 +574,7 @@ async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
 /// The request bodies Pi 1.6.0 and `pi-lsp run` send continuing the same Pi 1.6-shaped file (a
 /// prompt patch mid-branch) with "third", on `mock/mock-1` speaking `api` with
 /// `supportsMidConvoSystemMessages`: (Pi's, ours).
-async fn mid_convo_bodies(pi: PathBuf, api: &str) -> (Value, Value) {
+async fn mid_convo_bodies(pi: PathBuf, api: &str, as_pi_073: bool) -> (Value, Value) {
     let tmp = TempDir::new("pi16-mid-convo");
     let ws = workspace(tmp.path());
     let mock = MockModel::start(vec![Step::text("three"), Step::text("three")]).await;
@@ -595,6 +595,24 @@ async fn mid_convo_bodies(pi: PathBuf, api: &str) -> (Value, Value) {
     pi_e2e::pi16_session_with_a_patch(&theirs, &ws, ("mock", "mock-1", api));
     let ours = tmp.path().join("ours.jsonl");
     pi_e2e::pi16_session_with_a_patch(&ours, &ws, ("mock", "mock-1", api));
+    if as_pi_073 {
+        // The same conversation as Pi 0.73.1 stored it: no system messages.
+        for f in [&theirs, &ours] {
+            let kept: String = lines(f)
+                .into_iter()
+                .filter(|l| l["message"]["role"] != "system")
+                .map(|mut l| {
+                    match l["id"].as_str() {
+                        Some("u1") => l["parentId"] = json!("m0"),
+                        Some("u2") => l["parentId"] = json!("a1"),
+                        _ => {}
+                    }
+                    format!("{l}\n")
+                })
+                .collect();
+            std::fs::write(f, kept).unwrap();
+        }
+    }
 
     {
         let (ws, agent, file) = (ws.clone(), agent.clone(), theirs.clone());
@@ -636,7 +654,7 @@ async fn mid_convo_bodies(pi: PathBuf, api: &str) -> (Value, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
     let Some(pi) = pi16() else { return };
-    let (pi_body, our_body) = mid_convo_bodies(pi, "openai-completions").await;
+    let (pi_body, our_body) = mid_convo_bodies(pi, "openai-completions", false).await;
     let pi_sent = pi_body["messages"].as_array().unwrap().clone();
     let we_sent = our_body["messages"].as_array().unwrap().clone();
     // The conversation up to the new run: identical, Pi's wording included.
@@ -668,7 +686,7 @@ async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mid_conversation_system_messages_on_anthropic_are_placed_as_pi_16_places_them() {
     let Some(pi) = pi16() else { return };
-    let (pi_body, our_body) = mid_convo_bodies(pi, "anthropic-messages").await;
+    let (pi_body, our_body) = mid_convo_bodies(pi, "anthropic-messages", false).await;
     assert_eq!(pi_body["system"], our_body["system"]);
     let pi_sent = pi_body["messages"].as_array().unwrap().clone();
     let we_sent = our_body["messages"].as_array().unwrap().clone();
@@ -677,5 +695,37 @@ async fn mid_conversation_system_messages_on_anthropic_are_placed_as_pi_16_place
     assert_eq!(pi_sent[..6], we_sent[..6]);
     for sent in [&pi_sent, &we_sent] {
         assert_eq!(sent[6]["role"], "system", "{}", sent[6]);
+    }
+}
+
+/// A file without stored system messages (as Pi 0.73.1 wrote it) continued by both on a model
+/// with `supportsMidConvoSystemMessages`: the first stored prompt comes after the conversation,
+/// so no system prompt leads and the whole prompt goes in as a section update before the new
+/// prompt — in Pi 1.6.0 as here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_073_file_gets_its_first_prompt_mid_conversation_as_in_pi_16() {
+    let Some(pi) = pi16() else { return };
+    let (pi_body, our_body) = mid_convo_bodies(pi, "openai-completions", true).await;
+    let pi_sent = pi_body["messages"].as_array().unwrap().clone();
+    let we_sent = our_body["messages"].as_array().unwrap().clone();
+    let roles = |sent: &[Value]| -> Vec<String> {
+        sent.iter()
+            .map(|m| m["role"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let want = ["user", "assistant", "user", "assistant", "system", "user"];
+    assert_eq!(roles(&pi_sent), want, "{pi_sent:#?}");
+    assert_eq!(roles(&we_sent), want, "{we_sent:#?}");
+    assert_eq!(pi_sent[..4], we_sent[..4]);
+    assert_eq!(pi_sent[5], we_sent[5]);
+    for sent in [&pi_sent, &we_sent] {
+        assert!(
+            sent[4]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("Updated system prompt section \""),
+            "{}",
+            sent[4]
+        );
     }
 }
