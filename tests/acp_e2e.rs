@@ -172,6 +172,26 @@ async fn initialize_states_version_capabilities_and_agent() {
     );
 }
 
+/// ACP's version negotiation: the requested version when the agent speaks it (1), else the
+/// latest it speaks (1), for an older (0) and a later (7) one alike.
+#[tokio::test]
+async fn initialize_answers_the_requested_version_or_the_latest_supported() {
+    let mock = MockModel::start(vec![]).await;
+    let s = setup("acp-init-version", &mock);
+    let mut c = AcpClient::start(&s.ws, &s.env, &[], allow("allow_once"));
+    let mut answered = Vec::new();
+    for asked in [0, 1, 7] {
+        let r = c
+            .call(
+                "initialize",
+                json!({"protocolVersion": asked, "clientCapabilities": {}}),
+            )
+            .await;
+        answered.push((asked, r["protocolVersion"].clone()));
+    }
+    assert_eq!(answered, vec![(0, json!(1)), (1, json!(1)), (7, json!(1))]);
+}
+
 #[tokio::test]
 async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_goes_on() {
     let mock = MockModel::start(vec![Step::text("still here")]).await;

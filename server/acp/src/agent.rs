@@ -256,8 +256,7 @@ impl AcpAgent {
                 .is_some_and(|s| s.compaction.is_some()),
             terminal: p.client_capabilities.terminal,
         };
-        // Version 1 is the one this agent speaks; a client asking for a later one gets 1.
-        let version = p.protocol_version.as_u16().min(1);
+        let version = negotiate_version(p.protocol_version.as_u16());
         let (ws, _) = WorkspaceConfig::with_project_trust(
             std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             self.opts.trust.then_some(true),
@@ -926,6 +925,23 @@ impl AcpAgent {
         let regs: Vec<Arc<FolderSessions>> =
             self.registries.lock().drain().map(|(_, r)| r).collect();
         futures::future::join_all(regs.iter().map(|r| r.sessions.stop_all())).await;
+    }
+}
+
+/// The ACP protocol versions this agent speaks (ACP v1).
+pub const PROTOCOL_VERSIONS: [u16; 1] = [1];
+
+/// The latest of [`PROTOCOL_VERSIONS`].
+pub const LATEST_PROTOCOL_VERSION: u16 = 1;
+
+/// The version `initialize` answers for the client's `requested` one (ACP's version
+/// negotiation): the requested version when the agent speaks it, else the latest it speaks
+/// (0, a draft's, or 7, a future one, both get 1).
+pub fn negotiate_version(requested: u16) -> u16 {
+    if PROTOCOL_VERSIONS.contains(&requested) {
+        requested
+    } else {
+        LATEST_PROTOCOL_VERSION
     }
 }
 
