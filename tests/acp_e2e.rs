@@ -273,6 +273,73 @@ async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_go
     );
 }
 
+/// Every file under `dir` with its contents (sorted by path).
+fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// An empty prompt (no blocks, or only blank text) is -32602 naming `prompt`: nothing runs,
+/// nothing reaches the model or the session file, and the session goes on.
+#[tokio::test]
+async fn an_empty_prompt_is_refused_and_runs_nothing() {
+    let Scene {
+        mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-empty-prompt",
+        vec![Step::text("answered")],
+        allow("allow_once"),
+    )
+    .await;
+    let before = files_under(&s.agent);
+    let want =
+        json!({"code": -32602, "message": "prompt: empty: give text, an image or a resource"});
+    for prompt in [
+        json!([]),
+        json!([{"type": "text", "text": ""}]),
+        json!([{"type": "text", "text": "  \n\t"}, {"type": "text", "text": " "}]),
+    ] {
+        let id = c.send(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": prompt}),
+        );
+        let r = c
+            .wait_for(10, |v| {
+                v["id"] == id && (v.get("error").is_some() || v.get("result").is_some())
+            })
+            .await;
+        assert_eq!(r["error"], want, "{prompt}");
+    }
+    assert_eq!(mock.requests().len(), 0);
+    assert_eq!(files_under(&s.agent), before);
+    assert_eq!(
+        c.updates(&sid)
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "user_message_chunk")
+            .count(),
+        0
+    );
+    // The session goes on.
+    assert_eq!(c.prompt(&sid, "hi").await, end_turn());
+    assert_eq!(text_of(&c.updates(&sid), "agent_message_chunk"), "answered");
+    assert_eq!(mock.requests().len(), 1);
+}
+
 /// new → prompt with a tool call that asks → cancel a hanging turn → list → load in a new
 /// process (replayed) → continue.
 #[tokio::test]

@@ -1046,7 +1046,8 @@ fn harness_error(e: HarnessError, id: &str) -> RpcError {
 
 /// The prompt's text and images as Pi takes them: text as is; a resource link as an `@path`
 /// mention (the model reads it with its tools); an embedded text resource inline in a
-/// `<file>` block; images as attachments. Audio is refused (not advertised).
+/// `<file>` block; images as attachments. Audio is refused (not advertised). A prompt with
+/// nothing in it (no blocks, or only empty / whitespace text) is -32602 naming `field`.
 pub fn prompt_input(
     blocks: &[ContentBlock],
     field: &str,
@@ -1096,6 +1097,11 @@ pub fn prompt_input(
                 )))
             }
         }
+    }
+    if text.trim().is_empty() && images.is_empty() {
+        return Err(RpcError::invalid_params(format!(
+            "{field}: empty: give text, an image or a resource"
+        )));
     }
     Ok((text, images))
 }
