@@ -933,6 +933,81 @@ fn current(options: &Value, id: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The `value`s option `id` of a `configOptions` list offers.
+fn offered(options: &Value, id: &str) -> Vec<String> {
+    options
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == id)
+        .unwrap()["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["value"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `session/set_config_option` with a value the option does not offer (a thinking level the
+/// model lacks, an unknown model) is -32602 naming the offered values; nothing changes.
+#[tokio::test]
+async fn a_config_value_not_offered_is_refused_naming_the_offered_ones() {
+    let mock = MockModel::start(vec![]).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["reasoning"] = json!(true);
+    let s = setup_models("acp-config-offered", &models);
+    let mut c = start(&s, allow("allow_once")).await;
+    let r = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let options = r["configOptions"].clone();
+    let levels = offered(&options, "thought_level");
+    let models_offered = offered(&options, "model");
+    assert!(!levels.contains(&"max".to_string()), "{levels:?}");
+    let refused = |c: &mut AcpClient, config: &str, value: &str| {
+        c.send(
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": config, "value": value}),
+        )
+    };
+    let e = refused(&mut c, "thought_level", "max");
+    assert_eq!(
+        c.response(e).await["error"],
+        json!({
+            "code": -32602,
+            "message": format!("value: \"max\" is not offered for thought_level; offered: {}", levels.join(", ")),
+            "data": {"configId": "thought_level", "offered": levels}
+        })
+    );
+    let e = refused(&mut c, "model", "nope/no-such-model");
+    assert_eq!(
+        c.response(e).await["error"],
+        json!({
+            "code": -32602,
+            "message": format!("value: \"nope/no-such-model\" is not offered for model; offered: {}", models_offered.join(", ")),
+            "data": {"configId": "model", "offered": models_offered}
+        })
+    );
+    // Nothing changed, and no update went out.
+    assert_eq!(
+        of_kind(&c, &sid, "config_option_update"),
+        Vec::<Value>::new()
+    );
+    // An offered value is taken.
+    let r = c
+        .call(
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": "thought_level", "value": "high"}),
+        )
+        .await;
+    assert_eq!(current(&r["configOptions"], "thought_level"), json!("high"));
+    assert_eq!(
+        current(&r["configOptions"], "model"),
+        current(&options, "model")
+    );
+}
+
 #[tokio::test]
 async fn modes_config_updates_title_and_compaction_reach_the_client() {
     let mock = MockModel::start(vec![Step::text("Hi."), Step::text("SUMMARY")]).await;

@@ -677,6 +677,21 @@ impl AcpAgent {
             }
         };
         let s = &live.session;
+        if let Some(offered) = offered_values(&config_options(s), &p.config_id.0) {
+            if !offered.contains(&value) {
+                return Err(RpcError::invalid_params(format!(
+                    "value: {value:?} is not offered for {}; offered: {}",
+                    p.config_id.0,
+                    offered.join(", ")
+                ))
+                .with_data(json!({"configId": &*p.config_id.0, "offered": offered})));
+            }
+        } else if &*p.config_id.0 == "thought_level" {
+            return Err(RpcError::invalid_params(format!(
+                "configId: {} has no thinking levels (no thought_level option)",
+                s.model().full_id()
+            )));
+        }
         match &*p.config_id.0 {
             "model" => {
                 s.set_model_by_id(&value)
@@ -1147,6 +1162,19 @@ pub fn config_options(s: &AgentSession) -> Value {
         "options": m["availableModes"].as_array().map(|a| a.iter().map(|x| json!({"value": x["id"], "name": x["name"], "description": x["description"]})).collect::<Vec<_>>()).unwrap_or_default()
     }));
     Value::Array(out)
+}
+
+/// The `value`s of config option `id` in a `configOptions` list ([`config_options`]);
+/// `None` when the list has no such option.
+fn offered_values(options: &Value, id: &str) -> Option<Vec<String>> {
+    let option = options.as_array()?.iter().find(|o| o["id"] == id)?;
+    Some(
+        option["options"]
+            .as_array()?
+            .iter()
+            .filter_map(|o| o["value"].as_str().map(str::to_string))
+            .collect(),
+    )
 }
 
 /// The text of the session's first user message (on its file's active branch or not), as a
