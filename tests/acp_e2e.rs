@@ -884,6 +884,40 @@ async fn todo_changes_reach_the_client_as_plan_updates() {
     assert_eq!(after, vec![want]);
 }
 
+/// MCP servers that fail to start (an empty command, a binary that does not exist) are not
+/// listed as started: `_meta.pi.mcpServersFailed` names them with the reason, and the user
+/// is told in the session.
+#[tokio::test]
+async fn mcp_servers_that_fail_to_start_are_reported_not_listed_as_started() {
+    let mock = MockModel::start(vec![]).await;
+    let s = setup("acp-mcp-failed", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [
+                {"name": "blank", "command": "", "args": [], "env": []},
+                {"name": "missing", "command": "/nonexistent/pi-no-such-mcp-server", "args": [], "env": []}
+            ]}),
+        )
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let missing = "failed to start /nonexistent/pi-no-such-mcp-server: No such file or directory (os error 2)";
+    let blank = "command: empty (a stdio server needs a program to run)";
+    assert_eq!(
+        r["_meta"],
+        json!({"pi": {
+            "mcpServersStarted": [],
+            "mcpServersRejected": [{"name": "blank", "index": 0, "error": blank}],
+            "mcpServersFailed": [{"name": "missing", "reason": missing}]
+        }})
+    );
+    assert_eq!(
+        text_of(&c.updates(&sid), "agent_message_chunk"),
+        format!("[pi-lsp: MCP servers from the editor not started: blank: {blank}; missing: {missing}]\n")
+    );
+}
+
 #[tokio::test]
 async fn mcp_servers_are_not_started_and_the_user_is_told_when_mcp_is_off() {
     let mock = MockModel::start(vec![]).await;

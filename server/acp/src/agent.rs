@@ -32,6 +32,7 @@ use pi_ai::{Message, Model, Registry, StopReason};
 use pi_core::approval::ApprovalPolicy;
 use pi_core::harness::sessions::Error as HarnessError;
 use pi_core::harness::{choose_model, AgentSession, PromptOutcome, Sessions};
+use pi_core::mcp::manager::State;
 use pi_core::resources::WorkspaceConfig;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -404,12 +405,15 @@ impl AcpAgent {
 
     /// MCP servers handed over by the client (`session/new` / `session/load` / `session/resume`
     /// `mcpServers`): each is converted with [`pi_core::mcp::acp_server`] and the valid ones
-    /// start for this session (exposure `direct`; their tools join its runs). Invalid entries
-    /// (e.g. `sse`) are reported to the user as an `agent_message_chunk` with Pi's validation
-    /// message, and in `_meta.pi.mcpServersRejected` (`[{name, error}]`); the names started are
-    /// in `_meta.pi.mcpServersStarted`. With MCP off (`mcp_off`: `--no-mcp` / `-builtin:mcp`)
+    /// start for this session (exposure `direct`; their tools join its runs), each given Pi's
+    /// startup wait ([`pi_core::mcp::manager::STARTUP_WAIT`]) before the answer. Invalid entries
+    /// (e.g. `sse`) are in `_meta.pi.mcpServersRejected` (`[{name, index, error}]`), those that
+    /// failed to start (no such binary, an empty command, a handshake error) in
+    /// `_meta.pi.mcpServersFailed` (`[{name, reason}]`); both are told to the user in one
+    /// `agent_message_chunk`. `_meta.pi.mcpServersStarted` names the connected ones,
+    /// `_meta.pi.mcpServersStarting` (only when any) those still connecting after the wait. With MCP off (`mcp_off`: `--no-mcp` / `-builtin:mcp`)
     /// none start and the user is told (`_meta.pi.mcpOff`). `None` when the client handed none.
-    fn start_mcp(
+    async fn start_mcp(
         &self,
         session_id: &str,
         cwd: &Path,
@@ -442,7 +446,14 @@ impl AcpAgent {
             let v = serde_json::to_value(s).unwrap_or(Value::Null);
             let name = v["name"].as_str().unwrap_or("?").to_string();
             register_handed_secrets(&v);
-            match pi_core::mcp::acp_server(&v) {
+            // A stdio entry with a blank command names no program: refused as invalid.
+            let blank = v.get("command").and_then(Value::as_str).map(str::trim) == Some("");
+            let converted = if blank {
+                Err("command: empty (a stdio server needs a program to run)".to_string())
+            } else {
+                pi_core::mcp::acp_server(&v)
+            };
+            match converted {
                 Ok(c) => {
                     started.push(name);
                     configs.push(c);
@@ -450,17 +461,50 @@ impl AcpAgent {
                 Err(e) => rejected.push(json!({"name": name, "index": i, "error": e})),
             }
         }
-        if !rejected.is_empty() {
-            let lines: Vec<String> = rejected
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{}: {}",
-                        r["name"].as_str().unwrap_or("?"),
-                        r["error"].as_str().unwrap_or("")
-                    )
-                })
-                .collect();
+        let mut failed = Vec::new();
+        let mut starting = Vec::new();
+        if !configs.is_empty() {
+            let manager = pi_core::mcp::McpManager::for_session(cwd, configs);
+            // The answer says which really started: each gets Pi's startup wait.
+            manager.wait_all(pi_core::mcp::manager::STARTUP_WAIT).await;
+            let config_errors = manager.config_errors();
+            started.retain(|name| {
+                let reason = match manager.server(name).map(|s| s.status()) {
+                    Some((State::Connected, _)) => return true,
+                    Some((State::Connecting, _)) => {
+                        starting.push(name.clone());
+                        return false;
+                    }
+                    Some((state, error)) => error.unwrap_or_else(|| {
+                        serde_json::to_value(state)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default()
+                    }),
+                    None => config_errors
+                        .iter()
+                        .find(|e| e.contains(name.as_str()))
+                        .cloned()
+                        .unwrap_or_else(|| "not accepted by the MCP configuration".to_string()),
+                };
+                failed.push(json!({"name": name, "reason": reason}));
+                false
+            });
+            pi_core::mcp::set_session_servers(session_id, manager);
+        }
+        let lines: Vec<String> = rejected
+            .iter()
+            .map(|r| (&r["name"], &r["error"]))
+            .chain(failed.iter().map(|f| (&f["name"], &f["reason"])))
+            .map(|(n, why)| {
+                format!(
+                    "{}: {}",
+                    n.as_str().unwrap_or("?"),
+                    why.as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        if !lines.is_empty() {
             let text = format!(
                 "[pi-lsp: MCP servers from the editor not started: {}]\n",
                 lines.join("; ")
@@ -468,11 +512,15 @@ impl AcpAgent {
             tracing::warn!("{}", text.trim_end());
             send_update(&self.conn, session_id, chunk(text, false));
         }
-        if !configs.is_empty() {
-            let manager = pi_core::mcp::McpManager::for_session(cwd, configs);
-            pi_core::mcp::set_session_servers(session_id, manager);
+        let mut pi = json!({
+            "mcpServersStarted": started,
+            "mcpServersRejected": rejected,
+            "mcpServersFailed": failed
+        });
+        if !starting.is_empty() {
+            pi["mcpServersStarting"] = json!(starting);
         }
-        Some(json!({"pi": {"mcpServersStarted": started, "mcpServersRejected": rejected}}))
+        Some(json!({ "pi": pi }))
     }
 
     async fn new_session(self: &Arc<Self>, p: NewSessionRequest) -> Result<Value, RpcError> {
@@ -483,12 +531,14 @@ impl AcpAgent {
             .map_err(|e| harness_error(e, ""))?;
         let live = self.register(session, reg);
         let id = live.session.id().to_string();
-        let meta = self.start_mcp(
-            &id,
-            &live.cwd,
-            pi_core::mcp::disabled(live.session.workspace()),
-            &p.mcp_servers,
-        );
+        let meta = self
+            .start_mcp(
+                &id,
+                &live.cwd,
+                pi_core::mcp::disabled(live.session.workspace()),
+                &p.mcp_servers,
+            )
+            .await;
         let mut out = self.opened(&live);
         out["sessionId"] = json!(id);
         if let Some(m) = meta {
@@ -538,12 +588,15 @@ impl AcpAgent {
             }
         }
         let mut out = self.opened(&live);
-        if let Some(m) = self.start_mcp(
-            live.session.id(),
-            &live.cwd,
-            pi_core::mcp::disabled(live.session.workspace()),
-            &p.mcp_servers,
-        ) {
+        if let Some(m) = self
+            .start_mcp(
+                live.session.id(),
+                &live.cwd,
+                pi_core::mcp::disabled(live.session.workspace()),
+                &p.mcp_servers,
+            )
+            .await
+        {
             out["_meta"] = m;
         }
         Ok(out)
@@ -554,12 +607,15 @@ impl AcpAgent {
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
         let mut out = self.opened(&live);
-        if let Some(m) = self.start_mcp(
-            live.session.id(),
-            &live.cwd,
-            pi_core::mcp::disabled(live.session.workspace()),
-            &p.mcp_servers,
-        ) {
+        if let Some(m) = self
+            .start_mcp(
+                live.session.id(),
+                &live.cwd,
+                pi_core::mcp::disabled(live.session.workspace()),
+                &p.mcp_servers,
+            )
+            .await
+        {
             out["_meta"] = m;
         }
         Ok(out)
