@@ -264,6 +264,19 @@ async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_go
             "cwd: must be an absolute path, got relative/dir".into()
         )
     );
+    // The request whose id is an object: the error names the id (answered with id null).
+    let bad_id = c
+        .wait_for(10, |v| {
+            v["id"].is_null()
+                && v["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("invalid request: id"))
+        })
+        .await;
+    assert_eq!(
+        bad_id["error"],
+        json!({"code": -32600, "message": "invalid request: id: expected a string, a number or null"})
+    );
     // The agent goes on.
     let id = c.new_session(&s.ws).await;
     assert_eq!(c.prompt(&id, "hi").await, end_turn());
@@ -338,6 +351,44 @@ async fn an_empty_prompt_is_refused_and_runs_nothing() {
     assert_eq!(c.prompt(&sid, "hi").await, end_turn());
     assert_eq!(text_of(&c.updates(&sid), "agent_message_chunk"), "answered");
     assert_eq!(mock.requests().len(), 1);
+}
+
+/// `session/cancel` sent as a request (with an id): the answer is -32600 saying it is a
+/// notification, and the run is cancelled all the same (its prompt answers `cancelled`).
+#[tokio::test]
+async fn session_cancel_sent_as_a_request_is_answered_and_still_cancels() {
+    let Scene {
+        mock: _mock,
+        s: _s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-cancel-request",
+        vec![Step::Hang("Thinking".into())],
+        allow("allow_once"),
+    )
+    .await;
+    let prompt = c.send_prompt(&sid, "think");
+    wait_text(&c, &sid, "Thinking").await;
+    let cancel = c.send("session/cancel", json!({"sessionId": sid}));
+    assert_eq!(
+        c.response(cancel).await["error"],
+        json!({
+            "code": -32600,
+            "message": "invalid request: session/cancel is a notification (send it without an id); the session's run was cancelled",
+            "data": {"method": "session/cancel", "sessionId": sid, "cancelled": true}
+        })
+    );
+    assert_eq!(
+        c.response(prompt).await["result"],
+        json!({"stopReason": "cancelled"})
+    );
+    // An unknown session: -32002, as for any request.
+    let e = c.send("session/cancel", json!({"sessionId": "nope"}));
+    assert_eq!(
+        c.response(e).await["error"],
+        json!({"code": -32002, "message": "unknown session: nope", "data": {"sessionId": "nope"}})
+    );
 }
 
 /// new → prompt with a tool call that asks → cancel a hanging turn → list → load in a new

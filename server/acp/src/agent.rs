@@ -205,17 +205,8 @@ impl AcpAgent {
         match method {
             "session/cancel" => match parse_params::<CancelNotification>(params) {
                 Ok(p) => {
-                    let live = self.sessions.lock().get(&*p.session_id.0).cloned();
-                    match live {
-                        Some(live) => {
-                            live.cancel_epoch.fetch_add(1, Ordering::SeqCst);
-                            tokio::spawn(async move {
-                                live.session.abort().await;
-                            });
-                        }
-                        None => {
-                            tracing::warn!("session/cancel: unknown session {}", p.session_id.0)
-                        }
+                    if !self.cancel(&p.session_id.0) {
+                        tracing::warn!("session/cancel: unknown session {}", p.session_id.0)
                     }
                 }
                 Err(e) => tracing::warn!("session/cancel: {e}"),
@@ -224,9 +215,41 @@ impl AcpAgent {
         }
     }
 
+    /// Cancels session `id`'s run and the prompts waiting behind it; false when that session
+    /// is not open here.
+    fn cancel(&self, id: &str) -> bool {
+        let live = self.sessions.lock().get(id).cloned();
+        let Some(live) = live else {
+            return false;
+        };
+        live.cancel_epoch.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            live.session.abort().await;
+        });
+        true
+    }
+
+    /// `session/cancel` sent as a request (with an id): ACP makes it a notification, so it is
+    /// answered with -32600 saying so, but the run is cancelled all the same (a user's stop is
+    /// never lost to the client's framing). Params of the wrong shape are -32602, an unknown
+    /// session -32002, as for any request.
+    fn cancel_request(&self, params: Value) -> Result<Value, RpcError> {
+        let p: CancelNotification = parse_params(params)?;
+        let id = &*p.session_id.0;
+        if !self.cancel(id) {
+            return Err(unknown_session(id));
+        }
+        Err(RpcError::new(
+            codes::INVALID_REQUEST,
+            "invalid request: session/cancel is a notification (send it without an id); the session's run was cancelled",
+        )
+        .with_data(json!({"method": "session/cancel", "sessionId": id, "cancelled": true})))
+    }
+
     /// Answers the request `method` (`session/prompt` answers through [`AcpAgent::prompt`]).
     pub async fn request(self: &Arc<Self>, method: &str, params: Value) -> Result<Value, RpcError> {
         match method {
+            "session/cancel" => self.cancel_request(params),
             "initialize" => self.initialize(parse_params(lenient_version(params))?),
             "authenticate" => Ok(json!({})),
             "session/new" => self.new_session(parse_params(params)?).await,
