@@ -172,6 +172,26 @@ async fn initialize_states_version_capabilities_and_agent() {
     );
 }
 
+/// ACP's version negotiation: the requested version when the agent speaks it (1), else the
+/// latest it speaks (1), for an older (0) and a later (7) one alike.
+#[tokio::test]
+async fn initialize_answers_the_requested_version_or_the_latest_supported() {
+    let mock = MockModel::start(vec![]).await;
+    let s = setup("acp-init-version", &mock);
+    let mut c = AcpClient::start(&s.ws, &s.env, &[], allow("allow_once"));
+    let mut answered = Vec::new();
+    for asked in [0, 1, 7] {
+        let r = c
+            .call(
+                "initialize",
+                json!({"protocolVersion": asked, "clientCapabilities": {}}),
+            )
+            .await;
+        answered.push((asked, r["protocolVersion"].clone()));
+    }
+    assert_eq!(answered, vec![(0, json!(1)), (1, json!(1)), (7, json!(1))]);
+}
+
 #[tokio::test]
 async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_goes_on() {
     let mock = MockModel::start(vec![Step::text("still here")]).await;
@@ -244,12 +264,130 @@ async fn bad_input_is_answered_with_errors_naming_what_is_wrong_and_the_agent_go
             "cwd: must be an absolute path, got relative/dir".into()
         )
     );
+    // The request whose id is an object: the error names the id (answered with id null).
+    let bad_id = c
+        .wait_for(10, |v| {
+            v["id"].is_null()
+                && v["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("invalid request: id"))
+        })
+        .await;
+    assert_eq!(
+        bad_id["error"],
+        json!({"code": -32600, "message": "invalid request: id: expected a string, a number or null"})
+    );
     // The agent goes on.
     let id = c.new_session(&s.ws).await;
     assert_eq!(c.prompt(&id, "hi").await, end_turn());
     assert_eq!(
         text_of(&c.updates(&id), "agent_message_chunk"),
         "still here"
+    );
+}
+
+/// Every file under `dir` with its contents (sorted by path).
+fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// An empty prompt (no blocks, or only blank text) is -32602 naming `prompt`: nothing runs,
+/// nothing reaches the model or the session file, and the session goes on.
+#[tokio::test]
+async fn an_empty_prompt_is_refused_and_runs_nothing() {
+    let Scene {
+        mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-empty-prompt",
+        vec![Step::text("answered")],
+        allow("allow_once"),
+    )
+    .await;
+    let before = files_under(&s.agent);
+    let want =
+        json!({"code": -32602, "message": "prompt: empty: give text, an image or a resource"});
+    for prompt in [
+        json!([]),
+        json!([{"type": "text", "text": ""}]),
+        json!([{"type": "text", "text": "  \n\t"}, {"type": "text", "text": " "}]),
+    ] {
+        let id = c.send(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": prompt}),
+        );
+        let r = c
+            .wait_for(10, |v| {
+                v["id"] == id && (v.get("error").is_some() || v.get("result").is_some())
+            })
+            .await;
+        assert_eq!(r["error"], want, "{prompt}");
+    }
+    assert_eq!(mock.requests().len(), 0);
+    assert_eq!(files_under(&s.agent), before);
+    assert_eq!(
+        c.updates(&sid)
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "user_message_chunk")
+            .count(),
+        0
+    );
+    // The session goes on.
+    assert_eq!(c.prompt(&sid, "hi").await, end_turn());
+    assert_eq!(text_of(&c.updates(&sid), "agent_message_chunk"), "answered");
+    assert_eq!(mock.requests().len(), 1);
+}
+
+/// `session/cancel` sent as a request (with an id): the answer is -32600 saying it is a
+/// notification, and the run is cancelled all the same (its prompt answers `cancelled`).
+#[tokio::test]
+async fn session_cancel_sent_as_a_request_is_answered_and_still_cancels() {
+    let Scene {
+        mock: _mock,
+        s: _s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-cancel-request",
+        vec![Step::Hang("Thinking".into())],
+        allow("allow_once"),
+    )
+    .await;
+    let prompt = c.send_prompt(&sid, "think");
+    wait_text(&c, &sid, "Thinking").await;
+    let cancel = c.send("session/cancel", json!({"sessionId": sid}));
+    assert_eq!(
+        c.response(cancel).await["error"],
+        json!({
+            "code": -32600,
+            "message": "invalid request: session/cancel is a notification (send it without an id); the session's run was cancelled",
+            "data": {"method": "session/cancel", "sessionId": sid, "cancelled": true}
+        })
+    );
+    assert_eq!(
+        c.response(prompt).await["result"],
+        json!({"stopReason": "cancelled"})
+    );
+    // An unknown session: -32002, as for any request.
+    let e = c.send("session/cancel", json!({"sessionId": "nope"}));
+    assert_eq!(
+        c.response(e).await["error"],
+        json!({"code": -32002, "message": "unknown session: nope", "data": {"sessionId": "nope"}})
     );
 }
 
@@ -797,6 +935,40 @@ async fn todo_changes_reach_the_client_as_plan_updates() {
     assert_eq!(after, vec![want]);
 }
 
+/// MCP servers that fail to start (an empty command, a binary that does not exist) are not
+/// listed as started: `_meta.pi.mcpServersFailed` names them with the reason, and the user
+/// is told in the session.
+#[tokio::test]
+async fn mcp_servers_that_fail_to_start_are_reported_not_listed_as_started() {
+    let mock = MockModel::start(vec![]).await;
+    let s = setup("acp-mcp-failed", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [
+                {"name": "blank", "command": "", "args": [], "env": []},
+                {"name": "missing", "command": "/nonexistent/pi-no-such-mcp-server", "args": [], "env": []}
+            ]}),
+        )
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let missing = "failed to start /nonexistent/pi-no-such-mcp-server: No such file or directory (os error 2)";
+    let blank = "command: empty (a stdio server needs a program to run)";
+    assert_eq!(
+        r["_meta"],
+        json!({"pi": {
+            "mcpServersStarted": [],
+            "mcpServersRejected": [{"name": "blank", "index": 0, "error": blank}],
+            "mcpServersFailed": [{"name": "missing", "reason": missing}]
+        }})
+    );
+    assert_eq!(
+        text_of(&c.updates(&sid), "agent_message_chunk"),
+        format!("[pi-lsp: MCP servers from the editor not started: blank: {blank}; missing: {missing}]\n")
+    );
+}
+
 #[tokio::test]
 async fn mcp_servers_are_not_started_and_the_user_is_told_when_mcp_is_off() {
     let mock = MockModel::start(vec![]).await;
@@ -844,6 +1016,81 @@ fn current(options: &Value, id: &str) -> Value {
         .find(|o| o["id"] == id)
         .map(|o| o["currentValue"].clone())
         .unwrap_or(Value::Null)
+}
+
+/// The `value`s option `id` of a `configOptions` list offers.
+fn offered(options: &Value, id: &str) -> Vec<String> {
+    options
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == id)
+        .unwrap()["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["value"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `session/set_config_option` with a value the option does not offer (a thinking level the
+/// model lacks, an unknown model) is -32602 naming the offered values; nothing changes.
+#[tokio::test]
+async fn a_config_value_not_offered_is_refused_naming_the_offered_ones() {
+    let mock = MockModel::start(vec![]).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["reasoning"] = json!(true);
+    let s = setup_models("acp-config-offered", &models);
+    let mut c = start(&s, allow("allow_once")).await;
+    let r = c
+        .call("session/new", json!({"cwd": s.ws, "mcpServers": []}))
+        .await;
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let options = r["configOptions"].clone();
+    let levels = offered(&options, "thought_level");
+    let models_offered = offered(&options, "model");
+    assert!(!levels.contains(&"max".to_string()), "{levels:?}");
+    let refused = |c: &mut AcpClient, config: &str, value: &str| {
+        c.send(
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": config, "value": value}),
+        )
+    };
+    let e = refused(&mut c, "thought_level", "max");
+    assert_eq!(
+        c.response(e).await["error"],
+        json!({
+            "code": -32602,
+            "message": format!("value: \"max\" is not offered for thought_level; offered: {}", levels.join(", ")),
+            "data": {"configId": "thought_level", "offered": levels}
+        })
+    );
+    let e = refused(&mut c, "model", "nope/no-such-model");
+    assert_eq!(
+        c.response(e).await["error"],
+        json!({
+            "code": -32602,
+            "message": format!("value: \"nope/no-such-model\" is not offered for model; offered: {}", models_offered.join(", ")),
+            "data": {"configId": "model", "offered": models_offered}
+        })
+    );
+    // Nothing changed, and no update went out.
+    assert_eq!(
+        of_kind(&c, &sid, "config_option_update"),
+        Vec::<Value>::new()
+    );
+    // An offered value is taken.
+    let r = c
+        .call(
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": "thought_level", "value": "high"}),
+        )
+        .await;
+    assert_eq!(current(&r["configOptions"], "thought_level"), json!("high"));
+    assert_eq!(
+        current(&r["configOptions"], "model"),
+        current(&options, "model")
+    );
 }
 
 #[tokio::test]

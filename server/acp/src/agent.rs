@@ -32,6 +32,7 @@ use pi_ai::{Message, Model, Registry, StopReason};
 use pi_core::approval::ApprovalPolicy;
 use pi_core::harness::sessions::Error as HarnessError;
 use pi_core::harness::{choose_model, AgentSession, PromptOutcome, Sessions};
+use pi_core::mcp::manager::State;
 use pi_core::resources::WorkspaceConfig;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -204,17 +205,8 @@ impl AcpAgent {
         match method {
             "session/cancel" => match parse_params::<CancelNotification>(params) {
                 Ok(p) => {
-                    let live = self.sessions.lock().get(&*p.session_id.0).cloned();
-                    match live {
-                        Some(live) => {
-                            live.cancel_epoch.fetch_add(1, Ordering::SeqCst);
-                            tokio::spawn(async move {
-                                live.session.abort().await;
-                            });
-                        }
-                        None => {
-                            tracing::warn!("session/cancel: unknown session {}", p.session_id.0)
-                        }
+                    if !self.cancel(&p.session_id.0) {
+                        tracing::warn!("session/cancel: unknown session {}", p.session_id.0)
                     }
                 }
                 Err(e) => tracing::warn!("session/cancel: {e}"),
@@ -223,9 +215,41 @@ impl AcpAgent {
         }
     }
 
+    /// Cancels session `id`'s run and the prompts waiting behind it; false when that session
+    /// is not open here.
+    fn cancel(&self, id: &str) -> bool {
+        let live = self.sessions.lock().get(id).cloned();
+        let Some(live) = live else {
+            return false;
+        };
+        live.cancel_epoch.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            live.session.abort().await;
+        });
+        true
+    }
+
+    /// `session/cancel` sent as a request (with an id): ACP makes it a notification, so it is
+    /// answered with -32600 saying so, but the run is cancelled all the same (a user's stop is
+    /// never lost to the client's framing). Params of the wrong shape are -32602, an unknown
+    /// session -32002, as for any request.
+    fn cancel_request(&self, params: Value) -> Result<Value, RpcError> {
+        let p: CancelNotification = parse_params(params)?;
+        let id = &*p.session_id.0;
+        if !self.cancel(id) {
+            return Err(unknown_session(id));
+        }
+        Err(RpcError::new(
+            codes::INVALID_REQUEST,
+            "invalid request: session/cancel is a notification (send it without an id); the session's run was cancelled",
+        )
+        .with_data(json!({"method": "session/cancel", "sessionId": id, "cancelled": true})))
+    }
+
     /// Answers the request `method` (`session/prompt` answers through [`AcpAgent::prompt`]).
     pub async fn request(self: &Arc<Self>, method: &str, params: Value) -> Result<Value, RpcError> {
         match method {
+            "session/cancel" => self.cancel_request(params),
             "initialize" => self.initialize(parse_params(lenient_version(params))?),
             "authenticate" => Ok(json!({})),
             "session/new" => self.new_session(parse_params(params)?).await,
@@ -256,8 +280,7 @@ impl AcpAgent {
                 .is_some_and(|s| s.compaction.is_some()),
             terminal: p.client_capabilities.terminal,
         };
-        // Version 1 is the one this agent speaks; a client asking for a later one gets 1.
-        let version = p.protocol_version.as_u16().min(1);
+        let version = negotiate_version(p.protocol_version.as_u16());
         let (ws, _) = WorkspaceConfig::with_project_trust(
             std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             self.opts.trust.then_some(true),
@@ -405,12 +428,15 @@ impl AcpAgent {
 
     /// MCP servers handed over by the client (`session/new` / `session/load` / `session/resume`
     /// `mcpServers`): each is converted with [`pi_core::mcp::acp_server`] and the valid ones
-    /// start for this session (exposure `direct`; their tools join its runs). Invalid entries
-    /// (e.g. `sse`) are reported to the user as an `agent_message_chunk` with Pi's validation
-    /// message, and in `_meta.pi.mcpServersRejected` (`[{name, error}]`); the names started are
-    /// in `_meta.pi.mcpServersStarted`. With MCP off (`mcp_off`: `--no-mcp` / `-builtin:mcp`)
+    /// start for this session (exposure `direct`; their tools join its runs), each given Pi's
+    /// startup wait ([`pi_core::mcp::manager::STARTUP_WAIT`]) before the answer. Invalid entries
+    /// (e.g. `sse`) are in `_meta.pi.mcpServersRejected` (`[{name, index, error}]`), those that
+    /// failed to start (no such binary, an empty command, a handshake error) in
+    /// `_meta.pi.mcpServersFailed` (`[{name, reason}]`); both are told to the user in one
+    /// `agent_message_chunk`. `_meta.pi.mcpServersStarted` names the connected ones,
+    /// `_meta.pi.mcpServersStarting` (only when any) those still connecting after the wait. With MCP off (`mcp_off`: `--no-mcp` / `-builtin:mcp`)
     /// none start and the user is told (`_meta.pi.mcpOff`). `None` when the client handed none.
-    fn start_mcp(
+    async fn start_mcp(
         &self,
         session_id: &str,
         cwd: &Path,
@@ -443,7 +469,14 @@ impl AcpAgent {
             let v = serde_json::to_value(s).unwrap_or(Value::Null);
             let name = v["name"].as_str().unwrap_or("?").to_string();
             register_handed_secrets(&v);
-            match pi_core::mcp::acp_server(&v) {
+            // A stdio entry with a blank command names no program: refused as invalid.
+            let blank = v.get("command").and_then(Value::as_str).map(str::trim) == Some("");
+            let converted = if blank {
+                Err("command: empty (a stdio server needs a program to run)".to_string())
+            } else {
+                pi_core::mcp::acp_server(&v)
+            };
+            match converted {
                 Ok(c) => {
                     started.push(name);
                     configs.push(c);
@@ -451,17 +484,50 @@ impl AcpAgent {
                 Err(e) => rejected.push(json!({"name": name, "index": i, "error": e})),
             }
         }
-        if !rejected.is_empty() {
-            let lines: Vec<String> = rejected
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{}: {}",
-                        r["name"].as_str().unwrap_or("?"),
-                        r["error"].as_str().unwrap_or("")
-                    )
-                })
-                .collect();
+        let mut failed = Vec::new();
+        let mut starting = Vec::new();
+        if !configs.is_empty() {
+            let manager = pi_core::mcp::McpManager::for_session(cwd, configs);
+            // The answer says which really started: each gets Pi's startup wait.
+            manager.wait_all(pi_core::mcp::manager::STARTUP_WAIT).await;
+            let config_errors = manager.config_errors();
+            started.retain(|name| {
+                let reason = match manager.server(name).map(|s| s.status()) {
+                    Some((State::Connected, _)) => return true,
+                    Some((State::Connecting, _)) => {
+                        starting.push(name.clone());
+                        return false;
+                    }
+                    Some((state, error)) => error.unwrap_or_else(|| {
+                        serde_json::to_value(state)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default()
+                    }),
+                    None => config_errors
+                        .iter()
+                        .find(|e| e.contains(name.as_str()))
+                        .cloned()
+                        .unwrap_or_else(|| "not accepted by the MCP configuration".to_string()),
+                };
+                failed.push(json!({"name": name, "reason": reason}));
+                false
+            });
+            pi_core::mcp::set_session_servers(session_id, manager);
+        }
+        let lines: Vec<String> = rejected
+            .iter()
+            .map(|r| (&r["name"], &r["error"]))
+            .chain(failed.iter().map(|f| (&f["name"], &f["reason"])))
+            .map(|(n, why)| {
+                format!(
+                    "{}: {}",
+                    n.as_str().unwrap_or("?"),
+                    why.as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        if !lines.is_empty() {
             let text = format!(
                 "[pi-lsp: MCP servers from the editor not started: {}]\n",
                 lines.join("; ")
@@ -469,11 +535,15 @@ impl AcpAgent {
             tracing::warn!("{}", text.trim_end());
             send_update(&self.conn, session_id, chunk(text, false));
         }
-        if !configs.is_empty() {
-            let manager = pi_core::mcp::McpManager::for_session(cwd, configs);
-            pi_core::mcp::set_session_servers(session_id, manager);
+        let mut pi = json!({
+            "mcpServersStarted": started,
+            "mcpServersRejected": rejected,
+            "mcpServersFailed": failed
+        });
+        if !starting.is_empty() {
+            pi["mcpServersStarting"] = json!(starting);
         }
-        Some(json!({"pi": {"mcpServersStarted": started, "mcpServersRejected": rejected}}))
+        Some(json!({ "pi": pi }))
     }
 
     async fn new_session(self: &Arc<Self>, p: NewSessionRequest) -> Result<Value, RpcError> {
@@ -484,12 +554,14 @@ impl AcpAgent {
             .map_err(|e| harness_error(e, ""))?;
         let live = self.register(session, reg);
         let id = live.session.id().to_string();
-        let meta = self.start_mcp(
-            &id,
-            &live.cwd,
-            pi_core::mcp::disabled(live.session.workspace()),
-            &p.mcp_servers,
-        );
+        let meta = self
+            .start_mcp(
+                &id,
+                &live.cwd,
+                pi_core::mcp::disabled(live.session.workspace()),
+                &p.mcp_servers,
+            )
+            .await;
         let mut out = self.opened(&live);
         out["sessionId"] = json!(id);
         if let Some(m) = meta {
@@ -539,12 +611,15 @@ impl AcpAgent {
             }
         }
         let mut out = self.opened(&live);
-        if let Some(m) = self.start_mcp(
-            live.session.id(),
-            &live.cwd,
-            pi_core::mcp::disabled(live.session.workspace()),
-            &p.mcp_servers,
-        ) {
+        if let Some(m) = self
+            .start_mcp(
+                live.session.id(),
+                &live.cwd,
+                pi_core::mcp::disabled(live.session.workspace()),
+                &p.mcp_servers,
+            )
+            .await
+        {
             out["_meta"] = m;
         }
         Ok(out)
@@ -555,12 +630,15 @@ impl AcpAgent {
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
         let mut out = self.opened(&live);
-        if let Some(m) = self.start_mcp(
-            live.session.id(),
-            &live.cwd,
-            pi_core::mcp::disabled(live.session.workspace()),
-            &p.mcp_servers,
-        ) {
+        if let Some(m) = self
+            .start_mcp(
+                live.session.id(),
+                &live.cwd,
+                pi_core::mcp::disabled(live.session.workspace()),
+                &p.mcp_servers,
+            )
+            .await
+        {
             out["_meta"] = m;
         }
         Ok(out)
@@ -678,6 +756,21 @@ impl AcpAgent {
             }
         };
         let s = &live.session;
+        if let Some(offered) = offered_values(&config_options(s), &p.config_id.0) {
+            if !offered.contains(&value) {
+                return Err(RpcError::invalid_params(format!(
+                    "value: {value:?} is not offered for {}; offered: {}",
+                    p.config_id.0,
+                    offered.join(", ")
+                ))
+                .with_data(json!({"configId": &*p.config_id.0, "offered": offered})));
+            }
+        } else if &*p.config_id.0 == "thought_level" {
+            return Err(RpcError::invalid_params(format!(
+                "configId: {} has no thinking levels (no thought_level option)",
+                s.model().full_id()
+            )));
+        }
         match &*p.config_id.0 {
             "model" => {
                 s.set_model_by_id(&value)
@@ -929,6 +1022,23 @@ impl AcpAgent {
     }
 }
 
+/// The ACP protocol versions this agent speaks (ACP v1).
+pub const PROTOCOL_VERSIONS: [u16; 1] = [1];
+
+/// The latest of [`PROTOCOL_VERSIONS`].
+pub const LATEST_PROTOCOL_VERSION: u16 = 1;
+
+/// The version `initialize` answers for the client's `requested` one (ACP's version
+/// negotiation): the requested version when the agent speaks it, else the latest it speaks
+/// (0, a draft's, or 7, a future one, both get 1).
+pub fn negotiate_version(requested: u16) -> u16 {
+    if PROTOCOL_VERSIONS.contains(&requested) {
+        requested
+    } else {
+        LATEST_PROTOCOL_VERSION
+    }
+}
+
 /// `protocolVersion` sent as a string of digits (`"1"`, as clients predating the integer
 /// form do) is read as that number; the answer is always the integer.
 fn lenient_version(mut params: Value) -> Value {
@@ -1030,7 +1140,8 @@ fn harness_error(e: HarnessError, id: &str) -> RpcError {
 
 /// The prompt's text and images as Pi takes them: text as is; a resource link as an `@path`
 /// mention (the model reads it with its tools); an embedded text resource inline in a
-/// `<file>` block; images as attachments. Audio is refused (not advertised).
+/// `<file>` block; images as attachments. Audio is refused (not advertised). A prompt with
+/// nothing in it (no blocks, or only empty / whitespace text) is -32602 naming `field`.
 pub fn prompt_input(
     blocks: &[ContentBlock],
     field: &str,
@@ -1081,6 +1192,11 @@ pub fn prompt_input(
             }
         }
     }
+    if text.trim().is_empty() && images.is_empty() {
+        return Err(RpcError::invalid_params(format!(
+            "{field}: empty: give text, an image or a resource"
+        )));
+    }
     Ok((text, images))
 }
 
@@ -1125,6 +1241,19 @@ pub fn config_options(s: &AgentSession) -> Value {
         "options": m["availableModes"].as_array().map(|a| a.iter().map(|x| json!({"value": x["id"], "name": x["name"], "description": x["description"]})).collect::<Vec<_>>()).unwrap_or_default()
     }));
     Value::Array(out)
+}
+
+/// The `value`s of config option `id` in a `configOptions` list ([`config_options`]);
+/// `None` when the list has no such option.
+fn offered_values(options: &Value, id: &str) -> Option<Vec<String>> {
+    let option = options.as_array()?.iter().find(|o| o["id"] == id)?;
+    Some(
+        option["options"]
+            .as_array()?
+            .iter()
+            .filter_map(|o| o["value"].as_str().map(str::to_string))
+            .collect(),
+    )
 }
 
 /// The text of the session's first user message (on its file's active branch or not), as a

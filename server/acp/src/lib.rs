@@ -144,8 +144,8 @@ fn on_line(agent: &Arc<AcpAgent>, conn: &Arc<Conn>, line: Line) {
         (m, id) => {
             let id = id.filter(|_| valid_id).unwrap_or(Value::Null);
             let why = match m {
+                _ if !valid_id => "id: expected a string, a number or null",
                 Some(_) => "method: expected a string",
-                None if !valid_id => "id: expected a string, a number or null",
                 None => "not a request, a notification or a response (no method)",
             };
             conn.respond(
