@@ -774,3 +774,43 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
     );
     assert_eq!(mock.requests().len(), 2);
 }
+
+/// Pi 1.6's rule for the system prompt's role on chat completions: `developer` only for
+/// OpenAI's own API (provider `openai` or `api.openai.com`) or a `compat` that says
+/// `supportsDeveloperRole`; any other host (here loopback, as ollama, llama.cpp, vLLM) gets
+/// `system`, even for a reasoning model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_prompt_role_is_developer_only_where_pi_sends_it() {
+    let tmp = TempDir::new("developer-role");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let mut models = mock.models_json();
+    let provider = models["providers"]["mock"].as_object_mut().unwrap();
+    provider.remove("compat");
+    provider["models"] = json!([
+        {"id": "local", "reasoning": true},
+        {"id": "dev", "reasoning": true, "compat": {"supportsDeveloperRole": true}}
+    ]);
+    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    for (i, (model, role)) in [("local", "system"), ("dev", "developer")]
+        .into_iter()
+        .enumerate()
+    {
+        let m = format!("mock/{model}");
+        let out = tokio::task::block_in_place(|| run(&ws, &env, &["--model", &m, "hello"]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let body = &mock.requests()[i].body;
+        let roles: Vec<&str> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, [role, "user"], "{model}: {body}");
+    }
+}
