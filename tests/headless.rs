@@ -814,3 +814,26 @@ async fn system_prompt_role_is_developer_only_where_pi_sends_it() {
         assert_eq!(roles, [role, "user"], "{model}: {body}");
     }
 }
+
+/// An empty or blank prompt argument with nothing on stdin is no prompt, as empty stdin is:
+/// exit 2, nothing sent, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_prompt_is_refused_and_writes_nothing() {
+    let tmp = TempDir::new("empty-prompt");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("never")]).await;
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    for prompt in ["", "  \n\t "] {
+        let out =
+            tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", prompt]));
+        assert_eq!(out.status.code(), Some(2), "{prompt:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim(),
+            "pi-lsp: no prompt (give one, or pipe it on stdin)"
+        );
+    }
+    assert_eq!(mock.requests().len(), 0);
+    assert!(!ws.join(".pi").exists());
+}

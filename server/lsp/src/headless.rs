@@ -439,7 +439,10 @@ pub async fn run(args: RunArgs) -> i32 {
         approve: args.approve,
         failed_save: failed_save.clone(),
     });
-    let Some(prompt) = prompt_text(piped_stdin(), args.prompt.clone()) else {
+    // An empty or blank prompt, from the argument or stdin, is no prompt.
+    let Some(prompt) =
+        prompt_text(piped_stdin(), args.prompt.clone()).filter(|p| !p.trim().is_empty())
+    else {
         eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
         return 2;
     };
