@@ -837,3 +837,27 @@ async fn empty_prompt_is_refused_and_writes_nothing() {
     assert_eq!(mock.requests().len(), 0);
     assert!(!ws.join(".pi").exists());
 }
+
+/// Flags are checked before the session file is made: `--thinking bogus` leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_flag_creates_no_session_file() {
+    let tmp = TempDir::new("bad-flag");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("never")]).await;
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--thinking", "bogus", "hi"],
+        )
+    });
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "pi-lsp: --thinking bogus: not a thinking level (off, minimal, low, medium, high, xhigh, max)"
+    );
+    assert_eq!(mock.requests().len(), 0);
+    assert!(!ws.join(".pi").exists());
+}

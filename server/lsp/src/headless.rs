@@ -411,12 +411,23 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     };
+    // Every flag is checked before anything is read or written (Pi: a bad flag runs nothing).
     let overrides = match run_overrides(&args) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("pi-lsp: {e}");
             return 2;
         }
+    };
+    let thinking = match &args.thinking {
+        None => None,
+        Some(t) => match pi_ai::models::ThinkingLevel::parse(t) {
+            Some(level) => Some(level),
+            None => {
+                eprintln!("pi-lsp: --thinking {t}: not a thinking level (off, minimal, low, medium, high, xhigh, max)");
+                return 2;
+            }
+        },
     };
     let agent_dir = pi_ai::models::agent_dir();
     let trust = pi_core::trust::resolve_project_trust(&workspace, agent_dir.as_deref(), args.trust);
@@ -469,11 +480,7 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     };
-    if let Some(t) = &args.thinking {
-        let Some(level) = pi_ai::models::ThinkingLevel::parse(t) else {
-            eprintln!("pi-lsp: --thinking {t}: not a thinking level (off, minimal, low, medium, high, xhigh, max)");
-            return 2;
-        };
+    if let Some(level) = thinking {
         if let Err(e) = session.set_thinking_level(level) {
             eprintln!("pi-lsp: {e}");
             return 2;
