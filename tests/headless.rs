@@ -861,3 +861,60 @@ async fn bad_flag_creates_no_session_file() {
     assert_eq!(mock.requests().len(), 0);
     assert!(!ws.join(".pi").exists());
 }
+
+/// `--model` with `-c` / `--session` switches the resumed session's model, recorded as Pi's `model_change`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_applies_on_resume() {
+    let tmp = TempDir::new("continue-model");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+    ])
+    .await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"] = json!([{"id": "mock-1"}, {"id": "mock-2"}]);
+    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    let ok = |out: &std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let out = tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", "first"]));
+    ok(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\n");
+    let out =
+        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-2", "-c", "second"]));
+    ok(&out);
+    let id = session_lines(&ws)[0]["id"].as_str().unwrap().to_string();
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--session", &id[..8], "third"],
+        )
+    });
+    ok(&out);
+    let sent: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sent, ["mock-1", "mock-2", "mock-1"]);
+    let changes: Vec<String> = session_lines(&ws)
+        .iter()
+        .filter(|l| l["type"] == "model_change")
+        .map(|l| {
+            format!(
+                "{}/{}",
+                l["provider"].as_str().unwrap(),
+                l["modelId"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(changes, ["mock/mock-1", "mock/mock-2", "mock/mock-1"]);
+}

@@ -470,8 +470,19 @@ pub async fn run(args: RunArgs) -> i32 {
     // The one registry every front door uses: the session, and the stop on a signal.
     let sessions = Sessions::new(ws, setup, None);
     let session = match resume {
-        None => sessions.create(args.model.as_deref(), None, None),
-        Some(path) => sessions.open_file(&path),
+        None => sessions
+            .create(args.model.as_deref(), None, None)
+            .map_err(|e| e.to_string()),
+        // Pi 1.6 applies `--model` to the session it resumes (a `model_change` recorded).
+        Some(path) => match sessions.open_file(&path) {
+            Err(e) => Err(e.to_string()),
+            Ok(s) => match &args.model {
+                Some(m) if !same_model(&s.model(), m) => {
+                    s.set_model_by_id(m).map(|()| s).map_err(|e| e.to_string())
+                }
+                _ => Ok(s),
+            },
+        },
     };
     let session = match session {
         Ok(s) => s,
@@ -501,6 +512,14 @@ pub async fn run(args: RunArgs) -> i32 {
         let _ = std::fs::remove_file(&file);
     }
     code
+}
+
+/// Whether `model` is the one `--model` names (`provider/id`, or an id alone).
+fn same_model(model: &pi_ai::Model, named: &str) -> bool {
+    match named.split_once('/') {
+        Some((p, id)) => model.provider == p && model.id == id,
+        None => model.id == named,
+    }
 }
 
 /// Runs `prompt` in `session` to its end; returns the exit code.
