@@ -918,3 +918,108 @@ async fn model_applies_on_resume() {
         .collect();
     assert_eq!(changes, ["mock/mock-1", "mock/mock-2", "mock/mock-1"]);
 }
+
+/// Pi's own sessions folder for the cwd (`$PI_CODING_AGENT_DIR/sessions/--<cwd>--/`) is read
+/// by `sessions`, `run -c` and `run --session`: only files whose header's cwd is this folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_sessions_folder_is_listed_and_continued() {
+    let tmp = TempDir::new("pi-folder");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let mock = MockModel::start(vec![Step::text("two"), Step::text("three")]).await;
+    let agent = tmp.path().join("agent");
+    let env = agent_env(&agent, &mock.models_json(), &[]);
+    let safe = ws
+        .display()
+        .to_string()
+        .trim_start_matches('/')
+        .replace('/', "-");
+    let dir = agent.join("sessions").join(format!("--{safe}--"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pi_file = |id: &str, cwd: &std::path::Path, text: &str| {
+        let lines = [
+            json!({"type": "session", "version": 3, "id": id, "timestamp": "2026-11-30T16:50:34.872Z", "cwd": cwd}),
+            json!({"type": "model_change", "id": "a0000001", "parentId": null, "timestamp": "2026-11-30T16:50:34.886Z", "provider": "mock", "modelId": "mock-1"}),
+            json!({"type": "message", "id": "a0000002", "parentId": "a0000001", "timestamp": "2026-11-30T16:50:34.934Z", "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1796057434912u64}}),
+            json!({"type": "message", "id": "a0000003", "parentId": "a0000002", "timestamp": "2026-11-30T16:50:35.084Z", "message": {"role": "assistant", "content": [{"type": "text", "text": "one"}], "api": "openai-completions", "provider": "mock", "model": "mock-1", "usage": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 110, "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}, "stopReason": "stop", "timestamp": 1796057434989u64}}),
+        ];
+        let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(
+            dir.join(format!("2026-11-30T16-50-34-872Z_{id}.jsonl")),
+            body,
+        )
+        .unwrap();
+    };
+    let id = "01a22d5d-8af7-7261-b8bf-53378d3c9d40";
+    pi_file(id, &ws, "from pi");
+    // Another project whose cwd maps to the same folder name: not this folder's.
+    pi_file(
+        "02b33e6e-0000-7000-8000-000000000000",
+        &tmp.path().join("other"),
+        "other",
+    );
+    let listed = tokio::task::block_in_place(|| {
+        let mut cmd = Command::new(pi_lsp_bin());
+        cmd.args(["sessions", "--json", "--workspace"]).arg(&ws);
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    });
+    assert!(listed.status.success());
+    let rows: Vec<Value> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0]["id"].as_str(), rows[0]["firstPrompt"].as_str()),
+        (Some(id), Some("from pi"))
+    );
+    let users = |body: &Value| -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| {
+                m["content"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| m["content"][0]["text"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    let out =
+        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", "-c", "second"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(users(&mock.requests()[0].body), ["from pi", "second"]);
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--session", &id[..8], "third"],
+        )
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        users(&mock.requests()[1].body),
+        ["from pi", "second", "third"]
+    );
+    assert!(
+        !ws.join(".pi/sessions").exists()
+            || std::fs::read_dir(ws.join(".pi/sessions"))
+                .unwrap()
+                .all(|e| e.unwrap().path().extension().is_none_or(|x| x != "jsonl"))
+    );
+}

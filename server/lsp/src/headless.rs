@@ -67,31 +67,29 @@ pub enum Resume {
     Session(String),
 }
 
-/// The workspace folder's sessions in its sessions folder, newest first (files of other
-/// folders left out, as Pi's `--resume` picker shows them).
-fn folder_sessions(ws: &WorkspaceConfig) -> Vec<pi_core::session::SessionSummary> {
-    let root = ws.root().display().to_string();
-    pi_core::session::list_sessions(&pi_core::harness::sessions_dir(ws))
-        .into_iter()
-        .filter(|s| s.cwd.as_deref().is_none_or(|c| c == root))
-        .collect()
+/// The workspace folder's sessions, newest first: its sessions folder and Pi's own sessions
+/// folder for it (`$PI_CODING_AGENT_DIR/sessions/--<cwd>--/`), only files whose header's
+/// `cwd` is this folder ([`Sessions::list`], as ACP's `session/list`).
+fn folder_sessions(sessions: &Sessions) -> Vec<pi_core::session::SessionSummary> {
+    sessions.list().into_iter().map(|l| l.summary).collect()
 }
 
 /// The session file `resume` names, or why there is none.
-fn resume_path(ws: &WorkspaceConfig, resume: &Resume) -> Result<PathBuf, String> {
-    let sessions = folder_sessions(ws);
+fn resume_path(sessions: &Sessions, resume: &Resume) -> Result<PathBuf, String> {
+    let found = folder_sessions(sessions);
     match resume {
-        Resume::Latest => sessions
-            .into_iter()
-            .next()
-            .map(|s| s.path)
-            .ok_or_else(|| format!("no session of {} to continue", ws.root().display())),
+        Resume::Latest => found.into_iter().next().map(|s| s.path).ok_or_else(|| {
+            format!(
+                "no session of {} to continue",
+                sessions.workspace().root().display()
+            )
+        }),
         Resume::Session(s) => {
             let p = PathBuf::from(s);
             if p.is_file() {
                 return Ok(p);
             }
-            let found: Vec<_> = sessions
+            let found: Vec<_> = found
                 .into_iter()
                 .filter(|x| x.id.starts_with(s.as_str()))
                 .collect();
@@ -137,9 +135,16 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
         eprintln!("pi-lsp: workspace {} is not a folder", workspace.display());
         return 2;
     };
-    let ws = WorkspaceConfig::with_default_agent_dir(root, false);
+    let ws = WorkspaceConfig::with_default_agent_dir(root.clone(), false);
+    let setup = Arc::new(HeadlessSetup {
+        root,
+        json,
+        approve: false,
+        failed_save: Arc::new(AtomicBool::new(false)),
+    });
+    let sessions = Sessions::new(ws, setup, None);
     let mut out = std::io::stdout().lock();
-    for s in folder_sessions(&ws) {
+    for s in folder_sessions(&sessions) {
         let title = s
             .name
             .clone()
@@ -457,9 +462,11 @@ pub async fn run(args: RunArgs) -> i32 {
         eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
         return 2;
     };
+    // The one registry every front door uses: the session, and the stop on a signal.
+    let sessions = Sessions::new(ws, setup, None);
     let resume = match &args.resume {
         None => None,
-        Some(r) => match resume_path(&ws, r) {
+        Some(r) => match resume_path(&sessions, r) {
             Ok(path) => Some(path),
             Err(e) => {
                 eprintln!("pi-lsp: {e}");
@@ -467,8 +474,6 @@ pub async fn run(args: RunArgs) -> i32 {
             }
         },
     };
-    // The one registry every front door uses: the session, and the stop on a signal.
-    let sessions = Sessions::new(ws, setup, None);
     let session = match resume {
         None => sessions
             .create(args.model.as_deref(), None, None)
