@@ -862,9 +862,10 @@ async fn bad_flag_creates_no_session_file() {
     assert!(!ws.join(".pi").exists());
 }
 
-/// `--model` with `-c` / `--session` switches the resumed session's model, recorded as Pi's `model_change`.
+/// `-c` in a folder with no session starts a new one (Pi's `continueRecent`); `--model` with
+/// `-c` / `--session` switches the resumed session's model, recorded as Pi's `model_change`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn model_applies_on_resume() {
+async fn continue_starts_new_and_model_applies_on_resume() {
     let tmp = TempDir::new("continue-model");
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -884,7 +885,8 @@ async fn model_applies_on_resume() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    let out = tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", "first"]));
+    let out =
+        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", "-c", "first"]));
     ok(&out);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "one\n");
     let out =

@@ -74,27 +74,23 @@ fn folder_sessions(sessions: &Sessions) -> Vec<pi_core::session::SessionSummary>
     sessions.list().into_iter().map(|l| l.summary).collect()
 }
 
-/// The session file `resume` names, or why there is none.
-fn resume_path(sessions: &Sessions, resume: &Resume) -> Result<PathBuf, String> {
+/// The session file `resume` names (`None`: `--continue` with no session of the folder, which
+/// starts a new one as Pi's `continueRecent`), or why there is none.
+fn resume_path(sessions: &Sessions, resume: &Resume) -> Result<Option<PathBuf>, String> {
     let found = folder_sessions(sessions);
     match resume {
-        Resume::Latest => found.into_iter().next().map(|s| s.path).ok_or_else(|| {
-            format!(
-                "no session of {} to continue",
-                sessions.workspace().root().display()
-            )
-        }),
+        Resume::Latest => Ok(found.into_iter().next().map(|s| s.path)),
         Resume::Session(s) => {
             let p = PathBuf::from(s);
             if p.is_file() {
-                return Ok(p);
+                return Ok(Some(p));
             }
             let found: Vec<_> = found
                 .into_iter()
                 .filter(|x| x.id.starts_with(s.as_str()))
                 .collect();
             match found.as_slice() {
-                [one] => Ok(one.path.clone()),
+                [one] => Ok(Some(one.path.clone())),
                 [] => Err(format!(
                     "no session file {s} and no session of this folder with that id"
                 )),
@@ -467,7 +463,7 @@ pub async fn run(args: RunArgs) -> i32 {
     let resume = match &args.resume {
         None => None,
         Some(r) => match resume_path(&sessions, r) {
-            Ok(path) => Some(path),
+            Ok(path) => path,
             Err(e) => {
                 eprintln!("pi-lsp: {e}");
                 return 2;
