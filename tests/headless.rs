@@ -862,6 +862,26 @@ async fn bad_flag_creates_no_session_file() {
     assert!(!ws.join(".pi").exists());
 }
 
+/// `--no-session` answers, says nothing about a saved session and creates nothing in the
+/// workspace (no file, no `.pi/sessions/.gitignore`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_session_creates_and_announces_nothing() {
+    let tmp = TempDir::new("no-session");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("answer")]).await;
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let out = tokio::task::block_in_place(|| {
+        run(&ws, &env, &["--model", "mock/mock-1", "--no-session", "hi"])
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "answer\n");
+    assert!(!stderr.contains("session saved"), "{stderr}");
+    assert!(!ws.join(".pi").exists());
+    assert!(!tmp.path().join("agent/sessions").exists());
+}
+
 /// `-c` in a folder with no session starts a new one (Pi's `continueRecent`); `--model` with
 /// `-c` / `--session` switches the resumed session's model, recorded as Pi's `model_change`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,7 +41,8 @@ pub struct RunArgs {
     pub approve: bool,
     /// `--continue` / `--session`: the session to continue (default: a new one).
     pub resume: Option<Resume>,
-    /// `--no-session`: the session file is removed when the run ends.
+    /// `--no-session`: nothing is kept (Pi's in-memory session): the file lives in a private
+    /// temporary folder removed when the run ends; `resume` is ignored.
     pub no_session: bool,
     /// `--thinking`: the thinking level for this run (Pi's names, `max` included).
     pub thinking: Option<String>,
@@ -396,6 +397,7 @@ fn run_overrides(args: &RunArgs) -> Result<RunOverrides, String> {
         system_prompt: args.system_prompt.as_deref().map(read),
         append_system_prompt: args.append_system_prompt.iter().map(|a| read(a)).collect(),
         tools,
+        session_dir: None,
     })
 }
 
@@ -413,7 +415,7 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     };
     // Every flag is checked before anything is read or written (Pi: a bad flag runs nothing).
-    let overrides = match run_overrides(&args) {
+    let mut overrides = match run_overrides(&args) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("pi-lsp: {e}");
@@ -430,6 +432,24 @@ pub async fn run(args: RunArgs) -> i32 {
             }
         },
     };
+    // An empty or blank prompt, from the argument or stdin, is no prompt.
+    let Some(prompt) =
+        prompt_text(piped_stdin(), args.prompt.clone()).filter(|p| !p.trim().is_empty())
+    else {
+        eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
+        return 2;
+    };
+    // `--no-session` (Pi's in-memory session): the file goes to a private folder removed at the
+    // end, so nothing is created in the workspace or Pi's folders; `-c`/`--session` are
+    // ignored, as Pi's `--no-session` does.
+    let scratch = args.no_session.then(|| {
+        std::env::temp_dir().join(format!(
+            "pi-lsp-no-session-{}-{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_micros()
+        ))
+    });
+    overrides.session_dir = scratch.clone();
     let agent_dir = pi_ai::models::agent_dir();
     let trust = pi_core::trust::resolve_project_trust(&workspace, agent_dir.as_deref(), args.trust);
     if let Some(w) = &trust.warning {
@@ -451,16 +471,9 @@ pub async fn run(args: RunArgs) -> i32 {
         approve: args.approve,
         failed_save: failed_save.clone(),
     });
-    // An empty or blank prompt, from the argument or stdin, is no prompt.
-    let Some(prompt) =
-        prompt_text(piped_stdin(), args.prompt.clone()).filter(|p| !p.trim().is_empty())
-    else {
-        eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
-        return 2;
-    };
     // The one registry every front door uses: the session, and the stop on a signal.
     let sessions = Sessions::new(ws, setup, None);
-    let resume = match &args.resume {
+    let resume = match args.resume.as_ref().filter(|_| !args.no_session) {
         None => None,
         Some(r) => match resume_path(&sessions, r) {
             Ok(path) => path,
@@ -489,6 +502,9 @@ pub async fn run(args: RunArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pi-lsp: {e}");
+            if let Some(d) = &scratch {
+                let _ = std::fs::remove_dir_all(d);
+            }
             return 2;
         }
     };
@@ -505,12 +521,12 @@ pub async fn run(args: RunArgs) -> i32 {
         &failed_save,
         args.plan,
         args.json,
+        scratch.is_none(),
     )
     .await;
-    if args.no_session {
-        let file = session.file();
+    if let Some(d) = &scratch {
         session.close().await;
-        let _ = std::fs::remove_file(&file);
+        let _ = std::fs::remove_dir_all(d);
     }
     code
 }
@@ -532,8 +548,15 @@ async fn run_session(
     failed_save: &AtomicBool,
     plan: bool,
     json: bool,
+    keep: bool,
 ) -> i32 {
     let session_path = session.file();
+    // Where the session was saved, unless it is not kept (`--no-session`).
+    let saved = || {
+        if keep {
+            eprintln!("pi-lsp: session saved to {}", session_path.display());
+        }
+    };
     // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
     let mut signals = crate::shutdown::Signals::listen();
     if plan {
@@ -550,7 +573,7 @@ async fn run_session(
         // Extension commands come first (Pi: before templates and skills).
         Ok(PromptOutcome::Command(name)) => {
             eprintln!("pi-lsp: ran extension command /{name}");
-            eprintln!("pi-lsp: session saved to {}", session_path.display());
+            saved();
             return 0;
         }
         Ok(_) => {}
@@ -567,12 +590,12 @@ async fn run_session(
                 _ = sessions.stop_all() => {}
                 n = signals.next() => crate::shutdown::exit_now(128 + n),
             }
-            eprintln!("pi-lsp: session saved to {}", session_path.display());
+            saved();
             return 128 + n;
         }
     }
     print_plan(session, json);
-    eprintln!("pi-lsp: session saved to {}", session_path.display());
+    saved();
     let stop = session.last_outcome().map(|o| o.stop_reason);
     match stop {
         Some(StopReason::Error | StopReason::Aborted) | None => 1,
