@@ -890,3 +890,274 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
     );
     assert_eq!(mock.requests().len(), 3);
 }
+
+/// Pi 1.6's rule for the system prompt's role on chat completions: `developer` only for
+/// OpenAI's own API (provider `openai` or `api.openai.com`) or a `compat` that says
+/// `supportsDeveloperRole`; any other host (here loopback, as ollama, llama.cpp, vLLM) gets
+/// `system`, even for a reasoning model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_prompt_role_is_developer_only_where_pi_sends_it() {
+    let tmp = TempDir::new("developer-role");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let mut models = mock.models_json();
+    let provider = models["providers"]["mock"].as_object_mut().unwrap();
+    provider.remove("compat");
+    provider["models"] = json!([
+        {"id": "local", "reasoning": true},
+        {"id": "dev", "reasoning": true, "compat": {"supportsDeveloperRole": true}}
+    ]);
+    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    for (i, (model, role)) in [("local", "system"), ("dev", "developer")]
+        .into_iter()
+        .enumerate()
+    {
+        let m = format!("mock/{model}");
+        let out = tokio::task::block_in_place(|| run(&ws, &env, &["--model", &m, "hello"]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let body = &mock.requests()[i].body;
+        let roles: Vec<&str> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, [role, "user"], "{model}: {body}");
+    }
+}
+
+/// An empty or blank prompt argument with nothing on stdin is no prompt, as empty stdin is:
+/// exit 2, nothing sent, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_prompt_is_refused_and_writes_nothing() {
+    let tmp = TempDir::new("empty-prompt");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("never")]).await;
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    for prompt in ["", "  \n\t "] {
+        let out =
+            tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", prompt]));
+        assert_eq!(out.status.code(), Some(2), "{prompt:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim(),
+            "pi-lsp: no prompt (give one, or pipe it on stdin)"
+        );
+    }
+    assert_eq!(mock.requests().len(), 0);
+    assert!(!ws.join(".pi").exists());
+}
+
+/// Flags are checked before the session file is made: `--thinking bogus` leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_flag_creates_no_session_file() {
+    let tmp = TempDir::new("bad-flag");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("never")]).await;
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--thinking", "bogus", "hi"],
+        )
+    });
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "pi-lsp: --thinking bogus: not a thinking level (off, minimal, low, medium, high, xhigh, max)"
+    );
+    assert_eq!(mock.requests().len(), 0);
+    assert!(!ws.join(".pi").exists());
+}
+
+/// `--no-session` answers, says nothing about a saved session and creates nothing in the
+/// workspace (no file, no `.pi/sessions/.gitignore`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_session_creates_and_announces_nothing() {
+    let tmp = TempDir::new("no-session");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("answer")]).await;
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let out = tokio::task::block_in_place(|| {
+        run(&ws, &env, &["--model", "mock/mock-1", "--no-session", "hi"])
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "answer\n");
+    assert!(!stderr.contains("session saved"), "{stderr}");
+    assert!(!ws.join(".pi").exists());
+    assert!(!tmp.path().join("agent/sessions").exists());
+}
+
+/// `-c` in a folder with no session starts a new one (Pi's `continueRecent`); `--model` with
+/// `-c` / `--session` switches the resumed session's model, recorded as Pi's `model_change`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_starts_new_and_model_applies_on_resume() {
+    let tmp = TempDir::new("continue-model");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+    ])
+    .await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"] = json!([{"id": "mock-1"}, {"id": "mock-2"}]);
+    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    let ok = |out: &std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let out =
+        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", "-c", "first"]));
+    ok(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\n");
+    let out =
+        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-2", "-c", "second"]));
+    ok(&out);
+    let id = session_lines(&ws)[0]["id"].as_str().unwrap().to_string();
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--session", &id[..8], "third"],
+        )
+    });
+    ok(&out);
+    let sent: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sent, ["mock-1", "mock-2", "mock-1"]);
+    let changes: Vec<String> = session_lines(&ws)
+        .iter()
+        .filter(|l| l["type"] == "model_change")
+        .map(|l| {
+            format!(
+                "{}/{}",
+                l["provider"].as_str().unwrap(),
+                l["modelId"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(changes, ["mock/mock-1", "mock/mock-2", "mock/mock-1"]);
+}
+
+/// Pi's own sessions folder for the cwd (`$PI_CODING_AGENT_DIR/sessions/--<cwd>--/`) is read
+/// by `sessions`, `run -c` and `run --session`: only files whose header's cwd is this folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_sessions_folder_is_listed_and_continued() {
+    let tmp = TempDir::new("pi-folder");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let mock = MockModel::start(vec![Step::text("two"), Step::text("three")]).await;
+    let agent = tmp.path().join("agent");
+    let env = agent_env(&agent, &mock.models_json(), &[]);
+    let safe = ws
+        .display()
+        .to_string()
+        .trim_start_matches('/')
+        .replace('/', "-");
+    let dir = agent.join("sessions").join(format!("--{safe}--"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pi_file = |id: &str, cwd: &std::path::Path, text: &str| {
+        let lines = [
+            json!({"type": "session", "version": 3, "id": id, "timestamp": "2026-11-30T16:50:34.872Z", "cwd": cwd}),
+            json!({"type": "model_change", "id": "a0000001", "parentId": null, "timestamp": "2026-11-30T16:50:34.886Z", "provider": "mock", "modelId": "mock-1"}),
+            json!({"type": "message", "id": "a0000002", "parentId": "a0000001", "timestamp": "2026-11-30T16:50:34.934Z", "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1796057434912u64}}),
+            json!({"type": "message", "id": "a0000003", "parentId": "a0000002", "timestamp": "2026-11-30T16:50:35.084Z", "message": {"role": "assistant", "content": [{"type": "text", "text": "one"}], "api": "openai-completions", "provider": "mock", "model": "mock-1", "usage": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 110, "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}, "stopReason": "stop", "timestamp": 1796057434989u64}}),
+        ];
+        let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(
+            dir.join(format!("2026-11-30T16-50-34-872Z_{id}.jsonl")),
+            body,
+        )
+        .unwrap();
+    };
+    let id = "01a22d5d-8af7-7261-b8bf-53378d3c9d40";
+    pi_file(id, &ws, "from pi");
+    // Another project whose cwd maps to the same folder name: not this folder's.
+    pi_file(
+        "02b33e6e-0000-7000-8000-000000000000",
+        &tmp.path().join("other"),
+        "other",
+    );
+    let listed = tokio::task::block_in_place(|| {
+        let mut cmd = Command::new(pi_lsp_bin());
+        cmd.args(["sessions", "--json", "--workspace"]).arg(&ws);
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    });
+    assert!(listed.status.success());
+    let rows: Vec<Value> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0]["id"].as_str(), rows[0]["firstPrompt"].as_str()),
+        (Some(id), Some("from pi"))
+    );
+    let users = |body: &Value| -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| {
+                m["content"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| m["content"][0]["text"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    let out =
+        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", "-c", "second"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(users(&mock.requests()[0].body), ["from pi", "second"]);
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--session", &id[..8], "third"],
+        )
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        users(&mock.requests()[1].body),
+        ["from pi", "second", "third"]
+    );
+    assert!(
+        !ws.join(".pi/sessions").exists()
+            || std::fs::read_dir(ws.join(".pi/sessions"))
+                .unwrap()
+                .all(|e| e.unwrap().path().extension().is_none_or(|x| x != "jsonl"))
+    );
+}

@@ -41,7 +41,8 @@ pub struct RunArgs {
     pub approve: bool,
     /// `--continue` / `--session`: the session to continue (default: a new one).
     pub resume: Option<Resume>,
-    /// `--no-session`: the session file is removed when the run ends.
+    /// `--no-session`: nothing is kept (Pi's in-memory session): the file lives in a private
+    /// temporary folder removed when the run ends; `resume` is ignored.
     pub no_session: bool,
     /// `--thinking`: the thinking level for this run (Pi's names, `max` included).
     pub thinking: Option<String>,
@@ -67,36 +68,30 @@ pub enum Resume {
     Session(String),
 }
 
-/// The workspace folder's sessions in its sessions folder, newest first (files of other
-/// folders left out, as Pi's `--resume` picker shows them).
-fn folder_sessions(ws: &WorkspaceConfig) -> Vec<pi_core::session::SessionSummary> {
-    let root = ws.root().display().to_string();
-    pi_core::session::list_sessions(&pi_core::harness::sessions_dir(ws))
-        .into_iter()
-        .filter(|s| s.cwd.as_deref().is_none_or(|c| c == root))
-        .collect()
+/// The workspace folder's sessions, newest first: its sessions folder and Pi's own sessions
+/// folder for it (`$PI_CODING_AGENT_DIR/sessions/--<cwd>--/`), only files whose header's
+/// `cwd` is this folder ([`Sessions::list`], as ACP's `session/list`).
+fn folder_sessions(sessions: &Sessions) -> Vec<pi_core::session::SessionSummary> {
+    sessions.list().into_iter().map(|l| l.summary).collect()
 }
 
-/// The session file `resume` names, or why there is none.
-fn resume_path(ws: &WorkspaceConfig, resume: &Resume) -> Result<PathBuf, String> {
-    let sessions = folder_sessions(ws);
+/// The session file `resume` names (`None`: `--continue` with no session of the folder, which
+/// starts a new one as Pi's `continueRecent`), or why there is none.
+fn resume_path(sessions: &Sessions, resume: &Resume) -> Result<Option<PathBuf>, String> {
+    let found = folder_sessions(sessions);
     match resume {
-        Resume::Latest => sessions
-            .into_iter()
-            .next()
-            .map(|s| s.path)
-            .ok_or_else(|| format!("no session of {} to continue", ws.root().display())),
+        Resume::Latest => Ok(found.into_iter().next().map(|s| s.path)),
         Resume::Session(s) => {
             let p = PathBuf::from(s);
             if p.is_file() {
-                return Ok(p);
+                return Ok(Some(p));
             }
-            let found: Vec<_> = sessions
+            let found: Vec<_> = found
                 .into_iter()
                 .filter(|x| x.id.starts_with(s.as_str()))
                 .collect();
             match found.as_slice() {
-                [one] => Ok(one.path.clone()),
+                [one] => Ok(Some(one.path.clone())),
                 [] => Err(format!(
                     "no session file {s} and no session of this folder with that id"
                 )),
@@ -137,9 +132,16 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
         eprintln!("pi-lsp: workspace {} is not a folder", workspace.display());
         return 2;
     };
-    let ws = WorkspaceConfig::with_default_agent_dir(root, false);
+    let ws = WorkspaceConfig::with_default_agent_dir(root.clone(), false);
+    let setup = Arc::new(HeadlessSetup {
+        root,
+        json,
+        approve: false,
+        failed_save: Arc::new(AtomicBool::new(false)),
+    });
+    let sessions = Sessions::new(ws, setup, None);
     let mut out = std::io::stdout().lock();
-    for s in folder_sessions(&ws) {
+    for s in folder_sessions(&sessions) {
         let title = s
             .name
             .clone()
@@ -395,6 +397,7 @@ fn run_overrides(args: &RunArgs) -> Result<RunOverrides, String> {
         system_prompt: args.system_prompt.as_deref().map(read),
         append_system_prompt: args.append_system_prompt.iter().map(|a| read(a)).collect(),
         tools,
+        session_dir: None,
     })
 }
 
@@ -411,13 +414,42 @@ pub async fn run(args: RunArgs) -> i32 {
             return 2;
         }
     };
-    let overrides = match run_overrides(&args) {
+    // Every flag is checked before anything is read or written (Pi: a bad flag runs nothing).
+    let mut overrides = match run_overrides(&args) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("pi-lsp: {e}");
             return 2;
         }
     };
+    let thinking = match &args.thinking {
+        None => None,
+        Some(t) => match pi_ai::models::ThinkingLevel::parse(t) {
+            Some(level) => Some(level),
+            None => {
+                eprintln!("pi-lsp: --thinking {t}: not a thinking level (off, minimal, low, medium, high, xhigh, max)");
+                return 2;
+            }
+        },
+    };
+    // An empty or blank prompt, from the argument or stdin, is no prompt.
+    let Some(prompt) =
+        prompt_text(piped_stdin(), args.prompt.clone()).filter(|p| !p.trim().is_empty())
+    else {
+        eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
+        return 2;
+    };
+    // `--no-session` (Pi's in-memory session): the file goes to a private folder removed at the
+    // end, so nothing is created in the workspace or Pi's folders; `-c`/`--session` are
+    // ignored, as Pi's `--no-session` does.
+    let scratch = args.no_session.then(|| {
+        std::env::temp_dir().join(format!(
+            "pi-lsp-no-session-{}-{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_micros()
+        ))
+    });
+    overrides.session_dir = scratch.clone();
     let agent_dir = pi_ai::models::agent_dir();
     let trust = pi_core::trust::resolve_project_trust(&workspace, agent_dir.as_deref(), args.trust);
     if let Some(w) = &trust.warning {
@@ -439,38 +471,44 @@ pub async fn run(args: RunArgs) -> i32 {
         approve: args.approve,
         failed_save: failed_save.clone(),
     });
-    let Some(prompt) = prompt_text(piped_stdin(), args.prompt.clone()) else {
-        eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
-        return 2;
-    };
-    let resume = match &args.resume {
+    // The one registry every front door uses: the session, and the stop on a signal.
+    let sessions = Sessions::new(ws, setup, None);
+    let resume = match args.resume.as_ref().filter(|_| !args.no_session) {
         None => None,
-        Some(r) => match resume_path(&ws, r) {
-            Ok(path) => Some(path),
+        Some(r) => match resume_path(&sessions, r) {
+            Ok(path) => path,
             Err(e) => {
                 eprintln!("pi-lsp: {e}");
                 return 2;
             }
         },
     };
-    // The one registry every front door uses: the session, and the stop on a signal.
-    let sessions = Sessions::new(ws, setup, None);
     let session = match resume {
-        None => sessions.create(args.model.as_deref(), None, None),
-        Some(path) => sessions.open_file(&path),
+        None => sessions
+            .create(args.model.as_deref(), None, None)
+            .map_err(|e| e.to_string()),
+        // Pi 1.6 applies `--model` to the session it resumes (a `model_change` recorded).
+        Some(path) => match sessions.open_file(&path) {
+            Err(e) => Err(e.to_string()),
+            Ok(s) => match &args.model {
+                Some(m) if !same_model(&s.model(), m) => {
+                    s.set_model_by_id(m).map(|()| s).map_err(|e| e.to_string())
+                }
+                _ => Ok(s),
+            },
+        },
     };
     let session = match session {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pi-lsp: {e}");
+            if let Some(d) = &scratch {
+                let _ = std::fs::remove_dir_all(d);
+            }
             return 2;
         }
     };
-    if let Some(t) = &args.thinking {
-        let Some(level) = pi_ai::models::ThinkingLevel::parse(t) else {
-            eprintln!("pi-lsp: --thinking {t}: not a thinking level (off, minimal, low, medium, high, xhigh, max)");
-            return 2;
-        };
+    if let Some(level) = thinking {
         if let Err(e) = session.set_thinking_level(level) {
             eprintln!("pi-lsp: {e}");
             return 2;
@@ -483,14 +521,22 @@ pub async fn run(args: RunArgs) -> i32 {
         &failed_save,
         args.plan,
         args.json,
+        scratch.is_none(),
     )
     .await;
-    if args.no_session {
-        let file = session.file();
+    if let Some(d) = &scratch {
         session.close().await;
-        let _ = std::fs::remove_file(&file);
+        let _ = std::fs::remove_dir_all(d);
     }
     code
+}
+
+/// Whether `model` is the one `--model` names (`provider/id`, or an id alone).
+fn same_model(model: &pi_ai::Model, named: &str) -> bool {
+    match named.split_once('/') {
+        Some((p, id)) => model.provider == p && model.id == id,
+        None => model.id == named,
+    }
 }
 
 /// Runs `prompt` in `session` to its end; returns the exit code.
@@ -502,8 +548,15 @@ async fn run_session(
     failed_save: &AtomicBool,
     plan: bool,
     json: bool,
+    keep: bool,
 ) -> i32 {
     let session_path = session.file();
+    // Where the session was saved, unless it is not kept (`--no-session`).
+    let saved = || {
+        if keep {
+            eprintln!("pi-lsp: session saved to {}", session_path.display());
+        }
+    };
     // SIGTERM, SIGHUP, SIGINT: the server's own way of going away (`crate::shutdown`).
     let mut signals = crate::shutdown::Signals::listen();
     if plan {
@@ -520,7 +573,7 @@ async fn run_session(
         // Extension commands come first (Pi: before templates and skills).
         Ok(PromptOutcome::Command(name)) => {
             eprintln!("pi-lsp: ran extension command /{name}");
-            eprintln!("pi-lsp: session saved to {}", session_path.display());
+            saved();
             return 0;
         }
         Ok(_) => {}
@@ -537,12 +590,12 @@ async fn run_session(
                 _ = sessions.stop_all() => {}
                 n = signals.next() => crate::shutdown::exit_now(128 + n),
             }
-            eprintln!("pi-lsp: session saved to {}", session_path.display());
+            saved();
             return 128 + n;
         }
     }
     print_plan(session, json);
-    eprintln!("pi-lsp: session saved to {}", session_path.display());
+    saved();
     let stop = session.last_outcome().map(|o| o.stop_reason);
     match stop {
         Some(StopReason::Error | StopReason::Aborted) | None => 1,

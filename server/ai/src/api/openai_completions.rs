@@ -70,7 +70,12 @@ impl Compat {
         let flag = |k: &str, d: bool| c.get(k).and_then(Value::as_bool).unwrap_or(d);
         Compat {
             supports_store: flag("supportsStore", !non_standard),
-            supports_developer_role: flag("supportsDeveloperRole", !non_standard),
+            // Pi 1.6 (`detectCompat`): the developer role is OpenAI's; other hosts' chat
+            // templates (ollama, llama.cpp, vLLM…) often reject it, and all take `system`.
+            supports_developer_role: flag(
+                "supportsDeveloperRole",
+                p == "openai" || url.contains("api.openai.com"),
+            ),
             supports_usage_in_streaming: flag("supportsUsageInStreaming", true),
             max_tokens_field: c
                 .get("maxTokensField")

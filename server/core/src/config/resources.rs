@@ -136,6 +136,10 @@ pub struct RunOverrides {
     /// `--tools`: an allowlist of names or `*` patterns, or only `+name` / `-name` entries
     /// over the default selection ([`crate::harness::select_cli_tools`]).
     pub tools: Option<Vec<String>>,
+    /// The sessions folder for this process, over every other setting
+    /// ([`crate::harness::sessions_dir`]); `pi-lsp run --no-session` points it at a private
+    /// folder it removes.
+    pub session_dir: Option<PathBuf>,
 }
 
 /// Pi's `resolvePromptInput` for `--system-prompt` / `--append-system-prompt`: the contents

@@ -21,10 +21,13 @@ const DEMO_SCRIPT: &str = include_str!("../../../../fixtures/scripted/demo.json"
 /// The line printed (headless) or shown (editor) when the scripted model is used.
 pub const SCRIPTED_NOTICE: &str = "pi-lsp: no usable model (no API key, no models.json that loads here); using the offline scripted model (fixtures/scripted/demo.json).";
 
-/// Where the workspace's sessions live: `$PI_CODING_AGENT_SESSION_DIR`, else settings'
+/// Where the workspace's sessions live: the command line's folder ([`crate::resources::RunOverrides::session_dir`]), else `$PI_CODING_AGENT_SESSION_DIR`, else settings'
 /// `sessionDir` (global, or the project's in a trusted workspace; relative to the workspace,
 /// `~` expanded), else `<workspace>/.pi/sessions` (Pi's precedence, `docs/settings.md`).
 pub fn sessions_dir(ws: &WorkspaceConfig) -> PathBuf {
+    if let Some(d) = &ws.overrides().session_dir {
+        return d.clone();
+    }
     let configured = std::env::var("PI_CODING_AGENT_SESSION_DIR")
         .ok()
         .filter(|d| !d.trim().is_empty())
