@@ -951,6 +951,42 @@ end
 
 local OLDER = '⋯ older history: press gO (or :Pi chat older)'
 
+--- What the end of a session's branch offers, from its last message (Pi's AgentMessage):
+--- `continue` when it ends with the user's message, a tool result or tool calls that never got
+--- theirs (the run was interrupted: Neovim or the server went away mid-run), `retry` when its
+--- last answer failed, else nil. Both are `:Pi retry` (`agent/continue`): the user's message is
+--- sent again once and stored once.
+function M.offer_of(last)
+  if type(last) ~= 'table' then
+    return nil
+  end
+  if last.role == 'user' or last.role == 'toolResult' then
+    return 'continue'
+  end
+  if last.role == 'assistant' then
+    if last.stopReason == 'error' then
+      return 'retry'
+    elseif last.stopReason == 'toolUse' then
+      return 'continue'
+    end
+  end
+  return nil
+end
+
+--- Says under a loaded history what its end offers (`M.offer_of`), when no run is going.
+function Chat:offer_recovery(last)
+  local offer = M.offer_of(last)
+  if not offer or self.running or self.state == 'sending' or not require('pi.client').has_method(self.root, 'agent/continue') then
+    return
+  end
+  if offer == 'continue' then
+    self:line('⚠ the last run was interrupted before it answered: ↻ :Pi retry continues it')
+  else
+    self:line('↻ :Pi retry runs it again (your message is not repeated)')
+  end
+  self.writer:flush()
+end
+
 --- Loads and draws the session's history: the last page first, older pages on demand.
 function Chat:load_history(done)
   local client = require('pi.client')
@@ -966,6 +1002,15 @@ function Chat:load_history(done)
       end
       self:draw_entries(r.entries)
       self.writer:flush()
+      local last
+      for i = #r.entries, 1, -1 do
+        local e = r.entries[i]
+        if e.type == 'message' and type(e.message) == 'table' then
+          last = e.message
+          break
+        end
+      end
+      self:offer_recovery(last)
       self:read_plan()
       if done then
         done()
@@ -984,6 +1029,7 @@ function Chat:load_history(done)
         self:draw_message(msgs[i])
       end
       self.writer:flush()
+      self:offer_recovery(msgs[#msgs])
       self:read_plan()
       if done then
         done()

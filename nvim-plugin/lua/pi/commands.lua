@@ -632,6 +632,10 @@ end
 subcommands.allow = answer('allow')
 subcommands.reject = answer('reject')
 
+subcommands.policy = function(args)
+  require('pi.policy').command(args)
+end
+
 subcommands.retry = chat_cmd(function(chat)
   pi.retry(chat)
 end)
@@ -663,7 +667,7 @@ subcommands.build = function()
 end
 
 --- The subcommand names (for completion and `:help pi-commands`).
-M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'clone', 'compact', 'diff', 'export', 'fork', 'followup', 'image', 'label', 'mcp', 'model', 'new', 'plan', 'prompt', 'reject', 'rename', 'retry', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'clone', 'compact', 'diff', 'export', 'fork', 'followup', 'image', 'label', 'mcp', 'model', 'new', 'plan', 'policy', 'prompt', 'reject', 'rename', 'retry', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
 
 --- The subcommands' handlers by name (`M.subcommand_names` lists them).
 M.subcommands = subcommands
@@ -719,6 +723,18 @@ function M.complete(arg_lead, cmdline)
     return vim.tbl_filter(function(x)
       return x:sub(1, #arg_lead) == arg_lead
     end, { 'session', 'workspace' })
+  end
+  if before:match('^policy%s') then
+    -- The policy first, then the place it goes.
+    local policy = require('pi.policy')
+    local rest = before:gsub('^policy%s+', '')
+    local done = #vim.split(rest, '%s+', { trimempty = true }) - (arg_lead ~= '' and 1 or 0)
+    local list = done == 0 and vim.tbl_map(function(p)
+      return p.name
+    end, policy.policies) or done == 1 and policy.scope_names or {}
+    return vim.tbl_filter(function(x)
+      return x:sub(1, #arg_lead) == arg_lead
+    end, list)
   end
   if before:match('^thinking%s') then
     local out = {}
