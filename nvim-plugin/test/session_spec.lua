@@ -165,6 +165,31 @@ H.case('an image file named in the prompt, and one attached with :Pi image, go a
   mock.stop()
 end)
 
+H.case('an image for a model that takes none is said at once, attached or named in the prompt', function()
+  local mock = H.mock({ { text = 'Text only.' } })
+  mock.models_json.providers.mock.models[1].input = { 'text' }
+  local ws = H.workspace()
+  H.write(ws .. '/one.png', PNG)
+  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160 })
+  c:cmd('Pi new')
+  H.wait('the session', 10000, function()
+    return c:lua(H.CHAT_STATE) ~= vim.NIL
+  end)
+  c:input(':Pi image one.png<CR>')
+  H.wait('the warning', 5000, function()
+    return messages(c):find('Pi: mock-1 does not take images: one.png would not reach the model (:Pi model picks one that does)', 1, true) ~= nil
+  end)
+  c:input(':Pi image clear<CR>')
+  c:cmd('echo ""')
+  c:input(':Pi what is in @one.png?<CR>')
+  H.wait('the warning as it goes', 5000, function()
+    return messages(c):find('Pi: mock-1 does not take images: the image named in the prompt would not reach the model', 1, true) ~= nil
+  end)
+  H.idle_with(c, 'Text only.')
+  c:stop()
+  mock.stop()
+end)
+
 H.case(':Pi !cmd runs your command into the chat and the context; :Pi rename; :Pi clone', function()
   local mock = H.mock({ { text = 'Seen.' } })
   local c = H.child({ ws = H.workspace(), models_json = mock.models_json, cols = 160, rows = 40 })

@@ -952,8 +952,9 @@ end
 local OLDER = '⋯ older history: press gO (or :Pi chat older)'
 
 --- What the end of a session's branch offers, from its last message (Pi's AgentMessage):
---- `continue` when it ends with the user's message, a tool result or tool calls that never got
---- theirs (the run was interrupted: Neovim or the server went away mid-run), `retry` when its
+--- `continue` when it ends with the user's message, a tool result, tool calls that never got
+--- theirs or an answer stopped before it said anything (the run was interrupted: Neovim or the
+--- server went away mid-run, or it was stopped at once), `retry` when its
 --- last answer failed, else nil. Both are `:Pi retry` (`agent/continue`): the user's message is
 --- sent again once and stored once.
 function M.offer_of(last)
@@ -968,6 +969,9 @@ function M.offer_of(last)
       return 'retry'
     elseif last.stopReason == 'toolUse' then
       return 'continue'
+    elseif last.stopReason == 'aborted' and (type(last.content) ~= 'table' or next(last.content) == nil) then
+      -- Stopped before any answer (what a server going away mid-request stores).
+      return 'continue'
     end
   end
   return nil
@@ -980,7 +984,7 @@ function Chat:offer_recovery(last)
     return
   end
   if offer == 'continue' then
-    self:line('⚠ the last run was interrupted before it answered: ↻ :Pi retry continues it')
+    self:line('⚠ the last run stopped before it answered: ↻ :Pi retry continues it')
   else
     self:line('↻ :Pi retry runs it again (your message is not repeated)')
   end

@@ -166,6 +166,10 @@ subcommands.model = chat_cmd(function(chat)
       end
       client.request(chat.root, 'agent/model/set', { sessionId = chat.session_id, model = m.provider .. '/' .. m.id }, 'switch the model', function(res)
         chat.root.status.model = m.provider .. '/' .. m.id
+        -- What the session's model takes (its `input`: images or not) is the new model's.
+        if type(chat.root.state) == 'table' then
+          chat.root.state.model = m
+        end
         if res and type(res.thinkingLevel) == 'string' then
           chat.root.status.thinking = res.thinkingLevel
         end

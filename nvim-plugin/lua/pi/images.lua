@@ -150,6 +150,25 @@ local function changed(chat)
   require('pi.prompt').show_queue(chat)
 end
 
+--- The current model's name when it takes no images (its `input`, from models.json, lacks
+--- "image"), else nil (it does, or that is not known).
+function M.blind_model(chat)
+  local m = vim.tbl_get(chat, 'root', 'state', 'model')
+  if type(m) ~= 'table' or type(m.input) ~= 'table' or vim.tbl_contains(m.input, 'image') then
+    return nil
+  end
+  return (type(m.name) == 'string' and m.name ~= '' and m.name) or tostring(m.id)
+end
+
+--- Says at once that `what` (an image) would not reach the model when the model takes none.
+local function warn_blind(chat, what)
+  local model = M.blind_model(chat)
+  if model then
+    util.notify(('%s does not take images: %s would not reach the model (:Pi model picks one that does)'):format(model, what), vim.log.levels.WARN)
+    return true
+  end
+end
+
 --- Attaches the image file `path` to the chat's next prompt.
 function M.attach_file(chat, path)
   local abs = resolve(path, chat.root.root)
@@ -161,7 +180,9 @@ function M.attach_file(chat, path)
   chat.attachments = chat.attachments or {}
   table.insert(chat.attachments, img)
   changed(chat)
-  util.notify(('image attached: %s (%s)'):format(img.name, human(img.size)))
+  if not warn_blind(chat, img.name) then
+    util.notify(('image attached: %s (%s)'):format(img.name, human(img.size)))
+  end
 end
 
 --- The command printing the clipboard's image on stdout: `config.clipboard_image_cmd`, else
@@ -201,7 +222,9 @@ function M.attach_clipboard(chat)
       chat.attachments = chat.attachments or {}
       table.insert(chat.attachments, img)
       changed(chat)
-      util.notify(('image attached: clipboard (%s, %s)'):format(img.mimeType, human(img.size)))
+      if not warn_blind(chat, 'the clipboard image') then
+        util.notify(('image attached: clipboard (%s, %s)'):format(img.mimeType, human(img.size)))
+      end
     end)
   end)
 end
@@ -242,6 +265,10 @@ function M.take(chat, text)
   end
   if #taken > 0 then
     changed(chat)
+  end
+  -- Named in the prompt only now: said as it goes (attached ones were said when attached).
+  if #out > #taken then
+    warn_blind(chat, #out - #taken == 1 and 'the image named in the prompt' or 'the images named in the prompt')
   end
   return #out > 0 and out or nil, taken
 end
