@@ -1,5 +1,6 @@
 -- Acting on the chat's text (issue 30 item 14): `gf` on a file named with its line opens it
--- there, beside the chat; `yc` yanks the code block under the cursor without its fences.
+-- there, beside the chat; `yc` yanks the code block under the cursor without its fences; `gp`
+-- puts it below the cursor of the window beside the chat; `gn` opens it as a new, unsaved file.
 package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
 local H = require('helpers')
 H.require_tools()
@@ -12,7 +13,7 @@ local ROW_OF = [[
   end
 ]]
 
-H.case('gf opens a file at its line; yc yanks a code block', function()
+H.case('gf opens a file at its line; yc yanks a code block, gp puts it in the file, gn makes a new file of it', function()
   local answer = 'The sum is in src/add.py:3 and the rest.\n\n```python\nprint(add(1, 2))\nprint(add(3, 4))\n```\n\nDone.'
   local mock = H.mock({ { text = answer } })
   local ws = H.workspace({ ['src/add.py'] = 'import sys\n\ndef add(a, b):\n    return a + b\n' })
@@ -44,6 +45,44 @@ H.case('gf opens a file at its line; yc yanks a code block', function()
     return c:lua('return vim.fn.getreg(\'"\')') == 'print(add(1, 2))\nprint(add(3, 4))\n'
   end)
   H.eq('V', c:lua('return vim.fn.getregtype(\'"\')'), 'linewise')
+  -- gp: below the cursor (line 3) of the file beside the chat, not saved; the focus goes there.
+  c:input('gp')
+  H.wait('the code put in the file', 3000, function()
+    return c:lua('return vim.fn.expand("%:t")') == 'add.py'
+  end)
+  H.eq(
+    { 'import sys', '', 'def add(a, b):', 'print(add(1, 2))', 'print(add(3, 4))', '    return a + b' },
+    c:lua('return vim.api.nvim_buf_get_lines(0, 0, -1, false)'),
+    'the file after gp'
+  )
+  H.eq({ 4, 0 }, c:lua('return vim.api.nvim_win_get_cursor(0)'), 'the cursor on the code put')
+  H.eq(true, c:lua('return vim.bo.modified'), 'not saved')
+  H.eq('import sys\n\ndef add(a, b):\n    return a + b\n', H.read(ws .. '/src/add.py'), 'the disk untouched')
+  -- gn: a new file of the block, its path asked; nothing on disk until :w.
+  c:input('<C-w>l')
+  c:input(code .. 'G')
+  c:input('gn')
+  H.wait('the path asked', 3000, function()
+    return c:screen_text():find('new file for the code block:', 1, true) ~= nil
+  end)
+  c:input('demo.py<CR>')
+  H.wait('the new file', 3000, function()
+    return c:lua('return vim.fn.expand("%:t")') == 'demo.py'
+  end)
+  H.eq({ 'print(add(1, 2))', 'print(add(3, 4))' }, c:lua('return vim.api.nvim_buf_get_lines(0, 0, -1, false)'), 'the new buffer')
+  H.eq(nil, H.read(ws .. '/demo.py'), 'not written')
+  -- An existing file is not replaced.
+  c:input('<C-w>l')
+  c:input(code .. 'G')
+  c:input('gn')
+  H.wait('the path asked again', 3000, function()
+    return c:screen_text():find('new file for the code block:', 1, true) ~= nil
+  end)
+  c:input('src/add.py<CR>')
+  H.wait('the refusal', 3000, function()
+    return c:lua("return vim.api.nvim_exec2('messages', {output = true}).output"):find('Pi: src/add.py exists: not replaced (yc yanks the code)', 1, true) ~= nil
+  end)
+  H.eq('pi-chat', c:lua('return vim.bo.filetype'), 'still in the chat')
   c:stop()
   mock.stop()
 end)

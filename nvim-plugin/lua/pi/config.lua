@@ -87,6 +87,8 @@ M.defaults = {
       toggle = '<CR>', -- on an answer row: that answer; on a fold: open / close it
       open_file = 'gf', -- the file named under the cursor (path:line), at its line
       yank_code = 'yc', -- the code block under the cursor
+      insert_code = 'gp', -- the code block under the cursor, put below the cursor of the window beside the chat
+      new_file_code = 'gn', -- the code block under the cursor as a new file (its path asked; unsaved)
       rewind_turn = 'gr', -- on one of your messages: rewind to before it (and its file changes)
       edit_turn = 'cc', -- on one of your messages: edit it and send it again as a branch
     },

@@ -45,6 +45,12 @@ function M.chat(chat)
   map(buf, 'n', km.yank_code, function()
     require('pi.links').yank_block(vim.v.register)
   end, 'yank the code block under the cursor')
+  map(buf, 'n', km.insert_code, function()
+    require('pi.links').insert_block()
+  end, 'put the code block under the cursor at the cursor of the window beside the chat')
+  map(buf, 'n', km.new_file_code, function()
+    require('pi.links').new_file_block(chat)
+  end, 'open the code block under the cursor as a new file')
   -- <CR>: the answer on its row, else the fold under the cursor opens or closes, else <CR>.
   if km.toggle then
     map(buf, 'n', km.toggle, function()
