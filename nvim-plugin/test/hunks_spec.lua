@@ -1,7 +1,7 @@
 -- The agent's hunk marks stay true through undo and reloads (issue 30 item 4): the undo key
--- then `u` brings the mark back with the agent's text, and the disk follows the undo key (saved
--- when the buffer had no unsaved changes, else only the undo written onto the disk's text, the
--- user's lines left unsaved); a sign whose text went away with
+-- then `u` brings the mark back with the agent's text (a deleted line's mark too), and the disk
+-- follows the undo key (saved when the buffer had no unsaved changes, else only the undo written
+-- onto the disk's text, the user's lines left unsaved); a sign whose text went away with
 -- `:!git checkout` + `:e!` is gone; the Changes view drops a file deleted since.
 package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
 local H = require('helpers')
@@ -64,6 +64,56 @@ H.case('the undo key then u: the agent text and its mark come back; <C-r> hides 
   H.wait('hidden again', 2000, function()
     return vim.deep_equal(c:lua(SIGNS), { { 1, 'none' } })
   end)
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a deleted line: the undo key puts it back and hides its mark; u deletes it again with its mark; <C-r> hides it', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_d', name = 'edit', arguments = { path = 'list.txt', edits = { { oldText = 'c\nd\n', newText = 'c\n' } } } } } },
+    { text = 'Deleted.' },
+  })
+  local ws = H.workspace({ ['list.txt'] = 'a\nb\nc\nd\ne\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', init = 'vim.g.mapleader = " "', cols = 80, rows = 24 })
+  local MARKS = [[
+    local out = {}
+    for _, m in ipairs(vim.api.nvim_buf_get_extmarks(0, require('pi.hunks').ns, 0, -1, { details = true })) do
+      local vl = {}
+      for _, l in ipairs(m[4].virt_lines or {}) do vl[#vl + 1] = l[1][1] end
+      out[#out + 1] = { m[2], m[4].sign_text or 'none', vl }
+    end
+    return out
+  ]]
+  c:cmd('edit list.txt')
+  c:cmd('Pi delete d')
+  H.idle_with(c, 'Deleted.')
+  edited(c, 'a\nb\nc\ne')
+  H.eq({ { 3, '- ', { '- d' } } }, c:lua(MARKS), 'the deletion mark on the line after it')
+  c:input('4G')
+  c:input(' pu')
+  H.wait('the undo key', 5000, function()
+    return c:lua(TEXT) == 'a\nb\nc\nd\ne'
+  end)
+  H.eq({ { 4, 'none', {} } }, c:lua(MARKS), 'hidden on its line after the undo key')
+  H.wait('the disk after the undo key', 5000, function()
+    return H.read(ws .. '/list.txt') == 'a\nb\nc\nd\ne\n'
+  end)
+  c:input('u')
+  H.wait('u', 5000, function()
+    return c:lua(TEXT) == 'a\nb\nc\ne'
+  end)
+  H.wait('the mark shown again', 2000, function()
+    return vim.deep_equal(c:lua(MARKS), { { 3, '- ', { '- d' } } })
+  end)
+  H.eq(1, #c:lua('return require("pi.hunks").list(vim.api.nvim_get_current_buf())'), ']h / :Pi diff see the hunk again')
+  c:input('<C-r>')
+  H.wait('redo', 5000, function()
+    return c:lua(TEXT) == 'a\nb\nc\nd\ne'
+  end)
+  H.wait('hidden again', 2000, function()
+    return vim.deep_equal(c:lua(MARKS), { { 4, 'none', {} } })
+  end)
+  H.eq(0, #c:lua('return require("pi.hunks").list(vim.api.nvim_get_current_buf())'), 'no hunk while the line is back')
   c:stop()
   mock.stop()
 end)

@@ -212,6 +212,39 @@ local function place(b, id, info, row, n, hidden)
   })
 end
 
+--- Shows (or hides, `hidden`) deletion hunk `id`'s mark at `row`: its sign and the deleted
+--- lines as virtual lines; hidden, the mark stays on its line, so `u` after the undo key (the
+--- deletion back) shows it again.
+local function place_deletion(b, id, info, row, hidden)
+  info.hidden = hidden
+  local vl = {}
+  for _, l in ipairs(info.old) do
+    vl[#vl + 1] = { { '- ' .. l, 'DiffDelete' } }
+  end
+  pcall(api.nvim_buf_set_extmark, b, M.ns, row, 0, {
+    id = id,
+    sign_text = not hidden and info.sign or nil,
+    sign_hl_group = not hidden and info.sign_hl or nil,
+    virt_lines = not hidden and vl or nil,
+    virt_lines_above = info.above,
+  })
+end
+
+--- Whether deletion hunk `info`, its mark at `row`, has its deleted lines back in the buffer
+--- (put back by the undo key, or typed back): just above the mark's line, or below it when
+--- the deletion ran to the end.
+local function deletion_restored(b, info, row)
+  local n = #info.old
+  if n == 0 then
+    return false
+  end
+  local from = info.above and row - n or row + 1
+  if from < 0 then
+    return false
+  end
+  return vim.deep_equal(api.nvim_buf_get_lines(b, from, from + n, false), info.old)
+end
+
 --- Hides the sign of each hunk of `b` whose text is back to what it was (undone with `u`,
 --- with the undo key, by hand or by a rewind) and shows it again when the agent's text comes
 --- back (redo, `u` after the undo key, a rewind undone). A hidden hunk is found again by its
@@ -224,7 +257,18 @@ function M.refresh(b)
   for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
     local id, row, d = m[1], m[2], m[4]
     local info = store[id]
-    if info and not info.deletion then
+    if info and info.deletion then
+      -- Only a deletion the undo key put back is followed (a shown one whose lines merely
+      -- look like its old text elsewhere stays shown).
+      if info.undone then
+        local back = deletion_restored(b, info, row)
+        if info.hidden and not back then
+          place_deletion(b, id, info, row, false)
+        elseif not info.hidden and back then
+          place_deletion(b, id, info, row, true)
+        end
+      end
+    elseif info then
       if info.hidden then
         local now = api.nvim_buf_get_lines(b, row, row + #info.new, false)
         if #info.new > 0 and vim.deep_equal(now, info.new) then
@@ -483,10 +527,12 @@ function M.undo()
   local before = api.nvim_buf_get_lines(b, 0, -1, false)
   local s, e
   if h.info.deletion then
-    api.nvim_buf_del_extmark(b, M.ns, h.id)
-    M.by_buf[b][h.id] = nil
+    -- The mark stays, hidden, on its line: `u` takes the lines out again and shows it.
     local at = h.info.above and h.row or (h.row + 1)
     api.nvim_buf_set_lines(b, at, at, false, old)
+    local mark = api.nvim_buf_get_extmark_by_id(b, M.ns, h.id, {})
+    h.info.undone = true
+    place_deletion(b, h.id, h.info, mark[1] or h.row, true)
     s, e = at, at
   else
     -- The mark stays, hidden, over the old text: `u` brings the agent's text and its sign back.
