@@ -238,6 +238,35 @@ H.case('write over a buffer with unsaved text asks even under approve-all, shows
   mock.stop()
 end)
 
+H.case('write over a new unsaved buffer of the same name asks even under approve-all; rejected, the draft stays and nothing reaches the disk', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_write', name = 'write', arguments = { path = 'fresh.md', content = 'agent text\n' } } } },
+    { text = 'Written.' },
+  })
+  local ws = H.workspace()
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 160, rows = 40 })
+  c:cmd('edit fresh.md')
+  c:input('imy draft<Esc>')
+  H.wait('the unsaved text', 2000, function()
+    return buf_text(c) == 'my draft'
+  end)
+  c:cmd('Pi write fresh.md')
+  H.wait('the question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: write fresh.md', 1, true)
+  end)
+  local text = c:lua(H.CHAT_TEXT)
+  local block = text:sub(text:find('### ? Permission', 1, true), -1)
+  H.contains(block, '-my draft', 'the lost line in the diff')
+  H.eq('my draft', buf_text(c), 'buffer untouched while asked')
+  H.eq(nil, H.read(ws .. '/fresh.md'), 'nothing on disk while asked')
+  c:cmd('Pi reject')
+  H.idle_with(c, 'Written.')
+  H.eq('my draft', buf_text(c), 'the draft kept')
+  H.eq(nil, H.read(ws .. '/fresh.md'), 'nothing on disk after the refusal')
+  c:stop()
+  mock.stop()
+end)
+
 H.case('a count or a key followed by another never answers; a digit alone does, after timeoutlen', function()
   local mock = H.mock({
     { toolCalls = { { id = 'call_one', name = 'bash', arguments = { command = 'echo one' } } } },
