@@ -53,6 +53,11 @@ H.case('the undo key then u: the agent text and its mark come back; <C-r> hides 
   H.wait('the mark shown again', 2000, function()
     return vim.deep_equal(c:lua(SIGNS), { { 1, '~ ' } })
   end)
+  -- The disk follows the undo: the agent's line is there again, the buffer clean.
+  H.wait('the disk after u', 5000, function()
+    return H.read(ws .. '/code.txt') == 'first\nvalue = 2\nlast\n'
+  end)
+  H.eq(false, c:lua('return vim.bo.modified'), 'clean after u')
   -- On the screen: the sign column holds the mark on the agent's line.
   local rows = vim.split(c:screen_text(), '\n', { plain = true })
   H.eq('~ value = 2', rows[2]:sub(1, 11), 'the sign beside the agent line')
@@ -63,6 +68,9 @@ H.case('the undo key then u: the agent text and its mark come back; <C-r> hides 
   end)
   H.wait('hidden again', 2000, function()
     return vim.deep_equal(c:lua(SIGNS), { { 1, 'none' } })
+  end)
+  H.wait('the disk after <C-r>', 5000, function()
+    return H.read(ws .. '/code.txt') == 'first\nvalue = 1\nlast\n'
   end)
   c:stop()
   mock.stop()
@@ -164,6 +172,61 @@ H.case("the undo key with the user's unsaved changes: the disk loses the agent's
   H.eq('mine, unsaved\nfirst\nvalue = 1\nlast\n', H.read(ws .. '/code.txt'), 'the disk after the user save')
   local screen = c:screen_text()
   assert(not screen:find('WARNING', 1, true) and not screen:find('changed since reading', 1, true), screen)
+  c:stop()
+  mock.stop()
+end)
+
+H.case("u of an agent edit reaches the disk, the user's unsaved line does not; <C-r> brings the agent's line back; typing is not saved", function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_e', name = 'edit', arguments = { path = 'code.txt', edits = { { oldText = 'value = 1', newText = 'value = 2' } } } } } },
+    { text = 'Changed.' },
+  })
+  local ws = H.workspace({ ['code.txt'] = 'first\nvalue = 1\nlast\n' })
+  local c = H.child({
+    ws = ws,
+    models_json = mock.models_json,
+    setup = '{approval_policy = "approve-all", save_user_changes = "never"}',
+    cols = 80,
+    rows = 24,
+  })
+  c:cmd('edit code.txt')
+  c:input('ggOmine, unsaved<Esc>')
+  H.wait('the unsaved line', 5000, function()
+    return c:lua(TEXT) == 'mine, unsaved\nfirst\nvalue = 1\nlast'
+  end)
+  c:cmd('Pi change the value')
+  H.idle_with(c, 'Changed.')
+  edited(c, 'mine, unsaved\nfirst\nvalue = 2\nlast')
+  H.eq('first\nvalue = 2\nlast\n', H.read(ws .. '/code.txt'), "the disk: the agent's change only")
+  c:lua('vim.api.nvim_set_current_win(vim.fn.bufwinid(vim.fn.bufnr("code.txt")))')
+  c:input('u')
+  H.wait('u', 5000, function()
+    return c:lua(TEXT) == 'mine, unsaved\nfirst\nvalue = 1\nlast'
+  end)
+  H.wait('the disk after u', 5000, function()
+    return H.read(ws .. '/code.txt') == 'first\nvalue = 1\nlast\n'
+  end)
+  H.eq(true, c:lua('return vim.bo.modified'), "the user's line still unsaved")
+  c:cmd('checktime')
+  local msgs = c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
+  assert(not msgs:find('W12', 1, true) and not msgs:find('W11', 1, true), 'W11/W12 in messages: ' .. msgs)
+  c:input('<C-r>')
+  H.wait('<C-r>', 5000, function()
+    return c:lua(TEXT) == 'mine, unsaved\nfirst\nvalue = 2\nlast'
+  end)
+  H.wait('the disk after <C-r>', 5000, function()
+    return H.read(ws .. '/code.txt') == 'first\nvalue = 2\nlast\n'
+  end)
+  -- The same text typed by hand is the user's: the mark goes, the disk stays.
+  c:input('3Gccvalue = 1<Esc>')
+  H.wait('the typed line', 5000, function()
+    return c:lua(TEXT) == 'mine, unsaved\nfirst\nvalue = 1\nlast'
+  end)
+  H.wait('the mark hidden', 2000, function()
+    return vim.deep_equal(c:lua(SIGNS), { { 2, 'none' } })
+  end)
+  vim.wait(300)
+  H.eq('first\nvalue = 2\nlast\n', H.read(ws .. '/code.txt'), 'typing is not saved')
   c:stop()
   mock.stop()
 end)

@@ -11,6 +11,25 @@ M.ns = vim.api.nvim_create_namespace('pi.hunks')
 --- bufnr -> { [extmark id] = {old = string[]} }
 M.by_buf = {}
 
+--- The text of each buffer with marks as the last `refresh` (or edit) left it, and its undo
+--- state (`undotree()`'s `seq_cur` / `seq_last`): what an undo or redo changed.
+M.snap = {}
+M.seq = {}
+
+--- Records `b`'s undo state; true when it moved by an undo or a redo since the last record
+--- (the newest change number unchanged, the current one not).
+local function undo_or_redo(b)
+  local ok, ut = pcall(api.nvim_buf_call, b, function()
+    return vim.fn.undotree()
+  end)
+  if not ok or type(ut) ~= 'table' then
+    return false
+  end
+  local prev = M.seq[b]
+  M.seq[b] = { cur = ut.seq_cur, last = ut.seq_last }
+  return prev ~= nil and ut.seq_last == prev.last and ut.seq_cur ~= prev.cur
+end
+
 local function targets(edit)
   local out = {}
   if type(edit) ~= 'table' then
@@ -194,6 +213,8 @@ function M.mark(b, old, new)
   end
   require('pi.keymaps').hunks(b)
   M.watch(b)
+  M.snap[b] = api.nvim_buf_get_lines(b, 0, -1, false)
+  undo_or_redo(b)
 end
 
 --- Puts hunk `id`'s mark over `n` lines from `row`, its sign shown unless `hidden`.
@@ -245,26 +266,38 @@ local function deletion_restored(b, info, row)
   return vim.deep_equal(api.nvim_buf_get_lines(b, from, from + n, false), info.old)
 end
 
+local sync_disk
+
 --- Hides the sign of each hunk of `b` whose text is back to what it was (undone with `u`,
 --- with the undo key, by hand or by a rewind) and shows it again when the agent's text comes
 --- back (redo, `u` after the undo key, a rewind undone). A hidden hunk is found again by its
 --- start row and the agent's lines, so its mark follows whatever undo did to its range.
-function M.refresh(b)
+--- With `sync` (the buffer's own text changes), an undo or redo that took agent lines back or
+--- brought them back reaches the disk too (`sync_disk`), so the agent's next `bash` sees what
+--- the buffer shows; a change typed by hand stays the user's, unsaved.
+function M.refresh(b, sync)
   local store = M.by_buf[b]
   if not store or next(store) == nil then
     return
   end
+  -- Whether a hunk's text went or came back (its mark hidden or shown) with this change, and
+  -- whether the change is an undo or a redo (`u`, `<C-r>`, `:undo N`).
+  local flipped = false
+  local undone_redone = undo_or_redo(b)
   for _, m in ipairs(api.nvim_buf_get_extmarks(b, M.ns, 0, -1, { details = true })) do
     local id, row, d = m[1], m[2], m[4]
     local info = store[id]
     if info and info.deletion then
       -- Only a deletion the undo key put back is followed (a shown one whose lines merely
       -- look like its old text elsewhere stays shown).
-      if info.undone then
+      if info.undone or undone_redone then
         local back = deletion_restored(b, info, row)
         if info.hidden and not back then
+          flipped = true
           place_deletion(b, id, info, row, false)
         elseif not info.hidden and back then
+          flipped = true
+          info.undone = true
           place_deletion(b, id, info, row, true)
         end
       end
@@ -272,16 +305,24 @@ function M.refresh(b)
       if info.hidden then
         local now = api.nvim_buf_get_lines(b, row, row + #info.new, false)
         if #info.new > 0 and vim.deep_equal(now, info.new) then
+          flipped = true
           place(b, id, info, row, #info.new, false)
         end
       else
         local now = api.nvim_buf_get_lines(b, row, (d.end_row or row) + 1, false)
         local at_old = api.nvim_buf_get_lines(b, row, row + #info.old, false)
         if vim.deep_equal(now, info.old) or (not vim.deep_equal(now, info.new) and vim.deep_equal(at_old, info.old) and #info.old > 0) then
+          flipped = true
           place(b, id, info, row, #info.old, true)
         end
       end
     end
+  end
+  local before = M.snap[b]
+  local now = api.nvim_buf_get_lines(b, 0, -1, false)
+  M.snap[b] = now
+  if sync and flipped and before and undone_redone then
+    sync_disk(b, before, now)
   end
 end
 
@@ -307,6 +348,8 @@ function M.reloaded(b)
       end
     end
   end
+  M.snap[b] = api.nvim_buf_get_lines(b, 0, -1, false)
+  undo_or_redo(b)
   -- (Marks of lines the reload removed are gone with them.)
   for id in pairs(store) do
     if not api.nvim_buf_get_extmark_by_id(b, M.ns, id, {})[1] then
@@ -324,7 +367,7 @@ function M.watch(b)
   api.nvim_create_autocmd({ 'TextChanged', 'InsertLeave' }, {
     buffer = b,
     callback = function()
-      M.refresh(b)
+      M.refresh(b, true)
     end,
   })
   api.nvim_create_autocmd('BufReadPost', {
@@ -473,6 +516,21 @@ function M.merge_onto_disk(buf, disk, s, e, new)
   return vim.list_extend(out, vim.list_slice(disk, at + (e - s)))
 end
 
+--- Writes `lines` to `path` as the file was written (`eol`: a last newline, `crlf`) under
+--- buffer `b`, which keeps its unsaved changes: Neovim is kept quiet about it (unsaved.lua).
+local function write_merged(b, path, lines, eol, crlf)
+  local st = vim.uv.fs_stat(path)
+  local nl = crlf and '\r\n' or '\n'
+  local text = table.concat(lines, nl) .. ((eol and #lines > 0) and nl or '')
+  local f, err = io.open(path, 'wb')
+  if not f then
+    return require('pi.util').notify('could not write ' .. vim.fn.fnamemodify(path, ':~:.') .. ': ' .. tostring(err), vim.log.levels.WARN)
+  end
+  f:write(text)
+  f:close()
+  require('pi.unsaved').merged(b, st and { sec = st.mtime.sec, nsec = st.mtime.nsec } or nil)
+end
+
 --- After the undo key took agent lines back (rows [s, e) of the buffer's text `before` became
 --- `new`): the disk agrees with the session, so the agent's next `bash` sees the lines taken
 --- back. A buffer that held no unsaved changes is written (as the agent's own saves: no
@@ -503,15 +561,54 @@ local function undo_on_disk(b, was_modified, before, s, e, new)
   if vim.deep_equal(merged, disk) then
     return
   end
-  local st = vim.uv.fs_stat(path)
-  local text = table.concat(merged, crlf and '\r\n' or '\n') .. ((eol and #merged > 0) and (crlf and '\r\n' or '\n') or '')
-  local f, err = io.open(path, 'wb')
-  if not f then
-    return require('pi.util').notify('could not write ' .. vim.fn.fnamemodify(path, ':~:.') .. ': ' .. tostring(err), vim.log.levels.WARN)
+  write_merged(b, path, merged, eol, crlf)
+end
+
+--- After an undo or redo moved agent lines (`refresh`): the buffer's text went from `before`
+--- to `now`. With no unsaved changes of the user's besides (`before` is the disk's text) the
+--- buffer is written as the agent's saves are (no autocommands); else each changed range is
+--- carried onto the disk's text (`merge_onto_disk`) and the user's lines stay unsaved.
+function sync_disk(b, before, now)
+  local path = api.nvim_buf_get_name(b)
+  if path == '' or vim.bo[b].buftype ~= '' or not vim.uv.fs_stat(path) then
+    return
   end
-  f:write(text)
-  f:close()
-  unsaved.merged(b, st and { sec = st.mtime.sec, nsec = st.mtime.nsec } or nil)
+  local crlf = vim.bo[b].fileformat == 'dos'
+  local disk, eol = read_disk(path, crlf)
+  if not disk then
+    return
+  end
+  if vim.deep_equal(before, disk) then
+    local ok = pcall(api.nvim_buf_call, b, function()
+      vim.cmd('silent noautocmd keepalt keepjumps lockmarks write!')
+    end)
+    if ok then
+      require('pi.unsaved').saved(b)
+    end
+    return
+  end
+  local function joined(l)
+    return #l == 0 and '' or table.concat(l, '\n') .. '\n'
+  end
+  local cur, out = vim.deepcopy(before), disk
+  local ranges = vim.diff(joined(before), joined(now), { result_type = 'indices' }) or {}
+  -- Bottom up: a range carried does not move the rows of the ones above it.
+  for i = #ranges, 1, -1 do
+    local sa, ca, sb, cb = unpack(ranges[i])
+    local s = ca == 0 and sa or sa - 1
+    local new = cb > 0 and { unpack(now, sb, sb + cb - 1) } or {}
+    local merged = M.merge_onto_disk(cur, out, s, s + ca, new)
+    if not merged then
+      return require('pi.util').notify('the undone agent change is not on disk as in this buffer: the disk is left as it is')
+    end
+    out = merged
+    local nxt = vim.list_slice(cur, 1, s)
+    vim.list_extend(nxt, new)
+    cur = vim.list_extend(nxt, vim.list_slice(cur, s + ca + 1))
+  end
+  if not vim.deep_equal(out, disk) then
+    write_merged(b, path, out, eol, crlf)
+  end
 end
 
 --- Undoes the agent hunk under the cursor: its old text back, as one ordinary change; the
