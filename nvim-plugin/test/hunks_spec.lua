@@ -207,6 +207,14 @@ H.case("u of an agent edit reaches the disk, the user's unsaved line does not; <
     return H.read(ws .. '/code.txt') == 'first\nvalue = 1\nlast\n'
   end)
   H.eq(true, c:lua('return vim.bo.modified'), "the user's line still unsaved")
+  -- The Changes view agrees: the change is listed as taken back.
+  c:cmd('Pi changes')
+  H.wait('the quickfix list', 5000, function()
+    return c:lua('return vim.fn.getqflist({title = 0}).title') == 'Pi: session changes'
+  end)
+  H.eq({ 'edit +1 −1 (call_e) · undone' }, c:lua('return vim.tbl_map(function(i) return i.text end, vim.fn.getqflist())'), 'the Changes view after u')
+  c:cmd('cclose')
+  c:lua('vim.api.nvim_set_current_win(vim.fn.bufwinid(vim.fn.bufnr("code.txt")))')
   c:cmd('checktime')
   local msgs = c:lua("return vim.api.nvim_exec2('messages', {output = true}).output")
   assert(not msgs:find('W12', 1, true) and not msgs:find('W11', 1, true), 'W11/W12 in messages: ' .. msgs)
@@ -269,7 +277,8 @@ H.case('a sign does not survive :!git checkout + :e!; :Pi changes drops a delete
     return c:lua('return vim.fn.getqflist({title = 0}).title') == 'Pi: session changes'
   end)
   local qf = c:lua("return vim.tbl_map(function(i) return { vim.fn.fnamemodify(vim.fn.bufname(i.bufnr), ':t'), i.lnum, i.text } end, vim.fn.getqflist())")
-  H.eq({ { 'code.txt', 2, 'edit +1 −1 (call_e)' } }, qf, 'the deleted file is not listed')
+  -- (code.txt's change was taken back by the checkout: said.)
+  H.eq({ { 'code.txt', 2, 'edit +1 −1 (call_e) · undone' } }, qf, 'the deleted file is not listed')
   c:stop()
   mock.stop()
 end)

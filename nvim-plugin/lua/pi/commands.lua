@@ -315,6 +315,49 @@ local function diff_counts(diff)
   return add, del
 end
 
+--- Whether the change `diff` (a unified diff) is taken back in the file's text now: `path`'s
+--- buffer when loaded (what the user sees), else its disk. Taken back: none of its added lines
+--- is there; for a change that only deleted lines, all of them are back.
+local function undone(diff, path)
+  local b = vim.fn.bufnr(path)
+  local lines
+  if b > 0 and api.nvim_buf_is_loaded(b) then
+    lines = api.nvim_buf_get_lines(b, 0, -1, false)
+  else
+    local ok, l = pcall(vim.fn.readfile, path)
+    lines = ok and l or {}
+  end
+  local have = {}
+  for _, l in ipairs(lines) do
+    have[l] = true
+  end
+  local added, deleted = {}, {}
+  for line in (type(diff) == 'string' and diff or ''):gmatch('[^\n]+') do
+    if line:match('^%+') and not line:match('^%+%+%+ ') then
+      added[#added + 1] = line:sub(2)
+    elseif line:match('^%-') and not line:match('^%-%-%- ') then
+      deleted[#deleted + 1] = line:sub(2)
+    end
+  end
+  if #added > 0 then
+    for _, l in ipairs(added) do
+      if have[l] then
+        return false
+      end
+    end
+    return true
+  end
+  if #deleted == 0 then
+    return false
+  end
+  for _, l in ipairs(deleted) do
+    if not have[l] then
+      return false
+    end
+  end
+  return true
+end
+
 subcommands.changes = function()
   local client = require('pi.client')
   local st = client.roots[client.root_of(0)]
@@ -348,7 +391,9 @@ subcommands.changes = function()
       -- A file deleted since (by a command, by hand, by a rewind) is no change to look at.
       local b = path and vim.fn.bufnr(path) or -1
       if path and (vim.uv.fs_stat(path) or (b > 0 and vim.api.nvim_buf_is_loaded(b) and vim.bo[b].modified)) then
-        items[#items + 1] = { filename = path, lnum = lnum, text = ('%s %s (%s)'):format(ch.toolName, what, tostring(ch.toolCallId)) }
+        -- Taken back since (`u`, the undo key, by hand): said, so the list agrees with the buffer.
+        local back = not ch.created and undone(ch.diff, path) and ' · undone' or ''
+        items[#items + 1] = { filename = path, lnum = lnum, text = ('%s %s (%s)%s'):format(ch.toolName, what, tostring(ch.toolCallId), back) }
       end
     end
     if #items == 0 then
