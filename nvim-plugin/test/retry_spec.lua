@@ -47,7 +47,7 @@ H.case(':Pi retry resends without a second user message; the failed prompt comes
   mock.stop()
 end)
 
-H.case('a session whose run was interrupted says so when opened; :Pi retry continues it without a second user message', function()
+H.case(':Pi sessions last opens a session whose run was interrupted; it says so, and :Pi retry continues it without a second user message', function()
   local mock = H.mock({ { text = 'Too late.', delayMs = 30000 }, { text = 'Continued.' } })
   local ws = H.workspace()
   -- The first Neovim goes away while the model has not answered: the session ends with the
@@ -65,14 +65,8 @@ H.case('a session whose run was interrupted says so when opened; :Pi retry conti
     return vim.system({ 'flock', '--nonblock', files[1] .. '.lock', 'true' }):wait().code == 0
   end)
   local c = H.child({ ws = ws, models_json = mock.models_json, cols = 100, rows = 30 })
-  c:lua([[
-    vim.ui.select = function(items, opts, on_choice)
-      for i, it in ipairs(items) do
-        if it.sessionFile then return on_choice(it, i) end
-      end
-    end
-  ]])
-  c:cmd('Pi sessions')
+  -- A Neovim started again: `:Pi sessions last` opens the workspace's newest session at once.
+  c:cmd('Pi sessions last')
   H.wait('the history and the offer', 15000, function()
     return c:lua(H.CHAT_TEXT):find('⚠', 1, true) ~= nil
   end)

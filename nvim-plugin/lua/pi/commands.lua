@@ -74,10 +74,14 @@ subcommands.new = function()
   end)
 end
 
-subcommands.sessions = function()
+subcommands.sessions = function(args)
+  local last = vim.trim(args or '') == 'last'
+  if not last and vim.trim(args or '') ~= '' then
+    return util.notify(('`:Pi sessions %s`: only `last` (the newest session) is known'):format(vim.trim(args)), vim.log.levels.ERROR)
+  end
   local client = require('pi.client')
   client.ensure(client.root_of(0), function(st)
-    require('pi.sessions').pick(st)
+    require('pi.sessions').pick(st, last)
   end)
 end
 
@@ -767,6 +771,9 @@ function M.complete(arg_lead, cmdline)
   end
   if before:match('^rewind%s') then
     return { 'undo' }
+  end
+  if before:match('^sessions%s') then
+    return { 'last' }
   end
   if before:match('^allow%s') then
     return vim.tbl_filter(function(x)

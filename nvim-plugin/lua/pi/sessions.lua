@@ -77,10 +77,21 @@ function M.open(st, s, done)
   end)
 end
 
---- `:Pi sessions`.
-function M.pick(st)
+--- `:Pi sessions` (`last`: the workspace's newest session, as Pi's `--continue`, without
+--- the picker).
+function M.pick(st, last)
   client.request(st, 'agent/session/list', {}, 'list the sessions', function(r)
     local sessions = r.sessions or {}
+    if last then
+      -- This workspace's own sessions only (not Pi's from its own folder), newest first.
+      sessions = vim.tbl_filter(function(s)
+        local file = type(s.sessionFile) == 'string' and vim.fs.normalize(s.sessionFile) or ''
+        return file:sub(1, #st.root + 14) == st.root .. '/.pi/sessions/'
+      end, sessions)
+      table.sort(sessions, function(a, b)
+        return (a.lastActivity or 0) > (b.lastActivity or 0)
+      end)
+    end
     if #sessions == 0 then
       return util.notify('no sessions in this workspace yet')
     end
@@ -91,9 +102,7 @@ function M.pick(st)
         s.elsewhere = M.locked_elsewhere(s.sessionFile) == true
       end
     end
-    util.select(sessions, { prompt = 'Pi sessions', format_item = function(x)
-      return M.format(x, st.root)
-    end, kind = 'pi.session' }, function(s)
+    local function chosen(s)
       if not s then
         return
       end
@@ -108,7 +117,13 @@ function M.pick(st)
           M.open(st, s)
         end
       end)
-    end)
+    end
+    if last then
+      return chosen(sessions[1])
+    end
+    util.select(sessions, { prompt = 'Pi sessions', format_item = function(x)
+      return M.format(x, st.root)
+    end, kind = 'pi.session' }, chosen)
   end)
 end
 
