@@ -12,22 +12,26 @@ M.ns = vim.api.nvim_create_namespace('pi.hunks')
 M.by_buf = {}
 
 --- The text of each buffer with marks as the last `refresh` (or edit) left it, and its undo
---- state (`undotree()`'s `seq_cur` / `seq_last`): what an undo or redo changed.
+--- state (`cur`: `changenr()`, `max`: the newest change number seen): what an undo or redo
+--- changed.
 M.snap = {}
 M.seq = {}
 
---- Records `b`'s undo state; true when it moved by an undo or a redo since the last record
---- (the newest change number unchanged, the current one not).
-local function undo_or_redo(b)
-  local ok, ut = pcall(api.nvim_buf_call, b, function()
-    return vim.fn.undotree()
+--- Records `b`'s undo state; true when it moved by an undo or a redo since the last record: the
+--- current change number moved but not past the newest one (a new change is always newer).
+--- `exact` reads the newest change number from `undotree()` (done at an agent edit; each
+--- text change after it reads only `changenr()`, cheap in a long undo history).
+local function undo_or_redo(b, exact)
+  local ok, cur, last = pcall(api.nvim_buf_call, b, function()
+    return vim.fn.changenr(), exact and vim.fn.undotree().seq_last or nil
   end)
-  if not ok or type(ut) ~= 'table' then
+  if not ok or type(cur) ~= 'number' then
     return false
   end
   local prev = M.seq[b]
-  M.seq[b] = { cur = ut.seq_cur, last = ut.seq_last }
-  return prev ~= nil and ut.seq_last == prev.last and ut.seq_cur ~= prev.cur
+  local max = math.max(prev and prev.max or 0, last or 0, cur)
+  M.seq[b] = { cur = cur, max = max }
+  return prev ~= nil and cur ~= prev.cur and cur <= prev.max
 end
 
 local function targets(edit)
@@ -214,7 +218,7 @@ function M.mark(b, old, new)
   require('pi.keymaps').hunks(b)
   M.watch(b)
   M.snap[b] = api.nvim_buf_get_lines(b, 0, -1, false)
-  undo_or_redo(b)
+  undo_or_redo(b, true)
 end
 
 --- Puts hunk `id`'s mark over `n` lines from `row`, its sign shown unless `hidden`.
@@ -349,7 +353,7 @@ function M.reloaded(b)
     end
   end
   M.snap[b] = api.nvim_buf_get_lines(b, 0, -1, false)
-  undo_or_redo(b)
+  undo_or_redo(b, true)
   -- (Marks of lines the reload removed are gone with them.)
   for id in pairs(store) do
     if not api.nvim_buf_get_extmark_by_id(b, M.ns, id, {})[1] then
