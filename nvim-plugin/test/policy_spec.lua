@@ -26,11 +26,11 @@ H.case('the pickers: the policy, then its place; "this session only" is in force
   end)
   c:input('3<CR>')
   H.wait('the place picker', 5000, function()
-    return c:screen_text():find('this session only, until it closes', 1, true) ~= nil
+    return c:screen_text():find('this session only (until it closes; wins over every settings file)', 1, true) ~= nil
   end)
   local screen = c:screen_text()
-  assert(screen:find('this workspace: approvalPolicy in .pi/settings.json', 1, true), screen)
-  assert(screen:find('your Pi settings: approvalPolicy in', 1, true), screen)
+  assert(screen:find('this workspace: .pi/settings.json (new sessions here)', 1, true), screen)
+  assert(screen:find('your Pi settings: ~/agent/settings.json (workspaces without their own)', 1, true), screen)
   c:input('1<CR>')
   H.wait('the notice', 5000, function()
     return messages(c):find('Pi: this session runs every tool call without asking', 1, true) ~= nil

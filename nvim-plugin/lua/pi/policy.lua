@@ -51,18 +51,18 @@ end
 --- `has_session`: a session is open (its own choice is offered first).
 function M.scope_items(has_session, root)
   local editor = config.values.approval_policy
-  local wins = editor and (' — the plugin\'s approval_policy "%s" wins over it'):format(editor) or ''
+  local wins = editor and (' — your setup\'s approval_policy "%s" wins'):format(editor) or ''
   local items = {}
   if has_session then
-    items[#items + 1] = { scope = 'session', label = 'this session only, until it closes (wins over every settings file; other and new sessions keep theirs)' }
+    items[#items + 1] = { scope = 'session', label = 'this session only (until it closes; wins over every settings file)' }
   end
   items[#items + 1] = {
     scope = 'workspace',
-    label = ('this workspace: approvalPolicy in %s, for new sessions here%s'):format(vim.fn.fnamemodify(M.project_file(root), ':~:.'), wins),
+    label = ('this workspace: %s (new sessions here)%s'):format(vim.fn.fnamemodify(M.project_file(root), ':~:.'), wins),
   }
   items[#items + 1] = {
     scope = 'user',
-    label = ('your Pi settings: approvalPolicy in %s, for every workspace without its own%s'):format(vim.fn.fnamemodify(M.user_file(), ':~'), wins),
+    label = ('your Pi settings: %s (workspaces without their own)%s'):format(vim.fn.fnamemodify(M.user_file(), ':~'), wins),
   }
   return items
 end
