@@ -8,6 +8,7 @@
 import * as vscode from "vscode";
 import { applyPatch } from "diff";
 import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-languageclient";
+import { writeThroughDisk } from "./agentsave";
 import { FileChanges } from "./hunks";
 import { UndoneChanges } from "./undone";
 import type { UnsavedChanges } from "./unsaved";
@@ -440,17 +441,48 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     return this.undoneByReview(x.t.uri, withAgent, ids, [r], [...x.t.sessions]);
   }
 
-  /** The review's Undo: the replacements applied as an editor edit; remembered, so Ctrl+Z of
-   * it brings the agent's lines back under review (undone.ts); and when the document had no
-   * unsaved changes before, saved, so the disk agrees with the buffer (the agent's next `bash`
-   * sees the lines taken back, not the agent's). A document with the user's unsaved changes is
-   * never saved (they are the user's to save): the undo alone is carried onto the disk's text
-   * and written (unsaved.ts `undoneOnDisk`, the server's `saveUserChanges` merge rule), the
-   * document keeps the user's changes unsaved. */
+  /** The review's Undo, remembered so that Ctrl+Z of it brings the agent's lines back under
+   * review (undone.ts); the disk agrees with the buffer afterwards (the agent's next `bash` sees
+   * the lines taken back, not the agent's) and no save participant of the user runs (issue 30
+   * items 2 and 4):
+   * - a document with no unsaved changes gets the undone text through the disk as an agent
+   *   edit does (agentsave.ts `writeThroughDisk`: the file written, the clean document
+   *   reloaded, one undo step); the reload's change event is taken as this Undo, never as the
+   *   user's typing. When that route cannot be taken (another encoding, the disk differs, no
+   *   reload), the replacements are applied as an editor edit and saved (with participants);
+   * - a document with the user's unsaved changes is never saved (they are the user's to save):
+   *   the replacements are applied in the editor and the undo alone is carried onto the disk's
+   *   text and written (unsaved.ts `undoneOnDisk`, the server's `saveUserChanges` merge rule). */
   private async undoneByReview(uri: vscode.Uri, withAgent: string, ids: string[], rs: { start: number; end: number; text: string }[], sessions: string[]): Promise<boolean> {
     const doc = await vscode.workspace.openTextDocument(uri);
     const wasDirty = doc.isDirty;
     const buffer = doc.getText();
+    if (!wasDirty) {
+      const key = uri.toString();
+      const after = replaced(buffer, rs);
+      // The reload's change event is this Undo: the tracker takes `rs` below instead.
+      this.applying.add(key);
+      let r: Awaited<ReturnType<typeof writeThroughDisk>>;
+      try {
+        r = await writeThroughDisk(doc, buffer, after, this.log, "undo of an agent change");
+      } finally {
+        this.applying.delete(key);
+      }
+      const t = this.files.get(key);
+      if (r === "reloaded") {
+        t?.changes.userChanges(rs.map((x) => ({ offset: x.start, length: x.end - x.start, text: x.text })));
+        this.undone.taken(key, withAgent, doc.getText(), ids, sessions);
+        this.changed(key);
+        return true;
+      }
+      if (r === "typed") {
+        // The user's typing came while the tracker looked away: all of it is theirs.
+        t?.changes.resync(doc.getText());
+        this.undone.typed(key);
+        this.changed(key);
+        return false;
+      }
+    }
     const ok = await this.applyReplacements(uri, rs);
     if (!ok) return false;
     this.undone.taken(uri.toString(), withAgent, doc.getText(), ids, sessions);
@@ -669,6 +701,13 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     if (this.saveTimer) clearTimeout(this.saveTimer);
     for (const d of this.disposables) d.dispose();
   }
+}
+
+/** `text` with `rs` (UTF-16 offsets of `text`, none overlapping) replaced. */
+export function replaced(text: string, rs: readonly { start: number; end: number; text: string }[]): string {
+  let out = text;
+  for (const r of [...rs].sort((a, b) => b.start - a.start)) out = out.slice(0, r.start) + r.text + out.slice(r.end);
+  return out;
 }
 
 /** Lines of whole-line text (`"a\nb\n"`: 2; `""`: 0). */

@@ -2,7 +2,7 @@
 // tabs), recorded for assertions. The unit runner (scripts/unit-host.mjs) bundles it in place of
 // `vscode`, which exists only inside VS Code's extension host.
 
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 
 export enum StatusBarAlignment {
   Left = 1,
@@ -295,6 +295,48 @@ Object.assign(workspace, {
     return typeof u === "string" ? u : u.path.replace(/^\/w\//, "");
   },
 });
+
+/** Whether `workspace.fs.writeFile` reloads a clean open document of the file (as VS Code's
+ * file watcher does), a moment later; tests switch it off to see the fallback. */
+export const fsWatch = { reload: true, writes: 0 };
+
+Object.assign(workspace, {
+  /** Real files; a write reloads a clean open document of the file a tick later with one
+   * whole-text change event (no reason), as VS Code reloads a document changed on disk. */
+  fs: {
+    readFile(uri: Uri): Promise<Uint8Array> {
+      return Promise.resolve(new Uint8Array(readFileSync(uri.fsPath)));
+    },
+    writeFile(uri: Uri, bytes: Uint8Array): Promise<void> {
+      writeFileSync(uri.fsPath, bytes);
+      fsWatch.writes++;
+      if (fsWatch.reload) {
+        setTimeout(() => {
+          const d = documents.get(uri.toString());
+          const text = new TextDecoder().decode(bytes);
+          if (!d || d.isDirty || d.text === text) return;
+          const old = d.text;
+          d.text = text;
+          d.version++;
+          for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: 0, rangeLength: old.length, text }] });
+        }, 5);
+      }
+      return Promise.resolve();
+    },
+  },
+});
+
+/** Fires an editor Undo / Redo (`reason`) that makes the document `text` (dirty, as an undo
+ * past the last load is). */
+export function undoDocument(uri: Uri, text: string, reason: number): void {
+  const d = documents.get(uri.toString());
+  if (!d) throw new Error(`no open document ${uri.toString()}`);
+  const old = d.text;
+  d.text = text;
+  d.version++;
+  d.isDirty = true;
+  for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: 0, rangeLength: old.length, text }], reason });
+}
 
 export const commands = {
   executeCommand: (): Promise<undefined> => Promise.resolve(undefined),
