@@ -277,6 +277,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
       const back = this.undone.restored(key, e.document.getText());
       if (back) {
         const t = this.files.get(key);
+        this.carryToDisk(e.document.uri, t ? t.changes.current : back.without, e.contentChanges);
         if (t) {
           t.changes.agentEdit(t.changes.current, back.withAgent);
           for (const id of back.toolCallIds) if (!t.changes.toolCallIds.includes(id)) t.changes.toolCallIds.push(id);
@@ -298,11 +299,32 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     const reshaped = t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
     if (before && (t.changes.settled || t.changes.hunks().length < before.hunks)) {
       this.undone.taken(key, before.text, e.document.getText(), before.ids, t.sessions);
+      this.carryToDisk(e.document.uri, before.text, e.contentChanges);
     }
     if (reshaped) this.changedLater(key);
     else this.resyncLater(key);
     this.typing.keystrokes++;
     this.typing.changeMs += cpuNow() - t0;
+  }
+
+  /** The editor's Undo / Redo took agent lines back or brought them back (`changes`, against
+   * `before`, the document's text before the event): the same change is carried onto the file's
+   * text on disk — only where the disk holds those lines as the document did, never the user's
+   * unsaved lines (unsaved.ts `undoneOnDisk`; the user's own save later is no conflict) — so the
+   * agent's part of the disk agrees with the buffer and the review (issue 30 item 4): the
+   * agent's next `bash` sees what the editor shows. */
+  private carryToDisk(uri: vscode.Uri, before: string, changes: readonly vscode.TextDocumentContentChangeEvent[]): void {
+    if (uri.scheme !== "file" || !this.unsaved) return;
+    try {
+      const r = this.unsaved.undoneOnDisk(
+        uri,
+        before,
+        changes.map((c) => ({ start: c.rangeOffset, end: c.rangeOffset + c.rangeLength, text: c.text })),
+      );
+      this.log.debug(`undo/redo of an agent change in ${uri.fsPath}: disk ${r === "written" ? "updated" : r === "same" ? "already agreed" : "left as it is (the lines differ there)"}`);
+    } catch (err) {
+      this.log.warn(`undo/redo of an agent change in ${uri.fsPath}: the disk could not be updated: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
 
   /** Redraws the review UI now (an agent edit, Keep, Undo). */

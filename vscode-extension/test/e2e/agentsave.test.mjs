@@ -5,7 +5,8 @@
 // clean, one undo step takes it back; the user's own save afterwards is formatted. The review's
 // *Undo* on a hunk's CodeLens (issue 30 item 4) lands the same way: the disk gets exactly the
 // text without the agent's lines, no save participant runs, the editor stays clean, and Ctrl+Z
-// brings the agent's lines back under review.
+// brings the agent's lines back under review. The editor's undo / redo of an agent change carry
+// it to disk, so the agent's next command sees what the editor shows.
 import { test, after, before } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -96,8 +97,11 @@ test("the agent's edit is saved without the user's format-on-save; the user's ow
   await page.keyboard.press("Control+Z");
   await until("the undone edit", async () => (await editorText(page)) === "alpha\nbeta\ngamma\n", 10_000);
   assert.equal(await activeDirty(), true, "the undone edit is an unsaved change");
+  // The agent's part of the disk follows the editor's undo and redo (issue 30 item 4).
+  await until("the undo on disk", async () => fs.readFileSync(file, "utf8") === "alpha\nbeta\ngamma\n", 5_000);
   await page.keyboard.press("Control+Shift+Z");
   await until("the redone edit", async () => (await editorText(page)) === "alpha\nBETA\ngamma\n", 10_000);
+  await until("the redo on disk", async () => fs.readFileSync(file, "utf8") === "alpha\nBETA\ngamma\n", 5_000);
   await until("clean after redo", async () => !(await activeDirty()), 5_000);
 
   // The user's own save afterwards runs their format-on-save.
@@ -160,6 +164,7 @@ test("Undo on a hunk's CodeLens puts the disk back without the user's format-on-
   await until("the agent's line back", async () => (await editorText(page)) === "one\nTWO\nthree\n", 10_000);
   await until("the Keep/Undo CodeLens back", async () => (await lensCount()) > 0, 10_000);
   await until("lens.txt under review again", async () => wb.stats().changedFiles.filter((u) => u.endsWith("/lens.txt")).length === 1, 5_000);
+  await until("the agent's line back on disk", async () => fs.readFileSync(file, "utf8") === "one\nTWO\nthree\n", 5_000);
   // Redo takes it back again: clean, nothing under review, the disk as it was.
   await page.keyboard.press("Control+Shift+Z");
   await until("redone", async () => (await editorText(page)) === LENS, 10_000);

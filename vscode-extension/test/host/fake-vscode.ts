@@ -327,15 +327,23 @@ Object.assign(workspace, {
 });
 
 /** Fires an editor Undo / Redo (`reason`) that makes the document `text` (dirty, as an undo
- * past the last load is). */
+ * past the last load is): one change event of the lines that differ, as the editor sends it. */
 export function undoDocument(uri: Uri, text: string, reason: number): void {
   const d = documents.get(uri.toString());
   if (!d) throw new Error(`no open document ${uri.toString()}`);
   const old = d.text;
+  let p = 0;
+  while (p < old.length && p < text.length && old[p] === text[p]) p++;
+  p = old.lastIndexOf("\n", p - 1) + 1;
+  let q = 0;
+  while (q < old.length - p && q < text.length - p && old[old.length - 1 - q] === text[text.length - 1 - q]) q++;
+  // Whole lines: the suffix starts after a line break.
+  while (q > 0 && old[old.length - q - 1] !== "\n") q--;
   d.text = text;
   d.version++;
   d.isDirty = true;
-  for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: 0, rangeLength: old.length, text }], reason });
+  const change = { rangeOffset: p, rangeLength: old.length - q - p, text: text.slice(p, text.length - q) };
+  for (const f of [...docChanges]) f({ document: d, contentChanges: [change], reason });
 }
 
 export const commands = {

@@ -154,6 +154,7 @@ test("the review's Undo in a clean document goes through the disk: never saved (
   // …and the editor's undo of it brings the agent's line back as the agent's, under review.
   undoDocument(uri, withAgent, TextDocumentChangeReason.Undo);
   assert.deepEqual(c.changedFiles(), [uri.toString()]);
+  assert.equal(readFileSync(file, "utf8"), withAgent, "the agent's line back on disk too");
   assert.deepEqual(c.getChildren({ kind: "file", key: uri.toString() }).map((n) => (n.kind === "hunk" ? [n.oldText, n.newText] : [])), [["four\n", "FOUR (agent)\n"]]);
   c.unsaved!.dispose();
   c.dispose();
@@ -188,4 +189,38 @@ test("the review's Undo in a clean document whose file differs on disk, or that 
   } finally {
     fsWatch.reload = true;
   }
+});
+
+test("the editor's Undo / Redo of an agent edit carries it to disk, never the user's unsaved lines", async () => {
+  const { ChangeTracker } = await import("../../src/extension/changes");
+  const { editDocument, openDocument, undoDocument, TextDocumentChangeReason } = await import("./fake-vscode");
+  const { withAgent, diskAfterMerge } = scene();
+  const typed = "one\nmine, unsaved\ntwo\nthree\nfour\nfive\n";
+  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const file = join(dir, "undo-redo.txt");
+  const uri = Uri.file(file);
+  writeFileSync(file, diskAfterMerge);
+  const doc = openDocument(uri, saved);
+  editDocument(uri, typed);
+  const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
+  const c = new ChangeTracker(log);
+  c.unsaved = new UnsavedChanges();
+  const params = { label: "pi: turn 1 · edit undo-redo.txt (call_1) · session session-A", edit: { changes: { [uri.toString()]: [] } } } as unknown as Parameters<InstanceType<typeof ChangeTracker>["applyEdit"]>[0];
+  await c.applyEdit(params, async () => {
+    editDocument(uri, withAgent);
+    return { applied: true };
+  });
+  // Ctrl+Z: the agent's line leaves the buffer and the disk; the user's line stays unsaved.
+  undoDocument(uri, typed, TextDocumentChangeReason.Undo);
+  assert.equal(doc.getText(), typed);
+  assert.equal(readFileSync(file, "utf8"), saved);
+  await new Promise((r) => setTimeout(r, 150));
+  assert.deepEqual(c.changedFiles(), []);
+  // Ctrl+Shift+Z: back in both, under review again.
+  undoDocument(uri, withAgent, TextDocumentChangeReason.Redo);
+  assert.equal(readFileSync(file, "utf8"), diskAfterMerge);
+  assert.deepEqual(c.changedFiles(), [uri.toString()]);
+  assert.equal(doc.saves, 0, "never saved");
+  c.unsaved.dispose();
+  c.dispose();
 });
