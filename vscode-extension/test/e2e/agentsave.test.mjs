@@ -6,7 +6,10 @@
 // *Undo* on a hunk's CodeLens (issue 30 item 4) lands the same way: the disk gets exactly the
 // text without the agent's lines, no save participant runs, the editor stays clean, and Ctrl+Z
 // brings the agent's lines back under review. The editor's undo / redo of an agent change carry
-// it to disk, so the agent's next command sees what the editor shows.
+// it to disk, so the agent's next command sees what the editor shows. With `pi.saveUserChanges:
+// never` (issue 30 item 1) an agent edit of a document holding the user's unsaved typing puts
+// only the agent's change on disk, the typing stays unsaved, and the user's own save later is
+// no conflict.
 import { test, after, before } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -39,8 +42,8 @@ function packageFormatter() {
 
 before(async () => {
   wb = await startWorkbench({
-    files: { "notes.txt": NOTES, "lens.txt": LENS },
-    settings: { "editor.formatOnSave": true, "[plaintext]": { "editor.defaultFormatter": "pi-lsp-test.upper-formatter" } },
+    files: { "notes.txt": NOTES, "lens.txt": LENS, "mine.txt": LENS },
+    settings: { "editor.formatOnSave": true, "pi.saveUserChanges": "never", "[plaintext]": { "editor.defaultFormatter": "pi-lsp-test.upper-formatter" } },
     extensions: [packageFormatter()],
   });
   page = wb.page;
@@ -172,4 +175,35 @@ test("Undo on a hunk's CodeLens puts the disk back without the user's format-on-
   await until("the CodeLens to go again", async () => (await lensCount()) === 0, 10_000);
   assert.equal(fs.readFileSync(file, "utf8"), LENS);
   assert.equal(fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : "", savesBefore);
+});
+
+test("saveUserChanges never: the agent's edit reaches the disk without the user's unsaved typing; the user's save later is no conflict", async () => {
+  const file = path.join(wb.workspace, "mine.txt");
+  const saves = path.join(wb.workspace, "formatter-saves.txt");
+  const savesBefore = fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : "";
+  const chat = await waitChatFrame(page);
+  await openFile("mine.txt");
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "one" }).first().click();
+  await page.keyboard.press("End");
+  await page.keyboard.type(" (mine)");
+  await until("the user's typing", async () => (await editorText(page)) === "one (mine)\ntwo\nthree\n", 5_000);
+  assert.equal(await activeDirty(), true);
+  const box = chat.locator('textarea[aria-label="Message"]');
+  await box.click();
+  await box.fill("mine edit please");
+  await box.press("Enter");
+  await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited mine.txt."), 60_000);
+  await until("the agent's edit in the editor, with the user's typing", async () => (await editorText(page)) === "one (mine)\ntwo\nTHREE\n", 10_000);
+  // The disk: the agent's change only, merged onto the disk's text; no save participant ran;
+  // the typing stays unsaved in the editor.
+  await until("the agent's change on disk", async () => fs.readFileSync(file, "utf8") === "one\ntwo\nTHREE\n", 10_000);
+  assert.equal(fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : "", savesBefore, "no save participant ran");
+  assert.equal(await activeDirty(), true, "the user's typing stays unsaved");
+  await page.screenshot({ path: path.join(shotDir, "agent-save-never.png") });
+  // The user's own save: no "the content of the file is newer" conflict; it is formatted.
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "two" }).first().click();
+  await page.keyboard.press("Control+S");
+  await until("the user's save on disk, formatted", async () => fs.readFileSync(file, "utf8") === "ONE (MINE)\nTWO\nTHREE\n", 15_000);
+  await until("clean after the user's save", async () => !(await activeDirty()), 5_000);
+  assert.equal(await page.locator(".notifications-toasts .notification-toast", { hasText: /newer|conflict/i }).count(), 0, "no save conflict");
 });
