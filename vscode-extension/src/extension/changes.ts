@@ -26,6 +26,9 @@ export const SAVE_DELAY_MS = 1000;
 /** Files whose base and current text are longer than this together are not kept across a
  * reload (in characters). */
 export const SAVED_FILE_CHARS = 2_000_000;
+/** How long after a file under review is reported deleted it is checked to be still gone
+ * before its review is dropped (a save that replaces the file reports a delete too), in ms. */
+export const DELETE_CHECK_MS = 300;
 
 /** The review state kept in the workspace state across a window reload. */
 export interface SavedReview {
@@ -190,12 +193,46 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
 
   constructor(private readonly log: vscode.LogOutputChannel) {
     this.proposals = new ProposalTabs(log);
+    // A file under review deleted on disk (by `bash`, another program, the explorer) leaves the
+    // review and the Changes view: its changes are no longer anywhere to keep or undo.
+    const deletions = vscode.workspace.createFileSystemWatcher("**/*", true, true, false);
     this.disposables.push(
+      deletions,
+      deletions.onDidDelete((uri) => this.onFileDeleted(uri)),
       vscode.workspace.onDidChangeTextDocument((e) => this.onDocumentChange(e)),
       vscode.window.onDidChangeVisibleTextEditors(() => this.decorate()),
       this.added,
       this.removed,
     );
+  }
+
+  /** `uri` (a file or a folder) was deleted: after {@link DELETE_CHECK_MS}, the files under
+   * review at or below it that are still gone on disk leave the review. */
+  private onFileDeleted(uri: vscode.Uri): void {
+    const key = uri.toString();
+    const hit = [...this.files.keys()].filter((k) => k === key || k.startsWith(key.endsWith("/") ? key : `${key}/`));
+    if (hit.length === 0) return;
+    setTimeout(() => void this.dropDeleted(hit), DELETE_CHECK_MS);
+  }
+
+  private async dropDeleted(keys: string[]): Promise<void> {
+    let dropped = 0;
+    for (const k of keys) {
+      const t = this.files.get(k);
+      if (!t) continue;
+      try {
+        await vscode.workspace.fs.stat(t.uri);
+        continue; // back already (a save that replaced the file)
+      } catch {
+        // gone
+      }
+      this.files.delete(k);
+      this.undone.typed(k);
+      this.dirtyKeys.add(k);
+      dropped++;
+      this.log.info(`${t.uri.fsPath} was deleted: its agent changes left the review`);
+    }
+    if (dropped) this.redraw();
   }
 
   /** Remembers which session a tool call belongs to (from `tool_execution_start`). */

@@ -207,3 +207,20 @@ test("saveUserChanges never: the agent's edit reaches the disk without the user'
   await until("clean after the user's save", async () => !(await activeDirty()), 5_000);
   assert.equal(await page.locator(".notifications-toasts .notification-toast", { hasText: /newer|conflict/i }).count(), 0, "no save conflict");
 });
+
+test("a file under review deleted on disk leaves the review", async () => {
+  const file = path.join(wb.workspace, "lens.txt");
+  const chat = await waitChatFrame(page);
+  await openFile("lens.txt");
+  assert.equal(fs.readFileSync(file, "utf8"), LENS);
+  const box = chat.locator('textarea[aria-label="Message"]');
+  await box.click();
+  await box.fill("lens edit again");
+  await box.press("Enter");
+  await until("the edit in the editor", async () => (await editorText(page)) === "one\nTWO\nthree\n", 60_000);
+  await until("lens.txt under review", async () => wb.stats().changedFiles.some((u) => u.endsWith("/lens.txt")), 10_000);
+  // Deleted by another program (as `rm` in the agent's bash would).
+  fs.unlinkSync(file);
+  await until("lens.txt out of the review", async () => !wb.stats().changedFiles.some((u) => u.endsWith("/lens.txt")), 10_000);
+  await until("its CodeLenses gone", async () => (await lensCount()) === 0, 10_000);
+});

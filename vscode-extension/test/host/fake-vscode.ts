@@ -2,7 +2,7 @@
 // tabs), recorded for assertions. The unit runner (scripts/unit-host.mjs) bundles it in place of
 // `vscode`, which exists only inside VS Code's extension host.
 
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, statSync, writeFileSync } from "node:fs";
 
 export enum StatusBarAlignment {
   Left = 1,
@@ -296,6 +296,25 @@ Object.assign(workspace, {
   },
 });
 
+/** `onDidDelete` listeners of every `createFileSystemWatcher`; tests report a deletion with
+ * {@link fileDeleted}. */
+const deleteListeners: ((uri: Uri) => void)[] = [];
+export function fileDeleted(uri: Uri): void {
+  for (const f of [...deleteListeners]) f(uri);
+}
+
+Object.assign(workspace, {
+  createFileSystemWatcher() {
+    return {
+      onDidDelete(f: (uri: Uri) => void) {
+        deleteListeners.push(f);
+        return { dispose: () => deleteListeners.splice(deleteListeners.indexOf(f), 1) };
+      },
+      dispose() {},
+    };
+  },
+});
+
 /** Whether `workspace.fs.writeFile` reloads a clean open document of the file (as VS Code's
  * file watcher does), a moment later; tests switch it off to see the fallback. */
 export const fsWatch = { reload: true, writes: 0 };
@@ -304,6 +323,13 @@ Object.assign(workspace, {
   /** Real files; a write reloads a clean open document of the file a tick later with one
    * whole-text change event (no reason), as VS Code reloads a document changed on disk. */
   fs: {
+    stat(uri: Uri): Promise<{ size: number }> {
+      try {
+        return Promise.resolve({ size: statSync(uri.fsPath).size });
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    },
     readFile(uri: Uri): Promise<Uint8Array> {
       return Promise.resolve(new Uint8Array(readFileSync(uri.fsPath)));
     },
