@@ -106,6 +106,50 @@ function reloaded(doc: vscode.TextDocument, text: string, ms: number): Promise<b
   });
 }
 
+/** What {@link writeThroughDisk} did: `reloaded` (the disk and the clean document hold the new
+ * text), `skipped` (nothing written: the document is not one the disk route can take), `noReload`
+ * (VS Code did not reload it in time: the disk has its old bytes back, the document is as it
+ * was), `typed` (the user typed meanwhile: the disk has its old bytes back). */
+export type DiskWrite = "reloaded" | "skipped" | "noReload" | "typed";
+
+/**
+ * Gives the clean document `doc` (holding `before`) the text `after` the way an agent edit of
+ * a clean document lands (module docs): the file, checked to hold exactly `before` (UTF-8, no
+ * BOM), is written with `after`, and VS Code reloads the document from disk — one undo step, the
+ * document clean, no save participant run. Used for the review's *Undo* of agent lines in a
+ * clean document (changes.ts), which would otherwise need a save. Errors are logged (`what`
+ * names the action) and give `skipped` / `noReload`; nothing is thrown.
+ */
+export async function writeThroughDisk(doc: vscode.TextDocument, before: string, after: string, log: vscode.LogOutputChannel, what: string): Promise<DiskWrite> {
+  if (doc.uri.scheme !== "file" || doc.isDirty || doc.isClosed || doc.getText() !== before || after === before) return "skipped";
+  const encoding = (doc as { encoding?: string }).encoding;
+  if (encoding !== undefined && encoding !== "utf8") return "skipped";
+  let disk: Uint8Array;
+  try {
+    disk = await vscode.workspace.fs.readFile(doc.uri);
+  } catch {
+    return "skipped";
+  }
+  if (new TextDecoder("utf-8", { fatal: false, ignoreBOM: true }).decode(disk) !== before) return "skipped";
+  if (doc.isDirty || doc.getText() !== before) return "skipped";
+  try {
+    await vscode.workspace.fs.writeFile(doc.uri, new TextEncoder().encode(after));
+  } catch (err) {
+    log.warn(`${what} in ${doc.uri.fsPath}: writing the file failed (${err instanceof Error ? err.message : String(err)}); done in the editor instead`);
+    return "skipped";
+  }
+  if (await reloaded(doc, after, RELOAD_WAIT_MS)) return "reloaded";
+  const typed = doc.isDirty || doc.getText() !== before;
+  try {
+    await vscode.workspace.fs.writeFile(doc.uri, disk);
+  } catch (err) {
+    log.warn(`${what} in ${doc.uri.fsPath}: the file's text could not be written back (${err instanceof Error ? err.message : String(err)})`);
+  }
+  if (typed) return "typed";
+  log.warn(`${what} in ${doc.uri.fsPath}: VS Code did not reload it from disk within ${RELOAD_WAIT_MS} ms; done in the editor (its save runs the save participants)`);
+  return "noReload";
+}
+
 /** The `workspace/applyEdit` step that lands an agent edit of a clean document through the
  * disk (module docs). `log` gets one line per fallback. */
 export class AgentSaves {

@@ -8,6 +8,7 @@
 import * as vscode from "vscode";
 import { applyPatch } from "diff";
 import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-languageclient";
+import { writeThroughDisk } from "./agentsave";
 import { FileChanges } from "./hunks";
 import { UndoneChanges } from "./undone";
 import type { UnsavedChanges } from "./unsaved";
@@ -25,6 +26,9 @@ export const SAVE_DELAY_MS = 1000;
 /** Files whose base and current text are longer than this together are not kept across a
  * reload (in characters). */
 export const SAVED_FILE_CHARS = 2_000_000;
+/** How long after a file under review is reported deleted it is checked to be still gone
+ * before its review is dropped (a save that replaces the file reports a delete too), in ms. */
+export const DELETE_CHECK_MS = 300;
 
 /** The review state kept in the workspace state across a window reload. */
 export interface SavedReview {
@@ -189,12 +193,46 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
 
   constructor(private readonly log: vscode.LogOutputChannel) {
     this.proposals = new ProposalTabs(log);
+    // A file under review deleted on disk (by `bash`, another program, the explorer) leaves the
+    // review and the Changes view: its changes are no longer anywhere to keep or undo.
+    const deletions = vscode.workspace.createFileSystemWatcher("**/*", true, true, false);
     this.disposables.push(
+      deletions,
+      deletions.onDidDelete((uri) => this.onFileDeleted(uri)),
       vscode.workspace.onDidChangeTextDocument((e) => this.onDocumentChange(e)),
       vscode.window.onDidChangeVisibleTextEditors(() => this.decorate()),
       this.added,
       this.removed,
     );
+  }
+
+  /** `uri` (a file or a folder) was deleted: after {@link DELETE_CHECK_MS}, the files under
+   * review at or below it that are still gone on disk leave the review. */
+  private onFileDeleted(uri: vscode.Uri): void {
+    const key = uri.toString();
+    const hit = [...this.files.keys()].filter((k) => k === key || k.startsWith(key.endsWith("/") ? key : `${key}/`));
+    if (hit.length === 0) return;
+    setTimeout(() => void this.dropDeleted(hit), DELETE_CHECK_MS);
+  }
+
+  private async dropDeleted(keys: string[]): Promise<void> {
+    let dropped = 0;
+    for (const k of keys) {
+      const t = this.files.get(k);
+      if (!t) continue;
+      try {
+        await vscode.workspace.fs.stat(t.uri);
+        continue; // back already (a save that replaced the file)
+      } catch {
+        // gone
+      }
+      this.files.delete(k);
+      this.undone.typed(k);
+      this.dirtyKeys.add(k);
+      dropped++;
+      this.log.info(`${t.uri.fsPath} was deleted: its agent changes left the review`);
+    }
+    if (dropped) this.redraw();
   }
 
   /** Remembers which session a tool call belongs to (from `tool_execution_start`). */
@@ -276,6 +314,7 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
       const back = this.undone.restored(key, e.document.getText());
       if (back) {
         const t = this.files.get(key);
+        this.carryToDisk(e.document.uri, t ? t.changes.current : back.without, e.contentChanges);
         if (t) {
           t.changes.agentEdit(t.changes.current, back.withAgent);
           for (const id of back.toolCallIds) if (!t.changes.toolCallIds.includes(id)) t.changes.toolCallIds.push(id);
@@ -297,11 +336,32 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     const reshaped = t.changes.userChanges(e.contentChanges.map((c) => ({ offset: c.rangeOffset, length: c.rangeLength, text: c.text })));
     if (before && (t.changes.settled || t.changes.hunks().length < before.hunks)) {
       this.undone.taken(key, before.text, e.document.getText(), before.ids, t.sessions);
+      this.carryToDisk(e.document.uri, before.text, e.contentChanges);
     }
     if (reshaped) this.changedLater(key);
     else this.resyncLater(key);
     this.typing.keystrokes++;
     this.typing.changeMs += cpuNow() - t0;
+  }
+
+  /** The editor's Undo / Redo took agent lines back or brought them back (`changes`, against
+   * `before`, the document's text before the event): the same change is carried onto the file's
+   * text on disk — only where the disk holds those lines as the document did, never the user's
+   * unsaved lines (unsaved.ts `undoneOnDisk`; the user's own save later is no conflict) — so the
+   * agent's part of the disk agrees with the buffer and the review (issue 30 item 4): the
+   * agent's next `bash` sees what the editor shows. */
+  private carryToDisk(uri: vscode.Uri, before: string, changes: readonly vscode.TextDocumentContentChangeEvent[]): void {
+    if (uri.scheme !== "file" || !this.unsaved) return;
+    try {
+      const r = this.unsaved.undoneOnDisk(
+        uri,
+        before,
+        changes.map((c) => ({ start: c.rangeOffset, end: c.rangeOffset + c.rangeLength, text: c.text })),
+      );
+      this.log.debug(`undo/redo of an agent change in ${uri.fsPath}: disk ${r === "written" ? "updated" : r === "same" ? "already agreed" : "left as it is (the lines differ there)"}`);
+    } catch (err) {
+      this.log.warn(`undo/redo of an agent change in ${uri.fsPath}: the disk could not be updated: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
 
   /** Redraws the review UI now (an agent edit, Keep, Undo). */
@@ -440,17 +500,48 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     return this.undoneByReview(x.t.uri, withAgent, ids, [r], [...x.t.sessions]);
   }
 
-  /** The review's Undo: the replacements applied as an editor edit; remembered, so Ctrl+Z of
-   * it brings the agent's lines back under review (undone.ts); and when the document had no
-   * unsaved changes before, saved, so the disk agrees with the buffer (the agent's next `bash`
-   * sees the lines taken back, not the agent's). A document with the user's unsaved changes is
-   * never saved (they are the user's to save): the undo alone is carried onto the disk's text
-   * and written (unsaved.ts `undoneOnDisk`, the server's `saveUserChanges` merge rule), the
-   * document keeps the user's changes unsaved. */
+  /** The review's Undo, remembered so that Ctrl+Z of it brings the agent's lines back under
+   * review (undone.ts); the disk agrees with the buffer afterwards (the agent's next `bash` sees
+   * the lines taken back, not the agent's) and no save participant of the user runs (issue 30
+   * items 2 and 4):
+   * - a document with no unsaved changes gets the undone text through the disk as an agent
+   *   edit does (agentsave.ts `writeThroughDisk`: the file written, the clean document
+   *   reloaded, one undo step); the reload's change event is taken as this Undo, never as the
+   *   user's typing. When that route cannot be taken (another encoding, the disk differs, no
+   *   reload), the replacements are applied as an editor edit and saved (with participants);
+   * - a document with the user's unsaved changes is never saved (they are the user's to save):
+   *   the replacements are applied in the editor and the undo alone is carried onto the disk's
+   *   text and written (unsaved.ts `undoneOnDisk`, the server's `saveUserChanges` merge rule). */
   private async undoneByReview(uri: vscode.Uri, withAgent: string, ids: string[], rs: { start: number; end: number; text: string }[], sessions: string[]): Promise<boolean> {
     const doc = await vscode.workspace.openTextDocument(uri);
     const wasDirty = doc.isDirty;
     const buffer = doc.getText();
+    if (!wasDirty) {
+      const key = uri.toString();
+      const after = replaced(buffer, rs);
+      // The reload's change event is this Undo: the tracker takes `rs` below instead.
+      this.applying.add(key);
+      let r: Awaited<ReturnType<typeof writeThroughDisk>>;
+      try {
+        r = await writeThroughDisk(doc, buffer, after, this.log, "undo of an agent change");
+      } finally {
+        this.applying.delete(key);
+      }
+      const t = this.files.get(key);
+      if (r === "reloaded") {
+        t?.changes.userChanges(rs.map((x) => ({ offset: x.start, length: x.end - x.start, text: x.text })));
+        this.undone.taken(key, withAgent, doc.getText(), ids, sessions);
+        this.changed(key);
+        return true;
+      }
+      if (r === "typed") {
+        // The user's typing came while the tracker looked away: all of it is theirs.
+        t?.changes.resync(doc.getText());
+        this.undone.typed(key);
+        this.changed(key);
+        return false;
+      }
+    }
     const ok = await this.applyReplacements(uri, rs);
     if (!ok) return false;
     this.undone.taken(uri.toString(), withAgent, doc.getText(), ids, sessions);
@@ -669,6 +760,13 @@ export class ChangeTracker implements vscode.CodeLensProvider, vscode.TreeDataPr
     if (this.saveTimer) clearTimeout(this.saveTimer);
     for (const d of this.disposables) d.dispose();
   }
+}
+
+/** `text` with `rs` (UTF-16 offsets of `text`, none overlapping) replaced. */
+export function replaced(text: string, rs: readonly { start: number; end: number; text: string }[]): string {
+  let out = text;
+  for (const r of [...rs].sort((a, b) => b.start - a.start)) out = out.slice(0, r.start) + r.text + out.slice(r.end);
+  return out;
 }
 
 /** Lines of whole-line text (`"a\nb\n"`: 2; `""`: 0). */

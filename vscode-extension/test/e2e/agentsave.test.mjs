@@ -2,7 +2,14 @@
 // (code-server 4.139.1): `editor.formatOnSave` on, autosave off, and a formatter of plain text
 // installed from its own .vsix (test/e2e/formatter: it upper-cases every letter and logs each
 // save it takes part in). The agent's edit lands with exactly its text on disk, the editor stays
-// clean, one undo step takes it back; the user's own save afterwards is formatted.
+// clean, one undo step takes it back; the user's own save afterwards is formatted. The review's
+// *Undo* on a hunk's CodeLens (issue 30 item 4) lands the same way: the disk gets exactly the
+// text without the agent's lines, no save participant runs, the editor stays clean, and Ctrl+Z
+// brings the agent's lines back under review. The editor's undo / redo of an agent change carry
+// it to disk, so the agent's next command sees what the editor shows. With `pi.saveUserChanges:
+// never` (issue 30 item 1) an agent edit of a document holding the user's unsaved typing puts
+// only the agent's change on disk, the typing stays unsaved, and the user's own save later is
+// no conflict.
 import { test, after, before } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -17,6 +24,7 @@ const shotDir = process.env.PI_E2E_SHOTS ?? path.join(here, "..", "..", "dist", 
 fs.mkdirSync(shotDir, { recursive: true });
 
 const NOTES = "alpha\nbeta\ngamma\n";
+const LENS = "one\ntwo\nthree\n";
 
 let wb;
 let page;
@@ -34,8 +42,8 @@ function packageFormatter() {
 
 before(async () => {
   wb = await startWorkbench({
-    files: { "notes.txt": NOTES },
-    settings: { "editor.formatOnSave": true, "[plaintext]": { "editor.defaultFormatter": "pi-lsp-test.upper-formatter" } },
+    files: { "notes.txt": NOTES, "lens.txt": LENS, "mine.txt": LENS },
+    settings: { "editor.formatOnSave": true, "pi.saveUserChanges": "never", "[plaintext]": { "editor.defaultFormatter": "pi-lsp-test.upper-formatter" } },
     extensions: [packageFormatter()],
   });
   page = wb.page;
@@ -92,8 +100,11 @@ test("the agent's edit is saved without the user's format-on-save; the user's ow
   await page.keyboard.press("Control+Z");
   await until("the undone edit", async () => (await editorText(page)) === "alpha\nbeta\ngamma\n", 10_000);
   assert.equal(await activeDirty(), true, "the undone edit is an unsaved change");
+  // The agent's part of the disk follows the editor's undo and redo (issue 30 item 4).
+  await until("the undo on disk", async () => fs.readFileSync(file, "utf8") === "alpha\nbeta\ngamma\n", 5_000);
   await page.keyboard.press("Control+Shift+Z");
   await until("the redone edit", async () => (await editorText(page)) === "alpha\nBETA\ngamma\n", 10_000);
+  await until("the redo on disk", async () => fs.readFileSync(file, "utf8") === "alpha\nBETA\ngamma\n", 5_000);
   await until("clean after redo", async () => !(await activeDirty()), 5_000);
 
   // The user's own save afterwards runs their format-on-save.
@@ -106,4 +117,110 @@ test("the agent's edit is saved without the user's format-on-save; the user's ow
   await until("the formatted text in the editor", async () => (await editorText(page)) === "ALPHA\nBETA\nGAMMA DELTA\n", 5_000);
   assert.equal(fs.readFileSync(saves, "utf8"), "notes.txt reason=1\n", "the user's save (and only it) ran the save participants");
   assert.equal(await activeDirty(), false);
+});
+
+/** Opens `name` through Quick Open and waits for its tab. */
+async function openFile(name) {
+  await page.keyboard.press("Control+P");
+  await page.locator(".quick-input-widget input").fill(name);
+  await until(`${name} first in Quick Open`, async () => (await page.locator(".quick-input-list .monaco-list-row").first().getAttribute("aria-label"))?.startsWith(name), 10_000);
+  await page.keyboard.press("Enter");
+  await page.locator(".tabs-container .tab.active", { hasText: name }).waitFor({ timeout: 10_000 });
+}
+
+/** The Keep / Undo CodeLenses shown in the editor. */
+async function lensCount() {
+  return page.locator(".contentWidgets .codelens-decoration", { hasText: "Keep" }).count();
+}
+
+test("Undo on a hunk's CodeLens puts the disk back without the user's format-on-save; Ctrl+Z brings the hunk back under review", async () => {
+  const file = path.join(wb.workspace, "lens.txt");
+  const saves = path.join(wb.workspace, "formatter-saves.txt");
+  const savesBefore = fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : "";
+  const chat = await waitChatFrame(page);
+  await openFile("lens.txt");
+  assert.equal(await editorText(page), LENS);
+  const box = chat.locator('textarea[aria-label="Message"]');
+  await box.click();
+  await box.fill("lens edit please");
+  await box.press("Enter");
+  await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited lens.txt."), 60_000);
+  await until("the edit in the editor", async () => (await editorText(page)) === "one\nTWO\nthree\n", 10_000);
+  assert.equal(fs.readFileSync(file, "utf8"), "one\nTWO\nthree\n");
+  await until("the Keep/Undo CodeLens", async () => (await lensCount()) > 0, 15_000);
+
+  await page.locator(".contentWidgets .codelens-decoration a", { hasText: "Undo" }).first().click();
+  await until("the hunk undone in the editor", async () => (await editorText(page)) === LENS, 10_000);
+  // The disk holds exactly the text without the agent's line: the formatter (which upper-cases
+  // every letter) did not run, and no save participant ran at all.
+  await until("the undone text on disk", async () => fs.readFileSync(file, "utf8") === LENS, 10_000);
+  assert.equal(fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : "", savesBefore, "no save participant ran for the review's Undo");
+  await until("the CodeLens to go", async () => (await lensCount()) === 0, 10_000);
+  assert.equal(await activeDirty(), false, "the editor shows no unsaved changes after the review's Undo");
+  await until("nothing of lens.txt left in the Changes view", async () => !wb.stats().changedFiles.some((u) => u.endsWith("/lens.txt")), 5_000);
+  await page.screenshot({ path: path.join(shotDir, "agent-save-lens-undo.png") });
+
+  // The editor's undo of the review's Undo: the agent's line is back, as the agent's (its
+  // Keep / Undo lenses and its Changes entry), not as the user's typing.
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "three" }).first().click();
+  await page.keyboard.press("Control+Z");
+  await until("the agent's line back", async () => (await editorText(page)) === "one\nTWO\nthree\n", 10_000);
+  await until("the Keep/Undo CodeLens back", async () => (await lensCount()) > 0, 10_000);
+  await until("lens.txt under review again", async () => wb.stats().changedFiles.filter((u) => u.endsWith("/lens.txt")).length === 1, 5_000);
+  await until("the agent's line back on disk", async () => fs.readFileSync(file, "utf8") === "one\nTWO\nthree\n", 5_000);
+  // Redo takes it back again: clean, nothing under review, the disk as it was.
+  await page.keyboard.press("Control+Shift+Z");
+  await until("redone", async () => (await editorText(page)) === LENS, 10_000);
+  await until("clean after redo", async () => !(await activeDirty()), 5_000);
+  await until("the CodeLens to go again", async () => (await lensCount()) === 0, 10_000);
+  assert.equal(fs.readFileSync(file, "utf8"), LENS);
+  assert.equal(fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : "", savesBefore);
+});
+
+test("saveUserChanges never: the agent's edit reaches the disk without the user's unsaved typing; the user's save later is no conflict", async () => {
+  const file = path.join(wb.workspace, "mine.txt");
+  const saves = path.join(wb.workspace, "formatter-saves.txt");
+  const savesBefore = fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : "";
+  const chat = await waitChatFrame(page);
+  await openFile("mine.txt");
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "one" }).first().click();
+  await page.keyboard.press("End");
+  await page.keyboard.type(" (mine)");
+  await until("the user's typing", async () => (await editorText(page)) === "one (mine)\ntwo\nthree\n", 5_000);
+  assert.equal(await activeDirty(), true);
+  const box = chat.locator('textarea[aria-label="Message"]');
+  await box.click();
+  await box.fill("mine edit please");
+  await box.press("Enter");
+  await until("the answer after the edit", async () => (await frameText(chat)).includes("Edited mine.txt."), 60_000);
+  await until("the agent's edit in the editor, with the user's typing", async () => (await editorText(page)) === "one (mine)\ntwo\nTHREE\n", 10_000);
+  // The disk: the agent's change only, merged onto the disk's text; no save participant ran;
+  // the typing stays unsaved in the editor.
+  await until("the agent's change on disk", async () => fs.readFileSync(file, "utf8") === "one\ntwo\nTHREE\n", 10_000);
+  assert.equal(fs.existsSync(saves) ? fs.readFileSync(saves, "utf8") : "", savesBefore, "no save participant ran");
+  assert.equal(await activeDirty(), true, "the user's typing stays unsaved");
+  await page.screenshot({ path: path.join(shotDir, "agent-save-never.png") });
+  // The user's own save: no "the content of the file is newer" conflict; it is formatted.
+  await page.locator(".editor-instance .monaco-editor .view-line", { hasText: "two" }).first().click();
+  await page.keyboard.press("Control+S");
+  await until("the user's save on disk, formatted", async () => fs.readFileSync(file, "utf8") === "ONE (MINE)\nTWO\nTHREE\n", 15_000);
+  await until("clean after the user's save", async () => !(await activeDirty()), 5_000);
+  assert.equal(await page.locator(".notifications-toasts .notification-toast", { hasText: /newer|conflict/i }).count(), 0, "no save conflict");
+});
+
+test("a file under review deleted on disk leaves the review", async () => {
+  const file = path.join(wb.workspace, "lens.txt");
+  const chat = await waitChatFrame(page);
+  await openFile("lens.txt");
+  assert.equal(fs.readFileSync(file, "utf8"), LENS);
+  const box = chat.locator('textarea[aria-label="Message"]');
+  await box.click();
+  await box.fill("lens edit again");
+  await box.press("Enter");
+  await until("the edit in the editor", async () => (await editorText(page)) === "one\nTWO\nthree\n", 60_000);
+  await until("lens.txt under review", async () => wb.stats().changedFiles.some((u) => u.endsWith("/lens.txt")), 10_000);
+  // Deleted by another program (as `rm` in the agent's bash would).
+  fs.unlinkSync(file);
+  await until("lens.txt out of the review", async () => !wb.stats().changedFiles.some((u) => u.endsWith("/lens.txt")), 10_000);
+  await until("its CodeLenses gone", async () => (await lensCount()) === 0, 10_000);
 });

@@ -12,6 +12,8 @@
 //   "pause …"  → after 3 s, "Done pausing." (a run that ends while the panel is hidden)
 //   "bigedit …" → one `edit` of big.txt (BIG_LINES lines) changing every 100th line (50 hunks)
 //   "twohunks …" → one `edit` of story.txt changing lines 2 and 8 (two hunks), then "Edited the story."
+//   "lens …"   → an `edit` of lens.txt (two → TWO), then "Edited lens.txt."
+//   "mine …"   → an `edit` of mine.txt (three → THREE), then "Edited mine.txt."
 // Other text gets DEFAULT_ANSWER. Usage is reported (input: the request's length / 4) so the
 // context meter moves.
 
@@ -46,6 +48,8 @@ export function script() {
       rule("hello", { text: HELLO_ANSWER, chunk: 6, chunkDelayMs: 15 }),
       rule("edit", edit("notes.txt", [{ oldText: "beta", newText: "BETA" }]), { text: "Edited notes.txt.", chunk: 4, chunkDelayMs: 10 }),
       rule("sleep", call("bash", { command: "sleep 60; echo woke" }), { text: "The command finished.", chunk: 4, chunkDelayMs: 10 }),
+      rule("lens", edit("lens.txt", [{ oldText: "two", newText: "TWO" }]), { text: "Edited lens.txt.", chunk: 4, chunkDelayMs: 10 }),
+      rule("mine", edit("mine.txt", [{ oldText: "three", newText: "THREE" }]), { text: "Edited mine.txt.", chunk: 4, chunkDelayMs: 10 }),
       rule("slow", { text: SLOW_ANSWER, chunk: 8, chunkDelayMs: 60 }),
       rule("later", { ...edit("notes.txt", [{ oldText: "gamma", newText: "GAMMA" }]), firstDelayMs: 4000 }, { text: "Edited gamma.", chunk: 4, chunkDelayMs: 10 }),
       rule("diag", call("diagnostics", {}), { text: "The editor reports: {lastToolResult}", chunk: 16, chunkDelayMs: 5 }),

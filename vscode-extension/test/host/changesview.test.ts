@@ -5,7 +5,11 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as vscode from "vscode";
 import { callOfLabel, ChangeTracker } from "../../src/extension/changes";
-import { editDocument, openDocument, Uri } from "./fake-vscode";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DELETE_CHECK_MS } from "../../src/extension/changes";
+import { editDocument, fileDeleted, openDocument, Uri } from "./fake-vscode";
 
 const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
 
@@ -70,4 +74,34 @@ test("callOfLabel reads the tool call and the session of the server's labels", (
   assert.deepEqual(callOfLabel("pi: turn 3 · edit notes.txt (call_1)"), { toolCallId: "call_1", sessionId: undefined });
   assert.deepEqual(callOfLabel("Pi: rewind notes.txt · session s-1"), {});
   assert.deepEqual(callOfLabel(undefined), {});
+});
+
+test("a file under review deleted on disk leaves the Changes view (its session's node too); one replaced at once stays", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "pi-changes-"));
+  const gone = join(dir, "gone.txt");
+  const replaced = join(dir, "replaced.txt");
+  writeFileSync(gone, "g = 1\n");
+  writeFileSync(replaced, "r = 1\n");
+  openDocument(Uri.file(gone), "g = 1\n");
+  openDocument(Uri.file(replaced), "r = 1\n");
+  const c = new ChangeTracker(log);
+  c.noteToolCall("call_1", "session-A");
+  await agentEdit(c, gone, "call_1", "g = 2\n");
+  c.noteToolCall("call_2", "session-B");
+  await agentEdit(c, replaced, "call_2", "r = 2\n");
+  assert.deepEqual(c.changedFiles(), [Uri.file(gone).toString(), Uri.file(replaced).toString()]);
+  rmSync(gone);
+  fileDeleted(Uri.file(gone));
+  // A save that replaces the file reports a delete, and the file is there again.
+  fileDeleted(Uri.file(replaced));
+  await new Promise((r) => setTimeout(r, DELETE_CHECK_MS + 100));
+  assert.deepEqual(c.changedFiles(), [Uri.file(replaced).toString()]);
+  assert.deepEqual(c.getChildren(), [{ kind: "session", sessionId: "session-B" }]);
+  // A deleted folder takes the files under it.
+  rmSync(dir, { recursive: true });
+  fileDeleted(Uri.file(dir));
+  await new Promise((r) => setTimeout(r, DELETE_CHECK_MS + 100));
+  assert.deepEqual(c.changedFiles(), []);
+  assert.deepEqual(c.getChildren(), []);
+  c.dispose();
 });

@@ -2,7 +2,7 @@
 // tabs), recorded for assertions. The unit runner (scripts/unit-host.mjs) bundles it in place of
 // `vscode`, which exists only inside VS Code's extension host.
 
-import { writeFileSync } from "node:fs";
+import { readFileSync, statSync, writeFileSync } from "node:fs";
 
 export enum StatusBarAlignment {
   Left = 1,
@@ -295,6 +295,82 @@ Object.assign(workspace, {
     return typeof u === "string" ? u : u.path.replace(/^\/w\//, "");
   },
 });
+
+/** `onDidDelete` listeners of every `createFileSystemWatcher`; tests report a deletion with
+ * {@link fileDeleted}. */
+const deleteListeners: ((uri: Uri) => void)[] = [];
+export function fileDeleted(uri: Uri): void {
+  for (const f of [...deleteListeners]) f(uri);
+}
+
+Object.assign(workspace, {
+  createFileSystemWatcher() {
+    return {
+      onDidDelete(f: (uri: Uri) => void) {
+        deleteListeners.push(f);
+        return { dispose: () => deleteListeners.splice(deleteListeners.indexOf(f), 1) };
+      },
+      dispose() {},
+    };
+  },
+});
+
+/** Whether `workspace.fs.writeFile` reloads a clean open document of the file (as VS Code's
+ * file watcher does), a moment later; tests switch it off to see the fallback. */
+export const fsWatch = { reload: true, writes: 0 };
+
+Object.assign(workspace, {
+  /** Real files; a write reloads a clean open document of the file a tick later with one
+   * whole-text change event (no reason), as VS Code reloads a document changed on disk. */
+  fs: {
+    stat(uri: Uri): Promise<{ size: number }> {
+      try {
+        return Promise.resolve({ size: statSync(uri.fsPath).size });
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    },
+    readFile(uri: Uri): Promise<Uint8Array> {
+      return Promise.resolve(new Uint8Array(readFileSync(uri.fsPath)));
+    },
+    writeFile(uri: Uri, bytes: Uint8Array): Promise<void> {
+      writeFileSync(uri.fsPath, bytes);
+      fsWatch.writes++;
+      if (fsWatch.reload) {
+        setTimeout(() => {
+          const d = documents.get(uri.toString());
+          const text = new TextDecoder().decode(bytes);
+          if (!d || d.isDirty || d.text === text) return;
+          const old = d.text;
+          d.text = text;
+          d.version++;
+          for (const f of [...docChanges]) f({ document: d, contentChanges: [{ rangeOffset: 0, rangeLength: old.length, text }] });
+        }, 5);
+      }
+      return Promise.resolve();
+    },
+  },
+});
+
+/** Fires an editor Undo / Redo (`reason`) that makes the document `text` (dirty, as an undo
+ * past the last load is): one change event of the lines that differ, as the editor sends it. */
+export function undoDocument(uri: Uri, text: string, reason: number): void {
+  const d = documents.get(uri.toString());
+  if (!d) throw new Error(`no open document ${uri.toString()}`);
+  const old = d.text;
+  let p = 0;
+  while (p < old.length && p < text.length && old[p] === text[p]) p++;
+  p = old.lastIndexOf("\n", p - 1) + 1;
+  let q = 0;
+  while (q < old.length - p && q < text.length - p && old[old.length - 1 - q] === text[text.length - 1 - q]) q++;
+  // Whole lines: the suffix starts after a line break.
+  while (q > 0 && old[old.length - q - 1] !== "\n") q--;
+  d.text = text;
+  d.version++;
+  d.isDirty = true;
+  const change = { rangeOffset: p, rangeLength: old.length - q - p, text: text.slice(p, text.length - q) };
+  for (const f of [...docChanges]) f({ document: d, contentChanges: [change], reason });
+}
 
 export const commands = {
   executeCommand: (): Promise<undefined> => Promise.resolve(undefined),

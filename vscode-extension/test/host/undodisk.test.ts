@@ -111,3 +111,116 @@ test("through the review (ChangeTracker.undoHunk): a dirty document's Undo write
   c.unsaved.dispose();
   c.dispose();
 });
+
+/** A clean document of `file` under review with one agent hunk (`four` → `FOUR (agent)`), the
+ * disk holding the document's text as the agent's disk write left it. */
+async function cleanScene(name: string) {
+  const { ChangeTracker } = await import("../../src/extension/changes");
+  const { openDocument } = await import("./fake-vscode");
+  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const file = join(dir, name);
+  const uri = Uri.file(file);
+  const withAgent = "one\ntwo\nthree\nFOUR (agent)\nfive\n";
+  writeFileSync(file, withAgent);
+  const doc = openDocument(uri, saved);
+  const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
+  const c = new ChangeTracker(log);
+  c.unsaved = new UnsavedChanges();
+  c.noteToolCall("call_1", "session-A");
+  const params = { label: "pi: turn 1 · edit notes.txt (call_1) · session session-A", edit: { changes: { [uri.toString()]: [] } } } as unknown as Parameters<InstanceType<typeof ChangeTracker>["applyEdit"]>[0];
+  await c.applyEdit(params, async () => {
+    // The agent's edit as the disk route lands it: the clean document reloaded.
+    doc.text = withAgent;
+    doc.version++;
+    return { applied: true };
+  });
+  assert.deepEqual(c.changedFiles(), [uri.toString()]);
+  return { c, doc, uri, file, withAgent };
+}
+
+test("the review's Undo in a clean document goes through the disk: never saved (no save participant), clean, and Ctrl+Z brings the hunk back under review", async () => {
+  const { fsWatch, undoDocument, TextDocumentChangeReason } = await import("./fake-vscode");
+  const { c, doc, uri, file, withAgent } = await cleanScene("clean.txt");
+  const writes = fsWatch.writes;
+  assert.equal(await c.undoHunk(uri as unknown as vscode.Uri, 0), true);
+  assert.equal(doc.getText(), saved, "the document: the agent's line taken back");
+  assert.equal(readFileSync(file, "utf8"), saved, "the disk agrees with the document");
+  assert.equal(doc.saves, 0, "not saved through the editor: no save participant ran");
+  assert.equal(doc.isDirty, false, "the document is clean");
+  assert.equal(fsWatch.writes - writes, 1);
+  // The reload's whole-text change event was taken as the review's Undo, not the user's typing:
+  // nothing is left under review…
+  assert.deepEqual(c.changedFiles(), []);
+  // …and the editor's undo of it brings the agent's line back as the agent's, under review.
+  undoDocument(uri, withAgent, TextDocumentChangeReason.Undo);
+  assert.deepEqual(c.changedFiles(), [uri.toString()]);
+  assert.equal(readFileSync(file, "utf8"), withAgent, "the agent's line back on disk too");
+  assert.deepEqual(c.getChildren({ kind: "file", key: uri.toString() }).map((n) => (n.kind === "hunk" ? [n.oldText, n.newText] : [])), [["four\n", "FOUR (agent)\n"]]);
+  c.unsaved!.dispose();
+  c.dispose();
+});
+
+test("the review's Undo in a clean document whose file differs on disk, or that no reload reaches: done in the editor and saved as before", async () => {
+  const { fsWatch } = await import("./fake-vscode");
+  {
+    const { c, doc, uri, file } = await cleanScene("changed-on-disk.txt");
+    writeFileSync(file, "changed by someone else\n");
+    const writes = fsWatch.writes;
+    assert.equal(await c.undoHunk(uri as unknown as vscode.Uri, 0), true);
+    assert.equal(fsWatch.writes - writes, 0, "the disk route is not taken over a file the editor has not seen");
+    assert.equal(doc.getText(), saved);
+    assert.equal(doc.saves, 1);
+    await new Promise((r) => setTimeout(r, 150)); // the debounced redraw drops a settled file
+    assert.deepEqual(c.changedFiles(), []);
+    c.unsaved!.dispose();
+    c.dispose();
+  }
+  fsWatch.reload = false;
+  try {
+    const { c, doc, uri, file } = await cleanScene("unwatched.txt");
+    assert.equal(await c.undoHunk(uri as unknown as vscode.Uri, 0), true);
+    assert.equal(doc.getText(), saved);
+    assert.equal(readFileSync(file, "utf8"), saved);
+    assert.equal(doc.saves, 1, "no reload within the wait: the editor's edit, saved");
+    await new Promise((r) => setTimeout(r, 150));
+    assert.deepEqual(c.changedFiles(), []);
+    c.unsaved!.dispose();
+    c.dispose();
+  } finally {
+    fsWatch.reload = true;
+  }
+});
+
+test("the editor's Undo / Redo of an agent edit carries it to disk, never the user's unsaved lines", async () => {
+  const { ChangeTracker } = await import("../../src/extension/changes");
+  const { editDocument, openDocument, undoDocument, TextDocumentChangeReason } = await import("./fake-vscode");
+  const { withAgent, diskAfterMerge } = scene();
+  const typed = "one\nmine, unsaved\ntwo\nthree\nfour\nfive\n";
+  const dir = mkdtempSync(join(tmpdir(), "pi-undodisk-"));
+  const file = join(dir, "undo-redo.txt");
+  const uri = Uri.file(file);
+  writeFileSync(file, diskAfterMerge);
+  const doc = openDocument(uri, saved);
+  editDocument(uri, typed);
+  const log = { info() {}, debug() {}, warn() {}, error() {}, trace() {} } as unknown as vscode.LogOutputChannel;
+  const c = new ChangeTracker(log);
+  c.unsaved = new UnsavedChanges();
+  const params = { label: "pi: turn 1 · edit undo-redo.txt (call_1) · session session-A", edit: { changes: { [uri.toString()]: [] } } } as unknown as Parameters<InstanceType<typeof ChangeTracker>["applyEdit"]>[0];
+  await c.applyEdit(params, async () => {
+    editDocument(uri, withAgent);
+    return { applied: true };
+  });
+  // Ctrl+Z: the agent's line leaves the buffer and the disk; the user's line stays unsaved.
+  undoDocument(uri, typed, TextDocumentChangeReason.Undo);
+  assert.equal(doc.getText(), typed);
+  assert.equal(readFileSync(file, "utf8"), saved);
+  await new Promise((r) => setTimeout(r, 150));
+  assert.deepEqual(c.changedFiles(), []);
+  // Ctrl+Shift+Z: back in both, under review again.
+  undoDocument(uri, withAgent, TextDocumentChangeReason.Redo);
+  assert.equal(readFileSync(file, "utf8"), diskAfterMerge);
+  assert.deepEqual(c.changedFiles(), [uri.toString()]);
+  assert.equal(doc.saves, 0, "never saved");
+  c.unsaved.dispose();
+  c.dispose();
+});
