@@ -503,6 +503,8 @@ impl AgentSession {
         });
         let stored = self.lock_writer().and_then(|mut w| {
             let have = w.tree().system_state(w.leaf());
+            let mut want = want.clone();
+            crate::mcp::keep_declared(&have, &mut want);
             match have.patch_to(&want, pi_ai::types::now_millis()) {
                 Some(m) => w
                     .append(EntryData::Message {
