@@ -348,6 +348,89 @@ async fn no_mcp_and_builtin_off_start_no_server() {
     mock.assert_paired();
 }
 
+/// Plan mode (issue "plan mode and a live todo list": MCP tools without `readOnlyHint` off):
+/// only the server's tools annotated `readOnlyHint: true` are declared, and a call of another
+/// does not reach the server; without plan mode every tool is declared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_declares_only_read_only_mcp_tools() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "plan_mode_declares_only_read_only_mcp_tools",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call("c", "mcp__everything__toggle_simulated_logging", json!({})),
+        Step::text("Plan:\n1. Look around"),
+        Step::text("fine"),
+    ])
+    .await;
+    let e = setup(
+        "mcp-plan",
+        &mock,
+        json!({"mcpServers": {"everything": everything_entry(&ev, "direct")}}),
+        None,
+    );
+    let (out, _) = run_async(&e, &["--plan", "--no-session", "plan it"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (out, _) = run_async(&e, &["--no-session", "go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 3);
+    let mcp_names = |i: usize| -> Vec<String> {
+        let mut v: Vec<String> = tool_names(&reqs[i].body)
+            .into_iter()
+            .filter(|n| n.starts_with("mcp__everything__"))
+            .map(|n| n["mcp__everything__".len()..].to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let read_only = [
+        "echo",
+        "get_annotated_message",
+        "get_env",
+        "get_resource_links",
+        "get_resource_reference",
+        "get_structured_content",
+        "get_sum",
+        "get_tiny_image",
+        "trigger_long_running_operation",
+    ];
+    assert_eq!(mcp_names(0), read_only);
+    assert_eq!(mcp_names(1), read_only);
+    let all = mcp_names(2);
+    assert!(
+        all.contains(&"toggle_simulated_logging".to_string())
+            && all.contains(&"gzip_file_as_resource".to_string())
+            && all.len() > read_only.len(),
+        "{all:?}"
+    );
+    let msgs = reqs[1].body["messages"].as_array().unwrap();
+    let result = msgs.last().unwrap();
+    assert_eq!(result["role"], "tool", "{result}");
+    let text = result["content"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| result["content"].to_string());
+    // Not declared, so not reached: the server's "Started simulated … logging" never comes.
+    assert_eq!(
+        text,
+        "Tool mcp__everything__toggle_simulated_logging not found"
+    );
+    mock.assert_paired();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferred_tools_load_through_tool_search_and_stay_on_the_branch() {
     let Some(ev) = everything() else {
