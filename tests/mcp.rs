@@ -254,6 +254,183 @@ async fn direct_tools_image_and_abort_free_run() {
     mock.assert_paired();
 }
 
+/// Pi's two ways to switch MCP off, `--no-mcp` and `"extensions": ["-builtin:mcp"]`: no
+/// server process starts, no MCP tool is declared, and a call of one is "not found"; the same
+/// configuration without them connects (the control run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_mcp_and_builtin_off_start_no_server() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "no_mcp_and_builtin_off_start_no_server",
+            "node + server-everything",
+        );
+        return;
+    };
+    let call = || Step::call("c", "mcp__everything__echo", json!({"message": "hi"}));
+    let mock = MockModel::start(vec![
+        call(),
+        Step::text("a"),
+        call(),
+        Step::text("b"),
+        call(),
+        Step::text("c"),
+    ])
+    .await;
+    let tmp = TempDir::new("mcp-off-marker");
+    let marker = tmp.path().join("started");
+    let entry = json!({
+        "command": "sh",
+        "args": ["-c", "touch \"$0\"; exec node \"$1\" stdio", marker, ev],
+        "exposure": "direct"
+    });
+    let e = setup(
+        "mcp-off",
+        &mock,
+        json!({"mcpServers": {"everything": entry}}),
+        None,
+    );
+    let not_found = "Tool mcp__everything__echo not found";
+    let (out, _) = run_async(&e, &["--no-mcp", "--no-session", "go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        e.agent.join("settings.json"),
+        json!({"extensions": ["-builtin:mcp"]}).to_string(),
+    )
+    .unwrap();
+    let (out, _) = run_async(&e, &["--no-session", "go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!marker.exists(), "a server started with MCP off");
+    std::fs::remove_file(e.agent.join("settings.json")).unwrap();
+    let (out, _) = run_async(&e, &["go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists(), "the control run started no server");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 6);
+    let mcp_names = |i: usize| -> Vec<String> {
+        tool_names(&reqs[i].body)
+            .into_iter()
+            .filter(|n| n.starts_with("mcp__") || n.contains("mcp_resource"))
+            .collect()
+    };
+    assert_eq!(mcp_names(0), Vec::<String>::new());
+    assert_eq!(mcp_names(2), Vec::<String>::new());
+    assert!(
+        mcp_names(4).contains(&"mcp__everything__echo".to_string()),
+        "{:?}",
+        mcp_names(4)
+    );
+    // The tool result of each run is the last message of its second request.
+    let last_tool_text = |i: usize| -> String {
+        let msgs = reqs[i].body["messages"].as_array().unwrap();
+        let m = msgs.last().unwrap();
+        assert_eq!(m["role"], "tool", "{m}");
+        m["content"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| m["content"].to_string())
+    };
+    assert_eq!(last_tool_text(1), not_found);
+    assert_eq!(last_tool_text(3), not_found);
+    assert_eq!(last_tool_text(5), "Echo: hi");
+    mock.assert_paired();
+}
+
+/// Plan mode (issue "plan mode and a live todo list": MCP tools without `readOnlyHint` off):
+/// only the server's tools annotated `readOnlyHint: true` are declared, and a call of another
+/// does not reach the server; without plan mode every tool is declared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_declares_only_read_only_mcp_tools() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "plan_mode_declares_only_read_only_mcp_tools",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start(vec![
+        Step::call("c", "mcp__everything__toggle_simulated_logging", json!({})),
+        Step::text("Plan:\n1. Look around"),
+        Step::text("fine"),
+    ])
+    .await;
+    let e = setup(
+        "mcp-plan",
+        &mock,
+        json!({"mcpServers": {"everything": everything_entry(&ev, "direct")}}),
+        None,
+    );
+    let (out, _) = run_async(&e, &["--plan", "--no-session", "plan it"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (out, _) = run_async(&e, &["--no-session", "go"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 3);
+    let mcp_names = |i: usize| -> Vec<String> {
+        let mut v: Vec<String> = tool_names(&reqs[i].body)
+            .into_iter()
+            .filter(|n| n.starts_with("mcp__everything__"))
+            .map(|n| n["mcp__everything__".len()..].to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let read_only = [
+        "echo",
+        "get_annotated_message",
+        "get_env",
+        "get_resource_links",
+        "get_resource_reference",
+        "get_structured_content",
+        "get_sum",
+        "get_tiny_image",
+        "trigger_long_running_operation",
+    ];
+    assert_eq!(mcp_names(0), read_only);
+    assert_eq!(mcp_names(1), read_only);
+    let all = mcp_names(2);
+    assert!(
+        all.contains(&"toggle_simulated_logging".to_string())
+            && all.contains(&"gzip_file_as_resource".to_string())
+            && all.len() > read_only.len(),
+        "{all:?}"
+    );
+    let msgs = reqs[1].body["messages"].as_array().unwrap();
+    let result = msgs.last().unwrap();
+    assert_eq!(result["role"], "tool", "{result}");
+    let text = result["content"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| result["content"].to_string());
+    // Not declared, so not reached: the server's "Started simulated … logging" never comes.
+    assert_eq!(
+        text,
+        "Tool mcp__everything__toggle_simulated_logging not found"
+    );
+    mock.assert_paired();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferred_tools_load_through_tool_search_and_stay_on_the_branch() {
     let Some(ev) = everything() else {
@@ -273,6 +450,8 @@ async fn deferred_tools_load_through_tool_search_and_stay_on_the_branch() {
         ),
         Step::call("c2", "mcp__everything__get_sum", json!({"a": 2, "b": 3})),
         Step::text("done"),
+        Step::text("again"),
+        Step::text("as Pi 1.6 wrote it"),
     ])
     .await;
     // `codemode` (Pi's default) is served as deferred, said once.
@@ -325,6 +504,101 @@ async fn deferred_tools_load_through_tool_search_and_stay_on_the_branch() {
     assert_eq!(
         custom[0]["data"],
         json!({"loaded": ["mcp__everything__get_sum"]})
+    );
+    // As Pi 1.6 records a load: a stored system message declaring the loaded tool, after the
+    // `tool_search` result and before the answer that calls it.
+    let lines = session_lines(&e.ws);
+    let kinds: Vec<String> = lines
+        .iter()
+        .filter(|l| l["type"] == "message")
+        .map(|l| {
+            let m = &l["message"];
+            match m["role"].as_str().unwrap() {
+                "toolResult" => format!("toolResult {}", m["toolName"].as_str().unwrap()),
+                "system" if m.get("toolsAdded").is_some() => {
+                    let names: Vec<&str> = m["toolsAdded"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|t| t["name"].as_str().unwrap())
+                        .collect();
+                    format!("system +{}", names.join(",").replace("mcp__", "MCP:"))
+                }
+                other => other.to_string(),
+            }
+        })
+        .collect();
+    let run_start = kinds[0].clone();
+    assert!(run_start.starts_with("system +read,"), "{kinds:?}");
+    assert!(!run_start.contains("MCP:"), "{kinds:?}");
+    assert_eq!(
+        kinds[1..],
+        [
+            "user",
+            "assistant",
+            "toolResult mcp__everything__get_sum",
+            "assistant",
+            "toolResult tool_search",
+            "system +MCP:everything__get_sum",
+            "assistant",
+            "toolResult mcp__everything__get_sum",
+            "assistant",
+        ],
+        "{kinds:?}"
+    );
+    let added = lines
+        .iter()
+        .find(|l| l["message"]["toolsAdded"][0]["name"] == "mcp__everything__get_sum")
+        .unwrap();
+    assert_eq!(
+        added["message"]["toolsAdded"][0]["description"],
+        "Returns the sum of two numbers"
+    );
+    assert_eq!(added["message"]["sections"], json!({}));
+    assert_eq!(added["message"]["content"], "");
+
+    // The next run on the branch declares it from the start, and its run-start check does not
+    // take it away again.
+    let (out, _) = run_async(&e, &["-c", "more"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let declared = tool_names(&mock.requests()[4].body);
+    assert!(
+        declared.contains(&"mcp__everything__get_sum".to_string()),
+        "{declared:?}"
+    );
+    let removed: Vec<Value> = session_lines(&e.ws)
+        .into_iter()
+        .filter(|l| l["message"].get("toolsRemoved").is_some())
+        .collect();
+    assert_eq!(removed, Vec::<Value>::new());
+
+    // A file Pi 1.6 wrote has the stored system message only: the load stays declared.
+    let file = std::fs::read_dir(e.ws.join(".pi/sessions"))
+        .unwrap()
+        .map(|x| x.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.matches("\"customType\":\"mcp-tools\"").count(), 1);
+    std::fs::write(
+        &file,
+        text.replace("\"customType\":\"mcp-tools\"", "\"customType\":\"other\""),
+    )
+    .unwrap();
+    let (out, _) = run_async(&e, &["-c", "once more"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let declared = tool_names(&mock.requests()[5].body);
+    assert!(
+        declared.contains(&"mcp__everything__get_sum".to_string()),
+        "{declared:?}"
     );
     mock.assert_paired();
 }

@@ -503,6 +503,8 @@ impl AgentSession {
         });
         let stored = self.lock_writer().and_then(|mut w| {
             let have = w.tree().system_state(w.leaf());
+            let mut want = want.clone();
+            crate::mcp::keep_declared(&have, &mut want);
             match have.patch_to(&want, pi_ai::types::now_millis()) {
                 Some(m) => w
                     .append(EntryData::Message {
@@ -811,8 +813,14 @@ fn build_config(
         writer: writer.clone(),
     }));
     // MCP servers' tools (the workspace's, and servers handed to this session).
-    cfg.dynamic_tools =
-        crate::mcp::run_tools(ws, id, writer).map(|t| t as Arc<dyn crate::agent::ToolProvider>);
+    // The extensions' tool filters (plan mode: MCP tools without `readOnlyHint` off) apply to
+    // them as to the run's own tools.
+    cfg.dynamic_tools = crate::mcp::run_tools(ws, id, writer).map(|t| {
+        Arc::new(FilteredTools {
+            inner: t,
+            extensions: extensions.clone(),
+        }) as Arc<dyn crate::agent::ToolProvider>
+    });
     if !extensions.is_empty() {
         // Extension handlers run as the loop's hooks (after any hooks of the product's own).
         let ext: Arc<dyn AgentHooks> = extensions.clone();
@@ -830,6 +838,22 @@ fn build_config(
         None => window,
     });
     cfg
+}
+
+/// Dynamic tools (MCP) through the extensions' tool filters
+/// ([`crate::extension::Extensions::filter_tools`]), before every model request.
+struct FilteredTools {
+    inner: Arc<crate::mcp::RunTools>,
+    extensions: Arc<Extensions>,
+}
+
+#[async_trait::async_trait]
+impl crate::agent::ToolProvider for FilteredTools {
+    async fn tools(self: Arc<Self>) -> Vec<Arc<dyn crate::agent::Tool>> {
+        let mut tools = self.inner.clone().tools().await;
+        self.extensions.filter_tools(&mut tools);
+        tools
+    }
 }
 
 /// A session's stored system messages as the loop's [`crate::agent::SystemMessages`]: the

@@ -68,7 +68,9 @@ impl Recorder {
         }
         let mut w = lock_writer(&self.writer)?;
         let have = w.tree().system_state(w.leaf());
-        match have.patch_to(want, pi_ai::types::now_millis()) {
+        let mut want = want.clone();
+        crate::mcp::keep_declared(&have, &mut want);
+        match have.patch_to(&want, pi_ai::types::now_millis()) {
             Some(m) => w
                 .append(EntryData::Message {
                     message: StoredMessage::Json(m),

@@ -523,12 +523,17 @@ impl McpManager {
     }
 
     /// Waits (at most until [`STARTUP_WAIT`] after each began connecting) for the servers that
-    /// may have `direct` tools.
-    pub async fn wait_for_direct(&self) {
+    /// may have `direct` tools, and for those with a tool in `loaded` (`tool_search` loaded it
+    /// on the branch: it is declared from the run's first request, as a direct one).
+    pub async fn wait_for_direct(&self, loaded: &std::collections::BTreeSet<String>) {
         let waits = self
             .servers()
             .into_iter()
-            .filter(|s| s.config.enabled && s.may_have_direct())
+            .filter(|s| {
+                let prefix = super::naming::tool_name(&s.config.name, "", |_| false);
+                s.config.enabled
+                    && (s.may_have_direct() || loaded.iter().any(|n| n.starts_with(&prefix)))
+            })
             .map(|s| async move {
                 let start = (*s.started.lock()).unwrap_or_else(Instant::now);
                 s.settled(start + STARTUP_WAIT).await;

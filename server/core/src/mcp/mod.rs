@@ -39,7 +39,7 @@ pub use manager::{shutdown_all, McpManager, ServerInfo, State};
 pub use tools::RunTools;
 
 use crate::resources::WorkspaceConfig;
-use crate::session::{EntryData, SessionWriter};
+use crate::session::{EntryData, SessionWriter, StoredMessage, SystemState};
 
 static DISABLED: AtomicBool = AtomicBool::new(false);
 
@@ -158,9 +158,30 @@ pub fn acp_server(v: &Value) -> Result<ServerConfig, String> {
     Ok(s)
 }
 
+/// Whether `name` is an MCP server tool's name (`mcp__<server>__<tool>`).
+pub fn is_mcp_tool(name: &str) -> bool {
+    name.starts_with(naming::PREFIX)
+}
+
 /// The tools `tool_search` loaded on the session's current branch: the last `mcp-tools` custom
-/// entry's `data.loaded`.
+/// entry's `data.loaded`, and every MCP tool the branch's stored system messages declare (Pi
+/// 1.6 records a load as a system message's `toolsAdded`, so a file Pi 1.6 wrote keeps its
+/// loads here too).
 pub fn loaded_on_branch(writer: &SessionWriter) -> BTreeSet<String> {
+    let mut out = last_loaded_entry(writer);
+    out.extend(
+        writer
+            .tree()
+            .system_state(writer.leaf())
+            .tools
+            .keys()
+            .filter(|n| is_mcp_tool(n))
+            .cloned(),
+    );
+    out
+}
+
+fn last_loaded_entry(writer: &SessionWriter) -> BTreeSet<String> {
     for e in writer.branch_path().into_iter().rev() {
         if e.kind != "custom" {
             continue;
@@ -183,9 +204,72 @@ pub fn loaded_on_branch(writer: &SessionWriter) -> BTreeSet<String> {
     BTreeSet::new()
 }
 
+/// Keeps the MCP tools `have` (what the branch's stored system messages declare) holds in
+/// `want` (a run's prompt and built-in tools, [`crate::session::SystemState::of_run`]): a
+/// run's MCP tools are not part of its configuration, and a run-start patch must not remove
+/// the loads Pi 1.6 and [`RecordLoaded::declare`](tools::RecordLoaded::declare) stored.
+pub fn keep_declared(have: &SystemState, want: &mut SystemState) {
+    for (name, decl) in &have.tools {
+        if is_mcp_tool(name) && !want.tools.contains_key(name) {
+            want.tools.insert(name.clone(), decl.clone());
+        }
+    }
+}
+
+/// A tool declaration as a stored system message holds it (as
+/// [`crate::session::SystemState::of_run`] writes one).
+fn declaration(t: &pi_ai::ToolSpec) -> Value {
+    serde_json::json!({"name": t.name, "description": t.description, "parameters": t.parameters})
+}
+
+/// Records a run's `tool_search` loads in its session's file.
+struct SessionRecord(Arc<Mutex<SessionWriter>>);
+
+impl tools::RecordLoaded for SessionRecord {
+    fn loaded(&self, loaded: &BTreeSet<String>) {
+        let Ok(mut w) = self.0.lock() else {
+            return;
+        };
+        let data = serde_json::json!({ "loaded": loaded });
+        if let Err(e) = w.append(EntryData::Custom {
+            custom_type: tools::LOADED_ENTRY.into(),
+            data,
+        }) {
+            tracing::warn!("could not record the tools tool_search loaded: {e}");
+        }
+    }
+
+    fn declare(&self, tools: &[pi_ai::ToolSpec]) {
+        let Ok(mut w) = self.0.lock() else {
+            return;
+        };
+        if !w.writes_pi16() {
+            return;
+        }
+        let have = w.tree().system_state(w.leaf());
+        // Before the session's first system message (a run not started by the harness) there
+        // is nothing to patch; the run's start stores the whole loadout.
+        if !have.seen {
+            return;
+        }
+        let mut want = have.clone();
+        for t in tools {
+            want.tools.insert(t.name.clone(), declaration(t));
+        }
+        if let Some(m) = have.patch_to(&want, pi_ai::types::now_millis()) {
+            if let Err(e) = w.append(EntryData::Message {
+                message: StoredMessage::Json(m),
+            }) {
+                tracing::warn!("could not record the tools tool_search loaded: {e}");
+            }
+        }
+    }
+}
+
 /// The MCP tool set of one run of the session `session_id` written by `writer`, or `None` when
-/// MCP is off. `tool_search` loads are appended to `writer` as `mcp-tools` entries, so the
-/// branch keeps them.
+/// MCP is off. `tool_search` loads are appended to `writer` as `mcp-tools` entries and, before
+/// the next model request, as a stored system message declaring them (Pi 1.6), so the branch
+/// keeps them.
 pub fn run_tools(
     ws: &WorkspaceConfig,
     session_id: &str,
@@ -196,18 +280,11 @@ pub fn run_tools(
         .lock()
         .map(|w| loaded_on_branch(&w))
         .unwrap_or_default();
-    let w = writer.clone();
-    let record = Box::new(move |l: &BTreeSet<String>| {
-        if let Ok(mut w) = w.lock() {
-            let data = serde_json::json!({ "loaded": l });
-            if let Err(e) = w.append(EntryData::Custom {
-                custom_type: tools::LOADED_ENTRY.into(),
-                data,
-            }) {
-                tracing::warn!("could not record the tools tool_search loaded: {e}");
-            }
-        }
-    });
     let session = session_servers().lock().get(session_id).cloned();
-    Some(RunTools::new(manager, session, loaded, record))
+    Some(RunTools::new(
+        manager,
+        session,
+        loaded,
+        Box::new(SessionRecord(writer.clone())),
+    ))
 }

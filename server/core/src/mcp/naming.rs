@@ -3,6 +3,9 @@
 /// Provider tool names are at most 64 characters of `[A-Za-z0-9_-]`.
 pub const MAX_TOOL_NAME_LENGTH: usize = 64;
 
+/// What every MCP tool's name starts with.
+pub const PREFIX: &str = "mcp__";
+
 /// `mcp__<server>__<tool>` with every character other than ASCII letters, digits and `_`
 /// replaced by `_`; when longer than 64 characters or `taken` (another MCP tool has it), cut
 /// to 55 characters and suffixed with `_` and the first 8 hex digits of SHA-256 of

@@ -518,8 +518,16 @@ pub fn rank(query: &str, docs: &[(String, String)], limit: usize) -> Vec<String>
         .collect()
 }
 
-/// Writes the set of tools `tool_search` loaded to the session.
-pub type RecordLoaded = Box<dyn Fn(&BTreeSet<String>) + Send + Sync>;
+/// Where a run records what `tool_search` loaded (the session's writer, [`super::run_tools`]).
+pub trait RecordLoaded: Send + Sync {
+    /// Writes the whole set loaded on the branch (the `mcp-tools` custom entry), at the load.
+    fn loaded(&self, loaded: &BTreeSet<String>);
+    /// Declares `tools` (loaded and declared for the next model request) in the branch's
+    /// stored system messages, as Pi 1.6 records a load: a system message whose `toolsAdded`
+    /// holds those the branch does not declare yet. Called before a model request, so the
+    /// message follows the `tool_search` result.
+    fn declare(&self, tools: &[ToolSpec]);
+}
 
 /// The tool set of one run: the MCP tools declared now, and what `tool_search` loaded (on the
 /// session's branch, and during the run). The loop asks for it before every model request.
@@ -528,8 +536,10 @@ pub struct RunTools {
     /// Servers handed to this session (ACP).
     session: Option<Arc<McpManager>>,
     loaded: parking_lot::Mutex<BTreeSet<String>>,
-    /// Appends the `mcp-tools` entry when `tool_search` loads tools.
-    record: RecordLoaded,
+    /// Records loads in the session.
+    record: Box<dyn RecordLoaded>,
+    /// The loaded tools already handed to [`RecordLoaded::declare`] in this run.
+    declared: parking_lot::Mutex<BTreeSet<String>>,
     waited: std::sync::atomic::AtomicBool,
     /// Said that codemode is deferred.
     notice: parking_lot::Mutex<Option<String>>,
@@ -542,7 +552,7 @@ impl RunTools {
         manager: Arc<McpManager>,
         session: Option<Arc<McpManager>>,
         loaded: BTreeSet<String>,
-        record: RecordLoaded,
+        record: Box<dyn RecordLoaded>,
     ) -> Arc<RunTools> {
         let notice = manager.take_codemode_notice();
         if let Some(n) = &notice {
@@ -553,6 +563,7 @@ impl RunTools {
             session,
             loaded: parking_lot::Mutex::new(loaded),
             record,
+            declared: Default::default(),
             waited: Default::default(),
             notice: parking_lot::Mutex::new(notice),
         })
@@ -642,7 +653,7 @@ impl RunTools {
         if !hits.is_empty() {
             let mut l = self.loaded.lock();
             l.extend(hits.iter().cloned());
-            (self.record)(&l);
+            self.record.loaded(&l);
         }
         hits.into_iter()
             .map(|h| {
@@ -666,8 +677,9 @@ impl RunTools {
 impl crate::agent::ToolProvider for RunTools {
     async fn tools(self: Arc<Self>) -> Vec<Arc<dyn Tool>> {
         if !self.waited.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let loaded = self.loaded.lock().clone();
             for m in self.managers() {
-                m.wait_for_direct().await;
+                m.wait_for_direct(&loaded).await;
             }
         }
         let loaded = self.loaded.lock().clone();
@@ -688,10 +700,23 @@ impl crate::agent::ToolProvider for RunTools {
                 }));
             }
         }
-        for (t, e, _) in self.all() {
-            if e == Exposure::Direct || loaded.contains(&t.spec().name) {
-                out.push(t);
+        let mut undeclared = Vec::new();
+        {
+            let mut declared = self.declared.lock();
+            for (t, e, _) in self.all() {
+                let name = t.spec().name;
+                if e == Exposure::Direct {
+                    out.push(t);
+                } else if loaded.contains(&name) {
+                    if declared.insert(name) {
+                        undeclared.push(t.spec());
+                    }
+                    out.push(t);
+                }
             }
+        }
+        if !undeclared.is_empty() {
+            self.record.declare(&undeclared);
         }
         out
     }
