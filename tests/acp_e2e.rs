@@ -1938,3 +1938,152 @@ async fn auth_values_reach_no_file_log_or_payload() {
         assert_no_secret(&[&s.ws, &s.agent], secret);
     }
 }
+
+/// `session/load` and `session/resume` of a session another `pi-lsp acp` process has open:
+/// after the release wait, refused with an error that says so (naming the holder's pid), no
+/// fork made and no notice sent; the id stays unknown to this process (a prompt on it is
+/// -32002). Once the holder closes it, the same load succeeds and the session continues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_a_session_another_process_holds_is_refused_never_forked() {
+    let Scene {
+        mock: _mock,
+        s,
+        mut c,
+        sid,
+    } = scene(
+        "acp-held",
+        vec![Step::text("first"), Step::text("second")],
+        allow("allow_once"),
+    )
+    .await;
+    assert_eq!(c.prompt(&sid, "one").await, end_turn());
+    let holder = c.child.id().unwrap();
+    let sessions = s.ws.join(".pi/sessions");
+    let jsonl = |d: &Path| -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect();
+        v.sort();
+        v
+    };
+    let files = jsonl(&sessions);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let file = files[0].clone();
+    let before = std::fs::read(&file).unwrap();
+
+    let mut other = start(&s, allow("allow_once")).await;
+    let want = |file: &Path| {
+        json!({
+            "code": -32603,
+            "message": format!("session {sid} is open in another process (pid {holder}); close it there, or wait for that process to exit, then load it again"),
+            "data": {"sessionId": sid, "reason": "sessionHeld", "pid": holder, "path": file},
+        })
+    };
+    for method in ["session/load", "session/resume"] {
+        let t = std::time::Instant::now();
+        let id = other.send(
+            method,
+            json!({"sessionId": sid, "cwd": s.ws, "mcpServers": []}),
+        );
+        let r = other.response(id).await;
+        let waited = t.elapsed();
+        assert_eq!(r["error"], want(&file), "{method}: {r}");
+        assert!(
+            waited >= Duration::from_secs(3) && waited < Duration::from_secs(10),
+            "{method}: answered after {waited:?} (the release wait is 3 s)"
+        );
+    }
+    // Nothing forked, nothing replayed or told under any id, the file untouched.
+    assert_eq!(jsonl(&sessions), vec![file.clone()]);
+    let updates: Vec<Value> = other
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|m| m["method"] == "session/update")
+        .cloned()
+        .collect();
+    assert_eq!(updates, Vec::<Value>::new());
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+    // The id was never answered as loaded: a prompt on it is unknown here.
+    let id = other.send_prompt(&sid, "two");
+    assert_eq!(
+        other.response(id).await["error"],
+        json!({"code": -32002, "message": format!("unknown session: {sid}"), "data": {"sessionId": sid}})
+    );
+
+    // Released by its holder: the same load succeeds at once and the session goes on.
+    c.call("session/close", json!({"sessionId": sid})).await;
+    let t = std::time::Instant::now();
+    other
+        .call(
+            "session/load",
+            json!({"sessionId": sid, "cwd": s.ws, "mcpServers": []}),
+        )
+        .await;
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(other.prompt(&sid, "two").await, end_turn());
+    assert_eq!(
+        text_of(&other.updates(&sid), "agent_message_chunk"),
+        "firstsecond"
+    );
+    assert_eq!(jsonl(&sessions), vec![file]);
+}
+
+/// MCP servers handed to `session/new` connect side by side and the answer waits once, at
+/// most Pi's 10 s startup wait from their start, not 10 s per server: two servers that never
+/// answer `initialize` are `mcpServersStarting` after about 10 s. One of them failing after
+/// the answer is told to the user then, in its own `agent_message_chunk`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_servers_from_session_new_are_waited_for_together_and_late_failures_are_told() {
+    let mock = MockModel::start(vec![]).await;
+    let s = setup("acp-mcp-wait", &mock);
+    let mut c = start(&s, allow("allow_once")).await;
+    let t = std::time::Instant::now();
+    let r = c
+        .call(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [
+                {"name": "silent", "command": "sleep", "args": ["60"], "env": []},
+                {"name": "dies", "command": "sh", "args": ["-c", "sleep 12; echo gone >&2; exit 3"], "env": []}
+            ]}),
+        )
+        .await;
+    let waited = t.elapsed();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(
+        r["_meta"],
+        json!({"pi": {
+            "mcpServersStarted": [],
+            "mcpServersRejected": [],
+            "mcpServersFailed": [],
+            "mcpServersStarting": ["silent", "dies"]
+        }})
+    );
+    assert!(
+        waited >= Duration::from_millis(9500) && waited < Duration::from_secs(15),
+        "session/new answered after {waited:?} (one 10 s wait for both)"
+    );
+    assert_eq!(text_of(&c.updates(&sid), "agent_message_chunk"), "");
+    let told = c
+        .wait_for(20, |m| {
+            m["method"] == "session/update"
+                && m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        })
+        .await;
+    let text = told["params"]["update"]["content"]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.starts_with("[pi-lsp: MCP servers from the editor not started: dies: ")
+            && text.ends_with("]\n")
+            && !text.contains("silent"),
+        "{text}"
+    );
+    eprintln!("late failure told: {text}");
+    c.call("session/close", json!({"sessionId": sid})).await;
+}

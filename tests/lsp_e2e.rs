@@ -366,6 +366,65 @@ async fn thousand_rapid_incremental_changes_then_read_returns_final_text() {
     mock.assert_paired();
 }
 
+/// A `didChange` whose content change has no `text` cannot be applied: the server logs a
+/// warning naming the document and stops trusting the buffer, so the next read is the file on
+/// disk; the editor's next full-text change makes the buffer count again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_did_change_without_text_is_logged_and_reads_go_to_disk() {
+    let tmp = TempDir::new("notext");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let file = ws.join("doc.txt");
+    std::fs::write(&file, "on disk\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::call("r1", "read", json!({"path": "doc.txt"})),
+        Step::text("ok"),
+        Step::call("r2", "read", json!({"path": "doc.txt"})),
+        Step::text("ok"),
+    ])
+    .await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    c.open(&file, "in the buffer\n").await;
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": file_uri(&file), "version": 2},
+               "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 2}}}]}),
+    )
+    .await;
+    c.request("agent/prompt", json!({"text": "read it"}))
+        .await
+        .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert_eq!(
+        tool_result_text(&events, "read"),
+        ("on disk\n".to_string(), false)
+    );
+    let log = c.stderr.lock().unwrap().clone();
+    assert!(
+        log.contains(&format!(
+            "textDocument/didChange for {} could not be applied (missing field `text`",
+            file_uri(&file)
+        )) && log.contains("its buffer is no longer trusted; tools read the file from disk"),
+        "{log}"
+    );
+    // The whole text again: the buffer is the editor's text once more.
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": file_uri(&file), "version": 3},
+               "contentChanges": [{"text": "whole again\n"}]}),
+    )
+    .await;
+    c.request("agent/prompt", json!({"text": "read it again"}))
+        .await
+        .unwrap();
+    let events = c.run_until_end(Duration::from_secs(20)).await;
+    assert_eq!(
+        tool_result_text(&events, "read"),
+        (format!("whole again\n{}", unsaved_note("doc.txt")), false)
+    );
+    mock.assert_paired();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_kills_the_process_group_and_pairs_the_call() {
     let tmp = TempDir::new("abort");

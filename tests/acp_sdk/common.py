@@ -9,13 +9,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# new → prompt (a bash call that asks) → a long answer to cancel → continue after a load.
+# new → prompt (a bash call that asks) → a long answer to cancel → continue after a load;
+# then, in a client that advertises `terminal`, a bash call run in the client's terminal.
+TERMINAL_COMMAND = "printf 'via %s\\n' terminal; echo oops >&2; exit 3"
 SCRIPT = {"steps": [
     {"text": "Let me look.", "toolCalls": [{"id": "call_1", "name": "bash", "arguments": {"command": "echo hi"}}]},
     {"text": "It printed hi."},
     {"text": "x" * 400, "chunk": 4, "chunkDelayMs": 50},
     {"text": "Continued."},
+    {"toolCalls": [{"id": "call_t", "name": "bash", "arguments": {"command": TERMINAL_COMMAND}}]},
+    {"text": "Saw it."},
 ]}
+# What the model gets back from TERMINAL_COMMAND (both streams, Pi's ending words).
+TERMINAL_RESULT = "via terminal\noops\n\n\nCommand exited with code 3"
+
+
+def tool_result_sent(tmp, call_id):
+    """The text of the tool result for `call_id` in the last request the model got."""
+    last = json.loads((Path(tmp) / "log.jsonl").read_text().splitlines()[-1])
+    body = last.get("body", last)
+    for m in body["messages"]:
+        if m.get("role") == "tool" and m.get("tool_call_id") == call_id:
+            c = m["content"]
+            return c if isinstance(c, str) else "".join(p.get("text", "") for p in c)
+    raise AssertionError(f"no result for {call_id} in {body}")
 
 
 def setup(name):

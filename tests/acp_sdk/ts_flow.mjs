@@ -1,8 +1,11 @@
 // The official TypeScript ACP SDK (@agentclientprotocol/sdk 2.4.0, its app API:
 // client()…connectWith()) drives `pi-lsp acp`: new → prompt with a tool call and a permission →
-// cancel → list → load in a new process → continue.
+// cancel → list → load in a new process → continue; then a client that advertises `terminal`
+// runs the agent's bash call in its own terminal (terminal/create … terminal/release, the command
+// really run here) and the output reaches the model.
 // Usage: node ts_flow.mjs PI_LSP_BIN SDK_DIR (the package's folder)
 import { spawn, spawnSync } from "node:child_process";
+import fs from "node:fs";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 import assert from "node:assert/strict";
@@ -17,17 +20,70 @@ import json, sys
 sys.path.insert(0, ${JSON.stringify(here)})
 from common import setup
 tmp, ws, env, mock = setup("ts")
-print(json.dumps({"ws": str(ws), "agent": env["PI_CODING_AGENT_DIR"], "pid": mock.pid}))
+from common import TERMINAL_COMMAND, TERMINAL_RESULT
+print(json.dumps({"ws": str(ws), "tmp": str(tmp), "agent": env["PI_CODING_AGENT_DIR"], "pid": mock.pid,
+                  "command": TERMINAL_COMMAND, "result": TERMINAL_RESULT}))
 sys.stdout.flush()
 import os; os._exit(0)
 `], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
-const { ws, agent, pid } = JSON.parse(made.stdout.trim().split("\n").pop());
+const { ws, tmp, agent, pid, command: terminalCommand, result: terminalResult } = JSON.parse(made.stdout.trim().split("\n").pop());
 const env = { ...process.env, PI_CODING_AGENT_DIR: agent, ANTHROPIC_API_KEY: "", OPENAI_API_KEY: "" };
 
-function session(state) {
+// A client's terminals: each really runs the command line it is given (stdin closed, stdout
+// and stderr in one buffer, the client's environment plus the request's env, in its cwd).
+function terminals(state) {
+  const terms = new Map();
+  const status = (t) => ({ exitCode: t.code, signal: t.signal });
+  return {
+    terms,
+    create: ({ params }) => {
+      state.calls.push(["create", params.command, params.args ?? []]);
+      const extra = Object.fromEntries((params.env ?? []).map((e) => [e.name, e.value]));
+      const child = spawn(params.command, params.args ?? [], { cwd: params.cwd, env: { ...process.env, ...extra }, stdio: ["ignore", "pipe", "pipe"] });
+      const t = { child, out: "", done: false, code: null, signal: null };
+      child.stdout.on("data", (d) => { t.out += d; });
+      child.stderr.on("data", (d) => { t.out += d; });
+      t.exited = new Promise((r) => child.on("close", (code, signal) => { Object.assign(t, { done: true, code, signal }); r(); }));
+      const id = `term-${terms.size + 1}`;
+      terms.set(id, t);
+      return { terminalId: id };
+    },
+    output: ({ params }) => {
+      state.calls.push(["output", params.terminalId]);
+      const t = terms.get(params.terminalId);
+      return { output: t.out, truncated: false, ...(t.done ? { exitStatus: status(t) } : {}) };
+    },
+    waitForExit: async ({ params }) => {
+      state.calls.push(["wait_for_exit", params.terminalId]);
+      const t = terms.get(params.terminalId);
+      await t.exited;
+      return status(t);
+    },
+    kill: ({ params }) => {
+      state.calls.push(["kill", params.terminalId]);
+      terms.get(params.terminalId).child.kill("SIGKILL");
+      return {};
+    },
+    release: ({ params }) => {
+      state.calls.push(["release", params.terminalId]);
+      const t = terms.get(params.terminalId);
+      if (!t.done) t.child.kill("SIGKILL");
+      terms.delete(params.terminalId);
+      return {};
+    },
+  };
+}
+
+function session(state, term) {
   const child = spawn(bin, ["acp", "--model", "mock/mock-1"], { cwd: ws, env, stdio: ["pipe", "pipe", "inherit"] });
   const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
-  const app = acp.client({ name: "ts-flow" })
+  let app = acp.client({ name: "ts-flow" });
+  if (term) {
+    const t = acp.methods.client.terminal;
+    app = app.onRequest(t.create, term.create).onRequest(t.output, term.output)
+      .onRequest(t.waitForExit, term.waitForExit).onRequest(t.kill, term.kill).onRequest(t.release, term.release);
+  }
+  app = app
     .onRequest(acp.methods.client.session.requestPermission, ({ params }) => {
       state.asked.push(params);
       return { outcome: { outcome: "selected", optionId: "allow_once" } };
@@ -75,5 +131,39 @@ await b.app.connectWith(b.stream, async (cx) => {
 });
 b.child.stdin.end();
 await new Promise((r) => b.child.on("exit", r));
+
+// A client with terminals: the agent's bash call runs in ours.
+const s3 = { asked: [], updates: [], calls: [] };
+const term = terminals(s3);
+const c3 = session(s3, term);
+await c3.app.connectWith(c3.stream, async (cx) => {
+  await cx.request(acp.methods.agent.initialize, { protocolVersion: 1, clientCapabilities: { terminal: true } });
+  const id = (await cx.request(acp.methods.agent.session.new, { cwd: ws, mcpServers: [] })).sessionId;
+  const r = await cx.request(acp.methods.agent.session.prompt, { sessionId: id, prompt: [{ type: "text", text: "use the terminal" }] });
+  assert.equal(r.stopReason, "end_turn");
+  const creates = s3.calls.filter((c) => c[0] === "create");
+  assert.equal(creates.length, 1, JSON.stringify(s3.calls));
+  const [, command, args] = creates[0];
+  assert.equal(fs.realpathSync(command), fs.realpathSync(bin));
+  assert.equal(args[0], "sandbox-exec");
+  assert.equal(args.at(-1), terminalCommand);
+  const kinds = s3.calls.map((c) => c[0]);
+  assert.ok(kinds.includes("wait_for_exit") && !kinds.includes("kill") && kinds.at(-1) === "release", kinds.join());
+  assert.equal(term.terms.size, 0, "every terminal released");
+  const updates = s3.updates.filter((u) => u.sessionUpdate === "tool_call_update" && u.toolCallId === "call_t");
+  assert.equal(updates[0].status, "in_progress");
+  const shown = updates.slice(1).map((u) => u.content);
+  assert.deepEqual(shown, [[{ type: "terminal", terminalId: "term-1" }], [{ type: "terminal", terminalId: "term-1" }]]);
+  assert.equal(updates.at(-1).status, "failed");
+  assert.deepEqual(updates.at(-1).rawOutput, { content: terminalResult, isError: true, details: { exitCode: 3 } });
+  assert.equal(text(s3, "agent_message_chunk"), "Saw it.");
+});
+c3.child.stdin.end();
+await new Promise((r) => c3.child.on("exit", r));
+// The model got the terminal's output, as for a command run by the agent itself.
+const last = JSON.parse(fs.readFileSync(path.join(tmp, "log.jsonl"), "utf8").trim().split("\n").at(-1));
+const sent = (last.body ?? last).messages.find((m) => m.role === "tool" && m.tool_call_id === "call_t");
+assert.ok(sent, "the result was sent");
+assert.equal(typeof sent.content === "string" ? sent.content : sent.content.map((p) => p.text ?? "").join(""), terminalResult);
 process.kill(pid);
-console.log("TypeScript SDK flow: ok");
+console.log("TypeScript SDK flow: ok (with a client terminal)");

@@ -31,9 +31,12 @@ use pi_ai::types::ImageContent;
 use pi_ai::{Message, Model, Registry, StopReason};
 use pi_core::approval::ApprovalPolicy;
 use pi_core::harness::sessions::Error as HarnessError;
-use pi_core::harness::{choose_model, AgentSession, PromptOutcome, Sessions};
+use pi_core::harness::{
+    choose_model, AgentSession, OpenOptions, PromptOutcome, Sessions, WhenHeld,
+};
 use pi_core::mcp::manager::State;
 use pi_core::resources::WorkspaceConfig;
+use pi_core::session::SessionError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -428,13 +431,15 @@ impl AcpAgent {
 
     /// MCP servers handed over by the client (`session/new` / `session/load` / `session/resume`
     /// `mcpServers`): each is converted with [`pi_core::mcp::acp_server`] and the valid ones
-    /// start for this session (exposure `direct`; their tools join its runs), each given Pi's
-    /// startup wait ([`pi_core::mcp::manager::STARTUP_WAIT`]) before the answer. Invalid entries
+    /// start for this session (exposure `direct`; their tools join its runs), side by side;
+    /// the answer waits for those with `direct` tools, at most Pi's startup wait
+    /// ([`pi_core::mcp::manager::STARTUP_WAIT`]) from their start, once for all. Invalid entries
     /// (e.g. `sse`) are in `_meta.pi.mcpServersRejected` (`[{name, index, error}]`), those that
     /// failed to start (no such binary, an empty command, a handshake error) in
     /// `_meta.pi.mcpServersFailed` (`[{name, reason}]`); both are told to the user in one
     /// `agent_message_chunk`. `_meta.pi.mcpServersStarted` names the connected ones,
-    /// `_meta.pi.mcpServersStarting` (only when any) those still connecting after the wait. With MCP off (`mcp_off`: `--no-mcp` / `-builtin:mcp`)
+    /// `_meta.pi.mcpServersStarting` (only when any) those still connecting after the wait
+    /// (a failure of one of these is told later in its own `agent_message_chunk`). With MCP off (`mcp_off`: `--no-mcp` / `-builtin:mcp`)
     /// none start and the user is told (`_meta.pi.mcpOff`). `None` when the client handed none.
     async fn start_mcp(
         &self,
@@ -488,31 +493,25 @@ impl AcpAgent {
         let mut starting = Vec::new();
         if !configs.is_empty() {
             let manager = pi_core::mcp::McpManager::for_session(cwd, configs);
-            // The answer says which really started: each gets Pi's startup wait.
-            manager.wait_all(pi_core::mcp::manager::STARTUP_WAIT).await;
-            let config_errors = manager.config_errors();
-            started.retain(|name| {
-                let reason = match manager.server(name).map(|s| s.status()) {
-                    Some((State::Connected, _)) => return true,
-                    Some((State::Connecting, _)) => {
-                        starting.push(name.clone());
-                        return false;
-                    }
-                    Some((state, error)) => error.unwrap_or_else(|| {
-                        serde_json::to_value(state)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_string))
-                            .unwrap_or_default()
-                    }),
-                    None => config_errors
-                        .iter()
-                        .find(|e| e.contains(name.as_str()))
-                        .cloned()
-                        .unwrap_or_else(|| "not accepted by the MCP configuration".to_string()),
-                };
-                failed.push(json!({"name": name, "reason": reason}));
-                false
+            // They all started connecting just now, side by side: the answer waits once, for
+            // the servers with `direct` tools only, at most Pi's startup wait from their start
+            // (the first prompt would wait for those anyway; issue 28). What is still
+            // connecting then is `mcpServersStarting`, and told later if it fails.
+            manager.wait_for_direct().await;
+            started.retain(|name| match outcome(&manager, name) {
+                Outcome::Connected => true,
+                Outcome::Connecting => {
+                    starting.push(name.clone());
+                    false
+                }
+                Outcome::Failed(reason) => {
+                    failed.push(json!({"name": name, "reason": reason}));
+                    false
+                }
             });
+            if !starting.is_empty() {
+                self.report_late_failures(session_id, &manager, starting.clone());
+            }
             pi_core::mcp::set_session_servers(session_id, manager);
         }
         let lines: Vec<String> = rejected
@@ -544,6 +543,49 @@ impl AcpAgent {
             pi["mcpServersStarting"] = json!(starting);
         }
         Some(json!({ "pi": pi }))
+    }
+
+    /// Tells the user of session `session_id` about each server of `names` (still connecting
+    /// when the session's answer went out) that then fails to start, each when it fails, in
+    /// an `agent_message_chunk` worded as at the start. Each is watched at most
+    /// [`LATE_MCP_WAIT`]; nothing is told once the session's servers were dropped (closed or
+    /// deleted).
+    fn report_late_failures(
+        &self,
+        session_id: &str,
+        manager: &Arc<pi_core::mcp::McpManager>,
+        names: Vec<String>,
+    ) {
+        let watches = names.into_iter().map(|name| {
+            let conn = self.conn.clone();
+            let manager = Arc::downgrade(manager);
+            let session_id = session_id.to_string();
+            async move {
+                let deadline = tokio::time::Instant::now() + LATE_MCP_WAIT;
+                while tokio::time::Instant::now() < deadline {
+                    let Some(m) = manager.upgrade() else { return };
+                    // Closed with its session (shut down, not failed): nobody to tell.
+                    if m.server(&name).map(|s| s.status().0) == Some(State::Closed) {
+                        return;
+                    }
+                    match outcome(&m, &name) {
+                        Outcome::Connecting => {}
+                        Outcome::Connected => return,
+                        Outcome::Failed(reason) => {
+                            let text = format!(
+                                "[pi-lsp: MCP servers from the editor not started: {name}: {reason}]\n"
+                            );
+                            tracing::warn!("{}", text.trim_end());
+                            send_update(&conn, &session_id, chunk(text, false));
+                            return;
+                        }
+                    }
+                    drop(m);
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        });
+        tokio::spawn(futures::future::join_all(watches));
     }
 
     async fn new_session(self: &Arc<Self>, p: NewSessionRequest) -> Result<Value, RpcError> {
@@ -579,8 +621,11 @@ impl AcpAgent {
     }
 
     /// Opens session `id` of `cwd` through the folder set's registry (already open here:
-    /// that one). The registry finds only this cwd's files, waits up to 3 s for another
-    /// process to release one, else continues in a fork (told to the user).
+    /// that one). The registry finds only this cwd's files and waits up to 3 s for another
+    /// process to release one; a file still held then is refused (-32603 saying the session
+    /// is open in another process, `data.reason: "sessionHeld"`), never forked: the client
+    /// keeps using the id it asked for (docs/acp.md "Loading a session another process has
+    /// open").
     async fn open(&self, id: &str, cwd: &Path, extra: &[PathBuf]) -> Result<Arc<Live>, RpcError> {
         if let Some(l) = self.sessions.lock().get(id).cloned() {
             return Ok(l);
@@ -588,7 +633,12 @@ impl AcpAgent {
         let reg = self.registry(cwd, "cwd", extra)?;
         let session = reg
             .sessions
-            .open(id)
+            .open_with(
+                id,
+                OpenOptions {
+                    when_held: WhenHeld::Refuse,
+                },
+            )
             .await
             .map_err(|e| harness_error(e, id))?;
         Ok(self.register(session, reg))
@@ -1103,6 +1153,40 @@ pub fn register_handed_secrets(server: &Value) {
     }
 }
 
+/// How long a server handed over by the client that was still connecting when the session's
+/// answer went out is waited for before its failure would no longer be told.
+const LATE_MCP_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Where a handed-over MCP server stands.
+enum Outcome {
+    Connected,
+    Connecting,
+    /// Failed or closed: why (its error, else its state's name, else the configuration
+    /// error naming it).
+    Failed(String),
+}
+
+/// Where the server `name` of `manager` stands.
+fn outcome(manager: &pi_core::mcp::McpManager, name: &str) -> Outcome {
+    match manager.server(name).map(|s| s.status()) {
+        Some((State::Connected, _)) => Outcome::Connected,
+        Some((State::Connecting, _)) => Outcome::Connecting,
+        Some((state, error)) => Outcome::Failed(error.unwrap_or_else(|| {
+            serde_json::to_value(state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        })),
+        None => Outcome::Failed(
+            manager
+                .config_errors()
+                .into_iter()
+                .find(|e| e.contains(name))
+                .unwrap_or_else(|| "not accepted by the MCP configuration".to_string()),
+        ),
+    }
+}
+
 /// Gives the next prompt of the session its turn.
 fn release(t: &Ticket) {
     t.live.serving.send_modify(|v| *v = (*v).max(t.n + 1));
@@ -1122,7 +1206,8 @@ async fn close_session(live: &Live) {
 
 /// A registry's error as JSON-RPC: an unknown session is -32002 naming `id` (and what the
 /// registry found: another project's file…), a model that cannot be used -32000 (auth
-/// required), the rest -32603.
+/// required), a session another process holds -32603 saying so (`data`: `sessionId`,
+/// `reason: "sessionHeld"`, the holder's `pid`, the file's `path`), the rest -32603.
 fn harness_error(e: HarnessError, id: &str) -> RpcError {
     match e {
         HarnessError::UnknownSession(why) => {
@@ -1130,6 +1215,18 @@ fn harness_error(e: HarnessError, id: &str) -> RpcError {
             err.data = Some(json!({"sessionId": id, "reason": why}));
             err
         }
+        HarnessError::Session(SessionError::Locked { path, pid }) => RpcError::new(
+            codes::INTERNAL_ERROR,
+            format!(
+                "session {id} is open in another process (pid {pid}); close it there, or wait for that process to exit, then load it again"
+            ),
+        )
+        .with_data(json!({
+            "sessionId": id,
+            "reason": "sessionHeld",
+            "pid": pid,
+            "path": path,
+        })),
         HarnessError::Model(m) => RpcError::new(codes::AUTH_REQUIRED, m),
         HarnessError::Invalid { field, message } => {
             RpcError::invalid_params(format!("{field}: {message}"))

@@ -109,13 +109,50 @@ impl<S: LanguageServer> Dispatch<S> {
             "textDocument/didOpen" => params::<DidOpenTextDocumentParams>(req)
                 .map(|p| self.state.did_open(p))
                 .is_some(),
-            "textDocument/didChange" => params::<DidChangeTextDocumentParams>(req)
-                .map(|p| self.state.did_change(p))
-                .is_some(),
+            "textDocument/didChange" => match req
+                .params()
+                .map(|v| serde_json::from_value::<DidChangeTextDocumentParams>(v.clone()))
+            {
+                Some(Ok(p)) => {
+                    self.state.did_change(p);
+                    true
+                }
+                Some(Err(e)) => self.distrust_document(req, &e),
+                None => false,
+            },
             "textDocument/didClose" => params::<DidCloseTextDocumentParams>(req)
                 .map(|p| self.state.did_close(p))
                 .is_some(),
             _ => false,
         }
+    }
+
+    /// A `didChange` that cannot be read (a content change without `text`, a range that is
+    /// not one): logged as a warning, and the document it names, when open, is dropped
+    /// ([`crate::documents::Documents::distrust`]) so the next read goes to disk instead of
+    /// text that missed a change. Handled here (`true`) when the document is named; a
+    /// message naming none goes on to the service, which logs it.
+    fn distrust_document(&self, req: &Request, e: &serde_json::Error) -> bool {
+        let uri = req
+            .params()
+            .and_then(|p| p.pointer("/textDocument/uri"))
+            .and_then(|u| u.as_str())
+            .and_then(|u| u.parse::<tower_lsp_server::ls_types::Uri>().ok());
+        let Some(uri) = uri else {
+            tracing::warn!("textDocument/didChange ignored: {e}");
+            return false;
+        };
+        if self.state.docs.distrust(&uri) {
+            tracing::warn!(
+                "textDocument/didChange for {} could not be applied ({e}): its buffer is no longer trusted; tools read the file from disk until the editor sends the whole text again",
+                uri.as_str()
+            );
+        } else {
+            tracing::warn!(
+                "textDocument/didChange for {} (not open) ignored: {e}",
+                uri.as_str()
+            );
+        }
+        true
     }
 }

@@ -28,7 +28,7 @@
 //! changed), which is the text tools read and the URI edits go to. Closing one of them
 //! leaves the others open; the file's buffer is then the latest of those left.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -63,6 +63,9 @@ struct Maps {
     keys: HashMap<Uri, PathBuf>,
     /// Documents of every other scheme, by URI: never a file's buffer.
     others: HashMap<Uri, Document>,
+    /// URIs whose document was dropped by [`Documents::distrust`]: the editor still has them
+    /// open, so the next full-text `didChange` makes them documents again.
+    distrusted: HashSet<Uri>,
 }
 
 /// Encodings of open buffers' files on disk, by real path (see [`Documents::encoding`]).
@@ -155,6 +158,7 @@ impl Documents {
             self.detect_encoding(key.clone());
         }
         if let Ok(mut m) = self.maps.lock() {
+            m.distrusted.remove(&uri);
             match key {
                 Some(key) => {
                     if let Some(old) = m.keys.insert(uri.clone(), key.clone()) {
@@ -174,14 +178,31 @@ impl Documents {
     }
 
     /// `textDocument/didChange`: applies `changes` in order (full or incremental) to the
-    /// document opened as `uri`.
+    /// document opened as `uri`. A document dropped by [`Documents::distrust`] is made again
+    /// from the last full-text change (the incremental ones after it applied); incremental
+    /// changes alone leave it dropped (their base is unknown).
     pub fn change(
         &self,
         uri: &Uri,
         version: i32,
-        changes: Vec<TextDocumentContentChangeEvent>,
+        mut changes: Vec<TextDocumentContentChangeEvent>,
         enc: Encoding,
     ) {
+        let full = changes.iter().rposition(|c| c.range.is_none());
+        let recovered = match (self.maps.lock(), full) {
+            (Ok(mut m), Some(i)) if m.distrusted.contains(uri) => {
+                m.distrusted.remove(uri);
+                Some(changes.drain(..=i).next_back().map(|c| c.text))
+            }
+            _ => None,
+        };
+        if let Some(Some(text)) = recovered {
+            tracing::info!(
+                "{}: the editor sent its whole text again: the buffer is used again",
+                uri.as_str()
+            );
+            self.open(uri.clone(), &text, version);
+        }
         if let Ok(mut m) = self.maps.lock() {
             let m = &mut *m;
             let doc = match m.keys.get(uri) {
@@ -217,11 +238,37 @@ impl Documents {
         self.bump();
     }
 
+    /// Drops the document opened as `uri` because a change to it could not be applied (a
+    /// `didChange` whose content change has no `text`): its text can no longer be trusted,
+    /// so tools read the file from disk (and edit it there) until the editor sends the whole
+    /// text again (`didOpen`, or a full-text `didChange`). Returns whether it was open.
+    pub fn distrust(&self, uri: &Uri) -> bool {
+        let open = match self.maps.lock() {
+            Ok(mut m) => {
+                let open = match m.keys.remove(uri) {
+                    Some(key) => {
+                        Self::remove_uri(&mut m, &key, uri);
+                        true
+                    }
+                    None => m.others.remove(uri).is_some(),
+                };
+                if open {
+                    m.distrusted.insert(uri.clone());
+                }
+                open
+            }
+            Err(_) => false,
+        };
+        self.bump();
+        open
+    }
+
     /// `textDocument/didClose`: forgets the document opened as `uri`. The file stays open
     /// under its other URIs (closing a `git:` view of a file, or the file's symlinked name,
     /// leaves its other buffers alone).
     pub fn close(&self, uri: &Uri) {
         if let Ok(mut m) = self.maps.lock() {
+            m.distrusted.remove(uri);
             match m.keys.remove(uri) {
                 Some(key) => Self::remove_uri(&mut m, &key, uri),
                 None => {
@@ -431,6 +478,48 @@ mod tests {
             Some(PathBuf::from("/w/x"))
         );
         assert_eq!(uri_path(&git), None);
+    }
+
+    #[test]
+    fn a_distrusted_document_is_dropped_until_the_editor_sends_its_whole_text() {
+        let docs = Documents::default();
+        let file: Uri = "file:///w/src/b.txt".parse().unwrap();
+        let path = Path::new("/w/src/b.txt");
+        let change = |range: Option<Range>, t: &str| TextDocumentContentChangeEvent {
+            range,
+            range_length: None,
+            text: t.into(),
+        };
+        let at = |l, c| Range {
+            start: Position::new(l, c),
+            end: Position::new(l, c),
+        };
+        docs.open(file.clone(), "one\n", 1);
+        assert!(docs.distrust(&file));
+        // Dropped: reads go to disk; an incremental change has no base and keeps it dropped.
+        assert!(docs.get(path).is_none());
+        docs.change(&file, 3, vec![change(Some(at(0, 0)), "x")], Encoding::Utf16);
+        assert!(docs.get(path).is_none());
+        assert_eq!(docs.uris(path), Vec::<Uri>::new());
+        // A full-text change makes it a document again, the later incremental ones applied.
+        docs.change(
+            &file,
+            4,
+            vec![
+                change(Some(at(0, 0)), "lost"),
+                change(None, "two\n"),
+                change(Some(at(0, 3)), "!"),
+            ],
+            Encoding::Utf16,
+        );
+        let (text, version) = docs.text(path).unwrap();
+        assert_eq!((text.as_str(), version), ("two!\n", 4));
+        assert_eq!(docs.uris(path), vec![file.clone()]);
+        // Not open (or closed since): nothing to drop, and a later change opens nothing.
+        docs.close(&file);
+        assert!(!docs.distrust(&file));
+        docs.change(&file, 5, vec![change(None, "three\n")], Encoding::Utf16);
+        assert!(docs.get(path).is_none());
     }
 
     #[cfg(unix)] // symlinks / inode numbers: Unix APIs

@@ -51,7 +51,7 @@ pub use live::{
 };
 pub use queue::{Notice, Tracker};
 pub use recorder::Recorder;
-pub use sessions::{MessageLevel, Sessions};
+pub use sessions::{MessageLevel, OpenOptions, Sessions, WhenHeld};
 pub use setup::{
     agent_config, agent_config_with, choose_model, compaction_config, expand_prompt,
     scripted_model, select_cli_tools, sessions_dir, thinking_level_name, tool_list_error,
@@ -177,6 +177,18 @@ pub fn open_file(
     path: &Path,
     open_here: impl Fn(&str) -> Option<PathBuf>,
 ) -> Result<Opening, SessionError> {
+    open_file_with(ws, path, open_here, true)
+}
+
+/// [`open_file`], where `fork_if_held: false` refuses a file another process appends to with
+/// [`SessionError::Locked`] (naming that process) instead of continuing it in a fork: for an
+/// edge whose client addresses sessions by id and cannot follow a fork's new id (ACP).
+pub fn open_file_with(
+    ws: &WorkspaceConfig,
+    path: &Path,
+    open_here: impl Fn(&str) -> Option<PathBuf>,
+    fork_if_held: bool,
+) -> Result<Opening, SessionError> {
     let same = |a: &Path, b: &Path| {
         a == b
             || matches!((crate::platform::paths::canonicalize(a), crate::platform::paths::canonicalize(b)), (Ok(x), Ok(y)) if crate::platform::paths::same_path(&x, &y))
@@ -201,7 +213,7 @@ pub fn open_file(
     let images = image_options(ws);
     let (writer, loaded) = match SessionWriter::open_deferred(path, images) {
         Ok(w) => w,
-        Err(SessionError::Locked { pid, .. }) => {
+        Err(SessionError::Locked { pid, .. }) if fork_if_held => {
             let (tree, _) = read_tree(path, false)?;
             let id = tree.header["id"].as_str().unwrap_or_default().to_string();
             if is_open(&id)? {

@@ -32,7 +32,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use pi_ai::models::ThinkingLevel;
 
-use super::{choose_model, open_file, sessions_dir, AgentSession, Opening, SessionSetup};
+use super::{choose_model, open_file_with, sessions_dir, AgentSession, Opening, SessionSetup};
 use crate::harness::queue::QueuedMessage;
 use crate::resources::WorkspaceConfig;
 use crate::session::{
@@ -50,6 +50,26 @@ pub const RELEASE_WAIT: Duration = Duration::from_secs(3);
 /// How long [`Sessions::stop_all`] waits for the runs and user commands to settle before it
 /// kills what is left: the whole stop (kill grace and syncs included) stays well within 2 s.
 pub const STOP_BUDGET: Duration = Duration::from_millis(1200);
+
+/// What [`Sessions::open_with`] does with a session file another process holds (after
+/// waiting [`RELEASE_WAIT`] for it to be released).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WhenHeld {
+    /// Continue in a fork (a new id, told through [`SessionSetup::show_message`]; SESS-04):
+    /// the LSP edge and headless, whose clients follow the id they are answered.
+    #[default]
+    Fork,
+    /// Refuse with [`Error::Session`]`(`[`SessionError::Locked`]`)` (the holder's pid and the
+    /// file): the client asked for this id and keeps using it (ACP).
+    Refuse,
+}
+
+/// How [`Sessions::open_with`] opens a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenOptions {
+    /// A file another process holds: fork it (default) or refuse.
+    pub when_held: WhenHeld,
+}
 
 /// Why [`Sessions`] could not give a session.
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +170,17 @@ impl Sessions {
     /// for, up to [`RELEASE_WAIT`], before the session continues in a fork: a window reload
     /// starts the new server while the old one still saves and exits.
     pub async fn open(&self, id: &str) -> Result<Arc<AgentSession>, Error> {
+        self.open_with(id, OpenOptions::default()).await
+    }
+
+    /// [`Sessions::open`] with `options`: with [`WhenHeld::Refuse`], a file another process
+    /// still holds after [`RELEASE_WAIT`] is [`Error::Session`]`(`[`SessionError::Locked`]`)`
+    /// (nothing forked, nothing written).
+    pub async fn open_with(
+        &self,
+        id: &str,
+        options: OpenOptions,
+    ) -> Result<Arc<AgentSession>, Error> {
         if let Some(s) = self.get(id) {
             return Ok(s);
         }
@@ -163,7 +194,7 @@ impl Sessions {
             })
         })?;
         wait_for_release(&path).await;
-        self.open_file(&path)
+        self.open_file_with(&path, options)
     }
 
     /// The session `id` when it is live here; `None` when only its file exists (it has no
@@ -263,8 +294,19 @@ impl Sessions {
     /// by this process needs no wait). Repairs made while loading and a fork are told
     /// through [`SessionSetup::show_message`] (cases SESS-01, SESS-02, SESS-04).
     pub fn open_file(&self, path: &Path) -> Result<Arc<AgentSession>, Error> {
+        self.open_file_with(path, OpenOptions::default())
+    }
+
+    /// [`Sessions::open_file`] with `options` (with [`WhenHeld::Refuse`], a held file is
+    /// [`SessionError::Locked`] at once).
+    fn open_file_with(
+        &self,
+        path: &Path,
+        options: OpenOptions,
+    ) -> Result<Arc<AgentSession>, Error> {
         self.refuse_if_going_away()?;
-        let opening = open_file(&self.ws, path, |id| Some(self.get(id)?.file()));
+        let fork = options.when_held == WhenHeld::Fork;
+        let opening = open_file_with(&self.ws, path, |id| Some(self.get(id)?.file()), fork);
         let (writer, loaded, notices) = match opening {
             Ok(Opening::Opened {
                 writer,

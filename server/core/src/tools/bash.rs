@@ -499,6 +499,20 @@ fn with_exit_code(details: Option<Value>, end: &End) -> Value {
 }
 
 impl Ran {
+    /// The run that ended as `end` with the output `out` collected: Pi's tail (spill file
+    /// named when cut), secrets redacted, `(no output)` for none, `details.exitCode` from
+    /// `end`. The one way both paths (here and a client's terminal) build it.
+    fn new(end: End, out: &mut Output) -> Ran {
+        let (text, details) = out.render();
+        let body = if text.is_empty() {
+            "(no output)".to_string()
+        } else {
+            pi_ai::keys::redact_secrets(&text)
+        };
+        let details = Some(with_exit_code(details, &end));
+        Ran { end, body, details }
+    }
+
     fn failed_by_exit(&self) -> bool {
         matches!(&self.end, End::Exited(s) if !s.success())
     }
@@ -631,14 +645,7 @@ impl BashTool {
             (None, Some(BashEnd::Failed(e))) => End::Failed(e),
             (None, _) => End::Aborted,
         };
-        let (text, details) = out.render();
-        let body = if text.is_empty() {
-            "(no output)".to_string()
-        } else {
-            pi_ai::keys::redact_secrets(&text)
-        };
-        let details = Some(with_exit_code(details, &end));
-        Ran { end, body, details }
+        Ran::new(end, &mut out)
     }
 
     /// Asks the approver (if any) while watching for abort; `None` = aborted.
@@ -815,14 +822,7 @@ impl BashTool {
         // Ended normally or killed through `kill_group`: background children of a command that
         // exited are left running in their group (BASH-01).
         guard.armed = false;
-        let (text, details) = out.render();
-        let body = if text.is_empty() {
-            "(no output)".to_string()
-        } else {
-            pi_ai::keys::redact_secrets(&text)
-        };
-        let details = Some(with_exit_code(details, &end));
-        Ok(Ran { end, body, details })
+        Ok(Ran::new(end, &mut out))
     }
 }
 
