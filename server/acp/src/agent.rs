@@ -497,7 +497,7 @@ impl AcpAgent {
             // the servers with `direct` tools only, at most Pi's startup wait from their start
             // (the first prompt would wait for those anyway; issue 28). What is still
             // connecting then is `mcpServersStarting`, and told later if it fails.
-            manager.wait_for_direct().await;
+            manager.wait_for_direct(&Default::default()).await;
             started.retain(|name| match outcome(&manager, name) {
                 Outcome::Connected => true,
                 Outcome::Connecting => {
