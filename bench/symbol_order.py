@@ -115,7 +115,9 @@ def executed(binary, outputs):
         for line in open(f, errors="replace"):
             if line.startswith("ob="):
                 ob = line[3:].strip()
-            elif line.startswith("fn=") and ob and ob.endswith(name):
+            # Valgrind names no object ("???") for code outside the `.text` section, as in
+            # `.text.hot` of a binary built with the list: those functions are the binary's.
+            elif line.startswith("fn=") and ob and (ob.endswith(name) or ob == "???"):
                 fn = line[3:].strip()
                 if fn not in seen and not fn.startswith("0x"):
                     seen.add(fn)
