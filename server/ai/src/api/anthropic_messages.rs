@@ -8,7 +8,7 @@
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{open_sse, read_data, Data, StreamOptions};
+use super::{json_bytes, open_sse, read_data, Data, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -365,7 +365,7 @@ async fn stream_body(
     } else {
         format!("{base}/v1/messages")
     };
-    let mut sse = open_sse(&url, &headers(model), body, cancel, timeout).await?;
+    let mut sse = open_sse(&url, &headers(model), json_bytes(body), cancel, timeout).await?;
     let mut usage = Usage::default();
     let mut stop: Option<(StopReason, String)> = None;
     let mut saw_stop = false;

@@ -38,6 +38,10 @@ pub struct StreamOptions {
     /// [`DEFAULT_FIRST_BYTE_TIMEOUT`] and [`DEFAULT_IDLE_TIMEOUT`]. Either wait running out is
     /// a retryable [`ProviderError::Network`] error.
     pub timeout: Option<Duration>,
+    /// The conversation's [`openai_completions::RequestCache`]: an `openai-completions`
+    /// request reuses the serialised messages the previous request of the same conversation
+    /// shares with it (the bytes sent are the same). `None`: built whole.
+    pub request_cache: Option<std::sync::Arc<openai_completions::RequestCache>>,
 }
 
 impl StreamOptions {
@@ -84,7 +88,17 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
             ));
         }
         Api::OpenaiCompletions => {
-            let body = openai_completions::build_request(&model, context, &options);
+            let body = match &options.request_cache {
+                Some(cache) => openai_completions::request_bytes(&model, context, &options, cache)
+                    .unwrap_or_else(|_| {
+                        json_bytes(&openai_completions::build_request(
+                            &model, context, &options,
+                        ))
+                    }),
+                None => json_bytes(&openai_completions::build_request(
+                    &model, context, &options,
+                )),
+            };
             tokio::spawn(openai_completions::run(
                 model,
                 body,
@@ -257,10 +271,16 @@ fn seconds(d: Duration) -> String {
 /// included; default [`DEFAULT_FIRST_BYTE_TIMEOUT`]) is a retryable
 /// [`ProviderError::Network`] error; so is a body silent for `timeout` (default
 /// [`DEFAULT_IDLE_TIMEOUT`]) later.
+/// `body` as sent: compact JSON. (A `Value` always serialises; were it ever not to, its
+/// `Display` text is the same JSON.)
+pub(crate) fn json_bytes(body: &Value) -> Vec<u8> {
+    serde_json::to_vec(body).unwrap_or_else(|_| body.to_string().into_bytes())
+}
+
 pub(crate) async fn open_sse(
     url: &str,
     headers: &[(String, String)],
-    body: &Value,
+    body: Vec<u8>,
     cancel: &CancellationToken,
     timeout: Option<Duration>,
 ) -> Result<SseBody, ProviderError> {
@@ -273,7 +293,7 @@ pub(crate) async fn open_sse(
     for (k, v) in headers {
         req = req.header(k.as_str(), v.as_str());
     }
-    let req = req.body(body.to_string());
+    let req = req.body(body);
     let resp = tokio::select! {
         biased;
         // Pi's SDKs say `Request was aborted.` for a request aborted before any answer.

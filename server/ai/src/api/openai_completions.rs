@@ -128,11 +128,37 @@ fn data_url(i: &crate::types::ImageContent) -> Value {
 /// role (`developer` for a reasoning model with `supportsDeveloperRole`, else `system`) with
 /// Pi 1.6's wording ([`crate::SystemMessage::update_text`]).
 pub fn convert_messages(model: &Model, compat: &Compat, messages: &[Message]) -> Vec<Value> {
-    let takes_images = model.input.iter().any(|k| k == "image");
-    let mut out = Vec::new();
     let msgs = transform_messages(messages, model);
-    let mut last_was_result = false;
-    let mut i = 0;
+    let mut out = Vec::new();
+    convert_from(model, compat, &msgs, 0, false, &mut out, |_| {});
+    out
+}
+
+/// Where one step of [`convert_from`] left off: the index of the next transformed message,
+/// how many values were out by then, and whether the step ended on tool results (the state
+/// the next step starts from).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Step {
+    next: usize,
+    out: usize,
+    last_was_result: bool,
+}
+
+/// The loop of [`convert_messages`] over already transformed `msgs` from `start`, entering with
+/// `last_was_result`, pushing onto `out` and telling `step` where each step ended. A step is
+/// one message, or a run of tool results together; its values depend only on the messages it
+/// covers, the message right after it (which ends a run) and the state it entered with.
+fn convert_from(
+    model: &Model,
+    compat: &Compat,
+    msgs: &[Message],
+    start: usize,
+    mut last_was_result: bool,
+    out: &mut Vec<Value>,
+    mut step: impl FnMut(Step),
+) {
+    let takes_images = model.input.iter().any(|k| k == "image");
+    let mut i = start;
     while i < msgs.len() {
         let m = &msgs[i];
         if compat.requires_assistant_after_tool_result
@@ -259,12 +285,21 @@ pub fn convert_messages(model: &Model, compat: &Compat, messages: &[Message]) ->
                     parts.extend(images);
                     out.push(json!({"role":"user","content":parts}));
                 }
+                step(Step {
+                    next: i,
+                    out: out.len(),
+                    last_was_result,
+                });
                 continue;
             }
         }
         i += 1;
+        step(Step {
+            next: i,
+            out: out.len(),
+            last_was_result,
+        });
     }
-    out
 }
 
 /// The role of the system prompt and later system messages (Pi's `instructionRole`):
@@ -281,11 +316,170 @@ fn instruction_role(model: &Model, compat: &Compat) -> &'static str {
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
     let compat = Compat::for_model(model);
     let mut messages = Vec::new();
-    if !context.system_prompt.is_empty() {
-        let role = instruction_role(model, &compat);
-        messages.push(json!({"role":role,"content":context.system_prompt}));
+    if let Some(m) = system_message(model, &compat, context) {
+        messages.push(m);
     }
     messages.extend(convert_messages(model, &compat, &context.messages));
+    body_around(model, &compat, context, options, messages)
+}
+
+/// The system prompt's message, when there is a prompt.
+fn system_message(model: &Model, compat: &Compat, context: &Context) -> Option<Value> {
+    (!context.system_prompt.is_empty()).then(|| {
+        let role = instruction_role(model, compat);
+        json!({"role":role,"content":context.system_prompt})
+    })
+}
+
+/// The same bytes as `serde_json::to_vec(&build_request(model, context, options))`, reusing
+/// what `cache` kept of the previous request: the messages of the history both requests share
+/// are not converted or serialised again (a tool round then costs the new messages, not the
+/// whole history). The shared part is found on the transformed history (the transform renames
+/// and pairs tool calls across the whole history, so it runs every time): the longest equal
+/// prefix, cut back to the last conversion step that ended before the first difference. A
+/// different model or compat starts over.
+pub fn request_bytes(
+    model: &Model,
+    context: &Context,
+    options: &StreamOptions,
+    cache: &RequestCache,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let compat = Compat::for_model(model);
+    let msgs = transform_messages(&context.messages, model);
+    let key = PrefixKey::of(model);
+    let mut slot = cache.slot.lock().ok();
+    let prior = slot
+        .as_mut()
+        .and_then(|s| s.take())
+        .filter(|p| p.key == key && p.compat == compat);
+    let (mut bytes, mut steps, entry) = match prior {
+        Some(p) => {
+            let same = p.msgs.iter().zip(&msgs).take_while(|(a, b)| a == b).count();
+            match p.steps.iter().rposition(|s| s.0.next < same) {
+                Some(n) => {
+                    let (mut bytes, mut steps) = (p.bytes, p.steps);
+                    bytes.truncate(steps[n].1);
+                    steps.truncate(n + 1);
+                    let entry = steps[n].0;
+                    (bytes, steps, entry)
+                }
+                None => (Vec::new(), Vec::new(), Step::default()),
+            }
+        }
+        None => (Vec::new(), Vec::new(), Step::default()),
+    };
+    let mut out = Vec::new();
+    let mut new_steps = Vec::new();
+    convert_from(
+        model,
+        &compat,
+        &msgs,
+        entry.next,
+        entry.last_was_result,
+        &mut out,
+        |s| new_steps.push(s),
+    );
+    let base = bytes.len();
+    let mut ends = Vec::with_capacity(out.len());
+    for v in &out {
+        if !bytes.is_empty() {
+            bytes.push(b',');
+        }
+        serde_json::to_writer(&mut bytes, v)?;
+        ends.push(bytes.len());
+    }
+    drop(out);
+    for s in new_steps {
+        let len = s.out.checked_sub(1).map_or(base, |k| ends[k]);
+        steps.push((s, len));
+    }
+    // The request around the messages: built with an empty `messages`, which is then filled.
+    let shell = serde_json::to_vec(&body_around(model, &compat, context, options, Vec::new()))?;
+    let system = system_message(model, &compat, context)
+        .map(|m| serde_json::to_vec(&m))
+        .transpose()?;
+    const EMPTY: &[u8] = b"\"messages\":[]";
+    let Some(at) = shell.windows(EMPTY.len()).position(|w| w == EMPTY) else {
+        return serde_json::to_vec(&build_request(model, context, options));
+    };
+    let at = at + EMPTY.len() - 1;
+    let mut body =
+        Vec::with_capacity(shell.len() + bytes.len() + system.as_ref().map_or(0, Vec::len) + 1);
+    body.extend_from_slice(&shell[..at]);
+    if let Some(system) = &system {
+        body.extend_from_slice(system);
+        if !bytes.is_empty() {
+            body.push(b',');
+        }
+    }
+    body.extend_from_slice(&bytes);
+    body.extend_from_slice(&shell[at..]);
+    if let Some(slot) = slot.as_mut() {
+        **slot = Some(Prefix {
+            key,
+            compat,
+            msgs,
+            bytes,
+            steps,
+        });
+    }
+    Ok(body)
+}
+
+/// What one conversation's previous request left for its next one ([`request_bytes`]): its
+/// transformed history, those messages serialised (comma-separated, without brackets) and
+/// where each conversion step ended in them. One per conversation: the agent loop keeps one
+/// for its run; requests of other conversations must not share it (they would only evict
+/// each other). Memory: about the serialised history once more.
+#[derive(Debug, Default)]
+pub struct RequestCache {
+    slot: std::sync::Mutex<Option<Prefix>>,
+}
+
+#[derive(Debug)]
+struct Prefix {
+    key: PrefixKey,
+    compat: Compat,
+    msgs: Vec<Message>,
+    bytes: Vec<u8>,
+    /// After each step: where it ended and `bytes.len()` then.
+    steps: Vec<(Step, usize)>,
+}
+
+/// The facts of a model that conversion reads besides [`Compat`].
+#[derive(Debug, PartialEq)]
+struct PrefixKey {
+    api: crate::models::Api,
+    provider: String,
+    id: String,
+    base_url: String,
+    reasoning: bool,
+    input: Vec<String>,
+    compat: Value,
+}
+
+impl PrefixKey {
+    fn of(model: &Model) -> PrefixKey {
+        PrefixKey {
+            api: model.api,
+            provider: model.provider.clone(),
+            id: model.id.clone(),
+            base_url: model.base_url.clone(),
+            reasoning: model.reasoning,
+            input: model.input.clone(),
+            compat: model.compat.clone(),
+        }
+    }
+}
+
+/// The request body around `messages`: model, stream options, output limit, reasoning, tools.
+fn body_around(
+    model: &Model,
+    compat: &Compat,
+    context: &Context,
+    options: &StreamOptions,
+    messages: Vec<Value>,
+) -> Value {
     let mut body = json!({
         "model": model.id,
         "messages": messages,
@@ -298,7 +492,7 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
         body["store"] = json!(false);
     }
     body[compat.max_tokens_field.as_str()] = json!(options.output_tokens(model));
-    apply_reasoning(model, &compat, &mut body);
+    apply_reasoning(model, compat, &mut body);
     if !context.tools.is_empty() {
         body["tools"] = context
             .tools
@@ -412,7 +606,7 @@ fn parse_usage(u: &Value) -> Usage {
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
 pub async fn run(
     model: Model,
-    body: Value,
+    body: Vec<u8>,
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -420,7 +614,7 @@ pub async fn run(
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, &body, &mut b, &cancel, timeout).await {
+    match stream_body(&model, body, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -435,7 +629,7 @@ pub async fn run(
 /// consumer went away, `Err` for a failure (the partial content stays in `b`).
 async fn stream_body(
     model: &Model,
-    body: &Value,
+    body: Vec<u8>,
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -684,5 +878,122 @@ mod tests {
             build_request(&o, &ctx, &opts)["reasoning"],
             json!({"effort":"none"})
         );
+    }
+
+    fn msg(v: Value) -> Message {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn call(id: &str, model: &str) -> Message {
+        msg(json!({"role":"assistant","content":[
+            {"type":"text","text":format!("reading {id}")},
+            {"type":"toolCall","id":id,"name":"read","arguments":{"path":"small.txt"}}],
+            "api":"openai-completions","provider":"mock","model":model,
+            "usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,
+                     "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+            "stopReason":"toolUse","timestamp":1}))
+    }
+
+    fn result(id: &str, image: bool) -> Message {
+        let mut content = vec![json!({"type":"text","text":format!("hello \"{id}\"\n")})];
+        if image {
+            content.push(json!({"type":"image","data":"aGk=","mimeType":"image/png"}));
+        }
+        msg(
+            json!({"role":"toolResult","toolCallId":id,"toolName":"read","content":content,
+                   "isError":false,"timestamp":2}),
+        )
+    }
+
+    fn user(text: &str) -> Message {
+        msg(json!({"role":"user","content":text,"timestamp":3}))
+    }
+
+    /// Every request of a conversation built through the cache is byte for byte the request
+    /// built whole — as history grows by tool rounds, when a later message changes how an
+    /// earlier one converts (an orphan call answered later, results followed by a user message
+    /// under `requiresAssistantAfterToolResult`, images after results), when the history is
+    /// replaced (compaction) and when the model changes — and the cache is reused.
+    #[test]
+    fn cached_request_bytes_equal_the_whole_request() {
+        let mut m = Model::new(
+            crate::Api::OpenaiCompletions,
+            "mock",
+            "mock-1",
+            "http://x/v1",
+        );
+        m.input = vec!["text".into(), "image".into()];
+        let tools = vec![crate::types::ToolSpec {
+            name: "read".into(),
+            description: "Read a file".into(),
+            parameters: json!({"type":"object","properties":{"path":{"type":"string"}}}),
+        }];
+        let cache = RequestCache::default();
+        let opts = StreamOptions::default();
+        let check = |m: &Model, history: &[Message], prompt: &str| {
+            let context = Context {
+                system_prompt: prompt.into(),
+                messages: history.to_vec(),
+                tools: tools.clone(),
+            };
+            let whole = serde_json::to_vec(&build_request(m, &context, &opts)).unwrap();
+            let cached = request_bytes(m, &context, &opts, &cache).unwrap();
+            assert_eq!(
+                String::from_utf8(cached).unwrap(),
+                String::from_utf8(whole).unwrap(),
+                "history of {} messages",
+                history.len()
+            );
+        };
+        let mut h = vec![user("rounds please")];
+        check(&m, &h, "You are a helper.");
+        for k in 0..6 {
+            let id = format!("call_{k}");
+            h.push(call(&id, "mock-1"));
+            // The request with the call still unanswered (the transform adds its result).
+            check(&m, &h, "You are a helper.");
+            h.push(result(&id, k == 3));
+            check(&m, &h, "You are a helper.");
+        }
+        let steps = cache.slot.lock().unwrap().as_ref().unwrap().steps.len();
+        assert_eq!(steps, 13, "one step per message of the history");
+        // Reuse: the kept bytes of the first message are what the next request sends.
+        let mark = |from: &[u8], to: &[u8]| {
+            let mut slot = cache.slot.lock().unwrap();
+            let bytes = &mut slot.as_mut().unwrap().bytes;
+            let at = bytes.windows(from.len()).position(|w| w == from).unwrap();
+            bytes[at..at + to.len()].copy_from_slice(to);
+        };
+        mark(b"rounds please", b"ROUNDS PLEASE");
+        h.push(user("more"));
+        let context = Context {
+            system_prompt: "You are a helper.".into(),
+            messages: h.clone(),
+            tools: tools.clone(),
+        };
+        let sent = String::from_utf8(request_bytes(&m, &context, &opts, &cache).unwrap()).unwrap();
+        assert!(sent.contains("ROUNDS PLEASE") && !sent.contains("rounds please"));
+        mark(b"ROUNDS PLEASE", b"rounds please");
+        // A user message after tool results, with the assistant filler the compat asks for.
+        let mut filler = m.clone();
+        filler.compat =
+            json!({"requiresAssistantAfterToolResult": true, "requiresToolResultName": true});
+        check(&filler, &h, "You are a helper.");
+        h.push(user("and now?"));
+        check(&filler, &h, "You are a helper.");
+        // Two results in one run, then more appended to the run.
+        h.push(call("call_a", "mock-1"));
+        h.push(result("call_a", false));
+        check(&filler, &h, "");
+        h.push(result("call_a", true));
+        check(&filler, &h, "");
+        // Compaction: the history is replaced from the start; a different model's calls.
+        let mut short = vec![user("summary of the above"), call("call_b", "other")];
+        check(&m, &short, "You are a helper.");
+        short.push(result("call_b", false));
+        check(&m, &short, "You are a helper.");
+        short[0] = user("another summary");
+        check(&m, &short, "You are a helper.");
+        check(&m, &[], "");
     }
 }

@@ -12,7 +12,7 @@
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{join_url, open_sse, read_data, Data, StreamOptions};
+use super::{join_url, json_bytes, open_sse, read_data, Data, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -245,7 +245,7 @@ async fn stream_body(
         headers.push(("authorization".into(), format!("Bearer {k}")));
     }
     headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut sse = open_sse(&url, &headers, body, cancel, timeout).await?;
+    let mut sse = open_sse(&url, &headers, json_bytes(body), cancel, timeout).await?;
     // The block the current output item streams into, and the argument text so far.
     let mut current: Option<String> = None;
     let mut args = String::new();

@@ -142,7 +142,9 @@ fn replace_large_images(messages: &mut [Message]) -> Vec<crate::agent::ReplacedI
 struct ToolEntry {
     tool: Arc<dyn Tool>,
     spec: ToolSpec,
-    validator: crate::validate::ArgumentValidator,
+    /// Compiled on the tool's first call of the run (compiling every tool's schema up front
+    /// cost a run more CPU than its tool rounds when one or two tools are called).
+    validator: std::sync::OnceLock<crate::validate::ArgumentValidator>,
     /// For the approval policy.
     kind: crate::approval::ToolKind,
     /// Shown in the approval question.
@@ -154,7 +156,7 @@ impl ToolEntry {
         let spec = t.spec();
         ToolEntry {
             tool: t.clone(),
-            validator: crate::validate::ArgumentValidator::new(&spec.parameters),
+            validator: std::sync::OnceLock::new(),
             kind: t.approval_kind(),
             note: t.approval_note(),
             spec,
@@ -234,6 +236,9 @@ struct Run<'a> {
     overflow_recovered: bool,
     /// Images were replaced by notes after a refusal for their size (once per run).
     images_dropped: bool,
+    /// What the last request left for the next one of this run to reuse (its serialised
+    /// history; `openai-completions`), so a tool round does not re-serialise the whole history.
+    request_cache: std::sync::Arc<pi_ai::api::openai_completions::RequestCache>,
 }
 
 impl Run<'_> {
@@ -339,6 +344,7 @@ impl Run<'_> {
                 max_tokens: None,
                 output_room,
                 timeout: self.cfg.retry.provider_timeout,
+                request_cache: Some(self.request_cache.clone()),
             },
         );
         self.cfg.system_prompt = kept_prompt.unwrap_or(context.system_prompt);
@@ -758,6 +764,7 @@ impl Run<'_> {
         let raw = tool.prepare_arguments(call.arguments.clone());
         let mut args = entry
             .validator
+            .get_or_init(|| crate::validate::ArgumentValidator::new(&entry.spec.parameters))
             .validate(&entry.spec.name, &raw)
             .map_err(immediate)?;
         if let Some(h) = &self.cfg.hooks {
@@ -1210,6 +1217,7 @@ pub async fn run_agent(
         compacted_this_turn: false,
         overflow_recovered: false,
         images_dropped: false,
+        request_cache: Default::default(),
     };
     sink.emit(AgentEvent::AgentStart).await;
     sink.emit(AgentEvent::TurnStart).await;
