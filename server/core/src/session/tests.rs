@@ -446,7 +446,12 @@ fn messages_taken_from_loading_equal_the_context_built_from_the_tree_at_every_le
     let loaded = load_file(&p, false, false).unwrap();
     let deferred = load_file(&p, false, true).unwrap();
     assert!(deferred.messages.is_none());
-    let ids: Vec<String> = loaded.tree.entries.iter().map(|e| e.id.clone()).collect();
+    let ids: Vec<String> = loaded
+        .tree
+        .entries
+        .iter()
+        .map(|e| e.id.to_string())
+        .collect();
     assert_eq!(ids.len(), lines.len() - 1);
     for id in &ids {
         let again = load_file(&p, false, false).unwrap();
@@ -736,7 +741,7 @@ fn a_deferred_open_gives_what_an_open_gives_when_the_context_is_built() {
             w.tree()
                 .entries
                 .iter()
-                .map(|e| (e.id.clone(), e.parent_id.clone()))
+                .map(|e| (e.id.to_string(), e.parent_id.as_deref().map(str::to_string)))
                 .collect()
         };
         assert_eq!(ids(&wb), ids(&wa), "{name}");

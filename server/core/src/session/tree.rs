@@ -1281,10 +1281,10 @@ mod tests {
         let mut out: Vec<String> = Vec::new();
         let mut cur = t.get(leaf);
         while let Some(e) = cur {
-            if out.contains(&e.id) {
+            if out.iter().any(|id| *id == e.id) {
                 break;
             }
-            out.push(e.id.clone());
+            out.push(e.id.to_string());
             cur = e.parent_id.as_deref().and_then(|p| t.get(p));
         }
         out.reverse();
@@ -1311,9 +1311,10 @@ mod tests {
         ]));
         let check = |t: &SessionTree| {
             for e in &t.entries {
-                let by_index: Vec<String> = t.path(&e.id).iter().map(|e| e.id.clone()).collect();
+                let by_index: Vec<String> =
+                    t.path(&e.id).iter().map(|e| e.id.to_string()).collect();
                 assert_eq!(by_index, path_by_id(t, &e.id), "leaf {}", e.id);
-                let mut up: Vec<String> = t.ancestors(&e.id).map(|e| e.id.clone()).collect();
+                let mut up: Vec<String> = t.ancestors(&e.id).map(|e| e.id.to_string()).collect();
                 up.reverse();
                 // (`ancestors` stops at the entry count, not at the first repeat.)
                 assert!(
