@@ -452,7 +452,7 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         file_ops.add_calls(m);
     }
     Ok(Preparation {
-        first_kept_entry_id: path[cut.first_kept].id.clone(),
+        first_kept_entry_id: path[cut.first_kept].id.to_string(),
         is_split_turn: cut.turn_start.is_some() && !turn_prefix_messages.is_empty(),
         messages_to_summarize,
         turn_prefix_messages,

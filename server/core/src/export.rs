@@ -53,7 +53,7 @@ fn blocks(tree: &SessionTree, leaf: Option<&str>) -> Vec<Block> {
     let mut out = Vec::new();
     for e in tree.path(leaf) {
         let label = labels
-            .get(&e.id)
+            .get(e.id.as_str())
             .map(|l| format!(" [{l}]"))
             .unwrap_or_default();
         let raw = &e.raw();

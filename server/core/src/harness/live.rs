@@ -765,9 +765,12 @@ impl AgentSession {
             .ok_or_else(|| self.entry_error(entry_id))?;
         let user = (e.kind == "message" && e.role() == Some("user")) || e.kind == "custom_message";
         Ok(if user {
-            (e.parent_id.clone(), entry_text(&e.raw()))
+            (
+                e.parent_id.as_deref().map(str::to_string),
+                entry_text(&e.raw()),
+            )
         } else {
-            (Some(e.id.clone()), None)
+            (Some(e.id.to_string()), None)
         })
     }
 

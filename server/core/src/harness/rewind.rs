@@ -221,7 +221,7 @@ fn changes_on(path: &[&Entry], root: &Path) -> Vec<Change> {
             tool_name: tool.to_string(),
             path: shown(root, &file),
             absolute_path: file.display().to_string(),
-            entry_id: e.id.clone(),
+            entry_id: e.id.to_string(),
             diff,
             hash_before: record.as_ref().and_then(|r| r.hash_before.clone()),
             hash_after: record.as_ref().map(|r| r.hash_after.clone()),
@@ -554,9 +554,9 @@ impl AgentSession {
         let from_path = from.as_deref().map(|l| tree.path(l)).unwrap_or_default();
         let on_branch = from_path.iter().any(|e| e.id == entry_id);
         let to = if on_branch {
-            entry.parent_id.clone()
+            entry.parent_id.as_deref().map(str::to_string)
         } else {
-            Some(entry.id.clone())
+            Some(entry.id.to_string())
         };
         let to_path = to.as_deref().map(|l| tree.path(l)).unwrap_or_default();
         let common = from_path

@@ -12,6 +12,7 @@
 
 use std::fmt;
 
+use compact_str::CompactString;
 use pi_ai::{
     AssistantMessage, ContentBlock, ImageContent, Message, StopReason, TextContent,
     ThinkingContent, ToolCall, ToolResultMessage, Usage, UserContent, UserMessage,
@@ -26,10 +27,11 @@ use super::convert::convert_message;
 /// What the harness reads of an assistant message without parsing its line again.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AssistantInfo {
-    /// `message.provider` when it is a string.
-    pub provider: Option<String>,
-    /// `message.model` when it is a string.
-    pub model: Option<String>,
+    /// `message.provider` when it is a string (inline up to 24 bytes: no allocation per
+    /// message for the usual names).
+    pub provider: Option<CompactString>,
+    /// `message.model` when it is a string (inline up to 24 bytes).
+    pub model: Option<CompactString>,
     /// `message.usage` when it reads as Pi's usage.
     pub usage: Option<Usage>,
 }
@@ -38,7 +40,7 @@ pub struct AssistantInfo {
 #[derive(Debug, Default)]
 pub(crate) struct MessageParts {
     /// `role` when it is a string.
-    pub role: Option<String>,
+    pub role: Option<CompactString>,
     /// What the model sees ([`super::convert_message`]); `None` when not model-visible.
     pub message: Option<Message>,
     /// For `role: "assistant"`.
@@ -146,17 +148,17 @@ impl LineParts {
 #[derive(Debug, Default)]
 pub(crate) struct LineParts {
     /// `type` when it is a string.
-    pub kind: Option<String>,
-    /// `id` when it is a string.
-    pub id: Option<String>,
+    pub kind: Option<CompactString>,
+    /// `id` when it is a string (Pi's 8 hex characters: kept inline).
+    pub id: Option<CompactString>,
     /// `parentId` when it is a string.
-    pub parent_id: Option<String>,
+    pub parent_id: Option<CompactString>,
     /// For `message` entries (`None` otherwise).
     pub message: Option<MessageParts>,
 }
 
-fn str_of(v: &Value, k: &str) -> Option<String> {
-    v.get(k).and_then(Value::as_str).map(str::to_string)
+fn str_of(v: &Value, k: &str) -> Option<CompactString> {
+    v.get(k).and_then(Value::as_str).map(CompactString::from)
 }
 
 /// The parts of a stored `message` object, from its `Value`; with `convert`, the model-visible
@@ -317,22 +319,22 @@ impl<'de> Deserialize<'de> for Key<'de> {
 struct AnyStr;
 
 impl<'de> DeserializeSeed<'de> for AnyStr {
-    type Value = Option<String>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+    type Value = Option<CompactString>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<CompactString>, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for AnyStr {
-    type Value = Option<String>;
+    type Value = Option<CompactString>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Some(v.to_string()))
+        Ok(Some(CompactString::from(v)))
     }
     fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Some(v))
+        Ok(Some(CompactString::from(v)))
     }
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
         Ok(None)
@@ -493,8 +495,8 @@ impl<'de> Visitor<'de> for MessageSeed {
             "assistant" => {
                 let f: AssistantFields = rest(map, "role")?;
                 let info = AssistantInfo {
-                    provider: f.provider.clone(),
-                    model: f.model.clone(),
+                    provider: f.provider.as_deref().map(CompactString::from),
+                    model: f.model.as_deref().map(CompactString::from),
                     usage: f.usage.clone(),
                 };
                 let m = Message::Assistant(AssistantMessage {
@@ -510,7 +512,7 @@ impl<'de> Visitor<'de> for MessageSeed {
                     timestamp: f.timestamp,
                 });
                 return Ok(MessageParts {
-                    role: Some(role),
+                    role: Some(CompactString::from(role.as_str())),
                     message: Some(m),
                     assistant: Some(info),
                     summary: None,
@@ -543,7 +545,7 @@ impl<'de> Visitor<'de> for MessageSeed {
             _ => 0,
         };
         Ok(MessageParts {
-            role: Some(role),
+            role: Some(CompactString::from(role.as_str())),
             message: Some(message),
             assistant: None,
             summary: None,
@@ -790,7 +792,7 @@ impl<'de> Visitor<'de> for SummarySeed {
             _ => return Err(de::Error::custom("an extended role")),
         };
         Ok(MessageParts {
-            role: Some(role.as_str().to_string()),
+            role: Some(CompactString::from(role.as_str())),
             message: None,
             assistant,
             summary: Some(MessageSummary {
@@ -935,9 +937,9 @@ struct SkimAssistant {
     #[serde(default)]
     api: Str,
     #[serde(default, deserialize_with = "some")]
-    provider: Option<String>,
+    provider: Option<CompactString>,
     #[serde(default, deserialize_with = "some")]
-    model: Option<String>,
+    model: Option<CompactString>,
     #[serde(default)]
     response_id: Option<Str>,
     #[serde(default)]

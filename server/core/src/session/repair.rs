@@ -94,7 +94,7 @@ pub(super) fn reparent_orphan_results(
                 .clone()
                 .unwrap_or_else(|| "null".into());
             let id = tree.entries[i].id.clone();
-            tree.set_parent(i, Some(owner_id.clone()));
+            tree.set_parent(i, Some(owner_id.as_str().into()));
             warnings.push(format!(
                 "tool result {id} (call {call}) was attached under {old}, not under the message that called it; it is read under {owner_id}"
             ));

@@ -446,7 +446,12 @@ fn messages_taken_from_loading_equal_the_context_built_from_the_tree_at_every_le
     let loaded = load_file(&p, false, false).unwrap();
     let deferred = load_file(&p, false, true).unwrap();
     assert!(deferred.messages.is_none());
-    let ids: Vec<String> = loaded.tree.entries.iter().map(|e| e.id.clone()).collect();
+    let ids: Vec<String> = loaded
+        .tree
+        .entries
+        .iter()
+        .map(|e| e.id.to_string())
+        .collect();
     assert_eq!(ids.len(), lines.len() - 1);
     for id in &ids {
         let again = load_file(&p, false, false).unwrap();
@@ -736,7 +741,7 @@ fn a_deferred_open_gives_what_an_open_gives_when_the_context_is_built() {
             w.tree()
                 .entries
                 .iter()
-                .map(|e| (e.id.clone(), e.parent_id.clone()))
+                .map(|e| (e.id.to_string(), e.parent_id.as_deref().map(str::to_string)))
                 .collect()
         };
         assert_eq!(ids(&wb), ids(&wa), "{name}");
@@ -890,4 +895,69 @@ fn tool_results_are_told_apart_by_tool_without_reading_them() {
     assert!(last.tool_is("todo") && !last.tool_is("read"));
     let user = &w.tree().entries[w.tree().entries.len() - 3];
     assert!(!user.tool_is("todo") && !user.tool_is(""));
+}
+
+#[test]
+fn ids_parent_ids_and_model_names_are_kept_inline_and_long_ones_whole() {
+    // Pi's 8-hex ids, the usual provider/model names: no allocation of their own per entry;
+    // an id or a model name longer than 24 bytes is kept whole all the same.
+    let d = tmp("inline");
+    let p = d.join("s.jsonl");
+    let long_id = "an-id-written-by-another-tool-0123456789";
+    let long_model = "a-model-name-longer-than-twenty-four-bytes";
+    let lines = [
+        json!({"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/ws"}),
+        json!({"type":"message","id":"0000a1b2","parentId":null,"timestamp":"t","message":{"role":"user","content":"go","timestamp":1}}),
+        json!({"type":"message","id":"0000a1b3","parentId":"0000a1b2","timestamp":"t","message":{"role":"assistant","content":[{"type":"text","text":"ok"}],
+            "api":"anthropic-messages","provider":"anthropic","model":"claude-sonnet-4-5","stopReason":"stop","timestamp":2}}),
+        json!({"type":"message","id":long_id,"parentId":"0000a1b3","timestamp":"t","message":{"role":"assistant","content":[{"type":"text","text":"ok"}],
+            "api":"x","provider":"p","model":long_model,"stopReason":"stop","timestamp":3}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&p, text).unwrap();
+    for deferred in [false, true] {
+        let tree = load_file(&p, false, deferred).unwrap().tree;
+        let got: Vec<(&str, Option<&str>, bool, bool)> = tree
+            .entries
+            .iter()
+            .map(|e| {
+                (
+                    e.id.as_str(),
+                    e.parent_id.as_deref(),
+                    e.id.is_heap_allocated(),
+                    e.parent_id.as_ref().is_some_and(|p| p.is_heap_allocated()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("0000a1b2", None, false, false),
+                ("0000a1b3", Some("0000a1b2"), false, false),
+                (long_id, Some("0000a1b3"), true, false),
+            ],
+            "deferred: {deferred}"
+        );
+        let names: Vec<(Option<&str>, Option<&str>, bool)> = tree
+            .entries
+            .iter()
+            .filter_map(|e| e.assistant())
+            .map(|a| {
+                (
+                    a.provider.as_deref(),
+                    a.model.as_deref(),
+                    a.model.as_ref().is_some_and(|m| m.is_heap_allocated()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (Some("anthropic"), Some("claude-sonnet-4-5"), false),
+                (Some("p"), Some(long_model), true),
+            ],
+            "deferred: {deferred}"
+        );
+        assert_eq!(tree.path(long_id).len(), 3);
+    }
 }

@@ -24,6 +24,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use compact_str::CompactString;
 use pi_ai::Message;
 
 use super::context_edit::ContextEdits;
@@ -225,7 +226,7 @@ impl From<EntryKind> for String {
 }
 
 /// A message role as an entry keeps it: Pi's roles as static text, any other as it is.
-fn role_name(role: String) -> Cow<'static, str> {
+fn role_name(role: CompactString) -> Cow<'static, str> {
     const ROLES: [&str; 8] = [
         "user",
         "assistant",
@@ -236,9 +237,9 @@ fn role_name(role: String) -> Cow<'static, str> {
         "branchSummary",
         "compactionSummary",
     ];
-    match ROLES.iter().find(|r| **r == role) {
+    match ROLES.iter().find(|r| **r == role.as_str()) {
         Some(r) => Cow::Borrowed(r),
-        None => Cow::Owned(role),
+        None => Cow::Owned(role.into_string()),
     }
 }
 
@@ -248,8 +249,11 @@ fn role_name(role: String) -> Cow<'static, str> {
 /// the text on demand.
 #[derive(Clone)]
 pub struct Entry {
-    pub id: String,
-    pub parent_id: Option<String>,
+    /// The entry's `id` (Pi writes 8 hex characters; up to 24 bytes are kept inline, with no
+    /// allocation of their own).
+    pub id: CompactString,
+    /// The entry's `parentId` (`None` for a root), kept as `id` is.
+    pub parent_id: Option<CompactString>,
     /// The entry's `type`.
     pub kind: EntryKind,
     /// `message.role` of `message` entries (Pi's roles without an allocation of their own).
@@ -300,7 +304,7 @@ impl Entry {
             Entry {
                 id: parts.id?,
                 parent_id: parts.parent_id,
-                kind: EntryKind::from(parts.kind?),
+                kind: EntryKind::from(parts.kind?.as_str()),
                 role,
                 assistant,
                 summary,
@@ -596,7 +600,7 @@ pub(super) fn path_plan(path: &[&Entry], proposed: Option<(&str, &str)>) -> Path
     };
     let start = path[..ci]
         .iter()
-        .position(|e| Some(&e.id) == first_kept.as_ref())
+        .position(|e| Some(e.id.as_str()) == first_kept.as_deref())
         .unwrap_or(ci);
     let after = if ci < path.len() {
         ci + 1..path.len()
@@ -793,7 +797,7 @@ fn path_settings(path: &[&Entry]) -> SessionContext {
                     ..
                 }) = e.assistant()
                 {
-                    ctx.model = Some((p.clone(), m.clone()));
+                    ctx.model = Some((p.to_string(), m.to_string()));
                 }
             }
             _ => {}
@@ -913,7 +917,7 @@ impl SessionTree {
     }
 
     /// Entry `i` read under `parent` from now on (the file is not changed).
-    pub(crate) fn set_parent(&mut self, i: usize, parent: Option<String>) {
+    pub(crate) fn set_parent(&mut self, i: usize, parent: Option<CompactString>) {
         self.parents[i] = self.parent_slot(parent.as_deref());
         self.entries[i].parent_id = parent;
     }
@@ -1173,7 +1177,7 @@ impl ContextEdits {
                 .as_object_mut()
                 .and_then(|o| o.remove("replacement"))
                 .unwrap_or(Value::Null);
-            edits.insert(target, (e.id.clone(), replacement));
+            edits.insert(target, (e.id.to_string(), replacement));
         }
         Some(ContextEdits(edits))
     }
@@ -1277,10 +1281,10 @@ mod tests {
         let mut out: Vec<String> = Vec::new();
         let mut cur = t.get(leaf);
         while let Some(e) = cur {
-            if out.contains(&e.id) {
+            if out.iter().any(|id| *id == e.id) {
                 break;
             }
-            out.push(e.id.clone());
+            out.push(e.id.to_string());
             cur = e.parent_id.as_deref().and_then(|p| t.get(p));
         }
         out.reverse();
@@ -1307,9 +1311,10 @@ mod tests {
         ]));
         let check = |t: &SessionTree| {
             for e in &t.entries {
-                let by_index: Vec<String> = t.path(&e.id).iter().map(|e| e.id.clone()).collect();
+                let by_index: Vec<String> =
+                    t.path(&e.id).iter().map(|e| e.id.to_string()).collect();
                 assert_eq!(by_index, path_by_id(t, &e.id), "leaf {}", e.id);
-                let mut up: Vec<String> = t.ancestors(&e.id).map(|e| e.id.clone()).collect();
+                let mut up: Vec<String> = t.ancestors(&e.id).map(|e| e.id.to_string()).collect();
                 up.reverse();
                 // (`ancestors` stops at the entry count, not at the first repeat.)
                 assert!(

@@ -33,7 +33,7 @@ pub fn context_entries<'a>(path: &[&'a Entry]) -> Vec<&'a Entry> {
         .map(str::to_string);
     let start = path[..ci]
         .iter()
-        .position(|e| Some(&e.id) == first_kept.as_ref())
+        .position(|e| Some(e.id.as_str()) == first_kept.as_deref())
         .unwrap_or(ci);
     // Pi 1.6: the compaction's checkpoint stands for the system messages it kept.
     std::iter::once(path[ci])
@@ -129,7 +129,7 @@ pub fn context_agent_messages(tree: &SessionTree, leaf: Option<&str>) -> Vec<(St
         if e.kind == "compaction" {
             // Pi 1.6: the complete system checkpoint, then the summary.
             if let Some(m) = e.raw().get("systemMessage") {
-                out.push((e.id.clone(), m.clone()));
+                out.push((e.id.to_string(), m.clone()));
             }
         }
         let Some(mut m) = agent_message(e) else {
@@ -145,7 +145,7 @@ pub fn context_agent_messages(tree: &SessionTree, leaf: Option<&str>) -> Vec<(St
                 );
             }
         }
-        out.push((e.id.clone(), m));
+        out.push((e.id.to_string(), m));
     }
     out
 }

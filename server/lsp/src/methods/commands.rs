@@ -159,7 +159,7 @@ pub(crate) async fn fork_messages(cx: Ctx, p: SessionParams) -> Result<ForkMessa
                 _ => String::new(),
             };
             (!text.is_empty()).then(|| ForkMessage {
-                entry_id: e.id.clone(),
+                entry_id: e.id.to_string(),
                 text,
             })
         })

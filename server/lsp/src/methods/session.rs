@@ -223,15 +223,15 @@ pub(crate) async fn session_tree(cx: Ctx, p: SessionParams) -> Result<SessionTre
         .map(|e| {
             let raw = e.raw();
             TreeEntry {
-                id: e.id.clone(),
-                parent_id: e.parent_id.clone(),
+                id: e.id.to_string(),
+                parent_id: e.parent_id.as_deref().map(str::to_string),
                 kind: e.kind.to_string(),
                 timestamp: raw["timestamp"].as_str().map(str::to_string),
                 role: (e.kind == "message")
                     .then(|| e.role().map(str::to_string))
                     .flatten(),
                 preview: entry_text(&raw).map(|t| t.chars().take(200).collect()),
-                label: labels.get(&e.id).cloned(),
+                label: labels.get(e.id.as_str()).cloned(),
             }
         })
         .collect();
