@@ -811,8 +811,17 @@ fn build_config(
         writer: writer.clone(),
     }));
     // MCP servers' tools (the workspace's, and servers handed to this session).
-    cfg.dynamic_tools =
-        crate::mcp::run_tools(ws, id, writer).map(|t| t as Arc<dyn crate::agent::ToolProvider>);
+    cfg.dynamic_tools = crate::mcp::run_tools(ws, id, writer).map(|t| {
+        let tools = t as Arc<dyn crate::agent::ToolProvider>;
+        // `--tools` filters MCP tools too (Pi 1.6).
+        match &ws.overrides().tools {
+            Some(entries) => Arc::new(setup::CliToolFilter {
+                inner: tools,
+                entries: entries.clone(),
+            }) as Arc<dyn crate::agent::ToolProvider>,
+            None => tools,
+        }
+    });
     if !extensions.is_empty() {
         // Extension handlers run as the loop's hooks (after any hooks of the product's own).
         let ext: Arc<dyn AgentHooks> = extensions.clone();
