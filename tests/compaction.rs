@@ -284,6 +284,160 @@ async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
     drop(s.writer);
 }
 
+/// CTX-03 / CMP-02 with the default settings on a 32,768-token model: the threshold (16,384)
+/// is below `keepRecentTokens` (20,000), so keeping 20,000 raw would keep the whole turn and
+/// summarise nothing. The kept tail shrinks to half the room under the threshold, the cut falls
+/// inside the one turn at an assistant message (after a call's result, never between them),
+/// the turn's start goes into the split-turn summary, every summary request carries a
+/// conversation, and no request outgrows the window.
+#[tokio::test]
+async fn ctx03_default_settings_on_a_32k_window_cut_inside_the_turn() {
+    let dir = tmp("ctx03-defaults");
+    for i in 1..=6 {
+        big_file(&dir, &format!("f{i}.rs"), 4_000);
+    }
+    let mut script: Vec<Step> = (1..=6)
+        .map(|i| {
+            Step::call(
+                &format!("call_{i}"),
+                "read",
+                json!({"path": format!("f{i}.rs")}),
+            )
+        })
+        .collect();
+    script.push(Step::text("done reading"));
+    let mock = fast_mock(script).await;
+    mock.set_usage_from_body(true);
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| Step::text("PREFIX-SUMMARY: the user asked to read six files."))
+    }));
+    assert_eq!(
+        CompactionSettings::default(),
+        CompactionSettings {
+            enabled: true,
+            reserve_tokens: 16_384,
+            keep_recent_tokens: 20_000,
+        }
+    );
+    let s = setup(
+        &dir,
+        &mock,
+        32_768,
+        CompactionSettings::default(),
+        "You are a coding agent.".into(),
+    );
+    s.agent
+        .prompt(vec![Message::user_text("read f1.rs … f6.rs one by one")])
+        .unwrap();
+    idle(&s.agent).await;
+    mock.assert_paired();
+    let outcome = s.agent.last_outcome().unwrap();
+    assert_eq!(outcome.stop_reason, StopReason::Stop);
+
+    // One threshold compaction, done (no error), inside the run.
+    let ends = s.sink.of_type("compaction_end");
+    assert_eq!(ends.len(), 1, "{ends:#?}");
+    assert_eq!(ends[0]["reason"], "threshold");
+    assert!(ends[0].get("errorMessage").is_none(), "{}", ends[0]);
+    let summary = ends[0]["result"]["summary"].as_str().unwrap();
+    let read = ends[0]["result"]["details"]["readFiles"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!((1..6).contains(&read), "{read}");
+    let files: Vec<String> = (1..=read).map(|i| format!("f{i}.rs")).collect();
+    // Nothing older than the turn: Pi's "No prior history." stands for the history, with no
+    // request; the turn's early part has its own summary.
+    assert_eq!(
+        summary,
+        format!(
+            "No prior history.\n\n---\n\n**Turn Context (split turn):**\n\nPREFIX-SUMMARY: the user asked to read six files.\n\n<read-files>\n{}\n</read-files>",
+            files.join("\n")
+        )
+    );
+
+    // Exactly one summary request (the turn prefix), and it carries the prompt and the calls.
+    let requests = mock.requests();
+    let prompts: Vec<String> = requests
+        .iter()
+        .filter(|r| is_summary(&r.body))
+        .map(|r| summary_prompt(&r.body))
+        .collect();
+    assert_eq!(prompts.len(), 1);
+    assert!(
+        prompts[0].starts_with("<conversation>\n[User]: read f1.rs … f6.rs one by one\n"),
+        "{}",
+        &prompts[0][..200]
+    );
+    assert!(!prompts[0].contains("<conversation>\n\n</conversation>"));
+
+    // The kept part starts at an assistant message whose calls' results are all kept.
+    let e = entries(&s.path);
+    let comp = e.iter().find(|e| e["type"] == "compaction").unwrap();
+    let first = comp["firstKeptEntryId"].as_str().unwrap();
+    let kept = e.iter().find(|e| e["id"] == first).unwrap();
+    assert_eq!(kept["message"]["role"], "assistant");
+    assert_eq!(
+        kept["message"]["content"][0]["id"],
+        format!("call_{}", read + 1)
+    );
+
+    // Seven conversation requests (six reads and the answer); none near the window (the trial
+    // saw a 102 KB request), counted as the mock provider counts (body length / 4).
+    let conversation: Vec<&Value> = requests
+        .iter()
+        .map(|r| &r.body)
+        .filter(|b| !is_summary(b))
+        .collect();
+    assert_eq!(conversation.len(), 7);
+    for (i, b) in conversation.iter().enumerate() {
+        let tokens = b.to_string().len() / 4;
+        assert!(tokens < 32_768 - 4_096, "request {i} has {tokens} tokens");
+    }
+    let (tree, _) = read_tree(&s.path, false).unwrap();
+    assert_eq!(tree.context(None).messages, s.agent.messages());
+    drop(s.writer);
+}
+
+/// No summary request with nothing to summarise (CTX-01's "nothing can be cut"): a one-turn
+/// session on a large window keeps all of it raw, so compacting it is refused in words and the
+/// model is not asked; nothing is written.
+#[tokio::test]
+async fn compaction_with_nothing_older_than_the_kept_part_sends_no_summary_request() {
+    let dir = tmp("all-kept");
+    let mock = fast_mock(vec![Step::text("Hello there.")]).await;
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| Step::text("SUMMARY"))
+    }));
+    let s = setup(
+        &dir,
+        &mock,
+        200_000,
+        CompactionSettings::default(),
+        "sys".into(),
+    );
+    s.agent.prompt(vec![Message::user_text("hi")]).unwrap();
+    idle(&s.agent).await;
+    let (_, _, rx) = s.agent.compact(None).unwrap();
+    let err = rx.await.unwrap().unwrap_err();
+    idle(&s.agent).await;
+    assert_eq!(
+        err,
+        pi_core::compaction::CompactionError::AllKept {
+            what: "the conversation".into(),
+            messages: 2,
+            tokens: 4,
+            keep_recent_tokens: 20_000,
+        }
+    );
+    assert_eq!(
+        s.sink.of_type("compaction_end")[0]["errorMessage"],
+        "Compaction failed: Nothing to compact: the conversation (2 messages, about 4 tokens) fit in the recent part kept as it is (up to 20000 tokens, compaction.keepRecentTokens), so there is nothing older to summarise; no summary request was sent"
+    );
+    assert_eq!(mock.requests().len(), 1, "only the prompt's request");
+    assert!(entries(&s.path).iter().all(|e| e["type"] != "compaction"));
+}
+
 /// Overflow from the provider: the failed response stays in the file, one compaction runs, the
 /// request is retried once and succeeds. A second overflow in the same run is not retried again.
 #[tokio::test]
@@ -427,6 +581,7 @@ async fn cmp04_no_compaction_loop_when_the_system_prompt_does_not_fit() {
         assert!(
             msg.starts_with("Auto-compaction failed: ")
                 && (msg.contains("would not shrink the context")
+                    || (i == 0 && msg.contains("Nothing to compact: the conversation"))
                     || (msg.contains("does not fit even after compaction")
                         && msg.contains("11700"))),
             "{msg}"

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::process::Command;
+use std::time::Duration;
 
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
@@ -57,7 +58,9 @@ fn demo_runs_offline_with_the_scripted_model() {
         1,
         "{stderr}"
     );
-    assert!(stdout.contains("→ bash"), "{stdout}");
+    // Tool calls go to stderr; stdout holds the final answer only (Pi 1.6's print mode).
+    assert!(stderr.contains("→ bash"), "{stderr}");
+    assert!(!stdout.contains("→ bash"), "{stdout}");
     assert!(
         stdout
             .trim_end()
@@ -1160,4 +1163,117 @@ async fn pi_sessions_folder_is_listed_and_continued() {
                 .unwrap()
                 .all(|e| e.unwrap().path().extension().is_none_or(|x| x != "jsonl"))
     );
+}
+
+/// An OpenAI-compatible stream that sends `text` and is then cut (no finish reason, no
+/// `[DONE]`): a retryable failure after partial text.
+fn cut_stream(text: &str) -> Step {
+    let chunk = |delta: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-cut", "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
+        )
+    };
+    Step::Events(vec![
+        chunk(json!({"role": "assistant", "content": ""})),
+        chunk(json!({"content": text})),
+    ])
+}
+
+/// Pi 1.6's print mode: stdout holds only the final answer, printed when the run has ended, so
+/// the text of a failed attempt (a stream cut after "PARTIAL-ATTEMPT", retried) and of the
+/// message before a tool call never reaches it; tool calls and retries go to stderr. And a
+/// background child of a `bash` command (`sleep 300 &`) does not outlive the run: the process
+/// groups are stopped at exit, as the ACP and LSP servers do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdout_holds_only_the_final_answer_and_no_child_outlives_the_run() {
+    let tmp = TempDir::new("final-answer");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![
+        Step::Tools(
+            Some("Starting it in the background.".into()),
+            vec![(
+                "c1".into(),
+                "bash".into(),
+                json!({"command": "sleep 300 >/dev/null 2>&1 & echo $! > bg.pid; echo started"}),
+            )],
+        ),
+        cut_stream("PARTIAL-ATTEMPT"),
+        Step::text("The final answer."),
+    ])
+    .await;
+    let agent = tmp.path().join("agent");
+    let env = agent_env(&agent, &mock.models_json(), &[]);
+    std::fs::write(
+        agent.join("settings.json"),
+        r#"{"retry": {"baseDelayMs": 10}}"#,
+    )
+    .unwrap();
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &["--model", "mock/mock-1", "--approve-all", "start it"],
+        )
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "The final answer.\n");
+    assert!(stderr.contains("→ bash {\"command\":"), "{stderr}");
+    assert!(
+        stderr.contains("stream ended before the response was complete")
+            && stderr.contains("retrying (1/"),
+        "{stderr}"
+    );
+    assert_eq!(mock.requests().len(), 3);
+    // The background sleep is gone (killed and reaped once the run ended).
+    let pid = std::fs::read_to_string(ws.join("bg.pid")).unwrap();
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while proc_dir.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !proc_dir.exists(),
+        "the background child {} outlived the run",
+        pid.trim()
+    );
+}
+
+/// `--tools nosuchtool`: Pi 1.6 runs with no tools; so does this, with a warning that names the
+/// unknown entries and the tools there are. A pattern that matches nothing is named too; an
+/// `mcp__` entry is not judged (its server may connect later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_tools_are_named_in_a_warning() {
+    let tmp = TempDir::new("unknown-tools");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockModel::start(vec![Step::text("no tools here")]).await;
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let out = tokio::task::block_in_place(|| {
+        run(
+            &ws,
+            &env,
+            &[
+                "--model",
+                "mock/mock-1",
+                "--tools",
+                "nosuchtool,zz*,mcp__srv__x",
+                "hi",
+            ],
+        )
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "no tools here\n");
+    let warning = "--tools: no tool matches \"nosuchtool\", \"zz*\"; the tools are bash, edit, find, grep, ls, read, todo, write (and MCP tools, mcp__<server>__<tool>)";
+    assert_eq!(
+        stderr.lines().filter(|l| l.ends_with(warning)).count(),
+        1,
+        "{stderr}"
+    );
+    let (_, tools) = prompt_and_tools(&mock.requests()[0].body);
+    assert!(tools.is_empty(), "{tools:?}");
 }

@@ -1,6 +1,8 @@
 //! Session files key by key against Pi 0.73.1 itself: the same scripted model (a gateway that
 //! names another model in its chunks), the same workspace and the same user steps — a prompt
-//! whose turn edits a file, a user shell command, a manual compaction of that one-turn session,
+//! whose turn edits a file, a user shell command, a manual compaction keeping only that command
+//! raw (`compaction.keepRecentTokens: 1` on both sides: with everything kept there is nothing to
+//! summarise, and pi-lsp, as Pi 1.6, sends no summary request then),
 //! the session stats and the message view — run once through Pi's RPC mode and once through
 //! pi-lsp over stdio. Every entry of the two files must have the same keys with the same JSON
 //! types (pi-lsp's only extras are the edit result's `details.unifiedDiff` and
@@ -216,6 +218,11 @@ async fn session_file_matches_pi_key_by_key() {
     let agent = pi_root.join("agent");
     std::fs::create_dir_all(&agent).unwrap();
     std::fs::write(agent.join("models.json"), pi_mock.models_json().to_string()).unwrap();
+    std::fs::write(
+        agent.join("settings.json"),
+        r#"{"compaction": {"keepRecentTokens": 1}}"#,
+    )
+    .unwrap();
     let pi_sessions = pi_root.join("sessions");
     let (pi_stats, pi_messages) = {
         let ws = pi_ws.clone();
@@ -249,7 +256,7 @@ async fn session_file_matches_pi_key_by_key() {
     std::fs::create_dir_all(our_root.join("agent")).unwrap();
     std::fs::write(
         our_root.join("agent/settings.json"),
-        r#"{"sessions": {"format": "pi-0.73"}, "builtinExtensions": {"todo": false, "plan-mode": false}}"#,
+        r#"{"sessions": {"format": "pi-0.73"}, "builtinExtensions": {"todo": false, "plan-mode": false}, "compaction": {"keepRecentTokens": 1}}"#,
     )
     .unwrap();
     let mut c = start_with_mock(&our_ws, &our_mock, EditorBehavior::default()).await;
@@ -272,7 +279,10 @@ async fn session_file_matches_pi_key_by_key() {
         .request("agent/compact", json!({"sessionId": sid}))
         .await
         .unwrap();
-    assert_eq!(compacted["summary"], "SUMMARY", "{compacted}");
+    assert_eq!(
+        compacted["summary"], "SUMMARY\n\n<modified-files>\nf.txt\n</modified-files>",
+        "{compacted}"
+    );
     let our_stats = c
         .request("agent/session/stats", json!({"sessionId": sid}))
         .await
@@ -350,12 +360,16 @@ async fn session_file_matches_pi_key_by_key() {
         by_kind(&ours, "message:assistant")["message"]["responseModel"],
         GATEWAY_MODEL
     );
-    // The compaction kept everything (a one-turn session): it points at the first entry.
+    // The compaction kept only the user's shell command: both point at it.
     let first_kept = |v: &[Value]| {
         let id = by_kind(v, "compaction:")["firstKeptEntryId"].clone();
         v.iter().position(|e| e["id"] == id)
     };
     assert_eq!(first_kept(&ours), first_kept(&theirs));
+    assert_eq!(
+        kind(&ours[first_kept(&ours).unwrap()]),
+        "message:bashExecution"
+    );
 
     // Stats: Pi's keys, ours may add only where Pi has none.
     let keys = |v: &Value| -> Vec<String> {
@@ -367,24 +381,14 @@ async fn session_file_matches_pi_key_by_key() {
     for k in keys(&pi_stats) {
         assert!(our_stats.get(&k).is_some(), "stats lack {k}: {our_stats}");
     }
-    // ... with Pi's values where the scope is the same: a compaction that kept everything
-    // leaves the same messages in the context as in the file, and a context figure that is
-    // unknown until a response follows the compaction. (`totalMessages`: Pi 0.73.1 counts the
-    // context, summary included; pi-lsp counts as Pi 1.6 does, every message entry.)
-    for k in [
-        "userMessages",
-        "assistantMessages",
-        "toolCalls",
-        "toolResults",
-        "tokens",
-        "contextUsage",
-    ] {
-        assert_eq!(
-            our_stats[k], pi_stats[k],
-            "stats {k}: {our_stats} vs {pi_stats}"
-        );
-    }
-    assert_eq!(our_stats["cost"].as_f64(), pi_stats["cost"].as_f64());
+    // ... and the context figure Pi gives: unknown until a response follows the compaction.
+    // (The counts differ by design after a compaction that summarised messages: Pi 0.73.1
+    // counts the context, summary included; pi-lsp counts as Pi 1.6 does, every message
+    // entry of the file.)
+    assert_eq!(
+        our_stats["contextUsage"], pi_stats["contextUsage"],
+        "stats contextUsage: {our_stats} vs {pi_stats}"
+    );
     // The message view: the compaction summary's timestamp is a number, as Pi's.
     let summary_ts = |v: &Value| {
         v["messages"]

@@ -14,6 +14,13 @@
 //!   summarised (case CMP-01). A tail larger than the budget that cannot be split is kept whole
 //!   from the call, and the split turn's start is reported so everything before it can be
 //!   summarised (case CMP-02).
+//! - The kept tail is `keepRecentTokens`, or half the room the threshold leaves after the
+//!   system prompt and tools when that is smaller ([`keep_budget`]): on a 32k window with the
+//!   default settings (threshold 16,384, keep 20,000) the cut then falls inside the running turn
+//!   at a call/result boundary instead of keeping everything (cases CTX-03, CMP-02).
+//! - No summary request is sent with nothing to summarise: when everything is in the kept tail,
+//!   [`prepare`] says so in words ([`CompactionError::AllKept`], Pi 1.6's `prepareCompaction`
+//!   returns nothing then).
 
 use std::collections::BTreeSet;
 
@@ -133,6 +140,27 @@ pub fn effective_reserve(context_window: u64, reserve: u64) -> u64 {
     } else {
         reserve.min(context_window / 2)
     }
+}
+
+/// The tokens a compaction keeps raw: `keep_recent_tokens` (Pi's `compaction.keepRecentTokens`),
+/// or half the room left under the threshold (context window − [`effective_reserve`] −
+/// `fixed_tokens` of system prompt and tool specs) when that is smaller, so the kept tail plus the
+/// summary fit under the threshold and the cut falls inside a long turn (at an assistant
+/// message, never between a call and its result) rather than keeping all of it. A window of 0
+/// (unknown) keeps `keep_recent_tokens`. Pi 1.6 keeps `keepRecentTokens` whatever the window,
+/// so on a 32,768-token model with its defaults (threshold 16,384) a long turn cannot be
+/// compacted at all (case CTX-03 / CMP-02).
+pub fn keep_budget(
+    keep_recent_tokens: u64,
+    context_window: u64,
+    reserve_tokens: u64,
+    fixed_tokens: u64,
+) -> u64 {
+    if context_window == 0 {
+        return keep_recent_tokens;
+    }
+    let limit = context_window.saturating_sub(effective_reserve(context_window, reserve_tokens));
+    keep_recent_tokens.min(limit.saturating_sub(fixed_tokens) / 2)
 }
 
 /// Where compaction cuts the context.
@@ -347,6 +375,18 @@ pub enum CompactionError {
     AlreadyCompacted,
     #[error("Nothing to compact (session too small)")]
     NothingToCompact,
+    /// Every message since the last compaction (or of the branch) is in the kept recent part,
+    /// so a summary would have nothing to read; no summary request is sent. `messages` and
+    /// `tokens` (`ceil(chars / 4)` estimates) are of that part; `keep_recent_tokens` is the
+    /// budget used ([`keep_budget`]).
+    #[error("Nothing to compact: {what} ({messages} messages, about {tokens} tokens) fit in the recent part kept as it is (up to {keep_recent_tokens} tokens, compaction.keepRecentTokens), so there is nothing older to summarise; no summary request was sent")]
+    AllKept {
+        /// `"the conversation"` or `"the messages since the last compaction"`.
+        what: String,
+        messages: usize,
+        tokens: u64,
+        keep_recent_tokens: u64,
+    },
     #[error("Summarization failed: {0}")]
     SummaryFailed(String),
     #[error("Compaction cancelled")]
@@ -448,6 +488,24 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         Some(ts) => (ts..cut.first_kept).filter_map(for_summary).collect(),
         None => Vec::new(),
     };
+    // Nothing older than the kept part: a summary request would carry an empty conversation
+    // (Pi 1.6's `prepareCompaction` returns nothing here).
+    if messages_to_summarize.is_empty() && turn_prefix_messages.is_empty() {
+        let kept: Vec<&Message> = (start..end)
+            .filter(|&k| path[k].kind == "message")
+            .filter_map(|k| messages[k].as_ref())
+            .collect();
+        return Err(CompactionError::AllKept {
+            what: if prev.is_some() {
+                "the messages since the last compaction".into()
+            } else {
+                "the conversation".into()
+            },
+            messages: kept.len(),
+            tokens: kept.iter().map(|m| estimate_tokens(m)).sum(),
+            keep_recent_tokens,
+        });
+    }
     for m in messages_to_summarize.iter().chain(&turn_prefix_messages) {
         file_ops.add_calls(m);
     }
@@ -843,13 +901,16 @@ pub async fn summarize(
     let history_max = (reserve_tokens * 8 / 10).max(256);
     let prefix_max = (reserve_tokens / 2).max(256);
     let history = async {
-        // Pi asks the model even when nothing older than the kept part is left (a one-turn
-        // session); only the split-turn case stands in "No prior history." for it.
-        if prep.is_split_turn
-            && prep.messages_to_summarize.is_empty()
-            && prep.previous_summary.is_none()
-        {
-            return Ok(("No prior history.".to_string(), pi_ai::Usage::default()));
+        // A split turn with nothing older than it: the previous summary (or Pi's "No prior
+        // history.") stands for the history, with no request (Pi 1.6's `compact`), so no
+        // summary request carries an empty conversation. ([`prepare`] refuses the unsplit
+        // case.)
+        if prep.is_split_turn && prep.messages_to_summarize.is_empty() {
+            let text = prep
+                .previous_summary
+                .clone()
+                .unwrap_or_else(|| "No prior history.".to_string());
+            return Ok((text, pi_ai::Usage::default()));
         }
         let ctx = history_request(
             &prep.messages_to_summarize,
@@ -1046,6 +1107,41 @@ mod tests {
                 first_kept: 21,
                 turn_start: Some(20)
             }
+        );
+    }
+
+    #[test]
+    fn keep_budget_leaves_room_under_the_threshold() {
+        // A 32k window with Pi's defaults: threshold 16,384; 1,500 tokens of prompt and tools
+        // leave 14,884, half of it kept raw.
+        assert_eq!(keep_budget(20_000, 32_768, 16_384, 1_500), 7_442);
+        // A 200k window keeps keepRecentTokens; an unknown window too.
+        assert_eq!(keep_budget(20_000, 200_000, 16_384, 1_500), 20_000);
+        assert_eq!(keep_budget(20_000, 0, 16_384, 1_500), 20_000);
+        // A system prompt over the threshold leaves nothing to keep.
+        assert_eq!(keep_budget(200, 18_000, 6_300, 12_000), 0);
+        // The budget cuts inside a long turn: [u, a{c1}, r(c1), a{c2}, r(c2), a{c3}, r(c3)].
+        let mut v = vec![json!({"role":"user","content":text(100)})];
+        for i in 1..=3 {
+            v.push(json!({"role":"assistant","content":[{"type":"toolCall","id":format!("c{i}"),"name":"read","arguments":{}}],"stopReason":"toolUse"}));
+            v.push(json!({"role":"toolResult","toolCallId":format!("c{i}"),"toolName":"read","content":[{"type":"text","text":text(4_000)}],"isError":false}));
+        }
+        let m = msgs(serde_json::Value::Array(v));
+        assert_eq!(
+            find_cut_point(&m, 20_000),
+            CutPoint {
+                first_kept: 0,
+                turn_start: None
+            },
+            "keepRecentTokens keeps all of it"
+        );
+        assert_eq!(
+            find_cut_point(&m, keep_budget(20_000, 32_768, 16_384, 1_500)),
+            CutPoint {
+                first_kept: 5,
+                turn_start: Some(0)
+            },
+            "the budget keeps the last call with its result"
         );
     }
 

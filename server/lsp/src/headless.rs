@@ -1,11 +1,14 @@
 //! `pi-lsp run`: the same [`AgentSession`] as the editor's, with no editor. Tools use the disk;
-//! the settings' extensions are loaded (`/name args` runs an extension command); the streamed
-//! answer (or, with `--json`, every event as one JSON line) goes to stdout; the session is
+//! the settings' extensions are loaded (`/name args` runs an extension command); the final
+//! answer, once the run has ended (Pi 1.6's print mode: the last assistant message's text, so a
+//! failed attempt's partial text never reaches it), or with `--json` every event as one JSON
+//! line, goes to stdout; tool calls, retries and errors go to stderr; the session is
 //! written to the sessions folder (`<workspace>/.pi/sessions/` by default). Exit code 0 when the
 //! run ends normally, 1 when it ends in an error or abort, 2 for bad usage or configuration,
 //! 128 + the signal's number on SIGTERM (143), SIGHUP (129) or SIGINT (130), after the same
 //! cleanup as the server's ([`Sessions::stop_all`]: the run aborted, its results written,
-//! process groups killed, the file synced and unlocked).
+//! process groups killed, the file synced and unlocked). At the end of every run the process
+//! groups its `bash` commands started are killed too, so no background child outlives it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,7 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use pi_ai::{AssistantEvent, Message, StopReason};
+use pi_ai::{Message, StopReason};
 use pi_core::agent::{AgentEvent, WeakAgent};
 use pi_core::approval::{ApprovalPolicy, Gate};
 use pi_core::extension::{ExtensionErrorInfo, ExtensionUi};
@@ -180,6 +183,9 @@ struct PrintSink {
     failed_save: Arc<AtomicBool>,
     /// The error of the latest assistant message, printed once at the end of the run.
     last_error: Mutex<Option<String>>,
+    /// The text of the latest assistant message that did not fail, printed to stdout at the
+    /// end of the run.
+    last_answer: Mutex<Option<String>>,
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
@@ -199,20 +205,16 @@ impl SessionListener for PrintSink {
             let _ = writeln!(out, "{}", serde_json::to_string(&event).unwrap_or_default());
         } else {
             match &event {
-                AgentEvent::MessageUpdate {
-                    assistant_message_event: AssistantEvent::TextDelta { delta, .. },
-                } => {
-                    let _ = write!(out, "{delta}");
-                }
                 AgentEvent::MessageEnd {
                     message: Message::Assistant(a),
                 } => {
-                    if !a.text().is_empty() {
-                        let _ = writeln!(out);
-                    }
                     // Failed attempts are reported by the retry events; the last error is
-                    // printed when the run ends.
+                    // printed when the run ends, and a failed attempt's text is never the
+                    // answer.
                     *self.last_error.lock() = a.error_message.clone();
+                    *self.last_answer.lock() =
+                        (!matches!(a.stop_reason, StopReason::Error | StopReason::Aborted))
+                            .then(|| a.text());
                 }
                 AgentEvent::AutoRetryStart {
                     attempt,
@@ -244,11 +246,16 @@ impl SessionListener for PrintSink {
                     if let Some(e) = self.last_error.lock().take() {
                         eprintln!("pi-lsp: {e}");
                     }
+                    if let Some(text) = self.last_answer.lock().take() {
+                        if !text.is_empty() {
+                            let _ = writeln!(out, "{text}");
+                        }
+                    }
                 }
                 AgentEvent::ToolExecutionStart {
                     tool_name, args, ..
                 } => {
-                    let _ = writeln!(out, "→ {tool_name} {args}");
+                    eprintln!("→ {tool_name} {args}");
                 }
                 AgentEvent::ToolExecutionEnd {
                     is_error: true,
@@ -256,7 +263,7 @@ impl SessionListener for PrintSink {
                     ..
                 } => {
                     let text = pi_ai::join_text(&result.content);
-                    let _ = writeln!(out, "  ✗ {}", text.lines().last().unwrap_or(""));
+                    eprintln!("  ✗ {}", text.lines().last().unwrap_or(""));
                 }
                 _ => {}
             }
@@ -318,6 +325,7 @@ impl SessionSetup for HeadlessSetup {
             json: self.json,
             failed_save: self.failed_save.clone(),
             last_error: Mutex::new(None),
+            last_answer: Mutex::new(None),
         })]
     }
 }
@@ -524,6 +532,12 @@ pub async fn run(args: RunArgs) -> i32 {
         scratch.is_none(),
     )
     .await;
+    // Background children a `bash` command left (`sleep 30 &`) do not outlive the run: every
+    // process group its commands started is stopped, as the ACP and LSP servers do at exit.
+    let killed = pi_core::tools::kill_all_groups().await;
+    if killed > 0 {
+        tracing::debug!("stopped {killed} process group(s) left by bash commands");
+    }
     if let Some(d) = &scratch {
         session.close().await;
         let _ = std::fs::remove_dir_all(d);

@@ -45,13 +45,21 @@ pub(crate) async fn compact_checked(
     reason: CompactionReason,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<(CompactionProposal, Vec<Message>), CompactionError> {
-    let proposal = cc
-        .compactor
-        .propose(model, &cc.settings, instructions, cancel)
-        .await?;
     // Both sides estimated the same way (provider usage describes the old context only).
     let estimate =
         |m: &[Message]| crate::compaction::request_tokens(system_prompt, specs, m, usize::MAX);
+    // The kept tail fits under the threshold beside the summary (cases CTX-03 / CMP-02).
+    let mut settings = cc.settings;
+    settings.keep_recent_tokens = crate::compaction::keep_budget(
+        settings.keep_recent_tokens,
+        model.context_window,
+        settings.reserve_tokens,
+        estimate(&[]),
+    );
+    let proposal = cc
+        .compactor
+        .propose(model, &settings, instructions, cancel)
+        .await?;
     let before = estimate(history);
     let after = estimate(&proposal.messages);
     // A compaction the user asked for is done as Pi does it, whatever it saves; an automatic
@@ -62,7 +70,7 @@ pub(crate) async fn compact_checked(
             before: before - fixed.min(before),
             after: after - fixed.min(after),
             fixed,
-            keep_recent_tokens: cc.settings.keep_recent_tokens,
+            keep_recent_tokens: settings.keep_recent_tokens,
         });
     }
     let limit = model

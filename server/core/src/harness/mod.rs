@@ -825,11 +825,19 @@ fn build_config(
         writer: writer.clone(),
     }));
     // MCP servers' tools (the workspace's, and servers handed to this session).
-    // The extensions' tool filters (plan mode: MCP tools without `readOnlyHint` off) apply to
-    // them as to the run's own tools.
+    // `--tools` filters them (Pi 1.6), then the extensions' tool filters (plan mode: MCP
+    // tools without `readOnlyHint` off) apply to them as to the run's own tools.
     cfg.dynamic_tools = crate::mcp::run_tools(ws, id, writer).map(|t| {
+        let tools = t as Arc<dyn crate::agent::ToolProvider>;
+        let tools = match &ws.overrides().tools {
+            Some(entries) => Arc::new(setup::CliToolFilter {
+                inner: tools,
+                entries: entries.clone(),
+            }) as Arc<dyn crate::agent::ToolProvider>,
+            None => tools,
+        };
         Arc::new(FilteredTools {
-            inner: t,
+            inner: tools,
             extensions: extensions.clone(),
         }) as Arc<dyn crate::agent::ToolProvider>
     });
@@ -855,7 +863,7 @@ fn build_config(
 /// Dynamic tools (MCP) through the extensions' tool filters
 /// ([`crate::extension::Extensions::filter_tools`]), before every model request.
 struct FilteredTools {
-    inner: Arc<crate::mcp::RunTools>,
+    inner: Arc<dyn crate::agent::ToolProvider>,
     extensions: Arc<Extensions>,
 }
 

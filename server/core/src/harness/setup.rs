@@ -250,6 +250,10 @@ pub fn agent_config_with(
         tools.extend(late);
     }
     if let Some(list) = &ws.overrides().tools {
+        let names: Vec<String> = all.iter().map(|t| t.spec().name).collect();
+        if let Some(w) = cli_tools_warning(&names, list) {
+            warn_once(w);
+        }
         tools = select_cli_tools(&all, &tools, list);
     }
     if let Some(filter) = tool_filter {
@@ -347,12 +351,88 @@ fn tool_pattern_matches(pattern: &str, name: &str) -> bool {
     rest.ends_with(parts[parts.len() - 1])
 }
 
+/// Logs `text` as a warning the first time this process sees it (a session's configuration
+/// is rebuilt for every run).
+fn warn_once(text: String) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let Ok(mut seen) = SEEN.lock() else { return };
+    if !seen.contains(&text) {
+        tracing::warn!("{text}");
+        seen.push(text);
+    }
+}
+
+/// The `--tools` entries that name no tool of `names` (every tool there is, before any
+/// selection): a plain name no tool has, a `*` pattern that matches none, a `+name` / `-name`
+/// of no tool. Entries for MCP tools (`mcp__…`) are not judged: their servers may connect
+/// later.
+pub fn unknown_cli_tools(names: &[String], entries: &[String]) -> Vec<String> {
+    entries
+        .iter()
+        .filter(|e| {
+            let pattern = e.trim_start_matches(['+', '-']);
+            !pattern.starts_with("mcp__") && !names.iter().any(|n| tool_pattern_matches(pattern, n))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The warning for `--tools` entries that name no tool ([`unknown_cli_tools`]), naming them
+/// and the tools there are. Pi 1.6 runs such a list silently (with no tools for
+/// `--tools nosuchtool`); the run here is the same, with this warning on stderr.
+pub fn cli_tools_warning(names: &[String], entries: &[String]) -> Option<String> {
+    let unknown = unknown_cli_tools(names, entries);
+    if unknown.is_empty() {
+        return None;
+    }
+    let mut known: Vec<&str> = names.iter().map(String::as_str).collect();
+    known.sort_unstable();
+    known.dedup();
+    Some(format!(
+        "--tools: no tool matches {}; the tools are {} (and MCP tools, mcp__<server>__<tool>)",
+        unknown
+            .iter()
+            .map(|u| format!("\"{u}\""))
+            .collect::<Vec<_>>()
+            .join(", "),
+        known.join(", ")
+    ))
+}
+
+/// Whether `--tools` keeps the MCP tool `name` (Pi 1.6: an allowlist filters MCP tools too): a
+/// list of names or patterns keeps the tools an entry matches; a list of `+name` / `-name`
+/// entries keeps every tool but a `-name` one.
+pub fn cli_keeps_tool(entries: &[String], name: &str) -> bool {
+    if entries.iter().any(|e| is_tool_modifier(e)) {
+        !entries.iter().any(|e| e.strip_prefix('-') == Some(name))
+    } else {
+        entries.iter().any(|p| tool_pattern_matches(p, name))
+    }
+}
+
+/// A session's tools that come and go (MCP's, [`crate::agent::ToolProvider`]) filtered by
+/// `--tools` ([`cli_keeps_tool`]).
+pub struct CliToolFilter {
+    pub inner: Arc<dyn crate::agent::ToolProvider>,
+    /// The `--tools` entries.
+    pub entries: Vec<String>,
+}
+
+#[async_trait::async_trait]
+impl crate::agent::ToolProvider for CliToolFilter {
+    async fn tools(self: Arc<Self>) -> Vec<Arc<dyn crate::agent::Tool>> {
+        let mut tools = self.inner.clone().tools().await;
+        tools.retain(|t| cli_keeps_tool(&self.entries, &t.spec().name));
+        tools
+    }
+}
+
 /// Pi 1.6's `--tools` over a session's tools (`docs/cli.md` "Tools"): a list of plain names
 /// or `*` patterns replaces the selection — every tool of `all` that an entry matches, in
 /// `all`'s order; a list of only `+name` / `-name` entries changes `selected` (the default
 /// selection after `defaultTools`) in order, `+name` adding the tool of `all` by that name.
-/// Unknown names select nothing. MCP tools are not in these lists: they stay as their
-/// exposure sets them.
+/// Unknown names select nothing (warned about, [`cli_tools_warning`]). MCP tools come later
+/// and are filtered by [`CliToolFilter`].
 pub fn select_cli_tools(
     all: &[Arc<dyn crate::agent::Tool>],
     selected: &[Arc<dyn crate::agent::Tool>],
@@ -385,4 +465,37 @@ pub fn select_cli_tools(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn cli_tools_filter_mcp_tools_and_name_unknown_entries() {
+        let names = strings(&["read", "bash", "grep"]);
+        // An allowlist keeps the MCP tools it matches (Pi 1.6: `--tools` filters them too).
+        let list = strings(&["read", "mcp__docs__*"]);
+        assert!(cli_keeps_tool(&list, "mcp__docs__search"));
+        assert!(!cli_keeps_tool(&list, "mcp__git__log"));
+        // Modifiers keep every MCP tool but a `-name` one.
+        let mods = strings(&["-bash", "-mcp__git__log"]);
+        assert!(cli_keeps_tool(&mods, "mcp__docs__search"));
+        assert!(!cli_keeps_tool(&mods, "mcp__git__log"));
+        // Unknown entries: plain names, empty patterns, modifiers of no tool; never `mcp__`.
+        let entries = strings(&["read", "nosuch", "g*", "x*", "+ls", "mcp__a__b"]);
+        assert_eq!(
+            unknown_cli_tools(&names, &entries),
+            strings(&["nosuch", "x*", "+ls"])
+        );
+        assert_eq!(
+            cli_tools_warning(&names, &entries).as_deref(),
+            Some("--tools: no tool matches \"nosuch\", \"x*\", \"+ls\"; the tools are bash, grep, read (and MCP tools, mcp__<server>__<tool>)")
+        );
+        assert_eq!(cli_tools_warning(&names, &strings(&["read", "g*"])), None);
+    }
 }
