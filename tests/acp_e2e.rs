@@ -1100,6 +1100,13 @@ async fn modes_config_updates_title_and_compaction_reach_the_client() {
     models["providers"]["mock"]["models"][0]["reasoning"] = json!(true);
     let s = setup_models("acp-modes", &models);
     let ws = s.ws.clone();
+    // One short turn is all there is to compact: keep less than it raw, so `/compact` has
+    // something older to summarise (with everything kept it refuses, as Pi 1.6 does).
+    std::fs::write(
+        s.agent.join("settings.json"),
+        json!({"compaction": {"keepRecentTokens": 1}}).to_string(),
+    )
+    .unwrap();
     let mut c = start_caps(
         &s,
         json!({"session": {"compaction": {}}}),
@@ -1220,13 +1227,11 @@ async fn modes_config_updates_title_and_compaction_reach_the_client() {
     );
     assert_eq!(comp[1]["compactionId"], "compaction-1");
     assert_eq!(comp[1]["status"], "completed");
-    assert_eq!(comp[1]["summary"][0]["type"], "text");
-    assert!(
-        comp[1]["summary"][0]["text"]
-            .as_str()
-            .unwrap()
-            .starts_with("SUMMARY"),
-        "{comp:#?}"
+    // The one turn is cut inside (its prompt summarised as the split turn's context), with
+    // nothing older: Pi's "No prior history." stands for the history, no request made for it.
+    assert_eq!(
+        comp[1]["summary"],
+        json!([{"type": "text", "text": "No prior history.\n\n---\n\n**Turn Context (split turn):**\n\nSUMMARY"}])
     );
 }
 
