@@ -473,8 +473,14 @@ H.case(':Pi compact during a streaming answer is drawn after it, not inside it',
   end
   local answer = table.concat(lines, '\n')
   local mock = H.mock({ { text = answer, chunk = 4, chunkDelayMs = 6 }, { text = 'Summary of it.' } })
+  -- One turn is all there is: keep less than it raw, so there is something to summarise.
   local ws = H.workspace()
-  local c = H.child({ ws = ws, models_json = mock.models_json, cols = 160 })
+  local c = H.child({
+    ws = ws,
+    models_json = mock.models_json,
+    agent_files = { ['settings.json'] = '{"compaction": {"keepRecentTokens": 1}}' },
+    cols = 160,
+  })
   c:cmd('Pi talk a lot')
   H.wait('the stream', 15000, function()
     return c:lua(H.CHAT_TEXT):find('line 3 of', 1, true) ~= nil
