@@ -475,6 +475,12 @@ async fn bash_exports_the_session_variables_as_pi_1_6() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_reports_estimated_tokens_after_and_writes_usage() {
     let (root, ws) = workspace("compact-usage");
+    // One turn is all there is: keep less than it raw, so there is something to summarise.
+    std::fs::write(
+        root.join("agent/settings.json"),
+        r#"{"compaction": {"keepRecentTokens": 1}}"#,
+    )
+    .unwrap();
     let (s, _seen) = session(
         &root,
         ws,
