@@ -445,12 +445,13 @@ impl AcpAgent {
         &self,
         session_id: &str,
         cwd: &Path,
-        mcp_off: bool,
+        ws: &pi_core::resources::WorkspaceConfig,
         servers: &[McpServer],
     ) -> Option<Value> {
         if servers.is_empty() {
             return None;
         }
+        let mcp_off = pi_core::mcp::disabled(ws);
         if mcp_off {
             // `--no-mcp` or `-builtin:mcp`: none start, and the user is told.
             let names: Vec<String> = servers
@@ -479,7 +480,7 @@ impl AcpAgent {
             let converted = if blank {
                 Err("command: empty (a stdio server needs a program to run)".to_string())
             } else {
-                pi_core::mcp::acp_server(&v)
+                pi_core::mcp::acp_server_in(ws, &v)
             };
             match converted {
                 Ok(c) => {
@@ -597,12 +598,7 @@ impl AcpAgent {
         let live = self.register(session, reg);
         let id = live.session.id().to_string();
         let meta = self
-            .start_mcp(
-                &id,
-                &live.cwd,
-                pi_core::mcp::disabled(live.session.workspace()),
-                &p.mcp_servers,
-            )
+            .start_mcp(&id, &live.cwd, live.session.workspace(), &p.mcp_servers)
             .await;
         let mut out = self.opened(&live);
         out["sessionId"] = json!(id);
@@ -665,7 +661,7 @@ impl AcpAgent {
             .start_mcp(
                 live.session.id(),
                 &live.cwd,
-                pi_core::mcp::disabled(live.session.workspace()),
+                live.session.workspace(),
                 &p.mcp_servers,
             )
             .await
@@ -684,7 +680,7 @@ impl AcpAgent {
             .start_mcp(
                 live.session.id(),
                 &live.cwd,
-                pi_core::mcp::disabled(live.session.workspace()),
+                live.session.workspace(),
                 &p.mcp_servers,
             )
             .await

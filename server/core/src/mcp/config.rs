@@ -292,6 +292,7 @@ fn read_file(path: &Path, scope: Scope, cfg: &mut McpConfig, raw: &mut BTreeMap<
                             s.scope = old.scope;
                             s.override_path = Some(path.to_path_buf());
                             cfg.servers[i] = s;
+                            raw.insert(name.clone(), merged);
                         }
                         Err(e) => cfg.errors.push(format!("{shown}: {e}")),
                     }

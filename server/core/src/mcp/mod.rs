@@ -117,6 +117,23 @@ pub fn forget_session(session_id: &str) {
 /// args, env: [{name, value}]}`, `{type: "http", name, url, headers: [{name, value}]}`; `sse`
 /// is refused as in mcp.json. Errors are Pi's validation messages.
 pub fn acp_server(v: &Value) -> Result<ServerConfig, String> {
+    acp_server_with(v, None)
+}
+
+/// [`acp_server`] for a server handed over to a session of `ws`: exposure `direct`, unless an
+/// `mcp.json` entry of the same name (the user's file, then the trusted project's, overrides
+/// merged as Pi merges them) sets `exposure` or `toolExposure`, which then apply (issue "ACP
+/// mode": "with exposure direct unless an mcp.json entry of the same name says otherwise").
+/// How the server is reached stays the client's.
+pub fn acp_server_in(ws: &WorkspaceConfig, v: &Value) -> Result<ServerConfig, String> {
+    let mut cfg = config::McpConfig::default();
+    let mut raw = std::collections::BTreeMap::new();
+    config::load_pi_files(ws.agent_dir(), ws.root(), ws.trusted(), &mut cfg, &mut raw);
+    let name = v.get("name").and_then(Value::as_str).unwrap_or("");
+    acp_server_with(v, raw.get(name))
+}
+
+fn acp_server_with(v: &Value, file_entry: Option<&Value>) -> Result<ServerConfig, String> {
     let name = v.get("name").and_then(Value::as_str).unwrap_or("");
     let pairs = |k: &str| -> Value {
         let mut m = serde_json::Map::new();
@@ -153,6 +170,11 @@ pub fn acp_server(v: &Value) -> Result<ServerConfig, String> {
     }
     // Handed over to be used: declared like built-in tools.
     entry.insert("exposure".into(), "direct".into());
+    for key in ["exposure", "toolExposure"] {
+        if let Some(x) = file_entry.and_then(|e| e.get(key)) {
+            entry.insert(key.into(), x.clone());
+        }
+    }
     let mut s = config::validate(name, &Value::Object(entry))?;
     s.scope = config::Scope::Session;
     Ok(s)
@@ -287,4 +309,72 @@ pub fn run_tools(
         loaded,
         Box::new(SessionRecord(writer.clone())),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A server an ACP client hands over is `direct`, unless an `mcp.json` entry of the same
+    /// name sets `exposure` / `toolExposure` (the user's, overridden by a trusted project's);
+    /// the untrusted project's file is not read, and how to reach the server stays the
+    /// client's.
+    #[test]
+    fn handed_servers_are_direct_unless_an_entry_of_the_name_says_otherwise() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (agent, root) = (tmp.path().join("agent"), tmp.path().join("ws"));
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::create_dir_all(root.join(".pi")).unwrap();
+        std::fs::write(
+            agent.join("mcp.json"),
+            json!({"mcpServers": {
+                "docs": {"command": "user-docs", "exposure": "deferred"},
+                "db": {"command": "user-db", "toolExposure": {"drop_*": "hidden"}}
+            }})
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join(".pi/mcp.json"),
+            json!({"mcpServers": {"docs": {"exposure": "hidden"}}}).to_string(),
+        )
+        .unwrap();
+        let handed =
+            |name: &str| json!({"name": name, "command": "from-client", "args": ["-v"], "env": []});
+        let seen = |trusted: bool, name: &str| {
+            let ws = WorkspaceConfig::new(root.clone(), Some(agent.clone()), trusted);
+            let s = acp_server_in(&ws, &handed(name)).unwrap();
+            (
+                s.exposure,
+                s.tool_exposure.clone(),
+                s.transport.clone(),
+                s.scope,
+            )
+        };
+        let client = acp_server(&handed("x")).unwrap().transport;
+        assert_eq!(
+            seen(true, "docs"),
+            (
+                Exposure::Hidden,
+                vec![],
+                client.clone(),
+                config::Scope::Session
+            )
+        );
+        assert_eq!(seen(false, "docs").0, Exposure::Deferred);
+        assert_eq!(
+            seen(false, "db"),
+            (
+                Exposure::Direct,
+                vec![("drop_*".to_string(), Exposure::Hidden)],
+                client.clone(),
+                config::Scope::Session
+            )
+        );
+        assert_eq!(
+            seen(true, "other"),
+            (Exposure::Direct, vec![], client, config::Scope::Session)
+        );
+    }
 }
