@@ -84,19 +84,34 @@ pub fn request_tokens(
     messages: &[Message],
     usage_from: usize,
 ) -> u64 {
-    let from = usage_from.min(messages.len());
-    let anchored = context_tokens_anchored(&messages[from..]);
-    if let Some(t) = anchored {
-        return t;
-    }
-    let tools_chars: u64 = tools
+    request_tokens_counted(system_prompt, tools_chars(tools), messages, usage_from)
+}
+
+/// Characters of the tool specs as [`request_tokens`] counts them: each tool's name,
+/// description and JSON schema (serialised). A run counts them once per tool set.
+pub fn tools_chars(tools: &[pi_ai::ToolSpec]) -> u64 {
+    tools
         .iter()
         .map(|t| {
             (t.name.chars().count()
                 + t.description.chars().count()
                 + t.parameters.to_string().chars().count()) as u64
         })
-        .sum();
+        .sum()
+}
+
+/// [`request_tokens`] with the tool specs' characters already counted ([`tools_chars`]).
+pub fn request_tokens_counted(
+    system_prompt: &str,
+    tools_chars: u64,
+    messages: &[Message],
+    usage_from: usize,
+) -> u64 {
+    let from = usage_from.min(messages.len());
+    let anchored = context_tokens_anchored(&messages[from..]);
+    if let Some(t) = anchored {
+        return t;
+    }
     let fixed = (system_prompt.chars().count() as u64 + tools_chars).div_ceil(4);
     fixed + messages.iter().map(estimate_tokens).sum::<u64>()
 }

@@ -225,6 +225,9 @@ struct Run<'a> {
     tools: Vec<ToolEntry>,
     /// The tools' specs as sent to the model (lent to each request).
     specs: Vec<ToolSpec>,
+    /// Their characters as the token estimate counts them ([`crate::compaction::tools_chars`]),
+    /// counted again only when the specs change.
+    specs_chars: u64,
     /// How many of `tools` are the configuration's (the rest came from `dynamic_tools`).
     static_tools: usize,
     /// The typed failure of the last response, when it failed.
@@ -299,6 +302,7 @@ impl Run<'_> {
         }
         if changed || !old.is_empty() || self.specs.len() != self.tools.len() {
             self.specs = self.tools.iter().map(|t| t.spec.clone()).collect();
+            self.specs_chars = crate::compaction::tools_chars(&self.specs);
         }
     }
 
@@ -468,9 +472,9 @@ impl Run<'_> {
 
     /// Tokens of the next request (see [`crate::compaction::request_tokens`]).
     fn request_tokens(&self) -> u64 {
-        crate::compaction::request_tokens(
+        crate::compaction::request_tokens_counted(
             &self.cfg.system_prompt,
-            &self.specs,
+            self.specs_chars,
             &self.messages,
             self.usage_from,
         )
@@ -482,9 +486,9 @@ impl Run<'_> {
     /// message), so input + requested output stays inside the window however the last usage
     /// reads (a provider that reports less than it counts, usage from before an edit).
     fn budget_tokens(&self) -> u64 {
-        let estimate = crate::compaction::request_tokens(
+        let estimate = crate::compaction::request_tokens_counted(
             &self.cfg.system_prompt,
-            &self.specs,
+            self.specs_chars,
             &self.messages,
             usize::MAX,
         );
@@ -1209,12 +1213,14 @@ pub async fn run_agent(
     sink: &dyn EventSink,
 ) -> RunOutcome {
     let tools: Vec<ToolEntry> = cfg.tools.iter().map(ToolEntry::new).collect();
-    let specs = tools.iter().map(|t| t.spec.clone()).collect();
+    let specs: Vec<ToolSpec> = tools.iter().map(|t| t.spec.clone()).collect();
+    let specs_chars = crate::compaction::tools_chars(&specs);
     let mut run = Run {
         cfg: cfg.clone(),
         static_tools: tools.len(),
         tools,
         specs,
+        specs_chars,
         last_failure: None,
         control,
         sink,
