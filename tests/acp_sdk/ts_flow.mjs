@@ -156,6 +156,11 @@ await c3.app.connectWith(c3.stream, async (cx) => {
   assert.deepEqual(shown, [[{ type: "terminal", terminalId: "term-1" }], [{ type: "terminal", terminalId: "term-1" }]]);
   assert.equal(updates.at(-1).status, "failed");
   assert.deepEqual(updates.at(-1).rawOutput, { content: terminalResult, isError: true, details: { exitCode: 3 } });
+  // The answer's last chunk can reach this client after the prompt's response (a known
+  // ordering gap of the terminal flow, open in issue 27): wait for it, at most 5 s.
+  for (let i = 0; i < 100 && text(s3, "agent_message_chunk") !== "Saw it."; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
   assert.equal(text(s3, "agent_message_chunk"), "Saw it.");
 });
 c3.child.stdin.end();
