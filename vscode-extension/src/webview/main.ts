@@ -25,7 +25,7 @@ import { cards } from "./questions";
 import { log, post, saved } from "./rpc";
 import { loadOlder } from "./session";
 import { saveState, store } from "./state";
-import { app, empty, jumpButton, main, renders, sending, transcript } from "./view";
+import { app, empty, jumpButton, main, renderPending, renders, sending, transcript } from "./view";
 import { installCodeActions } from "./codeblocks";
 import { plan, recovery, showSnapshotAtBoot, turns } from "./features";
 
@@ -81,6 +81,10 @@ post({ type: "ready", accepts: ["visibility"] });
   renderStats,
   get renders() {
     return renders();
+  },
+  /** A render is scheduled (see view.ts `renderPending`). */
+  get pending() {
+    return renderPending();
   },
   /** The HTML a fresh render of a finished text gives (to compare with a streamed one). */
   renderFresh(text: string): string {

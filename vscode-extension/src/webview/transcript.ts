@@ -26,10 +26,11 @@ const ROW_BUDGET_MS = 6;
 /** The height a row takes in the list: its border box (fractional, as laid out: rounded
  * heights add up to a drift over many rows) and its vertical margins (the list is a flex
  * column, so margins never collapse and the sum of the rows' slots is the list's height). */
-function slotHeight(el: HTMLElement): number {
+function slot(el: HTMLElement): { height: number; tail: number } {
   const cs = getComputedStyle(el);
-  if (cs.display === "none") return 0;
-  return el.getBoundingClientRect().height + (parseFloat(cs.marginTop) || 0) + (parseFloat(cs.marginBottom) || 0);
+  if (cs.display === "none") return { height: 0, tail: 0 };
+  const tail = parseFloat(cs.marginBottom) || 0;
+  return { height: el.getBoundingClientRect().height + (parseFloat(cs.marginTop) || 0) + tail, tail };
 }
 
 export class Transcript {
@@ -39,6 +40,8 @@ export class Transcript {
   private readonly bottom: HTMLDivElement;
   private readonly views = new Map<string, RowView>();
   private readonly heights = new Map<string, number>();
+  /** Each measured row's bottom margin (px): the part of its slot below its box. */
+  private readonly tails = new Map<string, number>();
   /** Rendered range of `store.order`: [lo, hi). */
   private lo = 0;
   private hi = 0;
@@ -120,6 +123,7 @@ export class Transcript {
   clear(): void {
     this.views.clear();
     this.heights.clear();
+    this.tails.clear();
     this.acc = null;
     this.orderDirty = true;
     this.rows.textContent = "";
@@ -136,8 +140,8 @@ export class Transcript {
     const top = this.scroller.scrollTop;
     this.lastAnchor = null;
     if (this.atBottom || !this.order.length) return;
-    const a = this.indexAt(top);
-    this.lastAnchor = { id: this.order[a]!, off: top - this.prefix(a) };
+    const { a, off } = this.readAt(top);
+    this.lastAnchor = { id: this.order[a]!, off };
   }
 
   private setScrollTop(v: number): void {
@@ -205,6 +209,18 @@ export class Transcript {
     return Math.max(0, lo);
   }
 
+  /** The row being read when the viewport's top is at content offset `y`: the first row with
+   * more than a pixel of its box below `y`. A row above it that shows only its bottom margin,
+   * or less than a pixel of its box, is not read: anchoring on it would let a new width that
+   * rewraps it move the row that is read (VP6). Returns the row's index and `y`'s offset from
+   * the top of its slot (negative when `y` is in the margin of the row above). */
+  private readAt(y: number): { a: number; off: number } {
+    let a = this.indexAt(y);
+    const n = this.order.length;
+    while (a + 1 < n && this.prefix(a + 1) - (this.tails.get(this.order[a]!) ?? 0) <= y + 1) a++;
+    return { a, off: y - this.prefix(a) };
+  }
+
   /** Brings the DOM up to date with the store (call from one animation frame). */
   render(store: Store): void {
     const s = this.scroller;
@@ -219,9 +235,9 @@ export class Transcript {
       anchorId = this.lastAnchor.id;
       anchorOff = this.lastAnchor.off;
     } else if (!this.atBottom && this.order.length) {
-      const a = this.indexAt(s.scrollTop);
+      const { a, off } = this.readAt(s.scrollTop);
       anchorId = this.order[a] ?? null;
-      anchorOff = s.scrollTop - this.prefix(a);
+      anchorOff = off;
     }
     this.resized = false;
     for (const [from, to] of store.renamed) {
@@ -235,6 +251,11 @@ export class Transcript {
       if (h !== undefined) {
         this.heights.delete(from);
         this.heights.set(to, h);
+      }
+      const tail = this.tails.get(from);
+      if (tail !== undefined) {
+        this.tails.delete(from);
+        this.tails.set(to, tail);
       }
       if (anchorId === from) anchorId = to;
     }
@@ -289,7 +310,9 @@ export class Transcript {
       // Measure what is shown (one layout), then the spacers.
       for (const child of this.rows.children) {
         const el = child as HTMLElement;
-        this.setHeight(el.dataset.id!, slotHeight(el));
+        const m = slot(el);
+        this.setHeight(el.dataset.id!, m.height);
+        this.tails.set(el.dataset.id!, m.tail);
       }
       this.setSpacers();
       if (!w.added) break;

@@ -158,6 +158,12 @@ let scrolled = false;
 let lastVersion = -1;
 let renderCount = 0;
 
+/** Whether a render is scheduled (an animation frame or the streaming pause's timer): the
+ * browser tests wait for the panel to settle on it, not on a count of frames. */
+export function renderPending(): boolean {
+  return frame !== 0 || timer !== 0;
+}
+
 /** Renders made so far (the browser tests read it). */
 export function renders(): number {
   return renderCount;

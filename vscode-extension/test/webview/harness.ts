@@ -298,3 +298,28 @@ export function median(xs: number[]): number {
   const m = s.length >> 1;
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
+
+/** Waits until the panel has settled: no render scheduled and none made over two animation
+ * frames in a row (a render that filled its window in parts, or that a ResizeObserver asked
+ * for, has run). Fails after `timeoutMs`. */
+export async function settled(page: Page, timeoutMs = 10_000): Promise<void> {
+  await page.evaluate(
+    (timeoutMs) =>
+      new Promise<void>((resolve, reject) => {
+        const pi = (window as any).__pi;
+        const t0 = performance.now();
+        let quiet = 0;
+        let last = pi.renders as number;
+        const tick = () => {
+          const r = pi.renders as number;
+          quiet = !pi.pending && r === last ? quiet + 1 : 0;
+          last = r;
+          if (quiet >= 2) return resolve();
+          if (performance.now() - t0 > timeoutMs) return reject(new Error(`the panel still rendered after ${timeoutMs} ms`));
+          requestAnimationFrame(tick);
+        };
+        requestAnimationFrame(tick);
+      }),
+    timeoutMs,
+  );
+}
