@@ -5,7 +5,29 @@ package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .
 local H = require('helpers')
 H.require_tools()
 
-local CMD = [[printf '\033[1;32mgreen\033[0m text\n'; for i in 1 2 3; do printf 'step %s/3\r' $i; sleep 0.5; done; printf '\nend\n'; sleep 1.5]]
+-- The command moves on only when the test opens its next gate (a file appears), so every check
+-- waits on a state (the live rows, the screen, the run's end), never on how long a step took.
+-- The server sends a running command's output at most every UPDATE_MS, from its start, and
+-- keeps output that comes sooner for the next update: the test opens a gate only once that
+-- interval has passed since the state it saw was sent (a lower bound, not a race). Each step
+-- is one write: output written within UPDATE_MS of an update waits for the next one.
+local UPDATE_MS = 100
+local function command(dir)
+  local gate = function(name)
+    return ("until [ -e '%s/%s' ]; do sleep 0.02; done"):format(dir, name)
+  end
+  return table.concat({
+    (": > '%s/started'"):format(dir),
+    gate('g0'), [[printf '\033[1;32mgreen\033[0m text\n']],
+    gate('g1'), [[printf 'step 1/3\r']],
+    gate('g2'), [[printf 'step 2/3\r']],
+    gate('g3'), [[printf 'step 3/3\r']],
+    -- One write: bash's stdout is line-buffered, so `printf '\nend\n'` writes twice, and the
+    -- server holds back the second write's output until the command writes again or ends.
+    gate('g4'), ("cat '%s/end.txt'"):format(dir),
+    gate('g5'),
+  }, '; ')
+end
 
 local LIVE = [[
   local client = require('pi.client')
@@ -24,29 +46,48 @@ local LIVE = [[
 ]]
 
 H.case('live output under the running command, escape codes stripped and progress collapsed', function()
+  local ws = H.workspace()
   local mock = H.mock({
-    { toolCalls = { { id = 'call_b', name = 'bash', arguments = { command = CMD } } } },
+    { toolCalls = { { id = 'call_b', name = 'bash', arguments = { command = command(ws) } } } },
     { text = 'Ran it.' },
   })
-  local ws = H.workspace()
+  H.write(ws .. '/end.txt', '\nend\n')
   local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "approve-all"}', cols = 120, rows = 30 })
   c:cmd('Pi run the command')
-  local seen = {}
-  local ok = pcall(H.wait, 'live progress', 30000, function()
-    local live = c:lua(LIVE)
-    for _, l in ipairs(live) do
-      seen[l] = true
-    end
-    return seen['  ┊ end'] == true
+  H.wait('the command to start', 30000, function()
+    return vim.uv.fs_stat(ws .. '/started') ~= nil
   end)
-  assert(ok, 'no live "end" row; seen: ' .. vim.inspect(seen) .. '\nchat:\n' .. tostring(c:lua(H.CHAT_TEXT)) .. '\nmessages: ' .. c:lua("return vim.api.nvim_exec2('messages', {output = true}).output"))
-  H.eq(true, seen['  ┊ green text'], 'the coloured line, without its escape codes: ' .. vim.inspect(seen))
-  for l in pairs(seen) do
-    assert(not l:find('[\27\r]'), 'an escape or \\r on the screen: ' .. vim.inspect(l))
+  local green = '  ┊ green text'
+  local states = {
+    [0] = { green },
+    { green, '  ┊ step 1/3' },
+    { green, '  ┊ step 2/3' },
+    { green, '  ┊ step 3/3' },
+    { green, '  ┊ step 3/3', '  ┊ end' },
+  }
+  for i = 0, #states do
+    local want = states[i]
+    vim.wait(UPDATE_MS + 50)
+    H.write(ws .. '/g' .. i, '')
+    local last
+    local ok = pcall(H.wait, 'live rows ' .. vim.inspect(want), 30000, function()
+      last = c:lua(LIVE)
+      for _, l in ipairs(last) do
+        assert(not l:find('[\27\r]'), 'an escape or \\r on the screen: ' .. vim.inspect(l))
+      end
+      return vim.deep_equal(want, last)
+    end)
+    assert(ok, 'not the live rows ' .. vim.inspect(want) .. ' but ' .. vim.inspect(last) .. '\nchat:\n' .. tostring(c:lua(H.CHAT_TEXT)) .. '\nmessages: ' .. c:lua("return vim.api.nvim_exec2('messages', {output = true}).output"))
   end
-  local live = c:lua(LIVE)
-  H.eq({ '  ┊ green text', '  ┊ step 3/3', '  ┊ end' }, live, 'the live rows before the end')
-  H.contains(c:screen_text(), '┊ step 3/3', 'on the screen')
+  local screen
+  local shown = pcall(H.wait, 'the last progress state on the screen', 15000, function()
+    screen = c:screen_text()
+    return screen:find('│  ┊ green text *\n[^\n]*│  ┊ step 3/3 *\n[^\n]*│  ┊ end *\n') ~= nil
+  end)
+  assert(shown, 'not on the screen:\n' .. tostring(screen))
+  H.eq(states[4], c:lua(LIVE), 'the live rows while the command still runs')
+  vim.wait(UPDATE_MS + 50)
+  H.write(ws .. '/g5', '')
   H.idle_with(c, 'Ran it.')
   local text = c:lua(H.CHAT_TEXT)
   H.contains(text, '↳ bash ✓ (3 lines)\n```\ngreen text\nstep 3/3\nend\n```', 'the result as a terminal leaves it')
