@@ -447,8 +447,10 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
     end
     return out
   ]])
-  -- Line colours, and the changed word of the pair marked (word-level diff).
-  H.eq({ '-mode = slow PiDiffDelete', '-mode = slow word slow', '+mode = fast PiDiffAdd', '+mode = fast word fast' }, vim.tbl_filter(function(l)
+  -- Line colours, and the changed word of the pair marked (word-level diff): in the changed
+  -- lines shown first, and in the diff with its context (folded).
+  local pair = { '-mode = slow PiDiffDelete', '-mode = slow word slow', '+mode = fast PiDiffAdd', '+mode = fast word fast' }
+  H.eq(vim.list_extend(vim.list_extend({}, pair), pair), vim.tbl_filter(function(l)
     return l:find('mode = ', 1, true) ~= nil
   end, hls), 'diff highlights')
   -- The user changes the line while the question is open, then allows.
@@ -509,6 +511,91 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
   H.contains(table.concat(c:lua('return _G.notes'), '\n'), 'Pi: edit conf.txt was allowed but not done: ' .. refused, 'notification')
   assert(not final:find('xxh3', 1, true), final)
   H.eq('name = x\nmode = medium', c:lua("return table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('conf.txt'), 0, -1, false), '\\n')"), 'the user\'s text kept')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('an edit question shows the changed lines first, the diff with its context folded; at 80x24 the changes and the answers are in sight', function()
+  local text = {}
+  for i = 1, 40 do
+    text[i] = ('line %02d of the settings'):format(i)
+  end
+  local mock = H.mock({
+    { toolCalls = { { id = 'e1', name = 'edit', arguments = { path = 'long.txt', edits = { { oldText = 'line 12 of the settings', newText = 'line 12 changed' }, { oldText = 'line 30 of the settings', newText = 'line 30 changed' } } } } } },
+    { text = 'Changed.' },
+  })
+  local ws = H.workspace({ ['long.txt'] = table.concat(text, '\n') .. '\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "ask"}', cols = 80, rows = 24 })
+  c:cmd('Pi change two lines')
+  H.wait('the edit question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: edit long.txt', 1, true)
+  end)
+  local BLOCK = [[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local q = require('pi.permission').pending[1]
+    local lines = vim.api.nvim_buf_get_lines(chat.buf, q.header_row, q.last_row + 1, false)
+    local win = chat:window()
+    local closed = {}
+    vim.api.nvim_win_call(win, function()
+      for i = q.header_row + 1, q.last_row + 1 do
+        local s = vim.fn.foldclosed(i)
+        if s ~= -1 then closed[#closed + 1] = (s - 1 - q.header_row) .. '-' .. (vim.fn.foldclosedend(i) - 1 - q.header_row) end
+      end
+    end)
+    return { lines = lines, closed = vim.fn.uniq(closed) }
+  ]]
+  local b = c:lua(BLOCK)
+  local ctx = {}
+  for _, i in ipairs({ 8, 9, 10, 11 }) do
+    ctx[#ctx + 1] = ' ' .. text[i]
+  end
+  local context = vim.list_extend({}, ctx)
+  vim.list_extend(context, { '-line 12 of the settings', '+line 12 changed', ' ' .. text[13], ' ' .. text[14], ' ' .. text[15], ' ' .. text[16] })
+  local reason = b.lines[2]
+  H.eq({
+    '### ? Permission: edit long.txt',
+    reason,
+    '```diff',
+    '@@ line 12 @@',
+    '-line 12 of the settings',
+    '+line 12 changed',
+    '@@ line 30 @@',
+    '-line 30 of the settings',
+    '+line 30 changed',
+    '```',
+    'With context (16 unchanged lines): zo',
+  }, { unpack(b.lines, 1, 11) }, 'the changed lines first')
+  H.eq('```diff', b.lines[12], 'the diff with its context follows')
+  local answers = vim.fn.index(b.lines, '  [1] a Allow once') + 1
+  H.eq('```', b.lines[answers - 1], 'then the answers: ' .. vim.inspect(b.lines))
+  local full = table.concat(b.lines, '\n')
+  H.contains(full, table.concat(context, '\n'), 'the context kept in the folded diff')
+  H.eq({ '10-' .. (answers - 2) }, b.closed, 'the diff with its context is one closed fold')
+  -- 80x24: the changed lines and the answers are on the screen at once.
+  local screen = c:screen_text()
+  for _, want in ipairs({ '-line 12 of the settings', '+line 12 changed', '-line 30 of the settings', '+line 30 changed', 'With context (16 unchanged lines): zo ▸', '[1] a Allow once', 'Reject with a reason' }) do
+    H.contains(screen, want, 'on the 80x24 screen')
+  end
+  assert(not screen:find(' line 10 of the settings', 1, true), 'the context is folded:\n' .. screen)
+  c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    vim.api.nvim_set_current_win(chat:window())
+  ]])
+  c:input('1')
+  H.idle_with(c, 'Changed.')
+  H.eq('line 12 changed', H.read(ws .. '/long.txt'):match('line 12[^\n]*'), 'the edit landed')
+  -- Answered: the whole question folds under its header (the inner fold taken in).
+  local after = c:lua([[
+    local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])
+    local lines = vim.api.nvim_buf_get_lines(chat.buf, 0, -1, false)
+    local row = vim.fn.index(lines, '### ? Permission: edit long.txt')
+    local out
+    vim.api.nvim_win_call(chat:window(), function()
+      out = { vim.fn.foldclosed(row + 2), vim.fn.foldclosedend(row + 2), vim.fn.foldclosed(row + 13) }
+    end)
+    return { row = row, folds = out }
+  ]])
+  H.eq({ after.row + 2, after.row + 2 }, { after.folds[1], after.folds[3] }, 'one closed fold from the reason down')
   c:stop()
   mock.stop()
 end)

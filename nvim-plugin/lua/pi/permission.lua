@@ -69,6 +69,39 @@ function M.asking(session_id)
   end
 end
 
+--- The changed lines of a unified diff (`diff`: its lines), each run of them under a
+--- `@@ line N @@` row (N: the line of the new text where the run is), and how many unchanged
+--- context lines the diff has.
+--- @param diff string[]
+--- @return string[] changed, integer unchanged
+function M.changed_lines(diff)
+  local out, unchanged = {}, 0
+  local line, in_run = nil, false
+  for _, l in ipairs(diff) do
+    local c = l:sub(1, 1)
+    if l:sub(1, 3) == '---' or l:sub(1, 3) == '+++' then
+      -- the file names
+    elseif l:sub(1, 2) == '@@' then
+      line = tonumber(l:match('^@@ %-%d+,?%d* %+(%d+)'))
+      in_run = false
+    elseif c == '+' or c == '-' then
+      if not in_run and line then
+        out[#out + 1] = '@@ line ' .. line .. ' @@'
+      end
+      in_run = true
+      out[#out + 1] = l
+      if c == '+' and line then
+        line = line + 1
+      end
+    elseif c == ' ' or l == '' then
+      unchanged = unchanged + 1
+      in_run = false
+      line = line and line + 1
+    end
+  end
+  return out, unchanged
+end
+
 --- Lines of the question block (without the trailing blank line).
 local function block_lines(q)
   local p = q.params
@@ -84,20 +117,33 @@ local function block_lines(q)
     return lines
   end
   local lines = { '### ? Permission: ' .. what(p), 'Reason: ' .. tostring(p.reason or '') }
+  q.diff_at, q.diff_lines, q.context_at, q.context_lines, q.context_from, q.context_to = nil, nil, nil, nil, nil, nil
   if p.change and type(p.change.diff) == 'string' and p.change.diff ~= '' then
-    lines[#lines + 1] = '```diff'
-    q.diff_at = #lines
-    q.diff_lines = vim.split(p.change.diff:gsub('\n+$', ''), '\n', { plain = true })
     local max = config.values.chat.max_diff_lines or 400
-    local more = #q.diff_lines - max
-    if more > 0 then
-      q.diff_lines = { unpack(q.diff_lines, 1, max) }
+    local diff = vim.split(p.change.diff:gsub('\n+$', ''), '\n', { plain = true })
+    local changed, unchanged = M.changed_lines(diff)
+    --- Appends `ls` in a diff fence (at most `max` of them); returns their first row in the block.
+    local function fence(ls)
+      lines[#lines + 1] = '```diff'
+      local at = #lines
+      local shown = ls
+      if #ls > max then
+        shown = { unpack(ls, 1, max) }
+      end
+      vim.list_extend(lines, shown)
+      if #ls > max then
+        lines[#lines + 1] = ('… %d more lines'):format(#ls - max)
+      end
+      lines[#lines + 1] = '```'
+      return at, shown
     end
-    vim.list_extend(lines, q.diff_lines)
-    if more > 0 then
-      lines[#lines + 1] = ('… %d more lines'):format(more)
-    end
-    lines[#lines + 1] = '```'
+    -- The changed lines first (− / + under the line they start at), then the whole diff with
+    -- its context, folded (`zo` opens it): a change far into a long hunk is in sight at once.
+    q.diff_at, q.diff_lines = fence(changed)
+    q.context_from = #lines
+    lines[#lines + 1] = ('With context (%d unchanged line%s): zo'):format(unchanged, unchanged == 1 and '' or 's')
+    q.context_at, q.context_lines = fence(diff)
+    q.context_to = #lines - 1
   end
   local km = config.values.keymaps.permission or {}
   q.choices_at = #lines
@@ -251,13 +297,16 @@ local function show_float(q)
   require('pi.highlight').markdown(buf, config.values.chat.treesitter)
   if q.diff_at then
     require('pi.chat').highlight_diff(buf, q.diff_at, q.diff_lines)
+    require('pi.chat').highlight_diff(buf, q.context_at, q.context_lines)
   end
   local width = 0
   for _, l in ipairs(lines) do
     width = math.max(width, vim.fn.strdisplaywidth(l))
   end
   width = math.min(width + 2, math.max(20, vim.o.columns - 4))
-  local height = math.min(#lines, math.max(3, vim.o.lines - 6))
+  -- The diff with its context is folded (closed) in the float as in the chat.
+  local folded = q.context_from and (q.context_to - q.context_from) or 0
+  local height = math.min(#lines - folded, math.max(3, vim.o.lines - 6))
   q.float = api.nvim_open_win(buf, false, {
     relative = 'editor',
     anchor = 'NE',
@@ -271,6 +320,13 @@ local function show_float(q)
     focusable = true,
     noautocmd = true,
   })
+  if q.context_from then
+    api.nvim_win_call(q.float, function()
+      vim.wo.foldmethod = 'manual'
+      vim.wo.foldtext = "v:lua.require'pi.render'.foldtext()"
+      vim.cmd(('silent! %d,%dfold'):format(q.context_from + 1, q.context_to + 1))
+    end)
+  end
   for i = 1, #q.choices do
     vim.keymap.set('n', tostring(i), function()
       M.deliberate(tostring(i), function()
@@ -374,9 +430,20 @@ function M.ask(chat, st, params)
     q.last_row = row + #lines - 1
     if q.diff_at then
       require('pi.chat').highlight_diff(chat.buf, row + q.diff_at, q.diff_lines)
+      require('pi.chat').highlight_diff(chat.buf, row + q.context_at, q.context_lines)
     end
   end)
-  w:append(table.concat(lines, '\n') .. '\n')
+  if q.context_from then
+    -- The diff with its context is a fold region, closed (the answered question's fold takes
+    -- it in).
+    w:append(table.concat(lines, '\n', 1, q.context_from) .. '\n')
+    w:fold_start()
+    w:append(table.concat(lines, '\n', q.context_from + 1, q.context_to + 1) .. '\n')
+    w:fold_end()
+    w:append(table.concat(lines, '\n', q.context_to + 2) .. '\n')
+  else
+    w:append(table.concat(lines, '\n') .. '\n')
+  end
   w:mark(function()
     if q.done then
       return

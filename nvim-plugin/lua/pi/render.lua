@@ -285,8 +285,15 @@ end
 
 --- Makes rows `s`..`e` (0-based, inclusive) a fold region after they were written (an
 --- answered question collapses), and closes it in the windows showing the buffer. No text
---- changes; the region must not overlap another one.
+--- changes; regions inside it become part of it (folds have one level); it must not overlap
+--- another one partly.
 function W:add_fold(s, e)
+  for i = #self.folds, 1, -1 do
+    local f = self.folds[i]
+    if f.s >= s and f.e ~= nil and f.e <= e then
+      table.remove(self.folds, i)
+    end
+  end
   local at = #self.folds + 1
   for i, f in ipairs(self.folds) do
     if f.s > s then
