@@ -93,4 +93,86 @@ H.case(':Pi policy {policy} workspace / user writes only approvalPolicy; a new s
   mock.stop()
 end)
 
+-- `:Pi save_user_changes` (issue 30 item 1): the value, then its settings file; the next agent
+-- edit follows it (the server reads the file again), with no restart.
+local SELECT = [[
+  _G.asked = {}
+  vim.ui.select = function(items, opts, cb)
+    _G.asked[#_G.asked + 1] = { prompt = opts.prompt, items = vim.tbl_map(opts.format_item or tostring, items) }
+    _G.answer = function(i) cb(items[i], i) end
+  end
+]]
+
+H.case(':Pi save_user_changes: the value, then its place; the next agent edit saves the unsaved line with it', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_e', name = 'edit', arguments = { path = 'notes.md', edits = { { oldText = 'target = 1', newText = 'target = 2' } } } } } },
+    { text = 'Edited.' },
+  })
+  local original = '{\n  "theme": "dark"\n}\n'
+  local ws = H.workspace({ ['notes.md'] = 'alpha\ntarget = 1\n', ['.pi/settings.json'] = original })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{trust = true, approval_policy = "auto-edit"}', init = SELECT, cols = 120, rows = 30 })
+  c:input(':Pi save_user_changes<CR>')
+  H.wait('the value picker', 5000, function()
+    return #c:lua('return _G.asked') == 1
+  end)
+  H.eq({
+    prompt = 'Pi: your unsaved changes when an agent edits the file',
+    items = {
+      'ask: ask once per file per session before an agent edit writes your unsaved changes',
+      'always: an agent edit saves the buffer, your unsaved changes with it',
+      "never: only the agent's change reaches the disk; yours stay unsaved",
+      'default: no choice of its own here: what the next place says, else ask',
+    },
+  }, c:lua('return _G.asked[1]'), 'the values')
+  c:lua('_G.answer(2)')
+  H.wait('the place picker', 5000, function()
+    return #c:lua('return _G.asked') == 2
+  end)
+  H.eq({
+    prompt = 'Pi: saveUserChanges "always" for…',
+    items = { 'this workspace: .pi/settings.json', 'your Pi settings: ~/agent/settings.json (workspaces without their own)' },
+  }, c:lua('return _G.asked[2]'), 'the places')
+  c:lua('_G.answer(1)')
+  H.wait('the workspace notice', 5000, function()
+    return messages(c):find('Pi: saveUserChanges "always" in .pi/settings.json: from the next agent edit', 1, true) ~= nil
+  end)
+  H.eq('{\n  "saveUserChanges": "always",\n  "theme": "dark"\n}\n', H.read(ws .. '/.pi/settings.json'), 'the project settings')
+  -- An unsaved line, then the agent's edit: under "always" the buffer is written, the user's
+  -- line with it, and nothing is asked.
+  c:cmd('edit notes.md')
+  c:input('ggOunsaved line<Esc>')
+  H.wait('the unsaved line', 2000, function()
+    return c:lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]") == 'unsaved line'
+  end)
+  c:cmd('Pi set target to 2')
+  H.idle_with(c, 'Edited.')
+  H.wait('the buffer written', 5000, function()
+    return H.read(ws .. '/notes.md') == 'unsaved line\nalpha\ntarget = 2\n'
+  end)
+  H.eq(false, c:lua("return vim.bo[vim.fn.bufnr('notes.md')].modified"), 'the buffer saved')
+  H.eq(2, #c:lua('return _G.asked'), 'nothing asked about the unsaved line')
+  -- The user's settings, by name; `default` takes the workspace's key out again.
+  c:cmd('echo ""')
+  c:input(':Pi save_user_changes never user<CR>')
+  H.wait('the user settings', 5000, function()
+    return H.read(c.home .. '/agent/settings.json') == '{\n  "saveUserChanges": "never"\n}\n'
+  end)
+  c:cmd('echo ""')
+  c:input(':Pi save_user_changes default workspace<CR>')
+  H.wait('the key removed', 5000, function()
+    return H.read(ws .. '/.pi/settings.json') == original
+  end)
+  c:cmd('echo ""')
+  c:input(':Pi save_user_changes sometimes<CR>')
+  H.wait('the refusal', 5000, function()
+    return messages(c):find('no saveUserChanges value "sometimes": ask, always, never, default', 1, true) ~= nil
+  end)
+  -- Completion: the values, then the places.
+  H.eq({ 'ask', 'always', 'never', 'default' }, c:lua('return require("pi.commands").complete("", "Pi save_user_changes ")'), 'values')
+  H.eq({ 'workspace', 'user' }, c:lua('return require("pi.commands").complete("", "Pi save_user_changes never ")'), 'places')
+  H.eq({ 'save_user_changes' }, c:lua('return require("pi.commands").complete("sa", "Pi sa")'), 'the subcommand')
+  c:stop()
+  mock.stop()
+end)
+
 H.done()

@@ -689,6 +689,10 @@ subcommands.policy = function(args)
   require('pi.policy').command(args)
 end
 
+subcommands.save_user_changes = function(args)
+  require('pi.save_changes').command(args)
+end
+
 subcommands.retry = chat_cmd(function(chat)
   pi.retry(chat)
 end)
@@ -720,7 +724,7 @@ subcommands.build = function()
 end
 
 --- The subcommand names (for completion and `:help pi-commands`).
-M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'clone', 'compact', 'diff', 'export', 'fork', 'followup', 'image', 'label', 'mcp', 'model', 'new', 'plan', 'policy', 'prompt', 'reject', 'rename', 'retry', 'rewind', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
+M.subcommand_names = { 'abort', 'allow', 'build', 'changes', 'chat', 'clone', 'compact', 'diff', 'export', 'fork', 'followup', 'image', 'label', 'mcp', 'model', 'new', 'plan', 'policy', 'prompt', 'reject', 'rename', 'retry', 'rewind', 'save_user_changes', 'sessions', 'stats', 'steer', 'thinking', 'tree' }
 
 --- The subcommands' handlers by name (`M.subcommand_names` lists them).
 M.subcommands = subcommands
@@ -788,6 +792,18 @@ function M.complete(arg_lead, cmdline)
     local list = done == 0 and vim.tbl_map(function(p)
       return p.name
     end, policy.policies) or done == 1 and policy.scope_names or {}
+    return vim.tbl_filter(function(x)
+      return x:sub(1, #arg_lead) == arg_lead
+    end, list)
+  end
+  if before:match('^save_user_changes%s') then
+    -- The value first, then the place it goes.
+    local save = require('pi.save_changes')
+    local rest = before:gsub('^save_user_changes%s+', '')
+    local done = #vim.split(rest, '%s+', { trimempty = true }) - (arg_lead ~= '' and 1 or 0)
+    local list = done == 0 and vim.tbl_map(function(p)
+      return p.name
+    end, save.values) or done == 1 and save.scope_names or {}
     return vim.tbl_filter(function(x)
       return x:sub(1, #arg_lead) == arg_lead
     end, list)

@@ -1,0 +1,102 @@
+--- `:Pi save_user_changes`: what an agent edit does with the user's unsaved changes in the
+--- buffer it edits (`saveUserChanges`, issue 30 item 1), set as `:Pi policy` sets the approval
+--- policy: the value, then the settings file it goes in, each place saying what wins over it.
+--- Precedence, first to last (docs/protocol.md "agent/didMergeToDisk"): the session's answer
+--- for the file (asked once per file under `ask`), the plugin's `save_user_changes` (sent as
+--- `experimental.agent.saveUserChanges` when the server starts), the project's
+--- `.pi/settings.json` (trusted workspaces only), the user's Pi settings. The server reads the
+--- settings files again when they change: the next agent edit follows the new value.
+local config = require('pi.config')
+local policy = require('pi.policy')
+local util = require('pi.util')
+
+local M = {}
+
+--- The values as the user reads them, then `default` (the key removed from the file).
+M.values = {
+  { name = 'ask', text = 'ask once per file per session before an agent edit writes your unsaved changes' },
+  { name = 'always', text = 'an agent edit saves the buffer, your unsaved changes with it' },
+  { name = 'never', text = "only the agent's change reaches the disk; yours stay unsaved" },
+  { name = 'default', text = 'no choice of its own here: what the next place says, else ask' },
+}
+
+--- The places a value goes, by name (no session-wide one: the session's answers are per file).
+M.scope_names = { 'workspace', 'user' }
+
+--- The scope picker's items `{scope, label}`: each says what it changes and what wins over it.
+function M.scope_items(root)
+  local editor = config.values.save_user_changes
+  local wins = editor and (' — your setup\'s save_user_changes "%s" wins'):format(editor) or ''
+  return {
+    { scope = 'workspace', label = ('this workspace: %s%s'):format(vim.fn.fnamemodify(policy.project_file(root), ':~:.'), wins) },
+    { scope = 'user', label = ('your Pi settings: %s (workspaces without their own)%s'):format(vim.fn.fnamemodify(policy.user_file(), ':~'), wins) },
+  }
+end
+
+--- Puts `value` (a name of `M.values`) in `scope` (`workspace` / `user`) for the workspace
+--- state `st`, and says in one line where it went and whether it is in force.
+function M.set(st, value, scope)
+  local v = value ~= 'default' and value or nil
+  local file = scope == 'workspace' and policy.project_file(st.root) or policy.user_file()
+  local ok, why = policy.write_setting(file, 'saveUserChanges', v)
+  if not ok then
+    return util.notify(why, vim.log.levels.ERROR)
+  end
+  local editor = config.values.save_user_changes
+  local untrusted = scope == 'workspace' and not require('pi.client').trusted(st.root)
+  util.notify(('saveUserChanges %s in %s: %s'):format(
+    v and ('"' .. v .. '"') or 'removed',
+    vim.fn.fnamemodify(file, ':~:.'),
+    untrusted and 'not loaded, this workspace is not trusted'
+      or (editor and ('your setup\'s save_user_changes "%s" wins'):format(editor))
+      or 'from the next agent edit'
+  ))
+end
+
+--- `:Pi save_user_changes [value] [place]`: what is not given is picked.
+function M.command(args)
+  local words = vim.split(vim.trim(args or ''), '%s+', { trimempty = true })
+  local value, scope = words[1], words[2]
+  local names = vim.tbl_map(function(p)
+    return p.name
+  end, M.values)
+  if value and not vim.tbl_contains(names, value) then
+    return util.notify(('no saveUserChanges value "%s": %s'):format(value, table.concat(names, ', ')), vim.log.levels.ERROR)
+  end
+  if scope and not vim.tbl_contains(M.scope_names, scope) then
+    return util.notify(('no place "%s" for saveUserChanges: %s'):format(scope, table.concat(M.scope_names, ', ')), vim.log.levels.ERROR)
+  end
+  local client = require('pi.client')
+  client.ensure(client.root_of(0), function(st)
+    local function where(v)
+      if scope then
+        return M.set(st, v, scope)
+      end
+      util.select(M.scope_items(st.root), {
+        prompt = ('Pi: saveUserChanges "%s" for…'):format(v),
+        format_item = function(i)
+          return i.label
+        end,
+      }, function(choice)
+        if choice then
+          M.set(st, v, choice.scope)
+        end
+      end)
+    end
+    if value then
+      return where(value)
+    end
+    util.select(M.values, {
+      prompt = 'Pi: your unsaved changes when an agent edits the file',
+      format_item = function(p)
+        return ('%s: %s'):format(p.name, p.text)
+      end,
+    }, function(choice)
+      if choice then
+        where(choice.name)
+      end
+    end)
+  end)
+end
+
+return M
