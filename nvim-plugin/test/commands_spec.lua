@@ -242,7 +242,7 @@ end)
 H.case('a missing binary is said once, with :Pi build; :Pi completes its subcommands', function()
   local ws = H.workspace()
   local c = H.child({ ws = ws, setup = '{cmd = {"/nonexistent/pi-lsp"}}' })
-  H.eq({ 'sessions', 'stats', 'steer' }, c:lua("return vim.fn.getcompletion('Pi s', 'cmdline')"), 'completion')
+  H.eq({ 'save_user_changes', 'sessions', 'stats', 'steer' }, c:lua("return vim.fn.getcompletion('Pi s', 'cmdline')"), 'completion')
   H.eq({ 'older' }, c:lua("return vim.fn.getcompletion('Pi chat ', 'cmdline')"), 'completion of chat')
   -- Every completed subcommand has its handler (none falls through to a prompt).
   H.eq({}, c:lua([[
