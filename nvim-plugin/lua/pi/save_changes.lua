@@ -1,7 +1,7 @@
 --- `:Pi save_user_changes`: what an agent edit does with the user's unsaved changes in the
 --- buffer it edits (`saveUserChanges`, issue 30 item 1), set as `:Pi policy` sets the approval
 --- policy: the value, then the settings file it goes in, each place saying what wins over it.
---- Precedence, first to last (docs/protocol.md "agent/didMergeToDisk"): the session's answer
+--- Precedence, first to last (docs/protocol.md "The user's unsaved changes"): the session's answer
 --- for the file (asked once per file under `ask`), the plugin's `save_user_changes` (sent as
 --- `experimental.agent.saveUserChanges` when the server starts), the project's
 --- `.pi/settings.json` (trusted workspaces only), the user's Pi settings. The server reads the

@@ -13,7 +13,7 @@ import type { ExportFormat, ModelInfo, ThinkingLevel } from "../shared/wire";
 import type { ClientLifecycle } from "./lifecycle";
 import { relativeTime } from "./names";
 import type { ChatPanel } from "./panels";
-import { POLICY_ITEMS, policyNotice, scopeItems, writePiSetting } from "./policy";
+import { POLICY_ITEMS, SAVE_ITEMS, policyNotice, saveScopeItems, scopeItems, writePiSetting } from "./policy";
 import { showMcpServers } from "./mcp";
 import type { PanelRegistry } from "./registry";
 import type { Services } from "./services";
@@ -252,6 +252,27 @@ export function registerCommands(s: Services, registry: PanelRegistry, lifecycle
         writePiSetting(file, "approvalPolicy", value);
         void vscode.window.showInformationMessage(
           `Pi: approvalPolicy ${value ? `"${value}"` : "removed"} in ${file}; new sessions use it${editorSetting && editorSetting !== "default" ? ` unless the editor's pi.approvalPolicy ("${editorSetting}") is set` : ""}, a session's own choice still wins.`,
+        );
+      }),
+    "pi.setSaveUserChanges": () =>
+      guarded("saveUserChanges", async () => {
+        const pick = await vscode.window.showQuickPick(
+          SAVE_ITEMS.map((p) => ({ ...p })),
+          { title: "Pi: your unsaved changes when an agent edits the file" },
+        );
+        if (!pick) return;
+        // Then which Pi settings file (the editor's own pi.saveUserChanges is in Settings).
+        const root = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+        const projectFile = root ? path.join(root, ".pi", "settings.json") : "";
+        const userFile = path.join(process.env.PI_CODING_AGENT_DIR || path.join(os.homedir(), ".pi", "agent"), "settings.json");
+        const editorSetting = vscode.workspace.getConfiguration("pi").get<string>("saveUserChanges");
+        const where = await vscode.window.showQuickPick(saveScopeItems(editorSetting, projectFile, userFile), { title: `Pi: saveUserChanges "${pick.label}" for…` });
+        if (!where) return;
+        const value = pick.label === "default" ? undefined : pick.label;
+        const file = where.scope === "workspace" ? projectFile : userFile;
+        writePiSetting(file, "saveUserChanges", value);
+        void vscode.window.showInformationMessage(
+          `Pi: saveUserChanges ${value ? `"${value}"` : "removed"} in ${file}; the next agent edit follows it${editorSetting && editorSetting !== "default" ? ` unless the editor's pi.saveUserChanges ("${editorSetting}") is set` : ""}, a file answered in this session keeps its answer.`,
         );
       }),
     "pi.addSelection": async () => {

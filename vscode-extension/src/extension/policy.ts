@@ -63,3 +63,28 @@ export function writePiSetting(file: string, key: string, value: unknown): void 
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.writeFileSync(file, `${JSON.stringify(obj, null, 2)}\n`);
 }
+
+/** `saveUserChanges` (issue 30 item 1): what an agent edit does with the user's unsaved changes
+ * in the file it edits. */
+export type SaveUserChanges = "ask" | "always" | "never";
+
+/** "Pi: Set What Agent Edits Do With Unsaved Changes"'s items, in the words of the
+ * `pi.saveUserChanges` setting's descriptions (package.json), "default" last. */
+export const SAVE_ITEMS: readonly { label: SaveUserChanges | "default"; description: string }[] = [
+  { label: "ask", description: "Ask once per file per session whether to save your unsaved changes with the agent's edit" },
+  { label: "always", description: "Save the buffer: your unsaved changes with the agent's edit" },
+  { label: "never", description: "Keep your changes unsaved: the disk gets only the agent's edit" },
+  { label: "default", description: "Pi's settings.json saveUserChanges (project over user), else ask" },
+];
+
+/** Where `saveUserChanges` goes: Pi's settings files (the server reads them again at the next
+ * agent edit). Precedence, first to last (docs/protocol.md "The user's unsaved changes"): the
+ * session's answer for the file, the editor's `pi.saveUserChanges`, the project's
+ * `.pi/settings.json`, the user's Pi settings. */
+export function saveScopeItems(editorSetting: string | undefined, projectFile: string, userFile: string): { label: string; description: string; detail: string; scope: "workspace" | "user" }[] {
+  const editor = editorSetting && editorSetting !== "default" ? ` (now: the editor's pi.saveUserChanges "${editorSetting}" wins over it)` : "";
+  const items: { label: string; description: string; detail: string; scope: "workspace" | "user" }[] = [];
+  if (projectFile) items.push({ label: "This workspace", description: projectFile, detail: `saveUserChanges in the project's Pi settings: from the next agent edit${editor}.`, scope: "workspace" });
+  items.push({ label: "Your Pi settings", description: userFile, detail: `saveUserChanges in your own Pi settings: every workspace without its own${editor}.`, scope: "user" });
+  return items;
+}

@@ -776,3 +776,35 @@ test("Pi: MCP Servers lists the servers with their state, and disables one (save
   assert.equal(saved.mcpServers.broken.enabled, false);
   await page.keyboard.press("Escape");
 });
+
+test("Pi: Set What Agent Edits Do With Unsaved Changes writes saveUserChanges in the file picked, its other keys kept; default takes it out", async () => {
+  const file = path.join(wb.workspace, ".pi/settings.json");
+  const existed = fs.existsSync(file);
+  const before = existed ? JSON.parse(fs.readFileSync(file, "utf8")) : {};
+  const read = () => (fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : null);
+  await runCommand(page, "Pi: Set What Agent Edits Do With Unsaved Changes");
+  const rows = page.locator(".quick-input-widget .quick-input-list .monaco-list-row");
+  await until("the values", async () => (await rows.allInnerTexts()).length === 4, 15_000);
+  // Each row: the value, then the pi.saveUserChanges setting's description of it.
+  assert.deepEqual(
+    (await rows.allInnerTexts()).map((t) => t.replace(/\s+/g, " ").trim()),
+    [
+      "askAsk once per file per session whether to save your unsaved changes with the agent's edit",
+      "alwaysSave the buffer: your unsaved changes with the agent's edit",
+      "neverKeep your changes unsaved: the disk gets only the agent's edit",
+      "defaultPi's settings.json saveUserChanges (project over user), else ask",
+    ],
+  );
+  await pickQuick("never");
+  await until("the places", async () => (await rows.allInnerTexts()).some((t) => t.includes("This workspace")), 15_000);
+  await pickQuick("This workspace");
+  await until("the project's settings", async () => read()?.saveUserChanges === "never", 15_000);
+  assert.deepEqual(read(), { ...before, saveUserChanges: "never" });
+  await runCommand(page, "Pi: Set What Agent Edits Do With Unsaved Changes");
+  await pickQuick("default");
+  await until("the places", async () => (await rows.allInnerTexts()).some((t) => t.includes("This workspace")), 15_000);
+  await pickQuick("This workspace");
+  await until("the key taken out", async () => read() !== null && !("saveUserChanges" in read()), 15_000);
+  assert.deepEqual(read(), before);
+  if (!existed) fs.rmSync(file);
+});

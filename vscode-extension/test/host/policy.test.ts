@@ -54,3 +54,27 @@ test("Set Approval Policy says where the choice goes and what wins over it; the 
   assert.throws(() => writePiSetting(file, "approvalPolicy", "ask"), /does not hold a JSON object/);
   assert.equal(readFileSync(file, "utf8"), "[1]");
 });
+
+test("Set What Agent Edits Do With Unsaved Changes uses the pi.saveUserChanges setting's words and says which file and what wins over it", async () => {
+  const { SAVE_ITEMS, saveScopeItems } = await import("../../src/extension/policy");
+  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"));
+  const setting = pkg.contributes.configuration.properties["pi.saveUserChanges"];
+  const fromSetting = new Map<string, string>(setting.enum.map((v: string, i: number) => [v, setting.enumDescriptions[i]]));
+  assert.deepEqual(
+    SAVE_ITEMS.map((p) => [p.label, p.description]),
+    ["ask", "always", "never", "default"].map((v) => [v, fromSetting.get(v)]),
+  );
+  assert.deepEqual(
+    pkg.contributes.commands.filter((c: { command: string }) => c.command === "pi.setSaveUserChanges"),
+    [{ command: "pi.setSaveUserChanges", title: "Set What Agent Edits Do With Unsaved Changes", category: "Pi" }],
+  );
+  assert.deepEqual(
+    saveScopeItems("never", "/w/.pi/settings.json", "/h/.pi/agent/settings.json").map((i) => [i.label, i.description, i.detail, i.scope]),
+    [
+      ["This workspace", "/w/.pi/settings.json", `saveUserChanges in the project's Pi settings: from the next agent edit (now: the editor's pi.saveUserChanges "never" wins over it).`, "workspace"],
+      ["Your Pi settings", "/h/.pi/agent/settings.json", `saveUserChanges in your own Pi settings: every workspace without its own (now: the editor's pi.saveUserChanges "never" wins over it).`, "user"],
+    ],
+  );
+  // No folder open: the user's settings only; the editor's setting at "default" wins over nothing.
+  assert.deepEqual(saveScopeItems("default", "", "/h/u").map((i) => [i.scope, i.detail.includes("wins over it")]), [["user", false]]);
+});
