@@ -515,7 +515,7 @@ H.case('an edit question shows the diff; the buffer changed while asked keeps th
   mock.stop()
 end)
 
-H.case('an edit question shows the changed lines first, the diff with its context folded; at 80x24 the changes and the answers are in sight', function()
+H.case('an edit question shows the changed lines first, the diff with its context folded; at 80x24 the changes, the hint and the first answer are in sight', function()
   local text = {}
   for i = 1, 40 do
     text[i] = ('line %02d of the settings'):format(i)
@@ -571,9 +571,10 @@ H.case('an edit question shows the changed lines first, the diff with its contex
   local full = table.concat(b.lines, '\n')
   H.contains(full, table.concat(context, '\n'), 'the context kept in the folded diff')
   H.eq({ '10-' .. (answers - 2) }, b.closed, 'the diff with its context is one closed fold')
-  -- 80x24: the changed lines and the answers are on the screen at once.
+  -- 80x24 (a 15-row chat): the changed lines, the hint (digits answer) and the first answer
+  -- are on the screen at once; the context is not.
   local screen = c:screen_text()
-  for _, want in ipairs({ '-line 12 of the settings', '+line 12 changed', '-line 30 of the settings', '+line 30 changed', 'With context (16 unchanged lines): zo ▸', '[1] a Allow once', 'Reject with a reason' }) do
+  for _, want in ipairs({ '-line 12 of the settings', '+line 12 changed', '-line 30 of the settings', '+line 30 changed', 'With context (16 unchanged lines): zo ▸', 'a digit alone', '[1] a Allow once' }) do
     H.contains(screen, want, 'on the 80x24 screen')
   end
   assert(not screen:find(' line 10 of the settings', 1, true), 'the context is folded:\n' .. screen)

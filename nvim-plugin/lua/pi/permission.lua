@@ -324,6 +324,7 @@ local function show_float(q)
     api.nvim_win_call(q.float, function()
       vim.wo.foldmethod = 'manual'
       vim.wo.foldtext = "v:lua.require'pi.render'.foldtext()"
+      vim.wo.fillchars = 'fold: '
       vim.cmd(('silent! %d,%dfold'):format(q.context_from + 1, q.context_to + 1))
     end)
   end
@@ -449,9 +450,11 @@ function M.ask(chat, st, params)
       return
     end
     -- Above the answers (below the last line it would be out of sight: a window scrolled to
-    -- the end shows no virtual line under its last line).
-    q.hint = api.nvim_buf_set_extmark(chat.buf, render.ns, q.header_row + q.choices_at - 1, 0, {
+    -- the end shows no virtual line under its last line), on the first answer's row: the
+    -- line before it may be in the closed fold of an edit's diff with its context.
+    q.hint = api.nvim_buf_set_extmark(chat.buf, render.ns, q.header_row + q.choices_at, 0, {
       virt_lines = M.hint_lines(chat, 'a digit alone (no key after it) answers anywhere in this chat · <CR> on an answer · :Pi allow / :Pi reject from any window'),
+      virt_lines_above = true,
     })
   end)
   w:flush()
