@@ -220,6 +220,9 @@ test("the approval card shows the changed lines first, context folded, scrollabl
   assert.equal(await page.textContent(".card.permission .diff-fold summary"), "Show with context (1 unchanged line)");
   assert.equal(await page.locator(".card.permission .diff-context").count(), 0);
   await page.click(".card.permission .diff-fold summary");
+  // The context is built on the `toggle` event, which the browser fires in a task after the
+  // click: wait for it, not for the click.
+  await page.waitForSelector(".card.permission .diff-context span");
   assert.deepEqual(await page.$$eval(".card.permission .diff-context span", (s) => s.map((x) => x.textContent)), [
     "--- src/greet.py",
     "+++ src/greet.py",
