@@ -777,6 +777,18 @@ test("Pi: MCP Servers lists the servers with their state, and disables one (save
   await page.keyboard.press("Escape");
 });
 
+/** Picks `label` in the open quick pick with the keyboard, as a user filtering it does (a
+ * click can land on a description's hover that covers the row). */
+async function typeQuick(label) {
+  const rows = page.locator(".quick-input-widget .quick-input-list .monaco-list-row");
+  await page.keyboard.type(label);
+  await until(`the quick pick filtered to ${label}`, async () => {
+    const t = await rows.allInnerTexts();
+    return t.length >= 1 && t[0].replace(/\s+/g, " ").trim().startsWith(label);
+  }, 10_000);
+  await page.keyboard.press("Enter");
+}
+
 test("Pi: Set What Agent Edits Do With Unsaved Changes writes saveUserChanges in the file picked, its other keys kept; default takes it out", async () => {
   const file = path.join(wb.workspace, ".pi/settings.json");
   const existed = fs.existsSync(file);
@@ -795,15 +807,16 @@ test("Pi: Set What Agent Edits Do With Unsaved Changes writes saveUserChanges in
       "defaultPi's settings.json saveUserChanges (project over user), else ask",
     ],
   );
-  await pickQuick("never");
+  await typeQuick("never");
   await until("the places", async () => (await rows.allInnerTexts()).some((t) => t.includes("This workspace")), 15_000);
-  await pickQuick("This workspace");
+  await typeQuick("This workspace");
   await until("the project's settings", async () => read()?.saveUserChanges === "never", 15_000);
   assert.deepEqual(read(), { ...before, saveUserChanges: "never" });
   await runCommand(page, "Pi: Set What Agent Edits Do With Unsaved Changes");
-  await pickQuick("default");
+  await until("the values", async () => (await rows.allInnerTexts()).length === 4, 15_000);
+  await typeQuick("default");
   await until("the places", async () => (await rows.allInnerTexts()).some((t) => t.includes("This workspace")), 15_000);
-  await pickQuick("This workspace");
+  await typeQuick("This workspace");
   await until("the key taken out", async () => read() !== null && !("saveUserChanges" in read()), 15_000);
   assert.deepEqual(read(), before);
   if (!existed) fs.rmSync(file);
