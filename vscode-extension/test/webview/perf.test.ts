@@ -540,7 +540,7 @@ test("VP6: a new panel width with 1,000 messages loaded: no message re-rendered,
   await page.context().close();
 });
 
-test("VP6: the row being read stays put when the viewport's top is in the row above it's bottom margin or last pixel", async () => {
+test("VP6: the row being read stays put when the viewport's top is in the bottom margin or the last pixel of the row above it", async () => {
   // The row being read is the first one with more than a pixel of its box in view. A row
   // above it that shows only its bottom margin, or less than a pixel, is not read: a new width
   // that rewraps that row must not move the one below it (it did: in CI the viewport's top
