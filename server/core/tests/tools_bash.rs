@@ -342,3 +342,38 @@ async fn the_model_reads_output_without_escape_codes() {
     let raw = updates.lock().unwrap().join("");
     assert!(raw.contains("\u{1b}[1;32mCompiling"), "{raw:?}");
 }
+
+/// Output written inside the 100 ms gap after a progress update is sent when the gap ends,
+/// while the command still runs: `printf 'a\n'; printf 'end\n'` arrives as two writes, and the
+/// second must be shown during the `sleep`, not only when the command ends.
+#[tokio::test]
+async fn progress_shows_the_last_write_while_the_command_waits() {
+    let updates: Arc<std::sync::Mutex<Vec<(Duration, String)>>> = Arc::default();
+    let seen = updates.clone();
+    let t0 = Instant::now();
+    let ctx = ToolContext {
+        on_update: Arc::new(move |o: ToolOutput| {
+            let t = match &o.content[0] {
+                pi_ai::ContentBlock::Text(t) => t.text.clone(),
+                other => panic!("not text: {other:?}"),
+            };
+            seen.lock().unwrap().push((t0.elapsed(), t));
+        }),
+        ..ctx(CancellationToken::new())
+    };
+    let out = bash()
+        .execute(
+            ctx,
+            json!({"command": "sleep 0.2; printf 'first\\n'; printf 'end\\n'; sleep 1.5; printf 'after\\n'"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text_of(&out), "first\nend\nafter\n");
+    let updates = updates.lock().unwrap().clone();
+    // Both earlier lines are shown before the command's last write (t ≥ 1.7 s), well inside the sleep.
+    let shown = updates
+        .iter()
+        .find(|(_, text)| text == "first\nend\n")
+        .unwrap_or_else(|| panic!("no update showed both lines: {updates:?}"));
+    assert!(shown.0 < Duration::from_millis(1200), "{updates:?}");
+}

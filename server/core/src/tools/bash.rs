@@ -612,7 +612,7 @@ impl BashTool {
         let fut = executor.execute(run);
         tokio::pin!(fut);
         let mut out = Output::new();
-        let mut last_update = Instant::now();
+        let mut progress = Progress::new();
         let mut why: Option<End> = None;
         let mut ended = None;
         while ended.is_none() {
@@ -628,11 +628,9 @@ impl BashTool {
                 }
                 Some(c) = rx.recv() => {
                     out.push(&c);
-                    if last_update.elapsed() >= Duration::from_millis(100) {
-                        last_update = Instant::now();
-                        (ctx.on_update)(ToolOutput::text(out.preview()));
-                    }
+                    progress.output(ctx, &out);
                 }
+                _ = progress.trailing_edge() => progress.send(ctx, &out),
                 e = &mut fut => ended = Some(e),
             }
         }
@@ -783,7 +781,7 @@ impl BashTool {
         let mut out = Output::new();
         let timeout = a.timeout.filter(|t| *t > 0.0);
         let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs_f64(t));
-        let mut last_update = Instant::now();
+        let mut progress = Progress::new();
         let mut pipes_open = true;
         let end = loop {
             tokio::select! {
@@ -795,13 +793,11 @@ impl BashTool {
                 chunk = rx.recv(), if pipes_open => match chunk {
                     Some(c) => {
                         out.push(&c);
-                        if last_update.elapsed() >= Duration::from_millis(100) {
-                            last_update = Instant::now();
-                            (ctx.on_update)(ToolOutput::text(out.preview()));
-                        }
+                        progress.output(ctx, &out);
                     }
                     None => pipes_open = false,
                 },
+                _ = progress.trailing_edge() => progress.send(ctx, &out),
                 status = child.wait() => match status {
                     Ok(s) => break End::Exited(Exit::of(&s)),
                     Err(e) => break End::Failed(e.to_string()),
@@ -823,6 +819,55 @@ impl BashTool {
         // exited are left running in their group (BASH-01).
         guard.armed = false;
         Ok(Ran::new(end, &mut out))
+    }
+}
+
+/// Gap between two progress updates of a running command (`on_update`), 100 ms.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+/// Throttles a running command's progress updates to one per [`PROGRESS_EVERY`], with a
+/// trailing edge: output that arrived inside the gap is sent when the gap ends, so the last
+/// write of a command that then waits (a prompt, a `sleep`) is shown while it waits, not only
+/// when it ends.
+struct Progress {
+    /// When the last update was sent.
+    last: tokio::time::Instant,
+    /// Output arrived since the last update.
+    pending: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            last: tokio::time::Instant::now(),
+            pending: false,
+        }
+    }
+
+    /// New output: sends an update now if the gap has passed, else leaves it to the trailing edge.
+    fn output(&mut self, ctx: &ToolContext, out: &Output) {
+        if self.last.elapsed() >= PROGRESS_EVERY {
+            self.send(ctx, out);
+        } else {
+            self.pending = true;
+        }
+    }
+
+    /// Sends the output so far as an update.
+    fn send(&mut self, ctx: &ToolContext, out: &Output) {
+        self.last = tokio::time::Instant::now();
+        self.pending = false;
+        (ctx.on_update)(ToolOutput::text(out.preview()));
+    }
+
+    /// Resolves when held-back output is due (the gap after the last update has passed); never
+    /// while nothing is held back.
+    async fn trailing_edge(&self) {
+        if self.pending {
+            tokio::time::sleep_until(self.last + PROGRESS_EVERY).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
