@@ -2092,3 +2092,160 @@ async fn mcp_servers_from_session_new_are_waited_for_together_and_late_failures_
     eprintln!("late failure told: {text}");
     c.call("session/close", json!({"sessionId": sid})).await;
 }
+
+/// The shape of one `session/update` that does not change between runs: its kind, the call it
+/// is about, its status and the kinds of its content; a chunk's text.
+fn update_shape(u: &Value) -> Value {
+    let kind = u["sessionUpdate"].as_str().unwrap_or_default();
+    match kind {
+        "agent_message_chunk" | "agent_thought_chunk" => {
+            json!({"sessionUpdate": kind, "text": u["content"]["text"]})
+        }
+        "tool_call" | "tool_call_update" => {
+            let content: Vec<Value> = u["content"]
+                .as_array()
+                .map(|c| c.iter().map(|c| c["type"].clone()).collect())
+                .unwrap_or_default();
+            json!({"sessionUpdate": kind, "toolCallId": u["toolCallId"], "status": u["status"], "content": content})
+        }
+        "session_info_update" => json!({"sessionUpdate": kind, "title": u["title"]}),
+        _ => json!({"sessionUpdate": kind}),
+    }
+}
+
+/// The `session/update`s of `sid` in `wire` (messages in the order read) as [`update_shape`]s,
+/// consecutive chunks of one kind joined into one and repeated shapes folded (a command's
+/// streamed output may come in one update or several).
+fn folded(wire: &[Value], sid: &str) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for m in wire {
+        if m["method"] != "session/update" || m["params"]["sessionId"] != sid {
+            continue;
+        }
+        let shape = update_shape(&m["params"]["update"]);
+        match out.last_mut() {
+            Some(last)
+                if last.get("text").is_some()
+                    && last["sessionUpdate"] == shape["sessionUpdate"] =>
+            {
+                let joined = format!(
+                    "{}{}",
+                    last["text"].as_str().unwrap(),
+                    shape["text"].as_str().unwrap()
+                );
+                last["text"] = json!(joined);
+            }
+            Some(last) if *last == shape => {}
+            _ => out.push(shape),
+        }
+    }
+    out
+}
+
+/// ACP's prompt turn: every `session/update` of a prompt is written before its response,
+/// whatever task emits it. Read off the raw wire (the lines in the order the agent wrote them)
+/// over many prompts, each a tool round (text, then a bash call, run here or in the client's
+/// terminal) and a final answer streamed as many small deltas that the agent coalesces (its
+/// last chunk often still waiting for the coalescing timer when the message ends): each
+/// prompt's updates all come between the previous response and its own, complete, and nothing
+/// of the session comes after the last response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_update_of_a_prompt_is_written_before_its_response() {
+    const RUNS: usize = 12;
+    let answer_text = "The command printed what it was asked to print; nothing else.";
+    // Run i: a tool round, then the answer in deltas of 1–3 characters, 0–20 ms apart.
+    let steps = || {
+        let mut steps = Vec::new();
+        for i in 0..RUNS {
+            steps.push(Step::Answer(pi_e2e::mock_model::Answer {
+                text: Some(format!("Look {i}.")),
+                chunk: 2,
+                tool_calls: vec![pi_e2e::mock_model::AnswerCall {
+                    id: Some(format!("call_{i}")),
+                    name: "bash".into(),
+                    arguments: json!({"command": format!("echo run {i}")}),
+                }],
+                ..Default::default()
+            }));
+            let (chunk, delay) = [(1, 0), (2, 2), (3, 20)][i % 3];
+            steps.push(Step::Answer(pi_e2e::mock_model::Answer {
+                text: Some(answer_text.into()),
+                chunk,
+                chunk_delay: Duration::from_millis(delay),
+                ..Default::default()
+            }));
+        }
+        steps
+    };
+    for terminal in [false, true] {
+        let mock = MockModel::start(steps()).await;
+        let s = setup(
+            if terminal {
+                "acp-order-term"
+            } else {
+                "acp-order"
+            },
+            &mock,
+        );
+        let (mut c, _terms) = if terminal {
+            let (c, t) = terminal_client(&s, allow("allow_once")).await;
+            (c, Some(t))
+        } else {
+            (start(&s, allow("allow_once")).await, None)
+        };
+        let sid = c.new_session(&s.ws).await;
+        // The session's commands come after `session/new`'s response, before any prompt.
+        c.wait_for(10, |m| {
+            m["params"]["update"]["sessionUpdate"] == "available_commands_update"
+        })
+        .await;
+        let mut from = c.received.lock().unwrap().len();
+        for i in 0..RUNS {
+            let id = c.send_prompt(&sid, &format!("run {i}"));
+            assert_eq!(c.response(id).await["result"], end_turn());
+            let wire = c.received.lock().unwrap().clone();
+            let at = wire
+                .iter()
+                .position(|m| m["id"] == id && m.get("method").is_none())
+                .unwrap();
+            let call = format!("call_{i}");
+            let output = if terminal { "terminal" } else { "content" };
+            let mut want = vec![
+                json!({"sessionUpdate": "agent_message_chunk", "text": format!("Look {i}.")}),
+                json!({"sessionUpdate": "tool_call", "toolCallId": call, "status": null, "content": []}),
+                json!({"sessionUpdate": "usage_update"}),
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "in_progress", "content": []}),
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": null, "content": [output]}),
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed", "content": [output]}),
+                json!({"sessionUpdate": "agent_message_chunk", "text": answer_text}),
+                json!({"sessionUpdate": "usage_update"}),
+                json!({"sessionUpdate": "session_info_update", "title": "run 0"}),
+            ];
+            let mut got = folded(&wire[from..at], &sid);
+            if !terminal {
+                // Here, a quick command's output may be streamed before it ends or not: the
+                // finished call carries it either way.
+                want.remove(4);
+                got.retain(|u| {
+                    !(u["sessionUpdate"] == "tool_call_update" && u["status"].is_null())
+                });
+            }
+            assert_eq!(
+                got,
+                want,
+                "prompt {i} (terminal: {terminal}): {:#?}",
+                &wire[from..]
+            );
+            from = at + 1;
+        }
+        // Nothing of the session after its last response.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let wire = c.received.lock().unwrap().clone();
+        assert_eq!(
+            folded(&wire[from..], &sid),
+            Vec::<Value>::new(),
+            "terminal: {terminal}"
+        );
+        mock.assert_paired();
+    }
+}
