@@ -4,9 +4,10 @@
 use std::process::Command;
 use std::time::Duration;
 
+use pi_e2e::headless::{assert_refused, assert_success, run, Headless};
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::{fixtures, pi_lsp_bin, session_lines, TempDir};
+use pi_e2e::{fixtures, session_lines, TempDir};
 use serde_json::{json, Value};
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
@@ -22,15 +23,6 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
         }
     }
-}
-
-fn run(ws: &std::path::Path, env: &[(&str, String)], args: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(pi_lsp_bin());
-    cmd.arg("run").arg("--workspace").arg(ws).args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
 }
 
 #[test]
@@ -143,9 +135,6 @@ fn broken_models_json_stops_the_run_instead_of_running_the_demo() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
-    let tmp = TempDir::new("json");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![
         Step::call("c1", "ls", json!({})),
         Step::text("empty"),
@@ -156,14 +145,8 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
         },
     ])
     .await;
-    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
-    let ws2 = ws.clone();
-    let env2 = env.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        run(&ws2, &env2, &["--json", "--model", "mock/mock-1", "list"])
-    })
-    .await
-    .unwrap();
+    let h = Headless::new("json", &mock.models_json());
+    let out = h.run(&["--json", "--model", "mock/mock-1", "list"]);
     assert!(out.status.success());
     let events: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
@@ -178,12 +161,7 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
     assert_eq!(settled, &json!({"type": "agent_settled", "aborted": false}));
     assert_eq!(end["type"], "agent_end");
     assert_eq!(end["messages"].as_array().unwrap().len(), 4);
-    let ws3 = ws.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        run(&ws3, &env, &["--model", "mockant/mock-ant-1", "fail"])
-    })
-    .await
-    .unwrap();
+    let out = h.run(&["--model", "mockant/mock-ant-1", "fail"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP 401: bad key"));
     mock.assert_paired();
@@ -213,10 +191,6 @@ fn pi_ref_bin() -> Option<std::path::PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_file_opens_in_pi_unchanged() {
     let Some(pi) = pi_ref_bin() else { return };
-    let tmp = TempDir::new("pi-open");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("hello.txt"), "Hello 🍋\n").unwrap();
     let mock = MockModel::start(vec![
         Step::Tools(
             Some("Reading.".into()),
@@ -228,33 +202,29 @@ async fn session_file_opens_in_pi_unchanged() {
         Step::text("It says hello."),
     ])
     .await;
-    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
-    let ws2 = ws.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        run(&ws2, &env, &["--model", "mock/mock-1", "read hello.txt"])
-    })
-    .await
-    .unwrap();
+    let h = Headless::new("pi-open", &mock.models_json());
+    std::fs::write(h.ws.join("hello.txt"), "Hello 🍋\n").unwrap();
+    let out = h.run(&["--model", "mock/mock-1", "read hello.txt"]);
     assert!(out.status.success());
-    let dir = ws.join(".pi/sessions");
+    let dir = h.ws.join(".pi/sessions");
     let file = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
         .unwrap();
     let before = std::fs::read(&file).unwrap();
-    let ours: Vec<Value> = session_lines(&ws)
+    let ours: Vec<Value> = session_lines(&h.ws)
         .into_iter()
         .filter(|l| l["type"] == "message")
         .map(|l| l["message"].clone())
         .collect();
 
-    let empty_agent = tmp.path().join("pi-agent");
+    let empty_agent = h.path().join("pi-agent");
     std::fs::create_dir_all(&empty_agent).unwrap();
     let mut child = Command::new(&pi)
         .args(["--mode", "rpc", "--session"])
         .arg(&file)
-        .current_dir(&ws)
+        .current_dir(&h.ws)
         .env("PI_OFFLINE", "1")
         .env("PI_CODING_AGENT_DIR", &empty_agent)
         .stdin(std::process::Stdio::piped())
@@ -428,16 +398,11 @@ async fn event_order_matches_pi_for_the_same_scripted_model() {
     // pi-lsp, headless with --json.
     let mock2 = MockModel::start(script()).await;
     let env = agent_env(&tmp.path().join("agent"), &mock2.models_json(), &[]);
-    let ws2 = ws.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        run(
-            &ws2,
-            &env,
-            &["--json", "--model", "mock/mock-1", "look around"],
-        )
-    })
-    .await
-    .unwrap();
+    let out = run(
+        &ws,
+        &env,
+        &["--json", "--model", "mock/mock-1", "look around"],
+    );
     assert!(out.status.success());
     let ours: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
@@ -455,27 +420,15 @@ async fn event_order_matches_pi_for_the_same_scripted_model() {
 /// are loaded, so their tools are offered to the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headless_run_loads_the_extensions_the_settings_enable() {
-    let tmp = TempDir::new("headless-ext");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("done")]).await;
-    let agent = tmp.path().join("agent");
-    let env = agent_env(&agent, &mock.models_json(), &[]);
+    let h = Headless::new("headless-ext", &mock.models_json());
     std::fs::write(
-        agent.join("settings.json"),
+        h.agent.join("settings.json"),
         json!({"builtinExtensions": {"tmux": {"socket": "pi-e2e-headless"}}}).to_string(),
     )
     .unwrap();
-    let ws2 = ws.clone();
-    let out =
-        tokio::task::spawn_blocking(move || run(&ws2, &env, &["--model", "mock/mock-1", "hello"]))
-            .await
-            .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = h.run(&["--model", "mock/mock-1", "hello"]);
+    assert_success(&out);
     let tools: Vec<String> = mock.requests()[0].body["tools"]
         .as_array()
         .unwrap()
@@ -506,9 +459,6 @@ async fn headless_run_loads_the_extensions_the_settings_enable() {
 /// before the prompt, `--no-session` leaves no file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continue_session_sessions_stdin_and_no_session_as_pi() {
-    let tmp = TempDir::new("print-flags");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![
         Step::text("one"),
         Step::text("two"),
@@ -516,19 +466,12 @@ async fn continue_session_sessions_stdin_and_no_session_as_pi() {
         Step::text("four"),
     ])
     .await;
-    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let h = Headless::new("print-flags", &mock.models_json());
     let m = ["--model", "mock/mock-1"];
-    let ok = |out: &std::process::Output| {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let out = tokio::task::block_in_place(|| run(&ws, &env, &[&m[..], &["first"]].concat()));
-    ok(&out);
-    let out = tokio::task::block_in_place(|| run(&ws, &env, &[&m[..], &["-c", "second"]].concat()));
-    ok(&out);
+    let out = h.run(&[&m[..], &["first"]].concat());
+    assert_success(&out);
+    let out = h.run(&[&m[..], &["-c", "second"]].concat());
+    assert_success(&out);
     let users = |lines: &[Value]| -> Vec<String> {
         lines
             .iter()
@@ -541,18 +484,16 @@ async fn continue_session_sessions_stdin_and_no_session_as_pi() {
             })
             .collect()
     };
-    let lines = session_lines(&ws);
+    let lines = session_lines(&h.ws);
     assert_eq!(users(&lines), ["first", "second"]);
     // The listing: one session, this one.
     let listed = tokio::task::block_in_place(|| {
-        let mut cmd = Command::new(pi_lsp_bin());
-        cmd.args(["sessions", "--json", "--workspace"]).arg(&ws);
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        cmd.output().unwrap()
+        h.command(&["sessions", "--json", "--workspace"])
+            .arg(&h.ws)
+            .output()
+            .unwrap()
     });
-    ok(&listed);
+    assert_success(&listed);
     let rows: Vec<Value> = String::from_utf8(listed.stdout)
         .unwrap()
         .lines()
@@ -566,19 +507,16 @@ async fn continue_session_sessions_stdin_and_no_session_as_pi() {
     );
     // --session by the id's start; stdin before the prompt.
     let out = tokio::task::block_in_place(|| {
-        let mut cmd = Command::new(pi_lsp_bin());
-        cmd.arg("run")
-            .arg("--workspace")
-            .arg(&ws)
+        let mut child = h
+            .command(&["run", "--workspace"])
+            .arg(&h.ws)
             .args(m)
             .args(["--session", &id[..8], "third"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         {
             use std::io::Write;
             let mut stdin = child.stdin.take().unwrap();
@@ -586,18 +524,16 @@ async fn continue_session_sessions_stdin_and_no_session_as_pi() {
         }
         child.wait_with_output().unwrap()
     });
-    ok(&out);
+    assert_success(&out);
     assert_eq!(
-        users(&session_lines(&ws)),
+        users(&session_lines(&h.ws)),
         ["first", "second", "piped text\n\nthird"]
     );
     // --no-session: answered, and no file left.
-    let out = tokio::task::block_in_place(|| {
-        run(&ws, &env, &[&m[..], &["--no-session", "fourth"]].concat())
-    });
-    ok(&out);
+    let out = h.run(&[&m[..], &["--no-session", "fourth"]].concat());
+    assert_success(&out);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "four");
-    let files = std::fs::read_dir(ws.join(".pi/sessions"))
+    let files = std::fs::read_dir(h.ws.join(".pi/sessions"))
         .unwrap()
         .filter(|e| {
             e.as_ref()
@@ -632,23 +568,20 @@ fn prompt_and_tools(body: &Value) -> (String, Vec<String>) {
 /// request carries them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_prompt_append_and_tools_flags_as_pi() {
-    let tmp = TempDir::new("prompt-flags");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(ws.join(".pi")).unwrap();
     let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
-    let agent = tmp.path().join("agent");
-    let env = agent_env(&agent, &mock.models_json(), &[]);
+    let h = Headless::new("prompt-flags", &mock.models_json());
+    std::fs::create_dir_all(h.ws.join(".pi")).unwrap();
     // Both files are replaced by the flags.
-    std::fs::write(agent.join("SYSTEM.md"), "GLOBAL SYSTEM").unwrap();
-    std::fs::write(agent.join("APPEND_SYSTEM.md"), "GLOBAL APPEND").unwrap();
+    std::fs::write(h.agent.join("SYSTEM.md"), "GLOBAL SYSTEM").unwrap();
+    std::fs::write(h.agent.join("APPEND_SYSTEM.md"), "GLOBAL APPEND").unwrap();
     std::fs::write(
-        agent.join("settings.json"),
+        h.agent.join("settings.json"),
         r#"{"defaultTools": ["read", "bash"]}"#,
     )
     .unwrap();
-    let custom = tmp.path().join("custom.md");
+    let custom = h.path().join("custom.md");
     std::fs::write(&custom, "\u{feff}You review code. Nothing else.").unwrap();
-    let extra = tmp.path().join("extra.md");
+    let extra = h.path().join("extra.md");
     std::fs::write(&extra, "From a file.").unwrap();
     let custom_arg = custom.display().to_string();
     let extra_arg = extra.display().to_string();
@@ -665,12 +598,8 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
         "read,gr*,todo,nosuch",
         "hello",
     ];
-    let out = tokio::task::block_in_place(|| run(&ws, &env, &args));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = h.run(&args);
+    assert_success(&out);
     let (prompt, tools) = prompt_and_tools(&mock.requests()[0].body);
     let date = prompt
         .lines()
@@ -681,25 +610,15 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
         prompt,
         format!(
             "You review code. Nothing else.\n\nPlain text, not a file.\n\nFrom a file.\nCurrent date: {date}\nCurrent working directory: {}",
-            ws.canonicalize().unwrap().display()
+            h.ws.canonicalize().unwrap().display()
         )
     );
     // An allowlist: in the tools' own order, the pattern matching grep, defaultTools ignored.
     assert_eq!(tools, ["read", "grep", "todo"]);
 
     // Modifiers change the default selection (defaultTools: read, bash; todo is on).
-    let out = tokio::task::block_in_place(|| {
-        run(
-            &ws,
-            &env,
-            &["--model", "mock/mock-1", "--tools", "-bash,+ls", "hi"],
-        )
-    });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = h.run(&["--model", "mock/mock-1", "--tools", "-bash,+ls", "hi"]);
+    assert_success(&out);
     let (prompt, tools) = prompt_and_tools(&mock.requests()[1].body);
     assert_eq!(tools, ["read", "todo", "ls"]);
     assert!(
@@ -708,17 +627,10 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
     );
 
     // Mixed: refused before anything runs.
-    let out = tokio::task::block_in_place(|| {
-        run(
-            &ws,
-            &env,
-            &["--model", "mock/mock-1", "--tools", "read,-bash", "hi"],
-        )
-    });
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
-        "pi-lsp: --tools: tool names cannot be mixed with +name or -name entries"
+    let out = h.run(&["--model", "mock/mock-1", "--tools", "read,-bash", "hi"]);
+    assert_refused(
+        &out,
+        "pi-lsp: --tools: tool names cannot be mixed with +name or -name entries",
     );
     assert_eq!(mock.requests().len(), 2);
 }
@@ -728,14 +640,13 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
 /// on a model without it the level is clamped to the highest it has, as Pi's `--thinking`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
-    let tmp = TempDir::new("thinking-max");
     let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
     let mut models = mock.models_json();
     models["providers"]["mock"]["models"] = json!([
         {"id": "deep", "reasoning": true, "thinkingLevelMap": {"xhigh": "xhigh", "max": "max-effort"}},
         {"id": "plain", "reasoning": true}
     ]);
-    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    let h = Headless::new("thinking-max", &models);
     let levels = |ws: &std::path::Path| -> Vec<String> {
         session_lines(ws)
             .iter()
@@ -747,33 +658,23 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
         .into_iter()
         .enumerate()
     {
-        let ws = tmp.path().join(model);
+        let ws = h.path().join(model);
         std::fs::create_dir_all(&ws).unwrap();
         let m = format!("mock/{model}");
-        let out = tokio::task::block_in_place(|| {
-            run(&ws, &env, &["--model", &m, "--thinking", "max", "hello"])
-        });
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run(&ws, &h.env, &["--model", &m, "--thinking", "max", "hello"]);
+        assert_success(&out);
         assert_eq!(mock.requests()[i].body["reasoning_effort"], sent);
         assert_eq!(levels(&ws).last().map(String::as_str), Some(recorded));
     }
     // A name that is not a level: refused, nothing sent.
-    let ws = tmp.path().join("deep");
-    let out = tokio::task::block_in_place(|| {
-        run(
-            &ws,
-            &env,
-            &["--model", "mock/deep", "--thinking", "maximum", "x"],
-        )
-    });
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
-        "pi-lsp: --thinking maximum: not a thinking level (off, minimal, low, medium, high, xhigh, max)"
+    let out = run(
+        &h.path().join("deep"),
+        &h.env,
+        &["--model", "mock/deep", "--thinking", "maximum", "x"],
+    );
+    assert_refused(
+        &out,
+        "pi-lsp: --thinking maximum: not a thinking level (off, minimal, low, medium, high, xhigh, max)",
     );
     assert_eq!(mock.requests().len(), 2);
 }
@@ -786,9 +687,6 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
 /// assistant message (or last). The file keeps the patches as entries either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
-    let tmp = TempDir::new("mid-convo-system");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![
         Step::text("three"),
         Step::text("three"),
@@ -802,24 +700,18 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
             "compat": {"supportsMidConvoSystemMessages": true}}
     ]);
     models["providers"]["mockant"]["compat"] = json!({"supportsMidConvoSystemMessages": true});
-    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    let h = Headless::new("mid-convo-system", &models);
     let go = |file: &std::path::Path, model: &str| {
         let f = file.display().to_string();
-        let out = tokio::task::block_in_place(|| {
-            run(&ws, &env, &["--model", model, "--session", &f, "third"])
-        });
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = h.run(&["--model", model, "--session", &f, "third"]);
+        assert_success(&out);
     };
     let user = |t: &str| json!({"role": "user", "content": [{"type": "text", "text": t}]});
     let assistant = |t: &str| json!({"role": "assistant", "content": t});
 
     // Flag off: the run's prompt alone, no system text among the messages.
-    let plain = tmp.path().join("plain.jsonl");
-    pi_e2e::pi16_session_with_a_patch(&plain, &ws, ("mock", "plain", "openai-completions"));
+    let plain = h.path().join("plain.jsonl");
+    pi_e2e::pi16_session_with_a_patch(&plain, &h.ws, ("mock", "plain", "openai-completions"));
     go(&plain, "mock/plain");
     let body = &mock.requests()[0].body;
     let prompt = body["messages"][0]["content"].as_str().unwrap().to_string();
@@ -853,8 +745,8 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
     let ours = format!(
         "Removed system prompt section \"preamble\".\n\nRemoved system prompt section \"rules\".\n\nUpdated system prompt section \"prompt\":\n\n{prompt}"
     );
-    let mid = tmp.path().join("mid.jsonl");
-    pi_e2e::pi16_session_with_a_patch(&mid, &ws, ("mock", "mid", "openai-completions"));
+    let mid = h.path().join("mid.jsonl");
+    pi_e2e::pi16_session_with_a_patch(&mid, &h.ws, ("mock", "mid", "openai-completions"));
     go(&mid, "mock/mid");
     assert_eq!(
         mock.requests()[1].body["messages"],
@@ -870,8 +762,8 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
 
     // Flag on (Anthropic Messages): the patches held to just before the next assistant
     // message, the last one last (with the conversation's cache mark).
-    let ant = tmp.path().join("ant.jsonl");
-    pi_e2e::pi16_session_with_a_patch(&ant, &ws, ("mockant", "mock-ant-1", "anthropic-messages"));
+    let ant = h.path().join("ant.jsonl");
+    pi_e2e::pi16_session_with_a_patch(&ant, &h.ws, ("mockant", "mock-ant-1", "anthropic-messages"));
     go(&ant, "mockant/mock-ant-1");
     let body = &mock.requests()[2].body;
     let text = |t: &str| json!({"type": "text", "text": t});
@@ -900,9 +792,6 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
 /// `system`, even for a reasoning model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_prompt_role_is_developer_only_where_pi_sends_it() {
-    let tmp = TempDir::new("developer-role");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
     let mut models = mock.models_json();
     let provider = models["providers"]["mock"].as_object_mut().unwrap();
@@ -911,18 +800,14 @@ async fn system_prompt_role_is_developer_only_where_pi_sends_it() {
         {"id": "local", "reasoning": true},
         {"id": "dev", "reasoning": true, "compat": {"supportsDeveloperRole": true}}
     ]);
-    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
+    let h = Headless::new("developer-role", &models);
     for (i, (model, role)) in [("local", "system"), ("dev", "developer")]
         .into_iter()
         .enumerate()
     {
         let m = format!("mock/{model}");
-        let out = tokio::task::block_in_place(|| run(&ws, &env, &["--model", &m, "hello"]));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = h.run(&["--model", &m, "hello"]);
+        assert_success(&out);
         let body = &mock.requests()[i].body;
         let roles: Vec<&str> = body["messages"]
             .as_array()
@@ -938,76 +823,49 @@ async fn system_prompt_role_is_developer_only_where_pi_sends_it() {
 /// exit 2, nothing sent, nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_prompt_is_refused_and_writes_nothing() {
-    let tmp = TempDir::new("empty-prompt");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("never")]).await;
-    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let h = Headless::new("empty-prompt", &mock.models_json());
     for prompt in ["", "  \n\t "] {
-        let out =
-            tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", prompt]));
-        assert_eq!(out.status.code(), Some(2), "{prompt:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stderr).trim(),
-            "pi-lsp: no prompt (give one, or pipe it on stdin)"
-        );
+        let out = h.run(&["--model", "mock/mock-1", prompt]);
+        assert_refused(&out, "pi-lsp: no prompt (give one, or pipe it on stdin)");
     }
     assert_eq!(mock.requests().len(), 0);
-    assert!(!ws.join(".pi").exists());
+    assert!(!h.ws.join(".pi").exists());
 }
 
 /// Flags are checked before the session file is made: `--thinking bogus` leaves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_flag_creates_no_session_file() {
-    let tmp = TempDir::new("bad-flag");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("never")]).await;
-    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
-    let out = tokio::task::block_in_place(|| {
-        run(
-            &ws,
-            &env,
-            &["--model", "mock/mock-1", "--thinking", "bogus", "hi"],
-        )
-    });
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
-        "pi-lsp: --thinking bogus: not a thinking level (off, minimal, low, medium, high, xhigh, max)"
+    let h = Headless::new("bad-flag", &mock.models_json());
+    let out = h.run(&["--model", "mock/mock-1", "--thinking", "bogus", "hi"]);
+    assert_refused(
+        &out,
+        "pi-lsp: --thinking bogus: not a thinking level (off, minimal, low, medium, high, xhigh, max)",
     );
     assert_eq!(mock.requests().len(), 0);
-    assert!(!ws.join(".pi").exists());
+    assert!(!h.ws.join(".pi").exists());
 }
 
 /// `--no-session` answers, says nothing about a saved session and creates nothing in the
 /// workspace (no file, no `.pi/sessions/.gitignore`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_session_creates_and_announces_nothing() {
-    let tmp = TempDir::new("no-session");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("answer")]).await;
-    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
-    let out = tokio::task::block_in_place(|| {
-        run(&ws, &env, &["--model", "mock/mock-1", "--no-session", "hi"])
-    });
+    let h = Headless::new("no-session", &mock.models_json());
+    let out = h.run(&["--model", "mock/mock-1", "--no-session", "hi"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "answer\n");
     assert!(!stderr.contains("session saved"), "{stderr}");
-    assert!(!ws.join(".pi").exists());
-    assert!(!tmp.path().join("agent/sessions").exists());
+    assert!(!h.ws.join(".pi").exists());
+    assert!(!h.path().join("agent/sessions").exists());
 }
 
 /// `-c` in a folder with no session starts a new one (Pi's `continueRecent`); `--model` with
 /// `-c` / `--session` switches the resumed session's model, recorded as Pi's `model_change`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continue_starts_new_and_model_applies_on_resume() {
-    let tmp = TempDir::new("continue-model");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![
         Step::text("one"),
         Step::text("two"),
@@ -1016,37 +874,22 @@ async fn continue_starts_new_and_model_applies_on_resume() {
     .await;
     let mut models = mock.models_json();
     models["providers"]["mock"]["models"] = json!([{"id": "mock-1"}, {"id": "mock-2"}]);
-    let env = agent_env(&tmp.path().join("agent"), &models, &[]);
-    let ok = |out: &std::process::Output| {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let out =
-        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", "-c", "first"]));
-    ok(&out);
+    let h = Headless::new("continue-model", &models);
+    let out = h.run(&["--model", "mock/mock-1", "-c", "first"]);
+    assert_success(&out);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "one\n");
-    let out =
-        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-2", "-c", "second"]));
-    ok(&out);
-    let id = session_lines(&ws)[0]["id"].as_str().unwrap().to_string();
-    let out = tokio::task::block_in_place(|| {
-        run(
-            &ws,
-            &env,
-            &["--model", "mock/mock-1", "--session", &id[..8], "third"],
-        )
-    });
-    ok(&out);
+    let out = h.run(&["--model", "mock/mock-2", "-c", "second"]);
+    assert_success(&out);
+    let id = session_lines(&h.ws)[0]["id"].as_str().unwrap().to_string();
+    let out = h.run(&["--model", "mock/mock-1", "--session", &id[..8], "third"]);
+    assert_success(&out);
     let sent: Vec<String> = mock
         .requests()
         .iter()
         .map(|r| r.body["model"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(sent, ["mock-1", "mock-2", "mock-1"]);
-    let changes: Vec<String> = session_lines(&ws)
+    let changes: Vec<String> = session_lines(&h.ws)
         .iter()
         .filter(|l| l["type"] == "model_change")
         .map(|l| {
@@ -1064,19 +907,14 @@ async fn continue_starts_new_and_model_applies_on_resume() {
 /// by `sessions`, `run -c` and `run --session`: only files whose header's cwd is this folder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_sessions_folder_is_listed_and_continued() {
-    let tmp = TempDir::new("pi-folder");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let ws = ws.canonicalize().unwrap();
     let mock = MockModel::start(vec![Step::text("two"), Step::text("three")]).await;
-    let agent = tmp.path().join("agent");
-    let env = agent_env(&agent, &mock.models_json(), &[]);
-    let safe = ws
-        .display()
-        .to_string()
-        .trim_start_matches('/')
-        .replace('/', "-");
-    let dir = agent.join("sessions").join(format!("--{safe}--"));
+    let h = Headless::new("pi-folder", &mock.models_json());
+    let safe =
+        h.ws.display()
+            .to_string()
+            .trim_start_matches('/')
+            .replace('/', "-");
+    let dir = h.agent.join("sessions").join(format!("--{safe}--"));
     std::fs::create_dir_all(&dir).unwrap();
     let pi_file = |id: &str, cwd: &std::path::Path, text: &str| {
         let lines = [
@@ -1093,20 +931,18 @@ async fn pi_sessions_folder_is_listed_and_continued() {
         .unwrap();
     };
     let id = "01a22d5d-8af7-7261-b8bf-53378d3c9d40";
-    pi_file(id, &ws, "from pi");
+    pi_file(id, &h.ws, "from pi");
     // Another project whose cwd maps to the same folder name: not this folder's.
     pi_file(
         "02b33e6e-0000-7000-8000-000000000000",
-        &tmp.path().join("other"),
+        &h.path().join("other"),
         "other",
     );
     let listed = tokio::task::block_in_place(|| {
-        let mut cmd = Command::new(pi_lsp_bin());
-        cmd.args(["sessions", "--json", "--workspace"]).arg(&ws);
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        cmd.output().unwrap()
+        h.command(&["sessions", "--json", "--workspace"])
+            .arg(&h.ws)
+            .output()
+            .unwrap()
     });
     assert!(listed.status.success());
     let rows: Vec<Value> = String::from_utf8(listed.stdout)
@@ -1133,33 +969,18 @@ async fn pi_sessions_folder_is_listed_and_continued() {
             })
             .collect()
     };
-    let out =
-        tokio::task::block_in_place(|| run(&ws, &env, &["--model", "mock/mock-1", "-c", "second"]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = h.run(&["--model", "mock/mock-1", "-c", "second"]);
+    assert_success(&out);
     assert_eq!(users(&mock.requests()[0].body), ["from pi", "second"]);
-    let out = tokio::task::block_in_place(|| {
-        run(
-            &ws,
-            &env,
-            &["--model", "mock/mock-1", "--session", &id[..8], "third"],
-        )
-    });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = h.run(&["--model", "mock/mock-1", "--session", &id[..8], "third"]);
+    assert_success(&out);
     assert_eq!(
         users(&mock.requests()[1].body),
         ["from pi", "second", "third"]
     );
     assert!(
-        !ws.join(".pi/sessions").exists()
-            || std::fs::read_dir(ws.join(".pi/sessions"))
+        !h.ws.join(".pi/sessions").exists()
+            || std::fs::read_dir(h.ws.join(".pi/sessions"))
                 .unwrap()
                 .all(|e| e.unwrap().path().extension().is_none_or(|x| x != "jsonl"))
     );
@@ -1188,9 +1009,6 @@ fn cut_stream(text: &str) -> Step {
 /// groups are stopped at exit, as the ACP and LSP servers do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdout_holds_only_the_final_answer_and_no_child_outlives_the_run() {
-    let tmp = TempDir::new("final-answer");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![
         Step::Tools(
             Some("Starting it in the background.".into()),
@@ -1204,20 +1022,13 @@ async fn stdout_holds_only_the_final_answer_and_no_child_outlives_the_run() {
         Step::text("The final answer."),
     ])
     .await;
-    let agent = tmp.path().join("agent");
-    let env = agent_env(&agent, &mock.models_json(), &[]);
+    let h = Headless::new("final-answer", &mock.models_json());
     std::fs::write(
-        agent.join("settings.json"),
+        h.agent.join("settings.json"),
         r#"{"retry": {"baseDelayMs": 10}}"#,
     )
     .unwrap();
-    let out = tokio::task::block_in_place(|| {
-        run(
-            &ws,
-            &env,
-            &["--model", "mock/mock-1", "--approve-all", "start it"],
-        )
-    });
+    let out = h.run(&["--model", "mock/mock-1", "--approve-all", "start it"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "The final answer.\n");
@@ -1229,7 +1040,7 @@ async fn stdout_holds_only_the_final_answer_and_no_child_outlives_the_run() {
     );
     assert_eq!(mock.requests().len(), 3);
     // The background sleep is gone (killed and reaped once the run ended).
-    let pid = std::fs::read_to_string(ws.join("bg.pid")).unwrap();
+    let pid = std::fs::read_to_string(h.ws.join("bg.pid")).unwrap();
     let proc_dir = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while proc_dir.exists() && std::time::Instant::now() < deadline {
@@ -1247,24 +1058,15 @@ async fn stdout_holds_only_the_final_answer_and_no_child_outlives_the_run() {
 /// `mcp__` entry is not judged (its server may connect later).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_tools_are_named_in_a_warning() {
-    let tmp = TempDir::new("unknown-tools");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
     let mock = MockModel::start(vec![Step::text("no tools here")]).await;
-    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
-    let out = tokio::task::block_in_place(|| {
-        run(
-            &ws,
-            &env,
-            &[
-                "--model",
-                "mock/mock-1",
-                "--tools",
-                "nosuchtool,zz*,mcp__srv__x",
-                "hi",
-            ],
-        )
-    });
+    let h = Headless::new("unknown-tools", &mock.models_json());
+    let out = h.run(&[
+        "--model",
+        "mock/mock-1",
+        "--tools",
+        "nosuchtool,zz*,mcp__srv__x",
+        "hi",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "no tools here\n");

@@ -9,6 +9,7 @@
 
 pub mod acp_client;
 pub mod acp_terminal;
+pub mod headless;
 pub mod lsp_client;
 pub mod mock_model;
 pub mod mock_script;

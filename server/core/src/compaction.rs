@@ -138,10 +138,17 @@ fn context_tokens_anchored(messages: &[Message]) -> Option<u64> {
     Some(total + messages[i + 1..].iter().map(estimate_tokens).sum::<u64>())
 }
 
-/// True when compaction is due: `tokens > context_window - reserve`, with the reserve as
-/// [`effective_reserve`] bounds it.
+/// True when compaction is due: `tokens > context_window - reserve` ([`threshold`]).
 pub fn should_compact(tokens: u64, context_window: u64, reserve: u64) -> bool {
-    tokens > context_window.saturating_sub(effective_reserve(context_window, reserve))
+    tokens > threshold(context_window, reserve)
+}
+
+/// The threshold, in tokens: context window − [`effective_reserve`]. Compaction is due above it
+/// ([`should_compact`]), a threshold compaction must bring the context under it (case CMP-04),
+/// and the kept tail is at most half of what it leaves ([`keep_budget`]). 0 for an unknown
+/// window (0) whatever the reserve.
+pub fn threshold(context_window: u64, reserve: u64) -> u64 {
+    context_window.saturating_sub(effective_reserve(context_window, reserve))
 }
 
 /// The reserve the threshold uses: `compaction.reserveTokens`, at most half the context window.
@@ -174,8 +181,8 @@ pub fn keep_budget(
     if context_window == 0 {
         return keep_recent_tokens;
     }
-    let limit = context_window.saturating_sub(effective_reserve(context_window, reserve_tokens));
-    keep_recent_tokens.min(limit.saturating_sub(fixed_tokens) / 2)
+    keep_recent_tokens
+        .min(threshold(context_window, reserve_tokens).saturating_sub(fixed_tokens) / 2)
 }
 
 /// Where compaction cuts the context.
@@ -1175,6 +1182,9 @@ mod tests {
         // The reserve is at most half the window: a 16,000-token model compacts past 8,000.
         assert_eq!(effective_reserve(16_000, 16_384), 8_000);
         assert_eq!(effective_reserve(200_000, 16_384), 16_384);
+        assert_eq!(threshold(200_000, 16_384), 183_616);
+        assert_eq!(threshold(16_000, 16_384), 8_000);
+        assert_eq!(threshold(0, 16_384), 0);
         assert!(!should_compact(1_733, 16_000, 16_384));
         assert!(should_compact(8_001, 16_000, 16_384));
         assert!(should_compact(120_000, 128_000, DEFAULT_RESERVE_TOKENS));

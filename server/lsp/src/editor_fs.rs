@@ -262,6 +262,32 @@ async fn mtime_of(path: &Path) -> Option<FileTime> {
     })
 }
 
+/// Asks the client to save the buffer of `uri` (file `path`) with `agent/saveDocument` when it
+/// advertised it (`caps.save_request`); true when it says it saved. A refusal or a failed
+/// request is logged as a warning (the caller then writes the text itself).
+async fn client_saved(client: &Client, caps: EditorCaps, path: &Path, uri: &Uri) -> bool {
+    if !caps.save_request {
+        return false;
+    }
+    match crate::client::request::<SaveDocumentRequest>(
+        client,
+        SaveDocumentParams { uri: uri.clone() },
+        None,
+    )
+    .await
+    .into_result()
+    {
+        Ok(r) if r.saved => return true,
+        Ok(_) => tracing::warn!("client did not save {}; writing it", path.display()),
+        Err(e) => tracing::warn!(
+            "agent/saveDocument failed for {}: {}; writing it",
+            path.display(),
+            e.message
+        ),
+    }
+    false
+}
+
 /// Asks the client to save the open buffer at `path` (`agent/saveDocument`), else writes the
 /// buffer's text itself and says so (`agent/didWriteDocument`).
 async fn save_buffer(
@@ -272,23 +298,8 @@ async fn save_buffer(
     uri: Uri,
     encoding: &TextEncoding,
 ) -> Result<(), FsError> {
-    if caps.save_request {
-        match crate::client::request::<SaveDocumentRequest>(
-            client,
-            SaveDocumentParams { uri: uri.clone() },
-            None,
-        )
-        .await
-        .into_result()
-        {
-            Ok(r) if r.saved => return Ok(()),
-            Ok(_) => tracing::warn!("client did not save {}; writing it", path.display()),
-            Err(e) => tracing::warn!(
-                "agent/saveDocument failed for {}: {}; writing it",
-                path.display(),
-                e.message
-            ),
-        }
+    if client_saved(client, caps, path, &uri).await {
+        return Ok(());
     }
     let Some(d) = docs.get(path) else {
         return Ok(());
@@ -704,23 +715,8 @@ impl EditorFs {
                 );
             }
         }
-        if self.caps.save_request {
-            match crate::client::request::<SaveDocumentRequest>(
-                &self.client,
-                SaveDocumentParams { uri: uri.clone() },
-                None,
-            )
-            .await
-            .into_result()
-            {
-                Ok(r) if r.saved => return Ok(()),
-                Ok(_) => tracing::warn!("client did not save {}; writing it", path.display()),
-                Err(e) => tracing::warn!(
-                    "agent/saveDocument failed for {}: {}; writing it",
-                    path.display(),
-                    e.message
-                ),
-            }
+        if client_saved(&self.client, self.caps, path, &uri).await {
+            return Ok(());
         }
         // An open buffer's text (it may hold the user's unsaved typing too: saving writes the
         // buffer, as the editor would), written from the rope's chunks; for a file that was not

@@ -48,13 +48,15 @@ pub(crate) async fn compact_checked(
     // Both sides estimated the same way (provider usage describes the old context only).
     let estimate =
         |m: &[Message]| crate::compaction::request_tokens(system_prompt, specs, m, usize::MAX);
+    // The system prompt and tool specs, counted on both sides.
+    let fixed = estimate(&[]);
     // The kept tail fits under the threshold beside the summary (cases CTX-03 / CMP-02).
     let mut settings = cc.settings;
     settings.keep_recent_tokens = crate::compaction::keep_budget(
         settings.keep_recent_tokens,
         model.context_window,
         settings.reserve_tokens,
-        estimate(&[]),
+        fixed,
     );
     let proposal = cc
         .compactor
@@ -65,7 +67,6 @@ pub(crate) async fn compact_checked(
     // A compaction the user asked for is done as Pi does it, whatever it saves; an automatic
     // one must make room or it would repeat (case CMP-04).
     if reason != CompactionReason::Manual && after >= before {
-        let fixed = estimate(&[]);
         return Err(CompactionError::NoProgress {
             before: before - fixed.min(before),
             after: after - fixed.min(after),
@@ -73,12 +74,7 @@ pub(crate) async fn compact_checked(
             keep_recent_tokens: settings.keep_recent_tokens,
         });
     }
-    let limit = model
-        .context_window
-        .saturating_sub(crate::compaction::effective_reserve(
-            model.context_window,
-            cc.settings.reserve_tokens,
-        ));
+    let limit = crate::compaction::threshold(model.context_window, cc.settings.reserve_tokens);
     if reason == CompactionReason::Threshold && model.context_window > 0 && after > limit {
         return Err(CompactionError::DoesNotFit { after, limit });
     }
@@ -551,14 +547,12 @@ impl Run<'_> {
             return Ok(());
         }
         let tokens = self.request_tokens();
-        if !crate::compaction::should_compact(tokens, window, cc.settings.reserve_tokens) {
+        // Due above the threshold (`compaction::should_compact`).
+        let limit = crate::compaction::threshold(window, cc.settings.reserve_tokens);
+        if tokens <= limit {
             return Ok(());
         }
         self.compacted_this_turn = true;
-        let limit = window.saturating_sub(crate::compaction::effective_reserve(
-            window,
-            cc.settings.reserve_tokens,
-        ));
         match self.compact(CompactionReason::Threshold).await {
             Ok(()) => Ok(()),
             // A failed or cancelled summary request appends nothing; the request still goes

@@ -95,6 +95,27 @@ impl Events for ServerEvents {
 }
 
 impl Server {
+    /// Server `config` of `manager`, not connected: `connecting` when enabled (its connection
+    /// is started by the caller), else `disabled`.
+    fn new(config: ServerConfig, manager: &Arc<McpManager>) -> Arc<Server> {
+        let state = if config.enabled {
+            State::Connecting
+        } else {
+            State::Disabled
+        };
+        Arc::new(Server {
+            config,
+            status: parking_lot::Mutex::new((state, None)),
+            conn: Default::default(),
+            tools: Default::default(),
+            info: Default::default(),
+            started: Default::default(),
+            changed: Default::default(),
+            reported: Default::default(),
+            manager: Arc::downgrade(manager),
+        })
+    }
+
     /// State and error now.
     pub fn status(&self) -> (State, Option<String>) {
         self.status.lock().clone()
@@ -442,24 +463,7 @@ impl McpManager {
         let servers = cfg
             .servers
             .into_iter()
-            .map(|c| {
-                let state = if c.enabled {
-                    State::Connecting
-                } else {
-                    State::Disabled
-                };
-                Arc::new(Server {
-                    config: c,
-                    status: parking_lot::Mutex::new((state, None)),
-                    conn: Default::default(),
-                    tools: Default::default(),
-                    info: Default::default(),
-                    started: Default::default(),
-                    changed: Default::default(),
-                    reported: Default::default(),
-                    manager: Arc::downgrade(self),
-                })
-            })
+            .map(|c| Server::new(c, self))
             .collect();
         *self.servers.lock() = servers;
         self.generation.fetch_add(1, Ordering::SeqCst);
@@ -660,22 +664,7 @@ impl McpManager {
                 if let Some(k) = keep.iter().find(|k| k.config.name == c.name) {
                     return k.clone();
                 }
-                let state = if c.enabled {
-                    State::Connecting
-                } else {
-                    State::Disabled
-                };
-                let s = Arc::new(Server {
-                    config: c,
-                    status: parking_lot::Mutex::new((state, None)),
-                    conn: Default::default(),
-                    tools: Default::default(),
-                    info: Default::default(),
-                    started: Default::default(),
-                    changed: Default::default(),
-                    reported: Default::default(),
-                    manager: Arc::downgrade(self),
-                });
+                let s = Server::new(c, self);
                 if s.config.enabled {
                     let t = s.clone();
                     tokio::spawn(async move {

@@ -6,13 +6,10 @@ pub const MAX_TOOL_NAME_LENGTH: usize = 64;
 /// What every MCP tool's name starts with.
 pub const PREFIX: &str = "mcp__";
 
-/// `mcp__<server>__<tool>` with every character other than ASCII letters, digits and `_`
-/// replaced by `_`; when longer than 64 characters or `taken` (another MCP tool has it), cut
-/// to 55 characters and suffixed with `_` and the first 8 hex digits of SHA-256 of
-/// `server\0tool`.
-pub fn tool_name(server: &str, tool: &str, taken: impl Fn(&str) -> bool) -> String {
-    let name: String = format!("mcp__{server}__{tool}")
-        .chars()
+/// `text` with every character other than ASCII letters, digits and `_` replaced by `_`, one
+/// `_` per character (Pi 1.6's `createMcpToolName`).
+pub fn sanitize(text: &str) -> String {
+    text.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' {
                 c
@@ -20,7 +17,15 @@ pub fn tool_name(server: &str, tool: &str, taken: impl Fn(&str) -> bool) -> Stri
                 '_'
             }
         })
-        .collect();
+        .collect()
+}
+
+/// `mcp__<server>__<tool>` with every character other than ASCII letters, digits and `_`
+/// replaced by `_`; when longer than 64 characters or `taken` (another MCP tool has it), cut
+/// to 55 characters and suffixed with `_` and the first 8 hex digits of SHA-256 of
+/// `server\0tool`.
+pub fn tool_name(server: &str, tool: &str, taken: impl Fn(&str) -> bool) -> String {
+    let name = sanitize(&format!("mcp__{server}__{tool}"));
     if name.len() <= MAX_TOOL_NAME_LENGTH && !taken(&name) {
         return name;
     }

@@ -473,18 +473,7 @@ pub fn rank(query: &str, docs: &[(String, String)], limit: usize) -> Vec<String>
             .count() as f64;
         (1.0 + (n - f + 0.5) / (f + 0.5)).ln()
     };
-    let exact: String = query
-        .trim()
-        .to_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let exact = super::naming::sanitize(&query.trim().to_lowercase());
     let (k1, b) = (1.2, 0.75);
     let mut scored: Vec<(bool, usize, f64, usize)> = Vec::new();
     for (i, d) in indexed.iter().enumerate() {
