@@ -596,16 +596,27 @@ impl AcpAgent {
             .create(self.opts.model.as_deref(), None, None)
             .map_err(|e| harness_error(e, ""))?;
         let live = self.register(session, reg);
-        let id = live.session.id().to_string();
-        let meta = self
-            .start_mcp(&id, &live.cwd, live.session.workspace(), &p.mcp_servers)
-            .await;
-        let mut out = self.opened(&live);
-        out["sessionId"] = json!(id);
-        if let Some(m) = meta {
+        let mut out = self.opened_with_mcp(&live, &p.mcp_servers).await;
+        out["sessionId"] = json!(live.session.id());
+        Ok(out)
+    }
+
+    /// What `session/new`, `load` and `resume` answer besides the id: [`Self::opened`], with
+    /// `_meta` from the client's MCP servers ([`Self::start_mcp`]) when it handed any.
+    async fn opened_with_mcp(&self, live: &Live, servers: &[McpServer]) -> Value {
+        let mut out = self.opened(live);
+        if let Some(m) = self
+            .start_mcp(
+                live.session.id(),
+                &live.cwd,
+                live.session.workspace(),
+                servers,
+            )
+            .await
+        {
             out["_meta"] = m;
         }
-        Ok(out)
+        out
     }
 
     /// What `session/new`, `load` and `resume` answer besides the id: `configOptions` and
@@ -656,38 +667,14 @@ impl AcpAgent {
                 );
             }
         }
-        let mut out = self.opened(&live);
-        if let Some(m) = self
-            .start_mcp(
-                live.session.id(),
-                &live.cwd,
-                live.session.workspace(),
-                &p.mcp_servers,
-            )
-            .await
-        {
-            out["_meta"] = m;
-        }
-        Ok(out)
+        Ok(self.opened_with_mcp(&live, &p.mcp_servers).await)
     }
 
     async fn resume(self: &Arc<Self>, p: ResumeSessionRequest) -> Result<Value, RpcError> {
         let live = self
             .open(&p.session_id.0, &p.cwd, &p.additional_directories)
             .await?;
-        let mut out = self.opened(&live);
-        if let Some(m) = self
-            .start_mcp(
-                live.session.id(),
-                &live.cwd,
-                live.session.workspace(),
-                &p.mcp_servers,
-            )
-            .await
-        {
-            out["_meta"] = m;
-        }
-        Ok(out)
+        Ok(self.opened_with_mcp(&live, &p.mcp_servers).await)
     }
 
     fn list(&self, p: ListSessionsRequest) -> Result<Value, RpcError> {
