@@ -314,30 +314,106 @@ fn without_images(blocks: Vec<ContentBlock>, placeholder: &str) -> Vec<ContentBl
 /// models whose `input` includes `image`; for others they become placeholder text. Pure;
 /// `messages` is not changed.
 pub fn transform_messages(messages: &[Message], model: &Model) -> Vec<Message> {
-    let mut ids = IdMap::new(IdFormat::for_model(model));
-    let images = model.input.iter().any(|k| k == "image");
-    let paired = unique_call_ids(pair_tool_results(messages));
-    paired
-        .into_iter()
-        .map(|m| match m {
-            Message::Assistant(a) => Message::Assistant(convert_assistant(a, model, &mut ids)),
-            Message::ToolResult(mut r) => {
-                r.tool_call_id = ids.map(&r.tool_call_id);
-                if !images {
-                    r.content =
-                        without_images(std::mem::take(&mut r.content), TOOL_IMAGE_PLACEHOLDER);
+    Transform::new(model).extend(model, messages)
+}
+
+/// [`transform_messages`] as a scan that can go on: [`Transform::extend`] with a history's
+/// messages gives their request view; later messages appended to that history, given to
+/// `extend` again, give what the whole history's view adds to it, when
+/// [`Transform::can_extend`] says the messages already given keep their view whatever
+/// follows. The state carried: the pairing scan's "interrupted" flag, the tool-call ids seen
+/// (for [`unique_call_ids`]) and the wire ids given ([`IdMap`]). A tool round then transforms
+/// its new messages, not the whole history. Every call must pass the same model as
+/// [`Transform::new`].
+#[derive(Debug)]
+pub struct Transform {
+    ids: IdMap,
+    images: bool,
+    interrupted: bool,
+    unique: UniqueIds,
+    /// What the last message given was (`None`: none yet).
+    last: Option<LastKind>,
+}
+
+/// The kind of the last message a [`Transform`] was given: whether messages appended after
+/// it can change the request view of those before (see [`Transform::can_extend`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum LastKind {
+    /// A user or system message: the pairing scan never looks past it.
+    Closed,
+    /// A tool result, or an assistant message without tool calls: closed unless more tool
+    /// results follow (they would join its run).
+    OpenToResults,
+    /// An assistant message with tool calls: its results (or their synthetic stand-ins)
+    /// depend on what follows.
+    Open,
+}
+
+impl Transform {
+    /// A scan of an empty history for `model`.
+    pub fn new(model: &Model) -> Transform {
+        Transform {
+            ids: IdMap::new(IdFormat::for_model(model)),
+            images: model.input.iter().any(|k| k == "image"),
+            interrupted: false,
+            unique: UniqueIds::default(),
+            last: None,
+        }
+    }
+
+    /// Whether `next`, appended to the messages given so far, leaves their request view as
+    /// [`Transform::extend`] gave it: true unless the last message given was an assistant
+    /// message with tool calls, or `next` starts with tool results after a tool result or an
+    /// assistant message, or a tool-call id was renamed so far (a rename checks the ids of
+    /// the whole request, later ones included).
+    pub fn can_extend(&self, next: &[Message]) -> bool {
+        if self.unique.renamed {
+            return false;
+        }
+        match self.last {
+            None | Some(LastKind::Closed) => true,
+            Some(LastKind::OpenToResults) => !matches!(next.first(), Some(Message::ToolResult(_))),
+            Some(LastKind::Open) => false,
+        }
+    }
+
+    /// The request view of `messages`, which follow the messages given before (see the type's
+    /// docs).
+    pub fn extend(&mut self, model: &Model, messages: &[Message]) -> Vec<Message> {
+        let (mut paired, interrupted) = pair_from(messages, self.interrupted);
+        self.interrupted = interrupted;
+        self.unique.run(&mut paired);
+        if let Some(m) = messages.last() {
+            self.last = Some(match m {
+                Message::User(_) | Message::System(_) => LastKind::Closed,
+                Message::Assistant(a) if !a.tool_calls().is_empty() => LastKind::Open,
+                Message::Assistant(_) | Message::ToolResult(_) => LastKind::OpenToResults,
+            });
+        }
+        let images = self.images;
+        let ids = &mut self.ids;
+        paired
+            .into_iter()
+            .map(|m| match m {
+                Message::Assistant(a) => Message::Assistant(convert_assistant(a, model, ids)),
+                Message::ToolResult(mut r) => {
+                    r.tool_call_id = ids.map(&r.tool_call_id);
+                    if !images {
+                        r.content =
+                            without_images(std::mem::take(&mut r.content), TOOL_IMAGE_PLACEHOLDER);
+                    }
+                    Message::ToolResult(r)
                 }
-                Message::ToolResult(r)
-            }
-            Message::User(mut u) => {
-                if let (false, UserContent::Blocks(b)) = (images, &mut u.content) {
-                    *b = without_images(std::mem::take(b), USER_IMAGE_PLACEHOLDER);
+                Message::User(mut u) => {
+                    if let (false, UserContent::Blocks(b)) = (images, &mut u.content) {
+                        *b = without_images(std::mem::take(b), USER_IMAGE_PLACEHOLDER);
+                    }
+                    Message::User(u)
                 }
-                Message::User(u)
-            }
-            Message::System(s) => Message::System(s),
-        })
-        .collect()
+                Message::System(s) => Message::System(s),
+            })
+            .collect()
+    }
 }
 
 /// Gives every tool call of `paired` (the output of [`pair_tool_results`]: each assistant
@@ -346,68 +422,91 @@ pub fn transform_messages(messages: &[Message], model: &Model) -> Vec<Message> {
 /// id) becomes `{id}_{n}`, and the result paired with that call gets the same id. Providers
 /// reject a request that carries one tool-call id twice (case 18.9).
 pub fn unique_call_ids(mut paired: Vec<Message>) -> Vec<Message> {
-    let taken: HashSet<String> = paired
-        .iter()
-        .flat_map(|m| match m {
-            Message::Assistant(a) => a.tool_calls().into_iter().map(|c| c.id.clone()).collect(),
-            _ => Vec::new(),
-        })
-        .collect();
-    let taken_calls: HashSet<&str> = taken.iter().map(|id| call_part(id)).collect();
-    let mut seen: HashSet<String> = HashSet::new();
-    // The call-id parts (before a `|`) already sent: two Responses ids differing only in their
-    // item part still share one `call_id` on the wire.
-    let mut seen_calls: HashSet<String> = HashSet::new();
-    let mut i = 0;
-    while i < paired.len() {
-        let Message::Assistant(a) = &mut paired[i] else {
-            i += 1;
-            continue;
-        };
-        let mut renamed: Vec<Option<String>> = Vec::new();
-        for b in a.content.iter_mut() {
-            let ContentBlock::ToolCall(c) = b else {
-                continue;
-            };
-            let call = call_part(&c.id).to_string();
-            if !seen_calls.contains(&call) && seen.insert(c.id.clone()) {
-                seen_calls.insert(call);
-                renamed.push(None);
-                continue;
-            }
-            let mut n = 2;
-            let fresh = loop {
-                // A Responses id `{call_id}|{item_id}` (Pi's convention) is renamed in both
-                // parts: the request sends the call id and the item id apart, and each must
-                // be unique there.
-                let candidate = match c.id.split_once('|') {
-                    Some((call, item)) => format!("{call}_{n}|{item}_{n}"),
-                    None => format!("{}_{n}", c.id),
-                };
-                let clash = taken.contains(&candidate)
-                    || taken_calls.contains(call_part(&candidate))
-                    || seen.contains(&candidate)
-                    || seen_calls.contains(call_part(&candidate));
-                if !clash {
-                    break candidate;
-                }
-                n += 1;
-            };
-            seen_calls.insert(call_part(&fresh).to_string());
-            seen.insert(fresh.clone());
-            c.id = fresh.clone();
-            renamed.push(Some(fresh));
-        }
-        for (k, new_id) in renamed.into_iter().enumerate() {
-            match (new_id, paired.get_mut(i + 1 + k)) {
-                (Some(id), Some(Message::ToolResult(r))) => r.tool_call_id = id,
-                (_, Some(Message::ToolResult(_))) => {}
-                _ => break,
-            }
-        }
-        i += 1;
-    }
+    UniqueIds::default().run(&mut paired);
     paired
+}
+
+/// The state of [`unique_call_ids`]' scan: the ids of the request's calls (`taken`, and
+/// their call parts), those already sent (`seen`, and their call parts: two Responses ids
+/// differing only in their item part still share one `call_id` on the wire), and whether a
+/// call was renamed.
+#[derive(Debug, Default)]
+struct UniqueIds {
+    taken: HashSet<String>,
+    taken_calls: HashSet<String>,
+    seen: HashSet<String>,
+    seen_calls: HashSet<String>,
+    renamed: bool,
+}
+
+impl UniqueIds {
+    /// Adds the calls of `paired` to the request's ids, then renames the repeated ones of
+    /// `paired` (and their results).
+    fn run(&mut self, paired: &mut [Message]) {
+        for m in paired.iter() {
+            if let Message::Assistant(a) = m {
+                for b in &a.content {
+                    if let ContentBlock::ToolCall(c) = b {
+                        if !self.taken.contains(&c.id) {
+                            self.taken_calls.insert(call_part(&c.id).to_string());
+                            self.taken.insert(c.id.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let mut i = 0;
+        while i < paired.len() {
+            let Message::Assistant(a) = &mut paired[i] else {
+                i += 1;
+                continue;
+            };
+            let mut renamed: Vec<Option<String>> = Vec::new();
+            for b in a.content.iter_mut() {
+                let ContentBlock::ToolCall(c) = b else {
+                    continue;
+                };
+                let call = call_part(&c.id);
+                if !self.seen_calls.contains(call) && !self.seen.contains(&c.id) {
+                    self.seen_calls.insert(call.to_string());
+                    self.seen.insert(c.id.clone());
+                    renamed.push(None);
+                    continue;
+                }
+                let mut n = 2;
+                let fresh = loop {
+                    // A Responses id `{call_id}|{item_id}` (Pi's convention) is renamed in both
+                    // parts: the request sends the call id and the item id apart, and each must
+                    // be unique there.
+                    let candidate = match c.id.split_once('|') {
+                        Some((call, item)) => format!("{call}_{n}|{item}_{n}"),
+                        None => format!("{}_{n}", c.id),
+                    };
+                    let clash = self.taken.contains(&candidate)
+                        || self.taken_calls.contains(call_part(&candidate))
+                        || self.seen.contains(&candidate)
+                        || self.seen_calls.contains(call_part(&candidate));
+                    if !clash {
+                        break candidate;
+                    }
+                    n += 1;
+                };
+                self.renamed = true;
+                self.seen_calls.insert(call_part(&fresh).to_string());
+                self.seen.insert(fresh.clone());
+                c.id = fresh.clone();
+                renamed.push(Some(fresh));
+            }
+            for (k, new_id) in renamed.into_iter().enumerate() {
+                match (new_id, paired.get_mut(i + 1 + k)) {
+                    (Some(id), Some(Message::ToolResult(r))) => r.tool_call_id = id,
+                    (_, Some(Message::ToolResult(_))) => {}
+                    _ => break,
+                }
+            }
+            i += 1;
+        }
+    }
 }
 
 /// The call-id part of a stored id: before the `|` of a Responses `{call_id}|{item_id}`.
@@ -418,9 +517,14 @@ fn call_part(id: &str) -> &str {
 /// Pairing repair alone (no per-model rewriting): failed turns dropped, every call answered
 /// right after its message in call order, orphan results dropped (see module docs).
 pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
+    pair_from(messages, false).0
+}
+
+/// [`pair_tool_results`]' scan entered with `interrupted` (a dropped aborted turn before
+/// `messages`, not yet followed by a user message); also returns that flag at the end.
+fn pair_from(messages: &[Message], mut interrupted: bool) -> (Vec<Message>, bool) {
     let mut out = Vec::with_capacity(messages.len());
     let mut i = 0;
-    let mut interrupted = false;
     while i < messages.len() {
         match &messages[i] {
             Message::Assistant(a) => {
@@ -504,7 +608,7 @@ pub fn pair_tool_results(messages: &[Message]) -> Vec<Message> {
             }
         }
     }
-    out
+    (out, interrupted)
 }
 
 #[cfg(test)]
@@ -591,6 +695,125 @@ mod tests {
                 {"type":"text","text":INTERRUPTED_NOTE},
                 {"type":"text","text":"never mind"}]}]))[0]
         );
+    }
+
+    /// Every history here, cut at every point: when `can_extend` says the first part keeps
+    /// its view, the view of the first part followed by what `extend` gives for the rest is
+    /// the whole history's view; and the tool-round shape (results, then an assistant
+    /// message) is one that can be extended.
+    #[test]
+    fn extending_a_transform_gives_the_whole_historys_view() {
+        let call = |id: &str, stop: &str| {
+            json!({"role":"assistant","content":[{"type":"thinking","thinking":"hm","thinkingSignature":"reasoning_content"},
+                {"type":"toolCall","id":id,"name":"read","arguments":{"path":"a"}}],
+                "api":"openai-completions","provider":"mock","model":"mock-1","stopReason":stop})
+        };
+        let result = |id: &str| {
+            json!({"role":"toolResult","toolCallId":id,"toolName":"read",
+                "content":[{"type":"text","text":"x"},{"type":"image","data":"AA==","mimeType":"image/png"}],"isError":false})
+        };
+        let user = |t: &str| json!({"role":"user","content":t});
+        let text = |stop: &str| json!({"role":"assistant","content":[{"type":"text","text":"ok"}],"stopReason":stop});
+        // Read as a system message below (it has no JSON form).
+        let system = user("@system");
+        let long_id = "call_with_a_very_long_id_that_openai_chat_would_cut_0123456789";
+        let histories = vec![
+            // Tool rounds.
+            json!([
+                user("go"),
+                call("c1", "toolUse"),
+                result("c1"),
+                call("c2", "toolUse"),
+                result("c2"),
+                call("c3", "toolUse"),
+                result("c3"),
+                text("stop")
+            ]),
+            // Two calls in one message, results in the other order, one missing.
+            json!([user("go"), {"role":"assistant","content":[
+                {"type":"toolCall","id":"a","name":"read","arguments":{}},
+                {"type":"toolCall","id":"b","name":"read","arguments":{}}],"stopReason":"toolUse"},
+                result("b"), result("a"), user("next"), call("c", "toolUse"), user("again")]),
+            // Aborted and failed turns, an orphan result, a system message.
+            json!([
+                user("go"),
+                text("aborted"),
+                result("zz"),
+                user("then"),
+                call("d", "aborted"),
+                user("more"),
+                text("error"),
+                system,
+                user("last"),
+                call("e", "toolUse"),
+                result("e")
+            ]),
+            // Repeated ids (renamed), the same message stored twice, long ids.
+            json!([
+                user("go"),
+                call("dup", "toolUse"),
+                result("dup"),
+                call("dup", "toolUse"),
+                result("dup"),
+                call("dup_2", "toolUse"),
+                result("dup_2"),
+                call(long_id, "toolUse"),
+                call(long_id, "toolUse"),
+                result(long_id),
+                user("end")
+            ]),
+            json!([
+                user("go"),
+                call(long_id, "toolUse"),
+                result(long_id),
+                call("x|fc_1", "toolUse"),
+                result("x|fc_1"),
+                text("stop"),
+                user("bye")
+            ]),
+        ];
+        let mut models = Vec::new();
+        for (provider, input) in [("mock", vec!["text"]), ("mistral", vec!["text", "image"])] {
+            let mut m = Model::new(Api::OpenaiCompletions, provider, "mock-1", "http://x/v1");
+            m.input = input.into_iter().map(String::from).collect();
+            models.push(m);
+        }
+        let mut extended = 0;
+        for h in histories {
+            let h: Vec<Message> = msgs(h)
+                .into_iter()
+                .map(|m| match m {
+                    Message::User(u) if u.content == UserContent::Text("@system".into()) => {
+                        Message::System(crate::types::SystemMessage {
+                            content: "patch".into(),
+                            sections: vec![("tools".into(), None)],
+                        })
+                    }
+                    m => m,
+                })
+                .collect();
+            for model in &models {
+                let whole = transform_messages(&h, model);
+                for cut in 0..=h.len() {
+                    let mut t = Transform::new(model);
+                    let mut view = t.extend(model, &h[..cut]);
+                    if !t.can_extend(&h[cut..]) {
+                        continue;
+                    }
+                    view.extend(t.extend(model, &h[cut..]));
+                    assert_eq!(view, whole, "cut at {cut} of {h:?}");
+                    extended += 1;
+                }
+            }
+        }
+        assert!(extended > 40, "only {extended} cuts could be extended");
+        // The tool round: the history so far ends with a result, the next message is the
+        // model's answer.
+        let h = msgs(json!([user("go"), call("c1", "toolUse"), result("c1")]));
+        let mut t = Transform::new(&models[0]);
+        t.extend(&models[0], &h);
+        assert!(t.can_extend(&msgs(json!([call("c2", "toolUse"), result("c2")]))));
+        assert!(!t.can_extend(&msgs(json!([result("c1")]))));
     }
 
     fn out_usage(m: &Message) -> serde_json::Value {

@@ -47,12 +47,33 @@ fn blocks_chars(blocks: &[ContentBlock]) -> (u64, u64) {
             ContentBlock::Text(t) => chars += t.text.chars().count() as u64,
             ContentBlock::Thinking(t) => chars += t.thinking.chars().count() as u64,
             ContentBlock::ToolCall(c) => {
-                chars += (c.name.chars().count() + c.arguments.to_string().chars().count()) as u64
+                chars += c.name.chars().count() as u64 + json_chars(&c.arguments)
             }
             ContentBlock::Image(_) => images += 1,
         }
     }
     (chars, images)
+}
+
+/// The characters of `v` serialised compactly (`v.to_string().chars().count()`), counted as
+/// they are written: no string is built.
+fn json_chars(v: &Value) -> u64 {
+    /// Counts the characters of the UTF-8 written to it (bytes that do not continue one).
+    struct Chars(u64);
+    impl std::io::Write for Chars {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.iter().filter(|&&b| (b as i8) >= -0x40).count() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Chars(0);
+    match serde_json::to_writer(&mut n, v) {
+        Ok(()) => n.0,
+        Err(_) => v.to_string().chars().count() as u64,
+    }
 }
 
 /// Estimated tokens of one message (`ceil(chars / 4)`, images 1,200 each).
@@ -93,9 +114,8 @@ pub fn tools_chars(tools: &[pi_ai::ToolSpec]) -> u64 {
     tools
         .iter()
         .map(|t| {
-            (t.name.chars().count()
-                + t.description.chars().count()
-                + t.parameters.to_string().chars().count()) as u64
+            (t.name.chars().count() + t.description.chars().count()) as u64
+                + json_chars(&t.parameters)
         })
         .sum()
 }
@@ -1075,6 +1095,18 @@ mod tests {
 
     fn text(n: usize) -> String {
         "x".repeat(n * 4)
+    }
+
+    #[test]
+    fn json_characters_are_counted_as_the_serialised_string_has_them() {
+        for v in [
+            json!({}),
+            json!({"path":"small.txt","n":[1,2.5,null,true]}),
+            json!({"text":"héllo — 日本語 🎉","quote":"a\"b\\c\n\u{0001}"}),
+            json!("plain"),
+        ] {
+            assert_eq!(json_chars(&v), v.to_string().chars().count() as u64, "{v}");
+        }
     }
 
     #[test]

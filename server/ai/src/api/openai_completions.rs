@@ -18,8 +18,8 @@ use super::{join_url, open_sse, read_data, Data, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
-use crate::transform::transform_messages;
-use crate::types::{ContentBlock, Context, Message, StopReason, Usage, UserContent};
+use crate::transform::{transform_messages, Transform};
+use crate::types::{ContentBlock, Context, Message, StopReason, ToolSpec, Usage, UserContent};
 
 /// Pi's resolved `compat` flags for OpenAI-compatible servers (`openai-completions.js`
 /// `getCompat`): explicit `compat` keys of models.json win over what the provider name and base
@@ -320,7 +320,7 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
         messages.push(m);
     }
     messages.extend(convert_messages(model, &compat, &context.messages));
-    body_around(model, &compat, context, options, messages)
+    body_around(model, &compat, context, options, messages, true)
 }
 
 /// The system prompt's message, when there is a prompt.
@@ -333,11 +333,17 @@ fn system_message(model: &Model, compat: &Compat, context: &Context) -> Option<V
 
 /// The same bytes as `serde_json::to_vec(&build_request(model, context, options))`, reusing
 /// what `cache` kept of the previous request: the messages of the history both requests share
-/// are not converted or serialised again (a tool round then costs the new messages, not the
-/// whole history). The shared part is found on the transformed history (the transform renames
-/// and pairs tool calls across the whole history, so it runs every time): the longest equal
-/// prefix, cut back to the last conversion step that ended before the first difference. A
-/// different model or compat starts over.
+/// are not transformed, converted or serialised again (a tool round then costs the new
+/// messages, not the whole history), and neither are the system prompt and the tool specs
+/// when they are unchanged (each compared whole with the previous request's).
+///
+/// The history: when the previous request's history is a prefix of this one (compared
+/// message by message) and [`Transform::can_extend`] says its request view stays as it was,
+/// only the new messages go through the transform, continuing its state; otherwise the whole
+/// history is transformed and the shared part is the longest equal prefix of the two
+/// transformed histories. Either way the serialised messages are cut back to the last
+/// conversion step that ended before the first difference. A different model or compat
+/// starts over.
 pub fn request_bytes(
     model: &Model,
     context: &Context,
@@ -345,92 +351,180 @@ pub fn request_bytes(
     cache: &RequestCache,
 ) -> Result<Vec<u8>, serde_json::Error> {
     let compat = Compat::for_model(model);
-    let msgs = transform_messages(&context.messages, model);
+    if compat.max_tokens_field == "tools" {
+        // The tool list would not be the body's last key (see `spliced_shell`).
+        return serde_json::to_vec(&build_request(model, context, options));
+    }
     let key = PrefixKey::of(model);
     let mut slot = cache.slot.lock().ok();
     let prior = slot
         .as_mut()
         .and_then(|s| s.take())
         .filter(|p| p.key == key && p.compat == compat);
-    let (mut bytes, mut steps, entry) = match prior {
-        Some(p) => {
-            let same = p.msgs.iter().zip(&msgs).take_while(|(a, b)| a == b).count();
-            match p.steps.iter().rposition(|s| s.0.next < same) {
-                Some(n) => {
-                    let (mut bytes, mut steps) = (p.bytes, p.steps);
-                    bytes.truncate(steps[n].1);
-                    steps.truncate(n + 1);
-                    let entry = steps[n].0;
-                    (bytes, steps, entry)
-                }
-                None => (Vec::new(), Vec::new(), Step::default()),
-            }
+    let history = &context.messages;
+    let (mut p, same) = match prior {
+        Some(mut p)
+            if p.input.len() <= history.len()
+                && p.transform.can_extend(&history[p.input.len()..])
+                && p.input[..] == history[..p.input.len()] =>
+        {
+            let new = &history[p.input.len()..];
+            let tail = p.transform.extend(model, new);
+            p.input.extend_from_slice(new);
+            let same = p.msgs.len();
+            p.msgs.extend(tail);
+            (p, same)
         }
-        None => (Vec::new(), Vec::new(), Step::default()),
+        prior => {
+            let mut transform = Transform::new(model);
+            let msgs = transform.extend(model, history);
+            let (same, bytes, steps, tools, system) = match prior {
+                Some(p) => (
+                    p.msgs.iter().zip(&msgs).take_while(|(a, b)| a == b).count(),
+                    p.bytes,
+                    p.steps,
+                    p.tools,
+                    p.system,
+                ),
+                None => (0, Vec::new(), Vec::new(), None, None),
+            };
+            let p = Prefix {
+                key,
+                compat: compat.clone(),
+                input: history.clone(),
+                transform,
+                msgs,
+                bytes,
+                steps,
+                tools,
+                system,
+            };
+            (p, same)
+        }
+    };
+    let entry = match p.steps.iter().rposition(|s| s.0.next < same) {
+        Some(n) => {
+            p.bytes.truncate(p.steps[n].1);
+            p.steps.truncate(n + 1);
+            p.steps[n].0
+        }
+        None => {
+            p.bytes.clear();
+            p.steps.clear();
+            Step::default()
+        }
     };
     let mut out = Vec::new();
     let mut new_steps = Vec::new();
     convert_from(
         model,
         &compat,
-        &msgs,
+        &p.msgs,
         entry.next,
         entry.last_was_result,
         &mut out,
         |s| new_steps.push(s),
     );
-    let base = bytes.len();
+    let base = p.bytes.len();
     let mut ends = Vec::with_capacity(out.len());
     for v in &out {
-        if !bytes.is_empty() {
-            bytes.push(b',');
+        if !p.bytes.is_empty() {
+            p.bytes.push(b',');
         }
-        serde_json::to_writer(&mut bytes, v)?;
-        ends.push(bytes.len());
+        serde_json::to_writer(&mut p.bytes, v)?;
+        ends.push(p.bytes.len());
     }
     drop(out);
     for s in new_steps {
         let len = s.out.checked_sub(1).map_or(base, |k| ends[k]);
-        steps.push((s, len));
+        p.steps.push((s, len));
     }
-    // The request around the messages: built with an empty `messages`, which is then filled.
-    let shell = serde_json::to_vec(&body_around(model, &compat, context, options, Vec::new()))?;
-    let system = system_message(model, &compat, context)
-        .map(|m| serde_json::to_vec(&m))
-        .transpose()?;
-    const EMPTY: &[u8] = b"\"messages\":[]";
-    let Some(at) = shell.windows(EMPTY.len()).position(|w| w == EMPTY) else {
+    let Some(shell) = spliced_shell(model, &compat, context, options, &mut p.tools)? else {
         return serde_json::to_vec(&build_request(model, context, options));
     };
-    let at = at + EMPTY.len() - 1;
-    let mut body =
-        Vec::with_capacity(shell.len() + bytes.len() + system.as_ref().map_or(0, Vec::len) + 1);
+    let (at, shell) = shell;
+    let role = instruction_role(model, &compat);
+    let system = match p.system.take() {
+        Some(s)
+            if !context.system_prompt.is_empty() && s.0 == role && s.1 == context.system_prompt =>
+        {
+            Some(s)
+        }
+        _ => system_message(model, &compat, context)
+            .map(|m| serde_json::to_vec(&m))
+            .transpose()?
+            .map(|bytes| (role, context.system_prompt.clone(), bytes)),
+    };
+    let mut body = Vec::with_capacity(
+        shell.len() + p.bytes.len() + system.as_ref().map_or(0, |s| s.2.len()) + 1,
+    );
     body.extend_from_slice(&shell[..at]);
     if let Some(system) = &system {
-        body.extend_from_slice(system);
-        if !bytes.is_empty() {
+        body.extend_from_slice(&system.2);
+        if !p.bytes.is_empty() {
             body.push(b',');
         }
     }
-    body.extend_from_slice(&bytes);
+    body.extend_from_slice(&p.bytes);
     body.extend_from_slice(&shell[at..]);
+    p.system = system;
     if let Some(slot) = slot.as_mut() {
-        **slot = Some(Prefix {
-            key,
-            compat,
-            msgs,
-            bytes,
-            steps,
-        });
+        **slot = Some(p);
     }
     Ok(body)
 }
 
+/// The request body around its messages, serialised, and where in it the messages go (just
+/// inside `"messages":[`): built with an empty `messages` and no tools, the tool list then
+/// put in as the body's last key from `tools` (the previous request's specs, their strict
+/// flag and bytes) when the specs and flag are the same, else serialised and kept there.
+/// `None` when the empty `messages` cannot be found (the caller builds the whole body).
+fn spliced_shell(
+    model: &Model,
+    compat: &Compat,
+    context: &Context,
+    options: &StreamOptions,
+    tools: &mut Option<ToolBytes>,
+) -> Result<Option<(usize, Vec<u8>)>, serde_json::Error> {
+    let mut shell = serde_json::to_vec(&body_around(
+        model,
+        compat,
+        context,
+        options,
+        Vec::new(),
+        false,
+    ))?;
+    const EMPTY: &[u8] = b"\"messages\":[]";
+    let Some(at) = shell.windows(EMPTY.len()).position(|w| w == EMPTY) else {
+        return Ok(None);
+    };
+    if !context.tools.is_empty() {
+        let strict = compat.supports_strict_mode;
+        let bytes = match tools.take() {
+            Some(t) if t.strict == strict && t.specs == context.tools => t,
+            _ => ToolBytes {
+                specs: context.tools.clone(),
+                strict,
+                bytes: serde_json::to_vec(&tools_value(compat, &context.tools))?,
+            },
+        };
+        if shell.pop() != Some(b'}') {
+            return Ok(None);
+        }
+        shell.extend_from_slice(b",\"tools\":");
+        shell.extend_from_slice(&bytes.bytes);
+        shell.push(b'}');
+        *tools = Some(bytes);
+    }
+    Ok(Some((at + EMPTY.len() - 1, shell)))
+}
+
 /// What one conversation's previous request left for its next one ([`request_bytes`]): its
-/// transformed history, those messages serialised (comma-separated, without brackets) and
-/// where each conversion step ended in them. One per conversation: the agent loop keeps one
-/// for its run; requests of other conversations must not share it (they would only evict
-/// each other). Memory: about the serialised history once more.
+/// history as given and its [`Transform`] state, the transformed history, those messages
+/// serialised (comma-separated, without brackets) and where each conversion step ended in
+/// them; the system prompt's and the tool list's bytes. One per conversation: the agent loop
+/// keeps one for its run; requests of other conversations must not share it (they would only
+/// evict each other). Memory: about the history twice more and its serialised form once.
 #[derive(Debug, Default)]
 pub struct RequestCache {
     slot: std::sync::Mutex<Option<Prefix>>,
@@ -440,10 +534,27 @@ pub struct RequestCache {
 struct Prefix {
     key: PrefixKey,
     compat: Compat,
+    /// The history of the last request, as given.
+    input: Vec<Message>,
+    /// The transform's state after `input`.
+    transform: Transform,
+    /// `input` transformed.
     msgs: Vec<Message>,
     bytes: Vec<u8>,
     /// After each step: where it ended and `bytes.len()` then.
     steps: Vec<(Step, usize)>,
+    /// The last request's tool list.
+    tools: Option<ToolBytes>,
+    /// The last request's system message: its role, the prompt and the message's bytes.
+    system: Option<(&'static str, String, Vec<u8>)>,
+}
+
+/// A tool list serialised: the specs, whether `strict: false` was added, the bytes.
+#[derive(Debug)]
+struct ToolBytes {
+    specs: Vec<ToolSpec>,
+    strict: bool,
+    bytes: Vec<u8>,
 }
 
 /// The facts of a model that conversion reads besides [`Compat`].
@@ -479,6 +590,7 @@ fn body_around(
     context: &Context,
     options: &StreamOptions,
     messages: Vec<Value>,
+    with_tools: bool,
 ) -> Value {
     let mut body = json!({
         "model": model.id,
@@ -494,18 +606,10 @@ fn body_around(
     body[compat.max_tokens_field.as_str()] = json!(options.output_tokens(model));
     apply_reasoning(model, compat, &mut body);
     if !context.tools.is_empty() {
-        body["tools"] = context
-            .tools
-            .iter()
-            .map(|t| {
-                let mut f =
-                    json!({"name":t.name,"description":t.description,"parameters":t.parameters});
-                if compat.supports_strict_mode {
-                    f["strict"] = json!(false);
-                }
-                json!({"type":"function","function":f})
-            })
-            .collect();
+        // The last key: `request_bytes` puts the list in after serialising the rest.
+        if with_tools {
+            body["tools"] = tools_value(compat, &context.tools);
+        }
     } else if context.messages.iter().any(|m| match m {
         Message::ToolResult(_) => true,
         Message::Assistant(a) => !a.tool_calls().is_empty(),
@@ -515,6 +619,22 @@ fn body_around(
         body["tools"] = json!([]);
     }
     body
+}
+
+/// The request's `tools`: each spec as a `function` (with `strict: false` where the server
+/// takes it).
+fn tools_value(compat: &Compat, tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            let mut f =
+                json!({"name":t.name,"description":t.description,"parameters":t.parameters});
+            if compat.supports_strict_mode {
+                f["strict"] = json!(false);
+            }
+            json!({"type":"function","function":f})
+        })
+        .collect()
 }
 
 /// Maps the model's thinking level onto the request per `compat.thinkingFormat` (Pi
@@ -995,5 +1115,63 @@ mod tests {
         short[0] = user("another summary");
         check(&m, &short, "You are a helper.");
         check(&m, &[], "");
+        // The tool list and the system prompt's message are kept between requests: marked
+        // in the cache, the next request with the same ones sends the marks.
+        let h = vec![user("tools")];
+        check(&m, &h, "You are a helper.");
+        {
+            let mut slot = cache.slot.lock().unwrap();
+            let p = slot.as_mut().unwrap();
+            let tools = &mut p.tools.as_mut().unwrap().bytes;
+            let at = tools.windows(4).position(|w| w == b"Read").unwrap();
+            tools[at..at + 4].copy_from_slice(b"READ");
+            let system = &mut p.system.as_mut().unwrap().2;
+            let at = system.windows(3).position(|w| w == b"You").unwrap();
+            system[at..at + 3].copy_from_slice(b"YOU");
+        }
+        let context = Context {
+            system_prompt: "You are a helper.".into(),
+            messages: h.clone(),
+            tools: tools.clone(),
+        };
+        let sent = String::from_utf8(request_bytes(&m, &context, &opts, &cache).unwrap()).unwrap();
+        assert!(
+            sent.contains("READ a file") && sent.contains("YOU are"),
+            "{sent}"
+        );
+        // Another tool list, another prompt: built again.
+        let mut other = tools.clone();
+        other[0].description = "Read a file.".into();
+        let context = Context {
+            system_prompt: "You help.".into(),
+            messages: h.clone(),
+            tools: other,
+        };
+        let whole = serde_json::to_vec(&build_request(&m, &context, &opts)).unwrap();
+        let cached = request_bytes(&m, &context, &opts, &cache).unwrap();
+        assert_eq!(
+            String::from_utf8(cached).unwrap(),
+            String::from_utf8(whole).unwrap()
+        );
+        check(&m, &h, "You are a helper.");
+        // Tool rounds extend the kept transform: the kept history grows by the new messages.
+        let mut h = h;
+        for k in 0..3 {
+            let id = format!("call_r{k}");
+            h.push(call(&id, "mock-1"));
+            h.push(result(&id, false));
+            check(&m, &h, "You are a helper.");
+            assert_eq!(cache.slot.lock().unwrap().as_ref().unwrap().input, h);
+        }
+        // A repeated id (renamed in the request) and a strict-mode change.
+        h.push(call("call_r0", "mock-1"));
+        h.push(result("call_r0", false));
+        check(&m, &h, "You are a helper.");
+        h.push(call("call_r9", "mock-1"));
+        h.push(result("call_r9", false));
+        check(&m, &h, "You are a helper.");
+        let mut no_strict = m.clone();
+        no_strict.compat = json!({"supportsStrictMode": false});
+        check(&no_strict, &h, "You are a helper.");
     }
 }

@@ -108,6 +108,17 @@ pub struct BashExecution {
 impl EntryData {
     /// The entry's `type` and its fields (an object), as the writer puts them on the line.
     pub(crate) fn into_parts(self) -> (String, Value) {
+        // A message already held as JSON (every assistant message and tool result of a run:
+        // they carry Pi 1.6's stamps) is moved in as it is: serialising the enum would copy
+        // it value by value into the same JSON.
+        if let EntryData::Message {
+            message: StoredMessage::Json(message),
+        } = self
+        {
+            let mut fields = serde_json::Map::new();
+            fields.insert("message".into(), message);
+            return ("message".into(), Value::Object(fields));
+        }
         let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
         let kind = v
             .as_object_mut()
@@ -122,6 +133,22 @@ impl EntryData {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_json_message_is_moved_in_as_serialising_it_would_give() {
+        let message = json!({"role":"toolResult","toolCallId":"c1","toolName":"read",
+            "content":[{"type":"text","text":"hé"}],"isError":false,"timestamp":1,"durationMs":2.5});
+        let data = EntryData::Message {
+            message: StoredMessage::Json(message.clone()),
+        };
+        let mut whole = serde_json::to_value(&data).unwrap();
+        whole.as_object_mut().unwrap().shift_remove("type");
+        let (kind, v) = data.into_parts();
+        assert_eq!(kind, "message");
+        assert_eq!(v, whole);
+        assert_eq!(v.to_string(), whole.to_string());
+        assert_eq!(v, json!({ "message": message }));
+    }
 
     #[test]
     fn entries_serialize_with_pis_keys_in_pis_order() {

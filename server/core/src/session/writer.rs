@@ -748,24 +748,31 @@ impl SessionWriter {
             // Only a request carries one; it does not serialise, so its append fails below.
             Message::System(_) => {}
         }
-        let message = match message {
+        let blocks = match message {
             // Pi writes a user message's text as one text block (a bare string is still read).
             Message::User(pi_ai::UserMessage {
                 content: pi_ai::UserContent::Text(t),
                 timestamp,
-            }) => Message::User(pi_ai::UserMessage {
+            }) => Some(Message::User(pi_ai::UserMessage {
                 content: pi_ai::UserContent::Blocks(vec![pi_ai::ContentBlock::text(t.clone())]),
                 timestamp: *timestamp,
-            }),
-            m => m.clone(),
+            })),
+            _ => None,
         };
-        let message = match serde_json::to_value(&message) {
-            Ok(Value::Object(mut m)) if !stamps.is_empty() => {
-                m.extend(stamps);
-                StoredMessage::Json(Value::Object(m))
+        let message = blocks.as_ref().unwrap_or(message);
+        // Stamped: serialised once (no copy of the message first), the stamps added.
+        let stamped = if stamps.is_empty() {
+            None
+        } else {
+            match serde_json::to_value(message) {
+                Ok(Value::Object(mut m)) => {
+                    m.extend(stamps);
+                    Some(StoredMessage::Json(Value::Object(m)))
+                }
+                _ => None,
             }
-            _ => StoredMessage::Message(message),
         };
+        let message = stamped.unwrap_or_else(|| StoredMessage::Message(message.clone()));
         self.append(EntryData::Message { message })
     }
 
