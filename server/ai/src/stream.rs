@@ -216,6 +216,67 @@ impl AssistantStream {
 #[error("assistant stream consumer went away")]
 pub struct Closed;
 
+/// A builder's open blocks by key: a few at a time, so a list searched in order (a delta
+/// costs no hashing).
+#[derive(Debug, Default)]
+struct OpenBlocks(Vec<(String, usize)>);
+
+impl OpenBlocks {
+    fn get(&self, key: &str) -> Option<&usize> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, i)| i)
+    }
+
+    fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn insert(&mut self, key: String, index: usize) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = index,
+            None => self.0.push((key, index)),
+        }
+    }
+
+    fn remove(&mut self, key: &str) -> Option<usize> {
+        let at = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.swap_remove(at).1)
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// A follower's key of block `index` (its decimal digits), formatted without allocating.
+struct IndexKey {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl IndexKey {
+    fn of(mut index: usize) -> IndexKey {
+        let mut digits = [b'0'; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (index % 10) as u8;
+            index /= 10;
+            if index == 0 {
+                break;
+            }
+        }
+        IndexKey { digits, start }
+    }
+}
+
+impl std::ops::Deref for IndexKey {
+    type Target = str;
+    fn deref(&self) -> &str {
+        // Only ASCII digits are written.
+        std::str::from_utf8(&self.digits[self.start..]).unwrap_or("")
+    }
+}
+
 /// Reconstructs an [`AssistantMessage`] from wire fragments and emits the matching events.
 ///
 /// Adapters address blocks by their own key (Anthropic's block index, OpenAI's tool-call index,
@@ -231,7 +292,7 @@ pub struct MessageBuilder {
     tx: Option<mpsc::Sender<AssistantEvent>>,
     message: Shared,
     rates: ModelCost,
-    open: HashMap<String, usize>,
+    open: OpenBlocks,
     raw_args: HashMap<usize, String>,
     finished: bool,
 }
@@ -246,7 +307,7 @@ impl MessageBuilder {
             tx: Some(tx.tx),
             message: tx.partial,
             rates: model.cost.clone(),
-            open: HashMap::new(),
+            open: OpenBlocks::default(),
             raw_args: HashMap::new(),
             finished: false,
         };
@@ -270,7 +331,7 @@ impl MessageBuilder {
             tx: None,
             message: Arc::new(Mutex::new(message)),
             rates,
-            open: HashMap::new(),
+            open: OpenBlocks::default(),
             raw_args: HashMap::new(),
             finished: false,
         }
@@ -289,7 +350,7 @@ impl MessageBuilder {
     }
 
     async fn apply_received(&mut self, ev: &AssistantEvent) -> Result<(), Closed> {
-        let key = |i: &usize| i.to_string();
+        let key = |i: &usize| IndexKey::of(*i);
         match ev {
             AssistantEvent::Start => Ok(()),
             AssistantEvent::TextStart { content_index: i } => self.text_delta(&key(i), "").await,
@@ -357,9 +418,9 @@ impl MessageBuilder {
 
     /// Marks the existing block `index` open (a follower that started mid-stream).
     fn resume(&mut self, index: usize) {
-        let key = index.to_string();
+        let key = IndexKey::of(index);
         if !self.open.contains_key(&key) && index < lock(&self.message).content.len() {
-            self.open.insert(key, index);
+            self.open.insert(key.to_string(), index);
         }
     }
 
@@ -628,7 +689,7 @@ impl MessageBuilder {
     /// Closes every open block in content order.
     pub async fn end_all(&mut self) -> Result<(), Closed> {
         let mut keys: Vec<(usize, String)> =
-            self.open.iter().map(|(k, v)| (*v, k.clone())).collect();
+            self.open.0.iter().map(|(k, v)| (*v, k.clone())).collect();
         keys.sort();
         for (_, k) in keys {
             self.end_block(&k).await?;
@@ -697,6 +758,23 @@ pub const REDACTED_THINKING_TEXT: &str = "[Reasoning redacted]";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_followers_block_keys_are_the_indexes_decimal_digits() {
+        for i in [0, 7, 10, 99, 123_456, usize::MAX] {
+            assert_eq!(&*IndexKey::of(i), i.to_string());
+        }
+        let mut open = OpenBlocks::default();
+        open.insert("text".into(), 0);
+        open.insert("1".into(), 1);
+        open.insert("text".into(), 2);
+        assert_eq!(
+            (open.get("text"), open.contains_key("1"), open.get("2")),
+            (Some(&2), true, None)
+        );
+        assert_eq!((open.remove("text"), open.remove("text")), (Some(2), None));
+        assert_eq!(open.0, vec![("1".to_string(), 1)]);
+    }
 
     #[tokio::test]
     async fn builder_reconstructs_blocks_and_events() {

@@ -1414,3 +1414,47 @@ async fn responses_calls_sharing_one_call_id_go_out_unique_on_call_and_output() 
     .collect();
     assert_eq!(items, want);
 }
+
+/// Chat-completions chunks are read borrowed, field by field, and read as their JSON values
+/// read: fields of another kind are absent (a numeric `id`, `choices` as an object, a string
+/// `delta`, a first choice that is not an object), a duplicated key keeps its last value,
+/// escapes are decoded, the first non-empty reasoning field wins and names the signature.
+#[tokio::test]
+async fn chat_completion_chunks_of_every_shape_read_as_their_json_values() {
+    let chunks = [
+        r#"{"id":7,"model":5,"choices":{"0":{"delta":{"content":"no"}}}}"#,
+        r#"{"id":"chatcmpl-9","model":"served-m","choices":[{"delta":"no"}]}"#,
+        r#"{"id":"chatcmpl-10","choices":[{"delta":{"content":"A","content":"B"}}]}"#,
+        r#"{"choices":[7,{"delta":{"content":"no"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\u00e9\ud83d\ude00 x"}},{"delta":{"content":"no"}}]}"#,
+        r#"{"choices":[{"delta":{"reasoning_content":"","reasoning":"think","reasoning_text":"no"}}]}"#,
+        r#"{"choices":[{"finish_reason":"stop","delta":{}}],"usage":{"prompt_tokens":10,"completion_tokens":3}}"#,
+    ];
+    let mut body = String::new();
+    for c in chunks {
+        body.push_str(&format!("data: {c}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    let m = replay("openai-completions", vec![body.into_bytes()]).await;
+    assert_eq!(
+        (
+            serde_json::to_value(&m.content).unwrap(),
+            m.response_id.as_deref(),
+            m.response_model.as_deref(),
+            m.stop_reason,
+            (m.usage.input, m.usage.output),
+            m.error_message,
+        ),
+        (
+            json!([
+                {"type": "text", "text": "Bé😀 x"},
+                {"type": "thinking", "thinking": "think", "thinkingSignature": "reasoning"}
+            ]),
+            Some("chatcmpl-9"),
+            Some("served-m"),
+            StopReason::Stop,
+            (10, 3),
+            None
+        )
+    );
+}

@@ -298,7 +298,9 @@ impl LspSink {
         }
     }
 
-    async fn report(&self, message: String, force: bool) {
+    /// Reports `message()` unless the last report is under [`REPORT_EVERY`] old (`force`:
+    /// always); the line is only built when it goes out (not for every streamed delta).
+    async fn report(&self, message: impl FnOnce() -> String, force: bool) {
         {
             let mut last = self.last_report.lock();
             if !force && last.is_some_and(|t| t.elapsed() < REPORT_EVERY) {
@@ -306,9 +308,12 @@ impl LspSink {
             }
             *last = Some(Instant::now());
         }
+        if self.progress.lock().is_none() {
+            return; // no progress token: nothing to report to
+        }
         self.progress(WorkDoneProgress::Report(WorkDoneProgressReport {
             cancellable: Some(false),
-            message: Some(message),
+            message: Some(message()),
             percentage: None,
         }))
         .await;
@@ -332,7 +337,7 @@ impl SessionListener for LspSink {
                 assistant_message_event: AssistantEvent::TextDelta { delta, .. },
             } = &event
             {
-                self.report(progress_line(delta), false).await;
+                self.report(|| progress_line(delta), false).await;
             }
             self.hold(self.run_id(), event, window).await;
             return;
@@ -353,9 +358,9 @@ impl SessionListener for LspSink {
             }
             AgentEvent::MessageUpdate {
                 assistant_message_event: AssistantEvent::TextDelta { delta, .. },
-            } => self.report(progress_line(delta), false).await,
+            } => self.report(|| progress_line(delta), false).await,
             AgentEvent::ToolExecutionStart { tool_name, .. } => {
-                self.report(format!("running {tool_name}"), true).await
+                self.report(|| format!("running {tool_name}"), true).await
             }
             AgentEvent::CompactionStart {
                 reason: CompactionReason::Manual,
@@ -370,7 +375,7 @@ impl SessionListener for LspSink {
                 .await
             }
             AgentEvent::CompactionStart { .. } => {
-                self.report("compacting the conversation…".into(), true)
+                self.report(|| "compacting the conversation…".into(), true)
                     .await
             }
             AgentEvent::CompactionEnd {

@@ -3,6 +3,7 @@
 //! (`retry.provider.timeoutMs`), keep-alive data lines, and cancellation.
 
 pub mod anthropic_messages;
+pub(crate) mod lenient;
 pub mod openai_completions;
 pub mod openai_responses;
 pub mod scripted;
@@ -396,6 +397,46 @@ pub(crate) fn read_data(event: &Event) -> Result<Data, ProviderError> {
             message: format!("invalid JSON in {} event: {e}", event_name(event)),
         }),
     }
+}
+
+/// One SSE event's payload read as `T` (a borrowed reading of only the fields an adapter
+/// reads, [`lenient`]): straight from the event's `data` when it is one JSON object that `T`
+/// reads, else through [`read_data`] (keep-alive lines, lone surrogates, duplicated keys: the
+/// `Value` reading, written out again into `spill` and read as `T` from there), so both ways
+/// read the same. `Ok(None)`: `[DONE]`, `Err`: [`read_data`]'s error, or a `Value` `T`
+/// cannot read (a [`ProviderError::Parse`] naming the event).
+pub(crate) fn read_chunk<'a, T: serde::Deserialize<'a>>(
+    event: &'a Event,
+    spill: &'a mut String,
+) -> Result<Option<Chunk<T>>, ProviderError> {
+    let data = event.data.trim();
+    if data.starts_with('{') {
+        if let Ok(t) = serde_json::from_str::<T>(data) {
+            return Ok(Some(Chunk::Read(t)));
+        }
+    }
+    match read_data(event)? {
+        Data::Done => Ok(None),
+        Data::Skip => Ok(Some(Chunk::Skip)),
+        Data::Json(v) => {
+            *spill = v.to_string();
+            match serde_json::from_str::<T>(spill) {
+                Ok(t) => Ok(Some(Chunk::Read(t))),
+                Err(e) => Err(ProviderError::Parse {
+                    message: format!("unreadable {} event: {e}", event_name(event)),
+                }),
+            }
+        }
+    }
+}
+
+/// What [`read_chunk`] read of an event that is not the end marker.
+#[derive(Debug)]
+pub(crate) enum Chunk<T> {
+    /// The payload, read.
+    Read(T),
+    /// Nothing to read (see [`Data::Skip`]).
+    Skip,
 }
 
 fn event_name(event: &Event) -> &str {

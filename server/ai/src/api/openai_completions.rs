@@ -14,7 +14,8 @@
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{join_url, open_sse, read_data, Data, StreamOptions};
+use super::lenient::{First, Obj, Str};
+use super::{join_url, open_sse, read_chunk, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -723,6 +724,48 @@ fn parse_usage(u: &Value) -> Usage {
     }
 }
 
+/// One streamed chunk, read borrowed ([`read_chunk`]): the fields [`stream_body`] reads, each
+/// as `Value`'s accessors read it (`error` and `usage` kept whole; they come once).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct StreamChunk<'a> {
+    error: Option<Value>,
+    #[serde(borrow)]
+    id: Str<'a>,
+    #[serde(borrow)]
+    model: Str<'a>,
+    usage: Option<Value>,
+    /// `choices[0]`; the other choices are not read.
+    #[serde(borrow)]
+    choices: First<ChunkChoice<'a>>,
+}
+
+/// `choices[0]` of a [`StreamChunk`].
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct ChunkChoice<'a> {
+    #[serde(borrow)]
+    finish_reason: Str<'a>,
+    #[serde(borrow)]
+    delta: Obj<ChunkDelta<'a>>,
+    usage: Option<Value>,
+}
+
+/// `choices[0].delta` of a [`StreamChunk`]; tool-call fragments kept as `Value`s.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct ChunkDelta<'a> {
+    #[serde(borrow)]
+    content: Str<'a>,
+    #[serde(borrow)]
+    reasoning_content: Str<'a>,
+    #[serde(borrow)]
+    reasoning: Str<'a>,
+    #[serde(borrow)]
+    reasoning_text: Str<'a>,
+    tool_calls: Option<Value>,
+}
+
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
 pub async fn run(
     model: Model,
@@ -769,16 +812,18 @@ async fn stream_body(
     let mut thinking_open = false;
     // The stream's end marker was seen: `[DONE]` or a finish reason (case 19.1).
     let mut done = false;
+    // Where a chunk read through its `Value` is written out again (rare: see `read_chunk`).
+    let mut spill = String::new();
     while let Some(ev) = sse.next(cancel).await? {
-        let chunk = match read_data(&ev)? {
-            Data::Json(v) => v,
-            Data::Skip => continue,
-            Data::Done => {
+        let chunk: StreamChunk = match read_chunk(&ev, &mut spill)? {
+            Some(Chunk::Read(c)) => c,
+            Some(Chunk::Skip) => continue,
+            None => {
                 done = true;
                 break;
             }
         };
-        if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
+        if let Some(err) = chunk.error.as_ref().filter(|e| !e.is_null()) {
             let text = err
                 .get("message")
                 .and_then(Value::as_str)
@@ -791,7 +836,7 @@ async fn stream_body(
             return Err(classify_stream_error(kind, &text));
         }
         if !have_response_id {
-            if let Some(id) = chunk.get("id").and_then(Value::as_str) {
+            if let Some(id) = chunk.id.as_str() {
                 have_response_id = true;
                 b.with_message(|m| m.response_id = Some(id.to_string()));
             }
@@ -799,19 +844,19 @@ async fn stream_body(
         // Pi's `responseModel`: the first chunk model that is not the requested id.
         if !have_response_model {
             if let Some(name) = chunk
-                .get("model")
-                .and_then(Value::as_str)
+                .model
+                .as_str()
                 .filter(|n| !n.is_empty() && *n != model.id)
             {
                 have_response_model = true;
                 b.with_message(|m| m.response_model = Some(name.to_string()));
             }
         }
-        let choice = chunk.get("choices").and_then(|c| c.get(0));
+        let choice = chunk.choices.0.as_ref();
         // Usage usually comes in a final `choices: []` chunk; some servers put it on the choice.
-        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()).or_else(|| {
+        if let Some(u) = chunk.usage.as_ref().filter(|u| u.is_object()).or_else(|| {
             choice
-                .and_then(|c| c.get("usage"))
+                .and_then(|c| c.usage.as_ref())
                 .filter(|u| u.is_object())
         }) {
             b.set_usage(parse_usage(u));
@@ -819,29 +864,24 @@ async fn stream_body(
         let Some(choice) = choice else {
             continue;
         };
-        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+        if let Some(r) = choice.finish_reason.as_str() {
             finish = Some(map_finish(r));
         }
-        let delta = &choice["delta"];
+        let no_delta = ChunkDelta::default();
+        let delta = choice.delta.0.as_ref().unwrap_or(&no_delta);
         let mut step = Ok(());
-        if let Some(t) = delta
-            .get("content")
-            .and_then(Value::as_str)
-            .filter(|t| !t.is_empty())
-        {
+        if let Some(t) = delta.content.as_str().filter(|t| !t.is_empty()) {
             step = step.and(b.text_delta("text", t).await);
         }
         // The first non-empty reasoning field of the chunk (Pi: some servers send the same
         // text in two fields); the field name becomes the block's signature for replay.
-        if let Some((field, t)) = ["reasoning_content", "reasoning", "reasoning_text"]
-            .iter()
-            .find_map(|f| {
-                delta
-                    .get(*f)
-                    .and_then(Value::as_str)
-                    .filter(|t| !t.is_empty())
-                    .map(|t| (*f, t))
-            })
+        if let Some((field, t)) = [
+            ("reasoning_content", &delta.reasoning_content),
+            ("reasoning", &delta.reasoning),
+            ("reasoning_text", &delta.reasoning_text),
+        ]
+        .into_iter()
+        .find_map(|(f, v)| v.as_str().filter(|t| !t.is_empty()).map(|t| (f, t)))
         {
             step = step.and(b.thinking_delta("thinking", t).await);
             if !thinking_open {
@@ -849,7 +889,7 @@ async fn stream_body(
                 b.thinking_signature("thinking", field);
             }
         }
-        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+        if let Some(calls) = delta.tool_calls.as_ref().and_then(Value::as_array) {
             for tc in calls {
                 let id = tc
                     .get("id")

@@ -710,7 +710,11 @@ impl Tracker {
             }
             _ => {}
         }
-        // Queue notices carry what is still waiting once this event is accounted for.
+        // Queue notices carry what is still waiting once this event is accounted for (most
+        // events, every streamed delta among them, have none: nothing to gather).
+        if !out.iter().any(|n| matches!(n, Notice::Queue { .. })) {
+            return out;
+        }
         let (st, fu) = waiting_of(&inner);
         for n in &mut out {
             if let Notice::Queue {
