@@ -139,7 +139,7 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
         _ => Placed::Line(l),
     };
     // Each piece's lines as soon as they are parsed, in file order.
-    let mut take = |k: usize, n: usize, lines: Vec<Placed>| {
+    let mut take = |k: usize, n: usize, lines: &mut Vec<Placed>| {
         if k == 0 {
             // As many lines in every piece as in the first.
             let guess = lines.len().saturating_mul(n).saturating_add(16);
@@ -152,7 +152,7 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
                 values.reserve(guess);
             }
         }
-        for placed in lines {
+        for placed in lines.drain(..) {
             let (entry, message, strip) = match placed {
                 Placed::Entry(entry, message, strip) => (entry, message, strip),
                 Placed::NoEntry => {
@@ -227,7 +227,7 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
         &src.file,
         pos.min(good_len),
         good_len,
-        |buf, lines| parse_lines(buf, lines, v3, deferred),
+        |buf, lines, emit| parse_lines_each(buf, lines, v3, deferred, emit),
         finish,
         &mut take,
     )
@@ -263,36 +263,37 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
     })
 }
 
-/// Parses the entry lines `buf[start..end]` of `lines` (after the header), in order: v3 lines
-/// in one pass over the buffer ([`line::parse_many`]), any line it does not take one by one.
-/// `deferred`: the messages are summarized ([`line::LineParts::summarize`]) where they were
-/// parsed (the thread that reads the piece).
-pub(super) fn parse_lines(
+/// Parses the entry lines `buf[start..end]` of `lines` (after the header), in order, handing
+/// each to `emit` as soon as it is parsed (one call per line of `lines`; nothing collected in
+/// between): v3 lines in one pass over the buffer ([`line::parse_each`]), any line it does not
+/// take one by one. `deferred`: the messages are summarized ([`line::LineParts::summarize`])
+/// where they were parsed (the thread that reads the piece).
+pub(super) fn parse_lines_each(
     buf: &[u8],
     lines: &[(usize, usize)],
     v3: bool,
     deferred: bool,
-) -> Vec<ParsedLine> {
+    emit: &mut dyn FnMut(ParsedLine),
+) {
     if !v3 {
-        return lines
-            .iter()
-            .map(|&(s, e)| parse_line(&buf[s..e], false))
-            .collect();
+        for &(s, e) in lines {
+            emit(parse_line(&buf[s..e], false));
+        }
+        return;
     }
-    line::parse_many(buf, lines, deferred)
-        .into_iter()
-        .zip(lines)
-        .map(|(parts, &(s, e))| match parts {
+    let mut at = 0;
+    line::parse_each(buf, lines, deferred, &mut |parts| {
+        let (s, e) = lines[at];
+        at += 1;
+        let mut line = match parts {
             Some(parts) => ParsedLine::Parts(Box::new(parts)),
             None => parse_line(&buf[s..e], true),
-        })
-        .map(|mut line| {
-            if let (true, ParsedLine::Parts(parts)) = (deferred, &mut line) {
-                parts.summarize();
-            }
-            line
-        })
-        .collect()
+        };
+        if let (true, ParsedLine::Parts(parts)) = (deferred, &mut line) {
+            parts.summarize();
+        }
+        emit(line);
+    });
 }
 
 /// Parses one entry line (after the header). `v3` lines are parsed straight into entries and
