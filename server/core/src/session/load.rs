@@ -33,12 +33,11 @@ pub(super) struct Loaded {
 }
 
 /// A line made ready for the tree where it was parsed ([`read::lines`]'s `finish`).
-// Held a piece at a time, most of them entries: boxing them would cost an allocation each.
-#[allow(clippy::large_enum_variant)]
 pub(super) enum Placed {
-    /// A v3 entry with its model-visible message (none when deferred), and whether that
+    /// A v3 entry with its model-visible message (none when deferred; boxed, so a deferred
+    /// load does not move a message's worth of empty bytes with each entry), and whether that
     /// message's large image bytes were left out.
-    Entry(Entry, Option<Message>, bool),
+    Entry(Entry, Option<Box<Message>>, bool),
     /// A v3 line without id or type.
     NoEntry,
     /// Any other line, placed on the loading thread.
@@ -132,7 +131,7 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
             }
             Some((entry, mut message)) => {
                 let stripped = message.as_mut().is_some_and(strip_image_data);
-                Placed::Entry(entry, message, stripped)
+                Placed::Entry(entry, message.map(Box::new), stripped)
             }
             None => Placed::NoEntry,
         },
@@ -154,7 +153,7 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
         }
         for placed in lines.drain(..) {
             let (entry, message, strip) = match placed {
-                Placed::Entry(entry, message, strip) => (entry, message, strip),
+                Placed::Entry(entry, message, strip) => (entry, message.map(|m| *m), strip),
                 Placed::NoEntry => {
                     tree.warnings
                         .push("skipped an entry without id or type".into());
