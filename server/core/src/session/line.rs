@@ -216,23 +216,40 @@ pub(crate) fn parse_fast(text: &str) -> Option<LineParts> {
 /// Pi writes it (an extended role, a tag that is not the first key) leaves the line to the
 /// other paths, whose message is then summarized ([`LineParts::summarize`]): the same
 /// summary either way.
+#[cfg(test)]
 pub(crate) fn parse_many(
     buf: &[u8],
     lines: &[(usize, usize)],
     summary: bool,
 ) -> Vec<Option<LineParts>> {
+    let mut out = Vec::with_capacity(lines.len());
+    parse_each(buf, lines, summary, &mut |parts| out.push(parts));
+    out
+}
+
+/// [`parse_many`], handing each line's result to `emit` as soon as it is parsed (one call per
+/// line of `lines`, in order) instead of collecting them: a loader's piece of the file is
+/// turned into its entries with no buffer of parts in between (each `LineParts` is about half
+/// a kilobyte: a piece's worth of them was a fresh allocation, its pages faulted in, per piece).
+pub(crate) fn parse_each(
+    buf: &[u8],
+    lines: &[(usize, usize)],
+    summary: bool,
+    emit: &mut dyn FnMut(Option<LineParts>),
+) {
     if summary {
-        parse_many_as::<true>(buf, lines)
+        parse_each_as::<true>(buf, lines, emit)
     } else {
-        parse_many_as::<false>(buf, lines)
+        parse_each_as::<false>(buf, lines, emit)
     }
 }
 
-/// [`parse_many`], `SUMMARY` saying whether messages are read into their summaries.
-fn parse_many_as<const SUMMARY: bool>(
+/// [`parse_each`], `SUMMARY` saying whether messages are read into their summaries.
+fn parse_each_as<const SUMMARY: bool>(
     buf: &[u8],
     lines: &[(usize, usize)],
-) -> Vec<Option<LineParts>> {
+    emit: &mut dyn FnMut(Option<LineParts>),
+) {
     /// An entry line through [`LineVisitor`].
     struct Parts<const S: bool>(LineParts);
     impl<'de, const S: bool> Deserialize<'de> for Parts<S> {
@@ -242,17 +259,18 @@ fn parse_many_as<const SUMMARY: bool>(
     }
     // Valid UTF-8 as a whole (else each line is read on its own).
     let Ok(text) = std::str::from_utf8(buf) else {
-        return lines.iter().map(|_| None).collect();
+        lines.iter().for_each(|_| emit(None));
+        return;
     };
     let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
-    let mut out = Vec::with_capacity(lines.len());
-    while let Some(&(start, _)) = lines.get(out.len()) {
+    let mut done = 0;
+    while let Some(&(start, _)) = lines.get(done) {
         let Some(rest) = text.get(start..) else {
-            out.resize_with(lines.len(), || None);
-            break;
+            lines[done..].iter().for_each(|_| emit(None));
+            return;
         };
         let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Parts<SUMMARY>>();
-        while let Some(&(_, end)) = lines.get(out.len()) {
+        while let Some(&(_, end)) = lines.get(done) {
             let ok = match stream.next() {
                 Some(Ok(Parts(parts))) => {
                     let at = start + stream.byte_offset();
@@ -261,13 +279,13 @@ fn parse_many_as<const SUMMARY: bool>(
                 _ => None,
             };
             let restart = ok.is_none();
-            out.push(ok);
+            emit(ok);
+            done += 1;
             if restart {
                 break;
             }
         }
     }
-    out
 }
 
 /// Parses one line: the fast path, else through a `Value`; `None` when it is not a JSON object.

@@ -33,12 +33,11 @@ pub(super) struct Loaded {
 }
 
 /// A line made ready for the tree where it was parsed ([`read::lines`]'s `finish`).
-// Held a piece at a time, most of them entries: boxing them would cost an allocation each.
-#[allow(clippy::large_enum_variant)]
 pub(super) enum Placed {
-    /// A v3 entry with its model-visible message (none when deferred), and whether that
+    /// A v3 entry with its model-visible message (none when deferred; boxed, so a deferred
+    /// load does not move a message's worth of empty bytes with each entry), and whether that
     /// message's large image bytes were left out.
-    Entry(Entry, Option<Message>, bool),
+    Entry(Entry, Option<Box<Message>>, bool),
     /// A v3 line without id or type.
     NoEntry,
     /// Any other line, placed on the loading thread.
@@ -132,14 +131,14 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
             }
             Some((entry, mut message)) => {
                 let stripped = message.as_mut().is_some_and(strip_image_data);
-                Placed::Entry(entry, message, stripped)
+                Placed::Entry(entry, message.map(Box::new), stripped)
             }
             None => Placed::NoEntry,
         },
         _ => Placed::Line(l),
     };
     // Each piece's lines as soon as they are parsed, in file order.
-    let mut take = |k: usize, n: usize, lines: Vec<Placed>| {
+    let mut take = |k: usize, n: usize, lines: &mut Vec<Placed>| {
         if k == 0 {
             // As many lines in every piece as in the first.
             let guess = lines.len().saturating_mul(n).saturating_add(16);
@@ -152,9 +151,9 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
                 values.reserve(guess);
             }
         }
-        for placed in lines {
+        for placed in lines.drain(..) {
             let (entry, message, strip) = match placed {
-                Placed::Entry(entry, message, strip) => (entry, message, strip),
+                Placed::Entry(entry, message, strip) => (entry, message.map(|m| *m), strip),
                 Placed::NoEntry => {
                     tree.warnings
                         .push("skipped an entry without id or type".into());
@@ -227,7 +226,7 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
         &src.file,
         pos.min(good_len),
         good_len,
-        |buf, lines| parse_lines(buf, lines, v3, deferred),
+        |buf, lines, emit| parse_lines_each(buf, lines, v3, deferred, emit),
         finish,
         &mut take,
     )
@@ -263,36 +262,37 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
     })
 }
 
-/// Parses the entry lines `buf[start..end]` of `lines` (after the header), in order: v3 lines
-/// in one pass over the buffer ([`line::parse_many`]), any line it does not take one by one.
-/// `deferred`: the messages are summarized ([`line::LineParts::summarize`]) where they were
-/// parsed (the thread that reads the piece).
-pub(super) fn parse_lines(
+/// Parses the entry lines `buf[start..end]` of `lines` (after the header), in order, handing
+/// each to `emit` as soon as it is parsed (one call per line of `lines`; nothing collected in
+/// between): v3 lines in one pass over the buffer ([`line::parse_each`]), any line it does not
+/// take one by one. `deferred`: the messages are summarized ([`line::LineParts::summarize`])
+/// where they were parsed (the thread that reads the piece).
+pub(super) fn parse_lines_each(
     buf: &[u8],
     lines: &[(usize, usize)],
     v3: bool,
     deferred: bool,
-) -> Vec<ParsedLine> {
+    emit: &mut dyn FnMut(ParsedLine),
+) {
     if !v3 {
-        return lines
-            .iter()
-            .map(|&(s, e)| parse_line(&buf[s..e], false))
-            .collect();
+        for &(s, e) in lines {
+            emit(parse_line(&buf[s..e], false));
+        }
+        return;
     }
-    line::parse_many(buf, lines, deferred)
-        .into_iter()
-        .zip(lines)
-        .map(|(parts, &(s, e))| match parts {
+    let mut at = 0;
+    line::parse_each(buf, lines, deferred, &mut |parts| {
+        let (s, e) = lines[at];
+        at += 1;
+        let mut line = match parts {
             Some(parts) => ParsedLine::Parts(Box::new(parts)),
             None => parse_line(&buf[s..e], true),
-        })
-        .map(|mut line| {
-            if let (true, ParsedLine::Parts(parts)) = (deferred, &mut line) {
-                parts.summarize();
-            }
-            line
-        })
-        .collect()
+        };
+        if let (true, ParsedLine::Parts(parts)) = (deferred, &mut line) {
+            parts.summarize();
+        }
+        emit(line);
+    });
 }
 
 /// Parses one entry line (after the header). `v3` lines are parsed straight into entries and

@@ -123,22 +123,40 @@ pub(super) fn scan_lines(
     }
 }
 
-/// Reads the piece `[a, b)` of the lines region `[from, to)` of `file` into `buf` (reused
-/// from piece to piece, so it stays in the cache) and parses its non-blank lines with
-/// `parse` (given the buffer and the lines' `(start, end)` in it, it answers one parsed line
-/// each, in order).
-fn piece(
+/// What a thread keeps from piece to piece (so each piece reuses the memory of the last: no
+/// fresh pages to fault in per piece): the piece's bytes and its lines' bounds.
+#[derive(Default)]
+struct Scratch {
+    buf: Vec<u8>,
+    bounds: Vec<(usize, usize)>,
+}
+
+/// The parser [`lines`] is given: a piece's bytes and its non-blank lines' `(start, end)`;
+/// it hands one parsed line each to the callback, in order.
+pub(super) trait Parse:
+    Fn(&[u8], &[(usize, usize)], &mut dyn FnMut(ParsedLine)) + Sync
+{
+}
+impl<F: Fn(&[u8], &[(usize, usize)], &mut dyn FnMut(ParsedLine)) + Sync> Parse for F {}
+
+/// Reads the piece `[a, b)` of the lines region `[from, to)` of `file` into `scratch` (reused
+/// from piece to piece, so it stays in the cache), parses its non-blank lines with `parse` and
+/// pushes each, made what the caller wants by `finish`, onto `out` (in order).
+fn piece<T>(
     file: &File,
     (from, to): (usize, usize),
     (a, b): (usize, usize),
-    buf: &mut Vec<u8>,
-    parse: &(impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync),
-) -> io::Result<Vec<Line>> {
+    scratch: &mut Scratch,
+    parse: &impl Parse,
+    finish: &impl Fn(Line) -> T,
+    out: &mut Vec<T>,
+) -> io::Result<()> {
+    let Scratch { buf, bounds } = scratch;
     // From the byte before `a`, to see whether a line starts at `a`.
     let base = if a > from { a - 1 } else { a };
     buf.clear();
+    bounds.clear();
     read_more(file, buf, base, b - base)?;
-    let mut bounds = Vec::new();
     let mut pos = if a > from {
         match memchr::memchr(b'\n', buf) {
             Some(i) => i + 1,
@@ -165,33 +183,39 @@ fn piece(
         }
         pos = end + 1;
     }
-    let parsed = parse(buf, &bounds);
-    Ok(bounds
-        .iter()
-        .zip(parsed)
-        .map(|(&(start, end), parsed)| Line {
+    out.reserve(bounds.len());
+    let mut at = 0;
+    parse(buf, bounds, &mut |parsed| {
+        let Some(&(start, end)) = bounds.get(at) else {
+            return;
+        };
+        at += 1;
+        out.push(finish(Line {
             offset: (base + start) as u64,
             len: end - start,
             hash: xxhash_rust::xxh3::xxh3_64(&buf[start..end]),
             parsed,
-        })
-        .collect())
+        }));
+    });
+    Ok(())
 }
 
 /// Reads and parses the lines of `file[from..to]` in pieces of [`PIECE`] bytes, on every core
 /// (up to 8) for large ranges, and hands each piece's lines to `take` in file order, on the
 /// calling thread, as soon as that piece and all before it are parsed (while later pieces are
 /// still being read). `parse` is given a piece's bytes and its non-blank lines' `(start, end)`
-/// and answers one parsed line each; `finish` makes each [`Line`] what `take` wants, on the
-/// thread that parsed it (what it drops is freed where it was made); `take` is given the
-/// piece's index, the number of pieces and its lines.
+/// and hands one parsed line each to its callback, in order; `finish` makes each [`Line`] what
+/// `take` wants, on the thread that parsed it (what it drops is freed where it was made);
+/// `take` is given the piece's index, the number of pieces and its lines, which it drains
+/// (what it leaves is dropped; the emptied vector is handed to a later piece, so a load
+/// allocates a few of them, not one per piece).
 pub(super) fn lines<T: Send>(
     file: &File,
     from: usize,
     to: usize,
-    parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
+    parse: impl Parse,
     finish: impl Fn(Line) -> T + Sync,
-    take: impl FnMut(usize, usize, Vec<T>),
+    take: impl FnMut(usize, usize, &mut Vec<T>),
 ) -> io::Result<()> {
     pieces(file, (from, to), PIECE, parse, finish, take)
 }
@@ -201,14 +225,10 @@ fn pieces<T: Send>(
     file: &File,
     (from, to): (usize, usize),
     size: usize,
-    parse: impl Fn(&[u8], &[(usize, usize)]) -> Vec<ParsedLine> + Sync,
+    parse: impl Parse,
     finish: impl Fn(Line) -> T + Sync,
-    mut take: impl FnMut(usize, usize, Vec<T>),
+    mut take: impl FnMut(usize, usize, &mut Vec<T>),
 ) -> io::Result<()> {
-    let piece = |(a, b), buf: &mut Vec<u8>| -> io::Result<Vec<T>> {
-        let lines = piece(file, (from, to), (a, b), buf, &parse)?;
-        Ok(lines.into_iter().map(&finish).collect())
-    };
     if from >= to {
         return Ok(());
     }
@@ -220,31 +240,60 @@ fn pieces<T: Send>(
         .min(8)
         .min(n);
     if threads < 2 {
-        let mut buf = Vec::new();
+        let mut scratch = Scratch::default();
+        let mut lines = Vec::new();
         for k in 0..n {
-            let lines = piece((bound(k), bound(k + 1)), &mut buf)?;
-            take(k, n, lines);
+            piece(
+                file,
+                (from, to),
+                (bound(k), bound(k + 1)),
+                &mut scratch,
+                &parse,
+                &finish,
+                &mut lines,
+            )?;
+            take(k, n, &mut lines);
+            lines.clear();
         }
         return Ok(());
     }
-    // Threads take the next piece as they finish one; a failed piece stops them.
+    // Threads take the next piece as they finish one; a failed piece stops them. The vectors
+    // `take` has emptied come back through `spare`.
     let next = AtomicUsize::new(0);
     let stop = std::sync::atomic::AtomicBool::new(false);
+    let spare: std::sync::Mutex<Vec<Vec<T>>> = Default::default();
     let (tx, rx) = std::sync::mpsc::channel::<(usize, io::Result<Vec<T>>)>();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let tx = tx.clone();
-                let (next, stop, piece, bound) = (&next, &stop, &piece, &bound);
+                let (next, stop, spare, bound) = (&next, &stop, &spare, &bound);
+                let (parse, finish) = (&parse, &finish);
                 s.spawn(move || {
-                    let mut buf = Vec::with_capacity(size + STEP);
+                    let mut scratch = Scratch {
+                        buf: Vec::with_capacity(size + STEP),
+                        bounds: Vec::new(),
+                    };
                     while !stop.load(Ordering::Relaxed) {
                         let k = next.fetch_add(1, Ordering::Relaxed);
                         if k >= n {
                             return;
                         }
-                        let lines = piece((bound(k), bound(k + 1)), &mut buf);
-                        if tx.send((k, lines)).is_err() {
+                        let mut lines = spare
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .pop()
+                            .unwrap_or_default();
+                        let read = piece(
+                            file,
+                            (from, to),
+                            (bound(k), bound(k + 1)),
+                            &mut scratch,
+                            parse,
+                            finish,
+                            &mut lines,
+                        );
+                        if tx.send((k, read.map(|()| lines))).is_err() {
                             return;
                         }
                     }
@@ -266,10 +315,15 @@ fn pieces<T: Send>(
                 }
             }
             while failed.is_none() {
-                let Some(lines) = waiting.remove(&want) else {
+                let Some(mut lines) = waiting.remove(&want) else {
                     break;
                 };
-                take(want, n, lines);
+                take(want, n, &mut lines);
+                lines.clear();
+                spare
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(lines);
                 want += 1;
             }
         }
@@ -329,11 +383,11 @@ mod tests {
                 &f,
                 (from, bytes.len()),
                 size,
-                |b, l| super::super::parse_lines(b, l, true, false),
+                |b, l, emit| super::super::parse_lines_each(b, l, true, false, emit),
                 |line| line,
                 |k, n, lines| {
                     order.push((k, n));
-                    all.extend(lines);
+                    all.append(lines);
                 },
             )
             .unwrap();

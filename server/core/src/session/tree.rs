@@ -135,10 +135,47 @@ impl FileText {
     }
 }
 
-/// An entry's `type`: Pi's types as static text (no allocation per entry), any other as
-/// it is. Reads as a `str` (`kind == "message"`, `kind.as_str()`).
+/// A short name an entry keeps (its `type`, its message's `role`): one of a fixed list of
+/// static names, kept as its index in that list (no allocation), or any other as its own
+/// text. 16 bytes (a `Cow<'static, str>` is 24; entries are most of a loaded session's
+/// memory). Its list is the caller's: [`Name::new`] and [`Name::as_str`] are given the same one.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct EntryKind(Cow<'static, str>);
+enum Name {
+    /// The index in the list.
+    Known(u8),
+    Other(Box<str>),
+}
+
+impl Name {
+    /// `name` as an index into `known` when it is there, else as its own text.
+    fn new(name: &str, known: &[&'static str]) -> Name {
+        match known.iter().position(|k| *k == name) {
+            Some(i) => Name::Known(i as u8),
+            None => Name::Other(name.into()),
+        }
+    }
+
+    /// [`Name::new`], keeping `name`'s allocation when it is not in `known`.
+    fn from_string(name: String, known: &[&'static str]) -> Name {
+        match known.iter().position(|k| **k == name) {
+            Some(i) => Name::Known(i as u8),
+            None => Name::Other(name.into_boxed_str()),
+        }
+    }
+
+    /// The name as text; `known` is the list it was made with.
+    fn as_str<'a>(&'a self, known: &[&'static str]) -> &'a str {
+        match self {
+            Name::Known(i) => known.get(usize::from(*i)).copied().unwrap_or(""),
+            Name::Other(s) => s,
+        }
+    }
+}
+
+/// An entry's `type`: Pi's types kept without an allocation per entry, any other as it is.
+/// Reads as a `str` (`kind == "message"`, `kind.as_str()`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct EntryKind(Name);
 
 impl EntryKind {
     /// Pi's entry types (Pi 1.6's `docs/session-format.md`).
@@ -160,86 +197,89 @@ impl EntryKind {
 
     /// The type as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str(&EntryKind::KNOWN)
     }
 }
 
 impl From<String> for EntryKind {
     fn from(kind: String) -> EntryKind {
-        match EntryKind::KNOWN.iter().find(|k| **k == kind) {
-            Some(k) => EntryKind(Cow::Borrowed(k)),
-            None => EntryKind(Cow::Owned(kind)),
-        }
+        EntryKind(Name::from_string(kind, &EntryKind::KNOWN))
     }
 }
 
 impl From<&str> for EntryKind {
     fn from(kind: &str) -> EntryKind {
-        match EntryKind::KNOWN.iter().find(|k| **k == kind) {
-            Some(k) => EntryKind(Cow::Borrowed(k)),
-            None => EntryKind(Cow::Owned(kind.to_string())),
-        }
+        EntryKind(Name::new(kind, &EntryKind::KNOWN))
     }
 }
 
 impl std::ops::Deref for EntryKind {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl PartialEq<str> for EntryKind {
     fn eq(&self, other: &str) -> bool {
-        *self.0 == *other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<&str> for EntryKind {
     fn eq(&self, other: &&str) -> bool {
-        *self.0 == **other
+        self.as_str() == *other
     }
 }
 
 impl PartialEq<String> for EntryKind {
     fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
+        self.as_str() == *other
     }
 }
 
 impl std::fmt::Debug for EntryKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&*self.0, f)
+        std::fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl std::fmt::Display for EntryKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl From<EntryKind> for String {
     fn from(kind: EntryKind) -> String {
-        kind.0.into_owned()
+        match kind.0 {
+            Name::Other(s) => s.into_string(),
+            known => known.as_str(&EntryKind::KNOWN).to_string(),
+        }
     }
 }
 
-/// A message role as an entry keeps it: Pi's roles as static text, any other as it is.
-fn role_name(role: CompactString) -> Cow<'static, str> {
-    const ROLES: [&str; 8] = [
-        "user",
-        "assistant",
-        "toolResult",
-        "system",
-        "bashExecution",
-        "custom",
-        "branchSummary",
-        "compactionSummary",
-    ];
-    match ROLES.iter().find(|r| **r == role.as_str()) {
-        Some(r) => Cow::Borrowed(r),
-        None => Cow::Owned(role.into_string()),
+/// Message roles an entry keeps without an allocation of their own ([`Name`]'s list for
+/// `role`).
+const ROLES: [&str; 8] = [
+    "user",
+    "assistant",
+    "toolResult",
+    "system",
+    "bashExecution",
+    "custom",
+    "branchSummary",
+    "compactionSummary",
+];
+
+/// The index [`Entry`] keeps for "no role" (past the end of [`ROLES`]).
+const NO_ROLE: u8 = ROLES.len() as u8;
+
+/// A message role as an entry keeps it: Pi's roles by index, any other as it is.
+fn role_name(role: CompactString) -> Name {
+    match ROLES.iter().position(|r| *r == role.as_str()) {
+        Some(i) => Name::Known(i as u8),
+        None => Name::Other(role.as_str().into()),
     }
 }
 
@@ -256,8 +296,9 @@ pub struct Entry {
     pub parent_id: Option<CompactString>,
     /// The entry's `type`.
     pub kind: EntryKind,
-    /// `message.role` of `message` entries (Pi's roles without an allocation of their own).
-    role: Option<Cow<'static, str>>,
+    /// `message.role` of `message` entries (Pi's roles without an allocation of their own);
+    /// `Name::Known(NO_ROLE)` when there is none.
+    role: Name,
     /// Provider, model and usage of assistant messages.
     assistant: Option<Box<AssistantInfo>>,
     /// Of a `message` entry loaded without its message (a deferred load).
@@ -292,13 +333,13 @@ impl Entry {
     fn from_parts(parts: LineParts, text: Text) -> Option<(Entry, Option<Message>)> {
         let (role, message, assistant, summary, tool) = match parts.message {
             Some(m) => (
-                m.role.map(role_name),
+                m.role.map_or(Name::Known(NO_ROLE), role_name),
                 m.message,
                 m.assistant.map(Box::new),
                 m.summary,
                 m.tool,
             ),
-            None => (None, None, None, None, 0),
+            None => (Name::Known(NO_ROLE), None, None, None, 0),
         };
         Some((
             Entry {
@@ -373,7 +414,10 @@ impl Entry {
 
     /// `message.role` of a `message` entry.
     pub fn role(&self) -> Option<&str> {
-        self.role.as_deref()
+        match &self.role {
+            Name::Known(NO_ROLE) => None,
+            role => Some(role.as_str(&ROLES)),
+        }
     }
 
     /// Whether this is a tool result of the tool `name` (a `message` entry of role
@@ -1204,6 +1248,54 @@ mod tests {
                 Message::System(s) => format!("system:{}", s.update_text()),
             })
             .collect()
+    }
+
+    #[test]
+    fn types_and_roles_read_back_as_written_known_or_not() {
+        let t = tree(json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"message","id":"A","parentId":null,"message":{"role":"user","content":"a"}},
+            {"type":"message","id":"B","parentId":"A","message":{"role":"mystery","content":"b"}},
+            {"type":"message","id":"C","parentId":"B","message":{"content":"c"}},
+            {"type":"future_kind","id":"D","parentId":"C"},
+            {"type":"label","id":"E","parentId":"D","targetId":"A","label":"x"}
+        ]));
+        let got: Vec<(String, Option<&str>)> = t
+            .entries
+            .iter()
+            .map(|e| (String::from(e.kind.clone()), e.role()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("message".to_string(), Some("user")),
+                ("message".to_string(), Some("mystery")),
+                ("message".to_string(), None),
+                ("future_kind".to_string(), None),
+                ("label".to_string(), None),
+            ]
+        );
+        let kinds: Vec<&str> = t.entries.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["message", "message", "message", "future_kind", "label"]
+        );
+        assert_eq!(t.entries[3].kind, "future_kind");
+        assert_eq!(
+            format!("{:?} {}", t.entries[4].kind, t.entries[4].kind),
+            "\"label\" label"
+        );
+        assert_eq!(
+            EntryKind::from("label"),
+            EntryKind::from("label".to_string())
+        );
+        assert_ne!(EntryKind::from("label"), EntryKind::from("labels"));
+        // What a long session's memory is mostly made of: one of these per entry.
+        assert!(
+            std::mem::size_of::<Entry>() <= 152,
+            "Entry is {} bytes",
+            std::mem::size_of::<Entry>()
+        );
     }
 
     #[test]
