@@ -729,3 +729,393 @@ async fn a_pi_073_file_gets_its_first_prompt_mid_conversation_as_in_pi_16() {
         );
     }
 }
+
+/// A failed response that is retried, written by both: Pi 1.6.0 leaves it out of the context
+/// with a `context_edit` (`replacement: null`) before the retry, and so does pi-lsp; so the
+/// entries match kind by kind and key by key, and each opens the other's file with the same
+/// messages and count (the failure shown by neither).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_failure_is_left_out_of_the_context_as_pi_16_leaves_it() {
+    let Some(pi) = pi16() else { return };
+    let tmp = TempDir::new("pi16-retry");
+    let retry = json!({"retry": {"enabled": true, "maxRetries": 2, "baseDelayMs": 20}});
+    let script = || {
+        vec![
+            Step::Raw {
+                status: 503,
+                content_type: "application/json".into(),
+                body: r#"{"error":{"message":"overloaded"}}"#.into(),
+            },
+            Step::text("Fine now."),
+        ]
+    };
+    // Pi 1.6.
+    let pi_root = tmp.path().join("pi");
+    let pi_ws = workspace(&pi_root);
+    let pi_mock = MockModel::start(script()).await;
+    let agent = agent_dir(&pi_root, &pi_mock);
+    std::fs::write(agent.join("settings.json"), retry.to_string()).unwrap();
+    let sessions = pi_root.join("sessions");
+    {
+        let (pi, ws, sessions, agent) =
+            (pi.clone(), pi_ws.clone(), sessions.clone(), agent.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut p = PiRpc::start(
+                &pi,
+                &ws,
+                &agent,
+                &["--session-dir".as_ref(), sessions.as_os_str()],
+            );
+            p.prompt("hi");
+        })
+        .await
+        .unwrap();
+    }
+    let theirs_file = jsonl_in(&sessions);
+    let theirs = lines(&theirs_file);
+
+    // pi-lsp, with the same settings in its agent folder.
+    let our_root = tmp.path().join("ours");
+    let our_ws = workspace(&our_root);
+    let our_mock = MockModel::start(script()).await;
+    let our_agent = our_root.join("agent");
+    std::fs::create_dir_all(&our_agent).unwrap();
+    std::fs::write(our_agent.join("settings.json"), retry.to_string()).unwrap();
+    let mut c = start_with_mock(&our_ws, &our_mock, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "hi", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let events = c.run_until_end(Duration::from_secs(30)).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"]["type"] == "auto_retry_start"),
+        "{events:?}"
+    );
+    let our_messages = c
+        .request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let our_state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.shutdown().await;
+    let our_file = jsonl_in(&our_ws.join(".pi/sessions"));
+    let mine = lines(&our_file);
+
+    // The same entries: the failure, then its context_edit, then the answer.
+    let kinds = |v: &[Value]| v.iter().map(kind).collect::<Vec<_>>();
+    assert_eq!(kinds(&mine), kinds(&theirs));
+    let tail: Vec<&str> = [
+        "message:user",
+        "message:assistant",
+        "context_edit:",
+        "message:assistant",
+    ]
+    .to_vec();
+    assert_eq!(kinds(&mine)[mine.len() - 4..], tail);
+    for v in [&mine, &theirs] {
+        let n = v.len();
+        let (failed, edit, answer) = (&v[n - 3], &v[n - 2], &v[n - 1]);
+        assert_eq!(failed["message"]["stopReason"], "error", "{failed}");
+        assert_eq!(
+            keys(edit, ""),
+            vec![
+                "id",
+                "parentId",
+                "replacement",
+                "targetId",
+                "timestamp",
+                "type"
+            ]
+        );
+        assert_eq!(edit["targetId"], failed["id"]);
+        assert_eq!(edit["parentId"], failed["id"]);
+        assert_eq!(edit["replacement"], Value::Null);
+        assert_eq!(answer["parentId"], edit["id"]);
+        assert_eq!(answer["message"]["content"][0]["text"], "Fine now.");
+    }
+    // pi-lsp shows the conversation without the failure: system message, prompt, answer (Pi
+    // 1.6 too once it reopens the file, below; its live `get_messages` still lists it).
+    let roles = |m: &Value| -> Vec<String> {
+        m["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Live, both still list the failure (Pi 1.6's `get_messages` as well); reopened, neither.
+    assert_eq!(
+        roles(&our_messages),
+        ["system", "user", "assistant", "assistant"]
+    );
+    let _ = our_state;
+
+    // Pi 1.6 opens our file with our messages and count.
+    let our_ws2 = our_ws.clone();
+    let (pi_on_ours, pi_count) = {
+        let (agent, file) = (agent.clone(), our_file.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut p = PiRpc::start(
+                &pi,
+                &our_ws,
+                &agent,
+                &["--session".as_ref(), file.as_os_str()],
+            );
+            let m = p.response("m", json!({"id": "m", "type": "get_messages"}));
+            let s = p.response("s", json!({"id": "s", "type": "get_state"}));
+            (m, s["messageCount"].clone())
+        })
+        .await
+        .unwrap()
+    };
+    // And pi-lsp opens its own file and Pi's without the failure too.
+    let mut c = start_with_mock(&our_ws2, &our_mock, EditorBehavior::default()).await;
+    let o = c
+        .request(
+            "agent/session/open",
+            json!({"path": our_file.display().to_string()}),
+        )
+        .await
+        .unwrap();
+    let ours_again = c
+        .request("agent/messages", json!({"sessionId": o["sessionId"]}))
+        .await
+        .unwrap();
+    let count_again = c
+        .request("agent/state", json!({"sessionId": o["sessionId"]}))
+        .await
+        .unwrap()["messageCount"]
+        .clone();
+    // `agent/messages` shows a message a `context_edit` leaves out with the edit marked (issue
+    // 29 item 3); Pi 1.6's `get_messages` leaves it out.
+    let shown = |m: &Value| -> Vec<Value> {
+        m["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| {
+                m.get("contextEdit")
+                    .is_none_or(|e| !e["replacement"].is_null())
+            })
+            .cloned()
+            .collect()
+    };
+    assert_eq!(pi_on_ours["messages"], json!(shown(&ours_again)));
+    let ours_again = json!({"messages": shown(&ours_again)});
+    assert_eq!(roles(&ours_again), ["system", "user", "assistant"]);
+    assert_eq!(pi_count, count_again);
+    assert_eq!(pi_count, 3);
+    let o = c
+        .request(
+            "agent/session/open",
+            json!({"path": theirs_file.display().to_string()}),
+        )
+        .await
+        .unwrap();
+    let sid = o["sessionId"].as_str().unwrap().to_string();
+    let ours_on_theirs = c
+        .request("agent/messages", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    let state = c
+        .request("agent/state", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    c.shutdown().await;
+    assert_eq!(
+        roles(&json!({"messages": shown(&ours_on_theirs)})),
+        ["system", "user", "assistant"]
+    );
+    assert_eq!(state["messageCount"], 3);
+    pi_mock.assert_paired();
+    our_mock.assert_paired();
+}
+
+/// A Pi 1.6-shaped file neither harness wrote: a `usage` entry (`cache_warm`) and one of a
+/// `kind` nobody knows, an abandoned branch, a label, and a second root (a `branch_summary`
+/// with `parentId: null`, as Pi's `branchWithSummary(null, …)` writes it) holding the active
+/// branch. Pi 1.6.0 and pi-lsp show the same messages, count, leaf and session totals (usage
+/// entries counted, never in the context); then each continues it and the other reopens it
+/// with the same messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_entries_and_a_second_root_read_and_continue_as_in_pi_16() {
+    let Some(pi) = pi16() else { return };
+    let tmp = TempDir::new("pi16-roots");
+    let ws = workspace(tmp.path());
+    let mock = MockModel::start(vec![Step::text("Ours."), Step::text("Theirs.")]).await;
+    let agent = agent_dir(&tmp.path().join("pi-home"), &mock);
+    // Zero as JavaScript writes it (`0`, never `0.0`).
+    let n = |x: f64| if x == 0.0 { json!(0) } else { json!(x) };
+    let cost = |i: f64, o: f64, r: f64| json!({"input": n(i), "output": n(o), "cacheRead": n(r), "cacheWrite": 0, "total": n(i + o + r)});
+    let usage = |input: u64, output: u64, read: u64, c: Value| {
+        json!({"input": input, "output": output, "cacheRead": read, "cacheWrite": 0,
+               "totalTokens": input + output + read, "cost": c})
+    };
+    let t = "2026-12-05T12:00:00.000Z";
+    let user = |id: &str, parent: Value, text: &str, ms: u64| {
+        json!({"type": "message", "id": id, "parentId": parent, "timestamp": t,
+               "message": {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": ms}})
+    };
+    let answer = |id: &str, parent: &str, text: &str, u: Value, ms: u64| {
+        json!({"type": "message", "id": id, "parentId": parent, "timestamp": t,
+               "message": {"role": "assistant", "content": [{"type": "text", "text": text}],
+                           "api": "openai-completions", "provider": "mock", "model": "mock-1",
+                           "usage": u, "stopReason": "stop", "timestamp": ms, "thinkingLevel": "off"}})
+    };
+    let file = tmp.path().join("unseen.jsonl");
+    let entries = [
+        json!({"type": "session", "version": 3, "id": "01a24614-3491-71cb-97c3-af58359f0dac", "timestamp": t, "cwd": ws.display().to_string()}),
+        json!({"type": "model_change", "id": "m0", "parentId": null, "timestamp": t, "provider": "mock", "modelId": "mock-1"}),
+        user("u1", json!("m0"), "first", 1),
+        answer(
+            "a1",
+            "u1",
+            "One.",
+            usage(100, 10, 0, cost(0.1, 0.01, 0.0)),
+            2,
+        ),
+        json!({"type": "usage", "id": "w1", "parentId": "a1", "timestamp": t, "kind": "cache_warm", "provider": "mock", "model": "mock-1", "usage": usage(0, 0, 5000, cost(0.0, 0.0, 0.5))}),
+        user("u2", json!("w1"), "abandoned", 3),
+        answer(
+            "a2",
+            "u2",
+            "Left behind.",
+            usage(200, 20, 0, cost(0.2, 0.02, 0.0)),
+            4,
+        ),
+        json!({"type": "label", "id": "l1", "parentId": "a2", "timestamp": t, "targetId": "a1", "label": "start"}),
+        json!({"type": "branch_summary", "id": "b1", "parentId": null, "timestamp": t, "fromId": "l1", "summary": "We said hello twice.", "usage": usage(50, 5, 0, cost(0.05, 0.005, 0.0)), "fromHook": false}),
+        user("u3", json!("b1"), "second root", 5),
+        json!({"type": "usage", "id": "w2", "parentId": "u3", "timestamp": t, "kind": "some_future_kind", "provider": "mock", "model": "mock-1", "usage": usage(7, 3, 0, cost(0.007, 0.003, 0.0))}),
+        answer(
+            "a3",
+            "w2",
+            "Three.",
+            usage(300, 30, 0, cost(0.3, 0.03, 0.0)),
+            6,
+        ),
+    ];
+    std::fs::write(
+        &file,
+        entries.iter().map(|e| format!("{e}\n")).collect::<String>(),
+    )
+    .unwrap();
+
+    // What Pi 1.6 and pi-lsp make of `f`: (messages, messageCount, stats).
+    let pi_view = |f: PathBuf, prompt: Option<&'static str>| {
+        let (pi, ws, agent) = (pi.clone(), ws.clone(), agent.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut p = PiRpc::start(&pi, &ws, &agent, &["--session".as_ref(), f.as_os_str()]);
+            if let Some(text) = prompt {
+                p.prompt(text);
+            }
+            let m = p.response("m", json!({"id": "m", "type": "get_messages"}));
+            let s = p.response("s", json!({"id": "s", "type": "get_state"}));
+            let st = p.response("t", json!({"id": "t", "type": "get_session_stats"}));
+            (m["messages"].clone(), s["messageCount"].clone(), st)
+        })
+    };
+    let ours_view = |f: PathBuf, prompt: Option<&'static str>| {
+        let (ws, mock) = (ws.clone(), &mock);
+        async move {
+            let mut c = start_with_mock(&ws, mock, EditorBehavior::default()).await;
+            let o = c
+                .request(
+                    "agent/session/open",
+                    json!({"path": f.display().to_string()}),
+                )
+                .await
+                .unwrap();
+            let sid = o["sessionId"].as_str().unwrap().to_string();
+            if let Some(text) = prompt {
+                c.request("agent/prompt", json!({"sessionId": sid, "text": text}))
+                    .await
+                    .unwrap();
+                c.run_until_end(Duration::from_secs(30)).await;
+            }
+            let m = c
+                .request("agent/messages", json!({"sessionId": sid}))
+                .await
+                .unwrap();
+            let s = c
+                .request("agent/state", json!({"sessionId": sid}))
+                .await
+                .unwrap();
+            let st = c
+                .request("agent/session/stats", json!({"sessionId": sid}))
+                .await
+                .unwrap();
+            c.shutdown().await;
+            (m["messages"].clone(), s["messageCount"].clone(), st)
+        }
+    };
+    let same_stats = |pi: &Value, ours: &Value| {
+        for k in [
+            "userMessages",
+            "assistantMessages",
+            "toolCalls",
+            "toolResults",
+            "totalMessages",
+            "tokens",
+        ] {
+            assert_eq!(pi[k], ours[k], "{k}\npi:   {pi}\nours: {ours}");
+        }
+        let (a, b) = (pi["cost"].as_f64().unwrap(), ours["cost"].as_f64().unwrap());
+        assert!((a - b).abs() < 1e-9, "cost {a} vs {b}");
+    };
+
+    // As found: the second root's branch, summary first; every usage counted.
+    let (pm, pc, pst) = pi_view(file.clone(), None).await.unwrap();
+    let (om, oc, ost) = ours_view(file.clone(), None).await;
+    let roles: Vec<&str> = om
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["branchSummary", "user", "assistant"], "{om:#}");
+    assert_eq!(pm, om);
+    assert_eq!(pc, oc);
+    same_stats(&pst, &ost);
+    assert_eq!(
+        ost["tokens"],
+        json!({"input": 657, "output": 68, "cacheRead": 5000, "cacheWrite": 0, "total": 5725})
+    );
+
+    // pi-lsp continues a copy; Pi 1.6 reopens it. Pi continues another; pi-lsp reopens it.
+    let ours_file = tmp.path().join("ours.jsonl");
+    let theirs_file = tmp.path().join("theirs.jsonl");
+    std::fs::copy(&file, &ours_file).unwrap();
+    std::fs::copy(&file, &theirs_file).unwrap();
+    let (om, oc, ost) = ours_view(ours_file.clone(), Some("go on")).await;
+    assert_eq!(om.as_array().unwrap().len(), 6, "{om:#}");
+    let (pm, pc, pst) = pi_view(ours_file.clone(), None).await.unwrap();
+    assert_eq!(pm, om);
+    assert_eq!(pc, oc);
+    same_stats(&pst, &ost);
+    let (pm, pc, pst) = pi_view(theirs_file.clone(), Some("go on")).await.unwrap();
+    let (om, oc, ost) = ours_view(theirs_file.clone(), None).await;
+    assert_eq!(pm, om);
+    assert_eq!(pc, oc);
+    same_stats(&pst, &ost);
+    // Both answered under the second root: the first root's lines are as they were.
+    for f in [&ours_file, &theirs_file] {
+        let l = lines(f);
+        assert_eq!(l[..entries.len()], entries[..]);
+        assert!(
+            l[entries.len()..].iter().all(|e| e["type"] == "message"
+                || e["type"] == "model_change"
+                || e["type"] == "thinking_level_change"),
+            "{l:#?}"
+        );
+    }
+    mock.assert_paired();
+}

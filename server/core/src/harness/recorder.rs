@@ -31,6 +31,9 @@ pub struct Recorder {
 struct Started {
     assistant: Option<Instant>,
     tools: Vec<(String, Instant)>,
+    /// The entries of the last response when it failed (the assistant message, then any
+    /// results of its calls): what a retry leaves out of the context.
+    failed: Vec<String>,
 }
 
 /// Milliseconds since `t`.
@@ -126,7 +129,36 @@ impl Recorder {
                     Message::User(_) | Message::System(_) => {}
                 }
                 let mut w = lock_writer(&self.writer)?;
-                return w.append_message_stamped(message, stamps).map(|_| ());
+                let id = w.append_message_stamped(message, stamps)?;
+                let mut started = self.started.lock();
+                match message {
+                    Message::Assistant(a) => {
+                        started.failed.clear();
+                        if a.stop_reason == pi_ai::types::StopReason::Error {
+                            started.failed.push(id);
+                        }
+                    }
+                    Message::ToolResult(_) if !started.failed.is_empty() => started.failed.push(id),
+                    _ => {}
+                }
+                return Ok(());
+            }
+            // Pi 1.6 leaves a failed response it retries (and its calls' results) out of the
+            // context with a `context_edit` each (`replacement: null`), written before the
+            // retry: Pi shows and counts the session without them, as it does here.
+            AgentEvent::AutoRetryStart { .. } => {
+                let failed = std::mem::take(&mut self.started.lock().failed);
+                if failed.is_empty() {
+                    return Ok(());
+                }
+                let mut w = lock_writer(&self.writer)?;
+                for target_id in failed {
+                    w.append(EntryData::ContextEdit {
+                        target_id,
+                        replacement: None,
+                    })?;
+                }
+                return Ok(());
             }
             AgentEvent::AgentEnd { .. } => *self.started.lock() = Started::default(),
             _ => {}

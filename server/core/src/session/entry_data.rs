@@ -58,6 +58,14 @@ pub enum EntryData {
     },
     /// Names the session (`session_info`).
     SessionInfo { name: String },
+    /// Pi 1.6's `context_edit`: on the active branch, the model's context shows entry
+    /// `targetId` with `replacement`'s content, or without it when `replacement` is `null`
+    /// (written so as Pi 1.6 writes it for a failed response before it is retried); the entry
+    /// itself stays in the file and in the history.
+    ContextEdit {
+        target_id: String,
+        replacement: Option<Value>,
+    },
     /// An extension's (or the harness's) state (`custom`): never in the model's context.
     Custom { custom_type: String, data: Value },
     /// A custom message (`custom_message`): in the model's context as a user message.
