@@ -1079,3 +1079,70 @@ async fn unknown_tools_are_named_in_a_warning() {
     let (_, tools) = prompt_and_tools(&mock.requests()[0].body);
     assert!(tools.is_empty(), "{tools:?}");
 }
+
+/// An overflow's compact-and-retry leaves the failed answer out of the context as Pi 1.6 does
+/// (`_omitRecoveryAttempt`): the file keeps the failed answer, then a `context_edit`
+/// (`replacement: null`) naming it, then the compaction, then the retried answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overflow_retry_leaves_the_failed_answer_out_with_a_context_edit() {
+    let overflow = || {
+        Step::Raw {
+        status: 400,
+        content_type: "application/json".into(),
+        body: json!({"error": {"message": "This model's maximum context length is 8000 tokens. However, your messages resulted in 9000 tokens.", "code": "context_length_exceeded"}}).to_string(),
+    }
+    };
+    let mock = MockModel::start(vec![
+        Step::text("first answer"),
+        overflow(),
+        Step::text("recovered"),
+    ])
+    .await;
+    mock.set_responder(std::sync::Arc::new(|body: &Value| {
+        body.to_string()
+            .contains("context summarization assistant")
+            .then(|| Step::text("SUMMARY-OF-EARLIER-WORK"))
+    }));
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["contextWindow"] = json!(8000);
+    models["providers"]["mock"]["models"][0]["maxTokens"] = json!(1024);
+    let h = Headless::new("overflow-edit", &models);
+    std::fs::write(
+        h.agent.join("settings.json"),
+        json!({"compaction": {"enabled": true, "reserveTokens": 500, "keepRecentTokens": 10}})
+            .to_string(),
+    )
+    .unwrap();
+    let m = ["--model", "mock/mock-1"];
+    assert_success(&h.run(&[&m[..], &["one ".repeat(300).trim()]].concat()));
+    let out = h.run(&[&m[..], &["-c", "two ".repeat(300).trim()]].concat());
+    assert_success(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "recovered");
+    let lines = session_lines(&h.ws);
+    let kind = |e: &Value| match e["type"].as_str().unwrap() {
+        "message" => format!(
+            "message:{}:{}",
+            e["message"]["role"].as_str().unwrap(),
+            e["message"]["stopReason"].as_str().unwrap_or("")
+        ),
+        t => t.to_string(),
+    };
+    let n = lines.len();
+    let tail: Vec<String> = lines[n - 5..].iter().map(kind).collect();
+    assert_eq!(
+        tail,
+        [
+            "message:user:",
+            "message:assistant:error",
+            "context_edit",
+            "compaction",
+            "message:assistant:stop"
+        ]
+    );
+    let (failed, edit, compaction) = (&lines[n - 4], &lines[n - 3], &lines[n - 2]);
+    assert_eq!(edit["targetId"], failed["id"]);
+    assert_eq!(edit["parentId"], failed["id"]);
+    assert_eq!(edit["replacement"], Value::Null);
+    assert_eq!(compaction["parentId"], edit["id"]);
+    assert_eq!(compaction["summary"], "SUMMARY-OF-EARLIER-WORK");
+}

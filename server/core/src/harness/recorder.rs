@@ -145,8 +145,13 @@ impl Recorder {
             }
             // Pi 1.6 leaves a failed response it retries (and its calls' results) out of the
             // context with a `context_edit` each (`replacement: null`), written before the
-            // retry: Pi shows and counts the session without them, as it does here.
-            AgentEvent::AutoRetryStart { .. } => {
+            // retry, and before the compaction of an overflow's compact-and-retry
+            // (`_omitRecoveryAttempt`): Pi shows and counts the session without them, as it
+            // does here.
+            AgentEvent::AutoRetryStart { .. }
+            | AgentEvent::CompactionStart {
+                reason: crate::agent::CompactionReason::Overflow,
+            } => {
                 let failed = std::mem::take(&mut self.started.lock().failed);
                 if failed.is_empty() {
                     return Ok(());
