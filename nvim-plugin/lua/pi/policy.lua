@@ -131,6 +131,29 @@ function M.write_setting(file, key, value)
   return true
 end
 
+--- Writes `key` = `value` (`nil` removes the key) into the settings file of `scope`
+--- (`workspace`: the project's `.pi/settings.json`; `user`: the user's Pi settings) and says in
+--- one line (a longer one raises "Press ENTER") where it went and whether it is in force: not
+--- in an untrusted workspace, not while the plugin option `editor_opt` of the same meaning is
+--- set (it wins), else `effect`.
+function M.write_and_tell(st, scope, key, value, editor_opt, effect)
+  local file = scope == 'workspace' and M.project_file(st.root) or M.user_file()
+  local ok, why = M.write_setting(file, key, value)
+  if not ok then
+    return util.notify(why, vim.log.levels.ERROR)
+  end
+  local editor = config.values[editor_opt]
+  local untrusted = scope == 'workspace' and not require('pi.client').trusted(st.root)
+  util.notify(('%s %s in %s: %s'):format(
+    key,
+    value and ('"' .. value .. '"') or 'removed',
+    vim.fn.fnamemodify(file, ':~:.'),
+    untrusted and 'not loaded, this workspace is not trusted'
+      or (editor and ('your setup\'s %s "%s" wins'):format(editor_opt, editor))
+      or effect
+  ))
+end
+
 --- Puts `policy` (a name of `M.policies`) in `scope` (`session` / `workspace` / `user`) for
 --- the workspace state `st` (its chat's session for `session`).
 function M.set(st, policy, scope)
@@ -145,59 +168,48 @@ function M.set(st, policy, scope)
     end)
     return
   end
-  local file = scope == 'workspace' and M.project_file(st.root) or M.user_file()
-  local ok, why = M.write_setting(file, 'approvalPolicy', value)
-  if not ok then
-    return util.notify(why, vim.log.levels.ERROR)
-  end
-  local editor = config.values.approval_policy
-  local untrusted = scope == 'workspace' and not require('pi.client').trusted(st.root)
-  -- One short line (a longer one raises "Press ENTER"): where it went and what it does.
-  util.notify(('approvalPolicy %s in %s: %s'):format(
-    value and ('"' .. value .. '"') or 'removed',
-    vim.fn.fnamemodify(file, ':~:.'),
-    untrusted and 'not loaded, this workspace is not trusted'
-      or (editor and ('your setup\'s approval_policy "%s" wins'):format(editor))
-      or 'for new sessions'
-  ))
+  M.write_and_tell(st, scope, 'approvalPolicy', value, 'approval_policy', 'for new sessions')
 end
 
---- `:Pi policy [policy] [scope]`: what is not given is picked.
-function M.command(args)
+--- A `:Pi` command that sets one setting from `[value] [scope]` words: a word not given is
+--- picked with `vim.ui.select`, a wrong one is refused naming the right ones. `spec`:
+--- `values` (`{name, text}` list), `scope_names`, `scope_items(st)` (`{scope, label}` list),
+--- `set(st, value, scope)`, `bad_value` / `bad_scope` (formats of the refusals: the word, then
+--- the names), `value_prompt`, `scope_prompt` (a format taking the value).
+function M.setting_command(args, spec)
   local words = vim.split(vim.trim(args or ''), '%s+', { trimempty = true })
-  local policy, scope = words[1], words[2]
+  local value, scope = words[1], words[2]
   local names = vim.tbl_map(function(p)
     return p.name
-  end, M.policies)
-  if policy and not vim.tbl_contains(names, policy) then
-    return util.notify(('no approval policy "%s": %s'):format(policy, table.concat(names, ', ')), vim.log.levels.ERROR)
+  end, spec.values)
+  if value and not vim.tbl_contains(names, value) then
+    return util.notify(spec.bad_value:format(value, table.concat(names, ', ')), vim.log.levels.ERROR)
   end
-  if scope and not vim.tbl_contains(M.scope_names, scope) then
-    return util.notify(('no place "%s" for the approval policy: %s'):format(scope, table.concat(M.scope_names, ', ')), vim.log.levels.ERROR)
+  if scope and not vim.tbl_contains(spec.scope_names, scope) then
+    return util.notify(spec.bad_scope:format(scope, table.concat(spec.scope_names, ', ')), vim.log.levels.ERROR)
   end
   local client = require('pi.client')
   client.ensure(client.root_of(0), function(st)
-    local function where(p)
+    local function where(v)
       if scope then
-        return M.set(st, p, scope)
+        return spec.set(st, v, scope)
       end
-      local items = M.scope_items(require('pi.chat').current(st) ~= nil, st.root)
-      util.select(items, {
-        prompt = ('Pi: set approval policy "%s" for…'):format(p),
+      util.select(spec.scope_items(st), {
+        prompt = spec.scope_prompt:format(v),
         format_item = function(i)
           return i.label
         end,
       }, function(choice)
         if choice then
-          M.set(st, p, choice.scope)
+          spec.set(st, v, choice.scope)
         end
       end)
     end
-    if policy then
-      return where(policy)
+    if value then
+      return where(value)
     end
-    util.select(M.policies, {
-      prompt = 'Pi: approval policy — which one',
+    util.select(spec.values, {
+      prompt = spec.value_prompt,
       format_item = function(p)
         return ('%s: %s'):format(p.name, p.text)
       end,
@@ -207,6 +219,22 @@ function M.command(args)
       end
     end)
   end)
+end
+
+--- `:Pi policy [policy] [scope]`: what is not given is picked.
+function M.command(args)
+  M.setting_command(args, {
+    values = M.policies,
+    scope_names = M.scope_names,
+    scope_items = function(st)
+      return M.scope_items(require('pi.chat').current(st) ~= nil, st.root)
+    end,
+    set = M.set,
+    bad_value = 'no approval policy "%s": %s',
+    bad_scope = 'no place "%s" for the approval policy: %s',
+    value_prompt = 'Pi: approval policy — which one',
+    scope_prompt = 'Pi: set approval policy "%s" for…',
+  })
 end
 
 return M

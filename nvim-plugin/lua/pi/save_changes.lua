@@ -8,7 +8,6 @@
 --- settings files again when they change: the next agent edit follows the new value.
 local config = require('pi.config')
 local policy = require('pi.policy')
-local util = require('pi.util')
 
 local M = {}
 
@@ -37,66 +36,23 @@ end
 --- state `st`, and says in one line where it went and whether it is in force.
 function M.set(st, value, scope)
   local v = value ~= 'default' and value or nil
-  local file = scope == 'workspace' and policy.project_file(st.root) or policy.user_file()
-  local ok, why = policy.write_setting(file, 'saveUserChanges', v)
-  if not ok then
-    return util.notify(why, vim.log.levels.ERROR)
-  end
-  local editor = config.values.save_user_changes
-  local untrusted = scope == 'workspace' and not require('pi.client').trusted(st.root)
-  util.notify(('saveUserChanges %s in %s: %s'):format(
-    v and ('"' .. v .. '"') or 'removed',
-    vim.fn.fnamemodify(file, ':~:.'),
-    untrusted and 'not loaded, this workspace is not trusted'
-      or (editor and ('your setup\'s save_user_changes "%s" wins'):format(editor))
-      or 'from the next agent edit'
-  ))
+  policy.write_and_tell(st, scope, 'saveUserChanges', v, 'save_user_changes', 'from the next agent edit')
 end
 
 --- `:Pi save_user_changes [value] [place]`: what is not given is picked.
 function M.command(args)
-  local words = vim.split(vim.trim(args or ''), '%s+', { trimempty = true })
-  local value, scope = words[1], words[2]
-  local names = vim.tbl_map(function(p)
-    return p.name
-  end, M.values)
-  if value and not vim.tbl_contains(names, value) then
-    return util.notify(('no saveUserChanges value "%s": %s'):format(value, table.concat(names, ', ')), vim.log.levels.ERROR)
-  end
-  if scope and not vim.tbl_contains(M.scope_names, scope) then
-    return util.notify(('no place "%s" for saveUserChanges: %s'):format(scope, table.concat(M.scope_names, ', ')), vim.log.levels.ERROR)
-  end
-  local client = require('pi.client')
-  client.ensure(client.root_of(0), function(st)
-    local function where(v)
-      if scope then
-        return M.set(st, v, scope)
-      end
-      util.select(M.scope_items(st.root), {
-        prompt = ('Pi: saveUserChanges "%s" for…'):format(v),
-        format_item = function(i)
-          return i.label
-        end,
-      }, function(choice)
-        if choice then
-          M.set(st, v, choice.scope)
-        end
-      end)
-    end
-    if value then
-      return where(value)
-    end
-    util.select(M.values, {
-      prompt = 'Pi: your unsaved changes when an agent edits the file',
-      format_item = function(p)
-        return ('%s: %s'):format(p.name, p.text)
-      end,
-    }, function(choice)
-      if choice then
-        where(choice.name)
-      end
-    end)
-  end)
+  policy.setting_command(args, {
+    values = M.values,
+    scope_names = M.scope_names,
+    scope_items = function(st)
+      return M.scope_items(st.root)
+    end,
+    set = M.set,
+    bad_value = 'no saveUserChanges value "%s": %s',
+    bad_scope = 'no place "%s" for saveUserChanges: %s',
+    value_prompt = 'Pi: your unsaved changes when an agent edits the file',
+    scope_prompt = 'Pi: saveUserChanges "%s" for…',
+  })
 end
 
 return M
