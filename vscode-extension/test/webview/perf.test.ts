@@ -16,6 +16,10 @@
  * the machine (a descheduled task looks long, a pass gets fewer frames); the main thread's CPU
  * time measures the page's work, and the median of several passes drops one pass that a burst
  * of load slowed (caches, frequency) without hiding a regression, which slows every pass.
+ * Load on the host's other guests slows every pass alike (the CPU time of the same work grew
+ * 2.5× in a loaded run): the feeder in a blank page, run next to each cost pass, measures how
+ * much slower the machine is than quiet, and the CPU bounds are held in quiet units
+ * (FEEDER_QUIET_MS) — a regression still shows, as the panel's cost against the feeder's.
  * - Idle: 0 animation-frame callbacks and 0 timers over 5 s.
  */
 import { test, before, after } from "node:test";
@@ -206,23 +210,29 @@ const BEHAVIOUR_DELTAS = 4000;
 /** Cost passes after it (uninstrumented), each of PASS_DELTAS: 20,000 deltas in all (VP2). */
 const COST_PASSES = 8;
 const PASS_DELTAS = 2000;
-/** Feeder-alone passes (a blank page with the same feeder and a listener that does nothing). */
-const FEEDER_PASSES = 3;
+/** The feeder's own main-thread CPU per delta in a blank page on a quiet machine of the CI's
+ * kind (2 virtual cores; medians 0.066–0.100 ms in eight runs of this suite at load < 2), in ms.
+ * The CPU time of the same work grows when other guests load the host's cores (shared caches and
+ * cores; 0.212 ms at load 5, with the panel's own figure 0.10 → 0.23 ms): each cost pass is
+ * paired with a feeder pass, and a pass whose feeder ran `k` > 1 times slower than this has its
+ * figure divided by `k` — the bounds hold in this machine's units, never looser than the
+ * targets on a machine as fast or faster. */
+const FEEDER_QUIET_MS = 0.08;
 
 test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, only the streaming row changes, typing stays fast", async () => {
   const total = BEHAVIOUR_DELTAS + COST_PASSES * PASS_DELTAS;
   const { text, deltas } = streamedAnswer(total);
-  // The feeder's own cost (making the posts is the host's work, not the webview's): the
-  // median of FEEDER_PASSES passes in a blank page, subtracted per delta below.
+  // The feeder's own cost (making the posts is the host's work, not the webview's): a pass in
+  // a blank page next to each cost pass, subtracted per delta below; it is also the yardstick
+  // of the machine's speed at the time (FEEDER_QUIET_MS).
   const feeder = await browser.newPage();
   await feeder.setContent("<!DOCTYPE html><title>feeder</title>");
   await feeder.evaluate(() => window.addEventListener("message", () => {}));
   await installFeeder(feeder, deltas.slice(0, PASS_DELTAS));
   const feederCdp = await feeder.context().newCDPSession(feeder);
-  const feederPerDelta: number[] = [];
-  for (let i = 0; i < FEEDER_PASSES; i++) feederPerDelta.push((await cpuOf(feederCdp, () => feeder.evaluate((n) => (window as any).__feed(0, n), PASS_DELTAS))) / PASS_DELTAS);
-  await feeder.close();
-  const feederMs = median(feederPerDelta);
+  const feederPass = async () => (await cpuOf(feederCdp, () => feeder.evaluate((n) => (window as any).__feed(0, n), PASS_DELTAS))) / PASS_DELTAS;
+  const slowdown = (feederMs: number) => Math.max(1, feederMs / FEEDER_QUIET_MS);
+  const feederBefore = await feederPass();
 
   const panel = await openPanel(browser, {
     onRequest: (method, params) => {
@@ -309,19 +319,29 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
     await panel.cdp.send("Profiler.start");
   }
   const perDelta: number[] = [];
+  const feederPerDelta: number[] = [];
+  const scaled: number[] = [];
   const sums: Record<string, number> = {};
   if (process.env.PI_TRACE) await browser.startTracing(page, { categories: ["devtools.timeline", "disabled-by-default-devtools.timeline", "v8", "blink"] });
   for (let i = 0; i < COST_PASSES; i++) {
     const from = BEHAVIOUR_DELTAS + i * PASS_DELTAS;
     const cpu = await cpuOf(panel.cdp, () => page.evaluate(([a, b]) => (window as any).__feed(a, b), [from, from + PASS_DELTAS]), sums);
+    const feederMs = await feederPass();
+    feederPerDelta.push(feederMs);
     perDelta.push(cpu / PASS_DELTAS - feederMs);
+    scaled.push(perDelta[i]! / slowdown(feederMs));
   }
+  await feeder.close();
+  const feederMs = median(feederPerDelta);
+  // The behaviour pass ran between the first feeder pass and the cost passes.
+  const behaviourSlowdown = slowdown(median([feederBefore, ...feederPerDelta.slice(0, 2)]));
   if (process.env.PI_TRACE) printTrace(await browser.stopTracing());
   if (process.env.PI_PROFILE) printProfile((await panel.cdp.send("Profiler.stop")) as any);
   const n = COST_PASSES * PASS_DELTAS;
   const per = (k: string) => (sums[k]! / n).toFixed(3);
   perf(`VP2 cost passes per delta: task ${per("TaskDuration")} ms wall, script ${per("ScriptDuration")}, style ${per("RecalcStyleDuration")}, layout ${per("LayoutDuration")}, other ${per("TaskOtherDuration")} ms; ${sums.LayoutCount} layouts, ${sums.RecalcStyleCount} style recalcs for ${n} deltas`);
   const perDeltaMs = median(perDelta);
+  const scaledMs = median(scaled);
   const longCpu = Math.max(0, ...tasks.map((t) => t.cpuMs));
   const longWall = Math.max(0, ...tasks.map((t) => t.wallMs));
   const longest = [...tasks].sort((a, b) => b.cpuMs - a.cpuMs).slice(0, 3);
@@ -333,12 +353,13 @@ test("VP2–VP4: 20,000 deltas at 500/s: CPU per delta, one render per frame, on
   const keyMedian = median(keyWall);
   const keyCpuMedian = median(keyCpu);
   const fps = r.frames / (r.ms / 1000);
-  perf(`VP2 ${total} deltas: main-thread CPU per delta over ${COST_PASSES} passes of ${PASS_DELTAS} (feeder alone ${feederMs.toFixed(3)} ms subtracted): median ${perDeltaMs.toFixed(3)} ms, passes ${perDelta.map((x) => x.toFixed(3)).join(" ")}`);
+  perf(`VP2 ${total} deltas: main-thread CPU per delta over ${COST_PASSES} passes of ${PASS_DELTAS} (feeder alone median ${feederMs.toFixed(3)} ms subtracted, pass by pass): median ${perDeltaMs.toFixed(3)} ms, passes ${perDelta.map((x) => x.toFixed(3)).join(" ")}`);
+  perf(`VP2 the machine's speed: feeder ${[feederBefore, ...feederPerDelta].map((x) => x.toFixed(3)).join(" ")} ms per delta against ${FEEDER_QUIET_MS} quiet; per delta in quiet units: median ${scaledMs.toFixed(3)} ms (passes ${scaled.map((x) => x.toFixed(3)).join(" ")}); longest task bound ${(LONG_TASK_CPU_MS * behaviourSlowdown).toFixed(0)} ms`);
   perf(`VP2 behaviour pass (${BEHAVIOUR_DELTAS} deltas in ${(r.ms / 1000).toFixed(1)} s): ${r.renders} renders in ${r.frames} frames, longest task ${longCpu.toFixed(1)} ms CPU (${longWall.toFixed(0)} ms wall; PerformanceObserver longtask max ${Math.max(0, ...r.long).toFixed(0)} ms), mutations outside the streaming row ${r.outside.length}`);
   perf(`VP4 keystroke → next frame: median ${keyMedian.toFixed(1)} ms, p95 ${keyWall[Math.floor(keyWall.length * 0.95)]!.toFixed(1)} ms, max ${keyWall.at(-1)!.toFixed(1)} ms wall; main-thread CPU in it median ${keyCpuMedian.toFixed(1)} ms, max ${keyCpu.at(-1)!.toFixed(1)} ms; over ${keyWall.length} keys at ${fps.toFixed(0)} frames/s`);
-  assert.ok(perDeltaMs <= PER_DELTA_MS, `median ${perDeltaMs} ms per delta (passes ${perDelta.join(", ")})`);
+  assert.ok(scaledMs <= PER_DELTA_MS, `median ${scaledMs} ms per delta in quiet units (as measured ${perDeltaMs}; passes ${perDelta.join(", ")}; feeder ${feederPerDelta.join(", ")})`);
   assert.ok(r.renders <= r.frames, `${r.renders} renders in ${r.frames} frames`);
-  assert.ok(longCpu <= LONG_TASK_CPU_MS, `a task took ${longCpu} ms of CPU`);
+  assert.ok(longCpu <= LONG_TASK_CPU_MS * behaviourSlowdown, `a task took ${longCpu} ms of CPU (the machine ${behaviourSlowdown.toFixed(2)}× slower than quiet)`);
   assert.deepEqual(r.outside, [], "DOM mutations outside the streaming row");
   const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
   perf(`VP3 layout shifts while streaming: ${r.shifts.length} entries (sum ${sum(r.shifts).toFixed(4)}), of content outside the streaming row ${r.shiftAbove.length} (sum ${sum(r.shiftAbove).toFixed(4)})`);
