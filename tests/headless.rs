@@ -1146,3 +1146,90 @@ async fn an_overflow_retry_leaves_the_failed_answer_out_with_a_context_edit() {
     assert_eq!(compaction["parentId"], edit["id"]);
     assert_eq!(compaction["summary"], "SUMMARY-OF-EARLIER-WORK");
 }
+
+/// Case: a write past the file-size limit (`ulimit -f`) must not end the process. Its default
+/// action (`SIGXFSZ`) killed `run` mid-append: the session cut off mid-line, the tool result
+/// lost, the lock left. Now the append fails (`EFBIG`) as on a full disk: the file keeps whole
+/// lines only, the run is stopped (no work goes unrecorded), the lock is released, and the
+/// user is told that the session was not saved whole — and not that it was.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_past_the_file_size_limit_does_not_end_the_run() {
+    let mock = MockModel::start(vec![
+        Step::Tools(
+            None,
+            vec![("call_1".into(), "read".into(), json!({"path": "big.txt"}))],
+        ),
+        Step::text("Read it."),
+    ])
+    .await;
+    let h = Headless::new("fsize", &mock.models_json());
+    let big: String = (0..1200)
+        .map(|i| format!("line {i} of a big file with some words\n"))
+        .collect();
+    std::fs::write(h.ws.join("big.txt"), &big).unwrap();
+    // 24 blocks of 512 bytes (POSIX sh): the header and the first messages fit, the 47 KB tool
+    // result does not.
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -f 24 && exec \"$0\" \"$@\"")
+        .arg(pi_e2e::pi_lsp_bin())
+        .args(["run", "--workspace"])
+        .arg(&h.ws)
+        .args(["--model", "mock/mock-1", "read big.txt"])
+        .envs(h.env.iter().map(|(k, v)| (k, v)));
+    let out = tokio::task::block_in_place(|| cmd.output().unwrap());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{:?}\n{stderr}", out.status);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert!(
+        stderr.contains("pi-lsp: session not saved: session file ")
+            && stderr.contains("File too large"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("session saved to"), "{stderr}");
+    let dir = h.ws.join(".pi/sessions");
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.len() <= 24 * 512, "{} bytes", text.len());
+    assert!(text.ends_with('\n'), "a torn last line: {text:?}");
+    for line in text.lines() {
+        serde_json::from_str::<Value>(line).unwrap();
+    }
+    let locks: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".lock"))
+        .collect();
+    assert_eq!(locks, Vec::<String>::new());
+    assert!(
+        stderr.contains(&format!(
+            "pi-lsp: the session's last entries could not be saved to {} (the run was stopped)",
+            file.display()
+        )),
+        "{stderr}"
+    );
+    // What the file holds: the header, the user's prompt and the call (the result did not fit).
+    let kinds: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            format!(
+                "{}:{}",
+                v["type"].as_str().unwrap(),
+                v["message"]["role"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(kinds[0], "session:");
+    assert!(kinds.contains(&"message:user".to_string()), "{kinds:?}");
+    assert!(
+        !kinds.contains(&"message:toolResult".to_string()),
+        "{kinds:?}"
+    );
+}

@@ -565,9 +565,15 @@ async fn run_session(
     keep: bool,
 ) -> i32 {
     let session_path = session.file();
-    // Where the session was saved, unless it is not kept (`--no-session`).
+    // Where the session was saved, unless it is not kept (`--no-session`); after a failed
+    // append (a full disk, the file-size limit) that it was not, whole.
     let saved = || {
-        if keep {
+        if keep && failed_save.load(Ordering::SeqCst) {
+            eprintln!(
+                "pi-lsp: the session's last entries could not be saved to {} (the run was stopped)",
+                session_path.display()
+            );
+        } else if keep {
             eprintln!("pi-lsp: session saved to {}", session_path.display());
         }
     };

@@ -167,6 +167,11 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(workers)
         .enable_all()
         .build()?;
+    // A write past the file-size limit fails (EFBIG) instead of ending the process.
+    {
+        let _runtime = rt.enter();
+        pi_lsp::platform::signals::survive_file_size_limit();
+    }
     match command {
         Some(Command::Sessions { workspace, json }) => {
             std::process::exit(pi_lsp::headless::list(&workspace, json));

@@ -29,6 +29,26 @@ pub mod signo {
     pub const SIGTERM: i32 = 15;
     /// Windows' Ctrl-Break.
     pub const SIGBREAK: i32 = 21;
+    /// File-size limit exceeded (Linux and macOS: 25).
+    pub const SIGXFSZ: i32 = 25;
+}
+
+/// Keeps `SIGXFSZ` from ending the process (call it once, inside the runtime). A write past the
+/// file-size limit (`ulimit -f`, `RLIMIT_FSIZE`) raises `SIGXFSZ`, whose default action ends the
+/// process at once: a session append cut off mid-line, the tool result lost, the lock left
+/// behind. With a handler installed (tokio's, which stays for the process's lifetime) the write
+/// fails with `EFBIG` instead, and the session writer handles that as it does a full disk: the
+/// file is cut back to its last whole line and the entry kept in memory (docs/protocol.md,
+/// `unsaved`). A handler, not `SIG_IGN`: an ignored signal would stay ignored in the commands
+/// the agent runs, a handler is reset for them on `exec`. Windows has no such signal.
+pub fn survive_file_size_limit() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Err(e) = signal(SignalKind::from_raw(signo::SIGXFSZ)) {
+            tracing::warn!("cannot handle SIGXFSZ (a write past the file-size limit will end the process): {e}");
+        }
+    }
 }
 
 /// One Unix signal stream.
