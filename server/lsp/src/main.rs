@@ -85,8 +85,9 @@ enum Command {
         /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
         #[arg(long)]
         no_mcp: bool,
-        /// Start in plan mode (read-only tools, the model writes a numbered plan); the plan is
-        /// printed at the end.
+        /// Start in plan mode (Pi's: read/search tools, and bash only for commands whose
+        /// first word is on its read-only allow-list; the model writes a numbered plan); the
+        /// plan is printed at the end.
         #[arg(long)]
         plan: bool,
         /// The prompt. Text piped on stdin is put before it, as Pi's print mode does.

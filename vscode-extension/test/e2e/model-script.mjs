@@ -19,10 +19,9 @@
 
 export const HELLO_ANSWER =
   "Hello from the **mock model**. Here is a list:\n\n- one\n- two\n\nand some code:\n\n```js\nconsole.log(\"pi\");\n```\n\nThat is all.";
-/** Words of the burst: 6,000 (12 s at 500 per second). The host's CPU per event is read from
- * the thread clock, which Linux advances in scheduler-tick steps: over a burst of a few
- * milliseconds of work a handful of steps decide the figure, so the burst is long enough for
- * many of them (2,000 words gave 1.5–5.3 ms per 1,000 events for the same code). */
+/** Words of the burst: 6,000 (12 s at 500 per second), enough notifications and posts that the
+ * host's CPU per event (summed over each notification's and post's section, relay.ts `cpuNow`)
+ * is a steady figure. */
 export const MANY_WORDS = 6000;
 /** MANY_WORDS words, streamed one per chunk every 2 ms (≈ 500 deltas per second). */
 export const MANY_ANSWER = Array.from({ length: MANY_WORDS }, (_, i) => `w${i}`).join(" ") + " END";

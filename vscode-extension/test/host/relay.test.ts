@@ -2,7 +2,7 @@
 // sessionId, and the backlog a new session's panel gets.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Batcher, Router, HIDDEN_BACKLOG_MAX, MIN_POST_INTERVAL_MS, type Clock, type Note, type RouteTarget } from "../../src/extension/relay";
+import { Batcher, Router, HIDDEN_BACKLOG_MAX, MIN_POST_INTERVAL_MS, wasiThreadClock, type Clock, type Note, type RouteTarget } from "../../src/extension/relay";
 
 /** A virtual clock: timers run when the test advances time. */
 class FakeClock implements Clock {
@@ -289,4 +289,31 @@ test("answers posted during a stream still keep the panel within 60 posts per se
   }
   clock.advance(100);
   assert.ok(b.maxPostsPerSecond <= 60, `${b.maxPostsPerSecond} posts in one second`);
+});
+
+test("the exact thread clock (WASI) times sections of microseconds, and a longer stretch within its wall time", () => {
+  const now = wasiThreadClock();
+  assert.ok(now, "node:wasi gives the thread's CPU-time clock");
+  const spin = (ms: number) => {
+    const end = performance.now() + ms;
+    while (performance.now() < end);
+  };
+  // 200 sections of 20 µs of work each: every one reads more than 0 and less than a tick
+  // (a preempted one could read less than its wall time, never more).
+  const reads: number[] = [];
+  for (let i = 0; i < 200; i++) {
+    const t0 = now!();
+    spin(0.02);
+    reads.push(now!() - t0);
+  }
+  const sorted = [...reads].sort((a, b) => a - b);
+  assert.ok(sorted[0]! > 0, `a 20 µs section read ${sorted[0]} ms`);
+  assert.ok(sorted[100]! >= 0.01 && sorted[100]! < 0.5, `median section ${sorted[100]} ms`);
+  // A longer stretch: within the wall time it took.
+  const w0 = performance.now();
+  const c0 = now!();
+  spin(20);
+  const cpu = now!() - c0;
+  const wall = performance.now() - w0;
+  assert.ok(cpu <= wall + 0.05 && cpu >= wall * 0.3, `20 ms of spinning: ${cpu} ms of CPU in ${wall} ms`);
 });
