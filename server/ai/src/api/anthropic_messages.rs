@@ -523,6 +523,71 @@ async fn stream_body(
 mod tests {
     use super::*;
 
+    /// Each field the stream reads, read borrowed, equals what the `Value` reading gives:
+    /// escapes, a duplicated key (the last wins), a lone surrogate (lossy), `null` and
+    /// ill-typed fields, a negative or fractional index.
+    #[test]
+    fn events_read_borrowed_as_their_value_reads_them() {
+        for data in [
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a\"b"}}"#,
+            r#"{"type":"content_block_delta","index":0,"index":2,"delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"\ud800z"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":3}}}"#,
+            r#"{"type":"message_start","message":null,"index":-1,"error":null}"#,
+            r#"{"type":7,"index":1.5,"delta":"text","usage":[1]}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
+        ] {
+            let ev = crate::api::Event {
+                data: data.into(),
+                ..Default::default()
+            };
+            let v = crate::json::parse_lossy(data).unwrap();
+            let mut spill = String::new();
+            let Some(Chunk::Read(e)) = read_chunk::<StreamEvent>(&ev, &mut spill).unwrap() else {
+                panic!("not read: {data}");
+            };
+            let d = e.delta.0.unwrap_or_default();
+            let field = |o: &Value, k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
+            let got = (
+                e.kind.as_str().map(str::to_string),
+                e.index.0,
+                [
+                    &d.kind,
+                    &d.text,
+                    &d.thinking,
+                    &d.signature,
+                    &d.partial_json,
+                    &d.stop_reason,
+                ]
+                .map(|s| s.as_str().map(str::to_string)),
+                [
+                    whole(&e.message),
+                    whole(&e.content_block),
+                    whole(&e.usage),
+                    whole(&e.error),
+                ]
+                .map(Value::clone),
+            );
+            let want = (
+                field(&v, "type"),
+                v.get("index").and_then(Value::as_u64),
+                [
+                    "type",
+                    "text",
+                    "thinking",
+                    "signature",
+                    "partial_json",
+                    "stop_reason",
+                ]
+                .map(|k| field(&v["delta"], k)),
+                [&v["message"], &v["content_block"], &v["usage"], &v["error"]].map(Value::clone),
+            );
+            assert_eq!(got, want, "{data}");
+        }
+    }
+
     #[test]
     fn thinking_levels_map_to_budget_or_adaptive_effort() {
         let ctx = Context::default();

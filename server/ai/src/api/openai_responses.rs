@@ -489,6 +489,45 @@ mod tests {
     use super::*;
     use crate::types::SystemMessage;
 
+    /// Each field the stream reads, read borrowed, equals what the `Value` reading gives
+    /// (escapes, a duplicated key, a lone surrogate, `null` and ill-typed fields).
+    #[test]
+    fn events_read_borrowed_as_their_value_reads_them() {
+        for data in [
+            r#"{"type":"response.output_text.delta","delta":"a\nb","output_index":0}"#,
+            r#"{"type":"response.output_text.delta","delta":"x","delta":"y"}"#,
+            r#"{"type":"response.reasoning_text.delta","delta":"\ud800z"}"#,
+            r#"{"type":"response.output_item.added","output_index":2,"item":{"type":"function_call","call_id":"c","id":"i","name":"n","arguments":""}}"#,
+            r#"{"type":"response.function_call_arguments.done","arguments":"{\"a\":1}"}"#,
+            r#"{"type":"response.completed","response":{"id":"r","status":"completed","usage":{"input_tokens":3}}}"#,
+            r#"{"type":"error","code":"rate_limit","message":"slow down"}"#,
+            r#"{"type":null,"delta":7,"output_index":-2,"item":null,"response":"x","code":[1]}"#,
+        ] {
+            let ev = crate::api::Event {
+                data: data.into(),
+                ..Default::default()
+            };
+            let v = crate::json::parse_lossy(data).unwrap();
+            let mut spill = String::new();
+            let Some(Chunk::Read(e)) = read_chunk::<StreamEvent>(&ev, &mut spill).unwrap() else {
+                panic!("not read: {data}");
+            };
+            let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+            let got = (
+                [&e.kind, &e.delta, &e.arguments, &e.code, &e.message]
+                    .map(|s| s.as_str().map(str::to_string)),
+                e.output_index.0,
+                [whole(&e.item), whole(&e.response)].map(Value::clone),
+            );
+            let want = (
+                ["type", "delta", "arguments", "code", "message"].map(field),
+                v["output_index"].as_u64(),
+                [&v["item"], &v["response"]].map(Value::clone),
+            );
+            assert_eq!(got, want, "{data}");
+        }
+    }
+
     /// A later system message goes in place as an input message of the instruction role, in
     /// Pi 1.6's wording; the leading prompt stays the request's first item.
     #[test]
