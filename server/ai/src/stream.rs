@@ -345,6 +345,27 @@ impl MessageBuilder {
         if self.tx.is_some() {
             return;
         }
+        // The common event first: text or thinking for a block already open here, appended in
+        // place (what `text_delta` / `thinking_delta` do to an open block, nothing sent).
+        if let AssistantEvent::TextDelta {
+            content_index: i,
+            delta,
+        }
+        | AssistantEvent::ThinkingDelta {
+            content_index: i,
+            delta,
+        } = ev
+        {
+            if let Some(&idx) = self.open.get(&IndexKey::of(*i)) {
+                let text = matches!(ev, AssistantEvent::TextDelta { .. });
+                match lock(&self.message).content.get_mut(idx) {
+                    Some(ContentBlock::Text(t)) if text => t.text.push_str(delta),
+                    Some(ContentBlock::Thinking(t)) if !text => t.thinking.push_str(delta),
+                    _ => {}
+                }
+                return;
+            }
+        }
         // A follower has no channel: every step completes on its first poll.
         let _ = futures::FutureExt::now_or_never(self.apply_received(ev));
     }
@@ -439,15 +460,15 @@ impl MessageBuilder {
         self.open.contains_key(key)
     }
 
-    /// Opens block `key` with `block` unless open; returns its content index and whether it
-    /// was opened now.
-    fn open_block(&mut self, key: &str, block: ContentBlock) -> (usize, bool) {
+    /// Opens block `key` with `block()` unless open (the block is only made when it opens);
+    /// returns its content index and whether it was opened now.
+    fn open_block(&mut self, key: &str, block: impl FnOnce() -> ContentBlock) -> (usize, bool) {
         if let Some(i) = self.open.get(key) {
             return (*i, false);
         }
         let mut m = lock(&self.message);
         let i = m.content.len();
-        m.content.push(block);
+        m.content.push(block());
         drop(m);
         self.open.insert(key.to_string(), i);
         (i, true)
@@ -455,7 +476,7 @@ impl MessageBuilder {
 
     /// Appends text to the block `key`, opening a text block first if needed.
     pub async fn text_delta(&mut self, key: &str, delta: &str) -> Result<(), Closed> {
-        let (idx, opened) = self.open_block(key, ContentBlock::text(""));
+        let (idx, opened) = self.open_block(key, || ContentBlock::text(""));
         if opened {
             self.emit(AssistantEvent::TextStart { content_index: idx })
                 .await?;
@@ -475,14 +496,13 @@ impl MessageBuilder {
 
     /// Appends reasoning text to the block `key`, opening a thinking block first if needed.
     pub async fn thinking_delta(&mut self, key: &str, delta: &str) -> Result<(), Closed> {
-        let (idx, opened) = self.open_block(
-            key,
+        let (idx, opened) = self.open_block(key, || {
             ContentBlock::Thinking(ThinkingContent {
                 thinking: String::new(),
                 thinking_signature: None,
                 redacted: false,
-            }),
-        );
+            })
+        });
         if opened {
             self.emit(AssistantEvent::ThinkingStart { content_index: idx })
                 .await?;
@@ -536,10 +556,9 @@ impl MessageBuilder {
         let arguments = initial
             .filter(Value::is_object)
             .unwrap_or_else(|| Value::Object(Default::default()));
-        let (i, _) = self.open_block(
-            key,
-            ContentBlock::ToolCall(ToolCall::new(id, name, arguments)),
-        );
+        let (i, _) = self.open_block(key, || {
+            ContentBlock::ToolCall(ToolCall::new(id, name, arguments))
+        });
         self.emit(AssistantEvent::ToolcallStart {
             content_index: i,
             id: id.to_string(),

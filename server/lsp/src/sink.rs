@@ -192,17 +192,17 @@ impl LspSink {
         }
     }
 
-    /// Holds delta `event` of run `run_id` (joining the held one when it continues the same
-    /// block of the same run, else sending the held one first); a new window's timer sends it
-    /// when the window ends.
-    async fn hold(&self, run_id: String, mut event: AgentEvent, window: Duration) {
+    /// Holds delta `event` of the agent's current run (joining the held one when it continues
+    /// the same block of the same run, else sending the held one first); a new window's timer
+    /// sends it when the window ends. The run id is copied only when a new delta is held.
+    async fn hold(&self, mut event: AgentEvent, window: Duration) {
         let mut out = self.outbox.lock().await;
         if let Some(held) = out.held.as_mut() {
             if let (Some((k, i, to)), Some((kk, ii, more))) = (
                 crate::delta::delta_of(&mut held.event),
                 crate::delta::delta_of(&mut event),
             ) {
-                if held.run_id == run_id && k == kk && i == ii {
+                if k == kk && i == ii && self.is_run(&held.run_id) {
                     to.push_str(more);
                     return;
                 }
@@ -210,7 +210,10 @@ impl LspSink {
         }
         out.send_held(&self.st.client, &self.session_id).await;
         out.window += 1;
-        out.held = Some(Held { run_id, event });
+        out.held = Some(Held {
+            run_id: self.run_id(),
+            event,
+        });
         let (outbox, client, session_id, n) = (
             self.outbox.clone(),
             self.st.client.clone(),
@@ -265,6 +268,14 @@ impl LspSink {
             .upgrade()
             .and_then(|a| a.run_id())
             .unwrap_or_default()
+    }
+
+    /// Whether `run_id` is what [`LspSink::run_id`] would say now (compared in place).
+    fn is_run(&self, run_id: &str) -> bool {
+        match self.agent.upgrade() {
+            Some(a) => a.with_run_id(|id| id.unwrap_or_default() == run_id),
+            None => run_id.is_empty(),
+        }
     }
 
     /// Creates the run's progress token when the client supports work-done progress.
@@ -339,7 +350,7 @@ impl SessionListener for LspSink {
             {
                 self.report(|| progress_line(delta), false).await;
             }
-            self.hold(self.run_id(), event, window).await;
+            self.hold(event, window).await;
             return;
         }
         // Anything else: what is held goes out first, and nothing overtakes this event.

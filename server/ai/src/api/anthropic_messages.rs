@@ -8,7 +8,8 @@
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{json_bytes, open_sse, read_data, Data, StreamOptions};
+use super::lenient::{whole, Obj, Str, U64};
+use super::{json_bytes, open_sse, read_chunk, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -311,6 +312,42 @@ fn read_usage(u: &Value, into: &mut Usage) {
     }
 }
 
+/// One streamed event, read borrowed ([`read_chunk`]): the fields [`stream_body`] reads, each
+/// as `Value`'s accessors read it. What comes once per message or block (`message`,
+/// `content_block`, `usage`, `error`) is kept whole, boxed (the struct stays small); an absent
+/// or `null` one reads as `Value::Null`, as indexing the `Value` would.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct StreamEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Str<'a>,
+    index: U64,
+    message: Option<Box<Value>>,
+    content_block: Option<Box<Value>>,
+    #[serde(borrow)]
+    delta: Obj<EventDelta<'a>>,
+    usage: Option<Box<Value>>,
+    error: Option<Box<Value>>,
+}
+
+/// `delta` of a [`StreamEvent`]: a `content_block_delta`'s or a `message_delta`'s.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct EventDelta<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Str<'a>,
+    #[serde(borrow)]
+    text: Str<'a>,
+    #[serde(borrow)]
+    thinking: Str<'a>,
+    #[serde(borrow)]
+    signature: Str<'a>,
+    #[serde(borrow)]
+    partial_json: Str<'a>,
+    #[serde(borrow)]
+    stop_reason: Str<'a>,
+}
+
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
 pub async fn run(
     model: Model,
@@ -369,26 +406,29 @@ async fn stream_body(
     let mut usage = Usage::default();
     let mut stop: Option<(StopReason, String)> = None;
     let mut saw_stop = false;
+    // Where an event read through its `Value` is written out again (rare: see `read_chunk`).
+    let mut spill = String::new();
+    // The block key: the event's `index` in decimal, empty without one.
+    let mut key = String::new();
+    let no_delta = EventDelta::default();
     while let Some(ev) = sse.next(cancel).await? {
         if ev.event == "ping" {
             continue;
         }
-        let data = match read_data(&ev)? {
-            Data::Json(v) => v,
-            Data::Skip | Data::Done => continue,
+        let data: StreamEvent = match read_chunk(&ev, &mut spill)? {
+            Some(Chunk::Read(d)) => d,
+            Some(Chunk::Skip) | None => continue,
         };
-        let kind = data
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(ev.event.as_str());
-        let key = data
-            .get("index")
-            .and_then(Value::as_u64)
-            .map(|i| i.to_string())
-            .unwrap_or_default();
+        let kind = data.kind.as_str().unwrap_or(ev.event.as_str());
+        key.clear();
+        if let Some(i) = data.index.0 {
+            use std::fmt::Write;
+            let _ = write!(key, "{i}");
+        }
+        let d = data.delta.0.as_ref().unwrap_or(&no_delta);
         let step = match kind {
             "message_start" => {
-                let m = &data["message"];
+                let m = whole(&data.message);
                 if let Some(id) = m.get("id").and_then(Value::as_str) {
                     b.with_message(|msg| msg.response_id = Some(id.to_string()));
                 }
@@ -397,7 +437,7 @@ async fn stream_body(
                 Ok(())
             }
             "content_block_start" => {
-                let cb = &data["content_block"];
+                let cb = whole(&data.content_block);
                 match cb.get("type").and_then(Value::as_str) {
                     Some("text") => b.text_delta(&key, cb["text"].as_str().unwrap_or("")).await,
                     Some("thinking") => {
@@ -422,33 +462,28 @@ async fn stream_body(
                     _ => Ok(()),
                 }
             }
-            "content_block_delta" => {
-                let d = &data["delta"];
-                match d.get("type").and_then(Value::as_str) {
-                    Some("text_delta") => {
-                        b.text_delta(&key, d["text"].as_str().unwrap_or("")).await
-                    }
-                    Some("thinking_delta") => {
-                        b.thinking_delta(&key, d["thinking"].as_str().unwrap_or(""))
-                            .await
-                    }
-                    Some("signature_delta") => {
-                        b.thinking_signature(&key, d["signature"].as_str().unwrap_or(""));
-                        Ok(())
-                    }
-                    Some("input_json_delta") => {
-                        b.tool_call_delta(&key, d["partial_json"].as_str().unwrap_or(""))
-                            .await
-                    }
-                    _ => Ok(()),
+            "content_block_delta" => match d.kind.as_str() {
+                Some("text_delta") => b.text_delta(&key, d.text.as_str().unwrap_or("")).await,
+                Some("thinking_delta") => {
+                    b.thinking_delta(&key, d.thinking.as_str().unwrap_or(""))
+                        .await
                 }
-            }
+                Some("signature_delta") => {
+                    b.thinking_signature(&key, d.signature.as_str().unwrap_or(""));
+                    Ok(())
+                }
+                Some("input_json_delta") => {
+                    b.tool_call_delta(&key, d.partial_json.as_str().unwrap_or(""))
+                        .await
+                }
+                _ => Ok(()),
+            },
             "content_block_stop" => b.end_block(&key).await,
             "message_delta" => {
-                if let Some(r) = data["delta"].get("stop_reason").and_then(Value::as_str) {
+                if let Some(r) = d.stop_reason.as_str() {
                     stop = Some((map_stop(r), r.to_string()));
                 }
-                read_usage(&data["usage"], &mut usage);
+                read_usage(whole(&data.usage), &mut usage);
                 b.set_usage(usage.clone());
                 Ok(())
             }
@@ -457,7 +492,7 @@ async fn stream_body(
                 break;
             }
             "error" => {
-                let e = &data["error"];
+                let e = whole(&data.error);
                 return Err(classify_stream_error(
                     e.get("type").and_then(Value::as_str),
                     e.get("message")
@@ -487,6 +522,71 @@ async fn stream_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each field the stream reads, read borrowed, equals what the `Value` reading gives:
+    /// escapes, a duplicated key (the last wins), a lone surrogate (lossy), `null` and
+    /// ill-typed fields, a negative or fractional index.
+    #[test]
+    fn events_read_borrowed_as_their_value_reads_them() {
+        for data in [
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a\"b"}}"#,
+            r#"{"type":"content_block_delta","index":0,"index":2,"delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"\ud800z"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":3}}}"#,
+            r#"{"type":"message_start","message":null,"index":-1,"error":null}"#,
+            r#"{"type":7,"index":1.5,"delta":"text","usage":[1]}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
+        ] {
+            let ev = crate::api::Event {
+                data: data.into(),
+                ..Default::default()
+            };
+            let v = crate::json::parse_lossy(data).unwrap();
+            let mut spill = String::new();
+            let Some(Chunk::Read(e)) = read_chunk::<StreamEvent>(&ev, &mut spill).unwrap() else {
+                panic!("not read: {data}");
+            };
+            let d = e.delta.0.unwrap_or_default();
+            let field = |o: &Value, k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
+            let got = (
+                e.kind.as_str().map(str::to_string),
+                e.index.0,
+                [
+                    &d.kind,
+                    &d.text,
+                    &d.thinking,
+                    &d.signature,
+                    &d.partial_json,
+                    &d.stop_reason,
+                ]
+                .map(|s| s.as_str().map(str::to_string)),
+                [
+                    whole(&e.message),
+                    whole(&e.content_block),
+                    whole(&e.usage),
+                    whole(&e.error),
+                ]
+                .map(Value::clone),
+            );
+            let want = (
+                field(&v, "type"),
+                v.get("index").and_then(Value::as_u64),
+                [
+                    "type",
+                    "text",
+                    "thinking",
+                    "signature",
+                    "partial_json",
+                    "stop_reason",
+                ]
+                .map(|k| field(&v["delta"], k)),
+                [&v["message"], &v["content_block"], &v["usage"], &v["error"]].map(Value::clone),
+            );
+            assert_eq!(got, want, "{data}");
+        }
+    }
 
     #[test]
     fn thinking_levels_map_to_budget_or_adaptive_effort() {

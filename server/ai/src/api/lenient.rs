@@ -86,6 +86,63 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
     }
 }
 
+/// A payload kept whole (`Option<Box<Value>>`, boxed so the struct holding it stays small: a
+/// chunk struct is moved several times while it is read) as indexing the `Value` reads it:
+/// `Value::Null` when the field is absent or `null`.
+pub(crate) fn whole(v: &Option<Box<serde_json::Value>>) -> &serde_json::Value {
+    static NULL: serde_json::Value = serde_json::Value::Null;
+    v.as_deref().unwrap_or(&NULL)
+}
+
+/// A JSON value read as `Value::as_u64` reads it: a non-negative integer, or `None` for any
+/// other value (a negative or fractional number, a string, an absent field).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct U64(pub(crate) Option<u64>);
+
+impl<'de> Deserialize<'de> for U64 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = U64;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<U64, E> {
+                Ok(U64(Some(n)))
+            }
+            // serde_json hands non-negative integers to `visit_u64`: these are negative.
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<U64, E> {
+                Ok(U64(u64::try_from(n).ok()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<U64, E> {
+                Ok(U64(None))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, _: &'de str) -> Result<U64, E> {
+                Ok(U64(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<U64, E> {
+                Ok(U64(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<U64, E> {
+                Ok(U64(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<U64, E> {
+                Ok(U64(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<U64, E> {
+                Ok(U64(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<U64, A::Error> {
+                drain_map(map).map(|()| U64(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<U64, A::Error> {
+                drain_seq(seq).map(|()| U64(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// A JSON object's fields read as `T` (a struct whose fields all default), or `None` for any
 /// other value: `value.get(field)` of a non-object is `None`.
 #[derive(Debug, Clone, PartialEq)]
@@ -262,6 +319,38 @@ mod tests {
         assert_eq!(read(r#"{"f":[]}"#).unwrap(), Outer::default());
         assert_eq!(read(r#"{"f":["s",{"s":"z"}]}"#).unwrap(), Outer::default());
         assert_eq!(read("{}").unwrap(), Outer::default());
+    }
+
+    #[test]
+    fn numbers_read_as_as_u64_reads_them() {
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(default)]
+        struct N {
+            n: U64,
+        }
+        for (text, want) in [
+            ("0", Some(0)),
+            ("7", Some(7)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("-1", None),
+            ("1.0", None),
+            ("1e2", None),
+            ("\"3\"", None),
+            ("true", None),
+            ("null", None),
+            ("[3]", None),
+            ("{\"n\":3}", None),
+        ] {
+            let json = format!(r#"{{"n":{text}}}"#);
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(v["n"].as_u64(), want, "{text}");
+            assert_eq!(
+                serde_json::from_str::<N>(&json).unwrap().n,
+                U64(want),
+                "{text}"
+            );
+        }
+        assert_eq!(serde_json::from_str::<N>("{}").unwrap().n, U64(None));
     }
 
     #[test]

@@ -725,16 +725,18 @@ fn parse_usage(u: &Value) -> Usage {
 }
 
 /// One streamed chunk, read borrowed ([`read_chunk`]): the fields [`stream_body`] reads, each
-/// as `Value`'s accessors read it (`error` and `usage` kept whole; they come once).
+/// as `Value`'s accessors read it (`error` and `usage` kept whole; they come once). The
+/// `Value`s that come rarely are boxed: the chunk structs stay small, and reading one moves
+/// them several times.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(default)]
 struct StreamChunk<'a> {
-    error: Option<Value>,
+    error: Option<Box<Value>>,
     #[serde(borrow)]
     id: Str<'a>,
     #[serde(borrow)]
     model: Str<'a>,
-    usage: Option<Value>,
+    usage: Option<Box<Value>>,
     /// `choices[0]`; the other choices are not read.
     #[serde(borrow)]
     choices: First<ChunkChoice<'a>>,
@@ -748,7 +750,7 @@ struct ChunkChoice<'a> {
     finish_reason: Str<'a>,
     #[serde(borrow)]
     delta: Obj<ChunkDelta<'a>>,
-    usage: Option<Value>,
+    usage: Option<Box<Value>>,
 }
 
 /// `choices[0].delta` of a [`StreamChunk`]; tool-call fragments kept as `Value`s.
@@ -763,7 +765,7 @@ struct ChunkDelta<'a> {
     reasoning: Str<'a>,
     #[serde(borrow)]
     reasoning_text: Str<'a>,
-    tool_calls: Option<Value>,
+    tool_calls: Option<Box<Value>>,
 }
 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
@@ -889,7 +891,7 @@ async fn stream_body(
                 b.thinking_signature("thinking", field);
             }
         }
-        if let Some(calls) = delta.tool_calls.as_ref().and_then(Value::as_array) {
+        if let Some(calls) = delta.tool_calls.as_ref().and_then(|v| v.as_array()) {
             for tc in calls {
                 let id = tc
                     .get("id")

@@ -12,7 +12,8 @@
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{join_url, json_bytes, open_sse, read_data, Data, StreamOptions};
+use super::lenient::{whole, Str, U64};
+use super::{join_url, json_bytes, open_sse, read_chunk, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -230,6 +231,27 @@ pub async fn run(
     }
 }
 
+/// One streamed event, read borrowed ([`read_chunk`]): the fields [`stream_body`] reads, each
+/// as `Value`'s accessors read it. What comes once per item or response (`item`, `response`) is
+/// kept whole, boxed (see [`whole`]).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct StreamEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Str<'a>,
+    #[serde(borrow)]
+    delta: Str<'a>,
+    #[serde(borrow)]
+    arguments: Str<'a>,
+    output_index: U64,
+    item: Option<Box<Value>>,
+    response: Option<Box<Value>>,
+    #[serde(borrow)]
+    code: Str<'a>,
+    #[serde(borrow)]
+    message: Str<'a>,
+}
+
 /// Reads the stream into `b`: `Ok(Some(reason))` for a complete response, `Ok(None)` when the
 /// consumer went away, `Err` for a failure (the partial content stays in `b`).
 async fn stream_body(
@@ -250,30 +272,28 @@ async fn stream_body(
     let mut current: Option<String> = None;
     let mut args = String::new();
     let mut reason: Option<StopReason> = None;
+    // Where an event read through its `Value` is written out again (rare: see `read_chunk`).
+    let mut spill = String::new();
     while let Some(ev) = sse.next(cancel).await? {
-        let data = match read_data(&ev)? {
-            Data::Json(v) => v,
+        let data: StreamEvent = match read_chunk(&ev, &mut spill)? {
+            Some(Chunk::Read(d)) => d,
             // The format's end is `response.completed` / `response.incomplete`; some proxies
             // add `[DONE]` after it.
-            Data::Skip | Data::Done => continue,
+            Some(Chunk::Skip) | None => continue,
         };
-        let kind = data
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(ev.event.as_str())
-            .to_string();
+        let kind = data.kind.as_str().unwrap_or(ev.event.as_str());
         let str_of =
             |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        let delta = str_of(&data, "delta");
-        let step = match kind.as_str() {
+        let delta = data.delta.as_str().unwrap_or("");
+        let step = match kind {
             "response.created" => {
-                let id = str_of(&data["response"], "id");
+                let id = str_of(whole(&data.response), "id");
                 b.with_message(|m| m.response_id = Some(id));
                 Ok(())
             }
             "response.output_item.added" => {
-                let item = &data["item"];
-                let key = format!("o{}", data["output_index"].as_u64().unwrap_or(0));
+                let item = whole(&data.item);
+                let key = format!("o{}", data.output_index.0.unwrap_or(0));
                 current = Some(key.clone());
                 match item.get("type").and_then(Value::as_str) {
                     Some("reasoning") => b.thinking_delta(&key, "").await,
@@ -299,7 +319,7 @@ async fn stream_body(
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 match &current {
-                    Some(k) => b.thinking_delta(k, &delta).await,
+                    Some(k) => b.thinking_delta(k, delta).await,
                     None => Ok(()),
                 }
             }
@@ -308,19 +328,19 @@ async fn stream_body(
                 None => Ok(()),
             },
             "response.output_text.delta" | "response.refusal.delta" => match &current {
-                Some(k) => b.text_delta(k, &delta).await,
+                Some(k) => b.text_delta(k, delta).await,
                 None => Ok(()),
             },
             "response.function_call_arguments.delta" => match &current {
                 Some(k) => {
-                    args.push_str(&delta);
-                    b.tool_call_delta(k, &delta).await
+                    args.push_str(delta);
+                    b.tool_call_delta(k, delta).await
                 }
                 None => Ok(()),
             },
             "response.function_call_arguments.done" => match &current {
                 Some(k) => {
-                    let full = str_of(&data, "arguments");
+                    let full = data.arguments.as_str().unwrap_or("").to_string();
                     match full.strip_prefix(args.as_str()) {
                         Some(rest) if !rest.is_empty() => {
                             let rest = rest.to_string();
@@ -333,7 +353,7 @@ async fn stream_body(
                 None => Ok(()),
             },
             "response.output_item.done" => {
-                let item = &data["item"];
+                let item = whole(&data.item);
                 let key = current.take();
                 match (key, item.get("type").and_then(Value::as_str)) {
                     (Some(k), Some("reasoning")) => {
@@ -395,7 +415,7 @@ async fn stream_body(
                 }
             }
             "response.completed" | "response.incomplete" => {
-                let resp = &data["response"];
+                let resp = whole(&data.response);
                 if let Some(id) = resp.get("id").and_then(Value::as_str) {
                     b.with_message(|m| m.response_id = Some(id.to_string()));
                 }
@@ -422,7 +442,7 @@ async fn stream_body(
                 break;
             }
             "response.failed" => {
-                let resp = &data["response"];
+                let resp = whole(&data.response);
                 let e = &resp["error"];
                 if e.is_object() {
                     return Err(classify_stream_error(
@@ -441,10 +461,8 @@ async fn stream_body(
             }
             "error" => {
                 return Err(classify_stream_error(
-                    data.get("code").and_then(Value::as_str),
-                    data.get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("Unknown error"),
+                    data.code.as_str(),
+                    data.message.as_str().unwrap_or("Unknown error"),
                 ));
             }
             _ => Ok(()),
@@ -470,6 +488,45 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::types::SystemMessage;
+
+    /// Each field the stream reads, read borrowed, equals what the `Value` reading gives
+    /// (escapes, a duplicated key, a lone surrogate, `null` and ill-typed fields).
+    #[test]
+    fn events_read_borrowed_as_their_value_reads_them() {
+        for data in [
+            r#"{"type":"response.output_text.delta","delta":"a\nb","output_index":0}"#,
+            r#"{"type":"response.output_text.delta","delta":"x","delta":"y"}"#,
+            r#"{"type":"response.reasoning_text.delta","delta":"\ud800z"}"#,
+            r#"{"type":"response.output_item.added","output_index":2,"item":{"type":"function_call","call_id":"c","id":"i","name":"n","arguments":""}}"#,
+            r#"{"type":"response.function_call_arguments.done","arguments":"{\"a\":1}"}"#,
+            r#"{"type":"response.completed","response":{"id":"r","status":"completed","usage":{"input_tokens":3}}}"#,
+            r#"{"type":"error","code":"rate_limit","message":"slow down"}"#,
+            r#"{"type":null,"delta":7,"output_index":-2,"item":null,"response":"x","code":[1]}"#,
+        ] {
+            let ev = crate::api::Event {
+                data: data.into(),
+                ..Default::default()
+            };
+            let v = crate::json::parse_lossy(data).unwrap();
+            let mut spill = String::new();
+            let Some(Chunk::Read(e)) = read_chunk::<StreamEvent>(&ev, &mut spill).unwrap() else {
+                panic!("not read: {data}");
+            };
+            let field = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+            let got = (
+                [&e.kind, &e.delta, &e.arguments, &e.code, &e.message]
+                    .map(|s| s.as_str().map(str::to_string)),
+                e.output_index.0,
+                [whole(&e.item), whole(&e.response)].map(Value::clone),
+            );
+            let want = (
+                ["type", "delta", "arguments", "code", "message"].map(field),
+                v["output_index"].as_u64(),
+                [&v["item"], &v["response"]].map(Value::clone),
+            );
+            assert_eq!(got, want, "{data}");
+        }
+    }
 
     /// A later system message goes in place as an input message of the instruction role, in
     /// Pi 1.6's wording; the leading prompt stays the request's first item.

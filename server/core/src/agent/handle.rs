@@ -74,9 +74,14 @@ struct State {
     )>,
 }
 
+/// The listeners of an [`Agent`] with their subscription ids.
+type Listeners = Arc<[(u64, Arc<dyn EventSink>)]>;
+
 struct Inner {
     state: Mutex<State>,
-    listeners: Mutex<Vec<(u64, Arc<dyn EventSink>)>>,
+    /// The listeners in registration order, as one shared list: an event takes the list with
+    /// one reference count (no copy per event); subscribing or unsubscribing makes a new one.
+    listeners: Mutex<Listeners>,
     next_id: AtomicU64,
     idle: watch::Sender<bool>,
 }
@@ -95,7 +100,13 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.upgrade() {
-            inner.listeners.lock().retain(|(id, _)| *id != self.id);
+            let mut listeners = inner.listeners.lock();
+            let kept: Listeners = listeners
+                .iter()
+                .filter(|(id, _)| *id != self.id)
+                .cloned()
+                .collect();
+            *listeners = kept;
         }
     }
 }
@@ -160,21 +171,19 @@ impl EventSink for Dispatch {
                 _ => {}
             }
         }
-        let listeners: Vec<Arc<dyn EventSink>> = self
-            .inner
-            .listeners
-            .lock()
-            .iter()
-            .filter(|(_, l)| l.wants(&event))
-            .map(|(_, l)| l.clone())
-            .collect();
-        // The last listener takes the event itself (an `agent_end` holds the run's messages).
-        if let Some((last, rest)) = listeners.split_last() {
-            for l in rest {
+        // The list as it is now (a listener that unsubscribes meanwhile still gets this event).
+        let listeners = self.inner.listeners.lock().clone();
+        // The last listener that wants the event takes it itself (an `agent_end` holds the
+        // run's messages); those before it get copies.
+        let Some(last) = listeners.iter().rposition(|(_, l)| l.wants(&event)) else {
+            return;
+        };
+        for (_, l) in &listeners[..last] {
+            if l.wants(&event) {
                 l.emit(event.clone()).await;
             }
-            last.emit(event).await;
         }
+        listeners[last].1.emit(event).await;
     }
 }
 
@@ -197,7 +206,7 @@ impl Agent {
                     compacting: false,
                     deferred_compaction: None,
                 }),
-                listeners: Mutex::new(Vec::new()),
+                listeners: Mutex::new(Arc::new([])),
                 next_id: AtomicU64::new(1),
                 idle: watch::channel(true).0,
             }),
@@ -207,7 +216,13 @@ impl Agent {
     /// Adds a listener; it sees every later event, in registration order with the others.
     pub fn subscribe(&self, listener: Arc<dyn EventSink>) -> Subscription {
         let id = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
-        self.inner.listeners.lock().push((id, listener));
+        let mut listeners = self.inner.listeners.lock();
+        let grown: Listeners = listeners
+            .iter()
+            .cloned()
+            .chain(std::iter::once((id, listener)))
+            .collect();
+        *listeners = grown;
         Subscription {
             inner: Arc::downgrade(&self.inner),
             id,
@@ -405,6 +420,12 @@ impl Agent {
     /// The id of the active run, or of the last one.
     pub fn run_id(&self) -> Option<String> {
         self.inner.state.lock().run_id.clone()
+    }
+
+    /// Runs `f` on the id of the active run, or of the last one, without copying it (a
+    /// listener comparing it per streamed delta).
+    pub fn with_run_id<R>(&self, f: impl FnOnce(Option<&str>) -> R) -> R {
+        f(self.inner.state.lock().run_id.as_deref())
     }
 
     /// A handle that does not keep the agent alive (for listeners that need to reach it).
