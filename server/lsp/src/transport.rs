@@ -123,17 +123,36 @@ impl Outside {
             return None;
         }
         let at = memchr::memmem::find(frame, b"\r\n\r\n")? + 4;
-        memchr::memmem::find(&frame[at..], OUTSIDE_METHOD.as_bytes())?;
-        let v: Value = serde_json::from_slice(&frame[at..]).ok()?;
-        if v.get("method").and_then(Value::as_str) != Some(OUTSIDE_METHOD) {
-            return None;
-        }
-        let slot = v.pointer("/params/0").and_then(Value::as_u64)?;
+        let body = &frame[at..];
+        memchr::memmem::find(body, OUTSIDE_METHOD.as_bytes())?;
+        let slot = match placeholder_slot(body) {
+            Some(slot) => slot,
+            None => {
+                let v: Value = serde_json::from_slice(body).ok()?;
+                if v.get("method").and_then(Value::as_str) != Some(OUTSIDE_METHOD) {
+                    return None;
+                }
+                v.pointer("/params/0").and_then(Value::as_u64)?
+            }
+        };
         Some(self.take(slot).unwrap_or_else(|| {
             tracing::error!("frame {slot} to write is missing; skipped");
             Vec::new()
         }))
     }
+}
+
+/// The slot of a placeholder's `body` when it is exactly what the LSP library writes for one
+/// (`{"jsonrpc":"2.0","method":"$/pi-lsp/outside","params":[N]}`: its `Request`'s fields in
+/// that order, no spaces), read without parsing it into a `Value`; `None` for anything else
+/// (which [`Outside::resolve`] then parses).
+fn placeholder_slot(body: &[u8]) -> Option<u64> {
+    const HEAD: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"$/pi-lsp/outside\",\"params\":[";
+    let digits = body.strip_prefix(HEAD)?.strip_suffix(b"]}")?;
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// The whole frame (header and body) of notification `method` with `params`, serialised
@@ -797,6 +816,48 @@ mod tests {
     /// A frame as a client sends it.
     fn frame(body: &str) -> Vec<u8> {
         format!("Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    }
+
+    /// A placeholder as the LSP library serialises its request is read without a `Value`, and
+    /// anything else is left to the parse (which gives the same slot for the same message).
+    #[test]
+    fn placeholder_slots_are_read_from_the_library_s_bytes() {
+        let library = |slot: u64| {
+            let r = tower_lsp_server::jsonrpc::Request::build(OUTSIDE_METHOD)
+                .params(json!([slot]))
+                .finish();
+            serde_json::to_vec(&r).unwrap()
+        };
+        assert_eq!(
+            String::from_utf8(library(42)).unwrap(),
+            r#"{"jsonrpc":"2.0","method":"$/pi-lsp/outside","params":[42]}"#
+        );
+        assert_eq!(placeholder_slot(&library(0)), Some(0));
+        assert_eq!(placeholder_slot(&library(u64::MAX / 2)), Some(u64::MAX / 2));
+        for other in [
+            r#"{"jsonrpc":"2.0","method":"$/pi-lsp/outside","params":[]}"#,
+            r#"{"jsonrpc":"2.0","method":"$/pi-lsp/outside","params":[1,2]}"#,
+            r#"{"jsonrpc":"2.0","method":"$/pi-lsp/outside","params":[-1]}"#,
+            r#"{"jsonrpc":"2.0", "method":"$/pi-lsp/outside","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","method":"$/pi-lsp/outsider","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","method":"$/pi-lsp/outside","params":[99999999999999999999]}"#,
+        ] {
+            assert_eq!(placeholder_slot(other.as_bytes()), None, "{other}");
+        }
+        // Through `resolve`: the kept frame for the library's placeholder, spaced or not.
+        let outside = Outside::default();
+        let kept = notification_frame("agent/event", &json!({"seq": 1})).unwrap();
+        let spaced = frame(r#"{"method": "$/pi-lsp/outside", "jsonrpc": "2.0", "params": [1]}"#);
+        let (a, b) = (outside.keep(kept.clone()), outside.keep(kept.clone()));
+        assert_eq!((a, b), (0, 1));
+        let mut placeholder = format!("Content-Length: {}\r\n\r\n", library(0).len()).into_bytes();
+        placeholder.extend(library(0));
+        assert_eq!(outside.resolve(&placeholder), Some(kept.clone()));
+        assert_eq!(outside.resolve(&spaced), Some(kept));
+        assert_eq!(
+            outside.resolve(&frame(r#"{"jsonrpc":"2.0","id":1,"result":null}"#)),
+            None
+        );
     }
 
     /// A frame kept outside the library's buffer is written where its placeholder was, whole

@@ -9,12 +9,12 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::lenient::{whole, Obj, Str, U64};
-use super::{json_bytes, open_sse, read_chunk, Chunk, StreamOptions};
+use super::{open_sse, read_chunk, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
 use crate::transform::transform_messages;
-use crate::types::{ContentBlock, Context, Message, StopReason, Usage, UserContent};
+use crate::types::{ContentBlock, Context, Message, StopReason, ToolSpec, Usage, UserContent};
 
 /// The `anthropic-version` header value sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -103,10 +103,34 @@ fn assistant_block(b: &ContentBlock) -> Option<Value> {
 /// assistant message sent (or the end), as Pi 1.6 does: Anthropic wants `tool_result` blocks
 /// right after their `tool_use`.
 pub fn convert_messages(model: &Model, messages: &[Message], cache: Option<&Value>) -> Vec<Value> {
+    let mut out = Vec::new();
+    convert_from(
+        &transform_messages(messages, model),
+        0,
+        cache,
+        &mut out,
+        &mut |_, _| {},
+    );
+    out
+}
+
+/// The loop of [`convert_messages`] over already transformed `msgs` from `start` (0 or a step
+/// boundary), pushing onto `out`. A step boundary is an assistant message that sends blocks:
+/// the turns before it are whole there (no later result merges into them, no held-back
+/// system message follows them, and they are not the last turn, which alone gets the cache
+/// mark); `step(i, n)` tells each boundary `i` after `start` with the `n` turns pushed before
+/// it.
+fn convert_from(
+    msgs: &[Message],
+    start: usize,
+    cache: Option<&Value>,
+    values: &mut Vec<Value>,
+    step: &mut dyn FnMut(usize, usize),
+) {
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut pending: Vec<Vec<Value>> = Vec::new();
-    for m in transform_messages(messages, model) {
-        let (role, blocks) = match &m {
+    for (i, m) in msgs.iter().enumerate().skip(start) {
+        let (role, blocks) = match m {
             Message::System(s) => {
                 let text = s.update_text();
                 if !text.is_empty() {
@@ -130,6 +154,7 @@ pub fn convert_messages(model: &Model, messages: &[Message], cache: Option<&Valu
         }
         if role == "assistant" {
             out.extend(pending.drain(..).map(|b| ("system", b)));
+            step(i, out.len());
         }
         match out.last_mut() {
             Some((last, prev)) if *last == role && role == "user" => prev.extend(blocks),
@@ -142,9 +167,10 @@ pub fn convert_messages(model: &Model, messages: &[Message], cache: Option<&Valu
             last["cache_control"] = cc.clone();
         }
     }
-    out.into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect()
+    values.extend(
+        out.into_iter()
+            .map(|(role, content)| json!({"role": role, "content": content})),
+    );
 }
 
 /// The first system block Pi sends with an OAuth token.
@@ -237,9 +263,61 @@ pub fn is_oauth_token(key: &str) -> bool {
 /// `{type, properties, required}`.
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
     let cc = cache_control();
+    let messages = convert_messages(model, &context.messages, Some(&cc));
+    let mut body = body_around(model, context, options, &cc, messages);
+    if !context.tools.is_empty() {
+        body["tools"] = tools_value(model, &context.tools, &cc);
+    }
+    body
+}
+
+/// The same bytes as `serde_json::to_vec(&build_request(model, context, options))`, reusing
+/// what `cache` kept of the conversation's previous request ([`super::prefix`]): the turns of
+/// the history both requests share are not transformed, converted or serialised again, nor
+/// the tool list while it is unchanged.
+pub fn request_bytes(
+    model: &Model,
+    context: &Context,
+    options: &StreamOptions,
+    cache: &super::openai_completions::RequestCache,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let cc = cache_control();
+    let mut body = body_around(model, context, options, &cc, Vec::new());
+    if !context.tools.is_empty() {
+        body["tools"] = json!([]);
+    }
+    let shell = super::prefix::Shell {
+        body,
+        list: "messages",
+        lead: None,
+        tools: &context.tools,
+        tools_salt: cc.clone(),
+    };
+    let bytes = super::prefix::request_bytes(
+        &cache.steps,
+        model,
+        &context.messages,
+        shell,
+        || tools_value(model, &context.tools, &cc),
+        |msgs, start, out, step| convert_from(msgs, start, Some(&cc), out, step),
+    )?;
+    match bytes {
+        Some(bytes) => Ok(bytes),
+        None => serde_json::to_vec(&build_request(model, context, options)),
+    }
+}
+
+/// The request body with `messages`, without its tools.
+fn body_around(
+    model: &Model,
+    context: &Context,
+    options: &StreamOptions,
+    cc: &Value,
+    messages: Vec<Value>,
+) -> Value {
     let mut body = json!({
         "model": model.id,
-        "messages": convert_messages(model, &context.messages, Some(&cc)),
+        "messages": messages,
         "max_tokens": options.output_tokens(model),
         "stream": true,
     });
@@ -255,35 +333,38 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
         body["system"] = Value::Array(system);
     }
     apply_thinking(model, options, &mut body);
-    if !context.tools.is_empty() {
-        let eager = model
-            .compat
-            .get("supportsEagerToolInputStreaming")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
-        let n = context.tools.len();
-        body["tools"] = context
-            .tools
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let mut tool = json!({"name":t.name,"description":t.description});
-                if eager {
-                    tool["eager_input_streaming"] = Value::Bool(true);
-                }
-                tool["input_schema"] = json!({
-                    "type": "object",
-                    "properties": t.parameters.get("properties").cloned().unwrap_or_else(|| json!({})),
-                    "required": t.parameters.get("required").cloned().unwrap_or_else(|| json!([])),
-                });
-                if i + 1 == n {
-                    tool["cache_control"] = cc.clone();
-                }
-                tool
-            })
-            .collect();
-    }
     body
+}
+
+/// The request's `tools`: name, description, `eager_input_streaming` unless
+/// `compat.supportsEagerToolInputStreaming` is false, the schema reduced to
+/// `{type, properties, required}`, `cache_control` on the last.
+fn tools_value(model: &Model, tools: &[ToolSpec], cc: &Value) -> Value {
+    let eager = model
+        .compat
+        .get("supportsEagerToolInputStreaming")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let n = tools.len();
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut tool = json!({"name":t.name,"description":t.description});
+            if eager {
+                tool["eager_input_streaming"] = Value::Bool(true);
+            }
+            tool["input_schema"] = json!({
+                "type": "object",
+                "properties": t.parameters.get("properties").cloned().unwrap_or_else(|| json!({})),
+                "required": t.parameters.get("required").cloned().unwrap_or_else(|| json!([])),
+            });
+            if i + 1 == n {
+                tool["cache_control"] = cc.clone();
+            }
+            tool
+        })
+        .collect()
 }
 
 /// Anthropic `stop_reason` → Pi's stop reason (`refusal` / `sensitive` are errors).
@@ -351,7 +432,7 @@ struct EventDelta<'a> {
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
 pub async fn run(
     model: Model,
-    body: Value,
+    body: Vec<u8>,
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -359,7 +440,7 @@ pub async fn run(
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, &body, &mut b, &cancel, timeout).await {
+    match stream_body(&model, body, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -391,7 +472,7 @@ fn headers(model: &Model) -> Vec<(String, String)> {
 /// consumer went away, `Err` for a failure (the partial content stays in `b`).
 async fn stream_body(
     model: &Model,
-    body: &Value,
+    body: Vec<u8>,
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -402,7 +483,7 @@ async fn stream_body(
     } else {
         format!("{base}/v1/messages")
     };
-    let mut sse = open_sse(&url, &headers(model), json_bytes(body), cancel, timeout).await?;
+    let mut sse = open_sse(&url, &headers(model), body, cancel, timeout).await?;
     let mut usage = Usage::default();
     let mut stop: Option<(StopReason, String)> = None;
     let mut saw_stop = false;

@@ -6,6 +6,7 @@ pub mod anthropic_messages;
 pub(crate) mod lenient;
 pub mod openai_completions;
 pub mod openai_responses;
+mod prefix;
 pub mod scripted;
 
 use std::sync::OnceLock;
@@ -39,9 +40,10 @@ pub struct StreamOptions {
     /// [`DEFAULT_FIRST_BYTE_TIMEOUT`] and [`DEFAULT_IDLE_TIMEOUT`]. Either wait running out is
     /// a retryable [`ProviderError::Network`] error.
     pub timeout: Option<Duration>,
-    /// The conversation's [`openai_completions::RequestCache`]: an `openai-completions`
-    /// request reuses the serialised messages the previous request of the same conversation
-    /// shares with it (the bytes sent are the same). `None`: built whole.
+    /// The conversation's [`openai_completions::RequestCache`]: an `openai-completions`,
+    /// `anthropic-messages` or `openai-responses` request reuses the serialised messages the
+    /// previous request of the same conversation shares with it, and its tool list when
+    /// unchanged (the bytes sent are the same). `None`: built whole.
     pub request_cache: Option<std::sync::Arc<openai_completions::RequestCache>>,
 }
 
@@ -79,7 +81,17 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
     let model = model.clone();
     match model.api {
         Api::AnthropicMessages => {
-            let body = anthropic_messages::build_request(&model, context, &options);
+            let body = match &options.request_cache {
+                Some(cache) => anthropic_messages::request_bytes(&model, context, &options, cache)
+                    .unwrap_or_else(|_| {
+                        json_bytes(&anthropic_messages::build_request(
+                            &model, context, &options,
+                        ))
+                    }),
+                None => json_bytes(&anthropic_messages::build_request(
+                    &model, context, &options,
+                )),
+            };
             tokio::spawn(anthropic_messages::run(
                 model,
                 body,
@@ -109,7 +121,13 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
             ));
         }
         Api::OpenaiResponses => {
-            let body = openai_responses::build_request(&model, context, &options);
+            let body = match &options.request_cache {
+                Some(cache) => openai_responses::request_bytes(&model, context, &options, cache)
+                    .unwrap_or_else(|_| {
+                        json_bytes(&openai_responses::build_request(&model, context, &options))
+                    }),
+                None => json_bytes(&openai_responses::build_request(&model, context, &options)),
+            };
             tokio::spawn(openai_responses::run(
                 model,
                 body,

@@ -529,6 +529,9 @@ fn spliced_shell(
 #[derive(Debug, Default)]
 pub struct RequestCache {
     slot: std::sync::Mutex<Option<Prefix>>,
+    /// The same for an `anthropic-messages` or `openai-responses` model
+    /// ([`super::prefix::request_bytes`]).
+    pub(crate) steps: std::sync::Mutex<Option<super::prefix::Prefix>>,
 }
 
 #[derive(Debug)]

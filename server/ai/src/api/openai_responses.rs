@@ -13,12 +13,14 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::lenient::{whole, Str, U64};
-use super::{join_url, json_bytes, open_sse, read_chunk, Chunk, StreamOptions};
+use super::{join_url, open_sse, read_chunk, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
 use crate::transform::transform_messages;
-use crate::types::{ContentBlock, Context, ImageContent, Message, StopReason, Usage, UserContent};
+use crate::types::{
+    ContentBlock, Context, ImageContent, Message, StopReason, ToolSpec, Usage, UserContent,
+};
 
 fn input_image(i: &ImageContent) -> Value {
     json!({"type":"input_image","detail":"auto","image_url":format!("data:{};base64,{}", i.mime_type, i.data)})
@@ -55,9 +57,30 @@ fn instruction_role(model: &Model) -> &'static str {
 /// [`transform_messages`]. A [`Message::System`] goes in place as an input message of the
 /// instruction role with Pi 1.6's wording ([`crate::SystemMessage::update_text`]).
 pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
-    let takes_images = model.input.iter().any(|k| k == "image");
     let mut out = Vec::new();
-    for (index, m) in transform_messages(messages, model).iter().enumerate() {
+    convert_from(
+        model,
+        &transform_messages(messages, model),
+        0,
+        &mut out,
+        &mut |_, _| {},
+    );
+    out
+}
+
+/// The loop of [`convert_messages`] over already transformed `msgs` from `start`, pushing onto
+/// `out`. Every message is a step boundary (its items depend on it and its index alone):
+/// `step(i, n)` tells each message `i` after `start` with the `n` items pushed before it.
+fn convert_from(
+    model: &Model,
+    msgs: &[Message],
+    start: usize,
+    out: &mut Vec<Value>,
+    step: &mut dyn FnMut(usize, usize),
+) {
+    let takes_images = model.input.iter().any(|k| k == "image");
+    for (index, m) in msgs.iter().enumerate().skip(start) {
+        step(index, out.len());
         match m {
             Message::System(s) => {
                 let text = s.update_text();
@@ -160,7 +183,6 @@ pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
             }
         }
     }
-    out
 }
 
 /// The request body for `context` (pure; no I/O), shaped like Pi's: `store: false`,
@@ -169,10 +191,69 @@ pub fn convert_messages(model: &Model, messages: &[Message]) -> Vec<Value> {
 /// the model's `off` value (`none` by default; nothing when the model maps `off` to null).
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
     let mut input = Vec::new();
-    if !context.system_prompt.is_empty() {
-        input.push(json!({"role":instruction_role(model),"content":context.system_prompt}));
+    if let Some(system) = system_item(model, context) {
+        input.push(system);
     }
     input.extend(convert_messages(model, &context.messages));
+    body_around(model, context, options, input, tools_value(&context.tools))
+}
+
+/// The same bytes as `serde_json::to_vec(&build_request(model, context, options))`, reusing
+/// what `cache` kept of the conversation's previous request ([`super::prefix`]): the items of
+/// the history both requests share are not transformed, converted or serialised again, nor
+/// the tool list while it is unchanged.
+pub fn request_bytes(
+    model: &Model,
+    context: &Context,
+    options: &StreamOptions,
+    cache: &super::openai_completions::RequestCache,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let shell = super::prefix::Shell {
+        body: body_around(model, context, options, Vec::new(), json!([])),
+        list: "input",
+        lead: system_item(model, context),
+        tools: &context.tools,
+        tools_salt: Value::Null,
+    };
+    let bytes = super::prefix::request_bytes(
+        &cache.steps,
+        model,
+        &context.messages,
+        shell,
+        || tools_value(&context.tools),
+        |msgs, start, out, step| convert_from(model, msgs, start, out, step),
+    )?;
+    match bytes {
+        Some(bytes) => Ok(bytes),
+        None => serde_json::to_vec(&build_request(model, context, options)),
+    }
+}
+
+/// The system prompt's input item, when there is a prompt.
+fn system_item(model: &Model, context: &Context) -> Option<Value> {
+    (!context.system_prompt.is_empty())
+        .then(|| json!({"role":instruction_role(model),"content":context.system_prompt}))
+}
+
+/// The request's `tools`: each spec as a `function` with `strict: false`.
+fn tools_value(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            json!({"type":"function","name":t.name,"description":t.description,
+            "parameters":t.parameters,"strict":false})
+        })
+        .collect()
+}
+
+/// The request body with `input`, and `tools` when there are tools.
+fn body_around(
+    model: &Model,
+    context: &Context,
+    options: &StreamOptions,
+    input: Vec<Value>,
+    tools: Value,
+) -> Value {
     let mut body = json!({
         "model": model.id,
         "input": input,
@@ -181,14 +262,7 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
         "max_output_tokens": options.output_tokens(model),
     });
     if !context.tools.is_empty() {
-        body["tools"] = context
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type":"function","name":t.name,"description":t.description,
-                "parameters":t.parameters,"strict":false})
-            })
-            .collect();
+        body["tools"] = tools;
     }
     if let Some(level) = model.thinking_level.filter(|_| model.reasoning) {
         let level = model.clamp_thinking_level(level);
@@ -212,7 +286,7 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
 pub async fn run(
     model: Model,
-    body: Value,
+    body: Vec<u8>,
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -220,7 +294,7 @@ pub async fn run(
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, &body, &mut b, &cancel, timeout).await {
+    match stream_body(&model, body, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -256,7 +330,7 @@ struct StreamEvent<'a> {
 /// consumer went away, `Err` for a failure (the partial content stays in `b`).
 async fn stream_body(
     model: &Model,
-    body: &Value,
+    body: Vec<u8>,
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -267,7 +341,7 @@ async fn stream_body(
         headers.push(("authorization".into(), format!("Bearer {k}")));
     }
     headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut sse = open_sse(&url, &headers, json_bytes(body), cancel, timeout).await?;
+    let mut sse = open_sse(&url, &headers, body, cancel, timeout).await?;
     // The block the current output item streams into, and the argument text so far.
     let mut current: Option<String> = None;
     let mut args = String::new();

@@ -576,7 +576,11 @@ impl SessionWriter {
                 ),
             });
         }
-        let mut line = if text.contains(['\u{2028}', '\u{2029}']) {
+        // Both separators are `E2 80 A8` / `E2 80 A9` in UTF-8: one byte search, not a
+        // decode of every character.
+        let separated = memchr::memmem::find(text.as_bytes(), "\u{2028}".as_bytes()).is_some()
+            || memchr::memmem::find(text.as_bytes(), "\u{2029}".as_bytes()).is_some();
+        let mut line = if separated {
             text.replace('\u{2028}', "\\u2028")
                 .replace('\u{2029}', "\\u2029")
         } else {
