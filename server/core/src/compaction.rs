@@ -687,9 +687,10 @@ pub fn pi_estimate_tokens(m: &Value) -> u64 {
 /// Pi 1.6's `estimateProjectedContextTokens(buildSessionProjection(path), path)`, the figure
 /// Pi writes as a compaction's `tokensBefore` (`core/compaction/compaction.js`):
 ///
-/// - the latest assistant usage in the context whose total (`totalTokens`, else input + output
-///   + cache read + cache write) is above 0 and whose `stopReason` is not `error` or `aborted`
-///   (Pi's `getAssistantUsage`), plus [`pi_estimate_tokens`] of every message after it;
+/// - the latest assistant usage in the context whose total (`totalTokens`, else the sum of
+///   input, output, cache read and cache write) is above 0 and whose `stopReason` is not
+///   `error` or `aborted` (Pi's `getAssistantUsage`), plus [`pi_estimate_tokens`] of every
+///   message after it;
 /// - an aborted, errored or usage-less last answer (an imported turn) is skipped for the one
 ///   before it, so `tokensBefore` is never just the few tokens after a usage of 0;
 /// - without such usage, or when that usage's entry comes before the branch's latest
