@@ -1233,3 +1233,161 @@ async fn a_write_past_the_file_size_limit_does_not_end_the_run() {
         "{kinds:?}"
     );
 }
+
+/// Case CMP-02 through the binary: a session whose history is ONE huge old turn (user ≈30k
+/// tokens, assistant ≈15k, no usage: imported) then case PAIR-01's small tail overflows the
+/// provider. The keep budget (20,000) would keep all of it (Pi 1.6 gives up: "nothing to
+/// compact", and the session is stuck); the cut moves to the huge answer, the user message
+/// before it is summarised as the split turn's prefix, the retry succeeds and the next prompt
+/// works without another compaction. `tokensBefore` is the whole context's estimate (no
+/// usage to anchor on), not the few tokens after the last answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overflow_on_one_huge_old_turn_is_compacted_and_the_session_goes_on() {
+    let too_long = Step::Raw {
+        status: 400,
+        content_type: "application/json".into(),
+        body: json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}}).to_string(),
+    };
+    let mock = MockModel::start(vec![
+        too_long,
+        Step::text("recovered"),
+        Step::text("second answer"),
+    ])
+    .await;
+    let is_summary = |body: &Value| body.to_string().contains("context summarization assistant");
+    mock.set_responder(std::sync::Arc::new(move |body: &Value| {
+        is_summary(body).then(|| Step::text("SUMMARY-OF-THE-BIG-TURN"))
+    }));
+    let h = Headless::new("huge-turn", &mock.models_json());
+    let sessions = h.ws.join(".pi/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let file = sessions.join("case.jsonl");
+    let (big_user, big_answer) = ("u".repeat(120_000), "a".repeat(60_000));
+    let lines = [
+        json!({"type":"session","id":"s1","version":3,"timestamp":"2026-01-01T00:00:00.000Z","cwd":h.ws}),
+        json!({"type":"message","id":"u0","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":big_user,"timestamp":1}}),
+        json!({"type":"message","id":"a0","parentId":"u0","timestamp":"2026-01-01T00:00:02.000Z","message":{"role":"assistant","content":[{"type":"text","text":big_answer}],"stopReason":"stop","timestamp":2}}),
+        json!({"type":"message","id":"e1","parentId":"a0","timestamp":"2026-01-01T00:00:03.000Z","message":{"role":"user","content":"run the tests","timestamp":3}}),
+        json!({"type":"message","id":"e2","parentId":"e1","timestamp":"2026-01-01T00:00:04.000Z","message":{"role":"assistant","content":[{"type":"toolCall","id":"toolu_01A","name":"bash","arguments":{"command":"sleep 60"}}],"stopReason":"aborted","timestamp":4}}),
+        json!({"type":"message","id":"e3","parentId":"e2","timestamp":"2026-01-01T00:00:05.000Z","message":{"role":"user","content":"never mind, list files","timestamp":5}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    let file_arg = file.display().to_string();
+    let m = [
+        "--model",
+        "mockant/mock-ant-1",
+        "--session",
+        file_arg.as_str(),
+    ];
+
+    let out = h.run(&[&m[..], &["next"]].concat());
+    assert_success(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "recovered");
+    let stored = session_lines(&h.ws);
+    let compaction: Vec<&Value> = stored
+        .iter()
+        .filter(|e| e["type"] == "compaction")
+        .collect();
+    assert_eq!(compaction.len(), 1, "{stored:?}");
+    let compaction = compaction[0];
+    // The whole context estimated as Pi 1.6 does (ceil(chars / 4) per message): 30,000 +
+    // 15,000 + 4 + 7 + 6 + 1 ("next") + the run's system message (the failed answer is left
+    // out by its context_edit).
+    let system: Vec<&Value> = stored
+        .iter()
+        .filter(|e| e["message"]["role"] == "system")
+        .collect();
+    let system_tokens: u64 = system
+        .iter()
+        .map(|e| {
+            let m = &e["message"];
+            let len = |v: &Value| v.as_str().map_or(0, |s| s.encode_utf16().count() as u64);
+            let sections: u64 = m["sections"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(_, v)| len(v))
+                .sum();
+            let tools = match &m["toolsAdded"] {
+                Value::Null => 0,
+                t => t.to_string().encode_utf16().count() as u64,
+            };
+            (len(&m["content"]) + sections + tools).div_ceil(4)
+        })
+        .sum();
+    assert_eq!(system.len(), 1, "one system message: {system:?}");
+    let tokens_before = 45_018 + system_tokens;
+    assert_eq!(
+        (
+            &compaction["firstKeptEntryId"],
+            &compaction["summary"],
+            &compaction["tokensBefore"]
+        ),
+        (
+            &json!("a0"),
+            &json!("No prior history.\n\n---\n\n**Turn Context (split turn):**\n\nSUMMARY-OF-THE-BIG-TURN"),
+            &json!(tokens_before)
+        )
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let compact_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("pi-lsp: compact"))
+        .collect();
+    assert_eq!(
+        compact_lines,
+        [
+            "pi-lsp: compacting the conversation (Overflow)…".to_string(),
+            format!("pi-lsp: compacted {tokens_before} tokens into a summary; raw context kept from entry a0")
+        ]
+    );
+    // Requests: the overflowing one, one summary request (the turn prefix: the huge user
+    // message alone; no history request, there is nothing older), the retry.
+    let requests = mock.requests();
+    let summaries: Vec<&Value> = requests
+        .iter()
+        .map(|r| &r.body)
+        .filter(|b| is_summary(b))
+        .collect();
+    assert_eq!(summaries.len(), 1);
+    let prefix = summaries[0]["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        prefix.starts_with(&format!(
+            "<conversation>\n[User]: {big_user}\n</conversation>\n\n"
+        )),
+        "{}",
+        &prefix[..200]
+    );
+    assert!(!prefix.contains(&big_answer[..100]));
+    let conversation: Vec<&Value> = requests
+        .iter()
+        .map(|r| &r.body)
+        .filter(|b| !is_summary(b))
+        .collect();
+    assert_eq!(conversation.len(), 2);
+    let retry = &conversation[1]["messages"];
+    let first = retry[0]["content"].to_string();
+    assert!(first.contains("SUMMARY-OF-THE-BIG-TURN"), "{first}");
+    assert!(!retry.to_string().contains(&big_user[..100]));
+    assert_eq!(retry[1]["role"], "assistant");
+    assert_eq!(retry[1]["content"][0]["text"], json!(big_answer));
+
+    // The session is not stuck: the next prompt is answered without another compaction.
+    let out = h.run(&[&m[..], &["and now?"]].concat());
+    assert_success(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "second answer");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("pi-lsp: compact")),
+        "{stderr}"
+    );
+    let stored = session_lines(&h.ws);
+    assert_eq!(
+        stored.iter().filter(|e| e["type"] == "compaction").count(),
+        1
+    );
+    assert_eq!(mock.requests().len(), requests.len() + 1);
+}

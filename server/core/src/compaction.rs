@@ -13,14 +13,17 @@
 //!   never a tool result, so the kept suffix never starts with a result whose call was
 //!   summarised (case CMP-01). A tail larger than the budget that cannot be split is kept whole
 //!   from the call, and the split turn's start is reported so everything before it can be
-//!   summarised (case CMP-02).
+//!   summarised (case CMP-02). When the cut would summarise nothing although the kept part is
+//!   over the budget (one huge old turn, then a small tail), it moves later, to where the kept
+//!   part fits, splitting that turn if need be (see `cut_items`; Pi 1.6 gives up there).
 //! - The kept tail is `keepRecentTokens`, or half the room the threshold leaves after the
 //!   system prompt and tools when that is smaller ([`keep_budget`]): on a 32k window with the
 //!   default settings (threshold 16,384, keep 20,000) the cut then falls inside the running turn
 //!   at a call/result boundary instead of keeping everything (cases CTX-03, CMP-02).
 //! - No summary request is sent with nothing to summarise: when everything is in the kept tail,
-//!   [`prepare`] says so in words ([`CompactionError::AllKept`], Pi 1.6's `prepareCompaction`
-//!   returns nothing then).
+//!   [`prepare`] says so in words ([`CompactionError::AllKept`] when it fits the budget,
+//!   [`CompactionError::Uncuttable`] when it is over it but has no later cut point; Pi 1.6's
+//!   `prepareCompaction` returns nothing then).
 
 use std::collections::BTreeSet;
 
@@ -232,9 +235,24 @@ struct CutItem {
     compaction: bool,
 }
 
-/// Pi's `findCutPoint` over `items[start..end]`, with one change: when only tool results lie
-/// after the budget point, the assistant that made those calls is kept with them (Pi keeps
-/// everything, which summarises nothing while over the threshold, case CMP-02).
+/// Pi 1.6's `findCutPoint` over `items[start..end]`, with two changes, both for a context over
+/// the budget that Pi would leave whole ("nothing to compact" while over the threshold, case
+/// CMP-02):
+///
+/// 1. When only tool results lie after the budget point, the assistant that made those calls
+///    is kept with them (Pi 0.73.1 kept everything; Pi 1.6 does the same as here).
+/// 2. When Pi's cut summarises nothing (it lands on the first message because the oldest
+///    message alone reaches the budget: one huge old turn, then a small tail) although the
+///    kept part is over `keep_recent_tokens`, the cut moves to the earliest later valid cut
+///    point (a user or assistant message, never a tool result) whose kept part fits the
+///    budget — as the budget was reached only at the first message, that is the next valid
+///    cut point — or, should none fit, the last one (the smallest kept part). A cut at an
+///    assistant splits its turn, whose start is then summarised as Pi's turn prefix
+///    (`turn_start`). Pi 1.6 returns no compaction there, so an overflowing session stays
+///    stuck ("nothing to compact" on every retry).
+///
+/// "Nothing to summarise" is left only when no later cut point exists (one message, or one
+/// user message and its results) or the kept part fits the budget.
 fn cut_items(items: &[CutItem], start: usize, end: usize, keep_recent_tokens: u64) -> CutPoint {
     let first_cut = (start..end).find(|&i| items[i].cut);
     let Some(first_cut) = first_cut else {
@@ -254,6 +272,19 @@ fn cut_items(items: &[CutItem], start: usize, end: usize, keep_recent_tokens: u6
                 .or_else(|| (start..i).rev().find(|&c| items[c].cut))
                 .unwrap_or(first_cut);
             break;
+        }
+    }
+    // Change 2: a cut that summarises nothing while the kept part is over the budget.
+    let visible = |i: usize| !items[i].compaction && (items[i].tokens.is_some() || items[i].cut);
+    let kept_tokens = |c: usize| -> u64 { items[c..end].iter().filter_map(|i| i.tokens).sum() };
+    if !(start..cut).any(visible) && kept_tokens(cut) > keep_recent_tokens {
+        let later: Vec<usize> = (cut + 1..end).filter(|&c| items[c].cut).collect();
+        if let Some(&last) = later.last() {
+            cut = later
+                .iter()
+                .copied()
+                .find(|&c| kept_tokens(c) <= keep_recent_tokens)
+                .unwrap_or(last);
         }
     }
     // Non-message entries just before the cut (model or thinking-level changes, labels) stay
@@ -429,6 +460,18 @@ pub enum CompactionError {
         tokens: u64,
         keep_recent_tokens: u64,
     },
+    /// The kept part is over the budget but cannot start later: after its first message there
+    /// is no user or assistant message to cut at (one message, or one user message and tool
+    /// results), so nothing older can be summarised; no summary request is sent. Figures as in
+    /// [`CompactionError::AllKept`].
+    #[error("Nothing to compact: {what} ({}, about {tokens} tokens) is over the {keep_recent_tokens} tokens kept as they are (compaction.keepRecentTokens), but it cannot be cut after its first message (the kept part must start at a user or assistant message), so there is nothing older to summarise; no summary request was sent", count_messages(.messages))]
+    Uncuttable {
+        /// `"the conversation"` or `"the messages since the last compaction"`.
+        what: String,
+        messages: usize,
+        tokens: u64,
+        keep_recent_tokens: u64,
+    },
     #[error("Summarization failed: {0}")]
     SummaryFailed(String),
     #[error("Compaction cancelled")]
@@ -448,6 +491,15 @@ pub enum CompactionError {
     DoesNotFit { after: u64, limit: u64 },
     #[error("session: {0}")]
     Session(String),
+}
+
+/// "1 message", "N messages".
+fn count_messages(n: &usize) -> String {
+    if *n == 1 {
+        "1 message".into()
+    } else {
+        format!("{n} messages")
+    }
 }
 
 /// What a compaction summarises and keeps, computed from the branch (Pi's `prepareCompaction`).
@@ -537,15 +589,27 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
             .filter(|&k| path[k].kind == "message")
             .filter_map(|k| messages[k].as_ref())
             .collect();
-        return Err(CompactionError::AllKept {
-            what: if prev.is_some() {
-                "the messages since the last compaction".into()
-            } else {
-                "the conversation".into()
-            },
-            messages: kept.len(),
-            tokens: kept.iter().map(|m| estimate_tokens(m)).sum(),
-            keep_recent_tokens,
+        let what = if prev.is_some() {
+            "the messages since the last compaction".into()
+        } else {
+            "the conversation".into()
+        };
+        let tokens: u64 = kept.iter().map(|m| estimate_tokens(m)).sum();
+        // Over the budget only when no later cut point exists ([`cut_items`]).
+        return Err(if tokens > keep_recent_tokens {
+            CompactionError::Uncuttable {
+                what,
+                messages: kept.len(),
+                tokens,
+                keep_recent_tokens,
+            }
+        } else {
+            CompactionError::AllKept {
+                what,
+                messages: kept.len(),
+                tokens,
+                keep_recent_tokens,
+            }
         });
     }
     for m in messages_to_summarize.iter().chain(&turn_prefix_messages) {
@@ -564,8 +628,9 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
 
 /// Pi's `estimateTokens` of one stored message (any role, as in the file): `ceil(chars / 4)`
 /// with chars counted in UTF-16 units as JavaScript does; a `bashExecution` counts its command
-/// and output, summaries their text, a tool result's or custom message's image 4,800 chars,
-/// a user message's images nothing.
+/// and output, summaries their text, an image of a user message, tool result or custom
+/// message 4,800 chars (Pi 1.6's `estimateTextAndImageContentChars`), a system message its
+/// content, its sections' text and the JSON of the tools it adds.
 pub fn pi_estimate_tokens(m: &Value) -> u64 {
     let len = |v: &Value| v.as_str().map_or(0, |s| s.encode_utf16().count() as u64);
     let texts = |content: &Value, images: u64| -> u64 {
@@ -583,7 +648,7 @@ pub fn pi_estimate_tokens(m: &Value) -> u64 {
         }
     };
     let chars = match m["role"].as_str().unwrap_or("") {
-        "user" => texts(&m["content"], 0),
+        "user" => texts(&m["content"], 4800),
         "assistant" => m["content"]
             .as_array()
             .into_iter()
@@ -600,30 +665,61 @@ pub fn pi_estimate_tokens(m: &Value) -> u64 {
         "custom" | "toolResult" => texts(&m["content"], 4800),
         "bashExecution" => len(&m["command"]) + len(&m["output"]),
         "branchSummary" | "compactionSummary" => len(&m["summary"]),
+        // Pi 1.6: its content, every section's text and the JSON of the tools it adds.
+        "system" => {
+            texts(&m["content"], 4800)
+                + m["sections"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(_, v)| len(v))
+                    .sum::<u64>()
+                + match &m["toolsAdded"] {
+                    Value::Null => 0,
+                    t => t.to_string().encode_utf16().count() as u64,
+                }
+        }
         _ => 0,
     };
     chars.div_ceil(4)
 }
 
-/// Pi's `estimateContextTokens(buildSessionContext(path).messages)`, the figure Pi writes as
-/// a compaction's `tokensBefore`: the latest assistant usage in the context (not errored or
-/// aborted) plus [`pi_estimate_tokens`] of every message after it, else the estimates of all.
+/// Pi 1.6's `estimateProjectedContextTokens(buildSessionProjection(path), path)`, the figure
+/// Pi writes as a compaction's `tokensBefore` (`core/compaction/compaction.js`):
+///
+/// - the latest assistant usage in the context whose total (`totalTokens`, else the sum of
+///   input, output, cache read and cache write) is above 0 and whose `stopReason` is not
+///   `error` or `aborted` (Pi's `getAssistantUsage`), plus [`pi_estimate_tokens`] of every
+///   message after it;
+/// - an aborted, errored or usage-less last answer (an imported turn) is skipped for the one
+///   before it, so `tokensBefore` is never just the few tokens after a usage of 0;
+/// - without such usage, or when that usage's entry comes before the branch's latest
+///   `compaction` or `context_edit` entry (it counted a context that has since changed), the
+///   estimate of the whole context: the current system message (Pi's
+///   `getCurrentSystemMessage`) plus every other message.
+///
+/// `context_edit`s apply as in the context: an omitted entry is not counted, a replaced one
+/// counts its replacement.
 pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
-    let mut items: Vec<Value> = Vec::new();
-    if let Some(ci) = path.iter().rposition(|e| e.kind == "compaction") {
-        items.push(
+    // (path index of the source entry, message as stored); the compaction summary has none.
+    let mut items: Vec<(Option<usize>, Value)> = Vec::new();
+    let last_compaction = path.iter().rposition(|e| e.kind == "compaction");
+    if let Some(ci) = last_compaction {
+        items.push((
+            None,
             serde_json::json!({"role": "compactionSummary", "summary": path[ci].raw()["summary"]}),
-        );
+        ));
     }
     let mut picked = Vec::new();
     path_messages_with(path, None, |k, _| {
         picked.push(k);
         None
     });
+    let edits = crate::session::ContextEdits::on_path(path);
     for k in picked {
         let e = path[k];
         let r = e.raw();
-        let m = match e.kind.as_str() {
+        let mut m = match e.kind.as_str() {
             "message" => r["message"].clone(),
             "custom_message" => serde_json::json!({"role": "custom", "content": r["content"]}),
             "branch_summary" => {
@@ -631,9 +727,22 @@ pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
             }
             _ => continue,
         };
-        items.push(m);
+        if let Some((_, replacement)) = edits.as_ref().and_then(|x| x.get(&e.id)) {
+            if replacement.is_null() {
+                continue;
+            }
+            let blocks = matches!(m["role"].as_str(), Some("assistant" | "toolResult"));
+            m["content"] = match replacement {
+                Value::String(t) if blocks => serde_json::json!([{"type": "text", "text": t}]),
+                other => other.clone(),
+            };
+        }
+        items.push((Some(k), m));
     }
-    let usage = items.iter().enumerate().rev().find_map(|(i, m)| {
+    let invalidated_after = path
+        .iter()
+        .rposition(|e| e.kind == "compaction" || e.kind == "context_edit");
+    let usage = items.iter().enumerate().rev().find_map(|(i, (_, m))| {
         if m["role"] != "assistant" || m["stopReason"] == "error" || m["stopReason"] == "aborted" {
             return None;
         }
@@ -643,11 +752,41 @@ pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
             0 => n("input") + n("output") + n("cacheRead") + n("cacheWrite"),
             t => t,
         };
-        Some((i, total))
+        (total > 0).then_some((i, total))
     });
-    match usage {
-        Some((i, total)) => total + items[i + 1..].iter().map(pi_estimate_tokens).sum::<u64>(),
-        None => items.iter().map(pi_estimate_tokens).sum(),
+    let valid = usage.filter(|&(i, _)| match (items[i].0, invalidated_after) {
+        (Some(k), Some(x)) => k > x,
+        _ => true,
+    });
+    match valid {
+        Some((i, total)) => {
+            total
+                + items[i + 1..]
+                    .iter()
+                    .map(|(_, m)| pi_estimate_tokens(m))
+                    .sum::<u64>()
+        }
+        None => {
+            let system = crate::session::SystemState::of_path(path);
+            let system_tokens = if system.seen {
+                let mut current = system.checkpoint(0);
+                // Pi's merged message names no tools when there are none.
+                if system.tools.is_empty() {
+                    if let Some(o) = current.as_object_mut() {
+                        o.remove("toolsAdded");
+                    }
+                }
+                pi_estimate_tokens(&current)
+            } else {
+                0
+            };
+            system_tokens
+                + items
+                    .iter()
+                    .filter(|(_, m)| m["role"] != "system")
+                    .map(|(_, m)| pi_estimate_tokens(m))
+                    .sum::<u64>()
+        }
     }
 }
 
@@ -1197,6 +1336,190 @@ mod tests {
             },
             "the budget keeps the last call with its result"
         );
+    }
+
+    /// Session entries (`type: message` unless the value has a `type`) chained by `parentId`.
+    fn entries(v: serde_json::Value) -> Vec<Entry> {
+        let mut parent: Option<String> = None;
+        let mut out = Vec::new();
+        for (i, mut e) in v.as_array().unwrap().iter().cloned().enumerate() {
+            let id = e["id"]
+                .as_str()
+                .map_or_else(|| format!("e{i}"), str::to_string);
+            if e.get("type").is_none() {
+                if let Some(o) = e.as_object_mut() {
+                    o.remove("id");
+                }
+                e = json!({"type":"message","message":e});
+            }
+            e["id"] = json!(id);
+            e["parentId"] = json!(parent);
+            e["timestamp"] = json!("2026-01-01T00:00:00.000Z");
+            out.push(Entry::from_value(&e).unwrap());
+            parent = Some(id);
+        }
+        out
+    }
+
+    /// The one-huge-old-turn session of the report: user ≈30k tokens, assistant ≈15k (no
+    /// usage: an imported turn), then case PAIR-01 (an aborted call) and the new prompt.
+    fn one_huge_turn() -> Vec<Entry> {
+        entries(json!([
+            {"id":"u0","role":"user","content":text(30_000),"timestamp":1},
+            {"id":"a0","role":"assistant","content":[{"type":"text","text":text(15_000)}],"stopReason":"stop","timestamp":2},
+            {"id":"e1","role":"user","content":"run the tests","timestamp":3},
+            {"id":"e2","role":"assistant","content":[{"type":"toolCall","id":"toolu_01A","name":"bash","arguments":{"command":"sleep 60"}}],"stopReason":"aborted","timestamp":4},
+            {"id":"e3","role":"user","content":"never mind, list files","timestamp":5},
+            {"id":"u4","role":"user","content":"next","timestamp":6}
+        ]))
+    }
+
+    #[test]
+    fn cmp02_one_huge_old_turn_is_cut_after_its_start_not_kept_whole() {
+        let path = one_huge_turn();
+        let refs: Vec<&Entry> = path.iter().collect();
+        let messages: Vec<Message> = path.iter().filter_map(entry_message).collect();
+        // Tokens: 30,000 + 15,000 + 4 ("run the tests") + 7 (bash + its JSON) + 6 + 1.
+        assert_eq!(
+            messages.iter().map(estimate_tokens).collect::<Vec<_>>(),
+            [30_000, 15_000, 4, 7, 6, 1]
+        );
+        // Pi 1.6 cuts at u0 (the oldest message alone reaches the budget): nothing older to
+        // summarise while 45,018 tokens are kept. The kept part from a0 (15,018) fits.
+        assert_eq!(
+            find_cut_point(&messages, 20_000),
+            CutPoint {
+                first_kept: 1,
+                turn_start: Some(0)
+            }
+        );
+        let prep = prepare(&refs, 20_000).unwrap();
+        let expected = Preparation {
+            first_kept_entry_id: "a0".into(),
+            messages_to_summarize: Vec::new(),
+            turn_prefix_messages: vec![messages[0].clone()],
+            is_split_turn: true,
+            // No usage anywhere: the estimate of the whole context.
+            tokens_before: 45_018,
+            previous_summary: None,
+            file_ops: FileOps::default(),
+        };
+        assert_eq!(prep, expected);
+        // The turn-prefix request carries the huge user message (and only it).
+        let ctx = turn_prefix_request(&prep.turn_prefix_messages, None);
+        let Message::User(u) = &ctx.messages[0] else {
+            panic!("{:?}", ctx.messages)
+        };
+        assert_eq!(
+            u.content,
+            UserContent::Blocks(vec![ContentBlock::text(format!(
+                "<conversation>\n[User]: {}\n</conversation>\n\n{TURN_PREFIX_SUMMARIZATION_PROMPT}",
+                text(30_000)
+            ))])
+        );
+
+        // A smaller budget (agent/compact on a 32k window): the budget is reached at a0, so
+        // Pi's own cut applies (a0, the turn split), and its kept part stays over the budget
+        // as Pi keeps it.
+        assert_eq!(prepare(&refs, 7_370).unwrap(), expected);
+        // Budget 5: reached at e3, a user message: u0..e2 are summarised, no turn is split.
+        let prep = prepare(&refs, 5).unwrap();
+        assert_eq!(
+            prep,
+            Preparation {
+                first_kept_entry_id: "e3".into(),
+                messages_to_summarize: messages[..4].to_vec(),
+                turn_prefix_messages: Vec::new(),
+                is_split_turn: false,
+                ..expected.clone()
+            }
+        );
+        assert_eq!(
+            serialize_conversation(&prep.messages_to_summarize),
+            format!(
+                "[User]: {}\n\n[Assistant]: {}\n\n[User]: run the tests\n\n[Assistant tool calls]: bash(command=\"sleep 60\")\n\n[Tool result]: (bash was interrupted; it has no result)",
+                text(30_000),
+                text(15_000)
+            )
+        );
+    }
+
+    #[test]
+    fn nothing_to_compact_only_without_a_later_cut_and_said_without_contradiction() {
+        // One message over the budget: no later cut point.
+        let path = entries(json!([{"role":"user","content":text(30_000),"timestamp":1}]));
+        let refs: Vec<&Entry> = path.iter().collect();
+        let err = prepare(&refs, 20_000).unwrap_err();
+        assert_eq!(
+            err,
+            CompactionError::Uncuttable {
+                what: "the conversation".into(),
+                messages: 1,
+                tokens: 30_000,
+                keep_recent_tokens: 20_000
+            }
+        );
+        assert_eq!(err.to_string(), "Nothing to compact: the conversation (1 message, about 30000 tokens) is over the 20000 tokens kept as they are (compaction.keepRecentTokens), but it cannot be cut after its first message (the kept part must start at a user or assistant message), so there is nothing older to summarise; no summary request was sent");
+        // Under the budget: all of it is kept, and the text says it fits.
+        let path = entries(json!([
+            {"role":"user","content":text(3),"timestamp":1},
+            {"role":"assistant","content":[{"type":"text","text":text(2)}],"stopReason":"stop","timestamp":2}
+        ]));
+        let refs: Vec<&Entry> = path.iter().collect();
+        assert_eq!(
+            prepare(&refs, 20_000).unwrap_err(),
+            CompactionError::AllKept {
+                what: "the conversation".into(),
+                messages: 2,
+                tokens: 5,
+                keep_recent_tokens: 20_000
+            }
+        );
+    }
+
+    #[test]
+    fn tokens_before_skips_a_last_answer_without_usage() {
+        let usage =
+            json!({"input":50_000,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":50_000});
+        let base = |last: serde_json::Value| {
+            entries(json!([
+                {"role":"user","content":text(10),"timestamp":1},
+                {"role":"assistant","content":[{"type":"text","text":text(100)}],"stopReason":"stop","usage":usage,"timestamp":2},
+                {"role":"user","content":text(20),"timestamp":3},
+                last,
+                {"role":"user","content":text(3),"timestamp":5}
+            ]))
+        };
+        let tokens = |path: &[Entry]| pi_context_tokens(&path.iter().collect::<Vec<_>>());
+        // An imported answer (no usage), an aborted one and an errored one (usage of the
+        // failed request) all fall back to the usage before them plus what follows it.
+        for last in [
+            json!({"role":"assistant","content":[{"type":"text","text":text(5)}],"stopReason":"stop","timestamp":4}),
+            json!({"role":"assistant","content":[{"type":"text","text":text(5)}],"stopReason":"stop","usage":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0},"timestamp":4}),
+            json!({"role":"assistant","content":[{"type":"text","text":text(5)}],"stopReason":"aborted","usage":{"input":9,"output":9,"cacheRead":0,"cacheWrite":0,"totalTokens":18},"timestamp":4}),
+            json!({"role":"assistant","content":[{"type":"text","text":text(5)}],"stopReason":"error","usage":{"input":99_999,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":99_999},"timestamp":4}),
+        ] {
+            assert_eq!(tokens(&base(last.clone())), 50_000 + 20 + 5 + 3, "{last}");
+        }
+        // No usage at all: the whole context estimated (not the 3 tokens after the last answer).
+        let path = entries(json!([
+            {"role":"user","content":text(10),"timestamp":1},
+            {"role":"assistant","content":[{"type":"text","text":text(100)}],"stopReason":"stop","timestamp":2},
+            {"role":"user","content":text(3),"timestamp":3}
+        ]));
+        assert_eq!(tokens(&path), 113);
+        // Usage from before the latest compaction counted a context that is gone: the summary
+        // and the kept messages are estimated instead.
+        let mut path = base(
+            json!({"role":"assistant","content":[{"type":"text","text":text(5)}],"stopReason":"stop","timestamp":4}),
+        );
+        let c = json!({"type":"compaction","id":"k","parentId":"e4","timestamp":"2026-01-01T00:00:00.000Z","summary":text(7),"firstKeptEntryId":"e1","tokensBefore":1});
+        path.push(Entry::from_value(&c).unwrap());
+        let u = json!({"type":"message","id":"u9","parentId":"k","timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":text(2),"timestamp":6}});
+        path.push(Entry::from_value(&u).unwrap());
+        // Summary 7 (its text as Pi counts it), e1 100 (its usage no longer counts), e2 20,
+        // e3 5, e4 3, u9 2.
+        assert_eq!(tokens(&path), 7 + 100 + 20 + 5 + 3 + 2);
     }
 
     #[test]
