@@ -1498,7 +1498,7 @@ mod tests {
         assert_eq!(t.settings(Some("u")).model, None);
         assert_eq!(t.message_count(Some("h")), 4);
         assert_eq!(t.message_count(Some("k")), 3);
-        assert_eq!(t.message_count(Some("q")), 5);
+        assert_eq!(t.message_count(Some("q")), 4);
         assert_eq!(t.system_message_count(Some("h")), 1);
         assert_eq!(t.system_message_count(Some("o")), 1);
     }
