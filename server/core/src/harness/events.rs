@@ -251,7 +251,18 @@ impl ExtensionHost for SessionHost {
         let Ok(w) = self.writer.lock() else {
             return Vec::new();
         };
-        w.branch_path()
+        // Only the entries whose shape may match are read.
+        let maybe = |s: crate::session::EntryShape| {
+            kinds.iter().any(|k| match k.split_once(':') {
+                Some(("toolResult", tool)) => s.may_be_tool(tool),
+                _ => s.may_be_kind(k) || (s.may_be_kind("message") && s.may_have_role(k)),
+            })
+        };
+        let Some(leaf) = w.leaf() else {
+            return Vec::new();
+        };
+        w.tree()
+            .path_where(leaf, maybe)
             .into_iter()
             .filter(|e| {
                 kinds.iter().any(|k| match k.split_once(':') {

@@ -761,7 +761,14 @@ impl AgentSession {
 /// and the usage of compaction and branch summaries.
 pub fn file_usage(tree: &SessionTree) -> queue::UsageTotals {
     let mut t = queue::UsageTotals::default();
-    for e in &tree.entries {
+    // Only the entries that can hold usage are read (an assistant message, the kinds below).
+    let maybe = |s: crate::session::EntryShape| {
+        (s.may_be_kind("message") && s.may_have_role("assistant"))
+            || ["usage", "compaction", "branch_summary"]
+                .iter()
+                .any(|k| s.may_be_kind(k))
+    };
+    for e in tree.entries_where(maybe) {
         if let Some(u) = e.assistant().and_then(|a| a.usage.as_ref()) {
             queue::add_usage(&mut t, u);
         } else if matches!(e.kind.as_str(), "usage" | "compaction" | "branch_summary") {

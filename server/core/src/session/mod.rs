@@ -44,7 +44,7 @@ pub use system_message::{
 };
 pub use tree::{
     bash_execution_text, convert_message, entry_message, path_messages, path_messages_with, Entry,
-    EntryKind, SessionContext, SessionTree,
+    EntryKind, EntryShape, SessionContext, SessionTree,
 };
 pub use view::{
     agent_message, context_agent_messages, context_entries, HistoryError, HistoryPage,

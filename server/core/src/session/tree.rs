@@ -462,6 +462,74 @@ impl Entry {
     }
 }
 
+/// What a tree keeps of each entry beside the entries, in a vector of its own (4 bytes an
+/// entry: a pass over a long path's kinds and roles reads these, not the 152-byte entries, so
+/// the passes an open makes stay in the cache): the entry's kind and role as indices into
+/// their lists of known names (15: another name; [`NO_ROLE`]: none), whether it has a
+/// model-visible message when that is known without reading it ([`Entry::is_visible`]), and the
+/// low 16 bits of a tool result's [`line::tool_hash`]. Each `may_*` question is false only when
+/// the entry is certainly not so; the entry itself answers the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryShape(u32);
+
+impl EntryShape {
+    /// Bits 0–3: the kind's index in [`EntryKind::KNOWN`]; bits 4–7: the role's in [`ROLES`];
+    /// bits 8–9: visible (1), not visible (2), unknown (0); bits 16–31: the tool hash's low bits.
+    const OTHER: u32 = 15;
+
+    fn of(e: &Entry) -> EntryShape {
+        let code = |n: &Name| match n {
+            Name::Known(i) if u32::from(*i) < Self::OTHER => u32::from(*i),
+            _ => Self::OTHER,
+        };
+        let visible = match (&e.summary, e.kind.as_str()) {
+            (Some(s), _) if s.visible => 1,
+            (Some(_), _) => 2,
+            (None, "message" | "custom_message" | "branch_summary") => 0,
+            _ => 2,
+        };
+        EntryShape(
+            code(&e.kind.0) | code(&e.role) << 4 | visible << 8 | ((e.tool & 0xffff) as u32) << 16,
+        )
+    }
+
+    /// False when the entry's `type` is certainly not `kind`.
+    pub fn may_be_kind(self, kind: &str) -> bool {
+        let code = self.0 & 15;
+        code == Self::OTHER || EntryKind::KNOWN.get(code as usize) == Some(&kind)
+    }
+
+    /// False when the entry certainly has no `message.role` `role`.
+    pub fn may_have_role(self, role: &str) -> bool {
+        let code = self.0 >> 4 & 15;
+        code == Self::OTHER || ROLES.get(code as usize) == Some(&role)
+    }
+
+    /// False when the entry is certainly not a tool result of the tool `name`
+    /// ([`Entry::tool_is`]).
+    pub fn may_be_tool(self, name: &str) -> bool {
+        self.may_be_kind("message")
+            && self.may_have_role("toolResult")
+            && (self.0 >> 16) as u64 == line::tool_hash(name) & 0xffff
+    }
+
+    /// False when the entry is certainly neither a `compaction` nor a stored system message
+    /// (what [`super::system_message_count`] and [`super::SystemState::of_path`] read).
+    pub fn may_be_system_part(self) -> bool {
+        self.may_be_kind("compaction")
+            || (self.may_be_kind("message") && self.may_have_role("system"))
+    }
+
+    /// [`Entry::is_visible`] when it is known without reading the entry.
+    pub fn visible(self) -> Option<bool> {
+        match self.0 >> 8 & 3 {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+}
+
 /// A parsed session file: header, entries in file order, an index by id, and each entry's
 /// parent by index (paths are walked without hashing an id per step).
 #[derive(Debug, Clone, Default)]
@@ -474,7 +542,9 @@ pub struct SessionTree {
     index: IdIndex,
     /// `parents[i]`: the index of entry `i`'s parent, [`ROOT`] without one, [`UNRESOLVED`]
     /// when its parent was not there when it was pushed (looked up by id when walked).
-    parents: Vec<usize>,
+    parents: Vec<u32>,
+    /// `shapes[i]`: what the passes over paths read of entry `i` ([`EntryShape`]).
+    shapes: Vec<EntryShape>,
     /// Repairs and migrations done while loading, for the user to see.
     pub warnings: Vec<String>,
 }
@@ -560,9 +630,10 @@ impl IdIndex {
 }
 
 /// [`SessionTree::parents`] of an entry without `parentId`.
-const ROOT: usize = usize::MAX;
-/// [`SessionTree::parents`] of an entry whose parent was not loaded before it.
-const UNRESOLVED: usize = usize::MAX - 1;
+const ROOT: u32 = u32::MAX;
+/// [`SessionTree::parents`] of an entry whose parent was not loaded before it (or whose index
+/// does not fit: looked up by id then).
+const UNRESOLVED: u32 = u32::MAX - 1;
 
 /// The projection of a path that a run needs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -813,6 +884,7 @@ pub fn path_message_count(path: &[&Entry]) -> usize {
 /// The model and thinking level of a root-to-leaf `path` (no messages): the last
 /// `model_change` or assistant message's provider and model, the last `thinking_level_change`
 /// (`off` without one).
+#[cfg(test)]
 fn path_settings(path: &[&Entry]) -> SessionContext {
     let mut ctx = SessionContext {
         thinking_level: "off".into(),
@@ -923,6 +995,7 @@ impl SessionTree {
     /// already there is replaced (the later one wins, with a warning).
     pub fn push_entry(&mut self, entry: Entry) -> usize {
         let parent = self.parent_slot(entry.parent_id.as_deref());
+        let shape = EntryShape::of(&entry);
         match self.index.get(&self.entries, &entry.id) {
             Some(i) => {
                 self.warnings.push(format!(
@@ -931,6 +1004,7 @@ impl SessionTree {
                 ));
                 self.entries[i] = entry;
                 self.parents[i] = parent;
+                self.shapes[i] = shape;
                 i
             }
             None => {
@@ -938,6 +1012,7 @@ impl SessionTree {
                 self.index.insert(&self.entries, &entry.id, i);
                 self.entries.push(entry);
                 self.parents.push(parent);
+                self.shapes.push(shape);
                 i
             }
         }
@@ -947,16 +1022,24 @@ impl SessionTree {
     pub(crate) fn reserve(&mut self, n: usize) {
         self.entries.reserve(n);
         self.parents.reserve(n);
+        self.shapes.reserve(n);
         self.index.reserve(n);
     }
 
     /// What [`SessionTree::parents`] holds for a parent id, as the entries are now.
-    fn parent_slot(&self, parent: Option<&str>) -> usize {
+    fn parent_slot(&self, parent: Option<&str>) -> u32 {
+        let slot = |i: usize| u32::try_from(i).ok().filter(|&i| i < UNRESOLVED);
         match (parent, self.entries.last()) {
             (None, _) => ROOT,
             // Most entries follow their parent (ids are unique: the index agrees).
-            (Some(p), Some(last)) if last.id == p => self.entries.len() - 1,
-            (Some(p), _) => self.index.get(&self.entries, p).unwrap_or(UNRESOLVED),
+            (Some(p), Some(last)) if last.id == p => {
+                slot(self.entries.len() - 1).unwrap_or(UNRESOLVED)
+            }
+            (Some(p), _) => self
+                .index
+                .get(&self.entries, p)
+                .and_then(slot)
+                .unwrap_or(UNRESOLVED),
         }
     }
 
@@ -970,7 +1053,7 @@ impl SessionTree {
     fn parent_of(&self, i: usize) -> Option<usize> {
         match self.parents.get(i).copied() {
             Some(ROOT) => None,
-            Some(p) if p != UNRESOLVED => Some(p),
+            Some(p) if p != UNRESOLVED => Some(p as usize),
             // Not resolved when pushed (or the entries were changed in place): by its id.
             _ => self.entries[i]
                 .parent_id
@@ -1027,6 +1110,83 @@ impl SessionTree {
         })
     }
 
+    /// The entries of the root-to-`leaf` path ([`SessionTree::path`]) whose shape `maybe`
+    /// keeps, in order: a pass over a long path that reads only the entries it may want
+    /// ([`EntryShape`]'s questions are false only for entries that certainly are not so).
+    pub fn path_where(&self, leaf: &str, maybe: impl Fn(EntryShape) -> bool) -> Vec<&Entry> {
+        self.path_indices(leaf)
+            .into_iter()
+            .filter(|&i| self.shapes.get(i).copied().is_none_or(&maybe))
+            .map(|i| &self.entries[i])
+            .collect()
+    }
+
+    /// The entries in file order whose shape `maybe` keeps ([`SessionTree::path_where`]).
+    pub fn entries_where(
+        &self,
+        maybe: impl Fn(EntryShape) -> bool,
+    ) -> impl DoubleEndedIterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .zip(&self.shapes)
+            .filter(move |(_, s)| maybe(**s))
+            .map(|(e, _)| e)
+    }
+
+    /// The entries from `leaf` up to the root whose shape `maybe` keeps, leaf first, walked
+    /// lazily ([`SessionTree::ancestors`]).
+    fn ancestors_where<'a>(
+        &'a self,
+        leaf: &str,
+        maybe: impl Fn(EntryShape) -> bool + 'a,
+    ) -> impl Iterator<Item = &'a Entry> + 'a {
+        let mut cur = self.index.get(&self.entries, leaf);
+        let mut left = self.entries.len();
+        std::iter::from_fn(move || loop {
+            let i = cur.filter(|_| left > 0)?;
+            left -= 1;
+            cur = self.parent_of(i);
+            if self.shapes.get(i).copied().is_none_or(&maybe) {
+                return Some(&self.entries[i]);
+            }
+        })
+    }
+
+    /// [`path_settings`] of the root-to-`leaf` path, reading only the entries that can set
+    /// them: the last `thinking_level_change` with a level, the last `model_change` or
+    /// assistant message with both provider and model.
+    fn settings_at(&self, leaf: &str) -> SessionContext {
+        let thinking = self
+            .ancestors_where(leaf, |s| s.may_be_kind("thinking_level_change"))
+            .filter(|e| e.kind == "thinking_level_change")
+            .find_map(|e| str_of(&e.raw(), "thinkingLevel"));
+        let model = self
+            .ancestors_where(leaf, |s| {
+                s.may_be_kind("model_change")
+                    || (s.may_be_kind("message") && s.may_have_role("assistant"))
+            })
+            .find_map(|e| match e.kind.as_str() {
+                "model_change" => {
+                    let raw = e.raw();
+                    str_of(&raw, "provider").zip(str_of(&raw, "modelId"))
+                }
+                "message" => match e.assistant() {
+                    Some(AssistantInfo {
+                        provider: Some(p),
+                        model: Some(m),
+                        ..
+                    }) => Some((p.to_string(), m.to_string())),
+                    _ => None,
+                },
+                _ => None,
+            });
+        SessionContext {
+            messages: Vec::new(),
+            model,
+            thinking_level: thinking.unwrap_or_else(|| "off".into()),
+        }
+    }
+
     /// The root-to-`leaf` path (stops at a missing parent or a cycle).
     pub fn path(&self, leaf: &str) -> Vec<&Entry> {
         self.path_indices(leaf)
@@ -1039,7 +1199,10 @@ impl SessionTree {
     /// missing label clears).
     pub fn labels(&self) -> HashMap<String, String> {
         let mut out = HashMap::new();
-        for e in self.entries.iter().filter(|e| e.kind == "label") {
+        for e in self.entries_where(|s| s.may_be_kind("label")) {
+            if e.kind != "label" {
+                continue;
+            }
             let raw = e.raw();
             let Some(target) = str_of(&raw, "targetId") else {
                 continue;
@@ -1060,9 +1223,10 @@ impl SessionTree {
     pub fn name(&self) -> Option<String> {
         self.entries
             .iter()
+            .zip(&self.shapes)
             .rev()
-            .find(|e| e.kind == "session_info")
-            .and_then(|e| str_of(&e.raw(), "name"))
+            .find(|(e, s)| s.may_be_kind("session_info") && e.kind == "session_info")
+            .and_then(|(e, _)| str_of(&e.raw(), "name"))
     }
 
     /// What a run at `leaf` (default: the last entry) sees.
@@ -1104,8 +1268,7 @@ impl SessionTree {
         if !(in_order && plain && parsed.len() == self.entries.len()) {
             return self.context_with(leaf, None, Some(&mut parsed));
         }
-        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-        let mut ctx = path_settings(&path);
+        let mut ctx = self.settings_at(leaf_id);
         let mut on_path = vec![false; parsed.len()];
         for &i in &indices {
             on_path[i] = true;
@@ -1123,11 +1286,7 @@ impl SessionTree {
     /// (`messages` empty).
     pub fn settings(&self, leaf: Option<&str>) -> SessionContext {
         match leaf.or(self.last_id()) {
-            Some(leaf) => {
-                let indices = self.path_indices(leaf);
-                let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-                path_settings(&path)
-            }
+            Some(leaf) => self.settings_at(leaf),
             None => SessionContext {
                 thinking_level: "off".into(),
                 ..Default::default()
@@ -1142,8 +1301,23 @@ impl SessionTree {
             return 0;
         };
         let indices = self.path_indices(leaf);
-        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-        path_message_count(&path)
+        let shape = |i: usize| self.shapes.get(i).copied();
+        let plain = indices.iter().all(|&i| {
+            shape(i).is_some_and(|s| !s.may_be_kind("compaction") && !s.may_be_kind("context_edit"))
+        });
+        if !plain {
+            let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+            return path_message_count(&path);
+        }
+        // No compaction and no edit on the path: every visible entry counts, known from its
+        // shape for the most part ([`path_message_count`]'s plan is then the whole path).
+        indices
+            .iter()
+            .filter(|&&i| match shape(i).and_then(EntryShape::visible) {
+                Some(v) => v,
+                None => self.entries[i].is_visible(),
+            })
+            .count()
     }
 
     /// How many messages Pi 1.6's agent holds at `leaf` (its `messageCount`): the model
@@ -1159,9 +1333,7 @@ impl SessionTree {
         let Some(leaf) = leaf.or(self.last_id()) else {
             return 0;
         };
-        let indices = self.path_indices(leaf);
-        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-        super::system_message_count(&path)
+        super::system_message_count(&self.path_where(leaf, EntryShape::may_be_system_part))
     }
 
     /// What the branch at `leaf` (default: the last entry) replays its prompt and tools to
@@ -1170,9 +1342,7 @@ impl SessionTree {
         let Some(leaf) = leaf.or(self.last_id()) else {
             return super::SystemState::default();
         };
-        let indices = self.path_indices(leaf);
-        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-        super::SystemState::of_path(&path)
+        super::SystemState::of_path(&self.path_where(leaf, EntryShape::may_be_system_part))
     }
 
     fn context_with(
@@ -1190,7 +1360,7 @@ impl SessionTree {
         };
         let indices = self.path_indices(leaf);
         let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-        ctx = path_settings(&path);
+        ctx = self.settings_at(leaf);
         ctx.messages = match parsed {
             Some(parsed) => path_messages_with(&path, proposed, |k, e| match e.kind.as_str() {
                 "message" => parsed.get_mut(indices[k]).and_then(Option::take),
@@ -1236,6 +1406,101 @@ mod tests {
         let mut v = lines.as_array().unwrap().clone();
         let header = v.remove(0);
         SessionTree::from_values(header, v, Vec::new())
+    }
+
+    /// Every answer read through the entries' shapes ([`EntryShape`]) equals the answer read
+    /// from every entry of the path, at every leaf of a tree with each kind of entry that
+    /// changes them (and of a deferred load of it), and no shape says "certainly not" of an
+    /// entry that is.
+    #[test]
+    fn answers_read_through_shapes_equal_those_read_from_every_entry() {
+        let lines = json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"model_change","id":"a","parentId":null,"provider":"p1","modelId":"m1"},
+            {"type":"thinking_level_change","id":"b","parentId":"a","thinkingLevel":"high"},
+            {"type":"message","id":"c","parentId":"b","message":{"role":"system","content":"","sections":{"prompt":"P"},"timestamp":1}},
+            {"type":"message","id":"d","parentId":"c","message":{"role":"user","content":"hi","timestamp":1}},
+            {"type":"message","id":"e","parentId":"d","message":{"role":"assistant","content":[{"type":"toolCall","id":"t1","name":"todo","arguments":{}}],"api":"x","provider":"p2","model":"m2","stopReason":"toolUse","timestamp":2}},
+            {"type":"message","id":"f","parentId":"e","message":{"role":"toolResult","toolCallId":"t1","toolName":"todo","content":[{"type":"text","text":"ok"}],"isError":false,"timestamp":3}},
+            {"type":"thinking_level_change","id":"g","parentId":"f"},
+            {"type":"message","id":"h","parentId":"f","message":{"role":"assistant","content":[{"type":"text","text":"x"}],"api":"x","stopReason":"stop","timestamp":4}},
+            {"type":"context_edit","id":"i","parentId":"h","targetId":"d","replacement":null},
+            {"type":"label","id":"j","parentId":"i","targetId":"d","label":"L"},
+            {"type":"session_info","id":"k","parentId":"j","name":"N"},
+            {"type":"compaction","id":"l","parentId":"k","summary":"S","firstKeptEntryId":"h","systemMessage":{"role":"system","content":"","sections":{"prompt":"Q"}}},
+            {"type":"message","id":"m","parentId":"l","message":{"role":"mystery","content":"?"}},
+            {"type":"future_kind","id":"n","parentId":"m"},
+            {"type":"message","id":"o","parentId":"n","message":{"role":"user","content":5}},
+            {"type":"custom_message","id":"p","parentId":"e","customType":"c","content":"cm","display":true},
+            {"type":"branch_summary","id":"q","parentId":"p","fromId":"e","summary":"B"},
+            {"type":"model_change","id":"r","parentId":null,"provider":"p3"},
+            {"type":"message","id":"u","parentId":"r","message":{"role":"user","content":"root two"}}
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.jsonl");
+        let text: Vec<String> = lines
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_string())
+            .collect();
+        std::fs::write(&file, text.join("\n") + "\n").unwrap();
+        let deferred = super::super::load_file(&file, false, true).unwrap().tree;
+        let names = EntryKind::KNOWN.iter().chain(&ROLES).chain(&[
+            "future_kind",
+            "mystery",
+            "todo",
+            "read",
+            "",
+        ]);
+        for t in [tree(lines.clone()), deferred] {
+            assert_eq!(t.entries.len(), 19);
+            for (e, s) in t.entries.iter().zip(&t.shapes) {
+                for n in names.clone() {
+                    assert!(!(e.kind == *n) || s.may_be_kind(n), "{e:?} {n}");
+                    assert!(e.role() != Some(n) || s.may_have_role(n), "{e:?} {n}");
+                    assert!(!e.tool_is(n) || s.may_be_tool(n), "{e:?} {n}");
+                }
+                if let Some(v) = s.visible() {
+                    assert_eq!(v, e.is_visible(), "{e:?}");
+                }
+            }
+            for leaf in t.entries.iter().map(|e| e.id.as_str()) {
+                let path = t.path(leaf);
+                assert_eq!(t.path_where(leaf, |_| true), path);
+                assert_eq!(t.settings(Some(leaf)), path_settings(&path), "{leaf}");
+                assert_eq!(
+                    t.message_count(Some(leaf)),
+                    path_message_count(&path),
+                    "{leaf}"
+                );
+                assert_eq!(
+                    t.system_message_count(Some(leaf)),
+                    super::super::system_message_count(&path),
+                    "{leaf}"
+                );
+                assert_eq!(
+                    t.system_state(Some(leaf)),
+                    super::super::SystemState::of_path(&path),
+                    "{leaf}"
+                );
+            }
+            assert_eq!(t.name().as_deref(), Some("N"));
+            assert_eq!(t.labels().get("d").map(String::as_str), Some("L"));
+        }
+        // What the answers are on a few leaves (so the pairs above are not equal by being empty).
+        let t = tree(lines);
+        let s = t.settings(Some("h"));
+        assert_eq!(
+            (s.model, s.thinking_level.as_str()),
+            (Some(("p2".into(), "m2".into())), "high")
+        );
+        assert_eq!(t.settings(Some("u")).model, None);
+        assert_eq!(t.message_count(Some("h")), 4);
+        assert_eq!(t.message_count(Some("k")), 3);
+        assert_eq!(t.message_count(Some("q")), 4);
+        assert_eq!(t.system_message_count(Some("h")), 1);
+        assert_eq!(t.system_message_count(Some("o")), 1);
     }
 
     fn texts(ctx: &SessionContext) -> Vec<String> {
