@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::lenient::{First, Obj, Str};
+use super::prefix::PrefixKey;
 use super::{join_url, open_sse, read_chunk, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
@@ -559,32 +560,6 @@ struct ToolBytes {
     specs: Vec<ToolSpec>,
     strict: bool,
     bytes: Vec<u8>,
-}
-
-/// The facts of a model that conversion reads besides [`Compat`].
-#[derive(Debug, PartialEq)]
-struct PrefixKey {
-    api: crate::models::Api,
-    provider: String,
-    id: String,
-    base_url: String,
-    reasoning: bool,
-    input: Vec<String>,
-    compat: Value,
-}
-
-impl PrefixKey {
-    fn of(model: &Model) -> PrefixKey {
-        PrefixKey {
-            api: model.api,
-            provider: model.provider.clone(),
-            id: model.id.clone(),
-            base_url: model.base_url.clone(),
-            reasoning: model.reasoning,
-            input: model.input.clone(),
-            compat: model.compat.clone(),
-        }
-    }
 }
 
 /// The request body around `messages`: model, stream options, output limit, reasoning, tools.

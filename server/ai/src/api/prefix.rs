@@ -39,9 +39,10 @@ pub(crate) struct Prefix {
 }
 
 /// The facts of a model that conversion reads (its wire format included: one slot serves a
-/// conversation whichever of the two adapters its model uses).
+/// conversation whichever adapter its model uses; chat completions keys its own cache with it
+/// too, beside its `Compat`).
 #[derive(Debug, PartialEq)]
-struct PrefixKey {
+pub(super) struct PrefixKey {
     api: crate::models::Api,
     provider: String,
     id: String,
@@ -52,7 +53,7 @@ struct PrefixKey {
 }
 
 impl PrefixKey {
-    fn of(model: &Model) -> PrefixKey {
+    pub(super) fn of(model: &Model) -> PrefixKey {
         PrefixKey {
             api: model.api,
             provider: model.provider.clone(),
