@@ -7,7 +7,7 @@ use std::time::Duration;
 use pi_e2e::headless::{assert_refused, assert_success, run, Headless};
 use pi_e2e::lsp_client::agent_env;
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::{fixtures, session_lines, TempDir};
+use pi_e2e::{fixtures, session_file, session_lines, TempDir};
 use serde_json::{json, Value};
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
@@ -206,12 +206,7 @@ async fn session_file_opens_in_pi_unchanged() {
     std::fs::write(h.ws.join("hello.txt"), "Hello 🍋\n").unwrap();
     let out = h.run(&["--model", "mock/mock-1", "read hello.txt"]);
     assert!(out.status.success());
-    let dir = h.ws.join(".pi/sessions");
-    let file = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .unwrap();
+    let file = session_file(&h.ws);
     let before = std::fs::read(&file).unwrap();
     let ours: Vec<Value> = session_lines(&h.ws)
         .into_iter()
@@ -1190,11 +1185,7 @@ async fn a_write_past_the_file_size_limit_does_not_end_the_run() {
     );
     assert!(!stderr.contains("session saved to"), "{stderr}");
     let dir = h.ws.join(".pi/sessions");
-    let file = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .unwrap();
+    let file = session_file(&h.ws);
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.len() <= 24 * 512, "{} bytes", text.len());
     assert!(text.ends_with('\n'), "a torn last line: {text:?}");

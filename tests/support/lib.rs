@@ -98,8 +98,18 @@ pub fn fixtures() -> PathBuf {
 
 /// Reads every line of the single session file under `<workspace>/.pi/sessions/`.
 pub fn session_lines(workspace: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(session_file(workspace))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The single session file (`*.jsonl`) under `<workspace>/.pi/sessions/` (panics unless there is
+/// exactly one).
+pub fn session_file(workspace: &Path) -> PathBuf {
     let dir = workspace.join(".pi").join("sessions");
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
@@ -110,11 +120,7 @@ pub fn session_lines(workspace: &Path) -> Vec<serde_json::Value> {
         "expected one session file in {}: {files:?}",
         dir.display()
     );
-    std::fs::read_to_string(&files[0])
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    files.swap_remove(0)
 }
 
 /// A Pi 1.6-shaped session of folder `cwd` with `(provider, model, api)`: its full system message (Pi's sections), a turn, a section patch
