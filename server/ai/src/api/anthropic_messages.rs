@@ -621,7 +621,7 @@ mod tests {
             r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
         ] {
             let ev = crate::api::Event {
-                data: data.into(),
+                data,
                 ..Default::default()
             };
             let v = crate::json::parse_lossy(data).unwrap();

@@ -578,7 +578,7 @@ mod tests {
             r#"{"type":null,"delta":7,"output_index":-2,"item":null,"response":"x","code":[1]}"#,
         ] {
             let ev = crate::api::Event {
-                data: data.into(),
+                data,
                 ..Default::default()
             };
             let v = crate::json::parse_lossy(data).unwrap();
