@@ -287,6 +287,15 @@ impl std::ops::Deref for IndexKey {
 /// A consumer rebuilds the message from the events it received with a builder made by
 /// [`MessageBuilder::follow`] and fed through [`MessageBuilder::apply`]: the same
 /// reconstruction, addressed by content index, sending nothing.
+///
+/// **Deltas are coalesced at the source.** A text or thinking delta is held until something
+/// else is sent or [`MessageBuilder::flush`] is called; the next deltas of the same block join
+/// it. Adapters flush before they wait for more bytes (the SSE body does it before each socket
+/// read, [`crate::api`]), so every complete event of one read reaches the consumer as one
+/// `text_delta` (or `thinking_delta`) per block: nothing waits for later bytes, nothing is
+/// reordered, and the joined text is the same (a network read already cuts the text
+/// anywhere). Tool-call argument deltas, block starts and ends, usage and terminal events are
+/// never merged; each sends the held delta first.
 pub struct MessageBuilder {
     /// `None` for a follower (nothing is sent).
     tx: Option<mpsc::Sender<AssistantEvent>>,
@@ -295,6 +304,33 @@ pub struct MessageBuilder {
     open: OpenBlocks,
     raw_args: HashMap<usize, String>,
     finished: bool,
+    /// The text or thinking delta not sent yet ([`MessageBuilder::flush`]).
+    held: Option<Held>,
+}
+
+/// A producer's text or thinking delta held back so that the next ones of the same block join
+/// it (see [`MessageBuilder::flush`]): its content index, whether it is thinking, its text.
+#[derive(Debug)]
+struct Held {
+    index: usize,
+    thinking: bool,
+    delta: String,
+}
+
+impl Held {
+    fn into_event(self) -> AssistantEvent {
+        if self.thinking {
+            AssistantEvent::ThinkingDelta {
+                content_index: self.index,
+                delta: self.delta,
+            }
+        } else {
+            AssistantEvent::TextDelta {
+                content_index: self.index,
+                delta: self.delta,
+            }
+        }
+    }
 }
 
 impl MessageBuilder {
@@ -303,23 +339,58 @@ impl MessageBuilder {
     pub async fn start(tx: StreamSender, model: &Model) -> Result<Self, Closed> {
         *lock(&tx.partial) =
             AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
-        let b = MessageBuilder {
+        let mut b = MessageBuilder {
             tx: Some(tx.tx),
             message: tx.partial,
             rates: model.cost.clone(),
             open: OpenBlocks::default(),
             raw_args: HashMap::new(),
             finished: false,
+            held: None,
         };
         b.emit(AssistantEvent::Start).await?;
         Ok(b)
     }
 
-    async fn emit(&self, ev: AssistantEvent) -> Result<(), Closed> {
-        match &self.tx {
-            Some(tx) => tx.send(ev).await.map_err(|_| Closed),
-            None => Ok(()),
+    /// Sends `ev` after the held delta, if any.
+    async fn emit(&mut self, ev: AssistantEvent) -> Result<(), Closed> {
+        let Some(tx) = &self.tx else {
+            return Ok(());
+        };
+        if let Some(held) = self.held.take() {
+            tx.send(held.into_event()).await.map_err(|_| Closed)?;
         }
+        tx.send(ev).await.map_err(|_| Closed)
+    }
+
+    /// Sends the held text or thinking delta, if any (see the type's doc): adapters call it
+    /// before they wait for more bytes. `Err(Closed)` when the consumer went away.
+    pub async fn flush(&mut self) -> Result<(), Closed> {
+        match (&self.tx, self.held.take()) {
+            (Some(tx), Some(held)) => tx.send(held.into_event()).await.map_err(|_| Closed),
+            _ => Ok(()),
+        }
+    }
+
+    /// Holds `delta` of block `index` (joined to the held delta when it is of the same block
+    /// and kind, else after sending the held one).
+    async fn hold(&mut self, index: usize, thinking: bool, delta: &str) -> Result<(), Closed> {
+        if self.tx.is_none() {
+            return Ok(());
+        }
+        if let Some(h) = &mut self.held {
+            if h.index == index && h.thinking == thinking {
+                h.delta.push_str(delta);
+                return Ok(());
+            }
+        }
+        self.flush().await?;
+        self.held = Some(Held {
+            index,
+            thinking,
+            delta: delta.to_string(),
+        });
+        Ok(())
     }
 
     /// A builder that continues `message` (a `message_start`'s empty message, or a partial
@@ -334,6 +405,7 @@ impl MessageBuilder {
             open: OpenBlocks::default(),
             raw_args: HashMap::new(),
             finished: false,
+            held: None,
         }
     }
 
@@ -487,11 +559,7 @@ impl MessageBuilder {
         if let Some(ContentBlock::Text(t)) = lock(&self.message).content.get_mut(idx) {
             t.text.push_str(delta);
         }
-        self.emit(AssistantEvent::TextDelta {
-            content_index: idx,
-            delta: delta.to_string(),
-        })
-        .await
+        self.hold(idx, false, delta).await
     }
 
     /// Appends reasoning text to the block `key`, opening a thinking block first if needed.
@@ -513,11 +581,7 @@ impl MessageBuilder {
         if let Some(ContentBlock::Thinking(t)) = lock(&self.message).content.get_mut(idx) {
             t.thinking.push_str(delta);
         }
-        self.emit(AssistantEvent::ThinkingDelta {
-            content_index: idx,
-            delta: delta.to_string(),
-        })
-        .await
+        self.hold(idx, true, delta).await
     }
 
     /// Sets or extends the signature of the open thinking block `key`.
@@ -836,12 +900,13 @@ mod tests {
                     .to_string()
             })
             .collect();
+        // The two text deltas were never flushed apart: one `text_delta` with both; the
+        // tool call's argument deltas stay one event each.
         assert_eq!(
             kinds,
             [
                 "start",
                 "text_start",
-                "text_delta",
                 "text_delta",
                 "text_end",
                 "toolcall_start",
@@ -851,6 +916,158 @@ mod tests {
                 "done"
             ]
         );
+        assert_eq!(
+            events[2],
+            AssistantEvent::TextDelta {
+                content_index: 0,
+                delta: "Hello".into()
+            }
+        );
+    }
+
+    /// The events of `steps` played on a producing builder, and the final message.
+    async fn play(
+        steps: Vec<(&'static str, &'static str, &'static str)>,
+    ) -> (Vec<AssistantEvent>, AssistantMessage) {
+        let (tx, mut stream) = AssistantStream::channel();
+        let task = tokio::spawn(async move {
+            let model = Model::new(crate::Api::Scripted, "p", "m", "");
+            let mut b = MessageBuilder::start(tx, &model).await.unwrap();
+            for (op, key, text) in steps {
+                match op {
+                    "text" => b.text_delta(key, text).await.unwrap(),
+                    "thinking" => b.thinking_delta(key, text).await.unwrap(),
+                    "call" => b.tool_call_start(key, text, "read", None).await.unwrap(),
+                    "args" => b.tool_call_delta(key, text).await.unwrap(),
+                    "end" => b.end_block(key).await.unwrap(),
+                    "flush" => b.flush().await.unwrap(),
+                    other => panic!("{other}"),
+                }
+            }
+            b.finish(StopReason::Stop).await.unwrap()
+        });
+        let mut events = Vec::new();
+        while let Some(e) = stream.next().await {
+            events.push(e);
+        }
+        (events, task.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn held_deltas_join_per_block_until_a_flush_or_another_event() {
+        let delta = |i: usize, t: &str| AssistantEvent::TextDelta {
+            content_index: i,
+            delta: t.into(),
+        };
+        let thinking = |i: usize, t: &str| AssistantEvent::ThinkingDelta {
+            content_index: i,
+            delta: t.into(),
+        };
+        let steps = vec![
+            ("thinking", "r", "Let "),
+            ("thinking", "r", "me"),
+            ("text", "t", "A"),
+            ("text", "t", "b"),
+            ("flush", "", ""),
+            ("text", "t", "c"),
+            ("thinking", "r", " think"),
+            ("text", "t", "d"),
+            ("text", "t", "e"),
+            ("call", "c", "call_1"),
+            ("args", "c", "{\"pa"),
+            ("text", "t", "f"),
+            ("args", "c", "th\":1}"),
+            ("text", "t", "g"),
+            ("end", "t", ""),
+        ];
+        let (events, message) = play(steps).await;
+        let start = |i: usize, thinking: bool| {
+            if thinking {
+                AssistantEvent::ThinkingStart { content_index: i }
+            } else {
+                AssistantEvent::TextStart { content_index: i }
+            }
+        };
+        assert_eq!(
+            events[..events.len() - 1],
+            [
+                AssistantEvent::Start,
+                start(0, true),
+                thinking(0, "Let me"),
+                start(1, false),
+                delta(1, "Ab"),
+                delta(1, "c"),
+                thinking(0, " think"),
+                delta(1, "de"),
+                AssistantEvent::ToolcallStart {
+                    content_index: 2,
+                    id: "call_1".into(),
+                    name: "read".into()
+                },
+                AssistantEvent::ToolcallDelta {
+                    content_index: 2,
+                    delta: "{\"pa".into()
+                },
+                delta(1, "f"),
+                AssistantEvent::ToolcallDelta {
+                    content_index: 2,
+                    delta: "th\":1}".into()
+                },
+                delta(1, "g"),
+                AssistantEvent::TextEnd {
+                    content_index: 1,
+                    content: "Abcdefg".into()
+                },
+                AssistantEvent::ThinkingEnd {
+                    content_index: 0,
+                    content: "Let me think".into()
+                },
+                AssistantEvent::ToolcallEnd {
+                    content_index: 2,
+                    tool_call: ToolCall::new("call_1", "read", serde_json::json!({"path": 1}))
+                },
+            ]
+        );
+        // A follower fed the joined events rebuilds the producer's message.
+        let mut follower = MessageBuilder::follow(
+            AssistantMessage::empty("scripted", "p", "m"),
+            ModelCost::default(),
+        );
+        for e in &events[..events.len() - 1] {
+            follower.apply(e);
+        }
+        let mut rebuilt = follower.snapshot();
+        rebuilt.timestamp = message.timestamp;
+        rebuilt.stop_reason = message.stop_reason;
+        assert_eq!(rebuilt, message);
+    }
+
+    #[tokio::test]
+    async fn a_failure_sends_the_held_delta_before_the_error() {
+        let (tx, mut stream) = AssistantStream::channel();
+        let model = Model::new(crate::Api::Scripted, "p", "m", "");
+        let mut b = MessageBuilder::start(tx, &model).await.unwrap();
+        b.text_delta("t", "par").await.unwrap();
+        b.text_delta("t", "tial").await.unwrap();
+        let message = b.fail(ProviderError::Aborted).await;
+        let mut events = Vec::new();
+        while let Some(e) = stream.next().await {
+            events.push(e);
+        }
+        assert_eq!(
+            events[..3],
+            [
+                AssistantEvent::Start,
+                AssistantEvent::TextStart { content_index: 0 },
+                AssistantEvent::TextDelta {
+                    content_index: 0,
+                    delta: "partial".into()
+                },
+            ]
+        );
+        assert_eq!(events.len(), 4);
+        assert_eq!(message.content, vec![ContentBlock::text("partial")]);
+        assert_eq!(message.stop_reason, StopReason::Aborted);
     }
 
     #[test]

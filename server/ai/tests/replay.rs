@@ -161,6 +161,14 @@ fn call(id: &str, name: &str, args: Value) -> ContentBlock {
     ContentBlock::ToolCall(ToolCall::new(id, name, args))
 }
 
+/// [`kinds`] with consecutive text (or thinking) deltas counted once: how many of them a
+/// stream gives depends on how its bytes were read (one per block per read).
+fn joined_kinds(evs: &[AssistantEvent]) -> Vec<String> {
+    let mut k = kinds(evs);
+    k.dedup_by(|a, b| a == b && (a == "text_delta" || a == "thinking_delta"));
+    k
+}
+
 fn kinds(evs: &[AssistantEvent]) -> Vec<String> {
     evs.iter()
         .map(|e| {
@@ -589,17 +597,15 @@ async fn anthropic_thinking_redacted_text_and_pings() {
     )
     .await;
     assert_eq!(
-        kinds(&evs),
+        joined_kinds(&evs),
         [
             "start",
             "thinking_start",
-            "thinking_delta",
             "thinking_delta",
             "thinking_end",
             "thinking_start",
             "thinking_end",
             "text_start",
-            "text_delta",
             "text_delta",
             "text_end",
             "done"
@@ -855,6 +861,128 @@ async fn abort_mid_stream_keeps_partial_and_ends_aborted() {
     assert_eq!(last.failure(), Some(&ProviderError::Aborted));
 }
 
+/// A chat-completions chunk with a text delta.
+fn text_chunk(t: &str) -> String {
+    format!(
+        "data: {}\n\n",
+        json!({"choices":[{"index":0,"delta":{"content":t}}]})
+    )
+}
+
+/// A chat-completions chunk with a piece of call 0's arguments.
+fn args_chunk(first: bool, piece: &str) -> String {
+    let call = if first {
+        json!({"index":0,"id":"call_1","type":"function","function":{"name":"read","arguments":piece}})
+    } else {
+        json!({"index":0,"function":{"arguments":piece}})
+    };
+    format!(
+        "data: {}\n\n",
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[call]}}]})
+    )
+}
+
+/// The deltas of one read come as one `text_delta` (coalesced at the source): the same text
+/// and the same message as one event per chunk would give; tool-call argument pieces stay one
+/// event each, in their place.
+#[tokio::test]
+async fn the_text_deltas_of_one_read_come_joined_and_argument_deltas_one_by_one() {
+    let words: Vec<String> = (0..40).map(|i| format!("w{i:02} ")).collect();
+    let first: String = words[..20].iter().map(|w| text_chunk(w)).collect();
+    let pieces = ["{\"pa", "th\":", "\"a.txt\"}"];
+    let mut second: String = words[20..].iter().map(|w| text_chunk(w)).collect();
+    for (k, p) in pieces.iter().enumerate() {
+        second.push_str(&args_chunk(k == 0, p));
+    }
+    second.push_str(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
+    );
+    let mut reply = sse(vec![first.into_bytes(), second.into_bytes()]);
+    reply.gap = Duration::from_millis(50);
+    let evs = replay_reply("openai-completions", reply).await;
+    let text: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    let args: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::ToolcallDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    // Two writes 50 ms apart: at least two reads, and each read's deltas joined. A delta
+    // never ends inside a chunk.
+    assert!((2..=8).contains(&text.len()), "{text:?}");
+    assert_eq!(text.concat(), words.concat());
+    let mut at = 0;
+    for t in &text {
+        at += t.len();
+        assert_eq!(at % 4, 0, "{text:?}");
+    }
+    assert_eq!(args, pieces);
+    let m = evs.last().unwrap().terminal_message().unwrap();
+    assert_eq!(
+        m.content,
+        vec![
+            ContentBlock::text(words.concat()),
+            call("call_1", "read", json!({"path": "a.txt"}))
+        ]
+    );
+    assert_eq!(m.stop_reason, StopReason::ToolUse);
+    // The events in order: every text delta before the call started, the pieces after it.
+    let k = kinds(&evs);
+    let first_call = k.iter().position(|t| t == "toolcall_start").unwrap();
+    let last_text = k.iter().rposition(|t| t == "text_delta").unwrap();
+    assert!(last_text < first_call, "{k:?}");
+}
+
+/// An abort between two reads: the first read's deltas went out (joined) before the server
+/// was waited for again; the aborted message holds exactly their text, nothing of the read
+/// that never came.
+#[tokio::test]
+async fn an_abort_between_two_reads_keeps_the_text_the_deltas_carried() {
+    let words: Vec<String> = (0..30).map(|i| format!("w{i:02} ")).collect();
+    let first: String = words.iter().map(|w| text_chunk(w)).collect();
+    let mut reply = sse(vec![first.into_bytes(), text_chunk("never").into_bytes()]);
+    reply.gap = Duration::from_secs(30);
+    let (base, _) = serve(vec![reply]).await;
+    let opts = StreamOptions::default();
+    let cancel = opts.cancel.clone();
+    let mut s = pi_ai::stream(&model("openai-completions", base), &go(), opts);
+    let started = std::time::Instant::now();
+    let mut evs = Vec::new();
+    while let Some(e) = s.next().await {
+        if let AssistantEvent::TextDelta { .. } = e {
+            cancel.cancel();
+        }
+        evs.push(e);
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let text: String = evs
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    let m = evs.last().unwrap().terminal_message().unwrap();
+    assert_eq!(
+        (m.text(), m.stop_reason),
+        (text.clone(), StopReason::Aborted)
+    );
+    // Written at once, the 30 chunks came in one read (or a few): more than the first
+    // chunk's text went out before the abort was seen, all of it from the first write.
+    assert!(
+        text.len() > 4 && words.concat().starts_with(&text),
+        "{text:?}"
+    );
+    assert!(!text.contains("never"));
+}
+
 fn responses_expected() -> Value {
     json!({"content":[
         {"type":"thinking","thinking":"Check both files.",
@@ -876,16 +1004,13 @@ async fn responses_reasoning_text_and_calls() {
     )
     .await;
     assert_eq!(
-        kinds(&evs),
+        joined_kinds(&evs),
         [
             "start",
             "thinking_start",
             "thinking_delta",
-            "thinking_delta",
-            "thinking_delta",
             "thinking_end",
             "text_start",
-            "text_delta",
             "text_delta",
             "text_end",
             "toolcall_start",

@@ -181,19 +181,21 @@ async fn a_client_reading_the_slot_mid_stream_and_applying_later_events_gets_the
         })
         .filter(|k| !k.is_empty())
         .collect();
+    // Text and thinking deltas one read brought come joined (how many reads the stream
+    // took varies); tool-call argument deltas come one by one.
+    let mut joined = kinds.clone();
+    joined.dedup_by(|a, b| a == b && *a != "toolcall_delta");
     assert_eq!(
-        kinds,
+        joined,
         [
             "thinking_delta",
-            "thinking_delta",
-            "thinking_delta",
-            "text_delta",
             "text_delta",
             "toolcall_delta",
             "toolcall_delta",
             "toolcall_delta",
         ]
     );
+    assert!(kinds.len() <= 8, "{kinds:?}");
     // While the arguments streamed (before the call's end), the slot held them parsed so far.
     let mid_call: Vec<_> = seen
         .updates

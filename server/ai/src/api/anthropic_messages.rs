@@ -492,7 +492,7 @@ async fn stream_body(
     // The block key: the event's `index` in decimal, empty without one.
     let mut key = String::new();
     let no_delta = EventDelta::default();
-    while let Some(ev) = sse.next(cancel).await? {
+    while let Some(ev) = sse.next(cancel, b).await? {
         if ev.event == "ping" {
             continue;
         }
@@ -500,7 +500,7 @@ async fn stream_body(
             Some(Chunk::Read(d)) => d,
             Some(Chunk::Skip) | None => continue,
         };
-        let kind = data.kind.as_str().unwrap_or(ev.event.as_str());
+        let kind = data.kind.as_str().unwrap_or(ev.event);
         key.clear();
         if let Some(i) = data.index.0 {
             use std::fmt::Write;
@@ -621,7 +621,7 @@ mod tests {
             r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
         ] {
             let ev = crate::api::Event {
-                data: data.into(),
+                data,
                 ..Default::default()
             };
             let v = crate::json::parse_lossy(data).unwrap();

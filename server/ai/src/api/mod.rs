@@ -1,5 +1,5 @@
 //! Wire adapters, one module per `model.api`, and what they share: the HTTP client, SSE
-//! framing (`sse-parse`, linear in the bytes received), the provider timeouts
+//! framing ([`sse`]: linear in the bytes received, events read in place), the provider timeouts
 //! (`retry.provider.timeoutMs`), keep-alive data lines, and cancellation.
 
 pub mod anthropic_messages;
@@ -8,6 +8,7 @@ pub mod openai_completions;
 pub mod openai_responses;
 mod prefix;
 pub mod scripted;
+pub mod sse;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -16,12 +17,12 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::Value;
-pub use sse_parse::Event;
+pub use sse::Event;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::ProviderError;
 use crate::models::{Api, Model};
-use crate::stream::AssistantStream;
+use crate::stream::{AssistantStream, MessageBuilder};
 use crate::types::Context;
 
 /// Per-request options.
@@ -195,17 +196,17 @@ pub(crate) fn join_url(base: &str, path: &str) -> String {
     )
 }
 
-/// An open SSE body: the HTTP body read chunk by chunk into an incremental SSE parser.
+/// An open SSE body: the HTTP body read chunk by chunk into an incremental SSE framer.
 ///
 /// Framing (CR / LF / CRLF line ends, `data:` with or without a space, multi-line data joined
-/// with `\n`, `:` comment lines, UTF-8 sequences split across reads) is `sse-parse`'s, which
-/// scans every byte once whatever the chunking: one 50 MB line costs its length, not its
-/// square, and the buffers go with the body. An event not closed by a blank line when the body
-/// ends is dropped (WHATWG "interpreting an event stream"), so a cut stream never yields half
-/// an event.
+/// with `\n`, `:` comment lines, UTF-8 sequences split across reads) is [`sse::Framer`]'s,
+/// which scans every byte once whatever the chunking (one 50 MB line costs its length, not its
+/// square) and hands each event out borrowed from its buffer; the buffers go with the body. An
+/// event not closed by a blank line when the body ends is dropped (WHATWG "interpreting an
+/// event stream"), so a cut stream never yields half an event.
 pub(crate) struct SseBody {
     body: BoxStream<'static, reqwest::Result<Bytes>>,
-    parser: sse_parse::SseParser,
+    framer: sse::Framer,
     ended: bool,
     idle: Duration,
 }
@@ -215,26 +216,38 @@ impl SseBody {
     pub(crate) fn new(body: BoxStream<'static, reqwest::Result<Bytes>>, idle: Duration) -> Self {
         SseBody {
             body,
-            parser: sse_parse::SseParser::new().max_buffer(MAX_SSE_EVENT),
+            framer: sse::Framer::new(),
             ended: false,
             idle,
         }
     }
 
     /// The next event, `Ok(None)` at the end of the body; cancellation wins over a pending read.
-    /// A body read failing, or silent for longer than the idle timeout, is a retryable
+    /// Before it waits for the body, `b`'s held delta is sent ([`MessageBuilder::flush`]): the
+    /// deltas of the events one read brought go out together, and none waits for the next
+    /// read. A body read failing, or silent for longer than the idle timeout, is a retryable
     /// [`ProviderError::Network`] error; an event over [`MAX_SSE_EVENT`] a
-    /// [`ProviderError::Parse`] error.
+    /// [`ProviderError::Parse`] error; the consumer gone ([`crate::stream::Closed`])
+    /// [`ProviderError::Aborted`].
     pub(crate) async fn next(
         &mut self,
         cancel: &CancellationToken,
-    ) -> Result<Option<Event>, ProviderError> {
+        b: &mut MessageBuilder,
+    ) -> Result<Option<Event<'_>>, ProviderError> {
         loop {
-            if let Some(ev) = self.parser.next_event() {
-                return Ok(Some(ev));
+            if self.framer.advance() {
+                break;
+            }
+            if self.framer.block_len() > MAX_SSE_EVENT {
+                return Err(ProviderError::Parse {
+                    message: format!("an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"),
+                });
             }
             if self.ended {
                 return Ok(None);
+            }
+            if b.flush().await.is_err() {
+                return Err(ProviderError::Aborted);
             }
             let read = tokio::select! {
                 biased;
@@ -250,14 +263,7 @@ impl SseBody {
                         ),
                     })
                 }
-                Ok(Some(Ok(chunk))) => {
-                    self.parser.feed(&chunk);
-                    if self.parser.overflows() > 0 {
-                        return Err(ProviderError::Parse {
-                            message: format!("an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"),
-                        });
-                    }
-                }
+                Ok(Some(Ok(chunk))) => self.framer.feed(&chunk),
                 Ok(Some(Err(e))) => {
                     return Err(ProviderError::Network {
                         message: crate::keys::redact(&format!(
@@ -266,12 +272,10 @@ impl SseBody {
                         )),
                     })
                 }
-                Ok(None) => {
-                    self.ended = true;
-                    self.parser.finish();
-                }
+                Ok(None) => self.ended = true,
             }
         }
+        Ok(Some(self.framer.event()))
     }
 }
 
@@ -374,7 +378,7 @@ pub(crate) enum Data {
 /// skipped: an event none of whose data lines starts a JSON object, and
 /// non-JSON lines before the first or after the last line of a JSON payload in the same event.
 /// Invalid JSON inside the payload itself is a [`ProviderError::Parse`] error naming the event.
-pub(crate) fn read_data(event: &Event) -> Result<Data, ProviderError> {
+pub(crate) fn read_data(event: &Event<'_>) -> Result<Data, ProviderError> {
     let data = event.data.trim();
     if data.is_empty() {
         return Ok(Data::Skip);
@@ -424,7 +428,7 @@ pub(crate) fn read_data(event: &Event) -> Result<Data, ProviderError> {
 /// read the same. `Ok(None)`: `[DONE]`, `Err`: [`read_data`]'s error, or a `Value` `T`
 /// cannot read (a [`ProviderError::Parse`] naming the event).
 pub(crate) fn read_chunk<'a, T: serde::Deserialize<'a>>(
-    event: &'a Event,
+    event: &Event<'a>,
     spill: &'a mut String,
 ) -> Result<Option<Chunk<T>>, ProviderError> {
     let data = event.data.trim();
@@ -457,11 +461,11 @@ pub(crate) enum Chunk<T> {
     Skip,
 }
 
-fn event_name(event: &Event) -> &str {
+fn event_name<'a>(event: &Event<'a>) -> &'a str {
     if event.event.is_empty() {
         "SSE"
     } else {
-        &event.event
+        event.event
     }
 }
 

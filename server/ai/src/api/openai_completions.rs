@@ -794,7 +794,7 @@ async fn stream_body(
     let mut done = false;
     // Where a chunk read through its `Value` is written out again (rare: see `read_chunk`).
     let mut spill = String::new();
-    while let Some(ev) = sse.next(cancel).await? {
+    while let Some(ev) = sse.next(cancel, b).await? {
         let chunk: StreamChunk = match read_chunk(&ev, &mut spill)? {
             Some(Chunk::Read(c)) => c,
             Some(Chunk::Skip) => continue,

@@ -348,14 +348,14 @@ async fn stream_body(
     let mut reason: Option<StopReason> = None;
     // Where an event read through its `Value` is written out again (rare: see `read_chunk`).
     let mut spill = String::new();
-    while let Some(ev) = sse.next(cancel).await? {
+    while let Some(ev) = sse.next(cancel, b).await? {
         let data: StreamEvent = match read_chunk(&ev, &mut spill)? {
             Some(Chunk::Read(d)) => d,
             // The format's end is `response.completed` / `response.incomplete`; some proxies
             // add `[DONE]` after it.
             Some(Chunk::Skip) | None => continue,
         };
-        let kind = data.kind.as_str().unwrap_or(ev.event.as_str());
+        let kind = data.kind.as_str().unwrap_or(ev.event);
         let str_of =
             |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let delta = data.delta.as_str().unwrap_or("");
@@ -578,7 +578,7 @@ mod tests {
             r#"{"type":null,"delta":7,"output_index":-2,"item":null,"response":"x","code":[1]}"#,
         ] {
             let ev = crate::api::Event {
-                data: data.into(),
+                data,
                 ..Default::default()
             };
             let v = crate::json::parse_lossy(data).unwrap();

@@ -56,7 +56,8 @@ pub async fn run(model: Model, index: usize, tx: StreamSender, cancel: Cancellat
                 return;
             }
             let s: String = chunk.iter().collect();
-            if b.text_delta("text", &s).await.is_err() {
+            // Each chunk goes out before the pause, as a read's deltas do.
+            if b.text_delta("text", &s).await.is_err() || b.flush().await.is_err() {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
