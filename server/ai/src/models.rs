@@ -528,17 +528,25 @@ pub fn env_api_key(provider: &str) -> Option<String> {
         .inspect(|k| crate::keys::register_secret(k))
 }
 
-/// The built-in models of `provider` with `key`, its default model first, then Pi's order.
-fn builtin_models(p: &BuiltinProvider, key: Option<String>) -> Vec<Model> {
+/// `catalogue.json` parsed once per process: provider name → its entries in Pi's order.
+/// Every [`Registry::load_files`] (one per new session) reads it; parsing it each time cost
+/// about 3 M instructions a session. An unreadable catalogue is logged once and read as empty.
+fn catalogue() -> &'static BTreeMap<String, Vec<CatalogueEntry>> {
     static CATALOGUE: &str = include_str!("catalogue.json");
-    let all: BTreeMap<String, Vec<CatalogueEntry>> = match serde_json::from_str(CATALOGUE) {
+    static PARSED: std::sync::OnceLock<BTreeMap<String, Vec<CatalogueEntry>>> =
+        std::sync::OnceLock::new();
+    PARSED.get_or_init(|| match serde_json::from_str(CATALOGUE) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("built-in model catalogue unreadable: {e}");
             BTreeMap::new()
         }
-    };
-    let mut models: Vec<Model> = all
+    })
+}
+
+/// The built-in models of `provider` with `key`, its default model first, then Pi's order.
+fn builtin_models(p: &BuiltinProvider, key: Option<String>) -> Vec<Model> {
+    let mut models: Vec<Model> = catalogue()
         .get(p.name)
         .into_iter()
         .flatten()
