@@ -3,12 +3,13 @@
  * `node --test`).
  *
  * - {@link Batcher}: collects notifications for one panel and posts them as one
- *   `{type: "notifications", items}` message, at most once per {@link MIN_POST_INTERVAL_MS}
- *   (≤ 60 posts per second, CLIENTS.md VP7), never reordered; merges consecutive deltas while
- *   they wait, holds everything while the panel is hidden, and serialises once (`packed`) when
- *   the webview accepts it. Anything else posted to the panel (responses, server requests) goes
- *   after the notifications waiting before it, in the same window, and counts against the rate,
- *   so the panel sees messages in arrival order and never more than 60 posts in a second.
+ *   `{type: "notifications", items}` message, at most once per {@link STREAM_POST_INTERVAL_MS}
+ *   (CLIENTS.md VP7: ≤ 60 posts per second; what a post costs the host is why it is fewer),
+ *   never reordered; merges consecutive deltas while they wait, holds everything while the
+ *   panel is hidden, and serialises once (`packed`) when the webview accepts it. Anything else
+ *   posted to the panel (responses, server requests) goes after the notifications waiting
+ *   before it, within {@link MIN_POST_INTERVAL_MS} of the last post, so the panel sees messages
+ *   in arrival order and never more than 60 posts in a second.
  * - {@link Router}: which panels show which session (`sessionId` of every notification), plus a
  *   short backlog of notifications of sessions no panel shows yet, handed to the panel that
  *   created the session when it attaches (a new session's first events can arrive before the
@@ -21,10 +22,22 @@ export interface Note {
   params: any;
 }
 
-/** Smallest gap between two posts of one panel, in ms (18: at most 55.6 notification posts
- * per second, which leaves room within 60 per second for the few other posts — answers to the
- * panel's requests, server questions — that may come during a stream). */
+/** Smallest gap between two posts of one panel, in ms (18: at most 55.6 posts per second, under
+ * VP7's 60). Answers to the panel's requests and server questions wait no longer than this. */
 export const MIN_POST_INTERVAL_MS = 18;
+
+/**
+ * Smallest gap between two posts of notifications while they stream, in ms; also the server's
+ * delta window we ask for (`initializationOptions.coalesceDeltasMs`, server.ts), so one
+ * notification carries what one post does. A post is the host's big cost: in code-server each
+ * `webview.postMessage` is a VS Code RPC call (its arguments serialised, a frame written through
+ * the remote connection's compressed WebSocket, a reply read back) — about 0.1 ms of the host's
+ * thread inside the call and about 1 ms in all (docs/benchmarks.md, round 34); a notification
+ * read from the server costs the language client some 0.1 ms more. At 10 posts a second the
+ * streamed text still grows as it comes (a model's 50–100 tokens per second: 5–10 per post);
+ * the first notification after a pause goes at once.
+ */
+export const STREAM_POST_INTERVAL_MS = 100;
 
 /**
  * WebAssembly module of one function, `now() -> i64`: WASI's `clock_time_get` of the thread's
@@ -60,8 +73,8 @@ export function wasiThreadClock(): (() => number) | undefined {
 }
 
 /** Which clock {@link cpuNow} reads: `thread` (the thread's CPU time, exact), `thread-ticks`
- * (`process.threadCpuUsage`), `wall`. */
-export type CpuClock = "thread" | "thread-ticks" | "wall";
+ * (`process.threadCpuUsage`), `wall`, or `off` (always 0: nobody asked for the figures). */
+export type CpuClock = "thread" | "thread-ticks" | "wall" | "off";
 
 /**
  * The clock host figures are read on, in ms, and its name. They sum it over sections of a few
@@ -69,13 +82,15 @@ export type CpuClock = "thread" | "thread-ticks" | "wall";
  * exact: on Linux `process.threadCpuUsage` (getrusage) moves only at scheduler ticks (4 ms at
  * 250 Hz) and context switches — a section reads 0 or the thread's whole time since the last
  * tick, and a burst's sum was a count of ticks (15.7–39.1 ms for one burst in CI). The exact
- * thread clock comes through WASI, which Node marks experimental (a warning on first use): it
- * is taken only when the host's figures are asked for (`PI_VSCODE_STATS`, tests and
- * benchmarks); otherwise, and where it is missing, `process.threadCpuUsage`, else wall time
- * (which counts every preemption on a loaded machine).
+ * thread clock comes through WASI, which Node marks experimental (a warning on first use). The
+ * figures are kept only when they are asked for (`PI_VSCODE_STATS`, tests and benchmarks):
+ * every read is a system call, which a user's host does not pay for figures nobody reads
+ * (`off`). Asked for: the exact clock, where it is missing `process.threadCpuUsage`, else wall
+ * time (which counts every preemption on a loaded machine).
  */
 function pickClock(): [() => number, CpuClock] {
-  const exact = process.env.PI_VSCODE_STATS ? wasiThreadClock() : undefined;
+  if (!process.env.PI_VSCODE_STATS) return [() => 0, "off"];
+  const exact = wasiThreadClock();
   if (exact) return [exact, "thread"];
   if (typeof (process as any).threadCpuUsage === "function") {
     return [
@@ -129,9 +144,10 @@ export const realClock: Clock = {
 
 /** A lone notification batch with fewer items than this is posted as an object; anything
  * bigger, and every other message, is posted packed when the webview accepts it (see
- * {@link Batcher.packing}). Measured with VS Code's own serialisation (test/host/bench.ts):
- * packing costs about the same for 1–3 notifications and halves the cost from 8 up. */
-export const PACK_MIN_ITEMS = 4;
+ * {@link Batcher.packing}). 1: every post is packed — VS Code's own serialisation walks every
+ * value of an object message with a replacer (a third of the post's cost in code-server's
+ * profile for one notification), a packed one is three values and raw bytes. */
+export const PACK_MIN_ITEMS = 1;
 
 /** A hidden panel keeps at most this many (coalesced) notifications; past it they are dropped
  * and the panel is told to reload its session when it is shown again ({@link Batcher.onOverflow}). */
@@ -169,7 +185,9 @@ function toolUpdateId(n: Note): string | undefined {
 /**
  * Batches notifications for one panel; `post` receives each outgoing message.
  *
- * - At most one post per `interval` ms (≤ 60 per second), in arrival order.
+ * - Notifications: at most one post per `interval` ms, in arrival order; the first after a
+ *   pause at once. Other messages ({@link direct}): at once, or within `minGap` ms of the last
+ *   post, with the notifications waiting before them (≤ 60 posts per second in all).
  * - Coalescing while a notification waits: consecutive deltas of one content block become one
  *   delta ({@link sameDeltaRun}), and a tool's newer `tool_execution_update` replaces its older
  *   one. Notifications are shared by every panel on the session, so a merged one is a copy.
@@ -188,6 +206,8 @@ export class Batcher {
   /** Merged copies made by this batcher (safe to extend in place). */
   private readonly owned = new WeakSet<Note>();
   private timer: unknown = undefined;
+  /** When the pending timer fires (clock time). */
+  private timerAt = Infinity;
   private lastPost = -Infinity;
   private isPaused = false;
   private overflowed = false;
@@ -217,7 +237,8 @@ export class Batcher {
   constructor(
     private readonly post: (message: unknown) => void,
     private readonly clock: Clock = realClock,
-    private readonly interval = MIN_POST_INTERVAL_MS,
+    private readonly interval = STREAM_POST_INTERVAL_MS,
+    private readonly minGap = MIN_POST_INTERVAL_MS,
   ) {}
 
   /** Queues one notification; it is posted in the next window (or on resume). */
@@ -230,7 +251,7 @@ export class Batcher {
       }
       if (!this.overflowed || !this.isPaused) this.items.push(note);
     }
-    if (!this.isPaused) this.schedule();
+    if (!this.isPaused) this.schedule(this.interval);
   }
 
   /** Merges `note` into what waits; true when nothing is left to append. */
@@ -292,6 +313,7 @@ export class Batcher {
     if (this.timer !== undefined) {
       this.clock.clearTimeout(this.timer);
       this.timer = undefined;
+      this.timerAt = Infinity;
     }
     const items = this.items;
     const others = this.others;
@@ -309,25 +331,25 @@ export class Batcher {
       return;
     }
     for (const m of messages) this.send(m);
-    // Several posts at once use up as many windows: the next post waits for them.
-    if (messages.length > 1) this.lastPost += (messages.length - 1) * this.interval;
+    // Several posts at once use up as many gaps: the next post waits for them.
+    if (messages.length > 1) this.lastPost += (messages.length - 1) * this.minGap;
   }
 
   /** Posts another message (a response, a server question) after the notifications waiting
-   * before it: at once when the panel's window is free or it is paused (with everything
-   * waiting), else with them in the next window. */
+   * before it: at once when nothing waits and the last post is `minGap` ago, or when the panel
+   * is paused (with everything waiting); else with them `minGap` after the last post. */
   direct(message: unknown): void {
     if (this.isPaused) {
       this.others.push(message);
       this.flush();
       return;
     }
-    if (this.items.length === 0 && this.others.length === 0 && this.clock.now() >= this.lastPost + this.interval) {
+    if (this.items.length === 0 && this.others.length === 0 && this.clock.now() >= this.lastPost + this.minGap) {
       this.timed(() => (this.packing ? this.sendPacked([message]) : this.send(message)));
       return;
     }
     this.others.push(message);
-    this.schedule();
+    this.schedule(this.minGap);
   }
 
   /** The panel is hidden: keep notifications until {@link resume}. */
@@ -337,6 +359,7 @@ export class Batcher {
     if (this.timer !== undefined) {
       this.clock.clearTimeout(this.timer);
       this.timer = undefined;
+      this.timerAt = Infinity;
     }
   }
 
@@ -381,13 +404,20 @@ export class Batcher {
     return this.isPaused;
   }
 
-  private schedule(): void {
-    if (this.timer !== undefined || this.isPaused) return;
-    const wait = Math.max(0, this.lastPost + this.interval - this.clock.now());
+  /** A flush `gap` ms after the last post (or sooner, if one is due sooner already). */
+  private schedule(gap: number): void {
+    if (this.isPaused) return;
+    const at = this.lastPost + gap;
+    if (this.timer !== undefined) {
+      if (this.timerAt <= at) return;
+      this.clock.clearTimeout(this.timer);
+    }
+    this.timerAt = at;
     this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
+      this.timerAt = Infinity;
       this.flush();
-    }, wait);
+    }, Math.max(0, at - this.clock.now()));
   }
 
   /** Messages waiting for the next post. */
@@ -398,6 +428,7 @@ export class Batcher {
   dispose(): void {
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
     this.timer = undefined;
+    this.timerAt = Infinity;
     this.items = [];
     this.others = [];
   }

@@ -113,8 +113,9 @@ async function waitHttp(url, ms) {
 
 /** Starts everything; returns handles and helpers. `files` seeds the workspace; `extensions`:
  * more .vsix files installed beside ours (a test's own extension); `serverArgs`: more
- * code-server arguments and `env` more environment (the host profiler, scripts/profile-host.mjs). */
-export async function startWorkbench({ files = {}, settings = {}, extensions = [], serverArgs = [], env: moreEnv = {} } = {}) {
+ * code-server arguments, `env` more environment and `payload` the workbench URL's payload
+ * (`[["inspect-extensions", PORT]]`: the extension host's inspector; scripts/profile-host.mjs). */
+export async function startWorkbench({ files = {}, settings = {}, extensions = [], serverArgs = [], env: moreEnv = {}, payload = null } = {}) {
   const t = tools();
   const root = fs.mkdtempSync(path.join(os.tmpdir(), "pi-vscode-e2e-"));
   const workspace = path.join(root, "workspace");
@@ -164,7 +165,7 @@ export async function startWorkbench({ files = {}, settings = {}, extensions = [
     ["--bind-addr", `127.0.0.1:${port}`, "--auth", "none", "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override", "--user-data-dir", userData, "--extensions-dir", extDir, ...serverArgs, workspace],
     { env, stdio: ["ignore", log, log], detached: true },
   );
-  const url = `http://127.0.0.1:${port}/?folder=${encodeURIComponent(workspace)}`;
+  const url = `http://127.0.0.1:${port}/?folder=${encodeURIComponent(workspace)}${payload ? `&payload=${encodeURIComponent(JSON.stringify(payload))}` : ""}`;
   await waitHttp(`http://127.0.0.1:${port}/healthz`, 60_000);
   const browser = await chromium.launch({ executablePath: t.chromium, headless: true, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"] });
   const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
