@@ -31,13 +31,14 @@ export const MIN_POST_INTERVAL_MS = 18;
  * delta window we ask for (`initializationOptions.coalesceDeltasMs`, server.ts), so one
  * notification carries what one post does. A post is the host's big cost: in code-server each
  * `webview.postMessage` is a VS Code RPC call (its arguments serialised, a frame written through
- * the remote connection's compressed WebSocket, a reply read back) — about 0.1 ms of the host's
- * thread inside the call and about 1 ms in all (docs/benchmarks.md, round 34); a notification
- * read from the server costs the language client some 0.1 ms more. At 10 posts a second the
- * streamed text still grows as it comes (a model's 50–100 tokens per second: 5–10 per post);
- * the first notification after a pause goes at once.
+ * the remote connection's compressed WebSocket, a reply read back) — 0.13–0.2 ms of the host's
+ * thread inside the call on a loaded machine and about 1 ms in all (docs/benchmarks.md, round
+ * 34), whatever it carries; a notification costs the host some 0.05 ms more. 150 ms: about 6.7
+ * posts a second, 3.4–3.6 ms of host CPU per 1,000 streamed deltas at 500 a second (100 ms:
+ * 6.6–7.3 ms, over VP7's 5). The streamed text still grows as it comes (a model's 50–100 tokens
+ * a second: 8–15 per post); the first notification after a pause goes at once.
  */
-export const STREAM_POST_INTERVAL_MS = 100;
+export const STREAM_POST_INTERVAL_MS = 150;
 
 /**
  * WebAssembly module of one function, `now() -> i64`: WASI's `clock_time_get` of the thread's
@@ -146,14 +147,13 @@ export const realClock: Clock = {
  * bigger, and every other message, is posted packed when the webview accepts it (see
  * {@link Batcher.packing}). 1: every post is packed — VS Code's own serialisation walks every
  * value of an object message with a replacer (a third of the post's cost in code-server's
- * profile for one notification), a packed one is three values and raw bytes. */
+ * profile for one notification), a packed one is two values, one of them a string. */
 export const PACK_MIN_ITEMS = 1;
 
 /** A hidden panel keeps at most this many (coalesced) notifications; past it they are dropped
  * and the panel is told to reload its session when it is shown again ({@link Batcher.onOverflow}). */
 export const HIDDEN_BACKLOG_MAX = 20_000;
 
-const encoder = new TextEncoder();
 
 /** Whether `a` (pending) and `b` (new) are consecutive deltas of one content block:
  * `text_delta` / `thinking_delta` / `toolcall_delta` of the same session, run and
@@ -197,7 +197,7 @@ function toolUpdateId(n: Note): string | undefined {
  *   {@link onOverflow} is called on resume instead.
  * - Packing ({@link packing}, when the webview accepts `packed`): what one post carries — a
  *   notification batch and the messages after it — goes as one `{type: "packed", json}` whose
- *   `json` is the UTF-8 JSON text of the message array: serialised once, here, without VS Code's
+ *   `json` is the JSON text of the message array: serialised once, here, without VS Code's
  *   per-value replacer walk.
  */
 export class Batcher {
@@ -221,7 +221,7 @@ export class Batcher {
   notes = 0;
   /** Notifications posted so far (after coalescing). */
   notesPosted = 0;
-  /** Packed posts and the bytes they carried. */
+  /** Packed posts and the JSON characters they carried. */
   packedPosts = 0;
   packedBytes = 0;
   /** Host CPU time of this batcher's posting, in ms ({@link cpuNow}): each flush and direct
@@ -434,9 +434,12 @@ export class Batcher {
   }
 
   private sendPacked(messages: unknown[]): void {
-    const json = encoder.encode(JSON.stringify(messages));
+    // JSON text, not its UTF-8 bytes: VS Code carries a string through its RPC as JSON, and a
+    // typed array as a separate buffer (found in ArrayBuffer references, copied into a "mixed"
+    // message): the string costs the host a quarter less per post in code-server.
+    const json = JSON.stringify(messages);
     this.packedPosts++;
-    this.packedBytes += json.byteLength;
+    this.packedBytes += json.length;
     this.send({ type: "packed", json });
   }
 

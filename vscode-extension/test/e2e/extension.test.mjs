@@ -756,13 +756,14 @@ test("6,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
   assert.ok(posts <= 60 * Math.ceil(seconds) + 5, `${posts} posts in ${seconds.toFixed(1)} s`);
   assert.ok(posts < MANY_WORDS / 2, `${posts} posts for ${MANY_WORDS} streamed deltas: batched`);
-  // VP7's CPU half (≤ 5 ms of host CPU per 1,000 events) is NOT met, and not asserted: read on
-  // the thread's exact CPU clock (relay.ts `pickClock`) this burst costs the host 197–343 ms
-  // (routing 54–88, VS Code's postMessage 143–255), 33–57 ms per 1,000 streamed deltas. Until
-  // round 33 this test read `process.threadCpuUsage`, whose tick steps count only the time
-  // since the thread last woke at each tick that falls in a section — 16–39 ms for the same
-  // burst: it passed on a clock that could not see the cost. The figure is printed above; the
-  // clock is checked to be the exact one, so the printed figure is the real cost.
+  // VP7's CPU half: ≤ 5 ms of host CPU per 1,000 events (the streamed deltas), read on the
+  // thread's exact CPU clock (relay.ts `pickClock`) over every section the host spends on the
+  // stream (each notification handled, each post built and handed to postMessage), less the
+  // clock's own calibrated cost. Round 33 measured 23–57 ms here (a post every 18 ms, one
+  // notification each: VS Code's postMessage is an RPC call of 0.13–0.2 ms whatever it
+  // carries); now a post every 150 ms (the server's delta window the same), packed as JSON
+  // text: 3.4–3.6 ms at load 10–12 (docs/benchmarks.md, round 34).
+  assert.ok((net / MANY_WORDS) * 1000 <= 5, `${((net / MANY_WORDS) * 1000).toFixed(2)} ms of host CPU per 1,000 streamed deltas (VP7: ≤ 5)`);
   assert.equal(stats.cpuClock, "thread", "the exact thread clock (WASI) in code-server's extension host");
   assert.ok(net > 0 && Number.isFinite(net), `host CPU ${net} ms`);
 });
