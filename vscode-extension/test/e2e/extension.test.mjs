@@ -185,7 +185,9 @@ test("a prompt streams its answer into the panel", async () => {
   }, 10_000);
   const view = stats.panels.find((p) => p.kind === "view");
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
-  assert.ok(view.notes >= 20, `${view.notes} notifications reached the panel`);
+  // The run's events (agent_start … agent_settled, usage) and the answer's deltas, which the
+  // server joins per 150 ms window (coalesceDeltasMs): a few notifications for 300 ms of text.
+  assert.ok(view.notes >= 12, `${view.notes} notifications reached the panel`);
   const perThousand = ((stats.hostCpuMs + view.batchCpuMs) / stats.notesRelayed) * 1000;
   console.error(`host relay: ${stats.notesRelayed} notifications, ${view.posts} posts (max ${view.maxPostsPerSecond}/s), ${perThousand.toFixed(2)} ms host CPU per 1,000 events`);
 });
