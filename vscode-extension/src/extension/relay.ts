@@ -33,12 +33,13 @@ export const MIN_POST_INTERVAL_MS = 18;
  * `webview.postMessage` is a VS Code RPC call (its arguments serialised, a frame written through
  * the remote connection's compressed WebSocket, a reply read back) — 0.13–0.2 ms of the host's
  * thread inside the call on a loaded machine and about 1 ms in all (docs/benchmarks.md, round
- * 34), whatever it carries; a notification costs the host some 0.05 ms more. 150 ms: about 6.7
- * posts a second, 3.4–3.6 ms of host CPU per 1,000 streamed deltas at 500 a second (100 ms:
- * 6.6–7.3 ms, over VP7's 5). The streamed text still grows as it comes (a model's 50–100 tokens
- * a second: 8–15 per post); the first notification after a pause goes at once.
+ * 34), whatever it carries; a notification costs the host some 0.05 ms more. So VP7's 5 ms of
+ * host CPU per 1,000 streamed deltas (at 500 a second: 2.5 ms a second) allows about 8 posts a
+ * second on a loaded machine: measured, 100 ms gave 6.6–7.3 ms per 1,000, 150 ms 3.4–4.5;
+ * 200 ms (5 posts a second) keeps a margin. The streamed text still grows as it comes (a model's
+ * 50–100 tokens a second: 10–20 per post); the first notification after a pause goes at once.
  */
-export const STREAM_POST_INTERVAL_MS = 150;
+export const STREAM_POST_INTERVAL_MS = 200;
 
 /**
  * WebAssembly module of one function, `now() -> i64`: WASI's `clock_time_get` of the thread's

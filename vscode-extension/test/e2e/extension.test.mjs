@@ -186,7 +186,7 @@ test("a prompt streams its answer into the panel", async () => {
   const view = stats.panels.find((p) => p.kind === "view");
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
   // The run's events (agent_start … agent_settled, usage) and the answer's deltas, which the
-  // server joins per 150 ms window (coalesceDeltasMs): a few notifications for 300 ms of text.
+  // server joins per 200 ms window (coalesceDeltasMs): a few notifications for 300 ms of text.
   assert.ok(view.notes >= 12, `${view.notes} notifications reached the panel`);
   const perThousand = ((stats.hostCpuMs + view.batchCpuMs) / stats.notesRelayed) * 1000;
   console.error(`host relay: ${stats.notesRelayed} notifications, ${view.posts} posts (max ${view.maxPostsPerSecond}/s), ${perThousand.toFixed(2)} ms host CPU per 1,000 events`);
@@ -763,8 +763,8 @@ test("6,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   // stream (each notification handled, each post built and handed to postMessage), less the
   // clock's own calibrated cost. Round 33 measured 23–57 ms here (a post every 18 ms, one
   // notification each: VS Code's postMessage is an RPC call of 0.13–0.2 ms whatever it
-  // carries); now a post every 150 ms (the server's delta window the same), packed as JSON
-  // text: 3.4–3.6 ms at load 10–12 (docs/benchmarks.md, round 34).
+  // carries); now a post every 200 ms (the server's delta window the same), packed as JSON
+  // text (docs/benchmarks.md, round 34: 150 ms measured 3.4–4.5 ms, too close to hold).
   assert.ok((net / MANY_WORDS) * 1000 <= 5, `${((net / MANY_WORDS) * 1000).toFixed(2)} ms of host CPU per 1,000 streamed deltas (VP7: ≤ 5)`);
   assert.equal(stats.cpuClock, "thread", "the exact thread clock (WASI) in code-server's extension host");
   assert.ok(net > 0 && Number.isFinite(net), `host CPU ${net} ms`);
