@@ -35,8 +35,8 @@ export const MIN_POST_INTERVAL_MS = 18;
  * thread inside the call on a loaded machine and about 1 ms in all (docs/benchmarks.md, round
  * 34), whatever it carries; a notification costs the host some 0.05 ms more. So VP7's 5 ms of
  * host CPU per 1,000 streamed deltas (at 500 a second: 2.5 ms a second) allows about 8 posts a
- * second on a loaded machine: measured, 100 ms gave 6.6–7.3 ms per 1,000, 150 ms 3.4–4.5;
- * 200 ms (5 posts a second) keeps a margin. The streamed text still grows as it comes (a model's
+ * second on a loaded machine: measured, 100 ms gave 6.4–7.3 ms per 1,000, 150 ms 3.4–4.5,
+ * 200 ms (5 posts a second) 3.0–4.5. The streamed text still grows as it comes (a model's
  * 50–100 tokens a second: 10–20 per post); the first notification after a pause goes at once.
  */
 export const STREAM_POST_INTERVAL_MS = 200;
