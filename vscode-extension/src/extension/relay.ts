@@ -155,7 +155,6 @@ export const PACK_MIN_ITEMS = 1;
  * and the panel is told to reload its session when it is shown again ({@link Batcher.onOverflow}). */
 export const HIDDEN_BACKLOG_MAX = 20_000;
 
-
 /** Whether `a` (pending) and `b` (new) are consecutive deltas of one content block:
  * `text_delta` / `thinking_delta` / `toolcall_delta` of the same session, run and
  * `contentIndex`. The server sends only the newest fragment (docs/protocol.md "agent/event"),

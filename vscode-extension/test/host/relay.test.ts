@@ -96,6 +96,29 @@ test("a direct post (a response) flushes waiting notifications first", () => {
   ]);
 });
 
+test("while notifications wait for the stream interval, an answer goes within 18 ms, after them", () => {
+  const clock = new FakeClock();
+  const posts: { at: number; message: any }[] = [];
+  const b = new Batcher((message) => posts.push({ at: clock.t, message }), clock);
+  b.push(delta(0));
+  clock.advance(5);
+  b.push(delta(1));
+  clock.advance(5);
+  b.direct({ type: "response", requestId: 1, result: {} });
+  clock.advance(30);
+  assert.deepEqual(posts, [
+    { at: 0, message: { type: "notifications", items: [delta(0)] } },
+    { at: MIN_POST_INTERVAL_MS, message: { type: "notifications", items: [delta(1)] } },
+    { at: MIN_POST_INTERVAL_MS, message: { type: "response", requestId: 1, result: {} } },
+  ]);
+  // Those two posts used two gaps; the next notification waits a whole stream interval.
+  b.push(delta(2));
+  clock.advance(STREAM_POST_INTERVAL_MS / 2);
+  assert.equal(posts.length, 3);
+  clock.advance(STREAM_POST_INTERVAL_MS);
+  assert.deepEqual(posts[3], { at: MIN_POST_INTERVAL_MS * 2 + STREAM_POST_INTERVAL_MS, message: { type: "notifications", items: [delta(2)] } });
+});
+
 test("deltas merge only within one content block, and the shared notifications are never changed", () => {
   const clock = new FakeClock();
   const posts: any[] = [];
