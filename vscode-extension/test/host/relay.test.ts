@@ -341,5 +341,7 @@ test("the exact thread clock (WASI) times sections of microseconds, and a longer
   spin(20);
   const cpu = now!() - c0;
   const wall = performance.now() - w0;
-  assert.ok(cpu <= wall + 0.05 && cpu >= wall * 0.3, `20 ms of spinning: ${cpu} ms of CPU in ${wall} ms`);
+  // (Not much less either: on a loaded machine the thread gets a share of a core, so the floor
+  // is low — a clock that never moved would read 0.)
+  assert.ok(cpu <= wall + 0.05 && cpu >= 1, `20 ms of spinning: ${cpu} ms of CPU in ${wall} ms`);
 });
