@@ -25,7 +25,7 @@ export function registerDebug(s: Services, registry: PanelRegistry, notes: () =>
     const active = registry.activeSession();
     return {
       activeSession: active,
-      panels: [...registry.panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts, notes: p.batcher.notes, notesPosted: p.batcher.notesPosted, packedPosts: p.batcher.packedPosts, packedBytes: p.batcher.packedBytes, paused: p.batcher.paused, maxPostsPerSecond: p.batcher.maxPostsPerSecond, postCpuMs: p.postCpuMs })),
+      panels: [...registry.panels].map((p) => ({ kind: p.kind, sessionId: p.sessionId, ready: p.ready, visible: p.visible, posts: p.batcher.posts, notes: p.batcher.notes, notesPosted: p.batcher.notesPosted, packedPosts: p.batcher.packedPosts, packedBytes: p.batcher.packedBytes, paused: p.batcher.paused, maxPostsPerSecond: p.batcher.maxPostsPerSecond, batchCpuMs: p.batcher.cpuMs, batchSections: p.batcher.sections })),
       changedFiles: changes.changedFiles(),
       typing: { ...changes.typing },
       status: status.text,

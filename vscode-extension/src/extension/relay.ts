@@ -3,12 +3,13 @@
  * `node --test`).
  *
  * - {@link Batcher}: collects notifications for one panel and posts them as one
- *   `{type: "notifications", items}` message, at most once per {@link MIN_POST_INTERVAL_MS}
- *   (≤ 60 posts per second, CLIENTS.md VP7), never reordered; merges consecutive deltas while
- *   they wait, holds everything while the panel is hidden, and serialises once (`packed`) when
- *   the webview accepts it. Anything else posted to the panel (responses, server requests) goes
- *   after the notifications waiting before it, in the same window, and counts against the rate,
- *   so the panel sees messages in arrival order and never more than 60 posts in a second.
+ *   `{type: "notifications", items}` message, at most once per {@link STREAM_POST_INTERVAL_MS}
+ *   (CLIENTS.md VP7: ≤ 60 posts per second; what a post costs the host is why it is fewer),
+ *   never reordered; merges consecutive deltas while they wait, holds everything while the
+ *   panel is hidden, and serialises once (`packed`) when the webview accepts it. Anything else
+ *   posted to the panel (responses, server requests) goes after the notifications waiting
+ *   before it, within {@link MIN_POST_INTERVAL_MS} of the last post, so the panel sees messages
+ *   in arrival order and never more than 60 posts in a second.
  * - {@link Router}: which panels show which session (`sessionId` of every notification), plus a
  *   short backlog of notifications of sessions no panel shows yet, handed to the panel that
  *   created the session when it attaches (a new session's first events can arrive before the
@@ -21,10 +22,24 @@ export interface Note {
   params: any;
 }
 
-/** Smallest gap between two posts of one panel, in ms (18: at most 55.6 notification posts
- * per second, which leaves room within 60 per second for the few other posts — answers to the
- * panel's requests, server questions — that may come during a stream). */
+/** Smallest gap between two posts of one panel, in ms (18: at most 55.6 posts per second, under
+ * VP7's 60). Answers to the panel's requests and server questions wait no longer than this. */
 export const MIN_POST_INTERVAL_MS = 18;
+
+/**
+ * Smallest gap between two posts of notifications while they stream, in ms; also the server's
+ * delta window we ask for (`initializationOptions.coalesceDeltasMs`, server.ts), so one
+ * notification carries what one post does. A post is the host's big cost: in code-server each
+ * `webview.postMessage` is a VS Code RPC call (its arguments serialised, a frame written through
+ * the remote connection's compressed WebSocket, a reply read back) — 0.13–0.2 ms of the host's
+ * thread inside the call on a loaded machine and about 1 ms in all (docs/benchmarks.md, round
+ * 34), whatever it carries; a notification costs the host some 0.05 ms more. So VP7's 5 ms of
+ * host CPU per 1,000 streamed deltas (at 500 a second: 2.5 ms a second) allows about 8 posts a
+ * second on a loaded machine: measured, 100 ms gave 6.4–7.3 ms per 1,000, 150 ms 3.4–4.5,
+ * 200 ms (5 posts a second) 3.0–4.5. The streamed text still grows as it comes (a model's
+ * 50–100 tokens a second: 10–20 per post); the first notification after a pause goes at once.
+ */
+export const STREAM_POST_INTERVAL_MS = 200;
 
 /**
  * WebAssembly module of one function, `now() -> i64`: WASI's `clock_time_get` of the thread's
@@ -60,8 +75,8 @@ export function wasiThreadClock(): (() => number) | undefined {
 }
 
 /** Which clock {@link cpuNow} reads: `thread` (the thread's CPU time, exact), `thread-ticks`
- * (`process.threadCpuUsage`), `wall`. */
-export type CpuClock = "thread" | "thread-ticks" | "wall";
+ * (`process.threadCpuUsage`), `wall`, or `off` (always 0: nobody asked for the figures). */
+export type CpuClock = "thread" | "thread-ticks" | "wall" | "off";
 
 /**
  * The clock host figures are read on, in ms, and its name. They sum it over sections of a few
@@ -69,13 +84,15 @@ export type CpuClock = "thread" | "thread-ticks" | "wall";
  * exact: on Linux `process.threadCpuUsage` (getrusage) moves only at scheduler ticks (4 ms at
  * 250 Hz) and context switches — a section reads 0 or the thread's whole time since the last
  * tick, and a burst's sum was a count of ticks (15.7–39.1 ms for one burst in CI). The exact
- * thread clock comes through WASI, which Node marks experimental (a warning on first use): it
- * is taken only when the host's figures are asked for (`PI_VSCODE_STATS`, tests and
- * benchmarks); otherwise, and where it is missing, `process.threadCpuUsage`, else wall time
- * (which counts every preemption on a loaded machine).
+ * thread clock comes through WASI, which Node marks experimental (a warning on first use). The
+ * figures are kept only when they are asked for (`PI_VSCODE_STATS`, tests and benchmarks):
+ * every read is a system call, which a user's host does not pay for figures nobody reads
+ * (`off`). Asked for: the exact clock, where it is missing `process.threadCpuUsage`, else wall
+ * time (which counts every preemption on a loaded machine).
  */
 function pickClock(): [() => number, CpuClock] {
-  const exact = process.env.PI_VSCODE_STATS ? wasiThreadClock() : undefined;
+  if (!process.env.PI_VSCODE_STATS) return [() => 0, "off"];
+  const exact = wasiThreadClock();
   if (exact) return [exact, "thread"];
   if (typeof (process as any).threadCpuUsage === "function") {
     return [
@@ -129,15 +146,14 @@ export const realClock: Clock = {
 
 /** A lone notification batch with fewer items than this is posted as an object; anything
  * bigger, and every other message, is posted packed when the webview accepts it (see
- * {@link Batcher.packing}). Measured with VS Code's own serialisation (test/host/bench.ts):
- * packing costs about the same for 1–3 notifications and halves the cost from 8 up. */
-export const PACK_MIN_ITEMS = 4;
+ * {@link Batcher.packing}). 1: every post is packed — VS Code's own serialisation walks every
+ * value of an object message with a replacer (a third of the post's cost in code-server's
+ * profile for one notification), a packed one is two values, one of them a string. */
+export const PACK_MIN_ITEMS = 1;
 
 /** A hidden panel keeps at most this many (coalesced) notifications; past it they are dropped
  * and the panel is told to reload its session when it is shown again ({@link Batcher.onOverflow}). */
 export const HIDDEN_BACKLOG_MAX = 20_000;
-
-const encoder = new TextEncoder();
 
 /** Whether `a` (pending) and `b` (new) are consecutive deltas of one content block:
  * `text_delta` / `thinking_delta` / `toolcall_delta` of the same session, run and
@@ -169,7 +185,9 @@ function toolUpdateId(n: Note): string | undefined {
 /**
  * Batches notifications for one panel; `post` receives each outgoing message.
  *
- * - At most one post per `interval` ms (≤ 60 per second), in arrival order.
+ * - Notifications: at most one post per `interval` ms, in arrival order; the first after a
+ *   pause at once. Other messages ({@link direct}): at once, or within `minGap` ms of the last
+ *   post, with the notifications waiting before them (≤ 60 posts per second in all).
  * - Coalescing while a notification waits: consecutive deltas of one content block become one
  *   delta ({@link sameDeltaRun}), and a tool's newer `tool_execution_update` replaces its older
  *   one. Notifications are shared by every panel on the session, so a merged one is a copy.
@@ -179,7 +197,7 @@ function toolUpdateId(n: Note): string | undefined {
  *   {@link onOverflow} is called on resume instead.
  * - Packing ({@link packing}, when the webview accepts `packed`): what one post carries — a
  *   notification batch and the messages after it — goes as one `{type: "packed", json}` whose
- *   `json` is the UTF-8 JSON text of the message array: serialised once, here, without VS Code's
+ *   `json` is the JSON text of the message array: serialised once, here, without VS Code's
  *   per-value replacer walk.
  */
 export class Batcher {
@@ -188,6 +206,8 @@ export class Batcher {
   /** Merged copies made by this batcher (safe to extend in place). */
   private readonly owned = new WeakSet<Note>();
   private timer: unknown = undefined;
+  /** When the pending timer fires (clock time). */
+  private timerAt = Infinity;
   private lastPost = -Infinity;
   private isPaused = false;
   private overflowed = false;
@@ -201,9 +221,15 @@ export class Batcher {
   notes = 0;
   /** Notifications posted so far (after coalescing). */
   notesPosted = 0;
-  /** Packed posts and the bytes they carried. */
+  /** Packed posts and the JSON characters they carried. */
   packedPosts = 0;
   packedBytes = 0;
+  /** Host CPU time of this batcher's posting, in ms ({@link cpuNow}): each flush and direct
+   * post — building the batch, serialising it, `post` itself (VS Code's `postMessage`). */
+  cpuMs = 0;
+  /** The measured sections {@link cpuMs} sums (each read the clock twice). */
+  sections = 0;
+  private depth = 0;
   /** The most posts seen in any one-second window so far (VP7 says ≤ 60). */
   maxPostsPerSecond = 0;
   private recent: number[] = [];
@@ -211,7 +237,8 @@ export class Batcher {
   constructor(
     private readonly post: (message: unknown) => void,
     private readonly clock: Clock = realClock,
-    private readonly interval = MIN_POST_INTERVAL_MS,
+    private readonly interval = STREAM_POST_INTERVAL_MS,
+    private readonly minGap = MIN_POST_INTERVAL_MS,
   ) {}
 
   /** Queues one notification; it is posted in the next window (or on resume). */
@@ -224,7 +251,7 @@ export class Batcher {
       }
       if (!this.overflowed || !this.isPaused) this.items.push(note);
     }
-    if (!this.isPaused) this.schedule();
+    if (!this.isPaused) this.schedule(this.interval);
   }
 
   /** Merges `note` into what waits; true when nothing is left to append. */
@@ -261,9 +288,32 @@ export class Batcher {
 
   /** Posts what is waiting now (notifications first, then other messages, in order). */
   flush(): void {
+    this.timed(() => this.flushNow());
+  }
+
+  /** Runs `f` as a measured section ({@link cpuMs}, {@link sections}); a section inside
+   * another is part of it. */
+  private timed(f: () => void): void {
+    if (this.depth > 0) {
+      f();
+      return;
+    }
+    this.depth++;
+    const t0 = cpuNow();
+    try {
+      f();
+    } finally {
+      this.depth--;
+      this.cpuMs += cpuNow() - t0;
+      this.sections++;
+    }
+  }
+
+  private flushNow(): void {
     if (this.timer !== undefined) {
       this.clock.clearTimeout(this.timer);
       this.timer = undefined;
+      this.timerAt = Infinity;
     }
     const items = this.items;
     const others = this.others;
@@ -281,26 +331,25 @@ export class Batcher {
       return;
     }
     for (const m of messages) this.send(m);
-    // Several posts at once use up as many windows: the next post waits for them.
-    if (messages.length > 1) this.lastPost += (messages.length - 1) * this.interval;
+    // Several posts at once use up as many gaps: the next post waits for them.
+    if (messages.length > 1) this.lastPost += (messages.length - 1) * this.minGap;
   }
 
   /** Posts another message (a response, a server question) after the notifications waiting
-   * before it: at once when the panel's window is free or it is paused (with everything
-   * waiting), else with them in the next window. */
+   * before it: at once when nothing waits and the last post is `minGap` ago, or when the panel
+   * is paused (with everything waiting); else with them `minGap` after the last post. */
   direct(message: unknown): void {
     if (this.isPaused) {
       this.others.push(message);
       this.flush();
       return;
     }
-    if (this.items.length === 0 && this.others.length === 0 && this.clock.now() >= this.lastPost + this.interval) {
-      if (this.packing) this.sendPacked([message]);
-      else this.send(message);
+    if (this.items.length === 0 && this.others.length === 0 && this.clock.now() >= this.lastPost + this.minGap) {
+      this.timed(() => (this.packing ? this.sendPacked([message]) : this.send(message)));
       return;
     }
     this.others.push(message);
-    this.schedule();
+    this.schedule(this.minGap);
   }
 
   /** The panel is hidden: keep notifications until {@link resume}. */
@@ -310,6 +359,7 @@ export class Batcher {
     if (this.timer !== undefined) {
       this.clock.clearTimeout(this.timer);
       this.timer = undefined;
+      this.timerAt = Infinity;
     }
   }
 
@@ -354,13 +404,20 @@ export class Batcher {
     return this.isPaused;
   }
 
-  private schedule(): void {
-    if (this.timer !== undefined || this.isPaused) return;
-    const wait = Math.max(0, this.lastPost + this.interval - this.clock.now());
+  /** A flush `gap` ms after the last post (or sooner, if one is due sooner already). */
+  private schedule(gap: number): void {
+    if (this.isPaused) return;
+    const at = this.lastPost + gap;
+    if (this.timer !== undefined) {
+      if (this.timerAt <= at) return;
+      this.clock.clearTimeout(this.timer);
+    }
+    this.timerAt = at;
     this.timer = this.clock.setTimeout(() => {
       this.timer = undefined;
+      this.timerAt = Infinity;
       this.flush();
-    }, wait);
+    }, Math.max(0, at - this.clock.now()));
   }
 
   /** Messages waiting for the next post. */
@@ -371,14 +428,18 @@ export class Batcher {
   dispose(): void {
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
     this.timer = undefined;
+    this.timerAt = Infinity;
     this.items = [];
     this.others = [];
   }
 
   private sendPacked(messages: unknown[]): void {
-    const json = encoder.encode(JSON.stringify(messages));
+    // JSON text, not its UTF-8 bytes: VS Code carries a string through its RPC as JSON, and a
+    // typed array as a separate buffer (found in ArrayBuffer references, copied into a "mixed"
+    // message): the string costs the host a quarter less per post in code-server.
+    const json = JSON.stringify(messages);
     this.packedPosts++;
-    this.packedBytes += json.byteLength;
+    this.packedBytes += json.length;
     this.send({ type: "packed", json });
   }
 

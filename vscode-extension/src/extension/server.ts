@@ -17,6 +17,7 @@ import type { ApplyWorkspaceEditParams, ApplyWorkspaceEditResult } from "vscode-
 export { resolveServerBinary, type ServerBinary } from "./binary";
 import type { ServerBinary } from "./binary";
 import { mcpInitializationOptions } from "./mcp";
+import { STREAM_POST_INTERVAL_MS } from "./relay";
 
 /** The `experimental.agent` capabilities this client implements. */
 export const AGENT_CLIENT_CAPABILITIES = {
@@ -51,7 +52,9 @@ class AgentCapabilities implements StaticFeature {
 /** The initialization options from the settings (`null` values are left out). */
 export function initializationOptions(config: vscode.WorkspaceConfiguration): Record<string, unknown> {
   // compactDeltas: streamed deltas as `agent/delta`, expanded by deltas.ts (~3x fewer bytes).
-  const out: Record<string, unknown> = { workspaceTrusted: vscode.workspace.isTrusted, compactDeltas: true };
+  // coalesceDeltasMs: the server joins a block's deltas for as long as the host holds a batch
+  // anyway (relay.ts STREAM_POST_INTERVAL_MS), so one notification fills one post.
+  const out: Record<string, unknown> = { workspaceTrusted: vscode.workspace.isTrusted, compactDeltas: true, coalesceDeltasMs: STREAM_POST_INTERVAL_MS };
   const model = config.get<string>("model", "").trim();
   if (model) out.model = model;
   const policy = config.get<string>("approvalPolicy", "default");

@@ -18,10 +18,19 @@ import { notification, notificationsApplied, setEditorContext } from "./features
 import { schedule } from "./view";
 
 let firstInit = true;
+const decoder = new TextDecoder();
 
 /** Handles one host message. */
 export function onHostMessage(msg: HostToWebview): void {
   switch (msg?.type) {
+    case "packed": {
+      // The host's messages serialised once (messages.ts PackedMessage): handled in order, each
+      // as if it had come alone.
+      const json = msg.json as Uint8Array | ArrayBuffer | string;
+      const text = typeof json === "string" ? json : decoder.decode(json);
+      for (const m of JSON.parse(text) as HostToWebview[]) if (m?.type !== "packed") onHostMessage(m);
+      return;
+    }
     case "init": {
       ui.capabilities = msg.capabilities ?? {};
       // After a reload the host may not know the session yet: the first init falls back to the

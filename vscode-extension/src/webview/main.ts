@@ -52,7 +52,7 @@ renderChips();
 renderQueue();
 renderStatus();
 showSnapshotAtBoot();
-post({ type: "ready", accepts: ["visibility"] });
+post({ type: "ready", accepts: ["visibility", "packed"] });
 
 // While the host and the server answer, make the Markdown and highlighting code warm (one
 // small step per idle callback; done long before the panel is idle).

@@ -185,8 +185,10 @@ test("a prompt streams its answer into the panel", async () => {
   }, 10_000);
   const view = stats.panels.find((p) => p.kind === "view");
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
-  assert.ok(view.notes >= 20, `${view.notes} notifications reached the panel`);
-  const perThousand = ((stats.hostCpuMs + view.postCpuMs) / stats.notesRelayed) * 1000;
+  // The run's events (agent_start … agent_settled, usage) and the answer's deltas, which the
+  // server joins per 200 ms window (coalesceDeltasMs): a few notifications for 300 ms of text.
+  assert.ok(view.notes >= 12, `${view.notes} notifications reached the panel`);
+  const perThousand = ((stats.hostCpuMs + view.batchCpuMs) / stats.notesRelayed) * 1000;
   console.error(`host relay: ${stats.notesRelayed} notifications, ${view.posts} posts (max ${view.maxPostsPerSecond}/s), ${perThousand.toFixed(2)} ms host CPU per 1,000 events`);
 });
 
@@ -737,27 +739,33 @@ test("6,000 deltas at 500 per second reach the panel in at most 60 posts per sec
   const view = stats.panels.find((p) => p.kind === "view");
   const notes = stats.notesRelayed - before.notesRelayed;
   const posts = view.posts - viewBefore.posts;
-  const cpu = stats.hostCpuMs - before.hostCpuMs + (view.postCpuMs - viewBefore.postCpuMs);
-  // The clock itself is read twice per measured section (once per notification and per post):
-  // its calibrated cost is taken off (both figures printed).
-  const clockCost = (notes + posts) * stats.cpuCallMs;
+  const routing = stats.hostCpuMs - before.hostCpuMs;
+  // The batcher's sections: each post's batch built, serialised and handed to VS Code's
+  // postMessage.
+  const batching = view.batchCpuMs - viewBefore.batchCpuMs;
+  const cpu = routing + batching;
+  // The clock itself is read twice per measured section: its calibrated cost (one call per
+  // section: each notification's and each batch's) is taken off (both figures printed).
+  const sections = notes + (view.batchSections - viewBefore.batchSections);
+  const clockCost = sections * stats.cpuCallMs;
   const net = cpu - clockCost;
   const delivered = view.notesPosted - viewBefore.notesPosted;
   console.error(
-    `host relay (burst): ${notes} notifications → ${delivered} after coalescing, in ${posts} posts (${view.packedPosts - viewBefore.packedPosts} packed) over ${seconds.toFixed(1)} s (max ${view.maxPostsPerSecond}/s); ` +
-      `host CPU ${cpu.toFixed(1)} ms (routing ${(stats.hostCpuMs - before.hostCpuMs).toFixed(1)} ms, postMessage ${(view.postCpuMs - viewBefore.postCpuMs).toFixed(1)} ms, ${stats.cpuClock} clock) = ${((cpu / notes) * 1000).toFixed(2)} ms per 1,000 events; ` +
-      `less the clock's own ${clockCost.toFixed(1)} ms: ${((net / notes) * 1000).toFixed(2)} ms per 1,000 events`,
+    `host relay (burst): ${MANY_WORDS} deltas → ${notes} notifications → ${delivered} after coalescing, in ${posts} posts (${view.packedPosts - viewBefore.packedPosts} packed, ${((view.packedBytes - viewBefore.packedBytes) / 1000).toFixed(0)} kB) over ${seconds.toFixed(1)} s (max ${view.maxPostsPerSecond}/s); ` +
+      `host CPU ${cpu.toFixed(1)} ms (routing ${routing.toFixed(1)} ms, batching and posting ${batching.toFixed(1)} ms, ${stats.cpuClock} clock) = ${((cpu / MANY_WORDS) * 1000).toFixed(2)} ms per 1,000 events; ` +
+      `less the clock's own ${clockCost.toFixed(1)} ms: ${((net / MANY_WORDS) * 1000).toFixed(2)} ms per 1,000 events (${((net / notes) * 1000).toFixed(2)} ms per 1,000 notifications)`,
   );
   assert.ok(view.maxPostsPerSecond <= 60, `${view.maxPostsPerSecond} posts in one second`);
   assert.ok(posts <= 60 * Math.ceil(seconds) + 5, `${posts} posts in ${seconds.toFixed(1)} s`);
   assert.ok(posts < MANY_WORDS / 2, `${posts} posts for ${MANY_WORDS} streamed deltas: batched`);
-  // VP7's CPU half (≤ 5 ms of host CPU per 1,000 events) is NOT met, and not asserted: read on
-  // the thread's exact CPU clock (relay.ts `pickClock`) this burst costs the host 197–343 ms
-  // (routing 54–88, VS Code's postMessage 143–255), 33–57 ms per 1,000 streamed deltas. Until
-  // round 33 this test read `process.threadCpuUsage`, whose tick steps count only the time
-  // since the thread last woke at each tick that falls in a section — 16–39 ms for the same
-  // burst: it passed on a clock that could not see the cost. The figure is printed above; the
-  // clock is checked to be the exact one, so the printed figure is the real cost.
+  // VP7's CPU half: ≤ 5 ms of host CPU per 1,000 events (the streamed deltas), read on the
+  // thread's exact CPU clock (relay.ts `pickClock`) over every section the host spends on the
+  // stream (each notification handled, each post built and handed to postMessage), less the
+  // clock's own calibrated cost. Round 33 measured 23–57 ms here (a post every 18 ms, one
+  // notification each: VS Code's postMessage is an RPC call of 0.13–0.2 ms whatever it
+  // carries); now a post every 200 ms (the server's delta window the same), packed as JSON
+  // text: 3.0–4.5 ms at load 10–13 (docs/benchmarks.md, round 34).
+  assert.ok((net / MANY_WORDS) * 1000 <= 5, `${((net / MANY_WORDS) * 1000).toFixed(2)} ms of host CPU per 1,000 streamed deltas (VP7: ≤ 5)`);
   assert.equal(stats.cpuClock, "thread", "the exact thread clock (WASI) in code-server's extension host");
   assert.ok(net > 0 && Number.isFinite(net), `host CPU ${net} ms`);
 });

@@ -112,8 +112,10 @@ async function waitHttp(url, ms) {
 }
 
 /** Starts everything; returns handles and helpers. `files` seeds the workspace; `extensions`:
- * more .vsix files installed beside ours (a test's own extension). */
-export async function startWorkbench({ files = {}, settings = {}, extensions = [] } = {}) {
+ * more .vsix files installed beside ours (a test's own extension); `serverArgs`: more
+ * code-server arguments, `env` more environment and `payload` the workbench URL's payload
+ * (`[["inspect-extensions", PORT]]`: the extension host's inspector; scripts/profile-host.mjs). */
+export async function startWorkbench({ files = {}, settings = {}, extensions = [], serverArgs = [], env: moreEnv = {}, payload = null } = {}) {
   const t = tools();
   const root = fs.mkdtempSync(path.join(os.tmpdir(), "pi-vscode-e2e-"));
   const workspace = path.join(root, "workspace");
@@ -152,7 +154,7 @@ export async function startWorkbench({ files = {}, settings = {}, extensions = [
     ),
   );
   const statsPath = path.join(root, "host-stats.json");
-  const env = { ...process.env, PATH: `${path.dirname(t.node24)}:${process.env.PATH}`, PI_CODING_AGENT_DIR: agentDir, PI_LSP_LOG: "info", PI_VSCODE_STATS: statsPath };
+  const env = { ...process.env, PATH: `${path.dirname(t.node24)}:${process.env.PATH}`, PI_CODING_AGENT_DIR: agentDir, PI_LSP_LOG: "info", PI_VSCODE_STATS: statsPath, ...moreEnv };
   delete env.VSCODE_IPC_HOOK_CLI;
   const install = spawnSync(t.codeServer, ["--user-data-dir", userData, "--extensions-dir", extDir, ...[t.vsix, ...extensions].flatMap((v) => ["--install-extension", v])], { env, encoding: "utf8", timeout: 120_000 });
   if (install.status !== 0) throw new Error(`installing the .vsix failed: ${install.stdout}\n${install.stderr}`);
@@ -160,10 +162,10 @@ export async function startWorkbench({ files = {}, settings = {}, extensions = [
   const log = fs.openSync(path.join(root, "code-server.log"), "w");
   const server = spawn(
     t.codeServer,
-    ["--bind-addr", `127.0.0.1:${port}`, "--auth", "none", "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override", "--user-data-dir", userData, "--extensions-dir", extDir, workspace],
+    ["--bind-addr", `127.0.0.1:${port}`, "--auth", "none", "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override", "--user-data-dir", userData, "--extensions-dir", extDir, ...serverArgs, workspace],
     { env, stdio: ["ignore", log, log], detached: true },
   );
-  const url = `http://127.0.0.1:${port}/?folder=${encodeURIComponent(workspace)}`;
+  const url = `http://127.0.0.1:${port}/?folder=${encodeURIComponent(workspace)}${payload ? `&payload=${encodeURIComponent(JSON.stringify(payload))}` : ""}`;
   await waitHttp(`http://127.0.0.1:${port}/healthz`, 60_000);
   const browser = await chromium.launch({ executablePath: t.chromium, headless: true, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"] });
   const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
@@ -177,6 +179,8 @@ export async function startWorkbench({ files = {}, settings = {}, extensions = [
     page,
     browser,
     url,
+    /** code-server's process (its group leader). */
+    serverPid: server.pid,
     logPath: path.join(root, "code-server.log"),
     /** The extension host's relay figures, written after every run (PI_VSCODE_STATS). */
     stats: () => JSON.parse(fs.readFileSync(statsPath, "utf8")),

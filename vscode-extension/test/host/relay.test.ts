@@ -2,7 +2,7 @@
 // sessionId, and the backlog a new session's panel gets.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Batcher, Router, HIDDEN_BACKLOG_MAX, MIN_POST_INTERVAL_MS, wasiThreadClock, type Clock, type Note, type RouteTarget } from "../../src/extension/relay";
+import { Batcher, Router, HIDDEN_BACKLOG_MAX, MIN_POST_INTERVAL_MS, STREAM_POST_INTERVAL_MS, wasiThreadClock, type Clock, type Note, type RouteTarget } from "../../src/extension/relay";
 
 /** A virtual clock: timers run when the test advances time. */
 class FakeClock implements Clock {
@@ -41,7 +41,7 @@ const delta = (i: number, text = `d${i}`, contentIndex = 0, type = "text_delta")
 const event = (type: string, extra: Record<string, unknown> = {}): Note => ({ method: "agent/event", params: { sessionId: "s1", runId: "r1", event: { type, ...extra } } });
 const toolUpdate = (id: string, out: string): Note => event("tool_execution_update", { toolCallId: id, toolName: "bash", partialResult: { content: [{ type: "text", text: out }] } });
 
-test("500 deltas per second for 2 s: at most 60 posts per second, the text whole and in order, one merged delta per post", () => {
+test("500 deltas per second for 2 s: one post per stream interval (5 per second), the text whole and in order, one merged delta per post", () => {
   const clock = new FakeClock();
   const posts: { at: number; message: any }[] = [];
   const b = new Batcher((message) => posts.push({ at: clock.t, message }), clock);
@@ -53,18 +53,20 @@ test("500 deltas per second for 2 s: at most 60 posts per second, the text whole
   const seen = posts.flatMap((p) => p.message.items.map((n: Note) => n.params.event.assistantMessageEvent.delta));
   assert.equal(seen.join(""), Array.from({ length: 1000 }, (_, i) => `d${i}`).join(""));
   assert.equal(seen.length, posts.length, "each post carries one delta (the merged ones)");
+  assert.equal(STREAM_POST_INTERVAL_MS, 200);
   for (let i = 1; i < posts.length; i++) {
-    assert.ok(posts[i].at - posts[i - 1].at >= MIN_POST_INTERVAL_MS - 1e-9, `posts ${i - 1} and ${i} are ${posts[i].at - posts[i - 1].at} ms apart`);
+    assert.ok(posts[i].at - posts[i - 1].at >= STREAM_POST_INTERVAL_MS - 1e-9, `posts ${i - 1} and ${i} are ${posts[i].at - posts[i - 1].at} ms apart`);
   }
-  // Any one-second window holds at most 60 posts.
+  // The first delta went at once; any one-second window holds at most 5 posts.
+  assert.equal(posts[0].at, 0);
   for (const p of posts) {
     const inWindow = posts.filter((q) => q.at >= p.at && q.at < p.at + 1000).length;
-    assert.ok(inWindow <= 60, `${inWindow} posts in the second from ${p.at} ms`);
+    assert.ok(inWindow <= 5, `${inWindow} posts in the second from ${p.at} ms`);
   }
-  assert.ok(posts.length >= 100 && posts.length <= 115, `${posts.length} posts for 2 s of streaming`);
+  assert.ok(posts.length >= 10 && posts.length <= 11, `${posts.length} posts for 2 s of streaming`);
   assert.equal(b.posts, posts.length);
   assert.equal(b.notes, 1000);
-  assert.ok(b.maxPostsPerSecond <= 56 && b.maxPostsPerSecond >= 50, `max ${b.maxPostsPerSecond} posts in a second`);
+  assert.ok(b.maxPostsPerSecond === 5, `max ${b.maxPostsPerSecond} posts in a second`);
 });
 
 test("a lone notification after idle is posted in the same tick (no added frame of delay)", () => {
@@ -94,6 +96,29 @@ test("a direct post (a response) flushes waiting notifications first", () => {
   ]);
 });
 
+test("while notifications wait for the stream interval, an answer goes within 18 ms, after them", () => {
+  const clock = new FakeClock();
+  const posts: { at: number; message: any }[] = [];
+  const b = new Batcher((message) => posts.push({ at: clock.t, message }), clock);
+  b.push(delta(0));
+  clock.advance(5);
+  b.push(delta(1));
+  clock.advance(5);
+  b.direct({ type: "response", requestId: 1, result: {} });
+  clock.advance(30);
+  assert.deepEqual(posts, [
+    { at: 0, message: { type: "notifications", items: [delta(0)] } },
+    { at: MIN_POST_INTERVAL_MS, message: { type: "notifications", items: [delta(1)] } },
+    { at: MIN_POST_INTERVAL_MS, message: { type: "response", requestId: 1, result: {} } },
+  ]);
+  // Those two posts used two gaps; the next notification waits a whole stream interval.
+  b.push(delta(2));
+  clock.advance(STREAM_POST_INTERVAL_MS / 2);
+  assert.equal(posts.length, 3);
+  clock.advance(STREAM_POST_INTERVAL_MS);
+  assert.deepEqual(posts[3], { at: MIN_POST_INTERVAL_MS * 2 + STREAM_POST_INTERVAL_MS, message: { type: "notifications", items: [delta(2)] } });
+});
+
 test("deltas merge only within one content block, and the shared notifications are never changed", () => {
   const clock = new FakeClock();
   const posts: any[] = [];
@@ -105,7 +130,7 @@ test("deltas merge only within one content block, and the shared notifications a
   for (const n of shared) b.push(n);
   const other = { ...delta(7, "z"), params: { ...delta(7, "z").params, runId: "r2" } };
   b.push(other);
-  clock.advance(100);
+  clock.advance(STREAM_POST_INTERVAL_MS);
   assert.deepEqual(posts, [
     { type: "notifications", items: [event("turn_start")] },
     { type: "notifications", items: [delta(0, "ab"), delta(2, "c", 1), delta(3, "tu", 2, "thinking_delta"), event("message_end"), delta(5, "xy"), other] },
@@ -126,7 +151,7 @@ test("a tool's newer output replaces its older one that was not posted yet", () 
   b.push(toolUpdate("A", "1 2"));
   b.push(event("tool_execution_end", { toolCallId: "B" }));
   b.push(toolUpdate("A", "1 2 3"));
-  clock.advance(100);
+  clock.advance(STREAM_POST_INTERVAL_MS);
   assert.deepEqual(posts[1], { type: "notifications", items: [toolUpdate("B", "1"), toolUpdate("A", "1 2"), event("tool_execution_end", { toolCallId: "B" }), toolUpdate("A", "1 2 3")] });
 });
 
@@ -173,7 +198,7 @@ test("the panel is told it was hidden and shown in order with the notifications 
   assert.equal(posts.length, 3, "nothing posted while hidden");
   b.resumeWith({ type: "visibility", visible: true });
   b.push(event("agent_start")); // after the show: after the message
-  clock.advance(100);
+  clock.advance(1000);
   assert.deepEqual(posts.slice(3), [
     { type: "notifications", items: [event("agent_end"), attention] },
     { type: "visibility", visible: true },
@@ -206,27 +231,28 @@ test("a hidden backlog past its limit is dropped and the panel reloads its sessi
   assert.deepEqual(posts, [{ type: "init" }]);
 });
 
-test("packed: one post carries the batch and the messages after it as UTF-8 JSON", () => {
+test("packed: one post carries the batch and the messages after it as JSON text", () => {
   const clock = new FakeClock();
   const posts: any[] = [];
   const b = new Batcher((m) => posts.push(m), clock);
   b.packing = true;
-  const unpack = (m: any) => (m.type === "packed" ? JSON.parse(new TextDecoder().decode(m.json)) : [m]);
+  const unpack = (m: any) => (m.type === "packed" ? JSON.parse(m.json) : [m]);
   b.push(event("turn_start"));
   clock.advance(0);
-  // A small lone batch stays an object (cheaper that way).
-  assert.deepEqual(posts, [{ type: "notifications", items: [event("turn_start")] }]);
+  // A lone notification is packed too (VS Code walks an object message value by value).
+  assert.equal(posts.length, 1);
+  assert.deepEqual(unpack(posts[0]), [{ type: "notifications", items: [event("turn_start")] }]);
   for (const t of ["a", "b", "c", "d"]) b.push(event("tool_execution_start", { toolCallId: t }));
   b.direct({ type: "response", requestId: 3, result: { text: "é ✓" } });
   clock.advance(100);
   assert.equal(posts.length, 2);
-  assert.ok((posts[1] as any).json instanceof Uint8Array);
+  assert.equal(typeof (posts[1] as any).json, "string");
   assert.deepEqual(unpack(posts[1]), [
     { type: "notifications", items: ["a", "b", "c", "d"].map((t) => event("tool_execution_start", { toolCallId: t })) },
     { type: "response", requestId: 3, result: { text: "é ✓" } },
   ]);
-  assert.equal(b.packedPosts, 1);
-  assert.equal(b.packedBytes, (posts[1] as any).json.byteLength);
+  assert.equal(b.packedPosts, 2);
+  assert.equal(b.packedBytes, (posts[0] as any).json.length + (posts[1] as any).json.length);
 });
 
 function target(sessionId: string | null, got: Note[]): RouteTarget {
@@ -315,5 +341,7 @@ test("the exact thread clock (WASI) times sections of microseconds, and a longer
   spin(20);
   const cpu = now!() - c0;
   const wall = performance.now() - w0;
-  assert.ok(cpu <= wall + 0.05 && cpu >= wall * 0.3, `20 ms of spinning: ${cpu} ms of CPU in ${wall} ms`);
+  // (Not much less either: on a loaded machine the thread gets a share of a core, so the floor
+  // is low — a clock that never moved would read 0.)
+  assert.ok(cpu <= wall + 0.05 && cpu >= 1, `20 ms of spinning: ${cpu} ms of CPU in ${wall} ms`);
 });

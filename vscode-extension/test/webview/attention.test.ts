@@ -52,8 +52,8 @@ test("agent/attention in the panel: the approval it waits for, a run that finish
     },
   });
   const page = panel.page;
-  // The webview takes the host's visibility messages.
-  assert.deepEqual((await panel.posts()).find((m) => m.type === "ready"), { type: "ready", accepts: ["visibility"] });
+  // The webview takes the host's visibility messages (and packed posts).
+  assert.deepEqual((await panel.posts()).find((m) => m.type === "ready"), { type: "ready", accepts: ["visibility", "packed"] });
   await panel.send({ type: "init", sessionId: sid, workspaceName: "demo", capabilities: {} });
   assert.equal(await banner(page), null, "nothing needs the user");
   // The recorded run up to its first question: agent/attention "permission", then the request.

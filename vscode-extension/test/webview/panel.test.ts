@@ -157,6 +157,36 @@ test("a recorded run: prompt, streamed markdown, thinking, tool cards, open diff
   await page.context().close();
 });
 
+test("packed posts (the UTF-8 JSON bytes of several host messages) give the transcript the same messages give posted one by one", async () => {
+  const { notifications } = loadFixture("rich-run");
+  const sid = notifications[0]!.params.sessionId;
+  const rowsOf = async (packed: boolean) => {
+    const panel = await openPanel(browser, { onRequest: hostFor("rich-run", { "agent/prompt": () => ({ sessionId: sid, runId: "r1", queued: false }) }) });
+    assert.deepEqual((await panel.posts()).find((m) => m.type === "ready")?.accepts, ["visibility", "packed"]);
+    await panel.send({ type: "init", sessionId: null, workspaceName: "demo", capabilities: {} });
+    await panel.page.fill("textarea.input", "Make the greeting in src/greet.py configurable.");
+    await panel.page.press("textarea.input", "Enter");
+    await panel.page.waitForFunction(() => (window as any).__posts.some((m: any) => m.type === "attach"));
+    const messages: unknown[] = [];
+    for (let i = 0; i < notifications.length; i += 16) messages.push({ type: "notifications", items: notifications.slice(i, i + 16) });
+    if (packed) {
+      // Three messages per post, as bytes (how VS Code hands a Uint8Array over), the last as text.
+      for (let i = 0; i < messages.length; i += 3) {
+        const json = JSON.stringify(messages.slice(i, i + 3));
+        await panel.page.evaluate(([text, last]) => window.postMessage({ type: "packed", json: last ? text : new TextEncoder().encode(text) }, "*"), [json, i + 3 >= messages.length] as const);
+      }
+    } else for (const m of messages) await panel.send(m);
+    await frames(panel, 3);
+    const rows = await panel.page.$$eval(".rows > .row", (els) => els.map((e) => [e.className, e.textContent]));
+    assert.deepEqual(panel.errors, []);
+    await panel.page.context().close();
+    return rows;
+  };
+  const plain = await rowsOf(false);
+  assert.equal(plain.length, 8, "the recorded run's rows");
+  assert.deepEqual(await rowsOf(true), plain);
+});
+
 test("steer while running, follow-up with Alt+Enter, the queue with remove, abort with its report", async () => {
   const { notifications, responses } = loadFixture("abort-run");
   const sid = notifications[0]!.params.sessionId;
