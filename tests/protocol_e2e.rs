@@ -1575,3 +1575,67 @@ async fn deltas_within_a_frame_go_out_as_one_event_unless_the_client_opts_out() 
         json!({"code": -32602, "message": "initializationOptions.coalesceDeltasMs: expected an integer from 0 to 1000 (milliseconds), got \"16\""})
     );
 }
+
+/// The delta window is a leading-edge throttle: with a window of a whole second, the first
+/// text of an answer still reaches the client at once (not when the window ends), and what
+/// streams within the window after it comes joined when the window ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_delta_after_a_quiet_window_goes_out_at_once() {
+    let tmp = TempDir::new("leading-edge");
+    let ws = workspace(&tmp);
+    // "hello " at once, then the connection stays open: a trailing-edge window would hold
+    // the first text for the whole second.
+    let mock = MockModel::start(vec![Step::Hang("hello ".into())]).await;
+    let env = agent_env(&ws.join("../agent"), &models(&mock), &[]);
+    let mut c = LspClient::start(
+        &pi_lsp_bin(),
+        &ws,
+        &env,
+        EditorBehavior {
+            initialization_options: Some(json!({"coalesceDeltasMs": 1000})),
+            ..Default::default()
+        },
+    )
+    .await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "hi", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    let mut started = None;
+    let first_text = loop {
+        let n = c
+            .next_notification(Duration::from_secs(30))
+            .await
+            .expect("the answer's first text");
+        if n["method"] != "agent/event" {
+            continue;
+        }
+        let e = &n["params"]["event"];
+        if e["type"] == "message_start" && e["message"]["role"] == "assistant" {
+            started = Some(std::time::Instant::now());
+        }
+        if e["assistantMessageEvent"]["type"] == "text_delta" {
+            break (
+                started.expect("message_start first").elapsed(),
+                e["assistantMessageEvent"]["delta"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    };
+    assert_eq!(first_text.1, "hello ");
+    assert!(
+        first_text.0 < Duration::from_millis(600),
+        "the first text came {:?} after message_start, with a 1000 ms window",
+        first_text.0
+    );
+    c.request("agent/abort", json!({"sessionId": sid}))
+        .await
+        .unwrap();
+    assert!(c.shutdown().await.success());
+}

@@ -6,9 +6,11 @@
 //! Deltas are coalesced: `message_update` events carrying a `text_delta`, `thinking_delta` or
 //! `toolcall_delta` that follow one another for the same content block within one frame
 //! ([`DEFAULT_COALESCE`], `initializationOptions.coalesceDeltasMs`) go out as one event whose
-//! `delta` is their concatenation. Nothing is reordered: a held delta goes out before any other
-//! event of the session (and before its queue, usage and attention notices), and at the latest
-//! when the window that its first delta opened ends. A client that appends deltas rebuilds the
+//! `delta` is their concatenation. The window is a leading-edge throttle: a delta that comes
+//! after a quiet window goes out at once (the first text after a pause is never delayed), the
+//! ones that come within the window after it are joined and go out when it ends. Nothing is
+//! reordered: a held delta goes out before any other event of the session (and before its
+//! queue, usage and attention notices), and at the latest when its window ends. A client that appends deltas rebuilds the
 //! same message; the wire shape is unchanged. A client that asked for compact deltas gets each
 //! event as [`crate::delta`] encodes it (after coalescing).
 
@@ -76,6 +78,10 @@ struct Held {
 struct Outbox {
     held: Option<Held>,
     window: u64,
+    /// Until when a new delta waits (the end of the window the last delta sent opened): a
+    /// delta that comes later goes out at once (leading edge), so the first text of a block
+    /// after a pause is never held.
+    quiet_until: Option<Instant>,
     /// The `seq` of the last `agent/event` sent for the session (0: none yet).
     seq: u64,
     /// The assistant message being streamed, rebuilt from exactly the events sent (the same
@@ -193,8 +199,12 @@ impl LspSink {
     }
 
     /// Holds delta `event` of the agent's current run (joining the held one when it continues
-    /// the same block of the same run, else sending the held one first); a new window's timer
-    /// sends it when the window ends. The run id is copied only when a new delta is held.
+    /// the same block of the same run, else sending the held one first). A delta that comes
+    /// when no delta went out within the last `window` is sent at once and opens a window;
+    /// one that comes inside a window is held, and the window's timer sends it (with what
+    /// joined it) when the window ends, opening the next. So a client gets the first text of a
+    /// block without delay and at most one delta event per window after it. The run id is
+    /// copied only when a new delta is held or sent.
     async fn hold(&self, mut event: AgentEvent, window: Duration) {
         let mut out = self.outbox.lock().await;
         if let Some(held) = out.held.as_mut() {
@@ -209,6 +219,25 @@ impl LspSink {
             }
         }
         out.send_held(&self.st.client, &self.session_id).await;
+        let now = Instant::now();
+        let deadline = match out.quiet_until {
+            Some(t) if t > now => t,
+            _ => {
+                // No delta went out within the window: this one goes at once and opens one.
+                out.quiet_until = Some(now + window);
+                let run_id = self.run_id();
+                out.send(
+                    &self.st.client,
+                    &self.session_id,
+                    run_id,
+                    event,
+                    ModelCost::default,
+                    false,
+                )
+                .await;
+                return;
+            }
+        };
         out.window += 1;
         out.held = Some(Held {
             run_id: self.run_id(),
@@ -221,9 +250,10 @@ impl LspSink {
             out.window,
         );
         tokio::spawn(async move {
-            tokio::time::sleep(window).await;
+            tokio::time::sleep_until(deadline.into()).await;
             let mut out = outbox.lock().await;
             if out.window == n {
+                out.quiet_until = Some(Instant::now() + window);
                 out.send_held(&client, &session_id).await;
             }
         });

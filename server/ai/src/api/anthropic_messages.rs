@@ -500,7 +500,7 @@ async fn stream_body(
             Some(Chunk::Read(d)) => d,
             Some(Chunk::Skip) | None => continue,
         };
-        let kind = data.kind.as_str().unwrap_or(ev.event);
+        let kind = data.kind.as_str().unwrap_or(ev.event.as_str());
         key.clear();
         if let Some(i) = data.index.0 {
             use std::fmt::Write;
@@ -621,7 +621,7 @@ mod tests {
             r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#,
         ] {
             let ev = crate::api::Event {
-                data,
+                data: data.into(),
                 ..Default::default()
             };
             let v = crate::json::parse_lossy(data).unwrap();

@@ -1,5 +1,5 @@
 //! Wire adapters, one module per `model.api`, and what they share: the HTTP client, SSE
-//! framing ([`sse`]: linear in the bytes received, events read in place), the provider timeouts
+//! framing (`sse-parse`, linear in the bytes received), the provider timeouts
 //! (`retry.provider.timeoutMs`), keep-alive data lines, and cancellation.
 
 pub mod anthropic_messages;
@@ -8,7 +8,6 @@ pub mod openai_completions;
 pub mod openai_responses;
 mod prefix;
 pub mod scripted;
-pub mod sse;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -17,7 +16,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::Value;
-pub use sse::Event;
+pub use sse_parse::Event;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::ProviderError;
@@ -196,27 +195,26 @@ pub(crate) fn join_url(base: &str, path: &str) -> String {
     )
 }
 
-/// An open SSE body: the HTTP body read chunk by chunk into an incremental SSE framer.
+/// An open SSE body: the HTTP body read chunk by chunk into an incremental SSE parser.
 ///
 /// Framing (CR / LF / CRLF line ends, `data:` with or without a space, multi-line data joined
-/// with `\n`, `:` comment lines, UTF-8 sequences split across reads) is [`sse::Framer`]'s,
-/// which scans every byte once whatever the chunking (one 50 MB line costs its length, not its
-/// square) and hands each event out borrowed from its buffer; the buffers go with the body. An
-/// event not closed by a blank line when the body ends is dropped (WHATWG "interpreting an
-/// event stream"), so a cut stream never yields half an event.
+/// with `\n`, `:` comment lines, UTF-8 sequences split across reads) is `sse-parse`'s, which
+/// scans every byte once whatever the chunking: one 50 MB line costs its length, not its
+/// square, and the buffers go with the body. An event not closed by a blank line when the body
+/// ends is dropped (WHATWG "interpreting an event stream"), so a cut stream never yields half
+/// an event.
 pub(crate) struct SseBody {
     body: BoxStream<'static, reqwest::Result<Bytes>>,
-    framer: sse::Framer,
+    parser: sse_parse::SseParser,
     ended: bool,
     idle: Duration,
 }
 
 impl SseBody {
-    /// An SSE body over `body`, failing when no bytes arrive for `idle`.
     pub(crate) fn new(body: BoxStream<'static, reqwest::Result<Bytes>>, idle: Duration) -> Self {
         SseBody {
             body,
-            framer: sse::Framer::new(),
+            parser: sse_parse::SseParser::new().max_buffer(MAX_SSE_EVENT),
             ended: false,
             idle,
         }
@@ -233,15 +231,10 @@ impl SseBody {
         &mut self,
         cancel: &CancellationToken,
         b: &mut MessageBuilder,
-    ) -> Result<Option<Event<'_>>, ProviderError> {
+    ) -> Result<Option<Event>, ProviderError> {
         loop {
-            if self.framer.advance() {
-                break;
-            }
-            if self.framer.block_len() > MAX_SSE_EVENT {
-                return Err(ProviderError::Parse {
-                    message: format!("an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"),
-                });
+            if let Some(ev) = self.parser.next_event() {
+                return Ok(Some(ev));
             }
             if self.ended {
                 return Ok(None);
@@ -263,7 +256,14 @@ impl SseBody {
                         ),
                     })
                 }
-                Ok(Some(Ok(chunk))) => self.framer.feed(&chunk),
+                Ok(Some(Ok(chunk))) => {
+                    self.parser.feed(&chunk);
+                    if self.parser.overflows() > 0 {
+                        return Err(ProviderError::Parse {
+                            message: format!("an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"),
+                        });
+                    }
+                }
                 Ok(Some(Err(e))) => {
                     return Err(ProviderError::Network {
                         message: crate::keys::redact(&format!(
@@ -272,10 +272,12 @@ impl SseBody {
                         )),
                     })
                 }
-                Ok(None) => self.ended = true,
+                Ok(None) => {
+                    self.ended = true;
+                    self.parser.finish();
+                }
             }
         }
-        Ok(Some(self.framer.event()))
     }
 }
 
@@ -378,7 +380,7 @@ pub(crate) enum Data {
 /// skipped: an event none of whose data lines starts a JSON object, and
 /// non-JSON lines before the first or after the last line of a JSON payload in the same event.
 /// Invalid JSON inside the payload itself is a [`ProviderError::Parse`] error naming the event.
-pub(crate) fn read_data(event: &Event<'_>) -> Result<Data, ProviderError> {
+pub(crate) fn read_data(event: &Event) -> Result<Data, ProviderError> {
     let data = event.data.trim();
     if data.is_empty() {
         return Ok(Data::Skip);
@@ -428,7 +430,7 @@ pub(crate) fn read_data(event: &Event<'_>) -> Result<Data, ProviderError> {
 /// read the same. `Ok(None)`: `[DONE]`, `Err`: [`read_data`]'s error, or a `Value` `T`
 /// cannot read (a [`ProviderError::Parse`] naming the event).
 pub(crate) fn read_chunk<'a, T: serde::Deserialize<'a>>(
-    event: &Event<'a>,
+    event: &'a Event,
     spill: &'a mut String,
 ) -> Result<Option<Chunk<T>>, ProviderError> {
     let data = event.data.trim();
@@ -461,11 +463,11 @@ pub(crate) enum Chunk<T> {
     Skip,
 }
 
-fn event_name<'a>(event: &Event<'a>) -> &'a str {
+fn event_name(event: &Event) -> &str {
     if event.event.is_empty() {
         "SSE"
     } else {
-        event.event
+        &event.event
     }
 }
 

@@ -355,7 +355,7 @@ async fn stream_body(
             // add `[DONE]` after it.
             Some(Chunk::Skip) | None => continue,
         };
-        let kind = data.kind.as_str().unwrap_or(ev.event);
+        let kind = data.kind.as_str().unwrap_or(ev.event.as_str());
         let str_of =
             |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let delta = data.delta.as_str().unwrap_or("");
@@ -578,7 +578,7 @@ mod tests {
             r#"{"type":null,"delta":7,"output_index":-2,"item":null,"response":"x","code":[1]}"#,
         ] {
             let ev = crate::api::Event {
-                data,
+                data: data.into(),
                 ..Default::default()
             };
             let v = crate::json::parse_lossy(data).unwrap();
