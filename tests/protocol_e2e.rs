@@ -1628,7 +1628,12 @@ async fn the_first_delta_after_a_quiet_window_goes_out_at_once() {
             );
         }
     };
-    assert_eq!(first_text.1, "hello ");
+    // The first delta is the text's start (the mock may cut it anywhere).
+    assert!(
+        !first_text.1.is_empty() && "hello ".starts_with(&first_text.1),
+        "{:?}",
+        first_text.1
+    );
     assert!(
         first_text.0 < Duration::from_millis(600),
         "the first text came {:?} after message_start, with a 1000 ms window",
