@@ -641,9 +641,11 @@ impl SessionWriter {
         }
     }
 
+    /// A new entry id: 8 random hex digits, as Pi's (the first 8 of a v4 UUID's), unused in
+    /// this file ([`entry_id_bits`]: no `getrandom` call per entry).
     fn new_id(&mut self) -> String {
         loop {
-            let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+            let id = format!("{:08x}", entry_id_bits());
             if self.tree.get(&id).is_none() {
                 return id;
             }
@@ -1035,6 +1037,22 @@ pub(super) fn sync_state(file: &std::fs::File) -> Option<Arc<SyncState>> {
     }))
 }
 
+/// 32 random bits for an entry id: SplitMix64 over a per-process state seeded once from the
+/// OS's random source (a v4 UUID), so an id costs no system call; ids stay unpredictable across
+/// processes and are checked against the file's own ids ([`SessionWriter::new_id`]).
+fn entry_id_bits() -> u32 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: std::sync::OnceLock<AtomicU64> = std::sync::OnceLock::new();
+    const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+    let state = STATE.get_or_init(|| AtomicU64::new(uuid::Uuid::new_v4().as_u64_pair().0));
+    let mut z = state
+        .fetch_add(GAMMA, Ordering::Relaxed)
+        .wrapping_add(GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 32) as u32
+}
+
 /// Whether `blocks` hold an image.
 fn has_image(blocks: &[pi_ai::ContentBlock]) -> bool {
     blocks
@@ -1167,5 +1185,17 @@ mod sync_tests {
         assert_eq!(loaded.messages.len(), 4);
         assert_eq!(loaded.messages[1], cases[1].0);
         assert_eq!(loaded.messages[2], cases[2].0);
+    }
+
+    /// Entry ids are 8 hex digits, as Pi's, and differ from one another.
+    #[test]
+    fn entry_ids_are_eight_distinct_hex_digits() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = SessionWriter::create(dir.path(), dir.path(), "p", "m", "off").unwrap();
+        let ids: HashSet<String> = (0..2000).map(|_| w.new_id()).collect();
+        assert_eq!(ids.len(), 2000);
+        assert!(ids.iter().all(|i| i.len() == 8
+            && i.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())));
     }
 }
