@@ -620,11 +620,9 @@ pub(crate) const READ_HERE_UP_TO: u64 = 64 * 1024;
 /// first bytes, else its decoded text (as [`crate::fs::DiskFs`] reads it), read here for a file
 /// of at most [`READ_HERE_UP_TO`] bytes (`Ok`; `Ok(None)`: an error, or large after all: the
 /// tool's general path takes it and says what is wrong); `Err` with the opened file and its
-/// metadata for a larger one (to finish with [`read_opened`] on a blocking thread), `Err(None)`
+/// size for a larger one (to finish with [`read_opened`] on a blocking thread), `Err(None)`
 /// for what is not a regular file (or not there).
-fn read_small_here(
-    path: &std::path::Path,
-) -> Result<Option<Small>, Option<(std::fs::File, std::fs::Metadata)>> {
+fn read_small_here(path: &std::path::Path) -> Result<Option<Small>, Option<(std::fs::File, u64)>> {
     // Only a regular file is opened here: opening a FIFO would wait for its writer.
     if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return Err(None);
@@ -635,19 +633,19 @@ fn read_small_here(
         return Err(None);
     }
     if meta.len() > READ_HERE_UP_TO {
-        return Err(Some((file, meta)));
+        return Err(Some((file, meta.len())));
     }
-    Ok(read_opened(file, meta))
+    Ok(read_opened(file, meta.len()))
 }
 
-/// The rest of [`read_small_here`] once `file` is open (`meta`: its metadata): `None` for a
-/// file of [`STREAM_FROM`] bytes or more. Blocking.
-fn read_opened(mut file: std::fs::File, meta: std::fs::Metadata) -> Option<Small> {
+/// The rest of [`read_small_here`] once the regular file `file` is open (`len`: its size in
+/// bytes): `None` for a file of [`STREAM_FROM`] bytes or more. Blocking.
+fn read_opened(mut file: std::fs::File, len: u64) -> Option<Small> {
     use std::io::Read as _;
-    if !meta.is_file() || meta.len() >= STREAM_FROM {
+    if len >= STREAM_FROM {
         return None;
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    let mut bytes = Vec::with_capacity(len as usize + 1);
     // Through `Take` (up to the limit): the size is known, no second `fstat` for a hint.
     (&mut file).take(STREAM_FROM).read_to_end(&mut bytes).ok()?;
     if bytes.len() as u64 >= STREAM_FROM {
@@ -704,8 +702,8 @@ impl Tool for ReadTool {
             match read_small_here(&path) {
                 Ok(small) => small,
                 Err(None) => None,
-                Err(Some((file, meta))) => {
-                    tokio::task::spawn_blocking(move || read_opened(file, meta))
+                Err(Some((file, len))) => {
+                    tokio::task::spawn_blocking(move || read_opened(file, len))
                         .await
                         .ok()
                         .flatten()
