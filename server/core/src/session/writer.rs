@@ -799,7 +799,7 @@ impl SessionWriter {
         stamps: &serde_json::Map<String, Value>,
     ) -> Result<Option<String>, SessionError> {
         let skeleton = match message {
-            Message::Assistant(a) => {
+            Message::Assistant(a) if !has_image(&a.content) => {
                 json!({"role": "assistant", "provider": a.provider, "model": a.model, "usage": a.usage})
             }
             Message::ToolResult(r) if !has_image(&r.content) => {
