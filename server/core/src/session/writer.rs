@@ -641,9 +641,11 @@ impl SessionWriter {
         }
     }
 
+    /// A new entry id: 8 random hex digits, as Pi's (the first 8 of a v4 UUID's), unused in
+    /// this file ([`entry_id_bits`]: no `getrandom` call per entry).
     fn new_id(&mut self) -> String {
         loop {
-            let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+            let id = format!("{:08x}", entry_id_bits());
             if self.tree.get(&id).is_none() {
                 return id;
             }
@@ -764,6 +766,9 @@ impl SessionWriter {
             _ => None,
         };
         let message = blocks.as_ref().unwrap_or(message);
+        if let Some(id) = self.append_message_line(message, &stamps)? {
+            return Ok(id);
+        }
         // Stamped: serialised once (no copy of the message first), the stamps added.
         let stamped = if stamps.is_empty() {
             None
@@ -778,6 +783,73 @@ impl SessionWriter {
         };
         let message = stamped.unwrap_or_else(|| StoredMessage::Message(message.clone()));
         self.append(EntryData::Message { message })
+    }
+
+    /// The usual `message` entry written straight from `message` to its line, with no
+    /// `serde_json::Value` of the entry: the line is the text [`SessionWriter::append_raw`]
+    /// writes for the same entry (its keys in the same order, `stamps` after the message's own
+    /// keys: only keys the message types never serialise, `durationMs` and `thinkingLevel`),
+    /// and the tree's entry is read from a skeleton of what it keeps (type, ids, role, an
+    /// assistant's provider, model and usage, a result's tool name). `Ok(None)` for what this
+    /// path leaves to [`SessionWriter::append`]: a message with images (they may go to the
+    /// assets folder) and a system message (it does not serialise).
+    fn append_message_line(
+        &mut self,
+        message: &Message,
+        stamps: &serde_json::Map<String, Value>,
+    ) -> Result<Option<String>, SessionError> {
+        let skeleton = match message {
+            Message::Assistant(a) if !has_image(&a.content) => {
+                json!({"role": "assistant", "provider": a.provider, "model": a.model, "usage": a.usage})
+            }
+            Message::ToolResult(r) if !has_image(&r.content) => {
+                json!({"role": "toolResult", "toolName": r.tool_name})
+            }
+            Message::User(pi_ai::UserMessage {
+                content: pi_ai::UserContent::Blocks(b),
+                ..
+            }) if !has_image(b) => json!({"role": "user"}),
+            _ => return Ok(None),
+        };
+        let id = self.new_id();
+        let mut text = String::with_capacity(256);
+        text.push_str("{\"type\":\"message\",\"id\":");
+        let mut out = std::mem::take(&mut text).into_bytes();
+        let line = (|| {
+            serde_json::to_writer(&mut out, &id)?;
+            out.extend_from_slice(b",\"parentId\":");
+            serde_json::to_writer(&mut out, &self.leaf)?;
+            out.extend_from_slice(b",\"timestamp\":");
+            serde_json::to_writer(&mut out, &iso_now())?;
+            out.extend_from_slice(b",\"message\":");
+            serde_json::to_writer(&mut out, message)?;
+            if !stamps.is_empty() && out.pop() == Some(b'}') {
+                for (k, v) in stamps {
+                    out.push(b',');
+                    serde_json::to_writer(&mut out, k)?;
+                    out.push(b':');
+                    serde_json::to_writer(&mut out, v)?;
+                }
+                out.push(b'}');
+            }
+            out.push(b'}');
+            Ok::<_, serde_json::Error>(())
+        })();
+        if line.is_err() {
+            return Ok(None);
+        }
+        // Only JSON was written: valid UTF-8.
+        let Ok(text) = String::from_utf8(out) else {
+            return Ok(None);
+        };
+        let written = self.write_text(&text);
+        let skeleton =
+            json!({"type": "message", "id": id, "parentId": self.leaf, "message": skeleton});
+        if let Some(e) = Entry::from_value_text(&skeleton, text) {
+            Arc::make_mut(&mut self.tree).push_entry(e);
+        }
+        self.leaf = Some(id.clone());
+        written.map(|()| Some(id))
     }
 
     /// Case 18.12: a request was refused for the size of the images hashed in `replaced`
@@ -965,6 +1037,29 @@ pub(super) fn sync_state(file: &std::fs::File) -> Option<Arc<SyncState>> {
     }))
 }
 
+/// 32 random bits for an entry id: SplitMix64 over a per-process state seeded once from the
+/// OS's random source (a v4 UUID), so an id costs no system call; ids stay unpredictable across
+/// processes and are checked against the file's own ids ([`SessionWriter::new_id`]).
+fn entry_id_bits() -> u32 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: std::sync::OnceLock<AtomicU64> = std::sync::OnceLock::new();
+    const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+    let state = STATE.get_or_init(|| AtomicU64::new(uuid::Uuid::new_v4().as_u64_pair().0));
+    let mut z = state
+        .fetch_add(GAMMA, Ordering::Relaxed)
+        .wrapping_add(GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 32) as u32
+}
+
+/// Whether `blocks` hold an image.
+fn has_image(blocks: &[pi_ai::ContentBlock]) -> bool {
+    blocks
+        .iter()
+        .any(|b| matches!(b, pi_ai::ContentBlock::Image(_)))
+}
+
 pub(super) fn new_header(cwd: &Path, parent: Option<&Path>) -> Value {
     let mut h = json!({"type":"session","version":SESSION_VERSION,"id":uuid::Uuid::now_v7().to_string(),"timestamp":iso_now(),"cwd":cwd.display().to_string()});
     if let Some(p) = parent {
@@ -1005,5 +1100,102 @@ mod sync_tests {
             queued_at(&w).unwrap() > second,
             "a turn end past the interval"
         );
+    }
+
+    /// A message appended on the direct path is the line the `Value` path writes for it, key
+    /// for key and byte for byte, and the tree's entry reads as the entry of that line: role,
+    /// an assistant's provider, model and usage, a result's tool; the file reopens to the same
+    /// messages. Images and system messages take the `Value` path.
+    #[test]
+    fn messages_are_written_as_the_value_path_writes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = SessionWriter::create(dir.path(), dir.path(), "p", "m", "off").unwrap();
+        let user = Message::user_text("read it \u{2028} please");
+        let assistant: Message = serde_json::from_value(json!({"role":"assistant","content":[
+            {"type":"text","text":"ok"},{"type":"toolCall","id":"c1","name":"read","arguments":{"path":"a.txt"}}],
+            "api":"openai-completions","provider":"mock","model":"mock-1",
+            "usage":{"input":10,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":12,
+                "cost":{"input":0.5,"output":0,"cacheRead":0,"cacheWrite":0,"total":0.5}},
+            "stopReason":"toolUse","timestamp":5})).unwrap();
+        let result: Message = serde_json::from_value(json!({"role":"toolResult","toolCallId":"c1",
+            "toolName":"read","content":[{"type":"text","text":"héllo\n"}],"details":{"b":1,"a":[2]},
+            "isError":false,"timestamp":6})).unwrap();
+        let mut stamps = serde_json::Map::new();
+        stamps.insert("durationMs".into(), json!(3));
+        stamps.insert("thinkingLevel".into(), json!("off"));
+        let image: Message = serde_json::from_value(json!({"role":"user","content":[
+            {"type":"image","data":"aGk=","mimeType":"image/png"}],"timestamp":7}))
+        .unwrap();
+        let cases = [
+            (user, serde_json::Map::new()),
+            (assistant, stamps.clone()),
+            (result, stamps),
+            (image, serde_json::Map::new()),
+        ];
+        for (message, stamps) in &cases {
+            let parent = w.leaf().map(str::to_string);
+            let id = w.append_message_stamped(message, stamps.clone()).unwrap();
+            let text = std::fs::read_to_string(w.path()).unwrap();
+            let line = text.lines().last().unwrap();
+            let v: Value = serde_json::from_str(line).unwrap();
+            // The `Value` path's line for the same entry.
+            let stored = match message {
+                Message::User(u) => Message::User(pi_ai::UserMessage {
+                    content: match &u.content {
+                        pi_ai::UserContent::Text(t) => {
+                            pi_ai::UserContent::Blocks(vec![pi_ai::ContentBlock::text(t.clone())])
+                        }
+                        b => b.clone(),
+                    },
+                    timestamp: u.timestamp,
+                }),
+                m => m.clone(),
+            };
+            let mut m = serde_json::to_value(&stored).unwrap();
+            m.as_object_mut().unwrap().extend(stamps.clone());
+            let mut want =
+                json!({"type":"message","id":id,"parentId":parent,"timestamp":v["timestamp"]});
+            want.as_object_mut().unwrap().insert("message".into(), m);
+            let want = want
+                .to_string()
+                .replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029");
+            assert_eq!(line, want);
+            let e = w.tree().get(&id).unwrap();
+            let from_line = Entry::from_value(&v).unwrap();
+            assert_eq!(e.id, from_line.id);
+            assert_eq!(e.parent_id, from_line.parent_id);
+            assert_eq!(e.kind, from_line.kind);
+            assert_eq!(e.role(), from_line.role());
+            assert_eq!(e.assistant(), from_line.assistant());
+            assert_eq!(e.tool_is("read"), from_line.tool_is("read"));
+            assert_eq!(e.tool_is("bash"), from_line.tool_is("bash"));
+            assert_eq!(e.message(), from_line.message());
+        }
+        assert!(w
+            .tree()
+            .get(w.leaf().unwrap())
+            .unwrap()
+            .assistant()
+            .is_none());
+        let path = w.path().to_path_buf();
+        w.close().unwrap();
+        drop(w);
+        let (_, loaded) = SessionWriter::open(&path).unwrap();
+        assert_eq!(loaded.messages.len(), 4);
+        assert_eq!(loaded.messages[1], cases[1].0);
+        assert_eq!(loaded.messages[2], cases[2].0);
+    }
+
+    /// Entry ids are 8 hex digits, as Pi's, and differ from one another.
+    #[test]
+    fn entry_ids_are_eight_distinct_hex_digits() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = SessionWriter::create(dir.path(), dir.path(), "p", "m", "off").unwrap();
+        let ids: HashSet<String> = (0..2000).map(|_| w.new_id()).collect();
+        assert_eq!(ids.len(), 2000);
+        assert!(ids.iter().all(|i| i.len() == 8
+            && i.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())));
     }
 }

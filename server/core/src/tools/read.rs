@@ -604,25 +604,48 @@ async fn image_blocks(
     }
 }
 
-/// A file on disk read whole by [`read_small`].
+/// A file on disk read whole by [`read_small_here`] / [`read_opened`].
 enum Small {
     /// Its bytes and the image type its first bytes name.
     Image(Vec<u8>, &'static str),
     Text(crate::fs::DecodedText),
 }
 
+/// Files up to this size (bytes) are read on the async worker itself ([`read_small_here`]):
+/// an open, a `fstat`, a read and a close cost less than the hand-off to a blocking thread
+/// and back (two thread wake-ups on a tool round's path).
+pub(crate) const READ_HERE_UP_TO: u64 = 64 * 1024;
+
 /// A regular file under [`STREAM_FROM`] bytes read whole through one open: an image by its
-/// first bytes, else its decoded text (as [`crate::fs::DiskFs`] reads it). `None` for anything
-/// else (not there, not a regular file, large, an error): the tool's general path takes it and
-/// says what is wrong. Blocking.
-fn read_small(path: &std::path::Path) -> Option<Small> {
+/// first bytes, else its decoded text (as [`crate::fs::DiskFs`] reads it), read here for a file
+/// of at most [`READ_HERE_UP_TO`] bytes (`Ok`; `Ok(None)`: an error, or large after all: the
+/// tool's general path takes it and says what is wrong); `Err` with the opened file and its
+/// size for a larger one (to finish with [`read_opened`] on a blocking thread), `Err(None)`
+/// for what is not a regular file (or not there).
+fn read_small_here(path: &std::path::Path) -> Result<Option<Small>, Option<(std::fs::File, u64)>> {
+    // Only a regular file is opened here: opening a FIFO would wait for its writer.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return Err(None);
+    }
+    let file = std::fs::File::open(path).map_err(|_| None)?;
+    let meta = file.metadata().map_err(|_| None)?;
+    if !meta.is_file() {
+        return Err(None);
+    }
+    if meta.len() > READ_HERE_UP_TO {
+        return Err(Some((file, meta.len())));
+    }
+    Ok(read_opened(file, meta.len()))
+}
+
+/// The rest of [`read_small_here`] once the regular file `file` is open (`len`: its size in
+/// bytes): `None` for a file of [`STREAM_FROM`] bytes or more. Blocking.
+fn read_opened(mut file: std::fs::File, len: u64) -> Option<Small> {
     use std::io::Read as _;
-    let mut file = std::fs::File::open(path).ok()?;
-    let meta = file.metadata().ok()?;
-    if !meta.is_file() || meta.len() >= STREAM_FROM {
+    if len >= STREAM_FROM {
         return None;
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    let mut bytes = Vec::with_capacity(len as usize + 1);
     // Through `Take` (up to the limit): the size is known, no second `fstat` for a hint.
     (&mut file).take(STREAM_FROM).read_to_end(&mut bytes).ok()?;
     if bytes.len() as u64 >= STREAM_FROM {
@@ -672,14 +695,20 @@ impl Tool for ReadTool {
         // The common case, a file on disk under the streaming size with no editor buffer over
         // it, in one blocking hop (below: a sniff, a stat and a read, each its own hop and the
         // first and last each opening the file).
+        // A file of at most `READ_HERE_UP_TO` bytes is read here, without the hop.
         let small = if self.fs.has_buffer(&path) {
             None
         } else {
-            let p = path.clone();
-            tokio::task::spawn_blocking(move || read_small(&p))
-                .await
-                .ok()
-                .flatten()
+            match read_small_here(&path) {
+                Ok(small) => small,
+                Err(None) => None,
+                Err(Some((file, len))) => {
+                    tokio::task::spawn_blocking(move || read_opened(file, len))
+                        .await
+                        .ok()
+                        .flatten()
+                }
+            }
         };
         match small {
             Some(Small::Image(bytes, mime)) => {
