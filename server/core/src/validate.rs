@@ -145,42 +145,29 @@ pub fn coerce(value: Value, schema: &Value) -> Value {
     v
 }
 
-/// A tool's parameter schema, checked without `jsonschema` when it is plain (see [`plain`]),
-/// else compiled once, on the first check that needs it.
+/// A tool's parameter schema, compiled once.
 pub struct ArgumentValidator {
     schema: Value,
-    /// The schema uses only what [`plain::valid`] decides exactly, and is well formed.
-    plain: bool,
-    /// Compiled on the first check [`plain::valid`] cannot pass: the first compile builds
-    /// `jsonschema`'s JSON Schema 2020-12 meta-schema validator (5 M instructions, more than 50
-    /// tool rounds' checks), which a run of valid calls to the built-in tools never needs.
-    compiled: std::sync::OnceLock<Result<jsonschema::Validator, String>>,
+    validator: Result<jsonschema::Validator, String>,
 }
 
 impl ArgumentValidator {
-    /// Takes `schema`; an invalid schema is reported by every [`ArgumentValidator::validate`].
+    /// Compiles `schema`; an invalid schema is reported by every [`ArgumentValidator::validate`].
     pub fn new(schema: &Value) -> Self {
         ArgumentValidator {
             schema: schema.clone(),
-            plain: plain::is_plain(schema),
-            compiled: std::sync::OnceLock::new(),
+            validator: jsonschema::validator_for(schema).map_err(|e| e.to_string()),
         }
     }
 
     /// Coerces a copy of `args` and validates it; returns the arguments to execute with, or
-    /// Pi's validation message for `tool`. Arguments a plain schema accepts are returned at
-    /// once; anything else (a failure, a schema that is not plain) is decided by `jsonschema`,
-    /// which also words the errors.
+    /// Pi's validation message for `tool`.
     pub fn validate(&self, tool: &str, args: &Value) -> Result<Value, String> {
-        let coerced = coerce(args.clone(), &self.schema);
-        if self.plain && plain::valid(&self.schema, &coerced) == Some(true) {
-            return Ok(coerced);
-        }
         let validator = self
-            .compiled
-            .get_or_init(|| jsonschema::validator_for(&self.schema).map_err(|e| e.to_string()))
+            .validator
             .as_ref()
             .map_err(|e| format!("Tool \"{tool}\" has an invalid parameter schema: {e}"))?;
+        let coerced = coerce(args.clone(), &self.schema);
         let errors: Vec<String> = validator
             .iter_errors(&coerced)
             .map(|e| {
@@ -215,153 +202,6 @@ impl ArgumentValidator {
             errors.join("\n"),
             serde_json::to_string_pretty(args).unwrap_or_default()
         ))
-    }
-}
-
-/// Plain schemas, checked without compiling them: objects using only `type`, `properties`,
-/// `required`, `items` (one schema), `additionalProperties` (a boolean), `enum` (of strings,
-/// booleans and null), `description`, `title` and `default`, each well formed as JSON Schema
-/// 2020-12's meta-schema wants it (what every built-in tool declares). [`valid`] answers what
-/// `jsonschema` would for such a schema, or `None` where the two could differ (a number
-/// against `integer` or `enum`, where JSON Schema compares numbers by value): the caller then
-/// asks `jsonschema`.
-mod plain {
-    use serde_json::{Map, Value};
-
-    const TYPES: [&str; 7] = [
-        "array", "boolean", "integer", "null", "number", "object", "string",
-    ];
-
-    /// Whether `schema` is plain (see the module doc) at every level.
-    pub(super) fn is_plain(schema: &Value) -> bool {
-        let Value::Object(o) = schema else {
-            return false;
-        };
-        o.iter().all(|(k, v)| match k.as_str() {
-            "description" | "title" => v.is_string(),
-            "default" => true,
-            "type" => match v {
-                Value::String(t) => TYPES.contains(&t.as_str()),
-                Value::Array(ts) => {
-                    !ts.is_empty()
-                        && ts.iter().enumerate().all(|(i, t)| {
-                            t.as_str().is_some_and(|t| TYPES.contains(&t)) && !ts[..i].contains(t)
-                        })
-                }
-                _ => false,
-            },
-            "properties" => v.as_object().is_some_and(|p| p.values().all(is_plain)),
-            "required" => v.as_array().is_some_and(|r| {
-                r.iter()
-                    .enumerate()
-                    .all(|(i, n)| n.is_string() && !r[..i].contains(n))
-            }),
-            "items" => is_plain(v),
-            "additionalProperties" => v.is_boolean(),
-            "enum" => v.as_array().is_some_and(|e| {
-                e.iter()
-                    .all(|x| x.is_string() || x.is_boolean() || x.is_null())
-            }),
-            _ => false,
-        })
-    }
-
-    /// Whether `v` is an instance of the plain `schema`; `None` when only `jsonschema` can say.
-    pub(super) fn valid(schema: &Value, v: &Value) -> Option<bool> {
-        let Value::Object(o) = schema else {
-            return None;
-        };
-        if let Some(t) = o.get("type") {
-            let ok = match t {
-                Value::String(t) => of_type(v, t)?,
-                Value::Array(ts) => {
-                    let mut any = false;
-                    for t in ts {
-                        any |= of_type(v, t.as_str()?)?;
-                    }
-                    any
-                }
-                _ => return None,
-            };
-            if !ok {
-                return Some(false);
-            }
-        }
-        if let Some(e) = o.get("enum").and_then(Value::as_array) {
-            if !(v.is_string() || v.is_boolean() || v.is_null()) {
-                // Numbers compare by value in JSON Schema; objects and arrays may hold them.
-                return if v.is_number() || v.is_array() || v.is_object() {
-                    None
-                } else {
-                    Some(false)
-                };
-            }
-            if !e.contains(v) {
-                return Some(false);
-            }
-        }
-        match v {
-            Value::Object(m) => object(o, m),
-            Value::Array(items) => match o.get("items") {
-                Some(s) => {
-                    for i in items {
-                        if !valid(s, i)? {
-                            return Some(false);
-                        }
-                    }
-                    Some(true)
-                }
-                None => Some(true),
-            },
-            _ => Some(true),
-        }
-    }
-
-    /// `properties`, `required` and `additionalProperties` of the plain schema `o` on `m`.
-    fn object(o: &Map<String, Value>, m: &Map<String, Value>) -> Option<bool> {
-        let props = o.get("properties").and_then(Value::as_object);
-        if let Some(r) = o.get("required").and_then(Value::as_array) {
-            if !r
-                .iter()
-                .all(|n| n.as_str().is_some_and(|n| m.contains_key(n)))
-            {
-                return Some(false);
-            }
-        }
-        if o.get("additionalProperties") == Some(&Value::Bool(false))
-            && !m.keys().all(|k| props.is_some_and(|p| p.contains_key(k)))
-        {
-            return Some(false);
-        }
-        if let Some(p) = props {
-            for (k, x) in m {
-                if let Some(s) = p.get(k) {
-                    if !valid(s, x)? {
-                        return Some(false);
-                    }
-                }
-            }
-        }
-        Some(true)
-    }
-
-    /// Whether `v` has type `t`; `None` for a number with a fraction part against `integer`
-    /// (`1.0` is an integer to JSON Schema; `jsonschema` decides).
-    fn of_type(v: &Value, t: &str) -> Option<bool> {
-        Some(match t {
-            "integer" => match v {
-                Value::Number(n) if n.is_i64() || n.is_u64() => true,
-                Value::Number(_) => return None,
-                _ => false,
-            },
-            "number" => v.is_number(),
-            "boolean" => v.is_boolean(),
-            "string" => v.is_string(),
-            "null" => v.is_null(),
-            "array" => v.is_array(),
-            "object" => v.is_object(),
-            _ => return None,
-        })
     }
 }
 
@@ -406,102 +246,5 @@ mod tests {
             e,
             "Validation failed for tool \"read\":\n  - path: \"path\" is a required property\n  - limit: \"x\" is not of type \"number\"\n\nReceived arguments:\n{\n  \"limit\": \"x\"\n}"
         );
-    }
-
-    /// The plain check answers as `jsonschema` does, or not at all: schemas of each keyword it
-    /// takes (and some it must leave to `jsonschema`) against instances of every JSON type,
-    /// numbers with and without a fraction part included.
-    #[test]
-    fn plain_schemas_are_decided_as_jsonschema_decides() {
-        let schemas = [
-            json!({"type":"object","required":["path"],"properties":{"path":{"type":"string","description":"p"},"offset":{"type":"number"},"limit":{"type":"integer"}}}),
-            json!({"type":"object","required":["path","edits"],"properties":{"path":{"type":"string"},"edits":{"type":"array","items":{"type":"object","required":["oldText","newText"],"properties":{"oldText":{"type":"string"},"newText":{"type":"string"}}}}}}),
-            json!({"type":["string","null"]}),
-            json!({"type":"integer"}),
-            json!({"type":"string","enum":["list","add",null,true]}),
-            json!({"enum":["a"]}),
-            json!({"type":"object","properties":{"a":{"type":"boolean"}},"additionalProperties":false}),
-            json!({"type":"object","additionalProperties":true,"title":"t","default":{"x":1}}),
-            json!({"type":"array","items":{"type":"number"}}),
-            json!({"properties":{"a":{"type":"string"}},"required":["a"]}),
-            json!({}),
-        ];
-        let instances = [
-            json!(null),
-            json!(true),
-            json!(0),
-            json!(1.0),
-            json!(1.5),
-            json!(-3),
-            json!("a"),
-            json!("list"),
-            json!([]),
-            json!([1, 2.5]),
-            json!(["x"]),
-            json!({}),
-            json!({"path":"a"}),
-            json!({"path":"a","offset":1.5,"limit":3}),
-            json!({"path":"a","limit":3.0}),
-            json!({"path":"a","limit":"3"}),
-            json!({"path":1}),
-            json!({"a":true}),
-            json!({"a":true,"b":1}),
-            json!({"a":"x"}),
-            json!({"path":"p","edits":[{"oldText":"a","newText":"b"}]}),
-            json!({"path":"p","edits":[{"oldText":"a"}]}),
-            json!({"path":"p","edits":{"oldText":"a","newText":"b"}}),
-        ];
-        let mut decided = 0;
-        for s in &schemas {
-            assert!(plain::is_plain(s), "{s}");
-            let compiled = jsonschema::validator_for(s).unwrap();
-            for v in &instances {
-                if let Some(ok) = plain::valid(s, v) {
-                    decided += 1;
-                    assert_eq!(ok, compiled.is_valid(v), "{s} on {v}");
-                }
-            }
-        }
-        assert!(decided > 200, "{decided}");
-        // What the plain check leaves to `jsonschema`.
-        assert_eq!(plain::valid(&json!({"type":"integer"}), &json!(1.0)), None);
-        assert_eq!(plain::valid(&json!({"enum":["a"]}), &json!(1)), None);
-        for s in [
-            json!({"type":"string","minLength":1}),
-            json!({"type":"strnig"}),
-            json!({"type":["string","string"]}),
-            json!({"required":["a","a"]}),
-            json!({"items":[{"type":"string"}]}),
-            json!({"anyOf":[{"type":"string"}]}),
-            json!({"additionalProperties":{"type":"string"}}),
-            json!({"enum":[1]}),
-            json!(true),
-        ] {
-            assert!(!plain::is_plain(&s), "{s}");
-        }
-    }
-
-    /// A schema `jsonschema` refuses is reported whatever the arguments; a plain one is never
-    /// compiled for arguments it accepts, and its refusals are worded by `jsonschema`.
-    #[test]
-    fn invalid_schemas_are_reported_and_plain_ones_compile_only_to_refuse() {
-        let bad = ArgumentValidator::new(&json!({"type":"strnig"}));
-        assert!(bad
-            .validate("t", &json!("x"))
-            .unwrap_err()
-            .starts_with("Tool \"t\" has an invalid parameter schema: "));
-        let read = ArgumentValidator::new(
-            &json!({"type":"object","required":["path"],"properties":{"path":{"type":"string"}}}),
-        );
-        assert_eq!(
-            read.validate("read", &json!({"path":"a"})).unwrap(),
-            json!({"path":"a"})
-        );
-        assert!(read.compiled.get().is_none(), "accepted without a compile");
-        assert_eq!(
-            read.validate("read", &json!({})).unwrap_err(),
-            "Validation failed for tool \"read\":\n  - path: \"path\" is a required property\n\nReceived arguments:\n{}"
-        );
-        assert!(read.compiled.get().is_some());
     }
 }
