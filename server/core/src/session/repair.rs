@@ -1,7 +1,5 @@
 //! Load-time repair of a tool result under the wrong entry (case PAIR-02).
 
-use std::collections::HashMap;
-
 use pi_ai::Message;
 
 use super::*;
@@ -107,53 +105,57 @@ pub(super) fn reparent_orphan_results(
 
 /// The `message` entries of a tree by the [`line::call_hash`] of the tool calls they name (from
 /// a deferred load's summaries): assistant messages by their calls, tool results by theirs;
-/// entries without a summary apart (they may name any call).
+/// entries without a summary apart (they may name any call). Each list is sorted `(low 32 bits
+/// of the hash) << 32 | entry index` values (8 bytes a call: a map of vectors cost about 110
+/// bytes a call, 14 MiB for a 100 MB session); a candidate whose hash only shares its low bits
+/// is read and dropped by the caller, as one without a summary is.
 struct CallIndex {
-    declared: HashMap<u64, Vec<usize>>,
-    results: HashMap<u64, Vec<usize>>,
+    declared: Vec<u64>,
+    results: Vec<u64>,
     unsummarized: Vec<usize>,
 }
 
 impl CallIndex {
     fn new(tree: &SessionTree) -> CallIndex {
         let mut index = CallIndex {
-            declared: HashMap::new(),
-            results: HashMap::new(),
+            declared: Vec::new(),
+            results: Vec::new(),
             unsummarized: Vec::new(),
         };
         for (k, e) in tree.entries.iter().enumerate() {
-            let map = match e.role() {
+            let list = match e.role() {
                 Some("assistant") => &mut index.declared,
                 Some("toolResult") => &mut index.results,
                 _ => continue,
             };
-            match e.summary() {
-                Some(s) => {
-                    for h in s.calls.iter() {
-                        let at = map.entry(*h).or_default();
-                        // (Once per entry, whatever its calls repeat.)
-                        if at.last() != Some(&k) {
-                            at.push(k);
-                        }
-                    }
-                }
-                None => index.unsummarized.push(k),
+            match (e.summary(), u32::try_from(k)) {
+                (Some(s), Ok(k32)) => list.extend(
+                    s.calls
+                        .iter()
+                        .map(|h| (h & 0xffff_ffff) << 32 | u64::from(k32)),
+                ),
+                _ => index.unsummarized.push(k),
             }
+        }
+        for list in [&mut index.declared, &mut index.results] {
+            // In entry order under each hash; once per entry, whatever its calls repeat.
+            list.sort_unstable();
+            list.dedup();
+            list.shrink_to_fit();
         }
         index
     }
 
-    /// The entries of `map` under `hash`, then those without a summary (each entry once).
-    fn candidates<'a>(
-        &'a self,
-        map: &'a HashMap<u64, Vec<usize>>,
-        hash: u64,
-    ) -> impl Iterator<Item = usize> + 'a {
-        map.get(&hash)
-            .into_iter()
-            .flatten()
-            .chain(&self.unsummarized)
-            .copied()
+    /// The entries of `list` under `hash` (in file order), then those without a summary
+    /// (each entry once).
+    fn candidates<'a>(&'a self, list: &'a [u64], hash: u64) -> impl Iterator<Item = usize> + 'a {
+        let key = (hash & 0xffff_ffff) << 32;
+        let from = list.partition_point(|&x| x < key);
+        list[from..]
+            .iter()
+            .take_while(move |&&x| x >> 32 == key >> 32)
+            .map(|&x| (x & 0xffff_ffff) as usize)
+            .chain(self.unsummarized.iter().copied())
     }
 }
 

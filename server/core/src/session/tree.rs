@@ -549,22 +549,24 @@ pub struct SessionTree {
     pub warnings: Vec<String>,
 }
 
-/// The entries of a tree by id, without a copy of each id: the XXH3 of an id → the index
-/// of its entry (the entry's own id is compared on lookup); the rare id whose hash another
-/// id already holds is kept by name in `overflow`. For a long session this is a quarter of
-/// a map by id string (no string allocated per entry).
+/// The entries of a tree by id, without a copy of each id: the low 32 bits of the XXH3 of an
+/// id → the index of its entry (8 bytes a slot; the entry's own id is compared on lookup);
+/// the rare id whose hash bits another id already holds is kept by name in `overflow`. For a
+/// long session this is an eighth of a map by id string (no string allocated per entry).
 #[derive(Debug, Clone, Default)]
 struct IdIndex {
-    by_hash: HashMap<u64, u32, IdHashBuilder>,
+    by_hash: HashMap<u32, u32, IdHashBuilder>,
     overflow: HashMap<String, usize>,
 }
 
-/// The hash of an id as [`IdIndex`] keys it.
-fn id_hash(id: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+/// The key [`IdIndex`] files an id under.
+fn id_hash(id: &str) -> u32 {
+    xxhash_rust::xxh3::xxh3_64(id.as_bytes()) as u32
 }
 
-/// A hasher for keys that are hashes already ([`IdIndex`]'s): the key itself.
+/// A hasher for keys that are hash bits already ([`IdIndex`]'s): the key spread over 64 bits
+/// by one multiplication (the map's table takes its slot from the low bits and its tag from
+/// the high ones).
 #[derive(Debug, Clone, Copy, Default)]
 struct IdHashBuilder;
 
@@ -584,14 +586,25 @@ impl std::hash::Hasher for IdHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are hashed; anything else is folded in, to stay a hasher.
+        // Only u32 keys are hashed; anything else is folded in, to stay a hasher.
         for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
     }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
+    fn write_u32(&mut self, n: u32) {
+        // The key's bits are uniform already: one odd multiplier (Fibonacci hashing) moves
+        // them to the top bits too, and keeps the low ones (n itself is the low 32 bits'
+        // source: `n * odd` is a bijection).
+        self.0 = (u64::from(n) | u64::from(n) << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
+}
+
+/// What [`IdIndex::file`] did with an entry.
+enum Filed {
+    /// A new id, filed at the index it was given.
+    New,
+    /// The id was there already, at this index (nothing filed).
+    Existing(usize),
 }
 
 impl IdIndex {
@@ -604,21 +617,35 @@ impl IdIndex {
         }
     }
 
-    /// Files entry `i` of `entries` (whose id is `id`; not there yet under that id).
-    fn insert(&mut self, entries: &[Entry], id: &str, i: usize) {
+    /// Files `id` as the entry `i` of `entries` (the next one) unless an entry of `entries`
+    /// has it already: one hash and one probe of the table for a new id.
+    fn file(&mut self, entries: &[Entry], id: &str, i: usize) -> Filed {
         let Ok(slot) = u32::try_from(i) else {
-            self.overflow.insert(id.to_string(), i);
-            return;
+            return match self.get(entries, id) {
+                Some(at) => Filed::Existing(at),
+                None => {
+                    self.overflow.insert(id.to_string(), i);
+                    Filed::New
+                }
+            };
         };
         match self.by_hash.entry(id_hash(id)) {
+            // An id in `overflow` has its hash bits held by another id: a free slot means new.
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(slot);
+                Filed::New
             }
-            std::collections::hash_map::Entry::Occupied(mut o) => {
-                if entries.get(*o.get() as usize).is_some_and(|e| e.id == id) {
-                    o.insert(slot);
-                } else {
-                    self.overflow.insert(id.to_string(), i);
+            std::collections::hash_map::Entry::Occupied(o) => {
+                let at = *o.get() as usize;
+                if entries.get(at).is_some_and(|e| e.id == id) {
+                    return Filed::Existing(at);
+                }
+                match self.overflow.get(id) {
+                    Some(&at) => Filed::Existing(at),
+                    None => {
+                        self.overflow.insert(id.to_string(), i);
+                        Filed::New
+                    }
                 }
             }
         }
@@ -996,8 +1023,9 @@ impl SessionTree {
     pub fn push_entry(&mut self, entry: Entry) -> usize {
         let parent = self.parent_slot(entry.parent_id.as_deref());
         let shape = EntryShape::of(&entry);
-        match self.index.get(&self.entries, &entry.id) {
-            Some(i) => {
+        let i = self.entries.len();
+        match self.index.file(&self.entries, &entry.id, i) {
+            Filed::Existing(i) => {
                 self.warnings.push(format!(
                     "duplicate entry id {}; the later one wins",
                     entry.id
@@ -1007,9 +1035,7 @@ impl SessionTree {
                 self.shapes[i] = shape;
                 i
             }
-            None => {
-                let i = self.entries.len();
-                self.index.insert(&self.entries, &entry.id, i);
+            Filed::New => {
                 self.entries.push(entry);
                 self.parents.push(parent);
                 self.shapes.push(shape);
@@ -1083,6 +1109,25 @@ impl SessionTree {
 
     /// Indices of the root-to-`leaf` path (stops at a missing parent or a cycle).
     pub(crate) fn path_indices(&self, leaf: &str) -> Vec<usize> {
+        // A parent filed before its child has the smaller index: a walk whose every step goes
+        // to a smaller index cannot meet an entry twice, and needs no record of the entries
+        // it met (a vector as long as the tree, per walk); any other walk is made again with
+        // one.
+        let mut out = Vec::new();
+        let mut cur = self.index.get(&self.entries, leaf);
+        while let Some(i) = cur {
+            if out.last().is_some_and(|&last| i >= last) {
+                return self.path_indices_checked(leaf);
+            }
+            out.push(i);
+            cur = self.parent_of(i);
+        }
+        out.reverse();
+        out
+    }
+
+    /// [`SessionTree::path_indices`], each entry checked against those met before.
+    fn path_indices_checked(&self, leaf: &str) -> Vec<usize> {
         let mut out = Vec::new();
         let mut seen = vec![false; self.entries.len()];
         let mut cur = self.index.get(&self.entries, leaf);
@@ -1702,5 +1747,46 @@ mod tests {
         ]));
         assert!(t.labels().is_empty());
         assert_eq!(t.name().as_deref(), Some("Refactor"));
+    }
+
+    /// Ids whose index keys collide (the same low 32 bits of their XXH3) are told apart by the
+    /// entries' own ids: each is found, parents resolve to the right one, and a later entry
+    /// with either id replaces that one only.
+    #[test]
+    fn ids_whose_index_keys_collide_are_told_apart() {
+        let mut seen = HashMap::new();
+        let (a, b) = (0u32..)
+            .find_map(|n| {
+                let id = format!("{n:08x}");
+                seen.insert(id_hash(&id), id.clone())
+                    .map(|other| (other, id))
+            })
+            .unwrap();
+        assert_eq!(id_hash(&a), id_hash(&b));
+        assert_ne!(a, b);
+        let mut t = tree(json!([
+            {"type":"session","version":3,"id":"s"},
+            {"type":"message","id":a,"parentId":null,"message":{"role":"user","content":"a"}},
+            {"type":"custom","id":"x","parentId":a},
+            {"type":"message","id":b,"parentId":"x","message":{"role":"user","content":"b"}},
+            {"type":"custom","id":"y","parentId":b},
+            {"type":"custom","id":"z","parentId":a}
+        ]));
+        assert_eq!(t.get(&a).map(|e| e.parent_id.clone()), Some(None));
+        assert_eq!(t.get(&b).and_then(|e| e.parent_id.as_deref()), Some("x"));
+        let ids = |path: Vec<&Entry>| path.iter().map(|e| e.id.to_string()).collect::<Vec<_>>();
+        let want = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(ids(t.path("y")), want(&[&a, "x", &b, "y"]));
+        assert_eq!(path_by_id(&t, "y"), want(&[&a, "x", &b, "y"]));
+        assert_eq!(ids(t.path("z")), want(&[&a, "z"]));
+        // A later entry with the overflowed id replaces it, not the other.
+        assert!(t.push(json!({"type":"label","id":b,"parentId":"z","targetId":"x","label":"l"})));
+        assert!(t.push(json!({"type":"label","id":a,"parentId":null,"targetId":"x","label":"m"})));
+        assert_eq!(t.entries.len(), 5);
+        assert_eq!(t.get(&b).map(|e| e.kind.as_str()), Some("label"));
+        assert_eq!(t.get(&a).map(|e| e.kind.as_str()), Some("label"));
+        assert_eq!(ids(t.path(&b)), want(&[&a, "z", &b]));
+        assert_eq!(path_by_id(&t, &b), want(&[&a, "z", &b]));
+        assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
     }
 }
