@@ -991,9 +991,13 @@ fn cut_stream(text: &str) -> Step {
                 "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
         )
     };
+    // The body ends inside an event (no blank line closes it): a cut, whatever came before.
+    let mut torn = chunk(json!({"content": " and more"}));
+    torn.truncate(torn.len() - 10);
     Step::Events(vec![
         chunk(json!({"role": "assistant", "content": ""})),
         chunk(json!({"content": text})),
+        torn,
     ])
 }
 
