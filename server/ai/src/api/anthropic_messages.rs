@@ -32,7 +32,7 @@ fn cache_control() -> Value {
 }
 
 fn image(i: &crate::types::ImageContent) -> Value {
-    json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":i.data}})
+    json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":&*i.data}})
 }
 
 fn user_blocks(content: &UserContent) -> Vec<Value> {
