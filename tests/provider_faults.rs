@@ -253,6 +253,86 @@ async fn a_call_with_unfinished_arguments_is_answered_not_run() {
     );
 }
 
+/// STRM-04: a streamed answer whose tool call is complete, then a plain end of the body (no
+/// `finish_reason`, no `[DONE]`; for Anthropic no `message_delta` / `message_stop`), is taken
+/// as `toolUse`: the call runs once, nothing is retried, and the next answer ends the turn.
+/// (A cut inside the arguments stays a retried cut:
+/// `a_cut_stream_is_retried_and_its_half_call_never_runs`.)
+#[tokio::test]
+async fn a_plain_eof_after_a_complete_call_is_tool_use_not_a_retry() {
+    let chat = sse_body(&[
+        json!({"id":"c1","choices":[{"index":0,"delta":{"content":"Reading."},"finish_reason":null}]}),
+        json!({"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_r","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.txt\"}"}}]},"finish_reason":null}]}),
+    ]);
+    let anthropic = [
+        ("message_start", json!({"type":"message_start","message":{"id":"msg_1","role":"assistant","content":[],"usage":{"input_tokens":10,"output_tokens":1}}})),
+        ("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+        ("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Reading."}})),
+        ("content_block_stop", json!({"type":"content_block_stop","index":0})),
+        ("content_block_start", json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"call_r","name":"read","input":{}}})),
+        ("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"path\":\"a.txt\"}"}})),
+        ("content_block_stop", json!({"type":"content_block_stop","index":1})),
+    ]
+    .iter()
+    .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+    .collect::<String>();
+    for (api, body) in [
+        (pi_ai::Api::OpenaiCompletions, chat),
+        (pi_ai::Api::AnthropicMessages, anthropic),
+    ] {
+        let guard = tmp("plain-eof");
+        let dir = guard.path();
+        std::fs::write(dir.join("a.txt"), "alpha\n").unwrap();
+        let mock = MockModel::start(vec![
+            Step::Raw {
+                status: 200,
+                content_type: "text/event-stream".into(),
+                body,
+            },
+            Step::text("It says alpha."),
+        ])
+        .await;
+        let tools = default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None);
+        let s = setup(dir, &mock, 128_000, tools, None);
+        if api == pi_ai::Api::AnthropicMessages {
+            let mut cfg = s.agent.config();
+            cfg.model = Model::new(api, "mock", "mock-1", &mock.anthropic_base());
+            cfg.model.api_key = Some("test-key".into());
+            cfg.model.context_window = 128_000;
+            cfg.model.max_tokens = 4_096;
+            s.agent.set_config(cfg);
+        }
+        s.agent
+            .prompt(vec![Message::user_text("read a.txt")])
+            .unwrap();
+        idle(&s.agent).await;
+        assert_eq!(
+            messages(&s.path),
+            vec![
+                json!(["user", null, "read a.txt"]),
+                json!(["assistant", "toolUse", "Reading."]),
+                json!(["toolResult", null, "alpha\n"]),
+                json!(["assistant", "stop", "It says alpha."]),
+            ],
+            "{api:?}"
+        );
+        let runs: Vec<Value> = s
+            .sink
+            .of_type("tool_execution_start")
+            .iter()
+            .map(|e| json!([e["toolCallId"], e["toolName"], e["args"]]))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![json!(["call_r", "read", {"path": "a.txt"}])],
+            "{api:?}"
+        );
+        assert_eq!(s.sink.of_type("auto_retry_start"), Vec::<Value>::new());
+        assert_eq!(mock.requests().len(), 2, "{api:?}");
+        mock.assert_paired();
+    }
+}
+
 fn is_summary(body: &Value) -> bool {
     body.to_string().contains("context summarization assistant")
 }

@@ -63,7 +63,7 @@ async fn edit_refused_after_the_user_typed_in_the_buffer() {
     assert_eq!(
         tool_result_text(&events, "edit"),
         (
-            "f.py changed since you read it (edited in the editor, on disk or by a command); nothing was changed. Read it again and redo the edit against the current text.\n\nClosest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\nYour oldText:\n       y·=·2".to_string(),
+            "f.py changed since you read it: it was changed in the editor (the user changed the open buffer). Nothing was changed by this edit. Read f.py again and redo the edit against its current text.\n\nLines changed since your read (-N: line N of the text you read, +N: line N of the current text):\n-2 y = 2\n+2 y = 3\n\nClosest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\nYour oldText:\n       y·=·2".to_string(),
             true
         )
     );

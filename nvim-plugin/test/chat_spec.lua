@@ -51,7 +51,7 @@ H.case('a prompt streams into the chat buffer; writes are tail appends, coalesce
     return s ~= vim.NIL and s.state == 'idle' and c:lua(H.CHAT_TEXT):find('Second paragraph', 1, true)
   end)
   local text = c:lua(H.CHAT_TEXT)
-  H.eq('## You\nSay hello\n\n## Pi\n\n' .. ANSWER .. '\n', text, 'chat text')
+  H.eq('## You\nSay hello\n\n## Pi mock/mock-1\n\n' .. ANSWER .. '\n', text, 'chat text')
   local w = c:lua('return _G.writes')
   H.eq({}, w.bad, 'writes above the tail')
   -- 30 deltas of 3 characters at ~4 ms: far fewer writes than deltas, never two within 15 ms
@@ -67,7 +67,7 @@ H.case('a prompt streams into the chat buffer; writes are tail appends, coalesce
   H.eq('n', c:lua('return vim.api.nvim_get_mode().mode'), 'mode')
   local screen = c:screen_text()
   H.contains(screen, 'Second paragraph, with `code`.', 'screen')
-  H.contains(screen, '## Pi', 'screen')
+  H.contains(screen, '## Pi mock/mock-1', 'screen')
   -- Tree-sitter highlights the chat as markdown (no regex syntax), the lua fence with lua's.
   local ts = c:lua([[
     local chat = require('pi.chat').current(require('pi.client').roots[require('pi.client').root_of(0)])

@@ -70,7 +70,7 @@ H.case('selection, label, tree branch, fork, export, stats, model', function()
     return not chat_text:find('Second answer.', 1, true)
       and c:lua("local ch = (function() " .. CHAT .. " end)() return require('pi.prompt').text(ch)") == 'second'
   end)
-  H.eq('## You\nexplain\n\n`src/add.py` lines 3-4:\n```python\ndef add(a, b):\n    return a + b\n```\n\n## Pi\n\nIt adds two numbers.\n', c:lua(H.CHAT_TEXT), 'chat after the branch')
+  H.eq('## You\nexplain\n\n`src/add.py` lines 3-4:\n```python\ndef add(a, b):\n    return a + b\n```\n\n## Pi mock/mock-1\n\nIt adds two numbers.\n', c:lua(H.CHAT_TEXT), 'chat after the branch')
   c:input('q')
 
   -- fork from the first message: a new session whose prompt holds its text

@@ -8,7 +8,7 @@ H.require_tools()
 local THINKING = 'First I read the question. Then I weigh "quotes", é and \\ back-slashes.'
 local ANSWER = 'Compact deltas arrive in small pieces.\n\nA second paragraph: "quoted", ünïcode ✓, a tab\there.\n\n```lua\nlocal x = 1\n```'
 
-local EXPECTED = '## You\nSay hello\n\n## Pi\n\n> 💭 thinking\n' .. THINKING .. '\n\n' .. ANSWER .. '\n'
+local EXPECTED = '## You\nSay hello\n\n## Pi mock/mock-1\n\n> 💭 thinking\n' .. THINKING .. '\n\n' .. ANSWER .. '\n'
 
 H.case('streamed thinking and text arrive as agent/delta and show in the chat exactly', function()
   local mock = H.mock({ { thinking = THINKING, text = ANSWER, chunk = 8, chunkDelayMs = 2 } })

@@ -27,7 +27,7 @@ H.case(':Pi compact with instructions: shown in the chat, said when done, sent t
     return messages(c):find('Pi: compacted', 1, true) ~= nil
   end)
   local text = c:lua(H.CHAT_TEXT)
-  assert(text:find('## Pi\n\nFirst answer.\n\n⋯ compacting the context %(manual%)\n\n⋯ compacted: %d+ tokens before; the next answer shows the new size\n> summary\nNo prior history%.\n\n%-%-%-\n\n%*%*Turn Context %(split turn%):%*%*\n\nSummary: the user greeted%.\n$'), 'chat:\n' .. text)
+  assert(text:find('## Pi mock/mock%-1\n\nFirst answer.\n\n⋯ compacting the context %(manual%)\n\n⋯ compacted: %d+ tokens before; the next answer shows the new size\n> summary\nNo prior history%.\n\n%-%-%-\n\n%*%*Turn Context %(split turn%):%*%*\n\nSummary: the user greeted%.\n$'), 'chat:\n' .. text)
   -- The context meter waits for the next answer (its reading was of the context before).
   H.eq('mock/mock-1 · $0.000 · idle', c:lua("return require('pi').statusline()"), 'statusline after the compaction')
   local m = messages(c)

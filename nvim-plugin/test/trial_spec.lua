@@ -48,7 +48,7 @@ H.case('the abort outcome comes after the text the server sent before it, "stopp
   local text = c:lua(H.CHAT_TEXT)
   H.eq(nil, text:find('stopping', 1, true), 'no "stopping" text in the buffer')
   -- Everything streamed is above the outcome, which is the last line.
-  local before = text:match('^## You\nstream a lot\n\n## Pi\n\n(.-)\n\n■ stopped\n$')
+  local before = text:match('^## You\nstream a lot\n\n## Pi mock/mock%-1\n\n(.-)\n\n■ stopped\n$')
   assert(before, 'the outcome is not the last line after the streamed text:\n' .. text)
   H.eq(long:sub(1, #before), before, 'the streamed text, whole, before the outcome')
   H.eq(vim.NIL, c:lua(CHAT .. 'return chat.writer.note or vim.NIL'), 'the note is gone')
@@ -458,8 +458,8 @@ H.case('two :Pi prompts before the server answered make one session and one chat
   -- The steer reaches the run before its first model request (both go in it) or after its
   -- first answer (a second turn): either way both are the user's, in order, in one run.
   local text = c:lua(H.CHAT_TEXT)
-  local one = '## You\nfirst one\n\n## You\nsecond one\n\n## Pi\n\nFirst answer.\n'
-  local two = '## You\nfirst one\n\n## Pi\n\nFirst answer.\n\n## You\nsecond one\n\n## Pi\n\nSecond answer.\n'
+  local one = '## You\nfirst one\n\n## You\nsecond one\n\n## Pi mock/mock-1\n\nFirst answer.\n'
+  local two = '## You\nfirst one\n\n## Pi mock/mock-1\n\nFirst answer.\n\n## You\nsecond one\n\n## Pi mock/mock-1\n\nSecond answer.\n'
   assert(text == one or text == two, 'chat text:\n' .. text)
   H.eq({}, c:lua('return _G.notes'), 'no notice (no "busy" error, no queued-for-later steer)')
   c:stop()
@@ -490,7 +490,7 @@ H.case(':Pi compact during a streaming answer is drawn after it, not inside it',
     return c:lua(H.CHAT_TEXT):find('⋯ compacted', 1, true) ~= nil
   end)
   local text = c:lua(H.CHAT_TEXT)
-  H.contains(text, '## Pi\n\n' .. answer .. '\n\n⋯ compacting the context (manual)\n\n⋯ compacted: ', 'the answer whole, then the compaction')
+  H.contains(text, '## Pi mock/mock-1\n\n' .. answer .. '\n\n⋯ compacting the context (manual)\n\n⋯ compacted: ', 'the answer whole, then the compaction')
   c:stop()
   mock.stop()
 end)
@@ -512,7 +512,7 @@ H.case('your own :Pi !cmd during a streaming answer is drawn after it, not insid
   H.wait('the command block', 20000, function()
     return c:lua(H.CHAT_STATE).state == 'idle' and c:lua(H.CHAT_TEXT):find('### $ echo user-cmd', 1, true) ~= nil
   end)
-  H.contains(c:lua(H.CHAT_TEXT), '## Pi\n\n' .. answer .. '\n\n### $ echo user-cmd\n↳ $ ✓ (1 line)\n```\nuser-cmd\n```\n', 'the answer whole, then the command')
+  H.contains(c:lua(H.CHAT_TEXT), '## Pi mock/mock-1\n\n' .. answer .. '\n\n### $ echo user-cmd\n↳ $ ✓ (1 line)\n```\nuser-cmd\n```\n', 'the answer whole, then the command')
   c:stop()
   mock.stop()
 end)

@@ -100,7 +100,7 @@ H.case('gr rewinds to before the turn under the cursor', function()
     return c:lua(H.CHAT_TEXT):find('### ⟲ rewound to before “second”', 1, true) ~= nil
   end)
   local text = c:lua(H.CHAT_TEXT)
-  assert(text:find('^## You\nfirst\n\n## Pi\n\nOne.\n'), text)
+  assert(text:find('^## You\nfirst\n\n## Pi mock/mock%-1\n\nOne.\n'), text)
   assert(not text:find('Two.', 1, true), text)
   H.eq('second', c:lua(CHAT .. 'return require("pi.prompt").text(chat)'), 'the text back in the prompt')
   c:stop()

@@ -205,11 +205,20 @@ function Chat:draw_header()
   self.header_pending = nil
   local w = self.writer
   w:blank()
-  w:append('## Pi\n')
+  -- The model that answers is part of the header's text ("## Pi anthropic/claude-…"), so the
+  -- buffer, a yank and the screen say the same; it is dimmed.
   if h.model then
+    w:append('## Pi ' .. h.model .. '\n')
     w:mark(function(row)
-      status_mark(self, row - 1, h.model, HL.dim)
+      if api.nvim_buf_is_valid(self.buf) then
+        pcall(api.nvim_buf_set_extmark, self.buf, render.ns, row - 1, #'## Pi ', {
+          end_col = #'## Pi ' + #h.model,
+          hl_group = HL.dim,
+        })
+      end
     end)
+  else
+    w:append('## Pi\n')
   end
 end
 

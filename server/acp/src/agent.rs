@@ -1241,7 +1241,7 @@ pub fn prompt_input(
                 pi_core::harness::check_image(&img.mime_type, &img.data, &format!("{field}[{i}]"))
                     .map_err(|e| RpcError::invalid_params(e.to_string()))?;
                 images.push(ImageContent {
-                    data: img.data.clone(),
+                    data: img.data.as_str().into(),
                     mime_type: img.mime_type.clone(),
                 });
             }
@@ -1443,7 +1443,7 @@ pub fn replay(conn: &Conn, live: &Live) -> Result<(), RpcError> {
                         pi_ai::ContentBlock::Text(t) => ContentBlock::from(t.text),
                         pi_ai::ContentBlock::Image(i) => ContentBlock::Image(
                             agent_client_protocol_schema::v1::ImageContent::new(
-                                i.data,
+                                i.data.to_string(),
                                 i.mime_type,
                             ),
                         ),

@@ -769,6 +769,29 @@ impl MessageBuilder {
             .any(|b| matches!(b, ContentBlock::Text(t) if !t.text.is_empty()))
     }
 
+    /// True when a block was started and not yet ended. At the end of a body without its end
+    /// marker, an open block of a format that ends its blocks (Anthropic's
+    /// `content_block_stop`, the Responses `output_item.done`) was cut (case STRM-04).
+    pub fn has_open_blocks(&self) -> bool {
+        !self.open.0.is_empty()
+    }
+
+    /// True when an open tool call has no complete argument object yet: no argument text
+    /// streamed, or text that does not parse as one (strictly, after Pi's string repair). At
+    /// the end of a body without its end marker such a call was cut (case STRM-04).
+    pub fn open_call_unfinished(&self) -> bool {
+        let m = lock(&self.message);
+        self.open.0.iter().any(|&(_, i)| {
+            matches!(m.content.get(i), Some(ContentBlock::ToolCall(_)))
+                && self
+                    .raw_args
+                    .get(&i)
+                    .filter(|r| !r.trim().is_empty())
+                    .and_then(|r| crate::json::parse_arguments(r))
+                    .is_none()
+        })
+    }
+
     /// Closes every open block in content order.
     pub async fn end_all(&mut self) -> Result<(), Closed> {
         let mut keys: Vec<(usize, String)> =

@@ -47,7 +47,10 @@ pub struct ThinkingContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ImageContent {
-    pub data: String,
+    /// The base64 text, shared: every copy of a history (the agent's, a request's view, the
+    /// request cache's) holds the one text, not a copy of megabytes (case SESS-05).
+    #[cfg_attr(feature = "ts", ts(type = "string"))]
+    pub data: std::sync::Arc<str>,
     #[serde(rename = "mimeType")]
     pub mime_type: String,
 }

@@ -231,12 +231,46 @@ async fn strm04_stream_without_finish_reason() {
         (m.text(), m.stop_reason),
         ("hi".to_string(), StopReason::Stop)
     );
-    // The same without `[DONE]` (plain EOF) was cut: a retryable error keeping the text.
-    for body in [
-        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n".to_vec(),
-        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"ls\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}]}\n\n".to_vec(),
-    ] {
-        let evs = replay_reply("openai-completions", sse(vec![body])).await;
+    // The same without `[DONE]` (a plain EOF after a complete answer): finished, the call
+    // `toolUse`, the text `stop` (STRM-04, lenient by default as Pi).
+    let call_eof = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"ls\",\"arguments\":\"{}\"}}]},\"finish_reason\":null}]}\n\n".to_vec();
+    let text_eof =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n".to_vec();
+    let m = replay("openai-completions", vec![call_eof.clone()]).await;
+    assert_eq!(
+        (m.content, m.stop_reason, m.error_message),
+        (vec![call("c1", "ls", json!({}))], StopReason::ToolUse, None)
+    );
+    let m = replay("openai-completions", vec![text_eof.clone()]).await;
+    assert_eq!(
+        (m.text(), m.stop_reason, m.error_message),
+        ("hi".to_string(), StopReason::Stop, None)
+    );
+    // What cannot be complete at a plain EOF stays a retryable cut: the body ending inside an
+    // event, a call without arguments yet, a call whose arguments are cut.
+    let cut_inside_event = [&text_eof[..], &call_eof[..call_eof.len() - 1]].concat();
+    let no_arguments = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\",\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"ls\",\"arguments\":\"\"}}]}}]}\n\n".to_vec();
+    let cut_arguments = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"write\",\"arguments\":\"{\\\"path\\\": \\\"a\"}}]}}]}\n\n".to_vec();
+    for body in [cut_inside_event, no_arguments, cut_arguments] {
+        let evs = replay_reply("openai-completions", sse(vec![body.clone()])).await;
+        let m = evs.last().unwrap().terminal_message().unwrap();
+        assert_eq!(
+            (m.stop_reason, m.error_message.as_deref()),
+            (
+                StopReason::Error,
+                Some("stream ended before the response was complete (no finish_reason or [DONE])")
+            ),
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+        assert!(failure(&evs).is_retryable());
+    }
+    // `compat.requireFinishReason` requires the end marker: the plain EOF is a cut.
+    for body in [call_eof, text_eof] {
+        let (base, _) = serve(vec![sse(vec![body])]).await;
+        let mut strict = model("openai-completions", base);
+        strict.compat = json!({"requireFinishReason": true});
+        let evs = events(&strict, &go()).await;
         let m = evs.last().unwrap().terminal_message().unwrap();
         assert_eq!(
             (m.stop_reason, m.error_message.as_deref()),
@@ -338,12 +372,12 @@ fn split_reads(bytes: &[u8]) -> Vec<Vec<u8>> {
 async fn strm08_lines_and_utf8_split_across_reads() {
     let mut reads = split_reads(&fixture("openai-completions/strm08-split-reads.bin"));
     assert_eq!(reads.len(), 3);
-    // The case's reads end without an end marker: the text is exact, the stream a cut one.
-    let evs = replay_reply("openai-completions", sse(reads.clone())).await;
-    let m = evs.last().unwrap().terminal_message().unwrap();
+    // The case's reads end without an end marker, at an event's end: the text is exact and,
+    // complete, taken as finished (STRM-04).
+    let m = replay("openai-completions", reads.clone()).await;
     assert_eq!(
         (m.text(), m.stop_reason),
-        ("héllo: x!".to_string(), StopReason::Error)
+        ("héllo: x!".to_string(), StopReason::Stop)
     );
     reads.push(b"data: [DONE]\r\n\r\n".to_vec());
     let m = replay("openai-completions", reads).await;
@@ -1200,6 +1234,10 @@ struct CutOutcomes {
     complete: usize,
     /// A retryable error (the loop retries it); never a finished answer.
     retryable_error: usize,
+    /// Where a cut before the end marker gave a finished answer (STRM-04's plain EOF after
+    /// complete content): each at an event's end, its blocks the whole message's first ones
+    /// (the last text block's text a prefix of the whole's), `toolUse` with calls, else `stop`.
+    lenient: Vec<usize>,
     /// Anything else: a partial message taken as finished, or a non-retryable error.
     wrong: usize,
 }
@@ -1214,7 +1252,8 @@ fn event_end(bytes: &[u8], marker: &str) -> usize {
 
 /// Serves `bytes[..k]` for every `k` in `0..=len` (the connection closes after it) and sorts
 /// the outcomes. Cuts at `k >= complete_from` must give the whole message, others a retryable
-/// error: the returned counts are asserted whole by the callers.
+/// error or a finished answer with only complete content (`lenient`): the returned counts and
+/// offsets are asserted whole by the callers.
 async fn every_cut(api: &str, bytes: &[u8], complete_from: usize) -> CutOutcomes {
     let whole = replay(api, vec![bytes.to_vec()]).await;
     assert_eq!(whole.error_message, None);
@@ -1232,8 +1271,32 @@ async fn every_cut(api: &str, bytes: &[u8], complete_from: usize) -> CutOutcomes
             let m = evs.last().unwrap().terminal_message().unwrap();
             let right = if k >= complete_from {
                 m.stop_reason != StopReason::Error && key(m) == want
+            } else if m.stop_reason == StopReason::Error {
+                failure(&evs).is_retryable()
             } else {
-                m.stop_reason == StopReason::Error && failure(&evs).is_retryable()
+                let n = m.content.len();
+                let calls = m
+                    .content
+                    .iter()
+                    .any(|c| matches!(c, ContentBlock::ToolCall(_)));
+                let prefix = n <= whole.content.len()
+                    && m.content[..n.saturating_sub(1)] == whole.content[..n.saturating_sub(1)]
+                    && match (m.content.last(), whole.content.get(n.wrapping_sub(1))) {
+                        (Some(ContentBlock::Text(a)), Some(ContentBlock::Text(b))) => {
+                            b.text.starts_with(&a.text)
+                        }
+                        (a, b) => a == b,
+                    };
+                let reason = if calls {
+                    StopReason::ToolUse
+                } else {
+                    StopReason::Stop
+                };
+                if prefix && m.stop_reason == reason && bytes[..k].ends_with(b"\n\n") {
+                    out.lenient.push(k);
+                    continue;
+                }
+                false
             };
             match (right, m.stop_reason) {
                 (true, StopReason::Error) => out.retryable_error += 1,
@@ -1258,11 +1321,19 @@ async fn completions_every_byte_cut_is_whole_or_a_retryable_error() {
     let bytes = fixture("openai-completions/text-and-call.sse");
     let from = event_end(&bytes, "\"finish_reason\":\"tool_calls\"");
     let got = every_cut("openai-completions", &bytes, from).await;
+    // Finished before the end marker (STRM-04): after each text piece (`stop`), and once the
+    // call's arguments are whole (`toolUse`, the whole content).
+    let lenient = vec![
+        event_end(&bytes, "\"content\":\"Listing \""),
+        event_end(&bytes, "\"content\":\"the folder.\""),
+        event_end(&bytes, "lib\\\"}"),
+    ];
     assert_eq!(
         got,
         CutOutcomes {
             complete: bytes.len() + 1 - from,
-            retryable_error: from,
+            retryable_error: from - lenient.len(),
+            lenient,
             wrong: 0
         }
     );
@@ -1274,28 +1345,44 @@ async fn responses_every_byte_cut_is_whole_or_a_retryable_error() {
     let bytes = fixture("openai-responses/reasoning-text-calls.sse");
     let from = event_end(&bytes, "\"type\":\"response.completed\"");
     let got = every_cut("openai-responses", &bytes, from).await;
+    // Finished before `response.completed` (STRM-04): once the message item, then each call
+    // item, is done (an open item, or reasoning alone, is a cut).
+    let lenient = vec![
+        event_end(&bytes, "\"sequence_number\":11,"),
+        event_end(&bytes, "\"sequence_number\":16,"),
+        event_end(&bytes, "\"sequence_number\":19,"),
+    ];
     assert_eq!(
         got,
         CutOutcomes {
             complete: bytes.len() + 1 - from,
-            retryable_error: from,
+            retryable_error: from - lenient.len(),
+            lenient,
             wrong: 0
         }
     );
 }
 
 /// The Anthropic adapter, for comparison: complete once `message_delta` carried the stop
-/// reason.
+/// reason; before it, finished only at a plain end after stopped blocks.
 #[tokio::test]
 async fn anthropic_every_byte_cut_is_whole_or_a_retryable_error() {
     let bytes = fixture("anthropic-messages/strm11-tool-input.sse");
     let from = event_end(&bytes, "\"type\":\"message_delta\"");
     let got = every_cut("anthropic-messages", &bytes, from).await;
+    // Finished before `message_delta` (STRM-04): once each tool block has stopped (an open
+    // block is a cut).
+    let lenient = vec![
+        event_end(&bytes, "\"content_block_stop\",\"index\":1"),
+        event_end(&bytes, "\"content_block_stop\",\"index\":2"),
+        event_end(&bytes, "\"content_block_stop\",\"index\":3"),
+    ];
     assert_eq!(
         got,
         CutOutcomes {
             complete: bytes.len() + 1 - from,
-            retryable_error: from,
+            retryable_error: from - lenient.len(),
+            lenient,
             wrong: 0
         }
     );

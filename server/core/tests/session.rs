@@ -605,3 +605,52 @@ async fn default_tools_select_and_remove_built_in_tools() {
         assert_eq!(names, want, "{setting}");
     }
 }
+
+/// EDIT-08 across prompts: the model reads `f` in one prompt, the file changes on disk, and
+/// its edit in the next prompt is refused saying so, with the lines that changed (each run
+/// builds its tools afresh; what the model read is the session's). The file keeps the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_in_a_later_prompt_is_refused_when_the_file_changed_since_the_read() {
+    let (root, ws) = workspace("stale");
+    std::fs::write(root.join("f"), "x = 1\ny = 2\n").unwrap();
+    let (s, _seen) = session(
+        &root,
+        ws,
+        scripted(json!([
+            {"toolCalls": [{"name": "read", "arguments": {"path": "f"}}]},
+            {"text": "I read it."},
+            {"toolCalls": [{"name": "edit", "arguments": {"path": "f", "edits": [{"oldText": "y = 2", "newText": "y = 5"}]}}]},
+            {"text": "I will read it again."}
+        ])),
+    );
+    s.prompt("read f", Vec::new(), None, None).await.unwrap();
+    s.wait_for_idle().await;
+    std::fs::write(root.join("f"), "x = 1\ny = 3\n").unwrap();
+    s.prompt("set y to 5", Vec::new(), None, None)
+        .await
+        .unwrap();
+    s.wait_for_idle().await;
+    let results: Vec<(String, bool)> = s
+        .messages()
+        .into_iter()
+        .filter_map(|m| match m {
+            pi_ai::Message::ToolResult(r) => Some(r),
+            _ => None,
+        })
+        .map(|r| match &r.content[0] {
+            pi_ai::ContentBlock::Text(t) => (t.text.clone(), r.is_error),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        results,
+        vec![
+            ("x = 1\ny = 2\n".to_string(), false),
+            ("f changed since you read it: it was changed on disk (the user, a command or another program changed the file). Nothing was changed by this edit. Read f again and redo the edit against its current text.\n\nLines changed since your read (-N: line N of the text you read, +N: line N of the current text):\n-2 y = 2\n+2 y = 3\n\nClosest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\nYour oldText:\n       y·=·2".to_string(), true),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("f")).unwrap(),
+        "x = 1\ny = 3\n"
+    );
+}

@@ -307,7 +307,8 @@ async fn edit08_changed_since_read_is_refused() {
     let err = ws.edit("f", "y = 2", "y = 5").await.unwrap_err();
     assert_eq!(
         err.message,
-        "f changed since you read it (edited in the editor, on disk or by a command); nothing was changed. Read it again and redo the edit against the current text.\n\n\
+        "f changed since you read it: it was changed on disk (the user, a command or another program changed the file). Nothing was changed by this edit. Read f again and redo the edit against its current text.\n\n\
+Lines changed since your read (-N: line N of the text you read, +N: line N of the current text):\n-2 y = 2\n+2 y = 3\n\n\
 Closest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\nYour oldText:\n       y·=·2"
     );
     assert_eq!(ws.get("f"), b"x = 1\ny = 3\n");

@@ -48,7 +48,7 @@ fn parts(out: &ToolOutput) -> (String, Option<(Vec<u8>, String)>) {
     let image = out.content.get(1).map(|b| match b {
         ContentBlock::Image(i) => (
             base64::engine::general_purpose::STANDARD
-                .decode(&i.data)
+                .decode(&*i.data)
                 .unwrap(),
             i.mime_type.clone(),
         ),

@@ -497,7 +497,10 @@ pub fn run_tool_output(name: &str, answer: Value) -> Result<ToolOutput, ToolErro
         .map(|b| match b {
             ResultBlock::Text { text } => ContentBlock::text(text),
             ResultBlock::Image { data, mime_type } => {
-                ContentBlock::Image(pi_ai::types::ImageContent { data, mime_type })
+                ContentBlock::Image(pi_ai::types::ImageContent {
+                    data: data.into(),
+                    mime_type,
+                })
             }
         })
         .collect();

@@ -32,7 +32,7 @@ fn cache_control() -> Value {
 }
 
 fn image(i: &crate::types::ImageContent) -> Value {
-    json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":i.data}})
+    json!({"type":"image","source":{"type":"base64","media_type":i.mime_type,"data":&*i.data}})
 }
 
 fn user_blocks(content: &UserContent) -> Vec<Value> {
@@ -594,9 +594,18 @@ async fn stream_body(
         }),
         Some((reason, _)) => Ok(Some(reason)),
         None if saw_stop => Ok(Some(StopReason::Stop)),
-        None => Err(ProviderError::Network {
-            message: "stream ended before the response was complete".into(),
-        }),
+        // No end marker: finished when what streamed is complete, else cut (STRM-04).
+        None => super::end::judge(
+            model,
+            b,
+            super::end::UnmarkedEnd {
+                clean: sse.ended_cleanly(),
+                ends_blocks: true,
+                cut: "stream ended before the response was complete",
+                empty: "stream ended before the response was complete",
+            },
+        )
+        .map(Some),
     }
 }
 

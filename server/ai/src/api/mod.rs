@@ -3,6 +3,7 @@
 //! (`retry.provider.timeoutMs`), keep-alive data lines, and cancellation.
 
 pub mod anthropic_messages;
+mod end;
 pub(crate) mod lenient;
 pub mod openai_completions;
 pub mod openai_responses;
@@ -208,6 +209,10 @@ pub(crate) struct SseBody {
     parser: sse_parse::SseParser,
     ended: bool,
     idle: Duration,
+    /// The body's last four bytes (zeros before the first), for [`SseBody::ended_cleanly`].
+    tail: [u8; 4],
+    /// Bytes arrived.
+    fed: bool,
 }
 
 impl SseBody {
@@ -217,7 +222,28 @@ impl SseBody {
             parser: sse_parse::SseParser::new().max_buffer(MAX_SSE_EVENT),
             ended: false,
             idle,
+            tail: [0; 4],
+            fed: false,
         }
+    }
+
+    /// True when the body ended at an event boundary: nothing arrived, or its last line is the
+    /// blank line that closes an event (`\n\n`, `\r\n\r\n`, `\r\r`, …). A body that ends
+    /// inside an event (its last event dropped unread) was cut. Read at the end of the body.
+    pub(crate) fn ended_cleanly(&self) -> bool {
+        if !self.fed {
+            return true;
+        }
+        let t = &self.tail;
+        // The last line's terminator, then the one before it: the last line is empty.
+        let before = if t[2..] == *b"\r\n" {
+            t[1]
+        } else if matches!(t[3], b'\n' | b'\r') {
+            t[2]
+        } else {
+            return false;
+        };
+        matches!(before, b'\n' | b'\r')
     }
 
     /// The next event, `Ok(None)` at the end of the body; cancellation wins over a pending read.
@@ -257,6 +283,12 @@ impl SseBody {
                     })
                 }
                 Ok(Some(Ok(chunk))) => {
+                    if !chunk.is_empty() {
+                        let n = chunk.len().min(4);
+                        self.tail.rotate_left(n);
+                        self.tail[4 - n..].copy_from_slice(&chunk[chunk.len() - n..]);
+                        self.fed = true;
+                    }
                     self.parser.feed(&chunk);
                     if self.parser.overflows() > 0 {
                         return Err(ProviderError::Parse {

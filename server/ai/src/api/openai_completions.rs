@@ -7,9 +7,9 @@
 //! arguments sent as an object (STRM-03), a stream that ends with `[DONE]` but without
 //! `finish_reason` (STRM-04: tool calls → `toolUse`, text → `stop` unless
 //! `compat.requireFinishReason`, nothing → error), and reasoning in `reasoning_content` or
-//! `reasoning` (STRM-06). A body that ends with neither `[DONE]` nor a finish reason was cut:
-//! a retryable error, whatever streamed before (case 19.1). Outbound `arguments` are always a
-//! JSON string.
+//! `reasoning` (STRM-06). A body that ends with neither `[DONE]` nor a finish reason is judged
+//! by [`super::end`]: finished when what streamed is complete (STRM-04's plain EOF), else cut, a
+//! retryable error (case 19.1). Outbound `arguments` are always a JSON string.
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -429,11 +429,13 @@ pub fn request_bytes(
     );
     let base = p.bytes.len();
     let mut ends = Vec::with_capacity(out.len());
-    for v in &out {
+    // Each value is dropped once written: the converted messages (an image's data URL is
+    // a copy of its base64) and their bytes are not all held at once (case SESS-05).
+    for v in out.drain(..) {
         if !p.bytes.is_empty() {
             p.bytes.push(b',');
         }
-        serde_json::to_writer(&mut p.bytes, v)?;
+        serde_json::to_writer(&mut p.bytes, &v)?;
         ends.push(p.bytes.len());
     }
     drop(out);
@@ -925,17 +927,20 @@ async fn stream_body(
     });
     let has_calls = b.has_tool_calls();
     let has_text = b.has_text();
-    // A body that ends with neither `[DONE]` nor a finish reason was cut (connection lost,
-    // proxy timeout): whatever streamed is partial, and a call's arguments may be half there.
-    // A retryable error, never a finished answer (case 19.1).
+    // A body that ends with neither `[DONE]` nor a finish reason: finished when what streamed
+    // is complete, else cut (a retryable error; case 19.1, STRM-04: `end::judge`).
     if !done && finish.is_none() {
-        return Err(ProviderError::Network {
-            message: if b.with_message(|m| !m.content.is_empty()) {
-                "stream ended before the response was complete (no finish_reason or [DONE])".into()
-            } else {
-                "stream ended without a response".into()
+        return super::end::judge(
+            model,
+            b,
+            super::end::UnmarkedEnd {
+                clean: sse.ended_cleanly(),
+                ends_blocks: false,
+                cut: "stream ended before the response was complete (no finish_reason or [DONE])",
+                empty: "stream ended without a response",
             },
-        });
+        )
+        .map(Some);
     }
     let reason = match finish {
         Some(Err(message)) => return Err(ProviderError::Provider { message }),

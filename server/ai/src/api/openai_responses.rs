@@ -551,9 +551,18 @@ async fn stream_body(
         }),
         Some(StopReason::Stop) if b.has_tool_calls() => Ok(Some(StopReason::ToolUse)),
         Some(r) => Ok(Some(r)),
-        None => Err(ProviderError::Network {
-            message: "stream ended before the response was complete".into(),
-        }),
+        // No `response.completed`: finished when what streamed is complete, else cut (STRM-04).
+        None => super::end::judge(
+            model,
+            b,
+            super::end::UnmarkedEnd {
+                clean: sse.ended_cleanly(),
+                ends_blocks: true,
+                cut: "stream ended before the response was complete",
+                empty: "stream ended before the response was complete",
+            },
+        )
+        .map(Some),
     }
 }
 

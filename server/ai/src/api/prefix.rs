@@ -179,11 +179,13 @@ pub(crate) fn request_bytes(
     });
     let base = p.bytes.len();
     let mut ends = Vec::with_capacity(out.len());
-    for v in &out {
+    // Each value is dropped once written: the converted messages (an image's data URL is
+    // a copy of its base64) and their bytes are not all held at once (case SESS-05).
+    for v in out.drain(..) {
         if !p.bytes.is_empty() {
             p.bytes.push(b',');
         }
-        serde_json::to_writer(&mut p.bytes, v)?;
+        serde_json::to_writer(&mut p.bytes, &v)?;
         ends.push(p.bytes.len());
     }
     drop(out);

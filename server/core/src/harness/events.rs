@@ -125,7 +125,9 @@ impl EventSink for SessionEvents {
         };
         let event = custom.unwrap_or(event);
         if let Err(e) = recorded {
-            tracing::error!("session not saved: {e}");
+            // Every listener tells the user (`Notice::SaveFailed`: `run`'s stderr line, the
+            // editor's message, ACP's chunk); the log keeps it at info, not a second line.
+            tracing::info!("session not saved: {e}");
             if let Some(a) = self.agent.upgrade() {
                 a.abort();
             }

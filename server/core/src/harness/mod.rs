@@ -149,6 +149,9 @@ pub struct AgentSession {
     _subscriptions: Vec<Subscription>,
     /// Where change-making calls settling after their run stopped waiting go ([`late`]).
     late: Arc<late::LateEdits>,
+    /// What the model read of each file, for every run's tools (case EDIT-08: a read in one
+    /// prompt, an edit in the next).
+    reads: Arc<crate::tools::ReadTracker>,
 }
 
 /// A session file opened by [`open_file`].
@@ -376,7 +379,17 @@ impl AgentSession {
             ));
             let extensions = load_extensions(&ws, host);
             let settings = ws.settings();
-            let mut cfg = build_config(&ws, &setup, &id, &model, &writer, &gate, &extensions);
+            let reads = Arc::new(crate::tools::ReadTracker::default());
+            let mut cfg = build_config(
+                &ws,
+                &setup,
+                &id,
+                &model,
+                &writer,
+                &gate,
+                &extensions,
+                &reads,
+            );
             let file = writer
                 .lock()
                 .map(|w| w.path().to_path_buf())
@@ -385,6 +398,7 @@ impl AgentSession {
             cfg.late_results = Some(late.clone());
             let auto_retry = cfg.retry.enabled;
             let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
+            reads.seed(ws.root(), &messages);
             let agent = Agent::new(cfg, messages);
             agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
             let weak = agent.downgrade();
@@ -442,6 +456,7 @@ impl AgentSession {
                 settled,
                 _subscriptions: subscriptions,
                 late,
+                reads,
             }
         })
     }
@@ -462,6 +477,7 @@ impl AgentSession {
             &self.writer,
             &self.gate,
             &self.extensions,
+            &self.reads,
         );
         cfg.retry.enabled = auto_retry;
         cfg.late_results = Some(self.late.clone());
@@ -679,6 +695,7 @@ impl AgentSession {
         let Ok(messages) = self.lock_writer().map(|w| w.context().messages) else {
             return;
         };
+        self.reads.seed(self.ws.root(), &messages);
         if self.agent.set_messages(messages).is_ok() {
             *deferred = false;
         }
@@ -786,6 +803,7 @@ pub fn file_usage(tree: &SessionTree) -> queue::UsageTotals {
 
 /// The configuration of a session's run before its switches apply; see
 /// [`AgentSession::config`].
+#[allow(clippy::too_many_arguments)]
 fn build_config(
     ws: &WorkspaceConfig,
     setup: &Arc<dyn SessionSetup>,
@@ -794,6 +812,7 @@ fn build_config(
     writer: &Arc<Mutex<SessionWriter>>,
     gate: &Arc<Gate>,
     extensions: &Arc<Extensions>,
+    reads: &Arc<crate::tools::ReadTracker>,
 ) -> AgentConfig {
     // The default policy and the workspace rules follow the settings as they are now.
     let settings = ws.settings();
@@ -825,6 +844,7 @@ fn build_config(
                 model,
             ),
             bash_executor: setup.bash_executor(id),
+            reads: Some(reads.clone()),
         },
     );
     cfg.compaction = Some(compaction_config(ws, writer));

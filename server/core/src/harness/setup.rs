@@ -18,8 +18,10 @@ use serde_json::Value;
 /// The offline script replayed when no provider is configured.
 const DEMO_SCRIPT: &str = include_str!("../../../../fixtures/scripted/demo.json");
 
-/// The line printed (headless) or shown (editor) when the scripted model is used.
-pub const SCRIPTED_NOTICE: &str = "pi-lsp: no usable model (no API key, no models.json that loads here); using the offline scripted model (fixtures/scripted/demo.json).";
+/// The line printed (headless) or shown (editor) when the scripted model is used. It names
+/// nothing of the source tree (the script is built into the binary, so a user who installed
+/// the binary has no such file): what answers, and what to do for a real model.
+pub const SCRIPTED_NOTICE: &str = "pi-lsp: no usable model (no API key, no models.json that loads here); the offline scripted model built into pi-lsp answers instead (a fixed demo script, no model is called). To use a real model, set a provider's API key (such as ANTHROPIC_API_KEY or OPENAI_API_KEY) or add a models.json to ~/.pi/agent/ (or $PI_CODING_AGENT_DIR).";
 
 /// Where the workspace's sessions live: the command line's folder ([`crate::resources::RunOverrides::session_dir`]), else `$PI_CODING_AGENT_SESSION_DIR`, else settings'
 /// `sessionDir` (global, or the project's in a trusted workspace; relative to the workspace,
@@ -183,6 +185,9 @@ pub struct RunAdditions<'a> {
     ///
     /// [`SessionSetup::bash_executor`]: crate::harness::SessionSetup::bash_executor
     pub bash_executor: Option<Arc<dyn crate::tools::BashExecutor>>,
+    /// What the model read of each file, kept by the session across its runs (case EDIT-08);
+    /// `None`: a tracker of this tool set's own.
+    pub reads: Option<Arc<crate::tools::ReadTracker>>,
 }
 
 /// See [`RunAdditions::tool_filter`].
@@ -209,6 +214,7 @@ pub fn agent_config_with(
         tool_filter,
         session_env,
         bash_executor,
+        reads,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -221,7 +227,7 @@ pub fn agent_config_with(
         folders: ws.folders(),
         session_env,
         bash_executor,
-        ..ToolState::default()
+        reads: reads.unwrap_or_default(),
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
     // workspace.

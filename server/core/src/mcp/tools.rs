@@ -95,7 +95,7 @@ fn block_to_content(server: &str, b: &Value, readable: bool) -> Vec<ContentBlock
     match s("type") {
         Some("text") => vec![ContentBlock::text(s("text").unwrap_or(""))],
         Some("image") => vec![ContentBlock::Image(pi_ai::ImageContent {
-            data: s("data").unwrap_or("").to_string(),
+            data: s("data").unwrap_or("").into(),
             mime_type: s("mimeType").unwrap_or("image/png").to_string(),
         })],
         Some("audio") => vec![ContentBlock::text(format!(
@@ -149,7 +149,7 @@ fn resource_contents(r: &Value) -> Vec<ContentBlock> {
     };
     if mime.is_some_and(|m| m.starts_with("image/")) {
         return vec![ContentBlock::Image(pi_ai::ImageContent {
-            data: blob.to_string(),
+            data: blob.into(),
             mime_type: mime.unwrap_or("image/png").to_string(),
         })];
     }

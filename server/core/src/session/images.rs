@@ -156,7 +156,7 @@ pub(super) fn strip_image_data(message: &mut Message) -> bool {
     for b in blocks.iter_mut() {
         if let ContentBlock::Image(i) = b {
             if i.data.len() > LOAD_IMAGE_KEEP {
-                i.data = String::new();
+                i.data = "".into();
                 stripped = true;
             }
         }

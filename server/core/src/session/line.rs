@@ -738,7 +738,7 @@ impl<'de> Visitor<'de> for BlockSeed {
                     return Err(de::Error::custom("image kept in assets"));
                 }
                 ContentBlock::Image(ImageContent {
-                    data: f.data,
+                    data: f.data.into(),
                     mime_type: f.mime_type,
                 })
             }

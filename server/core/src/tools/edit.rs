@@ -30,7 +30,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::edit_match::{self, closest_region, MatchError};
-use super::{display_path, parse_args, resolve_path_in, text_hash_after, ToolState};
+use super::{display_path, parse_args, text_hash_after, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::approval::{content_hash, recheck, ProposedChange};
 #[cfg(test)]
@@ -606,15 +606,30 @@ impl Tool for EditTool {
                 "Edit tool input is invalid. edits must contain at least one replacement.",
             ));
         }
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
+        let path = self.state.resolve(self.fs.root(), &a.path)?;
         let shown = display_path(self.fs.root(), &path);
         let mut snap = self
             .fs
             .read(&path)
             .await
             .map_err(|e| ToolError::new(format!("Could not edit file: {shown}. {e}")))?;
-        if self.state.reads.changed_since_read(&path, &snap.text) {
-            let mut msg = format!("{shown} changed since you read it (edited in the editor, on disk or by a command); nothing was changed. Read it again and redo the edit against the current text.");
+        if self
+            .state
+            .reads
+            .changed_since_read(&path, &snap.text, snap.version.is_none())
+        {
+            // Where the change is: the editor's buffer (the user typing, unsaved changes
+            // included) or the file on disk (another program, a command, the user's save).
+            let r#where = if snap.version.is_some() {
+                "in the editor (the user changed the open buffer)"
+            } else {
+                "on disk (the user, a command or another program changed the file)"
+            };
+            let mut msg = format!("{shown} changed since you read it: it was changed {where}. Nothing was changed by this edit. Read {shown} again and redo the edit against its current text.");
+            if let Some(changes) = self.state.reads.changes_since_read(&path, &snap.text) {
+                msg.push_str("\n\n");
+                msg.push_str(&changes);
+            }
             if let Some(region) = closest_region(&snap.text, &edits[0].0) {
                 msg.push_str("\n\n");
                 msg.push_str(&region);

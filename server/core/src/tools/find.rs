@@ -18,7 +18,7 @@ use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{head_bytes, parse_args, resolve_path_in, walker, ToolState};
+use super::{head_bytes, parse_args, walker, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// Default result limit (Pi).
@@ -150,9 +150,8 @@ impl Tool for FindTool {
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("find", args)?;
-        let path = resolve_path_in(
+        let path = self.state.resolve(
             &self.root,
-            &self.state.allowed(),
             a.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("."),
         )?;
         let limit = a.limit.map(|l| l.max(1.0) as usize).unwrap_or(FIND_LIMIT);

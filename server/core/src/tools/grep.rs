@@ -29,7 +29,7 @@ use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{head_bytes, parse_args, resolve_path_in, walker, ToolState, MAX_BYTES};
+use super::{head_bytes, parse_args, walker, ToolState, MAX_BYTES};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::fs::Fs;
 
@@ -432,9 +432,8 @@ impl Tool for GrepTool {
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("grep", args)?;
-        let path = resolve_path_in(
+        let path = self.state.resolve(
             &self.root,
-            &self.state.allowed(),
             a.path.as_deref().filter(|p| !p.is_empty()).unwrap_or("."),
         )?;
         // The editor's view: open buffers under the search path are searched as `read` reads

@@ -8,7 +8,7 @@ use pi_ai::ToolSpec;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_args, resolve_path_in, ToolState};
+use super::{parse_args, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::fs::Fs;
 
@@ -58,11 +58,9 @@ impl Tool for LsTool {
 
     async fn execute(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("ls", if args.is_null() { json!({}) } else { args })?;
-        let path = resolve_path_in(
-            self.fs.root(),
-            &self.state.allowed(),
-            a.path.as_deref().unwrap_or("."),
-        )?;
+        let path = self
+            .state
+            .resolve(self.fs.root(), a.path.as_deref().unwrap_or("."))?;
         let mut entries = self
             .fs
             .list_dir(&path)

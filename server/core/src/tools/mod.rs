@@ -41,12 +41,30 @@ pub const MAX_BYTES: usize = 50 * 1024;
 
 /// What the model last saw of each file, for stale-read protection (case EDIT-08): a hash of
 /// the whole text at the time of the model's last `read` (or of the text its own successful
-/// `edit` / `write` produced), keyed by resolved path. One tracker per tool set, i.e. per
-/// session.
+/// `edit` / `write` produced), keyed by resolved path, and the text itself when a `read` gave
+/// it and it is at most [`SEEN_TEXT_LIMIT`] bytes (so a refusal can say which lines changed).
+/// One tracker per tool set, i.e. per session.
 #[derive(Debug, Default)]
 pub struct ReadTracker {
-    seen: Mutex<HashMap<PathBuf, u64>>,
+    seen: Mutex<HashMap<PathBuf, Seen>>,
 }
+
+/// What the model last saw of one file.
+#[derive(Debug)]
+struct Seen {
+    /// [`text_hash`] of the text; `None` when only the time is known ([`ReadTracker::seed`]).
+    hash: Option<u64>,
+    /// When the model read it (ms since the epoch), for a read before this process.
+    at: Option<i64>,
+    /// The text, when it was read and small enough.
+    text: Option<Arc<str>>,
+}
+
+/// Largest text a [`ReadTracker`] keeps to show what changed since the read, in bytes.
+pub const SEEN_TEXT_LIMIT: usize = 64 * 1024;
+
+/// Most changed lines a stale-read refusal lists.
+const CHANGED_LINES_SHOWN: usize = 12;
 
 /// XXH3 of the text: fast on megabytes (a 2.4 MB buffer in a fraction of a millisecond).
 pub fn text_hash(text: &str) -> u64 {
@@ -70,8 +88,13 @@ pub fn text_hash_after(text: &str, edits: &[crate::fs::TextReplace]) -> u64 {
 impl ReadTracker {
     /// Records that the model now knows `text` as the content of `path`.
     pub fn record(&self, path: &Path, text: &str) {
+        let seen = Seen {
+            hash: Some(text_hash(text)),
+            at: None,
+            text: (text.len() <= SEEN_TEXT_LIMIT).then(|| Arc::from(text)),
+        };
         if let Ok(mut m) = self.seen.lock() {
-            m.insert(path.to_path_buf(), text_hash(text));
+            m.insert(path.to_path_buf(), seen);
         }
     }
 
@@ -79,18 +102,150 @@ impl ReadTracker {
     /// content (after its own edit, without building the edited text).
     pub fn record_hash(&self, path: &Path, hash: u64) {
         if let Ok(mut m) = self.seen.lock() {
-            m.insert(path.to_path_buf(), hash);
+            m.insert(
+                path.to_path_buf(),
+                Seen {
+                    hash: Some(hash),
+                    at: None,
+                    text: None,
+                },
+            );
         }
     }
 
     /// True when the model read `path` and its current `text` differs from what it read;
     /// false when it matches or the model never read the file (Pi allows edits without a read).
-    pub fn changed_since_read(&self, path: &Path, text: &str) -> bool {
-        self.seen
+    /// A read known only by its time ([`ReadTracker::seed`]) counts as changed when `on_disk`
+    /// (the text is the disk's, not an editor buffer's) and the file was modified after it.
+    pub fn changed_since_read(&self, path: &Path, text: &str, on_disk: bool) -> bool {
+        let (hash, at) = match self
+            .seen
             .lock()
             .ok()
-            .and_then(|m| m.get(path).copied())
-            .is_some_and(|h| h != text_hash(text))
+            .and_then(|m| m.get(path).map(|s| (s.hash, s.at)))
+        {
+            Some(seen) => seen,
+            None => return false,
+        };
+        match (hash, at) {
+            (Some(h), _) => h != text_hash(text),
+            (None, Some(at)) if on_disk => std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .is_some_and(|t| t.as_millis() as i64 > at),
+            _ => false,
+        }
+    }
+
+    /// Seeds the tracker from the conversation of a session opened from its file: what the
+    /// model knew of each file before this process. The last `read` of a file is known by its
+    /// result's time (the file changed since when it was modified later), the last `edit` /
+    /// `write` by the hash of the text it made (`details.fileChange.hashAfter`). Failed calls
+    /// are left out; `read` paths resolve under `root` as the tools resolve them.
+    pub fn seed(&self, root: &Path, messages: &[pi_ai::Message]) {
+        use pi_ai::{ContentBlock, Message};
+        let mut calls: HashMap<&str, (&str, &str)> = HashMap::new();
+        let mut found: Vec<(PathBuf, Seen)> = Vec::new();
+        for m in messages {
+            match m {
+                Message::Assistant(a) => {
+                    for b in &a.content {
+                        if let ContentBlock::ToolCall(c) = b {
+                            if let Some(p) = c.arguments.get("path").and_then(Value::as_str) {
+                                calls.insert(c.id.as_str(), (c.name.as_str(), p));
+                            }
+                        }
+                    }
+                }
+                Message::ToolResult(r) if !r.is_error => {
+                    let Some(&(name, p)) = calls.get(r.tool_call_id.as_str()) else {
+                        continue;
+                    };
+                    let change = r.details.as_ref().and_then(|d| d.get("fileChange"));
+                    match name {
+                        "read" => found.push((
+                            normalize(&root.join(expand_home(p))),
+                            Seen {
+                                hash: None,
+                                at: Some(r.timestamp),
+                                text: None,
+                            },
+                        )),
+                        "edit" | "write" => {
+                            let hash = change
+                                .and_then(|c| c.get("hashAfter"))
+                                .and_then(Value::as_str)
+                                .and_then(|h| h.strip_prefix("xxh3:"))
+                                .and_then(|h| u64::from_str_radix(h, 16).ok());
+                            let path = change
+                                .and_then(|c| c.get("path"))
+                                .and_then(Value::as_str)
+                                .map(PathBuf::from);
+                            if let (Some(hash), Some(path)) = (hash, path) {
+                                found.push((
+                                    path,
+                                    Seen {
+                                        hash: Some(hash),
+                                        at: None,
+                                        text: None,
+                                    },
+                                ));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Ok(mut m) = self.seen.lock() {
+            for (path, seen) in found {
+                m.insert(path, seen);
+            }
+        }
+    }
+
+    /// The lines of `path` that differ between what the model read and `text` now, in words a
+    /// model can act on: `Lines changed since your read (line numbers of the current text):`
+    /// then each removed line as `-N old` (N: its line in the text read) and each added one as
+    /// `+N new`, at most [`CHANGED_LINES_SHOWN`] of them (`… and K more changed lines`).
+    /// `None` when the text read was not kept (large, or known from the model's own edit).
+    pub fn changes_since_read(&self, path: &Path, text: &str) -> Option<String> {
+        let before = self
+            .seen
+            .lock()
+            .ok()
+            .and_then(|m| m.get(path).and_then(|s| s.text.clone()))?;
+        let diff = similar::TextDiff::from_lines(&*before, text);
+        let mut lines = Vec::new();
+        let mut more = 0usize;
+        for change in diff.iter_all_changes() {
+            let (sign, no) = match change.tag() {
+                similar::ChangeTag::Equal => continue,
+                similar::ChangeTag::Delete => ('-', change.old_index()),
+                similar::ChangeTag::Insert => ('+', change.new_index()),
+            };
+            if lines.len() == CHANGED_LINES_SHOWN {
+                more += 1;
+                continue;
+            }
+            let value = change.value();
+            let value = value.strip_suffix('\n').unwrap_or(value);
+            let value = value.strip_suffix('\r').unwrap_or(value);
+            lines.push(format!("{sign}{} {value}", no.map_or(0, |n| n + 1)));
+        }
+        if lines.is_empty() {
+            return None;
+        }
+        let mut out = String::from(
+            "Lines changed since your read (-N: line N of the text you read, +N: line N of the current text):\n",
+        );
+        out.push_str(&lines.join("\n"));
+        if more > 0 {
+            out.push_str(&format!("\n… and {more} more changed lines"));
+        }
+        Some(out)
     }
 }
 
@@ -98,8 +253,10 @@ impl ReadTracker {
 /// the workspace the user allowed.
 #[derive(Debug, Default)]
 pub struct ToolState {
-    /// What the model last read of each file.
-    pub reads: ReadTracker,
+    /// What the model last read of each file: the session's, shared by the tool sets of its
+    /// runs (each run builds its tools afresh; a read in one prompt and an edit in the next
+    /// are one conversation, case EDIT-08).
+    pub reads: Arc<ReadTracker>,
     /// Folders outside the workspace that tools may use (absolute; from settings).
     pub allowed_dirs: Vec<PathBuf>,
     /// The session's approval gate: `edit` / `write` ask it with their proposed change
@@ -150,6 +307,14 @@ impl ToolState {
         out
     }
 
+    /// [`resolve_path_in`] for this tool set: `input` resolved against `root`, accepted inside
+    /// `root`, the workspace's other folders or `allowedDirs`; a refusal names every workspace
+    /// folder (case ED-07: a multi-root workspace's error names them all, not the first).
+    pub fn resolve(&self, root: &Path, input: &str) -> Result<PathBuf, ToolError> {
+        let folders: Vec<PathBuf> = self.folders.read().map(|f| f.clone()).unwrap_or_default();
+        resolve_path_among(root, &folders, &self.allowed_dirs, input)
+    }
+
     /// State for a trusted workspace: `allowedDirs` from its merged settings
     /// ([`crate::settings`]: the workspace's `.pi/settings.json` over the agent dir's; paths
     /// relative to the file's folder, `~` expanded). Servers pass the loaded settings'
@@ -158,7 +323,7 @@ impl ToolState {
         let files =
             crate::settings::SettingsFiles::new(pi_ai::models::agent_dir().as_deref(), root, true);
         ToolState {
-            reads: ReadTracker::default(),
+            reads: Arc::default(),
             allowed_dirs: crate::settings::Settings::load(&files).allowed_dirs,
             approval: None,
             folders: Arc::default(),
@@ -349,6 +514,18 @@ pub fn resolve_path_in(
     allowed_dirs: &[PathBuf],
     input: &str,
 ) -> Result<PathBuf, ToolError> {
+    resolve_path_among(root, &[], allowed_dirs, input)
+}
+
+/// [`resolve_path_in`] in a multi-root workspace: `folders` are the workspace's folders other
+/// than `root` (absolute, canonical), accepted like `allowed_dirs`; the refusal names `root`
+/// and every one of them ("outside the workspace folders A, B and C").
+pub fn resolve_path_among(
+    root: &Path,
+    folders: &[PathBuf],
+    allowed_dirs: &[PathBuf],
+    input: &str,
+) -> Result<PathBuf, ToolError> {
     let expanded = expand_home(input);
     let joined = normalize(&root.join(expanded));
     let root_real = crate::platform::paths::canonicalize(root).unwrap_or_else(|_| normalize(root));
@@ -356,17 +533,30 @@ pub fn resolve_path_in(
     // folded (`platform::paths`).
     let inside = |real: &Path| {
         use crate::platform::paths::starts_with;
-        starts_with(real, &root_real) || allowed_dirs.iter().any(|d| starts_with(real, d))
+        starts_with(real, &root_real)
+            || folders.iter().any(|d| starts_with(real, d))
+            || allowed_dirs.iter().any(|d| starts_with(real, d))
     };
     match real_path(&joined) {
         Some(real) if inside(&real) => {
             // Keep the caller's spelling under the root so editor URIs match what it opened.
             Ok(if joined.starts_with(root) { joined } else { real })
         }
-        Some(_) => Err(ToolError::new(format!(
+        Some(_) if folders.is_empty() => Err(ToolError::new(format!(
             "Path {input} is outside the workspace {}; only files inside it (or in a folder listed in allowedDirs of .pi/settings.json) can be used.",
             root.display()
         ))),
+        Some(_) => {
+            let mut names: Vec<String> = std::iter::once(root)
+                .chain(folders.iter().map(PathBuf::as_path))
+                .map(|p| p.display().to_string())
+                .collect();
+            let last = names.pop().unwrap_or_default();
+            Err(ToolError::new(format!(
+                "Path {input} is outside the workspace folders {} and {last}; only files inside them (or in a folder listed in allowedDirs of .pi/settings.json) can be used.",
+                names.join(", ")
+            )))
+        }
         None => Err(ToolError::new(format!(
             "Path {input} cannot be resolved: too many levels of symbolic links."
         ))),

@@ -19,7 +19,7 @@ use pi_ai::{ContentBlock, ImageContent, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_args, resolve_path_in, ToolState, MAX_BYTES, MAX_LINES};
+use super::{parse_args, ToolState, MAX_BYTES, MAX_LINES};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::fs::Fs;
 
@@ -586,7 +586,7 @@ async fn image_blocks(
             vec![
                 ContentBlock::text(note),
                 ContentBlock::Image(ImageContent {
-                    data: img.data,
+                    data: img.data.into(),
                     mime_type: img.mime,
                 }),
             ]
@@ -689,7 +689,7 @@ impl Tool for ReadTool {
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
+        let path = self.state.resolve(self.fs.root(), &a.path)?;
         let offset = a.offset.map(|o| o.max(1.0) as usize).unwrap_or(1);
         let limit = a.limit.map(|l| l.max(1.0) as usize);
         // The common case, a file on disk under the streaming size with no editor buffer over

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::edit::{minimal_replace, plan_diff};
 use super::file_change::{FileChange, DETAILS_KEY};
-use super::{display_path, parse_args, resolve_path_in, ToolState};
+use super::{display_path, parse_args, ToolState};
 use crate::agent::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::approval::{content_hash, recheck, ProposedChange};
 use crate::fs::Fs;
@@ -116,7 +116,7 @@ impl Tool for WriteTool {
 
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("write", args)?;
-        let path = resolve_path_in(self.fs.root(), &self.state.allowed(), &a.path)?;
+        let path = self.state.resolve(self.fs.root(), &a.path)?;
         let shown = display_path(self.fs.root(), &path);
         let mut warning = String::new();
         // The text replaced (for the change record; `None` for a new file, `Err` when it

@@ -225,7 +225,7 @@ pub(crate) fn images(images: Option<&[ImageInput]>, field: &str) -> Result<Vec<I
         pi_core::harness::check_image(&img.mime_type, &img.data, &format!("{field}[{i}]"))
             .map_err(core_error)?;
         out.push(ImageContent {
-            data: img.data.clone(),
+            data: img.data.as_str().into(),
             mime_type: img.mime_type.clone(),
         });
     }
