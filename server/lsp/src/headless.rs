@@ -195,9 +195,12 @@ impl SessionListener for PrintSink {
 
     async fn event(&self, event: AgentEvent, notices: Vec<Notice>) {
         for n in notices {
+            // Told once: every later append fails the same way until the run stops, and
+            // the run's end says what the file lacks.
             if let Notice::SaveFailed { error } = n {
-                eprintln!("pi-lsp: session not saved: {error}");
-                self.failed_save.store(true, Ordering::SeqCst);
+                if !self.failed_save.swap(true, Ordering::SeqCst) {
+                    eprintln!("pi-lsp: session not saved: {error}");
+                }
             }
         }
         let mut out = std::io::stdout().lock();

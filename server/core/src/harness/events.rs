@@ -126,8 +126,8 @@ impl EventSink for SessionEvents {
         let event = custom.unwrap_or(event);
         if let Err(e) = recorded {
             // Every listener tells the user (`Notice::SaveFailed`: `run`'s stderr line, the
-            // editor's message, ACP's chunk); the log keeps it at info, not a second line.
-            tracing::info!("session not saved: {e}");
+            // editor's message, ACP's chunk); the log keeps it at debug, not a second line.
+            tracing::debug!("session not saved: {e}");
             if let Some(a) = self.agent.upgrade() {
                 a.abort();
             }

@@ -1011,8 +1011,11 @@ impl SessionWriter {
 impl Drop for SessionWriter {
     fn drop(&mut self) {
         if self.lock.is_some() {
+            // Each of these entries' append failed and was returned to its caller, which
+            // told the user (`Notice::SaveFailed`); this last try is logged at debug, not
+            // told a second time.
             if let Err(e) = self.flush_unsaved() {
-                tracing::error!(
+                tracing::debug!(
                     "{}: {} entries could not be saved: {e}",
                     self.path.display(),
                     self.unsaved.len()
