@@ -15,7 +15,12 @@ export type ThinkingContent = { thinking: string, thinkingSignature?: string | n
  */
 redacted?: boolean, };
 
-export type ImageContent = { data: string, mimeType: string, };
+export type ImageContent = { 
+/**
+ * The base64 text, shared: every copy of a history (the agent's, a request's view, the
+ * request cache's) holds the one text, not a copy of megabytes (case SESS-05).
+ */
+data: string, mimeType: string, };
 
 export type ToolCall = { id: string, name: string, 
 /**
