@@ -319,6 +319,38 @@ Closest text in the file, lines 2-2 (→ is a tab, · a space):\n    2  y·=·3\
     assert_eq!(ws.get("f"), b"x = 0\ny = 5\n");
 }
 
+/// EDIT-08's other half: a change elsewhere in the file since the read (the user typing on
+/// another line, an undo of the model's own earlier edit) does not block an edit whose
+/// oldText still matches the current text; it is made there, the user's change is kept, and
+/// the result tells the model the file had changed, with the lines.
+#[tokio::test]
+async fn edit08_a_change_elsewhere_since_the_read_keeps_the_edit_and_says_so() {
+    let ws = Ws::new();
+    ws.put("f", b"x = 1\ny = 2\nz = 3\n");
+    ws.call("read", json!({"path":"f"})).await.unwrap();
+    ws.put("f", b"x = 1 # mine\ny = 2\nz = 3\n");
+    let out = ws.edit("f", "z = 3", "z = 4").await.unwrap();
+    assert_eq!(
+        text_of(&out),
+        "Successfully replaced 1 block(s) in f.\n\n\
+Note: f had changed since you read it (it was changed on disk (the user, a command or another program changed the file)); your oldText still matched its current text, and the edit was made there.\n\n\
+Lines changed since your read (-N: line N of the text you read, +N: line N of the current text):\n-1 x = 1\n+1 x = 1 # mine"
+    );
+    assert_eq!(ws.get("f"), b"x = 1 # mine\ny = 2\nz = 4\n");
+    // The model's own edit is what it knows now: the next edit carries no note.
+    let out = ws.edit("f", "y = 2", "y = 5").await.unwrap();
+    assert_eq!(text_of(&out), "Successfully replaced 1 block(s) in f.");
+    // Changed after the model's own edit (no text kept of it): the note without the lines.
+    ws.put("f", b"x = 1\ny = 5\nz = 4\n");
+    let out = ws.edit("f", "z = 4", "z = 6").await.unwrap();
+    assert_eq!(
+        text_of(&out),
+        "Successfully replaced 1 block(s) in f.\n\n\
+Note: f had changed since you read it (it was changed on disk (the user, a command or another program changed the file)); your oldText still matched its current text, and the edit was made there."
+    );
+    assert_eq!(ws.get("f"), b"x = 1\ny = 5\nz = 6\n");
+}
+
 #[tokio::test]
 async fn edit_details_carry_pis_diff_and_a_unified_diff() {
     let ws = Ws::new();

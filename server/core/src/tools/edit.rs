@@ -613,33 +613,51 @@ impl Tool for EditTool {
             .read(&path)
             .await
             .map_err(|e| ToolError::new(format!("Could not edit file: {shown}. {e}")))?;
-        if self
+        // Case EDIT-08: the text changed since the model read it (or since its own last edit
+        // made it). The edit is matched against the text as it is now (the editor's buffer,
+        // unsaved typing included); when it no longer applies there, it is refused saying what
+        // changed. When it still applies, the user's other changes (typing elsewhere in the
+        // buffer, an undo of an earlier agent edit) do not block it: it goes on to the
+        // approval question, which shows the diff against the current text, and its result
+        // says the file had changed.
+        let stale = self
             .state
             .reads
             .changed_since_read(&path, &snap.text, snap.version.is_none())
-        {
-            // Where the change is: the editor's buffer (the user typing, unsaved changes
-            // included) or the file on disk (another program, a command, the user's save).
-            let r#where = if snap.version.is_some() {
-                "in the editor (the user changed the open buffer)"
-            } else {
-                "on disk (the user, a command or another program changed the file)"
-            };
-            let mut msg = format!("{shown} changed since you read it: it was changed {where}. Nothing was changed by this edit. Read {shown} again and redo the edit against its current text.");
-            if let Some(changes) = self.state.reads.changes_since_read(&path, &snap.text) {
-                msg.push_str("\n\n");
-                msg.push_str(&changes);
-            }
-            if let Some(region) = closest_region(&snap.text, &edits[0].0) {
-                msg.push_str("\n\n");
-                msg.push_str(&region);
-            }
-            return Err(ToolError::new(msg));
-        }
+            .then(|| {
+                // Where the change is: the editor's buffer (the user typing, unsaved changes
+                // included) or the file on disk (another program, a command, the user's save).
+                let r#where = if snap.version.is_some() {
+                    "in the editor (the user changed the open buffer)"
+                } else {
+                    "on disk (the user, a command or another program changed the file)"
+                };
+                (
+                    r#where,
+                    self.state.reads.changes_since_read(&path, &snap.text),
+                )
+            });
         let read_at = started.elapsed();
         // Compute the change: the replacements, its diff and the hash of the text it makes,
         // from the plan alone (the edited whole text is never built).
-        let plan = plan_edits(&snap.text, &edits, &shown).map_err(ToolError::new)?;
+        let plan = match plan_edits(&snap.text, &edits, &shown) {
+            Ok(plan) => plan,
+            Err(e) => {
+                let Some((r#where, changes)) = &stale else {
+                    return Err(ToolError::new(e));
+                };
+                let mut msg = format!("{shown} changed since you read it: it was changed {where}. Nothing was changed by this edit. Read {shown} again and redo the edit against its current text.");
+                if let Some(changes) = changes {
+                    msg.push_str("\n\n");
+                    msg.push_str(changes);
+                }
+                if let Some(region) = closest_region(&snap.text, &edits[0].0) {
+                    msg.push_str("\n\n");
+                    msg.push_str(&region);
+                }
+                return Err(ToolError::new(msg));
+            }
+        };
         if plan
             .iter()
             .all(|r| snap.text[r.range.clone()] == r.new_text)
@@ -699,6 +717,13 @@ impl Tool for EditTool {
             "edit {shown}: {count} block(s)"
         );
         let mut said = format!("Successfully replaced {count} block(s) in {shown}.");
+        if let Some((r#where, changes)) = &stale {
+            said.push_str(&format!("\n\nNote: {shown} had changed since you read it (it was changed {where}); your oldText still matched its current text, and the edit was made there."));
+            if let Some(changes) = changes {
+                said.push_str("\n\n");
+                said.push_str(changes);
+            }
+        }
         if let Some(note) = self.fs.unsaved_note(&path).await {
             said.push_str("\n\n");
             said.push_str(&note);
