@@ -717,3 +717,114 @@ async fn an_input_length_refusal_with_an_image_retries_without_it_and_keeps_the_
         json!([{"type":"text","text":"see"},{"type":"image","data":img,"mimeType":"image/png"}])
     );
 }
+
+/// A gateway answering status 200 with a JSON error document (or an HTML page) instead of an
+/// event stream: the provider's error is shown as it names it and classified as it says (an
+/// invalid key is not retried; an overloaded server is, and the retry's answer ends the turn),
+/// and a page that is no error at all is quoted and not retried. Before, each was retried as
+/// "stream ended without a response" and the provider's message never reached the user.
+#[tokio::test]
+async fn a_200_answer_that_is_not_an_event_stream_tells_the_providers_error() {
+    let openai_key = r#"{"error":{"message":"Invalid API key","type":"invalid_request_error","code":"invalid_api_key"}}"#;
+    let anthropic_key =
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+    let overloaded = r#"{"error":{"message":"upstream overloaded","type":"overloaded_error"}}"#;
+    let page = "<html><body>Please sign in to the proxy</body></html>";
+    let cases: Vec<(pi_ai::Api, &str, &str, bool, Vec<Value>)> = vec![
+        (
+            pi_ai::Api::OpenaiCompletions,
+            "application/json",
+            openai_key,
+            false,
+            vec![
+                json!(["user", null, "hello"]),
+                json!(["assistant", "error", "invalid_api_key: Invalid API key"]),
+            ],
+        ),
+        (
+            pi_ai::Api::AnthropicMessages,
+            "application/json",
+            anthropic_key,
+            false,
+            vec![
+                json!(["user", null, "hello"]),
+                json!([
+                    "assistant",
+                    "error",
+                    "authentication_error: invalid x-api-key"
+                ]),
+            ],
+        ),
+        (
+            pi_ai::Api::OpenaiCompletions,
+            "text/html",
+            page,
+            false,
+            vec![
+                json!(["user", null, "hello"]),
+                json!([
+                    "assistant",
+                    "error",
+                    format!("HTTP 200 with a body that is not an event stream: {page}")
+                ]),
+            ],
+        ),
+        (
+            pi_ai::Api::OpenaiCompletions,
+            "application/json",
+            overloaded,
+            true,
+            vec![
+                json!(["user", null, "hello"]),
+                json!([
+                    "assistant",
+                    "error",
+                    "overloaded_error: upstream overloaded"
+                ]),
+                json!(["assistant", "stop", "Hello."]),
+            ],
+        ),
+    ];
+    for (api, content_type, body, retried, want) in cases {
+        let guard = tmp("not-sse");
+        let dir = guard.path();
+        let mock = MockModel::start(vec![
+            Step::Raw {
+                status: 200,
+                content_type: content_type.into(),
+                body: body.into(),
+            },
+            Step::text("Hello."),
+        ])
+        .await;
+        let s = setup(dir, &mock, 128_000, Vec::new(), None);
+        if api == pi_ai::Api::AnthropicMessages {
+            let mut cfg = s.agent.config();
+            cfg.model = Model::new(api, "mock", "mock-1", &mock.anthropic_base());
+            cfg.model.api_key = Some("test-key".into());
+            cfg.model.context_window = 128_000;
+            cfg.model.max_tokens = 4_096;
+            s.agent.set_config(cfg);
+        }
+        s.agent.prompt(vec![Message::user_text("hello")]).unwrap();
+        idle(&s.agent).await;
+        assert_eq!(messages(&s.path), want, "{api:?} {body}");
+        let retries: Vec<Value> = s
+            .sink
+            .of_type("auto_retry_start")
+            .iter()
+            .map(|e| json!([e["attempt"], e["errorMessage"]]))
+            .collect();
+        if retried {
+            assert_eq!(
+                retries,
+                vec![json!([1, "overloaded_error: upstream overloaded"])],
+                "{body}"
+            );
+            assert_eq!(mock.requests().len(), 2, "{body}");
+        } else {
+            assert_eq!(retries, Vec::<Value>::new(), "{api:?} {body}");
+            assert_eq!(mock.requests().len(), 1, "{api:?} {body}");
+        }
+    }
+}

@@ -499,7 +499,9 @@ pub fn classify_message(message: &AssistantMessage, context_window: u64) -> Opti
 /// Longest error body kept in an error message, in bytes.
 pub const MAX_ERROR_BODY: usize = 2_000;
 
-fn truncate_body(body: &str) -> String {
+/// `body` trimmed and cut to [`MAX_ERROR_BODY`] bytes (at a character boundary), as error
+/// messages quote a provider's body.
+pub(crate) fn truncate_body(body: &str) -> String {
     let body = body.trim();
     if body.len() <= MAX_ERROR_BODY {
         return body.to_string();

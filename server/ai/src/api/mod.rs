@@ -213,7 +213,17 @@ pub(crate) struct SseBody {
     tail: [u8; 4],
     /// Bytes arrived.
     fed: bool,
+    /// Whether the body's first byte other than whitespace has been seen.
+    sniffed: bool,
+    /// The body when it is a document, not an event stream: its first byte other than
+    /// whitespace is `{`, `[` or `<` (a JSON document or an HTML page, which no event stream
+    /// starts with; a gateway's `{"error": …}` answered with status 200). Kept up to
+    /// [`MAX_DOCUMENT`] bytes and read to its end, then [`document_error`].
+    document: Option<Vec<u8>>,
 }
+
+/// How much of a body that is not an event stream is kept for its error ([`document_error`]).
+const MAX_DOCUMENT: usize = 64 * 1024;
 
 impl SseBody {
     pub(crate) fn new(body: BoxStream<'static, reqwest::Result<Bytes>>, idle: Duration) -> Self {
@@ -224,6 +234,8 @@ impl SseBody {
             idle,
             tail: [0; 4],
             fed: false,
+            sniffed: false,
+            document: None,
         }
     }
 
@@ -289,6 +301,22 @@ impl SseBody {
                         self.tail[4 - n..].copy_from_slice(&chunk[chunk.len() - n..]);
                         self.fed = true;
                     }
+                    if !self.sniffed {
+                        if let Some(at) = chunk.iter().position(|c| !c.is_ascii_whitespace()) {
+                            self.sniffed = true;
+                            if matches!(chunk[at], b'{' | b'[' | b'<') {
+                                self.document = Some(Vec::new());
+                            }
+                        }
+                    }
+                    if let Some(doc) = &mut self.document {
+                        let room = MAX_DOCUMENT.saturating_sub(doc.len());
+                        doc.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                        if doc.len() >= MAX_DOCUMENT {
+                            return Err(document_error(doc));
+                        }
+                        continue;
+                    }
                     self.parser.feed(&chunk);
                     if self.parser.overflows() > 0 {
                         return Err(ProviderError::Parse {
@@ -305,11 +333,50 @@ impl SseBody {
                     })
                 }
                 Ok(None) => {
+                    if let Some(doc) = &self.document {
+                        return Err(document_error(doc));
+                    }
                     self.ended = true;
                     self.parser.finish();
                 }
             }
         }
+    }
+}
+
+/// The failure a 200 answer stands for whose body is a document, not an event stream
+/// ([`SseBody`]'s `document`): the provider's error when the document is JSON naming one
+/// (`{"error": {"message", "code" or "type"}}` or `{"error": "text"}`, classified as an error
+/// inside a stream: [`crate::errors::classify_stream_error`], so an invalid key is an auth
+/// error and an overloaded server is retried), else a [`ProviderError::Provider`] error
+/// quoting the body (cut to 2,000 bytes; a non-streamed answer or a proxy's HTML page), not
+/// retried. Before this a gateway's `{"error": …}` with status 200 was retried as "stream
+/// ended without a response" and its message never shown.
+fn document_error(doc: &[u8]) -> ProviderError {
+    let text = String::from_utf8_lossy(doc);
+    if let Ok(v) = serde_json::from_str::<Value>(text.trim()) {
+        let err = &v["error"];
+        if let Some(message) = err.as_str() {
+            return crate::errors::classify_stream_error(None, message);
+        }
+        if err.is_object() {
+            let message = err
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| err.to_string());
+            let kind = err
+                .get("code")
+                .and_then(Value::as_str)
+                .or_else(|| err.get("type").and_then(Value::as_str));
+            return crate::errors::classify_stream_error(kind, &message);
+        }
+    }
+    ProviderError::Provider {
+        message: format!(
+            "HTTP 200 with a body that is not an event stream: {}",
+            crate::errors::truncate_body(&crate::keys::redact(&text))
+        ),
     }
 }
 
