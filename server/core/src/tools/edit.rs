@@ -11,9 +11,12 @@
 //! a whitespace-tolerant line match (see [`super::edit_match`]). Matching is substring matching:
 //! a partial line is fine when it is unique. A failed edit never changes the file.
 //!
-//! Stale reads (EDIT-08): when the model read the file and its text changed since (the user
-//! typed in the buffer, a command rewrote it), the edit is refused and the model is told to read
-//! again; the current text near the edit is shown. The result's `details.diff` is Pi's own
+//! Stale reads (EDIT-08): the edit is matched against the text as it is now (the editor's
+//! buffer when the file is open). When the model read the file and its text changed since (the
+//! user typed in the buffer, a command rewrote it) and the edit's `oldText` no longer matches,
+//! it is refused and the model is told to read again, with the changed lines and the current
+//! text near the edit; when `oldText` still matches, the edit is made and its result says the
+//! file had changed. The result's `details.diff` is Pi's own
 //! numbered-line diff (`generateDiffString`: `+N line`, `-N line`, ` N line`, ` ... ` for skipped
 //! context, 4 lines of context, numbers padded to the width of the longer text's line count),
 //! which Pi's interface draws when it resumes the session; `details.firstChangedLine` is the
@@ -705,7 +708,14 @@ impl Tool for EditTool {
         self.fs
             .replace(&path, &snap, plan, &label)
             .await
-            .map_err(|e| ToolError::new(e.to_string()))?;
+            .map_err(|e| match e {
+                // The editor's buffer moved on between the read above and the apply (the
+                // user typed while `workspace/applyEdit` was under way: LSP-02).
+                crate::fs::FsError::Stale(_) => ToolError::new(format!(
+                    "{shown} changed while the edit was being applied (the user typed in it, or a program changed it). Nothing was changed by this edit. Read {shown} again and redo the edit against its current text."
+                )),
+                e => ToolError::new(e.to_string()),
+            })?;
         self.state.reads.record_hash(&path, after_hash);
         // The server's own time for the edit and its phases (the tools bench reads them).
         tracing::debug!(
