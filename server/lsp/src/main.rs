@@ -144,6 +144,14 @@ enum McpCommand {
     },
 }
 
+/// The number of async workers: `var` (tokio's `TOKIO_WORKER_THREADS`) when it is a positive
+/// count, else the machine's parallelism (`cores()`; 2 when unknown) but at most two.
+fn async_workers(var: Option<&str>, cores: impl FnOnce() -> Option<usize>) -> usize {
+    var.and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| cores().map_or(2, |n| n.min(2)))
+}
+
 fn main() -> anyhow::Result<()> {
     // Before anything else (no thread yet): see `memory`.
     pi_lsp::memory::fix_mmap_threshold();
@@ -162,8 +170,12 @@ fn main() -> anyhow::Result<()> {
     // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
     // parts, session parsing and search, run on threads of their own or the blocking pool), and
     // each worker costs its stack and a malloc arena: 8 workers (tokio's default on an 8-core
-    // machine) held 1.1 MB more after 50 tool rounds than 2 (docs/benchmarks.md).
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(2));
+    // machine) held 1.1 MB more after 50 tool rounds than 2 (docs/benchmarks.md). Tokio's own
+    // `TOKIO_WORKER_THREADS` (a positive count) still sets the number when given.
+    let workers = async_workers(
+        std::env::var("TOKIO_WORKER_THREADS").ok().as_deref(),
+        || std::thread::available_parallelism().ok().map(|n| n.get()),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -288,5 +300,21 @@ fn main() -> anyhow::Result<()> {
             pi_core::sandbox::remove_temp_folders();
             std::process::exit(code);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::async_workers;
+
+    #[test]
+    fn tokio_worker_threads_sets_the_count_else_at_most_two() {
+        assert_eq!(async_workers(None, || Some(8)), 2);
+        assert_eq!(async_workers(None, || Some(1)), 1);
+        assert_eq!(async_workers(None, || None), 2);
+        assert_eq!(async_workers(Some("1"), || Some(8)), 1);
+        assert_eq!(async_workers(Some(" 4 "), || Some(2)), 4);
+        assert_eq!(async_workers(Some("0"), || Some(8)), 2);
+        assert_eq!(async_workers(Some("many"), || Some(1)), 1);
     }
 }
