@@ -43,9 +43,7 @@ enum Text {
     File {
         src: Arc<FileText>,
         offset: u64,
-        /// The line's length in bytes (32 bits: with the enum's tag in the same 8 bytes, an
-        /// entry is 8 bytes smaller; a longer line is kept as [`Text::Owned`]).
-        len: u32,
+        len: usize,
         /// XXH3 of the line as loaded: a line changed since (by another program) reads as empty.
         hash: u64,
     },
@@ -367,15 +365,11 @@ impl Entry {
         hash: u64,
         parts: LineParts,
     ) -> Option<(Entry, Option<Message>)> {
-        let text = match u32::try_from(len) {
-            Ok(len) => Text::File {
-                src: src.clone(),
-                offset,
-                len,
-                hash,
-            },
-            // A line of 4 GiB or more (never written by Pi): its text kept as read now.
-            Err(_) => Text::Owned(src.line(offset, len, hash).unwrap_or_default().into()),
+        let text = Text::File {
+            src: src.clone(),
+            offset,
+            len,
+            hash,
         };
         Self::from_parts(parts, text)
     }
@@ -407,7 +401,7 @@ impl Entry {
                 offset,
                 len,
                 hash,
-            } => Cow::Owned(src.line(*offset, *len as usize, *hash).unwrap_or_default()),
+            } => Cow::Owned(src.line(*offset, *len, *hash).unwrap_or_default()),
             Text::Owned(s) => Cow::Borrowed(s),
         }
     }
@@ -826,7 +820,7 @@ fn plan_messages_from(path: &[&Entry], plan: &PathPlan, parallel: usize) -> Vec<
                 },
                 Some(src),
             ) if e.kind == "message" && Arc::ptr_eq(s, src) => {
-                items.push((*offset, *len as usize, *hash, k))
+                items.push((*offset, *len, *hash, k))
             }
             _ => out[k] = entry_message(e),
         }
@@ -1720,7 +1714,7 @@ mod tests {
         assert_ne!(EntryKind::from("label"), EntryKind::from("labels"));
         // What a long session's memory is mostly made of: one of these per entry.
         assert!(
-            std::mem::size_of::<Entry>() <= 144,
+            std::mem::size_of::<Entry>() <= 152,
             "Entry is {} bytes",
             std::mem::size_of::<Entry>()
         );
