@@ -253,13 +253,13 @@ impl ExtensionHost for SessionHost {
         let Ok(w) = self.writer.lock() else {
             return Vec::new();
         };
-        // Only the entries whose shape may match are read.
-        let maybe = |s: crate::session::EntryShape| {
-            kinds.iter().any(|k| match k.split_once(':') {
-                Some(("toolResult", tool)) => s.may_be_tool(tool),
-                _ => s.may_be_kind(k) || (s.may_be_kind("message") && s.may_have_role(k)),
-            })
-        };
+        // Only the entries whose shape may match are read (each kind's question prepared
+        // once, not per entry).
+        let tests: Vec<_> = kinds
+            .iter()
+            .map(|k| crate::session::EntryShape::kind_or_role_test(k))
+            .collect();
+        let maybe = |s: crate::session::EntryShape| tests.iter().any(|t| t(s));
         let Some(leaf) = w.leaf() else {
             return Vec::new();
         };

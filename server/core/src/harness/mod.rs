@@ -786,8 +786,8 @@ pub fn file_usage(tree: &SessionTree) -> queue::UsageTotals {
                 .any(|k| s.may_be_kind(k))
     };
     for e in tree.entries_where(maybe) {
-        if let Some(u) = e.assistant().and_then(|a| a.usage.as_ref()) {
-            queue::add_usage(&mut t, u);
+        if let Some(u) = e.assistant().and_then(|a| a.usage()) {
+            queue::add_usage(&mut t, &u);
         } else if matches!(e.kind.as_str(), "usage" | "compaction" | "branch_summary") {
             // Pi 1.6: `usage` entries (any `kind`) and the summaries' own usage.
             let raw = e.raw();

@@ -24,16 +24,131 @@ use serde_json::{Map, Value};
 
 use super::convert::convert_message;
 
-/// What the harness reads of an assistant message without parsing its line again.
+/// What the harness reads of an assistant message without parsing its line again: its
+/// `provider`, `model` and `usage`. A loaded tree keeps one (boxed) per assistant entry, so it
+/// is kept small (72 bytes instead of 136): the provider and model names are shared by the
+/// messages that name the same ones (one allocation per run of messages of one model, not
+/// per message), the usage's token counts are kept as 32 bits when they all fit (the whole
+/// [`Usage`] in a box of its own when one does not). Reads give back exactly what was stored.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AssistantInfo {
-    /// `message.provider` when it is a string (inline up to 24 bytes: no allocation per
-    /// message for the usual names).
-    pub provider: Option<CompactString>,
-    /// `message.model` when it is a string (inline up to 24 bytes).
-    pub model: Option<CompactString>,
+    names: Option<std::sync::Arc<ModelNames>>,
+    usage: PackedUsage,
+}
+
+/// `message.provider` and `message.model` of an assistant message, shared ([`AssistantInfo`]).
+#[derive(Debug, PartialEq)]
+struct ModelNames {
+    provider: Option<Box<str>>,
+    model: Option<Box<str>>,
+}
+
+/// A [`Usage`] as [`AssistantInfo`] keeps it.
+#[derive(Debug, Clone, Default, PartialEq)]
+enum PackedUsage {
+    /// No usage (or one that does not read as Pi's).
+    #[default]
+    None,
+    /// Input, output, cache read, cache write, total tokens; then the cost's input, output,
+    /// cache read, cache write and total.
+    Small { tokens: [u32; 5], cost: [f64; 5] },
+    /// A usage with a token count past `u32::MAX`.
+    Full(Box<Usage>),
+}
+
+impl AssistantInfo {
+    /// The info of an assistant message with these fields. Names equal to the last ones made
+    /// on this thread share their allocation.
+    pub fn new(provider: Option<&str>, model: Option<&str>, usage: Option<Usage>) -> Self {
+        AssistantInfo {
+            names: shared_names(provider, model),
+            usage: match usage {
+                None => PackedUsage::None,
+                Some(u) => {
+                    let tokens = [
+                        u.input,
+                        u.output,
+                        u.cache_read,
+                        u.cache_write,
+                        u.total_tokens,
+                    ];
+                    match tokens.map(u32::try_from) {
+                        [Ok(a), Ok(b), Ok(c), Ok(d), Ok(e)] => PackedUsage::Small {
+                            tokens: [a, b, c, d, e],
+                            cost: [
+                                u.cost.input,
+                                u.cost.output,
+                                u.cost.cache_read,
+                                u.cost.cache_write,
+                                u.cost.total,
+                            ],
+                        },
+                        _ => PackedUsage::Full(Box::new(u)),
+                    }
+                }
+            },
+        }
+    }
+
+    /// `message.provider` when it is a string.
+    pub fn provider(&self) -> Option<&str> {
+        self.names.as_ref()?.provider.as_deref()
+    }
+
+    /// `message.model` when it is a string.
+    pub fn model(&self) -> Option<&str> {
+        self.names.as_ref()?.model.as_deref()
+    }
+
     /// `message.usage` when it reads as Pi's usage.
-    pub usage: Option<Usage>,
+    pub fn usage(&self) -> Option<Usage> {
+        match &self.usage {
+            PackedUsage::None => None,
+            PackedUsage::Small { tokens, cost } => Some(Usage {
+                input: tokens[0].into(),
+                output: tokens[1].into(),
+                cache_read: tokens[2].into(),
+                cache_write: tokens[3].into(),
+                total_tokens: tokens[4].into(),
+                cost: pi_ai::types::Cost {
+                    input: cost[0],
+                    output: cost[1],
+                    cache_read: cost[2],
+                    cache_write: cost[3],
+                    total: cost[4],
+                },
+            }),
+            PackedUsage::Full(u) => Some((**u).clone()),
+        }
+    }
+}
+
+/// The names of [`AssistantInfo::new`]: the last ones made on this thread when they are the
+/// same (a loader's thread reads many messages of one model in a row), else new ones.
+fn shared_names(provider: Option<&str>, model: Option<&str>) -> Option<std::sync::Arc<ModelNames>> {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    thread_local! {
+        static LAST: RefCell<Option<Arc<ModelNames>>> = const { RefCell::new(None) };
+    }
+    if provider.is_none() && model.is_none() {
+        return None;
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some(n) = last
+            .as_ref()
+            .filter(|n| n.provider.as_deref() == provider && n.model.as_deref() == model)
+        {
+            return Some(n.clone());
+        }
+        let n = Arc::new(ModelNames {
+            provider: provider.map(Into::into),
+            model: model.map(Into::into),
+        });
+        *last = Some(n.clone());
+        Some(n)
+    })
 }
 
 /// The parts of one `message` entry's `message` object.
@@ -165,10 +280,12 @@ fn str_of(v: &Value, k: &str) -> Option<CompactString> {
 /// message too.
 pub(crate) fn message_from_value(m: &Value, convert: bool) -> MessageParts {
     let role = str_of(m, "role");
-    let assistant = (role.as_deref() == Some("assistant")).then(|| AssistantInfo {
-        provider: str_of(m, "provider"),
-        model: str_of(m, "model"),
-        usage: m.get("usage").and_then(|u| Usage::deserialize(u).ok()),
+    let assistant = (role.as_deref() == Some("assistant")).then(|| {
+        AssistantInfo::new(
+            m.get("provider").and_then(Value::as_str),
+            m.get("model").and_then(Value::as_str),
+            m.get("usage").and_then(|u| Usage::deserialize(u).ok()),
+        )
     });
     let tool = match role.as_deref() {
         Some("toolResult") => tool_hash(m.get("toolName").and_then(Value::as_str).unwrap_or("")),
@@ -512,11 +629,8 @@ impl<'de> Visitor<'de> for MessageSeed {
             }
             "assistant" => {
                 let f: AssistantFields = rest(map, "role")?;
-                let info = AssistantInfo {
-                    provider: f.provider.as_deref().map(CompactString::from),
-                    model: f.model.as_deref().map(CompactString::from),
-                    usage: f.usage.clone(),
-                };
+                let info =
+                    AssistantInfo::new(f.provider.as_deref(), f.model.as_deref(), f.usage.clone());
                 let m = Message::Assistant(AssistantMessage {
                     content: f.content,
                     api: f.api,
@@ -795,11 +909,7 @@ impl<'de> Visitor<'de> for SummarySeed {
             }
             "assistant" => {
                 let f: SkimAssistant = rest(map, "role")?;
-                let info = AssistantInfo {
-                    provider: f.provider,
-                    model: f.model,
-                    usage: f.usage,
-                };
+                let info = AssistantInfo::new(f.provider.as_deref(), f.model.as_deref(), f.usage);
                 (f.content.0, Some(info))
             }
             "toolResult" => {

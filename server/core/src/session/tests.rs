@@ -899,8 +899,8 @@ fn tool_results_are_told_apart_by_tool_without_reading_them() {
 
 #[test]
 fn ids_parent_ids_and_model_names_are_kept_inline_and_long_ones_whole() {
-    // Pi's 8-hex ids, the usual provider/model names: no allocation of their own per entry;
-    // an id or a model name longer than 24 bytes is kept whole all the same.
+    // Pi's 8-hex ids: no allocation of their own per entry; an id longer than 24 bytes is
+    // kept whole all the same, and so is a long model name.
     let d = tmp("inline");
     let p = d.join("s.jsonl");
     let long_id = "an-id-written-by-another-tool-0123456789";
@@ -938,26 +938,76 @@ fn ids_parent_ids_and_model_names_are_kept_inline_and_long_ones_whole() {
             ],
             "deferred: {deferred}"
         );
-        let names: Vec<(Option<&str>, Option<&str>, bool)> = tree
+        let names: Vec<(Option<&str>, Option<&str>)> = tree
             .entries
             .iter()
             .filter_map(|e| e.assistant())
-            .map(|a| {
-                (
-                    a.provider.as_deref(),
-                    a.model.as_deref(),
-                    a.model.as_ref().is_some_and(|m| m.is_heap_allocated()),
-                )
-            })
+            .map(|a| (a.provider(), a.model()))
             .collect();
         assert_eq!(
             names,
             [
-                (Some("anthropic"), Some("claude-sonnet-4-5"), false),
-                (Some("p"), Some(long_model), true),
+                (Some("anthropic"), Some("claude-sonnet-4-5")),
+                (Some("p"), Some(long_model)),
             ],
             "deferred: {deferred}"
         );
         assert_eq!(tree.path(long_id).len(), 3);
     }
+}
+
+/// What an assistant entry keeps of its message reads back as stored: names (shared by the
+/// messages that repeat them, distinct where they differ), no usage, a usage whose counts fit
+/// in 32 bits and one whose counts do not, costs as written (fractions, negative zero).
+#[test]
+fn assistant_info_reads_back_what_was_stored() {
+    let small = pi_ai::Usage {
+        input: 100,
+        output: 10,
+        cache_read: u64::from(u32::MAX),
+        cache_write: 0,
+        total_tokens: 110,
+        cost: pi_ai::types::Cost {
+            input: 0.000123,
+            output: -0.0,
+            cache_read: 1e-9,
+            cache_write: 3.5,
+            total: 7.0,
+        },
+    };
+    let big = pi_ai::Usage {
+        input: u64::from(u32::MAX) + 1,
+        total_tokens: u64::MAX,
+        ..small.clone()
+    };
+    for usage in [None, Some(small.clone()), Some(big.clone())] {
+        let a = AssistantInfo::new(Some("anthropic"), Some("claude"), usage.clone());
+        assert_eq!(a.usage(), usage);
+        assert_eq!(
+            a.usage().map(|u| u.cost.output.to_bits()),
+            usage.map(|u| u.cost.output.to_bits())
+        );
+        assert_eq!(
+            (a.provider(), a.model()),
+            (Some("anthropic"), Some("claude"))
+        );
+    }
+    let a = AssistantInfo::new(Some("p"), Some("m"), Some(small.clone()));
+    let b = AssistantInfo::new(Some("p"), Some("m"), Some(small.clone()));
+    let c = AssistantInfo::new(Some("p"), Some("m2"), Some(small.clone()));
+    let d = AssistantInfo::new(None, Some("m2"), None);
+    let none = AssistantInfo::new(None, None, None);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert_eq!((c.provider(), c.model()), (Some("p"), Some("m2")));
+    assert_eq!(
+        (d.provider(), d.model(), d.usage()),
+        (None, Some("m2"), None)
+    );
+    assert_eq!(none, AssistantInfo::default());
+    assert_eq!(
+        (none.provider(), none.model(), none.usage()),
+        (None, None, None)
+    );
+    assert_ne!(a, AssistantInfo::new(Some("p"), Some("m"), Some(big)));
 }

@@ -520,6 +520,39 @@ impl EntryShape {
             || (self.may_be_kind("message") && self.may_have_role("system"))
     }
 
+    /// [`EntryShape::may_be_kind`] of `kind`, or of the entries of `message.role` `kind`
+    /// ([`EntryShape::may_have_role`]), or, for `toolResult:NAME`, of the tool results of the
+    /// tool `NAME` ([`EntryShape::may_be_tool`]): the question of a pass over many entries
+    /// (an extension's `branch_entries_of`), with the names looked up and the tool name
+    /// hashed once instead of once per entry. Same answers as those calls.
+    pub fn kind_or_role_test(kind: &str) -> impl Fn(EntryShape) -> bool + Copy {
+        let code = |known: &[&str], name: &str| {
+            known
+                .iter()
+                .position(|k| *k == name)
+                .map_or(Self::OTHER, |i| (i as u32).min(Self::OTHER))
+        };
+        let message = code(&EntryKind::KNOWN, "message");
+        let (kind_code, role_code, tool) = match kind.split_once(':') {
+            Some(("toolResult", tool)) => (
+                Self::OTHER + 1,
+                code(&ROLES, "toolResult"),
+                Some(line::tool_hash(tool) & 0xffff),
+            ),
+            _ => (code(&EntryKind::KNOWN, kind), code(&ROLES, kind), None),
+        };
+        move |s: EntryShape| {
+            let k = s.0 & 15;
+            let r = s.0 >> 4 & 15;
+            let is_message = k == Self::OTHER || k == message;
+            let has_role = r == Self::OTHER || r == role_code;
+            match tool {
+                Some(t) => is_message && has_role && u64::from(s.0 >> 16) == t,
+                None => k == Self::OTHER || k == kind_code || (is_message && has_role),
+            }
+        }
+    }
+
     /// [`Entry::is_visible`] when it is known without reading the entry.
     pub fn visible(self) -> Option<bool> {
         match self.0 >> 8 & 3 {
@@ -934,12 +967,7 @@ fn path_settings(path: &[&Entry]) -> SessionContext {
                 }
             }
             "message" if ctx.model.is_none() => {
-                if let Some(AssistantInfo {
-                    provider: Some(p),
-                    model: Some(m),
-                    ..
-                }) = e.assistant()
-                {
+                if let Some((p, m)) = e.assistant().and_then(|a| a.provider().zip(a.model())) {
                     ctx.model = Some((p.to_string(), m.to_string()));
                 }
             }
@@ -1113,16 +1141,29 @@ impl SessionTree {
         // to a smaller index cannot meet an entry twice, and needs no record of the entries
         // it met (a vector as long as the tree, per walk); any other walk is made again with
         // one.
-        let mut out = Vec::new();
-        let mut cur = self.index.get(&self.entries, leaf);
+        //
+        // The path is walked twice, the first time for its length only: the vector is made
+        // once at its size (grown by doubling, a long path's vector was up to twice its size,
+        // and the old and the new one were both there while it grew: at an open's peak).
+        let start = self.index.get(&self.entries, leaf);
+        let mut len = 0;
+        let mut last = usize::MAX;
+        let mut cur = start;
         while let Some(i) = cur {
-            if out.last().is_some_and(|&last| i >= last) {
+            if i >= last {
                 return self.path_indices_checked(leaf);
             }
-            out.push(i);
+            len += 1;
+            last = i;
             cur = self.parent_of(i);
         }
-        out.reverse();
+        let mut out = vec![0; len];
+        let mut cur = start;
+        for slot in out.iter_mut().rev() {
+            let Some(i) = cur else { break };
+            *slot = i;
+            cur = self.parent_of(i);
+        }
         out
     }
 
@@ -1158,12 +1199,32 @@ impl SessionTree {
     /// The entries of the root-to-`leaf` path ([`SessionTree::path`]) whose shape `maybe`
     /// keeps, in order: a pass over a long path that reads only the entries it may want
     /// ([`EntryShape`]'s questions are false only for entries that certainly are not so).
+    ///
+    /// Only the entries kept are collected: a walk whose every step goes to an earlier entry
+    /// (a file as written, see [`SessionTree::path_indices`]) allocates nothing as long as the
+    /// path; any other walk is made again through [`SessionTree::path_indices`].
     pub fn path_where(&self, leaf: &str, maybe: impl Fn(EntryShape) -> bool) -> Vec<&Entry> {
-        self.path_indices(leaf)
-            .into_iter()
-            .filter(|&i| self.shapes.get(i).copied().is_none_or(&maybe))
-            .map(|i| &self.entries[i])
-            .collect()
+        let keep = |i: usize| self.shapes.get(i).copied().is_none_or(&maybe);
+        let mut out = Vec::new();
+        let mut last = usize::MAX;
+        let mut cur = self.index.get(&self.entries, leaf);
+        while let Some(i) = cur {
+            if i >= last {
+                return self
+                    .path_indices(leaf)
+                    .into_iter()
+                    .filter(|&i| keep(i))
+                    .map(|i| &self.entries[i])
+                    .collect();
+            }
+            if keep(i) {
+                out.push(&self.entries[i]);
+            }
+            last = i;
+            cur = self.parent_of(i);
+        }
+        out.reverse();
+        out
     }
 
     /// The entries in file order whose shape `maybe` keeps ([`SessionTree::path_where`]).
@@ -1215,14 +1276,10 @@ impl SessionTree {
                     let raw = e.raw();
                     str_of(&raw, "provider").zip(str_of(&raw, "modelId"))
                 }
-                "message" => match e.assistant() {
-                    Some(AssistantInfo {
-                        provider: Some(p),
-                        model: Some(m),
-                        ..
-                    }) => Some((p.to_string(), m.to_string())),
-                    _ => None,
-                },
+                "message" => e
+                    .assistant()
+                    .and_then(|a| a.provider().zip(a.model()))
+                    .map(|(p, m)| (p.to_string(), m.to_string())),
                 _ => None,
             });
         SessionContext {
@@ -1447,6 +1504,61 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// [`EntryShape::kind_or_role_test`] answers as the per-entry calls it replaces do, for
+    /// every kind, role, visibility and tool-hash bits a shape can hold and the names an
+    /// extension asks for (known and unknown kinds and roles, tool results of a tool, of
+    /// another tool, a prefix that is not `toolResult`).
+    #[test]
+    fn prepared_shape_tests_answer_as_the_per_entry_calls() {
+        let names = [
+            "custom",
+            "message",
+            "compaction",
+            "toolResult",
+            "assistant",
+            "user",
+            "future_kind",
+            "mystery",
+            "toolResult:todo",
+            "toolResult:read",
+            "toolResult:",
+            "other:todo",
+        ];
+        let tools = [
+            line::tool_hash("todo") & 0xffff,
+            line::tool_hash("read") & 0xffff,
+            0,
+            1,
+        ];
+        let mut checked = 0;
+        for kind in 0..16u32 {
+            for role in 0..16u32 {
+                for visible in 0..4u32 {
+                    for &tool in &tools {
+                        let s = EntryShape(kind | role << 4 | visible << 8 | (tool as u32) << 16);
+                        for name in names {
+                            let expected = match name.split_once(':') {
+                                Some(("toolResult", t)) => s.may_be_tool(t),
+                                _ => {
+                                    s.may_be_kind(name)
+                                        || (s.may_be_kind("message") && s.may_have_role(name))
+                                }
+                            };
+                            assert_eq!(
+                                EntryShape::kind_or_role_test(name)(s),
+                                expected,
+                                "{name} of {s:?}"
+                            );
+                            checked += usize::from(expected);
+                        }
+                    }
+                }
+            }
+        }
+        // Both answers occur.
+        assert!(checked > 0 && checked < 16 * 16 * 4 * 4 * names.len());
+    }
+
     fn tree(lines: Value) -> SessionTree {
         let mut v = lines.as_array().unwrap().clone();
         let header = v.remove(0);
@@ -1605,6 +1717,12 @@ mod tests {
             std::mem::size_of::<Entry>() <= 152,
             "Entry is {} bytes",
             std::mem::size_of::<Entry>()
+        );
+        // And one of these per assistant message (boxed).
+        assert!(
+            std::mem::size_of::<AssistantInfo>() <= 72,
+            "AssistantInfo is {} bytes",
+            std::mem::size_of::<AssistantInfo>()
         );
     }
 

@@ -323,8 +323,8 @@ pub(crate) async fn session_stats(cx: Ctx, p: SessionParams) -> Result<SessionSt
                         let stop = &r["message"]["stopReason"];
                         stop != "error" && stop != "aborted"
                     })
-                    .and_then(|e| e.assistant().and_then(|a| a.usage.as_ref()))
-                    .is_none_or(|u| pi_core::harness::queue::context_tokens(u) == 0)
+                    .and_then(|e| e.assistant().and_then(|a| a.usage()))
+                    .is_none_or(|u| pi_core::harness::queue::context_tokens(&u) == 0)
             });
         if unknown {
             return ContextUsage {
