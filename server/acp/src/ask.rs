@@ -204,18 +204,6 @@ impl Asker for AcpAsker {
 impl Approver for AcpAsker {
     /// The sandbox's escalation: allow once or reject (no rule is offered).
     async fn ask(&self, r: PermissionRequest) -> Decision {
-        let q = Question {
-            tool: r.tool,
-            tool_call_id: r.tool_call_id,
-            arguments: r.arguments,
-            reason: r.reason,
-            rule: None,
-            always_scopes: Vec::new(),
-            change: None,
-        };
-        match self.ask_client(&q).await {
-            Answer::Once | Answer::Always(_) => Decision::Allow,
-            Answer::Reject { reason } => Decision::Reject { reason },
-        }
+        self.ask_client(&Question::escalation(r)).await.decision()
     }
 }

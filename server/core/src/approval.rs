@@ -220,6 +220,23 @@ pub struct Question {
     pub change: Option<ProposedChange>,
 }
 
+impl Question {
+    /// The question for a sandbox escalation ([`crate::sandbox::Approver`]): may the call run
+    /// outside the sandbox although `request.reason`? Allow once or reject; no rule is offered
+    /// (every front door asks it the same way).
+    pub fn escalation(request: crate::sandbox::PermissionRequest) -> Question {
+        Question {
+            tool: request.tool,
+            tool_call_id: request.tool_call_id,
+            arguments: request.arguments,
+            reason: request.reason,
+            rule: None,
+            always_scopes: Vec::new(),
+            change: None,
+        }
+    }
+}
+
 /// The user's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -232,6 +249,19 @@ pub enum Answer {
         /// The user's reason, when given.
         reason: Option<String>,
     },
+}
+
+impl Answer {
+    /// The sandbox's decision this answer stands for: any allow is [`Decision::Allow`] (an
+    /// escalation offers no rule to remember), a reject keeps its reason.
+    ///
+    /// [`Decision::Allow`]: crate::sandbox::Decision::Allow
+    pub fn decision(self) -> crate::sandbox::Decision {
+        match self {
+            Answer::Once | Answer::Always(_) => crate::sandbox::Decision::Allow,
+            Answer::Reject { reason } => crate::sandbox::Decision::Reject { reason },
+        }
+    }
 }
 
 /// Asks the user (the editor). Implementations answer [`Answer::Reject`] when the question

@@ -294,20 +294,9 @@ impl Asker for LspApprover {
 impl Approver for LspApprover {
     /// The sandbox's escalation: allow once or reject (no rule is offered).
     async fn ask(&self, r: PermissionRequest) -> Decision {
-        let q = Question {
-            tool: r.tool,
-            tool_call_id: r.tool_call_id,
-            arguments: r.arguments,
-            reason: r.reason,
-            rule: None,
-            always_scopes: Vec::new(),
-            change: None,
-        };
+        let q = Question::escalation(r);
         let what = Self::what(&q, " outside the sandbox");
-        match self.ask_question(q, what).await {
-            Answer::Once | Answer::Always(_) => Decision::Allow,
-            Answer::Reject { reason } => Decision::Reject { reason },
-        }
+        self.ask_question(q, what).await.decision()
     }
 }
 
