@@ -339,3 +339,112 @@ async fn sandbox_lets_commands_write_in_every_workspace_folder() {
     c.shutdown().await;
     mock.assert_paired();
 }
+
+/// The user types while the agent's edit is being applied: the editor answers
+/// `applied: false` for the older version. When nobody was asked about the edit, it is
+/// planned again against the buffer as it is now and applied there if its `oldText` still
+/// matches, the user's typing kept and the model told (EDIT-08: edits match the live buffer);
+/// when the typing removed the `oldText`, it is refused, nothing changed. Each case checks
+/// the buffer, the disk, the `workspace/applyEdit`s sent and the tool result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_during_the_apply_replans_the_edit_once_or_refuses_it() {
+    let tmp = TempDir::new("type-during-apply");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let file = ws.join("a.txt");
+
+    // The typing is elsewhere in the buffer: the edit is made at the new version.
+    std::fs::write(&file, "a = 1\nb = 2\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::edit("e1", "a.txt", "b = 2", "b = 3"),
+        Step::text("edited"),
+    ])
+    .await;
+    let behavior = EditorBehavior {
+        type_during_apply: Some(("a = 1", "a = 10")),
+        ..Default::default()
+    };
+    let mut c = start_with_mock(&ws, &mock, behavior).await;
+    c.open(&file, "a = 1\nb = 2\n").await;
+    let events = prompt(&mut c, "edit").await;
+    assert_eq!(
+        tool_results(&events),
+        vec![(
+            "edit".to_string(),
+            format!(
+                "Successfully replaced 1 block(s) in a.txt.\n\nNote: a.txt changed while the edit was being applied (the user typed in it, or a program changed it); your oldText still matched its new text, and the edit was made there.{}",
+                unsaved_note("a.txt")
+            ),
+            false
+        )]
+    );
+    let sent: Vec<Value> = c
+        .applied_edits()
+        .iter()
+        .map(|e| e["documentChanges"][0]["textDocument"]["version"].clone())
+        .collect();
+    assert_eq!(sent, vec![json!(1), json!(2)]);
+    assert_eq!(c.doc(&file).unwrap().text, "a = 10\nb = 3\n");
+    // The user's typing is theirs: unsaved in the buffer, the agent's change on disk.
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a = 1\nb = 3\n");
+    mock.assert_paired();
+    c.shutdown().await;
+
+    // The typing changed the very text the edit replaces: refused, nothing changed.
+    std::fs::write(&file, "a = 1\nb = 2\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::edit("e2", "a.txt", "b = 2", "b = 3"),
+        Step::text("refused"),
+    ])
+    .await;
+    let behavior = EditorBehavior {
+        type_during_apply: Some(("b = 2", "b = 5")),
+        ..Default::default()
+    };
+    let mut c = start_with_mock(&ws, &mock, behavior).await;
+    c.open(&file, "a = 1\nb = 2\n").await;
+    let events = prompt(&mut c, "edit").await;
+    assert_eq!(
+        tool_result_text(&events, "edit"),
+        (
+            "a.txt changed while the edit was being applied (the user typed in it, or a program changed it). Nothing was changed by this edit. Read a.txt again and redo the edit against its current text.".to_string(),
+            true
+        )
+    );
+    assert_eq!(c.applied_edits().len(), 1);
+    assert_eq!(c.doc(&file).unwrap().text, "a = 1\nb = 5\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a = 1\nb = 2\n");
+    mock.assert_paired();
+    c.shutdown().await;
+
+    // The user approved the edit's diff: it is never applied in another form than the one
+    // they saw, so typing during its apply refuses it even where the oldText still matches.
+    std::fs::write(&file, "a = 1\nb = 2\n").unwrap();
+    let mock = MockModel::start(vec![
+        Step::edit("e3", "a.txt", "b = 2", "b = 3"),
+        Step::text("refused"),
+    ])
+    .await;
+    let behavior = EditorBehavior {
+        type_during_apply: Some(("a = 1", "a = 10")),
+        approval_policy: Some("ask"),
+        permission_answer: Some(json!({"decision": "allow"})),
+        ..Default::default()
+    };
+    let mut c = start_with_mock(&ws, &mock, behavior).await;
+    c.open(&file, "a = 1\nb = 2\n").await;
+    let events = prompt(&mut c, "edit").await;
+    assert_eq!(
+        tool_result_text(&events, "edit"),
+        (
+            "a.txt changed while the edit was being applied (the user typed in it, or a program changed it). Nothing was changed by this edit. Read a.txt again and redo the edit against its current text.".to_string(),
+            true
+        )
+    );
+    assert_eq!(c.applied_edits().len(), 1);
+    assert_eq!(c.doc(&file).unwrap().text, "a = 10\nb = 2\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a = 1\nb = 2\n");
+    mock.assert_paired();
+    c.shutdown().await;
+}

@@ -69,6 +69,12 @@ pub struct EditorBehavior {
     /// A slow or busy editor: `workspace/applyEdit` is applied (as `apply_edits` says) and
     /// answered this long after it arrived, other messages read and answered meanwhile.
     pub apply_edit_delay: Option<Duration>,
+    /// The user types while the first `workspace/applyEdit` is under way: before answering
+    /// it, the editor replaces the first occurrence of `.0` by `.1` in the edited document's
+    /// buffer (version + 1, a full-text `didChange` sent), then answers `applied: false`
+    /// (`failureReason: "version mismatch"`, what VS Code answers for an edit made for an
+    /// older version). Later `workspace/applyEdit`s are answered as `apply_edits` says.
+    pub type_during_apply: Option<(&'static str, &'static str)>,
 }
 
 impl Default for EditorBehavior {
@@ -93,6 +99,7 @@ impl Default for EditorBehavior {
             syncs_all_documents: true,
             change_annotations: false,
             apply_edit_delay: None,
+            type_during_apply: None,
         }
     }
 }
@@ -119,6 +126,8 @@ struct Shared {
     log_seen: Mutex<usize>,
     /// Server → client requests this fake editor does not know (answered `null`).
     unknown_requests: Mutex<Vec<Value>>,
+    /// Set once `EditorBehavior::type_during_apply` has typed.
+    typed_during_apply: std::sync::atomic::AtomicBool,
 }
 
 /// The client. It fails the test that drops it with unexpected server messages left unread:
@@ -202,6 +211,14 @@ impl Shared {
     /// Applies a `workspace/applyEdit` (as `behavior` says), sending the editor's document
     /// notifications first; returns the answer.
     async fn answer_apply_edit(&self, msg: &Value) -> Value {
+        if let Some((from, to)) = self.behavior.type_during_apply {
+            if !self
+                .typed_during_apply
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                return self.type_before_answering(msg, from, to).await;
+            }
+        }
         if self.behavior.apply_edits && !self.behavior.send_changes {
             json!({"applied": true})
         } else if self.behavior.apply_edits {
@@ -231,6 +248,38 @@ impl Shared {
         } else {
             json!({"applied": false, "failureReason": "version mismatch"})
         }
+    }
+}
+
+impl Shared {
+    /// [`EditorBehavior::type_during_apply`]: the user's typing reaches the buffer of the
+    /// document the edit is for (its first `documentChanges` entry, or `changes` key) before
+    /// the edit, which the editor then refuses as made for an older version.
+    async fn type_before_answering(&self, msg: &Value, from: &str, to: &str) -> Value {
+        let edit = &msg["params"]["edit"];
+        let uri = edit["documentChanges"]
+            .as_array()
+            .and_then(|d| d.iter().find_map(|c| c["textDocument"]["uri"].as_str()))
+            .or_else(|| {
+                edit["changes"]
+                    .as_object()
+                    .and_then(|c| c.keys().next().map(String::as_str))
+            })
+            .expect("an edit with a document")
+            .to_string();
+        let (text, version) = {
+            let mut docs = self.docs.lock().unwrap();
+            let doc = docs.get_mut(&uri).expect("the edited document is open");
+            doc.text = doc.text.replacen(from, to, 1);
+            doc.version += 1;
+            (doc.text.clone(), doc.version)
+        };
+        write_msg(
+            &self.stdin,
+            &json!({"jsonrpc":"2.0","method":"textDocument/didChange","params":{"textDocument":{"uri":uri,"version":version},"contentChanges":[{"text":text}]}}),
+        )
+        .await;
+        json!({"applied": false, "failureReason": "version mismatch"})
     }
 }
 
@@ -405,6 +454,7 @@ impl LspClient {
             log_bytes: Mutex::new(Vec::new()),
             log_seen: Mutex::new(0),
             unknown_requests: Mutex::new(Vec::new()),
+            typed_during_apply: Default::default(),
         });
         let err_buf = Arc::new(Mutex::new(String::new()));
         {

@@ -643,7 +643,7 @@ impl Tool for EditTool {
         let read_at = started.elapsed();
         // Compute the change: the replacements, its diff and the hash of the text it makes,
         // from the plan alone (the edited whole text is never built).
-        let plan = match plan_edits(&snap.text, &edits, &shown) {
+        let mut plan = match plan_edits(&snap.text, &edits, &shown) {
             Ok(plan) => plan,
             Err(e) => {
                 let Some((r#where, changes)) = &stale else {
@@ -661,27 +661,19 @@ impl Tool for EditTool {
                 return Err(ToolError::new(msg));
             }
         };
-        if plan
-            .iter()
-            .all(|r| snap.text[r.range.clone()] == r.new_text)
-        {
-            return Err(ToolError::new(if edits.len() == 1 {
-                format!("No changes made to {shown}. The replacement produced identical content. This might indicate an issue with special characters or the text not existing as expected.")
-            } else {
-                format!("No changes made to {shown}. The replacements produced identical content.")
-            }));
-        }
+        refuse_identical(&snap.text, &plan, edits.len(), &shown)?;
         let planned_at = started.elapsed();
-        let diffs = plan_diffs(&shown, &snap.text, &plan);
+        let mut diffs = plan_diffs(&shown, &snap.text, &plan);
         let diff = diffs.unified.clone();
-        let after_hash = text_hash_after(&snap.text, &plan);
+        let mut after_hash = text_hash_after(&snap.text, &plan);
         let diffed_at = started.elapsed();
         // Apply it.
         let count = plan.len();
         // Approval step (crate::approval), between computing the change and applying it: when
         // the user was asked, the text must still be the one the question showed.
+        let mut asked = false;
         if let Some(gate) = &self.state.approval {
-            let asked = gate
+            asked = gate
                 .approve_change("edit", &ctx.call_id, &ctx.cancel, || ProposedChange {
                     path: shown.clone(),
                     diff: diff.clone(),
@@ -698,24 +690,42 @@ impl Tool for EditTool {
             }
         }
         let label = format!("pi: turn {} · edit {shown} ({})", ctx.turn, ctx.call_id);
-        let record = super::file_change::FileChange::of_plan(
-            path.clone(),
-            &snap.text,
-            &plan,
-            content_hash(&snap.text),
-            format!("xxh3:{after_hash:016x}"),
-        );
-        self.fs
-            .replace(&path, &snap, plan, &label)
-            .await
-            .map_err(|e| match e {
-                // The editor's buffer moved on between the read above and the apply (the
-                // user typed while `workspace/applyEdit` was under way: LSP-02).
-                crate::fs::FsError::Stale(_) => ToolError::new(format!(
-                    "{shown} changed while the edit was being applied (the user typed in it, or a program changed it). Nothing was changed by this edit. Read {shown} again and redo the edit against its current text."
-                )),
-                e => ToolError::new(e.to_string()),
-            })?;
+        // The editor's buffer moved on between the read above and the apply: the user typed
+        // while `workspace/applyEdit` was under way (LSP-02), and the editor answered
+        // `applied: false`. When nobody was shown this edit's diff, it is planned once more
+        // against the text as it is now and applied there if its `oldText` still matches
+        // (case EDIT-08: edits are matched against the live buffer); an edit the user approved
+        // is never applied in another form than the one they saw.
+        let stale_apply = || {
+            ToolError::new(format!(
+                "{shown} changed while the edit was being applied (the user typed in it, or a program changed it). Nothing was changed by this edit. Read {shown} again and redo the edit against its current text."
+            ))
+        };
+        let mut replanned = false;
+        let record = loop {
+            let record = super::file_change::FileChange::of_plan(
+                path.clone(),
+                &snap.text,
+                &plan,
+                content_hash(&snap.text),
+                format!("xxh3:{after_hash:016x}"),
+            );
+            match self.fs.replace(&path, &snap, plan, &label).await {
+                Ok(()) => break record,
+                Err(crate::fs::FsError::Stale(_)) if !asked && !replanned => {
+                    replanned = true;
+                    snap = self.fs.read(&path).await.map_err(|e| {
+                        ToolError::new(format!("Could not edit file: {shown}. {e}"))
+                    })?;
+                    plan = plan_edits(&snap.text, &edits, &shown).map_err(|_| stale_apply())?;
+                    refuse_identical(&snap.text, &plan, edits.len(), &shown)?;
+                    diffs = plan_diffs(&shown, &snap.text, &plan);
+                    after_hash = text_hash_after(&snap.text, &plan);
+                }
+                Err(crate::fs::FsError::Stale(_)) => return Err(stale_apply()),
+                Err(e) => return Err(ToolError::new(e.to_string())),
+            }
+        };
         self.state.reads.record_hash(&path, after_hash);
         // The server's own time for the edit and its phases (the tools bench reads them).
         tracing::debug!(
@@ -734,6 +744,9 @@ impl Tool for EditTool {
                 said.push_str(changes);
             }
         }
+        if replanned {
+            said.push_str(&format!("\n\nNote: {shown} changed while the edit was being applied (the user typed in it, or a program changed it); your oldText still matched its new text, and the edit was made there."));
+        }
         if let Some(note) = self.fs.unsaved_note(&path).await {
             said.push_str("\n\n");
             said.push_str(&note);
@@ -747,6 +760,23 @@ impl Tool for EditTool {
             ),
         })
     }
+}
+
+/// Refuses a plan whose replacements leave `text` as it is (Pi's "No changes made" error).
+fn refuse_identical(
+    text: &str,
+    plan: &[TextReplace],
+    edits: usize,
+    shown: &str,
+) -> Result<(), ToolError> {
+    if plan.iter().all(|r| text[r.range.clone()] == r.new_text) {
+        return Err(ToolError::new(if edits == 1 {
+            format!("No changes made to {shown}. The replacement produced identical content. This might indicate an issue with special characters or the text not existing as expected.")
+        } else {
+            format!("No changes made to {shown}. The replacements produced identical content.")
+        }));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
