@@ -353,98 +353,74 @@ async fn typing_during_the_apply_replans_the_edit_once_or_refuses_it() {
     std::fs::create_dir_all(&ws).unwrap();
     let ws = ws.canonicalize().unwrap();
     let file = ws.join("a.txt");
-
-    // The typing is elsewhere in the buffer: the edit is made at the new version.
-    std::fs::write(&file, "a = 1\nb = 2\n").unwrap();
-    let mock = MockModel::start(vec![
-        Step::edit("e1", "a.txt", "b = 2", "b = 3"),
-        Step::text("edited"),
-    ])
-    .await;
-    let behavior = EditorBehavior {
-        type_during_apply: Some(("a = 1", "a = 10")),
-        ..Default::default()
-    };
-    let mut c = start_with_mock(&ws, &mock, behavior).await;
-    c.open(&file, "a = 1\nb = 2\n").await;
-    let events = prompt(&mut c, "edit").await;
-    assert_eq!(
-        tool_results(&events),
-        vec![(
-            "edit".to_string(),
-            format!(
-                "Successfully replaced 1 block(s) in a.txt.\n\nNote: a.txt changed while the edit was being applied (the user typed in it, or a program changed it); your oldText still matched its new text, and the edit was made there.{}",
-                unsaved_note("a.txt")
+    let refused = "a.txt changed while the edit was being applied (the user typed in it, or a program changed it). Nothing was changed by this edit. Read a.txt again and redo the edit against its current text.".to_string();
+    // (what the user types during the apply, whether the user is asked about the edit, the
+    // tool result, the buffer versions the `workspace/applyEdit`s named, buffer, disk)
+    let cases = [
+        // Elsewhere in the buffer: the edit is made at the new version; the user's typing
+        // stays theirs, unsaved in the buffer, and the agent's change reaches the disk.
+        (
+            ("a = 1", "a = 10"),
+            false,
+            (
+                format!(
+                    "Successfully replaced 1 block(s) in a.txt.\n\nNote: a.txt changed while the edit was being applied (the user typed in it, or a program changed it); your oldText still matched its new text, and the edit was made there.{}",
+                    unsaved_note("a.txt")
+                ),
+                false,
             ),
-            false
-        )]
-    );
-    let sent: Vec<Value> = c
-        .applied_edits()
-        .iter()
-        .map(|e| e["documentChanges"][0]["textDocument"]["version"].clone())
-        .collect();
-    assert_eq!(sent, vec![json!(1), json!(2)]);
-    assert_eq!(c.doc(&file).unwrap().text, "a = 10\nb = 3\n");
-    // The user's typing is theirs: unsaved in the buffer, the agent's change on disk.
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a = 1\nb = 3\n");
-    mock.assert_paired();
-    c.shutdown().await;
-
-    // The typing changed the very text the edit replaces: refused, nothing changed.
-    std::fs::write(&file, "a = 1\nb = 2\n").unwrap();
-    let mock = MockModel::start(vec![
-        Step::edit("e2", "a.txt", "b = 2", "b = 3"),
-        Step::text("refused"),
-    ])
-    .await;
-    let behavior = EditorBehavior {
-        type_during_apply: Some(("b = 2", "b = 5")),
-        ..Default::default()
-    };
-    let mut c = start_with_mock(&ws, &mock, behavior).await;
-    c.open(&file, "a = 1\nb = 2\n").await;
-    let events = prompt(&mut c, "edit").await;
-    assert_eq!(
-        tool_result_text(&events, "edit"),
+            vec![json!(1), json!(2)],
+            "a = 10\nb = 3\n",
+            "a = 1\nb = 3\n",
+        ),
+        // The very text the edit replaces: refused, nothing changed.
         (
-            "a.txt changed while the edit was being applied (the user typed in it, or a program changed it). Nothing was changed by this edit. Read a.txt again and redo the edit against its current text.".to_string(),
-            true
-        )
-    );
-    assert_eq!(c.applied_edits().len(), 1);
-    assert_eq!(c.doc(&file).unwrap().text, "a = 1\nb = 5\n");
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a = 1\nb = 2\n");
-    mock.assert_paired();
-    c.shutdown().await;
-
-    // The user approved the edit's diff: it is never applied in another form than the one
-    // they saw, so typing during its apply refuses it even where the oldText still matches.
-    std::fs::write(&file, "a = 1\nb = 2\n").unwrap();
-    let mock = MockModel::start(vec![
-        Step::edit("e3", "a.txt", "b = 2", "b = 3"),
-        Step::text("refused"),
-    ])
-    .await;
-    let behavior = EditorBehavior {
-        type_during_apply: Some(("a = 1", "a = 10")),
-        approval_policy: Some("ask"),
-        permission_answer: Some(json!({"decision": "allow"})),
-        ..Default::default()
-    };
-    let mut c = start_with_mock(&ws, &mock, behavior).await;
-    c.open(&file, "a = 1\nb = 2\n").await;
-    let events = prompt(&mut c, "edit").await;
-    assert_eq!(
-        tool_result_text(&events, "edit"),
+            ("b = 2", "b = 5"),
+            false,
+            (refused.clone(), true),
+            vec![json!(1)],
+            "a = 1\nb = 5\n",
+            "a = 1\nb = 2\n",
+        ),
+        // The user approved the edit's diff: it is never applied in another form than the
+        // one they saw, so it is refused even though its oldText still matches.
         (
-            "a.txt changed while the edit was being applied (the user typed in it, or a program changed it). Nothing was changed by this edit. Read a.txt again and redo the edit against its current text.".to_string(),
-            true
-        )
-    );
-    assert_eq!(c.applied_edits().len(), 1);
-    assert_eq!(c.doc(&file).unwrap().text, "a = 10\nb = 2\n");
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a = 1\nb = 2\n");
-    mock.assert_paired();
-    c.shutdown().await;
+            ("a = 1", "a = 10"),
+            true,
+            (refused, true),
+            vec![json!(1)],
+            "a = 10\nb = 2\n",
+            "a = 1\nb = 2\n",
+        ),
+    ];
+    for (typing, ask, result, versions, buffer, disk) in cases {
+        std::fs::write(&file, "a = 1\nb = 2\n").unwrap();
+        let mock = MockModel::start(vec![
+            Step::edit("e1", "a.txt", "b = 2", "b = 3"),
+            Step::text("done"),
+        ])
+        .await;
+        let mut behavior = EditorBehavior {
+            type_during_apply: Some(typing),
+            ..Default::default()
+        };
+        if ask {
+            behavior.approval_policy = Some("ask");
+            behavior.permission_answer = Some(json!({"decision": "allow"}));
+        }
+        let mut c = start_with_mock(&ws, &mock, behavior).await;
+        c.open(&file, "a = 1\nb = 2\n").await;
+        let events = prompt(&mut c, "edit").await;
+        assert_eq!(tool_result_text(&events, "edit"), result, "{typing:?}");
+        let sent: Vec<Value> = c
+            .applied_edits()
+            .iter()
+            .map(|e| e["documentChanges"][0]["textDocument"]["version"].clone())
+            .collect();
+        assert_eq!(sent, versions, "{typing:?}");
+        assert_eq!(c.doc(&file).unwrap().text, buffer);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), disk);
+        mock.assert_paired();
+        c.shutdown().await;
+    }
 }
