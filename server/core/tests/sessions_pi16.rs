@@ -161,6 +161,35 @@ fn pi_16s_content_replacements_apply_as_pi_16_applies_them() {
     assert_eq!(loaded.messages, ctx.messages);
 }
 
+/// A session list counts a Pi 1.6 file's messages as Pi 1.6's `SessionManager.list` (its
+/// `--resume` picker) does: 11 for this file (its stored system message, four prompts, five
+/// answers, one tool result), not its 16 entries.
+#[test]
+fn a_listed_pi_16_file_counts_its_messages_as_pi_16s_picker() {
+    let d = tmp_dir("pi-core-pi16-list-");
+    std::fs::copy(
+        fixture("pi-1.6.0-context-edits.jsonl"),
+        d.join("2026-12-06T13-05-52-489Z_01a24b75-f95e-705f-a0a3-04fdd8c6960b.jsonl"),
+    )
+    .unwrap();
+    let listed = pi_core::session::list_sessions(&d);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (
+            listed[0].id.as_str(),
+            listed[0].message_count,
+            listed[0].entry_count,
+            listed[0].first_prompt.as_deref()
+        ),
+        (
+            "01a24b75-f95e-705f-a0a3-04fdd8c6960b",
+            11,
+            16,
+            Some("b1 prompt")
+        )
+    );
+}
+
 /// A replacement edit replaces the content only, the latest edit on the branch wins, and a
 /// file opened for appending (the deferred load) counts as the built context does.
 #[test]
