@@ -503,7 +503,16 @@ async fn continue_session_sessions_stdin_and_no_session_as_pi() {
         (rows[0]["id"].as_str(), rows[0]["firstPrompt"].as_str()),
         (Some(id), Some("first"))
     );
-    // --session by the id's start; stdin before the prompt.
+    // Its count is of message entries, as Pi 1.6's `--resume` picker counts (`messageCount`),
+    // not of every entry (model and thinking changes are entries too).
+    let messages = lines.iter().filter(|l| l["type"] == "message").count();
+    assert_eq!(rows[0]["messages"], messages);
+    assert!(
+        rows[0]["entries"].as_u64().unwrap() > messages as u64,
+        "{rows:?}"
+    );
+    // --session by the id's start; stdin before the prompt, as Pi 1.6's print mode puts it:
+    // trimmed, nothing between it and the prompt (`buildInitialMessage` joins with "").
     let out = tokio::task::block_in_place(|| {
         let mut child = h
             .command(&["run", "--workspace"])
@@ -518,14 +527,14 @@ async fn continue_session_sessions_stdin_and_no_session_as_pi() {
         {
             use std::io::Write;
             let mut stdin = child.stdin.take().unwrap();
-            stdin.write_all(b"piped text\n").unwrap();
+            stdin.write_all(b"  piped text\n\n").unwrap();
         }
         child.wait_with_output().unwrap()
     });
     assert_success(&out);
     assert_eq!(
         users(&session_lines(&h.ws)),
-        ["first", "second", "piped text\n\nthird"]
+        ["first", "second", "piped textthird"]
     );
     // --no-session: answered, and no file left.
     let out = h.run(&[&m[..], &["--no-session", "fourth"]].concat());

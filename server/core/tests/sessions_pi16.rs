@@ -107,6 +107,89 @@ fn context_edits_pi_writes_leave_failed_responses_out_of_the_context() {
     assert_eq!(tree.context(Some("62771907")).messages.len(), 2);
 }
 
+/// Edits as Pi 1.6.0's `SessionManager.appendContextEdit` writes them (an extension's, recorded
+/// from the real Pi): `replacement: {"content": blocks}` on the first prompt and on a tool
+/// result, `null` on an answer. The model context is Pi's `get_messages` of the file (recorded
+/// beside it), its count is Pi's, and the file opened for appending gives the same messages.
+#[test]
+fn pi_16s_content_replacements_apply_as_pi_16_applies_them() {
+    let file = fixture("pi-1.6.0-context-edits.jsonl");
+    let (tree, warnings) = read_tree(&file, false).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let leaf = tree.last_id().map(str::to_string);
+    let pi: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("pi-1.6.0-context-edits.get_messages.json")).unwrap(),
+    )
+    .unwrap();
+    // The model's context: Pi's messages with the edits applied (its stored system message is
+    // the request's prompt, not a context message).
+    let ctx = tree.context(leaf.as_deref());
+    // Compared by what a request carries of each: role and content.
+    let sent = |m: &Value| json!([m["role"], m["content"]]);
+    let pi_context: Vec<Value> = pi["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(sent)
+        .collect();
+    let ours: Vec<Value> = ctx
+        .messages
+        .iter()
+        .map(|m| sent(&serde_json::to_value(m).unwrap()))
+        .collect();
+    assert_eq!(ours.len(), 9);
+    assert_eq!(ours, pi_context);
+    assert_eq!(tree.agent_message_count(leaf.as_deref()), 10);
+    // The message view shows each edited message as stored, the edit marked on it.
+    let shown: Vec<Value> = context_agent_messages(&tree, leaf.as_deref())
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(shown.len(), 11);
+    assert_eq!(shown[1]["content"][0]["text"], "b1 prompt");
+    assert_eq!(
+        shown[1]["contextEdit"],
+        json!({"id": "b47c93bb", "replacement": {"content": [{"type": "text", "text": "replaced first prompt"}]}})
+    );
+    assert_eq!(shown[3]["content"][0]["text"], "bee content\n");
+    assert_eq!(shown[4]["contextEdit"]["replacement"], Value::Null);
+    let d = tmp_dir("pi-core-pi16-content-edits-");
+    let copy = d.join("s.jsonl");
+    std::fs::copy(&file, &copy).unwrap();
+    let (_, loaded) = SessionWriter::open(&copy).unwrap();
+    assert_eq!(loaded.messages, ctx.messages);
+}
+
+/// A session list counts a Pi 1.6 file's messages as Pi 1.6's `SessionManager.list` (its
+/// `--resume` picker) does: 11 for this file (its stored system message, four prompts, five
+/// answers, one tool result), not its 16 entries.
+#[test]
+fn a_listed_pi_16_file_counts_its_messages_as_pi_16s_picker() {
+    let d = tmp_dir("pi-core-pi16-list-");
+    std::fs::copy(
+        fixture("pi-1.6.0-context-edits.jsonl"),
+        d.join("2026-12-06T13-05-52-489Z_01a24b75-f95e-705f-a0a3-04fdd8c6960b.jsonl"),
+    )
+    .unwrap();
+    let listed = pi_core::session::list_sessions(&d);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (
+            listed[0].id.as_str(),
+            listed[0].message_count,
+            listed[0].entry_count,
+            listed[0].first_prompt.as_deref()
+        ),
+        (
+            "01a24b75-f95e-705f-a0a3-04fdd8c6960b",
+            11,
+            16,
+            Some("b1 prompt")
+        )
+    );
+}
+
 /// A replacement edit replaces the content only, the latest edit on the branch wins, and a
 /// file opened for appending (the deferred load) counts as the built context does.
 #[test]

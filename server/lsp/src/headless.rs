@@ -107,7 +107,8 @@ fn resume_path(sessions: &Sessions, resume: &Resume) -> Result<Option<PathBuf>, 
     }
 }
 
-/// Text piped on stdin (nothing when stdin is a terminal).
+/// Text piped on stdin, trimmed as Pi 1.6's `readPipedStdin` trims it (nothing when stdin is a
+/// terminal or the text is blank).
 fn piped_stdin() -> Option<String> {
     use std::io::{IsTerminal, Read};
     let mut stdin = std::io::stdin();
@@ -116,13 +117,15 @@ fn piped_stdin() -> Option<String> {
     }
     let mut text = String::new();
     stdin.read_to_string(&mut text).ok()?;
-    (!text.trim().is_empty()).then_some(text)
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_string())
 }
 
-/// The prompt as Pi's print mode builds it: piped input, then the argument.
+/// The prompt as Pi 1.6's print mode builds it (`buildInitialMessage`): the piped input, then
+/// the argument, joined with nothing between them.
 fn prompt_text(piped: Option<String>, arg: Option<String>) -> Option<String> {
     match (piped, arg) {
-        (Some(p), Some(a)) => Some(format!("{}\n\n{a}", p.trim_end())),
+        (Some(p), Some(a)) => Some(format!("{p}{a}")),
         (Some(p), None) => Some(p),
         (None, a) => a,
     }
@@ -158,14 +161,15 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
                 out,
                 "{}",
                 serde_json::json!({"id": s.id, "path": s.path, "lastActivity": when,
-                    "entries": s.entry_count, "name": s.name, "firstPrompt": s.first_prompt})
+                    "entries": s.entry_count, "messages": s.message_count, "name": s.name,
+                    "firstPrompt": s.first_prompt})
             )
         } else {
             writeln!(
                 out,
                 "{}  {when}  {:>5}  {}",
                 s.id,
-                s.entry_count,
+                s.message_count,
                 title.lines().next().unwrap_or("")
             )
         };

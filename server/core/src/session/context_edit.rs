@@ -1,8 +1,10 @@
 //! `context_edit` entries (Pi 1.6 `docs/session-format.md` "ContextEditEntry",
 //! `buildSessionProjection`): an append-only edit of one earlier context-producing entry that
 //! changes only the model's future context. `replacement: null` leaves the target out of the
-//! context; any other replacement replaces only the target message's content (a string for an
-//! assistant or tool result becomes one text block, as those roles hold block lists). When
+//! context; any other replacement replaces only the target message's content. Pi 1.6's
+//! `SessionManager.appendContextEdit` writes it as `{"content": string | blocks}`; a bare string
+//! or block list is read the same way. A string for an assistant or tool result becomes one text
+//! block, as those roles hold block lists. When
 //! several edits on the active branch target the same entry, the latest wins; edits off the
 //! branch do nothing. The target entry itself is never changed: history, exports and session
 //! accounting show it as stored.
@@ -39,10 +41,15 @@ impl ContextEdits {
     }
 }
 
-/// `m` with its content replaced by `replacement` (a string or content blocks); a replacement
-/// that is neither keeps the message as it was.
+/// `m` with its content replaced by `replacement`: Pi 1.6's `{"content": string | blocks}`, or
+/// the string or blocks themselves; a replacement that is none of these keeps the message as it
+/// was.
 pub fn replace_content(m: Message, replacement: &Value) -> Message {
-    let Ok(content) = UserContent::deserialize(replacement) else {
+    let content = match replacement {
+        Value::Object(o) => o.get("content").unwrap_or(replacement),
+        other => other,
+    };
+    let Ok(content) = UserContent::deserialize(content) else {
         tracing::warn!("context_edit replacement is neither text nor content blocks: ignored");
         return m;
     };
@@ -87,5 +94,24 @@ mod tests {
             serde_json::to_value(replace_content(u, &json!("b"))).unwrap(),
             json!({"role":"user","content":"b","timestamp":1})
         );
+    }
+
+    /// Pi 1.6's writer wraps the content: `{"content": string | blocks}`.
+    #[test]
+    fn pi_16s_wrapped_replacement_replaces_the_content() {
+        let u: Message =
+            serde_json::from_value(json!({"role":"user","content":"a","timestamp":1})).unwrap();
+        let blocks = json!([{"type": "text", "text": "b"}]);
+        assert_eq!(
+            serde_json::to_value(replace_content(u.clone(), &json!({ "content": blocks })))
+                .unwrap(),
+            json!({"role":"user","content":blocks,"timestamp":1})
+        );
+        assert_eq!(
+            serde_json::to_value(replace_content(u.clone(), &json!({"content": "c"}))).unwrap(),
+            json!({"role":"user","content":"c","timestamp":1})
+        );
+        // An object without content keeps the message.
+        assert_eq!(replace_content(u.clone(), &json!({"text": "d"})), u);
     }
 }

@@ -31,6 +31,9 @@ pub struct SessionSummary {
     pub first_prompt: Option<String>,
     /// Entries after the header.
     pub entry_count: usize,
+    /// `message` entries (every role, stored system messages included): the count Pi 1.6's
+    /// session list (`SessionManager.list`, its `--resume` picker) gives as `messageCount`.
+    pub message_count: usize,
     /// File modification time, milliseconds since the epoch.
     pub last_activity_ms: i64,
 }
@@ -51,6 +54,7 @@ fn summarize(path: &Path) -> Option<SessionSummary> {
         name: None,
         first_prompt: None,
         entry_count: 0,
+        message_count: 0,
         last_activity_ms: chrono::DateTime::<chrono::Utc>::from(modified).timestamp_millis(),
     };
     for line in lines.map_while(Result::ok) {
@@ -58,6 +62,13 @@ fn summarize(path: &Path) -> Option<SessionSummary> {
             continue;
         }
         s.entry_count += 1;
+        // Pi and pi-lsp write `type` first; another key order is parsed to be sure.
+        if line.starts_with(br#"{"type":"message","#)
+            || (memchr_find(&line, br#""message""#)
+                && serde_json::from_slice::<Value>(&line).is_ok_and(|v| v["type"] == "message"))
+        {
+            s.message_count += 1;
+        }
         let is_info = memchr_find(&line, b"\"session_info\"");
         let wants_prompt = s.first_prompt.is_none() && memchr_find(&line, b"\"user\"");
         if !is_info && !wants_prompt {
