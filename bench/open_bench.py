@@ -10,6 +10,11 @@ in a fresh process: wall time from spawn to the open's answer (Pi: to `get_state
 bench.py times it), the process's CPU time (`bench.cpu_s`, all threads) and its peak resident
 set (`VmHWM`) right after. Prints, per file and harness, the median and min-max of each figure
 over the runs, and Pi's median over each binary's (the ratio the goal is stated in).
+
+With `--held`, each file is held open by another pi-lsp process (the first binary) for the whole
+run, so every open continues the session in a fork (case SESS-04): the figures are then those of
+opening a held file (wait for its release included in the wall time; each fork is deleted after
+its run). Pi takes no lock, so `--pi` is not timed then.
 """
 import argparse, json, os, statistics, sys, tempfile, time
 from pathlib import Path
@@ -26,6 +31,7 @@ def main():
     ap.add_argument("--mb", type=int, default=100)
     ap.add_argument("--files", default="long,branchy")
     ap.add_argument("--dir", help="where the session files are written (kept for the next run)")
+    ap.add_argument("--held", action="store_true", help="time opening each file while another process holds it")
     args = ap.parse_args()
     tmp = Path(args.dir or tempfile.mkdtemp(prefix="pi-open-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -45,7 +51,13 @@ def main():
         if not p.exists():
             bench.write_session(p, args.mb * 1_000_000, name == "branchy", ws)
         files[name] = p
-    harnesses = list(args.binaries) + ([args.pi] if args.pi else [])
+    harnesses = list(args.binaries) + ([args.pi] if args.pi and not args.held else [])
+    holder = None
+    if args.held:
+        holder = bench.PiLsp(args.binaries[0], ws, agent)
+        holder.initialize()
+        for p in files.values():
+            assert "result" in holder.request("agent/session/open", {"path": str(p)})
     fig = {(f, h): {"wall": [], "cpu": [], "rss": []} for f in files for h in harnesses}
 
     def once(h, path):
@@ -61,6 +73,11 @@ def main():
         out = time.perf_counter() - s.t0, bench.cpu_s(s.p.pid), bench.peak_rss_mb(s.p.pid)
         assert "result" in r, r
         s.close()
+        forked = Path(r["result"]["sessionFile"])
+        if args.held:
+            assert forked != path, "the held file was not forked"
+            forked.unlink()
+            forked.with_name(forked.name + ".lock").unlink(missing_ok=True)
         return out
 
     # Untimed: executables and files into the page cache.
@@ -77,6 +94,8 @@ def main():
                 d["wall"].append(w), d["cpu"].append(c), d["rss"].append(r)
                 line.append(f"{f}/{Path(h).name}: {w * 1e3:.0f} ms cpu {c * 1e3:.0f} {r:.1f} MiB")
         print(f"run {run + 1}/{args.runs} (load {os.getloadavg()[0]:.1f}): " + "; ".join(line), flush=True)
+    if holder:
+        holder.close()
     med = lambda xs: statistics.median(xs)
     for f in files:
         print(f"\n{f} ({files[f].stat().st_size / 1e6:.0f} MB), medians [min-max] over {args.runs} runs:")

@@ -238,3 +238,72 @@ async fn stop_all_closes_every_file_and_opens_nothing_afterwards() {
         Error::ShuttingDown
     ));
 }
+
+/// A file another process holds is continued in a fork that is opened as a plain open is: the
+/// fork holds the held file's lines byte for byte (lines with U+2028 and a megabyte and more
+/// of them, so they go out in several writes), its context is not built while opening (no
+/// message in memory) and, once built, is the held file's.
+#[test]
+fn a_held_file_is_forked_and_the_fork_opened_without_its_context() {
+    use pi_ai::Message;
+    use pi_core::harness::{open_file, Opening};
+    use pi_core::session::{read_tree, SessionWriter};
+    use serde_json::json;
+    let root = tmp_dir("pi-sessions-held-fork-");
+    std::fs::create_dir_all(root.join("agent")).unwrap();
+    let ws = WorkspaceConfig::new(root.to_path_buf(), Some(root.join("agent")), false);
+    let mut held =
+        SessionWriter::create(&root.join("elsewhere"), &root, "mock", "mock-1", "off").unwrap();
+    let big = "lorem ipsum dolor sit amet \u{2028} ".repeat(2_000);
+    let message = |v: serde_json::Value| serde_json::from_value::<Message>(v).unwrap();
+    for k in 0..40 {
+        held.append_message(&message(json!({"role": "user",
+            "content": [{"type": "text", "text": format!("go {k}")}], "timestamp": 1})))
+            .unwrap();
+        held.append_message(&message(json!({"role": "assistant",
+            "content": [{"type": "toolCall", "id": format!("c{k}"), "name": "read",
+                "arguments": {"path": "a.txt"}}],
+            "api": "openai-completions", "provider": "mock", "model": "mock-1",
+            "usage": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0,
+                "totalTokens": 110, "cost": {"input": 0, "output": 0, "cacheRead": 0,
+                "cacheWrite": 0, "total": 0}},
+            "stopReason": "toolUse", "timestamp": 2})))
+            .unwrap();
+        held.append_message(&message(
+            json!({"role": "toolResult", "toolCallId": format!("c{k}"),
+            "toolName": "read", "content": [{"type": "text", "text": format!("{k} {big}")}],
+            "isError": false, "timestamp": 3}),
+        ))
+        .unwrap();
+    }
+    let path = held.path().to_path_buf();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.len() > 2 << 20 && text.contains("\\u2028"));
+    let Opening::Opened {
+        writer,
+        loaded,
+        notices,
+    } = open_file(&ws, &path, |_| None).unwrap()
+    else {
+        panic!("opened here already");
+    };
+    assert_ne!(writer.path(), path);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(
+        notices[0].contains("continuing in a fork"),
+        "{}",
+        notices[0]
+    );
+    // Opened as a plain open is: the tree only.
+    assert!(loaded.deferred);
+    assert!(loaded.messages.is_empty());
+    assert_eq!(loaded.tree.message_count(writer.leaf()), 120);
+    let entries = |t: &str| t.lines().skip(1).map(str::to_string).collect::<Vec<_>>();
+    let forked = std::fs::read_to_string(writer.path()).unwrap();
+    assert_eq!(entries(&forked), entries(&text));
+    let (tree, _) = read_tree(&path, false).unwrap();
+    let want = tree.context(None).messages;
+    assert_eq!(want.len(), 120);
+    assert_eq!(writer.context().messages, want);
+    drop(held);
+}

@@ -222,7 +222,11 @@ pub fn open_file_with(
             if is_open(&id)? {
                 return Ok(Opening::AlreadyOpen(id));
             }
-            let fork = SessionWriter::fork_from_with(path, &tree, &sessions_dir(ws), None, images)?;
+            // The fork opened as a plain open is (the tree only, the context built when it
+            // is needed), the held file's tree gone first: it costs what an open costs.
+            let forked = SessionWriter::write_fork(path, &tree, &sessions_dir(ws), None, images)?;
+            drop(tree);
+            let fork = SessionWriter::open_deferred(&forked, images)?;
             notices.push(format!(
                 "pi-lsp: session {id} is open in another process ({pid}); continuing in a fork, session {}",
                 fork.1.id

@@ -157,7 +157,9 @@ pub(crate) struct MessageParts {
     /// `role` when it is a string.
     pub role: Option<CompactString>,
     /// What the model sees ([`super::convert_message`]); `None` when not model-visible.
-    pub message: Option<Message>,
+    /// Boxed: a line's parts are moved several times on their way into the tree, and a
+    /// deferred load never has one.
+    pub message: Option<Box<Message>>,
     /// For `role: "assistant"`.
     pub assistant: Option<AssistantInfo>,
     /// What a deferred load keeps instead of `message` ([`LineParts::summarize`]).
@@ -253,7 +255,7 @@ impl LineParts {
     pub(crate) fn summarize(&mut self) {
         if let Some(m) = self.message.as_mut() {
             if m.summary.is_none() {
-                m.summary = Some(MessageSummary::of(m.message.take().as_ref()));
+                m.summary = Some(MessageSummary::of(m.message.take().as_deref()));
             }
         }
     }
@@ -293,7 +295,11 @@ pub(crate) fn message_from_value(m: &Value, convert: bool) -> MessageParts {
     };
     MessageParts {
         role,
-        message: if convert { convert_message(m) } else { None },
+        message: if convert {
+            convert_message(m).map(Box::new)
+        } else {
+            None
+        },
         assistant,
         summary: None,
         tool,
@@ -379,6 +385,16 @@ fn parse_each_as<const SUMMARY: bool>(
         lines.iter().for_each(|_| emit(None));
         return;
     };
+    // Summaries' strings read as bytes when no line has a control character ([`Str`]).
+    let no_control = SUMMARY && !lines.iter().any(|&(s, e)| has_control(&buf[s..e]));
+    NO_CONTROL.with(|c| c.set(no_control));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            NO_CONTROL.with(|c| c.set(false));
+        }
+    }
+    let _reset = Reset;
     let json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     let mut done = 0;
     while let Some(&(start, _)) = lines.get(done) {
@@ -645,7 +661,7 @@ impl<'de> Visitor<'de> for MessageSeed {
                 });
                 return Ok(MessageParts {
                     role: Some(CompactString::from(role.as_str())),
-                    message: Some(m),
+                    message: Some(Box::new(m)),
                     assistant: Some(info),
                     summary: None,
                     tool: 0,
@@ -678,7 +694,7 @@ impl<'de> Visitor<'de> for MessageSeed {
         };
         Ok(MessageParts {
             role: Some(CompactString::from(role.as_str())),
-            message: Some(message),
+            message: Some(Box::new(message)),
             assistant: None,
             summary: None,
             tool,
@@ -904,16 +920,16 @@ impl<'de> Visitor<'de> for SummarySeed {
         let mut tool = 0;
         let (calls, assistant) = match role.as_str() {
             "user" => {
-                let _: SkimUser = rest(map, "role")?;
+                let _: SkimUser = skim_rest(map)?;
                 (Vec::new(), None)
             }
             "assistant" => {
-                let f: SkimAssistant = rest(map, "role")?;
+                let f: SkimAssistant = skim_rest(map)?;
                 let info = AssistantInfo::new(f.provider.as_deref(), f.model.as_deref(), f.usage);
                 (f.content.0, Some(info))
             }
             "toolResult" => {
-                let f: SkimToolResult = rest(map, "role")?;
+                let f: SkimToolResult = skim_rest(map)?;
                 tool = f.tool_name.0;
                 (vec![f.tool_call_id.0], None)
             }
@@ -932,6 +948,35 @@ impl<'de> Visitor<'de> for SummarySeed {
     }
 }
 
+std::thread_local! {
+    /// Set while [`parse_each_as`] reads lines with no byte below 0x20 ([`has_control`]):
+    /// a [`Str`] is then read as serde_json reads bytes (its string scan stops at `"` and `\`
+    /// only, a vectorised search, instead of checking every byte for control characters as
+    /// a `String` is read); the lines' bytes were checked for control characters before.
+    static NO_CONTROL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether `bytes` hold a byte below 0x20 (a control character: never in a JSON string, and
+/// outside strings only as whitespace). Eight bytes at a time, 32 a step.
+pub(crate) fn has_control(bytes: &[u8]) -> bool {
+    const LOW: u64 = u64::from_ne_bytes([0x20; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // A byte below 0x20 borrows when 0x20 is taken from it and has its high bit clear.
+    let below = |w: u64| w.wrapping_sub(LOW) & !w;
+    let word = |c: &[u8]| u64::from_ne_bytes(c.try_into().unwrap_or([0x20; 8]));
+    let mut blocks = bytes.chunks_exact(32);
+    for b in &mut blocks {
+        let any = below(word(&b[0..8]))
+            | below(word(&b[8..16]))
+            | below(word(&b[16..24]))
+            | below(word(&b[24..32]));
+        if any & HIGH != 0 {
+            return true;
+        }
+    }
+    blocks.remainder().iter().any(|b| *b < 0x20)
+}
+
 /// A JSON string, checked as a `String` field reads it, not kept.
 #[derive(Default)]
 struct Str;
@@ -947,8 +992,23 @@ impl<'de> Deserialize<'de> for Str {
             fn visit_str<E: de::Error>(self, _: &str) -> Result<Str, E> {
                 Ok(Str)
             }
+            // Read as bytes ([`NO_CONTROL`]): in place, a part of the line, which is UTF-8.
+            fn visit_borrowed_bytes<E: de::Error>(self, _: &[u8]) -> Result<Str, E> {
+                Ok(Str)
+            }
+            // With escapes: a lone surrogate (`\ud800`), which a `String` refuses, comes
+            // back as bytes that are not UTF-8.
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Str, E> {
+                std::str::from_utf8(v)
+                    .map(|_| Str)
+                    .map_err(|_| E::custom("a lone surrogate"))
+            }
         }
-        d.deserialize_string(V)
+        if NO_CONTROL.with(std::cell::Cell::get) {
+            d.deserialize_bytes(V)
+        } else {
+            d.deserialize_string(V)
+        }
     }
 }
 
@@ -1045,10 +1105,33 @@ impl<'de> Deserialize<'de> for AnyValue {
     }
 }
 
+/// A tagged object's tag met again among its other fields (a field of each skimmed struct
+/// named as the tag): always refused, as [`Rest`] refuses it (the other paths then decide; the
+/// `Value` path keeps the last one).
+#[derive(Default)]
+struct Repeated;
+
+impl<'de> Deserialize<'de> for Repeated {
+    fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Repeated, D::Error> {
+        Err(de::Error::custom("repeated tag"))
+    }
+}
+
+/// The rest of a tagged object (its tag read) as the skimmed struct `T`'s fields, read
+/// straight from the JSON map: `T` refuses its tag met again (a [`Repeated`] field) and serde's
+/// derive refuses any other field met twice, as [`rest`] does, without [`Rest`]'s key
+/// compare and second dispatch per key.
+fn skim_rest<'de, T: Deserialize<'de>, A: MapAccess<'de>>(map: A) -> Result<T, A::Error> {
+    T::deserialize(MapAccessDeserializer::new(map))
+}
+
 /// [`UserFields`], skimmed.
 #[derive(Deserialize)]
 #[allow(dead_code)]
 struct SkimUser {
+    /// The tag again: refused.
+    #[serde(rename = "role", default)]
+    _role: Repeated,
     #[serde(deserialize_with = "skim_content")]
     content: Calls,
     #[serde(default)]
@@ -1060,6 +1143,9 @@ struct SkimUser {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code)]
 struct SkimAssistant {
+    /// The tag again: refused.
+    #[serde(rename = "role", default)]
+    _role: Repeated,
     #[serde(deserialize_with = "skim_blocks")]
     content: Calls,
     #[serde(default)]
@@ -1086,6 +1172,9 @@ struct SkimAssistant {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code)]
 struct SkimToolResult {
+    /// The tag again: refused.
+    #[serde(rename = "role", default)]
+    _role: Repeated,
     tool_call_id: CallId,
     #[serde(default)]
     tool_name: ToolName,
@@ -1103,6 +1192,9 @@ struct SkimToolResult {
 #[derive(Deserialize)]
 #[allow(dead_code)]
 struct SkimText {
+    /// The tag again: refused.
+    #[serde(rename = "type", default)]
+    _type: Repeated,
     text: Str,
     #[serde(rename = "textSignature", default)]
     text_signature: Option<Str>,
@@ -1112,6 +1204,9 @@ struct SkimText {
 #[derive(Deserialize)]
 #[allow(dead_code)]
 struct SkimThinking {
+    /// The tag again: refused.
+    #[serde(rename = "type", default)]
+    _type: Repeated,
     thinking: Str,
     #[serde(rename = "thinkingSignature", default)]
     thinking_signature: Option<Str>,
@@ -1123,6 +1218,9 @@ struct SkimThinking {
 #[derive(Deserialize)]
 #[allow(dead_code)]
 struct SkimImage {
+    /// The tag again: refused.
+    #[serde(rename = "type", default)]
+    _type: Repeated,
     data: Str,
     #[serde(rename = "mimeType")]
     mime_type: Str,
@@ -1134,6 +1232,9 @@ struct SkimImage {
 #[derive(Deserialize)]
 #[allow(dead_code)]
 struct SkimToolCall {
+    /// The tag again: refused.
+    #[serde(rename = "type", default)]
+    _type: Repeated,
     id: CallId,
     name: Str,
     arguments: AnyValue,
@@ -1197,16 +1298,16 @@ impl<'de> Visitor<'de> for SkimBlockSeed {
         }
         let kind: Key<'de> = map.next_value()?;
         Ok(match kind.as_str() {
-            "text" => rest::<SkimText, _>(map, "type").map(|_| None)?,
-            "thinking" => rest::<SkimThinking, _>(map, "type").map(|_| None)?,
+            "text" => skim_rest::<SkimText, _>(map).map(|_| None)?,
+            "thinking" => skim_rest::<SkimThinking, _>(map).map(|_| None)?,
             "image" => {
-                let f: SkimImage = rest(map, "type")?;
+                let f: SkimImage = skim_rest(map)?;
                 if f.asset.is_some() {
                     return Err(de::Error::custom("image kept in assets"));
                 }
                 None
             }
-            "toolCall" => Some(rest::<SkimToolCall, _>(map, "type")?.id.0),
+            "toolCall" => Some(skim_rest::<SkimToolCall, _>(map)?.id.0),
             other => {
                 return Err(de::Error::unknown_variant(
                     other,
@@ -1601,6 +1702,87 @@ mod tests {
             r#"{"type":"message","id":"r","parentId":"b","message":{"role":"user","content":[{"text":"type later","type":"text"}]}}"#,
         ] {
             assert!(!same_summary(text), "{text}");
+        }
+    }
+
+    /// Lines whose strings the summary reads as bytes ([`NO_CONTROL`]) give what the full
+    /// conversion gives: a control character in a string (refused by JSON, so by both paths)
+    /// or a lone surrogate escape is never taken, escapes and tabs between tokens are, and a
+    /// piece with one line holding a control character reads every line as before.
+    #[test]
+    fn summaries_read_strings_as_bytes_only_where_a_string_would_read_the_same() {
+        let result = |text: &str, body: &str| {
+            format!(r#"{{"type":"message","id":"r","parentId":"b","message":{{"role":"toolResult","toolCallId":"c1","toolName":"read","content":[{{"type":"text","text":"{body}"}}],"isError":false,"timestamp":3}}}}"#)
+                .replace("TEXT", text)
+        };
+        let long = "lorem ipsum ".repeat(40);
+        let taken = [
+            result(&long, "TEXT"),
+            result(&long, r#"TEXT \n \t \" \\ caf\u00e9 \ud83d\ude00 end"#),
+            result("", "TEXT"),
+        ];
+        for text in &taken {
+            assert!(!has_control(text.as_bytes()));
+            assert!(same_summary(text), "left to the other paths: {text}");
+        }
+        // Tabs and carriage returns between tokens: valid JSON, read the strict way.
+        let spaced = taken[0].replace(r#""isError":"#, "\t\"isError\":\r");
+        assert!(has_control(spaced.as_bytes()));
+        assert!(same_summary(&spaced), "{spaced}");
+        let refused = [
+            result(&long, "TEXT \u{1} raw"),
+            result(&long, "TEXT \t raw tab"),
+            result(&long, "TEXT \u{1f}"),
+            result(&long, r"TEXT \ud800 lone"),
+            result(&long, r"TEXT \udc00"),
+        ];
+        for text in &refused {
+            assert!(!same_summary(text), "{text}");
+            assert!(parse(text).is_none(), "{text}");
+        }
+        // A tag met again (the skimmed structs read their fields straight from the map):
+        // left to the other paths, which keep the last one.
+        for text in [
+            taken[0].replace(
+                r#""toolName":"read","#,
+                r#""toolName":"read","role":"user","#,
+            ),
+            taken[0].replace(r#""toolName":"read","#, r#""toolName":"read","role":null,"#),
+            taken[0].replace(r#"{"type":"text","#, r#"{"type":"text","type":"text","#),
+            taken[0].replace(r#""isError":false,"#, r#""isError":false,"isError":false,"#),
+        ] {
+            assert!(!same_summary(&text), "{text}");
+        }
+        // In one piece: a line with a control character leaves every line to the strict
+        // reading; the others are still read into their summaries.
+        let mut piece = String::new();
+        let mut bounds = Vec::new();
+        for text in taken.iter().chain([&refused[0]]).chain(taken.iter()) {
+            bounds.push((piece.len(), piece.len() + text.len()));
+            piece.push_str(text);
+            piece.push('\n');
+        }
+        let got = parse_many(piece.as_bytes(), &bounds, true);
+        let ok: Vec<bool> = got.iter().map(Option::is_some).collect();
+        assert_eq!(ok, [true, true, true, false, true, true, true]);
+        assert!(!NO_CONTROL.with(std::cell::Cell::get));
+        // The check itself, against the plain one, at every length and place.
+        let mut gen = Gen(7);
+        for len in 0..100 {
+            for _ in 0..20 {
+                let bytes: Vec<u8> = (0..len)
+                    .map(|_| match gen.next() % 8 {
+                        0 => (gen.next() % 0x20) as u8,
+                        1 => 0x80 | (gen.next() % 0x80) as u8,
+                        _ => 0x20 + (gen.next() % 0x60) as u8,
+                    })
+                    .collect();
+                assert_eq!(
+                    has_control(&bytes),
+                    bytes.iter().any(|b| *b < 0x20),
+                    "{bytes:?}"
+                );
+            }
         }
     }
 

@@ -66,15 +66,29 @@ impl FileText {
     }
 
     /// The model-visible messages of the `message` entries `items` (`(offset, len, hash,
-    /// slot)`, in file order) read from this file: lines close together are read with one
-    /// `pread` into a buffer reused from run to run (no syscall and no `String` per line),
-    /// each checked against its hash and parsed; `put(slot, message)` is called for each
-    /// (a line changed since it was loaded gives `None`, as [`Entry::text`] reads it empty).
+    /// slot)`, in file order) read from this file ([`FileText::texts`]), each parsed;
+    /// `put(slot, message)` is called for each (a line changed since it was loaded gives
+    /// `None`, as [`Entry::text`] reads it empty).
     fn messages(
         &self,
         items: &[(u64, usize, u64, usize)],
         put: &mut impl FnMut(usize, Option<Message>),
     ) {
+        self.texts(items, &mut |slot, text| {
+            put(
+                slot,
+                text.and_then(line::parse)
+                    .and_then(|p| p.message?.message.map(|m| *m)),
+            )
+        })
+    }
+
+    /// The lines `items` (`(offset, len, hash, slot)`, in file order) read from this file:
+    /// lines close together are read with one `pread` into a buffer reused from run to run
+    /// (no syscall and no `String` per line), each checked against its hash; `put(slot,
+    /// text)` is called for each in order (a line changed since it was loaded gives `None`,
+    /// as [`Entry::text`] reads it empty).
+    fn texts(&self, items: &[(u64, usize, u64, usize)], put: &mut dyn FnMut(usize, Option<&str>)) {
         /// Lines at most this far apart are read in one run.
         const GAP: u64 = 64 << 10;
         /// The most bytes a run reads at once.
@@ -108,10 +122,7 @@ impl FileText {
                         self.path.display()
                     );
                 }
-                put(
-                    slot,
-                    text.and_then(line::parse).and_then(|p| p.message?.message),
-                );
+                put(slot, text);
             }
             i = j;
         }
@@ -334,7 +345,7 @@ impl Entry {
         let (role, message, assistant, summary, tool) = match parts.message {
             Some(m) => (
                 m.role.map_or(Name::Known(NO_ROLE), role_name),
-                m.message,
+                m.message.map(|m| *m),
                 m.assistant.map(Box::new),
                 m.summary,
                 m.tool,
@@ -712,7 +723,7 @@ pub struct SessionContext {
 /// from the entry's text.
 pub fn entry_message(e: &Entry) -> Option<Message> {
     match e.kind.as_str() {
-        "message" => line::parse(&e.text())?.message?.message,
+        "message" => line::parse(&e.text())?.message?.message.map(|m| *m),
         "custom_message" => {
             let raw = e.raw();
             user_content(&raw["content"], millis(&raw["timestamp"]))
@@ -1295,6 +1306,41 @@ impl SessionTree {
             .into_iter()
             .map(|i| &self.entries[i])
             .collect()
+    }
+
+    /// The text of each entry on the path from the root to `leaf` ([`SessionTree::path`]), in
+    /// path order, as [`Entry::text`] gives it (a line changed since the load reads empty),
+    /// without a `pread` and a `String` per line: lines of the loaded file are read back in
+    /// runs ([`FileText::texts`]). What a fork copies.
+    pub(crate) fn path_texts(&self, leaf: &str, put: &mut dyn FnMut(&Entry, &str)) {
+        let path = self.path_indices(leaf);
+        let mut k = 0;
+        while k < path.len() {
+            let e = &self.entries[path[k]];
+            let Text::File { src, .. } = &e.text else {
+                put(e, &e.text());
+                k += 1;
+                continue;
+            };
+            // The run of entries from the same file that starts here (up to a bound, so the
+            // list stays small).
+            let mut items = Vec::new();
+            while let Some(&i) = path.get(k + items.len()).filter(|_| items.len() < 4096) {
+                match &self.entries[i].text {
+                    Text::File {
+                        src: s,
+                        offset,
+                        len,
+                        hash,
+                    } if Arc::ptr_eq(s, src) => items.push((*offset, *len, *hash, i)),
+                    _ => break,
+                }
+            }
+            k += items.len();
+            src.texts(&items, &mut |i, text| {
+                put(&self.entries[i], text.unwrap_or(""))
+            });
+        }
     }
 
     /// The labels currently set, by target entry id (later `label` entries win; an empty or

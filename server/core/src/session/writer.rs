@@ -514,32 +514,72 @@ impl SessionWriter {
         leaf: Option<&str>,
         images: ImageOptions,
     ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        let path = Self::write_fork(parent, tree, dir, leaf, images)?;
+        SessionWriter::open_with(&path, images)
+    }
+
+    /// Writes the fork [`SessionWriter::fork_from_with`] opens and returns its path: a new
+    /// session file in `dir` whose header's `parentSession` names `parent`, holding the
+    /// entries of `tree`'s path to `leaf` (default: its last entry), their lines as stored
+    /// (read back from the loaded file in runs, written a megabyte at a time), except that
+    /// with [`ImageStorage::Assets`] large images move to the new folder's `assets/`. The
+    /// file is synced and released (opening it is the caller's: [`SessionWriter::open_deferred`]
+    /// keeps only the tree, as a plain open does).
+    pub fn write_fork(
+        parent: &Path,
+        tree: &SessionTree,
+        dir: &Path,
+        leaf: Option<&str>,
+        images: ImageOptions,
+    ) -> Result<PathBuf, SessionError> {
+        /// Lines are written when this many bytes of them are waiting.
+        const BATCH: usize = 1 << 20;
         let cwd = tree.header["cwd"]
             .as_str()
             .map(PathBuf::from)
             .unwrap_or_default();
         let mut w = Self::create_with_header(dir, new_header(&cwd, Some(parent)))?;
         if let Some(leaf) = leaf.or(tree.last_id()) {
-            for e in tree.path(leaf) {
-                // The line as stored, byte for byte, unless it holds an image to move to the
-                // new folder's assets.
-                let text = e.text();
-                if images.storage == ImageStorage::Assets
+            // Whole lines joined by newlines, written with one `write` a batch.
+            let mut batch = String::new();
+            let mut failed = None;
+            tree.path_texts(leaf, &mut |e, text| {
+                if failed.is_some() {
+                    return;
+                }
+                let moved = if images.storage == ImageStorage::Assets
                     && text.len() > IMAGE_INLINE_LIMIT
                     && text.contains("\"image\"")
                 {
+                    // The line holds an image to move to the new folder's assets.
                     let mut line = e.raw();
-                    store_large_images(&mut line, &dir.join(ASSETS_DIR))?;
-                    w.write_line(&line)?;
+                    match store_large_images(&mut line, &dir.join(ASSETS_DIR)) {
+                        Ok(_) => Some(line.to_string()),
+                        Err(err) => {
+                            failed = Some(err);
+                            return;
+                        }
+                    }
                 } else {
-                    w.write_text(&text)?;
+                    None
+                };
+                if !batch.is_empty() {
+                    batch.push('\n');
                 }
+                batch.push_str(moved.as_deref().unwrap_or(text));
+                if batch.len() >= BATCH {
+                    failed = w.write_text(&std::mem::take(&mut batch)).err();
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if !batch.is_empty() {
+                w.write_text(&batch)?;
             }
         }
         w.sync_now()?;
-        let path = w.path.clone();
-        drop(w);
-        SessionWriter::open_with(&path, images)
+        Ok(w.path.clone())
     }
 
     /// The session id (the header's `id`).
