@@ -532,7 +532,9 @@ pub(crate) fn read_chunk<'a, T: serde::Deserialize<'a>>(
     event: &'a Event,
     spill: &'a mut String,
 ) -> Result<Option<Chunk<T>>, ProviderError> {
-    let data = event.data.trim();
+    // JSON's own whitespace (what serde skips around a value) before the object: no trim of
+    // Unicode whitespace per event here; `read_data` trims for the other cases.
+    let data = event.data.trim_ascii_start();
     if data.starts_with('{') {
         if let Ok(t) = serde_json::from_str::<T>(data) {
             return Ok(Some(Chunk::Read(t)));
