@@ -653,6 +653,36 @@ impl Registry {
     /// provider named in two files is taken from the first. The built-in providers follow.
     /// No defaults: set [`Registry::defaults`] from settings.
     pub fn load_files(files: &[PathBuf]) -> Registry {
+        Registry::load_files_with(files, true)
+    }
+
+    /// The registry [`Registry::select`] needs to choose `choice` (`provider/id`): when
+    /// `provider` is none of the built-in providers (a models.json provider of its own name),
+    /// no built-in model can be the one chosen, so only the files' providers are loaded (the
+    /// built-in catalogue's 100-odd models were built and dropped for every new session:
+    /// about 0.7 M instructions). Otherwise, or when the files' providers do not have it (the
+    /// error lists the usable models of the whole registry), [`Registry::load_files`].
+    /// Warnings, `has_custom` and the environment's keys (registered for redaction) are the
+    /// same either way.
+    pub fn load_for_choice(files: &[PathBuf], choice: &str) -> Registry {
+        let builtin = choice
+            .split_once('/')
+            .is_none_or(|(p, _)| BUILTIN_PROVIDERS.iter().any(|b| b.name == p));
+        if builtin {
+            return Registry::load_files(files);
+        }
+        let reg = Registry::load_files_with(files, false);
+        if reg.find(choice).is_some() {
+            for p in BUILTIN_PROVIDERS {
+                env_api_key(p.name);
+            }
+            return reg;
+        }
+        Registry::load_files(files)
+    }
+
+    /// [`Registry::load_files`], with the built-in providers or without them.
+    fn load_files_with(files: &[PathBuf], builtins: bool) -> Registry {
         let mut reg = Registry::default();
         let mut seen = std::collections::HashSet::new();
         // models.json entries for built-in providers merge into the catalogue (Pi semantics).
@@ -681,6 +711,9 @@ impl Registry {
             }
         }
         reg.has_custom = !reg.models.is_empty();
+        if !builtins {
+            return reg;
+        }
         for p in BUILTIN_PROVIDERS {
             let cfg = builtin_cfg.remove(p.name);
             reg.add_builtin(p, cfg);
@@ -1111,5 +1144,60 @@ mod tests {
             .find("anthropic/claude-opus-5-5")
             .unwrap()
             .supports_mid_convo_system_messages());
+    }
+
+    /// Choosing a model of a models.json provider of its own name loads only the files'
+    /// providers, and gives the model the whole registry gives; a built-in provider's model,
+    /// or one the files do not have, is chosen from the whole registry (the error lists its
+    /// usable models).
+    #[test]
+    fn a_custom_providers_model_is_chosen_without_the_catalogue() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("models.json");
+        std::fs::write(
+            &file,
+            r#"{"providers":{"local":{"baseUrl":"http://127.0.0.1:9/v1","api":"openai-completions","apiKey":"k",
+               "headers":{"x-h":"v"},"compat":{"supportsDeveloperRole":false},
+               "models":[{"id":"m1","contextWindow":1000,"maxTokens":100}]},
+               "anthropic":{"apiKey":"sk-x"}}}"#,
+        )
+        .unwrap();
+        let files = [file, tmp.path().join("absent.json")];
+        let whole = Registry::load_files(&files);
+        let shown = |m: &Model| format!("{m:?} {:?} {:?} {}", m.api_key, m.headers, m.base_url);
+        let reg = Registry::load_for_choice(&files, "local/m1");
+        assert_eq!(
+            reg.models.iter().map(shown).collect::<Vec<_>>(),
+            [shown(whole.find("local/m1").unwrap())]
+        );
+        assert_eq!(
+            (reg.has_custom, &reg.warnings),
+            (whole.has_custom, &whole.warnings)
+        );
+        assert_eq!(
+            shown(&reg.select(Some("local/m1"), None).unwrap().unwrap()),
+            shown(&whole.select(Some("local/m1"), None).unwrap().unwrap())
+        );
+        // A built-in provider's model, a model the files lack, a choice without a provider:
+        // the whole registry.
+        for choice in ["anthropic/claude-sonnet-4-5", "local/none", "m1"] {
+            assert_eq!(
+                Registry::load_for_choice(&files, choice).models.len(),
+                whole.models.len(),
+                "{choice}"
+            );
+        }
+        let err = Registry::load_for_choice(&files, "local/none")
+            .select(Some("local/none"), None)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            whole
+                .select(Some("local/none"), None)
+                .unwrap_err()
+                .to_string()
+        );
+        assert!(err.contains("local/m1"), "{err}");
     }
 }

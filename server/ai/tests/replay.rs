@@ -974,6 +974,53 @@ async fn the_text_deltas_of_one_read_come_joined_and_argument_deltas_one_by_one(
     assert!(last_text < first_call, "{k:?}");
 }
 
+/// A read far larger than the piece the SSE parser is given at once (8 KiB): events, lines
+/// and multi-byte characters cut at every piece boundary come whole and in order, a tool
+/// call's argument pieces stay one event each, and the text still comes as joined deltas.
+#[tokio::test]
+async fn a_large_read_is_parsed_in_pieces_with_the_same_events() {
+    // Words of 2 + 3 + 4 + 1 bytes: an event's length does not divide 8 KiB, so over the
+    // read the piece boundaries fall in every part of an event, inside characters too.
+    let words: Vec<String> = (0..6000).map(|i| format!("é€😀{}", i % 10)).collect();
+    let mut body: String = words.iter().map(|w| text_chunk(w)).collect();
+    let pieces = ["{\"pa", "th\":", "\"é.txt\"}"];
+    for (k, p) in pieces.iter().enumerate() {
+        body.push_str(&args_chunk(k == 0, p));
+    }
+    body.push_str(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
+    );
+    assert!(body.len() > 40 * 8 * 1024);
+    let evs = replay_reply("openai-completions", sse(vec![body.into_bytes()])).await;
+    let text: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    let args: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::ToolcallDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text.concat(), words.concat());
+    // Joined: one per read of the body at most (how many reads there are is the socket's).
+    assert!(text.len() < words.len() / 10, "{} text deltas", text.len());
+    assert_eq!(args, pieces);
+    let m = evs.last().unwrap().terminal_message().unwrap();
+    assert_eq!(
+        m.content,
+        vec![
+            ContentBlock::text(words.concat()),
+            call("call_1", "read", json!({"path": "é.txt"}))
+        ]
+    );
+    assert_eq!(m.stop_reason, StopReason::ToolUse);
+}
+
 /// An abort between two reads: the first read's deltas went out (joined) before the server
 /// was waited for again; the aborted message holds exactly their text, nothing of the read
 /// that never came.

@@ -405,8 +405,11 @@ struct StreamEvent<'a> {
     index: U64,
     message: Option<Box<Value>>,
     content_block: Option<Box<Value>>,
+    /// Boxed: its six strings are most of the event's size, and an event struct that large
+    /// is copied many times as the layers of the reading return it (see
+    /// `openai_completions::ChunkChoice`).
     #[serde(borrow)]
-    delta: Obj<EventDelta<'a>>,
+    delta: Obj<Box<EventDelta<'a>>>,
     usage: Option<Box<Value>>,
     error: Option<Box<Value>>,
 }
@@ -506,7 +509,7 @@ async fn stream_body(
             use std::fmt::Write;
             let _ = write!(key, "{i}");
         }
-        let d = data.delta.0.as_ref().unwrap_or(&no_delta);
+        let d = data.delta.0.as_deref().unwrap_or(&no_delta);
         let step = match kind {
             "message_start" => {
                 let m = whole(&data.message);

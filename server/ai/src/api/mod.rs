@@ -220,7 +220,18 @@ pub(crate) struct SseBody {
     /// starts with; a gateway's `{"error": …}` answered with status 200). Kept up to
     /// [`MAX_DOCUMENT`] bytes and read to its end, then [`document_error`].
     document: Option<Vec<u8>>,
+    /// The last read of the body, handed to the parser [`FEED`] bytes at a time from `at` on.
+    pending: Bytes,
+    at: usize,
 }
+
+/// How many bytes of a read the SSE parser is given at once: the events of one piece are
+/// taken before the next is fed. A read can hold a whole answer (the bench's 4,500 chunks came
+/// in three reads of 200 KB): fed whole, every one of its events was built and queued before
+/// the first was read, and their buffers, all alive at once, missed the allocator's caches
+/// (callgrind: about 290 instructions more per event). The events and their order are the
+/// same for any feeding (`sse-parse`: chunk boundaries never change the output).
+const FEED: usize = 8 * 1024;
 
 /// How much of a body that is not an event stream is kept for its error ([`document_error`]).
 const MAX_DOCUMENT: usize = 64 * 1024;
@@ -236,6 +247,8 @@ impl SseBody {
             fed: false,
             sniffed: false,
             document: None,
+            pending: Bytes::new(),
+            at: 0,
         }
     }
 
@@ -273,6 +286,17 @@ impl SseBody {
         loop {
             if let Some(ev) = self.parser.next_event() {
                 return Ok(Some(ev));
+            }
+            if self.at < self.pending.len() {
+                let end = self.pending.len().min(self.at + FEED);
+                self.parser.feed(&self.pending[self.at..end]);
+                self.at = end;
+                if self.parser.overflows() > 0 {
+                    return Err(ProviderError::Parse {
+                        message: format!("an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"),
+                    });
+                }
+                continue;
             }
             if self.ended {
                 return Ok(None);
@@ -317,12 +341,8 @@ impl SseBody {
                         }
                         continue;
                     }
-                    self.parser.feed(&chunk);
-                    if self.parser.overflows() > 0 {
-                        return Err(ProviderError::Parse {
-                            message: format!("an SSE event exceeds the {MAX_SSE_EVENT}-byte limit"),
-                        });
-                    }
+                    self.pending = chunk;
+                    self.at = 0;
                 }
                 Ok(Some(Err(e))) => {
                     return Err(ProviderError::Network {
@@ -532,7 +552,9 @@ pub(crate) fn read_chunk<'a, T: serde::Deserialize<'a>>(
     event: &'a Event,
     spill: &'a mut String,
 ) -> Result<Option<Chunk<T>>, ProviderError> {
-    let data = event.data.trim();
+    // JSON's own whitespace (what serde skips around a value) before the object: no trim of
+    // Unicode whitespace per event here; `read_data` trims for the other cases.
+    let data = event.data.trim_ascii_start();
     if data.starts_with('{') {
         if let Ok(t) = serde_json::from_str::<T>(data) {
             return Ok(Some(Chunk::Read(t)));

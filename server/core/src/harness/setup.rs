@@ -80,7 +80,10 @@ pub fn choose_model(
     init: Option<&str>,
 ) -> Result<(Model, Option<&'static str>), ModelError> {
     let settings = ws.settings();
-    let mut reg = Registry::load_files(&ws.models_files());
+    let mut reg = match requested.or(init).filter(|c| *c != "scripted/demo") {
+        Some(choice) => Registry::load_for_choice(&ws.models_files(), choice),
+        None => Registry::load_files(&ws.models_files()),
+    };
     reg.defaults = ModelDefaults {
         default_provider: settings.default_provider.clone(),
         default_model: settings.default_model.clone(),
