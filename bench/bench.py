@@ -166,7 +166,7 @@ def binary_env(binary):
     PATH with those variables set (one binary A/B'd against itself under another setting, e.g.
     `TOKIO_WORKER_THREADS=1:target/release/pi-lsp`). Returns (PATH, {VAR: VALUE})."""
     head, sep, path = str(binary).partition(":")
-    if not sep or "=" not in head or "/" in head:
+    if not sep or "=" not in head or "/" in head.split("=", 1)[0]:
         return str(binary), {}
     return path, dict(kv.split("=", 1) for kv in head.split(","))
 
