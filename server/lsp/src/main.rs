@@ -145,11 +145,12 @@ enum McpCommand {
 }
 
 /// The number of async workers: `var` (tokio's `TOKIO_WORKER_THREADS`) when it is a positive
-/// count, else one. One worker measured faster than two on every figure of docs/benchmarks.md
-/// ("Round 36"): a tool round's tasks (the run, the model's connection, the LSP output) hand
-/// each other the work, and on two workers each hand-off woke the other thread (an `eventfd`
-/// write, `futex` calls, the other thread's wake-up latency); the CPU-heavy work (session
-/// parsing, search, tools' processes) runs on threads of its own or the blocking pool.
+/// count, else one. One worker took less CPU than two on every figure of docs/benchmarks.md
+/// ("Round 36": a tool round about a quarter less, with two fifths fewer system calls): a
+/// round's tasks (the run, the model's connection, the LSP output) hand each other the work,
+/// and on two workers each hand-off woke the other thread (an `eventfd` write, `futex` calls,
+/// the other thread's wake-up latency). The CPU-heavy work (session parsing, search, tools'
+/// processes) runs on threads of its own or the blocking pool.
 fn async_workers(var: Option<&str>) -> usize {
     var.and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
