@@ -145,16 +145,15 @@ enum McpCommand {
 }
 
 /// The number of async workers: `var` (tokio's `TOKIO_WORKER_THREADS`) when it is a positive
-/// count, else one. One worker took less CPU than two on every figure of docs/benchmarks.md
-/// ("Round 36": a tool round about a quarter less, with two fifths fewer system calls): a
-/// round's tasks (the run, the model's connection, the LSP output) hand each other the work,
-/// and on two workers each hand-off woke the other thread (an `eventfd` write, `futex` calls,
-/// the other thread's wake-up latency). The CPU-heavy work (session parsing, search, tools'
-/// processes) runs on threads of its own or the blocking pool.
-fn async_workers(var: Option<&str>) -> usize {
+/// count, else the machine's parallelism (`cores()`; 2 when unknown) but at most two. One
+/// worker takes a quarter less CPU a tool round (docs/benchmarks.md, "Round 36"), but it cost
+/// the streamed answer its overlap (the stream read and parsed on one worker while the other
+/// writes the events out: 5–9 ms more wall per 4,500-delta answer in three runs out of three),
+/// so two stay the default; the round's output is one task either way (`transport::Output`).
+fn async_workers(var: Option<&str>, cores: impl FnOnce() -> Option<usize>) -> usize {
     var.and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
-        .unwrap_or(1)
+        .unwrap_or_else(|| cores().map_or(2, |n| n.min(2)))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -172,9 +171,15 @@ fn main() -> anyhow::Result<()> {
         command,
         Some(Command::Run { .. } | Command::Mcp { .. } | Command::Acp { .. })
     ));
-    // One async worker whatever the core count (see `async_workers`); tokio's own
+    // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
+    // parts, session parsing and search, run on threads of their own or the blocking pool), and
+    // each worker costs its stack and a malloc arena: 8 workers (tokio's default on an 8-core
+    // machine) held 1.1 MB more after 50 tool rounds than 2 (docs/benchmarks.md). Tokio's own
     // `TOKIO_WORKER_THREADS` (a positive count) still sets the number when given.
-    let workers = async_workers(std::env::var("TOKIO_WORKER_THREADS").ok().as_deref());
+    let workers = async_workers(
+        std::env::var("TOKIO_WORKER_THREADS").ok().as_deref(),
+        || std::thread::available_parallelism().ok().map(|n| n.get()),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -307,11 +312,13 @@ mod tests {
     use super::async_workers;
 
     #[test]
-    fn tokio_worker_threads_sets_the_count_else_one() {
-        assert_eq!(async_workers(None), 1);
-        assert_eq!(async_workers(Some("1")), 1);
-        assert_eq!(async_workers(Some(" 4 ")), 4);
-        assert_eq!(async_workers(Some("0")), 1);
-        assert_eq!(async_workers(Some("many")), 1);
+    fn tokio_worker_threads_sets_the_count_else_at_most_two() {
+        assert_eq!(async_workers(None, || Some(8)), 2);
+        assert_eq!(async_workers(None, || Some(1)), 1);
+        assert_eq!(async_workers(None, || None), 2);
+        assert_eq!(async_workers(Some("1"), || Some(8)), 1);
+        assert_eq!(async_workers(Some(" 4 "), || Some(2)), 4);
+        assert_eq!(async_workers(Some("0"), || Some(8)), 2);
+        assert_eq!(async_workers(Some("many"), || Some(1)), 1);
     }
 }
