@@ -161,10 +161,27 @@ class Reader:
 # environment glibc's mmap threshold fix would give it.
 THRESHOLD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "PI_LSP_MMAP_THRESHOLD_SET": "1"}
 
+def binary_env(binary):
+    """A binary argument of the A/B drivers: `PATH`, or `VAR=VALUE[,VAR=VALUE...]:PATH` to start
+    PATH with those variables set (one binary A/B'd against itself under another setting, e.g.
+    `TOKIO_WORKER_THREADS=1:target/release/pi-lsp`). Returns (PATH, {VAR: VALUE})."""
+    head, sep, path = str(binary).partition(":")
+    if not sep or "=" not in head or "/" in head.split("=", 1)[0]:
+        return str(binary), {}
+    return path, dict(kv.split("=", 1) for kv in head.split(","))
+
+
+def label(binary):
+    """A binary argument's short name in a driver's lines: the file name, after its variables."""
+    path, env = binary_env(binary)
+    return ",".join(f"{k}={v}" for k, v in env.items()) + (":" if env else "") + Path(path).name
+
+
 class PiLsp:
     def __init__(self, binary, ws, agent, env=None):
+        binary, own = binary_env(binary)
         env = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), OPENAI_API_KEY="", ANTHROPIC_API_KEY="",
-                   **(env or {}))
+                   **own, **(env or {}))
         self.t0 = time.perf_counter()
         self.p = subprocess.Popen([binary], cwd=ws, env=env, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

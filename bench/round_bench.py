@@ -60,7 +60,7 @@ def main():
                 s.send({"jsonrpc": "2.0", "method": "exit"})
                 s.p.wait(timeout=60)
             print(f"run {run + 1}/{args.runs}: floor {floor * 1e3:.3f} ms/round; " + "; ".join(
-                f"{Path(b).name} cpu {cpu[b][-1] * 1e3:.3f} overhead {over[b][-1] * 1e3:.3f}"
+                f"{bench.label(b)} cpu {cpu[b][-1] * 1e3:.3f} overhead {over[b][-1] * 1e3:.3f}"
                 for b in args.binaries), flush=True)
         base = args.binaries[0]
         for name, fig in (("CPU per round", cpu), ("overhead per round", over)):

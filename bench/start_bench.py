@@ -69,7 +69,7 @@ def main():
     if pi_wall:
         med = statistics.median(pi_wall)
         print(f"Pi wall to ready: {med * 1e3:.1f} ms [{min(pi_wall) * 1e3:.1f}-{max(pi_wall) * 1e3:.1f}]; "
-              + "; ".join(f"{Path(b).name} {med / statistics.median(wall[b]):.1f}x" for b in args.binaries))
+              + "; ".join(f"{bench.label(b)} {med / statistics.median(wall[b]):.1f}x" for b in args.binaries))
 
 
 if __name__ == "__main__":

@@ -145,7 +145,11 @@ enum McpCommand {
 }
 
 /// The number of async workers: `var` (tokio's `TOKIO_WORKER_THREADS`) when it is a positive
-/// count, else the machine's parallelism (`cores()`; 2 when unknown) but at most two.
+/// count, else the machine's parallelism (`cores()`; 2 when unknown) but at most two. One
+/// worker takes a quarter less CPU a tool round (docs/benchmarks.md, "Round 36"), but it cost
+/// the streamed answer its overlap (the stream read and parsed on one worker while the other
+/// writes the events out: 5–9 ms more wall per 4,500-delta answer in three runs out of three),
+/// so two stay the default; the round's output is one task either way (`transport::Output`).
 fn async_workers(var: Option<&str>, cores: impl FnOnce() -> Option<usize>) -> usize {
     var.and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)

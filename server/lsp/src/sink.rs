@@ -326,15 +326,21 @@ impl LspSink {
         }
     }
 
+    /// Sends `$/progress` with `value` for the run's token (none: nothing). Serialised once
+    /// straight to its frame, as the events are ([`crate::transport::Outside`]): a tool call's
+    /// report costs no `Value` of its params in the LSP library.
     async fn progress(&self, value: WorkDoneProgress) {
         let token = self.progress.lock().clone();
-        if let Some(token) = &token {
+        if let Some(token) = token {
             self.st
-                .client
-                .send_notification::<Progress>(ProgressParams {
-                    token: token.clone(),
-                    value: ProgressParamsValue::WorkDone(value),
-                })
+                .outside
+                .send::<Progress>(
+                    &self.st.client,
+                    ProgressParams {
+                        token,
+                        value: ProgressParamsValue::WorkDone(value),
+                    },
+                )
                 .await;
         }
     }

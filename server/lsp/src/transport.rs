@@ -31,6 +31,8 @@
 //! library carries only a small placeholder notification ([`OUTSIDE_METHOD`]) in its place, and
 //! the guard's writer puts the frame's bytes where the placeholder was, so the order of every
 //! frame is the order the server sent them in, and the frame's memory goes when it is written.
+//! That writer is the library's own output ([`Output`]): the task that encodes the library's
+//! frames writes them to stdout, with no second task or in-memory pipe between.
 //!
 //! [`stdio`] (the platform module's: `crate::platform::stdio`) gives the server's stdin and
 //! stdout as non-blocking pipe (or Unix socket) I/O driven by the runtime's reactor when they
@@ -41,9 +43,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{
-    AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
-};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
 use tower_lsp_server::ls_types::notification::Notification;
 
@@ -672,112 +672,253 @@ async fn unframed_message<R: AsyncRead + Unpin>(
     }
 }
 
-/// Frames from the server (`server`) and the guard's own answers (`errors`) to `out`, whole
-/// frames at a time, until the server's output ends; then the guard's last answers.
-async fn write_out<W: AsyncWrite + Unpin>(
-    server: DuplexStream,
-    mut errors: mpsc::UnboundedReceiver<Vec<u8>>,
-    mut out: W,
-    outside: std::sync::Arc<Outside>,
-) -> std::io::Result<()> {
-    let mut r = BufReader::with_capacity(64 * 1024, server);
-    let mut errors_open = true;
-    loop {
-        tokio::select! {
-            biased;
-            e = errors.recv(), if errors_open => match e {
-                Some(frame) => {
-                    out.write_all(&frame).await?;
-                    out.flush().await?;
-                }
-                None => errors_open = false,
-            },
-            frame = read_frame(&mut r) => match frame? {
-                Some(frame) => {
-                    let mut batch = outside.resolve(&frame).unwrap_or(frame);
-                    // The frames already buffered behind it go in the same write: a run sends
-                    // several events at once, and each write wakes the client.
-                    while batch.len() < MAX_BATCH {
-                        let Some(n) = buffered_frame_len(r.buffer()) else {
-                            break;
-                        };
-                        match outside.resolve(&r.buffer()[..n]) {
-                            Some(kept) if batch.len() + kept.len() > MAX_BATCH => {
-                                // A large frame goes alone, from its own buffer.
-                                r.consume(n);
-                                out.write_all(&batch).await?;
-                                batch = kept;
-                                break;
-                            }
-                            Some(kept) => batch.extend_from_slice(&kept),
-                            None => batch.extend_from_slice(&r.buffer()[..n]),
-                        }
-                        r.consume(n);
-                    }
-                    out.write_all(&batch).await?;
-                    out.flush().await?;
-                }
-                None => break,
-            },
-        }
-    }
-    while let Ok(frame) = errors.try_recv() {
-        out.write_all(&frame).await?;
-    }
-    out.flush().await
+/// The server's output to the client (`out`, stdout): the LSP library writes its frames here,
+/// as a byte stream, and they go to `out` from the same task, in the same order, with each
+/// placeholder replaced by its kept frame ([`Outside`]) and the guard's own answers (`errors`)
+/// put between two frames. No task of its own and no in-memory pipe: the frames the library
+/// encodes at once go out in one write when it flushes (every time its queue runs dry), and a
+/// run's event costs one hand-off (the run's task to the server's) instead of two.
+///
+/// Back-pressure: at most [`MAX_PENDING`] bytes wait for `out` before the library's writes
+/// wait too. A frame longer than any placeholder passes straight through as its bytes come,
+/// so a large answer is never held twice.
+/// When the library lets go of the writer (the server stopped), what is still pending goes to
+/// the task [`guard`] returns.
+pub struct Output<W> {
+    inner: Option<OutputInner<W>>,
+    done: Option<tokio::sync::oneshot::Sender<OutputInner<W>>>,
 }
 
-/// The most bytes [`write_out`] joins into one write (whole frames; a larger frame goes alone).
-const MAX_BATCH: usize = 256 * 1024;
+/// What [`Output`] holds; handed to [`guard`]'s task when the library drops it.
+struct OutputInner<W> {
+    out: W,
+    errors: mpsc::UnboundedReceiver<Vec<u8>>,
+    errors_open: bool,
+    outside: std::sync::Arc<Outside>,
+    /// The library's bytes of a frame not yet whole: a header, or a small frame's body.
+    partial: Vec<u8>,
+    /// Bytes of the current large frame still to come, passed to `pending` as they arrive.
+    through: usize,
+    /// Bytes for `out` (whole frames, and the part of a large frame that arrived), from `at`.
+    pending: Vec<u8>,
+    at: usize,
+    /// Where in `pending` the large frame still coming (`through` > 0) starts.
+    open_from: usize,
+}
 
-/// The length (header included) of the whole frame at the start of `buf`, when all of it is
-/// there; `None` when it is not (or the header has no usable `Content-Length`: then
-/// [`read_frame`] reads it as it comes).
-fn buffered_frame_len(buf: &[u8]) -> Option<usize> {
+/// The most bytes waiting for stdout before the LSP library's writes wait too (1 MiB).
+const MAX_PENDING: usize = 1 << 20;
+
+/// The largest body a placeholder has (`{"jsonrpc":"2.0","method":"$/pi-lsp/outside","params":[N]}`
+/// with N of up to 20 digits, spaced or not): a frame whose body is longer is not one.
+const PLACEHOLDER_MAX: usize = 120;
+
+/// The capacity of the pending buffer kept after a write (more is let go).
+const KEEP_CAPACITY: usize = 256 * 1024;
+
+impl<W: AsyncWrite + Unpin> OutputInner<W> {
+    /// Takes the library's bytes `buf` (any cut of its frames).
+    fn take(&mut self, mut buf: &[u8]) {
+        while !buf.is_empty() {
+            if self.through > 0 {
+                let n = self.through.min(buf.len());
+                self.pending.extend_from_slice(&buf[..n]);
+                self.through -= n;
+                buf = &buf[n..];
+                continue;
+            }
+            if self.partial.is_empty() {
+                // At a frame's start: whole frames straight from `buf`.
+                if let Some((head, len)) = frame_head(buf) {
+                    if buf.len() >= head + len {
+                        self.push_frame(&buf[..head + len]);
+                        buf = &buf[head + len..];
+                        continue;
+                    }
+                }
+            }
+            // The rest of `buf` (not a whole frame) waits with the frame's start.
+            self.partial.extend_from_slice(buf);
+            buf = &[];
+            self.settle_partial();
+        }
+    }
+
+    /// Moves whole frames out of `partial`, and a large frame's start (its header known) on
+    /// to `pending` (the rest of it then passes through).
+    fn settle_partial(&mut self) {
+        loop {
+            let Some((head, len)) = frame_head(&self.partial) else {
+                return;
+            };
+            if self.partial.len() >= head + len {
+                let partial = std::mem::take(&mut self.partial);
+                self.push_frame(&partial[..head + len]);
+                self.partial = partial;
+                self.partial.drain(..head + len);
+                if self.partial.is_empty() {
+                    if self.partial.capacity() > KEEP_CAPACITY {
+                        self.partial = Vec::new();
+                    }
+                    return;
+                }
+                continue;
+            }
+            if len > PLACEHOLDER_MAX {
+                self.through = head + len - self.partial.len();
+                self.open_from = self.pending.len();
+                self.pending.extend_from_slice(&self.partial);
+                self.partial.clear();
+            }
+            return;
+        }
+    }
+
+    /// Queues the whole `frame` for `out`: the kept frame when it is a placeholder.
+    fn push_frame(&mut self, frame: &[u8]) {
+        match self.outside.resolve(frame) {
+            // A kept frame with nothing before it is written from its own buffer.
+            Some(kept) if self.at == self.pending.len() => {
+                self.pending = kept;
+                self.at = 0;
+            }
+            Some(kept) => self.pending.extend_from_slice(&kept),
+            None => self.pending.extend_from_slice(frame),
+        }
+    }
+
+    /// At a frame boundary, the guard's answers that came in join the pending bytes (and
+    /// `cx` is woken for the next).
+    fn take_errors(&mut self, cx: &mut std::task::Context<'_>) {
+        if self.through > 0 || !self.partial.is_empty() {
+            return;
+        }
+        while self.errors_open {
+            match self.errors.poll_recv(cx) {
+                std::task::Poll::Ready(Some(frame)) => self.pending.extend_from_slice(&frame),
+                std::task::Poll::Ready(None) => self.errors_open = false,
+                std::task::Poll::Pending => break,
+            }
+        }
+    }
+
+    /// Writes the pending bytes to `out`.
+    fn poll_drain(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        while self.at < self.pending.len() {
+            let n = std::task::ready!(
+                std::pin::Pin::new(&mut self.out).poll_write(cx, &self.pending[self.at..])
+            )?;
+            if n == 0 {
+                return std::task::Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.at += n;
+        }
+        self.at = 0;
+        self.open_from = 0;
+        self.pending.clear();
+        if self.pending.capacity() > KEEP_CAPACITY {
+            self.pending = Vec::new();
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_flush(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.take_errors(cx);
+        std::task::ready!(self.poll_drain(cx))?;
+        std::pin::Pin::new(&mut self.out).poll_flush(cx)
+    }
+
+    /// After the library let go: its last whole frames, then the guard's answers still queued.
+    async fn finish(mut self) -> std::io::Result<()> {
+        // A frame the library did not finish is left out (what of it was written stays).
+        if self.through > 0 {
+            self.pending.truncate(self.open_from.max(self.at));
+            self.through = 0;
+        }
+        self.partial.clear();
+        while let Ok(frame) = self.errors.try_recv() {
+            self.pending.extend_from_slice(&frame);
+        }
+        std::future::poll_fn(|cx| self.poll_drain(cx)).await?;
+        self.out.flush().await
+    }
+}
+
+impl<W> Drop for Output<W> {
+    fn drop(&mut self) {
+        if let (Some(inner), Some(done)) = (self.inner.take(), self.done.take()) {
+            let _ = done.send(inner);
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> Output<W> {
+    fn inner(&mut self) -> std::io::Result<&mut OutputInner<W>> {
+        self.inner
+            .as_mut()
+            .ok_or_else(|| std::io::ErrorKind::BrokenPipe.into())
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Output<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let inner = self.inner()?;
+        if inner.pending.len() - inner.at >= MAX_PENDING {
+            std::task::ready!(inner.poll_drain(cx))?;
+        }
+        inner.take(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.inner()?.poll_flush(cx)
+    }
+
+    /// Writes what is pending; `out` itself stays open (the process's stdout).
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.inner()?.poll_flush(cx)
+    }
+}
+
+/// The start of a frame the library wrote: the length of its header (blank line included) and
+/// its body's `Content-Length` (0 when the header names none), once the header is whole.
+fn frame_head(buf: &[u8]) -> Option<(usize, usize)> {
     let end = memchr::memmem::find(buf, b"\r\n\r\n")? + 4;
     let len = std::str::from_utf8(&buf[..end])
-        .ok()?
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse::<usize>().ok())?;
-    (buf.len() >= end + len).then_some(end + len)
-}
-
-/// One frame the server wrote (its own well-formed `Content-Length` framing), header
-/// included; `None` at the end.
-async fn read_frame(r: &mut BufReader<DuplexStream>) -> std::io::Result<Option<Vec<u8>>> {
-    let mut frame = Vec::new();
-    let mut len = 0usize;
-    loop {
-        let start = frame.len();
-        if r.read_until(b'\n', &mut frame).await? == 0 {
-            return Ok(None);
-        }
-        let line = &frame[start..];
-        if line == b"\r\n" || line == b"\n" {
-            break;
-        }
-        if let Some(v) = std::str::from_utf8(line)
-            .ok()
-            .and_then(|l| l.split_once(':'))
-            .filter(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-        {
-            len = v.1.trim().parse().unwrap_or(0);
-        }
-    }
-    let at = frame.len();
-    frame.resize(at + len, 0);
-    r.read_exact(&mut frame[at..]).await?;
-    Ok(Some(frame))
+        .ok()
+        .and_then(|h| {
+            h.lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        })
+        .unwrap_or(0);
+    Some((end, len))
 }
 
 /// The guarded transport: returns the reader the LSP server reads its frames from, the writer
-/// it writes its frames to, and a task that ends when everything was written to `output`
-/// (await it before exiting). Frames the guard refuses are answered on `output` by the guard
-/// itself, between the server's frames: a Parse error (-32700) or Invalid Request (-32600)
-/// under the message's own `id` whenever the bytes name one (also for a body cut or swollen by
-/// a wrong `Content-Length`), else `id: null`.
+/// it writes its frames to ([`Output`]: straight to `output`), and a task that ends when
+/// everything was written to `output` after the server let go of the writer (await it before
+/// exiting). Frames the guard refuses are answered on `output` by the guard itself, between the
+/// server's frames: a Parse error (-32700) or Invalid Request (-32600) under the message's own
+/// `id` whenever the bytes name one (also for a body cut or swollen by a wrong
+/// `Content-Length`), else `id: null`.
 ///
 /// Frames kept in `outside` ([`Outside::send`]) are written in their placeholders' places; from
 /// this call on `outside` keeps them.
@@ -785,7 +926,7 @@ pub fn guard<R, W>(
     input: R,
     output: W,
     outside: std::sync::Arc<Outside>,
-) -> (DuplexStream, DuplexStream, tokio::task::JoinHandle<()>)
+) -> (DuplexStream, Output<W>, tokio::task::JoinHandle<()>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -794,24 +935,82 @@ where
         .active
         .store(true, std::sync::atomic::Ordering::Release);
     let (server_in, guard_out) = tokio::io::duplex(1 << 20);
-    let (server_out, guard_in) = tokio::io::duplex(1 << 20);
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         if let Err(e) = forward(input, guard_out, tx).await {
             tracing::error!("reading the client's messages failed: {e}");
         }
     });
+    let (done, last) = tokio::sync::oneshot::channel();
     let writer = tokio::spawn(async move {
-        if let Err(e) = write_out(guard_in, rx, output, outside).await {
-            tracing::debug!("writing to the client failed: {e}");
+        if let Ok(inner) = last.await {
+            if let Err(e) = OutputInner::finish(inner).await {
+                tracing::debug!("writing to the client failed: {e}");
+            }
         }
     });
-    (server_in, server_out, writer)
+    let out = Output {
+        inner: Some(OutputInner {
+            out: output,
+            errors: rx,
+            errors_open: true,
+            outside,
+            partial: Vec::new(),
+            through: 0,
+            pending: Vec::new(),
+            at: 0,
+            open_from: 0,
+        }),
+        done: Some(done),
+    };
+    (server_in, out, writer)
+}
+
+/// Polls `out` as the LSP library's output loop does while its queue is empty (a flush, then
+/// waiting to be woken), so the guard's answers are written while the server writes nothing.
+#[cfg(test)]
+pub(crate) fn idle_library<W>(mut out: Output<W>) -> tokio::task::JoinHandle<()>
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(std::future::poll_fn(move |cx| {
+        let _ = std::pin::Pin::new(&mut out).poll_flush(cx);
+        std::task::Poll::Pending
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    /// One frame the server wrote (its own well-formed `Content-Length` framing), header
+    /// included; `None` at the end.
+    async fn read_frame(r: &mut BufReader<DuplexStream>) -> std::io::Result<Option<Vec<u8>>> {
+        let mut frame = Vec::new();
+        let mut len = 0usize;
+        loop {
+            let start = frame.len();
+            if r.read_until(b'\n', &mut frame).await? == 0 {
+                return Ok(None);
+            }
+            let line = &frame[start..];
+            if line == b"\r\n" || line == b"\n" {
+                break;
+            }
+            if let Some(v) = std::str::from_utf8(line)
+                .ok()
+                .and_then(|l| l.split_once(':'))
+                .filter(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+            {
+                len = v.1.trim().parse().unwrap_or(0);
+            }
+        }
+        let at = frame.len();
+        frame.resize(at + len, 0);
+        r.read_exact(&mut frame[at..]).await?;
+        Ok(Some(frame))
+    }
 
     /// A frame as a client sends it.
     fn frame(body: &str) -> Vec<u8> {
@@ -917,18 +1116,85 @@ mod tests {
         );
     }
 
-    /// Only a whole buffered frame is taken into a batch; its length includes the header.
+    /// A frame's start is known once its header is whole: the header's length (blank line
+    /// included) and the body's `Content-Length` (0 when none is named).
     #[test]
-    fn buffered_frames_are_joined_only_when_whole() {
+    fn frame_heads_are_read_once_whole() {
         let one = frame(r#"{"a":1}"#);
-        let mut two = one.clone();
-        two.extend_from_slice(&frame(r#"{"b":22}"#));
-        assert_eq!(buffered_frame_len(&one), Some(one.len()));
-        assert_eq!(buffered_frame_len(&two), Some(one.len()));
-        assert_eq!(buffered_frame_len(&one[..one.len() - 1]), None);
-        assert_eq!(buffered_frame_len(b"Content-Length: 5\r\n"), None);
-        assert_eq!(buffered_frame_len(b"X-Other: 1\r\n\r\n{}"), None);
-        assert_eq!(buffered_frame_len(b""), None);
+        assert_eq!(frame_head(&one), Some((one.len() - 7, 7)));
+        assert_eq!(frame_head(&one[..one.len() - 1]), Some((one.len() - 7, 7)));
+        assert_eq!(frame_head(b"Content-Length: 5\r\n"), None);
+        assert_eq!(frame_head(b"X-Other: 1\r\n\r\n{}"), Some((14, 0)));
+        assert_eq!(frame_head(b""), None);
+    }
+
+    /// The library's bytes cut anywhere (one byte per write, or all at once) reach the client
+    /// as the same frames: placeholders replaced by their kept frames, a large frame passed
+    /// through whole, the kept frames let go once written.
+    #[tokio::test]
+    async fn the_library_s_bytes_reach_the_client_whatever_their_cuts() {
+        let huge = "y".repeat(300 * 1024);
+        for step in [1usize, 7, 4096, usize::MAX] {
+            let outside = std::sync::Arc::new(Outside::default());
+            let (_client_w, guard_r) = tokio::io::duplex(16);
+            let (client_r, guard_w) = tokio::io::duplex(1 << 16);
+            let (_server_in, mut server_out, written) = guard(guard_r, guard_w, outside.clone());
+            let kept = notification_frame("agent/event", &json!({"seq": 1})).unwrap();
+            let slot = outside.keep(kept.clone());
+            let first = frame(r#"{"jsonrpc":"2.0","id":1,"result":null}"#);
+            let large = frame(&format!(r#"{{"jsonrpc":"2.0","id":2,"result":"{huge}"}}"#));
+            let mut wire = first.clone();
+            wire.extend(notification_frame(OUTSIDE_METHOD, &[slot]).unwrap());
+            wire.extend(&large);
+            let reader = tokio::spawn(async move {
+                let mut r = BufReader::new(client_r);
+                let mut got = Vec::new();
+                while let Some(frame) = read_frame(&mut r).await.unwrap() {
+                    got.push(frame);
+                }
+                got
+            });
+            for chunk in wire.chunks(step.min(wire.len())) {
+                server_out.write_all(chunk).await.unwrap();
+                if step < 100 {
+                    server_out.flush().await.unwrap();
+                }
+            }
+            server_out.flush().await.unwrap();
+            drop(server_out);
+            written.await.unwrap();
+            let got = reader.await.unwrap();
+            assert_eq!(got, vec![first, kept, large], "writes of {step} bytes");
+            assert!(outside.frames.lock().is_empty());
+        }
+    }
+
+    /// A guard's answer reaches the client while the server writes nothing: the writer's task
+    /// (here one that only flushes, as the library's does when its queue is empty) is woken
+    /// for it.
+    #[tokio::test]
+    async fn a_guard_answer_is_written_while_the_server_is_idle() {
+        let (mut client_w, guard_r) = tokio::io::duplex(1 << 16);
+        let (client_r, guard_w) = tokio::io::duplex(1 << 16);
+        let (_server_in, server_out, _written) = guard(guard_r, guard_w, Default::default());
+        let _idle = idle_library(server_out);
+        tokio::task::yield_now().await;
+        client_w
+            .write_all(&frame(r#"{"jsonrpc":"2.0","id":5,"method":"x""#))
+            .await
+            .unwrap();
+        let mut r = BufReader::new(client_r);
+        let answer = tokio::time::timeout(Duration::from_secs(5), read_frame_of(&mut r))
+            .await
+            .expect("the answer is written while the server is idle");
+        let answer = answer.expect("a frame");
+        assert_eq!(
+            (&answer["id"], &answer["error"]["code"]),
+            (&json!(5), &json!(PARSE_ERROR))
+        );
+        assert!(answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Parse error: ")));
     }
 
     /// Feeds `input` to a guard whose server side echoes nothing, and returns the frames the

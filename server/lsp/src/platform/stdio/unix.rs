@@ -275,7 +275,9 @@ mod tests {
         let (reader, keep_r) = nonblocking_reader(rx.as_fd()).unwrap();
         assert!(matches!(reader, StdinReader::Pipe(_)));
         let (client_side, guard_side) = tokio::io::duplex(1 << 16);
-        let (server_in, _server_out, _written) = guard(reader, guard_side, Default::default());
+        let (server_in, server_out, _written) = guard(reader, guard_side, Default::default());
+        // The LSP library polls its writer; the guard's answers go out through it.
+        let _library = crate::transport::idle_library(server_out);
         let mut guarded = BufReader::new(server_in);
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"x"}"#;
         tx.write_all(&[frame(body), b"Content-Length: 5\r\n\r\nnope!".to_vec()].concat())
