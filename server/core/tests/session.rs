@@ -606,64 +606,6 @@ async fn default_tools_select_and_remove_built_in_tools() {
     }
 }
 
-/// Pi 1.6 "Resumed sessions keep their active tools": a reopened session runs with the
-/// built-in tools its branch last ran with, not with what `defaultTools` says now; the other
-/// tools (`todo`) come as registered now. A file Pi 1.6.0 wrote with its defaults resumes with
-/// Pi's four built-in tools. A new session follows `defaultTools`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resumed_session_keeps_the_built_in_tools_it_ran_with() {
-    let names = |s: &AgentSession| -> Vec<String> {
-        s.config().tools.iter().map(|t| t.spec().name).collect()
-    };
-    let resume = |ws: &Arc<WorkspaceConfig>, root: &Path, file: &Path| {
-        let pi_core::harness::Opening::Opened { writer, loaded, .. } =
-            pi_core::harness::open_file(ws, file, |_| None).unwrap()
-        else {
-            panic!("not opened");
-        };
-        let setup = Arc::new(TestSetup {
-            root: root.to_path_buf(),
-            seen: Arc::default(),
-        });
-        AgentSession::resume(ws.clone(), setup, writer, loaded, None).unwrap()
-    };
-    let (root, ws) = workspace("kept-tools");
-    let settings = root.join("agent/settings.json");
-    std::fs::write(
-        &settings,
-        json!({"defaultTools": ["read", "bash"]}).to_string(),
-    )
-    .unwrap();
-    let (s, _) = session(&root, ws.clone(), scripted(json!([{"text": "done"}])));
-    s.prompt("go", Vec::new(), None, None).await.unwrap();
-    s.wait_for_idle().await;
-    let file = s.file();
-    s.close().await;
-    drop(s);
-    std::fs::remove_file(&settings).unwrap();
-
-    let r = resume(&ws, &root, &file);
-    assert_eq!(names(&r), ["read", "bash", "todo"]);
-    r.close().await;
-    let (fresh, _) = session(&root, ws.clone(), scripted(json!([])));
-    assert_eq!(
-        names(&fresh),
-        ["read", "bash", "edit", "write", "grep", "find", "ls", "todo"]
-    );
-    fresh.close().await;
-
-    let pi = root.join("pi16.jsonl");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/sessions/pi16/pi-1.6.0-compacted.jsonl"),
-        &pi,
-    )
-    .unwrap();
-    let r = resume(&ws, &root, &pi);
-    assert_eq!(names(&r), ["read", "bash", "edit", "write", "todo"]);
-    r.close().await;
-}
-
 /// EDIT-08 across prompts: the model reads `f` in one prompt, the file changes on disk, and
 /// its edit in the next prompt is refused saying so, with the lines that changed (each run
 /// builds its tools afresh; what the model read is the session's). The file keeps the change.

@@ -828,12 +828,6 @@ fn build_config(
     let approver = setup.sandbox_approver(id);
     let late = setup.clone();
     let late_id = id.to_string();
-    // Pi 1.6: the built-in tools the branch last ran with (the writer's lock is taken alone
-    // here: the `session_env` argument below holds it until the end of its statement).
-    let recorded_tools = {
-        let w = crate::session::lock_writer_for_close(writer);
-        setup::recorded_builtin_tools(&w.tree().system_state(w.leaf()))
-    };
     let mut cfg = agent_config_with(
         ws,
         model.clone(),
@@ -855,7 +849,6 @@ fn build_config(
             ),
             bash_executor: setup.bash_executor(id),
             reads: Some(reads.clone()),
-            recorded_tools,
         },
     );
     cfg.compaction = Some(compaction_config(ws, writer));

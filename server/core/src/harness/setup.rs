@@ -191,31 +191,6 @@ pub struct RunAdditions<'a> {
     /// What the model read of each file, kept by the session across its runs (case EDIT-08);
     /// `None`: a tracker of this tool set's own.
     pub reads: Option<Arc<crate::tools::ReadTracker>>,
-    /// The built-in tools (`read`, `bash`, `edit`, `write`, `grep`, `find`, `ls`) the session's
-    /// branch last ran with, in its order: its stored system messages replayed
-    /// ([`recorded_builtin_tools`]). Pi 1.6 "Resumed sessions keep their active tools": when
-    /// given, they replace `defaultTools`' selection of the built-in tools; `--tools`
-    /// `+name`/`-name` apply on top, and a `--tools` list of names still selects. The other
-    /// tools (`todo`, extensions', the editor's, MCP's) come as they are registered now.
-    /// `None`: the branch recorded no loadout (a new session, a file without system
-    /// messages), so `defaultTools` selects.
-    pub recorded_tools: Option<Vec<String>>,
-}
-
-/// The names of the built-in tools ([`crate::tools::tools_for_session`]).
-pub const BUILTIN_TOOLS: [&str; 7] = ["read", "bash", "edit", "write", "grep", "find", "ls"];
-
-/// [`RunAdditions::recorded_tools`] of a branch: the built-in tools its stored system
-/// messages replay to, in their order; `None` when none was replayed.
-pub fn recorded_builtin_tools(state: &crate::session::SystemState) -> Option<Vec<String>> {
-    state.seen.then(|| {
-        state
-            .tools
-            .keys()
-            .filter(|n| BUILTIN_TOOLS.contains(&n.as_str()))
-            .cloned()
-            .collect()
-    })
 }
 
 /// See [`RunAdditions::tool_filter`].
@@ -243,7 +218,6 @@ pub fn agent_config_with(
         session_env,
         bash_executor,
         reads,
-        recorded_tools,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -275,15 +249,7 @@ pub fn agent_config_with(
     };
     // Every tool there is, before any selection: `--tools` may name one `defaultTools` left out.
     let mut all = tools.clone();
-    match &recorded_tools {
-        Some(names) => {
-            tools = names
-                .iter()
-                .filter_map(|n| all.iter().find(|t| t.spec().name == *n).cloned())
-                .collect();
-        }
-        None => apply_default_tools(&mut tools, settings.raw("defaultTools")),
-    }
+    apply_default_tools(&mut tools, settings.raw("defaultTools"));
     all.extend(extra_tools.iter().cloned());
     tools.extend(extra_tools);
     if let Some(late) = late_tools {
