@@ -895,6 +895,25 @@ async fn abort_mid_stream_keeps_partial_and_ends_aborted() {
     assert_eq!(last.failure(), Some(&ProviderError::Aborted));
 }
 
+/// The text deltas and the tool-call argument deltas of `evs`, each in order.
+fn text_and_argument_deltas(evs: &[AssistantEvent]) -> (Vec<&str>, Vec<&str>) {
+    let text = evs
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    let args = evs
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::ToolcallDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    (text, args)
+}
+
 /// A chat-completions chunk with a text delta.
 fn text_chunk(t: &str) -> String {
     format!(
@@ -934,20 +953,7 @@ async fn the_text_deltas_of_one_read_come_joined_and_argument_deltas_one_by_one(
     let mut reply = sse(vec![first.into_bytes(), second.into_bytes()]);
     reply.gap = Duration::from_millis(50);
     let evs = replay_reply("openai-completions", reply).await;
-    let text: Vec<&str> = evs
-        .iter()
-        .filter_map(|e| match e {
-            AssistantEvent::TextDelta { delta, .. } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect();
-    let args: Vec<&str> = evs
-        .iter()
-        .filter_map(|e| match e {
-            AssistantEvent::ToolcallDelta { delta, .. } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect();
+    let (text, args) = text_and_argument_deltas(&evs);
     // Two writes 50 ms apart: at least two reads, and each read's deltas joined. A delta
     // never ends inside a chunk.
     assert!((2..=8).contains(&text.len()), "{text:?}");
@@ -992,20 +998,7 @@ async fn a_large_read_is_parsed_in_pieces_with_the_same_events() {
     );
     assert!(body.len() > 40 * 8 * 1024);
     let evs = replay_reply("openai-completions", sse(vec![body.into_bytes()])).await;
-    let text: Vec<&str> = evs
-        .iter()
-        .filter_map(|e| match e {
-            AssistantEvent::TextDelta { delta, .. } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect();
-    let args: Vec<&str> = evs
-        .iter()
-        .filter_map(|e| match e {
-            AssistantEvent::ToolcallDelta { delta, .. } => Some(delta.as_str()),
-            _ => None,
-        })
-        .collect();
+    let (text, args) = text_and_argument_deltas(&evs);
     assert_eq!(text.concat(), words.concat());
     // Joined: one per read of the body at most (how many reads there are is the socket's).
     assert!(text.len() < words.len() / 10, "{} text deltas", text.len());

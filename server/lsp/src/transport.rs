@@ -1074,14 +1074,7 @@ mod tests {
         let big = notification_frame("agent/event", &json!({"seq": 2, "text": huge})).unwrap();
         let placeholder = |slot: u64| notification_frame(OUTSIDE_METHOD, &[slot]).unwrap();
         let (a, b) = (outside.keep(small.clone()), outside.keep(big.clone()));
-        let reader = tokio::spawn(async move {
-            let mut r = BufReader::new(client_r);
-            let mut got = Vec::new();
-            while let Some(frame) = read_frame(&mut r).await.unwrap() {
-                got.push(frame);
-            }
-            got
-        });
+        let reader = tokio::spawn(all_frames(client_r));
         let mut wire = frame(r#"{"jsonrpc":"2.0","id":1,"result":null}"#);
         wire.extend(placeholder(a));
         wire.extend(placeholder(b));
@@ -1146,14 +1139,7 @@ mod tests {
             let mut wire = first.clone();
             wire.extend(notification_frame(OUTSIDE_METHOD, &[slot]).unwrap());
             wire.extend(&large);
-            let reader = tokio::spawn(async move {
-                let mut r = BufReader::new(client_r);
-                let mut got = Vec::new();
-                while let Some(frame) = read_frame(&mut r).await.unwrap() {
-                    got.push(frame);
-                }
-                got
-            });
+            let reader = tokio::spawn(all_frames(client_r));
             for chunk in wire.chunks(step.min(wire.len())) {
                 server_out.write_all(chunk).await.unwrap();
                 if step < 100 {
@@ -1237,6 +1223,16 @@ mod tests {
             answers.push(frame);
         }
         (got, answers)
+    }
+
+    /// Every frame the client end receives until it closes, header and body, in order.
+    async fn all_frames(client_r: DuplexStream) -> Vec<Vec<u8>> {
+        let mut r = BufReader::new(client_r);
+        let mut got = Vec::new();
+        while let Some(frame) = read_frame(&mut r).await.unwrap() {
+            got.push(frame);
+        }
+        got
     }
 
     async fn read_frame_of(r: &mut BufReader<DuplexStream>) -> Option<Value> {
