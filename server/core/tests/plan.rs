@@ -28,11 +28,21 @@ use common::tmp_dir;
 struct Seen {
     plans: Mutex<Vec<PlanState>>,
     asked: Mutex<Vec<UiRequest>>,
+    /// The session, to read its board when `agent_end` arrives.
+    session: std::sync::OnceLock<std::sync::Weak<AgentSession>>,
+    /// The plan mode as the board held it when each `agent_end` reached this listener.
+    modes_at_end: Mutex<Vec<PlanMode>>,
 }
 
 #[async_trait]
 impl SessionListener for Seen {
-    async fn event(&self, _event: AgentEvent, notices: Vec<Notice>) {
+    async fn event(&self, event: AgentEvent, notices: Vec<Notice>) {
+        if matches!(event, AgentEvent::AgentEnd { .. }) {
+            if let Some(s) = self.session.get().and_then(std::sync::Weak::upgrade) {
+                let mode = s.plan().unwrap().state().mode;
+                self.modes_at_end.lock().unwrap().push(mode);
+            }
+        }
         for n in notices {
             self.notice(n).await;
         }
@@ -124,7 +134,9 @@ fn session(root: &Path, responses: Value, answer: &str) -> (Arc<AgentSession>, A
         seen: seen.clone(),
         answer: answer.into(),
     });
-    (AgentSession::create(ws, setup, model, None).unwrap(), seen)
+    let s = AgentSession::create(ws, setup, model, None).unwrap();
+    seen.session.set(Arc::downgrade(&s)).unwrap();
+    (s, seen)
 }
 
 fn items(s: &PlanState) -> Vec<(u64, &str, bool, TodoStatus)> {
@@ -193,6 +205,16 @@ async fn todo_calls_plan_execute_and_done_markers() {
     s.wait_for_idle().await;
     let st = until(&s, |st| st.mode == PlanMode::Off).await;
     assert_eq!((st.completed, st.total), (2, 2));
+    // Pi's order: the extensions' handlers run before the listeners get an event, so the
+    // listener that sees the last run's `agent_end` sees the plan finished by plan mode's
+    // `agent_end` handler (runs: the todo call, the plan, its execution, "continue"; the
+    // plan's end is left out: the user's answer comes from a task of its own).
+    let modes = seen.modes_at_end.lock().unwrap().clone();
+    assert_eq!(modes.len(), 4, "{modes:?}");
+    assert_eq!(
+        [modes[0], modes[2], modes[3]],
+        [PlanMode::Off, PlanMode::Executing, PlanMode::Off]
+    );
     // The question as Pi's example asks it.
     let asked = seen.asked.lock().unwrap().clone();
     assert!(asked.contains(&UiRequest::Select {

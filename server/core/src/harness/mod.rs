@@ -409,7 +409,16 @@ impl AgentSession {
             let listeners = setup.listeners(&id, &weak);
             late.set_listeners(listeners.clone());
             let settled = Arc::new(tokio::sync::Mutex::new(()));
-            let mut subscriptions = vec![agent.subscribe(Arc::new(events::SessionEvents::new(
+            // Pi's order (`_handleAgentEvent`: "Emit to extensions first, then notify public
+            // listeners"): an extension's handler has run before the file and the listeners get
+            // the event, so a client that sees `agent_end` sees the state the handler left
+            // (plan mode's finished plan, its entries).
+            let mut subscriptions = Vec::with_capacity(2);
+            if extensions.has_event_handlers() {
+                let ext: Arc<dyn EventSink> = extensions.clone();
+                subscriptions.push(agent.subscribe(ext));
+            }
+            subscriptions.push(agent.subscribe(Arc::new(events::SessionEvents::new(
                 weak,
                 Recorder::with_format(
                     writer.clone(),
@@ -418,11 +427,7 @@ impl AgentSession {
                 tracker.clone(),
                 listeners.clone(),
                 settled.clone(),
-            )))];
-            if extensions.has_event_handlers() {
-                let ext: Arc<dyn EventSink> = extensions.clone();
-                subscriptions.push(agent.subscribe(ext));
-            }
+            ))));
             if let (Some(board), Ok(rt)) =
                 (extensions.plan(), tokio::runtime::Handle::try_current())
             {
