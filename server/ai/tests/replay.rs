@@ -45,10 +45,18 @@ fn http_error(status: u16, headers: Vec<(&'static str, String)>, body: &str) -> 
 
 /// Serves `replies` to successive connections; returns the base URL and the request bodies.
 async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let (base, bodies, _) = serve_with_heads(replies).await;
+    (base, bodies)
+}
+
+/// [`serve`], also returning each request's head (request line and headers, lowercased).
+async fn serve_with_heads(replies: Vec<Reply>) -> (String, Bodies, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let bodies = Arc::new(Mutex::new(Vec::new()));
     let seen = bodies.clone();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen_heads = heads.clone();
     tokio::spawn(async move {
         for reply in replies {
             let (mut sock, _) = listener.accept().await.unwrap();
@@ -75,6 +83,7 @@ async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Value>>>) {
                     let body =
                         serde_json::from_slice(&buf[end + 4..end + 4 + len]).unwrap_or(Value::Null);
                     seen.lock().unwrap().push(body);
+                    seen_heads.lock().unwrap().push(head);
                     break;
                 }
             }
@@ -94,8 +103,11 @@ async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Value>>>) {
             let _ = sock.shutdown().await;
         }
     });
-    (format!("http://{addr}"), bodies)
+    (format!("http://{addr}"), bodies, heads)
 }
+
+/// The request bodies a test server saw.
+type Bodies = Arc<Mutex<Vec<Value>>>;
 
 fn model(api: &str, base: String) -> Model {
     let api: pi_ai::Api = api.parse().unwrap();
@@ -527,6 +539,60 @@ async fn strm10_anthropic_error_event_after_200() {
         }
     );
     assert!(failure(&evs).is_retryable());
+}
+
+/// Over loopback, as Pi 1.6.0 does it against the same server: a budget-thinking request
+/// asks for interleaved thinking in one `anthropic-beta` header, and a `refusal` stop ends
+/// the answer in an error worded with the refusal's explanation (without one: "The model
+/// refused to complete the request"), the streamed text kept.
+#[tokio::test]
+async fn anthropic_beta_header_and_refusal_as_pi_1_6() {
+    let refusal = |details: &str| {
+        format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_r\",\"usage\":{{\"input_tokens\":5,\"output_tokens\":1}}}}}}\n\n\
+             event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n\
+             event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"I can't\"}}}}\n\n\
+             event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+             event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"refusal\"{details}}},\"usage\":{{\"output_tokens\":3}}}}\n\n\
+             event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+        )
+        .into_bytes()
+    };
+    let (base, _, heads) = serve_with_heads(vec![
+        sse(vec![refusal("")]),
+        sse(vec![refusal(
+            r#","stop_details":{"type":"refusal","explanation":"Not allowed here."}"#,
+        )]),
+    ])
+    .await;
+    let mut m = model("anthropic-messages", base);
+    m.reasoning = true;
+    m.thinking_level = Some(pi_ai::models::ThinkingLevel::Medium);
+    let ctx = Context {
+        system_prompt: "S".into(),
+        messages: vec![Message::user_text("hi")],
+        tools: tools(),
+    };
+    for want in [
+        "The model refused to complete the request",
+        "Not allowed here.",
+    ] {
+        let evs = events(&m, &ctx).await;
+        let got = evs.last().unwrap().terminal_message().unwrap();
+        assert_eq!(
+            (got.stop_reason, got.error_message.as_deref(), got.text()),
+            (StopReason::Error, Some(want), "I can't".to_string())
+        );
+    }
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2);
+    for head in heads {
+        let betas: Vec<&str> = head
+            .lines()
+            .filter_map(|l| l.strip_prefix("anthropic-beta: "))
+            .collect();
+        assert_eq!(betas, vec!["interleaved-thinking-2025-05-14"], "{head}");
+    }
 }
 
 #[tokio::test]
@@ -1129,6 +1195,8 @@ async fn replay_recorded_anthropic_conversation_to_openai_responses() {
     let mut m = model("openai-responses", base);
     m.provider = "openai".into();
     m.id = "gpt-5.4".into();
+    // As the catalogue has it (Pi 1.6 sends `strict` only with this flag).
+    m.compat = json!({"supportsStrictMode": true});
     m.reasoning = true;
     m.input = vec!["text".into(), "image".into()];
     m.thinking_level = Some(pi_ai::models::ThinkingLevel::Medium);

@@ -93,9 +93,11 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                     &model, context, &options,
                 )),
             };
+            let headers = anthropic_messages::request_headers(&model, context);
             tokio::spawn(anthropic_messages::run(
                 model,
                 body,
+                headers,
                 tx,
                 options.cancel,
                 options.timeout,

@@ -186,7 +186,8 @@ fn convert_from(
 }
 
 /// The request body for `context` (pure; no I/O), shaped like Pi's: `store: false`,
-/// `max_output_tokens`, tools with `strict: false`, and the thinking level as
+/// `max_output_tokens`, tools (`strict: false` only where the model supports strict mode),
+/// and the thinking level as
 /// `reasoning.effort` (with `summary: "auto"` and encrypted reasoning included) or, for `off`,
 /// the model's `off` value (`none` by default; nothing when the model maps `off` to null).
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
@@ -195,7 +196,13 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
         input.push(system);
     }
     input.extend(convert_messages(model, &context.messages));
-    body_around(model, context, options, input, tools_value(&context.tools))
+    body_around(
+        model,
+        context,
+        options,
+        input,
+        tools_value(&context.tools, supports_strict_mode(model)),
+    )
 }
 
 /// The same bytes as `serde_json::to_vec(&build_request(model, context, options))`, reusing
@@ -213,14 +220,14 @@ pub fn request_bytes(
         list: "input",
         lead: system_item(model, context),
         tools: &context.tools,
-        tools_salt: Value::Null,
+        tools_salt: Value::Bool(supports_strict_mode(model)),
     };
     let bytes = super::prefix::request_bytes(
         &cache.steps,
         model,
         &context.messages,
         shell,
-        || tools_value(&context.tools),
+        || tools_value(&context.tools, supports_strict_mode(model)),
         |msgs, start, out, step| convert_from(model, msgs, start, out, step),
     )?;
     match bytes {
@@ -235,13 +242,29 @@ fn system_item(model: &Model, context: &Context) -> Option<Value> {
         .then(|| json!({"role":instruction_role(model),"content":context.system_prompt}))
 }
 
-/// The request's `tools`: each spec as a `function` with `strict: false`.
-fn tools_value(tools: &[ToolSpec]) -> Value {
+/// Whether the model's tools carry `strict` (Pi 1.6's `supportsStrictMode` for this API:
+/// `compat.supportsStrictMode`, false when unset; the catalogue's OpenAI models set it).
+fn supports_strict_mode(model: &Model) -> bool {
+    model
+        .compat
+        .get("supportsStrictMode")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The request's `tools`: each spec as a `function`, with `strict: false` only when
+/// `strict` ([`supports_strict_mode`]; Pi 1.6's `convertResponsesTools`: a server that does
+/// not know the field never sees it).
+fn tools_value(tools: &[ToolSpec], strict: bool) -> Value {
     tools
         .iter()
         .map(|t| {
-            json!({"type":"function","name":t.name,"description":t.description,
-            "parameters":t.parameters,"strict":false})
+            let mut f = json!({"type":"function","name":t.name,"description":t.description,
+            "parameters":t.parameters});
+            if strict {
+                f["strict"] = Value::Bool(false);
+            }
+            f
         })
         .collect()
 }
@@ -655,5 +678,45 @@ mod tests {
             json!({"role": "system", "content": "Lead."})
         );
         assert_eq!(input(&model)[2], json!({"role": "system", "content": text}));
+    }
+
+    /// Tools carry `strict: false` only for a model with `compat.supportsStrictMode` (the
+    /// catalogue's OpenAI models), as Pi 1.6.0 sends them (checked against the real Pi on a
+    /// loopback server: a models.json model's tools have no `strict`); the cached request
+    /// bytes follow a change of the flag between two requests of one conversation.
+    #[test]
+    fn tools_are_strict_only_where_the_model_supports_it() {
+        let mut model = Model::new(
+            crate::Api::OpenaiResponses,
+            "p",
+            "m",
+            "http://127.0.0.1:1/v1",
+        );
+        let ctx = Context {
+            system_prompt: "Lead.".into(),
+            messages: vec![Message::user_text("hi")],
+            tools: vec![ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
+            }],
+        };
+        let opts = StreamOptions::default();
+        let cache = crate::api::openai_completions::RequestCache::default();
+        let sent = |model: &Model| -> Value {
+            let cached = request_bytes(model, &ctx, &opts, &cache).unwrap();
+            let whole = build_request(model, &ctx, &opts);
+            assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap(), whole);
+            whole["tools"].clone()
+        };
+        let tool = json!({"type":"function","name":"read","description":"Read a file",
+            "parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}});
+        assert_eq!(sent(&model), json!([tool]));
+        model.compat = json!({"supportsStrictMode": true});
+        let mut strict = tool.clone();
+        strict["strict"] = json!(false);
+        assert_eq!(sent(&model), json!([strict]));
+        model.compat = json!({"supportsStrictMode": false});
+        assert_eq!(sent(&model), json!([tool]));
     }
 }
