@@ -786,10 +786,11 @@ mod tests {
         m.max_tokens = 64_000;
         m.thinking_level = Some(ThinkingLevel::Medium);
         let b = build_request(&m, &ctx, &opts);
+        // Pi 1.6.0: the model's whole 64,000 (its budget inside), not 32,000 + the budget.
         assert_eq!(
             (b["max_tokens"].clone(), b["thinking"].clone()),
             (
-                json!(40_192),
+                json!(64_000),
                 json!({"type":"enabled","budget_tokens":8192,"display":"summarized"})
             )
         );
@@ -948,6 +949,47 @@ mod tests {
                 ("x-extra".into(), "1".into()),
                 ("anthropic-beta".into(), "files-api,x-1".into()),
             ]
+        );
+    }
+
+    /// `max_tokens` as Pi 1.6.0 asks for it (checked against the real Pi on a loopback
+    /// server): the model's whole `maxTokens` (64,000, no 32,000 cap), with budget thinking
+    /// too (the budget fits inside it), and the budget cut to leave 1,024 tokens of answer
+    /// when the limit is smaller than the budget.
+    #[test]
+    fn max_tokens_as_pi_1_6() {
+        let sent = |max_tokens: u64, level: ThinkingLevel| {
+            let mut m = Model::new(crate::Api::AnthropicMessages, "anth", "claude-mock", "");
+            m.reasoning = true;
+            m.max_tokens = max_tokens;
+            m.thinking_level = Some(level);
+            let b = build_request(&m, &Context::default(), &StreamOptions::default());
+            (b["max_tokens"].clone(), b["thinking"].clone())
+        };
+        assert_eq!(
+            sent(64_000, ThinkingLevel::Off),
+            (json!(64_000), json!({"type":"disabled"}))
+        );
+        assert_eq!(
+            sent(64_000, ThinkingLevel::Medium),
+            (
+                json!(64_000),
+                json!({"type":"enabled","budget_tokens":8192,"display":"summarized"})
+            )
+        );
+        assert_eq!(
+            sent(4_096, ThinkingLevel::Medium),
+            (
+                json!(4_096),
+                json!({"type":"enabled","budget_tokens":3072,"display":"summarized"})
+            )
+        );
+        assert_eq!(
+            sent(2_000, ThinkingLevel::High),
+            (
+                json!(2_000),
+                json!({"type":"enabled","budget_tokens":976,"display":"summarized"})
+            )
         );
     }
 
