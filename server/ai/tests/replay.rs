@@ -841,7 +841,8 @@ async fn replay_recorded_anthropic_conversation_to_openai_completions() {
             "messages":[
                 {"role":"system","content":"You are terse."},
                 {"role":"user","content":"What is in a.png and b.txt?"},
-                {"role":"assistant","content":"Read both files.Reading both.","tool_calls":[
+                // The recorded thinking is dropped (another model's, Pi 1.6).
+                {"role":"assistant","content":"Reading both.","tool_calls":[
                     {"id":"toolu_01Ab_c","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.png\"}"}},
                     {"id":"toolu_02XY","type":"function","function":{"name":"read","arguments":"{\"path\":\"b.txt\"}"}}]},
                 {"role":"tool","content":"Read image file [image/png]","tool_call_id":"toolu_01Ab_c"},
@@ -1216,8 +1217,9 @@ async fn replay_recorded_anthropic_conversation_to_openai_responses() {
             "input":[
                 {"role":"developer","content":"You are terse."},
                 {"role":"user","content":[{"type":"input_text","text":"What is in a.png and b.txt?"}]},
-                {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Read both files.","annotations":[]}],"status":"completed","id":"msg_1"},
-                {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Reading both.","annotations":[]}],"status":"completed","id":"msg_1_1"},
+                // The recorded thinking is dropped (another model's); the text's item id is
+                // Pi 1.6's `msg_pi_<message index>`.
+                {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Reading both.","annotations":[]}],"status":"completed","id":"msg_pi_1"},
                 {"type":"function_call","call_id":"toolu_01Ab_c","name":"read","arguments":"{\"path\":\"a.png\"}"},
                 {"type":"function_call","call_id":"toolu_02XY","name":"read","arguments":"{\"path\":\"b.txt\"}"},
                 {"type":"function_call_output","call_id":"toolu_01Ab_c","output":[

@@ -129,10 +129,10 @@ fn convert_from(
                             let id = match text_item_id(t.text_signature.as_deref()) {
                                 Some(id) if id.len() <= 64 => id,
                                 Some(id) => format!("msg_{}", crate::transform::short_hash(&id)),
-                                // Pi uses `msg_<message index>`; a second text block of
-                                // the same message gets a suffix so item ids stay unique.
-                                None if texts == 0 => format!("msg_{index}"),
-                                None => format!("msg_{index}_{texts}"),
+                                // Pi 1.6 uses `msg_pi_<message index>`, and for a later
+                                // text block of the same message `msg_pi_<index>_<block>`.
+                                None if texts == 0 => format!("msg_pi_{index}"),
+                                None => format!("msg_pi_{index}_{texts}"),
                             };
                             texts += 1;
                             out.push(json!({"type":"message","role":"assistant",
