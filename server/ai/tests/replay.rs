@@ -595,6 +595,48 @@ async fn anthropic_beta_header_and_refusal_as_pi_1_6() {
     }
 }
 
+/// Over loopback, as Pi 1.6.0 sends it to the same server: a Responses request of a session
+/// carries the session id as `prompt_cache_key` and in the `session-id` and
+/// `x-client-request-id` headers; OpenRouter gets `x-session-id` alone; a request without a
+/// session id carries none of them.
+#[tokio::test]
+async fn responses_session_id_as_prompt_cache_key_and_headers() {
+    let (base, bodies, heads) = serve_with_heads(vec![sse(vec![]), sse(vec![]), sse(vec![])]).await;
+    let mut m = model("openai-responses", base);
+    let ctx = go();
+    let with = |id: Option<&str>| StreamOptions {
+        session_id: id.map(std::sync::Arc::from),
+        ..StreamOptions::default()
+    };
+    let id = "01a24c01-09cb-750b-be08-382c448cac10";
+    let _ = pi_ai::stream(&m, &ctx, with(Some(id))).result().await;
+    m.compat = json!({"sessionAffinityFormat": "openrouter"});
+    let _ = pi_ai::stream(&m, &ctx, with(Some(id))).result().await;
+    m.compat = json!({});
+    let _ = pi_ai::stream(&m, &ctx, with(None)).result().await;
+    let bodies = bodies.lock().unwrap().clone();
+    let keys: Vec<&Value> = bodies.iter().map(|b| &b["prompt_cache_key"]).collect();
+    assert_eq!(keys, [&json!(id), &json!(id), &Value::Null]);
+    let session_lines = |head: &String| -> Vec<String> {
+        head.lines()
+            .filter(|l| l.contains("session-id") || l.starts_with("x-client-request-id"))
+            .map(str::to_string)
+            .collect()
+    };
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(
+        heads.iter().map(session_lines).collect::<Vec<_>>(),
+        [
+            vec![
+                format!("session-id: {id}"),
+                format!("x-client-request-id: {id}")
+            ],
+            vec![format!("x-session-id: {id}")],
+            vec![],
+        ]
+    );
+}
+
 #[tokio::test]
 async fn strm10_http_429_529_and_overflow_are_typed() {
     let evs = replay_reply(
