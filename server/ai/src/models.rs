@@ -329,10 +329,12 @@ impl Model {
             .map(str::to_string)
     }
 
-    /// Pi's default output limit of a request: the model's, at most 32,000 tokens.
+    /// Pi 1.6's default output limit of a request: the model's `maxTokens` whole (Pi 1.6.0
+    /// sends a 64,000-token model's 64,000; 0.73.1 capped it at 32,000), 32,000 tokens for a
+    /// model that names none.
     pub fn default_max_tokens(&self) -> u64 {
         if self.max_tokens > 0 {
-            self.max_tokens.min(32_000)
+            self.max_tokens
         } else {
             32_000
         }

@@ -16,9 +16,10 @@
 //!   call order; a call without one gets a synthetic error result, Pi's text
 //!   [`MISSING_RESULT_TEXT`] (PAIR-01, PAIR-04: before the next user message); results whose
 //!   call is not in the preceding assistant message are dropped (PAIR-02);
-//! - thinking is kept (with its signature) only for the model that wrote it: for another model
-//!   it becomes plain text, an empty one is dropped, and a redacted one (opaque payload) is
-//!   dropped;
+//! - thinking is kept (with its signature) only for the model that wrote it; for another model
+//!   it is dropped, as Pi 1.6 does (`transform-messages.js`: signatures and encrypted reasoning
+//!   are only valid for the model that wrote them, and readable thinking sent as plain text
+//!   reads to the new model as part of the visible reply; Pi 0.73.1 sent it as text);
 //! - every tool call carries an id no other call of the request has: a repeated id (the same
 //!   message stored twice, two calls sharing one id) is renamed on the call and its result
 //!   ([`unique_call_ids`]), and two results of one id pair with their calls in turn;
@@ -30,8 +31,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::models::{Api, Model};
 use crate::types::{
-    AssistantMessage, ContentBlock, Message, StopReason, TextContent, ToolResultMessage,
-    UserContent,
+    AssistantMessage, ContentBlock, Message, StopReason, ToolResultMessage, UserContent,
 };
 
 /// Text of a synthetic result for a call that has no recorded outcome (Pi's wording).
@@ -260,16 +260,12 @@ fn convert_assistant(mut a: AssistantMessage, model: &Model, ids: &mut IdMap) ->
     a.content = std::mem::take(&mut a.content)
         .into_iter()
         .filter_map(|b| match b {
-            ContentBlock::Thinking(t) if t.redacted => same.then_some(ContentBlock::Thinking(t)),
-            ContentBlock::Thinking(t) if same && t.thinking_signature.is_some() => {
+            ContentBlock::Thinking(_) if !same => None,
+            ContentBlock::Thinking(t) if t.redacted || t.thinking_signature.is_some() => {
                 Some(ContentBlock::Thinking(t))
             }
             ContentBlock::Thinking(t) if t.thinking.trim().is_empty() => None,
-            ContentBlock::Thinking(t) if same => Some(ContentBlock::Thinking(t)),
-            ContentBlock::Thinking(t) => Some(ContentBlock::Text(TextContent {
-                text: t.thinking,
-                text_signature: None,
-            })),
+            ContentBlock::Thinking(t) => Some(ContentBlock::Thinking(t)),
             ContentBlock::Text(t) if !same && t.text_signature.is_some() => {
                 Some(ContentBlock::text(t.text))
             }
@@ -961,7 +957,7 @@ mod tests {
     }
 
     #[test]
-    fn replay_across_models_rewrites_thinking_and_ids_but_not_the_store() {
+    fn replay_across_models_drops_thinking_and_rewrites_ids_but_not_the_store() {
         let stored = msgs(json!([
             {"role":"user","content":"go"},
             {"role":"assistant","api":"openai-completions","provider":"local","model":"qwen","content":[
@@ -980,10 +976,10 @@ mod tests {
         );
         let out = serde_json::to_value(transform_messages(&stored, &claude)).unwrap();
         assert_eq!(stored, before);
+        // Pi 1.6 drops another model's thinking, readable, signed or redacted.
         assert_eq!(
             out[1]["content"],
-            json!([{"type":"text","text":"plan"},
-                   {"type":"toolCall","id":"functions_read_0","name":"read","arguments":{"path":"a"}}])
+            json!([{"type":"toolCall","id":"functions_read_0","name":"read","arguments":{"path":"a"}}])
         );
         assert_eq!(out[2]["toolCallId"], "functions_read_0");
         // The same model keeps its own thinking as is.

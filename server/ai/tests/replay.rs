@@ -45,10 +45,18 @@ fn http_error(status: u16, headers: Vec<(&'static str, String)>, body: &str) -> 
 
 /// Serves `replies` to successive connections; returns the base URL and the request bodies.
 async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let (base, bodies, _) = serve_with_heads(replies).await;
+    (base, bodies)
+}
+
+/// [`serve`], also returning each request's head (request line and headers, lowercased).
+async fn serve_with_heads(replies: Vec<Reply>) -> (String, Bodies, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let bodies = Arc::new(Mutex::new(Vec::new()));
     let seen = bodies.clone();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen_heads = heads.clone();
     tokio::spawn(async move {
         for reply in replies {
             let (mut sock, _) = listener.accept().await.unwrap();
@@ -75,6 +83,7 @@ async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Value>>>) {
                     let body =
                         serde_json::from_slice(&buf[end + 4..end + 4 + len]).unwrap_or(Value::Null);
                     seen.lock().unwrap().push(body);
+                    seen_heads.lock().unwrap().push(head);
                     break;
                 }
             }
@@ -94,8 +103,11 @@ async fn serve(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Value>>>) {
             let _ = sock.shutdown().await;
         }
     });
-    (format!("http://{addr}"), bodies)
+    (format!("http://{addr}"), bodies, heads)
 }
+
+/// The request bodies a test server saw.
+type Bodies = Arc<Mutex<Vec<Value>>>;
 
 fn model(api: &str, base: String) -> Model {
     let api: pi_ai::Api = api.parse().unwrap();
@@ -529,6 +541,102 @@ async fn strm10_anthropic_error_event_after_200() {
     assert!(failure(&evs).is_retryable());
 }
 
+/// Over loopback, as Pi 1.6.0 does it against the same server: a budget-thinking request
+/// asks for interleaved thinking in one `anthropic-beta` header, and a `refusal` stop ends
+/// the answer in an error worded with the refusal's explanation (without one: "The model
+/// refused to complete the request"), the streamed text kept.
+#[tokio::test]
+async fn anthropic_beta_header_and_refusal_as_pi_1_6() {
+    let refusal = |details: &str| {
+        format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_r\",\"usage\":{{\"input_tokens\":5,\"output_tokens\":1}}}}}}\n\n\
+             event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n\
+             event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"I can't\"}}}}\n\n\
+             event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+             event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"refusal\"{details}}},\"usage\":{{\"output_tokens\":3}}}}\n\n\
+             event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+        )
+        .into_bytes()
+    };
+    let (base, _, heads) = serve_with_heads(vec![
+        sse(vec![refusal("")]),
+        sse(vec![refusal(
+            r#","stop_details":{"type":"refusal","explanation":"Not allowed here."}"#,
+        )]),
+    ])
+    .await;
+    let mut m = model("anthropic-messages", base);
+    m.reasoning = true;
+    m.thinking_level = Some(pi_ai::models::ThinkingLevel::Medium);
+    let ctx = Context {
+        system_prompt: "S".into(),
+        messages: vec![Message::user_text("hi")],
+        tools: tools(),
+    };
+    for want in [
+        "The model refused to complete the request",
+        "Not allowed here.",
+    ] {
+        let evs = events(&m, &ctx).await;
+        let got = evs.last().unwrap().terminal_message().unwrap();
+        assert_eq!(
+            (got.stop_reason, got.error_message.as_deref(), got.text()),
+            (StopReason::Error, Some(want), "I can't".to_string())
+        );
+    }
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2);
+    for head in heads {
+        let betas: Vec<&str> = head
+            .lines()
+            .filter_map(|l| l.strip_prefix("anthropic-beta: "))
+            .collect();
+        assert_eq!(betas, vec!["interleaved-thinking-2025-05-14"], "{head}");
+    }
+}
+
+/// Over loopback, as Pi 1.6.0 sends it to the same server: a Responses request of a session
+/// carries the session id as `prompt_cache_key` and in the `session-id` and
+/// `x-client-request-id` headers; OpenRouter gets `x-session-id` alone; a request without a
+/// session id carries none of them.
+#[tokio::test]
+async fn responses_session_id_as_prompt_cache_key_and_headers() {
+    let (base, bodies, heads) = serve_with_heads(vec![sse(vec![]), sse(vec![]), sse(vec![])]).await;
+    let mut m = model("openai-responses", base);
+    let ctx = go();
+    let with = |id: Option<&str>| StreamOptions {
+        session_id: id.map(std::sync::Arc::from),
+        ..StreamOptions::default()
+    };
+    let id = "01a24c01-09cb-750b-be08-382c448cac10";
+    let _ = pi_ai::stream(&m, &ctx, with(Some(id))).result().await;
+    m.compat = json!({"sessionAffinityFormat": "openrouter"});
+    let _ = pi_ai::stream(&m, &ctx, with(Some(id))).result().await;
+    m.compat = json!({});
+    let _ = pi_ai::stream(&m, &ctx, with(None)).result().await;
+    let bodies = bodies.lock().unwrap().clone();
+    let keys: Vec<&Value> = bodies.iter().map(|b| &b["prompt_cache_key"]).collect();
+    assert_eq!(keys, [&json!(id), &json!(id), &Value::Null]);
+    let session_lines = |head: &String| -> Vec<String> {
+        head.lines()
+            .filter(|l| l.contains("session-id") || l.starts_with("x-client-request-id"))
+            .map(str::to_string)
+            .collect()
+    };
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(
+        heads.iter().map(session_lines).collect::<Vec<_>>(),
+        [
+            vec![
+                format!("session-id: {id}"),
+                format!("x-client-request-id: {id}")
+            ],
+            vec![format!("x-session-id: {id}")],
+            vec![],
+        ]
+    );
+}
+
 #[tokio::test]
 async fn strm10_http_429_529_and_overflow_are_typed() {
     let evs = replay_reply(
@@ -775,7 +883,8 @@ async fn replay_recorded_anthropic_conversation_to_openai_completions() {
             "messages":[
                 {"role":"system","content":"You are terse."},
                 {"role":"user","content":"What is in a.png and b.txt?"},
-                {"role":"assistant","content":"Read both files.Reading both.","tool_calls":[
+                // The recorded thinking is dropped (another model's, Pi 1.6).
+                {"role":"assistant","content":"Reading both.","tool_calls":[
                     {"id":"toolu_01Ab_c","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.png\"}"}},
                     {"id":"toolu_02XY","type":"function","function":{"name":"read","arguments":"{\"path\":\"b.txt\"}"}}]},
                 {"role":"tool","content":"Read image file [image/png]","tool_call_id":"toolu_01Ab_c"},
@@ -1129,6 +1238,8 @@ async fn replay_recorded_anthropic_conversation_to_openai_responses() {
     let mut m = model("openai-responses", base);
     m.provider = "openai".into();
     m.id = "gpt-5.4".into();
+    // As the catalogue has it (Pi 1.6 sends `strict` only with this flag).
+    m.compat = json!({"supportsStrictMode": true});
     m.reasoning = true;
     m.input = vec!["text".into(), "image".into()];
     m.thinking_level = Some(pi_ai::models::ThinkingLevel::Medium);
@@ -1148,8 +1259,9 @@ async fn replay_recorded_anthropic_conversation_to_openai_responses() {
             "input":[
                 {"role":"developer","content":"You are terse."},
                 {"role":"user","content":[{"type":"input_text","text":"What is in a.png and b.txt?"}]},
-                {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Read both files.","annotations":[]}],"status":"completed","id":"msg_1"},
-                {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Reading both.","annotations":[]}],"status":"completed","id":"msg_1_1"},
+                // The recorded thinking is dropped (another model's); the text's item id is
+                // Pi 1.6's `msg_pi_<message index>`.
+                {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Reading both.","annotations":[]}],"status":"completed","id":"msg_pi_1"},
                 {"type":"function_call","call_id":"toolu_01Ab_c","name":"read","arguments":"{\"path\":\"a.png\"}"},
                 {"type":"function_call","call_id":"toolu_02XY","name":"read","arguments":"{\"path\":\"b.txt\"}"},
                 {"type":"function_call_output","call_id":"toolu_01Ab_c","output":[

@@ -203,6 +203,26 @@ fn thinking_budget(level: ThinkingLevel) -> u64 {
     }
 }
 
+/// Whether `model` thinks adaptively: Pi 1.6 decides by the model's
+/// `compat.forceAdaptiveThinking` (the catalogue sets it); a model without the flag
+/// (models.json) falls back on the id, as Pi 0.73.1 did.
+fn is_adaptive(model: &Model) -> bool {
+    model
+        .compat
+        .get("forceAdaptiveThinking")
+        .and_then(Value::as_bool)
+        .unwrap_or_else(|| adaptive_thinking(&model.id))
+}
+
+/// Whether a request for `model` asks for thinking: a reasoning model whose level, clamped
+/// to what the model has, is not `off` (Pi's `thinkingEnabled`).
+fn thinking_enabled(model: &Model) -> bool {
+    model
+        .thinking_level
+        .filter(|_| model.reasoning)
+        .is_some_and(|level| model.clamp_thinking_level(level) != ThinkingLevel::Off)
+}
+
 /// Maps the model's thinking level onto the request (Pi `streamSimpleAnthropic`): `off` →
 /// `thinking: {type: disabled}`; adaptive models (`compat.forceAdaptiveThinking`) →
 /// `thinking: {type: adaptive}` plus `output_config.effort` (minimal/low → low, medium, high;
@@ -219,14 +239,7 @@ fn apply_thinking(model: &Model, options: &StreamOptions, body: &mut Value) {
         body["thinking"] = json!({"type":"disabled"});
         return;
     }
-    // Pi 1.6 decides by the model's `compat.forceAdaptiveThinking` (the catalogue sets it);
-    // a model without the flag (models.json) falls back on the id, as Pi 0.73.1 did.
-    let adaptive = model
-        .compat
-        .get("forceAdaptiveThinking")
-        .and_then(Value::as_bool)
-        .unwrap_or_else(|| adaptive_thinking(&model.id));
-    if adaptive {
+    if is_adaptive(model) {
         let effort = model.mapped_thinking_value(level).unwrap_or_else(|| {
             match level {
                 ThinkingLevel::Minimal | ThinkingLevel::Low => "low",
@@ -377,6 +390,23 @@ fn map_stop(reason: &str) -> StopReason {
     }
 }
 
+/// The error message of a `stop_reason` [`map_stop`] makes an error, as Pi 1.6's
+/// `mapStopReason` words it: a refusal's `stop_details.explanation`, else "The model refused
+/// to complete the request"; `sensitive` → "Provider stopped with: sensitive". Empty for the
+/// other reasons.
+fn stop_error(reason: &str, details: &Value) -> String {
+    match reason {
+        "refusal" => details
+            .get("explanation")
+            .and_then(Value::as_str)
+            .filter(|e| !e.is_empty())
+            .unwrap_or("The model refused to complete the request")
+            .to_string(),
+        "sensitive" => "Provider stopped with: sensitive".to_string(),
+        _ => String::new(),
+    }
+}
+
 fn read_usage(u: &Value, into: &mut Usage) {
     let get = |k: &str| u.get(k).and_then(Value::as_u64);
     if let Some(v) = get("input_tokens") {
@@ -430,12 +460,17 @@ struct EventDelta<'a> {
     partial_json: Str<'a>,
     #[serde(borrow)]
     stop_reason: Str<'a>,
+    /// A `message_delta`'s `stop_details` (a refusal's `explanation`).
+    stop_details: Option<Box<Value>>,
 }
 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
+///
+/// `headers`: [`request_headers`] for the request's context.
 pub async fn run(
     model: Model,
     body: Vec<u8>,
+    headers: Vec<(String, String)>,
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -443,7 +478,7 @@ pub async fn run(
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, body, &mut b, &cancel, timeout).await {
+    match stream_body(&model, body, &headers, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -454,20 +489,77 @@ pub async fn run(
     }
 }
 
-/// The request headers: version, key (`x-api-key`, or a bearer with Pi's OAuth betas for an
-/// OAuth token), then the model's own headers.
-fn headers(model: &Model) -> Vec<(String, String)> {
+/// Pi 1.6's `interleaved-thinking` beta: thinking between tool calls on budget-thinking
+/// models (adaptive thinking interleaves without it).
+const INTERLEAVED_THINKING_BETA: &str = "interleaved-thinking-2025-05-14";
+
+/// Pi 1.6's `fine-grained-tool-streaming` beta, asked for instead of the tools'
+/// `eager_input_streaming` when `compat.supportsEagerToolInputStreaming` is false.
+const FINE_GRAINED_TOOL_STREAMING_BETA: &str = "fine-grained-tool-streaming-2025-05-14";
+
+/// The `anthropic-beta` features of a request, comma-joined; `None` for none (Pi 1.6's
+/// `getBetaFeatures`): an `anthropic-beta` header among the model's `headers` (models.json)
+/// replaces the list (its comma-separated names trimmed, empty ones and repeats dropped);
+/// else the OAuth betas for an OAuth token, fine-grained tool streaming when the request has
+/// tools and the model streams tool input without `eager_input_streaming`, and interleaved
+/// thinking when the request asks for budget thinking ([`thinking_enabled`], not
+/// [`is_adaptive`]).
+fn beta_features(model: &Model, has_tools: bool) -> Option<String> {
+    let mut features: Vec<&str> = Vec::new();
+    let configured = model
+        .headers
+        .iter()
+        .rfind(|(k, _)| k.eq_ignore_ascii_case("anthropic-beta"));
+    if let Some((_, list)) = configured {
+        features.extend(list.split(',').map(str::trim).filter(|f| !f.is_empty()));
+    } else {
+        if model.api_key.as_deref().is_some_and(is_oauth_token) {
+            features.extend(OAUTH_BETAS.split(','));
+        }
+        let eager = model
+            .compat
+            .get("supportsEagerToolInputStreaming")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        if has_tools && !eager {
+            features.push(FINE_GRAINED_TOOL_STREAMING_BETA);
+        }
+        if thinking_enabled(model) && !is_adaptive(model) {
+            features.push(INTERLEAVED_THINKING_BETA);
+        }
+    }
+    let mut seen = Vec::with_capacity(features.len());
+    for f in features {
+        if !seen.contains(&f) {
+            seen.push(f);
+        }
+    }
+    (!seen.is_empty()).then(|| seen.join(","))
+}
+
+/// The request headers for `context` on `model`: version, key (`x-api-key`, or a bearer for
+/// an OAuth token), the model's own headers, and one `anthropic-beta` with
+/// [`beta_features`] (a model's own `anthropic-beta` is folded into it, never sent twice).
+pub fn request_headers(model: &Model, context: &Context) -> Vec<(String, String)> {
     let mut headers: Vec<(String, String)> =
         vec![("anthropic-version".into(), ANTHROPIC_VERSION.into())];
     match &model.api_key {
         Some(k) if is_oauth_token(k) => {
             headers.push(("authorization".into(), format!("Bearer {k}")));
-            headers.push(("anthropic-beta".into(), OAUTH_BETAS.into()));
         }
         Some(k) => headers.push(("x-api-key".into(), k.clone())),
         None => {}
     }
-    headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+    headers.extend(
+        model
+            .headers
+            .iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("anthropic-beta"))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    if let Some(betas) = beta_features(model, !context.tools.is_empty()) {
+        headers.push(("anthropic-beta".into(), betas));
+    }
     headers
 }
 
@@ -476,6 +568,7 @@ fn headers(model: &Model) -> Vec<(String, String)> {
 async fn stream_body(
     model: &Model,
     body: Vec<u8>,
+    headers: &[(String, String)],
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -486,7 +579,7 @@ async fn stream_body(
     } else {
         format!("{base}/v1/messages")
     };
-    let mut sse = open_sse(&url, &headers(model), body, cancel, timeout).await?;
+    let mut sse = open_sse(&url, headers, body, cancel, timeout).await?;
     let mut usage = Usage::default();
     let mut stop: Option<(StopReason, String)> = None;
     let mut saw_stop = false;
@@ -565,7 +658,7 @@ async fn stream_body(
             "content_block_stop" => b.end_block(&key).await,
             "message_delta" => {
                 if let Some(r) = d.stop_reason.as_str() {
-                    stop = Some((map_stop(r), r.to_string()));
+                    stop = Some((map_stop(r), stop_error(r, whole(&d.stop_details))));
                 }
                 read_usage(whole(&data.usage), &mut usage);
                 b.set_usage(usage.clone());
@@ -592,9 +685,7 @@ async fn stream_body(
     }
     b.set_usage(usage);
     match stop {
-        Some((StopReason::Error, raw)) => Err(ProviderError::Provider {
-            message: format!("Provider stop_reason: {raw}"),
-        }),
+        Some((StopReason::Error, message)) => Err(ProviderError::Provider { message }),
         Some((reason, _)) => Ok(Some(reason)),
         None if saw_stop => Ok(Some(StopReason::Stop)),
         // No end marker: finished when what streamed is complete, else cut (STRM-04).
@@ -695,10 +786,11 @@ mod tests {
         m.max_tokens = 64_000;
         m.thinking_level = Some(ThinkingLevel::Medium);
         let b = build_request(&m, &ctx, &opts);
+        // Pi 1.6.0: the model's whole 64,000 (its budget inside), not 32,000 + the budget.
         assert_eq!(
             (b["max_tokens"].clone(), b["thinking"].clone()),
             (
-                json!(40_192),
+                json!(64_000),
                 json!({"type":"enabled","budget_tokens":8192,"display":"summarized"})
             )
         );
@@ -765,9 +857,162 @@ mod tests {
         let b = build_request(&m, &ctx, &StreamOptions::default());
         assert_eq!(b["system"][0]["text"], OAUTH_IDENTITY);
         assert_eq!(b["system"][1]["text"], "S");
-        let h = headers(&m);
-        assert!(h.contains(&("authorization".into(), "Bearer sk-ant-oat01-x".into())));
-        assert!(!h.iter().any(|(k, _)| k == "x-api-key"));
+        let h = request_headers(&m, &ctx);
+        assert_eq!(
+            h,
+            vec![
+                ("anthropic-version".into(), ANTHROPIC_VERSION.into()),
+                ("authorization".into(), "Bearer sk-ant-oat01-x".into()),
+                (
+                    "anthropic-beta".into(),
+                    "claude-code-20250219,oauth-2025-04-20".into()
+                ),
+            ]
+        );
+    }
+
+    /// The `anthropic-beta` header as Pi 1.6.0 sends it (`getBetaFeatures`, checked against
+    /// the real Pi on a loopback server): interleaved thinking for budget thinking, none for
+    /// `off`, a non-reasoning model or adaptive thinking; fine-grained tool streaming for a
+    /// request with tools when the model takes no `eager_input_streaming`; OAuth's betas first;
+    /// a models.json `anthropic-beta` replacing the list, once, trimmed and without repeats.
+    #[test]
+    fn beta_header_as_pi_1_6() {
+        let tool = ToolSpec {
+            name: "read".into(),
+            description: "Read".into(),
+            parameters: json!({"type":"object","properties":{}}),
+        };
+        let with_tools = Context {
+            tools: vec![tool],
+            ..Context::default()
+        };
+        let bare = Context::default();
+        let model = |id: &str, reasoning: bool, level: ThinkingLevel, compat: Value| {
+            let mut m = Model::new(crate::Api::AnthropicMessages, "anth", id, "");
+            m.api_key = Some("sk-test".into());
+            m.reasoning = reasoning;
+            m.thinking_level = Some(level);
+            m.compat = compat;
+            m
+        };
+        let beta = |m: &Model, c: &Context| -> Vec<String> {
+            request_headers(m, c)
+                .into_iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("anthropic-beta"))
+                .map(|(_, v)| v)
+                .collect()
+        };
+        let interleaved = vec!["interleaved-thinking-2025-05-14".to_string()];
+        let budget = model("claude-sonnet-4-5", true, ThinkingLevel::Medium, json!({}));
+        assert_eq!(beta(&budget, &bare), interleaved);
+        assert_eq!(beta(&budget, &with_tools), interleaved);
+        let off = model("claude-sonnet-4-5", true, ThinkingLevel::Off, json!({}));
+        assert_eq!(beta(&off, &with_tools), Vec::<String>::new());
+        let plain = model("claude-mock", false, ThinkingLevel::High, json!({}));
+        assert_eq!(beta(&plain, &with_tools), Vec::<String>::new());
+        let adaptive = model(
+            "claude-next",
+            true,
+            ThinkingLevel::High,
+            json!({"forceAdaptiveThinking": true}),
+        );
+        assert_eq!(beta(&adaptive, &with_tools), Vec::<String>::new());
+        let no_eager = model(
+            "claude-sonnet-4-5",
+            true,
+            ThinkingLevel::Low,
+            json!({"supportsEagerToolInputStreaming": false}),
+        );
+        assert_eq!(
+            beta(&no_eager, &with_tools),
+            vec!["fine-grained-tool-streaming-2025-05-14,interleaved-thinking-2025-05-14"]
+        );
+        assert_eq!(beta(&no_eager, &bare), interleaved);
+        let mut oauth = budget.clone();
+        oauth.api_key = Some("sk-ant-oat01-x".into());
+        assert_eq!(
+            beta(&oauth, &bare),
+            vec!["claude-code-20250219,oauth-2025-04-20,interleaved-thinking-2025-05-14"]
+        );
+        let mut configured = oauth.clone();
+        configured.headers.insert(
+            "Anthropic-Beta".into(),
+            " files-api, ,files-api,x-1 ".into(),
+        );
+        configured.headers.insert("x-extra".into(), "1".into());
+        assert_eq!(
+            request_headers(&configured, &with_tools),
+            vec![
+                ("anthropic-version".into(), ANTHROPIC_VERSION.into()),
+                ("authorization".into(), "Bearer sk-ant-oat01-x".into()),
+                ("x-extra".into(), "1".into()),
+                ("anthropic-beta".into(), "files-api,x-1".into()),
+            ]
+        );
+    }
+
+    /// `max_tokens` as Pi 1.6.0 asks for it (checked against the real Pi on a loopback
+    /// server): the model's whole `maxTokens` (64,000, no 32,000 cap), with budget thinking
+    /// too (the budget fits inside it), and the budget cut to leave 1,024 tokens of answer
+    /// when the limit is smaller than the budget.
+    #[test]
+    fn max_tokens_as_pi_1_6() {
+        let sent = |max_tokens: u64, level: ThinkingLevel| {
+            let mut m = Model::new(crate::Api::AnthropicMessages, "anth", "claude-mock", "");
+            m.reasoning = true;
+            m.max_tokens = max_tokens;
+            m.thinking_level = Some(level);
+            let b = build_request(&m, &Context::default(), &StreamOptions::default());
+            (b["max_tokens"].clone(), b["thinking"].clone())
+        };
+        assert_eq!(
+            sent(64_000, ThinkingLevel::Off),
+            (json!(64_000), json!({"type":"disabled"}))
+        );
+        assert_eq!(
+            sent(64_000, ThinkingLevel::Medium),
+            (
+                json!(64_000),
+                json!({"type":"enabled","budget_tokens":8192,"display":"summarized"})
+            )
+        );
+        assert_eq!(
+            sent(4_096, ThinkingLevel::Medium),
+            (
+                json!(4_096),
+                json!({"type":"enabled","budget_tokens":3072,"display":"summarized"})
+            )
+        );
+        assert_eq!(
+            sent(2_000, ThinkingLevel::High),
+            (
+                json!(2_000),
+                json!({"type":"enabled","budget_tokens":976,"display":"summarized"})
+            )
+        );
+    }
+
+    /// A refusal or a `sensitive` stop is an error worded as Pi 1.6 words it.
+    #[test]
+    fn refusal_and_sensitive_stops_are_worded_as_pi() {
+        assert_eq!(map_stop("refusal"), StopReason::Error);
+        assert_eq!(
+            stop_error("refusal", &Value::Null),
+            "The model refused to complete the request"
+        );
+        assert_eq!(
+            stop_error(
+                "refusal",
+                &json!({"type":"refusal","explanation":"Policy X"})
+            ),
+            "Policy X"
+        );
+        assert_eq!(
+            stop_error("sensitive", &Value::Null),
+            "Provider stopped with: sensitive"
+        );
+        assert_eq!(stop_error("end_turn", &Value::Null), "");
     }
 
     #[test]

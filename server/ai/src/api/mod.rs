@@ -30,6 +30,10 @@ use crate::types::Context;
 pub struct StreamOptions {
     /// Cancelling ends the stream promptly with `stopReason: "aborted"` and drops the body.
     pub cancel: CancellationToken,
+    /// The session the request belongs to (Pi's `sessionId`): an `openai-responses` request
+    /// sends it as `prompt_cache_key` and in the session headers
+    /// ([`openai_responses::session_headers`]). `None`: not sent.
+    pub session_id: Option<std::sync::Arc<str>>,
     /// Overrides the model's output limit, in tokens.
     pub max_tokens: Option<u64>,
     /// The room the context window leaves for the answer, in tokens: the request never asks
@@ -93,9 +97,11 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                     &model, context, &options,
                 )),
             };
+            let headers = anthropic_messages::request_headers(&model, context);
             tokio::spawn(anthropic_messages::run(
                 model,
                 body,
+                headers,
                 tx,
                 options.cancel,
                 options.timeout,
@@ -129,9 +135,11 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                     }),
                 None => json_bytes(&openai_responses::build_request(&model, context, &options)),
             };
+            let headers = openai_responses::request_headers(&model, options.session_id.as_deref());
             tokio::spawn(openai_responses::run(
                 model,
                 body,
+                headers,
                 tx,
                 options.cancel,
                 options.timeout,

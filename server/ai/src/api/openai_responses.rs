@@ -129,10 +129,10 @@ fn convert_from(
                             let id = match text_item_id(t.text_signature.as_deref()) {
                                 Some(id) if id.len() <= 64 => id,
                                 Some(id) => format!("msg_{}", crate::transform::short_hash(&id)),
-                                // Pi uses `msg_<message index>`; a second text block of
-                                // the same message gets a suffix so item ids stay unique.
-                                None if texts == 0 => format!("msg_{index}"),
-                                None => format!("msg_{index}_{texts}"),
+                                // Pi 1.6 uses `msg_pi_<message index>`, and for a later
+                                // text block of the same message `msg_pi_<index>_<block>`.
+                                None if texts == 0 => format!("msg_pi_{index}"),
+                                None => format!("msg_pi_{index}_{texts}"),
                             };
                             texts += 1;
                             out.push(json!({"type":"message","role":"assistant",
@@ -186,7 +186,9 @@ fn convert_from(
 }
 
 /// The request body for `context` (pure; no I/O), shaped like Pi's: `store: false`,
-/// `max_output_tokens`, tools with `strict: false`, and the thinking level as
+/// `prompt_cache_key` for a session ([`prompt_cache_key`]),
+/// `max_output_tokens`, tools (`strict: false` only where the model supports strict mode),
+/// and the thinking level as
 /// `reasoning.effort` (with `summary: "auto"` and encrypted reasoning included) or, for `off`,
 /// the model's `off` value (`none` by default; nothing when the model maps `off` to null).
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
@@ -195,7 +197,13 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
         input.push(system);
     }
     input.extend(convert_messages(model, &context.messages));
-    body_around(model, context, options, input, tools_value(&context.tools))
+    body_around(
+        model,
+        context,
+        options,
+        input,
+        tools_value(&context.tools, supports_strict_mode(model)),
+    )
 }
 
 /// The same bytes as `serde_json::to_vec(&build_request(model, context, options))`, reusing
@@ -213,14 +221,14 @@ pub fn request_bytes(
         list: "input",
         lead: system_item(model, context),
         tools: &context.tools,
-        tools_salt: Value::Null,
+        tools_salt: Value::Bool(supports_strict_mode(model)),
     };
     let bytes = super::prefix::request_bytes(
         &cache.steps,
         model,
         &context.messages,
         shell,
-        || tools_value(&context.tools),
+        || tools_value(&context.tools, supports_strict_mode(model)),
         |msgs, start, out, step| convert_from(model, msgs, start, out, step),
     )?;
     match bytes {
@@ -235,13 +243,29 @@ fn system_item(model: &Model, context: &Context) -> Option<Value> {
         .then(|| json!({"role":instruction_role(model),"content":context.system_prompt}))
 }
 
-/// The request's `tools`: each spec as a `function` with `strict: false`.
-fn tools_value(tools: &[ToolSpec]) -> Value {
+/// Whether the model's tools carry `strict` (Pi 1.6's `supportsStrictMode` for this API:
+/// `compat.supportsStrictMode`, false when unset; the catalogue's OpenAI models set it).
+fn supports_strict_mode(model: &Model) -> bool {
+    model
+        .compat
+        .get("supportsStrictMode")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The request's `tools`: each spec as a `function`, with `strict: false` only when
+/// `strict` ([`supports_strict_mode`]; Pi 1.6's `convertResponsesTools`: a server that does
+/// not know the field never sees it).
+fn tools_value(tools: &[ToolSpec], strict: bool) -> Value {
     tools
         .iter()
         .map(|t| {
-            json!({"type":"function","name":t.name,"description":t.description,
-            "parameters":t.parameters,"strict":false})
+            let mut f = json!({"type":"function","name":t.name,"description":t.description,
+            "parameters":t.parameters});
+            if strict {
+                f["strict"] = Value::Bool(false);
+            }
+            f
         })
         .collect()
 }
@@ -261,6 +285,9 @@ fn body_around(
         "store": false,
         "max_output_tokens": options.output_tokens(model),
     });
+    if let Some(key) = prompt_cache_key(model, options.session_id.as_deref()) {
+        body["prompt_cache_key"] = Value::String(key);
+    }
     if !context.tools.is_empty() {
         body["tools"] = tools;
     }
@@ -283,10 +310,80 @@ fn body_around(
     body
 }
 
+/// Pi 1.6's `prompt_cache_key` limit, in characters (`OPENAI_PROMPT_CACHE_KEY_MAX_LENGTH`).
+const PROMPT_CACHE_KEY_MAX_CHARS: usize = 64;
+
+/// The request's `prompt_cache_key` (Pi 1.6's `buildParams`): the session id, cut to
+/// [`PROMPT_CACHE_KEY_MAX_CHARS`] characters; `None` without a session id, with
+/// `compat.promptCacheKeyMode` `"disabled"`, or with `PI_CACHE_RETENTION=none`.
+fn prompt_cache_key(model: &Model, session_id: Option<&str>) -> Option<String> {
+    let disabled = model
+        .compat
+        .get("promptCacheKeyMode")
+        .and_then(Value::as_str)
+        == Some("disabled")
+        || std::env::var("PI_CACHE_RETENTION").as_deref() == Ok("none");
+    session_id
+        .filter(|_| !disabled)
+        .map(|id| id.chars().take(PROMPT_CACHE_KEY_MAX_CHARS).collect())
+}
+
+/// The session headers Pi 1.6 adds for a session id (`createClient`): with the `openrouter`
+/// session-affinity format `x-session-id`; otherwise `x-client-request-id`, and `session-id`
+/// too with the `openai` format. The format is `compat.sessionAffinityFormat`, else
+/// `openrouter` for OpenRouter (the provider, or its URL) and `openai` for the rest.
+pub fn session_headers(model: &Model, session_id: &str) -> Vec<(String, String)> {
+    let format = match model
+        .compat
+        .get("sessionAffinityFormat")
+        .and_then(Value::as_str)
+    {
+        Some(f) => f,
+        None if model.provider == "openrouter" || model.base_url.contains("openrouter.ai") => {
+            "openrouter"
+        }
+        None => "openai",
+    };
+    let id = session_id.to_string();
+    match format {
+        "openrouter" => vec![("x-session-id".into(), id)],
+        "openai" => vec![
+            ("session-id".into(), id.clone()),
+            ("x-client-request-id".into(), id),
+        ],
+        _ => vec![("x-client-request-id".into(), id)],
+    }
+}
+
+/// The request headers: the key as a bearer, the model's own headers, then
+/// [`session_headers`] for `session_id` (replacing a model header of the same name, as Pi's
+/// do).
+pub fn request_headers(model: &Model, session_id: Option<&str>) -> Vec<(String, String)> {
+    let session = session_id
+        .map(|id| session_headers(model, id))
+        .unwrap_or_default();
+    let mut headers: Vec<(String, String)> = Vec::new();
+    if let Some(k) = &model.api_key {
+        headers.push(("authorization".into(), format!("Bearer {k}")));
+    }
+    headers.extend(
+        model
+            .headers
+            .iter()
+            .filter(|(k, _)| !session.iter().any(|(s, _)| s.eq_ignore_ascii_case(k)))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    headers.extend(session);
+    headers
+}
+
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
+///
+/// `headers`: [`request_headers`] for the request.
 pub async fn run(
     model: Model,
     body: Vec<u8>,
+    headers: Vec<(String, String)>,
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -294,7 +391,7 @@ pub async fn run(
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, body, &mut b, &cancel, timeout).await {
+    match stream_body(&model, body, &headers, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -331,17 +428,13 @@ struct StreamEvent<'a> {
 async fn stream_body(
     model: &Model,
     body: Vec<u8>,
+    headers: &[(String, String)],
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
 ) -> Result<Option<StopReason>, ProviderError> {
     let url = join_url(&model.base_url, "responses");
-    let mut headers: Vec<(String, String)> = Vec::new();
-    if let Some(k) = &model.api_key {
-        headers.push(("authorization".into(), format!("Bearer {k}")));
-    }
-    headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut sse = open_sse(&url, &headers, body, cancel, timeout).await?;
+    let mut sse = open_sse(&url, headers, body, cancel, timeout).await?;
     // The block the current output item streams into, and the argument text so far.
     let mut current: Option<String> = None;
     let mut args = String::new();
@@ -655,5 +748,91 @@ mod tests {
             json!({"role": "system", "content": "Lead."})
         );
         assert_eq!(input(&model)[2], json!({"role": "system", "content": text}));
+    }
+
+    /// The session id as Pi 1.6 sends it: `prompt_cache_key` cut to 64 characters, none with
+    /// `compat.promptCacheKeyMode: "disabled"`; session headers per affinity format, replacing
+    /// a model header of the same name.
+    #[test]
+    fn session_id_as_prompt_cache_key_and_headers() {
+        let mut model = Model::new(
+            crate::Api::OpenaiResponses,
+            "p",
+            "m",
+            "http://127.0.0.1:1/v1",
+        );
+        let long: String = "é".repeat(70);
+        assert_eq!(prompt_cache_key(&model, Some(&long)), Some("é".repeat(64)));
+        assert_eq!(prompt_cache_key(&model, None), None);
+        model.api_key = Some("k".into());
+        model
+            .headers
+            .insert("Session-Id".into(), "from-models-json".into());
+        model.headers.insert("x-extra".into(), "1".into());
+        assert_eq!(
+            request_headers(&model, Some("s1")),
+            vec![
+                ("authorization".to_string(), "Bearer k".to_string()),
+                ("x-extra".into(), "1".into()),
+                ("session-id".into(), "s1".into()),
+                ("x-client-request-id".into(), "s1".into()),
+            ]
+        );
+        assert_eq!(
+            request_headers(&model, None)[1],
+            ("Session-Id".to_string(), "from-models-json".to_string())
+        );
+        model.compat = json!({"promptCacheKeyMode": "disabled", "sessionAffinityFormat": "other"});
+        assert_eq!(prompt_cache_key(&model, Some("s1")), None);
+        assert_eq!(
+            session_headers(&model, "s1"),
+            vec![("x-client-request-id".to_string(), "s1".to_string())]
+        );
+        model.compat = json!({});
+        model.base_url = "https://openrouter.ai/api/v1".into();
+        assert_eq!(
+            session_headers(&model, "s1"),
+            vec![("x-session-id".to_string(), "s1".to_string())]
+        );
+    }
+
+    /// Tools carry `strict: false` only for a model with `compat.supportsStrictMode` (the
+    /// catalogue's OpenAI models), as Pi 1.6.0 sends them (checked against the real Pi on a
+    /// loopback server: a models.json model's tools have no `strict`); the cached request
+    /// bytes follow a change of the flag between two requests of one conversation.
+    #[test]
+    fn tools_are_strict_only_where_the_model_supports_it() {
+        let mut model = Model::new(
+            crate::Api::OpenaiResponses,
+            "p",
+            "m",
+            "http://127.0.0.1:1/v1",
+        );
+        let ctx = Context {
+            system_prompt: "Lead.".into(),
+            messages: vec![Message::user_text("hi")],
+            tools: vec![ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
+            }],
+        };
+        let opts = StreamOptions::default();
+        let cache = crate::api::openai_completions::RequestCache::default();
+        let sent = |model: &Model| -> Value {
+            let cached = request_bytes(model, &ctx, &opts, &cache).unwrap();
+            let whole = build_request(model, &ctx, &opts);
+            assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap(), whole);
+            whole["tools"].clone()
+        };
+        let tool = json!({"type":"function","name":"read","description":"Read a file",
+            "parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}});
+        assert_eq!(sent(&model), json!([tool]));
+        model.compat = json!({"supportsStrictMode": true});
+        let mut strict = tool.clone();
+        strict["strict"] = json!(false);
+        assert_eq!(sent(&model), json!([strict]));
+        model.compat = json!({"supportsStrictMode": false});
+        assert_eq!(sent(&model), json!([tool]));
     }
 }

@@ -539,6 +539,9 @@ pub enum ToolExecution {
 #[derive(Clone)]
 pub struct AgentConfig {
     pub model: Model,
+    /// The session the run belongs to, given to every model request (Pi's `sessionId`: an
+    /// OpenAI Responses request's `prompt_cache_key` and session headers); `None`: none.
+    pub session_id: Option<Arc<str>>,
     pub system_prompt: String,
     pub tools: Vec<Arc<dyn Tool>>,
     pub tool_execution: ToolExecution,
@@ -605,6 +608,7 @@ impl AgentConfig {
     pub fn new(model: Model, system_prompt: String, tools: Vec<Arc<dyn Tool>>) -> Self {
         AgentConfig {
             model,
+            session_id: None,
             system_prompt,
             tools,
             tool_execution: ToolExecution::Parallel,

@@ -349,6 +349,7 @@ impl Run<'_> {
             &context,
             StreamOptions {
                 cancel: self.control.cancel.child_token(),
+                session_id: self.cfg.session_id.clone(),
                 max_tokens: None,
                 output_room,
                 timeout: self.cfg.retry.provider_timeout,

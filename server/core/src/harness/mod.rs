@@ -856,6 +856,7 @@ fn build_config(
             reads: Some(reads.clone()),
         },
     );
+    cfg.session_id = Some(Arc::from(id));
     cfg.compaction = Some(compaction_config(ws, writer));
     cfg.system_messages = Some(Arc::new(StoredSystemMessages {
         writer: writer.clone(),
