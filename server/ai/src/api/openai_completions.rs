@@ -340,7 +340,7 @@ fn system_message(model: &Model, compat: &Compat, context: &Context) -> Option<V
 /// when they are unchanged (each compared whole with the previous request's).
 ///
 /// The history: when the previous request's history is a prefix of this one (compared
-/// message by message) and [`Transform::can_extend`] says its request view stays as it was,
+/// message by message, unless the caller vouches for it: [`StreamOptions::history_kept`]) and [`Transform::can_extend`] says its request view stays as it was,
 /// only the new messages go through the transform, continuing its state; otherwise the whole
 /// history is transformed and the shared part is the longest equal prefix of the two
 /// transformed histories. Either way the serialised messages are cut back to the last
@@ -368,7 +368,8 @@ pub fn request_bytes(
         Some(mut p)
             if p.input.len() <= history.len()
                 && p.transform.can_extend(&history[p.input.len()..])
-                && p.input[..] == history[..p.input.len()] =>
+                && (p.input.len() <= options.history_kept
+                    || p.input[..] == history[..p.input.len()]) =>
         {
             let new = &history[p.input.len()..];
             let tail = p.transform.extend(model, new);

@@ -1042,7 +1042,7 @@ impl AgentHooks for Extensions {
     async fn prepare_next_turn(&self, next: &mut NextTurn) {
         for l in &self.loaded {
             for h in &l.context {
-                let messages = &mut next.messages;
+                let messages = next.messages_mut();
                 if let Err(p) =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(messages)))
                 {
