@@ -1058,6 +1058,55 @@ mod tests {
         msg(json!({"role":"user","content":text,"timestamp":3}))
     }
 
+    /// A history the caller vouches for ([`StreamOptions::history_kept`]) is taken as the
+    /// cache's without comparing it (the kept copy, altered here behind the cache's back,
+    /// stays as it was); without the vouch it is compared, found different and built again.
+    /// The bytes are the whole request's either way.
+    #[test]
+    fn a_vouched_history_is_taken_as_sent_without_comparing_it() {
+        let m = Model::new(
+            crate::Api::OpenaiCompletions,
+            "mock",
+            "mock-1",
+            "http://x/v1",
+        );
+        let cache = RequestCache::default();
+        let send = |history: &[Message], kept: usize| {
+            let context = Context {
+                system_prompt: "You are a helper.".into(),
+                messages: history.to_vec(),
+                tools: Vec::new(),
+            };
+            let opts = StreamOptions {
+                history_kept: kept,
+                ..StreamOptions::default()
+            };
+            let whole = serde_json::to_vec(&build_request(&m, &context, &opts)).unwrap();
+            let cached = request_bytes(&m, &context, &opts, &cache).unwrap();
+            assert_eq!(
+                String::from_utf8(cached).unwrap(),
+                String::from_utf8(whole).unwrap()
+            );
+        };
+        let kept_first = || cache.slot.lock().unwrap().as_ref().unwrap().input[0].clone();
+        let alter = || cache.slot.lock().unwrap().as_mut().unwrap().input[0] = user("altered");
+        let mut h = vec![user("rounds please")];
+        send(&h, 0);
+        alter();
+        h.push(call("call_1", "mock-1"));
+        h.push(result("call_1", false));
+        send(&h, 1);
+        assert_eq!(kept_first(), user("altered"), "taken as sent");
+        h.push(call("call_2", "mock-1"));
+        h.push(result("call_2", false));
+        send(&h, 0);
+        assert_eq!(
+            kept_first(),
+            user("rounds please"),
+            "compared and built again"
+        );
+    }
+
     /// Every request of a conversation built through the cache is byte for byte the request
     /// built whole — as history grows by tool rounds, when a later message changes how an
     /// earlier one converts (an orphan call answered later, results followed by a user message
