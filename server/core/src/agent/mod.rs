@@ -243,7 +243,17 @@ impl NextTurn {
         &mut self.messages
     }
 
-    /// True once [`NextTurn::messages_mut`] was called.
+    /// Lends the context to `f`, which returns true when it changed it (then it is marked
+    /// changed, as by [`NextTurn::messages_mut`]); returns what `f` returned. For a change
+    /// that is known only once made (a filter that may remove nothing).
+    pub fn change_messages(&mut self, f: impl FnOnce(&mut Vec<Message>) -> bool) -> bool {
+        let changed = f(&mut self.messages);
+        self.messages_changed |= changed;
+        changed
+    }
+
+    /// True once [`NextTurn::messages_mut`] was called or [`NextTurn::change_messages`]
+    /// changed the context.
     pub fn messages_changed(&self) -> bool {
         self.messages_changed
     }
