@@ -674,7 +674,7 @@ impl AgentHooks for Injector {
     async fn prepare_next_turn(&self, next: &mut NextTurn) {
         let n = self.0.fetch_add(1, Ordering::SeqCst);
         next.system_prompt = format!("turn {n}");
-        next.messages
+        next.messages_mut()
             .push(Message::user_text(format!("context note {n}")));
     }
 }

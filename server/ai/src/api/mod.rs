@@ -50,6 +50,11 @@ pub struct StreamOptions {
     /// previous request of the same conversation shares with it, and its tool list when
     /// unchanged (the bytes sent are the same). `None`: built whole.
     pub request_cache: Option<std::sync::Arc<openai_completions::RequestCache>>,
+    /// How many leading messages of the context the caller vouches are, message for message,
+    /// the ones it gave the earlier requests made with the same `request_cache` (nothing but
+    /// appends since): an `openai-completions` request takes that much of the cached history
+    /// as shared without comparing it again. 0 (the default): everything is compared.
+    pub history_kept: usize,
 }
 
 impl StreamOptions {

@@ -340,7 +340,7 @@ fn system_message(model: &Model, compat: &Compat, context: &Context) -> Option<V
 /// when they are unchanged (each compared whole with the previous request's).
 ///
 /// The history: when the previous request's history is a prefix of this one (compared
-/// message by message) and [`Transform::can_extend`] says its request view stays as it was,
+/// message by message, unless the caller vouches for it: [`StreamOptions::history_kept`]) and [`Transform::can_extend`] says its request view stays as it was,
 /// only the new messages go through the transform, continuing its state; otherwise the whole
 /// history is transformed and the shared part is the longest equal prefix of the two
 /// transformed histories. Either way the serialised messages are cut back to the last
@@ -368,7 +368,8 @@ pub fn request_bytes(
         Some(mut p)
             if p.input.len() <= history.len()
                 && p.transform.can_extend(&history[p.input.len()..])
-                && p.input[..] == history[..p.input.len()] =>
+                && (p.input.len() <= options.history_kept
+                    || p.input[..] == history[..p.input.len()]) =>
         {
             let new = &history[p.input.len()..];
             let tail = p.transform.extend(model, new);
@@ -1055,6 +1056,55 @@ mod tests {
 
     fn user(text: &str) -> Message {
         msg(json!({"role":"user","content":text,"timestamp":3}))
+    }
+
+    /// A history the caller vouches for ([`StreamOptions::history_kept`]) is taken as the
+    /// cache's without comparing it (the kept copy, altered here behind the cache's back,
+    /// stays as it was); without the vouch it is compared, found different and built again.
+    /// The bytes are the whole request's either way.
+    #[test]
+    fn a_vouched_history_is_taken_as_sent_without_comparing_it() {
+        let m = Model::new(
+            crate::Api::OpenaiCompletions,
+            "mock",
+            "mock-1",
+            "http://x/v1",
+        );
+        let cache = RequestCache::default();
+        let send = |history: &[Message], kept: usize| {
+            let context = Context {
+                system_prompt: "You are a helper.".into(),
+                messages: history.to_vec(),
+                tools: Vec::new(),
+            };
+            let opts = StreamOptions {
+                history_kept: kept,
+                ..StreamOptions::default()
+            };
+            let whole = serde_json::to_vec(&build_request(&m, &context, &opts)).unwrap();
+            let cached = request_bytes(&m, &context, &opts, &cache).unwrap();
+            assert_eq!(
+                String::from_utf8(cached).unwrap(),
+                String::from_utf8(whole).unwrap()
+            );
+        };
+        let kept_first = || cache.slot.lock().unwrap().as_ref().unwrap().input[0].clone();
+        let alter = || cache.slot.lock().unwrap().as_mut().unwrap().input[0] = user("altered");
+        let mut h = vec![user("rounds please")];
+        send(&h, 0);
+        alter();
+        h.push(call("call_1", "mock-1"));
+        h.push(result("call_1", false));
+        send(&h, 1);
+        assert_eq!(kept_first(), user("altered"), "taken as sent");
+        h.push(call("call_2", "mock-1"));
+        h.push(result("call_2", false));
+        send(&h, 0);
+        assert_eq!(
+            kept_first(),
+            user("rounds please"),
+            "compared and built again"
+        );
     }
 
     /// Every request of a conversation built through the cache is byte for byte the request

@@ -208,11 +208,60 @@ pub struct AfterToolOverride {
 }
 
 /// What the next assistant request is built from; [`AgentHooks::prepare_next_turn`] may
-/// replace any of it.
+/// replace any of it. The context is read through [`NextTurn::messages`] and changed through
+/// [`NextTurn::messages_mut`], which marks it changed: the run keeps what it counted of the
+/// context (the output budget's estimate, the request cache's shared history) from request to
+/// request only while every change to it was an append.
 pub struct NextTurn {
-    pub messages: Vec<Message>,
+    messages: Vec<Message>,
+    /// Set by [`NextTurn::messages_mut`].
+    messages_changed: bool,
     pub model: Model,
     pub system_prompt: String,
+}
+
+impl NextTurn {
+    /// The request's context `messages`, `model` and `system_prompt`, unchanged so far.
+    pub fn new(messages: Vec<Message>, model: Model, system_prompt: String) -> NextTurn {
+        NextTurn {
+            messages,
+            messages_changed: false,
+            model,
+            system_prompt,
+        }
+    }
+
+    /// The context the request will carry.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The context, to change: marks it changed (whether or not the caller then changes it),
+    /// so the run counts it afresh.
+    pub fn messages_mut(&mut self) -> &mut Vec<Message> {
+        self.messages_changed = true;
+        &mut self.messages
+    }
+
+    /// Lends the context to `f`, which returns true when it changed it (then it is marked
+    /// changed, as by [`NextTurn::messages_mut`]); returns what `f` returned. For a change
+    /// that is known only once made (a filter that may remove nothing).
+    pub fn change_messages(&mut self, f: impl FnOnce(&mut Vec<Message>) -> bool) -> bool {
+        let changed = f(&mut self.messages);
+        self.messages_changed |= changed;
+        changed
+    }
+
+    /// True once [`NextTurn::messages_mut`] was called or [`NextTurn::change_messages`]
+    /// changed the context.
+    pub fn messages_changed(&self) -> bool {
+        self.messages_changed
+    }
+
+    /// The context, the model and the system prompt, taken back.
+    pub fn into_parts(self) -> (Vec<Message>, Model, String) {
+        (self.messages, self.model, self.system_prompt)
+    }
 }
 
 /// Where a run takes the system messages a request carries in the conversation (a session's

@@ -246,9 +246,31 @@ struct Run<'a> {
     /// What the last request left for the next one of this run to reuse (its serialised
     /// history; `openai-completions`), so a tool round does not re-serialise the whole history.
     request_cache: std::sync::Arc<pi_ai::api::openai_completions::RequestCache>,
+    /// What this run knows of `messages` since it last looked (cleared by every change to
+    /// them that is not an append: [`Run::history_changed`]).
+    seen: Seen,
+}
+
+/// What a run counted of its context and still holds while the context only grows: a tool
+/// round then counts and compares its new messages, not the whole history again.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    /// `(n, tokens)`: the character estimate ([`crate::compaction::estimate_tokens`]) of
+    /// the first `n` messages, summed.
+    estimated: (usize, u64),
+    /// How many leading messages are, unchanged, those this run's earlier requests were
+    /// given ([`StreamOptions::history_kept`]; 0: none or not known).
+    sent: usize,
 }
 
 impl Run<'_> {
+    /// Forgets what was counted of `messages`: called after every change to them that is
+    /// not an append (a retry's or an overflow's pop, images replaced, compaction, a hook's
+    /// change).
+    fn history_changed(&mut self) {
+        self.seen = Seen::default();
+    }
+
     async fn push(&mut self, m: Message) {
         if matches!(m, Message::User(_)) {
             self.compacted_this_turn = false;
@@ -306,15 +328,16 @@ impl Run<'_> {
         self.turn += 1;
         self.refresh_tools().await;
         if let Some(h) = self.cfg.hooks.clone() {
-            let mut next = NextTurn {
-                messages: std::mem::take(&mut self.messages),
-                model: self.cfg.model.clone(),
-                system_prompt: self.cfg.system_prompt.clone(),
-            };
+            let mut next = NextTurn::new(
+                std::mem::take(&mut self.messages),
+                self.cfg.model.clone(),
+                self.cfg.system_prompt.clone(),
+            );
             h.prepare_next_turn(&mut next).await;
-            self.messages = next.messages;
-            self.cfg.model = next.model;
-            self.cfg.system_prompt = next.system_prompt;
+            if next.messages_changed() {
+                self.history_changed();
+            }
+            (self.messages, self.cfg.model, self.cfg.system_prompt) = next.into_parts();
         }
         let output_room = self.output_room();
         // Pi 1.6: a model that takes system messages mid-conversation gets the stored prompt
@@ -337,6 +360,9 @@ impl Run<'_> {
             }
             None => (std::mem::take(&mut self.cfg.system_prompt), None),
         };
+        // What the request cache may take as the previous request's without comparing: none
+        // when system messages were placed between the run's own.
+        let history_kept = if later_system { 0 } else { self.seen.sent };
         // The request is built synchronously from the context, so the system prompt, messages
         // and tool specs are lent to it and taken back instead of copied for every request.
         let context = Context {
@@ -354,12 +380,21 @@ impl Run<'_> {
                 output_room,
                 timeout: self.cfg.retry.provider_timeout,
                 request_cache: Some(self.request_cache.clone()),
+                history_kept,
             },
         );
+        // The cache now holds this request's history; the next request's starts with it
+        // unless something other than an append changes `messages` meanwhile.
+        self.seen.sent = if later_system {
+            0
+        } else {
+            context.messages.len()
+        };
         self.cfg.system_prompt = kept_prompt.unwrap_or(context.system_prompt);
         self.messages = context.messages;
         if later_system {
             self.messages.retain(|m| !matches!(m, Message::System(_)));
+            self.history_changed();
         }
         self.specs = context.tools;
         let model = &self.cfg.model;
@@ -437,6 +472,7 @@ impl Run<'_> {
         match result {
             Ok((proposal, messages)) => {
                 self.messages = messages;
+                self.history_changed();
                 self.usage_from = self.messages.len();
                 self.sink
                     .emit(AgentEvent::CompactionEnd {
@@ -481,20 +517,35 @@ impl Run<'_> {
     /// usage-anchored figure ([`Self::request_tokens`]) and Pi's character estimate of
     /// everything sent (`ceil(chars / 4)` of the system prompt, the tool specs and every
     /// message), so input + requested output stays inside the window however the last usage
-    /// reads (a provider that reports less than it counts, usage from before an edit).
-    fn budget_tokens(&self) -> u64 {
-        let estimate = crate::compaction::request_tokens_counted(
-            &self.cfg.system_prompt,
-            self.specs_chars,
-            &self.messages,
-            usize::MAX,
-        );
-        self.request_tokens().max(estimate)
+    /// reads (a provider that reports less than it counts, usage from before an edit). The
+    /// messages' estimates are summed once: a later call adds those appended since
+    /// ([`Seen::estimated`]), the same sum as counting them all again.
+    fn budget_tokens(&mut self) -> u64 {
+        let (counted, mut tokens) = self.seen.estimated;
+        let (counted, tokens) = match self.messages.get(counted..) {
+            Some(new) => {
+                tokens += new
+                    .iter()
+                    .map(crate::compaction::estimate_tokens)
+                    .sum::<u64>();
+                (self.messages.len(), tokens)
+            }
+            None => (
+                self.messages.len(),
+                self.messages
+                    .iter()
+                    .map(crate::compaction::estimate_tokens)
+                    .sum(),
+            ),
+        };
+        self.seen.estimated = (counted, tokens);
+        let fixed = (self.cfg.system_prompt.chars().count() as u64 + self.specs_chars).div_ceil(4);
+        self.request_tokens().max(fixed + tokens)
     }
 
     /// What the context window leaves for the answer of the next request, in tokens (`None`
     /// when the window is unknown).
-    fn output_room(&self) -> Option<u64> {
+    fn output_room(&mut self) -> Option<u64> {
         let window = self.cfg.model.context_window;
         (window > 0).then(|| window.saturating_sub(self.budget_tokens()))
     }
@@ -604,6 +655,7 @@ impl Run<'_> {
                 // keeps the image (issue 29 item 10).
                 self.images_dropped = true;
                 self.messages.pop();
+                self.history_changed();
                 let images = replace_large_images(&mut self.messages);
                 let n = images.len();
                 if n > 0 {
@@ -650,6 +702,7 @@ impl Run<'_> {
                     .await;
                 // The failed response stays in the session but leaves the context.
                 self.messages.pop();
+                self.history_changed();
                 if self.compact(CompactionReason::Overflow).await.is_err() {
                     self.messages.push(Message::Assistant(a.clone()));
                     return a;
@@ -688,6 +741,7 @@ impl Run<'_> {
                 .await;
             // The failed attempt stays in the session (it was emitted) but not in the context.
             self.messages.pop();
+            self.history_changed();
             if pi_ai::errors::RetryPolicy::wait(delay, &self.control.cancel)
                 .await
                 .is_err()
@@ -1227,6 +1281,7 @@ pub async fn run_agent(
         overflow_recovered: false,
         images_dropped: false,
         request_cache: Default::default(),
+        seen: Seen::default(),
     };
     sink.emit(AgentEvent::AgentStart).await;
     sink.emit(AgentEvent::TurnStart).await;

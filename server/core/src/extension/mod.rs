@@ -525,7 +525,8 @@ type SessionStartHandler = Arc<dyn Fn(&ExtensionContext) -> Result<(), String> +
 type EventWanted = fn(&AgentEvent) -> bool;
 type ToolFilter = Arc<dyn Fn(&mut Vec<Arc<dyn Tool>>) + Send + Sync>;
 type BeforeAgentStartHandler = Arc<dyn Fn(&ExtensionContext) -> Vec<CustomMessage> + Send + Sync>;
-type ContextHandler = Arc<dyn Fn(&mut Vec<pi_ai::Message>) + Send + Sync>;
+/// A `context` handler: true when it changed the messages.
+type ContextHandler = Arc<dyn Fn(&mut Vec<pi_ai::Message>) -> bool + Send + Sync>;
 
 /// A registered command.
 #[derive(Clone)]
@@ -693,10 +694,11 @@ impl ExtensionApi {
     }
 
     /// Adds a `context` handler (Pi's): it may change the messages of each model request
-    /// (never the session file).
+    /// (never the session file), and returns true when it did (the run then counts the
+    /// context afresh instead of only what was appended since its last request).
     pub fn on_context<F>(&mut self, f: F)
     where
-        F: Fn(&mut Vec<pi_ai::Message>) + Send + Sync + 'static,
+        F: Fn(&mut Vec<pi_ai::Message>) -> bool + Send + Sync + 'static,
     {
         self.context.push(Arc::new(f));
     }
@@ -1042,12 +1044,16 @@ impl AgentHooks for Extensions {
     async fn prepare_next_turn(&self, next: &mut NextTurn) {
         for l in &self.loaded {
             for h in &l.context {
-                let messages = &mut next.messages;
-                if let Err(p) =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(messages)))
-                {
-                    tracing::warn!("extension {} context {}", l.path, panic_text(p));
-                }
+                next.change_messages(|messages| {
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(messages))) {
+                        Ok(changed) => changed,
+                        Err(p) => {
+                            tracing::warn!("extension {} context {}", l.path, panic_text(p));
+                            // It may have changed them before it panicked.
+                            true
+                        }
+                    }
+                });
             }
         }
     }

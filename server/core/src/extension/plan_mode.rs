@@ -599,13 +599,16 @@ impl Extension for PlanModeExtension {
         let b = self.board.clone();
         api.on_context(move |messages| {
             if b.plan_mode() {
-                return;
+                return false;
             }
-            // Pi's `context` handler: stale plan-mode context out of the request.
+            // Pi's `context` handler: stale plan-mode context out of the request (a change
+            // only when there was some).
+            let before = messages.len();
             messages.retain(|m| match m {
                 Message::User(u) => !has_plan_context(&u.content),
                 _ => true,
             });
+            messages.len() != before
         });
         let b = self.board.clone();
         let ends =

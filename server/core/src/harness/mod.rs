@@ -269,8 +269,27 @@ struct ImageWindow {
 #[async_trait::async_trait]
 impl AgentHooks for ImageWindow {
     async fn prepare_next_turn(&self, next: &mut crate::agent::NextTurn) {
-        crate::session::image_window(&mut next.messages, self.keep_turns);
+        // A context without images is left as it is (and not marked changed: the run keeps
+        // what it counted of it).
+        if next.messages().iter().any(has_image) {
+            crate::session::image_window(next.messages_mut(), self.keep_turns);
+        }
     }
+}
+
+/// True when `m` holds an image block (what [`crate::session::image_window`] may replace).
+fn has_image(m: &Message) -> bool {
+    let blocks = match m {
+        Message::User(u) => match &u.content {
+            pi_ai::UserContent::Blocks(b) => b,
+            pi_ai::UserContent::Text(_) => return false,
+        },
+        Message::ToolResult(r) => &r.content,
+        Message::Assistant(_) | Message::System(_) => return false,
+    };
+    blocks
+        .iter()
+        .any(|b| matches!(b, pi_ai::ContentBlock::Image(_)))
 }
 
 /// The `id` of a session file's header line.
