@@ -55,7 +55,7 @@ pub use sessions::{MessageLevel, OpenOptions, Sessions, WhenHeld};
 pub use setup::{
     agent_config, agent_config_with, choose_model, compaction_config, expand_prompt,
     scripted_model, select_cli_tools, sessions_dir, thinking_level_name, tool_list_error,
-    untrusted_notice, LateTools, RunAdditions, SCRIPTED_NOTICE,
+    untrusted_notice, LateTools, RecordedTools, RunAdditions, BUILTIN_TOOLS, SCRIPTED_NOTICE,
 };
 pub use state::SessionStatus;
 
@@ -152,6 +152,10 @@ pub struct AgentSession {
     /// What the model read of each file, for every run's tools (case EDIT-08: a read in one
     /// prompt, an edit in the next).
     reads: Arc<crate::tools::ReadTracker>,
+    /// The tool loadout the branch recorded, restored when the session was resumed and when
+    /// its branch changes, the base of every run's tools before the extensions' filters
+    /// ([`setup::RecordedTools`]).
+    recorded_tools: parking_lot::Mutex<Option<setup::RecordedTools>>,
 }
 
 /// A session file opened by [`open_file`].
@@ -369,6 +373,7 @@ impl AgentSession {
     ) -> Arc<AgentSession> {
         let mut writer = writer;
         writer.set_pi073_format(!crate::session::writes_pi16(&ws.settings().merged));
+        let recorded_tools = setup::RecordedTools::of_writer(&writer);
         Arc::new_cyclic(|me: &Weak<AgentSession>| {
             let id = writer.id().to_string();
             let writer = Arc::new(Mutex::new(writer));
@@ -393,6 +398,7 @@ impl AgentSession {
                 &gate,
                 &extensions,
                 &reads,
+                recorded_tools.as_ref(),
             );
             let file = writer
                 .lock()
@@ -461,6 +467,7 @@ impl AgentSession {
                 _subscriptions: subscriptions,
                 late,
                 reads,
+                recorded_tools: parking_lot::Mutex::new(recorded_tools),
             }
         })
     }
@@ -482,6 +489,7 @@ impl AgentSession {
             &self.gate,
             &self.extensions,
             &self.reads,
+            self.recorded_tools.lock().as_ref(),
         );
         cfg.retry.enabled = auto_retry;
         cfg.late_results = Some(self.late.clone());
@@ -712,6 +720,11 @@ impl AgentSession {
             self.agent.set_messages(messages)?;
             *deferred = false;
         }
+        // The leaf moved: the new branch's recorded tools are the base again (Pi 1.6's
+        // navigateTree restores them), then extensions rebuild their state of it.
+        if let Ok(w) = self.lock_writer() {
+            *self.recorded_tools.lock() = setup::RecordedTools::of_writer(&w);
+        }
         // The leaf moved: extensions rebuild their state of the branch (Pi's session_tree).
         self.extensions.session_tree();
         Ok(())
@@ -817,6 +830,7 @@ fn build_config(
     gate: &Arc<Gate>,
     extensions: &Arc<Extensions>,
     reads: &Arc<crate::tools::ReadTracker>,
+    recorded_tools: Option<&setup::RecordedTools>,
 ) -> AgentConfig {
     // The default policy and the workspace rules follow the settings as they are now.
     let settings = ws.settings();
@@ -849,6 +863,7 @@ fn build_config(
             ),
             bash_executor: setup.bash_executor(id),
             reads: Some(reads.clone()),
+            recorded_tools,
         },
     );
     cfg.compaction = Some(compaction_config(ws, writer));

@@ -191,6 +191,97 @@ pub struct RunAdditions<'a> {
     /// What the model read of each file, kept by the session across its runs (case EDIT-08);
     /// `None`: a tracker of this tool set's own.
     pub reads: Option<Arc<crate::tools::ReadTracker>>,
+    /// The tool loadout the session's branch recorded, restored once when the session was
+    /// resumed or its branch changed ([`RecordedTools::of_branch`]; Pi 1.6 "Resumed sessions
+    /// keep their active tools"). `None`: nothing recorded (a new session, a file without
+    /// system messages), so `defaultTools` selects. See [`RecordedTools::keeps`].
+    pub recorded_tools: Option<&'a RecordedTools>,
+}
+
+/// The built-in tools ([`crate::tools::tools_for_session`]), Pi's base tool definitions: a
+/// restored loadout leaves out the ones it does not name ([`RecordedTools::keeps`]).
+pub const BUILTIN_TOOLS: [&str; 7] = ["read", "bash", "edit", "write", "grep", "find", "ls"];
+
+/// A branch's recorded tool loadout, as Pi 1.6's `_restoreToolsFromTranscript`
+/// (`dist/core/agent-session.js`) reads it: the branch's stored system messages (every one on
+/// the branch, before a compaction too) replayed in order — `toolsRemoved` then `toolsAdded`
+/// by name — give the tools it last ran with; every name a message added or removed is
+/// *mentioned*.
+///
+/// Plan mode's read-only filter is recorded too (a run in plan mode stores the filtered set),
+/// but it is never the user's choice: the system messages stored while the branch's last
+/// `plan-mode` custom entry said `enabled: true` are left out of the replay, so leaving the
+/// plan brings `edit` / `write` back (a session that only ran in plan mode recorded no choice:
+/// `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordedTools {
+    /// The tools the replay ends with, in first-added order.
+    pub current: Vec<String>,
+    /// Every tool a replayed message added or removed.
+    pub mentioned: std::collections::HashSet<String>,
+}
+
+impl RecordedTools {
+    /// The loadout of `branch`: its `message` entries with `role: "system"` and its `custom`
+    /// entries (other entries are skipped), root first. `None` when no system message outside
+    /// plan mode is among them.
+    pub fn of_branch(branch: &[Value]) -> Option<RecordedTools> {
+        let mut out = RecordedTools::default();
+        let mut seen = false;
+        let mut in_plan = false;
+        for e in branch {
+            match e["type"].as_str() {
+                Some("custom") if e["customType"] == crate::extension::plan::PLAN_MODE_ENTRY => {
+                    in_plan = e["data"]["enabled"].as_bool().unwrap_or(false);
+                }
+                Some("message") if e["message"]["role"] == "system" && !in_plan => {
+                    seen = true;
+                    let m = &e["message"];
+                    for t in m["toolsRemoved"].as_array().into_iter().flatten() {
+                        if let Some(n) = t["name"].as_str() {
+                            out.current.retain(|c| c != n);
+                            out.mentioned.insert(n.to_string());
+                        }
+                    }
+                    for t in m["toolsAdded"].as_array().into_iter().flatten() {
+                        if let Some(n) = t["name"].as_str() {
+                            if !out.current.iter().any(|c| c == n) {
+                                out.current.push(n.to_string());
+                            }
+                            out.mentioned.insert(n.to_string());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        seen.then_some(out)
+    }
+
+    /// The loadout of the branch ending at `writer`'s leaf ([`RecordedTools::of_branch`]),
+    /// reading only the entries that may be system messages or custom entries.
+    pub fn of_writer(writer: &SessionWriter) -> Option<RecordedTools> {
+        let leaf = writer.leaf()?;
+        let system = crate::session::EntryShape::kind_or_role_test("system");
+        let custom = crate::session::EntryShape::kind_or_role_test("custom");
+        let entries: Vec<Value> = writer
+            .tree()
+            .path_where(leaf, |s| system(s) || custom(s))
+            .into_iter()
+            .filter(|e| e.kind == "custom" || (e.kind == "message" && e.role() == Some("system")))
+            .map(|e| e.raw())
+            .collect();
+        RecordedTools::of_branch(&entries)
+    }
+
+    /// Whether the restored loadout keeps the tool `name` (Pi's rule): a built-in tool
+    /// ([`BUILTIN_TOOLS`]) when the replay ends with it; any other tool (`todo`, extensions',
+    /// the editor's) when the replay ends with it or never mentioned it (registered after the
+    /// loadout was recorded, so on as a newly registered tool is).
+    pub fn keeps(&self, name: &str) -> bool {
+        self.current.iter().any(|c| c == name)
+            || (!BUILTIN_TOOLS.contains(&name) && !self.mentioned.contains(name))
+    }
 }
 
 /// See [`RunAdditions::tool_filter`].
@@ -218,6 +309,7 @@ pub fn agent_config_with(
         session_env,
         bash_executor,
         reads,
+        recorded_tools,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -249,14 +341,26 @@ pub fn agent_config_with(
     };
     // Every tool there is, before any selection: `--tools` may name one `defaultTools` left out.
     let mut all = tools.clone();
-    apply_default_tools(&mut tools, settings.raw("defaultTools"));
+    // Pi 1.6 restores the recorded loadout unless `--tools` names the tools (a list of
+    // `+name` / `-name` applies on top of it, below).
+    let restored = recorded_tools.filter(|_| {
+        ws.overrides()
+            .tools
+            .as_ref()
+            .is_none_or(|l| l.iter().any(|e| is_tool_modifier(e)))
+    });
+    let keep = |t: &Arc<dyn crate::agent::Tool>| restored.is_none_or(|r| r.keeps(&t.spec().name));
+    match restored {
+        Some(_) => tools.retain(keep),
+        None => apply_default_tools(&mut tools, settings.raw("defaultTools")),
+    }
     all.extend(extra_tools.iter().cloned());
-    tools.extend(extra_tools);
+    tools.extend(extra_tools.into_iter().filter(keep));
     if let Some(late) = late_tools {
         let names: Vec<String> = all.iter().map(|t| t.spec().name).collect();
         let late = late(&names, &allowed);
         all.extend(late.iter().cloned());
-        tools.extend(late);
+        tools.extend(late.into_iter().filter(keep));
     }
     if let Some(list) = &ws.overrides().tools {
         let names: Vec<String> = all.iter().map(|t| t.spec().name).collect();
@@ -479,6 +583,7 @@ pub fn select_cli_tools(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
@@ -506,5 +611,44 @@ mod tests {
             Some("--tools: no tool matches \"nosuch\", \"x*\", \"+ls\"; the tools are bash, grep, read (and MCP tools, mcp__<server>__<tool>)")
         );
         assert_eq!(cli_tools_warning(&names, &strings(&["read", "g*"])), None);
+    }
+
+    /// Pi 1.6's `_restoreToolsFromTranscript` over a branch: removals then additions replayed
+    /// by name, every added or removed name mentioned; built-in tools only when the replay
+    /// ends with them, other tools also when never mentioned; the messages stored in plan mode
+    /// left out (a branch that only ran in plan mode recorded no choice).
+    #[test]
+    fn recorded_tools_replay_the_branch_outside_plan_mode() {
+        let sys = |added: &[&str], removed: &[&str]| {
+            let names = |v: &[&str]| v.iter().map(|n| json!({"name": n})).collect::<Vec<_>>();
+            json!({"type": "message", "message": {"role": "system", "content": "",
+                "toolsAdded": names(added), "toolsRemoved": names(removed)}})
+        };
+        let plan = |on: bool| json!({"type": "custom", "customType": "plan-mode", "data": {"enabled": on}});
+        let first = sys(&["read", "bash", "edit", "write", "todo", "ext"], &[]);
+        let r = RecordedTools::of_branch(&[first.clone(), sys(&["ls"], &["bash", "ext"])]).unwrap();
+        assert_eq!(r.current, ["read", "edit", "write", "todo", "ls"]);
+        let kept: Vec<&str> = [
+            "read", "bash", "edit", "write", "grep", "find", "ls", "todo", "ext", "new",
+        ]
+        .into_iter()
+        .filter(|n| r.keeps(n))
+        .collect();
+        assert_eq!(kept, ["read", "edit", "write", "ls", "todo", "new"]);
+        // Plan mode's filtered set (edit, write removed) is skipped; so is a plan started
+        // before any other run.
+        let planned = [
+            first.clone(),
+            plan(true),
+            sys(&[], &["edit", "write"]),
+            plan(false),
+            sys(&["edit", "write"], &[]),
+            plan(true),
+            sys(&[], &["edit", "write"]),
+        ];
+        let r = RecordedTools::of_branch(&planned).unwrap();
+        assert_eq!(r.current, ["read", "bash", "edit", "write", "todo", "ext"]);
+        assert_eq!(RecordedTools::of_branch(&[plan(true), first.clone()]), None);
+        assert_eq!(RecordedTools::of_branch(&[]), None);
     }
 }
