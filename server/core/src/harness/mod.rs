@@ -334,13 +334,17 @@ impl AgentSession {
         let mut model = choose_model(&ws, wanted.as_deref(), None)
             .or_else(|_| choose_model(&ws, None, init_model))?
             .0;
-        if let Some(level) = loaded
-            .thinking_level
-            .as_deref()
-            .and_then(ThinkingLevel::parse)
-        {
-            model.thinking_level = Some(model.clamp_thinking_level(level));
-        }
+        // Pi 1.6: the level recorded on the path, else `defaultThinkingLevel` or `medium`.
+        model.thinking_level = Some(
+            match loaded
+                .thinking_level
+                .as_deref()
+                .and_then(ThinkingLevel::parse)
+            {
+                Some(level) => model.clamp_thinking_level(level),
+                None => setup::resumed_thinking_level(&ws.settings(), &model),
+            },
+        );
         let parent = loaded.tree.header["parentSession"]
             .as_str()
             .map(str::to_string);

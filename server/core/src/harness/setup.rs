@@ -11,7 +11,7 @@ use crate::fs::Fs;
 use crate::resources::WorkspaceConfig;
 use crate::session::SessionWriter;
 use crate::tools::{BeforeBash, ToolState};
-use pi_ai::models::{ModelDefaults, ModelError, SCRIPTED_API};
+use pi_ai::models::{ModelDefaults, ModelError, ThinkingLevel, SCRIPTED_API};
 use pi_ai::{Model, Registry};
 use serde_json::Value;
 
@@ -70,7 +70,9 @@ pub fn scripted_model() -> Model {
 
 /// Chooses the model as [`Registry::select`] does, from the workspace's models.json files
 /// (the project's only when trusted) and its settings' `defaultProvider` / `defaultModel`,
-/// with `defaultThinkingLevel` clamped to what the model supports. Falls back to the scripted
+/// with Pi 1.6's thinking level for a new session clamped to what the model supports:
+/// `modelThinkingLevels["provider/id"]`, else `defaultThinkingLevel`, else
+/// [`DEFAULT_THINKING_LEVEL`]. Falls back to the scripted
 /// model (and says so with `Some(notice)`) only when nothing at all is configured and nothing
 /// was requested; a models.json that does not load is [`ModelError::BrokenConfig`] then, not
 /// the demo.
@@ -97,9 +99,10 @@ pub fn choose_model(
     }
     match reg.select(requested, init)? {
         Some(mut m) => {
-            if let Some(level) = settings.default_thinking_level {
-                m.thinking_level = Some(m.clamp_thinking_level(level));
-            }
+            let level = model_thinking_level(&settings, &m)
+                .or(settings.default_thinking_level)
+                .unwrap_or(DEFAULT_THINKING_LEVEL);
+            m.thinking_level = Some(m.clamp_thinking_level(level));
             Ok((m, None))
         }
         None if requested.is_none() && init.is_none() && !reg.warnings.is_empty() => {
@@ -110,6 +113,38 @@ pub fn choose_model(
         }
         None => Err(ModelError::NoModel),
     }
+}
+
+/// Pi 1.6's thinking level when nothing chooses one (`DEFAULT_THINKING_LEVEL` in its
+/// `dist/core/defaults.js`), clamped to the model ([`Model::clamp_thinking_level`]: `off` for
+/// a model without reasoning).
+pub const DEFAULT_THINKING_LEVEL: ThinkingLevel = ThinkingLevel::Medium;
+
+/// The level settings' `modelThinkingLevels` (`{"provider/id": level}`, Pi 1.6's
+/// `getModelThinkingLevel`) give `model`; `None` when unset or not a level's name.
+pub fn model_thinking_level(
+    settings: &crate::settings::Settings,
+    model: &Model,
+) -> Option<ThinkingLevel> {
+    settings
+        .raw("modelThinkingLevels")?
+        .get(format!("{}/{}", model.provider, model.id))?
+        .as_str()
+        .and_then(ThinkingLevel::parse)
+}
+
+/// The thinking level of a session resumed from a file without a `thinking_level_change`
+/// entry, as Pi 1.6's `createAgentSession` gives it: `defaultThinkingLevel`, else
+/// [`DEFAULT_THINKING_LEVEL`] (not `modelThinkingLevels`), clamped to `model`.
+pub fn resumed_thinking_level(
+    settings: &crate::settings::Settings,
+    model: &Model,
+) -> ThinkingLevel {
+    model.clamp_thinking_level(
+        settings
+            .default_thinking_level
+            .unwrap_or(DEFAULT_THINKING_LEVEL),
+    )
 }
 
 /// The notice for an untrusted workspace whose project configuration is being ignored, or
@@ -650,5 +685,40 @@ mod tests {
         assert_eq!(r.current, ["read", "bash", "edit", "write", "todo", "ext"]);
         assert_eq!(RecordedTools::of_branch(&[plan(true), first.clone()]), None);
         assert_eq!(RecordedTools::of_branch(&[]), None);
+    }
+
+    /// Pi 1.6's default thinking level: `medium` clamped to the model (`off` without
+    /// reasoning, the next supported level up when `medium` is mapped to `null`);
+    /// `modelThinkingLevels` for a new session, never for a resumed one.
+    #[test]
+    fn default_thinking_level_is_medium_clamped_to_the_model() {
+        let mut plain = Model::new(pi_ai::models::Api::OpenaiCompletions, "mock", "m", "");
+        let settings = crate::settings::Settings::default();
+        assert_eq!(
+            resumed_thinking_level(&settings, &plain),
+            ThinkingLevel::Off
+        );
+        plain.reasoning = true;
+        assert_eq!(
+            resumed_thinking_level(&settings, &plain),
+            ThinkingLevel::Medium
+        );
+        plain.thinking_level_map = Some(json!({"medium": null, "minimal": null}));
+        assert_eq!(
+            resumed_thinking_level(&settings, &plain),
+            ThinkingLevel::High
+        );
+        let mut merged = serde_json::Map::new();
+        merged.insert("modelThinkingLevels".into(), json!({"mock/m": "low"}));
+        merged.insert("defaultThinkingLevel".into(), json!("minimal"));
+        let settings = crate::settings::Settings::from_merged(merged, Vec::new());
+        assert_eq!(
+            model_thinking_level(&settings, &plain),
+            Some(ThinkingLevel::Low)
+        );
+        assert_eq!(
+            resumed_thinking_level(&settings, &plain),
+            ThinkingLevel::Low
+        );
     }
 }
