@@ -1127,7 +1127,11 @@ async fn modes_config_updates_title_and_compaction_reach_the_client() {
         ]})
     );
     assert_eq!(current(&r["configOptions"], "mode"), json!("auto-edit"));
-    assert_eq!(current(&r["configOptions"], "thought_level"), json!("off"));
+    // Pi 1.6's default thinking level for a reasoning model.
+    assert_eq!(
+        current(&r["configOptions"], "thought_level"),
+        json!("medium")
+    );
 
     // session/set_mode: the mode and the option both follow.
     assert_eq!(

@@ -686,6 +686,112 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
     assert_eq!(mock.requests().len(), 2);
 }
 
+/// Pi 1.6's default thinking level (`DEFAULT_THINKING_LEVEL`, `medium`) clamped to the model,
+/// with no `--thinking` and no setting: what Pi 1.6.0 sent the same loopback models —
+/// `reasoning_effort: "medium"` for a reasoning model, `"high"` where the model maps `medium`
+/// (and `minimal`) to `null`, nothing for a model without reasoning — and the level the file
+/// records (`off` for the last). `defaultThinkingLevel` comes before the default, and
+/// `modelThinkingLevels["provider/id"]` before both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_defaults_to_medium_clamped_to_the_model() {
+    let mock = MockModel::start((0..5).map(|_| Step::text("ok")).collect()).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"] = json!([
+        {"id": "r", "reasoning": true},
+        {"id": "x", "reasoning": true, "thinkingLevelMap": {"medium": null, "minimal": null}},
+        {"id": "p"}
+    ]);
+    let h = Headless::new("thinking-default", &models);
+    let level = |ws: &std::path::Path| -> Value {
+        session_lines(ws)
+            .iter()
+            .rfind(|l| l["type"] == "thinking_level_change")
+            .map(|l| l["thinkingLevel"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let run_in = |name: &str, model: &str| {
+        let ws = h.path().join(name);
+        std::fs::create_dir_all(&ws).unwrap();
+        assert_success(&run(&ws, &h.env, &["--model", model, "hello"]));
+        level(&ws)
+    };
+    let mut recorded = Vec::new();
+    for model in ["r", "x", "p"] {
+        recorded.push(run_in(model, &format!("mock/{model}")));
+    }
+    std::fs::write(
+        h.agent.join("settings.json"),
+        json!({"defaultThinkingLevel": "low", "modelThinkingLevels": {"mock/x": "xhigh"}})
+            .to_string(),
+    )
+    .unwrap();
+    recorded.push(run_in("r-low", "mock/r"));
+    recorded.push(run_in("x-xhigh", "mock/x"));
+    let sent: Vec<Value> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["reasoning_effort"].clone())
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            json!("medium"),
+            json!("high"),
+            Value::Null,
+            json!("low"),
+            json!("high")
+        ]
+    );
+    assert_eq!(recorded, ["medium", "high", "off", "low", "high"]);
+}
+
+/// Pi 1.6's `--no-tools`: no tool at all (built-in, extension: no `tools` in the request);
+/// with `--tools +ls,-bash` only `ls`; on a session Pi 1.6.0 ran with `--tools read,bash,ls`,
+/// `--no-tools --tools +grep` offers `grep` alone — the recorded tools are not restored. Pi
+/// 1.6.0 sent the same three requests (no `tools`; `ls`; `grep`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_tools_offers_only_what_tools_adds() {
+    let mock = MockModel::start((0..3).map(|_| Step::text("ok")).collect()).await;
+    let h = Headless::new("no-tools", &mock.models_json());
+    let file = h.path().join("pi.jsonl");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/sessions/pi16/pi-1.6.0-tools-read-bash-ls.jsonl"
+        ),
+        &file,
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let m = ["--model", "mock/mock-1"];
+    assert_success(&h.run(&[m[0], m[1], "--no-tools", "x"]));
+    assert_success(&h.run(&[m[0], m[1], "--no-tools", "--tools", "+ls,-bash", "x"]));
+    assert_success(&h.run(&[
+        m[0],
+        m[1],
+        "--session",
+        &file,
+        "--no-tools",
+        "--tools",
+        "+grep",
+        "x",
+    ]));
+    let sent: Vec<Value> = mock
+        .requests()
+        .iter()
+        .map(|r| match r.body.get("tools") {
+            None => Value::Null,
+            Some(t) => t
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["function"]["name"].clone())
+                .collect(),
+        })
+        .collect();
+    assert_eq!(sent, [Value::Null, json!(["ls"]), json!(["grep"])]);
+}
+
 /// Pi 1.6's `supportsMidConvoSystemMessages`: a Pi 1.6 file with a prompt patch mid-branch,
 /// continued here. Without the flag the run's prompt leads the request alone, as before; with
 /// it the prompt the conversation started with leads and every later patch goes at its place

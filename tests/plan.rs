@@ -604,3 +604,147 @@ fn run_with_plan_prints_the_plan() {
     assert!(!names.contains(&"write".to_string()), "{names:?}");
     drop(rt);
 }
+
+/// `pi-lsp run` in `ws` against `mock` with `args` before the prompt; its stdout (the run
+/// must succeed).
+fn run_headless(tmp: &TempDir, ws: &std::path::Path, mock: &MockModel, args: &[&str]) -> String {
+    let env = agent_env(&tmp.path().join("agent"), &mock.models_json(), &[]);
+    let out = std::process::Command::new(pi_lsp_bin())
+        .args(["run", "--model", "mock/mock-1", "--workspace"])
+        .arg(ws)
+        .args(args)
+        .envs(env)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Pi 1.6 "Resumed sessions keep their active tools" (`_restoreToolsFromTranscript`), against
+/// a file the real Pi 1.6.0 wrote with `pi -p --tools read,bash,ls` (and continued once:
+/// its continued request offered `read`, `bash`, `ls` again). Continued here, the request
+/// offers those three (and `todo`, an extension tool the file never mentions, which Pi's
+/// rule turns on), not `defaultTools`' seven; `--tools +grep,-bash` applies on top of the
+/// restored set (Pi 1.6.0 sent `read`, `ls`, `grep`); a `--tools` list of names selects
+/// (Pi: `read`, `edit`).
+#[test]
+fn a_resumed_pi_16_session_keeps_the_tools_it_ran_with() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tmp = TempDir::new("plan-kept-tools");
+    let ws = workspace(&tmp);
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/sessions/pi16/pi-1.6.0-tools-read-bash-ls.jsonl"
+    );
+    let copy = |name: &str| {
+        let to = tmp.path().join(name);
+        std::fs::copy(fixture, &to).unwrap();
+        to.display().to_string()
+    };
+    let mock = rt.block_on(MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+        Step::text("four"),
+    ]));
+    let (a, b) = (copy("a.jsonl"), copy("b.jsonl"));
+    assert_eq!(
+        run_headless(&tmp, &ws, &mock, &["--session", &a, "next"]),
+        "one\n"
+    );
+    // The second continuation reads back what the first one stored (its system message, if any).
+    run_headless(&tmp, &ws, &mock, &["--session", &a, "again"]);
+    run_headless(
+        &tmp,
+        &ws,
+        &mock,
+        &["--session", &b, "--tools", "+grep,-bash", "next"],
+    );
+    run_headless(
+        &tmp,
+        &ws,
+        &mock,
+        &["--session", &b, "--tools", "read,edit", "next"],
+    );
+    let sent: Vec<Vec<String>> = mock
+        .requests()
+        .iter()
+        .map(|r| tool_names(&r.body))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            vec!["read", "bash", "ls", "todo"],
+            vec!["read", "bash", "ls", "todo"],
+            vec!["read", "ls", "todo", "grep"],
+            vec!["read", "edit"],
+        ]
+    );
+    drop(rt);
+}
+
+/// Plan mode's read-only filter is recorded in the stored system message, but it is never
+/// taken for the user's choice: a session started in plan mode (`run --plan`), continued in
+/// plan mode, then left (`/plan`) and continued, offers `edit` and `write` again, in another
+/// process each time. A session whose tools were chosen outside plan mode (`defaultTools`
+/// of two, then the setting removed) keeps that choice across plan mode.
+#[test]
+fn plan_mode_is_never_restored_as_the_sessions_tools() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tmp = TempDir::new("plan-restore");
+    let ws = workspace(&tmp);
+    let mock = rt.block_on(MockModel::start(vec![
+        Step::text(PLAN_TEXT),
+        Step::text("still planning"),
+        Step::text("back to work"),
+        Step::text("chosen"),
+        Step::text("chosen, planning"),
+        Step::text("chosen again"),
+    ]));
+    run_headless(&tmp, &ws, &mock, &["--plan", "plan the greeting change"]);
+    run_headless(&tmp, &ws, &mock, &["--continue", "go on"]);
+    run_headless(&tmp, &ws, &mock, &["--continue", "/plan"]);
+    run_headless(&tmp, &ws, &mock, &["--continue", "now change it"]);
+    let all = [
+        "read", "bash", "edit", "write", "grep", "find", "ls", "todo",
+    ];
+    let read_only = ["read", "bash", "grep", "find", "ls", "todo"];
+    let sent = |from: usize| -> Vec<Vec<String>> {
+        mock.requests()[from..]
+            .iter()
+            .map(|r| tool_names(&r.body))
+            .collect()
+    };
+    assert_eq!(sent(0), [&read_only[..], &read_only[..], &all[..]]);
+
+    // A choice made outside plan mode survives a plan: two built-in tools, kept after the
+    // setting is gone, filtered in plan mode, back after it.
+    let ws2 = tmp.path().join("ws2");
+    std::fs::create_dir_all(&ws2).unwrap();
+    let settings = tmp.path().join("agent/settings.json");
+    std::fs::write(
+        &settings,
+        json!({"defaultTools": ["read", "edit"]}).to_string(),
+    )
+    .unwrap();
+    run_headless(&tmp, &ws2, &mock, &["choose"]);
+    std::fs::remove_file(&settings).unwrap();
+    run_headless(&tmp, &ws2, &mock, &["--continue", "/plan"]);
+    run_headless(&tmp, &ws2, &mock, &["--continue", "plan"]);
+    run_headless(&tmp, &ws2, &mock, &["--continue", "/plan"]);
+    run_headless(&tmp, &ws2, &mock, &["--continue", "work"]);
+    assert_eq!(
+        sent(3),
+        [
+            vec!["read", "edit", "todo"],
+            vec!["read", "todo"],
+            vec!["read", "edit", "todo"],
+        ]
+    );
+    drop(rt);
+}

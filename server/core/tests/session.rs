@@ -606,6 +606,43 @@ async fn default_tools_select_and_remove_built_in_tools() {
     }
 }
 
+/// Pi 1.6 restores the recorded tools at tree navigation too (`navigateTree` calls
+/// `_restoreToolsFromTranscript`): a branch that ran with `defaultTools` `read`, `bash` gets
+/// those back when the leaf moves to it, whatever the setting says now; moving back to the
+/// branch that ran with every tool gives every tool again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_to_another_branch_restores_its_recorded_tools() {
+    let (root, ws) = workspace("branch-tools");
+    let settings = root.join("agent/settings.json");
+    std::fs::write(
+        &settings,
+        json!({"defaultTools": ["read", "bash"]}).to_string(),
+    )
+    .unwrap();
+    let (s, _seen) = session(
+        &root,
+        ws,
+        scripted(json!([{"text": "one"}, {"text": "two"}])),
+    );
+    let names = || -> Vec<String> { s.config().tools.iter().map(|t| t.spec().name).collect() };
+    s.prompt("one", Vec::new(), None, None).await.unwrap();
+    s.wait_for_idle().await;
+    let first = s.tree().unwrap().1;
+    std::fs::remove_file(&settings).unwrap();
+    let all = [
+        "read", "bash", "edit", "write", "grep", "find", "ls", "todo",
+    ];
+    assert_eq!(names(), all);
+    s.prompt("two", Vec::new(), None, None).await.unwrap();
+    s.wait_for_idle().await;
+    let second = s.tree().unwrap().1;
+    s.branch(first.as_deref(), false, None).await.unwrap();
+    assert_eq!(names(), ["read", "bash", "todo"]);
+    s.branch(second.as_deref(), false, None).await.unwrap();
+    assert_eq!(names(), all);
+    s.close().await;
+}
+
 /// EDIT-08 across prompts: the model reads `f` in one prompt, the file changes on disk, and
 /// its edit in the next prompt is refused saying so, with the lines that changed (each run
 /// builds its tools afresh; what the model read is the session's). The file keeps the change.

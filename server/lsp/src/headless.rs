@@ -55,6 +55,10 @@ pub struct RunArgs {
     pub append_system_prompt: Vec<String>,
     /// `--tools <list>` as given (comma-separated).
     pub tools: Option<String>,
+    /// `--no-tools`: no tool by default (Pi's `noTools: "all"`): the run's tools are only
+    /// the ones `tools` names, or adds with `+name` (an empty allowlist without it), and a
+    /// resumed session's recorded tools are not restored.
+    pub no_tools: bool,
     /// `--plan`: start in plan mode (the built-in `plan-mode` extension); the plan/todo list
     /// is printed at the end (with `--json`: one line `{"type": "plan", …state}`).
     pub plan: bool,
@@ -407,6 +411,21 @@ fn run_overrides(args: &RunArgs) -> Result<RunOverrides, String> {
             }
             Some(entries)
         }
+    };
+    // Pi 1.6's `--no-tools`: the default selection is empty, so `+name` entries are the
+    // allowlist (`-name` ones remove nothing), and plain names select as they always do.
+    let tools = match tools {
+        Some(entries) if args.no_tools && entries.iter().any(|e| e.starts_with(['+', '-'])) => {
+            Some(
+                entries
+                    .iter()
+                    .filter_map(|e| e.strip_prefix('+'))
+                    .map(str::to_string)
+                    .collect(),
+            )
+        }
+        None if args.no_tools => Some(Vec::new()),
+        other => other,
     };
     Ok(RunOverrides {
         system_prompt: args.system_prompt.as_deref().map(read),

@@ -82,6 +82,11 @@ enum Command {
         /// replace the default selection; a list of only `+name` / `-name` entries changes it.
         #[arg(short = 't', long, value_name = "LIST", allow_hyphen_values = true)]
         tools: Option<String>,
+        /// Disable every tool by default, built-in, extension and MCP (Pi's `--no-tools`):
+        /// only what `--tools` names (or adds with `+name`) is offered; a resumed session's
+        /// recorded tools are not restored.
+        #[arg(long)]
+        no_tools: bool,
         /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
         #[arg(long)]
         no_mcp: bool,
@@ -207,6 +212,7 @@ fn main() -> anyhow::Result<()> {
             system_prompt,
             append_system_prompt,
             tools,
+            no_tools,
             no_mcp,
             plan,
             prompt,
@@ -236,6 +242,7 @@ fn main() -> anyhow::Result<()> {
                 system_prompt,
                 append_system_prompt,
                 tools,
+                no_tools,
                 plan,
                 prompt,
             }));

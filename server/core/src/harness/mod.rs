@@ -55,7 +55,7 @@ pub use sessions::{MessageLevel, OpenOptions, Sessions, WhenHeld};
 pub use setup::{
     agent_config, agent_config_with, choose_model, compaction_config, expand_prompt,
     scripted_model, select_cli_tools, sessions_dir, thinking_level_name, tool_list_error,
-    untrusted_notice, LateTools, RunAdditions, SCRIPTED_NOTICE,
+    untrusted_notice, LateTools, RecordedTools, RunAdditions, BUILTIN_TOOLS, SCRIPTED_NOTICE,
 };
 pub use state::SessionStatus;
 
@@ -152,6 +152,10 @@ pub struct AgentSession {
     /// What the model read of each file, for every run's tools (case EDIT-08: a read in one
     /// prompt, an edit in the next).
     reads: Arc<crate::tools::ReadTracker>,
+    /// The tool loadout the branch recorded, restored when the session was resumed and when
+    /// its branch changes, the base of every run's tools before the extensions' filters
+    /// ([`setup::RecordedTools`]).
+    recorded_tools: parking_lot::Mutex<Option<setup::RecordedTools>>,
 }
 
 /// A session file opened by [`open_file`].
@@ -349,13 +353,17 @@ impl AgentSession {
         let mut model = choose_model(&ws, wanted.as_deref(), None)
             .or_else(|_| choose_model(&ws, None, init_model))?
             .0;
-        if let Some(level) = loaded
-            .thinking_level
-            .as_deref()
-            .and_then(ThinkingLevel::parse)
-        {
-            model.thinking_level = Some(model.clamp_thinking_level(level));
-        }
+        // Pi 1.6: the level recorded on the path, else `defaultThinkingLevel` or `medium`.
+        model.thinking_level = Some(
+            match loaded
+                .thinking_level
+                .as_deref()
+                .and_then(ThinkingLevel::parse)
+            {
+                Some(level) => model.clamp_thinking_level(level),
+                None => setup::resumed_thinking_level(&ws.settings(), &model),
+            },
+        );
         let parent = loaded.tree.header["parentSession"]
             .as_str()
             .map(str::to_string);
@@ -388,6 +396,7 @@ impl AgentSession {
     ) -> Arc<AgentSession> {
         let mut writer = writer;
         writer.set_pi073_format(!crate::session::writes_pi16(&ws.settings().merged));
+        let recorded_tools = setup::RecordedTools::of_writer(&writer);
         Arc::new_cyclic(|me: &Weak<AgentSession>| {
             let id = writer.id().to_string();
             let writer = Arc::new(Mutex::new(writer));
@@ -412,6 +421,7 @@ impl AgentSession {
                 &gate,
                 &extensions,
                 &reads,
+                recorded_tools.as_ref(),
             );
             let file = writer
                 .lock()
@@ -485,6 +495,7 @@ impl AgentSession {
                 _subscriptions: subscriptions,
                 late,
                 reads,
+                recorded_tools: parking_lot::Mutex::new(recorded_tools),
             }
         })
     }
@@ -506,6 +517,7 @@ impl AgentSession {
             &self.gate,
             &self.extensions,
             &self.reads,
+            self.recorded_tools.lock().as_ref(),
         );
         cfg.retry.enabled = auto_retry;
         cfg.late_results = Some(self.late.clone());
@@ -736,6 +748,11 @@ impl AgentSession {
             self.agent.set_messages(messages)?;
             *deferred = false;
         }
+        // The leaf moved: the new branch's recorded tools are the base again (Pi 1.6's
+        // navigateTree restores them), then extensions rebuild their state of it.
+        if let Ok(w) = self.lock_writer() {
+            *self.recorded_tools.lock() = setup::RecordedTools::of_writer(&w);
+        }
         // The leaf moved: extensions rebuild their state of the branch (Pi's session_tree).
         self.extensions.session_tree();
         Ok(())
@@ -841,6 +858,7 @@ fn build_config(
     gate: &Arc<Gate>,
     extensions: &Arc<Extensions>,
     reads: &Arc<crate::tools::ReadTracker>,
+    recorded_tools: Option<&setup::RecordedTools>,
 ) -> AgentConfig {
     // The default policy and the workspace rules follow the settings as they are now.
     let settings = ws.settings();
@@ -873,6 +891,7 @@ fn build_config(
             ),
             bash_executor: setup.bash_executor(id),
             reads: Some(reads.clone()),
+            recorded_tools,
         },
     );
     cfg.session_id = Some(Arc::from(id));

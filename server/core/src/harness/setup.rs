@@ -11,7 +11,7 @@ use crate::fs::Fs;
 use crate::resources::WorkspaceConfig;
 use crate::session::SessionWriter;
 use crate::tools::{BeforeBash, ToolState};
-use pi_ai::models::{ModelDefaults, ModelError, SCRIPTED_API};
+use pi_ai::models::{ModelDefaults, ModelError, ThinkingLevel, SCRIPTED_API};
 use pi_ai::{Model, Registry};
 use serde_json::Value;
 
@@ -70,7 +70,9 @@ pub fn scripted_model() -> Model {
 
 /// Chooses the model as [`Registry::select`] does, from the workspace's models.json files
 /// (the project's only when trusted) and its settings' `defaultProvider` / `defaultModel`,
-/// with `defaultThinkingLevel` clamped to what the model supports. Falls back to the scripted
+/// with Pi 1.6's thinking level for a new session clamped to what the model supports:
+/// `modelThinkingLevels["provider/id"]`, else `defaultThinkingLevel`, else
+/// [`DEFAULT_THINKING_LEVEL`]. Falls back to the scripted
 /// model (and says so with `Some(notice)`) only when nothing at all is configured and nothing
 /// was requested; a models.json that does not load is [`ModelError::BrokenConfig`] then, not
 /// the demo.
@@ -97,9 +99,10 @@ pub fn choose_model(
     }
     match reg.select(requested, init)? {
         Some(mut m) => {
-            if let Some(level) = settings.default_thinking_level {
-                m.thinking_level = Some(m.clamp_thinking_level(level));
-            }
+            let level = model_thinking_level(&settings, &m)
+                .or(settings.default_thinking_level)
+                .unwrap_or(DEFAULT_THINKING_LEVEL);
+            m.thinking_level = Some(m.clamp_thinking_level(level));
             Ok((m, None))
         }
         None if requested.is_none() && init.is_none() && !reg.warnings.is_empty() => {
@@ -110,6 +113,38 @@ pub fn choose_model(
         }
         None => Err(ModelError::NoModel),
     }
+}
+
+/// Pi 1.6's thinking level when nothing chooses one (`DEFAULT_THINKING_LEVEL` in its
+/// `dist/core/defaults.js`), clamped to the model ([`Model::clamp_thinking_level`]: `off` for
+/// a model without reasoning).
+pub const DEFAULT_THINKING_LEVEL: ThinkingLevel = ThinkingLevel::Medium;
+
+/// The level settings' `modelThinkingLevels` (`{"provider/id": level}`, Pi 1.6's
+/// `getModelThinkingLevel`) give `model`; `None` when unset or not a level's name.
+pub fn model_thinking_level(
+    settings: &crate::settings::Settings,
+    model: &Model,
+) -> Option<ThinkingLevel> {
+    settings
+        .raw("modelThinkingLevels")?
+        .get(format!("{}/{}", model.provider, model.id))?
+        .as_str()
+        .and_then(ThinkingLevel::parse)
+}
+
+/// The thinking level of a session resumed from a file without a `thinking_level_change`
+/// entry, as Pi 1.6's `createAgentSession` gives it: `defaultThinkingLevel`, else
+/// [`DEFAULT_THINKING_LEVEL`] (not `modelThinkingLevels`), clamped to `model`.
+pub fn resumed_thinking_level(
+    settings: &crate::settings::Settings,
+    model: &Model,
+) -> ThinkingLevel {
+    model.clamp_thinking_level(
+        settings
+            .default_thinking_level
+            .unwrap_or(DEFAULT_THINKING_LEVEL),
+    )
 }
 
 /// The notice for an untrusted workspace whose project configuration is being ignored, or
@@ -191,6 +226,97 @@ pub struct RunAdditions<'a> {
     /// What the model read of each file, kept by the session across its runs (case EDIT-08);
     /// `None`: a tracker of this tool set's own.
     pub reads: Option<Arc<crate::tools::ReadTracker>>,
+    /// The tool loadout the session's branch recorded, restored once when the session was
+    /// resumed or its branch changed ([`RecordedTools::of_branch`]; Pi 1.6 "Resumed sessions
+    /// keep their active tools"). `None`: nothing recorded (a new session, a file without
+    /// system messages), so `defaultTools` selects. See [`RecordedTools::keeps`].
+    pub recorded_tools: Option<&'a RecordedTools>,
+}
+
+/// The built-in tools ([`crate::tools::tools_for_session`]), Pi's base tool definitions: a
+/// restored loadout leaves out the ones it does not name ([`RecordedTools::keeps`]).
+pub const BUILTIN_TOOLS: [&str; 7] = ["read", "bash", "edit", "write", "grep", "find", "ls"];
+
+/// A branch's recorded tool loadout, as Pi 1.6's `_restoreToolsFromTranscript`
+/// (`dist/core/agent-session.js`) reads it: the branch's stored system messages (every one on
+/// the branch, before a compaction too) replayed in order — `toolsRemoved` then `toolsAdded`
+/// by name — give the tools it last ran with; every name a message added or removed is
+/// *mentioned*.
+///
+/// Plan mode's read-only filter is recorded too (a run in plan mode stores the filtered set),
+/// but it is never the user's choice: the system messages stored while the branch's last
+/// `plan-mode` custom entry said `enabled: true` are left out of the replay, so leaving the
+/// plan brings `edit` / `write` back (a session that only ran in plan mode recorded no choice:
+/// `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordedTools {
+    /// The tools the replay ends with, in first-added order.
+    pub current: Vec<String>,
+    /// Every tool a replayed message added or removed.
+    pub mentioned: std::collections::HashSet<String>,
+}
+
+impl RecordedTools {
+    /// The loadout of `branch`: its `message` entries with `role: "system"` and its `custom`
+    /// entries (other entries are skipped), root first. `None` when no system message outside
+    /// plan mode is among them.
+    pub fn of_branch(branch: &[Value]) -> Option<RecordedTools> {
+        let mut out = RecordedTools::default();
+        let mut seen = false;
+        let mut in_plan = false;
+        for e in branch {
+            match e["type"].as_str() {
+                Some("custom") if e["customType"] == crate::extension::plan::PLAN_MODE_ENTRY => {
+                    in_plan = e["data"]["enabled"].as_bool().unwrap_or(false);
+                }
+                Some("message") if e["message"]["role"] == "system" && !in_plan => {
+                    seen = true;
+                    let m = &e["message"];
+                    for t in m["toolsRemoved"].as_array().into_iter().flatten() {
+                        if let Some(n) = t["name"].as_str() {
+                            out.current.retain(|c| c != n);
+                            out.mentioned.insert(n.to_string());
+                        }
+                    }
+                    for t in m["toolsAdded"].as_array().into_iter().flatten() {
+                        if let Some(n) = t["name"].as_str() {
+                            if !out.current.iter().any(|c| c == n) {
+                                out.current.push(n.to_string());
+                            }
+                            out.mentioned.insert(n.to_string());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        seen.then_some(out)
+    }
+
+    /// The loadout of the branch ending at `writer`'s leaf ([`RecordedTools::of_branch`]),
+    /// reading only the entries that may be system messages or custom entries.
+    pub fn of_writer(writer: &SessionWriter) -> Option<RecordedTools> {
+        let leaf = writer.leaf()?;
+        let system = crate::session::EntryShape::kind_or_role_test("system");
+        let custom = crate::session::EntryShape::kind_or_role_test("custom");
+        let entries: Vec<Value> = writer
+            .tree()
+            .path_where(leaf, |s| system(s) || custom(s))
+            .into_iter()
+            .filter(|e| e.kind == "custom" || (e.kind == "message" && e.role() == Some("system")))
+            .map(|e| e.raw())
+            .collect();
+        RecordedTools::of_branch(&entries)
+    }
+
+    /// Whether the restored loadout keeps the tool `name` (Pi's rule): a built-in tool
+    /// ([`BUILTIN_TOOLS`]) when the replay ends with it; any other tool (`todo`, extensions',
+    /// the editor's) when the replay ends with it or never mentioned it (registered after the
+    /// loadout was recorded, so on as a newly registered tool is).
+    pub fn keeps(&self, name: &str) -> bool {
+        self.current.iter().any(|c| c == name)
+            || (!BUILTIN_TOOLS.contains(&name) && !self.mentioned.contains(name))
+    }
 }
 
 /// See [`RunAdditions::tool_filter`].
@@ -218,6 +344,7 @@ pub fn agent_config_with(
         session_env,
         bash_executor,
         reads,
+        recorded_tools,
     } = additions;
     let settings = ws.settings();
     let resources = ws.resources();
@@ -249,14 +376,26 @@ pub fn agent_config_with(
     };
     // Every tool there is, before any selection: `--tools` may name one `defaultTools` left out.
     let mut all = tools.clone();
-    apply_default_tools(&mut tools, settings.raw("defaultTools"));
+    // Pi 1.6 restores the recorded loadout unless `--tools` names the tools (a list of
+    // `+name` / `-name` applies on top of it, below).
+    let restored = recorded_tools.filter(|_| {
+        ws.overrides()
+            .tools
+            .as_ref()
+            .is_none_or(|l| l.iter().any(|e| is_tool_modifier(e)))
+    });
+    let keep = |t: &Arc<dyn crate::agent::Tool>| restored.is_none_or(|r| r.keeps(&t.spec().name));
+    match restored {
+        Some(_) => tools.retain(keep),
+        None => apply_default_tools(&mut tools, settings.raw("defaultTools")),
+    }
     all.extend(extra_tools.iter().cloned());
-    tools.extend(extra_tools);
+    tools.extend(extra_tools.into_iter().filter(keep));
     if let Some(late) = late_tools {
         let names: Vec<String> = all.iter().map(|t| t.spec().name).collect();
         let late = late(&names, &allowed);
         all.extend(late.iter().cloned());
-        tools.extend(late);
+        tools.extend(late.into_iter().filter(keep));
     }
     if let Some(list) = &ws.overrides().tools {
         let names: Vec<String> = all.iter().map(|t| t.spec().name).collect();
@@ -479,6 +618,7 @@ pub fn select_cli_tools(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
@@ -506,5 +646,79 @@ mod tests {
             Some("--tools: no tool matches \"nosuch\", \"x*\", \"+ls\"; the tools are bash, grep, read (and MCP tools, mcp__<server>__<tool>)")
         );
         assert_eq!(cli_tools_warning(&names, &strings(&["read", "g*"])), None);
+    }
+
+    /// Pi 1.6's `_restoreToolsFromTranscript` over a branch: removals then additions replayed
+    /// by name, every added or removed name mentioned; built-in tools only when the replay
+    /// ends with them, other tools also when never mentioned; the messages stored in plan mode
+    /// left out (a branch that only ran in plan mode recorded no choice).
+    #[test]
+    fn recorded_tools_replay_the_branch_outside_plan_mode() {
+        let sys = |added: &[&str], removed: &[&str]| {
+            let names = |v: &[&str]| v.iter().map(|n| json!({"name": n})).collect::<Vec<_>>();
+            json!({"type": "message", "message": {"role": "system", "content": "",
+                "toolsAdded": names(added), "toolsRemoved": names(removed)}})
+        };
+        let plan = |on: bool| json!({"type": "custom", "customType": "plan-mode", "data": {"enabled": on}});
+        let first = sys(&["read", "bash", "edit", "write", "todo", "ext"], &[]);
+        let r = RecordedTools::of_branch(&[first.clone(), sys(&["ls"], &["bash", "ext"])]).unwrap();
+        assert_eq!(r.current, ["read", "edit", "write", "todo", "ls"]);
+        let kept: Vec<&str> = [
+            "read", "bash", "edit", "write", "grep", "find", "ls", "todo", "ext", "new",
+        ]
+        .into_iter()
+        .filter(|n| r.keeps(n))
+        .collect();
+        assert_eq!(kept, ["read", "edit", "write", "ls", "todo", "new"]);
+        // Plan mode's filtered set (edit, write removed) is skipped; so is a plan started
+        // before any other run.
+        let planned = [
+            first.clone(),
+            plan(true),
+            sys(&[], &["edit", "write"]),
+            plan(false),
+            sys(&["edit", "write"], &[]),
+            plan(true),
+            sys(&[], &["edit", "write"]),
+        ];
+        let r = RecordedTools::of_branch(&planned).unwrap();
+        assert_eq!(r.current, ["read", "bash", "edit", "write", "todo", "ext"]);
+        assert_eq!(RecordedTools::of_branch(&[plan(true), first.clone()]), None);
+        assert_eq!(RecordedTools::of_branch(&[]), None);
+    }
+
+    /// Pi 1.6's default thinking level: `medium` clamped to the model (`off` without
+    /// reasoning, the next supported level up when `medium` is mapped to `null`);
+    /// `modelThinkingLevels` for a new session, never for a resumed one.
+    #[test]
+    fn default_thinking_level_is_medium_clamped_to_the_model() {
+        let mut plain = Model::new(pi_ai::models::Api::OpenaiCompletions, "mock", "m", "");
+        let settings = crate::settings::Settings::default();
+        assert_eq!(
+            resumed_thinking_level(&settings, &plain),
+            ThinkingLevel::Off
+        );
+        plain.reasoning = true;
+        assert_eq!(
+            resumed_thinking_level(&settings, &plain),
+            ThinkingLevel::Medium
+        );
+        plain.thinking_level_map = Some(json!({"medium": null, "minimal": null}));
+        assert_eq!(
+            resumed_thinking_level(&settings, &plain),
+            ThinkingLevel::High
+        );
+        let mut merged = serde_json::Map::new();
+        merged.insert("modelThinkingLevels".into(), json!({"mock/m": "low"}));
+        merged.insert("defaultThinkingLevel".into(), json!("minimal"));
+        let settings = crate::settings::Settings::from_merged(merged, Vec::new());
+        assert_eq!(
+            model_thinking_level(&settings, &plain),
+            Some(ThinkingLevel::Low)
+        );
+        assert_eq!(
+            resumed_thinking_level(&settings, &plain),
+            ThinkingLevel::Low
+        );
     }
 }
