@@ -821,7 +821,7 @@ impl SessionWriter {
                 _ => None,
             }
         };
-        let message = stamped.unwrap_or_else(|| StoredMessage::Message(message.clone()));
+        let message = stamped.unwrap_or_else(|| StoredMessage::Message(Box::new(message.clone())));
         self.append(EntryData::Message { message })
     }
 
