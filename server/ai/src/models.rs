@@ -169,12 +169,10 @@ pub fn calculate_cost(rates: &ModelCost, usage: &Usage) -> Cost {
     let cache_read = per(rates.cache_read, usage.cache_read);
     let long_write = usage.cache_write_1h.unwrap_or(0);
     let short_write = usage.cache_write.saturating_sub(long_write);
-    let cache_write = if long_write == 0 {
-        per(rates.cache_write, usage.cache_write)
-    } else {
-        (rates.cache_write * short_write as f64 + rates.input * 2.0 * long_write as f64)
-            / 1_000_000.0
-    };
+    // Pi 1.6's arithmetic whatever the lifetimes (not `per`'s: the bits differ).
+    let cache_write = (rates.cache_write * short_write as f64
+        + rates.input * 2.0 * long_write as f64)
+        / 1_000_000.0;
     Cost {
         input,
         output,
