@@ -633,6 +633,11 @@ pub struct RunOutcome {
     pub undelivered: Vec<Message>,
     /// Messages queued with [`Delivery::NextTurn`]; they go with the caller's next prompt.
     pub next_turn: Vec<Message>,
+    /// Messages of `messages` before this index carry usage of a context that has changed
+    /// since (a compaction, an edit of the context), so the compaction threshold does not
+    /// anchor on it ([`crate::session::SessionContext::usage_from`]); `None`: as before the
+    /// run.
+    pub usage_from: Option<usize>,
 }
 
 /// Text of the result given to every call of a response cut by the output limit.
@@ -657,4 +662,4 @@ mod handle;
 mod run;
 
 pub use handle::{Agent, AgentBusy, CompactionOutcome, Subscription, WeakAgent};
-pub use run::{run_agent, run_compaction, OVERFLOW_RECOVERY_FAILED};
+pub use run::{run_agent, run_agent_from, run_compaction, OVERFLOW_RECOVERY_FAILED};

@@ -185,6 +185,19 @@ impl Recorder {
                 }
                 return Ok(());
             }
+            // Case 18.12 (issue 29 item E): the images a size refusal replaced by notes in the
+            // agent's context are replaced so in the file's context too (a `context_edit` per
+            // entry holding one), so a resumed session, here or in Pi 1.6, does not send them
+            // again; the entries keep them.
+            AgentEvent::ImagesReplaced { images } => {
+                let replaced: std::collections::HashMap<String, String> = images
+                    .iter()
+                    .map(|i| (i.hash.clone(), i.note.clone()))
+                    .collect();
+                return lock_writer(&self.writer)?
+                    .edit_out_images(&replaced)
+                    .map(|_| ());
+            }
             AgentEvent::AgentEnd { .. } => *self.started.lock() = Started::default(),
             _ => {}
         }
