@@ -862,3 +862,69 @@ async fn a_200_answer_that_is_not_an_event_stream_tells_the_providers_error() {
         }
     }
 }
+
+/// Issue 29 item D, Pi 1.6's `estimateProjectedContextTokens`: usage reported before the
+/// branch's latest `context_edit` (or compaction) counted a context that has changed since,
+/// so the threshold is judged by characters / 4 instead. The same history, with its last
+/// answer's usage above the threshold: taken as it is, it compacts first; marked as from
+/// before an edit (`usage_from`, as a context built from such a file is), the prompt goes out
+/// at once, no compaction.
+#[tokio::test]
+async fn usage_from_before_a_context_edit_does_not_trigger_the_threshold() {
+    let history: Vec<Message> = vec![
+        Message::user_text("hello"),
+        serde_json::from_value(
+            json!({"role":"assistant","content":[{"type":"text","text":"hi"}],
+            "api":"openai-completions","provider":"mock","model":"mock-1",
+            "usage":{"input":9000,"output":10,"cacheRead":0,"cacheWrite":0,"totalTokens":9010,
+                "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+            "stopReason":"stop","timestamp":1}),
+        )
+        .unwrap(),
+    ];
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 2_000,
+        keep_recent_tokens: 10,
+    };
+    let mut seen = Vec::new();
+    for usage_from in [0, 2] {
+        let guard = tmp(&format!("usage-from-{usage_from}"));
+        let mock = MockModel::start(vec![Step::text("answer"), Step::text("again")]).await;
+        let s = setup(guard.path(), &mock, 10_000, Vec::new(), Some(settings));
+        s.agent.set_context(history.clone(), usage_from).unwrap();
+        s.agent
+            .prompt(vec![Message::user_text("one more")])
+            .unwrap();
+        idle(&s.agent).await;
+        let answered = mock
+            .requests()
+            .iter()
+            .any(|r| last_user_text(&r.body) == Some("one more"));
+        seen.push((
+            usage_from,
+            s.sink.of_type("compaction_start").len(),
+            answered,
+        ));
+    }
+    // 9,010 + a few tokens is above 10,000 − 2,000 (the file holds none of this history, so
+    // the compaction itself cannot be written: the threshold's decision is what is compared);
+    // "hello", "hi" and "one more" by characters / 4 (with the prompt "sys") are far below it.
+    assert_eq!(seen, vec![(0, 1, false), (2, 0, true)]);
+}
+
+/// The text of the last user message of a chat-completions request body.
+fn last_user_text(body: &Value) -> Option<&str> {
+    body["messages"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| {
+            m["content"].as_str().or_else(|| {
+                m["content"]
+                    .as_array()
+                    .and_then(|a| a.iter().find_map(|b| b["text"].as_str()))
+            })
+        })
+}
