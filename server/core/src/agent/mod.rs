@@ -350,9 +350,11 @@ pub enum AgentEvent {
     /// pi-lsp's own (Pi has no such event; case 18.12): the provider refused a request for its
     /// size while it held these images, and the retry goes with each replaced by its note in
     /// the request (the agent's context: no later request of the live session sends them
-    /// again). The session file keeps the images as they were (issue 29 item 10); a session
-    /// opened again from it sends them, and on the same refusal replaces them again. Followed
-    /// by `auto_retry_start` naming the refusal.
+    /// again). The session file keeps the images in their entries (issue 29 item 10) and, as
+    /// Pi 1.6 files are written, records the replacement as a `context_edit` per entry holding
+    /// one (the recorder, [`crate::session::SessionWriter::edit_out_images`]), so a session
+    /// opened again from it, here or in Pi 1.6, sends the notes (item E). Followed by
+    /// `auto_retry_start` naming the refusal.
     ImagesReplaced {
         images: Vec<ReplacedImage>,
     },
