@@ -249,14 +249,6 @@ async fn our_entries_have_pi_16s_keys() {
     assert_eq!(our_state["messageCount"], pi_state["messageCount"]);
     // Key by key, entry and message; what Pi 1.6 writes and pi-lsp does not is named here.
     let pi_only: &[(&str, &str, &str)] = &[
-        // Pi 1.6's chat-completions adapter's provider finish reason and usage details.
-        ("message:assistant", "/message", "rawStopReason"),
-        ("message:assistant", "/message/usage", "reasoning"),
-        (
-            "message:assistant",
-            "/message/usage/cost",
-            "totalFromProvider",
-        ),
         // Pi 1.6's edit result also carries the unified patch (pi-lsp: `unifiedDiff`).
         ("message:toolResult", "/message/details", "patch"),
     ];
@@ -1118,4 +1110,87 @@ async fn usage_entries_and_a_second_root_read_and_continue_as_in_pi_16() {
         );
     }
     mock.assert_paired();
+}
+
+/// Issue 29 item E: the `context_edit` a size refusal of an image leaves in the file (written
+/// by `SessionWriter::edit_out_images`, as the recorder writes it on `images_replaced`) is
+/// applied by Pi 1.6.0 too: continuing the file, Pi sends the note and not the image. The
+/// same file without the edit sends the image (the model takes images), so the edit is what
+/// keeps it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_16_continuing_a_file_with_an_image_edited_out_never_sends_the_image() {
+    let Some(pi) = pi16() else { return };
+    let tmp = TempDir::new("pi16-image-edit");
+    let ws = workspace(tmp.path());
+    let image = "QUJD".repeat(300_000);
+    let hash = pi_core::session::image_hash(&image);
+    let note = "[image removed: the provider refused a request with this image/png image (878 KB) as too large]";
+    let mut sent = Vec::new();
+    for edited in [false, true] {
+        let mock = MockModel::start(vec![Step::text("again")]).await;
+        let mut models = mock.models_json();
+        models["providers"]["mock"]["models"][0]["input"] = json!(["text", "image"]);
+        let agent = tmp.path().join(format!("home-{edited}")).join("agent");
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
+        let dir = tmp.path().join(format!("sessions-{edited}"));
+        let mut w =
+            pi_core::session::SessionWriter::create(&dir, &ws, "mock", "mock-1", "off").unwrap();
+        let user: pi_ai::Message = serde_json::from_value(json!({"role": "user", "content": [
+            {"type": "text", "text": "see"},
+            {"type": "image", "data": image, "mimeType": "image/png"}], "timestamp": 1}))
+        .unwrap();
+        w.append_message(&user).unwrap();
+        let answer: pi_ai::Message = serde_json::from_value(json!({"role": "assistant",
+            "content": [{"type": "text", "text": "Fine without it."}], "api": "openai-completions",
+            "provider": "mock", "model": "mock-1", "stopReason": "stop", "timestamp": 2}))
+        .unwrap();
+        w.append_message(&answer).unwrap();
+        if edited {
+            let replaced = [(hash.clone(), note.to_string())].into_iter().collect();
+            assert_eq!(w.edit_out_images(&replaced).unwrap(), 1);
+        }
+        let file = w.path().to_path_buf();
+        w.close().unwrap();
+        let (pi, ws2) = (pi.clone(), ws.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut p = PiRpc::start(&pi, &ws2, &agent, &["--session".as_ref(), file.as_os_str()]);
+            p.prompt("again?");
+        })
+        .await
+        .unwrap();
+        let body = &mock.requests()[0].body;
+        let user = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .unwrap()
+            .clone();
+        sent.push(json!(user["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| match p["type"].as_str().unwrap() {
+                "text" => p["text"].clone(),
+                other => json!(format!(
+                    "{other} of {} bytes",
+                    p["image_url"]["url"].as_str().unwrap_or("").len()
+                )),
+            })
+            .collect::<Vec<_>>()));
+    }
+    assert_eq!(
+        sent,
+        vec![
+            json!([
+                "see",
+                format!(
+                    "image_url of {} bytes",
+                    "data:image/png;base64,".len() + image.len()
+                )
+            ]),
+            json!(["see", note]),
+        ]
+    );
 }

@@ -30,7 +30,7 @@ struct Persist {
 #[async_trait]
 impl EventSink for Persist {
     async fn emit(&self, event: AgentEvent) {
-        self.recorder.record(&event).unwrap();
+        self.recorder.record_stamped(&event, None).unwrap();
         self.events
             .lock()
             .unwrap()
@@ -530,13 +530,16 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
         vec![json!({"type": "images_replaced", "images": [{
             "hash": pi_core::session::image_hash(&big), "mimeType": "image/png", "note": note}]})]
     );
-    // The file keeps the image (issue 29 item 10): the refused message as it was, the failed
-    // attempt, then the answer, one after the other; nothing written again.
+    // The file keeps the image in its entry (issue 29 item 10) and records the replacement as
+    // Pi 1.6 records an edit of the context (item E): the refused message as it was, the
+    // failed attempt, a `context_edit` of the message with the note in place of the image,
+    // Pi 1.6's `context_edit` leaving the failed attempt out, then the answer; nothing written
+    // again.
     let lines = entries(&s.path);
-    let (before, written) = lines.split_at(lines.len() - 3);
+    let (before, written) = lines.split_at(lines.len() - 5);
     let parent = &before.last().unwrap()["id"];
-    let content = |e: &Value| -> Value {
-        json!(e["message"]["content"]
+    let content = |c: &Value| -> Value {
+        json!(c
             .as_array()
             .unwrap()
             .iter()
@@ -548,29 +551,39 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
     };
     let shape: Vec<Value> = written
         .iter()
-        .map(|e| {
-            json!({"parent": e["parentId"], "role": e["message"]["role"],
-                "stopReason": e["message"]["stopReason"], "content": content(e)})
+        .map(|e| match e["type"].as_str().unwrap() {
+            "message" => json!({"parent": e["parentId"], "role": e["message"]["role"],
+                "stopReason": e["message"]["stopReason"],
+                "content": content(&e["message"]["content"])}),
+            _ => json!({"parent": e["parentId"], "type": e["type"], "targetId": e["targetId"],
+            "replacement": match &e["replacement"] {
+                Value::Null => Value::Null,
+                r => json!({"content": content(&r["content"])}),
+            }}),
         })
         .collect();
+    let small_image = format!("image {}", small.len());
     assert_eq!(
         shape,
         vec![
             json!({"parent": parent, "role": "user", "stopReason": null,
-                "content": ["what is in these?", format!("image {}", big.len()), format!("image {}", small.len())]}),
+                "content": ["what is in these?", format!("image {}", big.len()), small_image]}),
             json!({"parent": written[0]["id"], "role": "assistant", "stopReason": "error",
                 "content": []}),
-            json!({"parent": written[1]["id"], "role": "assistant", "stopReason": "stop",
+            json!({"parent": written[1]["id"], "type": "context_edit", "targetId": written[0]["id"],
+                "replacement": {"content": ["what is in these?", note, small_image]}}),
+            json!({"parent": written[2]["id"], "type": "context_edit", "targetId": written[1]["id"],
+                "replacement": null}),
+            json!({"parent": written[3]["id"], "role": "assistant", "stopReason": "stop",
                 "content": ["I could not see the image."]}),
         ]
     );
+    // A session opened again from the file has the note, not the image, in its context.
+    let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
+    let context = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
     assert_eq!(
-        std::fs::read_to_string(&s.path)
-            .unwrap()
-            .matches(note)
-            .count(),
-        0,
-        "no note in the file"
+        content(&context[0]["content"]),
+        json!(["what is in these?", note, small_image])
     );
     // The live session's next request goes without the image too (no second refusal).
     s.agent
@@ -648,12 +661,22 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
     );
     assert!(s.sink.of_type("compaction_start").is_empty());
     assert_eq!(s.sink.of_type("images_replaced").len(), 1);
-    // The file keeps the image: its context's user message is the one sent first.
+    // The file keeps the image in its entry; its context (a `context_edit`, issue 29 item E)
+    // has the note, as the retry sent it.
     let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
+    let user = tree
+        .entries
+        .iter()
+        .find(|e| e.role() == Some("user"))
+        .unwrap();
+    assert_eq!(
+        user.raw()["message"]["content"],
+        json!([{"type":"text","text":"look"},{"type":"image","data":big,"mimeType":"image/jpeg"}])
+    );
     let context = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
     assert_eq!(
         context[0]["content"],
-        json!([{"type":"text","text":"look"},{"type":"image","data":big,"mimeType":"image/jpeg"}])
+        reqs[1].body["messages"][1]["content"]
     );
     assert_eq!(
         context.as_array().unwrap().last().unwrap()["content"],
@@ -663,7 +686,8 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
 
 /// Issue 29 item 10: a 400 saying "input length exceeds" (no image named) while the request
 /// holds an image: the retried request carries a note instead, the user is told, and the
-/// session file still has the image.
+/// session file still has the image in its entry, with a `context_edit` putting the note in the
+/// context (issue 29 item E).
 #[tokio::test]
 async fn an_input_length_refusal_with_an_image_retries_without_it_and_keeps_the_file() {
     let guard = tmp("image-input-length");
@@ -710,11 +734,21 @@ async fn an_input_length_refusal_with_an_image_retries_without_it_and_keeps_the_
             "HTTP 400: {refusal} — retrying with 1 image(s) replaced by a note"
         ))]
     );
+    // The entry keeps the image; the context built from the file has the note.
     let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
+    let user = tree
+        .entries
+        .iter()
+        .find(|e| e.role() == Some("user"))
+        .unwrap();
+    assert_eq!(
+        user.raw()["message"]["content"],
+        json!([{"type":"text","text":"see"},{"type":"image","data":img,"mimeType":"image/png"}])
+    );
     let context = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
     assert_eq!(
         context[0]["content"],
-        json!([{"type":"text","text":"see"},{"type":"image","data":img,"mimeType":"image/png"}])
+        json!([{"type":"text","text":"see"},{"type":"text","text":note}])
     );
 }
 
@@ -827,4 +861,70 @@ async fn a_200_answer_that_is_not_an_event_stream_tells_the_providers_error() {
             assert_eq!(mock.requests().len(), 1, "{api:?} {body}");
         }
     }
+}
+
+/// Issue 29 item D, Pi 1.6's `estimateProjectedContextTokens`: usage reported before the
+/// branch's latest `context_edit` (or compaction) counted a context that has changed since,
+/// so the threshold is judged by characters / 4 instead. The same history, with its last
+/// answer's usage above the threshold: taken as it is, it compacts first; marked as from
+/// before an edit (`usage_from`, as a context built from such a file is), the prompt goes out
+/// at once, no compaction.
+#[tokio::test]
+async fn usage_from_before_a_context_edit_does_not_trigger_the_threshold() {
+    let history: Vec<Message> = vec![
+        Message::user_text("hello"),
+        serde_json::from_value(
+            json!({"role":"assistant","content":[{"type":"text","text":"hi"}],
+            "api":"openai-completions","provider":"mock","model":"mock-1",
+            "usage":{"input":9000,"output":10,"cacheRead":0,"cacheWrite":0,"totalTokens":9010,
+                "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+            "stopReason":"stop","timestamp":1}),
+        )
+        .unwrap(),
+    ];
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 2_000,
+        keep_recent_tokens: 10,
+    };
+    let mut seen = Vec::new();
+    for usage_from in [0, 2] {
+        let guard = tmp(&format!("usage-from-{usage_from}"));
+        let mock = MockModel::start(vec![Step::text("answer"), Step::text("again")]).await;
+        let s = setup(guard.path(), &mock, 10_000, Vec::new(), Some(settings));
+        s.agent.set_context(history.clone(), usage_from).unwrap();
+        s.agent
+            .prompt(vec![Message::user_text("one more")])
+            .unwrap();
+        idle(&s.agent).await;
+        let answered = mock
+            .requests()
+            .iter()
+            .any(|r| last_user_text(&r.body) == Some("one more"));
+        seen.push((
+            usage_from,
+            s.sink.of_type("compaction_start").len(),
+            answered,
+        ));
+    }
+    // 9,010 + a few tokens is above 10,000 − 2,000 (the file holds none of this history, so
+    // the compaction itself cannot be written: the threshold's decision is what is compared);
+    // "hello", "hi" and "one more" by characters / 4 (with the prompt "sys") are far below it.
+    assert_eq!(seen, vec![(0, 1, false), (2, 0, true)]);
+}
+
+/// The text of the last user message of a chat-completions request body.
+fn last_user_text(body: &Value) -> Option<&str> {
+    body["messages"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| {
+            m["content"].as_str().or_else(|| {
+                m["content"]
+                    .as_array()
+                    .and_then(|a| a.iter().find_map(|b| b["text"].as_str()))
+            })
+        })
 }

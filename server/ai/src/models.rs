@@ -158,19 +158,76 @@ impl ThinkingLevel {
     }
 }
 
-/// The cost of `usage` at `rates` (US dollars per million tokens), as Pi's `calculateCost`.
+/// The cost of `usage` at `rates` (US dollars per million tokens), as Pi 1.6's
+/// `calculateCost` (pi-ai `dist/models.js`): one-hour cache writes (`cacheWrite1h`) at twice
+/// the input rate, the rest of the cache writes at the cache-write rate; `totalFromProvider`
+/// false (the total is computed here, not billed by the provider).
 pub fn calculate_cost(rates: &ModelCost, usage: &Usage) -> Cost {
     let per = |rate: f64, tokens: u64| rate / 1_000_000.0 * tokens as f64;
     let input = per(rates.input, usage.input);
     let output = per(rates.output, usage.output);
     let cache_read = per(rates.cache_read, usage.cache_read);
-    let cache_write = per(rates.cache_write, usage.cache_write);
+    let long_write = usage.cache_write_1h.unwrap_or(0);
+    let short_write = usage.cache_write.saturating_sub(long_write);
+    // Pi 1.6's arithmetic whatever the lifetimes (not `per`'s: the bits differ).
+    let cache_write = (rates.cache_write * short_write as f64
+        + rates.input * 2.0 * long_write as f64)
+        / 1_000_000.0;
     Cost {
         input,
         output,
         cache_read,
         cache_write,
         total: input + output + cache_read + cache_write,
+        total_from_provider: Some(false),
+    }
+}
+
+/// Pi 1.6's `isOpenRouterModel`: the provider is `openrouter` or the base URL is OpenRouter's.
+pub fn is_openrouter(model: &Model) -> bool {
+    model.provider == "openrouter" || model.base_url.contains("openrouter.ai")
+}
+
+/// Pi 1.6's `applyOpenRouterReportedCost` (pi-ai `dist/utils/openrouter-cost.js`): the usage's
+/// total replaced by what OpenRouter reports it billed, when the report is complete and valid
+/// (`cost` a finite number ≥ 0; for a bring-your-own-key request also the upstream cost, from
+/// `cost_details.upstream_inference_cost`, else its prompt and completion parts), and
+/// `totalFromProvider` set to true. `reported` is the stream's `usage` object. Nothing changes
+/// otherwise.
+pub fn apply_openrouter_reported_cost(cost: &mut Cost, reported: &serde_json::Value) {
+    let valid = |v: &serde_json::Value| v.as_f64().filter(|c| c.is_finite() && *c >= 0.0);
+    let Some(billed) = valid(&reported["cost"]) else {
+        return;
+    };
+    match reported["is_byok"].as_bool() {
+        Some(false) => {
+            cost.total = billed;
+            cost.total_from_provider = Some(true);
+        }
+        Some(true) => {
+            let details = &reported["cost_details"];
+            if !details.is_object() {
+                return;
+            }
+            // `null` (not absent) says the parts are given instead.
+            let upstream = match details.get("upstream_inference_cost") {
+                None => return,
+                Some(serde_json::Value::Null) => match (
+                    valid(&details["upstream_inference_prompt_cost"]),
+                    valid(&details["upstream_inference_completions_cost"]),
+                ) {
+                    (Some(p), Some(c)) => p + c,
+                    _ => return,
+                },
+                Some(v) => match valid(v) {
+                    Some(u) => u,
+                    None => return,
+                },
+            };
+            cost.total = billed + upstream;
+            cost.total_from_provider = Some(true);
+        }
+        None => {}
     }
 }
 

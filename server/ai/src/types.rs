@@ -164,6 +164,12 @@ pub struct Cost {
     pub cache_write: f64,
     #[serde(serialize_with = "js_number")]
     pub total: f64,
+    /// Pi 1.6's `totalFromProvider`: `false` once the cost was computed from the model's rates
+    /// (pi-ai's `calculateCost`, on every response that reported usage), `true` when `total` is
+    /// the amount the provider billed (OpenRouter's reported `cost`); absent on a response that
+    /// reported no usage, as Pi writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_from_provider: Option<bool>,
 }
 
 /// Token usage of one response, in tokens (Pi's `usage`).
@@ -175,6 +181,21 @@ pub struct Usage {
     pub output: u64,
     pub cache_read: u64,
     pub cache_write: u64,
+    /// Cache writes with a one-hour lifetime, part of `cache_write` (Pi 1.6's `cacheWrite1h`:
+    /// Anthropic's `cache_creation.ephemeral_1h_input_tokens`, billed at twice the input rate);
+    /// absent for the other wire formats, as Pi writes it.
+    #[serde(
+        rename = "cacheWrite1h",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_write_1h: Option<u64>,
+    /// Reasoning tokens, part of `output` (Pi 1.6's `reasoning`: chat completions'
+    /// `completion_tokens_details.reasoning_tokens`, Responses' `output_tokens_details.
+    /// reasoning_tokens`, 0 when not reported; Anthropic's `output_tokens_details.
+    /// thinking_tokens` only when reported); absent where Pi writes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<u64>,
     pub total_tokens: u64,
     pub cost: Cost,
 }
@@ -226,6 +247,12 @@ pub struct AssistantMessage {
     #[serde(default)]
     pub usage: Usage,
     pub stop_reason: StopReason,
+    /// The provider's own stop reason before it was mapped to `stop_reason` (Pi 1.6's
+    /// `rawStopReason`): chat completions' `finish_reason`, Anthropic's `stop_reason`,
+    /// Responses' `status` (`incomplete.<reason>` with its `incomplete_details.reason`).
+    /// Absent when the stream named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_stop_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
     #[serde(default)]
@@ -244,6 +271,7 @@ impl AssistantMessage {
             response_model: None,
             usage: Usage::default(),
             stop_reason: StopReason::Stop,
+            raw_stop_reason: None,
             error_message: None,
             timestamp: now_millis(),
         }

@@ -208,7 +208,9 @@ async fn strm01_calls_without_index_split_by_id() {
             {"type":"toolCall","id":"call_b","name":"read","arguments":{"path":"b.txt"}}],
             "api":"openai-completions","provider":"p","model":"m",
             "usage":serde_json::from_str::<Value>(ZERO_USAGE).unwrap(),
-            "stopReason":"toolUse","timestamp":0})
+            // No usage chunk: no `reasoning`, no `totalFromProvider` (Pi 1.6 computes no
+            // cost then); the finish reason as sent.
+            "stopReason":"toolUse","rawStopReason":"tool_calls","timestamp":0})
     );
 }
 
@@ -491,10 +493,10 @@ async fn usage_in_empty_choices_chunk_keepalives_and_cost() {
         value(&msg),
         json!({"content":[{"type":"text","text":"Hello world"}],
             "api":"openai-completions","provider":"p","model":"m","responseId":"chatcmpl-9",
-            "usage":{"input":200,"output":30,"cacheRead":1000,"cacheWrite":0,"totalTokens":1230,
+            "usage":{"input":200,"output":30,"cacheRead":1000,"cacheWrite":0,"reasoning":0,"totalTokens":1230,
                 // Same IEEE arithmetic as Pi's calculateCost: (rate / 1e6) * tokens.
-                "cost":{"input":0.00039999999999999996,"output":0.00023999999999999998,"cacheRead":0.0005,"cacheWrite":0,"total":0.00114}},
-            "stopReason":"stop","timestamp":0})
+                "cost":{"input":0.00039999999999999996,"output":0.00023999999999999998,"cacheRead":0.0005,"cacheWrite":0,"total":0.00114,"totalFromProvider":false}},
+            "stopReason":"stop","rawStopReason":"stop","timestamp":0})
     );
 }
 
@@ -726,9 +728,9 @@ fn anthropic_thinking_expected() -> Value {
         {"type":"thinking","thinking":"[Reasoning redacted]","thinkingSignature":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT","redacted":true},
         {"type":"text","text":"Héllo 🦊!"}],
         "api":"anthropic-messages","provider":"p","model":"m","responseId":"msg_7",
-        "usage":{"input":2000,"output":42,"cacheRead":10000,"cacheWrite":500,"totalTokens":12542,
-            "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
-        "stopReason":"stop","timestamp":0})
+        "usage":{"input":2000,"output":42,"cacheRead":10000,"cacheWrite":500,"cacheWrite1h":0,"totalTokens":12542,
+            "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0,"totalFromProvider":false}},
+        "stopReason":"stop","rawStopReason":"end_turn","timestamp":0})
 }
 
 #[tokio::test]
@@ -1174,9 +1176,9 @@ fn responses_expected() -> Value {
         {"type":"toolCall","id":"call_A|fc_1","name":"read","arguments":{"path":"a.txt"}},
         {"type":"toolCall","id":"call_B|fc_2","name":"read","arguments":{"path":"b.txt"}}],
         "api":"openai-responses","provider":"p","model":"m","responseId":"resp_1",
-        "usage":{"input":500,"output":60,"cacheRead":1000,"cacheWrite":0,"totalTokens":1560,
-            "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
-        "stopReason":"toolUse","timestamp":0})
+        "usage":{"input":500,"output":60,"cacheRead":1000,"cacheWrite":0,"reasoning":20,"totalTokens":1560,
+            "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0,"totalFromProvider":false}},
+        "stopReason":"toolUse","rawStopReason":"completed","timestamp":0})
 }
 
 #[tokio::test]
@@ -1821,4 +1823,283 @@ async fn chat_completion_chunks_of_every_shape_read_as_their_json_values() {
             None
         )
     );
+}
+
+/// A chat-completions body of these chunks, then `[DONE]`.
+fn completions_body(chunks: &[Value]) -> Vec<u8> {
+    let mut body = String::new();
+    for c in chunks {
+        body.push_str(&format!("data: {c}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    body.into_bytes()
+}
+
+/// An SSE body of `(event, data)` pairs.
+fn named_events(events: &[(&str, Value)]) -> Vec<u8> {
+    let mut body = String::new();
+    for (name, data) in events {
+        body.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    }
+    body.into_bytes()
+}
+
+/// The usage and stop fields of a message, as stored.
+fn stop_and_usage(m: &AssistantMessage) -> Value {
+    let v = value(m);
+    json!({"usage": v["usage"], "stopReason": v["stopReason"],
+        "rawStopReason": v.get("rawStopReason"), "errorMessage": v.get("errorMessage")})
+}
+
+/// Costs below are the figures Pi 1.6's `calculateCost` gives for the same counts and rates
+/// (JavaScript doubles, the same operations).
+///
+/// Pi 1.6's chat-completions usage (`parseChunkUsage`) and stop fields: reasoning tokens,
+/// cache writes counted apart from cached reads, DeepSeek's and Kimi's cache-hit fields, the
+/// finish reason as sent, and OpenRouter's billed cost taken as the total
+/// (`totalFromProvider: true`) only for an OpenRouter model and a complete report.
+#[tokio::test]
+async fn completions_usage_and_raw_stop_reason_as_pi_16_writes_them() {
+    let text = json!({"id":"c1","choices":[{"index":0,"delta":{"content":"hi"}}]});
+    let end =
+        |reason: &str| json!({"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":reason}]});
+    let usage = |u: Value| json!({"id":"c1","choices":[],"usage":u});
+    let cases: Vec<(&str, Vec<Value>, Value)> = vec![
+        // OpenAI: cached reads and reasoning in the details; cost at the model's rates.
+        (
+            "p",
+            vec![
+                text.clone(),
+                end("length"),
+                usage(json!({"prompt_tokens":1000,"completion_tokens":200,
+                "prompt_tokens_details":{"cached_tokens":600,"cache_write_tokens":100},
+                "completion_tokens_details":{"reasoning_tokens":150}})),
+            ],
+            json!({"usage":{"input":300,"output":200,"cacheRead":600,"cacheWrite":100,"reasoning":150,"totalTokens":1200,
+                "cost":{"input":0.0006,"output":0.0015999999999999999,"cacheRead":0.0003,"cacheWrite":0.0004,"total":0.0029,"totalFromProvider":false}},
+                "stopReason":"length","rawStopReason":"length","errorMessage":null}),
+        ),
+        // DeepSeek's hit count; a top-level reasoning count.
+        (
+            "p",
+            vec![
+                text.clone(),
+                end("stop"),
+                usage(json!({"prompt_tokens":50,"completion_tokens":5,
+                "prompt_cache_hit_tokens":20,"reasoning_tokens":3})),
+            ],
+            json!({"usage":{"input":30,"output":5,"cacheRead":20,"cacheWrite":0,"reasoning":3,"totalTokens":55,
+                "cost":{"input":0.000059999999999999995,"output":0.000039999999999999996,"cacheRead":0.000009999999999999999,"cacheWrite":0,"total":0.00010999999999999999,"totalFromProvider":false}},
+                "stopReason":"stop","rawStopReason":"stop","errorMessage":null}),
+        ),
+        // OpenRouter: the billed cost replaces the computed total.
+        (
+            "openrouter",
+            vec![
+                text.clone(),
+                end("stop"),
+                usage(json!({"prompt_tokens":10,"completion_tokens":5,
+                "cost":0.25,"is_byok":false})),
+            ],
+            json!({"usage":{"input":10,"output":5,"cacheRead":0,"cacheWrite":0,"reasoning":0,"totalTokens":15,
+                "cost":{"input":0.000019999999999999998,"output":0.000039999999999999996,"cacheRead":0,"cacheWrite":0,"total":0.25,"totalFromProvider":true}},
+                "stopReason":"stop","rawStopReason":"stop","errorMessage":null}),
+        ),
+        // OpenRouter, own key: the billed cost plus the upstream parts.
+        (
+            "openrouter",
+            vec![
+                text.clone(),
+                end("stop"),
+                usage(json!({"prompt_tokens":10,"completion_tokens":5,
+                "cost":0.5,"is_byok":true,"cost_details":{"upstream_inference_cost":null,
+                "upstream_inference_prompt_cost":0.25,"upstream_inference_completions_cost":1.0}})),
+            ],
+            json!({"usage":{"input":10,"output":5,"cacheRead":0,"cacheWrite":0,"reasoning":0,"totalTokens":15,
+                "cost":{"input":0.000019999999999999998,"output":0.000039999999999999996,"cacheRead":0,"cacheWrite":0,"total":1.75,"totalFromProvider":true}},
+                "stopReason":"stop","rawStopReason":"stop","errorMessage":null}),
+        ),
+        // The same report from another provider is not a bill.
+        (
+            "p",
+            vec![
+                text.clone(),
+                end("stop"),
+                usage(json!({"prompt_tokens":10,"completion_tokens":5,
+                "cost":0.25,"is_byok":false})),
+            ],
+            json!({"usage":{"input":10,"output":5,"cacheRead":0,"cacheWrite":0,"reasoning":0,"totalTokens":15,
+                "cost":{"input":0.000019999999999999998,"output":0.000039999999999999996,"cacheRead":0,"cacheWrite":0,"total":0.000059999999999999995,"totalFromProvider":false}},
+                "stopReason":"stop","rawStopReason":"stop","errorMessage":null}),
+        ),
+        // A failure reason: the error, and the raw reason kept.
+        (
+            "p",
+            vec![text.clone(), end("content_filter")],
+            json!({"usage":serde_json::from_str::<Value>(ZERO_USAGE).unwrap(),
+                "stopReason":"error","rawStopReason":"content_filter",
+                "errorMessage":"Provider finish_reason: content_filter"}),
+        ),
+    ];
+    for (provider, chunks, want) in cases {
+        let (base, _) = serve(vec![sse(vec![completions_body(&chunks)])]).await;
+        let mut m = model("openai-completions", base);
+        m.provider = provider.into();
+        m.cost = pi_ai::models::ModelCost {
+            input: 2.0,
+            output: 8.0,
+            cache_read: 0.5,
+            cache_write: 4.0,
+        };
+        let msg = pi_ai::stream(&m, &go(), StreamOptions::default())
+            .result()
+            .await;
+        assert_eq!(stop_and_usage(&msg), want, "{provider} {chunks:?}");
+    }
+}
+
+/// Pi 1.6's Anthropic usage and stop fields: `cacheWrite1h` from `message_start` (0 when not
+/// named) and billed at twice the input rate, the thinking tokens of `message_delta` as
+/// `reasoning`, the stop reason as sent (also for a refusal, which is an error).
+#[tokio::test]
+async fn anthropic_usage_and_raw_stop_reason_as_pi_16_writes_them() {
+    let start = |usage: Value| {
+        (
+            "message_start",
+            json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","usage":usage}}),
+        )
+    };
+    let text = [
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type":"content_block_stop","index":0}),
+        ),
+    ];
+    let delta = |reason: &str, usage: Value| {
+        (
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":reason},"usage":usage}),
+        )
+    };
+    let stop = ("message_stop", json!({"type":"message_stop"}));
+    let cases: Vec<(Vec<(&str, Value)>, Value)> = vec![
+        (
+            vec![
+                start(
+                    json!({"input_tokens":100,"output_tokens":1,"cache_read_input_tokens":1000,
+                    "cache_creation_input_tokens":300,"cache_creation":{"ephemeral_1h_input_tokens":200}}),
+                ),
+                text[0].clone(),
+                text[1].clone(),
+                text[2].clone(),
+                delta(
+                    "max_tokens",
+                    json!({"output_tokens":50,"output_tokens_details":{"thinking_tokens":30}}),
+                ),
+                stop.clone(),
+            ],
+            // cacheWrite: 100 tokens at 4 $/M and 200 at 2 × 2 $/M.
+            json!({"usage":{"input":100,"output":50,"cacheRead":1000,"cacheWrite":300,"cacheWrite1h":200,"reasoning":30,"totalTokens":1450,
+                "cost":{"input":0.00019999999999999998,"output":0.00039999999999999996,"cacheRead":0.0005,"cacheWrite":0.0012,"total":0.0023,"totalFromProvider":false}},
+                "stopReason":"length","rawStopReason":"max_tokens","errorMessage":null}),
+        ),
+        (
+            vec![
+                start(json!({"input_tokens":10,"output_tokens":1})),
+                text[0].clone(),
+                text[1].clone(),
+                text[2].clone(),
+                delta("refusal", json!({"output_tokens":2})),
+                stop.clone(),
+            ],
+            json!({"usage":{"input":10,"output":2,"cacheRead":0,"cacheWrite":0,"cacheWrite1h":0,"totalTokens":12,
+                "cost":{"input":0.000019999999999999998,"output":0.000016,"cacheRead":0,"cacheWrite":0,"total":0.000035999999999999994,"totalFromProvider":false}},
+                "stopReason":"error","rawStopReason":"refusal","errorMessage":"Provider stop_reason: refusal"}),
+        ),
+    ];
+    for (events, want) in cases {
+        let (base, _) = serve(vec![sse(vec![named_events(&events)])]).await;
+        let mut m = model("anthropic-messages", base);
+        m.cost = pi_ai::models::ModelCost {
+            input: 2.0,
+            output: 8.0,
+            cache_read: 0.5,
+            cache_write: 4.0,
+        };
+        let msg = pi_ai::stream(&m, &go(), StreamOptions::default())
+            .result()
+            .await;
+        assert_eq!(stop_and_usage(&msg), want, "{events:?}");
+    }
+}
+
+/// Pi 1.6's Responses usage and stop fields: cached reads and cache writes out of
+/// `input_tokens`, reasoning tokens, the status as `rawStopReason` (`incomplete.<reason>` for
+/// an incomplete response), `failed` for a failed one.
+#[tokio::test]
+async fn responses_usage_and_raw_stop_reason_as_pi_16_writes_them() {
+    let text = [
+        (
+            "response.output_item.added",
+            json!({"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","content":[]}}),
+        ),
+        (
+            "response.output_text.delta",
+            json!({"type":"response.output_text.delta","output_index":0,"content_index":0,"item_id":"msg_1","delta":"hi"}),
+        ),
+        (
+            "response.output_item.done",
+            json!({"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","content":[{"type":"output_text","text":"hi"}]}}),
+        ),
+    ];
+    let with_end = |end: (&'static str, Value)| {
+        let mut v: Vec<(&str, Value)> = text.to_vec();
+        v.push(end);
+        v
+    };
+    let cases: Vec<(Vec<(&str, Value)>, Value)> = vec![
+        (
+            with_end((
+                "response.incomplete",
+                json!({"type":"response.incomplete","response":{"id":"resp_1","status":"incomplete",
+                    "incomplete_details":{"reason":"max_output_tokens"},
+                    "usage":{"input_tokens":1000,"input_tokens_details":{"cached_tokens":600,"cache_write_tokens":100},
+                        "output_tokens":200,"output_tokens_details":{"reasoning_tokens":150},"total_tokens":1200}}}),
+            )),
+            json!({"usage":{"input":300,"output":200,"cacheRead":600,"cacheWrite":100,"reasoning":150,"totalTokens":1200,
+                "cost":{"input":0.0006,"output":0.0015999999999999999,"cacheRead":0.0003,"cacheWrite":0.0004,"total":0.0029,"totalFromProvider":false}},
+                "stopReason":"length","rawStopReason":"incomplete.max_output_tokens","errorMessage":null}),
+        ),
+        (
+            with_end((
+                "response.failed",
+                json!({"type":"response.failed","response":{"id":"resp_2","status":"failed",
+                    "error":{"code":"server_error","message":"boom"}}}),
+            )),
+            json!({"usage":serde_json::from_str::<Value>(ZERO_USAGE).unwrap(),
+                "stopReason":"error","rawStopReason":"failed","errorMessage":"server_error: boom"}),
+        ),
+    ];
+    for (events, want) in cases {
+        let (base, _) = serve(vec![sse(vec![named_events(&events)])]).await;
+        let mut m = model("openai-responses", base);
+        m.cost = pi_ai::models::ModelCost {
+            input: 2.0,
+            output: 8.0,
+            cache_read: 0.5,
+            cache_write: 4.0,
+        };
+        let msg = pi_ai::stream(&m, &go(), StreamOptions::default())
+            .result()
+            .await;
+        assert_eq!(stop_and_usage(&msg), want, "{events:?}");
+    }
 }

@@ -307,3 +307,29 @@ fn system_layout_of_a_compacted_pi_file_leads_with_its_checkpoint() {
     // The context: summary, kept answer, user, answer, then the user after the patch.
     assert_eq!(tree.context(None).messages.len(), 5);
 }
+
+/// Issue 29 item D: the context of a Pi 1.6 file says which messages carry usage counted
+/// before the branch's latest `context_edit` or `compaction` (Pi 1.6's
+/// `estimateProjectedContextTokens` does not anchor the threshold on it): after Pi's three
+/// edits, the five messages before them (the omitted answer not among them); after Pi's
+/// compaction, its summary and the kept answer; without either, none.
+#[test]
+fn a_pi_16_files_context_marks_usage_from_before_its_latest_edit() {
+    let cases = [
+        ("pi-1.6.0-context-edits.jsonl", None, (5, 9)),
+        // At the answer before the edits: no edit on that path yet.
+        ("pi-1.6.0-context-edits.jsonl", Some("86387cb4"), (0, 6)),
+        ("pi-1.6.0-compacted.jsonl", None, (2, 4)),
+        ("pi-1.6.0-compacted.jsonl", Some("68ac3920"), (0, 6)),
+    ];
+    for (file, leaf, want) in cases {
+        let (tree, _) = read_tree(&fixture(file), false).unwrap();
+        let ctx = tree.context(leaf);
+        assert_eq!(
+            (ctx.usage_from, ctx.messages.len()),
+            want,
+            "{file} at {leaf:?}"
+        );
+        assert_eq!(tree.usage_from(leaf), ctx.usage_from, "{file} at {leaf:?}");
+    }
+}

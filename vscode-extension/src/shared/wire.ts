@@ -38,9 +38,29 @@ export type ContentBlock = { "type": "text" } & TextContent | { "type": "thinkin
 
 export type UserContent = string | Array<ContentBlock>;
 
-export type Cost = { input: number, output: number, cacheRead: number, cacheWrite: number, total: number, };
+export type Cost = { input: number, output: number, cacheRead: number, cacheWrite: number, total: number, 
+/**
+ * Pi 1.6's `totalFromProvider`: `false` once the cost was computed from the model's rates
+ * (pi-ai's `calculateCost`, on every response that reported usage), `true` when `total` is
+ * the amount the provider billed (OpenRouter's reported `cost`); absent on a response that
+ * reported no usage, as Pi writes it.
+ */
+totalFromProvider?: boolean | null, };
 
-export type Usage = { input: number, output: number, cacheRead: number, cacheWrite: number, totalTokens: number, cost: Cost, };
+export type Usage = { input: number, output: number, cacheRead: number, cacheWrite: number, 
+/**
+ * Cache writes with a one-hour lifetime, part of `cache_write` (Pi 1.6's `cacheWrite1h`:
+ * Anthropic's `cache_creation.ephemeral_1h_input_tokens`, billed at twice the input rate);
+ * absent for the other wire formats, as Pi writes it.
+ */
+cacheWrite1h?: number | null, 
+/**
+ * Reasoning tokens, part of `output` (Pi 1.6's `reasoning`: chat completions'
+ * `completion_tokens_details.reasoning_tokens`, Responses' `output_tokens_details.
+ * reasoning_tokens`, 0 when not reported; Anthropic's `output_tokens_details.
+ * thinking_tokens` only when reported); absent where Pi writes none.
+ */
+reasoning?: number | null, totalTokens: number, cost: Cost, };
 
 export type StopReason = "stop" | "length" | "toolUse" | "error" | "aborted";
 
@@ -51,7 +71,14 @@ export type AssistantMessage = { content: Array<ContentBlock>, api: string, prov
  * The model name the stream reported when it differs from `model` (Pi's `responseModel`,
  * set by the chat-completions adapter from the first chunk naming another model).
  */
-responseModel?: string | null, usage: Usage, stopReason: StopReason, errorMessage?: string | null, timestamp: number, };
+responseModel?: string | null, usage: Usage, stopReason: StopReason, 
+/**
+ * The provider's own stop reason before it was mapped to `stop_reason` (Pi 1.6's
+ * `rawStopReason`): chat completions' `finish_reason`, Anthropic's `stop_reason`,
+ * Responses' `status` (`incomplete.<reason>` with its `incomplete_details.reason`).
+ * Absent when the stream named none.
+ */
+rawStopReason?: string | null, errorMessage?: string | null, timestamp: number, };
 
 export type ToolResultMessage = { toolCallId: string, 
 /**

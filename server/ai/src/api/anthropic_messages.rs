@@ -407,8 +407,23 @@ fn stop_error(reason: &str, details: &Value) -> String {
     }
 }
 
-fn read_usage(u: &Value, into: &mut Usage) {
+/// Reads an event's `usage` into `into`: only the counts present (a proxy's `message_delta`
+/// may leave out what `message_start` gave), as Pi 1.6 reads them: one-hour cache writes
+/// (`cache_creation.ephemeral_1h_input_tokens`, 0 when `message_start` names none) and the
+/// thinking tokens of a `message_delta` (`output_tokens_details.thinking_tokens`, part of
+/// `output_tokens`) as `reasoning` when reported.
+fn read_usage(u: &Value, into: &mut Usage, start: bool) {
     let get = |k: &str| u.get(k).and_then(Value::as_u64);
+    let long_write = u["cache_creation"]["ephemeral_1h_input_tokens"].as_u64();
+    if start || long_write.is_some() {
+        into.cache_write_1h = Some(long_write.unwrap_or(0));
+    }
+    if let Some(v) = u["output_tokens_details"]["thinking_tokens"]
+        .as_u64()
+        .filter(|_| !start)
+    {
+        into.reasoning = Some(v);
+    }
     if let Some(v) = get("input_tokens") {
         into.input = v;
     }
@@ -609,7 +624,7 @@ async fn stream_body(
                 if let Some(id) = m.get("id").and_then(Value::as_str) {
                     b.with_message(|msg| msg.response_id = Some(id.to_string()));
                 }
-                read_usage(&m["usage"], &mut usage);
+                read_usage(&m["usage"], &mut usage, true);
                 b.set_usage(usage.clone());
                 Ok(())
             }
@@ -659,9 +674,16 @@ async fn stream_body(
             "message_delta" => {
                 if let Some(r) = d.stop_reason.as_str() {
                     stop = Some((map_stop(r), stop_error(r, whole(&d.stop_details))));
+                    b.with_message(|m| m.raw_stop_reason = Some(r.to_string()));
                 }
-                read_usage(whole(&data.usage), &mut usage);
+                read_usage(whole(&data.usage), &mut usage, false);
                 b.set_usage(usage.clone());
+                if crate::models::is_openrouter(model) && data.usage.is_some() {
+                    let reported = whole(&data.usage);
+                    b.with_message(|m| {
+                        crate::models::apply_openrouter_reported_cost(&mut m.usage.cost, reported)
+                    });
+                }
                 Ok(())
             }
             "message_stop" => {

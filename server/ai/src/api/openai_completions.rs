@@ -681,26 +681,32 @@ fn map_finish(reason: &str) -> Result<StopReason, String> {
     }
 }
 
-/// Pi's `parseChunkUsage`: cached prompt tokens are cache reads (less any cache writes some
-/// servers count in them); `input` is the uncached rest.
+/// Pi 1.6's `parseChunkUsage`: cache reads are `prompt_tokens_details.cached_tokens`, else
+/// DeepSeek's `prompt_cache_hit_tokens`, else Kimi's top-level `cached_tokens` (a reported 0
+/// stops the search, as JavaScript's `??`); cache writes `prompt_tokens_details.
+/// cache_write_tokens`, counted apart from the reads (not subtracted from them); `input` the
+/// prompt's rest; `reasoning` `completion_tokens_details.reasoning_tokens`, else a top-level
+/// `reasoning_tokens`, else 0 (part of `output`).
 fn parse_usage(u: &Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let prompt = n(&u["prompt_tokens"]);
-    let reported_cached = u["prompt_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .or_else(|| u["prompt_cache_hit_tokens"].as_u64())
+    let present = |v: &Value| (!v.is_null()).then(|| n(v));
+    let cache_read = present(&u["prompt_tokens_details"]["cached_tokens"])
+        .or_else(|| present(&u["prompt_cache_hit_tokens"]))
+        .or_else(|| present(&u["cached_tokens"]))
         .unwrap_or(0);
     let cache_write = n(&u["prompt_tokens_details"]["cache_write_tokens"]);
-    let cache_read = if cache_write > 0 {
-        reported_cached.saturating_sub(cache_write)
-    } else {
-        reported_cached
+    // JavaScript's `||`: a 0 in the first field falls through to the second.
+    let reasoning = match n(&u["completion_tokens_details"]["reasoning_tokens"]) {
+        0 => n(&u["reasoning_tokens"]),
+        r => r,
     };
     Usage {
         input: prompt.saturating_sub(cache_read + cache_write),
         output: n(&u["completion_tokens"]),
         cache_read,
         cache_write,
+        reasoning: Some(reasoning),
         ..Usage::default()
     }
 }
@@ -846,12 +852,18 @@ async fn stream_body(
                 .filter(|u| u.is_object())
         }) {
             b.set_usage(parse_usage(u));
+            if crate::models::is_openrouter(model) {
+                b.with_message(|m| {
+                    crate::models::apply_openrouter_reported_cost(&mut m.usage.cost, u)
+                });
+            }
         }
         let Some(choice) = choice else {
             continue;
         };
         if let Some(r) = choice.finish_reason.as_str() {
             finish = Some(map_finish(r));
+            b.with_message(|m| m.raw_stop_reason = Some(r.to_string()));
         }
         let no_delta = ChunkDelta::default();
         let delta = choice.delta.0.as_deref().unwrap_or(&no_delta);

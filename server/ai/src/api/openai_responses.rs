@@ -586,21 +586,32 @@ async fn stream_body(
                 if let Some(id) = resp.get("id").and_then(Value::as_str) {
                     b.with_message(|m| m.response_id = Some(id.to_string()));
                 }
+                // Pi 1.6 (`openai-responses-shared.js` `finalizeResponse`): cached and
+                // cache-write tokens are part of `input_tokens`; reasoning tokens part of
+                // `output_tokens`; the cost computed whether or not usage came.
                 let u = &resp["usage"];
                 if u.is_object() {
-                    let cached = u["input_tokens_details"]["cached_tokens"]
-                        .as_u64()
-                        .unwrap_or(0);
+                    let n = |v: &Value| v.as_u64().unwrap_or(0);
+                    let cached = n(&u["input_tokens_details"]["cached_tokens"]);
+                    let cache_write = n(&u["input_tokens_details"]["cache_write_tokens"]);
                     b.set_usage(Usage {
-                        input: u["input_tokens"]
-                            .as_u64()
-                            .unwrap_or(0)
-                            .saturating_sub(cached),
-                        output: u["output_tokens"].as_u64().unwrap_or(0),
+                        input: n(&u["input_tokens"]).saturating_sub(cached + cache_write),
+                        output: n(&u["output_tokens"]),
                         cache_read: cached,
+                        cache_write,
+                        reasoning: Some(n(&u["output_tokens_details"]["reasoning_tokens"])),
                         ..Usage::default()
                     });
+                } else {
+                    b.with_message(|m| m.usage.cost.total_from_provider = Some(false));
                 }
+                // The provider's status, with the reason of an incomplete response.
+                let status = resp.get("status").and_then(Value::as_str);
+                let raw = match (status, resp["incomplete_details"]["reason"].as_str()) {
+                    (Some(s), Some(why)) => Some(format!("{s}.{why}")),
+                    (s, _) => s.map(str::to_string),
+                };
+                b.with_message(|m| m.raw_stop_reason = raw);
                 reason = Some(match resp.get("status").and_then(Value::as_str) {
                     Some("incomplete") => StopReason::Length,
                     Some("failed") | Some("cancelled") => StopReason::Error,
@@ -610,6 +621,8 @@ async fn stream_body(
             }
             "response.failed" => {
                 let resp = whole(&data.response);
+                let status = resp["status"].as_str().map(str::to_string);
+                b.with_message(|m| m.raw_stop_reason = status);
                 let e = &resp["error"];
                 if e.is_object() {
                     return Err(classify_stream_error(

@@ -23,7 +23,7 @@ use pi_ai::{AssistantMessage, Message};
 use tokio::sync::watch;
 
 use super::{
-    run_agent, run_compaction, AgentConfig, AgentEvent, CompactionError, CompactionResult,
+    run_agent_from, run_compaction, AgentConfig, AgentEvent, CompactionError, CompactionResult,
     Delivery, EventSink, QueueMode, RunControl, RunOutcome,
 };
 use tokio::sync::oneshot;
@@ -49,6 +49,9 @@ pub struct AgentBusy;
 struct State {
     config: AgentConfig,
     messages: Vec<Message>,
+    /// Messages before this index carry usage of a context that has changed since
+    /// ([`crate::session::SessionContext::usage_from`]; a run's compaction moves it).
+    usage_from: usize,
     /// The in-flight assistant message, rebuilt from exactly the events the listeners get.
     streaming: Option<MessageBuilder>,
     running: Option<RunControl>,
@@ -160,6 +163,7 @@ impl EventSink for Dispatch {
                     st.compacting = false;
                     if let Some(c) = context {
                         st.messages.clone_from(c);
+                        st.usage_from = c.len();
                     }
                 }
                 AgentEvent::MessageEnd { message } => {
@@ -195,6 +199,7 @@ impl Agent {
                 state: Mutex::new(State {
                     config,
                     messages,
+                    usage_from: 0,
                     streaming: None,
                     running: None,
                     run_id: None,
@@ -271,7 +276,7 @@ impl Agent {
             }
             Work::Prompt(_) => (None, None),
         };
-        let (cfg, history, work, control, run_id) = {
+        let (cfg, (history, usage_from), work, control, run_id) = {
             let mut st = self.inner.state.lock();
             if st.running.is_some() {
                 let prompts = match work {
@@ -315,7 +320,7 @@ impl Agent {
             };
             (
                 st.config.clone(),
-                st.messages.clone(),
+                (st.messages.clone(), st.usage_from),
                 work,
                 control,
                 run_id,
@@ -326,6 +331,7 @@ impl Agent {
         let first = control.clone();
         tokio::spawn(async move {
             let (mut cfg, mut history, mut work, mut ctl) = (cfg, history, work, first);
+            let mut usage_from = usage_from;
             let mut tx = tx;
             let settled_aborted: bool;
             loop {
@@ -333,7 +339,9 @@ impl Agent {
                     inner: inner.clone(),
                 };
                 let outcome = match work {
-                    Work::Prompt(prompts) => run_agent(&cfg, history, prompts, &ctl, &sink).await,
+                    Work::Prompt(prompts) => {
+                        run_agent_from(&cfg, history, usage_from, prompts, &ctl, &sink).await
+                    }
                     Work::Compact(instructions) => {
                         let (outcome, result) =
                             run_compaction(&cfg, history, instructions.as_deref(), &ctl, &sink)
@@ -346,6 +354,10 @@ impl Agent {
                 };
                 let mut st = inner.state.lock();
                 st.messages.clone_from(&outcome.messages);
+                if let Some(u) = outcome.usage_from {
+                    st.usage_from = u;
+                }
+                usage_from = st.usage_from;
                 st.pending.extend(outcome.next_turn.iter().cloned());
                 st.streaming = None;
                 st.ending = false;
@@ -562,6 +574,20 @@ impl Agent {
         if st.running.is_some() {
             return Err(AgentBusy);
         }
+        st.usage_from = st.usage_from.min(messages.len());
+        st.messages = messages;
+        Ok(())
+    }
+
+    /// [`Agent::set_messages`] for a context built from a session branch: `usage_from` as
+    /// [`crate::session::SessionContext::usage_from`] says (messages before it carry usage the
+    /// compaction threshold does not anchor on).
+    pub fn set_context(&self, messages: Vec<Message>, usage_from: usize) -> Result<(), AgentBusy> {
+        let mut st = self.inner.state.lock();
+        if st.running.is_some() {
+            return Err(AgentBusy);
+        }
+        st.usage_from = usage_from.min(messages.len());
         st.messages = messages;
         Ok(())
     }

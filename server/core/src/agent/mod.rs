@@ -399,9 +399,11 @@ pub enum AgentEvent {
     /// pi-lsp's own (Pi has no such event; case 18.12): the provider refused a request for its
     /// size while it held these images, and the retry goes with each replaced by its note in
     /// the request (the agent's context: no later request of the live session sends them
-    /// again). The session file keeps the images as they were (issue 29 item 10); a session
-    /// opened again from it sends them, and on the same refusal replaces them again. Followed
-    /// by `auto_retry_start` naming the refusal.
+    /// again). The session file keeps the images in their entries (issue 29 item 10) and, as
+    /// Pi 1.6 files are written, records the replacement as a `context_edit` per entry holding
+    /// one (the recorder, [`crate::session::SessionWriter::edit_out_images`]), so a session
+    /// opened again from it, here or in Pi 1.6, sends the notes (item E). Followed by
+    /// `auto_retry_start` naming the refusal.
     ImagesReplaced {
         images: Vec<ReplacedImage>,
     },
@@ -686,6 +688,11 @@ pub struct RunOutcome {
     pub undelivered: Vec<Message>,
     /// Messages queued with [`Delivery::NextTurn`]; they go with the caller's next prompt.
     pub next_turn: Vec<Message>,
+    /// Messages of `messages` before this index carry usage of a context that has changed
+    /// since (a compaction, an edit of the context), so the compaction threshold does not
+    /// anchor on it ([`crate::session::SessionContext::usage_from`]); `None`: as before the
+    /// run.
+    pub usage_from: Option<usize>,
 }
 
 /// Text of the result given to every call of a response cut by the output limit.
@@ -710,4 +717,4 @@ mod handle;
 mod run;
 
 pub use handle::{Agent, AgentBusy, CompactionOutcome, Subscription, WeakAgent};
-pub use run::{run_agent, run_compaction, OVERFLOW_RECOVERY_FAILED};
+pub use run::{run_agent, run_agent_from, run_compaction, OVERFLOW_RECOVERY_FAILED};

@@ -234,7 +234,8 @@ struct Run<'a> {
     new_messages: Vec<Message>,
     /// Assistant requests made so far in this run.
     turn: usize,
-    /// Messages before this index carry usage of a context that compaction replaced.
+    /// Messages before this index carry usage of a context that has changed since (a
+    /// compaction, an edit of the context: [`crate::session::SessionContext::usage_from`]).
     usage_from: usize,
     /// A threshold compaction ran since the last user message (at most one per user turn,
     /// case CMP-04).
@@ -659,6 +660,8 @@ impl Run<'_> {
                 let images = replace_large_images(&mut self.messages);
                 let n = images.len();
                 if n > 0 {
+                    // An edit of the context: the usage so far counted the images.
+                    self.usage_from = self.messages.len();
                     self.sink.emit(AgentEvent::ImagesReplaced { images }).await;
                     let why = format!(
                         "{} — retrying with {n} image(s) replaced by a note",
@@ -739,9 +742,11 @@ impl Run<'_> {
             let delay_ms = delay.as_millis() as u64;
             self.announce_retry(&a, attempt, settings.policy.max_retries, delay_ms, why)
                 .await;
-            // The failed attempt stays in the session (it was emitted) but not in the context.
+            // The failed attempt stays in the session (it was emitted) but not in the context
+            // (Pi 1.6: a `context_edit` leaves it out, so the usage before it is not trusted).
             self.messages.pop();
             self.history_changed();
+            self.usage_from = self.messages.len();
             if pi_ai::errors::RetryPolicy::wait(delay, &self.control.cancel)
                 .await
                 .is_err()
@@ -1238,6 +1243,7 @@ pub async fn run_compaction(
     })
     .await;
     let outcome = RunOutcome {
+        usage_from: result.is_ok().then_some(messages.len()),
         messages,
         stop_reason: match &result {
             Ok(_) => StopReason::Stop,
@@ -1261,9 +1267,24 @@ pub async fn run_agent(
     control: &RunControl,
     sink: &dyn EventSink,
 ) -> RunOutcome {
+    run_agent_from(cfg, history, 0, prompts, control, sink).await
+}
+
+/// [`run_agent`] on a `history` whose messages before `usage_from` carry usage of a context
+/// that has changed since ([`crate::session::SessionContext::usage_from`]): the compaction
+/// threshold does not anchor on it (Pi 1.6's `estimateProjectedContextTokens`).
+pub async fn run_agent_from(
+    cfg: &AgentConfig,
+    history: Vec<Message>,
+    usage_from: usize,
+    prompts: Vec<Message>,
+    control: &RunControl,
+    sink: &dyn EventSink,
+) -> RunOutcome {
     let tools: Vec<ToolEntry> = cfg.tools.iter().map(ToolEntry::new).collect();
     let specs: Vec<ToolSpec> = tools.iter().map(|t| t.spec.clone()).collect();
     let specs_chars = crate::compaction::tools_chars(&specs);
+    let history_len = history.len();
     let mut run = Run {
         cfg: cfg.clone(),
         static_tools: tools.len(),
@@ -1276,7 +1297,7 @@ pub async fn run_agent(
         messages: history,
         new_messages: Vec::new(),
         turn: 0,
-        usage_from: 0,
+        usage_from: usage_from.min(history_len),
         compacted_this_turn: false,
         overflow_recovered: false,
         images_dropped: false,
@@ -1367,6 +1388,7 @@ pub async fn run_agent(
     })
     .await;
     RunOutcome {
+        usage_from: Some(run.usage_from),
         messages: run.messages,
         stop_reason: last.as_ref().map(|l| l.0).unwrap_or(StopReason::Stop),
         error_message: last.and_then(|l| l.1),

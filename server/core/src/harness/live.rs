@@ -913,17 +913,19 @@ impl AgentSession {
             (id, w.leaf().map(str::to_string))
         };
         let (tree, _) = self.tree()?;
-        let messages = if leaf.is_some() {
-            tree.context(leaf.as_deref()).messages
+        let (messages, usage_from) = if leaf.is_some() {
+            let context = tree.context(leaf.as_deref());
+            (context.messages, context.usage_from)
         } else {
-            Vec::new()
+            (Vec::new(), 0)
         };
         // Pi 1.6's count: the stored system messages the branch replays too.
         let count = messages.len()
             + leaf
                 .as_deref()
                 .map_or(0, |l| tree.system_message_count(Some(l)));
-        self.set_messages(messages).map_err(|_| busy())?;
+        self.set_messages(messages, usage_from)
+            .map_err(|_| busy())?;
         Ok(BranchOutcome {
             leaf_id: leaf,
             summary_entry_id,

@@ -397,6 +397,12 @@ impl AgentSession {
         let mut writer = writer;
         writer.set_pi073_format(!crate::session::writes_pi16(&ws.settings().merged));
         let recorded_tools = setup::RecordedTools::of_writer(&writer);
+        // Usage from before the branch's latest compaction or context edit (Pi 1.6).
+        let usage_from = if deferred {
+            0
+        } else {
+            writer.tree().usage_from(writer.leaf())
+        };
         Arc::new_cyclic(|me: &Weak<AgentSession>| {
             let id = writer.id().to_string();
             let writer = Arc::new(Mutex::new(writer));
@@ -432,7 +438,8 @@ impl AgentSession {
             let auto_retry = cfg.retry.enabled;
             let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
             reads.seed(ws.root(), &messages);
-            let agent = Agent::new(cfg, messages);
+            let agent = Agent::new(cfg, Vec::new());
+            let _ = agent.set_context(messages, usage_from);
             agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
             let weak = agent.downgrade();
             let listeners = setup.listeners(&id, &weak);
@@ -732,20 +739,29 @@ impl AgentSession {
         if !*deferred {
             return;
         }
-        let Ok(messages) = self.lock_writer().map(|w| w.context().messages) else {
+        let Ok(context) = self.lock_writer().map(|w| w.context()) else {
             return;
         };
-        self.reads.seed(self.ws.root(), &messages);
-        if self.agent.set_messages(messages).is_ok() {
+        self.reads.seed(self.ws.root(), &context.messages);
+        if self
+            .agent
+            .set_context(context.messages, context.usage_from)
+            .is_ok()
+        {
             *deferred = false;
         }
     }
 
-    /// Sets the agent's messages (a branch, a rewind): a deferred context is not built then.
-    pub(crate) fn set_messages(&self, messages: Vec<Message>) -> Result<(), AgentBusy> {
+    /// Sets the agent's messages to a branch's context (a branch, a rewind; `usage_from`: its
+    /// [`crate::session::SessionContext::usage_from`]): a deferred context is not built then.
+    pub(crate) fn set_messages(
+        &self,
+        messages: Vec<Message>,
+        usage_from: usize,
+    ) -> Result<(), AgentBusy> {
         {
             let mut deferred = self.deferred.lock();
-            self.agent.set_messages(messages)?;
+            self.agent.set_context(messages, usage_from)?;
             *deferred = false;
         }
         // The leaf moved: the new branch's recorded tools are the base again (Pi 1.6's

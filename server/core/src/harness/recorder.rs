@@ -41,6 +41,26 @@ fn millis_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
+/// `a` without what Pi 1.6 added to assistant messages (`rawStopReason`, `usage.reasoning`,
+/// `usage.cacheWrite1h`, `usage.cost.totalFromProvider`), for files written as Pi 0.73.1
+/// wrote them; `None` when it has none of them.
+fn without_pi16_fields(a: &pi_ai::AssistantMessage) -> Option<pi_ai::AssistantMessage> {
+    let u = &a.usage;
+    if a.raw_stop_reason.is_none()
+        && u.reasoning.is_none()
+        && u.cache_write_1h.is_none()
+        && u.cost.total_from_provider.is_none()
+    {
+        return None;
+    }
+    let mut a = a.clone();
+    a.raw_stop_reason = None;
+    a.usage.reasoning = None;
+    a.usage.cache_write_1h = None;
+    a.usage.cost.total_from_provider = None;
+    Some(a)
+}
+
 impl Recorder {
     /// A recorder appending to `writer`.
     pub fn new(writer: Arc<Mutex<SessionWriter>>) -> Self {
@@ -165,6 +185,19 @@ impl Recorder {
                 }
                 return Ok(());
             }
+            // Case 18.12 (issue 29 item E): the images a size refusal replaced by notes in the
+            // agent's context are replaced so in the file's context too (a `context_edit` per
+            // entry holding one), so a resumed session, here or in Pi 1.6, does not send them
+            // again; the entries keep them.
+            AgentEvent::ImagesReplaced { images } => {
+                let replaced: std::collections::HashMap<String, String> = images
+                    .iter()
+                    .map(|i| (i.hash.clone(), i.note.clone()))
+                    .collect();
+                return lock_writer(&self.writer)?
+                    .edit_out_images(&replaced)
+                    .map(|_| ());
+            }
             AgentEvent::AgentEnd { .. } => *self.started.lock() = Started::default(),
             _ => {}
         }
@@ -190,7 +223,17 @@ impl Recorder {
         }
         let mut w = lock_writer(&self.writer)?;
         match event {
-            AgentEvent::MessageEnd { message } => w.append_message(message).map(|_| ()),
+            AgentEvent::MessageEnd { message } => {
+                // Pi 0.73.1's assistant messages: none of 1.6's stop and usage fields.
+                let plain = match message {
+                    Message::Assistant(a) if !self.pi16 => {
+                        without_pi16_fields(a).map(Message::Assistant)
+                    }
+                    _ => None,
+                };
+                w.append_message(plain.as_ref().unwrap_or(message))
+                    .map(|_| ())
+            }
             // Entries the file could not take before are written first (after a full disk
             // freed space); the turn is durable only when they are. A turn inside a run asks
             // for a sync at most once per `TURN_SYNC_INTERVAL`; the run's end always does.

@@ -635,11 +635,14 @@ impl AgentSession {
             w.sync()?;
             w.leaf().map(str::to_string)
         };
-        let messages = {
+        let context = {
             let w = self.lock_writer()?;
-            w.context().messages
+            w.context()
         };
-        if self.set_messages(messages).is_err() {
+        if self
+            .set_messages(context.messages, context.usage_from)
+            .is_err()
+        {
             tracing::warn!(
                 "session {}: a run started during the rewind; it keeps its context",
                 self.id

@@ -84,7 +84,8 @@ pub enum EntryData {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum StoredMessage {
-    Message(pi_ai::Message),
+    /// Boxed: an assistant message is several times the size of the other variants.
+    Message(Box<pi_ai::Message>),
     BashExecution(BashExecution),
     /// A message as JSON with fields pi-ai's types do not hold: an assistant message or tool
     /// result with Pi 1.6's `durationMs` / `thinkingLevel` (see

@@ -50,10 +50,46 @@ enum PackedUsage {
     #[default]
     None,
     /// Input, output, cache read, cache write, total tokens; then the cost's input, output,
-    /// cache read, cache write and total.
-    Small { tokens: [u32; 5], cost: [f64; 5] },
-    /// A usage with a token count past `u32::MAX`.
+    /// cache read, cache write and total; then Pi 1.6's optional fields as [`Extras`] bits (a
+    /// `reasoning` or `cacheWrite1h` other than 0 makes the usage [`PackedUsage::Full`]).
+    Small {
+        tokens: [u32; 5],
+        cost: [f64; 5],
+        extras: u8,
+    },
+    /// A usage with a token count past `u32::MAX`, or a `reasoning` / `cacheWrite1h` count
+    /// other than 0.
     Full(Box<Usage>),
+}
+
+/// The bits of [`PackedUsage::Small`]'s `extras`: which of Pi 1.6's optional usage fields are
+/// present (each at 0) and `cost.totalFromProvider`.
+struct Extras;
+
+impl Extras {
+    const REASONING_0: u8 = 1;
+    const CACHE_WRITE_1H_0: u8 = 2;
+    const FROM_PROVIDER_FALSE: u8 = 4;
+    const FROM_PROVIDER_TRUE: u8 = 8;
+
+    /// The bits of `u`, or `None` when a field holds more than a bit can say.
+    fn of(u: &Usage) -> Option<u8> {
+        let zero_or_absent = |v: Option<u64>, bit: u8| match v {
+            None => Some(0),
+            Some(0) => Some(bit),
+            Some(_) => None,
+        };
+        let provider = match u.cost.total_from_provider {
+            None => 0,
+            Some(false) => Self::FROM_PROVIDER_FALSE,
+            Some(true) => Self::FROM_PROVIDER_TRUE,
+        };
+        Some(
+            zero_or_absent(u.reasoning, Self::REASONING_0)?
+                | zero_or_absent(u.cache_write_1h, Self::CACHE_WRITE_1H_0)?
+                | provider,
+        )
+    }
 }
 
 impl AssistantInfo {
@@ -72,8 +108,8 @@ impl AssistantInfo {
                         u.cache_write,
                         u.total_tokens,
                     ];
-                    match tokens.map(u32::try_from) {
-                        [Ok(a), Ok(b), Ok(c), Ok(d), Ok(e)] => PackedUsage::Small {
+                    match (tokens.map(u32::try_from), Extras::of(&u)) {
+                        ([Ok(a), Ok(b), Ok(c), Ok(d), Ok(e)], Some(extras)) => PackedUsage::Small {
                             tokens: [a, b, c, d, e],
                             cost: [
                                 u.cost.input,
@@ -82,6 +118,7 @@ impl AssistantInfo {
                                 u.cost.cache_write,
                                 u.cost.total,
                             ],
+                            extras,
                         },
                         _ => PackedUsage::Full(Box::new(u)),
                     }
@@ -104,11 +141,17 @@ impl AssistantInfo {
     pub fn usage(&self) -> Option<Usage> {
         match &self.usage {
             PackedUsage::None => None,
-            PackedUsage::Small { tokens, cost } => Some(Usage {
+            PackedUsage::Small {
+                tokens,
+                cost,
+                extras,
+            } => Some(Usage {
                 input: tokens[0].into(),
                 output: tokens[1].into(),
                 cache_read: tokens[2].into(),
                 cache_write: tokens[3].into(),
+                cache_write_1h: (extras & Extras::CACHE_WRITE_1H_0 != 0).then_some(0),
+                reasoning: (extras & Extras::REASONING_0 != 0).then_some(0),
                 total_tokens: tokens[4].into(),
                 cost: pi_ai::types::Cost {
                     input: cost[0],
@@ -116,6 +159,13 @@ impl AssistantInfo {
                     cache_read: cost[2],
                     cache_write: cost[3],
                     total: cost[4],
+                    total_from_provider: if extras & Extras::FROM_PROVIDER_TRUE != 0 {
+                        Some(true)
+                    } else if extras & Extras::FROM_PROVIDER_FALSE != 0 {
+                        Some(false)
+                    } else {
+                        None
+                    },
                 },
             }),
             PackedUsage::Full(u) => Some((**u).clone()),
@@ -654,6 +704,7 @@ impl<'de> Visitor<'de> for MessageSeed {
                     model: f.model.unwrap_or_default(),
                     response_id: f.response_id,
                     response_model: f.response_model,
+                    raw_stop_reason: f.raw_stop_reason,
                     usage: f.usage.unwrap_or_default(),
                     stop_reason: f.stop_reason,
                     error_message: f.error_message,
@@ -750,6 +801,8 @@ struct AssistantFields {
     #[serde(default, deserialize_with = "some")]
     usage: Option<Usage>,
     stop_reason: StopReason,
+    #[serde(default)]
+    raw_stop_reason: Option<String>,
     #[serde(default)]
     error_message: Option<String>,
     #[serde(default)]
@@ -1161,6 +1214,8 @@ struct SkimAssistant {
     #[serde(default, deserialize_with = "some")]
     usage: Option<Usage>,
     stop_reason: StopReason,
+    #[serde(default)]
+    raw_stop_reason: Option<Str>,
     #[serde(default)]
     error_message: Option<Str>,
     #[serde(default)]

@@ -958,7 +958,9 @@ fn ids_parent_ids_and_model_names_are_kept_inline_and_long_ones_whole() {
 
 /// What an assistant entry keeps of its message reads back as stored: names (shared by the
 /// messages that repeat them, distinct where they differ), no usage, a usage whose counts fit
-/// in 32 bits and one whose counts do not, costs as written (fractions, negative zero).
+/// in 32 bits and one whose counts do not, costs as written (fractions, negative zero), and Pi
+/// 1.6's optional fields (`reasoning`, `cacheWrite1h`, `cost.totalFromProvider`) absent, at 0,
+/// above 0, false and true.
 #[test]
 fn assistant_info_reads_back_what_was_stored() {
     let small = pi_ai::Usage {
@@ -966,6 +968,8 @@ fn assistant_info_reads_back_what_was_stored() {
         output: 10,
         cache_read: u64::from(u32::MAX),
         cache_write: 0,
+        cache_write_1h: None,
+        reasoning: None,
         total_tokens: 110,
         cost: pi_ai::types::Cost {
             input: 0.000123,
@@ -973,6 +977,7 @@ fn assistant_info_reads_back_what_was_stored() {
             cache_read: 1e-9,
             cache_write: 3.5,
             total: 7.0,
+            total_from_provider: None,
         },
     };
     let big = pi_ai::Usage {
@@ -980,7 +985,24 @@ fn assistant_info_reads_back_what_was_stored() {
         total_tokens: u64::MAX,
         ..small.clone()
     };
-    for usage in [None, Some(small.clone()), Some(big.clone())] {
+    let with = |reasoning, long_write, from_provider| {
+        let mut u = small.clone();
+        u.reasoning = reasoning;
+        u.cache_write_1h = long_write;
+        u.cost.total_from_provider = from_provider;
+        u
+    };
+    let pi16 = [
+        with(Some(0), None, Some(false)),
+        with(Some(0), Some(0), Some(true)),
+        with(None, Some(0), Some(false)),
+        with(Some(7), None, Some(false)),
+        with(None, Some(3), None),
+    ];
+    for usage in [None, Some(small.clone()), Some(big.clone())]
+        .into_iter()
+        .chain(pi16.into_iter().map(Some))
+    {
         let a = AssistantInfo::new(Some("anthropic"), Some("claude"), usage.clone());
         assert_eq!(a.usage(), usage);
         assert_eq!(

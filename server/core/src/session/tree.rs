@@ -715,6 +715,12 @@ pub struct SessionContext {
     pub model: Option<(String, String)>,
     /// From the last `thinking_level_change` on the path; `off` without one.
     pub thinking_level: String,
+    /// Messages before this index carry usage of a context that has changed since: they come
+    /// from entries before the path's latest `compaction` or `context_edit` entry (0 without
+    /// one). Pi 1.6 (`estimateProjectedContextTokens`, `core/compaction/compaction.js`) does
+    /// not anchor the compaction threshold on such usage: it estimates the whole context by
+    /// characters / 4.
+    pub usage_from: usize,
 }
 
 /// The model-visible message of one entry, as Pi's `buildSessionContext` derives it: a
@@ -933,6 +939,19 @@ pub fn path_messages_with(
         }));
     }
     out
+}
+
+/// [`SessionContext::usage_from`] of `path`: how many of its context's messages come from
+/// entries up to its latest `compaction` or `context_edit` entry (the compaction's summary and
+/// kept messages, the messages an edit could change), 0 without one.
+pub fn usage_from(path: &[&Entry]) -> usize {
+    match path
+        .iter()
+        .rposition(|e| e.kind == "compaction" || e.kind == "context_edit")
+    {
+        Some(x) => path_message_count(&path[..=x]),
+        None => 0,
+    }
 }
 
 /// How many messages [`path_messages`] gives for `path`, without building them
@@ -1297,6 +1316,7 @@ impl SessionTree {
             messages: Vec::new(),
             model,
             thinking_level: thinking.unwrap_or_else(|| "off".into()),
+            usage_from: 0,
         }
     }
 
@@ -1430,6 +1450,17 @@ impl SessionTree {
         ctx
     }
 
+    /// [`SessionContext::usage_from`] of the context at `leaf` (default: the last entry),
+    /// without building the context.
+    pub fn usage_from(&self, leaf: Option<&str>) -> usize {
+        let Some(leaf) = leaf.or(self.last_id()) else {
+            return 0;
+        };
+        let indices = self.path_indices(leaf);
+        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+        usage_from(&path)
+    }
+
     /// The model and thinking level at `leaf` (default: the last entry) without the messages
     /// (`messages` empty).
     pub fn settings(&self, leaf: Option<&str>) -> SessionContext {
@@ -1515,6 +1546,11 @@ impl SessionTree {
                 _ => entry_message(e),
             }),
             None => path_messages(&path, proposed),
+        };
+        ctx.usage_from = if proposed.is_some() {
+            ctx.messages.len()
+        } else {
+            usage_from(&path)
         };
         ctx
     }

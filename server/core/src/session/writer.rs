@@ -821,7 +821,7 @@ impl SessionWriter {
                 _ => None,
             }
         };
-        let message = stamped.unwrap_or_else(|| StoredMessage::Message(message.clone()));
+        let message = stamped.unwrap_or_else(|| StoredMessage::Message(Box::new(message.clone())));
         self.append(EntryData::Message { message })
     }
 
@@ -890,6 +890,78 @@ impl SessionWriter {
         }
         self.leaf = Some(id.clone());
         written.map(|()| Some(id))
+    }
+
+    /// Case 18.12 (issue 29 item E): a request was refused for the size of the images hashed
+    /// in `replaced` ([`image_hash`] of their base64 data → the text note that takes each
+    /// one's place). Each entry on the branch whose model-visible content holds one of them
+    /// (a user message, a tool result, a custom message) gets a Pi 1.6 `context_edit` whose
+    /// replacement is that content with a text block holding the note in place of each such
+    /// image (`{"content": blocks}`, as Pi 1.6's `appendContextEdit` writes it; an entry
+    /// already edited has its edited content changed so; one left out is left alone). The
+    /// entries keep their images in the file and in the history; the model context built
+    /// from the file, here or in Pi 1.6, has the notes, so a resumed session never sends the
+    /// refused images again. Returns how many edits were appended.
+    pub fn edit_out_images(
+        &mut self,
+        replaced: &HashMap<String, String>,
+    ) -> Result<usize, SessionError> {
+        let path = self.branch_path();
+        let edits = ContextEdits::on_path(&path);
+        let mut planned = Vec::new();
+        for e in &path {
+            if !matches!(e.kind.as_str(), "message" | "custom_message") {
+                continue;
+            }
+            let mut content = match edits.as_ref().and_then(|x| x.get(&e.id)) {
+                Some((_, r)) if r.is_null() => continue,
+                Some((_, r)) => r
+                    .as_object()
+                    .and_then(|o| o.get("content"))
+                    .unwrap_or(r)
+                    .clone(),
+                None => {
+                    let raw = e.raw();
+                    let visible = match e.kind.as_str() {
+                        "message" => {
+                            matches!(raw["message"]["role"].as_str(), Some("user" | "toolResult"))
+                        }
+                        _ => true,
+                    };
+                    if !visible {
+                        continue;
+                    }
+                    match e.kind.as_str() {
+                        "message" => raw["message"]["content"].clone(),
+                        _ => raw["content"].clone(),
+                    }
+                }
+            };
+            let mut hit = false;
+            for b in content.as_array_mut().into_iter().flatten() {
+                if b["type"] != "image" {
+                    continue;
+                }
+                if let Some(note) = b["data"]
+                    .as_str()
+                    .and_then(|d| replaced.get(&image_hash(d)))
+                {
+                    *b = json!({"type": "text", "text": note});
+                    hit = true;
+                }
+            }
+            if hit {
+                planned.push((e.id.to_string(), content));
+            }
+        }
+        let n = planned.len();
+        for (target_id, content) in planned {
+            self.append(EntryData::ContextEdit {
+                target_id,
+                replacement: Some(json!({ "content": content })),
+            })?;
+        }
+        Ok(n)
     }
 
     /// Case 18.12: a request was refused for the size of the images hashed in `replaced`
