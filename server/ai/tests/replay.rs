@@ -2022,7 +2022,7 @@ async fn anthropic_usage_and_raw_stop_reason_as_pi_16_writes_them() {
             ],
             json!({"usage":{"input":10,"output":2,"cacheRead":0,"cacheWrite":0,"cacheWrite1h":0,"totalTokens":12,
                 "cost":{"input":0.000019999999999999998,"output":0.000016,"cacheRead":0,"cacheWrite":0,"total":0.000035999999999999994,"totalFromProvider":false}},
-                "stopReason":"error","rawStopReason":"refusal","errorMessage":"Provider stop_reason: refusal"}),
+                "stopReason":"error","rawStopReason":"refusal","errorMessage":"The model refused to complete the request"}),
         ),
     ];
     for (events, want) in cases {
