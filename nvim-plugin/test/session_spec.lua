@@ -66,7 +66,8 @@ H.case(':Pi thinking: the model\'s levels in a picker, a level given directly, t
     return c:screen_text():find('Thinking level', 1, true) ~= nil
   end)
   local screen = c:screen_text()
-  H.contains(screen, 'Thinking level of mock/mock-1 (now off)\n1: off ✓\n2: minimal\n3: low\n4: medium\n5: high', 'picker')
+  -- A new session of a reasoning model starts at Pi 1.6's default level, medium.
+  H.contains(screen, 'Thinking level of mock/mock-1 (now medium)\n1: off\n2: minimal\n3: low\n4: medium ✓\n5: high', 'picker')
   c:input('5<CR>')
   H.wait('the level set', 5000, function()
     return messages(c):find('Pi: thinking: high', 1, true) ~= nil
