@@ -33,6 +33,10 @@ struct Seen {
     queue: Mutex<Vec<(String, QueueState)>>,
     events: Mutex<Vec<String>>,
     save_failed: Mutex<Vec<String>>,
+    /// Told when an `agent_end` arrives; the listener then holds the event `hold_end` long
+    /// (the loop awaits its listeners, so the run stays in its ending state meanwhile).
+    at_end: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    hold_end: Mutex<Duration>,
 }
 
 impl Seen {
@@ -59,6 +63,14 @@ impl SessionListener for Seen {
         self.events.lock().unwrap().push(kind);
         for n in &notices {
             self.note(n);
+        }
+        if matches!(event, AgentEvent::AgentEnd { .. }) {
+            let told = self.at_end.lock().unwrap().take();
+            if let Some(tx) = told {
+                let _ = tx.send(());
+                let hold = *self.hold_end.lock().unwrap();
+                tokio::time::sleep(hold).await;
+            }
         }
     }
     async fn notice(&self, notice: Notice) {
@@ -689,5 +701,75 @@ async fn an_edit_in_a_later_prompt_is_refused_when_the_file_changed_since_the_re
     assert_eq!(
         std::fs::read_to_string(root.join("f")).unwrap(),
         "x = 1\ny = 3\n"
+    );
+}
+
+/// An editor offers *Retry* the moment it sees a failed run's `agent_end`; the loop still
+/// settles its state then (here held 300 ms by a listener). `continue_run` sent at that
+/// moment waits for it instead of calling the session busy; a custom message that triggers a
+/// turn then starts (or joins) a run that answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_and_a_custom_message_sent_as_agent_end_arrives_are_not_refused_as_busy() {
+    let (root, ws) = workspace("continue-at-end");
+    let (s, seen) = session(
+        &root,
+        ws,
+        scripted(json!([
+            {"text": "half", "stopReason": "error"},
+            {"text": "recovered"},
+            {"text": "tested"},
+            {"text": "noted"}
+        ])),
+    );
+    *seen.hold_end.lock().unwrap() = Duration::from_millis(300);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    *seen.at_end.lock().unwrap() = Some(tx);
+    s.prompt("fix the bug", Vec::new(), None, None)
+        .await
+        .unwrap();
+    rx.await.unwrap();
+    assert!(
+        s.is_streaming(),
+        "the run is still ending while its listener holds agent_end"
+    );
+    let run_id = s.continue_run().await.unwrap();
+    assert!(!run_id.is_empty());
+    s.wait_for_idle().await;
+
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    *seen.at_end.lock().unwrap() = Some(tx);
+    s.prompt("and the test", Vec::new(), None, None)
+        .await
+        .unwrap();
+    rx.await.unwrap();
+    let sent = s
+        .send_custom_message(CustomMessage {
+            custom_type: "note".into(),
+            content: json!("a note"),
+            display: true,
+            details: None,
+            deliver_as: None,
+            trigger_turn: true,
+        })
+        .await
+        .unwrap();
+    assert!(sent.run_id.is_some(), "{sent:?}");
+    s.wait_for_idle().await;
+    let replies: Vec<(String, String)> = s
+        .messages()
+        .iter()
+        .filter_map(|m| match m {
+            pi_ai::types::Message::Assistant(a) => Some((format!("{:?}", a.stop_reason), a.text())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        replies,
+        vec![
+            ("Error".to_string(), "half".to_string()),
+            ("Stop".to_string(), "recovered".to_string()),
+            ("Stop".to_string(), "tested".to_string()),
+            ("Stop".to_string(), "noted".to_string()),
+        ]
     );
 }

@@ -32,9 +32,14 @@ impl AgentSession {
     /// and stays stored once; after an interrupted run (the server went away mid-run) the run
     /// goes on from the last stored message. Returns the run id.
     ///
+    /// A run whose `agent_end` was already sent is let finish first ([`AgentSession::settle`]):
+    /// an editor offers *Retry* as soon as it sees the failed run's `agent_end`, while the loop
+    /// still settles its state.
+    ///
     /// Errors: a run is active → [`Error::Busy`]; nothing to continue ([`nothing_to_continue`])
     /// → [`Error::Invalid`] naming `sessionId`.
-    pub fn continue_run(&self) -> Result<String, Error> {
+    pub async fn continue_run(&self) -> Result<String, Error> {
+        self.settle().await;
         if self.agent.is_streaming() || self.agent.is_compacting() {
             return Err(self.busy_error());
         }

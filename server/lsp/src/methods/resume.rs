@@ -22,7 +22,7 @@ pub(crate) struct ContinueResult {
 /// open yet is opened first, so *Continue* works after a reload).
 pub(crate) async fn agent_continue(cx: Ctx, p: SessionParams) -> Result<ContinueResult> {
     let session = cx.session(&p.session_id).await?;
-    let run_id = session.continue_run().map_err(core_error)?;
+    let run_id = session.continue_run().await.map_err(core_error)?;
     Ok(ContinueResult {
         session_id: session.id().to_string(),
         run_id,
