@@ -216,7 +216,7 @@ pub(super) fn image_blocks(entry: &mut Value) -> Vec<&mut Value> {
     out
 }
 
-/// The name of an image's base64 `data` for [`SessionWriter::replace_images`]: `xxh3:` and
+/// The name of an image's base64 `data` for [`SessionWriter::edit_out_images`]: `xxh3:` and
 /// the 16 hex digits of its xxh3-64 hash.
 pub fn image_hash(data: &str) -> String {
     format!("xxh3:{:016x}", xxhash_rust::xxh3::xxh3_64(data.as_bytes()))
