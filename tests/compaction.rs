@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pi_ai::{Message, Model, StopReason};
+use pi_ai::{Message, StopReason};
 use pi_core::agent::{
     Agent, AgentConfig, AgentEvent, CompactionConfig, CompactionSettings, Delivery, EventSink,
     OVERFLOW_RECOVERY_FAILED,
@@ -117,15 +117,7 @@ fn setup(
     settings: CompactionSettings,
     system_prompt: String,
 ) -> Setup {
-    let mut model = Model::new(
-        pi_ai::Api::OpenaiCompletions,
-        "mock",
-        "mock-1",
-        &mock.openai_base(),
-    );
-    model.api_key = Some("test-key".into());
-    model.context_window = window;
-    model.max_tokens = 4_096;
+    let model = mock.completions_model(window, 4_096);
     let sessions = dir.join(".pi/sessions");
     let writer = SessionWriter::create(&sessions, dir, "mock", "mock-1", "off").unwrap();
     let path = writer.path().to_path_buf();

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use pi_ai::{Message, Model, ToolSpec};
+use pi_ai::{Message, ToolSpec};
 use pi_core::agent::{Agent, AgentConfig, AgentHooks, NextTurn};
 use pi_core::compaction::request_tokens;
 use pi_core::fs::DiskFs;
@@ -77,15 +77,7 @@ async fn every_request_s_output_limit_is_the_whole_context_s_estimate_also_after
     script.push(Step::text("done"));
     let mock = MockModel::start_with_delay(script, Duration::ZERO).await;
 
-    let mut model = Model::new(
-        pi_ai::Api::OpenaiCompletions,
-        "mock",
-        "mock-1",
-        &mock.openai_base(),
-    );
-    model.api_key = Some("test-key".into());
-    model.context_window = WINDOW;
-    model.max_tokens = MAX_TOKENS;
+    let model = mock.completions_model(WINDOW, MAX_TOKENS);
     let tools = default_tools(Arc::new(DiskFs::new(dir.to_path_buf())), None);
     let hook = Arc::new(Expect {
         specs: tools.iter().map(|t| t.spec()).collect(),

@@ -69,15 +69,7 @@ fn setup(
     tools: Vec<Arc<dyn Tool>>,
     compaction: Option<CompactionSettings>,
 ) -> Setup {
-    let mut model = Model::new(
-        pi_ai::Api::OpenaiCompletions,
-        "mock",
-        "mock-1",
-        &mock.openai_base(),
-    );
-    model.api_key = Some("test-key".into());
-    model.context_window = window;
-    model.max_tokens = 4_096;
+    let mut model = mock.completions_model(window, 4_096);
     model.input = vec!["text".into(), "image".into()];
     let writer =
         SessionWriter::create(&dir.join(".pi/sessions"), dir, "mock", "mock-1", "off").unwrap();
@@ -663,20 +655,10 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
     assert_eq!(s.sink.of_type("images_replaced").len(), 1);
     // The file keeps the image in its entry; its context (a `context_edit`, issue 29 item E)
     // has the note, as the retry sent it.
-    let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
-    let user = tree
-        .entries
-        .iter()
-        .find(|e| e.role() == Some("user"))
-        .unwrap();
-    assert_eq!(
-        user.raw()["message"]["content"],
-        json!([{"type":"text","text":"look"},{"type":"image","data":big,"mimeType":"image/jpeg"}])
-    );
-    let context = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
-    assert_eq!(
-        context[0]["content"],
-        reqs[1].body["messages"][1]["content"]
+    let context = assert_stored_image_and_context(
+        &s.path,
+        json!([{"type":"text","text":"look"},{"type":"image","data":big,"mimeType":"image/jpeg"}]),
+        reqs[1].body["messages"][1]["content"].clone(),
     );
     assert_eq!(
         context.as_array().unwrap().last().unwrap()["content"],
@@ -735,20 +717,10 @@ async fn an_input_length_refusal_with_an_image_retries_without_it_and_keeps_the_
         ))]
     );
     // The entry keeps the image; the context built from the file has the note.
-    let (tree, _) = pi_core::session::read_tree(&s.path, false).unwrap();
-    let user = tree
-        .entries
-        .iter()
-        .find(|e| e.role() == Some("user"))
-        .unwrap();
-    assert_eq!(
-        user.raw()["message"]["content"],
-        json!([{"type":"text","text":"see"},{"type":"image","data":img,"mimeType":"image/png"}])
-    );
-    let context = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
-    assert_eq!(
-        context[0]["content"],
-        json!([{"type":"text","text":"see"},{"type":"text","text":note}])
+    assert_stored_image_and_context(
+        &s.path,
+        json!([{"type":"text","text":"see"},{"type":"image","data":img,"mimeType":"image/png"}]),
+        json!([{"type":"text","text":"see"},{"type":"text","text":note}]),
     );
 }
 
@@ -927,4 +899,20 @@ fn last_user_text(body: &Value) -> Option<&str> {
                     .and_then(|a| a.iter().find_map(|b| b["text"].as_str()))
             })
         })
+}
+
+/// The file at `path` keeps the first user entry's content as `stored` (the image in it, as
+/// it was sent first); the context built from the file gives that message `context` (the
+/// note in the image's place, from the `context_edit`). Returns that context's messages.
+fn assert_stored_image_and_context(path: &Path, stored: Value, context: Value) -> Value {
+    let (tree, _) = pi_core::session::read_tree(path, false).unwrap();
+    let user = tree
+        .entries
+        .iter()
+        .find(|e| e.role() == Some("user"))
+        .unwrap();
+    assert_eq!(user.raw()["message"]["content"], stored);
+    let built = serde_json::to_value(&tree.context(tree.last_id()).messages).unwrap();
+    assert_eq!(built[0]["content"], context);
+    built
 }

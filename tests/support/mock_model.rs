@@ -232,6 +232,21 @@ impl MockModel {
         format!("http://{}/v1", self.addr)
     }
 
+    /// The `openai-completions` model `mock/mock-1` at this server, with a test key and the
+    /// given context window and output limit (tokens), as the loop tests drive it directly.
+    pub fn completions_model(&self, context_window: u64, max_tokens: u64) -> pi_ai::Model {
+        let mut model = pi_ai::Model::new(
+            pi_ai::Api::OpenaiCompletions,
+            "mock",
+            "mock-1",
+            &self.openai_base(),
+        );
+        model.api_key = Some("test-key".into());
+        model.context_window = context_window;
+        model.max_tokens = max_tokens;
+        model
+    }
+
     /// Base URL for an `anthropic-messages` provider (the client appends `/v1/messages`).
     pub fn anthropic_base(&self) -> String {
         format!("http://{}", self.addr)
