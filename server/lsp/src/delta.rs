@@ -180,14 +180,26 @@ impl DeltaEncoder {
                 }
                 self.kinds[index] = Some(kind);
             }
-        } else if matches!(params.event, AgentEvent::MessageStart { .. }) {
-            self.kinds.clear();
         }
-        self.run_id = Some(params.run_id.clone());
+        let session_ref = self.full(&params);
         Encoded::Full(AgentEventRefParams {
             params,
-            session_ref: self.session_ref,
+            session_ref,
         })
+    }
+
+    /// Notes that `params` goes out as a full `agent/event` (a `message_start` begins a new
+    /// message: no block of it begun yet); returns the session's `ref` it carries. Called by
+    /// [`DeltaEncoder::encode`], and for the frames the sink writes itself
+    /// ([`crate::event_json::Repeats`], never a delta).
+    pub(crate) fn full(&mut self, params: &AgentEventParams) -> u64 {
+        if matches!(params.event, AgentEvent::MessageStart { .. }) {
+            self.kinds.clear();
+        }
+        if self.run_id.as_deref() != Some(params.run_id.as_str()) {
+            self.run_id = Some(params.run_id.clone());
+        }
+        self.session_ref
     }
 }
 

@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod documents;
 pub mod editor_fs;
 pub mod editor_tools;
+pub(crate) mod event_json;
 pub mod extensions;
 pub mod headless;
 pub mod logging;

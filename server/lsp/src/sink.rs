@@ -32,6 +32,7 @@ use tower_lsp_server::ls_types::{
 };
 use tower_lsp_server::Client;
 
+use crate::event_json::Repeats;
 use crate::protocol::{
     AgentEventParams, AttentionNotification, AttentionParams, AttentionReason,
     QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
@@ -92,6 +93,8 @@ struct Outbox {
     /// Where event frames are written outside the LSP library's buffer (see
     /// [`crate::transport::Outside`]).
     outside: Arc<crate::transport::Outside>,
+    /// The messages the current turn sent, with their JSON (see [`crate::event_json`]).
+    repeats: Repeats,
 }
 
 impl Outbox {
@@ -132,6 +135,15 @@ impl Outbox {
             event,
             unsaved,
         };
+        if Repeats::takes(&params.event) && self.outside.is_active() {
+            // A message the turn sent already is written from its bytes.
+            let session_ref = self.compact.as_mut().map(|c| c.full(&params));
+            if let Some(frame) = self.repeats.frame(params, session_ref) {
+                self.outside.send_frame(client, frame).await;
+            }
+            return;
+        }
+        self.repeats.passed(&params.event);
         crate::delta::send(client, &self.outside, self.compact.as_mut(), params).await;
     }
 

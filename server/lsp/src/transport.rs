@@ -97,6 +97,21 @@ impl Outside {
             .await;
     }
 
+    /// Whether a guard writes this connection's output (frames given to
+    /// [`Outside::send_frame`] reach the client only then).
+    pub(crate) fn is_active(&self) -> bool {
+        self.active.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sends `frame`, a whole notification frame (header and body), in the order of the
+    /// library's frames. Only while [`Outside::is_active`]: the library cannot send bytes.
+    pub(crate) async fn send_frame(&self, client: &tower_lsp_server::Client, frame: Vec<u8>) {
+        let slot = self.keep(frame);
+        client
+            .send_notification::<OutsideNotification>([slot])
+            .await;
+    }
+
     /// Keeps `frame` until its placeholder is written; returns its slot.
     fn keep(&self, frame: Vec<u8>) -> u64 {
         let slot = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -159,27 +174,31 @@ fn placeholder_slot(body: &[u8]) -> Option<u64> {
 /// straight to bytes (no `Value` in between); `None` (logged) when `params` cannot be
 /// serialised.
 fn notification_frame<P: serde::Serialize>(method: &str, params: &P) -> Option<Vec<u8>> {
-    #[derive(serde::Serialize)]
-    struct Frame<'a, P> {
-        jsonrpc: &'static str,
-        method: &'a str,
-        params: &'a P,
-    }
+    notification_frame_with(method, |out| serde_json::to_writer(out, params))
+}
+
+/// The whole frame (header and body) of notification `method` whose params `write_params`
+/// writes (one JSON value, as serde_json would serialise them: the frame is what
+/// serialising `{"jsonrpc": "2.0", "method": method, "params": …}` gives); `None` (logged)
+/// when `write_params` fails.
+pub(crate) fn notification_frame_with(
+    method: &str,
+    write_params: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> Option<Vec<u8>> {
     // Room for the header first: the body is written after it, then the length put in front.
     const HEAD: usize = 40;
     let mut out = Vec::with_capacity(256);
     out.resize(HEAD, b' ');
-    if let Err(e) = serde_json::to_writer(
-        &mut out,
-        &Frame {
-            jsonrpc: "2.0",
-            method,
-            params,
-        },
-    ) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    let written = serde_json::to_writer(&mut out, method).and_then(|()| {
+        out.extend_from_slice(b",\"params\":");
+        write_params(&mut out)
+    });
+    if let Err(e) = written {
         tracing::error!("{method} not sent: its params cannot be serialised: {e}");
         return None;
     }
+    out.push(b'}');
     let head = format!("Content-Length: {}\r\n\r\n", out.len() - HEAD);
     let start = HEAD - head.len();
     out[start..HEAD].copy_from_slice(head.as_bytes());

@@ -305,6 +305,8 @@ pub fn request_bytes(
         lead: None,
         tools: &context.tools,
         tools_salt: cc.clone(),
+        tools_generation: options.tools_generation,
+        history_kept: options.history_kept,
     };
     let bytes = super::prefix::request_bytes(
         &cache.steps,

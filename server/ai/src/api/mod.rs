@@ -55,6 +55,17 @@ pub struct StreamOptions {
     /// appends since): an `openai-completions` request takes that much of the cached history
     /// as shared without comparing it again. 0 (the default): everything is compared.
     pub history_kept: usize,
+    /// A number naming `context.tools` as given ([`next_tools_generation`]): the caller gives
+    /// the same non-zero number only with the same specs, so a request cache that holds the
+    /// tool list of a request with this number reuses its bytes without comparing the specs
+    /// (each a JSON schema) with the previous request's. 0 (the default): compared.
+    pub tools_generation: u64,
+}
+
+/// A new [`StreamOptions::tools_generation`], never given before in this process (never 0).
+pub fn next_tools_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl StreamOptions {

@@ -337,7 +337,8 @@ fn system_message(model: &Model, compat: &Compat, context: &Context) -> Option<V
 /// what `cache` kept of the previous request: the messages of the history both requests share
 /// are not transformed, converted or serialised again (a tool round then costs the new
 /// messages, not the whole history), and neither are the system prompt and the tool specs
-/// when they are unchanged (each compared whole with the previous request's).
+/// when they are unchanged (each compared whole with the previous request's; the tool specs
+/// not compared when they come with the previous request's [`StreamOptions::tools_generation`]).
 ///
 /// The history: when the previous request's history is a prefix of this one (compared
 /// message by message, unless the caller vouches for it: [`StreamOptions::history_kept`]) and [`Transform::can_extend`] says its request view stays as it was,
@@ -505,10 +506,18 @@ fn spliced_shell(
     };
     if !context.tools.is_empty() {
         let strict = compat.supports_strict_mode;
+        let generation = options.tools_generation;
         let bytes = match tools.take() {
-            Some(t) if t.strict == strict && t.specs == context.tools => t,
+            Some(t)
+                if t.strict == strict
+                    && ((generation != 0 && t.generation == generation)
+                        || t.specs == context.tools) =>
+            {
+                ToolBytes { generation, ..t }
+            }
             _ => ToolBytes {
                 specs: context.tools.clone(),
+                generation,
                 strict,
                 bytes: serde_json::to_vec(&tools_value(compat, &context.tools))?,
             },
@@ -557,10 +566,12 @@ struct Prefix {
     system: Option<(&'static str, String, Vec<u8>)>,
 }
 
-/// A tool list serialised: the specs, whether `strict: false` was added, the bytes.
+/// A tool list serialised: the specs (and the [`StreamOptions::tools_generation`] they were
+/// last given with), whether `strict: false` was added, the bytes.
 #[derive(Debug)]
 struct ToolBytes {
     specs: Vec<ToolSpec>,
+    generation: u64,
     strict: bool,
     bytes: Vec<u8>,
 }
@@ -1117,6 +1128,73 @@ mod tests {
             user("rounds please"),
             "compared and built again"
         );
+    }
+
+    /// A tool list given with the previous request's [`StreamOptions::tools_generation`] is
+    /// taken as that request's without comparing the specs (the kept specs, altered here
+    /// behind the cache's back, stay so); given with 0 or another number they are compared,
+    /// and another list is serialised again. The bytes are the whole request's each time.
+    #[test]
+    fn a_tool_list_of_the_same_generation_is_not_compared() {
+        let m = Model::new(
+            crate::Api::OpenaiCompletions,
+            "mock",
+            "mock-1",
+            "http://x/v1",
+        );
+        let cache = RequestCache::default();
+        let spec = |description: &str| crate::types::ToolSpec {
+            name: "read".into(),
+            description: description.into(),
+            parameters: json!({"type":"object","properties":{"path":{"type":"string"}}}),
+        };
+        let send = |tools: Vec<crate::types::ToolSpec>, generation: u64| {
+            let context = Context {
+                system_prompt: "You are a helper.".into(),
+                messages: vec![user("rounds please")],
+                tools,
+            };
+            let opts = StreamOptions {
+                tools_generation: generation,
+                ..StreamOptions::default()
+            };
+            let whole = serde_json::to_vec(&build_request(&m, &context, &opts)).unwrap();
+            let cached = request_bytes(&m, &context, &opts, &cache).unwrap();
+            assert_eq!(
+                String::from_utf8(cached).unwrap(),
+                String::from_utf8(whole).unwrap()
+            );
+        };
+        let kept = || {
+            let slot = cache.slot.lock().unwrap();
+            let t = slot.as_ref().unwrap().tools.as_ref().unwrap();
+            (t.specs[0].description.clone(), t.generation)
+        };
+        let alter = || {
+            let mut slot = cache.slot.lock().unwrap();
+            slot.as_mut().unwrap().tools.as_mut().unwrap().specs[0].description = "altered".into()
+        };
+        send(vec![spec("Read a file")], 7);
+        alter();
+        send(vec![spec("Read a file")], 7);
+        assert_eq!(kept(), ("altered".into(), 7), "taken without comparing");
+        send(vec![spec("Read a file")], 0);
+        assert_eq!(
+            kept(),
+            ("Read a file".into(), 0),
+            "compared and built again"
+        );
+        alter();
+        send(vec![spec("Read a file")], 8);
+        assert_eq!(
+            kept(),
+            ("Read a file".into(), 8),
+            "another number: compared"
+        );
+        send(vec![spec("Read a file, any file")], 9);
+        assert_eq!(kept(), ("Read a file, any file".into(), 9));
+        send(vec![spec("Read a file, any file")], 9);
+        assert_eq!(kept(), ("Read a file, any file".into(), 9));
     }
 
     /// Every request of a conversation built through the cache is byte for byte the request

@@ -222,6 +222,8 @@ pub fn request_bytes(
         lead: system_item(model, context),
         tools: &context.tools,
         tools_salt: Value::Bool(supports_strict_mode(model)),
+        tools_generation: options.tools_generation,
+        history_kept: options.history_kept,
     };
     let bytes = super::prefix::request_bytes(
         &cache.steps,

@@ -35,7 +35,17 @@ pub(crate) struct Prefix {
     /// Each step boundary: the index of its transformed message and `bytes.len()` before it.
     steps: Vec<(usize, usize)>,
     /// The last request's tool specs, what else shaped their value, and its bytes.
-    tools: Option<(Vec<ToolSpec>, Value, Vec<u8>)>,
+    tools: Option<ToolBytes>,
+}
+
+/// A request's tool list: its specs, the [`crate::StreamOptions::tools_generation`] they were
+/// last given with, what else shaped their value, and its bytes.
+#[derive(Debug)]
+struct ToolBytes {
+    specs: Vec<ToolSpec>,
+    generation: u64,
+    salt: Value,
+    bytes: Vec<u8>,
 }
 
 /// The facts of a model that conversion reads (its wire format included: one slot serves a
@@ -79,6 +89,12 @@ pub(crate) struct Shell<'a> {
     /// previous request's before its bytes are reused).
     pub tools: &'a [ToolSpec],
     pub tools_salt: Value,
+    /// [`crate::StreamOptions::tools_generation`]: the specs are not compared with the
+    /// previous request's when both came with the same non-zero number.
+    pub tools_generation: u64,
+    /// [`crate::StreamOptions::history_kept`]: that many leading messages of the history are
+    /// taken as the previous request's without comparing them.
+    pub history_kept: usize,
 }
 
 /// The bytes of the request whose body is `shell.body` with the converted `history` under
@@ -125,7 +141,8 @@ pub(crate) fn request_bytes(
         Some(mut p)
             if p.input.len() <= history.len()
                 && p.transform.can_extend(&history[p.input.len()..])
-                && p.input[..] == history[..p.input.len()] =>
+                && (p.input.len() <= shell.history_kept
+                    || p.input[..] == history[..p.input.len()]) =>
         {
             let new = &history[p.input.len()..];
             let tail = p.transform.extend(model, new);
@@ -196,15 +213,27 @@ pub(crate) fn request_bytes(
     let tools = match tools_at {
         None => None,
         Some(_) => Some(match p.tools.take() {
-            Some(t) if t.0 == shell.tools && t.1 == shell.tools_salt => t,
-            _ => {
-                let bytes = serde_json::to_vec(&tools_value())?;
-                (shell.tools.to_vec(), shell.tools_salt, bytes)
+            Some(t)
+                if t.salt == shell.tools_salt
+                    && ((shell.tools_generation != 0
+                        && t.generation == shell.tools_generation)
+                        || t.specs == shell.tools) =>
+            {
+                ToolBytes {
+                    generation: shell.tools_generation,
+                    ..t
+                }
             }
+            _ => ToolBytes {
+                bytes: serde_json::to_vec(&tools_value())?,
+                specs: shell.tools.to_vec(),
+                generation: shell.tools_generation,
+                salt: shell.tools_salt,
+            },
         }),
     };
     let lead = shell.lead.as_ref().map(serde_json::to_vec).transpose()?;
-    let tool_bytes = tools.as_ref().map_or(&[][..], |t| &t.2[..]);
+    let tool_bytes = tools.as_ref().map_or(&[][..], |t| &t.bytes[..]);
     let mut body = Vec::with_capacity(
         shell_bytes.len() + p.bytes.len() + lead.as_ref().map_or(0, Vec::len) + tool_bytes.len(),
     );
@@ -342,6 +371,92 @@ mod tests {
         bytes[at..at + to.len()].copy_from_slice(to);
     }
 
+    /// For both adapters: a history the caller vouches for ([`StreamOptions::history_kept`])
+    /// and a tool list given with the previous request's [`StreamOptions::tools_generation`]
+    /// are taken as that request's without comparing them (the kept copies, altered here
+    /// behind the cache's back, stay so); without the vouch, or with another number, they are
+    /// compared, found different and built again. The bytes are the whole request's each
+    /// time.
+    #[test]
+    fn a_vouched_history_and_tool_list_are_taken_without_comparing_them() {
+        for api in [Api::AnthropicMessages, Api::OpenaiResponses] {
+            let m = model(api);
+            let wire = api.as_str();
+            let cache = RequestCache::default();
+            let send = |messages: &[Message], kept: usize, generation: u64| {
+                let context = Context {
+                    system_prompt: "You are a helper.".into(),
+                    messages: messages.to_vec(),
+                    tools: tools(),
+                };
+                let opts = StreamOptions {
+                    history_kept: kept,
+                    tools_generation: generation,
+                    ..StreamOptions::default()
+                };
+                let (cached, whole) = match api {
+                    Api::AnthropicMessages => (
+                        anthropic_messages::request_bytes(&m, &context, &opts, &cache).unwrap(),
+                        serde_json::to_vec(&anthropic_messages::build_request(&m, &context, &opts))
+                            .unwrap(),
+                    ),
+                    _ => (
+                        openai_responses::request_bytes(&m, &context, &opts, &cache).unwrap(),
+                        serde_json::to_vec(&openai_responses::build_request(&m, &context, &opts))
+                            .unwrap(),
+                    ),
+                };
+                assert_eq!(
+                    String::from_utf8(cached).unwrap(),
+                    String::from_utf8(whole).unwrap(),
+                    "{wire}"
+                );
+            };
+            let kept = || {
+                let slot = cache.steps.lock().unwrap();
+                let p = slot.as_ref().unwrap();
+                let t = p.tools.as_ref().unwrap();
+                (
+                    p.input[0].clone(),
+                    t.specs[0].description.clone(),
+                    t.generation,
+                )
+            };
+            let alter = || {
+                let mut slot = cache.steps.lock().unwrap();
+                let p = slot.as_mut().unwrap();
+                p.input[0] = user("altered");
+                p.tools.as_mut().unwrap().specs[0].description = "altered".into();
+            };
+            let mut h = vec![user("rounds please")];
+            send(&h, 0, 3);
+            alter();
+            h.push(call("call_1", wire, false));
+            h.push(result("call_1", false));
+            send(&h, 1, 3);
+            assert_eq!(
+                kept(),
+                (user("altered"), "altered".into(), 3),
+                "{wire}: taken as sent"
+            );
+            h.push(call("call_2", wire, false));
+            h.push(result("call_2", false));
+            send(&h, 0, 4);
+            assert_eq!(
+                kept(),
+                (user("rounds please"), "Read a file".into(), 4),
+                "{wire}: compared and built again"
+            );
+            alter();
+            send(&h, 0, 0);
+            assert_eq!(
+                kept(),
+                (user("rounds please"), "Read a file".into(), 0),
+                "{wire}: compared and built again"
+            );
+        }
+    }
+
     /// For both adapters, every request of a conversation built through the cache is byte for
     /// byte the request built whole — tool rounds (with thinking, images, an unanswered call
     /// the transform answers, results merged into one user turn), system messages held back
@@ -397,7 +512,7 @@ mod tests {
             // The tool list is kept while unchanged: marked, the next request sends the mark.
             {
                 let mut slot = cache.steps.lock().unwrap();
-                let t = &mut slot.as_mut().unwrap().tools.as_mut().unwrap().2;
+                let t = &mut slot.as_mut().unwrap().tools.as_mut().unwrap().bytes;
                 let at = t.windows(4).position(|w| w == b"Read").unwrap();
                 t[at..at + 4].copy_from_slice(b"READ");
             }

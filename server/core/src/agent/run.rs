@@ -224,6 +224,10 @@ struct Run<'a> {
     /// Their characters as the token estimate counts them ([`crate::compaction::tools_chars`]),
     /// counted again only when the specs change.
     specs_chars: u64,
+    /// The number naming `specs` as they are ([`StreamOptions::tools_generation`]): a new one
+    /// whenever they change, so the request cache takes them as the previous request's
+    /// without comparing them.
+    specs_generation: u64,
     /// How many of `tools` are the configuration's (the rest came from `dynamic_tools`).
     static_tools: usize,
     /// The typed failure of the last response, when it failed.
@@ -322,6 +326,7 @@ impl Run<'_> {
         if changed || !old.is_empty() || self.specs.len() != self.tools.len() {
             self.specs = self.tools.iter().map(|t| t.spec.clone()).collect();
             self.specs_chars = crate::compaction::tools_chars(&self.specs);
+            self.specs_generation = pi_ai::next_tools_generation();
         }
     }
 
@@ -382,6 +387,7 @@ impl Run<'_> {
                 timeout: self.cfg.retry.provider_timeout,
                 request_cache: Some(self.request_cache.clone()),
                 history_kept,
+                tools_generation: self.specs_generation,
             },
         );
         // The cache now holds this request's history; the next request's starts with it
@@ -1291,6 +1297,7 @@ pub async fn run_agent_from(
         tools,
         specs,
         specs_chars,
+        specs_generation: pi_ai::next_tools_generation(),
         last_failure: None,
         control,
         sink,

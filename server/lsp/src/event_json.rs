@@ -1,0 +1,492 @@
+//! The `agent/event` frames of the events that repeat a message, each message serialised once.
+//!
+//! A run sends its messages several times: a tool result's `message_start` and `message_end`
+//! carry the same message, `turn_end` carries the assistant message of the turn's
+//! `message_end` and its tool results again, and `agent_end` every message of the run
+//! (docs/protocol.md). [`Repeats`] keeps the JSON of each message the run sent (with the
+//! message, to know it again) and writes the frames of `message_start`, `message_end`,
+//! `turn_end` and `agent_end` from those bytes: a message equal to one already sent is
+//! compared, not serialised again. The frame is byte for byte what serialising
+//! [`AgentEventParams`] (or [`crate::delta::AgentEventRefParams`]) gives: the members in the
+//! same order, each value serialised by `serde_json` as the derived serialisation does.
+
+use pi_ai::{Message, ToolResultMessage};
+use pi_core::agent::AgentEvent;
+
+use crate::protocol::AgentEventParams;
+
+/// How a tool result serialised as a [`Message`] begins (its tag, written first by serde's
+/// internally tagged serialisation); the same result in `turn_end`'s `toolResults` is the rest
+/// after a `{`.
+const TOOL_RESULT_TAG: &[u8] = b"{\"role\":\"toolResult\",";
+
+/// The most bytes of message JSON kept across a run's turns for its `agent_end` (4 MiB): a run
+/// whose messages hold more keeps only the current turn's, and its `agent_end` serialises the
+/// rest again.
+const RUN_BYTES: usize = 4 << 20;
+
+/// The messages the run sent, in order, with their JSON (as a [`Message`]): those of the
+/// current turn for its `message_end` and `turn_end`, those of the earlier turns (up to
+/// [`RUN_BYTES`]) for the run's `agent_end`. An assistant message's `message_start` (the
+/// empty message the answer begins with) is not kept.
+#[derive(Debug, Default)]
+pub(crate) struct Repeats {
+    kept: Vec<(Message, Vec<u8>)>,
+    /// Where the current turn's messages begin in `kept`.
+    turn: usize,
+    /// The bytes in `kept`.
+    size: usize,
+}
+
+impl Repeats {
+    /// Whether [`Repeats::frame`] writes `event` (the events that carry a whole message).
+    pub(crate) fn takes(event: &AgentEvent) -> bool {
+        matches!(
+            event,
+            AgentEvent::MessageStart { .. }
+                | AgentEvent::MessageEnd { .. }
+                | AgentEvent::TurnEnd { .. }
+                | AgentEvent::AgentEnd { .. }
+        )
+    }
+
+    /// Notes an event [`Repeats::frame`] does not write: a run's start forgets what an
+    /// earlier run left (a run that ended without its `agent_end` reaching the sink).
+    pub(crate) fn passed(&mut self, event: &AgentEvent) {
+        if matches!(event, AgentEvent::AgentStart) {
+            self.forget();
+        }
+    }
+
+    fn forget(&mut self) {
+        self.kept.clear();
+        self.turn = 0;
+        self.size = 0;
+    }
+
+    /// The whole `agent/event` frame (header and body) of `params`, whose event
+    /// [`Repeats::takes`]; with `"ref": session_ref` last when given (a compact-delta client's
+    /// full event). A message equal to one the turn (for `agent_end`: the run) already sent is
+    /// written from that one's bytes; one met for the first time in a `message_start` or
+    /// `message_end` is serialised and kept. `turn_end` ends the turn, `agent_end` the run
+    /// (nothing kept after it). `None` (logged) when a value cannot be serialised.
+    pub(crate) fn frame(
+        &mut self,
+        params: AgentEventParams,
+        session_ref: Option<u64>,
+    ) -> Option<Vec<u8>> {
+        let AgentEventParams {
+            session_id,
+            run_id,
+            seq,
+            event,
+            unsaved,
+        } = params;
+        // The bytes of a message serialised for the first time in the turn, kept after.
+        let mut fresh: Option<Vec<u8>> = None;
+        let all = &self.kept[..];
+        let turn = &self.kept[self.turn..];
+        let frame = crate::transport::notification_frame_with("agent/event", |out| {
+            out.extend_from_slice(b"{\"sessionId\":");
+            serde_json::to_writer(&mut *out, &session_id)?;
+            out.extend_from_slice(b",\"runId\":");
+            serde_json::to_writer(&mut *out, &run_id)?;
+            out.extend_from_slice(b",\"seq\":");
+            serde_json::to_writer(&mut *out, &seq)?;
+            match &event {
+                AgentEvent::MessageStart { message } => {
+                    out.extend_from_slice(b",\"event\":{\"type\":\"message_start\",\"message\":");
+                    // An answer's first (empty) message is not kept: its end differs.
+                    let keep = !matches!(message, Message::Assistant(_));
+                    fresh = write_message(out, turn, message, keep)?;
+                }
+                AgentEvent::MessageEnd { message } => {
+                    out.extend_from_slice(b",\"event\":{\"type\":\"message_end\",\"message\":");
+                    fresh = write_message(out, turn, message, true)?;
+                }
+                AgentEvent::TurnEnd {
+                    message,
+                    tool_results,
+                } => {
+                    out.extend_from_slice(b",\"event\":{\"type\":\"turn_end\",\"message\":");
+                    write_message(out, turn, message, false)?;
+                    out.extend_from_slice(b",\"toolResults\":[");
+                    for (i, r) in tool_results.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        write_tool_result(out, turn, r)?;
+                    }
+                    out.push(b']');
+                }
+                AgentEvent::AgentEnd { messages } => {
+                    out.extend_from_slice(b",\"event\":{\"type\":\"agent_end\",\"messages\":[");
+                    // The run's messages come in the order they were sent: each is looked
+                    // for from where the last one was found.
+                    let mut from = 0;
+                    for (i, m) in messages.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        match all[from..].iter().position(|(k, _)| k == m) {
+                            Some(k) => {
+                                out.extend_from_slice(&all[from + k].1);
+                                from += k + 1;
+                            }
+                            None => serde_json::to_writer(&mut *out, m)?,
+                        }
+                    }
+                    out.push(b']');
+                }
+                _ => unreachable!("Repeats::frame is given only the events Repeats::takes"),
+            }
+            out.push(b'}');
+            if unsaved {
+                out.extend_from_slice(b",\"unsaved\":true");
+            }
+            if let Some(r) = session_ref {
+                out.extend_from_slice(b",\"ref\":");
+                serde_json::to_writer(&mut *out, &r)?;
+            }
+            out.push(b'}');
+            Ok(())
+        });
+        match event {
+            AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } => {
+                if let Some(bytes) = fresh {
+                    self.size += bytes.len();
+                    self.kept.push((message, bytes));
+                }
+            }
+            AgentEvent::TurnEnd { .. } => {
+                if self.size > RUN_BYTES {
+                    self.forget();
+                }
+                self.turn = self.kept.len();
+            }
+            _ => self.forget(),
+        }
+        frame
+    }
+}
+
+/// Writes `message`'s JSON: the bytes of an equal message in `kept` when there is one (`None`
+/// returned), else serialised (its bytes returned when `keep`, to be kept).
+fn write_message(
+    out: &mut Vec<u8>,
+    kept: &[(Message, Vec<u8>)],
+    message: &Message,
+    keep: bool,
+) -> serde_json::Result<Option<Vec<u8>>> {
+    if let Some((_, bytes)) = kept.iter().rev().find(|(m, _)| m == message) {
+        out.extend_from_slice(bytes);
+        return Ok(None);
+    }
+    let at = out.len();
+    serde_json::to_writer(&mut *out, message)?;
+    Ok(keep.then(|| out[at..].to_vec()))
+}
+
+/// Writes tool result `r` as `turn_end`'s `toolResults` carries it (no `role`): from a
+/// [`Message::ToolResult`] in `kept` equal to it when there is one, else serialised.
+fn write_tool_result(
+    out: &mut Vec<u8>,
+    kept: &[(Message, Vec<u8>)],
+    r: &ToolResultMessage,
+) -> serde_json::Result<()> {
+    let rest = kept.iter().rev().find_map(|(m, bytes)| match m {
+        Message::ToolResult(k) if k == r => bytes.strip_prefix(TOOL_RESULT_TAG),
+        _ => None,
+    });
+    match rest {
+        Some(rest) => {
+            out.push(b'{');
+            out.extend_from_slice(rest);
+            Ok(())
+        }
+        None => serde_json::to_writer(&mut *out, r),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::delta::AgentEventRefParams;
+
+    /// The frame serde's derived serialisation gives (the reference the written frames must
+    /// equal byte for byte).
+    fn derived<P: serde::Serialize>(params: &P) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Frame<'a, P> {
+            jsonrpc: &'static str,
+            method: &'static str,
+            params: &'a P,
+        }
+        let body = serde_json::to_vec(&Frame {
+            jsonrpc: "2.0",
+            method: "agent/event",
+            params,
+        })
+        .unwrap();
+        let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+        frame.extend(body);
+        frame
+    }
+
+    fn message(v: serde_json::Value) -> Message {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn result(id: &str, text: &str, is_error: bool) -> Message {
+        message(
+            json!({"role": "toolResult", "toolCallId": id, "toolName": "read",
+            "content": [{"type": "text", "text": text}],
+            "details": {"path": "a \"b\".txt", "lines": [1, 2], "nested": {"z": null, "a": 1.5}},
+            "isError": is_error, "timestamp": 1_700_000_000_123_i64}),
+        )
+    }
+
+    fn tool_result(m: &Message) -> ToolResultMessage {
+        match m {
+            Message::ToolResult(r) => r.clone(),
+            _ => unreachable!(),
+        }
+    }
+
+    /// One `agent/event` frame of `event` written by `repeats`, checked against the derived
+    /// serialisation (with `unsaved` and `ref` as given).
+    fn check(
+        repeats: &mut Repeats,
+        seq: u64,
+        event: AgentEvent,
+        unsaved: bool,
+        session_ref: Option<u64>,
+    ) {
+        assert!(Repeats::takes(&event));
+        let params = AgentEventParams {
+            session_id: "s\"1".into(),
+            run_id: "run-ü".into(),
+            seq,
+            event,
+            unsaved,
+        };
+        let want = match session_ref {
+            None => derived(&params),
+            Some(r) => derived(&AgentEventRefParams {
+                params: params.clone(),
+                session_ref: r,
+            }),
+        };
+        let got = repeats.frame(params, session_ref).unwrap();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(want).unwrap(),
+            "event {seq}"
+        );
+    }
+
+    fn assistant(content: serde_json::Value, timestamp: i64) -> Message {
+        message(json!({"role": "assistant", "content": content,
+            "api": "openai-completions", "provider": "mock", "model": "m", "responseId": "r-1",
+            "usage": {"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0,
+            "totalTokens": 110, "cost": {"input": 0.1, "output": 0.25, "cacheRead": 0,
+            "cacheWrite": 0, "total": 0.35}}, "stopReason": "toolUse",
+            "rawStopReason": "tool_calls", "timestamp": timestamp}))
+    }
+
+    /// A run of two turns (two tool calls, then one), its events in the order the loop sends
+    /// them, each frame equal to the derived serialisation's (with and without `unsaved`, with
+    /// and without `ref`); the results' `message_end`, the `turn_end`s and the `agent_end`
+    /// are written from the kept bytes (nothing new kept: the partial assistant message of a
+    /// `message_start` is not kept), and the run's end forgets them.
+    #[test]
+    fn frames_written_from_kept_bytes_equal_the_derived_serialisation() {
+        let prompt = message(
+            json!({"role": "user", "content": [{"type": "text", "text": "go"}],
+            "timestamp": 4}),
+        );
+        let partial = message(
+            json!({"role": "assistant", "content": [], "api": "openai-completions",
+            "provider": "mock", "model": "m", "usage": {"input": 0, "output": 0, "cacheRead": 0,
+            "cacheWrite": 0, "totalTokens": 0, "cost": {"input": 0, "output": 0, "cacheRead": 0,
+            "cacheWrite": 0, "total": 0}}, "stopReason": "stop", "timestamp": 5}),
+        );
+        let answer = assistant(
+            json!([
+                {"type": "thinking", "thinking": "hm\n\u{2028}é", "thinkingSignature": "sig"},
+                {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "x"}},
+                {"type": "toolCall", "id": "c2", "name": "read", "arguments": {"path": "y\u{1}"}}]),
+            6,
+        );
+        let r1 = result("c1", "hello\n\t\"quoted\" \\ 😀", false);
+        let r2 = result("c2", "no such file", true);
+        let second = assistant(
+            json!([{"type": "toolCall", "id": "c3", "name": "read", "arguments": {}}]),
+            7,
+        );
+        let r3 = result("c3", "hello", false);
+        let done = assistant(json!([{"type": "text", "text": "done"}]), 8);
+        let start = |m: &Message| AgentEvent::MessageStart { message: m.clone() };
+        let end = |m: &Message| AgentEvent::MessageEnd { message: m.clone() };
+        let events = [
+            (start(&prompt), 1),
+            (end(&prompt), 1),
+            (start(&partial), 1),
+            (end(&answer), 2),
+            (start(&r1), 3),
+            (end(&r1), 3),
+            (start(&r2), 4),
+            (end(&r2), 4),
+            (
+                AgentEvent::TurnEnd {
+                    message: answer.clone(),
+                    tool_results: vec![tool_result(&r1), tool_result(&r2)],
+                },
+                4,
+            ),
+            (start(&partial), 4),
+            (end(&second), 5),
+            (start(&r3), 6),
+            (end(&r3), 6),
+            (
+                AgentEvent::TurnEnd {
+                    message: second.clone(),
+                    tool_results: vec![tool_result(&r3)],
+                },
+                6,
+            ),
+            (start(&partial), 6),
+            (end(&done), 7),
+            (
+                AgentEvent::TurnEnd {
+                    message: done.clone(),
+                    tool_results: vec![],
+                },
+                7,
+            ),
+            (
+                AgentEvent::AgentEnd {
+                    messages: vec![
+                        prompt.clone(),
+                        answer.clone(),
+                        r1.clone(),
+                        r2.clone(),
+                        second.clone(),
+                        r3.clone(),
+                        done.clone(),
+                    ],
+                },
+                0,
+            ),
+        ];
+        for (unsaved, session_ref) in [
+            (false, None),
+            (true, None),
+            (false, Some(7)),
+            (true, Some(12)),
+        ] {
+            let mut repeats = Repeats::default();
+            for (seq, (event, kept_after)) in events.iter().enumerate() {
+                check(
+                    &mut repeats,
+                    seq as u64 + 1,
+                    event.clone(),
+                    unsaved,
+                    session_ref,
+                );
+                assert_eq!(repeats.kept.len(), *kept_after, "after event {}", seq + 1);
+            }
+        }
+    }
+
+    /// Messages the run did not send (a client met the run midway, a hook changed a result
+    /// after its `message_end`, a message equal in all but one field) are serialised whole,
+    /// equal to the derived serialisation, in `turn_end` and in `agent_end`; a run whose
+    /// messages hold more than [`RUN_BYTES`] keeps only the current turn's.
+    #[test]
+    fn messages_not_sent_in_the_run_are_serialised() {
+        let r1 = result("c1", "one", false);
+        let mut changed = tool_result(&r1);
+        changed.is_error = true;
+        let user = message(json!({"role": "user", "content": "hi", "timestamp": 3}));
+        let nine = result("c9", "nine", false);
+        let mut repeats = Repeats::default();
+        check(
+            &mut repeats,
+            1,
+            AgentEvent::MessageEnd {
+                message: r1.clone(),
+            },
+            false,
+            None,
+        );
+        let turn_end = AgentEvent::TurnEnd {
+            message: user.clone(),
+            tool_results: vec![changed.clone(), tool_result(&nine)],
+        };
+        check(&mut repeats, 2, turn_end, false, None);
+        assert_eq!(repeats.kept.len(), 1);
+        let agent_end = AgentEvent::AgentEnd {
+            messages: vec![
+                user.clone(),
+                Message::ToolResult(changed.clone()),
+                r1.clone(),
+                nine.clone(),
+                r1.clone(),
+            ],
+        };
+        check(&mut repeats, 3, agent_end, false, Some(1));
+        assert!(repeats.kept.is_empty());
+        // A run's start forgets what a run that did not end kept; other events keep it.
+        check(
+            &mut repeats,
+            4,
+            AgentEvent::MessageEnd {
+                message: r1.clone(),
+            },
+            false,
+            None,
+        );
+        repeats.passed(&AgentEvent::ToolExecutionStart {
+            tool_call_id: "c".into(),
+            tool_name: "read".into(),
+            args: json!({}),
+        });
+        repeats.passed(&AgentEvent::TurnStart);
+        assert_eq!(repeats.kept.len(), 1);
+        repeats.passed(&AgentEvent::AgentStart);
+        assert!(repeats.kept.is_empty());
+        // Past RUN_BYTES, a turn's end forgets the run's messages.
+        let big = result("c8", &"x".repeat(RUN_BYTES), false);
+        for (seq, event) in [
+            AgentEvent::MessageEnd {
+                message: r1.clone(),
+            },
+            AgentEvent::MessageEnd {
+                message: big.clone(),
+            },
+            AgentEvent::TurnEnd {
+                message: user.clone(),
+                tool_results: vec![tool_result(&big)],
+            },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            check(&mut repeats, seq as u64 + 5, event, false, None);
+        }
+        assert!(repeats.kept.is_empty());
+        check(
+            &mut repeats,
+            8,
+            AgentEvent::AgentEnd {
+                messages: vec![r1.clone(), big],
+            },
+            false,
+            None,
+        );
+    }
+}
