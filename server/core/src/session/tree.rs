@@ -340,12 +340,14 @@ impl PartialEq for Entry {
 }
 
 impl Entry {
-    /// An entry from parsed parts; `None` without id or type.
-    fn from_parts(parts: LineParts, text: Text) -> Option<(Entry, Option<Message>)> {
+    /// An entry from parsed parts, and its model-visible message still in the box the parse
+    /// made (not moved out and boxed again on its way into a loader's piece: each move of a
+    /// `Message` is a copy of a few hundred bytes); `None` without id or type.
+    fn from_parts(parts: LineParts, text: Text) -> Option<(Entry, Option<Box<Message>>)> {
         let (role, message, assistant, summary, tool) = match parts.message {
             Some(m) => (
                 m.role.map_or(Name::Known(NO_ROLE), role_name),
-                m.message.map(|m| *m),
+                m.message,
                 m.assistant.map(Box::new),
                 m.summary,
                 m.tool,
@@ -375,7 +377,7 @@ impl Entry {
         len: usize,
         hash: u64,
         parts: LineParts,
-    ) -> Option<(Entry, Option<Message>)> {
+    ) -> Option<(Entry, Option<Box<Message>>)> {
         let text = Text::File {
             src: src.clone(),
             offset,
@@ -397,7 +399,7 @@ impl Entry {
     }
 
     /// An entry of `raw` (serialized as its text) with its model-visible message.
-    pub(crate) fn from_value_converted(raw: &Value) -> Option<(Entry, Option<Message>)> {
+    pub(crate) fn from_value_converted(raw: &Value) -> Option<(Entry, Option<Box<Message>>)> {
         let parts = line::line_from_value(raw, true);
         Self::from_parts(parts, Text::Owned(raw.to_string().into_boxed_str()))
     }
@@ -504,13 +506,18 @@ impl EntryShape {
         )
     }
 
-    /// False when the entry's `type` is certainly not `kind`.
+    /// False when the entry's `type` is certainly not `kind`. Inlined: the passes over long
+    /// paths ask it of every entry with a literal `kind`, whose compare then folds into a few
+    /// instructions (a call and a `memcmp` per entry otherwise; docs/benchmarks.md, round 38).
+    #[inline(always)]
     pub fn may_be_kind(self, kind: &str) -> bool {
         let code = self.0 & 15;
         code == Self::OTHER || EntryKind::KNOWN.get(code as usize) == Some(&kind)
     }
 
-    /// False when the entry certainly has no `message.role` `role`.
+    /// False when the entry certainly has no `message.role` `role` (inlined as
+    /// [`EntryShape::may_be_kind`]).
+    #[inline(always)]
     pub fn may_have_role(self, role: &str) -> bool {
         let code = self.0 >> 4 & 15;
         code == Self::OTHER || ROLES.get(code as usize) == Some(&role)
