@@ -126,12 +126,12 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
     let finish = |l: read::Line| match l.parsed {
         ParsedLine::Parts(parts) => match Entry::from_file(&src, l.offset, l.len, l.hash, *parts) {
             Some((mut entry, message)) if deferred => {
-                entry.summarize(message.as_ref());
+                entry.summarize(message.as_deref());
                 Placed::Entry(entry, None, false)
             }
             Some((entry, mut message)) => {
-                let stripped = message.as_mut().is_some_and(strip_image_data);
-                Placed::Entry(entry, message.map(Box::new), stripped)
+                let stripped = message.as_deref_mut().is_some_and(strip_image_data);
+                Placed::Entry(entry, message, stripped)
             }
             None => Placed::NoEntry,
         },
@@ -153,7 +153,7 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
         }
         for placed in lines.drain(..) {
             let (entry, message, strip) = match placed {
-                Placed::Entry(entry, message, strip) => (entry, message.map(|m| *m), strip),
+                Placed::Entry(entry, message, strip) => (entry, message, strip),
                 Placed::NoEntry => {
                     tree.warnings
                         .push("skipped an entry without id or type".into());
@@ -200,11 +200,11 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
                         continue;
                     };
                     if deferred {
-                        entry.summarize(message.take().as_ref());
+                        entry.summarize(message.take().as_deref());
                     }
                     // Image bytes are not kept while loading (SESS-05); the context reads
                     // back those it sends.
-                    let strip = message.as_mut().is_some_and(strip_image_data);
+                    let strip = message.as_deref_mut().is_some_and(strip_image_data);
                     (entry, message, strip)
                 }
             };
@@ -216,6 +216,7 @@ pub(super) fn load_file(path: &Path, repair: bool, deferred: bool) -> Result<Loa
             if strip {
                 stripped.push(i);
             }
+            let message = message.map(|m| *m);
             match messages.get_mut(i) {
                 Some(slot) => *slot = message,
                 None => messages.push(message),

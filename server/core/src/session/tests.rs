@@ -1033,3 +1033,121 @@ fn assistant_info_reads_back_what_was_stored() {
     );
     assert_ne!(a, AssistantInfo::new(Some("p"), Some("m"), Some(big)));
 }
+
+/// A pass over a path whose question no entry's shape answers yes is not made
+/// ([`SessionTree::may_hold`]), and finds what the walk finds: every kind a pass at open asks
+/// for, before and after entries of that kind come, and after an entry is replaced by one of
+/// another kind under its id.
+#[test]
+fn passes_no_entry_can_answer_are_skipped_and_find_what_the_walk_finds() {
+    let asks = [
+        "system",
+        "custom",
+        "toolResult:todo",
+        "toolResult:read",
+        "session_info",
+        "compaction",
+        "thinking_level_change",
+        "assistant",
+        "message",
+    ];
+    // What a caller keeps of what the pass gives: the entries of the kind (or role, or tool).
+    let is = |e: &Entry, k: &str| match k.split_once(':') {
+        Some(("toolResult", tool)) => e.kind == "message" && e.tool_is(tool),
+        _ => e.kind == k || (e.kind == "message" && e.role() == Some(k)),
+    };
+    let check = |tree: &SessionTree, present: &[&str]| {
+        let leaf = tree.last_id().unwrap().to_string();
+        for k in asks {
+            let test = EntryShape::kind_or_role_test(k);
+            let got: Vec<&str> = tree
+                .path_where(&leaf, test)
+                .into_iter()
+                .filter(|e| is(e, k))
+                .map(|e| e.id.as_str())
+                .collect();
+            let want: Vec<&str> = tree
+                .path(&leaf)
+                .into_iter()
+                .filter(|e| is(e, k))
+                .map(|e| e.id.as_str())
+                .collect();
+            assert_eq!(got, want, "{k}");
+            assert_eq!(tree.may_hold(test), present.contains(&k), "{k}");
+        }
+    };
+    let mut tree = SessionTree::new(json!({"type": "session", "version": 3, "id": "s"}));
+    let mut parent: Option<String> = None;
+    let push = |tree: &mut SessionTree, parent: &mut Option<String>, id: &str, fields: Value| {
+        let mut v = json!({"id": id, "parentId": parent, "timestamp": "2026-01-01T00:00:00.000Z"});
+        v.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        tree.push_entry(Entry::from_value(&v).unwrap());
+        *parent = Some(id.to_string());
+    };
+    push(
+        &mut tree,
+        &mut parent,
+        "t",
+        json!({"type": "thinking_level_change", "thinkingLevel": "off"}),
+    );
+    for n in 0..20 {
+        push(
+            &mut tree,
+            &mut parent,
+            &format!("a{n}"),
+            json!({"type": "message", "message": {"role": "assistant", "content": [{"type": "toolCall", "id": format!("c{n}"), "name": "read", "arguments": {}}], "api": "x", "provider": "p", "model": "m", "stopReason": "toolUse", "timestamp": 1}}),
+        );
+        push(
+            &mut tree,
+            &mut parent,
+            &format!("r{n}"),
+            json!({"type": "message", "message": {"role": "toolResult", "toolCallId": format!("c{n}"), "toolName": "read", "content": [{"type": "text", "text": "x"}], "isError": false, "timestamp": 2}}),
+        );
+    }
+    let mut present = vec![
+        "thinking_level_change",
+        "assistant",
+        "message",
+        "toolResult:read",
+    ];
+    check(&tree, &present);
+    push(
+        &mut tree,
+        &mut parent,
+        "sys",
+        json!({"type": "message", "message": {"role": "system", "content": "p", "timestamp": 3}}),
+    );
+    push(
+        &mut tree,
+        &mut parent,
+        "cu",
+        json!({"type": "custom", "customType": "plan-mode", "data": {"enabled": false}}),
+    );
+    push(
+        &mut tree,
+        &mut parent,
+        "todo",
+        json!({"type": "message", "message": {"role": "toolResult", "toolCallId": "c99", "toolName": "todo", "content": [], "isError": false, "timestamp": 4}}),
+    );
+    push(
+        &mut tree,
+        &mut parent,
+        "last",
+        json!({"type": "message", "message": {"role": "user", "content": "go", "timestamp": 5}}),
+    );
+    present.extend(["system", "custom", "toolResult:todo"]);
+    check(&tree, &present);
+    // An entry replaced under its id by one of another kind: the new kind is found.
+    parent = Some("r2".into());
+    push(
+        &mut tree,
+        &mut parent,
+        "a3",
+        json!({"type": "session_info", "name": "renamed"}),
+    );
+    present.push("session_info");
+    check(&tree, &present);
+    assert_eq!(tree.name().as_deref(), Some("renamed"));
+}

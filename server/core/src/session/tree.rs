@@ -340,12 +340,14 @@ impl PartialEq for Entry {
 }
 
 impl Entry {
-    /// An entry from parsed parts; `None` without id or type.
-    fn from_parts(parts: LineParts, text: Text) -> Option<(Entry, Option<Message>)> {
+    /// An entry from parsed parts, and its model-visible message still in the box the parse
+    /// made (not moved out and boxed again on its way into a loader's piece: each move of a
+    /// `Message` is a copy of a few hundred bytes); `None` without id or type.
+    fn from_parts(parts: LineParts, text: Text) -> Option<(Entry, Option<Box<Message>>)> {
         let (role, message, assistant, summary, tool) = match parts.message {
             Some(m) => (
                 m.role.map_or(Name::Known(NO_ROLE), role_name),
-                m.message.map(|m| *m),
+                m.message,
                 m.assistant.map(Box::new),
                 m.summary,
                 m.tool,
@@ -375,7 +377,7 @@ impl Entry {
         len: usize,
         hash: u64,
         parts: LineParts,
-    ) -> Option<(Entry, Option<Message>)> {
+    ) -> Option<(Entry, Option<Box<Message>>)> {
         let text = Text::File {
             src: src.clone(),
             offset,
@@ -397,7 +399,7 @@ impl Entry {
     }
 
     /// An entry of `raw` (serialized as its text) with its model-visible message.
-    pub(crate) fn from_value_converted(raw: &Value) -> Option<(Entry, Option<Message>)> {
+    pub(crate) fn from_value_converted(raw: &Value) -> Option<(Entry, Option<Box<Message>>)> {
         let parts = line::line_from_value(raw, true);
         Self::from_parts(parts, Text::Owned(raw.to_string().into_boxed_str()))
     }
@@ -504,13 +506,18 @@ impl EntryShape {
         )
     }
 
-    /// False when the entry's `type` is certainly not `kind`.
+    /// False when the entry's `type` is certainly not `kind`. Inlined: the passes over long
+    /// paths ask it of every entry with a literal `kind`, whose compare then folds into a few
+    /// instructions (a call and a `memcmp` per entry otherwise; docs/benchmarks.md, round 38).
+    #[inline(always)]
     pub fn may_be_kind(self, kind: &str) -> bool {
         let code = self.0 & 15;
         code == Self::OTHER || EntryKind::KNOWN.get(code as usize) == Some(&kind)
     }
 
-    /// False when the entry certainly has no `message.role` `role`.
+    /// False when the entry certainly has no `message.role` `role` (inlined as
+    /// [`EntryShape::may_be_kind`]).
+    #[inline(always)]
     pub fn may_have_role(self, role: &str) -> bool {
         let code = self.0 >> 4 & 15;
         code == Self::OTHER || ROLES.get(code as usize) == Some(&role)
@@ -589,8 +596,50 @@ pub struct SessionTree {
     parents: Vec<u32>,
     /// `shapes[i]`: what the passes over paths read of entry `i` ([`EntryShape`]).
     shapes: Vec<EntryShape>,
+    /// Every shape `shapes` was given: a pass whose question none of them answers yes
+    /// finds nothing, so it is not made ([`SessionTree::may_hold`]).
+    seen: ShapesSeen,
     /// Repairs and migrations done while loading, for the user to see.
     pub warnings: Vec<String>,
+}
+
+/// The distinct [`EntryShape`]s a tree's entries were given, in the order first seen: a few
+/// dozen in a session (kinds × roles × tools), so a pass over a long path asks each of them
+/// its question before it walks ([`SessionTree::may_hold`]). A shape is added when an entry
+/// gets it and never taken away (an entry replaced leaves its old shape): a superset, so a
+/// question none of them answers yes is certainly answered no by every entry. Past
+/// [`ShapesSeen::MAX`] shapes the set stops counting and every pass walks.
+#[derive(Debug, Clone, Default)]
+struct ShapesSeen {
+    /// The shapes, first seen first.
+    all: Vec<EntryShape>,
+    /// The last shapes added or met again (entries repeat a few shapes in turn: an assistant
+    /// message, its results), checked before `all`.
+    recent: [Option<EntryShape>; 4],
+    /// More than [`ShapesSeen::MAX`] shapes: not kept.
+    full: bool,
+}
+
+impl ShapesSeen {
+    /// The most shapes kept.
+    const MAX: usize = 1024;
+
+    fn add(&mut self, shape: EntryShape) {
+        if self.full || self.recent.contains(&Some(shape)) {
+            return;
+        }
+        self.recent.rotate_right(1);
+        self.recent[0] = Some(shape);
+        if self.all.contains(&shape) {
+            return;
+        }
+        if self.all.len() == Self::MAX {
+            self.full = true;
+            self.all = Vec::new();
+        } else {
+            self.all.push(shape);
+        }
+    }
 }
 
 /// The entries of a tree by id, without a copy of each id: the low 32 bits of the XXH3 of an
@@ -1091,12 +1140,14 @@ impl SessionTree {
                 self.entries[i] = entry;
                 self.parents[i] = parent;
                 self.shapes[i] = shape;
+                self.seen.add(shape);
                 i
             }
             Filed::New => {
                 self.entries.push(entry);
                 self.parents.push(parent);
                 self.shapes.push(shape);
+                self.seen.add(shape);
                 i
             }
         }
@@ -1234,6 +1285,9 @@ impl SessionTree {
     /// (a file as written, see [`SessionTree::path_indices`]) allocates nothing as long as the
     /// path; any other walk is made again through [`SessionTree::path_indices`].
     pub fn path_where(&self, leaf: &str, maybe: impl Fn(EntryShape) -> bool) -> Vec<&Entry> {
+        if !self.may_hold(&maybe) {
+            return Vec::new();
+        }
         let keep = |i: usize| self.shapes.get(i).copied().is_none_or(&maybe);
         let mut out = Vec::new();
         let mut last = usize::MAX;
@@ -1257,6 +1311,16 @@ impl SessionTree {
         out
     }
 
+    /// Whether an entry of the tree may have a shape `maybe` keeps: false when no shape the
+    /// entries were given is kept ([`ShapesSeen`]; every entry has its shape), so a pass
+    /// asking `maybe` would find nothing and is not made (on a long session without system
+    /// messages, custom entries or todo results, the passes at open that look for them).
+    pub fn may_hold(&self, maybe: impl Fn(EntryShape) -> bool) -> bool {
+        self.seen.full
+            || self.shapes.len() != self.entries.len()
+            || self.seen.all.iter().any(|s| maybe(*s))
+    }
+
     /// The entries in file order whose shape `maybe` keeps ([`SessionTree::path_where`]).
     pub fn entries_where(
         &self,
@@ -1276,7 +1340,10 @@ impl SessionTree {
         leaf: &str,
         maybe: impl Fn(EntryShape) -> bool + 'a,
     ) -> impl Iterator<Item = &'a Entry> + 'a {
-        let mut cur = self.index.get(&self.entries, leaf);
+        let mut cur = self
+            .index
+            .get(&self.entries, leaf)
+            .filter(|_| self.may_hold(&maybe));
         let mut left = self.entries.len();
         std::iter::from_fn(move || loop {
             let i = cur.filter(|_| left > 0)?;
@@ -1389,6 +1456,9 @@ impl SessionTree {
 
     /// The session's name: the last `session_info` entry's `name`.
     pub fn name(&self) -> Option<String> {
+        if !self.may_hold(|s| s.may_be_kind("session_info")) {
+            return None;
+        }
         self.entries
             .iter()
             .zip(&self.shapes)
