@@ -546,8 +546,38 @@ impl MessageBuilder {
         (i, true)
     }
 
+    /// Appends `delta` to the open block `key` and to the held delta when the held delta is of
+    /// that block and kind (text, or thinking when `thinking`): a stream's common step, which
+    /// sends nothing and so awaits nothing. `false`, with nothing done, in every other case
+    /// (the block not open, another block's or kind's delta held, nothing held, a follower);
+    /// the caller then calls [`MessageBuilder::text_delta`] or
+    /// [`MessageBuilder::thinking_delta`], which call this first themselves. Adapters call it
+    /// before those in their per-event loop: an `async` call builds and polls its future for
+    /// every delta, this does not.
+    pub fn append_delta(&mut self, key: &str, thinking: bool, delta: &str) -> bool {
+        let Some(h) = self.held.as_mut() else {
+            return false;
+        };
+        let Some(&idx) = self.open.get(key) else {
+            return false;
+        };
+        if h.index != idx || h.thinking != thinking {
+            return false;
+        }
+        match lock(&self.message).content.get_mut(idx) {
+            Some(ContentBlock::Text(t)) if !thinking => t.text.push_str(delta),
+            Some(ContentBlock::Thinking(t)) if thinking => t.thinking.push_str(delta),
+            _ => return false,
+        }
+        h.delta.push_str(delta);
+        true
+    }
+
     /// Appends text to the block `key`, opening a text block first if needed.
     pub async fn text_delta(&mut self, key: &str, delta: &str) -> Result<(), Closed> {
+        if self.append_delta(key, false, delta) {
+            return Ok(());
+        }
         let (idx, opened) = self.open_block(key, || ContentBlock::text(""));
         if opened {
             self.emit(AssistantEvent::TextStart { content_index: idx })
@@ -564,6 +594,9 @@ impl MessageBuilder {
 
     /// Appends reasoning text to the block `key`, opening a thinking block first if needed.
     pub async fn thinking_delta(&mut self, key: &str, delta: &str) -> Result<(), Closed> {
+        if self.append_delta(key, true, delta) {
+            return Ok(());
+        }
         let (idx, opened) = self.open_block(key, || {
             ContentBlock::Thinking(ThinkingContent {
                 thinking: String::new(),
@@ -1063,6 +1096,72 @@ mod tests {
         rebuilt.timestamp = message.timestamp;
         rebuilt.stop_reason = message.stop_reason;
         assert_eq!(rebuilt, message);
+    }
+
+    #[tokio::test]
+    async fn append_delta_joins_only_the_held_delta_of_its_block_and_kind() {
+        let (tx, mut stream) = AssistantStream::channel();
+        let model = Model::new(crate::Api::Scripted, "p", "m", "");
+        let mut b = MessageBuilder::start(tx, &model).await.unwrap();
+        // Nothing open, nothing held: nothing done.
+        assert!(!b.append_delta("t", false, "x"));
+        b.text_delta("t", "He").await.unwrap();
+        // The held delta's block and kind: joined, in the message and the held delta.
+        assert!(b.append_delta("t", false, "ll"));
+        // Another kind of the same key, a block not open: nothing done.
+        assert!(!b.append_delta("t", true, "?"));
+        assert!(!b.append_delta("r", true, "?"));
+        b.thinking_delta("r", "Hm").await.unwrap();
+        // The held delta is now the thinking block's: the text block's delta is not joined.
+        assert!(!b.append_delta("t", false, "?"));
+        assert!(b.append_delta("r", true, "m"));
+        b.text_delta("t", "o").await.unwrap();
+        b.flush().await.unwrap();
+        // Flushed: nothing held, nothing joined.
+        assert!(!b.append_delta("t", false, "?"));
+        let message = b.finish(StopReason::Stop).await.unwrap();
+        let mut events = Vec::new();
+        while let Some(e) = stream.next().await {
+            events.push(e);
+        }
+        assert_eq!(
+            events[..6],
+            [
+                AssistantEvent::Start,
+                AssistantEvent::TextStart { content_index: 0 },
+                AssistantEvent::TextDelta {
+                    content_index: 0,
+                    delta: "Hell".into()
+                },
+                AssistantEvent::ThinkingStart { content_index: 1 },
+                AssistantEvent::ThinkingDelta {
+                    content_index: 1,
+                    delta: "Hmm".into()
+                },
+                AssistantEvent::TextDelta {
+                    content_index: 0,
+                    delta: "o".into()
+                },
+            ]
+        );
+        assert_eq!(
+            message.content,
+            vec![
+                ContentBlock::text("Hello"),
+                ContentBlock::Thinking(ThinkingContent {
+                    thinking: "Hmm".into(),
+                    thinking_signature: None,
+                    redacted: false,
+                }),
+            ]
+        );
+        // A follower holds nothing: it never joins (it rebuilds through `apply`).
+        let mut follower = MessageBuilder::follow(
+            AssistantMessage::empty("scripted", "p", "m"),
+            ModelCost::default(),
+        );
+        follower.apply(&AssistantEvent::TextStart { content_index: 0 });
+        assert!(!follower.append_delta("0", false, "x"));
     }
 
     #[tokio::test]
