@@ -282,7 +282,9 @@ impl std::ops::Deref for IndexKey {
 /// Adapters address blocks by their own key (Anthropic's block index, OpenAI's tool-call index,
 /// or a fixed key for streamed text); the builder maps keys to content indexes. The message
 /// lives behind a mutex shared with the [`AssistantStream`] so a consumer can ask for the
-/// partial message; each fragment costs one uncontended lock.
+/// partial message; each fragment costs one uncontended lock, except a text or thinking delta
+/// joined to the held one ([`MessageBuilder::append_delta`]), which reaches the message when
+/// the held delta is sent or the message is next read.
 ///
 /// A consumer rebuilds the message from the events it received with a builder made by
 /// [`MessageBuilder::follow`] and fed through [`MessageBuilder::apply`]: the same
@@ -308,13 +310,45 @@ pub struct MessageBuilder {
     held: Option<Held>,
 }
 
+impl Drop for MessageBuilder {
+    /// The held delta's text goes into the message (a stream ended without `finish` or
+    /// `fail`: its partial has everything that arrived).
+    fn drop(&mut self) {
+        drop(settled(&self.message, &self.held));
+    }
+}
+
 /// A producer's text or thinking delta held back so that the next ones of the same block join
 /// it (see [`MessageBuilder::flush`]): its content index, whether it is thinking, its text.
+///
+/// The message's block gets `delta[..applied]` at once and the rest when the message is next
+/// locked ([`settled`]): a delta joined by [`MessageBuilder::append_delta`] costs one append,
+/// no lock. Every reading of the message goes through [`settled`], and a dropped builder
+/// settles too, so the message never lacks text the events carried.
 #[derive(Debug)]
 struct Held {
     index: usize,
     thinking: bool,
     delta: String,
+    /// How much of `delta` the message's block already has, in bytes.
+    applied: std::cell::Cell<usize>,
+}
+
+/// The message locked, with the held delta's part it lacks appended first (see [`Held`]).
+fn settled<'m>(message: &'m Shared, held: &Option<Held>) -> MutexGuard<'m, AssistantMessage> {
+    let mut m = lock(message);
+    if let Some(h) = held {
+        let rest = h.delta.get(h.applied.get()..).unwrap_or("");
+        if !rest.is_empty() {
+            match m.content.get_mut(h.index) {
+                Some(ContentBlock::Text(t)) if !h.thinking => t.text.push_str(rest),
+                Some(ContentBlock::Thinking(t)) if h.thinking => t.thinking.push_str(rest),
+                _ => {}
+            }
+            h.applied.set(h.delta.len());
+        }
+    }
+    m
 }
 
 impl Held {
@@ -357,6 +391,7 @@ impl MessageBuilder {
         let Some(tx) = &self.tx else {
             return Ok(());
         };
+        drop(settled(&self.message, &self.held));
         if let Some(held) = self.held.take() {
             tx.send(held.into_event()).await.map_err(|_| Closed)?;
         }
@@ -366,6 +401,9 @@ impl MessageBuilder {
     /// Sends the held text or thinking delta, if any (see the type's doc): adapters call it
     /// before they wait for more bytes. `Err(Closed)` when the consumer went away.
     pub async fn flush(&mut self) -> Result<(), Closed> {
+        if self.held.is_some() {
+            drop(settled(&self.message, &self.held));
+        }
         match (&self.tx, self.held.take()) {
             (Some(tx), Some(held)) => tx.send(held.into_event()).await.map_err(|_| Closed),
             _ => Ok(()),
@@ -380,7 +418,9 @@ impl MessageBuilder {
         }
         if let Some(h) = &mut self.held {
             if h.index == index && h.thinking == thinking {
+                // The caller appended `delta` to the message (after what was held).
                 h.delta.push_str(delta);
+                h.applied.set(h.delta.len());
                 return Ok(());
             }
         }
@@ -389,6 +429,7 @@ impl MessageBuilder {
             index,
             thinking,
             delta: delta.to_string(),
+            applied: std::cell::Cell::new(delta.len()),
         });
         Ok(())
     }
@@ -430,7 +471,7 @@ impl MessageBuilder {
         {
             if let Some(&idx) = self.open.get(&IndexKey::of(*i)) {
                 let text = matches!(ev, AssistantEvent::TextDelta { .. });
-                match lock(&self.message).content.get_mut(idx) {
+                match settled(&self.message, &self.held).content.get_mut(idx) {
                     Some(ContentBlock::Text(t)) if text => t.text.push_str(delta),
                     Some(ContentBlock::Thinking(t)) if !text => t.thinking.push_str(delta),
                     _ => {}
@@ -495,7 +536,7 @@ impl MessageBuilder {
             } => {
                 self.open.remove(&key(i));
                 self.raw_args.remove(i);
-                if let Some(b) = lock(&self.message).content.get_mut(*i) {
+                if let Some(b) = settled(&self.message, &self.held).content.get_mut(*i) {
                     *b = ContentBlock::ToolCall(tool_call.clone());
                 }
                 Ok(())
@@ -503,7 +544,7 @@ impl MessageBuilder {
             AssistantEvent::Done { message, .. } | AssistantEvent::Error { error: message, .. } => {
                 self.open.clear();
                 self.finished = true;
-                *lock(&self.message) = message.clone();
+                *settled(&self.message, &self.held) = message.clone();
                 Ok(())
             }
         }
@@ -512,19 +553,20 @@ impl MessageBuilder {
     /// Marks the existing block `index` open (a follower that started mid-stream).
     fn resume(&mut self, index: usize) {
         let key = IndexKey::of(index);
-        if !self.open.contains_key(&key) && index < lock(&self.message).content.len() {
+        if !self.open.contains_key(&key) && index < settled(&self.message, &self.held).content.len()
+        {
             self.open.insert(key.to_string(), index);
         }
     }
 
     /// Runs `f` on the message reconstructed so far (metadata such as the response id).
     pub fn with_message<R>(&mut self, f: impl FnOnce(&mut AssistantMessage) -> R) -> R {
-        f(&mut lock(&self.message))
+        f(&mut settled(&self.message, &self.held))
     }
 
     /// A copy of the message reconstructed so far.
     pub fn snapshot(&self) -> AssistantMessage {
-        lock(&self.message).clone()
+        settled(&self.message, &self.held).clone()
     }
 
     /// True when a block with this key is open.
@@ -538,7 +580,7 @@ impl MessageBuilder {
         if let Some(i) = self.open.get(key) {
             return (*i, false);
         }
-        let mut m = lock(&self.message);
+        let mut m = settled(&self.message, &self.held);
         let i = m.content.len();
         m.content.push(block());
         drop(m);
@@ -546,8 +588,35 @@ impl MessageBuilder {
         (i, true)
     }
 
+    /// Appends `delta` to the held delta when the held delta is of the open block `key` and of
+    /// its kind (text, or thinking when `thinking`; the message's block gets it when the
+    /// message is next read, [`Held`]): a stream's common step, which sends nothing, so awaits
+    /// nothing, and takes no lock. `false`, with nothing done, in every other case
+    /// (the block not open, another block's or kind's delta held, nothing held, a follower);
+    /// the caller then calls [`MessageBuilder::text_delta`] or
+    /// [`MessageBuilder::thinking_delta`], which call this first themselves. Adapters call it
+    /// before those in their per-event loop: an `async` call builds and polls its future for
+    /// every delta, this does not.
+    pub fn append_delta(&mut self, key: &str, thinking: bool, delta: &str) -> bool {
+        let Some(h) = self.held.as_mut() else {
+            return false;
+        };
+        let Some(&idx) = self.open.get(key) else {
+            return false;
+        };
+        if h.index != idx || h.thinking != thinking {
+            return false;
+        }
+        // The message's block gets it when the message is next locked ([`settled`]).
+        h.delta.push_str(delta);
+        true
+    }
+
     /// Appends text to the block `key`, opening a text block first if needed.
     pub async fn text_delta(&mut self, key: &str, delta: &str) -> Result<(), Closed> {
+        if self.append_delta(key, false, delta) {
+            return Ok(());
+        }
         let (idx, opened) = self.open_block(key, || ContentBlock::text(""));
         if opened {
             self.emit(AssistantEvent::TextStart { content_index: idx })
@@ -556,7 +625,8 @@ impl MessageBuilder {
         if delta.is_empty() {
             return Ok(());
         }
-        if let Some(ContentBlock::Text(t)) = lock(&self.message).content.get_mut(idx) {
+        if let Some(ContentBlock::Text(t)) = settled(&self.message, &self.held).content.get_mut(idx)
+        {
             t.text.push_str(delta);
         }
         self.hold(idx, false, delta).await
@@ -564,6 +634,9 @@ impl MessageBuilder {
 
     /// Appends reasoning text to the block `key`, opening a thinking block first if needed.
     pub async fn thinking_delta(&mut self, key: &str, delta: &str) -> Result<(), Closed> {
+        if self.append_delta(key, true, delta) {
+            return Ok(());
+        }
         let (idx, opened) = self.open_block(key, || {
             ContentBlock::Thinking(ThinkingContent {
                 thinking: String::new(),
@@ -578,7 +651,9 @@ impl MessageBuilder {
         if delta.is_empty() {
             return Ok(());
         }
-        if let Some(ContentBlock::Thinking(t)) = lock(&self.message).content.get_mut(idx) {
+        if let Some(ContentBlock::Thinking(t)) =
+            settled(&self.message, &self.held).content.get_mut(idx)
+        {
             t.thinking.push_str(delta);
         }
         self.hold(idx, true, delta).await
@@ -587,7 +662,9 @@ impl MessageBuilder {
     /// Sets or extends the signature of the open thinking block `key`.
     pub fn thinking_signature(&mut self, key: &str, sig: &str) {
         if let Some(idx) = self.open.get(key) {
-            if let Some(ContentBlock::Thinking(t)) = lock(&self.message).content.get_mut(*idx) {
+            if let Some(ContentBlock::Thinking(t)) =
+                settled(&self.message, &self.held).content.get_mut(*idx)
+            {
                 t.thinking_signature
                     .get_or_insert_with(String::new)
                     .push_str(sig);
@@ -599,7 +676,9 @@ impl MessageBuilder {
     /// Pi's placeholder text.
     pub fn mark_redacted(&mut self, key: &str) {
         if let Some(idx) = self.open.get(key) {
-            if let Some(ContentBlock::Thinking(t)) = lock(&self.message).content.get_mut(*idx) {
+            if let Some(ContentBlock::Thinking(t)) =
+                settled(&self.message, &self.held).content.get_mut(*idx)
+            {
                 t.redacted = true;
                 if t.thinking.is_empty() {
                     t.thinking = REDACTED_THINKING_TEXT.to_string();
@@ -634,7 +713,9 @@ impl MessageBuilder {
     /// Sets the id or name of the tool call `key` when a later fragment first carries it.
     pub fn tool_call_fill(&mut self, key: &str, id: Option<&str>, name: Option<&str>) {
         if let Some(idx) = self.open.get(key) {
-            if let Some(ContentBlock::ToolCall(c)) = lock(&self.message).content.get_mut(*idx) {
+            if let Some(ContentBlock::ToolCall(c)) =
+                settled(&self.message, &self.held).content.get_mut(*idx)
+            {
                 if let Some(id) = id.filter(|s| !s.is_empty()) {
                     if c.id.is_empty() {
                         c.id = id.to_string();
@@ -661,7 +742,9 @@ impl MessageBuilder {
         raw.push_str(delta);
         if raw.len() <= PARTIAL_PARSE_LIMIT {
             let parsed = crate::json::parse_partial_arguments(raw);
-            if let Some(ContentBlock::ToolCall(c)) = lock(&self.message).content.get_mut(idx) {
+            if let Some(ContentBlock::ToolCall(c)) =
+                settled(&self.message, &self.held).content.get_mut(idx)
+            {
                 c.arguments = parsed;
             }
         }
@@ -681,7 +764,7 @@ impl MessageBuilder {
         };
         let raw = self.raw_args.get(&idx).filter(|r| !r.trim().is_empty());
         let ev = {
-            let mut m = lock(&self.message);
+            let mut m = settled(&self.message, &self.held);
             match m.content.get_mut(idx) {
                 Some(ContentBlock::Text(t)) => Some(AssistantEvent::TextEnd {
                     content_index: idx,
@@ -727,7 +810,7 @@ impl MessageBuilder {
         let Some(idx) = self.open.get(key).copied() else {
             return;
         };
-        match lock(&self.message).content.get_mut(idx) {
+        match settled(&self.message, &self.held).content.get_mut(idx) {
             Some(ContentBlock::Text(t)) => {
                 if let Some(text) = text {
                     t.text = text;
@@ -755,7 +838,7 @@ impl MessageBuilder {
 
     /// True when any tool-call block was opened.
     pub fn has_tool_calls(&self) -> bool {
-        lock(&self.message)
+        settled(&self.message, &self.held)
             .content
             .iter()
             .any(|b| matches!(b, ContentBlock::ToolCall(_)))
@@ -763,7 +846,7 @@ impl MessageBuilder {
 
     /// True when any text block has text.
     pub fn has_text(&self) -> bool {
-        lock(&self.message)
+        settled(&self.message, &self.held)
             .content
             .iter()
             .any(|b| matches!(b, ContentBlock::Text(t) if !t.text.is_empty()))
@@ -780,7 +863,7 @@ impl MessageBuilder {
     /// streamed, or text that does not parse as one (strictly, after Pi's string repair). At
     /// the end of a body without its end marker such a call was cut (case STRM-04).
     pub fn open_call_unfinished(&self) -> bool {
-        let m = lock(&self.message);
+        let m = settled(&self.message, &self.held);
         self.open.0.iter().any(|&(_, i)| {
             matches!(m.content.get(i), Some(ContentBlock::ToolCall(_)))
                 && self
@@ -808,7 +891,7 @@ impl MessageBuilder {
     pub fn set_usage(&mut self, mut usage: Usage) {
         usage.total_tokens = usage.input + usage.output + usage.cache_read + usage.cache_write;
         usage.cost = crate::models::calculate_cost(&self.rates, &usage);
-        lock(&self.message).usage = usage;
+        settled(&self.message, &self.held).usage = usage;
     }
 
     /// Closes open blocks and emits `done` with `reason`.
@@ -818,7 +901,7 @@ impl MessageBuilder {
         // The builder is done with the message: take it rather than copy it (the stream's
         // partial view is not read after the terminal event).
         let message = {
-            let mut m = lock(&self.message);
+            let mut m = settled(&self.message, &self.held);
             m.stop_reason = reason;
             std::mem::replace(&mut *m, AssistantMessage::empty("", "", ""))
         };
@@ -838,7 +921,7 @@ impl MessageBuilder {
         self.finished = true;
         let reason = failure.stop_reason();
         let message = {
-            let mut m = lock(&self.message);
+            let mut m = settled(&self.message, &self.held);
             m.stop_reason = reason;
             m.error_message = Some(failure.message());
             m.clone()
@@ -1063,6 +1146,89 @@ mod tests {
         rebuilt.timestamp = message.timestamp;
         rebuilt.stop_reason = message.stop_reason;
         assert_eq!(rebuilt, message);
+    }
+
+    #[tokio::test]
+    async fn append_delta_joins_only_the_held_delta_of_its_block_and_kind() {
+        let (tx, mut stream) = AssistantStream::channel();
+        let model = Model::new(crate::Api::Scripted, "p", "m", "");
+        let mut b = MessageBuilder::start(tx, &model).await.unwrap();
+        // Nothing open, nothing held: nothing done.
+        assert!(!b.append_delta("t", false, "x"));
+        b.text_delta("t", "He").await.unwrap();
+        // The held delta's block and kind: joined, in the held delta and, when read, the
+        // message.
+        assert!(b.append_delta("t", false, "ll"));
+        assert_eq!(b.snapshot().content, vec![ContentBlock::text("Hell")]);
+        assert!(b.append_delta("t", false, ""));
+        // Another kind of the same key, a block not open: nothing done.
+        assert!(!b.append_delta("t", true, "?"));
+        assert!(!b.append_delta("r", true, "?"));
+        b.thinking_delta("r", "Hm").await.unwrap();
+        // The held delta is now the thinking block's: the text block's delta is not joined.
+        assert!(!b.append_delta("t", false, "?"));
+        assert!(b.append_delta("r", true, "m"));
+        b.text_delta("t", "o").await.unwrap();
+        b.flush().await.unwrap();
+        // Flushed: nothing held, nothing joined.
+        assert!(!b.append_delta("t", false, "?"));
+        let message = b.finish(StopReason::Stop).await.unwrap();
+        let mut events = Vec::new();
+        while let Some(e) = stream.next().await {
+            events.push(e);
+        }
+        assert_eq!(
+            events[..6],
+            [
+                AssistantEvent::Start,
+                AssistantEvent::TextStart { content_index: 0 },
+                AssistantEvent::TextDelta {
+                    content_index: 0,
+                    delta: "Hell".into()
+                },
+                AssistantEvent::ThinkingStart { content_index: 1 },
+                AssistantEvent::ThinkingDelta {
+                    content_index: 1,
+                    delta: "Hmm".into()
+                },
+                AssistantEvent::TextDelta {
+                    content_index: 0,
+                    delta: "o".into()
+                },
+            ]
+        );
+        assert_eq!(
+            message.content,
+            vec![
+                ContentBlock::text("Hello"),
+                ContentBlock::Thinking(ThinkingContent {
+                    thinking: "Hmm".into(),
+                    thinking_signature: None,
+                    redacted: false,
+                }),
+            ]
+        );
+        // A follower holds nothing: it never joins (it rebuilds through `apply`).
+        let mut follower = MessageBuilder::follow(
+            AssistantMessage::empty("scripted", "p", "m"),
+            ModelCost::default(),
+        );
+        follower.apply(&AssistantEvent::TextStart { content_index: 0 });
+        assert!(!follower.append_delta("0", false, "x"));
+    }
+
+    #[tokio::test]
+    async fn a_builder_dropped_with_a_held_delta_leaves_it_in_the_partial() {
+        let (tx, stream) = AssistantStream::channel();
+        let model = Model::new(crate::Api::Scripted, "p", "m", "");
+        let mut b = MessageBuilder::start(tx, &model).await.unwrap();
+        b.text_delta("t", "par").await.unwrap();
+        assert!(b.append_delta("t", false, "tial"));
+        drop(b);
+        assert_eq!(
+            stream.partial().content,
+            vec![ContentBlock::text("partial")]
+        );
     }
 
     #[tokio::test]

@@ -605,7 +605,10 @@ async fn stream_body(
     // The block key: the event's `index` in decimal, empty without one.
     let mut key = String::new();
     let no_delta = EventDelta::default();
-    while let Some(ev) = sse.next(cancel, b).await? {
+    while let Some(ev) = match sse.queued() {
+        Some(ev) => Some(ev),
+        None => sse.next(cancel, b).await?,
+    } {
         if ev.event == "ping" {
             continue;
         }
@@ -657,10 +660,21 @@ async fn stream_body(
                 }
             }
             "content_block_delta" => match d.kind.as_str() {
-                Some("text_delta") => b.text_delta(&key, d.text.as_str().unwrap_or("")).await,
+                Some("text_delta") => {
+                    let t = d.text.as_str().unwrap_or("");
+                    if b.append_delta(&key, false, t) {
+                        Ok(())
+                    } else {
+                        b.text_delta(&key, t).await
+                    }
+                }
                 Some("thinking_delta") => {
-                    b.thinking_delta(&key, d.thinking.as_str().unwrap_or(""))
-                        .await
+                    let t = d.thinking.as_str().unwrap_or("");
+                    if b.append_delta(&key, true, t) {
+                        Ok(())
+                    } else {
+                        b.thinking_delta(&key, t).await
+                    }
                 }
                 Some("signature_delta") => {
                     b.thinking_signature(&key, d.signature.as_str().unwrap_or(""));

@@ -295,6 +295,14 @@ impl SseBody {
         matches!(before, b'\n' | b'\r')
     }
 
+    /// The next event already framed, if any: what [`SseBody::next`] returns first, taken
+    /// without building and polling its future (the adapters' loops ask this first, then
+    /// `next`: a read's piece frames dozens of events, each one a delta).
+    #[inline]
+    pub(crate) fn queued(&mut self) -> Option<Event> {
+        self.parser.next_event()
+    }
+
     /// The next event, `Ok(None)` at the end of the body; cancellation wins over a pending read.
     /// Before it waits for the body, `b`'s held delta is sent ([`MessageBuilder::flush`]): the
     /// deltas of the events one read brought go out together, and none waits for the next

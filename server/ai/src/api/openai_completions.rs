@@ -817,7 +817,12 @@ async fn stream_body(
     let mut done = false;
     // Where a chunk read through its `Value` is written out again (rare: see `read_chunk`).
     let mut spill = String::new();
-    while let Some(ev) = sse.next(cancel, b).await? {
+    // What a choice without a delta reads as (made once, not per chunk).
+    let no_delta = ChunkDelta::default();
+    while let Some(ev) = match sse.queued() {
+        Some(ev) => Some(ev),
+        None => sse.next(cancel, b).await?,
+    } {
         let chunk: StreamChunk = match read_chunk(&ev, &mut spill)? {
             Some(Chunk::Read(c)) => c,
             Some(Chunk::Skip) => continue,
@@ -876,11 +881,12 @@ async fn stream_body(
             finish = Some(map_finish(r));
             b.with_message(|m| m.raw_stop_reason = Some(r.to_string()));
         }
-        let no_delta = ChunkDelta::default();
         let delta = choice.delta.0.as_deref().unwrap_or(&no_delta);
         let mut step = Ok(());
         if let Some(t) = delta.content.as_str().filter(|t| !t.is_empty()) {
-            step = step.and(b.text_delta("text", t).await);
+            if !b.append_delta("text", false, t) {
+                step = step.and(b.text_delta("text", t).await);
+            }
         }
         // The first non-empty reasoning field of the chunk (Pi: some servers send the same
         // text in two fields); the field name becomes the block's signature for replay.
@@ -892,7 +898,9 @@ async fn stream_body(
         .into_iter()
         .find_map(|(f, v)| v.as_str().filter(|t| !t.is_empty()).map(|t| (f, t)))
         {
-            step = step.and(b.thinking_delta("thinking", t).await);
+            if !b.append_delta("thinking", true, t) {
+                step = step.and(b.thinking_delta("thinking", t).await);
+            }
             if !thinking_open {
                 thinking_open = true;
                 b.thinking_signature("thinking", field);

@@ -443,7 +443,10 @@ async fn stream_body(
     let mut reason: Option<StopReason> = None;
     // Where an event read through its `Value` is written out again (rare: see `read_chunk`).
     let mut spill = String::new();
-    while let Some(ev) = sse.next(cancel, b).await? {
+    while let Some(ev) = match sse.queued() {
+        Some(ev) => Some(ev),
+        None => sse.next(cancel, b).await?,
+    } {
         let data: StreamEvent = match read_chunk(&ev, &mut spill)? {
             Some(Chunk::Read(d)) => d,
             // The format's end is `response.completed` / `response.incomplete`; some proxies
@@ -488,6 +491,7 @@ async fn stream_body(
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 match &current {
+                    Some(k) if b.append_delta(k, true, delta) => Ok(()),
                     Some(k) => b.thinking_delta(k, delta).await,
                     None => Ok(()),
                 }
@@ -497,6 +501,7 @@ async fn stream_body(
                 None => Ok(()),
             },
             "response.output_text.delta" | "response.refusal.delta" => match &current {
+                Some(k) if b.append_delta(k, false, delta) => Ok(()),
                 Some(k) => b.text_delta(k, delta).await,
                 None => Ok(()),
             },
