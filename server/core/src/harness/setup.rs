@@ -378,15 +378,21 @@ pub fn agent_config_with(
     let mut all = tools.clone();
     // Pi 1.6 restores the recorded loadout unless `--tools` names the tools (a list of
     // `+name` / `-name` applies on top of it, below).
+    // `--no-builtin-tools` restores nothing (Pi 1.6: `usesDefaultTools` is false with any
+    // `noTools`) and starts from no built-in tool.
+    let no_builtin = ws.overrides().no_builtin_tools;
     let restored = recorded_tools.filter(|_| {
-        ws.overrides()
-            .tools
-            .as_ref()
-            .is_none_or(|l| l.iter().any(|e| is_tool_modifier(e)))
+        !no_builtin
+            && ws
+                .overrides()
+                .tools
+                .as_ref()
+                .is_none_or(|l| l.iter().any(|e| is_tool_modifier(e)))
     });
     let keep = |t: &Arc<dyn crate::agent::Tool>| restored.is_none_or(|r| r.keeps(&t.spec().name));
     match restored {
         Some(_) => tools.retain(keep),
+        None if no_builtin => tools.clear(),
         None => apply_default_tools(&mut tools, settings.raw("defaultTools")),
     }
     all.extend(extra_tools.iter().cloned());
