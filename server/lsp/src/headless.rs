@@ -4,7 +4,9 @@
 //! failed attempt's partial text never reaches it), or with `--json` every event as one JSON
 //! line, goes to stdout; tool calls, retries and errors go to stderr; the session is
 //! written to the sessions folder (`<workspace>/.pi/sessions/` by default). Exit code 0 when the
-//! run ends normally, 1 when it ends in an error or abort, 2 for bad usage or configuration,
+//! run ends normally, 1 when it ends in an error or abort or its answer was cut at the output
+//! limit (Pi's "Response was truncated" on stderr), or a `@path` argument names no file, 2 for
+//! bad usage or configuration,
 //! 128 + the signal's number on SIGTERM (143), SIGHUP (129) or SIGINT (130), after the same
 //! cleanup as the server's ([`Sessions::stop_all`]: the run aborted, its results written,
 //! process groups killed, the file synced and unlocked). At the end of every run the process
