@@ -1704,3 +1704,244 @@ async fn a_session_of_large_images_runs_in_bounded_memory() {
     // 219 MB. A debug build's peak here: 220 MiB.
     assert!(peak_mib < 250, "peak RSS {peak_mib} MiB");
 }
+
+/// The SSE body of one chat-completions answer `text` that stopped at its output limit
+/// (`finish_reason: "length"`), reporting `output` tokens.
+fn length_answer(text: &str, output: u64) -> Step {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let body = [
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": text}), Value::Null),
+        chunk(json!({}), json!("length")),
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
+                "usage": {"prompt_tokens": 100, "completion_tokens": output, "total_tokens": 100 + output}})
+        ),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    Step::Raw {
+        status: 200,
+        content_type: "text/event-stream".into(),
+        body,
+    }
+}
+
+/// Pi 1.6's `@path` arguments (`processFileArguments`), from a sub-folder of the workspace:
+/// a text file (its byte-order mark dropped) as `<file name="ABS">`, an empty file left out,
+/// a PNG as an image block after the text with an empty `<file name>` marker, the prompt
+/// last; paths absolute with `..` and `.` removed. Pi 1.6.0 (`pi -p @sub/../a.txt "say hi"
+/// @empty.txt @./img.png`, the same loopback model) sent this user message byte for byte. A
+/// missing file: Pi's error, exit code 1, no session file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_arguments_go_into_the_prompt_as_pi_puts_them() {
+    let mock = MockModel::start(vec![Step::text("ok")]).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"][0]["input"] = json!(["text", "image"]);
+    let h = Headless::new("file-args", &models);
+    std::fs::write(h.ws.join("a.txt"), "\u{feff}hello file\nline2").unwrap();
+    std::fs::write(h.ws.join("empty.txt"), "").unwrap();
+    // A 2×2 red PNG.
+    let png: &[u8] = &[
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44,
+        0x52, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x02, 0x08, 0x02, 0x00, 0x00, 0x00, 0xfd,
+        0xd4, 0x9a, 0x73, 0x00, 0x00, 0x00, 0x10, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8,
+        0xcf, 0xc0, 0x00, 0x44, 0x0c, 0x10, 0x0a, 0x00, 0x1f, 0xee, 0x03, 0xfd, 0x8b, 0x5f, 0x14,
+        0xd4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+    ];
+    std::fs::write(h.ws.join("img.png"), png).unwrap();
+    std::fs::create_dir_all(h.ws.join("sub")).unwrap();
+    let ws = h.ws.canonicalize().unwrap();
+    let out = tokio::task::block_in_place(|| {
+        h.command(&["run", "--model", "mock/mock-1"])
+            .args(["@sub/../a.txt", "say hi", "@empty.txt", "@./img.png"])
+            .current_dir(&ws)
+            .output()
+            .unwrap()
+    });
+    assert_success(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let sent = mock.requests()[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let w = ws.display();
+    assert_eq!(
+        sent,
+        json!({"role": "user", "content": [
+            {"type": "text", "text": format!("<file name=\"{w}/a.txt\">\nhello file\nline2\n</file>\n<file name=\"{w}/img.png\"></file>\nsay hi")},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAAABJRU5ErkJggg=="}}
+        ]})
+    );
+
+    let h2 = Headless::new("file-args-missing", &mock.models_json());
+    let ws2 = h2.ws.canonicalize().unwrap();
+    let out = tokio::task::block_in_place(|| {
+        h2.command(&["run", "--model", "mock/mock-1", "@nope.txt", "hi"])
+            .current_dir(&ws2)
+            .output()
+            .unwrap()
+    });
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        (
+            Some(1),
+            "",
+            format!("Error: File not found: {}/nope.txt", ws2.display()).as_str()
+        )
+    );
+    assert!(!ws2.join(".pi").exists(), "a missing file wrote a session");
+    assert_eq!(mock.requests().len(), 1);
+}
+
+/// Pi 1.6's print mode (`print-mode.js`) on an answer cut at the model's output limit
+/// (`finish_reason: "length"` with all of `maxTokens` used): the text on stdout, "Response was
+/// truncated: the model reached its output token limit." on stderr, exit code 1. Pi 1.6.0
+/// printed the same on the same loopback answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_answer_is_printed_and_fails_as_pi_prints_it() {
+    let mock = MockModel::start(vec![length_answer("Partial ans", 4096)]).await;
+    let h = Headless::new("length", &mock.models_json());
+    let out = h.run(&["--model", "mock/mock-1", "hello"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref(),
+            stderr.lines().next()
+        ),
+        (
+            Some(1),
+            "Partial ans\n",
+            Some("Response was truncated: the model reached its output token limit.")
+        )
+    );
+}
+
+/// Pi 1.6's `--no-builtin-tools` (`noTools: "builtin"`): no built-in tool, extension tools
+/// kept (here the built-in `todo` extension; Pi 1.6.0 has none, and sent no `tools`);
+/// `--tools +ls` adds `ls`, `--tools read,grep` selects just those (Pi 1.6.0 sent `[ls]` and
+/// `[read, grep]`); on a session Pi 1.6.0 ran with `--tools read,bash,ls` the recorded tools
+/// are not restored. `--no-tools` wins over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_builtin_tools_keeps_extension_tools_only() {
+    let mock = MockModel::start((0..5).map(|_| Step::text("ok")).collect()).await;
+    let h = Headless::new("no-builtin-tools", &mock.models_json());
+    let file = h.path().join("pi.jsonl");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/sessions/pi16/pi-1.6.0-tools-read-bash-ls.jsonl"
+        ),
+        &file,
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let m = ["--model", "mock/mock-1", "--no-builtin-tools"];
+    assert_success(&h.run(&[m[0], m[1], m[2], "x"]));
+    assert_success(&h.run(&[m[0], m[1], m[2], "--tools", "+ls", "x"]));
+    assert_success(&h.run(&[m[0], m[1], m[2], "--tools", "read,grep", "x"]));
+    assert_success(&h.run(&[m[0], m[1], m[2], "--session", &file, "x"]));
+    assert_success(&h.run(&[m[0], m[1], m[2], "--no-tools", "x"]));
+    let sent: Vec<Value> = mock
+        .requests()
+        .iter()
+        .map(|r| match r.body.get("tools") {
+            None => Value::Null,
+            Some(t) => t
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["function"]["name"].clone())
+                .collect(),
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            json!(["todo"]),
+            json!(["todo", "ls"]),
+            json!(["read", "grep"]),
+            json!(["todo"]),
+            Value::Null
+        ]
+    );
+}
+
+/// Pi 1.6's "restore missing settings metadata for older sessions" (`sdk.js`): a file with
+/// messages but no `thinking_level_change`, resumed, gets the level it now runs at appended
+/// right after its leaf, before the prompt (`medium` on a reasoning model, sent as
+/// `reasoning_effort`; `off` on one without reasoning); a file that has one gets none. Pi
+/// 1.6.0 appended `thinking_level_change` `off` at the same place on the same file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_file_without_a_thinking_level_gets_one_appended_as_pi_does() {
+    let mock = MockModel::start((0..6).map(|_| Step::text("ok")).collect()).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"] = json!([{"id": "r", "reasoning": true}, {"id": "p"}]);
+    let h = Headless::new("thinking-resume", &models);
+    let mut sent_levels = Vec::new();
+    for model in ["r", "p"] {
+        let ws = h.path().join(model);
+        std::fs::create_dir_all(&ws).unwrap();
+        let full = format!("mock/{model}");
+        assert_success(&run(&ws, &h.env, &["--model", &full, "one"]));
+        let file = session_file(&ws);
+        let kept: Vec<String> = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.contains("\"thinking_level_change\""))
+            .map(str::to_string)
+            .collect();
+        std::fs::write(&file, kept.join("\n") + "\n").unwrap();
+        let before = kept.len();
+        assert_success(&run(&ws, &h.env, &["--model", &full, "-c", "two"]));
+        assert_success(&run(&ws, &h.env, &["--model", &full, "-c", "three"]));
+        let lines = session_lines(&ws);
+        let added: Vec<(Value, Value)> = lines[before..]
+            .iter()
+            .map(|l| (l["type"].clone(), l["message"]["role"].clone()))
+            .collect();
+        assert_eq!(
+            added,
+            [
+                (json!("thinking_level_change"), Value::Null),
+                (json!("message"), json!("user")),
+                (json!("message"), json!("assistant")),
+                (json!("message"), json!("user")),
+                (json!("message"), json!("assistant")),
+            ]
+        );
+        assert_eq!(lines[before]["parentId"], lines[before - 1]["id"]);
+        sent_levels.push(lines[before]["thinkingLevel"].clone());
+    }
+    assert_eq!(sent_levels, [json!("medium"), json!("off")]);
+    let efforts: Vec<Value> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["reasoning_effort"].clone())
+        .collect();
+    assert_eq!(
+        efforts,
+        [
+            json!("medium"),
+            json!("medium"),
+            json!("medium"),
+            Value::Null,
+            Value::Null,
+            Value::Null
+        ]
+    );
+}

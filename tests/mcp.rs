@@ -1625,3 +1625,65 @@ async fn secrets_reach_no_file_log_payload_or_export() {
         assert_no_secret(&[&e.ws, &e.agent], s);
     }
 }
+
+/// Pi 1.6's restored loadout meets MCP tools (`_restoreToolsFromTranscript`: a tool the
+/// branch's stored system messages removed stays off): a session whose branch removed
+/// `mcp__everything__echo` continues without it although its server registers it again, the
+/// server's other tools still offered; `--tools +mcp__everything__echo` adds it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_the_branch_removed_stays_off_when_its_server_registers_it() {
+    let Some(ev) = everything() else {
+        require(
+            false,
+            "an_mcp_tool_the_branch_removed_stays_off_when_its_server_registers_it",
+            "node + server-everything",
+        );
+        return;
+    };
+    let mock = MockModel::start((0..3).map(|_| Step::text("ok")).collect()).await;
+    let e = setup(
+        "mcp-recorded",
+        &mock,
+        json!({"mcpServers": {"everything": everything_entry(&ev, "direct")}}),
+        None,
+    );
+    let ok = |out: &std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    ok(&run_async(&e, &["one"]).await.0);
+    let echo = "mcp__everything__echo".to_string();
+    let first = tool_names(&mock.requests()[0].body);
+    assert!(first.contains(&echo), "{first:?}");
+    // The branch removes it, as Pi 1.6 stores a removal (a system message patch).
+    let file = std::fs::read_dir(e.ws.join(".pi/sessions"))
+        .unwrap()
+        .map(|x| x.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    let last = session_lines(&e.ws).last().unwrap()["id"].clone();
+    let removal = json!({"type": "message", "id": "rm000001", "parentId": last,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": {"role": "system", "content": "", "sections": {},
+            "toolsRemoved": [{"name": echo}], "timestamp": 1767225600000u64}});
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(&format!("{removal}\n"));
+    std::fs::write(&file, text).unwrap();
+    ok(&run_async(&e, &["-c", "two"]).await.0);
+    ok(
+        &run_async(&e, &["-c", "--tools", "+mcp__everything__echo", "three"])
+            .await
+            .0,
+    );
+    let second = tool_names(&mock.requests()[1].body);
+    let third = tool_names(&mock.requests()[2].body);
+    assert!(!second.contains(&echo), "{second:?}");
+    assert!(
+        second.contains(&"mcp__everything__get_sum".to_string()),
+        "{second:?}"
+    );
+    assert!(third.contains(&echo), "{third:?}");
+}

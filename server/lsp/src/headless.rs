@@ -4,7 +4,9 @@
 //! failed attempt's partial text never reaches it), or with `--json` every event as one JSON
 //! line, goes to stdout; tool calls, retries and errors go to stderr; the session is
 //! written to the sessions folder (`<workspace>/.pi/sessions/` by default). Exit code 0 when the
-//! run ends normally, 1 when it ends in an error or abort, 2 for bad usage or configuration,
+//! run ends normally, 1 when it ends in an error or abort or its answer was cut at the output
+//! limit (Pi's "Response was truncated" on stderr), or a `@path` argument names no file, 2 for
+//! bad usage or configuration,
 //! 128 + the signal's number on SIGTERM (143), SIGHUP (129) or SIGINT (130), after the same
 //! cleanup as the server's ([`Sessions::stop_all`]: the run aborted, its results written,
 //! process groups killed, the file synced and unlocked). At the end of every run the process
@@ -59,11 +61,15 @@ pub struct RunArgs {
     /// the ones `tools` names, or adds with `+name` (an empty allowlist without it), and a
     /// resumed session's recorded tools are not restored.
     pub no_tools: bool,
+    /// `--no-builtin-tools`: no built-in tool by default (extension, MCP and editor tools
+    /// kept; [`RunOverrides::no_builtin_tools`]); `--no-tools` wins over it, as in Pi 1.6.
+    pub no_builtin_tools: bool,
     /// `--plan`: start in plan mode (the built-in `plan-mode` extension); the plan/todo list
     /// is printed at the end (with `--json`: one line `{"type": "plan", …state}`).
     pub plan: bool,
-    /// The prompt's text (`None`: only what stdin gives).
-    pub prompt: Option<String>,
+    /// The positional arguments as given: `@path` ones are file arguments ([`file_arguments`]),
+    /// the first other one is the prompt's text (none: only what stdin and the files give).
+    pub args: Vec<String>,
 }
 
 /// Which session `run` continues.
@@ -125,14 +131,165 @@ fn piped_stdin() -> Option<String> {
     (!text.is_empty()).then(|| text.to_string())
 }
 
-/// The prompt as Pi 1.6's print mode builds it (`buildInitialMessage`): the piped input, then
-/// the argument, joined with nothing between them.
-fn prompt_text(piped: Option<String>, arg: Option<String>) -> Option<String> {
-    match (piped, arg) {
-        (Some(p), Some(a)) => Some(format!("{p}{a}")),
-        (Some(p), None) => Some(p),
-        (None, a) => a,
+/// The prompt as Pi 1.6's print mode builds it (`buildInitialMessage`,
+/// `dist/cli/initial-message.js`): the piped input, then the file arguments' text, then the
+/// argument, joined with nothing between them (`None` when all are missing or empty).
+fn prompt_text(piped: Option<String>, files: &str, arg: Option<String>) -> Option<String> {
+    let parts: Vec<String> = [piped, (!files.is_empty()).then(|| files.to_string()), arg]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!parts.is_empty()).then(|| parts.concat())
+}
+
+/// What `@path` arguments give the prompt (Pi 1.6's `processFileArguments`,
+/// `dist/cli/file-processor.js`): text, and image blocks in argument order.
+#[derive(Debug, Default, PartialEq)]
+struct FileArguments {
+    /// Per file, in argument order: `<file name="ABS">\nTEXT\n</file>\n` for a text file
+    /// (a leading byte-order mark dropped; bytes that are not UTF-8 read as U+FFFD, as
+    /// Node's `readFile(…, "utf-8")`), `<file name="ABS"></file>\n` for an image; nothing for
+    /// an empty file.
+    text: String,
+    images: Vec<pi_ai::ImageContent>,
+}
+
+/// Reads Pi's `@path` arguments (the `@` already removed): each path with `~` expanded and
+/// made absolute against `cwd` (Node's `path.resolve`: `.` and `..` removed, symlinks kept),
+/// then read as an image when its first bytes are one ([`image_mime`]: sent as the file's
+/// bytes, base64, unresized — Pi's print mode reads them with `autoResizeImages: false`),
+/// else as text. A path that does not exist is Pi's error, word for word:
+/// `Error: File not found: ABS`; one that cannot be read: `Error: Could not read file ABS:
+/// WHY`.
+fn file_arguments(paths: &[&str], cwd: &std::path::Path) -> Result<FileArguments, String> {
+    use base64::Engine as _;
+    let mut out = FileArguments::default();
+    for p in paths {
+        let abs = absolute(cwd, p);
+        let shown = abs.display().to_string();
+        let meta =
+            std::fs::metadata(&abs).map_err(|_| format!("Error: File not found: {shown}"))?;
+        if meta.len() == 0 {
+            continue;
+        }
+        let bytes =
+            std::fs::read(&abs).map_err(|e| format!("Error: Could not read file {shown}: {e}"))?;
+        match image_mime(&bytes) {
+            Some(mime) => {
+                out.images.push(pi_ai::ImageContent {
+                    data: base64::engine::general_purpose::STANDARD
+                        .encode(&bytes)
+                        .into(),
+                    mime_type: mime.to_string(),
+                });
+                out.text
+                    .push_str(&format!("<file name=\"{shown}\"></file>\n"));
+            }
+            None => {
+                let text = String::from_utf8_lossy(&bytes);
+                let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+                out.text
+                    .push_str(&format!("<file name=\"{shown}\">\n{text}\n</file>\n"));
+            }
+        }
     }
+    Ok(out)
+}
+
+/// `path` with a leading `~` / `~/` expanded and made absolute against `cwd`, `.` and `..`
+/// removed without reading the disk (Node's `path.resolve`).
+fn absolute(cwd: &std::path::Path, path: &str) -> PathBuf {
+    use std::path::Component;
+    let home = || std::env::var_os("HOME").map(PathBuf::from);
+    let joined = match (path, home()) {
+        ("~", Some(h)) => h,
+        (p, Some(h)) if p.starts_with("~/") => h.join(&p[2..]),
+        (p, _) => cwd.join(p),
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// The image type Pi 1.6 sends a file as (`detectSupportedImageMimeType`,
+/// `dist/utils/mime.js`), from its first bytes: JPEG (not JPEG-LS, `FF D8 FF F7`), PNG (with
+/// its `IHDR` header, not animated: no `acTL` chunk before `IDAT`), GIF87a/89a, WebP (`RIFF` …
+/// `WEBP`), BMP (`BM` with a plausible header); `None`: the file is text.
+fn image_mime(b: &[u8]) -> Option<&'static str> {
+    // Pi reads the first 4,100 bytes (`IMAGE_TYPE_SNIFF_BYTES`).
+    let b = &b[..b.len().min(4100)];
+    let u32_be = |at: usize| {
+        b.get(at..at + 4)
+            .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+    };
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
+    if b.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        return (b.get(3) != Some(&0xF7)).then_some("image/jpeg");
+    }
+    if b.starts_with(PNG) {
+        let is_png = b.len() >= 16 && u32_be(8) == Some(13) && &b[12..16] == b"IHDR";
+        // An animated PNG has an `acTL` chunk before its first `IDAT`.
+        let mut at = PNG.len();
+        let mut animated = false;
+        while let (Some(len), Some(kind)) = (u32_be(at), b.get(at + 4..at + 8)) {
+            if kind == b"acTL" {
+                animated = true;
+                break;
+            }
+            if kind == b"IDAT" {
+                break;
+            }
+            let next = at + 12 + len as usize;
+            if next <= at || next > b.len() {
+                break;
+            }
+            at = next;
+        }
+        return (is_png && !animated).then_some("image/png");
+    }
+    if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
+        return Some("image/gif");
+    }
+    if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
+        return Some("image/webp");
+    }
+    if b.starts_with(b"BM") && is_bmp(b) {
+        return Some("image/bmp");
+    }
+    None
+}
+
+/// Pi 1.6's `isBmp`: a BMP file header whose sizes agree and whose DIB header is a core
+/// (12 bytes) or info header (40–124) of one plane at 1, 4, 8, 16, 24 or 32 bits a pixel
+/// (bytes past the end read as 0, as Pi reads them).
+fn is_bmp(b: &[u8]) -> bool {
+    let byte = |i: usize| u32::from(b.get(i).copied().unwrap_or(0));
+    let u16_le = |at: usize| byte(at) | byte(at + 1) << 8;
+    let u32_le = |at: usize| u16_le(at) | u16_le(at + 2) << 16;
+    if b.len() < 26 {
+        return false;
+    }
+    let (size, pixels, dib) = (u32_le(2), u32_le(10), u32_le(14));
+    if (size != 0 && size < 26)
+        || u64::from(pixels) < 14 + u64::from(dib)
+        || (size != 0 && pixels >= size)
+    {
+        return false;
+    }
+    let (planes, bits) = match dib {
+        12 => (u16_le(22), u16_le(24)),
+        40..=124 if b.len() >= 30 => (u16_le(26), u16_le(28)),
+        _ => return false,
+    };
+    planes == 1 && [1, 4, 8, 16, 24, 32].contains(&bits)
 }
 
 /// `pi-lsp sessions`: prints the workspace folder's sessions; returns the exit code.
@@ -191,10 +348,22 @@ struct PrintSink {
     failed_save: Arc<AtomicBool>,
     /// The error of the latest assistant message, printed once at the end of the run.
     last_error: Mutex<Option<String>>,
-    /// The text of the latest assistant message that did not fail, printed to stdout at the
-    /// end of the run.
-    last_answer: Mutex<Option<String>>,
+    /// The latest assistant message that did not fail, printed to stdout at the end of the
+    /// run.
+    last_answer: Mutex<Option<Answer>>,
 }
+
+/// What print mode prints of an answer.
+struct Answer {
+    /// Its text blocks, in order.
+    texts: Vec<String>,
+    /// It stopped at its output limit (`length`).
+    truncated: bool,
+}
+
+/// Pi 1.6's stderr line after an answer cut at the model's output limit (`stopReason`
+/// `length`); the run's exit code is then 1.
+pub const TRUNCATED: &str = "Response was truncated: the model reached its output token limit.";
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 #[async_trait]
@@ -224,8 +393,19 @@ impl SessionListener for PrintSink {
                     // answer.
                     *self.last_error.lock() = a.error_message.clone();
                     *self.last_answer.lock() =
-                        (!matches!(a.stop_reason, StopReason::Error | StopReason::Aborted))
-                            .then(|| a.text());
+                        (!matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)).then(
+                            || Answer {
+                                texts: a
+                                    .content
+                                    .iter()
+                                    .filter_map(|b| match b {
+                                        pi_ai::ContentBlock::Text(t) => Some(t.text.clone()),
+                                        _ => None,
+                                    })
+                                    .collect(),
+                                truncated: a.stop_reason == StopReason::Length,
+                            },
+                        );
                 }
                 AgentEvent::AutoRetryStart {
                     attempt,
@@ -257,9 +437,14 @@ impl SessionListener for PrintSink {
                     if let Some(e) = self.last_error.lock().take() {
                         eprintln!("pi-lsp: {e}");
                     }
-                    if let Some(text) = self.last_answer.lock().take() {
-                        if !text.is_empty() {
+                    // Pi 1.6's print mode (`dist/modes/print-mode.js`): each text block on a
+                    // line of its own; a truncated answer is said so on stderr.
+                    if let Some(answer) = self.last_answer.lock().take() {
+                        for text in &answer.texts {
                             let _ = writeln!(out, "{text}");
+                        }
+                        if answer.truncated {
+                            eprintln!("{TRUNCATED}");
                         }
                     }
                 }
@@ -431,6 +616,7 @@ fn run_overrides(args: &RunArgs) -> Result<RunOverrides, String> {
         system_prompt: args.system_prompt.as_deref().map(read),
         append_system_prompt: args.append_system_prompt.iter().map(|a| read(a)).collect(),
         tools,
+        no_builtin_tools: args.no_builtin_tools && !args.no_tools,
         session_dir: None,
     })
 }
@@ -466,10 +652,38 @@ pub async fn run(args: RunArgs) -> i32 {
             }
         },
     };
-    // An empty or blank prompt, from the argument or stdin, is no prompt.
-    let Some(prompt) =
-        prompt_text(piped_stdin(), args.prompt.clone()).filter(|p| !p.trim().is_empty())
-    else {
+    // `@path` arguments are files wherever they stand; the first other argument is the prompt
+    // (Pi 1.6's `parseArgs`; its later messages, each a prompt of its own, are not taken here).
+    let (files, messages): (Vec<&str>, Vec<&str>) = args
+        .args
+        .iter()
+        .map(String::as_str)
+        .partition(|a| a.starts_with('@'));
+    if messages.len() > 1 {
+        eprintln!(
+            "pi-lsp: one prompt at a time ({} given; quote the prompt as one argument)",
+            messages.len()
+        );
+        return 2;
+    }
+    let files: Vec<&str> = files.iter().map(|f| &f[1..]).collect();
+    // Pi reads the files against its process's folder; a missing one ends the run with its
+    // words and exit code 1, before anything is written.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| workspace.clone());
+    let attached = match file_arguments(&files, &cwd) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    // An empty or blank prompt, from the argument, the files or stdin, is no prompt.
+    let Some(prompt) = prompt_text(
+        piped_stdin(),
+        &attached.text,
+        messages.first().map(|m| m.to_string()),
+    )
+    .filter(|p| !p.trim().is_empty() || !attached.images.is_empty()) else {
         eprintln!("pi-lsp: no prompt (give one, or pipe it on stdin)");
         return 2;
     };
@@ -551,7 +765,7 @@ pub async fn run(args: RunArgs) -> i32 {
     let code = run_session(
         &sessions,
         &session,
-        &prompt,
+        (&prompt, attached.images),
         &failed_save,
         args.plan,
         args.json,
@@ -584,7 +798,7 @@ fn same_model(model: &pi_ai::Model, named: &str) -> bool {
 async fn run_session(
     sessions: &Sessions,
     session: &Arc<AgentSession>,
-    prompt: &str,
+    (prompt, images): (&str, Vec<pi_ai::ImageContent>),
     failed_save: &AtomicBool,
     plan: bool,
     json: bool,
@@ -615,7 +829,7 @@ async fn run_session(
             return 2;
         }
     }
-    match session.prompt(prompt, Vec::new(), None, None).await {
+    match session.prompt(prompt, images, None, None).await {
         // Extension commands come first (Pi: before templates and skills).
         Ok(PromptOutcome::Command(name)) => {
             eprintln!("pi-lsp: ran extension command /{name}");
@@ -644,7 +858,8 @@ async fn run_session(
     saved();
     let stop = session.last_outcome().map(|o| o.stop_reason);
     match stop {
-        Some(StopReason::Error | StopReason::Aborted) | None => 1,
+        // Pi 1.6's print mode: a truncated answer (`length`) is printed, and fails.
+        Some(StopReason::Error | StopReason::Aborted | StopReason::Length) | None => 1,
         _ if failed_save.load(Ordering::SeqCst) => 1,
         _ => 0,
     }

@@ -87,6 +87,11 @@ enum Command {
         /// recorded tools are not restored.
         #[arg(long)]
         no_tools: bool,
+        /// Disable the built-in tools by default (Pi's `--no-builtin-tools`): extension,
+        /// MCP and editor tools stay on; `--tools` names or adds (`+name`) built-ins back; a
+        /// resumed session's recorded tools are not restored. `--no-tools` wins over it.
+        #[arg(long = "no-builtin-tools")]
+        no_builtin_tools: bool,
         /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
         #[arg(long)]
         no_mcp: bool,
@@ -95,8 +100,13 @@ enum Command {
         /// plan is printed at the end.
         #[arg(long)]
         plan: bool,
-        /// The prompt. Text piped on stdin is put before it, as Pi's print mode does.
-        prompt: Option<String>,
+        /// The prompt, and `@path` arguments (Pi's file arguments, anywhere among them): a text
+        /// file goes into the prompt as `<file name="/abs/path">\n…\n</file>`, an image (PNG,
+        /// JPEG, GIF, WebP, BMP by content) as an image block with an empty `<file name>`
+        /// marker. Text piped on stdin comes first, then the files, then the prompt, as Pi's
+        /// print mode joins them.
+        #[arg(value_name = "PROMPT | @FILE")]
+        args: Vec<String>,
     },
     /// List the workspace folder's sessions, newest first, as Pi's `--resume` picker shows
     /// them: id, last activity, message entries, name or first prompt.
@@ -213,9 +223,10 @@ fn main() -> anyhow::Result<()> {
             append_system_prompt,
             tools,
             no_tools,
+            no_builtin_tools,
             no_mcp,
             plan,
-            prompt,
+            args,
         }) => {
             pi_core::mcp::set_disabled(no_mcp);
             // MCP failures and configuration errors, once each (docs/mcp.md "Lifecycle").
@@ -243,8 +254,9 @@ fn main() -> anyhow::Result<()> {
                 append_system_prompt,
                 tools,
                 no_tools,
+                no_builtin_tools,
                 plan,
-                prompt,
+                args,
             }));
             rt.block_on(pi_core::mcp::shutdown_all());
             rt.shutdown_timeout(std::time::Duration::from_millis(200));

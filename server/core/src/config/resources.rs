@@ -136,6 +136,11 @@ pub struct RunOverrides {
     /// `--tools`: an allowlist of names or `*` patterns, or only `+name` / `-name` entries
     /// over the default selection ([`crate::harness::select_cli_tools`]).
     pub tools: Option<Vec<String>>,
+    /// `--no-builtin-tools` (Pi 1.6's `noTools: "builtin"`): the default selection has no
+    /// built-in tool (extensions', MCP and the editor's tools stay on), `tools` names or adds
+    /// them back, and a resumed session's recorded tools are not restored (Pi's
+    /// `usesDefaultTools` is false).
+    pub no_builtin_tools: bool,
     /// The sessions folder for this process, over every other setting
     /// ([`crate::harness::sessions_dir`]); `pi-lsp run --no-session` points it at a private
     /// folder it removes.

@@ -918,8 +918,18 @@ fn build_config(
     // MCP servers' tools (the workspace's, and servers handed to this session).
     // `--tools` filters them (Pi 1.6), then the extensions' tool filters (plan mode: MCP
     // tools without `readOnlyHint` off) apply to them as to the run's own tools.
+    // The branch's recorded loadout first: an MCP tool it removed stays off (Pi 1.6).
+    let restored = setup::restored_tools(ws, recorded_tools).cloned();
     cfg.dynamic_tools = crate::mcp::run_tools(ws, id, writer).map(|t| {
         let tools = t as Arc<dyn crate::agent::ToolProvider>;
+        let tools = match restored {
+            Some(recorded) => Arc::new(setup::RecordedToolFilter {
+                inner: tools,
+                recorded,
+                entries: ws.overrides().tools.clone().unwrap_or_default(),
+            }) as Arc<dyn crate::agent::ToolProvider>,
+            None => tools,
+        };
         let tools = match &ws.overrides().tools {
             Some(entries) => Arc::new(setup::CliToolFilter {
                 inner: tools,

@@ -32,9 +32,12 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use pi_ai::models::ThinkingLevel;
 
-use super::{choose_model, open_file_with, sessions_dir, AgentSession, Opening, SessionSetup};
+use super::{
+    choose_model, open_file_with, sessions_dir, setup, AgentSession, Opening, SessionSetup,
+};
 use crate::harness::queue::QueuedMessage;
 use crate::resources::WorkspaceConfig;
+use crate::session::EntryData;
 use crate::session::{
     file_ownership, find_session_file, list_workspace_sessions, lock_held, pi_sessions_dir,
     Ownership,
@@ -339,6 +342,7 @@ impl Sessions {
             self.default_model.as_deref(),
         )
         .map_err(|e| Error::Model(e.to_string()))?;
+        record_missing_thinking_level(&s).map_err(Error::Session)?;
         let id = s.id().to_string();
         Ok(self.live.lock().entry(id).or_insert(s).clone())
     }
@@ -498,6 +502,37 @@ impl AgentSession {
     pub(super) fn close_file(&self) -> Result<(), SessionError> {
         crate::session::lock_writer_for_close(&self.writer).close()
     }
+}
+
+/// Pi 1.6's "restore missing settings metadata for older sessions" (`createAgentSession`,
+/// `dist/core/sdk.js`): a resumed file with messages but no `thinking_level_change` on its
+/// branch runs at `defaultThinkingLevel`, else `medium`, clamped to the model
+/// ([`setup::resumed_thinking_level`]), and gets that level appended at once, as the next
+/// entry after its leaf (before the run's prompt; also `off` for a model without reasoning).
+fn record_missing_thinking_level(s: &AgentSession) -> Result<(), SessionError> {
+    let mut w = s.lock_writer()?;
+    let Some(leaf) = w.leaf().map(str::to_string) else {
+        return Ok(());
+    };
+    let test = crate::session::EntryShape::kind_or_role_test("thinking_level_change");
+    let recorded = w
+        .tree()
+        .path_where(&leaf, test)
+        .iter()
+        .any(|e| e.kind == "thinking_level_change");
+    if recorded || w.tree().agent_message_count(Some(&leaf)) == 0 {
+        return Ok(());
+    }
+    let mut model = s.model();
+    let level = setup::resumed_thinking_level(&s.ws.settings(), &model);
+    w.append(EntryData::ThinkingLevelChange {
+        thinking_level: level.as_str().to_string(),
+    })?;
+    drop(w);
+    model.thinking_level = Some(level);
+    s.live.lock().model = model;
+    s.agent.set_config(s.config());
+    Ok(())
 }
 
 #[cfg(test)]

@@ -319,6 +319,50 @@ impl RecordedTools {
     }
 }
 
+/// The recorded loadout a run restores (Pi 1.6's `usesDefaultTools`): `recorded`, unless
+/// `--tools` names the tools (a list of only `+name` / `-name` entries applies on top of it
+/// instead), or `--no-tools` / `--no-builtin-tools` is given (Pi restores nothing with any
+/// `noTools`).
+pub fn restored_tools<'a>(
+    ws: &WorkspaceConfig,
+    recorded: Option<&'a RecordedTools>,
+) -> Option<&'a RecordedTools> {
+    let o = ws.overrides();
+    recorded.filter(|_| {
+        !o.no_builtin_tools
+            && o.tools
+                .as_ref()
+                .is_none_or(|l| l.iter().any(|e| is_tool_modifier(e)))
+    })
+}
+
+/// A session's tools that come and go (MCP's) under the branch's restored loadout
+/// ([`restored_tools`]; Pi 1.6's `_restoreToolsFromTranscript`): a tool the replay removed
+/// stays off when its server registers it again ([`RecordedTools::keeps`]), unless `--tools
+/// +name` adds it back.
+pub struct RecordedToolFilter {
+    pub inner: Arc<dyn crate::agent::ToolProvider>,
+    pub recorded: RecordedTools,
+    /// The `--tools` entries (only `+name` / `-name` ones reach here).
+    pub entries: Vec<String>,
+}
+
+#[async_trait::async_trait]
+impl crate::agent::ToolProvider for RecordedToolFilter {
+    async fn tools(self: Arc<Self>) -> Vec<Arc<dyn crate::agent::Tool>> {
+        let mut tools = self.inner.clone().tools().await;
+        tools.retain(|t| {
+            let name = t.spec().name;
+            self.recorded.keeps(&name)
+                || self
+                    .entries
+                    .iter()
+                    .any(|e| e.strip_prefix('+') == Some(name.as_str()))
+        });
+        tools
+    }
+}
+
 /// See [`RunAdditions::tool_filter`].
 pub type ToolFilter<'a> = &'a dyn Fn(&mut Vec<Arc<dyn crate::agent::Tool>>);
 
@@ -378,15 +422,12 @@ pub fn agent_config_with(
     let mut all = tools.clone();
     // Pi 1.6 restores the recorded loadout unless `--tools` names the tools (a list of
     // `+name` / `-name` applies on top of it, below).
-    let restored = recorded_tools.filter(|_| {
-        ws.overrides()
-            .tools
-            .as_ref()
-            .is_none_or(|l| l.iter().any(|e| is_tool_modifier(e)))
-    });
+    let no_builtin = ws.overrides().no_builtin_tools;
+    let restored = restored_tools(ws, recorded_tools);
     let keep = |t: &Arc<dyn crate::agent::Tool>| restored.is_none_or(|r| r.keeps(&t.spec().name));
     match restored {
         Some(_) => tools.retain(keep),
+        None if no_builtin => tools.clear(),
         None => apply_default_tools(&mut tools, settings.raw("defaultTools")),
     }
     all.extend(extra_tools.iter().cloned());
