@@ -104,10 +104,25 @@ impl SystemState {
         state
     }
 
-    /// The state of a harness run: `prompt` as [`PROMPT_SECTION`], `tools` as declarations.
-    pub fn of_run(prompt: &str, tools: &[pi_ai::ToolSpec]) -> SystemState {
+    /// The state of a harness run: its prompt's `sections` (Pi 1.6's, by name, in order) when
+    /// given and they render to `prompt` (pi-ai's `getSystemMessageText`), else `prompt` as the
+    /// one section [`PROMPT_SECTION`]; `tools` as declarations.
+    pub fn of_run(
+        prompt: &str,
+        prompt_sections: Option<&[(String, String)]>,
+        tools: &[pi_ai::ToolSpec],
+    ) -> SystemState {
         let mut sections = Map::new();
-        sections.insert(PROMPT_SECTION.into(), json!(prompt));
+        match prompt_sections.filter(|s| crate::prompt::render_sections(s) == prompt) {
+            Some(named) => {
+                for (name, text) in named {
+                    sections.insert(name.clone(), json!(text));
+                }
+            }
+            None => {
+                sections.insert(PROMPT_SECTION.into(), json!(prompt));
+            }
+        }
         SystemState {
             content: Vec::new(),
             sections,
@@ -158,14 +173,27 @@ impl SystemState {
         m.insert("role".into(), json!("system"));
         m.insert("content".into(), json!(""));
         m.insert("sections".into(), Value::Object(sections));
+        // Pi 1.6's key order: the prompt's message, then the loop's tool declarations.
+        m.insert("timestamp".into(), json!(timestamp));
         if !added.is_empty() || !self.seen {
             m.insert("toolsAdded".into(), Value::Array(added));
         }
         if !removed.is_empty() {
             m.insert("toolsRemoved".into(), Value::Array(removed));
         }
-        m.insert("timestamp".into(), json!(timestamp));
         Some(Value::Object(m))
+    }
+
+    /// The prompt this state gives as the leading system message (pi-ai's
+    /// `getSystemMessageText`): its content, then every section's text, joined by blank lines.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .map(String::as_str)
+            .chain(self.sections.values().filter_map(Value::as_str))
+            .filter(|p| !p.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n\n")
     }
 
     /// The complete system message of this state (a compaction's `systemMessage`).
@@ -321,7 +349,7 @@ mod tests {
             description: d.into(),
             parameters: json!({"type": "object"}),
         };
-        let first = SystemState::of_run("P1", &[spec("read", "r"), spec("bash", "b")]);
+        let first = SystemState::of_run("P1", None, &[spec("read", "r"), spec("bash", "b")]);
         let full = SystemState::default().patch_to(&first, 7).unwrap();
         assert_eq!(
             full,
@@ -334,7 +362,7 @@ mod tests {
         assert_eq!(replayed, first);
         assert_eq!(replayed.patch_to(&first, 8), None);
         // Another prompt, bash changed, read removed, grep added.
-        let second = SystemState::of_run("P2", &[spec("bash", "b2"), spec("grep", "g")]);
+        let second = SystemState::of_run("P2", None, &[spec("bash", "b2"), spec("grep", "g")]);
         let patch = replayed.patch_to(&second, 9).unwrap();
         assert_eq!(
             patch,
@@ -349,7 +377,8 @@ mod tests {
         let mut pi = SystemState::default();
         pi.apply(&json!({"role":"system","content":"","sections":{"preamble":"x","cwd":"y"},"toolsAdded":[]}));
         assert_eq!(
-            pi.patch_to(&SystemState::of_run("P", &[]), 1).unwrap()["sections"],
+            pi.patch_to(&SystemState::of_run("P", None, &[]), 1)
+                .unwrap()["sections"],
             json!({"preamble": null, "cwd": null, "prompt": "P"})
         );
     }

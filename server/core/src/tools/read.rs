@@ -659,12 +659,12 @@ fn read_opened(mut file: std::fs::File, len: u64) -> Option<Small> {
 
 #[async_trait]
 impl Tool for ReadTool {
-    /// Pi's `promptSnippet` of `read` (`core/tools/read.js`, 0.73.1).
+    /// Pi's `promptSnippet` of `read` (`core/tools/read.js`, 1.6).
     fn prompt_snippet(&self) -> Option<String> {
         Some("Read file contents".into())
     }
 
-    /// Pi's `promptGuidelines` of `read` (`core/tools/read.js`, 0.73.1).
+    /// Pi's `promptGuidelines` of `read` (`core/tools/read.js`, 1.6).
     fn prompt_guidelines(&self) -> Vec<String> {
         ["Use read to examine files instead of cat or sed."]
             .map(String::from)
@@ -679,7 +679,7 @@ impl Tool for ReadTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "read".into(),
-            description: format!("Read the contents of a file. Supports text files and images (jpg, png, gif, webp). Images are sent as attachments. For text files, output is truncated to {MAX_LINES} lines or 50KB (whichever is hit first). Use offset/limit for large files. When you need the full file, continue with offset until complete. Open editor buffers are read with their unsaved changes."),
+            description: format!("Read the contents of a file. Supports text files and images (jpg, png, gif, webp, bmp). Images are sent as attachments. For text files, output is truncated to {MAX_LINES} lines or 50KB (whichever is hit first). Use offset/limit for large files. When you need the full file, continue with offset until complete."),
             parameters: json!({"type":"object","required":["path"],"properties":{
                 "path":{"type":"string","description":"Path to the file to read (relative or absolute)"},
                 "offset":{"type":"number","description":"Line number to start reading from (1-indexed)"},
