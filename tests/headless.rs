@@ -626,7 +626,7 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
     let (prompt, tools) = prompt_and_tools(&mock.requests()[1].body);
     assert_eq!(tools, ["read", "todo", "ls"]);
     assert!(
-        prompt.starts_with("GLOBAL SYSTEM\n\nGLOBAL APPEND\n"),
+        prompt.starts_with("GLOBAL SYSTEM\n\n<addendum>\nGLOBAL APPEND\n"),
         "{prompt}"
     );
 

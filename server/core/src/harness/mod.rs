@@ -991,7 +991,7 @@ impl crate::agent::SystemMessages for StoredSystemMessages {
         let tree = w.tree();
         let path = tree.path(w.leaf()?);
         let state = crate::session::SystemState::of_path(&path);
-        if !state.content.is_empty() || state.text() != system_prompt {
+        if !state.content.is_empty() || !state.renders(system_prompt) {
             return None;
         }
         let layout = crate::session::path_system_layout(&path);

@@ -184,16 +184,21 @@ impl SystemState {
         Some(Value::Object(m))
     }
 
-    /// The prompt this state gives as the leading system message (pi-ai's
-    /// `getSystemMessageText`): its content, then every section's text, joined by blank lines.
-    pub fn text(&self) -> String {
-        self.content
-            .iter()
-            .map(String::as_str)
-            .chain(self.sections.values().filter_map(Value::as_str))
-            .filter(|p| !p.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n\n")
+    /// Whether this state's sections are those of `prompt` in any order (a patch keeps a
+    /// section where it was first set, so a replayed order can differ from a fresh build's):
+    /// every section's text found in `prompt`, and, put in the order found there, their texts
+    /// joined by blank lines are `prompt`.
+    pub fn renders(&self, prompt: &str) -> bool {
+        let mut found = Vec::new();
+        for text in self.sections.values() {
+            match text.as_str().and_then(|t| prompt.find(t).map(|at| (at, t))) {
+                Some(f) => found.push(f),
+                None => return false,
+            }
+        }
+        found.sort_unstable();
+        let texts: Vec<&str> = found.into_iter().map(|(_, t)| t).collect();
+        texts.join("\n\n") == prompt
     }
 
     /// The complete system message of this state (a compaction's `systemMessage`).
@@ -381,5 +386,17 @@ mod tests {
                 .unwrap()["sections"],
             json!({"preamble": null, "cwd": null, "prompt": "P"})
         );
+    }
+
+    #[test]
+    fn a_replayed_state_renders_the_prompt_in_any_section_order() {
+        let mut state = SystemState::default();
+        state.apply(&json!({"role":"system","content":"","sections":{"preamble":"P","rules":"<rules>\nR\n</rules>"}}));
+        state.apply(&json!({"role":"system","content":"","sections":{"tools":"<tools>\nT\n</tools>","rules":"<rules>\nR2\n</rules>"}}));
+        // Replayed order: preamble, rules, tools; the prompt's: preamble, tools, rules.
+        assert!(state.renders("P\n\n<tools>\nT\n</tools>\n\n<rules>\nR2\n</rules>"));
+        assert!(!state.renders("P\n\n<tools>\nT\n</tools>\n\n<rules>\nR\n</rules>"));
+        assert!(!state
+            .renders("P\n\n<tools>\nT\n</tools>\n\n<rules>\nR2\n</rules>\n\n<cwd>\n/\n</cwd>"));
     }
 }
