@@ -4,7 +4,8 @@ prompts, Pi and pi-lsp side by side, and what differs printed field by field.
 
     bench/pi_wire_check.py --pi PI --pi-lsp PI_LSP [--api anthropic-messages|openai-responses]
                            [--scenario basic|image|529|429|cut|error-event|max-tokens|refusal|
-                                       incomplete|failed] [--keep DIR] [-- PI_LSP_RUN_ARGS...]
+                                       incomplete|failed] [--context-window N] [--keep DIR]
+                           [-- PI_LSP_RUN_ARGS...]
 
 A loopback server (this script, stdlib only) answers the i-th request with the scenario's i-th
 response (Anthropic Messages or OpenAI Responses SSE, or an HTTP error) and logs every request
@@ -205,6 +206,7 @@ def main():
     ap.add_argument("--scenario", default="basic")
     ap.add_argument("--keep", help="folder to keep the workspaces, logs and session files in")
     ap.add_argument("--skip", action="append", default=[], help="leave out body fields whose path contains this")
+    ap.add_argument("--context-window", type=int, default=200000, help="the model's contextWindow (a small one shows the output budget's clamp)")
     ap.add_argument("lsp_args", nargs="*")
     a = ap.parse_args()
     responses, p1, p2 = scenario(a.api, a.scenario)
@@ -221,7 +223,7 @@ def main():
         srv = serve(responses, log)
         base = f"http://127.0.0.1:{srv.server_address[1]}" + ("/v1" if a.api == "openai-responses" else "")
         json.dump({"providers": {"anth": {"baseUrl": base, "api": a.api, "apiKey": "sk-test-key", "models": [
-            {"id": "claude-mock", "name": "Claude Mock", "reasoning": True, "input": ["text", "image"], "contextWindow": 200000,
+            {"id": "claude-mock", "name": "Claude Mock", "reasoning": True, "input": ["text", "image"], "contextWindow": a.context_window,
              "maxTokens": 32000, "cost": {"input": 3, "output": 15, "cacheRead": 0.3, "cacheWrite": 3.75}}]}}},
                   open(os.path.join(agent, "models.json"), "w"))
         env = dict(os.environ, PI_OFFLINE="1", PI_CODING_AGENT_DIR=agent)

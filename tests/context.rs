@@ -1,7 +1,7 @@
 //! Project trust, settings and the system prompt, end to end: what the mock model actually
 //! receives from the real `pi-lsp` (over LSP and headless) in a workspace full of project
 //! configuration, trusted and not; and the system prompt compared byte for byte with the one
-//! the reference Pi 0.73.1 sends for the same workspace.
+//! Pi 1.6.0 sends for the same workspace (and the sections each stores).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
@@ -92,13 +92,9 @@ fn env(f: &Fixture, mock: &MockModel) -> Vec<(&'static str, String)> {
     )
 }
 
-/// The `Current date: YYYY-MM-DD` of a prompt (the local date, which the test cannot fix).
-fn date_of(prompt: &str) -> String {
-    let i = prompt.find("\nCurrent date: ").expect("date line") + "\nCurrent date: ".len();
-    prompt[i..i + 10].to_string()
-}
-
-const TOOLS_AND_GUIDELINES: &str = "Available tools:
+/// Pi 1.6's `tools` and `rules` sections for the seven built-in tools (`read`, `bash`, `edit`,
+/// `write`, `grep`, `find`, `ls`), the rules still open.
+const TOOLS_AND_RULES: &str = "<tools>
 - read: Read file contents
 - bash: Execute bash commands (ls, grep, find, etc.)
 - edit: Make precise file edits with exact text replacement, including multiple disjoint edits in one call
@@ -107,15 +103,14 @@ const TOOLS_AND_GUIDELINES: &str = "Available tools:
 - find: Find files by glob pattern (respects .gitignore)
 - ls: List directory contents
 
-In addition to the tools above, you may have access to other custom tools depending on the project.
+Additional tools may be available.
+</tools>
 
-Guidelines:
+<rules>
 - Use read to examine files instead of cat or sed.
 - You can inspect PI_* environment variables for current model and session details.
-- Use edit for precise changes (edits[].oldText must match exactly)
-- When changing multiple separate locations in one file, use one edit call with multiple entries in edits[] instead of multiple edit calls
-- Each edits[].oldText is matched against the original file, not after earlier edits are applied. Do not emit overlapping or nested edits. Merge nearby changes into one edit.
-- Keep edits[].oldText as small as possible while still being unique in the file. Do not pad with large unchanged regions.
+- Use edit for targeted changes. Batch changes to one file in a single call.
+- Each edits[].oldText must exactly and uniquely match the original file. Keep matches short and non-overlapping; merge nearby changes without including large unchanged regions.
 - Use write only for new files or complete rewrites.
 ";
 
@@ -126,26 +121,26 @@ fn skill_xml(path: &Path, name: &str, description: &str) -> String {
     )
 }
 
-/// The whole system prompt pi-lsp must send for the fixture.
-fn expected_prompt(f: &Fixture, trusted: bool, editor: bool, date: &str) -> String {
+/// The whole system prompt pi-lsp must send for the fixture (Pi 1.6's sections).
+fn expected_prompt(f: &Fixture, trusted: bool, editor: bool) -> String {
     let mut s = if trusted {
         "PROJECT SYSTEM PROMPT\n".to_string()
     } else {
-        let mut d = String::from("You are an expert coding assistant operating inside pi, a coding agent harness. You help users by reading files, executing commands, editing code, and writing new files.\n\n");
-        d.push_str(TOOLS_AND_GUIDELINES);
+        let mut d = String::from("You are a coding assistant running inside pi, a coding agent harness. Help users inspect files, run commands, and modify code.\n\n");
+        d.push_str(TOOLS_AND_RULES);
         if editor {
             d.push_str("- File edits are applied through the user's editor, where they can be reviewed and undone; read shows unsaved editor changes\n");
         }
         d.push_str(
-            "- Be concise in your responses\n- Show file paths clearly when working with files",
+            "- Be concise in your responses\n- Show file paths clearly when working with files\n</rules>",
         );
         d
     };
     s.push_str(&format!(
-        "\n\n# Project Context\n\nProject-specific instructions and guidelines:\n\n## {}\n\nUse tabs.\n\n\n",
+        "\n\n<project_context>\nProject-specific instructions and guidelines:\n\n<project_instructions path=\"{}\">\nUse tabs.\n\n</project_instructions>\n</project_context>",
         f.ws.join("AGENTS.md").display()
     ));
-    s.push_str("\n\nThe following skills provide specialized instructions for specific tasks.\nUse the read tool to load a skill's file when the task matches its description.\nWhen a skill file references a relative path, resolve it against the skill directory (parent of SKILL.md / dirname of the path) and use that absolute path in tool commands.\n\n<available_skills>\n");
+    s.push_str("\n\n<skills>\nThe following skills provide specialized instructions for specific tasks.\nUse the read tool to load a skill's file when the task matches its description.\nResolve relative paths against the skill's directory (parent of SKILL.md). Use absolute paths in tool calls.\n\n<available_skills>\n");
     if trusted {
         s.push_str(&skill_xml(
             &f.ws.join(".pi/skills/proj-skill/SKILL.md"),
@@ -159,7 +154,7 @@ fn expected_prompt(f: &Fixture, trusted: bool, editor: bool, date: &str) -> Stri
         "A global skill.",
     ));
     s.push_str(&format!(
-        "</available_skills>\nCurrent date: {date}\nCurrent working directory: {}",
+        "</available_skills>\n</skills>\n\n<cwd>\n{}\n</cwd>",
         f.ws.display()
     ));
     s
@@ -179,11 +174,7 @@ fn check_requests(f: &Fixture, mock: &MockModel, trusted: bool, editor: bool) {
     );
     let system = body["messages"][0]["content"].as_str().unwrap();
     assert_eq!(body["messages"][0]["role"], "system");
-    assert_eq!(
-        system,
-        expected_prompt(f, trusted, editor, &date_of(system)),
-        "system prompt"
-    );
+    assert_eq!(system, expected_prompt(f, trusted, editor), "system prompt");
     // The project template expands only when trusted; the global one always would.
     let user = if trusted {
         "Say hello to Ada from the project template."
@@ -361,20 +352,33 @@ async fn headless_run_loads_project_configuration_only_with_trust() {
 
 /// The reference Pi binary (`$PI_REF_BIN`, else `.pi-ref/` as `.ci/run` installs it);
 /// required when `CI` is set.
-fn pi_ref_bin() -> Option<PathBuf> {
-    let found = [
-        std::env::var("PI_REF_BIN").ok().map(PathBuf::from),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.pi-ref/node_modules/.bin/pi")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|p| p.exists());
+/// Pi 1.6.0: `$PI16_REF_BIN` (a `pi` that runs Pi 1.6.0, installed by `.ci/pi16.sh`); required
+/// under `CI=true`.
+fn pi16_bin() -> Option<PathBuf> {
+    let found = std::env::var("PI16_REF_BIN")
+        .ok()
+        .map(PathBuf::from)
+        .filter(|p| p.exists());
     pi_e2e::require(
         found.is_some(),
-        "reference Pi comparison",
-        "the reference Pi (npm @mariozechner/pi-coding-agent@0.73.1; PI_REF_BIN)",
+        "Pi 1.6.0 prompt comparison",
+        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
     );
     found
+}
+
+/// Pi 1.6.0's package folder (its README, docs and examples): `$PI16_PKG_DIR`, else read from
+/// the `$PI16_REF_BIN` wrapper's `…/dist/bundle/cli.js` path.
+fn pi16_package(pi: &Path) -> PathBuf {
+    if let Ok(dir) = std::env::var("PI16_PKG_DIR") {
+        return PathBuf::from(dir);
+    }
+    let wrapper = std::fs::read_to_string(pi).unwrap();
+    let cli = wrapper
+        .split(['"', ' ', '\n'])
+        .find(|w| w.ends_with("/dist/bundle/cli.js"))
+        .unwrap_or_else(|| panic!("no cli.js in {}", pi.display()));
+    PathBuf::from(cli.trim_end_matches("/dist/bundle/cli.js"))
 }
 
 /// A workspace exercising every part of the prompt Pi assembles: context files global, in an
@@ -423,11 +427,18 @@ fn system_of(mock: &MockModel) -> String {
     body["messages"][0]["content"].as_str().unwrap().to_string()
 }
 
+/// The system prompt against Pi 1.6.0's own, byte for byte and nothing left out: the same
+/// workspace (context files, `APPEND_SYSTEM.md`, skills), the seven built-in tools, and Pi's
+/// package folder named to both by Pi's own `PI_PACKAGE_DIR` (pi-lsp ships no Pi docs: the
+/// `docs` section points there only when it is set). Also the sections each stores in its
+/// session's system message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
-    let Some(pi) = pi_ref_bin() else { return };
+    let Some(pi) = pi16_bin() else { return };
+    let package = pi16_package(&pi);
     let tmp = TempDir::new("pi-prompt");
     let (ws, agent, home) = prompt_fixture(tmp.path());
+    let pi_sessions = tmp.path().join("pi-sessions");
 
     let pi_mock = MockModel::start(vec![Step::text("Hi.")]).await;
     write(
@@ -436,18 +447,16 @@ async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
     );
     let out = tokio::task::block_in_place(|| {
         Command::new(&pi)
-            .args([
-                "-p",
-                "--no-session",
-                "--provider",
-                "mock",
-                "--model",
-                "mock-1",
-            ])
+            // `-a`: Pi 1.6 trusts the project folder (its APPEND_SYSTEM.md and skills), as
+            // `run --trust` does here.
+            .args(["-p", "-a", "--provider", "mock", "--model", "mock-1"])
+            .arg("--session-dir")
+            .arg(&pi_sessions)
             .args(["--tools", "read,bash,edit,write,grep,find,ls", "hello"])
             .current_dir(&ws)
             .env("PI_OFFLINE", "1")
             .env("PI_CODING_AGENT_DIR", &agent)
+            .env("PI_PACKAGE_DIR", &package)
             .env("HOME", &home)
             .output()
             .unwrap()
@@ -463,7 +472,10 @@ async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
     let env = agent_env(
         &agent,
         &mock.models_json(),
-        &[("HOME", &home.display().to_string())],
+        &[
+            ("HOME", &home.display().to_string()),
+            ("PI_PACKAGE_DIR", &package.display().to_string()),
+        ],
     );
     let out = tokio::task::block_in_place(|| {
         let mut cmd = Command::new(pi_lsp_bin());
@@ -481,51 +493,58 @@ async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
         String::from_utf8_lossy(&out.stderr)
     );
     let ours = system_of(&mock);
-
-    // pi-lsp does not ship Pi's documentation, so it leaves out the block pointing at it.
-    let package = pi
-        .canonicalize()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let docs_block = format!(
-        "\n\nPi documentation (read only when the user asks about pi itself, its SDK, extensions, themes, skills, or TUI):
-- Main documentation: {}
-- Additional docs: {}
-- Examples: {} (extensions, custom tools, SDK)
-- When asked about: extensions (docs/extensions.md, examples/extensions/), themes (docs/themes.md), skills (docs/skills.md), prompt templates (docs/prompt-templates.md), TUI components (docs/tui.md), keybindings (docs/keybindings.md), SDK integrations (docs/sdk.md), custom providers (docs/custom-provider.md), adding models (docs/models.md), pi packages (docs/packages.md)
-- When working on pi topics, read the docs and examples, and follow .md cross-references before implementing
-- Always read pi .md files completely and follow links to related docs (e.g., tui.md for TUI API details)",
-        package.join("README.md").display(),
-        package.join("docs").display(),
-        package.join("examples").display()
-    );
-    assert_eq!(theirs.matches(&docs_block).count(), 1, "{theirs}");
     if std::env::var_os("PI_PROMPT_FIXTURE").is_some() {
-        let root = tmp.path().display().to_string();
         let fixture = theirs
             .replace(&package.display().to_string(), "{PI_PACKAGE}")
-            .replace(&root, "{ROOT}")
-            .replace(
-                &format!("Current date: {}", date_of(&theirs)),
-                "Current date: {DATE}",
-            );
+            .replace(&tmp.path().display().to_string(), "{ROOT}");
         std::fs::write(std::env::var("PI_PROMPT_FIXTURE").unwrap(), fixture).unwrap();
     }
-    // Pi 1.6's rules differ from 0.73.1's in two lines: the grep/find/ls preference is gone
-    // and bash's guideline names the PI_* variables it exports.
-    let theirs = theirs
-        .replace(&docs_block, "")
-        .replace(
-            "- Prefer grep/find/ls tools over bash for file exploration (faster, respects .gitignore)\n",
-            "",
-        )
-        .replace(
-            "- Use read to examine files instead of cat or sed.\n",
-            "- Use read to examine files instead of cat or sed.\n- You can inspect PI_* environment variables for current model and session details.\n",
-        );
+    assert!(theirs.contains("\n\n<docs>\n"), "{theirs}");
     assert_eq!(ours, theirs);
+
+    // The sections as each stores them: Pi's session folder, ours under the workspace.
+    let stored = |dir: &Path| -> Value {
+        let file = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .unwrap_or_else(|| panic!("no session file in {}", dir.display()));
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|e| e["type"] == "message" && e["message"]["role"] == "system")
+            .unwrap_or_else(|| panic!("no system message in {}", file.display()))["message"]
+            .clone()
+    };
+    let (theirs, ours) = (stored(&pi_sessions), stored(&ws.join(".pi/sessions")));
+    let names =
+        |m: &Value| -> Vec<String> { m["sections"].as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(
+        names(&theirs),
+        [
+            "preamble",
+            "tools",
+            "rules",
+            "docs",
+            "addendum",
+            "project_context",
+            "skills",
+            "cwd"
+        ]
+    );
+    assert_eq!(ours["sections"], theirs["sections"]);
+    assert_eq!(names(&ours), names(&theirs));
+    assert_eq!(ours["content"], theirs["content"]);
+    // The declarations: the same tools with the same descriptions and parameters (Pi 1.6
+    // also stores each one's `constrainedSampling`, which pi-lsp does not write yet).
+    let declared = |m: &Value| -> Vec<Value> {
+        m["toolsAdded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| json!([t["name"], t["description"], t["parameters"]]))
+            .collect()
+    };
+    assert_eq!(declared(&ours), declared(&theirs));
 }

@@ -608,15 +608,12 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
     let out = h.run(&args);
     assert_success(&out);
     let (prompt, tools) = prompt_and_tools(&mock.requests()[0].body);
-    let date = prompt
-        .lines()
-        .find_map(|l| l.strip_prefix("Current date: "))
-        .unwrap()
-        .to_string();
+    // Pi 1.6's sections: the custom prompt as the preamble, the appended texts as the
+    // addendum, the folder; no date.
     assert_eq!(
         prompt,
         format!(
-            "You review code. Nothing else.\n\nPlain text, not a file.\n\nFrom a file.\nCurrent date: {date}\nCurrent working directory: {}",
+            "You review code. Nothing else.\n\n<addendum>\nPlain text, not a file.\n\nFrom a file.\n</addendum>\n\n<cwd>\n{}\n</cwd>",
             h.ws.canonicalize().unwrap().display()
         )
     );
@@ -629,7 +626,7 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
     let (prompt, tools) = prompt_and_tools(&mock.requests()[1].body);
     assert_eq!(tools, ["read", "todo", "ls"]);
     assert!(
-        prompt.starts_with("GLOBAL SYSTEM\n\nGLOBAL APPEND\n"),
+        prompt.starts_with("GLOBAL SYSTEM\n\n<addendum>\nGLOBAL APPEND\n"),
         "{prompt}"
     );
 
@@ -828,7 +825,7 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
     go(&plain, "mock/plain");
     let body = &mock.requests()[0].body;
     let prompt = body["messages"][0]["content"].as_str().unwrap().to_string();
-    assert!(prompt.contains("Current working directory:"), "{prompt}");
+    assert!(prompt.ends_with("\n</cwd>"), "{prompt}");
     assert_eq!(
         body["messages"],
         json!([
@@ -844,20 +841,42 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
         .filter(|l: &Value| l["message"]["role"] == "system")
         .map(|l| l["message"]["sections"].clone())
         .collect();
+    assert_eq!(stored.len(), 3, "{stored:?}");
     assert_eq!(
-        stored,
+        stored[..2],
         [
             json!({"preamble": "You are Pi.", "rules": "Be brief."}),
             json!({"rules": "Be very brief."}),
-            json!({"preamble": null, "rules": null, "prompt": prompt}),
         ]
     );
+    // Ours: Pi 1.6's sections, each that differs from the file's (all of them here), in order;
+    // they render to the prompt sent.
+    let patch: Vec<(String, String)> = stored[2]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect();
+    let names: Vec<&str> = patch.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["preamble", "tools", "rules", "cwd"]);
+    assert_eq!(
+        patch[0].1,
+        "You are a coding assistant running inside pi, a coding agent harness. Help users inspect files, run commands, and modify code."
+    );
+    assert_eq!(
+        patch[3].1,
+        format!("<cwd>\n{}\n</cwd>", h.ws.canonicalize().unwrap().display())
+    );
+    let rendered: Vec<&str> = patch.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(rendered.join("\n\n"), prompt);
 
     // Flag on (chat completions): Pi's first prompt leads, the patches in place.
     let reload = "Updated system prompt section \"rules\":\n\nBe very brief.";
-    let ours = format!(
-        "Removed system prompt section \"preamble\".\n\nRemoved system prompt section \"rules\".\n\nUpdated system prompt section \"prompt\":\n\n{prompt}"
-    );
+    let ours = patch
+        .iter()
+        .map(|(k, t)| format!("Updated system prompt section \"{k}\":\n\n{t}"))
+        .collect::<Vec<_>>()
+        .join("\n\n");
     let mid = h.path().join("mid.jsonl");
     pi_e2e::pi16_session_with_a_patch(&mid, &h.ws, ("mock", "mid", "openai-completions"));
     go(&mid, "mock/mid");

@@ -1,7 +1,8 @@
 //! The output budget of every request of a run (case 18.10, issue 29 item 11) over loopback
-//! HTTP: the loop sums the messages' character estimates once and adds the appended ones from
-//! request to request; a hook's change to earlier messages makes it count them again, and
-//! makes the request cache compare the history again instead of taking it as sent.
+//! HTTP: each request asks for what Pi 1.6's `clampMaxTokensToContext` leaves (pi-ai
+//! `simple-options.js`: the window less Pi's estimate of the input and a margin of
+//! max(4,096, 15 % of it)); a hook's change to earlier messages is counted, and makes the
+//! request cache compare the history again instead of taking it as sent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pi_ai::{Message, ToolSpec};
 use pi_core::agent::{Agent, AgentConfig, AgentHooks, NextTurn};
-use pi_core::compaction::request_tokens;
 use pi_core::fs::DiskFs;
 use pi_core::tools::default_tools;
 use pi_e2e::mock_model::{MockModel, Step};
@@ -25,8 +25,7 @@ const LONGER: &str = "read big.txt again and again, and say what it holds; ";
 
 /// Before each request: on the request `change_at` (counted from 0), the first user message
 /// is made longer through [`NextTurn::messages_mut`]; then the output limit the request must
-/// carry is worked out from the context as it goes, counted whole (Pi's rule: the larger of
-/// the usage-anchored figure and `ceil(chars / 4)` of everything sent).
+/// carry is worked out from the context as it goes, as Pi 1.6 works it out.
 struct Expect {
     specs: Vec<ToolSpec>,
     change_at: usize,
@@ -45,12 +44,85 @@ impl AgentHooks for Expect {
                 .unwrap();
             *first = Message::user_text(LONGER.repeat(40));
         }
-        let m = next.messages();
-        let tokens = request_tokens(&next.system_prompt, &self.specs, m, usize::MAX)
-            .max(request_tokens(&next.system_prompt, &self.specs, m, 0));
-        let limit = MAX_TOKENS.min(WINDOW.saturating_sub(tokens));
-        self.limits.lock().unwrap().push(limit);
+        let input = pi_estimate(&next.system_prompt, &self.specs, next.messages());
+        self.limits
+            .lock()
+            .unwrap()
+            .push(MAX_TOKENS.min(pi_clamp(WINDOW, input)));
     }
+}
+
+/// `Math.ceil(text.length / 3.5)` (pi-ai 1.6 `estimateTextTokens`).
+fn tokens(chars: usize) -> u64 {
+    (chars as f64 / 3.5).ceil() as u64
+}
+
+/// pi-ai 1.6's `estimateContextTokens` over Pi's context: the leading system message (the
+/// prompt and `JSON.stringify(toolsAdded)`, the four built-ins declared with
+/// `constrainedSampling`), then the messages; anchored on the latest assistant usage that no
+/// earlier message postdates.
+fn pi_estimate(system: &str, specs: &[ToolSpec], messages: &[Message]) -> u64 {
+    let one = |m: &Message| -> u64 {
+        let v = serde_json::to_value(m).unwrap();
+        let chars: usize = match &v["content"] {
+            Value::String(s) => s.encode_utf16().count(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .map(|b| match b["type"].as_str().unwrap() {
+                    "text" => b["text"].as_str().unwrap().encode_utf16().count(),
+                    "thinking" => b["thinking"].as_str().unwrap().encode_utf16().count(),
+                    "toolCall" => {
+                        b["name"].as_str().unwrap().len() + b["arguments"].to_string().len()
+                    }
+                    _ => 4800,
+                })
+                .sum(),
+            _ => 0,
+        };
+        tokens(chars)
+    };
+    // `getLastAssistantUsageInfo`: an answer's usage counts only while no message before it
+    // is newer (the hook's changed prompt is: from then on everything is estimated).
+    let mut latest = i64::MIN;
+    let mut anchor = None;
+    for (i, m) in messages.iter().enumerate() {
+        let v = serde_json::to_value(m).unwrap();
+        if let Message::Assistant(a) = m {
+            if a.timestamp >= latest && a.usage.total_tokens > 0 {
+                anchor = Some((i, a.usage.total_tokens));
+            }
+        }
+        latest = latest.max(v["timestamp"].as_i64().unwrap());
+    }
+    match anchor {
+        Some((i, total)) => total + messages[i + 1..].iter().map(one).sum::<u64>(),
+        None => {
+            let declared: Vec<Value> = specs
+                .iter()
+                .map(|t| {
+                    let mut d = json!({"name": t.name, "description": t.description, "parameters": t.parameters});
+                    if ["read", "bash", "edit", "write"].contains(&t.name.as_str()) {
+                        d["constrainedSampling"] = json!({"type": "json_schema", "strict": "prefer"});
+                    }
+                    d
+                })
+                .collect();
+            tokens(system.len())
+                + tokens(Value::Array(declared).to_string().len())
+                + messages.iter().map(one).sum::<u64>()
+        }
+    }
+}
+
+/// pi-ai 1.6's `clampMaxTokensToContext` room, written from `simple-options.js`.
+fn pi_clamp(window: u64, input: u64) -> u64 {
+    let (window, input) = (window as f64, input as f64);
+    let margin = 4096f64.max((input * 0.15).ceil());
+    let mut room = window - input - margin;
+    if room < 32768.0 {
+        room = 32768f64.min(window - input - 4096.0);
+    }
+    room.max(1.0) as u64
 }
 
 fn user_text(m: &Value) -> String {
@@ -65,8 +137,7 @@ fn user_text(m: &Value) -> String {
 }
 
 #[tokio::test]
-async fn every_request_s_output_limit_is_the_whole_context_s_estimate_also_after_a_hook_changed_it()
-{
+async fn every_request_s_output_limit_is_pi_1_6_s_clamp_also_after_a_hook_changed_it() {
     let dir = TempDir::new("output-budget");
     // About 1,000 tokens a read: from the fifth request on, the window leaves less than the
     // model's 4,096 for the answer.
@@ -105,11 +176,10 @@ async fn every_request_s_output_limit_is_the_whole_context_s_estimate_also_after
     let expected = hook.limits.lock().unwrap().clone();
     assert_eq!(sent, expected);
     // The budget did bind (the check above would hold with any count while every request
-    // asked for the model's 4,096) from the request the hook changed the context for on.
-    assert!(
-        expected[4..].iter().all(|l| *l < MAX_TOKENS),
-        "{expected:?}"
-    );
+    // asked for the model's 4,096), and the hook's newer prompt put aside the usage of the
+    // answers before it: request 4 estimates its whole context, which leaves 1 token.
+    assert!(expected.iter().all(|l| *l < MAX_TOKENS), "{expected:?}");
+    assert_eq!(expected[4], 1, "{expected:?}");
     // Every request carries the context as it was then: the prompt as typed before request 4,
     // the changed one from there on (the request cache did not take the old one as sent).
     let firsts: Vec<String> = requests

@@ -289,10 +289,25 @@ async fn our_entries_have_pi_16s_keys() {
             .unwrap()
     };
     let ours_sys = system(&mine);
-    assert!(ours_sys["message"]["sections"]["prompt"]
-        .as_str()
-        .unwrap()
-        .contains("Current working directory"));
+    // Pi 1.6's section names, in its order (Pi also has `docs`, which pi-lsp writes only with
+    // `PI_PACKAGE_DIR`), and the same `preamble` (the rules follow each one's tools and the
+    // editor's guideline).
+    let names = |m: &Value| -> Vec<String> {
+        m["message"]["sections"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| *k != "docs")
+            .cloned()
+            .collect()
+    };
+    let theirs_sys = system(&theirs);
+    assert_eq!(names(&ours_sys), ["preamble", "tools", "rules", "cwd"]);
+    assert_eq!(names(&ours_sys), names(&theirs_sys));
+    assert_eq!(
+        ours_sys["message"]["sections"]["preamble"],
+        theirs_sys["message"]["sections"]["preamble"]
+    );
     let tools: Vec<&str> = ours_sys["message"]["toolsAdded"]
         .as_array()
         .unwrap()

@@ -403,7 +403,7 @@ async fn tool_only_summaries_are_retried_once_then_fail_keeping_the_context() {
     }
 }
 
-/// Case 18.10: a request never asks for more output than its context leaves in the window;
+/// Case 18.10: a request never asks for more output than Pi 1.6's clamp leaves in the window;
 /// below the floor (1,024 tokens) without compaction the turn fails with the figures and
 /// nothing is sent.
 #[tokio::test]
@@ -418,12 +418,14 @@ async fn output_is_clamped_to_the_room_the_window_leaves() {
         .unwrap();
     idle(&s.agent).await;
     let sent = mock.requests()[0].body.clone();
-    let estimate =
-        pi_core::compaction::request_tokens("sys", &[], &[Message::user_text(prompt)], 0);
+    // Pi 1.6's `clampMaxTokensToContext`: input ceil(3 / 3.5) + ceil(12,000 / 3.5) = 3,430
+    // tokens; 6,000 − 3,430 − its 4,096 margin leaves nothing, so it asks for 1 (as Pi does).
+    let input = 1 + (prompt.len() * 2).div_ceil(7);
+    assert_eq!(input, 1 + 3_429);
     assert_eq!(
         sent["max_completion_tokens"],
-        json!(6_000 - estimate),
-        "model maxTokens 4,096, window 6,000, input {estimate}"
+        json!(1),
+        "model maxTokens 4,096, window 6,000, input {input}"
     );
     // A window the input nearly fills: no request, a clear error.
     let guard = tmp("budget-full");

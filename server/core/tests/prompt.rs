@@ -1,7 +1,7 @@
 //! The system prompt, prompt templates and skills of a real workspace on disk, against a
-//! prompt captured from Pi 0.73.1 (`fixtures/prompt/pi-0.73.1-system-prompt.txt`, written by
-//! `tests/context.rs` with `PI_PROMPT_FIXTURE` set; `{ROOT}`, `{PI_PACKAGE}` and `{DATE}`
-//! stand for the temporary folder, Pi's package folder and the date).
+//! prompt captured from Pi 1.6.0 (`fixtures/prompt/pi-1.6.0-system-prompt.txt`, written by
+//! `tests/context.rs` with `PI_PROMPT_FIXTURE` set; `{ROOT}` and `{PI_PACKAGE}` stand for the
+//! temporary folder and Pi's package folder).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -21,10 +21,6 @@ fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
 }
-
-/// Pi 0.73.1's rule that Pi 1.6 dropped.
-const PREFER_RULE: &str =
-    "- Prefer grep/find/ls tools over bash for file exploration (faster, respects .gitignore)\n";
 
 /// The same layout as `prompt_fixture` in `tests/context.rs`, plus templates.
 fn layout(root: &Path) -> (PathBuf, PathBuf) {
@@ -79,7 +75,13 @@ fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
     let r = cfg.resources();
     // The built-in tools declare their own snippets, guidelines and approval kinds.
     let builtin = default_tools(Arc::new(DiskFs::new(ws.clone())), None);
-    let tools: Vec<ToolPrompt> = builtin.iter().map(|t| ToolPrompt::of(t.as_ref())).collect();
+    let mut tools: Vec<ToolPrompt> = builtin.iter().map(|t| ToolPrompt::of(t.as_ref())).collect();
+    // A session's bash exports the `PI_*` variables and says so (Pi 1.6); these tools belong
+    // to no session.
+    assert_eq!(tools[1].guidelines, Vec::<String>::new());
+    tools[1]
+        .guidelines
+        .push(pi_core::tools::BASH_GUIDELINE.to_string());
     assert_eq!(
         tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
         ["read", "bash", "edit", "write", "grep", "find", "ls"]
@@ -100,11 +102,7 @@ fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
         ]
     );
     let package = PathBuf::from("{PI_PACKAGE}");
-    let docs = PiDocs {
-        readme: package.join("README.md"),
-        docs: package.join("docs"),
-        examples: package.join("examples"),
-    };
+    let docs = PiDocs::in_package(&package);
     let prompt = build_system_prompt(&SystemPromptOptions {
         cwd: &ws,
         tools: &tools,
@@ -114,16 +112,13 @@ fn workspace_prompt_matches_pi_and_templates_and_skills_expand() {
         context_files: &r.context_files,
         skills: &r.skills,
         pi_docs: Some(&docs),
-        date: Some("{DATE}"),
     });
     let fixture = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/prompt/pi-0.73.1-system-prompt.txt"),
+            .join("../../fixtures/prompt/pi-1.6.0-system-prompt.txt"),
     )
     .unwrap()
-    .replace("{ROOT}", &root.display().to_string())
-    // Pi 1.6's `buildRules` no longer tells the model to prefer grep/find/ls over bash.
-    .replace(PREFER_RULE, "");
+    .replace("{ROOT}", &root.display().to_string());
     assert_eq!(prompt, fixture);
 
     // Templates: one per name, project first; descriptions as Pi derives them.

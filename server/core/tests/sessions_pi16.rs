@@ -233,14 +233,14 @@ fn stored_system_messages_replay_to_the_run_that_wrote_them() {
         description: format!("{n} tool"),
         parameters: json!({"type": "object", "properties": {}}),
     };
-    let first = SystemState::of_run("prompt one", &[spec("read"), spec("bash")]);
+    let first = SystemState::of_run("prompt one", None, &[spec("read"), spec("bash")]);
     let m = SystemState::default().patch_to(&first, 1).unwrap();
     w.append(pi_core::session::EntryData::Message {
         message: pi_core::session::StoredMessage::Json(m),
     })
     .unwrap();
     w.append_message(&Message::user_text("hi")).unwrap();
-    let second = SystemState::of_run("prompt two", &[spec("read")]);
+    let second = SystemState::of_run("prompt two", None, &[spec("read")]);
     let patch = w
         .tree()
         .system_state(w.leaf())

@@ -239,3 +239,30 @@ async fn image_for_a_model_without_image_input_carries_pis_note() {
         assert_eq!(parts(&out).0, "Read image file [image/png]");
     }
 }
+
+/// Pi 1.6 reads BMP (`read`'s description names it): detected by its header, sent as PNG with
+/// "[Image converted from image/bmp to image/png.]"; a `BM` file whose header does not hold
+/// together is text.
+#[tokio::test]
+async fn bmp_is_sent_as_png_with_the_conversion_hint() {
+    let dir = temp_dir();
+    let img = gradient(40, 30);
+    let bmp = encode(&img, ImageFormat::Bmp);
+    std::fs::write(dir.join("shot.bmp"), &bmp).unwrap();
+    let (text, image) = parts(&read(&dir, "shot.bmp").await);
+    assert_eq!(
+        text,
+        "Read image file [image/png]\n[Image converted from image/bmp to image/png.]"
+    );
+    let (png, mime) = image.unwrap();
+    assert_eq!(mime, "image/png");
+    assert_eq!(image::guess_format(&png).unwrap(), ImageFormat::Png);
+    assert_eq!(
+        image::load_from_memory(&png).unwrap().to_rgb8(),
+        img.to_rgb8()
+    );
+    std::fs::write(dir.join("bm.txt"), "BM is not a bitmap\n").unwrap();
+    let (text, image) = parts(&read(&dir, "bm.txt").await);
+    assert_eq!(text, "BM is not a bitmap\n");
+    assert_eq!(image, None);
+}

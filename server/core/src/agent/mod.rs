@@ -594,6 +594,10 @@ pub struct AgentConfig {
     /// OpenAI Responses request's `prompt_cache_key` and session headers); `None`: none.
     pub session_id: Option<Arc<str>>,
     pub system_prompt: String,
+    /// The named sections `system_prompt` was built from (Pi 1.6's `buildSystemPromptSections`,
+    /// [`crate::prompt::build_system_prompt_sections`]), stored in the session's system message
+    /// when they still render to `system_prompt`; `None`: the prompt is stored as one section.
+    pub prompt_sections: Option<Arc<[(String, String)]>>,
     pub tools: Vec<Arc<dyn Tool>>,
     pub tool_execution: ToolExecution,
     pub hooks: Option<Arc<dyn AgentHooks>>,
@@ -661,6 +665,7 @@ impl AgentConfig {
             model,
             session_id: None,
             system_prompt,
+            prompt_sections: None,
             tools,
             tool_execution: ToolExecution::Parallel,
             hooks: None,

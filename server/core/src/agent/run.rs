@@ -345,7 +345,14 @@ impl Run<'_> {
             }
             (self.messages, self.cfg.model, self.cfg.system_prompt) = next.into_parts();
         }
-        let output_room = self.output_room();
+        // Pi 1.6's `clampMaxTokensToContext`: at most what its estimate of the input leaves
+        // below the window with its margin ([`pi_output_limit`]).
+        let output_room = self.output_room().map(|_| {
+            pi_output_limit(
+                self.cfg.model.context_window,
+                pi_context_tokens(&self.cfg.system_prompt, &self.specs, &self.messages),
+            )
+        });
         // Pi 1.6: a model that takes system messages mid-conversation gets the stored prompt
         // patches at their place, after the prompt the conversation started with.
         let layout = match &self.cfg.system_messages {
@@ -1401,5 +1408,147 @@ pub async fn run_agent_from(
         error_message: last.and_then(|l| l.1),
         undelivered: control.take_undelivered(),
         next_turn: control.take_next_turn(),
+    }
+}
+
+/// Characters as JavaScript's `length` counts them (UTF-16 code units).
+fn js_len(s: &str) -> u64 {
+    s.encode_utf16().count() as u64
+}
+
+/// `ceil(chars / 3.5)`: pi-ai 1.6's `estimateTextTokens` (`utils/estimate.js`,
+/// `CHARS_PER_TOKEN = 3.5`), in integers.
+fn pi_tokens(chars: u64) -> u64 {
+    (chars * 2).div_ceil(7)
+}
+
+/// The built-in tools Pi 1.6 declares with `constrainedSampling: {type: "json_schema", strict:
+/// "prefer"}` (`core/tools/{read,bash,edit,write}.js`): their stored declaration, which Pi's
+/// estimate counts, carries those characters too.
+const CONSTRAINED_SAMPLING: &str =
+    r#","constrainedSampling":{"type":"json_schema","strict":"prefer"}"#;
+
+/// pi-ai 1.6's `estimateMessageTokens`.
+fn pi_message_tokens(m: &Message) -> u64 {
+    use pi_ai::{ContentBlock, UserContent};
+    let blocks = |b: &[ContentBlock]| -> u64 {
+        b.iter()
+            .map(|b| match b {
+                ContentBlock::Text(t) => js_len(&t.text),
+                // `ESTIMATED_IMAGE_CHARS`
+                ContentBlock::Image(_) => 4800,
+                ContentBlock::Thinking(t) => js_len(&t.thinking),
+                ContentBlock::ToolCall(c) => js_len(&c.name) + js_len(&c.arguments.to_string()),
+            })
+            .sum()
+    };
+    let chars = match m {
+        Message::User(u) => match &u.content {
+            UserContent::Text(t) => js_len(t),
+            UserContent::Blocks(b) => blocks(b),
+        },
+        Message::Assistant(a) => blocks(&a.content),
+        Message::ToolResult(r) => blocks(&r.content),
+        Message::System(s) => js_len(&s.update_text()),
+    };
+    pi_tokens(chars)
+}
+
+/// pi-ai 1.6's `estimateContextTokens` of the context Pi's agent hands a request: its leading
+/// system message (the prompt `system_prompt` and the declarations of `tools`, as stored) and
+/// `messages`. Anchored on the latest assistant message that is neither failed nor aborted,
+/// has usage, and is not older than a message before it (a summary put in front of it): its
+/// usage total plus the estimates of the messages after it; without one, every estimate.
+fn pi_context_tokens(system_prompt: &str, tools: &[ToolSpec], messages: &[Message]) -> u64 {
+    let stamp = |m: &Message| match m {
+        Message::User(u) => Some(u.timestamp),
+        Message::Assistant(a) => Some(a.timestamp),
+        Message::ToolResult(r) => Some(r.timestamp),
+        Message::System(_) => None,
+    };
+    let mut latest = i64::MIN;
+    let mut anchor = None;
+    for (i, m) in messages.iter().enumerate() {
+        if let Message::Assistant(a) = m {
+            let u = &a.usage;
+            let total = if u.total_tokens > 0 {
+                u.total_tokens
+            } else {
+                u.input + u.output + u.cache_read + u.cache_write
+            };
+            if a.timestamp >= latest
+                && !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)
+                && total > 0
+            {
+                anchor = Some((i, total));
+            }
+        }
+        if let Some(t) = stamp(m) {
+            latest = latest.max(t);
+        }
+    }
+    match anchor {
+        Some((i, total)) => total + messages[i + 1..].iter().map(pi_message_tokens).sum::<u64>(),
+        None => {
+            let declared: u64 = tools
+                .iter()
+                .map(|t| {
+                    let decl = serde_json::json!({"name": t.name, "description": t.description, "parameters": t.parameters});
+                    let extra = if ["read", "bash", "edit", "write"].contains(&t.name.as_str()) {
+                        CONSTRAINED_SAMPLING.len() as u64
+                    } else {
+                        0
+                    };
+                    js_len(&decl.to_string()) + extra
+                })
+                .sum::<u64>();
+            // `JSON.stringify` of the array: brackets and the commas between declarations.
+            let tools_tokens = if tools.is_empty() {
+                0
+            } else {
+                pi_tokens(declared + 2 + tools.len() as u64 - 1)
+            };
+            pi_tokens(js_len(system_prompt))
+                + tools_tokens
+                + messages.iter().map(pi_message_tokens).sum::<u64>()
+        }
+    }
+}
+
+/// pi-ai 1.6's `clampMaxTokensToContext` (`api/simple-options.js`) as the room it leaves: the
+/// window less the input and a margin of max(4,096, 15 % of the input); when that leaves under
+/// 32,768 tokens, the window less the input and 4,096, at most 32,768; at least 1. The request
+/// asks for the smaller of this and its own limit ([`StreamOptions::output_room`]).
+pub(crate) fn pi_output_limit(window: u64, input: u64) -> u64 {
+    const SAFETY: u64 = 4_096;
+    const MIN_OUTPUT_WITH_RATIO_MARGIN: u64 = 32_768;
+    let margin = SAFETY.max((input * 15).div_ceil(100)) as i64;
+    let (window, input) = (window as i64, input as i64);
+    let mut room = window - input - margin;
+    if room < MIN_OUTPUT_WITH_RATIO_MARGIN as i64 {
+        room = (MIN_OUTPUT_WITH_RATIO_MARGIN as i64).min(window - input - SAFETY as i64);
+    }
+    room.max(1) as u64
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    /// Figures from Pi 1.6.0 itself (`bench/pi_wire_check.py --context-window 20000`: its
+    /// first request asked 14,391 with an input estimate of 1,513) and the branches of
+    /// `clampMaxTokensToContext`.
+    #[test]
+    fn output_limit_is_pi_1_6_s_clamp() {
+        assert_eq!(pi_output_limit(20_000, 1_513), 14_391);
+        // The 15 % margin while it leaves at least 32,768.
+        assert_eq!(pi_output_limit(200_000, 100_000), 85_000);
+        // Less than that: the fixed margin only, at most 32,768.
+        assert_eq!(pi_output_limit(200_000, 150_000), 32_768);
+        assert_eq!(pi_output_limit(40_000, 5_000), 30_904);
+        // Nothing left: 1.
+        assert_eq!(pi_output_limit(20_000, 19_000), 1);
+        // `ceil(chars / 3.5)`.
+        assert_eq!((pi_tokens(7), pi_tokens(8), pi_tokens(0)), (2, 3, 0));
     }
 }

@@ -1,19 +1,27 @@
-//! The system prompt, assembled as Pi 0.73.1's `buildSystemPrompt` (`core/system-prompt.js`):
+//! The system prompt, assembled as Pi 1.6's `buildSystemPromptSections` (`core/system-prompt.js`):
+//! ordered, named sections, each but the first framed as `<name>\n…\n</name>`, and the prompt
+//! sent is their texts joined by blank lines (pi-ai's `getSystemMessageText` of the stored
+//! system message, whose `content` is empty):
 //!
-//! 1. the default text (or `SYSTEM.md` instead of it, which also drops the tool list and
-//!    guidelines): identity, "Available tools" (each tool with a one-line snippet; a tool
-//!    without one is not listed), the guidelines (Pi 1.6's bash rule — "Use bash for file
-//!    operations…" only without grep/find/ls —, each tool's guidelines (bash's Pi 1.6 `PI_*`
-//!    line among them), extra guidelines, then "Be concise…" and "Show file
-//!    paths…", duplicates dropped) and, only when [`PiDocs`] is given, the block pointing at
-//!    Pi's own documentation (pi-lsp does not ship Pi's docs, so it passes none);
-//! 2. `APPEND_SYSTEM.md`;
-//! 3. "# Project Context" with every context file (global, then root → workspace);
-//! 4. the skills block, when the `read` tool is present;
-//! 5. the current date (local) and working directory.
+//! 1. `preamble`: "You are a coding assistant running inside pi…" — or, with `SYSTEM.md` /
+//!    `--system-prompt`, that text, which also leaves out the next three;
+//! 2. `tools`: each active tool with a one-line snippet (a tool without one is not listed),
+//!    then "Additional tools may be available.";
+//! 3. `rules`: bash named for file operations only without grep/find/ls, each tool's
+//!    guidelines, extra guidelines, then "Be concise…" and "Show file paths…", duplicates
+//!    dropped;
+//! 4. `docs`: only when [`PiDocs`] is given (Pi's own documentation; pi-lsp ships none, so it
+//!    is given only when `PI_PACKAGE_DIR` names a Pi package: [`PiDocs::from_env`]);
+//! 5. `addendum`: `APPEND_SYSTEM.md` / `--append-system-prompt`;
+//! 6. `project_context`: every context file (global, then root → workspace) as
+//!    `<project_instructions path="…">`;
+//! 7. `skills`: the skills block, when `read` or `bash` is active (the hint names the first);
+//! 8. `cwd`: the working directory (backslashes become `/`). No date.
 //!
-//! The byte-for-byte comparison with the prompt Pi sends lives in `tests/context.rs` (Pi driven
-//! against the loopback mock) and `server/core/tests/prompt.rs` (a fixture captured from Pi).
+//! The sections are what a session stores in its system message (`sections`, by name), as Pi
+//! 1.6 stores them. The byte-for-byte comparison with the prompt Pi 1.6.0 sends lives in
+//! `tests/context.rs` (Pi driven against the loopback mock) and `server/core/tests/prompt.rs`
+//! (a fixture captured from Pi 1.6.0).
 
 use std::path::{Path, PathBuf};
 
@@ -25,9 +33,9 @@ use crate::skills::{format_skills_for_prompt, Skill};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolPrompt {
     pub name: String,
-    /// One line for "Available tools"; `None` leaves the tool out of the list.
+    /// One line for the `tools` section; `None` leaves the tool out of the list.
     pub snippet: Option<String>,
-    /// Lines added to "Guidelines".
+    /// Lines added to the `rules` section.
     pub guidelines: Vec<String>,
 }
 
@@ -43,12 +51,31 @@ impl ToolPrompt {
 }
 
 /// Where Pi's own documentation is (Pi's `getReadmePath` / `getDocsPath` /
-/// `getExamplesPath`), for the prompt block that points at it.
+/// `getExamplesPath`), for the `docs` section that points at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PiDocs {
     pub readme: PathBuf,
     pub docs: PathBuf,
     pub examples: PathBuf,
+}
+
+impl PiDocs {
+    /// The documentation of the Pi package in `dir` (`README.md`, `docs`, `examples`).
+    pub fn in_package(dir: &Path) -> PiDocs {
+        PiDocs {
+            readme: dir.join("README.md"),
+            docs: dir.join("docs"),
+            examples: dir.join("examples"),
+        }
+    }
+
+    /// Pi's own override of its package folder, `PI_PACKAGE_DIR` (`config.js` `getPackageDir`),
+    /// when set and not empty: pi-lsp does not ship Pi's documentation, so without it the
+    /// `docs` section is left out.
+    pub fn from_env() -> Option<PiDocs> {
+        let dir = std::env::var_os("PI_PACKAGE_DIR").filter(|d| !d.is_empty())?;
+        Some(PiDocs::in_package(Path::new(&dir)))
+    }
 }
 
 /// Everything the system prompt is built from.
@@ -58,59 +85,93 @@ pub struct SystemPromptOptions<'a> {
     pub cwd: &'a Path,
     /// The active tools, in order.
     pub tools: &'a [ToolPrompt],
-    /// Guidelines added after the tools' own (e.g. the editor's).
+    /// Guidelines added after the tools' own (Pi's `promptGuidelines`, e.g. the editor's).
     pub extra_guidelines: &'a [String],
-    /// `SYSTEM.md`: replaces the default text.
+    /// `SYSTEM.md` / `--system-prompt`: replaces the preamble, tools, rules and docs.
     pub custom_prompt: Option<&'a str>,
-    /// `APPEND_SYSTEM.md`.
+    /// `APPEND_SYSTEM.md` / `--append-system-prompt`.
     pub append: Option<&'a str>,
     /// Context files, global first, then root → cwd.
     pub context_files: &'a [ContextFile],
-    /// Skills (listed when `read` is among the tools).
+    /// Skills (listed when `read` or `bash` is among the tools).
     pub skills: &'a [Skill],
-    /// Pi's documentation block; `None` leaves it out.
+    /// Pi's documentation section; `None` leaves it out.
     pub pi_docs: Option<&'a PiDocs>,
-    /// `YYYY-MM-DD`; `None` = today, local time (as Pi).
-    pub date: Option<&'a str>,
 }
 
-/// Pi's `buildSystemPrompt`.
-pub fn build_system_prompt(o: &SystemPromptOptions<'_>) -> String {
-    let cwd = o.cwd.to_string_lossy().replace('\\', "/");
-    let date = o
-        .date
-        .map(str::to_string)
-        .unwrap_or_else(|| chrono::Local::now().format("%Y-%m-%d").to_string());
-    let append = o.append.filter(|a| !a.is_empty());
+/// The prompt's sections in order, `(name, text)`: the first is `preamble`, unframed; every
+/// other is framed as `<name>\n…\n</name>` (Pi 1.6's `buildSystemPromptSections`).
+pub type PromptSections = Vec<(String, String)>;
+
+/// Pi 1.6's `buildSystemPromptSections`.
+pub fn build_system_prompt_sections(o: &SystemPromptOptions<'_>) -> PromptSections {
     let names: Vec<&str> = o.tools.iter().map(|t| t.name.as_str()).collect();
     let has = |n: &str| names.contains(&n);
-
-    let mut prompt = match o.custom_prompt.filter(|c| !c.is_empty()) {
-        Some(custom) => custom.to_string(),
-        None => default_text(o, &has),
-    };
-    if let Some(a) = append {
-        prompt.push_str("\n\n");
-        prompt.push_str(a);
-    }
-    if !o.context_files.is_empty() {
-        prompt.push_str("\n\n# Project Context\n\n");
-        prompt.push_str("Project-specific instructions and guidelines:\n\n");
-        for f in o.context_files {
-            prompt.push_str(&format!("## {}\n\n{}\n\n", f.path.display(), f.content));
+    let mut raw: Vec<(&str, String)> = Vec::new();
+    match o.custom_prompt.filter(|c| !c.is_empty()) {
+        Some(custom) => raw.push(("preamble", custom.to_string())),
+        None => {
+            raw.push(("preamble", "You are a coding assistant running inside pi, a coding agent harness. Help users inspect files, run commands, and modify code.".to_string()));
+            raw.push(("tools", tools_text(o.tools)));
+            raw.push(("rules", rules_text(o, &has)));
+            if let Some(d) = o.pi_docs {
+                raw.push(("docs", docs_text(d)));
+            }
         }
     }
-    if has("read") && !o.skills.is_empty() {
-        prompt.push_str(&format_skills_for_prompt(o.skills));
+    if let Some(a) = o.append.filter(|a| !a.is_empty()) {
+        raw.push(("addendum", a.to_string()));
     }
-    prompt.push_str(&format!("\nCurrent date: {date}"));
-    prompt.push_str(&format!("\nCurrent working directory: {cwd}"));
-    prompt
+    if !o.context_files.is_empty() {
+        let mut parts = vec!["Project-specific instructions and guidelines:".to_string()];
+        parts.extend(o.context_files.iter().map(|f| {
+            format!(
+                "<project_instructions path=\"{}\">\n{}\n</project_instructions>",
+                f.path.display(),
+                f.content
+            )
+        }));
+        raw.push(("project_context", parts.join("\n\n")));
+    }
+    // Pi: the skill hint names the first of read / bash that is active.
+    if let Some(reader) = ["read", "bash"].into_iter().find(|r| has(r)) {
+        let skills = format_skills_for_prompt(o.skills, reader);
+        let skills = skills.trim();
+        if !skills.is_empty() {
+            raw.push(("skills", skills.to_string()));
+        }
+    }
+    raw.push(("cwd", o.cwd.to_string_lossy().replace('\\', "/")));
+    raw.into_iter()
+        .map(|(name, text)| {
+            let text = if name == "preamble" {
+                text
+            } else {
+                format!("<{name}>\n{text}\n</{name}>")
+            };
+            (name.to_string(), text)
+        })
+        .collect()
 }
 
-fn default_text(o: &SystemPromptOptions<'_>, has: &dyn Fn(&str) -> bool) -> String {
-    let listed: Vec<String> = o
-        .tools
+/// The prompt a request sends for `sections` (pi-ai's `getSystemMessageText` of a system
+/// message with empty `content`): the non-empty texts joined by blank lines.
+pub fn render_sections(sections: &[(String, String)]) -> String {
+    sections
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// Pi 1.6's `buildSystemPrompt`: [`build_system_prompt_sections`] rendered.
+pub fn build_system_prompt(o: &SystemPromptOptions<'_>) -> String {
+    render_sections(&build_system_prompt_sections(o))
+}
+
+fn tools_text(tools: &[ToolPrompt]) -> String {
+    let listed: Vec<String> = tools
         .iter()
         .filter_map(|t| {
             let s = t.snippet.as_deref()?;
@@ -119,24 +180,34 @@ fn default_text(o: &SystemPromptOptions<'_>, has: &dyn Fn(&str) -> bool) -> Stri
             (!one.is_empty()).then(|| format!("- {}: {one}", t.name))
         })
         .collect();
-    let tools_list = if listed.is_empty() {
+    let list = if listed.is_empty() {
         "(none)".to_string()
     } else {
         listed.join("\n")
     };
-    let mut guidelines: Vec<String> = Vec::new();
+    format!("{list}\n\nAdditional tools may be available.")
+}
+
+/// Pi 1.6's `buildRules`.
+fn rules_text(o: &SystemPromptOptions<'_>, has: &dyn Fn(&str) -> bool) -> String {
+    let mut rules: Vec<String> = Vec::new();
     let mut add = |g: &str| {
         let g = g.trim();
-        if !g.is_empty() && !guidelines.iter().any(|x| x == g) {
-            guidelines.push(g.to_string());
+        if !g.is_empty() && !rules.iter().any(|x| x == g) {
+            rules.push(g.to_string());
         }
     };
-    // Pi 1.6's `buildRules`: bash is named for file operations only when no grep/find/ls
-    // tool is there (0.73.1 also told the model to prefer those tools over bash; 1.6 does
-    // not); bash's own guideline ([`crate::tools::BASH_GUIDELINE`]) comes with its tool.
+    // Bash is named for file operations only when no grep/find/ls tool is there; bash's own
+    // guideline ([`crate::tools::BASH_GUIDELINE`]) comes with its tool.
     let exploring = has("grep") || has("find") || has("ls");
-    if has("bash") && !exploring {
-        add("Use bash for file operations like ls, rg, find");
+    if (has("bash") || has("powershell")) && !exploring {
+        if has("bash") && has("powershell") {
+            add("Use bash or PowerShell for file operations like listing, searching, and finding files");
+        } else if has("powershell") {
+            add("Use PowerShell for file operations like listing, searching, and finding files");
+        } else {
+            add("Use bash for file operations like ls, rg, find");
+        }
     }
     for t in o.tools {
         for g in &t.guidelines {
@@ -148,52 +219,40 @@ fn default_text(o: &SystemPromptOptions<'_>, has: &dyn Fn(&str) -> bool) -> Stri
     }
     add("Be concise in your responses");
     add("Show file paths clearly when working with files");
-    let guidelines = guidelines
+    rules
         .iter()
         .map(|g| format!("- {g}"))
         .collect::<Vec<_>>()
-        .join("\n");
-    let mut s = format!(
-        "You are an expert coding assistant operating inside pi, a coding agent harness. You help users by reading files, executing commands, editing code, and writing new files.
+        .join("\n")
+}
 
-Available tools:
-{tools_list}
-
-In addition to the tools above, you may have access to other custom tools depending on the project.
-
-Guidelines:
-{guidelines}"
-    );
-    if let Some(d) = o.pi_docs {
-        s.push_str(&format!(
-            "
-
-Pi documentation (read only when the user asks about pi itself, its SDK, extensions, themes, skills, or TUI):
+fn docs_text(d: &PiDocs) -> String {
+    format!(
+        "Pi documentation (read only when the user asks about the harness itself, its SDK, extensions, themes, skills, or TUI):
 - Main documentation: {}
 - Additional docs: {}
 - Examples: {} (extensions, custom tools, SDK)
-- When asked about: extensions (docs/extensions.md, examples/extensions/), themes (docs/themes.md), skills (docs/skills.md), prompt templates (docs/prompt-templates.md), TUI components (docs/tui.md), keybindings (docs/keybindings.md), SDK integrations (docs/sdk.md), custom providers (docs/custom-provider.md), adding models (docs/models.md), pi packages (docs/packages.md)
-- When working on pi topics, read the docs and examples, and follow .md cross-references before implementing
-- Always read pi .md files completely and follow links to related docs (e.g., tui.md for TUI API details)",
-            d.readme.display(),
-            d.docs.display(),
-            d.examples.display()
-        ));
-    }
-    s
+- When reading pi docs or examples, resolve docs/... under Additional docs and examples/... under Examples, not the current working directory
+- When asked about: extensions (docs/extensions.md, examples/extensions/), themes (docs/themes.md), skills (docs/skills.md), prompt templates (docs/prompt-templates.md), TUI components (docs/tui.md), keybindings (docs/keybindings.md), SDK integrations (docs/sdk.md), custom providers (docs/custom-provider.md), adding models (docs/models.md), packages (docs/packages.md), environment variables (docs/environment-variables.md), MCP servers (docs/mcp.md), codemode scripts and non-LLM models such as classifiers and image models (docs/codemode.md)
+- Before implementing harness changes, read the relevant docs and examples in full, following related cross-references.",
+        d.readme.display(),
+        d.docs.display(),
+        d.examples.display()
+    )
 }
 
-/// The system prompt for a run in `cwd` with `tools`, from `resources` (context files,
-/// `SYSTEM.md`, `APPEND_SYSTEM.md`, skills) and `extra_guidelines`; no Pi docs block, today's
-/// date.
-pub fn system_prompt(
+/// The system prompt's sections for a run in `cwd` with `tools`, from `resources` (context
+/// files, `SYSTEM.md`, `APPEND_SYSTEM.md`, skills) and `extra_guidelines`; the `docs` section
+/// only with `PI_PACKAGE_DIR` ([`PiDocs::from_env`]). [`render_sections`] gives the prompt.
+pub fn system_prompt_sections(
     cwd: &Path,
     tools: &[std::sync::Arc<dyn Tool>],
     resources: &Resources,
     extra_guidelines: &[String],
-) -> String {
+) -> PromptSections {
     let tools: Vec<ToolPrompt> = tools.iter().map(|t| ToolPrompt::of(t.as_ref())).collect();
-    build_system_prompt(&SystemPromptOptions {
+    let docs = PiDocs::from_env();
+    build_system_prompt_sections(&SystemPromptOptions {
         cwd,
         tools: &tools,
         extra_guidelines,
@@ -201,7 +260,21 @@ pub fn system_prompt(
         append: resources.append_system_prompt.as_deref(),
         context_files: &resources.context_files,
         skills: &resources.skills,
-        pi_docs: None,
-        date: None,
+        pi_docs: docs.as_ref(),
     })
+}
+
+/// The system prompt for a run ([`system_prompt_sections`] rendered).
+pub fn system_prompt(
+    cwd: &Path,
+    tools: &[std::sync::Arc<dyn Tool>],
+    resources: &Resources,
+    extra_guidelines: &[String],
+) -> String {
+    render_sections(&system_prompt_sections(
+        cwd,
+        tools,
+        resources,
+        extra_guidelines,
+    ))
 }

@@ -193,9 +193,10 @@ pub fn ancestor_agents_skill_dirs(start: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Pi's `formatSkillsForPrompt`: the `<available_skills>` block of the system prompt (empty
-/// when every skill has `disable-model-invocation`).
-pub fn format_skills_for_prompt(skills: &[Skill]) -> String {
+/// Pi 1.6's `formatSkillsForPrompt`: the `<available_skills>` block of the system prompt (empty
+/// when every skill has `disable-model-invocation`); its hint names `read_tool` (`"read"`,
+/// `"bash"`, any other: no tool).
+pub fn format_skills_for_prompt(skills: &[Skill], read_tool: &str) -> String {
     let visible: Vec<&Skill> = skills
         .iter()
         .filter(|s| !s.disable_model_invocation)
@@ -205,8 +206,13 @@ pub fn format_skills_for_prompt(skills: &[Skill]) -> String {
     }
     let mut lines = vec![
         "\n\nThe following skills provide specialized instructions for specific tasks.".to_string(),
-        "Use the read tool to load a skill's file when the task matches its description.".to_string(),
-        "When a skill file references a relative path, resolve it against the skill directory (parent of SKILL.md / dirname of the path) and use that absolute path in tool commands.".to_string(),
+        match read_tool {
+            "read" => "Use the read tool to load a skill's file when the task matches its description.",
+            "bash" => "Use bash to load a skill's file when the task matches its description.",
+            _ => "Load a skill's file when the task matches its description.",
+        }
+        .to_string(),
+        "Resolve relative paths against the skill's directory (parent of SKILL.md). Use absolute paths in tool calls.".to_string(),
         String::new(),
         "<available_skills>".to_string(),
     ];
@@ -299,12 +305,12 @@ mod tests {
             scope: Scope::User,
             disable_model_invocation: hidden,
         };
-        assert_eq!(format_skills_for_prompt(&[s("a", true)]), "");
+        assert_eq!(format_skills_for_prompt(&[s("a", true)], "read"), "");
         assert_eq!(
-            format_skills_for_prompt(&[s("a", false), s("b", true)]),
+            format_skills_for_prompt(&[s("a", false), s("b", true)], "bash"),
             "\n\nThe following skills provide specialized instructions for specific tasks.\n\
-Use the read tool to load a skill's file when the task matches its description.\n\
-When a skill file references a relative path, resolve it against the skill directory (parent of SKILL.md / dirname of the path) and use that absolute path in tool commands.\n\
+Use bash to load a skill's file when the task matches its description.\n\
+Resolve relative paths against the skill's directory (parent of SKILL.md). Use absolute paths in tool calls.\n\
 \n<available_skills>\n  <skill>\n    <name>a</name>\n    <description>Use &lt;this&gt; &amp; &quot;that&quot;</description>\n    <location>/s/a/SKILL.md</location>\n  </skill>\n</available_skills>"
         );
     }

@@ -574,7 +574,11 @@ impl AgentSession {
         }
         let want = self.agent.with_config(|c| {
             let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
-            crate::session::SystemState::of_run(&c.system_prompt, &specs)
+            crate::session::SystemState::of_run(
+                &c.system_prompt,
+                c.prompt_sections.as_deref(),
+                &specs,
+            )
         });
         let stored = self.lock_writer().and_then(|mut w| {
             let have = w.tree().system_state(w.leaf());
@@ -997,8 +1001,7 @@ impl crate::agent::SystemMessages for StoredSystemMessages {
         let tree = w.tree();
         let path = tree.path(w.leaf()?);
         let state = crate::session::SystemState::of_path(&path);
-        let run = crate::session::SystemState::of_run(system_prompt, &[]);
-        if !state.content.is_empty() || state.sections != run.sections {
+        if !state.content.is_empty() || !state.renders(system_prompt) {
             return None;
         }
         let layout = crate::session::path_system_layout(&path);

@@ -448,8 +448,11 @@ pub fn agent_config_with(
     if let Some(filter) = tool_filter {
         filter(&mut tools);
     }
-    let prompt = crate::prompt::system_prompt(ws.root(), &tools, &resources, extra_guidelines);
+    let sections =
+        crate::prompt::system_prompt_sections(ws.root(), &tools, &resources, extra_guidelines);
+    let prompt = crate::prompt::render_sections(&sections);
     let mut cfg = AgentConfig::new(model, prompt, tools);
+    cfg.prompt_sections = Some(sections.into());
     cfg.retry = settings.retry.to_retry_settings();
     cfg.approval = gate;
     cfg

@@ -104,10 +104,25 @@ impl SystemState {
         state
     }
 
-    /// The state of a harness run: `prompt` as [`PROMPT_SECTION`], `tools` as declarations.
-    pub fn of_run(prompt: &str, tools: &[pi_ai::ToolSpec]) -> SystemState {
+    /// The state of a harness run: its prompt's `sections` (Pi 1.6's, by name, in order) when
+    /// given and they render to `prompt` (pi-ai's `getSystemMessageText`), else `prompt` as the
+    /// one section [`PROMPT_SECTION`]; `tools` as declarations.
+    pub fn of_run(
+        prompt: &str,
+        prompt_sections: Option<&[(String, String)]>,
+        tools: &[pi_ai::ToolSpec],
+    ) -> SystemState {
         let mut sections = Map::new();
-        sections.insert(PROMPT_SECTION.into(), json!(prompt));
+        match prompt_sections.filter(|s| crate::prompt::render_sections(s) == prompt) {
+            Some(named) => {
+                for (name, text) in named {
+                    sections.insert(name.clone(), json!(text));
+                }
+            }
+            None => {
+                sections.insert(PROMPT_SECTION.into(), json!(prompt));
+            }
+        }
         SystemState {
             content: Vec::new(),
             sections,
@@ -158,14 +173,32 @@ impl SystemState {
         m.insert("role".into(), json!("system"));
         m.insert("content".into(), json!(""));
         m.insert("sections".into(), Value::Object(sections));
+        // Pi 1.6's key order: the prompt's message, then the loop's tool declarations.
+        m.insert("timestamp".into(), json!(timestamp));
         if !added.is_empty() || !self.seen {
             m.insert("toolsAdded".into(), Value::Array(added));
         }
         if !removed.is_empty() {
             m.insert("toolsRemoved".into(), Value::Array(removed));
         }
-        m.insert("timestamp".into(), json!(timestamp));
         Some(Value::Object(m))
+    }
+
+    /// Whether this state's sections are those of `prompt` in any order (a patch keeps a
+    /// section where it was first set, so a replayed order can differ from a fresh build's):
+    /// every section's text found in `prompt`, and, put in the order found there, their texts
+    /// joined by blank lines are `prompt`.
+    pub fn renders(&self, prompt: &str) -> bool {
+        let mut found = Vec::new();
+        for text in self.sections.values() {
+            match text.as_str().and_then(|t| prompt.find(t).map(|at| (at, t))) {
+                Some(f) => found.push(f),
+                None => return false,
+            }
+        }
+        found.sort_unstable();
+        let texts: Vec<&str> = found.into_iter().map(|(_, t)| t).collect();
+        texts.join("\n\n") == prompt
     }
 
     /// The complete system message of this state (a compaction's `systemMessage`).
@@ -321,7 +354,7 @@ mod tests {
             description: d.into(),
             parameters: json!({"type": "object"}),
         };
-        let first = SystemState::of_run("P1", &[spec("read", "r"), spec("bash", "b")]);
+        let first = SystemState::of_run("P1", None, &[spec("read", "r"), spec("bash", "b")]);
         let full = SystemState::default().patch_to(&first, 7).unwrap();
         assert_eq!(
             full,
@@ -334,7 +367,7 @@ mod tests {
         assert_eq!(replayed, first);
         assert_eq!(replayed.patch_to(&first, 8), None);
         // Another prompt, bash changed, read removed, grep added.
-        let second = SystemState::of_run("P2", &[spec("bash", "b2"), spec("grep", "g")]);
+        let second = SystemState::of_run("P2", None, &[spec("bash", "b2"), spec("grep", "g")]);
         let patch = replayed.patch_to(&second, 9).unwrap();
         assert_eq!(
             patch,
@@ -349,8 +382,21 @@ mod tests {
         let mut pi = SystemState::default();
         pi.apply(&json!({"role":"system","content":"","sections":{"preamble":"x","cwd":"y"},"toolsAdded":[]}));
         assert_eq!(
-            pi.patch_to(&SystemState::of_run("P", &[]), 1).unwrap()["sections"],
+            pi.patch_to(&SystemState::of_run("P", None, &[]), 1)
+                .unwrap()["sections"],
             json!({"preamble": null, "cwd": null, "prompt": "P"})
         );
+    }
+
+    #[test]
+    fn a_replayed_state_renders_the_prompt_in_any_section_order() {
+        let mut state = SystemState::default();
+        state.apply(&json!({"role":"system","content":"","sections":{"preamble":"P","rules":"<rules>\nR\n</rules>"}}));
+        state.apply(&json!({"role":"system","content":"","sections":{"tools":"<tools>\nT\n</tools>","rules":"<rules>\nR2\n</rules>"}}));
+        // Replayed order: preamble, rules, tools; the prompt's: preamble, tools, rules.
+        assert!(state.renders("P\n\n<tools>\nT\n</tools>\n\n<rules>\nR2\n</rules>"));
+        assert!(!state.renders("P\n\n<tools>\nT\n</tools>\n\n<rules>\nR\n</rules>"));
+        assert!(!state
+            .renders("P\n\n<tools>\nT\n</tools>\n\n<rules>\nR2\n</rules>\n\n<cwd>\n/\n</cwd>"));
     }
 }

@@ -878,7 +878,7 @@ pub const BASH_GUIDELINE: &str =
 
 #[async_trait]
 impl Tool for BashTool {
-    /// Pi's `promptSnippet` of `bash` (`core/tools/bash.js`, 0.73.1).
+    /// Pi's `promptSnippet` of `bash` (`core/tools/bash.js`, 1.6).
     fn prompt_snippet(&self) -> Option<String> {
         Some("Execute bash commands (ls, grep, find, etc.)".into())
     }
@@ -902,7 +902,7 @@ impl Tool for BashTool {
             name: "bash".into(),
             description: format!("Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to last {MAX_LINES} lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds."),
             parameters: json!({"type":"object","required":["command"],"properties":{
-                "command":{"type":"string","description":"Bash command to execute"},
+                "command":{"type":"string","description":"Shell command to execute"},
                 "timeout":{"type":"number","description":"Timeout in seconds (optional, no default timeout)"}}}),
         }
     }

@@ -127,7 +127,7 @@ fn run(
 
 #[async_trait]
 impl Tool for FindTool {
-    /// Pi's `promptSnippet` of `find` (`core/tools/find.js`, 0.73.1).
+    /// Pi's `promptSnippet` of `find` (`core/tools/find.js`, 1.6).
     fn prompt_snippet(&self) -> Option<String> {
         Some("Find files by glob pattern (respects .gitignore)".into())
     }

@@ -405,7 +405,7 @@ fn run(
 
 #[async_trait]
 impl Tool for GrepTool {
-    /// Pi's `promptSnippet` of `grep` (`core/tools/grep.js`, 0.73.1).
+    /// Pi's `promptSnippet` of `grep` (`core/tools/grep.js`, 1.6).
     fn prompt_snippet(&self) -> Option<String> {
         Some("Search file contents for patterns (respects .gitignore)".into())
     }

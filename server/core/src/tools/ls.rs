@@ -36,7 +36,7 @@ impl LsTool {
 
 #[async_trait]
 impl Tool for LsTool {
-    /// Pi's `promptSnippet` of `ls` (`core/tools/ls.js`, 0.73.1).
+    /// Pi's `promptSnippet` of `ls` (`core/tools/ls.js`, 1.6).
     fn prompt_snippet(&self) -> Option<String> {
         Some("List directory contents".into())
     }

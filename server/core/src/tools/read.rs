@@ -423,8 +423,34 @@ pub(crate) fn stream_window(
     })
 }
 
-/// The image type of `bytes` by signature (PNG, JPEG, GIF, WebP), as Pi detects it from the
-/// file's content.
+/// How many leading bytes [`sniff_image`] looks at.
+const SNIFF_BYTES: usize = 32;
+
+/// Pi 1.6's `isBmp` (`utils/mime.js`): a `BM` header whose sizes and offsets are coherent, one
+/// colour plane and a bit depth of 1, 4, 8, 16, 24 or 32.
+fn is_bmp(b: &[u8]) -> bool {
+    let u32le = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let u16le = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+    if b.len() < 26 || !b.starts_with(b"BM") {
+        return false;
+    }
+    let (size, pixels, dib) = (u32le(2), u32le(10), u32le(14));
+    if (size != 0 && size < 26) || u64::from(pixels) < 14 + u64::from(dib) {
+        return false;
+    }
+    if size != 0 && pixels >= size {
+        return false;
+    }
+    let (planes, bits) = match dib {
+        12 => (u16le(22), u16le(24)),
+        40..=124 if b.len() >= 30 => (u16le(26), u16le(28)),
+        _ => return false,
+    };
+    planes == 1 && [1, 4, 8, 16, 24, 32].contains(&bits)
+}
+
+/// The image type of `bytes` (the file's first [`SNIFF_BYTES`]) by signature (PNG, JPEG, GIF,
+/// WebP, BMP), as Pi 1.6 detects it from the file's content.
 fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
     if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
         Some("image/png")
@@ -434,6 +460,8 @@ fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
         Some("image/gif")
     } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
         Some("image/webp")
+    } else if is_bmp(bytes) {
+        Some("image/bmp")
     } else {
         None
     }
@@ -568,13 +596,42 @@ async fn image_blocks(
     mime: &'static str,
     extra_note: Option<&str>,
 ) -> Vec<ContentBlock> {
-    let fitted = tokio::task::spawn_blocking(move || fit_image(&bytes, mime))
-        .await
-        .ok()
-        .flatten();
+    // Pi 1.6's `normalizeImage`: a type providers do not take inline (BMP) is sent as PNG,
+    // with a hint; one that does not decode is left out.
+    let converted = mime == "image/bmp";
+    let fitted = tokio::task::spawn_blocking(move || {
+        if !converted {
+            return Ok(fit_image(&bytes, mime));
+        }
+        let mut png = Vec::new();
+        image::load_from_memory_with_format(&bytes, image::ImageFormat::Bmp)
+            .and_then(|img| {
+                img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            })
+            .map(|()| fit_image(&png, "image/png"))
+            .map_err(|_| ())
+    })
+    .await
+    .unwrap_or(Err(()));
+    let fitted = match fitted {
+        Ok(f) => f,
+        Err(()) => {
+            let mut note = format!(
+                "Read image file [{mime}]\n[Image omitted: could not be converted to a supported inline image format.]"
+            );
+            if let Some(n) = extra_note {
+                note.push('\n');
+                note.push_str(n);
+            }
+            return vec![ContentBlock::text(note)];
+        }
+    };
     match fitted {
         Some(img) => {
             let mut note = format!("Read image file [{}]", img.mime);
+            if converted && img.mime != mime {
+                note.push_str(&format!("\n[Image converted from {mime} to {}.]", img.mime));
+            }
             if let Some(d) = img.dimension_note() {
                 note.push('\n');
                 note.push_str(&d);
@@ -651,7 +708,7 @@ fn read_opened(mut file: std::fs::File, len: u64) -> Option<Small> {
     if bytes.len() as u64 >= STREAM_FROM {
         return None;
     }
-    Some(match sniff_image(&bytes[..bytes.len().min(16)]) {
+    Some(match sniff_image(&bytes[..bytes.len().min(SNIFF_BYTES)]) {
         Some(mime) => Small::Image(bytes, mime),
         None => Small::Text(crate::fs::decode_file(bytes)),
     })
@@ -659,12 +716,12 @@ fn read_opened(mut file: std::fs::File, len: u64) -> Option<Small> {
 
 #[async_trait]
 impl Tool for ReadTool {
-    /// Pi's `promptSnippet` of `read` (`core/tools/read.js`, 0.73.1).
+    /// Pi's `promptSnippet` of `read` (`core/tools/read.js`, 1.6).
     fn prompt_snippet(&self) -> Option<String> {
         Some("Read file contents".into())
     }
 
-    /// Pi's `promptGuidelines` of `read` (`core/tools/read.js`, 0.73.1).
+    /// Pi's `promptGuidelines` of `read` (`core/tools/read.js`, 1.6).
     fn prompt_guidelines(&self) -> Vec<String> {
         ["Use read to examine files instead of cat or sed."]
             .map(String::from)
@@ -679,7 +736,7 @@ impl Tool for ReadTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "read".into(),
-            description: format!("Read the contents of a file. Supports text files and images (jpg, png, gif, webp). Images are sent as attachments. For text files, output is truncated to {MAX_LINES} lines or 50KB (whichever is hit first). Use offset/limit for large files. When you need the full file, continue with offset until complete. Open editor buffers are read with their unsaved changes."),
+            description: format!("Read the contents of a file. Supports text files and images (jpg, png, gif, webp, bmp). Images are sent as attachments. For text files, output is truncated to {MAX_LINES} lines or 50KB (whichever is hit first). Use offset/limit for large files. When you need the full file, continue with offset until complete."),
             parameters: json!({"type":"object","required":["path"],"properties":{
                 "path":{"type":"string","description":"Path to the file to read (relative or absolute)"},
                 "offset":{"type":"number","description":"Line number to start reading from (1-indexed)"},
@@ -736,7 +793,7 @@ impl Tool for ReadTool {
             None => {}
         }
         // An image by its content on disk, whatever its name (Pi's detection); else text.
-        let mime = match self.fs.read_head(&path, 16).await {
+        let mime = match self.fs.read_head(&path, SNIFF_BYTES).await {
             Ok(head) => sniff_image(&head),
             Err(_) => None,
         };

@@ -82,12 +82,12 @@ fn change_details(
 
 #[async_trait]
 impl Tool for WriteTool {
-    /// Pi's `promptSnippet` of `write` (`core/tools/write.js`, 0.73.1).
+    /// Pi's `promptSnippet` of `write` (`core/tools/write.js`, 1.6).
     fn prompt_snippet(&self) -> Option<String> {
         Some("Create or overwrite files".into())
     }
 
-    /// Pi's `promptGuidelines` of `write` (`core/tools/write.js`, 0.73.1).
+    /// Pi's `promptGuidelines` of `write` (`core/tools/write.js`, 1.6).
     fn prompt_guidelines(&self) -> Vec<String> {
         ["Use write only for new files or complete rewrites."]
             .map(String::from)
