@@ -175,6 +175,23 @@ async fn hammer(options: Value, label: &str) -> usize {
             assert!(Instant::now() < deadline, "{label}: prompt {i} never ended");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let last = c
+            .request("agent/messages", json!({"sessionId": sid}))
+            .await
+            .unwrap();
+        assert!(last.get("streamingMessage").is_none(), "{label}: {last}");
+        // The answer may overtake the run's last notifications (`agent_settled` follows
+        // `agent_end`): the events it counts are those numbered up to its `seq`, all of which
+        // arrive, and none after them while the session is idle.
+        let last_seq = last["seq"].as_u64().unwrap();
+        while (events(&c.log(), &sid).len() as u64) < last_seq {
+            assert!(
+                Instant::now() < deadline,
+                "{label}: prompt {i}: events up to seq {last_seq} never arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
         let log = c.log();
         let all = events(&log, &sid);
         // One number per event of the session, in the order sent: 1, 2, 3…
@@ -184,13 +201,8 @@ async fn hammer(options: Value, label: &str) -> usize {
             (1..=all.len() as u64).collect::<Vec<_>>(),
             "{label}: seq"
         );
-        let last = c
-            .request("agent/messages", json!({"sessionId": sid}))
-            .await
-            .unwrap();
-        assert!(last.get("streamingMessage").is_none(), "{label}: {last}");
         assert_eq!(
-            last["seq"].as_u64().unwrap(),
+            last_seq,
             all.len() as u64,
             "{label}: an idle answer includes every event"
         );
