@@ -367,20 +367,6 @@ fn pi16_bin() -> Option<PathBuf> {
     found
 }
 
-/// Pi 1.6.0's package folder (its README, docs and examples): `$PI16_PKG_DIR`, else read from
-/// the `$PI16_REF_BIN` wrapper's `…/dist/bundle/cli.js` path.
-fn pi16_package(pi: &Path) -> PathBuf {
-    if let Ok(dir) = std::env::var("PI16_PKG_DIR") {
-        return PathBuf::from(dir);
-    }
-    let wrapper = std::fs::read_to_string(pi).unwrap();
-    let cli = wrapper
-        .split(['"', ' ', '\n'])
-        .find(|w| w.ends_with("/dist/bundle/cli.js"))
-        .unwrap_or_else(|| panic!("no cli.js in {}", pi.display()));
-    PathBuf::from(cli.trim_end_matches("/dist/bundle/cli.js"))
-}
-
 /// A workspace exercising every part of the prompt Pi assembles: context files global, in an
 /// ancestor and in the workspace; APPEND_SYSTEM.md; skills global, project and `.agents`.
 pub fn prompt_fixture(root: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -435,7 +421,7 @@ fn system_of(mock: &MockModel) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
     let Some(pi) = pi16_bin() else { return };
-    let package = pi16_package(&pi);
+    let package = pi_e2e::pi16_package(&pi);
     let tmp = TempDir::new("pi-prompt");
     let (ws, agent, home) = prompt_fixture(tmp.path());
     let pi_sessions = tmp.path().join("pi-sessions");

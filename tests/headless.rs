@@ -750,16 +750,7 @@ async fn thinking_defaults_to_medium_clamped_to_the_model() {
 async fn no_tools_offers_only_what_tools_adds() {
     let mock = MockModel::start((0..3).map(|_| Step::text("ok")).collect()).await;
     let h = Headless::new("no-tools", &mock.models_json());
-    let file = h.path().join("pi.jsonl");
-    std::fs::copy(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fixtures/sessions/pi16/pi-1.6.0-tools-read-bash-ls.jsonl"
-        ),
-        &file,
-    )
-    .unwrap();
-    let file = file.display().to_string();
+    let file = pi16_tools_session(&h);
     let m = ["--model", "mock/mock-1"];
     assert_success(&h.run(&[m[0], m[1], "--no-tools", "x"]));
     assert_success(&h.run(&[m[0], m[1], "--no-tools", "--tools", "+ls,-bash", "x"]));
@@ -1859,16 +1850,7 @@ async fn a_truncated_answer_is_printed_and_fails_as_pi_prints_it() {
 async fn no_builtin_tools_keeps_extension_tools_only() {
     let mock = MockModel::start((0..5).map(|_| Step::text("ok")).collect()).await;
     let h = Headless::new("no-builtin-tools", &mock.models_json());
-    let file = h.path().join("pi.jsonl");
-    std::fs::copy(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fixtures/sessions/pi16/pi-1.6.0-tools-read-bash-ls.jsonl"
-        ),
-        &file,
-    )
-    .unwrap();
-    let file = file.display().to_string();
+    let file = pi16_tools_session(&h);
     let m = ["--model", "mock/mock-1", "--no-builtin-tools"];
     assert_success(&h.run(&[m[0], m[1], m[2], "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--tools", "+ls", "x"]));
@@ -1963,4 +1945,16 @@ async fn a_resumed_file_without_a_thinking_level_gets_one_appended_as_pi_does() 
             Value::Null
         ]
     );
+}
+
+/// A copy, in `h`'s folder, of the session Pi 1.6.0 ran with `--tools read,bash,ls`
+/// (`fixtures/sessions/pi16/pi-1.6.0-tools-read-bash-ls.jsonl`); returns its path.
+fn pi16_tools_session(h: &Headless) -> String {
+    let file = h.path().join("pi.jsonl");
+    std::fs::copy(
+        pi_e2e::fixtures().join("sessions/pi16/pi-1.6.0-tools-read-bash-ls.jsonl"),
+        &file,
+    )
+    .unwrap();
+    file.display().to_string()
 }

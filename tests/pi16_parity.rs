@@ -395,20 +395,6 @@ async fn pi_16_opens_and_continues_our_file_and_we_open_what_it_appended() {
     mock.assert_paired();
 }
 
-/// Pi 1.6.0's package folder (its `examples/` live there): `$PI16_PKG_DIR`, else read from the
-/// `$PI16_REF_BIN` wrapper's `…/dist/bundle/cli.js` path.
-fn pi16_package(pi: &Path) -> PathBuf {
-    if let Ok(dir) = std::env::var("PI16_PKG_DIR") {
-        return PathBuf::from(dir);
-    }
-    let wrapper = std::fs::read_to_string(pi).unwrap();
-    let cli = wrapper
-        .split(['"', ' ', '\n'])
-        .find(|w| w.ends_with("/dist/bundle/cli.js"))
-        .unwrap_or_else(|| panic!("no cli.js in {}", pi.display()));
-    PathBuf::from(cli.trim_end_matches("/dist/bundle/cli.js"))
-}
-
 /// The `todo` list of issue "plan mode and a live todo list" as Pi 1.6 sees it: pi-lsp's
 /// built-in `todo` writes its state in tool-result `details` (Pi's `TodoDetails` shape, our
 /// `status`/`priority` as additions); Pi 1.6 with its own example extension
@@ -417,7 +403,7 @@ fn pi16_package(pi: &Path) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
     let Some(pi) = pi16() else { return };
-    let example = pi16_package(&pi).join("examples/extensions/todo.ts");
+    let example = pi_e2e::pi16_package(&pi).join("examples/extensions/todo.ts");
     assert!(example.exists(), "{}", example.display());
     let tmp = TempDir::new("pi16-todo");
     let ws = workspace(tmp.path());

@@ -89,6 +89,21 @@ impl Drop for TempDir {
     }
 }
 
+/// Pi 1.6.0's package folder (its README, docs and examples): `$PI16_PKG_DIR`, else read from
+/// the `pi` wrapper script at `pi` (CI's `$PI16_REF_BIN`), which names `…/dist/bundle/cli.js`.
+/// Panics when the wrapper names no such path.
+pub fn pi16_package(pi: &Path) -> PathBuf {
+    if let Ok(dir) = std::env::var("PI16_PKG_DIR") {
+        return PathBuf::from(dir);
+    }
+    let wrapper = std::fs::read_to_string(pi).unwrap();
+    let cli = wrapper
+        .split(['"', ' ', '\n'])
+        .find(|w| w.ends_with("/dist/bundle/cli.js"))
+        .unwrap_or_else(|| panic!("no cli.js in {}", pi.display()));
+    PathBuf::from(cli.trim_end_matches("/dist/bundle/cli.js"))
+}
+
 /// The repository's `fixtures/` folder.
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
