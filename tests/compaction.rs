@@ -19,7 +19,7 @@ use pi_core::fs::DiskFs;
 use pi_core::session::{read_tree, SessionWriter};
 use pi_core::tools::default_tools;
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::TempDir;
+use pi_e2e::{content_text, TempDir};
 use serde_json::{json, Value};
 
 /// Persists like the server does (every completed message, flushed at turn end) and keeps
@@ -92,14 +92,7 @@ fn is_summary(body: &Value) -> bool {
 fn summary_prompt(body: &Value) -> String {
     let msgs = body["messages"].as_array().unwrap();
     let user = msgs.iter().find(|m| m["role"] == "user").unwrap();
-    match &user["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<String>(),
-        _ => String::new(),
-    }
+    content_text(user)
 }
 
 struct Setup {

@@ -14,7 +14,7 @@ use pi_core::agent::{Agent, AgentConfig, AgentHooks, NextTurn};
 use pi_core::fs::DiskFs;
 use pi_core::tools::default_tools;
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::TempDir;
+use pi_e2e::{content_text, TempDir};
 use serde_json::{json, Value};
 
 const WINDOW: u64 = 9_000;
@@ -125,17 +125,6 @@ fn pi_clamp(window: u64, input: u64) -> u64 {
     room.max(1.0) as u64
 }
 
-fn user_text(m: &Value) -> String {
-    match &m["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<String>(),
-        _ => String::new(),
-    }
-}
-
 #[tokio::test]
 async fn every_request_s_output_limit_is_pi_1_6_s_clamp_also_after_a_hook_changed_it() {
     let dir = TempDir::new("output-budget");
@@ -191,7 +180,7 @@ async fn every_request_s_output_limit_is_pi_1_6_s_clamp_also_after_a_hook_change
                 .iter()
                 .find(|m| m["role"] == "user")
                 .unwrap();
-            user_text(m)
+            content_text(m)
         })
         .collect();
     let mut want = vec!["read big.txt six times".to_string(); 4];

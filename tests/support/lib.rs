@@ -104,6 +104,20 @@ pub fn pi16_package(pi: &Path) -> PathBuf {
     PathBuf::from(cli.trim_end_matches("/dist/bundle/cli.js"))
 }
 
+/// The text of a request message's `content` as the model reads it: a string as is, an array of
+/// parts as its `text` parts joined with nothing between them (image parts add nothing), anything
+/// else as the empty string. Shape as the wires send it (`{"role", "content"}` of a request body).
+pub fn content_text(message: &serde_json::Value) -> String {
+    match &message["content"] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<String>(),
+        _ => String::new(),
+    }
+}
+
 /// The repository's `fixtures/` folder.
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
