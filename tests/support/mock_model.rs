@@ -1,5 +1,6 @@
 //! The one loopback model of every suite. It answers `POST /v1/chat/completions`
-//! (openai-completions) and `POST /v1/messages` (anthropic-messages) with real SSE streams,
+//! (openai-completions), `POST /v1/messages` (anthropic-messages) and `POST /v1/responses`
+//! (openai-responses) with real SSE streams,
 //! one scripted [`Step`] per request, records every request, and records a pairing violation
 //! (answering HTTP 400 like a real provider) when a request carries a tool call without its
 //! paired result or a result without its call.
@@ -214,6 +215,7 @@ impl MockModel {
         let app = Router::new()
             .route("/v1/chat/completions", post(handle_openai))
             .route("/v1/messages", post(handle_anthropic))
+            .route("/v1/responses", post(handle_responses))
             // Requests with large images are taken as a provider would (axum's default: 2 MB).
             .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(served);
@@ -239,6 +241,21 @@ impl MockModel {
             pi_ai::Api::OpenaiCompletions,
             "mock",
             "mock-1",
+            &self.openai_base(),
+        );
+        model.api_key = Some("test-key".into());
+        model.context_window = context_window;
+        model.max_tokens = max_tokens;
+        model
+    }
+
+    /// The `openai-responses` model `mockresp/mock-resp-1` at this server (`POST /v1/responses`),
+    /// with a test key and the given context window and output limit (tokens).
+    pub fn responses_model(&self, context_window: u64, max_tokens: u64) -> pi_ai::Model {
+        let mut model = pi_ai::Model::new(
+            pi_ai::Api::OpenaiResponses,
+            "mockresp",
+            "mock-resp-1",
             &self.openai_base(),
         );
         model.api_key = Some("test-key".into());
@@ -398,6 +415,14 @@ pub fn last_tool_result(body: &Value) -> Option<String> {
             .collect::<String>(),
         _ => String::new(),
     };
+    if let Some(items) = body["input"].as_array() {
+        // openai-responses: the last `function_call_output` item.
+        return items
+            .iter()
+            .rev()
+            .find(|i| i["type"] == "function_call_output")
+            .map(|i| text(&i["output"]));
+    }
     let msgs = body["messages"].as_array()?;
     msgs.iter().rev().find_map(|m| {
         if m["role"] == "tool" {
@@ -446,6 +471,38 @@ pub fn openai_pairing(body: &Value) -> Option<String> {
         }
     }
     (!open.is_empty()).then(|| format!("calls {open:?} at the end have no results"))
+}
+
+/// Checks openai-responses input items: each `function_call` must be answered by its
+/// `function_call_output` (same `call_id`) before the next item of another kind, and no output
+/// may lack its call.
+pub fn responses_pairing(body: &Value) -> Option<String> {
+    let items = body["input"].as_array()?;
+    let mut open: Vec<String> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let call_id = item["call_id"].as_str().unwrap_or("").to_string();
+        match item["type"].as_str() {
+            Some("function_call") => open.push(call_id),
+            Some("function_call_output") => match open.iter().position(|o| *o == call_id) {
+                Some(p) => {
+                    open.remove(p);
+                }
+                None => {
+                    return Some(format!(
+                        "input[{i}]: function_call_output {call_id} has no preceding call"
+                    ))
+                }
+            },
+            // Reasoning items may stand between a message and its calls.
+            Some("reasoning") => {}
+            _ => {
+                if !open.is_empty() {
+                    return Some(format!("input[{i}]: calls {open:?} have no outputs"));
+                }
+            }
+        }
+    }
+    (!open.is_empty()).then(|| format!("calls {open:?} at the end have no outputs"))
 }
 
 /// Checks Anthropic messages: every `tool_use` must be answered by a `tool_result` in the
@@ -734,6 +791,104 @@ async fn handle_anthropic(
         ev.push(e("message_stop", json!({"type":"message_stop"})));
     }
     sse(ev, mock.chunk_delay, hang)
+}
+
+/// `POST /v1/responses`: the scripted step as an openai-responses stream (`response.created`,
+/// one output item per text or call with its deltas, `response.completed` with usage). An
+/// [`Step::Answer`] is sent by its text and calls, unpaced (thinking is left out).
+async fn handle_responses(
+    State(mock): State<MockModel>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let violation = responses_pairing(&body);
+    let input_tokens = mock.input_tokens(&body);
+    let output_tokens = mock.output_tokens();
+    let Some(step) = mock.take("/v1/responses", headers, body, violation.clone()) else {
+        return raw(400, "application/json", &json!({"error":{"type":"invalid_request_error","message": format!("No tool output found for function call {}.", violation.unwrap_or_default())}}).to_string());
+    };
+    let step = match step {
+        Step::Gate(gate, inner) => {
+            gate.notified().await;
+            *inner
+        }
+        s => s,
+    };
+    let (text, calls, hang) = match step {
+        Step::Events(ev) => return sse(ev, mock.chunk_delay, false),
+        Step::Raw {
+            status,
+            content_type,
+            body,
+        } => return raw(status, &content_type, &body),
+        Step::Gate(..) => unreachable!("gates are opened before the answer is built"),
+        Step::Text(t) => (Some(t), Vec::new(), false),
+        Step::Hang(t) => (Some(t), Vec::new(), true),
+        Step::Tools(t, calls) => (t, calls, false),
+        Step::Answer(a) => {
+            if !a.delay.is_zero() {
+                tokio::time::sleep(a.delay).await;
+            }
+            let calls = a
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let id = c.id.clone().unwrap_or_else(|| format!("call_{}", i + 1));
+                    (id, c.name.clone(), c.arguments.clone())
+                })
+                .collect();
+            (a.text.clone(), calls, a.hang)
+        }
+    };
+    let n = mock.inner.lock().unwrap().next;
+    let rid = format!("resp_mock{n}");
+    let e = |data: Value| {
+        format!(
+            "event: {}\ndata: {data}\n\n",
+            data["type"].as_str().unwrap_or("")
+        )
+    };
+    let mut ev = vec![e(
+        json!({"type":"response.created","response":{"id":rid,"status":"in_progress","output":[]}}),
+    )];
+    let mut output = Vec::new();
+    if let Some(t) = &text {
+        let idx = output.len();
+        let mid = format!("msg_mock{n}");
+        ev.push(e(json!({"type":"response.output_item.added","output_index":idx,"item":{"type":"message","id":mid,"role":"assistant","status":"in_progress","content":[]}})));
+        for c in chunks(t) {
+            ev.push(e(json!({"type":"response.output_text.delta","output_index":idx,"content_index":0,"item_id":mid,"delta":c})));
+        }
+        if hang {
+            return sse(ev, mock.chunk_delay, true);
+        }
+        let item = json!({"type":"message","id":mid,"role":"assistant","status":"completed","content":[{"type":"output_text","text":t,"annotations":[]}]});
+        ev.push(e(
+            json!({"type":"response.output_item.done","output_index":idx,"item":item}),
+        ));
+        output.push(item);
+    }
+    for (cid, name, args) in &calls {
+        let idx = output.len();
+        let fid = format!("fc_{cid}");
+        ev.push(e(json!({"type":"response.output_item.added","output_index":idx,"item":{"type":"function_call","id":fid,"call_id":cid,"name":name,"arguments":"","status":"in_progress"}})));
+        let [first, second] = halves(args);
+        for part in [first, second] {
+            ev.push(e(json!({"type":"response.function_call_arguments.delta","output_index":idx,"item_id":fid,"delta":part})));
+        }
+        let a = args.to_string();
+        ev.push(e(json!({"type":"response.function_call_arguments.done","output_index":idx,"item_id":fid,"arguments":a})));
+        let item = json!({"type":"function_call","id":fid,"call_id":cid,"name":name,"arguments":a,"status":"completed"});
+        ev.push(e(
+            json!({"type":"response.output_item.done","output_index":idx,"item":item}),
+        ));
+        output.push(item);
+    }
+    ev.push(e(json!({"type":"response.completed","response":{"id":rid,"status":"completed","output":output,
+        "usage":{"input_tokens":input_tokens,"output_tokens":output_tokens,"total_tokens":input_tokens + output_tokens}}})));
+    sse(ev, mock.chunk_delay, false)
 }
 
 /// An [`Answer`]'s events, each with the wait before it.
