@@ -764,6 +764,67 @@ async fn stream_body(
 mod tests {
     use super::*;
 
+    /// The request's `cache_control` marks per retention, as Pi 1.6's `getCacheControl`: the
+    /// system prompt, the last tool and the last user block carry `{"type":"ephemeral"}`
+    /// (short), with `"ttl":"1h"` (long, unless `compat.supportsLongCacheRetention` is false);
+    /// none anywhere for `none`. The cached request is the whole one byte for byte, also when
+    /// the retention changes between two requests of one conversation.
+    #[test]
+    fn cache_marks_follow_the_requests_retention() {
+        let mut model = Model::new(crate::Api::AnthropicMessages, "a", "m", "http://x");
+        let ctx = Context {
+            system_prompt: "Lead.".into(),
+            messages: vec![Message::user_text("hi")],
+            tools: vec![ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                parameters: json!({"type":"object","properties":{},"required":[]}),
+            }],
+        };
+        let cache = crate::api::openai_completions::RequestCache::default();
+        let sent = |model: &Model, retention: CacheRetention| -> Value {
+            let opts = StreamOptions {
+                cache_retention: Some(retention),
+                ..StreamOptions::default()
+            };
+            let whole = serde_json::to_vec(&build_request(model, &ctx, &opts)).unwrap();
+            let cached = request_bytes(model, &ctx, &opts, &cache).unwrap();
+            assert_eq!(
+                String::from_utf8(cached).unwrap(),
+                String::from_utf8(whole.clone()).unwrap()
+            );
+            serde_json::from_slice(&whole).unwrap()
+        };
+        let max = model.default_max_tokens();
+        let body = |cc: Option<Value>| {
+            let mut b = json!({
+                "model": "m",
+                "messages": [{"role":"user","content":[{"type":"text","text":"hi"}]}],
+                "max_tokens": max,
+                "stream": true,
+                "system": [{"type":"text","text":"Lead."}],
+                "tools": [{"name":"read","description":"Read a file","eager_input_streaming":true,
+                           "input_schema":{"type":"object","properties":{},"required":[]}}],
+            });
+            if let Some(cc) = cc {
+                b["messages"][0]["content"][0]["cache_control"] = cc.clone();
+                b["system"][0]["cache_control"] = cc.clone();
+                b["tools"][0]["cache_control"] = cc;
+            }
+            b
+        };
+        let short = json!({"type":"ephemeral"});
+        let long = json!({"type":"ephemeral","ttl":"1h"});
+        assert_eq!(
+            sent(&model, CacheRetention::Short),
+            body(Some(short.clone()))
+        );
+        assert_eq!(sent(&model, CacheRetention::None), body(None));
+        assert_eq!(sent(&model, CacheRetention::Long), body(Some(long)));
+        model.compat = json!({"supportsLongCacheRetention": false});
+        assert_eq!(sent(&model, CacheRetention::Long), body(Some(short)));
+    }
+
     /// Each field the stream reads, read borrowed, equals what the `Value` reading gives:
     /// escapes, a duplicated key (the last wins), a lone surrogate (lossy), `null` and
     /// ill-typed fields, a negative or fractional index.

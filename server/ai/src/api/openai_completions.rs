@@ -1255,6 +1255,93 @@ mod tests {
         msg(json!({"role":"user","content":text,"timestamp":3}))
     }
 
+    /// Pi 1.6's prompt caching on `openai-completions`, each body compared whole (the cached
+    /// request byte for byte the whole one): an OpenRouter `anthropic/…` model gets
+    /// Anthropic-format `cache_control` on the system prompt, the last tool and the last
+    /// message with text (a string content made one text part), a 1 h `ttl` when long; an
+    /// `api.openai.com` server the session's `prompt_cache_key` (and `"24h"` when long);
+    /// `none` gets none of them. Session affinity headers only where the compat sends them
+    /// and never for `none`.
+    #[test]
+    fn prompt_caching_follows_the_requests_retention() {
+        let ctx = Context {
+            system_prompt: "Lead.".into(),
+            messages: vec![user("hi"), call("call_1", "m"), result("call_1", false)],
+            tools: vec![crate::types::ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                parameters: json!({"type":"object"}),
+            }],
+        };
+        let cache = RequestCache::default();
+        let opts = |retention| StreamOptions {
+            session_id: Some("s1".into()),
+            cache_retention: Some(retention),
+            ..StreamOptions::default()
+        };
+        let sent = |m: &Model, retention| -> Value {
+            assert_cached_is_whole(m, &ctx, &opts(retention), &cache);
+            build_request(m, &ctx, &opts(retention))
+        };
+        let mut router = Model::new(
+            crate::Api::OpenaiCompletions,
+            "openrouter",
+            "anthropic/claude-x",
+            "https://openrouter.ai/api/v1",
+        );
+        router.compat = json!({"supportsStrictMode": false});
+        let plain = sent(&router, CacheRetention::None);
+        assert_eq!(plain.get("prompt_cache_key"), None);
+        let marked = |cc: Value| {
+            let mut b = plain.clone();
+            b["messages"][0]["content"] =
+                json!([{"type":"text","text":"Lead.","cache_control":cc}]);
+            let text = b["messages"][3]["content"].as_str().unwrap().to_string();
+            b["messages"][3]["content"] = json!([{"type":"text","text":text,"cache_control":cc}]);
+            b["tools"][0]["cache_control"] = cc;
+            b
+        };
+        assert_eq!(
+            sent(&router, CacheRetention::Short),
+            marked(json!({"type":"ephemeral"}))
+        );
+        let mut long = marked(json!({"type":"ephemeral","ttl":"1h"}));
+        long["prompt_cache_retention"] = json!("24h");
+        long["prompt_cache_key"] = json!("s1");
+        assert_eq!(sent(&router, CacheRetention::Long), long);
+        let headers = |m: &Model, retention| session_headers(m, &opts(retention));
+        assert_eq!(
+            headers(&router, CacheRetention::Short),
+            [("x-session-id".to_string(), "s1".to_string())]
+        );
+        assert_eq!(headers(&router, CacheRetention::None), []);
+
+        let mut openai = mock_1();
+        openai.base_url = "https://api.openai.com/v1".into();
+        let plain = sent(&openai, CacheRetention::None);
+        let mut keyed = plain.clone();
+        keyed["prompt_cache_key"] = json!("s1");
+        assert_eq!(sent(&openai, CacheRetention::Short), keyed);
+        keyed["prompt_cache_retention"] = json!("24h");
+        assert_eq!(sent(&openai, CacheRetention::Long), keyed);
+        assert_eq!(headers(&openai, CacheRetention::Short), []);
+        openai.compat = json!({"sendSessionAffinityHeaders": true});
+        assert_eq!(
+            headers(&openai, CacheRetention::Short),
+            [
+                ("session_id".to_string(), "s1".to_string()),
+                ("x-client-request-id".to_string(), "s1".to_string()),
+                ("x-session-affinity".to_string(), "s1".to_string()),
+            ]
+        );
+        // A local server: no key unless asked for (`promptCacheKeyMode: "enabled"`).
+        let local = mock_1();
+        assert_eq!(
+            sent(&local, CacheRetention::Short).get("prompt_cache_key"),
+            None
+        );
+    }
+
     /// The `openai-completions` model `mock/mock-1` the request-cache tests build for.
     fn mock_1() -> Model {
         Model::new(

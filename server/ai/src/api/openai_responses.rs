@@ -886,6 +886,75 @@ mod tests {
         );
     }
 
+    /// Pi 1.6's prompt-cache fields per retention, each body compared whole: `short` the
+    /// session's `prompt_cache_key` only; `long` also `prompt_cache_retention: "24h"` (not
+    /// where the server does not keep it, nor for a ChatGPT sign-in); `none` neither; with
+    /// `compat.supportsExplicitPromptCacheMode`, `prompt_cache_options` instead of the
+    /// retention (`{"mode":"explicit"}` for `none`, `{"ttl":"30m"}` for `long`).
+    #[test]
+    fn prompt_cache_fields_follow_the_requests_retention() {
+        let mut model = Model::new(
+            crate::Api::OpenaiResponses,
+            "p",
+            "m",
+            "http://127.0.0.1:1/v1",
+        );
+        let ctx = Context {
+            system_prompt: String::new(),
+            messages: vec![Message::user_text("hi")],
+            tools: Vec::new(),
+        };
+        let cache = crate::api::openai_completions::RequestCache::default();
+        let sent = |model: &Model, retention: CacheRetention| -> Value {
+            let opts = StreamOptions {
+                session_id: Some("s1".into()),
+                cache_retention: Some(retention),
+                ..StreamOptions::default()
+            };
+            let cached = request_bytes(model, &ctx, &opts, &cache).unwrap();
+            let whole = build_request(model, &ctx, &opts);
+            assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap(), whole);
+            whole
+        };
+        let max = model.default_max_tokens();
+        let body = |extra: Value| {
+            let mut b = json!({
+                "model": "m",
+                "input": [{"role":"user","content":[{"type":"input_text","text":"hi"}]}],
+                "stream": true,
+                "store": false,
+                "max_output_tokens": max,
+            });
+            for (k, v) in extra.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            b
+        };
+        use CacheRetention::{Long, None as NoCache, Short};
+        assert_eq!(sent(&model, Short), body(json!({"prompt_cache_key": "s1"})));
+        assert_eq!(
+            sent(&model, Long),
+            body(json!({"prompt_cache_key": "s1", "prompt_cache_retention": "24h"}))
+        );
+        assert_eq!(sent(&model, NoCache), body(json!({})));
+        model.compat = json!({"supportsLongCacheRetention": false});
+        assert_eq!(sent(&model, Long), body(json!({"prompt_cache_key": "s1"})));
+        model.compat = json!({"supportsExplicitPromptCacheMode": true});
+        assert_eq!(
+            sent(&model, Long),
+            body(json!({"prompt_cache_key": "s1", "prompt_cache_options": {"ttl": "30m"}}))
+        );
+        assert_eq!(
+            sent(&model, NoCache),
+            body(json!({"prompt_cache_options": {"mode": "explicit"}}))
+        );
+        model.compat = json!({});
+        model.provider = "openai".into();
+        model.base_url = "https://api.openai.com/v1".into();
+        model.api_key = Some("oauth-token".into());
+        assert_eq!(sent(&model, Long), body(json!({"prompt_cache_key": "s1"})));
+    }
+
     /// Tools carry `strict: false` only for a model with `compat.supportsStrictMode` (the
     /// catalogue's OpenAI models), as Pi 1.6.0 sends them (checked against the real Pi on a
     /// loopback server: a models.json model's tools have no `strict`); the cached request
