@@ -92,12 +92,17 @@ impl CacheRetention {
     /// [`CacheRetention::Short`]. Pi 1.6.0 reads no other value there (its docs: "Set to
     /// `long` for extended provider prompt caching"), so `PI_CACHE_RETENTION=none` turns no
     /// caching off.
+    ///
+    /// Read once per process (every request asks; the environment does not change under it).
     pub fn from_env() -> CacheRetention {
-        if std::env::var("PI_CACHE_RETENTION").as_deref() == Ok("long") {
-            CacheRetention::Long
-        } else {
-            CacheRetention::Short
-        }
+        static FROM_ENV: OnceLock<CacheRetention> = OnceLock::new();
+        *FROM_ENV.get_or_init(|| {
+            if std::env::var("PI_CACHE_RETENTION").as_deref() == Ok("long") {
+                CacheRetention::Long
+            } else {
+                CacheRetention::Short
+            }
+        })
     }
 }
 

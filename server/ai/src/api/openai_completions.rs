@@ -452,18 +452,35 @@ fn apply_prompt_cache(model: &Model, compat: &Compat, options: &StreamOptions, b
 /// [`CacheRetention::None`]): `x-session-id` with the `openrouter` format; otherwise
 /// `x-client-request-id` and `x-session-affinity`, and `session_id` first with the `openai`
 /// format.
+///
+/// Reads only the two compat keys it needs (not [`Compat::for_model`]: every request asks).
 pub fn session_headers(model: &Model, options: &StreamOptions) -> Vec<(String, String)> {
-    let compat = Compat::for_model(model);
+    let openrouter = || model.provider == "openrouter" || model.base_url.contains("openrouter.ai");
     let Some(id) = options
         .session_id
         .as_deref()
-        .filter(|_| compat.send_session_affinity_headers)
+        .filter(|_| {
+            model
+                .compat
+                .get("sendSessionAffinityHeaders")
+                .and_then(Value::as_bool)
+                .unwrap_or_else(openrouter)
+        })
         .filter(|_| options.cache_retention() != CacheRetention::None)
     else {
         return Vec::new();
     };
     let id = id.to_string();
-    match compat.session_affinity_format.as_str() {
+    let format = match model
+        .compat
+        .get("sessionAffinityFormat")
+        .and_then(Value::as_str)
+    {
+        Some(f) => f,
+        None if openrouter() => "openrouter",
+        None => "openai",
+    };
+    match format {
         "openrouter" => vec![("x-session-id".into(), id)],
         format => {
             let mut h = Vec::new();
