@@ -600,10 +600,12 @@ async fn anthropic_beta_header_and_refusal_as_pi_1_6() {
 /// Over loopback, as Pi 1.6.0 sends it to the same server: a Responses request of a session
 /// carries the session id as `prompt_cache_key` and in the `session-id` and
 /// `x-client-request-id` headers; OpenRouter gets `x-session-id` alone; a request without a
-/// session id carries none of them.
+/// session id carries none of them, nor does one of a session that asks for no prompt caching
+/// (Pi 1.6's summary requests: `cacheRetention: "none"`).
 #[tokio::test]
 async fn responses_session_id_as_prompt_cache_key_and_headers() {
-    let (base, bodies, heads) = serve_with_heads(vec![sse(vec![]), sse(vec![]), sse(vec![])]).await;
+    let (base, bodies, heads) =
+        serve_with_heads(vec![sse(vec![]), sse(vec![]), sse(vec![]), sse(vec![])]).await;
     let mut m = model("openai-responses", base);
     let ctx = go();
     let with = |id: Option<&str>| StreamOptions {
@@ -616,9 +618,15 @@ async fn responses_session_id_as_prompt_cache_key_and_headers() {
     let _ = pi_ai::stream(&m, &ctx, with(Some(id))).result().await;
     m.compat = json!({});
     let _ = pi_ai::stream(&m, &ctx, with(None)).result().await;
+    let no_cache = StreamOptions {
+        cache_retention: Some(pi_ai::CacheRetention::None),
+        ..with(Some(id))
+    };
+    let _ = pi_ai::stream(&m, &ctx, no_cache).result().await;
     let bodies = bodies.lock().unwrap().clone();
     let keys: Vec<&Value> = bodies.iter().map(|b| &b["prompt_cache_key"]).collect();
-    assert_eq!(keys, [&json!(id), &json!(id), &Value::Null]);
+    assert_eq!(keys, [&json!(id), &json!(id), &Value::Null, &Value::Null]);
+    assert_eq!(bodies[2], bodies[3], "the same body as without a session");
     let session_lines = |head: &String| -> Vec<String> {
         head.lines()
             .filter(|l| l.contains("session-id") || l.starts_with("x-client-request-id"))
@@ -634,6 +642,7 @@ async fn responses_session_id_as_prompt_cache_key_and_headers() {
                 format!("x-client-request-id: {id}")
             ],
             vec![format!("x-session-id: {id}")],
+            vec![],
             vec![],
         ]
     );

@@ -27,7 +27,9 @@
 
 use std::collections::BTreeSet;
 
-use pi_ai::{ContentBlock, Context, Message, Model, StopReason, StreamOptions, UserContent};
+use pi_ai::{
+    CacheRetention, ContentBlock, Context, Message, Model, StopReason, StreamOptions, UserContent,
+};
 use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -980,6 +982,9 @@ pub(crate) async fn complete_summary(
             StreamOptions {
                 cancel: cancel.child_token(),
                 max_tokens: Some(max_tokens),
+                // Pi 1.6's `completeSummarization`: summary requests cache nothing (no
+                // `cache_control`, no `prompt_cache_key`, no session headers).
+                cache_retention: Some(CacheRetention::None),
                 ..StreamOptions::default()
             },
         );

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::lenient::{whole, Obj, Str, U64};
-use super::{open_sse, read_chunk, Chunk, StreamOptions};
+use super::{open_sse, read_chunk, CacheRetention, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -22,12 +22,23 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Beta flags sent with an OAuth token (`sk-ant-oat…`), as Pi does.
 const OAUTH_BETAS: &str = "claude-code-20250219,oauth-2025-04-20";
 
-/// Pi's `cache_control` value: ephemeral, with a 1 h TTL when `PI_CACHE_RETENTION=long`.
-fn cache_control() -> Value {
-    if std::env::var("PI_CACHE_RETENTION").as_deref() == Ok("long") {
-        json!({"type":"ephemeral","ttl":"1h"})
-    } else {
-        json!({"type":"ephemeral"})
+/// Pi 1.6's `getCacheControl`: the request's `cache_control` value for its
+/// [`StreamOptions::cache_retention`] — none for [`CacheRetention::None`] (the request carries
+/// no mark at all: summary requests), ephemeral otherwise, with a 1 h `ttl` for
+/// [`CacheRetention::Long`] unless the model's `compat.supportsLongCacheRetention` is false.
+fn cache_control(model: &Model, options: &StreamOptions) -> Option<Value> {
+    match options.cache_retention() {
+        CacheRetention::None => None,
+        CacheRetention::Long
+            if model
+                .compat
+                .get("supportsLongCacheRetention")
+                .and_then(Value::as_bool)
+                .unwrap_or(true) =>
+        {
+            Some(json!({"type":"ephemeral","ttl":"1h"}))
+        }
+        CacheRetention::Long | CacheRetention::Short => Some(json!({"type":"ephemeral"})),
     }
 }
 
@@ -270,16 +281,16 @@ pub fn is_oauth_token(key: &str) -> bool {
     key.contains("sk-ant-oat")
 }
 
-/// The request body for `context` (pure; no I/O). As Pi: `cache_control` on the system
-/// prompt, the last tool and the last user block; tools with `eager_input_streaming` unless
-/// `compat.supportsEagerToolInputStreaming` is false; schemas reduced to
-/// `{type, properties, required}`.
+/// The request body for `context` (pure; no I/O). As Pi: `cache_control` ([`cache_control`],
+/// none with [`CacheRetention::None`]) on the system prompt, the last tool and the last user
+/// block; tools with `eager_input_streaming` unless `compat.supportsEagerToolInputStreaming`
+/// is false; schemas reduced to `{type, properties, required}`.
 pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) -> Value {
-    let cc = cache_control();
-    let messages = convert_messages(model, &context.messages, Some(&cc));
-    let mut body = body_around(model, context, options, &cc, messages);
+    let cc = cache_control(model, options);
+    let messages = convert_messages(model, &context.messages, cc.as_ref());
+    let mut body = body_around(model, context, options, cc.as_ref(), messages);
     if !context.tools.is_empty() {
-        body["tools"] = tools_value(model, &context.tools, &cc);
+        body["tools"] = tools_value(model, &context.tools, cc.as_ref());
     }
     body
 }
@@ -294,8 +305,8 @@ pub fn request_bytes(
     options: &StreamOptions,
     cache: &super::openai_completions::RequestCache,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    let cc = cache_control();
-    let mut body = body_around(model, context, options, &cc, Vec::new());
+    let cc = cache_control(model, options);
+    let mut body = body_around(model, context, options, cc.as_ref(), Vec::new());
     if !context.tools.is_empty() {
         body["tools"] = json!([]);
     }
@@ -304,7 +315,8 @@ pub fn request_bytes(
         list: "messages",
         lead: None,
         tools: &context.tools,
-        tools_salt: cc.clone(),
+        // The tool list's bytes hold the mark: kept only for the same one (`null`: none).
+        tools_salt: cc.clone().unwrap_or(Value::Null),
         tools_generation: options.tools_generation,
         history_kept: options.history_kept,
     };
@@ -313,8 +325,8 @@ pub fn request_bytes(
         model,
         &context.messages,
         shell,
-        || tools_value(model, &context.tools, &cc),
-        |msgs, start, out, step| convert_from(msgs, start, Some(&cc), out, step),
+        || tools_value(model, &context.tools, cc.as_ref()),
+        |msgs, start, out, step| convert_from(msgs, start, cc.as_ref(), out, step),
     )?;
     match bytes {
         Some(bytes) => Ok(bytes),
@@ -327,7 +339,7 @@ fn body_around(
     model: &Model,
     context: &Context,
     options: &StreamOptions,
-    cc: &Value,
+    cc: Option<&Value>,
     messages: Vec<Value>,
 ) -> Value {
     let mut body = json!({
@@ -337,12 +349,19 @@ fn body_around(
         "stream": true,
     });
     let mut system = Vec::new();
+    let block = |text: &str| {
+        let mut b = json!({"type":"text","text":text});
+        if let Some(cc) = cc {
+            b["cache_control"] = cc.clone();
+        }
+        b
+    };
     if model.api_key.as_deref().is_some_and(is_oauth_token) {
         // An OAuth (subscription) token is only accepted with this identity first (Pi).
-        system.push(json!({"type":"text","text":OAUTH_IDENTITY,"cache_control":cc}));
+        system.push(block(OAUTH_IDENTITY));
     }
     if !context.system_prompt.is_empty() {
-        system.push(json!({"type":"text","text":context.system_prompt,"cache_control":cc}));
+        system.push(block(&context.system_prompt));
     }
     if !system.is_empty() {
         body["system"] = Value::Array(system);
@@ -353,8 +372,8 @@ fn body_around(
 
 /// The request's `tools`: name, description, `eager_input_streaming` unless
 /// `compat.supportsEagerToolInputStreaming` is false, the schema reduced to
-/// `{type, properties, required}`, `cache_control` on the last.
-fn tools_value(model: &Model, tools: &[ToolSpec], cc: &Value) -> Value {
+/// `{type, properties, required}`, `cc` (when the request has one) on the last.
+fn tools_value(model: &Model, tools: &[ToolSpec], cc: Option<&Value>) -> Value {
     let eager = model
         .compat
         .get("supportsEagerToolInputStreaming")
@@ -374,7 +393,7 @@ fn tools_value(model: &Model, tools: &[ToolSpec], cc: &Value) -> Value {
                 "properties": t.parameters.get("properties").cloned().unwrap_or_else(|| json!({})),
                 "required": t.parameters.get("required").cloned().unwrap_or_else(|| json!([])),
             });
-            if i + 1 == n {
+            if let Some(cc) = cc.filter(|_| i + 1 == n) {
                 tool["cache_control"] = cc.clone();
             }
             tool
@@ -744,6 +763,67 @@ async fn stream_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The request's `cache_control` marks per retention, as Pi 1.6's `getCacheControl`: the
+    /// system prompt, the last tool and the last user block carry `{"type":"ephemeral"}`
+    /// (short), with `"ttl":"1h"` (long, unless `compat.supportsLongCacheRetention` is false);
+    /// none anywhere for `none`. The cached request is the whole one byte for byte, also when
+    /// the retention changes between two requests of one conversation.
+    #[test]
+    fn cache_marks_follow_the_requests_retention() {
+        let mut model = Model::new(crate::Api::AnthropicMessages, "a", "m", "http://x");
+        let ctx = Context {
+            system_prompt: "Lead.".into(),
+            messages: vec![Message::user_text("hi")],
+            tools: vec![ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                parameters: json!({"type":"object","properties":{},"required":[]}),
+            }],
+        };
+        let cache = crate::api::openai_completions::RequestCache::default();
+        let sent = |model: &Model, retention: CacheRetention| -> Value {
+            let opts = StreamOptions {
+                cache_retention: Some(retention),
+                ..StreamOptions::default()
+            };
+            let whole = serde_json::to_vec(&build_request(model, &ctx, &opts)).unwrap();
+            let cached = request_bytes(model, &ctx, &opts, &cache).unwrap();
+            assert_eq!(
+                String::from_utf8(cached).unwrap(),
+                String::from_utf8(whole.clone()).unwrap()
+            );
+            serde_json::from_slice(&whole).unwrap()
+        };
+        let max = model.default_max_tokens();
+        let body = |cc: Option<Value>| {
+            let mut b = json!({
+                "model": "m",
+                "messages": [{"role":"user","content":[{"type":"text","text":"hi"}]}],
+                "max_tokens": max,
+                "stream": true,
+                "system": [{"type":"text","text":"Lead."}],
+                "tools": [{"name":"read","description":"Read a file","eager_input_streaming":true,
+                           "input_schema":{"type":"object","properties":{},"required":[]}}],
+            });
+            if let Some(cc) = cc {
+                b["messages"][0]["content"][0]["cache_control"] = cc.clone();
+                b["system"][0]["cache_control"] = cc.clone();
+                b["tools"][0]["cache_control"] = cc;
+            }
+            b
+        };
+        let short = json!({"type":"ephemeral"});
+        let long = json!({"type":"ephemeral","ttl":"1h"});
+        assert_eq!(
+            sent(&model, CacheRetention::Short),
+            body(Some(short.clone()))
+        );
+        assert_eq!(sent(&model, CacheRetention::None), body(None));
+        assert_eq!(sent(&model, CacheRetention::Long), body(Some(long)));
+        model.compat = json!({"supportsLongCacheRetention": false});
+        assert_eq!(sent(&model, CacheRetention::Long), body(Some(short)));
+    }
 
     /// Each field the stream reads, read borrowed, equals what the `Value` reading gives:
     /// escapes, a duplicated key (the last wins), a lone surrogate (lossy), `null` and

@@ -60,6 +60,50 @@ pub struct StreamOptions {
     /// tool list of a request with this number reuses its bytes without comparing the specs
     /// (each a JSON schema) with the previous request's. 0 (the default): compared.
     pub tools_generation: u64,
+    /// How long the provider should keep the request's prompt cached (Pi's
+    /// `options.cacheRetention`). `None`: as `PI_CACHE_RETENTION` says
+    /// ([`CacheRetention::from_env`]); summary requests give [`CacheRetention::None`], as Pi
+    /// 1.6's `completeSummarization` does. Read by every wire's request builder
+    /// ([`StreamOptions::cache_retention`]).
+    pub cache_retention: Option<CacheRetention>,
+}
+
+/// Pi's `CacheRetention`: the prompt caching a request asks for. What each wire sends for it:
+/// `anthropic-messages` `cache_control` marks (none for [`CacheRetention::None`], a 1 h `ttl`
+/// for [`CacheRetention::Long`] unless `compat.supportsLongCacheRetention` is false);
+/// `openai-responses` `prompt_cache_key` and the session headers (none for `None`),
+/// `prompt_cache_retention: "24h"` for `Long`; `openai-completions` the same key, retention and
+/// headers where its compat asks for them and Anthropic-format `cache_control` with
+/// `compat.cacheControlFormat: "anthropic"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheRetention {
+    /// No prompt caching: no cache marks, no cache key, no session headers.
+    None,
+    /// The provider's default cache lifetime (Anthropic: 5 minutes).
+    Short,
+    /// The long lifetime where the provider has one (Anthropic 1 h, OpenAI 24 h).
+    Long,
+}
+
+impl CacheRetention {
+    /// The retention of a request that names none, as Pi 1.6's `resolveCacheRetention` reads
+    /// the environment (each wire's own copy of it, the same rule): `PI_CACHE_RETENTION=long`
+    /// → [`CacheRetention::Long`], anything else (unset, `short`, `none`, …) →
+    /// [`CacheRetention::Short`]. Pi 1.6.0 reads no other value there (its docs: "Set to
+    /// `long` for extended provider prompt caching"), so `PI_CACHE_RETENTION=none` turns no
+    /// caching off.
+    ///
+    /// Read once per process (every request asks; the environment does not change under it).
+    pub fn from_env() -> CacheRetention {
+        static FROM_ENV: OnceLock<CacheRetention> = OnceLock::new();
+        *FROM_ENV.get_or_init(|| {
+            if std::env::var("PI_CACHE_RETENTION").as_deref() == Ok("long") {
+                CacheRetention::Long
+            } else {
+                CacheRetention::Short
+            }
+        })
+    }
 }
 
 /// A new [`StreamOptions::tools_generation`], never given before in this process (never 0).
@@ -69,6 +113,13 @@ pub fn next_tools_generation() -> u64 {
 }
 
 impl StreamOptions {
+    /// The request's cache retention: [`StreamOptions::cache_retention`] when given, else
+    /// [`CacheRetention::from_env`].
+    pub fn cache_retention(&self) -> CacheRetention {
+        self.cache_retention
+            .unwrap_or_else(CacheRetention::from_env)
+    }
+
     /// The output limit to request: `max_tokens`, else the model's default
     /// ([`Model::default_max_tokens`]), at most [`StreamOptions::output_room`].
     pub fn output_tokens(&self, model: &Model) -> u64 {
@@ -135,9 +186,11 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                     &model, context, &options,
                 )),
             };
+            let session = openai_completions::session_headers(&model, &options);
             tokio::spawn(openai_completions::run(
                 model,
                 body,
+                session,
                 tx,
                 options.cancel,
                 options.timeout,
@@ -151,7 +204,13 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                     }),
                 None => json_bytes(&openai_responses::build_request(&model, context, &options)),
             };
-            let headers = openai_responses::request_headers(&model, options.session_id.as_deref());
+            // No session headers for a request without prompt caching (Pi 1.6's
+            // `cacheSessionId`: summary requests).
+            let session_id = options
+                .session_id
+                .as_deref()
+                .filter(|_| options.cache_retention() != CacheRetention::None);
+            let headers = openai_responses::request_headers(&model, session_id);
             tokio::spawn(openai_responses::run(
                 model,
                 body,

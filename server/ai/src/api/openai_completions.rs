@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lenient::{First, Obj, Str};
 use super::prefix::PrefixKey;
-use super::{join_url, open_sse, read_chunk, Chunk, StreamOptions};
+use super::{join_url, open_sse, read_chunk, CacheRetention, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -43,6 +43,21 @@ pub struct Compat {
     /// How thinking is switched: `openai`, `deepseek`, `zai`, `qwen`, `qwen-chat-template`,
     /// `openrouter`.
     pub thinking_format: String,
+    /// `compat.cacheControlFormat`: `"anthropic"` puts Anthropic's `cache_control` marks on
+    /// the system prompt, the last tool and the last conversation message with text (Pi 1.6
+    /// detects it for OpenRouter's `anthropic/…` models).
+    pub cache_control_format: Option<String>,
+    /// `compat.supportsLongCacheRetention`: a long retention gets `prompt_cache_retention:
+    /// "24h"` and a 1 h `cache_control` ttl (false for Together, Cloudflare, NVIDIA, Ant Ling).
+    pub supports_long_cache_retention: bool,
+    /// `compat.promptCacheKeyMode`: `enabled`, `disabled`, or (unset) `auto`: a
+    /// `prompt_cache_key` for `api.openai.com`, or with a long retention the server keeps.
+    pub prompt_cache_key_mode: Option<String>,
+    /// `compat.sendSessionAffinityHeaders` (OpenRouter's by default): the session id in
+    /// headers ([`session_headers`]).
+    pub send_session_affinity_headers: bool,
+    /// `compat.sessionAffinityFormat`: `openrouter` (OpenRouter's default) or `openai`.
+    pub session_affinity_format: String,
 }
 
 impl Compat {
@@ -68,7 +83,18 @@ impl Compat {
             || cf_workers
             || cf_gateway;
         let use_max_tokens = url.contains("chutes.ai") || moonshot || cf_gateway;
+        let openrouter = p == "openrouter" || url.contains("openrouter.ai");
+        let short_cache_only = p == "together"
+            || url.contains("api.together.ai")
+            || url.contains("api.together.xyz")
+            || cf_workers
+            || cf_gateway
+            || p == "nvidia"
+            || url.contains("integrate.api.nvidia.com")
+            || p == "ant-ling"
+            || url.contains("api.ant-ling.com");
         let c = &model.compat;
+        let text = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_string);
         let flag = |k: &str, d: bool| c.get(k).and_then(Value::as_bool).unwrap_or(d);
         Compat {
             supports_store: flag("supportsStore", !non_standard),
@@ -113,6 +139,15 @@ impl Compat {
                     "openai"
                 })
                 .to_string(),
+            cache_control_format: text("cacheControlFormat").or_else(|| {
+                (p == "openrouter" && model.id.starts_with("anthropic/"))
+                    .then(|| "anthropic".to_string())
+            }),
+            supports_long_cache_retention: flag("supportsLongCacheRetention", !short_cache_only),
+            prompt_cache_key_mode: text("promptCacheKeyMode"),
+            send_session_affinity_headers: flag("sendSessionAffinityHeaders", openrouter),
+            session_affinity_format: text("sessionAffinityFormat")
+                .unwrap_or_else(|| if openrouter { "openrouter" } else { "openai" }.to_string()),
         }
     }
 }
@@ -322,7 +357,141 @@ pub fn build_request(model: &Model, context: &Context, options: &StreamOptions) 
         messages.push(m);
     }
     messages.extend(convert_messages(model, &compat, &context.messages));
-    body_around(model, &compat, context, options, messages, true)
+    let mut body = body_around(model, &compat, context, options, messages, true);
+    if let Some(cc) = cache_control(&compat, options) {
+        apply_cache_control(&mut body, &cc);
+    }
+    body
+}
+
+/// Pi 1.6's `getCompatCacheControl`: with `compat.cacheControlFormat: "anthropic"`, the
+/// Anthropic `cache_control` value for the request's [`StreamOptions::cache_retention`]
+/// (ephemeral; a 1 h `ttl` for [`CacheRetention::Long`] where the server keeps it); none for
+/// [`CacheRetention::None`] or another format.
+fn cache_control(compat: &Compat, options: &StreamOptions) -> Option<Value> {
+    if compat.cache_control_format.as_deref() != Some("anthropic") {
+        return None;
+    }
+    match options.cache_retention() {
+        CacheRetention::None => None,
+        CacheRetention::Long if compat.supports_long_cache_retention => {
+            Some(json!({"type":"ephemeral","ttl":"1h"}))
+        }
+        CacheRetention::Long | CacheRetention::Short => Some(json!({"type":"ephemeral"})),
+    }
+}
+
+/// Pi 1.6's `applyAnthropicCacheControl` on a whole body: `cc` on the first system/developer
+/// message, the last tool, and the last user/assistant/tool message that holds text (a string
+/// content becomes one text part carrying it; in an array, its last text part).
+fn apply_cache_control(body: &mut Value, cc: &Value) {
+    fn mark(message: &mut Value, cc: &Value) -> bool {
+        match &mut message["content"] {
+            Value::String(t) if t.is_empty() => false,
+            Value::String(t) => {
+                let text = std::mem::take(t);
+                message["content"] = json!([{"type":"text","text":text,"cache_control":cc}]);
+                true
+            }
+            Value::Array(parts) => match parts.iter_mut().rev().find(|p| p["type"] == "text") {
+                Some(part) => {
+                    part["cache_control"] = cc.clone();
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
+    if let Some(messages) = body["messages"].as_array_mut() {
+        if let Some(m) = messages
+            .iter_mut()
+            .find(|m| m["role"] == "system" || m["role"] == "developer")
+        {
+            mark(m, cc);
+        }
+    }
+    if let Some(last) = body["tools"].as_array_mut().and_then(|t| t.last_mut()) {
+        last["cache_control"] = cc.clone();
+    }
+    if let Some(messages) = body["messages"].as_array_mut() {
+        for m in messages.iter_mut().rev() {
+            let role = m["role"].as_str().unwrap_or("");
+            if matches!(role, "user" | "assistant" | "tool") && mark(m, cc) {
+                break;
+            }
+        }
+    }
+}
+
+/// Pi 1.6's `prompt_cache_key` / `prompt_cache_retention` for `openai-completions`: the key
+/// (the session id, cut to 64 characters) unless the retention is [`CacheRetention::None`],
+/// when `compat.promptCacheKeyMode` is `enabled`, or `auto` (unset) and the server is
+/// `api.openai.com` or the retention is long and the server keeps it; `"24h"` for a long
+/// retention the server keeps.
+fn apply_prompt_cache(model: &Model, compat: &Compat, options: &StreamOptions, body: &mut Value) {
+    let retention = options.cache_retention();
+    let long = retention == CacheRetention::Long && compat.supports_long_cache_retention;
+    let key_supported = match compat.prompt_cache_key_mode.as_deref() {
+        Some("enabled") => true,
+        None | Some("auto") => model.base_url.contains("api.openai.com") || long,
+        Some(_) => false,
+    };
+    if retention != CacheRetention::None && key_supported {
+        if let Some(id) = &options.session_id {
+            body["prompt_cache_key"] = json!(id.chars().take(64).collect::<String>());
+        }
+    }
+    if long {
+        body["prompt_cache_retention"] = json!("24h");
+    }
+}
+
+/// Pi 1.6's session affinity headers for `openai-completions` (`createClient`), only with
+/// `compat.sendSessionAffinityHeaders` and a request that caches (not
+/// [`CacheRetention::None`]): `x-session-id` with the `openrouter` format; otherwise
+/// `x-client-request-id` and `x-session-affinity`, and `session_id` first with the `openai`
+/// format.
+///
+/// Reads only the two compat keys it needs (not [`Compat::for_model`]: every request asks).
+pub fn session_headers(model: &Model, options: &StreamOptions) -> Vec<(String, String)> {
+    let openrouter = || model.provider == "openrouter" || model.base_url.contains("openrouter.ai");
+    let Some(id) = options
+        .session_id
+        .as_deref()
+        .filter(|_| {
+            model
+                .compat
+                .get("sendSessionAffinityHeaders")
+                .and_then(Value::as_bool)
+                .unwrap_or_else(openrouter)
+        })
+        .filter(|_| options.cache_retention() != CacheRetention::None)
+    else {
+        return Vec::new();
+    };
+    let id = id.to_string();
+    let format = match model
+        .compat
+        .get("sessionAffinityFormat")
+        .and_then(Value::as_str)
+    {
+        Some(f) => f,
+        None if openrouter() => "openrouter",
+        None => "openai",
+    };
+    match format {
+        "openrouter" => vec![("x-session-id".into(), id)],
+        format => {
+            let mut h = Vec::new();
+            if format == "openai" {
+                h.push(("session_id".into(), id.clone()));
+            }
+            h.push(("x-client-request-id".into(), id.clone()));
+            h.push(("x-session-affinity".into(), id));
+            h
+        }
+    }
 }
 
 /// The system prompt's message, when there is a prompt.
@@ -354,8 +523,9 @@ pub fn request_bytes(
     cache: &RequestCache,
 ) -> Result<Vec<u8>, serde_json::Error> {
     let compat = Compat::for_model(model);
-    if compat.max_tokens_field == "tools" {
-        // The tool list would not be the body's last key (see `spliced_shell`).
+    if compat.max_tokens_field == "tools" || cache_control(&compat, options).is_some() {
+        // The tool list would not be the body's last key (see `spliced_shell`); Anthropic-
+        // format cache marks go on the last message with text, which may be a cached one.
         return serde_json::to_vec(&build_request(model, context, options));
     }
     let key = PrefixKey::of(model);
@@ -597,6 +767,7 @@ fn body_around(
         body["store"] = json!(false);
     }
     body[compat.max_tokens_field.as_str()] = json!(options.output_tokens(model));
+    apply_prompt_cache(model, compat, options, &mut body);
     apply_reasoning(model, compat, &mut body);
     if !context.tools.is_empty() {
         // The last key: `request_bytes` puts the list in after serialising the rest.
@@ -770,9 +941,13 @@ struct ChunkDelta<'a> {
 }
 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
+///
+/// `session`: [`session_headers`] for the request, after the model's own headers (replacing
+/// one of the same name).
 pub async fn run(
     model: Model,
     body: Vec<u8>,
+    session: Vec<(String, String)>,
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -780,7 +955,7 @@ pub async fn run(
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, body, &mut b, &cancel, timeout).await {
+    match stream_body(&model, body, session, &mut b, &cancel, timeout).await {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -796,6 +971,7 @@ pub async fn run(
 async fn stream_body(
     model: &Model,
     body: Vec<u8>,
+    session: Vec<(String, String)>,
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
@@ -805,7 +981,14 @@ async fn stream_body(
     if let Some(k) = &model.api_key {
         headers.push(("authorization".into(), format!("Bearer {k}")));
     }
-    headers.extend(model.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+    headers.extend(
+        model
+            .headers
+            .iter()
+            .filter(|(k, _)| !session.iter().any(|(s, _)| s.eq_ignore_ascii_case(k)))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    headers.extend(session);
     let mut sse = open_sse(&url, &headers, body, cancel, timeout).await?;
     let mut finish: Option<Result<StopReason, String>> = None;
     // Key of the tool call the last id-less, index-less fragment continues (STRM-01).
@@ -1089,18 +1272,126 @@ mod tests {
         msg(json!({"role":"user","content":text,"timestamp":3}))
     }
 
+    /// Pi 1.6's prompt caching on `openai-completions`, each body compared whole (the cached
+    /// request byte for byte the whole one): an OpenRouter `anthropic/…` model gets
+    /// Anthropic-format `cache_control` on the system prompt, the last tool and the last
+    /// message with text (a string content made one text part), a 1 h `ttl` when long; an
+    /// `api.openai.com` server the session's `prompt_cache_key` (and `"24h"` when long);
+    /// `none` gets none of them. Session affinity headers only where the compat sends them
+    /// and never for `none`.
+    #[test]
+    fn prompt_caching_follows_the_requests_retention() {
+        let ctx = Context {
+            system_prompt: "Lead.".into(),
+            messages: vec![user("hi"), call("call_1", "m"), result("call_1", false)],
+            tools: vec![crate::types::ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                parameters: json!({"type":"object"}),
+            }],
+        };
+        let cache = RequestCache::default();
+        let opts = |retention| StreamOptions {
+            session_id: Some("s1".into()),
+            cache_retention: Some(retention),
+            ..StreamOptions::default()
+        };
+        let sent = |m: &Model, retention| -> Value {
+            assert_cached_is_whole(m, &ctx, &opts(retention), &cache);
+            build_request(m, &ctx, &opts(retention))
+        };
+        let mut router = Model::new(
+            crate::Api::OpenaiCompletions,
+            "openrouter",
+            "anthropic/claude-x",
+            "https://openrouter.ai/api/v1",
+        );
+        router.compat = json!({"supportsStrictMode": false});
+        let plain = sent(&router, CacheRetention::None);
+        assert_eq!(plain.get("prompt_cache_key"), None);
+        let marked = |cc: Value| {
+            let mut b = plain.clone();
+            b["messages"][0]["content"] =
+                json!([{"type":"text","text":"Lead.","cache_control":cc}]);
+            let text = b["messages"][3]["content"].as_str().unwrap().to_string();
+            b["messages"][3]["content"] = json!([{"type":"text","text":text,"cache_control":cc}]);
+            b["tools"][0]["cache_control"] = cc;
+            b
+        };
+        assert_eq!(
+            sent(&router, CacheRetention::Short),
+            marked(json!({"type":"ephemeral"}))
+        );
+        let mut long = marked(json!({"type":"ephemeral","ttl":"1h"}));
+        long["prompt_cache_retention"] = json!("24h");
+        long["prompt_cache_key"] = json!("s1");
+        assert_eq!(sent(&router, CacheRetention::Long), long);
+        let headers = |m: &Model, retention| session_headers(m, &opts(retention));
+        assert_eq!(
+            headers(&router, CacheRetention::Short),
+            [("x-session-id".to_string(), "s1".to_string())]
+        );
+        assert_eq!(headers(&router, CacheRetention::None), []);
+
+        let mut openai = mock_1();
+        openai.base_url = "https://api.openai.com/v1".into();
+        let plain = sent(&openai, CacheRetention::None);
+        let mut keyed = plain.clone();
+        keyed["prompt_cache_key"] = json!("s1");
+        assert_eq!(sent(&openai, CacheRetention::Short), keyed);
+        keyed["prompt_cache_retention"] = json!("24h");
+        assert_eq!(sent(&openai, CacheRetention::Long), keyed);
+        assert_eq!(headers(&openai, CacheRetention::Short), []);
+        openai.compat = json!({"sendSessionAffinityHeaders": true});
+        assert_eq!(
+            headers(&openai, CacheRetention::Short),
+            [
+                ("session_id".to_string(), "s1".to_string()),
+                ("x-client-request-id".to_string(), "s1".to_string()),
+                ("x-session-affinity".to_string(), "s1".to_string()),
+            ]
+        );
+        // A local server: no key unless asked for (`promptCacheKeyMode: "enabled"`).
+        let local = mock_1();
+        assert_eq!(
+            sent(&local, CacheRetention::Short).get("prompt_cache_key"),
+            None
+        );
+    }
+
+    /// The `openai-completions` model `mock/mock-1` the request-cache tests build for.
+    fn mock_1() -> Model {
+        Model::new(
+            crate::Api::OpenaiCompletions,
+            "mock",
+            "mock-1",
+            "http://x/v1",
+        )
+    }
+
+    /// Asserts that the request `cache` builds for `context` is byte for byte the whole
+    /// request ([`build_request`]).
+    fn assert_cached_is_whole(
+        m: &Model,
+        context: &Context,
+        opts: &StreamOptions,
+        cache: &RequestCache,
+    ) {
+        let whole = serde_json::to_vec(&build_request(m, context, opts)).unwrap();
+        let cached = request_bytes(m, context, opts, cache).unwrap();
+        assert_eq!(
+            String::from_utf8(cached).unwrap(),
+            String::from_utf8(whole).unwrap()
+        );
+    }
+
     /// A history the caller vouches for ([`StreamOptions::history_kept`]) is taken as the
     /// cache's without comparing it (the kept copy, altered here behind the cache's back,
     /// stays as it was); without the vouch it is compared, found different and built again.
     /// The bytes are the whole request's either way.
     #[test]
     fn a_vouched_history_is_taken_as_sent_without_comparing_it() {
-        let m = Model::new(
-            crate::Api::OpenaiCompletions,
-            "mock",
-            "mock-1",
-            "http://x/v1",
-        );
+        let m = mock_1();
         let cache = RequestCache::default();
         let send = |history: &[Message], kept: usize| {
             let context = Context {
@@ -1112,12 +1403,7 @@ mod tests {
                 history_kept: kept,
                 ..StreamOptions::default()
             };
-            let whole = serde_json::to_vec(&build_request(&m, &context, &opts)).unwrap();
-            let cached = request_bytes(&m, &context, &opts, &cache).unwrap();
-            assert_eq!(
-                String::from_utf8(cached).unwrap(),
-                String::from_utf8(whole).unwrap()
-            );
+            assert_cached_is_whole(&m, &context, &opts, &cache);
         };
         let kept_first = || cache.slot.lock().unwrap().as_ref().unwrap().input[0].clone();
         let alter = || cache.slot.lock().unwrap().as_mut().unwrap().input[0] = user("altered");
@@ -1144,12 +1430,7 @@ mod tests {
     /// and another list is serialised again. The bytes are the whole request's each time.
     #[test]
     fn a_tool_list_of_the_same_generation_is_not_compared() {
-        let m = Model::new(
-            crate::Api::OpenaiCompletions,
-            "mock",
-            "mock-1",
-            "http://x/v1",
-        );
+        let m = mock_1();
         let cache = RequestCache::default();
         let spec = |description: &str| crate::types::ToolSpec {
             name: "read".into(),
@@ -1166,12 +1447,7 @@ mod tests {
                 tools_generation: generation,
                 ..StreamOptions::default()
             };
-            let whole = serde_json::to_vec(&build_request(&m, &context, &opts)).unwrap();
-            let cached = request_bytes(&m, &context, &opts, &cache).unwrap();
-            assert_eq!(
-                String::from_utf8(cached).unwrap(),
-                String::from_utf8(whole).unwrap()
-            );
+            assert_cached_is_whole(&m, &context, &opts, &cache);
         };
         let kept = || {
             let slot = cache.slot.lock().unwrap();
@@ -1212,12 +1488,7 @@ mod tests {
     /// replaced (compaction) and when the model changes — and the cache is reused.
     #[test]
     fn cached_request_bytes_equal_the_whole_request() {
-        let mut m = Model::new(
-            crate::Api::OpenaiCompletions,
-            "mock",
-            "mock-1",
-            "http://x/v1",
-        );
+        let mut m = mock_1();
         m.input = vec!["text".into(), "image".into()];
         let tools = vec![crate::types::ToolSpec {
             name: "read".into(),

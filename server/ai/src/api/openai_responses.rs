@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::lenient::{whole, Str, U64};
-use super::{join_url, open_sse, read_chunk, Chunk, StreamOptions};
+use super::{join_url, open_sse, read_chunk, CacheRetention, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
 use crate::stream::{MessageBuilder, StreamSender};
@@ -287,8 +287,17 @@ fn body_around(
         "store": false,
         "max_output_tokens": options.output_tokens(model),
     });
-    if let Some(key) = prompt_cache_key(model, options.session_id.as_deref()) {
+    let retention = options.cache_retention();
+    if let Some(key) = prompt_cache_key(model, retention, options.session_id.as_deref()) {
         body["prompt_cache_key"] = Value::String(key);
+    }
+    if !is_chatgpt_sign_in(model) {
+        if let Some(r) = prompt_cache_retention(model, retention) {
+            body["prompt_cache_retention"] = json!(r);
+        }
+        if let Some(o) = prompt_cache_options(model, retention) {
+            body["prompt_cache_options"] = o;
+        }
     }
     if !context.tools.is_empty() {
         body["tools"] = tools;
@@ -317,17 +326,70 @@ const PROMPT_CACHE_KEY_MAX_CHARS: usize = 64;
 
 /// The request's `prompt_cache_key` (Pi 1.6's `buildParams`): the session id, cut to
 /// [`PROMPT_CACHE_KEY_MAX_CHARS`] characters; `None` without a session id, with
-/// `compat.promptCacheKeyMode` `"disabled"`, or with `PI_CACHE_RETENTION=none`.
-fn prompt_cache_key(model: &Model, session_id: Option<&str>) -> Option<String> {
+/// `compat.promptCacheKeyMode` `"disabled"`, or for a request with [`CacheRetention::None`]
+/// (summary requests).
+fn prompt_cache_key(
+    model: &Model,
+    retention: CacheRetention,
+    session_id: Option<&str>,
+) -> Option<String> {
     let disabled = model
         .compat
         .get("promptCacheKeyMode")
         .and_then(Value::as_str)
         == Some("disabled")
-        || std::env::var("PI_CACHE_RETENTION").as_deref() == Ok("none");
+        || retention == CacheRetention::None;
     session_id
         .filter(|_| !disabled)
         .map(|id| id.chars().take(PROMPT_CACHE_KEY_MAX_CHARS).collect())
+}
+
+/// A `compat` flag of the model, `default` when unset.
+fn compat_flag(model: &Model, key: &str, default: bool) -> bool {
+    model
+        .compat
+        .get(key)
+        .and_then(Value::as_bool)
+        .unwrap_or(default)
+}
+
+/// Pi 1.6's `isChatGPTSignIn`: provider `openai` at `https://api.openai.com/v1` with a key
+/// that is not an API key (`sk-…`); such requests carry no `prompt_cache_retention` /
+/// `prompt_cache_options`.
+fn is_chatgpt_sign_in(model: &Model) -> bool {
+    model.provider == "openai"
+        && model.base_url == "https://api.openai.com/v1"
+        && model
+            .api_key
+            .as_deref()
+            .is_some_and(|k| !k.starts_with("sk-"))
+}
+
+/// Pi 1.6's `getPromptCacheRetention`: `"24h"` for [`CacheRetention::Long`] when the model's
+/// `compat.supportsLongCacheRetention` (default true) and not
+/// `compat.supportsExplicitPromptCacheMode` (default false).
+fn prompt_cache_retention(model: &Model, retention: CacheRetention) -> Option<&'static str> {
+    (retention == CacheRetention::Long
+        && compat_flag(model, "supportsLongCacheRetention", true)
+        && !compat_flag(model, "supportsExplicitPromptCacheMode", false))
+    .then_some("24h")
+}
+
+/// Pi 1.6's `getPromptCacheOptions`, for a model with
+/// `compat.supportsExplicitPromptCacheMode`: `{"mode":"explicit"}` for
+/// [`CacheRetention::None`], `{"ttl":"30m"}` for [`CacheRetention::Long`] when
+/// `compat.supportsLongCacheRetention` (default true); else nothing.
+fn prompt_cache_options(model: &Model, retention: CacheRetention) -> Option<Value> {
+    if !compat_flag(model, "supportsExplicitPromptCacheMode", false) {
+        return None;
+    }
+    match retention {
+        CacheRetention::None => Some(json!({"mode":"explicit"})),
+        CacheRetention::Long if compat_flag(model, "supportsLongCacheRetention", true) => {
+            Some(json!({"ttl":"30m"}))
+        }
+        CacheRetention::Long | CacheRetention::Short => None,
+    }
 }
 
 /// The session headers Pi 1.6 adds for a session id (`createClient`): with the `openrouter`
@@ -782,8 +844,16 @@ mod tests {
             "http://127.0.0.1:1/v1",
         );
         let long: String = "é".repeat(70);
-        assert_eq!(prompt_cache_key(&model, Some(&long)), Some("é".repeat(64)));
-        assert_eq!(prompt_cache_key(&model, None), None);
+        let short = CacheRetention::Short;
+        assert_eq!(
+            prompt_cache_key(&model, short, Some(&long)),
+            Some("é".repeat(64))
+        );
+        assert_eq!(prompt_cache_key(&model, short, None), None);
+        assert_eq!(
+            prompt_cache_key(&model, CacheRetention::None, Some("s1")),
+            None
+        );
         model.api_key = Some("k".into());
         model
             .headers
@@ -803,7 +873,7 @@ mod tests {
             ("Session-Id".to_string(), "from-models-json".to_string())
         );
         model.compat = json!({"promptCacheKeyMode": "disabled", "sessionAffinityFormat": "other"});
-        assert_eq!(prompt_cache_key(&model, Some("s1")), None);
+        assert_eq!(prompt_cache_key(&model, short, Some("s1")), None);
         assert_eq!(
             session_headers(&model, "s1"),
             vec![("x-client-request-id".to_string(), "s1".to_string())]
@@ -814,6 +884,75 @@ mod tests {
             session_headers(&model, "s1"),
             vec![("x-session-id".to_string(), "s1".to_string())]
         );
+    }
+
+    /// Pi 1.6's prompt-cache fields per retention, each body compared whole: `short` the
+    /// session's `prompt_cache_key` only; `long` also `prompt_cache_retention: "24h"` (not
+    /// where the server does not keep it, nor for a ChatGPT sign-in); `none` neither; with
+    /// `compat.supportsExplicitPromptCacheMode`, `prompt_cache_options` instead of the
+    /// retention (`{"mode":"explicit"}` for `none`, `{"ttl":"30m"}` for `long`).
+    #[test]
+    fn prompt_cache_fields_follow_the_requests_retention() {
+        let mut model = Model::new(
+            crate::Api::OpenaiResponses,
+            "p",
+            "m",
+            "http://127.0.0.1:1/v1",
+        );
+        let ctx = Context {
+            system_prompt: String::new(),
+            messages: vec![Message::user_text("hi")],
+            tools: Vec::new(),
+        };
+        let cache = crate::api::openai_completions::RequestCache::default();
+        let sent = |model: &Model, retention: CacheRetention| -> Value {
+            let opts = StreamOptions {
+                session_id: Some("s1".into()),
+                cache_retention: Some(retention),
+                ..StreamOptions::default()
+            };
+            let cached = request_bytes(model, &ctx, &opts, &cache).unwrap();
+            let whole = build_request(model, &ctx, &opts);
+            assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap(), whole);
+            whole
+        };
+        let max = model.default_max_tokens();
+        let body = |extra: Value| {
+            let mut b = json!({
+                "model": "m",
+                "input": [{"role":"user","content":[{"type":"input_text","text":"hi"}]}],
+                "stream": true,
+                "store": false,
+                "max_output_tokens": max,
+            });
+            for (k, v) in extra.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            b
+        };
+        use CacheRetention::{Long, None as NoCache, Short};
+        assert_eq!(sent(&model, Short), body(json!({"prompt_cache_key": "s1"})));
+        assert_eq!(
+            sent(&model, Long),
+            body(json!({"prompt_cache_key": "s1", "prompt_cache_retention": "24h"}))
+        );
+        assert_eq!(sent(&model, NoCache), body(json!({})));
+        model.compat = json!({"supportsLongCacheRetention": false});
+        assert_eq!(sent(&model, Long), body(json!({"prompt_cache_key": "s1"})));
+        model.compat = json!({"supportsExplicitPromptCacheMode": true});
+        assert_eq!(
+            sent(&model, Long),
+            body(json!({"prompt_cache_key": "s1", "prompt_cache_options": {"ttl": "30m"}}))
+        );
+        assert_eq!(
+            sent(&model, NoCache),
+            body(json!({"prompt_cache_options": {"mode": "explicit"}}))
+        );
+        model.compat = json!({});
+        model.provider = "openai".into();
+        model.base_url = "https://api.openai.com/v1".into();
+        model.api_key = Some("oauth-token".into());
+        assert_eq!(sent(&model, Long), body(json!({"prompt_cache_key": "s1"})));
     }
 
     /// Tools carry `strict: false` only for a model with `compat.supportsStrictMode` (the

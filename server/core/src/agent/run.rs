@@ -395,6 +395,7 @@ impl Run<'_> {
                 request_cache: Some(self.request_cache.clone()),
                 history_kept,
                 tools_generation: self.specs_generation,
+                cache_retention: None,
             },
         );
         // The cache now holds this request's history; the next request's starts with it
