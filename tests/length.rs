@@ -9,8 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
+use std::time::Duration;
 
 use pi_e2e::headless::Headless;
+use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{session_lines, TempDir};
 use serde_json::{json, Value};
@@ -373,6 +375,87 @@ async fn with_nothing_to_compact_the_cut_answer_is_left_out_and_not_printed() {
     );
     assert_eq!(edits(&lines), [(true, Value::Null)]);
     assert_eq!(conversation_requests(&m).len(), 1);
+}
+
+/// The editor's front door (LSP over stdio) gets the same recovery from the same loop: the
+/// overflow compaction with `willRetry` between the cut answer and the retried one, in one
+/// run, and the session's last answer is the retried one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
+    let m = mock(vec![
+        Step::text(&first_answer()),
+        length_answer("cut answer", 50),
+        Step::text("good answer"),
+    ])
+    .await;
+    let tmp = TempDir::new("length-lsp");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(
+        tmp.path().join("agent/settings.json"),
+        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
+    )
+    .unwrap();
+    let mut c = start_with_mock(&ws, &m, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "one", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.request(
+        "agent/prompt",
+        json!({"sessionId": sid, "text": second_prompt()}),
+    )
+    .await
+    .unwrap();
+    let events: Vec<Value> = c
+        .run_until_end(Duration::from_secs(30))
+        .await
+        .iter()
+        .map(|e| &e["event"])
+        .filter(|e| {
+            e["type"].as_str().unwrap().starts_with("compaction")
+                || e["type"] == "message_end" && e["message"]["role"] == "assistant"
+                || e["type"] == "agent_start"
+        })
+        .map(|e| {
+            json!([
+                e["type"],
+                e["reason"],
+                e["willRetry"],
+                e["message"]["stopReason"],
+                e["message"]["content"][0]["text"]
+            ])
+        })
+        .collect();
+    c.shutdown().await;
+    let n = Value::Null;
+    assert_eq!(
+        events,
+        [
+            json!(["agent_start", n, n, n, n]),
+            json!(["message_end", n, n, "length", "cut answer"]),
+            json!(["compaction_start", "overflow", n, n, n]),
+            json!(["compaction_end", "overflow", true, n, n]),
+            json!(["message_end", n, n, "stop", "good answer"]),
+        ]
+    );
+    let lines = session_lines(&ws);
+    assert_eq!(
+        kinds(&lines).split_off(3),
+        [
+            "message:assistant:length:cut answer",
+            "context_edit:::",
+            "compaction:::",
+            "message:assistant:stop:good answer",
+        ]
+    );
+    assert_eq!(conversation_requests(&m).len(), 3);
 }
 
 /// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
