@@ -1363,8 +1363,14 @@ pub async fn run_agent_from(
             };
             if std::mem::take(&mut run.length_edited_out) {
                 // Pi 1.6: the cut answer is out of the context and no retry follows; the run
-                // ends as one that completed (its turn ended before the compaction).
-                break 'outer Some((StopReason::Stop, None));
+                // ends as one that completed (its turn ended before the compaction), unless
+                // an abort stopped the compaction.
+                let stop = if control.cancel.is_cancelled() {
+                    StopReason::Aborted
+                } else {
+                    StopReason::Stop
+                };
+                break 'outer Some((stop, None));
             }
             if matches!(
                 assistant.stop_reason,
