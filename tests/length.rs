@@ -147,6 +147,30 @@ fn edits(lines: &[Value]) -> Vec<(bool, Value)> {
         .collect()
 }
 
+/// The events of a `--json` run (ours) or `--mode json` run (Pi's) that tell the recovery:
+/// each assistant `message_end` and compaction event as `[type, reason, willRetry,
+/// errorMessage, whether a result is given, stopReason]`.
+fn recovery_events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["type"].as_str().unwrap_or("").starts_with("compaction")
+                || e["type"] == "message_end" && e["message"]["role"] == "assistant"
+        })
+        .map(|e| {
+            json!([
+                e["type"],
+                e["reason"],
+                e["willRetry"],
+                e["errorMessage"],
+                e["result"].is_object(),
+                e["message"]["stopReason"]
+            ])
+        })
+        .collect()
+}
+
 /// `(exit code, stdout, last stderr line)`.
 fn printed(out: &Output) -> (Option<i32>, String, String) {
     (
@@ -243,21 +267,23 @@ async fn a_length_stop_below_max_tokens_is_left_out_compacted_and_retried() {
     mock.assert_paired();
 }
 
+/// A cut answer, then another after the retry.
+fn twice() -> Vec<Step> {
+    vec![
+        Step::text(&first_answer()),
+        length_answer("cut answer", 50),
+        length_answer("cut again", 50),
+        Step::text("never asked"),
+    ]
+}
+
 /// A second cut answer after the retry ends the recovery: exactly one retry, the second cut
 /// answer kept (no second `context_edit`) and printed with Pi's "truncated" line, exit 1; the
 /// events (`--json`) are the overflow compaction with `willRetry` and then Pi's
 /// `compaction_end` error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_cut_answer_ends_the_recovery_with_pi_s_error() {
-    let script = || {
-        vec![
-            Step::text(&first_answer()),
-            length_answer("cut answer", 50),
-            length_answer("cut again", 50),
-            Step::text("never asked"),
-        ]
-    };
-    let m = mock(script()).await;
+    let m = mock(twice()).await;
     let (out, lines) = ours(&m, "length-twice", &[]);
     let (code, stdout, _) = printed(&out);
     assert_eq!((code, stdout.as_str()), (Some(1), "cut again\n"));
@@ -279,69 +305,25 @@ async fn a_second_cut_answer_ends_the_recovery_with_pi_s_error() {
     assert_eq!(conversation_requests(&m).len(), 3);
 
     // The same with every event on stdout.
-    let m = mock(script()).await;
+    let m = mock(twice()).await;
     let (out, _) = ours(&m, "length-twice-json", &["--json"]);
     assert_eq!(out.status.code(), Some(1));
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|e: &Value| {
-            e["type"].as_str().unwrap().starts_with("compaction")
-                || e["type"] == "message_end" && e["message"]["role"] == "assistant"
-        })
-        .map(|e| {
-            json!({
-                "type": e["type"],
-                "reason": e["reason"],
-                "willRetry": e["willRetry"],
-                "errorMessage": e["errorMessage"],
-                "result": e.get("result").map(|r| !r.is_null()),
-                "stopReason": e["message"]["stopReason"],
-            })
-        })
-        .collect();
-    let ev = |t: &str, will_retry: Value, error: Value, result: Option<bool>, stop: Value| {
-        json!({"type": t, "reason": if t == "message_end" { Value::Null } else { json!("overflow") },
-            "willRetry": will_retry, "errorMessage": error, "result": result, "stopReason": stop})
-    };
+    let n = Value::Null;
     assert_eq!(
-        events,
+        recovery_events(&out),
         [
-            ev(
-                "message_end",
-                Value::Null,
-                Value::Null,
-                None,
-                json!("length")
-            ),
-            ev(
-                "compaction_start",
-                Value::Null,
-                Value::Null,
-                None,
-                Value::Null
-            ),
-            ev(
+            json!(["message_end", n, n, n, false, "length"]),
+            json!(["compaction_start", "overflow", n, n, false, n]),
+            json!(["compaction_end", "overflow", true, n, true, n]),
+            json!(["message_end", n, n, n, false, "length"]),
+            json!([
                 "compaction_end",
-                json!(true),
-                Value::Null,
-                Some(true),
-                Value::Null
-            ),
-            ev(
-                "message_end",
-                Value::Null,
-                Value::Null,
-                None,
-                json!("length")
-            ),
-            ev(
-                "compaction_end",
-                json!(false),
-                json!(RECOVERY_FAILED),
-                Some(false),
-                Value::Null
-            ),
+                "overflow",
+                false,
+                RECOVERY_FAILED,
+                false,
+                n
+            ]),
         ]
     );
     assert_eq!(conversation_requests(&m).len(), 3);
@@ -527,7 +509,13 @@ fn pi16() -> Option<PathBuf> {
 /// `-p --continue` with [`second_prompt`] (or only `-p hi`, with the default settings, when
 /// `small`). Returns the last
 /// run's output and its session file's lines.
-fn theirs(pi: &Path, mock: &MockModel, tmp: &Path, small: bool) -> (Output, Vec<Value>) {
+fn theirs(
+    pi: &Path,
+    mock: &MockModel,
+    tmp: &Path,
+    small: bool,
+    json_mode: bool,
+) -> (Output, Vec<Value>) {
     let (ws, agent, sessions) = (tmp.join("ws"), tmp.join("agent"), tmp.join("sessions"));
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("f.txt"), "hello\n").unwrap();
@@ -555,7 +543,12 @@ fn theirs(pi: &Path, mock: &MockModel, tmp: &Path, small: bool) -> (Output, Vec<
         run(&["-p", "hi"])
     } else {
         assert_eq!(run(&["-p", "one"]).status.code(), Some(0));
-        run(&["-p", "--continue", &second_prompt()])
+        let mode: &[&str] = if json_mode {
+            &["--mode", "json"]
+        } else {
+            &["-p"]
+        };
+        run(&[mode, &["--continue", &second_prompt()]].concat())
     };
     let file = std::fs::read_dir(&sessions)
         .unwrap()
@@ -572,7 +565,8 @@ fn theirs(pi: &Path, mock: &MockModel, tmp: &Path, small: bool) -> (Output, Vec<
 
 /// The four cases against Pi 1.6.0 on the same scripts: the same entries (kind, role, stop
 /// reason, text), the same `context_edit`s, the same stdout and exit code, the "truncated" line
-/// on stderr alike.
+/// on stderr alike; and the same recovery events (`--json` / Pi's `--mode json`) for the
+/// second cut.
 /// (Pi's compaction of the retry keeps the cut answer's entry and summarises the prompt as
 /// the prefix of a split turn, its `_omitRecoveryAttempt` cut rule; ours keeps the prompt: the
 /// `compaction` entries' `firstKeptEntryId` and the retried request differ. docs/design.md.)
@@ -589,15 +583,7 @@ async fn entries_and_output_are_pi_1_6_s() {
                 Step::text("good answer"),
             ],
         ),
-        (
-            "twice",
-            vec![
-                Step::text(&first_answer()),
-                length_answer("cut answer", 50),
-                length_answer("cut again", 50),
-                Step::text("never asked"),
-            ],
-        ),
+        ("twice", twice()),
         (
             "small",
             vec![length_answer("cut answer", 50), Step::text("never asked")],
@@ -607,7 +593,8 @@ async fn entries_and_output_are_pi_1_6_s() {
     for (name, script) in scripts {
         let small = name == "small";
         let their_mock = mock(script.clone()).await;
-        let (their_out, their_lines) = theirs(&pi, &their_mock, &tmp.path().join(name), small);
+        let (their_out, their_lines) =
+            theirs(&pi, &their_mock, &tmp.path().join(name), small, false);
         let our_mock = mock(script).await;
         let (our_out, our_lines) = if small {
             let h = Headless::new("length-pi16-small", &our_mock.models_json());
@@ -649,4 +636,11 @@ async fn entries_and_output_are_pi_1_6_s() {
             "{name}"
         );
     }
+    // The events of the second cut: Pi 1.6.0's `--mode json` and our `--json`.
+    let their_mock = mock(twice()).await;
+    let (their_out, _) = theirs(&pi, &their_mock, &tmp.path().join("json"), false, true);
+    let our_mock = mock(twice()).await;
+    let (our_out, _) = ours(&our_mock, "length-pi16-json", &["--json"]);
+    assert_eq!(recovery_events(&our_out), recovery_events(&their_out));
+    assert_eq!(recovery_events(&our_out).len(), 5);
 }
