@@ -419,6 +419,12 @@ impl SessionListener for PrintSink {
                     );
                 }
                 AgentEvent::CompactionStart { reason } => {
+                    // An overflow's compaction leaves the last answer (a recoverable `length`
+                    // stop) out of the context: Pi 1.6's print mode never prints it (only a
+                    // retried answer, or nothing when no retry follows).
+                    if *reason == pi_core::agent::CompactionReason::Overflow {
+                        *self.last_answer.lock() = None;
+                    }
                     eprintln!("pi-lsp: compacting the conversation ({reason:?})…");
                 }
                 AgentEvent::CompactionEnd {

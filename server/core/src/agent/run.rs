@@ -19,6 +19,10 @@ use super::{
     UNFINISHED_ARGUMENTS_TEXT,
 };
 
+mod length_recovery;
+
+pub use length_recovery::{is_recoverable_length, TRUNCATED_RECOVERY_FAILED};
+
 /// Pi's text when a second overflow comes after one compact-and-retry.
 pub const OVERFLOW_RECOVERY_FAILED: &str = "Context overflow recovery failed after one compact-and-retry attempt. Try reducing context or switching to a larger-context model.";
 
@@ -244,8 +248,13 @@ struct Run<'a> {
     /// A threshold compaction ran since the last user message (at most one per user turn,
     /// case CMP-04).
     compacted_this_turn: bool,
-    /// The one overflow recovery of this run was used.
+    /// The one overflow (or recoverable `length`) recovery of this user turn was used (Pi's
+    /// `_overflowRecoveryAttempted`).
     overflow_recovered: bool,
+    /// The last answer, a recoverable `length` stop, was left out of the context and the
+    /// compaction that was to make room failed: the run ends without it
+    /// ([`length_recovery`]).
+    length_edited_out: bool,
     /// Images were replaced by notes after a refusal for their size (once per run).
     images_dropped: bool,
     /// What the last request left for the next one of this run to reuse (its serialised
@@ -279,6 +288,7 @@ impl Run<'_> {
     async fn push(&mut self, m: Message) {
         if matches!(m, Message::User(_)) {
             self.compacted_this_turn = false;
+            self.overflow_recovered = false;
         }
         self.sink
             .emit(AgentEvent::MessageStart { message: m.clone() })
@@ -653,6 +663,7 @@ impl Run<'_> {
         let mut attempt = 0u32;
         loop {
             let a = self.assistant().await;
+            self.note_answer(&a);
             let failure = self
                 .last_failure
                 .take()
@@ -726,6 +737,11 @@ impl Run<'_> {
                 }
                 self.sink.emit(AgentEvent::TurnStart).await;
                 continue;
+            }
+            match self.recover_length(&a).await {
+                Some(length_recovery::Recovery::Retry) => continue,
+                Some(length_recovery::Recovery::End) => return a,
+                None => {}
             }
             let delay = match (&failure, settings.enabled) {
                 (Some(f), true) => settings.policy.delay(attempt + 1, f),
@@ -1315,6 +1331,7 @@ pub async fn run_agent_from(
         usage_from: usage_from.min(history_len),
         compacted_this_turn: false,
         overflow_recovered: false,
+        length_edited_out: false,
         images_dropped: false,
         request_cache: Default::default(),
         seen: Seen::default(),
@@ -1345,6 +1362,17 @@ pub async fn run_agent_from(
                 Ok(()) => run.assistant_with_retry().await,
                 Err(text) => run.failed_turn(text).await,
             };
+            if std::mem::take(&mut run.length_edited_out) {
+                // Pi 1.6: the cut answer is out of the context and no retry follows; the run
+                // ends as one that completed (its turn ended before the compaction), unless
+                // an abort stopped the compaction.
+                let stop = if control.cancel.is_cancelled() {
+                    StopReason::Aborted
+                } else {
+                    StopReason::Stop
+                };
+                break 'outer Some((stop, None));
+            }
             if matches!(
                 assistant.stop_reason,
                 StopReason::Error | StopReason::Aborted

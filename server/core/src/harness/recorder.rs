@@ -31,8 +31,9 @@ pub struct Recorder {
 struct Started {
     assistant: Option<Instant>,
     tools: Vec<(String, Instant)>,
-    /// The entries of the last response when it failed (the assistant message, then any
-    /// results of its calls): what a retry leaves out of the context.
+    /// The entries of the last response when it failed or stopped at `length` (the assistant
+    /// message, then any results of its calls): what a retry, or the compact-and-retry of an
+    /// overflow or a recoverable `length` stop, leaves out of the context.
     failed: Vec<String>,
 }
 
@@ -154,7 +155,12 @@ impl Recorder {
                 match message {
                     Message::Assistant(a) => {
                         started.failed.clear();
-                        if a.stop_reason == pi_ai::types::StopReason::Error {
+                        // A `length` stop too: the loop may leave it out of the context to
+                        // compact and retry (`agent::is_recoverable_length`).
+                        if matches!(
+                            a.stop_reason,
+                            pi_ai::types::StopReason::Error | pi_ai::types::StopReason::Length
+                        ) {
                             started.failed.push(id);
                         }
                     }
@@ -165,9 +171,9 @@ impl Recorder {
             }
             // Pi 1.6 leaves a failed response it retries (and its calls' results) out of the
             // context with a `context_edit` each (`replacement: null`), written before the
-            // retry, and before the compaction of an overflow's compact-and-retry
-            // (`_omitRecoveryAttempt`): Pi shows and counts the session without them, as it
-            // does here.
+            // retry, and before the compaction of an overflow's or a recoverable `length`
+            // stop's compact-and-retry (`_omitRecoveryAttempt`): Pi shows and counts the
+            // session without them, as it does here.
             AgentEvent::AutoRetryStart { .. }
             | AgentEvent::CompactionStart {
                 reason: crate::agent::CompactionReason::Overflow,

@@ -1,0 +1,646 @@
+//! Pi 1.6's recoverable `length` stop (`isRecoverableLength`), end to end through `pi-lsp run`
+//! and the loopback model: an answer cut below the model's `maxTokens` is left out of the
+//! context (`context_edit`, `replacement: null`), the session compacted (reason `overflow`) and
+//! the turn asked again once; a second cut answer ends the recovery with Pi's text. Each case
+//! is checked against the real Pi 1.6.0 on the same script (`$PI16_REF_BIN`, required under
+//! `CI=true`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pi_e2e::headless::Headless;
+use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::{session_lines, TempDir};
+use serde_json::{json, Value};
+
+/// Pi 1.6's `compaction_end` error after a second recoverable `length` stop.
+const RECOVERY_FAILED: &str =
+    "Truncated response recovery failed after one compact-and-retry attempt.";
+
+/// Pi 1.6's print-mode line after an answer cut at its output limit.
+const TRUNCATED: &str = "Response was truncated: the model reached its output token limit.";
+
+/// The second prompt: 800 characters more than "two", so the compaction keeps it and
+/// summarises the first turn (`keepRecentTokens` 100).
+fn second_prompt() -> String {
+    format!("two {}", "x".repeat(800))
+}
+
+/// The first turn's answer: 2,000 characters more than "first answer", so that a summary
+/// of the first turn makes the context smaller (an automatic compaction must, case CMP-04).
+fn first_answer() -> String {
+    format!("first answer {}", "y".repeat(2000))
+}
+
+/// A chat-completions answer of `text` stopped by `length` after `output` tokens (the
+/// models' `maxTokens` is 4,096).
+fn length_answer(text: &str, output: u64) -> Step {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let body = [
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": text}), Value::Null),
+        chunk(json!({}), json!("length")),
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
+                "usage": {"prompt_tokens": 100, "completion_tokens": output, "total_tokens": 100 + output}})
+        ),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    Step::Raw {
+        status: 200,
+        content_type: "text/event-stream".into(),
+        body,
+    }
+}
+
+fn is_summary(body: &Value) -> bool {
+    body.to_string().contains("context summarization assistant")
+}
+
+/// The loopback model on `script`; every summary request is answered "SUMMARY".
+async fn mock(script: Vec<Step>) -> MockModel {
+    let mock = MockModel::start(script).await;
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| Step::text("SUMMARY"))
+    }));
+    mock
+}
+
+/// The conversation's requests (not the summaries'), each as `[role, text]` of its messages
+/// after the system prompt.
+fn conversation_requests(mock: &MockModel) -> Vec<Vec<(String, String)>> {
+    mock.requests()
+        .iter()
+        .filter(|r| !is_summary(&r.body))
+        .map(|r| {
+            r.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] != "system")
+                .map(|m| {
+                    let text = match &m["content"] {
+                        Value::String(s) => s.clone(),
+                        Value::Array(parts) => {
+                            parts.iter().filter_map(|p| p["text"].as_str()).collect()
+                        }
+                        _ => String::new(),
+                    };
+                    (m["role"].as_str().unwrap().to_string(), text)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Each entry as `type:role:stopReason:text`, from the first user message on (the file's
+/// header, model, thinking level and system message are Pi's and ours alike elsewhere).
+fn kinds(lines: &[Value]) -> Vec<String> {
+    let first = lines
+        .iter()
+        .position(|e| e["message"]["role"] == "user")
+        .unwrap();
+    lines[first..]
+        .iter()
+        .map(|e| {
+            let m = &e["message"];
+            format!(
+                "{}:{}:{}:{}",
+                e["type"].as_str().unwrap(),
+                m["role"].as_str().unwrap_or(""),
+                m["stopReason"].as_str().unwrap_or(""),
+                m["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .chars()
+                    .take(12)
+                    .collect::<String>()
+            )
+        })
+        .collect()
+}
+
+/// The `context_edit` entries as `(targetId is the entry right before it, replacement)`.
+fn edits(lines: &[Value]) -> Vec<(bool, Value)> {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["type"] == "context_edit")
+        .map(|(i, e)| {
+            (
+                e["targetId"] == lines[i - 1]["id"] && e["parentId"] == lines[i - 1]["id"],
+                e["replacement"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// The events of a `--json` run (ours) or `--mode json` run (Pi's) that tell the recovery:
+/// each assistant `message_end` and compaction event as `[type, reason, willRetry,
+/// errorMessage, whether a result is given, stopReason]`.
+fn recovery_events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["type"].as_str().unwrap_or("").starts_with("compaction")
+                || e["type"] == "message_end" && e["message"]["role"] == "assistant"
+        })
+        .map(|e| {
+            json!([
+                e["type"],
+                e["reason"],
+                e["willRetry"],
+                e["errorMessage"],
+                e["result"].is_object(),
+                e["message"]["stopReason"]
+            ])
+        })
+        .collect()
+}
+
+/// `(exit code, stdout, last stderr line)`.
+fn printed(out: &Output) -> (Option<i32>, String, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .to_string(),
+    )
+}
+
+/// `pi-lsp run` in a fresh workspace with `keepRecentTokens` 100: "one", then `--continue`
+/// with [`second_prompt`] (`extra` flags on the second run). Returns the second run's output
+/// and the session file's lines.
+fn ours(mock: &MockModel, name: &str, extra: &[&str]) -> (Output, Vec<Value>) {
+    let h = Headless::new(name, &mock.models_json());
+    std::fs::write(h.ws.join("f.txt"), "hello\n").unwrap();
+    std::fs::write(
+        h.agent.join("settings.json"),
+        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
+    )
+    .unwrap();
+    let first = h.run(&["--model", "mock/mock-1", "one"]);
+    assert_eq!(printed(&first).0, Some(0), "{first:?}");
+    let two = second_prompt();
+    let mut args = vec!["--model", "mock/mock-1", "--continue"];
+    args.extend_from_slice(extra);
+    args.push(&two);
+    let out = h.run(&args);
+    (out, session_lines(&h.ws))
+}
+
+/// The cut answer (50 of 4,096 tokens) is left out, the session compacted and the turn asked
+/// again: the file holds the cut answer, its `context_edit`, the compaction and the retried
+/// answer; the retried request carries the summary and the prompt, not the cut answer; print
+/// mode prints the retried answer only and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_length_stop_below_max_tokens_is_left_out_compacted_and_retried() {
+    let mock = mock(vec![
+        Step::text(&first_answer()),
+        length_answer("cut answer", 50),
+        Step::text("good answer"),
+    ])
+    .await;
+    let (out, lines) = ours(&mock, "length-retry", &[]);
+    assert_eq!(printed(&out).0, Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "good answer\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let two = second_prompt();
+    assert_eq!(
+        kinds(&lines),
+        [
+            "message:user::one",
+            "message:assistant:stop:first answer",
+            &format!("message:user::{}", &two[..12]),
+            "message:assistant:length:cut answer",
+            "context_edit:::",
+            "compaction:::",
+            "message:assistant:stop:good answer",
+        ]
+    );
+    assert_eq!(edits(&lines), [(true, Value::Null)]);
+    let compaction = lines.iter().find(|e| e["type"] == "compaction").unwrap();
+    assert_eq!(compaction["summary"], "SUMMARY");
+    let s = |r: &str, t: &str| (r.to_string(), t.to_string());
+    assert_eq!(
+        conversation_requests(&mock),
+        [
+            vec![s("user", "one")],
+            vec![s("user", "one"), s("assistant", &first_answer()), s("user", &two)],
+            vec![
+                s(
+                    "user",
+                    "The conversation history before this point was compacted into the following summary:\n\n<summary>\nSUMMARY\n</summary>"
+                ),
+                s("user", &two)
+            ],
+        ]
+    );
+    // One summary request (the first turn); the retried answer ended the run.
+    assert_eq!(
+        mock.requests()
+            .iter()
+            .filter(|r| is_summary(&r.body))
+            .count(),
+        1
+    );
+    mock.assert_paired();
+}
+
+/// A cut answer, then another after the retry.
+fn twice() -> Vec<Step> {
+    vec![
+        Step::text(&first_answer()),
+        length_answer("cut answer", 50),
+        length_answer("cut again", 50),
+        Step::text("never asked"),
+    ]
+}
+
+/// A second cut answer after the retry ends the recovery: exactly one retry, the second cut
+/// answer kept (no second `context_edit`) and printed with Pi's "truncated" line, exit 1; the
+/// events (`--json`) are the overflow compaction with `willRetry` and then Pi's
+/// `compaction_end` error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_cut_answer_ends_the_recovery_with_pi_s_error() {
+    let m = mock(twice()).await;
+    let (out, lines) = ours(&m, "length-twice", &[]);
+    let (code, stdout, _) = printed(&out);
+    assert_eq!((code, stdout.as_str()), (Some(1), "cut again\n"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("\n{TRUNCATED}\n")),
+        "{out:?}"
+    );
+    let tail: Vec<String> = kinds(&lines).split_off(3);
+    assert_eq!(
+        tail,
+        [
+            "message:assistant:length:cut answer",
+            "context_edit:::",
+            "compaction:::",
+            "message:assistant:length:cut again",
+        ]
+    );
+    assert_eq!(edits(&lines), [(true, Value::Null)]);
+    assert_eq!(conversation_requests(&m).len(), 3);
+
+    // The same with every event on stdout.
+    let m = mock(twice()).await;
+    let (out, _) = ours(&m, "length-twice-json", &["--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let n = Value::Null;
+    assert_eq!(
+        recovery_events(&out),
+        [
+            json!(["message_end", n, n, n, false, "length"]),
+            json!(["compaction_start", "overflow", n, n, false, n]),
+            json!(["compaction_end", "overflow", true, n, true, n]),
+            json!(["message_end", n, n, n, false, "length"]),
+            json!([
+                "compaction_end",
+                "overflow",
+                false,
+                RECOVERY_FAILED,
+                false,
+                n
+            ]),
+        ]
+    );
+    assert_eq!(conversation_requests(&m).len(), 3);
+}
+
+/// A cut answer, the retry reads a file, then a second cut answer.
+fn again() -> Vec<Step> {
+    vec![
+        Step::text(&first_answer()),
+        length_answer("cut answer", 50),
+        Step::call("call_1", "read", json!({"path": "f.txt"})),
+        length_answer("cut again", 50),
+        Step::text("never asked"),
+    ]
+}
+
+/// The one recovery is per user turn and an answer that is neither `error` nor `length`
+/// clears it (Pi 1.6's `_overflowRecoveryAttempted`): after the retried answer's tool round a
+/// second cut answer is left out too (a second `context_edit`), not kept with Pi's error.
+/// Its compaction then summarises the first left-out answer's turn (the prompt as a split
+/// turn's prefix) and the turn is asked again. (Pi 1.6.0 leaves it out the same way, but its
+/// compaction, which skips left-out entries when it looks for the cut, finds nothing to
+/// summarise: no retry, nothing printed, exit 0. `compaction::prepare` does not apply
+/// `context_edit`s; docs/design.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_between_two_cut_answers_clears_the_one_recovery() {
+    let m = mock(again()).await;
+    let (out, lines) = ours(&m, "length-again", &[]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), "never asked\n"),
+        "{out:?}"
+    );
+    assert_eq!(
+        kinds(&lines).split_off(3),
+        [
+            "message:assistant:length:cut answer",
+            "context_edit:::",
+            "compaction:::",
+            "message:assistant:toolUse:",
+            "message:toolResult::hello\n",
+            "message:assistant:length:cut again",
+            "context_edit:::",
+            "compaction:::",
+            "message:assistant:stop:never asked",
+        ]
+    );
+    assert_eq!(edits(&lines), [(true, Value::Null), (true, Value::Null)]);
+    assert_eq!(conversation_requests(&m).len(), 5);
+}
+
+/// Nothing older than the cut answer to summarise (a one-prompt session): the answer is left
+/// out all the same and no retry follows; print mode prints nothing and exits 0 (Pi 1.6.0 on
+/// the same script: the same entries, nothing printed, exit 0). An answer cut at the model's
+/// own `maxTokens` is not recovered (headless.rs: printed with the "truncated" line, exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nothing_to_compact_the_cut_answer_is_left_out_and_not_printed() {
+    let m = mock(vec![
+        length_answer("cut answer", 50),
+        Step::text("never asked"),
+    ])
+    .await;
+    let h = Headless::new("length-small", &m.models_json());
+    let out = h.run(&["--model", "mock/mock-1", "hi"]);
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(0), &b""[..]),
+        "{out:?}"
+    );
+    let lines = session_lines(&h.ws);
+    assert_eq!(
+        kinds(&lines),
+        [
+            "message:user::hi",
+            "message:assistant:length:cut answer",
+            "context_edit:::"
+        ]
+    );
+    assert_eq!(edits(&lines), [(true, Value::Null)]);
+    assert_eq!(conversation_requests(&m).len(), 1);
+}
+
+/// The editor's front door (LSP over stdio) gets the same recovery from the same loop: the
+/// overflow compaction with `willRetry` between the cut answer and the retried one, in one
+/// run, and the session's last answer is the retried one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
+    let m = mock(vec![
+        Step::text(&first_answer()),
+        length_answer("cut answer", 50),
+        Step::text("good answer"),
+    ])
+    .await;
+    let tmp = TempDir::new("length-lsp");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(
+        tmp.path().join("agent/settings.json"),
+        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
+    )
+    .unwrap();
+    let mut c = start_with_mock(&ws, &m, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "one", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.request(
+        "agent/prompt",
+        json!({"sessionId": sid, "text": second_prompt()}),
+    )
+    .await
+    .unwrap();
+    let events: Vec<Value> = c
+        .run_until_end(Duration::from_secs(30))
+        .await
+        .iter()
+        .map(|e| &e["event"])
+        .filter(|e| {
+            e["type"].as_str().unwrap().starts_with("compaction")
+                || e["type"] == "message_end" && e["message"]["role"] == "assistant"
+                || e["type"] == "agent_start"
+        })
+        .map(|e| {
+            json!([
+                e["type"],
+                e["reason"],
+                e["willRetry"],
+                e["message"]["stopReason"],
+                e["message"]["content"][0]["text"]
+            ])
+        })
+        .collect();
+    c.shutdown().await;
+    let n = Value::Null;
+    assert_eq!(
+        events,
+        [
+            json!(["agent_start", n, n, n, n]),
+            json!(["message_end", n, n, "length", "cut answer"]),
+            json!(["compaction_start", "overflow", n, n, n]),
+            json!(["compaction_end", "overflow", true, n, n]),
+            json!(["message_end", n, n, "stop", "good answer"]),
+        ]
+    );
+    let lines = session_lines(&ws);
+    assert_eq!(
+        kinds(&lines).split_off(3),
+        [
+            "message:assistant:length:cut answer",
+            "context_edit:::",
+            "compaction:::",
+            "message:assistant:stop:good answer",
+        ]
+    );
+    assert_eq!(conversation_requests(&m).len(), 3);
+}
+
+/// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
+fn pi16() -> Option<PathBuf> {
+    let found = std::env::var("PI16_REF_BIN")
+        .ok()
+        .map(PathBuf::from)
+        .filter(|p| p.exists());
+    pi_e2e::require(
+        found.is_some(),
+        "length",
+        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
+    )
+    .then_some(found)
+    .flatten()
+}
+
+/// Pi 1.6.0's print mode on `mock` in a fresh folder with `keepRecentTokens` 100: `-p one`, then
+/// `-p --continue` with [`second_prompt`] (or only `-p hi`, with the default settings, when
+/// `small`). Returns the last
+/// run's output and its session file's lines.
+fn theirs(
+    pi: &Path,
+    mock: &MockModel,
+    tmp: &Path,
+    small: bool,
+    json_mode: bool,
+) -> (Output, Vec<Value>) {
+    let (ws, agent, sessions) = (tmp.join("ws"), tmp.join("agent"), tmp.join("sessions"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("f.txt"), "hello\n").unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), mock.models_json().to_string()).unwrap();
+    if !small {
+        std::fs::write(
+            agent.join("settings.json"),
+            json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
+        )
+        .unwrap();
+    }
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(pi);
+        cmd.args(["--provider", "mock", "--model", "mock-1", "--session-dir"])
+            .arg(&sessions)
+            .args(args)
+            .current_dir(&ws)
+            .env("PI_OFFLINE", "1")
+            .env("PI_CODING_AGENT_DIR", &agent)
+            .env("HOME", tmp);
+        tokio::task::block_in_place(|| cmd.output().unwrap())
+    };
+    let out = if small {
+        run(&["-p", "hi"])
+    } else {
+        assert_eq!(run(&["-p", "one"]).status.code(), Some(0));
+        let mode: &[&str] = if json_mode {
+            &["--mode", "json"]
+        } else {
+            &["-p"]
+        };
+        run(&[mode, &["--continue", &second_prompt()]].concat())
+    };
+    let file = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let lines = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (out, lines)
+}
+
+/// The four cases against Pi 1.6.0 on the same scripts: the same entries (kind, role, stop
+/// reason, text), the same `context_edit`s, the same stdout and exit code, the "truncated" line
+/// on stderr alike; and the same recovery events (`--json` / Pi's `--mode json`) for the
+/// second cut.
+/// (Pi's compaction of the retry keeps the cut answer's entry and summarises the prompt as
+/// the prefix of a split turn, its `_omitRecoveryAttempt` cut rule; ours keeps the prompt: the
+/// `compaction` entries' `firstKeptEntryId` and the retried request differ. docs/design.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_and_output_are_pi_1_6_s() {
+    let Some(pi) = pi16() else { return };
+    let tmp = TempDir::new("length-pi16");
+    let scripts: [(&str, Vec<Step>); 4] = [
+        (
+            "retry",
+            vec![
+                Step::text(&first_answer()),
+                length_answer("cut answer", 50),
+                Step::text("good answer"),
+            ],
+        ),
+        ("twice", twice()),
+        (
+            "small",
+            vec![length_answer("cut answer", 50), Step::text("never asked")],
+        ),
+        ("again", again()),
+    ];
+    for (name, script) in scripts {
+        let small = name == "small";
+        let their_mock = mock(script.clone()).await;
+        let (their_out, their_lines) =
+            theirs(&pi, &their_mock, &tmp.path().join(name), small, false);
+        let our_mock = mock(script).await;
+        let (our_out, our_lines) = if small {
+            let h = Headless::new("length-pi16-small", &our_mock.models_json());
+            (
+                h.run(&["--model", "mock/mock-1", "hi"]),
+                session_lines(&h.ws),
+            )
+        } else {
+            ours(&our_mock, &format!("length-pi16-{name}"), &[])
+        };
+        // stderr: ours also says what the compaction did; the "truncated" line is Pi's.
+        let said = |o: &Output| {
+            let (code, stdout, _) = printed(o);
+            let truncated = String::from_utf8_lossy(&o.stderr).contains(TRUNCATED);
+            (code, stdout, truncated)
+        };
+        assert_eq!(edits(&our_lines), edits(&their_lines), "{name}");
+        if name == "again" {
+            // The same up to the second cut answer's `context_edit`; then Pi's compaction finds
+            // nothing to summarise (the left-out answers are no cut points there) and ours
+            // summarises the first left-out answer's turn (see the test above).
+            let upto = |l: &[Value]| {
+                let k = kinds(l);
+                let last = k
+                    .iter()
+                    .rposition(|k| k.starts_with("context_edit"))
+                    .unwrap();
+                k[..=last].to_vec()
+            };
+            assert_eq!(upto(&our_lines), upto(&their_lines));
+            assert_eq!(said(&their_out), (Some(0), String::new(), false));
+            continue;
+        }
+        assert_eq!(said(&our_out), said(&their_out), "{name}");
+        assert_eq!(kinds(&our_lines), kinds(&their_lines), "{name}");
+        assert_eq!(
+            conversation_requests(&our_mock).len(),
+            conversation_requests(&their_mock).len(),
+            "{name}"
+        );
+    }
+    // The events of the second cut: Pi 1.6.0's `--mode json` and our `--json`.
+    let their_mock = mock(twice()).await;
+    let (their_out, _) = theirs(&pi, &their_mock, &tmp.path().join("json"), false, true);
+    let our_mock = mock(twice()).await;
+    let (our_out, _) = ours(&our_mock, "length-pi16-json", &["--json"]);
+    assert_eq!(recovery_events(&our_out), recovery_events(&their_out));
+    assert_eq!(recovery_events(&our_out).len(), 5);
+}
