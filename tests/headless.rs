@@ -1845,7 +1845,8 @@ async fn a_truncated_answer_is_printed_and_fails_as_pi_prints_it() {
 /// kept (here the built-in `todo` extension; Pi 1.6.0 has none, and sent no `tools`);
 /// `--tools +ls` adds `ls`, `--tools read,grep` selects just those (Pi 1.6.0 sent `[ls]` and
 /// `[read, grep]`); on a session Pi 1.6.0 ran with `--tools read,bash,ls` the recorded tools
-/// are not restored. `--no-tools` wins over it.
+/// are not restored. `--no-tools` wins over it. `-nbt` is Pi's short form of it (clap has no
+/// multi-letter short flags: the command line is rewritten before it is parsed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_builtin_tools_keeps_extension_tools_only() {
     let mock = MockModel::start((0..5).map(|_| Step::text("ok")).collect()).await;
@@ -1853,7 +1854,7 @@ async fn no_builtin_tools_keeps_extension_tools_only() {
     let file = pi16_tools_session(&h);
     let m = ["--model", "mock/mock-1", "--no-builtin-tools"];
     assert_success(&h.run(&[m[0], m[1], m[2], "x"]));
-    assert_success(&h.run(&[m[0], m[1], m[2], "--tools", "+ls", "x"]));
+    assert_success(&h.run(&[m[0], m[1], "-nbt", "--tools", "+ls", "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--tools", "read,grep", "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--session", &file, "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--no-tools", "x"]));
@@ -1957,4 +1958,52 @@ fn pi16_tools_session(h: &Headless) -> String {
     )
     .unwrap();
     file.display().to_string()
+}
+
+/// Pi 1.6's print mode with further positional messages (`pi -p "a" "b"`): each a prompt of
+/// its own, run once the one before has ended, the second request carrying the first
+/// exchange; only the last answer printed; exit code from the last run. Pi 1.6.0 (the same
+/// loopback model) printed `second`, exited 0, and sent these two requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn further_messages_run_as_further_prompts_as_pi_runs_them() {
+    let mock = MockModel::start(vec![Step::text("first"), Step::text("second")]).await;
+    let h = Headless::new("further-prompts", &mock.models_json());
+    let out = h.run(&["--model", "mock/mock-1", "a", "b"]);
+    assert_success(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "second\n");
+    let sent: Vec<Vec<(Value, Value)>> = mock
+        .requests()
+        .iter()
+        .map(|r| {
+            r.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] != "system")
+                .map(|m| (m["role"].clone(), m["content"].clone()))
+                .collect()
+        })
+        .collect();
+    let user = |t: &str| (json!("user"), json!([{"type": "text", "text": t}]));
+    assert_eq!(
+        sent,
+        [
+            vec![user("a")],
+            vec![user("a"), (json!("assistant"), json!("first")), user("b")]
+        ]
+    );
+    let roles: Vec<Value> = session_lines(&h.ws)
+        .iter()
+        .filter(|l| l["type"] == "message" && l["message"]["role"] != "system")
+        .map(|l| l["message"]["role"].clone())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            json!("user"),
+            json!("assistant"),
+            json!("user"),
+            json!("assistant")
+        ]
+    );
 }

@@ -14,7 +14,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -68,7 +68,9 @@ pub struct RunArgs {
     /// is printed at the end (with `--json`: one line `{"type": "plan", …state}`).
     pub plan: bool,
     /// The positional arguments as given: `@path` ones are file arguments ([`file_arguments`]),
-    /// the first other one is the prompt's text (none: only what stdin and the files give).
+    /// the first other one is the prompt's text (none: only what stdin and the files give),
+    /// and each further one a prompt of its own, run in order once the one before has ended
+    /// (Pi 1.6's print mode: only the last answer is printed).
     pub args: Vec<String>,
 }
 
@@ -305,6 +307,7 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
         json,
         approve: false,
         failed_save: Arc::new(AtomicBool::new(false)),
+        later_prompts: Arc::default(),
     });
     let sessions = Sessions::new(ws, setup, None);
     let mut out = std::io::stdout().lock();
@@ -351,6 +354,10 @@ struct PrintSink {
     /// The latest assistant message that did not fail, printed to stdout at the end of the
     /// run.
     last_answer: Mutex<Option<Answer>>,
+    /// How many of the command line's prompts are still to run after this one: the answer is
+    /// printed only at the end of the last one's run (Pi 1.6's print mode prints the last
+    /// message once every prompt has run).
+    later_prompts: Arc<AtomicUsize>,
 }
 
 /// What print mode prints of an answer.
@@ -438,8 +445,12 @@ impl SessionListener for PrintSink {
                         eprintln!("pi-lsp: {e}");
                     }
                     // Pi 1.6's print mode (`dist/modes/print-mode.js`): each text block on a
-                    // line of its own; a truncated answer is said so on stderr.
-                    if let Some(answer) = self.last_answer.lock().take() {
+                    // line of its own; a truncated answer is said so on stderr. Only the
+                    // last prompt's answer is printed.
+                    let answer = self.last_answer.lock().take();
+                    if let Some(answer) =
+                        answer.filter(|_| self.later_prompts.load(Ordering::SeqCst) == 0)
+                    {
                         for text in &answer.texts {
                             let _ = writeln!(out, "{text}");
                         }
@@ -476,6 +487,8 @@ struct HeadlessSetup {
     /// `--approve`.
     approve: bool,
     failed_save: Arc<AtomicBool>,
+    /// See [`PrintSink::later_prompts`].
+    later_prompts: Arc<AtomicUsize>,
 }
 
 impl SessionSetup for HeadlessSetup {
@@ -522,6 +535,7 @@ impl SessionSetup for HeadlessSetup {
             failed_save: self.failed_save.clone(),
             last_error: Mutex::new(None),
             last_answer: Mutex::new(None),
+            later_prompts: self.later_prompts.clone(),
         })]
     }
 }
@@ -652,20 +666,14 @@ pub async fn run(args: RunArgs) -> i32 {
             }
         },
     };
-    // `@path` arguments are files wherever they stand; the first other argument is the prompt
-    // (Pi 1.6's `parseArgs`; its later messages, each a prompt of its own, are not taken here).
+    // `@path` arguments are files wherever they stand; the first other argument is the prompt,
+    // each later one a prompt of its own (Pi 1.6's `parseArgs` and `buildInitialMessage`).
     let (files, messages): (Vec<&str>, Vec<&str>) = args
         .args
         .iter()
         .map(String::as_str)
         .partition(|a| a.starts_with('@'));
-    if messages.len() > 1 {
-        eprintln!(
-            "pi-lsp: one prompt at a time ({} given; quote the prompt as one argument)",
-            messages.len()
-        );
-        return 2;
-    }
+    let further = messages.get(1..).unwrap_or_default();
     let files: Vec<&str> = files.iter().map(|f| &f[1..]).collect();
     // Pi reads the files against its process's folder; a missing one ends the run with its
     // words and exit code 1, before anything is written.
@@ -713,11 +721,13 @@ pub async fn run(args: RunArgs) -> i32 {
         eprintln!("{n}");
     }
     let failed_save = Arc::new(AtomicBool::new(false));
+    let later_prompts = Arc::new(AtomicUsize::new(further.len()));
     let setup = Arc::new(HeadlessSetup {
         root: workspace,
         json: args.json,
         approve: args.approve,
         failed_save: failed_save.clone(),
+        later_prompts: later_prompts.clone(),
     });
     // The one registry every front door uses: the session, and the stop on a signal.
     let sessions = Sessions::new(ws, setup, None);
@@ -765,8 +775,8 @@ pub async fn run(args: RunArgs) -> i32 {
     let code = run_session(
         &sessions,
         &session,
-        (&prompt, attached.images),
-        &failed_save,
+        (&prompt, attached.images, further),
+        (&failed_save, &later_prompts),
         args.plan,
         args.json,
         scratch.is_none(),
@@ -793,13 +803,16 @@ fn same_model(model: &pi_ai::Model, named: &str) -> bool {
     }
 }
 
-/// Runs `prompt` in `session` to its end; returns the exit code.
+/// Runs `prompt` in `session` to its end, then each of `further` the same way (Pi 1.6's print
+/// mode: one after the other, each once the run before has ended, whatever its outcome;
+/// `later`, shared with the printer, counts down the ones still to run); returns the exit
+/// code, from the last run.
 #[allow(clippy::print_stderr)]
 async fn run_session(
     sessions: &Sessions,
     session: &Arc<AgentSession>,
-    (prompt, images): (&str, Vec<pi_ai::ImageContent>),
-    failed_save: &AtomicBool,
+    (prompt, images, further): (&str, Vec<pi_ai::ImageContent>, &[&str]),
+    (failed_save, later): (&AtomicBool, &AtomicUsize),
     plan: bool,
     json: bool,
     keep: bool,
@@ -829,30 +842,40 @@ async fn run_session(
             return 2;
         }
     }
-    match session.prompt(prompt, images, None, None).await {
-        // Extension commands come first (Pi: before templates and skills).
-        Ok(PromptOutcome::Command(name)) => {
-            eprintln!("pi-lsp: ran extension command /{name}");
-            saved();
-            return 0;
+    let mut ran = false;
+    let prompts = std::iter::once((prompt, images)).chain(further.iter().map(|p| (*p, Vec::new())));
+    for (i, (prompt, images)) in prompts.enumerate() {
+        if i > 0 {
+            later.fetch_sub(1, Ordering::SeqCst);
         }
-        Ok(_) => {}
-        Err(e) => {
-            eprintln!("pi-lsp: {e}");
-            return 2;
+        match session.prompt(prompt, images, None, None).await {
+            // Extension commands come first (Pi: before templates and skills).
+            Ok(PromptOutcome::Command(name)) => {
+                eprintln!("pi-lsp: ran extension command /{name}");
+                continue;
+            }
+            Ok(_) => ran = true,
+            Err(e) => {
+                eprintln!("pi-lsp: {e}");
+                return 2;
+            }
+        }
+        tokio::select! {
+            _ = session.wait_for_idle() => {}
+            n = signals.next() => {
+                eprintln!("pi-lsp: signal {n}: stopping the run");
+                tokio::select! {
+                    _ = sessions.stop_all() => {}
+                    n = signals.next() => crate::shutdown::exit_now(128 + n),
+                }
+                saved();
+                return 128 + n;
+            }
         }
     }
-    tokio::select! {
-        _ = session.wait_for_idle() => {}
-        n = signals.next() => {
-            eprintln!("pi-lsp: signal {n}: stopping the run");
-            tokio::select! {
-                _ = sessions.stop_all() => {}
-                n = signals.next() => crate::shutdown::exit_now(128 + n),
-            }
-            saved();
-            return 128 + n;
-        }
+    if !ran {
+        saved();
+        return 0;
     }
     print_plan(session, json);
     saved();
