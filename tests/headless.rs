@@ -640,8 +640,10 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
 }
 
 /// `--thinking max` on a model whose `thinkingLevelMap` names `max`: the request asks for it
-/// (`reasoning_effort` as the map gives it) and the file records Pi's `thinking_level_change`;
-/// on a model without it the level is clamped to the highest it has, as Pi's `--thinking`.
+/// (`reasoning_effort` as the map gives it) and the new file records that level in one
+/// `thinking_level_change`, not the default before it (Pi 1.6.0 with `--thinking high`
+/// wrote one); on a model without it the level is clamped to the highest it has, as Pi's
+/// `--thinking`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
     let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
@@ -668,7 +670,7 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
         let out = run(&ws, &h.env, &["--model", &m, "--thinking", "max", "hello"]);
         assert_success(&out);
         assert_eq!(mock.requests()[i].body["reasoning_effort"], sent);
-        assert_eq!(levels(&ws).last().map(String::as_str), Some(recorded));
+        assert_eq!(levels(&ws), [recorded]);
     }
     // A name that is not a level: refused, nothing sent.
     let out = run(
@@ -2006,4 +2008,42 @@ async fn further_messages_run_as_further_prompts_as_pi_runs_them() {
             json!("assistant")
         ]
     );
+}
+
+/// `run --thinking X` on a file with messages and no recorded level: only X is appended, right
+/// after the leaf (Pi 1.6's `createAgentSession` records `options.thinkingLevel`; Pi 1.6.0
+/// with `-c --thinking low` on such a file appended one `thinking_level_change` `low`), and
+/// the request asks for X.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_flag_on_a_file_without_a_level_records_only_that_level() {
+    let mock = MockModel::start((0..2).map(|_| Step::text("ok")).collect()).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"] = json!([{"id": "r", "reasoning": true}]);
+    let h = Headless::new("thinking-flag-resume", &models);
+    assert_success(&h.run(&["--model", "mock/r", "one"]));
+    let file = session_file(&h.ws);
+    let kept: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("\"thinking_level_change\""))
+        .map(str::to_string)
+        .collect();
+    std::fs::write(&file, kept.join("\n") + "\n").unwrap();
+    let before = kept.len();
+    assert_success(&h.run(&["--model", "mock/r", "-c", "--thinking", "low", "two"]));
+    let lines = session_lines(&h.ws);
+    let added: Vec<(Value, Value)> = lines[before..]
+        .iter()
+        .map(|l| (l["type"].clone(), l["thinkingLevel"].clone()))
+        .collect();
+    assert_eq!(
+        added,
+        [
+            (json!("thinking_level_change"), json!("low")),
+            (json!("message"), Value::Null),
+            (json!("message"), Value::Null),
+        ]
+    );
+    assert_eq!(lines[before]["parentId"], lines[before - 1]["id"]);
+    assert_eq!(mock.requests()[1].body["reasoning_effort"], "low");
 }

@@ -741,12 +741,15 @@ pub async fn run(args: RunArgs) -> i32 {
             }
         },
     };
+    // `--thinking` is the level a new session starts at, and the one a resumed file that
+    // records none gets recorded (Pi 1.6's `createAgentSession`: one `thinking_level_change`,
+    // never the default first).
     let session = match resume {
         None => sessions
-            .create(args.model.as_deref(), None, None)
+            .create(args.model.as_deref(), thinking, None)
             .map_err(|e| e.to_string()),
         // Pi 1.6 applies `--model` to the session it resumes (a `model_change` recorded).
-        Some(path) => match sessions.open_file(&path) {
+        Some(path) => match sessions.open_file_at_level(&path, thinking) {
             Err(e) => Err(e.to_string()),
             Ok(s) => match &args.model {
                 Some(m) if !same_model(&s.model(), m) => {
