@@ -247,7 +247,9 @@ pub const BUILTIN_TOOLS: [&str; 7] = ["read", "bash", "edit", "write", "grep", "
 /// but it is never the user's choice: the system messages stored while the branch's last
 /// `plan-mode` custom entry said `enabled: true` are left out of the replay, so leaving the
 /// plan brings `edit` / `write` back (a session that only ran in plan mode recorded no choice:
-/// `None`).
+/// `None`). A `plan-mode` entry turning plan mode on with `toolsBeforePlanMode` (Pi's
+/// example records the active tools there) sets the loadout to that list, as Pi's example
+/// restores it when the plan is left.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordedTools {
     /// The tools the replay ends with, in first-added order.
@@ -268,6 +270,12 @@ impl RecordedTools {
             match e["type"].as_str() {
                 Some("custom") if e["customType"] == crate::extension::plan::PLAN_MODE_ENTRY => {
                     in_plan = e["data"]["enabled"].as_bool().unwrap_or(false);
+                    let before = &e["data"]["toolsBeforePlanMode"];
+                    if let Some(names) = crate::extension::plan::tool_names(before) {
+                        seen = true;
+                        out.mentioned.extend(names.iter().cloned());
+                        out.current = names;
+                    }
                 }
                 Some("message") if e["message"]["role"] == "system" && !in_plan => {
                     seen = true;
