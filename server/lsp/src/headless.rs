@@ -158,7 +158,8 @@ struct FileArguments {
 
 /// Reads Pi's `@path` arguments (the `@` already removed): each path with `~` expanded and
 /// made absolute against `cwd` (Node's `path.resolve`: `.` and `..` removed, symlinks kept),
-/// then read as an image when its first bytes are one ([`image_mime`]: sent as the file's
+/// then read as an image when its first bytes are one ([`pi_core::tools::sniff_image`], as
+/// `read` detects them: sent as the file's
 /// bytes, base64, unresized — Pi's print mode reads them with `autoResizeImages: false`),
 /// else as text. A path that does not exist is Pi's error, word for word:
 /// `Error: File not found: ABS`; one that cannot be read: `Error: Could not read file ABS:
@@ -176,7 +177,7 @@ fn file_arguments(paths: &[&str], cwd: &std::path::Path) -> Result<FileArguments
         }
         let bytes =
             std::fs::read(&abs).map_err(|e| format!("Error: Could not read file {shown}: {e}"))?;
-        match image_mime(&bytes) {
+        match pi_core::tools::sniff_image(&bytes) {
             Some(mime) => {
                 out.images.push(pi_ai::ImageContent {
                     data: base64::engine::general_purpose::STANDARD
@@ -219,79 +220,6 @@ fn absolute(cwd: &std::path::Path, path: &str) -> PathBuf {
         }
     }
     out
-}
-
-/// The image type Pi 1.6 sends a file as (`detectSupportedImageMimeType`,
-/// `dist/utils/mime.js`), from its first bytes: JPEG (not JPEG-LS, `FF D8 FF F7`), PNG (with
-/// its `IHDR` header, not animated: no `acTL` chunk before `IDAT`), GIF87a/89a, WebP (`RIFF` …
-/// `WEBP`), BMP (`BM` with a plausible header); `None`: the file is text.
-fn image_mime(b: &[u8]) -> Option<&'static str> {
-    // Pi reads the first 4,100 bytes (`IMAGE_TYPE_SNIFF_BYTES`).
-    let b = &b[..b.len().min(4100)];
-    let u32_be = |at: usize| {
-        b.get(at..at + 4)
-            .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
-    };
-    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
-    if b.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        return (b.get(3) != Some(&0xF7)).then_some("image/jpeg");
-    }
-    if b.starts_with(PNG) {
-        let is_png = b.len() >= 16 && u32_be(8) == Some(13) && &b[12..16] == b"IHDR";
-        // An animated PNG has an `acTL` chunk before its first `IDAT`.
-        let mut at = PNG.len();
-        let mut animated = false;
-        while let (Some(len), Some(kind)) = (u32_be(at), b.get(at + 4..at + 8)) {
-            if kind == b"acTL" {
-                animated = true;
-                break;
-            }
-            if kind == b"IDAT" {
-                break;
-            }
-            let next = at + 12 + len as usize;
-            if next <= at || next > b.len() {
-                break;
-            }
-            at = next;
-        }
-        return (is_png && !animated).then_some("image/png");
-    }
-    if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
-        return Some("image/gif");
-    }
-    if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
-        return Some("image/webp");
-    }
-    if b.starts_with(b"BM") && is_bmp(b) {
-        return Some("image/bmp");
-    }
-    None
-}
-
-/// Pi 1.6's `isBmp`: a BMP file header whose sizes agree and whose DIB header is a core
-/// (12 bytes) or info header (40–124) of one plane at 1, 4, 8, 16, 24 or 32 bits a pixel
-/// (bytes past the end read as 0, as Pi reads them).
-fn is_bmp(b: &[u8]) -> bool {
-    let byte = |i: usize| u32::from(b.get(i).copied().unwrap_or(0));
-    let u16_le = |at: usize| byte(at) | byte(at + 1) << 8;
-    let u32_le = |at: usize| u16_le(at) | u16_le(at + 2) << 16;
-    if b.len() < 26 {
-        return false;
-    }
-    let (size, pixels, dib) = (u32_le(2), u32_le(10), u32_le(14));
-    if (size != 0 && size < 26)
-        || u64::from(pixels) < 14 + u64::from(dib)
-        || (size != 0 && pixels >= size)
-    {
-        return false;
-    }
-    let (planes, bits) = match dib {
-        12 => (u16_le(22), u16_le(24)),
-        40..=124 if b.len() >= 30 => (u16_le(26), u16_le(28)),
-        _ => return false,
-    };
-    planes == 1 && [1, 4, 8, 16, 24, 32].contains(&bits)
 }
 
 /// `pi-lsp sessions`: prints the workspace folder's sessions; returns the exit code.
