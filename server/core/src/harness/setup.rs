@@ -739,6 +739,35 @@ mod tests {
         assert_eq!(RecordedTools::of_branch(&[]), None);
     }
 
+    /// A `plan-mode` entry turning plan mode on with Pi's `toolsBeforePlanMode` sets the
+    /// loadout to that list (Pi's example restores it when the plan is left), also on a branch
+    /// whose only system messages were stored in plan mode; a later system message outside
+    /// plan mode applies on top as usual.
+    #[test]
+    fn tools_before_plan_mode_is_the_loadout_the_plan_leaves_to() {
+        let sys = |added: &[&str], removed: &[&str]| {
+            let names = |v: &[&str]| v.iter().map(|n| json!({"name": n})).collect::<Vec<_>>();
+            json!({"type": "message", "message": {"role": "system", "content": "",
+                "toolsAdded": names(added), "toolsRemoved": names(removed)}})
+        };
+        let on = json!({"type": "custom", "customType": "plan-mode", "data": {"enabled": true,
+            "toolsBeforePlanMode": ["read", "bash", "edit", "write", "ls"]}});
+        let off = json!({"type": "custom", "customType": "plan-mode", "data": {"enabled": false}});
+        let r =
+            RecordedTools::of_branch(&[on.clone(), sys(&["read", "bash", "ls"], &[]), off.clone()])
+                .unwrap();
+        assert_eq!(r.current, ["read", "bash", "edit", "write", "ls"]);
+        let kept: Vec<&str> = [
+            "read", "bash", "edit", "write", "grep", "find", "ls", "todo",
+        ]
+        .into_iter()
+        .filter(|n| r.keeps(n))
+        .collect();
+        assert_eq!(kept, ["read", "bash", "edit", "write", "ls", "todo"]);
+        let r = RecordedTools::of_branch(&[on, off, sys(&["grep"], &["bash"])]).unwrap();
+        assert_eq!(r.current, ["read", "edit", "write", "ls", "grep"]);
+    }
+
     /// Pi 1.6's default thinking level: `medium` clamped to the model (`off` without
     /// reasoning, the next supported level up when `medium` is mapped to `null`);
     /// `modelThinkingLevels` for a new session, never for a resumed one.
