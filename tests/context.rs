@@ -522,14 +522,14 @@ async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
     assert_eq!(ours["sections"], theirs["sections"]);
     assert_eq!(names(&ours), names(&theirs));
     assert_eq!(ours["content"], theirs["content"]);
-    // The declarations: the same tools with the same descriptions and parameters (Pi 1.6
-    // also stores each one's `constrainedSampling`, which pi-lsp does not write yet).
-    let declared = |m: &Value| -> Vec<Value> {
+    // The declarations, whole and key by key in Pi's order: name, description, parameters,
+    // and `constrainedSampling` on read/bash/edit/write.
+    let declared = |m: &Value| -> Vec<(Vec<String>, Value)> {
         m["toolsAdded"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|t| json!([t["name"], t["description"], t["parameters"]]))
+            .map(|t| (t.as_object().unwrap().keys().cloned().collect(), t.clone()))
             .collect()
     };
     assert_eq!(declared(&ours), declared(&theirs));

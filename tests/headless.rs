@@ -640,8 +640,10 @@ async fn system_prompt_append_and_tools_flags_as_pi() {
 }
 
 /// `--thinking max` on a model whose `thinkingLevelMap` names `max`: the request asks for it
-/// (`reasoning_effort` as the map gives it) and the file records Pi's `thinking_level_change`;
-/// on a model without it the level is clamped to the highest it has, as Pi's `--thinking`.
+/// (`reasoning_effort` as the map gives it) and the new file records that level in one
+/// `thinking_level_change`, not the default before it (Pi 1.6.0 with `--thinking high`
+/// wrote one); on a model without it the level is clamped to the highest it has, as Pi's
+/// `--thinking`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
     let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
@@ -668,7 +670,7 @@ async fn thinking_max_is_sent_where_the_model_has_it_and_clamped_elsewhere() {
         let out = run(&ws, &h.env, &["--model", &m, "--thinking", "max", "hello"]);
         assert_success(&out);
         assert_eq!(mock.requests()[i].body["reasoning_effort"], sent);
-        assert_eq!(levels(&ws).last().map(String::as_str), Some(recorded));
+        assert_eq!(levels(&ws), [recorded]);
     }
     // A name that is not a level: refused, nothing sent.
     let out = run(
@@ -1845,7 +1847,8 @@ async fn a_truncated_answer_is_printed_and_fails_as_pi_prints_it() {
 /// kept (here the built-in `todo` extension; Pi 1.6.0 has none, and sent no `tools`);
 /// `--tools +ls` adds `ls`, `--tools read,grep` selects just those (Pi 1.6.0 sent `[ls]` and
 /// `[read, grep]`); on a session Pi 1.6.0 ran with `--tools read,bash,ls` the recorded tools
-/// are not restored. `--no-tools` wins over it.
+/// are not restored. `--no-tools` wins over it. `-nbt` is Pi's short form of it (clap has no
+/// multi-letter short flags: the command line is rewritten before it is parsed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_builtin_tools_keeps_extension_tools_only() {
     let mock = MockModel::start((0..5).map(|_| Step::text("ok")).collect()).await;
@@ -1853,7 +1856,7 @@ async fn no_builtin_tools_keeps_extension_tools_only() {
     let file = pi16_tools_session(&h);
     let m = ["--model", "mock/mock-1", "--no-builtin-tools"];
     assert_success(&h.run(&[m[0], m[1], m[2], "x"]));
-    assert_success(&h.run(&[m[0], m[1], m[2], "--tools", "+ls", "x"]));
+    assert_success(&h.run(&[m[0], m[1], "-nbt", "--tools", "+ls", "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--tools", "read,grep", "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--session", &file, "x"]));
     assert_success(&h.run(&[m[0], m[1], m[2], "--no-tools", "x"]));
@@ -1957,4 +1960,90 @@ fn pi16_tools_session(h: &Headless) -> String {
     )
     .unwrap();
     file.display().to_string()
+}
+
+/// Pi 1.6's print mode with further positional messages (`pi -p "a" "b"`): each a prompt of
+/// its own, run once the one before has ended, the second request carrying the first
+/// exchange; only the last answer printed; exit code from the last run. Pi 1.6.0 (the same
+/// loopback model) printed `second`, exited 0, and sent these two requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn further_messages_run_as_further_prompts_as_pi_runs_them() {
+    let mock = MockModel::start(vec![Step::text("first"), Step::text("second")]).await;
+    let h = Headless::new("further-prompts", &mock.models_json());
+    let out = h.run(&["--model", "mock/mock-1", "a", "b"]);
+    assert_success(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "second\n");
+    let sent: Vec<Vec<(Value, Value)>> = mock
+        .requests()
+        .iter()
+        .map(|r| {
+            r.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] != "system")
+                .map(|m| (m["role"].clone(), m["content"].clone()))
+                .collect()
+        })
+        .collect();
+    let user = |t: &str| (json!("user"), json!([{"type": "text", "text": t}]));
+    assert_eq!(
+        sent,
+        [
+            vec![user("a")],
+            vec![user("a"), (json!("assistant"), json!("first")), user("b")]
+        ]
+    );
+    let roles: Vec<Value> = session_lines(&h.ws)
+        .iter()
+        .filter(|l| l["type"] == "message" && l["message"]["role"] != "system")
+        .map(|l| l["message"]["role"].clone())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            json!("user"),
+            json!("assistant"),
+            json!("user"),
+            json!("assistant")
+        ]
+    );
+}
+
+/// `run --thinking X` on a file with messages and no recorded level: only X is appended, right
+/// after the leaf (Pi 1.6's `createAgentSession` records `options.thinkingLevel`; Pi 1.6.0
+/// with `-c --thinking low` on such a file appended one `thinking_level_change` `low`), and
+/// the request asks for X.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_flag_on_a_file_without_a_level_records_only_that_level() {
+    let mock = MockModel::start((0..2).map(|_| Step::text("ok")).collect()).await;
+    let mut models = mock.models_json();
+    models["providers"]["mock"]["models"] = json!([{"id": "r", "reasoning": true}]);
+    let h = Headless::new("thinking-flag-resume", &models);
+    assert_success(&h.run(&["--model", "mock/r", "one"]));
+    let file = session_file(&h.ws);
+    let kept: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("\"thinking_level_change\""))
+        .map(str::to_string)
+        .collect();
+    std::fs::write(&file, kept.join("\n") + "\n").unwrap();
+    let before = kept.len();
+    assert_success(&h.run(&["--model", "mock/r", "-c", "--thinking", "low", "two"]));
+    let lines = session_lines(&h.ws);
+    let added: Vec<(Value, Value)> = lines[before..]
+        .iter()
+        .map(|l| (l["type"].clone(), l["thinkingLevel"].clone()))
+        .collect();
+    assert_eq!(
+        added,
+        [
+            (json!("thinking_level_change"), json!("low")),
+            (json!("message"), Value::Null),
+            (json!("message"), Value::Null),
+        ]
+    );
+    assert_eq!(lines[before]["parentId"], lines[before - 1]["id"]);
+    assert_eq!(mock.requests()[1].body["reasoning_effort"], "low");
 }

@@ -748,3 +748,53 @@ fn plan_mode_is_never_restored_as_the_sessions_tools() {
     );
     drop(rt);
 }
+
+/// Pi 1.6's plan-mode example records the tools active when plan mode is turned on
+/// (`toolsBeforePlanMode` in its `plan-mode` entry) and leaving the plan restores exactly that
+/// set (`setActiveTools(toolsBeforePlanMode)`), the field then left out of the entry. Pi 1.6.0
+/// in RPC mode (`--tools read,bash,edit,write,ls`, the example loaded, `/plan`, an extension
+/// deactivating `ls`, `/plan`) recorded `["read","bash","edit","write","ls"]` and had `ls`
+/// active again after the plan: a tool the loadout lost while planning comes back. Here the
+/// plan starts with `--plan --tools read,bash,edit,write,ls` and is left in another process
+/// without `--tools`: the recorded set comes back (`ls` included, `grep`/`find` not), where
+/// without the record `defaultTools` would have chosen.
+#[test]
+fn leaving_plan_mode_restores_the_tools_recorded_when_it_started() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tmp = TempDir::new("plan-tools-before");
+    let ws = workspace(&tmp);
+    let mock = rt.block_on(MockModel::start(vec![
+        Step::text("planning"),
+        Step::text("working"),
+    ]));
+    let tools = "read,bash,edit,write,ls";
+    run_headless(&tmp, &ws, &mock, &["--plan", "--tools", tools, "plan it"]);
+    run_headless(&tmp, &ws, &mock, &["--continue", "/plan"]);
+    run_headless(&tmp, &ws, &mock, &["--continue", "go"]);
+    let states: Vec<Value> = session_lines(&ws)
+        .into_iter()
+        .filter(|l| l["type"] == "custom" && l["customType"] == "plan-mode")
+        .map(|l| l["data"].clone())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            json!({"enabled": true, "todos": [], "executing": false, "nextId": 1,
+                "toolsBeforePlanMode": ["read", "bash", "edit", "write", "ls"]}),
+            json!({"enabled": false, "todos": [], "executing": false, "nextId": 1}),
+        ]
+    );
+    let sent: Vec<Vec<String>> = mock
+        .requests()
+        .iter()
+        .map(|r| tool_names(&r.body))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            vec!["read", "bash", "ls"],
+            vec!["read", "bash", "edit", "write", "ls", "todo"],
+        ]
+    );
+    drop(rt);
+}

@@ -905,3 +905,32 @@ fn failed_append_is_cut_back_before_the_next_one() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The thinking level a loaded file records: the last `thinking_level_change` on the branch,
+/// and `None` (not `off`) for a branch with none — opened whole or deferred — so that the
+/// session knows to record the level it runs at, as Pi 1.6's `hasThinkingEntry`.
+#[test]
+fn a_file_without_a_thinking_level_loads_with_none() {
+    let d = tmp("thinking-none");
+    let head = json!({"type":"session","version":3,"id":"t1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/ws"});
+    let user = json!({"type":"message","id":"u0","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","message":{"role":"user","content":"start"}});
+    let level = json!({"type":"thinking_level_change","id":"t0","parentId":"u0","timestamp":"2026-01-01T00:00:00.000Z","thinkingLevel":"high"});
+    let mut got = Vec::new();
+    for (name, lines) in [
+        ("none.jsonl", vec![&head, &user]),
+        ("high.jsonl", vec![&head, &user, &level]),
+    ] {
+        let path = d.join(name);
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let (w, whole) = SessionWriter::open(&path).unwrap();
+        drop(w);
+        let (_, deferred) =
+            SessionWriter::open_deferred(&path, pi_core::session::ImageOptions::default()).unwrap();
+        got.push((whole.thinking_level, deferred.thinking_level));
+    }
+    assert_eq!(
+        got,
+        [(None, None), (Some("high".into()), Some("high".into()))]
+    );
+}

@@ -180,7 +180,9 @@ async fn jpeg_is_turned_upright_before_it_is_scaled() {
 #[tokio::test]
 async fn undecodable_image_is_omitted_with_pis_note() {
     let dir = temp_dir();
-    let mut bad = b"\x89PNG\r\n\x1a\n".to_vec();
+    // A PNG by Pi 1.6's detection (signature and `IHDR` header), then nothing decodable.
+    let mut bad = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+    bad.extend_from_slice(&[0; 17]);
     bad.extend_from_slice(b"not really a png");
     std::fs::write(dir.join("broken.png"), &bad).unwrap();
     let (text, image) = parts(&read(&dir, "broken.png").await);

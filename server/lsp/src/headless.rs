@@ -14,7 +14,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -68,7 +68,9 @@ pub struct RunArgs {
     /// is printed at the end (with `--json`: one line `{"type": "plan", …state}`).
     pub plan: bool,
     /// The positional arguments as given: `@path` ones are file arguments ([`file_arguments`]),
-    /// the first other one is the prompt's text (none: only what stdin and the files give).
+    /// the first other one is the prompt's text (none: only what stdin and the files give),
+    /// and each further one a prompt of its own, run in order once the one before has ended
+    /// (Pi 1.6's print mode: only the last answer is printed).
     pub args: Vec<String>,
 }
 
@@ -156,7 +158,8 @@ struct FileArguments {
 
 /// Reads Pi's `@path` arguments (the `@` already removed): each path with `~` expanded and
 /// made absolute against `cwd` (Node's `path.resolve`: `.` and `..` removed, symlinks kept),
-/// then read as an image when its first bytes are one ([`image_mime`]: sent as the file's
+/// then read as an image when its first bytes are one ([`pi_core::tools::sniff_image`], as
+/// `read` detects them: sent as the file's
 /// bytes, base64, unresized — Pi's print mode reads them with `autoResizeImages: false`),
 /// else as text. A path that does not exist is Pi's error, word for word:
 /// `Error: File not found: ABS`; one that cannot be read: `Error: Could not read file ABS:
@@ -174,7 +177,7 @@ fn file_arguments(paths: &[&str], cwd: &std::path::Path) -> Result<FileArguments
         }
         let bytes =
             std::fs::read(&abs).map_err(|e| format!("Error: Could not read file {shown}: {e}"))?;
-        match image_mime(&bytes) {
+        match pi_core::tools::sniff_image(&bytes) {
             Some(mime) => {
                 out.images.push(pi_ai::ImageContent {
                     data: base64::engine::general_purpose::STANDARD
@@ -219,79 +222,6 @@ fn absolute(cwd: &std::path::Path, path: &str) -> PathBuf {
     out
 }
 
-/// The image type Pi 1.6 sends a file as (`detectSupportedImageMimeType`,
-/// `dist/utils/mime.js`), from its first bytes: JPEG (not JPEG-LS, `FF D8 FF F7`), PNG (with
-/// its `IHDR` header, not animated: no `acTL` chunk before `IDAT`), GIF87a/89a, WebP (`RIFF` …
-/// `WEBP`), BMP (`BM` with a plausible header); `None`: the file is text.
-fn image_mime(b: &[u8]) -> Option<&'static str> {
-    // Pi reads the first 4,100 bytes (`IMAGE_TYPE_SNIFF_BYTES`).
-    let b = &b[..b.len().min(4100)];
-    let u32_be = |at: usize| {
-        b.get(at..at + 4)
-            .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
-    };
-    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
-    if b.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        return (b.get(3) != Some(&0xF7)).then_some("image/jpeg");
-    }
-    if b.starts_with(PNG) {
-        let is_png = b.len() >= 16 && u32_be(8) == Some(13) && &b[12..16] == b"IHDR";
-        // An animated PNG has an `acTL` chunk before its first `IDAT`.
-        let mut at = PNG.len();
-        let mut animated = false;
-        while let (Some(len), Some(kind)) = (u32_be(at), b.get(at + 4..at + 8)) {
-            if kind == b"acTL" {
-                animated = true;
-                break;
-            }
-            if kind == b"IDAT" {
-                break;
-            }
-            let next = at + 12 + len as usize;
-            if next <= at || next > b.len() {
-                break;
-            }
-            at = next;
-        }
-        return (is_png && !animated).then_some("image/png");
-    }
-    if b.starts_with(b"GIF87a") || b.starts_with(b"GIF89a") {
-        return Some("image/gif");
-    }
-    if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
-        return Some("image/webp");
-    }
-    if b.starts_with(b"BM") && is_bmp(b) {
-        return Some("image/bmp");
-    }
-    None
-}
-
-/// Pi 1.6's `isBmp`: a BMP file header whose sizes agree and whose DIB header is a core
-/// (12 bytes) or info header (40–124) of one plane at 1, 4, 8, 16, 24 or 32 bits a pixel
-/// (bytes past the end read as 0, as Pi reads them).
-fn is_bmp(b: &[u8]) -> bool {
-    let byte = |i: usize| u32::from(b.get(i).copied().unwrap_or(0));
-    let u16_le = |at: usize| byte(at) | byte(at + 1) << 8;
-    let u32_le = |at: usize| u16_le(at) | u16_le(at + 2) << 16;
-    if b.len() < 26 {
-        return false;
-    }
-    let (size, pixels, dib) = (u32_le(2), u32_le(10), u32_le(14));
-    if (size != 0 && size < 26)
-        || u64::from(pixels) < 14 + u64::from(dib)
-        || (size != 0 && pixels >= size)
-    {
-        return false;
-    }
-    let (planes, bits) = match dib {
-        12 => (u16_le(22), u16_le(24)),
-        40..=124 if b.len() >= 30 => (u16_le(26), u16_le(28)),
-        _ => return false,
-    };
-    planes == 1 && [1, 4, 8, 16, 24, 32].contains(&bits)
-}
-
 /// `pi-lsp sessions`: prints the workspace folder's sessions; returns the exit code.
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
@@ -305,6 +235,7 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
         json,
         approve: false,
         failed_save: Arc::new(AtomicBool::new(false)),
+        later_prompts: Arc::default(),
     });
     let sessions = Sessions::new(ws, setup, None);
     let mut out = std::io::stdout().lock();
@@ -351,6 +282,10 @@ struct PrintSink {
     /// The latest assistant message that did not fail, printed to stdout at the end of the
     /// run.
     last_answer: Mutex<Option<Answer>>,
+    /// How many of the command line's prompts are still to run after this one: the answer is
+    /// printed only at the end of the last one's run (Pi 1.6's print mode prints the last
+    /// message once every prompt has run).
+    later_prompts: Arc<AtomicUsize>,
 }
 
 /// What print mode prints of an answer.
@@ -444,8 +379,12 @@ impl SessionListener for PrintSink {
                         eprintln!("pi-lsp: {e}");
                     }
                     // Pi 1.6's print mode (`dist/modes/print-mode.js`): each text block on a
-                    // line of its own; a truncated answer is said so on stderr.
-                    if let Some(answer) = self.last_answer.lock().take() {
+                    // line of its own; a truncated answer is said so on stderr. Only the
+                    // last prompt's answer is printed.
+                    let answer = self.last_answer.lock().take();
+                    if let Some(answer) =
+                        answer.filter(|_| self.later_prompts.load(Ordering::SeqCst) == 0)
+                    {
                         for text in &answer.texts {
                             let _ = writeln!(out, "{text}");
                         }
@@ -482,6 +421,8 @@ struct HeadlessSetup {
     /// `--approve`.
     approve: bool,
     failed_save: Arc<AtomicBool>,
+    /// See [`PrintSink::later_prompts`].
+    later_prompts: Arc<AtomicUsize>,
 }
 
 impl SessionSetup for HeadlessSetup {
@@ -528,6 +469,7 @@ impl SessionSetup for HeadlessSetup {
             failed_save: self.failed_save.clone(),
             last_error: Mutex::new(None),
             last_answer: Mutex::new(None),
+            later_prompts: self.later_prompts.clone(),
         })]
     }
 }
@@ -658,20 +600,14 @@ pub async fn run(args: RunArgs) -> i32 {
             }
         },
     };
-    // `@path` arguments are files wherever they stand; the first other argument is the prompt
-    // (Pi 1.6's `parseArgs`; its later messages, each a prompt of its own, are not taken here).
+    // `@path` arguments are files wherever they stand; the first other argument is the prompt,
+    // each later one a prompt of its own (Pi 1.6's `parseArgs` and `buildInitialMessage`).
     let (files, messages): (Vec<&str>, Vec<&str>) = args
         .args
         .iter()
         .map(String::as_str)
         .partition(|a| a.starts_with('@'));
-    if messages.len() > 1 {
-        eprintln!(
-            "pi-lsp: one prompt at a time ({} given; quote the prompt as one argument)",
-            messages.len()
-        );
-        return 2;
-    }
+    let further = messages.get(1..).unwrap_or_default();
     let files: Vec<&str> = files.iter().map(|f| &f[1..]).collect();
     // Pi reads the files against its process's folder; a missing one ends the run with its
     // words and exit code 1, before anything is written.
@@ -719,11 +655,13 @@ pub async fn run(args: RunArgs) -> i32 {
         eprintln!("{n}");
     }
     let failed_save = Arc::new(AtomicBool::new(false));
+    let later_prompts = Arc::new(AtomicUsize::new(further.len()));
     let setup = Arc::new(HeadlessSetup {
         root: workspace,
         json: args.json,
         approve: args.approve,
         failed_save: failed_save.clone(),
+        later_prompts: later_prompts.clone(),
     });
     // The one registry every front door uses: the session, and the stop on a signal.
     let sessions = Sessions::new(ws, setup, None);
@@ -737,12 +675,15 @@ pub async fn run(args: RunArgs) -> i32 {
             }
         },
     };
+    // `--thinking` is the level a new session starts at, and the one a resumed file that
+    // records none gets recorded (Pi 1.6's `createAgentSession`: one `thinking_level_change`,
+    // never the default first).
     let session = match resume {
         None => sessions
-            .create(args.model.as_deref(), None, None)
+            .create(args.model.as_deref(), thinking, None)
             .map_err(|e| e.to_string()),
         // Pi 1.6 applies `--model` to the session it resumes (a `model_change` recorded).
-        Some(path) => match sessions.open_file(&path) {
+        Some(path) => match sessions.open_file_at_level(&path, thinking) {
             Err(e) => Err(e.to_string()),
             Ok(s) => match &args.model {
                 Some(m) if !same_model(&s.model(), m) => {
@@ -771,8 +712,8 @@ pub async fn run(args: RunArgs) -> i32 {
     let code = run_session(
         &sessions,
         &session,
-        (&prompt, attached.images),
-        &failed_save,
+        (&prompt, attached.images, further),
+        (&failed_save, &later_prompts),
         args.plan,
         args.json,
         scratch.is_none(),
@@ -799,13 +740,16 @@ fn same_model(model: &pi_ai::Model, named: &str) -> bool {
     }
 }
 
-/// Runs `prompt` in `session` to its end; returns the exit code.
+/// Runs `prompt` in `session` to its end, then each of `further` the same way (Pi 1.6's print
+/// mode: one after the other, each once the run before has ended, whatever its outcome;
+/// `later`, shared with the printer, counts down the ones still to run); returns the exit
+/// code, from the last run.
 #[allow(clippy::print_stderr)]
 async fn run_session(
     sessions: &Sessions,
     session: &Arc<AgentSession>,
-    (prompt, images): (&str, Vec<pi_ai::ImageContent>),
-    failed_save: &AtomicBool,
+    (prompt, images, further): (&str, Vec<pi_ai::ImageContent>, &[&str]),
+    (failed_save, later): (&AtomicBool, &AtomicUsize),
     plan: bool,
     json: bool,
     keep: bool,
@@ -835,30 +779,40 @@ async fn run_session(
             return 2;
         }
     }
-    match session.prompt(prompt, images, None, None).await {
-        // Extension commands come first (Pi: before templates and skills).
-        Ok(PromptOutcome::Command(name)) => {
-            eprintln!("pi-lsp: ran extension command /{name}");
-            saved();
-            return 0;
+    let mut ran = false;
+    let prompts = std::iter::once((prompt, images)).chain(further.iter().map(|p| (*p, Vec::new())));
+    for (i, (prompt, images)) in prompts.enumerate() {
+        if i > 0 {
+            later.fetch_sub(1, Ordering::SeqCst);
         }
-        Ok(_) => {}
-        Err(e) => {
-            eprintln!("pi-lsp: {e}");
-            return 2;
+        match session.prompt(prompt, images, None, None).await {
+            // Extension commands come first (Pi: before templates and skills).
+            Ok(PromptOutcome::Command(name)) => {
+                eprintln!("pi-lsp: ran extension command /{name}");
+                continue;
+            }
+            Ok(_) => ran = true,
+            Err(e) => {
+                eprintln!("pi-lsp: {e}");
+                return 2;
+            }
+        }
+        tokio::select! {
+            _ = session.wait_for_idle() => {}
+            n = signals.next() => {
+                eprintln!("pi-lsp: signal {n}: stopping the run");
+                tokio::select! {
+                    _ = sessions.stop_all() => {}
+                    n = signals.next() => crate::shutdown::exit_now(128 + n),
+                }
+                saved();
+                return 128 + n;
+            }
         }
     }
-    tokio::select! {
-        _ = session.wait_for_idle() => {}
-        n = signals.next() => {
-            eprintln!("pi-lsp: signal {n}: stopping the run");
-            tokio::select! {
-                _ = sessions.stop_all() => {}
-                n = signals.next() => crate::shutdown::exit_now(128 + n),
-            }
-            saved();
-            return 128 + n;
-        }
+    if !ran {
+        saved();
+        return 0;
     }
     print_plan(session, json);
     saved();

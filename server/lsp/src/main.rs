@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 // The system allocator (glibc malloc): the bench (docs/benchmarks.md) measured mimalloc v2 at
 // twice the resident memory after 50 tool rounds (46 MB against 21 MB: its arena is backed by
@@ -49,6 +49,7 @@ enum Command {
         /// Do not trust the project folder for this run, whatever Pi's trust store says (Pi's
         /// `-na/--no-approve`). Without either flag the folder is trusted as Pi 1.6 decides:
         /// its trust store (`trust.json` in the agent dir), then `defaultProjectTrust`.
+        /// `-na` is accepted for it, as Pi spells it.
         #[arg(long = "no-approve")]
         no_approve: bool,
         /// Approve every tool call (approvalPolicy "approve-all" for this run); without it a
@@ -84,12 +85,13 @@ enum Command {
         tools: Option<String>,
         /// Disable every tool by default, built-in, extension and MCP (Pi's `--no-tools`):
         /// only what `--tools` names (or adds with `+name`) is offered; a resumed session's
-        /// recorded tools are not restored.
+        /// recorded tools are not restored. `-nt` is accepted for it, as Pi spells it.
         #[arg(long)]
         no_tools: bool,
         /// Disable the built-in tools by default (Pi's `--no-builtin-tools`): extension,
         /// MCP and editor tools stay on; `--tools` names or adds (`+name`) built-ins back; a
         /// resumed session's recorded tools are not restored. `--no-tools` wins over it.
+        /// `-nbt` is accepted for it, as Pi spells it.
         #[arg(long = "no-builtin-tools")]
         no_builtin_tools: bool,
         /// Do not connect MCP servers for this run (Pi's `--no-mcp`).
@@ -171,10 +173,67 @@ fn async_workers(var: Option<&str>, cores: impl FnOnce() -> Option<usize>) -> us
         .unwrap_or_else(|| cores().map_or(2, |n| n.min(2)))
 }
 
+/// Pi's multi-letter short flags of `run` (`dist/cli/args.js`), which clap cannot declare (a
+/// short flag is one letter), and the long flag each stands for.
+const PI_SHORT_FLAGS: [(&str, &str); 3] = [
+    ("-nbt", "--no-builtin-tools"),
+    ("-nt", "--no-tools"),
+    ("-na", "--no-approve"),
+];
+
+/// `argv` with Pi's multi-letter short flags ([`PI_SHORT_FLAGS`]) of the `run` subcommand
+/// written as their long forms, so that clap reads them: only where a flag stands (not as the
+/// value of an option that takes one, e.g. `--system-prompt -nt`, and not after `--`).
+fn rewrite_pi_short_flags(argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let cli = Cli::command();
+    let Some(run) = cli.find_subcommand("run") else {
+        return argv;
+    };
+    // The options of `run` that take a value, as typed (`--model`, `-t`, …).
+    let takes_value: Vec<String> = run
+        .get_arguments()
+        .filter(|a| !a.is_positional() && a.get_action().takes_values())
+        .flat_map(|a| {
+            let long = a.get_long_and_visible_aliases().unwrap_or_default();
+            let aliases = a.get_all_aliases().unwrap_or_default();
+            long.into_iter()
+                .chain(aliases)
+                .map(|l| format!("--{l}"))
+                .chain(a.get_short().map(|c| format!("-{c}")))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(argv.len());
+    let mut args = argv.into_iter();
+    // Up to the subcommand (the program's name, `--stdio`), as given.
+    for a in args.by_ref() {
+        let is_run = a == "run";
+        out.push(a);
+        if is_run {
+            break;
+        }
+    }
+    let mut value_next = false;
+    for a in args.by_ref() {
+        if a == "--" {
+            out.push(a);
+            break;
+        }
+        let text = a.to_str().unwrap_or_default();
+        let long = (!value_next)
+            .then(|| PI_SHORT_FLAGS.iter().find(|(short, _)| *short == text))
+            .flatten();
+        value_next = !value_next && takes_value.iter().any(|o| o == text);
+        out.push(long.map_or(a, |(_, long)| (*long).into()));
+    }
+    out.extend(args);
+    out
+}
+
 fn main() -> anyhow::Result<()> {
     // Before anything else (no thread yet): see `memory`.
     pi_lsp::memory::fix_mmap_threshold();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(rewrite_pi_short_flags(std::env::args_os().collect()));
     // The terminal launcher runs before anything else starts: no runtime threads, no logging
     // (the terminal shows its output); it becomes the command.
     let command = match cli.command {
@@ -328,7 +387,63 @@ fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::async_workers;
+    use super::{async_workers, rewrite_pi_short_flags};
+
+    fn rewrite(args: &[&str]) -> Vec<String> {
+        rewrite_pi_short_flags(args.iter().map(Into::into).collect())
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    /// Pi's `-nbt`, `-nt` and `-na` where a flag of `run` stands; as they are given as the
+    /// value of an option, after `--`, and outside `run`.
+    #[test]
+    fn pi_s_multi_letter_short_flags_are_read_as_their_long_forms() {
+        assert_eq!(
+            rewrite(&["pi-lsp", "run", "-nbt", "--model", "m/x", "-nt", "hi", "-na"]),
+            [
+                "pi-lsp",
+                "run",
+                "--no-builtin-tools",
+                "--model",
+                "m/x",
+                "--no-tools",
+                "hi",
+                "--no-approve"
+            ]
+        );
+        assert_eq!(
+            rewrite(&["pi-lsp", "run", "--system-prompt", "-nt", "-t", "-nbt", "x"]),
+            ["pi-lsp", "run", "--system-prompt", "-nt", "-t", "-nbt", "x"]
+        );
+        assert_eq!(
+            rewrite(&["pi-lsp", "--stdio", "run", "--", "-nbt", "-nt"]),
+            ["pi-lsp", "--stdio", "run", "--", "-nbt", "-nt"]
+        );
+        assert_eq!(
+            rewrite(&["pi-lsp", "acp", "-nbt"]),
+            ["pi-lsp", "acp", "-nbt"]
+        );
+        // The rewritten line parses: `-nbt` is `--no-builtin-tools`.
+        let cli = <super::Cli as clap::Parser>::try_parse_from(rewrite(&[
+            "pi-lsp", "run", "-nbt", "-nt", "-na", "hi",
+        ]))
+        .unwrap();
+        match cli.command {
+            Some(super::Command::Run {
+                no_builtin_tools,
+                no_tools,
+                no_approve,
+                args,
+                ..
+            }) => assert_eq!(
+                (no_builtin_tools, no_tools, no_approve, args),
+                (true, true, true, vec!["hi".to_string()])
+            ),
+            _ => panic!("not run"),
+        }
+    }
 
     #[test]
     fn tokio_worker_threads_sets_the_count_else_at_most_two() {

@@ -102,6 +102,9 @@ struct Inner {
     executing: bool,
     /// Tool name → allowed in plan mode, from the last run's tool list.
     read_only: Vec<(String, bool)>,
+    /// The tools offered when plan mode was turned on (Pi's example's `toolsBeforePlanMode`),
+    /// the loadout leaving it restores; `None` outside plan mode.
+    tools_before: Option<Vec<String>>,
 }
 
 /// The shared list and mode of one session; cheap to share (`Arc`).
@@ -279,6 +282,7 @@ impl PlanBoard {
             g.next_id = 1;
             g.enabled = false;
             g.executing = false;
+            g.tools_before = None;
             for e in branch {
                 match e["type"].as_str() {
                     Some("message") => {
@@ -299,6 +303,7 @@ impl PlanBoard {
                         let d = &e["data"];
                         g.enabled = d["enabled"].as_bool().unwrap_or(false);
                         g.executing = d["executing"].as_bool().unwrap_or(false);
+                        g.tools_before = tool_names(&d["toolsBeforePlanMode"]);
                         if let Some(todos) = todos_from_plan_entry(&d["todos"]) {
                             g.next_id = d["nextId"]
                                 .as_f64()
@@ -314,11 +319,13 @@ impl PlanBoard {
         self.publish();
     }
 
-    /// The data of a `plan-mode` entry for the state now (Pi's shape plus our fields).
+    /// The data of a `plan-mode` entry for the state now (Pi's shape plus our fields;
+    /// `toolsBeforePlanMode` only while it is set, as Pi's `JSON.stringify` leaves out an
+    /// `undefined` one).
     pub(crate) fn entry_data(&self) -> Value {
         let g = self.inner.lock();
         let s = g.state();
-        json!({
+        let mut data = json!({
             "enabled": g.enabled,
             "todos": s.todos.iter().map(|t| json!({
                 "step": t.id, "text": t.text, "completed": t.done,
@@ -326,7 +333,22 @@ impl PlanBoard {
             })).collect::<Vec<_>>(),
             "executing": g.executing,
             "nextId": g.next_id,
-        })
+        });
+        if let Some(tools) = &g.tools_before {
+            data["toolsBeforePlanMode"] = json!(tools);
+        }
+        data
+    }
+
+    /// The names of every tool the session's runs have offered so far, in the order first
+    /// seen (before plan mode's filter): what plan mode records when it is turned on.
+    pub(crate) fn offered_tools(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .read_only
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Which of `names` plan mode keeps (recorded when a run's tools are chosen).
@@ -355,6 +377,15 @@ impl PlanBoard {
     }
 }
 
+/// The tool names of a `toolsBeforePlanMode` array (`None`: not an array).
+pub(crate) fn tool_names(v: &Value) -> Option<Vec<String>> {
+    v.as_array().map(|a| {
+        a.iter()
+            .filter_map(|n| n.as_str().map(str::to_string))
+            .collect()
+    })
+}
+
 /// The id after the largest of `todos`.
 fn next_after(todos: &[TodoItem]) -> u64 {
     todos.iter().map(|t| t.id).max().unwrap_or(0) + 1
@@ -377,6 +408,9 @@ impl BoardMut<'_> {
     }
     pub(crate) fn executing(&mut self) -> &mut bool {
         &mut self.inner.executing
+    }
+    pub(crate) fn tools_before(&mut self) -> &mut Option<Vec<String>> {
+        &mut self.inner.tools_before
     }
     /// The list with statuses (as the tool's details carry it).
     pub(crate) fn snapshot(&self) -> Vec<TodoItem> {

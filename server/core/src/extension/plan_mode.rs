@@ -304,11 +304,21 @@ impl PlanBoard {
 }
 
 /// Turns plan mode on or off (`/plan`, a client's switch), as Pi's `togglePlanMode` does
-/// but keeping the list (it is the session's one todo list).
+/// but keeping the list (it is the session's one todo list). On: the tools offered until now
+/// are recorded as `toolsBeforePlanMode` (Pi's `enablePlanModeTools`, unless already
+/// recorded); off: the record goes (Pi's `restoreNormalModeTools`), and the branch's loadout
+/// is that recorded set again ([`crate::harness::RecordedTools`] reads it from the entry), so
+/// a tool the loadout lost while planning comes back, as Pi 1.6.0's example brings it back.
 pub(crate) async fn set_mode(board: &PlanBoard, ctx: &ExtensionContext, on: bool) {
+    let offered = board.offered_tools();
     board.with(|b| {
         *b.enabled() = on;
         *b.executing() = false;
+        if !on {
+            *b.tools_before() = None;
+        } else if b.tools_before().is_none() && !offered.is_empty() {
+            *b.tools_before() = Some(offered);
+        }
     });
     persist(board, ctx);
     let note = if on {
@@ -386,6 +396,7 @@ async fn after_plan(board: Arc<PlanBoard>, ctx: ExtensionContext) {
             board.with(|b| {
                 *b.enabled() = false;
                 *b.executing() = true;
+                *b.tools_before() = None;
             });
             persist(&board, &ctx);
             show_status(&board, &ctx).await;

@@ -197,7 +197,7 @@ impl Sessions {
             })
         })?;
         wait_for_release(&path).await;
-        self.open_file_with(&path, options)
+        self.open_file_with(&path, options, None)
     }
 
     /// The session `id` when it is live here; `None` when only its file exists (it has no
@@ -297,15 +297,29 @@ impl Sessions {
     /// by this process needs no wait). Repairs made while loading and a fork are told
     /// through [`SessionSetup::show_message`] (cases SESS-01, SESS-02, SESS-04).
     pub fn open_file(&self, path: &Path) -> Result<Arc<AgentSession>, Error> {
-        self.open_file_with(path, OpenOptions::default())
+        self.open_file_with(path, OpenOptions::default(), None)
+    }
+
+    /// [`Sessions::open_file`] with the thinking level asked for (`run --thinking`, Pi's
+    /// `thinkingLevel` option): what a file with messages and no recorded level gets recorded
+    /// instead of the default (Pi 1.6's `createAgentSession` appends the level it runs at,
+    /// `options.thinkingLevel` first). A file that records a level keeps it here (set the
+    /// level afterwards).
+    pub fn open_file_at_level(
+        &self,
+        path: &Path,
+        thinking: Option<ThinkingLevel>,
+    ) -> Result<Arc<AgentSession>, Error> {
+        self.open_file_with(path, OpenOptions::default(), thinking)
     }
 
     /// [`Sessions::open_file`] with `options` (with [`WhenHeld::Refuse`], a held file is
-    /// [`SessionError::Locked`] at once).
+    /// [`SessionError::Locked`] at once) and `thinking` ([`Sessions::open_file_at_level`]).
     fn open_file_with(
         &self,
         path: &Path,
         options: OpenOptions,
+        thinking: Option<ThinkingLevel>,
     ) -> Result<Arc<AgentSession>, Error> {
         self.refuse_if_going_away()?;
         let fork = options.when_held == WhenHeld::Fork;
@@ -334,6 +348,7 @@ impl Sessions {
             tracing::warn!("{msg}");
             self.setup.show_message(MessageLevel::Warning, msg);
         }
+        let recorded = loaded.thinking_level.is_some();
         let s = AgentSession::resume(
             self.ws.clone(),
             self.setup.clone(),
@@ -342,7 +357,9 @@ impl Sessions {
             self.default_model.as_deref(),
         )
         .map_err(|e| Error::Model(e.to_string()))?;
-        record_missing_thinking_level(&s).map_err(Error::Session)?;
+        if !recorded {
+            record_missing_thinking_level(&s, thinking).map_err(Error::Session)?;
+        }
         let id = s.id().to_string();
         Ok(self.live.lock().entry(id).or_insert(s).clone())
     }
@@ -507,24 +524,26 @@ impl AgentSession {
 /// Pi 1.6's "restore missing settings metadata for older sessions" (`createAgentSession`,
 /// `dist/core/sdk.js`): a resumed file with messages but no `thinking_level_change` on its
 /// branch runs at `defaultThinkingLevel`, else `medium`, clamped to the model
-/// ([`setup::resumed_thinking_level`]), and gets that level appended at once, as the next
-/// entry after its leaf (before the run's prompt; also `off` for a model without reasoning).
-fn record_missing_thinking_level(s: &AgentSession) -> Result<(), SessionError> {
+/// ([`setup::resumed_thinking_level`]) — or at `asked` (`--thinking`), clamped, when given —
+/// and gets that level appended at once, as the next entry after its leaf (before the run's
+/// prompt; also `off` for a model without reasoning). Called for a file whose branch records
+/// no level ([`crate::session::LoadedSession::thinking_level`] `None`).
+fn record_missing_thinking_level(
+    s: &AgentSession,
+    asked: Option<ThinkingLevel>,
+) -> Result<(), SessionError> {
     let mut w = s.lock_writer()?;
     let Some(leaf) = w.leaf().map(str::to_string) else {
         return Ok(());
     };
-    let test = crate::session::EntryShape::kind_or_role_test("thinking_level_change");
-    let recorded = w
-        .tree()
-        .path_where(&leaf, test)
-        .iter()
-        .any(|e| e.kind == "thinking_level_change");
-    if recorded || w.tree().agent_message_count(Some(&leaf)) == 0 {
+    if w.tree().agent_message_count(Some(&leaf)) == 0 {
         return Ok(());
     }
     let mut model = s.model();
-    let level = setup::resumed_thinking_level(&s.ws.settings(), &model);
+    let level = match asked {
+        Some(level) => model.clamp_thinking_level(level),
+        None => setup::resumed_thinking_level(&s.ws.settings(), &model),
+    };
     w.append(EntryData::ThinkingLevelChange {
         thinking_level: level.as_str().to_string(),
     })?;

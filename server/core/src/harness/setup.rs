@@ -247,7 +247,9 @@ pub const BUILTIN_TOOLS: [&str; 7] = ["read", "bash", "edit", "write", "grep", "
 /// but it is never the user's choice: the system messages stored while the branch's last
 /// `plan-mode` custom entry said `enabled: true` are left out of the replay, so leaving the
 /// plan brings `edit` / `write` back (a session that only ran in plan mode recorded no choice:
-/// `None`).
+/// `None`). A `plan-mode` entry turning plan mode on with `toolsBeforePlanMode` (Pi's
+/// example records the active tools there) sets the loadout to that list, as Pi's example
+/// restores it when the plan is left.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordedTools {
     /// The tools the replay ends with, in first-added order.
@@ -268,6 +270,12 @@ impl RecordedTools {
             match e["type"].as_str() {
                 Some("custom") if e["customType"] == crate::extension::plan::PLAN_MODE_ENTRY => {
                     in_plan = e["data"]["enabled"].as_bool().unwrap_or(false);
+                    let before = &e["data"]["toolsBeforePlanMode"];
+                    if let Some(names) = crate::extension::plan::tool_names(before) {
+                        seen = true;
+                        out.mentioned.extend(names.iter().cloned());
+                        out.current = names;
+                    }
                 }
                 Some("message") if e["message"]["role"] == "system" && !in_plan => {
                     seen = true;
@@ -729,6 +737,35 @@ mod tests {
         assert_eq!(r.current, ["read", "bash", "edit", "write", "todo", "ext"]);
         assert_eq!(RecordedTools::of_branch(&[plan(true), first.clone()]), None);
         assert_eq!(RecordedTools::of_branch(&[]), None);
+    }
+
+    /// A `plan-mode` entry turning plan mode on with Pi's `toolsBeforePlanMode` sets the
+    /// loadout to that list (Pi's example restores it when the plan is left), also on a branch
+    /// whose only system messages were stored in plan mode; a later system message outside
+    /// plan mode applies on top as usual.
+    #[test]
+    fn tools_before_plan_mode_is_the_loadout_the_plan_leaves_to() {
+        let sys = |added: &[&str], removed: &[&str]| {
+            let names = |v: &[&str]| v.iter().map(|n| json!({"name": n})).collect::<Vec<_>>();
+            json!({"type": "message", "message": {"role": "system", "content": "",
+                "toolsAdded": names(added), "toolsRemoved": names(removed)}})
+        };
+        let on = json!({"type": "custom", "customType": "plan-mode", "data": {"enabled": true,
+            "toolsBeforePlanMode": ["read", "bash", "edit", "write", "ls"]}});
+        let off = json!({"type": "custom", "customType": "plan-mode", "data": {"enabled": false}});
+        let r =
+            RecordedTools::of_branch(&[on.clone(), sys(&["read", "bash", "ls"], &[]), off.clone()])
+                .unwrap();
+        assert_eq!(r.current, ["read", "bash", "edit", "write", "ls"]);
+        let kept: Vec<&str> = [
+            "read", "bash", "edit", "write", "grep", "find", "ls", "todo",
+        ]
+        .into_iter()
+        .filter(|n| r.keeps(n))
+        .collect();
+        assert_eq!(kept, ["read", "bash", "edit", "write", "ls", "todo"]);
+        let r = RecordedTools::of_branch(&[on, off, sys(&["grep"], &["bash"])]).unwrap();
+        assert_eq!(r.current, ["read", "edit", "write", "ls", "grep"]);
     }
 
     /// Pi 1.6's default thinking level: `medium` clamped to the model (`off` without

@@ -49,6 +49,22 @@ fn content_text(v: &Value) -> String {
     }
 }
 
+/// The tools Pi 1.6 declares with `constrainedSampling: {type: "json_schema", strict:
+/// "prefer"}` (`core/tools/{read,bash,edit,write}.js`; `grep`, `find`, `ls` and extension
+/// tools have none).
+const CONSTRAINED_SAMPLING_TOOLS: [&str; 4] = ["read", "bash", "edit", "write"];
+
+/// A tool's declaration as Pi 1.6 stores it in `toolsAdded`: `{name, description,
+/// parameters}`, then `constrainedSampling` for the tools Pi declares it on
+/// ([`CONSTRAINED_SAMPLING_TOOLS`]).
+fn declaration(t: &pi_ai::ToolSpec) -> Value {
+    let mut d = json!({"name": t.name, "description": t.description, "parameters": t.parameters});
+    if CONSTRAINED_SAMPLING_TOOLS.contains(&t.name.as_str()) {
+        d["constrainedSampling"] = json!({"type": "json_schema", "strict": "prefer"});
+    }
+    d
+}
+
 impl SystemState {
     /// Applies one stored system message (`{role:"system", content, sections?, toolsAdded?,
     /// toolsRemoved?}`).
@@ -128,12 +144,7 @@ impl SystemState {
             sections,
             tools: tools
                 .iter()
-                .map(|t| {
-                    (
-                        t.name.clone(),
-                        json!({"name": t.name, "description": t.description, "parameters": t.parameters}),
-                    )
-                })
+                .map(|t| (t.name.clone(), declaration(t)))
                 .collect(),
             seen: true,
         }
@@ -347,6 +358,7 @@ pub fn system_message_count(path: &[&Entry]) -> usize {
 mod tests {
     use super::*;
 
+    /// (`read` and `bash` are declared with Pi 1.6's `constrainedSampling`, `grep` without.)
     #[test]
     fn patches_replay_to_the_wanted_state_as_pi_replays_them() {
         let spec = |n: &str, d: &str| pi_ai::ToolSpec {
@@ -359,8 +371,8 @@ mod tests {
         assert_eq!(
             full,
             json!({"role":"system","content":"","sections":{"prompt":"P1"},"toolsAdded":[
-                {"name":"read","description":"r","parameters":{"type":"object"}},
-                {"name":"bash","description":"b","parameters":{"type":"object"}}],"timestamp":7})
+                {"name":"read","description":"r","parameters":{"type":"object"},"constrainedSampling":{"type":"json_schema","strict":"prefer"}},
+                {"name":"bash","description":"b","parameters":{"type":"object"},"constrainedSampling":{"type":"json_schema","strict":"prefer"}}],"timestamp":7})
         );
         let mut replayed = SystemState::default();
         replayed.apply(&full);
@@ -372,7 +384,7 @@ mod tests {
         assert_eq!(
             patch,
             json!({"role":"system","content":"","sections":{"prompt":"P2"},"toolsAdded":[
-                {"name":"bash","description":"b2","parameters":{"type":"object"}},
+                {"name":"bash","description":"b2","parameters":{"type":"object"},"constrainedSampling":{"type":"json_schema","strict":"prefer"}},
                 {"name":"grep","description":"g","parameters":{"type":"object"}}],
                 "toolsRemoved":[{"name":"read"},{"name":"bash"}],"timestamp":9})
         );

@@ -476,7 +476,7 @@ fn messages_taken_from_loading_equal_the_context_built_from_the_tree_at_every_le
     let at_i = loaded.tree.context(Some("i"));
     assert_eq!(at_i.messages.len(), 4);
     assert_eq!(at_i.model, Some(("p".into(), "m1".into())));
-    assert_eq!(at_i.thinking_level, "high");
+    assert_eq!(at_i.thinking_level.as_deref(), Some("high"));
 }
 
 /// A session of the entry shapes Pi writes beside plain read rounds: thinking, several

@@ -762,8 +762,9 @@ pub struct SessionContext {
     pub messages: Vec<Message>,
     /// `(provider, modelId)` from the last `model_change` or assistant message on the path.
     pub model: Option<(String, String)>,
-    /// From the last `thinking_level_change` on the path; `off` without one.
-    pub thinking_level: String,
+    /// From the last `thinking_level_change` on the path; `None` without one (Pi 1.6 then
+    /// runs a resumed file at its default level and records it: `hasThinkingEntry`).
+    pub thinking_level: Option<String>,
     /// Messages before this index carry usage of a context that has changed since: they come
     /// from entries before the path's latest `compaction` or `context_edit` entry (0 without
     /// one). Pi 1.6 (`estimateProjectedContextTokens`, `core/compaction/compaction.js`) does
@@ -1022,13 +1023,10 @@ pub fn path_message_count(path: &[&Entry]) -> usize {
 
 /// The model and thinking level of a root-to-leaf `path` (no messages): the last
 /// `model_change` or assistant message's provider and model, the last `thinking_level_change`
-/// (`off` without one).
+/// (`None` without one).
 #[cfg(test)]
 fn path_settings(path: &[&Entry]) -> SessionContext {
-    let mut ctx = SessionContext {
-        thinking_level: "off".into(),
-        ..Default::default()
-    };
+    let mut ctx = SessionContext::default();
     // From the leaf back: the first of each found is the last on the path.
     let mut thinking = None;
     for e in path.iter().rev() {
@@ -1053,9 +1051,7 @@ fn path_settings(path: &[&Entry]) -> SessionContext {
             _ => {}
         }
     }
-    if let Some(t) = thinking {
-        ctx.thinking_level = t;
-    }
+    ctx.thinking_level = thinking;
     ctx
 }
 
@@ -1382,7 +1378,7 @@ impl SessionTree {
         SessionContext {
             messages: Vec::new(),
             model,
-            thinking_level: thinking.unwrap_or_else(|| "off".into()),
+            thinking_level: thinking,
             usage_from: 0,
         }
     }
@@ -1536,10 +1532,7 @@ impl SessionTree {
     pub fn settings(&self, leaf: Option<&str>) -> SessionContext {
         match leaf.or(self.last_id()) {
             Some(leaf) => self.settings_at(leaf),
-            None => SessionContext {
-                thinking_level: "off".into(),
-                ..Default::default()
-            },
+            None => SessionContext::default(),
         }
     }
 
@@ -1600,10 +1593,7 @@ impl SessionTree {
         proposed: Option<(&str, &str)>,
         parsed: Option<&mut [Option<Message>]>,
     ) -> SessionContext {
-        let mut ctx = SessionContext {
-            thinking_level: "off".into(),
-            ..Default::default()
-        };
+        let mut ctx = SessionContext::default();
         let Some(leaf) = leaf.or(self.last_id()) else {
             return ctx;
         };
@@ -1801,8 +1791,8 @@ mod tests {
         let t = tree(lines);
         let s = t.settings(Some("h"));
         assert_eq!(
-            (s.model, s.thinking_level.as_str()),
-            (Some(("p2".into(), "m2".into())), "high")
+            (s.model, s.thinking_level.as_deref()),
+            (Some(("p2".into(), "m2".into())), Some("high"))
         );
         assert_eq!(t.settings(Some("u")).model, None);
         assert_eq!(t.message_count(Some("h")), 4);

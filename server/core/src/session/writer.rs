@@ -18,6 +18,8 @@ pub struct LoadedSession {
     pub messages: Vec<Message>,
     /// `(provider, modelId)` from the last `model_change` or assistant message on the path.
     pub model: Option<(String, String)>,
+    /// From the last `thinking_level_change` on the path; `None` when the branch records
+    /// no level (the session then runs at the default level and records it on resume).
     pub thinking_level: Option<String>,
     /// Damage found and repaired while loading, for the user to see.
     pub warnings: Vec<String>,
@@ -342,7 +344,7 @@ impl SessionWriter {
             cwd: tree.header["cwd"].as_str().map(str::to_string),
             messages: ctx.messages,
             model: ctx.model,
-            thinking_level: Some(ctx.thinking_level),
+            thinking_level: ctx.thinking_level,
             warnings,
             name: tree.name(),
             tree: Arc::new(tree),
@@ -758,10 +760,7 @@ impl SessionWriter {
     pub fn context(&self) -> SessionContext {
         match &self.leaf {
             Some(l) => self.tree.context(Some(l)),
-            None => SessionContext {
-                thinking_level: "off".into(),
-                ..Default::default()
-            },
+            None => SessionContext::default(),
         }
     }
 

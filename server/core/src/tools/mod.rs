@@ -25,7 +25,7 @@ pub use edit::EditTool;
 pub use find::FindTool;
 pub use grep::GrepTool;
 pub use ls::LsTool;
-pub use read::ReadTool;
+pub use read::{sniff_image, ReadTool};
 pub use write::WriteTool;
 
 use serde::de::DeserializeOwned;

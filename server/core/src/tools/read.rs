@@ -423,8 +423,9 @@ pub(crate) fn stream_window(
     })
 }
 
-/// How many leading bytes [`sniff_image`] looks at.
-const SNIFF_BYTES: usize = 32;
+/// How many leading bytes [`sniff_image`] looks at: Pi 1.6's `IMAGE_TYPE_SNIFF_BYTES`
+/// (`utils/mime.js`; the animated-PNG check walks chunks within them).
+pub const SNIFF_BYTES: usize = 4100;
 
 /// Pi 1.6's `isBmp` (`utils/mime.js`): a `BM` header whose sizes and offsets are coherent, one
 /// colour plane and a bit depth of 1, 4, 8, 16, 24 or 32.
@@ -449,13 +450,43 @@ fn is_bmp(b: &[u8]) -> bool {
     planes == 1 && [1, 4, 8, 16, 24, 32].contains(&bits)
 }
 
-/// The image type of `bytes` (the file's first [`SNIFF_BYTES`]) by signature (PNG, JPEG, GIF,
-/// WebP, BMP), as Pi 1.6 detects it from the file's content.
-fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
-    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some("image/png")
-    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        Some("image/jpeg")
+/// The image type Pi 1.6 sends a file as, from its content alone, whatever the file's name
+/// (`detectSupportedImageMimeType`, `utils/mime.js`; `bytes`: the file's first
+/// [`SNIFF_BYTES`], more are not read): JPEG but not JPEG-LS (`FF D8 FF F7`), PNG with its
+/// `IHDR` header and not animated (no `acTL` chunk before the first `IDAT`), GIF87a/89a, WebP
+/// (`RIFF` … `WEBP`), BMP with a plausible header ([`is_bmp`]); `None`: the file is text (an
+/// APNG, a JPEG-LS or a PNG without `IHDR` is read as text, as Pi reads them). Used by `read`
+/// and by `pi-lsp run`'s `@file` arguments.
+pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
+    let bytes = &bytes[..bytes.len().min(SNIFF_BYTES)];
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
+    let u32_be = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+    };
+    if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        (bytes.get(3) != Some(&0xF7)).then_some("image/jpeg")
+    } else if bytes.starts_with(PNG) {
+        let is_png = bytes.len() >= 16 && u32_be(8) == Some(13) && &bytes[12..16] == b"IHDR";
+        // Pi's `isAnimatedPng`: the chunks up to the first `IDAT`, within the bytes read.
+        let mut at = PNG.len();
+        let mut animated = false;
+        while let (Some(len), Some(kind)) = (u32_be(at), bytes.get(at + 4..at + 8)) {
+            if kind == b"acTL" {
+                animated = true;
+                break;
+            }
+            if kind == b"IDAT" {
+                break;
+            }
+            let next = at + 12 + len as usize;
+            if next <= at || next > bytes.len() {
+                break;
+            }
+            at = next;
+        }
+        (is_png && !animated).then_some("image/png")
     } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
         Some("image/gif")
     } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
@@ -861,6 +892,38 @@ impl Tool for ReadTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pi 1.6's `detectSupportedImageMimeType` (`utils/mime.js`), case by case: each row's
+    /// bytes gave Pi 1.6.0's function (run with its Node) the type in the row. A PNG without
+    /// `IHDR`, an animated PNG and a JPEG-LS are text to Pi; so is a `BM` that is not a bitmap.
+    #[test]
+    fn images_are_sniffed_as_pi_1_6_sniffs_them() {
+        let cases: [(&str, &str, Option<&str>); 11] = [
+            ("png", "89504e470d0a1a0a0000000d4948445200000000000000000000000000000000000000000249444154787800000000", Some("image/png")),
+            ("png_without_ihdr", "89504e470d0a1a0a0000000249444154787800000000", None),
+            ("apng", "89504e470d0a1a0a0000000d494844520000000000000000000000000000000000000000086163544c0000000000000000000000000000000249444154787800000000", None),
+            ("jpeg", "ffd8ffe0000000000000000000000000", Some("image/jpeg")),
+            ("jpeg_ls", "ffd8fff7000000000000000000000000", None),
+            ("gif", "47494638396100000000000000000000", Some("image/gif")),
+            ("webp", "52494646000000005745425056503820", Some("image/webp")),
+            ("bmp", "424d46000000000000003600000028000000010000000100000001001800000000000000000000000000000000000000000000000000", Some("image/bmp")),
+            ("bmp_bad_depth", "424d46000000000000003600000028000000010000000100000001000300000000000000000000000000000000000000000000000000", None),
+            ("bm_text", "424d57206275696c647320636172733b207468697320697320746578742c206e6f742061206269746d61702e", None),
+            ("text", "68656c6c6f20776f726c640a", None),
+        ];
+        let hex = |s: &str| -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        let got: Vec<(&str, Option<&str>)> = cases
+            .iter()
+            .map(|(k, h, _)| (*k, sniff_image(&hex(h))))
+            .collect();
+        let want: Vec<(&str, Option<&str>)> = cases.iter().map(|(k, _, m)| (*k, *m)).collect();
+        assert_eq!(got, want);
+    }
 
     /// The whole-text window of a reference implementation (Pi's algorithm over the split
     /// lines), to check [`Window`] against.
