@@ -417,10 +417,19 @@ impl Run<'_> {
         let mut started = false;
         let mut last = None;
         while let Some(ev) = stream.next().await {
-            if let Some(m) = ev.terminal_message() {
-                last = Some(m.clone());
-                self.last_failure = ev.failure().cloned();
-                break;
+            // The terminal event's message is taken, not copied: the event goes no further.
+            match ev {
+                AssistantEvent::Done { message, .. } => {
+                    last = Some(message);
+                    self.last_failure = None;
+                    break;
+                }
+                AssistantEvent::Error { error, failure, .. } => {
+                    last = Some(error);
+                    self.last_failure = Some(failure);
+                    break;
+                }
+                _ => {}
             }
             if let AssistantEvent::Start = ev {
                 started = true;
