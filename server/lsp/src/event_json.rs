@@ -402,6 +402,14 @@ mod tests {
         }
     }
 
+    /// [`check`] of the `message_end` of `message`, without `unsaved` or `ref`.
+    fn check_message_end(repeats: &mut Repeats, seq: u64, message: &Message) {
+        let event = AgentEvent::MessageEnd {
+            message: message.clone(),
+        };
+        check(repeats, seq, event, false, None);
+    }
+
     /// Messages the run did not send (a client met the run midway, a hook changed a result
     /// after its `message_end`, a message equal in all but one field) are serialised whole,
     /// equal to the derived serialisation, in `turn_end` and in `agent_end`; a run whose
@@ -414,15 +422,7 @@ mod tests {
         let user = message(json!({"role": "user", "content": "hi", "timestamp": 3}));
         let nine = result("c9", "nine", false);
         let mut repeats = Repeats::default();
-        check(
-            &mut repeats,
-            1,
-            AgentEvent::MessageEnd {
-                message: r1.clone(),
-            },
-            false,
-            None,
-        );
+        check_message_end(&mut repeats, 1, &r1);
         let turn_end = AgentEvent::TurnEnd {
             message: user.clone(),
             tool_results: vec![changed.clone(), tool_result(&nine)],
@@ -441,15 +441,7 @@ mod tests {
         check(&mut repeats, 3, agent_end, false, Some(1));
         assert!(repeats.kept.is_empty());
         // A run's start forgets what a run that did not end kept; other events keep it.
-        check(
-            &mut repeats,
-            4,
-            AgentEvent::MessageEnd {
-                message: r1.clone(),
-            },
-            false,
-            None,
-        );
+        check_message_end(&mut repeats, 4, &r1);
         repeats.passed(&AgentEvent::ToolExecutionStart {
             tool_call_id: "c".into(),
             tool_name: "read".into(),

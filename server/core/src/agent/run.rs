@@ -275,6 +275,12 @@ struct Seen {
     /// How many leading messages are, unchanged, those this run's earlier requests were
     /// given ([`StreamOptions::history_kept`]; 0: none or not known).
     sent: usize,
+    /// Pi 1.6's estimate of the messages counted so far ([`PiContext`]): its anchor and the
+    /// tail after it, so the output limit of a tool round counts only the new messages.
+    pi: PiContext,
+    /// `(generation, tokens)`: Pi 1.6's estimate of the tool declarations of
+    /// [`Run::specs_generation`] (used when no message anchors the estimate).
+    pi_tools: Option<(u64, u64)>,
 }
 
 impl Run<'_> {
@@ -357,12 +363,8 @@ impl Run<'_> {
         }
         // Pi 1.6's `clampMaxTokensToContext`: at most what its estimate of the input leaves
         // below the window with its margin ([`pi_output_limit`]).
-        let output_room = self.output_room().map(|_| {
-            pi_output_limit(
-                self.cfg.model.context_window,
-                pi_context_tokens(&self.cfg.system_prompt, &self.specs, &self.messages),
-            )
-        });
+        let window = self.cfg.model.context_window;
+        let output_room = (window > 0).then(|| pi_output_limit(window, self.pi_context_tokens()));
         // Pi 1.6: a model that takes system messages mid-conversation gets the stored prompt
         // patches at their place, after the prompt the conversation started with.
         let layout = match &self.cfg.system_messages {
@@ -426,10 +428,19 @@ impl Run<'_> {
         let mut started = false;
         let mut last = None;
         while let Some(ev) = stream.next().await {
-            if let Some(m) = ev.terminal_message() {
-                last = Some(m.clone());
-                self.last_failure = ev.failure().cloned();
-                break;
+            // The terminal event's message is taken, not copied: the event goes no further.
+            match ev {
+                AssistantEvent::Done { message, .. } => {
+                    last = Some(message);
+                    self.last_failure = None;
+                    break;
+                }
+                AssistantEvent::Error { error, failure, .. } => {
+                    last = Some(error);
+                    self.last_failure = Some(failure);
+                    break;
+                }
+                _ => {}
             }
             if let AssistantEvent::Start = ev {
                 started = true;
@@ -566,6 +577,32 @@ impl Run<'_> {
         self.seen.estimated = (counted, tokens);
         let fixed = (self.cfg.system_prompt.chars().count() as u64 + self.specs_chars).div_ceil(4);
         self.request_tokens().max(fixed + tokens)
+    }
+
+    /// pi-ai 1.6's `estimateContextTokens` of the next request's context: the usage total of
+    /// its anchor plus the estimates of the messages after it ([`PiContext`]), or without an
+    /// anchor the estimates of the system prompt, the tool declarations and every message.
+    /// Only the messages appended since the last call are read ([`Seen::pi`]); the tool
+    /// declarations' part is kept per [`Run::specs_generation`].
+    fn pi_context_tokens(&mut self) -> u64 {
+        let mut pi = self.seen.pi;
+        if pi.scanned > self.messages.len() {
+            pi = PiContext::default();
+        }
+        pi.advance(&self.messages);
+        self.seen.pi = pi;
+        if let Some((_, total)) = pi.anchor {
+            return total + pi.tail;
+        }
+        let tools = match self.seen.pi_tools {
+            Some((generation, tokens)) if generation == self.specs_generation => tokens,
+            _ => {
+                let tokens = pi_tools_tokens(&self.specs);
+                self.seen.pi_tools = Some((self.specs_generation, tokens));
+                tokens
+            }
+        };
+        pi_tokens(js_len(&self.cfg.system_prompt)) + tools + pi.tail
     }
 
     /// What the context window leaves for the answer of the next request, in tokens (`None`
@@ -1488,60 +1525,106 @@ fn pi_message_tokens(m: &Message) -> u64 {
 /// `messages`. Anchored on the latest assistant message that is neither failed nor aborted,
 /// has usage, and is not older than a message before it (a summary put in front of it): its
 /// usage total plus the estimates of the messages after it; without one, every estimate.
+/// The run counts it incrementally ([`Run::pi_context_tokens`]); this count from the start is
+/// what the tests hold that one to.
+#[cfg(test)]
 fn pi_context_tokens(system_prompt: &str, tools: &[ToolSpec], messages: &[Message]) -> u64 {
-    let stamp = |m: &Message| match m {
-        Message::User(u) => Some(u.timestamp),
-        Message::Assistant(a) => Some(a.timestamp),
-        Message::ToolResult(r) => Some(r.timestamp),
-        Message::System(_) => None,
-    };
-    let mut latest = i64::MIN;
-    let mut anchor = None;
-    for (i, m) in messages.iter().enumerate() {
-        if let Message::Assistant(a) = m {
-            let u = &a.usage;
-            let total = if u.total_tokens > 0 {
-                u.total_tokens
-            } else {
-                u.input + u.output + u.cache_read + u.cache_write
+    let mut pi = PiContext::default();
+    pi.advance(messages);
+    match pi.anchor {
+        Some((_, total)) => total + pi.tail,
+        None => pi_tokens(js_len(system_prompt)) + pi_tools_tokens(tools) + pi.tail,
+    }
+}
+
+/// Pi 1.6's estimate of a context's messages ([`Run::pi_context_tokens`]) as far as it has read
+/// them: a further call of [`PiContext::advance`] with the same messages and more appended
+/// reads only the new ones and ends where a count of all of them from the start would.
+#[derive(Debug, Clone, Copy)]
+struct PiContext {
+    /// How many leading messages were read.
+    scanned: usize,
+    /// The latest timestamp among them (`i64::MIN`: none; a system message has none).
+    latest: i64,
+    /// `(index, usage total)` of the anchor: the latest assistant message read that is
+    /// neither failed nor aborted, has usage, and is not older than a message before it.
+    anchor: Option<(usize, u64)>,
+    /// `estimateMessageTokens` summed over the messages read after the anchor (all of them
+    /// without one).
+    tail: u64,
+}
+
+impl Default for PiContext {
+    fn default() -> Self {
+        PiContext {
+            scanned: 0,
+            latest: i64::MIN,
+            anchor: None,
+            tail: 0,
+        }
+    }
+}
+
+impl PiContext {
+    /// Reads `messages[self.scanned..]`: `messages` must start with the messages read before,
+    /// unchanged.
+    fn advance(&mut self, messages: &[Message]) {
+        for (i, m) in messages.iter().enumerate().skip(self.scanned) {
+            let mut anchored = false;
+            if let Message::Assistant(a) = m {
+                let u = &a.usage;
+                let total = if u.total_tokens > 0 {
+                    u.total_tokens
+                } else {
+                    u.input + u.output + u.cache_read + u.cache_write
+                };
+                if a.timestamp >= self.latest
+                    && !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)
+                    && total > 0
+                {
+                    self.anchor = Some((i, total));
+                    self.tail = 0;
+                    anchored = true;
+                }
+            }
+            if !anchored {
+                self.tail += pi_message_tokens(m);
+            }
+            let stamp = match m {
+                Message::User(u) => Some(u.timestamp),
+                Message::Assistant(a) => Some(a.timestamp),
+                Message::ToolResult(r) => Some(r.timestamp),
+                Message::System(_) => None,
             };
-            if a.timestamp >= latest
-                && !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)
-                && total > 0
-            {
-                anchor = Some((i, total));
+            if let Some(t) = stamp {
+                self.latest = self.latest.max(t);
             }
         }
-        if let Some(t) = stamp(m) {
-            latest = latest.max(t);
-        }
+        self.scanned = self.scanned.max(messages.len());
     }
-    match anchor {
-        Some((i, total)) => total + messages[i + 1..].iter().map(pi_message_tokens).sum::<u64>(),
-        None => {
-            let declared: u64 = tools
-                .iter()
-                .map(|t| {
-                    let decl = serde_json::json!({"name": t.name, "description": t.description, "parameters": t.parameters});
-                    let extra = if ["read", "bash", "edit", "write"].contains(&t.name.as_str()) {
-                        CONSTRAINED_SAMPLING.len() as u64
-                    } else {
-                        0
-                    };
-                    js_len(&decl.to_string()) + extra
-                })
-                .sum::<u64>();
-            // `JSON.stringify` of the array: brackets and the commas between declarations.
-            let tools_tokens = if tools.is_empty() {
-                0
+}
+
+/// Pi 1.6's estimate of the tool declarations its stored system message holds
+/// (`JSON.stringify` of the array of `{name, description, parameters}`, with
+/// [`CONSTRAINED_SAMPLING`] on the built-in four), in tokens.
+fn pi_tools_tokens(tools: &[ToolSpec]) -> u64 {
+    if tools.is_empty() {
+        return 0;
+    }
+    let declared: u64 = tools
+        .iter()
+        .map(|t| {
+            let decl = serde_json::json!({"name": t.name, "description": t.description, "parameters": t.parameters});
+            let extra = if ["read", "bash", "edit", "write"].contains(&t.name.as_str()) {
+                CONSTRAINED_SAMPLING.len() as u64
             } else {
-                pi_tokens(declared + 2 + tools.len() as u64 - 1)
+                0
             };
-            pi_tokens(js_len(system_prompt))
-                + tools_tokens
-                + messages.iter().map(pi_message_tokens).sum::<u64>()
-        }
-    }
+            js_len(&decl.to_string()) + extra
+        })
+        .sum::<u64>();
+    // `JSON.stringify` of the array: brackets and the commas between declarations.
+    pi_tokens(declared + 2 + tools.len() as u64 - 1)
 }
 
 /// pi-ai 1.6's `clampMaxTokensToContext` (`api/simple-options.js`) as the room it leaves: the
@@ -1579,5 +1662,107 @@ mod budget_tests {
         assert_eq!(pi_output_limit(20_000, 19_000), 1);
         // `ceil(chars / 3.5)`.
         assert_eq!((pi_tokens(7), pi_tokens(8), pi_tokens(0)), (2, 3, 0));
+    }
+
+    /// Pi 1.6's estimate counted as a run counts it, a message at a time with the state kept
+    /// between requests, gives at every length of the context the figure of a count from the
+    /// start: the anchor moves to a later assistant message with usage, and not to a failed
+    /// one, one older than a message before it (a summary put in front of it) or one without
+    /// usage; without an anchor the system prompt and the tool declarations count.
+    #[test]
+    fn the_estimate_counted_as_messages_arrive_is_the_whole_count() {
+        use pi_ai::{AssistantMessage, ContentBlock, ToolCall, ToolResultMessage, UserContent};
+        let user = |text: &str, timestamp| {
+            Message::User(pi_ai::UserMessage {
+                content: UserContent::Blocks(vec![ContentBlock::text(text)]),
+                timestamp,
+            })
+        };
+        let assistant = |content: Vec<ContentBlock>, total, input, stop_reason, timestamp| {
+            let mut a = AssistantMessage::empty("openai-completions", "mock", "mock-1");
+            a.content = content;
+            a.usage.total_tokens = total;
+            a.usage.input = input;
+            a.stop_reason = stop_reason;
+            a.timestamp = timestamp;
+            Message::Assistant(a)
+        };
+        let messages = [
+            // "hello": ceil(5 / 3.5) = 2.
+            user("hello", 100),
+            // The anchor: 1,000; its own content is not counted.
+            assistant(
+                vec![
+                    ContentBlock::text("abcdefg"),
+                    ContentBlock::ToolCall(ToolCall::new(
+                        "c1",
+                        "read",
+                        serde_json::json!({"path": "a"}),
+                    )),
+                ],
+                1_000,
+                0,
+                StopReason::ToolUse,
+                200,
+            ),
+            // "xyz": 1.
+            Message::ToolResult(ToolResultMessage {
+                tool_call_id: "c1".into(),
+                tool_name: "read".into(),
+                content: vec![ContentBlock::text("xyz")],
+                details: None,
+                is_error: false,
+                timestamp: 300,
+            }),
+            // Failed: not an anchor; "err": 1.
+            assistant(
+                vec![ContentBlock::text("err")],
+                500,
+                0,
+                StopReason::Error,
+                400,
+            ),
+            // Older than a message before it: not an anchor; no content: 0.
+            assistant(Vec::new(), 2_000, 0, StopReason::Stop, 50),
+            // No usage at all: not an anchor; "ab": 1.
+            assistant(vec![ContentBlock::text("ab")], 0, 0, StopReason::Stop, 450),
+            // No total but its parts: the anchor, 3,000.
+            assistant(
+                vec![ContentBlock::text("later")],
+                0,
+                3_000,
+                StopReason::Stop,
+                500,
+            ),
+            // "1234567": 2.
+            user("1234567", 600),
+        ];
+        let tools = [ToolSpec {
+            name: "read".into(),
+            description: "Read".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }];
+        // Without an anchor: "sys" 1, the declaration `{"description":"Read","name":"read",
+        // "parameters":{"type":"object"}}` (66 characters), read's constrainedSampling (63)
+        // and the array's brackets: ceil(131 / 3.5) = 38.
+        assert_eq!(pi_tools_tokens(&tools), 38);
+        let expected = [39, 41, 1_000, 1_001, 1_002, 1_002, 1_003, 3_000, 3_002];
+        let mut kept = PiContext::default();
+        for (n, want) in expected.into_iter().enumerate() {
+            kept.advance(&messages[..n]);
+            let incremental = match kept.anchor {
+                Some((_, total)) => total + kept.tail,
+                None => pi_tokens(js_len("sys")) + pi_tools_tokens(&tools) + kept.tail,
+            };
+            assert_eq!(
+                (
+                    incremental,
+                    pi_context_tokens("sys", &tools, &messages[..n])
+                ),
+                (want, want),
+                "after {n} messages"
+            );
+        }
+        assert_eq!(kept.anchor, Some((6, 3_000)));
     }
 }

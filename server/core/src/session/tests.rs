@@ -897,6 +897,86 @@ fn tool_results_are_told_apart_by_tool_without_reading_them() {
     assert!(!user.tool_is("todo") && !user.tool_is(""));
 }
 
+/// A message the writer appends is entered in its tree as a parse of its line enters it
+/// (the role, an assistant's provider, model and whole usage, a result's tool name, ids and
+/// text), with the stamps and without, and as the file reads back.
+#[test]
+fn appended_messages_are_entered_as_their_lines_read() {
+    let d = tmp("appended");
+    let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "m1", "off").unwrap();
+    let message = |v: Value| serde_json::from_value::<Message>(v).unwrap();
+    w.append_message(&Message::user_text("go")).unwrap();
+    let mut stamps = serde_json::Map::new();
+    stamps.insert("durationMs".into(), json!(12));
+    stamps.insert("thinkingLevel".into(), json!("off"));
+    w.append_message_stamped(
+        &message(json!({"role":"assistant","content":[{"type":"text","text":"on it"},
+            {"type":"toolCall","id":"t1","name":"read","arguments":{"path":"a"}}],
+            "api":"openai-completions","provider":"mock","model":"m1","usage":{"input":70000,"output":3,
+            "cacheRead":5,"cacheWrite":7,"cacheWrite1h":2,"reasoning":1,"totalTokens":70015,
+            "cost":{"input":0.125,"output":0.5,"cacheRead":0.01,"cacheWrite":0.02,"total":0.655,
+            "totalFromProvider":true}},"stopReason":"toolUse","timestamp":2})),
+        stamps,
+    )
+    .unwrap();
+    let mut stamps = serde_json::Map::new();
+    stamps.insert("durationMs".into(), json!(3));
+    w.append_message_stamped(
+        &message(json!({"role":"toolResult","toolCallId":"t1","toolName":"read",
+            "content":[{"type":"text","text":"a \"b\"\n"}],"details":{"x":[1]},"isError":false,"timestamp":3})),
+        stamps,
+    )
+    .unwrap();
+    w.append_message(&message(json!({"role":"assistant","content":[{"type":"text","text":"done"}],
+        "api":"openai-completions","provider":"mock","model":"m1","usage":{"input":0,"output":0,"cacheRead":0,
+        "cacheWrite":0,"totalTokens":0,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},
+        "stopReason":"stop","timestamp":4})))
+    .unwrap();
+    let view = |e: &Entry| {
+        (
+            e.id.to_string(),
+            e.parent_id.as_ref().map(|p| p.to_string()),
+            e.kind.to_string(),
+            e.role().map(str::to_string),
+            e.assistant().cloned(),
+            e.tool_is("read"),
+            e.text().into_owned(),
+        )
+    };
+    // The file's first entries are the model and thinking level the writer was created with.
+    let messages = |entries: &[Entry]| -> Vec<Entry> {
+        entries
+            .iter()
+            .filter(|e| e.kind == "message")
+            .cloned()
+            .collect()
+    };
+    let appended: Vec<_> = messages(&w.tree().entries).iter().map(view).collect();
+    assert_eq!(appended.len(), 4);
+    let parsed: Vec<_> = messages(&w.tree().entries)
+        .iter()
+        .map(|e| view(&Entry::from_value(&e.raw()).unwrap()))
+        .collect();
+    assert_eq!(appended, parsed);
+    assert_eq!(
+        appended
+            .iter()
+            .map(|v| (v.3.as_deref(), v.4.is_some(), v.5))
+            .collect::<Vec<_>>(),
+        [
+            (Some("user"), false, false),
+            (Some("assistant"), true, false),
+            (Some("toolResult"), false, true),
+            (Some("assistant"), true, false),
+        ]
+    );
+    let p = w.path().to_path_buf();
+    drop(w);
+    let loaded = load_file(&p, false, false).unwrap();
+    let read: Vec<_> = messages(&loaded.tree.entries).iter().map(view).collect();
+    assert_eq!(appended, read);
+}
+
 #[test]
 fn ids_parent_ids_and_model_names_are_kept_inline_and_long_ones_whole() {
     // Pi's 8-hex ids: no allocation of their own per entry; an id longer than 24 bytes is

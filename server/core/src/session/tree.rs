@@ -392,6 +392,12 @@ impl Entry {
         Self::from_value_text(raw, raw.to_string())
     }
 
+    /// An entry of the parts a writer knows of the line `text` it wrote (what a parse of
+    /// `text` would give); `None` without id or type.
+    pub(crate) fn from_parts_text(parts: LineParts, text: String) -> Option<Entry> {
+        Self::from_parts(parts, Text::Owned(text.into_boxed_str())).map(|(e, _)| e)
+    }
+
     /// An entry of `raw` whose text (`raw` serialized) is `text`; `None` without id or type.
     pub(crate) fn from_value_text(raw: &Value, text: String) -> Option<Entry> {
         let parts = line::line_from_value(raw, false);

@@ -828,8 +828,9 @@ impl SessionWriter {
     /// `serde_json::Value` of the entry: the line is the text [`SessionWriter::append_raw`]
     /// writes for the same entry (its keys in the same order, `stamps` after the message's own
     /// keys: only keys the message types never serialise, `durationMs` and `thinkingLevel`),
-    /// and the tree's entry is read from a skeleton of what it keeps (type, ids, role, an
-    /// assistant's provider, model and usage, a result's tool name). `Ok(None)` for what this
+    /// and the tree's entry is made from the message's fields it keeps (type, ids, role, an
+    /// assistant's provider, model and usage, a result's tool name), as a parse of the line
+    /// reads them, with no `Value` in between. `Ok(None)` for what this
     /// path leaves to [`SessionWriter::append`]: a message with images (they may go to the
     /// assets folder) and a system message (it does not serialise).
     fn append_message_line(
@@ -837,17 +838,23 @@ impl SessionWriter {
         message: &Message,
         stamps: &serde_json::Map<String, Value>,
     ) -> Result<Option<String>, SessionError> {
-        let skeleton = match message {
-            Message::Assistant(a) if !has_image(&a.content) => {
-                json!({"role": "assistant", "provider": a.provider, "model": a.model, "usage": a.usage})
-            }
+        let (role, assistant, tool) = match message {
+            Message::Assistant(a) if !has_image(&a.content) => (
+                "assistant",
+                Some(line::AssistantInfo::new(
+                    Some(&a.provider),
+                    Some(&a.model),
+                    Some(a.usage.clone()),
+                )),
+                0,
+            ),
             Message::ToolResult(r) if !has_image(&r.content) => {
-                json!({"role": "toolResult", "toolName": r.tool_name})
+                ("toolResult", None, line::tool_hash(&r.tool_name))
             }
             Message::User(pi_ai::UserMessage {
                 content: pi_ai::UserContent::Blocks(b),
                 ..
-            }) if !has_image(b) => json!({"role": "user"}),
+            }) if !has_image(b) => ("user", None, 0),
             _ => return Ok(None),
         };
         let id = self.new_id();
@@ -882,9 +889,19 @@ impl SessionWriter {
             return Ok(None);
         };
         let written = self.write_text(&text);
-        let skeleton =
-            json!({"type": "message", "id": id, "parentId": self.leaf, "message": skeleton});
-        if let Some(e) = Entry::from_value_text(&skeleton, text) {
+        let parts = line::LineParts {
+            kind: Some("message".into()),
+            id: Some(id.as_str().into()),
+            parent_id: self.leaf.as_deref().map(Into::into),
+            message: Some(line::MessageParts {
+                role: Some(role.into()),
+                message: None,
+                assistant,
+                summary: None,
+                tool,
+            }),
+        };
+        if let Some(e) = Entry::from_parts_text(parts, text) {
             Arc::make_mut(&mut self.tree).push_entry(e);
         }
         self.leaf = Some(id.clone());
