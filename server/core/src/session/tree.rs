@@ -1602,6 +1602,14 @@ impl SessionTree {
         let Some(leaf) = leaf.or(self.last_id()) else {
             return 0;
         };
+        // No compaction and no edit in the whole tree (the common case): one walk up from the
+        // leaf, counting by the shapes, without the path's vector.
+        let edits = |s: EntryShape| s.may_be_kind("compaction") || s.may_be_kind("context_edit");
+        if !self.may_hold(edits) {
+            if let Some(n) = self.visible_on_path(leaf) {
+                return n;
+            }
+        }
         let indices = self.path_indices(leaf);
         let shape = |i: usize| self.shapes.get(i).copied();
         let plain = indices.iter().all(|&i| {
@@ -1620,6 +1628,29 @@ impl SessionTree {
                 None => self.entries[i].is_visible(),
             })
             .count()
+    }
+
+    /// The visible entries of the path to `leaf` ([`Entry::is_visible`], read from the shapes
+    /// where they know it), counted in one walk up; `None` when the walk does not go to ever
+    /// smaller indices (a parent filed after its child: [`SessionTree::path_indices`] walks
+    /// that) or an entry's shape is not known.
+    fn visible_on_path(&self, leaf: &str) -> Option<usize> {
+        let mut n = 0;
+        let mut last = usize::MAX;
+        let mut cur = self.index.get(&self.entries, leaf);
+        while let Some(i) = cur {
+            if i >= last {
+                return None;
+            }
+            let visible = match self.shapes.get(i)?.visible() {
+                Some(v) => v,
+                None => self.entries[i].is_visible(),
+            };
+            n += usize::from(visible);
+            last = i;
+            cur = self.parent_of(i);
+        }
+        Some(n)
     }
 
     /// How many messages Pi 1.6's agent holds at `leaf` (its `messageCount`): the model
@@ -1869,6 +1900,26 @@ mod tests {
         }
         // Both ways are taken: the few kept shapes compared, and the question asked.
         assert!(few > 0 && few < questions.len(), "{few}");
+        // No compaction or edit in this tree: the message count is the one-walk count, the
+        // same as the whole path's, at every leaf (a branch off the middle too).
+        let mut branched = t.clone();
+        let mut v = json!({"type":"message","id":"b1","parentId":"e40","message":{"role":"user","content":"u","timestamp":1}});
+        branched.push_entry(Entry::from_value(&v).unwrap());
+        v["id"] = json!("b2");
+        v["parentId"] = json!("b1");
+        branched.push_entry(Entry::from_value(&v).unwrap());
+        for tree in [&t, &branched, &unknown] {
+            for leaf in tree.entries.iter().map(|e| e.id.as_str()) {
+                let want = path_message_count(&tree.path(leaf));
+                assert_eq!(tree.message_count(Some(leaf)), want, "{leaf}");
+            }
+        }
+        assert!(t.visible_on_path(&leaf).is_some() && unknown.visible_on_path(&leaf).is_none());
+        assert_eq!(
+            branched.message_count(None),
+            path_message_count(&branched.path("b2"))
+        );
+        assert!(branched.message_count(None) < t.message_count(None));
     }
 
     /// Every answer read through the entries' shapes ([`EntryShape`]) equals the answer read
