@@ -15,6 +15,11 @@ With `--held`, each file is held open by another pi-lsp process (the first binar
 run, so every open continues the session in a fork (case SESS-04): the figures are then those of
 opening a held file (wait for its release included in the wall time; each fork is deleted after
 its run). Pi takes no lock, so `--pi` is not timed then.
+
+With `--exit`, each pi-lsp process is then ended as an editor ends it (`shutdown`, `exit`) instead
+of being killed, and two more figures are printed per binary: the time from `exit` sent to the
+process gone, and the process's whole CPU time (user + system of all its threads, from
+`wait4`), spawn to exit.
 """
 import argparse, json, os, statistics, sys, tempfile, time
 from pathlib import Path
@@ -32,6 +37,7 @@ def main():
     ap.add_argument("--files", default="long,branchy")
     ap.add_argument("--dir", help="where the session files are written (kept for the next run)")
     ap.add_argument("--held", action="store_true", help="time opening each file while another process holds it")
+    ap.add_argument("--exit", action="store_true", help="end each pi-lsp with shutdown/exit and time that too")
     args = ap.parse_args()
     tmp = Path(args.dir or tempfile.mkdtemp(prefix="pi-open-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -58,7 +64,7 @@ def main():
         holder.initialize()
         for p in files.values():
             assert "result" in holder.request("agent/session/open", {"path": str(p)})
-    fig = {(f, h): {"wall": [], "cpu": [], "rss": []} for f in files for h in harnesses}
+    fig = {(f, h): {"wall": [], "cpu": [], "rss": [], "exit": [], "total": []} for f in files for h in harnesses}
 
     def once(h, path):
         if h == args.pi:
@@ -72,6 +78,14 @@ def main():
         r = s.request("agent/session/open", {"path": str(path)})
         out = time.perf_counter() - s.t0, bench.cpu_s(s.p.pid), bench.peak_rss_mb(s.p.pid)
         assert "result" in r, r
+        if args.exit:
+            assert "result" in s.request("shutdown", None)
+            t = time.perf_counter()
+            s.send({"jsonrpc": "2.0", "method": "exit"})
+            _, status, ru = os.wait4(s.p.pid, 0)
+            s.p.returncode = os.waitstatus_to_exitcode(status)
+            assert s.p.returncode == 0, s.p.returncode
+            out += (time.perf_counter() - t, ru.ru_utime + ru.ru_stime)
         s.close()
         forked = Path(r["result"]["sessionFile"])
         if args.held:
@@ -89,10 +103,13 @@ def main():
         line = []
         for f, p in files.items():
             for h in harnesses[k:] + harnesses[:k]:
-                w, c, r = once(h, p)
+                w, c, r, *ex = once(h, p)
                 d = fig[(f, h)]
                 d["wall"].append(w), d["cpu"].append(c), d["rss"].append(r)
                 line.append(f"{f}/{Path(h).name}: {w * 1e3:.0f} ms cpu {c * 1e3:.0f} {r:.1f} MiB")
+                if ex:
+                    d["exit"].append(ex[0]), d["total"].append(ex[1])
+                    line[-1] += f" exit {ex[0] * 1e3:.0f} ms total cpu {ex[1] * 1e3:.0f}"
         print(f"run {run + 1}/{args.runs} (load {os.getloadavg()[0]:.1f}): " + "; ".join(line), flush=True)
     if holder:
         holder.close()
@@ -104,6 +121,9 @@ def main():
             print(f"  {h}: wall {med(d['wall']) * 1e3:.1f} ms [{min(d['wall']) * 1e3:.1f}-{max(d['wall']) * 1e3:.1f}]"
                   f"  cpu {med(d['cpu']) * 1e3:.1f} ms [{min(d['cpu']) * 1e3:.1f}-{max(d['cpu']) * 1e3:.1f}]"
                   f"  rss {med(d['rss']):.1f} MiB [{min(d['rss']):.1f}-{max(d['rss']):.1f}]")
+            if d["exit"]:
+                print(f"    exit {med(d['exit']) * 1e3:.1f} ms [{min(d['exit']) * 1e3:.1f}-{max(d['exit']) * 1e3:.1f}]"
+                      f"  cpu spawn→exit {med(d['total']) * 1e3:.1f} ms [{min(d['total']) * 1e3:.1f}-{max(d['total']) * 1e3:.1f}]")
         if args.pi:
             pi = fig[(f, args.pi)]
             for h in args.binaries:

@@ -17,7 +17,8 @@
 //! 4. closes every session writer (`SessionWriter::close`: `fdatasync`, then the `.lock`
 //!    file's `flock` is released and the file removed).
 //!
-//! The caller then exits. The exit codes ([`exit_code`]): 0 after `shutdown` then `exit` (or the
+//! The caller then exits, without dropping the stopped sessions (`State::leave_to_exit`: the
+//! OS takes their memory back at once). The exit codes ([`exit_code`]): 0 after `shutdown` then `exit` (or the
 //! end of the input after `shutdown`), 1 for `exit` or the end of the input without `shutdown`
 //! (LSP 3.17 "exit Notification"), 128 + the signal's number for a signal (129 SIGHUP,
 //! 130 SIGINT, 143 SIGTERM), as shells report a process a signal ended. A second signal while
@@ -189,6 +190,10 @@ pub async fn serve_stdio() -> i32 {
     drop(serve);
     let _ = tokio::time::timeout(FLUSH_BUDGET, written).await;
     restore.blocking_again();
+    // The protocol is done and every file closed: what the sessions hold is left to the
+    // process's exit, not dropped (see `State::leave_to_exit`).
+    let left = state.leave_to_exit();
+    tracing::debug!("exiting with {left} stopped session(s) left to the OS");
     code
 }
 

@@ -69,6 +69,9 @@ pub struct State {
     pub(crate) compact_deltas: crate::delta::CompactDeltas,
     /// Event frames written outside the LSP library's output buffer (see [`crate::transport`]).
     pub(crate) outside: Arc<crate::transport::Outside>,
+    /// The sessions [`State::stop`] stopped, held until [`State::leave_to_exit`] (so that
+    /// stopping does not drop them: see there).
+    stopped: Mutex<Vec<Arc<AgentSession>>>,
 }
 
 impl State {
@@ -94,6 +97,7 @@ impl State {
             coalesce_ms: std::sync::atomic::AtomicU64::new(coalesce.as_millis() as u64),
             compact_deltas: Default::default(),
             outside: Default::default(),
+            stopped: Mutex::new(Vec::new()),
         }
     }
 
@@ -217,12 +221,31 @@ impl State {
     /// stopped and forgotten ([`Sessions::stop_all`]: no request finds it any more, and none
     /// is opened or created from now on: `-31004`). Used by the `shutdown` request and by
     /// every way the process goes away ([`crate::shutdown`]).
+    ///
+    /// The stopped sessions are not dropped here: they are held until
+    /// [`State::leave_to_exit`] (their files are closed and unlocked all the same).
     pub(crate) async fn stop(&self) -> pi_core::harness::sessions::StopReport {
         self.set_accepting_sync(false);
         match self.sessions() {
-            Ok(sessions) => sessions.stop_all().await,
+            Ok(sessions) => {
+                self.stopped.lock().extend(sessions.all());
+                sessions.stop_all().await
+            }
             Err(_) => Default::default(),
         }
+    }
+
+    /// For the process about to exit once its protocol is done (the last frames written,
+    /// every session stopped by [`State::stop`], so its file synced and unlocked): the
+    /// stopped sessions are never dropped. The OS takes their memory back at exit at once;
+    /// dropping them (a 100 MB session's entry tree, its index and shapes) cost 73 M
+    /// instructions, ≈ 4 % of opening the file (docs/benchmarks.md, round 39). Returns how
+    /// many were left.
+    pub(crate) fn leave_to_exit(&self) -> usize {
+        let stopped = std::mem::take(&mut *self.stopped.lock());
+        let n = stopped.len();
+        std::mem::forget(stopped);
+        n
     }
 }
 

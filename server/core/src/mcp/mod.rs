@@ -204,7 +204,13 @@ pub fn loaded_on_branch(writer: &SessionWriter) -> BTreeSet<String> {
 }
 
 fn last_loaded_entry(writer: &SessionWriter) -> BTreeSet<String> {
-    for e in writer.branch_path().into_iter().rev() {
+    // Only the branch's custom entries (none in most files: then no walk at all, as every
+    // open asks this).
+    let custom = match writer.leaf() {
+        Some(leaf) => writer.tree().path_where(leaf, |s| s.may_be_kind("custom")),
+        None => Vec::new(),
+    };
+    for e in custom.into_iter().rev() {
         if e.kind != "custom" {
             continue;
         }
@@ -315,6 +321,40 @@ pub fn run_tools(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The tools loaded on the branch are the last `mcp-tools` entry's on the path to the
+    /// leaf (another custom entry, a later load on an abandoned branch, and a file with no
+    /// custom entry at all, where nothing is walked, do not count).
+    #[test]
+    fn the_last_load_on_the_branch_is_the_one_read() {
+        use crate::session::{EntryData, SessionWriter};
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = SessionWriter::create(tmp.path(), tmp.path(), "p", "m", "off").unwrap();
+        let load = |names: &[&str]| EntryData::Custom {
+            custom_type: tools::LOADED_ENTRY.into(),
+            data: json!({ "loaded": names }),
+        };
+        let other = EntryData::Custom {
+            custom_type: "other".into(),
+            data: json!({ "loaded": ["mcp__x__no"] }),
+        };
+        assert!(last_loaded_entry(&w).is_empty());
+        w.append(load(&["mcp__s__a"])).unwrap();
+        let fork = w.append(other).unwrap();
+        assert_eq!(
+            last_loaded_entry(&w),
+            BTreeSet::from(["mcp__s__a".to_string()])
+        );
+        w.append(load(&["mcp__s__b", "mcp__s__c"])).unwrap();
+        let want: BTreeSet<String> = ["mcp__s__b", "mcp__s__c"].map(String::from).into();
+        assert_eq!(last_loaded_entry(&w), want);
+        let tree = w.tree().clone();
+        w.branch(&tree, Some(&fork)).unwrap();
+        assert_eq!(
+            last_loaded_entry(&w),
+            BTreeSet::from(["mcp__s__a".to_string()])
+        );
+    }
 
     /// A server an ACP client hands over is `direct`, unless an `mcp.json` entry of the same
     /// name sets `exposure` / `toolExposure` (the user's, overridden by a trusted project's);

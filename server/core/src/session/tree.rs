@@ -609,6 +609,30 @@ pub struct SessionTree {
     pub warnings: Vec<String>,
 }
 
+/// A pass's question of entry shapes as [`SessionTree::shape_test`] prepares it: the few
+/// shapes of the tree it keeps, or the question itself.
+pub(crate) enum ShapeTest<F> {
+    /// The first `n` shapes kept (of the tree's distinct shapes, all that `maybe` keeps).
+    Among([EntryShape; FEW_SHAPES], usize),
+    /// Asked of each entry.
+    Ask(F),
+}
+
+/// The most shapes a [`ShapeTest`] compares per entry: more, and the question is asked
+/// instead.
+const FEW_SHAPES: usize = 4;
+
+impl<F: Fn(EntryShape) -> bool> ShapeTest<F> {
+    /// Whether the pass keeps an entry of shape `s`.
+    #[inline(always)]
+    pub(crate) fn keeps(&self, s: EntryShape) -> bool {
+        match self {
+            ShapeTest::Among(kept, n) => kept[..*n].contains(&s),
+            ShapeTest::Ask(maybe) => maybe(s),
+        }
+    }
+}
+
 /// The distinct [`EntryShape`]s a tree's entries were given, in the order first seen: a few
 /// dozen in a session (kinds × roles × tools), so a pass over a long path asks each of them
 /// its question before it walks ([`SessionTree::may_hold`]). A shape is added when an entry
@@ -1290,7 +1314,8 @@ impl SessionTree {
         if !self.may_hold(&maybe) {
             return Vec::new();
         }
-        let keep = |i: usize| self.shapes.get(i).copied().is_none_or(&maybe);
+        let test = self.shape_test(maybe);
+        let keep = |i: usize| self.shapes.get(i).is_none_or(|s| test.keeps(*s));
         let mut out = Vec::new();
         let mut last = usize::MAX;
         let mut cur = self.index.get(&self.entries, leaf);
@@ -1323,15 +1348,42 @@ impl SessionTree {
             || self.seen.all.iter().any(|s| maybe(*s))
     }
 
-    /// The entries in file order whose shape `maybe` keeps ([`SessionTree::path_where`]).
+    /// `maybe` asked once of each distinct shape the entries were given ([`ShapesSeen`]: a
+    /// few dozen) instead of once per entry: when it keeps at most [`FEW_SHAPES`] of them,
+    /// a pass over many entries compares each entry's shape with those (the question of
+    /// `file_usage`, four `may_be_*` calls, was asked of every entry of a 100 MB session at
+    /// open; docs/benchmarks.md, round 39). Same answers as `maybe` for every entry of the
+    /// tree (every entry's shape is among those seen), `maybe` itself when the shapes are
+    /// not all known.
+    pub(crate) fn shape_test<F: Fn(EntryShape) -> bool>(&self, maybe: F) -> ShapeTest<F> {
+        if self.seen.full || self.shapes.len() != self.entries.len() {
+            return ShapeTest::Ask(maybe);
+        }
+        let mut kept = [EntryShape(0); FEW_SHAPES];
+        let mut n = 0;
+        for &s in &self.seen.all {
+            if maybe(s) {
+                if n == kept.len() {
+                    return ShapeTest::Ask(maybe);
+                }
+                kept[n] = s;
+                n += 1;
+            }
+        }
+        ShapeTest::Among(kept, n)
+    }
+
+    /// The entries in file order whose shape `maybe` keeps ([`SessionTree::path_where`];
+    /// `maybe` asked once per distinct shape, [`SessionTree::shape_test`]).
     pub fn entries_where(
         &self,
         maybe: impl Fn(EntryShape) -> bool,
     ) -> impl DoubleEndedIterator<Item = &Entry> {
+        let test = self.shape_test(maybe);
         self.entries
             .iter()
             .zip(&self.shapes)
-            .filter(move |(_, s)| maybe(**s))
+            .filter(move |(_, s)| test.keeps(**s))
             .map(|(e, _)| e)
     }
 
@@ -1346,12 +1398,13 @@ impl SessionTree {
             .index
             .get(&self.entries, leaf)
             .filter(|_| self.may_hold(&maybe));
+        let test = self.shape_test(maybe);
         let mut left = self.entries.len();
         std::iter::from_fn(move || loop {
             let i = cur.filter(|_| left > 0)?;
             left -= 1;
             cur = self.parent_of(i);
-            if self.shapes.get(i).copied().is_none_or(&maybe) {
+            if self.shapes.get(i).is_none_or(|s| test.keeps(*s)) {
                 return Some(&self.entries[i]);
             }
         })
@@ -1548,6 +1601,14 @@ impl SessionTree {
         let Some(leaf) = leaf.or(self.last_id()) else {
             return 0;
         };
+        // No compaction and no edit in the whole tree (the common case): one walk up from the
+        // leaf, counting by the shapes, without the path's vector.
+        let edits = |s: EntryShape| s.may_be_kind("compaction") || s.may_be_kind("context_edit");
+        if !self.may_hold(edits) {
+            if let Some(n) = self.visible_on_path(leaf) {
+                return n;
+            }
+        }
         let indices = self.path_indices(leaf);
         let shape = |i: usize| self.shapes.get(i).copied();
         let plain = indices.iter().all(|&i| {
@@ -1566,6 +1627,29 @@ impl SessionTree {
                 None => self.entries[i].is_visible(),
             })
             .count()
+    }
+
+    /// The visible entries of the path to `leaf` ([`Entry::is_visible`], read from the shapes
+    /// where they know it), counted in one walk up; `None` when the walk does not go to ever
+    /// smaller indices (a parent filed after its child: [`SessionTree::path_indices`] walks
+    /// that) or an entry's shape is not known.
+    fn visible_on_path(&self, leaf: &str) -> Option<usize> {
+        let mut n = 0;
+        let mut last = usize::MAX;
+        let mut cur = self.index.get(&self.entries, leaf);
+        while let Some(i) = cur {
+            if i >= last {
+                return None;
+            }
+            let visible = match self.shapes.get(i)?.visible() {
+                Some(v) => v,
+                None => self.entries[i].is_visible(),
+            };
+            n += usize::from(visible);
+            last = i;
+            cur = self.parent_of(i);
+        }
+        Some(n)
     }
 
     /// How many messages Pi 1.6's agent holds at `leaf` (its `messageCount`): the model
@@ -1711,6 +1795,127 @@ mod tests {
         let mut v = lines.as_array().unwrap().clone();
         let header = v.remove(0);
         SessionTree::from_values(header, v, Vec::new())
+    }
+
+    /// A question asked once per distinct shape ([`SessionTree::shape_test`]) keeps exactly
+    /// the entries it keeps asked of each entry, in `entries_where`, `path_where` and the
+    /// walks built on `ancestors_where`: questions keeping no shape, one, a few, more than
+    /// [`FEW_SHAPES`] (asked per entry then) and every shape, on a tree of many shapes and on
+    /// one whose shapes are not all known (asked per entry).
+    #[test]
+    fn a_question_asked_per_shape_keeps_what_it_keeps_per_entry() {
+        let mut lines = vec![json!({"type":"session","version":3,"id":"s"})];
+        let mut parent: Option<String> = None;
+        let mut push = |v: Value| {
+            let id = format!("e{}", lines.len());
+            let mut v = v;
+            v["id"] = json!(id);
+            v["parentId"] = json!(parent);
+            lines.push(v);
+            parent = Some(id);
+        };
+        for n in 0..30 {
+            let tool = ["read", "bash", "todo", "grep", "edit", "write"][n % 6];
+            push(
+                json!({"type":"message","message":{"role":"assistant","content":[{"type":"toolCall","id":format!("c{n}"),"name":tool,"arguments":{}}],"api":"x","provider":"p","model":"m","usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"toolUse","timestamp":2}}),
+            );
+            push(
+                json!({"type":"message","message":{"role":"toolResult","toolCallId":format!("c{n}"),"toolName":tool,"content":[{"type":"text","text":"ok"}],"isError":false,"timestamp":3}}),
+            );
+            match n % 5 {
+                0 => push(json!({"type":"custom","customType":"k"})),
+                1 => push(json!({"type":"label","targetId":"e1","label":"L"})),
+                2 => push(
+                    json!({"type":"message","message":{"role":"user","content":"u","timestamp":1}}),
+                ),
+                3 => push(
+                    json!({"type":"usage","usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}}),
+                ),
+                _ => push(json!({"type":"thinking_level_change","thinkingLevel":"low"})),
+            }
+        }
+        let t = tree(Value::Array(lines));
+        assert!(t.seen.all.len() > 2 * FEW_SHAPES, "{}", t.seen.all.len());
+        let usage = |s: EntryShape| {
+            (s.may_be_kind("message") && s.may_have_role("assistant"))
+                || ["usage", "compaction", "branch_summary"]
+                    .iter()
+                    .any(|k| s.may_be_kind(k))
+        };
+        type Question = Box<dyn Fn(EntryShape) -> bool>;
+        let questions: Vec<(&str, Question)> = vec![
+            ("none", Box::new(|_| false)),
+            ("all", Box::new(|_| true)),
+            ("usage", Box::new(usage)),
+            ("custom", Box::new(EntryShape::kind_or_role_test("custom"))),
+            (
+                "todo",
+                Box::new(EntryShape::kind_or_role_test("toolResult:todo")),
+            ),
+            (
+                "results",
+                Box::new(EntryShape::kind_or_role_test("toolResult")),
+            ),
+            (
+                "message",
+                Box::new(EntryShape::kind_or_role_test("message")),
+            ),
+        ];
+        let mut unknown = t.clone();
+        unknown.shapes.pop();
+        let leaf = t.last_id().unwrap().to_string();
+        let mut few = 0;
+        for (name, q) in &questions {
+            let ids = |es: Vec<&Entry>| es.iter().map(|e| e.id.to_string()).collect::<Vec<_>>();
+            let want: Vec<&Entry> = t
+                .entries
+                .iter()
+                .zip(&t.shapes)
+                .filter(|(_, s)| q(**s))
+                .map(|(e, _)| e)
+                .collect();
+            if matches!(t.shape_test(q), ShapeTest::Among(..)) {
+                few += 1;
+            }
+            assert_eq!(
+                ids(t.entries_where(q).collect()),
+                ids(want.clone()),
+                "{name}"
+            );
+            assert_eq!(ids(t.path_where(&leaf, q)), ids(want.clone()), "{name}");
+            let mut up: Vec<&Entry> = t.ancestors_where(&leaf, q).collect();
+            up.reverse();
+            assert_eq!(ids(up), ids(want.clone()), "{name}");
+            assert!(matches!(unknown.shape_test(q), ShapeTest::Ask(_)), "{name}");
+            // The entry without a known shape is kept whatever the question.
+            let mut want_unknown = ids(want);
+            if !want_unknown.contains(&leaf) {
+                want_unknown.push(leaf.clone());
+            }
+            assert_eq!(ids(unknown.path_where(&leaf, q)), want_unknown, "{name}");
+        }
+        // Both ways are taken: the few kept shapes compared, and the question asked.
+        assert!(few > 0 && few < questions.len(), "{few}");
+        // No compaction or edit in this tree: the message count is the one-walk count, the
+        // same as the whole path's, at every leaf (a branch off the middle too).
+        let mut branched = t.clone();
+        let mut v = json!({"type":"message","id":"b1","parentId":"e40","message":{"role":"user","content":"u","timestamp":1}});
+        branched.push_entry(Entry::from_value(&v).unwrap());
+        v["id"] = json!("b2");
+        v["parentId"] = json!("b1");
+        branched.push_entry(Entry::from_value(&v).unwrap());
+        for tree in [&t, &branched, &unknown] {
+            for leaf in tree.entries.iter().map(|e| e.id.as_str()) {
+                let want = path_message_count(&tree.path(leaf));
+                assert_eq!(tree.message_count(Some(leaf)), want, "{leaf}");
+            }
+        }
+        assert!(t.visible_on_path(&leaf).is_some() && unknown.visible_on_path(&leaf).is_none());
+        assert_eq!(
+            branched.message_count(None),
+            path_message_count(&branched.path("b2"))
+        );
+        assert!(branched.message_count(None) < t.message_count(None));
     }
 
     /// Every answer read through the entries' shapes ([`EntryShape`]) equals the answer read
