@@ -357,11 +357,11 @@ async fn ctx03_default_settings_on_a_32k_window_cut_inside_the_turn() {
         .collect();
     assert_eq!(prompts.len(), 1);
     assert!(
-        prompts[0].starts_with("<conversation>\n[User]: read f1.rs … f6.rs one by one\n"),
+        prompts[0].starts_with("# Conversation\n[User]: read f1.rs … f6.rs one by one\n"),
         "{}",
         &prompts[0][..200]
     );
-    assert!(!prompts[0].contains("<conversation>\n\n</conversation>"));
+    assert!(!prompts[0].contains("# Conversation\n\n\n# Instructions"));
 
     // The kept part starts at an assistant message whose calls' results are all kept.
     let e = entries(&s.path);
@@ -640,24 +640,55 @@ async fn cmp04_summaries_are_bounded_and_compaction_runs_at_most_once_per_turn()
     };
     assert!(per_run.iter().all(|n| *n <= 1), "{per_run:?}");
     assert!(per_run.iter().sum::<usize>() >= 1);
+    // Pi 1.6's limit: its summaries ask the model's `maxTokens`, 4,096 here, clamped to the
+    // window's room by pi-ai's `clampMaxTokensToContext`.
     for r in mock.requests().iter().filter(|r| is_summary(&r.body)) {
-        // History summaries may answer 80 % of the reserve, split-turn prefixes 50 %.
-        let limit = if summary_prompt(&r.body).contains("This is the PREFIX of a turn") {
-            1_000
-        } else {
-            1_600
-        };
+        let limit = pi16_summary_limit(6_000, 4_096, &r.body);
         assert_eq!(r.body["max_completion_tokens"], limit);
     }
-    for e in entries(&s.path)
+    // The mock ignores that limit (1 token here: the summarised conversation fills the
+    // window) and answers up to 16,000 characters, under the 4 × 4,096 a summary's text is cut
+    // at: the summary would not shrink the context, so the compaction fails with the figures,
+    // writes nothing, and is not tried again in the turn (no loop).
+    let ends = s.sink.of_type("compaction_end");
+    assert_eq!(ends.len(), 1, "{ends:#?}");
+    let error = ends[0]["errorMessage"].as_str().unwrap();
+    assert!(
+        error.starts_with("Auto-compaction failed: compaction would not shrink the context: its messages are about "),
+        "{error}"
+    );
+    assert!(
+        ends[0].get("result").is_none_or(Value::is_null),
+        "{}",
+        ends[0]
+    );
+    assert!(!entries(&s.path).iter().any(|e| e["type"] == "compaction"));
+}
+
+/// The output limit Pi 1.6 asks for a summary request on a chat-completions `body` (its
+/// `buildBaseOptions` → `clampMaxTokensToContext(model, context, model.maxTokens)`, pi-ai
+/// `api/simple-options.js`): the input estimated as `estimateContextTokens` does (each
+/// message's UTF-16 length / 3.5, rounded up), a margin of max(4,096, 15 % of it); under
+/// 32,768 left, the window less the input and 4,096, at most 32,768; at least 1.
+fn pi16_summary_limit(window: i64, model_max: i64, body: &Value) -> i64 {
+    let input: i64 = body["messages"]
+        .as_array()
+        .unwrap()
         .iter()
-        .filter(|e| e["type"] == "compaction")
-    {
-        let n = e["summary"].as_str().unwrap().chars().count();
-        // History (1,600 tokens) plus a split-turn prefix (1,000), 4 characters each, plus
-        // the joining text and markers.
-        assert!(n <= (1_600 + 1_000) * 4 + 300, "summary of {n} chars");
+        .map(|m| {
+            let text = match &m["content"] {
+                Value::String(s) => s.clone(),
+                c => c[0]["text"].as_str().unwrap().to_string(),
+            };
+            (text.encode_utf16().count() as i64 * 2 + 6) / 7
+        })
+        .sum();
+    let margin = 4_096.max((input * 15 + 99) / 100);
+    let mut room = window - input - margin;
+    if room < 32_768 {
+        room = 32_768.min(window - input - 4_096);
     }
+    model_max.min(room.max(1))
 }
 
 /// CMP-07 and repeated compaction: custom instructions appear in every summary request
@@ -786,7 +817,7 @@ async fn cmp07_instructions_reach_every_summary_request() {
             ]
         );
     }
-    assert_eq!(SUMMARIZATION_SYSTEM_PROMPT.lines().next().unwrap(), "You are a context summarization assistant. Your task is to read a conversation between a user and an AI coding assistant, then produce a structured summary following the exact format specified.");
+    assert_eq!(SUMMARIZATION_SYSTEM_PROMPT.lines().next().unwrap(), "You are a context summarization assistant. Your task is to read a conversation between a user and an AI assistant, then produce a structured summary following the exact format specified.");
 }
 
 /// PAIR-03: while a compaction's summary request hangs, a prompt is refused as busy and a

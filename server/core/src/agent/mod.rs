@@ -722,4 +722,5 @@ mod handle;
 mod run;
 
 pub use handle::{Agent, AgentBusy, CompactionOutcome, Subscription, WeakAgent};
+pub(crate) use run::pi_output_limit;
 pub use run::{run_agent, run_agent_from, run_compaction, OVERFLOW_RECOVERY_FAILED};
