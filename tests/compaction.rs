@@ -691,6 +691,61 @@ fn pi16_summary_limit(window: i64, model_max: i64, body: &Value) -> i64 {
     model_max.min(room.max(1))
 }
 
+/// Pi 1.6's `getSummarizationFailure`: a summary answer stopped at its output limit
+/// (`finish_reason: "length"`) is partial, so the compaction fails with Pi's words and writes
+/// nothing; the summary is not asked again.
+#[tokio::test]
+async fn a_summary_stopped_by_length_fails_the_compaction_and_writes_nothing() {
+    let dir = tmp("summary-length");
+    let mock = fast_mock(vec![Step::text("One."), Step::text("Two.")]).await;
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| {
+            let chunk = |delta: Value, finish: Value| {
+                format!(
+                    "data: {}\n\n",
+                    json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                )
+            };
+            Step::Raw {
+                status: 200,
+                content_type: "text/event-stream".into(),
+                body: [
+                    chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+                    chunk(json!({"content": "## Goal\nhalf a summ"}), Value::Null),
+                    chunk(json!({}), json!("length")),
+                    "data: [DONE]\n\n".to_string(),
+                ]
+                .concat(),
+            }
+        })
+    }));
+    let settings = CompactionSettings {
+        keep_recent_tokens: 1,
+        ..CompactionSettings::default()
+    };
+    let s = setup(&dir, &mock, 200_000, settings, "sys".into());
+    for text in ["First question?", "Second question?"] {
+        s.agent.prompt(vec![Message::user_text(text)]).unwrap();
+        idle(&s.agent).await;
+    }
+    let (_, _, rx) = s.agent.compact(None).unwrap();
+    let err = rx.await.unwrap().unwrap_err();
+    idle(&s.agent).await;
+    assert_eq!(
+        err.to_string(),
+        "Summarization failed: generation hit the token cap and the summary is incomplete"
+    );
+    assert!(!entries(&s.path).iter().any(|e| e["type"] == "compaction"));
+    // The history and the turn-prefix requests, each once.
+    let asked = mock
+        .requests()
+        .iter()
+        .filter(|r| is_summary(&r.body))
+        .count();
+    assert_eq!(asked, 2);
+}
+
 /// CMP-07 and repeated compaction: custom instructions appear in every summary request
 /// (history and split-turn prefix); the next compaction folds in the previous summary; the
 /// system prompt is sent unchanged after compaction (never summarised away).

@@ -1001,6 +1001,10 @@ pub fn summary_max_tokens(model: &Model, context: &Context) -> u64 {
         .max(1)
 }
 
+/// Why a summary stopped by `length` fails (Pi 1.6's `getSummarizationFailure`, after its
+/// "Summarization failed: " label, which [`CompactionError::SummaryFailed`] adds).
+pub const SUMMARY_CUT: &str = "generation hit the token cap and the summary is incomplete";
+
 /// One summary completion asking [`summary_max_tokens`] (Pi 1.6's limit); the text is capped at
 /// `4 ×` the model's `maxTokens` characters (the most Pi asks before clamping to the window)
 /// even when a provider ignores the limit, so summaries cannot grow without bound (CMP-04). The
@@ -1040,6 +1044,11 @@ pub(crate) async fn complete_summary(
                 return Err(CompactionError::SummaryFailed(
                     m.error_message.unwrap_or_else(|| "Unknown error".into()),
                 ))
+            }
+            // Pi 1.6's `getSummarizationFailure`: a summary stopped at its output limit is
+            // partial and never becomes a checkpoint.
+            StopReason::Length => {
+                return Err(CompactionError::SummaryFailed(SUMMARY_CUT.into()));
             }
             _ => {}
         }
