@@ -350,11 +350,11 @@ async fn ctx03_default_settings_on_a_32k_window_cut_inside_the_turn() {
         .collect();
     assert_eq!(prompts.len(), 1);
     assert!(
-        prompts[0].starts_with("<conversation>\n[User]: read f1.rs … f6.rs one by one\n"),
+        prompts[0].starts_with("# Conversation\n[User]: read f1.rs … f6.rs one by one\n"),
         "{}",
         &prompts[0][..200]
     );
-    assert!(!prompts[0].contains("<conversation>\n\n</conversation>"));
+    assert!(!prompts[0].contains("# Conversation\n\n\n# Instructions"));
 
     // The kept part starts at an assistant message whose calls' results are all kept.
     let e = entries(&s.path);
@@ -633,24 +633,110 @@ async fn cmp04_summaries_are_bounded_and_compaction_runs_at_most_once_per_turn()
     };
     assert!(per_run.iter().all(|n| *n <= 1), "{per_run:?}");
     assert!(per_run.iter().sum::<usize>() >= 1);
+    // Pi 1.6's limit: its summaries ask the model's `maxTokens`, 4,096 here, clamped to the
+    // window's room by pi-ai's `clampMaxTokensToContext`.
     for r in mock.requests().iter().filter(|r| is_summary(&r.body)) {
-        // History summaries may answer 80 % of the reserve, split-turn prefixes 50 %.
-        let limit = if summary_prompt(&r.body).contains("This is the PREFIX of a turn") {
-            1_000
-        } else {
-            1_600
-        };
+        let limit = pi16_summary_limit(6_000, 4_096, &r.body);
         assert_eq!(r.body["max_completion_tokens"], limit);
     }
-    for e in entries(&s.path)
+    // The mock ignores that limit (1 token here: the summarised conversation fills the
+    // window) and answers up to 16,000 characters, under the 4 × 4,096 a summary's text is cut
+    // at: the summary would not shrink the context, so the compaction fails with the figures,
+    // writes nothing, and is not tried again in the turn (no loop).
+    let ends = s.sink.of_type("compaction_end");
+    assert_eq!(ends.len(), 1, "{ends:#?}");
+    let error = ends[0]["errorMessage"].as_str().unwrap();
+    assert!(
+        error.starts_with("Auto-compaction failed: compaction would not shrink the context: its messages are about "),
+        "{error}"
+    );
+    assert!(
+        ends[0].get("result").is_none_or(Value::is_null),
+        "{}",
+        ends[0]
+    );
+    assert!(!entries(&s.path).iter().any(|e| e["type"] == "compaction"));
+}
+
+/// The output limit Pi 1.6 asks for a summary request on a chat-completions `body` (its
+/// `buildBaseOptions` → `clampMaxTokensToContext(model, context, model.maxTokens)`, pi-ai
+/// `api/simple-options.js`): the input estimated as `estimateContextTokens` does (each
+/// message's UTF-16 length / 3.5, rounded up), a margin of max(4,096, 15 % of it); under
+/// 32,768 left, the window less the input and 4,096, at most 32,768; at least 1.
+fn pi16_summary_limit(window: i64, model_max: i64, body: &Value) -> i64 {
+    let input: i64 = body["messages"]
+        .as_array()
+        .unwrap()
         .iter()
-        .filter(|e| e["type"] == "compaction")
-    {
-        let n = e["summary"].as_str().unwrap().chars().count();
-        // History (1,600 tokens) plus a split-turn prefix (1,000), 4 characters each, plus
-        // the joining text and markers.
-        assert!(n <= (1_600 + 1_000) * 4 + 300, "summary of {n} chars");
+        .map(|m| {
+            let text = match &m["content"] {
+                Value::String(s) => s.clone(),
+                c => c[0]["text"].as_str().unwrap().to_string(),
+            };
+            (text.encode_utf16().count() as i64 * 2 + 6) / 7
+        })
+        .sum();
+    let margin = 4_096.max((input * 15 + 99) / 100);
+    let mut room = window - input - margin;
+    if room < 32_768 {
+        room = 32_768.min(window - input - 4_096);
     }
+    model_max.min(room.max(1))
+}
+
+/// Pi 1.6's `getSummarizationFailure`: a summary answer stopped at its output limit
+/// (`finish_reason: "length"`) is partial, so the compaction fails with Pi's words and writes
+/// nothing; the summary is not asked again.
+#[tokio::test]
+async fn a_summary_stopped_by_length_fails_the_compaction_and_writes_nothing() {
+    let dir = tmp("summary-length");
+    let mock = fast_mock(vec![Step::text("One."), Step::text("Two.")]).await;
+    mock.set_responder(Arc::new(|body: &Value| {
+        is_summary(body).then(|| {
+            let chunk = |delta: Value, finish: Value| {
+                format!(
+                    "data: {}\n\n",
+                    json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                )
+            };
+            Step::Raw {
+                status: 200,
+                content_type: "text/event-stream".into(),
+                body: [
+                    chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+                    chunk(json!({"content": "## Goal\nhalf a summ"}), Value::Null),
+                    chunk(json!({}), json!("length")),
+                    "data: [DONE]\n\n".to_string(),
+                ]
+                .concat(),
+            }
+        })
+    }));
+    let settings = CompactionSettings {
+        keep_recent_tokens: 1,
+        ..CompactionSettings::default()
+    };
+    let s = setup(&dir, &mock, 200_000, settings, "sys".into());
+    for text in ["First question?", "Second question?"] {
+        s.agent.prompt(vec![Message::user_text(text)]).unwrap();
+        idle(&s.agent).await;
+    }
+    let (_, _, rx) = s.agent.compact(None).unwrap();
+    let err = rx.await.unwrap().unwrap_err();
+    idle(&s.agent).await;
+    assert_eq!(
+        err.to_string(),
+        "Summarization failed: generation hit the token cap and the summary is incomplete"
+    );
+    assert!(!entries(&s.path).iter().any(|e| e["type"] == "compaction"));
+    // The history and the turn-prefix requests, each once.
+    let asked = mock
+        .requests()
+        .iter()
+        .filter(|r| is_summary(&r.body))
+        .count();
+    assert_eq!(asked, 2);
 }
 
 /// CMP-07 and repeated compaction: custom instructions appear in every summary request
@@ -779,7 +865,7 @@ async fn cmp07_instructions_reach_every_summary_request() {
             ]
         );
     }
-    assert_eq!(SUMMARIZATION_SYSTEM_PROMPT.lines().next().unwrap(), "You are a context summarization assistant. Your task is to read a conversation between a user and an AI coding assistant, then produce a structured summary following the exact format specified.");
+    assert_eq!(SUMMARIZATION_SYSTEM_PROMPT.lines().next().unwrap(), "You are a context summarization assistant. Your task is to read a conversation between a user and an AI assistant, then produce a structured summary following the exact format specified.");
 }
 
 /// PAIR-03: while a compaction's summary request hangs, a prompt is refused as busy and a

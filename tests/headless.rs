@@ -1491,7 +1491,7 @@ async fn an_overflow_on_one_huge_old_turn_is_compacted_and_the_session_goes_on()
         .unwrap();
     assert!(
         prefix.starts_with(&format!(
-            "<conversation>\n[User]: {big_user}\n</conversation>\n\n"
+            "# Conversation\n[User]: {big_user}\n\n# Instructions\n"
         )),
         "{}",
         &prefix[..200]

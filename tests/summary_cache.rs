@@ -24,21 +24,22 @@ use serde_json::{json, Value};
 const SESSION: &str = "01a24c01-09cb-750b-be08-382c448cac10";
 
 /// The summary requests of one conversation here, in order, by the start of their user text
-/// and their output limit: the compaction's history summary (Pi's `0.8 × reserveTokens`,
-/// reserve 16,384) and, its kept turn being split, the turn prefix's (`0.5 × reserveTokens`);
-/// then the branch summary (Pi's 2,048).
+/// and their output limit: the compaction's history summary and, its kept turn being split, the
+/// turn prefix's (Pi 1.6's `# Conversation` / `# Instructions` form); then the branch summary.
+/// Each asks Pi 1.6's limit: the model's `maxTokens` (4,096), which the 200,000-token window's
+/// room does not clamp.
 const SUMMARIES: [(&str, u64); 3] = [
     (
         "<conversation>\n[User]: First question?\n\n[Assistant]: One.\n</conversation>",
-        13_107,
+        4_096,
     ),
     (
-        "<conversation>\n[User]: Second question?\n</conversation>",
-        8_192,
+        "# Conversation\n[User]: Second question?\n\n# Instructions\nThe messages above are earlier context",
+        4_096,
     ),
     (
         "<conversation>\n[User]: First question?\n\n[Assistant]: One.\n\n[User]: Second",
-        2_048,
+        4_096,
     ),
 ];
 

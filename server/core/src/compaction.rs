@@ -900,14 +900,15 @@ pub fn serialize_conversation(messages: &[Message]) -> String {
     parts.join("\n\n")
 }
 
-/// Pi's system prompt of every summary request.
-pub const SUMMARIZATION_SYSTEM_PROMPT: &str = "You are a context summarization assistant. Your task is to read a conversation between a user and an AI coding assistant, then produce a structured summary following the exact format specified.\n\nDo NOT continue the conversation. Do NOT respond to any questions in the conversation. ONLY output the structured summary.";
+/// Pi 1.6's system prompt of every summary request (`SUMMARIZATION_SYSTEM_PROMPT` in its
+/// `compaction/utils`; Pi 0.73 said "an AI coding assistant").
+pub const SUMMARIZATION_SYSTEM_PROMPT: &str = "You are a context summarization assistant. Your task is to read a conversation between a user and an AI assistant, then produce a structured summary following the exact format specified.\n\nDo NOT continue the conversation. Do NOT respond to any questions in the conversation. ONLY output the structured summary.";
 
 /// Pi's instructions for a first summary.
 pub const SUMMARIZATION_PROMPT: &str = include_str!("compaction/summarize.txt");
 /// Pi's instructions for folding new messages into a previous summary.
 pub const UPDATE_SUMMARIZATION_PROMPT: &str = include_str!("compaction/update.txt");
-/// Pi's instructions for the early part of a split turn.
+/// Pi 1.6's instructions for the early part of a split turn (`TURN_PREFIX_SUMMARIZATION_PROMPT`).
 pub const TURN_PREFIX_SUMMARIZATION_PROMPT: &str = include_str!("compaction/turn_prefix.txt");
 
 fn with_instructions(base: &str, instructions: Option<&str>) -> String {
@@ -951,27 +952,72 @@ pub fn history_request(
     summary_context(text)
 }
 
-/// The split-turn prefix request (Pi's `generateTurnPrefixSummary`). Unlike Pi, the user's
-/// custom instructions are carried here too, so no summary request loses them (case CMP-07).
+/// The split-turn prefix request (Pi 1.6's `generateTurnPrefixSummary`): `# Conversation`, the
+/// serialised messages, `# Instructions` and Pi's instructions, then the user's custom
+/// instructions as `Additional focus: …` (Pi 1.6 carries them here too: case CMP-07).
 pub fn turn_prefix_request(messages: &[Message], instructions: Option<&str>) -> Context {
     summary_context(format!(
-        "<conversation>\n{}\n</conversation>\n\n{}",
+        "# Conversation\n{}\n\n# Instructions\n{}",
         serialize_conversation(messages),
         with_instructions(TURN_PREFIX_SUMMARIZATION_PROMPT, instructions)
     ))
 }
 
-/// One summary completion with `max_tokens`; the text is capped at `4 × max_tokens` characters
-/// even when a provider ignores the limit, so summaries cannot grow without bound (CMP-04).
-/// An answer without text (empty, or only a tool call) is asked for once more; a second one
-/// fails the compaction with [`CompactionError::SummaryFailed`], so no empty summary ever
-/// replaces the context (case 18.11).
+/// The output limit of a summary request, in tokens, as Pi 1.6 asks it: its summary requests
+/// name no `maxTokens` (`completeSummarization`; "summaries use the model's output limit",
+/// pi #9512), so pi-ai's `buildBaseOptions` asks the model's `maxTokens` clamped by
+/// `clampMaxTokensToContext` to what the window leaves ([`crate::agent::pi_output_limit`] of
+/// `estimateContextTokens`: the system prompt's and the one user text's characters / 3.5,
+/// rounded up, each). A model without a known window gets its `maxTokens`.
+pub fn summary_max_tokens(model: &Model, context: &Context) -> u64 {
+    if model.context_window == 0 {
+        return model.max_tokens.max(1);
+    }
+    let tokens = |s: &str| (s.encode_utf16().count() as u64 * 2).div_ceil(7);
+    let input = tokens(&context.system_prompt)
+        + context
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User(u) => match &u.content {
+                    UserContent::Text(t) => tokens(t),
+                    UserContent::Blocks(b) => {
+                        let chars: u64 = b
+                            .iter()
+                            .map(|b| match b {
+                                ContentBlock::Text(t) => t.text.encode_utf16().count() as u64,
+                                _ => 4_800,
+                            })
+                            .sum();
+                        (chars * 2).div_ceil(7)
+                    }
+                },
+                _ => 0,
+            })
+            .sum::<u64>();
+    model
+        .max_tokens
+        .min(crate::agent::pi_output_limit(model.context_window, input))
+        .max(1)
+}
+
+/// Why a summary stopped by `length` fails (Pi 1.6's `getSummarizationFailure`, after its
+/// "Summarization failed: " label, which [`CompactionError::SummaryFailed`] adds).
+pub const SUMMARY_CUT: &str = "generation hit the token cap and the summary is incomplete";
+
+/// One summary completion asking [`summary_max_tokens`] (Pi 1.6's limit); the text is capped at
+/// `4 ×` the model's `maxTokens` characters (the most Pi asks before clamping to the window)
+/// even when a provider ignores the limit, so summaries cannot grow without bound (CMP-04). The
+/// cap is not the clamped limit: that one is small exactly when the summarised conversation
+/// fills the window, while the summary replaces that conversation. An answer without text (empty, or only a tool call) is asked for
+/// once more; a second one fails the compaction with [`CompactionError::SummaryFailed`], so no
+/// empty summary ever replaces the context (case 18.11).
 pub(crate) async fn complete_summary(
     model: &Model,
     context: &Context,
-    max_tokens: u64,
     cancel: &CancellationToken,
 ) -> Result<(String, pi_ai::Usage), CompactionError> {
+    let max_tokens = summary_max_tokens(model, context);
     let mut empty_answers = 0;
     // Every request's usage counts (Pi 1.6 writes the summary calls' usage on the entry).
     let mut usage = pi_ai::Usage::default();
@@ -981,7 +1027,9 @@ pub(crate) async fn complete_summary(
             context,
             StreamOptions {
                 cancel: cancel.child_token(),
-                max_tokens: Some(max_tokens),
+                // The model's limit, clamped to the window's room (a thinking budget
+                // included), as pi-ai 1.6's `buildBaseOptions` asks it.
+                output_room: (model.context_window > 0).then_some(max_tokens),
                 // Pi 1.6's `completeSummarization`: summary requests cache nothing (no
                 // `cache_control`, no `prompt_cache_key`, no session headers).
                 cache_retention: Some(CacheRetention::None),
@@ -996,6 +1044,11 @@ pub(crate) async fn complete_summary(
                 return Err(CompactionError::SummaryFailed(
                     m.error_message.unwrap_or_else(|| "Unknown error".into()),
                 ))
+            }
+            // Pi 1.6's `getSummarizationFailure`: a summary stopped at its output limit is
+            // partial and never becomes a checkpoint.
+            StopReason::Length => {
+                return Err(CompactionError::SummaryFailed(SUMMARY_CUT.into()));
             }
             _ => {}
         }
@@ -1027,10 +1080,11 @@ pub(crate) async fn complete_summary(
             )));
         }
     };
-    let cap = (max_tokens * 4) as usize;
+    let most = model.max_tokens.max(max_tokens);
+    let cap = (most * 4) as usize;
     let text = if text.chars().count() > cap {
         let head: String = text.chars().take(cap).collect();
-        format!("{head}\n\n[summary cut at {max_tokens} tokens]")
+        format!("{head}\n\n[summary cut at {most} tokens]")
     } else {
         text
     };
@@ -1076,16 +1130,14 @@ pub struct CompactionResult {
 
 /// Writes the summaries for `prep` (Pi's `compact`): the history summary (first or update) and,
 /// for a split turn, the turn-prefix summary, requested concurrently; then the file lists.
-/// `max_tokens` of the history summary is 80 % of `reserve_tokens`, of the prefix 50 %.
+/// Each asks Pi 1.6's output limit ([`summary_max_tokens`]), not Pi 0.73's share of
+/// `compaction.reserveTokens`.
 pub async fn summarize(
     model: &Model,
     prep: &Preparation,
     instructions: Option<&str>,
-    reserve_tokens: u64,
     cancel: &CancellationToken,
 ) -> Result<CompactionResult, CompactionError> {
-    let history_max = (reserve_tokens * 8 / 10).max(256);
-    let prefix_max = (reserve_tokens / 2).max(256);
     let history = async {
         // A split turn with nothing older than it: the previous summary (or Pi's "No prior
         // history.") stands for the history, with no request (Pi 1.6's `compact`), so no
@@ -1103,12 +1155,12 @@ pub async fn summarize(
             prep.previous_summary.as_deref(),
             instructions,
         );
-        complete_summary(model, &ctx, history_max, cancel).await
+        complete_summary(model, &ctx, cancel).await
     };
     let summary = if prep.is_split_turn {
         let prefix = async {
             let ctx = turn_prefix_request(&prep.turn_prefix_messages, instructions);
-            complete_summary(model, &ctx, prefix_max, cancel).await
+            complete_summary(model, &ctx, cancel).await
         };
         let (h, p) = futures::join!(history, prefix);
         let ((h, mut hu), (p, pu)) = (h?, p?);
@@ -1172,8 +1224,7 @@ impl Compactor for SessionCompactor {
         let prep = prepare(&refs, settings.keep_recent_tokens)?;
         drop(refs);
         drop(path);
-        let mut result =
-            summarize(model, &prep, instructions, settings.reserve_tokens, cancel).await?;
+        let mut result = summarize(model, &prep, instructions, cancel).await?;
         let w = self.writer()?;
         if w.leaf() != leaf.as_deref() {
             return Err(CompactionError::Session(
@@ -1250,6 +1301,30 @@ mod tests {
             json!("plain"),
         ] {
             assert_eq!(json_chars(&v), v.to_string().chars().count() as u64, "{v}");
+        }
+    }
+
+    /// Figures from Pi 1.6.0 itself: pi-ai's `clampMaxTokensToContext` on the
+    /// `normalizeContext` of the summary system prompt and one user text of `n` × "x" and an
+    /// "é", for a model of `contextWindow`/`maxTokens` (run with node against Pi 1.6.0's dist).
+    #[test]
+    fn summary_output_limit_is_pi_1_6_s_clamp_of_the_model_s_limit() {
+        for (window, max, n, expected) in [
+            (20_000, 32_000, 1_000, 15_529),
+            (200_000, 4_096, 10, 4_096),
+            (40_000, 64_000, 50_000, 21_529),
+            (16_000, 8_000, 60_000, 1),
+            (0, 8_192, 10, 8_192),
+        ] {
+            let mut model = Model::new(pi_ai::Api::AnthropicMessages, "p", "m", "http://x");
+            model.context_window = window;
+            model.max_tokens = max;
+            let ctx = summary_context(format!("{}é", "x".repeat(n)));
+            assert_eq!(
+                summary_max_tokens(&model, &ctx),
+                expected,
+                "{window} {max} {n}"
+            );
         }
     }
 
@@ -1418,7 +1493,7 @@ mod tests {
         assert_eq!(
             u.content,
             UserContent::Blocks(vec![ContentBlock::text(format!(
-                "<conversation>\n[User]: {}\n</conversation>\n\n{TURN_PREFIX_SUMMARIZATION_PROMPT}",
+                "# Conversation\n[User]: {}\n\n# Instructions\n{TURN_PREFIX_SUMMARIZATION_PROMPT}",
                 text(30_000)
             ))])
         );

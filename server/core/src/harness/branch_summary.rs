@@ -15,11 +15,9 @@ use crate::session::{convert_message, Entry};
 pub const PREAMBLE: &str =
     "The user explored a different conversation branch before returning here.\nSummary of that exploration:\n\n";
 
-/// Pi's `BRANCH_SUMMARY_PROMPT`.
+/// Pi's `BRANCH_SUMMARY_PROMPT` (the same bytes in Pi 0.73.1 and 1.6.0). The request asks
+/// Pi 1.6's output limit ([`crate::compaction::summary_max_tokens`]), as its history summary.
 const INSTRUCTIONS: &str = "Create a structured summary of this conversation branch for context when returning later.\n\nUse this EXACT format:\n\n## Goal\n[What was the user trying to accomplish in this branch?]\n\n## Constraints & Preferences\n- [Any constraints, preferences, or requirements mentioned]\n- [Or \"(none)\" if none were mentioned]\n\n## Progress\n### Done\n- [x] [Completed tasks/changes]\n\n### In Progress\n- [ ] [Work that was started but not finished]\n\n### Blocked\n- [Issues preventing progress, if any]\n\n## Key Decisions\n- **[Decision]**: [Brief rationale]\n\n## Next Steps\n1. [What should happen next to continue this work]\n\nKeep each section concise. Preserve exact file paths, function names, and error messages.";
-
-/// Longest answer asked for, in tokens.
-const MAX_TOKENS: u64 = 2048;
 
 /// The messages of `entries` the summary covers: messages, custom messages, and earlier
 /// branch summaries (as user text).
@@ -64,7 +62,7 @@ pub async fn branch_summary(
     let context = summary_context(format!(
         "<conversation>\n{conversation}\n</conversation>\n\n{instructions}"
     ));
-    complete_summary(model, &context, MAX_TOKENS, cancel)
+    complete_summary(model, &context, cancel)
         .await
         .map(|(text, usage)| (format!("{PREAMBLE}{text}"), Some(usage)))
         .map_err(|e| format!("the branch summary failed: {e}"))
