@@ -296,3 +296,39 @@ async fn pi_cache_retention_none_keeps_the_marks_and_long_asks_for_an_hour() {
     assert_eq!(none, at(&json!({"type": "ephemeral"})));
     assert_eq!(long, at(&json!({"type": "ephemeral", "ttl": "1h"})));
 }
+
+/// OpenAI Responses: the conversation's requests carry the session's `prompt_cache_key`; the
+/// summary requests carry no key and no session headers — each summary body compared whole.
+#[tokio::test]
+async fn responses_summary_requests_carry_no_cache_key_or_session_headers() {
+    let dir = TempDir::new("summary-cache-responses");
+    let mock = MockModel::start(vec![Step::text("One."), Step::text("Two.")]).await;
+    converse_compact_and_summarise(&dir, &mock, mock.responses_model(200_000, 4_096)).await;
+    let requests = mock.requests();
+    assert!(requests.iter().all(|r| r.path == "/v1/responses"));
+    let (summaries, turns): (Vec<_>, Vec<_>) = requests.iter().partition(|r| is_summary(&r.body));
+    assert_eq!(turns.len(), 2, "{turns:#?}");
+    for r in &turns {
+        assert_eq!(r.body["prompt_cache_key"], json!(SESSION));
+    }
+    assert_eq!(summaries.len(), SUMMARIES.len(), "{summaries:#?}");
+    for (r, (start, max_tokens)) in summaries.iter().zip(SUMMARIES) {
+        let input = r.body["input"].as_array().unwrap();
+        let text = input[1]["content"][0]["text"].as_str().unwrap().to_string();
+        assert!(text.starts_with(start), "{text}");
+        assert_eq!(
+            r.body,
+            json!({
+                "model": "mock-resp-1",
+                "input": [
+                    {"role": "system", "content": SUMMARIZATION_SYSTEM_PROMPT},
+                    {"role": "user", "content": [{"type": "input_text", "text": text}]},
+                ],
+                "stream": true,
+                "store": false,
+                "max_output_tokens": max_tokens,
+            })
+        );
+        assert_eq!(session_headers(r), Vec::<String>::new());
+    }
+}
