@@ -583,7 +583,11 @@ pub struct Preparation {
 
 /// Prepares a compaction of the branch `path` (root to leaf), keeping about
 /// `keep_recent_tokens` raw. The kept part starts after the previous compaction's kept part;
-/// the previous summary and its file lists are folded in.
+/// the previous summary and its file lists are folded in. The cut is chosen on the branch's
+/// projection, as Pi 1.6's `prepareCompaction`: the previous compaction's kept entries (no
+/// stored system messages) and the entries after it, each with its `context_edit` applied;
+/// see [`CutItem`] and [`recovery_omission_suffix`] (docs/design.md "Compaction cuts the
+/// projection").
 pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, CompactionError> {
     if path.last().is_some_and(|e| e.kind == "compaction") {
         return Err(CompactionError::AlreadyCompacted);
