@@ -586,7 +586,7 @@ pub struct Preparation {
 /// the previous summary and its file lists are folded in. The cut is chosen on the branch's
 /// projection, as Pi 1.6's `prepareCompaction`: the previous compaction's kept entries (no
 /// stored system messages) and the entries after it, each with its `context_edit` applied;
-/// see [`CutItem`] and [`recovery_omission_suffix`] (docs/design.md "Compaction cuts the
+/// see `CutItem` and `recovery_omission_suffix` (docs/design.md "Compaction cuts the
 /// projection").
 pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, CompactionError> {
     if path.last().is_some_and(|e| e.kind == "compaction") {
