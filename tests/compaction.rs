@@ -1161,3 +1161,58 @@ async fn lsp_agent_compact_answers_with_the_entry_and_queues_prompts() {
     );
     c.shutdown().await;
 }
+
+/// An overflow whose compaction fails (one short prompt: nothing older to summarise) leaves
+/// the failed response out of the live context, as the session's recorder leaves it out of
+/// the stored one with a `context_edit` (headless.rs; Pi 1.6's `_omitRecoveryAttempt` happens
+/// before the compaction and nothing puts the attempt back). The run ends with the provider's
+/// error, the response is in the file, and the agent's context is the prompt alone.
+#[tokio::test]
+async fn a_failed_overflow_compaction_leaves_the_response_out_of_the_live_context() {
+    let dir = tmp("overflow-fails");
+    let mock = fast_mock(vec![Step::Raw {
+        status: 400,
+        content_type: "application/json".into(),
+        body: json!({"error": {"message": "This model's maximum context length is 4000 tokens. However, your messages resulted in 9000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string(),
+    }])
+    .await;
+    let settings = CompactionSettings {
+        enabled: true,
+        reserve_tokens: 500,
+        keep_recent_tokens: 10,
+    };
+    let s = setup(&dir, &mock, 4_000, settings, "sys".into());
+    let prompt = Message::user_text("hi");
+    s.agent.prompt(vec![prompt.clone()]).unwrap();
+    idle(&s.agent).await;
+    assert_eq!(
+        s.agent.last_outcome().unwrap().stop_reason,
+        StopReason::Error
+    );
+    let e = entries(&s.path);
+    let kinds: Vec<String> = e
+        .iter()
+        .map(|e| {
+            format!(
+                "{}:{}",
+                e["type"].as_str().unwrap(),
+                e["message"]["stopReason"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "model_change:",
+            "thinking_level_change:",
+            "message:",
+            "message:error"
+        ]
+    );
+    let ends = s.sink.of_type("compaction_end");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["reason"], "overflow");
+    assert!(ends[0]["result"].is_null());
+    assert_eq!(s.agent.messages(), [prompt]);
+    drop(s.writer);
+}

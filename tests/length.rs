@@ -171,6 +171,56 @@ fn recovery_events(out: &Output) -> Vec<Value> {
         .collect()
 }
 
+/// Each `compaction` entry as `(position of its firstKeptEntryId in [`kinds`], summary)`.
+fn compactions(lines: &[Value]) -> Vec<(Option<usize>, Value)> {
+    let first = lines
+        .iter()
+        .position(|e| e["message"]["role"] == "user")
+        .unwrap();
+    lines
+        .iter()
+        .filter(|e| e["type"] == "compaction")
+        .map(|c| {
+            let kept = lines[first..]
+                .iter()
+                .position(|e| e["id"] == c["firstKeptEntryId"]);
+            (kept, c["summary"].clone())
+        })
+        .collect()
+}
+
+/// The messages each summary request summarises: the serialised conversation's
+/// `[Role]: text` lines (their first 24 characters), one list a request, sorted (Pi sends
+/// a split turn's two requests at once).
+fn summarised(mock: &MockModel) -> Vec<Vec<String>> {
+    let mut all: Vec<Vec<String>> = mock
+        .requests()
+        .iter()
+        .filter(|r| is_summary(&r.body))
+        .map(|r| {
+            let text = r.body.to_string();
+            let body: Value = r.body.clone();
+            let last = body["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .cloned()
+                .unwrap_or(Value::Null);
+            let content = match &last["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+                _ => text,
+            };
+            content
+                .lines()
+                .filter(|l| l.starts_with('[') && l.contains("]: "))
+                .map(|l| l.chars().take(24).collect())
+                .collect()
+        })
+        .collect();
+    all.sort();
+    all
+}
+
 /// `(exit code, stdout, last stderr line)`.
 fn printed(out: &Output) -> (Option<i32>, String, String) {
     (
@@ -207,8 +257,9 @@ fn ours(mock: &MockModel, name: &str, extra: &[&str]) -> (Output, Vec<Value>) {
 
 /// The cut answer (50 of 4,096 tokens) is left out, the session compacted and the turn asked
 /// again: the file holds the cut answer, its `context_edit`, the compaction and the retried
-/// answer; the retried request carries the summary and the prompt, not the cut answer; print
-/// mode prints the retried answer only and exits 0.
+/// answer; as in Pi 1.6 (`findProjectedCutPoint`) the compaction keeps from the left-out entry
+/// and summarises the prompt as a split turn's prefix, so the retried request carries the
+/// summary only, not the cut answer; print mode prints the retried answer only and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_length_stop_below_max_tokens_is_left_out_compacted_and_retried() {
     let mock = mock(vec![
@@ -239,30 +290,34 @@ async fn a_length_stop_below_max_tokens_is_left_out_compacted_and_retried() {
         ]
     );
     assert_eq!(edits(&lines), [(true, Value::Null)]);
-    let compaction = lines.iter().find(|e| e["type"] == "compaction").unwrap();
-    assert_eq!(compaction["summary"], "SUMMARY");
+    // Pi 1.6's cut past the left-out answer (`findProjectedCutPoint`): the kept part starts
+    // at the left-out entry, the prompt is summarised as a split turn's prefix.
+    assert_eq!(
+        compactions(&lines),
+        [(
+            Some(3),
+            json!("SUMMARY\n\n---\n\n**Turn Context (split turn):**\n\nSUMMARY")
+        )]
+    );
+    assert_eq!(
+        summarised(&mock),
+        [
+            vec!["[User]: one", "[Assistant]: first answe"],
+            vec!["[User]: two xxxxxxxxxxxx"]
+        ]
+    );
     let s = |r: &str, t: &str| (r.to_string(), t.to_string());
     assert_eq!(
         conversation_requests(&mock),
         [
             vec![s("user", "one")],
             vec![s("user", "one"), s("assistant", &first_answer()), s("user", &two)],
-            vec![
-                s(
-                    "user",
-                    "The conversation history before this point was compacted into the following summary:\n\n<summary>\nSUMMARY\n</summary>"
-                ),
-                s("user", &two)
-            ],
+            // The prompt is in the summary's turn prefix; the left-out answer is kept out.
+            vec![s(
+                "user",
+                "The conversation history before this point was compacted into the following summary:\n\n<summary>\nSUMMARY\n\n---\n\n**Turn Context (split turn):**\n\nSUMMARY\n</summary>"
+            )],
         ]
-    );
-    // One summary request (the first turn); the retried answer ended the run.
-    assert_eq!(
-        mock.requests()
-            .iter()
-            .filter(|r| is_summary(&r.body))
-            .count(),
-        1
     );
     mock.assert_paired();
 }
@@ -343,11 +398,10 @@ fn again() -> Vec<Step> {
 /// The one recovery is per user turn and an answer that is neither `error` nor `length`
 /// clears it (Pi 1.6's `_overflowRecoveryAttempted`): after the retried answer's tool round a
 /// second cut answer is left out too (a second `context_edit`), not kept with Pi's error.
-/// Its compaction then summarises the first left-out answer's turn (the prompt as a split
-/// turn's prefix) and the turn is asked again. (Pi 1.6.0 leaves it out the same way, but its
-/// compaction, which skips left-out entries when it looks for the cut, finds nothing to
-/// summarise: no retry, nothing printed, exit 0. `compaction::prepare` does not apply
-/// `context_edit`s; docs/design.md.)
+/// Its compaction then finds nothing to summarise, as Pi 1.6.0's: the left-out entries are no
+/// cut points and carry no tokens, the kept tool round is under `keepRecentTokens`, and the
+/// cut moves back over the left-out entries to the start of the kept part. No retry, nothing
+/// printed, exit 0 (Pi's print mode on the same script alike: `entries_and_output_are_pi_1_6_s`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_between_two_cut_answers_clears_the_one_recovery() {
     let m = mock(again()).await;
@@ -357,7 +411,7 @@ async fn an_answer_between_two_cut_answers_clears_the_one_recovery() {
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).as_ref()
         ),
-        (Some(0), "never asked\n"),
+        (Some(0), ""),
         "{out:?}"
     );
     assert_eq!(
@@ -370,12 +424,12 @@ async fn an_answer_between_two_cut_answers_clears_the_one_recovery() {
             "message:toolResult::hello\n",
             "message:assistant:length:cut again",
             "context_edit:::",
-            "compaction:::",
-            "message:assistant:stop:never asked",
         ]
     );
     assert_eq!(edits(&lines), [(true, Value::Null), (true, Value::Null)]);
-    assert_eq!(conversation_requests(&m).len(), 5);
+    assert_eq!(conversation_requests(&m).len(), 4);
+    // Only the first recovery's two summary requests (history, turn prefix).
+    assert_eq!(summarised(&m).len(), 2);
 }
 
 /// Nothing older than the cut answer to summarise (a one-prompt session): the answer is left
@@ -566,10 +620,9 @@ fn theirs(
 /// The four cases against Pi 1.6.0 on the same scripts: the same entries (kind, role, stop
 /// reason, text), the same `context_edit`s, the same stdout and exit code, the "truncated" line
 /// on stderr alike; and the same recovery events (`--json` / Pi's `--mode json`) for the
-/// second cut.
-/// (Pi's compaction of the retry keeps the cut answer's entry and summarises the prompt as
-/// the prefix of a split turn, its `_omitRecoveryAttempt` cut rule; ours keeps the prompt: the
-/// `compaction` entries' `firstKeptEntryId` and the retried request differ. docs/design.md.)
+/// second cut. Also the compactions' `firstKeptEntryId` (as the kept entry's position) and
+/// summaries, every conversation request whole, and the messages each summary request
+/// summarises: Pi 1.6's cut through the left-out entries (`findProjectedCutPoint`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_and_output_are_pi_1_6_s() {
     let Some(pi) = pi16() else { return };
@@ -612,29 +665,15 @@ async fn entries_and_output_are_pi_1_6_s() {
             (code, stdout, truncated)
         };
         assert_eq!(edits(&our_lines), edits(&their_lines), "{name}");
-        if name == "again" {
-            // The same up to the second cut answer's `context_edit`; then Pi's compaction finds
-            // nothing to summarise (the left-out answers are no cut points there) and ours
-            // summarises the first left-out answer's turn (see the test above).
-            let upto = |l: &[Value]| {
-                let k = kinds(l);
-                let last = k
-                    .iter()
-                    .rposition(|k| k.starts_with("context_edit"))
-                    .unwrap();
-                k[..=last].to_vec()
-            };
-            assert_eq!(upto(&our_lines), upto(&their_lines));
-            assert_eq!(said(&their_out), (Some(0), String::new(), false));
-            continue;
-        }
         assert_eq!(said(&our_out), said(&their_out), "{name}");
         assert_eq!(kinds(&our_lines), kinds(&their_lines), "{name}");
         assert_eq!(
-            conversation_requests(&our_mock).len(),
-            conversation_requests(&their_mock).len(),
+            conversation_requests(&our_mock),
+            conversation_requests(&their_mock),
             "{name}"
         );
+        assert_eq!(compactions(&our_lines), compactions(&their_lines), "{name}");
+        assert_eq!(summarised(&our_mock), summarised(&their_mock), "{name}");
     }
     // The events of the second cut: Pi 1.6.0's `--mode json` and our `--json`.
     let their_mock = mock(twice()).await;

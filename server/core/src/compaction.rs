@@ -235,6 +235,17 @@ struct CutItem {
     user: bool,
     /// A `compaction` entry: the backward scan over non-message entries stops here.
     compaction: bool,
+    /// An entry with model-visible messages of its own that a `context_edit` leaves out
+    /// (`replacement: null`; Pi's `isOmitted`).
+    omitted: bool,
+    /// An omitted `message` entry of an assistant message (a left-out recovery attempt).
+    omitted_assistant: bool,
+    /// An entry with no model-visible message of its own (metadata, `context_edit`s; Pi's
+    /// `!isIntrinsicallyVisible`).
+    hidden: bool,
+    /// A `context_edit` that replaces (not omits) an entry: the projected index of its target,
+    /// `usize::MAX` when the target is not in the projection.
+    replaces: Option<usize>,
 }
 
 /// Pi 1.6's `findCutPoint` over `items[start..end]`, with two changes, both for a context over
@@ -265,16 +276,21 @@ fn cut_items(items: &[CutItem], start: usize, end: usize, keep_recent_tokens: u6
     };
     let mut cut = first_cut;
     let mut acc = 0u64;
+    let mut exceeded = false;
     for i in (start..end).rev() {
         let Some(t) = items[i].tokens else { continue };
         acc += t;
         if acc >= keep_recent_tokens {
+            exceeded = true;
             cut = (i..end)
                 .find(|&c| items[c].cut)
                 .or_else(|| (start..i).rev().find(|&c| items[c].cut))
                 .unwrap_or(first_cut);
             break;
         }
+    }
+    if exceeded && recovery_omission_suffix(items, cut + 1, end) {
+        cut += 1;
     }
     // Change 2: a cut that summarises nothing while the kept part is over the budget.
     let visible = |i: usize| !items[i].compaction && (items[i].tokens.is_some() || items[i].cut);
@@ -309,13 +325,33 @@ fn cut_items(items: &[CutItem], start: usize, end: usize, keep_recent_tokens: u6
     }
 }
 
+/// Pi 1.6's `isRecoveryOmissionSuffix` (`findProjectedCutPoint`, core/compaction/compaction.js)
+/// over `items[from..end]`, the entries after the budget's cut: a closed suffix holding a
+/// left-out assistant answer (a recovery attempt) and otherwise only left-out entries and
+/// entries with no message of their own (its `context_edit`s), with no compaction and no
+/// `context_edit` that replaces an entry outside the left-out ones. The cut then moves one
+/// entry on, past the unsent-looking input: the prompt the left-out answer answered goes to
+/// the summary (as a split turn's prefix) and the kept part starts at the left-out entry.
+fn recovery_omission_suffix(items: &[CutItem], from: usize, end: usize) -> bool {
+    let suffix = from..end;
+    let omitted_here = |k: usize| suffix.contains(&k) && items[k].omitted;
+    let external_replacement = suffix
+        .clone()
+        .any(|k| items[k].replaces.is_some_and(|t| !omitted_here(t)));
+    !external_replacement
+        && suffix.clone().any(|k| items[k].omitted_assistant)
+        && suffix
+            .clone()
+            .all(|k| !items[k].compaction && (items[k].hidden || items[k].omitted))
+}
+
 fn message_item(m: &Message) -> CutItem {
     CutItem {
         tokens: Some(estimate_tokens(m)),
         cut: !matches!(m, Message::ToolResult(_)),
         turn_start: matches!(m, Message::User(_)),
         user: matches!(m, Message::User(_)),
-        compaction: false,
+        ..CutItem::default()
     }
 }
 
@@ -331,21 +367,43 @@ pub fn find_cut_point(messages: &[Message], keep_recent_tokens: u64) -> CutPoint
     cut_items(&items, 0, items.len(), keep_recent_tokens)
 }
 
-/// The cut facts of entry `e` whose model-visible message is `message`.
-fn entry_item(e: &Entry, message: Option<&Message>) -> CutItem {
+/// The cut facts of entry `e` whose model-visible message, after the path's `context_edit`s,
+/// is `message`; `omitted` when an edit leaves the entry out (`replacement: null`), `replaces`
+/// the projected index of the entry a `context_edit` entry `e` replaces (see [`CutItem`]).
+/// A left-out entry is neither a cut point nor counted (Pi 1.6 cuts its projection, whose
+/// left-out entries have no messages); a stored system message is no cut point and not counted
+/// here (Pi: prompt state, not conversation).
+fn entry_item(
+    e: &Entry,
+    message: Option<&Message>,
+    omitted: bool,
+    replaces: Option<usize>,
+) -> CutItem {
+    let visible = match e.kind.as_str() {
+        "message" | "custom_message" | "compaction" => true,
+        "branch_summary" => e.raw()["summary"].as_str().is_some_and(|s| !s.is_empty()),
+        _ => false,
+    };
+    if omitted && visible && e.kind != "compaction" {
+        return CutItem {
+            omitted: true,
+            omitted_assistant: e.kind == "message" && e.role() == Some("assistant"),
+            ..CutItem::default()
+        };
+    }
     match e.kind.as_str() {
         "message" => {
             let role = e.role().unwrap_or("");
             let tokens = message.map(estimate_tokens).unwrap_or(0);
             CutItem {
                 tokens: Some(tokens),
-                cut: role != "toolResult",
+                cut: !matches!(role, "toolResult" | "system"),
                 turn_start: matches!(role, "user" | "bashExecution"),
                 user: role == "user",
-                compaction: false,
+                ..CutItem::default()
             }
         }
-        "branch_summary" | "custom_message" => CutItem {
+        "branch_summary" | "custom_message" if visible => CutItem {
             cut: true,
             turn_start: true,
             ..CutItem::default()
@@ -354,7 +412,11 @@ fn entry_item(e: &Entry, message: Option<&Message>) -> CutItem {
             compaction: true,
             ..CutItem::default()
         },
-        _ => CutItem::default(),
+        _ => CutItem {
+            hidden: true,
+            replaces,
+            ..CutItem::default()
+        },
     }
 }
 
@@ -523,7 +585,11 @@ pub struct Preparation {
 
 /// Prepares a compaction of the branch `path` (root to leaf), keeping about
 /// `keep_recent_tokens` raw. The kept part starts after the previous compaction's kept part;
-/// the previous summary and its file lists are folded in.
+/// the previous summary and its file lists are folded in. The cut is chosen on the branch's
+/// projection, as Pi 1.6's `prepareCompaction`: the previous compaction's kept entries (no
+/// stored system messages) and the entries after it, each with its `context_edit` applied;
+/// see `CutItem` and `recovery_omission_suffix` (docs/design.md "Compaction cuts the
+/// projection").
 pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, CompactionError> {
     if path.last().is_some_and(|e| e.kind == "compaction") {
         return Err(CompactionError::AlreadyCompacted);
@@ -554,32 +620,69 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
             file_ops.edited.extend(strings("modifiedFiles"));
         }
     }
-    // Each entry's message is parsed once.
-    let messages: Vec<Option<Message>> = path.iter().map(|e| entry_message(e)).collect();
-    let items: Vec<CutItem> = path
+    // Pi 1.6 cuts the branch's projection (`buildSessionProjection`): the kept entries of the
+    // previous compaction (without stored system messages) followed by every entry after it,
+    // each with its `context_edit` applied. `idx` maps projected positions to `path` indices.
+    let idx: Vec<usize> = match prev {
+        Some(pi) => (start..pi)
+            .filter(|&k| !(path[k].kind == "message" && path[k].role() == Some("system")))
+            .chain(pi + 1..path.len())
+            .collect(),
+        None => (0..path.len()).collect(),
+    };
+    let edits = crate::session::ContextEdits::on_path(path);
+    // Each entry's message is parsed once, its edit applied.
+    let messages: Vec<Option<Message>> = idx
+        .iter()
+        .map(|&k| {
+            let m = entry_message(path[k]);
+            match &edits {
+                Some(x) => x.apply(&path[k].id, m),
+                None => m,
+            }
+        })
+        .collect();
+    let position = |id: &str| idx.iter().position(|&k| path[k].id.as_str() == id);
+    let items: Vec<CutItem> = idx
         .iter()
         .zip(&messages)
-        .map(|(e, m)| entry_item(e, m.as_ref()))
+        .map(|(&k, m)| {
+            let e = path[k];
+            let omitted = edits.as_ref().is_some_and(|x| x.omits(&e.id));
+            let replaces = (e.kind == "context_edit")
+                .then(|| e.raw())
+                .filter(|r| !r["replacement"].is_null())
+                .map(|r| {
+                    r["targetId"]
+                        .as_str()
+                        .and_then(position)
+                        .unwrap_or(usize::MAX)
+                });
+            entry_item(e, m.as_ref(), omitted, replaces)
+        })
         .collect();
-    let end = path.len();
+    let end = idx.len();
     // Pi compacts any branch that has entries after the previous kept part, also when all of
     // them are kept (a one-turn session): the summary then covers nothing older. A branch with
     // no message at all has nothing to summarise or keep.
-    if start >= end || !path[start..].iter().any(|e| e.kind == "message") {
+    if !idx.iter().any(|&k| path[k].kind == "message") {
         return Err(CompactionError::NothingToCompact);
     }
-    let cut = cut_items(&items, start, end, keep_recent_tokens);
+    let cut = cut_items(&items, 0, end, keep_recent_tokens);
     let tokens_before = pi_context_tokens(path);
+    // Pi's `getMessagesFromProjectedEntryForCompaction`: no compaction summaries, no system
+    // messages (prompt state, not conversation).
     let for_summary = |k: usize| -> Option<Message> {
-        if path[k].kind == "compaction" {
+        if path[idx[k]].kind == "compaction" {
             None
         } else {
-            messages[k].clone()
+            messages[k]
+                .clone()
+                .filter(|m| !matches!(m, Message::System(_)))
         }
     };
     let history_end = cut.turn_start.unwrap_or(cut.first_kept);
-    let messages_to_summarize: Vec<Message> =
-        (start..history_end).filter_map(for_summary).collect();
+    let messages_to_summarize: Vec<Message> = (0..history_end).filter_map(for_summary).collect();
     let turn_prefix_messages: Vec<Message> = match cut.turn_start {
         Some(ts) => (ts..cut.first_kept).filter_map(for_summary).collect(),
         None => Vec::new(),
@@ -587,8 +690,8 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
     // Nothing older than the kept part: a summary request would carry an empty conversation
     // (Pi 1.6's `prepareCompaction` returns nothing here).
     if messages_to_summarize.is_empty() && turn_prefix_messages.is_empty() {
-        let kept: Vec<&Message> = (start..end)
-            .filter(|&k| path[k].kind == "message")
+        let kept: Vec<&Message> = (0..end)
+            .filter(|&k| path[idx[k]].kind == "message")
             .filter_map(|k| messages[k].as_ref())
             .collect();
         let what = if prev.is_some() {
@@ -618,7 +721,7 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
         file_ops.add_calls(m);
     }
     Ok(Preparation {
-        first_kept_entry_id: path[cut.first_kept].id.to_string(),
+        first_kept_entry_id: path[idx[cut.first_kept]].id.to_string(),
         is_split_turn: cut.turn_start.is_some() && !turn_prefix_messages.is_empty(),
         messages_to_summarize,
         turn_prefix_messages,

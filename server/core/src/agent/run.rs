@@ -769,7 +769,9 @@ impl Run<'_> {
                 self.messages.pop();
                 self.history_changed();
                 if self.compact(CompactionReason::Overflow).await.is_err() {
-                    self.messages.push(Message::Assistant(a.clone()));
+                    // Pi 1.6: the attempt was left out (`_omitRecoveryAttempt`, the file's
+                    // `context_edit`) before the compaction, and a failed compaction does not
+                    // put it back: the live context stays as the file's.
                     return a;
                 }
                 self.sink.emit(AgentEvent::TurnStart).await;
