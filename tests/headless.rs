@@ -1211,7 +1211,8 @@ async fn unknown_tools_are_named_in_a_warning() {
 
 /// An overflow's compact-and-retry leaves the failed answer out of the context as Pi 1.6 does
 /// (`_omitRecoveryAttempt`): the file keeps the failed answer, then a `context_edit`
-/// (`replacement: null`) naming it, then the compaction, then the retried answer.
+/// (`replacement: null`) naming it, then the compaction (cut as Pi 1.6 cuts around a left-out
+/// attempt), then the retried answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overflow_retry_leaves_the_failed_answer_out_with_a_context_edit() {
     let overflow = || {
@@ -1273,7 +1274,14 @@ async fn an_overflow_retry_leaves_the_failed_answer_out_with_a_context_edit() {
     assert_eq!(edit["parentId"], failed["id"]);
     assert_eq!(edit["replacement"], Value::Null);
     assert_eq!(compaction["parentId"], edit["id"]);
-    assert_eq!(compaction["summary"], "SUMMARY-OF-EARLIER-WORK");
+    // Pi 1.6's cut (`findProjectedCutPoint`): what follows the cut may not be only the left-out
+    // attempt and its edit, so the cut moves onto the failed entry and the prompt before it is
+    // summarised as a split turn's prefix.
+    assert_eq!(compaction["firstKeptEntryId"], failed["id"]);
+    assert_eq!(
+        compaction["summary"],
+        "SUMMARY-OF-EARLIER-WORK\n\n---\n\n**Turn Context (split turn):**\n\nSUMMARY-OF-EARLIER-WORK"
+    );
 }
 
 /// Case: a write past the file-size limit (`ulimit -f`) must not end the process. Its default
