@@ -22,7 +22,7 @@ pub mod stream;
 pub mod transform;
 pub mod types;
 
-pub use api::{next_tools_generation, stream, CacheRetention, StreamOptions};
+pub use api::{next_tools_generation, pi_output_limit, stream, CacheRetention, StreamOptions};
 pub use errors::{ProviderError, RetryPolicy};
 pub use models::{Api, Model, Registry};
 pub use stream::{AssistantEvent, AssistantStream};

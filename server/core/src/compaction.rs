@@ -1069,7 +1069,7 @@ pub fn turn_prefix_request(messages: &[Message], instructions: Option<&str>) -> 
 /// The output limit of a summary request, in tokens, as Pi 1.6 asks it: its summary requests
 /// name no `maxTokens` (`completeSummarization`; "summaries use the model's output limit",
 /// pi #9512), so pi-ai's `buildBaseOptions` asks the model's `maxTokens` clamped by
-/// `clampMaxTokensToContext` to what the window leaves ([`crate::agent::pi_output_limit`] of
+/// `clampMaxTokensToContext` to what the window leaves ([`pi_ai::pi_output_limit`] of
 /// `estimateContextTokens`: the system prompt's and the one user text's characters / 3.5,
 /// rounded up, each). A model without a known window gets its `maxTokens`.
 pub fn summary_max_tokens(model: &Model, context: &Context) -> u64 {
@@ -1100,7 +1100,7 @@ pub fn summary_max_tokens(model: &Model, context: &Context) -> u64 {
             .sum::<u64>();
     model
         .max_tokens
-        .min(crate::agent::pi_output_limit(model.context_window, input))
+        .min(pi_ai::pi_output_limit(model.context_window, input))
         .max(1)
 }
 

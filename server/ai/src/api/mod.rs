@@ -25,6 +25,23 @@ use crate::models::{Api, Model};
 use crate::stream::{AssistantStream, MessageBuilder};
 use crate::types::Context;
 
+/// pi-ai 1.6's `clampMaxTokensToContext` (`api/simple-options.js`) as the room it leaves: the
+/// window less the input and a margin of max(4,096, 15 % of the input); when that leaves under
+/// 32,768 tokens, the window less the input and 4,096, at most 32,768; at least 1. The request
+/// asks for the smaller of this and its own limit ([`StreamOptions::output_room`]). `window`,
+/// `input` and the result are tokens.
+pub fn pi_output_limit(window: u64, input: u64) -> u64 {
+    const SAFETY: u64 = 4_096;
+    const MIN_OUTPUT_WITH_RATIO_MARGIN: u64 = 32_768;
+    let margin = SAFETY.max((input * 15).div_ceil(100)) as i64;
+    let (window, input) = (window as i64, input as i64);
+    let mut room = window - input - margin;
+    if room < MIN_OUTPUT_WITH_RATIO_MARGIN as i64 {
+        room = (MIN_OUTPUT_WITH_RATIO_MARGIN as i64).min(window - input - SAFETY as i64);
+    }
+    room.max(1) as u64
+}
+
 /// Per-request options.
 #[derive(Debug, Clone, Default)]
 pub struct StreamOptions {

@@ -722,7 +722,6 @@ mod handle;
 mod run;
 
 pub use handle::{Agent, AgentBusy, CompactionOutcome, Subscription, WeakAgent};
-pub(crate) use run::pi_output_limit;
 pub use run::{
     is_recoverable_length, run_agent, run_agent_from, run_compaction, OVERFLOW_RECOVERY_FAILED,
     TRUNCATED_RECOVERY_FAILED,

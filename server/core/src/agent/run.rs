@@ -6,8 +6,8 @@ use std::sync::Arc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt as _;
 use pi_ai::{
-    AssistantEvent, AssistantMessage, Context, Message, StopReason, StreamOptions, ToolCall,
-    ToolResultMessage, ToolSpec,
+    pi_output_limit, AssistantEvent, AssistantMessage, Context, Message, StopReason, StreamOptions,
+    ToolCall, ToolResultMessage, ToolSpec,
 };
 use serde_json::Value;
 
@@ -1627,22 +1627,6 @@ fn pi_tools_tokens(tools: &[ToolSpec]) -> u64 {
         .sum::<u64>();
     // `JSON.stringify` of the array: brackets and the commas between declarations.
     pi_tokens(declared + 2 + tools.len() as u64 - 1)
-}
-
-/// pi-ai 1.6's `clampMaxTokensToContext` (`api/simple-options.js`) as the room it leaves: the
-/// window less the input and a margin of max(4,096, 15 % of the input); when that leaves under
-/// 32,768 tokens, the window less the input and 4,096, at most 32,768; at least 1. The request
-/// asks for the smaller of this and its own limit ([`StreamOptions::output_room`]).
-pub(crate) fn pi_output_limit(window: u64, input: u64) -> u64 {
-    const SAFETY: u64 = 4_096;
-    const MIN_OUTPUT_WITH_RATIO_MARGIN: u64 = 32_768;
-    let margin = SAFETY.max((input * 15).div_ceil(100)) as i64;
-    let (window, input) = (window as i64, input as i64);
-    let mut room = window - input - margin;
-    if room < MIN_OUTPUT_WITH_RATIO_MARGIN as i64 {
-        room = (MIN_OUTPUT_WITH_RATIO_MARGIN as i64).min(window - input - SAFETY as i64);
-    }
-    room.max(1) as u64
 }
 
 #[cfg(test)]
