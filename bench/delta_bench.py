@@ -11,6 +11,13 @@ answer less the model's floor (a bare HTTP client reading the same response, fas
 measured in every run) is the harness overhead. Prints the median and min-max of each binary's
 figures over the runs, and the ratio of medians against the first binary.
 `--no-coalesce` sets `coalesceDeltasMs: 0` (one `agent/event` per delta, the slow-stream path).
+
+    python3 bench/delta_bench.py BINARY [BINARY ...] --callgrind DIR [--answers M]
+
+instead counts instructions (Valgrind's callgrind, every thread): each binary answers 1 + 1 and
+1 + 1 + M prompts in two processes started under callgrind, and the difference / M is its
+instructions per answer (start, `initialize`, the first answers and the exit cancel out). The
+profiles stay in DIR (`cg.<binary>.<answers>.<pid>`) for `callgrind_annotate --inclusive=yes`.
 Needs the release `mock-model` (`tests/mock-model-path --release`, or `$PI_MOCK_MODEL_BIN`).
 """
 import argparse, json, statistics, sys, tempfile, time
@@ -26,6 +33,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--answers", type=int, default=bench.DELTA_REPEAT)
     ap.add_argument("--no-coalesce", action="store_true")
+    ap.add_argument("--callgrind", metavar="DIR", help="count instructions per answer instead")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pi-delta-bench-"))
     port, model = bench.start_model()
@@ -39,6 +47,8 @@ def main():
         ws = tmp / "ws"
         ws.mkdir()
         options = {"coalesceDeltasMs": 0} if args.no_coalesce else {}
+        if args.callgrind:
+            return callgrind(args, ws, agent, options)
         cpu = {b: [] for b in args.binaries}
         over = {b: [] for b in args.binaries}
         for run in range(args.runs):
@@ -72,6 +82,49 @@ def main():
     finally:
         model.kill()
         model.wait()
+
+
+def answered(binary, ws, agent, options, prompts):
+    """One process of `binary` answering `prompts` prompts, then shut down as an editor does."""
+    s = bench.PiLsp(binary, ws, agent)
+    s.initialize(**options)
+    for _ in range(prompts):
+        s.prompt_to_end("deltas please")
+    s.request("shutdown", None)
+    s.send({"jsonrpc": "2.0", "method": "exit"})
+    s.p.wait(timeout=600)
+
+
+def totals(path):
+    """The instruction count (`Ir`) of a callgrind output file: its `totals:` line."""
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return int(line.split()[1])
+    raise SystemExit(f"{path}: no totals line")
+
+
+def callgrind(args, ws, agent, options):
+    """`--callgrind DIR`: instructions per answer of each binary (see the module's doc)."""
+    out = Path(args.callgrind).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for i, b in enumerate(args.binaries):
+        path, env = bench.binary_env(b)
+        counts = {}
+        for prompts in (2, 2 + args.answers):
+            stem = f"cg.{i}-{Path(path).name}.{prompts}"
+            wrapper = out / f"{stem}.sh"
+            wrapper.write_text("#!/bin/sh\nexec valgrind -q --tool=callgrind "
+                               f"--callgrind-out-file={out}/{stem}.%p {Path(path).resolve()} \"$@\"\n")
+            wrapper.chmod(0o755)
+            before = set(out.glob(f"{stem}.[0-9]*"))
+            head = ",".join(f"{k}={v}" for k, v in env.items())
+            answered(f"{head}:{wrapper}" if head else str(wrapper), ws, agent, options, prompts)
+            made = sorted(set(out.glob(f"{stem}.[0-9]*")) - before)
+            counts[prompts] = sum(totals(f) for f in made)
+        per = (counts[2 + args.answers] - counts[2]) / args.answers
+        print(f"{bench.label(b)}: {per / 1e6:.3f} M instructions per answer "
+              f"({counts[2] / 1e6:.1f} M for 1 + 1 answers, {counts[2 + args.answers] / 1e6:.1f} M "
+              f"for 1 + 1 + {args.answers}); {per / bench.DELTAS:.0f} per delta", flush=True)
 
 
 if __name__ == "__main__":
