@@ -46,8 +46,18 @@ pub const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 #[error("the agent is already running; steer, follow up, or abort first")]
 pub struct AgentBusy;
 
+/// The last number given to a configuration ([`Agent::config_generation`]).
+static CONFIG_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A number no configuration of the process had before.
+fn next_config_generation() -> u64 {
+    CONFIG_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+}
+
 struct State {
     config: AgentConfig,
+    /// The number naming `config` ([`Agent::config_generation`]).
+    config_generation: u64,
     messages: Vec<Message>,
     /// Messages before this index carry usage of a context that has changed since
     /// ([`crate::session::SessionContext::usage_from`]; a run's compaction moves it).
@@ -198,6 +208,7 @@ impl Agent {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     config,
+                    config_generation: next_config_generation(),
                     messages,
                     usage_from: 0,
                     streaming: None,
@@ -627,6 +638,23 @@ impl Agent {
 
     /// Replaces the configuration for later runs (model, tools, hooks…).
     pub fn set_config(&self, config: AgentConfig) {
-        self.inner.state.lock().config = config;
+        let mut st = self.inner.state.lock();
+        st.config = config;
+        st.config_generation = next_config_generation();
+    }
+
+    /// The number naming the configuration later runs use: a new one, unique in the process,
+    /// at every [`Agent::set_config`] (and for every agent), so what a caller derived from the
+    /// configuration can be known to still hold without deriving it again (the session's
+    /// stored system message: `harness::recorder::store_system`).
+    pub fn config_generation(&self) -> u64 {
+        self.inner.state.lock().config_generation
+    }
+
+    /// [`Agent::with_config`] with the configuration's number ([`Agent::config_generation`]),
+    /// read together.
+    pub fn with_config_generation<R>(&self, f: impl FnOnce(&AgentConfig, u64) -> R) -> R {
+        let st = self.inner.state.lock();
+        f(&st.config, st.config_generation)
     }
 }
