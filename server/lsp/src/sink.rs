@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use pi_ai::models::ModelCost;
-use pi_ai::stream::MessageBuilder;
 use pi_ai::{AssistantEvent, AssistantMessage, Message};
-use pi_core::agent::{AgentEvent, CompactionReason, WeakAgent};
+use pi_core::agent::{AgentEvent, CompactionReason, Follower, WeakAgent};
 use pi_core::harness::{Notice, SessionListener};
 use tower_lsp_server::ls_types::{
     notification::Progress, request::WorkDoneProgressCreate, MessageType, NumberOrString,
@@ -86,8 +85,8 @@ struct Outbox {
     /// The `seq` of the last `agent/event` sent for the session (0: none yet).
     seq: u64,
     /// The assistant message being streamed, rebuilt from exactly the events sent (the same
-    /// reconstruction a client makes: [`MessageBuilder::follow`]).
-    sent: Option<MessageBuilder>,
+    /// reconstruction a client makes: [`Follower`], the same as [`pi_ai::stream::MessageBuilder::follow`]).
+    sent: Option<Follower>,
     /// Set when the client asked for compact deltas (see [`crate::delta`]).
     compact: Option<crate::delta::DeltaEncoder>,
     /// Where event frames are written outside the LSP library's buffer (see
@@ -114,7 +113,7 @@ impl Outbox {
         match &event {
             AgentEvent::MessageStart {
                 message: Message::Assistant(a),
-            } => self.sent = Some(MessageBuilder::follow(a.clone(), rates())),
+            } => self.sent = Some(Follower::new(a.clone(), rates())),
             AgentEvent::MessageUpdate {
                 assistant_message_event,
             } => {
@@ -277,8 +276,9 @@ impl LspSink {
     /// takes this snapshot and applies only the events numbered after it rebuilds the message
     /// exactly, whatever order the answer and the notifications arrive in.
     pub(crate) async fn sent(&self) -> (u64, Option<AssistantMessage>) {
-        let out = self.outbox.lock().await;
-        (out.seq, out.sent.as_ref().map(MessageBuilder::snapshot))
+        let mut out = self.outbox.lock().await;
+        let seq = out.seq;
+        (seq, out.sent.as_mut().map(Follower::snapshot))
     }
 
     /// Sends `event` of run `run_id`, not one of the agent's (an extension's error), as the

@@ -5,7 +5,7 @@
 //! - `subscribe` adds a listener and returns a [`Subscription`] whose drop (or
 //!   [`Subscription::unsubscribe`]) removes it. Listeners run in registration order and each is
 //!   awaited before the loop advances, so an `agent_end` listener can delay idleness.
-//! - One in-flight assistant slot: `message_start` starts a [`MessageBuilder::follow`] with
+//! - One in-flight assistant slot: `message_start` starts a [`Follower`] with
 //!   its message, every `message_update` the listeners get is applied to it (so
 //!   [`Agent::streaming_message`] is always the message of exactly the events forwarded so
 //!   far), `message_end` clears it and appends the canonical message to [`Agent::messages`].
@@ -18,13 +18,12 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use async_trait::async_trait;
-use pi_ai::stream::MessageBuilder;
 use pi_ai::{AssistantMessage, Message};
 use tokio::sync::watch;
 
 use super::{
     run_agent_from, run_compaction, AgentConfig, AgentEvent, CompactionError, CompactionResult,
-    Delivery, EventSink, QueueMode, RunControl, RunOutcome,
+    Delivery, EventSink, Follower, QueueMode, RunControl, RunOutcome,
 };
 use tokio::sync::oneshot;
 
@@ -63,7 +62,7 @@ struct State {
     /// ([`crate::session::SessionContext::usage_from`]; a run's compaction moves it).
     usage_from: usize,
     /// The in-flight assistant message, rebuilt from exactly the events the listeners get.
-    streaming: Option<MessageBuilder>,
+    streaming: Option<Follower>,
     running: Option<RunControl>,
     /// Id of the active run (uuid v7), or of the last one.
     run_id: Option<String>,
@@ -158,7 +157,7 @@ impl EventSink for Dispatch {
                     message: Message::Assistant(a),
                 } => {
                     let rates = st.config.model.cost.clone();
-                    st.streaming = Some(MessageBuilder::follow(a.clone(), rates));
+                    st.streaming = Some(Follower::new(a.clone(), rates));
                 }
                 AgentEvent::MessageUpdate {
                     assistant_message_event,
@@ -564,8 +563,8 @@ impl Agent {
             .state
             .lock()
             .streaming
-            .as_ref()
-            .map(MessageBuilder::snapshot)
+            .as_mut()
+            .map(Follower::snapshot)
     }
 
     /// Messages waiting for the next prompt.
