@@ -495,9 +495,12 @@ impl SessionListener for LspSink {
 }
 
 impl LspSink {
-    /// Sends one notice of the session (run `run_id`).
+    /// Sends one notice of the session (run `run_id`). Queue, usage and attention notices
+    /// are serialised once straight to their frames, as the events are
+    /// ([`crate::transport::Outside::send`]: no `Value` of their params in the LSP library).
     async fn send_notice(&self, notice: Notice, run_id: &str) {
         let client = &self.st.client;
+        let outside = &self.st.outside;
         match notice {
             Notice::Queue {
                 message,
@@ -505,16 +508,19 @@ impl LspSink {
                 steering,
                 follow_up,
             } => {
-                client
-                    .send_notification::<QueueUpdateNotification>(QueueUpdateParams {
-                        session_id: self.session_id.clone(),
-                        queue_id: message.queue_id,
-                        delivery: message.delivery,
-                        state,
-                        text: message.text,
-                        steering,
-                        follow_up,
-                    })
+                outside
+                    .send::<QueueUpdateNotification>(
+                        client,
+                        QueueUpdateParams {
+                            session_id: self.session_id.clone(),
+                            queue_id: message.queue_id,
+                            delivery: message.delivery,
+                            state,
+                            text: message.text,
+                            steering,
+                            follow_up,
+                        },
+                    )
                     .await
             }
             Notice::Usage {
@@ -522,29 +528,35 @@ impl LspSink {
                 session,
                 context_tokens,
             } => {
-                client
-                    .send_notification::<UsageNotification>(UsageParams {
-                        session_id: self.session_id.clone(),
-                        run_id: run_id.to_string(),
-                        turn,
-                        session,
-                        context_tokens,
-                        context_window: self
-                            .agent
-                            .upgrade()
-                            .map(|a| a.with_config(|c| c.model.context_window))
-                            .unwrap_or_default(),
-                    })
+                outside
+                    .send::<UsageNotification>(
+                        client,
+                        UsageParams {
+                            session_id: self.session_id.clone(),
+                            run_id: run_id.to_string(),
+                            turn,
+                            session,
+                            context_tokens,
+                            context_window: self
+                                .agent
+                                .upgrade()
+                                .map(|a| a.with_config(|c| c.model.context_window))
+                                .unwrap_or_default(),
+                        },
+                    )
                     .await
             }
             Notice::Attention { reason, message } => {
-                client
-                    .send_notification::<AttentionNotification>(AttentionParams {
-                        session_id: self.session_id.clone(),
-                        run_id: Some(run_id.to_string()),
-                        reason,
-                        message,
-                    })
+                outside
+                    .send::<AttentionNotification>(
+                        client,
+                        AttentionParams {
+                            session_id: self.session_id.clone(),
+                            run_id: Some(run_id.to_string()),
+                            reason,
+                            message,
+                        },
+                    )
                     .await
             }
             // A change that landed (or failed) after its run was aborted: told to the user,
