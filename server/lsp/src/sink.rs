@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use pi_ai::models::ModelCost;
-use pi_ai::stream::MessageBuilder;
 use pi_ai::{AssistantEvent, AssistantMessage, Message};
-use pi_core::agent::{AgentEvent, CompactionReason, WeakAgent};
+use pi_core::agent::{AgentEvent, CompactionReason, Follower, WeakAgent};
 use pi_core::harness::{Notice, SessionListener};
 use tower_lsp_server::ls_types::{
     notification::Progress, request::WorkDoneProgressCreate, MessageType, NumberOrString,
@@ -86,8 +85,8 @@ struct Outbox {
     /// The `seq` of the last `agent/event` sent for the session (0: none yet).
     seq: u64,
     /// The assistant message being streamed, rebuilt from exactly the events sent (the same
-    /// reconstruction a client makes: [`MessageBuilder::follow`]).
-    sent: Option<MessageBuilder>,
+    /// reconstruction a client makes: [`Follower`], the same as [`pi_ai::stream::MessageBuilder::follow`]).
+    sent: Option<Follower>,
     /// Set when the client asked for compact deltas (see [`crate::delta`]).
     compact: Option<crate::delta::DeltaEncoder>,
     /// Where event frames are written outside the LSP library's buffer (see
@@ -114,7 +113,7 @@ impl Outbox {
         match &event {
             AgentEvent::MessageStart {
                 message: Message::Assistant(a),
-            } => self.sent = Some(MessageBuilder::follow(a.clone(), rates())),
+            } => self.sent = Some(Follower::new(a.clone(), rates())),
             AgentEvent::MessageUpdate {
                 assistant_message_event,
             } => {
@@ -277,8 +276,9 @@ impl LspSink {
     /// takes this snapshot and applies only the events numbered after it rebuilds the message
     /// exactly, whatever order the answer and the notifications arrive in.
     pub(crate) async fn sent(&self) -> (u64, Option<AssistantMessage>) {
-        let out = self.outbox.lock().await;
-        (out.seq, out.sent.as_ref().map(MessageBuilder::snapshot))
+        let mut out = self.outbox.lock().await;
+        let seq = out.seq;
+        (seq, out.sent.as_mut().map(Follower::snapshot))
     }
 
     /// Sends `event` of run `run_id`, not one of the agent's (an extension's error), as the
@@ -495,9 +495,12 @@ impl SessionListener for LspSink {
 }
 
 impl LspSink {
-    /// Sends one notice of the session (run `run_id`).
+    /// Sends one notice of the session (run `run_id`). Queue, usage and attention notices
+    /// are serialised once straight to their frames, as the events are
+    /// ([`crate::transport::Outside::send`]: no `Value` of their params in the LSP library).
     async fn send_notice(&self, notice: Notice, run_id: &str) {
         let client = &self.st.client;
+        let outside = &self.st.outside;
         match notice {
             Notice::Queue {
                 message,
@@ -505,16 +508,19 @@ impl LspSink {
                 steering,
                 follow_up,
             } => {
-                client
-                    .send_notification::<QueueUpdateNotification>(QueueUpdateParams {
-                        session_id: self.session_id.clone(),
-                        queue_id: message.queue_id,
-                        delivery: message.delivery,
-                        state,
-                        text: message.text,
-                        steering,
-                        follow_up,
-                    })
+                outside
+                    .send::<QueueUpdateNotification>(
+                        client,
+                        QueueUpdateParams {
+                            session_id: self.session_id.clone(),
+                            queue_id: message.queue_id,
+                            delivery: message.delivery,
+                            state,
+                            text: message.text,
+                            steering,
+                            follow_up,
+                        },
+                    )
                     .await
             }
             Notice::Usage {
@@ -522,29 +528,35 @@ impl LspSink {
                 session,
                 context_tokens,
             } => {
-                client
-                    .send_notification::<UsageNotification>(UsageParams {
-                        session_id: self.session_id.clone(),
-                        run_id: run_id.to_string(),
-                        turn,
-                        session,
-                        context_tokens,
-                        context_window: self
-                            .agent
-                            .upgrade()
-                            .map(|a| a.with_config(|c| c.model.context_window))
-                            .unwrap_or_default(),
-                    })
+                outside
+                    .send::<UsageNotification>(
+                        client,
+                        UsageParams {
+                            session_id: self.session_id.clone(),
+                            run_id: run_id.to_string(),
+                            turn,
+                            session,
+                            context_tokens,
+                            context_window: self
+                                .agent
+                                .upgrade()
+                                .map(|a| a.with_config(|c| c.model.context_window))
+                                .unwrap_or_default(),
+                        },
+                    )
                     .await
             }
             Notice::Attention { reason, message } => {
-                client
-                    .send_notification::<AttentionNotification>(AttentionParams {
-                        session_id: self.session_id.clone(),
-                        run_id: Some(run_id.to_string()),
-                        reason,
-                        message,
-                    })
+                outside
+                    .send::<AttentionNotification>(
+                        client,
+                        AttentionParams {
+                            session_id: self.session_id.clone(),
+                            run_id: Some(run_id.to_string()),
+                            reason,
+                            message,
+                        },
+                    )
                     .await
             }
             // A change that landed (or failed) after its run was aborted: told to the user,

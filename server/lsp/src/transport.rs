@@ -72,7 +72,10 @@ impl Notification for OutsideNotification {
 pub struct Outside {
     active: std::sync::atomic::AtomicBool,
     next: std::sync::atomic::AtomicU64,
-    frames: parking_lot::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+    /// The kept frames by slot, in the order they were kept: the guard's writer takes them
+    /// in nearly that order (placeholders of two sessions may cross), so a take looks from the
+    /// front and finds its slot first or close to it.
+    frames: parking_lot::Mutex<std::collections::VecDeque<(u64, Vec<u8>)>>,
 }
 
 impl Outside {
@@ -114,16 +117,19 @@ impl Outside {
 
     /// Keeps `frame` until its placeholder is written; returns its slot.
     fn keep(&self, frame: Vec<u8>) -> u64 {
+        let mut frames = self.frames.lock();
+        // Numbered under the lock: the queue stays in slot order.
         let slot = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.frames.lock().insert(slot, frame);
+        frames.push_back((slot, frame));
         slot
     }
 
     /// The frame kept under `slot` (taken out).
     fn take(&self, slot: u64) -> Option<Vec<u8>> {
         let mut frames = self.frames.lock();
-        let frame = frames.remove(&slot);
-        // The map's table is not kept at the size of a burst.
+        let at = frames.iter().position(|(s, _)| *s == slot)?;
+        let frame = frames.remove(at).map(|(_, frame)| frame);
+        // The queue is not kept at the size of a burst.
         if frames.is_empty() && frames.capacity() > 64 {
             frames.shrink_to(0);
         }
@@ -132,17 +138,18 @@ impl Outside {
 
     /// The real frame for `frame` when it is a placeholder (`None` when it is not one; an
     /// empty frame when its slot is unknown, which cannot happen while the guard runs).
-    fn resolve(&self, frame: &[u8]) -> Option<Vec<u8>> {
+    /// `head`: the length of its header ([`frame_head`]).
+    fn resolve(&self, frame: &[u8], head: usize) -> Option<Vec<u8>> {
         // Placeholders are small; a frame of any size is checked by its first bytes only.
         if frame.len() > 160 {
             return None;
         }
-        let at = memchr::memmem::find(frame, b"\r\n\r\n")? + 4;
-        let body = &frame[at..];
-        memchr::memmem::find(body, OUTSIDE_METHOD.as_bytes())?;
+        let body = frame.get(head..)?;
         let slot = match placeholder_slot(body) {
             Some(slot) => slot,
+            // Anything but the library's exact bytes is parsed (when it names the method).
             None => {
+                memchr::memmem::find(body, OUTSIDE_METHOD.as_bytes())?;
                 let v: Value = serde_json::from_slice(body).ok()?;
                 if v.get("method").and_then(Value::as_str) != Some(OUTSIDE_METHOD) {
                     return None;
@@ -199,9 +206,14 @@ pub(crate) fn notification_frame_with(
         return None;
     }
     out.push(b'}');
-    let head = format!("Content-Length: {}\r\n\r\n", out.len() - HEAD);
-    let start = HEAD - head.len();
-    out[start..HEAD].copy_from_slice(head.as_bytes());
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(out.len() - HEAD).as_bytes();
+    let start = HEAD - (b"Content-Length: \r\n\r\n".len() + digits.len());
+    let mut at = start;
+    for part in [&b"Content-Length: "[..], digits, b"\r\n\r\n"] {
+        out[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
     out.drain(..start);
     Some(out)
 }
@@ -750,7 +762,7 @@ impl<W: AsyncWrite + Unpin> OutputInner<W> {
                 // At a frame's start: whole frames straight from `buf`.
                 if let Some((head, len)) = frame_head(buf) {
                     if buf.len() >= head + len {
-                        self.push_frame(&buf[..head + len]);
+                        self.push_frame(&buf[..head + len], head);
                         buf = &buf[head + len..];
                         continue;
                     }
@@ -772,7 +784,7 @@ impl<W: AsyncWrite + Unpin> OutputInner<W> {
             };
             if self.partial.len() >= head + len {
                 let partial = std::mem::take(&mut self.partial);
-                self.push_frame(&partial[..head + len]);
+                self.push_frame(&partial[..head + len], head);
                 self.partial = partial;
                 self.partial.drain(..head + len);
                 if self.partial.is_empty() {
@@ -793,9 +805,10 @@ impl<W: AsyncWrite + Unpin> OutputInner<W> {
         }
     }
 
-    /// Queues the whole `frame` for `out`: the kept frame when it is a placeholder.
-    fn push_frame(&mut self, frame: &[u8]) {
-        match self.outside.resolve(frame) {
+    /// Queues the whole `frame` (its header `head` bytes long) for `out`: the kept frame when
+    /// it is a placeholder.
+    fn push_frame(&mut self, frame: &[u8], head: usize) {
+        match self.outside.resolve(frame, head) {
             // A kept frame with nothing before it is written from its own buffer.
             Some(kept) if self.at == self.pending.len() => {
                 self.pending = kept;
@@ -918,6 +931,15 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Output<W> {
 /// The start of a frame the library wrote: the length of its header (blank line included) and
 /// its body's `Content-Length` (0 when the header names none), once the header is whole.
 fn frame_head(buf: &[u8]) -> Option<(usize, usize)> {
+    // The header the LSP library writes (and `notification_frame_with`): read in place.
+    const LENGTH: &[u8] = b"Content-Length: ";
+    if let Some(rest) = buf.strip_prefix(LENGTH) {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if (1..=19).contains(&digits) && rest[digits..].starts_with(b"\r\n\r\n") {
+            let len = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+            return Some((LENGTH.len() + digits + 4, len));
+        }
+    }
     let end = memchr::memmem::find(buf, b"\r\n\r\n")? + 4;
     let len = std::str::from_utf8(&buf[..end])
         .ok()
@@ -1070,12 +1092,14 @@ mod tests {
         assert_eq!((a, b), (0, 1));
         let mut placeholder = format!("Content-Length: {}\r\n\r\n", library(0).len()).into_bytes();
         placeholder.extend(library(0));
-        assert_eq!(outside.resolve(&placeholder), Some(kept.clone()));
-        assert_eq!(outside.resolve(&spaced), Some(kept));
+        let head_of = |f: &[u8]| frame_head(f).unwrap().0;
         assert_eq!(
-            outside.resolve(&frame(r#"{"jsonrpc":"2.0","id":1,"result":null}"#)),
-            None
+            outside.resolve(&placeholder, head_of(&placeholder)),
+            Some(kept.clone())
         );
+        assert_eq!(outside.resolve(&spaced, head_of(&spaced)), Some(kept));
+        let answer = frame(r#"{"jsonrpc":"2.0","id":1,"result":null}"#);
+        assert_eq!(outside.resolve(&answer, head_of(&answer)), None);
     }
 
     /// A frame kept outside the library's buffer is written where its placeholder was, whole
@@ -1138,6 +1162,18 @@ mod tests {
         assert_eq!(frame_head(b"Content-Length: 5\r\n"), None);
         assert_eq!(frame_head(b"X-Other: 1\r\n\r\n{}"), Some((14, 0)));
         assert_eq!(frame_head(b""), None);
+        // Headers other than the library's own form, read by the general path.
+        assert_eq!(
+            frame_head(b"content-length:  12 \r\nContent-Type: x\r\n\r\n"),
+            Some((41, 12))
+        );
+        assert_eq!(
+            frame_head(b"Content-Length: 12\r\nX: y\r\n\r\n"),
+            Some((28, 12))
+        );
+        assert_eq!(frame_head(b"Content-Length: \r\n\r\n"), Some((20, 0)));
+        assert_eq!(frame_head(b"Content-Length: 123"), None);
+        assert_eq!(frame_head(b"Content-Length: 123\r\n\r"), None);
     }
 
     /// The library's bytes cut anywhere (one byte per write, or all at once) reach the client

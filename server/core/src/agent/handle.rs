@@ -5,7 +5,7 @@
 //! - `subscribe` adds a listener and returns a [`Subscription`] whose drop (or
 //!   [`Subscription::unsubscribe`]) removes it. Listeners run in registration order and each is
 //!   awaited before the loop advances, so an `agent_end` listener can delay idleness.
-//! - One in-flight assistant slot: `message_start` starts a [`MessageBuilder::follow`] with
+//! - One in-flight assistant slot: `message_start` starts a [`Follower`] with
 //!   its message, every `message_update` the listeners get is applied to it (so
 //!   [`Agent::streaming_message`] is always the message of exactly the events forwarded so
 //!   far), `message_end` clears it and appends the canonical message to [`Agent::messages`].
@@ -18,13 +18,12 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use async_trait::async_trait;
-use pi_ai::stream::MessageBuilder;
 use pi_ai::{AssistantMessage, Message};
 use tokio::sync::watch;
 
 use super::{
     run_agent_from, run_compaction, AgentConfig, AgentEvent, CompactionError, CompactionResult,
-    Delivery, EventSink, QueueMode, RunControl, RunOutcome,
+    Delivery, EventSink, Follower, QueueMode, RunControl, RunOutcome,
 };
 use tokio::sync::oneshot;
 
@@ -46,14 +45,24 @@ pub const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 #[error("the agent is already running; steer, follow up, or abort first")]
 pub struct AgentBusy;
 
+/// The last number given to a configuration ([`Agent::config_generation`]).
+static CONFIG_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A number no configuration of the process had before.
+fn next_config_generation() -> u64 {
+    CONFIG_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+}
+
 struct State {
     config: AgentConfig,
+    /// The number naming `config` ([`Agent::config_generation`]).
+    config_generation: u64,
     messages: Vec<Message>,
     /// Messages before this index carry usage of a context that has changed since
     /// ([`crate::session::SessionContext::usage_from`]; a run's compaction moves it).
     usage_from: usize,
     /// The in-flight assistant message, rebuilt from exactly the events the listeners get.
-    streaming: Option<MessageBuilder>,
+    streaming: Option<Follower>,
     running: Option<RunControl>,
     /// Id of the active run (uuid v7), or of the last one.
     run_id: Option<String>,
@@ -148,7 +157,7 @@ impl EventSink for Dispatch {
                     message: Message::Assistant(a),
                 } => {
                     let rates = st.config.model.cost.clone();
-                    st.streaming = Some(MessageBuilder::follow(a.clone(), rates));
+                    st.streaming = Some(Follower::new(a.clone(), rates));
                 }
                 AgentEvent::MessageUpdate {
                     assistant_message_event,
@@ -198,6 +207,7 @@ impl Agent {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     config,
+                    config_generation: next_config_generation(),
                     messages,
                     usage_from: 0,
                     streaming: None,
@@ -553,8 +563,8 @@ impl Agent {
             .state
             .lock()
             .streaming
-            .as_ref()
-            .map(MessageBuilder::snapshot)
+            .as_mut()
+            .map(Follower::snapshot)
     }
 
     /// Messages waiting for the next prompt.
@@ -627,6 +637,23 @@ impl Agent {
 
     /// Replaces the configuration for later runs (model, tools, hooks…).
     pub fn set_config(&self, config: AgentConfig) {
-        self.inner.state.lock().config = config;
+        let mut st = self.inner.state.lock();
+        st.config = config;
+        st.config_generation = next_config_generation();
+    }
+
+    /// The number naming the configuration later runs use: a new one, unique in the process,
+    /// at every [`Agent::set_config`] (and for every agent), so what a caller derived from the
+    /// configuration can be known to still hold without deriving it again (the session's
+    /// stored system message: `harness::recorder::store_system`).
+    pub fn config_generation(&self) -> u64 {
+        self.inner.state.lock().config_generation
+    }
+
+    /// [`Agent::with_config`] with the configuration's number ([`Agent::config_generation`]),
+    /// read together.
+    pub fn with_config_generation<R>(&self, f: impl FnOnce(&AgentConfig, u64) -> R) -> R {
+        let st = self.inner.state.lock();
+        f(&st.config, st.config_generation)
     }
 }

@@ -718,9 +718,11 @@ pub const UNFINISHED_ARGUMENTS_TEXT: &str = "Not executed: the tool call's argum
 /// How long running tools get to observe an abort before their tasks are stopped.
 pub const ABORT_GRACE: Duration = Duration::from_secs(2);
 
+mod follower;
 mod handle;
 mod run;
 
+pub use follower::Follower;
 pub use handle::{Agent, AgentBusy, CompactionOutcome, Subscription, WeakAgent};
 pub use run::{
     is_recoverable_length, run_agent, run_agent_from, run_compaction, OVERFLOW_RECOVERY_FAILED,

@@ -1465,8 +1465,9 @@ pub async fn run_agent_from(
         }
         pending = follow;
     };
+    // The run's messages move into their event (the outcome keeps the whole history).
     sink.emit(AgentEvent::AgentEnd {
-        messages: run.new_messages.clone(),
+        messages: std::mem::take(&mut run.new_messages),
     })
     .await;
     RunOutcome {

@@ -69,15 +69,7 @@ impl SessionEvents {
         }
         let level = match (event, agent.as_ref()) {
             (AgentEvent::AgentStart, Some(a)) => {
-                let want = a.with_config(|c| {
-                    let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
-                    crate::session::SystemState::of_run(
-                        &c.system_prompt,
-                        c.prompt_sections.as_deref(),
-                        &specs,
-                    )
-                });
-                self.recorder.record_system(&want)?;
+                self.recorder.record_system(a)?;
                 None
             }
             (

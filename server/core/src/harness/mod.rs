@@ -572,27 +572,7 @@ impl AgentSession {
         if !crate::session::writes_pi16(&self.ws.settings().merged) {
             return;
         }
-        let want = self.agent.with_config(|c| {
-            let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
-            crate::session::SystemState::of_run(
-                &c.system_prompt,
-                c.prompt_sections.as_deref(),
-                &specs,
-            )
-        });
-        let stored = self.lock_writer().and_then(|mut w| {
-            let have = w.tree().system_state(w.leaf());
-            let mut want = want.clone();
-            crate::mcp::keep_declared(&have, &mut want);
-            match have.patch_to(&want, pi_ai::types::now_millis()) {
-                Some(m) => w
-                    .append(EntryData::Message {
-                        message: crate::session::StoredMessage::Json(m),
-                    })
-                    .map(|_| ()),
-                None => Ok(()),
-            }
-        });
+        let stored = recorder::store_system(&self.writer, &self.agent);
         if let Err(e) = stored {
             tracing::error!("session not saved: {e}");
         }

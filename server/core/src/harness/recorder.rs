@@ -62,6 +62,38 @@ fn without_pi16_fields(a: &pi_ai::AssistantMessage) -> Option<pi_ai::AssistantMe
     Some(a)
 }
 
+/// Stores in `writer` the system message that takes the branch's replayed prompt and tools to
+/// those `agent`'s configuration calls for (Pi 1.6: the first request of a session stores them
+/// all, a change stores a patch; [`SystemState::of_run`], [`SystemState::patch_to`]); nothing
+/// when they are the same. The writer remembers the configuration ([`crate::agent::Agent::config_generation`])
+/// and the leaf it last found stored ([`SessionWriter::system_checked`]): a run started by
+/// `AgentSession::start`, which stored it, is not checked again at its `agent_start`, and
+/// neither is a run on an unchanged branch and configuration.
+pub(super) fn store_system(
+    writer: &Mutex<SessionWriter>,
+    agent: &crate::agent::Agent,
+) -> Result<(), SessionError> {
+    let now = agent.config_generation();
+    if lock_writer(writer)?.system_checked(now) {
+        return Ok(());
+    }
+    let (mut want, generation) = agent.with_config_generation(|c, generation| {
+        let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
+        let want = SystemState::of_run(&c.system_prompt, c.prompt_sections.as_deref(), &specs);
+        (want, generation)
+    });
+    let mut w = lock_writer(writer)?;
+    let have = w.tree().system_state(w.leaf());
+    crate::mcp::keep_declared(&have, &mut want);
+    if let Some(m) = have.patch_to(&want, pi_ai::types::now_millis()) {
+        w.append(EntryData::Message {
+            message: StoredMessage::Json(m),
+        })?;
+    }
+    w.mark_system_checked(generation);
+    Ok(())
+}
+
 impl Recorder {
     /// A recorder appending to `writer`.
     pub fn new(writer: Arc<Mutex<SessionWriter>>) -> Self {
@@ -83,25 +115,13 @@ impl Recorder {
         self.pi16
     }
 
-    /// Stores the system message that takes the branch's replayed prompt and tools to `want`
-    /// (Pi 1.6: the first request of a session stores them all, a change stores a patch);
-    /// nothing when they are the same, or when writing as Pi 0.73.1.
-    pub fn record_system(&self, want: &SystemState) -> Result<(), SessionError> {
+    /// Stores the system message that takes the branch's replayed prompt and tools to those
+    /// of `agent`'s configuration ([`store_system`]); nothing when writing as Pi 0.73.1.
+    pub fn record_system(&self, agent: &crate::agent::Agent) -> Result<(), SessionError> {
         if !self.pi16 {
             return Ok(());
         }
-        let mut w = lock_writer(&self.writer)?;
-        let have = w.tree().system_state(w.leaf());
-        let mut want = want.clone();
-        crate::mcp::keep_declared(&have, &mut want);
-        match have.patch_to(&want, pi_ai::types::now_millis()) {
-            Some(m) => w
-                .append(EntryData::Message {
-                    message: StoredMessage::Json(m),
-                })
-                .map(|_| ()),
-            None => Ok(()),
-        }
+        store_system(&self.writer, agent)
     }
 
     /// Records `event` with Pi 1.6's stamps on what it stores: an assistant message's
@@ -258,6 +278,75 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lines of the session file at `path`, parsed.
+    fn lines(path: &std::path::Path) -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The system message a configuration calls for is stored once; the writer remembers the
+    /// configuration and leaf it was found at, so asking again stores nothing until the
+    /// configuration changes (a patch then, whole values) or another entry moves the leaf
+    /// (checked again: nothing to store, the branch holds it).
+    #[test]
+    fn the_system_message_is_checked_once_per_configuration_and_leaf() {
+        let dir_tmp = tempfile::tempdir().unwrap();
+        let dir = dir_tmp.path().to_path_buf();
+        let writer = SessionWriter::create(&dir, &dir, "p", "m", "off").unwrap();
+        let path = writer.path().to_path_buf();
+        let writer = Arc::new(Mutex::new(writer));
+        let model = crate::harness::setup::scripted_model();
+        let agent = crate::agent::Agent::new(
+            crate::agent::AgentConfig::new(model.clone(), "prompt one".into(), Vec::new()),
+            Vec::new(),
+        );
+        let first = agent.config_generation();
+        assert!(!writer.lock().unwrap().system_checked(first));
+        store_system(&writer, &agent).unwrap();
+        let after_first = lines(&path);
+        assert_eq!(after_first.len(), 4);
+        let m = &after_first[3]["message"];
+        assert_eq!(m["role"], "system");
+        assert_eq!(m["sections"], json!({"prompt": "prompt one"}));
+        assert!(writer.lock().unwrap().system_checked(first));
+        store_system(&writer, &agent).unwrap();
+        assert_eq!(lines(&path), after_first);
+
+        // Another configuration: its patch, found at the new leaf.
+        agent.set_config(crate::agent::AgentConfig::new(
+            model,
+            "prompt two".into(),
+            Vec::new(),
+        ));
+        let second = agent.config_generation();
+        assert_ne!(second, first);
+        assert!(!writer.lock().unwrap().system_checked(second));
+        store_system(&writer, &agent).unwrap();
+        let after_second = lines(&path);
+        assert_eq!(after_second.len(), 5);
+        assert_eq!(after_second[4]["message"]["role"], "system");
+        assert_eq!(
+            after_second[4]["message"]["sections"],
+            json!({"prompt": "prompt two"})
+        );
+        assert!(writer.lock().unwrap().system_checked(second));
+        assert!(!writer.lock().unwrap().system_checked(first));
+
+        // An entry after it: unchecked at the new leaf; checking again stores nothing.
+        Recorder::new(writer.clone())
+            .record(&AgentEvent::MessageEnd {
+                message: pi_ai::Message::user_text("hi"),
+            })
+            .unwrap();
+        assert!(!writer.lock().unwrap().system_checked(second));
+        store_system(&writer, &agent).unwrap();
+        assert_eq!(lines(&path).len(), 6);
+        assert!(writer.lock().unwrap().system_checked(second));
+    }
 
     #[test]
     fn a_poisoned_writer_is_an_error_not_silence() {

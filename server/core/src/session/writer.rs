@@ -62,6 +62,10 @@ pub struct SessionWriter {
     /// Pi 0.73.1's format (`sessions.format: "pi-0.73"`): none of Pi 1.6's additions (the
     /// `usage` of compaction and branch summaries) are written.
     pi073: bool,
+    /// The configuration (a number naming it, [`crate::agent::Agent::config_generation`])
+    /// whose system message the branch was last found to hold, and the leaf it was found at
+    /// ([`SessionWriter::system_checked`]).
+    system_checked: Option<(u64, Option<String>)>,
 }
 
 /// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
@@ -244,6 +248,7 @@ impl SessionWriter {
             lock: Some(lock),
             images: ImageOptions::default(),
             pi073: false,
+            system_checked: None,
         };
         w.write_line(&header)?;
         Ok(w)
@@ -371,6 +376,7 @@ impl SessionWriter {
             lock: Some(lock),
             images,
             pi073: false,
+            system_checked: None,
         };
         let tree = writer.tree.clone();
         writer.set_leaf(&tree, leaf.as_deref());
@@ -597,6 +603,23 @@ impl SessionWriter {
     /// The current leaf.
     pub fn leaf(&self) -> Option<&str> {
         self.leaf.as_deref()
+    }
+
+    /// Whether the branch at the current leaf was found to hold the system message of
+    /// configuration `generation` ([`SessionWriter::mark_system_checked`]; the number is the
+    /// caller's, [`crate::agent::Agent::config_generation`]). Any later entry, or another
+    /// leaf, makes it unchecked: the entries up to a leaf never change, so the check holds
+    /// while the leaf and the configuration stay.
+    pub fn system_checked(&self, generation: u64) -> bool {
+        self.system_checked
+            .as_ref()
+            .is_some_and(|(g, leaf)| *g == generation && leaf.as_deref() == self.leaf.as_deref())
+    }
+
+    /// Notes that the branch at the current leaf holds the system message (prompt and tools)
+    /// of configuration `generation` (see [`SessionWriter::system_checked`]).
+    pub fn mark_system_checked(&mut self, generation: u64) {
+        self.system_checked = Some((generation, self.leaf.clone()));
     }
 
     /// One line with one `write`. U+2028 / U+2029 are escaped so line-oriented JavaScript
