@@ -1,7 +1,8 @@
 //! End to end, the built-in `todo` and `plan-mode` extensions over stdio (on by default): the
 //! scripted model calls `todo` (add, toggle, clear) and the list follows a branch and a rewind
-//! (`agent/plan/get`, `agent/plan` pushed); plan mode (`agent/plan/set`) takes the write tools
-//! away, blocks a destructive bash command, asks Pi's question after a `Plan:` answer, and each
+//! (`agent/plan/get`, `agent/plan` pushed); plan mode (`agent/plan/set`) takes `edit` and
+//! `write` away and turns the search tools on (the same tool sets, stored system messages and
+//! state entries as Pi 1.6.0's example, run side by side), blocks a destructive bash command, asks Pi's question after a `Plan:` answer, and each
 //! of the three answers does what Pi's example does; `[DONE:n]` markers mark steps done;
 //! `pi-lsp run --plan` prints the plan.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
@@ -688,7 +689,7 @@ fn a_resumed_pi_16_session_keeps_the_tools_it_ran_with() {
     drop(rt);
 }
 
-/// Plan mode's read-only filter is recorded in the stored system message, but it is never
+/// Plan mode's tool set is recorded in the stored system message, but it is never
 /// taken for the user's choice: a session started in plan mode (`run --plan`), continued in
 /// plan mode, then left (`/plan`) and continued, offers `edit` and `write` again, in another
 /// process each time. A session whose tools were chosen outside plan mode (`defaultTools`
@@ -738,11 +739,13 @@ fn plan_mode_is_never_restored_as_the_sessions_tools() {
     run_headless(&tmp, &ws2, &mock, &["--continue", "plan"]);
     run_headless(&tmp, &ws2, &mock, &["--continue", "/plan"]);
     run_headless(&tmp, &ws2, &mock, &["--continue", "work"]);
+    // In plan mode `edit` goes and the search tools and `bash` come (Pi's example adds
+    // them when registered but off).
     assert_eq!(
         sent(3),
         [
             vec!["read", "edit", "todo"],
-            vec!["read", "todo"],
+            vec!["read", "todo", "bash", "grep", "find", "ls"],
             vec!["read", "edit", "todo"],
         ]
     );
@@ -797,4 +800,145 @@ fn leaving_plan_mode_restores_the_tools_recorded_when_it_started() {
         ]
     );
     drop(rt);
+}
+
+/// Plan mode's tools as Pi 1.6.0's `examples/extensions/plan-mode` sets them, side by side on
+/// one loopback model with Pi's default tools (`defaultTools` read, bash, edit, write; no
+/// `todo`, which Pi does not have): a prompt, `/plan`, a prompt, `/plan`, a prompt. Both offer
+/// read, bash, edit, write; then read, bash, grep, find, ls (`edit` / `write` off, the search
+/// tools *added* though they were off); then the first four again. Both store the same system
+/// messages (the first with every tool; then `grep`/`find`/`ls` added, `edit`/`write`
+/// removed; then the reverse, each with the `tools` and `rules` sections) and the same
+/// `plan-mode` state entries (`toolsBeforePlanMode` while planning; pi-lsp adds `nextId`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_tools_and_entries_are_pi_16s() {
+    let found = std::env::var("PI16_REF_BIN")
+        .ok()
+        .map(PathBuf::from)
+        .filter(|p| p.exists());
+    if !pi_e2e::require(
+        found.is_some(),
+        "plan_mode_tools_and_entries_are_pi_16s",
+        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
+    ) {
+        return;
+    }
+    let pi = found.unwrap();
+    let tmp = TempDir::new("plan-pi16");
+    let mock = MockModel::start((0..6).map(|_| Step::text("ok")).collect()).await;
+    let settings = json!({"defaultTools": ["read", "bash", "edit", "write"],
+        "builtinExtensions": {"todo": false}});
+    // Pi 1.6.0 with its example.
+    let pi_ws = tmp.path().join("pi").join("ws");
+    std::fs::create_dir_all(&pi_ws).unwrap();
+    let pi_agent = tmp.path().join("pi").join("agent");
+    let _ = agent_env(&pi_agent, &mock.models_json(), &[]);
+    std::fs::write(pi_agent.join("settings.json"), settings.to_string()).unwrap();
+    let example = pi_e2e::pi16_package(&pi).join("examples/extensions/plan-mode/index.ts");
+    let pi_file = tokio::task::block_in_place(|| {
+        let mut p = pi_e2e::pi_rpc::PiRpc::start(
+            &pi,
+            &pi_ws,
+            &pi_agent,
+            &["-e".as_ref(), example.as_os_str()],
+        );
+        p.prompt("hello");
+        p.command("/plan");
+        p.prompt("plan it");
+        p.command("/plan");
+        p.prompt("after");
+        PathBuf::from(
+            p.request(json!({"type": "get_state"}))["sessionFile"]
+                .as_str()
+                .unwrap(),
+        )
+    });
+    let pi_sent: Vec<Vec<String>> = mock
+        .requests()
+        .iter()
+        .map(|r| tool_names(&r.body))
+        .collect();
+    // pi-lsp (Pi's package folder named as Pi names it, for the same `docs` section): the
+    // first process's second message is `/plan` (a run has configured the session's tools by
+    // then, as Pi's are active from its start).
+    let ws = tmp.path().join("ours").join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let agent = tmp.path().join("ours").join("agent");
+    let package = pi_e2e::pi16_package(&pi).display().to_string();
+    let env = agent_env(&agent, &mock.models_json(), &[("PI_PACKAGE_DIR", &package)]);
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let run = |args: &[&str]| {
+        let out = tokio::task::block_in_place(|| {
+            std::process::Command::new(pi_lsp_bin())
+                .args(["run", "--model", "mock/mock-1", "--workspace"])
+                .arg(&ws)
+                .args(args)
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .output()
+                .unwrap()
+        });
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["hello", "/plan", "plan it"]);
+    run(&["--continue", "/plan", "after"]);
+    let our_sent: Vec<Vec<String>> = mock.requests()[pi_sent.len()..]
+        .iter()
+        .map(|r| tool_names(&r.body))
+        .collect();
+    let normal = ["read", "bash", "edit", "write"];
+    let planning = ["read", "bash", "grep", "find", "ls"];
+    assert_eq!(pi_sent, [&normal[..], &planning[..], &normal[..]]);
+    assert_eq!(our_sent, pi_sent);
+
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    // The stored system messages (tools added, removed, sections named) and the plan-mode
+    // state entries, in file order.
+    let stored = |lines: &[Value]| -> Vec<Value> {
+        lines
+            .iter()
+            .filter_map(|l| {
+                if l["message"]["role"] == "system" {
+                    let m = &l["message"];
+                    let mut sections: Vec<&String> =
+                        m["sections"].as_object().map(|o| o.keys().collect()).unwrap_or_default();
+                    sections.sort();
+                    Some(json!({"added": names(&m["toolsAdded"]), "removed": names(&m["toolsRemoved"]),
+                        "sections": sections}))
+                } else if l["customType"] == "plan-mode" {
+                    let mut data = l["data"].clone();
+                    data.as_object_mut().unwrap().remove("nextId");
+                    Some(data)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    };
+    let theirs: Vec<Value> = std::fs::read_to_string(&pi_file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let theirs = stored(&theirs);
+    assert_eq!(
+        theirs,
+        [
+            json!({"added": normal, "removed": [], "sections": ["cwd", "docs", "preamble", "rules", "tools"]}),
+            json!({"enabled": true, "todos": [], "executing": false, "toolsBeforePlanMode": normal}),
+            json!({"added": ["grep", "find", "ls"], "removed": ["edit", "write"], "sections": ["rules", "tools"]}),
+            json!({"enabled": false, "todos": [], "executing": false}),
+            json!({"added": ["edit", "write"], "removed": ["grep", "find", "ls"], "sections": ["rules", "tools"]}),
+        ]
+    );
+    assert_eq!(stored(&session_lines(&ws)), theirs);
 }

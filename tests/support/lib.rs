@@ -13,6 +13,7 @@ pub mod headless;
 pub mod lsp_client;
 pub mod mock_model;
 pub mod mock_script;
+pub mod pi_rpc;
 mod require;
 
 pub use require::require;

@@ -677,21 +677,16 @@ pub async fn run(args: RunArgs) -> i32 {
     };
     // `--thinking` is the level a new session starts at, and the one a resumed file that
     // records none gets recorded (Pi 1.6's `createAgentSession`: one `thinking_level_change`,
-    // never the default first).
+    // never the default first); a file that records another level gets it appended below, as
+    // Pi 1.6.0's `setThinkingLevel` after `createAgentSession` does. `--model` on a resumed
+    // file is the model the run uses, recorded nowhere (Pi 1.6.0 appends no `model_change`).
     let session = match resume {
         None => sessions
             .create(args.model.as_deref(), thinking, None)
             .map_err(|e| e.to_string()),
-        // Pi 1.6 applies `--model` to the session it resumes (a `model_change` recorded).
-        Some(path) => match sessions.open_file_at_level(&path, thinking) {
-            Err(e) => Err(e.to_string()),
-            Ok(s) => match &args.model {
-                Some(m) if !same_model(&s.model(), m) => {
-                    s.set_model_by_id(m).map(|()| s).map_err(|e| e.to_string())
-                }
-                _ => Ok(s),
-            },
-        },
+        Some(path) => sessions
+            .open_file_for_run(&path, args.model.as_deref(), thinking)
+            .map_err(|e| e.to_string()),
     };
     let session = match session {
         Ok(s) => s,
@@ -730,14 +725,6 @@ pub async fn run(args: RunArgs) -> i32 {
         let _ = std::fs::remove_dir_all(d);
     }
     code
-}
-
-/// Whether `model` is the one `--model` names (`provider/id`, or an id alone).
-fn same_model(model: &pi_ai::Model, named: &str) -> bool {
-    match named.split_once('/') {
-        Some((p, id)) => model.provider == p && model.id == id,
-        None => model.id == named,
-    }
 }
 
 /// Runs `prompt` in `session` to its end, then each of `further` the same way (Pi 1.6's print

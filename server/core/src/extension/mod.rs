@@ -523,7 +523,7 @@ type CommandHandler =
 type SessionStartHandler = Arc<dyn Fn(&ExtensionContext) -> Result<(), String> + Send + Sync>;
 /// Which events an event handler gets (see [`ExtensionApi::on_event_where`]).
 type EventWanted = fn(&AgentEvent) -> bool;
-type ToolFilter = Arc<dyn Fn(&mut Vec<Arc<dyn Tool>>) + Send + Sync>;
+type ToolFilter = Arc<dyn Fn(&[Arc<dyn Tool>], &mut Vec<Arc<dyn Tool>>) + Send + Sync>;
 type BeforeAgentStartHandler = Arc<dyn Fn(&ExtensionContext) -> Vec<CustomMessage> + Send + Sync>;
 /// A `context` handler: true when it changed the messages.
 type ContextHandler = Arc<dyn Fn(&mut Vec<pi_ai::Message>) -> bool + Send + Sync>;
@@ -676,10 +676,14 @@ impl ExtensionApi {
     }
 
     /// Adds a filter of the tools of each run (Pi's `pi.setActiveTools`, applied when a run
-    /// is configured, before the system prompt is built from the tools): it may remove tools.
+    /// is configured, before the system prompt is built from the tools). It gets the tools
+    /// registered (Pi's tool registry: every tool there is, less those a `--tools` list of
+    /// names leaves out) and the run's active tools, in order, which it may change: remove
+    /// some, or add registered ones (Pi's `_applyToolLoadout` keeps the active ones in their
+    /// order and appends new ones).
     pub fn filter_tools<F>(&mut self, f: F)
     where
-        F: Fn(&mut Vec<Arc<dyn Tool>>) + Send + Sync + 'static,
+        F: Fn(&[Arc<dyn Tool>], &mut Vec<Arc<dyn Tool>>) + Send + Sync + 'static,
     {
         self.tool_filters.push(Arc::new(f));
     }
@@ -847,13 +851,16 @@ impl Extensions {
         self.plan.as_ref()
     }
 
-    /// Runs every tool filter on a run's `tools` (see [`ExtensionApi::filter_tools`]); a
-    /// panicking filter is logged and leaves the list as the filters before it left it.
-    pub fn filter_tools(&self, tools: &mut Vec<Arc<dyn Tool>>) {
+    /// Runs every tool filter on a run's active `tools`, given the `registered` ones (see
+    /// [`ExtensionApi::filter_tools`]); a panicking filter is logged and leaves the list as
+    /// the filters before it left it.
+    pub fn filter_tools(&self, registered: &[Arc<dyn Tool>], tools: &mut Vec<Arc<dyn Tool>>) {
         for l in &self.loaded {
             for f in &l.tool_filters {
                 let mut copy = tools.clone();
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut copy))) {
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    f(registered, &mut copy)
+                })) {
                     Ok(()) => *tools = copy,
                     Err(p) => tracing::warn!("extension {} tool filter {}", l.path, panic_text(p)),
                 }

@@ -72,7 +72,8 @@ pub enum PlanMode {
     /// Normal: every tool.
     #[default]
     Off,
-    /// Plan mode: read-only tools, the model writes a numbered `Plan:`.
+    /// Plan mode: `edit` / `write` off, the search tools on, bash's allow-list; the model
+    /// writes a numbered `Plan:`.
     Plan,
     /// Executing an accepted plan: every tool, `[DONE:n]` markers tracked.
     Executing,
@@ -100,7 +101,7 @@ struct Inner {
     next_id: u64,
     enabled: bool,
     executing: bool,
-    /// Tool name → allowed in plan mode, from the last run's tool list.
+    /// Tool name → kept in plan mode, from the runs' tool lists.
     read_only: Vec<(String, bool)>,
     /// The tools offered when plan mode was turned on (Pi's example's `toolsBeforePlanMode`),
     /// the loadout leaving it restores; `None` outside plan mode.
@@ -364,8 +365,9 @@ impl PlanBoard {
         }
     }
 
-    /// Whether plan mode blocks the tool `name` (a tool that is not read-only; `bash` is
-    /// checked command by command instead).
+    /// Whether plan mode blocks the tool `name` (one plan mode turns off, `edit` / `write`,
+    /// still offered by a run that started before plan mode; `bash` is checked command by
+    /// command instead).
     pub(crate) fn blocks(&self, name: &str) -> bool {
         let g = self.inner.lock();
         g.enabled

@@ -1,9 +1,10 @@
 //! The built-in `plan-mode` extension: Pi's `examples/extensions/plan-mode/` in Rust.
 //!
-//! `/plan` (or [`PlanBoard::set_plan_mode`], a client's switch) makes the session read-only:
-//! tools that are not read-only ([`crate::approval::ToolKind::ReadOnly`]: `edit`, `write`, MCP
-//! tools without `readOnlyHint`, …) leave the tool list from the next run and are blocked if a
-//! running run still has them, and `bash` runs only commands of Pi's example's allow-list. Each
+//! `/plan` (or [`PlanBoard::set_plan_mode`], a client's switch) changes the session's tools
+//! as Pi 1.6.0's example does (`getPlanModeTools`): `edit` and `write` leave the tool list
+//! from the next run (and are blocked if a running run still has them), every other active
+//! tool stays, and `read`, `bash`, `grep`, `find`, `ls` (and a `questionnaire` tool) are
+//! added when registered but off; `bash` runs only commands of Pi's example's allow-list. Each
 //! prompt in plan mode carries Pi's hidden `plan-mode-context` message asking for a numbered
 //! `Plan:`. At the end of a run the steps are extracted (they replace the session's todo list,
 //! ids 1..n) and the user is asked "Execute the plan (track progress)" / "Stay in plan mode" /
@@ -23,6 +24,12 @@ use pi_ai::{ContentBlock, Message};
 
 /// The extension's name in `builtinExtensions`.
 pub const NAME: &str = "plan-mode";
+
+/// The tools plan mode turns on when they are registered (Pi's example's `PLAN_MODE_TOOLS`),
+/// in the order they are added after the active tools kept.
+pub const PLAN_MODE_TOOLS: [&str; 6] = ["read", "bash", "grep", "find", "ls", "questionnaire"];
+/// The tools plan mode turns off (Pi's example's `PLAN_MODE_DISABLED_TOOLS`).
+pub const PLAN_MODE_DISABLED_TOOLS: [&str; 2] = ["edit", "write"];
 
 /// The three answers of the question after a plan (Pi's example's wording).
 pub const EXECUTE: &str = "Execute the plan (track progress)";
@@ -520,9 +527,26 @@ fn has_plan_context(content: &pi_ai::types::UserContent) -> bool {
     }
 }
 
-/// Every tool that is not read-only, except `bash` (checked command by command).
+/// Whether plan mode keeps the active tool `t`: every one but `edit` and `write`
+/// ([`PLAN_MODE_DISABLED_TOOLS`]; `bash` is checked command by command).
 pub(crate) fn allowed_in_plan_mode(t: &Arc<dyn Tool>) -> bool {
-    t.spec().name == "bash" || t.approval_kind() == crate::approval::ToolKind::ReadOnly
+    !PLAN_MODE_DISABLED_TOOLS.contains(&t.spec().name.as_str())
+}
+
+/// The active tools in plan mode (Pi's example's `getPlanModeTools` applied by
+/// `setActiveTools`, whose `_applyToolLoadout` keeps the active tools asked for in their order
+/// and appends the others): `tools` less `edit` / `write`, then each of [`PLAN_MODE_TOOLS`]
+/// that is `registered` and not yet there.
+pub(crate) fn plan_mode_tools(registered: &[Arc<dyn Tool>], tools: &mut Vec<Arc<dyn Tool>>) {
+    tools.retain(allowed_in_plan_mode);
+    for name in PLAN_MODE_TOOLS {
+        if tools.iter().any(|t| t.spec().name == name) {
+            continue;
+        }
+        if let Some(t) = registered.iter().find(|t| t.spec().name == name) {
+            tools.push(t.clone());
+        }
+    }
 }
 
 impl Extension for PlanModeExtension {
@@ -550,7 +574,7 @@ impl Extension for PlanModeExtension {
         );
         super::todo::register_todos_command(api, &self.board);
         let b = self.board.clone();
-        api.filter_tools(move |tools| {
+        api.filter_tools(move |registered, tools| {
             b.set_read_only(
                 tools
                     .iter()
@@ -558,7 +582,7 @@ impl Extension for PlanModeExtension {
                     .collect(),
             );
             if b.plan_mode() {
-                tools.retain(allowed_in_plan_mode);
+                plan_mode_tools(registered, tools);
             }
         });
         let b = self.board.clone();

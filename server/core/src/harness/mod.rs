@@ -883,7 +883,7 @@ fn build_config(
             late_tools: Some(Box::new(move |taken, allowed| {
                 late.late_tools(&late_id, taken, allowed)
             })),
-            tool_filter: Some(&|tools| extensions.filter_tools(tools)),
+            tool_filter: Some(&|registered, tools| extensions.filter_tools(registered, tools)),
             session_env: crate::tools::session_env(
                 id,
                 Some(crate::session::lock_writer_for_close(writer).path()),
@@ -900,8 +900,8 @@ fn build_config(
         writer: writer.clone(),
     }));
     // MCP servers' tools (the workspace's, and servers handed to this session).
-    // `--tools` filters them (Pi 1.6), then the extensions' tool filters (plan mode: MCP
-    // tools without `readOnlyHint` off) apply to them as to the run's own tools.
+    // `--tools` filters them (Pi 1.6), then the extensions' tool filters apply to them as to
+    // the run's own tools.
     // The branch's recorded loadout first: an MCP tool it removed stays off (Pi 1.6).
     let restored = setup::restored_tools(ws, recorded_tools).cloned();
     cfg.dynamic_tools = crate::mcp::run_tools(ws, id, writer).map(|t| {
@@ -956,7 +956,8 @@ struct FilteredTools {
 impl crate::agent::ToolProvider for FilteredTools {
     async fn tools(self: Arc<Self>) -> Vec<Arc<dyn crate::agent::Tool>> {
         let mut tools = self.inner.clone().tools().await;
-        self.extensions.filter_tools(&mut tools);
+        let registered = tools.clone();
+        self.extensions.filter_tools(&registered, &mut tools);
         tools
     }
 }

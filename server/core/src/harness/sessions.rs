@@ -197,7 +197,7 @@ impl Sessions {
             })
         })?;
         wait_for_release(&path).await;
-        self.open_file_with(&path, options, None)
+        self.open_file_with(&path, options, (None, None))
     }
 
     /// The session `id` when it is live here; `None` when only its file exists (it has no
@@ -297,34 +297,49 @@ impl Sessions {
     /// by this process needs no wait). Repairs made while loading and a fork are told
     /// through [`SessionSetup::show_message`] (cases SESS-01, SESS-02, SESS-04).
     pub fn open_file(&self, path: &Path) -> Result<Arc<AgentSession>, Error> {
-        self.open_file_with(path, OpenOptions::default(), None)
+        self.open_file_with(path, OpenOptions::default(), (None, None))
     }
 
-    /// [`Sessions::open_file`] with the thinking level asked for (`run --thinking`, Pi's
-    /// `thinkingLevel` option): what a file with messages and no recorded level gets recorded
-    /// instead of the default (Pi 1.6's `createAgentSession` appends the level it runs at,
-    /// `options.thinkingLevel` first). A file that records a level keeps it here (set the
-    /// level afterwards).
-    pub fn open_file_at_level(
+    /// [`Sessions::open_file`] for a run with the model and thinking level asked for (`run
+    /// --session F --model M --thinking X`, Pi 1.6's `createAgentSession` options).
+    ///
+    /// `model` (`provider/id`, or an id) is the model the session runs at instead of the one
+    /// its branch restores, recorded nowhere (Pi 1.6.0 appends no `model_change` for
+    /// `--model` on a resumed file; the answers name the model they came from); an unknown
+    /// model is [`Error::Model`]. `thinking` is what a file with messages and no recorded level
+    /// gets recorded instead of the default (Pi 1.6 appends the level it runs at,
+    /// `options.thinkingLevel` first); a file that records a level keeps it here (set the
+    /// level afterwards: Pi 1.6.0 then appends the one asked for when it differs).
+    pub fn open_file_for_run(
         &self,
         path: &Path,
+        model: Option<&str>,
         thinking: Option<ThinkingLevel>,
     ) -> Result<Arc<AgentSession>, Error> {
-        self.open_file_with(path, OpenOptions::default(), thinking)
+        let model = match model {
+            None => None,
+            Some(m) => Some(
+                choose_model(&self.ws, Some(m), None)
+                    .map_err(|e| Error::Model(format!("model: {e}")))?
+                    .0,
+            ),
+        };
+        self.open_file_with(path, OpenOptions::default(), (model, thinking))
     }
 
     /// [`Sessions::open_file`] with `options` (with [`WhenHeld::Refuse`], a held file is
-    /// [`SessionError::Locked`] at once) and `thinking` ([`Sessions::open_file_at_level`]).
+    /// [`SessionError::Locked`] at once) and the run's model and thinking level
+    /// ([`Sessions::open_file_for_run`]).
     fn open_file_with(
         &self,
         path: &Path,
         options: OpenOptions,
-        thinking: Option<ThinkingLevel>,
+        (model, thinking): (Option<pi_ai::Model>, Option<ThinkingLevel>),
     ) -> Result<Arc<AgentSession>, Error> {
         self.refuse_if_going_away()?;
         let fork = options.when_held == WhenHeld::Fork;
         let opening = open_file_with(&self.ws, path, |id| Some(self.get(id)?.file()), fork);
-        let (writer, loaded, notices) = match opening {
+        let (writer, mut loaded, notices) = match opening {
             Ok(Opening::Opened {
                 writer,
                 loaded,
@@ -349,6 +364,9 @@ impl Sessions {
             self.setup.show_message(MessageLevel::Warning, msg);
         }
         let recorded = loaded.thinking_level.is_some();
+        if let Some(m) = &model {
+            loaded.model = Some((m.provider.clone(), m.id.clone()));
+        }
         let s = AgentSession::resume(
             self.ws.clone(),
             self.setup.clone(),

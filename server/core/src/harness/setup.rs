@@ -215,7 +215,7 @@ pub struct RunAdditions<'a> {
     /// in it.
     pub late_tools: Option<LateTools<'a>>,
     /// Changes the final tool list before the system prompt is built from it (extensions'
-    /// [`crate::extension::ExtensionApi::filter_tools`], e.g. plan mode's read-only tools).
+    /// [`crate::extension::ExtensionApi::filter_tools`], e.g. plan mode's tools).
     pub tool_filter: Option<ToolFilter<'a>>,
     /// What `bash` exports about the session ([`crate::tools::session_env`]).
     pub session_env: Vec<(String, String)>,
@@ -243,7 +243,7 @@ pub const BUILTIN_TOOLS: [&str; 7] = ["read", "bash", "edit", "write", "grep", "
 /// by name — give the tools it last ran with; every name a message added or removed is
 /// *mentioned*.
 ///
-/// Plan mode's read-only filter is recorded too (a run in plan mode stores the filtered set),
+/// Plan mode's tool set is recorded too (a run in plan mode stores the set it offers),
 /// but it is never the user's choice: the system messages stored while the branch's last
 /// `plan-mode` custom entry said `enabled: true` are left out of the replay, so leaving the
 /// plan brings `edit` / `write` back (a session that only ran in plan mode recorded no choice:
@@ -371,8 +371,32 @@ impl crate::agent::ToolProvider for RecordedToolFilter {
     }
 }
 
-/// See [`RunAdditions::tool_filter`].
-pub type ToolFilter<'a> = &'a dyn Fn(&mut Vec<Arc<dyn crate::agent::Tool>>);
+/// See [`RunAdditions::tool_filter`]: called with the registered tools ([`registered_tools`])
+/// and the run's active ones, which it may change.
+pub type ToolFilter<'a> =
+    &'a dyn Fn(&[Arc<dyn crate::agent::Tool>], &mut Vec<Arc<dyn crate::agent::Tool>>);
+
+/// The tools of `all` Pi 1.6 registers for a session (its tool registry, `createAgentSession`'s
+/// `allowedToolNames`): every one, unless `entries` (`--tools`) is a list of names or
+/// patterns, which registers only the tools it matches (a `+name` / `-name` list registers
+/// every tool). What an extension may turn on ([`ToolFilter`]; Pi's `setActiveTools` skips
+/// names not registered).
+pub fn registered_tools(
+    all: &[Arc<dyn crate::agent::Tool>],
+    entries: Option<&[String]>,
+) -> Vec<Arc<dyn crate::agent::Tool>> {
+    match entries {
+        Some(list) if !list.iter().any(|e| is_tool_modifier(e)) => all
+            .iter()
+            .filter(|t| {
+                let name = t.spec().name;
+                list.iter().any(|p| tool_pattern_matches(p, &name))
+            })
+            .cloned()
+            .collect(),
+        _ => all.to_vec(),
+    }
+}
 
 /// See [`RunAdditions::late_tools`].
 pub type LateTools<'a> =
@@ -454,7 +478,10 @@ pub fn agent_config_with(
         tools = select_cli_tools(&all, &tools, list);
     }
     if let Some(filter) = tool_filter {
-        filter(&mut tools);
+        filter(
+            &registered_tools(&all, ws.overrides().tools.as_deref()),
+            &mut tools,
+        );
     }
     let sections =
         crate::prompt::system_prompt_sections(ws.root(), &tools, &resources, extra_guidelines);

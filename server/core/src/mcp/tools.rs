@@ -1047,7 +1047,7 @@ mod tests {
     }
 
     #[test]
-    fn read_only_hint_makes_a_read_only_tool_kept_in_plan_mode() {
+    fn read_only_hint_makes_a_read_only_tool_and_plan_mode_keeps_every_one() {
         let cfg = crate::mcp::config::validate(
             "srv",
             &json!({"command": "true", "enabled": false, "exposure": "direct"}),
@@ -1076,10 +1076,12 @@ mod tests {
             kinds,
             vec![ToolKind::ReadOnly, ToolKind::Execute, ToolKind::Execute]
         );
+        // Plan mode keeps every one of them, as Pi 1.6.0's example keeps every active tool
+        // but `edit` and `write`.
         let kept: Vec<bool> = [&ro, &rw, &none]
             .iter()
             .map(|t| crate::extension::plan_mode::allowed_in_plan_mode(t))
             .collect();
-        assert_eq!(kept, vec![true, false, false]);
+        assert_eq!(kept, vec![true, true, true]);
     }
 }
