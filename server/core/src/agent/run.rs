@@ -539,6 +539,24 @@ impl Run<'_> {
         }
     }
 
+    /// Leaves the failed attempt `a` (the context's last message: an overflow error, a
+    /// recoverable `length` stop) out of the context and compacts for the retry, as Pi 1.6's
+    /// `_checkCompaction`: ends its turn (`turn_end`), pops it (it stays in the session; the
+    /// recorder writes its `context_edit` on `compaction_start`) and compacts with reason
+    /// `overflow`. A failed compaction does not put the attempt back: the live context stays
+    /// as the file's.
+    async fn leave_out_and_compact(&mut self, a: &AssistantMessage) -> Result<(), CompactionError> {
+        self.sink
+            .emit(AgentEvent::TurnEnd {
+                message: Message::Assistant(a.clone()),
+                tool_results: Vec::new(),
+            })
+            .await;
+        self.messages.pop();
+        self.history_changed();
+        self.compact(CompactionReason::Overflow).await
+    }
+
     /// Tokens of the next request (see [`crate::compaction::request_tokens`]).
     fn request_tokens(&self) -> u64 {
         crate::compaction::request_tokens_counted(
@@ -759,16 +777,7 @@ impl Run<'_> {
                     return a;
                 }
                 self.overflow_recovered = true;
-                self.sink
-                    .emit(AgentEvent::TurnEnd {
-                        message: Message::Assistant(a.clone()),
-                        tool_results: Vec::new(),
-                    })
-                    .await;
-                // The failed response stays in the session but leaves the context.
-                self.messages.pop();
-                self.history_changed();
-                if self.compact(CompactionReason::Overflow).await.is_err() {
+                if self.leave_out_and_compact(&a).await.is_err() {
                     // Pi 1.6: the attempt was left out (`_omitRecoveryAttempt`, the file's
                     // `context_edit`) before the compaction, and a failed compaction does not
                     // put it back: the live context stays as the file's.

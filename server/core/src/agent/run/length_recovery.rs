@@ -20,7 +20,7 @@
 //! compaction is reported by its `compaction_end` (Pi emits no compaction events when it finds
 //! nothing to compact).
 
-use pi_ai::{AssistantMessage, Message, StopReason};
+use pi_ai::{AssistantMessage, StopReason};
 
 use super::{AgentEvent, CompactionReason, Run};
 
@@ -84,17 +84,7 @@ impl Run<'_> {
             return Some(Recovery::End);
         }
         self.overflow_recovered = true;
-        self.sink
-            .emit(AgentEvent::TurnEnd {
-                message: Message::Assistant(a.clone()),
-                tool_results: Vec::new(),
-            })
-            .await;
-        // The cut answer stays in the session but leaves the context (its `context_edit` is
-        // written on `compaction_start`).
-        self.messages.pop();
-        self.history_changed();
-        if self.compact(CompactionReason::Overflow).await.is_err() {
+        if self.leave_out_and_compact(a).await.is_err() {
             self.length_edited_out = true;
             return Some(Recovery::End);
         }
