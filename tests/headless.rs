@@ -1725,35 +1725,6 @@ async fn a_session_of_large_images_runs_in_bounded_memory() {
     assert!(peak_mib < 250, "peak RSS {peak_mib} MiB");
 }
 
-/// The SSE body of one chat-completions answer `text` that stopped at its output limit
-/// (`finish_reason: "length"`), reporting `output` tokens.
-fn length_answer(text: &str, output: u64) -> Step {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    let body = [
-        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-        chunk(json!({"content": text}), Value::Null),
-        chunk(json!({}), json!("length")),
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
-                "usage": {"prompt_tokens": 100, "completion_tokens": output, "total_tokens": 100 + output}})
-        ),
-        "data: [DONE]\n\n".to_string(),
-    ]
-    .concat();
-    Step::Raw {
-        status: 200,
-        content_type: "text/event-stream".into(),
-        body,
-    }
-}
-
 /// Pi 1.6's `@path` arguments (`processFileArguments`), from a sub-folder of the workspace:
 /// a text file (its byte-order mark dropped) as `<file name="ABS">`, an empty file left out,
 /// a PNG as an image block after the text with an empty `<file name>` marker, the prompt
@@ -1833,7 +1804,7 @@ async fn file_arguments_go_into_the_prompt_as_pi_puts_them() {
 /// printed the same on the same loopback answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_answer_is_printed_and_fails_as_pi_prints_it() {
-    let mock = MockModel::start(vec![length_answer("Partial ans", 4096)]).await;
+    let mock = MockModel::start(vec![Step::length("Partial ans", 4096)]).await;
     let h = Headless::new("length", &mock.models_json());
     let out = h.run(&["--model", "mock/mock-1", "hello"]);
     let stderr = String::from_utf8_lossy(&out.stderr);

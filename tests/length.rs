@@ -36,35 +36,6 @@ fn first_answer() -> String {
     format!("first answer {}", "y".repeat(2000))
 }
 
-/// A chat-completions answer of `text` stopped by `length` after `output` tokens (the
-/// models' `maxTokens` is 4,096).
-fn length_answer(text: &str, output: u64) -> Step {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    let body = [
-        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-        chunk(json!({"content": text}), Value::Null),
-        chunk(json!({}), json!("length")),
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
-                "usage": {"prompt_tokens": 100, "completion_tokens": output, "total_tokens": 100 + output}})
-        ),
-        "data: [DONE]\n\n".to_string(),
-    ]
-    .concat();
-    Step::Raw {
-        status: 200,
-        content_type: "text/event-stream".into(),
-        body,
-    }
-}
-
 fn is_summary(body: &Value) -> bool {
     body.to_string().contains("context summarization assistant")
 }
@@ -264,7 +235,7 @@ fn ours(mock: &MockModel, name: &str, extra: &[&str]) -> (Output, Vec<Value>) {
 async fn a_length_stop_below_max_tokens_is_left_out_compacted_and_retried() {
     let mock = mock(vec![
         Step::text(&first_answer()),
-        length_answer("cut answer", 50),
+        Step::length("cut answer", 50),
         Step::text("good answer"),
     ])
     .await;
@@ -326,8 +297,8 @@ async fn a_length_stop_below_max_tokens_is_left_out_compacted_and_retried() {
 fn twice() -> Vec<Step> {
     vec![
         Step::text(&first_answer()),
-        length_answer("cut answer", 50),
-        length_answer("cut again", 50),
+        Step::length("cut answer", 50),
+        Step::length("cut again", 50),
         Step::text("never asked"),
     ]
 }
@@ -388,9 +359,9 @@ async fn a_second_cut_answer_ends_the_recovery_with_pi_s_error() {
 fn again() -> Vec<Step> {
     vec![
         Step::text(&first_answer()),
-        length_answer("cut answer", 50),
+        Step::length("cut answer", 50),
         Step::call("call_1", "read", json!({"path": "f.txt"})),
-        length_answer("cut again", 50),
+        Step::length("cut again", 50),
         Step::text("never asked"),
     ]
 }
@@ -439,7 +410,7 @@ async fn an_answer_between_two_cut_answers_clears_the_one_recovery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_nothing_to_compact_the_cut_answer_is_left_out_and_not_printed() {
     let m = mock(vec![
-        length_answer("cut answer", 50),
+        Step::length("cut answer", 50),
         Step::text("never asked"),
     ])
     .await;
@@ -470,7 +441,7 @@ async fn with_nothing_to_compact_the_cut_answer_is_left_out_and_not_printed() {
 async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
     let m = mock(vec![
         Step::text(&first_answer()),
-        length_answer("cut answer", 50),
+        Step::length("cut answer", 50),
         Step::text("good answer"),
     ])
     .await;
@@ -632,14 +603,14 @@ async fn entries_and_output_are_pi_1_6_s() {
             "retry",
             vec![
                 Step::text(&first_answer()),
-                length_answer("cut answer", 50),
+                Step::length("cut answer", 50),
                 Step::text("good answer"),
             ],
         ),
         ("twice", twice()),
         (
             "small",
-            vec![length_answer("cut answer", 50), Step::text("never asked")],
+            vec![Step::length("cut answer", 50), Step::text("never asked")],
         ),
         ("again", again()),
     ];
