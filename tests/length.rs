@@ -6,7 +6,7 @@
 //! `CI=true`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
@@ -515,21 +515,6 @@ async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
     assert_eq!(conversation_requests(&m).len(), 3);
 }
 
-/// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
-fn pi16() -> Option<PathBuf> {
-    let found = std::env::var("PI16_REF_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .filter(|p| p.exists());
-    pi_e2e::require(
-        found.is_some(),
-        "length",
-        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
-    )
-    .then_some(found)
-    .flatten()
-}
-
 /// Pi 1.6.0's print mode on `mock` in a fresh folder with `keepRecentTokens` 100: `-p one`, then
 /// `-p --continue` with [`second_prompt`] (or only `-p hi`, with the default settings, when
 /// `small`). Returns the last
@@ -596,7 +581,9 @@ fn theirs(
 /// summarises: Pi 1.6's cut through the left-out entries (`findProjectedCutPoint`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_and_output_are_pi_1_6_s() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("length") else {
+        return;
+    };
     let tmp = TempDir::new("length-pi16");
     let scripts: [(&str, Vec<Step>); 4] = [
         (
