@@ -6,12 +6,13 @@
 //! `CI=true`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi_e2e::headless::Headless;
+use pi_e2e::headless::{run_pi, Headless};
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{session_lines, TempDir};
@@ -539,15 +540,14 @@ fn theirs(
         .unwrap();
     }
     let run = |args: &[&str]| {
-        let mut cmd = Command::new(pi);
-        cmd.args(["--provider", "mock", "--model", "mock-1", "--session-dir"])
-            .arg(&sessions)
-            .args(args)
-            .current_dir(&ws)
-            .env("PI_OFFLINE", "1")
-            .env("PI_CODING_AGENT_DIR", &agent)
-            .env("HOME", tmp);
-        tokio::task::block_in_place(|| cmd.output().unwrap())
+        let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
+        run_pi(
+            pi,
+            &ws,
+            &agent,
+            tmp,
+            dir.into_iter().chain(args.iter().map(OsStr::new)),
+        )
     };
     let out = if small {
         run(&["-p", "hi"])

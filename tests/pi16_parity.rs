@@ -13,11 +13,13 @@
 //!   sends the same messages up to each harness's own patch.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::ffi::OsStr;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use pi_e2e::headless::pi_command;
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
@@ -66,13 +68,9 @@ struct PiRpc {
 
 impl PiRpc {
     fn start(pi: &Path, ws: &Path, agent: &Path, args: &[&std::ffi::OsStr]) -> PiRpc {
-        let mut child = Command::new(pi)
-            .args(["--mode", "rpc", "--provider", "mock", "--model", "mock-1"])
-            .args(args)
-            .current_dir(ws)
-            .env("PI_OFFLINE", "1")
-            .env("PI_CODING_AGENT_DIR", agent)
-            .env("HOME", agent.parent().unwrap())
+        let rpc = [OsStr::new("--mode"), OsStr::new("rpc")];
+        let home = agent.parent().unwrap();
+        let mut child = pi_command(pi, ws, agent, home, rpc.iter().chain(args))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
