@@ -41,7 +41,7 @@ pub(super) enum Recovery {
     /// The answer was left out and the session compacted: ask again.
     Retry,
     /// No retry: the run goes on with the answer as the turn's (a second cut answer, kept in
-    /// the context), or ends at once when [`Run::length_edited_out`] is set (the answer was
+    /// the context), or ends at once when [`Run::attempt_left_out`] is set (the answer was
     /// left out and the compaction failed).
     End,
 }
@@ -85,7 +85,7 @@ impl Run<'_> {
         }
         self.overflow_recovered = true;
         if self.leave_out_and_compact(a).await.is_err() {
-            self.length_edited_out = true;
+            self.attempt_left_out = true;
             return Some(Recovery::End);
         }
         self.sink.emit(AgentEvent::TurnStart).await;
