@@ -641,3 +641,244 @@ async fn entries_and_output_are_pi_1_6_s() {
     assert_eq!(recovery_events(&our_out), recovery_events(&their_out));
     assert_eq!(recovery_events(&our_out).len(), 5);
 }
+
+/// The script of the follow-up case: the first turn, the cut answer held until the gate
+/// opens (the follow-up is queued meanwhile), the follow-up's answer.
+fn follow_up_script(gate: &Arc<tokio::sync::Notify>) -> Vec<Step> {
+    vec![
+        Step::text(&first_answer()),
+        Step::Gate(gate.clone(), Box::new(Step::length("cut answer", 50))),
+        Step::text("answer three"),
+        Step::text("never asked"),
+    ]
+}
+
+/// Waits until `mock` has received `n` requests.
+async fn requests_reach(mock: &MockModel, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while mock.requests().len() < n {
+        assert!(std::time::Instant::now() < deadline, "no request {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ours over LSP: "one", then the second prompt whose cut answer is held while the
+/// follow-up "three" is queued. Returns the second run's assistant `message_end`s and
+/// compaction events as `[type, stopReason, text]`, and the session file's lines.
+async fn ours_with_a_follow_up(
+    m: &MockModel,
+    gate: &Arc<tokio::sync::Notify>,
+) -> (Vec<Value>, Vec<Value>) {
+    let tmp = TempDir::new("length-follow-up");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(
+        tmp.path().join("agent/settings.json"),
+        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
+    )
+    .unwrap();
+    let mut c = start_with_mock(&ws, m, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "one", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.request(
+        "agent/prompt",
+        json!({"sessionId": sid, "text": second_prompt()}),
+    )
+    .await
+    .unwrap();
+    requests_reach(m, 2).await;
+    c.request("agent/followUp", json!({"sessionId": sid, "text": "three"}))
+        .await
+        .unwrap();
+    gate.notify_one();
+    let events = c
+        .run_until_end(Duration::from_secs(30))
+        .await
+        .iter()
+        .map(|e| e["event"].clone())
+        .collect::<Vec<_>>();
+    c.shutdown().await;
+    (follow_up_events(&events), session_lines(&ws))
+}
+
+/// Of a run's events: the assistant `message_end`s and compaction events as `[type,
+/// stopReason, text]`.
+fn follow_up_events(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| {
+            e["type"].as_str().unwrap_or("").starts_with("compaction")
+                || e["type"] == "message_end" && e["message"]["role"] == "assistant"
+        })
+        .map(|e| {
+            json!([
+                e["type"],
+                e["message"]["stopReason"],
+                e["message"]["content"][0]["text"]
+            ])
+        })
+        .collect()
+}
+
+/// Pi 1.6.0 the same way: `-p one`, then RPC mode on `--continue`: the second prompt, the
+/// follow-up once the held request arrived, the gate opened, events read until
+/// `agent_settled`. Returns what [`ours_with_a_follow_up`] returns.
+async fn theirs_with_a_follow_up(
+    pi: &Path,
+    m: &MockModel,
+    gate: &Arc<tokio::sync::Notify>,
+    tmp: &Path,
+) -> (Vec<Value>, Vec<Value>) {
+    use std::io::{BufRead, Write};
+    let (ws, agent, sessions) = (tmp.join("ws"), tmp.join("agent"), tmp.join("sessions"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), m.models_json().to_string()).unwrap();
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
+    )
+    .unwrap();
+    let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
+    let first = run_pi(
+        pi,
+        &ws,
+        &agent,
+        tmp,
+        dir.iter().chain(&[OsStr::new("-p"), OsStr::new("one")]),
+    );
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let rpc = [
+        OsStr::new("--mode"),
+        OsStr::new("rpc"),
+        OsStr::new("--continue"),
+    ];
+    let mut child = pi_e2e::headless::pi_command(pi, &ws, &agent, tmp, dir.iter().chain(&rpc))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(v) = serde_json::from_str(&line) {
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let prompt = json!({"id": "p", "type": "prompt", "message": second_prompt()});
+    writeln!(stdin, "{prompt}").unwrap();
+    requests_reach(m, 2).await;
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": "f", "type": "follow_up", "message": "three"})
+    )
+    .unwrap();
+    // The follow-up is queued (its response) before the held answer is let go.
+    let mut events = Vec::new();
+    loop {
+        let v = tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(60))).unwrap();
+        let queued = v["type"] == "response" && v["id"] == "f";
+        events.push(v);
+        if queued {
+            break;
+        }
+    }
+    gate.notify_one();
+    loop {
+        let v = tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(60))).unwrap();
+        let settled = v["type"] == "agent_settled";
+        events.push(v);
+        if settled {
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    let file = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let lines = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (follow_up_events(&events), lines)
+}
+
+/// A follow-up queued while a cut answer streams is answered before any recovery, as Pi
+/// 1.6.0 does (its agent loop delivers queued messages before its run ends and
+/// `_checkCompaction` runs; the user message then resets the one recovery): no
+/// `context_edit`, no compaction, the cut answer stays in the context and the follow-up's
+/// request carries it. Checked against Pi 1.6.0 in RPC mode on the same script: the same
+/// events, entries and requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_queued_while_the_cut_answer_streams_comes_first_as_in_pi() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let m = mock(follow_up_script(&gate)).await;
+    let (events, lines) = ours_with_a_follow_up(&m, &gate).await;
+    assert_eq!(
+        events,
+        [
+            json!(["message_end", "length", "cut answer"]),
+            json!(["message_end", "stop", "answer three"]),
+        ]
+    );
+    assert_eq!(
+        kinds(&lines),
+        [
+            "message:user::one",
+            "message:assistant:stop:first answer",
+            "message:user::two xxxxxxxx",
+            "message:assistant:length:cut answer",
+            "message:user::three",
+            "message:assistant:stop:answer three",
+        ]
+    );
+    let requests = conversation_requests(&m);
+    let roles: Vec<(&str, &str)> = requests[2]
+        .iter()
+        .map(|(role, text)| (role.as_str(), &text[..text.len().min(12)]))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("user", "one"),
+            ("assistant", "first answer"),
+            ("user", "two xxxxxxxx"),
+            ("assistant", "cut answer"),
+            ("user", "three"),
+        ]
+    );
+    assert_eq!(requests.len(), 3);
+
+    let Some(pi) = pi_e2e::pi16_bin("length") else {
+        return;
+    };
+    let tmp = TempDir::new("length-follow-up-pi16");
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let their_mock = mock(follow_up_script(&gate)).await;
+    let (their_events, their_lines) =
+        theirs_with_a_follow_up(&pi, &their_mock, &gate, tmp.path()).await;
+    assert_eq!(events, their_events);
+    assert_eq!(kinds(&lines), kinds(&their_lines));
+    assert_eq!(requests, conversation_requests(&their_mock));
+}

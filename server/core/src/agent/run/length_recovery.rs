@@ -13,7 +13,10 @@
 //! stays in the context and the recovery ends with `compaction_end` carrying
 //! [`TRUNCATED_RECOVERY_FAILED`]. An answer that reached the model's `maxTokens`, an answer
 //! with tool calls (their calls fail and the turn goes on, as Pi's loop does), and any answer
-//! while compaction is off keep the plain `length` handling.
+//! while compaction is off keep the plain `length` handling. Nor is an answer recovered when
+//! steering or follow-up messages are queued as it ends: Pi's agent loop delivers them before
+//! its run ends and the recovery is considered, so the cut answer stays in the context and
+//! the next request answers the queued message (checked against Pi 1.6.0 in RPC mode).
 //!
 //! Where Pi's compaction finds nothing to summarise or fails, the answer stays left out and
 //! the run ends without a retry (Pi: no retry, nothing printed, exit 0); here the failed
@@ -63,10 +66,15 @@ impl Run<'_> {
             .compaction
             .as_ref()
             .is_some_and(|c| c.settings.enabled);
+        // Steering or follow-ups queued by now are delivered first, as Pi 1.6's agent loop
+        // delivers them before its run ends and the recovery is considered: the user's
+        // message then resets the one recovery and the cut answer stays in the context.
+        let (steering, follow_ups, _) = self.control.queued();
         if !compaction_on
             || self.control.cancel.is_cancelled()
             || !a.tool_calls().is_empty()
             || !is_recoverable_length(a, self.cfg.model.max_tokens)
+            || steering + follow_ups > 0
         {
             return None;
         }
