@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,25 +23,14 @@ use serde_json::{json, Value};
 /// The custom instructions of the `/compact` (case CMP-07).
 const FOCUS: &str = "always reply with the word TRIPWIRE";
 
+/// The tests' name when Pi 1.6.0 is missing.
+const WHAT: &str = "Pi 1.6.0 summary request comparison";
+
 const PROMPTS: [&str; 2] = ["First question?", "Second question?"];
 
 /// `compaction.reserveTokens` on both sides: small, so no automatic compaction runs on the
 /// small window (Pi 1.6 does not halve the reserve for a small window as pi-lsp does).
 const RESERVE: u64 = 1_000;
-
-/// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
-fn pi16_bin() -> Option<PathBuf> {
-    let found = std::env::var("PI16_REF_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .filter(|p| p.exists());
-    pi_e2e::require(
-        found.is_some(),
-        "Pi 1.6.0 summary request comparison",
-        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
-    );
-    found
-}
 
 fn is_summary(body: &Value) -> bool {
     body.to_string().contains("context summarization assistant")
@@ -169,7 +158,7 @@ async fn ours_converse_and_compact(dir: &Path, mock: &MockModel, window: u64) {
 
 /// Both sides' summary request bodies on a model with `window`, the history summary first.
 async fn both(window: u64) -> (Vec<Value>, Vec<Value>) {
-    let pi = pi16_bin().unwrap();
+    let pi = pi_e2e::pi16_bin(WHAT).unwrap();
     let tmp = TempDir::new("compaction-pi16");
     let pi_mock = mock().await;
     let pi_dir = tmp.path().join("pi");
@@ -191,7 +180,7 @@ async fn both(window: u64) -> (Vec<Value>, Vec<Value>) {
 /// forms, where the custom instructions go, and the output limit (the model's 4,096).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_summary_requests_are_pi_1_6_s() {
-    if pi16_bin().is_none() {
+    if pi_e2e::pi16_bin(WHAT).is_none() {
         return;
     }
     let (ours, theirs) = both(128_000).await;
@@ -224,7 +213,7 @@ async fn compaction_summary_requests_are_pi_1_6_s() {
 /// the summary request (`clampMaxTokensToContext`): each limit below 4,096, the same as Pi's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn summary_output_limit_is_clamped_to_the_window_as_pi_1_6_clamps_it() {
-    if pi16_bin().is_none() {
+    if pi_e2e::pi16_bin(WHAT).is_none() {
         return;
     }
     let (ours, theirs) = both(8_000).await;

@@ -350,23 +350,6 @@ async fn headless_run_loads_project_configuration_only_with_trust() {
     }
 }
 
-/// The reference Pi binary (`$PI_REF_BIN`, else `.pi-ref/` as `.ci/run` installs it);
-/// required when `CI` is set.
-/// Pi 1.6.0: `$PI16_REF_BIN` (a `pi` that runs Pi 1.6.0, installed by `.ci/pi16.sh`); required
-/// under `CI=true`.
-fn pi16_bin() -> Option<PathBuf> {
-    let found = std::env::var("PI16_REF_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .filter(|p| p.exists());
-    pi_e2e::require(
-        found.is_some(),
-        "Pi 1.6.0 prompt comparison",
-        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
-    );
-    found
-}
-
 /// A workspace exercising every part of the prompt Pi assembles: context files global, in an
 /// ancestor and in the workspace; APPEND_SYSTEM.md; skills global, project and `.agents`.
 pub fn prompt_fixture(root: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -420,7 +403,9 @@ fn system_of(mock: &MockModel) -> String {
 /// session's system message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn system_prompt_is_byte_for_byte_the_one_pi_sends() {
-    let Some(pi) = pi16_bin() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("Pi 1.6.0 prompt comparison") else {
+        return;
+    };
     let package = pi_e2e::pi16_package(&pi);
     let tmp = TempDir::new("pi-prompt");
     let (ws, agent, home) = prompt_fixture(tmp.path());

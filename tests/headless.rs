@@ -1727,35 +1727,6 @@ async fn a_session_of_large_images_runs_in_bounded_memory() {
     assert!(peak_mib < 250, "peak RSS {peak_mib} MiB");
 }
 
-/// The SSE body of one chat-completions answer `text` that stopped at its output limit
-/// (`finish_reason: "length"`), reporting `output` tokens.
-fn length_answer(text: &str, output: u64) -> Step {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    let body = [
-        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-        chunk(json!({"content": text}), Value::Null),
-        chunk(json!({}), json!("length")),
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
-                "usage": {"prompt_tokens": 100, "completion_tokens": output, "total_tokens": 100 + output}})
-        ),
-        "data: [DONE]\n\n".to_string(),
-    ]
-    .concat();
-    Step::Raw {
-        status: 200,
-        content_type: "text/event-stream".into(),
-        body,
-    }
-}
-
 /// Pi 1.6's `@path` arguments (`processFileArguments`), from a sub-folder of the workspace:
 /// a text file (its byte-order mark dropped) as `<file name="ABS">`, an empty file left out,
 /// a PNG as an image block after the text with an empty `<file name>` marker, the prompt
@@ -1835,7 +1806,7 @@ async fn file_arguments_go_into_the_prompt_as_pi_puts_them() {
 /// printed the same on the same loopback answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_answer_is_printed_and_fails_as_pi_prints_it() {
-    let mock = MockModel::start(vec![length_answer("Partial ans", 4096)]).await;
+    let mock = MockModel::start(vec![Step::length("Partial ans", 4096)]).await;
     let h = Headless::new("length", &mock.models_json());
     let out = h.run(&["--model", "mock/mock-1", "hello"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -2056,4 +2027,211 @@ async fn thinking_flag_on_a_file_without_a_level_records_only_that_level() {
     );
     assert_eq!(lines[before]["parentId"], lines[before - 1]["id"]);
     assert_eq!(mock.requests()[1].body["reasoning_effort"], "low");
+}
+
+/// An Anthropic answer that started a `read` call of `f.txt` and then failed with the
+/// provider's overflow error ("prompt is too long"): an `error` response carrying a tool call.
+fn overflow_with_a_call() -> Step {
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    Step::Events(vec![
+        event(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                "role": "assistant", "model": "mock-ant-1", "content": [], "stop_reason": null,
+                "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+        ),
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block":
+                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}}),
+        ),
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta":
+                {"type": "input_json_delta", "partial_json": "{\"path\": \"f.txt\"}"}}),
+        ),
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        event(
+            "error",
+            json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": "prompt is too long: 210000 tokens > 200000 maximum"}}),
+        ),
+    ])
+}
+
+/// Of a `--json` (ours) or `--mode json` (Pi's) run: the assistant `message_end`s as
+/// `[type, stopReason, tool calls]`, each `turn_end` with its number of tool results, the
+/// tool executions and the compaction events as `[type, reason, willRetry, whether a result
+/// is given]`.
+fn overflow_events(out: &std::process::Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| {
+            let t = e["type"].as_str().unwrap_or("");
+            let calls = |m: &Value| -> Vec<Value> {
+                m["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|b| b["type"] == "toolCall")
+                    .map(|b| json!([b["name"], b["arguments"]]))
+                    .collect()
+            };
+            match t {
+                "message_end" if e["message"]["role"] == "assistant" => {
+                    Some(json!([t, e["message"]["stopReason"], calls(&e["message"])]))
+                }
+                "turn_end" => Some(json!([t, e["toolResults"].as_array().map(Vec::len)])),
+                _ if t.starts_with("tool_execution") || t.starts_with("compaction") => {
+                    Some(json!([
+                        t,
+                        e["reason"],
+                        e["willRetry"],
+                        e["result"].is_object()
+                    ]))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// An overflow error that carries a tool call, and whose compaction fails (the summary
+/// request is refused): as Pi 1.6.0 (`--mode json` on the same script), the failed response
+/// ends its turn once (`turn_end` without results), its call is never run and gets no result
+/// (Pi's loop gives a failed response none; the response left the context with its
+/// `context_edit`), the compaction's failure ends the run. The file holds the response and
+/// its `context_edit`, nothing after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overflow_with_a_call_whose_compaction_fails_ends_as_pi_ends_it() {
+    let first = format!("first answer {}", "y".repeat(2000));
+    let script = || {
+        vec![
+            Step::text(&first),
+            overflow_with_a_call(),
+            Step::text("never asked"),
+        ]
+    };
+    let refuse_summaries = |mock: &MockModel| {
+        mock.set_responder(std::sync::Arc::new(|body: &Value| {
+            body.to_string()
+                .contains("context summarization assistant")
+                .then(|| Step::Raw {
+                    status: 400,
+                    content_type: "application/json".into(),
+                    body: json!({"type": "error", "error": {"type": "invalid_request_error",
+                        "message": "summaries refused"}})
+                    .to_string(),
+                })
+        }));
+    };
+    let settings = json!({"compaction": {"keepRecentTokens": 100}}).to_string();
+    let two = format!("two {}", "x".repeat(800));
+    // The entries from the first user message on, as `type:role:stopReason`, and whether each
+    // `context_edit` leaves out the entry right before it.
+    let kinds = |lines: &[Value]| -> Vec<String> {
+        let first = lines
+            .iter()
+            .position(|e| e["message"]["role"] == "user")
+            .unwrap();
+        lines[first..]
+            .iter()
+            .enumerate()
+            .map(|(i, e)| match e["type"].as_str().unwrap() {
+                "context_edit" => format!(
+                    "context_edit:{}:{}",
+                    e["targetId"] == lines[first + i - 1]["id"],
+                    e["replacement"]
+                ),
+                t => format!(
+                    "{t}:{}:{}",
+                    e["message"]["role"].as_str().unwrap_or(""),
+                    e["message"]["stopReason"].as_str().unwrap_or("")
+                ),
+            })
+            .collect()
+    };
+
+    let mock = MockModel::start(script()).await;
+    refuse_summaries(&mock);
+    let h = Headless::new("overflow-call", &mock.models_json());
+    std::fs::write(h.ws.join("f.txt"), "hello\n").unwrap();
+    std::fs::write(h.agent.join("settings.json"), &settings).unwrap();
+    let model = ["--model", "mockant/mock-ant-1"];
+    assert_success(&h.run(&[&model[..], &["one"]].concat()));
+    let ours = h.run(&[&model[..], &["--continue", "--json", &two]].concat());
+    let our_lines = session_lines(&h.ws);
+    assert_eq!(
+        overflow_events(&ours),
+        [
+            json!(["message_end", "error", [["read", {"path": "f.txt"}]]]),
+            json!(["turn_end", 0]),
+            json!(["compaction_start", "overflow", null, false]),
+            json!(["compaction_end", "overflow", false, false]),
+        ]
+    );
+    assert_eq!(
+        kinds(&our_lines),
+        [
+            "message:user:",
+            "message:assistant:stop",
+            "message:user:",
+            "message:assistant:error",
+            "context_edit:true:null",
+        ]
+    );
+    assert_eq!(
+        mock.requests()
+            .iter()
+            .filter(|r| !r
+                .body
+                .to_string()
+                .contains("context summarization assistant"))
+            .count(),
+        2
+    );
+
+    let Some(pi) = pi_e2e::pi16_bin("overflow with a call") else {
+        return;
+    };
+    let their_mock = MockModel::start(script()).await;
+    refuse_summaries(&their_mock);
+    let tmp = TempDir::new("overflow-call-pi16");
+    let (ws, agent, sessions) = (
+        tmp.join("ws"),
+        tmp.join("agent"),
+        tmp.join("sessions").display().to_string(),
+    );
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(ws.join("f.txt"), "hello\n").unwrap();
+    std::fs::write(agent.join("settings.json"), &settings).unwrap();
+    std::fs::write(
+        agent.join("models.json"),
+        their_mock.models_json().to_string(),
+    )
+    .unwrap();
+    let pi_model = ["--provider", "mockant", "--model", "mock-ant-1"];
+    let dir = ["--session-dir", sessions.as_str()];
+    let run_pi = |args: &[&str]| {
+        pi_e2e::headless::run_pi(&pi, &ws, &agent, &tmp, [&pi_model[..], &dir, args].concat())
+    };
+    assert_success(&run_pi(&["-p", "one"]));
+    let theirs = run_pi(&["--mode", "json", "--continue", &two]);
+    assert_eq!(overflow_events(&ours), overflow_events(&theirs));
+    let file = std::fs::read_dir(tmp.join("sessions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let their_lines: Vec<Value> = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(kinds(&our_lines), kinds(&their_lines));
 }

@@ -6,12 +6,13 @@
 //! `CI=true`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi_e2e::headless::Headless;
+use pi_e2e::headless::{run_pi, Headless};
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{session_lines, TempDir};
@@ -34,35 +35,6 @@ fn second_prompt() -> String {
 /// of the first turn makes the context smaller (an automatic compaction must, case CMP-04).
 fn first_answer() -> String {
     format!("first answer {}", "y".repeat(2000))
-}
-
-/// A chat-completions answer of `text` stopped by `length` after `output` tokens (the
-/// models' `maxTokens` is 4,096).
-fn length_answer(text: &str, output: u64) -> Step {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    let body = [
-        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-        chunk(json!({"content": text}), Value::Null),
-        chunk(json!({}), json!("length")),
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
-                "usage": {"prompt_tokens": 100, "completion_tokens": output, "total_tokens": 100 + output}})
-        ),
-        "data: [DONE]\n\n".to_string(),
-    ]
-    .concat();
-    Step::Raw {
-        status: 200,
-        content_type: "text/event-stream".into(),
-        body,
-    }
 }
 
 fn is_summary(body: &Value) -> bool {
@@ -264,7 +236,7 @@ fn ours(mock: &MockModel, name: &str, extra: &[&str]) -> (Output, Vec<Value>) {
 async fn a_length_stop_below_max_tokens_is_left_out_compacted_and_retried() {
     let mock = mock(vec![
         Step::text(&first_answer()),
-        length_answer("cut answer", 50),
+        Step::length("cut answer", 50),
         Step::text("good answer"),
     ])
     .await;
@@ -326,8 +298,8 @@ async fn a_length_stop_below_max_tokens_is_left_out_compacted_and_retried() {
 fn twice() -> Vec<Step> {
     vec![
         Step::text(&first_answer()),
-        length_answer("cut answer", 50),
-        length_answer("cut again", 50),
+        Step::length("cut answer", 50),
+        Step::length("cut again", 50),
         Step::text("never asked"),
     ]
 }
@@ -388,9 +360,9 @@ async fn a_second_cut_answer_ends_the_recovery_with_pi_s_error() {
 fn again() -> Vec<Step> {
     vec![
         Step::text(&first_answer()),
-        length_answer("cut answer", 50),
+        Step::length("cut answer", 50),
         Step::call("call_1", "read", json!({"path": "f.txt"})),
-        length_answer("cut again", 50),
+        Step::length("cut again", 50),
         Step::text("never asked"),
     ]
 }
@@ -439,7 +411,7 @@ async fn an_answer_between_two_cut_answers_clears_the_one_recovery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_nothing_to_compact_the_cut_answer_is_left_out_and_not_printed() {
     let m = mock(vec![
-        length_answer("cut answer", 50),
+        Step::length("cut answer", 50),
         Step::text("never asked"),
     ])
     .await;
@@ -470,7 +442,7 @@ async fn with_nothing_to_compact_the_cut_answer_is_left_out_and_not_printed() {
 async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
     let m = mock(vec![
         Step::text(&first_answer()),
-        length_answer("cut answer", 50),
+        Step::length("cut answer", 50),
         Step::text("good answer"),
     ])
     .await;
@@ -544,21 +516,6 @@ async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
     assert_eq!(conversation_requests(&m).len(), 3);
 }
 
-/// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
-fn pi16() -> Option<PathBuf> {
-    let found = std::env::var("PI16_REF_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .filter(|p| p.exists());
-    pi_e2e::require(
-        found.is_some(),
-        "length",
-        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
-    )
-    .then_some(found)
-    .flatten()
-}
-
 /// Pi 1.6.0's print mode on `mock` in a fresh folder with `keepRecentTokens` 100: `-p one`, then
 /// `-p --continue` with [`second_prompt`] (or only `-p hi`, with the default settings, when
 /// `small`). Returns the last
@@ -583,15 +540,14 @@ fn theirs(
         .unwrap();
     }
     let run = |args: &[&str]| {
-        let mut cmd = Command::new(pi);
-        cmd.args(["--provider", "mock", "--model", "mock-1", "--session-dir"])
-            .arg(&sessions)
-            .args(args)
-            .current_dir(&ws)
-            .env("PI_OFFLINE", "1")
-            .env("PI_CODING_AGENT_DIR", &agent)
-            .env("HOME", tmp);
-        tokio::task::block_in_place(|| cmd.output().unwrap())
+        let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
+        run_pi(
+            pi,
+            &ws,
+            &agent,
+            tmp,
+            dir.into_iter().chain(args.iter().map(OsStr::new)),
+        )
     };
     let out = if small {
         run(&["-p", "hi"])
@@ -625,21 +581,23 @@ fn theirs(
 /// summarises: Pi 1.6's cut through the left-out entries (`findProjectedCutPoint`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_and_output_are_pi_1_6_s() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("length") else {
+        return;
+    };
     let tmp = TempDir::new("length-pi16");
     let scripts: [(&str, Vec<Step>); 4] = [
         (
             "retry",
             vec![
                 Step::text(&first_answer()),
-                length_answer("cut answer", 50),
+                Step::length("cut answer", 50),
                 Step::text("good answer"),
             ],
         ),
         ("twice", twice()),
         (
             "small",
-            vec![length_answer("cut answer", 50), Step::text("never asked")],
+            vec![Step::length("cut answer", 50), Step::text("never asked")],
         ),
         ("again", again()),
     ];
@@ -682,4 +640,245 @@ async fn entries_and_output_are_pi_1_6_s() {
     let (our_out, _) = ours(&our_mock, "length-pi16-json", &["--json"]);
     assert_eq!(recovery_events(&our_out), recovery_events(&their_out));
     assert_eq!(recovery_events(&our_out).len(), 5);
+}
+
+/// The script of the follow-up case: the first turn, the cut answer held until the gate
+/// opens (the follow-up is queued meanwhile), the follow-up's answer.
+fn follow_up_script(gate: &Arc<tokio::sync::Notify>) -> Vec<Step> {
+    vec![
+        Step::text(&first_answer()),
+        Step::Gate(gate.clone(), Box::new(Step::length("cut answer", 50))),
+        Step::text("answer three"),
+        Step::text("never asked"),
+    ]
+}
+
+/// Waits until `mock` has received `n` requests.
+async fn requests_reach(mock: &MockModel, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while mock.requests().len() < n {
+        assert!(std::time::Instant::now() < deadline, "no request {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ours over LSP: "one", then the second prompt whose cut answer is held while the
+/// follow-up "three" is queued. Returns the second run's assistant `message_end`s and
+/// compaction events as `[type, stopReason, text]`, and the session file's lines.
+async fn ours_with_a_follow_up(
+    m: &MockModel,
+    gate: &Arc<tokio::sync::Notify>,
+) -> (Vec<Value>, Vec<Value>) {
+    let tmp = TempDir::new("length-follow-up");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(
+        tmp.path().join("agent/settings.json"),
+        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
+    )
+    .unwrap();
+    let mut c = start_with_mock(&ws, m, EditorBehavior::default()).await;
+    let r = c
+        .request(
+            "agent/prompt",
+            json!({"text": "one", "model": "mock/mock-1"}),
+        )
+        .await
+        .unwrap();
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    c.run_until_end(Duration::from_secs(30)).await;
+    c.request(
+        "agent/prompt",
+        json!({"sessionId": sid, "text": second_prompt()}),
+    )
+    .await
+    .unwrap();
+    requests_reach(m, 2).await;
+    c.request("agent/followUp", json!({"sessionId": sid, "text": "three"}))
+        .await
+        .unwrap();
+    gate.notify_one();
+    let events = c
+        .run_until_end(Duration::from_secs(30))
+        .await
+        .iter()
+        .map(|e| e["event"].clone())
+        .collect::<Vec<_>>();
+    c.shutdown().await;
+    (follow_up_events(&events), session_lines(&ws))
+}
+
+/// Of a run's events: the assistant `message_end`s and compaction events as `[type,
+/// stopReason, text]`.
+fn follow_up_events(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| {
+            e["type"].as_str().unwrap_or("").starts_with("compaction")
+                || e["type"] == "message_end" && e["message"]["role"] == "assistant"
+        })
+        .map(|e| {
+            json!([
+                e["type"],
+                e["message"]["stopReason"],
+                e["message"]["content"][0]["text"]
+            ])
+        })
+        .collect()
+}
+
+/// Pi 1.6.0 the same way: `-p one`, then RPC mode on `--continue`: the second prompt, the
+/// follow-up once the held request arrived, the gate opened, events read until
+/// `agent_settled`. Returns what [`ours_with_a_follow_up`] returns.
+async fn theirs_with_a_follow_up(
+    pi: &Path,
+    m: &MockModel,
+    gate: &Arc<tokio::sync::Notify>,
+    tmp: &Path,
+) -> (Vec<Value>, Vec<Value>) {
+    use std::io::{BufRead, Write};
+    let (ws, agent, sessions) = (tmp.join("ws"), tmp.join("agent"), tmp.join("sessions"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), m.models_json().to_string()).unwrap();
+    std::fs::write(
+        agent.join("settings.json"),
+        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
+    )
+    .unwrap();
+    let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
+    let first = run_pi(
+        pi,
+        &ws,
+        &agent,
+        tmp,
+        dir.iter().chain(&[OsStr::new("-p"), OsStr::new("one")]),
+    );
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let rpc = [
+        OsStr::new("--mode"),
+        OsStr::new("rpc"),
+        OsStr::new("--continue"),
+    ];
+    let mut child = pi_e2e::headless::pi_command(pi, &ws, &agent, tmp, dir.iter().chain(&rpc))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(v) = serde_json::from_str(&line) {
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let prompt = json!({"id": "p", "type": "prompt", "message": second_prompt()});
+    writeln!(stdin, "{prompt}").unwrap();
+    requests_reach(m, 2).await;
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": "f", "type": "follow_up", "message": "three"})
+    )
+    .unwrap();
+    // The follow-up is queued (its response) before the held answer is let go.
+    let mut events = Vec::new();
+    loop {
+        let v = tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(60))).unwrap();
+        let queued = v["type"] == "response" && v["id"] == "f";
+        events.push(v);
+        if queued {
+            break;
+        }
+    }
+    gate.notify_one();
+    loop {
+        let v = tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(60))).unwrap();
+        let settled = v["type"] == "agent_settled";
+        events.push(v);
+        if settled {
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    let file = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let lines = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (follow_up_events(&events), lines)
+}
+
+/// A follow-up queued while a cut answer streams is answered before any recovery, as Pi
+/// 1.6.0 does (its agent loop delivers queued messages before its run ends and
+/// `_checkCompaction` runs; the user message then resets the one recovery): no
+/// `context_edit`, no compaction, the cut answer stays in the context and the follow-up's
+/// request carries it. Checked against Pi 1.6.0 in RPC mode on the same script: the same
+/// events, entries and requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_queued_while_the_cut_answer_streams_comes_first_as_in_pi() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let m = mock(follow_up_script(&gate)).await;
+    let (events, lines) = ours_with_a_follow_up(&m, &gate).await;
+    assert_eq!(
+        events,
+        [
+            json!(["message_end", "length", "cut answer"]),
+            json!(["message_end", "stop", "answer three"]),
+        ]
+    );
+    assert_eq!(
+        kinds(&lines),
+        [
+            "message:user::one",
+            "message:assistant:stop:first answer",
+            "message:user::two xxxxxxxx",
+            "message:assistant:length:cut answer",
+            "message:user::three",
+            "message:assistant:stop:answer three",
+        ]
+    );
+    let requests = conversation_requests(&m);
+    let roles: Vec<(&str, &str)> = requests[2]
+        .iter()
+        .map(|(role, text)| (role.as_str(), &text[..text.len().min(12)]))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("user", "one"),
+            ("assistant", "first answer"),
+            ("user", "two xxxxxxxx"),
+            ("assistant", "cut answer"),
+            ("user", "three"),
+        ]
+    );
+    assert_eq!(requests.len(), 3);
+
+    let Some(pi) = pi_e2e::pi16_bin("length") else {
+        return;
+    };
+    let tmp = TempDir::new("length-follow-up-pi16");
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let their_mock = mock(follow_up_script(&gate)).await;
+    let (their_events, their_lines) =
+        theirs_with_a_follow_up(&pi, &their_mock, &gate, tmp.path()).await;
+    assert_eq!(events, their_events);
+    assert_eq!(kinds(&lines), kinds(&their_lines));
+    assert_eq!(requests, conversation_requests(&their_mock));
 }

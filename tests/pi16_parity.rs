@@ -13,30 +13,17 @@
 //!   sends the same messages up to each harness's own patch.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::ffi::OsStr;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use pi_e2e::headless::pi_command;
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
-
-/// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
-fn pi16() -> Option<PathBuf> {
-    let found = std::env::var("PI16_REF_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .filter(|p| p.exists());
-    pi_e2e::require(
-        found.is_some(),
-        "pi16_parity",
-        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
-    )
-    .then_some(found)
-    .flatten()
-}
 
 fn workspace(root: &Path) -> PathBuf {
     let ws = root.join("ws");
@@ -81,13 +68,9 @@ struct PiRpc {
 
 impl PiRpc {
     fn start(pi: &Path, ws: &Path, agent: &Path, args: &[&std::ffi::OsStr]) -> PiRpc {
-        let mut child = Command::new(pi)
-            .args(["--mode", "rpc", "--provider", "mock", "--model", "mock-1"])
-            .args(args)
-            .current_dir(ws)
-            .env("PI_OFFLINE", "1")
-            .env("PI_CODING_AGENT_DIR", agent)
-            .env("HOME", agent.parent().unwrap())
+        let rpc = [OsStr::new("--mode"), OsStr::new("rpc")];
+        let home = agent.parent().unwrap();
+        let mut child = pi_command(pi, ws, agent, home, rpc.iter().chain(args))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -208,7 +191,9 @@ async fn ours(ws: &Path, mock: &MockModel) -> (String, Value, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_entries_have_pi_16s_keys() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let tmp = TempDir::new("pi16-keys");
     // Pi 1.6.
     let pi_root = tmp.path().join("pi");
@@ -324,7 +309,9 @@ async fn our_entries_have_pi_16s_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_16_opens_and_continues_our_file_and_we_open_what_it_appended() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let tmp = TempDir::new("pi16-both-ways");
     let ws = workspace(tmp.path());
     let mock = mock().await;
@@ -402,7 +389,9 @@ async fn pi_16_opens_and_continues_our_file_and_we_open_what_it_appended() {
 /// answers with our items — and we read back the list Pi appended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let example = pi_e2e::pi16_package(&pi).join("examples/extensions/todo.ts");
     assert!(example.exists(), "{}", example.display());
     let tmp = TempDir::new("pi16-todo");
@@ -646,7 +635,9 @@ async fn mid_convo_bodies(pi: PathBuf, api: &str, as_pi_073: bool) -> (Value, Va
 /// each harness's own patch (its prompt differs from the file's) before the new prompt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let (pi_body, our_body) = mid_convo_bodies(pi, "openai-completions", false).await;
     let pi_sent = pi_body["messages"].as_array().unwrap().clone();
     let we_sent = our_body["messages"].as_array().unwrap().clone();
@@ -678,7 +669,9 @@ async fn mid_conversation_system_messages_are_sent_as_pi_16_sends_them() {
 /// placed and worded as Pi 1.6.0 does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mid_conversation_system_messages_on_anthropic_are_placed_as_pi_16_places_them() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let (pi_body, our_body) = mid_convo_bodies(pi, "anthropic-messages", false).await;
     assert_eq!(pi_body["system"], our_body["system"]);
     let pi_sent = pi_body["messages"].as_array().unwrap().clone();
@@ -697,7 +690,9 @@ async fn mid_conversation_system_messages_on_anthropic_are_placed_as_pi_16_place
 /// prompt — in Pi 1.6.0 as here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pi_073_file_gets_its_first_prompt_mid_conversation_as_in_pi_16() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let (pi_body, our_body) = mid_convo_bodies(pi, "openai-completions", true).await;
     let pi_sent = pi_body["messages"].as_array().unwrap().clone();
     let we_sent = our_body["messages"].as_array().unwrap().clone();
@@ -729,7 +724,9 @@ async fn a_pi_073_file_gets_its_first_prompt_mid_conversation_as_in_pi_16() {
 /// messages and count (the failure shown by neither).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_failure_is_left_out_of_the_context_as_pi_16_leaves_it() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let tmp = TempDir::new("pi16-retry");
     let retry = json!({"retry": {"enabled": true, "maxRetries": 2, "baseDelayMs": 20}});
     let script = || {
@@ -940,7 +937,9 @@ async fn a_retried_failure_is_left_out_of_the_context_as_pi_16_leaves_it() {
 /// with the same messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_entries_and_a_second_root_read_and_continue_as_in_pi_16() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let tmp = TempDir::new("pi16-roots");
     let ws = workspace(tmp.path());
     let mock = MockModel::start(vec![Step::text("Ours."), Step::text("Theirs.")]).await;
@@ -1120,7 +1119,9 @@ async fn usage_entries_and_a_second_root_read_and_continue_as_in_pi_16() {
 /// keeps it out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_16_continuing_a_file_with_an_image_edited_out_never_sends_the_image() {
-    let Some(pi) = pi16() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("pi16_parity") else {
+        return;
+    };
     let tmp = TempDir::new("pi16-image-edit");
     let ws = workspace(tmp.path());
     let image = "QUJD".repeat(300_000);

@@ -4,9 +4,11 @@
 //! delivery, and `experimental.agent.syncsAllDocuments`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use pi_e2e::headless::pi_command;
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::TempDir;
@@ -54,21 +56,20 @@ fn fixture_session(name: &str, ws: &Path, to: &Path) -> Vec<Value> {
 
 /// Reference Pi's RPC `get_messages` on session `file` (opened in `ws`).
 async fn pi_get_messages(pi: &Path, ws: &Path, agent: &Path, file: &Path) -> Value {
-    let mut child = tokio::process::Command::new(pi)
-        .args([
-            "--mode",
-            "rpc",
-            "--provider",
-            "mock",
-            "--model",
-            "mock-1",
-            "--session",
-        ])
-        .arg(file)
-        .current_dir(ws)
-        .env("PI_OFFLINE", "1")
-        .env("PI_CODING_AGENT_DIR", agent)
-        .env("HOME", agent.parent().unwrap())
+    let args = [
+        OsStr::new("--mode"),
+        OsStr::new("rpc"),
+        OsStr::new("--session"),
+    ];
+    let home = agent.parent().unwrap();
+    let cmd = pi_command(
+        pi,
+        ws,
+        agent,
+        home,
+        args.into_iter().chain([file.as_os_str()]),
+    );
+    let mut child = tokio::process::Command::from(cmd)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

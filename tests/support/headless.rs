@@ -1,6 +1,8 @@
 //! `pi-lsp run` (and the other headless subcommands) as a user runs them: the real binary as a
-//! child process, a temporary workspace and agent dir, the loopback model's `models.json`.
+//! child process, a temporary workspace and agent dir, the loopback model's `models.json`. Also
+//! Pi itself on the loopback model ([`pi_command`], [`run_pi`]), for the comparisons.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -65,6 +67,38 @@ pub fn run(ws: &Path, env: &[(&str, String)], args: &[&str]) -> Output {
     let mut cmd = Command::new(pi_lsp_bin());
     cmd.arg("run").arg("--workspace").arg(ws).args(args);
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    tokio::task::block_in_place(|| cmd.output().unwrap())
+}
+
+/// Pi (`pi`: a Pi 1.6.0 `pi`, `$PI16_REF_BIN`, or the reference Pi 0.73.1) on the loopback
+/// model as the comparisons run it, not started: `--provider mock --model mock-1` and then
+/// `args` (`-p TEXT`, `--mode json`, `--mode rpc`, `--session-dir DIR`, …), in `ws`, offline
+/// (`PI_OFFLINE=1`), with `agent` as `PI_CODING_AGENT_DIR` (where the test wrote the mock's
+/// `models.json`) and `home` as `HOME` (so the user's own Pi settings stay out).
+pub fn pi_command<I, S>(pi: &Path, ws: &Path, agent: &Path, home: &Path, args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(pi);
+    cmd.args(["--provider", "mock", "--model", "mock-1"])
+        .args(args)
+        .current_dir(ws)
+        .env("PI_OFFLINE", "1")
+        .env("PI_CODING_AGENT_DIR", agent)
+        .env("HOME", home);
+    cmd
+}
+
+/// [`pi_command`] run to its end (print mode, `--mode json`) and its output. From a
+/// multi-thread tokio test it waits in `block_in_place`, as [`run`] does, so the loopback
+/// model keeps answering.
+pub fn run_pi<I, S>(pi: &Path, ws: &Path, agent: &Path, home: &Path, args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = pi_command(pi, ws, agent, home, args);
     tokio::task::block_in_place(|| cmd.output().unwrap())
 }
 

@@ -90,6 +90,22 @@ impl Drop for TempDir {
     }
 }
 
+/// Pi 1.6.0's `pi`: `$PI16_REF_BIN` (a `pi` that runs Pi 1.6.0, installed by `.ci/pi16.sh`)
+/// when it names a file. Missing, it is [`require`]d for the test `what`: under `CI=true` the
+/// test fails, elsewhere it says why it skips and gets `None`.
+pub fn pi16_bin(what: &str) -> Option<PathBuf> {
+    let found = std::env::var("PI16_REF_BIN")
+        .ok()
+        .map(PathBuf::from)
+        .filter(|p| p.exists());
+    require(
+        found.is_some(),
+        what,
+        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
+    );
+    found
+}
+
 /// Pi 1.6.0's package folder (its README, docs and examples): `$PI16_PKG_DIR`, else read from
 /// the `pi` wrapper script at `pi` (CI's `$PI16_REF_BIN`), which names `…/dist/bundle/cli.js`.
 /// Panics when the wrapper names no such path.

@@ -97,6 +97,38 @@ impl Step {
         Step::Tools(None, vec![(id.into(), name.into(), args)])
     }
 
+    /// A chat-completions answer of `text` stopped by `length` (`finish_reason: "length"`)
+    /// reporting `output` completion tokens (and 100 prompt tokens), as a raw SSE body: the
+    /// role chunk, one content chunk, the finish chunk, the usage chunk and `[DONE]`. Whether
+    /// it is a recoverable cut depends on `output` against the model's `maxTokens` (Pi 1.6's
+    /// `isRecoverableLength`; [`MockModel::models_json`] declares `maxTokens` 4,096).
+    pub fn length(text: &str, output: u64) -> Step {
+        let chunk = |delta: Value, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c1", "object": "chat.completion.chunk", "model": "mock-1",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            )
+        };
+        let body = [
+            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            chunk(json!({"content": text}), Value::Null),
+            chunk(json!({}), json!("length")),
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": output, "total_tokens": 100 + output}})
+            ),
+            "data: [DONE]\n\n".to_string(),
+        ]
+        .concat();
+        Step::Raw {
+            status: 200,
+            content_type: "text/event-stream".into(),
+            body,
+        }
+    }
+
     /// One `edit` call replacing `old` with `new` in `path`.
     pub fn edit(id: &str, path: &str, old: &str, new: &str) -> Step {
         Step::call(

@@ -251,10 +251,11 @@ struct Run<'a> {
     /// The one overflow (or recoverable `length`) recovery of this user turn was used (Pi's
     /// `_overflowRecoveryAttempted`).
     overflow_recovered: bool,
-    /// The last answer, a recoverable `length` stop, was left out of the context and the
-    /// compaction that was to make room failed: the run ends without it
-    /// ([`length_recovery`]).
-    length_edited_out: bool,
+    /// The last answer (an overflow error, a recoverable `length` stop) was left out of the
+    /// context and the compaction that was to make room failed: the run ends there, without
+    /// a second `turn_end` and without results for the answer's tool calls, as Pi 1.6's
+    /// recovery runs after its agent loop ended (`_checkCompaction`; [`length_recovery`]).
+    attempt_left_out: bool,
     /// Images were replaced by notes after a refusal for their size (once per run).
     images_dropped: bool,
     /// What the last request left for the next one of this run to reuse (its serialised
@@ -539,6 +540,24 @@ impl Run<'_> {
         }
     }
 
+    /// Leaves the failed attempt `a` (the context's last message: an overflow error, a
+    /// recoverable `length` stop) out of the context and compacts for the retry, as Pi 1.6's
+    /// `_checkCompaction`: ends its turn (`turn_end`), pops it (it stays in the session; the
+    /// recorder writes its `context_edit` on `compaction_start`) and compacts with reason
+    /// `overflow`. A failed compaction does not put the attempt back: the live context stays
+    /// as the file's.
+    async fn leave_out_and_compact(&mut self, a: &AssistantMessage) -> Result<(), CompactionError> {
+        self.sink
+            .emit(AgentEvent::TurnEnd {
+                message: Message::Assistant(a.clone()),
+                tool_results: Vec::new(),
+            })
+            .await;
+        self.messages.pop();
+        self.history_changed();
+        self.compact(CompactionReason::Overflow).await
+    }
+
     /// Tokens of the next request (see [`crate::compaction::request_tokens`]).
     fn request_tokens(&self) -> u64 {
         crate::compaction::request_tokens_counted(
@@ -759,19 +778,12 @@ impl Run<'_> {
                     return a;
                 }
                 self.overflow_recovered = true;
-                self.sink
-                    .emit(AgentEvent::TurnEnd {
-                        message: Message::Assistant(a.clone()),
-                        tool_results: Vec::new(),
-                    })
-                    .await;
-                // The failed response stays in the session but leaves the context.
-                self.messages.pop();
-                self.history_changed();
-                if self.compact(CompactionReason::Overflow).await.is_err() {
+                if self.leave_out_and_compact(&a).await.is_err() {
                     // Pi 1.6: the attempt was left out (`_omitRecoveryAttempt`, the file's
                     // `context_edit`) before the compaction, and a failed compaction does not
-                    // put it back: the live context stays as the file's.
+                    // put it back: the live context stays as the file's, and the run is over
+                    // (its turn ended before the compaction).
+                    self.attempt_left_out = true;
                     return a;
                 }
                 self.sink.emit(AgentEvent::TurnStart).await;
@@ -1370,7 +1382,7 @@ pub async fn run_agent_from(
         usage_from: usage_from.min(history_len),
         compacted_this_turn: false,
         overflow_recovered: false,
-        length_edited_out: false,
+        attempt_left_out: false,
         images_dropped: false,
         request_cache: Default::default(),
         seen: Seen::default(),
@@ -1401,16 +1413,18 @@ pub async fn run_agent_from(
                 Ok(()) => run.assistant_with_retry().await,
                 Err(text) => run.failed_turn(text).await,
             };
-            if std::mem::take(&mut run.length_edited_out) {
-                // Pi 1.6: the cut answer is out of the context and no retry follows; the run
-                // ends as one that completed (its turn ended before the compaction), unless
-                // an abort stopped the compaction.
-                let stop = if control.cancel.is_cancelled() {
-                    StopReason::Aborted
-                } else {
-                    StopReason::Stop
+            if std::mem::take(&mut run.attempt_left_out) {
+                // Pi 1.6: the answer is out of the context and no retry follows; its turn
+                // ended before the compaction (one `turn_end`), and an overflow error's tool
+                // calls get no results (Pi's loop gives a failed response none; the response
+                // left the context). A cut answer's run ends as one that completed, an
+                // overflow's with its error, unless an abort stopped the compaction.
+                let end = match assistant.stop_reason {
+                    _ if control.cancel.is_cancelled() => (StopReason::Aborted, None),
+                    StopReason::Length => (StopReason::Stop, None),
+                    stop => (stop, assistant.error_message.clone()),
                 };
-                break 'outer Some((stop, None));
+                break 'outer Some(end);
             }
             if matches!(
                 assistant.stop_reason,

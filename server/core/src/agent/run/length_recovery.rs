@@ -13,14 +13,17 @@
 //! stays in the context and the recovery ends with `compaction_end` carrying
 //! [`TRUNCATED_RECOVERY_FAILED`]. An answer that reached the model's `maxTokens`, an answer
 //! with tool calls (their calls fail and the turn goes on, as Pi's loop does), and any answer
-//! while compaction is off keep the plain `length` handling.
+//! while compaction is off keep the plain `length` handling. Nor is an answer recovered when
+//! steering or follow-up messages are queued as it ends: Pi's agent loop delivers them before
+//! its run ends and the recovery is considered, so the cut answer stays in the context and
+//! the next request answers the queued message (checked against Pi 1.6.0 in RPC mode).
 //!
 //! Where Pi's compaction finds nothing to summarise or fails, the answer stays left out and
 //! the run ends without a retry (Pi: no retry, nothing printed, exit 0); here the failed
 //! compaction is reported by its `compaction_end` (Pi emits no compaction events when it finds
 //! nothing to compact).
 
-use pi_ai::{AssistantMessage, Message, StopReason};
+use pi_ai::{AssistantMessage, StopReason};
 
 use super::{AgentEvent, CompactionReason, Run};
 
@@ -41,7 +44,7 @@ pub(super) enum Recovery {
     /// The answer was left out and the session compacted: ask again.
     Retry,
     /// No retry: the run goes on with the answer as the turn's (a second cut answer, kept in
-    /// the context), or ends at once when [`Run::length_edited_out`] is set (the answer was
+    /// the context), or ends at once when [`Run::attempt_left_out`] is set (the answer was
     /// left out and the compaction failed).
     End,
 }
@@ -63,10 +66,15 @@ impl Run<'_> {
             .compaction
             .as_ref()
             .is_some_and(|c| c.settings.enabled);
+        // Steering or follow-ups queued by now are delivered first, as Pi 1.6's agent loop
+        // delivers them before its run ends and the recovery is considered: the user's
+        // message then resets the one recovery and the cut answer stays in the context.
+        let (steering, follow_ups, _) = self.control.queued();
         if !compaction_on
             || self.control.cancel.is_cancelled()
             || !a.tool_calls().is_empty()
             || !is_recoverable_length(a, self.cfg.model.max_tokens)
+            || steering + follow_ups > 0
         {
             return None;
         }
@@ -84,18 +92,8 @@ impl Run<'_> {
             return Some(Recovery::End);
         }
         self.overflow_recovered = true;
-        self.sink
-            .emit(AgentEvent::TurnEnd {
-                message: Message::Assistant(a.clone()),
-                tool_results: Vec::new(),
-            })
-            .await;
-        // The cut answer stays in the session but leaves the context (its `context_edit` is
-        // written on `compaction_start`).
-        self.messages.pop();
-        self.history_changed();
-        if self.compact(CompactionReason::Overflow).await.is_err() {
-            self.length_edited_out = true;
+        if self.leave_out_and_compact(a).await.is_err() {
+            self.attempt_left_out = true;
             return Some(Recovery::End);
         }
         self.sink.emit(AgentEvent::TurnStart).await;
