@@ -181,30 +181,16 @@ impl Lab {
         out
     }
 
-    /// The request bodies the model gets while `f` runs ([`known_gaps_out`] applied).
+    /// The request bodies the model gets while `f` runs, whole.
     fn requests_of<T>(&self, f: impl FnOnce() -> T) -> (T, Vec<Value>) {
         let before = self.mock.requests().len();
         let out = tokio::task::block_in_place(f);
         let sent = self.mock.requests()[before..]
             .iter()
-            .map(|r| known_gaps_out(r.body.clone()))
+            .map(|r| r.body.clone())
             .collect();
         (out, sent)
     }
-}
-
-/// A chat-completions request body without what pi-lsp is known to send differently, named
-/// here one by one: `strict: false` on each tool (pi-lsp's `compat.supportsStrictMode`
-/// defaults to true, Pi 1.6.0's detected default is false for every provider — "OpenAI
-/// compatibility alone does not imply strict JSON-schema tool support" — so Pi sends no
-/// `strict`; pi-ai's request building, outside this check's mending).
-fn known_gaps_out(mut body: Value) -> Value {
-    for t in body["tools"].as_array_mut().into_iter().flatten() {
-        if let Some(f) = t["function"].as_object_mut() {
-            f.remove("strict");
-        }
-    }
-    body
 }
 
 /// `v` with every number as an `f64` (`0` and `0.0` equal).

@@ -908,7 +908,7 @@ async fn replay_recorded_anthropic_conversation_to_openai_completions() {
             "store":false,
             "max_completion_tokens":16384,
             "tools":[{"type":"function","function":{"name":"read","description":"Read a file",
-                "parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]},"strict":false}}]
+                "parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}]
         })
     );
 }

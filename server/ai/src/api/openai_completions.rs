@@ -121,7 +121,9 @@ impl Compat {
                 "requiresReasoningContentOnAssistantMessages",
                 deepseek,
             ),
-            supports_strict_mode: flag("supportsStrictMode", !moonshot && !cf_gateway),
+            // Pi 1.6 (`detectCompat`): "OpenAI compatibility alone does not imply strict
+            // JSON-schema tool support": no `strict` unless the model's compat asks for it.
+            supports_strict_mode: flag("supportsStrictMode", false),
             supports_reasoning_effort: flag(
                 "supportsReasoningEffort",
                 !(p == "xai" || url.contains("api.x.ai") || zai || moonshot || cf_gateway),
@@ -1617,9 +1619,9 @@ mod tests {
         h.push(call("call_r9", "mock-1"));
         h.push(result("call_r9", false));
         check(&m, &h, "You are a helper.");
-        let mut no_strict = m.clone();
-        no_strict.compat = json!({"supportsStrictMode": false});
-        check(&no_strict, &h, "You are a helper.");
+        let mut strict = m.clone();
+        strict.compat = json!({"supportsStrictMode": true});
+        check(&strict, &h, "You are a helper.");
     }
 
     /// The borrowed chunk reading reads every field [`stream_body`] reads as the `Value`
