@@ -180,10 +180,10 @@ async fn converse_compact_and_summarise(dir: &Path, mock: &MockModel, model: Mod
     let leaf = tree.last_id().unwrap().to_string();
     let branch = tree.path(&leaf);
     let never = pi_ai::StreamOptions::default().cancel;
-    let (summary, _) =
-        pi_core::harness::branch_summary::branch_summary(&model, &branch, None, &never)
-            .await
-            .unwrap();
+    let summary = pi_core::harness::branch_summary::branch_summary(&model, &branch, None, &never)
+        .await
+        .unwrap()
+        .summary;
     assert!(summary.ends_with("SUMMARY"), "{summary}");
 }
 
