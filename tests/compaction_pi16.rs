@@ -16,7 +16,7 @@ use pi_ai::Message;
 use pi_core::agent::{Agent, AgentConfig, CompactionConfig, CompactionSettings};
 use pi_core::compaction::SessionCompactor;
 use pi_core::session::SessionWriter;
-use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::mock_model::{Answer, MockModel, Step};
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
 
@@ -36,9 +36,18 @@ fn is_summary(body: &Value) -> bool {
     body.to_string().contains("context summarization assistant")
 }
 
-/// A mock answering the conversation "One.", "Two." and every summary request "SUMMARY".
+/// A mock answering the conversation "One." (after thinking, which Pi 1.6 leaves out of the
+/// summary's conversation), "Two." and every summary request "SUMMARY".
 async fn mock() -> MockModel {
-    let mock = MockModel::start(vec![Step::text("One."), Step::text("Two.")]).await;
+    let mock = MockModel::start(vec![
+        Step::Answer(Answer {
+            thinking: Some("Let me think.".into()),
+            text: Some("One.".into()),
+            ..Answer::default()
+        }),
+        Step::text("Two."),
+    ])
+    .await;
     mock.set_responder(Arc::new(|body: &Value| {
         is_summary(body).then(|| Step::text("SUMMARY"))
     }));

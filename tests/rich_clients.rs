@@ -495,9 +495,9 @@ async fn a_queued_message_is_removed_or_edited_before_delivery_and_the_outcome_i
     c.shutdown().await;
 }
 
-/// A branch summary is written as Pi 0.73.1's `branchWithSummary` writes it (agent-session.js
-/// `navigateTree`, session-manager.js): `fromId` is the entry the summary is attached to (its
-/// parent; `"root"` before the first entry), the model's summary (after Pi's preamble) is
+/// A branch summary is written as Pi 1.6.0's `branchWithSummary` writes it (agent-session.js
+/// `navigateTree`, session-manager.js): `fromId` is the leaf being left (`"root"` when there is
+/// none), the summary attached at the new position (its parent), the model's summary (after Pi's preamble) is
 /// followed by the `<read-files>` / `<modified-files>` of the entries left, which are also its
 /// `details`, and `fromHook` is false. Reference Pi resuming the file sees the same messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -553,6 +553,7 @@ async fn a_branch_summary_entry_is_written_as_pi_writes_it() {
         .into_iter()
         .find(|l| l["message"]["role"] == "assistant")
         .unwrap();
+    let old_leaf = lines(&file).last().unwrap()["id"].clone();
     let br = c
         .request(
             "agent/session/branch",
@@ -597,13 +598,14 @@ async fn a_branch_summary_entry_is_written_as_pi_writes_it() {
         (
             &json!("branch_summary"),
             &first_answer["id"],
-            &first_answer["id"],
+            &old_leaf,
             &json!(summary),
             &json!({"readFiles": ["b.txt"], "modifiedFiles": ["a.txt"]}),
             &json!(false)
         )
     );
-    // Before the first entry: `fromId` is "root".
+    // Before the first entry: attached at the root, `fromId` the summary just written (the
+    // leaf left).
     let br = c
         .request(
             "agent/session/branch",
@@ -615,7 +617,7 @@ async fn a_branch_summary_entry_is_written_as_pi_writes_it() {
     assert_eq!(root["id"], br["summaryEntryId"]);
     assert_eq!(
         (&root["parentId"], &root["fromId"]),
-        (&Value::Null, &json!("root"))
+        (&Value::Null, &written["id"])
     );
     let ours = c
         .request("agent/messages", json!({"sessionId": sid}))

@@ -80,6 +80,24 @@ fn summary_text(body: &Value) -> String {
     user["content"][0]["text"].as_str().unwrap().to_string()
 }
 
+/// The summary requests of `converse_compact_and_summarise`, checked against `SUMMARIES` in
+/// order: each one's user text (read by `text_of` from the wire's body) starts as expected, its
+/// body is whole the one `body(text, max_tokens)` gives for that wire, and it carries no
+/// session headers.
+fn assert_summaries(
+    summaries: &[&Recorded],
+    text_of: impl Fn(&Value) -> String,
+    body: impl Fn(&str, u64) -> Value,
+) {
+    assert_eq!(summaries.len(), SUMMARIES.len(), "{summaries:#?}");
+    for (r, (start, max_tokens)) in summaries.iter().zip(SUMMARIES) {
+        let text = text_of(&r.body);
+        assert!(text.starts_with(start), "{text}");
+        assert_eq!(r.body, body(&text, max_tokens));
+        assert_eq!(session_headers(r), Vec::<String>::new());
+    }
+}
+
 /// Headers naming the session or asking for affinity (`session_id`, `x-session-id`,
 /// `x-client-request-id`, `x-session-affinity`), as `name: value`.
 fn session_headers(r: &Recorded) -> Vec<String> {
@@ -162,10 +180,10 @@ async fn converse_compact_and_summarise(dir: &Path, mock: &MockModel, model: Mod
     let leaf = tree.last_id().unwrap().to_string();
     let branch = tree.path(&leaf);
     let never = pi_ai::StreamOptions::default().cancel;
-    let (summary, _) =
-        pi_core::harness::branch_summary::branch_summary(&model, &branch, None, &never)
-            .await
-            .unwrap();
+    let summary = pi_core::harness::branch_summary::branch_summary(&model, &branch, None, &never)
+        .await
+        .unwrap()
+        .summary;
     assert!(summary.ends_with("SUMMARY"), "{summary}");
 }
 
@@ -193,22 +211,15 @@ async fn anthropic_summary_requests_carry_no_cache_control() {
             ],
         ]
     );
-    assert_eq!(summaries.len(), SUMMARIES.len(), "{summaries:#?}");
-    for (r, (start, max_tokens)) in summaries.iter().zip(SUMMARIES) {
-        let text = summary_text(&r.body);
-        assert!(text.starts_with(start), "{text}");
-        assert_eq!(
-            r.body,
-            json!({
-                "model": "mock-ant-1",
-                "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
-                "max_tokens": max_tokens,
-                "stream": true,
-                "system": [{"type": "text", "text": SUMMARIZATION_SYSTEM_PROMPT}],
-            })
-        );
-        assert_eq!(session_headers(r), Vec::<String>::new());
-    }
+    assert_summaries(&summaries, summary_text, |text, max_tokens| {
+        json!({
+            "model": "mock-ant-1",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+            "max_tokens": max_tokens,
+            "stream": true,
+            "system": [{"type": "text", "text": SUMMARIZATION_SYSTEM_PROMPT}],
+        })
+    });
 }
 
 /// OpenAI chat completions with a model whose requests cache: the conversation's requests
@@ -246,26 +257,19 @@ async fn completions_summary_requests_carry_no_cache_key_marks_or_session_header
             ]
         );
     }
-    assert_eq!(summaries.len(), SUMMARIES.len(), "{summaries:#?}");
-    for (r, (start, max_tokens)) in summaries.iter().zip(SUMMARIES) {
-        let text = summary_text(&r.body);
-        assert!(text.starts_with(start), "{text}");
-        assert_eq!(
-            r.body,
-            json!({
-                "model": "mock-1",
-                "messages": [
-                    {"role": "system", "content": SUMMARIZATION_SYSTEM_PROMPT},
-                    {"role": "user", "content": [{"type": "text", "text": text}]},
-                ],
-                "stream": true,
-                "stream_options": {"include_usage": true},
-                "store": false,
-                "max_completion_tokens": max_tokens,
-            })
-        );
-        assert_eq!(session_headers(r), Vec::<String>::new());
-    }
+    assert_summaries(&summaries, summary_text, |text, max_tokens| {
+        json!({
+            "model": "mock-1",
+            "messages": [
+                {"role": "system", "content": SUMMARIZATION_SYSTEM_PROMPT},
+                {"role": "user", "content": [{"type": "text", "text": text}]},
+            ],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "store": false,
+            "max_completion_tokens": max_tokens,
+        })
+    });
 }
 
 /// `PI_CACHE_RETENTION` as Pi 1.6 reads it, in `pi-lsp run` on the Anthropic model: `none`
@@ -311,24 +315,22 @@ async fn responses_summary_requests_carry_no_cache_key_or_session_headers() {
     for r in &turns {
         assert_eq!(r.body["prompt_cache_key"], json!(SESSION));
     }
-    assert_eq!(summaries.len(), SUMMARIES.len(), "{summaries:#?}");
-    for (r, (start, max_tokens)) in summaries.iter().zip(SUMMARIES) {
-        let input = r.body["input"].as_array().unwrap();
-        let text = input[1]["content"][0]["text"].as_str().unwrap().to_string();
-        assert!(text.starts_with(start), "{text}");
-        assert_eq!(
-            r.body,
-            json!({
-                "model": "mock-resp-1",
-                "input": [
-                    {"role": "system", "content": SUMMARIZATION_SYSTEM_PROMPT},
-                    {"role": "user", "content": [{"type": "input_text", "text": text}]},
-                ],
-                "stream": true,
-                "store": false,
-                "max_output_tokens": max_tokens,
-            })
-        );
-        assert_eq!(session_headers(r), Vec::<String>::new());
-    }
+    let input_text = |body: &Value| {
+        body["input"][1]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_summaries(&summaries, input_text, |text, max_tokens| {
+        json!({
+            "model": "mock-resp-1",
+            "input": [
+                {"role": "system", "content": SUMMARIZATION_SYSTEM_PROMPT},
+                {"role": "user", "content": [{"type": "input_text", "text": text}]},
+            ],
+            "stream": true,
+            "store": false,
+            "max_output_tokens": max_tokens,
+        })
+    });
 }

@@ -168,29 +168,19 @@ pub fn should_compact(tokens: u64, context_window: u64, reserve: u64) -> bool {
     tokens > threshold(context_window, reserve)
 }
 
-/// The threshold, in tokens: context window − [`effective_reserve`]. Compaction is due above it
-/// ([`should_compact`]), a threshold compaction must bring the context under it (case CMP-04),
-/// and the kept tail is at most half of what it leaves ([`keep_budget`]). 0 for an unknown
-/// window (0) whatever the reserve.
+/// The threshold, in tokens: context window − `reserve` (`compaction.reserveTokens`), as Pi
+/// 1.6's `shouldCompact` (`contextTokens > contextWindow - reserveTokens`): the reserve is
+/// taken as it is, also when it is half the window or more (Pi does not shrink it for a small
+/// window; a window at most the reserve has a threshold of 0, so every turn compacts once, as
+/// in Pi). Compaction is due above it ([`should_compact`]), a threshold compaction must bring
+/// the context under it (case CMP-04), and the kept tail is at most half of what it leaves
+/// ([`keep_budget`]). 0 for an unknown window (0) whatever the reserve.
 pub fn threshold(context_window: u64, reserve: u64) -> u64 {
-    context_window.saturating_sub(effective_reserve(context_window, reserve))
-}
-
-/// The reserve the threshold uses: `compaction.reserveTokens`, at most half the context window.
-/// Pi 0.73.1 uses the setting as it is, so a model whose window is at most the default reserve
-/// (16,384: common 8k/16k local models) has a limit of 0 and would compact before every request
-/// (here: refuse even a first "hello"); half the window still leaves room for the answer and
-/// the summary. Windows over 32,768 tokens with the default reserve are unchanged.
-pub fn effective_reserve(context_window: u64, reserve: u64) -> u64 {
-    if context_window == 0 {
-        reserve
-    } else {
-        reserve.min(context_window / 2)
-    }
+    context_window.saturating_sub(reserve)
 }
 
 /// The tokens a compaction keeps raw: `keep_recent_tokens` (Pi's `compaction.keepRecentTokens`),
-/// or half the room left under the threshold (context window − [`effective_reserve`] −
+/// or half the room left under the threshold (context window − reserve −
 /// `fixed_tokens` of system prompt and tool specs) when that is smaller, so the kept tail plus the
 /// summary fit under the threshold and the cut falls inside a long turn (at an assistant
 /// message, never between a call and its result) rather than keeping all of it. A window of 0
@@ -367,18 +357,14 @@ pub fn find_cut_point(messages: &[Message], keep_recent_tokens: u64) -> CutPoint
     cut_items(&items, 0, items.len(), keep_recent_tokens)
 }
 
-/// The cut facts of entry `e` whose model-visible message, after the path's `context_edit`s,
-/// is `message`; `omitted` when an edit leaves the entry out (`replacement: null`), `replaces`
-/// the projected index of the entry a `context_edit` entry `e` replaces (see [`CutItem`]).
-/// A left-out entry is neither a cut point nor counted (Pi 1.6 cuts its projection, whose
-/// left-out entries have no messages); a stored system message is no cut point and not counted
-/// here (Pi: prompt state, not conversation).
-fn entry_item(
-    e: &Entry,
-    message: Option<&Message>,
-    omitted: bool,
-    replaces: Option<usize>,
-) -> CutItem {
+/// The cut facts of entry `e` whose projected messages count `tokens` ([`entry_tokens`]);
+/// `omitted` when a `context_edit` leaves the entry out (`replacement: null`), `replaces` the
+/// projected index of the entry a `context_edit` entry `e` replaces (see [`CutItem`]). A
+/// left-out entry is neither a cut point nor counted (Pi 1.6 cuts its projection, whose
+/// left-out entries have no messages); a stored system message counts (Pi's projection holds
+/// it) but is no cut point (Pi: prompt state, not conversation); a custom message and a branch
+/// summary count their text and are cut points that start a turn.
+fn entry_item(e: &Entry, tokens: u64, omitted: bool, replaces: Option<usize>) -> CutItem {
     let visible = match e.kind.as_str() {
         "message" | "custom_message" | "compaction" => true,
         "branch_summary" => e.raw()["summary"].as_str().is_some_and(|s| !s.is_empty()),
@@ -394,7 +380,6 @@ fn entry_item(
     match e.kind.as_str() {
         "message" => {
             let role = e.role().unwrap_or("");
-            let tokens = message.map(estimate_tokens).unwrap_or(0);
             CutItem {
                 tokens: Some(tokens),
                 cut: !matches!(role, "toolResult" | "system"),
@@ -404,6 +389,7 @@ fn entry_item(
             }
         }
         "branch_summary" | "custom_message" if visible => CutItem {
+            tokens: Some(tokens),
             cut: true,
             turn_start: true,
             ..CutItem::default()
@@ -418,6 +404,28 @@ fn entry_item(
             ..CutItem::default()
         },
     }
+}
+
+/// Pi 1.6's `estimateTokens` summed over the projected messages of entry `e` (the cut's count
+/// in `findProjectedCutPoint`): a message entry its stored message (any role, a system message
+/// included), a custom message its content, a branch summary its summary ([`pi_estimate_tokens`]
+/// of Pi's `custom` / `branchSummary` message); the entry's `replacement` (a `context_edit`'s,
+/// not null) applied first ([`replace_value_content`]). Other entries (a compaction inside the
+/// kept range among them) count 0.
+fn entry_tokens(e: &Entry, replacement: Option<&Value>) -> u64 {
+    let raw = match e.kind.as_str() {
+        "message" | "custom_message" | "branch_summary" => e.raw(),
+        _ => return 0,
+    };
+    let mut m = match e.kind.as_str() {
+        "message" => raw["message"].clone(),
+        "custom_message" => serde_json::json!({"role": "custom", "content": raw["content"]}),
+        _ => serde_json::json!({"role": "branchSummary", "summary": raw["summary"]}),
+    };
+    if let Some(r) = replacement.filter(|r| !r.is_null()) {
+        replace_value_content(&mut m, r);
+    }
+    pi_estimate_tokens(&m)
 }
 
 /// A compaction the [`Compactor`] wrote summaries for but has not committed.
@@ -536,7 +544,10 @@ pub enum CompactionError {
         tokens: u64,
         keep_recent_tokens: u64,
     },
-    #[error("Summarization failed: {0}")]
+    /// A summary request failed; the message starts with Pi 1.6's label of the summary that
+    /// failed ([`SummaryKind::label`]): "Summarization failed: …", "Turn prefix summarization
+    /// failed: …", "Branch summarization failed: …" (`getSummarizationFailure`).
+    #[error("{0}")]
     SummaryFailed(String),
     #[error("Compaction cancelled")]
     Cancelled,
@@ -645,10 +656,10 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
     let position = |id: &str| idx.iter().position(|&k| path[k].id.as_str() == id);
     let items: Vec<CutItem> = idx
         .iter()
-        .zip(&messages)
-        .map(|(&k, m)| {
+        .map(|&k| {
             let e = path[k];
-            let omitted = edits.as_ref().is_some_and(|x| x.omits(&e.id));
+            let edit = edits.as_ref().and_then(|x| x.get(&e.id)).map(|(_, r)| r);
+            let omitted = edit.is_some_and(Value::is_null);
             let replaces = (e.kind == "context_edit")
                 .then(|| e.raw())
                 .filter(|r| !r["replacement"].is_null())
@@ -658,7 +669,8 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
                         .and_then(position)
                         .unwrap_or(usize::MAX)
                 });
-            entry_item(e, m.as_ref(), omitted, replaces)
+            let tokens = if omitted { 0 } else { entry_tokens(e, edit) };
+            entry_item(e, tokens, omitted, replaces)
         })
         .collect();
     let end = idx.len();
@@ -836,11 +848,7 @@ pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
             if replacement.is_null() {
                 continue;
             }
-            let blocks = matches!(m["role"].as_str(), Some("assistant" | "toolResult"));
-            m["content"] = match replacement {
-                Value::String(t) if blocks => serde_json::json!([{"type": "text", "text": t}]),
-                other => other.clone(),
-            };
+            replace_value_content(&mut m, replacement);
         }
         items.push((Some(k), m));
     }
@@ -895,6 +903,28 @@ pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
     }
 }
 
+/// Pi 1.6's `projectContextEntry` on a stored message `m` (any role, as in the file) whose
+/// entry a `context_edit` replaces (`replacement` not null): a user, assistant, tool-result or
+/// custom message gets the replacement's content (Pi 1.6 writes `{"content": string | blocks}`;
+/// a bare string or block list is read the same way, as [`crate::session::ContextEdits`] reads
+/// it), a string becoming one text block for an assistant or a tool result; any other message
+/// is kept as it is.
+pub(crate) fn replace_value_content(m: &mut Value, replacement: &Value) {
+    let role = m["role"].as_str().unwrap_or("");
+    if !matches!(role, "user" | "assistant" | "toolResult" | "custom") {
+        return;
+    }
+    let blocks = matches!(role, "assistant" | "toolResult");
+    let content = match replacement {
+        Value::Object(o) => o.get("content").unwrap_or(&Value::Null),
+        other => other,
+    };
+    m["content"] = match content {
+        Value::String(t) if blocks => serde_json::json!([{"type": "text", "text": t}]),
+        other => other.clone(),
+    };
+}
+
 /// Tool results longer than this are cut in the summary request (Pi's `TOOL_RESULT_MAX_CHARS`).
 pub const TOOL_RESULT_MAX_CHARS: usize = 2_000;
 
@@ -910,10 +940,25 @@ fn truncate_for_summary(text: &str, max_chars: usize) -> String {
     )
 }
 
-/// Pi's `serializeConversation`: the messages as tagged text, so the summariser does not
-/// continue the conversation. A call whose result is not among `messages` is marked as
-/// interrupted, so no summary request carries an unanswered call (case CMP-01).
+/// Pi 1.6's `serializeConversation`: the messages as tagged text, so the summariser does not
+/// continue the conversation; thinking is left out (Pi 1.6: providers return summaries of the
+/// real reasoning, and replayed thinking can make the request larger than the context it
+/// summarises). A call whose result is not among `messages` is marked as interrupted, so no
+/// compaction's summary request carries an unanswered call (case CMP-01).
 pub fn serialize_conversation(messages: &[Message]) -> String {
+    serialize(messages, true)
+}
+
+/// Pi 1.6's `serializeConversation` as it is, for the branch summary, whose messages never
+/// hold tool results (Pi's `prepareBranchEntries` leaves them out: the call says what was
+/// done): no call is marked as interrupted.
+pub(crate) fn serialize_conversation_as_pi(messages: &[Message]) -> String {
+    serialize(messages, false)
+}
+
+/// [`serialize_conversation`]; `mark_unanswered`: a call without its result gets an
+/// "interrupted" line.
+fn serialize(messages: &[Message], mark_unanswered: bool) -> String {
     let answered: BTreeSet<&str> = messages
         .iter()
         .filter_map(|m| match m {
@@ -943,13 +988,12 @@ pub fn serialize_conversation(messages: &[Message]) -> String {
             }
             Message::Assistant(a) => {
                 let mut texts = Vec::new();
-                let mut thinking = Vec::new();
                 let mut calls = Vec::new();
                 let mut open = Vec::new();
                 for b in &a.content {
                     match b {
                         ContentBlock::Text(t) => texts.push(t.text.as_str()),
-                        ContentBlock::Thinking(t) => thinking.push(t.thinking.as_str()),
+                        ContentBlock::Thinking(_) => {}
                         ContentBlock::ToolCall(c) => {
                             let args = match &c.arguments {
                                 Value::Object(o) => o
@@ -960,15 +1004,12 @@ pub fn serialize_conversation(messages: &[Message]) -> String {
                                 other => other.to_string(),
                             };
                             calls.push(format!("{}({args})", c.name));
-                            if !answered.contains(c.id.as_str()) {
+                            if mark_unanswered && !answered.contains(c.id.as_str()) {
                                 open.push(c.name.clone());
                             }
                         }
                         ContentBlock::Image(_) => {}
                     }
-                }
-                if !thinking.is_empty() {
-                    parts.push(format!("[Assistant thinking]: {}", thinking.join("\n")));
                 }
                 if !texts.is_empty() {
                     parts.push(format!("[Assistant]: {}", texts.join("\n")));
@@ -1104,9 +1145,42 @@ pub fn summary_max_tokens(model: &Model, context: &Context) -> u64 {
         .max(1)
 }
 
-/// Why a summary stopped by `length` fails (Pi 1.6's `getSummarizationFailure`, after its
-/// "Summarization failed: " label, which [`CompactionError::SummaryFailed`] adds).
+/// Why a summary stopped by `length` fails (Pi 1.6's `getSummarizationFailure`, after the
+/// summary's label: [`SummaryKind::failed`]).
 pub const SUMMARY_CUT: &str = "generation hit the token cap and the summary is incomplete";
+
+/// Which summary a request writes. Pi 1.6 names each in its failures
+/// (`getSummarizationFailure(response, label)` in `core/compaction/compaction.js` and
+/// `branch-summarization.js`): a compaction's history summary, a split turn's prefix summary,
+/// a branch summary. A compaction's failure reaches the client in `compaction_end`'s
+/// `errorMessage` after the compaction's own label ("Compaction failed: ", "Auto-compaction
+/// failed: ", "Context overflow recovery failed: "); a branch summary's is the error of the
+/// tree navigation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummaryKind {
+    /// Pi's `generateSummary`: "Summarization".
+    History,
+    /// Pi's `generateTurnPrefixSummary`: "Turn prefix summarization".
+    TurnPrefix,
+    /// Pi's `generateBranchSummary`: "Branch summarization".
+    Branch,
+}
+
+impl SummaryKind {
+    /// Pi 1.6's label of this summary in its failures.
+    pub fn label(self) -> &'static str {
+        match self {
+            SummaryKind::History => "Summarization",
+            SummaryKind::TurnPrefix => "Turn prefix summarization",
+            SummaryKind::Branch => "Branch summarization",
+        }
+    }
+
+    /// The failure `why` of this summary as Pi 1.6 words it: `"<label> failed: <why>"`.
+    pub fn failed(self, why: &str) -> CompactionError {
+        CompactionError::SummaryFailed(format!("{} failed: {why}", self.label()))
+    }
+}
 
 /// One summary completion asking [`summary_max_tokens`] (Pi 1.6's limit); the text is capped at
 /// `4 ×` the model's `maxTokens` characters (the most Pi asks before clamping to the window)
@@ -1118,12 +1192,14 @@ pub const SUMMARY_CUT: &str = "generation hit the token cap and the summary is i
 pub(crate) async fn complete_summary(
     model: &Model,
     context: &Context,
+    kind: SummaryKind,
     cancel: &CancellationToken,
 ) -> Result<(String, pi_ai::Usage), CompactionError> {
     let max_tokens = summary_max_tokens(model, context);
     let mut empty_answers = 0;
-    // Every request's usage counts (Pi 1.6 writes the summary calls' usage on the entry).
-    let mut usage = pi_ai::Usage::default();
+    // Every request's usage counts (Pi 1.6 writes the summary calls' usage on the entry): the
+    // one answer's as it is, those of an answer asked again combined (Pi's `combineUsage`).
+    let mut usage: Option<pi_ai::Usage> = None;
     let text = loop {
         let stream = pi_ai::stream(
             model,
@@ -1140,19 +1216,18 @@ pub(crate) async fn complete_summary(
             },
         );
         let m = stream.result().await;
-        add_usage(&mut usage, &m.usage);
+        usage = Some(match usage {
+            None => m.usage.clone(),
+            Some(u) => combine_usage(&u, &m.usage),
+        });
         match m.stop_reason {
             StopReason::Aborted => return Err(CompactionError::Cancelled),
             StopReason::Error => {
-                return Err(CompactionError::SummaryFailed(
-                    m.error_message.unwrap_or_else(|| "Unknown error".into()),
-                ))
+                return Err(kind.failed(m.error_message.as_deref().unwrap_or("Unknown error")))
             }
             // Pi 1.6's `getSummarizationFailure`: a summary stopped at its output limit is
             // partial and never becomes a checkpoint.
-            StopReason::Length => {
-                return Err(CompactionError::SummaryFailed(SUMMARY_CUT.into()));
-            }
+            StopReason::Length => return Err(kind.failed(SUMMARY_CUT)),
             _ => {}
         }
         if cancel.is_cancelled() {
@@ -1178,7 +1253,7 @@ pub(crate) async fn complete_summary(
         };
         tracing::warn!("the summary model answered with {what} (attempt {empty_answers} of 2)");
         if empty_answers == 2 {
-            return Err(CompactionError::SummaryFailed(format!(
+            return Err(kind.failed(&format!(
                 "the summary model answered with {what} twice; the context is kept as it was"
             )));
         }
@@ -1191,21 +1266,36 @@ pub(crate) async fn complete_summary(
     } else {
         text
     };
-    Ok((text, usage))
+    Ok((text, usage.unwrap_or_default()))
 }
 
-/// Adds `more` to `total` (tokens and cost, field by field).
-pub(crate) fn add_usage(total: &mut pi_ai::Usage, more: &pi_ai::Usage) {
-    total.input += more.input;
-    total.output += more.output;
-    total.cache_read += more.cache_read;
-    total.cache_write += more.cache_write;
-    total.total_tokens += more.total_tokens;
-    total.cost.input += more.cost.input;
-    total.cost.output += more.cost.output;
-    total.cost.cache_read += more.cost.cache_read;
-    total.cost.cache_write += more.cost.cache_write;
-    total.cost.total += more.cost.total;
+/// Pi 1.6's `combineUsage` (`core/usage-totals.js`): the sum of two usages, field by field;
+/// `cacheWrite1h` and `reasoning` kept when either side reports them, `totalFromProvider`
+/// true only when both are.
+pub(crate) fn combine_usage(first: &pi_ai::Usage, second: &pi_ai::Usage) -> pi_ai::Usage {
+    let either = |a: Option<u64>, b: Option<u64>| {
+        (a.is_some() || b.is_some()).then(|| a.unwrap_or(0) + b.unwrap_or(0))
+    };
+    pi_ai::Usage {
+        input: first.input + second.input,
+        output: first.output + second.output,
+        cache_read: first.cache_read + second.cache_read,
+        cache_write: first.cache_write + second.cache_write,
+        cache_write_1h: either(first.cache_write_1h, second.cache_write_1h),
+        reasoning: either(first.reasoning, second.reasoning),
+        total_tokens: first.total_tokens + second.total_tokens,
+        cost: pi_ai::types::Cost {
+            input: first.cost.input + second.cost.input,
+            output: first.cost.output + second.cost.output,
+            cache_read: first.cost.cache_read + second.cost.cache_read,
+            cache_write: first.cost.cache_write + second.cost.cache_write,
+            total: first.cost.total + second.cost.total,
+            total_from_provider: Some(
+                first.cost.total_from_provider == Some(true)
+                    && second.cost.total_from_provider == Some(true),
+            ),
+        },
+    }
 }
 
 /// A compaction's outcome, as Pi's `CompactionResult` (the `compaction` entry's fields).
@@ -1251,30 +1341,36 @@ pub async fn summarize(
                 .previous_summary
                 .clone()
                 .unwrap_or_else(|| "No prior history.".to_string());
-            return Ok((text, pi_ai::Usage::default()));
+            return Ok((text, None));
         }
         let ctx = history_request(
             &prep.messages_to_summarize,
             prep.previous_summary.as_deref(),
             instructions,
         );
-        complete_summary(model, &ctx, cancel).await
+        complete_summary(model, &ctx, SummaryKind::History, cancel)
+            .await
+            .map(|(text, usage)| (text, Some(usage)))
     };
     let summary = if prep.is_split_turn {
         let prefix = async {
             let ctx = turn_prefix_request(&prep.turn_prefix_messages, instructions);
-            complete_summary(model, &ctx, cancel).await
+            complete_summary(model, &ctx, SummaryKind::TurnPrefix, cancel).await
         };
         let (h, p) = futures::join!(history, prefix);
-        let ((h, mut hu), (p, pu)) = (h?, p?);
-        add_usage(&mut hu, &pu);
+        let ((h, hu), (p, pu)) = (h?, p?);
+        // Pi 1.6's `compact`: the prefix's usage alone when no history request was made.
+        let usage = match hu {
+            Some(hu) => combine_usage(&hu, &pu),
+            None => pu,
+        };
         (
             format!("{h}\n\n---\n\n**Turn Context (split turn):**\n\n{p}"),
-            Some(hu),
+            Some(usage),
         )
     } else {
         let (h, u) = history.await?;
-        (h, Some(u))
+        (h, u)
     };
     let (summary, usage) = summary;
     let (read, modified) = prep.file_ops.lists();
@@ -1717,14 +1813,15 @@ mod tests {
         // Due only strictly above window − reserve.
         assert!(!should_compact(183_616, 200_000, 16_384));
         assert!(should_compact(183_617, 200_000, 16_384));
-        // The reserve is at most half the window: a 16,000-token model compacts past 8,000.
-        assert_eq!(effective_reserve(16_000, 16_384), 8_000);
-        assert_eq!(effective_reserve(200_000, 16_384), 16_384);
+        // The reserve as it is (Pi 1.6's `shouldCompact`): a 16,000-token model with the
+        // default reserve is over its threshold (0) with any context.
         assert_eq!(threshold(200_000, 16_384), 183_616);
-        assert_eq!(threshold(16_000, 16_384), 8_000);
+        assert_eq!(threshold(16_000, 16_384), 0);
+        assert_eq!(threshold(32_768, 16_384), 16_384);
         assert_eq!(threshold(0, 16_384), 0);
-        assert!(!should_compact(1_733, 16_000, 16_384));
-        assert!(should_compact(8_001, 16_000, 16_384));
+        assert!(should_compact(1, 16_000, 16_384));
+        assert!(!should_compact(16_384, 32_768, 16_384));
+        assert!(should_compact(16_385, 32_768, 16_384));
         assert!(should_compact(120_000, 128_000, DEFAULT_RESERVE_TOKENS));
         assert_eq!(context_tokens(&m[..1]), 10);
     }

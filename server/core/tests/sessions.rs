@@ -130,19 +130,20 @@ fn seed_exercise_2_branch_plus_compaction() {
         .append_message(&Message::user_text("change the port to 4000"))
         .unwrap();
     // What compaction would choose here, keeping just the new message's tokens: the kept part
-    // starts at the branch summary (an entry without tokens right before the cut goes with the
-    // kept part, as in Pi), and the four messages before it are summarised.
+    // starts at the new message; the branch summary counts its text as Pi 1.6 counts it (it
+    // is a message of the projection), so it is summarised with the four messages before it.
     let path_now = w.branch_path().into_iter().cloned().collect::<Vec<_>>();
     let refs: Vec<&pi_core::session::Entry> = path_now.iter().collect();
     let prep = pi_core::compaction::prepare(&refs, 6).unwrap();
-    assert_eq!(prep.first_kept_entry_id, bs);
+    assert_eq!(prep.first_kept_entry_id, u3);
     assert_eq!(
         shape(&prep.messages_to_summarize),
         [
             "user:read config",
             "assistant:",
             "result:c1",
-            "assistant:port is 3000"
+            "assistant:port is 3000",
+            "user:The following is a summary of a branch that this conversation came back from:\n\n<summary>\nTried gpt-b; it agreed the port is 3000.</summary>"
         ]
     );
     assert!(!prep.is_split_turn);

@@ -745,7 +745,34 @@ async fn stream_body(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::api::openai_completions::RequestCache;
     use crate::types::SystemMessage;
+
+    /// The openai-responses model `p/m` at an unreachable loopback address, as each test here
+    /// starts from.
+    fn test_model() -> Model {
+        Model::new(
+            crate::Api::OpenaiResponses,
+            "p",
+            "m",
+            "http://127.0.0.1:1/v1",
+        )
+    }
+
+    /// The request `model` sends for `ctx` with `opts`, as a `Value`; asserts first that the
+    /// request bytes built through `cache` (a conversation's cache, kept between calls) are
+    /// that same request.
+    fn sent_request(
+        model: &Model,
+        ctx: &Context,
+        opts: &StreamOptions,
+        cache: &RequestCache,
+    ) -> Value {
+        let cached = request_bytes(model, ctx, opts, cache).unwrap();
+        let whole = build_request(model, ctx, opts);
+        assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap(), whole);
+        whole
+    }
 
     /// Each field the stream reads, read borrowed, equals what the `Value` reading gives
     /// (escapes, a duplicated key, a lone surrogate, `null` and ill-typed fields).
@@ -790,12 +817,7 @@ mod tests {
     /// Pi 1.6's wording; the leading prompt stays the request's first item.
     #[test]
     fn later_system_messages_go_in_place_with_the_instruction_role() {
-        let mut model = Model::new(
-            crate::Api::OpenaiResponses,
-            "p",
-            "m",
-            "http://127.0.0.1:1/v1",
-        );
+        let mut model = test_model();
         let patch = Message::System(SystemMessage {
             content: String::new(),
             sections: vec![
@@ -837,12 +859,7 @@ mod tests {
     /// a model header of the same name.
     #[test]
     fn session_id_as_prompt_cache_key_and_headers() {
-        let mut model = Model::new(
-            crate::Api::OpenaiResponses,
-            "p",
-            "m",
-            "http://127.0.0.1:1/v1",
-        );
+        let mut model = test_model();
         let long: String = "é".repeat(70);
         let short = CacheRetention::Short;
         assert_eq!(
@@ -893,28 +910,20 @@ mod tests {
     /// retention (`{"mode":"explicit"}` for `none`, `{"ttl":"30m"}` for `long`).
     #[test]
     fn prompt_cache_fields_follow_the_requests_retention() {
-        let mut model = Model::new(
-            crate::Api::OpenaiResponses,
-            "p",
-            "m",
-            "http://127.0.0.1:1/v1",
-        );
+        let mut model = test_model();
         let ctx = Context {
             system_prompt: String::new(),
             messages: vec![Message::user_text("hi")],
             tools: Vec::new(),
         };
-        let cache = crate::api::openai_completions::RequestCache::default();
+        let cache = RequestCache::default();
         let sent = |model: &Model, retention: CacheRetention| -> Value {
             let opts = StreamOptions {
                 session_id: Some("s1".into()),
                 cache_retention: Some(retention),
                 ..StreamOptions::default()
             };
-            let cached = request_bytes(model, &ctx, &opts, &cache).unwrap();
-            let whole = build_request(model, &ctx, &opts);
-            assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap(), whole);
-            whole
+            sent_request(model, &ctx, &opts, &cache)
         };
         let max = model.default_max_tokens();
         let body = |extra: Value| {
@@ -961,12 +970,7 @@ mod tests {
     /// bytes follow a change of the flag between two requests of one conversation.
     #[test]
     fn tools_are_strict_only_where_the_model_supports_it() {
-        let mut model = Model::new(
-            crate::Api::OpenaiResponses,
-            "p",
-            "m",
-            "http://127.0.0.1:1/v1",
-        );
+        let mut model = test_model();
         let ctx = Context {
             system_prompt: "Lead.".into(),
             messages: vec![Message::user_text("hi")],
@@ -977,13 +981,8 @@ mod tests {
             }],
         };
         let opts = StreamOptions::default();
-        let cache = crate::api::openai_completions::RequestCache::default();
-        let sent = |model: &Model| -> Value {
-            let cached = request_bytes(model, &ctx, &opts, &cache).unwrap();
-            let whole = build_request(model, &ctx, &opts);
-            assert_eq!(serde_json::from_slice::<Value>(&cached).unwrap(), whole);
-            whole["tools"].clone()
-        };
+        let cache = RequestCache::default();
+        let sent = |model: &Model| sent_request(model, &ctx, &opts, &cache)["tools"].clone();
         let tool = json!({"type":"function","name":"read","description":"Read a file",
             "parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}});
         assert_eq!(sent(&model), json!([tool]));

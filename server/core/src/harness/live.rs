@@ -834,9 +834,11 @@ impl AgentSession {
             None => (None, None),
             Some(id) => self.leaf_for(&tree, id)?,
         };
-        // The entries being left: from the old leaf back to the common ancestor.
-        let kept: std::collections::HashSet<&str> = target_leaf
-            .as_deref()
+        // The entries being left (Pi 1.6's `collectEntriesForBranchSummary`): from the old leaf
+        // back to its deepest common ancestor with the target's path — the target's own,
+        // also for a user message whose parent becomes the leaf, so that message is not
+        // summarised when it lies on the branch left.
+        let kept: std::collections::HashSet<&str> = entry_id
             .map(|l| tree.path(l).into_iter().map(|e| e.id.as_str()).collect())
             .unwrap_or_default();
         let left: Vec<&crate::session::Entry> = old_leaf
@@ -851,44 +853,11 @@ impl AgentSession {
         let summary = if summarize && !left.is_empty() {
             let cancel = tokio_util::sync::CancellationToken::new();
             let _cancel_on_drop = cancel.clone().drop_guard();
-            let (text, usage) =
+            Some(
                 super::branch_summary::branch_summary(&self.model(), &left, instructions, &cancel)
                     .await
-                    .map_err(Error::Summary)?;
-            // Pi's generateBranchSummary: the files the left entries read and changed (and
-            // those of pi-written branch summaries among them) follow the summary and are
-            // its `details`.
-            let mut ops = crate::compaction::FileOps::default();
-            for e in &left {
-                if e.kind == "branch_summary" {
-                    let r = e.raw();
-                    if r["fromHook"] != true {
-                        let files = |k: &str| -> Vec<String> {
-                            r["details"][k]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .filter_map(|f| f.as_str().map(str::to_string))
-                                .collect()
-                        };
-                        ops.read.extend(files("readFiles"));
-                        ops.edited.extend(files("modifiedFiles"));
-                    }
-                } else if let Some(m) = e.message() {
-                    ops.add_calls(&m);
-                }
-            }
-            let (read, modified) = ops.lists();
-            let text = if text == super::branch_summary::NO_CONTENT {
-                text
-            } else {
-                text + &crate::compaction::format_file_operations(&read, &modified)
-            };
-            Some((
-                text,
-                serde_json::json!({"readFiles": read, "modifiedFiles": modified}),
-                usage,
-            ))
+                    .map_err(Error::Summary)?,
+            )
         } else {
             None
         };
@@ -898,12 +867,12 @@ impl AgentSession {
         let (summary_entry_id, leaf) = {
             let mut w = self.lock_writer()?;
             let id = match (&summary, &old_leaf) {
-                (Some((text, details, usage)), Some(_)) => Some(w.branch_with_summary(
+                (Some(s), Some(_)) => Some(w.branch_with_summary(
                     &tree,
                     target_leaf.as_deref(),
-                    text,
-                    details.clone(),
-                    usage.clone(),
+                    &s.summary,
+                    s.details.clone(),
+                    s.usage.clone(),
                 )?),
                 _ => {
                     w.branch(&tree, target_leaf.as_deref())?;
@@ -929,7 +898,7 @@ impl AgentSession {
         Ok(BranchOutcome {
             leaf_id: leaf,
             summary_entry_id,
-            summary: summary.map(|(text, _, _)| text),
+            summary: summary.map(|s| s.summary),
             editor_text,
             message_count: count,
         })

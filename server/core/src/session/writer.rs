@@ -438,10 +438,10 @@ impl SessionWriter {
     }
 
     /// Branches at `entry` and writes a `branch_summary` there carrying what the abandoned
-    /// branch concluded, as Pi 0.73.1's `branchWithSummary` writes it: `fromId` is the entry
-    /// the summary is attached to (`"root"` for `None`), `details` Pi's `{readFiles,
-    /// modifiedFiles}` (or `Null` to leave it out), `fromHook: false`, and (Pi 1.6) the
-    /// summary request's `usage` when one was made. Returns the summary entry's id.
+    /// branch concluded, as Pi 1.6.0's `branchWithSummary` writes it: `fromId` is the leaf
+    /// being left (`"root"` when there is none), the summary's parent `entry`, `details` Pi's
+    /// `{readFiles, modifiedFiles}` (or `Null` to leave it out), `fromHook: false`, and (Pi
+    /// 1.6) the summary request's `usage` when one was made. Returns the summary entry's id.
     pub fn branch_with_summary(
         &mut self,
         tree: &SessionTree,
@@ -452,9 +452,10 @@ impl SessionWriter {
     ) -> Result<String, SessionError> {
         // Pi 1.6's `usage`, not in a file kept in Pi 0.73.1's format.
         let usage = usage.filter(|_| self.writes_pi16());
+        let from_id = self.leaf().unwrap_or("root").to_string();
         self.branch(tree, entry)?;
         self.append(EntryData::BranchSummary {
-            from_id: entry.unwrap_or("root").to_string(),
+            from_id,
             summary: summary.to_string(),
             details: (!details.is_null()).then_some(details),
             from_hook: false,
