@@ -51,20 +51,6 @@ export default function (pi) {
 }
 "#;
 
-/// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
-fn pi16() -> Option<PathBuf> {
-    let found = std::env::var("PI16_REF_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .filter(|p| p.exists());
-    pi_e2e::require(
-        found.is_some(),
-        "Pi 1.6.0 branch summary comparison",
-        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
-    );
-    found
-}
-
 fn is_summary(body: &Value) -> bool {
     body.to_string().contains("context summarization assistant")
 }
@@ -364,7 +350,7 @@ fn summary_entries(file: &Path, targets: &[String; 3]) -> Vec<Value> {
 /// summary request body is Pi's whole; each entry is Pi's whole but for ids and times.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn branch_summary_requests_and_entries_are_pi_1_6_s() {
-    let Some(pi) = pi16() else {
+    let Some(pi) = pi_e2e::pi16_bin("Pi 1.6.0 branch summary comparison") else {
         return;
     };
     let tmp = TempDir::new("branch-summary-pi16");
@@ -457,7 +443,7 @@ fn cut_summary() -> Step {
 /// leaf stays where it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_branch_summary_is_worded_as_pi_1_6_words_it() {
-    let Some(pi) = pi16() else {
+    let Some(pi) = pi_e2e::pi16_bin("Pi 1.6.0 branch summary comparison") else {
         return;
     };
     let failures = [

@@ -30,21 +30,6 @@ use pi_e2e::pi_rpc::PiRpc;
 use pi_e2e::{pi_lsp_bin, TempDir};
 use serde_json::{json, Value};
 
-/// Pi 1.6.0: `$PI16_REF_BIN`; required under `CI=true`.
-fn pi16(test: &str) -> Option<PathBuf> {
-    let found = std::env::var("PI16_REF_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .filter(|p| p.exists());
-    pi_e2e::require(
-        found.is_some(),
-        test,
-        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
-    )
-    .then_some(found)
-    .flatten()
-}
-
 /// The loopback model's script: answers by the prompt's first word; the first prompt no rule
 /// takes (`hello`) is refused once as overloaded (Pi retries it and leaves the failed answer
 /// out with a `context_edit`), every later one is answered `ok`.
@@ -376,7 +361,9 @@ async fn our_view(lab: &Lab, file: &Path, pi_stats: &Value) -> (Value, Value, Va
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_16_sessions_of_every_kind_open_and_continue_alike_both_ways() {
-    let Some(pi) = pi16("pi_16_sessions_of_every_kind_open_and_continue_alike_both_ways") else {
+    let Some(pi) =
+        pi_e2e::pi16_bin("pi_16_sessions_of_every_kind_open_and_continue_alike_both_ways")
+    else {
         return;
     };
     let lab = Lab::new("pi16-roundtrip", pi).await;
@@ -453,7 +440,7 @@ async fn pi_16_sessions_of_every_kind_open_and_continue_alike_both_ways() {
 /// that, checked side by side on copies of one file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thinking_and_model_flags_on_a_pi_file_do_what_pi_does() {
-    let Some(pi) = pi16("thinking_and_model_flags_on_a_pi_file_do_what_pi_does") else {
+    let Some(pi) = pi_e2e::pi16_bin("thinking_and_model_flags_on_a_pi_file_do_what_pi_does") else {
         return;
     };
     let lab = Lab::new("pi16-thinking-flag", pi).await;

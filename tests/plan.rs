@@ -812,18 +812,9 @@ fn leaving_plan_mode_restores_the_tools_recorded_when_it_started() {
 /// `plan-mode` state entries (`toolsBeforePlanMode` while planning; pi-lsp adds `nextId`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_mode_tools_and_entries_are_pi_16s() {
-    let found = std::env::var("PI16_REF_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .filter(|p| p.exists());
-    if !pi_e2e::require(
-        found.is_some(),
-        "plan_mode_tools_and_entries_are_pi_16s",
-        "Pi 1.6.0 ($PI16_REF_BIN, installed by .ci/pi16.sh)",
-    ) {
+    let Some(pi) = pi_e2e::pi16_bin("plan_mode_tools_and_entries_are_pi_16s") else {
         return;
-    }
-    let pi = found.unwrap();
+    };
     let tmp = TempDir::new("plan-pi16");
     let mock = MockModel::start((0..6).map(|_| Step::text("ok")).collect()).await;
     let settings = json!({"defaultTools": ["read", "bash", "edit", "write"],
