@@ -170,6 +170,13 @@ pub trait Tool: Send + Sync {
     fn approval_note(&self) -> Option<String> {
         None
     }
+    /// Whether plan mode turns this tool off, though Pi 1.6's plan-mode example keeps every
+    /// active tool but `edit` / `write`: an MCP tool its server does not annotate
+    /// `readOnlyHint: true` (plan mode is read-only: "MCP tools without `readOnlyHint` off").
+    /// Default: `false`.
+    fn off_in_plan_mode(&self) -> bool {
+        false
+    }
 }
 
 /// Tools that change during a run (MCP servers connecting, `tool_search` loading tools): asked

@@ -3,7 +3,7 @@
 //! `/plan` (or [`PlanBoard::set_plan_mode`], a client's switch) changes the session's tools
 //! as Pi 1.6.0's example does (`getPlanModeTools`): `edit` and `write` leave the tool list
 //! from the next run (and are blocked if a running run still has them), every other active
-//! tool stays, and `read`, `bash`, `grep`, `find`, `ls` (and a `questionnaire` tool) are
+//! tool stays but MCP tools not annotated `readOnlyHint: true` (plan mode is read-only), and `read`, `bash`, `grep`, `find`, `ls` (and a `questionnaire` tool) are
 //! added when registered but off; `bash` runs only commands of Pi's example's allow-list. Each
 //! prompt in plan mode carries Pi's hidden `plan-mode-context` message asking for a numbered
 //! `Plan:`. At the end of a run the steps are extracted (they replace the session's todo list,
@@ -528,9 +528,10 @@ fn has_plan_context(content: &pi_ai::types::UserContent) -> bool {
 }
 
 /// Whether plan mode keeps the active tool `t`: every one but `edit` and `write`
-/// ([`PLAN_MODE_DISABLED_TOOLS`]; `bash` is checked command by command).
+/// ([`PLAN_MODE_DISABLED_TOOLS`], Pi 1.6.0's example; `bash` is checked command by command)
+/// and but the tools that say [`Tool::off_in_plan_mode`] (MCP tools without `readOnlyHint`).
 pub(crate) fn allowed_in_plan_mode(t: &Arc<dyn Tool>) -> bool {
-    !PLAN_MODE_DISABLED_TOOLS.contains(&t.spec().name.as_str())
+    !PLAN_MODE_DISABLED_TOOLS.contains(&t.spec().name.as_str()) && !t.off_in_plan_mode()
 }
 
 /// The active tools in plan mode (Pi's example's `getPlanModeTools` applied by

@@ -382,6 +382,11 @@ impl Tool for McpTool {
         Some(self.note.clone())
     }
 
+    /// Only tools annotated `readOnlyHint: true` stay on in plan mode.
+    fn off_in_plan_mode(&self) -> bool {
+        !self.read_only
+    }
+
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let conn = self.server.connection().await.map_err(ToolError::new)?;
         let result = conn
@@ -1047,7 +1052,7 @@ mod tests {
     }
 
     #[test]
-    fn read_only_hint_makes_a_read_only_tool_and_plan_mode_keeps_every_one() {
+    fn read_only_hint_makes_a_read_only_tool_kept_in_plan_mode() {
         let cfg = crate::mcp::config::validate(
             "srv",
             &json!({"command": "true", "enabled": false, "exposure": "direct"}),
@@ -1076,12 +1081,12 @@ mod tests {
             kinds,
             vec![ToolKind::ReadOnly, ToolKind::Execute, ToolKind::Execute]
         );
-        // Plan mode keeps every one of them, as Pi 1.6.0's example keeps every active tool
-        // but `edit` and `write`.
+        // Plan mode keeps only the one annotated read-only (Pi 1.6.0's example would keep
+        // every active tool but `edit` and `write`; plan mode here is read-only).
         let kept: Vec<bool> = [&ro, &rw, &none]
             .iter()
             .map(|t| crate::extension::plan_mode::allowed_in_plan_mode(t))
             .collect();
-        assert_eq!(kept, vec![true, true, true]);
+        assert_eq!(kept, vec![true, false, false]);
     }
 }
