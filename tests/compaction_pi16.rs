@@ -65,7 +65,13 @@ fn summaries(mock: &MockModel) -> Vec<Value> {
 
 /// Pi 1.6.0 in RPC mode: the two prompts, each awaited to its `agent_end`, then a compaction
 /// with [`FOCUS`], awaited to its response.
-fn pi_converse_and_compact(pi: &Path, dir: &Path, mock: &MockModel, window: u64) {
+fn pi_converse_and_compact(
+    pi: &Path,
+    dir: &Path,
+    mock: &MockModel,
+    window: u64,
+    thinking: Option<&str>,
+) {
     let agent = dir.join("agent");
     let home = dir.join("home");
     let ws = dir.join("ws");
@@ -74,6 +80,9 @@ fn pi_converse_and_compact(pi: &Path, dir: &Path, mock: &MockModel, window: u64)
     }
     let mut models = mock.models_json();
     models["providers"]["mock"]["models"][0]["contextWindow"] = json!(window);
+    if thinking.is_some() {
+        models["providers"]["mock"]["models"][0]["reasoning"] = json!(true);
+    }
     std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
     std::fs::write(
         agent.join("settings.json"),
@@ -84,6 +93,7 @@ fn pi_converse_and_compact(pi: &Path, dir: &Path, mock: &MockModel, window: u64)
         .args(["--mode", "rpc", "--provider", "mock", "--model", "mock-1"])
         .args(["--no-tools", "--session-dir"])
         .arg(dir.join("sessions"))
+        .args(thinking.map(|t| ["--thinking", t]).into_iter().flatten())
         .current_dir(&ws)
         .env("PI_OFFLINE", "1")
         .env("PI_CODING_AGENT_DIR", &agent)
@@ -126,8 +136,17 @@ fn pi_converse_and_compact(pi: &Path, dir: &Path, mock: &MockModel, window: u64)
 
 /// pi-lsp's agent: the same two prompts on the same model (`window`, `maxTokens` 4,096), then
 /// a compaction with [`FOCUS`].
-async fn ours_converse_and_compact(dir: &Path, mock: &MockModel, window: u64) {
-    let model = mock.completions_model(window, 4_096);
+async fn ours_converse_and_compact(
+    dir: &Path,
+    mock: &MockModel,
+    window: u64,
+    thinking: Option<pi_ai::models::ThinkingLevel>,
+) {
+    let mut model = mock.completions_model(window, 4_096);
+    if thinking.is_some() {
+        model.reasoning = true;
+        model.thinking_level = thinking;
+    }
     let writer = SessionWriter::create(
         &dir.join("sessions"),
         dir,
@@ -166,15 +185,19 @@ async fn ours_converse_and_compact(dir: &Path, mock: &MockModel, window: u64) {
 }
 
 /// Both sides' summary request bodies on a model with `window`, the history summary first.
-async fn both(window: u64) -> (Vec<Value>, Vec<Value>) {
+async fn both(
+    window: u64,
+    thinking: Option<pi_ai::models::ThinkingLevel>,
+) -> (Vec<Value>, Vec<Value>) {
     let pi = pi_e2e::pi16_bin(WHAT).unwrap();
     let tmp = TempDir::new("compaction-pi16");
     let pi_mock = mock().await;
     let pi_dir = tmp.path().join("pi");
-    tokio::task::block_in_place(|| pi_converse_and_compact(&pi, &pi_dir, &pi_mock, window));
+    let level = thinking.map(|t| t.as_str());
+    tokio::task::block_in_place(|| pi_converse_and_compact(&pi, &pi_dir, &pi_mock, window, level));
     let mut theirs = summaries(&pi_mock);
     let our_mock = mock().await;
-    ours_converse_and_compact(&tmp.path().join("ours"), &our_mock, window).await;
+    ours_converse_and_compact(&tmp.path().join("ours"), &our_mock, window, thinking).await;
     let mut ours = summaries(&our_mock);
     // pi-lsp asks both at once: in the order they arrived.
     let order = |v: &mut Vec<Value>| v.sort_by_key(|b| b.to_string().contains("# Conversation"));
@@ -192,7 +215,7 @@ async fn compaction_summary_requests_are_pi_1_6_s() {
     if pi_e2e::pi16_bin(WHAT).is_none() {
         return;
     }
-    let (ours, theirs) = both(128_000).await;
+    let (ours, theirs) = both(128_000, None).await;
     assert_eq!(ours, theirs);
     // What was compared, so a change on both sides cannot pass unseen.
     let text = |b: &Value| {
@@ -225,11 +248,25 @@ async fn summary_output_limit_is_clamped_to_the_window_as_pi_1_6_clamps_it() {
     if pi_e2e::pi16_bin(WHAT).is_none() {
         return;
     }
-    let (ours, theirs) = both(8_000).await;
+    let (ours, theirs) = both(8_000, None).await;
     assert_eq!(ours, theirs);
     let limits: Vec<u64> = ours
         .iter()
         .map(|b| b["max_completion_tokens"].as_u64().unwrap())
         .collect();
     assert!(limits.iter().all(|l| (1..4_096).contains(l)), "{limits:?}");
+}
+
+/// A reasoning model at thinking level `high`: Pi 1.6 asks its summaries at the session's
+/// level (`createSummarizationOptions`: `reasoning` when the model reasons and the level is not
+/// `off`); each body whole, the same as Pi's, and the level is on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summaries_of_a_reasoning_session_ask_its_thinking_level_as_pi_1_6_does() {
+    if pi_e2e::pi16_bin(WHAT).is_none() {
+        return;
+    }
+    let (ours, theirs) = both(128_000, Some(pi_ai::models::ThinkingLevel::High)).await;
+    assert_eq!(ours, theirs);
+    let efforts: Vec<&Value> = ours.iter().map(|b| &b["reasoning_effort"]).collect();
+    assert_eq!(efforts, vec![&json!("high"), &json!("high")]);
 }
