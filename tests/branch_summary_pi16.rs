@@ -9,14 +9,15 @@
 //! required under `CI=true`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Lines, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pi_e2e::headless::pi_command;
+use pi_e2e::json_lines;
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{Answer, MockModel, Step};
+use pi_e2e::pi_rpc::PiRpc;
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
 
@@ -91,18 +92,10 @@ fn workspace(dir: &Path) -> PathBuf {
     ws
 }
 
-fn lines(file: &Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// The entries of `file` the navigations aim at: the first user message, the first assistant
 /// answer, the second user message.
 fn targets(file: &Path) -> [String; 3] {
-    let entries = lines(file);
+    let entries = json_lines(file);
     let id = |role: &str, n: usize| {
         entries
             .iter()
@@ -118,9 +111,7 @@ fn targets(file: &Path) -> [String; 3] {
 
 /// Pi 1.6.0 in RPC mode with the [`EXTENSION`].
 struct Pi {
-    child: Child,
-    stdin: ChildStdin,
-    out: Lines<BufReader<ChildStdout>>,
+    rpc: PiRpc,
     outcome: PathBuf,
     sessions: PathBuf,
 }
@@ -138,54 +129,30 @@ impl Pi {
         std::fs::write(&extension, EXTENSION).unwrap();
         let outcome = dir.join("outcome.json");
         let sessions = dir.join("sessions");
-        let mut child = Command::new(pi)
-            .args(["--mode", "rpc", "--provider", "mock", "--model", "mock-1"])
-            .arg("--extension")
-            .arg(&extension)
+        let mut cmd = pi_command(pi, &ws, &agent, &home, ["--extension"]);
+        cmd.arg(&extension)
             .arg("--session-dir")
             .arg(&sessions)
-            .current_dir(&ws)
-            .env("PI_OFFLINE", "1")
-            .env("PI_CODING_AGENT_DIR", &agent)
             .env("PI_PACKAGE_DIR", pi_e2e::pi16_package(pi))
-            .env("HOME", &home)
-            .env("BSUM_OUT", &outcome)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap()).lines();
+            .env("BSUM_OUT", &outcome);
         Pi {
-            child,
-            stdin,
-            out,
+            rpc: PiRpc::spawn(cmd),
             outcome,
             sessions,
         }
     }
 
     fn send(&mut self, command: Value) {
-        writeln!(self.stdin, "{command}").unwrap();
+        self.rpc.send(&command);
     }
 
-    /// Reads Pi's output up to the first line `what` accepts.
+    /// Reads Pi's output up to the first value `what` accepts; panics on a failed response.
     fn wait_for(&mut self, what: &dyn Fn(&Value) -> bool) -> Value {
-        loop {
-            let line = self
-                .out
-                .next()
-                .expect("Pi's RPC output ended early")
-                .unwrap();
-            let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            assert_ne!(v["success"], json!(false), "{v}");
-            if what(&v) {
-                return v;
-            }
+        let seen = self.rpc.read_until(what);
+        if let Some(failed) = seen.iter().find(|v| v["success"] == json!(false)) {
+            panic!("{failed}");
         }
+        seen.into_iter().next_back().unwrap()
     }
 
     fn prompt(&mut self, text: &str) {
@@ -234,11 +201,9 @@ impl Pi {
         }
     }
 
-    fn stop(mut self) {
-        drop(self.stdin);
-        let pid = self.child.id();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "Pi (pid {pid}) exited with {status}");
+    fn stop(self) {
+        let status = self.rpc.close();
+        assert!(status.success(), "Pi exited with {status}");
     }
 }
 
@@ -299,7 +264,7 @@ fn summaries(mock: &MockModel) -> Vec<Value> {
 /// target's parent), `"last answer"` (the conversation's last message), `"summary N"` (the
 /// branch summaries in order).
 fn summary_entries(file: &Path, targets: &[String; 3]) -> Vec<Value> {
-    let entries = lines(file);
+    let entries = json_lines(file);
     let mut names: Vec<(Value, String)> = targets
         .iter()
         .enumerate()
@@ -464,9 +429,9 @@ async fn a_failed_branch_summary_is_worded_as_pi_1_6_words_it() {
                 p.prompt(text);
             }
             let file = p.file();
-            let before = lines(&file);
+            let before = json_lines(&file);
             let outcome = p.navigate(&targets(&file)[2], None);
-            let after = lines(&file);
+            let after = json_lines(&file);
             p.stop();
             assert_eq!(after, before, "Pi wrote nothing");
             (outcome["error"].clone(), after)
@@ -474,7 +439,7 @@ async fn a_failed_branch_summary_is_worded_as_pi_1_6_words_it() {
         assert!(pi_lines.iter().all(|e| e["type"] != "branch_summary"));
         let our_mock = mock_answering(failure).await;
         let mut ours = Ours::start(&tmp.path().join("ours"), &our_mock).await;
-        let before = lines(&ours.file);
+        let before = json_lines(&ours.file);
         let t = targets(&ours.file);
         let err = ours.navigate(&t[2], None).await.unwrap_err();
         let state = ours
@@ -498,7 +463,7 @@ async fn a_failed_branch_summary_is_worded_as_pi_1_6_words_it() {
             assert_eq!(err["message"], theirs, "{err}");
         }
         assert_eq!(err["code"], json!(-31007));
-        assert_eq!(lines(&file), before);
+        assert_eq!(json_lines(&file), before);
         assert_eq!(state["leafId"], before.last().unwrap()["id"], "{state}");
         let theirs = theirs.as_str().unwrap();
         assert!(

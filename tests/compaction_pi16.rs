@@ -6,9 +6,7 @@
 //! (installed by `.ci/pi16.sh`; required under `CI=true`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +14,9 @@ use pi_ai::Message;
 use pi_core::agent::{Agent, AgentConfig, CompactionConfig, CompactionSettings};
 use pi_core::compaction::SessionCompactor;
 use pi_core::session::SessionWriter;
+use pi_e2e::headless::pi_command;
 use pi_e2e::mock_model::{Answer, MockModel, Step};
+use pi_e2e::pi_rpc::PiRpc;
 use pi_e2e::TempDir;
 use serde_json::{json, Value};
 
@@ -89,49 +89,27 @@ fn pi_converse_and_compact(
         json!({"compaction": {"keepRecentTokens": 1, "reserveTokens": RESERVE}}).to_string(),
     )
     .unwrap();
-    let mut child = Command::new(pi)
-        .args(["--mode", "rpc", "--provider", "mock", "--model", "mock-1"])
-        .args(["--no-tools", "--session-dir"])
-        .arg(dir.join("sessions"))
+    let mut cmd = pi_command(pi, &ws, &agent, &home, ["--no-tools", "--session-dir"]);
+    cmd.arg(dir.join("sessions"))
         .args(thinking.map(|t| ["--thinking", t]).into_iter().flatten())
-        .current_dir(&ws)
-        .env("PI_OFFLINE", "1")
-        .env("PI_CODING_AGENT_DIR", &agent)
-        .env("PI_PACKAGE_DIR", pi_e2e::pi16_package(pi))
-        .env("HOME", &home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut wait_for = |what: &dyn Fn(&Value) -> bool| loop {
-        let line = lines.next().expect("Pi's RPC output ended early").unwrap();
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        assert_ne!(v["success"], json!(false), "{v}");
-        if what(&v) {
-            return v;
+        .env("PI_PACKAGE_DIR", pi_e2e::pi16_package(pi));
+    let mut p = PiRpc::spawn(cmd);
+    let succeeded = |seen: &[Value]| {
+        if let Some(failed) = seen.iter().find(|v| v["success"] == json!(false)) {
+            panic!("{failed}");
         }
     };
     for text in PROMPTS {
-        writeln!(stdin, "{}", json!({"type": "prompt", "message": text})).unwrap();
-        wait_for(&|v| v["type"] == "agent_end");
+        succeeded(&p.call(json!({"type": "prompt", "message": text}), |v| {
+            v["type"] == "agent_end"
+        }));
     }
-    writeln!(
-        stdin,
-        "{}",
-        json!({"type": "compact", "customInstructions": FOCUS})
-    )
-    .unwrap();
-    let done = wait_for(&|v| v["type"] == "response" && v["command"] == "compact");
-    assert_eq!(done["success"], json!(true), "{done}");
-    drop(stdin);
-    let pid = child.id();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "Pi (pid {pid}) exited with {status}");
+    let compact = json!({"type": "compact", "customInstructions": FOCUS});
+    succeeded(&p.call(compact, |v| {
+        v["type"] == "response" && v["command"] == "compact"
+    }));
+    let status = p.close();
+    assert!(status.success(), "Pi exited with {status}");
 }
 
 /// pi-lsp's agent: the same two prompts on the same model (`window`, `maxTokens` 4,096), then

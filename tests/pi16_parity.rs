@@ -13,16 +13,14 @@
 //!   sends the same messages up to each harness's own patch.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::ffi::OsStr;
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use pi_e2e::headless::pi_command;
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::TempDir;
+use pi_e2e::pi_rpc::PiRpc;
+use pi_e2e::{json_lines, jsonl_in, TempDir};
 use serde_json::{json, Value};
 
 fn workspace(root: &Path) -> PathBuf {
@@ -41,98 +39,6 @@ async fn mock() -> MockModel {
         Step::text("Third."),
     ])
     .await
-}
-
-fn lines(file: &Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn jsonl_in(dir: &Path) -> PathBuf {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .unwrap_or_else(|| panic!("no session file in {}", dir.display()))
-}
-
-/// Pi in RPC mode: commands in, one JSON value per stdout line out.
-struct PiRpc {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    out: std::sync::mpsc::Receiver<Value>,
-}
-
-impl PiRpc {
-    fn start(pi: &Path, ws: &Path, agent: &Path, args: &[&std::ffi::OsStr]) -> PiRpc {
-        let rpc = [OsStr::new("--mode"), OsStr::new("rpc")];
-        let home = agent.parent().unwrap();
-        let mut child = pi_command(pi, ws, agent, home, rpc.iter().chain(args))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, out) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        PiRpc { child, stdin, out }
-    }
-
-    /// Sends `cmd`; returns every value up to and including the first `until` accepts.
-    fn call(&mut self, cmd: Value, until: impl Fn(&Value) -> bool) -> Vec<Value> {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        let mut seen = Vec::new();
-        loop {
-            let v = self
-                .out
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("Pi did not answer {cmd}"));
-            let done = until(&v);
-            seen.push(v);
-            if done {
-                return seen;
-            }
-        }
-    }
-
-    fn response(&mut self, id: &str, cmd: Value) -> Value {
-        let id = id.to_string();
-        let r = self
-            .call(cmd, |v| v["type"] == "response" && v["id"] == id.as_str())
-            .pop()
-            .unwrap();
-        assert_eq!(r["success"], true, "{r}");
-        r["data"].clone()
-    }
-
-    /// A prompt run to its end (`agent_settled`, Pi 1.6's last event of a run).
-    fn prompt(&mut self, text: &str) -> Vec<Value> {
-        self.call(
-            json!({"id": text, "type": "prompt", "message": text}),
-            |v| v["type"] == "agent_settled",
-        )
-    }
-}
-
-impl Drop for PiRpc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn agent_dir(root: &Path, mock: &MockModel) -> PathBuf {
@@ -212,18 +118,18 @@ async fn our_entries_have_pi_16s_keys() {
             );
             p.prompt("edit f.txt");
             p.prompt("again");
-            p.response("s", json!({"id": "s", "type": "get_state"}))
+            p.request(json!({"type": "get_state"}))
         })
         .await
         .unwrap()
     };
-    let theirs = lines(&jsonl_in(&sessions));
+    let theirs = json_lines(&jsonl_in(&sessions));
     // pi-lsp.
     let our_root = tmp.path().join("ours");
     let our_ws = workspace(&our_root);
     let our_mock = mock().await;
     let (_, _, our_state) = ours(&our_ws, &our_mock).await;
-    let mine = lines(&jsonl_in(&our_ws.join(".pi/sessions")));
+    let mine = json_lines(&jsonl_in(&our_ws.join(".pi/sessions")));
 
     // The same entries in the same order: header, model, thinking level, the stored system
     // message, then the conversation.
@@ -325,10 +231,10 @@ async fn pi_16_opens_and_continues_our_file_and_we_open_what_it_appended() {
         let (ws, agent, file) = (ws.clone(), agent.clone(), file.clone());
         tokio::task::spawn_blocking(move || {
             let mut p = PiRpc::start(&pi, &ws, &agent, &["--session".as_ref(), file.as_os_str()]);
-            let before = p.response("m", json!({"id": "m", "type": "get_messages"}));
-            let state = p.response("s", json!({"id": "s", "type": "get_state"}));
+            let before = p.request(json!({"type": "get_messages"}));
+            let state = p.request(json!({"type": "get_state"}));
             let run = p.prompt("more");
-            let after = p.response("n", json!({"id": "n", "type": "get_messages"}));
+            let after = p.request(json!({"type": "get_messages"}));
             (before, state["messageCount"].clone(), run, after)
         })
         .await
@@ -470,7 +376,7 @@ async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
     assert_eq!(triples(&ours["todos"]), want, "{ours}");
     let file = jsonl_in(&ws.join(".pi/sessions"));
     let last_details = |file: &Path| -> Value {
-        lines(file)
+        json_lines(file)
             .into_iter()
             .rfind(|l| l["message"]["toolName"] == "todo")
             .unwrap()["message"]["details"]
@@ -580,7 +486,7 @@ async fn mid_convo_bodies(pi: PathBuf, api: &str, as_pi_073: bool) -> (Value, Va
     if as_pi_073 {
         // The same conversation as Pi 0.73.1 stored it: no system messages.
         for f in [&theirs, &ours] {
-            let kept: String = lines(f)
+            let kept: String = json_lines(f)
                 .into_iter()
                 .filter(|l| l["message"]["role"] != "system")
                 .map(|mut l| {
@@ -762,7 +668,7 @@ async fn a_retried_failure_is_left_out_of_the_context_as_pi_16_leaves_it() {
         .unwrap();
     }
     let theirs_file = jsonl_in(&sessions);
-    let theirs = lines(&theirs_file);
+    let theirs = json_lines(&theirs_file);
 
     // pi-lsp, with the same settings in its agent folder.
     let our_root = tmp.path().join("ours");
@@ -797,7 +703,7 @@ async fn a_retried_failure_is_left_out_of_the_context_as_pi_16_leaves_it() {
         .unwrap();
     c.shutdown().await;
     let our_file = jsonl_in(&our_ws.join(".pi/sessions"));
-    let mine = lines(&our_file);
+    let mine = json_lines(&our_file);
 
     // The same entries: the failure, then its context_edit, then the answer.
     let kinds = |v: &[Value]| v.iter().map(kind).collect::<Vec<_>>();
@@ -859,8 +765,8 @@ async fn a_retried_failure_is_left_out_of_the_context_as_pi_16_leaves_it() {
                 &agent,
                 &["--session".as_ref(), file.as_os_str()],
             );
-            let m = p.response("m", json!({"id": "m", "type": "get_messages"}));
-            let s = p.response("s", json!({"id": "s", "type": "get_state"}));
+            let m = p.request(json!({"type": "get_messages"}));
+            let s = p.request(json!({"type": "get_state"}));
             (m, s["messageCount"].clone())
         })
         .await
@@ -1009,9 +915,9 @@ async fn usage_entries_and_a_second_root_read_and_continue_as_in_pi_16() {
             if let Some(text) = prompt {
                 p.prompt(text);
             }
-            let m = p.response("m", json!({"id": "m", "type": "get_messages"}));
-            let s = p.response("s", json!({"id": "s", "type": "get_state"}));
-            let st = p.response("t", json!({"id": "t", "type": "get_session_stats"}));
+            let m = p.request(json!({"type": "get_messages"}));
+            let s = p.request(json!({"type": "get_state"}));
+            let st = p.request(json!({"type": "get_session_stats"}));
             (m["messages"].clone(), s["messageCount"].clone(), st)
         })
     };
@@ -1100,7 +1006,7 @@ async fn usage_entries_and_a_second_root_read_and_continue_as_in_pi_16() {
     same_stats(&pst, &ost);
     // Both answered under the second root: the first root's lines are as they were.
     for f in [&ours_file, &theirs_file] {
-        let l = lines(f);
+        let l = json_lines(f);
         assert_eq!(l[..entries.len()], entries[..]);
         assert!(
             l[entries.len()..].iter().all(|e| e["type"] == "message"

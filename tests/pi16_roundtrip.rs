@@ -23,11 +23,12 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use pi_e2e::headless::pi_bare_command;
 use pi_e2e::lsp_client::{agent_env, EditorBehavior, LspClient};
 use pi_e2e::mock_model::MockModel;
 use pi_e2e::mock_script::Script;
 use pi_e2e::pi_rpc::PiRpc;
-use pi_e2e::{pi_lsp_bin, TempDir};
+use pi_e2e::{json_lines, pi_lsp_bin, TempDir};
 use serde_json::{json, Value};
 
 /// The loopback model's script: answers by the prompt's first word; the first prompt no rule
@@ -125,45 +126,21 @@ impl Lab {
 
     /// `pi -p --session FILE ARGS… TEXT`.
     fn pi_continue(&self, file: &Path, args: &[&str], text: &str) -> Output {
-        let out = Command::new(&self.pi)
-            .arg("-p")
+        let mut cmd = pi_bare_command(&self.pi, &self.ws, &self.agent, &self.root);
+        cmd.arg("-p")
             .arg("--session")
             .arg(file)
             .args(args)
-            .arg(text)
-            .current_dir(&self.ws)
-            .env("PI_OFFLINE", "1")
-            .env("PI_CODING_AGENT_DIR", &self.agent)
-            .env("HOME", &self.root)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+            .arg(text);
+        succeeded(&mut cmd)
     }
 
     /// `pi-lsp run --session FILE ARGS… TEXT` in the workspace.
     fn us_continue(&self, file: &Path, args: &[&str], text: &str) -> Output {
-        let out = Command::new(pi_lsp_bin())
-            .arg("run")
-            .arg("--workspace")
-            .arg(&self.ws)
-            .arg("--session")
-            .arg(file)
-            .args(args)
-            .arg(text)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        let mut cmd = Command::new(pi_lsp_bin());
+        cmd.arg("run").arg("--workspace").arg(&self.ws);
+        cmd.arg("--session").arg(file).args(args).arg(text);
+        succeeded(cmd.envs(self.env.iter().map(|(k, v)| (k, v))))
     }
 
     /// The request bodies the model gets while `f` runs, whole.
@@ -192,12 +169,15 @@ fn numbers_as_f64(v: &Value) -> Value {
     }
 }
 
-fn lines(file: &Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+/// Runs `cmd` to its end and returns its output; panics with its stderr unless it succeeded.
+fn succeeded(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// An appended entry as both harnesses must write it: its type, and its message (or its other
@@ -255,7 +235,7 @@ fn pi_sessions(lab: &Lab) -> Vec<(&'static str, PathBuf)> {
     );
     let linear = lab.root.join("linear.jsonl");
     std::fs::copy(&file, &linear).unwrap();
-    let entries = lines(&file);
+    let entries = json_lines(&file);
     let user = |text: &str| -> String {
         entries
             .iter()
@@ -270,7 +250,7 @@ fn pi_sessions(lab: &Lab) -> Vec<(&'static str, PathBuf)> {
     let summarized = lab.root.join("summarized.jsonl");
     std::fs::copy(&file, &summarized).unwrap();
     assert!(
-        lines(&summarized)
+        json_lines(&summarized)
             .iter()
             .any(|e| e["type"] == "branch_summary"),
         "Pi wrote no branch summary"
@@ -371,7 +351,7 @@ async fn pi_16_sessions_of_every_kind_open_and_continue_alike_both_ways() {
     for (kind, file) in sessions {
         let original = std::fs::read_to_string(&file).unwrap();
         let n = original.lines().count();
-        let leaf = lines(&file).last().unwrap()["id"].clone();
+        let leaf = json_lines(&file).last().unwrap()["id"].clone();
 
         // Opened without a prompt: the same view, and neither file changes.
         let (theirs, ours) = (
@@ -416,7 +396,7 @@ async fn pi_16_sessions_of_every_kind_open_and_continue_alike_both_ways() {
         let (out, we_sent) = lab.requests_of(|| lab.us_continue(&by_us, &[], "next"));
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
         assert_eq!(we_sent, pi_sent, "{kind}: the continued request");
-        let appended = |f: &Path| -> Vec<Value> { lines(f)[n..].to_vec() };
+        let appended = |f: &Path| -> Vec<Value> { json_lines(f)[n..].to_vec() };
         let (pi_added, we_added) = (appended(&by_pi), appended(&by_us));
         assert_eq!(we_added[0]["parentId"], leaf, "{kind}");
         assert_eq!(pi_added[0]["parentId"], leaf, "{kind}");
@@ -456,7 +436,7 @@ async fn thinking_and_model_flags_on_a_pi_file_do_what_pi_does() {
     let original = std::fs::read_to_string(&file).unwrap();
     let n = original.lines().count();
     assert_eq!(
-        lines(&file)
+        json_lines(&file)
             .iter()
             .filter(|e| e["type"] == "thinking_level_change")
             .map(|e| e["thinkingLevel"].clone())
@@ -474,7 +454,7 @@ async fn thinking_and_model_flags_on_a_pi_file_do_what_pi_does() {
         let (_, pi_sent) = lab.requests_of(|| lab.pi_continue(&by_pi, &args, "next"));
         let (_, we_sent) = lab.requests_of(|| lab.us_continue(&by_us, &args, "next"));
         let kinds = |f: &Path| -> Vec<(Value, Value)> {
-            lines(f)[n..]
+            json_lines(f)[n..]
                 .iter()
                 .map(|e| (e["type"].clone(), e["thinkingLevel"].clone()))
                 .collect()
@@ -494,8 +474,8 @@ async fn thinking_and_model_flags_on_a_pi_file_do_what_pi_does() {
         assert_eq!(effort(&pi_sent), [json!(level)]);
         assert_eq!(effort(&we_sent), [json!(level)]);
         assert_eq!(
-            lines(&by_us)[n..].last().unwrap()["message"]["thinkingLevel"],
-            lines(&by_pi)[n..].last().unwrap()["message"]["thinkingLevel"]
+            json_lines(&by_us)[n..].last().unwrap()["message"]["thinkingLevel"],
+            json_lines(&by_pi)[n..].last().unwrap()["message"]["thinkingLevel"]
         );
     }
 
@@ -514,7 +494,7 @@ async fn thinking_and_model_flags_on_a_pi_file_do_what_pi_does() {
         lab.requests_of(|| lab.us_continue(&by_us, &["--model", "mock/mock-2"], "next"));
     assert_eq!(pi_sent[0]["model"], "mock-2");
     assert_eq!(we_sent, pi_sent);
-    let added = |f: &Path| -> Vec<Value> { lines(f)[n..].iter().map(comparable).collect() };
+    let added = |f: &Path| -> Vec<Value> { json_lines(f)[n..].iter().map(comparable).collect() };
     assert_eq!(added(&by_pi).len(), 2);
     assert_eq!(added(&by_us), added(&by_pi));
 }

@@ -12,15 +12,14 @@
 //! output, the compaction's `tokensBefore` and `fromHook`) must be equal.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::TempDir;
+use pi_e2e::pi_rpc::PiRpc;
+use pi_e2e::{json_lines, jsonl_in, TempDir};
 use serde_json::{json, Value};
 
 /// The reference Pi binary: `$PI_REF_BIN`, else `.pi-ref/node_modules/.bin/pi` (installed by
@@ -88,101 +87,6 @@ fn workspace(root: &Path) -> PathBuf {
     ws
 }
 
-fn lines(file: &Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn jsonl_in(dir: &Path) -> PathBuf {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .unwrap_or_else(|| panic!("no session file in {}", dir.display()))
-}
-
-/// Pi in RPC mode: commands in, one JSON value per stdout line out.
-struct PiRpc {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    out: std::sync::mpsc::Receiver<Value>,
-}
-
-impl PiRpc {
-    fn start(pi: &Path, ws: &Path, agent: &Path, sessions: &Path) -> PiRpc {
-        Self::start_with(
-            pi,
-            ws,
-            agent,
-            &["--session-dir".as_ref(), sessions.as_os_str()],
-        )
-    }
-
-    /// Pi resuming the session file `file` (`--session`).
-    fn resume(pi: &Path, ws: &Path, agent: &Path, file: &Path) -> PiRpc {
-        Self::start_with(pi, ws, agent, &["--session".as_ref(), file.as_os_str()])
-    }
-
-    fn start_with(pi: &Path, ws: &Path, agent: &Path, args: &[&std::ffi::OsStr]) -> PiRpc {
-        let mut child = Command::new(pi)
-            .args(["--mode", "rpc", "--provider", "mock", "--model", "mock-1"])
-            .args(args)
-            .current_dir(ws)
-            .env("PI_OFFLINE", "1")
-            .env("PI_CODING_AGENT_DIR", agent)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, out) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        PiRpc { child, stdin, out }
-    }
-
-    /// Sends `cmd` and returns the first value `until` accepts (within 30 s).
-    fn call(&mut self, cmd: Value, until: impl Fn(&Value) -> bool) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        loop {
-            let v = self
-                .out
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|_| panic!("Pi did not answer {cmd}"));
-            if until(&v) {
-                return v;
-            }
-        }
-    }
-
-    fn response(&mut self, id: &str, cmd: Value) -> Value {
-        let id = id.to_string();
-        let r = self.call(cmd, |v| v["type"] == "response" && v["id"] == id.as_str());
-        assert_eq!(r["success"], true, "{r}");
-        r["data"].clone()
-    }
-}
-
-impl Drop for PiRpc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The JSON type of every leaf, keys kept (arrays element by element); the kind-naming fields
 /// (`type`, `role`, `stopReason`) and booleans keep their values.
 fn shape(v: &Value) -> Value {
@@ -228,24 +132,26 @@ async fn session_file_matches_pi_key_by_key() {
         let ws = pi_ws.clone();
         let sessions = pi_sessions.clone();
         tokio::task::spawn_blocking(move || {
-            let mut p = PiRpc::start(&pi, &ws, &agent, &sessions);
+            let mut p = PiRpc::start(
+                &pi,
+                &ws,
+                &agent,
+                &["--session-dir".as_ref(), sessions.as_os_str()],
+            );
             p.call(
                 json!({"id": "1", "type": "prompt", "message": "edit f.txt"}),
                 |v| v["type"] == "agent_end",
             );
-            p.response(
-                "2",
-                json!({"id": "2", "type": "bash", "command": "echo hi"}),
-            );
-            p.response("3", json!({"id": "3", "type": "compact"}));
-            let stats = p.response("4", json!({"id": "4", "type": "get_session_stats"}));
-            let messages = p.response("5", json!({"id": "5", "type": "get_messages"}));
+            p.request(json!({"type": "bash", "command": "echo hi"}));
+            p.request(json!({"type": "compact"}));
+            let stats = p.request(json!({"type": "get_session_stats"}));
+            let messages = p.request(json!({"type": "get_messages"}));
             (stats, messages)
         })
         .await
         .unwrap()
     };
-    let theirs = lines(&jsonl_in(&pi_sessions));
+    let theirs = json_lines(&jsonl_in(&pi_sessions));
 
     // pi-lsp.
     let our_root = tmp.path().join("ours");
@@ -292,7 +198,7 @@ async fn session_file_matches_pi_key_by_key() {
         .await
         .unwrap();
     c.shutdown().await;
-    let ours = lines(&jsonl_in(&our_ws.join(".pi/sessions")));
+    let ours = json_lines(&jsonl_in(&our_ws.join(".pi/sessions")));
     assert_eq!(
         std::fs::read_to_string(our_ws.join("f.txt")).unwrap(),
         std::fs::read_to_string(pi_ws.join("f.txt")).unwrap()
@@ -455,7 +361,7 @@ async fn pi_resumes_our_session_with_a_large_image_and_sends_it() {
     c.shutdown().await;
     let sessions = ws.join(".pi/sessions");
     let file = jsonl_in(&sessions);
-    let user = lines(&file)
+    let user = json_lines(&file)
         .into_iter()
         .find(|l| l["message"]["role"] == "user")
         .unwrap();
@@ -471,7 +377,7 @@ async fn pi_resumes_our_session_with_a_large_image_and_sends_it() {
     let before = mock.requests().len();
     let ws2 = ws.clone();
     tokio::task::spawn_blocking(move || {
-        let mut p = PiRpc::resume(&pi, &ws2, &agent, &file);
+        let mut p = PiRpc::start(&pi, &ws2, &agent, &["--session".as_ref(), file.as_os_str()]);
         p.call(
             json!({"id": "1", "type": "prompt", "message": "and now?"}),
             |v| v["type"] == "agent_end",
@@ -529,7 +435,7 @@ async fn fork_messages_match_pi_on_a_branchy_session() {
     }
     // Back to the first answer: the second and third questions are on a branch left behind.
     let file = jsonl_in(&ws.join(".pi/sessions"));
-    let first_answer = lines(&file)
+    let first_answer = json_lines(&file)
         .into_iter()
         .find(|l| l["message"]["role"] == "assistant")
         .unwrap()["id"]
@@ -582,8 +488,8 @@ async fn fork_messages_match_pi_on_a_branchy_session() {
 
     let agent = image_agent(tmp.path(), &mock);
     let theirs = tokio::task::spawn_blocking(move || {
-        let mut p = PiRpc::resume(&pi, &ws, &agent, &file);
-        p.response("1", json!({"id": "1", "type": "get_fork_messages"}))
+        let mut p = PiRpc::start(&pi, &ws, &agent, &["--session".as_ref(), file.as_os_str()]);
+        p.request(json!({"type": "get_fork_messages"}))
     })
     .await
     .unwrap();
@@ -694,7 +600,7 @@ async fn old_images_leave_the_requests_live_and_after_a_resume() {
         "resumed: the same window"
     );
     // The file keeps every image inline.
-    let stored: Vec<Value> = lines(&jsonl_in(&ws.join(".pi/sessions")))
+    let stored: Vec<Value> = json_lines(&jsonl_in(&ws.join(".pi/sessions")))
         .into_iter()
         .filter(|l| l["message"]["role"] == "user")
         .map(|l| l["message"]["content"][1]["data"].clone())
@@ -748,7 +654,7 @@ async fn an_assets_form_session_continued_here_is_one_pi_resumes_with_its_image(
         text,
         "the original is kept"
     );
-    let user = lines(&file)
+    let user = json_lines(&file)
         .into_iter()
         .find(|l| l["message"]["role"] == "user")
         .unwrap();
@@ -763,7 +669,7 @@ async fn an_assets_form_session_continued_here_is_one_pi_resumes_with_its_image(
     let before = mock.requests().len();
     let ws2 = ws.clone();
     tokio::task::spawn_blocking(move || {
-        let mut p = PiRpc::resume(&pi, &ws2, &agent, &file);
+        let mut p = PiRpc::start(&pi, &ws2, &agent, &["--session".as_ref(), file.as_os_str()]);
         p.call(
             json!({"id": "1", "type": "prompt", "message": "and now?"}),
             |v| v["type"] == "agent_end",

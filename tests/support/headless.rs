@@ -80,10 +80,17 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let mut cmd = Command::new(pi);
+    let mut cmd = pi_bare_command(pi, ws, agent, home);
     cmd.args(["--provider", "mock", "--model", "mock-1"])
-        .args(args)
-        .current_dir(ws)
+        .args(args);
+    cmd
+}
+
+/// [`pi_command`] without `--provider`/`--model` and arguments: Pi offline in `ws` with
+/// `agent` and `home`, at whatever model its settings or a resumed session choose.
+pub fn pi_bare_command(pi: &Path, ws: &Path, agent: &Path, home: &Path) -> Command {
+    let mut cmd = Command::new(pi);
+    cmd.current_dir(ws)
         .env("PI_OFFLINE", "1")
         .env("PI_CODING_AGENT_DIR", agent)
         .env("HOME", home);

@@ -144,11 +144,27 @@ pub fn fixtures() -> PathBuf {
 
 /// Reads every line of the single session file under `<workspace>/.pi/sessions/`.
 pub fn session_lines(workspace: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(session_file(workspace))
-        .unwrap()
+    json_lines(&session_file(workspace))
+}
+
+/// Every line of the JSON-lines file `file` (a session file, Pi's or ours), parsed; panics on
+/// a line that is not JSON.
+pub fn json_lines(file: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
         .collect()
+}
+
+/// The first session file (`*.jsonl`) directly in `dir` (e.g. a `--session-dir`); panics
+/// when there is none.
+pub fn jsonl_in(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap_or_else(|| panic!("no session file in {}", dir.display()))
 }
 
 /// The single session file (`*.jsonl`) under `<workspace>/.pi/sessions/` (panics unless there is
