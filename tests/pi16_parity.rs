@@ -83,14 +83,8 @@ async fn ours(ws: &Path, mock: &MockModel) -> (String, Value, Value) {
         .await
         .unwrap();
     c.run_until_end(Duration::from_secs(30)).await;
-    let messages = c
-        .request("agent/messages", json!({"sessionId": sid}))
-        .await
-        .unwrap();
-    let state = c
-        .request("agent/state", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let messages = c.ask("agent/messages", &sid).await;
+    let state = c.ask("agent/state", &sid).await;
     c.shutdown().await;
     (sid, messages, state)
 }
@@ -271,15 +265,9 @@ async fn pi_16_opens_and_continues_our_file_and_we_open_what_it_appended() {
 
     // pi-lsp reopens what Pi appended: Pi's messages, and the count Pi gives.
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
-    let reopened = c
-        .request("agent/messages", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let reopened = c.ask("agent/messages", &sid).await;
     assert_eq!(reopened["messages"], pi_after["messages"]);
-    let state = c
-        .request("agent/state", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let state = c.ask("agent/state", &sid).await;
     assert_eq!(
         state["messageCount"].as_u64().unwrap() as usize,
         pi_after["messages"].as_array().unwrap().len()
@@ -349,10 +337,7 @@ async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
         .unwrap();
     let sid = r["sessionId"].as_str().unwrap().to_string();
     c.run_until_end(Duration::from_secs(30)).await;
-    let ours = c
-        .request("agent/plan/get", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let ours = c.ask("agent/plan/get", &sid).await;
     c.shutdown().await;
     let triples = |todos: &Value| -> Vec<(u64, String, bool)> {
         todos
@@ -430,10 +415,7 @@ async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
 
     // pi-lsp reopens what Pi appended and continues the same list.
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
-    let reopened = c
-        .request("agent/plan/get", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let reopened = c.ask("agent/plan/get", &sid).await;
     assert_eq!(triples(&reopened["todos"]), want, "{reopened}");
     c.request(
         "agent/prompt",
@@ -442,10 +424,7 @@ async fn pi_16s_todo_example_rebuilds_our_list_and_we_read_its_list_back() {
     .await
     .unwrap();
     c.run_until_end(Duration::from_secs(30)).await;
-    let after = c
-        .request("agent/plan/get", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let after = c.ask("agent/plan/get", &sid).await;
     assert_eq!(
         triples(&after["todos"]),
         vec![
@@ -693,14 +672,8 @@ async fn a_retried_failure_is_left_out_of_the_context_as_pi_16_leaves_it() {
             .any(|e| e["event"]["type"] == "auto_retry_start"),
         "{events:?}"
     );
-    let our_messages = c
-        .request("agent/messages", json!({"sessionId": sid}))
-        .await
-        .unwrap();
-    let our_state = c
-        .request("agent/state", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let our_messages = c.ask("agent/messages", &sid).await;
+    let our_state = c.ask("agent/state", &sid).await;
     c.shutdown().await;
     let our_file = jsonl_in(&our_ws.join(".pi/sessions"));
     let mine = json_lines(&our_file);
@@ -817,14 +790,8 @@ async fn a_retried_failure_is_left_out_of_the_context_as_pi_16_leaves_it() {
         .await
         .unwrap();
     let sid = o["sessionId"].as_str().unwrap().to_string();
-    let ours_on_theirs = c
-        .request("agent/messages", json!({"sessionId": sid}))
-        .await
-        .unwrap();
-    let state = c
-        .request("agent/state", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let ours_on_theirs = c.ask("agent/messages", &sid).await;
+    let state = c.ask("agent/state", &sid).await;
     c.shutdown().await;
     assert_eq!(
         roles(&json!({"messages": shown(&ours_on_theirs)})),
@@ -939,18 +906,9 @@ async fn usage_entries_and_a_second_root_read_and_continue_as_in_pi_16() {
                     .unwrap();
                 c.run_until_end(Duration::from_secs(30)).await;
             }
-            let m = c
-                .request("agent/messages", json!({"sessionId": sid}))
-                .await
-                .unwrap();
-            let s = c
-                .request("agent/state", json!({"sessionId": sid}))
-                .await
-                .unwrap();
-            let st = c
-                .request("agent/session/stats", json!({"sessionId": sid}))
-                .await
-                .unwrap();
+            let m = c.ask("agent/messages", &sid).await;
+            let s = c.ask("agent/state", &sid).await;
+            let st = c.ask("agent/session/stats", &sid).await;
             c.shutdown().await;
             (m["messages"].clone(), s["messageCount"].clone(), st)
         }

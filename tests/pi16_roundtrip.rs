@@ -297,15 +297,9 @@ async fn our_view(lab: &Lab, file: &Path, pi_stats: &Value) -> (Value, Value, Va
         .request("agent/session/open", json!({"path": file}))
         .await
         .unwrap();
-    let sid = state["sessionId"].clone();
-    let messages = c
-        .request("agent/messages", json!({"sessionId": sid}))
-        .await
-        .unwrap();
-    let stats = c
-        .request("agent/session/stats", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let sid = state["sessionId"].as_str().unwrap().to_string();
+    let messages = c.ask("agent/messages", &sid).await;
+    let stats = c.ask("agent/session/stats", &sid).await;
     c.shutdown().await;
     // `agent/messages` shows a message a `context_edit` changes as stored, the edit marked
     // (`contextEdit`; docs/protocol.md); Pi's `get_messages` is the model's context: the

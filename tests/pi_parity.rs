@@ -181,22 +181,13 @@ async fn session_file_matches_pi_key_by_key() {
     )
     .await
     .unwrap();
-    let compacted = c
-        .request("agent/compact", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let compacted = c.ask("agent/compact", &sid).await;
     assert_eq!(
         compacted["summary"], "SUMMARY\n\n<modified-files>\nf.txt\n</modified-files>",
         "{compacted}"
     );
-    let our_stats = c
-        .request("agent/session/stats", json!({"sessionId": sid}))
-        .await
-        .unwrap();
-    let our_messages = c
-        .request("agent/messages", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let our_stats = c.ask("agent/session/stats", &sid).await;
+    let our_messages = c.ask("agent/messages", &sid).await;
     c.shutdown().await;
     let ours = json_lines(&jsonl_in(&our_ws.join(".pi/sessions")));
     assert_eq!(
@@ -443,12 +434,7 @@ async fn fork_messages_match_pi_on_a_branchy_session() {
     // `agent_end` reaches the client a moment before the run lets go of the session (a branch
     // in that moment is refused as busy): wait until the state says it is idle.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while c
-        .request("agent/state", json!({"sessionId": sid}))
-        .await
-        .unwrap()["isStreaming"]
-        == true
-    {
+    while c.ask("agent/state", &sid).await["isStreaming"] == true {
         assert!(std::time::Instant::now() < deadline, "the run never ended");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -465,10 +451,7 @@ async fn fork_messages_match_pi_on_a_branchy_session() {
     .await
     .unwrap();
     c.run_until_end(Duration::from_secs(30)).await;
-    let ours = c
-        .request("agent/session/forkMessages", json!({"sessionId": sid}))
-        .await
-        .unwrap();
+    let ours = c.ask("agent/session/forkMessages", &sid).await;
     c.shutdown().await;
     let texts: Vec<&str> = ours["messages"]
         .as_array()

@@ -676,6 +676,16 @@ impl LspClient {
         }
     }
 
+    /// `method` (`agent/state`, `agent/messages`, `agent/session/stats`, …) asked of session
+    /// `sid` (params `{"sessionId": sid}`): its result; panics with the error object when the
+    /// server answers one.
+    pub async fn ask(&mut self, method: &str, sid: &str) -> Value {
+        let params = json!({ "sessionId": sid });
+        self.request(method, params)
+            .await
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+
     /// Sends a request without waiting: the receiver yields the whole response message
     /// (for requests that stay open while others are sent, e.g. a long `agent/bash`).
     pub async fn send_request(&mut self, method: &str, params: Value) -> oneshot::Receiver<Value> {
