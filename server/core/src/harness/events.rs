@@ -114,9 +114,15 @@ impl EventSink for SessionEvents {
                 .map(|message| AgentEvent::CustomMessageEnd { message }),
             _ => None,
         };
+        // A recovery's attempt left out of the context: its `context_edit`s are written, and
+        // the listeners get Pi 1.6's `entry_appended` for each in place of the event.
+        let mut appended = Vec::new();
         let recorded = match substitute {
             // A delivered custom message or shell output is stored as what it is.
             Some(entry) => self.recorder.record_entry(entry),
+            None if matches!(event, AgentEvent::AttemptLeftOut) => {
+                self.recorder.leave_out().map(|entries| appended = entries)
+            }
             None => self.record(&event),
         };
         let event = custom.unwrap_or(event);
@@ -134,6 +140,31 @@ impl EventSink for SessionEvents {
                 },
             );
         }
+        if matches!(event, AgentEvent::AttemptLeftOut) {
+            let mut notices = Some(notices);
+            for entry in appended {
+                let notices = notices.take().unwrap_or_default();
+                self.tell(AgentEvent::EntryAppended { entry }, notices)
+                    .await;
+            }
+            // Nothing written (a save failure, or a file in Pi 0.73.1's format): the
+            // notices still reach the listeners.
+            if let Some(notices) = notices.filter(|n| !n.is_empty()) {
+                for l in &self.listeners {
+                    for n in &notices {
+                        l.notice(n.clone()).await;
+                    }
+                }
+            }
+            return;
+        }
+        self.tell(event, notices).await;
+    }
+}
+
+impl SessionEvents {
+    /// Hands `event` and its `notices` to every listener (the last one takes them).
+    async fn tell(&self, event: AgentEvent, notices: Vec<Notice>) {
         match self.listeners.as_slice() {
             [] => {}
             [only] => only.event(event, notices).await,
