@@ -542,6 +542,71 @@ async fn until_settled(c: &mut pi_e2e::lsp_client::LspClient) -> Vec<Value> {
     }
 }
 
+/// The agent's `settings.json` of the two-prompt cases: `keepRecentTokens` 100.
+fn keep_100() -> Value {
+    json!({"compaction": {"keepRecentTokens": 100}})
+}
+
+/// Ours over LSP in a fresh workspace with `settings` (the agent's `settings.json`): `prompts`
+/// in one session on `mock/mock-1`, each run until `agent_settled`. Returns the last prompt's
+/// events and the session file's lines.
+async fn lsp_run(
+    m: &MockModel,
+    name: &str,
+    settings: &Value,
+    prompts: &[String],
+) -> (Vec<Value>, Vec<Value>) {
+    let tmp = TempDir::new(name);
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(tmp.path().join("agent/settings.json"), settings.to_string()).unwrap();
+    let mut c = start_with_mock(&ws, m, EditorBehavior::default()).await;
+    let mut sid: Option<String> = None;
+    let mut events = Vec::new();
+    for p in prompts {
+        let params = match &sid {
+            None => json!({"text": p, "model": "mock/mock-1"}),
+            Some(id) => json!({"sessionId": id, "text": p}),
+        };
+        let r = c.request("agent/prompt", params).await.unwrap();
+        sid = r["sessionId"].as_str().map(str::to_string).or(sid);
+        events = until_settled(&mut c).await;
+    }
+    c.shutdown().await;
+    (events, session_lines(&ws))
+}
+
+/// Pi 1.6.0 in RPC mode in a fresh folder with `settings`: `prompts` in one session on
+/// `mock/mock-1`. Returns the last prompt's events (responses left out).
+fn rpc_run(
+    pi: &Path,
+    m: &MockModel,
+    tmp: &Path,
+    settings: &Value,
+    prompts: &[String],
+) -> Vec<Value> {
+    let (ws, agent) = (tmp.join("ws"), tmp.join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), m.models_json().to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let events = tokio::task::block_in_place(|| {
+        let sessions = tmp.join("sessions");
+        let args = [OsStr::new("--session-dir"), sessions.as_os_str()];
+        let mut rpc = pi_e2e::pi_rpc::PiRpc::start(pi, &ws, &agent, &args);
+        let mut events = Vec::new();
+        for p in prompts {
+            events = rpc.prompt(p);
+        }
+        events
+    });
+    events
+        .into_iter()
+        .filter(|v| v["type"] != "response")
+        .collect()
+}
+
 /// The editor's front door (LSP over stdio) gets the same recovery from the same loop, told as
 /// Pi 1.6.0 tells it in RPC mode on the same script (compared whole but for the deltas): the
 /// cut run ends (`turn_end`, `agent_end`), `entry_appended` tells the answer's `context_edit`,
@@ -550,33 +615,9 @@ async fn until_settled(c: &mut pi_e2e::lsp_client::LspClient) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
     let m = mock(retried()).await;
-    let tmp = TempDir::new("length-lsp");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(
-        tmp.path().join("agent/settings.json"),
-        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
-    )
-    .unwrap();
-    let mut c = start_with_mock(&ws, &m, EditorBehavior::default()).await;
-    let r = c
-        .request(
-            "agent/prompt",
-            json!({"text": "one", "model": "mock/mock-1"}),
-        )
-        .await
-        .unwrap();
-    let sid = r["sessionId"].as_str().unwrap().to_string();
-    until_settled(&mut c).await;
-    c.request(
-        "agent/prompt",
-        json!({"sessionId": sid, "text": second_prompt()}),
-    )
-    .await
-    .unwrap();
-    let events = sequence(&until_settled(&mut c).await);
-    c.shutdown().await;
+    let prompts = ["one".to_string(), second_prompt()];
+    let (events, lines) = lsp_run(&m, "length-lsp", &keep_100(), &prompts).await;
+    let events = sequence(&events);
     let n = Value::Null;
     let two: String = second_prompt().chars().take(12).collect();
     assert_eq!(
@@ -603,7 +644,6 @@ async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
         ],
         "{events:#?}"
     );
-    let lines = session_lines(&ws);
     assert_eq!(
         kinds(&lines).split_off(3),
         [
@@ -621,30 +661,47 @@ async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
     };
     let their_mock = mock(retried()).await;
     let tmp = TempDir::new("length-lsp-pi16");
-    let (ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::create_dir_all(&agent).unwrap();
-    std::fs::write(
-        agent.join("models.json"),
-        their_mock.models_json().to_string(),
-    )
-    .unwrap();
-    std::fs::write(
-        agent.join("settings.json"),
-        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
-    )
-    .unwrap();
-    let theirs = tokio::task::block_in_place(|| {
-        let sessions = tmp.path().join("sessions");
-        let args = [OsStr::new("--session-dir"), sessions.as_os_str()];
-        let mut rpc = pi_e2e::pi_rpc::PiRpc::start(&pi, &ws, &agent, &args);
-        rpc.prompt("one");
-        rpc.prompt(&second_prompt())
-    });
-    let theirs: Vec<Value> = theirs
-        .into_iter()
-        .filter(|v| v["type"] != "response")
-        .collect();
+    let theirs = rpc_run(&pi, &their_mock, tmp.path(), &keep_100(), &prompts);
+    assert_eq!(events, sequence(&theirs));
+}
+
+/// Over LSP, a cut answer with nothing older to summarise (a one-prompt session, the default
+/// settings): the run
+/// ends, `entry_appended` tells the answer's `context_edit`, no compaction event, no retry,
+/// `agent_settled`; as Pi 1.6.0 in RPC mode on the same script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_lsp_a_cut_answer_with_nothing_to_compact_is_told_as_pi_tells_it() {
+    let script = || vec![Step::length("cut answer", 50), Step::text("never asked")];
+    let m = mock(script()).await;
+    let prompts = ["hi".to_string()];
+    let (events, lines) = lsp_run(&m, "length-lsp-small", &json!({}), &prompts).await;
+    let events = sequence(&events);
+    let n = Value::Null;
+    assert_eq!(
+        events,
+        [
+            json!(["agent_start"]),
+            json!(["turn_start"]),
+            json!(["message_start", "user", "hi"]),
+            json!(["message_end", "user", n, "hi"]),
+            json!(["message_start", "assistant", n]),
+            json!(["message_end", "assistant", "length", "cut answer"]),
+            json!(["turn_end", "length", 0]),
+            json!(["agent_end", 2]),
+            json!(["entry_appended", "context_edit", n, true]),
+            json!(["agent_settled", false]),
+        ],
+        "{events:#?}"
+    );
+    assert_eq!(edits(&lines), [(true, Value::Null)]);
+    assert_eq!(conversation_requests(&m).len(), 1);
+
+    let Some(pi) = pi_e2e::pi16_bin("length") else {
+        return;
+    };
+    let their_mock = mock(script()).await;
+    let tmp = TempDir::new("length-lsp-small-pi16");
+    let theirs = rpc_run(&pi, &their_mock, tmp.path(), &json!({}), &prompts);
     assert_eq!(events, sequence(&theirs));
 }
 

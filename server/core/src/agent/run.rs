@@ -1386,8 +1386,11 @@ pub async fn run_compaction(
 }
 
 /// Runs the loop on `history` plus `prompts` until no continuation is allowed and no queued
-/// message is left, or a provider error or abort ends it. Emits exactly one `agent_start` and
-/// one `agent_end`; the event order follows Pi 0.73.1's `runLoop`.
+/// message is left, or a provider error or abort ends it. Emits one `agent_start` and one
+/// `agent_end` per run, the event order of Pi 0.73.1's `runLoop`; an overflow's or a
+/// recoverable `length` stop's compact-and-retry ends the run and retries in a new one (a
+/// second `agent_start` / `agent_end` pair from the same call), as Pi 1.6 recovers after its
+/// agent loop ended (`Run::leave_out_and_compact`).
 pub async fn run_agent(
     cfg: &AgentConfig,
     history: Vec<Message>,
