@@ -549,13 +549,14 @@ fn keep_100() -> Value {
 
 /// Ours over LSP in a fresh workspace with `settings` (the agent's `settings.json`): `prompts`
 /// in one session on `mock/mock-1`, each run until `agent_settled`. Returns the last prompt's
-/// events and the session file's lines.
+/// events, the session file's lines and every `agent/attention` as `[reason, the message's
+/// first 12 characters]`.
 async fn lsp_run(
     m: &MockModel,
     name: &str,
     settings: &Value,
     prompts: &[String],
-) -> (Vec<Value>, Vec<Value>) {
+) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
     let tmp = TempDir::new(name);
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
@@ -573,8 +574,20 @@ async fn lsp_run(
         sid = r["sessionId"].as_str().map(str::to_string).or(sid);
         events = until_settled(&mut c).await;
     }
+    let attention = c
+        .log()
+        .iter()
+        .filter(|n| n["method"] == "agent/attention")
+        .map(|n| {
+            let message = n["params"]["message"].as_str().unwrap_or("");
+            json!([
+                n["params"]["reason"],
+                message.chars().take(12).collect::<String>()
+            ])
+        })
+        .collect();
     c.shutdown().await;
-    (events, session_lines(&ws))
+    (events, session_lines(&ws), attention)
 }
 
 /// Pi 1.6.0 in RPC mode in a fresh folder with `settings`: `prompts` in one session on
@@ -611,12 +624,22 @@ fn rpc_run(
 /// Pi 1.6.0 tells it in RPC mode on the same script (compared whole but for the deltas): the
 /// cut run ends (`turn_end`, `agent_end`), `entry_appended` tells the answer's `context_edit`,
 /// the overflow compaction with `willRetry`, the retry as a new run (`agent_start` …
-/// `agent_end`), `agent_settled` last; the session's last answer is the retried one.
+/// `agent_end`), `agent_settled` last; the session's last answer is the retried one, and the
+/// only one `agent/attention` says finished.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
     let m = mock(retried()).await;
     let prompts = ["one".to_string(), second_prompt()];
-    let (events, lines) = lsp_run(&m, "length-lsp", &keep_100(), &prompts).await;
+    let (events, lines, attention) = lsp_run(&m, "length-lsp", &keep_100(), &prompts).await;
+    // The user is told the run finished once, with the retried answer: the cut run's end is
+    // not an end for them.
+    assert_eq!(
+        attention,
+        [
+            json!(["finished", "first answer"]),
+            json!(["finished", "good answer"])
+        ]
+    );
     let events = sequence(&events);
     let n = Value::Null;
     let two: String = second_prompt().chars().take(12).collect();
@@ -674,7 +697,9 @@ async fn over_lsp_a_cut_answer_with_nothing_to_compact_is_told_as_pi_tells_it() 
     let script = || vec![Step::length("cut answer", 50), Step::text("never asked")];
     let m = mock(script()).await;
     let prompts = ["hi".to_string()];
-    let (events, lines) = lsp_run(&m, "length-lsp-small", &json!({}), &prompts).await;
+    let (events, lines, attention) = lsp_run(&m, "length-lsp-small", &json!({}), &prompts).await;
+    // Told once the recovery is over (nothing was retried).
+    assert_eq!(attention, [json!(["finished", "cut answer"])]);
     let events = sequence(&events);
     let n = Value::Null;
     assert_eq!(
