@@ -2235,3 +2235,122 @@ async fn an_overflow_with_a_call_whose_compaction_fails_ends_as_pi_ends_it() {
         .collect();
     assert_eq!(kinds(&our_lines), kinds(&their_lines));
 }
+
+/// Print mode after an overflow whose recovery cannot retry, as Pi 1.6.0's print mode (`-p`
+/// on the same scripts): the failed answer left the context (its `context_edit`), and Pi's
+/// print mode reads the context's last message, so nothing is printed on stdout, the
+/// provider's error is not printed either, and the exit code is 0. Two cases: the summary
+/// request is refused (the compaction fails: `refused`), and a one-prompt session with
+/// nothing older to summarise (no compaction starts: `small`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn print_mode_after_an_overflow_that_is_not_retried_is_pi_1_6_s() {
+    let first = format!("first answer {}", "y".repeat(2000));
+    let two = format!("two {}", "x".repeat(800));
+    let settings = json!({"compaction": {"keepRecentTokens": 100}}).to_string();
+    let refuse_summaries = |mock: &MockModel| {
+        mock.set_responder(std::sync::Arc::new(|body: &Value| {
+            body.to_string()
+                .contains("context summarization assistant")
+                .then(|| Step::Raw {
+                    status: 400,
+                    content_type: "application/json".into(),
+                    body: json!({"type": "error", "error": {"type": "invalid_request_error",
+                        "message": "summaries refused"}})
+                    .to_string(),
+                })
+        }));
+    };
+    // `(name, script, prompts)`: the last prompt's run is the one compared.
+    let cases = || {
+        [
+            (
+                "refused",
+                vec![
+                    Step::text(&first),
+                    overflow_with_a_call(),
+                    Step::text("never asked"),
+                ],
+                vec!["one", two.as_str()],
+            ),
+            (
+                "small",
+                vec![overflow_with_a_call(), Step::text("never asked")],
+                vec!["hi"],
+            ),
+        ]
+    };
+    // `(exit code, stdout, whether stderr names the provider's error)`.
+    let said = |out: &std::process::Output| {
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).contains("prompt is too long"),
+        )
+    };
+    let mut ours = Vec::new();
+    for (name, script, prompts) in cases() {
+        let mock = MockModel::start(script).await;
+        refuse_summaries(&mock);
+        let h = Headless::new(&format!("overflow-print-{name}"), &mock.models_json());
+        std::fs::write(h.ws.join("f.txt"), "hello\n").unwrap();
+        std::fs::write(h.agent.join("settings.json"), &settings).unwrap();
+        let model = ["--model", "mockant/mock-ant-1"];
+        let mut out = None;
+        for (i, p) in prompts.iter().enumerate() {
+            let cont: &[&str] = if i > 0 { &["--continue"] } else { &[] };
+            out = Some(h.run(&[&model[..], cont, &[p]].concat()));
+        }
+        let out = out.unwrap();
+        assert_eq!(
+            said(&out),
+            (Some(0), String::new(), false),
+            "{name}: {out:?}"
+        );
+        let lines = session_lines(&h.ws);
+        let n = lines.len();
+        assert_eq!(lines[n - 1]["type"], "context_edit", "{name}");
+        assert_eq!(lines[n - 1]["targetId"], lines[n - 2]["id"], "{name}");
+        assert_eq!(lines[n - 2]["message"]["stopReason"], "error", "{name}");
+        ours.push(said(&out));
+    }
+
+    let Some(pi) = pi_e2e::pi16_bin("print mode after an overflow") else {
+        return;
+    };
+    for ((name, script, prompts), our) in cases().into_iter().zip(ours) {
+        let mock = MockModel::start(script).await;
+        refuse_summaries(&mock);
+        let tmp = TempDir::new(&format!("overflow-print-{name}-pi16"));
+        let (ws, agent) = (tmp.join("ws"), tmp.join("agent"));
+        let sessions = tmp.join("sessions").display().to_string();
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&agent).unwrap();
+        std::fs::write(ws.join("f.txt"), "hello\n").unwrap();
+        std::fs::write(agent.join("settings.json"), &settings).unwrap();
+        std::fs::write(agent.join("models.json"), mock.models_json().to_string()).unwrap();
+        let base = [
+            "--provider",
+            "mockant",
+            "--model",
+            "mock-ant-1",
+            "--session-dir",
+            sessions.as_str(),
+            "-p",
+        ];
+        let mut out = None;
+        for (i, p) in prompts.iter().enumerate() {
+            let cont: &[&str] = if i > 0 { &["--continue"] } else { &[] };
+            out = Some(pi_e2e::headless::run_pi(
+                &pi,
+                &ws,
+                &agent,
+                &tmp,
+                [&base[..], cont, &[p]].concat(),
+            ));
+        }
+        let theirs = out.unwrap();
+        assert_eq!(said(&theirs), our, "{name}: {theirs:?}");
+        // Pi says nothing on stderr either.
+        assert_eq!(String::from_utf8_lossy(&theirs.stderr), "", "{name}");
+    }
+}

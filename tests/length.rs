@@ -143,6 +143,84 @@ fn recovery_events(out: &Output) -> Vec<Value> {
         .collect()
 }
 
+/// A run's events whole but for the streamed deltas (`message_update`) and Pi's session header
+/// line: each as `[type, …]` with what tells the recovery — a message's role and stop reason
+/// and first text (an answer's `message_start`: its role), `turn_end`'s stop reason and
+/// number of results, `agent_end`'s number of messages (system messages left out), `entry_appended`'s entry (type, replacement, whether it names the left-out
+/// answer's message), the compaction events' reason, `willRetry`, error and whether a result
+/// is given, `agent_settled`'s `aborted`. `events` are Pi's `--mode json` / RPC lines or ours
+/// (`--json` lines, the LSP `agent/event`s' `event`).
+fn sequence(events: &[Value]) -> Vec<Value> {
+    let text = |m: &Value| -> Value {
+        m["content"]
+            .as_array()
+            .and_then(|c| c.iter().find_map(|b| b["text"].as_str()))
+            .map(|t| t.chars().take(12).collect::<String>())
+            .map_or(Value::Null, Value::from)
+    };
+    events
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e["type"].as_str(),
+                Some("message_update" | "session") | None
+            )
+        })
+        // Pi 1.6 also sends a new session's stored system message as a message of its first
+        // run (ours stores it without an event): not part of the recovery, left out.
+        .filter(|e| e["message"]["role"] != "system")
+        .map(|e| {
+            let t = &e["type"];
+            match t.as_str().unwrap() {
+                // An answer's `message_start` is its empty start (Pi 1.6 marks it
+                // `stopReason: "pending"`, ours `stop`): its role only.
+                "message_start" => json!([t, e["message"]["role"], text(&e["message"])]),
+                "message_end" => json!([
+                    t,
+                    e["message"]["role"],
+                    e["message"]["stopReason"],
+                    text(&e["message"])
+                ]),
+                "turn_end" => json!([
+                    t,
+                    e["message"]["stopReason"],
+                    e["toolResults"].as_array().map(Vec::len)
+                ]),
+                "agent_end" => json!([
+                    t,
+                    e["messages"]
+                        .as_array()
+                        .map(|m| m.iter().filter(|m| m["role"] != "system").count())
+                ]),
+                "entry_appended" => json!([
+                    t,
+                    e["entry"]["type"],
+                    e["entry"]["replacement"],
+                    e["entry"]["targetId"].is_string() && e["entry"]["id"].is_string()
+                ]),
+                "compaction_start" => json!([t, e["reason"]]),
+                "compaction_end" => json!([
+                    t,
+                    e["reason"],
+                    e["willRetry"],
+                    e["errorMessage"],
+                    e["result"].is_object()
+                ]),
+                "agent_settled" => json!([t, e["aborted"]]),
+                _ => json!([t]),
+            }
+        })
+        .collect()
+}
+
+/// The JSON lines of a `--json` (ours) or `--mode json` (Pi's) run's stdout.
+fn json_lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
 /// Each `compaction` entry as `(position of its firstKeptEntryId in [`kinds`], summary)`.
 fn compactions(lines: &[Value]) -> Vec<(Option<usize>, Value)> {
     let first = lines
@@ -415,14 +493,12 @@ async fn with_nothing_to_compact_the_cut_answer_is_left_out_and_not_printed() {
         Step::text("never asked"),
     ])
     .await;
-    let h = Headless::new("length-small", &m.models_json());
-    let out = h.run(&["--model", "mock/mock-1", "hi"]);
+    let (out, lines) = ours_small(&m, "length-small", &[]);
     assert_eq!(
         (out.status.code(), out.stdout.as_slice()),
         (Some(0), &b""[..]),
         "{out:?}"
     );
-    let lines = session_lines(&h.ws);
     assert_eq!(
         kinds(&lines),
         [
@@ -435,75 +511,162 @@ async fn with_nothing_to_compact_the_cut_answer_is_left_out_and_not_printed() {
     assert_eq!(conversation_requests(&m).len(), 1);
 }
 
-/// The editor's front door (LSP over stdio) gets the same recovery from the same loop: the
-/// overflow compaction with `willRetry` between the cut answer and the retried one, in one
-/// run, and the session's last answer is the retried one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
-    let m = mock(vec![
+/// The script of the retried cut answer.
+fn retried() -> Vec<Step> {
+    vec![
         Step::text(&first_answer()),
         Step::length("cut answer", 50),
         Step::text("good answer"),
-    ])
-    .await;
-    let tmp = TempDir::new("length-lsp");
+    ]
+}
+
+/// The `agent/event`s' events until `agent_settled` (Pi 1.6's last event of a run).
+async fn until_settled(c: &mut pi_e2e::lsp_client::LspClient) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut events = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let n = c
+            .next_notification(left)
+            .await
+            .unwrap_or_else(|| panic!("no agent_settled; events so far: {events:#?}"));
+        if n["method"] != "agent/event" {
+            continue;
+        }
+        let e = n["params"]["event"].clone();
+        let settled = e["type"] == "agent_settled";
+        events.push(e);
+        if settled {
+            return events;
+        }
+    }
+}
+
+/// The agent's `settings.json` of the two-prompt cases: `keepRecentTokens` 100.
+fn keep_100() -> Value {
+    json!({"compaction": {"keepRecentTokens": 100}})
+}
+
+/// Ours over LSP in a fresh workspace with `settings` (the agent's `settings.json`): `prompts`
+/// in one session on `mock/mock-1`, each run until `agent_settled`. Returns the last prompt's
+/// events, the session file's lines and every `agent/attention` as `[reason, the message's
+/// first 12 characters]`.
+async fn lsp_run(
+    m: &MockModel,
+    name: &str,
+    settings: &Value,
+    prompts: &[String],
+) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
+    let tmp = TempDir::new(name);
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
     std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(
-        tmp.path().join("agent/settings.json"),
-        json!({"compaction": {"keepRecentTokens": 100}}).to_string(),
-    )
-    .unwrap();
-    let mut c = start_with_mock(&ws, &m, EditorBehavior::default()).await;
-    let r = c
-        .request(
-            "agent/prompt",
-            json!({"text": "one", "model": "mock/mock-1"}),
-        )
-        .await
-        .unwrap();
-    let sid = r["sessionId"].as_str().unwrap().to_string();
-    c.run_until_end(Duration::from_secs(30)).await;
-    c.request(
-        "agent/prompt",
-        json!({"sessionId": sid, "text": second_prompt()}),
-    )
-    .await
-    .unwrap();
-    let events: Vec<Value> = c
-        .run_until_end(Duration::from_secs(30))
-        .await
+    std::fs::write(tmp.path().join("agent/settings.json"), settings.to_string()).unwrap();
+    let mut c = start_with_mock(&ws, m, EditorBehavior::default()).await;
+    let mut sid: Option<String> = None;
+    let mut events = Vec::new();
+    for p in prompts {
+        let params = match &sid {
+            None => json!({"text": p, "model": "mock/mock-1"}),
+            Some(id) => json!({"sessionId": id, "text": p}),
+        };
+        let r = c.request("agent/prompt", params).await.unwrap();
+        sid = r["sessionId"].as_str().map(str::to_string).or(sid);
+        events = until_settled(&mut c).await;
+    }
+    let attention = c
+        .log()
         .iter()
-        .map(|e| &e["event"])
-        .filter(|e| {
-            e["type"].as_str().unwrap().starts_with("compaction")
-                || e["type"] == "message_end" && e["message"]["role"] == "assistant"
-                || e["type"] == "agent_start"
-        })
-        .map(|e| {
+        .filter(|n| n["method"] == "agent/attention")
+        .map(|n| {
+            let message = n["params"]["message"].as_str().unwrap_or("");
             json!([
-                e["type"],
-                e["reason"],
-                e["willRetry"],
-                e["message"]["stopReason"],
-                e["message"]["content"][0]["text"]
+                n["params"]["reason"],
+                message.chars().take(12).collect::<String>()
             ])
         })
         .collect();
     c.shutdown().await;
+    (events, session_lines(&ws), attention)
+}
+
+/// Pi 1.6.0 in RPC mode in a fresh folder with `settings`: `prompts` in one session on
+/// `mock/mock-1`. Returns the last prompt's events (responses left out).
+fn rpc_run(
+    pi: &Path,
+    m: &MockModel,
+    tmp: &Path,
+    settings: &Value,
+    prompts: &[String],
+) -> Vec<Value> {
+    let (ws, agent) = (tmp.join("ws"), tmp.join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), m.models_json().to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let events = tokio::task::block_in_place(|| {
+        let sessions = tmp.join("sessions");
+        let args = [OsStr::new("--session-dir"), sessions.as_os_str()];
+        let mut rpc = pi_e2e::pi_rpc::PiRpc::start(pi, &ws, &agent, &args);
+        let mut events = Vec::new();
+        for p in prompts {
+            events = rpc.prompt(p);
+        }
+        events
+    });
+    events
+        .into_iter()
+        .filter(|v| v["type"] != "response")
+        .collect()
+}
+
+/// The editor's front door (LSP over stdio) gets the same recovery from the same loop, told as
+/// Pi 1.6.0 tells it in RPC mode on the same script (compared whole but for the deltas): the
+/// cut run ends (`turn_end`, `agent_end`), `entry_appended` tells the answer's `context_edit`,
+/// the overflow compaction with `willRetry`, the retry as a new run (`agent_start` …
+/// `agent_end`), `agent_settled` last; the session's last answer is the retried one, and the
+/// only one `agent/attention` says finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
+    let m = mock(retried()).await;
+    let prompts = ["one".to_string(), second_prompt()];
+    let (events, lines, attention) = lsp_run(&m, "length-lsp", &keep_100(), &prompts).await;
+    // The user is told the run finished once, with the retried answer: the cut run's end is
+    // not an end for them.
+    assert_eq!(
+        attention,
+        [
+            json!(["finished", "first answer"]),
+            json!(["finished", "good answer"])
+        ]
+    );
+    let events = sequence(&events);
     let n = Value::Null;
+    let two: String = second_prompt().chars().take(12).collect();
     assert_eq!(
         events,
         [
-            json!(["agent_start", n, n, n, n]),
-            json!(["message_end", n, n, "length", "cut answer"]),
-            json!(["compaction_start", "overflow", n, n, n]),
-            json!(["compaction_end", "overflow", true, n, n]),
-            json!(["message_end", n, n, "stop", "good answer"]),
-        ]
+            json!(["agent_start"]),
+            json!(["turn_start"]),
+            json!(["message_start", "user", two]),
+            json!(["message_end", "user", n, two]),
+            json!(["message_start", "assistant", n]),
+            json!(["message_end", "assistant", "length", "cut answer"]),
+            json!(["turn_end", "length", 0]),
+            json!(["agent_end", 2]),
+            json!(["entry_appended", "context_edit", n, true]),
+            json!(["compaction_start", "overflow"]),
+            json!(["compaction_end", "overflow", true, n, true]),
+            json!(["agent_start"]),
+            json!(["turn_start"]),
+            json!(["message_start", "assistant", n]),
+            json!(["message_end", "assistant", "stop", "good answer"]),
+            json!(["turn_end", "stop", 0]),
+            json!(["agent_end", 1]),
+            json!(["agent_settled", false]),
+        ],
+        "{events:#?}"
     );
-    let lines = session_lines(&ws);
     assert_eq!(
         kinds(&lines).split_off(3),
         [
@@ -514,6 +677,87 @@ async fn over_lsp_the_cut_answer_is_left_out_and_the_turn_retried() {
         ]
     );
     assert_eq!(conversation_requests(&m).len(), 3);
+
+    // Pi 1.6.0 in RPC mode, the same two prompts on the same script.
+    let Some(pi) = pi_e2e::pi16_bin("length") else {
+        return;
+    };
+    let their_mock = mock(retried()).await;
+    let tmp = TempDir::new("length-lsp-pi16");
+    let theirs = rpc_run(&pi, &their_mock, tmp.path(), &keep_100(), &prompts);
+    assert_eq!(events, sequence(&theirs));
+}
+
+/// Over LSP, a cut answer with nothing older to summarise (a one-prompt session, the default
+/// settings): the run
+/// ends, `entry_appended` tells the answer's `context_edit`, no compaction event, no retry,
+/// `agent_settled`; as Pi 1.6.0 in RPC mode on the same script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_lsp_a_cut_answer_with_nothing_to_compact_is_told_as_pi_tells_it() {
+    let script = || vec![Step::length("cut answer", 50), Step::text("never asked")];
+    let m = mock(script()).await;
+    let prompts = ["hi".to_string()];
+    let (events, lines, attention) = lsp_run(&m, "length-lsp-small", &json!({}), &prompts).await;
+    // Told once the recovery is over (nothing was retried).
+    assert_eq!(attention, [json!(["finished", "cut answer"])]);
+    let events = sequence(&events);
+    let n = Value::Null;
+    assert_eq!(
+        events,
+        [
+            json!(["agent_start"]),
+            json!(["turn_start"]),
+            json!(["message_start", "user", "hi"]),
+            json!(["message_end", "user", n, "hi"]),
+            json!(["message_start", "assistant", n]),
+            json!(["message_end", "assistant", "length", "cut answer"]),
+            json!(["turn_end", "length", 0]),
+            json!(["agent_end", 2]),
+            json!(["entry_appended", "context_edit", n, true]),
+            json!(["agent_settled", false]),
+        ],
+        "{events:#?}"
+    );
+    assert_eq!(edits(&lines), [(true, Value::Null)]);
+    assert_eq!(conversation_requests(&m).len(), 1);
+
+    let Some(pi) = pi_e2e::pi16_bin("length") else {
+        return;
+    };
+    let their_mock = mock(script()).await;
+    let tmp = TempDir::new("length-lsp-small-pi16");
+    let theirs = rpc_run(&pi, &their_mock, tmp.path(), &json!({}), &prompts);
+    assert_eq!(events, sequence(&theirs));
+}
+
+/// The four scripts compared with Pi 1.6.0: a cut answer retried, cut twice, cut with nothing
+/// to compact (`small`: a one-prompt session), cut again after a tool round.
+fn scripts() -> [(&'static str, Vec<Step>); 4] {
+    [
+        (
+            "retry",
+            vec![
+                Step::text(&first_answer()),
+                Step::length("cut answer", 50),
+                Step::text("good answer"),
+            ],
+        ),
+        ("twice", twice()),
+        (
+            "small",
+            vec![Step::length("cut answer", 50), Step::text("never asked")],
+        ),
+        ("again", again()),
+    ]
+}
+
+/// `pi-lsp run` in a fresh workspace with the default settings: one prompt, "hi" (`extra`
+/// flags before it). Returns its output and the session file's lines.
+fn ours_small(mock: &MockModel, name: &str, extra: &[&str]) -> (Output, Vec<Value>) {
+    let h = Headless::new(name, &mock.models_json());
+    let args = [&["--model", "mock/mock-1"][..], extra, &["hi"]].concat();
+    let out = h.run(&args);
+    (out, session_lines(&h.ws))
 }
 
 /// Pi 1.6.0's print mode on `mock` in a fresh folder with `keepRecentTokens` 100: `-p one`, then
@@ -549,7 +793,9 @@ fn theirs(
             dir.into_iter().chain(args.iter().map(OsStr::new)),
         )
     };
-    let out = if small {
+    let out = if small && json_mode {
+        run(&["--mode", "json", "hi"])
+    } else if small {
         run(&["-p", "hi"])
     } else {
         assert_eq!(run(&["-p", "one"]).status.code(), Some(0));
@@ -585,34 +831,14 @@ async fn entries_and_output_are_pi_1_6_s() {
         return;
     };
     let tmp = TempDir::new("length-pi16");
-    let scripts: [(&str, Vec<Step>); 4] = [
-        (
-            "retry",
-            vec![
-                Step::text(&first_answer()),
-                Step::length("cut answer", 50),
-                Step::text("good answer"),
-            ],
-        ),
-        ("twice", twice()),
-        (
-            "small",
-            vec![Step::length("cut answer", 50), Step::text("never asked")],
-        ),
-        ("again", again()),
-    ];
-    for (name, script) in scripts {
+    for (name, script) in scripts() {
         let small = name == "small";
         let their_mock = mock(script.clone()).await;
         let (their_out, their_lines) =
             theirs(&pi, &their_mock, &tmp.path().join(name), small, false);
         let our_mock = mock(script).await;
         let (our_out, our_lines) = if small {
-            let h = Headless::new("length-pi16-small", &our_mock.models_json());
-            (
-                h.run(&["--model", "mock/mock-1", "hi"]),
-                session_lines(&h.ws),
-            )
+            ours_small(&our_mock, "length-pi16-small", &[])
         } else {
             ours(&our_mock, &format!("length-pi16-{name}"), &[])
         };
@@ -640,6 +866,36 @@ async fn entries_and_output_are_pi_1_6_s() {
     let (our_out, _) = ours(&our_mock, "length-pi16-json", &["--json"]);
     assert_eq!(recovery_events(&our_out), recovery_events(&their_out));
     assert_eq!(recovery_events(&our_out).len(), 5);
+}
+
+/// The four cases' whole event sequences (`--json` / Pi's `--mode json`, all but the deltas)
+/// against Pi 1.6.0 on the same scripts: the cut run ends (`turn_end`, `agent_end`), the
+/// answer's `context_edit` is told by `entry_appended`, then the compaction (none when there
+/// is nothing to compact), the retry as a new run (`agent_start` … `agent_end`), and
+/// `agent_settled` last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_sequences_are_pi_1_6_s() {
+    let Some(pi) = pi_e2e::pi16_bin("length") else {
+        return;
+    };
+    let tmp = TempDir::new("length-pi16-events");
+    for (name, script) in scripts() {
+        let small = name == "small";
+        let their_mock = mock(script.clone()).await;
+        let (their_out, _) = theirs(&pi, &their_mock, &tmp.path().join(name), small, true);
+        let our_mock = mock(script).await;
+        let our_name = format!("length-pi16-events-{name}");
+        let (our_out, _) = if small {
+            ours_small(&our_mock, &our_name, &["--json"])
+        } else {
+            ours(&our_mock, &our_name, &["--json"])
+        };
+        assert_eq!(
+            sequence(&json_lines(&our_out)),
+            sequence(&json_lines(&their_out)),
+            "{name}"
+        );
+    }
 }
 
 /// The script of the follow-up case: the first turn, the cut answer held until the gate

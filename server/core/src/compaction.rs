@@ -454,6 +454,15 @@ pub trait Compactor: Send + Sync {
     ) -> Result<CompactionProposal, CompactionError>;
     /// Appends the `compaction` entry; returns the model context after it.
     fn commit(&self, proposal: &CompactionProposal) -> Result<Vec<Message>, CompactionError>;
+    /// Whether the history as it is now has anything to compact, asked before an overflow's
+    /// compaction starts: Pi 1.6's `_runAutoCompaction` emits no `compaction_start` when
+    /// `prepareCompaction` prepares nothing. `Err` says why not (an error [`prepare`] gives:
+    /// [`CompactionError::AlreadyCompacted`], [`CompactionError::NothingToCompact`],
+    /// [`CompactionError::AllKept`], [`CompactionError::Uncuttable`]); sends nothing and
+    /// appends nothing. The default: there is (the proposal says otherwise).
+    fn check(&self, _settings: &CompactionSettings) -> Result<(), CompactionError> {
+        Ok(())
+    }
 }
 
 /// Files the summarised part read and changed (Pi's `fileOps`, paths as the model wrote them).
@@ -1444,6 +1453,16 @@ impl Compactor for SessionCompactor {
             messages,
             basis: leaf,
         })
+    }
+
+    /// [`prepare`] on the branch as it stands; a writer that cannot be read answers yes (the
+    /// proposal then reports it).
+    fn check(&self, settings: &CompactionSettings) -> Result<(), CompactionError> {
+        let Ok(w) = self.writer() else {
+            return Ok(());
+        };
+        let path = w.branch_path();
+        prepare(&path, settings.keep_recent_tokens).map(|_| ())
     }
 
     fn commit(&self, p: &CompactionProposal) -> Result<Vec<Message>, CompactionError> {

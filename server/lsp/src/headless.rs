@@ -236,6 +236,7 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
         approve: false,
         failed_save: Arc::new(AtomicBool::new(false)),
         later_prompts: Arc::default(),
+        left_out: Arc::default(),
     });
     let sessions = Sessions::new(ws, setup, None);
     let mut out = std::io::stdout().lock();
@@ -286,6 +287,10 @@ struct PrintSink {
     /// printed only at the end of the last one's run (Pi 1.6's print mode prints the last
     /// message once every prompt has run).
     later_prompts: Arc<AtomicUsize>,
+    /// Set when the last answer was left out of the context (a recovery's `context_edit`,
+    /// Pi 1.6's `entry_appended`) and no answer came after it: Pi 1.6's print mode, which
+    /// reads the context's last message, then prints nothing and exits 0.
+    left_out: Arc<AtomicBool>,
 }
 
 /// What print mode prints of an answer.
@@ -327,6 +332,7 @@ impl SessionListener for PrintSink {
                     // printed when the run ends, and a failed attempt's text is never the
                     // answer.
                     *self.last_error.lock() = a.error_message.clone();
+                    self.left_out.store(false, Ordering::SeqCst);
                     *self.last_answer.lock() =
                         (!matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)).then(
                             || Answer {
@@ -353,13 +359,17 @@ impl SessionListener for PrintSink {
                         *delay_ms as f64 / 1000.0
                     );
                 }
-                AgentEvent::CompactionStart { reason } => {
-                    // An overflow's compaction leaves the last answer (a recoverable `length`
-                    // stop) out of the context: Pi 1.6's print mode never prints it (only a
+                AgentEvent::EntryAppended { entry }
+                    if entry["type"] == "context_edit" && entry["replacement"].is_null() =>
+                {
+                    // The last answer (an overflow error, a recoverable `length` stop) left
+                    // the context: Pi 1.6's print mode never prints it, nor its error (only a
                     // retried answer, or nothing when no retry follows).
-                    if *reason == pi_core::agent::CompactionReason::Overflow {
-                        *self.last_answer.lock() = None;
-                    }
+                    *self.last_answer.lock() = None;
+                    *self.last_error.lock() = None;
+                    self.left_out.store(true, Ordering::SeqCst);
+                }
+                AgentEvent::CompactionStart { reason } => {
                     eprintln!("pi-lsp: compacting the conversation ({reason:?})…");
                 }
                 AgentEvent::CompactionEnd {
@@ -374,7 +384,9 @@ impl SessionListener for PrintSink {
                     (None, Some(e)) => eprintln!("pi-lsp: {e}"),
                     (None, None) => eprintln!("pi-lsp: compaction cancelled"),
                 },
-                AgentEvent::AgentEnd { .. } => {
+                // Pi 1.6's print mode prints once the prompt's session settled: a recovery
+                // after a run's `agent_end` may leave its answer out or retry it.
+                AgentEvent::AgentSettled { .. } => {
                     if let Some(e) = self.last_error.lock().take() {
                         eprintln!("pi-lsp: {e}");
                     }
@@ -423,6 +435,8 @@ struct HeadlessSetup {
     failed_save: Arc<AtomicBool>,
     /// See [`PrintSink::later_prompts`].
     later_prompts: Arc<AtomicUsize>,
+    /// See [`PrintSink::left_out`].
+    left_out: Arc<AtomicBool>,
 }
 
 impl SessionSetup for HeadlessSetup {
@@ -470,6 +484,7 @@ impl SessionSetup for HeadlessSetup {
             last_error: Mutex::new(None),
             last_answer: Mutex::new(None),
             later_prompts: self.later_prompts.clone(),
+            left_out: self.left_out.clone(),
         })]
     }
 }
@@ -656,12 +671,14 @@ pub async fn run(args: RunArgs) -> i32 {
     }
     let failed_save = Arc::new(AtomicBool::new(false));
     let later_prompts = Arc::new(AtomicUsize::new(further.len()));
+    let left_out = Arc::new(AtomicBool::new(false));
     let setup = Arc::new(HeadlessSetup {
         root: workspace,
         json: args.json,
         approve: args.approve,
         failed_save: failed_save.clone(),
         later_prompts: later_prompts.clone(),
+        left_out: left_out.clone(),
     });
     // The one registry every front door uses: the session, and the stop on a signal.
     let sessions = Sessions::new(ws, setup, None);
@@ -708,7 +725,7 @@ pub async fn run(args: RunArgs) -> i32 {
         &sessions,
         &session,
         (&prompt, attached.images, further),
-        (&failed_save, &later_prompts),
+        (&failed_save, &later_prompts, &left_out),
         args.plan,
         args.json,
         scratch.is_none(),
@@ -736,7 +753,7 @@ async fn run_session(
     sessions: &Sessions,
     session: &Arc<AgentSession>,
     (prompt, images, further): (&str, Vec<pi_ai::ImageContent>, &[&str]),
-    (failed_save, later): (&AtomicBool, &AtomicUsize),
+    (failed_save, later, left_out): (&AtomicBool, &AtomicUsize, &AtomicBool),
     plan: bool,
     json: bool,
     keep: bool,
@@ -805,6 +822,14 @@ async fn run_session(
     saved();
     let stop = session.last_outcome().map(|o| o.stop_reason);
     match stop {
+        // Pi 1.6's print mode reads the context's last message: an answer a recovery left
+        // out (an overflow error or a cut answer whose compaction found nothing to do, or
+        // failed) is not there, so nothing was printed and the exit code is 0.
+        Some(StopReason::Error | StopReason::Stop)
+            if left_out.load(Ordering::SeqCst) && !failed_save.load(Ordering::SeqCst) =>
+        {
+            0
+        }
         // Pi 1.6's print mode: a truncated answer (`length`) is printed, and fails.
         Some(StopReason::Error | StopReason::Aborted | StopReason::Length) | None => 1,
         _ if failed_save.load(Ordering::SeqCst) => 1,

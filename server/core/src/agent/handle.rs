@@ -167,6 +167,9 @@ impl EventSink for Dispatch {
                     }
                 }
                 AgentEvent::AgentEnd { .. } => st.ending = true,
+                // A recovery's retry is a new run of the same loop (Pi 1.6's
+                // `agent.continue()` after the compaction): live again.
+                AgentEvent::AgentStart => st.ending = false,
                 AgentEvent::CompactionStart { .. } => st.compacting = true,
                 AgentEvent::CompactionEnd { context, .. } => {
                     st.compacting = false;

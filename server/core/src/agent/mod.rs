@@ -414,6 +414,21 @@ pub enum AgentEvent {
     ImagesReplaced {
         images: Vec<ReplacedImage>,
     },
+    /// pi-lsp's own: the run's last answer (an overflow error, a recoverable `length` stop:
+    /// [`is_recoverable_length`]) leaves the context before the compaction that makes room for
+    /// its retry, as Pi 1.6's `_omitRecoveryAttempt` (`agent-session.js`). Sent after the
+    /// attempt's run ended (`agent_end`). A session's recorder writes a `context_edit` for it
+    /// (and for its calls' results; `replacement: null`) and hands its listeners an
+    /// [`AgentEvent::EntryAppended`] for each entry written in place of this event.
+    AttemptLeftOut,
+    /// Pi 1.6's `entry_appended`: the session appended `entry` (the whole entry as written to
+    /// the file: `{type, id, parentId, timestamp, …}`) outside a message, here the
+    /// `context_edit` that leaves a recovery's attempt out of the context
+    /// ([`AgentEvent::AttemptLeftOut`]). Never emitted by the loop.
+    EntryAppended {
+        #[cfg_attr(feature = "ts", ts(type = "unknown"))]
+        entry: Value,
+    },
     /// A compaction began (Pi's `compaction_start`); the agent is busy until its end.
     CompactionStart {
         reason: CompactionReason,

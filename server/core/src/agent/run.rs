@@ -23,6 +23,19 @@ mod length_recovery;
 
 pub use length_recovery::{is_recoverable_length, TRUNCATED_RECOVERY_FAILED};
 
+/// Pi 1.6's `compaction_end` when the one compact-and-retry of a user turn was used and
+/// another overflow (or recoverable `length` stop) comes: no compaction, `error_message` said.
+fn recovery_failed(error_message: &str) -> AgentEvent {
+    AgentEvent::CompactionEnd {
+        reason: CompactionReason::Overflow,
+        result: None,
+        aborted: false,
+        will_retry: false,
+        error_message: Some(error_message.into()),
+        context: None,
+    }
+}
+
 /// Pi's text when a second overflow comes after one compact-and-retry.
 pub const OVERFLOW_RECOVERY_FAILED: &str = "Context overflow recovery failed after one compact-and-retry attempt. Try reducing context or switching to a larger-context model.";
 
@@ -33,6 +46,24 @@ fn compaction_error_text(reason: CompactionReason, e: &CompactionError) -> Strin
         CompactionReason::Threshold => format!("Auto-compaction failed: {e}"),
         CompactionReason::Manual => format!("Compaction failed: {e}"),
     }
+}
+
+/// `cc`'s settings with the kept tail's budget fitted under the threshold beside the summary
+/// (cases CTX-03 / CMP-02; [`crate::compaction::keep_budget`]), `fixed` tokens of system
+/// prompt and tool specs beside it.
+fn kept_settings(
+    cc: &CompactionConfig,
+    model: &pi_ai::Model,
+    fixed: u64,
+) -> crate::compaction::CompactionSettings {
+    let mut settings = cc.settings;
+    settings.keep_recent_tokens = crate::compaction::keep_budget(
+        settings.keep_recent_tokens,
+        model.context_window,
+        settings.reserve_tokens,
+        fixed,
+    );
+    settings
 }
 
 /// Proposes a compaction and commits it; an automatic one only when it shrinks the request
@@ -54,14 +85,7 @@ pub(crate) async fn compact_checked(
         |m: &[Message]| crate::compaction::request_tokens(system_prompt, specs, m, usize::MAX);
     // The system prompt and tool specs, counted on both sides.
     let fixed = estimate(&[]);
-    // The kept tail fits under the threshold beside the summary (cases CTX-03 / CMP-02).
-    let mut settings = cc.settings;
-    settings.keep_recent_tokens = crate::compaction::keep_budget(
-        settings.keep_recent_tokens,
-        model.context_window,
-        settings.reserve_tokens,
-        fixed,
-    );
+    let settings = kept_settings(cc, model, fixed);
     let proposal = cc
         .compactor
         .propose(model, &settings, instructions, cancel)
@@ -256,6 +280,12 @@ struct Run<'a> {
     /// a second `turn_end` and without results for the answer's tool calls, as Pi 1.6's
     /// recovery runs after its agent loop ended (`_checkCompaction`; [`length_recovery`]).
     attempt_left_out: bool,
+    /// The run's `agent_end` was sent and no run followed it (a recovery's attempt left out
+    /// and no compaction made room for a retry): the run does not send another.
+    agent_end_sent: bool,
+    /// Sent after the run's `agent_end`: the `compaction_end` saying the one recovery was
+    /// used (Pi 1.6's `_checkCompaction` runs after its agent loop ended).
+    after_end: Option<AgentEvent>,
     /// Images were replaced by notes after a refusal for their size (once per run).
     images_dropped: bool,
     /// What the last request left for the next one of this run to reuse (its serialised
@@ -494,6 +524,18 @@ impl Run<'_> {
         let Some(cc) = self.cfg.compaction.clone() else {
             return Err(CompactionError::NothingToCompact);
         };
+        if reason == CompactionReason::Overflow {
+            // Pi 1.6's `_runAutoCompaction`: when `prepareCompaction` prepares nothing, no
+            // compaction starts and no event tells of one.
+            let fixed = crate::compaction::request_tokens(
+                &self.cfg.system_prompt,
+                &self.specs,
+                &[],
+                usize::MAX,
+            );
+            cc.compactor
+                .check(&kept_settings(&cc, &self.cfg.model, fixed))?;
+        }
         self.sink.emit(AgentEvent::CompactionStart { reason }).await;
         let result = compact_checked(
             &cc,
@@ -542,10 +584,13 @@ impl Run<'_> {
 
     /// Leaves the failed attempt `a` (the context's last message: an overflow error, a
     /// recoverable `length` stop) out of the context and compacts for the retry, as Pi 1.6's
-    /// `_checkCompaction`: ends its turn (`turn_end`), pops it (it stays in the session; the
-    /// recorder writes its `context_edit` on `compaction_start`) and compacts with reason
-    /// `overflow`. A failed compaction does not put the attempt back: the live context stays
-    /// as the file's.
+    /// `_checkCompaction` after its agent loop ended: ends its turn (`turn_end`) and its run
+    /// (`agent_end` with the run's messages so far), pops it (it stays in the session;
+    /// [`AgentEvent::AttemptLeftOut`]: the recorder writes its `context_edit`) and compacts
+    /// with reason `overflow` (no compaction events when there is nothing to compact). A
+    /// compaction that was done starts the retry as a new run (`agent_start`, `turn_start`:
+    /// Pi's `agent.continue()`). A failed compaction does not put the attempt back: the live
+    /// context stays as the file's, and the run is over (its `agent_end` was sent).
     async fn leave_out_and_compact(&mut self, a: &AssistantMessage) -> Result<(), CompactionError> {
         self.sink
             .emit(AgentEvent::TurnEnd {
@@ -553,9 +598,20 @@ impl Run<'_> {
                 tool_results: Vec::new(),
             })
             .await;
+        self.sink
+            .emit(AgentEvent::AgentEnd {
+                messages: std::mem::take(&mut self.new_messages),
+            })
+            .await;
+        self.agent_end_sent = true;
         self.messages.pop();
         self.history_changed();
-        self.compact(CompactionReason::Overflow).await
+        self.sink.emit(AgentEvent::AttemptLeftOut).await;
+        self.compact(CompactionReason::Overflow).await?;
+        self.agent_end_sent = false;
+        self.sink.emit(AgentEvent::AgentStart).await;
+        self.sink.emit(AgentEvent::TurnStart).await;
+        Ok(())
     }
 
     /// Tokens of the next request (see [`crate::compaction::request_tokens`]).
@@ -764,17 +820,9 @@ impl Run<'_> {
                 .is_some_and(|c| c.settings.enabled);
             if overflow && can_compact && !self.control.cancel.is_cancelled() {
                 if self.overflow_recovered {
-                    // One compact-and-retry per run: say so instead of looping (case CMP-04).
-                    self.sink
-                        .emit(AgentEvent::CompactionEnd {
-                            reason: CompactionReason::Overflow,
-                            result: None,
-                            aborted: false,
-                            will_retry: false,
-                            error_message: Some(OVERFLOW_RECOVERY_FAILED.into()),
-                            context: None,
-                        })
-                        .await;
+                    // One compact-and-retry per run: say so instead of looping (case CMP-04),
+                    // after the run's end as Pi 1.6 says it.
+                    self.after_end = Some(recovery_failed(OVERFLOW_RECOVERY_FAILED));
                     return a;
                 }
                 self.overflow_recovered = true;
@@ -786,7 +834,6 @@ impl Run<'_> {
                     self.attempt_left_out = true;
                     return a;
                 }
-                self.sink.emit(AgentEvent::TurnStart).await;
                 continue;
             }
             match self.recover_length(&a).await {
@@ -1339,8 +1386,11 @@ pub async fn run_compaction(
 }
 
 /// Runs the loop on `history` plus `prompts` until no continuation is allowed and no queued
-/// message is left, or a provider error or abort ends it. Emits exactly one `agent_start` and
-/// one `agent_end`; the event order follows Pi 0.73.1's `runLoop`.
+/// message is left, or a provider error or abort ends it. Emits one `agent_start` and one
+/// `agent_end` per run, the event order of Pi 0.73.1's `runLoop`; an overflow's or a
+/// recoverable `length` stop's compact-and-retry ends the run and retries in a new one (a
+/// second `agent_start` / `agent_end` pair from the same call), as Pi 1.6 recovers after its
+/// agent loop ended (`Run::leave_out_and_compact`).
 pub async fn run_agent(
     cfg: &AgentConfig,
     history: Vec<Message>,
@@ -1383,6 +1433,8 @@ pub async fn run_agent_from(
         compacted_this_turn: false,
         overflow_recovered: false,
         attempt_left_out: false,
+        agent_end_sent: false,
+        after_end: None,
         images_dropped: false,
         request_cache: Default::default(),
         seen: Seen::default(),
@@ -1480,10 +1532,15 @@ pub async fn run_agent_from(
         pending = follow;
     };
     // The run's messages move into their event (the outcome keeps the whole history).
-    sink.emit(AgentEvent::AgentEnd {
-        messages: std::mem::take(&mut run.new_messages),
-    })
-    .await;
+    if !run.agent_end_sent {
+        sink.emit(AgentEvent::AgentEnd {
+            messages: std::mem::take(&mut run.new_messages),
+        })
+        .await;
+    }
+    if let Some(e) = run.after_end.take() {
+        sink.emit(e).await;
+    }
     RunOutcome {
         usage_from: Some(run.usage_from),
         messages: run.messages,

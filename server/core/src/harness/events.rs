@@ -39,6 +39,9 @@ pub(super) struct SessionEvents {
     /// Held from persisting an event until every listener has it
     /// ([`AgentSession::events_settled`]).
     settled: Arc<tokio::sync::Mutex<()>>,
+    /// The attention notices of a run that ended with a `length` stop or an error, held
+    /// while a recovery may retry it ([`SessionEvents::hold_attention`]).
+    held: parking_lot::Mutex<Vec<Notice>>,
 }
 
 impl SessionEvents {
@@ -55,6 +58,45 @@ impl SessionEvents {
             tracker,
             listeners,
             settled,
+            held: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Pi 1.6 recovers an overflow error or a cut answer after the run's `agent_end`: the
+    /// run's attention ("finished", "failed") is held from such an `agent_end` (its last
+    /// answer stopped with `length` or an error) while the recovery goes on (the attempt left
+    /// out, the overflow compaction), dropped when the retry starts (`agent_start`), and
+    /// otherwise returned to be told before the next event. `notices` are `event`'s.
+    fn hold_attention(&self, event: &AgentEvent, notices: &mut Vec<Notice>) -> Vec<Notice> {
+        let mut held = self.held.lock();
+        match event {
+            AgentEvent::AgentEnd { messages } => {
+                let recoverable = messages.iter().rev().find_map(|m| match m {
+                    Message::Assistant(a) => Some(matches!(
+                        a.stop_reason,
+                        pi_ai::StopReason::Length | pi_ai::StopReason::Error
+                    )),
+                    _ => None,
+                });
+                if recoverable == Some(true) {
+                    let (attention, rest) = std::mem::take(notices)
+                        .into_iter()
+                        .partition(|n| matches!(n, Notice::Attention { .. }));
+                    *notices = rest;
+                    *held = attention;
+                }
+                Vec::new()
+            }
+            AgentEvent::AgentStart => {
+                held.clear();
+                Vec::new()
+            }
+            AgentEvent::AttemptLeftOut
+            | AgentEvent::CompactionStart { .. }
+            | AgentEvent::CompactionEnd {
+                will_retry: true, ..
+            } => Vec::new(),
+            _ => std::mem::take(&mut *held),
         }
     }
 }
@@ -91,6 +133,11 @@ impl EventSink for SessionEvents {
         // be in both (see `AgentSession::events_settled`).
         let _settled = self.settled.lock().await;
         let mut notices = self.tracker.on_event(&event);
+        for n in self.hold_attention(&event, &mut notices) {
+            for l in &self.listeners {
+                l.notice(n.clone()).await;
+            }
+        }
         let substitute = match &event {
             AgentEvent::MessageEnd {
                 message: m @ Message::User(_),
@@ -114,9 +161,15 @@ impl EventSink for SessionEvents {
                 .map(|message| AgentEvent::CustomMessageEnd { message }),
             _ => None,
         };
+        // A recovery's attempt left out of the context: its `context_edit`s are written, and
+        // the listeners get Pi 1.6's `entry_appended` for each in place of the event.
+        let mut appended = Vec::new();
         let recorded = match substitute {
             // A delivered custom message or shell output is stored as what it is.
             Some(entry) => self.recorder.record_entry(entry),
+            None if matches!(event, AgentEvent::AttemptLeftOut) => {
+                self.recorder.leave_out().map(|entries| appended = entries)
+            }
             None => self.record(&event),
         };
         let event = custom.unwrap_or(event);
@@ -134,6 +187,31 @@ impl EventSink for SessionEvents {
                 },
             );
         }
+        if matches!(event, AgentEvent::AttemptLeftOut) {
+            let mut notices = Some(notices);
+            for entry in appended {
+                let notices = notices.take().unwrap_or_default();
+                self.tell(AgentEvent::EntryAppended { entry }, notices)
+                    .await;
+            }
+            // Nothing written (a save failure, or a file in Pi 0.73.1's format): the
+            // notices still reach the listeners.
+            if let Some(notices) = notices.filter(|n| !n.is_empty()) {
+                for l in &self.listeners {
+                    for n in &notices {
+                        l.notice(n.clone()).await;
+                    }
+                }
+            }
+            return;
+        }
+        self.tell(event, notices).await;
+    }
+}
+
+impl SessionEvents {
+    /// Hands `event` and its `notices` to every listener (the last one takes them).
+    async fn tell(&self, event: AgentEvent, notices: Vec<Notice>) {
         match self.listeners.as_slice() {
             [] => {}
             [only] => only.event(event, notices).await,

@@ -191,26 +191,11 @@ impl Recorder {
             }
             // Pi 1.6 leaves a failed response it retries (and its calls' results) out of the
             // context with a `context_edit` each (`replacement: null`), written before the
-            // retry, and before the compaction of an overflow's or a recoverable `length`
-            // stop's compact-and-retry (`_omitRecoveryAttempt`): Pi shows and counts the
-            // session without them, as it does here.
-            AgentEvent::AutoRetryStart { .. }
-            | AgentEvent::CompactionStart {
-                reason: crate::agent::CompactionReason::Overflow,
-            } => {
-                let failed = std::mem::take(&mut self.started.lock().failed);
-                if failed.is_empty() {
-                    return Ok(());
-                }
-                let mut w = lock_writer(&self.writer)?;
-                for target_id in failed {
-                    w.append(EntryData::ContextEdit {
-                        target_id,
-                        replacement: None,
-                    })?;
-                }
-                return Ok(());
-            }
+            // retry (`_omitRecoveryAttempt`): Pi shows and counts the session without them,
+            // as it does here. An overflow's or a recoverable `length` stop's attempt:
+            // [`Recorder::leave_out`].
+            AgentEvent::AutoRetryStart { .. } => return self.leave_out().map(|_| ()),
+            AgentEvent::AttemptLeftOut => return Ok(()),
             // Case 18.12 (issue 29 item E): the images a size refusal replaced by notes in the
             // agent's context are replaced so in the file's context too (a `context_edit` per
             // entry holding one), so a resumed session, here or in Pi 1.6, does not send them
@@ -224,10 +209,40 @@ impl Recorder {
                     .edit_out_images(&replaced)
                     .map(|_| ());
             }
-            AgentEvent::AgentEnd { .. } => *self.started.lock() = Started::default(),
+            // The failed response stays known past its run's end: an overflow's or a
+            // recoverable `length` stop's attempt is left out after it (Pi 1.6's
+            // `_checkCompaction` after its agent loop), and the next response replaces it.
+            AgentEvent::AgentEnd { .. } => {
+                let mut started = self.started.lock();
+                started.assistant = None;
+                started.tools.clear();
+            }
             _ => {}
         }
         self.record(event)
+    }
+
+    /// Leaves the last response, when it failed or stopped at `length`, and its calls' results
+    /// out of the context: a `context_edit` each (`replacement: null`), as Pi 1.6's
+    /// `_omitRecoveryAttempt` writes them before a retry and before the compaction of an
+    /// overflow's or a recoverable `length` stop's compact-and-retry
+    /// ([`AgentEvent::AttemptLeftOut`]). Returns the entries written, whole as in the file
+    /// (none when writing as Pi 0.73.1, whose files have no `context_edit`).
+    pub fn leave_out(&self) -> Result<Vec<Value>, SessionError> {
+        let failed = std::mem::take(&mut self.started.lock().failed);
+        if failed.is_empty() || !self.pi16 {
+            return Ok(Vec::new());
+        }
+        let mut w = lock_writer(&self.writer)?;
+        let mut written = Vec::with_capacity(failed.len());
+        for target_id in failed {
+            let id = w.append(EntryData::ContextEdit {
+                target_id,
+                replacement: None,
+            })?;
+            written.extend(w.tree().get(&id).map(|e| e.raw()));
+        }
+        Ok(written)
     }
 
     /// Appends the entry `data` (a delivered custom message or shell output stored as what it

@@ -4,13 +4,15 @@
 //!
 //! An answer that stopped with `length` while its output stayed below the model's own
 //! `maxTokens` was cut by something else than the model's limit (the window's room, a
-//! provider-side cut). Pi 1.6 then leaves the answer out of the context with a `context_edit`
-//! (`replacement: null`; written by the session's recorder on `compaction_start` with reason
-//! `overflow`, as for an overflow error), compacts the session (`compaction_start` /
-//! `compaction_end`, reason `overflow`, `willRetry: true`) and asks again, once per user turn
-//! (the flag it shares with the overflow recovery, `_overflowRecoveryAttempted`: cleared by a
-//! user message and by an answer that is neither `error` nor `length`). A second such answer
-//! stays in the context and the recovery ends with `compaction_end` carrying
+//! provider-side cut). Pi 1.6 then, after its agent loop ended (`turn_end`, `agent_end`),
+//! leaves the answer out of the context with a `context_edit` (`replacement: null`, told by
+//! `entry_appended`; here [`super::AgentEvent::AttemptLeftOut`], whose entry the session's
+//! recorder writes, as for an overflow error), compacts the session (`compaction_start` /
+//! `compaction_end`, reason `overflow`, `willRetry: true`) and asks again as a new run
+//! (`agent_start`, `turn_start`, …: Pi's `agent.continue()`), once per user turn (the flag it
+//! shares with the overflow recovery, `_overflowRecoveryAttempted`: cleared by a user message
+//! and by an answer that is neither `error` nor `length`). A second such answer stays in the
+//! context and the recovery ends, after the run's `agent_end`, with `compaction_end` carrying
 //! [`TRUNCATED_RECOVERY_FAILED`]. An answer that reached the model's `maxTokens`, an answer
 //! with tool calls (their calls fail and the turn goes on, as Pi's loop does), and any answer
 //! while compaction is off keep the plain `length` handling. Nor is an answer recovered when
@@ -18,14 +20,14 @@
 //! its run ends and the recovery is considered, so the cut answer stays in the context and
 //! the next request answers the queued message (checked against Pi 1.6.0 in RPC mode).
 //!
-//! Where Pi's compaction finds nothing to summarise or fails, the answer stays left out and
-//! the run ends without a retry (Pi: no retry, nothing printed, exit 0); here the failed
-//! compaction is reported by its `compaction_end` (Pi emits no compaction events when it finds
-//! nothing to compact).
+//! Where Pi's compaction finds nothing to summarise (`prepareCompaction` prepares nothing:
+//! no compaction events at all, [`crate::compaction::Compactor::check`]) or fails, the answer
+//! stays left out and no retry follows: the run is over with its one `agent_end` (Pi: nothing
+//! printed, exit 0).
 
 use pi_ai::{AssistantMessage, StopReason};
 
-use super::{AgentEvent, CompactionReason, Run};
+use super::Run;
 
 /// Pi 1.6's `errorMessage` of the `compaction_end` after a second recoverable `length` stop
 /// (`agent-session.js`, `_checkCompaction`).
@@ -79,16 +81,8 @@ impl Run<'_> {
             return None;
         }
         if self.overflow_recovered {
-            self.sink
-                .emit(AgentEvent::CompactionEnd {
-                    reason: CompactionReason::Overflow,
-                    result: None,
-                    aborted: false,
-                    will_retry: false,
-                    error_message: Some(TRUNCATED_RECOVERY_FAILED.into()),
-                    context: None,
-                })
-                .await;
+            // Said after the run's end, as Pi 1.6's `_checkCompaction` says it.
+            self.after_end = Some(super::recovery_failed(TRUNCATED_RECOVERY_FAILED));
             return Some(Recovery::End);
         }
         self.overflow_recovered = true;
@@ -96,7 +90,6 @@ impl Run<'_> {
             self.attempt_left_out = true;
             return Some(Recovery::End);
         }
-        self.sink.emit(AgentEvent::TurnStart).await;
         Some(Recovery::Retry)
     }
 }
