@@ -2100,6 +2100,22 @@ fn overflow_events(out: &std::process::Output) -> Vec<Value> {
         .collect()
 }
 
+/// Makes `mock` refuse every compaction summary request (Anthropic's 400 `invalid_request_error`,
+/// "summaries refused"), answering the rest from its script.
+fn refuse_summaries(mock: &MockModel) {
+    mock.set_responder(std::sync::Arc::new(|body: &Value| {
+        body.to_string()
+            .contains("context summarization assistant")
+            .then(|| Step::Raw {
+                status: 400,
+                content_type: "application/json".into(),
+                body: json!({"type": "error", "error": {"type": "invalid_request_error",
+                    "message": "summaries refused"}})
+                .to_string(),
+            })
+    }));
+}
+
 /// An overflow error that carries a tool call, and whose compaction fails (the summary
 /// request is refused): as Pi 1.6.0 (`--mode json` on the same script), the failed response
 /// ends its turn once (`turn_end` without results), its call is never run and gets no result
@@ -2115,19 +2131,6 @@ async fn an_overflow_with_a_call_whose_compaction_fails_ends_as_pi_ends_it() {
             overflow_with_a_call(),
             Step::text("never asked"),
         ]
-    };
-    let refuse_summaries = |mock: &MockModel| {
-        mock.set_responder(std::sync::Arc::new(|body: &Value| {
-            body.to_string()
-                .contains("context summarization assistant")
-                .then(|| Step::Raw {
-                    status: 400,
-                    content_type: "application/json".into(),
-                    body: json!({"type": "error", "error": {"type": "invalid_request_error",
-                        "message": "summaries refused"}})
-                    .to_string(),
-                })
-        }));
     };
     let settings = json!({"compaction": {"keepRecentTokens": 100}}).to_string();
     let two = format!("two {}", "x".repeat(800));
@@ -2247,19 +2250,6 @@ async fn print_mode_after_an_overflow_that_is_not_retried_is_pi_1_6_s() {
     let first = format!("first answer {}", "y".repeat(2000));
     let two = format!("two {}", "x".repeat(800));
     let settings = json!({"compaction": {"keepRecentTokens": 100}}).to_string();
-    let refuse_summaries = |mock: &MockModel| {
-        mock.set_responder(std::sync::Arc::new(|body: &Value| {
-            body.to_string()
-                .contains("context summarization assistant")
-                .then(|| Step::Raw {
-                    status: 400,
-                    content_type: "application/json".into(),
-                    body: json!({"type": "error", "error": {"type": "invalid_request_error",
-                        "message": "summaries refused"}})
-                    .to_string(),
-                })
-        }));
-    };
     // `(name, script, prompts)`: the last prompt's run is the one compared.
     let cases = || {
         [
