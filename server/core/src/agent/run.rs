@@ -1739,6 +1739,7 @@ mod budget_tests {
             user("1234567", 600),
         ];
         let tools = [ToolSpec {
+            constrained_sampling: None,
             name: "read".into(),
             description: "Read".into(),
             parameters: serde_json::json!({"type": "object"}),
