@@ -49,6 +49,20 @@ export default function (pi) {
       writeFileSync(process.env.BSUM_OUT, JSON.stringify(outcome));
     },
   });
+  pi.registerCommand("nav", {
+    description: "navigate the tree with navigateTree's options as JSON",
+    handler: async (args, ctx) => {
+      const { target, options } = JSON.parse(args);
+      let outcome;
+      try {
+        await ctx.waitForIdle();
+        outcome = { ok: await ctx.navigateTree(target, options) };
+      } catch (e) {
+        outcome = { error: String(e && e.message ? e.message : e) };
+      }
+      writeFileSync(process.env.BSUM_OUT, JSON.stringify(outcome));
+    },
+  });
 }
 "#;
 
@@ -180,11 +194,24 @@ impl Pi {
 
     /// `/bsum target focus`: the navigation's outcome as the extension wrote it.
     fn navigate(&mut self, target: &str, focus: Option<&str>) -> Value {
-        let _ = std::fs::remove_file(&self.outcome);
         let command = match focus {
             Some(f) => format!("/bsum {target} {f}"),
             None => format!("/bsum {target}"),
         };
+        self.command(&command)
+    }
+
+    /// `/nav {target, options}`: `navigateTree(target, options)`'s outcome.
+    fn navigate_with(&mut self, target: &str, options: &Value) -> Value {
+        self.command(&format!(
+            "/nav {}",
+            json!({"target": target, "options": options})
+        ))
+    }
+
+    /// Runs an extension command of [`EXTENSION`] and waits for the outcome it writes.
+    fn command(&mut self, command: &str) -> Value {
+        let _ = std::fs::remove_file(&self.outcome);
         self.send(json!({"type": "prompt", "message": command}));
         let start = Instant::now();
         loop {
@@ -259,11 +286,16 @@ fn summaries(mock: &MockModel) -> Vec<Value> {
         .collect()
 }
 
-/// The `branch_summary` entries of `file`, each without its id and time, its `parentId` and
-/// `fromId` named: `"target N"` by position among `targets`, `"before target 0"` (the first
-/// target's parent), `"last answer"` (the conversation's last message), `"summary N"` (the
-/// branch summaries in order).
+/// The `branch_summary` entries of `file` ([`named_entries`]).
 fn summary_entries(file: &Path, targets: &[String; 3]) -> Vec<Value> {
+    named_entries(file, targets, "branch_summary")
+}
+
+/// The entries of type `kind` of `file`, each without its id and time, its `parentId`,
+/// `fromId` and `targetId` named: `"target N"` by position among `targets`, `"before target
+/// 0"` (the first target's parent), `"last answer"` (the conversation's last message),
+/// `"summary N"` (the branch summaries in order).
+fn named_entries(file: &Path, targets: &[String; 3], kind: &str) -> Vec<Value> {
     let entries = json_lines(file);
     let mut names: Vec<(Value, String)> = targets
         .iter()
@@ -292,14 +324,16 @@ fn summary_entries(file: &Path, targets: &[String; 3]) -> Vec<Value> {
     };
     entries
         .into_iter()
-        .filter(|e| e["type"] == "branch_summary")
+        .filter(|e| e["type"] == kind)
         .map(|mut e| {
             let o = e.as_object_mut().unwrap();
             o.remove("id");
             o.remove("timestamp");
-            for k in ["parentId", "fromId"] {
-                let named = name(&o[k]);
-                o.insert(k.into(), named);
+            for k in ["parentId", "fromId", "targetId"] {
+                if let Some(v) = o.get(k) {
+                    let named = name(v);
+                    o.insert(k.into(), named);
+                }
             }
             e
         })
@@ -449,9 +483,8 @@ async fn a_failed_branch_summary_is_worded_as_pi_1_6_words_it() {
             .unwrap();
         let file = ours.file.clone();
         ours.c.shutdown().await;
-        // The provider's own error is worded by each side's provider layer (Pi's OpenAI
-        // client: "400: {error object}"; pi-lsp: "HTTP 400: {body}"); the label before it,
-        // and a summary cut by `length`, whole, are Pi's.
+        // The label, and after it the provider's error worded as Pi's chat-completions
+        // client words it ("400: {error object}") or a summary cut by `length`, whole.
         let ours_msg = err["message"].as_str().unwrap();
         let label = |m: &str| m.split_once(": ").map(|(l, _)| l.to_string());
         assert_eq!(
@@ -459,9 +492,7 @@ async fn a_failed_branch_summary_is_worded_as_pi_1_6_words_it() {
             Some("Branch summarization failed".into()),
             "{err}"
         );
-        if n == 0 {
-            assert_eq!(err["message"], theirs, "{err}");
-        }
+        assert_eq!(err["message"], theirs, "{err}");
         assert_eq!(err["code"], json!(-31007));
         assert_eq!(json_lines(&file), before);
         assert_eq!(state["leafId"], before.last().unwrap()["id"], "{state}");
@@ -477,4 +508,101 @@ async fn a_failed_branch_summary_is_worded_as_pi_1_6_words_it() {
             );
         }
     }
+}
+
+/// Pi 1.6's other `navigateTree` options and its `branchSummary.reserveTokens` setting, on both
+/// sides with the same settings (`reserveTokens` 127,990 of the 128,000-token window: only the
+/// newest message left fits): first to the second user message with a summary whose
+/// `customInstructions` *replace* Pi's prompt (`replaceInstructions`) and a `label` (put on
+/// the summary entry), then to the first user message without a summary and with a label (put
+/// on the target). The summary request body is Pi's whole; the `branch_summary` and `label`
+/// entries are Pi's whole but for ids and times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn navigate_options_and_the_reserve_setting_are_pi_1_6_s() {
+    let Some(pi) = pi_e2e::pi16_bin("Pi 1.6.0 navigateTree options") else {
+        return;
+    };
+    let tmp = TempDir::new("navigate-options-pi16");
+    let settings = json!({"branchSummary": {"reserveTokens": 127_990}}).to_string();
+    let focus = "List only the file names.";
+    let first = json!({"summarize": true, "customInstructions": focus,
+        "replaceInstructions": true, "label": "side trip"});
+    let second = json!({"summarize": false, "label": "start"});
+    let pi_mock = mock().await;
+    let pi_dir = tmp.path().join("pi");
+    std::fs::create_dir_all(pi_dir.join("agent")).unwrap();
+    std::fs::write(pi_dir.join("agent/settings.json"), &settings).unwrap();
+    let (pi_targets, pi_outcomes, pi_file) = tokio::task::block_in_place(|| {
+        let mut p = Pi::start(&pi, &pi_dir, &pi_mock);
+        for text in PROMPTS {
+            p.prompt(text);
+        }
+        let file = p.file();
+        let t = targets(&file);
+        let one = p.navigate_with(&t[2], &first);
+        let two = p.navigate_with(&t[0], &second);
+        p.stop();
+        (t, [one, two], file)
+    });
+    for o in &pi_outcomes {
+        assert_eq!(o["ok"]["cancelled"], json!(false), "{o}");
+    }
+    let our_mock = mock().await;
+    let our_dir = tmp.path().join("ours");
+    std::fs::create_dir_all(our_dir.join("agent")).unwrap();
+    std::fs::write(our_dir.join("agent/settings.json"), &settings).unwrap();
+    let mut ours = Ours::start(&our_dir, &our_mock).await;
+    let our_targets = targets(&ours.file);
+    for (target, options) in [(&our_targets[2], &first), (&our_targets[0], &second)] {
+        let mut params = options.clone();
+        params["sessionId"] = json!(ours.sid);
+        params["entryId"] = json!(target);
+        ours.c
+            .request("agent/session/branch", params)
+            .await
+            .unwrap();
+    }
+    let state = ours
+        .c
+        .request("agent/state", json!({"sessionId": ours.sid}))
+        .await
+        .unwrap();
+    let our_file = ours.file.clone();
+    ours.c.shutdown().await;
+
+    let theirs = summaries(&pi_mock);
+    assert_eq!(theirs.len(), 1, "{theirs:#?}");
+    assert_eq!(summaries(&our_mock), theirs);
+    // What was compared: Pi's prompt replaced by the instructions, and only the newest
+    // message in the 10-token budget (the tool calls before it left out).
+    let text = theirs[0]["messages"][1]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        text.ends_with(&format!("</conversation>\n\n{focus}")),
+        "{text}"
+    );
+    assert_eq!(
+        text,
+        format!("<conversation>\n[Assistant]: Done.\n</conversation>\n\n{focus}")
+    );
+    let theirs = summary_entries(&pi_file, &pi_targets);
+    assert_eq!(summary_entries(&our_file, &our_targets), theirs);
+    assert_eq!(theirs.len(), 1);
+    let their_labels = named_entries(&pi_file, &pi_targets, "label");
+    assert_eq!(
+        named_entries(&our_file, &our_targets, "label"),
+        their_labels
+    );
+    assert_eq!(
+        their_labels,
+        [
+            json!({"type": "label", "parentId": "summary 0", "targetId": "summary 0", "label": "side trip"}),
+            json!({"type": "label", "parentId": "before target 0", "targetId": "target 0", "label": "start"}),
+        ]
+    );
+    // The leaf is the last label entry, on both sides.
+    let last = |file: &Path| json_lines(file).last().unwrap()["id"].clone();
+    assert_eq!(state["leafId"], last(&our_file));
+    assert_eq!(json_lines(&pi_file).last().unwrap()["type"], "label");
 }

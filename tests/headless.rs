@@ -166,7 +166,7 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
     assert_eq!(end["messages"].as_array().unwrap().len(), 4);
     let out = h.run(&["--model", "mockant/mock-ant-1", "fail"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("HTTP 401: bad key"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401 bad key"));
     mock.assert_paired();
 }
 

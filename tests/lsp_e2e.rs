@@ -797,7 +797,7 @@ async fn http_500_is_retried_then_ends_the_run_with_an_error_entry() {
         .map(|e| e["event"].clone())
         .filter(|e| e["type"].as_str().unwrap().starts_with("auto_retry"))
         .collect();
-    let err = r#"HTTP 503: {"error":{"message":"overloaded"}}"#;
+    let err = r#"503: {"message":"overloaded"}"#;
     // Delays double from 20 ms, less up to 20 % jitter.
     let delays: Vec<u64> = retry_events[..2]
         .iter()
@@ -842,7 +842,7 @@ async fn http_400_ends_the_run_with_an_error_entry() {
             content_type: "application/json".into(),
             body: r#"{"error":{"message":"invalid request"}}"#.into(),
         },
-        "HTTP 400",
+        r#"400: {"message":"invalid request"}"#,
     )
     .await;
 }

@@ -885,6 +885,32 @@ async fn plan_mode_tools_and_entries_are_pi_16s() {
     assert_eq!(pi_sent, [&normal[..], &planning[..], &normal[..]]);
     assert_eq!(our_sent, pi_sent);
 
+    let theirs = stored(&file_lines(&pi_file));
+    assert_eq!(
+        theirs,
+        [
+            json!({"added": normal, "removed": [], "sections": ["cwd", "docs", "preamble", "rules", "tools"]}),
+            json!({"enabled": true, "todos": [], "executing": false, "toolsBeforePlanMode": normal}),
+            json!({"added": ["grep", "find", "ls"], "removed": ["edit", "write"], "sections": ["rules", "tools"]}),
+            json!({"enabled": false, "todos": [], "executing": false}),
+            json!({"added": ["edit", "write"], "removed": ["grep", "find", "ls"], "sections": ["rules", "tools"]}),
+        ]
+    );
+    assert_eq!(stored(&session_lines(&ws)), theirs);
+}
+
+/// A session file's lines as JSON values.
+fn file_lines(file: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The stored system messages (tools added, removed, sections named) and the `plan-mode`
+/// state entries (less pi-lsp's `nextId`) of a session file's lines, in file order.
+fn stored(lines: &[Value]) -> Vec<Value> {
     let names = |v: &Value| -> Vec<String> {
         v.as_array()
             .into_iter()
@@ -892,35 +918,112 @@ async fn plan_mode_tools_and_entries_are_pi_16s() {
             .map(|t| t["name"].as_str().unwrap_or_default().to_string())
             .collect()
     };
-    // The stored system messages (tools added, removed, sections named) and the plan-mode
-    // state entries, in file order.
-    let stored = |lines: &[Value]| -> Vec<Value> {
-        lines
-            .iter()
-            .filter_map(|l| {
-                if l["message"]["role"] == "system" {
-                    let m = &l["message"];
-                    let mut sections: Vec<&String> =
-                        m["sections"].as_object().map(|o| o.keys().collect()).unwrap_or_default();
-                    sections.sort();
-                    Some(json!({"added": names(&m["toolsAdded"]), "removed": names(&m["toolsRemoved"]),
-                        "sections": sections}))
-                } else if l["customType"] == "plan-mode" {
-                    let mut data = l["data"].clone();
-                    data.as_object_mut().unwrap().remove("nextId");
-                    Some(data)
-                } else {
-                    None
-                }
-            })
-            .collect()
+    lines
+        .iter()
+        .filter_map(|l| {
+            if l["message"]["role"] == "system" {
+                let m = &l["message"];
+                let mut sections: Vec<&String> = m["sections"]
+                    .as_object()
+                    .map(|o| o.keys().collect())
+                    .unwrap_or_default();
+                sections.sort();
+                Some(
+                    json!({"added": names(&m["toolsAdded"]), "removed": names(&m["toolsRemoved"]),
+                    "sections": sections}),
+                )
+            } else if l["customType"] == "plan-mode" {
+                let mut data = l["data"].clone();
+                data.as_object_mut().unwrap().remove("nextId");
+                Some(data)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// `/plan` as the first command of a process on a resumed file records the tools active then
+/// as `toolsBeforePlanMode`, as Pi 1.6.0's example does (`pi.getActiveTools()`: the resumed
+/// session's tools are active from its start): Pi in RPC mode — a prompt; a new process
+/// (`--continue`) with `/plan` first, a prompt, `/plan`, a prompt — and `pi-lsp run` the same
+/// (a prompt; `--continue /plan "plan it"`; `--continue /plan after`) store the same system
+/// messages and `plan-mode` entries and offer the same tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_first_on_a_resumed_file_records_the_active_tools_as_pi_16_does() {
+    let Some(pi) = pi_e2e::pi16_bin("plan_first_on_a_resumed_file") else {
+        return;
     };
-    let theirs: Vec<Value> = std::fs::read_to_string(&pi_file)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    let tmp = TempDir::new("plan-resumed-pi16");
+    let mock = MockModel::start((0..6).map(|_| Step::text("ok")).collect()).await;
+    let settings = json!({"defaultTools": ["read", "bash", "edit", "write"],
+        "builtinExtensions": {"todo": false}});
+    let pi_ws = tmp.path().join("pi").join("ws");
+    std::fs::create_dir_all(&pi_ws).unwrap();
+    let pi_agent = tmp.path().join("pi").join("agent");
+    let _ = agent_env(&pi_agent, &mock.models_json(), &[]);
+    std::fs::write(pi_agent.join("settings.json"), settings.to_string()).unwrap();
+    let example = pi_e2e::pi16_package(&pi).join("examples/extensions/plan-mode/index.ts");
+    let pi_file = tokio::task::block_in_place(|| {
+        let e = ["-e".as_ref(), example.as_os_str()];
+        let mut first = pi_e2e::pi_rpc::PiRpc::start(&pi, &pi_ws, &pi_agent, &e);
+        first.prompt("hello");
+        drop(first);
+        let mut p = pi_e2e::pi_rpc::PiRpc::start(
+            &pi,
+            &pi_ws,
+            &pi_agent,
+            &[e[0], e[1], "--continue".as_ref()],
+        );
+        p.command("/plan");
+        p.prompt("plan it");
+        p.command("/plan");
+        p.prompt("after");
+        PathBuf::from(
+            p.request(json!({"type": "get_state"}))["sessionFile"]
+                .as_str()
+                .unwrap(),
+        )
+    });
+    let pi_sent: Vec<Vec<String>> = mock
+        .requests()
+        .iter()
+        .map(|r| tool_names(&r.body))
         .collect();
-    let theirs = stored(&theirs);
+    let ws = tmp.path().join("ours").join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let agent = tmp.path().join("ours").join("agent");
+    let package = pi_e2e::pi16_package(&pi).display().to_string();
+    let env = agent_env(&agent, &mock.models_json(), &[("PI_PACKAGE_DIR", &package)]);
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let run = |args: &[&str]| {
+        let out = tokio::task::block_in_place(|| {
+            std::process::Command::new(pi_lsp_bin())
+                .args(["run", "--model", "mock/mock-1", "--workspace"])
+                .arg(&ws)
+                .args(args)
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .output()
+                .unwrap()
+        });
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["hello"]);
+    run(&["--continue", "/plan", "plan it"]);
+    run(&["--continue", "/plan", "after"]);
+    let our_sent: Vec<Vec<String>> = mock.requests()[pi_sent.len()..]
+        .iter()
+        .map(|r| tool_names(&r.body))
+        .collect();
+    let normal = ["read", "bash", "edit", "write"];
+    let planning = ["read", "bash", "grep", "find", "ls"];
+    assert_eq!(pi_sent, [&normal[..], &planning[..], &normal[..]]);
+    assert_eq!(our_sent, pi_sent);
+    let theirs = stored(&file_lines(&pi_file));
     assert_eq!(
         theirs,
         [

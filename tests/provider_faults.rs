@@ -516,7 +516,9 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
     assert_eq!(
         retry,
         vec![json!(format!(
-            "HTTP 400: {refusal} — retrying with 1 image(s) replaced by a note"
+            "400: {} — retrying with 1 image(s) replaced by a note",
+            // Pi 1.6's chat-completions wording: the body's `error` object after the status.
+            serde_json::from_str::<Value>(refusal).unwrap()["error"]
         ))]
     );
     assert_eq!(
@@ -721,7 +723,9 @@ async fn an_input_length_refusal_with_an_image_retries_without_it_and_keeps_the_
             .map(|e| e["errorMessage"].clone())
             .collect::<Vec<_>>(),
         vec![json!(format!(
-            "HTTP 400: {refusal} — retrying with 1 image(s) replaced by a note"
+            "400: {} — retrying with 1 image(s) replaced by a note",
+            // Pi 1.6's chat-completions wording: the body's `error` object after the status.
+            serde_json::from_str::<Value>(refusal).unwrap()["error"]
         ))]
     );
     // The entry keeps the image; the context built from the file has the note.

@@ -340,7 +340,7 @@ async fn secret_scan_of_everything_written_and_sent() {
         .unwrap_or_default()
         .to_string();
     assert!(
-        error_message.starts_with("HTTP 401: ")
+        error_message.starts_with("401: ")
             && error_message.contains("Incorrect API key provided: [REDACTED]. Header was Authorization: Bearer [REDACTED]; also saw x-api-key: [REDACTED]"),
         "{error_message}"
     );

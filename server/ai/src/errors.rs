@@ -281,10 +281,10 @@ pub fn is_size_refusal(failure: &ProviderError) -> bool {
 
 static OVERLOADED: LazyLock<RegexSet> = LazyLock::new(|| set(&[r"(?i)overloaded"]));
 static RATE_LIMIT: LazyLock<RegexSet> =
-    LazyLock::new(|| set(&[r"(?i)rate.?limit|too many requests|^HTTP 429\b"]));
+    LazyLock::new(|| set(&[r"(?i)rate.?limit|too many requests"]));
 static AUTH: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
-        r"(?i)^HTTP 40[13]\b|authentication_error|permission_error|invalid.{0,12}api.?key|incorrect api key|unauthorized",
+        r"(?i)authentication_error|permission_error|invalid.{0,12}api.?key|incorrect api key|unauthorized",
     ])
 });
 /// Pi's retryable residue: server and network failures named in the text.
@@ -294,15 +294,26 @@ static TRANSIENT: LazyLock<RegexSet> = LazyLock::new(|| {
     ])
 });
 
-/// The status of a message this crate wrote as `HTTP <status>: …`.
+/// The status of a stored HTTP error message: Pi 1.6's `<status>: …` / `<status> …` /
+/// `<prefix> API error (<status>): …` ([`http_error_message`]), or `HTTP <status>: …` as
+/// earlier versions of this crate wrote it.
 fn http_status(text: &str) -> Option<u16> {
-    let rest = text.strip_prefix("HTTP ")?;
-    let digits = rest.get(..3)?;
-    let after = rest[3..].chars().next();
-    if after.is_some_and(|c| c.is_ascii_alphanumeric()) {
-        return None;
+    // Three digits, 100–599, followed by what `after` allows.
+    let status_at = |rest: &str, after: &dyn Fn(&str) -> bool| -> Option<u16> {
+        let digits = rest.get(..3)?;
+        let status: u16 = digits.parse().ok()?;
+        ((100..600).contains(&status) && digits.bytes().all(|b| b.is_ascii_digit()))
+            .then_some(status)
+            .filter(|_| after(&rest[3..]))
+    };
+    let leading = text.strip_prefix("HTTP ").unwrap_or(text);
+    let ends = |r: &str| r.is_empty() || r.starts_with([':', ' ', '\n']);
+    if let Some(status) = status_at(leading, &ends) {
+        return Some(status);
     }
-    digits.parse().ok()
+    let first_line = text.lines().next().unwrap_or_default();
+    let (_, rest) = first_line.split_once(" API error (")?;
+    status_at(rest, &|r: &str| r.starts_with("): "))
 }
 
 /// True when `text` names a context overflow (and is not a rate-limit text).
@@ -310,27 +321,184 @@ pub fn is_overflow_text(text: &str) -> bool {
     !NON_OVERFLOW.is_match(text) && OVERFLOW.is_match(text)
 }
 
-/// Classifies an HTTP error response. `retry_after` is the raw `retry-after-ms` (preferred,
-/// milliseconds) or `retry-after` (seconds or an HTTP date) header value; `body` is the
-/// response body. The error message is `HTTP <status>: <body>` (body trimmed and cut to
-/// 2,000 bytes) with known secrets and credential header values redacted
-/// ([`crate::keys::redact`]).
+/// How a wire words an HTTP error response in `errorMessage`: as Pi 1.6.0's pi-ai does through
+/// the provider SDK it uses for that wire (see [`http_error_message`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpWording {
+    /// openai-completions (the `openai` SDK, pi-ai's `formatProviderError` without a prefix):
+    /// `400: {"message":"…"}` for a JSON body with an `error` object, `400 text` otherwise.
+    Completions,
+    /// openai-responses (the `openai` SDK, `formatProviderError` with the prefix
+    /// `<provider> API error`, `OpenAI API error` for provider `openai`):
+    /// `mock API error (400): {"message":"…"}`, `mock API error (503): 503 text`.
+    Responses {
+        /// The model's provider as Pi names it in the prefix.
+        provider: String,
+    },
+    /// anthropic-messages (the `@anthropic-ai/sdk` message as is): `400 {whole JSON body}`,
+    /// `400 text`.
+    Anthropic,
+}
+
+/// The longest body pi-ai quotes after the status (`MAX_PROVIDER_ERROR_BODY_CHARS`), in
+/// UTF-16 code units as JavaScript counts a string's length.
+const MAX_PROVIDER_ERROR_BODY_CHARS: usize = 4_000;
+
+/// JavaScript's truthiness of a parsed JSON value (`null`, `false`, `0`, `""` are false).
+fn truthy(v: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(_) | Value::Object(_) => true,
+    }
+}
+
+/// The SDKs' `APIError.makeMessage(status, error, message)` (the `openai` and
+/// `@anthropic-ai/sdk` packages word it alike): the error's `message` (a string as is, else
+/// its JSON), else the error's JSON, else the non-JSON body text, after the status and a
+/// space; `<status> status code (no body)` when that is empty.
+fn sdk_message(status: u16, error: Option<&serde_json::Value>, text: Option<&str>) -> String {
+    let msg = match error {
+        Some(e) if e.get("message").is_some_and(truthy) => match &e["message"] {
+            serde_json::Value::String(s) => s.clone(),
+            m => m.to_string(),
+        },
+        Some(e) if truthy(e) => e.to_string(),
+        _ => text.unwrap_or_default().to_string(),
+    };
+    if msg.is_empty() {
+        format!("{status} status code (no body)")
+    } else {
+        format!("{status} {msg}")
+    }
+}
+
+/// pi-ai 1.6's `truncateErrorText(text, MAX_PROVIDER_ERROR_BODY_CHARS)`: `text` whole when
+/// it has at most 4,000 UTF-16 code units, else its first 4,000 and
+/// `... [truncated <rest> chars]` (a character that would be split is left out, as pi-ai's
+/// `ownedSlice` keeps surrogate pairs whole).
+fn truncate_error_text(text: &str) -> String {
+    let units: usize = text.chars().map(char::len_utf16).sum();
+    if units <= MAX_PROVIDER_ERROR_BODY_CHARS {
+        return text.to_string();
+    }
+    let mut taken = 0;
+    let mut end = 0;
+    for (i, c) in text.char_indices() {
+        if taken + c.len_utf16() > MAX_PROVIDER_ERROR_BODY_CHARS {
+            break;
+        }
+        taken += c.len_utf16();
+        end = i + c.len_utf8();
+    }
+    format!(
+        "{}... [truncated {} chars]",
+        &text[..end],
+        units - MAX_PROVIDER_ERROR_BODY_CHARS
+    )
+}
+
+/// The `errorMessage` Pi 1.6.0 stores for an HTTP error response with `status` and `body` on
+/// the wire worded by `wording` (before redaction).
 ///
-/// Rules (CTX-01, STRM-10): an overflow text wins over the status (a 400 "prompt is too long"
-/// is overflow; a 400 about an invalid `max_tokens` is not); 413 is overflow (request too
-/// large); 401 / 403 are auth; 429 is rate-limited unless the body says overloaded; 529 or an
-/// `overloaded` body is overloaded; everything else is [`ProviderError::Http`].
+/// The SDK reads the body as JSON when it parses (and is truthy) and builds its message
+/// ([`sdk_message`]) from the body's `error` member (`openai`) or the whole body
+/// (`@anthropic-ai/sdk`); a body that does not parse is quoted as text. pi-ai's
+/// `normalizeProviderError` + `formatProviderError` then, for the `openai` wires, replace the
+/// SDK's text after the status by the `error` object's JSON (trimmed, cut at 4,000
+/// characters) when the SDK's text does not already hold it: `<status>: <json>`, or with the
+/// Responses prefix `<prefix> (<status>): <json>` (`<prefix> (<status>): <SDK message>` when
+/// it does). Chat completions also append `error.metadata.raw` on its own line when the text
+/// does not hold it (OpenRouter's detail). Sources: pi-ai `utils/error-body.js`,
+/// `api/openai-completions.js`, `api/openai-responses.js`, `api/anthropic-messages.js`; the
+/// SDKs' `core/error.js` and their `makeStatusError` callers.
+pub fn http_error_message(wording: &HttpWording, status: u16, body: &str) -> String {
+    let parsed = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .filter(truthy);
+    let text = parsed.is_none().then_some(body);
+    if *wording == HttpWording::Anthropic {
+        return sdk_message(status, parsed.as_ref(), text);
+    }
+    let error = parsed.as_ref().and_then(|p| p.get("error"));
+    let message = sdk_message(status, error, text);
+    // pi-ai's `extractBody`: the `error` member's JSON when it is a non-empty object.
+    let quoted = error
+        .and_then(serde_json::Value::as_object)
+        .filter(|o| !o.is_empty())
+        .map(|o| truncate_error_text(serde_json::Value::Object(o.clone()).to_string().trim()));
+    let carries = quoted.as_ref().is_none_or(|q| message.contains(q.as_str()));
+    let mut out = match (wording, quoted) {
+        (HttpWording::Responses { provider }, quoted) => {
+            let prefix = if provider == "openai" {
+                "OpenAI"
+            } else {
+                provider.as_str()
+            };
+            match quoted {
+                Some(q) if !carries => format!("{prefix} API error ({status}): {q}"),
+                _ => format!("{prefix} API error ({status}): {message}"),
+            }
+        }
+        (_, Some(q)) if !carries => format!("{status}: {q}"),
+        _ => message,
+    };
+    if *wording == HttpWording::Completions {
+        let raw = error
+            .and_then(|e| e.get("metadata"))
+            .and_then(|m| m.get("raw"))
+            .filter(|r| truthy(r));
+        let raw = match raw {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Object(_)) => Some("[object Object]".to_string()),
+            Some(serde_json::Value::Array(_)) | None => None,
+            Some(other) => Some(other.to_string()),
+        };
+        if let Some(raw) = raw.filter(|r| !out.contains(r.as_str())) {
+            out.push('\n');
+            out.push_str(&raw);
+        }
+    }
+    out
+}
+
+/// Classifies an HTTP error response as [`classify_http_as`] does, worded as chat
+/// completions word it ([`HttpWording::Completions`]).
 pub fn classify_http(
     status: u16,
     retry_after_ms: Option<&str>,
     retry_after: Option<&str>,
     body: &str,
 ) -> ProviderError {
-    // Redacted before the cut, so a key at the cut is never left half visible.
-    let message = format!(
-        "HTTP {status}: {}",
-        truncate_body(&crate::keys::redact(body))
-    );
+    classify_http_as(
+        &HttpWording::Completions,
+        status,
+        retry_after_ms,
+        retry_after,
+        body,
+    )
+}
+
+/// Classifies an HTTP error response. `retry_after` is the raw `retry-after-ms` (preferred,
+/// milliseconds) or `retry-after` (seconds or an HTTP date) header value; `body` is the
+/// response body. The error message is Pi 1.6.0's for the wire ([`http_error_message`]) with
+/// known secrets and credential header values redacted ([`crate::keys::redact`]).
+///
+/// Rules (CTX-01, STRM-10): an overflow text wins over the status (a 400 "prompt is too long"
+/// is overflow; a 400 about an invalid `max_tokens` is not); 413 is overflow (request too
+/// large); 401 / 403 are auth; 429 is rate-limited unless the body says overloaded; 529 or an
+/// `overloaded` body is overloaded; everything else is [`ProviderError::Http`].
+pub fn classify_http_as(
+    wording: &HttpWording,
+    status: u16,
+    retry_after_ms: Option<&str>,
+    retry_after: Option<&str>,
+    body: &str,
+) -> ProviderError {
+    let message = crate::keys::redact(&http_error_message(wording, status, body));
     let retry_after_ms = parse_retry_after(retry_after_ms, retry_after, SystemTime::now());
     if matches!(status, 400 | 413 | 422) && is_image_too_large_text(body) {
         return ProviderError::ImageTooLarge {
@@ -433,14 +601,14 @@ pub fn classify_text(text: &str) -> ProviderError {
             message,
         };
     }
-    if RATE_LIMIT.is_match(text) {
+    if RATE_LIMIT.is_match(text) || status == Some(429) {
         return ProviderError::RateLimited {
             status,
             retry_after_ms: None,
             message,
         };
     }
-    if AUTH.is_match(text) {
+    if AUTH.is_match(text) || matches!(status, Some(401 | 403)) {
         return ProviderError::Auth { status, message };
     }
     if let Some(status) = status {
@@ -736,6 +904,80 @@ mod tests {
                 "{status} {body}"
             );
         }
+    }
+
+    /// Each wire's wording of each kind of error body, as Pi 1.6.0 stored them (its session
+    /// files, the loopback server answering each status and body; tests/pi16_wire.rs checks
+    /// the same against the real Pi).
+    #[test]
+    fn http_errors_are_worded_as_pi_1_6_words_them() {
+        let openai_json = r#"{"error": {"message": "bad thing", "type": "invalid_request_error"}}"#;
+        let ant_json = r#"{"type":"error","error": {"type": "invalid_request_error", "message": "bad thing"}}"#;
+        let responses = HttpWording::Responses {
+            provider: "mockresp".into(),
+        };
+        let cases: &[(&HttpWording, u16, &str, &str)] = &[
+            (&HttpWording::Completions, 400, openai_json, r#"400: {"message":"bad thing","type":"invalid_request_error"}"#),
+            (&HttpWording::Completions, 400, ant_json, r#"400: {"type":"invalid_request_error","message":"bad thing"}"#),
+            (&HttpWording::Completions, 400, "plain failure text", "400 plain failure text"),
+            (&HttpWording::Completions, 503, "upstream down", "503 upstream down"),
+            (&HttpWording::Completions, 500, "", "500 status code (no body)"),
+            (&HttpWording::Completions, 400, r#"{"detail":"x"}"#, "400 status code (no body)"),
+            (&HttpWording::Completions, 400, r#"{"error":"bad"}"#, r#"400 "bad""#),
+            (&HttpWording::Completions, 400, r#"{"error":{"code":5}}"#, r#"400 {"code":5}"#),
+            (&HttpWording::Completions, 400, "null", "400 null"),
+            (
+                &HttpWording::Completions,
+                502,
+                r#"{"error":{"message":"Provider returned error","metadata":{"raw":"upstream said no"}}}"#,
+                "502: {\"message\":\"Provider returned error\",\"metadata\":{\"raw\":\"upstream said no\"}}",
+            ),
+            (&responses, 400, openai_json, r#"mockresp API error (400): {"message":"bad thing","type":"invalid_request_error"}"#),
+            (&responses, 400, "plain failure text", "mockresp API error (400): 400 plain failure text"),
+            (&responses, 500, "", "mockresp API error (500): 500 status code (no body)"),
+            (&HttpWording::Responses { provider: "openai".into() }, 429, "slow", "OpenAI API error (429): 429 slow"),
+            (&HttpWording::Anthropic, 400, openai_json, r#"400 {"error":{"message":"bad thing","type":"invalid_request_error"}}"#),
+            (&HttpWording::Anthropic, 400, ant_json, r#"400 {"type":"error","error":{"type":"invalid_request_error","message":"bad thing"}}"#),
+            (&HttpWording::Anthropic, 400, r#"{"message":"top"}"#, "400 top"),
+            (&HttpWording::Anthropic, 502, "<html><body>Bad Gateway</body></html>", "502 <html><body>Bad Gateway</body></html>"),
+            (&HttpWording::Anthropic, 500, "", "500 status code (no body)"),
+        ];
+        for (wording, status, body, want) in cases {
+            assert_eq!(
+                http_error_message(wording, *status, body),
+                *want,
+                "{wording:?} {status} {body}"
+            );
+        }
+        // The body after the status is cut at 4,000 UTF-16 units, as pi-ai cuts it.
+        let long = format!(r#"{{"error":{{"message":"{}"}}}}"#, "é".repeat(5_000));
+        let got = http_error_message(&HttpWording::Completions, 400, &long);
+        let quoted = format!(r#"{{"message":"{}"}}"#, "é".repeat(5_000));
+        assert_eq!(
+            got,
+            format!(
+                "400: {}... [truncated {} chars]",
+                quoted.chars().take(4_000).collect::<String>(),
+                quoted.chars().count() - 4_000
+            )
+        );
+        // Statuses read back from the stored wordings.
+        for (text, status) in [
+            ("400: {}", Some(400)),
+            ("429 slow down", Some(429)),
+            ("mockresp API error (503): 503 upstream down", Some(503)),
+            ("HTTP 401: no", Some(401)),
+            ("4000 tokens", None),
+            ("overloaded_error: Overloaded", None),
+        ] {
+            assert_eq!(http_status(text), status, "{text}");
+        }
+        assert_eq!(
+            classify_text("429 slow down").class(),
+            ErrorClass::RateLimited
+        );
+        assert_eq!(classify_text("401 no").class(), ErrorClass::Auth);
+        assert!(classify_text("mockresp API error (503): 503 upstream down").is_retryable());
     }
 
     #[test]

@@ -400,7 +400,7 @@ mod tests {
     #[test]
     fn provider_errors_never_carry_a_key() {
         register_secret("sk-echoed-key-abcdef0123456789");
-        // The key straddles the 2,000-byte cut of the body: redacted before the cut.
+        // A key deep in a long body is redacted.
         let body = format!(
             "{}{{\"error\":\"bad key sk-echoed-key-abcdef0123456789\"}}",
             "x".repeat(1990)

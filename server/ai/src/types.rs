@@ -384,7 +384,8 @@ impl Message {
     }
 }
 
-/// A tool as the model sees it: name, description and JSON Schema of its arguments.
+/// A tool as the model sees it: name, description and JSON Schema of its arguments, and
+/// whether it asks for constrained sampling (Pi 1.6's `constrainedSampling`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ToolSpec {
@@ -392,6 +393,43 @@ pub struct ToolSpec {
     pub description: String,
     #[cfg_attr(feature = "ts", ts(type = "unknown"))]
     pub parameters: Value,
+    /// Pi 1.6's `constrainedSampling` of the tool (`None`: the tool asks for none). Only what
+    /// goes over the wire depends on it: a model whose compat supports strict tools gets the
+    /// tool with `strict: true` and its schema in the strict form
+    /// ([`crate::api::strict::make_strict_json_schema`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(skip))]
+    pub constrained_sampling: Option<ConstrainedSampling>,
+}
+
+/// A tool's request for constrained sampling (Pi 1.6's `constrainedSampling: {type:
+/// "json_schema", strict}`; the grammar kind is not supported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ConstrainedSampling {
+    /// Strict JSON-schema sampling of the tool's arguments.
+    JsonSchema {
+        /// `prefer` (strict when the model and the schema allow it) or `require` (the request
+        /// fails otherwise).
+        strict: Strictness,
+    },
+}
+
+impl ConstrainedSampling {
+    /// `{type: "json_schema", strict: "prefer"}`: what Pi 1.6's read, bash, edit and write
+    /// tools declare.
+    pub const PREFER_JSON_SCHEMA: ConstrainedSampling = ConstrainedSampling::JsonSchema {
+        strict: Strictness::Prefer,
+    };
+}
+
+/// How much a tool needs its strict sampling ([`ConstrainedSampling`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strictness {
+    /// Strict when possible, else the plain schema. (Pi's `require`, which fails the request
+    /// instead, is asked for by no tool here.)
+    Prefer,
 }
 
 /// Everything one model request is built from.

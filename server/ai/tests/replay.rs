@@ -685,9 +685,7 @@ async fn strm10_http_429_529_and_overflow_are_typed() {
     let m = evs.last().unwrap().terminal_message().unwrap();
     assert_eq!(
         m.error_message.as_deref(),
-        Some(
-            r#"HTTP 529: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
-        )
+        Some(r#"529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#)
     );
     let evs = replay_reply(
         "openai-completions",
@@ -862,6 +860,7 @@ fn recorded_via_anthropic() -> Vec<Message> {
 
 fn tools() -> Vec<ToolSpec> {
     vec![ToolSpec {
+        constrained_sampling: None,
         name: "read".into(),
         description: "Read a file".into(),
         parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),

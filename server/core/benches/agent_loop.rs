@@ -31,6 +31,7 @@ struct Noop;
 impl Tool for Noop {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+            constrained_sampling: None,
             name: "noop".into(),
             description: "does nothing".into(),
             parameters: json!({"type":"object","properties":{"n":{"type":"number"}}}),

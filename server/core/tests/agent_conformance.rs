@@ -77,6 +77,7 @@ struct TestTool {
 impl Tool for TestTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+            constrained_sampling: None,
             name: self.name.into(),
             description: "test".into(),
             parameters: self.schema.clone(),

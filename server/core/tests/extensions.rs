@@ -124,6 +124,7 @@ struct Echo {
 impl Tool for Echo {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+            constrained_sampling: None,
             name: "echo".into(),
             description: "echo".into(),
             parameters: json!({"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}),

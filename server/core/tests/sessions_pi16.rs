@@ -229,6 +229,7 @@ fn stored_system_messages_replay_to_the_run_that_wrote_them() {
     let d = tmp_dir("pi-core-pi16-system-");
     let mut w = SessionWriter::create(&d, Path::new("/ws"), "mock", "mock-1", "off").unwrap();
     let spec = |n: &str| pi_ai::ToolSpec {
+        constrained_sampling: None,
         name: n.into(),
         description: format!("{n} tool"),
         parameters: json!({"type": "object", "properties": {}}),

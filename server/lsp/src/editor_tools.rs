@@ -443,6 +443,7 @@ pub struct EditorTool {
 impl Tool for EditorTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+            constrained_sampling: None,
             name: self.decl.name.clone(),
             description: self.decl.description.clone(),
             parameters: self.decl.parameters.clone(),
@@ -553,6 +554,7 @@ impl Tool for DiagnosticsTool {
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+ constrained_sampling: None,
             name: DIAGNOSTICS_TOOL.into(),
             description: format!(
                 "Get the diagnostics (errors, warnings, hints) the user's editor currently shows, from its language servers and linters. Without paths: every file the editor has diagnostics for. One line each: path:line:column severity source(code): message (1-based lines and columns), errors first, at most {MAX_DIAGNOSTICS}."

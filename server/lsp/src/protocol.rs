@@ -697,6 +697,15 @@ pub struct SessionBranchParams {
     /// Extra focus for the summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_instructions: Option<String>,
+    /// Pi 1.6's `replaceInstructions`: `customInstructions` replace the summary prompt
+    /// instead of adding a focus to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[cfg_attr(test, ts(optional = nullable))]
+    pub replace_instructions: bool,
+    /// Pi 1.6's `label`: a label put on the `branch_summary` entry, or on the target entry
+    /// when no summary is written (a `label` entry, which becomes the leaf).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 /// `agent/session/label` params.

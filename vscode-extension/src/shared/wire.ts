@@ -559,7 +559,17 @@ summarize?: boolean,
 /**
  * Extra focus for the summary.
  */
-customInstructions?: string | null, };
+customInstructions?: string | null, 
+/**
+ * Pi 1.6's `replaceInstructions`: `customInstructions` replace the summary prompt
+ * instead of adding a focus to it.
+ */
+replaceInstructions?: boolean, 
+/**
+ * Pi 1.6's `label`: a label put on the `branch_summary` entry, or on the target entry
+ * when no summary is written (a `label` entry, which becomes the leaf).
+ */
+label?: string | null, };
 
 export type RewindParams = { sessionId: string, 
 /**

@@ -370,15 +370,58 @@ fn body_around(
     body
 }
 
+/// Keywords Anthropic's strict tool use refuses (Pi 1.6's `isAnthropicStrictUnsupportedKeyword`):
+/// numeric and size bounds, `minItems` other than 0 or 1, a `format` it does not know.
+fn anthropic_strict_unsupported(key: &str, value: &Value) -> bool {
+    const KEYWORDS: [&str; 11] = [
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "maxItems",
+        "uniqueItems",
+        "minContains",
+        "maxContains",
+        "minProperties",
+        "maxProperties",
+    ];
+    const FORMATS: [&str; 10] = [
+        "date-time",
+        "time",
+        "date",
+        "duration",
+        "email",
+        "hostname",
+        "uri",
+        "ipv4",
+        "ipv6",
+        "uuid",
+    ];
+    match key {
+        _ if KEYWORDS.contains(&key) => true,
+        "minItems" => !(value == 0 || value == 1),
+        "format" => !value.as_str().is_some_and(|f| FORMATS.contains(&f)),
+        _ => false,
+    }
+}
+
 /// The request's `tools`: name, description, `eager_input_streaming` unless
-/// `compat.supportsEagerToolInputStreaming` is false, the schema reduced to
-/// `{type, properties, required}`, `cc` (when the request has one) on the last.
+/// `compat.supportsEagerToolInputStreaming` is false, `strict: true` for a tool that asks for
+/// JSON-schema sampling when `compat.supportsStrictTools` is true and its schema has a strict
+/// form Anthropic takes, the schema as `{type, properties, required}` plus its
+/// `additionalProperties`, `$defs` and `definitions` (a strict one: its strict form with those
+/// keys set so), `cc` (when the request has one) on the last (Pi 1.6's `convertTools`).
 fn tools_value(model: &Model, tools: &[ToolSpec], cc: Option<&Value>) -> Value {
-    let eager = model
-        .compat
-        .get("supportsEagerToolInputStreaming")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
+    let flag = |name: &str, default: bool| {
+        model
+            .compat
+            .get(name)
+            .and_then(Value::as_bool)
+            .unwrap_or(default)
+    };
+    let eager = flag("supportsEagerToolInputStreaming", true);
+    let supports_strict = flag("supportsStrictTools", false);
     let n = tools.len();
     tools
         .iter()
@@ -388,11 +431,33 @@ fn tools_value(model: &Model, tools: &[ToolSpec], cc: Option<&Value>) -> Value {
             if eager {
                 tool["eager_input_streaming"] = Value::Bool(true);
             }
-            tool["input_schema"] = json!({
-                "type": "object",
-                "properties": t.parameters.get("properties").cloned().unwrap_or_else(|| json!({})),
-                "required": t.parameters.get("required").cloned().unwrap_or_else(|| json!([])),
-            });
+            let (parameters, strict) = super::strict::tool_parameters(
+                t,
+                supports_strict,
+                Some(anthropic_strict_unsupported),
+            );
+            let mut schema = if strict {
+                tool["strict"] = Value::Bool(true);
+                parameters.as_object().cloned().unwrap_or_default()
+            } else {
+                serde_json::Map::new()
+            };
+            schema.insert("type".into(), json!("object"));
+            let given = |key: &str| parameters.get(key).cloned();
+            schema.insert(
+                "properties".into(),
+                given("properties").unwrap_or_else(|| json!({})),
+            );
+            schema.insert(
+                "required".into(),
+                given("required").unwrap_or_else(|| json!([])),
+            );
+            for key in ["additionalProperties", "$defs", "definitions"] {
+                if let Some(v) = given(key) {
+                    schema.insert(key.into(), v);
+                }
+            }
+            tool["input_schema"] = Value::Object(schema);
             if let Some(cc) = cc.filter(|_| i + 1 == n) {
                 tool["cache_control"] = cc.clone();
             }
@@ -615,7 +680,15 @@ async fn stream_body(
     } else {
         format!("{base}/v1/messages")
     };
-    let mut sse = open_sse(&url, headers, body, cancel, timeout).await?;
+    let mut sse = open_sse(
+        &crate::errors::HttpWording::Anthropic,
+        &url,
+        headers,
+        body,
+        cancel,
+        timeout,
+    )
+    .await?;
     let mut usage = Usage::default();
     let mut stop: Option<(StopReason, String)> = None;
     let mut saw_stop = false;
@@ -776,6 +849,7 @@ mod tests {
             system_prompt: "Lead.".into(),
             messages: vec![Message::user_text("hi")],
             tools: vec![ToolSpec {
+                constrained_sampling: None,
                 name: "read".into(),
                 description: "Read a file".into(),
                 parameters: json!({"type":"object","properties":{},"required":[]}),
@@ -997,6 +1071,7 @@ mod tests {
     #[test]
     fn beta_header_as_pi_1_6() {
         let tool = ToolSpec {
+            constrained_sampling: None,
             name: "read".into(),
             description: "Read".into(),
             parameters: json!({"type":"object","properties":{}}),

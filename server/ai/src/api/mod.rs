@@ -9,6 +9,7 @@ pub mod openai_completions;
 pub mod openai_responses;
 mod prefix;
 pub mod scripted;
+pub mod strict;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -518,7 +519,8 @@ fn seconds(d: Duration) -> String {
 }
 
 /// POSTs `body` to `url` and returns the SSE body, or the classified failure: the HTTP
-/// status, `Retry-After` and the provider's error body (see [`crate::errors::classify_http`]);
+/// status, `Retry-After` and the provider's error body, worded as Pi words it on the wire
+/// (`wording`; see [`crate::errors::classify_http_as`]);
 /// secrets never appear (headers are not echoed). No headers within `timeout` (connection
 /// included; default [`DEFAULT_FIRST_BYTE_TIMEOUT`]) is a retryable
 /// [`ProviderError::Network`] error; so is a body silent for `timeout` (default
@@ -530,6 +532,7 @@ pub(crate) fn json_bytes(body: &Value) -> Vec<u8> {
 }
 
 pub(crate) async fn open_sse(
+    wording: &crate::errors::HttpWording,
     url: &str,
     headers: &[(String, String)],
     body: Vec<u8>,
@@ -580,7 +583,8 @@ pub(crate) async fn open_sse(
                 Err(_) => String::new(),
             },
         };
-        return Err(crate::errors::classify_http(
+        return Err(crate::errors::classify_http_as(
+            wording,
             status.as_u16(),
             retry_after_ms.as_deref(),
             retry_after.as_deref(),

@@ -787,16 +787,19 @@ fn body_around(
     body
 }
 
-/// The request's `tools`: each spec as a `function` (with `strict: false` where the server
-/// takes it).
+/// The request's `tools`: each spec as a `function`, with `strict` where the server takes it
+/// (`compat.supportsStrictMode`): `true` with the strict schema for a tool that asks for
+/// JSON-schema sampling and has a strict form, else `false` (Pi 1.6's `convertTools`,
+/// [`super::strict::tool_parameters`]).
 fn tools_value(compat: &Compat, tools: &[ToolSpec]) -> Value {
     tools
         .iter()
         .map(|t| {
-            let mut f =
-                json!({"name":t.name,"description":t.description,"parameters":t.parameters});
+            let (parameters, strict) =
+                super::strict::tool_parameters(t, compat.supports_strict_mode, None);
+            let mut f = json!({"name":t.name,"description":t.description,"parameters":parameters});
             if compat.supports_strict_mode {
-                f["strict"] = json!(false);
+                f["strict"] = json!(strict);
             }
             json!({"type":"function","function":f})
         })
@@ -991,7 +994,15 @@ async fn stream_body(
             .map(|(k, v)| (k.clone(), v.clone())),
     );
     headers.extend(session);
-    let mut sse = open_sse(&url, &headers, body, cancel, timeout).await?;
+    let mut sse = open_sse(
+        &crate::errors::HttpWording::Completions,
+        &url,
+        &headers,
+        body,
+        cancel,
+        timeout,
+    )
+    .await?;
     let mut finish: Option<Result<StopReason, String>> = None;
     // Key of the tool call the last id-less, index-less fragment continues (STRM-01).
     let mut last_call: Option<(String, String)> = None; // (key, id)
@@ -1287,6 +1298,7 @@ mod tests {
             system_prompt: "Lead.".into(),
             messages: vec![user("hi"), call("call_1", "m"), result("call_1", false)],
             tools: vec![crate::types::ToolSpec {
+                constrained_sampling: None,
                 name: "read".into(),
                 description: "Read a file".into(),
                 parameters: json!({"type":"object"}),
@@ -1435,6 +1447,7 @@ mod tests {
         let m = mock_1();
         let cache = RequestCache::default();
         let spec = |description: &str| crate::types::ToolSpec {
+            constrained_sampling: None,
             name: "read".into(),
             description: description.into(),
             parameters: json!({"type":"object","properties":{"path":{"type":"string"}}}),
@@ -1493,6 +1506,7 @@ mod tests {
         let mut m = mock_1();
         m.input = vec!["text".into(), "image".into()];
         let tools = vec![crate::types::ToolSpec {
+            constrained_sampling: None,
             name: "read".into(),
             description: "Read a file".into(),
             parameters: json!({"type":"object","properties":{"path":{"type":"string"}}}),

@@ -255,17 +255,20 @@ fn supports_strict_mode(model: &Model) -> bool {
         .unwrap_or(false)
 }
 
-/// The request's `tools`: each spec as a `function`, with `strict: false` only when
-/// `strict` ([`supports_strict_mode`]; Pi 1.6's `convertResponsesTools`: a server that does
-/// not know the field never sees it).
-fn tools_value(tools: &[ToolSpec], strict: bool) -> Value {
+/// The request's `tools`: each spec as a `function`, with `strict` only when `supported`
+/// ([`supports_strict_mode`]; Pi 1.6's `convertResponsesTools`: a server that does not know
+/// the field never sees it): `true` with the strict schema for a tool that asks for
+/// JSON-schema sampling and has a strict form ([`super::strict::tool_parameters`]), else
+/// `false`.
+fn tools_value(tools: &[ToolSpec], supported: bool) -> Value {
     tools
         .iter()
         .map(|t| {
+            let (parameters, strict) = super::strict::tool_parameters(t, supported, None);
             let mut f = json!({"type":"function","name":t.name,"description":t.description,
-            "parameters":t.parameters});
-            if strict {
-                f["strict"] = Value::Bool(false);
+            "parameters":parameters});
+            if supported {
+                f["strict"] = Value::Bool(strict);
             }
             f
         })
@@ -498,7 +501,17 @@ async fn stream_body(
     timeout: Option<std::time::Duration>,
 ) -> Result<Option<StopReason>, ProviderError> {
     let url = join_url(&model.base_url, "responses");
-    let mut sse = open_sse(&url, headers, body, cancel, timeout).await?;
+    let mut sse = open_sse(
+        &crate::errors::HttpWording::Responses {
+            provider: model.provider.clone(),
+        },
+        &url,
+        headers,
+        body,
+        cancel,
+        timeout,
+    )
+    .await?;
     // The block the current output item streams into, and the argument text so far.
     let mut current: Option<String> = None;
     let mut args = String::new();
@@ -975,6 +988,7 @@ mod tests {
             system_prompt: "Lead.".into(),
             messages: vec![Message::user_text("hi")],
             tools: vec![ToolSpec {
+                constrained_sampling: None,
                 name: "read".into(),
                 description: "Read a file".into(),
                 parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),

@@ -326,11 +326,13 @@ mod tests {
     fn tools() -> Vec<ToolSpec> {
         vec![
             ToolSpec {
+                constrained_sampling: None,
                 name: "read".into(),
                 description: "Read a file".into(),
                 parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
             },
             ToolSpec {
+                constrained_sampling: None,
                 name: "ls".into(),
                 description: "List".into(),
                 parameters: json!({"type":"object","properties":{}}),

@@ -1796,6 +1796,7 @@ mod budget_tests {
             user("1234567", 600),
         ];
         let tools = [ToolSpec {
+            constrained_sampling: None,
             name: "read".into(),
             description: "Read".into(),
             parameters: serde_json::json!({"type": "object"}),

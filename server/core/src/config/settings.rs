@@ -110,6 +110,10 @@ pub struct Settings {
     pub default_thinking_level: Option<ThinkingLevel>,
     /// `compaction`.
     pub compaction: CompactionSettings,
+    /// `branchSummary.reserveTokens`: tokens of the context window a branch summary leaves
+    /// for its prompt and answer (Pi 1.6's default 16,384); the branch left is summarised
+    /// within the window less these.
+    pub branch_summary_reserve_tokens: u64,
     /// `retry`.
     pub retry: RetryConfig,
     /// `steeringMode`: `"one-at-a-time"` (default) or `"all"`.
@@ -144,6 +148,7 @@ impl Default for Settings {
             default_model: None,
             default_thinking_level: None,
             compaction: CompactionSettings::default(),
+            branch_summary_reserve_tokens: crate::config::types::DEFAULT_RESERVE_TOKENS,
             retry: RetryConfig::default(),
             steering_mode: QueueMode::OneAtATime,
             follow_up_mode: QueueMode::OneAtATime,
@@ -386,6 +391,9 @@ impl Settings {
             }
             if let Some(n) = t.u64("/compaction/keepRecentTokens") {
                 s.compaction.keep_recent_tokens = n;
+            }
+            if let Some(n) = t.u64("/branchSummary/reserveTokens") {
+                s.branch_summary_reserve_tokens = n;
             }
             if let Some(b) = t.bool("/retry/enabled") {
                 s.retry.enabled = b;

@@ -293,6 +293,12 @@ pub trait ExtensionHost: Send + Sync {
     }
     /// Waits until no run is active (a run that is ending has ended). Default: at once.
     async fn wait_idle(&self) {}
+    /// The names of the tools the session's next run offers, in their order (Pi's
+    /// `pi.getActiveTools()`; the session's configuration built now, so also before its
+    /// first run, a resumed file's restored loadout included). Default: none known.
+    fn active_tools(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Sends `text` as the user's prompt (Pi's `pi.sendUserMessage`, `deliverAs: followUp`
     /// during a run). Default: not supported.
     async fn send_user_message(&self, _text: &str) -> Result<(), String> {
@@ -412,6 +418,11 @@ impl ExtensionContext {
     /// Waits until no run is active.
     pub async fn wait_idle(&self) {
         self.host.wait_idle().await
+    }
+
+    /// The names of the tools the session's next run offers (Pi's `pi.getActiveTools()`).
+    pub fn active_tools(&self) -> Vec<String> {
+        self.host.active_tools()
     }
 
     /// Sends `text` as the user's prompt (Pi's `pi.sendUserMessage`).

@@ -311,13 +311,25 @@ impl PlanBoard {
 }
 
 /// Turns plan mode on or off (`/plan`, a client's switch), as Pi's `togglePlanMode` does
-/// but keeping the list (it is the session's one todo list). On: the tools offered until now
-/// are recorded as `toolsBeforePlanMode` (Pi's `enablePlanModeTools`, unless already
-/// recorded); off: the record goes (Pi's `restoreNormalModeTools`), and the branch's loadout
-/// is that recorded set again ([`crate::harness::RecordedTools`] reads it from the entry), so
-/// a tool the loadout lost while planning comes back, as Pi 1.6.0's example brings it back.
+/// but keeping the list (it is the session's one todo list). On: the session's active tools
+/// ([`ExtensionContext::active_tools`], Pi's `pi.getActiveTools()`: also when `/plan` comes
+/// before any run, on a new session or a resumed file) are recorded as
+/// `toolsBeforePlanMode` (Pi's `enablePlanModeTools`, unless already recorded; a host that
+/// knows no active tools: those its runs offered); off: the record goes (Pi's
+/// `restoreNormalModeTools`), and the branch's loadout is that recorded set again
+/// ([`crate::harness::RecordedTools`] reads it from the entry), so a tool the loadout lost
+/// while planning comes back, as Pi 1.6.0's example brings it back.
 pub(crate) async fn set_mode(board: &PlanBoard, ctx: &ExtensionContext, on: bool) {
-    let offered = board.offered_tools();
+    let offered = if on && !board.plan_mode() {
+        let active = ctx.active_tools();
+        if active.is_empty() {
+            board.offered_tools()
+        } else {
+            active
+        }
+    } else {
+        Vec::new()
+    };
     board.with(|b| {
         *b.enabled() = on;
         *b.executing() = false;

@@ -577,6 +577,7 @@ impl Tool for TmuxTool {
         let name_prop = json!({"type": "string", "description": "Short name of the session (letters, digits, '-', '_')"});
         match self.kind {
             Kind::Start => ToolSpec {
+ constrained_sampling: None,
                 name: "tmux_start".into(),
                 description: "Start a long-running command (dev server, watcher, build) in the background, in a named tmux session the user can attach to. Returns at once; read its output later with tmux_capture.".into(),
                 parameters: json!({"type": "object", "properties": {
@@ -586,6 +587,7 @@ impl Tool for TmuxTool {
                     "required": ["name", "command"]}),
             },
             Kind::Capture => ToolSpec {
+ constrained_sampling: None,
                 name: "tmux_capture".into(),
                 description: format!("Read the terminal output of a background tmux session started with tmux_start: the last lines of its pane, truncated to {MAX_LINES} lines or {}KB.", MAX_BYTES / 1024),
                 parameters: json!({"type": "object", "properties": {
@@ -594,11 +596,13 @@ impl Tool for TmuxTool {
                     "required": ["name"]}),
             },
             Kind::List => ToolSpec {
+ constrained_sampling: None,
                 name: "tmux_list".into(),
                 description: "List this workspace's background tmux sessions: running or exited, and how the user attaches.".into(),
                 parameters: json!({"type": "object", "properties": {}}),
             },
             Kind::Kill => ToolSpec {
+ constrained_sampling: None,
                 name: "tmux_kill".into(),
                 description: "Stop a background tmux session and its processes.".into(),
                 parameters: json!({"type": "object", "properties": {"name": name_prop}, "required": ["name"]}),

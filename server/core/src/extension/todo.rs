@@ -50,6 +50,7 @@ fn output(board: &PlanBoard, action: &str, text: String, error: Option<String>) 
 impl Tool for TodoTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+            constrained_sampling: None,
             name: TODO_TOOL.into(),
             description: "Manage a todo list. Actions: list, add (text), toggle (id), clear".into(),
             parameters: json!({

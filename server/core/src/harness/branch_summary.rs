@@ -42,6 +42,31 @@ pub const NO_CONTENT: &str = "No content to summarize";
 /// context window (128,000 when unknown) less this many tokens (`generateBranchSummary`).
 pub const RESERVE_TOKENS: u64 = DEFAULT_RESERVE_TOKENS;
 
+/// How a branch summary is asked for (Pi 1.6's `navigateTree` options and
+/// `branchSummary` settings as `generateBranchSummary` takes them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryOptions {
+    /// Pi's `customInstructions`: "Additional focus" after Pi's prompt; an empty one adds
+    /// nothing.
+    pub custom_instructions: Option<String>,
+    /// Pi's `replaceInstructions`: the custom instructions stand instead of Pi's prompt
+    /// (only when there are some).
+    pub replace_instructions: bool,
+    /// `branchSummary.reserveTokens`: the left messages summarised are at most the context
+    /// window less these tokens ([`RESERVE_TOKENS`] by default).
+    pub reserve_tokens: u64,
+}
+
+impl Default for SummaryOptions {
+    fn default() -> Self {
+        SummaryOptions {
+            custom_instructions: None,
+            replace_instructions: false,
+            reserve_tokens: RESERVE_TOKENS,
+        }
+    }
+}
+
 /// A branch summary as the `branch_summary` entry stores it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BranchSummary {
@@ -150,22 +175,40 @@ fn prepare_branch_entries(
     (picked, ops)
 }
 
-/// Asks `model` to summarise `entries` (the entries left, chronological; `cancel` stops it)
-/// as Pi 1.6's `generateBranchSummary`, with `custom_instructions` as Pi's "Additional focus"
-/// (an empty one adds nothing). An answer without text is asked for once more; a second one
-/// fails the summary: no empty summary is written (case 18.11). A failure is worded as Pi's,
-/// "Branch summarization failed: …" ([`SummaryKind::Branch`]).
+/// [`branch_summary_with`] with `custom_instructions` as Pi's "Additional focus" and Pi's
+/// default reserve.
 pub async fn branch_summary(
     model: &Model,
     entries: &[&Entry],
     custom_instructions: Option<&str>,
     cancel: &CancellationToken,
 ) -> Result<BranchSummary, String> {
+    let options = SummaryOptions {
+        custom_instructions: custom_instructions.map(str::to_string),
+        ..SummaryOptions::default()
+    };
+    branch_summary_with(model, entries, &options, cancel).await
+}
+
+/// Asks `model` to summarise `entries` (the entries left, chronological; `cancel` stops it)
+/// as Pi 1.6's `generateBranchSummary`: the newest messages that fit the context window
+/// (128,000 when unknown) less `options.reserve_tokens`; Pi's prompt, with the custom
+/// instructions as its "Additional focus", or instead of it with `replace_instructions`
+/// ([`SummaryOptions`]). An answer without text is asked for once more; a second one fails
+/// the summary: no empty summary is written (case 18.11). A failure is worded as Pi's,
+/// "Branch summarization failed: …" ([`SummaryKind::Branch`]).
+pub async fn branch_summary_with(
+    model: &Model,
+    entries: &[&Entry],
+    options: &SummaryOptions,
+    cancel: &CancellationToken,
+) -> Result<BranchSummary, String> {
     let window = match model.context_window {
         0 => 128_000,
         w => w,
     };
-    let (picked, ops) = prepare_branch_entries(entries, window.saturating_sub(RESERVE_TOKENS));
+    let (picked, ops) =
+        prepare_branch_entries(entries, window.saturating_sub(options.reserve_tokens));
     if picked.is_empty() {
         return Ok(BranchSummary {
             summary: NO_CONTENT.to_string(),
@@ -175,7 +218,13 @@ pub async fn branch_summary(
     }
     let messages: Vec<Message> = picked.into_iter().flatten().collect();
     let conversation = serialize_conversation_as_pi(&messages);
-    let instructions = match custom_instructions.filter(|c| !c.is_empty()) {
+    // Pi: `replaceInstructions && customInstructions` (an empty string is false there).
+    let instructions = match options
+        .custom_instructions
+        .as_deref()
+        .filter(|c| !c.is_empty())
+    {
+        Some(c) if options.replace_instructions => c.to_string(),
         Some(c) => format!("{INSTRUCTIONS}\n\nAdditional focus: {c}"),
         None => INSTRUCTIONS.to_string(),
     };

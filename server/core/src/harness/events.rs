@@ -357,6 +357,12 @@ impl ExtensionHost for SessionHost {
         }
     }
 
+    fn active_tools(&self) -> Vec<String> {
+        self.session()
+            .map(|s| s.config().tools.iter().map(|t| t.spec().name).collect())
+            .unwrap_or_default()
+    }
+
     async fn send_user_message(&self, text: &str) -> Result<(), String> {
         self.session()?
             .prompt(

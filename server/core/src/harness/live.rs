@@ -177,6 +177,17 @@ pub struct BashOutcome {
     pub queue_id: Option<String>,
 }
 
+/// Pi 1.6's `navigateTree` options besides `summarize` ([`AgentSession::branch_with`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NavigateOptions {
+    /// `customInstructions`: "Additional focus" of the summary request.
+    pub custom_instructions: Option<String>,
+    /// `replaceInstructions`: the custom instructions replace Pi's summary prompt.
+    pub replace_instructions: bool,
+    /// `label`: put on the summary entry, or on the target without a summary.
+    pub label: Option<String>,
+}
+
 /// Where [`AgentSession::branch`] moved the leaf.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
@@ -817,6 +828,27 @@ impl AgentSession {
         summarize: bool,
         instructions: Option<&str>,
     ) -> Result<BranchOutcome, Error> {
+        let options = NavigateOptions {
+            custom_instructions: instructions.map(str::to_string),
+            ..NavigateOptions::default()
+        };
+        self.branch_with(entry_id, summarize, &options).await
+    }
+
+    /// Moves the leaf to `entry_id` as Pi 1.6's `navigateTree(targetId, {summarize,
+    /// customInstructions, replaceInstructions, label})` does ([`AgentSession::branch`]
+    /// with all of Pi's options): the summary asked with the custom instructions as Pi's
+    /// "Additional focus" or, with `replace_instructions`, instead of Pi's prompt, within the
+    /// window less the workspace's `branchSummary.reserveTokens`; a non-empty `label` put on
+    /// the summary entry, or on the target when there is no summary (a `label` entry, which
+    /// becomes the leaf, as Pi's `appendLabelChange`). Nothing is done when the target is the
+    /// leaf already.
+    pub async fn branch_with(
+        &self,
+        entry_id: Option<&str>,
+        summarize: bool,
+        options: &NavigateOptions,
+    ) -> Result<BranchOutcome, Error> {
         let busy = || {
             Error::Busy(format!(
                 "session {} is running {}; moving the leaf waits until the run ends (or agent/abort it)",
@@ -853,10 +885,20 @@ impl AgentSession {
         let summary = if summarize && !left.is_empty() {
             let cancel = tokio_util::sync::CancellationToken::new();
             let _cancel_on_drop = cancel.clone().drop_guard();
+            let summary_options = super::branch_summary::SummaryOptions {
+                custom_instructions: options.custom_instructions.clone(),
+                replace_instructions: options.replace_instructions,
+                reserve_tokens: self.ws.settings().branch_summary_reserve_tokens,
+            };
             Some(
-                super::branch_summary::branch_summary(&self.model(), &left, instructions, &cancel)
-                    .await
-                    .map_err(Error::Summary)?,
+                super::branch_summary::branch_summary_with(
+                    &self.model(),
+                    &left,
+                    &summary_options,
+                    &cancel,
+                )
+                .await
+                .map_err(Error::Summary)?,
             )
         } else {
             None
@@ -879,6 +921,15 @@ impl AgentSession {
                     None
                 }
             };
+            // Pi: the label on the summary entry, else on the target (not when the target
+            // was the leaf already: Pi's navigation stops before).
+            let label = options.label.as_deref().filter(|l| !l.is_empty());
+            let labelled = id
+                .as_deref()
+                .or(entry_id.filter(|t| *t != old_leaf.as_deref().unwrap_or_default()));
+            if let (Some(label), Some(target)) = (label, labelled) {
+                w.label(target, Some(label))?;
+            }
             (id, w.leaf().map(str::to_string))
         };
         let (tree, _) = self.tree()?;

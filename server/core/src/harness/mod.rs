@@ -47,7 +47,7 @@ use crate::tools::BeforeBash;
 pub use events::SessionListener;
 pub use live::{
     check_image, entry_text, AbortReport, BashOutcome, BranchOutcome, CustomSent, Error,
-    PromptOutcome, ABORT_WAIT,
+    NavigateOptions, PromptOutcome, ABORT_WAIT,
 };
 pub use queue::{Notice, Tracker};
 pub use recorder::Recorder;

@@ -352,6 +352,7 @@ impl McpTool {
         McpTool {
             read_only: annotations.get("readOnlyHint").and_then(Value::as_bool) == Some(true),
             spec: ToolSpec {
+                constrained_sampling: None,
                 name,
                 description,
                 parameters: normalize_schema(raw.get("inputSchema").unwrap_or(&Value::Null)),
@@ -723,6 +724,7 @@ struct ToolSearch(std::sync::Weak<RunTools>);
 impl Tool for ToolSearch {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+            constrained_sampling: None,
             name: TOOL_SEARCH.into(),
             description: TOOL_SEARCH_DESCRIPTION.into(),
             parameters: json!({
@@ -799,16 +801,19 @@ impl Tool for ResourceTool {
             json!({"type": "string", "description": "Cursor from a previous page (with server)"});
         match self.kind {
             ResourceKind::List => ToolSpec {
+ constrained_sampling: None,
                 name: "list_mcp_resources".into(),
                 description: "Lists resources offered by MCP servers as JSON. With `server`, lists one page of that server; `cursor` continues with the next page. Without `server`, lists every resource of every server.".into(),
                 parameters: json!({"type": "object", "properties": {"server": server, "cursor": cursor}}),
             },
             ResourceKind::Templates => ToolSpec {
+ constrained_sampling: None,
                 name: "list_mcp_resource_templates".into(),
                 description: "Lists URI templates of resources MCP servers do not list directly, as JSON. With `server`, one page of that server; `cursor` continues.".into(),
                 parameters: json!({"type": "object", "properties": {"server": server, "cursor": cursor}}),
             },
             ResourceKind::Read => ToolSpec {
+ constrained_sampling: None,
                 name: "read_mcp_resource".into(),
                 description: "Reads a resource of an MCP server by server name and URI.".into(),
                 parameters: json!({"type": "object", "properties": {"server": server, "uri": {"type": "string", "description": "Resource URI"}}, "required": ["server", "uri"]}),

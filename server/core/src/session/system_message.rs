@@ -362,6 +362,7 @@ mod tests {
     #[test]
     fn patches_replay_to_the_wanted_state_as_pi_replays_them() {
         let spec = |n: &str, d: &str| pi_ai::ToolSpec {
+            constrained_sampling: None,
             name: n.into(),
             description: d.into(),
             parameters: json!({"type": "object"}),

@@ -899,6 +899,8 @@ impl Tool for BashTool {
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+ // Pi 1.6: `constrainedSampling: { type: "json_schema", strict: "prefer" }`.
+ constrained_sampling: Some(pi_ai::ConstrainedSampling::PREFER_JSON_SCHEMA),
             name: "bash".into(),
             description: format!("Execute a bash command in the current working directory. Returns stdout and stderr. Output is truncated to last {MAX_LINES} lines or 50KB (whichever is hit first). If truncated, full output is saved to a temp file. Optionally provide a timeout in seconds."),
             parameters: json!({"type":"object","required":["command"],"properties":{

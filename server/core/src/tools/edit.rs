@@ -530,6 +530,8 @@ impl Tool for EditTool {
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+ // Pi 1.6: `constrainedSampling: { type: "json_schema", strict: "prefer" }`.
+ constrained_sampling: Some(pi_ai::ConstrainedSampling::PREFER_JSON_SCHEMA),
             name: "edit".into(),
             description: "Edit a single file using exact text replacement. Every edits[].oldText must match a unique, non-overlapping region of the original file. If two changes affect the same block or nearby lines, merge them into one edit instead of emitting overlapping edits. Do not include large unchanged regions just to connect distant changes.".into(),
             parameters: json!({"type":"object","required":["path","edits"],"properties":{

@@ -139,6 +139,7 @@ impl Tool for FindTool {
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+ constrained_sampling: None,
             name: "find".into(),
             description: format!("Search for files by glob pattern. Returns matching file paths relative to the search directory. Respects .gitignore. Output is truncated to {FIND_LIMIT} results or 50KB (whichever is hit first)."),
             parameters: json!({"type":"object","required":["pattern"],"properties":{

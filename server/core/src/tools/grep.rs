@@ -417,6 +417,7 @@ impl Tool for GrepTool {
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+ constrained_sampling: None,
             name: "grep".into(),
             description: format!("Search file contents for a pattern. Returns matching lines with file paths and line numbers. Respects .gitignore. Output is truncated to {GREP_LIMIT} matches or {}KB (whichever is hit first). Long lines are truncated to {GREP_MAX_LINE_LENGTH} chars.", MAX_BYTES / 1024),
             parameters: json!({"type":"object","required":["pattern"],"properties":{

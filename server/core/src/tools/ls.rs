@@ -48,6 +48,7 @@ impl Tool for LsTool {
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+ constrained_sampling: None,
             name: "ls".into(),
             description: "List directory contents. Returns entries sorted alphabetically, with '/' suffix for directories. Includes dotfiles. Output is truncated to 500 entries or 50KB (whichever is hit first).".into(),
             parameters: json!({"type":"object","properties":{

@@ -766,6 +766,8 @@ impl Tool for ReadTool {
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+ // Pi 1.6: `constrainedSampling: { type: "json_schema", strict: "prefer" }`.
+ constrained_sampling: Some(pi_ai::ConstrainedSampling::PREFER_JSON_SCHEMA),
             name: "read".into(),
             description: format!("Read the contents of a file. Supports text files and images (jpg, png, gif, webp, bmp). Images are sent as attachments. For text files, output is truncated to {MAX_LINES} lines or 50KB (whichever is hit first). Use offset/limit for large files. When you need the full file, continue with offset until complete."),
             parameters: json!({"type":"object","required":["path"],"properties":{

@@ -101,6 +101,8 @@ impl Tool for WriteTool {
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {
+ // Pi 1.6: `constrainedSampling: { type: "json_schema", strict: "prefer" }`.
+ constrained_sampling: Some(pi_ai::ConstrainedSampling::PREFER_JSON_SCHEMA),
             name: "write".into(),
             description: "Write content to a file. Creates the file if it doesn't exist, overwrites if it does. Automatically creates parent directories.".into(),
             parameters: json!({"type":"object","required":["path","content"],"properties":{

@@ -242,18 +242,19 @@ pub(crate) async fn session_tree(cx: Ctx, p: SessionParams) -> Result<SessionTre
     })
 }
 
-/// `agent/session/branch {sessionId, entryId, summarize?, customInstructions?}`: moves the
-/// leaf (Pi's tree navigation; [`AgentSession::branch`]); with `summarize`, the model
-/// summarises the branch left behind first (a failed summary changes nothing;
-/// `$/cancelRequest` cancels it).
+/// `agent/session/branch {sessionId, entryId, summarize?, customInstructions?,
+/// replaceInstructions?, label?}`: moves the leaf (Pi 1.6's `navigateTree`;
+/// [`AgentSession::branch_with`]); with `summarize`, the model summarises the branch left
+/// behind first (a failed summary changes nothing; `$/cancelRequest` cancels it).
 pub(crate) async fn session_branch(cx: Ctx, p: SessionBranchParams) -> Result<SessionBranchResult> {
     let session = cx.session(&p.session_id).await?;
+    let options = pi_core::harness::NavigateOptions {
+        custom_instructions: p.custom_instructions,
+        replace_instructions: p.replace_instructions,
+        label: p.label,
+    };
     session
-        .branch(
-            p.entry_id.as_deref(),
-            p.summarize,
-            p.custom_instructions.as_deref(),
-        )
+        .branch_with(p.entry_id.as_deref(), p.summarize, &options)
         .await
         .map_err(core_error)
 }
