@@ -67,9 +67,8 @@ def main():
             print(f"{name} (ms; median [min-max] over {args.runs} runs of {rounds} rounds):")
             for b in args.binaries:
                 med = statistics.median(fig[b])
-                ratio = statistics.median(fig[base]) / med if med > 0 else float("nan")
                 print(f"  {b}: {med * 1e3:.3f} [{min(fig[b]) * 1e3:.3f}-{max(fig[b]) * 1e3:.3f}]"
-                      f"  (first / this: {ratio:.2f}x)")
+                      f"  (first / this: {bench.ratio(statistics.median(fig[base]), med)})")
     finally:
         model.kill()
         model.wait()
