@@ -72,12 +72,11 @@ impl SessionEvents {
                 self.recorder.record_system(a)?;
                 None
             }
-            (
-                AgentEvent::MessageEnd {
-                    message: pi_ai::Message::Assistant(_),
-                },
-                Some(a),
-            ) => Some(a.with_config(|c| super::thinking_level_name(&c.model).to_string())),
+            (AgentEvent::MessageEnd { message }, Some(a))
+                if matches!(**message, pi_ai::Message::Assistant(_)) =>
+            {
+                Some(a.with_config(|c| super::thinking_level_name(&c.model).to_string()))
+            }
             _ => None,
         };
         self.recorder.record_stamped(event, level.as_deref())
@@ -92,26 +91,28 @@ impl EventSink for SessionEvents {
         let _settled = self.settled.lock().await;
         let mut notices = self.tracker.on_event(&event);
         let substitute = match &event {
-            AgentEvent::MessageEnd {
-                message: m @ Message::User(_),
-            } => self.tracker.substitute(m),
+            AgentEvent::MessageEnd { message: m } if matches!(**m, Message::User(_)) => {
+                self.tracker.substitute(m)
+            }
             _ => None,
         };
         // An extension's custom message reaches the listeners as Pi shows it (role "custom").
         let custom = match &event {
-            AgentEvent::MessageStart {
-                message: m @ Message::User(u),
-            } => self
-                .tracker
-                .custom_entry(m)
-                .and_then(|e| custom_view(e, u.timestamp))
-                .map(|message| AgentEvent::CustomMessageStart { message }),
-            AgentEvent::MessageEnd {
-                message: Message::User(u),
-            } => substitute
-                .clone()
-                .and_then(|e| custom_view(e, u.timestamp))
-                .map(|message| AgentEvent::CustomMessageEnd { message }),
+            AgentEvent::MessageStart { message: m } => match &**m {
+                Message::User(u) => self
+                    .tracker
+                    .custom_entry(m)
+                    .and_then(|e| custom_view(e, u.timestamp))
+                    .map(|message| AgentEvent::CustomMessageStart { message }),
+                _ => None,
+            },
+            AgentEvent::MessageEnd { message: m } => match &**m {
+                Message::User(u) => substitute
+                    .clone()
+                    .and_then(|e| custom_view(e, u.timestamp))
+                    .map(|message| AgentEvent::CustomMessageEnd { message }),
+                _ => None,
+            },
             _ => None,
         };
         let recorded = match substitute {
