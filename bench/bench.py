@@ -94,28 +94,22 @@ def start_model():
 
 # ---------------------------------------------------------------- process helpers
 
-def _ticks(stat_path):
-    """utime + stime of a /proc stat file, in clock ticks."""
-    with open(stat_path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
 def cpu_s(pid):
-    """CPU time the process `pid` has used so far, in s (steadier than wall time on a shared
-    machine): each live thread's scheduler run time (`/proc/PID/task/*/schedstat`, ns) plus
-    the time of threads that already ended (the process's user + system time less its live
-    threads', `/proc/PID/stat`: clock ticks, 10 ms steps)."""
-    try:
-        clk = os.sysconf("SC_CLK_TCK")
-        group = _ticks(f"/proc/{pid}/stat")
-        live_ns, live_ticks = 0, 0
-        for t in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
-                live_ns += int(f.read().split()[0])
-            live_ticks += _ticks(f"/proc/{pid}/task/{t}/stat")
-        return live_ns / 1e9 + max(group - live_ticks, 0) / clk
-    except (OSError, IndexError, ValueError):
-        return float("nan")
+    """CPU time the process `pid` has used so far, every thread's (ended threads' too), in s,
+    exact to the nanosecond (steadier than wall time on a shared machine): the kernel's CPU
+    clock of the process, as `clock_getcpuclockid(3)` names it (CPUCLOCK_SCHED: the scheduler's
+    run time of the live threads plus what the ended ones ran). One reading of one counter, so
+    a later reading is never smaller. (Summing the live threads' `/proc/PID/task/*/schedstat`
+    with the ended threads' 10 ms ticks from `/proc/PID/stat`, as this did before, lost up to a
+    tick for each thread ending between two readings, and printed a negative answer once.)
+    Linux only; raises OSError once the process is gone (never a made-up value)."""
+    # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) of the kernel's posix-timers.h.
+    return time.clock_gettime(((~pid) << 3) | 2)
+
+def ratio(first, this):
+    """`first / this` as printed beside an A/B figure ("1.23x"), or "—" when either is not a
+    positive amount (an overhead below the model's floor): never a negative or `nan` ratio."""
+    return f"{first / this:.2f}x" if first > 0 and this > 0 else "—"
 
 def peak_rss_mb(pid):
     try:
@@ -388,9 +382,8 @@ def measure(args, port, tmp):
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize()
         b0 = s.r.bytes; s.prompt_to_end("paced please"); b_paced = (s.r.bytes - b0) / PACED_DELTAS
         s.close()
-        # The 4,500-delta answer's CPU, readable: one answer's CPU is a few ms, below what
-        # `cpu_s` resolves once a thread has ended (10 ms ticks); DELTA_REPEAT answers in one
-        # process after a first untimed one, divided, are.
+        # The 4,500-delta answer's CPU, steadier: DELTA_REPEAT answers in one process after a
+        # first untimed one (the row above times a process's first), divided.
         s = PiLsp(args.pi_lsp, ws, agent); s.initialize(); s.prompt_to_end("deltas please")
         c = cpu_s(s.p.pid)
         for _ in range(DELTA_REPEAT):
@@ -523,8 +516,9 @@ def report(fig, args, out_md, chart_dir):
         show = (lambda x: f"{x:.1f}") if "(s)" not in key and "(s;" not in key else fmt
         row = [key, show(statistics.median(v["ours"])), f"{show(min(v['ours']))}–{show(max(v['ours']))}"]
         for pis in v["pi"]:
-            ratios = [p / o for o, p in zip(v["ours"], pis) if o > 0] or [float("nan")]
-            row += [show(statistics.median(pis)), f"{statistics.median(ratios):.1f}× ({min(ratios):.1f}–{max(ratios):.1f}×)"]
+            ratios = [p / o for o, p in zip(v["ours"], pis) if o > 0 and p > 0]
+            row += [show(statistics.median(pis)), f"{statistics.median(ratios):.1f}× ({min(ratios):.1f}–{max(ratios):.1f}×)"
+                    if ratios else "—"]
         rows.append(tuple(row))
     charts = []
     try:

@@ -76,9 +76,8 @@ def main():
             print(f"{name} (ms; median [min-max] over {args.runs} runs of {args.answers} answers):")
             for b in args.binaries:
                 med = statistics.median(fig[b])
-                ratio = statistics.median(fig[base]) / med if med > 0 else float("nan")
                 print(f"  {b}: {med * 1e3:.2f} [{min(fig[b]) * 1e3:.2f}-{max(fig[b]) * 1e3:.2f}]"
-                      f"  (first / this: {ratio:.2f}x)")
+                      f"  (first / this: {bench.ratio(statistics.median(fig[base]), med)})")
     finally:
         model.kill()
         model.wait()

@@ -13,6 +13,14 @@ and the wall time per round less the model's floor (bench.model_floor: a bare HT
 sending the rounds' requests, fastest of three, measured in every run) is the harness
 overhead. Prints the median and min-max of each binary's figures over the runs, and the
 ratio of medians against the first binary.
+
+    python3 bench/round_bench.py BINARY [BINARY ...] --callgrind DIR [--prompts M]
+
+instead counts instructions (Valgrind's callgrind, every thread): each binary answers 1 and
+1 + M prompts (M = 2 unless given) in two processes started under callgrind, and the
+difference / M is its instructions per prompt of ROUNDS rounds (start, `initialize`, the first
+prompt and the exit cancel out). The profiles stay in DIR (`cg.<binary>.<prompts>.<pid>`) for
+`callgrind_annotate --inclusive=yes`.
 Needs the release `mock-model` (`tests/mock-model-path --release`, or `$PI_MOCK_MODEL_BIN`).
 """
 import argparse, json, statistics, sys, tempfile, time
@@ -20,14 +28,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
+import delta_bench  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("binaries", nargs="+")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--prompts", type=int, default=1)
+    ap.add_argument("--prompts", type=int, default=None)
+    ap.add_argument("--callgrind", metavar="DIR", help="count instructions per prompt instead")
     args = ap.parse_args()
+    if args.prompts is None:
+        args.prompts = 2 if args.callgrind else 1
     tmp = Path(tempfile.mkdtemp(prefix="pi-round-bench-"))
     port, model = bench.start_model()
     try:
@@ -40,6 +52,8 @@ def main():
         ws = tmp / "ws"
         ws.mkdir()
         (ws / "small.txt").write_text("hello\n" * 5)
+        if args.callgrind:
+            return callgrind(args, ws, agent)
         rounds = args.prompts * bench.ROUNDS
         cpu = {b: [] for b in args.binaries}
         over = {b: [] for b in args.binaries}
@@ -67,12 +81,47 @@ def main():
             print(f"{name} (ms; median [min-max] over {args.runs} runs of {rounds} rounds):")
             for b in args.binaries:
                 med = statistics.median(fig[b])
-                ratio = statistics.median(fig[base]) / med if med > 0 else float("nan")
                 print(f"  {b}: {med * 1e3:.3f} [{min(fig[b]) * 1e3:.3f}-{max(fig[b]) * 1e3:.3f}]"
-                      f"  (first / this: {ratio:.2f}x)")
+                      f"  (first / this: {bench.ratio(statistics.median(fig[base]), med)})")
     finally:
         model.kill()
         model.wait()
+
+
+def prompted(binary, ws, agent, prompts):
+    """One process of `binary` answering `prompts` `rounds please` prompts, then shut down as an
+    editor does."""
+    s = bench.PiLsp(binary, ws, agent)
+    s.initialize()
+    for _ in range(prompts):
+        s.prompt_to_end("rounds please")
+    s.request("shutdown", None)
+    s.send({"jsonrpc": "2.0", "method": "exit"})
+    s.p.wait(timeout=1200)
+
+
+def callgrind(args, ws, agent):
+    """`--callgrind DIR`: instructions per prompt of each binary (see the module's doc)."""
+    out = Path(args.callgrind).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for i, b in enumerate(args.binaries):
+        path, env = bench.binary_env(b)
+        counts = {}
+        for prompts in (1, 1 + args.prompts):
+            stem = f"cg.{i}-{Path(path).name}.{prompts}"
+            wrapper = out / f"{stem}.sh"
+            wrapper.write_text("#!/bin/sh\nexec valgrind -q --tool=callgrind "
+                               f"--callgrind-out-file={out}/{stem}.%p {Path(path).resolve()} \"$@\"\n")
+            wrapper.chmod(0o755)
+            before = set(out.glob(f"{stem}.[0-9]*"))
+            head = ",".join(f"{k}={v}" for k, v in env.items())
+            prompted(f"{head}:{wrapper}" if head else str(wrapper), ws, agent, prompts)
+            made = sorted(set(out.glob(f"{stem}.[0-9]*")) - before)
+            counts[prompts] = sum(delta_bench.totals(f) for f in made)
+        per = (counts[1 + args.prompts] - counts[1]) / args.prompts
+        print(f"{bench.label(b)}: {per / 1e6:.3f} M instructions per prompt of {bench.ROUNDS} rounds, "
+              f"{per / bench.ROUNDS / 1e6:.4f} M a round ({counts[1] / 1e6:.1f} M for 1 prompt, "
+              f"{counts[1 + args.prompts] / 1e6:.1f} M for 1 + {args.prompts})", flush=True)
 
 
 if __name__ == "__main__":

@@ -63,9 +63,8 @@ def main():
         print(f"{name} (ms; median [min-max] over {args.runs} starts):")
         for b in args.binaries:
             med = statistics.median(fig[b])
-            ratio = statistics.median(fig[base]) / med if med > 0 else float("nan")
             print(f"  {b}: {med * 1e3:.3f} [{min(fig[b]) * 1e3:.3f}-{max(fig[b]) * 1e3:.3f}]"
-                  f"  (first / this: {ratio:.2f}x)")
+                  f"  (first / this: {bench.ratio(statistics.median(fig[base]), med)})")
     if pi_wall:
         med = statistics.median(pi_wall)
         print(f"Pi wall to ready: {med * 1e3:.1f} ms [{min(pi_wall) * 1e3:.1f}-{max(pi_wall) * 1e3:.1f}]; "

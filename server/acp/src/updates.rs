@@ -255,23 +255,30 @@ impl SessionListener for AcpSink {
                 AssistantEvent::ThinkingDelta { delta, .. } => self.delta(&delta, true),
                 _ => {}
             },
-            AgentEvent::MessageEnd {
-                message: Message::Assistant(a),
-            } => {
-                for c in a.tool_calls() {
-                    self.calls
-                        .lock()
-                        .insert(c.id.clone(), (c.name.clone(), c.arguments.clone()));
-                    self.send(SessionUpdate::ToolCall(tools::announce(
-                        &self.cwd,
-                        &c.id,
-                        &c.name,
-                        &c.arguments,
-                    )));
+            AgentEvent::MessageEnd { message } => match &*message {
+                Message::Assistant(a) => {
+                    for c in a.tool_calls() {
+                        self.calls
+                            .lock()
+                            .insert(c.id.clone(), (c.name.clone(), c.arguments.clone()));
+                        self.send(SessionUpdate::ToolCall(tools::announce(
+                            &self.cwd,
+                            &c.id,
+                            &c.name,
+                            &c.arguments,
+                        )));
+                    }
+                    let mut s = self.stream.lock();
+                    flush(&self.conn, &self.session_id, &mut s);
                 }
-                let mut s = self.stream.lock();
-                flush(&self.conn, &self.session_id, &mut s);
-            }
+                Message::User(u) => {
+                    let mut title = self.title.lock();
+                    if title.is_none() {
+                        *title = title_of(&u.content.to_text());
+                    }
+                }
+                _ => {}
+            },
             AgentEvent::ToolExecutionStart { tool_call_id, .. } => {
                 self.send(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
                     tool_call_id,
@@ -317,14 +324,6 @@ impl SessionListener for AcpSink {
                     tool_call_id,
                     fields,
                 )));
-            }
-            AgentEvent::MessageEnd {
-                message: Message::User(u),
-            } => {
-                let mut title = self.title.lock();
-                if title.is_none() {
-                    *title = title_of(&u.content.to_text());
-                }
             }
             AgentEvent::AgentEnd { .. } => {
                 let mut info = SessionInfoUpdate::new().updated_at(chrono::Utc::now().to_rfc3339());

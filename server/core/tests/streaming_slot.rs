@@ -115,11 +115,11 @@ impl EventSink for Reader {
             return;
         }
         match event {
-            AgentEvent::MessageStart {
-                message: Message::Assistant(a),
-            } => {
-                assert_eq!(agent.streaming_message(), Some(a.clone()));
-                seen.start = Some(a);
+            AgentEvent::MessageStart { message } => {
+                if let Message::Assistant(a) = &*message {
+                    assert_eq!(agent.streaming_message(), Some(a.clone()));
+                    seen.start = Some(a.clone());
+                }
             }
             AgentEvent::MessageUpdate {
                 assistant_message_event,
@@ -127,11 +127,11 @@ impl EventSink for Reader {
                 let slot = agent.streaming_message().unwrap();
                 seen.updates.push((assistant_message_event, slot));
             }
-            AgentEvent::MessageEnd {
-                message: Message::Assistant(a),
-            } => {
-                assert_eq!(agent.streaming_message(), None);
-                seen.end = Some(a);
+            AgentEvent::MessageEnd { message } => {
+                if let Message::Assistant(a) = &*message {
+                    assert_eq!(agent.streaming_message(), None);
+                    seen.end = Some(a.clone());
+                }
             }
             _ => {}
         }

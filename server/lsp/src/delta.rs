@@ -299,10 +299,10 @@ mod tests {
             "r2",
             7,
             AgentEvent::MessageStart {
-                message: pi_ai::Message::User(pi_ai::types::UserMessage {
+                message: std::sync::Arc::new(pi_ai::Message::User(pi_ai::types::UserMessage {
                     content: pi_ai::types::UserContent::Text("x".into()),
                     timestamp: 0,
-                }),
+                })),
             },
         ));
         assert!(matches!(

@@ -10,6 +10,8 @@
 //! [`AgentEventParams`] (or [`crate::delta::AgentEventRefParams`]) gives: the members in the
 //! same order, each value serialised by `serde_json` as the derived serialisation does.
 
+use std::sync::Arc;
+
 use pi_ai::{Message, ToolResultMessage};
 use pi_core::agent::AgentEvent;
 
@@ -31,7 +33,7 @@ const RUN_BYTES: usize = 4 << 20;
 /// empty message the answer begins with) is not kept.
 #[derive(Debug, Default)]
 pub(crate) struct Repeats {
-    kept: Vec<(Message, Vec<u8>)>,
+    kept: Vec<(Arc<Message>, Vec<u8>)>,
     /// Where the current turn's messages begin in `kept`.
     turn: usize,
     /// The bytes in `kept`.
@@ -97,7 +99,7 @@ impl Repeats {
                 AgentEvent::MessageStart { message } => {
                     out.extend_from_slice(b",\"event\":{\"type\":\"message_start\",\"message\":");
                     // An answer's first (empty) message is not kept: its end differs.
-                    let keep = !matches!(message, Message::Assistant(_));
+                    let keep = !matches!(**message, Message::Assistant(_));
                     fresh = write_message(out, turn, message, keep)?;
                 }
                 AgentEvent::MessageEnd { message } => {
@@ -128,7 +130,7 @@ impl Repeats {
                         if i > 0 {
                             out.push(b',');
                         }
-                        match all[from..].iter().position(|(k, _)| k == m) {
+                        match all[from..].iter().position(|(k, _)| same(k, m)) {
                             Some(k) => {
                                 out.extend_from_slice(&all[from + k].1);
                                 from += k + 1;
@@ -174,27 +176,33 @@ impl Repeats {
 /// returned), else serialised (its bytes returned when `keep`, to be kept).
 fn write_message(
     out: &mut Vec<u8>,
-    kept: &[(Message, Vec<u8>)],
-    message: &Message,
+    kept: &[(Arc<Message>, Vec<u8>)],
+    message: &Arc<Message>,
     keep: bool,
 ) -> serde_json::Result<Option<Vec<u8>>> {
-    if let Some((_, bytes)) = kept.iter().rev().find(|(m, _)| m == message) {
+    if let Some((_, bytes)) = kept.iter().rev().find(|(m, _)| same(m, message)) {
         out.extend_from_slice(bytes);
         return Ok(None);
     }
     let at = out.len();
-    serde_json::to_writer(&mut *out, message)?;
+    serde_json::to_writer(&mut *out, &**message)?;
     Ok(keep.then(|| out[at..].to_vec()))
+}
+
+/// Whether `a` and `b` are equal messages: the same one (an event's message is shared with
+/// the events that repeat it: its `message_end`, the run's `agent_end`), else compared.
+fn same(a: &Arc<Message>, b: &Arc<Message>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
 }
 
 /// Writes tool result `r` as `turn_end`'s `toolResults` carries it (no `role`): from a
 /// [`Message::ToolResult`] in `kept` equal to it when there is one, else serialised.
 fn write_tool_result(
     out: &mut Vec<u8>,
-    kept: &[(Message, Vec<u8>)],
+    kept: &[(Arc<Message>, Vec<u8>)],
     r: &ToolResultMessage,
 ) -> serde_json::Result<()> {
-    let rest = kept.iter().rev().find_map(|(m, bytes)| match m {
+    let rest = kept.iter().rev().find_map(|(m, bytes)| match &**m {
         Message::ToolResult(k) if k == r => bytes.strip_prefix(TOOL_RESULT_TAG),
         _ => None,
     });
@@ -329,8 +337,13 @@ mod tests {
         );
         let r3 = result("c3", "hello", false);
         let done = assistant(json!([{"type": "text", "text": "done"}]), 8);
-        let start = |m: &Message| AgentEvent::MessageStart { message: m.clone() };
-        let end = |m: &Message| AgentEvent::MessageEnd { message: m.clone() };
+        // Each message shared by its events, as the loop sends them; a turn's `turn_end`
+        // carries a copy of its answer (equal, not the same).
+        let [prompt, partial, answer, r1, r2, second, r3, done] =
+            [prompt, partial, answer, r1, r2, second, r3, done].map(Arc::new);
+        let copy = |m: &Arc<Message>| Arc::new(Message::clone(m));
+        let start = |m: &Arc<Message>| AgentEvent::MessageStart { message: m.clone() };
+        let end = |m: &Arc<Message>| AgentEvent::MessageEnd { message: m.clone() };
         let events = [
             (start(&prompt), 1),
             (end(&prompt), 1),
@@ -342,7 +355,7 @@ mod tests {
             (end(&r2), 4),
             (
                 AgentEvent::TurnEnd {
-                    message: answer.clone(),
+                    message: copy(&answer),
                     tool_results: vec![tool_result(&r1), tool_result(&r2)],
                 },
                 4,
@@ -353,7 +366,7 @@ mod tests {
             (end(&r3), 6),
             (
                 AgentEvent::TurnEnd {
-                    message: second.clone(),
+                    message: copy(&second),
                     tool_results: vec![tool_result(&r3)],
                 },
                 6,
@@ -362,7 +375,7 @@ mod tests {
             (end(&done), 7),
             (
                 AgentEvent::TurnEnd {
-                    message: done.clone(),
+                    message: copy(&done),
                     tool_results: vec![],
                 },
                 7,
@@ -405,7 +418,7 @@ mod tests {
     /// [`check`] of the `message_end` of `message`, without `unsaved` or `ref`.
     fn check_message_end(repeats: &mut Repeats, seq: u64, message: &Message) {
         let event = AgentEvent::MessageEnd {
-            message: message.clone(),
+            message: Arc::new(message.clone()),
         };
         check(repeats, seq, event, false, None);
     }
@@ -424,19 +437,21 @@ mod tests {
         let mut repeats = Repeats::default();
         check_message_end(&mut repeats, 1, &r1);
         let turn_end = AgentEvent::TurnEnd {
-            message: user.clone(),
+            message: Arc::new(user.clone()),
             tool_results: vec![changed.clone(), tool_result(&nine)],
         };
         check(&mut repeats, 2, turn_end, false, None);
         assert_eq!(repeats.kept.len(), 1);
         let agent_end = AgentEvent::AgentEnd {
-            messages: vec![
+            messages: [
                 user.clone(),
                 Message::ToolResult(changed.clone()),
                 r1.clone(),
                 nine.clone(),
                 r1.clone(),
-            ],
+            ]
+            .map(Arc::new)
+            .into(),
         };
         check(&mut repeats, 3, agent_end, false, Some(1));
         assert!(repeats.kept.is_empty());
@@ -455,13 +470,13 @@ mod tests {
         let big = result("c8", &"x".repeat(RUN_BYTES), false);
         for (seq, event) in [
             AgentEvent::MessageEnd {
-                message: r1.clone(),
+                message: Arc::new(r1.clone()),
             },
             AgentEvent::MessageEnd {
-                message: big.clone(),
+                message: Arc::new(big.clone()),
             },
             AgentEvent::TurnEnd {
-                message: user.clone(),
+                message: Arc::new(user.clone()),
                 tool_results: vec![tool_result(&big)],
             },
         ]
@@ -475,7 +490,7 @@ mod tests {
             &mut repeats,
             8,
             AgentEvent::AgentEnd {
-                messages: vec![r1.clone(), big],
+                messages: vec![Arc::new(r1.clone()), Arc::new(big)],
             },
             false,
             None,

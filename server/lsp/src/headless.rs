@@ -325,28 +325,28 @@ impl SessionListener for PrintSink {
             let _ = writeln!(out, "{}", serde_json::to_string(&event).unwrap_or_default());
         } else {
             match &event {
-                AgentEvent::MessageEnd {
-                    message: Message::Assistant(a),
-                } => {
-                    // Failed attempts are reported by the retry events; the last error is
-                    // printed when the run ends, and a failed attempt's text is never the
-                    // answer.
-                    *self.last_error.lock() = a.error_message.clone();
-                    self.left_out.store(false, Ordering::SeqCst);
-                    *self.last_answer.lock() =
-                        (!matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)).then(
-                            || Answer {
-                                texts: a
-                                    .content
-                                    .iter()
-                                    .filter_map(|b| match b {
-                                        pi_ai::ContentBlock::Text(t) => Some(t.text.clone()),
-                                        _ => None,
-                                    })
-                                    .collect(),
-                                truncated: a.stop_reason == StopReason::Length,
-                            },
-                        );
+                AgentEvent::MessageEnd { message } => {
+                    if let Message::Assistant(a) = &**message {
+                        // Failed attempts are reported by the retry events; the last error is
+                        // printed when the run ends, and a failed attempt's text is never the
+                        // answer.
+                        *self.last_error.lock() = a.error_message.clone();
+                        self.left_out.store(false, Ordering::SeqCst);
+                        *self.last_answer.lock() =
+                            (!matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)).then(
+                                || Answer {
+                                    texts: a
+                                        .content
+                                        .iter()
+                                        .filter_map(|b| match b {
+                                            pi_ai::ContentBlock::Text(t) => Some(t.text.clone()),
+                                            _ => None,
+                                        })
+                                        .collect(),
+                                    truncated: a.stop_reason == StopReason::Length,
+                                },
+                            );
+                    }
                 }
                 AgentEvent::AutoRetryStart {
                     attempt,

@@ -111,9 +111,11 @@ impl Outbox {
     ) {
         self.seq += 1;
         match &event {
-            AgentEvent::MessageStart {
-                message: Message::Assistant(a),
-            } => self.sent = Some(Follower::new(a.clone(), rates())),
+            AgentEvent::MessageStart { message } => {
+                if let Message::Assistant(a) = &**message {
+                    self.sent = Some(Follower::new(a.clone(), rates()));
+                }
+            }
             AgentEvent::MessageUpdate {
                 assistant_message_event,
             } => {
@@ -121,10 +123,10 @@ impl Outbox {
                     b.apply(assistant_message_event);
                 }
             }
-            AgentEvent::MessageEnd {
-                message: Message::Assistant(_),
+            AgentEvent::MessageEnd { message } if matches!(**message, Message::Assistant(_)) => {
+                self.sent = None
             }
-            | AgentEvent::AgentEnd { .. } => self.sent = None,
+            AgentEvent::AgentEnd { .. } => self.sent = None,
             _ => {}
         }
         let params = AgentEventParams {

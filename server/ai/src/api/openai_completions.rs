@@ -524,18 +524,26 @@ pub fn request_bytes(
     options: &StreamOptions,
     cache: &RequestCache,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    let compat = Compat::for_model(model);
-    if compat.max_tokens_field == "tools" || cache_control(&compat, options).is_some() {
-        // The tool list would not be the body's last key (see `spliced_shell`); Anthropic-
-        // format cache marks go on the last message with text, which may be a cached one.
-        return serde_json::to_vec(&build_request(model, context, options));
-    }
-    let key = PrefixKey::of(model);
     let mut slot = cache.slot.lock().ok();
+    // The previous request's state when it was to this model; its `Compat` then holds (the
+    // key holds everything `Compat::for_model` reads): resolved once per model, not per
+    // request.
     let prior = slot
         .as_mut()
         .and_then(|s| s.take())
-        .filter(|p| p.key == key && p.compat == compat);
+        .filter(|p| p.key.is_of(model));
+    let compat = match &prior {
+        Some(p) => p.compat.clone(),
+        None => Compat::for_model(model),
+    };
+    if compat.max_tokens_field == "tools" || cache_control(&compat, options).is_some() {
+        // The tool list would not be the body's last key (see `spliced_shell`); Anthropic-
+        // format cache marks go on the last message with text, which may be a cached one.
+        if let (Some(slot), Some(p)) = (slot.as_mut(), prior) {
+            **slot = Some(p);
+        }
+        return serde_json::to_vec(&build_request(model, context, options));
+    }
     let history = &context.messages;
     let (mut p, same) = match prior {
         Some(mut p)
@@ -554,15 +562,16 @@ pub fn request_bytes(
         prior => {
             let mut transform = Transform::new(model);
             let msgs = transform.extend(model, history);
-            let (same, bytes, steps, tools, system) = match prior {
+            let (key, same, bytes, steps, tools, system) = match prior {
                 Some(p) => (
+                    p.key,
                     p.msgs.iter().zip(&msgs).take_while(|(a, b)| a == b).count(),
                     p.bytes,
                     p.steps,
                     p.tools,
                     p.system,
                 ),
-                None => (0, Vec::new(), Vec::new(), None, None),
+                None => (PrefixKey::of(model), 0, Vec::new(), Vec::new(), None, None),
             };
             let p = Prefix {
                 key,

@@ -74,6 +74,18 @@ impl PrefixKey {
             compat: model.compat.clone(),
         }
     }
+
+    /// Whether this is [`PrefixKey::of`] `model`, compared in place (a request to the same
+    /// model, the usual case, copies nothing).
+    pub(super) fn is_of(&self, model: &Model) -> bool {
+        self.api == model.api
+            && self.provider == model.provider
+            && self.id == model.id
+            && self.base_url == model.base_url
+            && self.reasoning == model.reasoning
+            && self.input == model.input
+            && self.compat == model.compat
+    }
 }
 
 /// What [`request_bytes`] puts into a request besides its messages.
@@ -131,12 +143,11 @@ pub(crate) fn request_bytes(
             None => return Ok(None),
         }
     };
-    let key = PrefixKey::of(model);
     let mut guard = slot.lock().ok();
     let prior = guard
         .as_mut()
         .and_then(|s| s.take())
-        .filter(|p| p.key == key);
+        .filter(|p| p.key.is_of(model));
     let (mut p, same) = match prior {
         Some(mut p)
             if p.input.len() <= history.len()
@@ -154,14 +165,15 @@ pub(crate) fn request_bytes(
         prior => {
             let mut transform = Transform::new(model);
             let msgs = transform.extend(model, history);
-            let (same, bytes, steps, tools) = match prior {
+            let (key, same, bytes, steps, tools) = match prior {
                 Some(p) => (
+                    p.key,
                     p.msgs.iter().zip(&msgs).take_while(|(a, b)| a == b).count(),
                     p.bytes,
                     p.steps,
                     p.tools,
                 ),
-                None => (0, Vec::new(), Vec::new(), None),
+                None => (PrefixKey::of(model), 0, Vec::new(), Vec::new(), None),
             };
             let p = Prefix {
                 key,

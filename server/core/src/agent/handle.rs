@@ -153,11 +153,11 @@ impl EventSink for Dispatch {
         {
             let mut st = self.inner.state.lock();
             match &event {
-                AgentEvent::MessageStart {
-                    message: Message::Assistant(a),
-                } => {
-                    let rates = st.config.model.cost.clone();
-                    st.streaming = Some(Follower::new(a.clone(), rates));
+                AgentEvent::MessageStart { message } => {
+                    if let Message::Assistant(a) = &**message {
+                        let rates = st.config.model.cost.clone();
+                        st.streaming = Some(Follower::new(a.clone(), rates));
+                    }
                 }
                 AgentEvent::MessageUpdate {
                     assistant_message_event,
@@ -179,10 +179,10 @@ impl EventSink for Dispatch {
                     }
                 }
                 AgentEvent::MessageEnd { message } => {
-                    if matches!(message, Message::Assistant(_)) {
+                    if matches!(**message, Message::Assistant(_)) {
                         st.streaming = None;
                     }
-                    st.messages.push(message.clone());
+                    st.messages.push(Message::clone(message));
                 }
                 _ => {}
             }

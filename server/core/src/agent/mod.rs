@@ -329,14 +329,18 @@ pub struct ReplacedImage {
 pub enum AgentEvent {
     AgentStart,
     TurnStart,
+    /// A message begins: an answer's first (empty) message, or the whole user / tool-result
+    /// message. Shared ([`Arc`]): the `message_end` of a user or tool-result message, the
+    /// run's `agent_end` and every listener hold this one message, not copies.
     MessageStart {
-        message: Message,
+        message: Arc<Message>,
     },
     MessageUpdate {
         assistant_message_event: AssistantEvent,
     },
+    /// A message is complete; shared as [`AgentEvent::MessageStart`]'s.
     MessageEnd {
-        message: Message,
+        message: Arc<Message>,
     },
     /// `message_start` of an extension's custom message, as Pi sends it: `message` is Pi's
     /// custom message (`{role: "custom", customType, content, display, details?,
@@ -374,12 +378,15 @@ pub enum AgentEvent {
         result: ToolOutput,
         is_error: bool,
     },
+    /// A turn ends: its assistant message (the one its `message_end` carried) and its tool
+    /// results.
     TurnEnd {
-        message: Message,
+        message: Arc<Message>,
         tool_results: Vec<ToolResultMessage>,
     },
+    /// A run ends: the messages it added, each the one its `message_end` carried.
     AgentEnd {
-        messages: Vec<Message>,
+        messages: Vec<Arc<Message>>,
     },
     /// Pi 1.6's `agent_settled`: the harness will not continue on its own (retries,
     /// compaction recovery, queued messages and a compaction asked for during the run are

@@ -263,7 +263,8 @@ struct Run<'a> {
     control: &'a RunControl,
     sink: &'a dyn EventSink,
     messages: Vec<Message>,
-    new_messages: Vec<Message>,
+    /// The messages this run added, as their events carried them (for its `agent_end`).
+    new_messages: Vec<Arc<Message>>,
     /// Assistant requests made so far in this run.
     turn: usize,
     /// Messages before this index carry usage of a context that has changed since (a
@@ -327,13 +328,16 @@ impl Run<'_> {
             self.compacted_this_turn = false;
             self.overflow_recovered = false;
         }
+        // One message for both events, the listeners and the run's `agent_end`; the history
+        // keeps its own.
+        self.messages.push(m.clone());
+        let m = Arc::new(m);
         self.sink
             .emit(AgentEvent::MessageStart { message: m.clone() })
             .await;
         self.sink
             .emit(AgentEvent::MessageEnd { message: m.clone() })
             .await;
-        self.messages.push(m.clone());
         self.new_messages.push(m);
     }
 
@@ -479,7 +483,7 @@ impl Run<'_> {
                     AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
                 self.sink
                     .emit(AgentEvent::MessageStart {
-                        message: Message::Assistant(partial),
+                        message: Arc::new(Message::Assistant(partial)),
                     })
                     .await;
             } else {
@@ -501,18 +505,17 @@ impl Run<'_> {
             message.provider = model.provider.clone();
             message.model = model.id.clone();
         }
+        let m = Message::Assistant(message.clone());
+        self.messages.push(m.clone());
+        let m = Arc::new(m);
         if !started {
             self.sink
-                .emit(AgentEvent::MessageStart {
-                    message: Message::Assistant(message.clone()),
-                })
+                .emit(AgentEvent::MessageStart { message: m.clone() })
                 .await;
         }
-        let m = Message::Assistant(message.clone());
         self.sink
             .emit(AgentEvent::MessageEnd { message: m.clone() })
             .await;
-        self.messages.push(m.clone());
         self.new_messages.push(m);
         message
     }
@@ -594,7 +597,7 @@ impl Run<'_> {
     async fn leave_out_and_compact(&mut self, a: &AssistantMessage) -> Result<(), CompactionError> {
         self.sink
             .emit(AgentEvent::TurnEnd {
-                message: Message::Assistant(a.clone()),
+                message: Arc::new(Message::Assistant(a.clone())),
                 tool_results: Vec::new(),
             })
             .await;
@@ -908,7 +911,7 @@ impl Run<'_> {
     ) {
         self.sink
             .emit(AgentEvent::TurnEnd {
-                message: Message::Assistant(failed.clone()),
+                message: Arc::new(Message::Assistant(failed.clone())),
                 tool_results: Vec::new(),
             })
             .await;
@@ -1503,7 +1506,7 @@ pub async fn run_agent_from(
                 }
                 let end = (assistant.stop_reason, assistant.error_message.clone());
                 sink.emit(AgentEvent::TurnEnd {
-                    message: Message::Assistant(assistant),
+                    message: Arc::new(Message::Assistant(assistant)),
                     tool_results: results,
                 })
                 .await;
@@ -1519,7 +1522,7 @@ pub async fn run_agent_from(
             // The turn's message moves into its event; the run keeps only how it ended.
             last = Some((assistant.stop_reason, assistant.error_message.clone()));
             sink.emit(AgentEvent::TurnEnd {
-                message: Message::Assistant(assistant),
+                message: Arc::new(Message::Assistant(assistant)),
                 tool_results: results,
             })
             .await;

@@ -463,8 +463,8 @@ async fn after_plan(board: Arc<PlanBoard>, ctx: ExtensionContext) {
 }
 
 /// The end of a run: a finished execution, or a plan to act on.
-async fn on_agent_end(board: &Arc<PlanBoard>, ctx: &ExtensionContext, messages: &[Message]) {
-    let last = messages.iter().rev().find_map(text_of);
+async fn on_agent_end(board: &Arc<PlanBoard>, ctx: &ExtensionContext, messages: &[Arc<Message>]) {
+    let last = messages.iter().rev().find_map(|m| text_of(m));
     let s = board.state();
     if s.mode == super::plan::PlanMode::Executing && s.total > 0 {
         if last.as_deref().is_some_and(all_steps_complete) {

@@ -71,7 +71,7 @@ impl SessionEvents {
         let mut held = self.held.lock();
         match event {
             AgentEvent::AgentEnd { messages } => {
-                let recoverable = messages.iter().rev().find_map(|m| match m {
+                let recoverable = messages.iter().rev().find_map(|m| match &**m {
                     Message::Assistant(a) => Some(matches!(
                         a.stop_reason,
                         pi_ai::StopReason::Length | pi_ai::StopReason::Error
@@ -114,12 +114,11 @@ impl SessionEvents {
                 self.recorder.record_system(a)?;
                 None
             }
-            (
-                AgentEvent::MessageEnd {
-                    message: pi_ai::Message::Assistant(_),
-                },
-                Some(a),
-            ) => Some(a.with_config(|c| super::thinking_level_name(&c.model).to_string())),
+            (AgentEvent::MessageEnd { message }, Some(a))
+                if matches!(**message, pi_ai::Message::Assistant(_)) =>
+            {
+                Some(a.with_config(|c| super::thinking_level_name(&c.model).to_string()))
+            }
             _ => None,
         };
         self.recorder.record_stamped(event, level.as_deref())
@@ -139,26 +138,28 @@ impl EventSink for SessionEvents {
             }
         }
         let substitute = match &event {
-            AgentEvent::MessageEnd {
-                message: m @ Message::User(_),
-            } => self.tracker.substitute(m),
+            AgentEvent::MessageEnd { message: m } if matches!(**m, Message::User(_)) => {
+                self.tracker.substitute(m)
+            }
             _ => None,
         };
         // An extension's custom message reaches the listeners as Pi shows it (role "custom").
         let custom = match &event {
-            AgentEvent::MessageStart {
-                message: m @ Message::User(u),
-            } => self
-                .tracker
-                .custom_entry(m)
-                .and_then(|e| custom_view(e, u.timestamp))
-                .map(|message| AgentEvent::CustomMessageStart { message }),
-            AgentEvent::MessageEnd {
-                message: Message::User(u),
-            } => substitute
-                .clone()
-                .and_then(|e| custom_view(e, u.timestamp))
-                .map(|message| AgentEvent::CustomMessageEnd { message }),
+            AgentEvent::MessageStart { message: m } => match &**m {
+                Message::User(u) => self
+                    .tracker
+                    .custom_entry(m)
+                    .and_then(|e| custom_view(e, u.timestamp))
+                    .map(|message| AgentEvent::CustomMessageStart { message }),
+                _ => None,
+            },
+            AgentEvent::MessageEnd { message: m } => match &**m {
+                Message::User(u) => substitute
+                    .clone()
+                    .and_then(|e| custom_view(e, u.timestamp))
+                    .map(|message| AgentEvent::CustomMessageEnd { message }),
+                _ => None,
+            },
             _ => None,
         };
         // A recovery's attempt left out of the context: its `context_edit`s are written, and

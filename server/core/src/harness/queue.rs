@@ -582,9 +582,8 @@ impl Tracker {
                 inner.edits.clear();
                 inner.retrying = false;
             }
-            AgentEvent::MessageStart {
-                message: m @ Message::User(_),
-            } => {
+            AgentEvent::MessageStart { message: m } if matches!(**m, Message::User(_)) => {
+                let m: &Message = m;
                 if let Some(i) = inner
                     .items
                     .iter_mut()
@@ -603,50 +602,50 @@ impl Tracker {
                     });
                 }
             }
-            AgentEvent::MessageEnd {
-                message: Message::Assistant(a),
-            } => {
-                let delivered: Vec<Item> = inner
-                    .items
-                    .iter()
-                    .filter(|i| i.state == QueueState::Delivered)
-                    .cloned()
-                    .collect();
-                inner.items.retain(|i| i.state != QueueState::Delivered);
-                // A failed response has not seen them either; only a real answer consumes.
-                if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) {
-                    inner.items.extend(delivered);
-                } else {
-                    for i in delivered {
-                        out.push(Notice::Queue {
-                            message: QueuedMessage {
-                                queue_id: i.id,
-                                delivery: i.delivery,
-                                text: i.text,
-                            },
-                            state: QueueState::Consumed,
-                            steering: Vec::new(),
-                            follow_up: Vec::new(),
-                        });
+            AgentEvent::MessageEnd { message } => {
+                if let Message::Assistant(a) = &**message {
+                    let delivered: Vec<Item> = inner
+                        .items
+                        .iter()
+                        .filter(|i| i.state == QueueState::Delivered)
+                        .cloned()
+                        .collect();
+                    inner.items.retain(|i| i.state != QueueState::Delivered);
+                    // A failed response has not seen them either; only a real answer consumes.
+                    if matches!(a.stop_reason, StopReason::Error | StopReason::Aborted) {
+                        inner.items.extend(delivered);
+                    } else {
+                        for i in delivered {
+                            out.push(Notice::Queue {
+                                message: QueuedMessage {
+                                    queue_id: i.id,
+                                    delivery: i.delivery,
+                                    text: i.text,
+                                },
+                                state: QueueState::Consumed,
+                                steering: Vec::new(),
+                                follow_up: Vec::new(),
+                            });
+                        }
                     }
+                    let mut turn = UsageTotals::default();
+                    add_usage(&mut turn, &a.usage);
+                    add_usage(&mut inner.totals, &a.usage);
+                    let measured = context_tokens(&a.usage);
+                    let context = if measured == 0
+                        || matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)
+                    {
+                        inner.context_tokens.unwrap_or(0)
+                    } else {
+                        inner.context_tokens = Some(measured);
+                        measured
+                    };
+                    out.push(Notice::Usage {
+                        turn,
+                        session: inner.totals.clone(),
+                        context_tokens: context,
+                    });
                 }
-                let mut turn = UsageTotals::default();
-                add_usage(&mut turn, &a.usage);
-                add_usage(&mut inner.totals, &a.usage);
-                let measured = context_tokens(&a.usage);
-                let context = if measured == 0
-                    || matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)
-                {
-                    inner.context_tokens.unwrap_or(0)
-                } else {
-                    inner.context_tokens = Some(measured);
-                    measured
-                };
-                out.push(Notice::Usage {
-                    turn,
-                    session: inner.totals.clone(),
-                    context_tokens: context,
-                });
             }
             AgentEvent::CompactionEnd {
                 result: Some(_), ..
@@ -678,7 +677,7 @@ impl Tracker {
             AgentEvent::AutoRetryEnd { .. } => inner.retrying = false,
             AgentEvent::AgentEnd { messages } => {
                 inner.retrying = false;
-                let last = messages.iter().rev().find_map(|m| match m {
+                let last = messages.iter().rev().find_map(|m| match &**m {
                     Message::Assistant(a) => Some(a),
                     _ => None,
                 });
@@ -759,6 +758,7 @@ fn waiting_of(inner: &Inner) -> (Vec<String>, Vec<String>) {
 mod tests {
     use super::*;
     use pi_ai::AssistantMessage;
+    use std::sync::Arc;
 
     fn answer(text: &str, stop: StopReason) -> Message {
         let mut a = AssistantMessage::empty("x", "p", "m");
@@ -781,7 +781,9 @@ mod tests {
         let m = Message::user_text("also this");
         let q = t.queue(DeliverAs::Steer, m.clone(), None);
         assert_eq!(t.waiting(), (vec!["also this".to_string()], vec![]));
-        let n = t.on_event(&AgentEvent::MessageStart { message: m.clone() });
+        let n = t.on_event(&AgentEvent::MessageStart {
+            message: Arc::new(m.clone()),
+        });
         assert_eq!(
             n,
             vec![Notice::Queue {
@@ -794,11 +796,11 @@ mod tests {
         assert_eq!(t.waiting(), (vec![], vec![]));
         // A failed response does not consume it.
         let failed = t.on_event(&AgentEvent::MessageEnd {
-            message: answer("", StopReason::Error),
+            message: Arc::new(answer("", StopReason::Error)),
         });
         assert_eq!(failed.len(), 1);
         let n = t.on_event(&AgentEvent::MessageEnd {
-            message: answer("ok", StopReason::Stop),
+            message: Arc::new(answer("ok", StopReason::Stop)),
         });
         let turn = UsageTotals {
             input: 10,
@@ -851,7 +853,9 @@ mod tests {
             a.usage = Default::default();
             Message::Assistant(a)
         };
-        let end = |message| AgentEvent::MessageEnd { message };
+        let end = |message| AgentEvent::MessageEnd {
+            message: Arc::new(message),
+        };
         assert_eq!(context(t.on_event(&end(nothing(StopReason::Aborted)))), 0);
         assert_eq!(
             context(t.on_event(&end(answer("ok", StopReason::Stop)))),
@@ -883,7 +887,7 @@ mod tests {
     fn attention_and_dropped() {
         let t = Tracker::default();
         let n = t.on_event(&AgentEvent::AgentEnd {
-            messages: vec![answer("\nAll done.\nmore", StopReason::Stop)],
+            messages: vec![Arc::new(answer("\nAll done.\nmore", StopReason::Stop))],
         });
         assert_eq!(
             n,
@@ -894,7 +898,7 @@ mod tests {
         );
         assert!(t
             .on_event(&AgentEvent::AgentEnd {
-                messages: vec![answer("", StopReason::Aborted)]
+                messages: vec![Arc::new(answer("", StopReason::Aborted))]
             })
             .is_empty());
         let m = Message::user_text("later");

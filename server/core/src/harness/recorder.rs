@@ -137,9 +137,9 @@ impl Recorder {
             return self.record(event);
         }
         match event {
-            AgentEvent::MessageStart {
-                message: Message::Assistant(_),
-            } => self.started.lock().assistant = Some(Instant::now()),
+            AgentEvent::MessageStart { message } if matches!(**message, Message::Assistant(_)) => {
+                self.started.lock().assistant = Some(Instant::now())
+            }
             AgentEvent::ToolExecutionStart { tool_call_id, .. } => self
                 .started
                 .lock()
@@ -147,7 +147,7 @@ impl Recorder {
                 .push((tool_call_id.clone(), Instant::now())),
             AgentEvent::MessageEnd { message } => {
                 let mut stamps = Map::new();
-                match message {
+                match &**message {
                     Message::Assistant(_) => {
                         if let Some(t) = self.started.lock().assistant.take() {
                             stamps.insert("durationMs".into(), json!(millis_since(t)));
@@ -172,7 +172,7 @@ impl Recorder {
                 let mut w = lock_writer(&self.writer)?;
                 let id = w.append_message_stamped(message, stamps)?;
                 let mut started = self.started.lock();
-                match message {
+                match &**message {
                     Message::Assistant(a) => {
                         started.failed.clear();
                         // A `length` stop too: the loop may leave it out of the context to
@@ -266,7 +266,7 @@ impl Recorder {
         match event {
             AgentEvent::MessageEnd { message } => {
                 // Pi 0.73.1's assistant messages: none of 1.6's stop and usage fields.
-                let plain = match message {
+                let plain = match &**message {
                     Message::Assistant(a) if !self.pi16 => {
                         without_pi16_fields(a).map(Message::Assistant)
                     }
@@ -354,7 +354,7 @@ mod tests {
         // An entry after it: unchecked at the new leaf; checking again stores nothing.
         Recorder::new(writer.clone())
             .record(&AgentEvent::MessageEnd {
-                message: pi_ai::Message::user_text("hi"),
+                message: Arc::new(pi_ai::Message::user_text("hi")),
             })
             .unwrap();
         assert!(!writer.lock().unwrap().system_checked(second));
@@ -371,7 +371,7 @@ mod tests {
         let writer = Arc::new(Mutex::new(writer));
         let rec = Recorder::new(writer.clone());
         let end = AgentEvent::MessageEnd {
-            message: pi_ai::Message::user_text("hi"),
+            message: Arc::new(pi_ai::Message::user_text("hi")),
         };
         rec.record(&end).unwrap();
         let w = writer.clone();
