@@ -139,7 +139,8 @@ local STATUS = {
   [429] = 'is rate limiting (too many requests)',
 }
 
---- "HTTP 500: {json}" as "the model server had an error on its side (HTTP 500): <its message>";
+--- A failed HTTP answer ([`M.http_status`]) as "the model server had an error on its side (HTTP
+--- 500): <its message>";
 --- the message read from a JSON error body (`error.message`, `message`, `detail`).
 local function http_error(status, body)
   local said = STATUS[status] or (status >= 500 and 'had an error on its side' or 'refused the request')
@@ -157,6 +158,32 @@ local function http_error(status, body)
   return ('the model server %s (HTTP %d)%s'):format(said, status, text ~= '' and (': ' .. text) or '')
 end
 
+--- The status and body of a provider's failed HTTP answer as the server words it: Pi 1.6's
+--- wording per wire (`400: {error object}` and `400 text` on chat completions, `400 {body}`
+--- on Anthropic messages, `<Provider> API error (400): text` on Responses, `500 status code
+--- (no body)` for an empty body) and the `HTTP 400: {body}` of older session files. Only
+--- 4xx and 5xx statuses count; anything else gives nil.
+--- @param msg string
+--- @return integer|nil status
+--- @return string|nil body
+function M.http_status(msg)
+  local status, body = msg:match('^HTTP (%d%d%d): (.*)$')
+  if not status then
+    status, body = msg:match('^(%d%d%d):? (.*)$')
+  end
+  if not status then
+    status, body = msg:match('^.- API error %((%d%d%d)%): (.*)$')
+  end
+  local n = tonumber(status)
+  if not n or n < 400 or n > 599 then
+    return nil, nil
+  end
+  if body == 'status code (no body)' then
+    body = ''
+  end
+  return n, body
+end
+
 --- A failed model request's message in the user's words: "request to URL failed: <the HTTP
 --- client's error chain>" becomes what happened to which server, the original kept after it
 --- in brackets when it says more; other messages are returned unchanged.
@@ -164,9 +191,9 @@ end
 --- @return string
 function M.model_error(msg)
   msg = tostring(msg)
-  local status, body = msg:match('^HTTP (%d%d%d): (.*)$')
+  local status, body = M.http_status(msg)
   if status then
-    return http_error(tonumber(status), body)
+    return http_error(status, body)
   end
   local url, rest = msg:match('^request to (%S+) failed: (.*)$')
   if not url then

@@ -271,18 +271,29 @@ function put(s: Store, item: Item): void {
   touch(s, item.id);
 }
 
-/** A provider's error as a user reads it: the server passes a failed HTTP answer on as
- * `HTTP <status>: <body>`, and a JSON body (Anthropic's and OpenAI's `{"error": {"message"}}`,
- * or `{"message"}`) is its message followed by the status, e.g. `Internal server error (HTTP
- * 500)`. Any other text is returned as it is. */
+/** A provider's failed HTTP answer as the server words it, `[status, body]`, or null: Pi 1.6's
+ * wording per wire (`400: {error object}` and `400 text` on chat completions, `400 {body}` on
+ * Anthropic messages, `<Provider> API error (400): text` on Responses) and the `HTTP 400: {body}`
+ * of older session files. Only 4xx and 5xx statuses count. */
+export function httpStatus(text: string): [number, string] | null {
+  const t = text.trim();
+  const m = /^HTTP (\d{3}): ([\s\S]*)$/.exec(t) ?? /^(\d{3}):? ([\s\S]*)$/.exec(t) ?? /^.*? API error \((\d{3})\): ([\s\S]*)$/.exec(t);
+  if (!m) return null;
+  const status = Number(m[1]);
+  return status >= 400 && status <= 599 ? [status, m[2]!] : null;
+}
+
+/** A provider's error as a user reads it ({@link httpStatus}): a JSON body (Anthropic's and
+ * OpenAI's `{"error": {"message"}}`, an error object `{"message"}`) is its message followed by
+ * the status, e.g. `Internal server error (HTTP 500)`. Any other text is returned as it is. */
 export function readableError(text: string): string {
-  const m = /^HTTP (\d{3}): (\{[\s\S]*\})\s*$/.exec(text.trim());
-  if (!m) return text;
+  const m = httpStatus(text);
+  if (!m || !m[1].trim().startsWith("{")) return text;
   try {
-    const body = JSON.parse(m[2]!);
+    const body = JSON.parse(m[1]);
     const e = body?.error;
     const message = typeof e === "string" ? e : typeof e?.message === "string" ? e.message : typeof body?.message === "string" ? body.message : null;
-    if (message && message.trim()) return `${message.trim()} (HTTP ${m[1]})`;
+    if (message && message.trim()) return `${message.trim()} (HTTP ${m[0]})`;
   } catch {}
   return text;
 }

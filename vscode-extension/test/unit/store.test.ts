@@ -369,6 +369,12 @@ test("provider errors read as their message and status; other text is left alone
   assert.equal(readableError('HTTP 404: {"message": "model not found"}'), "model not found (HTTP 404)");
   assert.equal(readableError('HTTP 400: {"error": "bad request"}'), "bad request (HTTP 400)");
   assert.equal(readableError("HTTP 502: <html>Bad gateway</html>"), "HTTP 502: <html>Bad gateway</html>");
+  // Pi 1.6's wording per wire.
+  assert.equal(readableError('400: {"message": "bad tool schema", "type": "invalid_request_error"}'), "bad tool schema (HTTP 400)");
+  assert.equal(readableError('529 {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}'), "Overloaded (HTTP 529)");
+  assert.equal(readableError('OpenAI API error (429): {"error": {"message": "Slow down"}}'), "Slow down (HTTP 429)");
+  assert.equal(readableError("500 status code (no body)"), "500 status code (no body)");
+  assert.equal(readableError('200: {"message": "not an error"}'), '200: {"message": "not an error"}');
   assert.equal(readableError('HTTP 500: {"detail": 1}'), 'HTTP 500: {"detail": 1}');
   assert.equal(readableError("connection refused"), "connection refused");
 });
