@@ -7,12 +7,12 @@
 //! `pi-lsp run --plan` prints the plan.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pi_e2e::lsp_client::{agent_env, start_with_mock, EditorBehavior, LspClient};
 use pi_e2e::mock_model::{MockModel, Step};
-use pi_e2e::{pi_lsp_bin, session_lines, TempDir};
+use pi_e2e::{json_lines, pi_lsp_bin, session_lines, TempDir};
 use serde_json::{json, Value};
 
 fn workspace(tmp: &TempDir) -> PathBuf {
@@ -849,13 +849,34 @@ async fn plan_mode_tools_and_entries_are_pi_16s() {
         .iter()
         .map(|r| tool_names(&r.body))
         .collect();
-    // pi-lsp (Pi's package folder named as Pi names it, for the same `docs` section): the
-    // first process's second message is `/plan` (a run has configured the session's tools by
-    // then, as Pi's are active from its start).
-    let ws = tmp.path().join("ours").join("ws");
+    // pi-lsp: the first process's second message is `/plan` (a run has configured the
+    // session's tools by then, as Pi's are active from its start).
+    let runs: [&[&str]; 2] = [
+        &["hello", "/plan", "plan it"],
+        &["--continue", "/plan", "after"],
+    ];
+    ours_plan_alike(tmp.path(), &pi, &mock, &settings, &runs, &pi_sent, &pi_file);
+}
+
+/// pi-lsp's side of a plan-mode comparison with Pi 1.6.0 in `<tmp>/ours` on `mock`, with
+/// `settings` and Pi's package folder named as Pi names it (`PI_PACKAGE_DIR`, for the same
+/// `docs` section): each of `runs` is `pi-lsp run --model mock/mock-1 --workspace WS ARGS…`
+/// run to its end. Then the tools each request offered equal Pi's (`pi_sent`: Pi's example's
+/// sets, normal / planning / normal), and the stored system messages and `plan-mode` entries
+/// equal those of Pi's file `pi_file`, whole.
+fn ours_plan_alike(
+    tmp: &Path,
+    pi: &Path,
+    mock: &MockModel,
+    settings: &Value,
+    runs: &[&[&str]],
+    pi_sent: &[Vec<String>],
+    pi_file: &Path,
+) {
+    let ws = tmp.join("ours").join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let agent = tmp.path().join("ours").join("agent");
-    let package = pi_e2e::pi16_package(&pi).display().to_string();
+    let agent = tmp.join("ours").join("agent");
+    let package = pi_e2e::pi16_package(pi).display().to_string();
     let env = agent_env(&agent, &mock.models_json(), &[("PI_PACKAGE_DIR", &package)]);
     std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
     let run = |args: &[&str]| {
@@ -874,8 +895,9 @@ async fn plan_mode_tools_and_entries_are_pi_16s() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    run(&["hello", "/plan", "plan it"]);
-    run(&["--continue", "/plan", "after"]);
+    for args in runs {
+        run(args);
+    }
     let our_sent: Vec<Vec<String>> = mock.requests()[pi_sent.len()..]
         .iter()
         .map(|r| tool_names(&r.body))
@@ -884,8 +906,7 @@ async fn plan_mode_tools_and_entries_are_pi_16s() {
     let planning = ["read", "bash", "grep", "find", "ls"];
     assert_eq!(pi_sent, [&normal[..], &planning[..], &normal[..]]);
     assert_eq!(our_sent, pi_sent);
-
-    let theirs = stored(&file_lines(&pi_file));
+    let theirs = stored(&json_lines(pi_file));
     assert_eq!(
         theirs,
         [
@@ -897,15 +918,6 @@ async fn plan_mode_tools_and_entries_are_pi_16s() {
         ]
     );
     assert_eq!(stored(&session_lines(&ws)), theirs);
-}
-
-/// A session file's lines as JSON values.
-fn file_lines(file: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// The stored system messages (tools added, removed, sections named) and the `plan-mode`
@@ -990,49 +1002,10 @@ async fn plan_first_on_a_resumed_file_records_the_active_tools_as_pi_16_does() {
         .iter()
         .map(|r| tool_names(&r.body))
         .collect();
-    let ws = tmp.path().join("ours").join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let agent = tmp.path().join("ours").join("agent");
-    let package = pi_e2e::pi16_package(&pi).display().to_string();
-    let env = agent_env(&agent, &mock.models_json(), &[("PI_PACKAGE_DIR", &package)]);
-    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
-    let run = |args: &[&str]| {
-        let out = tokio::task::block_in_place(|| {
-            std::process::Command::new(pi_lsp_bin())
-                .args(["run", "--model", "mock/mock-1", "--workspace"])
-                .arg(&ws)
-                .args(args)
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .output()
-                .unwrap()
-        });
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&["hello"]);
-    run(&["--continue", "/plan", "plan it"]);
-    run(&["--continue", "/plan", "after"]);
-    let our_sent: Vec<Vec<String>> = mock.requests()[pi_sent.len()..]
-        .iter()
-        .map(|r| tool_names(&r.body))
-        .collect();
-    let normal = ["read", "bash", "edit", "write"];
-    let planning = ["read", "bash", "grep", "find", "ls"];
-    assert_eq!(pi_sent, [&normal[..], &planning[..], &normal[..]]);
-    assert_eq!(our_sent, pi_sent);
-    let theirs = stored(&file_lines(&pi_file));
-    assert_eq!(
-        theirs,
-        [
-            json!({"added": normal, "removed": [], "sections": ["cwd", "docs", "preamble", "rules", "tools"]}),
-            json!({"enabled": true, "todos": [], "executing": false, "toolsBeforePlanMode": normal}),
-            json!({"added": ["grep", "find", "ls"], "removed": ["edit", "write"], "sections": ["rules", "tools"]}),
-            json!({"enabled": false, "todos": [], "executing": false}),
-            json!({"added": ["edit", "write"], "removed": ["grep", "find", "ls"], "sections": ["rules", "tools"]}),
-        ]
-    );
-    assert_eq!(stored(&session_lines(&ws)), theirs);
+    let runs: [&[&str]; 3] = [
+        &["hello"],
+        &["--continue", "/plan", "plan it"],
+        &["--continue", "/plan", "after"],
+    ];
+    ours_plan_alike(tmp.path(), &pi, &mock, &settings, &runs, &pi_sent, &pi_file);
 }
