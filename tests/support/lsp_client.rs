@@ -852,6 +852,26 @@ impl LspClient {
         log
     }
 
+    /// The messages of [`LspClient::log`] that `pred` selects, once there are at least `n` of
+    /// them or `timeout` passed (then what there is). For answers whose order against other
+    /// frames JSON-RPC leaves open (the transport guard's errors are written between the
+    /// server's frames, possibly after the answer to a later request).
+    pub async fn log_matching(
+        &self,
+        n: usize,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let found: Vec<Value> = self.log().into_iter().filter(|m| pred(m)).collect();
+            if found.len() >= n || tokio::time::Instant::now() >= deadline {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The size on the wire (`Content-Length` header and body, in bytes) of each message of
     /// [`LspClient::log`], by index.
     pub fn log_bytes(&self) -> Vec<usize> {
