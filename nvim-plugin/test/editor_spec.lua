@@ -4,6 +4,7 @@
 -- listed and reopened with their history, and `:checkhealth pi`.
 package.path = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/?.lua;' .. package.path
 local H = require('helpers')
+local uv = vim.uv
 H.require_tools()
 
 local function buf_text(c)
@@ -313,6 +314,39 @@ H.case('a count or a key followed by another never answers; a digit alone does, 
   c:input('gg')
   c:input('j')
   H.eq(2, c:lua('return vim.fn.line(".")'), 'j after the answer moves one line (no count left)')
+  c:stop()
+  mock.stop()
+end)
+
+H.case('a digit answers after timeoutlen while messages keep coming faster than one a millisecond', function()
+  local mock = H.mock({
+    { toolCalls = { { id = 'call_one', name = 'bash', arguments = { command = 'echo one' } } } },
+    { text = 'Finished.' },
+  })
+  local ws = H.workspace({ ['code.txt'] = 'code\n' })
+  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', init = 'vim.o.timeoutlen = 400', cols = 160, rows = 40 })
+  c:cmd('edit code.txt')
+  c:cmd('Pi run a command')
+  H.wait('the question', 15000, function()
+    return c:lua(H.CHAT_TEXT):find('### ? Permission: run `echo one`', 1, true)
+  end)
+  c:input('<C-w>l')
+  H.wait('the chat focused', 2000, function()
+    return c:lua('return vim.bo.filetype') == 'pi-chat'
+  end)
+  -- A client asking back to back (each answer brings the next request) while the digit waits
+  -- its 'timeoutlen': Neovim's own `vim.wait` would never time out under such a flood.
+  c:input('1')
+  local t0 = uv.hrtime()
+  local pending, asked = 1, 0
+  while pending > 0 and uv.hrtime() - t0 < 5e9 do
+    pending = c:lua('return #require("pi.permission").pending')
+    asked = asked + 1
+  end
+  local ms = (uv.hrtime() - t0) / 1e6
+  assert(pending == 0 and ms < 3000, ('still asked after %.0f ms and %d requests'):format(ms, asked))
+  H.idle_with(c, 'Finished.')
+  H.contains(c:screen_text(), '→ allowed once', 'the answer on the screen')
   c:stop()
   mock.stop()
 end)

@@ -9,6 +9,27 @@ H.plugin_dir = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h:h')
 H.nvim = os.getenv('NVIM_BIN') ~= '' and os.getenv('NVIM_BIN') or vim.v.progpath
 H.bin = os.getenv('PI_LSP_BIN') or ''
 
+-- Every wait of the specs ends at its deadline. Neovim's wait loop (LOOP_PROCESS_EVENTS_UNTIL)
+-- takes the elapsed time off a `vim.wait` timeout in whole milliseconds per event, so while
+-- the child's messages come faster than one a millisecond nothing is taken off; a condition
+-- that asks the child (its answer is the next event) kept that going for minutes, and a spec
+-- file could pass its time limit on a fast machine. Here the condition ends the wait at the
+-- deadline read from the monotonic clock; returns whether `cond` was met (the plugin's
+-- `pi.util.wait` does the same for its own wait).
+local raw_wait = vim.wait
+vim.wait = function(ms, cond, interval, fast_only)
+  local deadline = uv.hrtime() + ms * 1e6
+  local met = false
+  raw_wait(ms, function()
+    if cond and cond() then
+      met = true
+      return true
+    end
+    return uv.hrtime() >= deadline
+  end, interval, fast_only)
+  return met
+end
+
 local failures, passed = {}, 0
 local current = '?'
 
@@ -248,7 +269,15 @@ end
 --- Waits until `fn()` (test side) is true; fails the case with `what` after `ms`.
 function H.wait(what, ms, fn)
   local last_err
+  -- `fn` asks the child at most every 10 ms (every event of the loop calls the condition:
+  -- asking at each, the child's answer being the next event, spins both processes).
+  local next_at = 0
   local ok = vim.wait(ms, function()
+    local now = uv.hrtime()
+    if now < next_at then
+      return false
+    end
+    next_at = now + 10e6
     local okc, v = pcall(fn)
     if not okc then
       last_err = v

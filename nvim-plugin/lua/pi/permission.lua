@@ -21,7 +21,7 @@ M.pending = {}
 --- is still the one the key was typed in.
 function M.deliberate(key, answer, give_back)
   local win = api.nvim_get_current_win()
-  local followed = vim.wait(vim.o.timeoutlen, function()
+  local followed = util.wait(vim.o.timeoutlen, function()
     return vim.fn.getchar(1) ~= 0
   end, 10)
   if followed then

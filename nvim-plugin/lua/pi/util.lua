@@ -3,6 +3,28 @@ local M = {}
 
 local said = {}
 
+--- `vim.wait(ms, cond, interval)` whose timeout holds however often events come. Neovim's
+--- wait loop (`LOOP_PROCESS_EVENTS_UNTIL`) takes the elapsed time off the timeout in whole
+--- milliseconds per event: while events come faster than one a millisecond (an RPC client
+--- asking, a redraw flood), nothing is taken off and `vim.wait` never times out. Here the
+--- condition also ends the wait at the deadline read from the monotonic clock.
+--- @param ms integer timeout in milliseconds
+--- @param cond fun(): any the condition (nil: wait the whole time)
+--- @param interval integer|nil polling interval in milliseconds (vim.wait's)
+--- @return boolean met whether `cond` returned a true value before the deadline
+function M.wait(ms, cond, interval)
+  local deadline = vim.uv.hrtime() + ms * 1e6
+  local met = false
+  vim.wait(ms, function()
+    if cond and cond() then
+      met = true
+      return true
+    end
+    return vim.uv.hrtime() >= deadline
+  end, interval)
+  return met
+end
+
 --- `vim.notify` with a "Pi: " prefix.
 --- @param msg string
 --- @param level integer|nil vim.log.levels.*
