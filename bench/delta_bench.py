@@ -95,11 +95,44 @@ def answered(binary, ws, agent, options, prompts):
 
 
 def totals(path):
-    """The instruction count (`Ir`) of a callgrind output file: its `totals:` line."""
+    """The instruction count (`Ir`) of one callgrind output file: the `Ir` column of its
+    `totals:` (or `summary:`) line, found by the file's `events:` line (Ir is the first event
+    unless callgrind was asked for others first)."""
+    events, total = None, None
     for line in path.read_text(errors="replace").splitlines():
-        if line.startswith(("totals:", "summary:")):
-            return int(line.split()[1])
-    raise SystemExit(f"{path}: no totals line")
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith(("totals:", "summary:")):
+            total = line.split()[1:]
+    if total is None:
+        raise SystemExit(f"{path}: no totals line")
+    column = events.index("Ir") if events and "Ir" in events else 0
+    return int(total[column])
+
+
+def callgrind_counts(index, binary, out, runs, drive):
+    """Counts instructions of `binary` (a driver's argument: `PATH` or `VAR=VALUE,...:PATH`)
+    under Valgrind's callgrind, the one way both `--callgrind` benches count: for each `n` of
+    `runs`, `drive(command, n)` drives one process started through a wrapper script in `out`
+    (its profiles `cg.<index>-<name>.<n>.<pid>`, kept for `callgrind_annotate`), and the
+    instructions of every profile that process left (every thread: callgrind writes one file
+    per process) are summed. Returns {n: instructions}."""
+    path, env = bench.binary_env(binary)
+    counts = {}
+    for n in runs:
+        stem = f"cg.{index}-{Path(path).name}.{n}"
+        wrapper = out / f"{stem}.sh"
+        wrapper.write_text("#!/bin/sh\nexec valgrind -q --tool=callgrind "
+                           f"--callgrind-out-file={out}/{stem}.%p {Path(path).resolve()} \"$@\"\n")
+        wrapper.chmod(0o755)
+        before = set(out.glob(f"{stem}.[0-9]*"))
+        head = ",".join(f"{k}={v}" for k, v in env.items())
+        drive(f"{head}:{wrapper}" if head else str(wrapper), n)
+        made = sorted(set(out.glob(f"{stem}.[0-9]*")) - before)
+        if not made:
+            raise SystemExit(f"{binary}: callgrind left no profile in {out}")
+        counts[n] = sum(totals(f) for f in made)
+    return counts
 
 
 def callgrind(args, ws, agent, options):
@@ -107,19 +140,8 @@ def callgrind(args, ws, agent, options):
     out = Path(args.callgrind).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for i, b in enumerate(args.binaries):
-        path, env = bench.binary_env(b)
-        counts = {}
-        for prompts in (2, 2 + args.answers):
-            stem = f"cg.{i}-{Path(path).name}.{prompts}"
-            wrapper = out / f"{stem}.sh"
-            wrapper.write_text("#!/bin/sh\nexec valgrind -q --tool=callgrind "
-                               f"--callgrind-out-file={out}/{stem}.%p {Path(path).resolve()} \"$@\"\n")
-            wrapper.chmod(0o755)
-            before = set(out.glob(f"{stem}.[0-9]*"))
-            head = ",".join(f"{k}={v}" for k, v in env.items())
-            answered(f"{head}:{wrapper}" if head else str(wrapper), ws, agent, options, prompts)
-            made = sorted(set(out.glob(f"{stem}.[0-9]*")) - before)
-            counts[prompts] = sum(totals(f) for f in made)
+        counts = callgrind_counts(i, b, out, (2, 2 + args.answers),
+                                  lambda cmd, n: answered(cmd, ws, agent, options, n))
         per = (counts[2 + args.answers] - counts[2]) / args.answers
         print(f"{bench.label(b)}: {per / 1e6:.3f} M instructions per answer "
               f"({counts[2] / 1e6:.1f} M for 1 + 1 answers, {counts[2 + args.answers] / 1e6:.1f} M "

@@ -105,19 +105,8 @@ def callgrind(args, ws, agent):
     out = Path(args.callgrind).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for i, b in enumerate(args.binaries):
-        path, env = bench.binary_env(b)
-        counts = {}
-        for prompts in (1, 1 + args.prompts):
-            stem = f"cg.{i}-{Path(path).name}.{prompts}"
-            wrapper = out / f"{stem}.sh"
-            wrapper.write_text("#!/bin/sh\nexec valgrind -q --tool=callgrind "
-                               f"--callgrind-out-file={out}/{stem}.%p {Path(path).resolve()} \"$@\"\n")
-            wrapper.chmod(0o755)
-            before = set(out.glob(f"{stem}.[0-9]*"))
-            head = ",".join(f"{k}={v}" for k, v in env.items())
-            prompted(f"{head}:{wrapper}" if head else str(wrapper), ws, agent, prompts)
-            made = sorted(set(out.glob(f"{stem}.[0-9]*")) - before)
-            counts[prompts] = sum(delta_bench.totals(f) for f in made)
+        counts = delta_bench.callgrind_counts(i, b, out, (1, 1 + args.prompts),
+                                              lambda cmd, n: prompted(cmd, ws, agent, n))
         per = (counts[1 + args.prompts] - counts[1]) / args.prompts
         print(f"{bench.label(b)}: {per / 1e6:.3f} M instructions per prompt of {bench.ROUNDS} rounds, "
               f"{per / bench.ROUNDS / 1e6:.4f} M a round ({counts[1] / 1e6:.1f} M for 1 prompt, "

@@ -441,6 +441,10 @@ pub struct EditorTool {
 
 #[async_trait]
 impl Tool for EditorTool {
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(&self.decl.name)
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             constrained_sampling: None,
@@ -550,6 +554,10 @@ impl Tool for DiagnosticsTool {
     /// Reading the editor's diagnostics changes nothing: never asked about under `auto-edit`.
     fn approval_kind(&self) -> pi_core::approval::ToolKind {
         pi_core::approval::ToolKind::ReadOnly
+    }
+
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(DIAGNOSTICS_TOOL)
     }
 
     fn spec(&self) -> ToolSpec {

@@ -80,6 +80,19 @@ impl Causes {
 /// The signals that end the process (per OS: `crate::platform::signals`).
 pub use crate::platform::signals::Signals;
 
+/// Reports every signal `signals` receives to `causes` as [`Cause::Signal`], from a task of
+/// its own (call inside the runtime): the serve loop waits on the causes alone, and the signal
+/// streams are polled only when a signal comes, not at every wake of the LSP library's future
+/// the loop also polls. Forwards until the process ends.
+pub fn forward_signals(mut signals: Signals, causes: Causes) {
+    tokio::spawn(async move {
+        loop {
+            let n = signals.next().await;
+            causes.report(Cause::Signal(n));
+        }
+    });
+}
+
 /// A reader that reports [`Cause::InputEnded`] once, when a read of the inner reader returns
 /// the end (0 bytes) or an error: stdin closing is seen at once, even while handlers are still
 /// in flight (the LSP library only returns after they all finished).
@@ -128,8 +141,8 @@ pub use pi_core::harness::sessions::StopReport as Report;
 /// exit code. Call inside the runtime; the caller exits with the code (without waiting for the
 /// runtime's blocking stdin thread).
 pub async fn serve_stdio() -> i32 {
-    let mut signals = Signals::listen();
     let (causes, mut reported) = Causes::channel();
+    forward_signals(Signals::listen(), causes.clone());
     let (service, socket) = crate::server::service();
     let state = service.inner().state.clone();
     let shutdown_received = service.inner().shutdown_received();
@@ -158,8 +171,8 @@ pub async fn serve_stdio() -> i32 {
             served = true;
             Cause::InputEnded
         }
+        // `exit`, the end of the input, or a signal (forwarded: `forward_signals`).
         Some(c) = reported.recv() => c,
-        n = signals.next() => Cause::Signal(n),
     };
     tracing::debug!("going away ({cause:?}): stopping every session");
     // The server keeps serving meanwhile: handlers in flight (a user's command) store their
@@ -170,7 +183,9 @@ pub async fn serve_stdio() -> i32 {
         tokio::select! {
             _ = &mut stopping => break,
             _ = &mut serve, if !served => served = true,
-            n = signals.next() => {
+            // A signal while stopping ends the process at once; another `exit` or the end
+            // of the input changes nothing.
+            Some(c) = reported.recv() => if let Cause::Signal(n) = c {
                 tracing::warn!("signal {n} while stopping: exiting at once");
                 restore.blocking_again();
                 exit_now(128 + n);

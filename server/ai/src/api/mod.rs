@@ -254,8 +254,12 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
 pub(crate) fn http_client(url: &str) -> &'static reqwest::Client {
     static TLS: OnceLock<reqwest::Client> = OnceLock::new();
     static PLAIN: OnceLock<reqwest::Client> = OnceLock::new();
-    // Installing twice is harmless; the first provider wins.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Once per process (building the provider, to be refused, at every request was work
+    // for nothing); installing twice is harmless, the first provider wins.
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    PROVIDER.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
     let plain = url
         .get(..7)
         .is_some_and(|s| s.eq_ignore_ascii_case("http://"));
@@ -287,6 +291,33 @@ pub(crate) fn http_client(url: &str) -> &'static reqwest::Client {
         })
     }
 }
+
+/// `url` parsed (`reqwest::Url`), kept for the next request to it: a model's endpoint is the
+/// same at every request, so a request clones the parsed URL instead of reqwest parsing the
+/// text again (`IntoUrl` for a `&str`). The last [`URLS_KEPT`] URLs are kept, the least
+/// recently used replaced. `None`: the text does not parse; the caller hands reqwest the text,
+/// whose own error then says so, as before. A parsed `Url` goes through the same checks in
+/// reqwest as the text would (`IntoUrl` for `Url`: a URL without a host is refused).
+pub(crate) fn parsed_url(url: &str) -> Option<reqwest::Url> {
+    static URLS: std::sync::Mutex<Vec<(Box<str>, reqwest::Url)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut urls = URLS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(at) = urls.iter().position(|(text, _)| **text == *url) {
+        urls[at..].rotate_left(1);
+        return urls.last().map(|(_, parsed)| parsed.clone());
+    }
+    let parsed = reqwest::Url::parse(url).ok()?;
+    if urls.len() >= URLS_KEPT {
+        urls.remove(0);
+    }
+    urls.push((url.into(), parsed.clone()));
+    Some(parsed)
+}
+
+/// How many parsed URLs [`parsed_url`] keeps (a session's model, and a few others in turn).
+const URLS_KEPT: usize = 8;
 
 /// Joins a base URL and a path without doubling or dropping the `/`.
 pub(crate) fn join_url(base: &str, path: &str) -> String {
@@ -541,8 +572,12 @@ pub(crate) async fn open_sse(
 ) -> Result<SseBody, ProviderError> {
     let first_byte = timeout.unwrap_or(DEFAULT_FIRST_BYTE_TIMEOUT);
     let idle = timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
-    let mut req = http_client(url)
-        .post(url)
+    let client = http_client(url);
+    let req = match parsed_url(url) {
+        Some(parsed) => client.post(parsed),
+        None => client.post(url),
+    };
+    let mut req = req
         .header("content-type", "application/json")
         .header("accept", "text/event-stream");
     for (k, v) in headers {
@@ -768,4 +803,28 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parsed_url_is_kept_and_equals_a_fresh_parse() {
+        let texts: Vec<String> = (0..URLS_KEPT + 2)
+            .map(|i| format!("http://127.0.0.1:{}/v1/chat/completions", 40_000 + i))
+            .collect();
+        for _ in 0..2 {
+            for t in &texts {
+                assert_eq!(parsed_url(t), Some(reqwest::Url::parse(t).unwrap()));
+            }
+        }
+        assert_eq!(
+            (
+                parsed_url("not a url"),
+                parsed_url("HTTP://Example.COM/v1/messages").map(String::from),
+            ),
+            (None, Some("http://example.com/v1/messages".to_string()))
+        );
+    }
 }

@@ -138,6 +138,12 @@ pub struct ToolContext {
 pub trait Tool: Send + Sync {
     /// Name, description and JSON Schema of the arguments, as sent to the model.
     fn spec(&self) -> ToolSpec;
+    /// The tool's name, always its [`Tool::spec`]'s `name`, without building the spec (its
+    /// description and schema): what the configuration's selections and filters compare.
+    /// Default: from the spec; a tool with a fixed name returns it.
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Owned(self.spec().name)
+    }
     /// True for tools that must not run concurrently with others (docs/design.md#the-agent-loop "Batch scheduling":
     /// a batch containing any sequential tool runs wholly in call order).
     fn sequential(&self) -> bool {

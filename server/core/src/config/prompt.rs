@@ -43,7 +43,7 @@ impl ToolPrompt {
     /// The prompt view of `tool`: its own snippet and guidelines.
     pub fn of(tool: &dyn Tool) -> ToolPrompt {
         ToolPrompt {
-            name: tool.spec().name,
+            name: tool.name().into_owned(),
             snippet: tool.prompt_snippet(),
             guidelines: tool.prompt_guidelines(),
         }

@@ -353,14 +353,17 @@ impl PlanBoard {
     }
 
     /// Which of `names` plan mode keeps (recorded when a run's tools are chosen).
-    pub(crate) fn set_read_only(&self, tools: Vec<(String, bool)>) {
+    pub(crate) fn set_read_only<'a>(
+        &self,
+        tools: impl IntoIterator<Item = (std::borrow::Cow<'a, str>, bool)>,
+    ) {
         // The run's own tools and its MCP tools are filtered apart (the latter before each
         // model request): each call adds to what is known, by name.
         let mut g = self.inner.lock();
         for (name, ro) in tools {
-            match g.read_only.iter_mut().find(|(n, _)| *n == name) {
+            match g.read_only.iter_mut().find(|(n, _)| **n == *name) {
                 Some(slot) => slot.1 = ro,
-                None => g.read_only.push((name, ro)),
+                None => g.read_only.push((name.into_owned(), ro)),
             }
         }
     }

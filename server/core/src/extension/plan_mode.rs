@@ -543,7 +543,7 @@ fn has_plan_context(content: &pi_ai::types::UserContent) -> bool {
 /// ([`PLAN_MODE_DISABLED_TOOLS`], Pi 1.6.0's example; `bash` is checked command by command)
 /// and but the tools that say [`Tool::off_in_plan_mode`] (MCP tools without `readOnlyHint`).
 pub(crate) fn allowed_in_plan_mode(t: &Arc<dyn Tool>) -> bool {
-    !PLAN_MODE_DISABLED_TOOLS.contains(&t.spec().name.as_str()) && !t.off_in_plan_mode()
+    !PLAN_MODE_DISABLED_TOOLS.contains(&&*t.name()) && !t.off_in_plan_mode()
 }
 
 /// The active tools in plan mode (Pi's example's `getPlanModeTools` applied by
@@ -553,10 +553,10 @@ pub(crate) fn allowed_in_plan_mode(t: &Arc<dyn Tool>) -> bool {
 pub(crate) fn plan_mode_tools(registered: &[Arc<dyn Tool>], tools: &mut Vec<Arc<dyn Tool>>) {
     tools.retain(allowed_in_plan_mode);
     for name in PLAN_MODE_TOOLS {
-        if tools.iter().any(|t| t.spec().name == name) {
+        if tools.iter().any(|t| t.name() == name) {
             continue;
         }
-        if let Some(t) = registered.iter().find(|t| t.spec().name == name) {
+        if let Some(t) = registered.iter().find(|t| t.name() == name) {
             tools.push(t.clone());
         }
     }
@@ -588,12 +588,9 @@ impl Extension for PlanModeExtension {
         super::todo::register_todos_command(api, &self.board);
         let b = self.board.clone();
         api.filter_tools(move |registered, tools| {
-            b.set_read_only(
-                tools
-                    .iter()
-                    .map(|t| (t.spec().name, allowed_in_plan_mode(t)))
-                    .collect(),
-            );
+            // Names only (no tool's spec built), and nothing allocated for a tool already
+            // known: this runs at every configuration, plan mode on or off.
+            b.set_read_only(tools.iter().map(|t| (t.name(), allowed_in_plan_mode(t))));
             if b.plan_mode() {
                 plan_mode_tools(registered, tools);
             }

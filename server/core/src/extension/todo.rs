@@ -48,6 +48,10 @@ fn output(board: &PlanBoard, action: &str, text: String, error: Option<String>) 
 
 #[async_trait]
 impl Tool for TodoTool {
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(TODO_TOOL)
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             constrained_sampling: None,
@@ -246,5 +250,21 @@ impl Extension for TodoExtension {
             Ok(())
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tool_names_itself_as_its_spec_does() {
+        let t = TodoTool {
+            board: PlanBoard::new(),
+        };
+        assert_eq!(
+            (t.name().into_owned(), t.spec().name),
+            ("todo".to_string(), "todo".to_string())
+        );
     }
 }

@@ -278,6 +278,8 @@ impl AgentSession {
         model: Option<&str>,
     ) -> Result<PromptOutcome, Error> {
         if text.starts_with('/') {
+            // A command may change what the configuration reads (plan mode's `/plan`).
+            self.forget_kept_config();
             if let Some(name) = self.extensions.run_command(text).await {
                 return Ok(PromptOutcome::Command(name));
             }

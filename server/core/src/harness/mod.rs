@@ -156,6 +156,9 @@ pub struct AgentSession {
     /// its branch changes, the base of every run's tools before the extensions' filters
     /// ([`setup::RecordedTools`]).
     recorded_tools: parking_lot::Mutex<Option<setup::RecordedTools>>,
+    /// The configuration ([`Agent::config_generation`]) the session's first run may start on
+    /// without building it again ([`AgentSession::keep_config_for_first_prompt`]); 0: none.
+    first_prompt_config: std::sync::atomic::AtomicU64,
 }
 
 /// A session file opened by [`open_file`].
@@ -503,8 +506,31 @@ impl AgentSession {
                 late,
                 reads,
                 recorded_tools: parking_lot::Mutex::new(recorded_tools),
+                first_prompt_config: std::sync::atomic::AtomicU64::new(0),
             }
         })
+    }
+
+    /// For a front door that creates a session to run the prompt it was created for at once
+    /// (`agent/prompt` without a session): that prompt's run starts on the configuration the
+    /// creation just built, instead of building it a second time in [`AgentSession::start`].
+    /// Nothing that configuration reads can change in between: the prompt follows in the same
+    /// call, with no wait, unless its text is a `/command` (an extension command may change
+    /// what it reads, and waits: [`AgentSession::prompt`] forgets this then). A change that
+    /// makes a new configuration in between (a model or thinking level set, a switch turned)
+    /// changes [`Agent::config_generation`], and the run is configured afresh as always. Only
+    /// the first [`AgentSession::start`] after this call can use it.
+    pub fn keep_config_for_first_prompt(&self) {
+        self.first_prompt_config.store(
+            self.agent.config_generation(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Forgets [`AgentSession::keep_config_for_first_prompt`]: the next start configures afresh.
+    pub(crate) fn forget_kept_config(&self) {
+        self.first_prompt_config
+            .store(0, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The configuration of the session's next run: tools, system prompt and settings read
@@ -553,7 +579,14 @@ impl AgentSession {
             )));
         }
         self.ensure_context();
-        self.reconfigure();
+        // The configuration its creation built, when the session was created for this prompt
+        // and nothing made a new one since (`keep_config_for_first_prompt`); else built now.
+        let kept = self
+            .first_prompt_config
+            .swap(0, std::sync::atomic::Ordering::Relaxed);
+        if kept == 0 || kept != self.agent.config_generation() {
+            self.reconfigure();
+        }
         if !self.agent.is_streaming() {
             self.store_system_message();
         }

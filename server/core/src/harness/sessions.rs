@@ -637,6 +637,71 @@ mod tests {
         }
     }
 
+    /// A session created for the prompt it runs at once (`keep_config_for_first_prompt`, as
+    /// `agent/prompt` without a session does) starts that run on the configuration its
+    /// creation built; a change in between that makes a new configuration (auto retry turned
+    /// off), a `/` text (an extension command may change what the configuration reads), a
+    /// later prompt, and a session not kept so (`agent/session/new`, then a prompt) are each
+    /// configured afresh at the start, as before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_created_for_its_prompt_is_configured_once_unless_something_changed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("agent")).unwrap();
+        let ws = Arc::new(WorkspaceConfig::new(
+            root.clone(),
+            Some(root.join("agent")),
+            false,
+        ));
+        let setup = Arc::new(Setup {
+            root: root.clone(),
+            failures: Arc::default(),
+        });
+        let sessions = Sessions::new(ws, setup, None);
+        let generation = |s: &AgentSession| s.agent_handle().config_generation();
+        // (generation when created and kept, just before the prompt, right after its start)
+        let run = |text: &'static str, keep: bool, change: bool| {
+            let s = sessions.create(None, None, None).unwrap();
+            if keep {
+                s.keep_config_for_first_prompt();
+            }
+            let built = generation(&s);
+            if change {
+                s.set_auto_retry(false);
+            }
+            let before = generation(&s);
+            async move {
+                s.prompt(text, Vec::new(), None, None).await.unwrap();
+                let started = generation(&s);
+                let retry = s.agent_handle().with_config(|c| c.retry.enabled);
+                tokio::time::timeout(Duration::from_secs(5), s.wait_for_idle())
+                    .await
+                    .unwrap();
+                s.prompt("again", Vec::new(), None, None).await.unwrap();
+                let again = generation(&s);
+                tokio::time::timeout(Duration::from_secs(5), s.wait_for_idle())
+                    .await
+                    .unwrap();
+                (built == before, started == before, retry, again == started)
+            }
+        };
+        assert_eq!(
+            [
+                run("go", true, false).await,
+                run("go", true, true).await,
+                run("/go", true, false).await,
+                run("go", false, false).await,
+            ],
+            [
+                (true, true, true, false),
+                (false, false, false, false),
+                (true, false, true, false),
+                (true, false, true, false),
+            ]
+        );
+        sessions.stop_all().await;
+    }
+
     /// The one poison policy on the whole session: a writer poisoned by a panic mid-append is
     /// written on no more (the run stops, the user is told), and the stop still syncs it and
     /// releases the file.

@@ -360,12 +360,12 @@ impl crate::agent::ToolProvider for RecordedToolFilter {
     async fn tools(self: Arc<Self>) -> Vec<Arc<dyn crate::agent::Tool>> {
         let mut tools = self.inner.clone().tools().await;
         tools.retain(|t| {
-            let name = t.spec().name;
+            let name = t.name();
             self.recorded.keeps(&name)
                 || self
                     .entries
                     .iter()
-                    .any(|e| e.strip_prefix('+') == Some(name.as_str()))
+                    .any(|e| e.strip_prefix('+') == Some(&*name))
         });
         tools
     }
@@ -389,7 +389,7 @@ pub fn registered_tools(
         Some(list) if !list.iter().any(|e| is_tool_modifier(e)) => all
             .iter()
             .filter(|t| {
-                let name = t.spec().name;
+                let name = t.name();
                 list.iter().any(|p| tool_pattern_matches(p, &name))
             })
             .cloned()
@@ -456,7 +456,7 @@ pub fn agent_config_with(
     // `+name` / `-name` applies on top of it, below).
     let no_builtin = ws.overrides().no_builtin_tools;
     let restored = restored_tools(ws, recorded_tools);
-    let keep = |t: &Arc<dyn crate::agent::Tool>| restored.is_none_or(|r| r.keeps(&t.spec().name));
+    let keep = |t: &Arc<dyn crate::agent::Tool>| restored.is_none_or(|r| r.keeps(&t.name()));
     match restored {
         Some(_) => tools.retain(keep),
         None if no_builtin => tools.clear(),
@@ -465,13 +465,13 @@ pub fn agent_config_with(
     all.extend(extra_tools.iter().cloned());
     tools.extend(extra_tools.into_iter().filter(keep));
     if let Some(late) = late_tools {
-        let names: Vec<String> = all.iter().map(|t| t.spec().name).collect();
+        let names: Vec<String> = all.iter().map(|t| t.name().into_owned()).collect();
         let late = late(&names, &allowed);
         all.extend(late.iter().cloned());
         tools.extend(late.into_iter().filter(keep));
     }
     if let Some(list) = &ws.overrides().tools {
-        let names: Vec<String> = all.iter().map(|t| t.spec().name).collect();
+        let names: Vec<String> = all.iter().map(|t| t.name().into_owned()).collect();
         if let Some(w) = cli_tools_warning(&names, list) {
             warn_once(w);
         }
@@ -534,7 +534,7 @@ pub fn apply_default_tools(tools: &mut Vec<Arc<dyn crate::agent::Tool>>, setting
         }
         on
     };
-    tools.retain(|t| keep(&t.spec().name));
+    tools.retain(|t| keep(&t.name()));
 }
 
 /// Whether `entry` is a `+name` / `-name` modifier (Pi's `isToolModifier`).
@@ -649,7 +649,7 @@ pub struct CliToolFilter {
 impl crate::agent::ToolProvider for CliToolFilter {
     async fn tools(self: Arc<Self>) -> Vec<Arc<dyn crate::agent::Tool>> {
         let mut tools = self.inner.clone().tools().await;
-        tools.retain(|t| cli_keeps_tool(&self.entries, &t.spec().name));
+        tools.retain(|t| cli_keeps_tool(&self.entries, &t.name()));
         tools
     }
 }
@@ -669,7 +669,7 @@ pub fn select_cli_tools(
         return all
             .iter()
             .filter(|t| {
-                let name = t.spec().name;
+                let name = t.name();
                 entries.iter().any(|p| tool_pattern_matches(p, &name))
             })
             .cloned()
@@ -678,10 +678,10 @@ pub fn select_cli_tools(
     let mut out: Vec<Arc<dyn crate::agent::Tool>> = selected.to_vec();
     for e in entries {
         let name = &e[1..];
-        let at = out.iter().position(|t| t.spec().name == name);
+        let at = out.iter().position(|t| t.name() == name);
         match (e.starts_with('+'), at) {
             (true, None) => {
-                if let Some(t) = all.iter().find(|t| t.spec().name == name) {
+                if let Some(t) = all.iter().find(|t| t.name() == name) {
                     out.push(t.clone());
                 }
             }

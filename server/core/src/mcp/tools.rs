@@ -367,6 +367,10 @@ impl McpTool {
 
 #[async_trait]
 impl Tool for McpTool {
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(&self.spec.name)
+    }
+
     fn spec(&self) -> ToolSpec {
         self.spec.clone()
     }
@@ -722,6 +726,10 @@ struct ToolSearch(std::sync::Weak<RunTools>);
 
 #[async_trait]
 impl Tool for ToolSearch {
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(TOOL_SEARCH)
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             constrained_sampling: None,
@@ -1093,5 +1101,10 @@ mod tests {
             .map(|t| crate::extension::plan_mode::allowed_in_plan_mode(t))
             .collect();
         assert_eq!(kept, vec![true, false, false]);
+        // Named as its spec names it, without building the spec (Tool::name).
+        assert_eq!(
+            (ro.name().into_owned(), ro.spec().name),
+            ("mcp__srv__t".to_string(), "mcp__srv__t".to_string())
+        );
     }
 }

@@ -897,6 +897,10 @@ impl Tool for BashTool {
         crate::approval::ToolKind::Execute
     }
 
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed("bash")
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
  // Pi 1.6: `constrainedSampling: { type: "json_schema", strict: "prefer" }`.

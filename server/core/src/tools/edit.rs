@@ -528,6 +528,10 @@ impl Tool for EditTool {
         crate::approval::ToolKind::Edit
     }
 
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed("edit")
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
  // Pi 1.6: `constrainedSampling: { type: "json_schema", strict: "prefer" }`.

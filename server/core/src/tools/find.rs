@@ -137,6 +137,10 @@ impl Tool for FindTool {
         crate::approval::ToolKind::ReadOnly
     }
 
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed("find")
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
  constrained_sampling: None,

@@ -415,6 +415,10 @@ impl Tool for GrepTool {
         crate::approval::ToolKind::ReadOnly
     }
 
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed("grep")
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
  constrained_sampling: None,

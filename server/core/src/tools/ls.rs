@@ -46,6 +46,10 @@ impl Tool for LsTool {
         crate::approval::ToolKind::ReadOnly
     }
 
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed("ls")
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
  constrained_sampling: None,

@@ -632,6 +632,25 @@ pub(crate) fn search_output(
 mod tests {
     use super::*;
 
+    /// A tool's `name()` (what selections and plan mode compare) is its spec's name, for each
+    /// built-in tool (they answer it without building the spec).
+    #[test]
+    fn each_tool_names_itself_as_its_spec_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs: Arc<dyn Fs> = Arc::new(crate::fs::DiskFs::new(tmp.path().to_path_buf()));
+        let tools = default_tools(fs, None);
+        let names: Vec<(String, String)> = tools
+            .iter()
+            .map(|t| (t.name().into_owned(), t.spec().name))
+            .collect();
+        let expected: Vec<(String, String)> =
+            ["read", "bash", "edit", "write", "grep", "find", "ls"]
+                .iter()
+                .map(|n| (n.to_string(), n.to_string()))
+                .collect();
+        assert_eq!(names, expected);
+    }
+
     #[cfg(unix)] // a symlink: a Unix API
     #[test]
     fn paths_are_confined() {

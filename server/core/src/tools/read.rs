@@ -764,6 +764,10 @@ impl Tool for ReadTool {
         crate::approval::ToolKind::ReadOnly
     }
 
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed("read")
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
  // Pi 1.6: `constrainedSampling: { type: "json_schema", strict: "prefer" }`.

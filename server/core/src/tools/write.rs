@@ -99,6 +99,10 @@ impl Tool for WriteTool {
         crate::approval::ToolKind::Edit
     }
 
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed("write")
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
  // Pi 1.6: `constrainedSampling: { type: "json_schema", strict: "prefer" }`.
