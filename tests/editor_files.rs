@@ -394,6 +394,54 @@ async fn ed04_files_keep_their_encoding_over_lsp() {
     c.shutdown().await;
 }
 
+/// EDIT-02 over LSP with the case's fixture: a file with a UTF-8 BOM that the editor holds open
+/// (its text without the BOM, as editors show it) keeps exactly one BOM and its CRLF when the
+/// server writes the buffer (a client without `agent/saveDocument`); one the editor has not
+/// opened keeps one BOM even when the model copies the U+FEFF `read` showed into `oldText` and
+/// `newText`; a file without a BOM gains none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit02_a_bom_stays_once_over_lsp_open_or_not() {
+    let fixture = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cases/EDIT-02-bom-crlf.csv"),
+    )
+    .unwrap();
+    let tmp = TempDir::new("edit02");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let (open, closed, plain) = (
+        ws.join("open.csv"),
+        ws.join("closed.csv"),
+        ws.join("plain.csv"),
+    );
+    std::fs::write(&open, &fixture).unwrap();
+    std::fs::write(&closed, &fixture).unwrap();
+    std::fs::write(&plain, &fixture[3..]).unwrap();
+    let mock = MockModel::start(vec![
+        Step::edit("e1", "open.csv", "name,age", "name,years"),
+        Step::edit("e2", "closed.csv", "\u{FEFF}name,age", "\u{FEFF}name,years"),
+        Step::edit("e3", "plain.csv", "name,age", "name,years"),
+        Step::text("done"),
+    ])
+    .await;
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    c.open(&open, "name,age\r\nbob,3\r\n").await;
+    c.open(&plain, "name,age\r\nbob,3\r\n").await;
+    let events = prompt(&mut c).await;
+    let failed: Vec<_> = tool_results(&events).into_iter().filter(|r| r.2).collect();
+    assert_eq!(failed, vec![]);
+    let want = b"\xEF\xBB\xBFname,years\r\nbob,3\r\n".to_vec();
+    assert_eq!(
+        [
+            std::fs::read(&open).unwrap(),
+            std::fs::read(&closed).unwrap(),
+            std::fs::read(&plain).unwrap()
+        ],
+        [want.clone(), want.clone(), want[3..].to_vec()]
+    );
+    assert_eq!(c.doc(&open).unwrap().text, "name,years\r\nbob,3\r\n");
+    c.shutdown().await;
+}
+
 /// ED-07: every `workspaceFolders` entry is usable by the tools, and
 /// `workspace/didChangeWorkspaceFolders` adds and removes folders; sessions stay in the first
 /// folder.

@@ -325,11 +325,41 @@ async fn write_rope(path: &Path, rope: Rope, encoding: &TextEncoding) -> Result<
         let bytes = encode_text(path, &text, encoding)?.into_owned();
         return overwrite_in_place_with(path, move |w| w.write_all(&bytes)).await;
     }
+    // Editors show a UTF-8 file's BOM as no text at all: the buffer lacks what the disk
+    // starts with, and the file keeps it (case EDIT-02).
+    let bom =
+        !(rope.len_chars() > 0 && rope.char(0) == '\u{FEFF}') && starts_with_utf8_bom(path).await;
     overwrite_in_place_with(path, move |w| {
-        let chunks: Vec<&[u8]> = rope.chunks().map(str::as_bytes).collect();
+        let mut chunks: Vec<&[u8]> = Vec::new();
+        if bom {
+            chunks.push(UTF8_BOM);
+        }
+        chunks.extend(rope.chunks().map(str::as_bytes));
         write_all_chunks(w, &chunks)
     })
     .await
+}
+
+/// Whether an open buffer's text is the file's text on disk: the same, or the same but for a
+/// UTF-8 BOM the disk starts with, which editors do not show in the buffer (case EDIT-02).
+fn same_as_disk<B: PartialEq<str> + ?Sized>(buffer: &B, disk: &str) -> bool {
+    *buffer == *disk
+        || disk
+            .strip_prefix('\u{FEFF}')
+            .is_some_and(|rest| *buffer == *rest)
+}
+
+/// The UTF-8 byte order mark.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Whether the file at `path` starts with [`UTF8_BOM`] (false when it cannot be read).
+async fn starts_with_utf8_bom(path: &Path) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let Ok(mut f) = tokio::fs::File::open(path).await else {
+        return false;
+    };
+    let mut head = [0u8; 3];
+    f.read_exact(&mut head).await.is_ok() && head == UTF8_BOM
 }
 
 /// Asks the user `message` with `actions` (`window/showMessageRequest`); the chosen action's
@@ -440,7 +470,7 @@ impl EditorFs {
         let disk = Self::disk_text(path).await?;
         if disk
             .as_ref()
-            .is_some_and(|(t, _)| t.as_str() == base.text.as_str())
+            .is_some_and(|(t, _)| same_as_disk(base.text.as_str(), t))
         {
             return Ok(None);
         }
@@ -782,7 +812,7 @@ impl EditorFs {
                     .await
                     .ok()
                     .flatten()
-                    .is_some_and(|(disk, _)| doc.text == disk.as_str());
+                    .is_some_and(|(disk, _)| same_as_disk(&doc.text, &disk));
                 if !same {
                     out.push(path);
                 }
@@ -818,7 +848,7 @@ impl Fs for EditorFs {
             .await
             .ok()
             .flatten()
-            .is_some_and(|(disk, _)| doc.text == disk.as_str());
+            .is_some_and(|(disk, _)| same_as_disk(&doc.text, &disk));
         (!same).then(|| {
             format!(
                 "Note: the user has unsaved changes to {shown} in the editor. read and edit use the editor's text; the file on disk differs by those changes (bash and other programs see the disk)."

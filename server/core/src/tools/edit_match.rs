@@ -366,7 +366,15 @@ fn whitespace_match(
 }
 
 /// Finds `old` (one edit's `oldText`) in `text`; `new` is its `newText`. See module docs.
+///
+/// A file with a BOM: an `oldText` starting with U+FEFF (the model copied it from what `read`
+/// showed) starts at the body, and a U+FEFF at the start of its `newText` goes too: the BOM is
+/// the file's, kept once (case EDIT-02; Pi 1.6's edit fails to match such an `oldText`).
 pub(crate) fn find(text: &str, old: &str, new: &str) -> Result<Found, MatchError> {
+    let (old, new) = match old.strip_prefix('\u{FEFF}') {
+        Some(rest) if body_start(text) > 0 => (rest, new.strip_prefix('\u{FEFF}').unwrap_or(new)),
+        _ => (old, new),
+    };
     let eol = detect_eol(text);
     let old_lf = to_lf(old);
     let new_lf = to_lf(new);
@@ -608,11 +616,36 @@ mod tests {
     /// Level 1 through the view, as the fast path must behave.
     fn exact_in_view(text: &str, old: &str) -> Result<Range<usize>, Vec<usize>> {
         let lf = lf_view(text);
+        // A BOM copied into `oldText` is the file's (see `find`).
+        let old = match old.strip_prefix('\u{FEFF}') {
+            Some(rest) if body_start(text) > 0 => rest,
+            _ => old,
+        };
         let needle = to_lf(old);
         match find_all(&lf.text, &needle).as_slice() {
             [at] => Ok(lf.original(&(*at..*at + needle.len()))),
             many => Err(many.iter().map(|h| lf.line_of(*h)).collect()),
         }
+    }
+
+    /// Case EDIT-02: `read` shows a UTF-8 BOM as U+FEFF; a model that copies it into
+    /// `oldText` and `newText` edits the body, and the file keeps exactly one BOM.
+    #[test]
+    fn a_bom_copied_from_read_into_old_text_is_the_files_and_stays_once() {
+        let text = "\u{FEFF}name,age\r\nbob,3\r\n";
+        let found = find(text, "\u{FEFF}name,age", "\u{FEFF}name,years").unwrap();
+        let mut out = text.to_string();
+        out.replace_range(found.range.clone(), &found.new_text);
+        assert_eq!(
+            (out.as_str(), found.level),
+            ("\u{FEFF}name,years\r\nbob,3\r\n", Level::Exact)
+        );
+        // Only the BOM's own copy goes: a newText without it is taken as written.
+        let found = find(text, "\u{FEFF}name,age", "id,name,age").unwrap();
+        assert_eq!(
+            (found.range, found.new_text.as_str()),
+            (3..11, "id,name,age")
+        );
     }
 
     #[test]
