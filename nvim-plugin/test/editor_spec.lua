@@ -268,7 +268,9 @@ H.case('write over a new unsaved buffer of the same name asks even under approve
   mock.stop()
 end)
 
-H.case('a count or a key followed by another never answers; a digit alone does, after timeoutlen', function()
+--- A run asking to run `echo one` (then answering "Finished."), its question in the chat and
+--- the chat focused; 'timeoutlen' 400. Returns the mock and the child.
+local function bash_question_in_chat()
   local mock = H.mock({
     { toolCalls = { { id = 'call_one', name = 'bash', arguments = { command = 'echo one' } } } },
     { text = 'Finished.' },
@@ -284,6 +286,11 @@ H.case('a count or a key followed by another never answers; a digit alone does, 
   H.wait('the chat focused', 2000, function()
     return c:lua('return vim.bo.filetype') == 'pi-chat'
   end)
+  return mock, c
+end
+
+H.case('a count or a key followed by another never answers; a digit alone does, after timeoutlen', function()
+  local mock, c = bash_question_in_chat()
   local PENDING = 'return #require("pi.permission").pending'
   -- 2j: a count and a motion (the cursor moves two lines), no answer.
   c:input('gg')
@@ -319,21 +326,7 @@ H.case('a count or a key followed by another never answers; a digit alone does, 
 end)
 
 H.case('a digit answers after timeoutlen while messages keep coming faster than one a millisecond', function()
-  local mock = H.mock({
-    { toolCalls = { { id = 'call_one', name = 'bash', arguments = { command = 'echo one' } } } },
-    { text = 'Finished.' },
-  })
-  local ws = H.workspace({ ['code.txt'] = 'code\n' })
-  local c = H.child({ ws = ws, models_json = mock.models_json, setup = '{approval_policy = "auto-edit"}', init = 'vim.o.timeoutlen = 400', cols = 160, rows = 40 })
-  c:cmd('edit code.txt')
-  c:cmd('Pi run a command')
-  H.wait('the question', 15000, function()
-    return c:lua(H.CHAT_TEXT):find('### ? Permission: run `echo one`', 1, true)
-  end)
-  c:input('<C-w>l')
-  H.wait('the chat focused', 2000, function()
-    return c:lua('return vim.bo.filetype') == 'pi-chat'
-  end)
+  local mock, c = bash_question_in_chat()
   -- A client asking back to back (each answer brings the next request) while the digit waits
   -- its 'timeoutlen': Neovim's own `vim.wait` would never time out under such a flood.
   c:input('1')

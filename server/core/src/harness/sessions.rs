@@ -613,6 +613,19 @@ mod tests {
         failures: Arc<Failures>,
     }
 
+    /// The sessions of an untrusted workspace at `dir` (its agent folder inside it), whose
+    /// listener collects the failures told into `failures`.
+    fn sessions_at(dir: &std::path::Path, failures: Arc<Failures>) -> Sessions {
+        let root = dir.canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("agent")).unwrap();
+        let ws = Arc::new(WorkspaceConfig::new(
+            root.clone(),
+            Some(root.join("agent")),
+            false,
+        ));
+        Sessions::new(ws, Arc::new(Setup { root, failures }), None)
+    }
+
     impl SessionSetup for Setup {
         fn fs(&self, _session_id: &str) -> (Arc<dyn Fs>, Option<BeforeBash>) {
             (Arc::new(DiskFs::new(self.root.clone())), None)
@@ -646,18 +659,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_session_created_for_its_prompt_is_configured_once_unless_something_changed() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().canonicalize().unwrap();
-        std::fs::create_dir_all(root.join("agent")).unwrap();
-        let ws = Arc::new(WorkspaceConfig::new(
-            root.clone(),
-            Some(root.join("agent")),
-            false,
-        ));
-        let setup = Arc::new(Setup {
-            root: root.clone(),
-            failures: Arc::default(),
-        });
-        let sessions = Sessions::new(ws, setup, None);
+        let sessions = sessions_at(tmp.path(), Arc::default());
         let generation = |s: &AgentSession| s.agent_handle().config_generation();
         // (generation when created and kept, just before the prompt, right after its start)
         let run = |text: &'static str, keep: bool, change: bool| {
@@ -708,19 +710,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_session_that_cannot_save_says_so_stops_the_run_and_still_releases_its_file() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().canonicalize().unwrap();
-        std::fs::create_dir_all(root.join("agent")).unwrap();
-        let ws = Arc::new(WorkspaceConfig::new(
-            root.clone(),
-            Some(root.join("agent")),
-            false,
-        ));
         let failures = Arc::new(Failures::default());
-        let setup = Arc::new(Setup {
-            root: root.clone(),
-            failures: failures.clone(),
-        });
-        let sessions = Sessions::new(ws, setup, None);
+        let sessions = sessions_at(tmp.path(), failures.clone());
         let s = sessions.create(None, None, None).unwrap();
         let file = s.file();
         let w = s.writer.clone();
