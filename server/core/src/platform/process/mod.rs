@@ -174,7 +174,10 @@ mod tests {
             pairs.push((child, tree));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(kill_all_now() >= 2);
+        // The registry is the process's: another test of this binary stopping its sessions
+        // (`Sessions::stop_all`) may have killed and forgotten these trees already, so what
+        // is checked is that none is left alive, not how many this call found.
+        kill_all_now();
         for (mut child, tree) in pairs {
             let _ = child.wait().await.unwrap();
             let gone = Instant::now() + Duration::from_secs(2);
