@@ -522,23 +522,22 @@ impl Run<'_> {
 
     /// Proposes a compaction, checks it (it must shrink the context; a threshold compaction must
     /// also fit under the threshold) and commits it; emits `compaction_start` / `compaction_end`.
-    /// Returns the error text of a compaction that could not be done.
+    /// Returns the error text of a compaction that could not be done. With nothing to compact
+    /// ([`crate::compaction::Compactor::check`]) it returns that error and emits nothing.
     async fn compact(&mut self, reason: CompactionReason) -> Result<(), CompactionError> {
         let Some(cc) = self.cfg.compaction.clone() else {
             return Err(CompactionError::NothingToCompact);
         };
-        if reason == CompactionReason::Overflow {
-            // Pi 1.6's `_runAutoCompaction`: when `prepareCompaction` prepares nothing, no
-            // compaction starts and no event tells of one.
-            let fixed = crate::compaction::request_tokens(
-                &self.cfg.system_prompt,
-                &self.specs,
-                &[],
-                usize::MAX,
-            );
-            cc.compactor
-                .check(&kept_settings(&cc, &self.cfg.model, fixed))?;
-        }
+        // Pi 1.6's `_runAutoCompaction` (threshold and overflow alike): when
+        // `prepareCompaction` prepares nothing, no compaction starts and no event tells of one.
+        let fixed = crate::compaction::request_tokens(
+            &self.cfg.system_prompt,
+            &self.specs,
+            &[],
+            usize::MAX,
+        );
+        cc.compactor
+            .check(&kept_settings(&cc, &self.cfg.model, fixed))?;
         self.sink.emit(AgentEvent::CompactionStart { reason }).await;
         let result = compact_checked(
             &cc,

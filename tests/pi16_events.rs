@@ -1,0 +1,225 @@
+//! What a client or user sees of a run, against the real Pi 1.6.0 on the same loopback script
+//! (issue 29, "behaviour as Pi 1.6.0 tells it"): the whole `--mode json` event lines of Pi and
+//! `pi-lsp run --json` (every event but the streamed deltas, values whole but for what differs
+//! by run: times, entry ids, the session's folder), their exit codes, and print mode's stdout
+//! and stderr (`pi -p`, `pi-lsp run`). Pi runs as `$PI16_REF_BIN` (required under `CI=true`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Output;
+
+use pi_e2e::headless::{run_pi, Headless};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::TempDir;
+use serde_json::{json, Map, Value};
+
+/// The tests' name when Pi 1.6.0 is missing.
+const WHAT: &str = "Pi 1.6.0 event comparison";
+
+/// `mock`'s `models.json` with `mock-1`'s context window set to `window`.
+fn models(mock: &MockModel, window: u64) -> Value {
+    let mut m = mock.models_json();
+    m["providers"]["mock"]["models"][0]["contextWindow"] = json!(window);
+    m
+}
+
+/// One side's run: its output.
+struct Ran {
+    out: Output,
+}
+
+/// A loopback model's script: its steps, what every answer reports as its usage (`(input,
+/// output)` tokens; the mock's default when `None`), and a prompt run first in print mode
+/// (`first`), the compared run then going on with its session (`--continue`).
+#[derive(Clone)]
+struct Script {
+    steps: Vec<Step>,
+    usage: Option<(u64, u64)>,
+    first: Option<&'static str>,
+}
+
+impl Script {
+    fn of(steps: Vec<Step>) -> Script {
+        Script {
+            steps,
+            usage: None,
+            first: None,
+        }
+    }
+
+    async fn start(self) -> MockModel {
+        let mock = MockModel::start(self.steps).await;
+        if let Some((input, output)) = self.usage {
+            mock.set_usage(input, output);
+        }
+        mock
+    }
+}
+
+/// Pi 1.6.0 on a fresh loopback model playing `script`, in a fresh folder under `tmp` with
+/// `settings` and `window`: `pi --session-dir … ARGS`.
+async fn theirs(
+    pi: &Path,
+    tmp: &Path,
+    script: Script,
+    window: u64,
+    settings: &Value,
+    args: &[&str],
+) -> Ran {
+    let first = script.first;
+    let mock = script.start().await;
+    let (ws, agent, sessions) = (tmp.join("ws"), tmp.join("agent"), tmp.join("sessions"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), models(&mock, window).to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let run = |args: &[&str]| {
+        let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
+        run_pi(
+            pi,
+            &ws,
+            &agent,
+            tmp,
+            dir.into_iter().chain(args.iter().map(OsStr::new)),
+        )
+    };
+    let out = match first {
+        None => run(args),
+        Some(prompt) => {
+            assert_eq!(run(&["-p", prompt]).status.code(), Some(0));
+            run(&[&["--continue"][..], args].concat())
+        }
+    };
+    Ran { out }
+}
+
+/// `pi-lsp run --model mock/mock-1 ARGS` on a fresh loopback model playing `script`, in a
+/// fresh workspace with `settings` and `window`.
+async fn ours(name: &str, script: Script, window: u64, settings: &Value, args: &[&str]) -> Ran {
+    let first = script.first;
+    let mock = script.start().await;
+    let h = Headless::new(name, &models(&mock, window));
+    std::fs::write(h.agent.join("settings.json"), settings.to_string()).unwrap();
+    let model = ["--model", "mock/mock-1"];
+    let out = match first {
+        None => h.run(&[&model[..], args].concat()),
+        Some(prompt) => {
+            assert_eq!(
+                h.run(&[&model[..], &[prompt]].concat()).status.code(),
+                Some(0)
+            );
+            h.run(&[&model[..], &["--continue"], args].concat())
+        }
+    };
+    Ran { out }
+}
+
+/// Keys whose values differ from run to run (times, random ids, durations) and the session
+/// folder Pi names: left out wherever they stand.
+const PER_RUN: [&str; 5] = ["timestamp", "durationMs", "id", "parentId", "targetId"];
+
+/// `v` without the [`PER_RUN`] keys, at every depth.
+fn steady(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| !PER_RUN.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), steady(v)))
+                .collect::<Map<_, _>>(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(steady).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A `--mode json` / `--json` run's event lines as [`steady_events`] takes them.
+fn events(out: &Output) -> Vec<Value> {
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    steady_events(&lines)
+}
+
+/// Events whole but for the [`PER_RUN`] keys: Pi's session header and what streams
+/// (`message_update`, a tool's `tool_execution_update`: as many as the output's pace makes)
+/// left out; a system message (its sections name each side's own folders) left out
+/// (not told here yet: issue 29 item (e)), also from `agent_end`'s `messages`.
+/// Not compared yet (issue 29 item (f) and later): an answer's `message_start`, `thinkingLevel`, `willRetry`.
+fn steady_events(all: &[Value]) -> Vec<Value> {
+    all.iter()
+        .filter(|e| {
+            !matches!(
+                e["type"].as_str(),
+                Some("session" | "message_update" | "tool_execution_update")
+            )
+        })
+        .filter(|e| e["message"]["role"] != "system")
+        .filter(|e| !(e["type"] == "message_start" && e["message"]["role"] == "assistant"))
+        .map(|e| {
+            let mut e = e.clone();
+            if let Some(ms) = e["messages"].as_array_mut() {
+                ms.retain(|m| m["role"] != "system");
+            }
+            strip(&mut e, "thinkingLevel");
+            strip(&mut e, "willRetry");
+            steady(&e)
+        })
+        .collect()
+}
+
+/// `v` without `key`, at every depth.
+fn strip(v: &mut Value, key: &str) {
+    match v {
+        Value::Object(o) => {
+            o.remove(key);
+            o.values_mut().for_each(|v| strip(v, key));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|v| strip(v, key)),
+        _ => {}
+    }
+}
+
+/// Asserts `ours` and `theirs` are the same lists, showing the first place they differ.
+fn assert_same(ours: &[Value], theirs: &[Value], what: &str) {
+    for (i, (o, t)) in ours.iter().zip(theirs).enumerate() {
+        assert_eq!(o, t, "{what}: event {i} differs");
+    }
+    assert_eq!(ours.len(), theirs.len(), "{what}: {ours:#?}\n{theirs:#?}");
+}
+
+/// Item (c): a threshold compaction with nothing to compact. Every answer reports 5,000 input
+/// tokens on a 20,000-token window (threshold 20,000 − 16,384 reserve), so after a first prompt
+/// the context is past the threshold when the second one runs; the conversation is inside the
+/// kept recent tokens, so Pi 1.6's `prepareCompaction` prepares nothing and
+/// `_runAutoCompaction` starts none: no `compaction_start` / `compaction_end`, the run as any
+/// other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_threshold_compaction_with_nothing_to_compact_is_not_told() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-threshold");
+    let script = Script {
+        steps: vec![Step::text("first answer"), Step::text("done")],
+        usage: Some((5_000, 10)),
+        first: Some("one"),
+    };
+    let settings = json!({});
+    let args = ["--mode", "json", "two"];
+    let t = theirs(&pi, tmp.path(), script.clone(), 20_000, &settings, &args).await;
+    let o = ours(
+        "pi16-events-threshold-ours",
+        script,
+        20_000,
+        &settings,
+        &["--json", "two"],
+    )
+    .await;
+    let (o, t) = (events(&o.out), events(&t.out));
+    assert!(t
+        .iter()
+        .all(|e| !e["type"].as_str().unwrap().starts_with("compaction")));
+    assert_same(&o, &t, "threshold");
+}
