@@ -223,3 +223,51 @@ async fn a_threshold_compaction_with_nothing_to_compact_is_not_told() {
         .all(|e| !e["type"].as_str().unwrap().starts_with("compaction")));
     assert_same(&o, &t, "threshold");
 }
+
+/// A provider's HTTP error: `status` with an OpenAI-style error body saying `message`.
+fn http_error(status: u16, message: &str) -> Step {
+    Step::Raw {
+        status,
+        content_type: "application/json".into(),
+        body: json!({"error": {"message": message}}).to_string(),
+    }
+}
+
+/// Item (d): the exit code of each mode as Pi 1.6's `runPrintMode` sets it, for a refused
+/// request (a 400, not retried) and an answer cut at the model's `maxTokens` (not recoverable):
+/// `--mode json` (ours `--json`) exits 0 either way, its events say how the run ended; print
+/// mode exits 1 and prints what Pi prints on stdout (the cut answer's text; nothing after an
+/// error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_are_pi_1_6_s() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-exit");
+    let cases = [
+        ("400", http_error(400, "bad request")),
+        ("length", Step::length("cut answer", 4_096)),
+    ];
+    for (name, step) in cases {
+        for (mode, theirs_args, ours_args) in [
+            ("json", &["--mode", "json", "hi"][..], &["--json", "hi"][..]),
+            ("print", &["-p", "hi"][..], &["hi"][..]),
+        ] {
+            let script = Script::of(vec![step.clone()]);
+            let dir = tmp.path().join(format!("{name}-{mode}"));
+            let t = theirs(&pi, &dir, script.clone(), 128_000, &json!({}), theirs_args).await;
+            let our_name = format!("pi16-events-exit-{name}-{mode}");
+            let o = ours(&our_name, script, 128_000, &json!({}), ours_args).await;
+            let code = |r: &Ran| r.out.status.code();
+            assert_eq!(code(&o), code(&t), "{name} {mode}");
+            assert_eq!(
+                code(&t),
+                Some(if mode == "json" { 0 } else { 1 }),
+                "{name} {mode}"
+            );
+            if mode == "print" {
+                assert_eq!(o.out.stdout, t.out.stdout, "{name} {mode}");
+            }
+        }
+    }
+}

@@ -747,7 +747,8 @@ pub async fn run(args: RunArgs) -> i32 {
 /// Runs `prompt` in `session` to its end, then each of `further` the same way (Pi 1.6's print
 /// mode: one after the other, each once the run before has ended, whatever its outcome;
 /// `later`, shared with the printer, counts down the ones still to run); returns the exit
-/// code, from the last run.
+/// code, from the last run (with `json` 0 unless the session could not be saved, as Pi 1.6's
+/// `--mode json`).
 #[allow(clippy::print_stderr)]
 async fn run_session(
     sessions: &Sessions,
@@ -820,6 +821,11 @@ async fn run_session(
     }
     print_plan(session, json);
     saved();
+    // Pi 1.6's `--mode json` (`runPrintMode`) exits 0 however the run ended: its events say
+    // it (a provider error, a cut answer). A session that could not be saved still fails.
+    if json {
+        return i32::from(failed_save.load(Ordering::SeqCst));
+    }
     let stop = session.last_outcome().map(|o| o.stop_reason);
     match stop {
         // Pi 1.6's print mode reads the context's last message: an answer a recovery left
