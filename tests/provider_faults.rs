@@ -21,7 +21,8 @@ use pi_core::tools::default_tools;
 use pi_e2e::mock_model::{MockModel, Step};
 use serde_json::{json, Value};
 
-/// Persists as the server does (its [`Recorder`]) and keeps every event as JSON.
+/// Persists as the server does (its [`Recorder`]; an attempt left out of the context written
+/// as the session writes it) and keeps every event as JSON.
 struct Persist {
     recorder: Recorder,
     events: Mutex<Vec<Value>>,
@@ -30,6 +31,9 @@ struct Persist {
 #[async_trait]
 impl EventSink for Persist {
     async fn emit(&self, event: AgentEvent) {
+        if matches!(event, AgentEvent::AttemptLeftOut) {
+            self.recorder.leave_out().unwrap();
+        }
         self.recorder.record_stamped(&event, None).unwrap();
         self.events
             .lock()

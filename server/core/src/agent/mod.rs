@@ -391,8 +391,13 @@ pub enum AgentEvent {
         tool_results: Vec<ToolResultMessage>,
     },
     /// A run ends: the messages it added, each the one its `message_end` carried.
+    /// `willRetry` (Pi 1.6's `_willRetryAfterAgentEnd`, on every `agent_end`): the run ended
+    /// on a transient provider failure that is retried, after `auto_retry_start` and the
+    /// failure's `entry_appended`, as a new run (`agent_start`).
     AgentEnd {
         messages: Vec<Arc<Message>>,
+        #[serde(default)]
+        will_retry: bool,
     },
     /// Pi 1.6's `agent_settled`: the harness will not continue on its own (retries,
     /// compaction recovery, queued messages and a compaction asked for during the run are

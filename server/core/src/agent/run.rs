@@ -603,6 +603,7 @@ impl Run<'_> {
         self.sink
             .emit(AgentEvent::AgentEnd {
                 messages: std::mem::take(&mut self.new_messages),
+                will_retry: false,
             })
             .await;
         self.agent_end_sent = true;
@@ -610,10 +611,16 @@ impl Run<'_> {
         self.history_changed();
         self.sink.emit(AgentEvent::AttemptLeftOut).await;
         self.compact(CompactionReason::Overflow).await?;
+        self.restart().await;
+        Ok(())
+    }
+
+    /// Starts the retry of a run that ended for it (a compaction's or a transient failure's)
+    /// as a new run: `agent_start`, `turn_start` (Pi 1.6's `agent.continue()`).
+    async fn restart(&mut self) {
         self.agent_end_sent = false;
         self.sink.emit(AgentEvent::AgentStart).await;
         self.sink.emit(AgentEvent::TurnStart).await;
-        Ok(())
     }
 
     /// Tokens of the next request (see [`crate::compaction::request_tokens`]).
@@ -807,7 +814,7 @@ impl Run<'_> {
                         a.error_message.as_deref().unwrap_or("image refused")
                     );
                     self.announce_retry(&a, 1, 1, 0, why).await;
-                    self.sink.emit(AgentEvent::TurnStart).await;
+                    self.restart().await;
                     continue;
                 }
                 self.messages.push(Message::Assistant(a.clone()));
@@ -850,17 +857,18 @@ impl Run<'_> {
             let Some(delay) = delay else {
                 if attempt > 0 {
                     let success = !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted);
-                    self.sink
-                        .emit(AgentEvent::AutoRetryEnd {
-                            success,
-                            attempt,
-                            final_error: if success {
-                                None
-                            } else {
-                                a.error_message.clone()
-                            },
-                        })
-                        .await;
+                    let end = AgentEvent::AutoRetryEnd {
+                        success,
+                        attempt,
+                        final_error: (!success).then(|| a.error_message.clone()).flatten(),
+                    };
+                    // Pi 1.6: a success is told at the answer's `message_end`, a last failure
+                    // after its run's `agent_end` (`_handlePostAgentRun`).
+                    if success {
+                        self.sink.emit(end).await;
+                    } else {
+                        self.after_end = Some(end);
+                    }
                 }
                 return a;
             };
@@ -870,17 +878,19 @@ impl Run<'_> {
                 .clone()
                 .unwrap_or_else(|| "Unknown error".into());
             let delay_ms = delay.as_millis() as u64;
-            self.announce_retry(&a, attempt, settings.policy.max_retries, delay_ms, why)
-                .await;
             // The failed attempt stays in the session (it was emitted) but not in the context
             // (Pi 1.6: a `context_edit` leaves it out, so the usage before it is not trusted).
             self.messages.pop();
             self.history_changed();
             self.usage_from = self.messages.len();
+            self.announce_retry(&a, attempt, settings.policy.max_retries, delay_ms, why)
+                .await;
             if pi_ai::errors::RetryPolicy::wait(delay, &self.control.cancel)
                 .await
                 .is_err()
             {
+                // Pi 1.6's `_finishCancelledRetry`: the run already ended (`agent_end`), no
+                // new one starts; the attempt stays out of the context.
                 self.sink
                     .emit(AgentEvent::AutoRetryEnd {
                         success: false,
@@ -888,20 +898,23 @@ impl Run<'_> {
                         final_error: Some("Retry cancelled".into()),
                     })
                     .await;
+                self.attempt_left_out = true;
                 let mut aborted = a;
                 aborted.stop_reason = StopReason::Aborted;
                 aborted.error_message = Some("Retry cancelled".into());
                 return aborted;
             }
-            self.sink.emit(AgentEvent::TurnStart).await;
+            self.restart().await;
         }
     }
 
-    /// Ends the turn with an error response that was never requested (the context does not
-    /// fit): stored like a provider error, so the run ends and the user sees why.
-    /// Ends the failed attempt's turn and says a retry follows (Pi's `auto_retry_start`).
+    /// Ends the failed attempt's turn and its run and says a retry follows, as Pi 1.6's
+    /// `_handlePostAgentRun` / `_prepareRetry` tell it: `turn_end`, `agent_end` with
+    /// `willRetry`, `auto_retry_start`, then the attempt left out of the context
+    /// ([`AgentEvent::AttemptLeftOut`]: the session's `context_edit`, told as
+    /// `entry_appended`). The retry is a new run ([`Self::restart`]) after the wait.
     async fn announce_retry(
-        &self,
+        &mut self,
         failed: &AssistantMessage,
         attempt: u32,
         max_attempts: u32,
@@ -915,6 +928,13 @@ impl Run<'_> {
             })
             .await;
         self.sink
+            .emit(AgentEvent::AgentEnd {
+                messages: std::mem::take(&mut self.new_messages),
+                will_retry: true,
+            })
+            .await;
+        self.agent_end_sent = true;
+        self.sink
             .emit(AgentEvent::AutoRetryStart {
                 attempt,
                 max_attempts,
@@ -922,8 +942,11 @@ impl Run<'_> {
                 error_message,
             })
             .await;
+        self.sink.emit(AgentEvent::AttemptLeftOut).await;
     }
 
+    /// Ends the turn with an error response that was never requested (the context does not
+    /// fit): stored like a provider error, so the run ends and the user sees why.
     async fn failed_turn(&mut self, text: String) -> AssistantMessage {
         let model = &self.cfg.model;
         let mut m = AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
@@ -1537,6 +1560,7 @@ pub async fn run_agent_from(
     if !run.agent_end_sent {
         sink.emit(AgentEvent::AgentEnd {
             messages: std::mem::take(&mut run.new_messages),
+            will_retry: false,
         })
         .await;
     }

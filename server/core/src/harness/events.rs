@@ -70,7 +70,7 @@ impl SessionEvents {
     fn hold_attention(&self, event: &AgentEvent, notices: &mut Vec<Notice>) -> Vec<Notice> {
         let mut held = self.held.lock();
         match event {
-            AgentEvent::AgentEnd { messages } => {
+            AgentEvent::AgentEnd { messages, .. } => {
                 let recoverable = messages.iter().rev().find_map(|m| match &**m {
                     Message::Assistant(a) => Some(matches!(
                         a.stop_reason,

@@ -190,11 +190,11 @@ impl Recorder {
                 return Ok(());
             }
             // Pi 1.6 leaves a failed response it retries (and its calls' results) out of the
-            // context with a `context_edit` each (`replacement: null`), written before the
-            // retry (`_omitRecoveryAttempt`): Pi shows and counts the session without them,
-            // as it does here. An overflow's or a recoverable `length` stop's attempt:
-            // [`Recorder::leave_out`].
-            AgentEvent::AutoRetryStart { .. } => return self.leave_out().map(|_| ()),
+            // context with a `context_edit` each (`replacement: null`), written after
+            // `auto_retry_start` and before the retry (`_omitRecoveryAttempt`): Pi shows and
+            // counts the session without them, as it does here. That attempt, an overflow's
+            // and a recoverable `length` stop's are told by [`AgentEvent::AttemptLeftOut`],
+            // which the session writes with [`Recorder::leave_out`].
             AgentEvent::AttemptLeftOut => return Ok(()),
             // Case 18.12 (issue 29 item E): the images a size refusal replaced by notes in the
             // agent's context are replaced so in the file's context too (a `context_edit` per
