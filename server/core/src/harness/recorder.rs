@@ -87,8 +87,9 @@ pub(super) fn store_system(
     crate::mcp::keep_declared(&have, &mut want);
     if let Some(m) = have.patch_to(&want, pi_ai::types::now_millis()) {
         w.append(EntryData::Message {
-            message: StoredMessage::Json(m),
+            message: StoredMessage::Json(m.clone()),
         })?;
+        w.set_untold_system(m);
     }
     w.mark_system_checked(generation);
     Ok(())
@@ -122,6 +123,12 @@ impl Recorder {
             return Ok(());
         }
         store_system(&self.writer, agent)
+    }
+
+    /// The system message stored since this was last asked, to be told as Pi 1.6 tells it:
+    /// `message_start` / `message_end` after its run's first `turn_start`.
+    pub fn take_untold_system(&self) -> Option<Value> {
+        lock_writer(&self.writer).ok()?.take_untold_system()
     }
 
     /// Records `event` with Pi 1.6's stamps on what it stores: an assistant message's
