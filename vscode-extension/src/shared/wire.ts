@@ -62,7 +62,7 @@ cacheWrite1h?: number | null,
  */
 reasoning?: number | null, totalTokens: number, cost: Cost, };
 
-export type StopReason = "stop" | "length" | "toolUse" | "error" | "aborted";
+export type StopReason = "stop" | "length" | "toolUse" | "error" | "aborted" | "pending";
 
 export type UserMessage = { content: UserContent, timestamp: number, };
 
@@ -78,7 +78,13 @@ responseModel?: string | null, usage: Usage, stopReason: StopReason,
  * Responses' `status` (`incomplete.<reason>` with its `incomplete_details.reason`).
  * Absent when the stream named none.
  */
-rawStopReason?: string | null, errorMessage?: string | null, timestamp: number, };
+rawStopReason?: string | null, errorMessage?: string | null, timestamp: number, 
+/**
+ * The thinking level the request asked for (`off`, `minimal`, …, `max`): Pi 1.6's
+ * `thinkingLevel`, which its agent loop stamps on the finished message. Absent on a
+ * streamed message's start and in files written without it.
+ */
+thinkingLevel?: string | null, };
 
 export type ToolResultMessage = { toolCallId: string, 
 /**

@@ -461,6 +461,10 @@ impl Run<'_> {
         self.specs = context.tools;
         let model = &self.cfg.model;
         let mut started = false;
+        // Pi 1.6's pi-ai starts a message once the provider answered: a request refused before
+        // anything streamed has one `message_start`, with its error. The stream's `Start` is
+        // told with the event after it.
+        let mut start_held = false;
         let mut last = None;
         while let Some(ev) = stream.next().await {
             // The terminal event's message is taken, not copied: the event goes no further.
@@ -478,21 +482,22 @@ impl Run<'_> {
                 _ => {}
             }
             if let AssistantEvent::Start = ev {
+                start_held = true;
+                continue;
+            }
+            if std::mem::take(&mut start_held) {
                 started = true;
-                let partial =
-                    AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
                 self.sink
                     .emit(AgentEvent::MessageStart {
-                        message: Arc::new(Message::Assistant(partial)),
-                    })
-                    .await;
-            } else {
-                self.sink
-                    .emit(AgentEvent::MessageUpdate {
-                        assistant_message_event: ev,
+                        message: Arc::new(Message::Assistant(pending(model))),
                     })
                     .await;
             }
+            self.sink
+                .emit(AgentEvent::MessageUpdate {
+                    assistant_message_event: ev,
+                })
+                .await;
         }
         let mut message = last.unwrap_or_else(|| {
             let mut m = AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
@@ -505,12 +510,26 @@ impl Run<'_> {
             message.provider = model.provider.clone();
             message.model = model.id.clone();
         }
+        // Pi 1.6's agent loop stamps the level the request asked for on the finished message.
+        message.thinking_level = Some(
+            model
+                .thinking_level
+                .map_or("off", |l| l.as_str())
+                .to_string(),
+        );
         let m = Message::Assistant(message.clone());
         self.messages.push(m.clone());
         let m = Arc::new(m);
         if !started {
+            // An answer that streamed nothing but its end starts `pending` as any other; a
+            // failure before anything streamed starts as the failed message.
+            let start = if start_held && message.stop_reason != StopReason::Error {
+                Arc::new(Message::Assistant(pending(model)))
+            } else {
+                m.clone()
+            };
             self.sink
-                .emit(AgentEvent::MessageStart { message: m.clone() })
+                .emit(AgentEvent::MessageStart { message: start })
                 .await;
         }
         self.sink
@@ -1575,6 +1594,14 @@ pub async fn run_agent_from(
         undelivered: control.take_undelivered(),
         next_turn: control.take_next_turn(),
     }
+}
+
+/// The empty message of an answer's `message_start`: `stopReason: "pending"`, as Pi 1.6's
+/// pi-ai starts every streamed message.
+fn pending(model: &pi_ai::Model) -> AssistantMessage {
+    let mut m = AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
+    m.stop_reason = StopReason::Pending;
+    m
 }
 
 /// Characters as JavaScript's `length` counts them (UTF-16 code units).

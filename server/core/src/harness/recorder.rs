@@ -48,6 +48,7 @@ fn millis_since(t: Instant) -> u64 {
 fn without_pi16_fields(a: &pi_ai::AssistantMessage) -> Option<pi_ai::AssistantMessage> {
     let u = &a.usage;
     if a.raw_stop_reason.is_none()
+        && a.thinking_level.is_none()
         && u.reasoning.is_none()
         && u.cache_write_1h.is_none()
         && u.cost.total_from_provider.is_none()
@@ -56,6 +57,7 @@ fn without_pi16_fields(a: &pi_ai::AssistantMessage) -> Option<pi_ai::AssistantMe
     }
     let mut a = a.clone();
     a.raw_stop_reason = None;
+    a.thinking_level = None;
     a.usage.reasoning = None;
     a.usage.cache_write_1h = None;
     a.usage.cost.total_from_provider = None;
@@ -155,11 +157,12 @@ impl Recorder {
             AgentEvent::MessageEnd { message } => {
                 let mut stamps = Map::new();
                 match &**message {
-                    Message::Assistant(_) => {
+                    Message::Assistant(a) => {
                         if let Some(t) = self.started.lock().assistant.take() {
                             stamps.insert("durationMs".into(), json!(millis_since(t)));
                         }
-                        if let Some(level) = thinking_level {
+                        // The loop stamps the level on the message itself (written with it).
+                        if let Some(level) = thinking_level.filter(|_| a.thinking_level.is_none()) {
                             stamps.insert("thinkingLevel".into(), Value::from(level));
                         }
                     }
