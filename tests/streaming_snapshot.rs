@@ -102,6 +102,11 @@ impl View {
                         text_of(m)
                     );
                 }
+                // The system message a run tells (Pi 1.6) is stored when the prompt is taken:
+                // an answer read since holds it already (docs/protocol.md), kept once.
+                if m["role"] == "system" && self.messages.contains(m) {
+                    return;
+                }
                 self.messages.push(m.clone());
             }
             _ => {}
