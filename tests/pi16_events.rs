@@ -408,3 +408,57 @@ async fn over_lsp_a_retried_provider_error_is_told_as_pi_tells_it() {
         assert_same(&steady_events(&o), &steady_events(&t), name);
     }
 }
+
+/// Item (g): print mode's output against `pi -p` on the same scripts — an answer, a 500 retried
+/// then answered, four 500s (the retries all fail): the same exit code and stdout byte for byte;
+/// Pi's stderr (nothing, or its closing line: the error in its words) is the end of ours, and
+/// every line before it is one of pi-lsp's own notes (`pi-lsp: …`: retries, where the session
+/// went).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn print_mode_says_what_pi_says() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-print");
+    let cases = [
+        ("answer", vec![Step::text("hello there")]),
+        (
+            "retried",
+            vec![http_error(500, "internal"), Step::text("ok after retry")],
+        ),
+        ("failed", (0..4).map(|_| http_error(500, "boom")).collect()),
+    ];
+    for (name, steps) in cases {
+        let script = Script::of(steps);
+        let dir = tmp.path().join(name);
+        let t = theirs(
+            &pi,
+            &dir,
+            script.clone(),
+            128_000,
+            &fast_retries(),
+            &["-p", "hi"],
+        )
+        .await;
+        let our_name = format!("pi16-events-print-{name}");
+        let o = ours(&our_name, script, 128_000, &fast_retries(), &["hi"]).await;
+        assert_eq!(o.out.status.code(), t.out.status.code(), "{name}");
+        assert_eq!(
+            String::from_utf8_lossy(&o.out.stdout),
+            String::from_utf8_lossy(&t.out.stdout),
+            "{name}"
+        );
+        let (our_err, their_err) = (
+            String::from_utf8_lossy(&o.out.stderr).into_owned(),
+            String::from_utf8_lossy(&t.out.stderr).into_owned(),
+        );
+        let ours_lines: Vec<&str> = our_err.lines().collect();
+        let theirs_lines: Vec<&str> = their_err.lines().collect();
+        let (notes, closing) = ours_lines.split_at(ours_lines.len() - theirs_lines.len());
+        assert_eq!(closing, theirs_lines.as_slice(), "{name}: {our_err}");
+        assert!(
+            notes.iter().all(|l| l.starts_with("pi-lsp: ")),
+            "{name}: {our_err}"
+        );
+    }
+}
