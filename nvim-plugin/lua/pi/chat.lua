@@ -668,6 +668,10 @@ function EVENTS.turn_end() end
 
 --- Pi 1.6's `agent_settled`: the harness will not go on by itself (retries, compaction
 --- recovery and queued messages are over). `agent_end` already drew the run's end.
+--- Pi 1.6's `entry_appended`: the `context_edit` that leaves a retried or recovered attempt out
+--- of the context; the chat keeps showing the attempt, nothing to draw.
+function EVENTS.entry_appended() end
+
 function EVENTS.agent_settled(self)
   -- A retry stopped during its wait ends with no run of its own after the `agent_end` that
   -- announced it (Pi 1.6): the run's end is drawn now.
@@ -685,7 +689,7 @@ function Chat:on_event(p)
     return
   end
   local ty = ev.type
-  -- (The assistant's message_start comes when the request is sent, before any answer.)
+  -- (The assistant's message_start comes with its first streamed event, as Pi 1.6's.)
   local quiet = ty == 'turn_start' or ty == 'message_start' or (ty == 'message_end' and type(ev.message) == 'table' and ev.message.role ~= 'assistant')
   if self.waiting and not quiet then
     -- Something came: the "waiting for the model" line under the tail goes.
