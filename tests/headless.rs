@@ -318,7 +318,9 @@ fn labels(events: &[Value]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_order_matches_pi_for_the_same_scripted_model() {
-    let Some(pi) = pi_ref_bin() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("event order compared with Pi 1.6.0") else {
+        return;
+    };
     let script = || {
         vec![
             Step::Tools(
@@ -360,6 +362,7 @@ async fn event_order_matches_pi_for_the_same_scripted_model() {
         .current_dir(&ws)
         .env("PI_OFFLINE", "1")
         .env("PI_CODING_AGENT_DIR", &agent)
+        .env("HOME", tmp.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
