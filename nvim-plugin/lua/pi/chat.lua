@@ -666,12 +666,13 @@ end
 
 function EVENTS.turn_end() end
 
---- Pi 1.6's `agent_settled`: the harness will not go on by itself (retries, compaction
---- recovery and queued messages are over). `agent_end` already drew the run's end.
 --- Pi 1.6's `entry_appended`: the `context_edit` that leaves a retried or recovered attempt out
 --- of the context; the chat keeps showing the attempt, nothing to draw.
 function EVENTS.entry_appended() end
 
+--- Pi 1.6's `agent_settled`: the harness will not go on by itself (retries, compaction
+--- recovery and queued messages are over). `agent_end` drew the run's end, unless a retry was
+--- stopped in its wait.
 function EVENTS.agent_settled(self)
   -- A retry stopped during its wait ends with no run of its own after the `agent_end` that
   -- announced it (Pi 1.6): the run's end is drawn now.

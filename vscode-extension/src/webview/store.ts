@@ -538,7 +538,6 @@ function applyAssistantEvent(s: Store, event: unknown): void {
   touch(s, a.id);
 }
 
-/** Applies one `agent/event` notification's params `{sessionId, runId, event}`. */
 /** A run's end (`agent_end`, or `agent_settled` after a retry stopped in its wait: Pi 1.6 sends
  * no run of its own after the `agent_end` that announced the retry). */
 function endRun(s: Store): void {
@@ -566,6 +565,7 @@ function endRun(s: Store): void {
   s.version++;
 }
 
+/** Applies one `agent/event` notification's params `{sessionId, runId, event}`. */
 export function applyAgentEvent(s: Store, params: AgentEventParams): void {
   const ev = params.event;
   const runId = params.runId || null;
