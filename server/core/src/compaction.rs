@@ -1493,7 +1493,7 @@ impl Compactor for SessionCompactor {
         })
         .and_then(|_| w.sync_now())
         .map_err(|e| CompactionError::Session(e.to_string()))?;
-        Ok(w.context().messages)
+        Ok(w.agent_context().messages)
     }
 }
 

@@ -756,7 +756,7 @@ impl AgentSession {
         if !*deferred {
             return;
         }
-        let Ok(context) = self.lock_writer().map(|w| w.context()) else {
+        let Ok(context) = self.lock_writer().map(|w| w.agent_context()) else {
             return;
         };
         self.reads.seed(self.ws.root(), &context.messages);

@@ -637,7 +637,7 @@ impl AgentSession {
         };
         let context = {
             let w = self.lock_writer()?;
-            w.context()
+            w.agent_context()
         };
         if self
             .set_messages(context.messages, context.usage_from)

@@ -40,7 +40,7 @@ use crate::resources::WorkspaceConfig;
 use crate::session::EntryData;
 use crate::session::{
     file_ownership, find_session_file, list_workspace_sessions, lock_held, pi_sessions_dir,
-    Ownership,
+    ListCache, Ownership,
 };
 use crate::session::{SessionError, SessionSummary};
 
@@ -134,6 +134,9 @@ pub struct Sessions {
     /// Set by [`Sessions::stop_all`]: a request in flight must not take a file back, or fork
     /// it, while it is closed.
     going_away: AtomicBool,
+    /// What the last lists learned of the session files ([`Sessions::list`] reads only what
+    /// was appended since).
+    listed: ListCache,
 }
 
 impl Sessions {
@@ -150,6 +153,7 @@ impl Sessions {
             default_model,
             live: Mutex::new(HashMap::new()),
             going_away: AtomicBool::new(false),
+            listed: ListCache::default(),
         }
     }
 
@@ -390,7 +394,7 @@ impl Sessions {
         let root = self.ws.root();
         let mut dirs = vec![sessions_dir(&self.ws)];
         dirs.extend(pi_ai::models::agent_dir().map(|a| pi_sessions_dir(&a, root)));
-        let found = list_workspace_sessions(&dirs, root);
+        let found = list_workspace_sessions(&dirs, root, &self.listed);
         let live = self.live.lock();
         let mut out: Vec<Listed> = found
             .into_iter()

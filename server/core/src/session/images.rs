@@ -180,15 +180,7 @@ pub(super) fn restore_images(
     let Some(leaf) = leaf else { return };
     let path = tree.path_indices(leaf);
     let start = keep_turns.map_or(0, |n| {
-        let mut seen = 0;
-        path.iter()
-            .rposition(|&i| {
-                if tree.entries[i].kind == "message" && tree.entries[i].role() == Some("user") {
-                    seen += 1;
-                }
-                seen == n.max(1)
-            })
-            .unwrap_or(0)
+        window_start(path.iter().map(|&i| &tree.entries[i]), n)
     });
     let recent: HashSet<usize> = path[start..].iter().copied().collect();
     for &i in stripped.iter().filter(|i| recent.contains(i)) {
@@ -196,6 +188,24 @@ pub(super) fn restore_images(
             *slot = Some(m);
         }
     }
+}
+
+/// Where the image window of `keep_turns` user messages starts on a path (`path`: its
+/// entries, root first): the position of the `keep_turns`-th last user `message` entry (at
+/// least the last one), 0 when the path has fewer. Entries before it keep no image bytes in a
+/// context ([`restore_images`], [`SessionTree::context_windowed`]).
+pub(super) fn window_start<'a, I>(mut path: I, keep_turns: usize) -> usize
+where
+    I: DoubleEndedIterator<Item = &'a Entry> + ExactSizeIterator,
+{
+    let mut seen = 0;
+    path.rposition(|e| {
+        if e.kind == "message" && e.role() == Some("user") {
+            seen += 1;
+        }
+        seen == keep_turns.max(1)
+    })
+    .unwrap_or(0)
 }
 
 /// The image blocks of a stored entry (message content, custom message content).

@@ -38,60 +38,162 @@ pub struct SessionSummary {
     pub last_activity_ms: i64,
 }
 
-fn summarize(path: &Path) -> Option<SessionSummary> {
-    let file = std::fs::File::open(path).ok()?;
-    let modified = file.metadata().ok()?.modified().ok()?;
-    let mut lines = BufReader::new(file).split(b'\n');
-    let header: Value = serde_json::from_slice(&lines.next()?.ok()?).ok()?;
-    if header["type"] != "session" {
-        return None;
-    }
-    let mut s = SessionSummary {
-        path: path.to_path_buf(),
-        id: header["id"].as_str()?.to_string(),
-        cwd: header["cwd"].as_str().map(str::to_string),
-        parent_session: header["parentSession"].as_str().map(str::to_string),
-        name: None,
-        first_prompt: None,
-        entry_count: 0,
-        message_count: 0,
-        last_activity_ms: chrono::DateTime::<chrono::Utc>::from(modified).timestamp_millis(),
-    };
-    for line in lines.map_while(Result::ok) {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        s.entry_count += 1;
-        // Pi and pi-lsp write `type` first; another key order is parsed to be sure.
-        if line.starts_with(br#"{"type":"message","#)
-            || (memchr_find(&line, br#""message""#)
-                && serde_json::from_slice::<Value>(&line).is_ok_and(|v| v["type"] == "message"))
-        {
-            s.message_count += 1;
-        }
-        let is_info = memchr_find(&line, b"\"session_info\"");
-        let wants_prompt = s.first_prompt.is_none() && memchr_find(&line, b"\"user\"");
-        if !is_info && !wants_prompt {
-            continue;
-        }
-        let Ok(v) = serde_json::from_slice::<Value>(&line) else {
-            continue;
-        };
-        if v["type"] == "session_info" {
-            if let Some(n) = v["name"].as_str() {
-                s.name = Some(n.to_string());
-            }
-        } else if v["type"] == "message" && v["message"]["role"] == "user" {
-            if let Some(pi_ai::Message::User(u)) = convert_message(&v["message"]) {
-                s.first_prompt = Some(u.content.to_text().chars().take(200).collect());
-            }
-        }
-    }
-    Some(s)
+/// What listing learned of one session file, kept by a [`ListCache`] so that the next list
+/// reads only what was appended since (session files are append-only).
+#[derive(Debug, Clone)]
+struct Scanned {
+    /// The summary of the whole lines up to `end`.
+    summary: SessionSummary,
+    /// Bytes scanned: the end of the last line that ended with `\n`.
+    end: u64,
+    /// The file's length and modification time when it was scanned.
+    len: u64,
+    modified: std::time::SystemTime,
+    /// The last bytes before `end` (at most [`TAIL_CHECK`]): still there, the file was only
+    /// appended to since.
+    tail: Vec<u8>,
 }
 
-fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+/// How many bytes before a cached scan's end must be unchanged for the scan to go on from
+/// there ([`Scanned::tail`]).
+const TAIL_CHECK: u64 = 64;
+
+/// The summaries of the session files listed before, by path (case SESS-05: listing reads a
+/// file's header and what was appended since the last list, not every byte each time). Files
+/// that are gone are forgotten at the next list of their folder. One per workspace registry
+/// ([`crate::harness::Sessions`]); a one-shot list uses a fresh one.
+#[derive(Debug, Default)]
+pub struct ListCache {
+    files: parking_lot::Mutex<std::collections::HashMap<PathBuf, Scanned>>,
+}
+
+/// Applies one line (without its `\n`) of a session file after the header to `s`: counts it,
+/// and reads the first user message's text and the latest `session_info` name from it.
+fn apply_line(s: &mut SessionSummary, line: &[u8]) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    s.entry_count += 1;
+    // Pi and pi-lsp write `type` first; another key order is parsed to be sure.
+    if line.starts_with(br#"{"type":"message","#)
+        || (memchr::memmem::find(line, br#""message""#).is_some()
+            && serde_json::from_slice::<Value>(line).is_ok_and(|v| v["type"] == "message"))
+    {
+        s.message_count += 1;
+    }
+    let is_info = memchr::memmem::find(line, b"\"session_info\"").is_some();
+    let wants_prompt =
+        s.first_prompt.is_none() && memchr::memmem::find(line, b"\"user\"").is_some();
+    if !is_info && !wants_prompt {
+        return;
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(line) else {
+        return;
+    };
+    if v["type"] == "session_info" {
+        if let Some(n) = v["name"].as_str() {
+            s.name = Some(n.to_string());
+        }
+    } else if v["type"] == "message" && v["message"]["role"] == "user" {
+        if let Some(pi_ai::Message::User(u)) = convert_message(&v["message"]) {
+            s.first_prompt = Some(u.content.to_text().chars().take(200).collect());
+        }
+    }
+}
+
+/// The summary of the session file at `path` (`None`: not a session file, or unreadable),
+/// going on from `before` (this file's last scan) when the file was only appended to since,
+/// and the scan to keep for the next list. One line at a time in one reused buffer: memory is
+/// the longest line's, whatever the file's size.
+fn summarize(path: &Path, before: Option<&Scanned>) -> Option<(SessionSummary, Scanned)> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    let (len, modified) = (meta.len(), meta.modified().ok()?);
+    let activity = chrono::DateTime::<chrono::Utc>::from(modified).timestamp_millis();
+    if let Some(b) = before.filter(|b| b.len == len && b.modified == modified) {
+        let mut s = b.summary.clone();
+        s.last_activity_ms = activity;
+        return Some((s, b.clone()));
+    }
+    // Appended to since (the bytes before the last scan's end are as they were): scanned on
+    // from there; else (new, rewritten, cut) from the start.
+    let appended = before.filter(|b| {
+        let from = b.end - b.tail.len() as u64;
+        let mut got = vec![0; b.tail.len()];
+        b.end > 0
+            && len >= b.end
+            && crate::platform::fs::read_exact_at(&file, &mut got, from).is_ok()
+            && got == b.tail
+    });
+    let mut line = Vec::new();
+    let (mut s, mut end) = match appended {
+        Some(b) => {
+            file.seek(SeekFrom::Start(b.end)).ok()?;
+            (b.summary.clone(), b.end)
+        }
+        None => {
+            let mut reader = BufReader::new(&mut file);
+            reader.read_until(b'\n', &mut line).ok()?;
+            let header: Value = serde_json::from_slice(&line).ok()?;
+            if header["type"] != "session" {
+                return None;
+            }
+            // A header without its `\n` is the whole file: scanned from the start next time.
+            let end = if line.ends_with(b"\n") {
+                line.len() as u64
+            } else {
+                0
+            };
+            drop(reader);
+            file.seek(SeekFrom::Start(end)).ok()?;
+            let s = SessionSummary {
+                path: path.to_path_buf(),
+                id: header["id"].as_str()?.to_string(),
+                cwd: header["cwd"].as_str().map(str::to_string),
+                parent_session: header["parentSession"].as_str().map(str::to_string),
+                name: None,
+                first_prompt: None,
+                entry_count: 0,
+                message_count: 0,
+                last_activity_ms: activity,
+            };
+            (s, end)
+        }
+    };
+    let mut reader = BufReader::with_capacity(256 << 10, file);
+    let mut torn = None;
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(n) if line.ends_with(b"\n") => {
+                apply_line(&mut s, &line[..n - 1]);
+                end += n as u64;
+            }
+            // A last line without its `\n` (torn, or being written): counted now, scanned
+            // again next time.
+            Ok(_) => {
+                let mut t = s.clone();
+                apply_line(&mut t, &line);
+                torn = Some(t);
+                break;
+            }
+        }
+    }
+    let tail_from = end.saturating_sub(TAIL_CHECK);
+    let mut tail = vec![0; (end - tail_from) as usize];
+    crate::platform::fs::read_exact_at(reader.get_ref(), &mut tail, tail_from).ok()?;
+    let mut out = torn.unwrap_or_else(|| s.clone());
+    out.last_activity_ms = activity;
+    let scanned = Scanned {
+        summary: s,
+        end,
+        len,
+        modified,
+        tail,
+    };
+    Some((out, scanned))
 }
 
 /// Whose a session file is, for the workspace at `root` (module docs).
@@ -166,8 +268,13 @@ pub fn file_ownership(path: &Path, root: &Path) -> Ownership {
 
 /// The sessions of the workspace at `root` found in `dirs` (each listed once, however many
 /// names the folders have), newest activity first: only the files that are the workspace's
-/// ([`ownership`]); another project's sharing a folder are left out.
-pub fn list_workspace_sessions(dirs: &[PathBuf], root: &Path) -> Vec<SessionSummary> {
+/// ([`ownership`]); another project's sharing a folder are left out. `cache`: what earlier
+/// lists learned ([`ListCache`]; a file appended to since is read from where they stopped).
+pub fn list_workspace_sessions(
+    dirs: &[PathBuf],
+    root: &Path,
+    cache: &ListCache,
+) -> Vec<SessionSummary> {
     let mut seen: Vec<PathBuf> = Vec::new();
     let mut out = Vec::new();
     for d in dirs {
@@ -177,7 +284,7 @@ pub fn list_workspace_sessions(dirs: &[PathBuf], root: &Path) -> Vec<SessionSumm
         }
         seen.push(r);
         out.extend(
-            list_sessions(d)
+            list_sessions_cached(d, cache)
                 .into_iter()
                 .filter(|s| ownership(&s.path, s.cwd.as_deref(), root) == Ownership::Workspace),
         );
@@ -191,17 +298,65 @@ pub fn list_workspace_sessions(dirs: &[PathBuf], root: &Path) -> Vec<SessionSumm
 }
 
 /// The sessions in `dir` (files `*.jsonl` with a session header), newest activity first,
-/// whoever's they are (see [`list_workspace_sessions`]). Unreadable files are skipped.
+/// whoever's they are (see [`list_workspace_sessions`]). Unreadable files are skipped. Every
+/// file is read whole: a list made again and again keeps a [`ListCache`]
+/// ([`list_sessions_cached`]).
 pub fn list_sessions(dir: &Path) -> Vec<SessionSummary> {
+    list_sessions_cached(dir, &ListCache::default())
+}
+
+/// [`list_sessions`] with what earlier lists learned (`cache`): a file unchanged since is not
+/// read again, a file appended to is read from where the last list stopped, any other from
+/// its start; files are read on a few threads at once (at most 4, one line at a time each).
+/// The cache forgets the files of `dir` that are gone.
+pub fn list_sessions_cached(dir: &Path, cache: &ListCache) -> Vec<SessionSummary> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut out: Vec<SessionSummary> = rd
+    let paths: Vec<PathBuf> = rd
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .filter_map(|p| summarize(&p))
         .collect();
+    let before: Vec<Option<Scanned>> = {
+        let files = cache.files.lock();
+        paths.iter().map(|p| files.get(p).cloned()).collect()
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4)
+        .min(paths.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let scans: Vec<(usize, SessionSummary, Scanned)> = std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                sc.spawn(|| {
+                    let mut got = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(p) = paths.get(i) else { break };
+                        if let Some((s, scanned)) = summarize(p, before[i].as_ref()) {
+                            got.push((i, s, scanned));
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    let mut out = Vec::with_capacity(scans.len());
+    {
+        let mut files = cache.files.lock();
+        files.retain(|p, _| p.parent() != Some(dir) || paths.contains(p));
+        for (i, s, scanned) in scans {
+            files.insert(paths[i].clone(), scanned);
+            out.push(s);
+        }
+    }
     out.sort_by(|a, b| {
         b.last_activity_ms
             .cmp(&a.last_activity_ms)
@@ -213,6 +368,79 @@ pub fn list_sessions(dir: &Path) -> Vec<SessionSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A list kept in a [`ListCache`] gives what a fresh list gives after every kind of change
+    /// (lines appended, a name set, a torn last line then completed, a file cut and rewritten,
+    /// a file removed), and reads an appended file from where it stopped: a byte changed in
+    /// place before that point (no session file is written so) is not read again.
+    #[test]
+    fn a_cached_list_reads_what_was_appended_and_equals_a_fresh_list() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let path = dir.join("s.jsonl");
+        let header = r#"{"type":"session","version":3,"id":"s1","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/ws"}"#;
+        let user = |id: &str, text: &str| {
+            format!(
+                r#"{{"type":"message","id":"{id}","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z","message":{{"role":"user","content":"{text}","timestamp":1}}}}"#
+            )
+        };
+        let info = |name: &str| {
+            format!(
+                r#"{{"type":"session_info","id":"i{name}","parentId":null,"timestamp":"2026-01-01T00:00:02.000Z","name":"{name}"}}"#
+            )
+        };
+        let cache = ListCache::default();
+        let write = |lines: &[String], tail: &str| {
+            let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            text.push_str(tail);
+            std::fs::write(&path, text).unwrap();
+        };
+        let check = |what: &str, count: (usize, usize), name: Option<&str>, prompt: &str| {
+            let cached = list_sessions_cached(dir, &cache);
+            assert_eq!(cached, list_sessions(dir), "{what}");
+            let s = &cached[0];
+            assert_eq!(
+                (
+                    s.entry_count,
+                    s.message_count,
+                    s.name.as_deref(),
+                    s.first_prompt.as_deref()
+                ),
+                (count.0, count.1, name, Some(prompt)),
+                "{what}"
+            );
+        };
+        let mut lines = vec![header.to_string(), user("u1", "hello")];
+        write(&lines, "");
+        check("new", (1, 1), None, "hello");
+        check("unchanged", (1, 1), None, "hello");
+        lines.push(info("first"));
+        lines.push(user("u2", "again"));
+        write(&lines, "");
+        check("appended", (3, 2), Some("first"), "hello");
+        // Torn: counted as a fresh list counts it, then read again once whole.
+        write(&lines, &info("second")[..30]);
+        check("torn last line", (4, 2), Some("first"), "hello");
+        lines.push(info("second"));
+        write(&lines, "");
+        check("completed", (4, 2), Some("second"), "hello");
+        // Changed in place before the point the cache reached, and appended to: not read
+        // again (a fresh list sees the change).
+        lines[1] = user("u1", "jello");
+        lines.push(user("u3", "third"));
+        write(&lines, "");
+        let cached = list_sessions_cached(dir, &cache);
+        assert_eq!(cached[0].first_prompt.as_deref(), Some("hello"));
+        assert_eq!((cached[0].entry_count, cached[0].message_count), (5, 3));
+        assert_eq!(list_sessions(dir)[0].first_prompt.as_deref(), Some("jello"));
+        // Cut and rewritten: read from the start.
+        let short = vec![header.to_string(), user("u9", "other")];
+        write(&short, "");
+        check("rewritten shorter", (1, 1), None, "other");
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(list_sessions_cached(dir, &cache), Vec::new());
+        assert!(cache.files.lock().is_empty());
+    }
 
     /// Whose a file is: the header's `cwd` against the workspace after resolving symlinks, a
     /// trailing `/` ignored; without `cwd` only inside the workspace; a moved project's own

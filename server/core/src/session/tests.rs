@@ -330,6 +330,49 @@ fn opening_keeps_the_images_of_the_last_turns_only() {
             .collect::<Vec<_>>(),
         msgs
     );
+    // The context an agent is given later (after a compaction, a rewind) is the one loaded.
+    assert_eq!(w.agent_context().messages, loaded.messages);
+    drop(w);
+    // A deferred open builds the same context on first use, reading the images before the
+    // window without their bytes (case SESS-05: the older images are never all in memory).
+    let (w, deferred) = SessionWriter::open_deferred(&path, two).unwrap();
+    assert!(deferred.messages.is_empty());
+    assert_eq!(w.agent_context().messages, loaded.messages);
+    let image_bytes: Vec<Vec<usize>> = w
+        .tree()
+        .context_windowed(w.leaf(), Some(2))
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::User(u) => Some(match &u.content {
+                pi_ai::UserContent::Blocks(b) => b
+                    .iter()
+                    .filter_map(|b| match b {
+                        pi_ai::ContentBlock::Image(i) => Some(i.data.len()),
+                        _ => None,
+                    })
+                    .collect(),
+                pi_ai::UserContent::Text(_) => Vec::new(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let whole = match &msgs[4] {
+        Message::User(u) => match &u.content {
+            pi_ai::UserContent::Blocks(b) => match &b[1] {
+                pi_ai::ContentBlock::Image(i) => i.data.len(),
+                _ => unreachable!(),
+            },
+            pi_ai::UserContent::Text(_) => unreachable!(),
+        },
+        _ => unreachable!(),
+    };
+    assert_eq!(
+        image_bytes,
+        [vec![0], vec![0], vec![0], vec![whole], vec![whole]]
+    );
+    // Without a window, every image is read whole, as the file holds it.
+    assert_eq!(w.tree().context_windowed(w.leaf(), None), w.context());
     drop(w);
     let every = ImageOptions {
         storage: ImageStorage::Inline,

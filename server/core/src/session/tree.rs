@@ -832,7 +832,7 @@ pub fn entry_message(e: &Entry) -> Option<Message> {
 /// up to it, then everything after it; else every entry's message. `proposed`
 /// (`(summary, firstKeptEntryId)`) is a compaction taken to follow the last entry.
 pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Message> {
-    let mut read = plan_messages(path, &path_plan(path, proposed));
+    let mut read = plan_messages(path, &path_plan(path, proposed), 0);
     path_messages_with(path, proposed, |k, _| read[k].take())
 }
 
@@ -889,14 +889,35 @@ pub(super) fn path_plan(path: &[&Entry], proposed: Option<(&str, &str)>) -> Path
 /// `plan` holds, by position on the path (`None` elsewhere). The `message` entries loaded
 /// from a file are read back in file order, in runs of nearby lines ([`FileText::messages`]),
 /// on every core (up to 8) when there are many megabytes of them; the others one by one.
-fn plan_messages(path: &[&Entry], plan: &PathPlan) -> Vec<Option<Message>> {
-    /// Below this many bytes of lines, one thread reads them all.
-    const PARALLEL: usize = 8 << 20;
-    plan_messages_from(path, plan, PARALLEL)
+fn plan_messages(path: &[&Entry], plan: &PathPlan, strip_before: usize) -> Vec<Option<Message>> {
+    plan_messages_from(path, plan, PARALLEL, strip_before)
 }
 
-/// [`plan_messages`], on several threads from `parallel` bytes of lines.
-fn plan_messages_from(path: &[&Entry], plan: &PathPlan, parallel: usize) -> Vec<Option<Message>> {
+/// Below this many bytes of lines, one thread reads a context's messages
+/// ([`plan_messages_from`]).
+const PARALLEL: usize = 8 << 20;
+
+/// `m` with its large images' bytes left out ([`super::images::strip_image_data`]) when
+/// `strip`: a message before the image window, whose images the window replaces anyway.
+fn stripped_if(m: Option<Message>, strip: bool) -> Option<Message> {
+    m.map(|mut m| {
+        if strip {
+            super::images::strip_image_data(&mut m);
+        }
+        m
+    })
+}
+
+/// [`plan_messages`], on several threads from `parallel` bytes of lines. The messages at path
+/// positions before `strip_before` keep no large image bytes ([`stripped_if`]): each is
+/// stripped as soon as it is parsed, so at most one such image per reading thread is in
+/// memory at once (case SESS-05).
+fn plan_messages_from(
+    path: &[&Entry],
+    plan: &PathPlan,
+    parallel: usize,
+    strip_before: usize,
+) -> Vec<Option<Message>> {
     let mut out: Vec<Option<Message>> = Vec::new();
     out.resize_with(path.len(), || None);
     // The file most entries come from (one per load); lines of any other are read alone.
@@ -919,7 +940,7 @@ fn plan_messages_from(path: &[&Entry], plan: &PathPlan, parallel: usize) -> Vec<
             ) if e.kind == "message" && Arc::ptr_eq(s, src) => {
                 items.push((*offset, *len, *hash, k))
             }
-            _ => out[k] = entry_message(e),
+            _ => out[k] = stripped_if(entry_message(e), k < strip_before),
         }
     }
     let Some(src) = src else { return out };
@@ -930,7 +951,9 @@ fn plan_messages_from(path: &[&Entry], plan: &PathPlan, parallel: usize) -> Vec<
         .unwrap_or(1)
         .min(8);
     if bytes < parallel || threads < 2 {
-        src.messages(&items, &mut |k, m| out[k] = m);
+        src.messages(&items, &mut |k, m| {
+            out[k] = stripped_if(m, k < strip_before)
+        });
         return out;
     }
     // Contiguous shares of about equal bytes, one per thread.
@@ -951,7 +974,9 @@ fn plan_messages_from(path: &[&Entry], plan: &PathPlan, parallel: usize) -> Vec<
                 let (part, src) = (&items[w[0]..w[1]], &src);
                 sc.spawn(move || {
                     let mut got = Vec::with_capacity(part.len());
-                    src.messages(part, &mut |k, m| got.push((k, m)));
+                    src.messages(part, &mut |k, m| {
+                        got.push((k, stripped_if(m, k < strip_before)))
+                    });
                     got
                 })
             })
@@ -970,7 +995,7 @@ fn plan_messages_from(path: &[&Entry], plan: &PathPlan, parallel: usize) -> Vec<
         // A reader thread failed: what it left is read here, one line at a time.
         for &(_, _, _, k) in &items {
             if out[k].is_none() {
-                out[k] = entry_message(path[k]);
+                out[k] = stripped_if(entry_message(path[k]), k < strip_before);
             }
         }
     }
@@ -990,7 +1015,7 @@ pub(crate) fn read_path_messages(
         summary: None,
         ranges: [0..path.len(), 0..0],
     };
-    plan_messages_from(&path, &plan, parallel)
+    plan_messages_from(&path, &plan, parallel, 0)
 }
 
 /// [`path_messages`] taking each entry's message from `message(position on the path, entry)`
@@ -1525,6 +1550,35 @@ impl SessionTree {
     /// What a run at `leaf` (default: the last entry) sees.
     pub fn context(&self, leaf: Option<&str>) -> SessionContext {
         self.context_with(leaf, None, None)
+    }
+
+    /// [`SessionTree::context`] holding image bytes only within the image window of
+    /// `keep_turns` user messages (`sessions.imageTurns`; `None`: every image, the same as
+    /// [`SessionTree::context`]): the messages before the window
+    /// ([`super::images::window_start`]) are read without their large images' bytes, which
+    /// [`super::image_window`] replaces by its note anyway. So building the context of a long
+    /// session full of images (a deferred open's first run) costs the window's images, not
+    /// the file's (case SESS-05: loading in O(line) memory, old images dropped), as an open
+    /// that builds its context at once ([`super::SessionWriter::open_with`]) does.
+    pub fn context_windowed(
+        &self,
+        leaf: Option<&str>,
+        keep_turns: Option<usize>,
+    ) -> SessionContext {
+        let Some(n) = keep_turns else {
+            return self.context(leaf);
+        };
+        let Some(leaf) = leaf.or(self.last_id()) else {
+            return SessionContext::default();
+        };
+        let indices = self.path_indices(leaf);
+        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
+        let start = super::images::window_start(path.iter().copied(), n);
+        let mut read = plan_messages(&path, &path_plan(&path, None), start);
+        let mut ctx = self.settings_at(leaf);
+        ctx.messages = path_messages_with(&path, None, |k, _| read[k].take());
+        ctx.usage_from = usage_from(&path);
+        ctx
     }
 
     /// What a run at `leaf` would see if a compaction with `summary` and `first_kept_entry_id`

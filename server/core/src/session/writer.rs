@@ -796,10 +796,27 @@ impl SessionWriter {
         }
     }
 
-    /// The model context at the current leaf.
+    /// The model context at the current leaf, every image with its bytes (what the file
+    /// holds; a client's view of it).
     pub fn context(&self) -> SessionContext {
         match &self.leaf {
             Some(l) => self.tree.context(Some(l)),
+            None => SessionContext::default(),
+        }
+    }
+
+    /// The model context at the current leaf as an agent holds it: the bytes of the images
+    /// within the writer's image window only, older ones [`IMAGE_DROPPED_NOTE`]
+    /// ([`SessionTree::context_windowed`], [`image_window`]), exactly as
+    /// [`SessionWriter::open_with`] loads it, and read without holding the older images'
+    /// bytes (case SESS-05).
+    pub fn agent_context(&self) -> SessionContext {
+        match &self.leaf {
+            Some(l) => {
+                let mut ctx = self.tree.context_windowed(Some(l), self.images.keep_turns);
+                image_window(&mut ctx.messages, self.images.keep_turns);
+                ctx
+            }
             None => SessionContext::default(),
         }
     }
