@@ -31,7 +31,7 @@ use tower_lsp_server::ls_types::{
 };
 use tower_lsp_server::Client;
 
-use crate::event_json::Repeats;
+use crate::event_json::{event_frame, EventHead, Repeats};
 use crate::protocol::{
     AgentEventParams, AttentionNotification, AttentionParams, AttentionReason,
     QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
@@ -94,6 +94,8 @@ struct Outbox {
     outside: Arc<crate::transport::Outside>,
     /// The messages the current turn sent, with their JSON (see [`crate::event_json`]).
     repeats: Repeats,
+    /// The start of the run's `agent/event` frames, serialised once per run.
+    head: EventHead,
 }
 
 impl Outbox {
@@ -129,23 +131,47 @@ impl Outbox {
             AgentEvent::AgentEnd { .. } => self.sent = None,
             _ => {}
         }
-        let params = AgentEventParams {
-            session_id: session_id.to_string(),
-            run_id,
-            seq: self.seq,
-            event,
-            unsaved,
-        };
-        if Repeats::takes(&params.event) && self.outside.is_active() {
-            // A message the turn sent already is written from its bytes.
-            let session_ref = self.compact.as_mut().map(|c| c.full(&params));
-            if let Some(frame) = self.repeats.frame(params, session_ref) {
-                self.outside.send_frame(client, frame).await;
-            }
-            return;
+        if !self.outside.is_active() {
+            // No guard writes the output: every notification goes through the library.
+            self.repeats.passed(&event);
+            let params = AgentEventParams {
+                session_id: session_id.to_string(),
+                run_id,
+                seq: self.seq,
+                event,
+                unsaved,
+            };
+            return crate::delta::send(client, &self.outside, self.compact.as_mut(), params).await;
         }
-        self.repeats.passed(&params.event);
-        crate::delta::send(client, &self.outside, self.compact.as_mut(), params).await;
+        let head = match self.head.of(session_id, &run_id) {
+            Ok(head) => head,
+            Err(e) => {
+                return tracing::error!("agent/event not sent: its ids cannot be serialised: {e}")
+            }
+        };
+        let frame = if Repeats::takes(&event) {
+            // A message the turn sent already is written from its bytes.
+            let session_ref = self.compact.as_mut().map(|c| c.full(&run_id, &event));
+            self.repeats
+                .frame(head, self.seq, event, unsaved, session_ref)
+        } else {
+            self.repeats.passed(&event);
+            match self.compact.as_mut() {
+                None => event_frame(head, self.seq, &event, unsaved, None),
+                Some(c) => match c.compact(&run_id, self.seq, event) {
+                    Ok(delta) => {
+                        return self
+                            .outside
+                            .send::<crate::delta::AgentDeltaNotification>(client, delta)
+                            .await
+                    }
+                    Err((event, r)) => event_frame(head, self.seq, &event, unsaved, Some(r)),
+                },
+            }
+        };
+        if let Some(frame) = frame {
+            self.outside.send_frame(client, frame).await;
+        }
     }
 
     /// Sends the held delta, if any (deltas never start a message: no rates needed).
