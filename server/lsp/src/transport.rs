@@ -180,7 +180,7 @@ fn placeholder_slot(body: &[u8]) -> Option<u64> {
 /// The whole frame (header and body) of notification `method` with `params`, serialised
 /// straight to bytes (no `Value` in between); `None` (logged) when `params` cannot be
 /// serialised.
-fn notification_frame<P: serde::Serialize>(method: &str, params: &P) -> Option<Vec<u8>> {
+pub(crate) fn notification_frame<P: serde::Serialize>(method: &str, params: &P) -> Option<Vec<u8>> {
     notification_frame_with(method, |out| serde_json::to_writer(out, params))
 }
 
