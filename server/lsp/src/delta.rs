@@ -150,6 +150,16 @@ pub(crate) enum Encoded {
     Full(AgentEventRefParams),
 }
 
+/// How one event goes out, from its parts ([`DeltaEncoder::compact`]).
+// Made and used at once, never stored: a box would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Compacted {
+    /// As `agent/delta` with these params.
+    Delta(AgentDeltaParams),
+    /// As `agent/event` with `ref` (the second member).
+    Full(AgentEvent, u64),
+}
+
 impl DeltaEncoder {
     /// Encodes the session's next event (`params`, numbered), in the order they go out.
     pub(crate) fn encode(&mut self, params: AgentEventParams) -> Encoded {
@@ -161,8 +171,8 @@ impl DeltaEncoder {
             unsaved,
         } = params;
         match self.compact(&run_id, seq, event) {
-            Ok(p) => Encoded::Compact(p),
-            Err((event, session_ref)) => Encoded::Full(AgentEventRefParams {
+            Compacted::Delta(p) => Encoded::Compact(p),
+            Compacted::Full(event, session_ref) => Encoded::Full(AgentEventRefParams {
                 params: AgentEventParams {
                     session_id,
                     run_id,
@@ -176,19 +186,14 @@ impl DeltaEncoder {
     }
 
     /// Encodes the session's next event (`event` of run `run_id`, numbered `seq`), in the
-    /// order they go out: `Ok` with the `agent/delta` params when the client can rebuild it,
-    /// else `Err` with the event back and the `ref` its full `agent/event` carries (noted as
-    /// sent in full, [`DeltaEncoder::full`]).
-    pub(crate) fn compact(
-        &mut self,
-        run_id: &str,
-        seq: u64,
-        mut event: AgentEvent,
-    ) -> Result<AgentDeltaParams, (AgentEvent, u64)> {
+    /// order they go out: the `agent/delta` params when the client can rebuild it, else the
+    /// event back with the `ref` its full `agent/event` carries (noted as sent in full,
+    /// [`DeltaEncoder::full`]).
+    pub(crate) fn compact(&mut self, run_id: &str, seq: u64, mut event: AgentEvent) -> Compacted {
         let same_run = self.run_id.as_deref() == Some(run_id);
         if let Some((kind, index, delta)) = delta_of(&mut event) {
             if same_run && self.kinds.get(index).copied().flatten() == Some(kind) {
-                return Ok(AgentDeltaParams(
+                return Compacted::Delta(AgentDeltaParams(
                     self.session_ref,
                     seq,
                     index,
@@ -214,7 +219,7 @@ impl DeltaEncoder {
             }
         }
         let session_ref = self.full(run_id, &event);
-        Err((event, session_ref))
+        Compacted::Full(event, session_ref)
     }
 
     /// Notes that `event` of run `run_id` goes out as a full `agent/event` (a `message_start`

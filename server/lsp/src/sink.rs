@@ -39,6 +39,7 @@ use tower_lsp_server::ls_types::{
 };
 use tower_lsp_server::Client;
 
+use crate::delta::Compacted;
 use crate::event_json::{event_frame, EventHead, Repeats};
 use crate::protocol::{
     AgentEventParams, AttentionNotification, AttentionParams, AttentionReason,
@@ -171,12 +172,14 @@ impl Outbox {
             match self.compact.as_mut() {
                 None => event_frame(head, self.seq, &event, unsaved, None),
                 Some(c) => match c.compact(&run_id, self.seq, event) {
-                    Ok(delta) => {
+                    Compacted::Delta(delta) => {
                         return self
                             .notify::<crate::delta::AgentDeltaNotification>(client, delta)
                             .await
                     }
-                    Err((event, r)) => event_frame(head, self.seq, &event, unsaved, Some(r)),
+                    Compacted::Full(event, r) => {
+                        event_frame(head, self.seq, &event, unsaved, Some(r))
+                    }
                 },
             }
         };
