@@ -150,15 +150,52 @@ pub(crate) enum Encoded {
     Full(AgentEventRefParams),
 }
 
+/// How one event goes out, from its parts ([`DeltaEncoder::compact`]).
+// Made and used at once, never stored: a box would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Compacted {
+    /// As `agent/delta` with these params.
+    Delta(AgentDeltaParams),
+    /// As `agent/event` with `ref` (the second member).
+    Full(AgentEvent, u64),
+}
+
 impl DeltaEncoder {
     /// Encodes the session's next event (`params`, numbered), in the order they go out.
-    pub(crate) fn encode(&mut self, mut params: AgentEventParams) -> Encoded {
-        let same_run = self.run_id.as_deref() == Some(params.run_id.as_str());
-        if let Some((kind, index, delta)) = delta_of(&mut params.event) {
+    pub(crate) fn encode(&mut self, params: AgentEventParams) -> Encoded {
+        let AgentEventParams {
+            session_id,
+            run_id,
+            seq,
+            event,
+            unsaved,
+        } = params;
+        match self.compact(&run_id, seq, event) {
+            Compacted::Delta(p) => Encoded::Compact(p),
+            Compacted::Full(event, session_ref) => Encoded::Full(AgentEventRefParams {
+                params: AgentEventParams {
+                    session_id,
+                    run_id,
+                    seq,
+                    event,
+                    unsaved,
+                },
+                session_ref,
+            }),
+        }
+    }
+
+    /// Encodes the session's next event (`event` of run `run_id`, numbered `seq`), in the
+    /// order they go out: the `agent/delta` params when the client can rebuild it, else the
+    /// event back with the `ref` its full `agent/event` carries (noted as sent in full,
+    /// [`DeltaEncoder::full`]).
+    pub(crate) fn compact(&mut self, run_id: &str, seq: u64, mut event: AgentEvent) -> Compacted {
+        let same_run = self.run_id.as_deref() == Some(run_id);
+        if let Some((kind, index, delta)) = delta_of(&mut event) {
             if same_run && self.kinds.get(index).copied().flatten() == Some(kind) {
-                return Encoded::Compact(AgentDeltaParams(
+                return Compacted::Delta(AgentDeltaParams(
                     self.session_ref,
-                    params.seq,
+                    seq,
                     index,
                     std::mem::take(delta),
                 ));
@@ -166,7 +203,7 @@ impl DeltaEncoder {
         }
         if let AgentEvent::MessageUpdate {
             assistant_message_event: e,
-        } = &params.event
+        } = &event
         {
             let begun = match e {
                 AssistantEvent::TextStart { content_index } => Some((0, *content_index)),
@@ -181,23 +218,20 @@ impl DeltaEncoder {
                 self.kinds[index] = Some(kind);
             }
         }
-        let session_ref = self.full(&params);
-        Encoded::Full(AgentEventRefParams {
-            params,
-            session_ref,
-        })
+        let session_ref = self.full(run_id, &event);
+        Compacted::Full(event, session_ref)
     }
 
-    /// Notes that `params` goes out as a full `agent/event` (a `message_start` begins a new
-    /// message: no block of it begun yet); returns the session's `ref` it carries. Called by
-    /// [`DeltaEncoder::encode`], and for the frames the sink writes itself
+    /// Notes that `event` of run `run_id` goes out as a full `agent/event` (a `message_start`
+    /// begins a new message: no block of it begun yet); returns the session's `ref` it
+    /// carries. Called by [`DeltaEncoder::compact`], and for the frames the sink writes itself
     /// ([`crate::event_json::Repeats`], never a delta).
-    pub(crate) fn full(&mut self, params: &AgentEventParams) -> u64 {
-        if matches!(params.event, AgentEvent::MessageStart { .. }) {
+    pub(crate) fn full(&mut self, run_id: &str, event: &AgentEvent) -> u64 {
+        if matches!(event, AgentEvent::MessageStart { .. }) {
             self.kinds.clear();
         }
-        if self.run_id.as_deref() != Some(params.run_id.as_str()) {
-            self.run_id = Some(params.run_id.clone());
+        if self.run_id.as_deref() != Some(run_id) {
+            self.run_id = Some(run_id.to_string());
         }
         self.session_ref
     }

@@ -9,13 +9,16 @@
 //! compared, not serialised again. The frame is byte for byte what serialising
 //! [`AgentEventParams`] (or [`crate::delta::AgentEventRefParams`]) gives: the members in the
 //! same order, each value serialised by `serde_json` as the derived serialisation does.
+//!
+//! [`AgentEventParams`]: crate::protocol::AgentEventParams
 
 use std::sync::Arc;
 
-use pi_ai::{Message, ToolResultMessage};
+use pi_ai::{AssistantMessage, Message, ToolResultMessage};
 use pi_core::agent::AgentEvent;
+use tower_lsp_server::ls_types::notification::Notification;
 
-use crate::protocol::AgentEventParams;
+use crate::protocol::AgentEventNotification;
 
 /// How a tool result serialised as a [`Message`] begins (its tag, written first by serde's
 /// internally tagged serialisation); the same result in `turn_end`'s `toolResults` is the rest
@@ -27,10 +30,102 @@ const TOOL_RESULT_TAG: &[u8] = b"{\"role\":\"toolResult\",";
 /// rest again.
 const RUN_BYTES: usize = 4 << 20;
 
+/// The start of the body of every `agent/event` frame of one session's run, serialised once
+/// for the run:
+/// `{"jsonrpc":"2.0","method":"agent/event","params":{"sessionId":…,"runId":…,"seq":`, the
+/// members serde's derived serialisation of
+/// [`AgentEventParams`](crate::protocol::AgentEventParams) writes first, in its order. A
+/// run's events are written after it ([`event_frame`], [`Repeats::frame`]) without
+/// serialising the method, the ids and their names again.
+#[derive(Debug, Default)]
+pub(crate) struct EventHead {
+    session_id: String,
+    run_id: String,
+    bytes: Vec<u8>,
+}
+
+impl EventHead {
+    /// The head of run `run_id` of session `session_id` (serialised again only when either
+    /// differs from the last one's).
+    pub(crate) fn of(&mut self, session_id: &str, run_id: &str) -> serde_json::Result<&[u8]> {
+        if self.bytes.is_empty() || self.session_id != session_id || self.run_id != run_id {
+            self.bytes.clear();
+            self.bytes
+                .extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+            let written = serde_json::to_writer(&mut self.bytes, AgentEventNotification::METHOD)
+                .and_then(|()| {
+                    self.bytes.extend_from_slice(b",\"params\":{\"sessionId\":");
+                    serde_json::to_writer(&mut self.bytes, session_id)
+                })
+                .and_then(|()| {
+                    self.bytes.extend_from_slice(b",\"runId\":");
+                    serde_json::to_writer(&mut self.bytes, run_id)
+                });
+            if let Err(e) = written {
+                self.bytes.clear();
+                return Err(e);
+            }
+            self.bytes.extend_from_slice(b",\"seq\":");
+            self.session_id.clear();
+            self.session_id.push_str(session_id);
+            self.run_id.clear();
+            self.run_id.push_str(run_id);
+        }
+        Ok(&self.bytes)
+    }
+}
+
+/// Writes the body of an `agent/event` frame after `head` ([`EventHead::of`]): `seq`, then
+/// `event` (whatever `write_event` writes), `"unsaved":true` when `unsaved` and `"ref":
+/// session_ref` when given, and the ends of the params and the message.
+fn event_body(
+    out: &mut Vec<u8>,
+    head: &[u8],
+    seq: u64,
+    unsaved: bool,
+    session_ref: Option<u64>,
+    write_event: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> serde_json::Result<()> {
+    out.extend_from_slice(head);
+    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
+    out.extend_from_slice(b",\"event\":");
+    write_event(out)?;
+    if unsaved {
+        out.extend_from_slice(b",\"unsaved\":true");
+    }
+    if let Some(r) = session_ref {
+        out.extend_from_slice(b",\"ref\":");
+        out.extend_from_slice(itoa::Buffer::new().format(r).as_bytes());
+    }
+    out.extend_from_slice(b"}}");
+    Ok(())
+}
+
+/// The whole `agent/event` frame (header and body) of `event`, numbered `seq`, of the run
+/// whose [`EventHead`] is `head`: byte for byte what serialising
+/// [`AgentEventParams`](crate::protocol::AgentEventParams) (with `ref`:
+/// [`crate::delta::AgentEventRefParams`]) gives. `None` (logged) when the event cannot be
+/// serialised.
+pub(crate) fn event_frame(
+    head: &[u8],
+    seq: u64,
+    event: &AgentEvent,
+    unsaved: bool,
+    session_ref: Option<u64>,
+) -> Option<Vec<u8>> {
+    let capacity = head.len() + crate::transport::FRAME_CAPACITY;
+    crate::transport::frame_with(AgentEventNotification::METHOD, capacity, |out| {
+        event_body(out, head, seq, unsaved, session_ref, |out| {
+            serde_json::to_writer(out, event)
+        })
+    })
+}
+
 /// The messages the run sent, in order, with their JSON (as a [`Message`]): those of the
 /// current turn for its `message_end` and `turn_end`, those of the earlier turns (up to
 /// [`RUN_BYTES`]) for the run's `agent_end`. An assistant message's `message_start` (the
-/// empty message the answer begins with) is not kept.
+/// empty message the answer begins with) is not kept with them: the last one is kept apart
+/// ([`Partial`]), the next answer's first message being the same but for its timestamp.
 #[derive(Debug, Default)]
 pub(crate) struct Repeats {
     kept: Vec<(Arc<Message>, Vec<u8>)>,
@@ -38,6 +133,78 @@ pub(crate) struct Repeats {
     turn: usize,
     /// The bytes in `kept`.
     size: usize,
+    /// The last answer's first message, with its JSON.
+    partial: Option<Partial>,
+}
+
+/// An answer's first message (the empty one of its `message_start`) and its JSON, which ends
+/// with its timestamp: the next answer's first message, equal to it but for the timestamp, is
+/// written from these bytes with its own timestamp.
+#[derive(Debug)]
+struct Partial {
+    message: AssistantMessage,
+    bytes: Vec<u8>,
+    /// Where the timestamp's digits begin in `bytes` (they run to the closing `}`).
+    at: usize,
+}
+
+impl Partial {
+    /// Keeps `message` with `bytes`, its JSON, when they end with its timestamp (the last
+    /// member serde's derived serialisation writes); `None` otherwise.
+    fn new(message: &AssistantMessage, bytes: Vec<u8>) -> Option<Partial> {
+        const NAME: &[u8] = b"\"timestamp\":";
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(message.timestamp).as_bytes();
+        let rest = bytes.strip_suffix(b"}")?.strip_suffix(digits)?;
+        let at = rest.len();
+        rest.ends_with(NAME).then(|| Partial {
+            at,
+            message: message.clone(),
+            bytes,
+        })
+    }
+
+    /// Writes `message`'s JSON when it equals the kept one but for its timestamp (`false`:
+    /// nothing written).
+    fn write(&self, out: &mut Vec<u8>, message: &AssistantMessage) -> bool {
+        if !equal_but_timestamp(&self.message, message) {
+            return false;
+        }
+        out.extend_from_slice(&self.bytes[..self.at]);
+        out.extend_from_slice(itoa::Buffer::new().format(message.timestamp).as_bytes());
+        out.push(b'}');
+        true
+    }
+}
+
+/// Whether `a` and `b` are equal in every member but `timestamp` (every member named: a new
+/// one must be compared here too).
+fn equal_but_timestamp(a: &AssistantMessage, b: &AssistantMessage) -> bool {
+    let AssistantMessage {
+        content,
+        api,
+        provider,
+        model,
+        response_id,
+        response_model,
+        usage,
+        stop_reason,
+        raw_stop_reason,
+        error_message,
+        timestamp: _,
+        thinking_level,
+    } = a;
+    *stop_reason == b.stop_reason
+        && *content == b.content
+        && *api == b.api
+        && *provider == b.provider
+        && *model == b.model
+        && *response_id == b.response_id
+        && *response_model == b.response_model
+        && *usage == b.usage
+        && *raw_stop_reason == b.raw_stop_reason
+        && *error_message == b.error_message
+        && *thinking_level == b.thinking_level
 }
 
 impl Repeats {
@@ -66,105 +233,113 @@ impl Repeats {
         self.size = 0;
     }
 
-    /// The whole `agent/event` frame (header and body) of `params`, whose event
-    /// [`Repeats::takes`]; with `"ref": session_ref` last when given (a compact-delta client's
-    /// full event). A message equal to one the turn (for `agent_end`: the run) already sent is
+    /// The whole `agent/event` frame (header and body) of `event`, which [`Repeats::takes`],
+    /// numbered `seq`, of the run whose [`EventHead`] is `head`; with `"unsaved":true` when
+    /// `unsaved`, and `"ref": session_ref` last when given (a compact-delta client's full
+    /// event). A message equal to one the turn (for `agent_end`: the run) already sent is
     /// written from that one's bytes; one met for the first time in a `message_start` or
-    /// `message_end` is serialised and kept. `turn_end` ends the turn, `agent_end` the run
-    /// (nothing kept after it). `None` (logged) when a value cannot be serialised.
+    /// `message_end` is serialised and kept; an answer's first message, from the last one's
+    /// bytes when only its timestamp differs ([`Partial`]). `turn_end` ends the turn,
+    /// `agent_end` the run (nothing kept after it). `None` (logged) when a value cannot be
+    /// serialised.
     pub(crate) fn frame(
         &mut self,
-        params: AgentEventParams,
+        head: &[u8],
+        seq: u64,
+        event: AgentEvent,
+        unsaved: bool,
         session_ref: Option<u64>,
     ) -> Option<Vec<u8>> {
-        let AgentEventParams {
-            session_id,
-            run_id,
-            seq,
-            event,
-            unsaved,
-        } = params;
         // The bytes of a message serialised for the first time in the turn, kept after.
         let mut fresh: Option<Vec<u8>> = None;
+        // The bytes of an answer's first message serialised, kept after.
+        let mut fresh_partial: Option<Vec<u8>> = None;
         let all = &self.kept[..];
         let turn = &self.kept[self.turn..];
-        let frame = crate::transport::notification_frame_with("agent/event", |out| {
-            out.extend_from_slice(b"{\"sessionId\":");
-            serde_json::to_writer(&mut *out, &session_id)?;
-            out.extend_from_slice(b",\"runId\":");
-            serde_json::to_writer(&mut *out, &run_id)?;
-            out.extend_from_slice(b",\"seq\":");
-            serde_json::to_writer(&mut *out, &seq)?;
-            match &event {
-                AgentEvent::MessageStart { message } => {
-                    out.extend_from_slice(b",\"event\":{\"type\":\"message_start\",\"message\":");
-                    // An answer's first (empty) message is not kept: its end differs.
-                    let keep = !matches!(**message, Message::Assistant(_));
-                    fresh = write_message(out, turn, message, keep)?;
-                }
-                AgentEvent::MessageEnd { message } => {
-                    out.extend_from_slice(b",\"event\":{\"type\":\"message_end\",\"message\":");
-                    fresh = write_message(out, turn, message, true)?;
-                }
-                AgentEvent::TurnEnd {
-                    message,
-                    tool_results,
-                } => {
-                    out.extend_from_slice(b",\"event\":{\"type\":\"turn_end\",\"message\":");
-                    write_message(out, turn, message, false)?;
-                    out.extend_from_slice(b",\"toolResults\":[");
-                    for (i, r) in tool_results.iter().enumerate() {
-                        if i > 0 {
-                            out.push(b',');
-                        }
-                        write_tool_result(out, turn, r)?;
-                    }
-                    out.push(b']');
-                }
-                AgentEvent::AgentEnd {
-                    messages,
-                    will_retry,
-                } => {
-                    out.extend_from_slice(b",\"event\":{\"type\":\"agent_end\",\"messages\":[");
-                    // The run's messages come in the order they were sent: each is looked
-                    // for from where the last one was found.
-                    let mut from = 0;
-                    for (i, m) in messages.iter().enumerate() {
-                        if i > 0 {
-                            out.push(b',');
-                        }
-                        match all[from..].iter().position(|(k, _)| same(k, m)) {
-                            Some(k) => {
-                                out.extend_from_slice(&all[from + k].1);
-                                from += k + 1;
+        let partial = self.partial.as_ref();
+        // Room for the frame: what is known to be written again, and a message's worth.
+        let capacity = head.len()
+            + crate::transport::FRAME_CAPACITY
+            + match &event {
+                AgentEvent::TurnEnd { .. } => turn.iter().map(|(_, b)| b.len()).sum(),
+                AgentEvent::AgentEnd { .. } => self.size,
+                _ => crate::transport::FRAME_CAPACITY,
+            };
+        let frame = crate::transport::frame_with(AgentEventNotification::METHOD, capacity, |out| {
+            event_body(out, head, seq, unsaved, session_ref, |out| {
+                match &event {
+                    AgentEvent::MessageStart { message } => {
+                        out.extend_from_slice(b"{\"type\":\"message_start\",\"message\":");
+                        match &**message {
+                            // An answer's first (empty) message is not kept: its end differs.
+                            Message::Assistant(a) => {
+                                if !partial.is_some_and(|p| p.write(out, a)) {
+                                    let at = out.len();
+                                    serde_json::to_writer(&mut *out, &**message)?;
+                                    fresh_partial = Some(out[at..].to_vec());
+                                }
                             }
-                            None => serde_json::to_writer(&mut *out, m)?,
+                            _ => fresh = write_message(out, turn, message, true)?,
                         }
                     }
-                    out.extend_from_slice(if *will_retry {
-                        b"],\"willRetry\":true"
-                    } else {
-                        b"],\"willRetry\":false"
-                    });
+                    AgentEvent::MessageEnd { message } => {
+                        out.extend_from_slice(b"{\"type\":\"message_end\",\"message\":");
+                        fresh = write_message(out, turn, message, true)?;
+                    }
+                    AgentEvent::TurnEnd {
+                        message,
+                        tool_results,
+                    } => {
+                        out.extend_from_slice(b"{\"type\":\"turn_end\",\"message\":");
+                        write_message(out, turn, message, false)?;
+                        out.extend_from_slice(b",\"toolResults\":[");
+                        for (i, r) in tool_results.iter().enumerate() {
+                            if i > 0 {
+                                out.push(b',');
+                            }
+                            write_tool_result(out, turn, r)?;
+                        }
+                        out.push(b']');
+                    }
+                    AgentEvent::AgentEnd {
+                        messages,
+                        will_retry,
+                    } => {
+                        out.extend_from_slice(b"{\"type\":\"agent_end\",\"messages\":[");
+                        // The run's messages come in the order they were sent: each is looked
+                        // for from where the last one was found.
+                        let mut from = 0;
+                        for (i, m) in messages.iter().enumerate() {
+                            if i > 0 {
+                                out.push(b',');
+                            }
+                            match all[from..].iter().position(|(k, _)| same(k, m)) {
+                                Some(k) => {
+                                    out.extend_from_slice(&all[from + k].1);
+                                    from += k + 1;
+                                }
+                                None => serde_json::to_writer(&mut *out, m)?,
+                            }
+                        }
+                        out.extend_from_slice(if *will_retry {
+                            b"],\"willRetry\":true"
+                        } else {
+                            b"],\"willRetry\":false"
+                        });
+                    }
+                    _ => unreachable!("Repeats::frame is given only the events Repeats::takes"),
                 }
-                _ => unreachable!("Repeats::frame is given only the events Repeats::takes"),
-            }
-            out.push(b'}');
-            if unsaved {
-                out.extend_from_slice(b",\"unsaved\":true");
-            }
-            if let Some(r) = session_ref {
-                out.extend_from_slice(b",\"ref\":");
-                serde_json::to_writer(&mut *out, &r)?;
-            }
-            out.push(b'}');
-            Ok(())
+                out.push(b'}');
+                Ok(())
+            })
         });
         match event {
             AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } => {
                 if let Some(bytes) = fresh {
                     self.size += bytes.len();
                     self.kept.push((message, bytes));
+                } else if let (Some(bytes), Message::Assistant(a)) = (fresh_partial, &*message) {
+                    self.partial = Partial::new(a, bytes);
                 }
             }
             AgentEvent::TurnEnd { .. } => {
@@ -230,6 +405,7 @@ mod tests {
 
     use super::*;
     use crate::delta::AgentEventRefParams;
+    use crate::protocol::AgentEventParams;
 
     /// The frame serde's derived serialisation gives (the reference the written frames must
     /// equal byte for byte).
@@ -295,7 +471,11 @@ mod tests {
                 session_ref: r,
             }),
         };
-        let got = repeats.frame(params, session_ref).unwrap();
+        let mut head = EventHead::default();
+        let head = head.of(&params.session_id, &params.run_id).unwrap();
+        let got = repeats
+            .frame(head, params.seq, params.event, params.unsaved, session_ref)
+            .unwrap();
         assert_eq!(
             String::from_utf8(got).unwrap(),
             String::from_utf8(want).unwrap(),
@@ -505,5 +685,114 @@ mod tests {
             false,
             None,
         );
+    }
+
+    /// An answer's first message is written from the last one's bytes when only its
+    /// timestamp differs (more digits, fewer, negative), serialised again when anything else
+    /// differs (the model, the usage), and never kept with the run's messages; every frame
+    /// equal to the derived serialisation's.
+    #[test]
+    fn answers_first_messages_are_written_from_the_last_one_s_bytes() {
+        let first = |model: &str, timestamp: i64| {
+            let mut m = AssistantMessage::empty("openai-completions", "mock", model);
+            m.timestamp = timestamp;
+            Arc::new(Message::Assistant(m))
+        };
+        let mut other_usage = AssistantMessage::empty("openai-completions", "mock", "m2");
+        other_usage.usage.input = 3;
+        other_usage.timestamp = 12;
+        let mut repeats = Repeats::default();
+        for (seq, (message, written_again)) in [
+            (first("m", 5), false),
+            (first("m", 1_800_000_000_000), true),
+            (first("m", 7), true),
+            (first("m", -1), true),
+            (first("m2", 8), false),
+            (first("m2", 9), true),
+            (Arc::new(Message::Assistant(other_usage)), false),
+            (first("m2", 10), false),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let Message::Assistant(a) = Message::clone(&message) else {
+                unreachable!()
+            };
+            let from_bytes = repeats
+                .partial
+                .as_ref()
+                .is_some_and(|p| equal_but_timestamp(&p.message, &a));
+            assert_eq!(from_bytes, written_again, "message {seq}");
+            let (unsaved, session_ref) = (seq % 2 == 1, (seq % 3 == 0).then_some(seq as u64));
+            let event = AgentEvent::MessageStart { message };
+            check(&mut repeats, seq as u64 + 1, event, unsaved, session_ref);
+            assert!(repeats.kept.is_empty());
+            let kept = &repeats.partial.as_ref().unwrap().message;
+            assert!(equal_but_timestamp(kept, &a), "message {seq}");
+        }
+    }
+
+    /// The frames of the events that do not carry a whole message, written after one head
+    /// per run (kept while the run and session stay, made again when either changes), equal
+    /// the derived serialisation's, with and without `unsaved` and `ref`.
+    #[test]
+    fn event_frames_after_the_run_s_head_equal_the_derived_serialisation() {
+        let update = |e: pi_ai::AssistantEvent| AgentEvent::MessageUpdate {
+            assistant_message_event: e,
+        };
+        let events = [
+            AgentEvent::AgentStart,
+            AgentEvent::TurnStart,
+            update(pi_ai::AssistantEvent::ToolcallDelta {
+                content_index: 2,
+                delta: "{\"path\":\"a\u{1}\u{2028}é😀\"".into(),
+            }),
+            AgentEvent::ToolExecutionStart {
+                tool_call_id: "c\"1".into(),
+                tool_name: "read".into(),
+                args: json!({"path": "small.txt", "limit": 5, "nested": {"z": [1.5, null]}}),
+            },
+            AgentEvent::ToolExecutionEnd {
+                tool_call_id: "c\"1".into(),
+                tool_name: "read".into(),
+                result: pi_core::agent::ToolOutput {
+                    content: vec![pi_ai::ContentBlock::text("hello\n\t\"x\" \\")],
+                    details: Some(json!({"truncation": {"lines": 5}})),
+                    terminate: false,
+                },
+                is_error: true,
+            },
+            AgentEvent::AgentSettled { aborted: false },
+        ];
+        let mut head = EventHead::default();
+        let mut seq = 0;
+        for (session_id, run_id) in [("s\"1", "run-ü"), ("s\"1", "run-2"), ("s2", "run-2")] {
+            for event in &events {
+                for (unsaved, session_ref) in [(false, None), (true, Some(3)), (false, Some(12))] {
+                    seq += 1;
+                    let params = AgentEventParams {
+                        session_id: session_id.into(),
+                        run_id: run_id.into(),
+                        seq,
+                        event: event.clone(),
+                        unsaved,
+                    };
+                    let want = match session_ref {
+                        None => derived(&params),
+                        Some(r) => derived(&AgentEventRefParams {
+                            params: params.clone(),
+                            session_ref: r,
+                        }),
+                    };
+                    let head = head.of(session_id, run_id).unwrap();
+                    let got = event_frame(head, seq, event, unsaved, session_ref).unwrap();
+                    assert_eq!(
+                        String::from_utf8(got).unwrap(),
+                        String::from_utf8(want).unwrap(),
+                        "event {seq}"
+                    );
+                }
+            }
+        }
     }
 }

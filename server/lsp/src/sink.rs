@@ -13,6 +13,13 @@
 //! queue, usage and attention notices), and at the latest when its window ends. A client that appends deltas rebuilds the
 //! same message; the wire shape is unchanged. A client that asked for compact deltas gets each
 //! event as [`crate::delta`] encodes it (after coalescing).
+//!
+//! Frames are written straight to bytes ([`crate::event_json`]) and kept outside the LSP
+//! library ([`crate::transport::Outside`]); the frames one call of the sink writes (a held
+//! delta and the event after it, an event and its queue and usage notices) go to the library
+//! as one placeholder, in the order written, so that the library carries one placeholder per
+//! call, not per frame. Anything the library sends itself (a request, `window/showMessage`)
+//! goes after the frames written before it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,6 +31,7 @@ use pi_ai::models::ModelCost;
 use pi_ai::{AssistantEvent, AssistantMessage, Message};
 use pi_core::agent::{AgentEvent, CompactionReason, Follower, WeakAgent};
 use pi_core::harness::{Notice, SessionListener};
+use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::{
     notification::Progress, request::WorkDoneProgressCreate, MessageType, NumberOrString,
     ProgressParams, ProgressParamsValue, ProgressToken, WorkDoneProgress, WorkDoneProgressBegin,
@@ -31,7 +39,8 @@ use tower_lsp_server::ls_types::{
 };
 use tower_lsp_server::Client;
 
-use crate::event_json::Repeats;
+use crate::delta::Compacted;
+use crate::event_json::{event_frame, EventHead, Repeats};
 use crate::protocol::{
     AgentEventParams, AttentionNotification, AttentionParams, AttentionReason,
     QueueUpdateNotification, QueueUpdateParams, UsageNotification, UsageParams,
@@ -94,6 +103,12 @@ struct Outbox {
     outside: Arc<crate::transport::Outside>,
     /// The messages the current turn sent, with their JSON (see [`crate::event_json`]).
     repeats: Repeats,
+    /// The start of the run's `agent/event` frames, serialised once per run.
+    head: EventHead,
+    /// Frames written by the sink's current call and not yet handed to the transport: handed
+    /// over as one at the call's end ([`Outbox::flush`]), or before anything the LSP library
+    /// sends itself, so they keep their order with every other message.
+    batch: Vec<u8>,
 }
 
 impl Outbox {
@@ -129,23 +144,81 @@ impl Outbox {
             AgentEvent::AgentEnd { .. } => self.sent = None,
             _ => {}
         }
-        let params = AgentEventParams {
-            session_id: session_id.to_string(),
-            run_id,
-            seq: self.seq,
-            event,
-            unsaved,
-        };
-        if Repeats::takes(&params.event) && self.outside.is_active() {
-            // A message the turn sent already is written from its bytes.
-            let session_ref = self.compact.as_mut().map(|c| c.full(&params));
-            if let Some(frame) = self.repeats.frame(params, session_ref) {
-                self.outside.send_frame(client, frame).await;
-            }
-            return;
+        if !self.outside.is_active() {
+            // No guard writes the output: every notification goes through the library.
+            self.repeats.passed(&event);
+            let params = AgentEventParams {
+                session_id: session_id.to_string(),
+                run_id,
+                seq: self.seq,
+                event,
+                unsaved,
+            };
+            return crate::delta::send(client, &self.outside, self.compact.as_mut(), params).await;
         }
-        self.repeats.passed(&params.event);
-        crate::delta::send(client, &self.outside, self.compact.as_mut(), params).await;
+        let head = match self.head.of(session_id, &run_id) {
+            Ok(head) => head,
+            Err(e) => {
+                return tracing::error!("agent/event not sent: its ids cannot be serialised: {e}")
+            }
+        };
+        let frame = if Repeats::takes(&event) {
+            // A message the turn sent already is written from its bytes.
+            let session_ref = self.compact.as_mut().map(|c| c.full(&run_id, &event));
+            self.repeats
+                .frame(head, self.seq, event, unsaved, session_ref)
+        } else {
+            self.repeats.passed(&event);
+            match self.compact.as_mut() {
+                None => event_frame(head, self.seq, &event, unsaved, None),
+                Some(c) => match c.compact(&run_id, self.seq, event) {
+                    Compacted::Delta(delta) => {
+                        return self
+                            .notify::<crate::delta::AgentDeltaNotification>(client, delta)
+                            .await
+                    }
+                    Compacted::Full(event, r) => {
+                        event_frame(head, self.seq, &event, unsaved, Some(r))
+                    }
+                },
+            }
+        };
+        if let Some(frame) = frame {
+            self.push_frame(frame);
+        }
+    }
+
+    /// Adds `frame` (a whole notification frame) to [`Outbox::batch`].
+    fn push_frame(&mut self, frame: Vec<u8>) {
+        if self.batch.is_empty() {
+            self.batch = frame;
+        } else {
+            self.batch.extend_from_slice(&frame);
+        }
+    }
+
+    /// Sends notification `N` with `params` after what the sink's call sent before: its frame
+    /// added to [`Outbox::batch`] while a guard writes the output, else through the library
+    /// (`client`) at once.
+    async fn notify<N: Notification>(&mut self, client: &Client, params: N::Params) {
+        if !self.outside.is_active() {
+            return client.send_notification::<N>(params).await;
+        }
+        if let Some(frame) = crate::transport::notification_frame(N::METHOD, &params) {
+            self.push_frame(frame);
+        }
+    }
+
+    /// Hands [`Outbox::batch`] to the transport as one frame (its frames' bytes one after
+    /// the other, in one placeholder's place: the LSP library carries one placeholder for the
+    /// frames one call of the sink wrote, in the order they were written). Called at the end
+    /// of every call of the sink that sends, and before the library sends anything itself
+    /// (a request, `window/showMessage`, a notification of its own).
+    async fn flush(&mut self, client: &Client) {
+        if !self.batch.is_empty() {
+            let frames = std::mem::take(&mut self.batch);
+            self.outside.send_frame(client, frames).await;
+        }
     }
 
     /// Sends the held delta, if any (deltas never start a message: no rates needed).
@@ -248,9 +321,10 @@ impl LspSink {
                     false,
                 )
                 .await;
-                return;
+                return out.flush(&self.st.client).await;
             }
         };
+        out.flush(&self.st.client).await;
         out.window += 1;
         out.held = Some(Held {
             run_id: self.run_id(),
@@ -268,6 +342,7 @@ impl LspSink {
             if out.window == n {
                 out.quiet_until = Some(Instant::now() + window);
                 out.send_held(&client, &session_id).await;
+                out.flush(&client).await;
             }
         });
     }
@@ -297,6 +372,7 @@ impl LspSink {
             false,
         )
         .await;
+        out.flush(&self.st.client).await;
     }
 
     /// The model's cost rates (for a message's usage cost).
@@ -388,7 +464,8 @@ impl SessionListener for LspSink {
         let mut out = self.outbox.lock().await;
         out.send_held(&self.st.client, &self.session_id).await;
         let run_id = self.run_id();
-        self.send_notice(notice, &run_id).await
+        self.send_notice(&mut out, notice, &run_id).await;
+        out.flush(&self.st.client).await;
     }
 
     async fn event(&self, mut event: AgentEvent, notices: Vec<Notice>) {
@@ -406,6 +483,10 @@ impl SessionListener for LspSink {
         // Anything else: what is held goes out first, and nothing overtakes this event.
         let mut out = self.outbox.lock().await;
         out.send_held(&self.st.client, &self.session_id).await;
+        if self.st.caps().work_done_progress {
+            // Progress goes through the library (its token's creation is a request).
+            out.flush(&self.st.client).await;
+        }
         match &event {
             AgentEvent::AgentStart => {
                 self.create_progress().await;
@@ -481,6 +562,7 @@ impl SessionListener for LspSink {
         )
         .await;
         if saving_again {
+            out.flush(&self.st.client).await;
             self.st
                 .client
                 .show_message(
@@ -490,19 +572,19 @@ impl SessionListener for LspSink {
                 .await;
         }
         for n in notices {
-            self.send_notice(n, &run_id).await;
+            self.send_notice(&mut out, n, &run_id).await;
         }
-        drop(out);
+        out.flush(&self.st.client).await;
     }
 }
 
 impl LspSink {
-    /// Sends one notice of the session (run `run_id`). Queue, usage and attention notices
-    /// are serialised once straight to their frames, as the events are
-    /// ([`crate::transport::Outside::send`]: no `Value` of their params in the LSP library).
-    async fn send_notice(&self, notice: Notice, run_id: &str) {
+    /// Sends one notice of the session (run `run_id`) after what `out` holds. Queue, usage
+    /// and attention notices are serialised once straight to their frames, as the events are,
+    /// and join the call's batch ([`Outbox::notify`]: no `Value` of their params in the LSP
+    /// library); the others go through the library after the batch ([`Outbox::flush`]).
+    async fn send_notice(&self, out: &mut Outbox, notice: Notice, run_id: &str) {
         let client = &self.st.client;
-        let outside = &self.st.outside;
         match notice {
             Notice::Queue {
                 message,
@@ -510,62 +592,60 @@ impl LspSink {
                 steering,
                 follow_up,
             } => {
-                outside
-                    .send::<QueueUpdateNotification>(
-                        client,
-                        QueueUpdateParams {
-                            session_id: self.session_id.clone(),
-                            queue_id: message.queue_id,
-                            delivery: message.delivery,
-                            state,
-                            text: message.text,
-                            steering,
-                            follow_up,
-                        },
-                    )
-                    .await
+                out.notify::<QueueUpdateNotification>(
+                    client,
+                    QueueUpdateParams {
+                        session_id: self.session_id.clone(),
+                        queue_id: message.queue_id,
+                        delivery: message.delivery,
+                        state,
+                        text: message.text,
+                        steering,
+                        follow_up,
+                    },
+                )
+                .await
             }
             Notice::Usage {
                 turn,
                 session,
                 context_tokens,
             } => {
-                outside
-                    .send::<UsageNotification>(
-                        client,
-                        UsageParams {
-                            session_id: self.session_id.clone(),
-                            run_id: run_id.to_string(),
-                            turn,
-                            session,
-                            context_tokens,
-                            context_window: self
-                                .agent
-                                .upgrade()
-                                .map(|a| a.with_config(|c| c.model.context_window))
-                                .unwrap_or_default(),
-                        },
-                    )
-                    .await
+                out.notify::<UsageNotification>(
+                    client,
+                    UsageParams {
+                        session_id: self.session_id.clone(),
+                        run_id: run_id.to_string(),
+                        turn,
+                        session,
+                        context_tokens,
+                        context_window: self
+                            .agent
+                            .upgrade()
+                            .map(|a| a.with_config(|c| c.model.context_window))
+                            .unwrap_or_default(),
+                    },
+                )
+                .await
             }
             Notice::Attention { reason, message } => {
-                outside
-                    .send::<AttentionNotification>(
-                        client,
-                        AttentionParams {
-                            session_id: self.session_id.clone(),
-                            run_id: Some(run_id.to_string()),
-                            reason,
-                            message,
-                        },
-                    )
-                    .await
+                out.notify::<AttentionNotification>(
+                    client,
+                    AttentionParams {
+                        session_id: self.session_id.clone(),
+                        run_id: Some(run_id.to_string()),
+                        reason,
+                        message,
+                    },
+                )
+                .await
             }
             // A change that landed (or failed) after its run was aborted: told to the user,
             // who may see the buffer change with no run going (pi_core::harness::late).
             Notice::LateResult {
                 applied, message, ..
             } => {
+                out.flush(client).await;
                 let kind = if applied {
                     MessageType::WARNING
                 } else {
@@ -576,6 +656,7 @@ impl LspSink {
                     .await;
             }
             Notice::Plan(state) => {
+                out.flush(client).await;
                 crate::methods::plan::notify(client, &self.session_id, state).await
             }
             // Told twice: to the user at once, and to the client as the run's failure.
@@ -584,6 +665,7 @@ impl LspSink {
                     // Already told; the frame of each unsaved entry says it (`unsaved`).
                     return;
                 }
+                out.flush(client).await;
                 let message = format!(
                     "pi-lsp: the session is no longer being saved ({error}); the run was stopped. What could not be saved is kept in memory and written once the file takes writes again (free space, then prompt again or close the session)."
                 );

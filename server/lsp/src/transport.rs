@@ -180,7 +180,7 @@ fn placeholder_slot(body: &[u8]) -> Option<u64> {
 /// The whole frame (header and body) of notification `method` with `params`, serialised
 /// straight to bytes (no `Value` in between); `None` (logged) when `params` cannot be
 /// serialised.
-fn notification_frame<P: serde::Serialize>(method: &str, params: &P) -> Option<Vec<u8>> {
+pub(crate) fn notification_frame<P: serde::Serialize>(method: &str, params: &P) -> Option<Vec<u8>> {
     notification_frame_with(method, |out| serde_json::to_writer(out, params))
 }
 
@@ -192,23 +192,44 @@ pub(crate) fn notification_frame_with(
     method: &str,
     write_params: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
 ) -> Option<Vec<u8>> {
-    // Room for the header first: the body is written after it, then the length put in front.
-    const HEAD: usize = 40;
-    let mut out = Vec::with_capacity(256);
-    out.resize(HEAD, b' ');
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
-    let written = serde_json::to_writer(&mut out, method).and_then(|()| {
+    frame_with(method, FRAME_CAPACITY, |out| {
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+        serde_json::to_writer(&mut *out, method)?;
         out.extend_from_slice(b",\"params\":");
-        write_params(&mut out)
-    });
-    if let Err(e) = written {
+        write_params(&mut *out)?;
+        out.push(b'}');
+        Ok(())
+    })
+}
+
+/// The room a notification's frame is given at first, in bytes (header included): what a tool
+/// round's events other than whole messages and its `agent/usage` take (frames of 200 to 420
+/// bytes), so their bytes are written without growing the buffer (which costs a copy and a
+/// `realloc` each time it doubles); a larger frame grows it as it is written.
+pub(crate) const FRAME_CAPACITY: usize = 512;
+
+/// Room for the `Content-Length` header in front of a body being written: the longest header
+/// (`Content-Length: ` with 19 digits and the blank line) fits.
+const HEADER_ROOM: usize = 40;
+
+/// The whole frame (header and body) whose body `write_body` writes (a whole JSON-RPC
+/// message), in a buffer of `capacity` bytes at first (more when it needs more); `None`
+/// (logged, naming `method`) when `write_body` fails.
+pub(crate) fn frame_with(
+    method: &str,
+    capacity: usize,
+    write_body: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> Option<Vec<u8>> {
+    // Room for the header first: the body is written after it, then the length put in front.
+    let mut out = Vec::with_capacity(capacity.max(HEADER_ROOM + 64));
+    out.resize(HEADER_ROOM, b' ');
+    if let Err(e) = write_body(&mut out) {
         tracing::error!("{method} not sent: its params cannot be serialised: {e}");
         return None;
     }
-    out.push(b'}');
     let mut digits = itoa::Buffer::new();
-    let digits = digits.format(out.len() - HEAD).as_bytes();
-    let start = HEAD - (b"Content-Length: \r\n\r\n".len() + digits.len());
+    let digits = digits.format(out.len() - HEADER_ROOM).as_bytes();
+    let start = HEADER_ROOM - (b"Content-Length: \r\n\r\n".len() + digits.len());
     let mut at = start;
     for part in [&b"Content-Length: "[..], digits, b"\r\n\r\n"] {
         out[at..at + part.len()].copy_from_slice(part);
