@@ -485,6 +485,36 @@ async fn headless_run_loads_the_extensions_the_settings_enable() {
     );
 }
 
+/// `--session` with a relative path takes it from the workspace folder (`--workspace`), as Pi
+/// 1.6's `resolveSessionPath` takes it from the folder it runs in, whichever folder `pi-lsp`
+/// was started from: the run continues that file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_session_path_is_taken_from_the_workspace_folder() {
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let h = Headless::new("session-relative", &mock.models_json());
+    let m = ["--model", "mock/mock-1"];
+    assert_success(&h.run(&[&m[..], &["first"]].concat()));
+    let file = session_file(&h.ws);
+    let relative = file
+        .strip_prefix(&h.ws)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    // `pi-lsp` runs from the test's folder, where that path is nothing.
+    assert!(!std::env::current_dir().unwrap().join(&relative).exists());
+    assert_success(&h.run(&[&m[..], &["--session", &relative, "second"]].concat()));
+    let users: Vec<Value> = session_lines(&h.ws)
+        .into_iter()
+        .filter(|l| l["message"]["role"] == "user")
+        .map(|l| l["message"]["content"][0]["text"].clone())
+        .collect();
+    assert_eq!(
+        (session_file(&h.ws), users),
+        (file, vec![json!("first"), json!("second")])
+    );
+}
+
 /// Pi 1.6's print-mode flags: `--continue` goes on with the folder's latest session,
 /// `pi-lsp sessions` lists it, `--session` takes an id's start, text piped on stdin comes
 /// before the prompt, `--no-session` leaves no file.
