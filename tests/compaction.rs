@@ -538,7 +538,8 @@ async fn overflow_compacts_once_and_retries_the_turn() {
 /// is over the threshold, so every compaction fails with the clear error (in `compaction_end`),
 /// at most one is tried per user turn and nothing is written; the context as it is still fits
 /// the window, so each turn goes on uncompacted and is answered (a failed automatic
-/// compaction does not cost the turn).
+/// compaction does not cost the turn). The first turn has nothing to compact (one prompt):
+/// as Pi 1.6 no compaction is told.
 #[tokio::test]
 async fn cmp04_no_compaction_loop_when_the_system_prompt_does_not_fit() {
     let dir = tmp("cmp04");
@@ -562,18 +563,21 @@ async fn cmp04_no_compaction_loop_when_the_system_prompt_does_not_fit() {
         let o = s.agent.last_outcome().unwrap();
         assert_eq!(o.stop_reason, StopReason::Stop, "{o:?}");
         let ends = s.sink.of_type("compaction_end");
-        let msg = ends[i]["errorMessage"].as_str().unwrap();
+        assert_eq!(ends.len(), i, "none on the first turn, then one a turn");
+        let Some(end) = ends.last().filter(|_| i > 0) else {
+            continue;
+        };
+        let msg = end["errorMessage"].as_str().unwrap();
         assert!(
             msg.starts_with("Auto-compaction failed: ")
                 && (msg.contains("would not shrink the context")
-                    || (i == 0 && msg.contains("Nothing to compact: the conversation"))
                     || (msg.contains("does not fit even after compaction")
                         && msg.contains("11700"))),
             "{msg}"
         );
     }
     let starts = s.sink.of_type("compaction_start");
-    assert_eq!(starts.len(), 5, "one try per user turn");
+    assert_eq!(starts.len(), 4, "one try per user turn after the first");
     let answered = mock
         .requests()
         .iter()

@@ -351,7 +351,9 @@ fn labels(events: &[Value]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_order_matches_pi_for_the_same_scripted_model() {
-    let Some(pi) = pi_ref_bin() else { return };
+    let Some(pi) = pi_e2e::pi16_bin("event order compared with Pi 1.6.0") else {
+        return;
+    };
     let script = || {
         vec![
             Step::Tools(
@@ -393,6 +395,7 @@ async fn event_order_matches_pi_for_the_same_scripted_model() {
         .current_dir(&ws)
         .env("PI_OFFLINE", "1")
         .env("PI_CODING_AGENT_DIR", &agent)
+        .env("HOME", tmp.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -1865,8 +1868,8 @@ async fn file_arguments_go_into_the_prompt_as_pi_puts_them() {
 
 /// Pi 1.6's print mode (`print-mode.js`) on an answer cut at the model's output limit
 /// (`finish_reason: "length"` with all of `maxTokens` used): the text on stdout, "Response was
-/// truncated: the model reached its output token limit." on stderr, exit code 1. Pi 1.6.0
-/// printed the same on the same loopback answer.
+/// truncated: the model reached its output token limit." as stderr's last line (after
+/// pi-lsp's own notes), exit code 1. Pi 1.6.0 printed the same on the same loopback answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_answer_is_printed_and_fails_as_pi_prints_it() {
     let mock = MockModel::start(vec![Step::length("Partial ans", 4096)]).await;
@@ -1877,7 +1880,7 @@ async fn a_truncated_answer_is_printed_and_fails_as_pi_prints_it() {
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).as_ref(),
-            stderr.lines().next()
+            stderr.lines().last()
         ),
         (
             Some(1),

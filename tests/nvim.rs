@@ -224,6 +224,9 @@ async fn neovim_prompt_reads_unsaved_buffer_and_applies_edit_in_the_buffer() {
     first.splice(
         1..1,
         [
+            // A new session's first run tells its stored system message first (Pi 1.6).
+            "message_start:system".to_string(),
+            "message_end:system".to_string(),
             "message_start:user".to_string(),
             "message_end:user".to_string(),
         ],

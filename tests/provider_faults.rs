@@ -21,7 +21,8 @@ use pi_core::tools::default_tools;
 use pi_e2e::mock_model::{MockModel, Step};
 use serde_json::{json, Value};
 
-/// Persists as the server does (its [`Recorder`]) and keeps every event as JSON.
+/// Persists as the server does (its [`Recorder`]; an attempt left out of the context written
+/// as the session writes it) and keeps every event as JSON.
 struct Persist {
     recorder: Recorder,
     events: Mutex<Vec<Value>>,
@@ -30,6 +31,9 @@ struct Persist {
 #[async_trait]
 impl EventSink for Persist {
     async fn emit(&self, event: AgentEvent) {
+        if matches!(event, AgentEvent::AttemptLeftOut) {
+            self.recorder.leave_out().unwrap();
+        }
         self.recorder.record_stamped(&event, None).unwrap();
         self.events
             .lock()
@@ -891,10 +895,11 @@ async fn usage_from_before_a_context_edit_does_not_trigger_the_threshold() {
             answered,
         ));
     }
-    // 9,010 + a few tokens is above 10,000 − 2,000 (the file holds none of this history, so
-    // the compaction itself cannot be written: the threshold's decision is what is compared);
-    // "hello", "hi" and "one more" by characters / 4 (with the prompt "sys") are far below it.
-    assert_eq!(seen, vec![(0, 1, false), (2, 0, true)]);
+    // 9,010 + a few tokens is above 10,000 − 2,000, and leaves no room for an answer: the
+    // prompt is refused with the figures (the file holds none of this history, so there is
+    // nothing to compact and, as Pi 1.6, no compaction is told); "hello", "hi" and "one more"
+    // by characters / 4 (with the prompt "sys") are far below it: answered.
+    assert_eq!(seen, vec![(0, 0, false), (2, 0, true)]);
 }
 
 /// The text of the last user message of a chat-completions request body.

@@ -818,8 +818,9 @@ impl LspClient {
             .map(|(_, n)| n)
     }
 
-    /// Collects `agent/event` notifications until `agent_end` (all notifications are kept in
-    /// [`LspClient::log`]); returns the events' params.
+    /// Collects `agent/event` notifications until `agent_end` (not one that ends a run to retry
+    /// it, `willRetry: true`: Pi 1.6's), all notifications kept in [`LspClient::log`]; returns
+    /// the events' params.
     pub async fn run_until_end(&mut self, timeout: Duration) -> Vec<Value> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut events = Vec::new();
@@ -836,7 +837,8 @@ impl LspClient {
                 );
             };
             if n["method"] == "agent/event" {
-                let done = n["params"]["event"]["type"] == "agent_end";
+                let e = &n["params"]["event"];
+                let done = e["type"] == "agent_end" && e["willRetry"] != true;
                 events.push(n["params"].clone());
                 if done {
                     return events;

@@ -470,11 +470,15 @@ function EVENTS.agent_start(self, ev)
   if self.highlighter == 'treesitter' and not self.hl_paused then
     self.hl_paused = require('pi.highlight').pause(self.buf, config.values.chat.treesitter_max_live_lines)
   end
-  if not (self.state == 'sending' and self.run_started) then
+  -- A retry's new run (Pi 1.6 ends the run before an automatic retry) goes on with the same
+  -- clock and the failure it retries.
+  if not ((self.state == 'sending' or self.in_retry) and self.run_started) then
     self.run_started = vim.uv.hrtime()
   end
-  self.last_error = nil
-  self.same_error = false
+  if not self.in_retry then
+    self.last_error = nil
+    self.same_error = false
+  end
   self.running = true
   self.streamed = false
   self.aborting = false
@@ -546,6 +550,16 @@ function EVENTS.tool_execution_end(self, ev)
 end
 
 function EVENTS.agent_end(self, ev)
+  -- Pi 1.6: a run that ends to be retried (`willRetry`) goes on after `auto_retry_start`.
+  if ev.willRetry then
+    return
+  end
+  -- The last attempt of a retry failed: `auto_retry_end` follows and draws this end after its
+  -- "gave up" line.
+  if self.in_retry then
+    self.end_after_retry = ev
+    return
+  end
   self.running = false
   -- What waited for the run's end (the user's own command's block) is drawn now.
   local after = self.after_run or {}
@@ -608,6 +622,7 @@ function EVENTS.auto_retry_start(self, ev)
   )
   self.same_error = false
   self.failed = nil
+  self.in_retry = true
   self:set_state('retrying')
   self.writer:flush()
 end
@@ -618,6 +633,12 @@ function EVENTS.auto_retry_end(self, ev)
     local err = util.model_error(ev.finalError)
     local n = ev.attempt or 0
     self:line(('✗ gave up after %d attempt%s%s'):format(n, n == 1 and '' or 's', err ~= self.last_error and (': ' .. err) or (self.same_error and ' (same error)' or '')))
+  end
+  self.in_retry = nil
+  local ended = self.end_after_retry
+  self.end_after_retry = nil
+  if ended then
+    return EVENTS.agent_end(self, ended)
   end
   self:set_state(self.running and 'running' or 'idle')
 end
@@ -645,9 +666,21 @@ end
 
 function EVENTS.turn_end() end
 
+--- Pi 1.6's `entry_appended`: the `context_edit` that leaves a retried or recovered attempt out
+--- of the context; the chat keeps showing the attempt, nothing to draw.
+function EVENTS.entry_appended() end
+
 --- Pi 1.6's `agent_settled`: the harness will not go on by itself (retries, compaction
---- recovery and queued messages are over). `agent_end` already drew the run's end.
-function EVENTS.agent_settled() end
+--- recovery and queued messages are over). `agent_end` drew the run's end, unless a retry was
+--- stopped in its wait.
+function EVENTS.agent_settled(self)
+  -- A retry stopped during its wait ends with no run of its own after the `agent_end` that
+  -- announced it (Pi 1.6): the run's end is drawn now.
+  self.in_retry = nil
+  if self.running then
+    EVENTS.agent_end(self, {})
+  end
+end
 
 --- `agent/event` params `{sessionId, runId, event}`: the event's handler in `EVENTS` (an
 --- unknown kind is one dim line).
@@ -657,7 +690,7 @@ function Chat:on_event(p)
     return
   end
   local ty = ev.type
-  -- (The assistant's message_start comes when the request is sent, before any answer.)
+  -- (The assistant's message_start comes with its first streamed event, as Pi 1.6's.)
   local quiet = ty == 'turn_start' or ty == 'message_start' or (ty == 'message_end' and type(ev.message) == 'table' and ev.message.role ~= 'assistant')
   if self.waiting and not quiet then
     -- Something came: the "waiting for the model" line under the tail goes.

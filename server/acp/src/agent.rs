@@ -966,7 +966,8 @@ impl AcpAgent {
             .map(|o| (o.stop_reason, o.error_message))
             .unwrap_or((StopReason::Stop, None));
         Ok(json!({"stopReason": match reason {
-            StopReason::Stop | StopReason::ToolUse => "end_turn",
+            // A run's outcome is never `pending` (a streamed message's start only).
+            StopReason::Stop | StopReason::ToolUse | StopReason::Pending => "end_turn",
             StopReason::Length => "max_tokens",
             StopReason::Aborted => "cancelled",
             StopReason::Error => {

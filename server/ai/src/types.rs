@@ -215,6 +215,10 @@ pub enum StopReason {
     Error,
     /// The run was aborted by the user.
     Aborted,
+    /// The response is still streaming: the empty message of an answer's `message_start`, as
+    /// Pi 1.6's pi-ai starts every streamed message (`stopReason: "pending"`); never a
+    /// finished message's.
+    Pending,
 }
 
 /// A user message.
@@ -257,6 +261,11 @@ pub struct AssistantMessage {
     pub error_message: Option<String>,
     #[serde(default)]
     pub timestamp: i64,
+    /// The thinking level the request asked for (`off`, `minimal`, …, `max`): Pi 1.6's
+    /// `thinkingLevel`, which its agent loop stamps on the finished message. Absent on a
+    /// streamed message's start and in files written without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_level: Option<String>,
 }
 
 impl AssistantMessage {
@@ -274,6 +283,7 @@ impl AssistantMessage {
             raw_stop_reason: None,
             error_message: None,
             timestamp: now_millis(),
+            thinking_level: None,
         }
     }
 

@@ -454,8 +454,8 @@ pub trait Compactor: Send + Sync {
     ) -> Result<CompactionProposal, CompactionError>;
     /// Appends the `compaction` entry; returns the model context after it.
     fn commit(&self, proposal: &CompactionProposal) -> Result<Vec<Message>, CompactionError>;
-    /// Whether the history as it is now has anything to compact, asked before an overflow's
-    /// compaction starts: Pi 1.6's `_runAutoCompaction` emits no `compaction_start` when
+    /// Whether the history as it is now has anything to compact, asked before an automatic
+    /// (threshold or overflow) compaction starts: Pi 1.6's `_runAutoCompaction` emits no `compaction_start` when
     /// `prepareCompaction` prepares nothing. `Err` says why not (an error [`prepare`] gives:
     /// [`CompactionError::AlreadyCompacted`], [`CompactionError::NothingToCompact`],
     /// [`CompactionError::AllKept`], [`CompactionError::Uncuttable`]); sends nothing and

@@ -121,7 +121,10 @@ impl Repeats {
                     }
                     out.push(b']');
                 }
-                AgentEvent::AgentEnd { messages } => {
+                AgentEvent::AgentEnd {
+                    messages,
+                    will_retry,
+                } => {
                     out.extend_from_slice(b",\"event\":{\"type\":\"agent_end\",\"messages\":[");
                     // The run's messages come in the order they were sent: each is looked
                     // for from where the last one was found.
@@ -138,7 +141,11 @@ impl Repeats {
                             None => serde_json::to_writer(&mut *out, m)?,
                         }
                     }
-                    out.push(b']');
+                    out.extend_from_slice(if *will_retry {
+                        b"],\"willRetry\":true"
+                    } else {
+                        b"],\"willRetry\":false"
+                    });
                 }
                 _ => unreachable!("Repeats::frame is given only the events Repeats::takes"),
             }
@@ -391,6 +398,7 @@ mod tests {
                         r3.clone(),
                         done.clone(),
                     ],
+                    will_retry: false,
                 },
                 0,
             ),
@@ -452,6 +460,7 @@ mod tests {
             ]
             .map(Arc::new)
             .into(),
+            will_retry: false,
         };
         check(&mut repeats, 3, agent_end, false, Some(1));
         assert!(repeats.kept.is_empty());
@@ -491,6 +500,7 @@ mod tests {
             8,
             AgentEvent::AgentEnd {
                 messages: vec![Arc::new(r1.clone()), Arc::new(big)],
+                will_retry: true,
             },
             false,
             None,

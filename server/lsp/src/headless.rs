@@ -246,6 +246,7 @@ pub fn list(workspace: &std::path::Path, json: bool) -> i32 {
         failed_save: Arc::new(AtomicBool::new(false)),
         later_prompts: Arc::default(),
         left_out: Arc::default(),
+        closing: Arc::default(),
     });
     let sessions = Sessions::new(ws, setup, None);
     let mut out = std::io::stdout().lock();
@@ -300,6 +301,9 @@ struct PrintSink {
     /// Pi 1.6's `entry_appended`) and no answer came after it: Pi 1.6's print mode, which
     /// reads the context's last message, then prints nothing and exits 0.
     left_out: Arc<AtomicBool>,
+    /// Pi 1.6's print-mode lines for stderr once the last prompt's run settled (its error,
+    /// or the "truncated" line), printed last, after pi-lsp's own notes.
+    closing: Arc<Mutex<Vec<String>>>,
 }
 
 /// What print mode prints of an answer.
@@ -339,7 +343,18 @@ impl SessionListener for PrintSink {
                         // Failed attempts are reported by the retry events; the last error is
                         // printed when the run ends, and a failed attempt's text is never the
                         // answer.
-                        *self.last_error.lock() = a.error_message.clone();
+                        // Pi 1.6's words: the message's error, else `Request <stopReason>`.
+                        *self.last_error.lock() = match a.stop_reason {
+                            StopReason::Error => Some(
+                                a.error_message.clone().unwrap_or_else(|| "Request error".into()),
+                            ),
+                            StopReason::Aborted => Some(
+                                a.error_message
+                                    .clone()
+                                    .unwrap_or_else(|| "Request aborted".into()),
+                            ),
+                            _ => None,
+                        };
                         self.left_out.store(false, Ordering::SeqCst);
                         *self.last_answer.lock() =
                             (!matches!(a.stop_reason, StopReason::Error | StopReason::Aborted)).then(
@@ -396,21 +411,27 @@ impl SessionListener for PrintSink {
                 // Pi 1.6's print mode prints once the prompt's session settled: a recovery
                 // after a run's `agent_end` may leave its answer out or retry it.
                 AgentEvent::AgentSettled { .. } => {
-                    if let Some(e) = self.last_error.lock().take() {
-                        eprintln!("pi-lsp: {e}");
+                    let last = self.later_prompts.load(Ordering::SeqCst) == 0;
+                    let error = self.last_error.lock().take();
+                    // Pi 1.6's print mode says only the last prompt's failure, after every
+                    // prompt ran, as its last line (`closing`); an earlier one is a note.
+                    if let Some(e) = &error {
+                        if last {
+                            self.closing.lock().push(e.clone());
+                        } else {
+                            eprintln!("pi-lsp: {e}");
+                        }
                     }
                     // Pi 1.6's print mode (`dist/modes/print-mode.js`): each text block on a
                     // line of its own; a truncated answer is said so on stderr. Only the
                     // last prompt's answer is printed.
                     let answer = self.last_answer.lock().take();
-                    if let Some(answer) =
-                        answer.filter(|_| self.later_prompts.load(Ordering::SeqCst) == 0)
-                    {
+                    if let Some(answer) = answer.filter(|_| last) {
                         for text in &answer.texts {
                             let _ = writeln!(out, "{text}");
                         }
                         if answer.truncated {
-                            eprintln!("{TRUNCATED}");
+                            self.closing.lock().push(TRUNCATED.into());
                         }
                     }
                 }
@@ -446,6 +467,8 @@ struct HeadlessSetup {
     later_prompts: Arc<AtomicUsize>,
     /// See [`PrintSink::left_out`].
     left_out: Arc<AtomicBool>,
+    /// See [`PrintSink::closing`].
+    closing: Arc<Mutex<Vec<String>>>,
 }
 
 impl SessionSetup for HeadlessSetup {
@@ -494,6 +517,7 @@ impl SessionSetup for HeadlessSetup {
             last_answer: Mutex::new(None),
             later_prompts: self.later_prompts.clone(),
             left_out: self.left_out.clone(),
+            closing: self.closing.clone(),
         })]
     }
 }
@@ -682,6 +706,7 @@ pub async fn run(args: RunArgs) -> i32 {
     let later_prompts = Arc::new(AtomicUsize::new(further.len()));
     let left_out = Arc::new(AtomicBool::new(false));
     let root = workspace.clone();
+    let closing = Arc::new(Mutex::new(Vec::new()));
     let setup = Arc::new(HeadlessSetup {
         root: workspace,
         json: args.json,
@@ -689,6 +714,7 @@ pub async fn run(args: RunArgs) -> i32 {
         failed_save: failed_save.clone(),
         later_prompts: later_prompts.clone(),
         left_out: left_out.clone(),
+        closing: closing.clone(),
     });
     // The one registry every front door uses: the session, and the stop on a signal.
     let sessions = Sessions::new(ws, setup, None);
@@ -741,6 +767,10 @@ pub async fn run(args: RunArgs) -> i32 {
         scratch.is_none(),
     )
     .await;
+    // Pi 1.6's own lines last (its print mode prints nothing before them).
+    for line in closing.lock().drain(..) {
+        eprintln!("{line}");
+    }
     // Background children a `bash` command left (`sleep 30 &`) do not outlive the run: every
     // process group its commands started is stopped, as the ACP and LSP servers do at exit.
     let killed = pi_core::tools::kill_all_groups().await;
@@ -757,7 +787,8 @@ pub async fn run(args: RunArgs) -> i32 {
 /// Runs `prompt` in `session` to its end, then each of `further` the same way (Pi 1.6's print
 /// mode: one after the other, each once the run before has ended, whatever its outcome;
 /// `later`, shared with the printer, counts down the ones still to run); returns the exit
-/// code, from the last run.
+/// code, from the last run (with `json` 0 unless the session could not be saved, as Pi 1.6's
+/// `--mode json`).
 #[allow(clippy::print_stderr)]
 async fn run_session(
     sessions: &Sessions,
@@ -830,6 +861,11 @@ async fn run_session(
     }
     print_plan(session, json);
     saved();
+    // Pi 1.6's `--mode json` (`runPrintMode`) exits 0 however the run ended: its events say
+    // it (a provider error, a cut answer). A session that could not be saved still fails.
+    if json {
+        return i32::from(failed_save.load(Ordering::SeqCst));
+    }
     let stop = session.last_outcome().map(|o| o.stop_reason);
     match stop {
         // Pi 1.6's print mode reads the context's last message: an answer a recovery left

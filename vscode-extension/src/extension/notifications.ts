@@ -40,14 +40,16 @@ export class ServerNotifications {
     if (note.method === "agent/event") {
       const ev = p?.event;
       if (ev?.type === "tool_execution_start" && ev.toolCallId && p.sessionId) changes.noteToolCall(ev.toolCallId, p.sessionId);
-      if (ev?.type === "agent_end" && p.sessionId === this.registry.activeSession()) this.deps.treeChanged();
+      // Pi 1.6 ends a run before its automatic retry (`willRetry`): the run goes on.
+      const ended = ev?.type === "agent_end" && ev.willRetry !== true;
+      if (ended && p.sessionId === this.registry.activeSession()) this.deps.treeChanged();
       if (ev?.type === "agent_start" && p.sessionId) flags.runStarted(p.sessionId);
       if (ev?.type === "tool_execution_end" && ev.toolCallId) {
         const text = (ev.result?.content ?? []).filter((b: any) => b?.type === "text").map((b: any) => b.text).join("\n");
         questions.toolEnded(ev.toolCallId, ev.isError === true, text);
       }
       if (ev?.type === "message_start") names.fromEvent(p);
-      if (ev?.type === "agent_end") this.deps.runEnded();
+      if (ended) this.deps.runEnded();
     }
     router.route(note);
     if (note.method === "agent/attention") this.attention(p);

@@ -128,7 +128,7 @@ export class StatusBar implements vscode.Disposable {
       if (t === "agent_start") {
         s.state = "running";
         s.inRun = true;
-      } else if (t === "agent_end") {
+      } else if (t === "agent_end" && params.event.willRetry !== true) {
         s.state = "idle";
         s.inRun = false;
         s.tool = undefined;

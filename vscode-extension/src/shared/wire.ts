@@ -62,7 +62,7 @@ cacheWrite1h?: number | null,
  */
 reasoning?: number | null, totalTokens: number, cost: Cost, };
 
-export type StopReason = "stop" | "length" | "toolUse" | "error" | "aborted";
+export type StopReason = "stop" | "length" | "toolUse" | "error" | "aborted" | "pending";
 
 export type UserMessage = { content: UserContent, timestamp: number, };
 
@@ -78,7 +78,13 @@ responseModel?: string | null, usage: Usage, stopReason: StopReason,
  * Responses' `status` (`incomplete.<reason>` with its `incomplete_details.reason`).
  * Absent when the stream named none.
  */
-rawStopReason?: string | null, errorMessage?: string | null, timestamp: number, };
+rawStopReason?: string | null, errorMessage?: string | null, timestamp: number, 
+/**
+ * The thinking level the request asked for (`off`, `minimal`, …, `max`): Pi 1.6's
+ * `thinkingLevel`, which its agent loop stamps on the finished message. Absent on a
+ * streamed message's start and in files written without it.
+ */
+thinkingLevel?: string | null, };
 
 export type ToolResultMessage = { toolCallId: string, 
 /**
@@ -128,7 +134,7 @@ usage?: Usage | null,
  */
 details: { readFiles: Array<string>, modifiedFiles: Array<string> }, };
 
-export type AgentEvent = { "type": "agent_start" } | { "type": "turn_start" } | { "type": "message_start", message: Message, } | { "type": "message_update", assistantMessageEvent: AssistantEvent, } | { "type": "message_end", message: Message, } | { "type": "message_start", message: CustomMessage, } | { "type": "message_end", message: CustomMessage, } | { "type": "tool_execution_start", toolCallId: string, toolName: string, args: unknown, } | { "type": "tool_execution_update", toolCallId: string, toolName: string, args: unknown, partialResult: ToolOutput, } | { "type": "tool_execution_end", toolCallId: string, toolName: string, result: ToolOutput, isError: boolean, } | { "type": "turn_end", message: Message, toolResults: Array<ToolResultMessage>, } | { "type": "agent_end", messages: Array<Message>, } | { "type": "agent_settled", aborted: boolean, } | { "type": "auto_retry_start", attempt: number, maxAttempts: number, delayMs: number, errorMessage: string, } | { "type": "auto_retry_end", success: boolean, attempt: number, finalError?: string | null, } | { "type": "images_replaced", images: Array<ReplacedImage>, } | { "type": "attempt_left_out" } | { "type": "entry_appended", entry: unknown, } | { "type": "compaction_start", reason: CompactionReason, } | { "type": "compaction_end", reason: CompactionReason, result: CompactionResult | null, aborted: boolean, willRetry: boolean, errorMessage?: string | null, } | { "type": "extension_error", extensionPath: string, event: string, error: string, };
+export type AgentEvent = { "type": "agent_start" } | { "type": "turn_start" } | { "type": "message_start", message: Message, } | { "type": "message_update", assistantMessageEvent: AssistantEvent, } | { "type": "message_end", message: Message, } | { "type": "message_start", message: CustomMessage, } | { "type": "message_end", message: CustomMessage, } | { "type": "message_start", message: unknown, } | { "type": "message_end", message: unknown, } | { "type": "tool_execution_start", toolCallId: string, toolName: string, args: unknown, } | { "type": "tool_execution_update", toolCallId: string, toolName: string, args: unknown, partialResult: ToolOutput, } | { "type": "tool_execution_end", toolCallId: string, toolName: string, result: ToolOutput, isError: boolean, } | { "type": "turn_end", message: Message, toolResults: Array<ToolResultMessage>, } | { "type": "agent_end", messages: Array<Message>, willRetry: boolean, } | { "type": "agent_settled", aborted: boolean, } | { "type": "auto_retry_start", attempt: number, maxAttempts: number, delayMs: number, errorMessage: string, } | { "type": "auto_retry_end", success: boolean, attempt: number, finalError?: string | null, } | { "type": "images_replaced", images: Array<ReplacedImage>, } | { "type": "attempt_left_out" } | { "type": "entry_appended", entry: unknown, } | { "type": "compaction_start", reason: CompactionReason, } | { "type": "compaction_end", reason: CompactionReason, result: CompactionResult | null, aborted: boolean, willRetry: boolean, errorMessage?: string | null, } | { "type": "extension_error", extensionPath: string, event: string, error: string, };
 
 export type Delivery = "steer" | "followUp" | "nextTurn";
 

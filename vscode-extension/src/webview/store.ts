@@ -538,6 +538,33 @@ function applyAssistantEvent(s: Store, event: unknown): void {
   touch(s, a.id);
 }
 
+/** A run's end (`agent_end`, or `agent_settled` after a retry stopped in its wait: Pi 1.6 sends
+ * no run of its own after the `agent_end` that announced the retry). */
+function endRun(s: Store): void {
+  s.runSeen = true;
+  s.running = false;
+  s.stopping = false;
+  const a = streamingAssistant(s);
+  if (a) {
+    a.streaming = false;
+    a.blocks = a.blocks.map((b) => (b ? { ...b, done: true } : b));
+    touch(s, a.id);
+  }
+  s.streamingId = null;
+  // Nothing waits for an answer after the run.
+  if (s.attention && isQuestion(s.attention.reason)) setAttention(s, null);
+  // No card stays running after the run.
+  for (const id of s.order) {
+    const it = s.items.get(id);
+    if (it?.kind === "tool" && (it.state === "pending" || it.state === "running")) {
+      it.state = "error";
+      if (!it.output) it.output = "Tool execution was aborted.";
+      touch(s, id);
+    }
+  }
+  s.version++;
+}
+
 /** Applies one `agent/event` notification's params `{sessionId, runId, event}`. */
 export function applyAgentEvent(s: Store, params: AgentEventParams): void {
   const ev = params.event;
@@ -627,28 +654,9 @@ export function applyAgentEvent(s: Store, params: AgentEventParams): void {
     case "turn_end":
       return;
     case "agent_end": {
-      s.runSeen = true;
-      s.running = false;
-      s.stopping = false;
-      const a = streamingAssistant(s);
-      if (a) {
-        a.streaming = false;
-        a.blocks = a.blocks.map((b) => (b ? { ...b, done: true } : b));
-        touch(s, a.id);
-      }
-      s.streamingId = null;
-      // Nothing waits for an answer after the run.
-      if (s.attention && isQuestion(s.attention.reason)) setAttention(s, null);
-      // No card stays running after the run.
-      for (const id of s.order) {
-        const it = s.items.get(id);
-        if (it?.kind === "tool" && (it.state === "pending" || it.state === "running")) {
-          it.state = "error";
-          if (!it.output) it.output = "Tool execution was aborted.";
-          touch(s, id);
-        }
-      }
-      s.version++;
+      // Pi 1.6 ends a run before its automatic retry (`willRetry`): the run goes on.
+      if (ev.willRetry === true) return;
+      endRun(s);
       return;
     }
     case "compaction_start": {
@@ -714,7 +722,9 @@ export function applyAgentEvent(s: Store, params: AgentEventParams): void {
       });
       return;
     case "agent_settled":
-      // Pi 1.6: the harness will not go on by itself; `agent_end` already drew the run's end.
+      // Pi 1.6: the harness will not go on by itself; `agent_end` drew the run's end, unless a
+      // retry was stopped in its wait (no `agent_end` after the one that announced it).
+      if (s.running) endRun(s);
       return;
     default:
       put(s, {

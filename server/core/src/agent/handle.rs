@@ -166,7 +166,8 @@ impl EventSink for Dispatch {
                         slot.apply(assistant_message_event);
                     }
                 }
-                AgentEvent::AgentEnd { .. } => st.ending = true,
+                // A run ended to be retried (`willRetry`) goes on: not ending.
+                AgentEvent::AgentEnd { will_retry, .. } => st.ending = !*will_retry,
                 // A recovery's retry is a new run of the same loop (Pi 1.6's
                 // `agent.continue()` after the compaction): live again.
                 AgentEvent::AgentStart => st.ending = false,

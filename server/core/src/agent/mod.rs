@@ -365,6 +365,22 @@ pub enum AgentEvent {
         #[cfg_attr(feature = "ts", ts(type = "CustomMessage"))]
         message: Value,
     },
+    /// `message_start` of a stored system message, as Pi 1.6 sends the one a run starts with
+    /// (the prompt and tools changed since the branch's last: a new session's first run):
+    /// `message` is the message as the file holds it (`{role: "system", sections,
+    /// toolsAdded?, toolsRemoved?, timestamp}`). The session hands listeners this and
+    /// [`AgentEvent::SystemMessageEnd`] after the run's first `turn_start`; never read back.
+    #[serde(rename = "message_start", skip_deserializing)]
+    SystemMessageStart {
+        #[cfg_attr(feature = "ts", ts(type = "unknown"))]
+        message: Value,
+    },
+    /// `message_end` of a stored system message; see [`AgentEvent::SystemMessageStart`].
+    #[serde(rename = "message_end", skip_deserializing)]
+    SystemMessageEnd {
+        #[cfg_attr(feature = "ts", ts(type = "unknown"))]
+        message: Value,
+    },
     ToolExecutionStart {
         tool_call_id: String,
         tool_name: String,
@@ -391,8 +407,13 @@ pub enum AgentEvent {
         tool_results: Vec<ToolResultMessage>,
     },
     /// A run ends: the messages it added, each the one its `message_end` carried.
+    /// `willRetry` (Pi 1.6's `_willRetryAfterAgentEnd`, on every `agent_end`): the run ended
+    /// on a transient provider failure that is retried, after `auto_retry_start` and the
+    /// failure's `entry_appended`, as a new run (`agent_start`).
     AgentEnd {
         messages: Vec<Arc<Message>>,
+        #[serde(default)]
+        will_retry: bool,
     },
     /// Pi 1.6's `agent_settled`: the harness will not continue on its own (retries,
     /// compaction recovery, queued messages and a compaction asked for during the run are

@@ -461,6 +461,10 @@ impl Run<'_> {
         self.specs = context.tools;
         let model = &self.cfg.model;
         let mut started = false;
+        // Pi 1.6's pi-ai starts a message once the provider answered: a request refused before
+        // anything streamed has one `message_start`, with its error. The stream's `Start` is
+        // told with the event after it.
+        let mut start_held = false;
         let mut last = None;
         while let Some(ev) = stream.next().await {
             // The terminal event's message is taken, not copied: the event goes no further.
@@ -478,21 +482,22 @@ impl Run<'_> {
                 _ => {}
             }
             if let AssistantEvent::Start = ev {
+                start_held = true;
+                continue;
+            }
+            if std::mem::take(&mut start_held) {
                 started = true;
-                let partial =
-                    AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
                 self.sink
                     .emit(AgentEvent::MessageStart {
-                        message: Arc::new(Message::Assistant(partial)),
-                    })
-                    .await;
-            } else {
-                self.sink
-                    .emit(AgentEvent::MessageUpdate {
-                        assistant_message_event: ev,
+                        message: Arc::new(Message::Assistant(pending(model))),
                     })
                     .await;
             }
+            self.sink
+                .emit(AgentEvent::MessageUpdate {
+                    assistant_message_event: ev,
+                })
+                .await;
         }
         let mut message = last.unwrap_or_else(|| {
             let mut m = AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
@@ -505,12 +510,26 @@ impl Run<'_> {
             message.provider = model.provider.clone();
             message.model = model.id.clone();
         }
+        // Pi 1.6's agent loop stamps the level the request asked for on the finished message.
+        message.thinking_level = Some(
+            model
+                .thinking_level
+                .map_or("off", |l| l.as_str())
+                .to_string(),
+        );
         let m = Message::Assistant(message.clone());
         self.messages.push(m.clone());
         let m = Arc::new(m);
         if !started {
+            // An answer that streamed nothing but its end starts `pending` as any other; a
+            // failure before anything streamed starts as the failed message.
+            let start = if start_held && message.stop_reason != StopReason::Error {
+                Arc::new(Message::Assistant(pending(model)))
+            } else {
+                m.clone()
+            };
             self.sink
-                .emit(AgentEvent::MessageStart { message: m.clone() })
+                .emit(AgentEvent::MessageStart { message: start })
                 .await;
         }
         self.sink
@@ -522,23 +541,22 @@ impl Run<'_> {
 
     /// Proposes a compaction, checks it (it must shrink the context; a threshold compaction must
     /// also fit under the threshold) and commits it; emits `compaction_start` / `compaction_end`.
-    /// Returns the error text of a compaction that could not be done.
+    /// Returns the error text of a compaction that could not be done. With nothing to compact
+    /// ([`crate::compaction::Compactor::check`]) it returns that error and emits nothing.
     async fn compact(&mut self, reason: CompactionReason) -> Result<(), CompactionError> {
         let Some(cc) = self.cfg.compaction.clone() else {
             return Err(CompactionError::NothingToCompact);
         };
-        if reason == CompactionReason::Overflow {
-            // Pi 1.6's `_runAutoCompaction`: when `prepareCompaction` prepares nothing, no
-            // compaction starts and no event tells of one.
-            let fixed = crate::compaction::request_tokens(
-                &self.cfg.system_prompt,
-                &self.specs,
-                &[],
-                usize::MAX,
-            );
-            cc.compactor
-                .check(&kept_settings(&cc, &self.cfg.model, fixed))?;
-        }
+        // Pi 1.6's `_runAutoCompaction` (threshold and overflow alike): when
+        // `prepareCompaction` prepares nothing, no compaction starts and no event tells of one.
+        let fixed = crate::compaction::request_tokens(
+            &self.cfg.system_prompt,
+            &self.specs,
+            &[],
+            usize::MAX,
+        );
+        cc.compactor
+            .check(&kept_settings(&cc, &self.cfg.model, fixed))?;
         self.sink.emit(AgentEvent::CompactionStart { reason }).await;
         let result = compact_checked(
             &cc,
@@ -604,6 +622,7 @@ impl Run<'_> {
         self.sink
             .emit(AgentEvent::AgentEnd {
                 messages: std::mem::take(&mut self.new_messages),
+                will_retry: false,
             })
             .await;
         self.agent_end_sent = true;
@@ -611,10 +630,16 @@ impl Run<'_> {
         self.history_changed();
         self.sink.emit(AgentEvent::AttemptLeftOut).await;
         self.compact(CompactionReason::Overflow).await?;
+        self.restart().await;
+        Ok(())
+    }
+
+    /// Starts the retry of a run that ended for it (a compaction's or a transient failure's)
+    /// as a new run: `agent_start`, `turn_start` (Pi 1.6's `agent.continue()`).
+    async fn restart(&mut self) {
         self.agent_end_sent = false;
         self.sink.emit(AgentEvent::AgentStart).await;
         self.sink.emit(AgentEvent::TurnStart).await;
-        Ok(())
     }
 
     /// Tokens of the next request (see [`crate::compaction::request_tokens`]).
@@ -808,7 +833,7 @@ impl Run<'_> {
                         a.error_message.as_deref().unwrap_or("image refused")
                     );
                     self.announce_retry(&a, 1, 1, 0, why).await;
-                    self.sink.emit(AgentEvent::TurnStart).await;
+                    self.restart().await;
                     continue;
                 }
                 self.messages.push(Message::Assistant(a.clone()));
@@ -851,17 +876,18 @@ impl Run<'_> {
             let Some(delay) = delay else {
                 if attempt > 0 {
                     let success = !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted);
-                    self.sink
-                        .emit(AgentEvent::AutoRetryEnd {
-                            success,
-                            attempt,
-                            final_error: if success {
-                                None
-                            } else {
-                                a.error_message.clone()
-                            },
-                        })
-                        .await;
+                    let end = AgentEvent::AutoRetryEnd {
+                        success,
+                        attempt,
+                        final_error: (!success).then(|| a.error_message.clone()).flatten(),
+                    };
+                    // Pi 1.6: a success is told at the answer's `message_end`, a last failure
+                    // after its run's `agent_end` (`_handlePostAgentRun`).
+                    if success {
+                        self.sink.emit(end).await;
+                    } else {
+                        self.after_end = Some(end);
+                    }
                 }
                 return a;
             };
@@ -871,17 +897,19 @@ impl Run<'_> {
                 .clone()
                 .unwrap_or_else(|| "Unknown error".into());
             let delay_ms = delay.as_millis() as u64;
-            self.announce_retry(&a, attempt, settings.policy.max_retries, delay_ms, why)
-                .await;
             // The failed attempt stays in the session (it was emitted) but not in the context
             // (Pi 1.6: a `context_edit` leaves it out, so the usage before it is not trusted).
             self.messages.pop();
             self.history_changed();
             self.usage_from = self.messages.len();
+            self.announce_retry(&a, attempt, settings.policy.max_retries, delay_ms, why)
+                .await;
             if pi_ai::errors::RetryPolicy::wait(delay, &self.control.cancel)
                 .await
                 .is_err()
             {
+                // Pi 1.6's `_finishCancelledRetry`: the run already ended (`agent_end`), no
+                // new one starts; the attempt stays out of the context.
                 self.sink
                     .emit(AgentEvent::AutoRetryEnd {
                         success: false,
@@ -889,20 +917,23 @@ impl Run<'_> {
                         final_error: Some("Retry cancelled".into()),
                     })
                     .await;
+                self.attempt_left_out = true;
                 let mut aborted = a;
                 aborted.stop_reason = StopReason::Aborted;
                 aborted.error_message = Some("Retry cancelled".into());
                 return aborted;
             }
-            self.sink.emit(AgentEvent::TurnStart).await;
+            self.restart().await;
         }
     }
 
-    /// Ends the turn with an error response that was never requested (the context does not
-    /// fit): stored like a provider error, so the run ends and the user sees why.
-    /// Ends the failed attempt's turn and says a retry follows (Pi's `auto_retry_start`).
+    /// Ends the failed attempt's turn and its run and says a retry follows, as Pi 1.6's
+    /// `_handlePostAgentRun` / `_prepareRetry` tell it: `turn_end`, `agent_end` with
+    /// `willRetry`, `auto_retry_start`, then the attempt left out of the context
+    /// ([`AgentEvent::AttemptLeftOut`]: the session's `context_edit`, told as
+    /// `entry_appended`). The retry is a new run ([`Self::restart`]) after the wait.
     async fn announce_retry(
-        &self,
+        &mut self,
         failed: &AssistantMessage,
         attempt: u32,
         max_attempts: u32,
@@ -916,6 +947,13 @@ impl Run<'_> {
             })
             .await;
         self.sink
+            .emit(AgentEvent::AgentEnd {
+                messages: std::mem::take(&mut self.new_messages),
+                will_retry: true,
+            })
+            .await;
+        self.agent_end_sent = true;
+        self.sink
             .emit(AgentEvent::AutoRetryStart {
                 attempt,
                 max_attempts,
@@ -923,8 +961,11 @@ impl Run<'_> {
                 error_message,
             })
             .await;
+        self.sink.emit(AgentEvent::AttemptLeftOut).await;
     }
 
+    /// Ends the turn with an error response that was never requested (the context does not
+    /// fit): stored like a provider error, so the run ends and the user sees why.
     async fn failed_turn(&mut self, text: String) -> AssistantMessage {
         let model = &self.cfg.model;
         let mut m = AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
@@ -1538,6 +1579,7 @@ pub async fn run_agent_from(
     if !run.agent_end_sent {
         sink.emit(AgentEvent::AgentEnd {
             messages: std::mem::take(&mut run.new_messages),
+            will_retry: false,
         })
         .await;
     }
@@ -1552,6 +1594,14 @@ pub async fn run_agent_from(
         undelivered: control.take_undelivered(),
         next_turn: control.take_next_turn(),
     }
+}
+
+/// The empty message of an answer's `message_start`: `stopReason: "pending"`, as Pi 1.6's
+/// pi-ai starts every streamed message.
+fn pending(model: &pi_ai::Model) -> AssistantMessage {
+    let mut m = AssistantMessage::empty(model.api.as_str(), &model.provider, &model.id);
+    m.stop_reason = StopReason::Pending;
+    m
 }
 
 /// Characters as JavaScript's `length` counts them (UTF-16 code units).

@@ -76,7 +76,8 @@ impl Default for RetryConfig {
 
 impl RetryConfig {
     /// The agent loop's retry settings: `enabled`, and a [`RetryPolicy`] with these counts and
-    /// delays (Pi's jitter kept).
+    /// delays, without jitter: Pi 1.6's `retryDelayMs` (`pi-ai/dist/utils/retry.js`) waits
+    /// exactly `baseDelayMs · 2^(n-1)`, the `delayMs` its `auto_retry_start` says.
     pub fn to_retry_settings(&self) -> RetrySettings {
         let max_delay = if self.max_retry_delay_ms == 0 {
             Duration::MAX
@@ -89,7 +90,7 @@ impl RetryConfig {
                 max_retries: self.max_retries,
                 base_delay: Duration::from_millis(self.base_delay_ms),
                 max_delay,
-                ..RetryPolicy::default()
+                jitter: 0.0,
             },
             provider_timeout: self
                 .provider_timeout_ms

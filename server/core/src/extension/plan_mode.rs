@@ -672,7 +672,7 @@ impl Extension for PlanModeExtension {
                             }
                         }
                     }
-                    AgentEvent::AgentEnd { messages } => on_agent_end(&b, &ctx, messages).await,
+                    AgentEvent::AgentEnd { messages, .. } => on_agent_end(&b, &ctx, messages).await,
                     _ => {}
                 }
                 Ok(())

@@ -5,6 +5,7 @@
 //! entries and messages go to the [`AgentSession`] itself, their UI to the product.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
@@ -42,6 +43,9 @@ pub(super) struct SessionEvents {
     /// The attention notices of a run that ended with a `length` stop or an error, held
     /// while a recovery may retry it ([`SessionEvents::hold_attention`]).
     held: parking_lot::Mutex<Vec<Notice>>,
+    /// Set at a run's `agent_start`, taken at its first `turn_start`: then the system
+    /// message stored for the run is told ([`Recorder::take_untold_system`]).
+    run_started: std::sync::atomic::AtomicBool,
 }
 
 impl SessionEvents {
@@ -59,6 +63,7 @@ impl SessionEvents {
             listeners,
             settled,
             held: parking_lot::Mutex::new(Vec::new()),
+            run_started: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -70,7 +75,7 @@ impl SessionEvents {
     fn hold_attention(&self, event: &AgentEvent, notices: &mut Vec<Notice>) -> Vec<Notice> {
         let mut held = self.held.lock();
         match event {
-            AgentEvent::AgentEnd { messages } => {
+            AgentEvent::AgentEnd { messages, .. } => {
                 let recoverable = messages.iter().rev().find_map(|m| match &**m {
                     Message::Assistant(a) => Some(matches!(
                         a.stop_reason,
@@ -206,7 +211,28 @@ impl EventSink for SessionEvents {
             }
             return;
         }
+        let first_turn = match &event {
+            AgentEvent::AgentStart => {
+                self.run_started.store(true, Ordering::Relaxed);
+                false
+            }
+            AgentEvent::TurnStart => self.run_started.swap(false, Ordering::Relaxed),
+            _ => false,
+        };
         self.tell(event, notices).await;
+        // Pi 1.6 sends the system message a run starts with (stored when the prompt or the
+        // tools changed: a new session's first run) as a message of the run, after its
+        // `turn_start`.
+        if first_turn {
+            if let Some(message) = self.recorder.take_untold_system() {
+                let start = AgentEvent::SystemMessageStart {
+                    message: message.clone(),
+                };
+                self.tell(start, Vec::new()).await;
+                self.tell(AgentEvent::SystemMessageEnd { message }, Vec::new())
+                    .await;
+            }
+        }
     }
 }
 

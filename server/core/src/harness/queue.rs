@@ -675,7 +675,11 @@ impl Tracker {
             }
             AgentEvent::AutoRetryStart { .. } => inner.retrying = true,
             AgentEvent::AutoRetryEnd { .. } => inner.retrying = false,
-            AgentEvent::AgentEnd { messages } => {
+            // A run that ends to be retried (Pi 1.6's `willRetry`) needs no attention yet.
+            AgentEvent::AgentEnd {
+                will_retry: true, ..
+            } => {}
+            AgentEvent::AgentEnd { messages, .. } => {
                 inner.retrying = false;
                 let last = messages.iter().rev().find_map(|m| match &**m {
                     Message::Assistant(a) => Some(a),
@@ -888,6 +892,7 @@ mod tests {
         let t = Tracker::default();
         let n = t.on_event(&AgentEvent::AgentEnd {
             messages: vec![Arc::new(answer("\nAll done.\nmore", StopReason::Stop))],
+            will_retry: false,
         });
         assert_eq!(
             n,
@@ -898,7 +903,8 @@ mod tests {
         );
         assert!(t
             .on_event(&AgentEvent::AgentEnd {
-                messages: vec![Arc::new(answer("", StopReason::Aborted))]
+                messages: vec![Arc::new(answer("", StopReason::Aborted))],
+                will_retry: false,
             })
             .is_empty());
         let m = Message::user_text("later");

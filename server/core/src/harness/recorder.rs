@@ -48,6 +48,7 @@ fn millis_since(t: Instant) -> u64 {
 fn without_pi16_fields(a: &pi_ai::AssistantMessage) -> Option<pi_ai::AssistantMessage> {
     let u = &a.usage;
     if a.raw_stop_reason.is_none()
+        && a.thinking_level.is_none()
         && u.reasoning.is_none()
         && u.cache_write_1h.is_none()
         && u.cost.total_from_provider.is_none()
@@ -56,6 +57,7 @@ fn without_pi16_fields(a: &pi_ai::AssistantMessage) -> Option<pi_ai::AssistantMe
     }
     let mut a = a.clone();
     a.raw_stop_reason = None;
+    a.thinking_level = None;
     a.usage.reasoning = None;
     a.usage.cache_write_1h = None;
     a.usage.cost.total_from_provider = None;
@@ -87,8 +89,9 @@ pub(super) fn store_system(
     crate::mcp::keep_declared(&have, &mut want);
     if let Some(m) = have.patch_to(&want, pi_ai::types::now_millis()) {
         w.append(EntryData::Message {
-            message: StoredMessage::Json(m),
+            message: StoredMessage::Json(m.clone()),
         })?;
+        w.set_untold_system(m);
     }
     w.mark_system_checked(generation);
     Ok(())
@@ -124,6 +127,12 @@ impl Recorder {
         store_system(&self.writer, agent)
     }
 
+    /// The system message stored since this was last asked, to be told as Pi 1.6 tells it:
+    /// `message_start` / `message_end` after its run's first `turn_start`.
+    pub fn take_untold_system(&self) -> Option<Value> {
+        lock_writer(&self.writer).ok()?.take_untold_system()
+    }
+
     /// Records `event` with Pi 1.6's stamps on what it stores: an assistant message's
     /// `durationMs` (from its `message_start`) and `thinkingLevel` (`thinking_level`, the
     /// level the request asked for), a tool result's `durationMs` (from its
@@ -148,11 +157,12 @@ impl Recorder {
             AgentEvent::MessageEnd { message } => {
                 let mut stamps = Map::new();
                 match &**message {
-                    Message::Assistant(_) => {
+                    Message::Assistant(a) => {
                         if let Some(t) = self.started.lock().assistant.take() {
                             stamps.insert("durationMs".into(), json!(millis_since(t)));
                         }
-                        if let Some(level) = thinking_level {
+                        // The loop stamps the level on the message itself (written with it).
+                        if let Some(level) = thinking_level.filter(|_| a.thinking_level.is_none()) {
                             stamps.insert("thinkingLevel".into(), Value::from(level));
                         }
                     }
@@ -190,11 +200,11 @@ impl Recorder {
                 return Ok(());
             }
             // Pi 1.6 leaves a failed response it retries (and its calls' results) out of the
-            // context with a `context_edit` each (`replacement: null`), written before the
-            // retry (`_omitRecoveryAttempt`): Pi shows and counts the session without them,
-            // as it does here. An overflow's or a recoverable `length` stop's attempt:
-            // [`Recorder::leave_out`].
-            AgentEvent::AutoRetryStart { .. } => return self.leave_out().map(|_| ()),
+            // context with a `context_edit` each (`replacement: null`), written after
+            // `auto_retry_start` and before the retry (`_omitRecoveryAttempt`): Pi shows and
+            // counts the session without them, as it does here. That attempt, an overflow's
+            // and a recoverable `length` stop's are told by [`AgentEvent::AttemptLeftOut`],
+            // which the session writes with [`Recorder::leave_out`].
             AgentEvent::AttemptLeftOut => return Ok(()),
             // Case 18.12 (issue 29 item E): the images a size refusal replaced by notes in the
             // agent's context are replaced so in the file's context too (a `context_edit` per

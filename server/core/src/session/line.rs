@@ -711,6 +711,7 @@ impl<'de> Visitor<'de> for MessageSeed {
                     stop_reason: f.stop_reason,
                     error_message: f.error_message,
                     timestamp: f.timestamp,
+                    thinking_level: f.thinking_level,
                 });
                 return Ok(MessageParts {
                     role: Some(CompactString::from(role.as_str())),
@@ -809,6 +810,8 @@ struct AssistantFields {
     error_message: Option<String>,
     #[serde(default)]
     timestamp: i64,
+    #[serde(default)]
+    thinking_level: Option<String>,
 }
 
 #[derive(Deserialize)]

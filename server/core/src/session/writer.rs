@@ -66,6 +66,9 @@ pub struct SessionWriter {
     /// whose system message the branch was last found to hold, and the leaf it was found at
     /// ([`SessionWriter::system_checked`]).
     system_checked: Option<(u64, Option<String>)>,
+    /// The system message last stored and not yet told as events
+    /// ([`SessionWriter::take_untold_system`]).
+    untold_system: Option<Value>,
 }
 
 /// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
@@ -249,6 +252,7 @@ impl SessionWriter {
             images: ImageOptions::default(),
             pi073: false,
             system_checked: None,
+            untold_system: None,
         };
         w.write_line(&header)?;
         Ok(w)
@@ -377,6 +381,7 @@ impl SessionWriter {
             images,
             pi073: false,
             system_checked: None,
+            untold_system: None,
         };
         let tree = writer.tree.clone();
         writer.set_leaf(&tree, leaf.as_deref());
@@ -621,6 +626,17 @@ impl SessionWriter {
     /// of configuration `generation` (see [`SessionWriter::system_checked`]).
     pub fn mark_system_checked(&mut self, generation: u64) {
         self.system_checked = Some((generation, self.leaf.clone()));
+    }
+
+    /// Notes `message` (a stored system message, as the file holds it) as stored and not yet
+    /// told: Pi 1.6 sends it as `message_start` / `message_end` in the run it starts.
+    pub fn set_untold_system(&mut self, message: Value) {
+        self.untold_system = Some(message);
+    }
+
+    /// The system message stored since the last call, if any ([`Self::set_untold_system`]).
+    pub fn take_untold_system(&mut self) -> Option<Value> {
+        self.untold_system.take()
     }
 
     /// One line with one `write`. U+2028 / U+2029 are escaped so line-oriented JavaScript
@@ -1268,7 +1284,12 @@ mod sync_tests {
         drop(w);
         let (_, loaded) = SessionWriter::open(&path).unwrap();
         assert_eq!(loaded.messages.len(), 4);
-        assert_eq!(loaded.messages[1], cases[1].0);
+        // The assistant message reads its `thinkingLevel` stamp back (Pi 1.6's field).
+        let mut stamped = cases[1].0.clone();
+        if let Message::Assistant(a) = &mut stamped {
+            a.thinking_level = Some("off".into());
+        }
+        assert_eq!(loaded.messages[1], stamped);
         assert_eq!(loaded.messages[2], cases[2].0);
     }
 

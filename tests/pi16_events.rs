@@ -1,0 +1,464 @@
+//! What a client or user sees of a run, against the real Pi 1.6.0 on the same loopback script
+//! (issue 29, "behaviour as Pi 1.6.0 tells it"): the whole `--mode json` event lines of Pi and
+//! `pi-lsp run --json` (every event but the streamed deltas, values whole but for what differs
+//! by run: times, entry ids, the session's folder), their exit codes, and print mode's stdout
+//! and stderr (`pi -p`, `pi-lsp run`). Pi runs as `$PI16_REF_BIN` (required under `CI=true`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use pi_e2e::headless::{run_pi, Headless};
+use pi_e2e::lsp_client::{start_with_mock, EditorBehavior, LspClient};
+use pi_e2e::mock_model::{MockModel, Step};
+use pi_e2e::pi_rpc::PiRpc;
+use pi_e2e::TempDir;
+use serde_json::{json, Map, Value};
+
+/// The tests' name when Pi 1.6.0 is missing.
+const WHAT: &str = "Pi 1.6.0 event comparison";
+
+/// `mock`'s `models.json` with `mock-1`'s context window set to `window`.
+fn models(mock: &MockModel, window: u64) -> Value {
+    let mut m = mock.models_json();
+    m["providers"]["mock"]["models"][0]["contextWindow"] = json!(window);
+    m
+}
+
+/// One side's run: its output.
+struct Ran {
+    out: Output,
+}
+
+/// A loopback model's script: its steps, what every answer reports as its usage (`(input,
+/// output)` tokens; the mock's default when `None`), and a prompt run first in print mode
+/// (`first`), the compared run then going on with its session (`--continue`).
+#[derive(Clone)]
+struct Script {
+    steps: Vec<Step>,
+    usage: Option<(u64, u64)>,
+    first: Option<&'static str>,
+}
+
+impl Script {
+    fn of(steps: Vec<Step>) -> Script {
+        Script {
+            steps,
+            usage: None,
+            first: None,
+        }
+    }
+
+    async fn start(self) -> MockModel {
+        let mock = MockModel::start(self.steps).await;
+        if let Some((input, output)) = self.usage {
+            mock.set_usage(input, output);
+        }
+        mock
+    }
+}
+
+/// Pi 1.6.0 on a fresh loopback model playing `script`, in a fresh folder under `tmp` with
+/// `settings` and `window`: `pi --session-dir … ARGS`.
+async fn theirs(
+    pi: &Path,
+    tmp: &Path,
+    script: Script,
+    window: u64,
+    settings: &Value,
+    args: &[&str],
+) -> Ran {
+    let first = script.first;
+    let mock = script.start().await;
+    let (ws, agent, sessions) = (tmp.join("ws"), tmp.join("agent"), tmp.join("sessions"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), models(&mock, window).to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let run = |args: &[&str]| {
+        let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
+        run_pi(
+            pi,
+            &ws,
+            &agent,
+            tmp,
+            dir.into_iter().chain(args.iter().map(OsStr::new)),
+        )
+    };
+    let out = match first {
+        None => run(args),
+        Some(prompt) => {
+            assert_eq!(run(&["-p", prompt]).status.code(), Some(0));
+            run(&[&["--continue"][..], args].concat())
+        }
+    };
+    Ran { out }
+}
+
+/// `pi-lsp run --model mock/mock-1 ARGS` on a fresh loopback model playing `script`, in a
+/// fresh workspace with `settings` and `window`.
+async fn ours(name: &str, script: Script, window: u64, settings: &Value, args: &[&str]) -> Ran {
+    let first = script.first;
+    let mock = script.start().await;
+    let h = Headless::new(name, &models(&mock, window));
+    std::fs::write(h.agent.join("settings.json"), settings.to_string()).unwrap();
+    let model = ["--model", "mock/mock-1"];
+    let out = match first {
+        None => h.run(&[&model[..], args].concat()),
+        Some(prompt) => {
+            assert_eq!(
+                h.run(&[&model[..], &[prompt]].concat()).status.code(),
+                Some(0)
+            );
+            h.run(&[&model[..], &["--continue"], args].concat())
+        }
+    };
+    Ran { out }
+}
+
+/// Keys whose values differ from run to run (times, random ids, durations) and the session
+/// folder Pi names: left out wherever they stand.
+const PER_RUN: [&str; 5] = ["timestamp", "durationMs", "id", "parentId", "targetId"];
+
+/// `v` without the [`PER_RUN`] keys, at every depth.
+fn steady(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| !PER_RUN.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), steady(v)))
+                .collect::<Map<_, _>>(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(steady).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A `--mode json` / `--json` run's event lines as [`steady_events`] takes them.
+fn events(out: &Output) -> Vec<Value> {
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    steady_events(&lines)
+}
+
+/// Events whole but for the [`PER_RUN`] keys: Pi's session header and what streams
+/// (`message_update`, a tool's `tool_execution_update`: as many as the output's pace makes)
+/// left out; a system message (its sections name each side's own folders) as its role only,
+/// and left out of `agent_end`'s `messages` (Pi's hold it, ours do not: docs/protocol.md).
+fn steady_events(all: &[Value]) -> Vec<Value> {
+    all.iter()
+        .filter(|e| {
+            !matches!(
+                e["type"].as_str(),
+                Some("session" | "message_update" | "tool_execution_update")
+            )
+        })
+        .map(|e| {
+            let mut e = e.clone();
+            if e["message"]["role"] == "system" {
+                e["message"] = json!({"role": "system"});
+            }
+            if let Some(ms) = e["messages"].as_array_mut() {
+                ms.retain(|m| m["role"] != "system");
+            }
+            steady(&e)
+        })
+        .collect()
+}
+
+/// Asserts `ours` and `theirs` are the same lists, showing the first place they differ.
+fn assert_same(ours: &[Value], theirs: &[Value], what: &str) {
+    for (i, (o, t)) in ours.iter().zip(theirs).enumerate() {
+        assert_eq!(o, t, "{what}: event {i} differs");
+    }
+    assert_eq!(ours.len(), theirs.len(), "{what}: {ours:#?}\n{theirs:#?}");
+}
+
+/// Item (c): a threshold compaction with nothing to compact. Every answer reports 5,000 input
+/// tokens on a 20,000-token window (threshold 20,000 − 16,384 reserve), so after a first prompt
+/// the context is past the threshold when the second one runs; the conversation is inside the
+/// kept recent tokens, so Pi 1.6's `prepareCompaction` prepares nothing and
+/// `_runAutoCompaction` starts none: no `compaction_start` / `compaction_end`, the run as any
+/// other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_threshold_compaction_with_nothing_to_compact_is_not_told() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-threshold");
+    let script = Script {
+        steps: vec![Step::text("first answer"), Step::text("done")],
+        usage: Some((5_000, 10)),
+        first: Some("one"),
+    };
+    let settings = json!({});
+    let args = ["--mode", "json", "two"];
+    let t = theirs(&pi, tmp.path(), script.clone(), 20_000, &settings, &args).await;
+    let o = ours(
+        "pi16-events-threshold-ours",
+        script,
+        20_000,
+        &settings,
+        &["--json", "two"],
+    )
+    .await;
+    let (o, t) = (events(&o.out), events(&t.out));
+    assert!(t
+        .iter()
+        .all(|e| !e["type"].as_str().unwrap().starts_with("compaction")));
+    assert_same(&o, &t, "threshold");
+}
+
+/// A provider's HTTP error: `status` with an OpenAI-style error body saying `message`.
+fn http_error(status: u16, message: &str) -> Step {
+    Step::Raw {
+        status,
+        content_type: "application/json".into(),
+        body: json!({"error": {"message": message}}).to_string(),
+    }
+}
+
+/// Item (d): the exit code of each mode as Pi 1.6's `runPrintMode` sets it, for a refused
+/// request (a 400, not retried) and an answer cut at the model's `maxTokens` (not recoverable):
+/// `--mode json` (ours `--json`) exits 0 either way, its events say how the run ended; print
+/// mode exits 1 and prints what Pi prints on stdout (the cut answer's text; nothing after an
+/// error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_are_pi_1_6_s() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-exit");
+    let cases = [
+        ("400", http_error(400, "bad request")),
+        ("length", Step::length("cut answer", 4_096)),
+    ];
+    for (name, step) in cases {
+        for (mode, theirs_args, ours_args) in [
+            ("json", &["--mode", "json", "hi"][..], &["--json", "hi"][..]),
+            ("print", &["-p", "hi"][..], &["hi"][..]),
+        ] {
+            let script = Script::of(vec![step.clone()]);
+            let dir = tmp.path().join(format!("{name}-{mode}"));
+            let t = theirs(&pi, &dir, script.clone(), 128_000, &json!({}), theirs_args).await;
+            let our_name = format!("pi16-events-exit-{name}-{mode}");
+            let o = ours(&our_name, script, 128_000, &json!({}), ours_args).await;
+            let code = |r: &Ran| r.out.status.code();
+            assert_eq!(code(&o), code(&t), "{name} {mode}");
+            assert_eq!(
+                code(&t),
+                Some(if mode == "json" { 0 } else { 1 }),
+                "{name} {mode}"
+            );
+            if mode == "print" {
+                assert_eq!(o.out.stdout, t.out.stdout, "{name} {mode}");
+            }
+        }
+    }
+}
+
+/// Settings on both sides: retries 10 ms apart (doubling), so a retried run stays fast.
+fn fast_retries() -> Value {
+    json!({"retry": {"baseDelayMs": 10}})
+}
+
+/// The retry scripts: a 500 then an answer; an overloaded 529 and a 429 (no `Retry-After`)
+/// then an answer; four 500s (the three retries all fail).
+fn retry_scripts() -> [(&'static str, Vec<Step>); 3] {
+    [
+        (
+            "500",
+            vec![http_error(500, "internal"), Step::text("ok after retry")],
+        ),
+        (
+            "529-429",
+            vec![
+                http_error(529, "Overloaded"),
+                http_error(429, "rate limited"),
+                Step::text("fine"),
+            ],
+        ),
+        ("failed", (0..4).map(|_| http_error(500, "boom")).collect()),
+    ]
+}
+
+/// Item (b): a retried provider error is told as Pi 1.6 tells it in `--mode json` — the failed
+/// attempt's run ends (`turn_end`, `agent_end` with `willRetry: true`), `auto_retry_start`,
+/// the attempt's `context_edit` as `entry_appended`, the retry as a new run (`agent_start`,
+/// `turn_start`); a success's `auto_retry_end` after its `message_end`, a last failure's after
+/// its run's `agent_end` (`willRetry: false`); `agent_settled` last. Whole events, with the
+/// exit code (0 for all three, item (d)).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_provider_error_is_told_as_pi_tells_it() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-retry");
+    for (name, steps) in retry_scripts() {
+        let script = Script::of(steps);
+        let args = ["--mode", "json", "hi"];
+        let dir = tmp.path().join(name);
+        let t = theirs(&pi, &dir, script.clone(), 128_000, &fast_retries(), &args).await;
+        let our_name = format!("pi16-events-retry-{name}");
+        let o = ours(
+            &our_name,
+            script,
+            128_000,
+            &fast_retries(),
+            &["--json", "hi"],
+        )
+        .await;
+        assert_eq!(o.out.status.code(), t.out.status.code(), "{name}");
+        let (o, t) = (events(&o.out), events(&t.out));
+        assert!(t.iter().any(|e| e["type"] == "auto_retry_start"), "{name}");
+        assert_same(&o, &t, name);
+    }
+}
+
+/// The `agent/event`s' events until `agent_settled` (Pi 1.6's last event of a settle).
+async fn until_settled(c: &mut LspClient) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut events = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let n = c
+            .next_notification(left)
+            .await
+            .unwrap_or_else(|| panic!("no agent_settled; events so far: {events:#?}"));
+        if n["method"] != "agent/event" {
+            continue;
+        }
+        let e = n["params"]["event"].clone();
+        let settled = e["type"] == "agent_settled";
+        events.push(e);
+        if settled {
+            return events;
+        }
+    }
+}
+
+/// Ours over LSP (the editor's front door) in a fresh workspace with `settings`: one prompt
+/// on `mock/mock-1`, its events until `agent_settled` as `agent/event` sends them.
+async fn over_lsp(name: &str, script: Script, settings: &Value, prompt: &str) -> Vec<Value> {
+    let mock = script.start().await;
+    let tmp = TempDir::new(name);
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(tmp.path().join("agent")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(tmp.path().join("agent/settings.json"), settings.to_string()).unwrap();
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let params = json!({"text": prompt, "model": "mock/mock-1"});
+    c.request("agent/prompt", params).await.unwrap();
+    let events = until_settled(&mut c).await;
+    c.shutdown().await;
+    events
+}
+
+/// Pi 1.6.0 in RPC mode in a fresh folder under `tmp` with `settings`: one prompt, its events
+/// until `agent_settled` (responses left out).
+async fn over_rpc(
+    pi: &Path,
+    tmp: &Path,
+    script: Script,
+    settings: &Value,
+    prompt: &str,
+) -> Vec<Value> {
+    let mock = script.start().await;
+    let (ws, agent) = (tmp.join("ws"), tmp.join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join("models.json"), mock.models_json().to_string()).unwrap();
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let events = tokio::task::block_in_place(|| {
+        let sessions = tmp.join("sessions");
+        let args = [OsStr::new("--session-dir"), sessions.as_os_str()];
+        let mut rpc = PiRpc::start(pi, &ws, &agent, &args);
+        rpc.prompt(prompt)
+    });
+    events
+        .into_iter()
+        .filter(|v| v["type"] != "response")
+        .collect()
+}
+
+/// Item (b) over the editor's front door: a 500 then an answer, an overloaded 529 and a 429 then
+/// an answer, as `agent/event` tells them, against Pi 1.6.0 in RPC mode on the same scripts;
+/// whole events as [`a_retried_provider_error_is_told_as_pi_tells_it`] compares them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_lsp_a_retried_provider_error_is_told_as_pi_tells_it() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-retry-rpc");
+    for (name, steps) in retry_scripts().into_iter().take(2) {
+        let script = Script::of(steps);
+        let dir = tmp.path().join(name);
+        let t = over_rpc(&pi, &dir, script.clone(), &fast_retries(), "hi").await;
+        let o = over_lsp(
+            &format!("pi16-events-lsp-{name}"),
+            script,
+            &fast_retries(),
+            "hi",
+        )
+        .await;
+        assert_same(&steady_events(&o), &steady_events(&t), name);
+    }
+}
+
+/// Item (g): print mode's output against `pi -p` on the same scripts — an answer, a 500 retried
+/// then answered, four 500s (the retries all fail): the same exit code and stdout byte for byte;
+/// Pi's stderr (nothing, or its closing line: the error in its words) is the end of ours, and
+/// every line before it is one of pi-lsp's own notes (`pi-lsp: …`: retries, where the session
+/// went).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn print_mode_says_what_pi_says() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-print");
+    let cases = [
+        ("answer", vec![Step::text("hello there")]),
+        (
+            "retried",
+            vec![http_error(500, "internal"), Step::text("ok after retry")],
+        ),
+        ("failed", (0..4).map(|_| http_error(500, "boom")).collect()),
+    ];
+    for (name, steps) in cases {
+        let script = Script::of(steps);
+        let dir = tmp.path().join(name);
+        let t = theirs(
+            &pi,
+            &dir,
+            script.clone(),
+            128_000,
+            &fast_retries(),
+            &["-p", "hi"],
+        )
+        .await;
+        let our_name = format!("pi16-events-print-{name}");
+        let o = ours(&our_name, script, 128_000, &fast_retries(), &["hi"]).await;
+        assert_eq!(o.out.status.code(), t.out.status.code(), "{name}");
+        assert_eq!(
+            String::from_utf8_lossy(&o.out.stdout),
+            String::from_utf8_lossy(&t.out.stdout),
+            "{name}"
+        );
+        let (our_err, their_err) = (
+            String::from_utf8_lossy(&o.out.stderr).into_owned(),
+            String::from_utf8_lossy(&t.out.stderr).into_owned(),
+        );
+        let ours_lines: Vec<&str> = our_err.lines().collect();
+        let theirs_lines: Vec<&str> = their_err.lines().collect();
+        let (notes, closing) = ours_lines.split_at(ours_lines.len() - theirs_lines.len());
+        assert_eq!(closing, theirs_lines.as_slice(), "{name}: {our_err}");
+        assert!(
+            notes.iter().all(|l| l.starts_with("pi-lsp: ")),
+            "{name}: {our_err}"
+        );
+    }
+}
