@@ -6,7 +6,7 @@
 //! checks the bytes on disk and what the editor was sent.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pi_e2e::lsp_client::{
@@ -27,6 +27,31 @@ fn read(id: &str, path: &str) -> Step {
     Step::call(id, "read", json!({"path": path}))
 }
 
+/// The bytes of the shared case fixture `name` (`fixtures/cases/NAME`).
+fn case_bytes(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/cases")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The text of the shared case fixture `name` (UTF-8).
+fn case_text(name: &str) -> String {
+    String::from_utf8(case_bytes(name)).unwrap()
+}
+
+/// A case's workspace: `ws/` in a temp folder named `tag`, holding each `(file, fixture)` of
+/// `files` as the fixture's bytes, copied as they are. The [`TempDir`] keeps the folder.
+fn case_fixture(tag: &str, files: &[(&str, &str)]) -> (TempDir, PathBuf) {
+    let tmp = TempDir::new(tag);
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for (file, fixture) in files {
+        std::fs::write(ws.join(file), case_bytes(fixture)).unwrap();
+    }
+    (tmp, ws)
+}
+
 /// ED-02 with the case's fixture: the working buffer, VS Code's `git:` HEAD copy and
 /// fugitive's index copy of the same path are open; reads and edits see only the working
 /// buffer, and closing the diff views leaves it known.
@@ -37,11 +62,8 @@ async fn ed02_git_and_fugitive_documents_are_not_the_file() {
     std::fs::create_dir_all(ws.join("src")).unwrap();
     let file = ws.join("src/a.txt");
     std::fs::write(&file, "value = 2\n").unwrap();
-    let fixture = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cases/ED-02-diff-view-docs.json"),
-    )
-    .unwrap()
-    .replace("/WORKSPACE", &ws.display().to_string());
+    let fixture =
+        case_text("ED-02-diff-view-docs.json").replace("/WORKSPACE", &ws.display().to_string());
     let docs: Vec<Value> = serde_json::from_str(&fixture).unwrap();
     let working = docs[0]["text"].as_str().unwrap().to_string();
     let mock = MockModel::start(vec![
@@ -259,22 +281,16 @@ async fn ed01_a_symlinked_workspace_root_still_finds_the_buffers() {
 /// a line end) and every ending is kept, in the buffer and on disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
-    let case = |n: &str| {
-        std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../fixtures/cases")
-                .join(n),
-        )
-        .unwrap()
-    };
     for utf8 in [false, true] {
-        let tmp = TempDir::new("ed03");
-        let ws = tmp.path().join("ws");
-        std::fs::create_dir_all(&ws).unwrap();
+        let (_tmp, ws) = case_fixture(
+            "ed03",
+            &[
+                ("cr.txt", "ED-03-lone-cr.txt"),
+                ("mixed.txt", "ED-03-mixed-endings.txt"),
+            ],
+        );
         let cr = ws.join("cr.txt");
         let mixed = ws.join("mixed.txt");
-        std::fs::write(&cr, case("ED-03-lone-cr.txt")).unwrap();
-        std::fs::write(&mixed, case("ED-03-mixed-endings.txt")).unwrap();
         let mock = MockModel::start(vec![
             Step::edit("e1", "cr.txt", "progress 100%", "progress 100% 🦊"),
             Step::edit("e2", "cr.txt", "done", "finished"),
@@ -292,8 +308,8 @@ async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
             },
         )
         .await;
-        c.open(&cr, &case("ED-03-lone-cr.txt")).await;
-        c.open(&mixed, &case("ED-03-mixed-endings.txt")).await;
+        c.open(&cr, &case_text("ED-03-lone-cr.txt")).await;
+        c.open(&mixed, &case_text("ED-03-mixed-endings.txt")).await;
         let events = prompt(&mut c).await;
         assert!(
             tool_results(&events).iter().all(|r| !r.2),
@@ -329,21 +345,12 @@ async fn ed03_lone_cr_and_mixed_endings_in_buffers_in_both_encodings() {
 /// encoding cannot hold is refused before the editor is asked; read says the encoding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ed04_files_keep_their_encoding_over_lsp() {
-    let case = |n: &str| {
-        std::fs::read(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../fixtures/cases")
-                .join(n),
-        )
-        .unwrap()
-    };
-    let tmp = TempDir::new("ed04");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
+    let (_tmp, ws) = case_fixture(
+        "ed04",
+        &[("l.py", "ED-04-latin1.py"), ("j.py", "ED-04-shift-jis.py")],
+    );
     let latin = ws.join("l.py");
     let sjis = ws.join("j.py");
-    std::fs::write(&latin, case("ED-04-latin1.py")).unwrap();
-    std::fs::write(&sjis, case("ED-04-shift-jis.py")).unwrap();
     let mock = MockModel::start(vec![
         read("r1", "l.py"),
         Step::edit("e1", "l.py", "name = 'x'", "name = 'é'"),
@@ -401,21 +408,15 @@ async fn ed04_files_keep_their_encoding_over_lsp() {
 /// `newText`; a file without a BOM gains none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edit02_a_bom_stays_once_over_lsp_open_or_not() {
-    let fixture = std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cases/EDIT-02-bom-crlf.csv"),
-    )
-    .unwrap();
-    let tmp = TempDir::new("edit02");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
+    let bom_csv = "EDIT-02-bom-crlf.csv";
+    let (_tmp, ws) = case_fixture("edit02", &[("open.csv", bom_csv), ("closed.csv", bom_csv)]);
     let (open, closed, plain) = (
         ws.join("open.csv"),
         ws.join("closed.csv"),
         ws.join("plain.csv"),
     );
-    std::fs::write(&open, &fixture).unwrap();
-    std::fs::write(&closed, &fixture).unwrap();
-    std::fs::write(&plain, &fixture[3..]).unwrap();
+    // The same file without its BOM.
+    std::fs::write(&plain, &case_bytes(bom_csv)[3..]).unwrap();
     let mock = MockModel::start(vec![
         Step::edit("e1", "open.csv", "name,age", "name,years"),
         Step::edit("e2", "closed.csv", "\u{FEFF}name,age", "\u{FEFF}name,years"),

@@ -170,6 +170,39 @@ async fn json_mode_prints_every_event_and_errors_exit_nonzero() {
     mock.assert_paired();
 }
 
+/// `pi-lsp run` builds a new session's run configuration once: its prompt's run starts on
+/// the one the session's creation built (nothing changed in between), as every front door's
+/// does; a second prompt builds it again (the first run may have changed what it reads). The
+/// count is the harness's debug line per build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_headless_run_builds_its_configuration_once_per_prompt() {
+    let mock = MockModel::start(vec![
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+    ])
+    .await;
+    let mut h = Headless::new("config-once", &mock.models_json());
+    for (k, v) in h.env.iter_mut() {
+        if *k == "PI_LSP_LOG" {
+            *v = "warn,pi_core::harness=debug".to_string();
+        }
+    }
+    let builds = |args: &[&str]| {
+        let out = h.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        stderr.matches("run configuration built").count()
+    };
+    assert_eq!(
+        (
+            builds(&["--model", "mock/mock-1", "first"]),
+            builds(&["--model", "mock/mock-1", "second", "third"])
+        ),
+        (1, 2)
+    );
+}
+
 /// The reference Pi binary: `$PI_REF_BIN`, else `.pi-ref/node_modules/.bin/pi` (installed by
 /// `.ci/run`). Required when `CI` is set.
 fn pi_ref_bin() -> Option<std::path::PathBuf> {
@@ -452,6 +485,36 @@ async fn headless_run_loads_the_extensions_the_settings_enable() {
             "tmux_kill",
             "todo"
         ]
+    );
+}
+
+/// `--session` with a relative path takes it from the workspace folder (`--workspace`), as Pi
+/// 1.6's `resolveSessionPath` takes it from the folder it runs in, whichever folder `pi-lsp`
+/// was started from: the run continues that file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_session_path_is_taken_from_the_workspace_folder() {
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let h = Headless::new("session-relative", &mock.models_json());
+    let m = ["--model", "mock/mock-1"];
+    assert_success(&h.run(&[&m[..], &["first"]].concat()));
+    let file = session_file(&h.ws);
+    let relative = file
+        .strip_prefix(&h.ws)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    // `pi-lsp` runs from the test's folder, where that path is nothing.
+    assert!(!std::env::current_dir().unwrap().join(&relative).exists());
+    assert_success(&h.run(&[&m[..], &["--session", &relative, "second"]].concat()));
+    let users: Vec<Value> = session_lines(&h.ws)
+        .into_iter()
+        .filter(|l| l["message"]["role"] == "user")
+        .map(|l| l["message"]["content"][0]["text"].clone())
+        .collect();
+    assert_eq!(
+        (session_file(&h.ws), users),
+        (file, vec![json!("first"), json!("second")])
     );
 }
 

@@ -32,8 +32,10 @@ pub struct TextEncoding {
     /// The encoding (WHATWG names, `encoding_rs`): `UTF-8`, `windows-1252` (also what
     /// ISO-8859-1 files decode as), `Shift_JIS`, `UTF-16LE`, …
     pub encoding: &'static encoding_rs::Encoding,
-    /// A UTF-16 file's byte order mark, taken off the text and written back. (A UTF-8 BOM stays
-    /// in the text as U+FEFF, as Pi keeps it.)
+    /// The file on disk starts with a byte order mark. UTF-16: taken off the text and written
+    /// back by [`encode_text`]. UTF-8 ([`UTF8_BOM`]): it stays in the text read from disk as
+    /// U+FEFF, as Pi keeps it, so [`encode_text`] adds none; an editor's buffer shows no BOM,
+    /// and the server writing such a buffer puts it back from this flag (case EDIT-02).
     pub bom: bool,
     /// The bytes decode to the text and the text encodes back to the same bytes. When false
     /// (undecodable bytes shown as U+FFFD, or an encoding that does not round-trip) the file
@@ -93,11 +95,14 @@ pub struct DecodedText {
     pub encoding: TextEncoding,
 }
 
+/// The UTF-8 byte order mark.
+pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// Decodes a file's bytes (case ED-04): a UTF-16 BOM gives UTF-16; valid UTF-8 (a UTF-8 BOM
-/// included, kept in the text) is UTF-8; text that is mostly UTF-8 with a few invalid
-/// sequences stays UTF-8 with U+FFFD for them (not exact; case STRM-07); anything else is
-/// detected with `chardetng` (the detector Firefox uses) and decoded with `encoding_rs`,
-/// exact only when the text encodes back to the very same bytes.
+/// included, kept in the text and said by [`TextEncoding::bom`]) is UTF-8; text that is mostly
+/// UTF-8 with a few invalid sequences stays UTF-8 with U+FFFD for them (not exact; case
+/// STRM-07); anything else is detected with `chardetng` (the detector Firefox uses) and
+/// decoded with `encoding_rs`, exact only when the text encodes back to the very same bytes.
 pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
     let utf16 = if bytes.starts_with(&[0xFF, 0xFE]) {
         Some(encoding_rs::UTF_16LE)
@@ -119,11 +124,15 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
             },
         };
     }
+    let bom = bytes.starts_with(UTF8_BOM);
     let bytes = match String::from_utf8(bytes) {
         Ok(text) => {
             return DecodedText {
                 text,
-                encoding: TextEncoding::UTF8,
+                encoding: TextEncoding {
+                    bom,
+                    ..TextEncoding::UTF8
+                },
             }
         }
         Err(e) => e.into_bytes(),
@@ -132,6 +141,7 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
         return DecodedText {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             encoding: TextEncoding {
+                bom,
                 exact: false,
                 ..TextEncoding::UTF8
             },
@@ -141,6 +151,7 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
         return DecodedText {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             encoding: TextEncoding {
+                bom,
                 exact: false,
                 ..TextEncoding::UTF8
             },
@@ -162,6 +173,7 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
         None => DecodedText {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             encoding: TextEncoding {
+                bom,
                 exact: false,
                 ..TextEncoding::UTF8
             },
@@ -235,7 +247,10 @@ pub fn detect_encoding(bytes: &[u8]) -> TextEncoding {
         && !bytes.starts_with(&[0xFE, 0xFF])
         && std::str::from_utf8(bytes).is_ok()
     {
-        return TextEncoding::UTF8;
+        return TextEncoding {
+            bom: bytes.starts_with(UTF8_BOM),
+            ..TextEncoding::UTF8
+        };
     }
     decode_file(bytes.to_vec()).encoding
 }
@@ -797,6 +812,36 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    /// Case EDIT-02: a UTF-8 BOM stays in the text and [`TextEncoding::bom`] says it is there,
+    /// the same from the decoder and the detector (what the editor keeps for an open buffer);
+    /// the text is written back as it is, with its one BOM; a file without one has no flag.
+    #[test]
+    fn a_utf8_bom_stays_in_the_text_and_is_flagged_by_decoder_and_detector() {
+        let bytes = b"\xEF\xBB\xBFname,age\r\n".to_vec();
+        let d = decode_file(bytes.clone());
+        let with_bom = TextEncoding {
+            bom: true,
+            ..TextEncoding::UTF8
+        };
+        assert_eq!(
+            d,
+            DecodedText {
+                text: "\u{FEFF}name,age\r\n".to_string(),
+                encoding: with_bom,
+            }
+        );
+        assert_eq!(
+            (detect_encoding(&bytes), detect_encoding(&bytes[3..])),
+            (with_bom, TextEncoding::UTF8)
+        );
+        assert_eq!(
+            decode_file(bytes[3..].to_vec()).encoding,
+            TextEncoding::UTF8
+        );
+        let back = encode_text(Path::new("a.csv"), &d.text, &d.encoding).unwrap();
+        assert_eq!(back.as_ref(), &bytes[..]);
     }
 
     /// A writer taking at most `max` bytes per call, vectored or not.

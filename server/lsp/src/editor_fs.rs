@@ -44,7 +44,7 @@ use async_trait::async_trait;
 use pi_core::fs::{
     apply_replacements, atomic_write, decode_file, disk_delete, disk_rename, encode_text,
     overwrite_in_place_with, write_all_chunks, FileSnapshot, Fs, FsError, TextEncoding,
-    TextReplace, WriteKind,
+    TextReplace, WriteKind, UTF8_BOM,
 };
 use pi_core::unsaved::{merge_onto_disk, SaveUserChanges};
 use ropey::Rope;
@@ -326,9 +326,9 @@ async fn write_rope(path: &Path, rope: Rope, encoding: &TextEncoding) -> Result<
         return overwrite_in_place_with(path, move |w| w.write_all(&bytes)).await;
     }
     // Editors show a UTF-8 file's BOM as no text at all: the buffer lacks what the disk
-    // starts with, and the file keeps it (case EDIT-02).
-    let bom =
-        !(rope.len_chars() > 0 && rope.char(0) == '\u{FEFF}') && starts_with_utf8_bom(path).await;
+    // starts with (`encoding.bom`, found when the disk was read), and the file keeps it (case
+    // EDIT-02).
+    let bom = encoding.bom && !(rope.len_chars() > 0 && rope.char(0) == '\u{FEFF}');
     overwrite_in_place_with(path, move |w| {
         let mut chunks: Vec<&[u8]> = Vec::new();
         if bom {
@@ -347,19 +347,6 @@ fn same_as_disk<B: PartialEq<str> + ?Sized>(buffer: &B, disk: &str) -> bool {
         || disk
             .strip_prefix('\u{FEFF}')
             .is_some_and(|rest| *buffer == *rest)
-}
-
-/// The UTF-8 byte order mark.
-const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
-
-/// Whether the file at `path` starts with [`UTF8_BOM`] (false when it cannot be read).
-async fn starts_with_utf8_bom(path: &Path) -> bool {
-    use tokio::io::AsyncReadExt as _;
-    let Ok(mut f) = tokio::fs::File::open(path).await else {
-        return false;
-    };
-    let mut head = [0u8; 3];
-    f.read_exact(&mut head).await.is_ok() && head == UTF8_BOM
 }
 
 /// Asks the user `message` with `actions` (`window/showMessageRequest`); the chosen action's
@@ -460,39 +447,44 @@ impl EditorFs {
 
     /// What the disk gets when the agent's `edits` of the open buffer `base` land: `None` when
     /// the buffer holds no unsaved change of the user's (or they are to be saved: `always`), so
-    /// saving the buffer writes only the agent's change.
+    /// saving the buffer writes only the agent's change. Also the encoding to save the buffer
+    /// in: for a UTF-8 buffer, the disk's as this read found it (whether it starts with a BOM
+    /// the buffer does not show, case EDIT-02), else `base`'s.
     async fn user_changes(
         &self,
         path: &Path,
         base: &FileSnapshot,
         edits: &[TextReplace],
-    ) -> Result<Option<UserChanges>, FsError> {
+    ) -> Result<(Option<UserChanges>, TextEncoding), FsError> {
         let disk = Self::disk_text(path).await?;
+        let encoding = match &disk {
+            Some((_, e)) if e.is_utf8() && base.encoding.is_utf8() => *e,
+            _ => base.encoding,
+        };
         if disk
             .as_ref()
             .is_some_and(|(t, _)| same_as_disk(base.text.as_str(), t))
         {
-            return Ok(None);
+            return Ok((None, encoding));
         }
         let policy = self.save_policy(path);
         if policy == SaveUserChanges::Always {
-            return Ok(None);
+            return Ok((None, encoding));
         }
-        let Some((disk, encoding)) = disk else {
+        let Some((disk, disk_encoding)) = disk else {
             // A buffer for a file not on disk: all of it is the user's unsaved text.
-            return Ok(Some(UserChanges::Overlap((
-                1,
-                base.text.lines().count().max(1),
-            ))));
+            let lines = base.text.lines().count().max(1);
+            return Ok((Some(UserChanges::Overlap((1, lines))), encoding));
         };
-        Ok(Some(match merge_onto_disk(&base.text, &disk, edits) {
+        let changes = match merge_onto_disk(&base.text, &disk, edits) {
             Ok(merged) => UserChanges::Merge {
                 disk: merged,
-                encoding,
+                encoding: disk_encoding,
                 ask: policy == SaveUserChanges::Ask && !self.choices.lock().asked.contains(path),
             },
             Err(o) => UserChanges::Overlap(o.lines),
-        }))
+        };
+        Ok((Some(changes), encoding))
     }
 
     /// Writes the agent's change merged onto the disk's text (`merged`) in place, as an
@@ -928,9 +920,10 @@ impl Fs for EditorFs {
             }
         };
         // The user's unsaved changes in the buffer stay theirs (`saveUserChanges`).
-        let user = match version {
+        // And the encoding the buffer is saved in, from that same read of the disk.
+        let (user, encoding) = match version {
             Some(_) => self.user_changes(path, base, &edits).await?,
-            None => None,
+            None => (None, base.encoding),
         };
         let checked = started.elapsed();
         let edit = self.workspace_edit(uri.clone(), version, text_edits.clone(), false);
@@ -953,7 +946,7 @@ impl Fs for EditorFs {
         let applied = started.elapsed();
         match user {
             None => {
-                self.settle(path, uri, sent_version, base.encoding, || {
+                self.settle(path, uri, sent_version, encoding, || {
                     apply_replacements(&base.text, &edits)
                 })
                 .await?
@@ -979,7 +972,7 @@ impl Fs for EditorFs {
                 let answer = ask_user(&self.client, message, &[SAVE_MINE, KEEP_IN_BUFFER]).await;
                 if answer.as_deref() == Some(SAVE_MINE) {
                     self.choices.lock().buffer_only.remove(path);
-                    self.settle(path, uri, sent_version, base.encoding, || {
+                    self.settle(path, uri, sent_version, encoding, || {
                         apply_replacements(&base.text, &edits)
                     })
                     .await?

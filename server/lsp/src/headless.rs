@@ -91,14 +91,23 @@ fn folder_sessions(sessions: &Sessions) -> Vec<pi_core::session::SessionSummary>
 }
 
 /// The session file `resume` names (`None`: `--continue` with no session of the folder, which
-/// starts a new one as Pi's `continueRecent`), or why there is none.
-fn resume_path(sessions: &Sessions, resume: &Resume) -> Result<Option<PathBuf>, String> {
+/// starts a new one as Pi's `continueRecent`), or why there is none. A `--session` argument
+/// that looks like a path (a `/` or `\` in it, or a `.jsonl` end) is one, `~` expanded and a
+/// relative one taken from the `workspace` folder, as Pi 1.6's `resolveSessionPath` takes it
+/// from the folder it runs in (its project folder, which `--workspace` names here); any other
+/// is a session id or its start.
+fn resume_path(
+    sessions: &Sessions,
+    workspace: &std::path::Path,
+    resume: &Resume,
+) -> Result<Option<PathBuf>, String> {
     let found = folder_sessions(sessions);
     match resume {
         Resume::Latest => Ok(found.into_iter().next().map(|s| s.path)),
         Resume::Session(s) => {
-            let p = PathBuf::from(s);
-            if p.is_file() {
+            let path_like = s.contains('/') || s.contains('\\') || s.ends_with(".jsonl");
+            let p = absolute(workspace, s);
+            if path_like && p.is_file() {
                 return Ok(Some(p));
             }
             let found: Vec<_> = found
@@ -696,6 +705,7 @@ pub async fn run(args: RunArgs) -> i32 {
     let failed_save = Arc::new(AtomicBool::new(false));
     let later_prompts = Arc::new(AtomicUsize::new(further.len()));
     let left_out = Arc::new(AtomicBool::new(false));
+    let root = workspace.clone();
     let closing = Arc::new(Mutex::new(Vec::new()));
     let setup = Arc::new(HeadlessSetup {
         root: workspace,
@@ -710,7 +720,7 @@ pub async fn run(args: RunArgs) -> i32 {
     let sessions = Sessions::new(ws, setup, None);
     let resume = match args.resume.as_ref().filter(|_| !args.no_session) {
         None => None,
-        Some(r) => match resume_path(&sessions, r) {
+        Some(r) => match resume_path(&sessions, &root, r) {
             Ok(path) => path,
             Err(e) => {
                 eprintln!("pi-lsp: {e}");

@@ -568,6 +568,9 @@ struct EventDelta<'a> {
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
 ///
 /// `headers`: [`request_headers`] for the request's context.
+///
+/// `cache`: the conversation's request cache, whose [`super::UrlSlot`] keeps the model's
+/// endpoint parsed for its next request; `None`: parsed by reqwest for this one.
 pub async fn run(
     model: Model,
     body: Vec<u8>,
@@ -575,11 +578,22 @@ pub async fn run(
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
+    cache: Option<std::sync::Arc<super::openai_completions::RequestCache>>,
 ) {
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, body, &headers, &mut b, &cancel, timeout).await {
+    match stream_body(
+        &model,
+        body,
+        &headers,
+        &mut b,
+        &cancel,
+        timeout,
+        cache.as_deref().map(|c| &c.url),
+    )
+    .await
+    {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -673,6 +687,7 @@ async fn stream_body(
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
+    endpoint: Option<&super::UrlSlot>,
 ) -> Result<Option<StopReason>, ProviderError> {
     let base = model.base_url.trim_end_matches('/');
     let url = if base.ends_with("/v1") {
@@ -683,6 +698,7 @@ async fn stream_body(
     let mut sse = open_sse(
         &crate::errors::HttpWording::Anthropic,
         &url,
+        endpoint,
         headers,
         body,
         cancel,

@@ -190,6 +190,7 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                 tx,
                 options.cancel,
                 options.timeout,
+                options.request_cache.clone(),
             ));
         }
         Api::OpenaiCompletions => {
@@ -212,6 +213,7 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                 tx,
                 options.cancel,
                 options.timeout,
+                options.request_cache.clone(),
             ));
         }
         Api::OpenaiResponses => {
@@ -236,6 +238,7 @@ pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> Assis
                 tx,
                 options.cancel,
                 options.timeout,
+                options.request_cache.clone(),
             ));
         }
         Api::Scripted => {
@@ -292,32 +295,35 @@ pub(crate) fn http_client(url: &str) -> &'static reqwest::Client {
     }
 }
 
-/// `url` parsed (`reqwest::Url`), kept for the next request to it: a model's endpoint is the
-/// same at every request, so a request clones the parsed URL instead of reqwest parsing the
-/// text again (`IntoUrl` for a `&str`). The last [`URLS_KEPT`] URLs are kept, the least
-/// recently used replaced. `None`: the text does not parse; the caller hands reqwest the text,
-/// whose own error then says so, as before. A parsed `Url` goes through the same checks in
-/// reqwest as the text would (`IntoUrl` for `Url`: a URL without a host is refused).
-pub(crate) fn parsed_url(url: &str) -> Option<reqwest::Url> {
-    static URLS: std::sync::Mutex<Vec<(Box<str>, reqwest::Url)>> =
-        std::sync::Mutex::new(Vec::new());
-    let mut urls = URLS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(at) = urls.iter().position(|(text, _)| **text == *url) {
-        urls[at..].rotate_left(1);
-        return urls.last().map(|(_, parsed)| parsed.clone());
-    }
-    let parsed = reqwest::Url::parse(url).ok()?;
-    if urls.len() >= URLS_KEPT {
-        urls.remove(0);
-    }
-    urls.push((url.into(), parsed.clone()));
-    Some(parsed)
-}
+/// A model's endpoint parsed (`reqwest::Url`) once and kept for the next request to it: the URL
+/// is the same at every request of a conversation's model, so a request clones the parsed URL
+/// instead of reqwest parsing the text again (`IntoUrl` for a `&str`). One slot per
+/// conversation, next to its request bytes ([`openai_completions::RequestCache::url`]): the
+/// run's model's URL; another URL (a model set between runs uses a new cache anyway) replaces
+/// it. A parsed `Url` goes through the same checks in reqwest as the text would (`IntoUrl` for
+/// `Url`: a URL without a host is refused).
+#[derive(Debug, Default)]
+pub struct UrlSlot(std::sync::Mutex<Option<(Box<str>, reqwest::Url)>>);
 
-/// How many parsed URLs [`parsed_url`] keeps (a session's model, and a few others in turn).
-const URLS_KEPT: usize = 8;
+impl UrlSlot {
+    /// `url` parsed: the kept parse when it is the slot's text, else parsed now and kept.
+    /// `None`: the text does not parse; the caller hands reqwest the text, whose own error then
+    /// says so.
+    pub(crate) fn parsed(&self, url: &str) -> Option<reqwest::Url> {
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((text, parsed)) = slot.as_ref() {
+            if **text == *url {
+                return Some(parsed.clone());
+            }
+        }
+        let parsed = reqwest::Url::parse(url).ok()?;
+        *slot = Some((url.into(), parsed.clone()));
+        Some(parsed)
+    }
+}
 
 /// Joins a base URL and a path without doubling or dropping the `/`.
 pub(crate) fn join_url(base: &str, path: &str) -> String {
@@ -562,9 +568,12 @@ pub(crate) fn json_bytes(body: &Value) -> Vec<u8> {
     serde_json::to_vec(body).unwrap_or_else(|_| body.to_string().into_bytes())
 }
 
+/// `endpoint`: where the conversation keeps its model's URL parsed ([`UrlSlot`]); `None`: the
+/// text is handed to reqwest.
 pub(crate) async fn open_sse(
     wording: &crate::errors::HttpWording,
     url: &str,
+    endpoint: Option<&UrlSlot>,
     headers: &[(String, String)],
     body: Vec<u8>,
     cancel: &CancellationToken,
@@ -573,7 +582,7 @@ pub(crate) async fn open_sse(
     let first_byte = timeout.unwrap_or(DEFAULT_FIRST_BYTE_TIMEOUT);
     let idle = timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
     let client = http_client(url);
-    let req = match parsed_url(url) {
+    let req = match endpoint.and_then(|e| e.parsed(url)) {
         Some(parsed) => client.post(parsed),
         None => client.post(url),
     };
@@ -809,22 +818,25 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
+    /// A conversation's endpoint is parsed once and kept in its slot: every later request to
+    /// the same URL gets the kept parse (equal to a fresh one), another URL replaces it, text
+    /// that does not parse is `None` and keeps nothing; each conversation has its own slot.
     #[test]
-    fn a_parsed_url_is_kept_and_equals_a_fresh_parse() {
-        let texts: Vec<String> = (0..URLS_KEPT + 2)
-            .map(|i| format!("http://127.0.0.1:{}/v1/chat/completions", 40_000 + i))
-            .collect();
-        for _ in 0..2 {
-            for t in &texts {
-                assert_eq!(parsed_url(t), Some(reqwest::Url::parse(t).unwrap()));
-            }
-        }
+    fn an_endpoint_is_parsed_once_per_slot_and_equals_a_fresh_parse() {
+        let (a, b) = (UrlSlot::default(), UrlSlot::default());
+        let one = "http://127.0.0.1:40000/v1/chat/completions";
+        let two = "HTTP://Example.COM/v1/messages";
+        let kept = |s: &UrlSlot| s.0.lock().unwrap().as_ref().map(|(t, _)| t.to_string());
+        assert_eq!(a.parsed(one), Some(reqwest::Url::parse(one).unwrap()));
+        assert_eq!(a.parsed(one), Some(reqwest::Url::parse(one).unwrap()));
+        assert_eq!((kept(&a), kept(&b)), (Some(one.to_string()), None));
         assert_eq!(
-            (
-                parsed_url("not a url"),
-                parsed_url("HTTP://Example.COM/v1/messages").map(String::from),
-            ),
-            (None, Some("http://example.com/v1/messages".to_string()))
+            a.parsed(two).map(String::from),
+            Some("http://example.com/v1/messages".to_string())
+        );
+        assert_eq!(
+            (a.parsed("not a url"), kept(&a)),
+            (None, Some(two.to_string()))
         );
     }
 }

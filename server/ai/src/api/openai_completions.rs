@@ -726,6 +726,8 @@ pub struct RequestCache {
     /// The same for an `anthropic-messages` or `openai-responses` model
     /// ([`super::prefix::request_bytes`]).
     pub(crate) steps: std::sync::Mutex<Option<super::prefix::Prefix>>,
+    /// The conversation's model's endpoint, parsed once ([`super::UrlSlot`]).
+    pub(crate) url: super::UrlSlot,
 }
 
 #[derive(Debug)]
@@ -958,6 +960,9 @@ struct ChunkDelta<'a> {
 ///
 /// `session`: [`session_headers`] for the request, after the model's own headers (replacing
 /// one of the same name).
+///
+/// `cache`: the conversation's request cache, whose [`super::UrlSlot`] keeps the model's
+/// endpoint parsed for its next request; `None`: parsed by reqwest for this one.
 pub async fn run(
     model: Model,
     body: Vec<u8>,
@@ -965,11 +970,22 @@ pub async fn run(
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
+    cache: Option<std::sync::Arc<RequestCache>>,
 ) {
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, body, session, &mut b, &cancel, timeout).await {
+    match stream_body(
+        &model,
+        body,
+        session,
+        &mut b,
+        &cancel,
+        timeout,
+        cache.as_deref().map(|c| &c.url),
+    )
+    .await
+    {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -989,6 +1005,7 @@ async fn stream_body(
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
+    endpoint: Option<&super::UrlSlot>,
 ) -> Result<Option<StopReason>, ProviderError> {
     let url = join_url(&model.base_url, "chat/completions");
     let mut headers: Vec<(String, String)> = Vec::new();
@@ -1006,6 +1023,7 @@ async fn stream_body(
     let mut sse = open_sse(
         &crate::errors::HttpWording::Completions,
         &url,
+        endpoint,
         &headers,
         body,
         cancel,

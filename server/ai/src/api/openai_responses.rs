@@ -447,6 +447,9 @@ pub fn request_headers(model: &Model, session_id: Option<&str>) -> Vec<(String, 
 /// Streams one response; every outcome ends in exactly one terminal event on `tx`.
 ///
 /// `headers`: [`request_headers`] for the request.
+///
+/// `cache`: the conversation's request cache, whose [`super::UrlSlot`] keeps the model's
+/// endpoint parsed for its next request; `None`: parsed by reqwest for this one.
 pub async fn run(
     model: Model,
     body: Vec<u8>,
@@ -454,11 +457,22 @@ pub async fn run(
     tx: StreamSender,
     cancel: CancellationToken,
     timeout: Option<std::time::Duration>,
+    cache: Option<std::sync::Arc<super::openai_completions::RequestCache>>,
 ) {
     let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
         return;
     };
-    match stream_body(&model, body, &headers, &mut b, &cancel, timeout).await {
+    match stream_body(
+        &model,
+        body,
+        &headers,
+        &mut b,
+        &cancel,
+        timeout,
+        cache.as_deref().map(|c| &c.url),
+    )
+    .await
+    {
         Ok(Some(reason)) => {
             let _ = b.finish(reason).await;
         }
@@ -499,6 +513,7 @@ async fn stream_body(
     b: &mut MessageBuilder,
     cancel: &CancellationToken,
     timeout: Option<std::time::Duration>,
+    endpoint: Option<&super::UrlSlot>,
 ) -> Result<Option<StopReason>, ProviderError> {
     let url = join_url(&model.base_url, "responses");
     let mut sse = open_sse(
@@ -506,6 +521,7 @@ async fn stream_body(
             provider: model.provider.clone(),
         },
         &url,
+        endpoint,
         headers,
         body,
         cancel,

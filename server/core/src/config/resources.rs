@@ -271,6 +271,30 @@ impl WorkspaceConfig {
         self.settings.get()
     }
 
+    /// The [`crate::settings::Stamp`]s of every file the system prompt's instructions may come
+    /// from, found or not: each context file name in the agent dir and in every folder from
+    /// `/` down to the workspace ([`load_context_files`]), and `SYSTEM.md` / `APPEND_SYSTEM.md`
+    /// in the project dir (trusted only) and the agent dir. Equal stamps: those files read
+    /// the same (a file made, removed, or written since changes its stamp). One `stat` each.
+    pub(crate) fn prompt_files_stamp(&self) -> Vec<crate::settings::Stamp> {
+        const CONTEXT: [&str; 4] = ["AGENTS.md", "AGENTS.MD", "CLAUDE.md", "CLAUDE.MD"];
+        let project = self.trusted.then(|| self.project_dir());
+        let dirs = self
+            .agent_dir
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(self.root.ancestors());
+        let context = dirs.flat_map(|d| CONTEXT.map(|n| d.join(n)));
+        let system = [project.as_deref(), self.agent_dir.as_deref()]
+            .into_iter()
+            .flatten()
+            .flat_map(|d| ["SYSTEM.md", "APPEND_SYSTEM.md"].map(|n| d.join(n)));
+        context
+            .chain(system)
+            .map(|p| crate::settings::file_stamp(&p))
+            .collect()
+    }
+
     /// The `models.json` files in precedence order: the project's (trusted only), then the
     /// agent dir's.
     pub fn models_files(&self) -> Vec<PathBuf> {

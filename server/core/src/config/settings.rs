@@ -526,11 +526,16 @@ impl Typer<'_> {
     }
 }
 
-/// What a file looked like when it was read: `None` = absent.
-type Stamp = Option<(SystemTime, u64)>;
+/// What a file looked like when it was read (modification time, length): `None` = absent.
+pub(crate) type Stamp = Option<(SystemTime, u64)>;
 
 fn stamp(path: &Option<PathBuf>) -> Stamp {
-    let m = std::fs::metadata(path.as_ref()?).ok()?;
+    file_stamp(path.as_deref()?)
+}
+
+/// The [`Stamp`] of the file at `path` now (one `stat`).
+pub(crate) fn file_stamp(path: &Path) -> Stamp {
+    let m = std::fs::metadata(path).ok()?;
     Some((m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()))
 }
 

@@ -156,9 +156,63 @@ pub struct AgentSession {
     /// its branch changes, the base of every run's tools before the extensions' filters
     /// ([`setup::RecordedTools`]).
     recorded_tools: parking_lot::Mutex<Option<setup::RecordedTools>>,
-    /// The configuration ([`Agent::config_generation`]) the session's first run may start on
-    /// without building it again ([`AgentSession::keep_config_for_first_prompt`]); 0: none.
-    first_prompt_config: std::sync::atomic::AtomicU64,
+    /// What the configuration installed last was built from, until a run starts on it
+    /// ([`AgentSession::start`] starts the run on it when nothing changed since); `None`: a run
+    /// started on it, or it was made during a run.
+    built_from: parking_lot::Mutex<Option<BuiltFrom>>,
+    /// How many run configurations were built for the session (creation included).
+    config_builds: std::sync::atomic::AtomicU64,
+}
+
+/// What a run configuration was built from, as far as it can change without a new one being
+/// made: [`AgentSession::start`] builds the configuration again unless each is still the same.
+/// Taken before the build, so a change during it counts as a change. Not compared: the
+/// contents of skills and prompt templates, and what the product adds (its tools, the MCP
+/// servers' tools, which a run asks for anyway): read at the build, seen from the next run
+/// that builds (every later prompt).
+struct BuiltFrom {
+    /// The configuration's number ([`Agent::config_generation`]): a model, a thinking level or
+    /// a switch set since made another.
+    generation: u64,
+    /// The settings the build read: the loader ([`crate::settings::SettingsCache`]) hands out
+    /// the same value until a settings file's modification time, length or existence changes.
+    settings: Arc<Settings>,
+    /// The context files and `SYSTEM.md` / `APPEND_SYSTEM.md`, found or not
+    /// ([`WorkspaceConfig::prompt_files_stamp`]).
+    prompt_files: Vec<crate::settings::Stamp>,
+    /// The branch's recorded tool loadout (a branch change restores another).
+    recorded_tools: Option<setup::RecordedTools>,
+    /// The plan/todo board's state (plan mode's tool filter): told of every change.
+    plan: Option<tokio::sync::watch::Receiver<crate::extension::plan::PlanState>>,
+}
+
+impl BuiltFrom {
+    /// Taken now for `session`'s next build; `generation` is set once the build is installed.
+    fn now(
+        ws: &WorkspaceConfig,
+        extensions: &Extensions,
+        recorded_tools: Option<&setup::RecordedTools>,
+    ) -> BuiltFrom {
+        BuiltFrom {
+            generation: 0,
+            settings: ws.settings(),
+            prompt_files: ws.prompt_files_stamp(),
+            recorded_tools: recorded_tools.cloned(),
+            plan: extensions.plan().map(|b| b.subscribe()),
+        }
+    }
+
+    /// Whether `session`'s configuration would be built from the same as now.
+    fn is_current(&self, session: &AgentSession) -> bool {
+        self.generation == session.agent.config_generation()
+            && Arc::ptr_eq(&self.settings, &session.ws.settings())
+            && self.prompt_files == session.ws.prompt_files_stamp()
+            && self.recorded_tools == *session.recorded_tools.lock()
+            && self
+                .plan
+                .as_ref()
+                .is_none_or(|rx| matches!(rx.has_changed(), Ok(false)))
+    }
 }
 
 /// A session file opened by [`open_file`].
@@ -421,6 +475,7 @@ impl AgentSession {
             let extensions = load_extensions(&ws, host);
             let settings = ws.settings();
             let reads = Arc::new(crate::tools::ReadTracker::default());
+            let mut built_from = BuiltFrom::now(&ws, &extensions, recorded_tools.as_ref());
             let mut cfg = build_config(
                 &ws,
                 &setup,
@@ -441,7 +496,9 @@ impl AgentSession {
             let auto_retry = cfg.retry.enabled;
             let auto_compaction = cfg.compaction.as_ref().is_some_and(|c| c.settings.enabled);
             reads.seed(ws.root(), &messages);
+            tracing::debug!(session = %id, builds = 1, "run configuration built");
             let agent = Agent::new(cfg, Vec::new());
+            built_from.generation = agent.config_generation();
             let _ = agent.set_context(messages, usage_from);
             agent.set_queue_modes(settings.steering_mode, settings.follow_up_mode);
             let weak = agent.downgrade();
@@ -506,37 +563,36 @@ impl AgentSession {
                 late,
                 reads,
                 recorded_tools: parking_lot::Mutex::new(recorded_tools),
-                first_prompt_config: std::sync::atomic::AtomicU64::new(0),
+                built_from: parking_lot::Mutex::new(Some(built_from)),
+                config_builds: std::sync::atomic::AtomicU64::new(1),
             }
         })
     }
 
-    /// For a front door that creates a session to run the prompt it was created for at once
-    /// (`agent/prompt` without a session): that prompt's run starts on the configuration the
-    /// creation just built, instead of building it a second time in [`AgentSession::start`].
-    /// Nothing that configuration reads can change in between: the prompt follows in the same
-    /// call, with no wait, unless its text is a `/command` (an extension command may change
-    /// what it reads, and waits: [`AgentSession::prompt`] forgets this then). A change that
-    /// makes a new configuration in between (a model or thinking level set, a switch turned)
-    /// changes [`Agent::config_generation`], and the run is configured afresh as always. Only
-    /// the first [`AgentSession::start`] after this call can use it.
-    pub fn keep_config_for_first_prompt(&self) {
-        self.first_prompt_config.store(
-            self.agent.config_generation(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    /// Forgets what the installed configuration was built from: the next start configures
+    /// afresh (a `/command` may change what the configuration reads).
+    pub(crate) fn forget_kept_config(&self) {
+        *self.built_from.lock() = None;
     }
 
-    /// Forgets [`AgentSession::keep_config_for_first_prompt`]: the next start configures afresh.
-    pub(crate) fn forget_kept_config(&self) {
-        self.first_prompt_config
-            .store(0, std::sync::atomic::Ordering::Relaxed);
+    /// How many run configurations were built for the session, its creation's included (a
+    /// figure for tests and diagnostics).
+    pub fn config_builds(&self) -> u64 {
+        self.config_builds
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The configuration of the session's next run: tools, system prompt and settings read
     /// afresh from the workspace (see [`setup::agent_config_with`]), the session's model,
     /// compaction into its file, its extensions' tools and hooks, its switches.
     pub fn config(&self) -> AgentConfig {
+        self.build().0
+    }
+
+    /// [`AgentSession::config`], and what it was built from.
+    fn build(&self) -> (AgentConfig, BuiltFrom) {
+        let recorded_tools = self.recorded_tools.lock().clone();
+        let from = BuiltFrom::now(&self.ws, &self.extensions, recorded_tools.as_ref());
         let (model, auto_retry, auto_compaction) = {
             let l = self.live.lock();
             (l.model.clone(), l.auto_retry, l.auto_compaction)
@@ -550,21 +606,34 @@ impl AgentSession {
             &self.gate,
             &self.extensions,
             &self.reads,
-            self.recorded_tools.lock().as_ref(),
+            recorded_tools.as_ref(),
         );
         cfg.retry.enabled = auto_retry;
         cfg.late_results = Some(self.late.clone());
         if let Some(c) = cfg.compaction.as_mut() {
             c.settings.enabled = auto_compaction;
         }
-        cfg
+        let builds = 1 + self
+            .config_builds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(session = %self.id, builds, "run configuration built");
+        (cfg, from)
+    }
+
+    /// Builds the configuration and makes it the agent's, for its next run; remembers what it
+    /// was built from unless a run is active (what that run does may change it).
+    fn install_config(&self) {
+        let (cfg, mut from) = self.build();
+        self.agent.set_config(cfg);
+        from.generation = self.agent.config_generation();
+        *self.built_from.lock() = (!self.agent.is_streaming()).then_some(from);
     }
 
     /// Configures the next run afresh (tools, caps and project instructions are re-read) when
     /// no run is active; a run keeps the configuration it started with.
     pub fn reconfigure(&self) {
         if !self.agent.is_streaming() {
-            self.agent.set_config(self.config());
+            self.install_config();
         }
     }
 
@@ -579,14 +648,16 @@ impl AgentSession {
             )));
         }
         self.ensure_context();
-        // The configuration its creation built, when the session was created for this prompt
-        // and nothing made a new one since (`keep_config_for_first_prompt`); else built now.
-        let kept = self
-            .first_prompt_config
-            .swap(0, std::sync::atomic::Ordering::Relaxed);
-        if kept == 0 || kept != self.agent.config_generation() {
+        // The configuration installed last (at the session's creation, a model or level set)
+        // when no run started on it and nothing it was built from changed since ([`BuiltFrom`]:
+        // its number, the settings files, the context files and `SYSTEM.md`, the branch's
+        // loadout, the plan board); else built now. A run started on it uses it up: a run may change what it reads (the files its
+        // tools write, an extension's state), so the next start builds afresh.
+        let from = self.built_from.lock().take();
+        if !from.is_some_and(|f| f.is_current(self)) {
             self.reconfigure();
         }
+        *self.built_from.lock() = None;
         if !self.agent.is_streaming() {
             self.store_system_message();
         }
@@ -646,7 +717,7 @@ impl AgentSession {
             }
         }
         self.live.lock().model = model;
-        self.agent.set_config(self.config());
+        self.install_config();
         Ok(())
     }
 
@@ -671,7 +742,7 @@ impl AgentSession {
                 thinking_level: level.as_str().to_string(),
             })?;
             self.live.lock().model.thinking_level = Some(level);
-            self.agent.set_config(self.config());
+            self.install_config();
         }
         Ok(level)
     }

@@ -572,7 +572,7 @@ fn record_missing_thinking_level(
     drop(w);
     model.thinking_level = Some(level);
     s.live.lock().model = model;
-    s.agent.set_config(s.config());
+    s.install_config();
     Ok(())
 }
 
@@ -654,55 +654,105 @@ mod tests {
         }
     }
 
-    /// A session created for the prompt it runs at once (`keep_config_for_first_prompt`, as
-    /// `agent/prompt` without a session does) starts that run on the configuration its
-    /// creation built; a change in between that makes a new configuration (auto retry turned
-    /// off), a `/` text (an extension command may change what the configuration reads), a
-    /// later prompt, and a session not kept so (`agent/session/new`, then a prompt) are each
-    /// configured afresh at the start, as before.
+    /// What happens to a new session between its creation and its first prompt.
+    #[derive(Clone, Copy)]
+    enum Between {
+        Nothing,
+        /// Auto retry turned off: a configuration of its own is made then.
+        Switch,
+        /// A settings file written.
+        Settings,
+        /// Plan mode turned on (its tool filter changes the tools).
+        Plan,
+        /// The workspace's `AGENTS.md` written.
+        Instructions,
+    }
+
+    /// What a case of [`a_start_builds_the_configuration_only_when_what_it_was_built_from_changed`]
+    /// saw: (configurations built by the first prompt's start, whether the run started on the
+    /// configuration installed before the prompt, its retry switch, its compaction reserve,
+    /// whether its system prompt holds the `AGENTS.md` written, configurations built by a
+    /// later prompt).
+    async fn first_and_later_prompt(
+        sessions: &Sessions,
+        (settings, agents_md): (&Path, &Path),
+        text: &str,
+        between: Between,
+    ) -> (u64, bool, bool, u64, bool, u64) {
+        let s = sessions.create(None, None, None).unwrap();
+        match between {
+            Between::Nothing => {}
+            Between::Switch => s.set_auto_retry(false),
+            Between::Settings => {
+                std::fs::write(settings, r#"{"compaction": {"reserveTokens": 4096}}"#).unwrap()
+            }
+            Between::Plan => {
+                s.plan().unwrap().set_plan_mode(true).await.unwrap();
+            }
+            Between::Instructions => std::fs::write(agents_md, "Use tabs.\n").unwrap(),
+        }
+        let (before, built) = (s.agent_handle().config_generation(), s.config_builds());
+        s.prompt(text, Vec::new(), None, None).await.unwrap();
+        let (same, retry, reserve, told) =
+            s.agent_handle().with_config_generation(|c, generation| {
+                let reserve = c.compaction.as_ref().map(|c| c.settings.reserve_tokens);
+                let told = c.system_prompt.contains("Use tabs.");
+                (
+                    generation == before,
+                    c.retry.enabled,
+                    reserve.unwrap_or(0),
+                    told,
+                )
+            });
+        let by_start = s.config_builds() - built;
+        tokio::time::timeout(Duration::from_secs(5), s.wait_for_idle())
+            .await
+            .unwrap();
+        let built = s.config_builds();
+        s.prompt("again", Vec::new(), None, None).await.unwrap();
+        let by_later = s.config_builds() - built;
+        tokio::time::timeout(Duration::from_secs(5), s.wait_for_idle())
+            .await
+            .unwrap();
+        let _ = std::fs::remove_file(settings);
+        let _ = std::fs::remove_file(agents_md);
+        (by_start, same, retry, reserve, told, by_later)
+    }
+
+    /// A start builds the run's configuration only when what the one installed last was built
+    /// from changed, whichever front door created the session (nothing to set): a new
+    /// session's first prompt runs on the configuration its creation built, and a prompt after
+    /// a switch turned runs on the one that made; a settings file or `AGENTS.md` written in
+    /// between, plan mode turned on in between, or a `/` text (an extension command may change what the
+    /// configuration reads) make the start build afresh, and so does every later prompt (a run
+    /// may change what the configuration reads).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_session_created_for_its_prompt_is_configured_once_unless_something_changed() {
+    async fn a_start_builds_the_configuration_only_when_what_it_was_built_from_changed() {
         let tmp = tempfile::tempdir().unwrap();
         let sessions = sessions_at(tmp.path(), Arc::default());
-        let generation = |s: &AgentSession| s.agent_handle().config_generation();
-        // (generation when created and kept, just before the prompt, right after its start)
-        let run = |text: &'static str, keep: bool, change: bool| {
-            let s = sessions.create(None, None, None).unwrap();
-            if keep {
-                s.keep_config_for_first_prompt();
-            }
-            let built = generation(&s);
-            if change {
-                s.set_auto_retry(false);
-            }
-            let before = generation(&s);
-            async move {
-                s.prompt(text, Vec::new(), None, None).await.unwrap();
-                let started = generation(&s);
-                let retry = s.agent_handle().with_config(|c| c.retry.enabled);
-                tokio::time::timeout(Duration::from_secs(5), s.wait_for_idle())
-                    .await
-                    .unwrap();
-                s.prompt("again", Vec::new(), None, None).await.unwrap();
-                let again = generation(&s);
-                tokio::time::timeout(Duration::from_secs(5), s.wait_for_idle())
-                    .await
-                    .unwrap();
-                (built == before, started == before, retry, again == started)
-            }
-        };
+        let root = tmp.path().canonicalize().unwrap();
+        let files = (&*root.join("agent/settings.json"), &*root.join("AGENTS.md"));
+        let reserve = crate::config::types::CompactionSettings::default().reserve_tokens;
+        let mut seen = Vec::new();
+        for (text, between) in [
+            ("go", Between::Nothing),
+            ("go", Between::Switch),
+            ("/go", Between::Nothing),
+            ("go", Between::Settings),
+            ("go", Between::Plan),
+            ("go", Between::Instructions),
+        ] {
+            seen.push(first_and_later_prompt(&sessions, files, text, between).await);
+        }
         assert_eq!(
+            seen,
             [
-                run("go", true, false).await,
-                run("go", true, true).await,
-                run("/go", true, false).await,
-                run("go", false, false).await,
-            ],
-            [
-                (true, true, true, false),
-                (false, false, false, false),
-                (true, false, true, false),
-                (true, false, true, false),
+                (0, true, true, reserve, false, 1),
+                (0, true, false, reserve, false, 1),
+                (1, false, true, reserve, false, 1),
+                (1, false, true, 4096, false, 1),
+                (1, false, true, reserve, false, 1),
+                (1, false, true, reserve, true, 1),
             ]
         );
         sessions.stop_all().await;

@@ -298,7 +298,8 @@ pub(crate) fn stream_window(
             Err(e) => e.error_len().is_none(),
         };
         if valid || crate::fs::mostly_utf8(head) {
-            (encoding_rs::UTF_8, false)
+            // A UTF-8 BOM stays in the text; the flag says it is there (as `decode_file`).
+            (encoding_rs::UTF_8, head.starts_with(crate::fs::UTF8_BOM))
         } else {
             (
                 crate::fs::detect_legacy(head).unwrap_or(encoding_rs::UTF_8),
@@ -342,7 +343,7 @@ pub(crate) fn stream_window(
             return Err("Operation aborted".into());
         }
         let chunk: &[u8] = if first {
-            let skip = if bom { 2 } else { 0 };
+            let skip = if bom && !utf8 { 2 } else { 0 };
             &buf[skip.min(filled)..filled]
         } else {
             &buf[..filled]
@@ -1018,8 +1019,11 @@ mod tests {
         bad[STREAM_CHUNK - 1] = 0xFF;
         bad[2 * STREAM_CHUNK] = 0xC3;
         bad.extend_from_slice(b"\xE4\xB8");
+        // A UTF-8 BOM: kept in the text, said by the encoding as `decode_file` says it.
+        let bom = format!("\u{FEFF}{utf8}");
         let cases: Vec<(String, Vec<u8>)> = vec![
             (utf8.clone(), utf8.clone().into_bytes()),
+            (bom.clone(), bom.clone().into_bytes()),
             (one_line.clone(), one_line.clone().into_bytes()),
             (String::from_utf8_lossy(&bad).into_owned(), bad),
         ];
@@ -1043,7 +1047,8 @@ mod tests {
                     (g, w) => panic!("case {k} offset {offset}: {:?} vs {w:?}", g.map(|s| s.text)),
                 };
                 assert_eq!(s.hash, Some(super::super::text_hash(text)));
-                assert_eq!(s.encoding.is_utf8(), k < 2);
+                assert_eq!(s.encoding, crate::fs::decode_file(bytes.clone()).encoding);
+                assert_eq!((s.encoding.is_utf8(), s.encoding.bom), (k < 3, k == 1));
             }
         }
         // Latin-1 text, detected from the first chunk, decoded in a stream.

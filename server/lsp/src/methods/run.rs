@@ -19,12 +19,7 @@ pub(crate) async fn agent_prompt(cx: Ctx, p: PromptParams) -> Result<PromptResul
     let images = images(p.images.as_deref(), "images")?;
     let session: Arc<AgentSession> = match &p.session_id {
         Some(id) => cx.session(id).await?,
-        None => {
-            let s = cx.create_session(p.model.as_deref(), None, None)?;
-            // The prompt below runs on the configuration the creation built.
-            s.keep_config_for_first_prompt();
-            s
-        }
+        None => cx.create_session(p.model.as_deref(), None, None)?,
     };
     let behavior = p.streaming_behavior.map(|b| match b {
         StreamingBehavior::Steer => DeliverAs::Steer,

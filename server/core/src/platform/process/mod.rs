@@ -50,28 +50,64 @@ pub use imp::{exit_signal, lead_own_group, pid_alive, prepare, ProcessTree};
 /// Grace between [`ProcessTree::terminate`] and [`ProcessTree::kill`] in [`stop`].
 pub const KILL_GRACE: Duration = Duration::from_millis(300);
 
-/// Every tracked tree until it is found empty.
-static TREES: Mutex<Vec<ProcessTree>> = Mutex::new(Vec::new());
+/// Tracked process trees, each kept until it is found empty. The process has one, [`TREES`],
+/// behind [`track`], [`live_trees`], [`stop_all`] and [`kill_all_now`]; a test makes its own,
+/// so that another test of the same binary stopping the process's trees (a session registry's
+/// `Sessions::stop_all`) cannot stop or forget the trees it checks.
+#[derive(Default)]
+pub(crate) struct Registry(Mutex<Vec<ProcessTree>>);
 
-fn trees() -> std::sync::MutexGuard<'static, Vec<ProcessTree>> {
-    TREES.lock().unwrap_or_else(|p| p.into_inner())
+/// The process's tracked trees.
+static TREES: Registry = Registry(Mutex::new(Vec::new()));
+
+impl Registry {
+    fn trees(&self) -> std::sync::MutexGuard<'_, Vec<ProcessTree>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// See [`track`].
+    pub(crate) fn track(&self, tree: &ProcessTree) {
+        let mut t = self.trees();
+        imp::retain_live(&mut t);
+        if !t.iter().any(|x| x.id() == tree.id()) {
+            t.push(tree.clone());
+        }
+    }
+
+    /// See [`live_trees`].
+    pub(crate) fn live_trees(&self) -> Vec<ProcessTree> {
+        let mut t = self.trees();
+        imp::retain_live(&mut t);
+        t.clone()
+    }
+
+    /// See [`stop_all`].
+    pub(crate) async fn stop_all(&self) -> usize {
+        let live = self.live_trees();
+        futures::future::join_all(live.iter().map(|t| stop(t, KILL_GRACE))).await;
+        imp::retain_live(&mut self.trees());
+        live.len()
+    }
+
+    /// See [`kill_all_now`].
+    pub(crate) fn kill_all_now(&self) -> usize {
+        let live = self.live_trees();
+        for t in &live {
+            t.kill();
+        }
+        live.len()
+    }
 }
 
 /// Records `tree` (forgetting the tracked trees found empty): [`stop_all`] and
 /// [`kill_all_now`] stop it if it still has a live member when the process goes away.
 pub fn track(tree: &ProcessTree) {
-    let mut t = trees();
-    imp::retain_live(&mut t);
-    if !t.iter().any(|x| x.id() == tree.id()) {
-        t.push(tree.clone());
-    }
+    TREES.track(tree)
 }
 
 /// The tracked trees that still have a live member (the others are forgotten).
 pub fn live_trees() -> Vec<ProcessTree> {
-    let mut t = trees();
-    imp::retain_live(&mut t);
-    t.clone()
+    TREES.live_trees()
 }
 
 /// [`ProcessTree::terminate`], then [`ProcessTree::kill`] when a member is still alive after
@@ -93,20 +129,13 @@ pub async fn stop(tree: &ProcessTree, grace: Duration) {
 /// [`stop`]s every tracked tree with a live member, all at once, with [`KILL_GRACE`].
 /// Returns how many there were.
 pub async fn stop_all() -> usize {
-    let live = live_trees();
-    futures::future::join_all(live.iter().map(|t| stop(t, KILL_GRACE))).await;
-    imp::retain_live(&mut trees());
-    live.len()
+    TREES.stop_all().await
 }
 
 /// [`ProcessTree::kill`] on every tracked tree with a live member, at once (no grace): for an
 /// exit that cannot wait. Returns how many there were.
 pub fn kill_all_now() -> usize {
-    let live = live_trees();
-    for t in &live {
-        t.kill();
-    }
-    live.len()
+    TREES.kill_all_now()
 }
 
 /// Pi's status line for a process that did not exit with 0: `Command exited with code N`,
@@ -135,17 +164,20 @@ mod tests {
         cmd
     }
 
+    /// A tracked tree is stopped whole (the background child too) and then forgotten. The
+    /// test's own registry: the sessions tests of this binary stop the process's trees.
     #[tokio::test]
     async fn a_tree_is_stopped_whole_and_then_forgotten() {
+        let registry = Registry::default();
         let mut cmd = sleeper();
         prepare(&mut cmd);
         let mut child = cmd.spawn().unwrap();
         let tree = ProcessTree::adopt(child.id().unwrap()).unwrap();
-        track(&tree);
+        registry.track(&tree);
         // Give the shell time to start its background child.
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(tree.alive());
-        assert!(live_trees().iter().any(|t| t.id() == tree.id()));
+        assert!(registry.live_trees().iter().any(|t| t.id() == tree.id()));
         let started = Instant::now();
         stop(&tree, KILL_GRACE).await;
         let status = child.wait().await.unwrap();
@@ -157,27 +189,30 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(!tree.alive());
-        assert!(!live_trees().iter().any(|t| t.id() == tree.id()));
+        assert!(!registry.live_trees().iter().any(|t| t.id() == tree.id()));
         // Stopping a gone tree is a no-op.
         assert!(!tree.terminate());
     }
 
+    /// `kill_all_now` kills every tree its registry tracks, and only those: another registry
+    /// (as the process's is to this test's) finds none of them. Each test has its own
+    /// registry, so the count is exact whatever the other tests of this binary stop.
     #[tokio::test]
     async fn kill_all_now_kills_every_tracked_tree() {
+        let (registry, other) = (Registry::default(), Registry::default());
         let mut pairs = Vec::new();
         for _ in 0..2 {
             let mut cmd = sleeper();
             prepare(&mut cmd);
             let child = cmd.spawn().unwrap();
             let tree = ProcessTree::adopt(child.id().unwrap()).unwrap();
-            track(&tree);
+            registry.track(&tree);
             pairs.push((child, tree));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        // The registry is the process's: another test of this binary stopping its sessions
-        // (`Sessions::stop_all`) may have killed and forgotten these trees already, so what
-        // is checked is that none is left alive, not how many this call found.
-        kill_all_now();
+        assert_eq!(other.kill_all_now(), 0);
+        assert!(pairs.iter().all(|(_, tree)| tree.alive()));
+        assert_eq!(registry.kill_all_now(), 2);
         for (mut child, tree) in pairs {
             let _ = child.wait().await.unwrap();
             let gone = Instant::now() + Duration::from_secs(2);
@@ -186,6 +221,7 @@ mod tests {
             }
             assert!(!tree.alive());
         }
+        assert_eq!(registry.live_trees().len(), 0);
     }
 
     #[test]
