@@ -196,6 +196,8 @@ pub struct EditorTools {
     global: Mutex<Vec<EditorToolDecl>>,
     sessions: Mutex<HashMap<String, Vec<EditorToolDecl>>>,
     diagnostics: AtomicBool,
+    /// How many times the declarations or the diagnostics switch changed ([`EditorTools::generation`]).
+    changes: std::sync::atomic::AtomicU64,
 }
 
 /// True when `name` is 1–64 of `[A-Za-z0-9_-]`.
@@ -295,6 +297,18 @@ impl EditorTools {
     /// Records whether the client answers `agent/diagnostics`.
     pub fn set_diagnostics(&self, on: bool) {
         self.diagnostics.store(on, Ordering::Relaxed);
+        self.changed();
+    }
+
+    /// A number that changes with every registration, withdrawal and diagnostics switch: a
+    /// run configuration built before lacks the change (the session setup's
+    /// `late_tools_generation`).
+    pub fn generation(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Whether the `diagnostics` tool is offered.
@@ -314,10 +328,12 @@ impl EditorTools {
             }
             list.iter().map(|d| d.name.clone()).collect()
         };
-        match session {
+        let names = match session {
             None => merge(&mut self.global.lock()),
             Some(id) => merge(self.sessions.lock().entry(id.to_string()).or_default()),
-        }
+        };
+        self.changed();
+        names
     }
 
     /// Removes `names` from the scope; returns the scope's names.
@@ -326,10 +342,12 @@ impl EditorTools {
             list.retain(|d| !names.contains(&d.name));
             list.iter().map(|d| d.name.clone()).collect()
         };
-        match session {
+        let names = match session {
             None => remove(&mut self.global.lock()),
             Some(id) => remove(self.sessions.lock().entry(id.to_string()).or_default()),
-        }
+        };
+        self.changed();
+        names
     }
 
     /// The declarations a run of `session` sees: server-wide ones, then the session's own (a
@@ -350,6 +368,7 @@ impl EditorTools {
     /// Forgets a closed session's declarations.
     pub fn forget_session(&self, session: &str) {
         self.sessions.lock().remove(session);
+        self.changed();
     }
 }
 

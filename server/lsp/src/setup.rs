@@ -116,6 +116,10 @@ impl SessionSetup for LspSetup {
         )
     }
 
+    fn late_tools_generation(&self, _session_id: &str) -> u64 {
+        self.st.editor_tools.generation()
+    }
+
     fn extension_ui(&self, session_id: &str) -> Arc<dyn ExtensionUi> {
         Arc::new(crate::extensions::LspExtensionUi::new(
             &self.st,

@@ -95,6 +95,12 @@ pub trait SessionSetup: Send + Sync {
     ) -> Vec<Arc<dyn crate::agent::Tool>> {
         Vec::new()
     }
+    /// A number that changes whenever what [`SessionSetup::late_tools`] gives `session_id`
+    /// may have (a configuration built before lacks the change); a product without late
+    /// tools keeps the default 0.
+    fn late_tools_generation(&self, _session_id: &str) -> u64 {
+        0
+    }
     /// The extensions' user interface and where their failures are reported. (Their
     /// entries and messages go to the session itself.)
     fn extension_ui(&self, session_id: &str) -> Arc<dyn ExtensionUi>;
@@ -167,10 +173,16 @@ pub struct AgentSession {
 /// What a run configuration was built from, as far as it can change without a new one being
 /// made: [`AgentSession::start`] builds the configuration again unless each is still the same.
 /// Taken before the build, so a change during it counts as a change. Not compared: the
-/// contents of skills and prompt templates, and what the product adds (its tools, the MCP
-/// servers' tools, which a run asks for anyway): read at the build, seen from the next run
-/// that builds (every later prompt).
+/// contents of skills and prompt templates: read at the build, seen from the next run that
+/// builds (every later prompt).
 struct BuiltFrom {
+    /// [`crate::mcp::session_servers_generation`]: servers an editor handed to a session
+    /// after it was created (ACP's `session/new` `mcpServers`) bring tools the configuration
+    /// built before lacks.
+    mcp_servers: u64,
+    /// [`SessionSetup::late_tools_generation`]: the product's own tools (an editor's
+    /// declared tools) changed since.
+    late_tools: u64,
     /// The configuration's number ([`Agent::config_generation`]): a model, a thinking level or
     /// a switch set since made another.
     generation: u64,
@@ -190,10 +202,14 @@ impl BuiltFrom {
     /// Taken now for `session`'s next build; `generation` is set once the build is installed.
     fn now(
         ws: &WorkspaceConfig,
+        setup: &Arc<dyn SessionSetup>,
+        id: &str,
         extensions: &Extensions,
         recorded_tools: Option<&setup::RecordedTools>,
     ) -> BuiltFrom {
         BuiltFrom {
+            mcp_servers: crate::mcp::session_servers_generation(),
+            late_tools: setup.late_tools_generation(id),
             generation: 0,
             settings: ws.settings(),
             prompt_files: ws.prompt_files_stamp(),
@@ -205,6 +221,8 @@ impl BuiltFrom {
     /// Whether `session`'s configuration would be built from the same as now.
     fn is_current(&self, session: &AgentSession) -> bool {
         self.generation == session.agent.config_generation()
+            && self.mcp_servers == crate::mcp::session_servers_generation()
+            && self.late_tools == session.setup.late_tools_generation(&session.id)
             && Arc::ptr_eq(&self.settings, &session.ws.settings())
             && self.prompt_files == session.ws.prompt_files_stamp()
             && self.recorded_tools == *session.recorded_tools.lock()
@@ -475,7 +493,8 @@ impl AgentSession {
             let extensions = load_extensions(&ws, host);
             let settings = ws.settings();
             let reads = Arc::new(crate::tools::ReadTracker::default());
-            let mut built_from = BuiltFrom::now(&ws, &extensions, recorded_tools.as_ref());
+            let mut built_from =
+                BuiltFrom::now(&ws, &setup, &id, &extensions, recorded_tools.as_ref());
             let mut cfg = build_config(
                 &ws,
                 &setup,
@@ -592,7 +611,13 @@ impl AgentSession {
     /// [`AgentSession::config`], and what it was built from.
     fn build(&self) -> (AgentConfig, BuiltFrom) {
         let recorded_tools = self.recorded_tools.lock().clone();
-        let from = BuiltFrom::now(&self.ws, &self.extensions, recorded_tools.as_ref());
+        let from = BuiltFrom::now(
+            &self.ws,
+            &self.setup,
+            &self.id,
+            &self.extensions,
+            recorded_tools.as_ref(),
+        );
         let (model, auto_retry, auto_compaction) = {
             let l = self.live.lock();
             (l.model.clone(), l.auto_retry, l.auto_compaction)

@@ -103,10 +103,23 @@ pub fn set_session_servers(session_id: &str, manager: Arc<McpManager>) {
     session_servers()
         .lock()
         .insert(session_id.to_string(), manager);
+    SESSION_SERVERS_CHANGES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// How many times servers were handed to a session or dropped ([`set_session_servers`],
+/// [`forget_session`]).
+static SESSION_SERVERS_CHANGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A number that changes whenever a session's handed-over servers do: a run configuration
+/// built before such a change lacks their tools (what
+/// [`crate::harness::AgentSession::start`] compares before reusing one).
+pub fn session_servers_generation() -> u64 {
+    SESSION_SERVERS_CHANGES.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Drops the servers handed to `session_id` (they close).
 pub fn forget_session(session_id: &str) {
+    SESSION_SERVERS_CHANGES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let m = session_servers().lock().remove(session_id);
     if let Some(m) = m {
         tokio::spawn(async move { m.shutdown().await });

@@ -91,9 +91,13 @@ fn apply_line(s: &mut SessionSummary, line: &[u8]) {
         return;
     };
     if v["type"] == "session_info" {
-        if let Some(n) = v["name"].as_str() {
-            s.name = Some(n.to_string());
-        }
+        // Pi 1.6's `buildSessionInfo`: the latest entry's name, trimmed; an empty or missing
+        // one clears it.
+        s.name = v["name"]
+            .as_str()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string);
     } else if v["type"] == "message" && v["message"]["role"] == "user" {
         if let Some(pi_ai::Message::User(u)) = convert_message(&v["message"]) {
             s.first_prompt = Some(u.content.to_text().chars().take(200).collect());
@@ -424,6 +428,13 @@ mod tests {
         lines.push(info("second"));
         write(&lines, "");
         check("completed", (4, 2), Some("second"), "hello");
+        // Pi 1.6: the latest name, trimmed; an empty one clears it.
+        lines.push(info("  spaced  "));
+        write(&lines, "");
+        check("trimmed name", (5, 2), Some("spaced"), "hello");
+        lines.push(info(""));
+        write(&lines, "");
+        check("name cleared", (6, 2), None, "hello");
         // Changed in place before the point the cache reached, and appended to: not read
         // again (a fresh list sees the change).
         lines[1] = user("u1", "jello");
@@ -431,7 +442,7 @@ mod tests {
         write(&lines, "");
         let cached = list_sessions_cached(dir, &cache);
         assert_eq!(cached[0].first_prompt.as_deref(), Some("hello"));
-        assert_eq!((cached[0].entry_count, cached[0].message_count), (5, 3));
+        assert_eq!((cached[0].entry_count, cached[0].message_count), (7, 3));
         assert_eq!(list_sessions(dir)[0].first_prompt.as_deref(), Some("jello"));
         // Cut and rewritten: read from the start.
         let short = vec![header.to_string(), user("u9", "other")];
