@@ -520,28 +520,6 @@ fn retried() -> Vec<Step> {
     ]
 }
 
-/// The `agent/event`s' events until `agent_settled` (Pi 1.6's last event of a run).
-async fn until_settled(c: &mut pi_e2e::lsp_client::LspClient) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut events = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let n = c
-            .next_notification(left)
-            .await
-            .unwrap_or_else(|| panic!("no agent_settled; events so far: {events:#?}"));
-        if n["method"] != "agent/event" {
-            continue;
-        }
-        let e = n["params"]["event"].clone();
-        let settled = e["type"] == "agent_settled";
-        events.push(e);
-        if settled {
-            return events;
-        }
-    }
-}
-
 /// The agent's `settings.json` of the two-prompt cases: `keepRecentTokens` 100.
 fn keep_100() -> Value {
     json!({"compaction": {"keepRecentTokens": 100}})
@@ -572,7 +550,7 @@ async fn lsp_run(
         };
         let r = c.request("agent/prompt", params).await.unwrap();
         sid = r["sessionId"].as_str().map(str::to_string).or(sid);
-        events = until_settled(&mut c).await;
+        events = c.events_until_settled(Duration::from_secs(60)).await;
     }
     let attention = c
         .log()

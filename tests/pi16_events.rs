@@ -11,7 +11,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use pi_e2e::headless::{run_pi, Headless};
-use pi_e2e::lsp_client::{start_with_mock, EditorBehavior, LspClient};
+use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::pi_rpc::PiRpc;
 use pi_e2e::TempDir;
@@ -319,28 +319,6 @@ async fn a_retried_provider_error_is_told_as_pi_tells_it() {
     }
 }
 
-/// The `agent/event`s' events until `agent_settled` (Pi 1.6's last event of a settle).
-async fn until_settled(c: &mut LspClient) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut events = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let n = c
-            .next_notification(left)
-            .await
-            .unwrap_or_else(|| panic!("no agent_settled; events so far: {events:#?}"));
-        if n["method"] != "agent/event" {
-            continue;
-        }
-        let e = n["params"]["event"].clone();
-        let settled = e["type"] == "agent_settled";
-        events.push(e);
-        if settled {
-            return events;
-        }
-    }
-}
-
 /// Ours over LSP (the editor's front door) in a fresh workspace with `settings`: one prompt
 /// on `mock/mock-1`, its events until `agent_settled` as `agent/event` sends them.
 async fn over_lsp(name: &str, script: Script, settings: &Value, prompt: &str) -> Vec<Value> {
@@ -353,7 +331,7 @@ async fn over_lsp(name: &str, script: Script, settings: &Value, prompt: &str) ->
     let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
     let params = json!({"text": prompt, "model": "mock/mock-1"});
     c.request("agent/prompt", params).await.unwrap();
-    let events = until_settled(&mut c).await;
+    let events = c.events_until_settled(Duration::from_secs(30)).await;
     c.shutdown().await;
     events
 }

@@ -818,6 +818,31 @@ impl LspClient {
             .map(|(_, n)| n)
     }
 
+    /// The events of the `agent/event` notifications from now until `agent_settled` (Pi 1.6's
+    /// last event of a prompt: retries, recovery and queued messages over), that one
+    /// included; other notifications are passed over. Panics, with the events so far, when
+    /// none comes within `timeout`.
+    pub async fn events_until_settled(&mut self, timeout: Duration) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut events = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let n = self
+                .next_notification(left)
+                .await
+                .unwrap_or_else(|| panic!("no agent_settled; events so far: {events:#?}"));
+            if n["method"] != "agent/event" {
+                continue;
+            }
+            let e = n["params"]["event"].clone();
+            let settled = e["type"] == "agent_settled";
+            events.push(e);
+            if settled {
+                return events;
+            }
+        }
+    }
+
     /// Collects `agent/event` notifications until `agent_end` (not one that ends a run to retry
     /// it, `willRetry: true`: Pi 1.6's), all notifications kept in [`LspClient::log`]; returns
     /// the events' params.

@@ -427,6 +427,17 @@ mod tests {
         frame
     }
 
+    /// [`derived`] of `params`, with `sessionRef` when `session_ref` is given.
+    fn derived_event(params: &AgentEventParams, session_ref: Option<u64>) -> Vec<u8> {
+        match session_ref {
+            None => derived(params),
+            Some(r) => derived(&AgentEventRefParams {
+                params: params.clone(),
+                session_ref: r,
+            }),
+        }
+    }
+
     fn message(v: serde_json::Value) -> Message {
         serde_json::from_value(v).unwrap()
     }
@@ -464,13 +475,7 @@ mod tests {
             event,
             unsaved,
         };
-        let want = match session_ref {
-            None => derived(&params),
-            Some(r) => derived(&AgentEventRefParams {
-                params: params.clone(),
-                session_ref: r,
-            }),
-        };
+        let want = derived_event(&params, session_ref);
         let mut head = EventHead::default();
         let head = head.of(&params.session_id, &params.run_id).unwrap();
         let got = repeats
@@ -777,13 +782,7 @@ mod tests {
                         event: event.clone(),
                         unsaved,
                     };
-                    let want = match session_ref {
-                        None => derived(&params),
-                        Some(r) => derived(&AgentEventRefParams {
-                            params: params.clone(),
-                            session_ref: r,
-                        }),
-                    };
+                    let want = derived_event(&params, session_ref);
                     let head = head.of(session_id, run_id).unwrap();
                     let got = event_frame(head, seq, event, unsaved, session_ref).unwrap();
                     assert_eq!(
