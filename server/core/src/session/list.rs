@@ -150,7 +150,7 @@ fn summarize(path: &Path, before: Option<&Scanned>) -> Option<(SessionSummary, S
                 0
             };
             drop(reader);
-            file.seek(SeekFrom::Start(end)).ok()?;
+            file.seek(SeekFrom::Start(line.len() as u64)).ok()?;
             let s = SessionSummary {
                 path: path.to_path_buf(),
                 id: header["id"].as_str()?.to_string(),
@@ -394,6 +394,11 @@ mod tests {
             )
         };
         let cache = ListCache::default();
+        // A header alone, without its `\n`: a session of no entries, listed again from the start.
+        std::fs::write(&path, header).unwrap();
+        let alone = list_sessions_cached(dir, &cache);
+        assert_eq!(alone, list_sessions(dir));
+        assert_eq!((alone[0].entry_count, alone[0].message_count), (0, 0));
         let write = |lines: &[String], tail: &str| {
             let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
             text.push_str(tail);
