@@ -12,7 +12,7 @@ use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi_e2e::headless::{run_pi, Headless};
+use pi_e2e::headless::{run_pi_in, Headless};
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::{session_lines, TempDir};
@@ -761,16 +761,7 @@ fn theirs(
         )
         .unwrap();
     }
-    let run = |args: &[&str]| {
-        let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
-        run_pi(
-            pi,
-            &ws,
-            &agent,
-            tmp,
-            dir.into_iter().chain(args.iter().map(OsStr::new)),
-        )
-    };
+    let run = |args: &[&str]| run_pi_in(pi, &ws, &agent, tmp, &sessions, args);
     let out = if small && json_mode {
         run(&["--mode", "json", "hi"])
     } else if small {
@@ -982,13 +973,7 @@ async fn theirs_with_a_follow_up(
     )
     .unwrap();
     let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
-    let first = run_pi(
-        pi,
-        &ws,
-        &agent,
-        tmp,
-        dir.iter().chain(&[OsStr::new("-p"), OsStr::new("one")]),
-    );
+    let first = run_pi_in(pi, &ws, &agent, tmp, &sessions, &["-p", "one"]);
     assert_eq!(first.status.code(), Some(0), "{first:?}");
     let rpc = [
         OsStr::new("--mode"),

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use pi_e2e::headless::{run_pi, Headless};
+use pi_e2e::headless::{run_pi_in, Headless};
 use pi_e2e::lsp_client::{start_with_mock, EditorBehavior};
 use pi_e2e::mock_model::{MockModel, Step};
 use pi_e2e::pi_rpc::PiRpc;
@@ -77,16 +77,7 @@ async fn theirs(
     std::fs::create_dir_all(&agent).unwrap();
     std::fs::write(agent.join("models.json"), models(&mock, window).to_string()).unwrap();
     std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
-    let run = |args: &[&str]| {
-        let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
-        run_pi(
-            pi,
-            &ws,
-            &agent,
-            tmp,
-            dir.into_iter().chain(args.iter().map(OsStr::new)),
-        )
-    };
+    let run = |args: &[&str]| run_pi_in(pi, &ws, &agent, tmp, &sessions, args);
     let out = match first {
         None => run(args),
         Some(prompt) => {

@@ -109,6 +109,25 @@ where
     tokio::task::block_in_place(|| cmd.output().unwrap())
 }
 
+/// [`run_pi`] keeping its session files in `sessions` (`--session-dir`), before `args`.
+pub fn run_pi_in(
+    pi: &Path,
+    ws: &Path,
+    agent: &Path,
+    home: &Path,
+    sessions: &Path,
+    args: &[&str],
+) -> Output {
+    let dir = [OsStr::new("--session-dir"), sessions.as_os_str()];
+    run_pi(
+        pi,
+        ws,
+        agent,
+        home,
+        dir.into_iter().chain(args.iter().map(OsStr::new)),
+    )
+}
+
 /// Asserts that `out` is a refusal before anything ran: exit code 2, nothing on stdout, and
 /// `message` as the whole of stderr (trimmed).
 pub fn assert_refused(out: &Output, message: &str) {
