@@ -652,7 +652,7 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
     };
     let edits = crate::session::ContextEdits::on_path(path);
     // Each entry's message is parsed once, its edit applied.
-    let messages: Vec<Option<Message>> = idx
+    let mut messages: Vec<Option<Message>> = idx
         .iter()
         .map(|&k| {
             let m = entry_message(path[k]);
@@ -693,19 +693,22 @@ pub fn prepare(path: &[&Entry], keep_recent_tokens: u64) -> Result<Preparation, 
     let tokens_before = pi_context_tokens(path);
     // Pi's `getMessagesFromProjectedEntryForCompaction`: no compaction summaries, no system
     // messages (prompt state, not conversation).
-    let for_summary = |k: usize| -> Option<Message> {
-        if path[idx[k]].kind == "compaction" {
-            None
+    // Moved out of `messages` (the two ranges do not overlap): a long history is not held
+    // twice. Nothing is taken when both come out empty, so the check below still sees them.
+    let mut for_summary = |k: usize| -> Option<Message> {
+        let wanted = path[idx[k]].kind != "compaction"
+            && matches!(&messages[k], Some(m) if !matches!(m, Message::System(_)));
+        if wanted {
+            messages[k].take()
         } else {
-            messages[k]
-                .clone()
-                .filter(|m| !matches!(m, Message::System(_)))
+            None
         }
     };
     let history_end = cut.turn_start.unwrap_or(cut.first_kept);
-    let messages_to_summarize: Vec<Message> = (0..history_end).filter_map(for_summary).collect();
+    let messages_to_summarize: Vec<Message> =
+        (0..history_end).filter_map(&mut for_summary).collect();
     let turn_prefix_messages: Vec<Message> = match cut.turn_start {
-        Some(ts) => (ts..cut.first_kept).filter_map(for_summary).collect(),
+        Some(ts) => (ts..cut.first_kept).filter_map(&mut for_summary).collect(),
         None => Vec::new(),
     };
     // Nothing older than the kept part: a summary request would carry an empty conversation
@@ -827,29 +830,32 @@ pub fn pi_estimate_tokens(m: &Value) -> u64 {
 /// `context_edit`s apply as in the context: an omitted entry is not counted, a replaced one
 /// counts its replacement.
 pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
-    // (path index of the source entry, message as stored); the compaction summary has none.
-    let mut items: Vec<(Option<usize>, Value)> = Vec::new();
-    let last_compaction = path.iter().rposition(|e| e.kind == "compaction");
-    if let Some(ci) = last_compaction {
-        items.push((
-            None,
-            serde_json::json!({"role": "compactionSummary", "summary": path[ci].raw()["summary"]}),
-        ));
-    }
+    // Walked from the end, one stored message at a time (a long session's messages are never
+    // all held): the estimates after the anchor are summed until the anchor is met; an
+    // anchor that does not count (before the latest compaction or context_edit) means the
+    // whole context's estimate, which the same walk sums for every message but system ones.
     let mut picked = Vec::new();
     path_messages_with(path, None, |k, _| {
         picked.push(k);
         None
     });
     let edits = crate::session::ContextEdits::on_path(path);
-    for k in picked {
+    let invalidated_after = path
+        .iter()
+        .rposition(|e| e.kind == "compaction" || e.kind == "context_edit");
+    let mut after_anchor = 0u64;
+    let mut not_system = 0u64;
+    let mut anchor_met = false;
+    for &k in picked.iter().rev() {
         let e = path[k];
-        let r = e.raw();
+        let mut r = e.raw();
         let mut m = match e.kind.as_str() {
-            "message" => r["message"].clone(),
-            "custom_message" => serde_json::json!({"role": "custom", "content": r["content"]}),
+            "message" => r["message"].take(),
+            "custom_message" => {
+                serde_json::json!({"role": "custom", "content": r["content"].take()})
+            }
             "branch_summary" => {
-                serde_json::json!({"role": "branchSummary", "summary": r["summary"]})
+                serde_json::json!({"role": "branchSummary", "summary": r["summary"].take()})
             }
             _ => continue,
         };
@@ -859,57 +865,63 @@ pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
             }
             replace_value_content(&mut m, replacement);
         }
-        items.push((Some(k), m));
-    }
-    let invalidated_after = path
-        .iter()
-        .rposition(|e| e.kind == "compaction" || e.kind == "context_edit");
-    let usage = items.iter().enumerate().rev().find_map(|(i, (_, m))| {
-        if m["role"] != "assistant" || m["stopReason"] == "error" || m["stopReason"] == "aborted" {
-            return None;
-        }
-        let u = &m["usage"];
-        let n = |k: &str| u[k].as_u64().unwrap_or(0);
-        let total = match n("totalTokens") {
-            0 => n("input") + n("output") + n("cacheRead") + n("cacheWrite"),
-            t => t,
-        };
-        (total > 0).then_some((i, total))
-    });
-    let valid = usage.filter(|&(i, _)| match (items[i].0, invalidated_after) {
-        (Some(k), Some(x)) => k > x,
-        _ => true,
-    });
-    match valid {
-        Some((i, total)) => {
-            total
-                + items[i + 1..]
-                    .iter()
-                    .map(|(_, m)| pi_estimate_tokens(m))
-                    .sum::<u64>()
-        }
-        None => {
-            let system = crate::session::SystemState::of_path(path);
-            let system_tokens = if system.seen {
-                let mut current = system.checkpoint(0);
-                // Pi's merged message names no tools when there are none.
-                if system.tools.is_empty() {
-                    if let Some(o) = current.as_object_mut() {
-                        o.remove("toolsAdded");
-                    }
+        if !anchor_met {
+            if let Some(total) = usage_total(&m) {
+                anchor_met = true;
+                if invalidated_after.is_none_or(|x| k > x) {
+                    return total + after_anchor;
                 }
-                pi_estimate_tokens(&current)
-            } else {
-                0
-            };
-            system_tokens
-                + items
-                    .iter()
-                    .filter(|(_, m)| m["role"] != "system")
-                    .map(|(_, m)| pi_estimate_tokens(m))
-                    .sum::<u64>()
+            }
+        }
+        let tokens = pi_estimate_tokens(&m);
+        if !anchor_met {
+            after_anchor += tokens;
+        }
+        if m["role"] != "system" {
+            not_system += tokens;
         }
     }
+    // No anchor that counts: the compaction summary, the current system message and every
+    // other message.
+    let summary = path
+        .iter()
+        .rposition(|e| e.kind == "compaction")
+        .map(|ci| {
+            pi_estimate_tokens(
+                &serde_json::json!({"role": "compactionSummary", "summary": path[ci].raw()["summary"]}),
+            )
+        })
+        .unwrap_or(0);
+    let system = crate::session::SystemState::of_path(path);
+    let system_tokens = if system.seen {
+        let mut current = system.checkpoint(0);
+        // Pi's merged message names no tools when there are none.
+        if system.tools.is_empty() {
+            if let Some(o) = current.as_object_mut() {
+                o.remove("toolsAdded");
+            }
+        }
+        pi_estimate_tokens(&current)
+    } else {
+        0
+    };
+    system_tokens + summary + not_system
+}
+
+/// Pi 1.6's `getAssistantUsage` on a stored message: the usage total of an assistant answer
+/// that is not an error or aborted (`totalTokens`, else input + output + cache read + cache
+/// write), `None` when that total is 0 or the message is not such an answer.
+fn usage_total(m: &Value) -> Option<u64> {
+    if m["role"] != "assistant" || m["stopReason"] == "error" || m["stopReason"] == "aborted" {
+        return None;
+    }
+    let u = &m["usage"];
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    let total = match n("totalTokens") {
+        0 => n("input") + n("output") + n("cacheRead") + n("cacheWrite"),
+        t => t,
+    };
+    (total > 0).then_some(total)
 }
 
 /// Pi 1.6's `projectContextEntry` on a stored message `m` (any role, as in the file) whose

@@ -334,7 +334,9 @@ impl Agent {
             };
             (
                 st.config.clone(),
-                (st.messages.clone(), st.usage_from),
+                // The run's own copy, with room for the messages a turn appends: a long
+                // history is not copied again by the run's first push.
+                (with_room(&st.messages), st.usage_from),
                 work,
                 control,
                 run_id,
@@ -660,4 +662,11 @@ impl Agent {
         let st = self.inner.state.lock();
         f(&st.config, st.config_generation)
     }
+}
+
+/// A copy of `messages` with room for 64 more (what a turn or two appends) before it grows.
+fn with_room(messages: &[Message]) -> Vec<Message> {
+    let mut out = Vec::with_capacity(messages.len() + 64);
+    out.extend_from_slice(messages);
+    out
 }

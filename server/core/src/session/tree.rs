@@ -830,9 +830,15 @@ pub fn entry_message(e: &Entry) -> Option<Message> {
 /// The model-visible messages of a root-to-leaf `path` (Pi's `buildSessionContext`): with a
 /// `compaction` entry on it, its summary first, then the kept entries from `firstKeptEntryId`
 /// up to it, then everything after it; else every entry's message. `proposed`
-/// (`(summary, firstKeptEntryId)`) is a compaction taken to follow the last entry.
-pub fn path_messages(path: &[&Entry], proposed: Option<(&str, &str)>) -> Vec<Message> {
-    let mut read = plan_messages(path, &path_plan(path, proposed), 0);
+/// (`(summary, firstKeptEntryId)`) is a compaction taken to follow the last entry. Messages
+/// at path positions before `strip_before` are read without their large images' bytes (the
+/// image window's start, [`super::images::window_start`]; 0: every image whole).
+pub fn path_messages(
+    path: &[&Entry],
+    proposed: Option<(&str, &str)>,
+    strip_before: usize,
+) -> Vec<Message> {
+    let mut read = plan_messages(path, &path_plan(path, proposed), strip_before);
     path_messages_with(path, proposed, |k, _| read[k].take())
 }
 
@@ -1027,7 +1033,9 @@ pub fn path_messages_with(
 ) -> Vec<Message> {
     let plan = path_plan(path, proposed);
     let edits = ContextEdits::on_path(path);
-    let mut out = Vec::with_capacity(plan.ranges.iter().map(|r| r.len()).sum::<usize>() + 1);
+    // Room for the summary and a turn's messages: a long session's first prompt does not
+    // grow (copy) the whole context to push its user message.
+    let mut out = Vec::with_capacity(plan.ranges.iter().map(|r| r.len()).sum::<usize>() + 64);
     if let Some((summary, ts)) = plan.summary {
         out.push(user(
             format!("{COMPACTION_SUMMARY_PREFIX}{summary}{COMPACTION_SUMMARY_SUFFIX}"),
@@ -1549,7 +1557,7 @@ impl SessionTree {
 
     /// What a run at `leaf` (default: the last entry) sees.
     pub fn context(&self, leaf: Option<&str>) -> SessionContext {
-        self.context_with(leaf, None, None)
+        self.context_with(leaf, None, Source::Read { keep_turns: None })
     }
 
     /// [`SessionTree::context`] holding image bytes only within the image window of
@@ -1565,20 +1573,7 @@ impl SessionTree {
         leaf: Option<&str>,
         keep_turns: Option<usize>,
     ) -> SessionContext {
-        let Some(n) = keep_turns else {
-            return self.context(leaf);
-        };
-        let Some(leaf) = leaf.or(self.last_id()) else {
-            return SessionContext::default();
-        };
-        let indices = self.path_indices(leaf);
-        let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
-        let start = super::images::window_start(path.iter().copied(), n);
-        let mut read = plan_messages(&path, &path_plan(&path, None), start);
-        let mut ctx = self.settings_at(leaf);
-        ctx.messages = path_messages_with(&path, None, |k, _| read[k].take());
-        ctx.usage_from = usage_from(&path);
-        ctx
+        self.context_with(leaf, None, Source::Read { keep_turns })
     }
 
     /// What a run at `leaf` would see if a compaction with `summary` and `first_kept_entry_id`
@@ -1589,7 +1584,11 @@ impl SessionTree {
         summary: &str,
         first_kept_entry_id: &str,
     ) -> SessionContext {
-        self.context_with(leaf, Some((summary, first_kept_entry_id)), None)
+        self.context_with(
+            leaf,
+            Some((summary, first_kept_entry_id)),
+            Source::Read { keep_turns: None },
+        )
     }
 
     /// [`SessionTree::context`] taking the messages of `message` entries from `parsed` (by
@@ -1602,7 +1601,7 @@ impl SessionTree {
         mut parsed: Vec<Option<Message>>,
     ) -> SessionContext {
         let Some(leaf_id) = leaf.or(self.last_id()) else {
-            return self.context_with(leaf, None, Some(&mut parsed));
+            return self.context_with(leaf, None, Source::Parsed(&mut parsed));
         };
         let indices = self.path_indices(leaf_id);
         let in_order = indices.windows(2).all(|w| w[0] < w[1]);
@@ -1613,7 +1612,7 @@ impl SessionTree {
             )
         });
         if !(in_order && plain && parsed.len() == self.entries.len()) {
-            return self.context_with(leaf, None, Some(&mut parsed));
+            return self.context_with(leaf, None, Source::Parsed(&mut parsed));
         }
         let mut ctx = self.settings_at(leaf_id);
         let mut on_path = vec![false; parsed.len()];
@@ -1735,7 +1734,7 @@ impl SessionTree {
         &self,
         leaf: Option<&str>,
         proposed: Option<(&str, &str)>,
-        parsed: Option<&mut [Option<Message>]>,
+        source: Source<'_>,
     ) -> SessionContext {
         let mut ctx = SessionContext::default();
         let Some(leaf) = leaf.or(self.last_id()) else {
@@ -1744,12 +1743,19 @@ impl SessionTree {
         let indices = self.path_indices(leaf);
         let path: Vec<&Entry> = indices.iter().map(|&i| &self.entries[i]).collect();
         ctx = self.settings_at(leaf);
-        ctx.messages = match parsed {
-            Some(parsed) => path_messages_with(&path, proposed, |k, e| match e.kind.as_str() {
-                "message" => parsed.get_mut(indices[k]).and_then(Option::take),
-                _ => entry_message(e),
-            }),
-            None => path_messages(&path, proposed),
+        ctx.messages = match source {
+            Source::Parsed(parsed) => {
+                path_messages_with(&path, proposed, |k, e| match e.kind.as_str() {
+                    "message" => parsed.get_mut(indices[k]).and_then(Option::take),
+                    _ => entry_message(e),
+                })
+            }
+            Source::Read { keep_turns } => {
+                let start = keep_turns
+                    .map(|n| super::images::window_start(path.iter().copied(), n))
+                    .unwrap_or(0);
+                path_messages(&path, proposed, start)
+            }
         };
         ctx.usage_from = if proposed.is_some() {
             ctx.messages.len()
@@ -1758,6 +1764,15 @@ impl SessionTree {
         };
         ctx
     }
+}
+
+/// Where [`SessionTree::context_with`] takes a path's messages from.
+enum Source<'a> {
+    /// The messages loading parsed, by entry index (taken out); other entries read.
+    Parsed(&'a mut [Option<Message>]),
+    /// Read from the file; with `keep_turns`, the messages before the image window
+    /// ([`super::images::window_start`]) without their large images' bytes.
+    Read { keep_turns: Option<usize> },
 }
 
 /// Read from a path of [`Entry`]s here, so that [`super::context_edit`] stays a leaf the tree
