@@ -174,6 +174,12 @@ fn fill(
 /// Reads the piece `[a, b)` of the lines region `[from, to)` of `file` into `scratch` (reused
 /// from piece to piece, so it stays in the cache), parses its non-blank lines with `parse` and
 /// pushes each, made what the caller wants by `finish`, onto `out` (in order).
+///
+/// A line longer than the piece is read on to its end; `covered(offset)` is told, as it is,
+/// how far that line is known to go on (no newline before `offset`), so the pieces wholly
+/// inside it, which no line starts in, can be left unread (a file of multi-megabyte image
+/// lines is read once, not twice: case SESS-05).
+#[allow(clippy::too_many_arguments)]
 fn piece<T>(
     file: &File,
     (from, to): (usize, usize),
@@ -182,6 +188,7 @@ fn piece<T>(
     parse: &impl Parse,
     finish: &impl Fn(Line) -> T,
     out: &mut Vec<T>,
+    covered: &mut dyn FnMut(usize),
 ) -> io::Result<()> {
     let Scratch { buf, bounds } = scratch;
     // From the byte before `a`, to see whether a line starts at `a`.
@@ -207,6 +214,9 @@ fn piece<T>(
             let read_to = base + filled;
             if read_to >= to {
                 break filled;
+            }
+            if filled > own_end {
+                covered(read_to);
             }
             let now = fill(file, buf, filled, read_to, STEP.min(to - read_to))?;
             if now == filled {
@@ -254,14 +264,14 @@ pub(super) fn lines<T: Send>(
     finish: impl Fn(Line) -> T + Sync,
     take: impl FnMut(usize, usize, &mut Vec<T>),
 ) -> io::Result<()> {
-    pieces(file, (from, to), PIECE, parse, finish, take)
+    pieces(file, (from, to), (PIECE, 8), parse, finish, take)
 }
 
-/// [`lines`] with pieces of `size` bytes.
+/// [`lines`] with pieces of `size` bytes, on up to `most` threads.
 fn pieces<T: Send>(
     file: &File,
     (from, to): (usize, usize),
-    size: usize,
+    (size, most): (usize, usize),
     parse: impl Parse,
     finish: impl Fn(Line) -> T + Sync,
     mut take: impl FnMut(usize, usize, &mut Vec<T>),
@@ -274,12 +284,15 @@ fn pieces<T: Send>(
     let threads = std::thread::available_parallelism()
         .map(|t| t.get())
         .unwrap_or(1)
-        .min(8)
+        .min(most)
         .min(n);
     if threads < 2 {
         let mut scratch = Scratch::default();
         let mut lines = Vec::new();
-        for k in 0..n {
+        let mut k = 0;
+        while k < n {
+            // The pieces after `k` that its last line covers whole: no line starts there.
+            let mut inside = k + 1;
             piece(
                 file,
                 (from, to),
@@ -288,9 +301,18 @@ fn pieces<T: Send>(
                 &parse,
                 &finish,
                 &mut lines,
+                &mut |covered| {
+                    while inside < n && bound(inside + 1) <= covered {
+                        inside += 1;
+                    }
+                },
             )?;
             take(k, n, &mut lines);
             lines.clear();
+            for j in k + 1..inside {
+                take(j, n, &mut lines);
+            }
+            k = inside;
         }
         return Ok(());
     }
@@ -318,6 +340,8 @@ fn pieces<T: Send>(
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
                             .pop()
                             .unwrap_or_default();
+                        // Pieces no other thread has taken yet that this piece's last line
+                        // covers whole are taken here, empty (no line starts in them).
                         let read = piece(
                             file,
                             (from, to),
@@ -326,6 +350,24 @@ fn pieces<T: Send>(
                             parse,
                             finish,
                             &mut lines,
+                            &mut |covered| loop {
+                                let j = next.load(Ordering::Relaxed);
+                                if j >= n || bound(j + 1) > covered {
+                                    return;
+                                }
+                                if next
+                                    .compare_exchange(
+                                        j,
+                                        j + 1,
+                                        Ordering::Relaxed,
+                                        Ordering::Relaxed,
+                                    )
+                                    .is_ok()
+                                    && tx.send((j, Ok(Vec::new()))).is_err()
+                                {
+                                    return;
+                                }
+                            },
                         );
                         if tx.send((k, read.map(|()| lines))).is_err() {
                             return;
@@ -416,7 +458,7 @@ mod tests {
             pieces(
                 &f,
                 (from, bytes.len()),
-                size,
+                (size, 8),
                 |b, l, emit| super::super::parse_lines_each(b, l, true, false, emit),
                 |line| line,
                 |k, n, lines| {
@@ -436,6 +478,51 @@ mod tests {
                 })
                 .collect();
             assert_eq!(got, want, "pieces of {size} bytes");
+        }
+    }
+
+    #[test]
+    fn pieces_inside_a_line_longer_than_a_read_step_give_nothing_and_the_line_once() {
+        // Lines of several read steps (the pieces wholly inside them are taken empty, without
+        // reading them, while the line's own piece reads it to its end), short lines between.
+        let mut bytes = b"{\"h\":1}\n".to_vec();
+        for (k, len) in [3 * STEP + 17, 10, STEP + 1, 5 * STEP]
+            .into_iter()
+            .enumerate()
+        {
+            bytes.extend_from_slice(format!("{{\"{k}\":\"{}\"}}\n", "y".repeat(len)).as_bytes());
+        }
+        bytes.extend_from_slice(b"{\"end\":1}");
+        let f = file("long", &bytes);
+        let want = plain(&bytes, 8, bytes.len());
+        assert_eq!(want.len(), 5);
+        for size in [1000, 4096, STEP, STEP + 3] {
+            for most in [1, 2, 8] {
+                let mut all = Vec::new();
+                let mut order = Vec::new();
+                pieces(
+                    &f,
+                    (8, bytes.len()),
+                    (size, most),
+                    |b, l, emit| super::super::parse_lines_each(b, l, true, false, emit),
+                    |line| line,
+                    |k, n, lines| {
+                        order.push((k, n));
+                        all.append(lines);
+                    },
+                )
+                .unwrap();
+                let n = (bytes.len() - 8).div_ceil(size);
+                assert_eq!(order, (0..n).map(|k| (k, n)).collect::<Vec<_>>());
+                let got: Vec<(u64, Vec<u8>)> = all
+                    .into_iter()
+                    .map(|l| {
+                        let text = bytes[l.offset as usize..l.offset as usize + l.len].to_vec();
+                        (l.offset, text)
+                    })
+                    .collect();
+                assert_eq!(got, want, "pieces of {size} bytes on {most} threads");
+            }
         }
     }
 
