@@ -580,28 +580,19 @@ pub async fn run(
     timeout: Option<std::time::Duration>,
     cache: Option<std::sync::Arc<super::openai_completions::RequestCache>>,
 ) {
-    let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
-        return;
-    };
-    match stream_body(
-        &model,
-        body,
-        &headers,
-        &mut b,
-        &cancel,
-        timeout,
-        cache.as_deref().map(|c| &c.url),
-    )
+    super::answer(tx, &model, async |b| {
+        stream_body(
+            &model,
+            body,
+            &headers,
+            b,
+            &cancel,
+            timeout,
+            cache.as_deref().map(|c| &c.url),
+        )
+        .await
+    })
     .await
-    {
-        Ok(Some(reason)) => {
-            let _ = b.finish(reason).await;
-        }
-        Ok(None) => {} // consumer went away: the body is dropped
-        Err(failure) => {
-            b.fail(failure).await;
-        }
-    }
 }
 
 /// Pi 1.6's `interleaved-thinking` beta: thinking between tool calls on budget-thinking

@@ -555,6 +555,31 @@ fn seconds(d: Duration) -> String {
     }
 }
 
+/// One streamed answer, the same for every wire: the builder started on `tx` (the consumer
+/// already gone: nothing read), the body read by `stream` into it, then the message finished
+/// with the stop reason `stream` returns (`Ok(Some)`), failed with its error keeping the
+/// partial content (`Err`), or dropped when the consumer went away while reading (`Ok(None)`).
+pub(crate) async fn answer(
+    tx: crate::stream::StreamSender,
+    model: &Model,
+    stream: impl AsyncFnOnce(
+        &mut MessageBuilder,
+    ) -> Result<Option<crate::types::StopReason>, ProviderError>,
+) {
+    let Ok(mut b) = MessageBuilder::start(tx, model).await else {
+        return;
+    };
+    match stream(&mut b).await {
+        Ok(Some(reason)) => {
+            let _ = b.finish(reason).await;
+        }
+        Ok(None) => {}
+        Err(failure) => {
+            b.fail(failure).await;
+        }
+    }
+}
+
 /// POSTs `body` to `url` and returns the SSE body, or the classified failure: the HTTP
 /// status, `Retry-After` and the provider's error body, worded as Pi words it on the wire
 /// (`wording`; see [`crate::errors::classify_http_as`]);

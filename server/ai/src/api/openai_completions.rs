@@ -972,28 +972,19 @@ pub async fn run(
     timeout: Option<std::time::Duration>,
     cache: Option<std::sync::Arc<RequestCache>>,
 ) {
-    let Ok(mut b) = MessageBuilder::start(tx, &model).await else {
-        return;
-    };
-    match stream_body(
-        &model,
-        body,
-        session,
-        &mut b,
-        &cancel,
-        timeout,
-        cache.as_deref().map(|c| &c.url),
-    )
+    super::answer(tx, &model, async |b| {
+        stream_body(
+            &model,
+            body,
+            session,
+            b,
+            &cancel,
+            timeout,
+            cache.as_deref().map(|c| &c.url),
+        )
+        .await
+    })
     .await
-    {
-        Ok(Some(reason)) => {
-            let _ = b.finish(reason).await;
-        }
-        Ok(None) => {}
-        Err(failure) => {
-            b.fail(failure).await;
-        }
-    }
 }
 
 /// Reads the stream into `b`: `Ok(Some(reason))` for a complete response, `Ok(None)` when the
