@@ -6,13 +6,12 @@
 //! merged (results first) because the API needs strict alternation (case PAIR-05).
 
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use super::lenient::{whole, Obj, Str, U64};
 use super::{open_sse, read_chunk, CacheRetention, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
-use crate::stream::{MessageBuilder, StreamSender};
+use crate::stream::MessageBuilder;
 use crate::transform::transform_messages;
 use crate::types::{ContentBlock, Context, Message, StopReason, ToolSpec, Usage, UserContent};
 
@@ -565,36 +564,6 @@ struct EventDelta<'a> {
     stop_details: Option<Box<Value>>,
 }
 
-/// Streams one response; every outcome ends in exactly one terminal event on `tx`.
-///
-/// `headers`: [`request_headers`] for the request's context.
-///
-/// `cache`: the conversation's request cache, whose [`super::UrlSlot`] keeps the model's
-/// endpoint parsed for its next request; `None`: parsed by reqwest for this one.
-pub async fn run(
-    model: Model,
-    body: Vec<u8>,
-    headers: Vec<(String, String)>,
-    tx: StreamSender,
-    cancel: CancellationToken,
-    timeout: Option<std::time::Duration>,
-    cache: Option<std::sync::Arc<super::openai_completions::RequestCache>>,
-) {
-    super::answer(tx, &model, async |b| {
-        stream_body(
-            &model,
-            body,
-            &headers,
-            b,
-            &cancel,
-            timeout,
-            cache.as_deref().map(|c| &c.url),
-        )
-        .await
-    })
-    .await
-}
-
 /// Pi 1.6's `interleaved-thinking` beta: thinking between tool calls on budget-thinking
 /// models (adaptive thinking interleaves without it).
 const INTERLEAVED_THINKING_BETA: &str = "interleaved-thinking-2025-05-14";
@@ -671,15 +640,11 @@ pub fn request_headers(model: &Model, context: &Context) -> Vec<(String, String)
 
 /// Reads the stream into `b`: `Ok(Some(reason))` for a complete response, `Ok(None)` when the
 /// consumer went away, `Err` for a failure (the partial content stays in `b`).
-async fn stream_body(
-    model: &Model,
-    body: Vec<u8>,
-    headers: &[(String, String)],
+pub(super) async fn stream_body(
+    request: super::Request<'_>,
     b: &mut MessageBuilder,
-    cancel: &CancellationToken,
-    timeout: Option<std::time::Duration>,
-    endpoint: Option<&super::UrlSlot>,
 ) -> Result<Option<StopReason>, ProviderError> {
+    let (model, body, headers, cancel, timeout, endpoint) = request.parts();
     let base = model.base_url.trim_end_matches('/');
     let url = if base.ends_with("/v1") {
         format!("{base}/messages")

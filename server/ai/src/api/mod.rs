@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::errors::ProviderError;
 use crate::models::{Api, Model};
-use crate::stream::{AssistantStream, MessageBuilder};
+use crate::stream::{AssistantStream, MessageBuilder, StreamSender};
 use crate::types::Context;
 
 /// pi-ai 1.6's `clampMaxTokensToContext` (`api/simple-options.js`) as the room it leaves: the
@@ -169,84 +169,136 @@ pub const MAX_SSE_EVENT: usize = 256 * 1024 * 1024;
 pub fn stream(model: &Model, context: &Context, options: StreamOptions) -> AssistantStream {
     let (tx, stream) = AssistantStream::channel();
     let model = model.clone();
-    match model.api {
-        Api::AnthropicMessages => {
-            let body = match &options.request_cache {
-                Some(cache) => anthropic_messages::request_bytes(&model, context, &options, cache)
-                    .unwrap_or_else(|_| {
-                        json_bytes(&anthropic_messages::build_request(
-                            &model, context, &options,
-                        ))
-                    }),
-                None => json_bytes(&anthropic_messages::build_request(
-                    &model, context, &options,
-                )),
-            };
-            let headers = anthropic_messages::request_headers(&model, context);
-            tokio::spawn(anthropic_messages::run(
-                model,
-                body,
-                headers,
-                tx,
-                options.cancel,
-                options.timeout,
-                options.request_cache.clone(),
-            ));
-        }
-        Api::OpenaiCompletions => {
-            let body = match &options.request_cache {
-                Some(cache) => openai_completions::request_bytes(&model, context, &options, cache)
-                    .unwrap_or_else(|_| {
-                        json_bytes(&openai_completions::build_request(
-                            &model, context, &options,
-                        ))
-                    }),
-                None => json_bytes(&openai_completions::build_request(
-                    &model, context, &options,
-                )),
-            };
-            let session = openai_completions::session_headers(&model, &options);
-            tokio::spawn(openai_completions::run(
-                model,
-                body,
-                session,
-                tx,
-                options.cancel,
-                options.timeout,
-                options.request_cache.clone(),
-            ));
-        }
+    let of = (&model, context, &options);
+    let (body, headers) = match model.api {
+        Api::AnthropicMessages => (
+            body_of(
+                anthropic_messages::request_bytes,
+                anthropic_messages::build_request,
+                of,
+            ),
+            anthropic_messages::request_headers(&model, context),
+        ),
+        Api::OpenaiCompletions => (
+            body_of(
+                openai_completions::request_bytes,
+                openai_completions::build_request,
+                of,
+            ),
+            openai_completions::session_headers(&model, &options),
+        ),
         Api::OpenaiResponses => {
-            let body = match &options.request_cache {
-                Some(cache) => openai_responses::request_bytes(&model, context, &options, cache)
-                    .unwrap_or_else(|_| {
-                        json_bytes(&openai_responses::build_request(&model, context, &options))
-                    }),
-                None => json_bytes(&openai_responses::build_request(&model, context, &options)),
-            };
             // No session headers for a request without prompt caching (Pi 1.6's
             // `cacheSessionId`: summary requests).
             let session_id = options
                 .session_id
                 .as_deref()
                 .filter(|_| options.cache_retention() != CacheRetention::None);
-            let headers = openai_responses::request_headers(&model, session_id);
-            tokio::spawn(openai_responses::run(
-                model,
-                body,
-                headers,
-                tx,
-                options.cancel,
-                options.timeout,
-                options.request_cache.clone(),
-            ));
+            (
+                body_of(
+                    openai_responses::request_bytes,
+                    openai_responses::build_request,
+                    of,
+                ),
+                openai_responses::request_headers(&model, session_id),
+            )
         }
         Api::Scripted => {
             let turn = scripted::response_index(context);
             tokio::spawn(scripted::run(model, turn, tx, options.cancel));
+            return stream;
         }
-    }
+    };
+    let StreamOptions {
+        cancel,
+        timeout,
+        request_cache,
+        ..
+    } = options;
+    tokio::spawn(async move {
+        let api = model.api;
+        answer(tx, &model, async |b| {
+            let request = Request {
+                model: &model,
+                body,
+                headers: &headers,
+                cancel: &cancel,
+                timeout,
+                endpoint: request_cache.as_deref().map(|c| &c.url),
+            };
+            match api {
+                Api::AnthropicMessages => anthropic_messages::stream_body(request, b).await,
+                Api::OpenaiCompletions => openai_completions::stream_body(request, b).await,
+                // (A scripted model's answer was started above.)
+                Api::OpenaiResponses | Api::Scripted => {
+                    openai_responses::stream_body(request, b).await
+                }
+            }
+        })
+        .await
+    });
     stream
+}
+
+/// A wire's `request_bytes`: its request body through the conversation's request cache;
+/// `Err` when the cache cannot serialise it.
+type RequestBytes = fn(
+    &Model,
+    &Context,
+    &StreamOptions,
+    &openai_completions::RequestCache,
+) -> Result<Vec<u8>, serde_json::Error>;
+
+/// A wire's request body: through the conversation's request cache when the options carry one
+/// (`request_bytes`: its bytes up to the first change reused), else — also when the cache
+/// cannot serialise it — the whole request (`build_request`) serialised.
+fn body_of(
+    request_bytes: RequestBytes,
+    build_request: fn(&Model, &Context, &StreamOptions) -> Value,
+    (model, context, options): (&Model, &Context, &StreamOptions),
+) -> Vec<u8> {
+    options
+        .request_cache
+        .as_deref()
+        .and_then(|cache| request_bytes(model, context, options, cache).ok())
+        .unwrap_or_else(|| json_bytes(&build_request(model, context, options)))
+}
+
+/// One request as a wire's reading gets it: the model, the body, the request's own headers
+/// (beside the model's), the cancellation, the provider timeout, and the conversation's parsed
+/// model endpoint ([`UrlSlot`]; `None`: parsed by reqwest for this request).
+struct Request<'a> {
+    model: &'a Model,
+    body: Vec<u8>,
+    headers: &'a [(String, String)],
+    cancel: &'a CancellationToken,
+    timeout: Option<Duration>,
+    endpoint: Option<&'a UrlSlot>,
+}
+
+/// [`Request`]'s fields, in their order.
+type RequestParts<'a> = (
+    &'a Model,
+    Vec<u8>,
+    &'a [(String, String)],
+    &'a CancellationToken,
+    Option<Duration>,
+    Option<&'a UrlSlot>,
+);
+
+impl<'a> Request<'a> {
+    /// Its fields, in their order (model, body, headers, cancel, timeout, endpoint).
+    fn parts(self) -> RequestParts<'a> {
+        let Request {
+            model,
+            body,
+            headers,
+            cancel,
+            timeout,
+            endpoint,
+        } = self;
+        (model, body, headers, cancel, timeout, endpoint)
+    }
 }
 
 /// The shared HTTP client for `url`: one with rustls (ring provider, the platform's roots,
@@ -559,8 +611,8 @@ fn seconds(d: Duration) -> String {
 /// already gone: nothing read), the body read by `stream` into it, then the message finished
 /// with the stop reason `stream` returns (`Ok(Some)`), failed with its error keeping the
 /// partial content (`Err`), or dropped when the consumer went away while reading (`Ok(None)`).
-pub(crate) async fn answer(
-    tx: crate::stream::StreamSender,
+async fn answer(
+    tx: StreamSender,
     model: &Model,
     stream: impl AsyncFnOnce(
         &mut MessageBuilder,

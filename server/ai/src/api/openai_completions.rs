@@ -12,14 +12,13 @@
 //! retryable error (case 19.1). Outbound `arguments` are always a JSON string.
 
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use super::lenient::{First, Obj, Str};
 use super::prefix::PrefixKey;
 use super::{join_url, open_sse, read_chunk, CacheRetention, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
-use crate::stream::{MessageBuilder, StreamSender};
+use crate::stream::MessageBuilder;
 use crate::transform::{transform_messages, Transform};
 use crate::types::{ContentBlock, Context, Message, StopReason, ToolSpec, Usage, UserContent};
 
@@ -956,48 +955,13 @@ struct ChunkDelta<'a> {
     tool_calls: Option<Box<Value>>,
 }
 
-/// Streams one response; every outcome ends in exactly one terminal event on `tx`.
-///
-/// `session`: [`session_headers`] for the request, after the model's own headers (replacing
-/// one of the same name).
-///
-/// `cache`: the conversation's request cache, whose [`super::UrlSlot`] keeps the model's
-/// endpoint parsed for its next request; `None`: parsed by reqwest for this one.
-pub async fn run(
-    model: Model,
-    body: Vec<u8>,
-    session: Vec<(String, String)>,
-    tx: StreamSender,
-    cancel: CancellationToken,
-    timeout: Option<std::time::Duration>,
-    cache: Option<std::sync::Arc<RequestCache>>,
-) {
-    super::answer(tx, &model, async |b| {
-        stream_body(
-            &model,
-            body,
-            session,
-            b,
-            &cancel,
-            timeout,
-            cache.as_deref().map(|c| &c.url),
-        )
-        .await
-    })
-    .await
-}
-
 /// Reads the stream into `b`: `Ok(Some(reason))` for a complete response, `Ok(None)` when the
 /// consumer went away, `Err` for a failure (the partial content stays in `b`).
-async fn stream_body(
-    model: &Model,
-    body: Vec<u8>,
-    session: Vec<(String, String)>,
+pub(super) async fn stream_body(
+    request: super::Request<'_>,
     b: &mut MessageBuilder,
-    cancel: &CancellationToken,
-    timeout: Option<std::time::Duration>,
-    endpoint: Option<&super::UrlSlot>,
 ) -> Result<Option<StopReason>, ProviderError> {
+    let (model, body, session, cancel, timeout, endpoint) = request.parts();
     let url = join_url(&model.base_url, "chat/completions");
     let mut headers: Vec<(String, String)> = Vec::new();
     if let Some(k) = &model.api_key {
@@ -1010,7 +974,7 @@ async fn stream_body(
             .filter(|(k, _)| !session.iter().any(|(s, _)| s.eq_ignore_ascii_case(k)))
             .map(|(k, v)| (k.clone(), v.clone())),
     );
-    headers.extend(session);
+    headers.extend(session.iter().cloned());
     let mut sse = open_sse(
         &crate::errors::HttpWording::Completions,
         &url,

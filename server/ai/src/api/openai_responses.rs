@@ -10,13 +10,12 @@
 //! block's signature `{"v":1,"id":…}`.
 
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use super::lenient::{whole, Str, U64};
 use super::{join_url, open_sse, read_chunk, CacheRetention, Chunk, StreamOptions};
 use crate::errors::{classify_stream_error, ProviderError};
 use crate::models::{Model, ThinkingLevel};
-use crate::stream::{MessageBuilder, StreamSender};
+use crate::stream::MessageBuilder;
 use crate::transform::transform_messages;
 use crate::types::{
     ContentBlock, Context, ImageContent, Message, StopReason, ToolSpec, Usage, UserContent,
@@ -444,36 +443,6 @@ pub fn request_headers(model: &Model, session_id: Option<&str>) -> Vec<(String, 
     headers
 }
 
-/// Streams one response; every outcome ends in exactly one terminal event on `tx`.
-///
-/// `headers`: [`request_headers`] for the request.
-///
-/// `cache`: the conversation's request cache, whose [`super::UrlSlot`] keeps the model's
-/// endpoint parsed for its next request; `None`: parsed by reqwest for this one.
-pub async fn run(
-    model: Model,
-    body: Vec<u8>,
-    headers: Vec<(String, String)>,
-    tx: StreamSender,
-    cancel: CancellationToken,
-    timeout: Option<std::time::Duration>,
-    cache: Option<std::sync::Arc<super::openai_completions::RequestCache>>,
-) {
-    super::answer(tx, &model, async |b| {
-        stream_body(
-            &model,
-            body,
-            &headers,
-            b,
-            &cancel,
-            timeout,
-            cache.as_deref().map(|c| &c.url),
-        )
-        .await
-    })
-    .await
-}
-
 /// One streamed event, read borrowed ([`read_chunk`]): the fields [`stream_body`] reads, each
 /// as `Value`'s accessors read it. What comes once per item or response (`item`, `response`) is
 /// kept whole, boxed (see [`whole`]).
@@ -497,15 +466,11 @@ struct StreamEvent<'a> {
 
 /// Reads the stream into `b`: `Ok(Some(reason))` for a complete response, `Ok(None)` when the
 /// consumer went away, `Err` for a failure (the partial content stays in `b`).
-async fn stream_body(
-    model: &Model,
-    body: Vec<u8>,
-    headers: &[(String, String)],
+pub(super) async fn stream_body(
+    request: super::Request<'_>,
     b: &mut MessageBuilder,
-    cancel: &CancellationToken,
-    timeout: Option<std::time::Duration>,
-    endpoint: Option<&super::UrlSlot>,
 ) -> Result<Option<StopReason>, ProviderError> {
+    let (model, body, headers, cancel, timeout, endpoint) = request.parts();
     let url = join_url(&model.base_url, "responses");
     let mut sse = open_sse(
         &crate::errors::HttpWording::Responses {
