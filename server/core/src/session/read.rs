@@ -453,32 +453,43 @@ mod tests {
         let want = plain(&bytes, from, bytes.len());
         assert_eq!(want.len(), 5);
         for size in [1, 2, 3, 7, 8, 13, 64, 100, 250, 1000, 1 << 20] {
-            let mut all = Vec::new();
-            let mut order = Vec::new();
-            pieces(
-                &f,
-                (from, bytes.len()),
-                (size, 8),
-                |b, l, emit| super::super::parse_lines_each(b, l, true, false, emit),
-                |line| line,
-                |k, n, lines| {
-                    order.push((k, n));
-                    all.append(lines);
-                },
-            )
-            .unwrap();
-            let n = (bytes.len() - from).div_ceil(size);
-            assert_eq!(order, (0..n).map(|k| (k, n)).collect::<Vec<_>>());
-            let got: Vec<(u64, Vec<u8>)> = all
-                .into_iter()
-                .map(|l| {
-                    let text = bytes[l.offset as usize..l.offset as usize + l.len].to_vec();
-                    assert_eq!(l.hash, xxhash_rust::xxh3::xxh3_64(&text));
-                    (l.offset, text)
-                })
-                .collect();
+            let got = read_in_pieces(&f, &bytes, (from, bytes.len()), (size, 8));
             assert_eq!(got, want, "pieces of {size} bytes");
         }
+    }
+
+    /// The lines [`pieces`] gives for `range` of `f` (whose bytes are `bytes`) in pieces of
+    /// `size` on up to `most` threads, as `(offset, text)`; asserts every piece was handed over
+    /// once, in order, and each line's hash.
+    fn read_in_pieces(
+        f: &File,
+        bytes: &[u8],
+        (from, to): (usize, usize),
+        (size, most): (usize, usize),
+    ) -> Vec<(u64, Vec<u8>)> {
+        let mut all = Vec::new();
+        let mut order = Vec::new();
+        pieces(
+            f,
+            (from, to),
+            (size, most),
+            |b, l, emit| super::super::parse_lines_each(b, l, true, false, emit),
+            |line| line,
+            |k, n, lines| {
+                order.push((k, n));
+                all.append(lines);
+            },
+        )
+        .unwrap();
+        let n = (to - from).div_ceil(size);
+        assert_eq!(order, (0..n).map(|k| (k, n)).collect::<Vec<_>>());
+        all.into_iter()
+            .map(|l| {
+                let text = bytes[l.offset as usize..l.offset as usize + l.len].to_vec();
+                assert_eq!(l.hash, xxhash_rust::xxh3::xxh3_64(&text));
+                (l.offset, text)
+            })
+            .collect()
     }
 
     #[test]
@@ -498,29 +509,7 @@ mod tests {
         assert_eq!(want.len(), 5);
         for size in [1000, 4096, STEP, STEP + 3] {
             for most in [1, 2, 8] {
-                let mut all = Vec::new();
-                let mut order = Vec::new();
-                pieces(
-                    &f,
-                    (8, bytes.len()),
-                    (size, most),
-                    |b, l, emit| super::super::parse_lines_each(b, l, true, false, emit),
-                    |line| line,
-                    |k, n, lines| {
-                        order.push((k, n));
-                        all.append(lines);
-                    },
-                )
-                .unwrap();
-                let n = (bytes.len() - 8).div_ceil(size);
-                assert_eq!(order, (0..n).map(|k| (k, n)).collect::<Vec<_>>());
-                let got: Vec<(u64, Vec<u8>)> = all
-                    .into_iter()
-                    .map(|l| {
-                        let text = bytes[l.offset as usize..l.offset as usize + l.len].to_vec();
-                        (l.offset, text)
-                    })
-                    .collect();
+                let got = read_in_pieces(&f, &bytes, (8, bytes.len()), (size, most));
                 assert_eq!(got, want, "pieces of {size} bytes on {most} threads");
             }
         }
