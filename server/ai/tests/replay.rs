@@ -735,6 +735,8 @@ fn anthropic_thinking_expected() -> Value {
         {"type":"thinking","thinking":"[Reasoning redacted]","thinkingSignature":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT","redacted":true},
         {"type":"text","text":"Héllo 🦊!"}],
         "api":"anthropic-messages","provider":"p","model":"m","responseId":"msg_7",
+        // The model `message_start` names is not the one asked for: Pi 1.6 stores it.
+        "responseModel":"claude-sonnet-4-5",
         "usage":{"input":2000,"output":42,"cacheRead":10000,"cacheWrite":500,"cacheWrite1h":0,"totalTokens":12542,
             "cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0,"totalFromProvider":false}},
         "stopReason":"stop","rawStopReason":"end_turn","timestamp":0})

@@ -693,6 +693,13 @@ pub(super) async fn stream_body(
                 if let Some(id) = m.get("id").and_then(Value::as_str) {
                     b.with_message(|msg| msg.response_id = Some(id.to_string()));
                 }
+                // Pi 1.6's `responseModel`: the model `message_start` names when it is not
+                // the one asked for (a fallback answered).
+                if let Some(name) = m.get("model").and_then(Value::as_str) {
+                    if name != model.id {
+                        b.with_message(|msg| msg.response_model = Some(name.to_string()));
+                    }
+                }
                 read_usage(&m["usage"], &mut usage, true);
                 b.set_usage(usage.clone());
                 Ok(())
