@@ -894,14 +894,7 @@ pub fn pi_context_tokens(path: &[&Entry]) -> u64 {
         .unwrap_or(0);
     let system = crate::session::SystemState::of_path(path);
     let system_tokens = if system.seen {
-        let mut current = system.checkpoint(0);
-        // Pi's merged message names no tools when there are none.
-        if system.tools.is_empty() {
-            if let Some(o) = current.as_object_mut() {
-                o.remove("toolsAdded");
-            }
-        }
-        pi_estimate_tokens(&current)
+        pi_estimate_tokens(&system.checkpoint(0))
     } else {
         0
     };

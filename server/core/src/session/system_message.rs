@@ -186,7 +186,8 @@ impl SystemState {
         m.insert("sections".into(), Value::Object(sections));
         // Pi 1.6's key order: the prompt's message, then the loop's tool declarations.
         m.insert("timestamp".into(), json!(timestamp));
-        if !added.is_empty() || !self.seen {
+        // Pi 1.6's `withToolChanges`: no key for no tools (a first message with none too).
+        if !added.is_empty() {
             m.insert("toolsAdded".into(), Value::Array(added));
         }
         if !removed.is_empty() {
@@ -212,15 +213,22 @@ impl SystemState {
         texts.join("\n\n") == prompt
     }
 
-    /// The complete system message of this state (a compaction's `systemMessage`).
+    /// The complete system message of this state (a compaction's `systemMessage`); with no
+    /// tools it names none (no `toolsAdded`: Pi 1.6's merged message).
     pub fn checkpoint(&self, timestamp: i64) -> Value {
-        json!({
+        let mut m = json!({
             "role": "system",
             "content": self.content.join("\n\n"),
             "sections": Value::Object(self.sections.clone()),
             "toolsAdded": self.tools.values().cloned().collect::<Vec<_>>(),
             "timestamp": timestamp,
-        })
+        });
+        if self.tools.is_empty() {
+            if let Some(o) = m.as_object_mut() {
+                o.remove("toolsAdded");
+            }
+        }
+        m
     }
 }
 
@@ -398,6 +406,24 @@ mod tests {
             pi.patch_to(&SystemState::of_run("P", None, &[]), 1)
                 .unwrap()["sections"],
             json!({"preamble": null, "cwd": null, "prompt": "P"})
+        );
+    }
+
+    #[test]
+    fn a_run_without_tools_stores_and_checkpoints_no_tool_key_as_pi_16() {
+        // Pi 1.6's `withToolChanges` / `getCurrentSystemMessage`: `toolsAdded` only when
+        // there are tools (`--no-tools`, plan mode with none).
+        let want = SystemState::of_run("P", None, &[]);
+        let first = SystemState::default().patch_to(&want, 7).unwrap();
+        assert_eq!(
+            first,
+            json!({"role":"system","content":"","sections":{"prompt":"P"},"timestamp":7})
+        );
+        let mut replayed = SystemState::default();
+        replayed.apply(&first);
+        assert_eq!(
+            replayed.checkpoint(9),
+            json!({"role":"system","content":"","sections":{"prompt":"P"},"timestamp":9})
         );
     }
 
