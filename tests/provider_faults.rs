@@ -43,6 +43,16 @@ impl EventSink for Persist {
 }
 
 impl Persist {
+    /// Every event's type, in order.
+    fn types(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
     fn of_type(&self, t: &str) -> Vec<Value> {
         self.events
             .lock()
@@ -528,6 +538,23 @@ async fn an_image_refused_for_its_size_is_replaced_by_a_note() {
     assert_eq!(
         s.agent.last_outcome().unwrap().stop_reason,
         StopReason::Stop
+    );
+    // Told as a retry (docs/protocol.md): the refused attempt's turn and run end, the images
+    // replaced, the retry announced, the retry's run, its end told at its answer.
+    let types = s.sink.types();
+    let at = |t: &str| types.iter().position(|x| x == t).unwrap();
+    assert_eq!(
+        (
+            at("turn_end") < at("images_replaced"),
+            at("agent_end") < at("images_replaced"),
+            types[at("images_replaced") + 1].as_str()
+        ),
+        (true, true, "auto_retry_start"),
+        "{types:?}"
+    );
+    assert_eq!(
+        s.sink.of_type("auto_retry_end"),
+        vec![json!({"type": "auto_retry_end", "success": true, "attempt": 1})]
     );
     let replaced: Vec<Value> = s.sink.of_type("images_replaced");
     let note = "[image removed: the provider refused a request with this image/png image (4608 KB) as too large]";

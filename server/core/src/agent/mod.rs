@@ -289,6 +289,14 @@ pub trait SystemMessages: Send + Sync {
         system_prompt: &str,
         messages: usize,
     ) -> Option<(String, Vec<(usize, pi_ai::SystemMessage)>)>;
+
+    /// The system prompt to send instead of `system_prompt` when the stored system messages
+    /// render the same sections in another order (Pi 1.6 sends the replayed prompt:
+    /// `getCurrentSystemPrompt`); `None`: `system_prompt` as it is.
+    fn replayed(&self, system_prompt: &str) -> Option<String> {
+        let _ = system_prompt;
+        None
+    }
 }
 
 /// Trusted product policy plugged into the loop (docs/design.md#extensions-and-product-boundaries: extensions map onto these hooks).

@@ -418,7 +418,17 @@ impl Run<'_> {
                 }
                 (leading, Some(std::mem::take(&mut self.cfg.system_prompt)))
             }
-            None => (std::mem::take(&mut self.cfg.system_prompt), None),
+            // Pi 1.6 sends the prompt its stored system messages replay to: the same sections,
+            // each where it was first stored.
+            None => match self
+                .cfg
+                .system_messages
+                .as_ref()
+                .and_then(|s| s.replayed(&self.cfg.system_prompt))
+            {
+                Some(replayed) => (replayed, Some(std::mem::take(&mut self.cfg.system_prompt))),
+                None => (std::mem::take(&mut self.cfg.system_prompt), None),
+            },
         };
         // What the request cache may take as the previous request's without comparing: none
         // when system messages were placed between the run's own.
@@ -801,6 +811,8 @@ impl Run<'_> {
     async fn assistant_with_retry(&mut self) -> AssistantMessage {
         let settings = self.cfg.retry.clone();
         let mut attempt = 0u32;
+        // The retry without the refused images was announced: its end is told as a retry's.
+        let mut images_retried = false;
         loop {
             let a = self.assistant().await;
             self.note_answer(&a);
@@ -827,12 +839,16 @@ impl Run<'_> {
                 if n > 0 {
                     // An edit of the context: the usage so far counted the images.
                     self.usage_from = self.messages.len();
-                    self.sink.emit(AgentEvent::ImagesReplaced { images }).await;
                     let why = format!(
                         "{} — retrying with {n} image(s) replaced by a note",
                         a.error_message.as_deref().unwrap_or("image refused")
                     );
-                    self.announce_retry(&a, 1, 1, 0, why).await;
+                    // `images_replaced` after the refused attempt's turn_end, before
+                    // `auto_retry_start` (docs/protocol.md).
+                    let replaced = AgentEvent::ImagesReplaced { images };
+                    self.announce_retry(&a, (1, 1, 0), why, Some(replaced))
+                        .await;
+                    images_retried = true;
                     self.restart().await;
                     continue;
                 }
@@ -874,11 +890,11 @@ impl Run<'_> {
                 _ => None,
             };
             let Some(delay) = delay else {
-                if attempt > 0 {
+                if attempt > 0 || images_retried {
                     let success = !matches!(a.stop_reason, StopReason::Error | StopReason::Aborted);
                     let end = AgentEvent::AutoRetryEnd {
                         success,
-                        attempt,
+                        attempt: attempt.max(1),
                         final_error: (!success).then(|| a.error_message.clone()).flatten(),
                     };
                     // Pi 1.6: a success is told at the answer's `message_end`, a last failure
@@ -902,8 +918,8 @@ impl Run<'_> {
             self.messages.pop();
             self.history_changed();
             self.usage_from = self.messages.len();
-            self.announce_retry(&a, attempt, settings.policy.max_retries, delay_ms, why)
-                .await;
+            let counts = (attempt, settings.policy.max_retries, delay_ms);
+            self.announce_retry(&a, counts, why, None).await;
             if pi_ai::errors::RetryPolicy::wait(delay, &self.control.cancel)
                 .await
                 .is_err()
@@ -932,13 +948,14 @@ impl Run<'_> {
     /// `willRetry`, `auto_retry_start`, then the attempt left out of the context
     /// ([`AgentEvent::AttemptLeftOut`]: the session's `context_edit`, told as
     /// `entry_appended`). The retry is a new run ([`Self::restart`]) after the wait.
+    /// `(attempt, max_attempts, delay_ms)` are `auto_retry_start`'s; `before_start` is told
+    /// right before it (the images a size refusal's retry goes without).
     async fn announce_retry(
         &mut self,
         failed: &AssistantMessage,
-        attempt: u32,
-        max_attempts: u32,
-        delay_ms: u64,
+        (attempt, max_attempts, delay_ms): (u32, u32, u64),
         error_message: String,
+        before_start: Option<AgentEvent>,
     ) {
         self.sink
             .emit(AgentEvent::TurnEnd {
@@ -953,6 +970,9 @@ impl Run<'_> {
             })
             .await;
         self.agent_end_sent = true;
+        if let Some(event) = before_start {
+            self.sink.emit(event).await;
+        }
         self.sink
             .emit(AgentEvent::AutoRetryStart {
                 attempt,

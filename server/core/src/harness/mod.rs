@@ -1120,6 +1120,13 @@ impl crate::agent::SystemMessages for StoredSystemMessages {
         }
         Some((layout.leading.unwrap_or_default(), layout.later))
     }
+
+    fn replayed(&self, system_prompt: &str) -> Option<String> {
+        let w = crate::session::lock_writer(&self.writer).ok()?;
+        w.replayed_prompt()
+            .filter(|p| p.len() == system_prompt.len())
+            .map(str::to_string)
+    }
 }
 
 /// The built-in extensions `ws`'s settings enable (`builtinExtensions`; the project's only

@@ -79,15 +79,27 @@ pub(super) fn store_system(
     if lock_writer(writer)?.system_checked(now) {
         return Ok(());
     }
-    let (mut want, generation) = agent.with_config_generation(|c, generation| {
+    let (mut want, generation, prompt) = agent.with_config_generation(|c, generation| {
         let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
         let want = SystemState::of_run(&c.system_prompt, c.prompt_sections.as_deref(), &specs);
-        (want, generation)
+        (want, generation, c.system_prompt.clone())
     });
     let mut w = lock_writer(writer)?;
     let have = w.tree().system_state(w.leaf());
     crate::mcp::keep_declared(&have, &mut want);
-    if let Some(m) = have.patch_to(&want, pi_ai::types::now_millis()) {
+    let patch = have.patch_to(&want, pi_ai::types::now_millis());
+    // What the branch replays to after the patch: Pi 1.6 sends its rendering, whose sections
+    // keep their stored order (one new since comes last).
+    let mut after = have;
+    if let Some(m) = &patch {
+        after.apply(m);
+    }
+    let replayed = after.render();
+    w.set_replayed_prompt(
+        (after.content.is_empty() && replayed != prompt && after.renders(&prompt))
+            .then_some(replayed),
+    );
+    if let Some(m) = patch {
         w.append(EntryData::Message {
             message: StoredMessage::Json(m.clone()),
         })?;

@@ -213,6 +213,20 @@ impl SystemState {
         texts.join("\n\n") == prompt
     }
 
+    /// The system prompt this state renders (pi-ai 1.6's `getSystemMessageText` of
+    /// `getCurrentSystemMessage`): the content, then every section in its stored order (a
+    /// section a later patch added comes after those set before it), the non-empty parts
+    /// joined by blank lines. What Pi 1.6 sends as the request's system prompt for a
+    /// session whose prompt it stored.
+    pub fn render(&self) -> String {
+        let content = self.content.join("\n\n");
+        std::iter::once(content.as_str())
+            .chain(self.sections.values().filter_map(Value::as_str))
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    }
+
     /// The complete system message of this state (a compaction's `systemMessage`); with no
     /// tools it names none (no `toolsAdded`: Pi 1.6's merged message).
     pub fn checkpoint(&self, timestamp: i64) -> Value {
@@ -407,6 +421,27 @@ mod tests {
                 .unwrap()["sections"],
             json!({"preamble": null, "cwd": null, "prompt": "P"})
         );
+    }
+
+    #[test]
+    fn a_patched_state_renders_its_sections_in_stored_order_as_pi_16() {
+        // A session stored with sections a, c; a run whose prompt has a, b, c (b new, c
+        // changed): Pi 1.6 keeps a and c where they were and puts b after them.
+        let section = |name: &str, text: &str| (name.to_string(), text.to_string());
+        let first = [section("a", "A"), section("c", "C")];
+        let mut have = SystemState::default();
+        have.apply(
+            &SystemState::default()
+                .patch_to(&SystemState::of_run("A\n\nC", Some(&first), &[]), 1)
+                .unwrap(),
+        );
+        let now = [section("a", "A"), section("b", "B"), section("c", "C2")];
+        let want = SystemState::of_run("A\n\nB\n\nC2", Some(&now), &[]);
+        let mut after = have.clone();
+        after.apply(&have.patch_to(&want, 2).unwrap());
+        assert_eq!(after.render(), "A\n\nC2\n\nB");
+        assert!(after.renders("A\n\nB\n\nC2"));
+        assert_eq!(want.render(), "A\n\nB\n\nC2");
     }
 
     #[test]

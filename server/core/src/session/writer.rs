@@ -69,6 +69,9 @@ pub struct SessionWriter {
     /// The system message last stored and not yet told as events
     /// ([`SessionWriter::take_untold_system`]).
     untold_system: Option<Value>,
+    /// The system prompt the branch's stored system messages render when it differs from the
+    /// run's own only in the order of its sections ([`SessionWriter::set_replayed_prompt`]).
+    replayed_prompt: Option<String>,
 }
 
 /// One file's background `fdatasync` state: a clone of the writer's file, whether a sync is
@@ -253,6 +256,7 @@ impl SessionWriter {
             pi073: false,
             system_checked: None,
             untold_system: None,
+            replayed_prompt: None,
         };
         w.write_line(&header)?;
         Ok(w)
@@ -382,6 +386,7 @@ impl SessionWriter {
             pi073: false,
             system_checked: None,
             untold_system: None,
+            replayed_prompt: None,
         };
         let tree = writer.tree.clone();
         writer.set_leaf(&tree, leaf.as_deref());
@@ -632,6 +637,17 @@ impl SessionWriter {
     /// told: Pi 1.6 sends it as `message_start` / `message_end` in the run it starts.
     pub fn set_untold_system(&mut self, message: Value) {
         self.untold_system = Some(message);
+    }
+
+    /// Notes the system prompt the branch's stored system messages render (Pi 1.6 sends that
+    /// one: `getCurrentSystemPrompt`, sections in stored order), `None` when it is the run's own.
+    pub fn set_replayed_prompt(&mut self, prompt: Option<String>) {
+        self.replayed_prompt = prompt;
+    }
+
+    /// The prompt noted by [`Self::set_replayed_prompt`].
+    pub fn replayed_prompt(&self) -> Option<&str> {
+        self.replayed_prompt.as_deref()
     }
 
     /// The system message stored since the last call, if any ([`Self::set_untold_system`]).
