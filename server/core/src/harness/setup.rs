@@ -434,6 +434,7 @@ pub fn agent_config_with(
         session_env,
         bash_executor,
         reads: reads.unwrap_or_default(),
+        root_real: Default::default(),
     });
     // The sandbox follows the trust-gated settings, never a project file of an untrusted
     // workspace.

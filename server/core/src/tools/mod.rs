@@ -272,6 +272,41 @@ pub struct ToolState {
     pub session_env: Vec<(String, String)>,
     /// Where `bash` runs its commands when not here (an ACP client's terminal); `None`: here.
     pub bash_executor: Option<Arc<dyn BashExecutor>>,
+    /// The workspace root's real location, found at the first path this tool set resolves
+    /// ([`RootReal`]): not canonicalised again at every call.
+    pub root_real: RootReal,
+}
+
+/// A workspace root and its real location ([`crate::platform::paths::canonicalize`]: every
+/// symlink followed), found once per tool set (a tool set is built per run configuration,
+/// [`crate::harness`]) and kept: resolving a tool's path then walks only the components
+/// below the root ([`resolve_path_among_real`]) instead of canonicalising the root and
+/// walking every component from `/` at every call (a `readlink` and a `statx` per component
+/// of the root, each call; docs/benchmarks.md, "Round 44"). A root that cannot be
+/// canonicalised (not there yet) is not kept: it is tried again at the next call.
+#[derive(Debug, Default)]
+pub struct RootReal(std::sync::OnceLock<(PathBuf, PathBuf)>);
+
+impl RootReal {
+    /// The real location of `root`: the one kept when `root` is the root it was found for,
+    /// else canonicalised now (and kept when nothing is kept yet); `None` when `root` cannot
+    /// be canonicalised.
+    pub fn of(&self, root: &Path) -> Option<std::borrow::Cow<'_, Path>> {
+        use std::borrow::Cow;
+        if let Some((r, real)) = self.0.get() {
+            if r == root {
+                return Some(Cow::Borrowed(real.as_path()));
+            }
+        }
+        let real = crate::platform::paths::canonicalize(root).ok()?;
+        match self.0.get() {
+            None => {
+                let _ = self.0.set((root.to_path_buf(), real.clone()));
+                Some(Cow::Owned(real))
+            }
+            Some(_) => Some(Cow::Owned(real)),
+        }
+    }
 }
 
 /// Pi 1.6's session variables for `bash` (`resolveSpawnContext`): the session's id, its file
@@ -310,9 +345,18 @@ impl ToolState {
     /// [`resolve_path_in`] for this tool set: `input` resolved against `root`, accepted inside
     /// `root`, the workspace's other folders or `allowedDirs`; a refusal names every workspace
     /// folder (case ED-07: a multi-root workspace's error names them all, not the first).
+    /// The root's real location is found once ([`ToolState::root_real`]).
     pub fn resolve(&self, root: &Path, input: &str) -> Result<PathBuf, ToolError> {
-        let folders: Vec<PathBuf> = self.folders.read().map(|f| f.clone()).unwrap_or_default();
-        resolve_path_among(root, &folders, &self.allowed_dirs, input)
+        let folders = self.folders.read();
+        let folders: &[PathBuf] = folders.as_deref().map_or(&[], |f| f.as_slice());
+        let root_real = self.root_real.of(root);
+        resolve_path_among_real(
+            root,
+            root_real.as_deref(),
+            folders,
+            &self.allowed_dirs,
+            input,
+        )
     }
 
     /// State for a trusted workspace: `allowedDirs` from its merged settings
@@ -329,6 +373,7 @@ impl ToolState {
             folders: Arc::default(),
             session_env: Vec::new(),
             bash_executor: None,
+            root_real: RootReal::default(),
         }
     }
 }
@@ -460,41 +505,46 @@ const MAX_SYMLINKS: usize = 40;
 /// target applies to the resolved folder. Components that do not exist are kept as written. `None` on a symlink
 /// loop.
 fn real_path(path: &Path) -> Option<PathBuf> {
+    real_path_from(PathBuf::from("/"), path)
+}
+
+/// [`real_path`] of `start` joined with `rest`, where `start` is already a real path (every
+/// symlink of it followed: the walk does not look at its components again).
+fn real_path_from(start: PathBuf, rest: &Path) -> Option<PathBuf> {
     let mut pending: Vec<std::ffi::OsString> = Vec::new();
     let push_all = |p: &Path, pending: &mut Vec<std::ffi::OsString>| {
         // Stored reversed: the next component is at the end.
-        let comps: Vec<_> = p
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n.to_os_string()),
-                Component::ParentDir => Some("..".into()),
-                _ => None,
-            })
-            .collect();
-        pending.extend(comps.into_iter().rev());
+        let at = pending.len();
+        pending.extend(p.components().filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        }));
+        pending[at..].reverse();
     };
-    push_all(path, &mut pending);
-    let mut cur = PathBuf::from("/");
+    push_all(rest, &mut pending);
+    let mut cur = start;
     let mut hops = 0;
     while let Some(c) = pending.pop() {
         if c == ".." {
             cur.pop();
             continue;
         }
-        let next = cur.join(&c);
-        match std::fs::symlink_metadata(&next) {
+        cur.push(&c);
+        match std::fs::symlink_metadata(&cur) {
             Ok(m) if m.file_type().is_symlink() => {
                 hops += 1;
                 if hops > MAX_SYMLINKS {
                     return None;
                 }
-                let target = std::fs::read_link(&next).ok()?;
+                let target = std::fs::read_link(&cur).ok()?;
+                cur.pop();
                 if target.is_absolute() {
                     cur = PathBuf::from("/");
                 }
                 push_all(&target, &mut pending);
             }
-            _ => cur = next,
+            _ => {}
         }
     }
     Some(cur)
@@ -526,21 +576,63 @@ pub fn resolve_path_among(
     allowed_dirs: &[PathBuf],
     input: &str,
 ) -> Result<PathBuf, ToolError> {
+    let root_real = crate::platform::paths::canonicalize(root).ok();
+    resolve_path_among_real(root, root_real.as_deref(), folders, allowed_dirs, input)
+}
+
+/// [`resolve_path_among`] with the root's real location given (`root_real`: `root`
+/// canonicalised, [`RootReal`]; `None` when it could not be, then the root lexically
+/// normalised stands for it). A path under `root` as written (after `.` / `..` are applied
+/// to the text) is walked from `root_real` over its components below the root only: the
+/// same real path the walk from `/` finds while the root leads where it led when
+/// canonicalised. Any other path is walked from `/`.
+pub fn resolve_path_among_real(
+    root: &Path,
+    root_real: Option<&Path>,
+    folders: &[PathBuf],
+    allowed_dirs: &[PathBuf],
+    input: &str,
+) -> Result<PathBuf, ToolError> {
     let expanded = expand_home(input);
     let joined = normalize(&root.join(expanded));
-    let root_real = crate::platform::paths::canonicalize(root).unwrap_or_else(|_| normalize(root));
+    // Not canonicalised (the root is not there): the root lexically normalised stands for it
+    // in the comparison, and every path is walked from `/`.
+    let known = root_real.is_some_and(Path::is_absolute);
+    let normalized_root;
+    let root_real = match root_real {
+        Some(r) => r,
+        None => {
+            normalized_root = normalize(root);
+            &normalized_root
+        }
+    };
     // Compared as the OS names files: without `\\?\`, drive letters and (Windows, macOS) case
     // folded (`platform::paths`).
     let inside = |real: &Path| {
         use crate::platform::paths::starts_with;
-        starts_with(real, &root_real)
+        starts_with(real, root_real)
             || folders.iter().any(|d| starts_with(real, d))
             || allowed_dirs.iter().any(|d| starts_with(real, d))
     };
-    match real_path(&joined) {
+    // Below a root that is absolute and written without `.` or `..` (the walk of its own
+    // components is then exactly what canonicalising it did); Unix paths only (elsewhere the
+    // walk from `/` stays as it was).
+    let rest = joined.strip_prefix(root).ok();
+    let from_root = cfg!(unix)
+        && known
+        && rest.is_some()
+        && root.is_absolute()
+        && root
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    let real = match rest.filter(|_| from_root) {
+        Some(rest) => real_path_from(root_real.to_path_buf(), rest),
+        None => real_path(&joined),
+    };
+    match real {
         Some(real) if inside(&real) => {
             // Keep the caller's spelling under the root so editor URIs match what it opened.
-            Ok(if joined.starts_with(root) { joined } else { real })
+            Ok(if rest.is_some() { joined } else { real })
         }
         Some(_) if folders.is_empty() => Err(ToolError::new(format!(
             "Path {input} is outside the workspace {}; only files inside it (or in a folder listed in allowedDirs of .pi/settings.json) can be used.",
@@ -670,5 +762,84 @@ mod tests {
         std::os::unix::fs::symlink("/etc", root.join("link")).unwrap();
         assert!(resolve_path(&root, "link/passwd").is_err());
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A tool set's resolution, which finds the root's real location once and walks only
+    /// below it, answers every path as the walk from `/` does (accepted: the same path;
+    /// refused: the same words), for a plain root and a symlinked one: `..` in and out, links
+    /// inside and out, chains, dangling ones, a loop, absolute paths, the root itself; and it
+    /// keeps nothing for a root that is not there yet.
+    #[cfg(unix)] // symlinks: a Unix API
+    #[test]
+    fn a_kept_root_resolves_every_path_as_the_walk_from_the_top_does() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        std::fs::create_dir_all(ws.join("src/deep")).unwrap();
+        std::fs::create_dir_all(base.join("out")).unwrap();
+        std::fs::write(ws.join("src/a.txt"), "a").unwrap();
+        std::fs::write(base.join("out/s.txt"), "s").unwrap();
+        symlink(base.join("out"), ws.join("out-dir")).unwrap();
+        symlink("src/a.txt", ws.join("in-link")).unwrap();
+        symlink("../in-link", ws.join("src/chain")).unwrap();
+        symlink("../../out/new.txt", ws.join("src/dangling")).unwrap();
+        symlink("../ws/src", ws.join("src/deep/back")).unwrap();
+        symlink("loop-b", ws.join("loop-a")).unwrap();
+        symlink("loop-a", ws.join("loop-b")).unwrap();
+        symlink(&ws, base.join("ws-link")).unwrap();
+        let inputs = [
+            ".",
+            "src/a.txt",
+            "src/../src/a.txt",
+            "in-link",
+            "src/chain",
+            "src/dangling",
+            "src/deep/back/a.txt",
+            "src/deep/back/../../out/s.txt",
+            "out-dir/s.txt",
+            "out-dir/../ws/src/a.txt",
+            "loop-a",
+            "new/dir/f.txt",
+            "../out/s.txt",
+            "../ws/src/a.txt",
+            "../ws-link/src/a.txt",
+            "/etc/passwd",
+        ];
+        let shown = |r: Result<PathBuf, ToolError>| r.map_err(|e| e.message);
+        for root in [ws.clone(), base.join("ws-link")] {
+            let state = ToolState::default();
+            let mut all: Vec<String> = inputs.iter().map(|s| s.to_string()).collect();
+            all.push(ws.join("src/a.txt").display().to_string());
+            all.push(base.join("ws-link/in-link").display().to_string());
+            for input in &all {
+                assert_eq!(
+                    shown(state.resolve(&root, input)),
+                    shown(resolve_path_among(&root, &[], &[], input)),
+                    "{} {input}",
+                    root.display()
+                );
+            }
+            assert_eq!(
+                state.root_real.of(&root).as_deref(),
+                Some(ws.as_path()),
+                "{}",
+                root.display()
+            );
+        }
+        // A root not there yet: nothing kept, found once it is.
+        let later = base.join("later");
+        let state = ToolState::default();
+        assert_eq!(
+            shown(state.resolve(&later, "x.txt")),
+            shown(resolve_path_among(&later, &[], &[], "x.txt"))
+        );
+        assert!(state.root_real.0.get().is_none());
+        std::fs::create_dir_all(&later).unwrap();
+        assert_eq!(state.resolve(&later, "x.txt").unwrap(), later.join("x.txt"));
+        assert_eq!(
+            state.root_real.0.get(),
+            Some(&(later.clone(), later.clone()))
+        );
     }
 }
