@@ -13,9 +13,7 @@ use pi_ai::Message;
 use serde_json::{json, Map, Value};
 
 use crate::agent::AgentEvent;
-use crate::session::{
-    lock_writer, EntryData, SessionError, SessionWriter, StoredMessage, SystemState,
-};
+use crate::session::{lock_writer, EntryData, SessionError, SessionWriter, SystemState};
 
 /// Appends a run's messages to its session file; see the module doc.
 pub struct Recorder {
@@ -88,25 +86,46 @@ pub(super) fn store_system(
     let have = w.tree().system_state(w.leaf());
     crate::mcp::keep_declared(&have, &mut want);
     let patch = have.patch_to(&want, pi_ai::types::now_millis());
-    // What the branch replays to after the patch: Pi 1.6 sends its rendering, whose sections
-    // keep their stored order (one new since comes last).
-    let mut after = have;
-    if let Some(m) = &patch {
-        after.apply(m);
-    }
-    let replayed = after.render();
-    w.set_replayed_prompt(
-        (after.content.is_empty() && replayed != prompt && after.renders(&prompt))
-            .then_some(replayed),
-    );
+    // Pi 1.6 sends what the branch replays to after the patch: its sections keep their stored
+    // order (one new since comes last). Only when that order is not the run's is it told.
+    w.set_replayed_prompt(replayed_prompt(&have, &want, &prompt));
     if let Some(m) = patch {
-        w.append(EntryData::Message {
-            message: StoredMessage::Json(m.clone()),
-        })?;
+        // Written from the message itself, which is then kept to be told (no copy of it).
+        w.append_message_value(&m)?;
         w.set_untold_system(m);
     }
     w.mark_system_checked(generation);
     Ok(())
+}
+
+/// The system prompt the branch's stored state `have`, once patched to `want` (the run's,
+/// which renders `prompt`), renders when its sections come in another order than the run's
+/// (a section the run adds goes after those stored before it; Pi 1.6's
+/// `getCurrentSystemPrompt`); `None` when the order is the run's, or the stored state has
+/// content of its own.
+fn replayed_prompt(have: &SystemState, want: &SystemState, prompt: &str) -> Option<String> {
+    let kept = have
+        .sections
+        .keys()
+        .filter(|k| want.sections.contains_key(*k));
+    let added = want
+        .sections
+        .keys()
+        .filter(|k| !have.sections.contains_key(*k));
+    let order: Vec<&String> = kept.chain(added).collect();
+    if !have.content.is_empty() || order.iter().copied().eq(want.sections.keys()) {
+        return None;
+    }
+    let mut after = SystemState {
+        sections: order
+            .into_iter()
+            .map(|k| (k.clone(), want.sections[k].clone()))
+            .collect(),
+        ..SystemState::default()
+    };
+    after.seen = true;
+    let replayed = after.render();
+    (replayed != prompt && after.renders(prompt)).then_some(replayed)
 }
 
 impl Recorder {

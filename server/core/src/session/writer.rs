@@ -897,6 +897,56 @@ impl SessionWriter {
         self.append(EntryData::Message { message })
     }
 
+    /// Appends a `message` entry holding `message` as given (a stored system message,
+    /// [`crate::harness::recorder`]'s `store_system`), borrowed: the line is written straight
+    /// from it, as [`SessionWriter::append`] of `EntryData::Message` with
+    /// `StoredMessage::Json(message.clone())` writes it (the same keys in the same order), with
+    /// no copy of the message and no `Value` of the entry; the tree's entry is made from the
+    /// message's fields as a parse of the line reads them. A message whose `content` is not a
+    /// string (it may hold images, which may go to the assets folder) goes through
+    /// [`SessionWriter::append`]. Returns the entry's id.
+    pub fn append_message_value(&mut self, message: &Value) -> Result<String, SessionError> {
+        if !message.get("content").is_some_and(Value::is_string) {
+            return self.append(EntryData::Message {
+                message: StoredMessage::Json(message.clone()),
+            });
+        }
+        let id = self.new_id();
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
+        let line = (|| {
+            serde_json::to_writer(&mut out, &id)?;
+            out.extend_from_slice(b",\"parentId\":");
+            serde_json::to_writer(&mut out, &self.leaf)?;
+            out.extend_from_slice(b",\"timestamp\":");
+            serde_json::to_writer(&mut out, &iso_now())?;
+            out.extend_from_slice(b",\"message\":");
+            serde_json::to_writer(&mut out, message)?;
+            out.push(b'}');
+            Ok::<_, serde_json::Error>(())
+        })();
+        let text = match line.map(|()| String::from_utf8(out)) {
+            Ok(Ok(text)) => text,
+            _ => {
+                return self.append(EntryData::Message {
+                    message: StoredMessage::Json(message.clone()),
+                })
+            }
+        };
+        let written = self.write_text(&text);
+        let parts = line::LineParts {
+            kind: Some("message".into()),
+            id: Some(id.as_str().into()),
+            parent_id: self.leaf.as_deref().map(Into::into),
+            message: Some(line::message_from_value(message, false)),
+        };
+        if let Some(e) = Entry::from_parts_text(parts, text) {
+            Arc::make_mut(&mut self.tree).push_entry(e);
+        }
+        self.leaf = Some(id.clone());
+        written.map(|()| id)
+    }
+
     /// The usual `message` entry written straight from `message` to its line, with no
     /// `serde_json::Value` of the entry: the line is the text [`SessionWriter::append_raw`]
     /// writes for the same entry (its keys in the same order, `stamps` after the message's own
@@ -1324,6 +1374,52 @@ mod sync_tests {
         }
         assert_eq!(loaded.messages[1], stamped);
         assert_eq!(loaded.messages[2], cases[2].0);
+    }
+
+    /// A stored system message written from the borrowed `Value` is the line the `Value` path
+    /// (`append` of `StoredMessage::Json`) writes for it, byte for byte (ids and time aside),
+    /// and its tree entry reads as a parse of that line does; one whose content is not a
+    /// string goes through that path.
+    #[test]
+    fn a_system_message_is_written_from_its_value_as_the_value_path_writes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = SessionWriter::create(dir.path(), dir.path(), "p", "m", "off").unwrap();
+        let system = json!({"role":"system","content":"","sections":{"prompt":"You are \u{2028} pi.","cwd":"x"},
+            "timestamp":5,"toolsAdded":[{"name":"read","description":"Read","parameters":{"type":"object"},
+            "constrainedSampling":{"type":"json_schema","strict":"prefer"}}]});
+        let blocks = json!({"role":"system","content":[{"type":"text","text":"t"}],"timestamp":6});
+        for message in [&system, &blocks] {
+            let parent = w.leaf().map(str::to_string);
+            let id = w.append_message_value(message).unwrap();
+            let text = std::fs::read_to_string(w.path()).unwrap();
+            let line = text.lines().last().unwrap();
+            let v: Value = serde_json::from_str(line).unwrap();
+            let mut want =
+                json!({"type":"message","id":id,"parentId":parent,"timestamp":v["timestamp"]});
+            want.as_object_mut()
+                .unwrap()
+                .insert("message".into(), (*message).clone());
+            let want = want
+                .to_string()
+                .replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029");
+            assert_eq!(line, want);
+            let e = w.tree().get(&id).unwrap();
+            let from_line = Entry::from_value(&v).unwrap();
+            assert_eq!(
+                (&e.id, &e.parent_id, &e.kind, e.role(), e.assistant()),
+                (
+                    &from_line.id,
+                    &from_line.parent_id,
+                    &from_line.kind,
+                    from_line.role(),
+                    from_line.assistant()
+                )
+            );
+            assert_eq!(e.message(), from_line.message());
+            assert_eq!(e.raw(), v);
+            assert_eq!(w.leaf(), Some(id.as_str()));
+        }
     }
 
     /// Entry ids are 8 hex digits, as Pi's, and differ from one another.
