@@ -87,6 +87,12 @@ struct Held {
 struct Outbox {
     held: Option<Held>,
     window: u64,
+    /// When the last delta held must go out, and the number of the window it was held in
+    /// ([`Outbox::window`]): what the flusher task acts on ([`LspSink::hold`]).
+    due: Option<(Instant, u64)>,
+    /// A flusher task is waiting for [`Outbox::due`] (one at a time per sink; it ends once it
+    /// acted on the last hold's deadline).
+    flusher: bool,
     /// Until when a new delta waits (the end of the window the last delta sent opened): a
     /// delta that comes later goes out at once (leading edge), so the first text of a block
     /// after a pause is never held.
@@ -330,19 +336,39 @@ impl LspSink {
             run_id: self.run_id(),
             event,
         });
-        let (outbox, client, session_id, n) = (
+        out.due = Some((deadline, out.window));
+        if out.flusher {
+            // The running flusher finds this deadline when it wakes (deadlines only grow).
+            return;
+        }
+        out.flusher = true;
+        let (outbox, client, session_id) = (
             self.outbox.clone(),
             self.st.client.clone(),
             self.session_id.clone(),
-            out.window,
         );
+        // One task per window at most, not one per held delta: it sleeps until the deadline
+        // of the last hold, and acts as that hold's own timer would (the window ends: the held
+        // delta, if nothing sent it before, goes out and opens the next window), then ends.
         tokio::spawn(async move {
-            tokio::time::sleep_until(deadline.into()).await;
-            let mut out = outbox.lock().await;
-            if out.window == n {
-                out.quiet_until = Some(Instant::now() + window);
-                out.send_held(&client, &session_id).await;
-                out.flush(&client).await;
+            let mut at = deadline;
+            loop {
+                tokio::time::sleep_until(at.into()).await;
+                let mut out = outbox.lock().await;
+                match out.due {
+                    // A later window's hold: its deadline is the one to wait for.
+                    Some((later, _)) if later > at => at = later,
+                    due => {
+                        out.due = None;
+                        out.flusher = false;
+                        if due.is_some_and(|(_, n)| n == out.window) {
+                            out.quiet_until = Some(Instant::now() + window);
+                            out.send_held(&client, &session_id).await;
+                            out.flush(&client).await;
+                        }
+                        return;
+                    }
+                }
             }
         });
     }
