@@ -162,15 +162,28 @@ enum McpCommand {
 }
 
 /// The number of async workers: `var` (tokio's `TOKIO_WORKER_THREADS`) when it is a positive
-/// count, else the machine's parallelism (`cores()`; 2 when unknown) but at most two. One
-/// worker takes a quarter less CPU a tool round (docs/benchmarks.md, "Round 36"), but it cost
-/// the streamed answer its overlap (the stream read and parsed on one worker while the other
-/// writes the events out: 5–9 ms more wall per 4,500-delta answer in three runs out of three),
-/// so two stay the default; the round's output is one task either way (`transport::Output`).
-fn async_workers(var: Option<&str>, cores: impl FnOnce() -> Option<usize>) -> usize {
+/// count, else `default`: one for the LSP server and `run` ([`ONE_WORKER`]), the machine's
+/// parallelism but at most two for `acp` ([`acp_workers`]).
+fn async_workers(var: Option<&str>, default: impl FnOnce() -> usize) -> usize {
     var.and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
-        .unwrap_or_else(|| cores().map_or(2, |n| n.min(2)))
+        .unwrap_or_else(default)
+}
+
+/// The LSP server's and `run`'s async workers: one. Their async work is I/O and the harness's
+/// bookkeeping between a model's reads (the CPU-heavy parts, session parsing and search, run on
+/// threads of their own or the blocking pool), and a second worker costs every tool round the
+/// two workers waking each other (an `eventfd` write, a `futex` wait and wake, an `epoll_wait`
+/// each time: 49.5 system calls a round with two, 26.6 with one) for an overlap that only a
+/// whole answer arriving at once can use (docs/benchmarks.md, "Round 44"; measured before in
+/// "Round 36"). `TOKIO_WORKER_THREADS` still sets the number.
+const ONE_WORKER: usize = 1;
+
+/// `acp`'s async workers when `TOKIO_WORKER_THREADS` does not say: the machine's parallelism
+/// (`cores()`; 2 when unknown) but at most two (not measured with one: its session replay is
+/// the case round 36 left open).
+fn acp_workers(cores: impl FnOnce() -> Option<usize>) -> usize {
+    cores().map_or(2, |n| n.min(2))
 }
 
 /// Pi's multi-letter short flags of `run` (`dist/cli/args.js`), which clap cannot declare (a
@@ -245,14 +258,19 @@ fn main() -> anyhow::Result<()> {
         command,
         Some(Command::Run { .. } | Command::Mcp { .. } | Command::Acp { .. })
     ));
-    // At most two async workers whatever the core count: the async work is I/O (the CPU-heavy
-    // parts, session parsing and search, run on threads of their own or the blocking pool), and
-    // each worker costs its stack and a malloc arena: 8 workers (tokio's default on an 8-core
-    // machine) held 1.1 MB more after 50 tool rounds than 2 (docs/benchmarks.md). Tokio's own
+    // One async worker for the server and `run`, at most two for `acp`, whatever the core
+    // count ([`ONE_WORKER`], [`acp_workers`]): the async work is I/O, and each worker costs its
+    // stack and a malloc arena: 8 workers (tokio's default on an 8-core machine) held 1.1 MB
+    // more after 50 tool rounds than 2 (docs/benchmarks.md). Tokio's own
     // `TOKIO_WORKER_THREADS` (a positive count) still sets the number when given.
     let workers = async_workers(
         std::env::var("TOKIO_WORKER_THREADS").ok().as_deref(),
-        || std::thread::available_parallelism().ok().map(|n| n.get()),
+        || match command {
+            Some(Command::Acp { .. }) => {
+                acp_workers(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+            }
+            _ => ONE_WORKER,
+        },
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -445,14 +463,21 @@ mod tests {
         }
     }
 
+    /// `TOKIO_WORKER_THREADS` (a positive count) sets the number; else one for the server and
+    /// `run`, and for `acp` the cores but at most two.
     #[test]
-    fn tokio_worker_threads_sets_the_count_else_at_most_two() {
-        assert_eq!(async_workers(None, || Some(8)), 2);
-        assert_eq!(async_workers(None, || Some(1)), 1);
-        assert_eq!(async_workers(None, || None), 2);
-        assert_eq!(async_workers(Some("1"), || Some(8)), 1);
-        assert_eq!(async_workers(Some(" 4 "), || Some(2)), 4);
-        assert_eq!(async_workers(Some("0"), || Some(8)), 2);
-        assert_eq!(async_workers(Some("many"), || Some(1)), 1);
+    fn tokio_worker_threads_sets_the_count_else_one_and_acp_at_most_two() {
+        let one = || super::ONE_WORKER;
+        assert_eq!(async_workers(None, one), 1);
+        assert_eq!(async_workers(Some("2"), one), 2);
+        assert_eq!(async_workers(Some(" 4 "), one), 4);
+        assert_eq!(async_workers(Some("0"), one), 1);
+        assert_eq!(async_workers(Some("many"), one), 1);
+        let acp = |cores: Option<usize>| move || super::acp_workers(|| cores);
+        assert_eq!(async_workers(None, acp(Some(8))), 2);
+        assert_eq!(async_workers(None, acp(Some(1))), 1);
+        assert_eq!(async_workers(None, acp(None)), 2);
+        assert_eq!(async_workers(Some("1"), acp(Some(8))), 1);
+        assert_eq!(async_workers(Some("0"), acp(Some(8))), 2);
     }
 }
