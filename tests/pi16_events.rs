@@ -27,9 +27,11 @@ fn models(mock: &MockModel, window: u64) -> Value {
     m
 }
 
-/// One side's run: its output.
+/// One side's run: its output and the lines of the session file it wrote (empty when it
+/// wrote none).
 struct Ran {
     out: Output,
+    stored: Vec<Value>,
 }
 
 /// A loopback model's script: its steps, what every answer reports as its usage (`(input,
@@ -85,7 +87,28 @@ async fn theirs(
             run(&[&["--continue"][..], args].concat())
         }
     };
-    Ran { out }
+    let stored = stored_lines(&sessions);
+    Ran { out, stored }
+}
+
+/// The lines of the one session file in `dir` or its subfolders (none: empty).
+fn stored_lines(dir: &Path) -> Vec<Value> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let paths: Vec<_> = rd.map(|e| e.unwrap().path()).collect();
+    match paths
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+    {
+        Some(f) => pi_e2e::json_lines(f),
+        None => paths
+            .iter()
+            .filter(|p| p.is_dir())
+            .map(|p| stored_lines(p))
+            .find(|l| !l.is_empty())
+            .unwrap_or_default(),
+    }
 }
 
 /// `pi-lsp run --model mock/mock-1 ARGS` on a fresh loopback model playing `script`, in a
@@ -106,7 +129,8 @@ async fn ours(name: &str, script: Script, window: u64, settings: &Value, args: &
             h.run(&[&model[..], &["--continue"], args].concat())
         }
     };
-    Ran { out }
+    let stored = stored_lines(&h.ws.join(".pi/sessions"));
+    Ran { out, stored }
 }
 
 /// Keys whose values differ from run to run (times, random ids, durations) and the session
@@ -136,10 +160,30 @@ fn events(out: &Output) -> Vec<Value> {
     steady_events(&lines)
 }
 
+/// `v` without pi-lsp's own `exitCode` in a `bash` result's `details` (docs/protocol.md), at
+/// every depth; a `details` left empty goes too (Pi's has none then).
+fn without_exit_code(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::Object(d)) = o.get_mut("details") {
+                if d.remove("exitCode").is_some() && d.is_empty() {
+                    o.remove("details");
+                }
+            }
+            o.values_mut().for_each(without_exit_code);
+        }
+        Value::Array(a) => a.iter_mut().for_each(without_exit_code),
+        _ => {}
+    }
+}
+
 /// Events whole but for the [`PER_RUN`] keys: Pi's session header and what streams
 /// (`message_update`, a tool's `tool_execution_update`: as many as the output's pace makes)
 /// left out; a system message (its sections name each side's own folders) as its role only,
 /// and left out of `agent_end`'s `messages` (Pi's hold it, ours do not: docs/protocol.md).
+/// `tool_execution_end`'s `durationMs` and its `bash` result's
+/// `structuredContent.wall_time_seconds` are kept as `"<ms>"` / `"<s>"` (the key compared,
+/// not the value); a `bash` result's `details.exitCode` (pi-lsp's own) is left out.
 fn steady_events(all: &[Value]) -> Vec<Value> {
     all.iter()
         .filter(|e| {
@@ -156,7 +200,16 @@ fn steady_events(all: &[Value]) -> Vec<Value> {
             if let Some(ms) = e["messages"].as_array_mut() {
                 ms.retain(|m| m["role"] != "system");
             }
-            steady(&e)
+            without_exit_code(&mut e);
+            let took = e.get("durationMs").is_some();
+            let mut e = steady(&e);
+            if took {
+                e["durationMs"] = json!("<ms>");
+            }
+            if let Some(w) = e.pointer_mut("/result/structuredContent/wall_time_seconds") {
+                *w = json!("<s>");
+            }
+            e
         })
         .collect()
 }
@@ -430,4 +483,68 @@ async fn print_mode_says_what_pi_says() {
             "{name}: {our_err}"
         );
     }
+}
+
+/// Issue 29 (pi44 a): a tool round's events as Pi 1.6.0's `--mode json` tells them, whole:
+/// `bash` exiting 3 (after writing a file), `read` of that file, `bash` exiting 0, an
+/// answer. Each `tool_execution_end` carries `durationMs` (Pi's measured tool time: the key
+/// on both sides, the value masked) and the result's `structuredContent` (`bash`: `{output,
+/// truncated, exit_code, wall_time_seconds}`, `read`: the text), and the non-zero exit is a
+/// result marked `isError: true` as Pi's. The stored tool results hold what Pi's hold: the
+/// same keys (`durationMs`, no `structuredContent`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_round_s_end_events_carry_what_pi_s_carry() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-tools");
+    let script = Script::of(vec![
+        Step::call(
+            "c1",
+            "bash",
+            json!({"command": "printf 'hello\\n' > a.txt; printf 'ok\\n'; exit 3"}),
+        ),
+        Step::call("c2", "read", json!({"path": "a.txt"})),
+        Step::call("c3", "bash", json!({"command": "printf 'fine'"})),
+        Step::text("done"),
+    ]);
+    let args = ["--mode", "json", "go"];
+    let t = theirs(&pi, tmp.path(), script.clone(), 128_000, &json!({}), &args).await;
+    let o = ours(
+        "pi16-events-tools-ours",
+        script,
+        128_000,
+        &json!({}),
+        &["--json", "go"],
+    )
+    .await;
+    let (oe, te) = (events(&o.out), events(&t.out));
+    let ends: Vec<&Value> = te
+        .iter()
+        .filter(|e| e["type"] == "tool_execution_end")
+        .collect();
+    assert_eq!(ends.len(), 3);
+    assert!(ends.iter().all(|e| e["durationMs"] == "<ms>"));
+    assert!(ends
+        .iter()
+        .all(|e| !e["result"]["structuredContent"].is_null()));
+    assert_same(&oe, &te, "tool round");
+    let results = |r: &Ran| -> Vec<Vec<String>> {
+        r.stored
+            .iter()
+            .filter(|l| l["message"]["role"] == "toolResult")
+            .map(|l| {
+                let mut m = l["message"].clone();
+                without_exit_code(&mut m);
+                let mut keys: Vec<String> = m.as_object().unwrap().keys().cloned().collect();
+                keys.sort();
+                keys
+            })
+            .collect()
+    };
+    assert_eq!(results(&t).len(), 3);
+    assert!(results(&t)
+        .iter()
+        .all(|k| k.contains(&"durationMs".to_string())));
+    assert_eq!(results(&o), results(&t));
 }

@@ -303,6 +303,7 @@ impl SessionListener for AcpSink {
                 tool_name,
                 result,
                 is_error,
+                ..
             } => {
                 let args = self.calls.lock().remove(&tool_call_id).map(|(_, a)| a);
                 let text = pi_ai::join_text(&result.content);

@@ -544,12 +544,14 @@ pub fn run_tool_output(name: &str, answer: Value) -> Result<ToolOutput, ToolErro
         return Err(ToolError {
             message,
             details: r.details,
+            ..Default::default()
         });
     }
     Ok(ToolOutput {
         content,
         details: r.details,
         terminate: false,
+        ..Default::default()
     })
 }
 
@@ -656,6 +658,7 @@ impl Tool for DiagnosticsTool {
             content: vec![ContentBlock::text(text)],
             details: Some(details),
             terminate: false,
+            ..Default::default()
         })
     }
 }

@@ -21,8 +21,7 @@ use tower_lsp_server::ls_types::notification::Notification;
 use crate::protocol::AgentEventNotification;
 
 /// How a tool result serialised as a [`Message`] begins (its tag, written first by serde's
-/// internally tagged serialisation); the same result in `turn_end`'s `toolResults` is the rest
-/// after a `{`.
+/// internally tagged serialisation), in `turn_end`'s `toolResults` too.
 const TOOL_RESULT_TAG: &[u8] = b"{\"role\":\"toolResult\",";
 
 /// The most bytes of message JSON kept across a run's turns for its `agent_end` (4 MiB): a run
@@ -377,24 +376,29 @@ fn same(a: &Arc<Message>, b: &Arc<Message>) -> bool {
     Arc::ptr_eq(a, b) || a == b
 }
 
-/// Writes tool result `r` as `turn_end`'s `toolResults` carries it (no `role`): from a
-/// [`Message::ToolResult`] in `kept` equal to it when there is one, else serialised.
+/// Writes tool result `r` as `turn_end`'s `toolResults` carries it (a message, `role` first,
+/// as Pi 1.6's): the bytes of a [`Message::ToolResult`] in `kept` equal to it when there is
+/// one, else serialised.
 fn write_tool_result(
     out: &mut Vec<u8>,
     kept: &[(Arc<Message>, Vec<u8>)],
     r: &ToolResultMessage,
 ) -> serde_json::Result<()> {
-    let rest = kept.iter().rev().find_map(|(m, bytes)| match &**m {
-        Message::ToolResult(k) if k == r => bytes.strip_prefix(TOOL_RESULT_TAG),
+    let whole = kept.iter().rev().find_map(|(m, bytes)| match &**m {
+        Message::ToolResult(k) if k == r && bytes.starts_with(TOOL_RESULT_TAG) => Some(bytes),
         _ => None,
     });
-    match rest {
-        Some(rest) => {
-            out.push(b'{');
-            out.extend_from_slice(rest);
+    match whole {
+        Some(bytes) => {
+            out.extend_from_slice(bytes);
             Ok(())
         }
-        None => serde_json::to_writer(&mut *out, r),
+        None => {
+            out.extend_from_slice(TOOL_RESULT_TAG);
+            let rest = serde_json::to_vec(r)?;
+            out.extend_from_slice(rest.strip_prefix(b"{").unwrap_or(&rest));
+            Ok(())
+        }
     }
 }
 
@@ -764,8 +768,10 @@ mod tests {
                     content: vec![pi_ai::ContentBlock::text("hello\n\t\"x\" \\")],
                     details: Some(json!({"truncation": {"lines": 5}})),
                     terminate: false,
+                    ..Default::default()
                 },
                 is_error: true,
+                duration_ms: Some(12),
             },
             AgentEvent::AgentSettled { aborted: false },
         ];

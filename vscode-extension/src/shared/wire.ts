@@ -113,7 +113,23 @@ details?: unknown,
  * Set by the tool (or the after hook), never by the model: when every result of a batch
  * has it, the loop does not request another response on its own.
  */
-terminate?: boolean, };
+terminate?: boolean, 
+/**
+ * Pi 1.6's `structuredContent`: the result for programmatic callers (`bash`: `{output,
+ * truncated, full_output_path?, exit_code, wall_time_seconds}`, `read`: the text, or
+ * `{type: "image", data, mimeType, note}`; `core/tools/bash.js`, `read.js`). Sent with
+ * `tool_execution_end`'s `result`, never stored (Pi 1.6's `createToolResultMessage`
+ * leaves it out); dropped when the after hook replaces the content (Pi's
+ * `finalizeExecutedToolCall`).
+ */
+structuredContent?: unknown, 
+/**
+ * A result the tool returned marked as failed (Pi 1.6's `isError: true` on a returned
+ * result, not a thrown error: `bash`'s non-zero exit, [`ToolError::structured_content`]):
+ * the call's result is an error result, and `tool_execution_end`'s `result` says
+ * `isError: true` as Pi's does. Not stored.
+ */
+isError?: boolean, };
 
 export type ReplacedImage = { hash: string, mimeType: string, note: string, };
 
@@ -134,7 +150,7 @@ usage?: Usage | null,
  */
 details: { readFiles: Array<string>, modifiedFiles: Array<string> }, };
 
-export type AgentEvent = { "type": "agent_start" } | { "type": "turn_start" } | { "type": "message_start", message: Message, } | { "type": "message_update", assistantMessageEvent: AssistantEvent, } | { "type": "message_end", message: Message, } | { "type": "message_start", message: CustomMessage, } | { "type": "message_end", message: CustomMessage, } | { "type": "message_start", message: unknown, } | { "type": "message_end", message: unknown, } | { "type": "tool_execution_start", toolCallId: string, toolName: string, args: unknown, } | { "type": "tool_execution_update", toolCallId: string, toolName: string, args: unknown, partialResult: ToolOutput, } | { "type": "tool_execution_end", toolCallId: string, toolName: string, result: ToolOutput, isError: boolean, } | { "type": "turn_end", message: Message, toolResults: Array<ToolResultMessage>, } | { "type": "agent_end", messages: Array<Message>, willRetry: boolean, } | { "type": "agent_settled", aborted: boolean, } | { "type": "auto_retry_start", attempt: number, maxAttempts: number, delayMs: number, errorMessage: string, } | { "type": "auto_retry_end", success: boolean, attempt: number, finalError?: string | null, } | { "type": "images_replaced", images: Array<ReplacedImage>, } | { "type": "attempt_left_out" } | { "type": "entry_appended", entry: unknown, } | { "type": "compaction_start", reason: CompactionReason, } | { "type": "compaction_end", reason: CompactionReason, result: CompactionResult | null, aborted: boolean, willRetry: boolean, errorMessage?: string | null, } | { "type": "extension_error", extensionPath: string, event: string, error: string, };
+export type AgentEvent = { "type": "agent_start" } | { "type": "turn_start" } | { "type": "message_start", message: Message, } | { "type": "message_update", assistantMessageEvent: AssistantEvent, } | { "type": "message_end", message: Message, } | { "type": "message_start", message: CustomMessage, } | { "type": "message_end", message: CustomMessage, } | { "type": "message_start", message: unknown, } | { "type": "message_end", message: unknown, } | { "type": "tool_execution_start", toolCallId: string, toolName: string, args: unknown, } | { "type": "tool_execution_update", toolCallId: string, toolName: string, args: unknown, partialResult: ToolOutput, } | { "type": "tool_execution_end", toolCallId: string, toolName: string, result: ToolOutput, isError: boolean, durationMs?: number | null, } | { "type": "turn_end", message: Message, toolResults: Array<{ role: "toolResult" } & ToolResultMessage>, } | { "type": "agent_end", messages: Array<Message>, willRetry: boolean, } | { "type": "agent_settled", aborted: boolean, } | { "type": "auto_retry_start", attempt: number, maxAttempts: number, delayMs: number, errorMessage: string, } | { "type": "auto_retry_end", success: boolean, attempt: number, finalError?: string | null, } | { "type": "images_replaced", images: Array<ReplacedImage>, } | { "type": "attempt_left_out" } | { "type": "entry_appended", entry: unknown, } | { "type": "compaction_start", reason: CompactionReason, } | { "type": "compaction_end", reason: CompactionReason, result: CompactionResult | null, aborted: boolean, willRetry: boolean, errorMessage?: string | null, } | { "type": "extension_error", extensionPath: string, event: string, error: string, };
 
 export type Delivery = "steer" | "followUp" | "nextTurn";
 

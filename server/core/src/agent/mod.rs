@@ -58,6 +58,24 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// `rs` as Pi's messages (`{"role":"toolResult", …}`, the bytes of [`Message::ToolResult`]'s
+/// serialisation), without copying them.
+fn tool_results_as_messages<S: serde::Serializer>(
+    rs: &[ToolResultMessage],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Tagged<'a> {
+        role: &'static str,
+        #[serde(flatten)]
+        result: &'a ToolResultMessage,
+    }
+    s.collect_seq(rs.iter().map(|result| Tagged {
+        role: "toolResult",
+        result,
+    }))
+}
+
 /// What a tool produced: content for the model, details for the UI, and the tool's
 /// continuation hint (Pi's `AgentToolResult`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -72,6 +90,25 @@ pub struct ToolOutput {
     /// has it, the loop does not request another response on its own.
     #[serde(default, skip_serializing_if = "is_false")]
     pub terminate: bool,
+    /// Pi 1.6's `structuredContent`: the result for programmatic callers (`bash`: `{output,
+    /// truncated, full_output_path?, exit_code, wall_time_seconds}`, `read`: the text, or
+    /// `{type: "image", data, mimeType, note}`; `core/tools/bash.js`, `read.js`). Sent with
+    /// `tool_execution_end`'s `result`, never stored (Pi 1.6's `createToolResultMessage`
+    /// leaves it out); dropped when the after hook replaces the content (Pi's
+    /// `finalizeExecutedToolCall`).
+    #[serde(
+        default,
+        rename = "structuredContent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
+    pub structured_content: Option<Value>,
+    /// A result the tool returned marked as failed (Pi 1.6's `isError: true` on a returned
+    /// result, not a thrown error: `bash`'s non-zero exit, [`ToolError::structured_content`]):
+    /// the call's result is an error result, and `tool_execution_end`'s `result` says
+    /// `isError: true` as Pi's does. Not stored.
+    #[serde(default, rename = "isError", skip_serializing_if = "is_false")]
+    pub is_error: bool,
 }
 
 impl ToolOutput {
@@ -79,8 +116,7 @@ impl ToolOutput {
     pub fn text(text: impl Into<String>) -> Self {
         ToolOutput {
             content: vec![ContentBlock::text(text)],
-            details: None,
-            terminate: false,
+            ..ToolOutput::default()
         }
     }
 
@@ -89,17 +125,21 @@ impl ToolOutput {
         ToolOutput {
             content: vec![ContentBlock::text(message)],
             details: Some(details.unwrap_or_else(|| Value::Object(Default::default()))),
-            terminate: false,
+            ..ToolOutput::default()
         }
     }
 }
 
 /// A tool failure: the message becomes the text of an error result.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, Default, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct ToolError {
     pub message: String,
     pub details: Option<Value>,
+    /// Set for a failure Pi 1.6's tool returns as a result marked `isError` rather than
+    /// throws (`bash`'s non-zero exit): its `structuredContent`. The result then carries it
+    /// and says `isError: true` itself ([`ToolOutput::is_error`]), as Pi's event does.
+    pub structured_content: Option<Value>,
 }
 
 impl ToolError {
@@ -107,7 +147,19 @@ impl ToolError {
     pub fn new(message: impl Into<String>) -> Self {
         ToolError {
             message: message.into(),
-            details: None,
+            ..ToolError::default()
+        }
+    }
+
+    /// The error result this failure is (Pi 1.6's `createErrorToolResult`, `details: {}`
+    /// when it has none; or the returned result marked `isError`, see
+    /// [`ToolError::structured_content`]).
+    fn into_output(self) -> ToolOutput {
+        let returned = self.structured_content.is_some();
+        ToolOutput {
+            structured_content: self.structured_content,
+            is_error: returned,
+            ..ToolOutput::error(self.message, self.details)
         }
     }
 }
@@ -402,16 +454,26 @@ pub enum AgentEvent {
         args: Value,
         partial_result: ToolOutput,
     },
+    /// A call's result. `durationMs` (Pi 1.6's, `agent-loop.js` `executePreparedToolCall`):
+    /// milliseconds the tool ran, rounded; absent for a call that never ran (refused before
+    /// it started: unknown tool, invalid arguments, blocked, not approved, aborted first).
     ToolExecutionEnd {
         tool_call_id: String,
         tool_name: String,
         result: ToolOutput,
         is_error: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
     },
     /// A turn ends: its assistant message (the one its `message_end` carried) and its tool
-    /// results.
+    /// results, each written as Pi 1.6's `turn_end` carries it: a message, `role` first.
     TurnEnd {
         message: Arc<Message>,
+        #[serde(serialize_with = "tool_results_as_messages")]
+        #[cfg_attr(
+            feature = "ts",
+            ts(type = "Array<{ role: \"toolResult\" } & ToolResultMessage>")
+        )]
         tool_results: Vec<ToolResultMessage>,
     },
     /// A run ends: the messages it added, each the one its `message_end` carried.

@@ -242,6 +242,28 @@ impl LateSlot {
 struct Finalized {
     output: ToolOutput,
     is_error: bool,
+    /// How long the tool ran, in milliseconds (Pi 1.6's `durationMs`); `None` when it never
+    /// ran.
+    duration_ms: Option<u64>,
+}
+
+impl Finalized {
+    /// The error result of a call that never ran (Pi 1.6's immediate results: no
+    /// `durationMs`).
+    fn refused<T: Into<String>>(text: T) -> Finalized {
+        Finalized {
+            output: ToolOutput::error(text, None),
+            is_error: true,
+            duration_ms: None,
+        }
+    }
+}
+
+/// Milliseconds since `t`, rounded as Pi 1.6's `Math.round(performance.now() - startedAt)`.
+fn millis_since(t: std::time::Instant) -> u64 {
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    // Finite and not negative: the cast saturates at u64::MAX.
+    ms.round() as u64
 }
 
 struct Run<'a> {
@@ -1003,20 +1025,16 @@ impl Run<'_> {
         index: usize,
         call: &ToolCall,
     ) -> Result<Prepared, Finalized> {
-        let immediate = |text: String| Finalized {
-            output: ToolOutput::error(text, None),
-            is_error: true,
-        };
         if assistant.stop_reason == StopReason::Length {
-            return Err(immediate(LENGTH_LIMIT_TEXT.into()));
+            return Err(Finalized::refused(LENGTH_LIMIT_TEXT));
         }
         // Arguments that did not parse were replaced by `{}` for replay; running the call
         // with them would act on defaults the model never asked for (case 19.1).
         if call.raw_arguments.is_some() {
-            return Err(immediate(UNFINISHED_ARGUMENTS_TEXT.into()));
+            return Err(Finalized::refused(UNFINISHED_ARGUMENTS_TEXT));
         }
         let Some(entry) = self.tool(&call.name) else {
-            return Err(immediate(format!("Tool {} not found", call.name)));
+            return Err(Finalized::refused(format!("Tool {} not found", call.name)));
         };
         let tool = entry.tool.clone();
         let raw = tool.prepare_arguments(call.arguments.clone());
@@ -1024,7 +1042,7 @@ impl Run<'_> {
             .validator
             .get_or_init(|| crate::validate::ArgumentValidator::new(&entry.spec.parameters))
             .validate(&entry.spec.name, &raw)
-            .map_err(immediate)?;
+            .map_err(Finalized::refused)?;
         if let Some(h) = &self.cfg.hooks {
             h.before_tool_call(BeforeToolCall {
                 assistant,
@@ -1033,7 +1051,7 @@ impl Run<'_> {
             })
             .await
             .map_err(|reason| {
-                immediate(if reason.is_empty() {
+                Finalized::refused(if reason.is_empty() {
                     "Tool execution was blocked".into()
                 } else {
                     reason
@@ -1051,10 +1069,10 @@ impl Run<'_> {
                 &self.control.cancel,
             )
             .await
-            .map_err(immediate)?;
+            .map_err(Finalized::refused)?;
         }
         if self.control.cancel.is_cancelled() {
-            return Err(immediate(OPERATION_ABORTED_TEXT.into()));
+            return Err(Finalized::refused(OPERATION_ABORTED_TEXT));
         }
         Ok(Prepared { index, tool, args })
     }
@@ -1066,10 +1084,15 @@ impl Run<'_> {
         call: &ToolCall,
         args: &Value,
         result: Result<ToolOutput, ToolError>,
+        duration_ms: Option<u64>,
     ) -> Finalized {
         let (mut output, mut is_error) = match result {
-            Ok(o) => (o, false),
-            Err(e) => (ToolOutput::error(e.message, e.details), true),
+            // Pi 1.6: `isError: result.isError === true` (a result the tool marked failed).
+            Ok(o) => {
+                let failed = o.is_error;
+                (o, failed)
+            }
+            Err(e) => (e.into_output(), true),
         };
         if let Some(gate) = &self.cfg.approval {
             gate.settle(&call.id);
@@ -1088,6 +1111,9 @@ impl Run<'_> {
                 Ok(Some(o)) => {
                     if let Some(c) = o.content {
                         output.content = c;
+                        // Pi 1.6: structured content not replaced along with the content
+                        // may no longer match it.
+                        output.structured_content = None;
                     }
                     if o.details.is_some() {
                         output.details = o.details;
@@ -1106,7 +1132,11 @@ impl Run<'_> {
                 }
             }
         }
-        Finalized { output, is_error }
+        Finalized {
+            output,
+            is_error,
+            duration_ms,
+        }
     }
 
     async fn emit_end(&self, call: &ToolCall, f: &Finalized) {
@@ -1116,6 +1146,7 @@ impl Run<'_> {
                 tool_name: call.name.clone(),
                 result: f.output.clone(),
                 is_error: f.is_error,
+                duration_ms: f.duration_ms,
             })
             .await;
     }
@@ -1135,6 +1166,8 @@ impl Run<'_> {
         // result; after the abort grace the futures are dropped, which stops them.
         let mut running = FuturesUnordered::new();
         let mut args_of: Vec<Option<Value>> = vec![None; calls.len()];
+        // When each call's tool started (Pi 1.6's `durationMs` runs from there to its outcome).
+        let mut started: Vec<Option<std::time::Instant>> = vec![None; calls.len()];
         // Change-making calls run in a task of their own (see `LateResults`): their outcome
         // is met here, or handed to the late side once the grace passed.
         let mut detached: Vec<Option<Arc<parking_lot::Mutex<LateSlot>>>> = vec![None; calls.len()];
@@ -1143,10 +1176,7 @@ impl Run<'_> {
             let i = p.index;
             // Aborted before this call started (Pi 1.6: each deferred call checks the signal).
             if self.control.cancel.is_cancelled() {
-                let f = Finalized {
-                    output: ToolOutput::error(OPERATION_ABORTED_TEXT, None),
-                    is_error: true,
-                };
+                let f = Finalized::refused(OPERATION_ABORTED_TEXT);
                 self.emit_end(&calls[i], &f).await;
                 slots[i] = Some(f);
                 continue;
@@ -1161,6 +1191,7 @@ impl Run<'_> {
                 model_input: Some(self.cfg.model.input.clone()),
             };
             args_of[i] = Some(p.args.clone());
+            started[i] = Some(std::time::Instant::now());
             let tool = p.tool;
             let args = p.args;
             let late = self
@@ -1192,8 +1223,11 @@ impl Run<'_> {
                         match abandoned {
                             Some(joined) => {
                                 let (output, is_error) = match joined {
-                                    Ok(Ok(o)) => (o, false),
-                                    Ok(Err(e)) => (ToolOutput::error(e.message, e.details), true),
+                                    Ok(Ok(o)) => {
+                                        let failed = o.is_error;
+                                        (o, failed)
+                                    }
+                                    Ok(Err(e)) => (e.into_output(), true),
                                     Err(_) => (
                                         ToolOutput::error(
                                             format!("Tool {} failed: it panicked", call.name),
@@ -1251,7 +1285,8 @@ impl Run<'_> {
                         Err(_) => Err(ToolError::new(format!("Tool {} failed: it panicked", calls[i].name))),
                     };
                     let args = args_of[i].take().unwrap_or(Value::Null);
-                    let f = self.finalize(assistant, &calls[i], &args, result).await;
+                    let took = started[i].map(millis_since);
+                    let f = self.finalize(assistant, &calls[i], &args, result, took).await;
                     self.emit_end(&calls[i], &f).await;
                     slots[i] = Some(f);
                 }
@@ -1280,7 +1315,8 @@ impl Run<'_> {
                             }
                             None => Err(ToolError::new(ABORTED_TEXT)),
                         };
-                        let f = self.finalize(assistant, &calls[i], &args, result).await;
+                        let took = started[i].map(millis_since);
+                        let f = self.finalize(assistant, &calls[i], &args, result, took).await;
                         self.emit_end(&calls[i], &f).await;
                         slots[i] = Some(f);
                     }
@@ -1341,10 +1377,9 @@ impl Run<'_> {
                         slot[0] = Some(f);
                     }
                 }
-                let f = slot[0].take().unwrap_or(Finalized {
-                    output: ToolOutput::error(OPERATION_ABORTED_TEXT, None),
-                    is_error: true,
-                });
+                let f = slot[0]
+                    .take()
+                    .unwrap_or_else(|| Finalized::refused(OPERATION_ABORTED_TEXT));
                 terminate &= f.output.terminate;
                 let r = Self::result_message(&calls[i], f);
                 self.push(Message::ToolResult(r.clone())).await;
@@ -1365,10 +1400,7 @@ impl Run<'_> {
             }
             self.execute(assistant, &calls, prepared, &mut slots).await;
             for (call, slot) in calls.iter().zip(slots) {
-                let f = slot.unwrap_or(Finalized {
-                    output: ToolOutput::error(OPERATION_ABORTED_TEXT, None),
-                    is_error: true,
-                });
+                let f = slot.unwrap_or_else(|| Finalized::refused(OPERATION_ABORTED_TEXT));
                 terminate &= f.output.terminate;
                 let r = Self::result_message(call, f);
                 self.push(Message::ToolResult(r.clone())).await;
@@ -1555,13 +1587,7 @@ pub async fn run_agent_from(
                 };
                 let mut results = Vec::new();
                 for call in assistant.tool_calls() {
-                    let r = Run::result_message(
-                        call,
-                        Finalized {
-                            output: ToolOutput::error(text, None),
-                            is_error: true,
-                        },
-                    );
+                    let r = Run::result_message(call, Finalized::refused(text));
                     run.push(Message::ToolResult(r.clone())).await;
                     results.push(r);
                 }

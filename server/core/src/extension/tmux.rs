@@ -356,6 +356,7 @@ impl Tmux {
             ))],
             details: Some(json!({"name": name, "session": session, "command": command, "cwd": cwd_s, "attach": attach})),
             terminate: false,
+            ..Default::default()
         })
     }
 
@@ -678,6 +679,7 @@ impl Tool for TmuxTool {
                     })],
                     details: Some(details),
                     terminate: false,
+                    ..Default::default()
                 })
             }
             Kind::List => {
@@ -686,6 +688,7 @@ impl Tool for TmuxTool {
                     content: vec![pi_ai::ContentBlock::text(text)],
                     details: Some(details),
                     terminate: false,
+                    ..Default::default()
                 })
             }
             Kind::Kill => {
@@ -699,6 +702,7 @@ impl Tool for TmuxTool {
                     ))],
                     details: Some(json!({"name": a.name, "session": session})),
                     terminate: false,
+                    ..Default::default()
                 })
             }
         }

@@ -42,6 +42,7 @@ fn output(board: &PlanBoard, action: &str, text: String, error: Option<String>) 
             content: vec![pi_ai::ContentBlock::text(text)],
             details: Some(details),
             terminate: false,
+            ..Default::default()
         }
     })
 }

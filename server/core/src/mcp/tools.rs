@@ -275,12 +275,14 @@ pub fn convert_result(
         return Err(ToolError {
             message,
             details: Some(details),
+            ..Default::default()
         });
     }
     Ok(ToolOutput {
         content,
         details: Some(details),
         terminate: false,
+        ..Default::default()
     })
 }
 
@@ -784,6 +786,7 @@ impl Tool for ToolSearch {
             content: vec![ContentBlock::text(text)],
             details: Some(json!({"loaded": hits.iter().map(|h| &h.0).collect::<Vec<_>>()})),
             terminate: false,
+            ..Default::default()
         })
     }
 }
@@ -888,6 +891,7 @@ impl Tool for ResourceTool {
                 content,
                 details: Some(details),
                 terminate: false,
+                ..Default::default()
             });
         }
         let (key, method_list) = match self.kind {
@@ -968,6 +972,7 @@ impl Tool for ResourceTool {
             content,
             details: None,
             terminate: false,
+            ..Default::default()
         })
     }
 }

@@ -205,11 +205,38 @@ struct Output {
     /// The current line passed [`MAX_LINE_BYTES`] and is being dropped.
     clipping: bool,
     clipped_lines: usize,
+    /// When the command started (Pi 1.6's `wall_time_seconds`).
+    started: Instant,
+}
+
+/// Pi 1.6's `STRUCTURED_OUTPUT_MAX_BYTES` (`core/tools/bash.js`): the most of a command's
+/// output `structuredContent.output` holds; past it, the first and last halves around Pi's
+/// omission marker.
+const STRUCTURED_MAX_BYTES: u64 = 1024 * 1024;
+
+/// `b` without an incomplete UTF-8 sequence at its end (as a streaming decoder holds it back).
+fn without_cut_char(b: &[u8]) -> &[u8] {
+    for back in 1..=b.len().min(3) {
+        let i = b.len() - back;
+        let lead = b[i];
+        if lead & 0xC0 == 0x80 {
+            continue;
+        }
+        let width = match lead {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if back < width { &b[..i] } else { b };
+    }
+    b
 }
 
 impl Output {
     fn new() -> Self {
         Output {
+            started: Instant::now(),
             raw: Vec::new(),
             tail: Vec::new(),
             spill_path: None,
@@ -220,6 +247,46 @@ impl Output {
             clipping: false,
             clipped_lines: 0,
         }
+    }
+
+    /// The whole output for `structuredContent.output` and whether it was cut, as Pi 1.6's
+    /// `OutputAccumulator.readFullOutput(1 MiB)`: the raw bytes (colours and carriage
+    /// returns kept) decoded as lossy UTF-8; more than [`STRUCTURED_MAX_BYTES`] in the spill
+    /// file: its first and last halves (cut at character boundaries) around `[... N bytes
+    /// omitted ...]`. Secrets redacted (docs/security.md). Call after [`Output::render`],
+    /// which wrote and redacted the spill file.
+    fn full(&self) -> (String, bool) {
+        let Some(path) = &self.spill_path else {
+            let text = String::from_utf8_lossy(&self.raw);
+            return (pi_ai::keys::redact_secrets(&text), false);
+        };
+        let read = || -> std::io::Result<(String, bool)> {
+            let file = std::fs::File::open(path)?;
+            let size = file.metadata()?.len();
+            if size <= STRUCTURED_MAX_BYTES {
+                let bytes = std::fs::read(path)?;
+                return Ok((String::from_utf8_lossy(&bytes).into_owned(), false));
+            }
+            let head_len = STRUCTURED_MAX_BYTES / 2;
+            let tail_len = STRUCTURED_MAX_BYTES - head_len;
+            let (mut head, mut tail) = (vec![0; head_len as usize], vec![0; tail_len as usize]);
+            crate::platform::fs::read_exact_at(&file, &mut head, 0)?;
+            crate::platform::fs::read_exact_at(&file, &mut tail, size - tail_len)?;
+            let from = tail.iter().take_while(|b| (**b & 0xC0) == 0x80).count();
+            Ok((
+                format!(
+                    "{}\n\n[... {} bytes omitted ...]\n\n{}",
+                    String::from_utf8_lossy(without_cut_char(&head)),
+                    size - head_len - tail_len,
+                    String::from_utf8_lossy(&tail[from..])
+                ),
+                true,
+            ))
+        };
+        read().unwrap_or_else(|e| {
+            tracing::warn!("bash: cannot read the full output {}: {e}", path.display());
+            (String::new(), true)
+        })
     }
 
     fn needs_spill(&self) -> bool {
@@ -479,6 +546,9 @@ struct Ran {
     end: End,
     body: String,
     details: Option<Value>,
+    /// Pi 1.6's `structuredContent` of a command that exited with a code: `{output,
+    /// truncated, full_output_path?, exit_code, wall_time_seconds}` ([`Output::full`]).
+    structured: Option<Value>,
 }
 
 /// The `details` of a bash result: Pi's (`truncation`, `fullOutputPath`, when the output was
@@ -510,7 +580,34 @@ impl Ran {
             pi_ai::keys::redact_secrets(&text)
         };
         let details = Some(with_exit_code(details, &end));
-        Ran { end, body, details }
+        let structured = match &end {
+            End::Exited(Exit {
+                code: Some(code), ..
+            }) => {
+                let (output, truncated) = out.full();
+                let mut v = json!({"output": output, "truncated": truncated});
+                if let (true, Some(p)) = (truncated, &out.spill_path) {
+                    v["full_output_path"] = json!(p.display().to_string());
+                }
+                v["exit_code"] = json!(code);
+                // Pi's `Math.round(ms / 100) / 10`: tenths of a second.
+                // A whole number of seconds is written as JavaScript writes it (`0`, not `0.0`).
+                let tenths = (out.started.elapsed().as_secs_f64() * 10.0).round();
+                v["wall_time_seconds"] = if tenths % 10.0 == 0.0 {
+                    json!((tenths / 10.0) as u64)
+                } else {
+                    json!(tenths / 10.0)
+                };
+                Some(v)
+            }
+            _ => None,
+        };
+        Ran {
+            end,
+            body,
+            details,
+            structured,
+        }
     }
 
     fn failed_by_exit(&self) -> bool {
@@ -526,25 +623,32 @@ impl Ran {
         let details = self.details;
         match self.end {
             End::Exited(s) if s.success() => Ok(ToolOutput {
-                terminate: false,
                 content: vec![pi_ai::ContentBlock::text(body)],
                 details,
+                structured_content: self.structured,
+                ..Default::default()
             }),
+            // With its structured content when it exited with a code: Pi 1.6 returns that as
+            // a result marked `isError`, not as a thrown error.
             End::Exited(s) => Err(ToolError {
                 message: format!("{body}\n\n{}", exit_text(&s)),
                 details,
+                structured_content: self.structured,
             }),
             End::Aborted => Err(ToolError {
                 message: format!("{body}\n\nCommand aborted"),
                 details,
+                ..Default::default()
             }),
             End::TimedOut(t) => Err(ToolError {
                 message: format!("{body}\n\nCommand timed out after {t} seconds"),
                 details,
+                ..Default::default()
             }),
             End::Failed(e) => Err(ToolError {
                 message: format!("{body}\n\nCommand failed: {e}"),
                 details,
+                ..Default::default()
             }),
         }
     }
@@ -1004,6 +1108,7 @@ impl Tool for BashTool {
                         ran.body
                     ),
                     details: ran.details,
+                    ..Default::default()
                 })
             }
         }

@@ -762,6 +762,7 @@ impl Tool for EditTool {
                 json!({"diff": diffs.numbered, "firstChangedLine": diffs.first_changed,
                 "unifiedDiff": diffs.unified, super::file_change::DETAILS_KEY: record.to_value()}),
             ),
+            ..Default::default()
         })
     }
 }

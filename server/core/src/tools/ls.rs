@@ -94,6 +94,7 @@ impl Tool for LsTool {
             terminate: false,
             content: vec![pi_ai::ContentBlock::text(text)],
             details,
+            ..Default::default()
         })
     }
 }

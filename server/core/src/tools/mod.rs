@@ -717,6 +717,7 @@ pub(crate) fn search_output(
         content: vec![pi_ai::ContentBlock::text(text)],
         details: (!details.is_empty()).then_some(Value::Object(details)),
         terminate: false,
+        ..Default::default()
     }
 }
 

@@ -782,7 +782,41 @@ impl Tool for ReadTool {
         }
     }
 
+    /// The file's window, image or note ([`ReadTool::read`]) with Pi 1.6's structured
+    /// content ([`with_structured`]).
     async fn execute(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        self.read(ctx, args).await.map(with_structured)
+    }
+}
+
+/// `o` with Pi 1.6's `structuredContent` of a `read` result (`toReadOutput`,
+/// `core/tools/read.js`): the first text block's text (`""` without one), or, when it holds
+/// an image, `{type: "image", data, mimeType, note}` with that text as the note.
+fn with_structured(mut o: ToolOutput) -> ToolOutput {
+    let text = o
+        .content
+        .iter()
+        .find_map(|b| match b {
+            ContentBlock::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let image = o.content.iter().find_map(|b| match b {
+        ContentBlock::Image(i) => Some(i),
+        _ => None,
+    });
+    o.structured_content = Some(match image {
+        Some(i) => {
+            serde_json::json!({"type": "image", "data": &*i.data, "mimeType": i.mime_type, "note": text})
+        }
+        None => Value::String(text.to_string()),
+    });
+    o
+}
+
+impl ReadTool {
+    /// The `read` tool's result without its structured content.
+    async fn read(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let a: Args = parse_args("read", args)?;
         let path = self.state.resolve(self.fs.root(), &a.path)?;
         let offset = a.offset.map(|o| o.max(1.0) as usize).unwrap_or(1);
@@ -812,6 +846,7 @@ impl Tool for ReadTool {
                     content: image_blocks(bytes, mime, non_vision_note(ctx.model_input.as_deref()))
                         .await,
                     details: None,
+                    ..Default::default()
                 });
             }
             Some(Small::Text(decoded)) => {
@@ -826,6 +861,7 @@ impl Tool for ReadTool {
                     content: vec![ContentBlock::text(text)],
                     details,
                     terminate: false,
+                    ..Default::default()
                 });
             }
             None => {}
@@ -846,6 +882,7 @@ impl Tool for ReadTool {
                 content: image_blocks(bytes, mime, non_vision_note(ctx.model_input.as_deref()))
                     .await,
                 details: None,
+                ..Default::default()
             });
         }
         // A large file on disk (no editor buffer over it) is read in a stream: memory stays
@@ -892,6 +929,7 @@ impl Tool for ReadTool {
             content: vec![ContentBlock::text(text)],
             details,
             terminate: false,
+            ..Default::default()
         })
     }
 }
