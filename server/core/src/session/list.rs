@@ -1,6 +1,14 @@
 //! Listing the sessions of a folder without parsing every file whole: the header line, a scan
-//! of the other lines that parses only the first user message and `session_info` entries, and
-//! the file's modification time.
+//! of the other lines that parses only the first user message, `session_info` entries and
+//! each message's role and times, and the file's modification time.
+//!
+//! **Order.** As Pi 1.6's session list (`SessionManager.list`, the `--resume` picker:
+//! `buildSessionInfo`'s `modified`, `core/session-manager.js`), newest first by the latest
+//! user or assistant message's time (its `timestamp` when a number, else its entry's), else
+//! the header's `timestamp`, else the file's modification time; equal times by file name,
+//! the later name first (Pi reads the folder in that order and sorts stably). A file's
+//! modification time alone orders `--continue` (Pi's `findMostRecentSession`):
+//! [`SessionSummary::modified_ms`].
 //!
 //! **Whose a session is.** Pi names a workspace's sessions folder after its cwd with `/` → `-`
 //! ([`super::pi_sessions_dir`]), so `/a/b-c` and `/a/b/c` share one folder, and a configured
@@ -14,6 +22,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use super::convert::convert_message;
@@ -34,8 +43,88 @@ pub struct SessionSummary {
     /// `message` entries (every role, stored system messages included): the count Pi 1.6's
     /// session list (`SessionManager.list`, its `--resume` picker) gives as `messageCount`.
     pub message_count: usize,
-    /// File modification time, milliseconds since the epoch.
+    /// When the session was last active, milliseconds since the epoch: Pi 1.6's `modified`
+    /// (module docs, "Order") — [`SessionSummary::latest_message_ms`] when above 0, else
+    /// [`SessionSummary::created_ms`], else [`SessionSummary::modified_ms`]. Lists are
+    /// sorted by it, newest first.
     pub last_activity_ms: i64,
+    /// The latest time of a user or assistant message (Pi 1.6's `getMessageActivityTime`:
+    /// the message's numeric `timestamp`, else its entry's ISO `timestamp`), at least 0;
+    /// `None` without one.
+    pub latest_message_ms: Option<i64>,
+    /// The header's `timestamp` (Pi's `created`), when it is a time.
+    pub created_ms: Option<i64>,
+    /// The file's modification time, milliseconds since the epoch (what `--continue`
+    /// orders by, as Pi 1.6's `findMostRecentSession`).
+    pub modified_ms: i64,
+}
+
+impl SessionSummary {
+    /// Pi 1.6's `modified` for this session with the file's modification time `mtime_ms`
+    /// ([`SessionSummary::last_activity_ms`]).
+    fn activity(&self, mtime_ms: i64) -> i64 {
+        match (self.latest_message_ms, self.created_ms) {
+            (Some(t), _) if t > 0 => t,
+            (_, Some(c)) => c,
+            _ => mtime_ms,
+        }
+    }
+}
+
+/// An ISO time as JavaScript's `new Date(text).getTime()` reads Pi's (`None`: not a time).
+fn iso_millis(text: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|d| d.timestamp_millis())
+}
+
+/// What listing reads of a `message` entry: the entry's time and the message's role, time
+/// and whether it has `content` (the content itself skipped, not kept).
+#[derive(serde::Deserialize)]
+struct MessageEntry {
+    #[serde(default)]
+    timestamp: Value,
+    #[serde(default)]
+    message: Option<MessageHead>,
+}
+
+/// See [`MessageEntry`].
+#[derive(serde::Deserialize)]
+struct MessageHead {
+    #[serde(default)]
+    role: Value,
+    #[serde(default)]
+    timestamp: Value,
+    #[serde(default, deserialize_with = "present")]
+    content: bool,
+}
+
+/// `true` for a key that is there, whatever its value (JavaScript's `"content" in message`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(|_| true)
+}
+
+/// Pi 1.6's `getMessageActivityTime` of a `message` entry's line: a user or assistant
+/// message with content → its numeric `timestamp` (whole milliseconds), else its entry's ISO
+/// `timestamp`; anything else → `None`.
+fn message_activity(line: &[u8]) -> Option<i64> {
+    // A line without either role's string is not one (tool results' lines are not parsed).
+    let roles = [&b"\"user\""[..], &b"\"assistant\""[..]];
+    if !roles
+        .iter()
+        .any(|r| memchr::memmem::find(line, r).is_some())
+    {
+        return None;
+    }
+    let e: MessageEntry = serde_json::from_slice(line).ok()?;
+    let m = e.message?;
+    if !m.content || !matches!(m.role.as_str(), Some("user" | "assistant")) {
+        return None;
+    }
+    match m.timestamp.as_f64() {
+        Some(t) => Some(t as i64),
+        None => e.timestamp.as_str().and_then(iso_millis),
+    }
 }
 
 /// What listing learned of one session file, kept by a [`ListCache`] so that the next list
@@ -80,6 +169,10 @@ fn apply_line(s: &mut SessionSummary, line: &[u8]) {
             && serde_json::from_slice::<Value>(line).is_ok_and(|v| v["type"] == "message"))
     {
         s.message_count += 1;
+        if let Some(t) = message_activity(line) {
+            // Pi: `Math.max(lastActivityTime ?? 0, activityTime)`.
+            s.latest_message_ms = Some(s.latest_message_ms.unwrap_or(0).max(t));
+        }
     }
     let is_info = memchr::memmem::find(line, b"\"session_info\"").is_some();
     let wants_prompt =
@@ -114,10 +207,11 @@ fn summarize(path: &Path, before: Option<&Scanned>) -> Option<(SessionSummary, S
     let mut file = std::fs::File::open(path).ok()?;
     let meta = file.metadata().ok()?;
     let (len, modified) = (meta.len(), meta.modified().ok()?);
-    let activity = chrono::DateTime::<chrono::Utc>::from(modified).timestamp_millis();
+    let mtime = chrono::DateTime::<chrono::Utc>::from(modified).timestamp_millis();
     if let Some(b) = before.filter(|b| b.len == len && b.modified == modified) {
         let mut s = b.summary.clone();
-        s.last_activity_ms = activity;
+        s.modified_ms = mtime;
+        s.last_activity_ms = s.activity(mtime);
         return Some((s, b.clone()));
     }
     // Appended to since (the bytes before the last scan's end are as they were): scanned on
@@ -160,7 +254,10 @@ fn summarize(path: &Path, before: Option<&Scanned>) -> Option<(SessionSummary, S
                 first_prompt: None,
                 entry_count: 0,
                 message_count: 0,
-                last_activity_ms: activity,
+                last_activity_ms: mtime,
+                latest_message_ms: None,
+                created_ms: header["timestamp"].as_str().and_then(iso_millis),
+                modified_ms: mtime,
             };
             (s, end)
         }
@@ -189,7 +286,8 @@ fn summarize(path: &Path, before: Option<&Scanned>) -> Option<(SessionSummary, S
     let mut tail = vec![0; (end - tail_from) as usize];
     crate::platform::fs::read_exact_at(reader.get_ref(), &mut tail, tail_from).ok()?;
     let mut out = torn.unwrap_or_else(|| s.clone());
-    out.last_activity_ms = activity;
+    out.modified_ms = mtime;
+    out.last_activity_ms = out.activity(mtime);
     let scanned = Scanned {
         summary: s,
         end,
@@ -198,6 +296,15 @@ fn summarize(path: &Path, before: Option<&Scanned>) -> Option<(SessionSummary, S
         tail,
     };
     Some((out, scanned))
+}
+
+/// The list's order (module docs, "Order"): the latest activity first; equal ones by file
+/// name, the later first, as Pi 1.6 lists a folder; then by path.
+fn newest_first(a: &SessionSummary, b: &SessionSummary) -> std::cmp::Ordering {
+    b.last_activity_ms
+        .cmp(&a.last_activity_ms)
+        .then_with(|| b.path.file_name().cmp(&a.path.file_name()))
+        .then_with(|| b.path.cmp(&a.path))
 }
 
 /// Whose a session file is, for the workspace at `root` (module docs).
@@ -293,12 +400,26 @@ pub fn list_workspace_sessions(
                 .filter(|s| ownership(&s.path, s.cwd.as_deref(), root) == Ownership::Workspace),
         );
     }
-    out.sort_by(|a, b| {
-        b.last_activity_ms
-            .cmp(&a.last_activity_ms)
-            .then_with(|| a.path.cmp(&b.path))
-    });
+    out.sort_by(newest_first);
     out
+}
+
+/// Pi 1.6's last resort for a `--session <id>` argument (`resolveSessionPath`'s global match
+/// over `SessionManager.listAll`): among the sessions of every project's folder in Pi's
+/// sessions folder `root` (`<agent dir>/sessions/*/`), the one whose id is `id`, else the
+/// first in the list's order ([`SessionSummary::last_activity_ms`]) whose id starts with it.
+pub fn find_in_all_projects(root: &Path, id: &str) -> Option<SessionSummary> {
+    let mut all: Vec<SessionSummary> = std::fs::read_dir(root)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|d| d.is_dir())
+        .flat_map(|d| list_sessions(&d))
+        .collect();
+    all.sort_by(newest_first);
+    let exact = all.iter().position(|s| s.id == id);
+    let i = exact.or_else(|| all.iter().position(|s| s.id.starts_with(id)))?;
+    Some(all.swap_remove(i))
 }
 
 /// The sessions in `dir` (files `*.jsonl` with a session header), newest activity first,
@@ -361,11 +482,7 @@ pub fn list_sessions_cached(dir: &Path, cache: &ListCache) -> Vec<SessionSummary
             out.push(s);
         }
     }
-    out.sort_by(|a, b| {
-        b.last_activity_ms
-            .cmp(&a.last_activity_ms)
-            .then_with(|| a.path.cmp(&b.path))
-    });
+    out.sort_by(newest_first);
     out
 }
 
@@ -456,6 +573,91 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert_eq!(list_sessions_cached(dir, &cache), Vec::new());
         assert!(cache.files.lock().is_empty());
+    }
+
+    /// Pi 1.6's `modified` and order (module docs): a user or assistant message's numeric
+    /// time, else its entry's; other roles and messages without content not counted; the
+    /// header's time without one; the file's time without either; equal times by name, the
+    /// later first. A list from the cache (unchanged files) says the same.
+    #[test]
+    fn sessions_are_ordered_by_their_latest_message_then_header_then_file_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let header = |ts: &str| {
+            let ts = if ts.is_empty() {
+                String::new()
+            } else {
+                format!(r#","timestamp":"{ts}""#)
+            };
+            format!(r#"{{"type":"session","version":3,"id":"x"{ts},"cwd":"/ws"}}"#)
+        };
+        let msg = |role: &str, entry_ts: &str, ts: &str, content: bool| {
+            let content = if content { r#","content":[]"# } else { "" };
+            format!(
+                r#"{{"type":"message","id":"m","parentId":null,"timestamp":"{entry_ts}","message":{{"role":"{role}","timestamp":{ts}{content}}}}}"#
+            )
+        };
+        let files = [
+            // Numeric message time: 2026-06-01; a later tool result does not count.
+            (
+                "a",
+                vec![
+                    header("2026-01-01T00:00:00.000Z"),
+                    msg("user", "2026-01-01T00:00:00.000Z", "1780272000000", true),
+                    msg(
+                        "toolResult",
+                        "2027-01-01T00:00:00.000Z",
+                        "1798761600000",
+                        true,
+                    ),
+                ],
+            ),
+            // A time that is not a number: the entry's, 2026-03-01; one without content
+            // does not count.
+            (
+                "b",
+                vec![
+                    header("2026-01-01T00:00:00.000Z"),
+                    msg("assistant", "2026-03-01T00:00:00.000Z", "\"x\"", true),
+                    msg("user", "2027-01-01T00:00:00.000Z", "1798761600000", false),
+                ],
+            ),
+            // The header's time, 2026-04-01; `c3`, the same time: before `c` (the later name).
+            ("c", vec![header("2026-04-01T00:00:00.000Z")]),
+            ("c3", vec![header("2026-04-01T00:00:00.000Z")]),
+            // Neither: the file's time (now: first).
+            ("d", vec![header("")]),
+        ];
+        for (name, lines) in &files {
+            let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            std::fs::write(dir.join(format!("{name}.jsonl")), body).unwrap();
+        }
+        let file_time = list_sessions(dir)
+            .into_iter()
+            .find(|s| s.path.ends_with("d.jsonl"))
+            .unwrap()
+            .modified_ms;
+        let cache = ListCache::default();
+        for _ in 0..2 {
+            let got: Vec<(String, i64)> = list_sessions_cached(dir, &cache)
+                .into_iter()
+                .map(|s| {
+                    let name = s.path.file_stem().unwrap().to_string_lossy().into_owned();
+                    (name, s.last_activity_ms)
+                })
+                .collect();
+            let want: Vec<(String, i64)> = [
+                ("d", file_time),
+                ("a", 1_780_272_000_000),
+                ("c3", 1_775_001_600_000),
+                ("c", 1_775_001_600_000),
+                ("b", 1_772_323_200_000),
+            ]
+            .iter()
+            .map(|(n, t)| (n.to_string(), *t))
+            .collect();
+            assert_eq!(got, want);
+        }
     }
 
     /// Whose a file is: the header's `cwd` against the workspace after resolving symlinks, a

@@ -34,8 +34,8 @@ pub use context_edit::ContextEdits;
 pub use entry_data::{BashExecution, EntryData, StoredMessage};
 pub use line::AssistantInfo;
 pub use list::{
-    file_ownership, header_cwd, list_sessions, list_sessions_cached, list_workspace_sessions,
-    ownership, ListCache, Ownership, SessionSummary,
+    file_ownership, find_in_all_projects, header_cwd, list_sessions, list_sessions_cached,
+    list_workspace_sessions, ownership, ListCache, Ownership, SessionSummary,
 };
 pub use shared::{lock_writer, lock_writer_for_close};
 pub use system_message::{
