@@ -2410,3 +2410,361 @@ async fn print_mode_after_an_overflow_that_is_not_retried_is_pi_1_6_s() {
         assert_eq!(String::from_utf8_lossy(&theirs.stderr), "", "{name}");
     }
 }
+
+/// Session files of folder `cwd` in `dir` whose modification times disagree with their
+/// messages' times (issue 29, pi44 b), named `<name>.jsonl` (`a` … `d`), each id
+/// `0000000<n>-…`: `a`, messages of 2026-06-01 (numeric times), written in 2020; `b`, a user
+/// message without a time of its own (its entry's 2026-03-01 counts) and an answer of
+/// 2026-02-15, written last (2030); `c`, no message, header of 2026-04-01, written in 2021;
+/// `d`, no message and no header time (its file's time counts: 2026-05-01). Pi 1.6's list
+/// order: a, d, c, b; by modification time: b, d, c, a.
+fn sessions_with_disagreeing_times(dir: &std::path::Path, cwd: &std::path::Path) {
+    use std::time::{Duration, SystemTime};
+    std::fs::create_dir_all(dir).unwrap();
+    // Milliseconds since the epoch of the midnights (UTC) used here.
+    let at = |iso: &str| -> i64 {
+        match &iso[..10] {
+            "2026-06-01" => 1_780_272_000_000,
+            "2026-02-15" => 1_771_113_600_000,
+            "2020-01-01" => 1_577_836_800_000,
+            "2030-01-01" => 1_893_456_000_000,
+            "2021-01-01" => 1_609_459_200_000,
+            "2026-05-01" => 1_777_593_600_000,
+            other => panic!("no time for {other}"),
+        }
+    };
+    let user = |id: &str, entry_ts: &str, ts: Option<i64>, text: &str| {
+        let mut m = json!({"type": "message", "id": id, "parentId": "m0", "timestamp": entry_ts,
+            "message": {"role": "user", "content": [{"type": "text", "text": text}]}});
+        if let Some(t) = ts {
+            m["message"]["timestamp"] = json!(t);
+        }
+        m
+    };
+    let answer = |id: &str, parent: &str, ts: i64| {
+        json!({"type": "message", "id": id, "parentId": parent, "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "earlier"}],
+                "api": "openai-completions", "provider": "mock", "model": "mock-1",
+                "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2,
+                    "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+                "stopReason": "stop", "timestamp": ts}})
+    };
+    let model = json!({"type": "model_change", "id": "m0", "parentId": null,
+        "timestamp": "2026-01-01T00:00:00.000Z", "provider": "mock", "modelId": "mock-1"});
+    let header = |n: u32, ts: Option<&str>| {
+        let mut h = json!({"type": "session", "version": 3,
+            "id": format!("0000000{n}-0000-7000-8000-000000000000"), "cwd": cwd});
+        if let Some(t) = ts {
+            h["timestamp"] = json!(t);
+        }
+        h
+    };
+    let files = [
+        (
+            "a",
+            vec![
+                header(1, Some("2026-01-01T00:00:00.000Z")),
+                model.clone(),
+                user(
+                    "u1",
+                    "2026-01-01T00:00:01.000Z",
+                    Some(at("2026-06-01T00:00:00Z")),
+                    "from a",
+                ),
+                answer("r1", "u1", at("2026-06-01T00:00:00Z") - 5),
+            ],
+            "2020-01-01T00:00:00Z",
+        ),
+        (
+            "b",
+            vec![
+                header(2, Some("2026-01-01T00:00:00.000Z")),
+                model.clone(),
+                user("u1", "2026-03-01T00:00:00.000Z", None, "from b"),
+                answer("r1", "u1", at("2026-02-15T00:00:00Z")),
+            ],
+            "2030-01-01T00:00:00Z",
+        ),
+        (
+            "c",
+            vec![header(3, Some("2026-04-01T00:00:00.000Z")), model.clone()],
+            "2021-01-01T00:00:00Z",
+        ),
+        ("d", vec![header(4, None), model], "2026-05-01T00:00:00Z"),
+    ];
+    for (name, lines, mtime) in files {
+        let path = dir.join(format!("{name}.jsonl"));
+        let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&path, body).unwrap();
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(at(mtime) as u64);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+}
+
+/// The user texts of the session file `path`.
+fn user_texts(path: &std::path::Path) -> Vec<String> {
+    pi_e2e::json_lines(path)
+        .iter()
+        .filter(|l| l["message"]["role"] == "user")
+        .map(|l| pi_e2e::content_text(&l["message"]))
+        .collect()
+}
+
+/// Issue 29 (pi44 b): `pi-lsp sessions` orders a folder's sessions as Pi 1.6's session list
+/// (`SessionManager.list`, its `--resume` picker) — by the latest user or assistant message's
+/// time, else the header's, else the file's — not by modification time, with Pi's `modified`
+/// as `lastActivity`; `run -c` goes on with the file written last, as Pi 1.6.0's `--continue`
+/// (`findMostRecentSession`) does on the same four files (checked against it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_list_by_message_time_and_continue_takes_the_file_written_last() {
+    let mock = MockModel::start(vec![Step::text("ours")]).await;
+    let h = Headless::new("list-order", &mock.models_json());
+    let ws = h.ws.canonicalize().unwrap();
+    sessions_with_disagreeing_times(&ws.join(".pi/sessions"), &ws);
+    let listed = tokio::task::block_in_place(|| {
+        h.command(&["sessions", "--json", "--workspace"])
+            .arg(&ws)
+            .output()
+            .unwrap()
+    });
+    assert_success(&listed);
+    let rows: Vec<(String, String)> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap()[..8].to_string(),
+                r["lastActivity"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let row = |id: &str, t: &str| (id.to_string(), t.to_string());
+    assert_eq!(
+        rows,
+        [
+            row("00000001", "2026-06-01T00:00:00Z"),
+            row("00000004", "2026-05-01T00:00:00Z"),
+            row("00000003", "2026-04-01T00:00:00Z"),
+            row("00000002", "2026-03-01T00:00:00Z"),
+        ]
+    );
+    assert_success(&h.run(&["--model", "mock/mock-1", "-c", "next"]));
+    let ours = ws.join(".pi/sessions/b.jsonl");
+    assert_eq!(user_texts(&ours), ["from b", "next"]);
+
+    let Some(pi) = pi_e2e::pi16_bin("--continue compared with Pi 1.6.0") else {
+        return;
+    };
+    let their_mock = MockModel::start(vec![Step::text("theirs")]).await;
+    let tmp = TempDir::new("list-order-pi16");
+    let (their_ws, agent, sessions) = (
+        tmp.path().join("ws"),
+        tmp.path().join("agent"),
+        tmp.path().join("sessions"),
+    );
+    std::fs::create_dir_all(&their_ws).unwrap();
+    let their_ws = their_ws.canonicalize().unwrap();
+    agent_env(&agent, &their_mock.models_json(), &[]);
+    sessions_with_disagreeing_times(&sessions, &their_ws);
+    let out = pi_e2e::headless::run_pi_in(
+        &pi,
+        &their_ws,
+        &agent,
+        tmp.path(),
+        &sessions,
+        &["-c", "-p", "next"],
+    );
+    assert_success(&out);
+    assert_eq!(user_texts(&sessions.join("b.jsonl")), ["from b", "next"]);
+    assert_eq!(user_texts(&sessions.join("a.jsonl")), ["from a"]);
+}
+
+/// Issue 29 (pi44 c): `run --session <path>` where no file is keeps a new session there, as
+/// Pi 1.6's print mode does (`SessionManager.open` of a missing path: its folders made, the
+/// header's `cwd` the project folder, the given path kept); the next `--session` of that path
+/// goes on with it. The same entries (types and roles, in order) as Pi 1.6.0 writes for the
+/// same command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_path_where_no_file_is_starts_a_session_there_as_pi_does() {
+    let mock = MockModel::start(vec![Step::text("one"), Step::text("two")]).await;
+    let h = Headless::new("session-new-path", &mock.models_json());
+    let ws = h.ws.canonicalize().unwrap();
+    let m = ["--model", "mock/mock-1"];
+    assert_success(&h.run(&[&m[..], &["--session", "new/dir/s.jsonl", "hi"]].concat()));
+    let file = ws.join("new/dir/s.jsonl");
+    assert_eq!(user_texts(&file), ["hi"]);
+    assert!(!ws.join(".pi/sessions").exists());
+    let ours = pi_e2e::json_lines(&file);
+    assert_eq!(ours[0]["cwd"], json!(ws));
+    assert_success(&h.run(&[&m[..], &["--session", "new/dir/s.jsonl", "again"]].concat()));
+    assert_eq!(user_texts(&file), ["hi", "again"]);
+    let shape = |lines: &[Value]| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| format!("{} {}", l["type"], l["message"]["role"]))
+            .collect()
+    };
+
+    let Some(pi) = pi_e2e::pi16_bin("--session <new path> compared with Pi 1.6.0") else {
+        return;
+    };
+    let their_mock = MockModel::start(vec![Step::text("one")]).await;
+    let tmp = TempDir::new("session-new-path-pi16");
+    let (their_ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&their_ws).unwrap();
+    let their_ws = their_ws.canonicalize().unwrap();
+    agent_env(&agent, &their_mock.models_json(), &[]);
+    let out = pi_e2e::headless::run_pi(
+        &pi,
+        &their_ws,
+        &agent,
+        tmp.path(),
+        ["--session", "new/dir/s.jsonl", "-p", "hi"],
+    );
+    assert_success(&out);
+    let theirs = pi_e2e::json_lines(&their_ws.join("new/dir/s.jsonl"));
+    assert_eq!(theirs[0]["cwd"], json!(their_ws));
+    assert_eq!(shape(&ours), shape(&theirs));
+}
+
+/// Issue 29 (pi44 d): every relative path `run` takes — `@file` arguments, `--session` paths
+/// (`a_relative_session_path_is_taken_from_the_workspace_folder`), `--system-prompt` /
+/// `--append-system-prompt` files — is taken from the workspace folder (`--workspace`; Pi's folder is its project),
+/// whichever folder `pi-lsp` was started from: `@a.txt` is the workspace's, not the one
+/// beside the process, and a file only there is not found (Pi's error naming the workspace's
+/// path, exit code 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_arguments_are_taken_from_the_workspace_folder() {
+    let mock = MockModel::start(vec![Step::text("ok"), Step::text("ok")]).await;
+    let h = Headless::new("file-args-workspace", &mock.models_json());
+    let ws = h.ws.canonicalize().unwrap();
+    let elsewhere = h.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(ws.join("a.txt"), "inside").unwrap();
+    std::fs::write(elsewhere.join("a.txt"), "outside").unwrap();
+    std::fs::write(elsewhere.join("only.txt"), "outside only").unwrap();
+    let run_from = |args: &[&str]| {
+        tokio::task::block_in_place(|| {
+            h.command(&["run", "--model", "mock/mock-1", "--workspace"])
+                .arg(&ws)
+                .args(args)
+                .current_dir(&elsewhere)
+                .output()
+                .unwrap()
+        })
+    };
+    assert_success(&run_from(&["@a.txt", "hi"]));
+    let sent = pi_e2e::content_text(
+        mock.requests()[0].body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap(),
+    );
+    let w = ws.display();
+    assert_eq!(
+        sent,
+        format!("<file name=\"{w}/a.txt\">\ninside\n</file>\nhi")
+    );
+    let out = run_from(&["@only.txt", "hi"]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        (
+            Some(1),
+            format!("Error: File not found: {w}/only.txt").as_str()
+        )
+    );
+    // `--append-system-prompt <path>` too: the workspace's file.
+    std::fs::write(ws.join("extra.md"), "From the workspace.").unwrap();
+    std::fs::write(elsewhere.join("extra.md"), "From elsewhere.").unwrap();
+    assert_success(&run_from(&["--append-system-prompt", "extra.md", "hi"]));
+    let (prompt, _) = prompt_and_tools(&mock.requests()[1].body);
+    assert!(
+        prompt.contains("<addendum>\nFrom the workspace.\n</addendum>"),
+        "{prompt}"
+    );
+}
+
+/// Issue 29 (pi44 c): `run --session <id>` of another project's session (found in Pi's
+/// sessions folder, not this folder's) runs nothing, as Pi 1.6.0's print mode on the same
+/// files: it says `Session found in different project: <cwd>` (stderr's first line, the same
+/// words), asks whether to fork it — which `pi-lsp run` cannot, and Pi's question goes
+/// unanswered without a terminal — and exits 0 with nothing sent to the model and no session
+/// written in this folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_id_of_another_project_runs_nothing_as_pi_does() {
+    let mock = MockModel::start(vec![Step::text("never")]).await;
+    let h = Headless::new("session-other-project", &mock.models_json());
+    let other = h.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let other = other.canonicalize().unwrap();
+    let id = "0b000000-0000-7000-8000-000000000000";
+    let write = |agent: &std::path::Path| {
+        let safe = other
+            .display()
+            .to_string()
+            .trim_start_matches('/')
+            .replace('/', "-");
+        let dir = agent.join("sessions").join(format!("--{safe}--"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lines = [
+            json!({"type": "session", "version": 3, "id": id, "timestamp": "2026-12-01T10:00:00.000Z", "cwd": other}),
+            json!({"type": "model_change", "id": "e1", "parentId": null, "timestamp": "2026-12-01T10:00:00.001Z", "provider": "mock", "modelId": "mock-1"}),
+            json!({"type": "message", "id": "e2", "parentId": "e1", "timestamp": "2026-12-01T10:00:01.000Z", "message": {"role": "user", "content": [{"type": "text", "text": "there"}], "timestamp": 1796119201000u64}}),
+        ];
+        let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(
+            dir.join(format!("2026-12-01T10-00-00-000Z_{id}.jsonl")),
+            body,
+        )
+        .unwrap();
+    };
+    write(&h.agent);
+    let out = h.run(&["--model", "mock/mock-1", "--session", &id[..8], "again"]);
+    let ours = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(0), &b""[..]),
+        "{ours}"
+    );
+    assert_eq!(
+        ours.lines().next(),
+        Some(format!("Session found in different project: {}", other.display()).as_str())
+    );
+    assert!(mock.requests().is_empty());
+    assert!(!h.ws.join(".pi").exists());
+
+    let Some(pi) = pi_e2e::pi16_bin("another project's session compared with Pi 1.6.0") else {
+        return;
+    };
+    let their_mock = MockModel::start(vec![Step::text("never")]).await;
+    let tmp = TempDir::new("session-other-project-pi16");
+    let (their_ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&their_ws).unwrap();
+    agent_env(&agent, &their_mock.models_json(), &[]);
+    write(&agent);
+    let out = pi_e2e::headless::run_pi(
+        &pi,
+        &their_ws.canonicalize().unwrap(),
+        &agent,
+        tmp.path(),
+        ["--session", &id[..8], "-p", "again"],
+    );
+    let theirs = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(0), &b""[..]),
+        "{theirs}"
+    );
+    assert_eq!(theirs.lines().next(), ours.lines().next());
+    assert!(their_mock.requests().is_empty());
+}

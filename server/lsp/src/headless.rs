@@ -90,32 +90,71 @@ fn folder_sessions(sessions: &Sessions) -> Vec<pi_core::session::SessionSummary>
     sessions.list().into_iter().map(|l| l.summary).collect()
 }
 
+/// The session file a run goes on with ([`resume_path`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// An existing session file.
+    Open(PathBuf),
+    /// A path where no file is: a new session is kept there (Pi 1.6's `SessionManager.open`
+    /// of a missing path).
+    Create(PathBuf),
+    /// A session of another project (its header's `cwd`), found by id in Pi's sessions
+    /// folder: Pi 1.6 asks whether to fork it into this folder; `run` cannot ask, so nothing
+    /// runs (Pi's answer "no").
+    Elsewhere(String),
+}
+
 /// The session file `resume` names (`None`: `--continue` with no session of the folder, which
-/// starts a new one as Pi's `continueRecent`), or why there is none. A `--session` argument
-/// that looks like a path (a `/` or `\` in it, or a `.jsonl` end) is one, `~` expanded and a
-/// relative one taken from the `workspace` folder, as Pi 1.6's `resolveSessionPath` takes it
-/// from the folder it runs in (its project folder, which `--workspace` names here); any other
-/// is a session id or its start.
+/// starts a new one as Pi's `continueRecent`), or why there is none. `--continue` takes the
+/// file written last (its modification time, Pi 1.6's `findMostRecentSession`). A `--session`
+/// argument that looks like a path (a `/` or `\` in it, or a `.jsonl` end) is one, `~`
+/// expanded and a relative one taken from the `workspace` folder, as Pi 1.6's
+/// `resolveSessionPath` takes it from the folder it runs in (its project folder, which
+/// `--workspace` names here); where no file is, a new session is kept there, as Pi 1.6 does.
+/// Any other argument is a session id or its start: this folder's sessions, else (Pi 1.6's
+/// global match) any project's in Pi's sessions folder — another project's is
+/// [`Target::Elsewhere`].
 fn resume_path(
     sessions: &Sessions,
     workspace: &std::path::Path,
     resume: &Resume,
-) -> Result<Option<PathBuf>, String> {
+) -> Result<Option<Target>, String> {
     let found = folder_sessions(sessions);
     match resume {
-        Resume::Latest => Ok(found.into_iter().next().map(|s| s.path)),
+        Resume::Latest => Ok(found
+            .into_iter()
+            .max_by_key(|s| s.modified_ms)
+            .map(|s| Target::Open(s.path))),
         Resume::Session(s) => {
             let path_like = s.contains('/') || s.contains('\\') || s.ends_with(".jsonl");
             let p = absolute(workspace, s);
-            if path_like && p.is_file() {
-                return Ok(Some(p));
+            if path_like {
+                return Ok(Some(if p.exists() {
+                    Target::Open(p)
+                } else {
+                    Target::Create(p)
+                }));
             }
             let found: Vec<_> = found
                 .into_iter()
                 .filter(|x| x.id.starts_with(s.as_str()))
                 .collect();
+            let elsewhere = || {
+                let root = pi_ai::models::agent_dir()?.join("sessions");
+                pi_core::session::find_in_all_projects(&root, s)
+            };
+            if found.is_empty() {
+                if let Some(other) = elsewhere() {
+                    let whose =
+                        pi_core::session::ownership(&other.path, other.cwd.as_deref(), workspace);
+                    return Ok(Some(match whose {
+                        pi_core::session::Ownership::Workspace => Target::Open(other.path),
+                        _ => Target::Elsewhere(other.cwd.unwrap_or_default()),
+                    }));
+                }
+            }
             match found.as_slice() {
-                [one] => Ok(Some(one.path.clone())),
+                [one] => Ok(Some(Target::Open(one.path.clone()))),
                 [] => Err(format!(
                     "no session file {s} and no session of this folder with that id"
                 )),
@@ -166,7 +205,7 @@ struct FileArguments {
 }
 
 /// Reads Pi's `@path` arguments (the `@` already removed): each path with `~` expanded and
-/// made absolute against `cwd` (Node's `path.resolve`: `.` and `..` removed, symlinks kept),
+/// made absolute against `cwd`, the workspace folder (Node's `path.resolve`: `.` and `..` removed, symlinks kept),
 /// then read as an image when its first bytes are one ([`pi_core::tools::sniff_image`], as
 /// `read` detects them: sent as the file's
 /// bytes, base64, unresized — Pi's print mode reads them with `autoResizeImages: false`),
@@ -566,13 +605,21 @@ fn print_plan(session: &AgentSession, json: bool) {
 }
 
 /// The command line's prompt and tool flags as Pi 1.6 reads them: `--system-prompt` and
-/// each `--append-system-prompt` read when they name a file (Pi's `resolvePromptInput`, a file
+/// each `--append-system-prompt` read when they name a file (relative: in the workspace
+/// folder; Pi's `resolvePromptInput`, a file
 /// that cannot be read warned about and taken as text), `--tools` split at commas (empty
 /// entries dropped) and refused when it mixes names with `+name` / `-name`.
 #[allow(clippy::print_stderr)]
 fn run_overrides(args: &RunArgs) -> Result<RunOverrides, String> {
+    // A file named relative to the workspace folder, as every path argument of `run` (Pi reads
+    // it from the folder it runs in, its project folder).
     let read = |input: &str| {
-        let (text, warning) = resolve_prompt_input(input);
+        let at = args.workspace.join(input);
+        let (text, warning) = if !input.is_empty() && at.exists() {
+            resolve_prompt_input(&at.to_string_lossy())
+        } else {
+            (input.to_string(), None)
+        };
         if let Some(w) = warning {
             eprintln!("pi-lsp: warning: {w}");
         }
@@ -657,10 +704,11 @@ pub async fn run(args: RunArgs) -> i32 {
         .partition(|a| a.starts_with('@'));
     let further = messages.get(1..).unwrap_or_default();
     let files: Vec<&str> = files.iter().map(|f| &f[1..]).collect();
-    // Pi reads the files against its process's folder; a missing one ends the run with its
-    // words and exit code 1, before anything is written.
-    let cwd = std::env::current_dir().unwrap_or_else(|_| workspace.clone());
-    let attached = match file_arguments(&files, &cwd) {
+    // Pi reads the files against the folder it runs in, its project folder, which
+    // `--workspace` names here: a relative `@path` is taken from the workspace folder, as a
+    // relative `--session` path is (one rule for every path argument; the README's `run`).
+    // A missing file ends the run with Pi's words and exit code 1, before anything is written.
+    let attached = match file_arguments(&files, &workspace) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
@@ -737,9 +785,19 @@ pub async fn run(args: RunArgs) -> i32 {
         None => sessions
             .create(args.model.as_deref(), thinking, None)
             .map_err(|e| e.to_string()),
-        Some(path) => sessions
+        Some(Target::Create(path)) => sessions
+            .create_in(args.model.as_deref(), thinking, None, Some(&path))
+            .map_err(|e| e.to_string()),
+        Some(Target::Open(path)) => sessions
             .open_file_for_run(&path, args.model.as_deref(), thinking)
             .map_err(|e| e.to_string()),
+        // Pi 1.6's print mode says where it is and asks to fork it; nobody can answer here,
+        // so it ends as Pi's "no" does: nothing run or written, exit code 0.
+        Some(Target::Elsewhere(cwd)) => {
+            eprintln!("Session found in different project: {cwd}");
+            eprintln!("pi-lsp: not run: Pi asks whether to fork it into this folder, and `pi-lsp run` cannot ask; run in that folder, or give the session file's path to --session");
+            return 0;
+        }
     };
     let session = match session {
         Ok(s) => s,

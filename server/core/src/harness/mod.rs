@@ -391,13 +391,32 @@ impl AgentSession {
         model: Model,
         name: Option<&str>,
     ) -> Result<Arc<AgentSession>, SessionError> {
-        let mut writer = SessionWriter::create(
-            &sessions_dir(&ws),
-            ws.root(),
-            &model.provider,
-            &model.id,
-            thinking_level_name(&model),
-        )?;
+        Self::create_in(ws, setup, model, name, None)
+    }
+
+    /// [`AgentSession::create`] with its file at `at` (which must not exist; `None`: a new
+    /// file in the sessions folder), as Pi 1.6 keeps a new session at the path `--session`
+    /// names.
+    pub fn create_in(
+        ws: Arc<WorkspaceConfig>,
+        setup: Arc<dyn SessionSetup>,
+        model: Model,
+        name: Option<&str>,
+        at: Option<&std::path::Path>,
+    ) -> Result<Arc<AgentSession>, SessionError> {
+        let level = thinking_level_name(&model);
+        let mut writer = match at {
+            None => SessionWriter::create(
+                &sessions_dir(&ws),
+                ws.root(),
+                &model.provider,
+                &model.id,
+                level,
+            )?,
+            Some(path) => {
+                SessionWriter::create_at(path, ws.root(), &model.provider, &model.id, level)?
+            }
+        };
         writer.set_image_options(image_options(&ws));
         if let Some(n) = name {
             writer.set_name(n)?;

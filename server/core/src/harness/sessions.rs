@@ -255,6 +255,19 @@ impl Sessions {
         thinking: Option<ThinkingLevel>,
         name: Option<&str>,
     ) -> Result<Arc<AgentSession>, Error> {
+        self.create_in(model, thinking, name, None)
+    }
+
+    /// [`Sessions::create`] with the new session's file at `at` (which must not exist;
+    /// `None`: a new file in the sessions folder): `pi-lsp run --session <new path>`, as Pi
+    /// 1.6 keeps a new session at the path `--session` names.
+    pub fn create_in(
+        &self,
+        model: Option<&str>,
+        thinking: Option<ThinkingLevel>,
+        name: Option<&str>,
+        at: Option<&Path>,
+    ) -> Result<Arc<AgentSession>, Error> {
         self.refuse_if_going_away()?;
         let (mut model, notice) = choose_model(&self.ws, model, self.default_model.as_deref())
             .map_err(|e| Error::Model(e.to_string()))?;
@@ -264,7 +277,7 @@ impl Sessions {
         if let Some(level) = thinking {
             model.thinking_level = Some(model.clamp_thinking_level(level));
         }
-        let s = AgentSession::create(self.ws.clone(), self.setup.clone(), model, name)?;
+        let s = AgentSession::create_in(self.ws.clone(), self.setup.clone(), model, name, at)?;
         self.live.lock().insert(s.id().to_string(), s.clone());
         Ok(s)
     }

@@ -214,7 +214,35 @@ impl SessionWriter {
         thinking_level: &str,
     ) -> Result<Self, SessionError> {
         let header = new_header(cwd, None);
-        let mut w = Self::create_with_header(dir, header)?;
+        let w = Self::create_with_header(dir, header)?;
+        w.started(provider, model_id, thinking_level)
+    }
+
+    /// [`SessionWriter::create`] at the file `path`, which must not exist (its folder is
+    /// created when missing): Pi 1.6's `SessionManager.open` of a path that does not exist,
+    /// a new session kept there (`pi --session <new path>`).
+    pub fn create_at(
+        path: &Path,
+        cwd: &Path,
+        provider: &str,
+        model_id: &str,
+        thinking_level: &str,
+    ) -> Result<Self, SessionError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        let w = Self::create_file(path.to_path_buf(), new_header(cwd, None))?;
+        w.started(provider, model_id, thinking_level)
+    }
+
+    /// `self` with a new session's first entries: `model_change`, `thinking_level_change`.
+    fn started(
+        mut self,
+        provider: &str,
+        model_id: &str,
+        thinking_level: &str,
+    ) -> Result<Self, SessionError> {
+        let w = &mut self;
         w.append(EntryData::ModelChange {
             provider: provider.to_string(),
             model_id: model_id.to_string(),
@@ -222,17 +250,24 @@ impl SessionWriter {
         w.append(EntryData::ThinkingLevelChange {
             thinking_level: thinking_level.to_string(),
         })?;
-        Ok(w)
+        Ok(self)
     }
 
     fn create_with_header(dir: &Path, header: Value) -> Result<Self, SessionError> {
         ensure_sessions_dir(dir)?;
-        let id = header["id"].as_str().unwrap_or_default().to_string();
+        let id = header["id"].as_str().unwrap_or_default();
         let ts = header["timestamp"]
             .as_str()
             .unwrap_or_default()
             .replace([':', '.'], "-");
         let path = dir.join(format!("{ts}_{id}.jsonl"));
+        Self::create_file(path, header)
+    }
+
+    /// A new file at `path` (which must not exist) holding `header`, locked and open for
+    /// appending.
+    fn create_file(path: PathBuf, header: Value) -> Result<Self, SessionError> {
+        let id = header["id"].as_str().unwrap_or_default().to_string();
         let file = std::fs::OpenOptions::new()
             .create_new(true)
             .append(true)
