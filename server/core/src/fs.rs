@@ -193,7 +193,12 @@ pub fn decode_file(bytes: Vec<u8>) -> DecodedText {
 /// sure of no guess (`guess_assess`), or the bytes hold what no text file of a single- or
 /// double-byte encoding holds: a UTF-16 byte-order mark past the start (`ff fe` / `fe ff`, as in
 /// `hi\xff\xfe\n`) or C0 control characters other than tab, line feed, form feed, carriage
-/// return and escape (NUL included: binary data).
+/// return and escape (NUL included: binary data). A guess is also refused when its text holds
+/// C1 control characters (U+0080–U+009F: what a byte the code page leaves undefined decodes
+/// to; no text holds them), or, for a multi-byte encoding, when no more than half of its
+/// non-ASCII characters are letters: stray bytes such as `ok\x80\x81zz` are then lossy UTF-8,
+/// as Pi 1.6 reads every file, not `ok€\u{81}zz` (windows-1252) or `ok€乃z` (GBK, a `z`
+/// eaten).
 pub fn detect_legacy(bytes: &[u8]) -> Option<&'static encoding_rs::Encoding> {
     let bom_inside = bytes
         .windows(2)
@@ -209,6 +214,9 @@ pub fn detect_legacy(bytes: &[u8]) -> Option<&'static encoding_rs::Encoding> {
     let (generic, mut sure) = detector.guess_assess(None, false);
     let score = |enc: &'static encoding_rs::Encoding| -> Option<f64> {
         let text = enc.decode_without_bom_handling_and_without_replacement(bytes)?;
+        if text.chars().any(|c| ('\u{80}'..='\u{9F}').contains(&c)) {
+            return None;
+        }
         let (mut letters, mut kana, mut all) = (0usize, 0usize, 0usize);
         for c in text.chars().filter(|c| !c.is_ascii()) {
             all += 1;
@@ -218,26 +226,30 @@ pub fn detect_legacy(bytes: &[u8]) -> Option<&'static encoding_rs::Encoding> {
         }
         // Japanese text holds kana; Japanese read as Chinese turns into rare ideographs (which
         // still count as letters), so kana tip the balance.
-        Some(if all == 0 {
+        let sc = if all == 0 {
             1.0
         } else {
             (letters as f64 + 0.5 * kana as f64) / all as f64
-        })
+        };
+        (enc.is_single_byte() || sc > 0.5).then_some(sc)
     };
-    let mut best = (generic, score(generic).unwrap_or(-1.0));
+    let mut best: Option<(&'static encoding_rs::Encoding, f64)> =
+        score(generic).map(|sc| (generic, sc));
+    let mut seen = vec![generic];
     for tld in [&b"jp"[..], b"cn", b"tw", b"kr"] {
         let (enc, tld_sure) = detector.guess_assess(Some(tld), false);
         sure |= tld_sure;
-        if enc == best.0 {
+        if seen.contains(&enc) {
             continue;
         }
+        seen.push(enc);
         if let Some(sc) = score(enc) {
-            if sc > best.1 {
-                best = (enc, sc);
+            if best.is_none_or(|(_, b)| sc > b) {
+                best = Some((enc, sc));
             }
         }
     }
-    sure.then_some(best.0)
+    best.filter(|_| sure).map(|(enc, _)| enc)
 }
 
 /// The encoding [`decode_file`] finds for `bytes`, without making the text when they are
@@ -788,6 +800,16 @@ mod tests {
                     ..TextEncoding::UTF8
                 },
             }
+        );
+        // Bytes no code page reads as text (issue 29): lossy UTF-8, as Pi 1.6 reads them.
+        let garbage = decode_file(b"ok\x80\x81zz\n".to_vec());
+        assert_eq!(
+            (
+                garbage.text.as_str(),
+                garbage.encoding.encoding,
+                garbage.encoding.exact
+            ),
+            ("ok\u{fffd}\u{fffd}zz\n", encoding_rs::UTF_8, false)
         );
         let latin1 = decode_file(b"caf\xe9 cr\xe8me br\xfbl\xe9e\n".to_vec());
         assert_eq!(latin1.text, "café crème brûlée\n");
