@@ -138,8 +138,9 @@ pub struct ToolError {
     pub details: Option<Value>,
     /// Set for a failure Pi 1.6's tool returns as a result marked `isError` rather than
     /// throws (`bash`'s non-zero exit): its `structuredContent`. The result then carries it
-    /// and says `isError: true` itself ([`ToolOutput::is_error`]), as Pi's event does.
-    pub structured_content: Option<Value>,
+    /// and says `isError: true` itself ([`ToolOutput::is_error`]), as Pi's event does. Boxed:
+    /// a tool's `Result` stays small.
+    pub structured_content: Option<Box<Value>>,
 }
 
 impl ToolError {
@@ -157,7 +158,7 @@ impl ToolError {
     fn into_output(self) -> ToolOutput {
         let returned = self.structured_content.is_some();
         ToolOutput {
-            structured_content: self.structured_content,
+            structured_content: self.structured_content.map(|b| *b),
             is_error: returned,
             ..ToolOutput::error(self.message, self.details)
         }

@@ -633,7 +633,7 @@ impl Ran {
             End::Exited(s) => Err(ToolError {
                 message: format!("{body}\n\n{}", exit_text(&s)),
                 details,
-                structured_content: self.structured,
+                structured_content: self.structured.map(Box::new),
             }),
             End::Aborted => Err(ToolError {
                 message: format!("{body}\n\nCommand aborted"),
