@@ -632,3 +632,97 @@ async fn a_branch_summary_entry_is_written_as_pi_writes_it() {
         );
     }
 }
+
+/// A Pi 1.6-shaped session of folder `cwd` whose branch ends in a user message no answer
+/// followed (a run cut before its answer): `first` answered `one`, then `unanswered`.
+fn unanswered_session(cwd: &Path, to: &Path) {
+    let lines = [
+        json!({"type": "session", "version": 3, "id": "0a000000-0000-7000-8000-000000000000",
+            "timestamp": "2026-12-01T10:00:00.000Z", "cwd": cwd}),
+        json!({"type": "model_change", "id": "e1", "parentId": null,
+            "timestamp": "2026-12-01T10:00:00.001Z", "provider": "mock", "modelId": "mock-1"}),
+        json!({"type": "thinking_level_change", "id": "e2", "parentId": "e1",
+            "timestamp": "2026-12-01T10:00:00.002Z", "thinkingLevel": "off"}),
+        json!({"type": "message", "id": "e3", "parentId": "e2", "timestamp": "2026-12-01T10:00:01.000Z",
+            "message": {"role": "user", "content": [{"type": "text", "text": "first"}], "timestamp": 1796119201000u64}}),
+        json!({"type": "message", "id": "e4", "parentId": "e3", "timestamp": "2026-12-01T10:00:02.000Z",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "one"}],
+                "api": "openai-completions", "provider": "mock", "model": "mock-1",
+                "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2,
+                    "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+                "stopReason": "stop", "timestamp": 1796119202000u64}}),
+        json!({"type": "message", "id": "e5", "parentId": "e4", "timestamp": "2026-12-01T10:00:03.000Z",
+            "message": {"role": "user", "content": [{"type": "text", "text": "unanswered"}], "timestamp": 1796119203000u64}}),
+    ];
+    let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(to, body).unwrap();
+}
+
+/// `(role, text)` of a chat-completions request's messages, the system prompt left out.
+fn conversation(body: &Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_string(),
+                pi_e2e::content_text(m),
+            )
+        })
+        .collect()
+}
+
+/// Issue 29 (pi44 e): `agent/session/clone` of a branch that ends in an unanswered user
+/// message, then a prompt in the clone: the request carries what Pi 1.6.0's RPC `clone` and
+/// prompt send on the same file (Pi's `createBranchedSession` copies the whole branch, the
+/// unanswered message too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clone_of_a_branch_ending_in_an_unanswered_message_sends_what_pi_sends() {
+    let Some(pi) = pi_e2e::pi16_bin("clone compared with Pi 1.6.0") else {
+        return;
+    };
+    let their_mock = MockModel::start(vec![Step::text("two")]).await;
+    let tmp = TempDir::new("clone-unanswered-pi16");
+    let (ws, agent) = (tmp.path().join("ws"), tmp.path().join("agent"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&agent).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    std::fs::write(
+        agent.join("models.json"),
+        their_mock.models_json().to_string(),
+    )
+    .unwrap();
+    let file = tmp.path().join("s.jsonl");
+    unanswered_session(&ws, &file);
+    tokio::task::block_in_place(|| {
+        let mut rpc = pi_e2e::pi_rpc::PiRpc::open(&pi, &ws, &agent, &file);
+        rpc.request(json!({"type": "clone"}));
+        rpc.prompt("second");
+        rpc.close();
+    });
+    let theirs = conversation(&their_mock.requests()[0].body);
+
+    let mock = MockModel::start(vec![Step::text("two")]).await;
+    let tmp = TempDir::new("clone-unanswered");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let file = tmp.path().join("s.jsonl");
+    unanswered_session(&ws, &file);
+    let mut c = start_with_mock(&ws, &mock, EditorBehavior::default()).await;
+    let s = c
+        .request("agent/session/open", json!({"path": file}))
+        .await
+        .unwrap();
+    let cl = c
+        .request("agent/session/clone", json!({"sessionId": s["sessionId"]}))
+        .await
+        .unwrap();
+    let params = json!({"sessionId": cl["session"]["sessionId"], "text": "second"});
+    c.request("agent/prompt", params).await.unwrap();
+    c.events_until_settled(Duration::from_secs(30)).await;
+    c.shutdown().await;
+    assert_eq!(conversation(&mock.requests()[0].body), theirs);
+}
