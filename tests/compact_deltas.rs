@@ -181,7 +181,9 @@ fn comparable(v: &mut Value, ids: &mut Vec<String>) {
                         };
                         *x = json!(format!("id{n}"));
                     }
-                    ("timestamp", _) => *x = json!(0),
+                    // Times: when it happened, and how long a tool ran (Pi 1.6's
+                    // `durationMs` on `tool_execution_end`).
+                    ("timestamp" | "durationMs", _) => *x = json!(0),
                     _ => comparable(x, ids),
                 }
             }

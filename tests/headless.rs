@@ -908,8 +908,10 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
             json!({"rules": "Be very brief."}),
         ]
     );
-    // Ours: Pi 1.6's sections, each that differs from the file's (all of them here), in order;
-    // they render to the prompt sent.
+    // Ours: Pi 1.6's sections, each that differs from the file's (all of them here), in order.
+    // The prompt sent is what the branch replays to, as Pi 1.6 sends it (pi-ai's
+    // `getCurrentSystemMessage`: a section keeps the place it was first stored at, a new one
+    // comes last): preamble and rules where Pi's file set them, then tools and cwd.
     let patch: Vec<(String, String)> = stored[2]
         .as_object()
         .unwrap()
@@ -926,7 +928,7 @@ async fn mid_conversation_system_messages_follow_the_model_compat_flag() {
         patch[3].1,
         format!("<cwd>\n{}\n</cwd>", h.ws.canonicalize().unwrap().display())
     );
-    let rendered: Vec<&str> = patch.iter().map(|(_, t)| t.as_str()).collect();
+    let rendered: Vec<&str> = [0, 2, 1, 3].iter().map(|&i| patch[i].1.as_str()).collect();
     assert_eq!(rendered.join("\n\n"), prompt);
 
     // Flag on (chat completions): Pi's first prompt leads, the patches in place.
