@@ -404,6 +404,40 @@ mod tests {
         assert!(writer.lock().unwrap().system_checked(second));
     }
 
+    /// Pi 1.6 sends the prompt the branch replays to; it is told (and the run sends it) only
+    /// when its sections' order is not the run's: a section the run adds comes after those
+    /// the branch stored, one it changes keeps its place, one it drops goes.
+    #[test]
+    fn the_replayed_prompt_is_told_only_when_its_order_is_not_the_runs() {
+        let run = |pairs: &[(&str, &str)]| {
+            let sections: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(n, t)| (n.to_string(), t.to_string()))
+                .collect();
+            let prompt = crate::prompt::render_sections(&sections);
+            (SystemState::of_run(&prompt, Some(&sections), &[]), prompt)
+        };
+        let stored = |pairs: &[(&str, &str)]| {
+            let mut have = SystemState::default();
+            have.apply(&SystemState::default().patch_to(&run(pairs).0, 1).unwrap());
+            have
+        };
+        let have = stored(&[("a", "A"), ("c", "C"), ("d", "D")]);
+        let (want, prompt) = run(&[("a", "A"), ("b", "B"), ("c", "C2")]);
+        assert_eq!(
+            replayed_prompt(&have, &want, &prompt).as_deref(),
+            Some("A\n\nC2\n\nB")
+        );
+        // The same order as the run's (a change in place, one dropped): nothing to tell.
+        let (want, prompt) = run(&[("a", "A2"), ("c", "C")]);
+        assert_eq!(replayed_prompt(&have, &want, &prompt), None);
+        // Stored content of its own (an extension's forced prompt): the run's prompt.
+        let mut with_content = have.clone();
+        with_content.content.push("forced".into());
+        let (want, prompt) = run(&[("a", "A"), ("b", "B"), ("c", "C2")]);
+        assert_eq!(replayed_prompt(&with_content, &want, &prompt), None);
+    }
+
     #[test]
     fn a_poisoned_writer_is_an_error_not_silence() {
         let dir_tmp = tempfile::tempdir().unwrap();
