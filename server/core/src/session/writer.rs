@@ -932,6 +932,20 @@ impl SessionWriter {
         self.append(EntryData::Message { message })
     }
 
+    /// Writes the start of a `message` entry's line with id `id` under the current leaf, up
+    /// to its `"message":` key (the message follows, then `}`): the keys in the order
+    /// [`SessionWriter::append`] writes them.
+    fn message_line_head(&self, id: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
+        serde_json::to_writer(&mut *out, id)?;
+        out.extend_from_slice(b",\"parentId\":");
+        serde_json::to_writer(&mut *out, &self.leaf)?;
+        out.extend_from_slice(b",\"timestamp\":");
+        serde_json::to_writer(&mut *out, &iso_now())?;
+        out.extend_from_slice(b",\"message\":");
+        Ok(())
+    }
+
     /// Appends a `message` entry holding `message` as given (a stored system message,
     /// [`crate::harness::recorder`]'s `store_system`), borrowed: the line is written straight
     /// from it, as [`SessionWriter::append`] of `EntryData::Message` with
@@ -948,14 +962,8 @@ impl SessionWriter {
         }
         let id = self.new_id();
         let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
         let line = (|| {
-            serde_json::to_writer(&mut out, &id)?;
-            out.extend_from_slice(b",\"parentId\":");
-            serde_json::to_writer(&mut out, &self.leaf)?;
-            out.extend_from_slice(b",\"timestamp\":");
-            serde_json::to_writer(&mut out, &iso_now())?;
-            out.extend_from_slice(b",\"message\":");
+            self.message_line_head(&id, &mut out)?;
             serde_json::to_writer(&mut out, message)?;
             out.push(b'}');
             Ok::<_, serde_json::Error>(())
@@ -1016,16 +1024,9 @@ impl SessionWriter {
             _ => return Ok(None),
         };
         let id = self.new_id();
-        let mut text = String::with_capacity(256);
-        text.push_str("{\"type\":\"message\",\"id\":");
-        let mut out = std::mem::take(&mut text).into_bytes();
+        let mut out = Vec::with_capacity(256);
         let line = (|| {
-            serde_json::to_writer(&mut out, &id)?;
-            out.extend_from_slice(b",\"parentId\":");
-            serde_json::to_writer(&mut out, &self.leaf)?;
-            out.extend_from_slice(b",\"timestamp\":");
-            serde_json::to_writer(&mut out, &iso_now())?;
-            out.extend_from_slice(b",\"message\":");
+            self.message_line_head(&id, &mut out)?;
             serde_json::to_writer(&mut out, message)?;
             if !stamps.is_empty() && out.pop() == Some(b'}') {
                 for (k, v) in stamps {
