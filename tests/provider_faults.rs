@@ -707,6 +707,54 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
     );
 }
 
+/// The retry without the refused image refused again (a bare 413 with no image left: an
+/// overflow, and nothing to compact): the retry announced is told as ended, failed, after the
+/// run's end, as a last failure is (docs/protocol.md).
+#[tokio::test]
+async fn a_retry_without_the_image_refused_again_is_told_as_a_failed_retry() {
+    let guard = tmp("image-413-twice");
+    let dir = guard.path();
+    let page = "<html><head><title>413 Request Entity Too Large</title></head></html>";
+    let refused = || Step::Raw {
+        status: 413,
+        content_type: "text/html".into(),
+        body: page.into(),
+    };
+    let mock = MockModel::start(vec![refused(), refused()]).await;
+    let s = setup(
+        dir,
+        &mock,
+        128_000,
+        Vec::new(),
+        Some(CompactionSettings::default()),
+    );
+    let prompt: Message = serde_json::from_value(json!({"role":"user","content":[
+        {"type":"text","text":"look"},
+        {"type":"image","data":"C".repeat(3 * 1024 * 1024),"mimeType":"image/jpeg"}]}))
+    .unwrap();
+    s.agent.prompt(vec![prompt]).unwrap();
+    idle(&s.agent).await;
+    assert_eq!(mock.requests().len(), 2);
+    let last_error = s
+        .sink
+        .of_type("message_end")
+        .iter()
+        .rev()
+        .find(|e| e["message"]["role"] == "assistant")
+        .unwrap()["message"]["errorMessage"]
+        .clone();
+    assert!(last_error.is_string(), "{last_error}");
+    assert_eq!(
+        s.sink.of_type("auto_retry_end"),
+        vec![
+            json!({"type": "auto_retry_end", "success": false, "attempt": 1, "finalError": last_error})
+        ]
+    );
+    let types = s.sink.types();
+    let at = |t: &str| types.iter().rposition(|x| x == t).unwrap();
+    assert!(at("agent_end") < at("auto_retry_end"), "{types:?}");
+}
+
 /// Issue 29 item 10: a 400 saying "input length exceeds" (no image named) while the request
 /// holds an image: the retried request carries a note instead, the user is told, and the
 /// session file still has the image in its entry, with a `context_edit` putting the note in the

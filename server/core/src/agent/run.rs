@@ -898,6 +898,15 @@ impl Run<'_> {
                     // put it back: the live context stays as the file's, and the run is over
                     // (its turn ended before the compaction).
                     self.attempt_left_out = true;
+                    // A retry announced before (a transient failure's, or the one without the
+                    // refused images) ends here: told after the run's end, as a last failure.
+                    if attempt > 0 || images_retried {
+                        self.after_end = Some(AgentEvent::AutoRetryEnd {
+                            success: false,
+                            attempt: attempt.max(1),
+                            final_error: a.error_message.clone(),
+                        });
+                    }
                     return a;
                 }
                 continue;
