@@ -655,15 +655,7 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
     let guard = tmp("image-413");
     let dir = guard.path();
     let page = "<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
-    let mock = MockModel::start(vec![
-        Step::Raw {
-            status: 413,
-            content_type: "text/html".into(),
-            body: page.into(),
-        },
-        Step::text("No image now."),
-    ])
-    .await;
+    let mock = MockModel::start(vec![bare_413(page), Step::text("No image now.")]).await;
     let s = setup(
         dir,
         &mock,
@@ -707,6 +699,15 @@ async fn a_bare_413_for_a_request_with_an_image_replaces_the_image() {
     );
 }
 
+/// A gateway's HTTP 413 with an HTML page that names nothing (no image, no limit).
+fn bare_413(page: &str) -> Step {
+    Step::Raw {
+        status: 413,
+        content_type: "text/html".into(),
+        body: page.into(),
+    }
+}
+
 /// The retry without the refused image refused again (a bare 413 with no image left: an
 /// overflow, and nothing to compact): the retry announced is told as ended, failed, after the
 /// run's end, as a last failure is (docs/protocol.md).
@@ -715,19 +716,9 @@ async fn a_retry_without_the_image_refused_again_is_told_as_a_failed_retry() {
     let guard = tmp("image-413-twice");
     let dir = guard.path();
     let page = "<html><head><title>413 Request Entity Too Large</title></head></html>";
-    let refused = || Step::Raw {
-        status: 413,
-        content_type: "text/html".into(),
-        body: page.into(),
-    };
-    let mock = MockModel::start(vec![refused(), refused()]).await;
-    let s = setup(
-        dir,
-        &mock,
-        128_000,
-        Vec::new(),
-        Some(CompactionSettings::default()),
-    );
+    let mock = MockModel::start(vec![bare_413(page), bare_413(page)]).await;
+    let compaction = Some(CompactionSettings::default());
+    let s = setup(dir, &mock, 128_000, Vec::new(), compaction);
     let prompt: Message = serde_json::from_value(json!({"role":"user","content":[
         {"type":"text","text":"look"},
         {"type":"image","data":"C".repeat(3 * 1024 * 1024),"mimeType":"image/jpeg"}]}))

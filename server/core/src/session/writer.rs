@@ -1293,6 +1293,23 @@ pub(super) fn new_header(cwd: &Path, parent: Option<&Path>) -> Value {
 mod sync_tests {
     use super::*;
 
+    /// The line `SessionWriter::append` writes for a `message` entry (serde's serialisation
+    /// with the separators JavaScript escapes escaped), to compare a fast append's line with.
+    fn message_line(
+        id: &str,
+        parent: &Option<String>,
+        timestamp: &Value,
+        message: Value,
+    ) -> String {
+        let mut want = json!({"type":"message","id":id,"parentId":parent,"timestamp":timestamp});
+        want.as_object_mut()
+            .unwrap()
+            .insert("message".into(), message);
+        want.to_string()
+            .replace('\u{2028}', "\\u2028")
+            .replace('\u{2029}', "\\u2029")
+    }
+
     /// When the writer's last sync was queued, if it has a background syncer.
     fn queued_at(w: &SessionWriter) -> Option<std::time::Instant> {
         *w.syncer.as_ref().unwrap().queued_at.lock().unwrap()
@@ -1373,14 +1390,7 @@ mod sync_tests {
             };
             let mut m = serde_json::to_value(&stored).unwrap();
             m.as_object_mut().unwrap().extend(stamps.clone());
-            let mut want =
-                json!({"type":"message","id":id,"parentId":parent,"timestamp":v["timestamp"]});
-            want.as_object_mut().unwrap().insert("message".into(), m);
-            let want = want
-                .to_string()
-                .replace('\u{2028}', "\\u2028")
-                .replace('\u{2029}', "\\u2029");
-            assert_eq!(line, want);
+            assert_eq!(line, message_line(&id, &parent, &v["timestamp"], m));
             let e = w.tree().get(&id).unwrap();
             let from_line = Entry::from_value(&v).unwrap();
             assert_eq!(e.id, from_line.id);
@@ -1430,16 +1440,10 @@ mod sync_tests {
             let text = std::fs::read_to_string(w.path()).unwrap();
             let line = text.lines().last().unwrap();
             let v: Value = serde_json::from_str(line).unwrap();
-            let mut want =
-                json!({"type":"message","id":id,"parentId":parent,"timestamp":v["timestamp"]});
-            want.as_object_mut()
-                .unwrap()
-                .insert("message".into(), (*message).clone());
-            let want = want
-                .to_string()
-                .replace('\u{2028}', "\\u2028")
-                .replace('\u{2029}', "\\u2029");
-            assert_eq!(line, want);
+            assert_eq!(
+                line,
+                message_line(&id, &parent, &v["timestamp"], (*message).clone())
+            );
             let e = w.tree().get(&id).unwrap();
             let from_line = Entry::from_value(&v).unwrap();
             assert_eq!(
