@@ -216,8 +216,9 @@ async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
     assert_eq!(conversation.len(), 7, "six reads and the final answer");
     assert!(summaries >= 1, "a compaction ran");
 
-    // The compaction happened inside the one run: between a tool result and the next request,
-    // with no agent_end in between, and the run still ended with the final answer.
+    // The compaction happened inside the one run, where Pi 1.6 runs it (`prepareNextTurn`):
+    // after a turn's tool results and its `turn_end`, before the next `turn_start`, with no
+    // agent_end in between, and the run still ended with the final answer.
     let types = s.sink.types();
     let c = types
         .iter()
@@ -225,9 +226,13 @@ async fn ctx03_threshold_is_checked_before_every_request_mid_turn() {
         .expect("a threshold compaction");
     assert_eq!(types.iter().filter(|t| *t == "agent_start").count(), 1);
     assert_eq!(types.iter().filter(|t| *t == "agent_end").count(), 1);
-    assert!(types[..c].contains(&"message_end:toolResult".to_string()));
+    assert_eq!(types[c - 2..c], ["message_end:toolResult", "turn_end"]);
     assert_eq!(types[c + 1], "compaction_end");
-    assert_eq!(types[c + 2], "message_start", "the request right after it");
+    assert_eq!(
+        types[c + 2..c + 4],
+        ["turn_start", "message_start"],
+        "the next turn's request right after it"
+    );
     let end = &s.sink.of_type("compaction_end")[0];
     assert_eq!(end["aborted"], false);
     assert_eq!(end["willRetry"], false);
@@ -538,8 +543,9 @@ async fn overflow_compacts_once_and_retries_the_turn() {
 /// is over the threshold, so every compaction fails with the clear error (in `compaction_end`),
 /// at most one is tried per user turn and nothing is written; the context as it is still fits
 /// the window, so each turn goes on uncompacted and is answered (a failed automatic
-/// compaction does not cost the turn). The first turn has nothing to compact (one prompt):
-/// as Pi 1.6 no compaction is told.
+/// compaction does not cost the turn). The first is tried after the first run (Pi 1.6's
+/// `_handlePostAgentRun`), the others before each later prompt (`_prepareRun`), which then
+/// tries none after its run.
 #[tokio::test]
 async fn cmp04_no_compaction_loop_when_the_system_prompt_does_not_fit() {
     let dir = tmp("cmp04");
@@ -563,10 +569,8 @@ async fn cmp04_no_compaction_loop_when_the_system_prompt_does_not_fit() {
         let o = s.agent.last_outcome().unwrap();
         assert_eq!(o.stop_reason, StopReason::Stop, "{o:?}");
         let ends = s.sink.of_type("compaction_end");
-        assert_eq!(ends.len(), i, "none on the first turn, then one a turn");
-        let Some(end) = ends.last().filter(|_| i > 0) else {
-            continue;
-        };
+        assert_eq!(ends.len(), i + 1, "one a turn");
+        let end = ends.last().unwrap();
         let msg = end["errorMessage"].as_str().unwrap();
         assert!(
             msg.starts_with("Auto-compaction failed: ")
@@ -577,7 +581,7 @@ async fn cmp04_no_compaction_loop_when_the_system_prompt_does_not_fit() {
         );
     }
     let starts = s.sink.of_type("compaction_start");
-    assert_eq!(starts.len(), 4, "one try per user turn after the first");
+    assert_eq!(starts.len(), 5, "one try per user turn");
     let answered = mock
         .requests()
         .iter()
@@ -617,26 +621,19 @@ async fn cmp04_summaries_are_bounded_and_compaction_runs_at_most_once_per_turn()
         keep_recent_tokens: 500,
     };
     let s = setup(&dir, &mock, 6_000, settings, "sys".into());
+    // Compactions per prompt: before it, between its turns and after its run (Pi 1.6's
+    // three places), counted from one prompt's send to its run's settling.
+    let mut per_prompt = Vec::new();
     for i in 0..5 {
+        let before = s.sink.of_type("compaction_start").len();
         s.agent
             .prompt(vec![Message::user_text(format!("turn {i}"))])
             .unwrap();
         idle(&s.agent).await;
+        per_prompt.push(s.sink.of_type("compaction_start").len() - before);
     }
-    let per_run: Vec<usize> = {
-        let ev = s.sink.events.lock().unwrap();
-        let mut out = Vec::new();
-        for e in ev.iter() {
-            match e["type"].as_str().unwrap() {
-                "agent_start" => out.push(0),
-                "compaction_start" => *out.last_mut().unwrap() += 1,
-                _ => {}
-            }
-        }
-        out
-    };
-    assert!(per_run.iter().all(|n| *n <= 1), "{per_run:?}");
-    assert!(per_run.iter().sum::<usize>() >= 1);
+    assert!(per_prompt.iter().all(|n| *n <= 1), "{per_prompt:?}");
+    assert!(per_prompt.iter().sum::<usize>() >= 1);
     // Pi 1.6's limit: its summaries ask the model's `maxTokens`, 4,096 here, clamped to the
     // window's room by pi-ai's `clampMaxTokensToContext`.
     for r in mock.requests().iter().filter(|r| is_summary(&r.body)) {
@@ -648,17 +645,15 @@ async fn cmp04_summaries_are_bounded_and_compaction_runs_at_most_once_per_turn()
     // at: the summary would not shrink the context, so the compaction fails with the figures,
     // writes nothing, and is not tried again in the turn (no loop).
     let ends = s.sink.of_type("compaction_end");
-    assert_eq!(ends.len(), 1, "{ends:#?}");
-    let error = ends[0]["errorMessage"].as_str().unwrap();
-    assert!(
-        error.starts_with("Auto-compaction failed: compaction would not shrink the context: its messages are about "),
-        "{error}"
-    );
-    assert!(
-        ends[0].get("result").is_none_or(Value::is_null),
-        "{}",
-        ends[0]
-    );
+    assert_eq!(ends.len(), per_prompt.iter().sum::<usize>(), "{ends:#?}");
+    for end in &ends {
+        let error = end["errorMessage"].as_str().unwrap();
+        assert!(
+            error.starts_with("Auto-compaction failed: compaction would not shrink the context: its messages are about "),
+            "{error}"
+        );
+        assert!(end.get("result").is_none_or(Value::is_null), "{end}");
+    }
     assert!(!entries(&s.path).iter().any(|e| e["type"] == "compaction"));
 }
 

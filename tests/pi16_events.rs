@@ -257,6 +257,132 @@ async fn a_threshold_compaction_with_nothing_to_compact_is_not_told() {
     assert_same(&o, &t, "threshold");
 }
 
+/// `e` with what names an entry of its own run (a compaction's `firstKeptEntryId`) kept as
+/// `"<id>"`: the key compared, not the value.
+fn without_entry_ids(mut e: Value) -> Value {
+    for p in ["/result/firstKeptEntryId", "/firstKeptEntryId"] {
+        if let Some(v) = e.pointer_mut(p) {
+            *v = json!("<id>");
+        }
+    }
+    e
+}
+
+/// The compared entries of a session file: every entry after the header as [`steady`]
+/// takes it and [`without_entry_ids`], a system message as its role only (its sections name
+/// each side's own folders), a compaction's kept entry named by its type and role.
+fn steady_entries(stored: &[Value]) -> Vec<Value> {
+    stored
+        .iter()
+        .filter(|e| e["type"] != "session")
+        .map(|e| {
+            let mut v = without_entry_ids(steady(e));
+            if e["message"]["role"] == "system" {
+                v["message"] = json!({"role": "system"});
+            }
+            if let Some(first) = e["firstKeptEntryId"].as_str() {
+                let kept = stored.iter().find(|k| k["id"] == first).unwrap();
+                v["firstKept"] = json!([kept["type"], kept["message"]["role"]]);
+            }
+            v
+        })
+        .collect()
+}
+
+/// Threshold compaction where Pi 1.6 runs it, after a run (`_handlePostAgentRun`): the second
+/// prompt's answer reports 17,000 input tokens on a 20,000-token window with a 4,000-token
+/// reserve, so after its `agent_end` the context is compacted (one summary request), before
+/// the run settles. The events of that run and every stored entry, whole, are Pi 1.6.0's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_threshold_compaction_runs_after_the_run_as_pi_runs_it() {
+    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+        return;
+    };
+    let tmp = TempDir::new("pi16-events-after");
+    // A long first prompt, summarised; the first answer is what the kept recent tokens keep.
+    let first: &'static str = Box::leak(
+        "Please read the plan and say what it does. "
+            .repeat(50)
+            .into_boxed_str(),
+    );
+    let answer = "The first answer explains the plan in some detail. ".repeat(5);
+    let script = Script {
+        steps: vec![
+            Step::text_with_usage(&answer, 100, 10),
+            Step::text_with_usage("done", 17_000, 10),
+            Step::text_with_usage("## Goal\nThe summary.", 100, 10),
+        ],
+        usage: None,
+        first: Some(first),
+    };
+    // Pi's default tools on both sides: the checkpoint's estimate counts their declarations.
+    let settings = json!({
+        "compaction": {"reserveTokens": 4_000, "keepRecentTokens": 50},
+        "defaultTools": ["read", "bash", "edit", "write"],
+    });
+    let args = ["--mode", "json", "two"];
+    let t = theirs(&pi, tmp.path(), script.clone(), 20_000, &settings, &args).await;
+    let o = ours(
+        "pi16-events-after-ours",
+        script,
+        20_000,
+        &settings,
+        &["--json", "two"],
+    )
+    .await;
+    // The stored prompt/tool checkpoint differs by what each side's prompt holds (Pi's docs
+    // section, our `todo` tool, the folders' names): `estimatedTokensAfter`, which counts it,
+    // is compared net of it, each side's checkpoint estimated as Pi estimates it.
+    let checkpoint = |r: &Ran| -> i64 {
+        let c = r.stored.iter().find(|e| e["type"] == "compaction").unwrap();
+        pi_core::compaction::pi_estimate_tokens(&c["systemMessage"]) as i64
+    };
+    let (ours_checkpoint, theirs_checkpoint) = (checkpoint(&o), checkpoint(&t));
+    let steady_all = |r: &Ran, own: i64| -> Vec<Value> {
+        events(&r.out)
+            .into_iter()
+            .map(without_entry_ids)
+            .map(|mut e| {
+                if let Some(n) = e.pointer_mut("/result/estimatedTokensAfter") {
+                    *n = json!(n.as_i64().unwrap() - own);
+                }
+                e
+            })
+            .collect()
+    };
+    let (oe, te) = (
+        steady_all(&o, ours_checkpoint),
+        steady_all(&t, theirs_checkpoint),
+    );
+    let types: Vec<&str> = te.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let end = types.iter().position(|t| *t == "agent_end").unwrap();
+    assert_eq!(
+        types[end..],
+        [
+            "agent_end",
+            "compaction_start",
+            "compaction_end",
+            "agent_settled"
+        ][..],
+        "{te:#?}"
+    );
+    assert_same(&oe, &te, "after the run");
+    // Every entry, the system messages and the compaction's checkpoint as their role / keys.
+    let entries = |r: &Ran| -> Vec<Value> {
+        steady_entries(&r.stored)
+            .into_iter()
+            .map(|mut e| {
+                if let Some(Value::Object(m)) = e.get_mut("systemMessage") {
+                    let keys: Vec<&String> = m.keys().collect();
+                    e["systemMessage"] = json!(keys);
+                }
+                e
+            })
+            .collect()
+    };
+    assert_same(&entries(&o), &entries(&t), "after the run: entries");
+}
+
 /// A provider's HTTP error: `status` with an OpenAI-style error body saying `message`.
 fn http_error(status: u16, message: &str) -> Step {
     Step::Raw {

@@ -97,12 +97,16 @@ impl Step {
         Step::Tools(None, vec![(id.into(), name.into(), args)])
     }
 
-    /// A chat-completions answer of `text` stopped by `length` (`finish_reason: "length"`)
-    /// reporting `output` completion tokens (and 100 prompt tokens), as a raw SSE body: the
-    /// role chunk, one content chunk, the finish chunk, the usage chunk and `[DONE]`. Whether
-    /// it is a recoverable cut depends on `output` against the model's `maxTokens` (Pi 1.6's
-    /// `isRecoverableLength`; [`MockModel::models_json`] declares `maxTokens` 4,096).
-    pub fn length(text: &str, output: u64) -> Step {
+    /// A chat-completions answer of `text` that stops (`finish_reason: "stop"`) reporting
+    /// `input` prompt and `output` completion tokens, as a raw SSE body: the role chunk, one
+    /// content chunk, the finish chunk, the usage chunk and `[DONE]` (the usage of one step,
+    /// whatever [`MockModel::set_usage`] says).
+    pub fn text_with_usage(text: &str, input: u64, output: u64) -> Step {
+        Step::finished(text, "stop", input, output)
+    }
+
+    /// [`Step::text_with_usage`] and [`Step::length`]: `text`, then `finish`, then the usage.
+    fn finished(text: &str, finish: &str, input: u64, output: u64) -> Step {
         let chunk = |delta: Value, finish: Value| {
             format!(
                 "data: {}\n\n",
@@ -113,11 +117,11 @@ impl Step {
         let body = [
             chunk(json!({"role": "assistant", "content": ""}), Value::Null),
             chunk(json!({"content": text}), Value::Null),
-            chunk(json!({}), json!("length")),
+            chunk(json!({}), json!(finish)),
             format!(
                 "data: {}\n\n",
                 json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": output, "total_tokens": 100 + output}})
+                    "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}})
             ),
             "data: [DONE]\n\n".to_string(),
         ]
@@ -127,6 +131,15 @@ impl Step {
             content_type: "text/event-stream".into(),
             body,
         }
+    }
+
+    /// A chat-completions answer of `text` stopped by `length` (`finish_reason: "length"`)
+    /// reporting `output` completion tokens (and 100 prompt tokens), as a raw SSE body: the
+    /// role chunk, one content chunk, the finish chunk, the usage chunk and `[DONE]`. Whether
+    /// it is a recoverable cut depends on `output` against the model's `maxTokens` (Pi 1.6's
+    /// `isRecoverableLength`; [`MockModel::models_json`] declares `maxTokens` 4,096).
+    pub fn length(text: &str, output: u64) -> Step {
+        Step::finished(text, "length", 100, output)
     }
 
     /// One `edit` call replacing `old` with `new` in `path`.

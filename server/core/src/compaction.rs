@@ -1452,7 +1452,14 @@ impl Compactor for SessionCompactor {
                 &result.first_kept_entry_id,
             )
             .messages;
-        result.estimated_tokens_after = Some(messages.iter().map(estimate_tokens).sum());
+        // Pi 1.6's `estimatedTokensAfter` (`estimateMessagesTokens` of the projection after
+        // the compaction): the prompt/tool checkpoint the entry stores (`commit`), the summary
+        // as its text alone (Pi's `compactionSummary` message; ours, first, carries Pi's
+        // wrapper text for the model), then every kept message.
+        let checkpoint = w.tree().system_state(leaf.as_deref()).checkpoint_tokens();
+        let summary = (result.summary.encode_utf16().count() as u64).div_ceil(4);
+        let kept: u64 = messages.iter().skip(1).map(estimate_tokens).sum();
+        result.estimated_tokens_after = Some(checkpoint + summary + kept);
         Ok(CompactionProposal {
             result,
             messages,

@@ -656,6 +656,25 @@ impl Agent {
         self.inner.state.lock().config_generation
     }
 
+    /// Whether a prompt's run would compact before the prompt joins the context (Pi 1.6's
+    /// `_prepareRun`: [`super::run::last_answer_past_threshold`] on the agent's context and
+    /// configuration, an aborted last answer counted). The session stores the run's system
+    /// message after that compaction, not before it.
+    pub fn compacts_before_prompt(&self) -> bool {
+        let st = self.inner.state.lock();
+        super::run::last_answer_past_threshold(
+            &st.config,
+            &st.messages,
+            st.usage_from,
+            true,
+            || {
+                let specs: Vec<pi_ai::ToolSpec> =
+                    st.config.tools.iter().map(|t| t.spec()).collect();
+                crate::compaction::tools_chars(&specs)
+            },
+        )
+    }
+
     /// [`Agent::with_config`] with the configuration's number ([`Agent::config_generation`]),
     /// read together.
     pub fn with_config_generation<R>(&self, f: impl FnOnce(&AgentConfig, u64) -> R) -> R {

@@ -113,6 +113,63 @@ pub(crate) async fn compact_checked(
     Ok((proposal, messages))
 }
 
+/// Pi 1.6's threshold check of a context's last answer (`_checkCompaction`, case 3, as
+/// `_prepareRun` runs it before a prompt and `_handlePostAgentRun` after a run): true when
+/// automatic compaction is on, the window is known and the last assistant message of
+/// `messages` (an aborted one only with `with_aborted`) puts the context past context window
+/// − reserve ([`crate::compaction::should_compact`]). Its context is its usage total (Pi's
+/// `calculateContextTokens`) when it answered after the context's last change (`usage_from`:
+/// a compaction or `context_edit` before it) without failing; else the estimate of the whole
+/// request ([`crate::compaction::request_tokens_counted`], anchored on usage after
+/// `usage_from` only). `specs_chars` gives the tool declarations' characters when the
+/// estimate needs them. No assistant message: false (nothing answered yet).
+pub(crate) fn last_answer_past_threshold(
+    cfg: &AgentConfig,
+    messages: &[Message],
+    usage_from: usize,
+    with_aborted: bool,
+    specs_chars: impl FnOnce() -> u64,
+) -> bool {
+    let Some(cc) = cfg.compaction.as_ref().filter(|c| c.settings.enabled) else {
+        return false;
+    };
+    let window = cfg.model.context_window;
+    if window == 0 {
+        return false;
+    }
+    let Some((i, a)) = messages
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, m)| match m {
+            Message::Assistant(a) => Some((i, a)),
+            _ => None,
+        })
+    else {
+        return false;
+    };
+    if !with_aborted && a.stop_reason == StopReason::Aborted {
+        return false;
+    }
+    let u = &a.usage;
+    let total = if u.total_tokens > 0 {
+        u.total_tokens
+    } else {
+        u.input + u.output + u.cache_read + u.cache_write
+    };
+    let tokens = if i >= usage_from && a.stop_reason != StopReason::Error && total > 0 {
+        total
+    } else {
+        crate::compaction::request_tokens_counted(
+            &cfg.system_prompt,
+            specs_chars(),
+            messages,
+            usage_from,
+        )
+    };
+    crate::compaction::should_compact(tokens, window, cc.settings.reserve_tokens)
+}
+
 /// Base64 length over which an image is replaced after a size refusal: 5 MB, Anthropic's
 /// per-image limit (the smallest of the providers').
 pub const LARGE_IMAGE_BASE64: usize = 5 * 1024 * 1024;
@@ -784,9 +841,12 @@ impl Run<'_> {
         ))
     }
 
-    /// The threshold check before every request, also between the requests of one turn (case
-    /// CTX-03): compacts once per user turn when context tokens pass context window − reserve.
-    /// `Err` ends the run: the compaction failed and the context does not fit the window.
+    /// The threshold check between the turns of a run (case CTX-03), where Pi 1.6 runs it
+    /// (`prepareNextTurn` → `_compactBeforeNextAssistantResponse`): after a turn's `turn_end`,
+    /// before the next `turn_start` and before steering or follow-up messages join the
+    /// context. Compacts once per user turn when context tokens pass context window −
+    /// reserve. `Err` ends the run: the compaction failed and the context does not fit the
+    /// window. (Before a prompt and after a run: [`last_answer_past_threshold`].)
     async fn compact_if_due(&mut self) -> Result<(), String> {
         let Some(cc) = &self.cfg.compaction else {
             return Ok(());
@@ -1544,25 +1604,53 @@ pub async fn run_agent_from(
         request_cache: Default::default(),
         seen: Seen::default(),
     };
+    // Pi 1.6's `_prepareRun`: before a prompt joins the context (and before the run's
+    // `agent_start`), the last answer's context is checked against the threshold (an aborted
+    // answer too) and compacted; a failure is told by its `compaction_end` and the prompt
+    // runs on the context as it is. A continuation (no prompt) is not checked.
+    let compacted_before = if !prompts.is_empty()
+        && last_answer_past_threshold(&run.cfg, &run.messages, run.usage_from, true, || {
+            run.specs_chars
+        }) {
+        // Nothing to compact is no try (no event tells of one).
+        !matches!(
+            run.compact(CompactionReason::Threshold).await,
+            Err(CompactionError::NothingToCompact)
+        )
+    } else {
+        false
+    };
     sink.emit(AgentEvent::AgentStart).await;
     sink.emit(AgentEvent::TurnStart).await;
     for m in prompts {
         run.push(m).await;
     }
+    // The prompt's user turn had its one automatic compaction (case CMP-04), before it.
+    run.compacted_this_turn |= compacted_before;
     let mut pending = run.drain(&control.steering);
     let mut first_turn = true;
+    // An overflow's or a cut answer's recovery ended the run (Pi 1.6 then makes no threshold
+    // check after it).
+    let mut recovery_ended = false;
     let last = 'outer: loop {
         let mut has_more_tool_calls = true;
         let mut last = None;
         while has_more_tool_calls || !pending.is_empty() {
-            if !first_turn {
+            // The threshold check between turns, before the next `turn_start` and before
+            // queued messages join the context (Pi 1.6's `prepareNextTurn`); the first
+            // request of a run was checked before its prompt.
+            let due = if first_turn {
+                Ok(())
+            } else {
+                let due = run.compact_if_due().await;
                 sink.emit(AgentEvent::TurnStart).await;
-            }
+                due
+            };
             first_turn = false;
             for m in std::mem::take(&mut pending) {
                 run.push(m).await;
             }
-            let ready = match run.compact_if_due().await {
+            let ready = match due {
                 Ok(()) => run.ensure_output_room().await,
                 Err(text) => Err(text),
             };
@@ -1571,6 +1659,7 @@ pub async fn run_agent_from(
                 Err(text) => run.failed_turn(text).await,
             };
             if std::mem::take(&mut run.attempt_left_out) {
+                recovery_ended = true;
                 // Pi 1.6: the answer is out of the context and no retry follows; its turn
                 // ended before the compaction (one `turn_end`), and an overflow error's tool
                 // calls get no results (Pi's loop gives a failed response none; the response
@@ -1639,7 +1728,23 @@ pub async fn run_agent_from(
         .await;
     }
     if let Some(e) = run.after_end.take() {
+        // A recovery's failure (its `compaction_end`) ended the run.
+        recovery_ended |= matches!(e, AgentEvent::CompactionEnd { .. });
         sink.emit(e).await;
+    }
+    // Pi 1.6's `_handlePostAgentRun`: after the run's `agent_end`, its last answer's context
+    // is checked against the threshold (not an aborted one) and compacted, before the agent
+    // settles. Messages queued meanwhile come back undelivered and start the next run. At
+    // most one automatic compaction per user turn (case CMP-04): none after one tried in the
+    // last user turn.
+    if !recovery_ended
+        && !run.compacted_this_turn
+        && !control.cancel.is_cancelled()
+        && last_answer_past_threshold(&run.cfg, &run.messages, run.usage_from, false, || {
+            run.specs_chars
+        })
+    {
+        let _ = run.compact(CompactionReason::Threshold).await;
     }
     RunOutcome {
         usage_from: Some(run.usage_from),

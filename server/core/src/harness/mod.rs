@@ -702,7 +702,9 @@ impl AgentSession {
             self.reconfigure();
         }
         *self.built_from.lock() = None;
-        if !self.agent.is_streaming() {
+        // Pi 1.6 stores the system message a run starts with after the compaction its
+        // prompt may be preceded by: then the run's `agent_start` stores it.
+        if !self.agent.is_streaming() && !self.agent.compacts_before_prompt() {
             self.store_system_message();
         }
         self.agent

@@ -227,6 +227,31 @@ impl SystemState {
             .join("\n\n")
     }
 
+    /// Pi 1.6's `estimateTokens` of this state's [`SystemState::checkpoint`]
+    /// (`core/compaction/compaction.js`, role `system`): `ceil(chars / 4)` of its content, its
+    /// sections' texts and its `toolsAdded` as JSON, in UTF-16 units as JavaScript counts.
+    /// 0 when nothing was replayed (no checkpoint is stored then).
+    pub fn checkpoint_tokens(&self) -> u64 {
+        if !self.seen {
+            return 0;
+        }
+        let js_len = |s: &str| s.encode_utf16().count() as u64;
+        let content = js_len(&self.content.join("\n\n"));
+        let sections: u64 = self
+            .sections
+            .values()
+            .filter_map(Value::as_str)
+            .map(js_len)
+            .sum();
+        let tools = if self.tools.is_empty() {
+            0
+        } else {
+            let all: Vec<&Value> = self.tools.values().collect();
+            js_len(&serde_json::to_string(&all).unwrap_or_default())
+        };
+        (content + sections + tools).div_ceil(4)
+    }
+
     /// The complete system message of this state (a compaction's `systemMessage`); with no
     /// tools it names none (no `toolsAdded`: Pi 1.6's merged message).
     pub fn checkpoint(&self, timestamp: i64) -> Value {
