@@ -42,6 +42,8 @@ struct Script {
     steps: Vec<Step>,
     usage: Option<(u64, u64)>,
     first: Option<&'static str>,
+    /// The settings the first prompt runs with, when not the compared run's.
+    first_settings: Option<Value>,
 }
 
 impl Script {
@@ -50,6 +52,7 @@ impl Script {
             steps,
             usage: None,
             first: None,
+            first_settings: None,
         }
     }
 
@@ -72,18 +75,20 @@ async fn theirs(
     settings: &Value,
     args: &[&str],
 ) -> Ran {
-    let first = script.first;
+    let (first, first_settings) = (script.first, script.first_settings.clone());
     let mock = script.start().await;
     let (ws, agent, sessions) = (tmp.join("ws"), tmp.join("agent"), tmp.join("sessions"));
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::create_dir_all(&agent).unwrap();
     std::fs::write(agent.join("models.json"), models(&mock, window).to_string()).unwrap();
-    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+    let write_settings = |s: &Value| std::fs::write(agent.join("settings.json"), s.to_string());
+    write_settings(first_settings.as_ref().unwrap_or(settings)).unwrap();
     let run = |args: &[&str]| run_pi_in(pi, &ws, &agent, tmp, &sessions, args);
     let out = match first {
         None => run(args),
         Some(prompt) => {
             assert_eq!(run(&["-p", prompt]).status.code(), Some(0));
+            write_settings(settings).unwrap();
             run(&[&["--continue"][..], args].concat())
         }
     };
@@ -114,10 +119,11 @@ fn stored_lines(dir: &Path) -> Vec<Value> {
 /// `pi-lsp run --model mock/mock-1 ARGS` on a fresh loopback model playing `script`, in a
 /// fresh workspace with `settings` and `window`.
 async fn ours(name: &str, script: Script, window: u64, settings: &Value, args: &[&str]) -> Ran {
-    let first = script.first;
+    let (first, first_settings) = (script.first, script.first_settings.clone());
     let mock = script.start().await;
     let h = Headless::new(name, &models(&mock, window));
-    std::fs::write(h.agent.join("settings.json"), settings.to_string()).unwrap();
+    let write_settings = |s: &Value| std::fs::write(h.agent.join("settings.json"), s.to_string());
+    write_settings(first_settings.as_ref().unwrap_or(settings)).unwrap();
     let model = ["--model", "mock/mock-1"];
     let out = match first {
         None => h.run(&[&model[..], args].concat()),
@@ -126,6 +132,7 @@ async fn ours(name: &str, script: Script, window: u64, settings: &Value, args: &
                 h.run(&[&model[..], &[prompt]].concat()).status.code(),
                 Some(0)
             );
+            write_settings(settings).unwrap();
             h.run(&[&model[..], &["--continue"], args].concat())
         }
     };
@@ -238,6 +245,7 @@ async fn a_threshold_compaction_with_nothing_to_compact_is_not_told() {
         steps: vec![Step::text("first answer"), Step::text("done")],
         usage: Some((5_000, 10)),
         first: Some("one"),
+        first_settings: None,
     };
     let settings = json!({});
     let args = ["--mode", "json", "two"];
@@ -295,35 +303,114 @@ fn steady_entries(stored: &[Value]) -> Vec<Value> {
 /// the run settles. The events of that run and every stored entry, whole, are Pi 1.6.0's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_threshold_compaction_runs_after_the_run_as_pi_runs_it() {
-    let Some(pi) = pi_e2e::pi16_bin(WHAT) else {
+    let Some((types, ours_entries)) = threshold_compaction_as_pi("after", false).await else {
         return;
     };
-    let tmp = TempDir::new("pi16-events-after");
-    // A long first prompt, summarised; the first answer is what the kept recent tokens keep.
+    let end = types.iter().position(|t| t == "agent_end").unwrap();
+    assert_eq!(
+        types[end..],
+        [
+            "agent_end",
+            "compaction_start",
+            "compaction_end",
+            "agent_settled"
+        ][..],
+        "{types:#?}"
+    );
+    assert_eq!(
+        ours_entries,
+        [
+            "model_change",
+            "thinking_level_change",
+            "message:system",
+            "message:user",
+            "message:assistant",
+            "message:user",
+            "message:assistant",
+            "compaction"
+        ]
+    );
+}
+
+/// Threshold compaction where Pi 1.6 runs it, before a prompt (`_prepareRun`): the first
+/// prompt's answer (17,000 input tokens) ran with automatic compaction off; with it on, the
+/// second prompt's run compacts first — the compaction before the run's `agent_start`, its
+/// entry before the prompt's, `tokensBefore` without the prompt. Events and entries, whole,
+/// are Pi 1.6.0's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_threshold_compaction_runs_before_the_prompt_as_pi_runs_it() {
+    let Some((types, ours_entries)) = threshold_compaction_as_pi("before", true).await else {
+        return;
+    };
+    assert_eq!(
+        types[..3],
+        ["compaction_start", "compaction_end", "agent_start"][..],
+        "{types:#?}"
+    );
+    assert_eq!(
+        ours_entries,
+        [
+            "model_change",
+            "thinking_level_change",
+            "message:system",
+            "message:user",
+            "message:assistant",
+            "compaction",
+            "message:user",
+            "message:assistant"
+        ]
+    );
+}
+
+/// The two threshold-compaction comparisons: a long first prompt (summarised; its answer
+/// is what the kept recent tokens keep), then `two` in `--json` / `--mode json`. `before`:
+/// the first answer reports 17,000 input tokens and runs with automatic compaction off, the
+/// second 100; else the first 100, the second 17,000. Asserts the run's events and the
+/// stored entries equal Pi 1.6.0's; returns Pi's event types and our entries' types (a
+/// message as `message:<role>`), `None` without Pi 1.6.0 outside CI.
+async fn threshold_compaction_as_pi(
+    name: &str,
+    before: bool,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let pi = pi_e2e::pi16_bin(WHAT)?;
+    let tmp = TempDir::new(&format!("pi16-events-{name}"));
     let first: &'static str = Box::leak(
         "Please read the plan and say what it does. "
             .repeat(50)
             .into_boxed_str(),
     );
     let answer = "The first answer explains the plan in some detail. ".repeat(5);
-    let script = Script {
-        steps: vec![
-            Step::text_with_usage(&answer, 100, 10),
-            Step::text_with_usage("done", 17_000, 10),
-            Step::text_with_usage("## Goal\nThe summary.", 100, 10),
-        ],
-        usage: None,
-        first: Some(first),
-    };
-    // Pi's default tools on both sides: the checkpoint's estimate counts their declarations.
+    let (first_usage, second_usage) = if before { (17_000, 100) } else { (100, 17_000) };
+    // Pi's default tools on both sides.
     let settings = json!({
         "compaction": {"reserveTokens": 4_000, "keepRecentTokens": 50},
         "defaultTools": ["read", "bash", "edit", "write"],
     });
+    let mut first_settings = settings.clone();
+    first_settings["compaction"]["enabled"] = json!(false);
+    let steps = if before {
+        vec![
+            Step::text_with_usage(&answer, first_usage, 10),
+            Step::text_with_usage("## Goal\nThe summary.", 100, 10),
+            Step::text_with_usage("done", second_usage, 10),
+        ]
+    } else {
+        vec![
+            Step::text_with_usage(&answer, first_usage, 10),
+            Step::text_with_usage("done", second_usage, 10),
+            Step::text_with_usage("## Goal\nThe summary.", 100, 10),
+        ]
+    };
+    let script = Script {
+        steps,
+        usage: None,
+        first: Some(first),
+        first_settings: before.then_some(first_settings),
+    };
     let args = ["--mode", "json", "two"];
     let t = theirs(&pi, tmp.path(), script.clone(), 20_000, &settings, &args).await;
     let o = ours(
-        "pi16-events-after-ours",
+        &format!("pi16-events-{name}-ours"),
         script,
         20_000,
         &settings,
@@ -331,8 +418,8 @@ async fn a_threshold_compaction_runs_after_the_run_as_pi_runs_it() {
     )
     .await;
     // The stored prompt/tool checkpoint differs by what each side's prompt holds (Pi's docs
-    // section, our `todo` tool, the folders' names): `estimatedTokensAfter`, which counts it,
-    // is compared net of it, each side's checkpoint estimated as Pi estimates it.
+    // section, the folders' names): `estimatedTokensAfter`, which counts it, is compared net
+    // of it, each side's checkpoint estimated as Pi estimates it.
     let checkpoint = |r: &Ran| -> i64 {
         let c = r.stored.iter().find(|e| e["type"] == "compaction").unwrap();
         pi_core::compaction::pi_estimate_tokens(&c["systemMessage"]) as i64
@@ -354,19 +441,7 @@ async fn a_threshold_compaction_runs_after_the_run_as_pi_runs_it() {
         steady_all(&o, ours_checkpoint),
         steady_all(&t, theirs_checkpoint),
     );
-    let types: Vec<&str> = te.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    let end = types.iter().position(|t| *t == "agent_end").unwrap();
-    assert_eq!(
-        types[end..],
-        [
-            "agent_end",
-            "compaction_start",
-            "compaction_end",
-            "agent_settled"
-        ][..],
-        "{te:#?}"
-    );
-    assert_same(&oe, &te, "after the run");
+    assert_same(&oe, &te, name);
     // Every entry, the system messages and the compaction's checkpoint as their role / keys.
     let entries = |r: &Ran| -> Vec<Value> {
         steady_entries(&r.stored)
@@ -380,7 +455,21 @@ async fn a_threshold_compaction_runs_after_the_run_as_pi_runs_it() {
             })
             .collect()
     };
-    assert_same(&entries(&o), &entries(&t), "after the run: entries");
+    assert_same(&entries(&o), &entries(&t), &format!("{name}: entries"));
+    let types = te
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect();
+    let ours_entries = o
+        .stored
+        .iter()
+        .filter(|e| e["type"] != "session")
+        .map(|e| match e["message"]["role"].as_str() {
+            Some(role) => format!("message:{role}"),
+            None => e["type"].as_str().unwrap().to_string(),
+        })
+        .collect();
+    Some((types, ours_entries))
 }
 
 /// A provider's HTTP error: `status` with an OpenAI-style error body saying `message`.
