@@ -32,6 +32,13 @@ pub struct LoadedSession {
     pub deferred: bool,
 }
 
+/// Whether `text` holds U+2028 or U+2029: both are `E2 80 A8` / `E2 80 A9` in UTF-8, found
+/// by one search for their first byte (`memchr`), not a decode of every character.
+fn has_line_separator(text: &[u8]) -> bool {
+    memchr::memchr_iter(0xE2, text)
+        .any(|i| matches!(text.get(i + 1..i + 3), Some([0x80, 0xA8 | 0xA9])))
+}
+
 /// The single writer of one session file.
 #[derive(Debug)]
 pub struct SessionWriter {
@@ -709,10 +716,7 @@ impl SessionWriter {
                 ),
             });
         }
-        // Both separators are `E2 80 A8` / `E2 80 A9` in UTF-8: one byte search, not a
-        // decode of every character.
-        let separated = memchr::memmem::find(text.as_bytes(), "\u{2028}".as_bytes()).is_some()
-            || memchr::memmem::find(text.as_bytes(), "\u{2029}".as_bytes()).is_some();
+        let separated = has_line_separator(text.as_bytes());
         let mut line = if separated {
             text.replace('\u{2028}', "\\u2028")
                 .replace('\u{2029}', "\\u2029")
@@ -723,8 +727,16 @@ impl SessionWriter {
         };
         line.push('\n');
         // After a failure, lines keep their order: this one waits behind the unsaved ones.
-        self.unsaved.push(line);
-        self.flush_unsaved()
+        if !self.unsaved.is_empty() {
+            self.unsaved.push(line);
+            return self.flush_unsaved();
+        }
+        // Nothing waits: written at once, kept to be written again only when it fails.
+        let written = self.write_whole(&line);
+        if written.is_err() {
+            self.unsaved.push(line);
+        }
+        written
     }
 
     /// Writes the lines of entries the file could not take before (see `unsaved`), oldest
@@ -935,13 +947,24 @@ impl SessionWriter {
     /// Writes the start of a `message` entry's line with id `id` under the current leaf, up
     /// to its `"message":` key (the message follows, then `}`): the keys in the order
     /// [`SessionWriter::append`] writes them.
+    /// `id` is one of [`SessionWriter::new_id`]'s and the time [`iso_now`]'s: hex digits, and
+    /// digits and `-:.TZ`, which JSON writes as they are (no escape to look for).
     fn message_line_head(&self, id: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        /// `text`, which needs no escape, as a JSON string.
+        fn plain(out: &mut Vec<u8>, text: &str) {
+            debug_assert!(text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-:.".contains(&b)));
+            out.push(b'"');
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'"');
+        }
         out.extend_from_slice(b"{\"type\":\"message\",\"id\":");
-        serde_json::to_writer(&mut *out, id)?;
+        plain(out, id);
         out.extend_from_slice(b",\"parentId\":");
         serde_json::to_writer(&mut *out, &self.leaf)?;
         out.extend_from_slice(b",\"timestamp\":");
-        serde_json::to_writer(&mut *out, &iso_now())?;
+        plain(out, &iso_now());
         out.extend_from_slice(b",\"message\":");
         Ok(())
     }
@@ -1460,6 +1483,25 @@ mod sync_tests {
             assert_eq!(e.raw(), v);
             assert_eq!(w.leaf(), Some(id.as_str()));
         }
+    }
+
+    /// U+2028 and U+2029 are found wherever they are; other characters starting with the
+    /// same bytes (U+2014, U+2027, U+202A) and a cut sequence are not taken for them.
+    #[test]
+    fn line_separators_are_found_by_their_bytes() {
+        for (text, want) in [
+            ("", false),
+            ("plain", false),
+            ("a — b ‧ c \u{202A}", false),
+            ("\u{2028}", true),
+            ("x\u{2029}", true),
+            ("— \u{2029} —", true),
+            ("é😀\u{2028}", true),
+        ] {
+            assert_eq!(has_line_separator(text.as_bytes()), want, "{text:?}");
+        }
+        assert!(!has_line_separator(&[b'a', 0xE2, 0x80]));
+        assert!(!has_line_separator(&[0xE2]));
     }
 
     /// Entry ids are 8 hex digits, as Pi's, and differ from one another.
