@@ -77,10 +77,12 @@ pub(super) fn store_system(
     if lock_writer(writer)?.system_checked(now) {
         return Ok(());
     }
-    let (mut want, generation, prompt) = agent.with_config_generation(|c, generation| {
+    // The run's prompt is not copied out: `want` renders it ([`SystemState::of_run`]), and
+    // it is rendered only when the sections' order differs ([`replayed_prompt`]).
+    let (mut want, generation) = agent.with_config_generation(|c, generation| {
         let specs: Vec<pi_ai::ToolSpec> = c.tools.iter().map(|t| t.spec()).collect();
         let want = SystemState::of_run(&c.system_prompt, c.prompt_sections.as_deref(), &specs);
-        (want, generation, c.system_prompt.clone())
+        (want, generation)
     });
     let mut w = lock_writer(writer)?;
     let have = w.tree().system_state(w.leaf());
@@ -88,7 +90,7 @@ pub(super) fn store_system(
     let patch = have.patch_to(&want, pi_ai::types::now_millis());
     // Pi 1.6 sends what the branch replays to after the patch: its sections keep their stored
     // order (one new since comes last). Only when that order is not the run's is it told.
-    w.set_replayed_prompt(replayed_prompt(&have, &want, &prompt));
+    w.set_replayed_prompt(replayed_prompt(&have, &want));
     if let Some(m) = patch {
         // Written from the message itself, which is then kept to be told (no copy of it).
         w.append_message_value(&m)?;
@@ -99,11 +101,13 @@ pub(super) fn store_system(
 }
 
 /// The system prompt the branch's stored state `have`, once patched to `want` (the run's,
-/// which renders `prompt`), renders when its sections come in another order than the run's
+/// [`SystemState::of_run`]), renders when its sections come in another order than the run's
 /// (a section the run adds goes after those stored before it; Pi 1.6's
 /// `getCurrentSystemPrompt`); `None` when the order is the run's, or the stored state has
-/// content of its own.
-fn replayed_prompt(have: &SystemState, want: &SystemState, prompt: &str) -> Option<String> {
+/// content of its own. Only the sections' names are compared until the orders differ: then
+/// the run's prompt is rendered from `want` (its sections in the run's order render it: no
+/// content, every section a string), and the replayed one.
+fn replayed_prompt(have: &SystemState, want: &SystemState) -> Option<String> {
     let kept = have
         .sections
         .keys()
@@ -124,8 +128,9 @@ fn replayed_prompt(have: &SystemState, want: &SystemState, prompt: &str) -> Opti
         ..SystemState::default()
     };
     after.seen = true;
+    let prompt = want.render();
     let replayed = after.render();
-    (replayed != prompt && after.renders(prompt)).then_some(replayed)
+    (replayed != prompt && after.renders(&prompt)).then_some(replayed)
 }
 
 impl Recorder {
@@ -415,27 +420,40 @@ mod tests {
                 .map(|(n, t)| (n.to_string(), t.to_string()))
                 .collect();
             let prompt = crate::prompt::render_sections(&sections);
-            (SystemState::of_run(&prompt, Some(&sections), &[]), prompt)
+            let want = SystemState::of_run(&prompt, Some(&sections), &[]);
+            // The run's prompt, as `replayed_prompt` renders it from `want`.
+            assert_eq!(want.render(), prompt);
+            want
         };
         let stored = |pairs: &[(&str, &str)]| {
             let mut have = SystemState::default();
-            have.apply(&SystemState::default().patch_to(&run(pairs).0, 1).unwrap());
+            have.apply(&SystemState::default().patch_to(&run(pairs), 1).unwrap());
             have
         };
         let have = stored(&[("a", "A"), ("c", "C"), ("d", "D")]);
-        let (want, prompt) = run(&[("a", "A"), ("b", "B"), ("c", "C2")]);
+        let want = run(&[("a", "A"), ("b", "B"), ("c", "C2")]);
         assert_eq!(
-            replayed_prompt(&have, &want, &prompt).as_deref(),
+            replayed_prompt(&have, &want).as_deref(),
             Some("A\n\nC2\n\nB")
         );
         // The same order as the run's (a change in place, one dropped): nothing to tell.
-        let (want, prompt) = run(&[("a", "A2"), ("c", "C")]);
-        assert_eq!(replayed_prompt(&have, &want, &prompt), None);
+        let want = run(&[("a", "A2"), ("c", "C")]);
+        assert_eq!(replayed_prompt(&have, &want), None);
         // Stored content of its own (an extension's forced prompt): the run's prompt.
         let mut with_content = have.clone();
         with_content.content.push("forced".into());
-        let (want, prompt) = run(&[("a", "A"), ("b", "B"), ("c", "C2")]);
-        assert_eq!(replayed_prompt(&with_content, &want, &prompt), None);
+        let want = run(&[("a", "A"), ("b", "B"), ("c", "C2")]);
+        assert_eq!(replayed_prompt(&with_content, &want), None);
+        // A prompt stored as one section (no sections, or sections that do not render it)
+        // is rendered back as it is.
+        for (prompt, sections) in [
+            ("one\n\ntwo", None),
+            ("", None),
+            ("other", Some(vec![("a".to_string(), "A".to_string())])),
+        ] {
+            let want = SystemState::of_run(prompt, sections.as_deref(), &[]);
+            assert_eq!(want.render(), prompt);
+        }
     }
 
     #[test]
